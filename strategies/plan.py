@@ -1,0 +1,167 @@
+"""``Plan``: how a job is split (tp, pp, dp, cp, ep, sp, zero, schedule, recompute, mbs, gbs).
+
+Parsed from ``key=value`` strings or YAML; every value checked where it is read, and the
+cross-checks against a model and a cluster live in ``strategies.job``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any, Mapping
+
+from strategies.errors import SpecError
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+_ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+          "data_parallel_size": "dp", "context_parallel_size": "cp",
+          "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
+          "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
+          "sequence_parallel": "sp", "zero_stage": "zero"}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A parallel plan. ``dp``/``gbs`` may be None until a Job resolves them."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    cp: int = 1
+    ep: int = 1
+    mbs: int = 1
+    gbs: int | None = None
+    schedule: str = "1f1b"
+    vpp: int = 1
+    recompute: str = "none"
+    sp: bool = False
+    zero: int = 0
+    flash_attn: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    microbatch_group_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
+            _pos_int(f, getattr(self, f))
+        for f in ("dp", "gbs", "microbatch_group_size"):
+            if getattr(self, f) is not None:
+                _pos_int(f, getattr(self, f))
+        if self.schedule not in SCHEDULES:
+            raise SpecError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
+        if self.recompute not in RECOMPUTE:
+            raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
+        if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
+            raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
+        if self.schedule == "interleaved" and self.vpp < 2:
+            raise SpecError("vpp", self.vpp, "schedule=interleaved needs vpp >= 2 model chunks "
+                            "per pipeline rank (use schedule=1f1b for vpp=1)")
+        if self.schedule != "interleaved" and self.vpp != 1:
+            raise SpecError("vpp", self.vpp, f"vpp > 1 needs schedule=interleaved, not {self.schedule}")
+        if self.schedule == "interleaved" and self.pp < 2:
+            raise SpecError("schedule", self.schedule, "interleaved needs pp >= 2")
+        if self.zero == 3 and self.pp > 1:
+            raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
+                            f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def short(self) -> str:
+        """A compact human label, e.g. ``tp8 pp8 dp16 mbs1 1f1b sel sp z1``."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        if self.cp > 1:
+            parts.append(f"cp{self.cp}")
+        if self.ep > 1:
+            parts.append(f"ep{self.ep}")
+        parts.append(f"mbs{self.mbs}")
+        if self.pp > 1:
+            parts.append(self.schedule + (f":{self.vpp}" if self.vpp > 1 else ""))
+        if self.recompute != "none":
+            parts.append({"selective": "sel", "full": "full-rc"}[self.recompute])
+        if self.sp:
+            parts.append("sp")
+        if self.zero:
+            parts.append(f"z{self.zero}")
+        return " ".join(parts)
+
+
+_FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
+_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather"}
+_STRS = {"schedule", "recompute"}
+
+
+def _pos_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(name, v, "must be an integer >= 1")
+
+
+def _coerce(key: str, value: Any) -> Any:
+    if key in _BOOLS:
+        if isinstance(value, bool):
+            return value
+        s = str(value).strip().lower()
+        if s in ("true", "1", "yes", "on"):
+            return True
+        if s in ("false", "0", "no", "off"):
+            return False
+        raise SpecError(key, value, "must be true or false")
+    if key in _STRS:
+        return str(value).strip().lower()
+    if value is None and key in ("dp", "gbs", "microbatch_group_size"):
+        return None
+    if isinstance(value, bool):
+        raise SpecError(key, value, "must be an integer")
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    try:
+        return int(str(value).strip())
+    except ValueError:
+        raise SpecError(key, value, "must be an integer") from None
+
+
+def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
+    """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted."""
+    if not isinstance(d, Mapping):
+        raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
+    args: dict[str, Any] = {}
+    for raw, value in d.items():
+        key = _ALIAS.get(str(raw).strip().lower(), str(raw).strip().lower())
+        if key not in _FIELD_TYPES:
+            raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
+        if key in args:
+            raise SpecError("plan", raw, "key given twice")
+        args[key] = _coerce(key, value)
+    if args.get("schedule") == "interleaved" and "vpp" not in args:
+        args["vpp"] = 2
+    sched = str(args.get("schedule", ""))
+    if sched.startswith("interleaved:"):
+        args["schedule"], args["vpp"] = "interleaved", _coerce("vpp", sched.split(":", 1)[1])
+    return Plan(**args)
+
+
+def parse_plan(text: str) -> Plan:
+    """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
+    text = str(text).strip()
+    if text.endswith((".yaml", ".yml", ".json")):
+        from topologies.yaml_io import load_mapping_file
+        return plan_from_mapping(load_mapping_file(text, "plan") or {})
+    d: dict[str, str] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise SpecError("plan", item, "each item must be key=value, e.g. tp=8")
+        if key.strip() in d:
+            raise SpecError("plan", key.strip(), "key given twice")
+        d[key.strip()] = value.strip()
+    return plan_from_mapping(d)
+
+
+def with_(plan: Plan, **kw: Any) -> Plan:
+    """``dataclasses.replace`` that re-validates."""
+    return replace(plan, **kw)

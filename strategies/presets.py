@@ -1,0 +1,65 @@
+"""Model presets. Shapes from the papers and model cards named beside each entry."""
+from __future__ import annotations
+
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+
+
+def _gpt(name: str, l: int, h: int, a: int, v: int = 51200, s: int = 2048, ffn: int | None = None,
+         act: str = "gelu", pos: str = "learned", kv: int | None = None,
+         bias: bool = True) -> ModelSpec:
+    return ModelSpec(name, l, h, a, ffn or 4 * h, v, s, kv, act, tie_word_embeddings=True,
+                     position_embedding=pos, bias=bias)
+
+
+def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
+           tie: bool = False, experts: int = 1, topk: int = 1) -> ModelSpec:
+    return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk,
+                     tie_word_embeddings=tie, position_embedding="rope")
+
+
+_ALL = [
+    # Narayanan et al. 2021 Table 1 (vocab 51200, seq 2048)
+    _gpt("gpt-1.7b", 24, 2304, 24), _gpt("gpt-3.6b", 30, 3072, 32),
+    _gpt("gpt-7.5b", 36, 4096, 32), _gpt("gpt-18.4b", 40, 6144, 48),
+    _gpt("gpt-39.1b", 48, 8192, 64), _gpt("gpt-76.1b", 60, 10240, 80),
+    _gpt("gpt-145.6b", 80, 12288, 96), _gpt("gpt-310.1b", 96, 16384, 128),
+    _gpt("gpt-529.6b", 105, 20480, 128), _gpt("gpt-1t", 128, 25600, 160),
+    _gpt("gpt3-175b", 96, 12288, 96), _gpt("gpt-22b", 48, 6144, 64),  # Korthikanti 2022
+    _gpt("gpt-530b", 105, 20480, 128),
+    _gpt("bloom-176b", 70, 14336, 112, v=250880, pos="alibi"),  # BigScience BLOOM
+    # MosaicML MPT (ALiBi, vocab 50368 padded)
+    _gpt("mpt-1b", 24, 2048, 16, v=50368, pos="alibi", bias=False), _gpt("mpt-3b", 32, 2560, 20, v=50368, pos="alibi", bias=False),
+    _gpt("mpt-7b", 32, 4096, 32, v=50368, pos="alibi", bias=False), _gpt("mpt-13b", 40, 5120, 40, v=50368, pos="alibi", bias=False),
+    _gpt("mpt-30b", 48, 7168, 56, v=50368, pos="alibi", bias=False), _gpt("mpt-70b", 80, 8192, 64, v=50368, pos="alibi", bias=False),
+    # NVIDIA Nemotron-4 (squared ReLU, GQA 8, vocab 256000, seq 4096)
+    _gpt("nemotron4-15b", 32, 6144, 48, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False),
+    _gpt("nemotron4-340b", 96, 18432, 96, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False),
+    # Meta Llama 2 / 3 / 3.1 model cards
+    _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
+    _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),
+    _llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096),
+    _llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    _llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    _llama("llama3.1-8b", 32, 4096, 32, 8, 14336, 128256, 8192),
+    _llama("llama3.1-70b", 80, 8192, 64, 8, 28672, 128256, 8192),
+    _llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, 8192),
+    # Mistral AI
+    _llama("mistral-7b", 32, 4096, 32, 8, 14336, 32000, 4096),
+    _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, experts=8, topk=2),
+    _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 4096, experts=8, topk=2),
+    # Qwen2
+    _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096),
+    _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064, 4096),
+]
+MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
+_ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}
+
+
+def model_preset(name: str) -> ModelSpec:
+    key = str(name).strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in MODEL_PRESETS:
+        raise SpecError("model", name, "unknown preset (see `paraplan presets`), "
+                        "and not a path to a config.json or .yaml file")
+    return MODEL_PRESETS[key]

@@ -1,0 +1,267 @@
+"""Cluster specs: presets, the ``PRESET:NODES`` syntax and the YAML format.
+
+Units inside: bytes/s and seconds. Files say ``intra_node_GBps`` (gigabytes/s per GPU per
+direction), ``inter_node_gbps`` (gigabits/s per NIC per direction) and ``*_latency_us``; they are
+converted once, here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping
+
+from topologies.errors import SpecError
+from topologies.gpus import GPU, get_gpu, gpu_from_mapping
+
+INTRA_TOPOLOGIES = ("switch", "mesh", "ring")
+INTER_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "torus", "ring")
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """``num_nodes`` nodes of one GPU type (heterogeneous clusters have several groups)."""
+
+    gpu: GPU
+    num_nodes: int
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A cluster of identical-shape nodes. Bandwidths are per direction.
+
+    ``intra_node_bandwidth``: bytes/s each GPU can send into the node fabric (NVSwitch port).
+    ``inter_node_bandwidth``: bytes/s of one NIC; a node has ``nics_per_node`` of them.
+    ``oversubscription``: ratio of downlinks to uplinks at the leaf switches (1 = full bisection).
+    """
+
+    name: str
+    groups: tuple[NodeGroup, ...]
+    gpus_per_node: int
+    intra_node_bandwidth: float
+    intra_node_latency: float
+    nics_per_node: int
+    inter_node_bandwidth: float
+    inter_node_latency: float
+    oversubscription: float = 1.0
+    intra_node_topology: str = "switch"
+    inter_node_topology: str = "rail_fat_tree"
+    nodes_per_leaf: int = 32
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.groups:
+            raise SpecError("nodes", 0, "a cluster needs at least one node")
+        for g in self.groups:
+            _positive_int("nodes", g.num_nodes)
+        _positive_int("gpus_per_node", self.gpus_per_node)
+        _positive_int("nics_per_node", self.nics_per_node)
+        _positive_int("nodes_per_leaf", self.nodes_per_leaf)
+        for name in ("intra_node_bandwidth", "inter_node_bandwidth"):
+            _positive(name, getattr(self, name))
+        for name in ("intra_node_latency", "inter_node_latency"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+                raise SpecError(name, v, "must be a number >= 0 seconds")
+        if not (isinstance(self.oversubscription, (int, float)) and self.oversubscription >= 1):
+            raise SpecError("oversubscription", self.oversubscription, "must be a number >= 1")
+        if self.intra_node_topology not in INTRA_TOPOLOGIES:
+            raise SpecError("intra_node_topology", self.intra_node_topology,
+                            f"must be one of {', '.join(INTRA_TOPOLOGIES)}")
+        if self.inter_node_topology not in INTER_TOPOLOGIES:
+            raise SpecError("inter_node_topology", self.inter_node_topology,
+                            f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+
+    @property
+    def num_nodes(self) -> int:
+        return sum(g.num_nodes for g in self.groups)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.num_nodes * self.gpus_per_node
+
+    @property
+    def gpu(self) -> GPU:
+        """The slowest GPU type (by bf16 peak): the one a synchronous step waits for."""
+        return min((g.gpu for g in self.groups), key=lambda x: (x.peak("bf16"), x.hbm_bytes))
+
+    @property
+    def min_hbm_bytes(self) -> float:
+        return min(g.gpu.hbm_bytes for g in self.groups)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len({g.gpu.name for g in self.groups}) > 1
+
+    def gpu_of_node(self, node: int) -> GPU:
+        for g in self.groups:
+            if node < g.num_nodes:
+                return g.gpu
+            node -= g.num_nodes
+        raise SpecError("node", node, f"out of range 0..{self.num_nodes - 1}")
+
+    @property
+    def inter_node_bandwidth_per_gpu(self) -> float:
+        """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription."""
+        return self.nics_per_node * self.inter_node_bandwidth / self.gpus_per_node
+
+    def with_nodes(self, num_nodes: int) -> "Cluster":
+        _positive_int("nodes", num_nodes)
+        if len(self.groups) != 1:
+            raise SpecError("nodes", num_nodes, "cannot resize a heterogeneous cluster; edit its YAML")
+        return replace(self, groups=(NodeGroup(self.groups[0].gpu, num_nodes),),
+                       name=f"{self.name.split(':')[0]}:{num_nodes}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML-file form (file units), for JSON output and round trips."""
+        d: dict[str, Any] = {
+            "name": self.name,
+            "gpus_per_node": self.gpus_per_node,
+            "intra_node_GBps": self.intra_node_bandwidth / 1e9,
+            "intra_node_latency_us": self.intra_node_latency * 1e6,
+            "intra_node_topology": self.intra_node_topology,
+            "nics_per_node": self.nics_per_node,
+            "inter_node_gbps": self.inter_node_bandwidth * 8 / 1e9,
+            "inter_node_latency_us": self.inter_node_latency * 1e6,
+            "oversubscription": self.oversubscription,
+            "inter_node_topology": self.inter_node_topology,
+            "nodes_per_leaf": self.nodes_per_leaf,
+        }
+        if len(self.groups) == 1:
+            d["gpu"] = self.groups[0].gpu.name
+            d["nodes"] = self.groups[0].num_nodes
+        else:
+            d["node_groups"] = [{"gpu": g.gpu.name, "nodes": g.num_nodes} for g in self.groups]
+        return d
+
+
+def _positive_int(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(name, v, "must be an integer >= 1")
+
+
+def _positive(name: str, v: Any) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        raise SpecError(name, v, "must be a number > 0")
+
+
+# name -> (gpu, gpus/node, NVLink GB/s per GPU per dir, NICs, NIC Gb/s, intra topology, doc)
+_PRESETS: dict[str, tuple[str, int, float, int, float, str, str]] = {
+    "dgx-a100": ("A100-SXM4-80GB", 8, 300, 8, 200, "switch",
+                 "8x A100-SXM4-80GB, NVSwitch 300 GB/s/GPU, 8x 200 Gb/s HDR IB, rail fat tree"),
+    "dgx-a100-40gb": ("A100-SXM4-40GB", 8, 300, 8, 200, "switch",
+                      "8x A100-SXM4-40GB, NVSwitch 300 GB/s/GPU, 8x 200 Gb/s HDR IB"),
+    "dgx-h100": ("H100-SXM5-80GB", 8, 450, 8, 400, "switch",
+                 "8x H100-SXM5-80GB, NVSwitch 450 GB/s/GPU, 8x 400 Gb/s NDR IB, rail fat tree"),
+    "dgx-h200": ("H200-SXM-141GB", 8, 450, 8, 400, "switch",
+                 "8x H200-141GB, NVSwitch 450 GB/s/GPU, 8x 400 Gb/s NDR IB"),
+    "dgx-b200": ("B200-SXM-180GB", 8, 900, 8, 400, "switch",
+                 "8x B200-180GB, NVLink5 900 GB/s/GPU, 8x 400 Gb/s NDR IB"),
+    "hgx-h100-pcie": ("H100-PCIe-80GB", 8, 64, 4, 200, "switch",
+                      "8x H100-PCIe (NVLink bridges not modelled: PCIe Gen5 64 GB/s), 4x 200 Gb/s"),
+    "mi300x": ("MI300X", 8, 448, 8, 400, "mesh",
+               "8x MI300X, Infinity Fabric full mesh (7 x 64 GB/s), 8x 400 Gb/s"),
+}
+# Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree.
+INTRA_LATENCY_S = 2.0e-6
+INTER_LATENCY_S = 5.0e-6
+
+
+def preset_names() -> list[str]:
+    return list(_PRESETS)
+
+
+def preset_description(name: str) -> str:
+    return _PRESETS[name][-1]
+
+
+def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
+    """A preset cluster of ``num_nodes`` nodes."""
+    key = name.strip().lower()
+    if key not in _PRESETS:
+        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(_PRESETS)}")
+    gpu, per_node, nvl, nics, nic_gbps, intra, _ = _PRESETS[key]
+    _positive_int("nodes", num_nodes)
+    return Cluster(name=f"{key}:{num_nodes}", groups=(NodeGroup(get_gpu(gpu), num_nodes),),
+                   gpus_per_node=per_node, intra_node_bandwidth=nvl * 1e9,
+                   intra_node_latency=INTRA_LATENCY_S, nics_per_node=nics,
+                   inter_node_bandwidth=nic_gbps * 1e9 / 8, inter_node_latency=INTER_LATENCY_S,
+                   intra_node_topology=intra, source=key)
+
+
+def parse_cluster_arg(text: str) -> Cluster:
+    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node) or a YAML file path."""
+    text = str(text).strip()
+    if text.endswith((".yaml", ".yml", ".json")):
+        from topologies.yaml_io import load_cluster_file
+        return load_cluster_file(text)
+    name, _, nodes = text.partition(":")
+    if not nodes:
+        return cluster_preset(name, 1)
+    try:
+        n = int(nodes)
+    except ValueError:
+        raise SpecError("cluster", text, "must be PRESET:NODES with NODES an integer, "
+                        "e.g. dgx-a100:128, or a .yaml file") from None
+    return cluster_preset(name, n)
+
+
+_KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
+         "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
+         "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf"}
+
+
+def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
+    """A cluster from the YAML mapping (see docs/clusters.md). ``preset:`` fills defaults."""
+    if not isinstance(d, Mapping):
+        raise SpecError("cluster", type(d).__name__, "a cluster file must hold a mapping")
+    unknown = sorted(set(d) - _KEYS)
+    if unknown:
+        raise SpecError("cluster", unknown[0], f"unknown key; allowed: {', '.join(sorted(_KEYS))}")
+    base = cluster_preset(str(d["preset"]), 1).to_dict() if "preset" in d else {}
+    merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
+    if "node_groups" in d:
+        merged.pop("gpu", None)
+        merged.pop("nodes", None)
+    for req in ("gpus_per_node", "intra_node_GBps", "nics_per_node", "inter_node_gbps"):
+        if req not in merged:
+            raise SpecError(req, None, "is required in a cluster file (or give preset:)")
+    groups = _groups(merged)
+    num = {k: merged[k] for k in ("intra_node_GBps", "inter_node_gbps", "intra_node_latency_us",
+                                  "inter_node_latency_us", "oversubscription") if k in merged}
+    for k, v in num.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise SpecError(k, v, "must be a number")
+    return Cluster(
+        name=str(merged.get("name", "custom")), groups=groups,
+        gpus_per_node=merged["gpus_per_node"],
+        intra_node_bandwidth=num["intra_node_GBps"] * 1e9,
+        intra_node_latency=num.get("intra_node_latency_us", INTRA_LATENCY_S * 1e6) * 1e-6,
+        nics_per_node=merged["nics_per_node"],
+        inter_node_bandwidth=num["inter_node_gbps"] * 1e9 / 8,
+        inter_node_latency=num.get("inter_node_latency_us", INTER_LATENCY_S * 1e6) * 1e-6,
+        oversubscription=num.get("oversubscription", 1.0),
+        intra_node_topology=merged.get("intra_node_topology", "switch"),
+        inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
+        nodes_per_leaf=merged.get("nodes_per_leaf", 32), source="yaml")
+
+
+def _gpu(v: Any) -> GPU:
+    return gpu_from_mapping(v) if isinstance(v, Mapping) else get_gpu(str(v))
+
+
+def _groups(d: Mapping[str, Any]) -> tuple[NodeGroup, ...]:
+    if "node_groups" in d:
+        gs = d["node_groups"]
+        if not isinstance(gs, list) or not gs:
+            raise SpecError("node_groups", gs, "must be a non-empty list of {gpu, nodes}")
+        out = []
+        for i, g in enumerate(gs):
+            if not isinstance(g, Mapping) or set(g) != {"gpu", "nodes"}:
+                raise SpecError(f"node_groups[{i}]", g, "must be a mapping with keys gpu and nodes")
+            _positive_int(f"node_groups[{i}].nodes", g["nodes"])
+            out.append(NodeGroup(_gpu(g["gpu"]), g["nodes"]))
+        return tuple(out)
+    if "gpu" not in d:
+        raise SpecError("gpu", None, "is required in a cluster file (or give node_groups:)")
+    nodes = d.get("nodes", 1)
+    _positive_int("nodes", nodes)
+    return (NodeGroup(_gpu(d["gpu"]), nodes),)
