@@ -38,6 +38,7 @@ class Plan:
     flash_attn: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    tp_comm_overlap: bool = False
     microbatch_group_size: int | None = None
 
     def __post_init__(self) -> None:
@@ -90,7 +91,7 @@ class Plan:
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
-_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather"}
+_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"}
 _STRS = {"schedule", "recompute"}
 
 

@@ -28,6 +28,7 @@ class GPU:
     hbm_bytes: float
     hbm_bandwidth: float
     matmul_efficiency: float = 0.8
+    attention_efficiency: float = 0.5
     vendor: str = "nvidia"
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
@@ -44,8 +45,9 @@ class GPU:
         for name in ("hbm_bytes", "hbm_bandwidth"):
             if not getattr(self, name) > 0:
                 raise SpecError(f"gpu.{name}", getattr(self, name), "must be > 0")
-        if not 0 < self.matmul_efficiency <= 1:
-            raise SpecError("gpu.matmul_efficiency", self.matmul_efficiency, "must be in (0, 1]")
+        for name in ("matmul_efficiency", "attention_efficiency"):
+            if not 0 < getattr(self, name) <= 1:
+                raise SpecError(f"gpu.{name}", getattr(self, name), "must be in (0, 1]")
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; fp8 on a chip without it is refused."""
@@ -60,27 +62,28 @@ class GPU:
 
 
 def _g(name: str, fp32: float, tf32: float, bf16: float, fp8: float | None, hbm_gib: float,
-       hbm_tbps: float, eff: float, vendor: str = "nvidia", aliases: tuple[str, ...] = ()) -> GPU:
+       hbm_tbps: float, eff: float, attn: float, vendor: str = "nvidia",
+       aliases: tuple[str, ...] = ()) -> GPU:
     peaks = {"fp32": fp32 * TERA, "tf32": tf32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if fp8:
         peaks["fp8"] = fp8 * TERA
-    return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, vendor, aliases)
+    return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
 _CATALOG = [
-    _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, aliases=("V100",)),
-    _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.88, aliases=("A100-40GB",)),
-    _g("A100-SXM4-80GB", 19.5, 156, 312, None, 80, 2.039, 0.88,
+    _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, 0.45, aliases=("V100",)),
+    _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.88, 0.60, aliases=("A100-40GB",)),
+    _g("A100-SXM4-80GB", 19.5, 156, 312, None, 80, 2.039, 0.88, 0.60,
        aliases=("A100", "A100-80GB", "A100-SXM-80GB")),
-    _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75,
+    _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB")),
-    _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.75, aliases=("H100-PCIe",)),
-    _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.62,
+    _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.75, 0.55, aliases=("H100-PCIe",)),
+    _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.62, 0.45,
        aliases=("H100-96GB",)),
-    _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.77, aliases=("H200",)),
-    _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.75, aliases=("B200",)),
-    _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.55, vendor="amd",
+    _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.77, 0.56, aliases=("H200",)),
+    _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.75, 0.55, aliases=("B200",)),
+    _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.55, 0.40, vendor="amd",
        aliases=("MI300X-192GB",)),
 ]
 
@@ -100,7 +103,7 @@ def gpu_from_mapping(d: Mapping) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp32_tflops,
     tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency]."""
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib",
-               "hbm_tbps", "matmul_efficiency", "vendor"}
+               "hbm_tbps", "matmul_efficiency", "attention_efficiency", "vendor"}
     unknown = sorted(set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -109,7 +112,7 @@ def gpu_from_mapping(d: Mapping) -> GPU:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib", "hbm_tbps",
-              "matmul_efficiency"):
+              "matmul_efficiency", "attention_efficiency"):
         if k in d:
             v = d[k]
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
@@ -118,4 +121,5 @@ def gpu_from_mapping(d: Mapping) -> GPU:
     bf16 = nums["bf16_tflops"]
     return _g(str(d["name"]), nums.get("fp32_tflops", bf16 / 16), nums.get("tf32_tflops", bf16 / 2),
               bf16, nums.get("fp8_tflops"), nums["hbm_gib"], nums["hbm_tbps"],
-              nums.get("matmul_efficiency", 0.8), str(d.get("vendor", "custom")))
+              nums.get("matmul_efficiency", 0.8), nums.get("attention_efficiency", 0.5),
+              str(d.get("vendor", "custom")))

@@ -1,0 +1,275 @@
+"""Fluid flow-level network: transfers are flows that share links max-min fairly.
+
+A transfer of ``nbytes`` along a route first waits the route's summed latency
+(seconds; a pure delay that holds no bandwidth), then becomes a flow. All active
+flows share every link max-min fairly (progressive filling). Rates change only
+when a flow starts or ends: the model keeps each flow's remaining bytes, and at
+every change advances all flows by ``rate * dt``, recomputes the rates and
+schedules one SimPy timeout for the earliest completion. Changes that happen at
+the same simulated instant are folded into one recomputation.
+
+>>> import simpy, networkx as nx
+>>> g = nx.DiGraph(); g.add_edge("a", "b", bandwidth=1e9, latency=1e-6)
+>>> env = simpy.Environment(); net = FlowNetwork(env, g)
+>>> done = net.transfer("a", "b", 1e9)
+>>> env.run(done); env.now
+1.000001
+"""
+from __future__ import annotations
+
+from functools import partial
+from typing import Callable, Hashable, Optional, Sequence
+
+import networkx as nx
+import numpy as np
+import simpy
+
+Node = Hashable
+RouteFn = Callable[[nx.DiGraph, Node, Node], Sequence[Node]]
+
+_FINISH_RTOL = 1e-14   # flows predicted to end within this relative time are done together
+_TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated together
+
+
+def shortest_route(graph: nx.DiGraph, src: Node, dst: Node) -> list:
+    """Fewest-hop path from ``src`` to ``dst``; among those, the one whose node
+    ``repr`` sequence sorts first (deterministic, independent of insertion order)."""
+    return _walk(graph, src, dst, _hops_to(graph, dst))
+
+
+def _hops_to(graph: nx.DiGraph, dst: Node) -> dict:
+    return nx.single_source_shortest_path_length(graph.reverse(copy=False), dst)
+
+
+def _walk(graph: nx.DiGraph, src: Node, dst: Node, dist: dict) -> list:
+    if src not in dist:
+        raise nx.NetworkXNoPath(f"no route from {src!r} to {dst!r}")
+    path = [src]
+    while path[-1] != dst:
+        here = path[-1]
+        steps = [v for v in graph.successors(here) if dist.get(v) == dist[here] - 1]
+        path.append(min(steps, key=repr))
+    return path
+
+
+def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
+    """Max-min fair rates (bytes/s) by progressive filling.
+
+    ``capacity[l]`` is link ``l``'s bandwidth (bytes/s); the last entry is a padding
+    link of infinite capacity. ``links`` is an ``(flows, hops)`` index matrix padded
+    with that last index. Each round saturates the links with the smallest fair share
+    and freezes every flow crossing them; rounds cost O(links + frozen flows), not
+    O(all flows), so many flows with few distinct levels are cheap.
+
+    >>> cap = np.array([1.0, 2.0, np.inf])
+    >>> max_min_rates(cap, np.array([[0, 1], [0, 2], [1, 2]])).tolist()
+    [0.5, 0.5, 1.5]
+    """
+    nlinks, pad = capacity.shape[0], capacity.shape[0] - 1
+    nflows, hops = links.shape
+    flat = links.ravel()
+    by_link = np.argsort(flat, kind="stable") // hops     # flows grouped by link (CSR)
+    count = np.bincount(flat, minlength=nlinks)           # live flows per link
+    bounds = np.concatenate(([0], np.cumsum(count)))
+    count[pad] = 0
+    rates, spare = np.zeros(nflows), capacity.astype(float)
+    live, share, left = np.ones(nflows, dtype=bool), np.empty(nlinks), nflows
+    while left:
+        share.fill(np.inf)
+        np.divide(np.maximum(spare, 0.0), count, out=share, where=count > 0)
+        level = share.min()
+        sat = np.flatnonzero(share <= level * (1.0 + _TIE_RTOL))
+        hit = np.concatenate([by_link[bounds[k]:bounds[k + 1]] for k in sat.tolist()])
+        hit = hit[live[hit]]
+        if sat.size > 1:
+            hit = np.unique(hit)
+        rates[hit], live[hit] = level, False
+        left -= hit.size
+        freed = np.bincount(links[hit].ravel(), minlength=nlinks)
+        freed[pad] = 0
+        spare -= freed * level
+        count -= freed
+    return rates
+
+
+class FlowNetwork:
+    """Flow-level network over a directed graph whose edges carry ``bandwidth``
+    (bytes/s, > 0) and ``latency`` (seconds, >= 0).
+
+    The graph must not change after construction. Time transfers with the events
+    that :meth:`transfer` returns: a superseded completion timeout may still fire
+    (as a no-op), so ``env.now`` after ``env.run()`` can exceed the last arrival.
+    """
+
+    def __init__(self, env: simpy.Environment, graph: nx.DiGraph,
+                 route_fn: Optional[RouteFn] = None) -> None:
+        self.env, self.graph = env, graph
+        self.route_fn = route_fn
+        self._dist: dict = {}         # dst -> hop counts to it, for the default routing
+        self.edges = list(graph.edges)
+        self._edge_index = {e: i for i, e in enumerate(self.edges)}
+        self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
+        self._pad = len(self.edges)
+        self._routes: dict = {}
+        self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
+        self._init_table()
+        self._last = env.now          # time the flows were last advanced to
+        self._generation = 0          # bumps when a newer completion timeout supersedes
+        self._dirty = False           # a flow was added since the last recomputation
+        self._pending = False         # a same-instant update is already scheduled
+        self.recomputations = 0
+        self.flows_started = 0
+        self.flows_completed = 0
+
+    def _checked(self, edge: tuple) -> float:
+        attrs = self.graph.edges[edge]
+        bandwidth, latency = attrs.get("bandwidth"), attrs.get("latency", 0.0)
+        if bandwidth is None or not bandwidth > 0:
+            raise ValueError(f"edge {edge!r}: bandwidth={bandwidth!r} must be > 0 bytes/s")
+        if not latency >= 0:
+            raise ValueError(f"edge {edge!r}: latency={latency!r} must be >= 0 s")
+        return float(bandwidth)
+
+    # -- routing -------------------------------------------------------------
+    def route(self, src: Node, dst: Node) -> tuple:
+        """``(nodes, link_indices, latency_s)`` of the cached route from src to dst."""
+        key = (src, dst)
+        if key not in self._routes:
+            if self.route_fn is None:
+                if dst not in self._dist:
+                    self._dist[dst] = _hops_to(self.graph, dst)
+                nodes = tuple(_walk(self.graph, src, dst, self._dist[dst]))
+            else:
+                nodes = tuple(self.route_fn(self.graph, src, dst))
+            if nodes[0] != src or nodes[-1] != dst:
+                raise ValueError(f"route_fn gave {nodes!r} for {src!r} -> {dst!r}")
+            hops = list(zip(nodes[:-1], nodes[1:]))
+            latency = 0.0
+            for hop in hops:
+                latency += float(self.graph.edges[hop].get("latency", 0.0))
+            index = np.array([self._edge_index[h] for h in hops], dtype=np.int64)
+            self._routes[key] = (nodes, index, latency)
+        return self._routes[key]
+
+    # -- public API ----------------------------------------------------------
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+        """Send ``nbytes`` (bytes) from src to dst; the event succeeds when the last
+        byte arrives (with value ``tag``)."""
+        if not nbytes >= 0:
+            raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
+        done = self.env.event()
+        if src == dst or nbytes == 0:
+            return done.succeed(tag)
+        _, links, latency = self.route(src, dst)
+        start = partial(self._start_flow, links, float(nbytes), done, tag)
+        if latency > 0:
+            self.env.timeout(latency).callbacks.append(start)
+        else:
+            start(None)
+        return done
+
+    def link_bytes(self) -> dict:
+        """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
+        carried = self._delivered.copy()
+        idx = self._active_idx()
+        if idx.size:
+            dt = self.env.now - self._last
+            moved = self._size[idx] - np.maximum(self._rem[idx] - self._rate[idx] * dt, 0.0)
+            hops = self._links.shape[1]
+            np.add.at(carried, self._links[idx].ravel(), np.repeat(moved, hops))
+        return {e: float(carried[i]) for i, e in enumerate(self.edges)}
+
+    def active_flows(self) -> list:
+        """``(tag, rate bytes/s, remaining bytes)`` of each active flow, in slot order."""
+        return [(self._tags[i], float(self._rate[i]), float(self._rem[i]))
+                for i in self._active_idx()]
+
+    # -- flow table ----------------------------------------------------------
+    def _init_table(self) -> None:
+        """Flow slots: per-slot arrays, a link-index matrix padded with ``_pad``."""
+        self._links = np.full((0, 1), self._pad, dtype=np.int64)
+        self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
+        self._active = np.zeros(0, dtype=bool)
+        self._events: list = []
+        self._tags: list = []
+        self._free: list = []
+
+    def _grow(self, slots: int, hops: int) -> None:
+        old, old_hops = self._links.shape
+        links = np.full((slots, hops), self._pad, dtype=np.int64)
+        links[:old, :old_hops] = self._links
+        self._links = links
+        for name in ("_size", "_rem", "_rate", "_finish", "_active"):
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
+        self._events += [None] * (slots - old)
+        self._tags += [None] * (slots - old)
+        self._free += range(slots - 1, old - 1, -1)
+
+    def _active_idx(self) -> np.ndarray:
+        return np.flatnonzero(self._active)
+
+    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+        slots, hops = self._links.shape
+        if not self._free or links.size > hops:
+            self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
+        slot = self._free.pop()
+        self._links[slot] = self._pad
+        self._links[slot, :links.size] = links
+        self._size[slot] = self._rem[slot] = nbytes
+        self._rate[slot], self._finish[slot] = 0.0, np.inf
+        self._active[slot] = True
+        self._events[slot], self._tags[slot] = done, tag
+        self.flows_started += 1
+        self._dirty = True
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0).callbacks.append(self._on_pending)
+
+    # -- event-driven core ---------------------------------------------------
+    def _on_pending(self, _ev) -> None:
+        self._pending = False
+        self._settle()
+
+    def _on_timer(self, generation: int, _ev) -> None:
+        if generation == self._generation:
+            self._settle()
+
+    def _settle(self) -> None:
+        """Advance flows to now, finish those that are done, recompute if anything changed."""
+        now = self.env.now
+        idx = self._active_idx()
+        if idx.size and now > self._last:
+            self._rem[idx] = np.maximum(self._rem[idx] - self._rate[idx] * (now - self._last), 0.0)
+        self._last = now
+        done = idx[self._finish[idx] <= now * (1.0 + _FINISH_RTOL)]
+        if done.size:
+            self._complete(done)
+        if done.size or self._dirty:
+            self._dirty = False
+            self._recompute(now)
+
+    def _complete(self, done: np.ndarray) -> None:
+        hops = self._links.shape[1]
+        np.add.at(self._delivered, self._links[done].ravel(), np.repeat(self._size[done], hops))
+        self._active[done] = False
+        self._rem[done] = 0.0
+        for slot in done.tolist():
+            event, tag = self._events[slot], self._tags[slot]
+            self._events[slot] = self._tags[slot] = None
+            self._free.append(slot)
+            event.succeed(tag)
+        self.flows_completed += done.size
+
+    def _recompute(self, now: float) -> None:
+        self.recomputations += 1
+        self._generation += 1
+        idx = self._active_idx()
+        if not idx.size:
+            return
+        rates = max_min_rates(self._capacity, self._links[idx])
+        left = self._rem[idx] / rates
+        self._rate[idx] = rates
+        self._finish[idx] = now + left
+        timer = self.env.timeout(float(left.min()))
+        timer.callbacks.append(partial(self._on_timer, self._generation))

@@ -1,0 +1,182 @@
+"""Published training runs (``strategies/data/published.json``, a copy of the shared reference)
+turned into Jobs, with every value the source does not give filled by a *stated* assumption.
+
+Measured step time comes from the source's step time, or tokens/s, or its TFLOP/s with the
+source's own FLOP definition (formulas.md §9); each case says which.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from strategies.errors import SpecError
+from strategies.job import Job, make_job
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published run ready to estimate, or the reason it cannot be."""
+
+    id: str
+    tier: int
+    measured_step_s: float | None
+    how_measured: str
+    job: Job | None
+    assumptions: tuple[str, ...] = ()
+    skipped: str = ""
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def load_reference(path: str | None = None) -> list[dict[str, Any]]:
+    from topologies.yaml_io import load_mapping_file
+    data = load_mapping_file(path or DATA, "reference")
+    if not isinstance(data, list):
+        raise SpecError("reference", path, "must be a JSON list of cases")
+    return data
+
+
+def _eq3_flops(mo: dict, gbs: int) -> float:
+    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
+    return 96 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def measured_step(c: dict) -> tuple[float | None, str]:
+    """Seconds per step the source implies, and how it was read."""
+    me, pl, mo = c.get("measured") or {}, c.get("plan") or {}, c.get("model") or {}
+    n, gbs, s = c["hardware"].get("n_gpus"), pl.get("global_batch"), mo.get("seq_len")
+    if me.get("step_time_s"):
+        return float(me["step_time_s"]), "step time as printed"
+    if me.get("tokens_per_s") and gbs and s:
+        return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
+    if me.get("tokens_per_s_per_gpu") and gbs and s and n:
+        return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
+    if me.get("tflops_per_gpu") and "eq.(3)" in (c.get("notes") or "") + str(c.get("derived", {}).get("how", "")) \
+            and gbs and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab")):
+        return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
+    if me.get("tflops_per_gpu") and "eq.3" in (c.get("notes") or "") and gbs:
+        return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
+    return None, ""
+
+
+def _model(mo: dict, c: dict) -> ModelSpec:
+    name = mo.get("name") or c["id"]
+    h, a = mo["hidden"], mo.get("heads")
+    kv = mo.get("kv_heads")
+    llama = "llama" in name.lower()
+    nemotron = "nemotron" in name.lower()
+    if a is None and nemotron:
+        a, kv = (96 if h == 18432 else 48), 8
+    ffn = mo.get("ffn_hidden") or 4 * h
+    act = "swiglu" if llama else ("squared_relu" if nemotron else "gelu")
+    pos = "rope" if (llama or nemotron) else ("alibi" if "mpt" in name.lower() or "bloom" in name.lower() else "learned")
+    return ModelSpec(name=name, num_layers=mo["layers"], hidden_size=h, num_attention_heads=a,
+                     ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
+                     num_query_groups=kv, activation=act, tie_word_embeddings=not (llama or nemotron),
+                     position_embedding=pos, bias=not (llama or nemotron or "mpt" in name.lower()))
+
+
+def _cluster(c: dict) -> tuple[Cluster, list[str]]:
+    hw = c["hardware"]
+    gpu, n, inter = hw["gpu"], hw["n_gpus"], hw.get("interconnect", "")
+    per = hw.get("gpus_per_node") or 8
+    nodes = max(1, n // per)
+    if "Grand Teton" in inter:
+        return cluster_from_mapping({"name": "grand-teton", "gpu": "H100-96GB-500W", "nodes": nodes,
+                                     "gpus_per_node": 8, "intra_node_GBps": 450, "nics_per_node": 8,
+                                     "inter_node_gbps": 400}), ["Grand Teton: 8 NICs x 400 Gb/s (source: 400 Gb/s per GPU)"]
+    if "Omni-Path" in inter:
+        return cluster_from_mapping({"name": "jean-zay", "gpu": "A100-SXM4-80GB", "nodes": nodes,
+                                     "gpus_per_node": 8, "intra_node_GBps": 300, "nics_per_node": 4,
+                                     "inter_node_gbps": 100}), ["Jean Zay: 4 Omni-Path links x 100 Gb/s"]
+    if "H100" in gpu:
+        return cluster_preset("dgx-h100", nodes), ["DGX H100 with 8 x 400 Gb/s NDR (not stated)"]
+    return cluster_preset("dgx-a100", nodes), []
+
+
+def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:
+    text = str(pl.get("schedule") or "").lower()
+    if pp == 1:
+        return "1f1b", 1, []
+    if "interleaved" in text:
+        v = pl.get("virtual_stages")
+        if v:
+            return "interleaved", int(v), []
+        per = layers // pp
+        for v in range(2, per + 1):
+            if per % v == 0 and m % pp == 0:
+                return "interleaved", v, [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
+        return "1f1b", 1, ["vpp not stated and no valid interleaving: 1F1B"]
+    return "1f1b", 1, []
+
+
+def case_from_entry(c: dict) -> Case:
+    """Build the Job for one published entry, or say why not."""
+    step, how = measured_step(c)
+    pl, mo = c.get("plan") or {}, c.get("model") or {}
+    base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
+    if c.get("kind") != "measured":
+        return Case(job=None, skipped="analytic reference, not a measured run", **base)
+    if step is None:
+        return Case(job=None, skipped="no step time, tokens/s or TFLOP/s with a known FLOP count", **base)
+    if any(pl.get(k) is None for k in ("tp", "pp")) or "compile" in c["id"]:
+        why = "torch.compile kernel fusion is not modelled" if "compile" in c["id"] else "tp/pp not given"
+        return Case(job=None, skipped=why, **base)
+    if pl.get("pp_partition"):
+        return Case(job=None, skipped="uneven pipeline partition (embedding counted as a stage block) "
+                    "not modelled yet", **base)
+    notes: list[str] = []
+    if not mo.get("seq_len"):
+        mo = {**mo, "seq_len": 8192}
+        notes.append("seq_len=8192 (torchtitan default; source does not say)")
+    model = _model(mo, c)
+    cluster, cn = _cluster(c)
+    notes += cn
+    tp, pp = pl["tp"], pl["pp"]
+    n = c["hardware"]["n_gpus"]
+    dp = pl.get("dp") or n // (tp * pp * (pl.get("cp") or 1))
+    gbs = pl["global_batch"]
+    mbs = pl.get("microbatch") or pl.get("local_batch_size")
+    if not mbs:
+        mbs = 1 if pp > 1 else min(4, gbs // dp)
+        notes.append(f"mbs={mbs} (not stated)")
+    year = int(re.search(r"(20\d\d)", c["source"]["ref"]).group(1)) if re.search(r"(20\d\d)", c["source"]["ref"]) else 2024
+    modern = year >= 2023
+    dtype = "fp8" if "fp8" in c["id"] else ("fp16" if "fp16" in str(c.get("precision")) else "bf16")
+    rec = str(pl.get("recompute") or ("none" if modern else "full")).split()[0]
+    if pl.get("recompute") is None:
+        notes.append(f"recompute={rec} (not stated)")
+    sched, vpp, sn = _schedule(pl, model.num_layers, pp, gbs // (mbs * dp))
+    notes += sn
+    sp = pl.get("sequence_parallel")
+    if sp is None:
+        sp = modern and tp > 1
+        notes.append(f"sp={str(sp).lower()} (not stated)")
+    zero = pl.get("zero_stage")
+    if zero is None:
+        zero = 1 if modern else 0
+        notes.append(f"zero={zero} (distributed optimizer; not stated)")
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=pl.get("cp") or 1, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
+                recompute=rec if rec in ("none", "selective", "full") else "selective", sp=bool(sp),
+                zero=zero, flash_attn=modern, overlap_grad_reduce=modern,
+                overlap_param_gather=modern, tp_comm_overlap=modern and tp > 1)
+    if not modern:
+        notes.append("2021-22 software: no FlashAttention, no DP or TP communication overlap")
+    else:
+        notes.append("2023+ software: FlashAttention, DP and TP communication overlap")
+    try:
+        job = make_job(model, cluster, plan, dtype=dtype)
+    except SpecError as e:
+        return Case(job=None, skipped=f"plan does not resolve: {e}", **base)
+    return Case(job=job, assumptions=tuple(notes), **base)
+
+
+def reference_cases(path: str | None = None, tiers: tuple[int, ...] = (1,)) -> list[Case]:
+    return [case_from_entry(c) for c in load_reference(path) if c.get("tier") in tiers]
