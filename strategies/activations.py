@@ -1,0 +1,207 @@
+"""Activation memory: bytes per transformer layer and per micro-batch, and the stash on a stage.
+
+Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+arXiv:2205.05198, Sec. 4-5, Table 2), with 2-byte (bf16/fp16) activations and 1-byte dropout
+masks. Every term below is one saved tensor; ``s`` sequence, ``b`` micro-batch, ``h`` hidden,
+``a`` attention heads, ``d = h/a`` head dim, ``g`` KV heads (GQA), ``f`` MLP hidden size,
+``k`` MoE top-k (1 when dense), ``t`` tensor parallel, ``c`` context parallel.
+
+    tensor                   bytes             split by
+    LayerNorm 1 input        2sbh              t only with sequence parallelism (SP)
+    QKV input (LN1 output)   2sbh              t only with SP
+    Q                        2sbh              t
+    K and V                  2·2·s·b·g·d       t
+    softmax output           2as²b             t   (score term)
+    softmax dropout mask     as²b              t   (score term)
+    dropout output (·V)      2as²b             t   (score term)
+    out-projection input     2sbh              t
+    attention dropout mask   sbh               t only with SP
+    LayerNorm 2 input        2sbh              t only with SP
+    fc1 input (LN2 output)   2sbh·k            t only with SP
+    activation-fn input      2sbf·k            t   (4sbf·k gated: gate and up halves)
+    fc2 input                2sbf·k            t
+    MLP dropout mask         sbh               t only with SP
+
+For GPT (``g = a``, ``f = 4h``, ``k = 1``) the replicated group sums to ``10sbh``, the
+TP-split group to ``2+4+2+16 = 24sbh`` and the score term to ``5as²b``: exactly Korthikanti's
+``sbh·(10 + 24/t + 5as/(ht))``; with SP the 10 becomes ``10/t`` (``34sbh/t`` in all), and
+Megatron-LM's ``theoretical_memory_usage`` writes the same as ``sbh·(18 + 4f/h)`` (18 = the
+replicated 10 + Q, K, V and out-projection input 8; ``4f/h`` the two MLP intermediates).
+A gated (SwiGLU) MLP saves its fc1 output of width ``2f`` (both halves are needed by the
+SwiGLU backward) and the product of width ``f`` (fc2's input): ``6sbf`` instead of ``4sbf``.
+GQA shrinks K and V to ``g·d`` wide. Dropout masks are kept for every model (a conservative
+``2sbh`` per layer for models trained without dropout).
+
+Selective recompute (Megatron's ``recompute_granularity=selective``: core attention) drops the
+score term; so does FlashAttention (``flash_attn=True``, the Plan default), which never stores
+the ``s×s`` matrices and regenerates its dropout mask from the RNG seed (its ``4·a·s·b``-byte
+log-sum-exp statistics are neglected: < 0.1 % of the layer). Full recompute stores only the
+layer input ``2sbh`` (``/t`` with SP). Context parallelism shards the sequence, so every term
+(including ``s²``, whose query side is sharded) is divided by ``c``. MoE: each token is
+dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale with ``k``
+(expert parallelism does not change the per-rank average; router logits are neglected).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from strategies.schedules import interleaved as _interleaved
+
+if TYPE_CHECKING:
+    from strategies.job import Job
+
+# tensor name -> how it is split: "seq" (by t only with SP), "tp" (by t), "score" (by t;
+# dropped by selective recompute and FlashAttention).
+TERM_KINDS = {
+    "ln1_input": "seq", "qkv_input": "seq", "q": "tp", "k_v": "tp", "softmax_output": "score",
+    "softmax_dropout_mask": "score", "attention_dropout_output": "score", "proj_input": "tp",
+    "attention_dropout_mask": "seq", "ln2_input": "seq", "fc1_input": "seq",
+    "activation_input": "tp", "fc2_input": "tp", "mlp_dropout_mask": "seq",
+}
+
+
+def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
+    """Bytes of each saved tensor of one transformer layer for one micro-batch, before any
+    parallel split (see the module table). Sums to Korthikanti's ``sbh·(34 + 5as/h)`` for GPT.
+
+    >>> from strategies.presets import model_preset
+    >>> t = layer_activation_terms(model_preset("gpt3-175b"), 2048, 1)
+    >>> sum(t.values()) / (2048 * 12288)  # 34 + 5*96*2048/12288
+    114.0
+    """
+    s, b, h = seq_len, micro_batch_size, model.hidden_size
+    sbh = s * b * h
+    sbf = s * b * model.expert_ffn
+    k = model.moe_router_topk
+    kv = s * b * model.kv_heads * model.head_dim
+    score = model.num_attention_heads * s * s * b
+    return {
+        "ln1_input": 2 * sbh, "qkv_input": 2 * sbh, "q": 2 * sbh, "k_v": 4 * kv,
+        "softmax_output": 2 * score, "softmax_dropout_mask": score,
+        "attention_dropout_output": 2 * score, "proj_input": 2 * sbh,
+        "attention_dropout_mask": sbh, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * k,
+        "activation_input": (4 if model.gated else 2) * sbf * k, "fc2_input": 2 * sbf * k,
+        "mlp_dropout_mask": sbh,
+    }
+
+
+def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
+                           sp: bool = False, cp: int = 1, recompute: str = "none",
+                           flash_attn: bool = True) -> float:
+    """Bytes one transformer layer keeps for backward, per GPU and micro-batch.
+
+    ``recompute="full"`` gives the stored layer input only; the layer's working set during
+    its recomputation is ``layer_activation_bytes(..., recompute="none")``.
+
+    >>> from strategies.presets import model_preset
+    >>> m = model_preset("gpt3-175b")
+    >>> layer_activation_bytes(m, 2048, 1, tp=8, flash_attn=False) / (2048 * 12288)  # 10+24/8+10
+    23.0
+    >>> layer_activation_bytes(m, 2048, 1, tp=8, sp=True, recompute="selective") * 8 / (2048 * 12288)
+    34.0
+    """
+    s, b, h = seq_len, micro_batch_size, model.hidden_size
+    seq_div = tp if sp else 1
+    if recompute == "full":
+        return 2 * s * b * h / seq_div / cp
+    terms = layer_activation_terms(model, s, b)
+    total = 0.0
+    for name, nbytes in terms.items():
+        kind = TERM_KINDS[name]
+        if kind == "score":
+            if recompute == "selective" or flash_attn:
+                continue
+            total += nbytes / tp
+        elif kind == "tp":
+            total += nbytes / tp
+        else:
+            total += nbytes / seq_div
+    return total / cp
+
+
+def job_layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
+    """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides)."""
+    p = job.plan
+    return layer_activation_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                  recompute or p.recompute, p.flash_attn)
+
+
+def embedding_activation_bytes(job: Job) -> float:
+    """First stage, per micro-batch: int64 token ids ``8sb`` plus the embedding dropout mask
+    ``sbh`` (``/t`` with SP), all ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator)."""
+    p, s, b, h = job.plan, job.seq_len, job.plan.mbs, job.model.hidden_size
+    return (8 * s * b + s * b * h / (p.tp if p.sp else 1)) / p.cp
+
+
+def output_activation_bytes(job: Job) -> float:
+    """Last stage, per micro-batch: final-norm input and output-projection input ``4sbh``
+    (``/t`` with SP) plus the logits kept for the vocab-parallel cross-entropy ``4sbV/t``
+    (fp32), all ``/cp``: Megatron's ``4sbh(1 + V/h)/t`` with SP (Korthikanti Sec. 4.3)."""
+    p, s, b = job.plan, job.seq_len, job.plan.mbs
+    h, v = job.model.hidden_size, job.model.vocab_size
+    return (4 * s * b * h / (p.tp if p.sp else 1) + 4 * s * b * v / p.tp) / p.cp
+
+
+def in_flight_microbatches(job: Job, stage: int) -> int:
+    """Peak number of stashed ``(microbatch, chunk)`` entries on pipeline rank ``stage``.
+
+    GPipe ``m``; 1F1B ``min(p - stage, m)``; interleaved ``min(w(stage) + 1, m·v)`` with
+    ``w`` Megatron's ``num_warmup_microbatches`` (each entry holds ``l/(p·v)`` layers). For
+    stage 0 and ``g = p`` that is ``l·(1 + (p-1)/(p·v))`` layers: Megatron's factor.
+    """
+    p, m = job.plan, job.num_microbatches
+    _check_stage(job, stage)
+    if p.schedule == "gpipe":
+        return m
+    if p.schedule == "interleaved":
+        w = _interleaved.num_warmup_microbatches(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+        return min(w + 1, m * p.vpp)
+    return min(p.pp - stage, m)
+
+
+def layers_per_chunk(job: Job) -> int:
+    return job.model.num_layers // (job.plan.pp * job.plan.vpp)
+
+
+def activation_bytes_per_chunk(job: Job, stage: int) -> float:
+    """Bytes one stashed ``(microbatch, chunk)`` holds on ``stage`` from its forward until its
+    backward: ``l/(p·v)`` layers, plus on the first stage the embedding activations spread
+    over its ``v`` chunks (Megatron's accounting), plus with GPipe on the last stage the
+    output-layer activations (every micro-batch's logits wait for the backwards).
+
+    The stage's activation peak is ``in_flight_microbatches × this + transient``.
+    """
+    _check_stage(job, stage)
+    nbytes = layers_per_chunk(job) * job_layer_activation_bytes(job)
+    if stage == 0:
+        nbytes += embedding_activation_bytes(job) / job.plan.vpp
+    if stage == job.plan.pp - 1 and job.plan.schedule == "gpipe":
+        nbytes += output_activation_bytes(job)
+    return nbytes
+
+
+def transient_activation_bytes(job: Job, stage: int) -> float:
+    """Bytes held for one micro-batch at a time, on top of the stash: with 1F1B/interleaved
+    the last stage's logits (its last forward is followed at once by that micro-batch's
+    backward), and with full recompute one layer's full working set (the layer being
+    recomputed during its backward)."""
+    _check_stage(job, stage)
+    nbytes = 0.0
+    if stage == job.plan.pp - 1 and job.plan.schedule != "gpipe":
+        nbytes += output_activation_bytes(job)
+    if job.plan.recompute == "full":
+        nbytes += job_layer_activation_bytes(job, recompute="none")
+    return nbytes
+
+
+def stage_activation_bytes(job: Job, stage: int) -> float:
+    """Peak activation bytes on ``stage``: stash plus transient."""
+    return (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
+            + transient_activation_bytes(job, stage))
+
+
+def _check_stage(job: Job, stage: int) -> None:
+    if not 0 <= stage < job.plan.pp:
+        raise SpecError("stage", stage, f"must be in 0..{job.plan.pp - 1} (pp={job.plan.pp})")

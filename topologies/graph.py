@@ -1,0 +1,266 @@
+"""Cluster -> ``networkx.DiGraph`` of GPUs, switches, NICs and links.
+
+Node naming (stable, so routes can be computed from the names alone):
+
+==========================  ===============================================================
+``r`` (plain ``int``)        the GPU of global rank ``r = node * gpus_per_node + local``
+``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``)
+``('nic', n, i)``            NIC ``i`` of node ``n``; GPU ``local`` uses NIC ``local % rails``
+``('leaf', rail, j)``        leaf switch ``j`` of a rail; it serves nodes
+                             ``j*nodes_per_leaf .. (j+1)*nodes_per_leaf - 1``
+                             (plain ``fat_tree``: one shared leaf per group, ``rail`` is 0)
+``('spine', rail, k)``       spine ``k`` of a rail (``fat_tree``: rail 0)
+==========================  ===============================================================
+
+``rails = min(nics_per_node, gpus_per_node)`` (NICs that no GPU uses are not modelled). Node
+attributes: ``kind`` (``gpu``, ``nvswitch``, ``nic``, ``leaf``, ``spine``); GPUs also carry
+``node``, ``local`` and ``gpu`` (catalog name; heterogeneous clusters build each NodeGroup's
+nodes in order). ``graph.graph`` holds the shape that :mod:`topologies.routing` reads.
+
+Every physical link is two directed edges with ``bandwidth`` (bytes/s, per direction) and
+``latency`` (seconds):
+
+- intra-node ``switch``: GPU <-> NVSwitch at ``intra_node_bandwidth``, ``intra_node_latency/2``
+  per hop (GPU -> switch -> GPU totals ``intra_node_latency``); ``mesh``: a direct link per GPU
+  pair at ``intra_node_bandwidth / (gpus_per_node - 1)``, latency ``intra_node_latency``;
+  ``ring``: links to the two ring neighbours at ``intra_node_bandwidth / 2`` (full bandwidth
+  with 2 GPUs), ``intra_node_latency`` per hop.
+- GPU <-> its NIC at ``inter_node_bandwidth``, latency ``inter_node_latency/4`` (GPUs that
+  share a NIC share its uplink).
+- fat trees: NIC <-> leaf at ``inter_node_bandwidth``, latency ``inter_node_latency/4``, so any
+  route between GPUs of two nodes totals ``inter_node_latency`` whether it crosses a spine or
+  not (leaf <-> spine links have latency 0). A leaf's uplinks sum to its downlinks divided by
+  ``oversubscription``, split evenly over ``spines_per_rail`` spines. By default each rail's
+  spine layer is **aggregated into one node** with the summed capacity (a fluid model of
+  perfect load balancing); ``spines_per_rail > 1`` builds separate spines that routing picks
+  by deterministic ECMP. With a single leaf per rail there are no spines.
+- ``torus`` (2-D, near-square, see :func:`torus_dims`) and ``ring``: NIC ``i`` of each node
+  links to NIC ``i`` of its neighbours at ``inter_node_bandwidth`` (one port per neighbour),
+  latency ``inter_node_latency/2`` per NIC-NIC hop (a neighbour route totals
+  ``inter_node_latency``).
+
+A single-node cluster has no NICs and no fabric. 2,048 eight-GPU nodes build in about a second.
+
+>>> from topologies.cluster import cluster_preset
+>>> g = build_graph(cluster_preset("dgx-h100", 2))
+>>> g.number_of_nodes(), g[0][("nvswitch", 0)]["bandwidth"]
+(42, 450000000000.0)
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Hashable
+
+import networkx as nx
+
+from topologies.cluster import Cluster
+from topologies.errors import SpecError
+
+Node = Hashable
+Link = tuple  # (u, v, bandwidth bytes/s, latency s): one physical link, both directions
+IntraBuilder = Callable[[Cluster, int], "list[Link]"]
+InterBuilder = Callable[[Cluster, int], "list[Link]"]
+
+_REGISTRY: dict[str, dict[str, Callable]] = {"intra": {}, "inter": {}}
+
+
+def register(level: str, name: str) -> Callable[[Callable], Callable]:
+    """Decorator registering a topology builder for ``level`` ("intra" or "inter") under
+    ``name``; duplicate names are refused.
+
+    Intra builders are ``fn(cluster, node) -> list[Link]`` (the links inside one node);
+    inter builders are ``fn(cluster, spines_per_rail) -> list[Link]`` (the fabric above
+    the NICs).
+    """
+    if level not in _REGISTRY:
+        raise ValueError(f"level={level!r}: must be 'intra' or 'inter'")
+
+    def deco(fn: Callable) -> Callable:
+        table = _REGISTRY[level]
+        if name in table:
+            old = table[name]
+            raise ValueError(f"{level}-node topology {name!r} is already registered "
+                             f"(by {old.__module__}.{old.__name__})")
+        table[name] = fn
+        return fn
+
+    return deco
+
+
+def builder_names(level: str) -> list[str]:
+    """Registered builder names for ``level`` ("intra" or "inter"), sorted."""
+    return sorted(_REGISTRY[level])
+
+
+def get_builder(level: str, name: str) -> Callable:
+    """The builder registered for ``level`` under ``name``; ``SpecError`` if none."""
+    table = _REGISTRY.get(level, {})
+    if name not in table:
+        raise SpecError(f"{level}_node_topology", name,
+                        f"must be one of {', '.join(sorted(table))}")
+    return table[name]
+
+
+def rails(cluster: Cluster) -> int:
+    """Number of modelled NICs per node (= rails): ``min(nics_per_node, gpus_per_node)``."""
+    return min(cluster.nics_per_node, cluster.gpus_per_node)
+
+
+def torus_dims(num_nodes: int) -> tuple[int, ...]:
+    """Near-square 2-D torus shape ``(a, b)``, ``a <= b``, ``a*b = num_nodes``; ``(n,)`` (a
+    ring) when ``num_nodes`` has no divisor above 1 up to its square root.
+
+    >>> torus_dims(64), torus_dims(12), torus_dims(7)
+    ((8, 8), (3, 4), (7,))
+    """
+    a = max(d for d in range(1, math.isqrt(num_nodes) + 1) if num_nodes % d == 0)
+    return (num_nodes,) if a == 1 else (a, num_nodes // a)
+
+
+# ---------------------------------------------------------------- intra-node builders
+
+@register("intra", "switch")
+def intra_switch(cluster: Cluster, node: int) -> list[Link]:
+    """Every GPU of ``node`` to its NVSwitch at ``intra_node_bandwidth``, half the latency."""
+    g = cluster.gpus_per_node
+    if g == 1:
+        return []
+    sw, bw, lat = ("nvswitch", node), cluster.intra_node_bandwidth, cluster.intra_node_latency / 2
+    return [(node * g + i, sw, bw, lat) for i in range(g)]
+
+
+@register("intra", "mesh")
+def intra_mesh(cluster: Cluster, node: int) -> list[Link]:
+    """A direct link per GPU pair at ``intra_node_bandwidth / (gpus_per_node - 1)``."""
+    g, base = cluster.gpus_per_node, node * cluster.gpus_per_node
+    if g == 1:
+        return []
+    bw, lat = cluster.intra_node_bandwidth / (g - 1), cluster.intra_node_latency
+    return [(base + i, base + j, bw, lat) for i in range(g) for j in range(i + 1, g)]
+
+
+@register("intra", "ring")
+def intra_ring(cluster: Cluster, node: int) -> list[Link]:
+    """GPU ``i`` to GPU ``i+1 mod g`` at half the GPU's bandwidth (full with 2 GPUs)."""
+    g, base = cluster.gpus_per_node, node * cluster.gpus_per_node
+    if g == 1:
+        return []
+    lat = cluster.intra_node_latency
+    if g == 2:
+        return [(base, base + 1, cluster.intra_node_bandwidth, lat)]
+    bw = cluster.intra_node_bandwidth / 2
+    return [(base + i, base + (i + 1) % g, bw, lat) for i in range(g)]
+
+
+def nic_links(cluster: Cluster, node: int) -> list[Link]:
+    """GPU ``local`` of ``node`` to NIC ``local % rails`` at ``inter_node_bandwidth``."""
+    g, r = cluster.gpus_per_node, rails(cluster)
+    bw, lat = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4
+    return [(node * g + i, ("nic", node, i % r), bw, lat) for i in range(g)]
+
+
+# ---------------------------------------------------------------- inter-node builders
+
+def _leaf_uplinks(cluster: Cluster, rail: int, down_per_node: float,
+                  spines: int) -> list[Link]:
+    n, per = cluster.num_nodes, cluster.nodes_per_leaf
+    leaves = -(-n // per)
+    if leaves == 1:
+        return []
+    out = []
+    for j in range(leaves):
+        down = (min(n, (j + 1) * per) - j * per) * down_per_node
+        up = down / cluster.oversubscription / spines
+        out += [(("leaf", rail, j), ("spine", rail, k), up, 0.0) for k in range(spines)]
+    return out
+
+
+@register("inter", "rail_fat_tree")
+def rail_fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
+    """Rail-optimised leaf/spine: NIC ``i`` of every node to the rail-``i`` leaf of its group
+    of ``nodes_per_leaf`` nodes; each rail's leaves to that rail's spines."""
+    bw, lat, per = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
+        cluster.nodes_per_leaf
+    out: list[Link] = []
+    for r in range(rails(cluster)):
+        out += [(("nic", n, r), ("leaf", r, n // per), bw, lat) for n in range(cluster.num_nodes)]
+        out += _leaf_uplinks(cluster, r, bw, spines_per_rail)
+    return out
+
+
+@register("inter", "fat_tree")
+def fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
+    """Plain leaf/spine: all NICs of a group of ``nodes_per_leaf`` nodes share one leaf."""
+    bw, lat, per, nr = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
+        cluster.nodes_per_leaf, rails(cluster)
+    out = [(("nic", n, i), ("leaf", 0, n // per), bw, lat)
+           for n in range(cluster.num_nodes) for i in range(nr)]
+    return out + _leaf_uplinks(cluster, 0, nr * bw, spines_per_rail)
+
+
+def _torus_links(cluster: Cluster, dims: tuple[int, ...]) -> list[Link]:
+    bw, lat = cluster.inter_node_bandwidth, cluster.inter_node_latency / 2
+    out: list[Link] = []
+    for n in range(cluster.num_nodes):
+        stride = 1
+        for size in dims:
+            x = (n // stride) % size
+            nb = n + (((x + 1) % size) - x) * stride
+            if nb != n:
+                out += [(("nic", n, r), ("nic", nb, r), bw, lat) for r in range(rails(cluster))]
+            stride *= size
+    return out
+
+
+@register("inter", "torus")
+def torus(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
+    """2-D torus of nodes (shape :func:`torus_dims`), one per rail: NIC ``i`` to NIC ``i``."""
+    return _torus_links(cluster, torus_dims(cluster.num_nodes))
+
+
+@register("inter", "ring")
+def ring(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
+    """Ring of nodes, one per rail: NIC ``i`` of node ``n`` to NIC ``i`` of node ``n+1``."""
+    return _torus_links(cluster, (cluster.num_nodes,))
+
+
+# ---------------------------------------------------------------- assembly
+
+def build_graph(cluster: Cluster, spines_per_rail: int = 1) -> nx.DiGraph:
+    """The directed link graph of ``cluster`` (see the module docstring for names and units).
+
+    ``spines_per_rail``: 1 aggregates each rail's spine layer into one node; more builds that
+    many spines per rail, each with ``1/spines_per_rail`` of every leaf's uplink capacity.
+    """
+    if isinstance(spines_per_rail, bool) or not isinstance(spines_per_rail, int) \
+            or spines_per_rail < 1:
+        raise SpecError("spines_per_rail", spines_per_rail, "must be an integer >= 1")
+    intra = get_builder("intra", cluster.intra_node_topology)
+    inter = get_builder("inter", cluster.inter_node_topology)
+    n, g = cluster.num_nodes, cluster.gpus_per_node
+    dims = torus_dims(n) if cluster.inter_node_topology == "torus" else (n,)
+    graph = nx.DiGraph(name=cluster.name, num_nodes=n, gpus_per_node=g, rails=rails(cluster),
+                       nodes_per_leaf=cluster.nodes_per_leaf, spines_per_rail=spines_per_rail,
+                       intra_topology=cluster.intra_node_topology,
+                       inter_topology=cluster.inter_node_topology, torus_dims=dims)
+    graph.add_nodes_from((node * g + i, {"kind": "gpu", "node": node, "local": i,
+                                         "gpu": cluster.gpu_of_node(node).name})
+                         for node in range(n) for i in range(g))
+    links: list[Link] = []
+    for node in range(n):
+        links += intra(cluster, node)
+    if n > 1:
+        for node in range(n):
+            links += nic_links(cluster, node)
+        links += inter(cluster, spines_per_rail)
+    graph.add_edges_from(_both_directions(links))
+    for v, attrs in graph.nodes(data=True):
+        if "kind" not in attrs:
+            attrs["kind"] = v[0]
+    return graph
+
+
+def _both_directions(links: list[Link]):
+    for u, v, bw, lat in links:
+        yield u, v, {"bandwidth": bw, "latency": lat}
+        yield v, u, {"bandwidth": bw, "latency": lat}

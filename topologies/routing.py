@@ -1,0 +1,194 @@
+"""Deterministic routes over the graphs of :mod:`topologies.graph`.
+
+``route(graph, src, dst)`` plugs into ``simulator.network.FlowNetwork(route_fn=route)``.
+Between GPUs (int nodes) of a graph built by :func:`topologies.graph.build_graph` the path
+is computed from the node names, without a graph search:
+
+- same node: ``switch`` via the NVSwitch; ``mesh`` the direct link; ``ring`` the shorter way
+  round (ties go to increasing local index).
+- other node, ``rail_fat_tree``: the rail of the *destination* GPU. When the source sits on
+  another rail, the data first crosses the node fabric to the source node's GPU with the
+  destination's local index (NCCL's PXN relay), which then uses its own NIC. Leaf, then
+  (across leaves) the rail's spine chosen by ECMP, leaf, NIC, GPU.
+- other node, ``fat_tree``: source NIC, shared leaf, (ECMP spine, leaf,) destination NIC.
+- other node, ``torus``/``ring``: PXN relay as above, then dimension-order routing over the
+  rail's NICs, each dimension the shorter way round (ties go forward).
+
+ECMP picks spine ``crc32("src>dst") % spines_per_rail``: stable across runs and processes
+(never Python's salted ``hash()``). Any other graph, endpoint or topology falls back to
+``networkx.shortest_path``. Routes are cached per graph (weakly keyed, LRU); graphs must not
+change after their first route.
+
+>>> from topologies.cluster import cluster_preset
+>>> from topologies.graph import build_graph
+>>> g = build_graph(cluster_preset("dgx-h100", 2))
+>>> route(g, 0, 3)
+[0, ('nvswitch', 0), 3]
+>>> route(g, 1, 9)
+[1, ('nic', 0, 1), ('leaf', 1, 0), ('nic', 1, 1), 9]
+>>> round(path_latency(g, route(g, 1, 9)) * 1e6, 6), path_bandwidth(g, route(g, 1, 9))
+(5.0, 50000000000.0)
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import weakref
+import zlib
+from collections import OrderedDict
+from typing import Callable, Hashable, Sequence
+
+import networkx as nx
+
+Node = Hashable
+CACHE_SIZE = 1 << 20  # routes kept per graph
+_CACHES: "weakref.WeakKeyDictionary[nx.DiGraph, OrderedDict]" = weakref.WeakKeyDictionary()
+
+
+def route(graph: nx.DiGraph, src: Node, dst: Node) -> list[Node]:
+    """The deterministic path ``[src, ..., dst]`` (a new list; safe to modify)."""
+    if src == dst:
+        return [src]
+    cache = _CACHES.get(graph)
+    if cache is None:
+        cache = _CACHES[graph] = OrderedDict()
+    key = (src, dst)
+    path = cache.get(key)
+    if path is None:
+        path = tuple(_compute(graph, src, dst))
+        cache[key] = path
+        if len(cache) > CACHE_SIZE:
+            cache.popitem(last=False)
+    else:
+        cache.move_to_end(key)
+    return list(path)
+
+
+def clear_route_cache(graph: nx.DiGraph | None = None) -> None:
+    """Forget cached routes of ``graph`` (of every graph when None)."""
+    if graph is None:
+        _CACHES.clear()
+    else:
+        _CACHES.pop(graph, None)
+
+
+def path_latency(graph: nx.DiGraph, path: Sequence[Node]) -> float:
+    """Sum of the edges' ``latency`` along ``path`` (seconds)."""
+    return sum(float(graph.edges[u, v].get("latency", 0.0)) for u, v in zip(path, path[1:]))
+
+
+def path_bandwidth(graph: nx.DiGraph, path: Sequence[Node]) -> float:
+    """Bottleneck (minimum) edge ``bandwidth`` along ``path`` (bytes/s); inf for one node."""
+    return min((float(graph.edges[u, v]["bandwidth"]) for u, v in zip(path, path[1:])),
+               default=math.inf)
+
+
+def stable_hash(src: Node, dst: Node) -> int:
+    """A hash of ``(src, dst)`` that is the same in every process (CRC-32 of their repr)."""
+    return zlib.crc32(f"{src!r}>{dst!r}".encode())
+
+
+# ---------------------------------------------------------------- path construction
+
+def _compute(graph: nx.DiGraph, src: Node, dst: Node) -> list[Node]:
+    meta = graph.graph
+    if _is_gpu(meta, src) and _is_gpu(meta, dst):
+        g = meta["gpus_per_node"]
+        (na, a), (nb, b) = divmod(int(src), g), divmod(int(dst), g)
+        if na == nb:
+            path = _intra(meta, na, a, b)
+        else:
+            fn = _INTER_ROUTES.get(meta["inter_topology"])
+            path = fn(meta, int(src), int(dst)) if fn else None
+        if path is not None:
+            return path
+    return nx.shortest_path(graph, src, dst)
+
+
+def _is_gpu(meta: dict, v: Node) -> bool:
+    if "inter_topology" not in meta or isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        return False
+    return 0 <= v < meta["num_nodes"] * meta["gpus_per_node"]
+
+
+def _intra(meta: dict, node: int, a: int, b: int) -> list[Node] | None:
+    """Path from local GPU ``a`` to local GPU ``b`` inside ``node``; None if unknown kind."""
+    g = meta["gpus_per_node"]
+    base, kind = node * g, meta["intra_topology"]
+    if kind == "switch":
+        return [base + a, ("nvswitch", node), base + b]
+    if kind == "mesh":
+        return [base + a, base + b]
+    if kind == "ring":
+        fwd = (b - a) % g
+        step = 1 if fwd <= g - fwd else -1
+        return [base + (a + i * step) % g for i in range(min(fwd, g - fwd) + 1)]
+    return None
+
+
+def _relay(meta: dict, src: int, dst: int) -> list[Node] | None:
+    """``src`` up to the GPU of its node that shares the destination's rail (PXN)."""
+    g, nr = meta["gpus_per_node"], meta["rails"]
+    (na, a), b = divmod(src, g), dst % g
+    return [src] if a % nr == b % nr else _intra(meta, na, a, b)
+
+
+def _leaf_to_leaf(meta: dict, rail: int, src: int, dst: int) -> list[Node]:
+    g, per = meta["gpus_per_node"], meta["nodes_per_leaf"]
+    ja, jb = src // g // per, dst // g // per
+    if ja == jb:
+        return [("leaf", rail, ja)]
+    k = stable_hash(src, dst) % meta["spines_per_rail"]
+    return [("leaf", rail, ja), ("spine", rail, k), ("leaf", rail, jb)]
+
+
+def _rail_fat_tree(meta: dict, src: int, dst: int) -> list[Node] | None:
+    g, nr = meta["gpus_per_node"], meta["rails"]
+    rail = dst % g % nr
+    head = _relay(meta, src, dst)
+    if head is None:
+        return None
+    return head + [("nic", src // g, rail), *_leaf_to_leaf(meta, rail, src, dst),
+                   ("nic", dst // g, rail), dst]
+
+
+def _fat_tree(meta: dict, src: int, dst: int) -> list[Node]:
+    g, nr = meta["gpus_per_node"], meta["rails"]
+    return [src, ("nic", src // g, src % g % nr), *_leaf_to_leaf(meta, 0, src, dst),
+            ("nic", dst // g, dst % g % nr), dst]
+
+
+def _torus(meta: dict, src: int, dst: int) -> list[Node] | None:
+    g, nr = meta["gpus_per_node"], meta["rails"]
+    rail, head = dst % g % nr, _relay(meta, src, dst)
+    if head is None:
+        return None
+    node, target, hops = src // g, dst // g, []
+    stride = 1
+    for size in meta["torus_dims"]:
+        x, want = (node // stride) % size, (target // stride) % size
+        fwd = (want - x) % size
+        step = 1 if fwd <= size - fwd else -1
+        for _ in range(min(fwd, size - fwd)):
+            x2 = (x + step) % size
+            node += (x2 - x) * stride
+            x = x2
+            hops.append(("nic", node, rail))
+        stride *= size
+    return head + [("nic", src // g, rail), *hops, dst]
+
+
+RouteBuilder = Callable[[dict, int, int], "list[Node] | None"]
+_INTER_ROUTES: dict[str, RouteBuilder] = {}
+
+
+def register_route(name: str, fn: RouteBuilder) -> None:
+    """Register the name-based inter-node router for topology ``name`` (no duplicates)."""
+    if name in _INTER_ROUTES:
+        raise ValueError(f"a router for inter-node topology {name!r} is already registered")
+    _INTER_ROUTES[name] = fn
+
+
+for _name, _fn in (("rail_fat_tree", _rail_fat_tree), ("fat_tree", _fat_tree),
+                   ("torus", _torus), ("ring", _torus)):
+    register_route(_name, _fn)
