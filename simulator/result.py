@@ -6,7 +6,7 @@ from typing import Any
 
 STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
 KINDS = ("forward", "backward", "recompute", "optimizer", "embedding", "lm_head",
-         "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "wait")
+         "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class Record:
     chunk: int = -1
     nbytes: float = 0.0
     peer: int = -1          # the other end of a point-to-point message, else -1
+    wait: float = 0.0       # seconds at the start spent waiting for peers (rendezvous, sender)
 
     @property
     def duration(self) -> float:

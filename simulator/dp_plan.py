@@ -1,0 +1,68 @@
+"""Gradient buckets of one model chunk, as Megatron-LM's DDP builds them.
+
+Parameters are registered in backward order (the output layer first, then the layers from
+last to first, then the embedding); a bucket is closed as soon as it holds at least
+``bucket_params`` parameters (40M, Megatron's ``ddp_bucket_size``). A layer is one item here
+(its tensors are never split across buckets in this model). Units: parameters.
+
+>>> from types import SimpleNamespace as NS
+>>> costs = NS(layer_params=30e6, head_params=0.0, embedding_params=50e6, bucket_params=40e6)
+>>> b = chunk_buckets(costs, stage=0, chunk=0, pp=2, vpp=1, layers=4)
+>>> b.buckets
+((1, 60000000.0), (3, 60000000.0), (4, 50000000.0))
+>>> bucket_segments(b, 4, split=True, per_layer=False)
+[2, 2]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ChunkBuckets:
+    """Items in backward order: ``[head]`` + layers (last first) + ``[embedding]``.
+    ``buckets``: ``(index of the bucket's last item, parameters)``, in reduction order."""
+
+    head: bool
+    embedding: bool
+    buckets: tuple[tuple[int, float], ...]
+
+
+def greedy_buckets(items: list[float], size: float) -> tuple[tuple[int, float], ...]:
+    """Close a bucket once it holds ``size`` parameters; the remainder forms the last one."""
+    out, acc = [], 0.0
+    for idx, n in enumerate(items):
+        acc += n
+        if acc >= size:
+            out.append((idx, acc))
+            acc = 0.0
+    if acc > 0:
+        out.append((len(items) - 1, acc))
+    return tuple(out)
+
+
+def chunk_buckets(costs, stage: int, chunk: int, pp: int, vpp: int, layers: int) -> ChunkBuckets:
+    """Buckets of model chunk ``chunk`` on pipeline rank ``stage`` (``layers`` per chunk)."""
+    vs = chunk * pp + stage
+    head = vs == pp * vpp - 1 and costs.head_params > 0
+    emb = vs == 0 and costs.embedding_params > 0
+    items = ([costs.head_params] if head else []) + [costs.layer_params] * layers \
+        + ([costs.embedding_params] if emb else [])
+    return ChunkBuckets(head, emb, greedy_buckets(items, costs.bucket_params))
+
+
+def bucket_segments(plan: ChunkBuckets, layers: int, split: bool, per_layer: bool) -> list[int]:
+    """Layer counts of the backward's compute pieces: one piece, one per layer, or pieces
+    that end where a bucket ends (so its reduction can start there)."""
+    if per_layer:
+        return [1] * layers
+    if not split:
+        return [layers]
+    h = 1 if plan.head else 0
+    cuts = sorted({idx - h + 1 for idx, _ in plan.buckets if h <= idx < h + layers} | {layers})
+    out, prev = [], 0
+    for cut in cuts:
+        if cut > prev:
+            out.append(cut - prev)
+            prev = cut
+    return out

@@ -1,0 +1,152 @@
+"""Metrics derived from a run's records: step time, exposed/overlapped communication, the
+breakdown, bubbles, activation memory over time and link utilisation.
+
+Accounting on one rank over ``[0, step]`` (seconds): time when the compute stream is busy is
+``compute`` (forward, backward, embedding, LM head), ``recompute`` or ``optimizer``; idle
+compute time is charged to the communication the rank was moving bytes for at that moment
+(an op's *active* part, after it stopped waiting for its peers), in the order pp, tp, cp,
+ep, dp; what is left is ``bubble``. The parts sum to the step time.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from simulator.result import Record
+
+Interval = tuple[float, float]
+COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "embedding": "compute",
+                 "lm_head": "compute", "recompute": "recompute", "optimizer": "optimizer"}
+COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm",
+              "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}
+PRIORITY = ("pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm")
+BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
+                  "bubble", "optimizer")
+PARAM_GATHER_PREFIX = "AG params"
+
+
+# ----------------------------------------------------------------------- interval algebra
+def union(intervals: Iterable[Interval]) -> list[Interval]:
+    """Sorted, merged, non-empty intervals."""
+    out: list[list[float]] = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def intersect(x: list[Interval], y: list[Interval]) -> list[Interval]:
+    """Intersection of two merged interval lists."""
+    out, i, j = [], 0, 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if b > a:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(x: list[Interval], y: list[Interval]) -> list[Interval]:
+    """``x`` minus ``y`` (both merged and sorted); linear time."""
+    out, j = [], 0
+    for a, b in x:
+        cur = a
+        while j < len(y) and y[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(y) and y[k][0] < b:
+            c, d = y[k]
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+            k += 1
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def measure(x: list[Interval]) -> float:
+    return sum(b - a for a, b in x)
+
+
+# ----------------------------------------------------------------------- step time
+def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]:
+    """When each rank's step ends (seconds). With ``overlap_param_gather`` the parameter
+    all-gathers after the optimizer count only for the part that exceeds the next step's first
+    forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does."""
+    end: dict[int, float] = defaultdict(float)
+    ag: dict[int, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.label.startswith(PARAM_GATHER_PREFIX):
+            ag[r.rank].append(r)
+        elif r.end > end[r.rank]:
+            end[r.rank] = r.end
+    for rank, recs in ag.items():
+        meta = metas.get(rank, {})
+        t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
+        if meta.get("overlap_param_gather", False):
+            dur = t1 - t0
+            t1 = t0 + max(dur - meta.get("fwd_window_s", 0.0), dur / len(recs))
+        end[rank] = max(end[rank], t1)
+    return dict(end)
+
+
+# ----------------------------------------------------------------------- breakdown
+def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float], float]:
+    """``(breakdown, overlapped comm seconds)`` of one rank's records over ``[0, step]``."""
+    window = [(0.0, step)]
+    busy: dict[str, list] = defaultdict(list)
+    comm: dict[str, list] = defaultdict(list)
+    for r in records:
+        if r.stream == "compute":
+            busy[COMPUTE_KINDS.get(r.kind, "compute")].append((r.start, r.end))
+        elif r.kind in COMM_KINDS:
+            comm[COMM_KINDS[r.kind]].append((r.start + r.wait, r.end))
+    out = {k: 0.0 for k in BREAKDOWN_KEYS}
+    all_busy: list[Interval] = []
+    for k, iv in busy.items():
+        merged = intersect(union(iv), window)
+        out[k] += measure(merged)
+        all_busy += merged
+    all_busy = union(all_busy)
+    idle = subtract(window, all_busy)
+    for k in PRIORITY:
+        covered = intersect(idle, union(comm.get(k, ())))
+        out[k] = measure(covered)
+        idle = subtract(idle, covered)
+    out["bubble"] = measure(idle)
+    all_comm = union(iv for k in comm for iv in comm[k])
+    return out, measure(intersect(intersect(all_comm, window), all_busy))
+
+
+# ----------------------------------------------------------------------- memory
+def activation_series(records: list[Record], per_chunk: float) -> list[tuple[float, float]]:
+    """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
+    ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends."""
+    first: dict[str, tuple[float, int]] = {}
+    last: dict[str, tuple[float, int]] = {}
+    for n, r in enumerate(x for x in records if x.stream == "compute"):
+        if r.label[:1] == "F" and r.label not in first:
+            first[r.label] = (r.start, n)
+        elif r.label[:1] == "B":
+            last[r.label] = (r.end, n)
+    events = sorted([(t, n, per_chunk) for t, n in first.values()]
+                    + [(t, n, -per_chunk) for t, n in last.values()])
+    series, level = [(0.0, 0.0)], 0.0
+    for t, _, delta in events:
+        level += delta
+        series.append((t, level))
+    return series
+
+
+def top_links(link_bytes: dict, bandwidth: dict, step: float, k: int = 10) -> list[dict]:
+    """The ``k`` links that carried the most bytes, with bytes / (bandwidth · step)."""
+    rows = sorted(((b, e) for e, b in link_bytes.items() if b > 0),
+                  key=lambda x: (-x[0], repr(x[1])))
+    return [{"link": f"{e[0]}->{e[1]}", "bytes": b,
+             "utilisation": b / (bandwidth[e] * step) if step > 0 else 0.0} for b, e in rows[:k]]

@@ -1,0 +1,133 @@
+"""``simulate(job)``: compile, build the network, run, and derive the metrics.
+
+>>> from strategies.presets import model_preset
+>>> from strategies.plan import Plan
+>>> from strategies.job import make_job
+>>> from topologies.cluster import cluster_preset
+>>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> res = simulate(job)
+>>> res.folded, res.simulated_ranks, sorted(res.metrics["breakdown_s"]) == sorted(BREAKDOWN_KEYS)
+(True, [0, 4], True)
+>>> abs(sum(res.metrics["breakdown_s"].values()) - res.step_time_s) < 1e-12
+True
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import simpy
+
+from simulator import engine
+from simulator.compiler import compile_job
+from simulator.fold import FoldSpec, fold_spec, make_link_map
+from simulator.metrics import (BREAKDOWN_KEYS, PRIORITY, activation_series, rank_breakdown,
+                               rank_ends, top_links)
+from simulator.ops import Program
+from simulator.result import SimResult
+from simulator.simnet import SimNetwork
+from simulator.stage_costs import StageCosts
+from strategies.activations import activation_bytes_per_chunk
+from strategies.job import Job
+from topologies.graph import build_graph
+from topologies.routing import route
+
+_GRAPHS: dict[str, Any] = {}
+
+
+def cluster_graph(job: Job):
+    """``build_graph(job.cluster)``, kept for the next simulation of the same cluster."""
+    key = json.dumps(job.cluster.to_dict(), sort_keys=True)
+    if key not in _GRAPHS:
+        if len(_GRAPHS) >= 4:
+            _GRAPHS.pop(next(iter(_GRAPHS)))
+        _GRAPHS[key] = build_graph(job.cluster)
+    return _GRAPHS[key]
+
+
+def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
+             free_comm: bool = False, costs: StageCosts | None = None) -> SimResult:
+    """Simulate one optimizer step of ``job`` event by event.
+
+    ``fold``: simulate one representative per symmetry class (``simulator.fold``; exact,
+    and ``metrics["fold_note"]`` says what was folded and why not more). ``granularity``:
+    ``chunk`` (default) or ``layer``. ``free_comm`` and ``costs`` are test hooks
+    (instant communication; a replaced cost table). Times in seconds.
+    """
+    t0 = time.perf_counter()
+    spec = fold_spec(job, fold)
+    programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
+                           costs=costs)
+    graph = cluster_graph(job)
+    net = SimNetwork(simpy.Environment(), graph, route,
+                     make_link_map(job, spec.rep_of) if spec.folded else None)
+    res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
+                     rank_map=spec.rank_map())
+    res.metrics = derive_metrics(res, job, programs, net, spec)
+    res.step_time_s = res.metrics["step_time_s"]
+    res.wall_s = time.perf_counter() - t0
+    return res
+
+
+def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: SimNetwork,
+                   spec: FoldSpec) -> dict[str, Any]:
+    """The metrics of ``SimResult.metrics`` (see the module docstrings of metrics)."""
+    metas = {r: p.meta for r, p in programs.items()}
+    ends = rank_ends(res.records, metas)
+    step = max(ends.values(), default=0.0)
+    critical = min(r for r, t in ends.items() if t == step) if ends else 0
+    by_rank: dict[int, list] = {r: [] for r in programs}
+    for rec in res.records:
+        by_rank[rec.rank].append(rec)
+    first_of_stage: dict[int, int] = {}
+    for r in sorted(programs):
+        first_of_stage.setdefault(programs[r].stage, r)
+    bubbles, idle, peaks, memory = [], [], [], {}
+    for stage in range(job.plan.pp):
+        rank = first_of_stage[stage]
+        part, _ = rank_breakdown(by_rank[rank], step)
+        bubbles.append(part["bubble"] / step if step > 0 else 0.0)
+        busy = part["compute"] + part["recompute"] + part["optimizer"]
+        idle.append((step - busy) / step if step > 0 else 0.0)
+    for r in sorted(programs):
+        series = activation_series(by_rank[r], activation_bytes_per_chunk(job, programs[r].stage))
+        memory[r] = series
+    for stage in range(job.plan.pp):
+        peaks.append(max(b for _, b in memory[first_of_stage[stage]]))
+    breakdown, overlapped = rank_breakdown(by_rank[critical], step)
+    link_bytes = net.link_bytes()
+    bandwidth = {e: float(net.graph.edges[e]["bandwidth"]) for e in link_bytes}
+    return {
+        "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
+        "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
+        "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
+        "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle,
+        "peak_activation_bytes": peaks, "activation_memory": memory,
+        "link_utilisation": top_links(link_bytes, bandwidth, step),
+        "fold_note": spec.note, "rank_ends_s": ends,
+    }
+
+
+def to_json(result: SimResult, job: Job) -> dict[str, Any]:
+    """The CLI's ``simulate`` JSON: the ``estimate`` keys with the simulated step time,
+    throughput, MFU/HFU, bubble and breakdown, plus ``simulated``, ``exposed_comm_s``,
+    ``overlapped_comm_s``, ``events``, ``wall_s`` and ``analytic_step_time_s``."""
+    from strategies.estimate import estimate
+    est = estimate(job)
+    out = est.to_json()
+    step, m = result.step_time_s, result.metrics
+    scale = est.step_time_s / step if step > 0 else 0.0
+    out.update({
+        "step_time_s": step, "tokens_per_s": job.tokens_per_step / step if step > 0 else 0.0,
+        "mfu": est.mfu * scale, "hfu": est.hfu * scale,
+        "bubble_fraction": m["bubble_fraction"],
+        "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},
+        "simulated": True, "exposed_comm_s": m["exposed_comm_s"],
+        "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
+        "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
+        "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
+        "fold_note": m["fold_note"],
+    })
+    return out

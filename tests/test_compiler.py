@@ -1,0 +1,178 @@
+"""The compiler: schedule order step for step, Megatron's exchanges, send/recv pairing,
+costs read from the shared cost model, gradient buckets, determinism."""
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+import pytest
+
+from simulator.compiler import Layout, compile_job, compile_rank
+from simulator.ops import Collective, Compute, Recv, Send
+from simulator.pipeline import Exchange, pipeline_actions
+from simulator.stage_costs import stage_costs
+from strategies import costs as cm
+from strategies.errors import SpecError
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.presets import model_preset
+from strategies.schedules import get_schedule
+from topologies.cluster import cluster_preset
+
+
+def _job(model="gpt-1.7b", nodes=2, **plan):
+    return make_job(model_preset(model), cluster_preset("dgx-a100", nodes), Plan(**plan))
+
+
+def pass_order(program) -> list[str]:
+    """Labels of the forward/backward passes on the compute stream, consecutive pieces merged."""
+    out: list[str] = []
+    for op in program.streams["compute"]:
+        if op.kind in ("forward", "backward") and (not out or out[-1] != op.label):
+            out.append(op.label)
+    return out
+
+
+SCHEDULES = [
+    dict(tp=2, pp=4, gbs=32),                                           # 1F1B p4 m8
+    dict(tp=4, pp=4, gbs=8, schedule="gpipe"),
+    dict(tp=2, pp=4, gbs=16, schedule="interleaved", vpp=2),            # p4 m8 v2
+    dict(tp=4, pp=2, gbs=10, schedule="interleaved", vpp=2, microbatch_group_size=3),
+    dict(tp=2, pp=2, gbs=8, schedule="interleaved", vpp=3, zero=1),
+]
+
+
+@pytest.mark.parametrize("plan", SCHEDULES)
+@pytest.mark.parametrize("granularity", ["chunk", "layer"])
+def test_compiled_order_reproduces_schedule(plan, granularity):
+    job = _job(**plan)
+    p = job.plan
+    progs = compile_job(job, granularity=granularity)
+    for rank, prog in progs.items():
+        steps = get_schedule(p.schedule)(prog.stage, p.pp, job.num_microbatches, p.vpp,
+                                         p.microbatch_group_size)
+        assert pass_order(prog) == [s.label for s in steps], rank
+
+
+def test_megatron_1f1b_exchanges():
+    acts = [str(a) for a in pipeline_actions("1f1b", 1, 4, 8)]
+    # warm-up: receive, forward, send; steady: F, (send fwd | recv bwd), B, (send bwd | recv fwd)
+    assert acts[:6] == ["X(recv fwd 0.0)", "F0.c0", "X(send fwd 0.0)", "X(recv fwd 1.0)",
+                        "F1.c0", "X(send fwd 1.0)"]
+    assert "X(send fwd 2.0 | recv bwd 0.0)" in acts
+    assert "X(send bwd 0.0 | recv fwd 3.0)" in acts
+    first = [str(a) for a in pipeline_actions("1f1b", 0, 4, 8)]
+    last = [str(a) for a in pipeline_actions("1f1b", 3, 4, 8)]
+    assert not any("recv fwd" in a or "send bwd" in a for a in first)
+    assert not any("send fwd" in a or "recv bwd" in a for a in last)
+    assert last[:3] == ["X(recv fwd 0.0)", "F0.c0", "B0.c0"]   # F(i) followed at once by B(i)
+
+
+def test_interleaved_ring_wraps():
+    acts = pipeline_actions("interleaved", 0, 2, 4, 2)
+    recvs = [m for a in acts if isinstance(a, Exchange) for m in a.recvs]
+    assert ("fwd", 0, 1) in recvs          # rank 0 chunk 1 is fed by rank 1 chunk 0
+    assert ("fwd", 0, 0) not in recvs      # the first virtual stage receives nothing
+
+
+@pytest.mark.parametrize("plan", SCHEDULES)
+def test_every_send_has_exactly_one_recv(plan):
+    job = _job(**plan)
+    p = job.plan
+    progs = compile_job(job)
+    sends, recvs = defaultdict(list), defaultdict(deque)
+    for rank, prog in progs.items():
+        for op in prog.streams.get("pp-comm", ()):
+            if isinstance(op, Send):
+                sends[(rank, op.dst, op.tag)].append(op)
+            elif isinstance(op, Recv):
+                recvs[(op.src, rank, op.tag)].append(op)
+    assert sorted(sends) == sorted(recvs)
+    stage_of = Layout(job).stage
+    for (src, dst, tag), ops in sends.items():
+        assert len(ops) == len(recvs[(src, dst, tag)])
+        for s in ops:                                   # first-in first-out pairing
+            r = recvs[(src, dst, tag)].popleft()
+            assert s.microbatch == r.microbatch
+            vs_s = s.chunk * p.pp + stage_of(src)
+            vs_r = r.chunk * p.pp + stage_of(dst)
+            assert vs_r == vs_s + (1 if tag == "fwd" else -1)
+
+
+def _by_rank_ops(prog, cls):
+    return [op for op in prog.ops() if isinstance(op, cls)]
+
+
+def test_costs_come_from_the_cost_model():
+    job = _job("llama3-8b", tp=4, pp=2, gbs=8, recompute="full")
+    c = stage_costs(job)
+    prog = compile_job(job, ranks=[0])[0]
+    L = job.model.num_layers // job.plan.pp
+    fwd = [op for op in prog.streams["compute"] if op.kind == "forward" and op.label == "F0.c0"]
+    assert sum(op.seconds for op in fwd) == pytest.approx(L * c.layer_fwd, rel=1e-12)
+    tp = [op for op in _by_rank_ops(prog, Collective) if op.category == "tp"]
+    per_mb = sum(op.repeat for op in tp if op.label.endswith("F0.c0") or op.label.endswith("B0.c0"))
+    assert per_mb == pytest.approx((2 + 2 + 2) * L)    # 2 fwd, 2 bwd, 2 in the full recompute
+    assert {op.nbytes for op in tp} == {cm.tp_comm_bytes_fwd(job.model, 1.0, 1.0)}
+    sends = _by_rank_ops(prog, Send)
+    assert {op.nbytes for op in sends} == {cm.pp_p2p_bytes(job.model, 1.0, 4.0, 1.0, False)}
+    gathers = [op for op in _by_rank_ops(prog, Collective) if op.category == "pp_gather"]
+    assert len(gathers) == len(_by_rank_ops(prog, Recv)) > 0      # no SP: gather each receive
+
+
+def test_sequence_parallel_uses_reduce_scatter_and_allgather():
+    prog = compile_job(_job(tp=4, pp=2, gbs=8, sp=True), ranks=[0])[0]
+    kinds = {op.kind for op in _by_rank_ops(prog, Collective) if op.category == "tp"}
+    assert kinds == {"reduce_scatter", "allgather"}
+    assert not [op for op in _by_rank_ops(prog, Collective) if op.category == "pp_gather"]
+
+
+@pytest.mark.parametrize("zero,overlap", [(0, True), (1, True), (1, False)])
+def test_gradient_buckets(zero, overlap):
+    job = _job(tp=2, pp=2, gbs=16, zero=zero, overlap_grad_reduce=overlap)
+    c = stage_costs(job)
+    prog = compile_job(job, ranks=[0])[0]
+    dp = [op for op in prog.streams["dp-comm"] if op.label.startswith(("AR", "RS"))]
+    assert {op.kind for op in dp} == {"allreduce" if zero == 0 else "reduce_scatter"}
+    assert sum(op.nbytes for op in dp) == pytest.approx(c.grad_bytes * c.params_by_stage[0])
+    assert all(op.nbytes <= c.grad_bytes * 2 * c.bucket_params for op in dp)
+    ids = {op.id: op for op in prog.ops()}
+    last_b = [op for op in prog.streams["compute"] if op.kind in ("backward", "embedding")][-1]
+    deps = [ids[d] for op in dp for d in op.deps]
+    if overlap:   # reduced during the last micro-batch's backward, bucket by bucket
+        assert len({d.id for d in deps}) == len(dp) > 1
+        assert all(d.label == f"B{job.num_microbatches - 1}.c0" for d in deps)
+    else:         # all after the last backward
+        assert {d.id for d in deps} == {last_b.id}
+    gathers = [op for op in prog.streams["dp-comm"] if op.label.startswith("AG params")]
+    assert len(gathers) == (len(dp) if zero >= 1 else 0)
+    opt = [op for op in prog.streams["compute"] if op.kind == "optimizer"]
+    assert len(opt) == 1 and opt[0].seconds == c.optimizer_by_stage[0]
+
+
+def test_ids_unique_and_deps_local():
+    progs = compile_job(_job(tp=2, pp=4, gbs=16, schedule="interleaved", vpp=3, cp=1))
+    for prog in progs.values():
+        ids = [op.id for op in prog.ops()]
+        assert len(ids) == len(set(ids))
+        assert all(d in set(ids) for op in prog.ops() for d in op.deps)
+
+
+def test_compile_is_deterministic_and_relabel_exact():
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 3),
+                   Plan(tp=3, pp=2, gbs=8))            # tp groups straddle nodes
+    a, b = compile_job(job), compile_job(job)
+    assert a == b
+    layout, c = Layout(job), stage_costs(job)
+    assert all(a[r] == compile_rank(job, c, layout, r) for r in a)
+
+
+def test_bad_granularity_is_refused():
+    with pytest.raises(SpecError, match="granularity"):
+        compile_job(_job(tp=2, pp=2, gbs=8), granularity="kernel")
+
+
+def test_compute_ops_are_frozen():
+    op = compile_job(_job(tp=8, pp=2, gbs=4), ranks=[0])[0].streams["compute"][0]
+    assert isinstance(op, Compute)
+    with pytest.raises(AttributeError):
+        op.seconds = 0.0
