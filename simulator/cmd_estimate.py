@@ -6,6 +6,7 @@ from typing import Any
 
 from simulator.cli_io import add_json, add_plan_inputs, emit_json, fmt_s, resolve_job, table
 from strategies.estimate import estimate
+from strategies.memory import memory_by_origin_json
 
 
 def register(sub) -> None:
@@ -18,6 +19,7 @@ def register(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     job = resolve_job(args)
     out = estimate(job).to_json()
+    out["memory_by_origin"] = memory_by_origin_json(job)
     if args.json:
         emit_json(out)
     else:

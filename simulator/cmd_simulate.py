@@ -5,6 +5,7 @@ import argparse
 
 from simulator.cli_io import CliError, add_json, add_plan_inputs, emit_json, resolve_job
 from simulator.cmd_estimate import render
+from strategies.memory import memory_by_origin_json
 
 
 def register(sub) -> None:
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from simulator.simulate import simulate, to_json
     res = simulate(job, fold=not args.full, granularity=args.granularity)
     out = to_json(res, job)
+    out["memory_by_origin"] = memory_by_origin_json(job)
     title = f"{job.model.name} {job.plan.short()} on {job.cluster.name}"
     if args.trace:
         from simulator.trace import write_chrome_trace

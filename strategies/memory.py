@@ -219,3 +219,11 @@ def fits(job: Job, headroom_bytes: float = 0.0) -> bool:
 
 def _with_act(b: MemoryBreakdown, activations: float) -> MemoryBreakdown:
     return MemoryBreakdown(b.params, b.grads, b.optimizer, activations, b.other)
+
+
+def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:
+    """Per stage, ``memory_components`` in GiB: ``{"layers": {"peak_gib": …, …}, "embedding":
+    …, "output": …, "recompute": …, "other": …}``. ``layers.activations_gib`` is what
+    Korthikanti et al. (2022) Figure 1 reports (transformer layers only)."""
+    return [{k: v.to_gib_dict() for k, v in memory_components(job, s).items()}
+            for s in range(job.plan.pp)]
