@@ -52,7 +52,8 @@ def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:
         num_experts=experts, moe_router_topk=_get(cfg, "num_experts_per_tok", 2) if experts > 1 else 1,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         position_embedding="rope", max_position_embeddings=maxpos,
-        bias=bool(cfg.get("attention_bias", False)))
+        bias=bool(cfg.get("attention_bias", False)), norm="rmsnorm",
+        qkv_bias=mt == "qwen2")
 
 
 def load_model_arg(text: str) -> ModelSpec:

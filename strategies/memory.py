@@ -125,7 +125,7 @@ def head_params_per_gpu(job: Job, stage: int) -> float:
         head = m.vocab_size * m.hidden_size if p.pp > 1 else 0
     else:
         head = m.lm_head_params()
-    return (head + 2 * m.hidden_size) / p.tp
+    return (head + m.norm_params()) / p.tp
 
 
 def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:

@@ -11,6 +11,7 @@ from typing import Any
 from strategies.errors import SpecError
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "relu")
+NORMS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,8 @@ class ModelSpec:
     position_embedding: str = "learned"
     max_position_embeddings: int | None = None
     bias: bool = False
+    norm: str = "layernorm"
+    qkv_bias: bool = False
 
     def __post_init__(self) -> None:
         for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
@@ -53,6 +56,8 @@ class ModelSpec:
         if self.moe_router_topk > self.num_experts:
             raise SpecError("moe_router_topk", self.moe_router_topk,
                             f"must be <= num_experts={self.num_experts}")
+        if self.norm not in NORMS:
+            raise SpecError("norm", self.norm, f"must be one of {', '.join(NORMS)}")
         if self.position_embedding not in ("learned", "rope", "alibi", "none"):
             raise SpecError("position_embedding", self.position_embedding,
                             "must be one of learned, rope, alibi, none")
@@ -91,7 +96,13 @@ class ModelSpec:
         router = self.hidden_size * self.num_experts if self.is_moe else 0
         b = (4 * self.hidden_size + self.num_experts * (self.expert_ffn * (2 if self.gated else 1)
              + self.hidden_size)) if self.bias else 0
-        return self.attention_params() + mlp + router + 4 * self.hidden_size + b
+        if self.qkv_bias and not self.bias:   # Qwen2: biases on Q, K, V only
+            b = self.hidden_size + 2 * self.kv_heads * self.head_dim
+        return self.attention_params() + mlp + router + 2 * self.norm_params() + b
+
+    def norm_params(self) -> int:
+        """Parameters of one norm: weight and bias (LayerNorm) or weight only (RMSNorm)."""
+        return (2 if self.norm == "layernorm" else 1) * self.hidden_size
 
     def embedding_params(self) -> int:
         pos = self.seq_length * self.hidden_size if self.position_embedding == "learned" else 0
@@ -103,7 +114,7 @@ class ModelSpec:
     def num_params(self) -> int:
         """Total parameters (with all experts), final norm included."""
         return (self.num_layers * self.layer_params() + self.embedding_params()
-                + self.lm_head_params() + 2 * self.hidden_size)
+                + self.lm_head_params() + self.norm_params())
 
     def active_params(self) -> int:
         """Parameters a token touches (top-k experts only)."""

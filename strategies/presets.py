@@ -13,9 +13,10 @@ def _gpt(name: str, l: int, h: int, a: int, v: int = 51200, s: int = 2048, ffn: 
 
 
 def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
-           tie: bool = False, experts: int = 1, topk: int = 1) -> ModelSpec:
+           tie: bool = False, experts: int = 1, topk: int = 1, qkv_bias: bool = False) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk,
-                     tie_word_embeddings=tie, position_embedding="rope")
+                     tie_word_embeddings=tie, position_embedding="rope", norm="rmsnorm",
+                     qkv_bias=qkv_bias)
 
 
 _ALL = [
@@ -49,8 +50,8 @@ _ALL = [
     _llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, experts=8, topk=2),
     _llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 4096, experts=8, topk=2),
     # Qwen2
-    _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096),
-    _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064, 4096),
+    _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
+    _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064, 4096, qkv_bias=True),
 ]
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
 _ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}
