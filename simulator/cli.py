@@ -61,7 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv, debug = _split_debug(sys.argv[1:] if argv is None else argv)
     try:
         parser = build_parser()
-        args = parser.parse_args(argv)
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:   # argparse's errors (status 2), --help and --version (0)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
         if not getattr(args, "command", None):
             parser.print_help()
             return 2

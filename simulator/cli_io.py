@@ -15,6 +15,7 @@ from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan
 from topologies.cluster import Cluster, parse_cluster_arg
+from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
 
 DEFAULT_MODEL = "gpt3-175b"
 DEFAULT_CLUSTER = "dgx-a100:128"
@@ -24,16 +25,15 @@ class CliError(SpecError):
     """A bad command-line value (same shape as every other input error)."""
 
 
-def positive_int(field: str):
-    """An argparse ``type`` that names the flag in its error."""
+def positive_int(field: str, hi: int | None = None):
+    """An argparse ``type`` whose error names the flag, the value and the rule
+    (argparse would otherwise print ``invalid conv value``)."""
     def conv(text: str) -> int:
         try:
-            v = int(text)
-        except ValueError:
-            raise CliError(field, text, "must be an integer") from None
-        if v < 1:
-            raise CliError(field, v, "must be >= 1")
-        return v
+            return check_int(field, parse_int_text(field, text), 1, hi)
+        except SpecError as e:
+            raise argparse.ArgumentTypeError(f"{_value(text)}: {e.rule}") from None
+    conv.__name__ = "integer"
     return conv
 
 
@@ -42,29 +42,49 @@ def positive_float(field: str):
         try:
             v = float(text)
         except ValueError:
-            raise CliError(field, text, "must be a number") from None
+            raise argparse.ArgumentTypeError(f"{_value(text)}: must be a number") from None
         if not math.isfinite(v) or v <= 0:
-            raise CliError(field, v, "must be a finite number > 0")
+            raise argparse.ArgumentTypeError(f"{_value(text)}: must be a finite number > 0")
         return v
+    conv.__name__ = "number"
     return conv
+
+
+def _value(text: str) -> str:
+    return f"invalid value {text[:60]!r}"
+
+
+class Once(argparse.Action):
+    """Store a flag's value, refusing the flag given twice (the first value would be lost
+    without a word)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        seen = getattr(namespace, "_seen_flags", set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, f"given twice ({values!r} after "
+                                               f"{getattr(namespace, self.dest)!r})")
+        seen.add(self.dest)
+        namespace._seen_flags = seen
+        setattr(namespace, self.dest, values)
 
 
 def add_model_cluster(p: argparse.ArgumentParser, required: bool = True) -> None:
     """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype``."""
     p.add_argument("--model", required=required, default=None if required else DEFAULT_MODEL,
-                   help="preset name, HuggingFace config.json, or YAML file")
+                   action=Once, help="preset name, HuggingFace config.json, or YAML file")
     p.add_argument("--cluster", required=required, default=None if required else DEFAULT_CLUSTER,
-                   help="PRESET:NODES (dgx-a100:128) or a YAML file")
-    p.add_argument("--seq-len", type=positive_int("--seq-len"), default=None,
-                   help="training sequence length in tokens (default: the model's)")
-    p.add_argument("--global-batch", type=positive_int("--global-batch"), default=None,
-                   help="sequences per step, where the plan does not give gbs")
-    p.add_argument("--dtype", default="bf16", help="bf16 (default), fp16, fp8")
+                   action=Once, help="PRESET:NODES (dgx-a100:128) or a YAML file")
+    p.add_argument("--seq-len", type=positive_int("--seq-len", MAX_SEQ), default=None,
+                   action=Once, help="training sequence length in tokens (default: the model's)")
+    p.add_argument("--global-batch", type=positive_int("--global-batch", MAX_GBS), default=None,
+                   action=Once, help="sequences per step, where the plan does not give gbs")
+    p.add_argument("--dtype", default="bf16", action=Once, help="bf16 (default), fp16, fp8")
 
 
 def add_plan_inputs(p: argparse.ArgumentParser) -> None:
     add_model_cluster(p)
-    p.add_argument("--plan", required=True, help="key=value,... or a YAML file with the same keys")
+    p.add_argument("--plan", required=True, action=Once,
+                   help="key=value,... or a YAML file with the same keys")
 
 
 def add_json(p: argparse.ArgumentParser) -> None:
@@ -93,6 +113,9 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None) -> Job:
     model = resolve_model(args)
     cluster = resolve_cluster(args)
     plan = plan if plan is not None else parse_plan(args.plan)
+    if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
+        raise CliError("--global-batch", args.global_batch,
+                       f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
     return make_job(model, cluster, plan, global_batch=args.global_batch,
                     dtype=check_dtype(args.dtype))
 

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-from simulator.cli_io import CliError, add_json, add_plan_inputs, emit_json, resolve_job
+from simulator.cli_io import (CliError, Once, add_json, add_plan_inputs, emit_json, positive_int,
+                              resolve_job)
 from simulator.cmd_estimate import render
 from strategies.memory import memory_by_origin_json
 
@@ -12,10 +14,12 @@ def register(sub) -> None:
     p = sub.add_parser("simulate", help="event-by-event simulation of one plan")
     add_plan_inputs(p)
     add_json(p)
-    p.add_argument("--trace", metavar="F.json", help="write a Chrome trace (opens in Perfetto)")
-    p.add_argument("--timeline", metavar="F.png", help="write a Gantt chart (.png or .svg)")
-    p.add_argument("--timeline-ranks", type=int, default=64, metavar="N",
-                   help="at most N ranks in the timeline (default 64)")
+    p.add_argument("--trace", metavar="F.json", action=Once,
+                   help="write a Chrome trace (opens in Perfetto)")
+    p.add_argument("--timeline", metavar="F.png", action=Once,
+                   help="write a Gantt chart (.png or .svg)")
+    p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=64,
+                   metavar="N", help="at most N ranks in the timeline (default 64)")
     p.add_argument("--full", action="store_true", help="simulate every rank (no symmetry folding)")
     p.add_argument("--granularity", choices=("chunk", "layer"), default="chunk",
                    help="one op per model chunk (default) or per layer")
@@ -23,14 +27,38 @@ def register(sub) -> None:
 
 
 def _check_out(path: str | None, flag: str, exts: tuple[str, ...]) -> None:
-    if path is not None and not path.lower().endswith(exts):
-        raise CliError(flag, path, f"must end with {' or '.join(exts)}")
+    """Refuse an output path before simulating, not after: wrong extension, missing or
+    unwritable folder, or a folder in place of the file."""
+    if path is None:
+        return
+    stem, ext = os.path.splitext(os.path.basename(path))
+    if ext.lower() not in exts or not stem.strip():
+        raise CliError(flag, path, f"must be a file name ending with {' or '.join(exts)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(flag, path, f"folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CliError(flag, path, "is a folder")
+    if not os.access(folder, os.W_OK):
+        raise CliError(flag, path, f"folder {folder} is not writable")
+
+
+def check_simulable(job) -> None:
+    """A job the simulator can run in reasonable time and memory: at most
+    ``MAX_SIM_MICROBATCHES`` virtual micro-batches per pipeline rank."""
+    from topologies.limits import MAX_SIM_MICROBATCHES
+    v = job.num_microbatches * job.plan.vpp
+    if v > MAX_SIM_MICROBATCHES:
+        raise CliError("num_microbatches", job.num_microbatches,
+                       f"times vpp={job.plan.vpp} is {v:,} steps per pipeline rank; the simulator "
+                       f"takes at most {MAX_SIM_MICROBATCHES:,} (use estimate, or a larger mbs or dp)")
 
 
 def run(args: argparse.Namespace) -> int:
     _check_out(args.trace, "--trace", (".json",))
-    _check_out(args.timeline, "--timeline", (".png", ".svg", ".pdf"))
+    _check_out(args.timeline, "--timeline", (".png", ".svg"))
     job = resolve_job(args)
+    check_simulable(job)
     from simulator.simulate import simulate, to_json
     res = simulate(job, fold=not args.full, granularity=args.granularity)
     out = to_json(res, job)

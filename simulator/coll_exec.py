@@ -70,6 +70,8 @@ def plan_phases(net: SimNetwork, op: Collective, issuers, node_of: Callable) -> 
         nodes.setdefault(node_of(r), []).append(r)
     intra = list(nodes.values())
     k = len(intra[0])
+    if any(len(m) != k for m in intra):    # uneven nodes have no rings across them: one ring
+        return _rings(net, [g], op.kind, S, issuers)
     inter = [[m[j] for m in intra] for j in range(k)]
     if op.kind == "allreduce":
         return (_rings(net, intra, "reduce_scatter", S, issuers)

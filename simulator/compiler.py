@@ -63,12 +63,17 @@ class Layout:
         return groups[int(index[rank])]
 
     def algorithm(self, group: tuple[int, ...]) -> str:
-        """``ring`` when the group sits in one node or has one member per node, else
-        ``hierarchical`` (intra-node rings, then rings across nodes)."""
+        """``ring`` when the group sits in one node, has one member per node, or has
+        different numbers of members on its nodes (a data-parallel group of 12 ranks over
+        8-GPU nodes: 8 + 4), else ``hierarchical`` (intra-node rings, then rings across
+        nodes among the members with the same position in their node)."""
         algo = self._algo.get(group)
         if algo is None:
-            nodes = {r // self.gpus_per_node for r in group}
-            algo = "ring" if len(nodes) in (1, len(group)) else "hierarchical"
+            per_node: dict[int, int] = {}
+            for r in group:
+                per_node[r // self.gpus_per_node] = per_node.get(r // self.gpus_per_node, 0) + 1
+            even = len(set(per_node.values())) == 1
+            algo = "ring" if len(per_node) in (1, len(group)) or not even else "hierarchical"
             self._algo[group] = algo
         return algo
 

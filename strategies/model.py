@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from strategies.errors import SpecError
+from topologies.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEADS, MAX_HIDDEN, MAX_LAYERS, MAX_SEQ,
+                               MAX_VOCAB, check_bool, check_int, check_name)
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "relu")
 NORMS = ("layernorm", "rmsnorm")
@@ -38,9 +40,17 @@ class ModelSpec:
     qkv_bias: bool = False
 
     def __post_init__(self) -> None:
+        check_name("name", self.name)
         for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
                   "vocab_size", "seq_length", "num_experts", "moe_router_topk"):
             _pos_int(f, getattr(self, f))
+        for f in ("tie_word_embeddings", "bias", "qkv_bias"):
+            check_bool(f, getattr(self, f))
+        if self.max_position_embeddings is not None:
+            _pos_int("max_position_embeddings", self.max_position_embeddings)
+            if self.position_embedding == "learned" and self.seq_length > self.max_position_embeddings:
+                raise SpecError("seq_length", self.seq_length, "must be <= max_position_embeddings="
+                                f"{self.max_position_embeddings} (learned position embeddings)")
         if self.num_query_groups is not None:
             _pos_int("num_query_groups", self.num_query_groups)
             if self.num_attention_heads % self.num_query_groups:
@@ -130,9 +140,16 @@ class ModelSpec:
         return replace(self, seq_length=seq)
 
 
+# Sanity limits per field (topologies.limits); the shapes of every model built so far are
+# orders of magnitude inside them.
+_LIMITS = {"num_layers": MAX_LAYERS, "hidden_size": MAX_HIDDEN, "num_attention_heads": MAX_HEADS,
+           "num_query_groups": MAX_HEADS, "ffn_hidden_size": MAX_FFN, "moe_ffn_hidden_size": MAX_FFN,
+           "vocab_size": MAX_VOCAB, "seq_length": MAX_SEQ, "max_position_embeddings": 1 << 40,
+           "num_experts": MAX_EXPERTS, "moe_router_topk": MAX_EXPERTS}
+
+
 def _pos_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise SpecError(name, v, "must be an integer >= 1")
+    check_int(name, v, 1, _LIMITS.get(name))
 
 
 FIELDS = tuple(ModelSpec.__dataclass_fields__)
@@ -142,7 +159,7 @@ def model_from_mapping(d: dict[str, Any], name: str = "custom") -> ModelSpec:
     """A ModelSpec from a mapping of its own field names (YAML); unknown keys refused."""
     if not isinstance(d, dict):
         raise SpecError("model", type(d).__name__, "a model file must hold a mapping")
-    unknown = sorted(set(d) - set(FIELDS))
+    unknown = sorted(str(k) for k in set(d) - set(FIELDS))
     if unknown:
         raise SpecError("model", unknown[0], f"unknown key; allowed: {', '.join(FIELDS)}")
     args = {"name": name, **d}
@@ -151,7 +168,7 @@ def model_from_mapping(d: dict[str, Any], name: str = "custom") -> ModelSpec:
             raise SpecError(req, None, "is required in a model file")
     if "ffn_hidden_size" not in args:
         h = args["hidden_size"]
-        args["ffn_hidden_size"] = 4 * h if isinstance(h, int) else h
+        args["ffn_hidden_size"] = 4 * h if isinstance(h, int) and not isinstance(h, bool) else h
     try:
         return ModelSpec(**args)
     except TypeError as e:

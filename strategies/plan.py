@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
+from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_MBS, MAX_VPP, check_bool, check_int,
+                               parse_int_text)
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
@@ -47,6 +49,11 @@ class Plan:
         for f in ("dp", "gbs", "microbatch_group_size"):
             if getattr(self, f) is not None:
                 _pos_int(f, getattr(self, f))
+        for f in _BOOLS:
+            v = getattr(self, f)
+            if type(v).__name__ == "bool_":           # numpy's bool, from array-built plans
+                object.__setattr__(self, f, bool(v))
+            check_bool(f, getattr(self, f))
         if self.schedule not in SCHEDULES:
             raise SpecError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
         if self.recompute not in RECOMPUTE:
@@ -60,6 +67,9 @@ class Plan:
             raise SpecError("vpp", self.vpp, f"vpp > 1 needs schedule=interleaved, not {self.schedule}")
         if self.schedule == "interleaved" and self.pp < 2:
             raise SpecError("schedule", self.schedule, "interleaved needs pp >= 2")
+        if self.microbatch_group_size is not None and self.schedule != "interleaved":
+            raise SpecError("microbatch_group_size", self.microbatch_group_size,
+                            f"only applies to schedule=interleaved, not {self.schedule}")
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -95,15 +105,19 @@ _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp
 _STRS = {"schedule", "recompute"}
 
 
+_LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vpp": MAX_VPP}
+
+
 def _pos_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise SpecError(name, v, "must be an integer >= 1")
+    check_int(name, v, 1, _LIMITS.get(name, MAX_GPUS))
 
 
 def _coerce(key: str, value: Any) -> Any:
     if key in _BOOLS:
         if isinstance(value, bool):
             return value
+        if not (isinstance(value, str) or (isinstance(value, int) and value in (0, 1))):
+            raise SpecError(key, value, "must be true or false")
         s = str(value).strip().lower()
         if s in ("true", "1", "yes", "on"):
             return True
@@ -111,7 +125,9 @@ def _coerce(key: str, value: Any) -> Any:
             return False
         raise SpecError(key, value, "must be true or false")
     if key in _STRS:
-        return str(value).strip().lower()
+        if not isinstance(value, str):
+            raise SpecError(key, value, "must be a string")
+        return value.strip().lower()
     if value is None and key in ("dp", "gbs", "microbatch_group_size"):
         return None
     if isinstance(value, bool):
@@ -120,10 +136,9 @@ def _coerce(key: str, value: Any) -> Any:
         return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
-    try:
-        return int(str(value).strip())
-    except ValueError:
-        raise SpecError(key, value, "must be an integer") from None
+    if not isinstance(value, str):
+        raise SpecError(key, value, "must be an integer")
+    return parse_int_text(key, value)
 
 
 def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
@@ -132,7 +147,9 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
     for raw, value in d.items():
-        key = _ALIAS.get(str(raw).strip().lower(), str(raw).strip().lower())
+        if not isinstance(raw, str):
+            raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
+        key = _ALIAS.get(raw.strip().lower(), raw.strip().lower())
         if key not in _FIELD_TYPES:
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         if key in args:
@@ -142,16 +159,23 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
         args["vpp"] = 2
     sched = str(args.get("schedule", ""))
     if sched.startswith("interleaved:"):
-        args["schedule"], args["vpp"] = "interleaved", _coerce("vpp", sched.split(":", 1)[1])
+        vpp = _coerce("vpp", sched.split(":", 1)[1])
+        if "vpp" in args and args["vpp"] != vpp:
+            raise SpecError("vpp", args["vpp"], f"disagrees with schedule={sched}")
+        args["schedule"], args["vpp"] = "interleaved", vpp
     return Plan(**args)
 
 
 def parse_plan(text: str) -> Plan:
     """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
     text = str(text).strip()
-    if text.endswith((".yaml", ".yml", ".json")):
+    if text.lower().endswith((".yaml", ".yml", ".json")):
         from topologies.yaml_io import load_mapping_file
-        return plan_from_mapping(load_mapping_file(text, "plan") or {})
+        data = load_mapping_file(text, "plan")
+        if data is not None and not isinstance(data, Mapping):
+            raise SpecError("plan", text, f"the file must hold a mapping of plan keys, "
+                            f"not a {type(data).__name__}")
+        return plan_from_mapping({} if data is None else data)
     d: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from topologies.errors import SpecError
-from topologies.gpus import GPU, get_gpu, gpu_from_mapping
+from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
+from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
+                               MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
+                               check_number, parse_int_text)
 
 INTRA_TOPOLOGIES = ("switch", "mesh", "ring")
 INTER_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "torus", "ring")
@@ -48,21 +51,24 @@ class Cluster:
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
-        if not self.groups:
+        check_name("cluster.name", self.name)
+        if not isinstance(self.groups, tuple) or not self.groups:
             raise SpecError("nodes", 0, "a cluster needs at least one node")
         for g in self.groups:
+            if not isinstance(g, NodeGroup) or not isinstance(g.gpu, GPU):
+                raise SpecError("node_groups", g, "must be node groups of a GPU and a node count")
             _positive_int("nodes", g.num_nodes)
-        _positive_int("gpus_per_node", self.gpus_per_node)
-        _positive_int("nics_per_node", self.nics_per_node)
+        _positive_int("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE)
+        total = sum(g.num_nodes for g in self.groups) * self.gpus_per_node
+        if total > MAX_GPUS:
+            raise SpecError("num_gpus", total, f"must be <= {MAX_GPUS:,} (a sanity limit)")
+        _positive_int("nics_per_node", self.nics_per_node, MAX_GPUS_PER_NODE)
         _positive_int("nodes_per_leaf", self.nodes_per_leaf)
         for name in ("intra_node_bandwidth", "inter_node_bandwidth"):
-            _positive(name, getattr(self, name))
+            check_number(name, getattr(self, name), 0.0, MAX_BANDWIDTH_BPS, lo_open=True)
         for name in ("intra_node_latency", "inter_node_latency"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-                raise SpecError(name, v, "must be a number >= 0 seconds")
-        if not (isinstance(self.oversubscription, (int, float)) and self.oversubscription >= 1):
-            raise SpecError("oversubscription", self.oversubscription, "must be a number >= 1")
+            check_number(name, getattr(self, name), 0.0, MAX_LATENCY_S)
+        check_number("oversubscription", self.oversubscription, 1.0, MAX_OVERSUBSCRIPTION)
         if self.intra_node_topology not in INTRA_TOPOLOGIES:
             raise SpecError("intra_node_topology", self.intra_node_topology,
                             f"must be one of {', '.join(INTRA_TOPOLOGIES)}")
@@ -126,21 +132,16 @@ class Cluster:
             "nodes_per_leaf": self.nodes_per_leaf,
         }
         if len(self.groups) == 1:
-            d["gpu"] = self.groups[0].gpu.name
+            d["gpu"] = gpu_to_mapping(self.groups[0].gpu)
             d["nodes"] = self.groups[0].num_nodes
         else:
-            d["node_groups"] = [{"gpu": g.gpu.name, "nodes": g.num_nodes} for g in self.groups]
+            d["node_groups"] = [{"gpu": gpu_to_mapping(g.gpu), "nodes": g.num_nodes}
+                                for g in self.groups]
         return d
 
 
-def _positive_int(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-        raise SpecError(name, v, "must be an integer >= 1")
-
-
-def _positive(name: str, v: Any) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-        raise SpecError(name, v, "must be a number > 0")
+def _positive_int(name: str, v: Any, hi: int = MAX_NODES) -> None:
+    check_int(name, v, 1, hi)
 
 
 # name -> (gpu, gpus/node, NVLink GB/s per GPU per dir, NICs, NIC Gb/s, intra topology, doc)
@@ -175,7 +176,7 @@ def preset_description(name: str) -> str:
 
 def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
     """A preset cluster of ``num_nodes`` nodes."""
-    key = name.strip().lower()
+    key = str(name).strip().lower()
     if key not in _PRESETS:
         raise SpecError("cluster", name, f"unknown preset; known: {', '.join(_PRESETS)}")
     gpu, per_node, nvl, nics, nic_gbps, intra, _ = _PRESETS[key]
@@ -197,8 +198,8 @@ def parse_cluster_arg(text: str) -> Cluster:
     if not nodes:
         return cluster_preset(name, 1)
     try:
-        n = int(nodes)
-    except ValueError:
+        n = parse_int_text("nodes", nodes)
+    except SpecError:
         raise SpecError("cluster", text, "must be PRESET:NODES with NODES an integer, "
                         "e.g. dgx-a100:128, or a .yaml file") from None
     return cluster_preset(name, n)
@@ -213,10 +214,12 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
     """A cluster from the YAML mapping (see docs/clusters.md). ``preset:`` fills defaults."""
     if not isinstance(d, Mapping):
         raise SpecError("cluster", type(d).__name__, "a cluster file must hold a mapping")
-    unknown = sorted(set(d) - _KEYS)
+    unknown = sorted((str(k) for k in set(d) - _KEYS))
     if unknown:
         raise SpecError("cluster", unknown[0], f"unknown key; allowed: {', '.join(sorted(_KEYS))}")
-    base = cluster_preset(str(d["preset"]), 1).to_dict() if "preset" in d else {}
+    if "node_groups" in d and ("gpu" in d or "nodes" in d):
+        raise SpecError("node_groups", "...", "give either node_groups or gpu and nodes, not both")
+    base = cluster_preset(check_name("preset", d["preset"]), 1).to_dict() if "preset" in d else {}
     merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
     if "node_groups" in d:
         merged.pop("gpu", None)
@@ -225,27 +228,37 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         if req not in merged:
             raise SpecError(req, None, "is required in a cluster file (or give preset:)")
     groups = _groups(merged)
-    num = {k: merged[k] for k in ("intra_node_GBps", "inter_node_gbps", "intra_node_latency_us",
-                                  "inter_node_latency_us", "oversubscription") if k in merged}
-    for k, v in num.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise SpecError(k, v, "must be a number")
+    # file units, checked before they are converted (10**400 GB/s must not overflow)
+    num = {
+        "intra_node_GBps": check_number("intra_node_GBps", merged["intra_node_GBps"], 0.0,
+                                        MAX_BANDWIDTH_BPS / 1e9, lo_open=True),
+        "inter_node_gbps": check_number("inter_node_gbps", merged["inter_node_gbps"], 0.0,
+                                        MAX_BANDWIDTH_BPS * 8 / 1e9, lo_open=True),
+        "intra_node_latency_us": check_number(
+            "intra_node_latency_us", merged.get("intra_node_latency_us", INTRA_LATENCY_S * 1e6),
+            0.0, MAX_LATENCY_S * 1e6),
+        "inter_node_latency_us": check_number(
+            "inter_node_latency_us", merged.get("inter_node_latency_us", INTER_LATENCY_S * 1e6),
+            0.0, MAX_LATENCY_S * 1e6),
+        "oversubscription": check_number("oversubscription", merged.get("oversubscription", 1.0),
+                                         1.0, MAX_OVERSUBSCRIPTION),
+    }
     return Cluster(
-        name=str(merged.get("name", "custom")), groups=groups,
+        name=check_name("name", merged.get("name", "custom")), groups=groups,
         gpus_per_node=merged["gpus_per_node"],
         intra_node_bandwidth=num["intra_node_GBps"] * 1e9,
-        intra_node_latency=num.get("intra_node_latency_us", INTRA_LATENCY_S * 1e6) * 1e-6,
+        intra_node_latency=num["intra_node_latency_us"] * 1e-6,
         nics_per_node=merged["nics_per_node"],
         inter_node_bandwidth=num["inter_node_gbps"] * 1e9 / 8,
-        inter_node_latency=num.get("inter_node_latency_us", INTER_LATENCY_S * 1e6) * 1e-6,
-        oversubscription=num.get("oversubscription", 1.0),
+        inter_node_latency=num["inter_node_latency_us"] * 1e-6,
+        oversubscription=num["oversubscription"],
         intra_node_topology=merged.get("intra_node_topology", "switch"),
         inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
         nodes_per_leaf=merged.get("nodes_per_leaf", 32), source="yaml")
 
 
 def _gpu(v: Any) -> GPU:
-    return gpu_from_mapping(v) if isinstance(v, Mapping) else get_gpu(str(v))
+    return gpu_from_mapping(v) if isinstance(v, Mapping) else get_gpu(check_name("gpu", v))
 
 
 def _groups(d: Mapping[str, Any]) -> tuple[NodeGroup, ...]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from topologies.errors import SpecError
+from topologies.limits import MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, check_name, check_number
 
 TERA = 1e12
 GIB = 1024**3
@@ -104,22 +105,37 @@ def gpu_from_mapping(d: Mapping) -> GPU:
     tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency]."""
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib",
                "hbm_tbps", "matmul_efficiency", "attention_efficiency", "vendor"}
-    unknown = sorted(set(d) - allowed)
+    unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
     for req in ("name", "bf16_tflops", "hbm_gib", "hbm_tbps"):
         if req not in d:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
+    hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
+          "attention_efficiency": 1.0}
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib", "hbm_tbps",
               "matmul_efficiency", "attention_efficiency"):
         if k in d:
-            v = d[k]
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
-                raise SpecError(f"gpu.{k}", v, "must be a number > 0")
-            nums[k] = float(v)
+            nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True)
     bf16 = nums["bf16_tflops"]
-    return _g(str(d["name"]), nums.get("fp32_tflops", bf16 / 16), nums.get("tf32_tflops", bf16 / 2),
+    return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
+              nums.get("tf32_tflops", bf16 / 2),
               bf16, nums.get("fp8_tflops"), nums["hbm_gib"], nums["hbm_tbps"],
               nums.get("matmul_efficiency", 0.8), nums.get("attention_efficiency", 0.5),
-              str(d.get("vendor", "custom")))
+              check_name("gpu.vendor", d.get("vendor", "custom")))
+
+
+def gpu_to_mapping(gpu: GPU) -> str | dict:
+    """The file form of ``gpu``: its catalog name, or for a custom GPU the mapping that
+    ``gpu_from_mapping`` reads back (so a resolved cluster can be given again as input)."""
+    if GPUS.get(gpu.name) == gpu:
+        return gpu.name
+    d: dict = {"name": gpu.name}
+    for dtype in ("bf16", "fp8", "fp32", "tf32"):
+        if dtype in gpu.peak_flops:
+            d[f"{dtype}_tflops"] = gpu.peak_flops[dtype] / TERA
+    d.update(hbm_gib=gpu.hbm_bytes / GIB, hbm_tbps=gpu.hbm_bandwidth / 1e12,
+             matmul_efficiency=gpu.matmul_efficiency,
+             attention_efficiency=gpu.attention_efficiency, vendor=gpu.vendor)
+    return d
