@@ -1,0 +1,84 @@
+"""Benchmark of ``paraplan search`` on GPT-3 175B, 128 DGX A100 (1,024 GPUs), global batch 1536.
+
+Reports the analytic scoring rate (enumerate + prune + estimate + bound, plans per second),
+how many plans were simulated, the wall time of the whole search with 2 workers (target
+< 60 s on 2 cores) and with 1 worker, and the best plan against the Megatron-LM paper's.
+Each search runs in its own process (``paraplan search --json``), as a user would run it.
+
+    python experiments/bench_search.py                 # 2 workers, then 1
+    python experiments/bench_search.py --workers 2     # just one run
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+ARGS = ["search", "--model", "gpt3-175b", "--cluster", "dgx-a100:128", "--global-batch", "1536",
+        "--json"]
+
+
+def scoring_rate() -> dict:
+    from strategies.bound import step_time_lower_bound
+    from strategies.estimate_core import estimate_arrays
+    from strategies.presets import model_preset
+    from strategies.space import enumerate_space
+    from topologies.cluster import cluster_preset
+    m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
+    t0 = time.perf_counter()
+    sp = enumerate_space(m, cl, 1536)
+    estimate_arrays(m, cl, "bf16", sp.cols)
+    step_time_lower_bound(m, cl, "bf16", sp.cols)
+    wall = time.perf_counter() - t0
+    return {"raw_plans": sp.raw, "feasible": sp.size, "scoring_wall_s": wall,
+            "raw_plans_per_s": sp.raw / wall}
+
+
+def search(workers: int) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    t0 = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "simulator.cli", *ARGS, "--workers",
+                          str(workers)], cwd=ROOT, env=env, check=True, capture_output=True,
+                         text=True).stdout
+    wall = time.perf_counter() - t0
+    rep = json.loads(out)
+    best = rep["plans"][0]
+    return {"workers": workers, "process_wall_s": wall, "search_wall_s": rep["wall_s"],
+            "simulated": rep["evaluated"]["simulated"],
+            "simulations_run": rep["execution"]["simulations_run"],
+            "best": best["label"], "best_step_s": best["step_time_s"],
+            "recommended": rep["recommended"]["label"],
+            "references": {r["label"]: r["step_time_s"] for r in rep["references"]}}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--workers", type=int, action="append",
+                    help="worker counts to time (default: 2 then 1)")
+    ap.add_argument("--json", action="store_true", help="print a JSON record")
+    args = ap.parse_args()
+    rate = scoring_rate()
+    runs = [search(w) for w in (args.workers or [2, 1])]
+    if args.json:
+        print(json.dumps({"scoring": rate, "runs": runs, "cores": os.cpu_count()}, indent=2))
+        return
+    print(f"analytic scoring: {rate['raw_plans']:,} plans enumerated, {rate['feasible']:,} "
+          f"feasible, in {rate['scoring_wall_s']:.2f} s ({rate['raw_plans_per_s']:,.0f} "
+          f"plans/s, including enumeration and pruning)")
+    print(f"\n{'workers':>7} {'wall s':>7} {'simulated':>9} {'runs':>5}  best plan")
+    for r in runs:
+        print(f"{r['workers']:>7} {r['process_wall_s']:>7.1f} {r['simulated']:>9} "
+              f"{r['simulations_run']:>5}  {r['best']} ({r['best_step_s']:.3f} s)")
+    for label, t in runs[0]["references"].items():
+        print(f"reference {label}: {t:.3f} s ({100 * (t / runs[0]['best_step_s'] - 1):+.1f}% vs best)")
+    print(f"({os.cpu_count()} cores)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config.
+
+``megatron_args(job)`` gives the ``pretrain_gpt.py`` arguments (parallelism, batch, schedule,
+recomputation, precision, the model's shape); ``deepspeed_config(job)`` the JSON config
+where DeepSpeed can express the plan, and a ``SpecError`` naming what it cannot express
+otherwise (interleaving, context or Megatron sequence parallelism, expert parallelism,
+ZeRO-2/3 with pipelining, tensor with pipeline parallelism). Both return ``(text, notes)``:
+notes are the caveats a user must act on (printed on stderr by the CLI).
+
+>>> from strategies.presets import model_preset
+>>> from topologies.cluster import cluster_preset
+>>> from strategies.plan import parse_plan
+>>> from strategies.job import make_job
+>>> job = make_job(model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128),
+...                parse_plan("tp=8,pp=8,schedule=interleaved,vpp=3,sp=true,zero=1"),
+...                global_batch=1536)
+>>> text, _ = megatron_args(job)
+>>> "--num-layers-per-virtual-pipeline-stage 4" in text, "--use-distributed-optimizer" in text
+(True, True)
+"""
+from __future__ import annotations
+
+import json
+
+from strategies.errors import SpecError
+from strategies.job import Job
+
+EXPORTS = ("megatron", "deepspeed")
+
+
+def megatron_args(job: Job) -> tuple[str, list[str]]:
+    """Megatron-LM launch arguments (a ``torchrun … pretrain_gpt.py`` line)."""
+    p, m, cl = job.plan, job.model, job.cluster
+    notes: list[str] = []
+    if p.zero == 3:
+        raise SpecError("--export", "megatron", "ZeRO-3 has no Megatron-LM argument this "
+                        "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
+    a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
+         f"--context-parallel-size {p.cp}"]
+    if p.ep > 1:
+        a.append(f"--expert-model-parallel-size {p.ep}")
+    if p.schedule == "interleaved":
+        a.append(f"--num-layers-per-virtual-pipeline-stage {m.num_layers // (p.pp * p.vpp)}")
+    elif p.schedule == "gpipe" and p.pp > 1:
+        notes.append("Megatron-LM has no GPipe schedule: it will run 1F1B (same compute, "
+                     "fewer micro-batches in flight)")
+    if p.sp:
+        a.append("--sequence-parallel")
+    if p.recompute == "full":
+        a += ["--recompute-granularity full", "--recompute-method uniform",
+              "--recompute-num-layers 1"]
+    elif p.recompute == "selective":
+        a.append("--recompute-granularity selective")
+    if p.zero >= 1:
+        a.append("--use-distributed-optimizer")
+    if p.zero == 2:
+        notes.append("ZeRO-2: Megatron's distributed optimizer reduce-scatters gradients and "
+                     "shards the optimizer state, but keeps the full gradient buffer (more "
+                     "memory than ZeRO-2 assumes)")
+    if p.overlap_grad_reduce and p.dp > 1:
+        a.append("--overlap-grad-reduce")
+    if p.overlap_param_gather and p.zero >= 1 and p.dp > 1:
+        a.append("--overlap-param-gather")
+    if p.tp_comm_overlap:
+        a.append("--tp-comm-overlap")
+    if p.flash_attn:
+        a.append("--use-flash-attn")
+    a += [f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.gbs}",
+          f"--seq-length {job.seq_len}",
+          f"--max-position-embeddings {max(job.seq_len, m.max_position_embeddings or 0)}"]
+    a += {"bf16": ["--bf16"], "fp16": ["--fp16"],
+          "fp8": ["--bf16", "--fp8-format hybrid"]}[job.dtype]
+    a += _model_args(m)
+    head = f"torchrun --nproc_per_node {cl.gpus_per_node} --nnodes {cl.num_nodes} pretrain_gpt.py"
+    return " \\\n    ".join([head] + a), notes
+
+
+def _model_args(m) -> list[str]:
+    a = [f"--num-layers {m.num_layers}", f"--hidden-size {m.hidden_size}",
+         f"--num-attention-heads {m.num_attention_heads}",
+         f"--ffn-hidden-size {m.ffn_hidden_size}"]
+    if m.kv_heads != m.num_attention_heads:
+        a += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    if m.gated:
+        a.append("--swiglu")
+    if m.norm.lower().startswith("rms"):
+        a.append("--normalization RMSNorm")
+    if m.position_embedding == "rope":
+        a.append("--position-embedding-type rope")
+    if not m.tie_word_embeddings:
+        a.append("--untie-embeddings-and-output-weights")
+    if not m.bias:
+        a.append("--disable-bias-linear")
+    if m.is_moe:
+        a += [f"--num-experts {m.num_experts}", f"--moe-router-topk {m.moe_router_topk}"]
+        if m.moe_ffn_hidden_size:
+            a.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
+    return a
+
+
+def _refuse(why: str) -> None:
+    raise SpecError("--export", "deepspeed", f"cannot express this plan: {why} "
+                    "(use --export megatron, or --fix the dimension)")
+
+
+def deepspeed_config(job: Job) -> tuple[str, list[str]]:
+    """A DeepSpeed config (JSON) for the plan, or a SpecError naming what does not map."""
+    p = job.plan
+    notes: list[str] = []
+    if p.schedule == "interleaved":
+        _refuse("DeepSpeed's pipeline engine has no interleaved schedule")
+    if p.cp > 1:
+        _refuse("DeepSpeed has no ring-attention context parallelism (Ulysses is another "
+                "scheme)")
+    if p.sp:
+        _refuse("DeepSpeed's tensor parallelism (AutoTP) has no Megatron sequence parallelism")
+    if p.ep > 1:
+        _refuse("DeepSpeed sets expert parallelism in the model code (deepspeed.moe), not in "
+                "its config")
+    if p.pp > 1 and p.zero >= 2:
+        _refuse(f"DeepSpeed does not combine ZeRO-{p.zero} with pipeline parallelism")
+    if p.pp > 1 and p.tp > 1:
+        _refuse("DeepSpeed's AutoTP does not combine with its pipeline engine (3D "
+                "parallelism needs Megatron-DeepSpeed)")
+    if p.tp > 1 and p.zero == 3:
+        _refuse("DeepSpeed's AutoTP training supports ZeRO stages 0-2 only")
+    if p.pp > 1 and p.schedule == "gpipe":
+        _refuse("DeepSpeed's pipeline engine runs 1F1B, not GPipe")
+    if job.dtype == "fp8":
+        _refuse("DeepSpeed's config has no fp8 switch (Transformer Engine sets it in code)")
+    cfg = {
+        "train_batch_size": p.gbs,
+        "train_micro_batch_size_per_gpu": p.mbs,
+        "gradient_accumulation_steps": job.num_microbatches,
+        "bf16" if job.dtype == "bf16" else "fp16": {"enabled": True},
+        "zero_optimization": {"stage": p.zero, "overlap_comm": p.overlap_grad_reduce,
+                              "contiguous_gradients": True, "reduce_bucket_size": 40_000_000},
+    }
+    if p.tp > 1:
+        cfg["tensor_parallel"] = {"autotp_size": p.tp}
+    if p.recompute == "full":
+        cfg["activation_checkpointing"] = {"partition_activations": p.tp > 1,
+                                           "contiguous_memory_optimization": False,
+                                           "cpu_checkpointing": False}
+        notes.append("full recomputation: wrap each layer with "
+                     "deepspeed.checkpointing.checkpoint (or enable the model's gradient "
+                     "checkpointing)")
+    if p.pp > 1:
+        notes.append(f"pipeline parallelism: build the model as "
+                     f"deepspeed.pipe.PipelineModule(..., num_stages={p.pp}); DeepSpeed reads "
+                     "the stage count from the model, not from this config")
+    return json.dumps(cfg, indent=2), notes
+
+
+def export(kind: str, job: Job) -> tuple[str, list[str]]:
+    if kind == "megatron":
+        return megatron_args(job)
+    if kind == "deepspeed":
+        return deepspeed_config(job)
+    raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")

@@ -1,0 +1,318 @@
+"""Running the search's simulations: in this process, over local processes, or as Ray tasks;
+and the results file (JSON lines) that makes a search resumable.
+
+Every executor follows ``strategies.search.Executor``: ``submit(index)``, ``wait()`` ->
+``[(index, step seconds)]``, ``capacity``; the full result of each evaluation (a small dict,
+``evaluate``) is kept in ``executor.results[index]``.
+
+Results file: one line per finished simulation, written and flushed as it arrives::
+
+    {"key": "tp=8,pp=8,dp=16,…", "context": "<hash of model, cluster, batch, dtype>",
+     "result": {"step_time_s": …, …}}
+
+``--resume`` reads it back (a torn last line, from a kill mid-write, is dropped and cut off),
+refuses lines from another search (another context), and serves those plans from the file:
+nothing finished is lost, nothing is simulated twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import wait as futures_wait
+from typing import Any, Callable
+
+from strategies.errors import SpecError
+from strategies.job import make_job
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from topologies.cluster import Cluster
+
+RESULT_KEYS = ("step_time_s", "bubble_fraction", "exposed_comm_s", "overlapped_comm_s",
+               "breakdown_s", "events", "wall_s")
+
+
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan; the figures the search reports."""
+    from simulator.simulate import simulate
+    try:
+        res = simulate(make_job(model, cluster, plan, dtype=dtype))
+    except Exception as e:
+        raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
+                           f"failed: {type(e).__name__}: {e}") from e
+    m = res.metrics
+    return {"step_time_s": float(res.step_time_s),
+            "bubble_fraction": float(m["bubble_fraction"]),
+            "exposed_comm_s": float(m["exposed_comm_s"]),
+            "overlapped_comm_s": float(m["overlapped_comm_s"]),
+            "breakdown_s": {k: float(v) for k, v in m["breakdown_s"].items()},
+            "events": int(res.events), "wall_s": float(res.wall_s)}
+
+
+# ----------------------------------------------------------------------- in this process
+class InProcess:
+    """One simulation at a time in the calling process (``--workers 1``)."""
+
+    capacity = 1
+
+    def __init__(self, ctx: tuple, plan_of: Callable[[int], Plan]) -> None:
+        self.ctx, self.plan_of = ctx, plan_of
+        self.todo: list[int] = []
+        self.results: dict[int, dict] = {}
+
+    def submit(self, index: int) -> None:
+        self.todo.append(index)
+
+    def wait(self) -> list[tuple[int, float]]:
+        i = self.todo.pop(0)
+        self.results[i] = evaluate(*self.ctx, self.plan_of(i))
+        return [(i, self.results[i]["step_time_s"])]
+
+    def close(self) -> None:
+        pass
+
+
+# ----------------------------------------------------------------------- local processes
+_CTX: tuple | None = None
+
+
+def _init_worker(ctx: tuple) -> None:
+    global _CTX
+    _CTX = ctx
+
+
+def _run_in_worker(plan: Plan) -> dict[str, Any]:
+    assert _CTX is not None
+    return evaluate(*_CTX, plan)
+
+
+class LocalPool:
+    """``workers`` local processes (``concurrent.futures``), each holding the model and
+    the cluster (sent once) and its own cached cluster graph."""
+
+    def __init__(self, ctx: tuple, plan_of: Callable[[int], Plan], workers: int) -> None:
+        import multiprocessing as mp
+        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
+                                        initializer=_init_worker, initargs=(ctx,))
+        self.capacity, self.plan_of = workers, plan_of
+        self.futures: dict[Future, int] = {}
+        self.results: dict[int, dict] = {}
+
+    def submit(self, index: int) -> None:
+        self.futures[self.pool.submit(_run_in_worker, self.plan_of(index))] = index
+
+    def wait(self) -> list[tuple[int, float]]:
+        done, _ = futures_wait(list(self.futures), return_when=FIRST_COMPLETED)
+        out = []
+        for f in sorted(done, key=lambda f: self.futures[f]):
+            i = self.futures.pop(f)
+            self.results[i] = f.result()
+            out.append((i, self.results[i]["step_time_s"]))
+        return out
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+# ----------------------------------------------------------------------- Ray
+def _import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise SpecError("--backend", "ray", "needs Ray, which is not installed: pip install "
+                        "'paraplan[ray]' (or pip install ray), or use --backend local") from None
+    return ray
+
+
+def _probe(address: str, timeout_s: float = 3.0) -> None:
+    """Fail fast on an unreachable ``host:port`` (``ray.init`` would retry for minutes)."""
+    import socket
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1].rsplit("/", 1)[0]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise SpecError("--ray-address", address, "must be host:port, ray://host:port or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as e:
+        raise SpecError("--ray-address", address, f"cannot connect ({e.strerror or e}); is a "
+                        "Ray head running there (ray start --head)?") from None
+
+
+class RayPool:
+    """Ray tasks on the cluster at ``address`` (None: start a local instance with
+    ``workers`` CPUs and shut it down at the end)."""
+
+    def __init__(self, ctx: tuple, plan_of: Callable[[int], Plan], workers: int,
+                 address: str | None) -> None:
+        ray = self.ray = _import_ray()
+        self.owned = not ray.is_initialized()
+        if self.owned:
+            kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
+                                  "configure_logging": False}
+            if address:
+                _probe(address)
+                try:
+                    ray.init(address=address, **kw)
+                except Exception as e:  # ConnectionError, ValueError, … (Ray's own types)
+                    raise SpecError("--ray-address", address, "cannot connect to a Ray "
+                                    f"cluster there ({type(e).__name__}: "
+                                    f"{str(e).splitlines()[0][:120] if str(e) else ''})") from None
+            else:
+                root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+                path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
+                ray.init(num_cpus=workers, runtime_env={"env_vars": {"PYTHONPATH": path}}, **kw)
+        self.task = ray.remote(num_cpus=1)(evaluate)
+        self.ctx_refs = [ray.put(x) for x in ctx]
+        total = int(ray.cluster_resources().get("CPU", workers))
+        self.capacity = max(1, total if address else workers)
+        self.plan_of = plan_of
+        self.refs: dict[Any, int] = {}
+        self.results: dict[int, dict] = {}
+
+    def submit(self, index: int) -> None:
+        self.refs[self.task.remote(*self.ctx_refs, self.plan_of(index))] = index
+
+    def wait(self) -> list[tuple[int, float]]:
+        done, _ = self.ray.wait(list(self.refs), num_returns=1)
+        out = []
+        for ref in done:
+            i = self.refs.pop(ref)
+            self.results[i] = self.ray.get(ref)
+            out.append((i, self.results[i]["step_time_s"]))
+        return out
+
+    def close(self) -> None:
+        for ref in list(self.refs):
+            self.ray.cancel(ref, force=True)
+        if self.owned:
+            self.ray.shutdown()
+
+
+# ----------------------------------------------------------------------- results file
+def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int) -> str:
+    """What a stored result depends on besides its plan."""
+    blob = json.dumps({"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype,
+                       "gbs": gbs}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+class ResultsLog:
+    """Append-only JSON lines of finished simulations (see the module docstring)."""
+
+    def __init__(self, path: str, context: str, resume: bool) -> None:
+        self.path, self.context = path, context
+        self.done: dict[str, dict] = {}
+        exists = os.path.exists(path) and os.path.getsize(path) > 0
+        if exists and not resume:
+            raise SpecError("--results", path, "already holds results: pass --resume to "
+                            "continue that search, or choose another file")
+        d = os.path.dirname(os.path.abspath(path)) or "."
+        if not os.path.isdir(d):
+            raise SpecError("--results", path, f"directory {d} does not exist")
+        if exists:
+            self._load()
+        self.f = open(path, "a", encoding="utf-8")
+
+    def _load(self) -> None:
+        with open(self.path, "rb") as f:
+            data = f.read()
+        good = data.rfind(b"\n") + 1           # a torn last line (killed mid-write) is cut
+        if good < len(data):
+            with open(self.path, "r+b") as f:
+                f.truncate(good)
+        for n, line in enumerate(data[:good].decode("utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                key, ctx, res = rec["key"], rec["context"], rec["result"]
+            except (ValueError, KeyError, TypeError):
+                raise SpecError("--results", f"{self.path}:{n}", "is not a results line "
+                                "(JSON with key, context, result)") from None
+            if ctx != self.context:
+                raise SpecError("--results", self.path, "holds results of another search "
+                                "(model, cluster, batch or dtype differ): use another file")
+            self.done[key] = res
+
+    def write(self, key: str, result: dict) -> None:
+        self.f.write(json.dumps({"key": key, "context": self.context, "result": result},
+                                separators=(",", ":")) + "\n")
+        self.f.flush()
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class Cached:
+    """Serves plans already in ``log`` at once and records the others as they finish."""
+
+    def __init__(self, inner, keys: Callable[[int], str], log: ResultsLog | None) -> None:
+        self.inner, self.keys, self.log = inner, keys, log
+        self.capacity = inner.capacity
+        self.ready: list[int] = []
+        self.results: dict[int, dict] = {}
+        self.reused = self.simulated = 0
+
+    def submit(self, index: int) -> None:
+        if self.log is not None and self.keys(index) in self.log.done:
+            self.ready.append(index)
+        else:
+            self.inner.submit(index)
+
+    def wait(self) -> list[tuple[int, float]]:
+        if self.ready:
+            out = []
+            for i in self.ready:
+                self.results[i] = self.log.done[self.keys(i)]
+                out.append((i, float(self.results[i]["step_time_s"])))
+            self.reused += len(self.ready)
+            self.ready = []
+            return out
+        out = self.inner.wait()
+        self.simulated += len(out)
+        for i, _ in out:
+            self.results[i] = self.inner.results[i]
+            if self.log is not None:
+                self.log.write(self.keys(i), self.results[i])
+        return out
+
+    def close(self) -> None:
+        self.inner.close()
+        if self.log is not None:
+            self.log.close()
+
+
+def make_executor(backend: str, workers: int, ctx: tuple, plan_of: Callable[[int], Plan],
+                  ray_address: str | None = None):
+    """``local`` (in this process when ``workers`` is 1) or ``ray``."""
+    if backend == "ray":
+        return RayPool(ctx, plan_of, workers, ray_address)
+    if backend != "local":
+        raise SpecError("--backend", backend, "must be local or ray")
+    if workers <= 1:
+        return InProcess(ctx, plan_of)
+    return LocalPool(ctx, plan_of, workers)
+
+
+def progress_printer(enabled: bool, total_hint: Callable[[Any], int]):
+    """An ``on_result`` callback drawing a one-line progress bar on stderr."""
+    if not enabled:
+        return None
+    import time
+    t0 = time.perf_counter()
+
+    def draw(_i: int, _t: float, state) -> None:
+        done = len(state.times)
+        todo = max(done, total_hint(state))
+        width = 24
+        fill = int(width * done / max(todo, 1))
+        best = f"{state.best:.3f} s" if state.best < float("inf") else "-"
+        sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {done}/{todo} simulated, "
+                         f"best {best}, {time.perf_counter() - t0:.0f} s ")
+        sys.stderr.flush()
+    return draw

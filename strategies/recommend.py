@@ -1,0 +1,89 @@
+"""Which plan to recommend, and why, in words. Pure.
+
+Among the plans within a tolerance of the fastest, the simplest wins: fewer parallel
+dimensions, then no interleaving, then a lower ZeRO stage, then no cross-node tensor
+parallelism, then speed (``complexity``). ``explain`` says what the recommendation gives up
+against the fastest plan, and what dropping each dimension it keeps would cost.
+
+>>> from strategies.plan import Plan
+>>> complexity(Plan(tp=8, pp=8, dp=16, schedule="interleaved", vpp=3, zero=1), 8)
+(3, 1, 1, 0)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strategies.plan import Plan
+
+DIM_NAMES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
+             "cp": "context parallelism", "ep": "expert parallelism",
+             "dp": "data parallelism"}
+
+
+def complexity(plan: Plan, gpus_per_node: int) -> tuple[int, int, int, int]:
+    """``(parallel dimensions > 1 among tp, pp, cp, ep, dp; interleaved; ZeRO stage;
+    tp across nodes)``: smaller is simpler, compared in this order."""
+    dims = sum(1 for d in (plan.tp, plan.pp, plan.cp, plan.ep, plan.dp or 1) if d > 1)
+    return (dims, int(plan.vpp > 1), plan.zero, int(plan.tp > gpus_per_node))
+
+
+@dataclass(frozen=True)
+class Without:
+    """The best known plan without one dimension: ``seconds`` is its simulated time
+    (``exact``) or a lower bound on every such plan; None when no feasible plan lacks it."""
+
+    dim: str
+    plan: Plan | None
+    seconds: float | None
+    exact: bool
+
+
+def _pct(a: float, b: float) -> str:
+    return f"{100 * (a / b - 1):.1f}%"
+
+
+def declined(pick: Plan, best: Plan, gpus_per_node: int) -> list[str]:
+    """The complications of ``best`` that ``pick`` does without."""
+    out = []
+    extra = [d for d in ("tp", "pp", "cp", "ep", "dp")
+             if getattr(best, d) > 1 and getattr(pick, d) == 1]
+    if extra:
+        out.append("the extra dimension" + ("s " if len(extra) > 1 else " ")
+                   + ", ".join(f"{d} {getattr(best, d)}" for d in extra))
+    if best.vpp > 1 and pick.vpp == 1:
+        out.append(f"interleaving (vpp {best.vpp})")
+    if best.zero > pick.zero:
+        out.append(f"ZeRO-{best.zero} (ZeRO-{pick.zero} suffices)")
+    if best.tp > gpus_per_node >= pick.tp:
+        out.append("tensor parallelism across nodes")
+    return out
+
+
+def explain(pick: Plan, pick_s: float, best: Plan, best_s: float, tolerance: float,
+            gpus_per_node: int, without: list[Without]) -> list[str]:
+    """Sentences: why ``pick`` over the fastest ``best``, and why each dimension it keeps."""
+    why = []
+    if pick == best:
+        why.append(f"it is the fastest plan ({pick_s:.3f} s per step) and no plan within "
+                   f"{100 * tolerance:g}% of it is simpler")
+    else:
+        gave_up = declined(pick, best, gpus_per_node)
+        simpler = (" (it does without " + " and ".join(gave_up) + ")") if gave_up else ""
+        why.append(f"it is within {_pct(pick_s, best_s)} of the fastest plan ({best.short()}, "
+                   f"{best_s:.3f} s) and simpler{simpler}: the fastest plan's extra complexity "
+                   f"buys {_pct(pick_s, best_s)} ({pick_s - best_s:.3f} s per step), inside "
+                   f"the {100 * tolerance:g}% tolerance")
+    for w in without:
+        name = f"{DIM_NAMES[w.dim]} ({w.dim} {getattr(pick, w.dim)})"
+        if w.seconds is None:
+            why.append(f"{name} is needed: no feasible plan does without it")
+        elif w.seconds < pick_s:
+            why.append(f"{name}: a plan without it could be up to {_pct(pick_s, w.seconds)} "
+                       f"faster (bound {w.seconds:.3f} s) but none is simpler")
+        elif w.exact:
+            why.append(f"{name}: the best plan without it ({w.plan.short()}) is "
+                       f"{_pct(w.seconds, pick_s)} slower ({w.seconds:.3f} s)")
+        else:
+            why.append(f"{name}: every plan without it is at least {_pct(w.seconds, pick_s)} "
+                       f"slower (lower bound {w.seconds:.3f} s)")
+    return why

@@ -1,0 +1,169 @@
+"""The bound-ordered search: exact against brute force (property test), independent of the
+executor; the schedule facts the bound relies on; the bound never beats the simulator; the
+pruned search equals the exhaustive one on small cases."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from strategies.bound import step_time_lower_bound
+from strategies.job import make_job
+from strategies.plan import Plan, parse_plan
+from strategies.presets import model_preset
+from strategies.recommend import complexity, explain
+from strategies.schedules import get_schedule
+from strategies.search import SerialExecutor, bound_ordered_search
+from strategies.space import SpaceOptions, columns_from_plans, enumerate_space
+from topologies.cluster import cluster_preset
+
+
+class Scrambled:
+    """A fake parallel executor: ``capacity`` in flight, finishing in a shuffled order."""
+
+    def __init__(self, fn, capacity, seed):
+        self.fn, self.capacity, self.todo = fn, capacity, []
+        self.rng = np.random.default_rng(seed)
+
+    def submit(self, i):
+        self.todo.append(i)
+
+    def wait(self):
+        j = int(self.rng.integers(len(self.todo)))
+        i = self.todo.pop(j)
+        return [(i, self.fn(i))]
+
+
+def brute(times, cx, k, tol):
+    order = sorted(range(len(times)), key=lambda i: (times[i], i))
+    best = times[order[0]]
+    pool = [i for i in order if times[i] <= (1 + tol) * best]
+    return order[:k], min(pool, key=lambda i: (cx[i], times[i], i))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.floats(1.0, 2.0), st.floats(0.0, 0.5), st.integers(0, 3),
+                          st.integers(0, 1)), min_size=1, max_size=40),
+       st.integers(1, 6), st.sampled_from([0.0, 0.03, 0.2]), st.integers(1, 4),
+       st.integers(0, 10))
+def test_search_is_exact_and_executor_independent(cands, k, tol, cap, seed):
+    bounds = [b for b, _, _, _ in cands]
+    times = [b + gap for b, gap, _, _ in cands]
+    cx = [(d, z) for _, _, d, z in cands]
+    keys = [f"{i:04d}" for i in range(len(cands))]
+    top, pick = brute(times, cx, k, tol)
+    serial = bound_ordered_search(bounds, SerialExecutor(lambda i: times[i]), k, tol,
+                                  keys=keys, complexity=cx)
+    par = bound_ordered_search(bounds, Scrambled(lambda i: times[i], cap, seed), k, tol,
+                               keys=keys, complexity=cx)
+    for out in (serial, par):
+        assert out.ranked == top[:k]
+        assert out.pick == pick
+    assert serial.needed == par.needed
+    full = bound_ordered_search(bounds, SerialExecutor(lambda i: times[i]), k, tol,
+                                exhaustive=True, keys=keys, complexity=cx)
+    assert full.ranked == serial.ranked and full.pick == serial.pick
+    assert len(full.evaluated) == len(cands)
+
+
+def test_search_refuses_a_broken_bound():
+    with pytest.raises(AssertionError, match="lower bound"):
+        bound_ordered_search([2.0], SerialExecutor(lambda i: 1.0), k=1)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
+def test_schedule_facts_behind_the_bound(schedule):
+    """First step F0.c0, last B(m-1).c0; with interleaving, B(m-1, v-1) is followed only
+    by backward steps, at most (v-1)·pp of them (strategies.bound, points 4 and 5)."""
+    fn = get_schedule(schedule)
+    for pp in (2, 3, 4, 8):
+        for m in (pp, 2 * pp, 3 * pp):
+            for v in ((2, 3, 4) if schedule == "interleaved" else (1,)):
+                for s in range(pp):
+                    steps = fn(s, pp, m, v, None)
+                    assert (steps[0].kind, steps[0].microbatch, steps[0].chunk) == ("F", 0, 0)
+                    assert (steps[-1].kind, steps[-1].microbatch, steps[-1].chunk) == \
+                        ("B", m - 1, 0)
+                    pos = [i for i, x in enumerate(steps)
+                           if (x.kind, x.microbatch, x.chunk) == ("B", m - 1, v - 1)][0]
+                    after = steps[pos + 1:]
+                    assert all(x.kind == "B" for x in after)
+                    assert len(after) <= (v - 1) * pp
+
+
+def test_complexity_and_explanation():
+    g = 8
+    simple = Plan(tp=8, pp=8, dp=16, zero=1)
+    fancy = Plan(tp=8, pp=8, dp=16, schedule="interleaved", vpp=3, zero=2)
+    assert complexity(simple, g) < complexity(fancy, g)
+    assert complexity(Plan(tp=8, dp=128), g) < complexity(simple, g)
+    assert complexity(Plan(tp=16, pp=8, dp=8), g)[3] == 1
+    why = explain(simple, 10.2, fancy, 10.0, 0.03, g, [])
+    assert "within 2.0%" in why[0] and "interleaving (vpp 3)" in why[0] and "ZeRO-2" in why[0]
+    assert "fastest" in explain(fancy, 10.0, fancy, 10.0, 0.03, g, [])[0]
+
+
+# ----------------------------------------------------------------------- against simulate
+BOUND_CASES = [("llama3-8b", "dgx-h100", 2, 32), ("gpt3-175b", "dgx-a100", 8, 32),
+               ("mixtral-8x7b", "dgx-h100", 2, 16), ("gpt-1.7b", "dgx-a100", 2, 64)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", BOUND_CASES)
+def test_bound_never_beats_the_simulation(case):
+    from simulator.simulate import simulate
+    name, cl_name, nodes, gbs = case
+    m, cl = model_preset(name), cluster_preset(cl_name, nodes)
+    sp = enumerate_space(m, cl, gbs, SpaceOptions(max_mbs=4, max_vpp=4,
+                                                  memory_limit_bytes=float("inf")))
+    bounds = step_time_lower_bound(m, cl, "bf16", sp.cols)
+    rng = np.random.default_rng(7)
+    idx = rng.choice(sp.size, size=min(18, sp.size), replace=False).tolist()
+    idx.append(int(np.argmin(bounds)))                 # and the tightest candidates
+    ratios = []
+    for i in idx:
+        res = simulate(make_job(m, cl, sp.plan(i)))
+        assert bounds[i] <= res.step_time_s, (sp.key(i), bounds[i], res.step_time_s)
+        ratios.append(bounds[i] / res.step_time_s)
+    assert np.median(ratios) > 0.9                      # and it is not trivially loose
+
+
+def test_bound_is_tight_without_communication():
+    """One GPU per stage in one node, no tp/dp: the bound is the 1F1B closed form, which the
+    simulation reaches up to the point-to-point messages."""
+    from simulator.simulate import simulate
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1)
+    job = make_job(m, cl, parse_plan("tp=1,pp=8,mbs=1,schedule=1f1b"), global_batch=16)
+    b = step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]))[0]
+    t = simulate(job).step_time_s
+    assert b <= t and b / t > 0.995
+
+
+def test_zero1_and_zero2_simulate_identically():
+    """The space prunes ZeRO-2 where ZeRO-1 fits on this ground (strategies.space)."""
+    from simulator.simulate import simulate
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
+    t = [simulate(make_job(m, cl, parse_plan(f"tp=2,pp=2,mbs=1,zero={z}"),
+                           global_batch=16)).step_time_s for z in (1, 2)]
+    assert t[0] == t[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [
+    ("llama3-8b", "dgx-h100", 2, 8),
+    ("gpt3-175b", "dgx-a100", 8, 8),
+])
+def test_pruned_search_equals_exhaustive(args):
+    from simulator.search_run import SearchConfig, run_search
+    name, cl_name, nodes, gbs = args
+    cfg = dict(model=model_preset(name), cluster=cluster_preset(cl_name, nodes), gbs=gbs,
+               options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
+    pruned = run_search(SearchConfig(**cfg))
+    full = run_search(SearchConfig(exhaustive=True, **cfg))
+    assert full["evaluated"]["simulated"] == full["space"]["feasible"]
+    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
+    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
+    assert [p["step_time_s"] for p in pruned["plans"]] == \
+        [p["step_time_s"] for p in full["plans"]]
+    assert pruned["recommended"]["key"] == full["recommended"]["key"]
