@@ -1,0 +1,195 @@
+"""Report: pipeline schedules side by side (docs/reports/schedules.md).
+
+Runs two ``paraplan compare`` commands and writes ``schedules.md`` with their figures and JSON:
+
+1. the plan under ``--schedules`` (default GPipe, 1F1B, interleaved with 2 and 4 chunks) with
+   timelines and the bubble sweep over micro-batch counts against the closed forms;
+2. the timeline picture of issue 3: GPT-3 175B on 8 pipeline stages, 1F1B vs interleaved,
+   with fewer micro-batches so that every bar is readable.
+
+    python experiments/report_schedules.py                    # docs/reports/
+    python experiments/report_schedules.py --model gpt-1.7b --cluster dgx-a100:1 \\
+        --plan tp=2,pp=4,gbs=8 --pair-gbs 8 --out /tmp/r       # a small, fast run
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_table,  # noqa: E402
+                                 paraplan, rel, shell, this_command)
+
+NAME = "schedules"
+GIB = 2 ** 30
+
+
+def compare_args(a: argparse.Namespace, plan: str, schedules: str, timeline: str,
+                 sweep: str | None) -> list[str]:
+    args = ["compare", "--model", a.model, "--cluster", a.cluster, "--plan", plan,
+            "--schedules", schedules, "--timeline", timeline]
+    if sweep:
+        args += ["--sweep", sweep]
+        if a.sweep_microbatches:
+            args += ["--sweep-microbatches", a.sweep_microbatches]
+    return args
+
+
+def with_gbs(plan: str, gbs: int) -> str:
+    items = [i for i in plan.split(",") if i.strip() and not i.strip().startswith("gbs=")]
+    return ",".join(items + [f"gbs={gbs}"])
+
+
+def _rows_table(out: dict[str, Any]) -> str:
+    rows = []
+    for r in out["rows"]:
+        if not r["valid"]:
+            rows.append([r["schedule"], f"invalid here: {r['error']}"] + ["-"] * 7)
+            continue
+        rows.append([r["schedule"], fmt(r["step_time_s"], 3), fmt(r["analytic_step_time_s"], 3),
+                     fmt(100 * r["bubble_fraction"], 1, " %"),
+                     f"{r['bubble_over_ideal']:.3f} / {r['bubble_closed_form']:.3f}",
+                     fmt(r["memory"]["peak_gib"], 1) + ("" if r["fits"] else " (over)"),
+                     fmt(r["memory"]["simulated_activations_peak_gib"], 1),
+                     fmt(r["p2p"]["per_gpu_bytes"] / GIB, 2),
+                     fmt(r["p2p"]["total_bytes"] / GIB, 1)])
+    return md_table(["schedule", "step s (sim)", "step s (analytic)", "bubble (worst stage)",
+                     "bubble/ideal sim / closed", "peak GiB", "activations GiB (sim)",
+                     "p2p GiB per GPU", "p2p GiB all GPUs"], rows, align="lrrrrrrrr")
+
+
+def _observations(out: dict[str, Any]) -> list[str]:
+    """Sentences computed from the rows (nothing here is typed in by hand)."""
+    rows = {r["schedule"]: r for r in out["rows"] if r["valid"]}
+    notes = []
+    if "gpipe" in rows and "1f1b" in rows:
+        g, o = rows["gpipe"], rows["1f1b"]
+        notes.append(f"GPipe holds every micro-batch's activations: peak "
+                     f"{g['memory']['peak_gib']:.1f} GiB per GPU against "
+                     f"{o['memory']['peak_gib']:.1f} GiB for 1F1B "
+                     f"({g['memory']['peak_gib'] / o['memory']['peak_gib']:.2f}x), for a step "
+                     f"time within {100 * abs(g['step_time_s'] / o['step_time_s'] - 1):.2f} %.")
+    by_vpp = {r["vpp"]: r for r in rows.values() if r["schedule"] != "gpipe"}
+    inter = sorted(by_vpp.items())
+    if len(inter) > 1:
+        b = [r["bubble_over_ideal"] for _, r in inter]
+        shrinking = all(x > y for x, y in zip(b, b[1:]))
+        notes.append("Bubble over ideal time by chunks per rank: "
+                     + ", ".join(f"vpp={v}: {r['bubble_over_ideal']:.3f} (closed form "
+                                 f"{r['bubble_closed_form']:.3f})" for v, r in inter)
+                     + (" — it shrinks with every added chunk." if shrinking else
+                        " — it does NOT shrink monotonically here."))
+        first, last = inter[0][1], inter[-1][1]
+        notes.append(f"Point-to-point traffic grows with the chunks: "
+                     f"{first['p2p']['total_bytes'] / GIB:.1f} GiB ({first['schedule']}) to "
+                     f"{last['p2p']['total_bytes'] / GIB:.1f} GiB ({last['schedule']}) per step "
+                     f"over all GPUs.")
+    return notes
+
+
+def _sweep_section(out: dict[str, Any]) -> list[str]:
+    sw = out["sweep"]
+    pts = [p for p in sw["points"] if "error" not in p]
+    ag = sw["agreement"]
+    lines = ["## Bubble against micro-batches and chunks", "",
+             f"![bubble sweep]({NAME}_sweep.png)", "",
+             "Bubble in units of the ideal time (idle over busy, on the bottleneck stage) "
+             "against the closed forms (pp-1)/m (GPipe, 1F1B) and (pp-1)/(vpp·m) "
+             "(interleaved), simulated over the real network and with free communication.", "",
+             md_table(["schedule", "micro-batches", "simulated", "free communication",
+                       "closed form", "simulated / closed"],
+                      [[p["schedule"], p["num_microbatches"], f"{p['simulated']:.4f}",
+                        f"{p['simulated_free_comm']:.4f}", f"{p['closed_form']:.4f}",
+                        f"{p['simulated'] / p['closed_form']:.3f}"] for p in pts]), ""]
+    for key, name in (("simulated", "over the network"),
+                      ("simulated_free_comm", "with free communication")):
+        if key not in ag:
+            continue
+        a = ag[key]
+        line = (f"- Simulated {name}: within {100 * a['max_rel_diff']:.1f} % of the closed "
+                f"form at every one of {a['points']} points")
+        if a.get("chunk_ratio_max_rel_diff") is not None:
+            line += (f"; the ratio bubble(vpp)/bubble(1F1B) at equal m is within "
+                     f"{100 * a['chunk_ratio_max_rel_diff']:.1f} % of 1/vpp "
+                     f"({a['chunk_ratio_points']} points)")
+        lines.append(line + ".")
+    lines += ["", "The closed forms assume identical stages and count no optimizer step; the "
+              "embedding on the first stage and the LM head on the last make those stages "
+              "heavier, which moves the absolute values while the ratios between schedules "
+              "stay those of the closed forms."]
+    bad = [p for p in sw["points"] if "error" in p]
+    if bad:
+        lines += ["", "Refused combinations: " + "; ".join(
+            f"{p['schedule']} m={p['num_microbatches']} ({p['error']})" for p in bad)]
+    return lines
+
+
+def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd: str) -> str:
+    inp = main_out["inputs"]
+    p = inp["plan"]
+    parts = [header("Pipeline schedules side by side", command),
+             f"One plan, {inp['model']['name']} on {inp['cluster']['name']} "
+             f"(tp={p['tp']}, pp={p['pp']}, dp={p['dp']}, mbs={p['mbs']}, gbs={p['gbs']}, "
+             f"{inp['num_microbatches']} micro-batches per pipeline), under each schedule:", "",
+             f"`{main_cmd}`", "",
+             _rows_table(main_out), "",
+             "Bubble (worst stage): idle compute over the step. Bubble/ideal: idle over busy "
+             "time on the bottleneck stage, against the closed form. Peak memory is the "
+             "estimator's per-GPU peak (\"over\": above the GPU's memory); the activation "
+             "peak is measured on the simulated timeline; point-to-point bytes are the "
+             "simulated sends of one step.", ""]
+    parts += [f"- {n}" for n in _observations(main_out)]
+    parts += ["", f"![timelines]({NAME}_timeline.png)", ""]
+    parts += _sweep_section(main_out)
+    pin = pair_out["inputs"]
+    names = " against ".join(r["schedule"] for r in pair_out["rows"])
+    parts += ["", f"## {pin['model']['name']}: {names}", "",
+              f"{pin['model']['name']} on {pin['cluster']['name']}, "
+              f"{pin['plan']['pp']} pipeline stages, {pin['num_microbatches']} micro-batches "
+              "(issue 3's timeline picture). Hatched: idle compute (the bubble); lighter "
+              "shades: later model chunks.", "",
+              f"`{pair_cmd}`", "",
+              f"![1F1B vs interleaved]({NAME}_1f1b_vs_interleaved.png)", "",
+              _rows_table(pair_out)]
+    return "\n".join(parts)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--model", default="gpt3-175b")
+    ap.add_argument("--cluster", default="dgx-a100:8")
+    ap.add_argument("--plan", default="tp=8,pp=8,mbs=1,gbs=32,recompute=selective,sp=true")
+    ap.add_argument("--schedules", default="gpipe,1f1b,interleaved:2,interleaved:4")
+    ap.add_argument("--sweep-microbatches", default=None)
+    ap.add_argument("--pair", default="1f1b,interleaved:2",
+                    help="schedules of the second picture")
+    ap.add_argument("--pair-gbs", type=int, default=16, help="global batch of the second picture")
+    a = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    final = {k: rel(os.path.join(a.out, f"{NAME}_{k}.png"))
+             for k in ("timeline", "sweep", "1f1b_vs_interleaved")}
+    pair_plan = with_gbs(a.plan, a.pair_gbs)
+    with ReportWriter(a.out) as w:
+        main_out = paraplan(compare_args(a, a.plan, a.schedules, w.path(f"{NAME}_timeline.png"),
+                                         w.path(f"{NAME}_sweep.png")))
+        pair_out = paraplan(compare_args(a, pair_plan, a.pair,
+                                         w.path(f"{NAME}_1f1b_vs_interleaved.png"), None))
+        main_cmd = shell(["paraplan", *compare_args(a, a.plan, a.schedules, final["timeline"],
+                                                    final["sweep"])])
+        pair_cmd = shell(["paraplan", *compare_args(a, pair_plan, a.pair,
+                                                    final["1f1b_vs_interleaved"], None)])
+        w.json(f"{NAME}.json", {"compare": main_out, "pair": pair_out,
+                                "commands": [main_cmd, pair_cmd]})
+        w.text(f"{NAME}.md", render(main_out, pair_out,
+                                    this_command("report_schedules.py", argv), main_cmd, pair_cmd))
+        for f in w.commit():
+            print(f"wrote {rel(f)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,104 @@
+"""The report scripts (``experiments/report_*.py``) on small inputs: each writes its Markdown,
+figures and JSON, names the command that regenerates it, and takes its numbers from the run."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from experiments import (report_analytic_vs_sim, report_schedules, report_speed,
+                         report_validation)
+from experiments._report import ReportWriter, md_table
+from tests.test_validate_cli import ENTRIES
+
+
+def _no_temporaries(folder) -> None:
+    assert not [f for f in os.listdir(folder) if f.startswith(".")]
+
+
+def test_validation_report(tmp_path):
+    ref = tmp_path / "ref.json"
+    ref.write_text(json.dumps(ENTRIES))
+    out = tmp_path / "r"
+    assert report_validation.main(["--reference", str(ref), "--out", str(out),
+                                   "--jobs", "1"]) == 0
+    md = (out / "validation.md").read_text()
+    data = json.loads((out / "validation.json").read_text())
+    assert "python experiments/report_validation.py" in md
+    assert f"paraplan validate --plot {out / 'validation.png'}" in md
+    assert f"{data['analytic']['mape_pct']:.2f} %" in md
+    assert f"{data['simulated']['mape_pct']:.2f} %" in md
+    assert "tiny_broken" in md and (out / "validation.png").stat().st_size > 10_000
+    _no_temporaries(out)
+
+
+@pytest.mark.slow
+def test_schedules_report(tmp_path):
+    assert report_schedules.main(["--model", "gpt-1.7b", "--cluster", "dgx-a100:1",
+                                  "--plan", "tp=2,pp=4,gbs=8", "--schedules",
+                                  "gpipe,1f1b,interleaved:2", "--sweep-microbatches", "4,8",
+                                  "--pair-gbs", "8", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "schedules.md").read_text()
+    data = json.loads((tmp_path / "schedules.json").read_text())
+    for cmd in data["commands"]:
+        assert f"`{cmd}`" in md
+        assert cmd.startswith("paraplan compare --model gpt-1.7b")
+    rows = {r["schedule"]: r for r in data["compare"]["rows"]}
+    assert f"peak {rows['gpipe']['memory']['peak_gib']:.1f} GiB" in md
+    assert "it shrinks with every added chunk" in md
+    for png in ("timeline", "sweep", "1f1b_vs_interleaved"):
+        assert (tmp_path / f"schedules_{png}.png").stat().st_size > 10_000
+    _no_temporaries(tmp_path)
+
+
+def test_analytic_vs_sim_report(tmp_path):
+    assert report_analytic_vs_sim.main(["--quick", "--jobs", "1", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "analytic_vs_sim.md").read_text()
+    data = json.loads((tmp_path / "analytic_vs_sim.json").read_text())
+    s = data["summary"]
+    assert "python experiments/report_analytic_vs_sim.py --quick" in md
+    assert "--jobs" not in md.split("\n")[2]
+    assert s["plans"] == len(data["plans"]) > 3
+    assert f"median |difference| {s['median_abs_diff_pct']:.2f} %" in md
+    for r in data["plans"]:   # the parts add up to the step-time difference
+        total = sum(r["diff_parts_s"].values())
+        assert total == pytest.approx(r["simulated_step_time_s"] - r["analytic_step_time_s"],
+                                      abs=1e-6)
+    assert (tmp_path / "analytic_vs_sim.png").stat().st_size > 10_000
+    _no_temporaries(tmp_path)
+
+
+def test_plan_space_is_valid_plans_only():
+    plans = list(report_analytic_vs_sim.plan_space(report_analytic_vs_sim.QUICK_GRID))
+    assert plans and all(p.pp > 1 or p.schedule == "1f1b" for p in plans)
+
+
+@pytest.mark.slow
+def test_speed_report(tmp_path):
+    assert report_speed.main(["--cases", "175b-folded", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "speed.md").read_text()
+    data = json.loads((tmp_path / "speed.json").read_text())
+    case = data["cases"][0]
+    assert case["case"] == "175b-folded" and case["events"] > 0
+    assert f"{case['events']:,}" in md and "python experiments/report_speed.py" in md
+    _no_temporaries(tmp_path)
+
+
+def test_report_writer_is_all_or_nothing(tmp_path):
+    (tmp_path / "a.md").write_text("old")
+    with pytest.raises(RuntimeError):
+        with ReportWriter(tmp_path) as w:
+            w.text("a.md", "new")
+            raise RuntimeError("the run failed")
+    assert (tmp_path / "a.md").read_text() == "old"
+    _no_temporaries(tmp_path)
+    with ReportWriter(tmp_path) as w:
+        w.text("a.md", "new")
+        w.commit()
+    assert (tmp_path / "a.md").read_text() == "new\n"
+
+
+def test_md_table_escapes_pipes():
+    t = md_table(["a", "b"], [["x|y", 1]])
+    assert "x\\|y" in t and t.count("\n") == 2
