@@ -1,41 +1,109 @@
-"""Measured vs analytic step time on the published runs (tier 1 by default).
+"""Measured vs analytic vs simulated step time on the published runs, per run, per family and
+per framework (the tables of docs/calibration.md).
 
-Run: python experiments/validate_published.py [--tiers 1,2] [--verbose]
+Run:
+    python experiments/validate_published.py                    # tier 1, analytic + simulated
+    python experiments/validate_published.py --no-sim           # analytic only (a second)
+    python experiments/validate_published.py --tiers 2,3 --no-sim --markdown
+
+Uses ``simulator.validation`` (the code behind ``paraplan validate``): the same cases, jobs,
+assumptions and simulation method. A *family* is a run's id without its scale suffix (GPU
+count, sequence length, micro-batch size); a *framework* is the software profile the case
+was given (``strategies.reference.framework_of``).
 """
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.estimate import estimate  # noqa: E402
-from strategies.reference import reference_cases  # noqa: E402
+from simulator.cmd_validate import parse_tiers  # noqa: E402
+from simulator.validation import default_jobs, load_cases, mape, validate_cases  # noqa: E402
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--tiers", default="1")
-    ap.add_argument("--verbose", action="store_true")
-    a = ap.parse_args()
-    cases = reference_cases(tiers=tuple(int(t) for t in a.tiers.split(",")))
-    errs = []
-    print(f"{'case':44s} {'plan':38s} {'measured':>9s} {'analytic':>9s} {'error':>7s}")
-    for c in cases:
-        if c.job is None:
-            if a.verbose:
-                print(f"{c.id:44s} skipped: {c.skipped}")
-            continue
-        e = estimate(c.job)
-        err = (e.step_time_s - c.measured_step_s) / c.measured_step_s
-        errs.append(abs(err))
-        print(f"{c.id:44s} {c.job.plan.short():38s} {c.measured_step_s:9.3f} {e.step_time_s:9.3f} {100 * err:+6.1f}%")
-        if a.verbose:
-            print("    ", {k: round(v, 3) for k, v in e.breakdown_s.items()}, "mfu", round(e.mfu, 3))
-            print("     assumptions:", "; ".join(c.assumptions))
-    n_skip = sum(c.job is None for c in cases)
-    print(f"\n{len(errs)} cases, {n_skip} skipped; analytic MAPE {100 * sum(errs) / max(len(errs), 1):.2f}%")
+def family(case_id: str) -> str:
+    """``dgxc_nemo2411_gpt3_175B_bf16_512gpu`` -> ``dgxc_nemo2411_gpt3_175B_bf16``."""
+    key = re.sub(r"_\d+gpu.*$", "", case_id)
+    key = re.sub(r"_seq\d+.*$", "", key)
+    key = re.sub(r"_(t1|t2)_.*$", r"_\1", key)
+    return re.sub(r"_(mbs|dp)\d.*$", "", key)
+
+
+def groups(rows: list[dict], key) -> list[tuple[str, int, float | None, float | None, float | None,
+                                                 float | None]]:
+    """``(group, runs, analytic MAPE, analytic mean, simulated MAPE, simulated mean)``."""
+    by: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        if r["analytic_error_pct"] is not None:
+            by[key(r)].append(r)
+    out = []
+    for g, rs in sorted(by.items()):
+        a = [r["analytic_error_pct"] for r in rs]
+        s = [r["simulated_error_pct"] for r in rs if r["simulated_error_pct"] is not None]
+        out.append((g, len(rs), mape(a), sum(a) / len(a), mape(s), sum(s) / len(s) if s else None))
+    return out
+
+
+def _f(v: float | None, signed: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:+.1f} %" if signed else f"{v:.1f} %"
+
+
+def render(rows: list[dict], frameworks: dict[str, str], markdown: bool) -> str:
+    done = [r for r in rows if r["analytic_step_time_s"] is not None]
+    lines: list[str] = []
+
+    def table(head: list[str], body: list[list[str]]) -> None:
+        if markdown:
+            lines.append("| " + " | ".join(head) + " |")
+            lines.append("| " + " | ".join("---" for _ in head) + " |")
+            lines.extend("| " + " | ".join(b) + " |" for b in body)
+        else:
+            w = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+            lines.append("  ".join(h.ljust(n) for h, n in zip(head, w)))
+            lines.extend("  ".join(str(x).ljust(n) for x, n in zip(b, w)) for b in body)
+        lines.append("")
+
+    table(["run", "framework", "plan", "GPUs", "measured s", "analytic s", "error",
+           "simulated s", "error"],
+          [[r["id"], frameworks[r["id"]], r["plan"], str(r["gpus"]), f"{r['measured_step_s']:.3f}",
+            f"{r['analytic_step_time_s']:.3f}", _f(r["analytic_error_pct"], True),
+            "-" if r["simulated_step_time_s"] is None else f"{r['simulated_step_time_s']:.3f}",
+            _f(r["simulated_error_pct"], True)] for r in done])
+    for title, key in (("family", lambda r: family(r["id"])),
+                       ("framework", lambda r: frameworks[r["id"]])):
+        table([title, "runs", "analytic MAPE", "analytic mean", "simulated MAPE",
+               "simulated mean"],
+              [[g, str(n), _f(am), _f(amean, True), _f(sm), _f(smean, True)]
+               for g, n, am, amean, sm, smean in groups(done, key)])
+    a = [r["analytic_error_pct"] for r in done]
+    s = [r["simulated_error_pct"] for r in done if r["simulated_error_pct"] is not None]
+    lines.append(f"all: {len(a)} runs; analytic MAPE {_f(mape(a))} (mean {_f(sum(a) / len(a), True)})"
+                 + (f"; simulated MAPE {_f(mape(s))} (mean {_f(sum(s) / len(s), True)})" if s else
+                    "; simulated: not run"))
+    skipped = [r for r in rows if r["analytic_step_time_s"] is None]
+    if skipped:
+        lines.append(f"{len(skipped)} runs skipped (no step time or no resolvable plan; "
+                     "`paraplan validate --verbose` says why)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tiers", default="1", help="comma-separated tiers, or 'all' (default 1)")
+    ap.add_argument("--no-sim", action="store_true", help="analytic only")
+    ap.add_argument("--jobs", type=int, default=None, help="simulation processes")
+    ap.add_argument("--markdown", action="store_true", help="markdown tables")
+    a = ap.parse_args(argv)
+    cases = load_cases(tiers=parse_tiers(a.tiers))
+    frameworks = {c.id: (c.job.framework.name if c.job is not None else "-") for c in cases}
+    rows = validate_cases(cases, simulate=not a.no_sim, jobs=a.jobs or default_jobs())
+    print(render(rows, frameworks, a.markdown))
     return 0
 
 

@@ -79,10 +79,15 @@ def stage_costs(job: Job) -> StageCosts:
     gpu = cl.gpu
     tp, cp, ep, b, pp = f["tp"], f["cp"], f["ep"], f["mbs"], f["pp"]
     rc = RECOMPUTE_CODE[p.recompute]
-    lt = ct.layer_time(m, b, tp, cp, ep, p.sp, p.flash_attn, rc, gpu, job.dtype)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype)
+    fw = job.framework
+    slow = float(ct.overlap_slowdown(tp, p.tp_comm_overlap, cp, p.zero))
+    shard = float(ct.accum_shard(f["dp"], p.zero))
+    lt = ct.layer_time(m, b, tp, cp, ep, p.sp, p.flash_attn, rc, gpu, job.dtype,
+                       p.tp_comm_overlap, fw, slow, shard)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype, fw, slow, shard)
     emb = ct.embedding_time(m, b, tp, cp, gpu)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, job.dtype, fw, shard)
     cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / max(cp - 1.0, 1.0) if p.cp > 1 else 0.0
     p2p = costs.pp_p2p_bytes(m, b, tp, cp, p.sp)
     lp = float(costs.layer_params_per_gpu(m, tp, ep))
@@ -94,7 +99,7 @@ def stage_costs(job: Job) -> StageCosts:
     return StageCosts(
         layer_fwd=float(lt.fwd), layer_bwd=float(lt.bwd), layer_recompute=float(lt.recompute),
         attn_fwd=float(a_f), attn_bwd=float(a_b),
-        embedding_fwd=float(emb), embedding_bwd=float(2 * emb),
+        embedding_fwd=float(emb), embedding_bwd=float(emb_b),
         head_fwd=float(head_f), head_bwd=float(head_b),
         tp_bytes=float(costs.tp_comm_bytes_fwd(m, b, cp)) if p.tp > 1 else 0.0,
         tp_per_layer_fwd=2, tp_per_layer_bwd=2, tp_per_layer_recompute=2 if rc == 2 else 0,

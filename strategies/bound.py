@@ -61,6 +61,7 @@ from strategies import comm_model as cm
 from strategies import compute_time as ct
 from strategies import costs
 from strategies.estimate_core import TP_OVERLAP_CHUNKS, grad_bytes
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -145,9 +146,12 @@ def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
     return np.where(pp > 1, send, 0.0)
 
 
-def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) -> np.ndarray:
+def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
+                          framework: FrameworkProfile | str | None = None) -> np.ndarray:
     """Seconds per step that no simulation of these plans can beat (see the module docstring).
-    ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys)."""
+    ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
+    ``framework``: the jobs' software profile (default Megatron-Core)."""
+    fw = get_profile(framework)
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
     tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
@@ -160,10 +164,13 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3)
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype)
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    shard_acc = ct.accum_shard(dp, zero)
+    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
     emb = ct.embedding_time(m, b, tp, cp, gpu)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow)
     c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
     n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
     f_blk = lpc * (lt.fwd + c_f)
@@ -185,11 +192,11 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     inter = sched == 2
     per_mb = v * (f_blk + b_blk)
     sends_mid = np.where(inter, nmb * v, 2 * nmb)
-    T = {"first": nmb * (per_mb + 3 * emb + np.where(single, head_f + head_b, 0.0))
+    T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
          + (sends_mid - nmb) * send,
          "last": nmb * (per_mb + head_f + head_b) + (sends_mid - np.where(inter, 0.0, nmb)) * send,
          "mid": nmb * per_mb + sends_mid * send}
-    b_max = b_blk + 2 * emb + head_b                      # the largest backward chunk
+    b_max = b_blk + emb_b + head_b                      # the largest backward chunk
     post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
 
     dp_stride = tp * cp
@@ -216,7 +223,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
         t, o = T[kind], opt[kind]
         pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
         chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
-        tail = np.where(s >= 1, b_blk + 2 * emb + (s - 1) * (b_blk + send), 0.0)
+        tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk + send), 0.0)
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + o + ag
         down = chain_in + t + tail + opt["first"] + ag0
         return np.maximum(own, np.where(s >= 1, down, 0.0))

@@ -24,6 +24,14 @@ Num = Any  # float or np.ndarray
 ACT_BYTES = 2  # bf16/fp16 activations
 
 
+def grad_bytes(dtype: str) -> float:
+    """Bytes of one main-gradient element (the buffer micro-batches accumulate into and data
+    parallelism reduces): fp32 with bf16/fp8 training (Megatron's ``main_grad``), fp16 with
+    fp16 training (Megatron-LM 2021 kept the DDP buffer in the parameter dtype unless
+    ``--accumulate-allreduce-grads-in-fp32``)."""
+    return 2.0 if dtype == "fp16" else 4.0
+
+
 @dataclass(frozen=True)
 class LayerFlops:
     """Forward FLOPs of one layer for one micro-batch on one GPU, split by kernel family."""
@@ -51,13 +59,22 @@ def gemm_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return (attn + mlp) / tp + router
 
 
+def causal_fraction(s: int) -> float:
+    """Share of the ``s x s`` score square a causal FlashAttention kernel computes: the lower
+    triangle of 128x128 blocks, diagonal blocks in full, ``(n+1)/(2n)`` for ``n = ceil(s/128)``
+    blocks per side (``0.5 + 64/s`` when 128 divides ``s``; 1 for one block)."""
+    n = max(1, -(-int(s) // 128))
+    return (n + 1) / (2.0 * n)
+
+
 def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num) -> Num:
-    """QK^T and AV FLOPs per GPU: ``4·b·s²·h/(t·c)`` for the full square, halved (plus the
-    diagonal blocks) when the kernel skips the masked half (``causal_skip`` = 1)."""
+    """QK^T and AV FLOPs per GPU: ``4·b·s²·h/(t·c)`` for the full square, times
+    ``causal_fraction(s)`` when the kernel skips the masked blocks (``causal_skip`` = 1)."""
     s = m.seq_length
     full = 4 * b * s * s * m.hidden_size / (tp * cp)
-    return full * np.where(causal_skip, 0.5 + 64.0 / s, 1.0) if np.ndim(causal_skip) else \
-        full * ((0.5 + 64.0 / s) if causal_skip else 1.0)
+    frac = causal_fraction(s)
+    return full * np.where(causal_skip, frac, 1.0) if np.ndim(causal_skip) else \
+        full * (frac if causal_skip else 1.0)
 
 
 def layer_flops(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> LayerFlops:
@@ -68,6 +85,22 @@ def layer_flops(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> LayerFlop
 def lm_head_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """Logits ``2T·h·V/t`` (per GPU, per micro-batch)."""
     return 2 * tokens_per_gpu(b, m.seq_length, cp) * m.hidden_size * m.vocab_size / tp
+
+
+def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+    """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
+    of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
+    FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
+    1 selective = the attention core when it is not FlashAttention, 2 full = the layers).
+    FlashAttention's own recomputation of the scores inside its backward is not counted, so
+    HFU stays at most the fraction of peak the time model charges."""
+    L = m.num_layers
+    gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
+    attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
+    head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
+    extra = np.where(recompute == 2, gemm + attn,
+                     np.where((recompute == 1) & np.logical_not(flash), attn, 0.0))
+    return 3 * (gemm + attn + head) + extra
 
 
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:

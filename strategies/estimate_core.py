@@ -5,6 +5,10 @@ Model (per optimizer step, seconds):
 
 * stage time per micro-batch ``t_s`` = layers on the stage × (forward + backward + recompute +
   exposed TP/CP/EP communication) + the embedding on the first stage and the LM head on the last;
+  the compute comes from ``strategies.compute_time`` (sustained GEMM efficiency, shape
+  penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
+  ``strategies.framework`` profile, the clock penalty of overlapped communication; every
+  constant and its source: docs/calibration.md);
 * pipeline: ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` — exact for balanced stages and free
   communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v interleaved) and the
   steady-state-bound form when the last stage carries the LM head;
@@ -13,6 +17,11 @@ Model (per optimizer step, seconds):
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
 * the optimizer step (memory-bound Adam).
+
+MFU counts the model FLOPs of formulas.md §2b (the attention square in full, the published
+convention); HFU counts the FLOPs the hardware executes (``costs.executed_flops_per_step``:
+causal blocks skipped by FlashAttention, recomputation included), so HFU <= 1 and, with
+FlashAttention at long sequences, MFU may exceed HFU.
 """
 from __future__ import annotations
 
@@ -23,6 +32,8 @@ import numpy as np
 from strategies import comm_model as cm
 from strategies import compute_time as ct
 from strategies import costs
+from strategies.costs import grad_bytes  # noqa: F401  (re-exported: stage_costs, bound)
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -32,14 +43,12 @@ BUCKET_PARAMS = 40e6        # Megatron DDP bucket size (parameters)
 TP_OVERLAP_CHUNKS = 4       # tp_comm_overlap splits each GEMM's collective into chunks
 
 
-def grad_bytes(dtype: str) -> float:
-    """Gradient reduction element size: fp32 main grads with bf16 (Megatron's default), fp16 with fp16."""
-    return 2.0 if dtype == "fp16" else 4.0
-
-
-def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) -> dict[str, Any]:
+def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
+                    framework: FrameworkProfile | str | None = None) -> dict[str, Any]:
     """Score plans given as arrays. ``P`` keys: tp pp dp cp ep mbs gbs vpp sched rc sp zero
-    flash ogr opg tpo (ints/bools, broadcastable). Returns arrays of seconds and ratios."""
+    flash ogr opg tpo (ints/bools, broadcastable). ``framework``: the software profile
+    (``strategies.framework``; default Megatron-Core). Returns arrays of seconds and ratios."""
+    fw = get_profile(framework)
     tp, pp, dp, cp, ep = (np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep"))
     b, gbs, v = (np.asarray(P[k], dtype=float) for k in ("mbs", "gbs", "vpp"))
     sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
@@ -49,12 +58,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) ->
     mb = gbs / (b * dp)                                     # micro-batches per pipeline
     lps = L / pp                                            # layers per pipeline rank
 
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype)
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    shard = ct.accum_shard(dp, zero)
+    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard)
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
     bw_tp, lat_tp = cm.group_bandwidth(cl, tp, 1)
     t_ar = cm.allreduce_time(costs.tp_comm_bytes_fwd(m, b, cp), tp, bw_tp, lat_tp)
     n_tp = 4 + 2 * (rc == 2)
-    g_fwd = ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype)
+    g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
     tp_raw = n_tp * t_ar
     tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / TP_OVERLAP_CHUNKS)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
@@ -62,7 +73,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) ->
     bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
     t_cp = 3 * cm.reduce_scatter_time(costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1, 1),
                                       cp, bw_cp, lat_cp)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow)
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
     bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)
@@ -70,8 +81,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) ->
 
     comp_layer = lt.fwd + lt.bwd
     per_layer = comp_layer + lt.recompute + tp_layer + cp_layer + ep_layer
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype)
-    emb = 3 * ct.embedding_time(m, b, tp, cp, gpu)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard)
+    emb = ct.embedding_time(m, b, tp, cp, gpu) + ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype,
+                                                                       fw, shard)
     t_mid = lps * per_layer
     t_first = t_mid + emb
     t_last = t_mid + head_f + head_b
@@ -119,12 +131,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any]) ->
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
     model_flops = costs.model_flops_per_step(m, gbs)
-    lf = costs.layer_flops(m, gbs, 1, 1, False)
-    extra = np.where(rc == 2, lf.gemm + lf.attn_model, np.where(rc == 1, lf.attn_model, 0.0)) * L
+    hw_flops = costs.executed_flops_per_step(m, gbs, flash, rc)
     peak = gpu.peak(dtype)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": model_flops / (n * step * peak), "hfu": (model_flops + extra) / (n * step * peak),
+        "mfu": model_flops / (n * step * peak), "hfu": hw_flops / (n * step * peak),
         "bubble_fraction": (pipe - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * lt.recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,

@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from strategies.errors import SpecError
+from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from topologies.cluster import Cluster
@@ -13,12 +15,14 @@ DTYPES = ("bf16", "fp16", "fp8")
 
 @dataclass(frozen=True)
 class Job:
-    """Everything one estimate or simulation needs. ``plan.dp`` and ``plan.gbs`` are set."""
+    """Everything one estimate or simulation needs. ``plan.dp`` and ``plan.gbs`` are set.
+    ``framework``: the software stack's fixed properties (``strategies.framework``)."""
 
     model: ModelSpec
     cluster: Cluster
     plan: Plan
     dtype: str = "bf16"
+    framework: FrameworkProfile = DEFAULT_FRAMEWORK
 
     @property
     def seq_len(self) -> int:
@@ -36,12 +40,15 @@ class Job:
     def to_dict(self) -> dict:
         return {"model": self.model.to_dict(), "cluster": self.cluster.to_dict(),
                 "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
-                "num_microbatches": self.num_microbatches}
+                "num_microbatches": self.num_microbatches, "framework": self.framework.name}
 
 
 def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None = None,
-             global_batch: int | None = None, dtype: str = "bf16") -> Job:
-    """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule."""
+             global_batch: int | None = None, dtype: str = "bf16",
+             framework: FrameworkProfile | str | None = None) -> Job:
+    """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
+    ``framework``: a profile or its name (default Megatron-Core)."""
+    fw = get_profile(framework)
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     cluster.gpu.peak(dtype)  # fp8 on a chip without it is refused here
@@ -67,7 +74,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
     if plan.schedule == "interleaved":
         check_interleaved(plan.pp, gbs // (plan.mbs * dp), plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype)
+    return Job(model, cluster, plan, dtype, fw)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

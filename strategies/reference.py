@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strategies.errors import SpecError
+from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PYTORCH_EAGER,
+                                  FrameworkProfile)
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -101,6 +103,26 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
     return cluster_preset("dgx-a100", nodes), []
 
 
+def framework_of(c: dict) -> FrameworkProfile:
+    """The software that produced a published run, from its source: Megatron-LM 2021 (the
+    SC21 paper) and Megatron-DeepSpeed (BLOOM) use ``megatron-lm-2021``; NVIDIA's NeMo
+    benchmarks and Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``;
+    MosaicML llm-foundry and torchtitan ``pytorch-eager``. Otherwise by year: before 2023
+    ``megatron-lm-2021``, else ``megatron-core``."""
+    src = c.get("source") or {}
+    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
+    if "maxtext" in text or "paxml" in text:
+        return JAX_XLA
+    if "llm-foundry" in text or "mosaicml" in text or "torchtitan" in text:
+        return PYTORCH_EAGER
+    if "narayanan" in text or "bigscience" in text or "megatron-deepspeed" in text:
+        return MEGATRON_LM_2021
+    if "dgxc" in text or "nemo" in text or "megatron-lm readme" in text or "megatron-core" in text:
+        return MEGATRON_CORE
+    year = re.search(r"(20\d\d)", text)
+    return MEGATRON_LM_2021 if year and int(year.group(1)) < 2023 else MEGATRON_CORE
+
+
 def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:
     text = str(pl.get("schedule") or "").lower()
     if pp == 1:
@@ -147,8 +169,8 @@ def case_from_entry(c: dict) -> Case:
     if not mbs:
         mbs = 1 if pp > 1 else min(4, gbs // dp)
         notes.append(f"mbs={mbs} (not stated)")
-    year = int(re.search(r"(20\d\d)", c["source"]["ref"]).group(1)) if re.search(r"(20\d\d)", c["source"]["ref"]) else 2024
-    modern = year >= 2023
+    fw = framework_of(c)
+    modern = fw is not MEGATRON_LM_2021
     dtype = "fp8" if "fp8" in c["id"] else ("fp16" if "fp16" in str(c.get("precision")) else "bf16")
     rec = str(pl.get("recompute") or ("none" if modern else "full")).split()[0]
     if pl.get("recompute") is None:
@@ -165,14 +187,13 @@ def case_from_entry(c: dict) -> Case:
         notes.append(f"zero={zero} (distributed optimizer; not stated)")
     plan = Plan(tp=tp, pp=pp, dp=dp, cp=pl.get("cp") or 1, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec if rec in ("none", "selective", "full") else "selective", sp=bool(sp),
-                zero=zero, flash_attn=modern, overlap_grad_reduce=modern,
-                overlap_param_gather=modern, tp_comm_overlap=modern and tp > 1)
-    if not modern:
-        notes.append("2021-22 software: no FlashAttention, no DP or TP communication overlap")
-    else:
-        notes.append("2023+ software: FlashAttention, DP and TP communication overlap")
+                zero=zero, flash_attn=fw.default_flash_attn,
+                overlap_grad_reduce=fw.default_overlap_grad_reduce,
+                overlap_param_gather=fw.default_overlap_param_gather,
+                tp_comm_overlap=fw.default_tp_comm_overlap and tp > 1 and bool(sp))
+    notes.append(f"framework {fw.name} ({fw.description})")
     try:
-        job = make_job(model, cluster, plan, dtype=dtype)
+        job = make_job(model, cluster, plan, dtype=dtype, framework=fw)
     except SpecError as e:
         return Case(job=None, skipped=f"plan does not resolve: {e}", **base)
     return Case(job=job, assumptions=tuple(notes), **base)

@@ -1,0 +1,196 @@
+"""Calibration (docs/calibration.md): accuracy on the published runs that ship, and the
+physical sanity of the efficiency model (efficiencies are fractions, a faster GPU is never
+slower, each effect only applies where its mechanism does)."""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.validation import evaluate_case, load_cases, mape, summarize, validate_cases
+from strategies import compute_time as ct
+from strategies.estimate import estimate
+from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PROFILES,
+                                  PYTORCH_EAGER, get_profile)
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.presets import model_preset
+from strategies.reference import framework_of
+from topologies.cluster import NodeGroup, cluster_preset
+from topologies.gpus import GPUS, gpu_from_mapping
+
+DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
+                   "calibration.md")
+
+# Bounds stated in docs/calibration.md (the model reaches 3.3 % analytic, 3.9 % simulated)
+TIER1_MAPE_BOUND = 5.0        # analytic, the 23 tier-1 runs
+TIER1_WORST_BOUND = 10.0
+HELD_OUT_MAPE_BOUND = 25.0    # analytic, tiers 2-3 (not used to choose any constant)
+
+
+@pytest.fixture(scope="module")
+def tier1_rows():
+    return validate_cases(load_cases(tiers=(1,)), simulate=False)
+
+
+def test_tier1_analytic_mape_under_bound(tier1_rows):
+    s = summarize(tier1_rows, simulate=False)["analytic"]
+    assert s["cases"] >= 23
+    assert s["mape_pct"] < TIER1_MAPE_BOUND
+    assert s["max_abs_error_pct"] < TIER1_WORST_BOUND
+
+
+def test_tier1_every_framework_under_bound(tier1_rows):
+    cases = {c.id: c for c in load_cases(tiers=(1,))}
+    by: dict[str, list[float]] = {}
+    for r in tier1_rows:
+        if r["analytic_error_pct"] is not None:
+            by.setdefault(cases[r["id"]].job.framework.name, []).append(r["analytic_error_pct"])
+    assert set(by) == {"megatron-lm-2021", "megatron-core"}
+    for name, errs in by.items():
+        assert mape(errs) < TIER1_MAPE_BOUND, name
+
+
+def test_held_out_tiers_stay_bounded():
+    """Tiers 2-3 (other frameworks, sweeps, fp8) were not used to choose any constant; the
+    bound guards against fitting tier 1 at their expense."""
+    rows = validate_cases(load_cases(tiers=(2, 3)), simulate=False)
+    s = summarize(rows, simulate=False)["analytic"]
+    assert s["cases"] >= 100
+    assert s["mape_pct"] < HELD_OUT_MAPE_BOUND
+
+
+@pytest.mark.parametrize("case_id", ["narayanan2021_t1_1.7B", "narayanan2021_t1_18.4B",
+                                     "narayanan2021_t1_145.6B",
+                                     "dgxc_nemo2411_nemotron4_340B_bf16_128gpu"])
+def test_simulated_close_to_measured_and_to_analytic(case_id):
+    case = next(c for c in load_cases(tiers=(1,)) if c.id == case_id)
+    row = evaluate_case(case, simulate=True)
+    assert abs(row["simulated_error_pct"]) < 8.0
+    gap = row["simulated_step_time_s"] / row["analytic_step_time_s"] - 1
+    assert abs(gap) < 0.05
+
+
+# ----------------------------------------------------------------- the constants
+
+def test_efficiencies_are_fractions():
+    for gpu in GPUS.values():
+        for dtype in gpu.peak_flops:
+            assert 0 < gpu.gemm_efficiency(dtype) <= 1, (gpu.name, dtype)
+        assert 0 < gpu.attention_efficiency <= 1
+    assert 0 < ct.HBM_EFFICIENCY <= 1 and 0 < ct.OVERLAP_CLOCK_RATIO <= 1
+    for fw in PROFILES.values():
+        assert 0 <= fw.launch_gap_s < 1e-4 and fw.kernels_per_layer >= 0
+
+
+def test_every_catalog_efficiency_is_documented():
+    """Each GPU's sustained GEMM efficiency appears in docs/calibration.md with its source."""
+    text = open(DOC, encoding="utf-8").read()
+    for gpu in GPUS.values():
+        row = next((ln for ln in text.splitlines() if ln.startswith(f"| {gpu.name} ")), None)
+        assert row is not None, gpu.name
+        assert f"{gpu.matmul_efficiency:.2f}" in row, gpu.name
+    for name in ("OVERLAP_CLOCK_RATIO", "HBM_EFFICIENCY", "SHAPE_SCALE", "LAUNCH_GAP_S",
+                 "NVLINK_EFFICIENCY", "NETWORK_EFFICIENCY"):
+        assert name in text, name
+
+
+def test_custom_gpu_fp8_efficiency():
+    g = gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "fp8_tflops": 2000, "hbm_gib": 80,
+                          "hbm_tbps": 3, "matmul_efficiency": 0.7, "fp8_matmul_efficiency": 0.6})
+    assert g.gemm_efficiency("bf16") == 0.7 and g.gemm_efficiency("fp8") == 0.6
+
+
+# ----------------------------------------------------------------- monotonicity
+
+def _with_gpu(job, gpu):
+    cl = replace(job.cluster, groups=(NodeGroup(gpu, job.cluster.num_nodes),))
+    return make_job(job.model, cl, job.plan, dtype=job.dtype, framework=job.framework)
+
+
+JOBS = [("gpt3-175b", "dgx-a100", 8, Plan(tp=8, pp=8, mbs=1, gbs=64, schedule="interleaved",
+                                          vpp=3, sp=True, zero=1)),
+        ("llama3-8b", "dgx-h100", 2, Plan(tp=2, mbs=2, gbs=64, sp=True, tp_comm_overlap=True)),
+        ("mpt-7b", "dgx-h100", 1, Plan(mbs=4, gbs=64, zero=3))]
+
+
+@pytest.mark.parametrize("model,cluster,nodes,plan", JOBS)
+def test_faster_gpu_is_never_slower(model, cluster, nodes, plan):
+    job = make_job(model_preset(model), cluster_preset(cluster, nodes), plan)
+    g = job.cluster.gpu
+    base = estimate(job).step_time_s
+    faster = [replace(g, peak_flops={k: 1.5 * v for k, v in g.peak_flops.items()}),
+              replace(g, hbm_bandwidth=1.5 * g.hbm_bandwidth),
+              replace(g, matmul_efficiency=min(1.0, 1.2 * g.matmul_efficiency),
+                      fp8_matmul_efficiency=None),
+              replace(g, attention_efficiency=min(1.0, 1.2 * g.attention_efficiency))]
+    for f in faster:
+        assert estimate(_with_gpu(job, f)).step_time_s <= base * (1 + 1e-12)
+    assert estimate(_with_gpu(job, faster[0])).step_time_s < base
+
+
+def test_newer_gpu_is_faster_on_the_same_network():
+    plan = Plan(tp=8, pp=2, mbs=1, gbs=64)
+    a100 = make_job(model_preset("gpt-18.4b"), cluster_preset("dgx-a100", 4), plan)
+    h100 = _with_gpu(a100, GPUS["H100-SXM5-80GB"])
+    assert estimate(h100).step_time_s < estimate(a100).step_time_s
+
+
+# ----------------------------------------------------------------- where each effect applies
+
+def test_unfused_gradient_accumulation_costs_per_microbatch():
+    """Megatron-LM 2021 adds each micro-batch's gradient into main_grad with a separate
+    kernel; Megatron-Core fuses it. The difference grows with the micro-batch count."""
+    m, cl = model_preset("gpt-18.4b"), cluster_preset("dgx-a100", 2)
+    diffs = []
+    for gbs in (16, 64):
+        plan = Plan(tp=8, mbs=1, gbs=gbs, flash_attn=False)
+        old = estimate(make_job(m, cl, plan, framework=MEGATRON_LM_2021)).step_time_s
+        new = estimate(make_job(m, cl, plan, framework=MEGATRON_CORE)).step_time_s
+        diffs.append(old - new)
+    assert 0 < diffs[0] < diffs[1]
+    assert diffs[1] > 3 * diffs[0]        # 4x the micro-batches
+
+
+def test_overlap_clock_penalty_only_with_continuous_overlap():
+    slow = ct.overlap_slowdown(np.array([1, 4, 4, 1, 1]), np.array([True, True, False, False, False]),
+                               np.array([1, 1, 1, 2, 1]), np.array([0, 1, 1, 0, 3]))
+    r = 1 / ct.OVERLAP_CLOCK_RATIO
+    assert list(slow) == [1.0, r, 1.0, r, r]
+
+
+def test_tp_overlap_splits_gemms_along_m():
+    m, gpu = model_preset("gpt3-175b"), GPUS["H100-SXM5-80GB"]
+    whole = ct.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", False)
+    split = ct.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", True)
+    assert split > whole
+    assert ct.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", True) == \
+        ct.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", False)
+
+
+def test_reference_runs_get_their_framework():
+    cases = {c.id: c for c in load_cases(tiers=None)}
+    assert cases["narayanan2021_t1_1008B"].job.framework is MEGATRON_LM_2021
+    assert cases["dgxc_nemo2411_gpt3_175B_bf16_128gpu"].job.framework is MEGATRON_CORE
+    mosaic = next(c for i, c in cases.items() if i.startswith("mosaic_") and c.job is not None)
+    assert mosaic.job.framework is PYTORCH_EAGER
+    maxtext = next(c for i, c in cases.items() if "maxtext" in i and c.job is not None)
+    assert maxtext.job.framework is JAX_XLA
+    assert framework_of({"source": {"ref": "Someone et al. 2020"}}) is MEGATRON_LM_2021
+    assert framework_of({"source": {"ref": "A benchmark, 2024"}}) is MEGATRON_CORE
+    for r in cases.values():
+        if r.job is not None:
+            assert any(re.search(r"^framework ", a) for a in r.assumptions)
+
+
+def test_framework_profile_lookup():
+    assert get_profile(None) is MEGATRON_CORE
+    assert get_profile("Megatron-LM-2021") is MEGATRON_LM_2021
+    with pytest.raises(Exception):
+        get_profile("nope")
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1), Plan(gbs=8),
+                   framework="pytorch-eager")
+    assert job.to_dict()["framework"] == "pytorch-eager"
