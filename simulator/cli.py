@@ -65,8 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args = parser.parse_args(argv)
         except SystemExit as e:   # argparse's errors (status 2), --help and --version (0)
             return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-        if not getattr(args, "command", None):
-            parser.print_help()
+        if not getattr(args, "command", None):   # no command: the help, on stderr (bad input)
+            parser.print_help(sys.stderr)
             return 2
         return int(args.func(args) or 0)
     except SpecError as e:
@@ -82,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except MemoryError:
         if debug:
             raise
-        print("paraplan: error: out of memory (try a smaller cluster or --fold)", file=sys.stderr)
+        print("paraplan: error: out of memory (try a smaller cluster, or simulate without --full)",
+              file=sys.stderr)
         return 1
 
 

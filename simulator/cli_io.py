@@ -68,22 +68,33 @@ class Once(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def add_model_cluster(p: argparse.ArgumentParser, required: bool = True) -> None:
-    """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype``."""
+def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
+                      global_batch_default: int | None = None) -> None:
+    """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype`` (CLI.md's
+    shared inputs). Not ``required``: ``--model`` and ``--cluster`` default to
+    ``DEFAULT_MODEL`` and ``DEFAULT_CLUSTER``; ``global_batch_default`` is only shown in the
+    help (the command applies it)."""
+    note = "" if required else " (default {})"
     p.add_argument("--model", required=required, default=None if required else DEFAULT_MODEL,
-                   action=Once, help="preset name, HuggingFace config.json, or YAML file")
+                   action=Once, metavar="M", help="preset name, HuggingFace config.json, or "
+                   "YAML file" + note.format(DEFAULT_MODEL))
     p.add_argument("--cluster", required=required, default=None if required else DEFAULT_CLUSTER,
-                   action=Once, help="PRESET:NODES (dgx-a100:128) or a YAML file")
+                   action=Once, metavar="C", help="PRESET:NODES (dgx-a100:128) or a YAML file"
+                   + note.format(DEFAULT_CLUSTER))
     p.add_argument("--seq-len", type=positive_int("--seq-len", MAX_SEQ), default=None,
-                   action=Once, help="training sequence length in tokens (default: the model's)")
+                   action=Once, metavar="N",
+                   help="training sequence length in tokens (default: the model's)")
     p.add_argument("--global-batch", type=positive_int("--global-batch", MAX_GBS), default=None,
-                   action=Once, help="sequences per step, where the plan does not give gbs")
-    p.add_argument("--dtype", default="bf16", action=Once, help="bf16 (default), fp16, fp8")
+                   action=Once, metavar="N",
+                   help="sequences per step, where the plan does not give gbs"
+                   + (f" (default {global_batch_default})" if global_batch_default else ""))
+    p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
+                   help="bf16 (default), fp16, fp8")
 
 
 def add_plan_inputs(p: argparse.ArgumentParser) -> None:
     add_model_cluster(p)
-    p.add_argument("--plan", required=True, action=Once,
+    p.add_argument("--plan", required=True, action=Once, metavar="P",
                    help="key=value,... or a YAML file with the same keys")
 
 
@@ -143,6 +154,23 @@ def dumps(obj: Any) -> str:
 
 def emit_json(obj: Any) -> None:
     sys.stdout.write(dumps(obj) + "\n")
+
+
+def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> None:
+    """Refuse an output path up front, before the work that fills it: a wrong extension (when
+    ``exts`` names some), a missing or unwritable folder, or a folder in place of the file."""
+    if path is None:
+        return
+    stem, ext = os.path.splitext(os.path.basename(path))
+    if exts and (ext.lower() not in exts or not stem.strip()):
+        raise CliError(flag, path, f"must be a file name ending with {' or '.join(exts)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(flag, path, f"folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CliError(flag, path, "is a folder")
+    if not os.access(folder, os.W_OK):
+        raise CliError(flag, path, f"folder {folder} is not writable")
 
 
 def atomic_write_text(path: str, text: str) -> None:

@@ -2,10 +2,9 @@
 from __future__ import annotations
 
 import argparse
-import os
 
-from simulator.cli_io import (CliError, Once, add_json, add_plan_inputs, emit_json, positive_int,
-                              resolve_job)
+from simulator.cli_io import (CliError, Once, add_json, add_plan_inputs, check_output, emit_json,
+                              positive_int, resolve_job)
 from simulator.cmd_estimate import render
 from strategies.memory import memory_by_origin_json
 
@@ -27,20 +26,8 @@ def register(sub) -> None:
 
 
 def _check_out(path: str | None, flag: str, exts: tuple[str, ...]) -> None:
-    """Refuse an output path before simulating, not after: wrong extension, missing or
-    unwritable folder, or a folder in place of the file."""
-    if path is None:
-        return
-    stem, ext = os.path.splitext(os.path.basename(path))
-    if ext.lower() not in exts or not stem.strip():
-        raise CliError(flag, path, f"must be a file name ending with {' or '.join(exts)}")
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CliError(flag, path, f"folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise CliError(flag, path, "is a folder")
-    if not os.access(folder, os.W_OK):
-        raise CliError(flag, path, f"folder {folder} is not writable")
+    """Refuse an output path before simulating, not after (``cli_io.check_output``)."""
+    check_output(path, flag, exts)
 
 
 def check_simulable(job) -> None:
