@@ -8,7 +8,7 @@ import os
 import pytest
 
 from experiments import (report_analytic_vs_sim, report_schedules, report_speed,
-                         report_validation)
+                         report_validation, report_whatif)
 from experiments._report import ReportWriter, md_table
 from tests.test_validate_cli import ENTRIES
 
@@ -82,6 +82,33 @@ def test_speed_report(tmp_path):
     case = data["cases"][0]
     assert case["case"] == "175b-folded" and case["events"] > 0
     assert f"{case['events']:,}" in md and "python experiments/report_speed.py" in md
+    _no_temporaries(tmp_path)
+
+
+@pytest.mark.slow
+def test_whatif_report(tmp_path):
+    assert report_whatif.main(["--model", "gpt-1.7b", "--nodes", "2", "--global-batch", "16",
+                               "--max-mbs", "1", "--inter-gbps", "25,400",
+                               "--gpu-hour-cost", "3", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "whatif.md").read_text()
+    data = json.loads((tmp_path / "whatif.json").read_text())
+    assert "python experiments/report_whatif.py --model gpt-1.7b" in md
+    for cmd in data["commands"]:
+        assert f"`{cmd}`" in md and cmd.startswith("paraplan whatif --model gpt-1.7b")
+    gpus, bw = data["gpus"], data["bandwidth"]
+    assert [r["cluster"] for r in gpus["rows"]] == ["dgx-a100", "dgx-h100", "dgx-h200"]
+    assert [r["inter_node_gbps"] for r in bw["rows"]] == [25, 400]
+    assert "every GPU-hour costs 3 USD" in md
+    for r in gpus["rows"] + bw["rows"]:     # the table's numbers are the run's
+        assert f"| {r['step_time_s']:.4g} |" in md
+        assert f"| {r['cost_per_million_tokens']:.3f} |" in md
+    a100, h100 = gpus["rows"][:2]
+    assert f"{a100['step_time_s'] / h100['step_time_s']:.2f}x the speed" in md
+    assert bw["checks"]["bandwidth_monotone"]["ok"]
+    assert bw["rows"][1]["step_time_s"] <= bw["rows"][0]["step_time_s"]
+    assert "the step time never rises" in md
+    for png in ("gpus", "bandwidth"):
+        assert (tmp_path / f"whatif_{png}.png").stat().st_size > 10_000
     _no_temporaries(tmp_path)
 
 

@@ -1,0 +1,223 @@
+"""What-if variants: one base question (model, cluster, batch) changed along named axes.
+
+Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KEY=V1,V2``):
+
+| key | changes | values |
+| --- | --- | --- |
+| ``cluster`` | the node preset, keeping the node count | ``dgx-a100``, ``dgx-h100``, … |
+| ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
+| ``nodes`` | the node count | integers |
+| ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction | numbers > 0 |
+| ``intra_node_GBps`` | one GPU's NVLink/NVSwitch bandwidth, GB/s per direction | numbers > 0 |
+| ``oversubscription`` | leaf-switch downlink:uplink ratio | numbers >= 1 |
+| ``nics_per_node`` | NICs per node | integers |
+| ``global_batch`` | sequences per step | integers |
+| ``seq_len`` | tokens per sequence | integers |
+
+Within one variant the node preset is swapped first (``cluster``), so that the other keys
+refine it (``--vary cluster=dgx-a100,dgx-h100 --vary inter_node_gbps=200`` gives both
+presets 200 Gb/s NICs).
+
+>>> from strategies.presets import model_preset
+>>> from topologies.cluster import cluster_preset
+>>> vs = variants(model_preset("llama3-8b"), cluster_preset("dgx-h100", 2), 64,
+...               parse_vary(["inter_node_gbps=100,400", "global_batch=32"]))
+>>> [(v.label, v.cluster.inter_node_bandwidth, v.global_batch) for v in vs]
+[('inter_node_gbps=100, global_batch=32', 12500000000.0, 32), \
+('inter_node_gbps=400, global_batch=32', 50000000000.0, 32)]
+>>> dominated_pairs(vs)
+[(0, 1)]
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from topologies.cluster import Cluster, NodeGroup, cluster_preset
+from topologies.gpus import get_gpu
+from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GBS, MAX_GPUS_PER_NODE, MAX_NODES,
+                               MAX_OVERSUBSCRIPTION, MAX_SEQ, check_int, check_number,
+                               parse_int_text)
+
+CLUSTER_KEYS = ("cluster", "gpu", "nodes", "inter_node_gbps", "intra_node_GBps",
+                "oversubscription", "nics_per_node")
+JOB_KEYS = ("global_batch", "seq_len")
+KEYS = CLUSTER_KEYS + JOB_KEYS
+BANDWIDTH_KEYS = ("inter_node_gbps", "intra_node_GBps")
+#: integer keys -> largest value (the sanity limits of topologies.limits)
+_INT_KEYS = {"nodes": MAX_NODES, "nics_per_node": MAX_GPUS_PER_NODE, "global_batch": MAX_GBS,
+             "seq_len": MAX_SEQ}
+#: number keys -> (smallest, lower bound open, largest), in the key's (file) units
+_NUM_KEYS = {"inter_node_gbps": (0.0, True, MAX_BANDWIDTH_BPS * 8 / 1e9),
+             "intra_node_GBps": (0.0, True, MAX_BANDWIDTH_BPS / 1e9),
+             "oversubscription": (1.0, False, MAX_OVERSUBSCRIPTION)}
+#: the most variants one command runs (each is a plan search)
+MAX_VARIANTS = 256
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One point of the what-if grid: the changed values, and what they make."""
+
+    values: tuple[tuple[str, Any], ...]
+    model: ModelSpec
+    cluster: Cluster
+    global_batch: int
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in self.values) or "base"
+
+    def bandwidths(self) -> tuple[float, ...]:
+        """The varied bandwidths, in the order the axes were given."""
+        return tuple(float(v) for k, v in self.values if k in BANDWIDTH_KEYS)
+
+    def others(self) -> tuple[tuple[str, Any], ...]:
+        """Everything varied except the bandwidths."""
+        return tuple((k, v) for k, v in self.values if k not in BANDWIDTH_KEYS)
+
+
+def parse_value(key: str, text: str) -> Any:
+    """One value of ``--vary KEY=...``, checked against the key's rule."""
+    field = f"--vary {key}"
+    try:
+        if key == "cluster":
+            cluster_preset(text)          # unknown presets fail here, before any search
+            return text.strip().lower()
+        if key == "gpu":
+            return get_gpu(text).name     # the catalog name (H100 -> H100-SXM5-80GB)
+        if key in _INT_KEYS:
+            return check_int(field, parse_int_text(field, text), 1, _INT_KEYS[key])
+        lo, lo_open, hi = _NUM_KEYS[key]
+        try:
+            v = float(text)
+        except ValueError:
+            raise SpecError(field, text, f"must be a number {'>' if lo_open else '>='} "
+                                         f"{lo:g}") from None
+        check_number(field, v, lo, hi, lo_open=lo_open)
+        return int(v) if v.is_integer() and abs(v) < 2 ** 53 else v
+    except SpecError as e:
+        raise SpecError(field, text, e.rule) from None
+
+
+def parse_vary(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
+    """``["inter_node_gbps=100,200", "gpu=H100,H200"]`` → ``[(key, values), …]``."""
+    out: list[tuple[str, list[Any]]] = []
+    for item in items:
+        key, eq, values = str(item).partition("=")
+        key = key.strip()
+        if not eq:
+            raise SpecError("--vary", item, "must be KEY=V1,V2,...")
+        if key not in KEYS:
+            raise SpecError("--vary", key, f"unknown key; one of {', '.join(KEYS)}")
+        if any(k == key for k, _ in out):
+            raise SpecError("--vary", key, "key given twice (give all its values in one "
+                                           "--vary KEY=V1,V2,...)")
+        texts = [v.strip() for v in values.split(",")]
+        if not any(texts) or "" in texts:
+            raise SpecError(f"--vary {key}", values, "must be a comma-separated list of "
+                                                     "values, none empty")
+        vals = [parse_value(key, t) for t in texts]
+        if len(set(vals)) != len(vals):
+            raise SpecError(f"--vary {key}", values, "a value is given twice")
+        out.append((key, vals))
+    if not out:
+        raise SpecError("--vary", None, "give at least one --vary KEY=V1,V2,...")
+    n = 1
+    for _, vals in out:
+        n *= len(vals)
+    if n > MAX_VARIANTS:
+        raise SpecError("--vary", n, f"the variants (the product of the value counts) must be "
+                                     f"<= {MAX_VARIANTS}")
+    return out
+
+
+def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
+    """``cluster`` with one property changed (``value`` in the key's file units)."""
+    try:
+        if key == "cluster":
+            return cluster_preset(str(value), cluster.num_nodes)
+        if key == "nodes":
+            return cluster.with_nodes(int(value))
+        if key == "gpu":
+            if len(cluster.groups) != 1:
+                raise SpecError("gpu", value, "cannot change the GPU of a cluster with "
+                                              "several GPU types")
+            return replace(cluster, groups=(NodeGroup(get_gpu(value),
+                                                      cluster.groups[0].num_nodes),))
+        if key == "inter_node_gbps":
+            return replace(cluster, inter_node_bandwidth=float(value) * 1e9 / 8)
+        if key == "intra_node_GBps":
+            return replace(cluster, intra_node_bandwidth=float(value) * 1e9)
+        if key == "oversubscription":
+            return replace(cluster, oversubscription=float(value))
+        if key == "nics_per_node":
+            return replace(cluster, nics_per_node=int(value))
+    except SpecError as e:
+        raise SpecError(f"--vary {key}", value, f"{e.field}: {e.rule}"
+                        if e.field not in (key, f"--vary {key}") else e.rule) from None
+    raise SpecError("--vary", key, f"not a cluster key; one of {', '.join(CLUSTER_KEYS)}")
+
+
+def variants(model: ModelSpec, cluster: Cluster, global_batch: int,
+             vary: list[tuple[str, list[Any]]]) -> list[Variant]:
+    """The cartesian product of the varied values, in the order given (the first axis
+    varies slowest)."""
+    keys = [k for k, _ in vary]
+    out = []
+    for combo in itertools.product(*(vals for _, vals in vary)):
+        m, cl, gbs = model, cluster, global_batch
+        # Swap the node preset first, so that later keys refine it (stable sort).
+        for k, v in sorted(zip(keys, combo), key=lambda kv: kv[0] != "cluster"):
+            if k == "global_batch":
+                gbs = int(v)
+            elif k == "seq_len":
+                m = m.with_seq_length(int(v))
+            else:
+                cl = apply_cluster(cl, k, v)
+        out.append(Variant(tuple(zip(keys, combo)), m, cl, gbs))
+    return out
+
+
+def bandwidth_only(vary: list[tuple[str, list[Any]]]) -> bool:
+    """True when only bandwidths vary (then step time must not rise along the grid)."""
+    return all(k in BANDWIDTH_KEYS for k, _ in vary)
+
+
+def dominates(low: Variant, high: Variant) -> bool:
+    """``high`` differs from ``low`` only by more (or equal) bandwidth, and is not ``low``."""
+    a, b = low.bandwidths(), high.bandwidths()
+    return (bool(a) and low.others() == high.others() and a != b
+            and all(x <= y for x, y in zip(a, b)))
+
+
+def dominated_pairs(vs: Sequence[Variant]) -> list[tuple[int, int]]:
+    """``(i, j)`` for every pair where variant ``j`` only adds bandwidth to variant ``i``:
+    ``j``'s best step time must be no longer than ``i``'s."""
+    return [(i, j) for i, j in itertools.permutations(range(len(vs)), 2)
+            if dominates(vs[i], vs[j])]
+
+
+def search_order(vs: Sequence[Variant]) -> list[int]:
+    """An order in which every variant comes after those it only adds bandwidth to (the
+    bandwidths sorted lexicographically extend the componentwise order)."""
+    return sorted(range(len(vs)), key=lambda i: vs[i].bandwidths())
+
+
+def tokens_per_step(v: Variant) -> int:
+    return v.global_batch * v.model.seq_length
+
+
+def cost_per_million_tokens(gpu_hour_cost: float, num_gpus: int, step_time_s: float,
+                            tokens_per_step: int) -> float:
+    """Dollars (or any currency) per 10^6 training tokens at ``gpu_hour_cost`` per GPU-hour:
+    ``gpu_hour_cost · num_gpus · step_time_s / 3600 / tokens_per_step · 10^6``.
+
+    >>> cost_per_million_tokens(2.0, 8, 1.8, 1_000_000)
+    0.008
+    """
+    return gpu_hour_cost * num_gpus * step_time_s / 3600.0 / tokens_per_step * 1e6
