@@ -103,6 +103,20 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     return 3 * (gemm + attn + head) + extra
 
 
+def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+    """Model FLOPs plus the recomputed forward, in the same convention (attention square in
+    full; for HFU, which CLI.md defines as MFU "with recomputation counted"): full
+    recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
+    attention core, except under FlashAttention, which recomputes it inside its own backward
+    (not counted, as in MFU). With no recomputation this equals ``model_flops_per_step``."""
+    s, h, L = m.seq_length, m.hidden_size, m.num_layers
+    gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
+    attn = 4 * gbs * s * s * h * L
+    extra = np.where(recompute == 2, gemm + attn,
+                     np.where((recompute == 1) & np.logical_not(flash), attn, 0.0))
+    return model_flops_per_step(m, gbs) + extra
+
+
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
     """Model FLOPs of one optimizer step (no recomputation): 3 × forward, the attention square
     counted in full (Narayanan eq. 3 without the recompute forward; formulas.md §2b)."""

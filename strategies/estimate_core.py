@@ -19,9 +19,11 @@ Model (per optimizer step, seconds):
 * the optimizer step (memory-bound Adam).
 
 MFU counts the model FLOPs of formulas.md §2b (the attention square in full, the published
-convention); HFU counts the FLOPs the hardware executes (``costs.executed_flops_per_step``:
-causal blocks skipped by FlashAttention, recomputation included), so HFU <= 1 and, with
-FlashAttention at long sequences, MFU may exceed HFU.
+convention); HFU the same plus the recomputed forward (``costs.hardware_flops_per_step``), as
+CLI.md defines it, so HFU >= MFU, equal without recomputation. Both are conventions: with
+FlashAttention skipping causal blocks the hardware executes fewer FLOPs
+(``costs.executed_flops_per_step``, at most peak · step time by construction), so at very long
+sequences either may exceed 1.
 """
 from __future__ import annotations
 
@@ -131,7 +133,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
     model_flops = costs.model_flops_per_step(m, gbs)
-    hw_flops = costs.executed_flops_per_step(m, gbs, flash, rc)
+    hw_flops = costs.hardware_flops_per_step(m, gbs, flash, rc)
     peak = gpu.peak(dtype)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,

@@ -259,12 +259,13 @@ def test_dtype_and_mfu_against_its_peak(capsys, dtype):
     # mfu: model FLOPs (no recomputation) / (GPUs · step time · peak of the dtype)
     assert d["mfu"] == pytest.approx(flops / (8 * d["step_time_s"] * peak), rel=1e-9)
     # hfu counts the recomputation, mfu does not: against the same plan without it, the
-    # model FLOPs per step (mfu · step) are the same and the executed ones (hfu · step) grow
+    # model FLOPs per step (mfu · step) are the same and hfu · step grows
     none = run_json(capsys, *argv[:-1], argv[-1].replace("full", "none"),
                     *([] if dtype == "bf16" else ["--dtype", dtype]))
     assert d["mfu"] * d["step_time_s"] == pytest.approx(none["mfu"] * none["step_time_s"],
                                                         rel=1e-9)
     assert d["hfu"] * d["step_time_s"] > 1.2 * none["hfu"] * none["step_time_s"]
+    assert none["hfu"] == pytest.approx(none["mfu"], rel=1e-12)   # nothing recomputed
 
 
 # ---------------------------------------------------- estimate / simulate JSON

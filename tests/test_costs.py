@@ -38,6 +38,22 @@ def test_full_recompute_hardware_flops_are_eq_3(l, h, a, V, s):
     assert got == pytest.approx(F, rel=1e-12)
 
 
+@pytest.mark.parametrize("l,h,a,V,s", GPTS)
+@pytest.mark.parametrize("flash", [False, True])
+def test_hfu_flops_are_model_flops_plus_the_recomputed_forward(l, h, a, V, s, flash):
+    """HFU's FLOPs (CLI.md: MFU's "with recomputation counted"): none -> the model FLOPs;
+    full -> §2a's 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)), whatever the attention kernel;
+    selective -> + the forward attention square 4·B·s²·h·l, unless FlashAttention (which
+    recomputes inside its own backward, not counted in MFU either)."""
+    m, B = gpt(l, h, a, V, s), 64
+    model = costs.model_flops_per_step(m, B)
+    assert costs.hardware_flops_per_step(m, B, flash, 0) == pytest.approx(model, rel=1e-12)
+    full = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+    assert costs.hardware_flops_per_step(m, B, flash, 2) == pytest.approx(full, rel=1e-12)
+    sel = model + (0 if flash else 4 * B * s * s * h * l)
+    assert costs.hardware_flops_per_step(m, B, flash, 1) == pytest.approx(sel, rel=1e-12)
+
+
 def test_eq_3_worked_numbers():
     """§2a worked: the 1T row of Narayanan Table 1 (5.139e19 FLOP, 102.6 s at 163 TFLOP/s on
     3072 GPUs) and BLOOM-176B (149.76 TFLOP/s at 104.70 s on 384 GPUs)."""
