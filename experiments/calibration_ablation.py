@@ -54,6 +54,9 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
                                                          lambda params, *a, **k: 0.0 * params),
     "no kernel launch gaps": lambda: patched(ct, "launch_time", lambda fw=None: 0.0),
     "no M/tp split under TP overlap": lambda: patched(ct, "_tp_split", lambda tp, tpo: 1.0),
+    "K knee = 64 on every chip": lambda: patched(ct, "k_knee", lambda gpu, dtype: ct.SHAPE_SCALE),
+    "FlashAttention-2 at the native rate": lambda: patched(
+        GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
 }

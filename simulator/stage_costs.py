@@ -84,7 +84,7 @@ def stage_costs(job: Job) -> StageCosts:
     shard = float(ct.accum_shard(f["dp"], p.zero))
     lt = ct.layer_time(m, b, tp, cp, ep, p.sp, p.flash_attn, rc, gpu, job.dtype,
                        p.tp_comm_overlap, fw, slow, shard)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow, fw)
     head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype, fw, slow, shard)
     emb = ct.embedding_time(m, b, tp, cp, gpu)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, job.dtype, fw, shard)

@@ -170,7 +170,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
     emb = ct.embedding_time(m, b, tp, cp, gpu)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
     c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
     n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
     f_blk = lpc * (lt.fwd + c_f)

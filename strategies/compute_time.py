@@ -2,18 +2,21 @@
 
 The efficiency model (every constant and its source: docs/calibration.md):
 
-* Dense GEMMs run at ``peak(dtype) · gemm_efficiency(dtype) · Π_d d/(d + 64)`` over the GEMM's
-  three dimensions M, N, K: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``:
-  maximum sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin
-  shapes (tile and wave quantisation: on average half of a 128-wide tile is wasted on a
-  dimension's edge). A GEMM is never faster than its operands' HBM traffic allows (roofline).
+* Dense GEMMs run at ``peak(dtype) · gemm_efficiency(dtype) · M/(M+64) · N/(N+64) ·
+  K/(K+k_knee)``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
+  sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
+  (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
+  edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
+  the chip's tensor-core rate per SM). A GEMM is never faster than its operands' HBM
+  traffic allows (roofline).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
   data-gradient GEMMs of the row-parallel weights are split into ``tp`` pieces along M (each
   piece waits for its slice of the all-gather or feeds its slice of the reduce-scatter), so
   they run with ``M/tp`` rows.
-* Attention core: FlashAttention at ``peak(bf16) · attention_efficiency`` (forward; its backward
+* Attention core: FlashAttention at ``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel
+  the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
   does 2.5x the forward FLOPs), or, without it, two batched GEMMs with K = head_dim plus the
   memory-bound softmax/dropout traffic.
 * Memory-bound kernels (LayerNorm, dropout, activation, rotary, fp8 casts, the unfused
@@ -37,6 +40,11 @@ from topologies.gpus import GPU
 
 HBM_EFFICIENCY = 0.85     # achievable fraction of HBM bandwidth (STREAM-like kernels)
 SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-shape rate
+# The K loop's knee grows with the chip's tensor-core rate per SM: a CTA's fixed prologue and
+# epilogue (pipeline fill, writing the C tile) take about the same time on every chip, so the
+# depth of K that amortises them scales with how fast one SM eats K. SHAPE_SCALE holds for the
+# reference rate, A100's bf16 312 TFLOP/s over 108 SMs; H100 bf16 (989.4/132) gets 166, fp8 332.
+REF_SM_RATE = 312e12 / 108
 FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recomputes S = QK^T)
 FP8_CAST_BYTES = 3.0      # per GEMM input element cast to fp8 (read 2 B, write 1 B)
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
@@ -62,13 +70,23 @@ def _shape(d: Num) -> Num:
     return d / (d + SHAPE_SCALE)
 
 
+def k_knee(gpu: GPU, dtype: str) -> float:
+    """Depth of K at which a GEMM reaches half its large-shape rate on ``gpu`` (``SHAPE_SCALE``
+    times the chip's dense ``dtype`` rate per SM over ``REF_SM_RATE``; ``SHAPE_SCALE`` when the
+    SM count is unknown)."""
+    if not gpu.sm_count:
+        return SHAPE_SCALE
+    return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
+
+
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
-          c_bytes: Num | None = None) -> Num:
+          c_bytes: Num | None = None, knee: float = SHAPE_SCALE) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
-    shape-penalised rate and the HBM time of the operands (``esize`` bytes per input element,
-    ``c_bytes`` per output element, default ``esize``)."""
+    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``) and the HBM time of
+    the operands (``esize`` bytes per input element, ``c_bytes`` per output element, default
+    ``esize``)."""
     flops = 2.0 * M * N * K
-    t_compute = flops / (rate * _shape(M) * _shape(N) * _shape(K))
+    t_compute = flops / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
     c = esize if c_bytes is None else c_bytes
     t_memory = (esize * (M * K + K * N) + c * M * N) / hbm
     return count * np.maximum(t_compute, t_memory)
@@ -127,13 +145,15 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
     GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
     rate, hbm, es = _rates(gpu, dtype)
+    kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     split = _tp_split(tp, tpo)
     t = 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:                                   # MoE router: bf16, not split
-            t = t + _gemm(count, M, N, K, gpu.peak("bf16") * gpu.matmul_efficiency, hbm, 2.0)
+            t = t + _gemm(count, M, N, K, gpu.peak("bf16") * gpu.matmul_efficiency, hbm, 2.0,
+                          knee=kn16)
         else:
-            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es)
+            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn)
     return t
 
 
@@ -146,18 +166,19 @@ def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     accumulation into the GEMM, else written once in 16 bits (the separate add is
     ``grad_accum_time``)."""
     rate, hbm, es = _rates(gpu, dtype)
+    kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     split = _tp_split(tp, tpo)
     c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t = 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:
             r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0) \
-                + _gemm(count, K, N, M, r16, hbm, 2.0)
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16) \
+                + _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16)
             continue
         s = split if row else 1.0
-        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es)
-        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w)
+        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn)
+        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn)
     return t
 
 
@@ -172,13 +193,14 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
 
 
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
-                       slow: Num = 1.0) -> tuple[Num, Num]:
+                       slow: Num = 1.0, fw: FrameworkProfile = DEFAULT) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
-    compute-bound parts, ``overlap_slowdown``)."""
+    compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
+    runs, ``GPU.flash_efficiency``)."""
     peak = gpu.peak("bf16")
     hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
-    t_flash = slow * f_flash / (peak * gpu.attention_efficiency)
+    t_flash = slow * f_flash / (peak * gpu.flash_efficiency(fw.attention_kernel))
     f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False)
     # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV)
     d = m.head_dim
@@ -221,7 +243,7 @@ def layer_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: 
     gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``)."""
     g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
     g_b = slow * gemm_time_bwd(m, b, tp, cp, ep, gpu, dtype, tpo, fw)
-    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow)
+    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
     e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype)
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw)
     launch = launch_time(fw)
@@ -246,8 +268,10 @@ def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
     hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0) + _gemm(1, h, V, T, rate, hbm, 2.0, c_w))
+    kn = k_knee(gpu, "bf16")
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn)
+                  + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn))
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
     acc = grad_accum_time(V * h / shard, gpu, dtype, fw)
     return g_f + ce, g_b + ce + acc

@@ -75,7 +75,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
     t_cp = 3 * cm.reduce_scatter_time(costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1, 1),
                                       cp, bw_cp, lat_cp)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
     bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)

@@ -20,6 +20,12 @@ Sources (details and numbers in docs/calibration.md):
 * Kernels per layer: counted from the forward of one transformer layer in each stack (norm,
   QKV GEMM, rotary, attention, output GEMM, bias-dropout-add, norm, two or three MLP GEMMs,
   activation, bias-dropout-add, TP collectives); backward launches about twice as many.
+* Attention kernel: PyTorch eager stacks run FlashAttention-2 (``flash-attn`` or SDPA's flash
+  backend), which has no Hopper code path; the others run the chip's native fused kernel
+  (cuDNN through Transformer Engine or XLA). ``GPU.flash_efficiency`` gives each its rate.
+* Default recompute (a plan default for published runs that do not state it): Megatron-LM
+  2021 recomputed full layers; MaxText (``remat_policy: 'full'`` in configs/base.yml) and
+  Praxis (``checkpoint_policy = SAVE_NOTHING``) rematerialise the whole layer by default.
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -39,8 +45,9 @@ class FrameworkProfile:
     ``grad_accum_fusion``: the weight-gradient GEMM accumulates into the fp32 main gradient
     (no separate per-micro-batch add kernel). ``kernels_per_layer``: kernels one transformer
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
-    seconds per kernel boundary. The ``default_*`` fields are the plan switches the stack
-    uses unless a source says otherwise (``strategies.reference`` reads them).
+    seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
+    (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
+    unless a source says otherwise (``strategies.reference`` reads them).
     """
 
     name: str
@@ -52,6 +59,8 @@ class FrameworkProfile:
     default_overlap_grad_reduce: bool
     default_overlap_param_gather: bool
     default_tp_comm_overlap: bool
+    attention_kernel: str = "native"
+    default_recompute: str = "none"
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -59,6 +68,12 @@ class FrameworkProfile:
         if not (isinstance(self.kernels_per_layer, int) and self.kernels_per_layer >= 0):
             raise SpecError("framework.kernels_per_layer", self.kernels_per_layer,
                             "must be an integer >= 0")
+        if self.default_recompute not in ("none", "selective", "full"):
+            raise SpecError("framework.default_recompute", self.default_recompute,
+                            "must be 'none', 'selective' or 'full'")
+        if self.attention_kernel not in ("native", "fa2"):
+            raise SpecError("framework.attention_kernel", self.attention_kernel,
+                            "must be 'native' or 'fa2'")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
@@ -72,7 +87,7 @@ MEGATRON_LM_2021 = FrameworkProfile(
                 "kernels, unfused softmax, blocking communication, main_grad.add_ per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=20, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=False, default_overlap_grad_reduce=False,
-    default_overlap_param_gather=False, default_tp_comm_overlap=False)
+    default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full")
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -88,7 +103,7 @@ PYTORCH_EAGER = FrameworkProfile(
                 "FlashAttention, unfused elementwise kernels, AccumulateGrad per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=30, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=False)
+    default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2")
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",
@@ -96,7 +111,7 @@ JAX_XLA = FrameworkProfile(
                 "sharding, gradients accumulated by a separate fused add",
     grad_accum_fusion=False, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=False)
+    default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full")
 
 PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (MEGATRON_LM_2021, MEGATRON_CORE,
                                                             PYTORCH_EAGER, JAX_XLA)}

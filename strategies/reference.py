@@ -172,7 +172,7 @@ def case_from_entry(c: dict) -> Case:
     fw = framework_of(c)
     modern = fw is not MEGATRON_LM_2021
     dtype = "fp8" if "fp8" in c["id"] else ("fp16" if "fp16" in str(c.get("precision")) else "bf16")
-    rec = str(pl.get("recompute") or ("none" if modern else "full")).split()[0]
+    rec = str(pl.get("recompute") or fw.default_recompute).split()[0]
     if pl.get("recompute") is None:
         notes.append(f"recompute={rec} (not stated)")
     sched, vpp, sn = _schedule(pl, model.num_layers, pp, gbs // (mbs * dp))

@@ -25,10 +25,11 @@ from topologies.gpus import GPUS, gpu_from_mapping
 DOC = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs",
                    "calibration.md")
 
-# Bounds stated in docs/calibration.md (the model reaches 3.3 % analytic, 3.9 % simulated)
+# Bounds stated in docs/calibration.md (the model reaches 3.2 % analytic, 3.3 % simulated on
+# tier 1 and 16.2 % analytic on tiers 2-3)
 TIER1_MAPE_BOUND = 5.0        # analytic, the 23 tier-1 runs
 TIER1_WORST_BOUND = 10.0
-HELD_OUT_MAPE_BOUND = 25.0    # analytic, tiers 2-3 (not used to choose any constant)
+HELD_OUT_MAPE_BOUND = 20.0    # analytic, tiers 2-3 (not used to choose any constant)
 
 
 @pytest.fixture(scope="module")
@@ -194,3 +195,45 @@ def test_framework_profile_lookup():
     job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1), Plan(gbs=8),
                    framework="pytorch-eager")
     assert job.to_dict()["framework"] == "pytorch-eager"
+
+
+# ----------------------------------------------------------------- H100 (docs/calibration.md §3.4)
+
+def test_flashattention2_is_slower_only_on_hopper():
+    """FlashAttention-2 (pytorch-eager) has no Hopper code path: slower than the native kernel
+    on H100, the same kernel as the native one on A100."""
+    m = model_preset("mpt-7b")
+    for name, slower in (("H100-SXM5-80GB", True), ("A100-SXM4-80GB", False)):
+        g = GPUS[name]
+        fa2 = ct.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, PYTORCH_EAGER)[0]
+        native = ct.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, MEGATRON_CORE)[0]
+        assert (fa2 > native) if slower else (fa2 == native), name
+
+
+def test_k_knee_scales_with_the_sm_rate():
+    a100, h100 = GPUS["A100-SXM4-80GB"], GPUS["H100-SXM5-80GB"]
+    assert ct.k_knee(a100, "bf16") == pytest.approx(ct.SHAPE_SCALE)
+    assert ct.k_knee(h100, "bf16") == pytest.approx(64 * (989.4 / 132) / (312 / 108))
+    assert ct.k_knee(h100, "fp8") == pytest.approx(2 * ct.k_knee(h100, "bf16"), rel=1e-3)
+    custom = gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "hbm_gib": 80, "hbm_tbps": 3})
+    assert custom.sm_count is None and ct.k_knee(custom, "bf16") == ct.SHAPE_SCALE
+
+
+def test_custom_gpu_fa2_and_sm_count_round_trip():
+    from topologies.gpus import gpu_to_mapping
+    g = gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "hbm_gib": 80, "hbm_tbps": 3,
+                          "fa2_attention_efficiency": 0.3, "sm_count": 100})
+    assert g.flash_efficiency("fa2") == 0.3 and g.flash_efficiency() == 0.5
+    assert gpu_from_mapping(gpu_to_mapping(g)) == g
+    with pytest.raises(Exception):
+        gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "hbm_gib": 80, "hbm_tbps": 3,
+                          "sm_count": 1.5})
+
+
+def test_unstated_recompute_follows_the_framework_default():
+    """JAX stacks (MaxText, Praxis) rematerialise the whole layer unless told otherwise."""
+    assert JAX_XLA.default_recompute == "full" and MEGATRON_LM_2021.default_recompute == "full"
+    assert MEGATRON_CORE.default_recompute == "none" == PYTORCH_EAGER.default_recompute
+    jax = [c for c in load_cases(tiers=(2, 3)) if c.job is not None
+           and c.job.framework is JAX_XLA and c.raw["plan"].get("recompute") is None]
+    assert jax and all(c.job.plan.recompute == "full" for c in jax)

@@ -39,6 +39,8 @@ class GPU:
     vendor: str = "nvidia"
     aliases: tuple[str, ...] = field(default=(), compare=False)
     fp8_matmul_efficiency: float | None = None
+    fa2_attention_efficiency: float | None = None
+    sm_count: int | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -59,6 +61,11 @@ class GPU:
         if self.fp8_matmul_efficiency is not None and not 0 < self.fp8_matmul_efficiency <= 1:
             raise SpecError("gpu.fp8_matmul_efficiency", self.fp8_matmul_efficiency,
                             "must be in (0, 1]")
+        if self.sm_count is not None and not (isinstance(self.sm_count, int) and self.sm_count > 0):
+            raise SpecError("gpu.sm_count", self.sm_count, "must be an integer > 0")
+        if self.fa2_attention_efficiency is not None and not 0 < self.fa2_attention_efficiency <= 1:
+            raise SpecError("gpu.fa2_attention_efficiency", self.fa2_attention_efficiency,
+                            "must be in (0, 1]")
 
     def peak(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; fp8 on a chip without it is refused."""
@@ -73,6 +80,15 @@ class GPU:
             return self.fp8_matmul_efficiency
         return self.matmul_efficiency
 
+    def flash_efficiency(self, kernel: str = "native") -> float:
+        """Fraction of the bf16 peak a fused attention kernel reaches: ``"native"`` (a kernel
+        written for the chip's own tensor-core instructions: cuDNN / FlashAttention-3 on
+        Hopper, FlashAttention-2 up to Ampere) or ``"fa2"`` (FlashAttention-2, which on Hopper
+        runs the Ampere ``mma.sync`` path without wgmma/TMA; ``fa2_attention_efficiency``)."""
+        if kernel == "fa2" and self.fa2_attention_efficiency is not None:
+            return self.fa2_attention_efficiency
+        return self.attention_efficiency
+
     @property
     def hbm_gib(self) -> float:
         return self.hbm_bytes / GIB
@@ -80,11 +96,13 @@ class GPU:
 
 def _g(name: str, fp32: float, tf32: float, bf16: float, fp8: float | None, hbm_gib: float,
        hbm_tbps: float, eff: float, attn: float, vendor: str = "nvidia",
-       aliases: tuple[str, ...] = (), fp8_eff: float | None = None) -> GPU:
+       aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
+       fa2: float | None = None, sms: int | None = None) -> GPU:
     peaks = {"fp32": fp32 * TERA, "tf32": tf32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if fp8:
         peaks["fp8"] = fp8 * TERA
-    return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff)
+    return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
+               fa2, sms)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -107,22 +125,25 @@ def _g(name: str, fp32: float, tf32: float, bf16: float, fp8: float | None, hbm_
 #                    700 W under the cubic power-clock rule, (500/700)^(1/3) = 0.894
 #   V100       0.80  not measured by mamf-finder; kept (V100 cuBLAS fp16 ~100 of 125 TFLOP/s)
 _CATALOG = [
-    _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, 0.45, aliases=("V100",)),
-    _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.80, 0.60, aliases=("A100-40GB",)),
+    _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, 0.45, aliases=("V100",),
+       sms=80),
+    _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.80, 0.60, aliases=("A100-40GB",),
+       sms=108),
     _g("A100-SXM4-80GB", 19.5, 156, 312, None, 80, 2.039, 0.80, 0.60,
-       aliases=("A100", "A100-80GB", "A100-SXM-80GB")),
+       aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108),
     _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
-       aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665),
+       aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665, fa2=0.35,
+       sms=132),
     _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.62, 0.50, aliases=("H100-PCIe",),
-       fp8_eff=0.55),
+       fp8_eff=0.55, fa2=0.32, sms=114),
     _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.67, 0.45,
-       aliases=("H100-96GB",), fp8_eff=0.595),
+       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132),
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
-       fp8_eff=0.66),
+       fp8_eff=0.66, fa2=0.35, sms=132),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
-       fp8_eff=0.62),
+       fp8_eff=0.62, sms=148),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
-       aliases=("MI300X-192GB",)),
+       aliases=("MI300X-192GB",), sms=304),
 ]
 
 GPUS: dict[str, GPU] = {g.name: g for g in _CATALOG}
@@ -139,10 +160,11 @@ def get_gpu(name: str) -> GPU:
 
 def gpu_from_mapping(d: Mapping) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp32_tflops,
-    tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency]."""
+    tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
+    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor]."""
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib",
                "hbm_tbps", "matmul_efficiency", "attention_efficiency", "fp8_matmul_efficiency",
-               "vendor"}
+               "fa2_attention_efficiency", "sm_count", "vendor"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -150,19 +172,25 @@ def gpu_from_mapping(d: Mapping) -> GPU:
         if req not in d:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
     hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
-          "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0}
+          "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
+          "fa2_attention_efficiency": 1.0, "sm_count": 4096}
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib", "hbm_tbps",
-              "matmul_efficiency", "attention_efficiency", "fp8_matmul_efficiency"):
+              "matmul_efficiency", "attention_efficiency", "fp8_matmul_efficiency",
+              "fa2_attention_efficiency", "sm_count"):
         if k in d:
             nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True)
+    if "sm_count" in nums and not float(nums["sm_count"]).is_integer():
+        raise SpecError("gpu.sm_count", d["sm_count"], "must be an integer > 0")
     bf16 = nums["bf16_tflops"]
     return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
               nums.get("tf32_tflops", bf16 / 2),
               bf16, nums.get("fp8_tflops"), nums["hbm_gib"], nums["hbm_tbps"],
               nums.get("matmul_efficiency", 0.8), nums.get("attention_efficiency", 0.5),
               check_name("gpu.vendor", d.get("vendor", "custom")),
-              fp8_eff=nums.get("fp8_matmul_efficiency"))
+              fp8_eff=nums.get("fp8_matmul_efficiency"),
+              fa2=nums.get("fa2_attention_efficiency"),
+              sms=int(nums["sm_count"]) if "sm_count" in nums else None)
 
 
 def gpu_to_mapping(gpu: GPU) -> str | dict:
@@ -179,4 +207,8 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
              attention_efficiency=gpu.attention_efficiency, vendor=gpu.vendor)
     if gpu.fp8_matmul_efficiency is not None:
         d["fp8_matmul_efficiency"] = gpu.fp8_matmul_efficiency
+    if gpu.fa2_attention_efficiency is not None:
+        d["fa2_attention_efficiency"] = gpu.fa2_attention_efficiency
+    if gpu.sm_count is not None:
+        d["sm_count"] = gpu.sm_count
     return d
