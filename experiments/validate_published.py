@@ -30,6 +30,8 @@ def family(case_id: str) -> str:
     key = re.sub(r"_\d+gpu.*$", "", case_id)
     key = re.sub(r"_seq\d+.*$", "", key)
     key = re.sub(r"_(t1|t2)_.*$", r"_\1", key)
+    key = re.sub(r"_(weak|strong)_.*$", r"_\1", key)         # megatron_core_h100_weak_7.1B
+    key = re.sub(r"^(torchtitan_\d+_[^_]+_t\d).*$", r"\1", key)  # torchtitan_2412_8B_t3_fsdp
     return re.sub(r"_(mbs|dp)\d.*$", "", key)
 
 

@@ -113,11 +113,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     t_rs_dp = cm.reduce_scatter_time(gb * params, dp, bw_dp, lat_dp)
     t_ag_dp = cm.allgather_time(2.0 * params, dp, bw_dp, lat_dp)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
-    nb = np.maximum(1.0, np.ceil(params / BUCKET_PARAMS))
+    # the embedding's gradient is complete only when the backward ends (and its weights are the
+    # first the next forward needs), so its bucket is never overlapped: the exposed share is the
+    # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
+    last = np.minimum(1.0, np.maximum(BUCKET_PARAMS, costs.embedding_params_per_gpu(m, tp)) / params)
     window = lps * (lt.bwd + lt.recompute)
-    grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad / nb), t_grad)
+    grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad * last), t_grad)
     fwd_window = lps * lt.fwd
-    ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp / nb),
+    ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     z3_mb = 2 * t_ag_dp + t_rs_dp

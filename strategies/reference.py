@@ -50,10 +50,45 @@ def _eq3_flops(mo: dict, gbs: int) -> float:
     return 96 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
+def _model_flops(mo: dict, gbs: int) -> float:
+    """Model FLOPs per step without recomputation (formulas.md §2b; Megatron-Core's
+    ``num_floating_point_operations`` for a GPT with a 4h MLP and no GQA)."""
+    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
+    return 72 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def _megatron_core_readme(c: dict) -> bool:
+    src = c.get("source") or {}
+    return "megatron-lm readme" in f"{src.get('ref', '')} {src.get('table', '')}".lower() \
+        or "model_table" in str(src.get("table", ""))
+
+
+def global_batch(c: dict) -> int | None:
+    """Sequences per step: the source's global batch, else (torchtitan) its per-replica
+    ``local_batch_size`` times the data-parallel size."""
+    pl = c.get("plan") or {}
+    if pl.get("global_batch"):
+        return int(pl["global_batch"])
+    if pl.get("local_batch_size") and pl.get("dp"):
+        return int(pl["local_batch_size"]) * int(pl["dp"])
+    return None
+
+
+def seq_len(c: dict) -> tuple[int | None, list[str]]:
+    """The training sequence length, with the assumption made when the source omits it
+    (torchtitan's default, 8192)."""
+    mo = c.get("model") or {}
+    if mo.get("seq_len"):
+        return int(mo["seq_len"]), []
+    if "torchtitan" in str((c.get("source") or {}).get("ref", "")).lower():
+        return 8192, ["seq_len=8192 (torchtitan default; source does not say)"]
+    return None, []
+
+
 def measured_step(c: dict) -> tuple[float | None, str]:
     """Seconds per step the source implies, and how it was read."""
-    me, pl, mo = c.get("measured") or {}, c.get("plan") or {}, c.get("model") or {}
-    n, gbs, s = c["hardware"].get("n_gpus"), pl.get("global_batch"), mo.get("seq_len")
+    me, mo = c.get("measured") or {}, c.get("model") or {}
+    n, gbs, s = c["hardware"].get("n_gpus"), global_batch(c), seq_len(c)[0]
     if me.get("step_time_s"):
         return float(me["step_time_s"]), "step time as printed"
     if me.get("tokens_per_s") and gbs and s:
@@ -65,6 +100,11 @@ def measured_step(c: dict) -> tuple[float | None, str]:
         return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
     if me.get("tflops_per_gpu") and "eq.3" in (c.get("notes") or "") and gbs:
         return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
+    if me.get("tflops_per_gpu") and _megatron_core_readme(c) and gbs and n \
+            and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab")) \
+            and not mo.get("ffn_hidden") and not mo.get("kv_heads"):
+        return (_model_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12),
+                "model FLOPs (§2b, Megatron-Core's count) / (GPUs × TFLOP/s)")
     return None, ""
 
 
@@ -127,14 +167,18 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
     text = str(pl.get("schedule") or "").lower()
     if pp == 1:
         return "1f1b", 1, []
-    if "interleaved" in text:
+    # Megatron-Core overlaps pipeline sends with compute only in the interleaved schedule, so a
+    # source that ran with "PP overlap" on and names no schedule ran interleaved
+    implied = not text and "pp overlap" in str(pl.get("overlap") or "").lower()
+    if "interleaved" in text or implied:
         v = pl.get("virtual_stages")
         if v:
             return "interleaved", int(v), []
         per = layers // pp
         for v in range(2, per + 1):
             if per % v == 0 and m % pp == 0:
-                return "interleaved", v, [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
+                why = ["interleaved (implied by PP communication overlap; not stated)"] if implied else []
+                return "interleaved", v, why + [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
         return "1f1b", 1, ["vpp not stated and no valid interleaving: 1F1B"]
     return "1f1b", 1, []
 
@@ -148,23 +192,25 @@ def case_from_entry(c: dict) -> Case:
         return Case(job=None, skipped="analytic reference, not a measured run", **base)
     if step is None:
         return Case(job=None, skipped="no step time, tokens/s or TFLOP/s with a known FLOP count", **base)
-    if any(pl.get(k) is None for k in ("tp", "pp")) or "compile" in c["id"]:
-        why = "torch.compile kernel fusion is not modelled" if "compile" in c["id"] else "tp/pp not given"
+    compiled = "compile" in f"{c['id']} {pl.get('techniques', '')}"
+    if any(pl.get(k) is None for k in ("tp", "pp")) or compiled:
+        why = "torch.compile kernel fusion is not modelled" if compiled else "tp/pp not given"
         return Case(job=None, skipped=why, **base)
     if pl.get("pp_partition"):
         return Case(job=None, skipped="uneven pipeline partition (embedding counted as a stage block) "
                     "not modelled yet", **base)
-    notes: list[str] = []
-    if not mo.get("seq_len"):
-        mo = {**mo, "seq_len": 8192}
-        notes.append("seq_len=8192 (torchtitan default; source does not say)")
+    seq, notes = seq_len(c)
+    if not mo.get("seq_len") and seq:
+        mo = {**mo, "seq_len": seq}
     model = _model(mo, c)
     cluster, cn = _cluster(c)
     notes += cn
     tp, pp = pl["tp"], pl["pp"]
     n = c["hardware"]["n_gpus"]
     dp = pl.get("dp") or n // (tp * pp * (pl.get("cp") or 1))
-    gbs = pl["global_batch"]
+    gbs = global_batch(c)
+    if not pl.get("global_batch"):
+        notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
     mbs = pl.get("microbatch") or pl.get("local_batch_size")
     if not mbs:
         mbs = 1 if pp > 1 else min(4, gbs // dp)
