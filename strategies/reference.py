@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strategies.errors import SpecError
-from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PYTORCH_EAGER,
-                                  FrameworkProfile)
+from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.reference_infer import (framework_name, gpu_preset, intra_node_gbps, model_family,
+                                        parse_inter_node, recompute_kind, schedule_kind,
+                                        vocab_from_notes)
 from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
@@ -63,6 +65,15 @@ def _megatron_core_readme(c: dict) -> bool:
         or "model_table" in str(src.get("table", ""))
 
 
+def _counts_recompute(c: dict) -> bool:
+    """Whether the source's TFLOP/s count the recomputed forward (Narayanan eq. 3, BLOOM's
+    "hardware TFLOPs"; formulas.md §2a and §9)."""
+    text = " ".join(str(x) for x in (c.get("notes"), (c.get("derived") or {}).get("how"),
+                                      (c.get("source") or {}).get("table"))).lower()
+    return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "2a", "4*2",
+                                   "recompute-inclusive", "hardware tflops"))
+
+
 def global_batch(c: dict) -> int | None:
     """Sequences per step: the source's global batch, else (torchtitan) its per-replica
     ``local_batch_size`` times the data-parallel size."""
@@ -86,25 +97,47 @@ def seq_len(c: dict) -> tuple[int | None, list[str]]:
 
 
 def measured_step(c: dict) -> tuple[float | None, str]:
-    """Seconds per step the source implies, and how it was read."""
+    """Seconds per step the source implies from what it prints (a step time, a throughput,
+    or TFLOP/s under a FLOP count it names), and how it was read."""
     me, mo = c.get("measured") or {}, c.get("model") or {}
     n, gbs, s = c["hardware"].get("n_gpus"), global_batch(c), seq_len(c)[0]
+    shape = gbs and n and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab"))
     if me.get("step_time_s"):
         return float(me["step_time_s"]), "step time as printed"
     if me.get("tokens_per_s") and gbs and s:
         return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
     if me.get("tokens_per_s_per_gpu") and gbs and s and n:
         return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
-    if me.get("tflops_per_gpu") and "eq.(3)" in (c.get("notes") or "") + str(c.get("derived", {}).get("how", "")) \
-            and gbs and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab")):
+    if me.get("samples_per_s") and gbs:
+        return gbs / me["samples_per_s"], "global batch / samples per s"
+    if me.get("tflops_per_gpu") and shape and _counts_recompute(c):
         return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
-    if me.get("tflops_per_gpu") and "eq.3" in (c.get("notes") or "") and gbs:
-        return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
-    if me.get("tflops_per_gpu") and _megatron_core_readme(c) and gbs and n \
-            and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab")) \
+    if me.get("tflops_per_gpu") and shape and _megatron_core_readme(c) \
             and not mo.get("ffn_hidden") and not mo.get("kv_heads"):
         return (_model_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12),
                 "model FLOPs (§2b, Megatron-Core's count) / (GPUs × TFLOP/s)")
+    return None, ""
+
+
+def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
+                     gbs: int) -> tuple[float | None, str]:
+    """Seconds per step from a utilisation the source prints when nothing more direct is
+    given: model TFLOP/s per GPU, or MFU against the datasheet peak of the run's dtype, both
+    with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
+    formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
+    from strategies.costs import model_flops_per_step
+    me, n = c.get("measured") or {}, c["hardware"].get("n_gpus")
+    if not n:
+        return None, ""
+    flops = float(model_flops_per_step(model, gbs))
+    rate = me.get("model_tflops_per_gpu") or (me.get("tflops_per_gpu")
+                                              if not _counts_recompute(c) else None)
+    if rate:
+        return flops / (n * rate * 1e12), "model FLOPs (costs) / (GPUs × model TFLOP/s)"
+    if me.get("mfu"):
+        peak = cluster.gpu.peak(dtype)
+        return (flops / (n * peak * float(me["mfu"])),
+                f"model FLOPs (costs) / (GPUs × {peak / 1e12:.0f} TFLOP/s × MFU)")
     return None, ""
 
 
@@ -112,65 +145,74 @@ def _model(mo: dict, c: dict) -> ModelSpec:
     name = mo.get("name") or c["id"]
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
-    llama = "llama" in name.lower()
-    nemotron = "nemotron" in name.lower()
-    if a is None and nemotron:
+    fam = model_family(name)
+    if a is None and "nemotron" in name.lower():
         a, kv = (96 if h == 18432 else 48), 8
     ffn = mo.get("ffn_hidden") or 4 * h
-    act = "swiglu" if llama else ("squared_relu" if nemotron else "gelu")
-    pos = "rope" if (llama or nemotron) else ("alibi" if "mpt" in name.lower() or "bloom" in name.lower() else "learned")
+    experts = int(mo.get("num_experts") or mo.get("experts") or 1)
+    topk = int(mo.get("top_k") or mo.get("experts_per_token") or mo.get("moe_top_k") or 1)
     return ModelSpec(name=name, num_layers=mo["layers"], hidden_size=h, num_attention_heads=a,
                      ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
-                     num_query_groups=kv, activation=act, tie_word_embeddings=not (llama or nemotron),
-                     position_embedding=pos, bias=not (llama or nemotron or "mpt" in name.lower()))
+                     num_query_groups=kv, num_experts=experts,
+                     moe_router_topk=min(topk, experts), **fam)
 
 
 def _cluster(c: dict) -> tuple[Cluster, list[str]]:
+    """The cluster of a published run: the GPU its text names, in the node preset of that GPU,
+    with the inter-node links the interconnect text states (else the preset's, said so)."""
     hw = c["hardware"]
-    gpu, n, inter = hw["gpu"], hw["n_gpus"], hw.get("interconnect", "")
-    per = hw.get("gpus_per_node") or 8
+    gpu_text, n, inter = hw["gpu"], hw["n_gpus"], str(hw.get("interconnect") or "")
+    per = int(hw.get("gpus_per_node") or 8)
     nodes = max(1, n // per)
-    if "Grand Teton" in inter:
-        return cluster_from_mapping({"name": "grand-teton", "gpu": "H100-96GB-500W", "nodes": nodes,
-                                     "gpus_per_node": 8, "intra_node_GBps": 450, "nics_per_node": 8,
-                                     "inter_node_gbps": 400}), ["Grand Teton: 8 NICs x 400 Gb/s (source: 400 Gb/s per GPU)"]
-    if "Omni-Path" in inter:
-        return cluster_from_mapping({"name": "jean-zay", "gpu": "A100-SXM4-80GB", "nodes": nodes,
-                                     "gpus_per_node": 8, "intra_node_GBps": 300, "nics_per_node": 4,
-                                     "inter_node_gbps": 100}), ["Jean Zay: 4 Omni-Path links x 100 Gb/s"]
-    if "H100" in gpu:
-        return cluster_preset("dgx-h100", nodes), ["DGX H100 with 8 x 400 Gb/s NDR (not stated)"]
-    return cluster_preset("dgx-a100", nodes), []
+    found = gpu_preset(gpu_text)
+    if found is None:
+        raise SpecError("hardware.gpu", gpu_text, "is not a GPU of the catalog (paraplan presets)")
+    gpu, preset = found
+    notes: list[str] = []
+    links = parse_inter_node(inter, per)
+    if preset is not None and per == 8:
+        base = cluster_preset(preset, 1).to_dict()
+        intra = base["intra_node_GBps"]
+    else:
+        base = {}
+        intra = intra_node_gbps(gpu) or (cluster_preset(preset, 1).to_dict()["intra_node_GBps"]
+                                         if preset else 300.0)
+    if links is None:
+        nics, gbps = base.get("nics_per_node", per), base.get("inter_node_gbps", 200.0)
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (interconnect not stated)")
+    else:
+        nics, gbps = links
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (read from: {inter[:60]})")
+    spec = {"name": preset or gpu.lower(), "gpu": gpu, "nodes": nodes, "gpus_per_node": per,
+            "intra_node_GBps": intra, "nics_per_node": int(nics), "inter_node_gbps": float(gbps)}
+    if base.get("intra_node_topology"):
+        spec["intra_node_topology"] = base["intra_node_topology"]
+    return cluster_from_mapping(spec), notes
 
 
 def framework_of(c: dict) -> FrameworkProfile:
-    """The software that produced a published run, from its source: Megatron-LM 2021 (the
-    SC21 paper) and Megatron-DeepSpeed (BLOOM) use ``megatron-lm-2021``; NVIDIA's NeMo
-    benchmarks and Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``;
-    MosaicML llm-foundry and torchtitan ``pytorch-eager``. Otherwise by year: before 2023
-    ``megatron-lm-2021``, else ``megatron-core``."""
+    """The software that produced a published run, from its source (``reference_infer.
+    framework_name``): Megatron-LM 2021 (the SC21 paper) and Megatron-DeepSpeed (BLOOM) use
+    ``megatron-lm-2021``; NVIDIA's NeMo benchmarks and Megatron-Core's README
+    ``megatron-core``; MaxText and PAXML ``jax-xla``; MosaicML llm-foundry and torchtitan
+    ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
+    ``megatron-core``."""
     src = c.get("source") or {}
     text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
-    if "maxtext" in text or "paxml" in text:
-        return JAX_XLA
-    if "llm-foundry" in text or "mosaicml" in text or "torchtitan" in text:
-        return PYTORCH_EAGER
-    if "narayanan" in text or "bigscience" in text or "megatron-deepspeed" in text:
-        return MEGATRON_LM_2021
-    if "dgxc" in text or "nemo" in text or "megatron-lm readme" in text or "megatron-core" in text:
-        return MEGATRON_CORE
     year = re.search(r"(20\d\d)", text)
-    return MEGATRON_LM_2021 if year and int(year.group(1)) < 2023 else MEGATRON_CORE
+    return get_profile(framework_name(text, int(year.group(1)) if year else None))
 
 
 def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:
-    text = str(pl.get("schedule") or "").lower()
+    kind = schedule_kind(pl.get("schedule"))
     if pp == 1:
         return "1f1b", 1, []
+    if kind == "gpipe":
+        return "gpipe", 1, []
     # Megatron-Core overlaps pipeline sends with compute only in the interleaved schedule, so a
     # source that ran with "PP overlap" on and names no schedule ran interleaved
-    implied = not text and "pp overlap" in str(pl.get("overlap") or "").lower()
-    if "interleaved" in text or implied:
+    implied = not kind and "pp overlap" in str(pl.get("overlap") or "").lower()
+    if kind == "interleaved" or implied:
         v = pl.get("virtual_stages")
         if v:
             return "interleaved", int(v), []
@@ -180,7 +222,27 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
                 why = ["interleaved (implied by PP communication overlap; not stated)"] if implied else []
                 return "interleaved", v, why + [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
         return "1f1b", 1, ["vpp not stated and no valid interleaving: 1F1B"]
-    return "1f1b", 1, []
+    return "1f1b", 1, [] if kind else ["1F1B (schedule not stated)"]
+
+
+def _dtype(c: dict) -> str:
+    prec = str(c.get("precision") or "").lower()
+    if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
+        return "fp8"
+    return "fp16" if "fp16" in prec else "bf16"
+
+
+def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, list[str]] | None:
+    """(tp, pp, cp, dp) of a plan; a plan that gives only its data parallelism over every GPU
+    (FSDP, ZeRO) has no model parallelism. None: not enough to tell."""
+    tp, pp, cp, dp = pl.get("tp"), pl.get("pp"), pl.get("cp") or 1, pl.get("dp")
+    notes: list[str] = []
+    if tp is None and pp is None and dp is not None and dp * cp == n:
+        tp, pp = 1, 1
+        notes.append("tp=1 pp=1 (data parallel over every GPU)")
+    if tp is None or pp is None:
+        return None
+    return int(tp), int(pp), int(cp), int(dp or n // (tp * pp * cp)), notes
 
 
 def case_from_entry(c: dict) -> Case:
@@ -190,36 +252,50 @@ def case_from_entry(c: dict) -> Case:
     base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
     if c.get("kind") != "measured":
         return Case(job=None, skipped="analytic reference, not a measured run", **base)
-    if step is None:
-        return Case(job=None, skipped="no step time, tokens/s or TFLOP/s with a known FLOP count", **base)
-    compiled = "compile" in f"{c['id']} {pl.get('techniques', '')}"
-    if any(pl.get(k) is None for k in ("tp", "pp")) or compiled:
+    n = c["hardware"]["n_gpus"]
+    sizes = _parallel_sizes(pl, n)
+    compiled = "compile" in f"{c['id']} {pl.get('techniques', '')}".lower()
+    if sizes is None or compiled:
         why = "torch.compile kernel fusion is not modelled" if compiled else "tp/pp not given"
         return Case(job=None, skipped=why, **base)
     if pl.get("pp_partition"):
         return Case(job=None, skipped="uneven pipeline partition (embedding counted as a stage block) "
                     "not modelled yet", **base)
-    seq, notes = seq_len(c)
+    tp, pp, cp, dp, notes = sizes
+    seq, sn = seq_len(c)
+    notes += sn
     if not mo.get("seq_len") and seq:
         mo = {**mo, "seq_len": seq}
-    model = _model(mo, c)
-    cluster, cn = _cluster(c)
-    notes += cn
-    tp, pp = pl["tp"], pl["pp"]
-    n = c["hardware"]["n_gpus"]
-    dp = pl.get("dp") or n // (tp * pp * (pl.get("cp") or 1))
+    if not mo.get("vocab"):
+        vocab = vocab_from_notes(c.get("notes"))
+        if vocab:
+            mo = {**mo, "vocab": vocab}
+            notes.append(f"vocab={vocab} (read from the source's notes)")
     gbs = global_batch(c)
+    if gbs is None:
+        return Case(job=None, skipped="global batch not given", **base)
+    try:
+        model = _model(mo, c)
+        cluster, cn = _cluster(c)
+    except SpecError as e:
+        return Case(job=None, skipped=f"does not resolve: {e}", **base)
+    notes += cn
+    dtype = _dtype(c)
+    if step is None:
+        step, how = utilisation_step(c, model, cluster, dtype, gbs)
+        base.update(measured_step_s=step, how_measured=how)
+    if step is None:
+        return Case(job=None, skipped="no step time, tokens/s or TFLOP/s with a known FLOP count", **base)
     if not pl.get("global_batch"):
         notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
     mbs = pl.get("microbatch") or pl.get("local_batch_size")
     if not mbs:
-        mbs = 1 if pp > 1 else min(4, gbs // dp)
+        mbs = 1 if pp > 1 else max(1, min(4, gbs // (dp * cp) if cp == 1 else gbs // dp))
         notes.append(f"mbs={mbs} (not stated)")
     fw = framework_of(c)
     modern = fw is not MEGATRON_LM_2021
-    dtype = "fp8" if "fp8" in c["id"] else ("fp16" if "fp16" in str(c.get("precision")) else "bf16")
-    rec = str(pl.get("recompute") or fw.default_recompute).split()[0]
-    if pl.get("recompute") is None:
+    rec = recompute_kind(pl.get("recompute")) or fw.default_recompute
+    if recompute_kind(pl.get("recompute")) is None:
         notes.append(f"recompute={rec} (not stated)")
     sched, vpp, sn = _schedule(pl, model.num_layers, pp, gbs // (mbs * dp))
     notes += sn
@@ -229,11 +305,15 @@ def case_from_entry(c: dict) -> Case:
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
-        zero = 1 if modern else 0
-        notes.append(f"zero={zero} (distributed optimizer; not stated)")
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=pl.get("cp") or 1, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
-                recompute=rec if rec in ("none", "selective", "full") else "selective", sp=bool(sp),
-                zero=zero, flash_attn=fw.default_flash_attn,
+        fsdp = "fsdp" in str(pl.get("techniques") or "").lower()
+        zero = 3 if fsdp and pp == 1 else (1 if modern else 0)
+        notes.append(f"zero={zero} ({'FSDP' if zero == 3 else 'distributed optimizer'}; not stated)")
+    elif int(zero) == 3 and pp > 1:
+        zero = 2
+        notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
+                     "(torchtitan: reshard_after_forward=False with PP)")
+    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
+                recompute=rec, sp=bool(sp), zero=int(zero), flash_attn=fw.default_flash_attn,
                 overlap_grad_reduce=fw.default_overlap_grad_reduce,
                 overlap_param_gather=fw.default_overlap_param_gather,
                 tp_comm_overlap=fw.default_tp_comm_overlap and tp > 1 and bool(sp))

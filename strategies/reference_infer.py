@@ -1,0 +1,175 @@
+"""What a published run's free-text fields say, read into specs: the GPU and network of its
+``hardware``, the architecture family of its ``model``, the software of its ``source``.
+
+Every reading that fills a gap the source leaves returns the assumption in words, so that
+``paraplan validate --verbose`` can list it. Pure functions of the entry; no I/O.
+
+>>> gpu_preset("H100-SXM 80GB")
+('H100-SXM5-80GB', 'dgx-h100')
+>>> parse_inter_node("8x 200 Gb/s HDR InfiniBand HCAs per node", 8)
+(8, 200.0)
+>>> parse_inter_node("1600 Gbps node-node RoCE", 8)
+(8, 200.0)
+"""
+from __future__ import annotations
+
+import re
+
+# (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
+_GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
+    (("mi300x",), "MI300X", "mi300x"),
+    (("b200",), "B200-SXM-180GB", "dgx-b200"),
+    (("h200",), "H200-SXM-141GB", "dgx-h200"),
+    (("h100", "pcie"), "H100-PCIe-80GB", "hgx-h100-pcie"),
+    (("h100", "96gb"), "H100-96GB-500W", None),
+    (("h100", "500w"), "H100-96GB-500W", None),
+    (("h100",), "H100-SXM5-80GB", "dgx-h100"),
+    (("a100", "40gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),
+    (("a100", "40 gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),
+    (("a100",), "A100-SXM4-80GB", "dgx-a100"),
+    (("v100",), "V100-SXM2-32GB", None),
+)
+
+# NVLink/NVSwitch bandwidth per GPU per direction (GB/s) for GPUs without a node preset
+_INTRA_GBPS = {"H100-96GB-500W": 450.0, "V100-SXM2-32GB": 150.0}
+
+# link generations named without a number (Gb/s per link)
+_LINK_WORDS = (("xdr", 800.0), ("ndr", 400.0), ("hdr", 200.0), ("edr", 100.0),
+               ("omni-path", 100.0), ("opa", 100.0))
+
+_NUM = r"(\d+(?:\.\d+)?)"
+_GBPS = r"\s*(?:gb/s|gbps|gbit/s|gb/sec|g\b)"
+
+
+def gpu_preset(text: str) -> tuple[str, str | None] | None:
+    """(catalog GPU, cluster preset) named by a free-text GPU field, or None if unknown."""
+    t = str(text or "").lower().replace("-", " ").replace("_", " ")
+    t = t.replace("96 gb", "96gb").replace("40 gb", "40gb")
+    for words, gpu, preset in _GPU_RULES:
+        if all(w.replace("-", " ") in t for w in words):
+            return gpu, preset
+    return None
+
+
+def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
+    """(NICs per node, Gb/s per NIC) that a free-text interconnect field states, or None.
+
+    Reads ``N x B Gb/s`` (N links of B), ``B Gb/s per GPU`` (one link per GPU), ``B Gbps``
+    or ``T Tbps`` per node or node-to-node (split over one link per GPU), ``N ... links`` of
+    a named generation (HDR 200, NDR 400, Omni-Path 100 …), and ``B Gb/s`` alone (per GPU if
+    the node has a NIC per GPU in every preset: the common rail-optimised layout)."""
+    t = str(text or "").lower()
+    n = max(1, int(gpus_per_node or 8))
+    m = re.search(r"(\d+)\s*(?:x|×)\s*" + _NUM + _GBPS, t)
+    if m:
+        return int(m.group(1)), float(m.group(2))
+    m = re.search(_NUM + _GBPS + r"\s*(?:per|/|each)\s*gpu", t) or \
+        re.search(_NUM + r"g?\s*\w*\s*per\s*gpu", t)
+    if m:
+        return n, float(m.group(1))
+    m = re.search(_NUM + r"\s*tb(?:ps|/s|it/s)", t)
+    if m:
+        return n, float(m.group(1)) * 1000.0 / n
+    m = re.search(_NUM + _GBPS + r"\s*(?:per\s*node|node[- ]to[- ]node|node-node|/\s*node)", t)
+    if m:
+        return n, float(m.group(1)) / n
+    for word, gbps in _LINK_WORDS:
+        if word in t:
+            links = re.search(r"(\d+)\s*(?:x\s*)?(?:" + re.escape(word) + r")?\s*(?:\w+\s)?(?:links?|hcas?|nics?|ports?)", t)
+            return (int(links.group(1)) if links else n), gbps
+    m = re.search(_NUM + _GBPS, t)
+    if m and float(m.group(1)) >= 10:
+        return n, float(m.group(1))
+    return None
+
+
+def intra_node_gbps(gpu: str) -> float | None:
+    """NVLink GB/s per GPU per direction for a GPU built without a node preset."""
+    return _INTRA_GBPS.get(gpu)
+
+
+# ----------------------------------------------------------------------------- the model
+_GATED = ("llama", "mistral", "mixtral", "qwen", "gemma", "deepseek", "yi-", "internlm",
+          "baichuan", "olmo", "phi-3", "command", "dbrx", "granite", "codellama", "vicuna")
+_ROPE = _GATED + ("nemotron", "neox", "pythia", "gpt-j", "falcon", "palm", "stablelm")
+_ALIBI = ("mpt", "bloom")
+
+
+def model_family(name: str) -> dict:
+    """ModelSpec keyword arguments that the model's name implies (activation, positions,
+    norm, biases, tied embeddings), as the model families publish them."""
+    n = str(name or "").lower()
+    gated = any(k in n for k in _GATED)
+    nemotron = "nemotron" in n
+    rope = any(k in n for k in _ROPE)
+    alibi = any(k in n for k in _ALIBI)
+    return dict(
+        activation="swiglu" if gated else ("squared_relu" if nemotron else "gelu"),
+        position_embedding="rope" if rope else ("alibi" if alibi else "learned"),
+        norm="rmsnorm" if gated else "layernorm",
+        tie_word_embeddings=not (gated or nemotron or "neox" in n or "pythia" in n),
+        bias=not (gated or nemotron or "mpt" in n or "palm" in n),
+        qkv_bias="qwen" in n)
+
+
+# ------------------------------------------------------------------------- the software
+_JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
+_EAGER = ("llm-foundry", "mosaicml", "torchtitan", "composer", "fsdp", "metaseq", "nanotron",
+          "lit-gpt", "litgpt", "huggingface accelerate")
+_MEGATRON_2021 = ("narayanan", "bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core",
+                  "megatron core", "transformer engine")
+
+
+def framework_name(text: str, year: int | None) -> str:
+    """The framework profile a source's text names: ``jax-xla``, ``pytorch-eager``,
+    ``megatron-lm-2021`` or ``megatron-core`` (else by year: before 2023 the 2021 stack)."""
+    t = str(text or "").lower()
+    if any(k in t for k in _JAX):
+        return "jax-xla"
+    if any(k in t for k in _EAGER):
+        return "pytorch-eager"
+    if any(k in t for k in _MEGATRON_2021):
+        return "megatron-lm-2021"
+    if any(k in t for k in _MEGATRON_CORE):
+        return "megatron-core"
+    return "megatron-lm-2021" if year is not None and year < 2023 else "megatron-core"
+
+
+def recompute_kind(value) -> str | None:
+    """``none``, ``selective`` or ``full`` from a free-text recompute field (None: unstated)."""
+    if value is None:
+        return None
+    t = str(value).strip().lower()
+    if t in ("", "null", "unknown", "not stated"):
+        return None
+    if t in ("false", "no", "off", "0") or t.startswith(("none", "no ")):
+        return "none"
+    if "selective" in t or "sac" in t or "partial" in t:
+        return "selective"
+    return "full"
+
+
+def schedule_kind(value) -> str:
+    """``gpipe``, ``interleaved``, ``1f1b`` or ``""`` (unstated) from a free-text schedule."""
+    t = str(value or "").lower()
+    if re.search(r"(non|no|not|without)[- ](?:\w+ )?(interleav|virtual)", t):
+        return "1f1b" if t.strip() else ""
+    if re.search(r"\binterleaved\b", t) or re.search(r"\bvirtual (pipeline|stage)", t):
+        return "interleaved"
+    if "gpipe" in t or "fill-drain" in t or "fill drain" in t:
+        return "gpipe"
+    if "1f1b" in t or "pipedream" in t:
+        return "1f1b"
+    return ""
+
+
+def vocab_from_notes(notes) -> int | None:
+    """A vocabulary size that a source's notes state in words ("Vocab ~250k", "vocabulary of
+    50,257"), or None."""
+    m = re.search(r"vocab\w*\s*(?:size)?\s*(?:of|=|:|~|≈|about)?\s*~?\s*(\d[\d,]*)\s*(k\b)?",
+                  str(notes or "").lower())
+    if not m:
+        return None
+    v = int(m.group(1).replace(",", ""))
+    return v * 1000 if m.group(2) else v

@@ -1,0 +1,144 @@
+"""Reading published runs' free text (strategies/reference_infer.py) and building their jobs
+(strategies/reference.py): GPUs, links, model families, software, recompute and schedule
+words, and the step time implied by a utilisation."""
+from __future__ import annotations
+
+import copy
+import doctest
+
+import pytest
+
+from simulator.validation import load_cases
+from strategies import reference_infer as ri
+from strategies.costs import model_flops_per_step
+from strategies.reference import case_from_entry, load_reference
+
+
+def test_module_doctests():
+    assert doctest.testmod(ri).failed == 0
+
+
+@pytest.mark.parametrize("text,gpu,preset", [
+    ("H100-SXM 80GB", "H100-SXM5-80GB", "dgx-h100"),
+    ("H100 PCIe", "H100-PCIe-80GB", "hgx-h100-pcie"),
+    ("H100 96GB HBM2e (500W)", "H100-96GB-500W", None),
+    ("NVIDIA H200 141GB", "H200-SXM-141GB", "dgx-h200"),
+    ("B200", "B200-SXM-180GB", "dgx-b200"),
+    ("AMD Instinct MI300X", "MI300X", "mi300x"),
+    ("A100-SXM4-40GB", "A100-SXM4-40GB", "dgx-a100-40gb"),
+    ("A100 40 GB", "A100-SXM4-40GB", "dgx-a100-40gb"),
+    ("A100-SXM4-80GB", "A100-SXM4-80GB", "dgx-a100"),
+    ("V100 32GB", "V100-SXM2-32GB", None),
+])
+def test_gpu_text_to_catalog(text, gpu, preset):
+    assert ri.gpu_preset(text) == (gpu, preset)
+
+
+def test_unknown_gpu_is_none():
+    assert ri.gpu_preset("TPU v4") is None and ri.gpu_preset("") is None
+
+
+@pytest.mark.parametrize("text,per,links", [
+    ("8x 200 Gb/s HDR InfiniBand HCAs per node for compute (+2 for storage)", 8, (8, 200.0)),
+    ("1600 Gbps node-node RoCE", 8, (8, 200.0)),
+    ("400G NDR per GPU typical", 8, (8, 400.0)),
+    ("400 Gb/s per GPU RDMA backend", 8, (8, 400.0)),
+    ("inter-node Omni-Path (4 OPA links per node)", 8, (4, 100.0)),
+    ("3.2 Tbps EFA per node", 8, (8, 400.0)),
+    ("4 x 100 Gbps EDR", 8, (4, 100.0)),
+    ("HDR InfiniBand", 4, (4, 200.0)),
+    ("not stated (MosaicML platform)", 8, None),
+    ("NVLink intra-node", 8, None),
+])
+def test_interconnect_text_to_links(text, per, links):
+    assert ri.parse_inter_node(text, per) == links
+
+
+def test_model_families():
+    llama = ri.model_family("Llama 3.1 70B")
+    assert llama["activation"] == "swiglu" and llama["norm"] == "rmsnorm"
+    assert llama["position_embedding"] == "rope" and not llama["tie_word_embeddings"]
+    assert ri.model_family("Nemotron-4 340B")["activation"] == "squared_relu"
+    assert ri.model_family("MPT-7b")["position_embedding"] == "alibi"
+    assert not ri.model_family("MPT-7b")["bias"]
+    gpt = ri.model_family("GPT-3 175B")
+    assert gpt["activation"] == "gelu" and gpt["position_embedding"] == "learned" and gpt["bias"]
+    assert ri.model_family("Qwen2 72B")["qkv_bias"]
+
+
+@pytest.mark.parametrize("text,year,name", [
+    ("google/maxtext", None, "jax-xla"),
+    ("mosaicml/llm-foundry", None, "pytorch-eager"),
+    ("Narayanan et al. 2021 SC21", 2021, "megatron-lm-2021"),
+    ("NVIDIA/dgxc-benchmarking NeMo 24.11", 2024, "megatron-core"),
+    ("some paper", 2022, "megatron-lm-2021"),
+    ("some paper", 2024, "megatron-core"),
+])
+def test_framework_from_source_text(text, year, name):
+    assert ri.framework_name(text, year) == name
+
+
+@pytest.mark.parametrize("value,kind", [
+    (None, None), ("full", "full"), ("selective (op-level SAC)", "selective"),
+    ("none", "none"), ("false", "none"), ("activation checkpointing", "full"),
+])
+def test_recompute_words(value, kind):
+    assert ri.recompute_kind(value) == kind
+
+
+@pytest.mark.parametrize("value,kind", [
+    ("interleaved 1F1B", "interleaved"), ("1F1B (PTD-P; interleaving not stated)", "1f1b"),
+    ("non-interleaved", "1f1b"), ("GPipe", "gpipe"), ("no PP", ""), (None, ""),
+])
+def test_schedule_words(value, kind):
+    assert ri.schedule_kind(value) == kind
+
+
+def test_vocab_from_notes():
+    assert ri.vocab_from_notes("Vocab ~250k (tr11 tokenizer)") == 250000
+    assert ri.vocab_from_notes("a vocabulary of 50,257 tokens") == 50257
+    assert ri.vocab_from_notes("nothing here") is None
+
+
+def _entry(case_id: str) -> dict:
+    return copy.deepcopy(next(e for e in load_reference() if e["id"] == case_id))
+
+
+def test_mfu_only_entry_gives_the_step_that_mfu_implies():
+    """An entry that prints only MFU: the step time is model FLOPs / (GPUs x peak x MFU)."""
+    e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
+    e["measured"] = {"mfu": 0.5}
+    e.pop("derived", None)
+    case = case_from_entry(e)
+    job = case.job
+    want = model_flops_per_step(job.model, job.plan.gbs) / (128 * job.cluster.gpu.peak("bf16") * 0.5)
+    assert case.measured_step_s == pytest.approx(want, rel=1e-12)
+    assert "MFU" in case.how_measured
+
+
+def test_other_gpus_and_links_build_their_clusters():
+    e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
+    e["hardware"].update(gpu="H200 141GB", interconnect="8x 400 Gb/s NDR")
+    job = case_from_entry(e).job
+    assert job.cluster.gpu.name == "H200-SXM-141GB"
+    assert job.cluster.nics_per_node == 8 and job.cluster.inter_node_bandwidth == 400e9 / 8
+    e["hardware"].update(gpu="Cerebras CS-2")
+    case = case_from_entry(e)
+    assert case.job is None and "hardware.gpu" in case.skipped
+
+
+def test_fsdp_under_pipelining_is_zero2_and_data_parallel_only_plans_resolve():
+    e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
+    e["plan"]["zero_stage"] = 3
+    case = case_from_entry(e)
+    assert case.job.plan.zero == 2 and any("zero=2" in a for a in case.assumptions)
+    e = _entry("mosaic_mpt7b_h100ls_512gpu_seq2048_mb6")
+    e["plan"].update(tp=None, pp=None)
+    assert case_from_entry(e).job.plan.tp == 1
+
+
+def test_every_shipped_case_resolves_or_says_why():
+    for c in load_cases(tiers=None):
+        assert (c.job is not None) != bool(c.skipped), c.id
+        if c.job is not None:
+            assert c.measured_step_s and c.measured_step_s > 0 and c.how_measured, c.id
