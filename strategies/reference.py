@@ -6,7 +6,6 @@ source's own FLOP definition (formulas.md §9); each case says which.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from strategies.plan import Plan
 from strategies.reference_infer import (framework_name, gpu_preset, intra_node_gbps, model_family,
                                         parse_inter_node, recompute_kind, schedule_kind,
                                         vocab_from_notes)
+from strategies.reference_measure import global_batch, measured_step, seq_len, utilisation_step
 from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
@@ -45,100 +45,6 @@ def load_reference(path: str | None = None) -> list[dict[str, Any]]:
     if not isinstance(data, list):
         raise SpecError("reference", path, "must be a JSON list of cases")
     return data
-
-
-def _eq3_flops(mo: dict, gbs: int) -> float:
-    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
-    return 96 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
-
-
-def _model_flops(mo: dict, gbs: int) -> float:
-    """Model FLOPs per step without recomputation (formulas.md §2b; Megatron-Core's
-    ``num_floating_point_operations`` for a GPT with a 4h MLP and no GQA)."""
-    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
-    return 72 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
-
-
-def _megatron_core_readme(c: dict) -> bool:
-    src = c.get("source") or {}
-    return "megatron-lm readme" in f"{src.get('ref', '')} {src.get('table', '')}".lower() \
-        or "model_table" in str(src.get("table", ""))
-
-
-def _counts_recompute(c: dict) -> bool:
-    """Whether the source's TFLOP/s count the recomputed forward (Narayanan eq. 3, BLOOM's
-    "hardware TFLOPs"; formulas.md §2a and §9)."""
-    text = " ".join(str(x) for x in (c.get("notes"), (c.get("derived") or {}).get("how"),
-                                      (c.get("source") or {}).get("table"))).lower()
-    return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "2a", "4*2",
-                                   "recompute-inclusive", "hardware tflops"))
-
-
-def global_batch(c: dict) -> int | None:
-    """Sequences per step: the source's global batch, else (torchtitan) its per-replica
-    ``local_batch_size`` times the data-parallel size."""
-    pl = c.get("plan") or {}
-    if pl.get("global_batch"):
-        return int(pl["global_batch"])
-    if pl.get("local_batch_size") and pl.get("dp"):
-        return int(pl["local_batch_size"]) * int(pl["dp"])
-    return None
-
-
-def seq_len(c: dict) -> tuple[int | None, list[str]]:
-    """The training sequence length, with the assumption made when the source omits it
-    (torchtitan's default, 8192)."""
-    mo = c.get("model") or {}
-    if mo.get("seq_len"):
-        return int(mo["seq_len"]), []
-    if "torchtitan" in str((c.get("source") or {}).get("ref", "")).lower():
-        return 8192, ["seq_len=8192 (torchtitan default; source does not say)"]
-    return None, []
-
-
-def measured_step(c: dict) -> tuple[float | None, str]:
-    """Seconds per step the source implies from what it prints (a step time, a throughput,
-    or TFLOP/s under a FLOP count it names), and how it was read."""
-    me, mo = c.get("measured") or {}, c.get("model") or {}
-    n, gbs, s = c["hardware"].get("n_gpus"), global_batch(c), seq_len(c)[0]
-    shape = gbs and n and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab"))
-    if me.get("step_time_s"):
-        return float(me["step_time_s"]), "step time as printed"
-    if me.get("tokens_per_s") and gbs and s:
-        return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
-    if me.get("tokens_per_s_per_gpu") and gbs and s and n:
-        return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
-    if me.get("samples_per_s") and gbs:
-        return gbs / me["samples_per_s"], "global batch / samples per s"
-    if me.get("tflops_per_gpu") and shape and _counts_recompute(c):
-        return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
-    if me.get("tflops_per_gpu") and shape and _megatron_core_readme(c) \
-            and not mo.get("ffn_hidden") and not mo.get("kv_heads"):
-        return (_model_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12),
-                "model FLOPs (§2b, Megatron-Core's count) / (GPUs × TFLOP/s)")
-    return None, ""
-
-
-def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
-                     gbs: int) -> tuple[float | None, str]:
-    """Seconds per step from a utilisation the source prints when nothing more direct is
-    given: model TFLOP/s per GPU, or MFU against the datasheet peak of the run's dtype, both
-    with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
-    formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
-    from strategies.costs import model_flops_per_step
-    me, n = c.get("measured") or {}, c["hardware"].get("n_gpus")
-    if not n:
-        return None, ""
-    flops = float(model_flops_per_step(model, gbs))
-    rate = me.get("model_tflops_per_gpu") or (me.get("tflops_per_gpu")
-                                              if not _counts_recompute(c) else None)
-    if rate:
-        return flops / (n * rate * 1e12), "model FLOPs (costs) / (GPUs × model TFLOP/s)"
-    if me.get("mfu"):
-        peak = cluster.gpu.peak(dtype)
-        return (flops / (n * peak * float(me["mfu"])),
-                f"model FLOPs (costs) / (GPUs × {peak / 1e12:.0f} TFLOP/s × MFU)")
-    return None, ""
 
 
 def _model(mo: dict, c: dict) -> ModelSpec:
