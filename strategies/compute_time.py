@@ -17,7 +17,7 @@ The efficiency model (every constant and its source: docs/calibration.md):
   they run with ``M/tp`` rows.
 * Attention core: FlashAttention at ``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel
   the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
-  does 2.5x the forward FLOPs), or, without it, two batched GEMMs with K = head_dim plus the
+  does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with K = head_dim plus the
   memory-bound softmax/dropout traffic.
 * Memory-bound kernels (LayerNorm, dropout, activation, rotary, fp8 casts, the unfused
   accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
@@ -46,6 +46,10 @@ SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-sha
 # reference rate, A100's bf16 312 TFLOP/s over 108 SMs; H100 bf16 (989.4/132) gets 166, fp8 332.
 REF_SM_RATE = 312e12 / 108
 FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recomputes S = QK^T)
+# The backward kernel reaches a lower fraction of peak than the forward (five GEMMs per tile
+# against two, dQ accumulated with atomics): FlashAttention-2 on A100, head dim 128, causal,
+# 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
+FLASH_BWD_EFFICIENCY = 0.8
 FP8_CAST_BYTES = 3.0      # per GEMM input element cast to fp8 (read 2 B, write 1 B)
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
 # SM clock while communication kernels run beside the compute, relative to the sustained
@@ -210,7 +214,7 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     t_plain_f = slow * f_full / rate + soft
     t_plain_b = slow * 2 * f_full / rate + 2 * soft
     fwd = np.where(flash, t_flash, t_plain_f)
-    bwd = np.where(flash, FLASH_BWD_FACTOR * t_flash, t_plain_b)
+    bwd = np.where(flash, FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash, t_plain_b)
     return fwd, bwd
 
 
