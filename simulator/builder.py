@@ -34,6 +34,8 @@ class ProgramBuilder:
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
         self.grad_sync = p.dp > 1 and p.zero < 3
+        # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
+        self.every_mb = self.grad_sync and p.zero == 2
         self.buckets = {c: chunk_buckets(costs, self.stage, c, p.pp, p.vpp, self.layers)
                         for c in range(p.vpp)}
         self.pending_buckets: list = []
@@ -143,43 +145,53 @@ class ProgramBuilder:
     def backward(self, i: int, c: int) -> None:
         label, vs = f"B{i}.c{c}", c * self.p.pp + self.stage
         plan = self.buckets[c]
-        live = self.grad_sync and self.p.overlap_grad_reduce and i == self.m - 1
+        final = i == self.m - 1
+        live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo = list(plan.buckets)
         pos = 0
         if vs == self.last_vs:
             self.compute(self.c.head_bwd, "lm_head", label, i, c)
         if plan.head:
             pos = 1
-            todo = self._launch(todo, pos, live)
+            todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i)
         split = self.gran == "layer" or (live and len(todo) > 1)
         for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
             self.block(False, nl, label, i, c)
             pos += nl
-            todo = self._launch(todo, pos, live)
+            todo = self._launch(todo, pos, live, final)
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
-        todo = self._launch(todo, pos, live)
-        if i == self.m - 1 and self.grad_sync:
+        todo = self._launch(todo, pos, live, final)
+        if final and self.grad_sync:
             self.pending_buckets += todo
+        elif self.every_mb and todo:
+            # ZeRO-2 without overlap: reduced at the end of the backward, the next compute waits
+            for _, params in todo:
+                self._grad_reduce(params, deps=(self.last_compute,), record=False)
+            self.wait.append(self.streams["dp-comm"][-1].id)
         if rest is not None:
             self._z3_reduce(label, i)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
 
-    def _launch(self, todo: list, pos: int, live: bool) -> list:
-        """Reduce the buckets complete once ``pos`` items are done (when reducing live)."""
+    def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
+        """Reduce the buckets complete once ``pos`` items are done (when reducing live);
+        ``record``: these are the step's last reductions (their parameters are gathered after
+        the optimizer)."""
         while live and todo and todo[0][0] < pos:
-            self._grad_reduce(todo.pop(0)[1], deps=(self.last_compute,))
+            self._grad_reduce(todo.pop(0)[1], deps=(self.last_compute,), record=record)
         return todo
 
-    def _grad_reduce(self, params: float, deps: tuple) -> None:
+    def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
         kind = "allreduce" if self.p.zero == 0 else "reduce_scatter"
         name = "AR" if self.p.zero == 0 else "RS"
-        self.coll("dp-comm", kind, "dp", self.c.grad_bytes * params, 1.0, "dp",
-                  f"{name} dp bucket {len(self.reduced)}", deps=deps, tag="dp")
-        self.reduced.append(params)
+        label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
+        self.coll("dp-comm", kind, "dp", self.c.grad_bytes * params, 1.0, "dp", label,
+                  deps=deps, tag="dp")
+        if record:
+            self.reduced.append(params)
 
     def _z3_reduce(self, label: str, i: int) -> None:
         total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp

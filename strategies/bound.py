@@ -31,8 +31,9 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    during the backward of the last micro-batch of the last chunk to be run backward
    (``overlap_grad_reduce``), and the optimizer waits for the last of them; with ZeRO >= 1 the
    parameter all-gathers after the optimizer count for their excess over the next step's
-   first forward (``simulator.metrics.rank_ends``). With ZeRO-3 every micro-batch gathers the
-   parameters twice and reduce-scatters the gradients, all on the dp stream.
+   first forward (``simulator.metrics.rank_ends``). With ZeRO-2 every micro-batch
+   reduce-scatters the gradients; with ZeRO-3 every micro-batch gathers the parameters twice
+   and reduce-scatters the gradients, all on the dp stream.
 5. **The pipeline chain.** Every schedule starts each stage with the forward of micro-batch
    0, chunk 0 and ends with the backward of micro-batch ``m-1``, chunk 0 (checked in
    ``tests/test_search.py`` for every schedule). So stage ``s`` starts no earlier than the
@@ -213,7 +214,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
         z3 = nmb * v * (2 * group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl)
                         + group_floor(gb * p, dp, dp_stride, 1, cl))
-        return red, ag_tail, np.where((zero == 3) & (dp > 1), z3, 0.0)
+        # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
+        z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)
+        busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
+        return red, ag_tail, busy
 
     ogr_gather = np.asarray(P["opg"], dtype=bool)
     red0, ag0, z30 = dp_terms("first")

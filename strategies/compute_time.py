@@ -125,18 +125,19 @@ def _rates(gpu: GPU, dtype: str) -> tuple[float, float, float]:
 def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
-    (``cp > 1``) or ZeRO-3 parameter gathers (``zero == 3``). ``1/OVERLAP_CLOCK_RATIO`` then,
-    else 1 (gradient reduction overlapped with the last micro-batch only is too short to
-    move the clock)."""
-    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) == 3)
+    (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
+    parameter gathers (``zero >= 2``). ``1/OVERLAP_CLOCK_RATIO`` then, else 1 (gradient
+    reduction overlapped with the last micro-batch only is too short to move the clock)."""
+    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
 
 
 def accum_shard(dp: Num, zero: Num) -> Num:
     """Share of a weight gradient each GPU accumulates over micro-batches: all of it, except
-    with ZeRO-3 (FSDP), where each micro-batch's gradient is reduce-scattered first and only
-    the ``1/dp`` shard is accumulated (returns the divisor, ``dp`` or 1)."""
-    return np.where(np.asarray(zero) == 3, dp, 1.0)
+    with sharded gradients (ZeRO-2, ZeRO-3/FSDP), where each micro-batch's gradient is
+    reduce-scattered first and only the ``1/dp`` shard is accumulated (returns the divisor,
+    ``dp`` or 1)."""
+    return np.where(np.asarray(zero) >= 2, dp, 1.0)
 
 
 def _tp_split(tp: Num, tpo: Num) -> Num:

@@ -122,10 +122,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     fwd_window = lps * lt.fwd
     ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
+    # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
+    # each behind that micro-batch's backward; the last bucket of the last one is exposed
+    z2_grad = np.where(ogr, mb * np.maximum(t_rs_dp - window, 0.0) + t_rs_dp * last,
+                       mb * t_rs_dp)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     z3_mb = 2 * t_ag_dp + t_rs_dp
     z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)
-    dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed, grad_exposed + ag_exposed), 0.0)
+    dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed,
+                                           np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
+                          0.0)
 
     opt_params = params / np.where(zero >= 1, dp, 1.0)
     t_opt = ct.optimizer_time(opt_params, gpu)

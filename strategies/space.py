@@ -51,9 +51,9 @@ RULES: tuple[tuple[str, str], ...] = (
                  "micro-batches"),
     ("bubble", "pipeline bubble (pp-1)/(vpp*m) above the maximum"),
     ("memory", "peak memory above the limit"),
-    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits: the simulator runs the "
-                        "two identically (both reduce-scatter gradients and all-gather "
-                        "parameters), so ZeRO-2 only adds complexity"),
+    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits: ZeRO-2 reduce-scatters "
+                        "every micro-batch's gradients where ZeRO-1 does it once per step, so "
+                        "it is never faster; it only saves gradient memory"),
 )
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
