@@ -138,10 +138,21 @@ def _dtype(c: dict) -> str:
     return "fp16" if "fp16" in prec else "bf16"
 
 
+def _size(v) -> int | None:
+    """A parallel size as a positive integer (None when absent); anything else is refused
+    before it is multiplied."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError("plan", v, "parallel sizes must be positive integers")
+    return v
+
+
 def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, list[str]] | None:
     """(tp, pp, cp, dp) of a plan; a plan that gives only its data parallelism over every GPU
     (FSDP, ZeRO) has no model parallelism. None: not enough to tell."""
-    tp, pp, cp, dp = pl.get("tp"), pl.get("pp"), pl.get("cp") or 1, pl.get("dp")
+    tp, pp, cp, dp = (_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp"))
+    cp = cp or 1
     notes: list[str] = []
     if tp is None and pp is None and dp is not None and dp * cp == n:
         tp, pp = 1, 1
@@ -158,7 +169,9 @@ def case_from_entry(c: dict) -> Case:
     base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
     if c.get("kind") != "measured":
         return Case(job=None, skipped="analytic reference, not a measured run", **base)
-    n = c["hardware"]["n_gpus"]
+    n = _size(c["hardware"]["n_gpus"])
+    if n is None:
+        return Case(job=None, skipped="hardware.n_gpus not given", **base)
     sizes = _parallel_sizes(pl, n)
     compiled = "compile" in f"{c['id']} {pl.get('techniques', '')}".lower()
     if sizes is None or compiled:

@@ -10,15 +10,34 @@ from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
 
+def _dims(mo: dict) -> tuple[float, float, float, float] | None:
+    """(layers, hidden, seq_len, vocab) as positive numbers, or None (a missing or non-numeric
+    value: never multiplied, so a string cannot turn into a huge repetition)."""
+    out = []
+    for k in ("layers", "hidden", "seq_len", "vocab"):
+        v = mo.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            return None
+        out.append(float(v))
+    return tuple(out)
+
+
+def _positive(v) -> float | None:
+    """A printed figure as a positive number, else None (text, a flag, zero, negative)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        return None
+    return float(v)
+
+
 def _eq3_flops(mo: dict, gbs: int) -> float:
-    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
+    l, h, s, V = _dims(mo)
     return 96 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
 
 
 def _model_flops(mo: dict, gbs: int) -> float:
     """Model FLOPs per step without recomputation (formulas.md §2b; Megatron-Core's
     ``num_floating_point_operations`` for a GPT with a 4h MLP and no GQA)."""
-    l, h, s, V = mo["layers"], mo["hidden"], mo["seq_len"], mo["vocab"]
+    l, h, s, V = _dims(mo)
     return 72 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
 
 
@@ -33,7 +52,7 @@ def _counts_recompute(c: dict) -> bool:
     "hardware TFLOPs"; formulas.md §2a and §9)."""
     text = " ".join(str(x) for x in (c.get("notes"), (c.get("derived") or {}).get("how"),
                                       (c.get("source") or {}).get("table"))).lower()
-    return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "2a", "4*2",
+    return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "§2a", "4*2",
                                    "recompute-inclusive", "hardware tflops"))
 
 
@@ -62,9 +81,10 @@ def seq_len(c: dict) -> tuple[int | None, list[str]]:
 def measured_step(c: dict) -> tuple[float | None, str]:
     """Seconds per step the source implies from what it prints (a step time, a throughput,
     or TFLOP/s under a FLOP count it names), and how it was read."""
-    me, mo = c.get("measured") or {}, c.get("model") or {}
-    n, gbs, s = c["hardware"].get("n_gpus"), global_batch(c), seq_len(c)[0]
-    shape = gbs and n and all(mo.get(k) for k in ("layers", "hidden", "seq_len", "vocab"))
+    mo = c.get("model") or {}
+    me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
+    n, gbs, s = _positive(c["hardware"].get("n_gpus")), global_batch(c), seq_len(c)[0]
+    shape = gbs and n and _dims(mo) is not None
     if me.get("step_time_s"):
         return float(me["step_time_s"]), "step time as printed"
     if me.get("tokens_per_s") and gbs and s:
@@ -89,7 +109,8 @@ def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
     with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
     formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
     from strategies.costs import model_flops_per_step
-    me, n = c.get("measured") or {}, c["hardware"].get("n_gpus")
+    me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
+    n = _positive(c["hardware"].get("n_gpus"))
     if not n:
         return None, ""
     flops = float(model_flops_per_step(model, gbs))
@@ -99,6 +120,6 @@ def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
         return flops / (n * rate * 1e12), "model FLOPs (costs) / (GPUs × model TFLOP/s)"
     if me.get("mfu"):
         peak = cluster.gpu.peak(dtype)
-        return (flops / (n * peak * float(me["mfu"])),
+        return (flops / (n * peak * me["mfu"]),
                 f"model FLOPs (costs) / (GPUs × {peak / 1e12:.0f} TFLOP/s × MFU)")
     return None, ""

@@ -11,6 +11,7 @@ import pytest
 from simulator.validation import load_cases
 from strategies import reference_infer as ri
 from strategies.costs import model_flops_per_step
+from strategies.errors import SpecError
 from strategies.reference import case_from_entry, load_reference
 
 
@@ -142,3 +143,40 @@ def test_every_shipped_case_resolves_or_says_why():
         assert (c.job is not None) != bool(c.skipped), c.id
         if c.job is not None:
             assert c.measured_step_s and c.measured_step_s > 0 and c.how_measured, c.id
+
+
+def test_text_in_numeric_fields_is_refused_not_multiplied():
+    """A string where a number belongs must never reach an arithmetic expression ('x' * a
+    large int is a huge string, not an error)."""
+    e = _entry("narayanan2021_t1_18.4B")
+    e["model"]["layers"] = "x"
+    e["plan"]["global_batch"] = 10**9
+    case = case_from_entry(e)
+    assert case.job is None and case.skipped
+    e = _entry("narayanan2021_t1_18.4B")
+    e["plan"].update(tp="8x", pp=10**12)
+    with pytest.raises(SpecError):
+        case_from_entry(e)
+    e = _entry("mosaic_mpt7b_h100ls_512gpu_seq2048_mb6")
+    e["measured"] = {"tokens_per_s_per_gpu": "fast", "tokens_per_s": "x"}
+    e.pop("derived", None)
+    assert case_from_entry(e).measured_step_s is None
+
+
+def test_fuzzed_reference_entries_never_crash():
+    """Random wrong values in shipped entries: every one resolves or is skipped with a reason
+    (the path ``paraplan validate --reference FILE`` takes)."""
+    import random
+
+    from simulator.validation import _case, evaluate_case
+    base = [e for e in load_reference() if e.get("kind") == "measured"]
+    rng = random.Random(5)
+    values = [None, "", "x", -1, 0, 1.5, [], {}, "8x", 10**12, True]
+    for i in range(600):
+        e = copy.deepcopy(rng.choice(base))
+        sec = rng.choice(["model", "hardware", "plan", "measured", "source"])
+        if isinstance(e.get(sec), dict) and e[sec]:
+            e[sec][rng.choice([*e[sec], "extra"])] = rng.choice(values)
+        case = _case(e, i)
+        row = evaluate_case(case, simulate=False)
+        assert (case.job is None) == (row["analytic_step_time_s"] is None)
