@@ -162,61 +162,39 @@ def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, list[str]] | 
     return int(tp), int(pp), int(cp), int(dp or n // (tp * pp * cp)), notes
 
 
-def case_from_entry(c: dict) -> Case:
-    """Build the Job for one published entry, or say why not."""
-    step, how = measured_step(c)
-    pl, mo = c.get("plan") or {}, c.get("model") or {}
-    base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
-    if c.get("kind") != "measured":
-        return Case(job=None, skipped="analytic reference, not a measured run", **base)
-    n = _size(c["hardware"]["n_gpus"])
-    if n is None:
-        return Case(job=None, skipped="hardware.n_gpus not given", **base)
-    sizes = _parallel_sizes(pl, n)
-    compiled = "compile" in f"{c['id']} {pl.get('techniques', '')}".lower()
-    if sizes is None or compiled:
-        why = "torch.compile kernel fusion is not modelled" if compiled else "tp/pp not given"
-        return Case(job=None, skipped=why, **base)
-    if pl.get("pp_partition"):
-        return Case(job=None, skipped="uneven pipeline partition (embedding counted as a stage block) "
-                    "not modelled yet", **base)
-    tp, pp, cp, dp, notes = sizes
+def _filled_model(c: dict, notes: list[str]) -> dict:
+    """The entry's model mapping with the sequence length and vocabulary its source leaves
+    out filled where they can be (each assumption appended to ``notes``)."""
+    mo = dict(c.get("model") or {})
     seq, sn = seq_len(c)
     notes += sn
     if not mo.get("seq_len") and seq:
-        mo = {**mo, "seq_len": seq}
+        mo["seq_len"] = seq
     if not mo.get("vocab"):
         vocab = vocab_from_notes(c.get("notes"))
         if vocab:
-            mo = {**mo, "vocab": vocab}
+            mo["vocab"] = vocab
             notes.append(f"vocab={vocab} (read from the source's notes)")
-    gbs = global_batch(c)
-    if gbs is None:
-        return Case(job=None, skipped="global batch not given", **base)
-    try:
-        model = _model(mo, c)
-        cluster, cn = _cluster(c)
-    except SpecError as e:
-        return Case(job=None, skipped=f"does not resolve: {e}", **base)
-    notes += cn
-    dtype = _dtype(c)
-    if step is None:
-        step, how = utilisation_step(c, model, cluster, dtype, gbs)
-        base.update(measured_step_s=step, how_measured=how)
-    if step is None:
-        return Case(job=None, skipped="no step time, tokens/s or TFLOP/s with a known FLOP count", **base)
+    return mo
+
+
+def _plan(c: dict, sizes: tuple[int, int, int, int], gbs: int, layers: int,
+          fw: FrameworkProfile, notes: list[str]) -> Plan:
+    """The plan of an entry: what it states, the rest from the framework's defaults and the
+    stated rules (each assumption appended to ``notes``)."""
+    pl = c.get("plan") or {}
+    tp, pp, cp, dp = sizes
+    modern = fw is not MEGATRON_LM_2021
     if not pl.get("global_batch"):
         notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
     mbs = pl.get("microbatch") or pl.get("local_batch_size")
     if not mbs:
-        mbs = 1 if pp > 1 else max(1, min(4, gbs // (dp * cp) if cp == 1 else gbs // dp))
+        mbs = 1 if pp > 1 else max(1, min(4, gbs // dp))
         notes.append(f"mbs={mbs} (not stated)")
-    fw = framework_of(c)
-    modern = fw is not MEGATRON_LM_2021
     rec = recompute_kind(pl.get("recompute")) or fw.default_recompute
     if recompute_kind(pl.get("recompute")) is None:
         notes.append(f"recompute={rec} (not stated)")
-    sched, vpp, sn = _schedule(pl, model.num_layers, pp, gbs // (mbs * dp))
+    sched, vpp, sn = _schedule(pl, layers, pp, gbs // (mbs * dp))
     notes += sn
     sp = pl.get("sequence_parallel")
     if sp is None:
@@ -231,16 +209,58 @@ def case_from_entry(c: dict) -> Case:
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
-    plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
+    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), flash_attn=fw.default_flash_attn,
                 overlap_grad_reduce=fw.default_overlap_grad_reduce,
                 overlap_param_gather=fw.default_overlap_param_gather,
                 tp_comm_overlap=fw.default_tp_comm_overlap and tp > 1 and bool(sp))
+
+
+def case_from_entry(c: dict) -> Case:
+    """Build the Job for one published entry, or say why not."""
+    step, how = measured_step(c)
+    pl = c.get("plan") or {}
+    base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
+
+    def skip(why: str) -> Case:
+        return Case(job=None, skipped=why, **base)
+
+    if c.get("kind") != "measured":
+        return skip("analytic reference, not a measured run")
+    n = _size(c["hardware"]["n_gpus"])
+    if n is None:
+        return skip("hardware.n_gpus not given")
+    sizes = _parallel_sizes(pl, n)
+    if "compile" in f"{c['id']} {pl.get('techniques', '')}".lower():
+        return skip("torch.compile kernel fusion is not modelled")
+    if sizes is None:
+        return skip("tp/pp not given")
+    if pl.get("pp_partition"):
+        return skip("uneven pipeline partition (embedding counted as a stage block) not modelled yet")
+    *sizes, notes = sizes
+    mo = _filled_model(c, notes)
+    gbs = global_batch(c)
+    if gbs is None:
+        return skip("global batch not given")
+    try:
+        model = _model(mo, c)
+        cluster, cn = _cluster(c)
+    except SpecError as e:
+        return skip(f"does not resolve: {e}")
+    notes += cn
+    dtype = _dtype(c)
+    if step is None:
+        step, how = utilisation_step(c, model, cluster, dtype, gbs)
+        base.update(measured_step_s=step, how_measured=how)
+    if step is None:
+        return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
+    fw = framework_of(c)
+    plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     notes.append(f"framework {fw.name} ({fw.description})")
     try:
         job = make_job(model, cluster, plan, dtype=dtype, framework=fw)
     except SpecError as e:
-        return Case(job=None, skipped=f"plan does not resolve: {e}", **base)
+        return skip(f"plan does not resolve: {e}")
     return Case(job=job, assumptions=tuple(notes), **base)
 
 
