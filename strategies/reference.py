@@ -68,7 +68,7 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
     with the inter-node links the interconnect text states (else the preset's, said so)."""
     hw = c["hardware"]
     gpu_text, n, inter = hw["gpu"], hw["n_gpus"], str(hw.get("interconnect") or "")
-    per = int(hw.get("gpus_per_node") or 8)
+    per = min(int(hw.get("gpus_per_node") or 8), n)     # a run on part of one node
     nodes = max(1, n // per)
     found = gpu_preset(gpu_text)
     if found is None:

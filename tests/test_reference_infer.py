@@ -180,3 +180,11 @@ def test_fuzzed_reference_entries_never_crash():
         case = _case(e, i)
         row = evaluate_case(case, simulate=False)
         assert (case.job is None) == (row["analytic_step_time_s"] is None)
+
+
+def test_a_run_on_part_of_a_node_builds_that_many_gpus():
+    e = _entry("torchtitan_2412_8B_t1_fsdp")
+    e["hardware"]["n_gpus"] = 4
+    e["plan"]["dp"] = 4
+    job = case_from_entry(e).job
+    assert job.cluster.num_gpus == 4 and job.plan.dp == 4
