@@ -56,8 +56,8 @@ def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
 
     Reads ``N x B Gb/s`` (N links of B), ``B Gb/s per GPU`` (one link per GPU), ``B Gbps``
     or ``T Tbps`` per node or node-to-node (split over one link per GPU), ``N ... links`` of
-    a named generation (HDR 200, NDR 400, Omni-Path 100 …), and ``B Gb/s`` alone (per GPU if
-    the node has a NIC per GPU in every preset: the common rail-optimised layout)."""
+    a named generation (HDR 200, NDR 400, Omni-Path 100 …), and ``B Gb/s`` alone (per GPU, the
+    common rail-optimised layout, unless it is 1,600 or more, which only a node's total is)."""
     t = str(text or "").lower()
     n = max(1, int(gpus_per_node or 8))
     m = re.search(r"(\d+)\s*(?:x|×)\s*" + _NUM + _GBPS, t)
@@ -70,7 +70,8 @@ def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
     m = re.search(_NUM + r"\s*tb(?:ps|/s|it/s)", t)
     if m:
         return n, float(m.group(1)) * 1000.0 / n
-    m = re.search(_NUM + _GBPS + r"\s*(?:per\s*node|node[- ]to[- ]node|node-node|/\s*node)", t)
+    m = re.search(_NUM + _GBPS + r"(?:\s+[a-z][\w-]*){0,3}\s*"
+                  r"(?:per\s*node|node[- ]to[- ]node|node-node|/\s*node)", t)
     if m:
         return n, float(m.group(1)) / n
     for word, gbps in _LINK_WORDS:
@@ -79,7 +80,9 @@ def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
             return (int(links.group(1)) if links else n), gbps
     m = re.search(_NUM + _GBPS, t)
     if m and float(m.group(1)) >= 10:
-        return n, float(m.group(1))
+        g = float(m.group(1))
+        # no NIC runs at 1.6 Tb/s: a figure that large is the node's total
+        return (n, g / n) if g >= 1600 else (n, g)
     return None
 
 

@@ -48,6 +48,9 @@ def test_unknown_gpu_is_none():
     ("3.2 Tbps EFA per node", 8, (8, 400.0)),
     ("4 x 100 Gbps EDR", 8, (4, 100.0)),
     ("HDR InfiniBand", 4, (4, 200.0)),
+    ("3200 Gbps EFA per node", 8, (8, 400.0)),
+    ("InfiniBand NDR 400 Gbps", 8, (8, 400.0)),
+    ("RoCE, 3200 Gbps", 8, (8, 400.0)),
     ("not stated (MosaicML platform)", 8, None),
     ("NVLink intra-node", 8, None),
 ])
