@@ -81,8 +81,8 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
         intra = base["intra_node_GBps"]
     else:
         base = {}
-        intra = intra_node_gbps(gpu) or (cluster_preset(preset, 1).to_dict()["intra_node_GBps"]
-                                         if preset else 300.0)
+        intra = intra_node_gbps(gpu, gpu_text) or (
+            cluster_preset(preset, 1).to_dict()["intra_node_GBps"] if preset else 300.0)
     if links is None:
         nics, gbps = base.get("nics_per_node", per), base.get("inter_node_gbps", 200.0)
         notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (interconnect not stated)")

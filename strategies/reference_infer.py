@@ -24,14 +24,18 @@ _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("h100", "96gb"), "H100-96GB-500W", None),
     (("h100", "500w"), "H100-96GB-500W", None),
     (("h100",), "H100-SXM5-80GB", "dgx-h100"),
+    (("h800",), "H100-SXM5-80GB", None),          # H100 silicon, NVLink cut to 400 GB/s
+    (("a800",), "A100-SXM4-80GB", None),          # A100 silicon, NVLink cut to 400 GB/s
     (("a100", "40gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),
     (("a100", "40 gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),
     (("a100",), "A100-SXM4-80GB", "dgx-a100"),
     (("v100",), "V100-SXM2-32GB", None),
 )
 
-# NVLink/NVSwitch bandwidth per GPU per direction (GB/s) for GPUs without a node preset
+# NVLink/NVSwitch bandwidth per GPU per direction (GB/s) for GPUs without a node preset, and
+# for the export parts whose NVLink was cut (400 GB/s both directions together)
 _INTRA_GBPS = {"H100-96GB-500W": 450.0, "V100-SXM2-32GB": 150.0}
+_INTRA_BY_WORD = (("h800", 200.0), ("a800", 200.0))
 
 # link generations named without a number (Gb/s per link)
 _LINK_WORDS = (("xdr", 800.0), ("ndr", 400.0), ("hdr", 200.0), ("edr", 100.0),
@@ -86,8 +90,13 @@ def parse_inter_node(text: str, gpus_per_node: int) -> tuple[int, float] | None:
     return None
 
 
-def intra_node_gbps(gpu: str) -> float | None:
-    """NVLink GB/s per GPU per direction for a GPU built without a node preset."""
+def intra_node_gbps(gpu: str, text: str = "") -> float | None:
+    """NVLink GB/s per GPU per direction for a GPU built without a node preset (``text``: the
+    entry's GPU words, which name the export parts)."""
+    t = str(text or "").lower()
+    for word, gbps in _INTRA_BY_WORD:
+        if word in t:
+            return gbps
     return _INTRA_GBPS.get(gpu)
 
 
