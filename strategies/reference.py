@@ -47,7 +47,10 @@ def load_reference(path: str | None = None) -> list[dict[str, Any]]:
     return data
 
 
-def _model(mo: dict, c: dict) -> ModelSpec:
+def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
+    """The ModelSpec of an entry: its dimensions, the family its name implies and, for a
+    mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
+    routed top-2 (said in ``notes``)."""
     name = mo.get("name") or c["id"]
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
@@ -55,11 +58,17 @@ def _model(mo: dict, c: dict) -> ModelSpec:
     if a is None and "nemotron" in name.lower():
         a, kv = (96 if h == 18432 else 48), 8
     ffn = mo.get("ffn_hidden") or 4 * h
-    experts = int(mo.get("num_experts") or mo.get("experts") or 1)
-    topk = int(mo.get("top_k") or mo.get("experts_per_token") or mo.get("moe_top_k") or 1)
+    experts = int(mo.get("num_experts") or mo.get("experts") or mo.get("moe_experts") or 1)
+    topk = int(mo.get("top_k") or mo.get("experts_per_token") or mo.get("moe_top_k")
+               or mo.get("router_topk") or 1)
+    named = re.search(r"\b(\d+)\s*x\s*\d+(?:\.\d+)?\s*b\b", str(name).lower())
+    if experts == 1 and named and int(named.group(1)) > 1:
+        experts, topk = int(named.group(1)), 2
+        notes.append(f"{experts} experts, top-2 routing (from the name {name!r}; not stated)")
+    moe_ffn = mo.get("moe_ffn_hidden") or mo.get("expert_ffn_hidden")
     return ModelSpec(name=name, num_layers=mo["layers"], hidden_size=h, num_attention_heads=a,
                      ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
-                     num_query_groups=kv, num_experts=experts,
+                     num_query_groups=kv, num_experts=experts, moe_ffn_hidden_size=moe_ffn,
                      moe_router_topk=min(topk, experts), **fam)
 
 
@@ -148,18 +157,19 @@ def _size(v) -> int | None:
     return v
 
 
-def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, list[str]] | None:
-    """(tp, pp, cp, dp) of a plan; a plan that gives only its data parallelism over every GPU
-    (FSDP, ZeRO) has no model parallelism. None: not enough to tell."""
-    tp, pp, cp, dp = (_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp"))
-    cp = cp or 1
+def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str]] | None:
+    """(tp, pp, cp, dp, ep) of a plan; a plan that gives only its data parallelism over every
+    GPU (FSDP, ZeRO) has no model parallelism. Expert parallelism splits the data-parallel
+    ranks (Megatron-Core). None: not enough to tell."""
+    tp, pp, cp, dp, ep = (_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp", "ep"))
+    cp, ep = cp or 1, ep or 1
     notes: list[str] = []
     if tp is None and pp is None and dp is not None and dp * cp == n:
         tp, pp = 1, 1
         notes.append("tp=1 pp=1 (data parallel over every GPU)")
     if tp is None or pp is None:
         return None
-    return int(tp), int(pp), int(cp), int(dp or n // (tp * pp * cp)), notes
+    return tp, pp, cp, dp or n // (tp * pp * cp), ep, notes
 
 
 def _filled_model(c: dict, notes: list[str]) -> dict:
@@ -178,12 +188,12 @@ def _filled_model(c: dict, notes: list[str]) -> dict:
     return mo
 
 
-def _plan(c: dict, sizes: tuple[int, int, int, int], gbs: int, layers: int,
+def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
           fw: FrameworkProfile, notes: list[str]) -> Plan:
     """The plan of an entry: what it states, the rest from the framework's defaults and the
     stated rules (each assumption appended to ``notes``)."""
     pl = c.get("plan") or {}
-    tp, pp, cp, dp = sizes
+    tp, pp, cp, dp, ep = sizes
     modern = fw is not MEGATRON_LM_2021
     if not pl.get("global_batch"):
         notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
@@ -209,7 +219,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int], gbs: int, layers: int,
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
-    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
+    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), flash_attn=fw.default_flash_attn,
                 overlap_grad_reduce=fw.default_overlap_grad_reduce,
                 overlap_param_gather=fw.default_overlap_param_gather,
@@ -243,7 +253,7 @@ def case_from_entry(c: dict) -> Case:
     if gbs is None:
         return skip("global batch not given")
     try:
-        model = _model(mo, c)
+        model = _model(mo, c, notes)
         cluster, cn = _cluster(c)
     except SpecError as e:
         return skip(f"does not resolve: {e}")

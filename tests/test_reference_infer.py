@@ -202,3 +202,18 @@ def test_a_run_on_part_of_a_node_builds_that_many_gpus():
     e["plan"]["dp"] = 4
     job = case_from_entry(e).job
     assert job.cluster.num_gpus == 4 and job.plan.dp == 4
+
+
+def test_mixture_of_experts_entries():
+    """Expert count from the entry (or Mixtral's NxMB name, top-2) and ep from the plan."""
+    e = _entry("dgxc_nemo2411_nemotron4_15B_bf16_16gpu")
+    e["model"].update(name="Mixtral 8x7B", layers=32, hidden=4096, heads=32, kv_heads=8,
+                      ffn_hidden=14336, vocab=32000, seq_len=4096)
+    e["plan"].update(tp=1, pp=1, dp=16, ep=8, microbatch=1)
+    case = case_from_entry(e)
+    m, p = case.job.model, case.job.plan
+    assert (m.num_experts, m.moe_router_topk, p.ep) == (8, 2, 8)
+    assert any("top-2" in a for a in case.assumptions)
+    e["model"].update(num_experts=16, top_k=4, name="DBRX")
+    m = case_from_entry(e).job.model
+    assert (m.num_experts, m.moe_router_topk) == (16, 4)
