@@ -99,6 +99,10 @@ def measured_step(c: dict) -> tuple[float | None, str]:
             and not mo.get("ffn_hidden") and not mo.get("kv_heads"):
         return (_model_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12),
                 "model FLOPs (§2b, Megatron-Core's count) / (GPUs × TFLOP/s)")
+    derived = _positive((c.get("derived") or {}).get("step_time_s"))
+    if derived and not any(me.get(k) for k in ("mfu", "model_tflops_per_gpu", "tflops_per_gpu")):
+        how = str((c.get("derived") or {}).get("how") or "the reference's own derivation")
+        return derived, f"derived step time ({how[:80]})"
     return None, ""
 
 
