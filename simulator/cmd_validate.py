@@ -27,8 +27,9 @@ def register(sub) -> None:
     p.add_argument("--reference", metavar="FILE", default=None, action=Once,
                    help="a reference file in the format of strategies/data/published.json "
                         "(default: the one that ships)")
-    p.add_argument("--tiers", default="1", action=Once,
-                   help="comma-separated tiers to run (default 1), or 'all'")
+    p.add_argument("--tiers", default=None, action=Once,
+                   help="comma-separated tiers to run, or 'all' (default: 1 for the shipped "
+                        "reference, all for a --reference file)")
     p.add_argument("--plot", metavar="F.png", default=None, action=Once,
                    help="write the parity plot (.png or .svg)")
     p.add_argument("--no-sim", action="store_true", help="analytic only (a second, not minutes)")
@@ -59,6 +60,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from simulator.cmd_simulate import _check_out
         _check_out(args.plot, "--plot", (".png", ".svg"))
+    if args.tiers is None:
+        args.tiers = "1" if args.reference is None else "all"
     tiers = parse_tiers(args.tiers)
     t0 = time.perf_counter()
     cases = load_cases(args.reference, tiers)

@@ -54,8 +54,8 @@ def run_json(capsys, *args: str) -> dict:
 
 def test_json_has_the_contract_keys(capsys, ref, tmp_path):
     plot = tmp_path / "parity.png"
-    out = run_json(capsys, "--reference", ref, "--plot", str(plot))
-    assert out["evaluated"] == 3 and out["skipped"] == 2   # tier 2 left out by default
+    out = run_json(capsys, "--reference", ref, "--plot", str(plot), "--tiers", "1")
+    assert out["evaluated"] == 3 and out["skipped"] == 2   # tier 2 left out
     cases = {c["id"]: c for c in out["cases"]}
     assert set(cases) == {"tiny_1f1b", "tiny_interleaved", "tiny_tp8", "tiny_broken",
                           "tiny_analytic"}
@@ -71,6 +71,15 @@ def test_json_has_the_contract_keys(capsys, ref, tmp_path):
     assert c["sim_method"].startswith("extended from m=4 and m=8")   # 32 micro-batches
     assert cases["tiny_tp8"]["sim_method"] == "full"
     assert plot.stat().st_size > 10_000
+
+
+def test_a_reference_file_runs_every_tier_by_default(capsys, ref):
+    """A user's file need not know our tiers: with --reference the default is all of them
+    (an entry without a tier is tier 3); the shipped file's default stays tier 1."""
+    out = run_json(capsys, "--reference", ref, "--no-sim")
+    assert out["tiers"] == "all" and out["evaluated"] == 4
+    out = run_json(capsys, "--no-sim")
+    assert out["tiers"] == [1]
 
 
 def test_no_sim_and_tiers(capsys, ref):
