@@ -122,15 +122,16 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
     kind = schedule_kind(pl.get("schedule"))
     if pp == 1:
         return "1f1b", 1, []
+    v = pl.get("virtual_stages")
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and kind != "gpipe":
+        return "interleaved", v, [] if kind == "interleaved" else [
+            f"interleaved (virtual_stages={v} given)"]
     if kind == "gpipe":
         return "gpipe", 1, []
     # Megatron-Core overlaps pipeline sends with compute only in the interleaved schedule, so a
     # source that ran with "PP overlap" on and names no schedule ran interleaved
     implied = not kind and "pp overlap" in str(pl.get("overlap") or "").lower()
     if kind == "interleaved" or implied:
-        v = pl.get("virtual_stages")
-        if v:
-            return "interleaved", int(v), []
         per = layers // pp
         for v in range(2, per + 1):
             if per % v == 0 and m % pp == 0:

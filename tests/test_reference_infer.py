@@ -217,3 +217,10 @@ def test_mixture_of_experts_entries():
     e["model"].update(num_experts=16, top_k=4, name="DBRX")
     m = case_from_entry(e).job.model
     assert (m.num_experts, m.moe_router_topk) == (16, 4)
+
+
+def test_virtual_stages_given_means_interleaved():
+    e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
+    e["plan"].update(schedule="1F1B", virtual_stages=6)
+    p = case_from_entry(e).job.plan
+    assert (p.schedule, p.vpp) == ("interleaved", 6)
