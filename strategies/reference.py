@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from strategies.errors import SpecError
@@ -173,6 +173,19 @@ def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str
     return tp, pp, cp, dp or n // (tp * pp * cp), ep, notes
 
 
+def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
+    """A model whose layers do not split evenly over ``pp`` stages (Llama 3.1 405B's 126 over 8
+    or 16) runs with the busiest stage's ``ceil(layers/pp)`` layers on every stage: the
+    pipeline's step is set by its slowest stage, so the step time is that of the uneven split
+    (the FLOP count is not, and is not what is compared)."""
+    if model.num_layers % pp == 0:
+        return model
+    layers = -(-model.num_layers // pp) * pp
+    notes.append(f"layers {model.num_layers} -> {layers}: every stage as the busiest of the "
+                 f"uneven split ({layers // pp} layers)")
+    return replace(model, num_layers=layers)
+
+
 def _filled_model(c: dict, notes: list[str]) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
     out filled where they can be (each assumption appended to ``notes``)."""
@@ -199,6 +212,10 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     if not pl.get("global_batch"):
         notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
     mbs = pl.get("microbatch") or pl.get("local_batch_size")
+    if not pl.get("microbatch") and pl.get("local_batch_size") and pp > 1:
+        mbs = max(1, int(pl["local_batch_size"]) // pp)
+        notes.append(f"mbs={mbs}: the local batch split into pp={pp} micro-batches "
+                     "(torchtitan's default; not stated)")
     if not mbs:
         mbs = 1 if pp > 1 else max(1, min(4, gbs // dp))
         notes.append(f"mbs={mbs} (not stated)")
@@ -259,6 +276,7 @@ def case_from_entry(c: dict) -> Case:
     except SpecError as e:
         return skip(f"does not resolve: {e}")
     notes += cn
+    model = _balanced_layers(model, sizes[1], notes)
     dtype = _dtype(c)
     if step is None:
         step, how = utilisation_step(c, model, cluster, dtype, gbs)

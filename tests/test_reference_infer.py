@@ -224,3 +224,13 @@ def test_virtual_stages_given_means_interleaved():
     e["plan"].update(schedule="1F1B", virtual_stages=6)
     p = case_from_entry(e).job.plan
     assert (p.schedule, p.vpp) == ("interleaved", 6)
+
+
+def test_uneven_layers_and_torchtitan_pipeline_micro_batches():
+    """Llama 3.1 405B's 126 layers over pp=8 run as 8 stages of the busiest stage's 16 layers;
+    torchtitan's local batch is split into pp micro-batches."""
+    case = next(c for c in load_cases(tiers=(2,)) if c.id == "torchtitan_2412_405B_t6_cp1")
+    job = case.job
+    assert job.model.num_layers == 128 and job.plan.pp == 8
+    assert job.plan.mbs == 1 and job.num_microbatches == 8 and job.plan.zero == 2
+    assert any("126 -> 128" in a for a in case.assumptions)
