@@ -211,11 +211,12 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     modern = fw is not MEGATRON_LM_2021
     if not pl.get("global_batch"):
         notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
-    mbs = pl.get("microbatch") or pl.get("local_batch_size")
-    if not pl.get("microbatch") and pl.get("local_batch_size") and pp > 1:
-        mbs = max(1, int(pl["local_batch_size"]) // pp)
-        notes.append(f"mbs={mbs}: the local batch split into pp={pp} micro-batches "
-                     "(torchtitan's default; not stated)")
+    mbs, local = pl.get("microbatch"), pl.get("local_batch_size")
+    if not mbs and local:
+        mbs = local if pp == 1 else max(1, int(local) // pp)
+        if pp > 1:
+            notes.append(f"mbs={mbs}: the local batch split into pp={pp} micro-batches "
+                         "(torchtitan's default; not stated)")
     if not mbs:
         mbs = 1 if pp > 1 else max(1, min(4, gbs // dp))
         notes.append(f"mbs={mbs} (not stated)")
@@ -276,13 +277,13 @@ def case_from_entry(c: dict) -> Case:
     except SpecError as e:
         return skip(f"does not resolve: {e}")
     notes += cn
-    model = _balanced_layers(model, sizes[1], notes)
     dtype = _dtype(c)
-    if step is None:
+    if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
+    model = _balanced_layers(model, sizes[1], notes)
     fw = framework_of(c)
     plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     notes.append(f"framework {fw.name} ({fw.description})")

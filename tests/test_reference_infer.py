@@ -234,3 +234,17 @@ def test_uneven_layers_and_torchtitan_pipeline_micro_batches():
     assert job.model.num_layers == 128 and job.plan.pp == 8
     assert job.plan.mbs == 1 and job.num_microbatches == 8 and job.plan.zero == 2
     assert any("126 -> 128" in a for a in case.assumptions)
+
+
+def test_a_utilisation_is_read_with_the_models_own_layers():
+    """Balancing an uneven split must not change the FLOPs an MFU is read with."""
+    e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
+    e["measured"] = {"mfu": 0.5}
+    e.pop("derived", None)
+    e["model"]["layers"] = 95                     # not a multiple of pp=8
+    case = case_from_entry(e)
+    assert case.job.model.num_layers == 96
+    from dataclasses import replace
+    own = replace(case.job.model, num_layers=95)
+    want = model_flops_per_step(own, case.job.plan.gbs) / (128 * case.job.cluster.gpu.peak("bf16") * 0.5)
+    assert case.measured_step_s == pytest.approx(want, rel=1e-12)
