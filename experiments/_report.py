@@ -87,7 +87,7 @@ class ReportWriter:
 
     def json(self, name: str, obj: Any, compact: bool = False) -> None:
         """``obj`` as JSON (indented, or on one line with ``compact`` for big tables)."""
-        from simulator.cli_io import _clean, dumps
+        from simulator.cli.common import _clean, dumps
         self.text(name, json.dumps(_clean(obj), separators=(",", ":"), allow_nan=False)
                   if compact else dumps(obj))
 

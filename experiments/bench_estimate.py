@@ -2,8 +2,8 @@
 
 The batch is every feasible plan of GPT-3 175B on 128 DGX A100 (global batch 1536), of
 Llama 3 8B on 2 DGX H100 and of Mixtral 8x7B on 2 DGX H100, repeated to ``--plans`` rows.
-Also timed: the vectorised peak memory (``strategies.memory_arrays``) and the simulation
-lower bound (``strategies.bound``), the other two per-plan scores of ``paraplan search``.
+Also timed: the vectorised peak memory (``strategies.memory.arrays``) and the simulation
+lower bound (``strategies.estimate.lower_bound``), the other two per-plan scores of ``paraplan search``.
 Target: >= 20,000 plans/s for the estimate. Prints figures (``--json`` for a record).
 
     python experiments/bench_estimate.py
@@ -23,11 +23,11 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
-from strategies.bound import step_time_lower_bound  # noqa: E402
-from strategies.estimate_core import estimate_arrays  # noqa: E402
-from strategies.memory_arrays import peak_memory_arrays  # noqa: E402
+from strategies.estimate.lower_bound import step_time_lower_bound  # noqa: E402
+from strategies.estimate.analytic import estimate_arrays  # noqa: E402
+from strategies.memory.arrays import peak_memory_arrays  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
-from strategies.space import enumerate_space  # noqa: E402
+from strategies.search.space import enumerate_space  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
 CASES = [("gpt3-175b", "dgx-a100", 128, 1536), ("llama3-8b", "dgx-h100", 2, 64),

@@ -25,10 +25,10 @@ ARGS = ["search", "--model", "gpt3-175b", "--cluster", "dgx-a100:128", "--global
 
 
 def scoring_rate() -> dict:
-    from strategies.bound import step_time_lower_bound
-    from strategies.estimate_core import estimate_arrays
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.estimate.analytic import estimate_arrays
     from strategies.presets import model_preset
-    from strategies.space import enumerate_space
+    from strategies.search.space import enumerate_space
     from topologies.cluster import cluster_preset
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     t0 = time.perf_counter()

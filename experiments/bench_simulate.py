@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simulator.simulate import simulate  # noqa: E402
-from strategies.estimate import estimate  # noqa: E402
+from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.plan import Plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402

@@ -16,9 +16,9 @@ from typing import Callable, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from simulator.cmd_validate import parse_tiers  # noqa: E402
-from simulator.validation import load_cases, mape, validate_cases  # noqa: E402
-from strategies import compute_time as ct  # noqa: E402
+from simulator.cli.validate import parse_tiers  # noqa: E402
+from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
+from strategies.cost import compute as ct  # noqa: E402
 from topologies.gpus import GPU  # noqa: E402
 
 # catalog values before this calibration (burst-level GEMM efficiency)

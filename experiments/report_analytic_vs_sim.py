@@ -27,7 +27,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments._report import (DEFAULT_OUT, ReportWriter, header, md_table, rel,  # noqa: E402
                                  this_command)
 from strategies.errors import SpecError  # noqa: E402
-from strategies.estimate import BREAKDOWN_KEYS, estimate  # noqa: E402
+from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate  # noqa: E402
 from strategies.job import Job, make_job  # noqa: E402
 from strategies.plan import Plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
@@ -162,7 +162,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def draw(rows: list[dict[str, Any]], summary: dict[str, Any], path: str) -> None:
-    from simulator.plots import new_figure, save_figure
+    from simulator.output.figures import new_figure, save_figure
     fig, (ax1, ax2) = new_figure((12.5, 5.0), ncols=2)
     markers = {1: "o", 2: "s", 4: "^", 8: "D"}
     colours = {"1f1b": "#4C78A8", "gpipe": "#54A24B", "interleaved": "#F58518"}

@@ -51,7 +51,7 @@ def machine() -> dict[str, Any]:
 
 
 def draw(rows: list[dict[str, Any]], path: str) -> None:
-    from simulator.plots import new_figure, save_figure
+    from simulator.output.figures import new_figure, save_figure
     fig, ax = new_figure((7.5, 0.9 + 0.7 * len(rows)))
     names = [r["case"] for r in rows]
     ys = range(len(rows))

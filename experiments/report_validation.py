@@ -69,7 +69,7 @@ def render(out: dict[str, Any], command: str, validate_cmd: str) -> str:
              "## Assumptions per run",
              "",
              "Values the sources do not state are filled by the stated assumptions of "
-             "`strategies/reference.py`:",
+             "`strategies/reference/cases.py`:",
              ""]
     parts += [f"- `{r['id']}` ({r['how_measured']}): " + "; ".join(r["assumptions"])
               for r in rows]

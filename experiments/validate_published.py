@@ -6,10 +6,10 @@ Run:
     python experiments/validate_published.py --no-sim           # analytic only (a second)
     python experiments/validate_published.py --tiers 2,3 --no-sim --markdown
 
-Uses ``simulator.validation`` (the code behind ``paraplan validate``): the same cases, jobs,
+Uses ``simulator.studies.validate`` (the code behind ``paraplan validate``): the same cases, jobs,
 assumptions and simulation method. A *family* is a run's id without its scale suffix (GPU
 count, sequence length, micro-batch size); a *framework* is the software profile the case
-was given (``strategies.reference.framework_of``).
+was given (``strategies.reference.cases.framework_of``).
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from simulator.cmd_validate import parse_tiers  # noqa: E402
-from simulator.validation import default_jobs, load_cases, mape, validate_cases  # noqa: E402
+from simulator.cli.validate import parse_tiers  # noqa: E402
+from simulator.studies.validate import default_jobs, load_cases, mape, validate_cases  # noqa: E402
 
 
 def family(case_id: str) -> str:

@@ -18,20 +18,20 @@ import json
 import time
 from typing import Any
 
-import simpy
-
-from simulator import engine
-from simulator.compiler import compile_job
+from simulator.engine import core as engine
+from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, PRIORITY, activation_series, rank_breakdown,
                                rank_ends, top_links)
-from simulator.ops import Program
+from simulator.program.ops import Program
 from simulator.result import SimResult
-from simulator.simnet import SimNetwork
-from simulator.stage_costs import StageCosts
-from strategies.activations import activation_bytes_per_chunk
+from simulator.network.cluster_net import SimNetwork, new_network
+from strategies.errors import SpecError
+from strategies.cost.stage import StageCosts
+from strategies.memory.activations import activation_bytes_per_chunk
 from strategies.job import Job
 from topologies.graph import build_graph
+from topologies.limits import MAX_SIM_MICROBATCHES
 from topologies.routing import route
 
 _GRAPHS: dict[str, Any] = {}
@@ -47,6 +47,16 @@ def cluster_graph(job: Job):
     return _GRAPHS[key]
 
 
+def check_simulable(job: Job) -> None:
+    """A job the simulator can run in reasonable time and memory: at most
+    ``MAX_SIM_MICROBATCHES`` virtual micro-batches per pipeline rank (else ``SpecError``)."""
+    v = job.num_microbatches * job.plan.vpp
+    if v > MAX_SIM_MICROBATCHES:
+        raise SpecError("num_microbatches", job.num_microbatches,
+                        f"times vpp={job.plan.vpp} is {v:,} steps per pipeline rank; the simulator "
+                        f"takes at most {MAX_SIM_MICROBATCHES:,} (use estimate, or a larger mbs or dp)")
+
+
 def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
              free_comm: bool = False, costs: StageCosts | None = None) -> SimResult:
     """Simulate one optimizer step of ``job`` event by event.
@@ -57,12 +67,12 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     (instant communication; a replaced cost table). Times in seconds.
     """
     t0 = time.perf_counter()
+    check_simulable(job)
     spec = fold_spec(job, fold)
     programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                            costs=costs)
     graph = cluster_graph(job)
-    net = SimNetwork(simpy.Environment(), graph, route,
-                     make_link_map(job, spec.rep_of) if spec.folded else None)
+    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None)
     res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
@@ -114,7 +124,7 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     """The CLI's ``simulate`` JSON: the ``estimate`` keys with the simulated step time,
     throughput, MFU/HFU, bubble and breakdown, plus ``simulated``, ``exposed_comm_s``,
     ``overlapped_comm_s``, ``events``, ``wall_s`` and ``analytic_step_time_s``."""
-    from strategies.estimate import estimate
+    from strategies.estimate.scalar import estimate
     est = estimate(job)
     out = est.to_json()
     step, m = result.step_time_s, result.metrics

@@ -6,7 +6,7 @@ gradient reduction, TP communication overlap); a ``FrameworkProfile`` says what 
 accumulates straight into the fp32 ``main_grad`` buffer or a separate kernel adds each
 micro-batch's gradient to it, how many kernels a layer launches, and the idle gap each
 kernel boundary costs the GPU. Published runs pick the profile of the software that produced
-them (``strategies.reference``); everything else uses ``MEGATRON_CORE``.
+them (``strategies.reference.cases``); everything else uses ``MEGATRON_CORE``.
 
 Sources (details and numbers in docs/calibration.md):
 
@@ -47,7 +47,7 @@ class FrameworkProfile:
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
     seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
     (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
-    unless a source says otherwise (``strategies.reference`` reads them).
+    unless a source says otherwise (``strategies.reference.cases`` reads them).
     """
 
     name: str

@@ -10,15 +10,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.validation import evaluate_case, load_cases, mape, summarize, validate_cases
-from strategies import compute_time as ct
-from strategies.estimate import estimate
+from simulator.studies.validate import evaluate_case, load_cases, mape, summarize, validate_cases
+from strategies.cost import compute as ct
+from strategies.estimate.scalar import estimate
 from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PROFILES,
                                   PYTORCH_EAGER, get_profile)
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset
-from strategies.reference import framework_of
+from strategies.reference.cases import framework_of
 from topologies.cluster import NodeGroup, cluster_preset
 from topologies.gpus import GPUS, gpu_from_mapping
 

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import build_parser, main
-from strategies import costs
+from simulator.cli.main import build_parser, main
+from strategies.cost import counts as costs
 from strategies.job import make_job
-from strategies.memory import peak_memory
+from strategies.memory.scalar import peak_memory
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset

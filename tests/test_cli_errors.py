@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli.main import main
 from topologies.yaml_io import MAX_FILE_BYTES
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,8 +3,8 @@ import networkx as nx
 import pytest
 import simpy
 
-from simulator import collectives as C
-from simulator.network import FlowNetwork
+from simulator.network import stepwise as C
+from simulator.network.flows import FlowNetwork
 
 GB = 1e9
 REL = 1e-12

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from simulator.cli import main
-from simulator.schedule_compare import parse_schedules, sweep_agreement
+from simulator.cli.main import main
+from simulator.studies.compare_schedules import parse_schedules, sweep_agreement
 from strategies.errors import SpecError
 
 BASE = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1"]

@@ -6,11 +6,11 @@ from collections import defaultdict, deque
 
 import pytest
 
-from simulator.compiler import Layout, compile_job, compile_rank
-from simulator.ops import Collective, Compute, Recv, Send
-from simulator.pipeline import Exchange, pipeline_actions
-from simulator.stage_costs import stage_costs
-from strategies import costs as cm
+from simulator.program.compiler import Layout, compile_job, compile_rank
+from simulator.program.ops import Collective, Compute, Recv, Send
+from strategies.schedules.exchanges import Exchange, pipeline_actions
+from strategies.cost.stage import stage_costs
+from strategies.cost import counts as cm
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import Plan

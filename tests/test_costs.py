@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from strategies import comm_model as cm
-from strategies import costs
+from strategies.cost import comm as cm
+from strategies.cost import counts as costs
 from strategies.model import ModelSpec
 from strategies.presets import model_preset
 from strategies.schedules.analysis import bubble_fraction_closed_form

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli.main import main
 from simulator.simulate import simulate, to_json
-from simulator.trace import dumps_chrome_trace
-from strategies.estimate import estimate
+from simulator.output.chrome_trace import dumps_chrome_trace
+from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import simpy
 
-from simulator.coll_exec import CollectiveRunner
-from simulator.collectives import ring_allreduce_time, ring_reduce_scatter_time
-from simulator.engine import DeadlockError, UnmatchedSendError, run
-from simulator.ops import Collective, Compute, Program, Recv, Send
-from simulator.simnet import SimNetwork
-from strategies.comm_model import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
+from simulator.engine.collectives import CollectiveRunner
+from simulator.network.stepwise import ring_allreduce_time, ring_reduce_scatter_time
+from simulator.engine.core import DeadlockError, UnmatchedSendError, run
+from simulator.program.ops import Collective, Compute, Program, Recv, Send
+from simulator.network.cluster_net import SimNetwork
+from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.cluster import cluster_preset
 from topologies.graph import build_graph
 from topologies.routing import route
@@ -71,7 +71,7 @@ def test_ring_allreduce_alone_is_the_closed_form(exclusive):
 
 
 def _run_without_shortcut(progs, net):
-    import simulator.engine as eng
+    import simulator.engine.core as eng
     saved = eng.exclusive_channels
     eng.exclusive_channels = lambda *a: {}
     try:

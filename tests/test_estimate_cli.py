@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli.main import main
 
 GIB_TOL = 0.02   # the bar: within 2 %
 

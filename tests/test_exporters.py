@@ -14,8 +14,8 @@ from collections import Counter
 import pytest
 
 from simulator.result import Record, SimResult
-from simulator.timeline import draw_comparison, draw_timeline
-from simulator.trace import (atomic_path, dumps_chrome_trace, to_chrome_trace,
+from simulator.output.timeline import draw_comparison, draw_timeline
+from simulator.output.chrome_trace import (atomic_path, dumps_chrome_trace, to_chrome_trace,
                              write_chrome_trace)
 from strategies.schedules import get_schedule
 

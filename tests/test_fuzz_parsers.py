@@ -20,9 +20,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import main
+from simulator.cli.main import main
 from strategies.errors import SpecError
-from strategies.estimate import estimate
+from strategies.estimate.scalar import estimate
 from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
 from strategies.model import FIELDS, ModelSpec, model_from_mapping

@@ -1,4 +1,4 @@
-"""Imports point one way (ARCHITECTURE.md): topologies ← strategies ← simulator ← experiments.
+"""Imports point one way (docs/architecture.md): topologies ← strategies ← simulator ← experiments.
 
 Every ``.py`` file of the four packages is parsed with ``ast`` (nothing is imported), and every
 import in it is checked, the lazy ones inside functions included, as are
@@ -7,7 +7,10 @@ import in it is checked, the lazy ones inside functions included, as are
 - ``topologies`` imports none of strategies, simulator, experiments;
 - ``strategies`` imports neither simulator nor experiments;
 - ``simulator`` does not import experiments;
-- only ``simulator`` (and experiments) import SimPy (STYLE.md: a tiny kernel);
+- only ``simulator.engine`` and ``simulator.network`` (and experiments) import SimPy;
+- nothing under ``simulator`` but ``simulator.cli`` imports ``simulator.cli``;
+- ``simulator.output`` imports neither ``simulator.search`` nor ``simulator.studies``;
+- ``simulator.program`` imports neither the engine nor the network (it only describes);
 - matplotlib is never imported at module level in the three library packages (plotting at
   the edge: imported where a picture is drawn).
 """
@@ -110,3 +113,32 @@ def test_the_checker_sees_lazy_and_relative_imports(tmp_path):
     found = {(name, top) for _, name, top in _imports(f, root=tmp_path)}
     assert ("numpy", True) in found and ("strategies", True) in found
     assert ("simulator", False) in found and ("experiments.x", False) in found
+
+
+def _sub_violations(folder: str, banned: tuple[str, ...]) -> list[str]:
+    """Imports of ``banned`` module prefixes from the files under ``folder``."""
+    return [f"{path.relative_to(ROOT)}:{line}: {name}"
+            for path in sorted((ROOT / folder).rglob("*.py")) for line, name, _ in _imports(path)
+            if any(name == b or name.startswith(b + ".") for b in banned)]
+
+
+def test_simpy_only_in_engine_and_network():
+    bad = [v for v in _sub_violations("simulator", ("simpy",))
+           if not v.startswith(("simulator/engine/", "simulator/network/"))]
+    assert not bad, "\n".join(bad)
+
+
+def test_only_the_cli_imports_the_cli():
+    bad = [v for v in _sub_violations("simulator", ("simulator.cli",))
+           if not v.startswith("simulator/cli/")]
+    assert not bad, "\n".join(bad)
+
+
+def test_output_imports_no_search_or_studies():
+    bad = _sub_violations("simulator/output", ("simulator.search", "simulator.studies"))
+    assert not bad, "\n".join(bad)
+
+
+def test_program_describes_only():
+    bad = _sub_violations("simulator/program", ("simulator.engine", "simulator.network", "simpy"))
+    assert not bad, "\n".join(bad)

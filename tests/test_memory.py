@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from strategies import activations as act
+from strategies.memory import activations as act
 from strategies.errors import SpecError
 from strategies.job import make_job
-from strategies.memory import (FIXED_OTHER_BYTES, FRAGMENTATION, MemoryBreakdown, fits,
+from strategies.memory.scalar import (FIXED_OTHER_BYTES, FRAGMENTATION, MemoryBreakdown, fits,
                                head_params_per_gpu, memory_by_stage, memory_components,
                                model_state_bytes_per_param, peak_memory, stage_memory)
 from strategies.model import ModelSpec

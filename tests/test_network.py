@@ -1,10 +1,10 @@
-"""Golden numbers and invariants for the fluid flow network (simulator.network)."""
+"""Golden numbers and invariants for the fluid flow network (simulator.network.flows)."""
 import networkx as nx
 import numpy as np
 import pytest
 import simpy
 
-from simulator.network import FlowNetwork, max_min_rates, shortest_route
+from simulator.network.flows import FlowNetwork, max_min_rates, shortest_route
 
 GB = 1e9
 REL = 1e-12

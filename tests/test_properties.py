@@ -23,10 +23,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.compiler import Layout, compile_job
-from simulator.ops import Recv, Send
+from simulator.program.compiler import Layout, compile_job
+from simulator.program.ops import Recv, Send
 from simulator.simulate import simulate
-from strategies.estimate import BREAKDOWN_KEYS, estimate
+from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -312,7 +312,7 @@ def test_free_comm_without_pipeline_equals_analytic_compute(job):
 
 def _executed_utilisation(job) -> float:
     """FLOPs the hardware executes (causal blocks skipped by FlashAttention) over peak."""
-    from strategies import costs
+    from strategies.cost import counts as costs
     p, est = job.plan, estimate(job)
     rc = {"none": 0, "selective": 1, "full": 2}[p.recompute]
     flops = costs.executed_flops_per_step(job.model, p.gbs, p.flash_attn, rc)

@@ -1,5 +1,5 @@
-"""Reading published runs' free text (strategies/reference_infer.py) and building their jobs
-(strategies/reference.py): GPUs, links, model families, software, recompute and schedule
+"""Reading published runs' free text (strategies/reference/text.py) and building their jobs
+(strategies/reference/cases.py): GPUs, links, model families, software, recompute and schedule
 words, and the step time implied by a utilisation."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import doctest
 
 import pytest
 
-from simulator.validation import load_cases
-from strategies import reference_infer as ri
-from strategies.costs import model_flops_per_step
+from simulator.studies.validate import load_cases
+from strategies.reference import text as ri
+from strategies.cost.counts import model_flops_per_step
 from strategies.errors import SpecError
-from strategies.reference import case_from_entry, load_reference
+from strategies.reference.cases import case_from_entry, load_reference
 
 
 def test_module_doctests():
@@ -182,7 +182,7 @@ def test_fuzzed_reference_entries_never_crash():
     (the path ``paraplan validate --reference FILE`` takes)."""
     import random
 
-    from simulator.validation import _case, evaluate_case
+    from simulator.studies.validate import _case, evaluate_case
     base = [e for e in load_reference() if e.get("kind") == "measured"]
     rng = random.Random(5)
     values = [None, "", "x", -1, 0, 1.5, [], {}, "8x", 10**12, True]

@@ -8,15 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strategies.bound import step_time_lower_bound
-from strategies.estimate import estimate
+from strategies.estimate.lower_bound import step_time_lower_bound
+from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
-from strategies.recommend import complexity, explain
+from strategies.search.recommend import complexity, explain
 from strategies.schedules import get_schedule
-from strategies.search import SerialExecutor, bound_ordered_search
-from strategies.space import SpaceOptions, columns_from_plans, enumerate_space
+from strategies.search.bound_ordered import SerialExecutor, bound_ordered_search
+from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
 
 
@@ -76,7 +76,7 @@ def test_search_refuses_a_broken_bound():
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])
 def test_schedule_facts_behind_the_bound(schedule):
     """First step F0.c0, last B(m-1).c0; with interleaving, B(m-1, v-1) is followed only
-    by backward steps, at most (v-1)·pp of them (strategies.bound, points 4 and 5)."""
+    by backward steps, at most (v-1)·pp of them (strategies.estimate.lower_bound, points 4 and 5)."""
     fn = get_schedule(schedule)
     for pp in (2, 3, 4, 8):
         for m in (pp, 2 * pp, 3 * pp):
@@ -163,7 +163,7 @@ def test_bound_is_tight_without_communication():
                                   "tp=2,pp=2,mbs=1,schedule=interleaved,vpp=2"])
 def test_zero2_is_never_faster_than_zero1(plan):
     """ZeRO-2 reduce-scatters every micro-batch's gradients (ZeRO-1 once per step), so the space
-    prunes ZeRO-2 where ZeRO-1 fits (strategies.space); simulated and analytic agree on it."""
+    prunes ZeRO-2 where ZeRO-1 fits (strategies.search.space); simulated and analytic agree on it."""
     from simulator.simulate import simulate
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
     jobs = [make_job(m, cl, parse_plan(f"{plan},zero={z}"), global_batch=32) for z in (1, 2)]
@@ -185,7 +185,7 @@ def test_zero2_is_never_faster_than_zero1(plan):
     ("gpt3-175b", "dgx-a100", 8, 8),
 ])
 def test_pruned_search_equals_exhaustive(args):
-    from simulator.search_run import SearchConfig, run_search
+    from simulator.search.run import SearchConfig, run_search
     name, cl_name, nodes, gbs = args
     cfg = dict(model=model_preset(name), cluster=cluster_preset(cl_name, nodes), gbs=gbs,
                options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from simulator.cli import build_parser, main
+from simulator.cli.main import build_parser, main
 
 SMALL = ["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16"]
 VOLATILE = ("wall_s", "execution")
@@ -118,7 +118,7 @@ def test_progress_goes_to_stderr(capsys):
 
 
 def test_defaults_are_the_paper_setting():
-    from simulator.cmd_search import config_from_args
+    from simulator.cli.search import config_from_args
     cfg = config_from_args(build_parser().parse_args(["search"]))
     assert (cfg.model.name, cfg.cluster.name, cfg.gbs, cfg.k) == \
         ("gpt3-175b", "dgx-a100:128", 1536, 5)

@@ -8,9 +8,9 @@ import pytest
 
 from simulator.fold import fold_spec
 from simulator.simulate import simulate, to_json
-from simulator.stage_costs import stage_costs
-from strategies.activations import activation_bytes_per_chunk, in_flight_microbatches
-from strategies.estimate import BREAKDOWN_KEYS, estimate
+from strategies.cost.stage import stage_costs
+from strategies.memory.activations import activation_bytes_per_chunk, in_flight_microbatches
+from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset

@@ -9,10 +9,10 @@ import pytest
 
 from strategies.errors import SpecError
 from strategies.job import make_job
-from strategies.memory import peak_memory
-from strategies.memory_arrays import peak_memory_arrays
+from strategies.memory.scalar import peak_memory
+from strategies.memory.arrays import peak_memory_arrays
 from strategies.presets import model_preset
-from strategies.space import (RULES, SpaceOptions, columns_from_plans, enumerate_space,
+from strategies.search.space import (RULES, SpaceOptions, columns_from_plans, enumerate_space,
                               parse_fix, plan_key)
 from strategies.plan import parse_plan
 from topologies.cluster import cluster_preset
@@ -108,6 +108,6 @@ def test_columns_round_trip():
     job = make_job(m, cl, parse_plan("tp=8,pp=4,mbs=1,schedule=interleaved,vpp=2,sp=true,"
                                      "zero=1"), global_batch=32)
     cols = columns_from_plans([job.plan])
-    from strategies.space import plan_of
+    from strategies.search.space import plan_of
     assert plan_of(cols, 0) == job.plan
     assert plan_key(job.plan).startswith("tp=8,pp=4,dp=2,")

@@ -208,7 +208,7 @@ def test_16k_gpus_build_quickly():
 
 def test_route_plugs_into_the_flow_network():
     simpy = pytest.importorskip("simpy")
-    network = pytest.importorskip("simulator.network")
+    network = pytest.importorskip("simulator.network.flows")
     c = cluster_preset("dgx-h100", 2)
     env = simpy.Environment()
     net = network.FlowNetwork(env, build_graph(c), route_fn=route)

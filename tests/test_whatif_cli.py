@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator import whatif
-from simulator.cli import main
-from simulator.whatif import (Variant, apply_cluster, dominated_pairs, parse_vary,
+from simulator.studies import whatif_variants as whatif
+from simulator.cli.main import main
+from simulator.studies.whatif_variants import (Variant, apply_cluster, dominated_pairs, parse_vary,
                               search_order, variants)
-from simulator.whatif_run import WhatifConfig, run_whatif
+from simulator.studies.whatif import WhatifConfig, run_whatif
 from strategies.presets import model_preset
-from strategies.space import SpaceOptions
+from strategies.search.space import SpaceOptions
 from tests.test_properties import cases
 from topologies.cluster import cluster_preset
 

@@ -1,6 +1,6 @@
 """Deterministic routes over the graphs of :mod:`topologies.graph`.
 
-``route(graph, src, dst)`` plugs into ``simulator.network.FlowNetwork(route_fn=route)``.
+``route(graph, src, dst)`` plugs into ``simulator.network.flows.FlowNetwork(route_fn=route)``.
 Between GPUs (int nodes) of a graph built by :func:`topologies.graph.build_graph` the path
 is computed from the node names, without a graph search:
 

@@ -1,0 +1,210 @@
+"""Shared pieces of the CLI: the common input flags, resolving them to a ``Job``, JSON and
+table output, and atomic file writes. No SimPy here."""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from typing import Any, Iterable, Sequence
+
+from strategies.errors import SpecError
+from strategies.hf_config import load_model_arg
+from strategies.job import DTYPES, Job, make_job
+from strategies.model import ModelSpec
+from strategies.plan import Plan, parse_plan
+from topologies.cluster import Cluster, parse_cluster_arg
+from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
+
+DEFAULT_MODEL = "gpt3-175b"
+DEFAULT_CLUSTER = "dgx-a100:128"
+
+
+class CliError(SpecError):
+    """A bad command-line value (same shape as every other input error)."""
+
+
+def positive_int(field: str, hi: int | None = None):
+    """An argparse ``type`` whose error names the flag, the value and the rule
+    (argparse would otherwise print ``invalid conv value``)."""
+    def conv(text: str) -> int:
+        try:
+            return check_int(field, parse_int_text(field, text), 1, hi)
+        except SpecError as e:
+            raise argparse.ArgumentTypeError(f"{_value(text)}: {e.rule}") from None
+    conv.__name__ = "integer"
+    return conv
+
+
+def positive_float(field: str):
+    def conv(text: str) -> float:
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{_value(text)}: must be a number") from None
+        if not math.isfinite(v) or v <= 0:
+            raise argparse.ArgumentTypeError(f"{_value(text)}: must be a finite number > 0")
+        return v
+    conv.__name__ = "number"
+    return conv
+
+
+def _value(text: str) -> str:
+    return f"invalid value {text[:60]!r}"
+
+
+class Once(argparse.Action):
+    """Store a flag's value, refusing the flag given twice (the first value would be lost
+    without a word)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        seen = getattr(namespace, "_seen_flags", set())
+        if self.dest in seen:
+            raise argparse.ArgumentError(self, f"given twice ({values!r} after "
+                                               f"{getattr(namespace, self.dest)!r})")
+        seen.add(self.dest)
+        namespace._seen_flags = seen
+        setattr(namespace, self.dest, values)
+
+
+def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
+                      global_batch_default: int | None = None) -> None:
+    """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype`` (CLI.md's
+    shared inputs). Not ``required``: ``--model`` and ``--cluster`` default to
+    ``DEFAULT_MODEL`` and ``DEFAULT_CLUSTER``; ``global_batch_default`` is only shown in the
+    help (the command applies it)."""
+    note = "" if required else " (default {})"
+    p.add_argument("--model", required=required, default=None if required else DEFAULT_MODEL,
+                   action=Once, metavar="M", help="preset name, HuggingFace config.json, or "
+                   "YAML file" + note.format(DEFAULT_MODEL))
+    p.add_argument("--cluster", required=required, default=None if required else DEFAULT_CLUSTER,
+                   action=Once, metavar="C", help="PRESET:NODES (dgx-a100:128) or a YAML file"
+                   + note.format(DEFAULT_CLUSTER))
+    p.add_argument("--seq-len", type=positive_int("--seq-len", MAX_SEQ), default=None,
+                   action=Once, metavar="N",
+                   help="training sequence length in tokens (default: the model's)")
+    p.add_argument("--global-batch", type=positive_int("--global-batch", MAX_GBS), default=None,
+                   action=Once, metavar="N",
+                   help="sequences per step, where the plan does not give gbs"
+                   + (f" (default {global_batch_default})" if global_batch_default else ""))
+    p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
+                   help="bf16 (default), fp16, fp8")
+
+
+def add_plan_inputs(p: argparse.ArgumentParser) -> None:
+    add_model_cluster(p)
+    p.add_argument("--plan", required=True, action=Once, metavar="P",
+                   help="key=value,... or a YAML file with the same keys")
+
+
+def add_json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="machine output on stdout, nothing else")
+
+
+def check_dtype(dtype: str) -> str:
+    if dtype not in DTYPES:
+        raise CliError("--dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    return dtype
+
+
+def resolve_model(args: argparse.Namespace) -> ModelSpec:
+    model = load_model_arg(args.model)
+    if getattr(args, "seq_len", None):
+        model = model.with_seq_length(args.seq_len)
+    return model
+
+
+def resolve_cluster(args: argparse.Namespace) -> Cluster:
+    return parse_cluster_arg(args.cluster)
+
+
+def resolve_job(args: argparse.Namespace, plan: Plan | None = None) -> Job:
+    """Model, cluster and plan from the shared flags, checked against each other."""
+    model = resolve_model(args)
+    cluster = resolve_cluster(args)
+    plan = plan if plan is not None else parse_plan(args.plan)
+    if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
+        raise CliError("--global-batch", args.global_batch,
+                       f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
+    return make_job(model, cluster, plan, global_batch=args.global_batch,
+                    dtype=check_dtype(args.dtype))
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe: numpy scalars to Python, non-finite floats to None, tuples to lists."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()
+        except (TypeError, ValueError):
+            pass
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(obj: Any) -> str:
+    """Deterministic JSON (sorted keys are not used: key order is the contract's order)."""
+    return json.dumps(_clean(obj), indent=2, allow_nan=False)
+
+
+def emit_json(obj: Any) -> None:
+    sys.stdout.write(dumps(obj) + "\n")
+
+
+def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> None:
+    """Refuse an output path up front, before the work that fills it: a wrong extension (when
+    ``exts`` names some), a missing or unwritable folder, or a folder in place of the file."""
+    if path is None:
+        return
+    stem, ext = os.path.splitext(os.path.basename(path))
+    if exts and (ext.lower() not in exts or not stem.strip()):
+        raise CliError(flag, path, f"must be a file name ending with {' or '.join(exts)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise CliError(flag, path, f"folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise CliError(flag, path, "is a folder")
+    if not os.access(folder, os.W_OK):
+        raise CliError(flag, path, f"folder {folder} is not writable")
+
+
+def atomic_write_text(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (``simulator.output.chrome_trace.atomic_path``): readers never
+    see a half-written file."""
+    from simulator.output.chrome_trace import atomic_path
+    d = os.path.dirname(os.path.abspath(path)) or "."
+    if not os.path.isdir(d):
+        raise CliError("output", path, f"directory {d} does not exist")
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], align: str | None = None) -> str:
+    """A plain text table; ``align`` is a string of ``l``/``r`` per column."""
+    rows = [[str(c) for c in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    align = align or "l" + "r" * (len(headers) - 1)
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if a == "l" else c.rjust(w)
+                         for c, w, a in zip(cells, widths, align)).rstrip()
+    out = [line(headers), line(["-" * w for w in widths])]
+    out += [line(r) for r in rows]
+    return "\n".join(out)
+
+
+def fmt_s(seconds: float) -> str:
+    """Seconds in a readable unit."""
+    if seconds is None:
+        return "-"
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"

@@ -1,0 +1,62 @@
+"""``paraplan estimate``: the analytic estimate of one plan."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from simulator.cli.common import add_json, add_plan_inputs, emit_json, fmt_s, resolve_job, table
+from strategies.estimate.scalar import estimate
+from strategies.memory.scalar import memory_by_origin_json
+
+
+def register(sub) -> None:
+    p = sub.add_parser("estimate", help="analytic step time and memory of one plan")
+    add_plan_inputs(p)
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    job = resolve_job(args)
+    out = estimate(job).to_json()
+    out["memory_by_origin"] = memory_by_origin_json(job)
+    if args.json:
+        emit_json(out)
+    else:
+        print(render(out, job, "Analytic estimate"))
+    return 0
+
+
+def render(out: dict[str, Any], job, title: str) -> str:
+    """The human report shared by ``estimate`` and ``simulate``."""
+    p, cl, m = job.plan, job.cluster, job.model
+    mem = out["memory"]
+    lines = [f"{title}: {m.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), {job.dtype}",
+             f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
+             f"{out['num_microbatches']} micro-batches per pipeline",
+             "",
+             f"step time       {fmt_s(out['step_time_s'])}",
+             f"tokens/s        {out['tokens_per_s']:,.0f}",
+             f"MFU / HFU       {100 * out['mfu']:.1f} % / {100 * out['hfu']:.1f} %",
+             f"bubble          {100 * out['bubble_fraction']:.1f} % of the step (worst stage)",
+             f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.gpu.hbm_bytes / 2**30:.0f} GiB"
+             f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
+    if out.get("simulated"):
+        lines += [f"analytic        {fmt_s(out['analytic_step_time_s'])} "
+                  f"({100 * (out['analytic_step_time_s'] / out['step_time_s'] - 1):+.1f} % vs simulated)",
+                  f"comm            {fmt_s(out['exposed_comm_s'])} exposed, "
+                  f"{fmt_s(out['overlapped_comm_s'])} overlapped",
+                  f"events          {out['events']:,} in {out['wall_s']:.2f} s"
+                  + (f" ({out['simulated_ranks']} of {cl.num_gpus} ranks simulated, folded)"
+                     if out.get("folded") else "")]
+    total = out["step_time_s"] or 1.0
+    lines += ["", "where the time goes (exposed seconds per step)"]
+    lines.append(table(["part", "seconds", "share"],
+                       [[k, f"{v:.4f}", f"{100 * v / total:.1f} %"]
+                        for k, v in out["breakdown_s"].items() if v > 0] or [["-", "0", "-"]]))
+    lines += ["", "memory by pipeline stage (GiB)"]
+    lines.append(table(["stage", "params", "grads", "optimizer", "activations", "other", "total"],
+                       [[i, *(f"{s[k]:.2f}" for k in ("params_gib", "grads_gib", "optimizer_gib",
+                                                     "activations_gib", "other_gib", "peak_gib"))]
+                        for i, s in enumerate(out["memory_by_stage"])]))
+    return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""``paraplan``: the command line (see docs/cli.md and the contract in CLI.md).
+
+Subcommands live in ``simulator/cli/<command>.py``; each module has ``register(sub)`` that adds its
+parser and sets ``func`` (``args -> exit status``). Every input error is a ``SpecError``:
+one line on stderr naming field, value and rule, exit status 2, no traceback unless
+``--debug``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from typing import Sequence
+
+from strategies.errors import SpecError
+
+# Subcommand modules, in the order `paraplan --help` lists them. A module that is missing
+# (a partial checkout) is skipped, never a crash.
+COMMANDS = ("estimate", "simulate", "search", "compare", "whatif", "validate", "presets")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with our error shape: one line, exit status 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"paraplan {self.prog.split(' ', 1)[-1] if ' ' in self.prog else ''}"
+                     f": error: {message}\n".replace("paraplan : ", "paraplan: "))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="paraplan", description="Plan and simulate parallel training of LLMs.")
+    p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        ver = version("paraplan")
+    except PackageNotFoundError:
+        ver = "unknown"
+    p.add_argument("--version", action="version", version=f"paraplan {ver}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in COMMANDS:
+        try:
+            mod = importlib.import_module(f"simulator.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"simulator.cli.{name}":
+                continue
+            raise
+        mod.register(sub)
+    return p
+
+
+def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
+    """``--debug`` is honoured anywhere on the line (before or after the subcommand)."""
+    argv = list(argv)
+    debug = "--debug" in argv or os.environ.get("PARAPLAN_DEBUG") == "1"
+    return [a for a in argv if a != "--debug"], debug
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv, debug = _split_debug(sys.argv[1:] if argv is None else argv)
+    try:
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as e:   # argparse's errors (status 2), --help and --version (0)
+            return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+        if not getattr(args, "command", None):   # no command: the help, on stderr (bad input)
+            parser.print_help(sys.stderr)
+            return 2
+        return int(args.func(args) or 0)
+    except SpecError as e:
+        if debug:
+            raise
+        print(f"paraplan: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("paraplan: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except MemoryError:
+        if debug:
+            raise
+        print("paraplan: error: out of memory (try a smaller cluster, or simulate without --full)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

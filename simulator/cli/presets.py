@@ -1,0 +1,45 @@
+"""``paraplan presets``: the model, GPU and cluster presets."""
+from __future__ import annotations
+
+import argparse
+
+from simulator.cli.common import add_json, emit_json, table
+from strategies.presets import MODEL_PRESETS
+from topologies.cluster import preset_description, preset_names
+from topologies.gpus import GPUS
+
+
+def register(sub) -> None:
+    p = sub.add_parser("presets", help="list model, GPU and cluster presets")
+    add_json(p)
+    p.set_defaults(func=run)
+
+
+def _model_row(m) -> dict:
+    return {"name": m.name, "params_b": m.num_params() / 1e9, "layers": m.num_layers,
+            "hidden": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.kv_heads,
+            "seq_len": m.seq_length, "experts": m.num_experts}
+
+
+def run(args: argparse.Namespace) -> int:
+    models = [_model_row(m) for m in MODEL_PRESETS.values()]
+    gpus = [{"name": g.name, "bf16_tflops": g.peak_flops["bf16"] / 1e12,
+             "fp8_tflops": (g.peak_flops.get("fp8") or 0) / 1e12 or None,
+             "hbm_gib": g.hbm_bytes / 2**30, "hbm_tb_s": g.hbm_bandwidth / 1e12}
+            for g in GPUS.values()]
+    clusters = [{"name": n, "description": preset_description(n)} for n in preset_names()]
+    if args.json:
+        emit_json({"models": models, "gpus": gpus, "clusters": clusters})
+        return 0
+    print("Models")
+    print(table(["name", "params", "layers", "hidden", "heads", "kv", "seq", "experts"],
+                [[m["name"], f"{m['params_b']:.1f}B", m["layers"], m["hidden"], m["heads"],
+                  m["kv_heads"], m["seq_len"], m["experts"] or "-"] for m in models]))
+    print("\nGPUs")
+    print(table(["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"],
+                [[g["name"], f"{g['bf16_tflops']:.0f}",
+                  f"{g['fp8_tflops']:.0f}" if g["fp8_tflops"] else "-",
+                  f"{g['hbm_gib']:.0f}", f"{g['hbm_tb_s']:.2f}"] for g in gpus]))
+    print("\nClusters (use PRESET:NODES, e.g. dgx-h100:16)")
+    print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
+    return 0

@@ -1,0 +1,250 @@
+"""``paraplan search``: rank the plans of a model on a cluster (see docs/search.md).
+
+With no arguments it searches GPT-3 175B on 128 DGX A100 nodes at global batch 1536 (the
+Megatron-LM paper's setting) and prints the paper's plan beside the result.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Mapping
+
+from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
+                              check_dtype, check_output, emit_json, fmt_s, positive_float,
+                              positive_int, resolve_cluster, resolve_model, table)
+from strategies.launch import EXPORTS, export
+from simulator.search.run import SearchConfig, run_search
+from strategies.errors import SpecError
+from strategies.job import make_job
+from strategies.plan import _ALIAS as PLAN_ALIASES
+from strategies.plan import parse_plan
+from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
+from topologies.gpus import GIB
+from topologies.limits import MAX_GBS, check_int, parse_int_text
+from topologies.yaml_io import load_mapping_file
+
+DEFAULT_GLOBAL_BATCH = 1536
+#: Built-in reference plans: (model, GPU count) -> [(label, plan)].
+PAPER = "Megatron-LM paper (Narayanan et al. 2021)"
+REFERENCES = {
+    ("gpt3-175b", 1024): [
+        (f"{PAPER}, 1F1B", "tp=8,pp=8,mbs=1,schedule=1f1b,recompute=full"),
+        (f"{PAPER}, interleaved", "tp=8,pp=8,mbs=1,schedule=interleaved,vpp=2,recompute=full"),
+    ],
+}
+CSV_COLUMNS = ("rank", "key", "step_time_s", "mfu", "tokens_per_s", "peak_gib",
+               "bubble_fraction", "exposed_comm_s", "analytic_step_time_s", "lower_bound_s")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("search", help="rank the parallel plans of a model on a cluster",
+                       description="Enumerate the plans, prune, score them analytically, "
+                                   "simulate in order of a lower bound until the top-k is "
+                                   "exact, and recommend the simplest plan near the best.")
+    add_model_cluster(p, required=False, global_batch_default=DEFAULT_GLOBAL_BATCH)
+    g = p.add_argument_group("space")
+    g.add_argument("--fix", action=Once, default=None, metavar="K=V,...",
+                   help="fix dimensions, e.g. tp=8,schedule=1f1b")
+    g.add_argument("--plan", action=Once, default=None, metavar="P",
+                   help="the shared --plan input: key=value,... or a YAML file; its keys are "
+                        "fixed as with --fix, and gbs is the global batch")
+    g.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tensor parallelism span nodes")
+    g.add_argument("--memory-limit", action=Once, type=positive_float("--memory-limit"), default=None,
+                   metavar="GIB", help="per-GPU memory limit in GiB (default: the GPU's "
+                   "capacity less 5%%)")
+    g.add_argument("--max-bubble", action=Once, type=positive_float("--max-bubble"), default=0.5,
+                   metavar="F",
+                   help="largest pipeline bubble (pp-1)/(vpp*m) allowed (default 0.5)")
+    g.add_argument("--max-mbs", action=Once, type=positive_int("--max-mbs"), default=8,
+                   metavar="N",
+                   help="largest micro-batch size (powers of two up to it; default 8)")
+    g.add_argument("--max-vpp", action=Once, type=positive_int("--max-vpp"), default=None,
+                   metavar="N",
+                   help="largest number of interleaved model chunks (default: all)")
+    r = p.add_argument_group("ranking")
+    r.add_argument("--top", action=Once, type=positive_int("--top"), default=5, metavar="K",
+                   help="plans to rank (default 5)")
+    r.add_argument("--tolerance", action=Once, type=float, default=3.0, metavar="PCT",
+                   help="recommend the simplest plan within PCT%% of the best (default 3)")
+    r.add_argument("--exhaustive", action="store_true",
+                   help="simulate every feasible plan (a check of the pruned search)")
+    r.add_argument("--reference", action="append", default=None, metavar="PLAN",
+                   help="also simulate this plan and print it beside the result (repeat; "
+                        "'none' for no reference; default: the published plan, if known)")
+    e = p.add_argument_group("execution")
+    e.add_argument("--workers", action=Once, type=positive_int("--workers"), default=None,
+                   metavar="N",
+                   help="parallel simulations (default: all cores)")
+    e.add_argument("--backend", action=Once, choices=("local", "ray"), default="local",
+                   help="local processes (default) or Ray tasks")
+    e.add_argument("--ray-address", action=Once, default=None, metavar="HOST:PORT",
+                   help="address of an existing Ray cluster (default: start a local one)")
+    e.add_argument("--results", action=Once, default=None, metavar="FILE",
+                   help="append each simulation result to FILE (JSON lines) as it finishes")
+    e.add_argument("--resume", action="store_true", help="reuse the results in --results FILE")
+    e.add_argument("--progress", action="store_true", help="progress bar on stderr "
+                   "(default: only when stderr is a terminal)")
+    o = p.add_argument_group("output")
+    add_json(o)
+    o.add_argument("--csv", action=Once, default=None, metavar="FILE", help="write the top plans as CSV")
+    o.add_argument("--export", action=Once, choices=EXPORTS, default=None,
+                   help="print the launch settings of the recommended plan")
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> SearchConfig:
+    model, cluster = resolve_model(args), resolve_cluster(args)
+    dtype = check_dtype(args.dtype)
+    plan_fixed, plan_gbs = plan_fix(args.plan)
+    if plan_gbs is not None and args.global_batch is not None and plan_gbs != args.global_batch:
+        raise CliError("--global-batch", args.global_batch,
+                       f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
+    gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
+    if not 0 <= args.tolerance < 100:
+        raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
+    if args.resume and not args.results:
+        raise CliError("--resume", True, "needs --results FILE (the file to resume from)")
+    opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
+                        memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
+                        max_bubble=args.max_bubble, max_vpp=args.max_vpp,
+                        fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
+    return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
+                        k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
+                        workers=args.workers or os.cpu_count() or 1, backend=args.backend,
+                        ray_address=args.ray_address, results=args.results,
+                        resume=args.resume,
+                        progress=args.progress or (sys.stderr.isatty() and not args.json),
+                        references=references(args, model.name, cluster.num_gpus))
+
+
+def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
+    """``--plan`` in a search (key=value text or a YAML/JSON file, as for every command): the
+    keys it gives are fixed as with ``--fix``, and ``gbs`` is the global batch.
+
+    >>> plan_fix("tp=8,gbs=512,schedule=interleaved:3")
+    ({'tp': 8, 'schedule': 'interleaved', 'vpp': 3}, 512)
+    """
+    if text is None:
+        return {}, None
+    text = str(text).strip()
+    if text.lower().endswith((".yaml", ".yml", ".json")):
+        data = load_mapping_file(text, "plan")
+        if not isinstance(data, Mapping):
+            raise CliError("--plan", text, "the file must hold a mapping of plan keys, "
+                           f"not a {type(data).__name__}")
+        items = [(str(k), v) for k, v in data.items()]
+    else:
+        items = []
+        for item in filter(None, (p.strip() for p in text.split(","))):
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise CliError("--plan", item, "each item must be key=value, e.g. tp=8")
+            items.append((key, value))
+    fixed: list[str] = []
+    gbs, seen = None, set()
+    for raw, value in items:
+        key = PLAN_ALIASES.get(raw.strip().lower(), raw.strip().lower())
+        if key in seen:
+            raise CliError("--plan", raw.strip(), "key given twice")
+        seen.add(key)
+        if key == "gbs":
+            gbs = check_int("gbs", parse_int_text("gbs", value), 1, MAX_GBS)
+        elif key in FIX_KEYS:
+            value = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            fixed.append(f"{key}={value.strip()}")
+        else:
+            raise CliError("--plan", raw.strip(), "is not a key a search can fix; keys: gbs, "
+                           + ", ".join(FIX_KEYS))
+    try:
+        return parse_fix(",".join(fixed)), gbs
+    except SpecError as e:
+        raise CliError("--plan", e.value, e.rule) from None
+
+
+def merge_fixed(fix: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    """``--fix`` and ``--plan`` together; a key both give with different values is refused."""
+    both = sorted(k for k in set(fix) & set(plan) if fix[k] != plan[k])
+    if both:
+        raise CliError("--plan", f"{both[0]}={plan[both[0]]}",
+                       f"disagrees with --fix {both[0]}={fix[both[0]]}")
+    return {**fix, **plan}
+
+
+def references(args: argparse.Namespace, model: str, gpus: int) -> list:
+    if args.reference is None:
+        return [(label, parse_plan(text)) for label, text in REFERENCES.get((model, gpus), [])]
+    if [r.strip().lower() for r in args.reference] == ["none"]:
+        return []
+    return [(f"--reference {text}", parse_plan(text)) for text in args.reference]
+
+
+def run(args: argparse.Namespace) -> int:
+    check_output(args.csv, "--csv")      # before the search, not after it
+    check_output(args.results, "--results")
+    cfg = config_from_args(args)
+    report = run_search(cfg)
+    rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
+    rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
+    if args.csv:
+        atomic_write_text(args.csv, to_csv(report))
+    exported = None
+    if args.export:
+        rec = report["recommended"]
+        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype)
+        exported, notes = export(args.export, job)
+        for n in notes:
+            print(f"paraplan: note: {n}", file=sys.stderr)
+        report["export"] = {"kind": args.export, "text": exported}
+    if args.json:
+        emit_json(report)
+    else:
+        print(render(report))
+        if exported is not None:
+            print(f"\n{args.export} settings of the recommended plan:\n{exported}")
+    return 0
+
+
+def to_csv(report: dict[str, Any]) -> str:
+    lines = [",".join(CSV_COLUMNS)]
+    for r in report["plans"]:
+        vals = {**r, "peak_gib": r["memory"]["peak_gib"]}
+        lines.append(",".join(f'"{vals[c]}"' if c == "key" else
+                              (f"{vals[c]:.6g}" if isinstance(vals[c], float) else str(vals[c]))
+                              for c in CSV_COLUMNS))
+    return "\n".join(lines) + "\n"
+
+
+def _line(r: dict[str, Any], rank: str) -> list[str]:
+    return [rank, r.get("label") or r.get("short"), fmt_s(r["step_time_s"]),
+            f"{100 * r['mfu']:.1f}%", f"{r['tokens_per_s']:,.0f}",
+            f"{r['memory']['peak_gib']:.1f}", f"{100 * r['bubble_fraction']:.1f}%",
+            fmt_s(r["exposed_comm_s"])]
+
+
+def render(rep: dict[str, Any]) -> str:
+    i = rep["inputs"]
+    ev = rep["evaluated"]
+    out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
+           f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}",
+           f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "
+           f"(memory limit {i['memory_limit_gib']:.1f} GiB), all scored analytically; "
+           f"{ev['simulated']} simulated" + (" (exhaustive)" if ev["exhaustive"] else
+                                             f" (the top {i['top']} is exact)"),
+           ""]
+    heads = ["#", "plan", "step", "MFU", "tokens/s", "peak GiB", "bubble", "exposed comm"]
+    rows = [_line(r, str(r["rank"])) for r in rep["plans"]]
+    rows += [_line(r, "ref") for r in rep["references"]]
+    out.append(table(heads, rows, "llrrrrrr"))
+    for r in rep["references"]:
+        out.append(f"ref: {r['label']}: {100 * r['vs_best']:+.1f}% vs #1")
+    rec = rep["recommended"]
+    out += ["", f"Recommended: {rec['label']}  ({fmt_s(rec['step_time_s'])}, "
+                f"MFU {100 * rec['mfu']:.1f}%, {rec['memory']['peak_gib']:.1f} GiB)"]
+    out += [f"  - {w}" for w in rec["why"]]
+    out += ["", "Pruned (first rule broken):"]
+    out += [f"  {n:>9,}  {rep['pruned_rules'][r]}" for r, n in rep["pruned"].items() if n]
+    out.append(f"\n{rep['wall_s']:.1f} s wall, {rep['execution']['workers']} worker(s), "
+               f"{rep['execution']['backend']} backend")
+    return "\n".join(out)

@@ -1,0 +1,141 @@
+"""``paraplan whatif``: the best plan as cluster and job properties change.
+
+``--vary KEY=V1,V2,...`` (repeatable; the variants are the cartesian product of the axes)
+changes one property of the base question (``--model``, ``--cluster``, ``--global-batch``,
+``--seq-len``); keys and units are in ``simulator/studies/whatif_variants.py``. Each variant gets a plan
+search over the same space options (``--fix``, ``--max-mbs``, …) and reports its fastest
+plan: step time, MFU, tokens/s, peak memory and, with ``--gpu-hour-cost``, the cost of a
+million training tokens. Step time never rises when only bandwidth rises; the run checks it
+(``checks.bandwidth_monotone``) and warns if it ever did.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype,
+                              check_output, emit_json, fmt_s, positive_float, positive_int,
+                              resolve_cluster, resolve_model, table)
+from simulator.cli.search import DEFAULT_GLOBAL_BATCH
+from simulator.studies.whatif_variants import KEYS, parse_vary, variants
+from simulator.studies.whatif import WhatifConfig, draw, run_whatif
+from strategies.search.space import SpaceOptions, parse_fix
+from topologies.gpus import GIB
+
+
+def register(sub) -> None:
+    p = sub.add_parser(
+        "whatif", help="the best plan as cluster and job properties change",
+        description="Search the best plan for each variant of the base question (the "
+                    "cartesian product of the --vary axes) and compare step time, MFU, "
+                    "tokens/s and cost per million tokens. Keys: " + ", ".join(KEYS) + ".")
+    add_model_cluster(p, required=False)
+    p.add_argument("--vary", action="append", default=None, required=True,
+                   metavar="KEY=V1,V2,...",
+                   help="a property and its values (repeat for more axes); keys: "
+                        + ", ".join(KEYS) + " (bandwidths in Gb/s per NIC and GB/s per GPU)")
+    p.add_argument("--gpu-hour-cost", action=Once, type=positive_float("--gpu-hour-cost"),
+                   default=None, metavar="USD",
+                   help="price of one GPU-hour: adds the cost of a million training tokens")
+    g = p.add_argument_group("space (the same for every variant)")
+    g.add_argument("--fix", action=Once, default=None,
+                   help="fix dimensions, e.g. tp=8,schedule=1f1b")
+    g.add_argument("--allow-cross-node-tp", action="store_true",
+                   help="let tensor parallelism span nodes")
+    g.add_argument("--memory-limit", action=Once, type=positive_float("--memory-limit"),
+                   default=None, metavar="GIB", help="per-GPU memory limit in GiB (default: "
+                   "each variant's GPU capacity less 5%%)")
+    g.add_argument("--max-bubble", action=Once, type=positive_float("--max-bubble"), default=0.5,
+                   help="largest pipeline bubble (pp-1)/(vpp*m) allowed (default 0.5)")
+    g.add_argument("--max-mbs", action=Once, type=positive_int("--max-mbs"), default=8,
+                   help="largest micro-batch size (powers of two up to it; default 8)")
+    g.add_argument("--max-vpp", action=Once, type=positive_int("--max-vpp"), default=None,
+                   help="largest number of interleaved model chunks (default: all)")
+    g.add_argument("--exhaustive", action="store_true",
+                   help="simulate every feasible plan of every variant (slow; a check)")
+    e = p.add_argument_group("execution and output")
+    e.add_argument("--workers", action=Once, type=positive_int("--workers"), default=None,
+                   help="parallel simulations within a variant's search (default: all cores)")
+    e.add_argument("--progress", action="store_true", help="one line per variant on stderr "
+                   "(default: only when stderr is a terminal)")
+    e.add_argument("--plot", action=Once, default=None, metavar="F.png",
+                   help="write step time, MFU and cost (or tokens/s) per variant (.png or .svg)")
+    add_json(e)
+    p.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> WhatifConfig:
+    vary = parse_vary(args.vary)
+    model, cluster = resolve_model(args), resolve_cluster(args)
+    dtype = check_dtype(args.dtype)
+    gbs = args.global_batch or DEFAULT_GLOBAL_BATCH
+    opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
+                        memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
+                        max_bubble=args.max_bubble, max_vpp=args.max_vpp,
+                        fixed=parse_fix(args.fix))
+    vs = variants(model, cluster, gbs, vary)
+    base = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
+            "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
+    return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
+                        gpu_hour_cost=args.gpu_hour_cost, exhaustive=args.exhaustive,
+                        workers=args.workers or os.cpu_count() or 1,
+                        progress=args.progress or (sys.stderr.isatty() and not args.json))
+
+
+def run(args: argparse.Namespace) -> int:
+    check_output(args.plot, "--plot", (".png", ".svg"))
+    cfg = config_from_args(args)
+    report = run_whatif(cfg)
+    if args.plot:
+        draw(report, args.plot)
+    if args.json:
+        emit_json(report)
+    else:
+        print(render(report))
+        if args.plot:
+            print(f"\nplot written to {args.plot}")
+    return 0
+
+
+def _value(v: Any) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def render(rep: dict[str, Any]) -> str:
+    i = rep["inputs"]
+    keys = list(i["vary"])
+    cost = i["gpu_hour_cost"] is not None
+    out = [f"What if: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
+           f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}; {i['variants']} variant(s), "
+           "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
+    heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]
+    heads += ["$/1M tokens"] if cost else []
+    rows = []
+    for r in rep["rows"]:
+        vals = [_value(r[k]) for k in keys]
+        if not r["feasible"]:
+            pad = [""] * (len(heads) - len(vals) - 1)
+            rows.append(vals + [f"no feasible plan: {r['error']}"] + pad)
+            continue
+        line = vals + [r["label"], fmt_s(r["step_time_s"]), f"{100 * r['mfu']:.1f}%",
+                       f"{r['tokens_per_s']:,.0f}", f"{r['memory']['peak_gib']:.1f}"]
+        line += [f"{r['cost_per_million_tokens']:.4g}"] if cost else []
+        rows.append(line)
+    out.append(table(heads, rows, "l" * (len(keys) + 1) + "r" * (len(heads) - len(keys) - 1)))
+    if cost:
+        out.append(f"\ncost assumes {i['gpu_hour_cost']:g} USD per GPU-hour (every GPU of the "
+                   "variant's cluster, for the whole step)")
+    mono = rep["checks"]["bandwidth_monotone"]
+    if mono["pairs"]:
+        out.append(f"\nbandwidth check: {mono['pairs']} pair(s) that differ only by more "
+                   "bandwidth; " + ("step time never rises" if mono["ok"] else
+                                    f"{len(mono['violations'])} VIOLATION(S), see warnings"))
+    carried = [r for r in rep["rows"] if r["feasible"] and r["best_from"] != "search"]
+    for r in carried:
+        out.append(f"note: {r['variant']}: kept the {r['best_from']} (faster than its own "
+                   "search's best)")
+    out.append(f"\n{rep['wall_s']:.1f} s wall, {rep['execution']['simulations_run']} "
+               f"simulations, {rep['execution']['workers']} worker(s)")
+    return "\n".join(out)

@@ -1,0 +1,289 @@
+"""Gantt-chart timelines of a ``SimResult`` (matplotlib, imported only when drawing).
+
+One row per rank (rank 0 on top); with several streams, thin sub-rows per stream. Bars are
+coloured by ``Record.kind`` from a fixed palette; the compute row's background is white with
+a light hatch, so pipeline bubbles (idle compute) show as hatched gaps. Forward/backward
+bars carry their micro-batch number when there is room. ``.png`` or ``.svg``, written
+atomically; any other extension is refused before anything is drawn.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from simulator.result import KINDS, STREAMS, Record, SimResult
+from simulator.output.chrome_trace import atomic_path
+
+PALETTE = {
+    "forward": "#4C78A8", "backward": "#F58518", "recompute": "#B279A2",
+    "optimizer": "#54A24B", "embedding": "#9D755D", "lm_head": "#8C6D31",
+    "tp": "#E45756", "cp": "#FF9DA6", "ep": "#72B7B2", "dp": "#EECA3B",
+    "pp_send": "#6F6F6F", "pp_recv": "#A9A9A9", "wait": "#E4E4E4",
+}
+_OTHER = ("#17BECF", "#BCBD22", "#7F7F7F", "#C49C94", "#DBDB8D")   # kinds not in PALETTE
+_LETTER = {"forward": "F", "backward": "B", "recompute": "R"}
+_HATCH_COLOUR = "#C8C8C8"
+_FORMATS = (".png", ".svg")
+_ROW_FILL = 0.84           # fraction of a rank's band covered by its sub-rows
+
+
+@dataclass(frozen=True)
+class _Layout:
+    ranks: list[int]       # ranks shown, top to bottom
+    streams: list[str]     # sub-rows per rank, top to bottom
+    skipped: int           # ranks left out to respect max_ranks
+
+
+def _check_path(path: str | os.PathLike) -> str:
+    ext = os.path.splitext(os.fspath(path))[1].lower()
+    if ext not in _FORMATS:
+        raise ValueError(f"timeline extension {ext or '(none)'!r} is not supported "
+                         f"(path {os.fspath(path)!r}); use .png or .svg")
+    return ext[1:]
+
+
+def _pick(items: Sequence[int], k: int) -> list[int]:
+    """``k`` items spread evenly over ``items``, keeping the first and the last."""
+    if len(items) <= k:
+        return list(items)
+    if k == 1:
+        return [items[0]]
+    return sorted({items[round(i * (len(items) - 1) / (k - 1))] for i in range(k)})
+
+
+def _layout(result: SimResult, max_ranks: int, streams: Iterable[str] | None) -> _Layout:
+    if max_ranks < 1:
+        raise ValueError(f"max_ranks must be >= 1, got {max_ranks}")
+    present = {r.stream for r in result.records}
+    order = list(STREAMS) + sorted(present - set(STREAMS))
+    wanted = order if streams is None else list(dict.fromkeys(streams))
+    shown = [s for s in wanted if s in present] or [wanted[0] if wanted else "compute"]
+    ranks = sorted({r.rank for r in result.records} | set(result.simulated_ranks))
+    picked = _pick(ranks, max_ranks)
+    return _Layout(picked, shown, len(ranks) - len(picked))
+
+
+def _time_unit(span_s: float) -> tuple[str, float]:
+    """Unit name and scale (units per second) for a time axis spanning ``span_s``."""
+    if span_s >= 1.0:
+        return "s", 1.0
+    if span_s >= 1e-3:
+        return "ms", 1e3
+    return "µs", 1e6
+
+
+def _colour(kind: str, chunk: int) -> str:
+    """Palette colour of ``kind``; later model chunks get lighter shades of it."""
+    from matplotlib.colors import to_hex, to_rgb
+
+    if kind in PALETTE:
+        base = PALETTE[kind]
+    else:
+        base = _OTHER[sum(map(ord, kind)) % len(_OTHER)]
+    mix = 0.4 * (chunk % 3) / 2 if chunk > 0 else 0.0
+    return to_hex(tuple(c + (1.0 - c) * mix for c in to_rgb(base)))
+
+
+def _text_colour(fill: str) -> str:
+    from matplotlib.colors import to_rgb
+
+    r, g, b = to_rgb(fill)
+    return "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+
+
+def _short_label(rec: Record) -> list[str]:
+    """Label candidates, longest first: ``F3``, then ``3``."""
+    if rec.kind not in _LETTER or rec.microbatch < 0:
+        return []
+    return [f"{_LETTER[rec.kind]}{rec.microbatch}", f"{rec.microbatch}"]
+
+
+def _draw_axes(ax, result: SimResult, lay: _Layout, scale: float
+               ) -> tuple[set[tuple[str, int]], list[tuple[Record, float, str]]]:
+    """Draw one result's rows on ``ax``; return the (kind, chunk) pairs drawn and the
+    bars that may carry a label, as (record, y of the bar's middle, fill colour)."""
+    sub_h = _ROW_FILL / len(lay.streams)
+    row_of = {r: n for n, r in enumerate(lay.ranks)}
+    sub_of = {s: n for n, s in enumerate(lay.streams)}
+    end = result.step_time_s * scale
+    if "compute" in sub_of:   # hatched background: what stays visible is idle compute
+        y0 = (1 - _ROW_FILL) / 2 + sub_of["compute"] * sub_h
+        for n in range(len(lay.ranks)):
+            ax.add_patch(_rect((0.0, n + y0), end, sub_h, "white", "///", _HATCH_COLOUR))
+    bars: dict[tuple[float, str], list[tuple[float, float]]] = {}
+    kinds: set[tuple[str, int]] = set()
+    labels: list[tuple[Record, float, str]] = []
+    for rec in result.records:
+        if rec.rank not in row_of or rec.stream not in sub_of:
+            continue
+        y = row_of[rec.rank] + (1 - _ROW_FILL) / 2 + sub_of[rec.stream] * sub_h
+        fill = _colour(rec.kind, rec.chunk)
+        bars.setdefault((y, fill), []).append((rec.start * scale, rec.duration * scale))
+        kinds.add((rec.kind, max(rec.chunk, 0)))
+        if rec.kind in _LETTER:
+            labels.append((rec, y + sub_h / 2, fill))
+    edge = 0.4 if len(lay.ranks) <= 16 else 0.0
+    for (y, fill), spans in sorted(bars.items()):
+        ax.broken_barh(spans, (y, sub_h), facecolors=fill, edgecolors="white", linewidth=edge)
+    ax.axvline(end, color="#444444", linewidth=0.8, linestyle="--")
+    if len(lay.streams) > 1:   # separate the ranks' groups of sub-rows
+        for n in range(1, len(lay.ranks)):
+            ax.axhline(n, color="#D0D0D0", linewidth=0.5, zorder=0.4)
+    _rank_axis(ax, result, lay)
+    return kinds, labels
+
+
+def _rect(xy, width, height, face, hatch, edge):
+    from matplotlib.patches import Rectangle
+
+    return Rectangle(xy, width, height, facecolor=face, hatch=hatch, edgecolor=edge,
+                     linewidth=0.0, zorder=0.5)
+
+
+def _label_bars(ax, labels: list[tuple[Record, float, str]], scale: float,
+                sub_rows: int) -> None:
+    """Write micro-batch labels (7 pt) centred in the bars they fit in, measured on the
+    settled layout. With model chunks the shade tells F/B and chunk apart, so the label is
+    the number alone; otherwise ``F3``, or ``3`` where ``F3`` does not fit."""
+    box = ax.get_window_extent()
+    (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+    px_per_unit = box.width / (x1 - x0)
+    row_px = box.height / abs(y1 - y0) * _ROW_FILL / sub_rows
+    font_px = 7 * ax.figure.dpi / 72
+    if row_px < font_px * 1.15:
+        return
+    numbers_only = any(rec.chunk > 0 for rec, _, _ in labels)
+    for rec, y_mid, fill in labels:
+        width_px = rec.duration * scale * px_per_unit
+        for text in _short_label(rec)[1 if numbers_only else 0:]:
+            if width_px >= font_px * (0.62 * len(text) + 0.6):
+                ax.text((rec.start + rec.duration / 2) * scale, y_mid, text, ha="center",
+                        va="center", fontsize=7, color=_text_colour(fill), zorder=3,
+                        clip_on=True, in_layout=False)
+                break
+
+
+def _rank_axis(ax, result: SimResult, lay: _Layout) -> None:
+    n = len(lay.ranks)
+    stage = {r.rank: r.stage for r in result.records}
+    every = max(1, -(-n // 32))
+    ticks = list(range(0, n, every))
+    names = []
+    for i in ticks:
+        rank = lay.ranks[i]
+        name = f"{rank}"
+        if n <= 32 and stage.get(rank, -1) >= 0:
+            name += f" (s{stage[rank]})"
+        if len(result.rank_map.get(rank, ())) > 1:
+            name += f" ×{len(result.rank_map[rank])}"
+        names.append(name)
+    ax.set_yticks([i + 0.5 for i in ticks], names, fontsize=8 if n <= 32 else 6)
+    ax.set_ylim(n, 0)
+    ylabel = "rank (stage)" if n <= 32 else "rank"
+    if len(lay.streams) > 1:
+        ylabel += "\nsub-rows: " + " / ".join(lay.streams)
+    if lay.skipped:
+        ylabel += f"\n({lay.skipped} ranks not shown)"
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.tick_params(axis="y", length=0)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+
+
+def _legend(fig, kinds: set[tuple[str, int]], has_compute: bool) -> None:
+    """Kinds in ``KINDS`` order (later model chunks as lighter shades), then bubbles."""
+    from matplotlib.patches import Patch
+
+    names = {k for k, _ in kinds}
+    order = [k for k in KINDS if k in names] + sorted(names - set(KINDS))
+    handles = []
+    for k in order:
+        chunks = sorted(c for kk, c in kinds if kk == k)
+        for c in chunks:
+            label = k if len(chunks) == 1 else f"{k}, chunk {max(c, 0)}"
+            handles.append(Patch(facecolor=_colour(k, c), label=label))
+    if has_compute:
+        handles.append(Patch(facecolor="white", hatch="///", edgecolor=_HATCH_COLOUR,
+                             label="bubble (idle)"))
+    fig.legend(handles=handles, loc="outside right upper", fontsize=8, frameon=False,
+               title="kind", title_fontsize=9)
+
+
+def _figure(heights: list[float]):
+    """A figure on the Agg canvas, without pyplot: no global backend or figure state."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    height = min(1.4 + 0.75 * len(heights) + 0.2 * sum(heights), 30)
+    fig = Figure(figsize=(13, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(len(heights), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": heights})
+    return fig, [row[0] for row in axes]
+
+
+def _save(fig, path: str | os.PathLike, fmt: str) -> None:
+    with atomic_path(path) as tmp:
+        metadata = {"Date": None} if fmt == "svg" else {"Software": None}
+        fig.savefig(tmp, format=fmt, dpi=150, metadata=metadata)
+
+
+def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.PathLike,
+                    title: str = "", max_ranks: int = 64,
+                    streams: Iterable[str] | None = ("compute",)) -> None:
+    """Stacked timelines (one panel per named result) sharing the time axis; writes ``path``.
+
+    ``streams`` picks the sub-rows (``None``: every stream present); ``max_ranks`` caps the
+    rows per panel (ranks spread evenly, the count left out is noted on the axis).
+    """
+    fmt = _check_path(path)
+    if not results:
+        raise ValueError("draw_comparison needs at least one (name, SimResult)")
+    streams = None if streams is None else tuple(streams)
+    layouts = [_layout(res, max_ranks, streams) for _, res in results]
+    import matplotlib
+
+    # Patches read the hatch width when made; the salt makes SVG ids reproducible.
+    with matplotlib.rc_context({"svg.hashsalt": "paraplan", "hatch.linewidth": 0.5}):
+        fig = _draw_panels(results, layouts, title)
+        _save(fig, path, fmt)
+
+
+def _draw_panels(results: Sequence[tuple[str, SimResult]], layouts: list[_Layout],
+                 title: str):
+    """The figure: one panel per result on a shared time axis, a legend, a title."""
+    span = max([res.step_time_s for _, res in results]
+               + [r.end for _, res in results for r in res.records] + [1e-12])
+    unit, scale = _time_unit(span)
+    fig, axes = _figure([max(len(lay.ranks), 2) * (1 + 0.5 * (len(lay.streams) - 1))
+                         for lay in layouts])
+    kinds: set[tuple[str, int]] = set()
+    pending = []
+    for ax, (name, res), lay in zip(axes, results, layouts):
+        ax.set_xlim(0, span * scale * 1.005)
+        drawn, labels = _draw_axes(ax, res, lay, scale)
+        kinds |= drawn
+        pending.append((ax, labels, len(lay.streams)))
+        step = res.step_time_s * scale
+        ax.set_title(f"{name}   step {step:.4g} {unit}" if name else f"step {step:.4g} {unit}",
+                     fontsize=10, loc="left")
+    axes[-1].set_xlabel(f"time ({unit})")
+    _legend(fig, kinds, any("compute" in lay.streams for lay in layouts))
+    if title:
+        fig.suptitle(title, fontsize=12)
+    fig.draw_without_rendering()   # settle the layout: bar widths in pixels decide labels
+    fig.set_layout_engine("none")  # and keep it, so the labels land where they were measured
+    for ax, labels, sub_rows in pending:
+        _label_bars(ax, labels, scale, sub_rows)
+    return fig
+
+
+def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",
+                  max_ranks: int = 64, streams: Iterable[str] | None = ("compute",)) -> None:
+    """Gantt chart of one result written to ``path`` (``.png`` or ``.svg``).
+
+    ``streams`` picks the sub-rows per rank, e.g. ``("compute", "pp-comm")``; ``None``
+    draws every stream present. More than ``max_ranks`` ranks are thinned evenly.
+    """
+    draw_comparison([("", result)], path, title=title, max_ranks=max_ranks, streams=streams)

@@ -1,0 +1,253 @@
+"""``ProgramBuilder``: turns one rank's pipeline actions into ops on its streams.
+
+Per layer block (a whole model chunk with ``granularity="chunk"``, one layer with
+``"layer"``): the compute, then the blocking collectives that close it (EP all-to-all,
+TP all-reduce or SP reduce-scatter + all-gather pairs, the tail of the CP ring). With
+``tp_comm_overlap`` all but ``1/TP_OVERLAP_CHUNKS`` of the TP traffic runs beside the compute;
+CP ring attention runs beside the attention core, its last ``CP_EXPOSED_FRACTION`` after.
+Gradient buckets (``simulator.program.grad_buckets``) are reduced on the dp-comm stream during the last
+micro-batch's backward of each chunk (``overlap_grad_reduce``) or after the schedule. All
+durations and bytes come from ``StageCosts``. Units: seconds, bytes.
+"""
+from __future__ import annotations
+
+from simulator.program.grad_buckets import bucket_segments, chunk_buckets
+from simulator.metrics import PARAM_GATHER_PREFIX
+from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
+from strategies.schedules.exchanges import Exchange, peer
+from strategies.cost.stage import PARAM_BYTES, StageCosts
+from strategies.schedules import Step
+
+
+class ProgramBuilder:
+    """Builds the ``Program`` of one rank; ``layout`` gives its groups (see compiler)."""
+
+    def __init__(self, job, costs: StageCosts, layout, rank: int, granularity: str) -> None:
+        p = job.plan
+        self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
+        self.stage = layout.stage(rank)
+        self.m, self.last_vs = job.num_microbatches, p.pp * p.vpp - 1
+        self.layers = job.model.num_layers // (p.pp * p.vpp)
+        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
+        self.algo = {d: layout.algorithm(self.group[d]) for d in self.group}
+        self.streams: dict[str, list] = {s: [] for s in STREAMS}
+        self.next_id, self.wait, self.last_compute = 0, [], None
+        self.produced: dict[tuple, tuple] = {}
+        self.grad_sync = p.dp > 1 and p.zero < 3
+        # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
+        self.every_mb = self.grad_sync and p.zero == 2
+        self.buckets = {c: chunk_buckets(costs, self.stage, c, p.pp, p.vpp, self.layers)
+                        for c in range(p.vpp)}
+        self.pending_buckets: list = []
+        self.reduced: list[float] = []      # parameters of each gradient bucket reduced
+        self.n_param_gathers = 0
+
+    # ------------------------------------------------------------------ primitives
+    def _add(self, cls, stream: str, **kw) -> int:
+        op_id = self.next_id
+        self.next_id += 1
+        self.streams[stream].append(cls(id=op_id, stream=stream, **kw))
+        return op_id
+
+    def compute(self, seconds: float, kind: str, label: str, i: int = -1, c: int = -1,
+                force: bool = False) -> int | None:
+        """A compute op that waits for everything pending; skipped when it lasts 0 s."""
+        if seconds <= 0 and not force:
+            return None
+        deps, self.wait = tuple(self.wait), []
+        self.last_compute = self._add(Compute, "compute", seconds=float(seconds), kind=kind,
+                                      label=label, microbatch=i, chunk=c, deps=deps)
+        return self.last_compute
+
+    def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
+             label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None) -> int | None:
+        group = self.group[dim]
+        if len(group) < 2 or nbytes <= 0 or repeat <= 0:
+            return None
+        algo = "all_to_all" if kind == "alltoall" else self.algo[dim]
+        deps = tuple(d for d in deps if d is not None)
+        return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
+                         algorithm=algo, tag=tag or cat, category=cat, label=label,
+                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps)
+
+    # ------------------------------------------------------------------ layer blocks
+    def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
+        """``n`` tensor-parallel collectives closing a block (blocking unless overlapped)."""
+        if n <= 0 or self.c.tp_bytes <= 0:
+            return
+        kinds = ("reduce_scatter", "allgather") if self.p.sp else ("allreduce",)
+        tag = {"allreduce": "AR", "reduce_scatter": "RS", "allgather": "AG"}
+        last = None
+        if self.p.tp_comm_overlap:
+            k = self.c.tp_overlap_chunks
+            for kd in kinds:
+                self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n * (1 - 1 / k), "tp",
+                          f"{tag[kd]} tp {label}", i, c, deps=start)
+            n = n / k
+        for kd in kinds:
+            last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
+                             f"{tag[kd]} tp {label}", i, c, deps=(main,)) or last
+        if last is not None:
+            self.wait.append(last)
+
+    def block(self, fwd: bool, nl: int, label: str, i: int, c: int) -> int:
+        """Compute of ``nl`` layers with their communication; returns the main compute id."""
+        cs, kind = self.c, "forward" if fwd else "backward"
+        if not fwd and cs.layer_recompute > 0:
+            start = tuple(self.wait)
+            rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
+            self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
+        secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd)
+        start = tuple(self.wait)
+        if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
+            attn = nl * (cs.attn_fwd if fwd else cs.attn_bwd)
+            other = self.compute(secs - attn, kind, label, i, c)
+            main = self.compute(attn, kind, label, i, c, force=True)
+            vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
+            self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
+                      f"CP {label}", i, c, deps=(other,) if other is not None else start)
+            tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * f, "cp",
+                             f"CP {label}", i, c, deps=(main,))
+            self.wait += [tail] if tail is not None else []
+        else:
+            main = self.compute(secs, kind, label, i, c, force=True)
+        ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
+                       i, c, deps=(main,))
+        self.wait += [ep] if ep is not None else []
+        n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
+        self.tp_comm(n_tp, label, i, c, start, main)
+        return main
+
+    # ------------------------------------------------------------------ passes
+    def _z3(self, label: str, i: int) -> int | None:
+        """ZeRO-3: gather this stage's parameters, the first layer's share blocking."""
+        if self.p.zero != 3 or len(self.group["dp"]) < 2:
+            return None
+        total, L = 2.0 * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
+                          i, tag="dp")
+        self.wait += [first] if first is not None else []
+        return self.coll("dp-comm", "allgather", "dp", total, (L - 1) / L, "dp",
+                         f"AG z3 {label}", i, tag="dp")
+
+    def forward(self, i: int, c: int) -> None:
+        label, vs = f"F{i}.c{c}", c * self.p.pp + self.stage
+        if vs == 0:
+            self.compute(self.c.embedding_fwd, "embedding", label, i, c)
+        rest = self._z3(label, i)
+        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
+            self.block(True, nl, label, i, c)
+        self.wait += [rest] if rest is not None else []
+        if vs == self.last_vs:
+            self.compute(self.c.head_fwd, "lm_head", label, i, c)
+        self.produced[("F", i, c)] = (self.last_compute, *self.wait)
+
+    def backward(self, i: int, c: int) -> None:
+        label, vs = f"B{i}.c{c}", c * self.p.pp + self.stage
+        plan = self.buckets[c]
+        final = i == self.m - 1
+        live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
+        todo = list(plan.buckets)
+        pos = 0
+        if vs == self.last_vs:
+            self.compute(self.c.head_bwd, "lm_head", label, i, c)
+        if plan.head:
+            pos = 1
+            todo = self._launch(todo, pos, live, final)
+        rest = self._z3(label, i)
+        split = self.gran == "layer" or (live and len(todo) > 1)
+        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
+            self.block(False, nl, label, i, c)
+            pos += nl
+            todo = self._launch(todo, pos, live, final)
+        self.wait += [rest] if rest is not None else []
+        if vs == 0:
+            self.compute(self.c.embedding_bwd, "embedding", label, i, c)
+        pos += 1 if plan.embedding else 0
+        todo = self._launch(todo, pos, live, final)
+        if final and self.grad_sync:
+            self.pending_buckets += todo
+        elif self.every_mb and todo:
+            # ZeRO-2 without overlap: reduced at the end of the backward, the next compute waits
+            for _, params in todo:
+                self._grad_reduce(params, deps=(self.last_compute,), record=False)
+            self.wait.append(self.streams["dp-comm"][-1].id)
+        if rest is not None:
+            self._z3_reduce(label, i)
+        self.produced[("B", i, c)] = (self.last_compute, *self.wait)
+
+    def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
+        """Reduce the buckets complete once ``pos`` items are done (when reducing live);
+        ``record``: these are the step's last reductions (their parameters are gathered after
+        the optimizer)."""
+        while live and todo and todo[0][0] < pos:
+            self._grad_reduce(todo.pop(0)[1], deps=(self.last_compute,), record=record)
+        return todo
+
+    def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
+        kind = "allreduce" if self.p.zero == 0 else "reduce_scatter"
+        name = "AR" if self.p.zero == 0 else "RS"
+        label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
+        self.coll("dp-comm", kind, "dp", self.c.grad_bytes * params, 1.0, "dp", label,
+                  deps=deps, tag="dp")
+        if record:
+            self.reduced.append(params)
+
+    def _z3_reduce(self, label: str, i: int) -> None:
+        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        self.coll("dp-comm", "reduce_scatter", "dp", total, (L - 1) / L, "dp", f"RS z3 {label}",
+                  i, tag="dp")
+        self.coll("dp-comm", "reduce_scatter", "dp", total, 1 / L, "dp", f"RS z3 {label}",
+                  i, deps=(self.last_compute,), tag="dp")
+
+    # ------------------------------------------------------------------ pipeline
+    def exchange(self, x: Exchange) -> None:
+        """One blocking batched send/receive call; the next compute waits for all of it."""
+        last, pp_group, cs = None, self.group["pp"], self.c
+        for d, i, c in x.sends:
+            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
+            dst = pp_group[peer(self.stage, self.p.pp, d, True)]
+            last = self._add(Send, "pp-comm", dst=dst, nbytes=cs.p2p_bytes, tag=d,
+                             label=f"send {what}", microbatch=i, chunk=c,
+                             deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None))
+        gathers = []
+        for d, i, c in x.recvs:
+            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
+            src = pp_group[peer(self.stage, self.p.pp, d, False)]
+            last = self._add(Recv, "pp-comm", src=src, tag=d, label=f"recv {what}",
+                             microbatch=i, chunk=c)
+            # Megatron's scatter/gather: the received slices are all-gathered over the
+            # tensor-parallel communicator, which serialises with the TP collectives
+            g = self.coll("tp-comm", "allgather", "tp", cs.p2p_gather_bytes, 1.0, "pp_gather",
+                          f"AG p2p {what}", i, c, deps=(last,), tag="tp")
+            gathers += [g] if g is not None else []
+        self.wait += ([last] if last is not None else []) + gathers
+
+    def run(self, actions: list) -> None:
+        for a in actions:
+            if isinstance(a, Exchange):
+                self.exchange(a)
+            elif isinstance(a, Step) and a.kind == "F":
+                self.forward(a.microbatch, a.chunk)
+            else:
+                self.backward(a.microbatch, a.chunk)
+
+    def finish(self) -> Program:
+        """Remaining gradient buckets, the optimizer and the parameter all-gathers."""
+        for _, params in self.pending_buckets:
+            self._grad_reduce(params, deps=(self.last_compute,))
+        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1):
+            dp_ops = self.streams["dp-comm"]
+            self.wait += [dp_ops[-1].id] if dp_ops else []
+        opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
+                           force=True)
+        if self.grad_sync and self.p.zero >= 1:
+            for n, params in enumerate(self.reduced):
+                self.coll("dp-comm", "allgather", "dp", PARAM_BYTES * params, 1.0, "dp",
+                          f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
+                self.n_param_gathers += 1
+        meta = {"fwd_window_s": self.layers * self.p.vpp * self.c.layer_fwd,
+                "param_gathers": self.n_param_gathers,
+                "overlap_param_gather": self.p.overlap_param_gather}
+        return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},
+                       meta)

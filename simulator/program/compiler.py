@@ -1,0 +1,139 @@
+"""Compile a job into per-rank programs: ``compile_job(job) -> {rank: Program}``.
+
+Pure and deterministic (no SimPy). Each rank runs its stage's Megatron-LM schedule
+(``strategies.schedules.exchanges``: the orderings of ``strategies.schedules`` with Megatron's blocking
+batched exchanges); ``simulator.program.builder`` turns the steps into ops on the compute, tp-comm,
+cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
+``strategies.cost.stage`` (the shared cost model). Ranks are placed Megatron's way
+(``strategies.placement``, order ``tp-cp-dp-pp``), and global rank ``r`` is GPU ``r`` of
+``topologies.graph``.
+
+>>> from strategies.presets import model_preset
+>>> from strategies.plan import Plan
+>>> from strategies.job import make_job
+>>> from topologies.cluster import cluster_preset
+>>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> progs = compile_job(job, ranks=[0])
+>>> [op.label for op in progs[0].streams["compute"]][:4]
+['F0.c0', 'F0.c0', 'F1.c0', 'F1.c0']
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Iterable
+
+import numpy as np
+
+from simulator.program.builder import ProgramBuilder
+from simulator.program.ops import Collective, Compute, Program, Send
+from strategies.schedules.exchanges import pipeline_actions
+from strategies.cost.stage import StageCosts, stage_costs
+from strategies import placement
+from strategies.errors import SpecError
+from strategies.job import Job
+
+GRANULARITIES = ("chunk", "layer")
+
+
+class Layout:
+    """Communication groups of every rank (``placement.groups``) and the collective
+    algorithm each group uses on this cluster."""
+
+    def __init__(self, job: Job) -> None:
+        plan = job.plan
+        self.gpus_per_node = job.cluster.gpus_per_node
+        self.per_stage = plan.tp * plan.cp * plan.dp
+        n = placement.world_size(plan)
+        self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
+        for dim in ("tp", "cp", "dp", "ep", "pp"):
+            groups = placement.groups(plan, dim)
+            index = np.empty(n, dtype=np.int64)
+            for gi, g in enumerate(groups):
+                index[g] = gi
+            self._groups[dim] = (index, [tuple(g) for g in groups])
+        self._algo: dict[tuple[int, ...], str] = {}
+
+    def stage(self, rank: int) -> int:
+        """Pipeline stage of ``rank`` (pp is the outermost dimension)."""
+        return rank // self.per_stage
+
+    def group(self, dim: str, rank: int) -> tuple[int, ...]:
+        index, groups = self._groups[dim]
+        return groups[int(index[rank])]
+
+    def algorithm(self, group: tuple[int, ...]) -> str:
+        """``ring`` when the group sits in one node, has one member per node, or has
+        different numbers of members on its nodes (a data-parallel group of 12 ranks over
+        8-GPU nodes: 8 + 4), else ``hierarchical`` (intra-node rings, then rings across
+        nodes among the members with the same position in their node)."""
+        algo = self._algo.get(group)
+        if algo is None:
+            per_node: dict[int, int] = {}
+            for r in group:
+                per_node[r // self.gpus_per_node] = per_node.get(r // self.gpus_per_node, 0) + 1
+            even = len(set(per_node.values())) == 1
+            algo = "ring" if len(per_node) in (1, len(group)) or not even else "hierarchical"
+            self._algo[group] = algo
+        return algo
+
+
+def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
+                 granularity: str = "chunk") -> Program:
+    """The program of one rank."""
+    p = job.plan
+    b = ProgramBuilder(job, costs, layout, rank, granularity)
+    b.run(pipeline_actions(p.schedule, b.stage, p.pp, job.num_microbatches, p.vpp,
+                           p.microbatch_group_size))
+    return b.finish()
+
+
+def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str = "chunk",
+                costs: StageCosts | None = None) -> dict[int, Program]:
+    """Programs of ``ranks`` (all ranks when None), keyed by global rank.
+
+    ``granularity``: ``chunk`` (one compute op per model chunk and pass, its collectives
+    lumped) or ``layer`` (one per layer). ``costs`` overrides the cost model (tests).
+    """
+    if granularity not in GRANULARITIES:
+        raise SpecError("granularity", granularity, f"must be one of {', '.join(GRANULARITIES)}")
+    costs = costs if costs is not None else stage_costs(job)
+    layout = Layout(job)
+    n = placement.world_size(job.plan)
+    ranks = range(n) if ranks is None else sorted(set(int(r) for r in ranks))
+    out, templates = {}, {}
+    for r in ranks:
+        if not 0 <= r < n:
+            raise SpecError("rank", r, f"must be in 0..{n - 1}")
+        stage = layout.stage(r)
+        if stage not in templates:
+            templates[stage] = out[r] = compile_rank(job, costs, layout, r, granularity)
+        else:
+            out[r] = relabel(templates[stage], r, layout)
+    return out
+
+
+def relabel(template: Program, rank: int, layout: Layout) -> Program:
+    """``template``'s program moved to ``rank`` of the same stage: the same ops with the
+    rank's own peers and groups (programs depend on the stage and the groups only)."""
+    t = template.rank
+    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep")}
+    peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
+    streams = {}
+    for name, ops in template.streams.items():
+        new = []
+        for op in ops:
+            kind = type(op)
+            if kind is Compute:
+                new.append(op)
+            elif kind is Collective:
+                g = groups[op.group]
+                algo = layout.algorithm(g) if op.algorithm in ("ring", "hierarchical") \
+                    else op.algorithm
+                new.append(replace(op, group=g, algorithm=algo))
+            elif kind is Send:
+                new.append(replace(op, dst=peers[op.dst]))
+            else:
+                new.append(replace(op, src=peers[op.src]))
+        streams[name] = tuple(new)
+    return Program(rank, template.stage, streams, template.meta)

@@ -1,0 +1,218 @@
+"""One plan search end to end: the space, the analytic scores, the bound-ordered simulations,
+the recommendation, and the report (the ``search`` JSON of CLI.md). No argparse here.
+
+Determinism: the report is the same whatever the worker count or backend, except ``wall_s``
+and the ``execution`` block (how the work ran: workers, simulations run including
+speculative ones, results reused from a results file).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from simulator.search.executors import (Cached, ResultsLog, context_hash, make_executor,
+                                   progress_printer)
+from strategies.cost import counts as costs
+from strategies.estimate.lower_bound import step_time_lower_bound
+from strategies.errors import SpecError
+from strategies.estimate.analytic import estimate_arrays
+from strategies.job import make_job
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from strategies.search.recommend import Without, complexity, explain
+from strategies.search.bound_ordered import bound_ordered_search
+from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
+from topologies.cluster import Cluster
+from topologies.gpus import GIB
+
+BREAKDOWN_ORDER = ("bubble", "pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm",
+                   "compute", "recompute", "optimizer")
+
+
+@dataclass
+class SearchConfig:
+    model: ModelSpec
+    cluster: Cluster
+    gbs: int
+    dtype: str = "bf16"
+    options: SpaceOptions = field(default_factory=SpaceOptions)
+    k: int = 5
+    tolerance: float = 0.03
+    exhaustive: bool = False
+    workers: int = 1
+    backend: str = "local"
+    ray_address: str | None = None
+    results: str | None = None
+    resume: bool = False
+    progress: bool = False
+    references: list[tuple[str, Plan]] = field(default_factory=list)
+
+
+def run_search(cfg: SearchConfig) -> dict[str, Any]:
+    """Search and return the report (see the module docstring)."""
+    t0 = time.perf_counter()
+    m, cl = cfg.model, cfg.cluster
+    space = enumerate_space(m, cl, cfg.gbs, cfg.options)
+    if space.size == 0:
+        raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
+                        + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
+    analytic = estimate_arrays(m, cl, cfg.dtype, space.cols)
+    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.cols)
+    plans = [space.plan(i) for i in range(space.size)]
+    keys = [plan_key(p) for p in plans]
+    refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
+    refs = [r for r in refs if r is not None]
+
+    def plan_of(i: int) -> Plan:
+        return plans[i] if i >= 0 else refs[-i - 1][1]
+
+    def key_of(i: int) -> str:
+        return keys[i] if i >= 0 else plan_key(refs[-i - 1][1])
+
+    log = None
+    if cfg.results:
+        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs), cfg.resume)
+    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype), plan_of,
+                              cfg.ray_address), key_of, log)
+    order = np.sort(bounds)
+    progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
+        order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))
+    try:
+        cx = [complexity(p, cl.gpus_per_node) for p in plans]
+        out = bound_ordered_search(bounds.tolist(), ex, k=cfg.k, tolerance=cfg.tolerance,
+                                   exhaustive=cfg.exhaustive, keys=keys, complexity=cx,
+                                   on_result=progress)
+        known = {keys[i]: i for i in out.evaluated}
+        waiting = 0
+        for j, (_, p) in enumerate(refs):
+            if plan_key(p) in known:                  # already simulated by the search
+                ex.results[-j - 1] = ex.results[known[plan_key(p)]]
+            else:
+                ex.submit(-j - 1)
+                waiting += 1
+        while waiting:
+            waiting -= len(ex.wait())
+    finally:
+        if cfg.progress:
+            import sys
+            sys.stderr.write("\n")
+        ex.close()
+    res = ex.results
+    report = {
+        "inputs": _inputs(cfg, space),
+        "plans": [_row(cfg, space, analytic, bounds, plans, res, i, out.ranked[0], n + 1)
+                  for n, i in enumerate(out.ranked)],
+        "recommended": _recommended(cfg, space, analytic, bounds, plans, res, out),
+        "references": [_ref_row(cfg, label, p, res[-j - 1], res[out.ranked[0]])
+                       for j, (label, p) in enumerate(refs)],
+        "pruned": {r: space.pruned.get(r, 0) for r, _ in RULES},
+        "pruned_rules": {r: text for r, text in RULES},
+        "space": {"raw": space.raw, "feasible": space.size},
+        "evaluated": {"analytic": space.size, "simulated": len(out.needed),
+                      "exhaustive": cfg.exhaustive},
+        "execution": {"backend": cfg.backend, "workers": cfg.workers,
+                      "simulations_run": ex.simulated,
+                      "reused_from_results": ex.reused},
+        "wall_s": time.perf_counter() - t0,
+    }
+    return report
+
+
+def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
+    """A reference plan resolved against the job (None when it does not apply here)."""
+    try:
+        job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype)
+    except SpecError:
+        return None
+    return label, job.plan
+
+
+def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
+    return {"model": cfg.model.name, "cluster": cfg.cluster.name,
+            "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
+            "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
+            "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
+            "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
+            "max_bubble": cfg.options.max_bubble, "max_mbs": cfg.options.max_mbs,
+            "allow_cross_node_tp": cfg.options.allow_cross_node_tp}
+
+
+def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
+    step = r["step_time_s"]
+    n = cfg.cluster.num_gpus
+    flops = float(costs.model_flops_per_step(cfg.model, plan.gbs))
+    return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
+            "mfu": flops / (n * step * cfg.cluster.gpu.peak(cfg.dtype)),
+            "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
+            "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
+            "events": r["events"]}
+
+
+def _reasons(r: dict, best: dict, rank: int) -> list[str]:
+    """Why this plan ranks where it does: the parts of its step that exceed the best's."""
+    if rank == 1:
+        return ["fastest simulated plan"]
+    d = r["step_time_s"] - best["step_time_s"]
+    out = [f"{100 * d / best['step_time_s']:.2f}% ({d:.3f} s) slower than #1"]
+    diffs = sorted(((r["breakdown_s"][k] - best["breakdown_s"][k], k) for k in BREAKDOWN_ORDER),
+                   reverse=True)
+    out += [f"{k} +{x:.3f} s" for x, k in diffs[:2] if x > 1e-6]
+    return out
+
+
+def _row(cfg, space, analytic, bounds, plans, res, i, best_i, rank) -> dict[str, Any]:
+    p, r = plans[i], res[i]
+    row = {"rank": rank, "plan": _plan_dict(p), "key": plan_key(p), "label": p.short()}
+    row.update(_figures(cfg, p, r))
+    row.update({"memory": {"peak_gib": float(space.peak_memory[i]) / GIB},
+                "analytic_step_time_s": float(analytic["step_time_s"][i]),
+                "lower_bound_s": float(bounds[i]), "simulated": True,
+                "reasons": _reasons(r, res[best_i], rank)})
+    return row
+
+
+def _plan_dict(p: Plan) -> dict[str, Any]:
+    keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "schedule", "vpp", "recompute", "sp",
+            "zero")
+    return {k: getattr(p, k) for k in keys}
+
+
+def _without(cfg, space, bounds, plans, res, needed: set, pick: Plan) -> list[Without]:
+    out = []
+    for d in ("tp", "pp", "cp", "ep", "dp"):
+        if getattr(pick, d) == 1:
+            continue
+        idx = np.flatnonzero(space.cols[d] == 1)
+        if idx.size == 0:
+            out.append(Without(d, None, None, False))
+            continue
+        lower = [(res[i]["step_time_s"] if i in needed else float(bounds[i]), i in needed,
+                  plan_key(plans[i]), i) for i in idx.tolist()]
+        t, exact, _, i = min(lower)
+        out.append(Without(d, plans[i], t, exact))
+    return out
+
+
+def _recommended(cfg, space, analytic, bounds, plans, res, out) -> dict[str, Any]:
+    pick, best = out.pick, out.ranked[0]
+    p = plans[pick]
+    row = _row(cfg, space, analytic, bounds, plans, res, pick, best, 1 if pick == best else 2)
+    row.pop("rank")
+    row["why"] = explain(p, res[pick]["step_time_s"], plans[best], res[best]["step_time_s"],
+                         cfg.tolerance, cfg.cluster.gpus_per_node,
+                         _without(cfg, space, bounds, plans, res, set(out.needed), p))
+    row["within_tolerance"] = len(out.pool)
+    return row
+
+
+def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
+    from strategies.memory.scalar import peak_memory
+    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype)
+    row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p), "short": p.short()}
+    row.update(_figures(cfg, p, r))
+    row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}
+    row["vs_best"] = r["step_time_s"] / best["step_time_s"] - 1
+    return row

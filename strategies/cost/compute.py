@@ -1,0 +1,303 @@
+"""Compute time of one layer for one micro-batch on one GPU, from the cost model's FLOPs and bytes.
+
+The efficiency model (every constant and its source: docs/calibration.md):
+
+* Dense GEMMs run at ``peak(dtype) · gemm_efficiency(dtype) · M/(M+64) · N/(N+64) ·
+  K/(K+k_knee)``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
+  sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
+  (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
+  edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
+  the chip's tensor-core rate per SM). A GEMM is never faster than its operands' HBM
+  traffic allows (roofline).
+  The backward runs the two GEMMs of each weight with their own shapes: data gradient
+  ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
+* With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
+  data-gradient GEMMs of the row-parallel weights are split into ``tp`` pieces along M (each
+  piece waits for its slice of the all-gather or feeds its slice of the reduce-scatter), so
+  they run with ``M/tp`` rows.
+* Attention core: FlashAttention at ``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel
+  the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
+  does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with K = head_dim plus the
+  memory-bound softmax/dropout traffic.
+* Memory-bound kernels (LayerNorm, dropout, activation, rotary, fp8 casts, the unfused
+  accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
+  ``HBM bandwidth · 0.85``; the backward of an elementwise kernel moves twice its forward bytes.
+* Every kernel boundary costs ``framework.launch_gap_s`` (``strategies.framework``).
+
+Every function broadcasts over numpy arrays of plan fields.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from strategies.cost import counts as costs
+from strategies.cost.counts import Num
+from strategies.framework import DEFAULT, FrameworkProfile
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+
+HBM_EFFICIENCY = 0.85     # achievable fraction of HBM bandwidth (STREAM-like kernels)
+SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-shape rate
+# The K loop's knee grows with the chip's tensor-core rate per SM: a CTA's fixed prologue and
+# epilogue (pipeline fill, writing the C tile) take about the same time on every chip, so the
+# depth of K that amortises them scales with how fast one SM eats K. SHAPE_SCALE holds for the
+# reference rate, A100's bf16 312 TFLOP/s over 108 SMs; H100 bf16 (989.4/132) gets 166, fp8 332.
+REF_SM_RATE = 312e12 / 108
+FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recomputes S = QK^T)
+# The backward kernel reaches a lower fraction of peak than the forward (five GEMMs per tile
+# against two, dQ accumulated with atomics): FlashAttention-2 on A100, head dim 128, causal,
+# 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
+FLASH_BWD_EFFICIENCY = 0.8
+FP8_CAST_BYTES = 3.0      # per GEMM input element cast to fp8 (read 2 B, write 1 B)
+GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
+# SM clock while communication kernels run beside the compute, relative to the sustained
+# clock of GEMMs alone: NVLink/NIC/HBM traffic shares the board power budget, so the power
+# limiter lowers the SM clock. Public observation (deepseek-ai/DeepGEMM issue #120, H800 =
+# GH100 at 700 W): overlapping communication with GEMMs drops the clock from 1980 to 1575 MHz;
+# GEMMs alone sustain 1980 x 755/834 = 1792 MHz (H200 MSMF/MAMF, docs/calibration.md), so
+# 1575/1792 = 0.88.
+OVERLAP_CLOCK_RATIO = 0.88
+
+
+@dataclass(frozen=True)
+class LayerTime:
+    """Seconds for one layer, one micro-batch, one GPU (compute only, no communication)."""
+
+    fwd: Num
+    bwd: Num
+    recompute: Num   # extra forward work redone in the backward (selective or full)
+
+
+def _shape(d: Num) -> Num:
+    return d / (d + SHAPE_SCALE)
+
+
+def k_knee(gpu: GPU, dtype: str) -> float:
+    """Depth of K at which a GEMM reaches half its large-shape rate on ``gpu`` (``SHAPE_SCALE``
+    times the chip's dense ``dtype`` rate per SM over ``REF_SM_RATE``; ``SHAPE_SCALE`` when the
+    SM count is unknown)."""
+    if not gpu.sm_count:
+        return SHAPE_SCALE
+    return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
+
+
+def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
+          c_bytes: Num | None = None, knee: float = SHAPE_SCALE) -> Num:
+    """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
+    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``) and the HBM time of
+    the operands (``esize`` bytes per input element, ``c_bytes`` per output element, default
+    ``esize``)."""
+    flops = 2.0 * M * N * K
+    t_compute = flops / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+    c = esize if c_bytes is None else c_bytes
+    t_memory = (esize * (M * K + K * N) + c * M * N) / hbm
+    return count * np.maximum(t_compute, t_memory)
+
+
+def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
+    """The weights of one layer on one GPU: ``(count, M tokens, N out, K in, row_parallel)``
+    (``row_parallel`` None for the MoE router). Column-parallel (QKV, MLP up) split N over
+    tp; row-parallel (output, MLP down) split K. MoE experts: ``num_experts/ep`` local experts with ``T·topk/local`` tokens each,
+    plus the router (replicated, fp32 gradients not modelled apart)."""
+    T = costs.tokens_per_gpu(b, m.seq_length, cp)
+    h, d, g = m.hidden_size, m.head_dim, m.kv_heads
+    F = m.expert_ffn
+    up = F * (2 if m.gated else 1) / tp
+    out = [(1, T, (h + 2 * g * d) / tp, h, False), (1, T, h, h / tp, True)]
+    if m.is_moe:
+        local = m.num_experts / ep
+        Me = T * m.moe_router_topk / local
+        out += [(local, Me, up, h, False), (local, Me, h, F / tp, True),
+                (1, T, m.num_experts, h, None)]
+    else:
+        out += [(1, T, up, h, False), (1, T, h, F / tp, True)]
+    return out
+
+
+def _rates(gpu: GPU, dtype: str) -> tuple[float, float, float]:
+    """(GEMM FLOP/s before the shape penalty, usable HBM bytes/s, GEMM input element size)."""
+    return (gpu.peak(dtype) * gpu.gemm_efficiency(dtype), gpu.hbm_bandwidth * HBM_EFFICIENCY,
+            1.0 if dtype == "fp8" else 2.0)
+
+
+def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
+    """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
+    for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
+    (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
+    parameter gathers (``zero >= 2``). ``1/OVERLAP_CLOCK_RATIO`` then, else 1 (gradient
+    reduction overlapped with the last micro-batch only is too short to move the clock)."""
+    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2)
+    return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+
+
+def accum_shard(dp: Num, zero: Num) -> Num:
+    """Share of a weight gradient each GPU accumulates over micro-batches: all of it, except
+    with sharded gradients (ZeRO-2, ZeRO-3/FSDP), where each micro-batch's gradient is
+    reduce-scattered first and only the ``1/dp`` shard is accumulated (returns the divisor,
+    ``dp`` or 1)."""
+    return np.where(np.asarray(zero) >= 2, dp, 1.0)
+
+
+def _tp_split(tp: Num, tpo: Num) -> Num:
+    """Pieces a TP-overlapped GEMM is cut into along M (``tp`` with overlap, else 1)."""
+    return np.where(np.logical_and(tpo, tp > 1), tp, 1.0)
+
+
+def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                  tpo: Num = False) -> Num:
+    """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
+    GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
+    rate, hbm, es = _rates(gpu, dtype)
+    kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
+    split = _tp_split(tp, tpo)
+    t = 0.0
+    for count, M, N, K, row in _linears(m, b, tp, cp, ep):
+        if row is None:                                   # MoE router: bf16, not split
+            t = t + _gemm(count, M, N, K, gpu.peak("bf16") * gpu.matmul_efficiency, hbm, 2.0,
+                          knee=kn16)
+        else:
+            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn)
+    return t
+
+
+def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                  tpo: Num = False, fw: FrameworkProfile = DEFAULT) -> Num:
+    """Backward time of the dense GEMMs of one layer (seconds): the data gradient ``(M, K, N)``
+    (split into ``tp`` pieces for the row-parallel weights under TP overlap, whose incoming
+    gradient is all-gathered piece by piece) and the weight gradient ``(K, N, M)``, whose
+    output is the main gradient: read and written in fp32 when the framework fuses the
+    accumulation into the GEMM, else written once in 16 bits (the separate add is
+    ``grad_accum_time``)."""
+    rate, hbm, es = _rates(gpu, dtype)
+    kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
+    split = _tp_split(tp, tpo)
+    c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
+    t = 0.0
+    for count, M, N, K, row in _linears(m, b, tp, cp, ep):
+        if row is None:
+            r16 = gpu.peak("bf16") * gpu.matmul_efficiency
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16) \
+                + _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16)
+            continue
+        s = split if row else 1.0
+        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn)
+        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn)
+    return t
+
+
+def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DEFAULT) -> Num:
+    """Seconds to add one micro-batch's weight gradients of ``params`` parameters into the
+    main gradient with a separate kernel (read the main gradient, read the 16-bit gradient,
+    write the main gradient); 0 when the framework fuses it into the weight-gradient GEMM."""
+    if fw.grad_accum_fusion:
+        return 0.0 * params
+    gb = costs.grad_bytes(dtype)
+    return params * (2 * gb + GRAD_BYTES_16) / (gpu.hbm_bandwidth * HBM_EFFICIENCY)
+
+
+def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
+                       slow: Num = 1.0, fw: FrameworkProfile = DEFAULT) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
+    compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
+    runs, ``GPU.flash_efficiency``)."""
+    peak = gpu.peak("bf16")
+    hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
+    f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
+    t_flash = slow * f_flash / (peak * gpu.flash_efficiency(fw.attention_kernel))
+    f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False)
+    # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV)
+    d = m.head_dim
+    s = m.seq_length
+    rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)
+    soft = costs.softmax_bytes_fwd(m, b, tp, cp, False) / hbm
+    t_plain_f = slow * f_full / rate + soft
+    t_plain_b = slow * 2 * f_full / rate + 2 * soft
+    fwd = np.where(flash, t_flash, t_plain_f)
+    bwd = np.where(flash, FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash, t_plain_b)
+    return fwd, bwd
+
+
+def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
+                         dtype: str) -> Num:
+    """Forward seconds of the memory-bound kernels of one layer (``costs.elementwise_bytes_fwd``
+    and, with fp8, the casts of the GEMM inputs) at the usable HBM bandwidth."""
+    hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
+    byts = costs.elementwise_bytes_fwd(m, b, tp, cp, sp)
+    if dtype == "fp8":  # inputs of the four GEMMs cast to fp8 (activations; weights amortised)
+        T = costs.tokens_per_gpu(b, m.seq_length, cp)
+        byts = byts + FP8_CAST_BYTES * T * (2 * m.hidden_size + (m.hidden_size + m.expert_ffn) / tp)
+    return byts / hbm
+
+
+def launch_time(fw: FrameworkProfile = DEFAULT) -> float:
+    """GPU idle seconds per layer forward from kernel boundaries (the backward: twice)."""
+    return fw.kernels_per_layer * fw.launch_gap_s
+
+
+def layer_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
+               recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
+               fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0) -> LayerTime:
+    """Compute seconds of one layer: forward, backward and recomputation.
+
+    ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed) or 2 (full: the
+    whole forward is recomputed). ``tpo``: TP communication overlap (GEMMs split along M).
+    ``fw``: the framework profile (gradient accumulation, kernel launches). ``slow``: factor
+    on the compute-bound kernels (GEMMs, attention), ``overlap_slowdown``. ``shard``: the
+    gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``)."""
+    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
+    g_b = slow * gemm_time_bwd(m, b, tp, cp, ep, gpu, dtype, tpo, fw)
+    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
+    e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype)
+    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw)
+    launch = launch_time(fw)
+    fwd = g_f + a_f + e + launch
+    bwd = g_b + a_b + 2 * e + acc + 2 * launch
+    # selective recompute redoes the attention core; with FlashAttention its backward already
+    # recomputes the scores, so there is nothing extra to redo
+    sel = np.where(flash, 0.0, a_f)
+    rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel, 0.0))
+    return LayerTime(fwd, bwd, rc)
+
+
+def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                 fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
+                 shard: Num = 1.0) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the output layer and the cross-entropy on the last stage.
+    The logits GEMM stays in 16 bits; the backward is its data- and weight-gradient GEMMs, the
+    cross-entropy's backward pass over the fp32 logits and the gradient accumulation of the
+    output weight. ``slow``: factor on the GEMMs (``overlap_slowdown``)."""
+    T = costs.tokens_per_gpu(b, m.seq_length, cp)
+    rate = gpu.peak("bf16") * gpu.matmul_efficiency
+    hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
+    V, h = m.vocab_size / tp, m.hidden_size
+    c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
+    kn = k_knee(gpu, "bf16")
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn)
+                  + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn))
+    ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
+    acc = grad_accum_time(V * h / shard, gpu, dtype, fw)
+    return g_f + ce, g_b + ce + acc
+
+
+def embedding_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU) -> Num:
+    """Forward seconds of the embedding lookup (+ position add, dropout) on the first stage."""
+    T = costs.tokens_per_gpu(b, m.seq_length, cp)
+    return 4 * 2.0 * T * m.hidden_size / (gpu.hbm_bandwidth * HBM_EFFICIENCY)
+
+
+def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                       fw: FrameworkProfile = DEFAULT, shard: Num = 1.0) -> Num:
+    """Backward seconds of the embedding on the first stage: the scatter-add of the token
+    gradients (twice the forward's bytes) and the accumulation of the word embedding's
+    gradient into the main gradient (``grad_accum_time``)."""
+    return 2 * embedding_time(m, b, tp, cp, gpu) + grad_accum_time(
+        costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw)
+
+
+def optimizer_time(params_on_gpu: Num, gpu: GPU) -> Num:
+    """Adam step over the parameters this GPU updates: fp32 master, m and v read and written
+    (24 B), the fp32 gradient read (4 B), the bf16 weight written (2 B): 30 B per parameter."""
+    return 30.0 * params_on_gpu / (gpu.hbm_bandwidth * HBM_EFFICIENCY)

@@ -1,0 +1,238 @@
+"""A lower bound on the simulated step time of many plans at once (seconds).
+
+The search (``strategies.search``) simulates plans in increasing order of this bound and
+stops once the next bound exceeds the k-th best simulated time; that is exact only because
+``simulator.simulate`` can never beat the bound. Why it cannot:
+
+1. **Each stream is sequential.** A rank runs the ops of each stream (compute, tp-comm,
+   dp-comm, pp-comm, …) one after another. Compute ops last exactly what
+   ``strategies.cost.stage`` says (the same ``strategies.cost.compute`` calls, made here
+   over arrays): per model chunk and micro-batch ``layers·fwd`` (+ the embedding on virtual
+   stage 0, + the LM head on the last one), ``layers·(bwd + recompute)`` (+ their backward),
+   and the optimizer step last.
+2. **Communication floors.** A flow never moves faster than its slowest link, and max-min
+   sharing only slows it further. Every GPU link's achievable rate is at most
+   ``link_rate_cap`` (NVLink or NIC line rate times ``strategies.cost.comm``'s efficiency,
+   as ``simulator.network.cluster_net`` scales them) and every route between two nodes crosses a GPU–NIC
+   link, so cross-node flows get at most ``nic_rate_cap``. Every GPU-to-GPU route costs at
+   least ``min(intra_node_latency, inter_node_latency)``. ``group_floor`` turns this into the
+   least time of a ring or hierarchical collective given where its members sit (placement
+   ``tp-cp-dp-pp``: tp ranks consecutive, cp strided by tp, dp by tp·cp, stages by N/pp).
+3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
+   block start after its compute and the next compute op waits for them; so does the expert
+   all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
+   attention core and must finish first). These three run on separate streams: a block
+   lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
+   next compute waits for its last op, and sends precede receives on the pp stream, so a
+   send placed right after the step that produced it adds its transfer to the chain (every
+   send with GPipe and 1F1B; with interleaving the backward ones, as a forward's output
+   waits for the exchange after the following backward).
+4. **Data parallelism.** Gradient buckets are reduced on the dp stream, at the earliest
+   during the backward of the last micro-batch of the last chunk to be run backward
+   (``overlap_grad_reduce``), and the optimizer waits for the last of them; with ZeRO >= 1 the
+   parameter all-gathers after the optimizer count for their excess over the next step's
+   first forward (``simulator.metrics.rank_ends``). With ZeRO-2 every micro-batch
+   reduce-scatters the gradients; with ZeRO-3 every micro-batch gathers the parameters twice
+   and reduce-scatters the gradients, all on the dp stream.
+5. **The pipeline chain.** Every schedule starts each stage with the forward of micro-batch
+   0, chunk 0 and ends with the backward of micro-batch ``m-1``, chunk 0 (checked in
+   ``tests/test_search.py`` for every schedule). So stage ``s`` starts no earlier than the
+   forwards of micro-batch 0 on stages ``0..s-1`` (and their messages), and after its last
+   backward that micro-batch still passes back through stages ``s-1..0`` before stage 0
+   runs its optimizer.
+
+With ``T(s)`` the stage's compute chain (compute, blocking collectives, exchanges),
+``chain_in(s)``/``tail(s)`` the forward/backward path of the micro-batch through the stages
+before it, ``R(s)`` its gradient-reduction floor, ``post(s)`` at most the work left after
+the first bucket can launch and ``A(s)`` its parameter all-gather tail, the step lasts at
+least, for every stage, ``chain_in(s) + max(T(s), T(s) - post(s) + R(s)) + opt(s) + A(s)``
+and ``chain_in(s) + T(s) + tail(s) + opt(0) + A(0)``. Middle stages are identical and their
+bounds grow with ``s``, so the first, the last and the second-to-last stage suffice. For
+balanced stages and free communication this is the closed form ``(m + p - 1)·(t_f + t_b)``
+of 1F1B (``m·t + (p-1)·t/v`` interleaved). The result is scaled by ``1 - SAFETY`` against
+floating-point reassociation.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.cost import comm as cm
+from strategies.cost import compute as ct
+from strategies.cost import counts as costs
+from strategies.estimate.analytic import TP_OVERLAP_CHUNKS, grad_bytes
+from strategies.framework import FrameworkProfile, get_profile
+from strategies.model import ModelSpec
+from topologies.cluster import Cluster
+
+SAFETY = 1e-9
+CP_EXPOSED_FRACTION = 0.1   # strategies.cost.stage: the ring-attention share that blocks
+PARAM_BYTES = 2.0           # bf16 parameters all-gathered after the optimizer
+BUCKET_PARAMS = 40e6        # gradient bucket (Megatron DDP); at most one bucket per item
+
+
+def link_rate_cap(cl: Cluster) -> float:
+    """The fastest achievable rate of any single GPU link of the simulated network (bytes/s)."""
+    return max(cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY,
+               cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY)
+
+
+def nic_rate_cap(cl: Cluster) -> float:
+    """The fastest achievable rate of a flow between two nodes (it crosses a GPU–NIC link)."""
+    return cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY
+
+
+def egress_rate_cap(cl: Cluster) -> float:
+    """All of a GPU's links together: one into the node fabric (at most the GPU's NVLink
+    bandwidth in any intra-node topology) and one to its NIC (bytes/s, achievable)."""
+    return (cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY
+            + cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY)
+
+
+def min_route_latency(cl: Cluster) -> float:
+    return min(cl.intra_node_latency, cl.inter_node_latency)
+
+
+def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
+    """Least seconds of a ring collective (``steps`` 2 for all-reduce, 1 for reduce-scatter
+    or all-gather) of an ``nbytes`` buffer over ``n`` ranks ``stride`` apart in rank order.
+
+    In one node: ``steps·(n-1)`` ring steps of ``lat + S/(n·B)``. One member per node: the
+    same at the NIC rate. ``k`` members per node (hierarchical): intra-node phases moving
+    ``steps·(k-1)/k·S`` and an inter-node ring over ``n/k`` nodes moving
+    ``steps·(n/k-1)/(n/k)·S/k`` at the NIC rate (latency not counted). Any other layout: the
+    ``steps·(n-1)/n·S`` bytes at the fastest link rate."""
+    G = cl.gpus_per_node
+    n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
+    span = n * stride
+    lat, B, nic = min_route_latency(cl), link_rate_cap(cl), nic_rate_cap(cl)
+    base = steps * (n - 1)
+    in_node = (span <= G) & (np.mod(G, np.maximum(span, 1)) == 0)
+    per_node = (stride >= G) & (np.mod(stride, G) == 0)
+    k = np.maximum(1.0, np.floor(G / np.maximum(stride, 1)))
+    hier = (stride < G) & (np.mod(G, stride) == 0) & (span > G) & (np.mod(span, G) == 0)
+    nodes = np.maximum(n / k, 1.0)
+    t = np.where(in_node, base * (lat + nbytes / (n * B)),
+        np.where(per_node, base * (lat + nbytes / (n * nic)),
+        np.where(hier, steps * ((k - 1) / k * nbytes / B + (nodes - 1) / nodes * nbytes / k / nic),
+                 base / np.maximum(n, 1) * nbytes / B)))
+    return np.where(n > 1, t, 0.0)
+
+
+def _block_comm(m: ModelSpec, cl: Cluster, b, tp, cp, ep, tpo, attn_f, attn_b):
+    """Blocking seconds per layer: (forward, backward, one TP collective)."""
+    tau = group_floor(costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, 2, cl)
+    tau = tau * np.where(tpo, 1.0 / TP_OVERLAP_CHUNKS, 1.0)
+    a2a_bytes = costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep)
+    a2a = np.where(ep > 1, min_route_latency(cl)
+                   + (ep - 1) / ep * a2a_bytes / egress_rate_cap(cl), 0.0)
+    cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
+    cp_pass = np.where(cp > 1, group_floor(cp_buf, cp, tp, 1, cl), 0.0)   # one layer forward
+    f = CP_EXPOSED_FRACTION
+    cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
+    cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
+    return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
+
+
+def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
+    """Seconds one pipeline send takes at least (across nodes when stages are whole nodes
+    apart). The all-gather over tp after a receive without SP is not counted: a receive
+    with no send before it in its exchange may finish early."""
+    nbytes = costs.pp_p2p_bytes(m, b, tp, cp, sp)
+    stride = n / pp
+    G = cl.gpus_per_node
+    cross = (stride >= G) & (np.mod(stride, G) == 0)
+    send = min_route_latency(cl) + nbytes / np.where(cross, nic_rate_cap(cl), link_rate_cap(cl))
+    return np.where(pp > 1, send, 0.0)
+
+
+def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
+                          framework: FrameworkProfile | str | None = None) -> np.ndarray:
+    """Seconds per step that no simulation of these plans can beat (see the module docstring).
+    ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
+    ``framework``: the jobs' software profile (default Megatron-Core)."""
+    fw = get_profile(framework)
+    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
+    tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
+    rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
+    sp, flash, tpo, ogr = (np.asarray(P[k], dtype=bool) for k in ("sp", "flash", "tpo", "ogr"))
+    v = np.where(sched == 2, f["vpp"], 1.0)
+    gpu, n = cl.gpu, tp * pp * dp * cp
+    nmb = np.floor(f["gbs"] / (b * dp))
+    lps = np.floor(m.num_layers / pp)
+    lpc = np.floor(m.num_layers / (pp * v))
+    single = pp == 1
+
+    # compute and blocking communication per chunk and micro-batch (points 1-3)
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    shard_acc = ct.accum_shard(dp, zero)
+    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
+    emb = ct.embedding_time(m, b, tp, cp, gpu)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
+    c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
+    n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
+    f_blk = lpc * (lt.fwd + c_f)
+    b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
+    send = _p2p_send(m, cl, b, tp, cp, sp, n, pp)
+
+    # parameters and optimizer by stage (stage_costs), ZeRO >= 1 shards the optimizer over dp
+    lp = costs.layer_params_per_gpu(m, tp, ep)
+    emb_p = costs.embedding_params_per_gpu(m, tp)
+    head_p = costs.lm_head_params_per_gpu(m, tp, pp)
+    shard = np.where(zero >= 1, dp, 1.0)
+    params = {"first": lps * lp + emb_p + np.where(single, head_p, 0.0),
+              "last": lps * lp + head_p, "mid": lps * lp}
+    opt = {k: ct.optimizer_time(p / shard, gpu) for k, p in params.items()}
+
+    # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with
+    # GPipe and 1F1B, the backward ones with interleaving (a forward's output waits in the
+    # exchange after the next backward, so its transfer may overlap that backward)
+    inter = sched == 2
+    per_mb = v * (f_blk + b_blk)
+    sends_mid = np.where(inter, nmb * v, 2 * nmb)
+    T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
+         + (sends_mid - nmb) * send,
+         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - np.where(inter, 0.0, nmb)) * send,
+         "mid": nmb * per_mb + sends_mid * send}
+    b_max = b_blk + emb_b + head_b                      # the largest backward chunk
+    post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
+
+    dp_stride = tp * cp
+    gb = grad_bytes(dtype)
+    sync = (dp > 1) & (zero < 3)
+
+    def dp_terms(kind):
+        p = params[kind]
+        red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
+        red = np.where(sync, red, 0.0)
+        ag = np.where(sync & (zero >= 1), group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl), 0.0)
+        window = lps * lt.fwd
+        items = lps + 2.0                                 # at most one bucket per item
+        ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
+        z3 = nmb * v * (2 * group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl)
+                        + group_floor(gb * p, dp, dp_stride, 1, cl))
+        # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
+        z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)
+        busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
+        return red, ag_tail, busy
+
+    ogr_gather = np.asarray(P["opg"], dtype=bool)
+    red0, ag0, z30 = dp_terms("first")
+
+    def stage_bound(kind, s):
+        red, ag, z3 = dp_terms(kind)
+        t, o = T[kind], opt[kind]
+        pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
+        chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
+        tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk + send), 0.0)
+        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + o + ag
+        down = chain_in + t + tail + opt["first"] + ag0
+        return np.maximum(own, np.where(s >= 1, down, 0.0))
+
+    bound = stage_bound("first", np.zeros_like(pp))
+    bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
+    bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
+    return bound * (1.0 - SAFETY)

@@ -1,0 +1,118 @@
+"""Per-GPU peak memory of many plans at once: ``strategies.memory`` over numpy arrays.
+
+The same terms as :mod:`strategies.memory` and :mod:`strategies.memory.activations` (bytes), written
+so that the plan space (``strategies.search.space``) can prune a hundred thousand plans on memory
+in milliseconds. ``tests/test_space.py`` checks that the two agree plan by plan.
+
+Only the first and the last pipeline stage are evaluated: a middle stage holds the same
+layers as the first, no embedding, and at most as many stashed micro-batches (the in-flight
+count of every schedule is non-increasing in the stage), and its ``other`` allowance grows
+with activations and parameters only, so it never exceeds the first stage.
+
+>>> import numpy as np
+>>> from strategies.presets import model_preset
+>>> from strategies.search.space import columns_from_plans
+>>> from strategies.plan import parse_plan
+>>> m = model_preset("gpt3-175b")
+>>> P = columns_from_plans([parse_plan("tp=8,pp=8,dp=1,gbs=64,schedule=interleaved,vpp=3,"
+...                                    "recompute=selective,sp=true")])
+>>> round(float(peak_memory_arrays(m, P)[0]) / 2**30, 1)
+60.9
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.memory import scalar as mem
+from strategies.memory.activations import TERM_KINDS, layer_activation_terms
+from strategies.model import ModelSpec
+
+
+def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
+    """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full)."""
+    s = m.seq_length
+    terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
+    kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
+    for name, nbytes in terms.items():
+        kind_sum[TERM_KINDS[name]] += nbytes
+    seq_div = np.where(sp, tp, 1.0)
+    keep_score = ~(flash | (rc == 1))
+    stored = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
+                  + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp
+    full = 2.0 * s * b * m.hidden_size / seq_div / cp
+    none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
+                + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
+    return np.where(rc == 2, full, stored), none
+
+
+def _state_per_param(zero, d):
+    """``memory.model_state_bytes_per_param`` over arrays: (params, grads, optimizer)."""
+    opt = np.where(zero >= 1, mem.OPTIMIZER_BYTES / d, float(mem.OPTIMIZER_BYTES))
+    grads = np.where(zero >= 2, mem.GRAD_BYTES / d, float(mem.GRAD_BYTES))
+    params = np.where(zero >= 3, mem.PARAM_BYTES / d, float(mem.PARAM_BYTES))
+    return params + grads + opt
+
+
+def _in_flight(stage, pp, m, v, sched):
+    """``activations.in_flight_microbatches`` (default interleaving group size ``pp``)."""
+    one_f_one_b = np.minimum(pp - stage, m)
+    inter = np.minimum(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v)
+    return np.where(sched == 0, m, np.where(sched == 2, inter, one_f_one_b))
+
+
+def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarray:
+    """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan."""
+    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
+    tp, pp, dp, cp, ep, b, v = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "vpp"))
+    sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
+    sp, flash = np.asarray(P["sp"], dtype=bool), np.asarray(P["flash"], dtype=bool)
+    nmb = f["gbs"] // (b * dp)
+    stage = pp - 1 if last else np.zeros_like(pp)
+    is_first, is_last = stage == 0, stage == pp - 1
+    s, h, V = m.seq_length, m.hidden_size, m.vocab_size
+    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
+    in_flight = _in_flight(stage, pp, nmb, v, sched)
+    seq_div = np.where(sp, tp, 1.0)
+
+    # parameters held here (memory.layer_params_per_gpu, embedding/head_params_per_gpu)
+    expert = 0.0
+    if m.is_moe:
+        expert = m.num_experts * m.mlp_params_per_expert()
+        if m.bias:
+            expert += m.num_experts * (m.expert_ffn * (2 if m.gated else 1) + h)
+    dense_l, expert_l = (m.layer_params() - expert) / tp, expert / (ep * tp)
+    n_layers = m.num_layers // pp
+    emb_p = np.where(is_first, m.embedding_params() / tp, 0.0)
+    if m.tie_word_embeddings:
+        head = np.where(pp > 1, float(V * h), 0.0)
+    else:
+        head = float(m.lm_head_params())
+    head_p = np.where(is_last, (head + m.norm_params()) / tp, 0.0)
+    d = dp * cp
+    dense_params = n_layers * dense_l + emb_p + head_p
+    state = dense_params * _state_per_param(zero, d) \
+        + n_layers * expert_l * _state_per_param(zero, np.maximum(1, d // ep))
+
+    # activations (activations.py: stash, embedding, output layer, recomputed layer)
+    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
+    out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
+    out_act = np.where(is_last, out_one * np.where(sched == 0, in_flight, 1), 0.0)
+    rc_act = np.where(rc == 2, layer_act_none, 0.0)
+    layers_act = in_flight * (m.num_layers // (pp * v)) * layer_act
+    activations = layers_act + in_flight * emb_act + out_act + rc_act
+
+    # other: fixed allowance, ZeRO-2/3 buffers, fragmentation (memory.other_bytes)
+    params_here = n_layers * (dense_l + expert_l) + emb_p + head_p
+    buffers = np.where((zero >= 2) & (d > 1),
+                       2 * np.minimum(mem.BUCKET_PARAMS, params_here) * mem.GRAD_BYTES
+                       + np.where(zero == 3, 2 * (dense_l + expert_l) * mem.PARAM_BYTES, 0.0),
+                       0.0)
+    other = mem.FIXED_OTHER_BYTES + buffers + mem.FRAGMENTATION * activations
+    return state + activations + other
+
+
+def peak_memory_arrays(m: ModelSpec, P: dict[str, Any]) -> np.ndarray:
+    """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
+    return np.maximum(stage_memory_arrays(m, P, last=False), stage_memory_arrays(m, P, last=True))

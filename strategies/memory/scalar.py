@@ -1,0 +1,229 @@
+"""Per-GPU memory of each pipeline stage: model state, activations and an ``other`` allowance.
+
+Bytes everywhere; GiB only in ``MemoryBreakdown.to_gib_dict``. Activations come from
+``strategies.memory.activations`` (Korthikanti et al. 2022); model state follows Megatron-LM's
+``theoretical_memory_usage`` (18 bytes/parameter in mixed precision) and the ZeRO paper
+(Rajbhandari et al. 2019) for sharded states. See docs/memory.md for every term.
+
+>>> from strategies.presets import model_preset
+>>> from topologies.cluster import cluster_preset
+>>> from strategies.plan import parse_plan
+>>> from strategies.job import make_job
+>>> job = make_job(model_preset("gpt3-175b"), cluster_preset("dgx-a100", 8),
+...                parse_plan("tp=8,pp=8,schedule=interleaved,vpp=3,recompute=selective,sp=true"),
+...                global_batch=64)
+>>> stage, mem = peak_memory(job)
+>>> stage, round(mem.to_gib_dict()["peak_gib"], 1), fits(job)
+(0, 60.9, True)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING
+
+from strategies.memory import activations as act
+from strategies.errors import SpecError
+from topologies.gpus import GIB
+
+if TYPE_CHECKING:
+    from strategies.job import Job
+    from strategies.model import ModelSpec
+
+#: Fixed allowance for the CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers (bytes).
+FIXED_OTHER_BYTES = 1.0 * GIB
+#: Allocator fragmentation, as a fraction of the activation peak.
+FRAGMENTATION = 0.05
+#: Gradient-bucket size in parameters (Megatron DDP's floor, ``ddp_bucket_size`` 40M).
+BUCKET_PARAMS = 40_000_000
+PARAM_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes per GPU. ``total`` is the peak the estimator predicts."""
+
+    params: float = 0.0
+    grads: float = 0.0
+    optimizer: float = 0.0
+    activations: float = 0.0
+    other: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+    @property
+    def model_state(self) -> float:
+        """Parameters + gradients + optimizer state."""
+        return self.params + self.grads + self.optimizer
+
+    def __add__(self, o: "MemoryBreakdown") -> "MemoryBreakdown":
+        return MemoryBreakdown(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(self)))
+
+    def to_gib_dict(self) -> dict[str, float]:
+        """The CLI's ``memory`` keys (GiB): ``peak_gib``, ``params_gib``, … ``other_gib``."""
+        d = {"peak_gib": self.total / GIB}
+        d.update({f"{f.name}_gib": getattr(self, f.name) / GIB for f in fields(self)})
+        return d
+
+
+def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_BYTES,
+                                grad_bytes: float = GRAD_BYTES,
+                                optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[float, float, float]:
+    """``(params, grads, optimizer)`` bytes per parameter on one GPU with ``dp`` data-parallel
+    ranks sharing the states.
+
+    zero 0: Megatron mixed precision, ``2 + 4 + 12 = 18`` (bf16 weights, fp32 main grads,
+    fp32 master weights + Adam m, v); zero 1: Megatron's distributed optimizer
+    ``2 + 4 + 12/d``; zero 2: also gradients ``2 + 4/d + 12/d``; zero 3: also parameters
+    ``(2 + 4 + 12)/d``. With ``grad_bytes=2`` these are the ZeRO paper's ``(2+2+K)Ψ`` forms.
+
+    >>> model_state_bytes_per_param(0, 64)
+    (2, 4, 12)
+    >>> [sum(model_state_bytes_per_param(z, 64, grad_bytes=2)) * 7.5e9 / 1e9 for z in range(4)]
+    [120.0, 31.40625, 16.640625, 1.875]
+    """
+    if zero not in (0, 1, 2, 3):
+        raise SpecError("zero", zero, "must be 0, 1, 2 or 3")
+    if dp < 1:
+        raise SpecError("dp", dp, "must be >= 1")
+    opt = optimizer_bytes / dp if zero >= 1 else optimizer_bytes
+    grads = grad_bytes / dp if zero >= 2 else grad_bytes
+    params = param_bytes / dp if zero >= 3 else param_bytes
+    return params, grads, opt
+
+
+# ------------------------------------------------------------------ parameters per GPU
+
+def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
+    """``(dense, expert)`` parameters of one transformer layer held by one GPU: expert MLPs
+    split over ``ep·tp``, everything else over ``tp`` (norms and biases included, as
+    Megatron's estimator does)."""
+    expert = 0
+    if model.is_moe:
+        expert = model.num_experts * model.mlp_params_per_expert()
+        if model.bias:
+            expert += model.num_experts * (model.expert_ffn * (2 if model.gated else 1)
+                                           + model.hidden_size)
+    dense = model.layer_params() - expert
+    return dense / tp, expert / (ep * tp)
+
+
+def embedding_params_per_gpu(job: Job, stage: int) -> float:
+    """Word (+ learned position) embedding on the first stage, ``/tp``."""
+    return job.model.embedding_params() / job.plan.tp if stage == 0 else 0.0
+
+
+def head_params_per_gpu(job: Job, stage: int) -> float:
+    """LM head plus the final norm on the last stage, ``/tp``. Tied embeddings: with ``pp > 1``
+    the last stage keeps its own copy of the word embedding (Megatron); with ``pp = 1`` the
+    head is the embedding and adds nothing."""
+    m, p = job.model, job.plan
+    if stage != p.pp - 1:
+        return 0.0
+    if m.tie_word_embeddings:
+        head = m.vocab_size * m.hidden_size if p.pp > 1 else 0
+    else:
+        head = m.lm_head_params()
+    return (head + m.norm_params()) / p.tp
+
+
+def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:
+    p = job.plan
+    d = p.dp * p.cp
+    pd, gd, od = model_state_bytes_per_param(p.zero, d)
+    pe, ge, oe = model_state_bytes_per_param(p.zero, max(1, d // p.ep))
+    return MemoryBreakdown(params=dense * pd + expert * pe, grads=dense * gd + expert * ge,
+                           optimizer=dense * od + expert * oe)
+
+
+# ------------------------------------------------------------------ stage memory
+
+def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
+    """The stage's memory by origin; the values sum to ``memory_by_stage(job)[stage]``.
+
+    ``layers``: the stage's transformer layers (state + their activation stash);
+    ``embedding``: first stage (state + embedding activations); ``output``: last stage
+    (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
+    recompute only); ``other``: the allowance (see ``other_bytes``).
+    """
+    act._check_stage(job, stage)
+    p, m = job.plan, job.model
+    n_layers = m.num_layers // p.pp
+    dense, expert = layer_params_per_gpu(m, p.tp, p.ep)
+    in_flight = act.in_flight_microbatches(job, stage)
+    emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
+    out_act = 0.0
+    if stage == p.pp - 1:
+        out_act = act.output_activation_bytes(job) * (in_flight if p.schedule == "gpipe" else 1)
+    rc_act = act.job_layer_activation_bytes(job, "none") if p.recompute == "full" else 0.0
+    layers_act = in_flight * act.layers_per_chunk(job) * act.job_layer_activation_bytes(job)
+    parts = {
+        "layers": _with_act(_state(job, n_layers * dense, n_layers * expert), layers_act),
+        "embedding": _with_act(_state(job, embedding_params_per_gpu(job, stage)),
+                               in_flight * emb_act),
+        "output": _with_act(_state(job, head_params_per_gpu(job, stage)), out_act),
+        "recompute": MemoryBreakdown(activations=rc_act),
+    }
+    activations = sum(b.activations for b in parts.values())
+    params_here = (n_layers * (dense + expert) + embedding_params_per_gpu(job, stage)
+                   + head_params_per_gpu(job, stage))
+    parts["other"] = MemoryBreakdown(other=other_bytes(job, activations, params_here,
+                                                       dense + expert))
+    return parts
+
+
+def other_bytes(job: Job, activations: float, params_per_gpu: float, layer_params: float) -> float:
+    """``FIXED_OTHER_BYTES`` (CUDA context, cuBLAS workspaces, NCCL buffers) + gradient-
+    reduction buffers + ``FRAGMENTATION × activations``.
+
+    Reduction buffers: none with zero 0/1 (Megatron's buckets are views into the contiguous
+    fp32 grad buffer, already counted in ``grads``; the distributed optimizer gathers
+    parameters in place). With zero 2/3 and more than one data-parallel rank, two unsharded
+    gradient buckets in flight (``2·min(40M, params)·4`` bytes: one filling, one being
+    reduce-scattered); zero 3 adds two layers' gathered parameters (current + prefetched).
+    """
+    p = job.plan
+    buffers = 0.0
+    if p.zero >= 2 and p.dp * p.cp > 1:
+        buffers = 2 * min(BUCKET_PARAMS, params_per_gpu) * GRAD_BYTES
+        if p.zero == 3:
+            buffers += 2 * layer_params * PARAM_BYTES
+    return FIXED_OTHER_BYTES + buffers + FRAGMENTATION * activations
+
+
+def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
+    """Peak per-GPU memory of pipeline rank ``stage``."""
+    total = MemoryBreakdown()
+    for part in memory_components(job, stage).values():
+        total = total + part
+    return total
+
+
+def memory_by_stage(job: Job) -> list[MemoryBreakdown]:
+    """``stage_memory`` for every pipeline rank, first to last."""
+    return [stage_memory(job, s) for s in range(job.plan.pp)]
+
+
+def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
+    """``(stage, breakdown)`` of the stage with the largest total (first one on ties)."""
+    stages = memory_by_stage(job)
+    best = max(range(len(stages)), key=lambda s: (stages[s].total, -s))
+    return best, stages[best]
+
+
+def fits(job: Job, headroom_bytes: float = 0.0) -> bool:
+    """Whether the peak stage plus ``headroom_bytes`` fits the smallest GPU of the cluster."""
+    return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
+
+
+def _with_act(b: MemoryBreakdown, activations: float) -> MemoryBreakdown:
+    return MemoryBreakdown(b.params, b.grads, b.optimizer, activations, b.other)
+
+
+def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:
+    """Per stage, ``memory_components`` in GiB: ``{"layers": {"peak_gib": …, …}, "embedding":
+    …, "output": …, "recompute": …, "other": …}``. ``layers.activations_gib`` is what
+    Korthikanti et al. (2022) Figure 1 reports (transformer layers only)."""
+    return [{k: v.to_gib_dict() for k, v in memory_components(job, s).items()}
+            for s in range(job.plan.pp)]

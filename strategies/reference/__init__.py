@@ -1,0 +1,6 @@
+"""Published training runs as cases to validate against: ``cases`` (entry -> ``Case``),
+``text`` (free-text readers: GPU, links, family, framework) and ``measured`` (the step time a
+source implies). The shipped file is ``data/published.json``."""
+from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
+
+__all__ = ["DATA", "Case", "case_from_entry", "load_reference"]

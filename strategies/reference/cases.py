@@ -1,0 +1,298 @@
+"""Published training runs (``strategies/reference/data/published.json``, a copy of the shared reference)
+turned into Jobs, with every value the source does not give filled by a *stated* assumption.
+
+Measured step time comes from the source's step time, or tokens/s, or its TFLOP/s with the
+source's own FLOP definition (formulas.md §9); each case says which.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from strategies.errors import SpecError
+from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
+from strategies.job import Job, make_job
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from strategies.reference.text import (framework_name, gpu_preset, intra_node_gbps, model_family,
+                                        parse_inter_node, recompute_kind, schedule_kind,
+                                        vocab_from_notes)
+from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
+from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One published run ready to estimate, or the reason it cannot be."""
+
+    id: str
+    tier: int
+    measured_step_s: float | None
+    how_measured: str
+    job: Job | None
+    assumptions: tuple[str, ...] = ()
+    skipped: str = ""
+    raw: dict = field(default_factory=dict, repr=False, compare=False)
+
+
+def load_reference(path: str | None = None) -> list[dict[str, Any]]:
+    from topologies.yaml_io import load_mapping_file
+    data = load_mapping_file(path or DATA, "reference")
+    if not isinstance(data, list):
+        raise SpecError("reference", path, "must be a JSON list of cases")
+    return data
+
+
+def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
+    """The ModelSpec of an entry: its dimensions, the family its name implies and, for a
+    mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
+    routed top-2 (said in ``notes``)."""
+    name = mo.get("name") or c["id"]
+    h, a = mo["hidden"], mo.get("heads")
+    kv = mo.get("kv_heads")
+    fam = model_family(name)
+    if a is None and "nemotron" in name.lower():
+        a, kv = (96 if h == 18432 else 48), 8
+    ffn = mo.get("ffn_hidden") or 4 * h
+    experts = int(mo.get("num_experts") or mo.get("experts") or mo.get("moe_experts") or 1)
+    topk = int(mo.get("top_k") or mo.get("experts_per_token") or mo.get("moe_top_k")
+               or mo.get("router_topk") or 1)
+    named = re.search(r"\b(\d+)\s*x\s*\d+(?:\.\d+)?\s*b\b", str(name).lower())
+    if experts == 1 and named and int(named.group(1)) > 1:
+        experts, topk = int(named.group(1)), 2
+        notes.append(f"{experts} experts, top-2 routing (from the name {name!r}; not stated)")
+    moe_ffn = mo.get("moe_ffn_hidden") or mo.get("expert_ffn_hidden")
+    return ModelSpec(name=name, num_layers=mo["layers"], hidden_size=h, num_attention_heads=a,
+                     ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
+                     num_query_groups=kv, num_experts=experts, moe_ffn_hidden_size=moe_ffn,
+                     moe_router_topk=min(topk, experts), **fam)
+
+
+def _cluster(c: dict) -> tuple[Cluster, list[str]]:
+    """The cluster of a published run: the GPU its text names, in the node preset of that GPU,
+    with the inter-node links the interconnect text states (else the preset's, said so)."""
+    hw = c["hardware"]
+    gpu_text, n, inter = hw["gpu"], hw["n_gpus"], str(hw.get("interconnect") or "")
+    per = min(int(hw.get("gpus_per_node") or 8), n)     # a run on part of one node
+    nodes = max(1, n // per)
+    found = gpu_preset(gpu_text)
+    if found is None:
+        raise SpecError("hardware.gpu", gpu_text, "is not a GPU of the catalog (paraplan presets)")
+    gpu, preset = found
+    notes: list[str] = []
+    links = parse_inter_node(inter, per)
+    if preset is not None and per == 8:
+        base = cluster_preset(preset, 1).to_dict()
+        intra = base["intra_node_GBps"]
+    else:
+        base = {}
+        intra = intra_node_gbps(gpu, gpu_text) or (
+            cluster_preset(preset, 1).to_dict()["intra_node_GBps"] if preset else 300.0)
+    if links is None:
+        nics, gbps = base.get("nics_per_node", per), base.get("inter_node_gbps", 200.0)
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (interconnect not stated)")
+    else:
+        nics, gbps = links
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (read from: {inter[:60]})")
+    spec = {"name": preset or gpu.lower(), "gpu": gpu, "nodes": nodes, "gpus_per_node": per,
+            "intra_node_GBps": intra, "nics_per_node": int(nics), "inter_node_gbps": float(gbps)}
+    if base.get("intra_node_topology"):
+        spec["intra_node_topology"] = base["intra_node_topology"]
+    return cluster_from_mapping(spec), notes
+
+
+def framework_of(c: dict) -> FrameworkProfile:
+    """The software that produced a published run, from its source (``reference_infer.
+    framework_name``): Megatron-LM 2021 (the SC21 paper) and Megatron-DeepSpeed (BLOOM) use
+    ``megatron-lm-2021``; NVIDIA's NeMo benchmarks and Megatron-Core's README
+    ``megatron-core``; MaxText and PAXML ``jax-xla``; MosaicML llm-foundry and torchtitan
+    ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
+    ``megatron-core``."""
+    src = c.get("source") or {}
+    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
+    year = re.search(r"(20\d\d)", text)
+    return get_profile(framework_name(text, int(year.group(1)) if year else None))
+
+
+def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:
+    kind = schedule_kind(pl.get("schedule"))
+    if pp == 1:
+        return "1f1b", 1, []
+    v = pl.get("virtual_stages")
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and kind != "gpipe":
+        return "interleaved", v, [] if kind == "interleaved" else [
+            f"interleaved (virtual_stages={v} given)"]
+    if kind == "gpipe":
+        return "gpipe", 1, []
+    # Megatron-Core overlaps pipeline sends with compute only in the interleaved schedule, so a
+    # source that ran with "PP overlap" on and names no schedule ran interleaved
+    implied = not kind and "pp overlap" in str(pl.get("overlap") or "").lower()
+    if kind == "interleaved" or implied:
+        per = layers // pp
+        for v in range(2, per + 1):
+            if per % v == 0 and m % pp == 0:
+                why = ["interleaved (implied by PP communication overlap; not stated)"] if implied else []
+                return "interleaved", v, why + [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
+        return "1f1b", 1, ["vpp not stated and no valid interleaving: 1F1B"]
+    return "1f1b", 1, [] if kind else ["1F1B (schedule not stated)"]
+
+
+def _dtype(c: dict) -> str:
+    prec = str(c.get("precision") or "").lower()
+    if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
+        return "fp8"
+    return "fp16" if "fp16" in prec else "bf16"
+
+
+def _size(v) -> int | None:
+    """A parallel size as a positive integer (None when absent); anything else is refused
+    before it is multiplied."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError("plan", v, "parallel sizes must be positive integers")
+    return v
+
+
+def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str]] | None:
+    """(tp, pp, cp, dp, ep) of a plan; a plan that gives only its data parallelism over every
+    GPU (FSDP, ZeRO) has no model parallelism. Expert parallelism splits the data-parallel
+    ranks (Megatron-Core). None: not enough to tell."""
+    tp, pp, cp, dp, ep = (_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp", "ep"))
+    cp, ep = cp or 1, ep or 1
+    notes: list[str] = []
+    if tp is None and pp is None and dp is not None and dp * cp == n:
+        tp, pp = 1, 1
+        notes.append("tp=1 pp=1 (data parallel over every GPU)")
+    if tp is None or pp is None:
+        return None
+    return tp, pp, cp, dp or n // (tp * pp * cp), ep, notes
+
+
+def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
+    """A model whose layers do not split evenly over ``pp`` stages (Llama 3.1 405B's 126 over 8
+    or 16) runs with the busiest stage's ``ceil(layers/pp)`` layers on every stage: the
+    pipeline's step is set by its slowest stage, so the step time is that of the uneven split
+    (the FLOP count is not, and is not what is compared)."""
+    if model.num_layers % pp == 0:
+        return model
+    layers = -(-model.num_layers // pp) * pp
+    notes.append(f"layers {model.num_layers} -> {layers}: every stage as the busiest of the "
+                 f"uneven split ({layers // pp} layers)")
+    return replace(model, num_layers=layers)
+
+
+def _filled_model(c: dict, notes: list[str]) -> dict:
+    """The entry's model mapping with the sequence length and vocabulary its source leaves
+    out filled where they can be (each assumption appended to ``notes``)."""
+    mo = dict(c.get("model") or {})
+    seq, sn = seq_len(c)
+    notes += sn
+    if not mo.get("seq_len") and seq:
+        mo["seq_len"] = seq
+    if not mo.get("vocab"):
+        vocab = vocab_from_notes(c.get("notes"))
+        if vocab:
+            mo["vocab"] = vocab
+            notes.append(f"vocab={vocab} (read from the source's notes)")
+    return mo
+
+
+def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
+          fw: FrameworkProfile, notes: list[str]) -> Plan:
+    """The plan of an entry: what it states, the rest from the framework's defaults and the
+    stated rules (each assumption appended to ``notes``)."""
+    pl = c.get("plan") or {}
+    tp, pp, cp, dp, ep = sizes
+    modern = fw is not MEGATRON_LM_2021
+    if not pl.get("global_batch"):
+        notes.append(f"gbs={gbs} (local batch {pl.get('local_batch_size')} x dp {dp})")
+    mbs, local = pl.get("microbatch"), pl.get("local_batch_size")
+    if not mbs and local:
+        mbs = local if pp == 1 else max(1, int(local) // pp)
+        if pp > 1:
+            notes.append(f"mbs={mbs}: the local batch split into pp={pp} micro-batches "
+                         "(torchtitan's default; not stated)")
+    if not mbs:
+        mbs = 1 if pp > 1 else max(1, min(4, gbs // dp))
+        notes.append(f"mbs={mbs} (not stated)")
+    rec = recompute_kind(pl.get("recompute")) or fw.default_recompute
+    if recompute_kind(pl.get("recompute")) is None:
+        notes.append(f"recompute={rec} (not stated)")
+    sched, vpp, sn = _schedule(pl, layers, pp, gbs // (mbs * dp))
+    notes += sn
+    sp = pl.get("sequence_parallel")
+    if sp is None:
+        sp = modern and tp > 1
+        notes.append(f"sp={str(sp).lower()} (not stated)")
+    zero = pl.get("zero_stage")
+    if zero is None:
+        fsdp = "fsdp" in str(pl.get("techniques") or "").lower()
+        zero = 3 if fsdp and pp == 1 else (1 if modern else 0)
+        notes.append(f"zero={zero} ({'FSDP' if zero == 3 else 'distributed optimizer'}; not stated)")
+    elif int(zero) == 3 and pp > 1:
+        zero = 2
+        notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
+                     "(torchtitan: reshard_after_forward=False with PP)")
+    return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
+                recompute=rec, sp=bool(sp), zero=int(zero), flash_attn=fw.default_flash_attn,
+                overlap_grad_reduce=fw.default_overlap_grad_reduce,
+                overlap_param_gather=fw.default_overlap_param_gather,
+                tp_comm_overlap=fw.default_tp_comm_overlap and tp > 1 and bool(sp))
+
+
+def case_from_entry(c: dict) -> Case:
+    """Build the Job for one published entry, or say why not."""
+    step, how = measured_step(c)
+    pl = c.get("plan") or {}
+    base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
+
+    def skip(why: str) -> Case:
+        return Case(job=None, skipped=why, **base)
+
+    if c.get("kind") != "measured":
+        return skip("analytic reference, not a measured run")
+    n = _size(c["hardware"]["n_gpus"])
+    if n is None:
+        return skip("hardware.n_gpus not given")
+    sizes = _parallel_sizes(pl, n)
+    if "compile" in f"{c['id']} {pl.get('techniques', '')}".lower():
+        return skip("torch.compile kernel fusion is not modelled")
+    if sizes is None:
+        return skip("tp/pp not given")
+    if pl.get("pp_partition"):
+        return skip("uneven pipeline partition (embedding counted as a stage block) not modelled yet")
+    *sizes, notes = sizes
+    mo = _filled_model(c, notes)
+    gbs = global_batch(c)
+    if gbs is None:
+        return skip("global batch not given")
+    try:
+        model = _model(mo, c, notes)
+        cluster, cn = _cluster(c)
+    except SpecError as e:
+        return skip(f"does not resolve: {e}")
+    notes += cn
+    dtype = _dtype(c)
+    if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
+        step, how = utilisation_step(c, model, cluster, dtype, gbs)
+        base.update(measured_step_s=step, how_measured=how)
+    if step is None:
+        return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
+    model = _balanced_layers(model, sizes[1], notes)
+    fw = framework_of(c)
+    plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
+    notes.append(f"framework {fw.name} ({fw.description})")
+    try:
+        job = make_job(model, cluster, plan, dtype=dtype, framework=fw)
+    except SpecError as e:
+        return skip(f"plan does not resolve: {e}")
+    return Case(job=job, assumptions=tuple(notes), **base)
+
+
+def reference_cases(path: str | None = None, tiers: tuple[int, ...] = (1,)) -> list[Case]:
+    return [case_from_entry(c) for c in load_reference(path) if c.get("tier") in tiers]

@@ -1,0 +1,129 @@
+"""The step time a published run implies, from what its source prints: a step time, a
+throughput, or TFLOP/s or MFU under the FLOP count the source names (formulas.md §2, §9).
+
+Each function returns ``(seconds, how it was read)``; ``(None, "")`` when the entry does
+not say enough.
+"""
+from __future__ import annotations
+
+from strategies.model import ModelSpec
+from topologies.cluster import Cluster
+
+
+def _dims(mo: dict) -> tuple[float, float, float, float] | None:
+    """(layers, hidden, seq_len, vocab) as positive numbers, or None (a missing or non-numeric
+    value: never multiplied, so a string cannot turn into a huge repetition)."""
+    out = []
+    for k in ("layers", "hidden", "seq_len", "vocab"):
+        v = mo.get(k)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            return None
+        out.append(float(v))
+    return tuple(out)
+
+
+def _positive(v) -> float | None:
+    """A printed figure as a positive number, else None (text, a flag, zero, negative)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        return None
+    return float(v)
+
+
+def _eq3_flops(mo: dict, gbs: int) -> float:
+    l, h, s, V = _dims(mo)
+    return 96 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h))
+
+
+def _model_flops(mo: dict, gbs: int) -> float:
+    """Model FLOPs per step without recomputation (formulas.md §2b; Megatron-Core's
+    ``num_floating_point_operations`` for a GPT with a 4h MLP and no GQA)."""
+    l, h, s, V = _dims(mo)
+    return 72 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
+
+
+def _megatron_core_readme(c: dict) -> bool:
+    src = c.get("source") or {}
+    return "megatron-lm readme" in f"{src.get('ref', '')} {src.get('table', '')}".lower() \
+        or "model_table" in str(src.get("table", ""))
+
+
+def _counts_recompute(c: dict) -> bool:
+    """Whether the source's TFLOP/s count the recomputed forward (Narayanan eq. 3, BLOOM's
+    "hardware TFLOPs"; formulas.md §2a and §9)."""
+    text = " ".join(str(x) for x in (c.get("notes"), (c.get("derived") or {}).get("how"),
+                                      (c.get("source") or {}).get("table"))).lower()
+    return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "§2a", "4*2",
+                                   "recompute-inclusive", "hardware tflops"))
+
+
+def global_batch(c: dict) -> int | None:
+    """Sequences per step: the source's global batch, else (torchtitan) its per-replica
+    ``local_batch_size`` times the data-parallel size."""
+    pl = c.get("plan") or {}
+    if pl.get("global_batch"):
+        return int(pl["global_batch"])
+    if pl.get("local_batch_size") and pl.get("dp"):
+        return int(pl["local_batch_size"]) * int(pl["dp"])
+    return None
+
+
+def seq_len(c: dict) -> tuple[int | None, list[str]]:
+    """The training sequence length, with the assumption made when the source omits it
+    (torchtitan's default, 8192)."""
+    mo = c.get("model") or {}
+    if mo.get("seq_len"):
+        return int(mo["seq_len"]), []
+    if "torchtitan" in str((c.get("source") or {}).get("ref", "")).lower():
+        return 8192, ["seq_len=8192 (torchtitan default; source does not say)"]
+    return None, []
+
+
+def measured_step(c: dict) -> tuple[float | None, str]:
+    """Seconds per step the source implies from what it prints (a step time, a throughput,
+    or TFLOP/s under a FLOP count it names), and how it was read."""
+    mo = c.get("model") or {}
+    me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
+    n, gbs, s = _positive(c["hardware"].get("n_gpus")), global_batch(c), seq_len(c)[0]
+    shape = gbs and n and _dims(mo) is not None
+    if me.get("step_time_s"):
+        return float(me["step_time_s"]), "step time as printed"
+    if me.get("tokens_per_s") and gbs and s:
+        return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
+    if me.get("tokens_per_s_per_gpu") and gbs and s and n:
+        return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
+    if me.get("samples_per_s") and gbs:
+        return gbs / me["samples_per_s"], "global batch / samples per s"
+    if me.get("tflops_per_gpu") and shape and _counts_recompute(c):
+        return _eq3_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12), "eq. 3 FLOPs / (GPUs × TFLOP/s)"
+    if me.get("tflops_per_gpu") and shape and _megatron_core_readme(c) \
+            and not mo.get("ffn_hidden") and not mo.get("kv_heads"):
+        return (_model_flops(mo, gbs) / (n * me["tflops_per_gpu"] * 1e12),
+                "model FLOPs (§2b, Megatron-Core's count) / (GPUs × TFLOP/s)")
+    derived = _positive((c.get("derived") or {}).get("step_time_s"))
+    if derived and not any(me.get(k) for k in ("mfu", "model_tflops_per_gpu", "tflops_per_gpu")):
+        how = str((c.get("derived") or {}).get("how") or "the reference's own derivation")
+        return derived, f"derived step time ({how[:80]})"
+    return None, ""
+
+
+def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
+                     gbs: int) -> tuple[float | None, str]:
+    """Seconds per step from a utilisation the source prints when nothing more direct is
+    given: model TFLOP/s per GPU, or MFU against the datasheet peak of the run's dtype, both
+    with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
+    formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
+    from strategies.cost.counts import model_flops_per_step
+    me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
+    n = _positive(c["hardware"].get("n_gpus"))
+    if not n:
+        return None, ""
+    flops = float(model_flops_per_step(model, gbs))
+    rate = me.get("model_tflops_per_gpu") or (me.get("tflops_per_gpu")
+                                              if not _counts_recompute(c) else None)
+    if rate:
+        return flops / (n * rate * 1e12), "model FLOPs (costs) / (GPUs × model TFLOP/s)"
+    if me.get("mfu"):
+        peak = cluster.gpu.peak(dtype)
+        return (flops / (n * peak * me["mfu"]),
+                f"model FLOPs (costs) / (GPUs × {peak / 1e12:.0f} TFLOP/s × MFU)")
+    return None, ""

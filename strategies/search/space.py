@@ -1,0 +1,315 @@
+"""The plan space of one job, its constraints, and what each constraint prunes. Pure numpy.
+
+The raw space is the product of: every ``(tp, pp, cp, dp)`` whose product is the GPU count
+(``ep`` is carved out of ``dp·cp``, as Megatron-LM does, over the divisors of the expert
+count), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
+``interleaved`` with every ``vpp >= 2`` that divides the layer count, recomputation
+``none/selective/full``, SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
+breaks, in the order of ``RULES``, so the counts add up to the raw size minus the survivors.
+
+>>> from strategies.presets import model_preset
+>>> from topologies.cluster import cluster_preset
+>>> sp = enumerate_space(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1), 64,
+...                      SpaceOptions(max_mbs=2))
+>>> sp.raw == sp.size + sum(sp.pruned.values())
+True
+>>> sp.plan(0).dp is not None and sp.key(0).startswith("tp=")
+True
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from strategies.errors import SpecError
+from strategies.estimate.scalar import plan_arrays
+from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE
+from strategies.memory.arrays import peak_memory_arrays
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from topologies.cluster import Cluster
+
+SCHED_NAME = {v: k for k, v in SCHED_CODE.items()}
+RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
+#: (reason key, what it means), in the order the rules are applied.
+RULES: tuple[tuple[str, str], ...] = (
+    ("fixed", "differs from a dimension fixed with --fix"),
+    ("tp_heads", "tp does not divide the attention heads or the KV heads"),
+    ("pp_layers", "pp does not divide the layers"),
+    ("cp_seq", "2*cp does not divide the sequence length"),
+    ("ep", "ep needs an MoE model, must divide the experts and dp*cp"),
+    ("tp_cross_node", "tp spans nodes (allow with --allow-cross-node-tp)"),
+    ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
+    ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
+    ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
+                  "a schedule with pp=1, selective recompute with FlashAttention, which "
+                  "already recomputes the attention scores)"),
+    ("batch", "global batch is not a multiple of mbs*dp"),
+    ("schedule", "interleaving needs pp>=2, pp*vpp dividing the layers and a multiple of pp "
+                 "micro-batches"),
+    ("bubble", "pipeline bubble (pp-1)/(vpp*m) above the maximum"),
+    ("memory", "peak memory above the limit"),
+    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits: ZeRO-2 reduce-scatters "
+                        "every micro-batch's gradients where ZeRO-1 does it once per step, so "
+                        "it is never faster; it only saves gradient memory"),
+)
+FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
+COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
+           "flash", "ogr", "opg", "tpo")
+
+
+@dataclass(frozen=True)
+class SpaceOptions:
+    """Knobs of the space. ``memory_limit_bytes`` overrides ``capacity·(1 - headroom)``;
+    ``max_bubble`` bounds ``(pp-1)/(vpp·m)`` (idle over useful pipeline time)."""
+
+    max_mbs: int = 8
+    allow_cross_node_tp: bool = False
+    memory_limit_bytes: float | None = None
+    headroom: float = 0.05
+    max_bubble: float = 0.5
+    max_vpp: int | None = None
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+
+    def memory_limit(self, cluster: Cluster) -> float:
+        if self.memory_limit_bytes is not None:
+            return float(self.memory_limit_bytes)
+        return cluster.min_hbm_bytes * (1.0 - self.headroom)
+
+
+@dataclass
+class Space:
+    """The survivors (``cols``: arrays, one entry per plan) and the pruning counts."""
+
+    model: ModelSpec
+    cluster: Cluster
+    gbs: int
+    cols: dict[str, np.ndarray]
+    pruned: dict[str, int]
+    raw: int
+    peak_memory: np.ndarray
+    memory_limit: float
+
+    @property
+    def size(self) -> int:
+        return int(len(self.cols["tp"]))
+
+    def plan(self, i: int) -> Plan:
+        return plan_of(self.cols, i)
+
+    def key(self, i: int) -> str:
+        return plan_key(self.plan(i))
+
+    def subset(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        return {k: v[idx] for k, v in self.cols.items()}
+
+
+def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
+    """The resolved ``Plan`` of row ``i``."""
+    c = {k: cols[k][i].item() for k in COLUMNS}
+    return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"], mbs=c["mbs"],
+                gbs=c["gbs"], schedule=SCHED_NAME[c["sched"]], vpp=c["vpp"],
+                recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
+                flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
+                overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]))
+
+
+def plan_key(plan: Plan) -> str:
+    """Canonical key of a resolved plan (``parse_plan`` reads it back)."""
+    return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
+            f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
+            f"sp={str(plan.sp).lower()},zero={plan.zero}")
+
+
+def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:
+    """Plan arrays (``COLUMNS``) of resolved plans."""
+    rows = [plan_arrays(p) for p in plans]
+    return {k: np.array([r[k] for r in rows], dtype=bool if k in ("sp", "flash", "ogr", "opg",
+                                                                   "tpo") else np.int64)
+            for k in COLUMNS}
+
+
+def parse_fix(text: str | None) -> dict[str, Any]:
+    """``--fix tp=8,schedule=1f1b`` -> checked values (``schedule=interleaved:3`` sets vpp).
+
+    >>> parse_fix("tp=8,schedule=interleaved:3,sp=true")
+    {'tp': 8, 'schedule': 'interleaved', 'vpp': 3, 'sp': True}
+    """
+    if not text:
+        return {}
+    out: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in str(text).split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not eq or key not in FIX_KEYS:
+            raise SpecError("--fix", item, f"each item must be key=value with key one of "
+                            f"{', '.join(FIX_KEYS)}")
+        if key in out:
+            raise SpecError("--fix", key, "key given twice")
+        if key == "schedule":
+            name, _, vpp = value.partition(":")
+            if name not in SCHED_CODE:
+                raise SpecError("--fix", item, f"schedule must be one of {', '.join(SCHED_CODE)}")
+            out[key] = name
+            if vpp:
+                out["vpp"] = _fix_int("vpp", vpp)
+        elif key == "recompute":
+            if value not in RECOMPUTE_CODE:
+                raise SpecError("--fix", item, f"recompute must be one of "
+                                f"{', '.join(RECOMPUTE_CODE)}")
+            out[key] = value
+        elif key == "sp":
+            if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+                raise SpecError("--fix", item, "sp must be true or false")
+            out[key] = value in ("true", "1", "on", "yes")
+        else:
+            out[key] = _fix_int(key, value)
+            if key == "zero" and out[key] > 3:
+                raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
+    if out.get("vpp", 1) >= 2 and out.setdefault("schedule", "interleaved") != "interleaved":
+        raise SpecError("--fix", f"vpp={out['vpp']}", "vpp >= 2 needs schedule=interleaved")
+    return out
+
+
+def _fix_int(key: str, value: str) -> int:
+    try:
+        v = int(value)
+    except ValueError:
+        raise SpecError("--fix", f"{key}={value}", "must be an integer") from None
+    if v < (0 if key == "zero" else 1):
+        raise SpecError("--fix", f"{key}={value}", "must be >= 1" if key != "zero" else ">= 0")
+    return v
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _factorizations(n: int) -> np.ndarray:
+    """Every ``(tp, pp, cp, dp)`` with product ``n``, as rows."""
+    rows = [(t, p, c, n // (t * p * c)) for t in _divisors(n) for p in _divisors(n // t)
+            for c in _divisors(n // (t * p))]
+    return np.array(rows, dtype=np.int64)
+
+
+def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, list]:
+    fx = opts.fixed
+    mbs = [1 << i for i in range(0, 31) if (1 << i) <= opts.max_mbs]
+    if "mbs" in fx and fx["mbs"] not in mbs:
+        mbs.append(fx["mbs"])
+    vpps = [v for v in _divisors(model.num_layers) if v >= 2
+            and (opts.max_vpp is None or v <= opts.max_vpp)]
+    if fx.get("vpp", 1) >= 2 and fx["vpp"] not in vpps:
+        vpps.append(fx["vpp"])
+    sched = [(0, 1), (1, 1)] + [(2, v) for v in vpps]
+    eps = _divisors(model.num_experts) if model.is_moe else [1]
+    if "ep" in fx and fx["ep"] not in eps:
+        eps.append(fx["ep"])
+    return {"mbs": mbs, "sched": sched, "ep": eps, "rc": [0, 1, 2], "sp": [False, True],
+            "zero": [0, 1, 2, 3]}
+
+
+def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
+             opts: SpaceOptions) -> dict[str, np.ndarray]:
+    ax = _axes(model, cluster, opts)
+    fac = _factorizations(n)
+    sched = np.array(ax["sched"], dtype=np.int64)
+    grids = np.meshgrid(np.arange(len(fac)), np.array(ax["ep"]), np.array(ax["mbs"]),
+                        np.arange(len(sched)), np.array(ax["rc"]), np.array(ax["sp"]),
+                        np.array(ax["zero"]), indexing="ij")
+    fi, ep, mbs, si, rc, sp, zero = (g.ravel() for g in grids)
+    cols = {"tp": fac[fi, 0], "pp": fac[fi, 1], "cp": fac[fi, 2], "dp": fac[fi, 3], "ep": ep,
+            "mbs": mbs, "gbs": np.full(fi.shape, gbs, dtype=np.int64), "sched": sched[si, 0],
+            "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
+    const = {"flash": True, "ogr": True, "opg": True, "tpo": False}
+    for k, v in const.items():
+        cols[k] = np.full(fi.shape, v, dtype=bool)
+    return cols
+
+
+def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
+    ok = np.ones(len(c["tp"]), dtype=bool)
+    for k, v in fixed.items():
+        if k == "schedule":
+            ok &= c["sched"] == SCHED_CODE[v]
+        elif k == "recompute":
+            ok &= c["rc"] == RECOMPUTE_CODE[v]
+        else:
+            ok &= c[k] == (bool(v) if k == "sp" else int(v))
+    return ok
+
+
+def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
+    """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
+    s, L, G = model.seq_length, model.num_layers, cluster.gpus_per_node
+    heads, kv = model.num_attention_heads, model.kv_heads
+
+    def ep_ok(c):
+        if not model.is_moe:
+            return c["ep"] == 1
+        return (model.num_experts % c["ep"] == 0) & ((c["dp"] * c["cp"]) % c["ep"] == 0)
+
+    def cross(c):
+        tp = c["tp"]
+        return ((tp <= G) & (G % tp == 0)) | (opts.allow_cross_node_tp & (tp % G == 0))
+
+    def redundant(c):
+        return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
+            & ~((c["pp"] == 1) & (c["sched"] != 1)) & ~((c["rc"] == 1) & c["flash"])
+
+    return (
+        ("fixed", lambda c: _fixed_mask(c, opts.fixed)),
+        ("tp_heads", lambda c: (heads % c["tp"] == 0) & (kv % c["tp"] == 0)),
+        ("pp_layers", lambda c: L % c["pp"] == 0),
+        ("cp_seq", lambda c: (c["cp"] == 1) | (s % (2 * c["cp"]) == 0)),
+        ("ep", ep_ok),
+        ("tp_cross_node", cross),
+        ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),
+        ("zero3_pp", lambda c: (c["zero"] < 3) | (c["pp"] == 1)),
+        ("redundant", redundant),
+        ("batch", lambda c: c["gbs"] % (c["mbs"] * c["dp"]) == 0),
+    )
+
+
+def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
+    """Interleaving: pp >= 2, pp*vpp divides the layers, m a multiple of pp (default group)."""
+    pp, v = c["pp"], c["vpp"]
+    m = c["gbs"] // (c["mbs"] * c["dp"])
+    return (c["sched"] != 2) | ((pp >= 2) & (L % (pp * v) == 0) & (m >= pp) & (m % pp == 0))
+
+
+def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
+                    opts: SpaceOptions | None = None) -> Space:
+    """Every plan the constraints allow, with the count each rule pruned (see module doc)."""
+    opts = opts or SpaceOptions()
+    if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
+        raise SpecError("gbs", gbs, "must be an integer >= 1")
+    if opts.max_mbs < 1:
+        raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
+    c = _product(cluster.num_gpus, model, cluster, gbs, opts)
+    raw = len(c["tp"])
+    pruned: dict[str, int] = {}
+
+    def keep(reason: str, ok: np.ndarray) -> None:
+        nonlocal c
+        pruned[reason] = int((~ok).sum())
+        c = {k: v[ok] for k, v in c.items()}
+
+    for reason, rule in _rules(model, cluster, opts):
+        keep(reason, rule(c))
+    keep("schedule", _schedule_ok(c, model.num_layers))
+    m = c["gbs"] // (c["mbs"] * c["dp"])
+    v = np.where(c["sched"] == 2, c["vpp"], 1)
+    keep("bubble", (c["pp"] - 1) / (v * m) <= opts.max_bubble + 1e-12)
+    limit = opts.memory_limit(cluster)
+    peak = peak_memory_arrays(model, c) if len(c["tp"]) else np.zeros(0)
+    ok = peak <= limit
+    keep("memory", ok)
+    peak = peak[ok]
+    twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
+    twin_fits = peak_memory_arrays(model, twin) <= limit if len(c["tp"]) else np.zeros(0, bool)
+    ok = ~((c["zero"] == 2) & twin_fits)
+    keep("zero2_dominated", ok)
+    return Space(model, cluster, gbs, c, pruned, raw, peak[ok], limit)
