@@ -105,7 +105,7 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
 
 
 def check_interleaved(pp: int, m: int, group: int | None) -> None:
-    """SCHEDULES.md: p <= g <= m and m % g is 0 or >= p (default g = p)."""
+    """docs/schedules.md: p <= g <= m and m % g is 0 or >= p (default g = p)."""
     g = group or pp
     if g < pp:
         raise SpecError("microbatch_group_size", g, f"must be >= pp={pp}")

@@ -5,7 +5,7 @@ cross-checks against a model and a cluster live in ``strategies.job``.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
@@ -185,8 +185,3 @@ def parse_plan(text: str) -> Plan:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
     return plan_from_mapping(d)
-
-
-def with_(plan: Plan, **kw: Any) -> Plan:
-    """``dataclasses.replace`` that re-validates."""
-    return replace(plan, **kw)

@@ -1,4 +1,4 @@
-"""The command-line contract (the design's CLI.md, documented in docs/cli.md), through the real
+"""The command-line contract (documented in docs/cli.md), through the real
 CLI: every shared input flag, every default, every JSON key it names and the exit-status
 rules, for each command, on small inputs.
 

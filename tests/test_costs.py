@@ -1,4 +1,4 @@
-"""The cost model against the closed forms of formulas.md (§2 FLOPs, §4 bubble, §5 volumes,
+"""The cost model against the closed forms of docs/formulas.md (§2 FLOPs, §4 bubble, §5 volumes,
 §6 collectives), to floating-point precision, with the worked numbers the file gives."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from strategies.schedules.analysis import bubble_fraction_closed_form
 
 
 def gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, seq: int = 2048) -> ModelSpec:
-    """A GPT of formulas.md §1-2: 4h GeLU MLP, multi-head attention, learned positions."""
+    """A GPT of docs/formulas.md §1-2: 4h GeLU MLP, multi-head attention, learned positions."""
     return ModelSpec(f"gpt-{layers}x{hidden}", layers, hidden, heads, 4 * hidden, vocab, seq)
 
 
@@ -41,7 +41,7 @@ def test_full_recompute_hardware_flops_are_eq_3(l, h, a, V, s):
 @pytest.mark.parametrize("l,h,a,V,s", GPTS)
 @pytest.mark.parametrize("flash", [False, True])
 def test_hfu_flops_are_model_flops_plus_the_recomputed_forward(l, h, a, V, s, flash):
-    """HFU's FLOPs (CLI.md: MFU's "with recomputation counted"): none -> the model FLOPs;
+    """HFU's FLOPs (docs/cli.md: MFU's "with recomputation counted"): none -> the model FLOPs;
     full -> §2a's 96·B·s·l·h²·(1 + s/(6h) + V/(16lh)), whatever the attention kernel;
     selective -> + the forward attention square 4·B·s²·h·l, unless FlashAttention (which
     recomputes inside its own backward, not counted in MFU either)."""

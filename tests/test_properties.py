@@ -1,6 +1,6 @@
 """Property tests (issue 6) over random valid models, clusters and plans.
 
-* schedules keep SCHEDULES.md's invariants, and every one runs to the end (no deadlock);
+* schedules keep docs/schedules.md's invariants, and every one runs to the end (no deadlock);
 * every compiled send has exactly one receive (FIFO per (source, destination, tag));
 * simulations finish, their breakdown adds up to the step, and folded equals full;
 * memory grows with the micro-batch size;
@@ -143,7 +143,7 @@ def schedule_args(draw):
 @cases(250)
 @given(schedule_args())
 def test_schedule_invariants(args):
-    """SCHEDULES.md: 2·m·v steps per rank, each forward and backward once, a backward after
+    """docs/schedules.md: 2·m·v steps per rank, each forward and backward once, a backward after
     its forward, backwards first-in first-out per chunk, the warm-up counts and stash peaks,
     and the whole pipeline runs to the end with the closed-form makespan."""
     name, p, m, v, g = args
@@ -323,7 +323,7 @@ def _executed_utilisation(job) -> float:
 @given(jobs())
 def test_utilisation_is_a_fraction(job):
     """The FLOPs the hardware executes never exceed what peak allows in the step time; HFU
-    (MFU's convention plus the recomputed forward, CLI.md) is never below MFU and equals it
+    (MFU's convention plus the recomputed forward, docs/cli.md) is never below MFU and equals it
     without recomputation."""
     est = estimate(job)
     assert 0 < est.mfu <= est.hfu * (1 + 1e-12)

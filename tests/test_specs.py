@@ -1,5 +1,5 @@
 """Specs: presets load, HF configs of each model type give the published parameter counts,
-formulas.md §1 holds exactly, and every validation rule raises its own error."""
+docs/formulas.md §1 holds exactly, and every validation rule raises its own error."""
 from __future__ import annotations
 
 import json
@@ -75,7 +75,7 @@ def test_hf_mixtral_active_params():
 
 @pytest.mark.parametrize("l,h,want", [(128, 25600, 1008.04e9), (96, 12288, 174.62e9)])
 def test_formulas_1_parameter_count(l, h, want):
-    """formulas.md §1, P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)), exact for the GPT family."""
+    """docs/formulas.md §1, P = 12lh²(1 + 13/(12h) + (V+s)/(12lh)), exact for the GPT family."""
     V, s = 51200, 2048
     m = ModelSpec("gpt", l, h, 128 if h == 25600 else 96, 4 * h, V, s, bias=True,
                   tie_word_embeddings=True)

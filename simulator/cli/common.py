@@ -70,7 +70,7 @@ class Once(argparse.Action):
 
 def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                       global_batch_default: int | None = None) -> None:
-    """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype`` (CLI.md's
+    """``--model``, ``--cluster``, ``--seq-len``, ``--global-batch``, ``--dtype`` (docs/cli.md's
     shared inputs). Not ``required``: ``--model`` and ``--cluster`` default to
     ``DEFAULT_MODEL`` and ``DEFAULT_CLUSTER``; ``global_batch_default`` is only shown in the
     help (the command applies it)."""

@@ -1,4 +1,4 @@
-"""``paraplan``: the command line (see docs/cli.md and the contract in CLI.md).
+"""``paraplan``: the command line (see docs/cli.md and the contract in docs/cli.md).
 
 Subcommands live in ``simulator/cli/<command>.py``; each module has ``register(sub)`` that adds its
 parser and sets ``func`` (``args -> exit status``). Every input error is a ``SpecError``:

@@ -30,9 +30,6 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from topologies.cluster import Cluster
 
-RESULT_KEYS = ("step_time_s", "bubble_fraction", "exposed_comm_s", "overlapped_comm_s",
-               "breakdown_s", "events", "wall_s")
-
 
 def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, plan: Plan) -> dict[str, Any]:
     """Simulate one resolved plan; the figures the search reports."""

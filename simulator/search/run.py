@@ -1,5 +1,5 @@
 """One plan search end to end: the space, the analytic scores, the bound-ordered simulations,
-the recommendation, and the report (the ``search`` JSON of CLI.md). No argparse here.
+the recommendation, and the report (the ``search`` JSON of docs/cli.md). No argparse here.
 
 Determinism: the report is the same whatever the worker count or backend, except ``wall_s``
 and the ``execution`` block (how the work ran: workers, simulations run including

@@ -15,7 +15,7 @@ and ``exact=True`` simulate all ``m`` micro-batches.
 
 >>> rows = validate_cases(load_cases(tiers=(1,))[:2], simulate=False)
 >>> sorted(rows[0])[:4]
-['analytic_error_pct', 'analytic_step_time_s', 'assumptions', 'gpus']
+['analytic_error_pct', 'analytic_step_time_s', 'assumptions', 'cluster']
 """
 from __future__ import annotations
 

@@ -183,11 +183,6 @@ def variants(model: ModelSpec, cluster: Cluster, global_batch: int,
     return out
 
 
-def bandwidth_only(vary: list[tuple[str, list[Any]]]) -> bool:
-    """True when only bandwidths vary (then step time must not rise along the grid)."""
-    return all(k in BANDWIDTH_KEYS for k, _ in vary)
-
-
 def dominates(low: Variant, high: Variant) -> bool:
     """``high`` differs from ``low`` only by more (or equal) bandwidth, and is not ``low``."""
     a, b = low.bandwidths(), high.bandwidths()

@@ -32,15 +32,6 @@ def grad_bytes(dtype: str) -> float:
     return 2.0 if dtype == "fp16" else 4.0
 
 
-@dataclass(frozen=True)
-class LayerFlops:
-    """Forward FLOPs of one layer for one micro-batch on one GPU, split by kernel family."""
-
-    gemm: Num          # dense matrix multiplies (QKV, O, MLP, router): the "6N" part
-    attn: Num          # attention core (QK^T and AV), as executed (causal blocks skipped by flash)
-    attn_model: Num    # attention core as counted by MFU conventions (full s x s square)
-
-
 def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     """Tokens of one micro-batch held by one GPU of a context-parallel group."""
     return b * s / cp
@@ -77,16 +68,6 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
         full * (frac if causal_skip else 1.0)
 
 
-def layer_flops(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> LayerFlops:
-    return LayerFlops(gemm_flops_fwd(m, b, tp, cp), attn_core_flops_fwd(m, b, tp, cp, flash),
-                      attn_core_flops_fwd(m, b, tp, cp, False))
-
-
-def lm_head_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
-    """Logits ``2T·h·V/t`` (per GPU, per micro-batch)."""
-    return 2 * tokens_per_gpu(b, m.seq_length, cp) * m.hidden_size * m.vocab_size / tp
-
-
 def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
@@ -105,7 +86,7 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
 
 def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
     """Model FLOPs plus the recomputed forward, in the same convention (attention square in
-    full; for HFU, which CLI.md defines as MFU "with recomputation counted"): full
+    full; for HFU, which docs/cli.md defines as MFU "with recomputation counted"): full
     recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
     attention core, except under FlashAttention, which recomputes it inside its own backward
     (not counted, as in MFU). With no recomputation this equals ``model_flops_per_step``."""
@@ -119,7 +100,7 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
 
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
     """Model FLOPs of one optimizer step (no recomputation): 3 × forward, the attention square
-    counted in full (Narayanan eq. 3 without the recompute forward; formulas.md §2b)."""
+    counted in full (Narayanan eq. 3 without the recompute forward; docs/formulas.md §2b)."""
     s, h = m.seq_length, m.hidden_size
     T = gbs * s
     fwd_gemm = gemm_flops_fwd(m, gbs, 1, 1) * m.num_layers

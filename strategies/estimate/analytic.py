@@ -18,9 +18,9 @@ Model (per optimizer step, seconds):
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
 * the optimizer step (memory-bound Adam).
 
-MFU counts the model FLOPs of formulas.md §2b (the attention square in full, the published
+MFU counts the model FLOPs of docs/formulas.md §2b (the attention square in full, the published
 convention); HFU the same plus the recomputed forward (``costs.hardware_flops_per_step``), as
-CLI.md defines it, so HFU >= MFU, equal without recomputation. Both are conventions: with
+docs/cli.md defines it, so HFU >= MFU, equal without recomputation. Both are conventions: with
 FlashAttention skipping causal blocks the hardware executes fewer FLOPs
 (``costs.executed_flops_per_step``, at most peak · step time by construction), so at very long
 sequences either may exceed 1.

@@ -2,7 +2,7 @@
 turned into Jobs, with every value the source does not give filled by a *stated* assumption.
 
 Measured step time comes from the source's step time, or tokens/s, or its TFLOP/s with the
-source's own FLOP definition (formulas.md §9); each case says which.
+source's own FLOP definition (docs/formulas.md §9); each case says which.
 """
 from __future__ import annotations
 
@@ -294,5 +294,3 @@ def case_from_entry(c: dict) -> Case:
     return Case(job=job, assumptions=tuple(notes), **base)
 
 
-def reference_cases(path: str | None = None, tiers: tuple[int, ...] = (1,)) -> list[Case]:
-    return [case_from_entry(c) for c in load_reference(path) if c.get("tier") in tiers]

@@ -1,5 +1,5 @@
 """The step time a published run implies, from what its source prints: a step time, a
-throughput, or TFLOP/s or MFU under the FLOP count the source names (formulas.md §2, §9).
+throughput, or TFLOP/s or MFU under the FLOP count the source names (docs/formulas.md §2, §9).
 
 Each function returns ``(seconds, how it was read)``; ``(None, "")`` when the entry does
 not say enough.
@@ -35,7 +35,7 @@ def _eq3_flops(mo: dict, gbs: int) -> float:
 
 
 def _model_flops(mo: dict, gbs: int) -> float:
-    """Model FLOPs per step without recomputation (formulas.md §2b; Megatron-Core's
+    """Model FLOPs per step without recomputation (docs/formulas.md §2b; Megatron-Core's
     ``num_floating_point_operations`` for a GPT with a 4h MLP and no GQA)."""
     l, h, s, V = _dims(mo)
     return 72 * gbs * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h))
@@ -49,7 +49,7 @@ def _megatron_core_readme(c: dict) -> bool:
 
 def _counts_recompute(c: dict) -> bool:
     """Whether the source's TFLOP/s count the recomputed forward (Narayanan eq. 3, BLOOM's
-    "hardware TFLOPs"; formulas.md §2a and §9)."""
+    "hardware TFLOPs"; docs/formulas.md §2a and §9)."""
     text = " ".join(str(x) for x in (c.get("notes"), (c.get("derived") or {}).get("how"),
                                       (c.get("source") or {}).get("table"))).lower()
     return any(k in text for k in ("eq.(3)", "eq. 3", "eq.3", "eq. (3)", "§2a", "4*2",
@@ -111,7 +111,7 @@ def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
     """Seconds per step from a utilisation the source prints when nothing more direct is
     given: model TFLOP/s per GPU, or MFU against the datasheet peak of the run's dtype, both
     with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
-    formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
+    docs/formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
     from strategies.cost.counts import model_flops_per_step
     me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
     n = _positive(c["hardware"].get("n_gpus"))

@@ -2,7 +2,7 @@
 
 ``pipeline_actions(schedule, stage, pp, m, vpp, group_size)`` returns the schedule's steps
 (``strategies.schedules``) interleaved with ``Exchange`` records: the batched send/receive
-calls of ``megatron/core/pipeline_parallel/schedules.py`` (see SCHEDULES.md). A message is
+calls of ``megatron/core/pipeline_parallel/schedules.py`` (see docs/schedules.md). A message is
 ``(direction, microbatch, chunk)``: ``fwd`` carries the output of forward ``(i, c)`` to the
 next virtual stage, ``bwd`` the input gradient of backward ``(i, c)`` to the previous one.
 Chunk ``c`` on rank ``r`` is virtual stage ``c*pp + r``; the pipeline is a ring (rank ``pp-1``
