@@ -12,7 +12,6 @@ c context-parallel size.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
