@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import argparse
 
-from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, check_output, emit_json,
-                              positive_int, resolve_job)
+from simulator.cli.common import (Once, add_json, add_plan_inputs, check_output, emit_json,
+                                  positive_int, resolve_job)
 from simulator.cli.estimate import render
 from strategies.memory.scalar import memory_by_origin_json
 
