@@ -2,6 +2,10 @@
 
 Vocabulary follows Megatron-LM / HuggingFace: ``num_layers``, ``hidden_size``,
 ``num_attention_heads``, ``num_query_groups`` (KV heads), ``ffn_hidden_size``, ``vocab_size``.
+Frontier mixtures of experts add multi-head latent attention (``kv_lora_rank`` and the head
+dims of DeepSeek-V2/V3), shared experts, dense first layers (``first_k_dense_replace``),
+MoE layers every ``moe_layer_freq`` layers, multi-token-prediction modules
+(``num_nextn_predict_layers``) and windowed attention. docs/models.md gives every count.
 """
 from __future__ import annotations
 
@@ -14,11 +18,22 @@ from topologies.limits import (MAX_EXPERTS, MAX_FFN, MAX_HEADS, MAX_HIDDEN, MAX_
 
 ACTIVATIONS = ("gelu", "swiglu", "squared_relu", "relu")
 NORMS = ("layernorm", "rmsnorm")
+WINDOW_KINDS = ("sliding", "chunked")
+LAYER_KINDS = ("dense", "moe")
+_MLA_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer. ``seq_length`` is the default training length (tokens)."""
+    """A decoder-only transformer. ``seq_length`` is the default training length (tokens).
+
+    ``ffn_hidden_size`` is the MLP width of the dense layers, ``moe_ffn_hidden_size`` that of
+    one routed expert. Layer ``i`` (0-based) is an MoE layer when the model has experts,
+    ``i >= first_k_dense_replace`` and ``(i + 1) % moe_layer_freq == 0`` (HF Qwen2-MoE/Llama-4
+    convention). ``kv_lora_rank`` set means multi-head latent attention (MLA). A window
+    (``sliding_window`` tokens, ``window_kind`` sliding or chunked) applies to every layer
+    when ``global_attention_every`` is 0, else to all but every ``global_attention_every``-th.
+    """
 
     name: str
     num_layers: int
@@ -38,16 +53,42 @@ class ModelSpec:
     bias: bool = False
     norm: str = "layernorm"
     qkv_bias: bool = False
+    kv_channels: int | None = None            # head dim when not hidden/heads (Qwen3, gpt-oss)
+    qk_norm: bool = False                     # per-head RMSNorm on q and k (Qwen3)
+    q_lora_rank: int | None = None            # MLA query compression (None: full-rank q)
+    kv_lora_rank: int | None = None           # MLA key/value compression (set: MLA)
+    qk_rope_head_dim: int | None = None
+    qk_nope_head_dim: int | None = None
+    v_head_dim: int | None = None
+    num_shared_experts: int = 0
+    shared_expert_ffn_hidden_size: int | None = None   # per shared expert (default moe ffn)
+    shared_expert_gate: bool = False          # Qwen2-MoE: sigmoid gate h -> 1
+    first_k_dense_replace: int = 0
+    moe_layer_freq: int = 1
+    num_nextn_predict_layers: int = 0         # DeepSeek-V3 multi-token-prediction modules
+    router_bias: bool = False                 # a bias per expert on the router (gpt-oss, DSv3)
+    sliding_window: int | None = None
+    window_kind: str = "sliding"
+    global_attention_every: int = 0
+    attention_sinks: bool = False             # gpt-oss: one learned logit per head
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
         for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                  "vocab_size", "seq_length", "num_experts", "moe_router_topk"):
+                  "vocab_size", "seq_length", "num_experts", "moe_router_topk", "moe_layer_freq"):
             _pos_int(f, getattr(self, f))
-        for f in ("tie_word_embeddings", "bias", "qkv_bias"):
+        for f in ("num_shared_experts", "first_k_dense_replace", "num_nextn_predict_layers",
+                  "global_attention_every"):
+            check_int(f, getattr(self, f), 0, _LIMITS.get(f))
+        for f in ("tie_word_embeddings", "bias", "qkv_bias", "qk_norm", "shared_expert_gate",
+                  "router_bias", "attention_sinks"):
             check_bool(f, getattr(self, f))
+        for f in ("max_position_embeddings", "kv_channels", "q_lora_rank", "kv_lora_rank",
+                  *_MLA_DIMS, "shared_expert_ffn_hidden_size", "moe_ffn_hidden_size",
+                  "sliding_window"):
+            if getattr(self, f) is not None:
+                _pos_int(f, getattr(self, f))
         if self.max_position_embeddings is not None:
-            _pos_int("max_position_embeddings", self.max_position_embeddings)
             if self.position_embedding == "learned" and self.seq_length > self.max_position_embeddings:
                 raise SpecError("seq_length", self.seq_length, "must be <= max_position_embeddings="
                                 f"{self.max_position_embeddings} (learned position embeddings)")
@@ -56,21 +97,59 @@ class ModelSpec:
             if self.num_attention_heads % self.num_query_groups:
                 raise SpecError("num_query_groups", self.num_query_groups,
                                 f"must divide num_attention_heads={self.num_attention_heads}")
-        if self.moe_ffn_hidden_size is not None:
-            _pos_int("moe_ffn_hidden_size", self.moe_ffn_hidden_size)
-        if self.hidden_size % self.num_attention_heads:
-            raise SpecError("hidden_size", self.hidden_size,
-                            f"must be divisible by num_attention_heads={self.num_attention_heads}")
+        self._check_attention()
+        self._check_moe()
         if self.activation not in ACTIVATIONS:
             raise SpecError("activation", self.activation, f"must be one of {', '.join(ACTIVATIONS)}")
-        if self.moe_router_topk > self.num_experts:
-            raise SpecError("moe_router_topk", self.moe_router_topk,
-                            f"must be <= num_experts={self.num_experts}")
         if self.norm not in NORMS:
             raise SpecError("norm", self.norm, f"must be one of {', '.join(NORMS)}")
         if self.position_embedding not in ("learned", "rope", "alibi", "none"):
             raise SpecError("position_embedding", self.position_embedding,
                             "must be one of learned, rope, alibi, none")
+        if self.window_kind not in WINDOW_KINDS:
+            raise SpecError("window_kind", self.window_kind, f"must be one of {', '.join(WINDOW_KINDS)}")
+
+    def _check_attention(self) -> None:
+        if self.is_mla:
+            for f in _MLA_DIMS:
+                if getattr(self, f) is None:
+                    raise SpecError(f, None, "is required with kv_lora_rank (multi-head latent "
+                                    "attention)")
+            for f, bad in (("kv_channels", self.kv_channels is not None),
+                           ("num_query_groups", self.num_query_groups not in (None, self.num_attention_heads)),
+                           ("bias", self.bias), ("qkv_bias", self.qkv_bias)):
+                if bad:
+                    raise SpecError(f, getattr(self, f), "must be unset with kv_lora_rank "
+                                    "(multi-head latent attention has no GQA, head size or biases "
+                                    "of its own)")
+        else:
+            for f in ("q_lora_rank", *_MLA_DIMS):
+                if getattr(self, f) is not None:
+                    raise SpecError(f, getattr(self, f), "needs kv_lora_rank (multi-head latent "
+                                    "attention)")
+            if self.kv_channels is None and self.hidden_size % self.num_attention_heads:
+                raise SpecError("hidden_size", self.hidden_size,
+                                f"must be divisible by num_attention_heads={self.num_attention_heads}"
+                                " (or give kv_channels, the head size)")
+
+    def _check_moe(self) -> None:
+        if self.moe_router_topk > self.num_experts:
+            raise SpecError("moe_router_topk", self.moe_router_topk,
+                            f"must be <= num_experts={self.num_experts}")
+        if not self.is_moe:
+            for f, v in (("num_shared_experts", self.num_shared_experts),
+                         ("first_k_dense_replace", self.first_k_dense_replace),
+                         ("shared_expert_gate", self.shared_expert_gate),
+                         ("router_bias", self.router_bias)):
+                if v:
+                    raise SpecError(f, v, "needs an MoE model (num_experts > 1)")
+            return
+        if self.num_moe_layers == 0:
+            raise SpecError("first_k_dense_replace", self.first_k_dense_replace,
+                            f"leaves no MoE layer among num_layers={self.num_layers} with "
+                            f"moe_layer_freq={self.moe_layer_freq}")
+        if self.shared_expert_gate and not self.num_shared_experts:
+            raise SpecError("shared_expert_gate", True, "needs num_shared_experts >= 1")
 
     # Derived shapes --------------------------------------------------------------------------
     @property
@@ -79,7 +158,19 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden_size // self.num_attention_heads
+        """Head size of q and k (MLA: the no-rope plus the rope part)."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def v_dim(self) -> int:
+        """Head size of v (MLA: ``v_head_dim``; else ``head_dim``)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
 
     @property
     def gated(self) -> bool:
@@ -93,26 +184,165 @@ class ModelSpec:
     def expert_ffn(self) -> int:
         return self.moe_ffn_hidden_size or self.ffn_hidden_size
 
+    @property
+    def shared_ffn(self) -> int:
+        """MLP width of one shared expert."""
+        return self.shared_expert_ffn_hidden_size or self.expert_ffn
+
+    # Layer kinds -----------------------------------------------------------------------------
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (0-based) routes its tokens to experts."""
+        return (self.is_moe and i >= self.first_k_dense_replace
+                and (i + 1) % self.moe_layer_freq == 0)
+
+    def layer_kinds(self) -> tuple[str, ...]:
+        """``"dense"`` or ``"moe"`` for each layer, first to last."""
+        return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_layers))
+
+    @property
+    def num_moe_layers(self) -> int:
+        """Layers ``i`` with ``i >= first_k_dense_replace`` and ``moe_layer_freq | i + 1``."""
+        if not self.is_moe:
+            return 0
+        f, k = self.moe_layer_freq, min(self.first_k_dense_replace, self.num_layers)
+        return self.num_layers // f - k // f
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    def layer_counts(self) -> dict[str, int]:
+        """How many layers of each kind: ``{"dense": n, "moe": n}``."""
+        return {"dense": self.num_dense_layers, "moe": self.num_moe_layers}
+
+    def is_windowed_layer(self, i: int) -> bool:
+        """Whether layer ``i`` (0-based) attends within ``sliding_window`` tokens only."""
+        if self.sliding_window is None:
+            return False
+        k = self.global_attention_every
+        return k == 0 or (i + 1) % k != 0
+
+    @property
+    def num_windowed_layers(self) -> int:
+        if self.sliding_window is None:
+            return 0
+        k = self.global_attention_every
+        return self.num_layers - (self.num_layers // k if k else 0)
+
+    # Attention -------------------------------------------------------------------------------
+    def attention_linears(self) -> tuple[tuple[str, int, int, str], ...]:
+        """The weight matrices of one attention block: ``(name, in, out, split)``, ``split``
+        being how tensor parallelism cuts it: ``"col"`` (out split), ``"row"`` (in split) or
+        ``"rep"`` (replicated: MLA's down projections, as Megatron-Core runs them)."""
+        h, a = self.hidden_size, self.num_attention_heads
+        if not self.is_mla:
+            g, d = self.kv_heads, self.head_dim
+            return (("qkv", h, (a + 2 * g) * d, "col"), ("proj", a * d, h, "row"))
+        dqk, rope = self.head_dim, self.qk_rope_head_dim
+        q = ((("q_down", h, self.q_lora_rank, "rep"), ("q_up", self.q_lora_rank, a * dqk, "col"))
+             if self.q_lora_rank else (("q", h, a * dqk, "col"),))
+        return q + (("kv_down", h, self.kv_lora_rank + rope, "rep"),
+                    ("kv_up", self.kv_lora_rank, a * (self.qk_nope_head_dim + self.v_dim), "col"),
+                    ("proj", a * self.v_dim, h, "row"))
+
     def attention_params(self) -> int:
-        h, d = self.hidden_size, self.head_dim
-        return h * h * 2 + 2 * h * self.kv_heads * d  # Q, O + K, V (biases ignored)
+        """Parameters of one attention block: its weights, biases, MLA's latent norms, Qwen3's
+        q/k norms and gpt-oss's sinks (the block's input norm is counted by the layer)."""
+        n = sum(i * o for _, i, o, _ in self.attention_linears())
+        a, g, d = self.num_attention_heads, self.kv_heads, self.head_dim
+        if self.bias:
+            n += (a + 2 * g) * d + self.hidden_size
+        elif self.qkv_bias:                   # Qwen2: biases on Q, K, V only
+            n += (a + 2 * g) * d
+        if self.is_mla:
+            n += (self.q_lora_rank or 0) + self.kv_lora_rank
+        if self.qk_norm:
+            n += 2 * d
+        if self.attention_sinks:
+            n += a
+        return n
+
+    def kv_cache_width(self) -> int:
+        """Elements per token per layer a decoder caches: ``2·g·d`` (K and V), or for MLA the
+        compressed latent and the shared rope key, ``kv_lora_rank + qk_rope_head_dim``."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_heads * self.head_dim
+
+    # MLP -------------------------------------------------------------------------------------
+    def _mlp_weights(self, ffn: int) -> int:
+        return (3 if self.gated else 2) * self.hidden_size * ffn
+
+    def _mlp_bias(self, ffn: int) -> int:
+        return ffn * (2 if self.gated else 1) + self.hidden_size if self.bias else 0
 
     def mlp_params_per_expert(self) -> int:
-        return (3 if self.gated else 2) * self.hidden_size * self.expert_ffn
+        """Weights of one routed expert (biases: ``expert_params``)."""
+        return self._mlp_weights(self.expert_ffn)
 
-    def layer_params(self) -> int:
-        """Parameters of one transformer layer: attention, MLP (all experts), norms, router."""
-        mlp = self.mlp_params_per_expert() * self.num_experts
-        router = self.hidden_size * self.num_experts if self.is_moe else 0
-        b = (4 * self.hidden_size + self.num_experts * (self.expert_ffn * (2 if self.gated else 1)
-             + self.hidden_size)) if self.bias else 0
-        if self.qkv_bias and not self.bias:   # Qwen2: biases on Q, K, V only
-            b = self.hidden_size + 2 * self.kv_heads * self.head_dim
-        return self.attention_params() + mlp + router + 2 * self.norm_params() + b
+    def expert_params(self) -> int:
+        """One routed expert with its biases."""
+        return self.mlp_params_per_expert() + self._mlp_bias(self.expert_ffn)
 
+    def dense_mlp_params(self) -> int:
+        """The MLP of a dense layer (``ffn_hidden_size``), biases included."""
+        return self._mlp_weights(self.ffn_hidden_size) + self._mlp_bias(self.ffn_hidden_size)
+
+    def shared_expert_params(self) -> int:
+        """The shared experts of one MoE layer, and Qwen2-MoE's gate on them."""
+        per = self._mlp_weights(self.shared_ffn) + self._mlp_bias(self.shared_ffn)
+        return self.num_shared_experts * per + (self.hidden_size if self.shared_expert_gate else 0)
+
+    def router_params(self) -> int:
+        """The router of one MoE layer: ``h·E`` weights and, with ``router_bias``, ``E``."""
+        return self.num_experts * (self.hidden_size + (1 if self.router_bias else 0))
+
+    def routed_expert_params(self) -> int:
+        """All routed experts of one MoE layer: what expert parallelism shards."""
+        return self.num_experts * self.expert_params()
+
+    def mlp_params(self, kind: str) -> int:
+        """The MLP of one layer of ``kind``: a dense MLP, or experts, shared experts, router."""
+        _check_kind(kind)
+        if kind == "dense":
+            return self.dense_mlp_params()
+        return self.routed_expert_params() + self.shared_expert_params() + self.router_params()
+
+    def mlp_width(self, kind: str) -> int:
+        """MLP intermediate width one token passes through in a layer of ``kind``: ``F``
+        dense; ``topk·F_expert + shared·F_shared`` MoE."""
+        _check_kind(kind)
+        if kind == "dense":
+            return self.ffn_hidden_size
+        return self.moe_router_topk * self.expert_ffn + self.num_shared_experts * self.shared_ffn
+
+    # Layers and the whole model --------------------------------------------------------------
     def norm_params(self) -> int:
         """Parameters of one norm: weight and bias (LayerNorm) or weight only (RMSNorm)."""
         return (2 if self.norm == "layernorm" else 1) * self.hidden_size
+
+    def layer_params(self, kind: str | None = None) -> float:
+        """Parameters of one layer of ``kind`` (two norms, attention, MLP); ``None``: the mean
+        layer, ``(sum over layers)/num_layers`` (the exact layer when all are alike)."""
+        if kind is None:
+            total = self.layers_params()
+            return total // self.num_layers if total % self.num_layers == 0 else \
+                total / self.num_layers
+        return 2 * self.norm_params() + self.attention_params() + self.mlp_params(kind)
+
+    def layers_params(self) -> int:
+        """Parameters of all ``num_layers`` transformer layers."""
+        return sum(n * (2 * self.norm_params() + self.attention_params() + self.mlp_params(k))
+                   for k, n in self.layer_counts().items() if n)
+
+    def expert_params_per_layer(self) -> float:
+        """Routed-expert parameters of the mean layer (``routed_expert_params`` times the share
+        of MoE layers): the part of ``layer_params()`` that expert parallelism shards."""
+        if not self.is_moe:
+            return 0
+        total = self.num_moe_layers * self.routed_expert_params()
+        return total // self.num_layers if total % self.num_layers == 0 else \
+            total / self.num_layers
 
     def embedding_params(self) -> int:
         pos = self.seq_length * self.hidden_size if self.position_embedding == "learned" else 0
@@ -122,14 +352,39 @@ class ModelSpec:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     def num_params(self) -> int:
-        """Total parameters (with all experts), final norm included."""
-        return (self.num_layers * self.layer_params() + self.embedding_params()
-                + self.lm_head_params() + self.norm_params())
+        """Total parameters of the main model (all experts, final norm; the multi-token-
+        prediction modules are not counted: ``mtp_params``)."""
+        return (self.layers_params() + self.embedding_params() + self.lm_head_params()
+                + self.norm_params())
 
-    def active_params(self) -> int:
-        """Parameters a token touches (top-k experts only)."""
-        inactive = (self.num_experts - self.moe_router_topk) * self.mlp_params_per_expert()
-        return self.num_params() - self.num_layers * inactive
+    def active_layer_params(self, kind: str) -> int:
+        """Parameters one token touches in a layer of ``kind`` (its top-k experts only)."""
+        p = self.layer_params(kind)
+        if kind == "moe":
+            p -= (self.num_experts - self.moe_router_topk) * self.expert_params()
+        return p
+
+    def active_params(self, embedding: bool = True) -> int:
+        """Parameters a token touches: top-k experts only, the embedding table counted unless
+        ``embedding`` is False (Mistral and Qwen count it in their "active" figures; DeepSeek
+        and OpenAI leave the lookup table out). Multi-token prediction not counted."""
+        layers = sum(n * self.active_layer_params(k) for k, n in self.layer_counts().items() if n)
+        emb = self.embedding_params() if embedding else 0
+        return layers + emb + self.lm_head_params() + self.norm_params()
+
+    def mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction modules (DeepSeek-V3 §2.2): each holds two
+        input norms, the ``2h x h`` projection, one transformer layer (MoE when the model is)
+        and its output norm; the embedding and output head are shared with the main model."""
+        kind = "moe" if self.is_moe else "dense"
+        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 + self.layer_params(kind)
+        return self.num_nextn_predict_layers * per
+
+    def mtp_active_params(self) -> int:
+        """Parameters one token touches in the multi-token-prediction modules."""
+        kind = "moe" if self.is_moe else "dense"
+        per = 3 * self.norm_params() + 2 * self.hidden_size ** 2 + self.active_layer_params(kind)
+        return self.num_nextn_predict_layers * per
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,12 +395,23 @@ class ModelSpec:
         return replace(self, seq_length=seq)
 
 
+def _check_kind(kind: str) -> None:
+    if kind not in LAYER_KINDS:
+        raise SpecError("layer kind", kind, f"must be one of {', '.join(LAYER_KINDS)}")
+
+
 # Sanity limits per field (topologies.limits); the shapes of every model built so far are
 # orders of magnitude inside them.
 _LIMITS = {"num_layers": MAX_LAYERS, "hidden_size": MAX_HIDDEN, "num_attention_heads": MAX_HEADS,
            "num_query_groups": MAX_HEADS, "ffn_hidden_size": MAX_FFN, "moe_ffn_hidden_size": MAX_FFN,
-           "vocab_size": MAX_VOCAB, "seq_length": MAX_SEQ, "max_position_embeddings": 1 << 40,
-           "num_experts": MAX_EXPERTS, "moe_router_topk": MAX_EXPERTS}
+           "shared_expert_ffn_hidden_size": MAX_FFN, "vocab_size": MAX_VOCAB,
+           "seq_length": MAX_SEQ, "max_position_embeddings": 1 << 40, "sliding_window": MAX_SEQ,
+           "num_experts": MAX_EXPERTS, "moe_router_topk": MAX_EXPERTS,
+           "num_shared_experts": MAX_EXPERTS, "kv_channels": MAX_HIDDEN, "q_lora_rank": MAX_HIDDEN,
+           "kv_lora_rank": MAX_HIDDEN, "qk_rope_head_dim": MAX_HIDDEN,
+           "qk_nope_head_dim": MAX_HIDDEN, "v_head_dim": MAX_HIDDEN,
+           "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS,
+           "num_nextn_predict_layers": MAX_LAYERS, "global_attention_every": MAX_LAYERS}
 
 
 def _pos_int(name: str, v: Any) -> None:

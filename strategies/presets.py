@@ -19,6 +19,12 @@ def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
                      qkv_bias=qkv_bias)
 
 
+def _moe(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int, experts: int,
+         topk: int, moe_ffn: int, **kw) -> ModelSpec:
+    return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk, moe_ffn,
+                     position_embedding="rope", norm="rmsnorm", **kw)
+
+
 _ALL = [
     # Narayanan et al. 2021 Table 1 (vocab 51200, seq 2048)
     _gpt("gpt-1.7b", 24, 2304, 24), _gpt("gpt-3.6b", 30, 3072, 32),
@@ -52,6 +58,25 @@ _ALL = [
     # Qwen2
     _llama("qwen2-7b", 28, 3584, 28, 4, 18944, 152064, 4096, qkv_bias=True),
     _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064, 4096, qkv_bias=True),
+    # Frontier mixtures of experts: the shapes of each model's own config.json (the files
+    # under tests/data/hf/ hold those fields); seq_length is the pre-training length.
+    # DeepSeek-V3 (arXiv 2412.19437 §4.2): MLA, 1 shared + 256 routed experts (top 8), the first
+    # 3 layers dense, one multi-token-prediction module, pre-trained at 4K tokens
+    _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096, 256, 8, 2048,
+         q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+         v_head_dim=128, num_shared_experts=1, first_k_dense_replace=3,
+         num_nextn_predict_layers=1, router_bias=True),
+    # Qwen3 technical report (arXiv 2505.09388): head size 128, q/k norms, 128 experts (top 8),
+    # no shared expert; stage-1 pre-training at 4,096 tokens
+    _moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096, 128, 8, 1536,
+         kv_channels=128, qk_norm=True),
+    _moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096, 128, 8, 768,
+         kv_channels=128, qk_norm=True),
+    # OpenAI gpt-oss-120b model card: head size 64, biases, attention sinks, 128-token sliding
+    # window on every other layer, 128 experts (top 4) with biases; initial context 4,096
+    _moe("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096, 128, 4, 2880,
+         kv_channels=64, bias=True, router_bias=True, attention_sinks=True,
+         sliding_window=128, global_attention_every=2),
 ]
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
 _ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}
