@@ -274,6 +274,7 @@ def _gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         raise SpecError("experts_per_token", cfg["experts_per_token"],
                         f"disagrees with num_experts_per_tok={k}")
     args.update(ffn_hidden_size=_int(cfg, "intermediate_size"),
+                moe_ffn_hidden_size=_int(cfg, "intermediate_size"),
                 num_experts=_int(cfg, "num_local_experts"), moe_router_topk=k,
                 bias=True, router_bias=True, attention_sinks=True,
                 **_windows(cfg, args["num_layers"]))

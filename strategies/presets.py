@@ -19,7 +19,7 @@ def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
                      qkv_bias=qkv_bias)
 
 
-def _moe(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int, experts: int,
+def _moe(name: str, l: int, h: int, a: int, kv: int | None, ffn: int, v: int, s: int, experts: int,
          topk: int, moe_ffn: int, **kw) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk, moe_ffn,
                      position_embedding="rope", norm="rmsnorm", **kw)
@@ -62,7 +62,7 @@ _ALL = [
     # under tests/data/hf/ hold those fields); seq_length is the pre-training length.
     # DeepSeek-V3 (arXiv 2412.19437 §4.2): MLA, 1 shared + 256 routed experts (top 8), the first
     # 3 layers dense, one multi-token-prediction module, pre-trained at 4K tokens
-    _moe("deepseek-v3", 61, 7168, 128, 128, 18432, 129280, 4096, 256, 8, 2048,
+    _moe("deepseek-v3", 61, 7168, 128, None, 18432, 129280, 4096, 256, 8, 2048,
          q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
          v_head_dim=128, num_shared_experts=1, first_k_dense_replace=3,
          num_nextn_predict_layers=1, router_bias=True),
