@@ -254,3 +254,16 @@ def test_model_spec_rules(kw, field):
     with pytest.raises(SpecError) as e:
         ModelSpec(**{**base, **kw})
     assert e.value.field == field
+
+
+def test_hgx_h800_is_deepseek_v3s_node():
+    """H800: H100 SXM's die with NVLink cut to 400 GB/s both ways (200 per direction); one
+    400 Gb/s InfiniBand NIC per GPU (DeepSeek-V3 report §3.2: IB 50 GB/s per GPU)."""
+    from topologies.cluster import parse_cluster_arg
+    from topologies.gpus import get_gpu
+    c = parse_cluster_arg("hgx-h800:256")
+    assert c.num_gpus == 2048 and c.gpu.name == "H800-SXM5-80GB"
+    assert c.intra_node_bandwidth == 200e9 and c.nics_per_node == 8
+    assert c.inter_node_bandwidth == 50e9
+    h100 = get_gpu("H100")
+    assert c.gpu.peak_flops == h100.peak_flops and c.gpu.hbm_bandwidth == h100.hbm_bandwidth

@@ -152,6 +152,9 @@ _PRESETS: dict[str, tuple[str, int, float, int, float, str, str]] = {
                       "8x A100-SXM4-40GB, NVSwitch 300 GB/s/GPU, 8x 200 Gb/s HDR IB"),
     "dgx-h100": ("H100-SXM5-80GB", 8, 450, 8, 400, "switch",
                  "8x H100-SXM5-80GB, NVSwitch 450 GB/s/GPU, 8x 400 Gb/s NDR IB, rail fat tree"),
+    "hgx-h800": ("H800-SXM5-80GB", 8, 200, 8, 400, "switch",
+                 "8x H800-SXM5-80GB, NVLink 200 GB/s/GPU (400 bidirectional), 8x 400 Gb/s IB "
+                 "CX7, one NIC per GPU (DeepSeek-V3's cluster)"),
     "dgx-h200": ("H200-SXM-141GB", 8, 450, 8, 400, "switch",
                  "8x H200-141GB, NVSwitch 450 GB/s/GPU, 8x 400 Gb/s NDR IB"),
     "dgx-b200": ("B200-SXM-180GB", 8, 900, 8, 400, "switch",
