@@ -152,7 +152,7 @@ def render(gpus: dict, bw: dict, command: str, gpus_cmd: str, bw_cmd: str) -> st
     price = i["gpu_hour_cost"]
     parts = [header("What if the cluster changed?", command),
              f"The best plan (the exact top-1 of `paraplan search` over the same plan space) of "
-             f"{i['model']} at a global batch of {i['global_batch']} sequences of "
+             f"{i['model']['name']} at a global batch of {i['global_batch']} sequences of "
              f"{i['seq_len']} tokens, {i['dtype']}, on {i['gpus']} GPUs, as the hardware "
              "changes.", "",
              f"**Assumption:** every GPU-hour costs {price:g} USD, whatever the GPU (an "

@@ -38,7 +38,7 @@ class Job:
         return self.plan.gbs * self.seq_len
 
     def to_dict(self) -> dict:
-        return {"model": self.model.to_dict(), "cluster": self.cluster.to_dict(),
+        return {"model": self.model.report_dict(), "cluster": self.cluster.to_dict(),
                 "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
                 "num_microbatches": self.num_microbatches, "framework": self.framework.name}
 

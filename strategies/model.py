@@ -389,6 +389,12 @@ class ModelSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def report_dict(self) -> dict[str, Any]:
+        """Every field plus the derived counts reports give: ``params_total`` (main model),
+        ``params_active`` (embedding counted) and ``params_mtp`` (multi-token prediction).
+        ``model_from_mapping`` takes it back, checking the counts."""
+        return {**self.to_dict(), **{k: f(self) for k, f in DERIVED.items()}}
+
     def with_seq_length(self, seq: int) -> "ModelSpec":
         from dataclasses import replace
         _pos_int("seq_length", seq)
@@ -419,16 +425,20 @@ def _pos_int(name: str, v: Any) -> None:
 
 
 FIELDS = tuple(ModelSpec.__dataclass_fields__)
+# Keys a report adds to the fields (``report_dict``): read back, they must agree.
+DERIVED = {"params_total": ModelSpec.num_params, "params_active": ModelSpec.active_params,
+           "params_mtp": ModelSpec.mtp_params}
 
 
 def model_from_mapping(d: dict[str, Any], name: str = "custom") -> ModelSpec:
     """A ModelSpec from a mapping of its own field names (YAML); unknown keys refused."""
     if not isinstance(d, dict):
         raise SpecError("model", type(d).__name__, "a model file must hold a mapping")
-    unknown = sorted(str(k) for k in set(d) - set(FIELDS))
+    unknown = sorted(str(k) for k in set(d) - set(FIELDS) - set(DERIVED))
     if unknown:
         raise SpecError("model", unknown[0], f"unknown key; allowed: {', '.join(FIELDS)}")
-    args = {"name": name, **d}
+    derived = {k: d[k] for k in DERIVED if k in d}
+    args = {"name": name, **{k: v for k, v in d.items() if k not in DERIVED}}
     for req in ("num_layers", "hidden_size", "num_attention_heads", "vocab_size"):
         if req not in args:
             raise SpecError(req, None, "is required in a model file")
@@ -436,6 +446,11 @@ def model_from_mapping(d: dict[str, Any], name: str = "custom") -> ModelSpec:
         h = args["hidden_size"]
         args["ffn_hidden_size"] = 4 * h if isinstance(h, int) and not isinstance(h, bool) else h
     try:
-        return ModelSpec(**args)
+        m = ModelSpec(**args)
     except TypeError as e:
         raise SpecError("model", d, str(e)) from None
+    for k, v in derived.items():
+        if v != DERIVED[k](m):
+            raise SpecError(k, v, f"disagrees with the model's fields ({DERIVED[k](m)}); a "
+                            "derived count is checked, not set")
+    return m

@@ -419,7 +419,7 @@ def test_the_main_job_search_with_no_arguments():
     assert p.returncode == 0, p.stderr
     rep = json.loads(p.stdout)
     i = rep["inputs"]
-    assert (i["model"], i["cluster"], i["gpus"], i["global_batch"]) == \
+    assert (i["model"]["name"], i["cluster"], i["gpus"], i["global_batch"]) == \
         ("gpt3-175b", "dgx-a100:128", 1024, 1536)
     assert len(rep["plans"]) == 5 and len(rep["references"]) == 2
     assert all(p["step_time_s"] <= r["step_time_s"] for p in rep["plans"][:1]

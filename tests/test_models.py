@@ -267,3 +267,26 @@ def test_hgx_h800_is_deepseek_v3s_node():
     assert c.inter_node_bandwidth == 50e9
     h100 = get_gpu("H100")
     assert c.gpu.peak_flops == h100.peak_flops and c.gpu.hbm_bandwidth == h100.hbm_bandwidth
+
+
+@pytest.mark.parametrize("cmd", [
+    ["estimate", "--plan", "tp=2,pp=2,ep=4,gbs=64"],
+    ["compare", "--plan", "tp=2,pp=2,ep=4,gbs=64"],
+])
+def test_reports_carry_the_parameter_counts(tmp_path, capsys, cmd):
+    """``inputs.model.params_total``/``params_active`` in the JSON report, and the model the
+    report resolved can be given back as an input (its counts are checked, not set)."""
+    from simulator.cli.main import main
+    m = model_preset("qwen3-30b-a3b")
+    rc = main([cmd[0], "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100:2", *cmd[1:], "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    mo = out["inputs"]["model"]
+    assert (mo["params_total"], mo["params_active"], mo["params_mtp"]) == \
+        (m.num_params(), m.active_params(), 0)
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({k: v for k, v in mo.items() if k != "name"}))
+    assert replace(load_model_arg(str(path)), name=m.name) == m
+    path.write_text(json.dumps({**mo, "params_total": 1}))
+    with pytest.raises(SpecError, match="params_total=1"):
+        load_model_arg(str(path))

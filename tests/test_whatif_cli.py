@@ -60,7 +60,7 @@ def test_json_rows_and_keys(bandwidth_grid):
     rep = bandwidth_grid
     assert rep["inputs"]["vary"] == {"inter_node_gbps": [50, 100, 400],
                                      "intra_node_GBps": [100, 450]}
-    assert rep["inputs"]["model"] == "llama3-8b" and rep["inputs"]["gpu_hour_cost"] == 2.5
+    assert rep["inputs"]["model"]["name"] == "llama3-8b" and rep["inputs"]["gpu_hour_cost"] == 2.5
     assert len(rep["rows"]) == 6
     # the cartesian product, first axis slowest
     assert [(r["inter_node_gbps"], r["intra_node_GBps"]) for r in rep["rows"]] == [

@@ -226,7 +226,7 @@ def _line(r: dict[str, Any], rank: str) -> list[str]:
 def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     ev = rep["evaluated"]
-    out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
+    out = [f"Plan search: {i['model']['name']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
            f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}",
            f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "
            f"(memory limit {i['memory_limit_gib']:.1f} GiB), all scored analytically; "

@@ -76,7 +76,7 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
                         fixed=parse_fix(args.fix))
     vs = variants(model, cluster, gbs, vary)
-    base = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
+    base = {"model": model.report_dict(), "cluster": cluster.name, "gpus": cluster.num_gpus,
             "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
                         gpu_hour_cost=args.gpu_hour_cost, exhaustive=args.exhaustive,
@@ -107,7 +107,7 @@ def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     keys = list(i["vary"])
     cost = i["gpu_hour_cost"] is not None
-    out = [f"What if: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
+    out = [f"What if: {i['model']['name']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
            f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}; {i['variants']} variant(s), "
            "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
     heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]

@@ -131,7 +131,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
 
 
 def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
-    return {"model": cfg.model.name, "cluster": cfg.cluster.name,
+    return {"model": cfg.model.report_dict(), "cluster": cfg.cluster.name,
             "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
             "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
             "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,

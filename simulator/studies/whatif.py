@@ -209,7 +209,7 @@ def draw(report: dict[str, Any], path: str) -> None:
     i = report["inputs"]
     where = (f"{i['gpus']} GPUs" if "cluster" in i["vary"] or "gpu" in i["vary"]
              else i["cluster"])
-    fig.suptitle(f"What if: {i['model']} on {where}, global batch {i['global_batch']}, the best "
+    fig.suptitle(f"What if: {i['model']['name']} on {where}, global batch {i['global_batch']}, the best "
                  "plan of each variant", fontsize=10)
     save_figure(fig, path)
 
