@@ -215,6 +215,25 @@ class ModelSpec:
         """How many layers of each kind: ``{"dense": n, "moe": n}``."""
         return {"dense": self.num_dense_layers, "moe": self.num_moe_layers}
 
+    def layer_shares(self, kind: str | None = None) -> dict[str, float]:
+        """How many layers of each kind one "layer" of the cost model stands for: ``{kind: 1}``
+        for one ``kind``, else each kind's share of the layers (the mean layer, which summed
+        over ``num_layers`` gives the model's exact total)."""
+        if kind is not None:
+            _check_kind(kind)
+            return {kind: 1.0}
+        return {k: n / self.num_layers for k, n in self.layer_counts().items() if n}
+
+    def mean_mlp_width(self) -> float:
+        """``mlp_width`` of the mean layer (dense and MoE layers weighted by count)."""
+        return sum(w * self.mlp_width(k) for k, w in self.layer_shares().items())
+
+    def mean_expert_copies(self) -> float:
+        """Copies of each token the mean layer's MLP input makes: top-k in MoE layers, 1 in
+        dense layers (weighted by count)."""
+        return sum(w * (self.moe_router_topk if k == "moe" else 1)
+                   for k, w in self.layer_shares().items())
+
     def is_windowed_layer(self, i: int) -> bool:
         """Whether layer ``i`` (0-based) attends within ``sliding_window`` tokens only."""
         if self.sliding_window is None:
@@ -261,6 +280,14 @@ class ModelSpec:
         if self.attention_sinks:
             n += a
         return n
+
+    def tp_replicated_params(self) -> int:
+        """Attention parameters every tensor-parallel rank holds whole: MLA's down projections
+        and the norms of their latents (0 without MLA)."""
+        if not self.is_mla:
+            return 0
+        rep = sum(i * o for _, i, o, s in self.attention_linears() if s == "rep")
+        return rep + (self.q_lora_rank or 0) + self.kv_lora_rank
 
     def kv_cache_width(self) -> int:
         """Elements per token per layer a decoder caches: ``2·g·d`` (K and V), or for MLA the

@@ -97,23 +97,8 @@ def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: floa
 
 
 def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
-    """The weights of one layer on one GPU: ``(count, M tokens, N out, K in, row_parallel)``
-    (``row_parallel`` None for the MoE router). Column-parallel (QKV, MLP up) split N over
-    tp; row-parallel (output, MLP down) split K. MoE experts: ``num_experts/ep`` local experts with ``T·topk/local`` tokens each,
-    plus the router (replicated, fp32 gradients not modelled apart)."""
-    T = costs.tokens_per_gpu(b, m.seq_length, cp)
-    h, d, g = m.hidden_size, m.head_dim, m.kv_heads
-    F = m.expert_ffn
-    up = F * (2 if m.gated else 1) / tp
-    out = [(1, T, (h + 2 * g * d) / tp, h, False), (1, T, h, h / tp, True)]
-    if m.is_moe:
-        local = m.num_experts / ep
-        Me = T * m.moe_router_topk / local
-        out += [(local, Me, up, h, False), (local, Me, h, F / tp, True),
-                (1, T, m.num_experts, h, None)]
-    else:
-        out += [(1, T, up, h, False), (1, T, h, F / tp, True)]
-    return out
+    """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``)."""
+    return costs.layer_gemms(m, b, tp, cp, ep)
 
 
 def _rates(gpu: GPU, dtype: str) -> tuple[float, float, float]:
@@ -225,9 +210,13 @@ def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: G
     and, with fp8, the casts of the GEMM inputs) at the usable HBM bandwidth."""
     hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
     byts = costs.elementwise_bytes_fwd(m, b, tp, cp, sp)
-    if dtype == "fp8":  # inputs of the four GEMMs cast to fp8 (activations; weights amortised)
+    if dtype == "fp8":  # inputs of the GEMMs cast to fp8 (activations; weights amortised)
         T = costs.tokens_per_gpu(b, m.seq_length, cp)
-        byts = byts + FP8_CAST_BYTES * T * (2 * m.hidden_size + (m.hidden_size + m.expert_ffn) / tp)
+        # QKV and fc1 read h (whole, after the SP all-gather), the output projection and fc2
+        # their tp shard; MLA's up projections read the latents (q_lora + kv_lora)
+        latent = (m.q_lora_rank or 0) + (m.kv_lora_rank or 0)
+        byts = byts + FP8_CAST_BYTES * T * (2 * m.hidden_size + latent + (
+            m.num_attention_heads * m.v_dim + m.mean_mlp_width()) / tp)
     return byts / hbm
 
 

@@ -36,17 +36,47 @@ def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     return b * s / cp
 
 
-def gemm_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
-    """Forward FLOPs of the dense matmuls of one layer (per GPU, per micro-batch).
+def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                kind: str | None = None) -> list[tuple]:
+    """The GEMMs of one layer on one GPU: ``(count, M tokens, N out, K in, row_parallel)``.
 
-    QKV ``2T·h·(h + 2gd)/t``, output ``2T·h²/t``, MLP ``2T·h·F·(3 if gated else 2)/t`` times
-    top-k for MoE, plus the router ``2T·h·E`` (replicated across tp)."""
+    Attention: ``ModelSpec.attention_linears`` (column-parallel weights split N over tp,
+    row-parallel split K, replicated ones, MLA's down projections, whole). Dense MLP: up
+    (``F`` or ``2F`` gated) and down. MoE: ``num_experts/ep`` local experts with
+    ``T·topk/local`` tokens each, the shared experts as one MLP of their summed width, the
+    router (``row_parallel`` None: replicated, bf16) and Qwen2-MoE's shared-expert gate.
+    ``kind`` None: the mean layer (``ModelSpec.layer_shares`` scales each kind's counts)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
-    h, d = m.hidden_size, m.head_dim
-    attn = 2 * T * h * (h + 2 * m.kv_heads * d) + 2 * T * h * h
-    mlp = 2 * T * h * m.expert_ffn * (3 if m.gated else 2) * m.moe_router_topk
-    router = 2 * T * h * m.num_experts if m.is_moe else 0
-    return (attn + mlp) / tp + router
+    h, up = m.hidden_size, (2 if m.gated else 1)
+    out: list[tuple] = []
+    for _, k_in, n_out, split in m.attention_linears():
+        if split == "row":
+            out.append((1, T, n_out, k_in / tp, True))
+        else:
+            out.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
+    for kind_, w in m.layer_shares(kind).items():
+        if kind_ == "dense":
+            F = m.ffn_hidden_size
+            out += [(w, T, up * F / tp, h, False), (w, T, h, F / tp, True)]
+            continue
+        F, local = m.expert_ffn, m.num_experts / ep
+        Me = T * m.moe_router_topk / local
+        out += [(w * local, Me, up * F / tp, h, False), (w * local, Me, h, F / tp, True),
+                (w, T, m.num_experts, h, None)]
+        if m.num_shared_experts:
+            Fs = m.num_shared_experts * m.shared_ffn
+            out += [(w, T, up * Fs / tp, h, False), (w, T, h, Fs / tp, True)]
+        if m.shared_expert_gate:
+            out.append((w, T, 1, h, None))
+    return out
+
+
+def gemm_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, kind: str | None = None) -> Num:
+    """Forward FLOPs of the matmuls of one layer (per GPU, per micro-batch): ``2·M·N·K`` over
+    ``layer_gemms``. For a standard layer: QKV ``2T·h·(a+2g)d/t``, output ``2T·ad·h/t``, MLP
+    ``2T·h·F·(3 if gated else 2)/t`` (times top-k for MoE, plus the shared experts) and the
+    router ``2T·h·E`` (replicated across tp). ``kind`` None: the mean layer."""
+    return sum(2.0 * c * M * N * K for c, M, N, K, _ in layer_gemms(m, b, tp, cp, 1, kind))
 
 
 def causal_fraction(s: int) -> float:
@@ -57,14 +87,64 @@ def causal_fraction(s: int) -> float:
     return (n + 1) / (2.0 * n)
 
 
+def _causal_blocks(n: int, w: int) -> int:
+    """128x128 blocks a causal kernel computes over ``n`` query blocks when each reaches back
+    at most ``w`` key blocks (its own included): ``sum min(i+1, w)``."""
+    if n <= w:
+        return n * (n + 1) // 2
+    return w * (w + 1) // 2 + (n - w) * w
+
+
+SCORE_MODES = ("square", "causal", "kernel")
+
+
+def score_elements(s: int, window: int | None = None, kind: str = "sliding",
+                   mode: str = "square") -> float:
+    """Score elements one head of one sequence computes (QK^T entries, per layer).
+
+    ``mode`` "square": the model-FLOP convention, ``s²`` for full attention, the band
+    ``s² - (s-W)²`` for a sliding window of ``W < s`` keys, ``sum ℓ²`` over the chunks of
+    chunked attention (Llama 4: each chunk of ``C`` tokens attends within itself). "causal":
+    the pairs a causal mask keeps, ``s(s+1)/2``, ``sum min(i+1, W)`` in a sliding window,
+    ``sum ℓ(ℓ+1)/2`` over chunks. "kernel": the 128x128 blocks a causal kernel that skips
+    masked blocks computes, ``s²·causal_fraction(s)``; in a sliding window each query block
+    reaches back ``ceil((W-1)/128) + 1`` key blocks. A window of at least ``s`` is full
+    attention."""
+    if mode not in SCORE_MODES:
+        raise ValueError(f"mode={mode!r}: must be one of {', '.join(SCORE_MODES)}")
+    if window is None or window >= s:
+        return {"square": float(s * s), "causal": s * (s + 1) / 2.0,
+                "kernel": s * s * causal_fraction(s)}[mode]
+    if kind == "chunked":
+        q, r = divmod(s, window)
+        return sum(score_elements(c, None, mode=mode) for c in [window] * q + ([r] if r else []))
+    if mode == "square":
+        return float(s * s - (s - window) ** 2)
+    if mode == "causal":
+        return window * (window + 1) / 2.0 + (s - window) * window
+    n = max(1, -(-int(s) // 128))
+    return s * s * _causal_blocks(n, -(-(window - 1) // 128) + 1) / (n * n)
+
+
+def mean_score_elements(m: ModelSpec, mode: str = "square") -> float:
+    """``score_elements`` of the mean layer: windowed and full layers weighted by count."""
+    s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
+    full = score_elements(s, None, mode=mode)
+    if not nw:
+        return full
+    win = score_elements(s, m.sliding_window, m.window_kind, mode)
+    return ((L - nw) * full + nw * win) / L
+
+
 def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num) -> Num:
-    """QK^T and AV FLOPs per GPU: ``4·b·s²·h/(t·c)`` for the full square, times
-    ``causal_fraction(s)`` when the kernel skips the masked blocks (``causal_skip`` = 1)."""
-    s = m.seq_length
-    full = 4 * b * s * s * m.hidden_size / (tp * cp)
-    frac = causal_fraction(s)
-    return full * np.where(causal_skip, frac, 1.0) if np.ndim(causal_skip) else \
-        full * (frac if causal_skip else 1.0)
+    """QK^T and AV FLOPs per GPU of the mean layer: ``2·b·a·(d_qk + d_v)/(t·c)`` per score
+    element (``4·b·s²·h/(t·c)`` for the full square of a standard layer, ``a·d = h``), over
+    ``mean_score_elements`` (the full square, or the causal kernel's blocks when it skips the
+    masked ones, ``causal_skip`` = 1; windows as ``score_elements``)."""
+    per = 2 * b * m.num_attention_heads * (m.head_dim + m.v_dim) / (tp * cp)
+    full, skip = mean_score_elements(m, "square"), mean_score_elements(m, "kernel")
+    return per * np.where(causal_skip, skip, full) if np.ndim(causal_skip) else \
+        per * (skip if causal_skip else full)
 
 
 def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
@@ -89,9 +169,9 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
     attention core, except under FlashAttention, which recomputes it inside its own backward
     (not counted, as in MFU). With no recomputation this equals ``model_flops_per_step``."""
-    s, h, L = m.seq_length, m.hidden_size, m.num_layers
+    L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
-    attn = 4 * gbs * s * s * h * L
+    attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
     extra = np.where(recompute == 2, gemm + attn,
                      np.where((recompute == 1) & np.logical_not(flash), attn, 0.0))
     return model_flops_per_step(m, gbs) + extra
@@ -99,13 +179,46 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
 
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
     """Model FLOPs of one optimizer step (no recomputation): 3 × forward, the attention square
-    counted in full (Narayanan eq. 3 without the recompute forward; docs/formulas.md §2b)."""
-    s, h = m.seq_length, m.hidden_size
-    T = gbs * s
-    fwd_gemm = gemm_flops_fwd(m, gbs, 1, 1) * m.num_layers
-    fwd_attn = 4 * gbs * s * s * h * m.num_layers
-    fwd_head = 2 * T * h * m.vocab_size
-    return 3 * (fwd_gemm + fwd_attn + fwd_head)
+    counted in full (Narayanan eq. 3 without the recompute forward; docs/formulas.md §2b).
+    The multi-token-prediction modules are not counted (``training_flops_per_token``)."""
+    return gbs * m.seq_length * training_flops_per_token(m, causal=False)
+
+
+def head_flops_fwd_per_token(m: ModelSpec) -> float:
+    """The output layer's logits GEMM, ``2·h·V`` per token."""
+    return 2.0 * m.hidden_size * m.vocab_size
+
+
+def attn_core_flops_per_token(m: ModelSpec, causal: bool = False) -> float:
+    """Forward QK^T and AV FLOPs per token of all layers: ``2·a·(d_qk + d_v)`` per score
+    element, over the square or (``causal``) the causal pairs, ``mean_score_elements / s``."""
+    per = 2.0 * m.num_attention_heads * (m.head_dim + m.v_dim)
+    return per * m.num_layers * mean_score_elements(m, "causal" if causal else "square") \
+        / m.seq_length
+
+
+def mtp_flops_fwd_per_token(m: ModelSpec, causal: bool = False) -> float:
+    """Forward FLOPs per token of the multi-token-prediction modules (DeepSeek-V3 §2.2): per
+    module, the ``2h -> h`` projection, one transformer layer (MoE when the model is) with its
+    attention and a pass through the shared output head."""
+    if not m.num_nextn_predict_layers:
+        return 0.0
+    kind = "moe" if m.is_moe else "dense"
+    attn = 2.0 * m.num_attention_heads * (m.head_dim + m.v_dim) / m.seq_length * \
+        score_elements(m.seq_length, mode="causal" if causal else "square")
+    per = (2.0 * 2 * m.hidden_size ** 2 + gemm_flops_fwd(m, 1, 1, 1, kind) / m.seq_length
+           + attn + head_flops_fwd_per_token(m))
+    return m.num_nextn_predict_layers * per
+
+
+def training_flops_per_token(m: ModelSpec, causal: bool = False, mtp: bool = False) -> float:
+    """FLOPs of one token's forward and backward (3 x forward): every layer's GEMMs, the
+    attention core (the full square, or the causal pairs ``s(s+1)/2`` when ``causal``: the
+    count behind DeepSeek's published FLOPs per token), the output head, and with ``mtp`` the
+    multi-token-prediction modules. Embedding lookups, norms and activations not counted."""
+    fwd = gemm_flops_fwd(m, 1, 1, 1) * m.num_layers / m.seq_length \
+        + attn_core_flops_per_token(m, causal) + head_flops_fwd_per_token(m)
+    return 3.0 * (fwd + (mtp_flops_fwd_per_token(m, causal) if mtp else 0.0))
 
 
 # ----------------------------------------------------------------------------- memory traffic
@@ -121,11 +234,19 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Nu
     T = tokens_per_gpu(b, m.seq_length, cp)
     h = m.hidden_size
     norm_drop = (8 * h + 2 * (6 * h + h)) * T
-    act_elems = (3 if m.gated else 2) * m.expert_ffn * m.moe_router_topk
+    act_elems = (3 if m.gated else 2) * m.mean_mlp_width()
     act = 2 * act_elems * T / tp
-    rope = 2 * 2 * (h + m.kv_heads * m.head_dim) * T / tp if m.position_embedding == "rope" else 0
+    rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
     shard = np.where(sp, tp, 1) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
     return norm_drop / shard + act + rope
+
+
+def rope_width(m: ModelSpec) -> int:
+    """Elements per token rotary embedding rotates: q and k, ``(a + g)·d``; MLA rotates only
+    the rope part of each query head and the one shared rope key, ``(a + 1)·d_rope``."""
+    if m.is_mla:
+        return (m.num_attention_heads + 1) * m.qk_rope_head_dim
+    return (m.num_attention_heads + m.kv_heads) * m.head_dim
 
 
 def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
@@ -157,26 +278,31 @@ def pp_p2p_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
 
 def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """Ring attention: each GPU passes its K and V blocks around the ring, ``c-1`` steps of
-    ``2·T·g·d/t`` elements (forward); the backward sends K, V and their gradients (2×)."""
+    ``T·g·(d + d_v)/t`` elements (``2·T·g·d/t`` for a standard layer; MLA's up-projected K and
+    V have ``a`` heads); the backward sends K, V and their gradients (2×)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
-    return ACT_BYTES * 2 * T * m.kv_heads * m.head_dim / tp * (cp - 1)
+    return ACT_BYTES * T * m.kv_heads * (m.head_dim + m.v_dim) / tp * (cp - 1)
 
 
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> Num:
-    """MoE token dispatch + combine per layer forward, per GPU: each token's hidden vector goes
-    to top-k experts and comes back; the share ``(ep-1)/ep`` leaves the GPU."""
+    """MoE token dispatch + combine per forward of the mean layer, per GPU: each token's hidden
+    vector goes to top-k experts and comes back; the share ``(ep-1)/ep`` leaves the GPU; only
+    MoE layers (their share of the layers) exchange tokens."""
     if not m.is_moe:
         return 0.0 * ep
     T = tokens_per_gpu(b, m.seq_length, cp)
-    return 2 * ACT_BYTES * T * m.hidden_size * m.moe_router_topk * (ep - 1) / ep / tp
+    moe_share = m.num_moe_layers / m.num_layers
+    return 2 * ACT_BYTES * T * m.hidden_size * m.moe_router_topk * (ep - 1) / ep / tp * moe_share
 
 
 # ----------------------------------------------------------------------------- parameters
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:
-    """Parameters of one layer held by one GPU: experts sharded over ep·tp, the rest over tp."""
-    experts = m.mlp_params_per_expert() * m.num_experts if m.is_moe else 0
-    dense = m.layer_params() - experts
-    return dense / tp + experts / (tp * ep)
+    """Parameters of the mean layer held by one GPU: routed experts (with their biases)
+    sharded over ep·tp, MLA's down projections whole (``tp_replicated_params``), the rest
+    over tp."""
+    experts, rep = m.expert_params_per_layer(), m.tp_replicated_params()
+    dense = m.layer_params() - experts - rep
+    return dense / tp + rep + experts / (tp * ep)
 
 
 def embedding_params_per_gpu(m: ModelSpec, tp: Num) -> Num:

@@ -72,17 +72,18 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     114.0
     """
     s, b, h = seq_len, micro_batch_size, model.hidden_size
-    sbh = s * b * h
-    sbf = s * b * model.expert_ffn
-    k = model.moe_router_topk
-    kv = s * b * model.kv_heads * model.head_dim
-    score = model.num_attention_heads * s * s * b
+    sb, a = s * b, model.num_attention_heads
+    sbh = sb * h
+    sbf = sb * model.mean_mlp_width()         # k experts' (and the shared experts') width
+    copies = model.mean_expert_copies()
+    score = a * s * s * b
     return {
-        "ln1_input": 2 * sbh, "qkv_input": 2 * sbh, "q": 2 * sbh, "k_v": 4 * kv,
+        "ln1_input": 2 * sbh, "qkv_input": 2 * sbh, "q": 2 * sb * a * model.head_dim,
+        "k_v": 2 * sb * model.kv_heads * (model.head_dim + model.v_dim),
         "softmax_output": 2 * score, "softmax_dropout_mask": score,
-        "attention_dropout_output": 2 * score, "proj_input": 2 * sbh,
-        "attention_dropout_mask": sbh, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * k,
-        "activation_input": (4 if model.gated else 2) * sbf * k, "fc2_input": 2 * sbf * k,
+        "attention_dropout_output": 2 * score, "proj_input": 2 * sb * a * model.v_dim,
+        "attention_dropout_mask": sbh, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * copies,
+        "activation_input": (4 if model.gated else 2) * sbf, "fc2_input": 2 * sbf,
         "mlp_dropout_mask": sbh,
     }
 

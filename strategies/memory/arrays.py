@@ -77,12 +77,8 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     seq_div = np.where(sp, tp, 1.0)
 
     # parameters held here (memory.layer_params_per_gpu, embedding/head_params_per_gpu)
-    expert = 0.0
-    if m.is_moe:
-        expert = m.num_experts * m.mlp_params_per_expert()
-        if m.bias:
-            expert += m.num_experts * (m.expert_ffn * (2 if m.gated else 1) + h)
-    dense_l, expert_l = (m.layer_params() - expert) / tp, expert / (ep * tp)
+    expert, rep = m.expert_params_per_layer(), m.tp_replicated_params()
+    dense_l, expert_l = (m.layer_params() - expert - rep) / tp + rep, expert / (ep * tp)
     n_layers = m.num_layers // pp
     emb_p = np.where(is_first, m.embedding_params() / tp, 0.0)
     if m.tie_word_embeddings:

@@ -99,14 +99,9 @@ def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float,
     """``(dense, expert)`` parameters of one transformer layer held by one GPU: expert MLPs
     split over ``ep·tp``, everything else over ``tp`` (norms and biases included, as
     Megatron's estimator does)."""
-    expert = 0
-    if model.is_moe:
-        expert = model.num_experts * model.mlp_params_per_expert()
-        if model.bias:
-            expert += model.num_experts * (model.expert_ffn * (2 if model.gated else 1)
-                                           + model.hidden_size)
-    dense = model.layer_params() - expert
-    return dense / tp, expert / (ep * tp)
+    expert, rep = model.expert_params_per_layer(), model.tp_replicated_params()
+    dense = model.layer_params() - expert - rep
+    return dense / tp + rep, expert / (ep * tp)
 
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
