@@ -71,6 +71,14 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     a += {"bf16": ["--bf16"], "fp16": ["--fp16"],
           "fp8": ["--bf16", "--fp8-format hybrid"]}[job.dtype]
     a += _model_args(m)
+    if m.sliding_window is not None:
+        notes.append(f"{m.window_kind} attention ({m.sliding_window} tokens"
+                     + (f", one layer in {m.global_attention_every} global" if
+                        m.global_attention_every else "") + ") has no flag here: set it in "
+                     "the model's layer spec (the estimate counts the windowed FLOPs)")
+    if m.attention_sinks:
+        notes.append("attention sinks (gpt-oss) have no Megatron-LM flag: the model code "
+                     "must add them")
     head = f"torchrun --nproc_per_node {cl.gpus_per_node} --nnodes {cl.num_nodes} pretrain_gpt.py"
     return " \\\n    ".join([head] + a), notes
 
@@ -81,6 +89,16 @@ def _model_args(m) -> list[str]:
          f"--ffn-hidden-size {m.ffn_hidden_size}"]
     if m.kv_heads != m.num_attention_heads:
         a += ["--group-query-attention", f"--num-query-groups {m.kv_heads}"]
+    if m.kv_channels:
+        a.append(f"--kv-channels {m.kv_channels}")
+    if m.qk_norm:
+        a.append("--qk-layernorm")
+    if m.is_mla:
+        a += ["--multi-latent-attention", f"--kv-lora-rank {m.kv_lora_rank}",
+              f"--qk-head-dim {m.qk_nope_head_dim}", f"--qk-pos-emb-head-dim {m.qk_rope_head_dim}",
+              f"--v-head-dim {m.v_head_dim}"]
+        if m.q_lora_rank:
+            a.append(f"--q-lora-rank {m.q_lora_rank}")
     if m.gated:
         a.append("--swiglu")
     if m.norm.lower().startswith("rms"):
@@ -95,7 +113,30 @@ def _model_args(m) -> list[str]:
         a += [f"--num-experts {m.num_experts}", f"--moe-router-topk {m.moe_router_topk}"]
         if m.moe_ffn_hidden_size:
             a.append(f"--moe-ffn-hidden-size {m.moe_ffn_hidden_size}")
+        if m.num_shared_experts:   # Megatron: the summed width of the shared experts
+            a.append("--moe-shared-expert-intermediate-size "
+                     f"{m.num_shared_experts * m.shared_ffn}")
+        if m.shared_expert_gate:
+            a.append("--moe-shared-expert-gate")
+        if m.num_moe_layers != m.num_layers:
+            a.append(f"--moe-layer-freq '{_layer_pattern(m)}'")
+        if m.router_bias and not m.bias:   # DeepSeek-V3's auxiliary-loss-free balancing bias
+            a.append("--moe-router-enable-expert-bias")
+    if m.num_nextn_predict_layers:
+        a.append(f"--mtp-num-layers {m.num_nextn_predict_layers}")
     return a
+
+
+def _layer_pattern(m) -> str:
+    """Megatron's ``--moe-layer-freq`` list expression: runs of 0 (dense) and 1 (MoE)."""
+    runs: list[list] = []
+    for k in m.layer_kinds():
+        bit = int(k == "moe")
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
 
 
 def _refuse(why: str) -> None:

@@ -290,3 +290,25 @@ def test_reports_carry_the_parameter_counts(tmp_path, capsys, cmd):
     path.write_text(json.dumps({**mo, "params_total": 1}))
     with pytest.raises(SpecError, match="params_total=1"):
         load_model_arg(str(path))
+
+
+def test_megatron_launch_arguments_carry_the_architecture():
+    """The Megatron-LM command of a plan builds the same model: MLA, shared experts, dense
+    first layers, MTP, the expert bias (DeepSeek-V3); head size and q/k norms (Qwen3)."""
+    from strategies.job import make_job
+    from strategies.launch import megatron_args
+    from strategies.plan import parse_plan
+    from topologies.cluster import parse_cluster_arg
+    job = make_job(model_preset("deepseek-v3"), parse_cluster_arg("hgx-h800:256"),
+                   parse_plan("pp=1,ep=64,gbs=16384"))
+    text, _ = megatron_args(job)
+    for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
+                 "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128",
+                 "--moe-shared-expert-intermediate-size 2048", "--moe-layer-freq '([0]*3+[1]*58)'",
+                 "--mtp-num-layers 1", "--moe-router-enable-expert-bias", "--num-experts 256"):
+        assert flag in text, flag
+    job = make_job(model_preset("qwen3-30b-a3b"), parse_cluster_arg("dgx-h100:1"),
+                   parse_plan("ep=8,gbs=64"))
+    text, notes = megatron_args(job)
+    assert "--kv-channels 128" in text and "--qk-layernorm" in text and not notes
+    assert "--moe-layer-freq" not in text and "--multi-latent-attention" not in text
