@@ -70,8 +70,7 @@ def _neutral(v: Any) -> bool:
 
 def _refuse_unread(cfg: Mapping[str, Any], mt: str, read: set[str]) -> None:
     """Refuse a field that changes the cost but that ``mt`` does not read."""
-    for k in sorted(str(k) for k in cfg):
-        v = cfg[k]
+    for k, v in sorted(((str(k), v) for k, v in cfg.items()), key=lambda kv: kv[0]):
         if k in read or k in _NEUTRAL:
             continue
         if (k in _COST_FIELDS and not _neutral(v)) or \

@@ -490,3 +490,24 @@ def test_cli_estimate_never_a_traceback(items, model, cluster, extra):
         assert err.count("\n") == 1 and err.startswith("paraplan"), err
     else:
         json.loads(out)
+
+
+_HF_DIR = os.path.join(os.path.dirname(__file__), "data", "hf")
+_HF_FILES = sorted(f for f in os.listdir(_HF_DIR) if f.endswith(".json"))
+
+
+@fuzz(400)
+@given(st.data(), st.sampled_from(_HF_FILES))
+def test_frontier_hf_configs_mutated(data, fname):
+    """The real-shaped MoE/MLA configs (tests/data/hf/), mutated: a valid model or a clean
+    SpecError, never a traceback."""
+    with open(os.path.join(_HF_DIR, fname)) as f:
+        cfg = json.load(f)
+    if "text_config" in cfg and data.draw(st.booleans()):
+        cfg["text_config"] = _mutate(cfg["text_config"], list(cfg["text_config"]), data)
+    else:
+        cfg = _mutate(cfg, list(cfg) + ["sliding_window", "layer_types", "q_lora_rank"], data)
+    m = clean(model_from_hf, cfg, "fuzz")
+    if m is not None:
+        assert isinstance(m, ModelSpec) and m.num_params() > 0
+        assert m.active_params() <= m.num_params() + m.embedding_params()
