@@ -472,8 +472,9 @@ def test_presets_json(capsys):
     assert {"dgx-a100", "dgx-h100"} <= {c["name"] for c in d["clusters"]}
     assert {"A100-SXM4-80GB", "H100-SXM5-80GB"} <= {g["name"] for g in d["gpus"]}
     for m in d["models"]:
-        assert set(m) >= {"name", "params_b", "layers", "hidden", "heads", "kv_heads", "seq_len",
-                          "experts"}
+        assert set(m) >= {"name", "params_b", "active_params_b", "layers", "hidden", "heads",
+                          "kv_heads", "seq_len", "experts"}
+        assert m["active_params_b"] <= m["params_b"]
     for g in d["gpus"]:
         assert set(g) >= {"name", "bf16_tflops", "fp8_tflops", "hbm_gib", "hbm_tb_s"}
 

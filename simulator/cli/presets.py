@@ -16,7 +16,8 @@ def register(sub) -> None:
 
 
 def _model_row(m) -> dict:
-    return {"name": m.name, "params_b": m.num_params() / 1e9, "layers": m.num_layers,
+    return {"name": m.name, "params_b": m.num_params() / 1e9,
+            "active_params_b": m.active_params() / 1e9, "layers": m.num_layers,
             "hidden": m.hidden_size, "heads": m.num_attention_heads, "kv_heads": m.kv_heads,
             "seq_len": m.seq_length, "experts": m.num_experts}
 
@@ -32,9 +33,11 @@ def run(args: argparse.Namespace) -> int:
         emit_json({"models": models, "gpus": gpus, "clusters": clusters})
         return 0
     print("Models")
-    print(table(["name", "params", "layers", "hidden", "heads", "kv", "seq", "experts"],
-                [[m["name"], f"{m['params_b']:.1f}B", m["layers"], m["hidden"], m["heads"],
-                  m["kv_heads"], m["seq_len"], m["experts"] or "-"] for m in models]))
+    print(table(["name", "params", "active", "layers", "hidden", "heads", "kv", "seq", "experts"],
+                [[m["name"], f"{m['params_b']:.1f}B",
+                  f"{m['active_params_b']:.1f}B" if m["experts"] > 1 else "-", m["layers"],
+                  m["hidden"], m["heads"], m["kv_heads"], m["seq_len"], m["experts"] or "-"]
+                 for m in models]))
     print("\nGPUs")
     print(table(["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"],
                 [[g["name"], f"{g['bf16_tflops']:.0f}",
