@@ -39,9 +39,7 @@ _NEUTRAL = {  # known keys that change neither FLOPs, bytes nor memory of traini
     "max_window_layers", "output_router_logits", "router_aux_loss_coef", "norm_topk_prob",
     "n_group", "topk_group", "topk_method", "scoring_func", "routed_scaling_factor",
     "aux_loss_alpha", "seq_aux", "ep_size", "router_jitter_noise", "swiglu_limit",
-    "initial_context_length", "num_hidden_layers", "hidden_size", "num_attention_heads",
-    "num_key_value_heads", "intermediate_size", "hidden_act", "use_qk_norm",
-    "no_rope_layer_interval", "attn_temperature_tuning", "rotary_emb_base", "rotary_pct",
+    "initial_context_length", "hidden_act", "use_qk_norm", "attn_temperature_tuning",
 }
 
 
@@ -234,7 +232,7 @@ def _llama4(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     chunked local attention on all layers but every ``no_rope_layer_interval``-th."""
     read = _READ_COMMON | {"num_local_experts", "num_experts_per_tok", "intermediate_size_mlp",
                            "interleave_moe_layer_step", "moe_layers", "attention_chunk_size",
-                           "no_rope_layers", "layer_types"}
+                           "no_rope_layers", "no_rope_layer_interval", "layer_types"}
     args = _common(cfg)
     args["bias"] = _attention_bias(cfg, mt)
     L = args["num_layers"]
