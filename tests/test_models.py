@@ -127,7 +127,7 @@ def _count(shapes) -> int:
     return n
 
 
-FILES = {"deepseek_v3": "deepseek-v3", "deepseek_v2_lite": None, "qwen3_30b_a3b": "qwen3-30b-a3b",
+FILES = {"deepseek_v3": "deepseek-v3", "deepseek_v2": None, "deepseek_v2_lite": None, "qwen3_30b_a3b": "qwen3-30b-a3b",
          "qwen3_235b_a22b": "qwen3-235b-a22b", "qwen3_8b": None, "qwen2_57b_a14b": None,
          "mixtral_8x22b": "mixtral-8x22b", "gpt_oss_120b": "gpt-oss-120b", "llama4_scout": None}
 
@@ -150,10 +150,12 @@ def test_hf_config_is_the_preset(name):
 
 
 # Other cards: DeepSeek-V2-Lite "15.7B total, 2.4B activated" (2.45B without the embedding);
+# DeepSeek-V2 "236B total, 21B activated";
 # Qwen3-8B "8.2B, 6.95B non-embedding"; Qwen2-57B-A14B "57B, 14B activated"; Llama 4 Scout
 # "17B active" (its "109B total" adds the vision encoder, not modelled: text 107.77B).
 @pytest.mark.parametrize("name,total,active,emb,tol", [
-    ("deepseek_v2_lite", 15.7e9, 2.4e9, False, 0.06e9), ("qwen2_57b_a14b", 57e9, 14e9, True, 0.5e9),
+    ("deepseek_v2_lite", 15.7e9, 2.4e9, False, 0.06e9), ("deepseek_v2", 236e9, 21e9, False, 0.5e9),
+    ("qwen2_57b_a14b", 57e9, 14e9, True, 0.5e9),
     ("llama4_scout", 107.77e9, 17e9, True, 0.5e9)])
 def test_other_configs_against_their_cards(name, total, active, emb, tol):
     m = model_from_hf(hf(name), name)

@@ -56,6 +56,16 @@ def test_deepseek_v3_training_flops_per_token_against_the_published_figure():
     assert f == pytest.approx(6 * matmul + attn, rel=REL)
 
 
+def test_deepseek_v2_training_flops_per_token_against_the_published_figure():
+    """The same table gives DeepSeek-V2 (236B) 155 GFLOPs per token at 4,096 tokens: 155.31."""
+    import json
+    from pathlib import Path
+    from strategies.hf_config import model_from_hf
+    cfg = json.loads((Path(__file__).parent / "data" / "hf" / "deepseek_v2.json").read_text())
+    m = model_from_hf(cfg).with_seq_length(4096)
+    assert abs(costs.training_flops_per_token(m, causal=True) / 155e9 - 1) < 0.005
+
+
 def _non_matmul(m: ModelSpec) -> int:
     """Active parameters that are not matmul weights: norms, MLA's latent norms, the router
     bias (the router weights are a GEMM)."""
