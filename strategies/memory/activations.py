@@ -58,7 +58,7 @@ TERM_KINDS = {
     "ln1_input": "seq", "qkv_input": "seq", "q": "tp", "k_v": "tp", "softmax_output": "score",
     "softmax_dropout_mask": "score", "attention_dropout_output": "score", "proj_input": "tp",
     "attention_dropout_mask": "seq", "ln2_input": "seq", "fc1_input": "seq",
-    "activation_input": "tp", "fc2_input": "tp", "mlp_dropout_mask": "seq",
+    "activation_input": "tp", "fc2_input": "tp", "mlp_dropout_mask": "seq", "mla_latents": "seq",
 }
 
 
@@ -85,6 +85,10 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         "attention_dropout_mask": sbh, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * copies,
         "activation_input": (4 if model.gated else 2) * sbf, "fc2_input": 2 * sbf,
         "mlp_dropout_mask": sbh,
+        # MLA: the q and kv latents before their norms and after (the up projections' inputs)
+        # and the shared rope key; none without MLA
+        "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
+                        + 2 * sb * model.qk_rope_head_dim) if model.is_mla else 0,
     }
 
 
