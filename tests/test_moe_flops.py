@@ -166,3 +166,42 @@ def test_layer_time_runs_on_the_new_models_and_broadcasts():
             one = layer_time(m, 1, int(t), 1, 8, True, True, 0, gpu, "bf16")
             assert float(one.fwd) == pytest.approx(float(lt.fwd[i]), rel=REL)
             assert float(one.bwd) > float(one.fwd) > 0
+
+
+def _small_deepseek() -> ModelSpec:
+    """DeepSeek-V3's layer shapes on 8 layers (2 dense) with a small vocabulary, so that pp
+    can divide the layers."""
+    from dataclasses import replace
+    return replace(model_preset("deepseek-v3"), name="ds-small", num_layers=8,
+                   first_k_dense_replace=2, vocab_size=32000, seq_length=1024)
+
+
+@pytest.mark.parametrize("name", ["ds-small", "qwen3-30b-a3b", "gpt-oss-120b"])
+def test_vectorised_memory_equals_the_memory_model_for_frontier_models(name):
+    """The search's array memory model and the per-stage scalar one agree plan by plan on MLA,
+    mixed dense/MoE layers, head sizes other than hidden/heads and windows."""
+    from strategies.job import make_job
+    from strategies.memory.arrays import peak_memory_arrays
+    from strategies.memory.scalar import peak_memory
+    from strategies.search.space import SpaceOptions, enumerate_space
+    from topologies.cluster import cluster_preset
+    import math
+    m = _small_deepseek() if name == "ds-small" else model_preset(name)
+    sp = enumerate_space(m, cluster_preset("dgx-h100", 2), 32,
+                         SpaceOptions(memory_limit_bytes=math.inf, max_bubble=1e9))
+    assert sp.size > 0 and (sp.cols["ep"] > 1).any()
+    rng = np.random.default_rng(1)
+    idx = rng.choice(sp.size, size=min(80, sp.size), replace=False)
+    vec = peak_memory_arrays(sp.model, sp.subset(idx))
+    for j, i in enumerate(idx.tolist()):
+        job = make_job(sp.model, sp.cluster, sp.plan(i))
+        assert vec[j] == pytest.approx(peak_memory(job)[1].total, rel=1e-12), sp.key(i)
+
+
+def test_mla_activation_latents():
+    from strategies.memory.activations import layer_activation_terms
+    m = model_preset("deepseek-v3")
+    t = layer_activation_terms(m, 4096, 1)
+    assert t["mla_latents"] == 8320 * 4096
+    assert t["k_v"] == 2 * 4096 * 128 * (192 + 128) and t["q"] == 2 * 4096 * 128 * 192
+    assert layer_activation_terms(model_preset("llama3-8b"), 4096, 1)["mla_latents"] == 0
