@@ -191,7 +191,7 @@ def _check_model(m: ModelSpec) -> None:
     for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
               "vocab_size", "seq_length", "num_experts", "moe_router_topk"):
         assert type(getattr(m, f)) is int and getattr(m, f) >= 1
-    assert m.hidden_size % m.num_attention_heads == 0
+    assert m.hidden_size % m.num_attention_heads == 0 or m.kv_channels or m.is_mla
     assert m.num_attention_heads % m.kv_heads == 0
     assert type(m.tie_word_embeddings) is bool and type(m.bias) is bool
     n = m.num_params()
@@ -439,7 +439,19 @@ def test_file_refusals_name_the_problem():
 
 SMALL_MODELS = [ModelSpec("fuzz", 8, 512, 8, 2048, 1000, 256, 4, "swiglu"),
                 ModelSpec("fuzz-moe", 4, 256, 8, 512, 1000, 128, 8, "swiglu", num_experts=4,
-                          moe_router_topk=2)]
+                          moe_router_topk=2),
+                # DeepSeek-style: MLA, a shared expert, a dense first layer, an MTP module
+                ModelSpec("fuzz-mla", 4, 256, 8, 512, 1000, 128, activation="swiglu",
+                          num_experts=4, moe_router_topk=2, moe_ffn_hidden_size=128,
+                          q_lora_rank=64, kv_lora_rank=32, qk_rope_head_dim=16,
+                          qk_nope_head_dim=32, v_head_dim=32, num_shared_experts=1,
+                          first_k_dense_replace=1, num_nextn_predict_layers=1, router_bias=True,
+                          position_embedding="rope", norm="rmsnorm"),
+                # gpt-oss-style: head size 64 != 256/8, biases, sinks, a window on every other layer
+                ModelSpec("fuzz-win", 4, 256, 8, 512, 1000, 256, 2, "swiglu", num_experts=4,
+                          moe_router_topk=2, kv_channels=64, bias=True, router_bias=True,
+                          attention_sinks=True, sliding_window=32, global_attention_every=2,
+                          position_embedding="rope", norm="rmsnorm")]
 
 
 @fuzz(200)
