@@ -205,3 +205,15 @@ def test_mla_activation_latents():
     assert t["mla_latents"] == 8320 * 4096
     assert t["k_v"] == 2 * 4096 * 128 * (192 + 128) and t["q"] == 2 * 4096 * 128 * 192
     assert layer_activation_terms(model_preset("llama3-8b"), 4096, 1)["mla_latents"] == 0
+
+
+def test_unfused_attention_computes_the_whole_square_under_a_window():
+    """A fused kernel skips the blocks outside the window; the unfused path computes the whole
+    square and masks it, so a window does not shorten it."""
+    from dataclasses import replace
+    from strategies.cost.compute import attention_time_fwd
+    gpu = get_gpu("H100")
+    m = model_preset("gpt-oss-120b")
+    full = replace(m, sliding_window=None, global_attention_every=0)
+    assert attention_time_fwd(m, 1, 1, 1, False, gpu) == attention_time_fwd(full, 1, 1, 1, False, gpu)
+    assert attention_time_fwd(m, 1, 1, 1, True, gpu)[0] < attention_time_fwd(full, 1, 1, 1, True, gpu)[0]

@@ -191,8 +191,9 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     hbm = gpu.hbm_bandwidth * HBM_EFFICIENCY
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
     t_flash = slow * f_flash / (peak * gpu.flash_efficiency(fw.attention_kernel))
-    f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False)
-    # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV)
+    f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False, windows=False)
+    # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV) over the whole
+    # score square (a window only masks it)
     d = m.head_dim
     s = m.seq_length
     rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)

@@ -126,23 +126,27 @@ def score_elements(s: int, window: int | None = None, kind: str = "sliding",
     return s * s * _causal_blocks(n, -(-(window - 1) // 128) + 1) / (n * n)
 
 
-def mean_score_elements(m: ModelSpec, mode: str = "square") -> float:
-    """``score_elements`` of the mean layer: windowed and full layers weighted by count."""
+def mean_score_elements(m: ModelSpec, mode: str = "square", windows: bool = True) -> float:
+    """``score_elements`` of the mean layer: windowed and full layers weighted by count
+    (``windows`` False: every layer full, what an unfused kernel computes before masking)."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
     full = score_elements(s, None, mode=mode)
-    if not nw:
+    if not nw or not windows:
         return full
     win = score_elements(s, m.sliding_window, m.window_kind, mode)
     return ((L - nw) * full + nw * win) / L
 
 
-def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num) -> Num:
+def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num,
+                        windows: bool = True) -> Num:
     """QK^T and AV FLOPs per GPU of the mean layer: ``2·b·a·(d_qk + d_v)/(t·c)`` per score
     element (``4·b·s²·h/(t·c)`` for the full square of a standard layer, ``a·d = h``), over
     ``mean_score_elements`` (the full square, or the causal kernel's blocks when it skips the
-    masked ones, ``causal_skip`` = 1; windows as ``score_elements``)."""
+    masked ones, ``causal_skip`` = 1; windows as ``score_elements``, or ignored with
+    ``windows`` False: the unfused path computes the whole square and masks it)."""
     per = 2 * b * m.num_attention_heads * (m.head_dim + m.v_dim) / (tp * cp)
-    full, skip = mean_score_elements(m, "square"), mean_score_elements(m, "kernel")
+    full = mean_score_elements(m, "square", windows)
+    skip = mean_score_elements(m, "kernel")
     return per * np.where(causal_skip, skip, full) if np.ndim(causal_skip) else \
         per * (skip if causal_skip else full)
 
