@@ -37,7 +37,7 @@ _STRUCTURAL = re.compile(r"expert|lora|nextn|window|chunk|moe|shared|dense|spars
                          r"head_dim|num_.*layers|intermediate|kv_|_rank", re.ASCII)
 _NEUTRAL = {  # known keys that change neither FLOPs, bytes nor memory of training
     "max_window_layers", "output_router_logits", "router_aux_loss_coef", "norm_topk_prob",
-    "n_group", "topk_group", "topk_method", "scoring_func", "routed_scaling_factor",
+    "topk_method", "scoring_func", "routed_scaling_factor",
     "aux_loss_alpha", "seq_aux", "ep_size", "router_jitter_noise", "swiglu_limit",
     "initial_context_length", "hidden_act", "use_qk_norm", "attn_temperature_tuning",
 }
@@ -197,7 +197,8 @@ def _deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     read = _READ_COMMON | {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
                            "n_shared_experts", "first_k_dense_replace", "moe_layer_freq",
                            "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim",
-                           "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers"}
+                           "qk_nope_head_dim", "v_head_dim", "num_nextn_predict_layers",
+                           "n_group", "topk_group"}
     args = _common(cfg)
     args.pop("kv_channels")
     args["num_query_groups"] = None      # MLA: every head has its own K and V (no GQA)
@@ -208,6 +209,10 @@ def _deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         raise SpecError("moe_layer_freq", cfg["moe_layer_freq"], "DeepSeek's MoE layer "
                         "frequency other than 1 is not modelled")
     topk_method = cfg.get("topk_method")
+    # group-limited routing (V2's group_limited_greedy, V3's noaux_tc): a token's experts come
+    # from at most topk_group of n_group groups (DeepSeek-V3 maps a group to a node)
+    groups = _int(cfg, "n_group", 1)
+    limited = topk_method in ("group_limited_greedy", "noaux_tc") and groups > 1
     args.update(ffn_hidden_size=_int(cfg, "intermediate_size"),
                 num_experts=_int(cfg, "n_routed_experts"),
                 moe_router_topk=_int(cfg, "num_experts_per_tok"),
@@ -221,7 +226,9 @@ def _deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
                 v_head_dim=_int(cfg, "v_head_dim"),
                 num_nextn_predict_layers=_int(cfg, "num_nextn_predict_layers", 0, lo=0),
                 # DeepSeek-V3's auxiliary-loss-free balancing adds a bias per expert
-                router_bias=topk_method == "noaux_tc")
+                router_bias=topk_method == "noaux_tc",
+                moe_router_num_groups=groups if limited else None,
+                moe_router_group_topk=_int(cfg, "topk_group") if limited else None)
     _refuse_unread(cfg, mt, read)
     return args
 

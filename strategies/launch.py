@@ -122,6 +122,9 @@ def _model_args(m) -> list[str]:
             a.append(f"--moe-layer-freq '{_layer_pattern(m)}'")
         if m.router_bias and not m.bias:   # DeepSeek-V3's auxiliary-loss-free balancing bias
             a.append("--moe-router-enable-expert-bias")
+        if m.moe_router_num_groups:
+            a += [f"--moe-router-num-groups {m.moe_router_num_groups}",
+                  f"--moe-router-group-topk {m.moe_router_group_topk}"]
     if m.num_nextn_predict_layers:
         a.append(f"--mtp-num-layers {m.num_nextn_predict_layers}")
     return a

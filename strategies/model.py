@@ -67,6 +67,8 @@ class ModelSpec:
     moe_layer_freq: int = 1
     num_nextn_predict_layers: int = 0         # DeepSeek-V3 multi-token-prediction modules
     router_bias: bool = False                 # a bias per expert on the router (gpt-oss, DSv3)
+    moe_router_num_groups: int | None = None  # DeepSeek's group-limited routing: expert groups
+    moe_router_group_topk: int | None = None  # ... of which a token reaches at most this many
     sliding_window: int | None = None
     window_kind: str = "sliding"
     global_attention_every: int = 0
@@ -85,7 +87,7 @@ class ModelSpec:
             check_bool(f, getattr(self, f))
         for f in ("max_position_embeddings", "kv_channels", "q_lora_rank", "kv_lora_rank",
                   *_MLA_DIMS, "shared_expert_ffn_hidden_size", "moe_ffn_hidden_size",
-                  "sliding_window"):
+                  "sliding_window", "moe_router_num_groups", "moe_router_group_topk"):
             if getattr(self, f) is not None:
                 _pos_int(f, getattr(self, f))
         if self.max_position_embeddings is not None:
@@ -140,7 +142,8 @@ class ModelSpec:
             for f, v in (("num_shared_experts", self.num_shared_experts),
                          ("first_k_dense_replace", self.first_k_dense_replace),
                          ("shared_expert_gate", self.shared_expert_gate),
-                         ("router_bias", self.router_bias)):
+                         ("router_bias", self.router_bias),
+                         ("moe_router_num_groups", self.moe_router_num_groups)):
                 if v:
                     raise SpecError(f, v, "needs an MoE model (num_experts > 1)")
             return
@@ -150,6 +153,19 @@ class ModelSpec:
                             f"moe_layer_freq={self.moe_layer_freq}")
         if self.shared_expert_gate and not self.num_shared_experts:
             raise SpecError("shared_expert_gate", True, "needs num_shared_experts >= 1")
+        g, gk = self.moe_router_num_groups, self.moe_router_group_topk
+        if (g is None) != (gk is None):
+            raise SpecError("moe_router_group_topk" if g else "moe_router_num_groups", None,
+                            "group-limited routing needs both moe_router_num_groups and "
+                            "moe_router_group_topk")
+        if g is not None:
+            if self.num_experts % g:
+                raise SpecError("moe_router_num_groups", g,
+                                f"must divide num_experts={self.num_experts}")
+            if gk > g or self.moe_router_topk > gk * (self.num_experts // g):
+                raise SpecError("moe_router_group_topk", gk, f"must be <= moe_router_num_groups="
+                                f"{g} and leave room for moe_router_topk={self.moe_router_topk} "
+                                f"experts ({self.num_experts // g} per group)")
 
     # Derived shapes --------------------------------------------------------------------------
     @property
@@ -444,7 +460,8 @@ _LIMITS = {"num_layers": MAX_LAYERS, "hidden_size": MAX_HIDDEN, "num_attention_h
            "kv_lora_rank": MAX_HIDDEN, "qk_rope_head_dim": MAX_HIDDEN,
            "qk_nope_head_dim": MAX_HIDDEN, "v_head_dim": MAX_HIDDEN,
            "first_k_dense_replace": MAX_LAYERS, "moe_layer_freq": MAX_LAYERS,
-           "num_nextn_predict_layers": MAX_LAYERS, "global_attention_every": MAX_LAYERS}
+           "num_nextn_predict_layers": MAX_LAYERS, "global_attention_every": MAX_LAYERS,
+           "moe_router_num_groups": MAX_EXPERTS, "moe_router_group_topk": MAX_EXPERTS}
 
 
 def _pos_int(name: str, v: Any) -> None:

@@ -60,12 +60,14 @@ _ALL = [
     _llama("qwen2-72b", 80, 8192, 64, 8, 29568, 152064, 4096, qkv_bias=True),
     # Frontier mixtures of experts: the shapes of each model's own config.json (the files
     # under tests/data/hf/ hold those fields); seq_length is the pre-training length.
-    # DeepSeek-V3 (arXiv 2412.19437 §4.2): MLA, 1 shared + 256 routed experts (top 8), the first
-    # 3 layers dense, one multi-token-prediction module, pre-trained at 4K tokens
+    # DeepSeek-V3 (arXiv 2412.19437 §4.2): MLA, 1 shared + 256 routed experts (top 8) in 8
+    # groups of which a token reaches at most 4 (node-limited routing), the first 3 layers
+    # dense, one multi-token-prediction module, pre-trained at 4K tokens
     _moe("deepseek-v3", 61, 7168, 128, None, 18432, 129280, 4096, 256, 8, 2048,
          q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
          v_head_dim=128, num_shared_experts=1, first_k_dense_replace=3,
-         num_nextn_predict_layers=1, router_bias=True),
+         num_nextn_predict_layers=1, router_bias=True, moe_router_num_groups=8,
+         moe_router_group_topk=4),
     # Qwen3 technical report (arXiv 2505.09388): head size 128, q/k norms, 128 experts (top 8),
     # no shared expert; stage-1 pre-training at 4,096 tokens
     _moe("qwen3-235b-a22b", 94, 4096, 64, 4, 12288, 151936, 4096, 128, 8, 1536,

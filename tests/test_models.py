@@ -185,6 +185,15 @@ def test_layer_kinds_and_windows():
     assert q.shared_expert_gate and q.shared_ffn == 20480 and q.qkv_bias
 
 
+def test_group_limited_routing_from_the_configs():
+    """DeepSeek-V3 routes a token to experts of at most 4 of 8 groups (nodes); V2 to 3 of 8
+    (group_limited_greedy); V2-Lite's plain greedy top-k has no groups."""
+    got = {n: (model_from_hf(hf(n)).moe_router_num_groups, model_from_hf(hf(n)).moe_router_group_topk)
+           for n in ("deepseek_v3", "deepseek_v2", "deepseek_v2_lite")}
+    assert got == {"deepseek_v3": (8, 4), "deepseek_v2": (8, 3), "deepseek_v2_lite": (None, None)}
+    assert model_preset("deepseek-v3").moe_router_num_groups == 8
+
+
 def test_mla_shapes_and_compressed_kv_cache():
     """DeepSeek-V3's KV cache is 70.272 KB per token (DeepSeek, "Insights into DeepSeek-V3",
     Table 1): 61 layers of (512 latent + 64 rope key) bf16 elements."""
@@ -207,6 +216,8 @@ def test_mla_shapes_and_compressed_kv_cache():
     (lambda c: c.update(first_k_dense_replace=61), "first_k_dense_replace"),
     (lambda c: c.update(n_routed_experts=2.5), "n_routed_experts"),
     (lambda c: c.update(num_expert_groups_extra=4), "num_expert_groups_extra"),  # unknown, structural
+    (lambda c: c.update(topk_group=9), "moe_router_group_topk"),             # 9 of 8 groups
+    (lambda c: c.update(n_group=3), "moe_router_num_groups"),                # 256 % 3
 ])
 def test_bad_deepseek_configs_name_the_field(edit, field):
     c = hf("deepseek_v3")
@@ -249,6 +260,10 @@ def test_unsupported_model_type_names_the_supported_ones():
     (dict(window_kind="local"), "window_kind"),
     (dict(num_nextn_predict_layers=-1), "num_nextn_predict_layers"),
     (dict(hidden_size=250), "hidden_size"),
+    (dict(num_experts=8, moe_router_topk=2, moe_router_num_groups=4), "moe_router_group_topk"),
+    (dict(num_experts=8, moe_router_topk=4, moe_router_num_groups=4, moe_router_group_topk=1),
+     "moe_router_group_topk"),                       # 1 group of 2 experts cannot hold top-4
+    (dict(moe_router_num_groups=2, moe_router_group_topk=1), "moe_router_num_groups"),  # dense
 ])
 def test_model_spec_rules(kw, field):
     base = dict(name="m", num_layers=4, hidden_size=256, num_attention_heads=8,
@@ -307,7 +322,8 @@ def test_megatron_launch_arguments_carry_the_architecture():
     for flag in ("--multi-latent-attention", "--q-lora-rank 1536", "--kv-lora-rank 512",
                  "--qk-head-dim 128", "--qk-pos-emb-head-dim 64", "--v-head-dim 128",
                  "--moe-shared-expert-intermediate-size 2048", "--moe-layer-freq '([0]*3+[1]*58)'",
-                 "--mtp-num-layers 1", "--moe-router-enable-expert-bias", "--num-experts 256"):
+                 "--mtp-num-layers 1", "--moe-router-enable-expert-bias", "--num-experts 256",
+                 "--moe-router-num-groups 8", "--moe-router-group-topk 4"):
         assert flag in text, flag
     job = make_job(model_preset("qwen3-30b-a3b"), parse_cluster_arg("dgx-h100:1"),
                    parse_plan("ep=8,gbs=64"))
