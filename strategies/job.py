@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, check_plan, get_profile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from topologies.cluster import Cluster
@@ -23,6 +23,12 @@ class Job:
     plan: Plan
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
+    framework_named: bool = False
+
+    @property
+    def named_framework(self) -> FrameworkProfile | None:
+        """The stack the user named (its limits apply to derived jobs), or None."""
+        return self.framework if self.framework_named else None
 
     @property
     def seq_len(self) -> int:
@@ -47,7 +53,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
              global_batch: int | None = None, dtype: str = "bf16",
              framework: FrameworkProfile | str | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
-    ``framework``: a profile or its name (default Megatron-Core)."""
+    ``framework``: a profile or its name; a named stack refuses the plan features it lacks
+    (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
+    any plan (the textbook schedules, GPipe included, stay open to studies)."""
     fw = get_profile(framework)
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
@@ -74,7 +82,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
     if plan.schedule == "interleaved":
         check_interleaved(plan.pp, gbs // (plan.mbs * dp), plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype, fw)
+    if framework is not None:
+        check_plan(fw, plan)
+    return Job(model, cluster, plan, dtype, fw, framework is not None)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

@@ -106,16 +106,21 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
 
 
 def framework_of(c: dict) -> FrameworkProfile:
-    """The software that produced a published run, from its source (``reference_infer.
-    framework_name``): Megatron-LM 2021 (the SC21 paper) and Megatron-DeepSpeed (BLOOM) use
-    ``megatron-lm-2021``; NVIDIA's NeMo benchmarks and Megatron-Core's README
-    ``megatron-core``; MaxText and PAXML ``jax-xla``; MosaicML llm-foundry and torchtitan
-    ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
-    ``megatron-core``."""
+    """The software that produced a published run, from its source (``reference.text.
+    framework_name``): Megatron-LM 2021 (the SC21 paper) ``megatron-lm-2021``; BLOOM and
+    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Core's README
+    ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
+    llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
+    ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
+    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
     src = c.get("source") or {}
     text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
     year = re.search(r"(20\d\d)", text)
-    return get_profile(framework_name(text, int(year.group(1)) if year else None))
+    fw = get_profile(framework_name(text, int(year.group(1)) if year else None))
+    zero = (c.get("plan") or {}).get("zero_stage")
+    if fw is MEGATRON_LM_2021 and isinstance(zero, int) and zero not in fw.zero_stages:
+        return get_profile("megatron-deepspeed")
+    return fw
 
 
 def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:

@@ -126,19 +126,26 @@ def model_family(name: str) -> dict:
 
 # ------------------------------------------------------------------------- the software
 _JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
-_EAGER = ("llm-foundry", "mosaicml", "torchtitan", "composer", "fsdp", "metaseq", "nanotron",
+_TORCHTITAN = ("torchtitan",)
+_EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
-_MEGATRON_2021 = ("narayanan", "bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_MEGATRON_2021 = ("narayanan",)
 _MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core",
                   "megatron core", "transformer engine")
 
 
 def framework_name(text: str, year: int | None) -> str:
-    """The framework profile a source's text names: ``jax-xla``, ``pytorch-eager``,
-    ``megatron-lm-2021`` or ``megatron-core`` (else by year: before 2023 the 2021 stack)."""
+    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``,
+    ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
+    by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
     if any(k in t for k in _JAX):
         return "jax-xla"
+    if any(k in t for k in _TORCHTITAN):
+        return "torchtitan"
+    if any(k in t for k in _DEEPSPEED):
+        return "megatron-deepspeed"
     if any(k in t for k in _EAGER):
         return "pytorch-eager"
     if any(k in t for k in _MEGATRON_2021):
