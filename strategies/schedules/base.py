@@ -150,9 +150,12 @@ class Schedule:
 
     def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
                    group_size: int | None = None) -> int:
-        """Forwards before the first backward on ``stage`` (from the order)."""
+        """Warm-up forwards on ``stage`` (Megatron's ``num_warmup_microbatches``), from the
+        order: the forwards before the first backward, less the forward that the first
+        steady-state pair starts with (none when every forward comes first)."""
         steps = self.steps(stage, pp, m, vpp, group_size)
-        return next((k for k, s in enumerate(steps) if s.kind != "F"), len(steps))
+        n = next((k for k, s in enumerate(steps) if s.kind != "F"), len(steps))
+        return n if n == sum(s.kind == "F" for s in steps) else n - 1
 
     # ------------------------------------------------------------------ placement
     def num_virtual_stages(self, pp: int, vpp: int) -> int:
