@@ -62,7 +62,7 @@ def test_step_label_and_str():
     s = Step("B", 7, 2)
     assert s.label == "B7.c2" and str(s) == "B7.c2"
     with pytest.raises(SpecError) as e:
-        Step("W", 0, 0)
+        Step("X", 0, 0)
     assert e.value.field == "kind"
 
 
@@ -123,7 +123,8 @@ def test_invariants(case):
 
 def test_grid_is_broad():
     names = {c[0] for c in VALID}
-    assert names == set(schedule_names())
+    # schedules that split the backward into B and W have their own tests (test_zb_h1.py)
+    assert names == {n for n in schedule_names() if not get_schedule(n).splits_backward}
     assert sum(c[0] == "interleaved" and c[4] != c[1] for c in VALID) > 100
 
 
@@ -225,18 +226,18 @@ def test_vpp_messages_say_what_to_use():
 # ---------------------------------------------------------------- registry
 
 def test_registry_names():
-    assert schedule_names() == ["1f1b", "gpipe", "interleaved"]
+    assert schedule_names() == ["1f1b", "gpipe", "interleaved", "zb-h1"]
 
 
 def test_unknown_schedule():
     with pytest.raises(SpecError) as e:
-        get_schedule("zb-h1")
-    assert e.value.field == "schedule" and e.value.value == "zb-h1"
-    assert "1f1b, gpipe, interleaved" in str(e.value)
+        get_schedule("zb-h9")
+    assert e.value.field == "schedule" and e.value.value == "zb-h9"
+    assert "1f1b, gpipe, interleaved, zb-h1" in str(e.value)
     with pytest.raises(SpecError):
-        bubble_fraction_closed_form("zb-h1", 4, 8, 1)
+        bubble_fraction_closed_form("zb-h9", 4, 8, 1)
     with pytest.raises(SpecError):
-        simulate_free_comm("zb-h1", 4, 8, 1, 1.0, 1.0)
+        simulate_free_comm("zb-h9", 4, 8, 1, 1.0, 1.0)
 
 
 def test_duplicate_registration_refused(monkeypatch):

@@ -7,18 +7,22 @@ from strategies.schedules.base import Step, get_schedule, peak_stash
 __all__ = ["peak_stash", "bubble_fraction_closed_form", "simulate_free_comm"]
 
 
-def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1) -> float:
+def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
+                                w_share: float = 0.0) -> float:
     """Idle time over ideal compute time (``Schedule.bubble_fraction``): ``(pp-1)/m``, or
-    ``(pp-1)/(vpp*m)`` interleaved."""
+    ``(pp-1)/(vpp*m)`` interleaved; ``w_share`` is the weight gradient's share of the time
+    (schedules that split the backward)."""
     sched = get_schedule(schedule)
     if m < 1:
         raise SpecError("num_microbatches", m, "must be >= 1")
-    return float(sched.bubble_fraction(pp, m, vpp))
+    return float(sched.bubble_fraction(pp, m, vpp, w_share))
 
 
 def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
     """Keys ``(kind, microbatch, position)`` that ``step`` waits on (free comm)."""
     i = step.microbatch
+    if step.kind == "W":
+        return [("B", i, pos)]
     if step.kind == "F":
         return [("F", i, pos - 1)] if pos > 0 else []
     if pos == last:
@@ -27,11 +31,13 @@ def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
 
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
-                       group_size: int | None = None) -> float:
+                       group_size: int | None = None, t_w: float = 0.0) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch; each of the
-    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. A step starts when its rank is free and
+    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. ``t_w`` is the weight gradient's part of
+    ``t_b``: a schedule that splits the backward runs ``B`` in ``t_b - t_w`` and ``W`` in
+    ``t_w`` (same per chunk), others ignore it. A step starts when its rank is free and
     its dependency (the same pass at the neighbouring position of the micro-batch's path,
     ``Schedule.virtual_stage``) has finished. Runs in O(total steps); raises
     ``RuntimeError`` on deadlock.
@@ -41,7 +47,8 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     """
     sched = get_schedule(schedule)
     programs = [sched.steps(r, pp, m, vpp, group_size) for r in range(pp)]
-    dur = {"F": t_f / vpp, "B": t_b / vpp}
+    split = sched.splits_backward
+    dur = {"F": t_f / vpp, "B": (t_b - t_w if split else t_b) / vpp, "W": t_w / vpp}
     last = sched.num_virtual_stages(pp, vpp) - 1
     done: dict[tuple[str, int, int], float] = {}
     waiting: dict[tuple[str, int, int], int] = {}
@@ -57,7 +64,9 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
             deps = _deps(step, vstage, last)
             missing = [d for d in deps if d not in done]
             if missing:
-                waiting[missing[0]] = r  # each key has at most one dependent step
+                # each key has at most one dependent step on another rank (a W waits only for
+                # its own rank's B, which the order runs first)
+                waiting[missing[0]] = r
                 break
             start = max([free[r]] + [done[d] for d in deps])
             free[r] = start + dur[step.kind]

@@ -57,10 +57,16 @@ _REGISTRY: dict[str, "Schedule"] = {}
 Rule = tuple[str, Any, Any, Callable[[], str]]
 
 
+#: Step kinds: forward, backward (the input gradient only when the schedule splits the
+#: backward, ``Schedule.splits_backward``) and the weight gradient of a split backward.
+STEP_KINDS = ("F", "B", "W")
+
+
 @dataclass(frozen=True)
 class Step:
     """One forward (``kind="F"``) or backward (``kind="B"``) pass of one micro-batch
-    through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving).
+    through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving);
+    with a split backward, ``B`` computes the input gradient and ``W`` the weight gradient.
 
     >>> Step("F", 3, 1).label
     'F3.c1'
@@ -71,8 +77,8 @@ class Step:
     chunk: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("F", "B"):
-            raise SpecError("kind", self.kind, 'must be "F" or "B"')
+        if self.kind not in STEP_KINDS:
+            raise SpecError("kind", self.kind, 'must be "F", "B" or "W"')
 
     @property
     def label(self) -> str:
@@ -84,7 +90,9 @@ class Step:
 
 
 def peak_stash(steps: Iterable[Step]) -> int:
-    """Most forwards whose backward has not yet run, counted per (microbatch, chunk)."""
+    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
+    chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
+    gradients its GEMMs need, less than the forward's stash)."""
     live: set[tuple[int, int]] = set()
     peak = 0
     for s in steps:
@@ -92,7 +100,7 @@ def peak_stash(steps: Iterable[Step]) -> int:
         if s.kind == "F":
             live.add(key)
             peak = max(peak, len(live))
-        else:
+        elif s.kind == "B":
             live.discard(key)
     return peak
 
@@ -137,6 +145,8 @@ class Schedule:
     #: step time affine in ``m`` once ``m`` is a multiple of ``period`` (validation extends
     #: long runs from two short ones)
     steady_state: bool = True
+    #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
+    splits_backward: bool = False
 
     # ------------------------------------------------------------------ order
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
@@ -246,9 +256,10 @@ class Schedule:
         (the bubble shrinks by this factor): 1."""
         return np.ones_like(np.asarray(vpp, dtype=float))
 
-    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1) -> Any:
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
         """Closed-form idle over ideal time, balanced stages, free communication:
-        ``(pp-1)/(fill_chunks·m)``."""
+        ``(pp-1)/(fill_chunks·m)``. ``w_share``: the weight gradient's share of a stage's
+        time per micro-batch, which only a schedule that splits the backward can use."""
         return (pp - 1) / (self.fill_chunks(vpp) * m)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any) -> Any:

@@ -50,7 +50,7 @@ class Boundary:
 
     def send_out(self, s: Step | None) -> tuple[Msg, ...]:
         """What a finished step sends: a forward's output, a backward's input gradient."""
-        if s is None:
+        if s is None or s.kind == "W":
             return ()
         if s.kind == "F":
             return (("fwd", s.microbatch, s.chunk),) if self.vs(s) < self.last else ()
@@ -58,7 +58,7 @@ class Boundary:
 
     def recv_in(self, s: Step | None) -> tuple[Msg, ...]:
         """What a step must receive first: a forward's input, a backward's output gradient."""
-        if s is None:
+        if s is None or s.kind == "W":      # a weight gradient needs no message
             return ()
         if s.kind == "F":
             return (("fwd", s.microbatch, s.chunk),) if self.vs(s) > 0 else ()
