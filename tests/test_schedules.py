@@ -249,3 +249,35 @@ def test_duplicate_registration_refused(monkeypatch):
     base.register("new_one")(original)
     with pytest.raises(ValueError):
         base.register("new_one")(original)
+
+
+# ---------------------------------------------------------------- one rule, three readers
+
+def _grid():
+    for name in schedule_names():
+        for p, m, v in itertools.product(range(1, 7), range(1, 14), (1, 2, 3)):
+            yield name, p, m, v
+
+
+def test_array_rules_and_stash_equal_the_scalar_ones():
+    """``Schedule.valid`` (arrays, the search) accepts exactly what ``check`` (plans, jobs)
+    accepts, and ``in_flight_array`` equals ``in_flight`` wherever it does (default group)."""
+    import numpy as np
+    seen = set()
+    for name, p, m, v in _grid():
+        sched = get_schedule(name)
+        try:
+            sched.check(p, m, v)
+            ok = True
+        except SpecError:
+            ok = False
+        valid = np.broadcast_to(sched.valid(np.array([p]), np.array([m]), np.array([v])), (1,))
+        assert bool(valid[0]) == ok, (name, p, m, v)
+        if ok:
+            seen.add(name)
+            st = np.arange(p)
+            arr = sched.in_flight_array(st, np.full(p, p), np.full(p, m), np.full(p, v))
+            assert arr.tolist() == [sched.in_flight(r, p, m, v) for r in range(p)]
+            assert [sched.in_flight(r, p, m, v) for r in range(p)] == \
+                [peak_stash(sched.steps(r, p, m, v)) for r in range(p)]
+    assert seen == {"gpipe", "1f1b", "interleaved"}     # zb-h1: plans refuse it for now
