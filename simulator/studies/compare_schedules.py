@@ -255,16 +255,22 @@ def draw_sweep(points: Sequence[dict[str, Any]], path: str | os.PathLike, pp: in
     fig, ax = new_figure((7.5, 5.0))
     colours = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#72B7B2", "#9D755D"]
     ok = [p for p in points if "error" not in p]
-    by_vpp: dict[int, list[dict[str, Any]]] = {}
+    def family(p: dict[str, Any]) -> tuple:
+        """Points whose schedules share a closed form share a line (GPipe and 1F1B do)."""
+        sched = get_schedule(p["schedule"].partition(":")[0])
+        return (p["vpp"],) + tuple(float(sched.bubble_fraction(pp, k, p["vpp"])) for k in (1, 2))
+
+    by_vpp: dict[tuple, list[dict[str, Any]]] = {}
     for p in ok:
-        by_vpp.setdefault(p["vpp"], []).append(p)
-    for n, (v, pts) in enumerate(sorted(by_vpp.items())):
+        by_vpp.setdefault(family(p), []).append(p)
+    for n, ((v, *_), pts) in enumerate(sorted(by_vpp.items())):
         c = colours[n % len(colours)]
         names = ", ".join(dict.fromkeys(p["schedule"] for p in pts))
         ms = sorted({p["num_microbatches"] for p in pts})
         lo, hi = ms[0], ms[-1]
         grid = [lo * (hi / lo) ** (i / 40) for i in range(41)] if hi > lo else [lo]
-        ax.plot(grid, [(pp - 1) / (v * m) for m in grid], color=c, linewidth=1.2,
+        sched = get_schedule(pts[0]["schedule"].partition(":")[0])
+        ax.plot(grid, [float(sched.bubble_fraction(pp, m, v)) for m in grid], color=c, linewidth=1.2,
                 label=f"{names}: (pp-1)/{'(vpp·m)' if v > 1 else 'm'}")
         ax.scatter([p["num_microbatches"] for p in pts], [p["simulated"] for p in pts],
                    color=c, marker="o", s=30, zorder=3)
