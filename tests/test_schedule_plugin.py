@@ -169,3 +169,62 @@ def test_registry_is_clean_afterwards():
     with pytest.raises(SpecError) as e:
         Plan(pp=4, schedule=NAME)
     assert e.value.field == "schedule"
+
+
+# ------------------------------------------------------------------ a V-shaped placement
+
+class VShapedGPipe(Schedule):
+    """Two chunks per rank placed in a V (chunk 0 of rank ``r`` at position ``r``, chunk 1
+    at ``2p - 1 - r``, as ZB-V and DualPipeV place them), every forward then every backward."""
+
+    chunked = True
+    default_vpp = 2
+    steady_state = False
+
+    def shape_rules(self, pp, vpp, group_size):
+        return [("vpp", vpp, vpp == 2, lambda: "the V needs exactly 2 chunks per rank"),
+                ("microbatch_group_size", group_size, group_size is None, lambda: "unused")]
+
+    def num_virtual_stages(self, pp, vpp):
+        return 2 * pp
+
+    def virtual_stage(self, rank, chunk, pp, vpp, microbatch=0):
+        return rank if chunk == 0 else 2 * pp - 1 - rank
+
+    def rank_chunk(self, position, pp, vpp, microbatch=0):
+        return (position, 0) if position < pp else (2 * pp - 1 - position, 1)
+
+    def steps(self, stage, pp, m, vpp=2, group_size=None):
+        check_common(stage, pp, m)
+        self.check_plan(pp, vpp, group_size)
+        return ([Step("F", i, 0) for i in range(m)] + [Step("F", i, 1) for i in range(m)]
+                + [Step("B", i, 1) for i in range(m)] + [Step("B", i, 0) for i in range(m)])
+
+
+@pytest.fixture
+def vshape():
+    register("v-gpipe")(VShapedGPipe)
+    try:
+        yield get_schedule("v-gpipe")
+    finally:
+        unregister("v-gpipe")
+
+
+def test_v_placement_reaches_the_compiler_and_the_engine(vshape):
+    """Peers, the embedding and the LM head follow the schedule's placement: both ends of the
+    pipeline sit on rank 0, and every message is matched (the engine raises otherwise)."""
+    pp, m = 4, 6
+    for r in range(pp):
+        for c in range(2):
+            assert vshape.rank_chunk(vshape.virtual_stage(r, c, pp, 2), pp, 2) == (r, c)
+    assert vshape.peer(0, 0, 0, pp, 2, "fwd", True) == 1
+    assert vshape.peer(pp - 1, 0, 0, pp, 2, "fwd", True) == pp - 1    # the V's turn: same rank
+    assert vshape.peer(0, 1, 0, pp, 2, "bwd", True) == 1
+    assert simulate_free_comm("v-gpipe", pp, m, 2, 1.0, 2.0) > m * 3.0
+    j = job("v-gpipe", gbs=m, vpp=2)
+    res = simulate(j, fold=False)
+    heads = {(r.rank // 2, r.chunk) for r in res.records if r.kind == "lm_head"}
+    embeds = {(r.rank // 2, r.chunk) for r in res.records if r.kind == "embedding"}
+    assert heads == {(0, 1)} and embeds == {(0, 0)}
+    sends = [r for r in res.records if r.kind == "pp_send"]
+    assert len(sends) == 2 * m * (2 * pp - 1) * 2     # fwd+bwd per link, times tp=2 ranks
