@@ -225,6 +225,7 @@ def test_v_placement_reaches_the_compiler_and_the_engine(vshape):
     res = simulate(j, fold=False)
     heads = {(r.rank // 2, r.chunk) for r in res.records if r.kind == "lm_head"}
     embeds = {(r.rank // 2, r.chunk) for r in res.records if r.kind == "embedding"}
-    assert heads == {(0, 1)} and embeds == {(0, 0)}
+    assert heads == {(0, 1)} and embeds == {(0, 0)} and vshape.ends(pp, 2) == (0, 0)
+    assert get_schedule("interleaved").ends(pp, 3) == (0, pp - 1)
     sends = [r for r in res.records if r.kind == "pp_send"]
     assert len(sends) == 2 * m * (2 * pp - 1) * 2     # fwd+bwd per link, times tp=2 ranks

@@ -183,6 +183,13 @@ class Schedule:
         ``virtual_stage``)."""
         return position % pp, position // pp
 
+    def ends(self, pp: int, vpp: int, microbatch: int = 0) -> tuple[int, int]:
+        """Ranks holding the first position (the embedding) and the last (the LM head and
+        the loss): ``(0, pp - 1)`` on the ring, ``(0, 0)`` on a V."""
+        last = self.num_virtual_stages(pp, vpp) - 1
+        return (self.rank_chunk(0, pp, vpp, microbatch)[0],
+                self.rank_chunk(last, pp, vpp, microbatch)[0])
+
     def peer(self, rank: int, chunk: int, microbatch: int, pp: int, vpp: int,
              direction: str, sending: bool) -> int:
         """Rank at the other end of message ``(direction, microbatch, chunk)`` of ``rank``:
