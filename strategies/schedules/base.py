@@ -131,6 +131,9 @@ class Schedule:
     name: str = ""
     #: other spellings accepted in ``--schedules`` lists
     aliases: tuple[str, ...] = ()
+    #: regular expressions naming this schedule in a publication's free text (lower case;
+    #: ``strategies.reference.text.schedule_kind`` tries chunked schedules first)
+    text_patterns: tuple[str, ...] = ()
     #: runs ``vpp >= 2`` model chunks per rank (``name:V`` in plans and lists)
     chunked: bool = False
     #: the chunk count of ``schedule=name`` with no ``vpp``
@@ -358,6 +361,11 @@ def schedule_names() -> list[str]:
 def schedules() -> list[Schedule]:
     """Registered schedules in code order."""
     return list(_REGISTRY.values())
+
+
+def chunked_default() -> "Schedule | None":
+    """The first registered chunked schedule (what ``vpp >= 2`` alone means)."""
+    return next((s for s in _REGISTRY.values() if s.chunked), None)
 
 
 def chunked_names() -> list[str]:

@@ -15,6 +15,7 @@ class GPipe(Schedule):
     ``m``); Megatron-LM and DeepSpeed have no such schedule."""
 
     logits_stashed = True
+    text_patterns = ("gpipe", "fill-drain", "fill drain")
     steady_state = False
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,

@@ -19,6 +19,7 @@ class Interleaved(Schedule):
     is batched with the next backward's exchange (so it does not block)."""
 
     aliases = ("1f1b-interleaved", "interleaved-1f1b")
+    text_patterns = (r"\binterleaved\b", r"\bvirtual (pipeline|stage)")
     chunked = True
     default_vpp = 2
     uses_group = True

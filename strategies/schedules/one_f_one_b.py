@@ -15,6 +15,8 @@ class OneFOneB(Schedule):
     """1F1B (PipeDream-Flush; Narayanan et al., 2021): ``pp - stage - 1`` warm-up forwards,
     then one forward one backward, then the remaining backwards. Megatron-LM's default."""
 
+    text_patterns = ("1f1b", "pipedream")
+
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
         """1F1B order for pipeline rank ``stage``; ``group_size`` is ignored.
