@@ -91,10 +91,3 @@ def pipeline_actions(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
                      group_size: int | None = None) -> list:
     """The steps of ``schedule`` on ``stage`` with the exchanges it issues."""
     return get_schedule(schedule).actions(stage, pp, m, vpp, group_size)
-
-
-def peer(stage: int, pp: int, direction: str, sending: bool) -> int:
-    """Pipeline rank at the other end of a message in Megatron's ring (wraps around); the
-    general form, for any placement, is ``Schedule.peer``."""
-    towards_next = (direction == "fwd") == sending
-    return (stage + 1) % pp if towards_next else (stage - 1) % pp
