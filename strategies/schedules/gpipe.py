@@ -55,9 +55,3 @@ class GPipe(Schedule):
 def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int) -> int:
     """Forwards before the first backward: all of them."""
     return get_schedule("gpipe").num_warmup(stage, pp, num_microbatches)
-
-
-def gpipe(stage: int, pp: int, num_microbatches: int, vpp: int = 1,
-          group_size: int | None = None) -> list[Step]:
-    """GPipe order for pipeline rank ``stage`` (``Schedule.steps``)."""
-    return get_schedule("gpipe").steps(stage, pp, num_microbatches, vpp, group_size)

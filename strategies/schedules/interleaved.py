@@ -166,9 +166,3 @@ def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int, vpp: int
                             group_size: int | None = None) -> int:
     """Warm-up virtual micro-batches (``Interleaved.num_warmup``)."""
     return get_schedule("interleaved").num_warmup(stage, pp, num_microbatches, vpp, group_size)
-
-
-def interleaved(stage: int, pp: int, num_microbatches: int, vpp: int = 1,
-                group_size: int | None = None) -> list[Step]:
-    """Interleaved 1F1B order for pipeline rank ``stage`` (``Schedule.steps``)."""
-    return get_schedule("interleaved").steps(stage, pp, num_microbatches, vpp, group_size)

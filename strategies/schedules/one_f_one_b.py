@@ -78,9 +78,3 @@ class OneFOneB(Schedule):
 def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int) -> int:
     """Warm-up forwards on rank ``stage``: ``min(pp - stage - 1, num_microbatches)``."""
     return get_schedule("1f1b").num_warmup(stage, pp, num_microbatches)
-
-
-def one_f_one_b(stage: int, pp: int, num_microbatches: int, vpp: int = 1,
-                group_size: int | None = None) -> list[Step]:
-    """1F1B order for pipeline rank ``stage`` (``Schedule.steps``)."""
-    return get_schedule("1f1b").steps(stage, pp, num_microbatches, vpp, group_size)
