@@ -17,7 +17,7 @@ from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emi
 from simulator.cli.common import check_output
 from simulator.studies.compare_schedules import (DEFAULT_SCHEDULES, bubble_sweep, check_pipelined,
                                         compare, default_sweep_microbatches, draw_sweep,
-                                        parse_schedules, sweep_agreement)
+                                        parse_schedules, schedules_rule, sweep_agreement)
 
 
 def register(sub) -> None:
@@ -30,7 +30,7 @@ def register(sub) -> None:
                     "exit status is 2 only when no schedule fits.")
     add_plan_inputs(p)
     p.add_argument("--schedules", default=DEFAULT_SCHEDULES, action=Once,
-                   help=f"comma-separated: gpipe, 1f1b, interleaved:V (default {DEFAULT_SCHEDULES})")
+                   help=f"comma-separated; {schedules_rule()} (default {DEFAULT_SCHEDULES})")
     p.add_argument("--timeline", metavar="F.png", action=Once,
                    help="write the timelines, one panel per schedule (.png or .svg)")
     p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=16,
@@ -93,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plan_1f1b(plan):
+    """``plan`` under the default schedule (1F1B), which every pipelined job accepts."""
     from dataclasses import replace
-    return replace(plan, schedule="1f1b", vpp=1, microbatch_group_size=None)
+    from strategies.schedules import DEFAULT_SCHEDULE
+    return replace(plan, schedule=DEFAULT_SCHEDULE, vpp=1, microbatch_group_size=None)
 
 
 def _title(job) -> str:

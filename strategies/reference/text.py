@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from strategies.schedules import DEFAULT_SCHEDULE, schedules
+
 # (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
 _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("mi300x",), "MI300X", "mi300x"),
@@ -170,16 +172,16 @@ def recompute_kind(value) -> str | None:
 
 
 def schedule_kind(value) -> str:
-    """``gpipe``, ``interleaved``, ``1f1b`` or ``""`` (unstated) from a free-text schedule."""
+    """A registered schedule's name (``gpipe``, ``interleaved``, ``1f1b``, …) or ``""``
+    (unstated) from a free-text schedule: "non-interleaved" and the like mean the default
+    schedule; otherwise the first schedule whose ``Schedule.text_patterns`` match, chunked
+    schedules first ("interleaved 1F1B" is interleaving)."""
     t = str(value or "").lower()
     if re.search(r"(non|no|not|without)[- ](?:\w+ )?(interleav|virtual)", t):
-        return "1f1b" if t.strip() else ""
-    if re.search(r"\binterleaved\b", t) or re.search(r"\bvirtual (pipeline|stage)", t):
-        return "interleaved"
-    if "gpipe" in t or "fill-drain" in t or "fill drain" in t:
-        return "gpipe"
-    if "1f1b" in t or "pipedream" in t:
-        return "1f1b"
+        return DEFAULT_SCHEDULE if t.strip() else ""
+    for sched in sorted(schedules(), key=lambda s: not s.chunked):
+        if any(re.search(p, t) for p in sched.text_patterns):
+            return sched.name
     return ""
 
 
