@@ -25,7 +25,7 @@ from simulator.metrics import (BREAKDOWN_KEYS, PRIORITY, activation_series, rank
                                rank_ends, top_links)
 from simulator.program.ops import Program
 from simulator.result import SimResult
-from simulator.network.cluster_net import SimNetwork, new_network
+from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
 from strategies.errors import SpecError
 from strategies.cost.stage import StageCosts
 from strategies.memory.activations import activation_bytes_per_chunk
@@ -58,21 +58,27 @@ def check_simulable(job: Job) -> None:
 
 
 def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
-             free_comm: bool = False, costs: StageCosts | None = None) -> SimResult:
+             network: str = DEFAULT_BACKEND, free_comm: bool = False,
+             costs: StageCosts | None = None) -> SimResult:
     """Simulate one optimizer step of ``job`` event by event.
 
     ``fold``: simulate one representative per symmetry class (``simulator.fold``; exact,
     and ``metrics["fold_note"]`` says what was folded and why not more). ``granularity``:
-    ``chunk`` (default) or ``layer``. ``free_comm`` and ``costs`` are test hooks
+    ``chunk`` (default) or ``layer``. ``network``: the backend (``flows``, the default: flows
+    share links max-min fairly; ``contention-free``: every flow at its bottleneck link's full
+    bandwidth; see ``simulator.network.backend``). ``free_comm`` and ``costs`` are test hooks
     (instant communication; a replaced cost table). Times in seconds.
     """
     t0 = time.perf_counter()
+    if network not in BACKENDS:
+        raise SpecError("network", network, f"must be one of {', '.join(BACKENDS)}")
     check_simulable(job)
     spec = fold_spec(job, fold)
     programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                            costs=costs)
     graph = cluster_graph(job)
-    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None)
+    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None,
+                      network)
     res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
@@ -81,7 +87,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     return res
 
 
-def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: SimNetwork,
+def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: NetworkBackend,
                    spec: FoldSpec) -> dict[str, Any]:
     """The metrics of ``SimResult.metrics`` (see the module docstrings of metrics)."""
     metas = {r: p.meta for r, p in programs.items()}

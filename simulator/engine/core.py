@@ -7,6 +7,8 @@ timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte 
 ``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
 (``simulator.engine.collectives``) over the network, where it contends with all other traffic.
+The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
+sharing; ``contention-free``: no sharing); the engine uses only that interface.
 A run that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
@@ -23,6 +25,7 @@ import simpy
 from simulator.engine.collectives import CollectiveRunner
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
+from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
 
 
@@ -44,7 +47,7 @@ class _Rendezvous:
 class Engine:
     """Holds one run's state; use :func:`run`."""
 
-    def __init__(self, programs: dict[int, Program], net: SimNetwork, free_comm: bool = False,
+    def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
@@ -56,10 +59,12 @@ class Engine:
         self.meet: dict[tuple, _Rendezvous] = {}
         self.where: dict[tuple[int, str], list] = {}
         self.exclusive: dict[tuple, bool] = {}
-        self.runner = CollectiveRunner(net, self.sim, node_of,
-                                       lambda op: self.exclusive.get((op.group, op.tag), False),
-                                       free_comm)
-        if not free_comm:
+        shared = net.shares_links
+        self.runner = CollectiveRunner(
+            net, self.sim, node_of,
+            lambda op: self.exclusive.get((op.group, op.tag), False) if shared else True,
+            free_comm)
+        if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         for prog in programs.values():
             for op in prog.ops():
@@ -188,7 +193,7 @@ class Engine:
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 
-def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
+def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                        runner: CollectiveRunner) -> dict[tuple, bool]:
     """``(group, tag) -> True`` when no other channel (collective group and tag, or
     point-to-point pair) ever loads one of that collective channel's links."""
@@ -216,12 +221,13 @@ def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
-        net: SimNetwork | None = None, link_map: Callable | None = None,
+        net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
-    The network is ``net``, or a new ``SimNetwork`` over ``graph`` (a graph of
+    The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
+    ``SimNetwork`` (the ``flows`` backend) over ``graph`` (a graph of
     ``topologies.graph``) with ``route_fn`` (e.g. ``topologies.routing.route``) and the
     folding ``link_map``. ``node_of(rank)`` groups ranks by node for hierarchical
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every
