@@ -25,7 +25,7 @@ def register(sub) -> None:
                    help="one op per model chunk (default) or per layer")
     p.add_argument("--network", choices=BACKEND_NAMES, default=BACKEND_NAMES[0],
                    help="flows: flows share links max-min fairly (default); contention-free: "
-                        "every flow at its slowest link's full bandwidth")
+                        "every message and collective moves as if alone on the network")
     p.set_defaults(func=run)
 
 

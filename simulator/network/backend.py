@@ -7,10 +7,14 @@ together alone on their links, and per-link byte accounting. Two backends:
 
 * ``flows`` (``SimNetwork``, the default): flows share every link max-min fairly, so traffic
   contends (``simulator.network.flows``).
-* ``contention-free`` (``ContentionFreeNetwork``): every flow moves at its bottleneck link's
-  full achievable bandwidth whatever else is on the wire, the network the analytic estimate
-  assumes. A collective alone takes the same time on both; with overlapping traffic the
-  difference between the two is the cost of contention.
+* ``contention-free`` (``ContentionFreeNetwork``): every transfer moves as if it were alone on
+  the network, whatever else is on the wire: a point-to-point message at its bottleneck link's
+  full achievable bandwidth, a collective's phase with its own flows sharing links max-min
+  fairly among themselves only (an all-to-all's flows share their member's port, as its
+  closed form assumes), so a collective takes its analytic time (``strategies.collectives``),
+  the network the analytic estimate assumes. A collective alone takes the same time on both
+  backends; with overlapping traffic the difference between the two is the cost of
+  contention.
 
 Both use the same graph, achievable bandwidths (``cluster_net``), routes, latencies and folded
 routes, so a simulation differs between them by contention only.
@@ -25,6 +29,7 @@ import simpy
 
 from simulator.network import BACKEND_NAMES
 from simulator.network.cluster_net import SimNetwork
+from simulator.network.flows import max_min_rates
 
 Node = Hashable
 
@@ -61,9 +66,11 @@ class NetworkBackend(Protocol):
 
 
 class ContentionFreeNetwork(SimNetwork):
-    """``SimNetwork`` without sharing: each flow gets the full achievable bandwidth of the
-    slowest link on its route (a folded route's repeated hop counts once), from its start to
-    its end, whatever else is on the wire."""
+    """``SimNetwork`` without contention between transfers: a flow gets the full achievable
+    bandwidth of the slowest link on its route (a folded route's repeated hop, another rank's
+    image of the transfer, counts once) whatever else is on the wire; the flows of one
+    collective phase (``solo_seconds``, which the engine always uses on this backend) share
+    links among themselves only."""
 
     shares_links = False
 
@@ -78,13 +85,15 @@ class ContentionFreeNetwork(SimNetwork):
         self.env.timeout(nbytes / rate).callbacks.append(finish)
 
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
-        """Seconds until the slowest of ``flows`` (``nbytes`` each) ends: never None."""
-        worst = 0.0
-        for src, dst in flows:
-            links = self.links(src, dst)
-            if links.size:
-                worst = max(worst, nbytes / float(np.min(self._capacity[links])))
-        return worst
+        """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
+        max-min fairly among themselves and with nothing else: never None."""
+        routes = [r for r in (self.links(a, b) for a, b in flows) if r.size]
+        if not routes or nbytes <= 0:
+            return 0.0
+        table = np.full((len(routes), max(r.size for r in routes)), self._pad, dtype=np.int64)
+        for i, r in enumerate(routes):
+            table[i, :r.size] = r
+        return nbytes / float(np.min(max_min_rates(self._capacity, table)))
 
 
 BACKENDS: dict[str, Callable[..., NetworkBackend]] = dict(
