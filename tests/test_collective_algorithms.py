@@ -102,6 +102,40 @@ def test_phases_match_the_lock_step_oracle():
     assert env.now == pytest.approx(ring.time(2, 3e8, 5, 1e9, 2e-6), rel=REL)
 
 
+@pytest.mark.parametrize("G", [2, 4, 8])
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather", "alltoall"])
+def test_closed_form_is_the_phases_alone(kind, G):
+    """Each algorithm's ``time`` is its own ``phases`` timed with nothing else on the wire
+    (two link classes: in a node and across nodes), for many group shapes."""
+    B_in, B_out, l_in, l_out = 3e11, 4e10, 1e-6, 4e-6
+    node = lambda r: r // G                                    # noqa: E731
+    bw = lambda a, b: B_in if node(a) == node(b) else B_out     # noqa: E731
+    lat = lambda a, b: l_in if node(a) == node(b) else l_out    # noqa: E731
+    S, checked = 7.3e7, 0
+    for k, nodes, stride in itertools.product([1, 2, 4, 8], [1, 2, 3, 5], [1, 2]):
+        if k * stride > G:
+            continue
+        group = [m * G + j * stride for m in range(nodes) for j in range(k)]
+        n = len(group)
+        if n < 2:
+            continue
+        algo = colls.algorithm_for(kind, group, G)
+        alone = colls.seconds_alone(colls.phases_of(algo, kind, group, S, node), bw, lat)
+        if algo == colls.ALL_TO_ALL:
+            if nodes > 1:           # the closed form takes one port rate: the group's slowest
+                continue
+            want = all_to_all.time(S, n, B_in, l_in)
+        elif algo == colls.HIERARCHICAL:
+            want = hierarchical.time(colls.PASSES[kind], S, k, nodes, B_in, l_in, B_out, l_out)
+        else:
+            one_node = nodes == 1
+            want = ring.time(colls.PASSES[kind], S, n, B_in if one_node else B_out,
+                             l_in if one_node else l_out)
+        assert alone == pytest.approx(want, rel=REL), (kind, group)
+        checked += 1
+    assert checked
+
+
 # -- sharing ------------------------------------------------------------------------
 @pytest.mark.parametrize("n", [1, 2, 3, 5])
 def test_n_flows_sharing_a_link_each_get_one_nth(n):

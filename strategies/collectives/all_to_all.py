@@ -15,9 +15,7 @@ from typing import Sequence
 
 import numpy as np
 
-from strategies.collectives.phase import Phase, steps
-
-Num = "float | np.ndarray"
+from strategies.collectives.phase import Num, Phase, steps
 
 
 def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list[Phase]:

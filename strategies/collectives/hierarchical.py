@@ -23,9 +23,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from strategies.collectives import ring
-from strategies.collectives.phase import Phase
-
-Num = "float | np.ndarray"
+from strategies.collectives.phase import Num, Phase
 
 
 def nodes_of(group: Sequence[int], node_of: Callable[[int], int]) -> list[tuple[int, ...]]:

@@ -16,7 +16,9 @@ all-to-all ``1`` (every pair at once).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Sequence
 
+Num = "float | np.ndarray"   # a scalar or an array of plans (closed forms are vectorised)
 KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 # passes over the ring, of n-1 steps each: the one place the per-kind step counts live
 PASSES = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1}
@@ -39,3 +41,23 @@ class Phase:
     flows: tuple[tuple[int, int], ...]
     nbytes: float
     steps: int
+
+
+def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float],
+                  latency: Callable[[int, int], float]) -> float:
+    """Seconds of ``phases`` with nothing else on the wire, on a network where each rank's
+    flows of a phase share its port of ``bandwidth(src, dst)`` bytes/s and nothing else is
+    shared; ``latency(src, dst)`` in seconds. Each algorithm's closed-form ``time`` equals
+    this for its own ``phases`` (tests/test_collective_algorithms.py).
+
+    >>> seconds_alone([Phase(((0, 1), (1, 0)), 2.0, 2)], lambda a, b: 1.0, lambda a, b: 0.5)
+    3.0
+    """
+    total = 0.0
+    for ph in phases:
+        out: dict[int, int] = {}
+        for a, _ in ph.flows:
+            out[a] = out.get(a, 0) + 1
+        total += ph.steps * max(latency(a, b) for a, b in ph.flows)
+        total += max(ph.nbytes * out[a] / bandwidth(a, b) for a, b in ph.flows)
+    return total

@@ -23,9 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from strategies.collectives.phase import PASSES, Phase, steps
-
-Num = "float | np.ndarray"
+from strategies.collectives.phase import Num, PASSES, Phase, steps
 
 
 def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list[Phase]:
@@ -37,6 +35,8 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list
 def rings(kind: str, groups: Sequence[Sequence[int]], nbytes: float) -> list[Phase]:
     """One phase of several concurrent rings of the same size (``groups``, each in ring
     order), every ring reducing or gathering an ``nbytes`` buffer per rank."""
+    if kind not in PASSES:
+        raise ValueError(f"collective kind={kind!r}: a ring runs {', '.join(PASSES)}")
     groups = [tuple(g) for g in groups if len(g) > 1]
     if not groups:
         return []
