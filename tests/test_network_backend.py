@@ -128,3 +128,39 @@ def test_cli_network_flag(capsys):
     assert main(args + ["--network", "ns3"]) == 2
     err = capsys.readouterr().err
     assert "--network" in err and "ns3" in err and err.count("\n") == 1
+
+
+class _Direct:
+    """A toy all-reduce registered from this test module: every member sends its whole
+    buffer to every other member at once (one latency), each port shared by its n-1 flows."""
+
+    @staticmethod
+    def phases(kind, group, nbytes, node_of=None):
+        g = tuple(group)
+        return [colls.Phase(tuple((a, b) for a in g for b in g if a != b), nbytes, 1)]
+
+    @staticmethod
+    def time(nbytes, n, bw, lat):
+        return (n - 1) * nbytes / bw + lat
+
+
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_a_registered_algorithm_runs_in_the_engine(backend):
+    colls.register("direct_test", _Direct)
+    try:
+        with pytest.raises(ValueError, match="already registered"):
+            colls.register("direct_test", _Direct)
+        group, S = list(range(4)), 8e6
+        progs = {r: Program(r, 0, {"s": (Collective(0, "s", "allreduce", tuple(group), S,
+                                                    "direct_test", "t", "tp", "c"),)})
+                 for r in group}
+        t = run(progs, net=new_network(GRAPH, route, backend=backend)).step_time_s
+        want = _Direct.time(S, 4, NVL, LAT_IN)
+        assert t == pytest.approx(want, rel=REL)
+        ph = _Direct.phases("allreduce", group, S)
+        assert colls.seconds_alone(ph, lambda a, b: NVL, lambda a, b: LAT_IN) == \
+            pytest.approx(want, rel=REL)
+    finally:
+        del colls.ALGORITHMS["direct_test"]
+    with pytest.raises(ValueError, match="needs a callable 'phases'"):
+        colls.register("broken", object())

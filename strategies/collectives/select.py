@@ -78,10 +78,25 @@ def strided_algorithm(n, stride, gpus_per_node: int) -> np.ndarray:
     return np.where(~uniform, MIXED, np.where(hier, HIERARCHICAL, RING))
 
 
+def register(name: str, module) -> None:
+    """Add algorithm ``name``: ``module`` (a module or any object) has ``phases(kind, group,
+    nbytes, node_of) -> list[Phase]`` and ``time(...)``; a ``Collective`` op whose
+    ``algorithm`` is ``name`` then runs its phases. The selector does not pick it by itself
+    (add a case to ``algorithm_for`` and ``strided_algorithm`` for that). Refuses a name that
+    is taken."""
+    if name in ALGORITHMS or name == "ring_stepwise":
+        raise ValueError(f"collective algorithm {name!r} is already registered")
+    for attr in ("phases", "time"):
+        if not callable(getattr(module, attr, None)):
+            raise ValueError(f"collective algorithm {name!r}: needs a callable {attr!r}")
+    ALGORITHMS[name] = module
+
+
 def phases_of(algorithm: str, kind: str, group: Sequence[int], nbytes: float,
               node_of: Callable[[int], int]) -> list[Phase]:
     """The phases of ``kind`` over ``group`` with ``algorithm`` (``ALGORITHMS``' keys)."""
-    if (kind == "alltoall") != (algorithm == ALL_TO_ALL):
+    if (kind == "alltoall" and algorithm in (RING, HIERARCHICAL)) or \
+            (kind != "alltoall" and algorithm == ALL_TO_ALL):
         raise ValueError(f"collective kind={kind!r} with algorithm {algorithm!r}: all-to-all "
                          "runs as all_to_all, and all_to_all runs only all-to-all")
     try:
