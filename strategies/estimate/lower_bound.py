@@ -95,17 +95,17 @@ def min_route_latency(cl: Cluster) -> float:
     return min(cl.intra_node_latency, cl.inter_node_latency)
 
 
-def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
-    """Least seconds of a ring or hierarchical collective (``steps``: its passes, 2 for
-    all-reduce, 1 for reduce-scatter or all-gather) of an ``nbytes`` buffer over ``n`` ranks
-    ``stride`` apart in rank order.
+def group_floor(nbytes, n, stride, passes, cl: Cluster):
+    """Least seconds of a ring or hierarchical collective (``passes``: 2 for all-reduce, 1 for
+    reduce-scatter or all-gather; an array or a number) of an ``nbytes`` buffer over ``n``
+    ranks ``stride`` apart in rank order.
 
     The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
     that algorithm's closed form at the fastest rates and least latency the network offers:
     in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
     ``k`` members on each node the hierarchical algorithm (intra-node rings at the fastest link
     rate, inter-node rings of ``S/k`` at the NIC rate, latency not counted). Groups of this
-    shape that differ (``mixed``): the ``steps·(n-1)/n·S`` bytes every member moves, at the
+    shape that differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the
     fastest link rate."""
     G = cl.gpus_per_node
     n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
@@ -113,10 +113,10 @@ def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
     algo = colls.strided_algorithm(n, stride, G)
     _, k, nodes = colls.select.strided_layout(n, stride, G)
     t = np.where(algo == colls.RING,
-                 colls.ring.time(steps, nbytes, n, np.where(nodes > 1, nic, B), lat),
+                 colls.ring.time(passes, nbytes, n, np.where(nodes > 1, nic, B), lat),
         np.where(algo == colls.HIERARCHICAL,
-                 colls.hierarchical.time(steps, nbytes, k, nodes, B, 0.0, nic, 0.0),
-                 steps * (n - 1) / np.maximum(n, 1) * nbytes / B))
+                 colls.hierarchical.time(passes, nbytes, k, nodes, B, 0.0, nic, 0.0),
+                 passes * (n - 1) / np.maximum(n, 1) * nbytes / B))
     return np.where(n > 1, t, 0.0)
 
 
