@@ -1,9 +1,14 @@
 """Analytic times of collectives on a cluster: the bandwidth a group really gets.
 
-A group of ``n`` ranks with ``k`` of them per node runs over NVLink when it fits in a node;
-otherwise its ring crosses node boundaries, where the ``k`` local members share the node's NICs
-and the ring's inter-node hop gets ``k`` GPUs' worth of NIC bandwidth (NCCL stripes its
-channels over the NICs), reduced by the fabric's oversubscription. Achieved bus bandwidth is
+``collective_time`` is what the estimate reads: the algorithm ``strategies.collectives.select``
+picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
+``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
+over the NICs with one member per node, and the hierarchical algorithm with ``k > 1`` members
+on each of several nodes. Groups laid out differently from one group to the next (``mixed``:
+e.g. 12 ranks over 8-GPU nodes) keep ``group_bandwidth``'s ring that crosses node boundaries,
+where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
+GPUs' worth of NIC bandwidth (NCCL stripes its channels over the NICs), reduced by the
+fabric's oversubscription. Achieved bus bandwidth is
 the link bandwidth times ``NCCL_EFFICIENCY`` (nccl-tests on DGX A100/H100 reach about 80% of
 NVLink and 90% of InfiniBand line rate for large messages). Latency: one hop per ring step.
 
