@@ -82,6 +82,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
+    res.metrics["network"] = network
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
     return res
@@ -129,7 +130,8 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
 def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     """The CLI's ``simulate`` JSON: the ``estimate`` keys with the simulated step time,
     throughput, MFU/HFU, bubble and breakdown, plus ``simulated``, ``exposed_comm_s``,
-    ``overlapped_comm_s``, ``events``, ``wall_s`` and ``analytic_step_time_s``."""
+    ``overlapped_comm_s``, ``events``, ``wall_s``, ``analytic_step_time_s``, the folding keys
+    and ``network`` (the backend)."""
     from strategies.estimate.scalar import estimate
     est = estimate(job)
     out = est.to_json()
@@ -144,6 +146,6 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
         "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
-        "fold_note": m["fold_note"],
+        "fold_note": m["fold_note"], "network": m.get("network", DEFAULT_BACKEND),
     })
     return out

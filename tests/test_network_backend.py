@@ -125,6 +125,7 @@ def test_cli_network_flag(capsys):
     assert main(args) == 0
     flows = json.loads(capsys.readouterr().out)
     assert free["simulated"] and 0 < free["step_time_s"] <= flows["step_time_s"]
+    assert (free["network"], flows["network"]) == ("contention-free", "flows")
     assert main(args + ["--network", "ns3"]) == 2
     err = capsys.readouterr().err
     assert "--network" in err and "ns3" in err and err.count("\n") == 1
