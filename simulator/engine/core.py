@@ -8,7 +8,7 @@ is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` star
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
 (``simulator.engine.collectives``) over the network, where it contends with all other traffic.
 The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
-sharing; ``contention-free``: no sharing); the engine uses only that interface.
+sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
 A run that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
