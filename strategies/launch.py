@@ -71,7 +71,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
           f"--max-position-embeddings {max(job.seq_len, m.max_position_embeddings or 0)}"]
     a += list(get_precision(job.dtype).megatron)
     a += _model_args(m)
-    head = f"torchrun --nproc_per_node {cl.gpus_per_node} --nnodes {cl.num_nodes} pretrain_gpt.py"
+    head = f"torchrun --nproc_per_node {cl.gpus_per_host} --nnodes {cl.num_hosts} pretrain_gpt.py"
     return " \\\n    ".join([head] + a), notes
 
 

@@ -29,7 +29,7 @@ from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import Plan
-from topologies.cluster import Cluster
+from topologies.cluster import Cluster, fits_nvlink_domain
 
 SCHED_NAME = {v: k for k, v in SCHED_CODE.items()}
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
@@ -40,7 +40,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("pp_layers", "pp does not divide the layers"),
     ("cp_seq", "2*cp does not divide the sequence length"),
     ("ep", "ep needs an MoE model, must divide the experts and dp*cp"),
-    ("tp_cross_node", "tp spans nodes (allow with --allow-cross-node-tp)"),
+    ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
     ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
     ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
@@ -243,7 +243,7 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
 
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
-    s, L, G = model.seq_length, model.num_layers, cluster.gpus_per_node
+    s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
     heads, kv = model.num_attention_heads, model.kv_heads
 
     def ep_ok(c):
@@ -253,7 +253,7 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     def cross(c):
         tp = c["tp"]
-        return ((tp <= G) & (G % tp == 0)) | (opts.allow_cross_node_tp & (tp % G == 0))
+        return fits_nvlink_domain(cluster, tp) | (opts.allow_cross_node_tp & (tp % G == 0))
 
     def redundant(c):
         return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
