@@ -169,3 +169,25 @@ def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
     hbm = gpu.hbm_bandwidth * ct.HBM_EFFICIENCY
     assert e["fp8"] - e["bf16"] == pytest.approx(3 * elems / hbm, rel=1e-12)
     assert e["fp8-current"] - e["fp8"] == pytest.approx(2 * elems / hbm, rel=1e-12)
+
+
+def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
+    from strategies.reference.cases import _dtype, case_from_entry
+    entry = {"id": "gb200_405b", "kind": "measured", "tier": 1,
+             "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
+                        "table": "docs/performance-summary.md (25.11 NeMo container)"},
+             "model": {"name": "llama3.1-405b", "layers": 126, "hidden": 16384, "heads": 128,
+                       "kv_heads": 8, "ffn_hidden": 53248, "vocab": 128256, "seq_len": 8192},
+             "hardware": {"gpu": "GB200", "gpus_per_node": 8, "n_gpus": 256},
+             "plan": {"tp": 4, "pp": 16, "dp": 4, "cp": 1, "ep": 1, "microbatch": 1,
+                      "global_batch": 1536, "schedule": "interleaved 1F1B",
+                      "virtual_stages": 4},
+             "precision": "fp8 (current scaling)",
+             "measured": {"tokens_per_s_per_gpu": 813}}
+    case = case_from_entry(entry)
+    assert case.job is not None, case.skipped
+    cl = case.job.cluster
+    assert (cl.gpu.name, cl.num_nodes, cl.nvlink_domain_size) == ("GB200", 4, 64)
+    assert case.job.dtype == "fp8-current"
+    assert _dtype({"id": "x", "precision": "mxfp8"}) == "mxfp8"
+    assert _dtype({"id": "x", "precision": "fp8 (delayed scaling)"}) == "fp8"

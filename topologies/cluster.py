@@ -261,6 +261,7 @@ _RACKS: dict[str, tuple[str, int, int, float, float, str]] = {
                     "NVL72 racks: 18 trays x 4 GB300 GPUs, one NVLink 5 domain of 72 GPUs "
                     "(900 GB/s/GPU), 1x 800 Gb/s ConnectX-8 per GPU between racks"),
 }
+RACK_PRESETS = tuple(_RACKS)
 # Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree.
 INTRA_LATENCY_S = 2.0e-6
 INTER_LATENCY_S = 5.0e-6
