@@ -321,6 +321,19 @@ def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
                    intra_node_topology=intra, source=key)
 
 
+def cluster_for_gpus(name: str, num_gpus: int) -> Cluster:
+    """Preset ``name`` with ``num_gpus`` GPUs: ``num_gpus / 8`` nodes of a DGX-like preset,
+    ``num_gpus / 4`` trays of a rack-scale one (spread over equal racks); a count the preset's
+    unit does not divide is refused."""
+    unit = preset_unit_gpus(name)
+    _positive_int("num_gpus", num_gpus, MAX_GPUS)
+    if num_gpus % unit:
+        what = "trays" if str(name).strip().lower() in _RACKS else "nodes"
+        raise SpecError("cluster", name, f"holds {unit} GPUs per {what[:-1]}, which does not "
+                        f"divide {num_gpus} GPUs")
+    return cluster_preset(name, num_gpus // unit)
+
+
 def parse_cluster_arg(text: str) -> Cluster:
     """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node) or a YAML file path."""
     text = str(text).strip()
