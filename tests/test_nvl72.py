@@ -103,6 +103,17 @@ def test_tp16_inside_one_rack_is_faster_than_across_racks():
     assert t_in < t_out
 
 
+def test_ep64_inside_one_rack_is_faster_than_across_racks():
+    m = replace(model_preset("mixtral-8x7b"), num_experts=64, num_layers=8)
+    plan = parse_plan("tp=1,pp=1,ep=64,gbs=64")
+    rack = cluster_preset("gb200-nvl72", 16)
+    split = cluster_from_mapping({"preset": "gb200-nvl72", "name": "racks-of-8",
+                                  "gpus_per_node": 8, "nics_per_node": 8, "nodes": 8})
+    t_in = simulate(make_job(m, rack, plan)).step_time_s
+    t_out = simulate(make_job(m, split, plan)).step_time_s
+    assert t_in < t_out
+
+
 def test_node_larger_than_its_nvlink_domain_is_refused():
     with pytest.raises(SpecError, match="nvlink_domain_gpus=72"):
         cluster_from_mapping({"preset": "gb200-nvl72", "gpus_per_node": 80,
