@@ -10,6 +10,9 @@ Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accel
 ``attention_efficiency`` is the fraction of the 16-bit peak a fused (Flash) attention kernel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
+``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
+the chip runs natively; ``tdp_w``: board power (W); ``source``: where the datasheet figures
+come from. Training precisions (``--dtype``) map to rates in ``topologies.precision``.
 """
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ RATES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # keys of GPU.peak_flops
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator. ``peak_flops`` maps dtype -> dense FLOP/s."""
+    """One accelerator. ``peak_flops`` maps a tensor-core rate (``RATES``) -> dense FLOP/s."""
 
     name: str
     peak_flops: Mapping[str, float]
