@@ -202,3 +202,19 @@ def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
     assert case.job.dtype == "fp8-current"
     assert _dtype({"id": "x", "precision": "mxfp8"}) == "mxfp8"
     assert _dtype({"id": "x", "precision": "fp8 (delayed scaling)"}) == "fp8"
+
+
+def test_launch_runs_torchrun_per_tray_with_the_precision_flags():
+    from strategies.launch import deepspeed_config, megatron_args
+    job = make_job(model_preset("llama3.1-70b"), parse_cluster_arg("gb200-nvl72:64"),
+                   parse_plan("tp=8,pp=4,gbs=512"), dtype="nvfp4")
+    cmd, _ = megatron_args(job)
+    assert "torchrun --nproc_per_node 4 --nnodes 64 " in cmd
+    assert "--fp4-format e2m1" in cmd and "--fp4-recipe nvfp4" in cmd
+    mx = make_job(model_preset("llama3.1-70b"), parse_cluster_arg("gb200-nvl72:64"),
+                  parse_plan("tp=8,pp=4,gbs=512"), dtype="mxfp8")
+    assert "--fp8-recipe mxfp8" in megatron_args(mx)[0]
+    dp_only = make_job(model_preset("llama3-8b"), parse_cluster_arg("gb200-nvl72:2"),
+                       parse_plan("tp=1,pp=1,gbs=8"), dtype="mxfp8")
+    with pytest.raises(SpecError, match="mxfp8"):
+        deepspeed_config(dp_only)
