@@ -145,9 +145,10 @@ class Cluster:
 
     def describe_domain(self) -> str:
         """The NVLink domains in words, e.g. ``4 NVLink domains of 64 GPUs (16 of 18 trays of
-        4 GPUs; 8 of 72 GPU slots left empty in each)``."""
+        4 GPUs; 8 of 72 GPU slots left empty in each)`` (``Infinity Fabric`` on AMD GPUs)."""
         n, g = self.num_nodes, self.gpus_per_node
-        text = f"{n} NVLink domain{'s' if n > 1 else ''} of {g} GPUs"
+        fabric = "Infinity Fabric" if self.gpu.vendor == "amd" else "NVLink"
+        text = f"{n} {fabric} domain{'s' if n > 1 else ''} of {g} GPUs"
         if self.gpus_per_tray and self.gpus_per_tray < g:
             t = self.gpus_per_tray
             text += f" ({g // t} of {self.nvlink_domain_capacity // t} trays of {t} GPUs"
@@ -346,9 +347,9 @@ def parse_cluster_arg(text: str) -> Cluster:
     try:
         n = parse_int_text("nodes", nodes)
     except SpecError:
-        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS for a rack-scale preset) "
-                        "with NODES an integer, "
-                        "e.g. dgx-a100:128, or a .yaml file") from None
+        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS for a rack-scale "
+                        "preset) with NODES an integer, e.g. dgx-a100:128, or a .yaml file"
+                        ) from None
     return cluster_preset(name, n)
 
 
