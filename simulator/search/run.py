@@ -95,11 +95,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                 waiting += 1
         while waiting:
             waiting -= len(ex.wait())
+        ex.close()
+    except BaseException:           # an error or a stop signal: end the workers now
+        ex.close(abort=True)
+        raise
     finally:
         if cfg.progress:
             import sys
             sys.stderr.write("\n")
-        ex.close()
     res = ex.results
     report = {
         "inputs": _inputs(cfg, space),

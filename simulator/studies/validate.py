@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
+from simulator.workers import process_pool, terminate_pool
 from strategies.errors import SpecError
 from strategies.job import Job, make_job
 from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
@@ -144,12 +144,17 @@ def validate_cases(cases: Sequence[Case], simulate: bool = True, exact: bool = F
     if jobs > 1 and simulate and len(heavy) > 1:
         # Longest first (more micro-batch steps, more stages) so the pool ends together.
         heavy.sort(key=lambda i: -_cost(cases[i].job))
-        with ProcessPoolExecutor(max_workers=min(jobs, len(heavy))) as pool:
+        pool = process_pool(min(jobs, len(heavy)))
+        try:
             futures = {i: pool.submit(_evaluate_star, work[i]) for i in heavy}
             for i in range(len(cases)):
                 rows[i] = futures[i].result() if i in futures else _evaluate_star(work[i])
                 if on_row:
                     on_row(i, rows[i])
+            pool.shutdown()
+        except BaseException:       # an error or a stop signal: end the workers now
+            terminate_pool(pool)
+            raise
         return rows  # type: ignore[return-value]
     for i, w in enumerate(work):
         rows[i] = _evaluate_star(w)
