@@ -167,15 +167,12 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
 
 
 def parse_plan(text: str) -> Plan:
-    """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
+    """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML or JSON plan file
+    (``strategies.plan_file``)."""
     text = str(text).strip()
-    if text.lower().endswith((".yaml", ".yml", ".json")):
-        from topologies.yaml_io import load_mapping_file
-        data = load_mapping_file(text, "plan")
-        if data is not None and not isinstance(data, Mapping):
-            raise SpecError("plan", text, f"the file must hold a mapping of plan keys, "
-                            f"not a {type(data).__name__}")
-        return plan_from_mapping({} if data is None else data)
+    from strategies.plan_file import is_plan_file, read_plan_file
+    if is_plan_file(text):
+        return read_plan_file(text)[0]       # strategies.plan_file: the file grammar
     d: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")

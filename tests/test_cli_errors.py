@@ -191,6 +191,22 @@ CASES = [
     ("missing-required-flag", ["estimate", *A100], {}, ["--plan", "required"]),
     ("unknown-flag", ["estimate", *A100, "--plan", "gbs=8", "--tp", "8"], {}, ["--tp"]),
     ("unknown-subcommand", ["train", *A100], {}, ["'train'"]),
+    # plan files (search --save-plan, --plan FILE)
+    ("save-plan-folder-missing", ["search", *A100, "--global-batch", "16", "--save-plan",
+                                  "{d}/no/such/p.yaml"], {}, ["--save-plan=", "does not exist"]),
+    ("save-plan-extension", ["search", *A100, "--global-batch", "16", "--save-plan",
+                             "{d}/p.txt"], {}, ["--save-plan=", ".yaml", ".json"]),
+    ("save-top-not-a-folder", ["search", *A100, "--global-batch", "16", "--save-top",
+                               "{d}/nope"], {}, ["--save-top=", "existing folder"]),
+    ("plan-file-found-for-not-a-mapping", ["estimate", *A100, "--plan", "{d}/p.yaml"],
+     {"p.yaml": "tp: 8\ngbs: 8\nfound_for: gpt-1.7b\n"}, ["found_for", "mapping"]),
+    ("plan-file-found-for-unknown-key", ["simulate", *A100, "--plan", "{d}/p.json"],
+     {"p.json": json.dumps({"tp": 8, "gbs": 8, "found_for": {"modle": "gpt-1.7b"}})},
+     ["found_for", "'modle'", "allowed: model"]),
+    ("plan-file-found-for-nested", ["search", *A100, "--plan", "{d}/p.yaml"],
+     {"p.yaml": "tp: 8\ngbs: 16\nfound_for: {gpus: [8]}\n"}, ["found_for.gpus", "[8]"]),
+    ("plan-file-unknown-key", ["compare", *A100, "--plan", "{d}/p.yaml"],
+     {"p.yaml": "tp: 4\npp: 2\ngbs: 8\nfound: x\n"}, ["plan='found'", "unknown key"]),
 ]
 
 

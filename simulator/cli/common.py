@@ -14,6 +14,7 @@ from strategies.hf_config import load_model_arg
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan
+from strategies.plan_file import found_for, is_plan_file, mismatches, read_plan_file
 from topologies.cluster import Cluster, parse_cluster_arg
 from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
 
@@ -123,12 +124,24 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None) -> Job:
     """Model, cluster and plan from the shared flags, checked against each other."""
     model = resolve_model(args)
     cluster = resolve_cluster(args)
+    record = None
+    if is_plan_file(args.plan):
+        from_file, record = read_plan_file(args.plan)
+        plan = plan if plan is not None else from_file
     plan = plan if plan is not None else parse_plan(args.plan)
     if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
-    return make_job(model, cluster, plan, global_batch=args.global_batch,
-                    dtype=check_dtype(args.dtype))
+    job = make_job(model, cluster, plan, global_batch=args.global_batch,
+                   dtype=check_dtype(args.dtype))
+    for text in mismatches(record, found_for(job)):
+        warn(f"--plan {args.plan}: {text}")
+    return job
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr (stdout stays machine output)."""
+    print(f"paraplan: warning: {text}", file=sys.stderr)
 
 
 def _clean(value: Any) -> Any:

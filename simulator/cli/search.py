@@ -12,13 +12,15 @@ from typing import Any, Mapping
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, resolve_cluster, resolve_model, table)
+                              positive_int, resolve_cluster, resolve_model, table, warn)
 from strategies.launch import EXPORTS, export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import _ALIAS as PLAN_ALIASES
 from strategies.plan import parse_plan
+from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
+                                  plan_file_text, read_plan_file, split_found_for)
 from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
@@ -91,6 +93,11 @@ def register(sub) -> None:
     o.add_argument("--csv", action=Once, default=None, metavar="FILE", help="write the top plans as CSV")
     o.add_argument("--export", action=Once, choices=EXPORTS, default=None,
                    help="print the launch settings of the recommended plan")
+    o.add_argument("--save-plan", action=Once, default=None, metavar="F.yaml",
+                   help="write the recommended plan as a plan file (.yaml, .yml or .json) "
+                        "that --plan reads back")
+    o.add_argument("--save-top", action=Once, default=None, metavar="DIR",
+                   help="write each of the top plans as DIR/rank-N.yaml")
     p.set_defaults(func=run)
 
 
@@ -102,6 +109,10 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
     gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
+    if is_plan_file(args.plan):
+        for text in mismatches(read_plan_file(args.plan)[1],
+                               job_record(model, cluster, gbs, dtype)):
+            warn(f"--plan {args.plan}: {text}")
     if not 0 <= args.tolerance < 100:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
@@ -129,11 +140,12 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
     if text is None:
         return {}, None
     text = str(text).strip()
-    if text.lower().endswith((".yaml", ".yml", ".json")):
+    if is_plan_file(text):
         data = load_mapping_file(text, "plan")
         if not isinstance(data, Mapping):
             raise CliError("--plan", text, "the file must hold a mapping of plan keys, "
                            f"not a {type(data).__name__}")
+        data, _ = split_found_for(data)      # the record is checked in config_from_args
         items = [(str(k), v) for k, v in data.items()]
     else:
         items = []
@@ -183,12 +195,19 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
 def run(args: argparse.Namespace) -> int:
     check_output(args.csv, "--csv")      # before the search, not after it
     check_output(args.results, "--results")
+    check_output(args.save_plan, "--save-plan", PLAN_EXTS)
+    check_folder(args.save_top, "--save-top")
     cfg = config_from_args(args)
     report = run_search(cfg)
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
     if args.csv:
         atomic_write_text(args.csv, to_csv(report))
+    if args.save_plan:
+        save_plan(cfg, rec, args.save_plan)
+    if args.save_top:
+        for r in report["plans"]:
+            save_plan(cfg, r, os.path.join(args.save_top, f"rank-{r['rank']}.yaml"))
     exported = None
     if args.export:
         rec = report["recommended"]
@@ -204,6 +223,23 @@ def run(args: argparse.Namespace) -> int:
         if exported is not None:
             print(f"\n{args.export} settings of the recommended plan:\n{exported}")
     return 0
+
+
+def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:
+    """Write the plan of a report row as a plan file (``strategies.plan_file``), with the job
+    it was found for and its simulated step time."""
+    job = make_job(cfg.model, cfg.cluster, parse_plan(row["key"]), dtype=cfg.dtype)
+    atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"])))
+
+
+def check_folder(path: str | None, flag: str) -> None:
+    """Refuse a missing or unwritable output folder before the search starts."""
+    if path is None:
+        return
+    if not os.path.isdir(path):
+        raise CliError(flag, path, "must be an existing folder")
+    if not os.access(path, os.W_OK):
+        raise CliError(flag, path, "folder is not writable")
 
 
 def to_csv(report: dict[str, Any]) -> str:
