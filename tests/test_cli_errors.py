@@ -191,6 +191,12 @@ CASES = [
     ("missing-required-flag", ["estimate", *A100], {}, ["--plan", "required"]),
     ("unknown-flag", ["estimate", *A100, "--plan", "gbs=8", "--tp", "8"], {}, ["--tp"]),
     ("unknown-subcommand", ["train", *A100], {}, ["'train'"]),
+    ("timeline-detail-unknown", ["simulate", *A100, "--plan", "tp=8,gbs=8", "--timeline",
+                                 "{d}/t.png", "--timeline-detail", "memory,gantt"], {},
+     ["--timeline-detail=", "'gantt'", "valid: memory, links, comm"]),
+    ("timeline-detail-without-timeline", ["simulate", *A100, "--plan", "tp=8,gbs=8",
+                                          "--timeline-detail", "memory"], {},
+     ["--timeline-detail=", "needs --timeline"]),
     # plan files (search --save-plan, --plan FILE)
     ("save-plan-folder-missing", ["search", *A100, "--global-batch", "16", "--save-plan",
                                   "{d}/no/such/p.yaml"], {}, ["--save-plan=", "does not exist"]),
