@@ -72,6 +72,9 @@ def register(sub) -> None:
                    help="recommend the simplest plan within PCT%% of the best (default 3)")
     r.add_argument("--exhaustive", action="store_true",
                    help="simulate every feasible plan (a check of the pruned search)")
+    r.add_argument("--exact", action="store_true",
+                   help="simulate every micro-batch (default: long 1F1B and interleaved "
+                        "pipelines are simulated on two short runs and extended exactly)")
     r.add_argument("--reference", action="append", default=None, metavar="PLAN",
                    help="also simulate this plan and print it beside the result (repeat; "
                         "'none' for no reference; default: the published plan, if known)")
@@ -123,6 +126,7 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
+                        exact=args.exact,
                         workers=args.workers or os.cpu_count() or 1, backend=args.backend,
                         ray_address=args.ray_address, results=args.results,
                         resume=args.resume,

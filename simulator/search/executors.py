@@ -32,21 +32,18 @@ from simulator.workers import process_pool, terminate_pool
 from topologies.cluster import Cluster
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan; the figures the search reports."""
-    from simulator.simulate import simulate
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, exact: bool,
+             plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan; the figures the search reports: ``step_time_s``,
+    ``bubble_fraction``, ``exposed_comm_s``, ``overlapped_comm_s``, ``breakdown_s``,
+    ``events``, ``wall_s`` and ``method``. Long pipelines are simulated on two short runs and
+    extended (``simulator.extend``; the same figures to ~1e-12) unless ``exact``."""
+    from simulator.extend import simulate_figures
     try:
-        res = simulate(make_job(model, cluster, plan, dtype=dtype))
+        return simulate_figures(make_job(model, cluster, plan, dtype=dtype), exact)
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
-    m = res.metrics
-    return {"step_time_s": float(res.step_time_s),
-            "bubble_fraction": float(m["bubble_fraction"]),
-            "exposed_comm_s": float(m["exposed_comm_s"]),
-            "overlapped_comm_s": float(m["overlapped_comm_s"]),
-            "breakdown_s": {k: float(v) for k, v in m["breakdown_s"].items()},
-            "events": int(res.events), "wall_s": float(res.wall_s)}
 
 
 # ----------------------------------------------------------------------- in this process
@@ -194,10 +191,13 @@ class RayPool:
 
 
 # ----------------------------------------------------------------------- results file
-def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int) -> str:
-    """What a stored result depends on besides its plan."""
-    blob = json.dumps({"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype,
-                       "gbs": gbs}, sort_keys=True, default=str)
+def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
+                 exact: bool = False) -> str:
+    """What a stored result depends on besides its plan (``exact``: simulated in full)."""
+    ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    if exact:
+        ctx["exact"] = True
+    blob = json.dumps(ctx, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -42,6 +42,7 @@ class SearchConfig:
     k: int = 5
     tolerance: float = 0.03
     exhaustive: bool = False
+    exact: bool = False          # simulate every micro-batch (no affine extension)
     workers: int = 1
     backend: str = "local"
     ray_address: str | None = None
@@ -74,8 +75,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
 
     log = None
     if cfg.results:
-        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs), cfg.resume)
-    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype), plan_of,
+        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs, cfg.exact),
+                         cfg.resume)
+    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype, cfg.exact), plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
@@ -115,7 +117,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         "pruned_rules": {r: text for r, text in RULES},
         "space": {"raw": space.raw, "feasible": space.size},
         "evaluated": {"analytic": space.size, "simulated": len(out.needed),
-                      "exhaustive": cfg.exhaustive},
+                      "exhaustive": cfg.exhaustive, "exact": cfg.exact,
+                      "extended": sum(1 for i in out.needed
+                                      if res[i].get("method", "full") != "full")},
         "execution": {"backend": cfg.backend, "workers": cfg.workers,
                       "simulations_run": ex.simulated,
                       "reused_from_results": ex.reused},
