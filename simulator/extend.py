@@ -13,8 +13,13 @@ The step time is affine from ``m = g`` on. How it splits into parts is affine fr
 ``m = g`` is all warm-up and cool-down (no steady state), which puts its step time on the
 line but not its breakdown, so those figures are extended from ``2g`` and ``3g``.
 
-GPipe queues every forward first (no steady state) and is never extended; nor is a job with
-``m < EXTEND_FROM · base · g`` (little or no saving) or ``m`` not a multiple of ``g``.
+GPipe queues every forward first (no steady state) and is never extended; nor is a job
+whose ``m`` is not a multiple of ``g``, nor one where the two short runs would simulate more
+than ``1/SAVING`` of its micro-batches: ``m < SAVING · (2·base + 1) · g``. A run's cost is
+a fixed part (building the programs and the network, warm-up, cool-down, the optimizer)
+plus a part per micro-batch, and two short runs pay the fixed part twice: measured on the
+GPT-3 175B search's plans (CPU seconds, ``docs/simulator.md``), an interleaved pipeline
+with ``m = 6g`` costs more extended than in full, one with ``m = 12g`` half as much.
 Ratios (the bubble fraction) are derived from extended seconds, never extended themselves.
 ``tests/test_extend.py`` checks every figure against the full simulation.
 """
@@ -27,8 +32,8 @@ import numpy as np
 
 from strategies.job import Job, make_job
 
-#: Extend only when it saves work: m >= EXTEND_FROM * g.
-EXTEND_FROM = 3
+#: Extend only when the two short runs hold at most 1/SAVING of the micro-batches.
+SAVING = 2
 #: Schedules with a steady state (GPipe has none: not affine).
 EXTENDABLE = ("1f1b", "interleaved")
 #: Per schedule, the first multiple of ``g`` from which every figure is affine in ``m``.
@@ -51,7 +56,7 @@ def can_extend(job: Job, figures: bool = True) -> bool:
     """Whether ``job``'s step may be simulated on two short runs and extended."""
     m, g = job.num_microbatches, period(job)
     return (job.plan.pp > 1 and job.plan.schedule in EXTENDABLE and m % g == 0
-            and m >= EXTEND_FROM * base(job, figures) * g)
+            and m >= SAVING * (2 * base(job, figures) + 1) * g)
 
 
 def with_microbatches(job: Job, m: int) -> Job:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.cli.main import main
-from simulator.extend import (EXTEND_FROM, FIGURES_FROM, affine, base, can_extend,
+from simulator.extend import (SAVING, FIGURES_FROM, affine, base, can_extend,
                               extended_step_time, how, period, simulate_figures,
                               with_microbatches)
 from simulator.simulate import simulate
@@ -19,8 +19,8 @@ from topologies.cluster import cluster_preset
 
 CASES = [
     ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=64"),
-    ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=64,schedule=interleaved,vpp=3"),
-    ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=128,schedule=interleaved,vpp=2,microbatch_group_size=8"),
+    ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=80,schedule=interleaved,vpp=3"),
+    ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=160,schedule=interleaved,vpp=2,microbatch_group_size=8"),
     ("gpt-1.7b", 2, "tp=1,pp=8,dp=2,gbs=128,zero=1"),
     ("gpt-1.7b", 2, "tp=1,pp=4,dp=4,gbs=128,zero=1,recompute=full"),
     ("gpt-1.7b", 2, "tp=2,pp=2,dp=4,gbs=64,recompute=selective"),
@@ -51,11 +51,11 @@ def test_extension_equals_full_simulation_for_every_figure(case):
 
 
 def test_the_short_runs_are_what_the_method_says():
-    job = _job("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=64,schedule=interleaved,vpp=3")
+    job = _job("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=80,schedule=interleaved,vpp=3")
     m, g = job.num_microbatches, period(job)
-    assert (m, g, base(job), base(job, figures=False)) == (32, 4, 2, 1)
-    assert how(job) == "extended from m=8 and m=12 (of 32)"
-    assert how(job, figures=False) == "extended from m=4 and m=8 (of 32)"
+    assert (m, g, base(job), base(job, figures=False)) == (40, 4, 2, 1)
+    assert how(job) == "extended from m=8 and m=12 (of 40)"
+    assert how(job, figures=False) == "extended from m=4 and m=8 (of 40)"
     for k in (2, 3):
         short = with_microbatches(job, k * g)
         assert short.num_microbatches == k * g and short.plan.dp == job.plan.dp
@@ -80,9 +80,9 @@ def test_the_interleaved_breakdown_needs_the_later_base():
 @pytest.mark.parametrize("plan,why", [
     ("tp=2,pp=4,dp=2,gbs=64,schedule=gpipe", "no steady state"),
     ("tp=8,dp=2,gbs=64", "no pipeline"),
-    ("tp=2,pp=4,dp=2,gbs=8", "m < EXTEND_FROM * g"),
+    ("tp=2,pp=4,dp=2,gbs=40", "m < SAVING * 3g"),
     ("tp=2,pp=4,dp=2,gbs=36", "m not a multiple of g"),
-    ("tp=2,pp=4,dp=2,gbs=40,schedule=interleaved,vpp=3", "m < EXTEND_FROM * 2g"),
+    ("tp=2,pp=4,dp=2,gbs=72,schedule=interleaved,vpp=3", "m < SAVING * 5g"),
 ])
 def test_what_is_simulated_in_full(plan, why):
     job = _job("gpt-1.7b", 2, plan)
@@ -99,7 +99,7 @@ def test_affine_is_exact_on_lines_and_takes_arrays():
             assert affine(y(b * g), y((b + 1) * g), m, g, b) == pytest.approx(y(m), rel=1e-15)
     arr = affine(np.array([1.0, 2.0]), np.array([2.0, 4.0]), 12, 4)
     assert arr.tolist() == [3.0, 6.0]              # y(4), y(8) -> y(12) on y = n/4, n/2
-    assert EXTEND_FROM == 3
+    assert SAVING == 2
 
 
 def test_validate_extends_the_step_time_the_same_way():
