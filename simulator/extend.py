@@ -31,39 +31,43 @@ from typing import Any
 import numpy as np
 
 from strategies.job import Job, make_job
+from strategies.schedules import get_schedule
 
 #: Extend only when the two short runs hold at most 1/SAVING of the micro-batches.
 SAVING = 2
-#: Schedules with a steady state (GPipe has none: not affine).
-EXTENDABLE = ("1f1b", "interleaved")
-#: Per schedule, the first multiple of ``g`` from which every figure is affine in ``m``.
+#: Per schedule, the first multiple of ``g`` from which every figure is affine in ``m``
+#: (measured against full simulation in tests/test_extend.py). A registered schedule with a
+#: steady state (``Schedule.steady_state``) but not listed here has its step time extended
+#: (validate) and its figures simulated in full (search).
 FIGURES_FROM = {"1f1b": 1, "interleaved": 2}
 
 
 def period(job: Job) -> int:
-    """Micro-batches per steady-state period of the job's schedule (``g``)."""
+    """Micro-batches per steady-state period of the job's schedule (``g``,
+    ``Schedule.period``)."""
     p = job.plan
-    return max(p.pp, p.microbatch_group_size or 1)
+    return get_schedule(p.schedule).period(p.pp, p.microbatch_group_size)
 
 
-def base(job: Job, figures: bool = True) -> int:
+def base(job: Job, figures: bool = True) -> int | None:
     """The short runs are ``base·g`` and ``(base+1)·g`` micro-batches: 1 for the step time
-    alone (``figures=False``), ``FIGURES_FROM`` of the schedule for every figure."""
-    return FIGURES_FROM.get(job.plan.schedule, 1) if figures else 1
+    alone (``figures=False``), ``FIGURES_FROM`` of the schedule for every figure (None: not
+    known for this schedule)."""
+    return FIGURES_FROM.get(job.plan.schedule) if figures else 1
 
 
 def can_extend(job: Job, figures: bool = True) -> bool:
     """Whether ``job``'s step may be simulated on two short runs and extended."""
-    m, g = job.num_microbatches, period(job)
-    return (job.plan.pp > 1 and job.plan.schedule in EXTENDABLE and m % g == 0
-            and m >= SAVING * (2 * base(job, figures) + 1) * g)
+    m, g, b = job.num_microbatches, period(job), base(job, figures)
+    return (job.plan.pp > 1 and get_schedule(job.plan.schedule).steady_state
+            and b is not None and m % g == 0 and m >= SAVING * (2 * b + 1) * g)
 
 
 def with_microbatches(job: Job, m: int) -> Job:
     """``job`` with ``m`` micro-batches per pipeline (the global batch changed to match)."""
     p = job.plan
     return make_job(job.model, job.cluster, replace(p, gbs=m * p.mbs * p.dp), dtype=job.dtype,
-                    framework=job.framework)
+                    framework=job.named_framework)
 
 
 def affine(y_a, y_b, m: int, g: int, b: int = 1):

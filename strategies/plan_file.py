@@ -29,12 +29,15 @@ ALWAYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "schedule", "vpp", "recomp
 PLAN_EXTS = (".yaml", ".yml", ".json")
 
 
-def plan_to_mapping(plan: Plan) -> dict[str, Any]:
-    """The plan keys of ``plan`` (``plan_from_mapping`` reads them back to an equal Plan)."""
+def plan_to_mapping(plan: Plan, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The plan keys of ``plan``: ``ALWAYS``, and the others where they differ from their
+    default (``defaults``, a software stack's switches, before ``Plan``'s);
+    ``plan_from_mapping(…, defaults)`` reads them back to an equal Plan."""
     out = {k: getattr(plan, k) for k in ALWAYS if getattr(plan, k) is not None}
     for f in fields(Plan):
         v = getattr(plan, f.name)
-        if f.name not in out and v is not None and v != f.default:
+        default = (defaults or {}).get(f.name, f.default)
+        if f.name not in out and v is not None and v != default:
             out[f.name] = v
     return out
 
@@ -56,9 +59,15 @@ def found_for(job, step_time_s: float | None = None) -> dict[str, Any]:
     return job_record(job.model, job.cluster, job.plan.gbs, job.dtype, step_time_s)
 
 
-def plan_file_text(plan: Plan, path: str, record: Mapping[str, Any] | None = None) -> str:
-    """The text of a plan file for ``path`` (JSON for ``.json``, YAML otherwise)."""
-    data: dict[str, Any] = plan_to_mapping(plan)
+def plan_file_text(plan: Plan, path: str, record: Mapping[str, Any] | None = None,
+                   framework=None) -> str:
+    """The text of a plan file for ``path`` (JSON for ``.json``, YAML otherwise);
+    ``framework``: the named software stack (``strategies.framework.FrameworkProfile``), whose
+    name the file keeps and whose switches are the defaults."""
+    data: dict[str, Any] = plan_to_mapping(plan, framework.plan_defaults() if framework
+                                           else None)
+    if framework is not None:
+        data["framework"] = framework.name
     if record is not None:
         data[FOUND_FOR] = dict(record)
     if path.lower().endswith(".json"):
@@ -101,14 +110,28 @@ def is_plan_file(text: str) -> bool:
     return str(text).strip().lower().endswith(PLAN_EXTS)
 
 
-def read_plan_file(path: str) -> tuple[Plan, dict[str, Any] | None]:
-    """``(plan, found_for or None)`` from a YAML or JSON plan file."""
-    from strategies.plan import plan_from_mapping
+def read_plan_mapping(path: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``(plan keys, found_for or None)`` of a YAML or JSON plan file (the keys raw, as
+    ``strategies.plan.plan_mapping`` gives them; a ``framework`` key among them)."""
     from topologies.yaml_io import load_mapping_file
     path = str(path).strip()
     data = load_mapping_file(path, "plan")
     if data is not None and not isinstance(data, Mapping):
         raise SpecError("plan", path, f"the file must hold a mapping of plan keys, "
                         f"not a {type(data).__name__}")
-    keys, record = split_found_for({} if data is None else data)
-    return plan_from_mapping(keys), record
+    return split_found_for({} if data is None else data)
+
+
+def read_plan_file(path: str) -> tuple[Plan, dict[str, Any] | None]:
+    """``(plan, found_for or None)`` from a plan file, the switches a named ``framework``
+    does not set taking its defaults."""
+    from strategies.framework import get_profile
+    from strategies.plan import plan_from_mapping
+    keys, record = read_plan_mapping(path)
+    fw = keys.pop("framework", None)
+    return plan_from_mapping(keys, get_profile(fw).plan_defaults() if fw else None), record
+
+
+def read_plan_record(text: str) -> dict[str, Any] | None:
+    """The ``found_for`` record of a ``--plan`` value (None for key=value text)."""
+    return read_plan_mapping(text)[1] if is_plan_file(text) else None

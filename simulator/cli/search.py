@@ -8,23 +8,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, resolve_cluster, resolve_model, table, warn)
+                              positive_int, resolve_cluster, resolve_framework, resolve_model,
+                              table, warn)
 from strategies.launch import EXPORTS, export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import _ALIAS as PLAN_ALIASES
-from strategies.plan import parse_plan
+from strategies.plan import parse_plan, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
-                                  plan_file_text, read_plan_file, split_found_for)
+                                  plan_file_text, read_plan_record)
 from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
-from topologies.yaml_io import load_mapping_file
 
 DEFAULT_GLOBAL_BATCH = 1536
 #: Built-in reference plans: (model, GPU count) -> [(label, plan)].
@@ -112,10 +112,9 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
     gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
-    if is_plan_file(args.plan):
-        for text in mismatches(read_plan_file(args.plan)[1],
-                               job_record(model, cluster, gbs, dtype)):
-            warn(f"--plan {args.plan}: {text}")
+    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
+                           job_record(model, cluster, gbs, dtype)):
+        warn(f"--plan {args.plan}: {text}")
     if not 0 <= args.tolerance < 100:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
@@ -131,7 +130,16 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         ray_address=args.ray_address, results=args.results,
                         resume=args.resume,
                         progress=args.progress or (sys.stderr.isatty() and not args.json),
-                        references=references(args, model.name, cluster.num_gpus))
+                        references=references(args, model.name, cluster.num_gpus),
+                        framework=resolve_framework(args, plan_framework(args.plan)))
+
+
+def plan_framework(text: str | None) -> Any:
+    """The ``framework`` a plan file names (a saved plan keeps its stack), else None."""
+    if not text or not is_plan_file(text):
+        return None
+    raw = plan_mapping(text)
+    return next((v for k, v in raw.items() if str(k).strip().lower() == "framework"), None)
 
 
 def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
@@ -144,13 +152,9 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
     if text is None:
         return {}, None
     text = str(text).strip()
-    if is_plan_file(text):
-        data = load_mapping_file(text, "plan")
-        if not isinstance(data, Mapping):
-            raise CliError("--plan", text, "the file must hold a mapping of plan keys, "
-                           f"not a {type(data).__name__}")
-        data, _ = split_found_for(data)      # the record is checked in config_from_args
-        items = [(str(k), v) for k, v in data.items()]
+    if is_plan_file(text):        # found_for is left out; framework is read by plan_framework
+        items = [(str(k), v) for k, v in plan_mapping(text).items()
+                 if str(k).strip().lower() != "framework"]
     else:
         items = []
         for item in filter(None, (p.strip() for p in text.split(","))):
@@ -202,6 +206,11 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
     check_folder(args.save_top, "--save-top")
     cfg = config_from_args(args)
+    if args.export and cfg.framework is not None and cfg.framework.export != args.export:
+        fw = cfg.framework
+        rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export != "none"
+                else f"paraplan has no launch-settings exporter for {fw.name}")
+        raise CliError("--export", args.export, rule)
     report = run_search(cfg)
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
@@ -215,7 +224,8 @@ def run(args: argparse.Namespace) -> int:
     exported = None
     if args.export:
         rec = report["recommended"]
-        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype)
+        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype,
+                       framework=cfg.framework)
         exported, notes = export(args.export, job)
         for n in notes:
             print(f"paraplan: note: {n}", file=sys.stderr)
@@ -232,8 +242,10 @@ def run(args: argparse.Namespace) -> int:
 def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:
     """Write the plan of a report row as a plan file (``strategies.plan_file``), with the job
     it was found for and its simulated step time."""
-    job = make_job(cfg.model, cfg.cluster, parse_plan(row["key"]), dtype=cfg.dtype)
-    atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"])))
+    job = make_job(cfg.model, cfg.cluster, parse_plan(row["key"]), dtype=cfg.dtype,
+                   framework=cfg.framework)
+    atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"]),
+                                           job.named_framework))
 
 
 def check_folder(path: str | None, flag: str) -> None:
@@ -267,7 +279,8 @@ def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     ev = rep["evaluated"]
     out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
-           f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}",
+           f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, "
+           f"{i['framework']}" + ("" if i["framework_limits"] else " (no stack's limits)"),
            f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "
            f"(memory limit {i['memory_limit_gib']:.1f} GiB), all scored analytically; "
            f"{ev['simulated']} simulated" + (" (exhaustive)" if ev["exhaustive"] else

@@ -32,15 +32,17 @@ from simulator.workers import process_pool, terminate_pool
 from topologies.cluster import Cluster
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, exact: bool,
-             plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan; the figures the search reports: ``step_time_s``,
-    ``bubble_fraction``, ``exposed_comm_s``, ``overlapped_comm_s``, ``breakdown_s``,
-    ``events``, ``wall_s`` and ``method``. Long pipelines are simulated on two short runs and
-    extended (``simulator.extend``; the same figures to ~1e-12) unless ``exact``."""
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
+             exact: bool, plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan (``framework``: the named software stack, or None); the
+    figures the search reports: ``step_time_s``, ``bubble_fraction``, ``exposed_comm_s``,
+    ``overlapped_comm_s``, ``breakdown_s``, ``events``, ``wall_s`` and ``method``. Long
+    pipelines are simulated on two short runs and extended (``simulator.extend``; the same
+    figures to ~1e-12) unless ``exact``."""
     from simulator.extend import simulate_figures
     try:
-        return simulate_figures(make_job(model, cluster, plan, dtype=dtype), exact)
+        return simulate_figures(make_job(model, cluster, plan, dtype=dtype,
+                                         framework=framework), exact)
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
@@ -192,9 +194,12 @@ class RayPool:
 
 # ----------------------------------------------------------------------- results file
 def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
-                 exact: bool = False) -> str:
-    """What a stored result depends on besides its plan (``exact``: simulated in full)."""
+                 framework: str | None = None, exact: bool = False) -> str:
+    """What a stored result depends on besides its plan (``framework``: the named stack;
+    ``exact``: simulated in full)."""
     ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    if framework:
+        ctx["framework"] = framework
     if exact:
         ctx["exact"] = True
     blob = json.dumps(ctx, sort_keys=True, default=str)

@@ -9,10 +9,12 @@ Model (per optimizer step, seconds):
   penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
   ``strategies.framework`` profile, the clock penalty of overlapped communication; every
   constant and its source: docs/calibration.md);
-* pipeline: ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` — exact for balanced stages and free
-  communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v interleaved) and the
-  steady-state-bound form when the last stage carries the LM head;
-* point-to-point: two blocking exchanges per virtual pipeline step on the critical path;
+* pipeline: the schedule's ``Schedule.pipeline_span`` (``strategies.schedules``), by default
+  ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` with ``v`` its ``fill_chunks`` — exact for
+  balanced stages and free communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v
+  interleaved) and the steady-state-bound form when the last stage carries the LM head;
+* point-to-point: two blocking exchanges per round on the critical path, the schedule's
+  ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
@@ -37,9 +39,9 @@ from strategies.cost import counts as costs
 from strategies.cost.counts import grad_bytes  # noqa: F401  (re-exported: stage_costs, bound)
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
+from strategies.schedules import dispatch
 from topologies.cluster import Cluster
 
-SCHED_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 BUCKET_PARAMS = 40e6        # Megatron DDP bucket size (parameters)
 TP_OVERLAP_CHUNKS = 4       # tp_comm_overlap splits each GEMM's collective into chunks
@@ -64,22 +66,20 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     shard = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard)
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
-    bw_tp, lat_tp = cm.group_bandwidth(cl, tp, 1)
-    t_ar = cm.allreduce_time(costs.tp_comm_bytes_fwd(m, b, cp), tp, bw_tp, lat_tp)
+    t_ar = cm.collective_time("allreduce", costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, cl)
     n_tp = 4 + 2 * (rc == 2)
     g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
     tp_raw = n_tp * t_ar
     tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / TP_OVERLAP_CHUNKS)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
-    bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
-    t_cp = 3 * cm.reduce_scatter_time(costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1, 1),
-                                      cp, bw_cp, lat_cp)
+    t_cp = 3 * cm.collective_time("reduce_scatter", costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp
+                                  / np.maximum(cp - 1, 1), cp, tp, cl)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
-    bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)
-    ep_layer = 2 * cm.alltoall_time(costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), ep, bw_ep, lat_ep)
+    ep_layer = 2 * cm.collective_time("alltoall", costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep),
+                                      ep, tp * cp, cl)
 
     comp_layer = lt.fwd + lt.bwd
     per_layer = comp_layer + lt.recompute + tp_layer + cp_layer + ep_layer
@@ -93,25 +93,23 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
-    vv = np.where(sched == 2, v, 1.0)
-    pipe = mb * t_max + (t_sum - t_max) / vv
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
     p2p_b = costs.pp_p2p_bytes(m, b, tp, cp, sp)
     t_p2p = cm.p2p_time(p2p_b, cl, stride_pp >= G) + np.where(
-        sp, 0.0, cm.allgather_time(p2p_b * tp, tp, bw_tp, lat_tp))
-    pp_exposed = np.where(pp > 1, 2 * t_p2p * (mb * vv + pp - 1), 0.0)
+        sp, 0.0, cm.collective_time("allgather", p2p_b * tp, tp, 1, cl))
+    pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \
         + np.where(single, costs.lm_head_params_per_gpu(m, tp, pp), 0.0)
-    bw_dp, lat_dp = cm.group_bandwidth(cl, dp, tp * cp)
     gb = grad_bytes(dtype)
-    t_ar_dp = cm.allreduce_time(gb * params, dp, bw_dp, lat_dp)
-    t_rs_dp = cm.reduce_scatter_time(gb * params, dp, bw_dp, lat_dp)
-    t_ag_dp = cm.allgather_time(2.0 * params, dp, bw_dp, lat_dp)
+    t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
+    t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
+    t_ag_dp = cm.collective_time("allgather", 2.0 * params, dp, tp * cp, cl)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the

@@ -58,12 +58,14 @@ from typing import Any
 
 import numpy as np
 
+from strategies import collectives as colls
 from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts as costs
 from strategies.estimate.analytic import TP_OVERLAP_CHUNKS, grad_bytes
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
+from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 
 SAFETY = 1e-9
@@ -94,29 +96,28 @@ def min_route_latency(cl: Cluster) -> float:
     return min(cl.intra_node_latency, cl.inter_node_latency)
 
 
-def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
-    """Least seconds of a ring collective (``steps`` 2 for all-reduce, 1 for reduce-scatter
-    or all-gather) of an ``nbytes`` buffer over ``n`` ranks ``stride`` apart in rank order.
+def group_floor(nbytes, n, stride, passes, cl: Cluster):
+    """Least seconds of a ring or hierarchical collective (``passes``: 2 for all-reduce, 1 for
+    reduce-scatter or all-gather; an array or a number) of an ``nbytes`` buffer over ``n``
+    ranks ``stride`` apart in rank order.
 
-    In one node: ``steps·(n-1)`` ring steps of ``lat + S/(n·B)``. One member per node: the
-    same at the NIC rate. ``k`` members per node (hierarchical): intra-node phases moving
-    ``steps·(k-1)/k·S`` and an inter-node ring over ``n/k`` nodes moving
-    ``steps·(n/k-1)/(n/k)·S/k`` at the NIC rate (latency not counted). Any other layout: the
-    ``steps·(n-1)/n·S`` bytes at the fastest link rate."""
+    The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
+    that algorithm's closed form at the fastest rates and least latency the network offers:
+    in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
+    ``k`` members on each node the hierarchical algorithm (intra-node rings at the fastest link
+    rate, inter-node rings of ``S/k`` at the NIC rate, latency not counted). Groups of this
+    shape that differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the
+    fastest link rate."""
     G = cl.gpus_per_node
     n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
-    span = n * stride
     lat, B, nic = min_route_latency(cl), link_rate_cap(cl), nic_rate_cap(cl)
-    base = steps * (n - 1)
-    in_node = (span <= G) & (np.mod(G, np.maximum(span, 1)) == 0)
-    per_node = (stride >= G) & (np.mod(stride, G) == 0)
-    k = np.maximum(1.0, np.floor(G / np.maximum(stride, 1)))
-    hier = (stride < G) & (np.mod(G, stride) == 0) & (span > G) & (np.mod(span, G) == 0)
-    nodes = np.maximum(n / k, 1.0)
-    t = np.where(in_node, base * (lat + nbytes / (n * B)),
-        np.where(per_node, base * (lat + nbytes / (n * nic)),
-        np.where(hier, steps * ((k - 1) / k * nbytes / B + (nodes - 1) / nodes * nbytes / k / nic),
-                 base / np.maximum(n, 1) * nbytes / B)))
+    algo = colls.strided_algorithm(n, stride, G)
+    _, k, nodes = colls.select.strided_layout(n, stride, G)
+    t = np.where(algo == colls.RING,
+                 colls.ring.time(passes, nbytes, n, np.where(nodes > 1, nic, B), lat),
+        np.where(algo == colls.HIERARCHICAL,
+                 colls.hierarchical.time(passes, nbytes, k, nodes, B, 0.0, nic, 0.0),
+                 passes * (n - 1) / np.maximum(n, 1) * nbytes / B))
     return np.where(n > 1, t, 0.0)
 
 
@@ -157,7 +158,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
     sp, flash, tpo, ogr = (np.asarray(P[k], dtype=bool) for k in ("sp", "flash", "tpo", "ogr"))
-    v = np.where(sched == 2, f["vpp"], 1.0)
+    v = f["vpp"]                                        # model chunks per rank
     gpu, n = cl.gpu, tp * pp * dp * cp
     nmb = np.floor(f["gbs"] / (b * dp))
     lps = np.floor(m.num_layers / pp)
@@ -187,18 +188,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
               "last": lps * lp + head_p, "mid": lps * lp}
     opt = {k: ct.optimizer_time(p / shard, gpu) for k, p in params.items()}
 
-    # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with
-    # GPipe and 1F1B, the backward ones with interleaving (a forward's output waits in the
-    # exchange after the next backward, so its transfer may overlap that backward)
-    inter = sched == 2
+    # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
+    # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
+    # 1F1B, the backward ones with interleaving, where a forward's output waits in the
+    # exchange after the next backward, so its transfer may overlap that backward); the first
+    # stage sends no backward output and the last no forward output
+    fwd_blocks = attr_by_code(sched, "blocks_fwd_send").astype(float)
+    bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
     per_mb = v * (f_blk + b_blk)
-    sends_mid = np.where(inter, nmb * v, 2 * nmb)
+    sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
     T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
-         + (sends_mid - nmb) * send,
-         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - np.where(inter, 0.0, nmb)) * send,
+         + (sends_mid - nmb * bwd_blocks) * send,
+         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - nmb * fwd_blocks) * send,
          "mid": nmb * per_mb + sends_mid * send}
     b_max = b_blk + emb_b + head_b                      # the largest backward chunk
-    post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
+    post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
 
     dp_stride = tp * cp
     gb = grad_bytes(dtype)
