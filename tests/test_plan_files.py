@@ -105,3 +105,30 @@ def test_reading_a_plan_for_another_job_warns(tmp_path, capsys):
     rc, out, err = _cli(capsys, "estimate", "--model", "gpt-1.7b", "--cluster", "dgx-h100:1",
                         "--plan", str(path))
     assert rc == 0 and "cluster: the plan was found for dgx-a100:1" in err
+
+
+def test_a_plan_saved_for_a_named_stack_keeps_it(tmp_path, capsys):
+    """A search with ``--framework`` saves the stack's name; the file read back (by
+    ``simulate`` and by ``search --plan``) gives the same job and step time, and
+    ``--export`` launches the same plan."""
+    saved = tmp_path / "p.yaml"
+    fw = ["--framework", "megatron-lm-2021"]
+    rc, out, err = _cli(capsys, "search", *SMALL, "--global-batch", "16", "--workers", "1",
+                        "--json", "--reference", "none", "--save-plan", str(saved), *fw,
+                        "--export", "megatron")
+    assert rc == 0, err
+    rec = json.loads(out)["recommended"]
+    raw = yaml.safe_load(saved.read_text())
+    assert raw["framework"] == "megatron-lm-2021"
+    plan, _ = read_plan_file(str(saved))
+    assert plan.flash_attn is False            # the stack's switch, not Plan's default
+    rc, out, err = _cli(capsys, "simulate", *SMALL, "--plan", str(saved), "--json")
+    assert rc == 0, err
+    assert json.loads(out)["step_time_s"] == rec["step_time_s"]
+    rc, out, err = _cli(capsys, "search", *SMALL, "--plan", str(saved), "--workers", "1",
+                        "--json", "--reference", "none")
+    assert rc == 0, err
+    again = json.loads(out)
+    assert again["inputs"]["framework"] == "megatron-lm-2021"
+    assert again["plans"][0]["key"] == rec["key"]
+    assert again["plans"][0]["step_time_s"] == rec["step_time_s"]

@@ -19,7 +19,7 @@ from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import _ALIAS as PLAN_ALIASES
-from strategies.plan import parse_plan, plan_mapping
+from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
@@ -224,9 +224,7 @@ def run(args: argparse.Namespace) -> int:
     exported = None
     if args.export:
         rec = report["recommended"]
-        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype,
-                       framework=cfg.framework)
-        exported, notes = export(args.export, job)
+        exported, notes = export(args.export, row_job(cfg, rec))
         for n in notes:
             print(f"paraplan: note: {n}", file=sys.stderr)
         report["export"] = {"kind": args.export, "text": exported}
@@ -239,11 +237,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def row_job(cfg: SearchConfig, row: dict[str, Any]):
+    """The job of a report row: its ``key`` (which leaves out the switches), the switches
+    being the named stack's defaults, as in the search's space."""
+    fw = cfg.framework
+    plan = plan_from_mapping(plan_mapping(row["key"]), fw.plan_defaults() if fw else None)
+    return make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype, framework=fw)
+
+
 def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:
     """Write the plan of a report row as a plan file (``strategies.plan_file``), with the job
     it was found for and its simulated step time."""
-    job = make_job(cfg.model, cfg.cluster, parse_plan(row["key"]), dtype=cfg.dtype,
-                   framework=cfg.framework)
+    job = row_job(cfg, row)
     atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"]),
                                            job.named_framework))
 
