@@ -153,3 +153,22 @@ def test_terminate_pool_ends_busy_workers_at_once():
     assert time.monotonic() - t0 < GRACE_S
     assert all(_stat(p) is None or _stat(p)[0] == "Z" for p in procs)
     assert all(f.done() for f in futures)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_validate_and_its_pool():
+    """``validate --jobs 2`` (its own process pool) stops the same way."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", "validate", "--jobs", "2",
+                             "--json"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if not wait_for(lambda: len(children(proc.pid)) >= 2 or proc.poll() is not None, 60):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("validate never had two workers")
+    if proc.poll() is not None:
+        pytest.skip("validate finished before its workers could be signalled")
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=10) == 143
+    assert "stopped by SIGTERM" in proc.stderr.read()
+    assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"
