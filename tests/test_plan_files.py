@@ -132,3 +132,21 @@ def test_a_plan_saved_for_a_named_stack_keeps_it(tmp_path, capsys):
     assert again["inputs"]["framework"] == "megatron-lm-2021"
     assert again["plans"][0]["key"] == rec["key"]
     assert again["plans"][0]["step_time_s"] == rec["step_time_s"]
+
+
+def test_whatif_reads_a_saved_plan(tmp_path, capsys):
+    path = tmp_path / "p.yaml"
+    rec = {"model": "gpt-1.7b", "cluster": "dgx-a100:1", "gpus": 8, "global_batch": 16,
+           "seq_len": 2048, "dtype": "bf16"}
+    path.write_text(plan_file_text(Plan(tp=2, pp=1, mbs=1, gbs=16), str(path), rec))
+    rc, out, err = _cli(capsys, "whatif", *SMALL, "--plan", str(path), "--vary",
+                        "inter_node_gbps=100,200", "--workers", "1", "--json")
+    assert rc == 0 and err == "", err
+    rep = json.loads(out)
+    assert rep["inputs"]["global_batch"] == 16
+    assert rep["inputs"]["fixed"]["tp"] == 2 and rep["inputs"]["fixed"]["mbs"] == 1
+    for row in rep["rows"]:
+        assert row["plan"]["tp"] == 2 and row["plan"]["mbs"] == 1
+    rc, out, err = _cli(capsys, "whatif", *SMALL, "--plan", str(path), "--vary",
+                        "inter_node_gbps=100", "--workers", "1", "--json", "--seq-len", "1024")
+    assert rc == 0 and "warning" in err and "seq_len" in err
