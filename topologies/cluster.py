@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from topologies.errors import SpecError
+from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
@@ -34,6 +35,7 @@ class Cluster:
     ``intra_node_bandwidth``: bytes/s each GPU can send into the node fabric (NVSwitch port).
     ``inter_node_bandwidth``: bytes/s of one NIC; a node has ``nics_per_node`` of them.
     ``oversubscription``: ratio of downlinks to uplinks at the leaf switches (1 = full bisection).
+    ``faults``: stragglers and degraded links (``topologies.faults``; empty = healthy).
     """
 
     name: str
@@ -48,6 +50,7 @@ class Cluster:
     intra_node_topology: str = "switch"
     inter_node_topology: str = "rail_fat_tree"
     nodes_per_leaf: int = 32
+    faults: Faults = Faults()
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -75,6 +78,9 @@ class Cluster:
         if self.inter_node_topology not in INTER_TOPOLOGIES:
             raise SpecError("inter_node_topology", self.inter_node_topology,
                             f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+        if not isinstance(self.faults, Faults):
+            raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
+        self.faults.check_against(total, self.num_nodes, self.gpus_per_node)
 
     @property
     def num_nodes(self) -> int:
@@ -137,7 +143,13 @@ class Cluster:
         else:
             d["node_groups"] = [{"gpu": gpu_to_mapping(g.gpu), "nodes": g.num_nodes}
                                 for g in self.groups]
+        if self.faults:
+            d["faults"] = self.faults.to_dict()
         return d
+
+    def with_faults(self, faults: Faults) -> "Cluster":
+        """This cluster with ``faults`` added (an entry replaces the same GPU or link)."""
+        return replace(self, faults=self.faults.merged(faults))
 
 
 def _positive_int(name: str, v: Any, hi: int = MAX_NODES) -> None:
@@ -207,7 +219,8 @@ def parse_cluster_arg(text: str) -> Cluster:
 
 _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
          "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
-         "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf"}
+         "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf",
+         "faults"}
 
 
 def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
@@ -254,7 +267,8 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         oversubscription=num["oversubscription"],
         intra_node_topology=merged.get("intra_node_topology", "switch"),
         inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
-        nodes_per_leaf=merged.get("nodes_per_leaf", 32), source="yaml")
+        nodes_per_leaf=merged.get("nodes_per_leaf", 32),
+        faults=faults_from_mapping(merged.get("faults")), source="yaml")
 
 
 def _gpu(v: Any) -> GPU:

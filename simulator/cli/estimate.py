@@ -41,6 +41,10 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"bubble          {100 * out['bubble_fraction']:.1f} % of the step (worst stage)",
              f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.gpu.hbm_bytes / 2**30:.0f} GiB"
              f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
+    if cl.faults:
+        lines.append("faults          " + "; ".join(
+            [f"GPU {g} computes x{f:g} slower" for g, f in cl.faults.stragglers]
+            + [f"{t} at 1/{f:g} bandwidth" for t, f in cl.faults.degraded]))
     if out.get("simulated"):
         lines += [f"analytic        {fmt_s(out['analytic_step_time_s'])} "
                   f"({100 * (out['analytic_step_time_s'] / out['step_time_s'] - 1):+.1f} % vs simulated)",

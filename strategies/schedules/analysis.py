@@ -1,7 +1,7 @@
 """Pure helpers over schedules: activation stash, closed-form bubble, free-comm makespan."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Sequence
 
 from strategies.errors import SpecError
 from strategies.schedules.base import Step, get_schedule
@@ -42,11 +42,13 @@ def _deps(step: Step, vstage: int, last: int) -> list[tuple[str, int, int]]:
 
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
-                       group_size: int | None = None) -> float:
+                       group_size: int | None = None,
+                       slowdown: Sequence[float] | None = None) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch; each of the
-    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. A step starts when its rank is free and
+    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``, times ``slowdown[r]`` on rank ``r`` (a
+    straggling stage; default 1 everywhere). A step starts when its rank is free and
     its dependency has finished. Runs in O(total steps); raises ``RuntimeError`` on deadlock.
 
     >>> simulate_free_comm("1f1b", 4, 8, 1, 1.0, 2.0)
@@ -55,6 +57,9 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     fn = get_schedule(schedule)
     programs = [fn(r, pp, m, vpp, group_size) for r in range(pp)]
     dur = {"F": t_f / vpp, "B": t_b / vpp}
+    slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
+    if len(slow) != pp:
+        raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
     last = pp * vpp - 1
     done: dict[tuple[str, int, int], float] = {}
     waiting: dict[tuple[str, int, int], int] = {}
@@ -73,7 +78,7 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
                 waiting[missing[0]] = r  # each key has at most one dependent step
                 break
             start = max([free[r]] + [done[d] for d in deps])
-            free[r] = start + dur[step.kind]
+            free[r] = start + dur[step.kind] * slow[r]
             key = (step.kind, step.microbatch, vstage)
             done[key] = free[r]
             pos[r] += 1
