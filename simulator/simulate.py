@@ -151,6 +151,6 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
         "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
-        "fold_note": m["fold_note"],
+        "fold_note": m["fold_note"], "degraded_links": m["degraded_links"],
     })
     return out

@@ -1,6 +1,7 @@
 """Stragglers and degraded links (issue 16, item 2): the spec, the estimate, the simulation."""
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -188,3 +189,20 @@ def test_whatif_straggler_axis():
     assert not vs[0].cluster.faults
     with pytest.raises(SpecError, match="straggler"):
         parse_vary(["straggler=0.5"])
+
+
+def test_search_and_simulate_json_carry_the_faults(capsys):
+    base = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16",
+            "--fix", "pp=1,tp=2", "--json"]
+    assert main(["search", *base]) == 0
+    healthy = json.loads(capsys.readouterr().out)
+    assert main(["search", *base, "--straggler", "3=2"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert healthy["inputs"]["faults"] == {}
+    assert slow["inputs"]["faults"] == {"stragglers": {"3": 2.0}}
+    best = lambda r: r["plans"][0]["step_time_s"]  # noqa: E731
+    assert best(slow) > best(healthy)
+    assert main(["simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
+                 "dp=16,gbs=32", "--degrade", "nic:0=4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["degraded_links"]) == 2 and out["folded"] is False
