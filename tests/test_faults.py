@@ -206,3 +206,21 @@ def test_search_and_simulate_json_carry_the_faults(capsys):
                  "dp=16,gbs=32", "--degrade", "nic:0=4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["degraded_links"]) == 2 and out["folded"] is False
+
+
+def test_the_healthy_bound_still_bounds_a_faulty_simulation():
+    """The search is exact on a faulty cluster because faults only slow a step down: the
+    lower bound (computed as for the healthy cluster) never beats the faulty simulation."""
+    import numpy as np
+
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import SpaceOptions, enumerate_space
+    cl = cluster_preset("dgx-a100", 2).with_faults(
+        Faults.from_texts(["5=1.5", "12=1.2"], ["nic:3=4", "8-nvswitch:1=2"]))
+    sp = enumerate_space(MODEL, cl, 32, SpaceOptions(max_mbs=2, max_vpp=2,
+                                                     memory_limit_bytes=float("inf")))
+    bounds = step_time_lower_bound(MODEL, cl, "bf16", sp.cols)
+    idx = np.random.default_rng(3).choice(sp.size, size=min(8, sp.size), replace=False)
+    for i in idx.tolist():
+        t = simulate(make_job(MODEL, cl, sp.plan(i))).step_time_s
+        assert bounds[i] <= t, (sp.key(i), bounds[i], t)
