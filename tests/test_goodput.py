@@ -139,3 +139,14 @@ def test_cli_bad_input(capsys, flag, value):
     assert main([*argv, "--analytic"]) == 2
     err = capsys.readouterr().err
     assert flag in err and value in err and "must be" in err and "Traceback" not in err
+
+
+def test_cli_without_a_plan_uses_the_search_recommendation(capsys):
+    argv = ["goodput", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--tokens", "1e9",
+            "--global-batch", "16", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["step_time_source"] == "simulated, the plan a search recommends"
+    assert out["inputs"]["plan"]["gbs"] == 16 and out["step_time_s"] > 0
+    assert main(argv[:-3] + ["--json"]) == 2          # no plan and no global batch
+    assert "--global-batch" in capsys.readouterr().err

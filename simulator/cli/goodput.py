@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, emit_json,
-                                  fmt_s, positive_int, resolve_job, table)
+from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
+                                  emit_json, fmt_s, positive_int, resolve_cluster, resolve_job,
+                                  resolve_model, table)
 from strategies import goodput as gp
 from strategies.errors import SpecError
 from strategies.plan import parse_plan
-from topologies.limits import MAX_GBS, parse_int_text
+from topologies.limits import parse_int_text
 
 MAX_TOKENS = 10 ** 18
 
@@ -34,8 +35,9 @@ def register(sub) -> None:
                        "from per-GPU and per-node MTBF, checkpoints from the memory model: "
                        "the Young/Daly interval, goodput and the cost of N tokens.")
     add_model_cluster(p)
-    p.add_argument("--plan", required=True, action=Once, metavar="P",
-                   help="key=value,... or a YAML file")
+    p.add_argument("--plan", action=Once, default=None, metavar="P",
+                   help="key=value,... or a YAML file (default: the plan a search recommends, "
+                        "which needs --global-batch)")
     p.add_argument("--tokens", required=True, action=Once, metavar="N",
                    help="tokens to train (integer; 15e12 style is accepted)")
     p.add_argument("--mtbf-gpu-h", action=Once, type=_number("--mtbf-gpu-h"),
@@ -97,6 +99,21 @@ def step_time(job, analytic: bool) -> tuple[float, str]:
     return simulate(job).step_time_s, "simulated"
 
 
+def recommended(args: argparse.Namespace):
+    """The job of the plan a default ``search`` recommends, and its simulated step time."""
+    from simulator.search.run import SearchConfig, run_search
+    from strategies.job import make_job
+    if args.global_batch is None:
+        raise CliError("--global-batch", None, "is required without --plan (the search needs "
+                                               "the global batch)")
+    model, cluster = resolve_model(args), resolve_cluster(args)
+    rep = run_search(SearchConfig(model=model, cluster=cluster, gbs=args.global_batch,
+                                  dtype=check_dtype(args.dtype)))
+    rec = rep["recommended"]
+    job = make_job(model, cluster, parse_plan(rec["key"]), dtype=args.dtype)
+    return job, rec["step_time_s"], "simulated, the plan a search recommends"
+
+
 def run(args: argparse.Namespace) -> int:
     tokens = parse_tokens(args.tokens)
     for flag, v in (("--mtbf-gpu-h", args.mtbf_gpu_h), ("--mtbf-node-h", args.mtbf_node_h),
@@ -104,10 +121,11 @@ def run(args: argparse.Namespace) -> int:
         _check_positive(flag, v)
     if not (args.restart_s >= 0 and args.restart_s != float("inf")):
         raise CliError("--restart-s", args.restart_s, "must be a finite number >= 0")
-    job = resolve_job(args, parse_plan(args.plan))
-    if job.plan.gbs > MAX_GBS:
-        raise CliError("gbs", job.plan.gbs, f"must be <= {MAX_GBS}")
-    step, how = step_time(job, args.analytic)
+    if args.plan is None:
+        job, step, how = recommended(args)
+    else:
+        job = resolve_job(args, parse_plan(args.plan))
+        step, how = step_time(job, args.analytic)
     cl = job.cluster
     rep = gp.goodput_report(
         step, tokens, job.tokens_per_step, cl.num_gpus, cl.num_nodes,
