@@ -224,3 +224,26 @@ def test_the_healthy_bound_still_bounds_a_faulty_simulation():
     for i in idx.tolist():
         t = simulate(make_job(MODEL, cl, sp.plan(i))).step_time_s
         assert bounds[i] <= t, (sp.key(i), bounds[i], t)
+
+
+# ------------------------------------------------------------------ sensitivity study
+
+def test_sensitivity_tries_one_gpu_per_symmetry_class(capsys):
+    from simulator.studies.sensitivity import sensitivity
+    job = _job(nodes=2, tp=2, pp=2, gbs=32)
+    rep = sensitivity(job, 1.5, 4.0)
+    rows = rep["rows"]
+    assert len(rows) == 3 * rep["classes"]          # straggler, NVLink, NIC per class
+    stragglers = [r for r in rows if r["kind"] == "straggler"]
+    assert sum(r["stands_for"] for r in stragglers) == 16
+    assert rows == sorted(rows, key=lambda r: (-r["slowdown"], r["fault"]))
+    worst = rows[0]
+    assert worst["kind"] == "straggler" and worst["slowdown"] > 0
+    # the symmetry is exact: another GPU of the worst one's class costs the same
+    from simulator.fold import fold_spec
+    twin = next(g for g in fold_spec(job).rank_map()[worst["gpu"]] if g != worst["gpu"])
+    again = simulate(_job(nodes=2, tp=2, pp=2, gbs=32, stragglers=[f"{twin}=1.5"]))
+    assert again.step_time_s == pytest.approx(worst["step_time_s"], rel=1e-9)
+    assert main(["sensitivity", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
+                 "tp=2,pp=2,gbs=32", "--link-factor", "0"]) == 2
+    assert "--link-factor" in capsys.readouterr().err
