@@ -68,6 +68,10 @@ DEFAULT_MTBF_NODE_H = (LLAMA3_GPUS // LLAMA3_GPUS_PER_NODE) * _SNAPSHOT_H \
 DEFAULT_CKPT_BW_PER_GPU = 2e12 / LLAMA3_GPUS
 #: restart, reload and re-warm after a failure (an assumption; no published figure)
 DEFAULT_RESTART_S = 600.0
+#: a segment longer than this many job MTBFs is refused (exp overflows near 709)
+MAX_SEGMENT_MTBFS = 500.0
+#: the Monte-Carlo sampler draws failures one by one: at most this many expected per run
+MAX_SAMPLED_FAILURES = 100_000
 #: bytes per parameter in a checkpoint: bf16 weights + fp32 master weights and Adam m, v
 CKPT_BYTES_PER_PARAM = PARAM_BYTES + OPTIMIZER_BYTES
 
@@ -122,8 +126,12 @@ def expected_segment_s(work: float, delta: float, mtbf: float, restart: float) -
     """Expected wall seconds to complete ``work`` seconds of compute and its checkpoint
     (``delta``) under failures: ``(M + R)·(exp((w + δ)/M) − 1)`` (see the module doc)."""
     m = _pos("job_mtbf_s", mtbf)
-    return (m + check_number("restart_s", restart, 0.0)) * math.expm1(
-        (check_number("work_s", work, 0.0) + check_number("checkpoint_write_s", delta, 0.0)) / m)
+    s = check_number("work_s", work, 0.0) + check_number("checkpoint_write_s", delta, 0.0)
+    if s / m > MAX_SEGMENT_MTBFS:
+        raise SpecError("segment_s", s, f"is {s / m:.3g} times the job MTBF ({m:.3g} s): the "
+                        "run would practically never finish (checkpoint more often, write "
+                        "faster or fail less)")
+    return (m + check_number("restart_s", restart, 0.0)) * math.expm1(s / m)
 
 
 def expected_lost_work_s(segment: float, mtbf: float) -> float:
@@ -163,6 +171,10 @@ def sample_run_s(work: float, interval: float, delta: float, mtbf: float, restar
     check_int("monte_carlo", runs, 1, 10_000_000)
     full = max(math.ceil(w / tau) - 1, 0)
     s_full, s_last = tau + d, (w - full * tau) + d
+    expected = _expected_failures(w, tau, d, m)
+    if expected > MAX_SAMPLED_FAILURES:
+        raise SpecError("monte_carlo", runs, f"each run expects {expected:.3g} failures; the "
+                        f"sampler draws at most {MAX_SAMPLED_FAILURES:,} (use the closed form)")
     rng = np.random.default_rng(check_int("seed", seed, 0))
     done = np.zeros(runs, dtype=np.int64)       # full segments completed
     wall = np.zeros(runs)
@@ -234,7 +246,8 @@ def goodput_report(step_time_s: float, tokens: int, tokens_per_step: int, num_gp
 def _expected_failures(work: float, tau: float, delta: float, m: float) -> float:
     """Expected failures over the run: ``exp(s/M) − 1`` per segment."""
     full = max(math.ceil(work / tau) - 1, 0)
-    return full * math.expm1((tau + delta) / m) + math.expm1((work - full * tau + delta) / m)
+    return full * math.expm1(min((tau + delta) / m, MAX_SEGMENT_MTBFS)) + \
+        math.expm1(min((work - full * tau + delta) / m, MAX_SEGMENT_MTBFS))
 
 
 def summarize_samples(wall: np.ndarray, work: float, bins: int = 10) -> dict[str, Any]:

@@ -150,3 +150,12 @@ def test_cli_without_a_plan_uses_the_search_recommendation(capsys):
     assert out["inputs"]["plan"]["gbs"] == 16 and out["step_time_s"] > 0
     assert main(argv[:-3] + ["--json"]) == 2          # no plan and no global batch
     assert "--global-batch" in capsys.readouterr().err
+
+
+def test_hopeless_runs_are_refused_not_overflowed(capsys):
+    with pytest.raises(SpecError, match="never finish"):
+        gp.expected_segment_s(1e6, 0.0, 1e3, 0.0)
+    with pytest.raises(SpecError, match="failures"):
+        gp.sample_run_s(1e9, 10.0, 1.0, 1.0, 0.0, runs=10, seed=0)
+    assert main([*CLI, "--analytic", "--ckpt-bw", "1e-9"]) == 2
+    assert "segment_s" in capsys.readouterr().err
