@@ -159,3 +159,12 @@ def test_hopeless_runs_are_refused_not_overflowed(capsys):
         gp.sample_run_s(1e9, 10.0, 1.0, 1.0, 0.0, runs=10, seed=0)
     assert main([*CLI, "--analytic", "--ckpt-bw", "1e-9"]) == 2
     assert "segment_s" in capsys.readouterr().err
+
+
+def test_cli_plot(tmp_path, capsys):
+    out = tmp_path / "mc.png"
+    assert main([*CLI, "--analytic", "--monte-carlo", "300", "--plot", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert main([*CLI, "--analytic", "--plot", str(tmp_path / "x.png")]) == 2
+    assert "--monte-carlo" in capsys.readouterr().err
+    assert main([*CLI, "--analytic", "--monte-carlo", "10", "--plot", str(tmp_path / "x.pdf")]) == 2

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
-                                  emit_json, fmt_s, positive_int, resolve_cluster, resolve_job,
+                                  check_output, emit_json, fmt_s, positive_int, resolve_cluster, resolve_job,
                                   resolve_model, table)
 from strategies import goodput as gp
 from strategies.errors import SpecError
@@ -62,6 +62,9 @@ def register(sub) -> None:
                    default=None, metavar="N", help="also sample N runs of failures")
     p.add_argument("--seed", action=Once, type=int, default=0, metavar="S",
                    help="seed of the Monte-Carlo sampler (default 0)")
+    p.add_argument("--plot", action=Once, default=None, metavar="F.png",
+                   help="draw the Monte-Carlo distribution of the wall time (.png or .svg; "
+                        "needs --monte-carlo)")
     add_json(p)
     p.set_defaults(func=run)
 
@@ -116,6 +119,9 @@ def recommended(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     tokens = parse_tokens(args.tokens)
+    check_output(args.plot, "--plot", (".png", ".svg"))
+    if args.plot and not args.monte_carlo:
+        raise CliError("--plot", args.plot, "needs --monte-carlo N (it draws the sampled runs)")
     for flag, v in (("--mtbf-gpu-h", args.mtbf_gpu_h), ("--mtbf-node-h", args.mtbf_node_h),
                     ("--ckpt-bw", args.ckpt_bw), ("--interval-s", args.interval_s)):
         _check_positive(flag, v)
@@ -140,11 +146,30 @@ def run(args: argparse.Namespace) -> int:
                                 rep.job_mtbf_s, rep.restart_s, args.monte_carlo, args.seed)
         out["monte_carlo"] = {"seed": args.seed,
                               **gp.summarize_samples(walls, rep.compute_s)}
+        if args.plot:
+            draw(walls, rep, args.plot, f"{job.model.name} on {job.cluster.name}, "
+                                        f"{job.plan.short()}")
     if args.json:
         emit_json(out)
     else:
         print(render(out, job))
     return 0
+
+
+def draw(walls, rep: gp.GoodputReport, path: str, title: str) -> None:
+    """Histogram of the sampled wall times (days) with the closed-form expectation."""
+    from simulator.output.figures import new_figure, save_figure
+    fig, ax = new_figure((6.4, 3.6))
+    ax.hist(walls / 86400.0, bins=40, color="#4C72B0", alpha=0.85)
+    ax.axvline(rep.expected_wall_s / 86400.0, color="#C44E52", lw=2,
+               label=f"closed form {rep.expected_wall_s / 86400.0:,.2f} days")
+    ax.axvline(rep.compute_s / 86400.0, color="0.3", ls="--",
+               label=f"no failures {rep.compute_s / 86400.0:,.2f} days")
+    ax.set_xlabel("wall time (days)")
+    ax.set_ylabel(f"runs of {walls.size:,}")
+    ax.set_title(f"{title}: goodput {100 * rep.goodput_fraction:.1f} %", fontsize=9)
+    ax.legend(fontsize=8)
+    save_figure(fig, path)
 
 
 def _days(s: float) -> str:
