@@ -152,5 +152,6 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
         "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
         "fold_note": m["fold_note"], "degraded_links": m["degraded_links"],
+        "critical_rank": m["critical_rank"], "idle_fraction_by_stage": m["idle_fraction_by_stage"],
     })
     return out

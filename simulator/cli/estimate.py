@@ -53,6 +53,12 @@ def render(out: dict[str, Any], job, title: str) -> str:
                   f"events          {out['events']:,} in {out['wall_s']:.2f} s"
                   + (f" ({out['simulated_ranks']} of {cl.num_gpus} ranks simulated, folded)"
                      if out.get("folded") else "")]
+        if cl.faults:
+            crit = out["critical_rank"]
+            per_stage = cl.num_gpus // p.pp
+            lines.append(f"who waits       the step ends on rank {crit} (stage {crit // per_stage});"
+                         " idle by stage " + ", ".join(
+                             f"{100 * x:.0f} %" for x in out["idle_fraction_by_stage"]))
     total = out["step_time_s"] or 1.0
     lines += ["", "where the time goes (exposed seconds per step)"]
     lines.append(table(["part", "seconds", "share"],
