@@ -247,3 +247,19 @@ def test_sensitivity_tries_one_gpu_per_symmetry_class(capsys):
     assert main(["sensitivity", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
                  "tp=2,pp=2,gbs=32", "--link-factor", "0"]) == 2
     assert "--link-factor" in capsys.readouterr().err
+
+
+def test_stage_time_closed_form_over_random_slow_stages():
+    """Several slow stages at once, free communication: GPipe's makespan is the stage-time
+    closed form Σ_s t_s + (m − 1)·max_s t_s exactly, 1F1B's is at most that form."""
+    import random
+    rng = random.Random(5)
+    for _ in range(300):
+        p, m = rng.randint(2, 8), rng.randint(1, 32)
+        t_f, t_b = rng.uniform(0.2, 2.0), rng.uniform(0.2, 4.0)
+        slow = [rng.choice([1.0, 1.0, rng.uniform(1.0, 4.0)]) for _ in range(p)]
+        ts = [x * (t_f + t_b) for x in slow]
+        flow = sum(ts) + (m - 1) * max(ts)
+        assert simulate_free_comm("gpipe", p, m, 1, t_f, t_b, None, slow) == \
+            pytest.approx(flow, rel=1e-9)
+        assert simulate_free_comm("1f1b", p, m, 1, t_f, t_b, None, slow) <= flow * (1 + 1e-12)
