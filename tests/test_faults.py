@@ -106,7 +106,7 @@ def test_data_parallel_straggler_scales_the_compute(f):
     base, slow = _job(gbs=64), _job(stragglers=[f"3={f}"], gbs=64)
     compute = sum(op.seconds for op in compile_job(base, [3])[3].streams["compute"])
     r0, r1 = simulate(base), simulate(slow)
-    assert r1.step_time_s - r0.step_time_s == pytest.approx((f - 1) * compute, rel=0.02)
+    assert r1.step_time_s - r0.step_time_s == pytest.approx((f - 1) * compute, rel=1e-3)
     assert r1.metrics["critical_rank"] == 3
     # the estimate: its whole compute path (micro-batches and optimizer) scales by f
     e0, e1 = estimate(base), estimate(slow)
