@@ -168,3 +168,16 @@ def test_cli_plot(tmp_path, capsys):
     assert main([*CLI, "--analytic", "--plot", str(tmp_path / "x.png")]) == 2
     assert "--monte-carlo" in capsys.readouterr().err
     assert main([*CLI, "--analytic", "--monte-carlo", "10", "--plot", str(tmp_path / "x.pdf")]) == 2
+
+
+def test_cluster_file_storage_bandwidth(tmp_path, capsys):
+    (tmp_path / "c.yaml").write_text("preset: dgx-a100\nstorage_write_GBps: 4\n")
+    argv = ["goodput", "--model", "gpt-1.7b", "--cluster", str(tmp_path / "c.yaml"), "--plan",
+            "tp=2,gbs=8", "--tokens", "1e9", "--analytic", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint_bw"] == 4e9
+    assert main([*argv, "--ckpt-bw", "8"]) == 0                     # the flag wins
+    assert json.loads(capsys.readouterr().out)["checkpoint_bw"] == 8e9
+    (tmp_path / "d.yaml").write_text("preset: dgx-a100\nstorage_write_GBps: 0\n")
+    assert main([*argv[:4], str(tmp_path / "d.yaml"), *argv[5:]]) == 2
+    assert "storage_write_GBps" in capsys.readouterr().err

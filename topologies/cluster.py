@@ -36,6 +36,8 @@ class Cluster:
     ``inter_node_bandwidth``: bytes/s of one NIC; a node has ``nics_per_node`` of them.
     ``oversubscription``: ratio of downlinks to uplinks at the leaf switches (1 = full bisection).
     ``faults``: stragglers and degraded links (``topologies.faults``; empty = healthy).
+    ``storage_write_bandwidth``: bytes/s the whole cluster can write checkpoints at (None:
+    ``strategies.goodput``'s default per GPU).
     """
 
     name: str
@@ -51,6 +53,7 @@ class Cluster:
     inter_node_topology: str = "rail_fat_tree"
     nodes_per_leaf: int = 32
     faults: Faults = Faults()
+    storage_write_bandwidth: float | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -78,6 +81,9 @@ class Cluster:
         if self.inter_node_topology not in INTER_TOPOLOGIES:
             raise SpecError("inter_node_topology", self.inter_node_topology,
                             f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+        if self.storage_write_bandwidth is not None:
+            check_number("storage_write_bandwidth", self.storage_write_bandwidth, 0.0,
+                         MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True)
         if not isinstance(self.faults, Faults):
             raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
         self.faults.check_against(total, self.num_nodes, self.gpus_per_node)
@@ -145,6 +151,8 @@ class Cluster:
                                 for g in self.groups]
         if self.faults:
             d["faults"] = self.faults.to_dict()
+        if self.storage_write_bandwidth is not None:
+            d["storage_write_GBps"] = self.storage_write_bandwidth / 1e9
         return d
 
     def with_faults(self, faults: Faults) -> "Cluster":
@@ -220,7 +228,7 @@ def parse_cluster_arg(text: str) -> Cluster:
 _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
          "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
          "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf",
-         "faults"}
+         "faults", "storage_write_GBps"}
 
 
 def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
@@ -268,7 +276,11 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         intra_node_topology=merged.get("intra_node_topology", "switch"),
         inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
         nodes_per_leaf=merged.get("nodes_per_leaf", 32),
-        faults=faults_from_mapping(merged.get("faults")), source="yaml")
+        faults=faults_from_mapping(merged.get("faults")),
+        storage_write_bandwidth=None if merged.get("storage_write_GBps") is None else check_number(
+            "storage_write_GBps", merged["storage_write_GBps"], 0.0,
+            MAX_BANDWIDTH_BPS * MAX_GPUS / 1e9, lo_open=True) * 1e9,
+        source="yaml")
 
 
 def _gpu(v: Any) -> GPU:

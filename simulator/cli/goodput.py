@@ -49,7 +49,8 @@ def register(sub) -> None:
                    help=f"hours between other failures of one node (default "
                         f"{gp.DEFAULT_MTBF_NODE_H:,.0f}, Llama 3)")
     p.add_argument("--ckpt-bw", action=Once, type=_number("--ckpt-bw"), default=None,
-                   metavar="GBPS", help="checkpoint write bandwidth of the job, GB/s (default "
+                   metavar="GBPS", help="checkpoint write bandwidth of the job, GB/s (default: "
+                   "the cluster file's storage_write_GBps, else "
                    f"{gp.DEFAULT_CKPT_BW_PER_GPU / 1e9:.3f} GB/s per GPU, Llama 3's storage)")
     p.add_argument("--restart-s", action=Once, type=_number("--restart-s"),
                    default=gp.DEFAULT_RESTART_S, metavar="S",
@@ -136,7 +137,8 @@ def run(args: argparse.Namespace) -> int:
     rep = gp.goodput_report(
         step, tokens, job.tokens_per_step, cl.num_gpus, cl.num_nodes,
         gp.checkpoint_bytes(job.model), mtbf_gpu_h=args.mtbf_gpu_h, mtbf_node_h=args.mtbf_node_h,
-        ckpt_bw=None if args.ckpt_bw is None else args.ckpt_bw * 1e9, restart_s=args.restart_s,
+        ckpt_bw=args.ckpt_bw * 1e9 if args.ckpt_bw is not None else cl.storage_write_bandwidth,
+        restart_s=args.restart_s,
         interval_s=args.interval_s)
     out: dict[str, Any] = {"step_time_source": how, "tokens": tokens, **rep.to_json(),
                            "mtbf_gpu_h": args.mtbf_gpu_h, "mtbf_node_h": args.mtbf_node_h,
