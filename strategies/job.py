@@ -5,9 +5,10 @@ from dataclasses import dataclass, replace
 
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, check_plan, get_profile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.schedules import get_schedule
 from topologies.cluster import Cluster
 
 DTYPES = ("bf16", "fp16", "fp8")
@@ -23,6 +24,12 @@ class Job:
     plan: Plan
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
+    framework_named: bool = False
+
+    @property
+    def named_framework(self) -> FrameworkProfile | None:
+        """The stack the user named (its limits apply to derived jobs), or None."""
+        return self.framework if self.framework_named else None
 
     @property
     def seq_len(self) -> int:
@@ -47,7 +54,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
              global_batch: int | None = None, dtype: str = "bf16",
              framework: FrameworkProfile | str | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
-    ``framework``: a profile or its name (default Megatron-Core)."""
+    ``framework``: a profile or its name; a named stack refuses the plan features it lacks
+    (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
+    any plan (the textbook schedules, GPipe included, stay open to studies)."""
     fw = get_profile(framework)
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
@@ -72,9 +81,11 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     check_plan_against_model(model, plan)
     if gbs % (plan.mbs * dp):
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
-    if plan.schedule == "interleaved":
-        check_interleaved(plan.pp, gbs // (plan.mbs * dp), plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype, fw)
+    get_schedule(plan.schedule).check(plan.pp, gbs // (plan.mbs * dp), plan.vpp,
+                                      plan.microbatch_group_size)
+    if framework is not None:
+        check_plan(fw, plan)
+    return Job(model, cluster, plan, dtype, fw, framework is not None)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
@@ -102,16 +113,3 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
                             "(experts are sharded across data-parallel ranks)")
-
-
-def check_interleaved(pp: int, m: int, group: int | None) -> None:
-    """docs/schedules.md: p <= g <= m and m % g is 0 or >= p (default g = p)."""
-    g = group or pp
-    if g < pp:
-        raise SpecError("microbatch_group_size", g, f"must be >= pp={pp}")
-    if m < g:
-        raise SpecError("num_microbatches", m, f"interleaved needs at least microbatch_group_size"
-                        f"={g} micro-batches (gbs/(mbs*dp))")
-    if m % g and m % g < pp:
-        raise SpecError("num_microbatches", m, f"interleaved needs num_microbatches % {g} to be 0 "
-                        f"or >= pp={pp} (with the default group size, a multiple of pp)")

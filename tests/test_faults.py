@@ -136,7 +136,7 @@ def test_pipeline_straggler_matches_the_stage_time_closed_form(schedule, stage):
     t_f, t_b = L * costs.layer_fwd, L * (costs.layer_bwd + costs.layer_recompute)
     slow = [f if s == stage else 1.0 for s in range(pp)]
     assert res.step_time_s == pytest.approx(
-        simulate_free_comm(schedule, pp, m, 1, t_f, t_b, None, slow), rel=1e-9)
+        simulate_free_comm(schedule, pp, m, 1, t_f, t_b, slowdown=slow), rel=1e-9)
     # stage-time closed form: the slowest stage sets the steady state
     t = t_f + t_b
     flow = sum(slow) * t + (m - 1) * f * t
@@ -260,6 +260,6 @@ def test_stage_time_closed_form_over_random_slow_stages():
         slow = [rng.choice([1.0, 1.0, rng.uniform(1.0, 4.0)]) for _ in range(p)]
         ts = [x * (t_f + t_b) for x in slow]
         flow = sum(ts) + (m - 1) * max(ts)
-        assert simulate_free_comm("gpipe", p, m, 1, t_f, t_b, None, slow) == \
+        assert simulate_free_comm("gpipe", p, m, 1, t_f, t_b, slowdown=slow) == \
             pytest.approx(flow, rel=1e-9)
-        assert simulate_free_comm("1f1b", p, m, 1, t_f, t_b, None, slow) <= flow * (1 + 1e-12)
+        assert simulate_free_comm("1f1b", p, m, 1, t_f, t_b, slowdown=slow) <= flow * (1 + 1e-12)

@@ -6,8 +6,8 @@ import argparse
 from typing import Any
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
-                                  check_output, emit_json, fmt_s, positive_int, resolve_cluster, resolve_job,
-                                  resolve_model, table)
+                                  check_output, emit_json, fmt_s, positive_int, resolve_cluster,
+                                  resolve_framework, resolve_job, resolve_model, table)
 from strategies import goodput as gp
 from strategies.errors import SpecError
 from strategies.plan import parse_plan
@@ -111,10 +111,11 @@ def recommended(args: argparse.Namespace):
         raise CliError("--global-batch", None, "is required without --plan (the search needs "
                                                "the global batch)")
     model, cluster = resolve_model(args), resolve_cluster(args)
+    framework = resolve_framework(args)
     rep = run_search(SearchConfig(model=model, cluster=cluster, gbs=args.global_batch,
-                                  dtype=check_dtype(args.dtype)))
+                                  dtype=check_dtype(args.dtype), framework=framework))
     rec = rep["recommended"]
-    job = make_job(model, cluster, parse_plan(rec["key"]), dtype=args.dtype)
+    job = make_job(model, cluster, parse_plan(rec["key"]), dtype=args.dtype, framework=framework)
     return job, rec["step_time_s"], "simulated, the plan a search recommends"
 
 
@@ -131,7 +132,7 @@ def run(args: argparse.Namespace) -> int:
     if args.plan is None:
         job, step, how = recommended(args)
     else:
-        job = resolve_job(args, parse_plan(args.plan))
+        job = resolve_job(args)
         step, how = step_time(job, args.analytic)
     cl = job.cluster
     rep = gp.goodput_report(

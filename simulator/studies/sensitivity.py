@@ -13,6 +13,7 @@ Seconds throughout.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from simulator.fold import fold_spec
@@ -53,8 +54,7 @@ def sensitivity(job: Job, factor: float = 1.5, link_factor: float = 4.0) -> dict
     base = simulate(job)
     rows = []
     for c in candidates(job, factor, link_factor):
-        faulty = Job(job.model, job.cluster.with_faults(c.pop("faults")), job.plan, job.dtype,
-                     job.framework)
+        faulty = replace(job, cluster=job.cluster.with_faults(c.pop("faults")))
         t = simulate(faulty).step_time_s
         rows.append({**c, "step_time_s": t, "slowdown": t / base.step_time_s - 1.0})
     rows.sort(key=lambda r: (-r["slowdown"], r["fault"]))

@@ -9,10 +9,12 @@ Model (per optimizer step, seconds):
   penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
   ``strategies.framework`` profile, the clock penalty of overlapped communication; every
   constant and its source: docs/calibration.md);
-* pipeline: ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` — exact for balanced stages and free
-  communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v interleaved) and the
-  steady-state-bound form when the last stage carries the LM head;
-* point-to-point: two blocking exchanges per virtual pipeline step on the critical path;
+* pipeline: the schedule's ``Schedule.pipeline_span`` (``strategies.schedules``), by default
+  ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` with ``v`` its ``fill_chunks`` — exact for
+  balanced stages and free communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v
+  interleaved) and the steady-state-bound form when the last stage carries the LM head;
+* point-to-point: two blocking exchanges per round on the critical path, the schedule's
+  ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
@@ -38,9 +40,9 @@ from strategies.cost import counts as costs
 from strategies.cost.counts import grad_bytes  # noqa: F401  (re-exported: stage_costs, bound)
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
+from strategies.schedules import dispatch
 from topologies.cluster import Cluster
 
-SCHED_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 BUCKET_PARAMS = 40e6        # Megatron DDP bucket size (parameters)
 TP_OVERLAP_CHUNKS = 4       # tp_comm_overlap splits each GEMM's collective into chunks
@@ -141,8 +143,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
             (t_first, t_mid, t_last, t_max),
             (comp_mid + emb, comp_mid, comp_mid + head_f + head_b, comp_mid + emb + head_f + head_b),
             t_max, t_sum)
-    vv = np.where(sched == 2, v, 1.0)
-    pipe = mb * t_max + (t_sum - t_max) / vv
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
@@ -150,7 +151,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     p2p_b = costs.pp_p2p_bytes(m, b, tp, cp, sp)
     t_p2p = cm.p2p_time(p2p_b, cl, stride_pp >= G) + np.where(
         sp, 0.0, cm.allgather_time(p2p_b * tp, tp, bw_tp, lat_tp))
-    pp_exposed = np.where(pp > 1, 2 * t_p2p * (mb * vv + pp - 1), 0.0)
+    pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \

@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE, estimate_arrays
+from strategies.estimate.analytic import RECOMPUTE_CODE, estimate_arrays
+from strategies.schedules import schedule_code
 from strategies.job import Job
 from strategies.plan import Plan
 
@@ -15,7 +16,7 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_c
 def plan_arrays(plan: Plan) -> dict[str, Any]:
     """The estimator's array keys for one resolved plan."""
     return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-            "mbs": plan.mbs, "gbs": plan.gbs, "vpp": plan.vpp, "sched": SCHED_CODE[plan.schedule],
+            "mbs": plan.mbs, "gbs": plan.gbs, "vpp": plan.vpp, "sched": schedule_code(plan.schedule),
             "rc": RECOMPUTE_CODE[plan.recompute], "sp": plan.sp, "zero": plan.zero,
             "flash": plan.flash_attn, "ogr": plan.overlap_grad_reduce,
             "opg": plan.overlap_param_gather, "tpo": plan.tp_comm_overlap}

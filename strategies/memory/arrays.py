@@ -28,6 +28,7 @@ import numpy as np
 from strategies.memory import scalar as mem
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
+from strategies.schedules import attr_by_code, dispatch
 
 
 def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
@@ -55,13 +56,6 @@ def _state_per_param(zero, d):
     return params + grads + opt
 
 
-def _in_flight(stage, pp, m, v, sched):
-    """``activations.in_flight_microbatches`` (default interleaving group size ``pp``)."""
-    one_f_one_b = np.minimum(pp - stage, m)
-    inter = np.minimum(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v)
-    return np.where(sched == 0, m, np.where(sched == 2, inter, one_f_one_b))
-
-
 def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan."""
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
@@ -73,7 +67,7 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     is_first, is_last = stage == 0, stage == pp - 1
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
-    in_flight = _in_flight(stage, pp, nmb, v, sched)
+    in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     seq_div = np.where(sp, tp, 1.0)
 
     # parameters held here (memory.layer_params_per_gpu, embedding/head_params_per_gpu)
@@ -98,7 +92,8 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
-    out_act = np.where(is_last, out_one * np.where(sched == 0, in_flight, 1), 0.0)
+    stashed = attr_by_code(sched, "logits_stashed")
+    out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     rc_act = np.where(rc == 2, layer_act_none, 0.0)
     layers_act = in_flight * (m.num_layers // (pp * v)) * layer_act
     activations = layers_act + in_flight * emb_act + out_act + rc_act

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from strategies.memory import activations as act
 from strategies.errors import SpecError
+from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -155,7 +156,8 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
     out_act = 0.0
     if stage == p.pp - 1:
-        out_act = act.output_activation_bytes(job) * (in_flight if p.schedule == "gpipe" else 1)
+        stashed = get_schedule(p.schedule).logits_stashed
+        out_act = act.output_activation_bytes(job) * (in_flight if stashed else 1)
     rc_act = act.job_layer_activation_bytes(job, "none") if p.recompute == "full" else 0.0
     layers_act = in_flight * act.layers_per_chunk(job) * act.job_layer_activation_bytes(job)
     parts = {
