@@ -49,11 +49,13 @@ class _Stream:
     code, dependency ids, whether another op waits for it, record kind), the index of the op
     it is at, and why that op is not running (for the deadlock report)."""
 
-    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start")
+    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start", "done", "waiting")
 
-    def __init__(self, prog: Program, name: str, plan: list[tuple]) -> None:
+    def __init__(self, prog: Program, name: str, plan: list[tuple], done: set,
+                 waiting: dict) -> None:
         self.rank, self.stage, self.name, self.plan = prog.rank, prog.stage, name, plan
         self.idx, self.why, self.start = 0, None, 0.0
+        self.done, self.waiting = done, waiting     # the rank's finished op ids; id -> blocked
 
 
 class Engine:
@@ -83,7 +85,7 @@ class Engine:
         if not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
-        self.waiting: dict[tuple[int, int], list[_Stream]] = {}     # (rank, op id) -> blocked
+        self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
         self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
@@ -94,7 +96,8 @@ class Engine:
             for name in sorted(prog.streams):
                 plan = [(op, code[type(op)], op.deps, op.record_kind)
                         for op in prog.streams[name]]
-                st = self.where[(rank, name)] = _Stream(prog, name, plan)
+                st = self.where[(rank, name)] = _Stream(prog, name, plan, self.done[rank],
+                                                        self.waiting[rank])
                 self.ready.append(st)
         self._drain()
 
@@ -106,13 +109,14 @@ class Engine:
 
     def _advance(self, st: _Stream) -> None:
         """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
-        env, plan, rank, done = self.env, st.plan, st.rank, self.done[st.rank]
-        while st.idx < len(plan):
+        env, plan, rank, done = self.env, st.plan, st.rank, st.done
+        n = len(plan)
+        while st.idx < n:
             op, code, deps, _ = plan[st.idx]
             for d in deps:
                 if d not in done:
                     st.why = ("dep", d)
-                    self.waiting.setdefault((rank, d), []).append(st)
+                    st.waiting.setdefault(d, []).append(st)
                     return
             st.why, st.start = None, env.now
             if code == _COMPUTE:
@@ -162,8 +166,8 @@ class Engine:
             self.records.append(Record(st.rank, st.name, kind, op.label, op.microbatch,
                                        st.stage, st.start, self.env.now, op.chunk, nbytes, peer,
                                        wait))
-        self.done[st.rank].add(op.id)
-        blocked = self.waiting.pop((st.rank, op.id), None)
+        st.done.add(op.id)
+        blocked = st.waiting.pop(op.id, None)
         if blocked:
             self.ready.extend(blocked)
         st.idx += 1
