@@ -4,7 +4,9 @@ Node naming (stable, so routes can be computed from the names alone):
 
 ==========================  ===============================================================
 ``r`` (plain ``int``)        the GPU of global rank ``r = node * gpus_per_node + local``
-``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``)
+``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``); for
+                             an NVL72 rack (a node = one NVLink domain) the rack's NVLink
+                             switch trays, aggregated into one non-blocking switch
 ``('nic', n, i)``            NIC ``i`` of node ``n``; GPU ``local`` uses NIC ``local % rails``
 ``('leaf', rail, j)``        leaf switch ``j`` of a rail; it serves nodes
                              ``j*nodes_per_leaf .. (j+1)*nodes_per_leaf - 1``
@@ -275,8 +277,10 @@ def degraded_edges(graph: nx.DiGraph, cluster: Cluster) -> dict[tuple, float]:
     for spec, factor in cluster.faults.links():
         if spec.kind == "nic":
             gpu = spec.ends[0]
-            nic = ("nic", gpu // g, (gpu % g) % rails(cluster))
-            edges = [(gpu, nic), (nic, gpu)]
+            edges = [e for e in list(graph.out_edges(gpu)) + list(graph.in_edges(gpu))
+                     if any(isinstance(x, tuple) and x[0] == "nic" for x in e)]
+            if not edges:
+                raise SpecError("degrade", spec.text, "this GPU has no NIC link in the network")
         elif spec.kind == "node":
             n = spec.ends[0]
             mine = {v for v, a in graph.nodes(data=True)
