@@ -58,6 +58,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
     any plan (the textbook schedules, GPipe included, stay open to studies)."""
     fw = get_profile(framework)
+    if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
+        plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     cluster.gpu.peak(dtype)  # fp8 on a chip without it is refused here
