@@ -4,7 +4,9 @@ Node naming (stable, so routes can be computed from the names alone):
 
 ==========================  ===============================================================
 ``r`` (plain ``int``)        the GPU of global rank ``r = node * gpus_per_node + local``
-``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``)
+``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``); for
+                             an NVL72 rack (a node = one NVLink domain) the rack's NVLink
+                             switch trays, aggregated into one non-blocking switch
 ``('nic', n, i)``            NIC ``i`` of node ``n``; GPU ``local`` uses NIC ``local % rails``
 ``('leaf', rail, j)``        leaf switch ``j`` of a rail; it serves nodes
                              ``j*nodes_per_leaf .. (j+1)*nodes_per_leaf - 1``

@@ -90,7 +90,8 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                    help="sequences per step, where the plan does not give gbs"
                    + (f" (default {global_batch_default})" if global_batch_default else ""))
     p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
-                   help="bf16 (default), fp16, fp8")
+                   help="bf16 (default), fp16, fp8 (= fp8-delayed), fp8-current, mxfp8, "
+                   "nvfp4 (docs/clusters.md, Precisions)")
     p.add_argument("--framework", default=None, action=Once, metavar="NAME",
                    help="the software stack that will run the job: " + ", ".join(PROFILES)
                    + " (default: Megatron-Core's costs, no stack's limits); "

@@ -35,6 +35,7 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"{job.framework.name}",
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
              f"{out['num_microbatches']} micro-batches per pipeline",
+             *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
              "",
              f"step time       {fmt_s(out['step_time_s'])}",
              f"tokens/s        {out['tokens_per_s']:,.0f}",

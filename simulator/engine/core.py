@@ -7,6 +7,8 @@ is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` star
 ``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
 (``simulator.engine.collectives``) over the network, where it contends with all other traffic.
+The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
+sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
 A run that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
@@ -23,6 +25,7 @@ import simpy
 from simulator.engine.collectives import CollectiveRunner
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
+from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
 
 
@@ -68,7 +71,7 @@ class Engine:
     it, with no event of its own. One SimPy event per compute op instead of two, and no
     generator resumption (issue 17: the per-event cost of the engine)."""
 
-    def __init__(self, programs: dict[int, Program], net: SimNetwork, free_comm: bool = False,
+    def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
@@ -82,10 +85,12 @@ class Engine:
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
         self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
-        self.runner = CollectiveRunner(net, self.sim, node_of,
-                                       lambda op: self.exclusive.get((op.group, op.tag), False),
-                                       free_comm)
-        if not free_comm:
+        shared = net.shares_links
+        self.runner = CollectiveRunner(
+            net, self.sim, node_of,
+            lambda op: self.exclusive.get((op.group, op.tag), False) if shared else True,
+            free_comm)
+        if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
         self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
@@ -290,7 +295,7 @@ class Engine:
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 
-def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
+def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                        runner: CollectiveRunner) -> dict[tuple, bool]:
     """``(group, tag) -> True`` when no other channel (collective group and tag, or
     point-to-point pair) ever loads one of that collective channel's links."""
@@ -318,12 +323,13 @@ def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
-        net: SimNetwork | None = None, link_map: Callable | None = None,
+        net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
-    The network is ``net``, or a new ``SimNetwork`` over ``graph`` (a graph of
+    The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
+    ``SimNetwork`` (the ``flows`` backend) over ``graph`` (a graph of
     ``topologies.graph``) with ``route_fn`` (e.g. ``topologies.routing.route``) and the
     folding ``link_map``. ``node_of(rank)`` groups ranks by node for hierarchical
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every

@@ -4,7 +4,7 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 
 | key | changes | values |
 | --- | --- | --- |
-| ``cluster`` | the node preset, keeping the node count | ``dgx-a100``, ``dgx-h100``, … |
+| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) | ``dgx-h100``, ``gb200-nvl72``, … |
 | ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
 | ``nodes`` | the node count | integers |
 | ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction | numbers > 0 |
@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from topologies.cluster import Cluster, NodeGroup, cluster_preset
+from topologies.cluster import Cluster, NodeGroup, cluster_for_gpus, cluster_preset
 from topologies.gpus import get_gpu
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GBS, MAX_GPUS_PER_NODE, MAX_NODES,
                                MAX_OVERSUBSCRIPTION, MAX_SEQ, check_int, check_number,
@@ -140,7 +140,7 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
     """``cluster`` with one property changed (``value`` in the key's file units)."""
     try:
         if key == "cluster":
-            return cluster_preset(str(value), cluster.num_nodes)
+            return cluster_for_gpus(str(value), cluster.num_gpus)
         if key == "nodes":
             return cluster.with_nodes(int(value))
         if key == "gpu":
@@ -216,3 +216,14 @@ def cost_per_million_tokens(gpu_hour_cost: float, num_gpus: int, step_time_s: fl
     0.008
     """
     return gpu_hour_cost * num_gpus * step_time_s / 3600.0 / tokens_per_step * 1e6
+
+
+def energy_per_million_tokens(power_w: float, num_gpus: int, step_time_s: float,
+                              tokens_per_step: int) -> float:
+    """kWh per 10^6 training tokens with every GPU drawing ``power_w`` watts for the whole
+    step: ``power_w · num_gpus · step_time_s / 3.6e6 / tokens_per_step · 10^6``.
+
+    >>> energy_per_million_tokens(1000.0, 8, 1.8, 1_000_000)
+    0.004
+    """
+    return power_w * num_gpus * step_time_s / 3.6e6 / tokens_per_step * 1e6

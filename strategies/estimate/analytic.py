@@ -66,22 +66,20 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     shard = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard)
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
-    bw_tp, lat_tp = cm.group_bandwidth(cl, tp, 1)
-    t_ar = cm.allreduce_time(costs.tp_comm_bytes_fwd(m, b, cp), tp, bw_tp, lat_tp)
+    t_ar = cm.collective_time("allreduce", costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, cl)
     n_tp = 4 + 2 * (rc == 2)
     g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
     tp_raw = n_tp * t_ar
     tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / TP_OVERLAP_CHUNKS)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
-    bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
-    t_cp = 3 * cm.reduce_scatter_time(costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1, 1),
-                                      cp, bw_cp, lat_cp)
+    t_cp = 3 * cm.collective_time("reduce_scatter", costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp
+                                  / np.maximum(cp - 1, 1), cp, tp, cl)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
-    bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)
-    ep_layer = 2 * cm.alltoall_time(costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), ep, bw_ep, lat_ep)
+    ep_layer = 2 * cm.collective_time("alltoall", costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep),
+                                      ep, tp * cp, cl)
 
     comp_layer = lt.fwd + lt.bwd
     per_layer = comp_layer + lt.recompute + tp_layer + cp_layer + ep_layer
@@ -102,17 +100,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     stride_pp = tp * cp * dp
     p2p_b = costs.pp_p2p_bytes(m, b, tp, cp, sp)
     t_p2p = cm.p2p_time(p2p_b, cl, stride_pp >= G) + np.where(
-        sp, 0.0, cm.allgather_time(p2p_b * tp, tp, bw_tp, lat_tp))
+        sp, 0.0, cm.collective_time("allgather", p2p_b * tp, tp, 1, cl))
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \
         + np.where(single, costs.lm_head_params_per_gpu(m, tp, pp), 0.0)
-    bw_dp, lat_dp = cm.group_bandwidth(cl, dp, tp * cp)
     gb = grad_bytes(dtype)
-    t_ar_dp = cm.allreduce_time(gb * params, dp, bw_dp, lat_dp)
-    t_rs_dp = cm.reduce_scatter_time(gb * params, dp, bw_dp, lat_dp)
-    t_ag_dp = cm.allgather_time(2.0 * params, dp, bw_dp, lat_dp)
+    t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
+    t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
+    t_ag_dp = cm.collective_time("allgather", 2.0 * params, dp, tp * cp, cl)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
