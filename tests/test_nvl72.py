@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.network import stepwise as C
+from simulator.network import stepwise_oracle as C
 from simulator.network.flows import FlowNetwork
 from simulator.simulate import simulate
 from strategies.cost import compute as ct

@@ -145,7 +145,7 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
             # template of a large job is relabelled for every rank of its stage
             elif kind is Send:
                 new.append(Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
-                                op.microbatch, op.chunk, op.deps))
+                                op.microbatch, op.chunk, op.deps, op.blocking))
             else:
                 new.append(Recv(op.id, op.stream, peers[op.src], op.tag, op.label,
                                 op.microbatch, op.chunk, op.deps))
