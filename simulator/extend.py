@@ -39,7 +39,7 @@ SAVING = 2
 #: (measured against full simulation in tests/test_extend.py). A registered schedule with a
 #: steady state (``Schedule.steady_state``) but not listed here has its step time extended
 #: (validate) and its figures simulated in full (search).
-FIGURES_FROM = {"1f1b": 1, "interleaved": 2}
+FIGURES_FROM = {"1f1b": 1, "interleaved": 2, "deepspeed-1f1b": 1}
 
 
 def period(job: Job) -> int:

@@ -25,6 +25,8 @@ CASES = [
     ("gpt-1.7b", 2, "tp=1,pp=4,dp=4,gbs=128,zero=1,recompute=full"),
     ("gpt-1.7b", 2, "tp=2,pp=2,dp=4,gbs=64,recompute=selective"),
     ("llama3-8b", 4, "tp=4,pp=2,dp=4,gbs=256,schedule=interleaved,vpp=4,sp=true"),
+    ("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=96,schedule=deepspeed-1f1b"),
+    ("gpt-1.7b", 2, "tp=1,pp=8,dp=2,gbs=192,schedule=deepspeed-1f1b"),
 ]
 REL = 1e-11      # of the step time: rounding of the extension (measured <= 4e-13)
 
@@ -74,7 +76,7 @@ def test_the_interleaved_breakdown_needs_the_later_base():
                                                                         rel=1e-12)
     split = affine(a.metrics["exposed_comm_s"], b.metrics["exposed_comm_s"], m, g)
     assert abs(split - full.metrics["exposed_comm_s"]) > 1e-6 * full.step_time_s
-    assert FIGURES_FROM == {"1f1b": 1, "interleaved": 2}
+    assert FIGURES_FROM == {"1f1b": 1, "interleaved": 2, "deepspeed-1f1b": 1}
 
 
 @pytest.mark.parametrize("plan,why", [
