@@ -81,6 +81,8 @@ def timeline_detail(args: argparse.Namespace) -> tuple[str, ...]:
 def render_detail(out: dict) -> str:
     """The link classes and each stage's activation peak, in words (``--json`` has it all)."""
     lines = ["", "links by class (utilisation of line rate over the step; peak of the busiest):"]
+    if not out["link_utilisation"]["by_kind"]:
+        lines.append("  (link load over time is recorded on the flows network backend only)")
     for kind, c in out["link_utilisation"]["by_kind"].items():
         top = c["busiest"][0] if c["busiest"] else None
         lines.append(f"  {kind:<7} {c['links']:>5} links  mean {100 * c['mean_utilisation']:5.1f}%"
