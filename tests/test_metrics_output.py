@@ -195,3 +195,14 @@ def test_chunk_colours_stay_distinct(chunks):
 def test_link_class_efficiencies_are_the_cost_models():
     assert edge_efficiency(0, ("nvswitch", 0)) == 0.8
     assert edge_efficiency(("nic", 0, 0), ("leaf", 0, 0)) == 0.9
+
+
+def test_contention_free_runs_show_bytes_without_series(capsys):
+    rc = main(["simulate", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--plan",
+               "tp=2,pp=2,gbs=32", "--json", "--network", "contention-free"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0
+    lu = out["link_utilisation"]
+    assert lu["by_kind"] == {} and lu["busiest"]
+    assert all("series" not in r and r["bytes"] > 0 for r in lu["busiest"])
+    assert out["activation_memory"]
