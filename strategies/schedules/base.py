@@ -68,13 +68,21 @@ class Step:
     through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving);
     with a split backward, ``B`` computes the input gradient and ``W`` the weight gradient.
 
-    >>> Step("F", 3, 1).label
-    'F3.c1'
+    ``overlap=True`` links a step to the step after it on the same rank: a run of linked
+    steps (and the first unlinked one that ends it) is one overlapped group, DualPipe's
+    "F&B" pair of two micro-batches (a forward and a whole backward, ``B`` then ``W``) whose
+    compute runs in turn while each one's communication hides under the other's compute
+    (docs/schedules.md, "Overlapped pairs"). Consumers that ignore it see the same steps run
+    one after the other.
+
+    >>> Step("F", 3, 1).label, Step("F", 3, 1, overlap=True).label
+    ('F3.c1', 'F3.c1&')
     """
 
     kind: str
     microbatch: int
     chunk: int = 0
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -82,8 +90,9 @@ class Step:
 
     @property
     def label(self) -> str:
-        """Short name such as ``"F3.c1"`` (micro-batch 3, chunk 1)."""
-        return f"{self.kind}{self.microbatch}.c{self.chunk}"
+        """Short name such as ``"F3.c1"`` (micro-batch 3, chunk 1; ``&`` when it is
+        overlapped with the next step)."""
+        return f"{self.kind}{self.microbatch}.c{self.chunk}" + ("&" if self.overlap else "")
 
     def __str__(self) -> str:
         return self.label

@@ -24,6 +24,16 @@ from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_s
                                        raise_first, register)
 
 
+def refuse_until_split_costed(sched: Schedule) -> Rule:
+    """The rule every schedule that splits the backward adds to its plan rules until the
+    estimate and the simulator cost ``W`` apart from ``B`` (issue 13)."""
+    module = type(sched).__module__
+    return ("schedule", sched.name, False,
+            lambda: "splits the backward into B and W, which the estimate and the simulator "
+                    "do not cost separately yet; its order, stash and closed-form bubble are "
+                    f"in {module}")
+
+
 @register("zb-h1")
 class ZBH1(Schedule):
     """ZB-H1 (module docstring)."""
@@ -31,11 +41,7 @@ class ZBH1(Schedule):
     splits_backward = True
 
     def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
-        return super().shape_rules(pp, vpp, group_size) + [
-            ("schedule", self.name, False,
-             lambda: "splits the backward into B and W, which the estimate and the simulator "
-                     "do not cost separately yet; its order, stash and closed-form bubble are "
-                     "in strategies.schedules.zb_h1")]
+        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
