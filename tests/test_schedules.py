@@ -226,14 +226,15 @@ def test_vpp_messages_say_what_to_use():
 # ---------------------------------------------------------------- registry
 
 def test_registry_names():
-    assert schedule_names() == ["1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2", "zb-v"]
+    assert schedule_names() == ["1f1b", "dualpipe", "dualpipev", "gpipe", "interleaved",
+                                "zb-h1", "zb-h2", "zb-v"]
 
 
 def test_unknown_schedule():
     with pytest.raises(SpecError) as e:
         get_schedule("zb-h9")
     assert e.value.field == "schedule" and e.value.value == "zb-h9"
-    assert "1f1b, gpipe, interleaved, zb-h1, zb-h2, zb-v" in str(e.value)
+    assert "1f1b, dualpipe, dualpipev, gpipe, interleaved, zb-h1, zb-h2, zb-v" in str(e.value)
     with pytest.raises(SpecError):
         bubble_fraction_closed_form("zb-h9", 4, 8, 1)
     with pytest.raises(SpecError):

@@ -3,11 +3,12 @@ order, placement, exchanges, memory, closed forms, validity rules, search space 
 (``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
 
 >>> schedule_names()
-['1f1b', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2', 'zb-v']
+['1f1b', 'dualpipe', 'dualpipev', 'gpipe', 'interleaved', 'zb-h1', 'zb-h2', 'zb-v']
 """
 # registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3,
-# zb-h2 4, zb-v 5
-from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v  # noqa: F401
+# zb-h2 4, zb-v 5, dualpipev 6, dualpipe 7
+from strategies.schedules import (gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v,  # noqa: F401
+                                  dualpipev, dualpipe)
 from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
                                        dispatch, get_schedule, register, resolve_name,
                                        schedule_code, schedule_names, schedule_of_code,

@@ -101,16 +101,25 @@ class Step:
 def peak_stash(steps: Iterable[Step]) -> int:
     """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
     chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
-    gradients its GEMMs need, less than the forward's stash)."""
+    gradients its GEMMs need, less than the forward's stash). An overlapped group
+    (``Step.overlap``) is counted at its end, its backwards' stash released before its
+    forwards' is added: the pair's forward builds its activations as the backward frees its
+    own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
     live: set[tuple[int, int]] = set()
     peak = 0
+    group: list[Step] = []
     for s in steps:
-        key = (s.microbatch, s.chunk)
-        if s.kind == "F":
-            live.add(key)
-            peak = max(peak, len(live))
-        elif s.kind == "B":
-            live.discard(key)
+        group.append(s)
+        if s.overlap:
+            continue
+        for g in group:
+            if g.kind == "B":
+                live.discard((g.microbatch, g.chunk))
+        for g in group:
+            if g.kind == "F":
+                live.add((g.microbatch, g.chunk))
+                peak = max(peak, len(live))
+        group = []
     return peak
 
 
