@@ -37,3 +37,30 @@ def assert_valid_order(name: str, p: int, m: int, vpp: int) -> None:
     assert seen == Counter({(k, i, pos): 1 for k in "FBW" for i in range(m)
                             for pos in range(n)})
     free_comm_ranks(name, p, m, vpp, 1.0, 2.0, t_w=1.0)     # raises on deadlock
+
+
+def assert_exchanges_pair_up(name: str, p: int, m: int, vpp: int) -> None:
+    """``actions`` keeps the steps in order; every message one rank sends, its peer receives,
+    none goes to the sender itself (the turn of a V is local), and no exchange falls inside
+    an overlapped group."""
+    from strategies.schedules import Step
+    sched = get_schedule(name)
+    sent, received = Counter(), Counter()
+    for r in range(p):
+        acts = sched.actions(r, p, m, vpp)
+        assert [a for a in acts if isinstance(a, Step)] == sched.steps(r, p, m, vpp)
+        for prev, a in zip(acts, acts[1:]):
+            if isinstance(prev, Step) and prev.overlap:
+                assert isinstance(a, Step)
+        for a in acts:
+            if isinstance(a, Step):
+                continue
+            for d, i, c in a.sends:
+                peer = sched.peer(r, c, i, p, vpp, d, True)
+                assert peer != r
+                sent[d, i, r, peer] += 1
+            for d, i, c in a.recvs:
+                peer = sched.peer(r, c, i, p, vpp, d, False)
+                assert peer != r
+                received[d, i, peer, r] += 1
+    assert sent == received and all(v == 1 for v in sent.values())

@@ -16,7 +16,7 @@ from strategies.plan import parse_plan
 from strategies.schedules import Step, get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash)
-from tests.schedule_checks import assert_valid_order
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 
 DP = get_schedule("dualpipe")
 
@@ -45,6 +45,7 @@ def mirror(s: Step) -> Step:
                                  (8, 16), (8, 22)])
 def test_valid_order_mirror_pairs_and_stash(p, m):
     assert_valid_order("dualpipe", p, m, 1)
+    assert_exchanges_pair_up("dualpipe", p, m, 1)
     for r in range(p):
         steps = DP.steps(r, p, m)
         assert [mirror(s) for s in steps] == DP.steps(p - 1 - r, p, m)

@@ -15,7 +15,7 @@ from strategies.plan import parse_plan
 from strategies.schedules import get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash)
-from tests.schedule_checks import assert_valid_order
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 
 DV = get_schedule("dualpipev")
 
@@ -39,6 +39,7 @@ def test_golden_p2_m4():
                                  (5, 10), (8, 16), (8, 24)])
 def test_valid_order_pairs_and_stash(p, m):
     assert_valid_order("dualpipev", p, m, 2)
+    assert_exchanges_pair_up("dualpipev", p, m, 2)
     for r in range(p):
         steps = DV.steps(r, p, m, 2)
         # every overlapped group is a forward with a whole backward of another micro-batch

@@ -14,6 +14,7 @@ from strategies.plan import parse_plan
 from strategies.schedules import Schedule, Step, get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash)
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 
 ZB = get_schedule("zb-h2")
 
@@ -47,6 +48,8 @@ def phases(r: int, p: int, m: int) -> list[str]:
 @pytest.mark.parametrize("p,m", [(1, 1), (1, 4), (2, 2), (2, 3), (2, 7), (3, 3), (4, 4),
                                  (4, 7), (4, 9), (8, 8), (8, 15), (8, 20)])
 def test_order_is_a_valid_dependency_order_and_stash(p, m):
+    assert_valid_order("zb-h2", p, m, 1)
+    assert_exchanges_pair_up("zb-h2", p, m, 1)
     for r in range(p):
         steps = ZB.steps(r, p, m)
         at = {(s.kind, s.microbatch): k for k, s in enumerate(steps)}

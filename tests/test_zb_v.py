@@ -13,7 +13,7 @@ from strategies.plan import parse_plan
 from strategies.schedules import get_schedule, resolve_name
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash)
-from tests.schedule_checks import assert_valid_order
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 
 ZB = get_schedule("zb-v")
 
@@ -43,6 +43,7 @@ def test_golden_p2_m4():
                                  (4, 4), (4, 7), (4, 10), (8, 15), (8, 16)])
 def test_valid_dependency_order_and_stash(p, m):
     assert_valid_order("zb-v", p, m, 2)
+    assert_exchanges_pair_up("zb-v", p, m, 2)
     for r in range(p):
         steps = ZB.steps(r, p, m, 2)
         assert ZB.in_flight(r, p, m, 2) == peak_stash(steps)
