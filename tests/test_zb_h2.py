@@ -112,3 +112,20 @@ def test_plans_refuse_it():
     with pytest.raises(SpecError) as e:
         ZB.steps(0, 4, 8, vpp=2)
     assert e.value.field == "vpp"
+
+
+@pytest.mark.parametrize("p,m", [(2, 3), (4, 7), (4, 16), (8, 15), (8, 32)])
+def test_per_worker_memory_of_the_paper(p, m):
+    """§2.3: rank ``r`` (0-indexed) holds ZB-H1 ``(p-r)M_B + r·M_W`` and ZB-H2
+    ``(2p-2r-1)M_B + 2r·M_W`` at its peak: the stash and the weight gradients still to run
+    when the stash peaks. The V and DualPipe schedules defer ``W`` only once forwards are
+    done (none waits at the stash peak); unsplit schedules have none."""
+    h1 = get_schedule("zb-h1")
+    for r in range(p):
+        assert (ZB.in_flight(r, p, m), ZB.pending_weight_grads(r, p, m)) == (2 * p - 2 * r - 1,
+                                                                            2 * r)
+        assert (h1.in_flight(r, p, m), h1.pending_weight_grads(r, p, m)) == (p - r, r)
+        assert get_schedule("1f1b").pending_weight_grads(r, p, m) == 0
+        assert get_schedule("zb-v").pending_weight_grads(r, p, m, 2) == 0
+        if m >= 2 * p:
+            assert get_schedule("dualpipev").pending_weight_grads(r, p, m, 2) == 0

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from strategies.errors import SpecError
-from strategies.schedules.base import Step, get_schedule, peak_stash
+from strategies.schedules.base import Step, get_schedule, peak_pending_w, peak_stash
 
-__all__ = ["peak_stash", "bubble_fraction_closed_form", "free_comm_ranks", "RankSpan",
+__all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks", "RankSpan",
            "simulate_free_comm"]
 
 

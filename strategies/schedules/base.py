@@ -123,6 +123,26 @@ def peak_stash(steps: Iterable[Step]) -> int:
     return peak
 
 
+def peak_pending_w(steps: Sequence[Step]) -> int:
+    """Most backwards whose weight gradient (``W``) is still to run, counted per
+    (microbatch, chunk) just after each forward: where the activation stash peaks, so the
+    peak memory is ``peak_stash·M_B + peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1
+    ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W``
+    keeps only its GEMMs' inputs (``M_W < M_B``); 0 where the backward is not split."""
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
+    pending: set[tuple[int, int]] = set()
+    peak = 0
+    for s in steps:
+        key = (s.microbatch, s.chunk)
+        if s.kind == "B" and key in has_w:
+            pending.add(key)
+        elif s.kind == "W":
+            pending.discard(key)
+        elif s.kind == "F" and not s.overlap:
+            peak = max(peak, len(pending))
+    return peak
+
+
 def raise_first(rules: Iterable[Rule]) -> None:
     """Raise ``SpecError`` for the first rule that fails (scalar values)."""
     for field, value, ok, why in rules:
@@ -265,6 +285,12 @@ class Schedule:
                   group_size: int | None = None) -> int:
         """Peak stashed ``(microbatch, chunk)`` entries on ``stage`` (from the order)."""
         return peak_stash(self.steps(stage, pp, m, vpp, group_size))
+
+    def pending_weight_grads(self, stage: int, pp: int, m: int, vpp: int = 1,
+                             group_size: int | None = None) -> int:
+        """Peak waiting weight gradients on ``stage`` (``peak_pending_w`` of the order; 0
+        for a schedule that does not split the backward)."""
+        return peak_pending_w(self.steps(stage, pp, m, vpp, group_size))
 
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
