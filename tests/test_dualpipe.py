@@ -56,6 +56,7 @@ def test_valid_order_mirror_pairs_and_stash(p, m):
                 assert [t.kind for t in pair] == ["F", "B", "W"] and not pair[2].overlap
         middle = min(r, p - 1 - r) == p // 2 - 1
         assert DP.in_flight(r, p, m) == peak_stash(steps) == p + middle
+        assert DP.num_warmup(r, p, m) == p - 1 + middle
     st = np.arange(p)
     assert DP.in_flight_array(st, p, m, 1).tolist() == [DP.in_flight(r, p, m)
                                                        for r in range(p)]

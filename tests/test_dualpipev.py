@@ -56,6 +56,7 @@ def test_valid_order_pairs_and_stash(p, m):
             assert (g[0].microbatch, g[0].chunk) != (g[1].microbatch, g[1].chunk)
         assert len(pairs) == 2 * (m - 2 * p + r + 1) - (r == p - 1) + (p - r - 1)
         assert DV.in_flight(r, p, m, 2) == peak_stash(steps) == 2 * p + (r == p - 1)
+        assert DV.num_warmup(r, p, m, 2) == 2 * p - 1 + (r == p - 1)
     st = np.arange(p)
     assert DV.in_flight_array(st, p, m, 2).tolist() == [DV.in_flight(r, p, m, 2)
                                                        for r in range(p)]

@@ -49,6 +49,8 @@ def test_valid_dependency_order_and_stash(p, m):
         assert ZB.in_flight(r, p, m, 2) == peak_stash(steps)
         if m >= 2 * p - 1:
             assert peak_stash(steps) == 2 * p        # balanced: p micro-batches' worth
+        if m >= 2 * p:                               # a forward is left after the first B
+            assert ZB.num_warmup(r, p, m, 2) == 2 * p - 1
     with pytest.raises(SpecError) as e:
         ZB.steps(0, p, m, 3)
     assert e.value.field == "vpp"
