@@ -5,13 +5,12 @@ from dataclasses import dataclass, replace
 
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, check_plan, get_profile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
 from topologies.cluster import Cluster
-
-DTYPES = ("bf16", "fp16", "fp8")
+from topologies.precision import DTYPES
 
 
 @dataclass(frozen=True)
@@ -24,6 +23,12 @@ class Job:
     plan: Plan
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
+    framework_named: bool = False
+
+    @property
+    def named_framework(self) -> FrameworkProfile | None:
+        """The stack the user named (its limits apply to derived jobs), or None."""
+        return self.framework if self.framework_named else None
 
     @property
     def seq_len(self) -> int:
@@ -48,11 +53,16 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
              global_batch: int | None = None, dtype: str = "bf16",
              framework: FrameworkProfile | str | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
-    ``framework``: a profile or its name (default Megatron-Core)."""
+    ``framework``: a profile or its name; a named stack refuses the plan features it lacks
+    (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
+    any plan (the textbook schedules, GPipe included, stay open to studies)."""
     fw = get_profile(framework)
+    if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
+        plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
-    cluster.gpu.peak(dtype)  # fp8 on a chip without it is refused here
+    for g in cluster.groups:  # a precision the chip lacks (nvfp4 on H100) is refused here
+        g.gpu.rate_key(dtype)
     if seq_len is not None:
         model = model.with_seq_length(seq_len)
     n = cluster.num_gpus
@@ -75,7 +85,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
     get_schedule(plan.schedule).check(plan.pp, gbs // (plan.mbs * dp), plan.vpp,
                                       plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype, fw)
+    if framework is not None:
+        check_plan(fw, plan)
+    return Job(model, cluster, plan, dtype, fw, framework is not None)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

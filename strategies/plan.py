@@ -131,8 +131,9 @@ def _coerce(key: str, value: Any) -> Any:
     return parse_int_text(key, value)
 
 
-def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
-    """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted."""
+def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Plan:
+    """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted.
+    ``defaults``: values for keys the mapping does not give (a software stack's switches)."""
     if not isinstance(d, Mapping):
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
@@ -145,6 +146,8 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
         if key in args:
             raise SpecError("plan", raw, "key given twice")
         args[key] = _coerce(key, value)
+    for key, value in (defaults or {}).items():
+        args.setdefault(key, value)
     sched = str(args.get("schedule", ""))
     name, colon, chunks = sched.partition(":")
     if colon:                                   # name:V, a chunked schedule with V chunks
@@ -159,6 +162,15 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
 
 def parse_plan(text: str) -> Plan:
     """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
+    d = plan_mapping(text)
+    if "framework" in d:
+        raise SpecError("plan", "framework", "a plan's framework key is read where a job is "
+                        "built (estimate, simulate, compare, whatif); give it with --framework")
+    return plan_from_mapping(d)
+
+
+def plan_mapping(text: str) -> dict[str, Any]:
+    """The raw ``key -> value`` mapping of a plan string or a YAML/JSON plan file."""
     text = str(text).strip()
     if text.lower().endswith((".yaml", ".yml", ".json")):
         from topologies.yaml_io import load_mapping_file
@@ -166,7 +178,7 @@ def parse_plan(text: str) -> Plan:
         if data is not None and not isinstance(data, Mapping):
             raise SpecError("plan", text, f"the file must hold a mapping of plan keys, "
                             f"not a {type(data).__name__}")
-        return plan_from_mapping({} if data is None else data)
+        return dict({} if data is None else data)
     d: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")
@@ -175,4 +187,4 @@ def parse_plan(text: str) -> Plan:
         if key.strip() in d:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
-    return plan_from_mapping(d)
+    return d

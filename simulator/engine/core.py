@@ -1,12 +1,14 @@
 """The SimPy engine: replays per-rank programs over a flow network.
 
-One SimPy process per (rank, stream) runs that stream's ops in order; an op first waits
-for its dependencies (events of ops of the same rank), with no polling. ``Compute`` is a
-timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
+Each (rank, stream) runs its ops in order; an op first waits for its dependencies (ops of
+the same rank, resolved from the programs), with no polling and no SimPy process: an op's end
+is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
 ``Recv`` waits for the next message from its source with its tag (first-in first-out per
 ``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
 (``simulator.engine.collectives``) over the network, where it contends with all other traffic.
+The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
+sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
 A run that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
@@ -15,7 +17,7 @@ programs and the network and derives the metrics.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Callable
 
 import simpy
@@ -23,7 +25,11 @@ import simpy
 from simulator.engine.collectives import CollectiveRunner
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
+from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
+
+
+_COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of ``Engine._plan``
 
 
 class DeadlockError(RuntimeError):
@@ -41,75 +47,140 @@ class _Rendezvous:
         self.expected, self.arrived, self.done, self.go, self.op = expected, 0, done, None, op
 
 
-class Engine:
-    """Holds one run's state; use :func:`run`."""
+class _Stream:
+    """One (rank, stream): its ops with what the run needs resolved before it starts (kind
+    code, dependency ids, whether another op waits for it, record kind), the index of the op
+    it is at, and why that op is not running (for the deadlock report)."""
 
-    def __init__(self, programs: dict[int, Program], net: SimNetwork, free_comm: bool = False,
+    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start", "done", "waiting")
+
+    def __init__(self, prog: Program, name: str, plan: list[tuple], done: set,
+                 waiting: dict) -> None:
+        self.rank, self.stage, self.name, self.plan = prog.rank, prog.stage, name, plan
+        self.idx, self.why, self.start = 0, None, 0.0
+        self.done, self.waiting = done, waiting     # the rank's finished op ids; id -> blocked
+
+
+class Engine:
+    """Holds one run's state; use :func:`run`.
+
+    Streams are not SimPy processes: an op that can start starts at once, and its end is a
+    callback on the event that ends it (a compute timeout, the last byte of a transfer, a
+    collective's completion, a message already waiting). Dependencies are resolved from the
+    programs before the run: finishing an op marks it done and retries the streams blocked on
+    it, with no event of its own. One SimPy event per compute op instead of two, and no
+    generator resumption (issue 17: the per-event cost of the engine)."""
+
+    def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
         self.records: list[Record] = []
-        self.events: dict[tuple[int, int], simpy.Event] = {}
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[tuple, _Rendezvous] = {}
-        self.where: dict[tuple[int, str], list] = {}
+        self.posted: set[tuple] = set()              # receives posted before their send
+        self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
+        self.started: dict[tuple, float] = {}        # when a parked send's transfer began
+        self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
-        self.runner = CollectiveRunner(net, self.sim, node_of,
-                                       lambda op: self.exclusive.get((op.group, op.tag), False),
-                                       free_comm)
-        if not free_comm:
+        shared = net.shares_links
+        self.runner = CollectiveRunner(
+            net, self.sim, node_of,
+            lambda op: self.exclusive.get((op.group, op.tag), False) if shared else True,
+            free_comm)
+        if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
-        for prog in programs.values():
-            for op in prog.ops():
-                for d in op.deps:
-                    if (prog.rank, d) not in self.events:
-                        self.events[(prog.rank, d)] = self.env.event()
+        self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
+        self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
+        self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
+        code = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
         for rank in sorted(self.programs):
             prog = self.programs[rank]
-            for stream in sorted(prog.streams):
-                state = [0, None]
-                self.where[(rank, stream)] = state
-                self.env.process(self._stream(prog, stream, prog.streams[stream], state))
+            for name in sorted(prog.streams):
+                plan = [(op, code[type(op)], op.deps, op.record_kind)
+                        for op in prog.streams[name]]
+                st = self.where[(rank, name)] = _Stream(prog, name, plan, self.done[rank],
+                                                        self.waiting[rank])
+                self.ready.append(st)
+        self._drain()
 
-    def _stream(self, prog: Program, stream: str, ops: tuple, state: list):
-        env, events, rank = self.env, self.events, prog.rank
-        for idx, op in enumerate(ops):
-            state[0] = idx
-            for d in op.deps:
-                ev = events[(rank, d)]
-                if not ev.triggered:
-                    state[1] = ("dep", d)
-                    yield ev
-            state[1] = None
-            start, wait, peer, nbytes = env.now, 0.0, -1, 0.0
-            if type(op) is Compute:
-                yield env.timeout(op.seconds)
-            elif type(op) is Send:
-                peer, nbytes = op.dst, op.nbytes
-                yield from self._send(rank, op, start)
-            elif type(op) is Recv:
-                peer = op.src
-                state[1] = ("recv", op)
-                sent_at = yield from self._recv(rank, op)
-                wait = max(0.0, min(sent_at, env.now) - start)
+    def _drain(self) -> None:
+        """Advance every stream that may move, until none can without time passing."""
+        ready = self.ready
+        while ready:
+            self._advance(ready.popleft())
+
+    def _advance(self, st: _Stream) -> None:
+        """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
+        env, plan, rank, done = self.env, st.plan, st.rank, st.done
+        n = len(plan)
+        while st.idx < n:
+            op, code, deps, _ = plan[st.idx]
+            for d in deps:
+                if d not in done:
+                    st.why = ("dep", d)
+                    st.waiting.setdefault(d, []).append(st)
+                    return
+            st.why, st.start = None, env.now
+            if code == _COMPUTE:
+                env.timeout(op.seconds).callbacks.append(
+                    lambda _ev, st=st: self._end(st, 0.0, -1, 0.0))
+                st.why = ("run", None)
+                return
+            if code == _SEND:
+                key, slot, ev = self._send(rank, op)
+                if ev is not None:
+                    ev.callbacks.append(lambda _ev, st=st, op=op, slot=slot, key=key: self._sent(
+                        st, op, slot, key))
+                    st.why = ("send", op) if op.blocking else ("run", None)
+                    return
+                slot.succeed(st.start)
+                self._finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
+            elif code == _RECV:
+                key = self._recv_key(rank, op)
+                self._post_recv(key)
+                slot = self._slot(key)
+                if not slot.triggered:
+                    st.why = ("recv", op)
+                    slot.callbacks.append(lambda ev, st=st, op=op, key=key: self._received(
+                        st, op, key, ev))
+                    return
+                self._received(st, op, key, slot, now=True)
             else:
-                nbytes = op.nbytes * op.repeat
-                state[1] = ("coll", op)
-                go = yield from self._collective(rank, op)
-                wait = go - start
-            if self.record:
-                self.records.append(Record(rank, stream, op.record_kind, op.label, op.microbatch,
-                                           prog.stage, start, env.now, op.chunk, nbytes, peer,
-                                           wait))
-            ev = events.get((rank, op.id))
-            if ev is not None:
-                ev.succeed()
-        state[0] = len(ops)
+                inst = self._collective(rank, op)
+                if not inst.done.triggered:
+                    st.why = ("coll", op)
+                    inst.done.callbacks.append(
+                        lambda _ev, st=st, op=op, inst=inst: self._end(
+                            st, inst.go - st.start, -1, op.nbytes * op.repeat))
+                    return
+                self._finish(st, inst.go - st.start, -1, op.nbytes * op.repeat)
+
+    def _end(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
+        """An op ended with an event (called from SimPy): finish it and move on."""
+        self._finish(st, wait, peer, nbytes)
+        self.ready.append(st)
+        self._drain()
+
+    def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
+        """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
+        moves ``st`` on (``_advance`` goes on itself; ``_end`` queues it)."""
+        op, _, _, kind = st.plan[st.idx]
+        if self.record:
+            self.records.append(Record(st.rank, st.name, kind, op.label, op.microbatch,
+                                       st.stage, st.start, self.env.now, op.chunk, nbytes, peer,
+                                       wait))
+        st.done.add(op.id)
+        blocked = st.waiting.pop(op.id, None)
+        if blocked:
+            self.ready.extend(blocked)
+        st.idx += 1
+        st.why = None
 
     # ------------------------------------------------------------------ messages
     def _slot(self, key: tuple) -> simpy.Event:
@@ -118,29 +189,63 @@ class Engine:
             ev = self.mail[key] = self.env.event()
         return ev
 
-    def _send(self, rank: int, op: Send, start: float):
+    def _send(self, rank: int, op: Send) -> tuple[tuple, simpy.Event, simpy.Event | None]:
+        """Start a message: its mail slot (the n-th of its channel, counted when it starts)
+        and the event of its last byte (None: instant communication, already delivered). A
+        blocking send whose receiver has not posted its receive yet parks until it does."""
         if op.dst not in self.sim:
             raise ValueError(f"rank {rank} sends to rank {op.dst}, which is not simulated "
                              "(folding must keep pipeline peers)")
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        if not self.free_comm:
-            yield self.net.transfer(rank, op.dst, op.nbytes, op.tag)
-        slot = self._slot(key + (n,))
-        slot.succeed(start)
+        key = key + (n,)
+        slot = self._slot(key)
+        if op.blocking and key not in self.posted:
+            done = self.env.event()
+            self.parked[key] = (op, done)
+            return key, slot, done
+        self.posted.discard(key)
+        if self.free_comm:
+            return key, slot, None
+        return key, slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
 
-    def _recv(self, rank: int, op: Recv):
+    def _post_recv(self, key: tuple) -> None:
+        """A receive is posted: a blocking send parked on it starts its transfer now."""
+        parked = self.parked.pop(key, None)
+        if parked is None:
+            self.posted.add(key)
+            return
+        op, done = parked
+        if self.free_comm:
+            done.succeed()
+        else:
+            self.net.transfer(key[0], op.dst, op.nbytes, op.tag).callbacks.append(
+                lambda _ev: done.succeed())
+        self.started[key] = self.env.now
+
+    def _sent(self, st: _Stream, op: Send, slot: simpy.Event, key: tuple) -> None:
+        """The last byte landed; a blocking send waited for its receiver until ``started``."""
+        go = self.started.pop(key, st.start)
+        slot.succeed(go)
+        self._end(st, go - st.start, op.dst, op.nbytes)
+
+    def _recv_key(self, rank: int, op: Recv) -> tuple:
         key = (op.src, rank, op.tag, "r")
         n = self.seq[key]
         self.seq[key] = n + 1
-        slot = self._slot((op.src, rank, op.tag, n))
-        if not slot.triggered:
-            yield slot
-        self.mail.pop((op.src, rank, op.tag, n), None)
-        return slot.value
+        return (op.src, rank, op.tag, n)
 
-    def _collective(self, rank: int, op: Collective):
+    def _received(self, st: _Stream, op: Recv, key: tuple, slot: simpy.Event,
+                  now: bool = False) -> None:
+        self.mail.pop(key, None)
+        wait = max(0.0, min(slot.value, self.env.now) - st.start)
+        if now:
+            self._finish(st, wait, op.src, 0.0)
+        else:
+            self._end(st, wait, op.src, 0.0)
+
+    def _collective(self, rank: int, op: Collective) -> _Rendezvous:
         key = (op.group, op.tag)
         n = self.seq[(rank,) + key]
         self.seq[(rank,) + key] = n + 1
@@ -156,18 +261,16 @@ class Engine:
             inst.go = self.env.now
             del self.meet[key + (n,)]
             self.runner.start(op, inst.done)
-        if not inst.done.triggered:
-            yield inst.done
-        return inst.go
+        return inst
 
     # ------------------------------------------------------------------ deadlock
     def check_finished(self) -> None:
         stuck = []
-        for (rank, stream), (idx, why) in sorted(self.where.items()):
+        for (rank, stream), st in sorted(self.where.items()):
             ops = self.programs[rank].streams[stream]
-            if idx < len(ops):
-                stuck.append(f"rank {rank} stream {stream} op {ops[idx].id} "
-                             f"{ops[idx].label!r} {self._why(rank, why)}")
+            if st.idx < len(ops):
+                stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
+                             f"{ops[st.idx].label!r} {self._why(rank, st.why)}")
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
@@ -185,10 +288,14 @@ class Engine:
             return f"waits for op {why[1]} {op.label if op else '?'!r}"
         if why[0] == "recv":
             return f"waits for a message from rank {why[1].src} tag {why[1].tag!r}"
+        if why[0] == "run":
+            return "never ended"
+        if why[0] == "send":
+            return f"waits for rank {why[1].dst} to post its receive of tag {why[1].tag!r}"
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 
-def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
+def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                        runner: CollectiveRunner) -> dict[tuple, bool]:
     """``(group, tag) -> True`` when no other channel (collective group and tag, or
     point-to-point pair) ever loads one of that collective channel's links."""
@@ -216,12 +323,13 @@ def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
-        net: SimNetwork | None = None, link_map: Callable | None = None,
+        net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
-    The network is ``net``, or a new ``SimNetwork`` over ``graph`` (a graph of
+    The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
+    ``SimNetwork`` (the ``flows`` backend) over ``graph`` (a graph of
     ``topologies.graph``) with ``route_fn`` (e.g. ``topologies.routing.route``) and the
     folding ``link_map``. ``node_of(rank)`` groups ranks by node for hierarchical
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every

@@ -30,7 +30,7 @@ class ProgramBuilder:
         self.m, self.last_vs = job.num_microbatches, self.sched.num_virtual_stages(p.pp, p.vpp) - 1
         self.layers = job.model.num_layers // (p.pp * p.vpp)
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
-        self.algo = {d: layout.algorithm(self.group[d]) for d in self.group}
+        self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
@@ -70,7 +70,7 @@ class ProgramBuilder:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
-        algo = "all_to_all" if kind == "alltoall" else self.algo[dim]
+        algo = self.layout.algorithm(group, kind)
         deps = tuple(d for d in deps if d is not None)
         return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
                          algorithm=algo, tag=tag or cat, category=cat, label=label,
@@ -215,7 +215,8 @@ class ProgramBuilder:
             dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
             last = self._add(Send, "pp-comm", dst=dst, nbytes=cs.p2p_bytes, tag=d,
                              label=f"send {what}", microbatch=i, chunk=c,
-                             deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None))
+                             deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None),
+                             blocking=self.sched.blocking_sends)
         gathers = []
         for d, i, c in x.recvs:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"

@@ -6,7 +6,8 @@ batched exchanges); ``simulator.program.builder`` turns the steps into ops on th
 cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 ``strategies.cost.stage`` (the shared cost model). Ranks are placed Megatron's way
 (``strategies.placement``, order ``tp-cp-dp-pp``), and global rank ``r`` is GPU ``r`` of
-``topologies.graph``.
+``topologies.graph``; a straggler GPU (``cluster.faults``) runs its compute ops
+``factor`` times longer.
 
 >>> from strategies.presets import model_preset
 >>> from strategies.plan import Plan
@@ -26,10 +27,11 @@ from typing import Iterable
 import numpy as np
 
 from simulator.program.builder import ProgramBuilder
-from simulator.program.ops import Collective, Compute, Program, Send
+from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import pipeline_actions
 from strategies.cost.stage import StageCosts, stage_costs
 from strategies import placement
+from strategies.collectives import algorithm_for
 from strategies.errors import SpecError
 from strategies.job import Job
 
@@ -38,7 +40,7 @@ GRANULARITIES = ("chunk", "layer")
 
 class Layout:
     """Communication groups of every rank (``placement.groups``) and the collective
-    algorithm each group uses on this cluster."""
+    algorithm each group uses on this cluster (``strategies.collectives.algorithm_for``)."""
 
     def __init__(self, job: Job) -> None:
         plan = job.plan
@@ -52,7 +54,7 @@ class Layout:
             for gi, g in enumerate(groups):
                 index[g] = gi
             self._groups[dim] = (index, [tuple(g) for g in groups])
-        self._algo: dict[tuple[int, ...], str] = {}
+        self._algo: dict[tuple, str] = {}
 
     def stage(self, rank: int) -> int:
         """Pipeline stage of ``rank`` (pp is the outermost dimension)."""
@@ -62,19 +64,13 @@ class Layout:
         index, groups = self._groups[dim]
         return groups[int(index[rank])]
 
-    def algorithm(self, group: tuple[int, ...]) -> str:
-        """``ring`` when the group sits in one node, has one member per node, or has
-        different numbers of members on its nodes (a data-parallel group of 12 ranks over
-        8-GPU nodes: 8 + 4), else ``hierarchical`` (intra-node rings, then rings across
-        nodes among the members with the same position in their node)."""
-        algo = self._algo.get(group)
+    def algorithm(self, group: tuple[int, ...], kind: str = "allreduce") -> str:
+        """The algorithm of collective ``kind`` over ``group``: ``strategies.collectives``'
+        selector, the rule the estimate and the bound use too."""
+        key = (group, kind == "alltoall")
+        algo = self._algo.get(key)
         if algo is None:
-            per_node: dict[int, int] = {}
-            for r in group:
-                per_node[r // self.gpus_per_node] = per_node.get(r // self.gpus_per_node, 0) + 1
-            even = len(set(per_node.values())) == 1
-            algo = "ring" if len(per_node) in (1, len(group)) or not even else "hierarchical"
-            self._algo[group] = algo
+            algo = self._algo[key] = algorithm_for(kind, group, self.gpus_per_node)
         return algo
 
 
@@ -110,7 +106,19 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
             templates[stage] = out[r] = compile_rank(job, costs, layout, r, granularity)
         else:
             out[r] = relabel(templates[stage], r, layout)
+    for gpu, factor in job.cluster.faults.stragglers:
+        if gpu in out:
+            out[gpu] = slow_down(out[gpu], factor)
     return out
+
+
+def slow_down(program: Program, factor: float) -> Program:
+    """``program`` on a straggler: every compute op lasts ``factor`` times longer
+    (``topologies.faults``); communication is unchanged."""
+    streams = {name: tuple(replace(op, seconds=op.seconds * factor) if type(op) is Compute
+                           else op for op in ops)
+               for name, ops in program.streams.items()}
+    return Program(program.rank, program.stage, streams, program.meta)
 
 
 def relabel(template: Program, rank: int, layout: Layout) -> Program:
@@ -128,12 +136,18 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
                 new.append(op)
             elif kind is Collective:
                 g = groups[op.group]
-                algo = layout.algorithm(g) if op.algorithm in ("ring", "hierarchical") \
+                algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                     else op.algorithm
-                new.append(replace(op, group=g, algorithm=algo))
+                new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
+                                      op.category, op.label, op.repeat, op.microbatch,
+                                      op.chunk, op.deps))
+            # positional construction: dataclasses.replace costs several times more, and a
+            # template of a large job is relabelled for every rank of its stage
             elif kind is Send:
-                new.append(replace(op, dst=peers[op.dst]))
+                new.append(Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
+                                op.microbatch, op.chunk, op.deps, op.blocking))
             else:
-                new.append(replace(op, src=peers[op.src]))
+                new.append(Recv(op.id, op.stream, peers[op.src], op.tag, op.label,
+                                op.microbatch, op.chunk, op.deps))
         streams[name] = tuple(new)
     return Program(rank, template.stage, streams, template.meta)

@@ -44,8 +44,10 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``nbytes`` to rank ``dst``; the op ends when the last byte has arrived (eager:
-    the transfer starts when the op starts, whether or not the receiver is waiting)."""
+    """Send ``nbytes`` to rank ``dst``; the op ends when the last byte has arrived. Eager by
+    default (the transfer starts when the op starts, whether or not the receiver is waiting);
+    ``blocking``: the transfer starts only once the receiver has posted the matching ``Recv``
+    (a rendezvous, as a synchronous ``torch.distributed.send``)."""
 
     id: int
     stream: str
@@ -56,6 +58,7 @@ class Send:
     microbatch: int = -1
     chunk: int = -1
     deps: tuple[int, ...] = ()
+    blocking: bool = False
 
     @property
     def record_kind(self) -> str:
@@ -86,7 +89,7 @@ class Collective:
     rank (NCCL's count: the full vector for all-reduce, the gathered vector for all-gather and
     reduce-scatter, the total sent for all-to-all), ``repeat`` times back to back (a float:
     the bytes and the latency terms scale with it). ``algorithm``: ``ring``,
-    ``hierarchical``, ``all_to_all`` or ``ring_stepwise`` (simulator.network.stepwise' ring).
+    ``hierarchical``, ``all_to_all`` or ``ring_stepwise`` (simulator.network.stepwise_oracle's ring, the test oracle).
     ``category`` is the record kind (tp, cp, ep, dp, pp_gather)."""
 
     id: int

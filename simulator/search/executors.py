@@ -31,11 +31,13 @@ from strategies.plan import Plan
 from topologies.cluster import Cluster
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan; the figures the search reports."""
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None, plan: Plan
+             ) -> dict[str, Any]:
+    """Simulate one resolved plan (``framework``: the named software stack, or None); the
+    figures the search reports."""
     from simulator.simulate import simulate
     try:
-        res = simulate(make_job(model, cluster, plan, dtype=dtype))
+        res = simulate(make_job(model, cluster, plan, dtype=dtype, framework=framework))
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
@@ -191,10 +193,11 @@ class RayPool:
 
 
 # ----------------------------------------------------------------------- results file
-def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int) -> str:
-    """What a stored result depends on besides its plan."""
+def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
+                 framework: str | None = None) -> str:
+    """What a stored result depends on besides its plan (``framework``: the named stack)."""
     blob = json.dumps({"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype,
-                       "gbs": gbs}, sort_keys=True, default=str)
+                       "gbs": gbs, **({"framework": framework} if framework else {})}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -20,6 +20,11 @@ from strategies.schedules import DEFAULT_SCHEDULE, schedules
 # (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
 _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("mi300x",), "MI300X", "mi300x"),
+    (("mi325x",), "MI325X", "mi325x"),
+    (("mi355x",), "MI355X", "mi355x"),
+    (("gb300",), "GB300", "gb300-nvl72"),
+    (("gb200",), "GB200", "gb200-nvl72"),
+    (("b300",), "B300-SXM-288GB", "dgx-b300"),
     (("b200",), "B200-SXM-180GB", "dgx-b200"),
     (("h200",), "H200-SXM-141GB", "dgx-h200"),
     (("h100", "pcie"), "H100-PCIe-80GB", "hgx-h100-pcie"),
@@ -128,19 +133,26 @@ def model_family(name: str) -> dict:
 
 # ------------------------------------------------------------------------- the software
 _JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
-_EAGER = ("llm-foundry", "mosaicml", "torchtitan", "composer", "fsdp", "metaseq", "nanotron",
+_TORCHTITAN = ("torchtitan",)
+_EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
-_MEGATRON_2021 = ("narayanan", "bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_MEGATRON_2021 = ("narayanan",)
 _MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core",
                   "megatron core", "transformer engine")
 
 
 def framework_name(text: str, year: int | None) -> str:
-    """The framework profile a source's text names: ``jax-xla``, ``pytorch-eager``,
-    ``megatron-lm-2021`` or ``megatron-core`` (else by year: before 2023 the 2021 stack)."""
+    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``,
+    ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
+    by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
     if any(k in t for k in _JAX):
         return "jax-xla"
+    if any(k in t for k in _TORCHTITAN):
+        return "torchtitan"
+    if any(k in t for k in _DEEPSPEED):
+        return "megatron-deepspeed"
     if any(k in t for k in _EAGER):
         return "pytorch-eager"
     if any(k in t for k in _MEGATRON_2021):

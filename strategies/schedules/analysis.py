@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from strategies.errors import SpecError
 from strategies.schedules.base import Step, get_schedule, peak_pending_w, peak_stash
 
-__all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks", "RankSpan",
-           "simulate_free_comm"]
+__all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
+           "RankSpan", "simulate_free_comm"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -64,7 +65,8 @@ def _groups(prog: list[Step]) -> list[list[Step]]:
 
 def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
                     group_size: int | None = None, t_w: float = 0.0,
-                    t_fb: float | None = None) -> list[RankSpan]:
+                    t_fb: float | None = None,
+                    slowdown: Sequence[float] | None = None) -> list[RankSpan]:
     """Each rank's span when all ``pp`` ranks run ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch: a step of a
@@ -77,8 +79,9 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     overlapped group (``Step.overlap``) starts when the rank is free and all its members'
     outside dependencies have finished, and all its members end together after ``t_fb/k``
     (``t_fb``: seconds of a forward overlapped with a whole backward, ``F&B``; default
-    ``t_f + t_b``, no compute overlap). Runs in O(total steps); raises ``RuntimeError`` on
-    deadlock.
+    ``t_f + t_b``, no compute overlap). Every step (and group) of rank ``r`` lasts
+    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere). Runs in O(total
+    steps); raises ``RuntimeError`` on deadlock.
 
     >>> [r.bubble for r in free_comm_ranks("1f1b", 2, 2, 1, 1.0, 2.0)]
     [3.0, 0.0]
@@ -90,6 +93,9 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
     t_group = (t_f + t_b if t_fb is None else t_fb) / k
     last = sched.num_virtual_stages(pp, vpp) - 1
+    slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
+    if len(slow) != pp:
+        raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
     done: dict[tuple[str, int, int], float] = {}
     waiting: dict[tuple[str, int, int], int] = {}
     pos = [0] * pp
@@ -117,9 +123,9 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
             if first[r] is None:
                 first[r] = start
             if len(group) == 1:
-                free[r] = start + dur[group[0].kind]
+                free[r] = start + dur[group[0].kind] * slow[r]
             else:
-                free[r] = start + t_group
+                free[r] = start + t_group * slow[r]
             busy[r] += free[r] - start
             pos[r] += 1
             for key in keys:
@@ -135,7 +141,8 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
                        group_size: int | None = None, t_w: float = 0.0,
-                       t_fb: float | None = None) -> float:
+                       t_fb: float | None = None,
+                       slowdown: Sequence[float] | None = None) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication:
     the latest end of ``free_comm_ranks`` (same arguments).
 
@@ -143,4 +150,4 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     33.0
     """
     return max(r.end for r in free_comm_ranks(schedule, pp, m, vpp, t_f, t_b, group_size,
-                                              t_w, t_fb))
+                                              t_w, t_fb, slowdown))

@@ -24,6 +24,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.framework import FrameworkProfile
 from strategies.estimate.scalar import plan_arrays
 from strategies.estimate.analytic import RECOMPUTE_CODE
 from strategies.memory.arrays import peak_memory_arrays
@@ -32,7 +33,7 @@ from strategies.plan import Plan
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import chunked_names
-from topologies.cluster import Cluster
+from topologies.cluster import Cluster, fits_nvlink_domain
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: (reason key, what it means), in the order the rules are applied.
@@ -42,9 +43,10 @@ RULES: tuple[tuple[str, str], ...] = (
     ("pp_layers", "pp does not divide the layers"),
     ("cp_seq", "2*cp does not divide the sequence length"),
     ("ep", "ep needs an MoE model, must divide the experts and dp*cp"),
-    ("tp_cross_node", "tp spans nodes (allow with --allow-cross-node-tp)"),
+    ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
     ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
+    ("framework", "the named software stack (--framework) cannot run it"),
     ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
                   "a schedule with pp=1, selective recompute with FlashAttention, which "
                   "already recomputes the attention scores)"),
@@ -215,7 +217,8 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, l
 
 
 def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
-             opts: SpaceOptions) -> dict[str, np.ndarray]:
+             opts: SpaceOptions, framework: FrameworkProfile | None = None
+             ) -> dict[str, np.ndarray]:
     ax = _axes(model, cluster, opts)
     fac = _factorizations(n)
     sched = np.array(ax["sched"], dtype=np.int64)
@@ -226,8 +229,7 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
     cols = {"tp": fac[fi, 0], "pp": fac[fi, 1], "cp": fac[fi, 2], "dp": fac[fi, 3], "ep": ep,
             "mbs": mbs, "gbs": np.full(fi.shape, gbs, dtype=np.int64), "sched": sched[si, 0],
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
-    const = {"flash": True, "ogr": True, "opg": True, "tpo": False}
-    for k, v in const.items():
+    for k, v in _switches(framework).items():
         cols[k] = np.full(fi.shape, v, dtype=bool)
     return cols
 
@@ -244,9 +246,39 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
     return ok
 
 
+def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
+    """What stack ``fw`` can run (``strategies.framework.plan_violations``, vectorised); every
+    plan when no stack is named."""
+    ok = np.ones(len(c["tp"]), dtype=bool)
+    if fw is None:
+        return ok
+    pp1 = c["pp"] == 1
+    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
+    ok &= pp1 | np.isin(c["sched"], runs)
+    ok &= np.isin(c["zero"], fw.zero_stages) & (pp1 | (c["zero"] <= fw.zero_with_pp))
+    ok &= np.isin(c["rc"], [RECOMPUTE_CODE[r] for r in fw.recompute])
+    if fw.max_pp is not None:
+        ok &= c["pp"] <= fw.max_pp
+    if fw.max_tp is not None:
+        ok &= c["tp"] <= fw.max_tp
+    ok &= (c["cp"] == 1) | fw.context_parallel
+    ok &= (c["ep"] == 1) | fw.expert_parallel
+    ok &= ~c["sp"] | fw.sequence_parallel
+    return ok
+
+
+def _switches(fw: FrameworkProfile | None) -> dict[str, bool]:
+    """The plan switches every searched plan carries: the named stack's defaults, or (no stack
+    named) FlashAttention and the DP overlaps on, TP overlap off."""
+    if fw is None:
+        return {"flash": True, "ogr": True, "opg": True, "tpo": False}
+    return {"flash": fw.default_flash_attn, "ogr": fw.default_overlap_grad_reduce,
+            "opg": fw.default_overlap_param_gather, "tpo": fw.default_tp_comm_overlap}
+
+
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
-    s, L, G = model.seq_length, model.num_layers, cluster.gpus_per_node
+    s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
     heads, kv = model.num_attention_heads, model.kv_heads
 
     def ep_ok(c):
@@ -256,7 +288,7 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     def cross(c):
         tp = c["tp"]
-        return ((tp <= G) & (G % tp == 0)) | (opts.allow_cross_node_tp & (tp % G == 0))
+        return fits_nvlink_domain(cluster, tp) | (opts.allow_cross_node_tp & (tp % G == 0))
 
     default = schedule_code(DEFAULT_SCHEDULE)
 
@@ -286,14 +318,16 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
 
 
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
-                    opts: SpaceOptions | None = None) -> Space:
-    """Every plan the constraints allow, with the count each rule pruned (see module doc)."""
+                    opts: SpaceOptions | None = None,
+                    framework: FrameworkProfile | None = None) -> Space:
+    """Every plan the constraints allow, with the count each rule pruned (see module doc).
+    ``framework``: a named software stack; only what it can run, with its default switches."""
     opts = opts or SpaceOptions()
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
-    c = _product(cluster.num_gpus, model, cluster, gbs, opts)
+    c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
 
@@ -304,6 +338,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
 
     for reason, rule in _rules(model, cluster, opts):
         keep(reason, rule(c))
+        if reason == "zero3_pp":
+            keep("framework", _framework_ok(c, framework))
     keep("schedule", _schedule_ok(c, model.num_layers))
     m = c["gbs"] // (c["mbs"] * c["dp"])
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
