@@ -158,6 +158,16 @@ def all_ok(rules: Iterable[Rule]) -> Any:
     return out
 
 
+def refuse_until_split_costed(sched: "Schedule") -> Rule:
+    """The rule every schedule that splits the backward adds to its plan rules until the
+    estimate and the simulator cost ``W`` apart from ``B`` (issue 13)."""
+    module = type(sched).__module__
+    return ("schedule", sched.name, False,
+            lambda: "splits the backward into B and W, which the estimate and the simulator "
+                    "do not cost separately yet; its order, stash and closed-form bubble are "
+                    f"in {module}")
+
+
 class Schedule:
     """A pipeline schedule: its order and every fact that depends on it (module docstring).
 

@@ -20,10 +20,9 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import (Rule, Step, check_common, get_schedule, raise_first,
-                                       register)
+                                       refuse_until_split_costed, register)
 from strategies.schedules.dual import dual_order, worst_rank_bubble
 from strategies.schedules.vshape import VShape
-from strategies.schedules.zb_h1 import refuse_until_split_costed
 
 
 @register("dualpipev")

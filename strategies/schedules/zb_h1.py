@@ -21,17 +21,7 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, register)
-
-
-def refuse_until_split_costed(sched: Schedule) -> Rule:
-    """The rule every schedule that splits the backward adds to its plan rules until the
-    estimate and the simulator cost ``W`` apart from ``B`` (issue 13)."""
-    module = type(sched).__module__
-    return ("schedule", sched.name, False,
-            lambda: "splits the backward into B and W, which the estimate and the simulator "
-                    "do not cost separately yet; its order, stash and closed-form bubble are "
-                    f"in {module}")
+                                       raise_first, refuse_until_split_costed, register)
 
 
 @register("zb-h1")

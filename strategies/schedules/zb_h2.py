@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, register)
-from strategies.schedules.zb_h1 import refuse_until_split_costed
+                                       raise_first, refuse_until_split_costed, register)
 
 
 @register("zb-h2")

@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import Step, check_common, get_schedule, raise_first, register
+from strategies.schedules.base import (Step, check_common, get_schedule, raise_first,
+                                       refuse_until_split_costed, register)
 from strategies.schedules.vshape import VShape
-from strategies.schedules.zb_h1 import refuse_until_split_costed
 
 
 @register("zb-v")
