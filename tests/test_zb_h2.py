@@ -94,9 +94,11 @@ def test_closed_form_bubble_against_free_comm_simulation(p, m, times):
 
 
 def test_outside_the_region_the_bubble_is_larger():
-    """``T_W > T_F``: the formula's clamp at zero is no longer reached."""
+    """``T_W > T_F`` (0.5, 1.0, 1.0), ``p = 4``: the formula clamps at zero, the simulation
+    idles rank 0 for 1.5 s."""
     ranks = free_comm_ranks("zb-h2", 4, 8, 1, 0.5, 2.0, t_w=1.0)
-    assert max(r.bubble for r in ranks) > 4 * (4 - 1) * 1e-3
+    assert max(0.0, 0.5 + 1.0 - 2 * 1.0) == 0.0
+    assert max(r.bubble for r in ranks) == pytest.approx(3 * 0.5, rel=1e-12)
 
 
 def test_equal_times_zero_bubble():
