@@ -51,6 +51,10 @@ def test_valid_dependency_order_and_stash(p, m):
             assert peak_stash(steps) == 2 * p        # balanced: p micro-batches' worth
         if m >= 2 * p:                               # a forward is left after the first B
             assert ZB.num_warmup(r, p, m, 2) == 2 * p - 1
+            # §6: worker i = r+1 warms up with 2p-i forwards of chunk 0 and i-1 of chunk 1
+            # (then the F1 that opens its first F1 B1 W1)
+            head = steps[:next(k for k, s in enumerate(steps) if s.kind == "B")]
+            assert [sum(s.chunk == c for s in head) for c in (0, 1)] == [2 * p - r - 1, r + 1]
     with pytest.raises(SpecError) as e:
         ZB.steps(0, p, m, 3)
     assert e.value.field == "vpp"
