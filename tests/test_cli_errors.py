@@ -55,8 +55,8 @@ CASES = [
                            "--plan", "gbs=8"],
      {"m.yaml": "num_layers: 4\nhidden_size: 256\nnum_attention_heads: 8\nvocab_size: 1000\n"
                 "num_layer: 5\n"}, ["'num_layer'", "unknown key"]),
-    ("unknown-schedule", ["estimate", *A100, "--plan", "pp=2,schedule=zb-v,gbs=8"], {},
-     ["schedule='zb-v'", "must be one of"]),
+    ("unknown-schedule", ["estimate", *A100, "--plan", "pp=2,schedule=zb-h9,gbs=8"], {},
+     ["schedule='zb-h9'", "must be one of"]),
     ("unknown-hf-model-type", ["estimate", "--model", "{d}/config.json", "--cluster",
                                "dgx-a100:1", "--plan", "gbs=8"],
      {"config.json": json.dumps({**LLAMA_CFG, "model_type": "bert"})}, ["model_type='bert'"]),
