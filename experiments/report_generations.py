@@ -74,7 +74,7 @@ def render(out: dict[str, Any], command: str, run: str, figure: str) -> str:
     return "\n".join([
         header("One GPU count, three generations", command),
         f"The best plan (the exact top-1 of a simulated plan search over the same space) of "
-        f"{i['model']} at a global batch of {i['global_batch']} sequences of {i['seq_len']} "
+        f"{i['model']['name']} at a global batch of {i['global_batch']} sequences of {i['seq_len']} "
         f"tokens, {i['dtype']}, on {i['gpus']} GPUs of each system: DGX nodes of 8 GPUs, or "
         "GB200 NVL72 trays of 4 GPUs spread over racks of one NVLink domain each.",
         "",

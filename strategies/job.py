@@ -57,6 +57,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
     any plan (the textbook schedules, GPipe included, stay open to studies)."""
     fw = get_profile(framework)
+    if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
+        plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     for g in cluster.groups:  # a precision the chip lacks (nvfp4 on H100) is refused here

@@ -253,8 +253,8 @@ def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.n
     if fw is None:
         return ok
     pp1 = c["pp"] == 1
-    known = set(schedule_names())
-    ok &= pp1 | np.isin(c["sched"], [schedule_code(s) for s in fw.schedules if s in known])
+    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
+    ok &= pp1 | np.isin(c["sched"], runs)
     ok &= np.isin(c["zero"], fw.zero_stages) & (pp1 | (c["zero"] <= fw.zero_with_pp))
     ok &= np.isin(c["rc"], [RECOMPUTE_CODE[r] for r in fw.recompute])
     if fw.max_pp is not None:
