@@ -18,7 +18,8 @@ attention:     # fused attention of `batch` sequences: forward and backward seco
 memory:        # a memory-bound kernel moving `bytes` (read + written) in `seconds`
   - {kernel: copy, bytes: 268435456, seconds: 1.0e-4}
 launch_gap_s: 3.5e-6           # optional: GPU idle seconds between dependent kernels
-collectives:   # optional (more than one GPU): one NCCL call of `bytes` per GPU on `gpus` GPUs
+collectives:   # optional (more than one GPU): one NCCL call on `gpus` GPUs; `bytes` as
+               # nccl-tests counts them (the whole buffer: all-gather's output, reduce-scatter's input)
   - {op: all_reduce, gpus: 8, bytes: 1073741824, seconds: 7.0e-3}
 ```
 
@@ -89,7 +90,8 @@ class MemoryPoint:
 
 @dataclass(frozen=True)
 class CollectivePoint:
-    """One NCCL collective of ``bytes`` per GPU over ``gpus`` GPUs in ``seconds``."""
+    """One NCCL collective over ``gpus`` GPUs in ``seconds``; ``bytes``: the whole buffer, as
+    nccl-tests counts it (all-gather's output, reduce-scatter's input)."""
 
     op: str
     gpus: int

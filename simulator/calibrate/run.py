@@ -1,7 +1,8 @@
 """The sweep of ``paraplan calibrate``: which shapes to time, and the profile they make.
 
 GEMMs: the four weight GEMMs of a transformer layer (QKV, attention output, MLP up, MLP
-down; ``strategies.cost.compute._linears``, the shapes the cost model itself charges), each in
+down; ``strategies.cost.compute._linears``, the shapes the cost model itself charges) and the
+logits GEMM of the LM head ``(tokens, vocab/tp, hidden)``, each in
 its three passes (forward ``(M, N, K)``, data gradient ``(M, K, N)``, weight gradient
 ``(K, N, M)``), for every model, tensor-parallel degree and micro-batch size asked, in bf16
 and, where the GPU has it, fp8. Attention: every sequence length and per-GPU head count
@@ -43,7 +44,9 @@ def gemm_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
             if m.num_attention_heads % tp or m.kv_heads % tp and tp % m.kv_heads:
                 continue
             for b in spec.mbs:
-                for _count, M, N, K, row in _linears(m, b, tp, 1, 1):
+                T = b * m.seq_length
+                head = (1, T, m.vocab_size / tp, m.hidden_size, False)   # the logits GEMM
+                for _count, M, N, K, row in [*_linears(m, b, tp, 1, 1), head]:
                     if row is None:
                         continue
                     dims = [int(round(float(x))) for x in (M, N, K)]
