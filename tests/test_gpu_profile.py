@@ -181,13 +181,27 @@ def test_ratio_interpolates_in_log_size_and_is_one_outside():
     pts = (GemmPoint("bf16", 1024, 1024, 1024, 2.0), GemmPoint("bf16", 4096, 4096, 4096, 4.0))
     g = replace(gpu, profile=GpuProfile(gemm=pts))
     q = measured.gemm_ratio(g, "bf16", lambda M, N, K: 1.0)
+    assert q(1024, 1024, 1024) == 2.0 and q(4096, 4096, 4096) == 4.0
+    assert q(2048, 2048, 2048) == pytest.approx(3.0, rel=1e-12)    # halfway in log FLOPs
+    assert q(512, 2048, 1024) == pytest.approx(2.0, rel=1e-12)     # same FLOPs as the first
     f1, f2 = pts[0].flops, pts[1].flops
-    assert q(f1) == 2.0 and q(f2) == 4.0
-    assert q(math.sqrt(f1 * f2)) == pytest.approx(3.0, rel=1e-12)   # halfway in log
-    assert q(f1 * (f2 / f1) ** 0.25) == pytest.approx(2.5, rel=1e-12)
-    assert q(f1 / 2) == 1.0 and q(f2 * 2) == 1.0
-    assert np.allclose(q(np.array([f1, f2, f2 * 3])), [2.0, 4.0, 1.0])
+    side = (f1 * (f2 / f1) ** 0.25 / 2) ** (1 / 3)
+    assert q(side, side, side) == pytest.approx(2.5, rel=1e-12)
+    assert q(512, 1024, 1024) == 1.0 and q(8192, 4096, 4096) == 1.0
+    assert np.allclose(q(np.array([1024, 4096, 8192]), 4096, 4096)[1:], [4.0, 1.0])
     assert measured.gemm_ratio(g, "fp8", lambda M, N, K: 1.0) is None   # no fp8 measured
+
+
+def test_measured_shapes_keep_their_own_ratio():
+    """The three passes of a weight share their FLOPs: each measured shape keeps its own
+    time, another shape of the same FLOPs gets their mean."""
+    pts = (GemmPoint("bf16", 4096, 1024, 2048, 2.0), GemmPoint("bf16", 2048, 1024, 4096, 4.0))
+    g = replace(get_gpu("H100"), profile=GpuProfile(gemm=pts))
+    q = measured.gemm_ratio(g, "bf16", lambda M, N, K: 1.0)
+    assert q(4096, 1024, 2048) == 2.0 and q(2048, 1024, 4096) == 4.0
+    assert q(1024, 4096, 2048) == 3.0
+    assert np.array_equal(q(np.array([4096.0, 2048.0, 1024.0]), np.array([1024, 1024, 4096]),
+                            np.array([2048, 4096, 2048])), [2.0, 4.0, 3.0])
 
 
 def test_attention_picks_the_nearest_head_count():
@@ -330,3 +344,23 @@ def test_bad_out_path(tmp_path, capsys):
 def test_gpu_profile_requires_gemm_points():
     with pytest.raises(SpecError, match="at least one"):
         GpuProfile(gemm=())
+
+
+def test_simulate_reads_the_profile():
+    """The simulator compiles from the same cost record: a neutral profile leaves the
+    simulated step unchanged, half-rate GEMMs lengthen it by the analytic GEMM seconds
+    (one GPU, nothing to overlap)."""
+    from simulator.simulate import simulate
+
+    def sim(gpu):
+        cluster = cluster_from_mapping({"preset": "dgx-h100", "gpus_per_node": 1, "gpu": "H100"})
+        if gpu is not None:
+            cluster = replace(cluster, groups=(replace(cluster.groups[0], gpu=gpu),))
+        return simulate(make_job(MODEL, cluster, parse_plan("tp=1,mbs=1,gbs=2"))).step_time_s
+
+    spec = CalibrationSpec(models=(MODEL,), tps=(1,), mbs=(1,), seqs=(8192,), dtypes=("bf16",))
+    base = sim(None)
+    assert sim(_profiled(_neutral(), spec)) == pytest.approx(base, rel=1e-9)
+    half = sim(_profiled(_neutral(gemm_scale=0.5), spec))
+    analytic = _step(_profiled(_neutral(gemm_scale=0.5), spec)) - _step(None)
+    assert half - base == pytest.approx(analytic, rel=1e-6)

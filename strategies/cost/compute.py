@@ -92,22 +92,22 @@ def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float) -> Num:
     return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
 
 
-def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.Ratio | None:
+def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
     return measured.gemm_ratio(gpu, dtype, lambda M, N, K: _gemm_compute(M, N, K, rate, knee))
 
 
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
-          ratio: measured.Ratio | None = None) -> Num:
+          ratio: measured.GemmRatio | None = None) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
     shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``ratio``: a measured
-    profile's correction by FLOPs, ``_gemm_ratio``) and the HBM time of the operands
+    profile's correction, ``_gemm_ratio``) and the HBM time of the operands
     (``esize`` bytes per input element, ``c_bytes`` per output element, default ``esize``)."""
     flops = 2.0 * M * N * K
     t_compute = _gemm_compute(M, N, K, rate, knee)
     if ratio is not None:
-        t_compute = t_compute * ratio(flops)
+        t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
     t_memory = (esize * (M * K + K * N) + c * M * N) / hbm
     return count * np.maximum(t_compute, t_memory)

@@ -9,7 +9,8 @@ gives exactly the measured time, whatever the catalog said, and between measured
 keeps the catalog's shape dependence (the thin-shape penalty of ``compute._gemm``) scaled by
 the neighbouring measurements.
 
-* GEMMs: per tensor-core rate (``GPU.rate_key``), over ``2·m·n·k`` FLOPs.
+* GEMMs: per tensor-core rate (``GPU.rate_key``): a measured shape's own ratio, else over
+  ``2·m·n·k`` FLOPs (the three passes of a weight share their FLOPs: averaged).
 * Attention: per kernel (``"native"``, ``"fa2"``) and direction, over the sequence length a
   kernel call sees, among the points of the measured head count nearest (in log) to the one
   asked.
@@ -27,7 +28,7 @@ from strategies.cost.counts import Num, causal_fraction
 from topologies.gpu_profile import AttentionPoint
 from topologies.gpus import GPU
 
-Ratio = Callable[[Num], Num]
+GemmRatio = Callable[[Num, Num, Num], Num]
 
 
 def attention_flops_fwd(batch: Num, heads: Num, seq: Num, head_dim: Num, causal: bool) -> Num:
@@ -56,10 +57,12 @@ def _or_one(r: np.ndarray, like: Num) -> Num:
 
 
 def gemm_ratio(gpu: GPU, dtype: str,
-               catalog_seconds: Callable[[float, float, float], float]) -> Ratio | None:
-    """Measured over catalog seconds of ``dtype`` GEMMs as a function of their FLOPs (1 outside
-    the measured range); None when ``gpu`` has no profile or no GEMM in that rate.
-    ``catalog_seconds(M, N, K)``: the cost model's compute time of one GEMM (seconds)."""
+               catalog_seconds: Callable[[float, float, float], float]) -> GemmRatio | None:
+    """Measured over catalog seconds of ``dtype`` GEMMs as a function ``(M, N, K) -> ratio``:
+    a measured shape's own ratio, else the ratios interpolated over FLOPs (those measured at
+    the same FLOPs averaged), 1 outside the measured range; None when ``gpu`` has no profile
+    or no GEMM in that rate. ``catalog_seconds(M, N, K)``: the cost model's compute time of
+    one GEMM (seconds)."""
     if gpu.profile is None:
         return None
     pts = gpu.profile.gemm_points(gpu.rate_key(dtype))
@@ -67,7 +70,18 @@ def gemm_ratio(gpu: GPU, dtype: str,
         return None
     flops = [p.flops for p in pts]
     ratio = [p.seconds / float(catalog_seconds(p.m, p.n, p.k)) for p in pts]
-    return lambda f: _or_one(interp_log(flops, ratio, f), f)
+    exact = {(p.m, p.n, p.k): r for p, r in zip(pts, ratio)}
+
+    def at(M: Num, N: Num, K: Num) -> Num:
+        shape = np.broadcast_arrays(np.asarray(M, float), np.asarray(N, float),
+                                    np.asarray(K, float))
+        r = interp_log(flops, ratio, 2.0 * shape[0] * shape[1] * shape[2])
+        keys = np.stack([a.ravel() for a in shape], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        own = np.array([exact.get(tuple(u), np.nan) for u in uniq.tolist()])[inv.ravel()]
+        r = np.where(np.isnan(own.reshape(r.shape)), r, own.reshape(r.shape))
+        return _or_one(r, M if np.ndim(M) else N if np.ndim(N) else K)
+    return at
 
 
 def attention_ratios(gpu: GPU, kernel: str, catalog_fwd_seconds: Callable[[float], float],
