@@ -364,3 +364,23 @@ def test_simulate_reads_the_profile():
     half = sim(_profiled(_neutral(gemm_scale=0.5), spec))
     analytic = _step(_profiled(_neutral(gemm_scale=0.5), spec)) - _step(None)
     assert half - base == pytest.approx(analytic, rel=1e-6)
+
+
+def test_search_reads_the_profile(tmp_path, capsys):
+    """search scores and simulates with the profiled GPU: its best plan's step time is what
+    estimate gives that plan on the same cluster file, and the report names the profile."""
+    _write_profile(tmp_path / "h100.yaml")
+    (tmp_path / "c.yaml").write_text("preset: dgx-h100\ngpu: {profile: h100.yaml}\n")
+    cluster = str(tmp_path / "c.yaml")
+    assert main(["search", "--model", "gpt-1.7b", "--cluster", cluster, "--global-batch", "8",
+                 "--top", "1", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["inputs"]["gpu_profile"] == str(tmp_path / "h100.yaml")
+    best = rep["plans"][0]
+    assert main(["estimate", "--model", "gpt-1.7b", "--cluster", cluster, "--plan", best["key"],
+                 "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)
+    assert best["analytic_step_time_s"] == pytest.approx(est["step_time_s"], rel=1e-9)
+    assert main(["estimate", "--model", "gpt-1.7b", "--cluster", cluster, "--plan",
+                 best["key"]]) == 0
+    assert "GPU profile " + str(tmp_path / "h100.yaml") in capsys.readouterr().out
