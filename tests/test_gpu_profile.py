@@ -3,7 +3,6 @@ backend's known curve goes through the sweep, the file, a cluster YAML and the c
 from __future__ import annotations
 
 import json
-import math
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from strategies.framework import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
-from topologies.cluster import cluster_from_mapping, cluster_preset
+from topologies.cluster import cluster_from_mapping
 from topologies.errors import SpecError
 from topologies.gpu_profile import (GemmPoint, GpuProfile, load_gpu_profile,
                                     profile_from_mapping, profile_to_mapping)
@@ -287,6 +286,18 @@ GOOD = {"schema": "paraplan-gpu-profile/1", "gpu": "H100",
     ({"collectives": [{"op": "all_reduce", "gpus": 1, "bytes": 1024, "seconds": 1e-3}]},
      ["profile.collectives[0].gpus", "at least 2"]),
     ({"launch_gap_s": 0.0}, ["profile.launch_gap_s", "> 0"]),
+    ({"gemm": [{"dtype": "bf16", "m": 10**400, "n": 64, "k": 64, "seconds": 1e-6}]},
+     ["profile.gemm[0].m", "integer >= 1"]),
+    ({"gemm": [{"dtype": "bf16", "m": 64, "n": 64, "k": 64, "seconds": float("inf")}]},
+     ["profile.gemm[0].seconds", "> 0"]),
+    ({"gemm": [{"dtype": "bf16", "m": 64, "n": 64, "k": 64, "seconds": "fast"}]},
+     ["profile.gemm[0].seconds", "fast"]),
+    ({"gemm": [{"dtype": "bf16", "m": 64.5, "n": 64, "k": 64, "seconds": 1e-6}]},
+     ["profile.gemm[0].m", "64.5"]),
+    ({"attention": [{"kernel": "native", "batch": 1, "heads": 8, "seq": 1024, "head_dim": 128,
+                     "causal": "yes", "fwd_seconds": 1e-3, "bwd_seconds": 1e-3}]},
+     ["profile.attention[0].causal", "true or false"]),
+    ({"gemm": {"dtype": "bf16"}}, ["profile.gemm", "list"]),
     ({"schema": "v0"}, ["profile.schema", "v0"]),
     ({"tflops": 3}, ["profile.tflops", "unknown key"]),
 ])

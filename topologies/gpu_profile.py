@@ -164,15 +164,15 @@ def _unique(field_: str, keys: list) -> None:
 
 
 def _int(field_: str, v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not float(v).is_integer() \
-            or not 1 <= v <= 2**53:
-        raise SpecError(field_, v, "must be an integer >= 1")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 1 <= v <= 2**53 \
+            or not float(v).is_integer():
+        raise SpecError(field_, v, "must be an integer >= 1 (at most 2**53)")
     return int(v)
 
 
 def _seconds(field_: str, v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) \
-            or not v > 0:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9 \
+            or not math.isfinite(v):
         raise SpecError(field_, v, "must be a finite time > 0 seconds (a rate must be > 0)")
     return float(v)
 
