@@ -395,3 +395,21 @@ def test_search_reads_the_profile(tmp_path, capsys):
     assert main(["estimate", "--model", "gpt-1.7b", "--cluster", cluster, "--plan",
                  best["key"]]) == 0
     assert "GPU profile " + str(tmp_path / "h100.yaml") in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("device, gpu", [
+    ("NVIDIA H100 80GB HBM3", "H100-SXM5-80GB"), ("NVIDIA H100 PCIe", "H100-PCIe-80GB"),
+    ("NVIDIA H200", "H200-SXM-141GB"), ("NVIDIA A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("NVIDIA A100-SXM4-40GB", "A100-SXM4-40GB"), ("NVIDIA B200", "B200-SXM-180GB"),
+    ("AMD Instinct MI300X", "MI300X"), ("NVIDIA GeForce RTX 4090", None)])
+def test_device_names_map_to_the_catalog(device, gpu):
+    """The torch backend's guess of the catalog GPU (importing it needs no torch)."""
+    from simulator.calibrate.torch_backend import guess_catalog_gpu
+    name = guess_catalog_gpu(device)
+    assert (get_gpu(name).name if name else None) == gpu
+
+
+def test_unknown_backend_is_refused():
+    from simulator.calibrate import get_backend
+    with pytest.raises(SpecError, match="must be one of torch, fake"):
+        get_backend("cuda")
