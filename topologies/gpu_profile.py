@@ -19,7 +19,8 @@ memory:        # a memory-bound kernel moving `bytes` (read + written) in `secon
   - {kernel: copy, bytes: 268435456, seconds: 1.0e-4}
 launch_gap_s: 3.5e-6           # optional: GPU idle seconds between dependent kernels
 collectives:   # optional (more than one GPU): one NCCL call on `gpus` GPUs; `bytes` as
-               # nccl-tests counts them (the whole buffer: all-gather's output, reduce-scatter's input)
+               # nccl-tests counts them (the whole buffer: all-gather's output,
+               # reduce-scatter's input)
   - {op: all_reduce, gpus: 8, bytes: 1073741824, seconds: 7.0e-3}
 ```
 

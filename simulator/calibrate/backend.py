@@ -71,7 +71,8 @@ class FakeBackend:
     def describe(self) -> dict:
         g = self.gpu
         return {"device": f"fake {g.name}", "gpu": g.name, "count": self.count,
-                "dtypes": tuple(k for k in ("bf16", "fp8") if k in g.peak_flops), "backend": "fake",
+                "dtypes": tuple(k for k in ("bf16", "fp8") if k in g.peak_flops),
+                "backend": "fake",
                 "attention_kernels": ("native", "fa2"), "software": {"fake": "1"}}
 
     def gemm_efficiency(self, dtype: str, m: int, n: int, k: int) -> float:

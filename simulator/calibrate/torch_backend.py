@@ -225,7 +225,8 @@ def _collective_worker(rank: int, n: int, init: str, ops, sizes, queue, warmup: 
                 samples = []
                 for _ in range(reps):
                     dist.barrier()
-                    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    s = torch.cuda.Event(enable_timing=True)
+                    e = torch.cuda.Event(enable_timing=True)
                     s.record()
                     call()
                     e.record()
