@@ -413,3 +413,23 @@ def test_unknown_backend_is_refused():
     from simulator.calibrate import get_backend
     with pytest.raises(SpecError, match="must be one of torch, fake"):
         get_backend("cuda")
+
+
+def test_resumed_search_sees_a_profile_measured_anew(tmp_path):
+    """The results log of a search is keyed by the profile's measurements, not its path: a
+    file measured again at the same path does not reuse stale simulations; a cluster
+    without a profile keeps its key."""
+    from simulator.search.executors import context_hash
+    (tmp_path / "c.yaml").write_text("preset: dgx-h100\ngpu: {profile: p.yaml}\n")
+    keys = []
+    for backend in (FakeBackend(), FakeBackend(gemm_scale=0.6)):
+        _write_profile(tmp_path / "p.yaml", backend)
+        cluster = load_cluster_file(str(tmp_path / "c.yaml"))
+        keys.append(context_hash(MODEL, cluster, "bf16", 8))
+    assert keys[0] != keys[1]
+    import hashlib
+    plain = cluster_from_mapping({"preset": "dgx-h100"})
+    before = json.dumps({"model": MODEL.to_dict(), "cluster": plain.to_dict(), "dtype": "bf16",
+                         "gbs": 8}, sort_keys=True, default=str)   # the key without profiles
+    assert context_hash(MODEL, plain, "bf16", 8) == \
+        hashlib.sha256(before.encode()).hexdigest()[:16]
