@@ -39,6 +39,14 @@ class Job:
         p = self.plan
         return p.gbs // (p.mbs * p.dp)
 
+    def layers_of_stage(self, stage: int) -> int:
+        """Transformer layers held by pipeline stage ``stage`` (all its chunks): the plan's
+        ``layers_per_stage`` when given (uneven stages), else ``num_layers / pp``. The one
+        rule the cost record, the memory model and the compiler read."""
+        if self.plan.layers_per_stage is not None:
+            return self.plan.layers_per_stage[stage]
+        return self.model.num_layers // self.plan.pp
+
     @property
     def tokens_per_step(self) -> int:
         return self.plan.gbs * self.seq_len
@@ -98,7 +106,12 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
     if kv % plan.tp:
         raise SpecError("tp", plan.tp, f"must divide num_query_groups (KV heads)={kv}")
     chunks = plan.pp * plan.vpp
-    if model.num_layers % chunks:
+    if plan.layers_per_stage is not None:
+        total = sum(plan.layers_per_stage)
+        if total != model.num_layers:
+            raise SpecError("layers_per_stage", "/".join(map(str, plan.layers_per_stage)),
+                            f"must sum to num_layers={model.num_layers} (sums to {total})")
+    elif model.num_layers % chunks:
         what = f"pp*vpp = {plan.pp}*{plan.vpp} = {chunks}" if plan.vpp > 1 else f"pp={plan.pp}"
         raise SpecError("num_layers", model.num_layers, f"must be divisible by {what}")
     s = model.seq_length

@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
-from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_MBS, MAX_VPP, check_bool, check_int,
+from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
+                               check_int,
                                parse_int_text)
 
 RECOMPUTE = ("none", "selective", "full")
@@ -42,6 +43,7 @@ class Plan:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     microbatch_group_size: int | None = None
+    layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
@@ -60,6 +62,10 @@ class Plan:
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
+        if isinstance(self.layers_per_stage, list):
+            object.__setattr__(self, "layers_per_stage", tuple(self.layers_per_stage))
+        if self.layers_per_stage is not None:
+            _check_layers_per_stage(self)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -87,7 +93,46 @@ class Plan:
             parts.append("sp")
         if self.zero:
             parts.append(f"z{self.zero}")
+        if self.layers_per_stage is not None:
+            parts.append("L" + "/".join(map(str, self.layers_per_stage)))
         return " ".join(parts)
+
+
+def _check_layers_per_stage(p: Plan) -> None:
+    """Uneven stages: one positive layer count per pipeline stage, one chunk per rank (the
+    sum against the model's layers is checked with the model, ``strategies.job``)."""
+    v = p.layers_per_stage
+    if not isinstance(v, tuple) or not v:
+        raise SpecError("layers_per_stage", v, "must be a list of layer counts, one per stage")
+    for x in v:
+        check_int("layers_per_stage", x, 1, MAX_LAYERS)
+    if len(v) != p.pp:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"must give one layer count per pipeline stage (pp={p.pp}), not {len(v)}")
+    if p.vpp != 1:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"uneven stages take one model chunk per rank (vpp=1, not {p.vpp})")
+
+
+def parse_layers(value: Any) -> tuple[int, ...] | None:
+    """``10/6/6/10`` (or ``10:6:6:10``, or a YAML list) as a tuple of ints; None stays None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items = [x.strip() for x in value.replace(":", "/").split("/")]
+        if not all(items):
+            raise SpecError("layers_per_stage", value, "must be layer counts joined by '/', "
+                            "e.g. 10/6/6/10")
+        return tuple(parse_int_text("layers_per_stage", x) for x in items)
+    if isinstance(value, (list, tuple)):
+        out = []
+        for x in value:
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise SpecError("layers_per_stage", value, "must be a list of integers")
+            out.append(x)
+        return tuple(out)
+    raise SpecError("layers_per_stage", value, "must be layer counts joined by '/', "
+                    "e.g. 10/6/6/10")
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
@@ -103,6 +148,8 @@ def _pos_int(name: str, v: Any) -> None:
 
 
 def _coerce(key: str, value: Any) -> Any:
+    if key == "layers_per_stage":
+        return parse_layers(value)
     if key in _BOOLS:
         if isinstance(value, bool):
             return value

@@ -14,6 +14,7 @@ from strategies.hf_config import load_model_arg
 from strategies.framework import PROFILES, FrameworkProfile, get_profile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
+from strategies.memory.scalar import check_fits
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from topologies.cluster import Cluster, parse_cluster_arg
 from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
@@ -166,8 +167,11 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
     if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
-    return make_job(model, cluster, plan, global_batch=args.global_batch,
-                    dtype=check_dtype(args.dtype), framework=framework)
+    job = make_job(model, cluster, plan, global_batch=args.global_batch,
+                   dtype=check_dtype(args.dtype), framework=framework)
+    if len(cluster.groups) > 1:     # a mixed cluster: each stage must fit its own GPUs
+        check_fits(job)
+    return job
 
 
 def _clean(value: Any) -> Any:

@@ -234,7 +234,7 @@ def _line(r: dict[str, Any], rank: str) -> list[str]:
 def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     ev = rep["evaluated"]
-    out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
+    out = [f"Plan search: {i['model']} on {i['cluster']} ({i.get('gpus_text') or str(i['gpus']) + ' x ' + i['gpu']}), "
            f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, "
            f"{i['framework']}" + ("" if i["framework_limits"] else " (no stack's limits)"),
            f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "

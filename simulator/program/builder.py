@@ -28,7 +28,7 @@ class ProgramBuilder:
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m, self.last_vs = job.num_microbatches, self.sched.num_virtual_stages(p.pp, p.vpp) - 1
-        self.layers = job.model.num_layers // (p.pp * p.vpp)
+        self.layers = job.layers_of_stage(self.stage) // p.vpp
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}

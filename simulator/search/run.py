@@ -140,6 +140,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
 def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
     return {"model": cfg.model.name, "cluster": cfg.cluster.name,
             "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
+            "gpus_text": cfg.cluster.describe_gpus(),
             "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
             "framework": get_profile(cfg.framework).name,
             "framework_limits": cfg.framework is not None,
@@ -154,7 +155,7 @@ def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
     n = cfg.cluster.num_gpus
     flops = float(costs.model_flops_per_step(cfg.model, plan.gbs))
     return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": flops / (n * step * cfg.cluster.gpu.peak(cfg.dtype)),
+            "mfu": flops / (n * step * cfg.cluster.mean_peak(cfg.dtype)),
             "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
             "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
             "events": r["events"]}

@@ -154,6 +154,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
     ``framework``: the jobs' software profile (default Megatron-Core)."""
     fw = get_profile(framework)
+    cl = cl.fastest_view()      # a mixed cluster: every rank as fast as the fastest GPU and link
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
     tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])

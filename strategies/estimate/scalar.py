@@ -39,7 +39,12 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.memory.total <= self.job.cluster.min_hbm_bytes
+        """Every stage fits its own GPUs' HBM (``memory.scalar.stage_hbm_bytes``)."""
+        if len(self.job.cluster.groups) == 1:
+            return self.memory.total <= self.job.cluster.min_hbm_bytes
+        from strategies.memory.scalar import stage_hbm_bytes
+        return all(b.total <= stage_hbm_bytes(self.job, s)
+                   for s, b in enumerate(self.memory_by_stage))
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,0 +1,110 @@
+"""Mixed clusters (node groups of different GPUs): described truthfully, each rank at its own
+GPU's speed, each group's links; two identical node groups are exactly one group."""
+from __future__ import annotations
+
+import pytest
+
+from simulator.program.compiler import compile_job
+from simulator.simulate import simulate
+from strategies.estimate.scalar import estimate
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_from_mapping, cluster_preset, parse_cluster_arg
+from topologies.errors import SpecError
+from topologies.graph import build_graph
+from topologies.gpus import get_gpu
+
+MIXED = "dgx-h100:1+dgx-a100:1"
+
+
+def _job(cluster, plan=Plan(tp=2, pp=2, mbs=1), gbs=16, model="gpt-1.7b"):
+    return make_job(model_preset(model), cluster, plan, global_batch=gbs)
+
+
+def test_preset_sum_names_groups_and_sums_peak():
+    c = parse_cluster_arg("dgx-h100:4+dgx-a100:4")
+    assert c.describe_gpus() == "32 x H100-SXM5-80GB + 32 x A100-SXM4-80GB"
+    h, a = get_gpu("H100-SXM5-80GB").peak("bf16"), get_gpu("A100-SXM4-80GB").peak("bf16")
+    assert c.mean_peak("bf16") == pytest.approx((32 * h + 32 * a) / 64, rel=1e-15)
+    assert c.gpu.name == "A100-SXM4-80GB" and c.fastest_gpu.name == "H100-SXM5-80GB"
+    assert not c.uniform and c.num_gpus == 64
+    # the cluster-wide links (analytic collectives) are the slowest group's
+    assert c.intra_node_bandwidth == 300e9
+    assert c.inter_bandwidth_of_node(0) == 400e9 / 8 and c.inter_bandwidth_of_node(4) == 200e9 / 8
+
+
+def test_graph_uses_each_groups_links():
+    g = build_graph(parse_cluster_arg(MIXED))
+    assert g.edges[0, ("nvswitch", 0)]["bandwidth"] == 450e9
+    assert g.edges[8, ("nvswitch", 1)]["bandwidth"] == 300e9
+    assert g.edges[0, ("nic", 0, 0)]["bandwidth"] == 400e9 / 8
+    assert g.edges[8, ("nic", 1, 0)]["bandwidth"] == 200e9 / 8
+    assert g.nodes[0]["gpu"] == "H100-SXM5-80GB" and g.nodes[8]["gpu"] == "A100-SXM4-80GB"
+
+
+def test_yaml_node_groups_with_links_round_trip():
+    d = {"name": "mix", "gpus_per_node": 8, "intra_node_GBps": 300, "nics_per_node": 8,
+         "inter_node_gbps": 200,
+         "node_groups": [{"gpu": "H100-SXM5-80GB", "nodes": 2, "intra_node_GBps": 450,
+                          "inter_node_gbps": 400},
+                         {"gpu": "A100-SXM4-80GB", "nodes": 2}]}
+    c = cluster_from_mapping(d)
+    assert c.intra_bandwidth_of_node(1) == 450e9 and c.intra_bandwidth_of_node(2) == 300e9
+    assert cluster_from_mapping(c.to_dict()) == c
+
+
+@pytest.mark.parametrize("text, rule", [
+    ("dgx-h100:4+hgx-h100-pcie:4", "nics_per_node"),
+    ("dgx-h100:4+gb200-nvl72:18", "rack-scale"),
+    ("dgx-h100:4+dgx-a100:x", "NODES an integer"),
+])
+def test_bad_mixed_spelling(text, rule):
+    with pytest.raises(SpecError, match=rule):
+        parse_cluster_arg(text)
+
+
+def test_bad_group_link():
+    d = {"gpus_per_node": 8, "intra_node_GBps": 300, "nics_per_node": 8, "inter_node_gbps": 200,
+         "node_groups": [{"gpu": "A100", "nodes": 1, "inter_node_gbps": 0}]}
+    with pytest.raises(SpecError, match=r"node_groups\[0\].inter_node_gbps"):
+        cluster_from_mapping(d)
+
+
+def test_each_rank_computes_at_its_own_gpus_speed():
+    job = _job(parse_cluster_arg(MIXED), Plan(tp=1, pp=1, mbs=1))
+    progs = compile_job(job, ranks=[0, 8])
+    fast = [op.seconds for op in progs[0].streams["compute"] if op.kind == "forward"]
+    slow = [op.seconds for op in progs[8].streams["compute"] if op.kind == "forward"]
+    assert len(fast) == len(slow) and all(f < s for f, s in zip(fast, slow))
+    homo = compile_job(_job(cluster_preset("dgx-a100", 2), Plan(tp=1, pp=1, mbs=1)), ranks=[8])
+    assert [op.seconds for op in homo[8].streams["compute"]] == \
+        [op.seconds for op in progs[8].streams["compute"]]
+
+
+def test_mixed_data_parallel_waits_for_the_slow_group():
+    """Pure data parallelism on H100 + A100: the H100 ranks finish their compute first and wait
+    at the gradient all-reduce; the step is the A100 step (not faster, not slower by much)."""
+    plan = Plan(tp=1, pp=1, mbs=1)
+    mixed = simulate(_job(parse_cluster_arg(MIXED), plan))
+    a100 = simulate(_job(cluster_preset("dgx-a100", 2), plan))
+    h100 = simulate(_job(cluster_preset("dgx-h100", 2), plan))
+    assert h100.step_time_s < mixed.step_time_s
+    assert mixed.step_time_s == pytest.approx(a100.step_time_s, rel=0.05)
+
+
+@pytest.mark.parametrize("plan", [Plan(tp=2, pp=2, mbs=1), Plan(tp=1, pp=4, mbs=2),
+                                  Plan(tp=4, pp=1, mbs=1, zero=1)])
+def test_two_identical_groups_are_exactly_one_group(plan):
+    one = cluster_preset("dgx-a100", 2)
+    spelled = parse_cluster_arg("dgx-a100:1+dgx-a100:1")
+    yaml = cluster_from_mapping({**{k: v for k, v in one.to_dict().items()
+                                    if k not in ("gpu", "nodes")},
+                                 "node_groups": [{"gpu": "A100-SXM4-80GB", "nodes": 1}] * 2})
+    ref_e, ref_s = estimate(_job(one, plan)), simulate(_job(one, plan))
+    for c in (spelled, yaml):
+        assert c.describe_gpus() == one.describe_gpus()
+        e, s = estimate(_job(c, plan)), simulate(_job(c, plan))
+        assert e.step_time_s == ref_e.step_time_s and e.mfu == ref_e.mfu
+        assert s.step_time_s == ref_s.step_time_s
+        assert s.metrics["rank_ends_s"] == ref_s.metrics["rank_ends_s"]
