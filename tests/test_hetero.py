@@ -108,3 +108,42 @@ def test_two_identical_groups_are_exactly_one_group(plan):
         assert e.step_time_s == ref_e.step_time_s and e.mfu == ref_e.mfu
         assert s.step_time_s == ref_s.step_time_s
         assert s.metrics["rank_ends_s"] == ref_s.metrics["rank_ends_s"]
+
+
+def test_split_layers_is_the_exact_minmax():
+    import itertools
+    from strategies.search.uneven import split_layers
+    for t, e, L in [([1.0, 3.0], [0.5, 2.0], 12), ([1.0, 1.0, 3.2], [0.0, 0.0, 0.7], 10),
+                    ([2.0, 1.0, 1.0, 3.0], [0.3, 0.0, 0.0, 1.1], 9)]:
+        got = split_layers(L, t, e)
+        assert sum(got) == L and min(got) >= 1
+        best = min(max(n * ti + ei for n, ti, ei in zip(c, t, e))
+                   for c in itertools.product(range(1, L + 1), repeat=len(t)) if sum(c) == L)
+        assert max(n * ti + ei for n, ti, ei in zip(got, t, e)) == best
+
+
+def test_balanced_plan_gives_the_h100_stage_more_layers_and_runs_faster():
+    from strategies.search.uneven import balanced_plan
+    cl = parse_cluster_arg(MIXED)
+    job = _job(cl, Plan(tp=1, pp=2, mbs=1), gbs=32, model="gpt-1.7b")
+    plan = balanced_plan(job)
+    assert plan is not None and plan.layers_per_stage[0] > plan.layers_per_stage[1]
+    even, uneven = simulate(job), simulate(_job(cl, plan, gbs=32, model="gpt-1.7b"))
+    assert uneven.step_time_s < even.step_time_s
+    # a homogeneous cluster: nothing to balance beyond the embedding and the head
+    homo = _job(cluster_preset("dgx-a100", 2), Plan(tp=1, pp=2, mbs=1), gbs=32)
+    p = balanced_plan(homo)
+    assert p is None or abs(p.layers_per_stage[0] - p.layers_per_stage[1]) <= 2
+
+
+@pytest.mark.parametrize("text, field, rule", [
+    ("tp=1,pp=2,layers_per_stage=20/3", "layers_per_stage", "must sum to num_layers=24 (sums to 23)"),
+    ("tp=1,pp=2,layers_per_stage=24", "layers_per_stage", "one layer count per pipeline stage"),
+    ("tp=1,pp=2,layers_per_stage=24/0", "layers_per_stage", ">= 1"),
+    ("tp=1,pp=2,layers_per_stage=12/x", "layers_per_stage", ""),
+])
+def test_bad_layer_splits(text, field, rule):
+    from strategies.plan import parse_plan
+    with pytest.raises(SpecError, match=field) as e:
+        _job(cluster_preset("dgx-a100", 1), parse_plan(text), model="gpt-1.7b")
+    assert rule in str(e.value)

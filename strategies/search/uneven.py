@@ -1,0 +1,75 @@
+"""Uneven pipeline stages for mixed clusters: layer counts in proportion to each stage's speed.
+
+Stage ``s`` of a plan holds the global ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp - 1`` (pp is
+the outermost coordinate, ``strategies.placement``), so on a cluster of node groups a stage
+sits on one GPU type when its ranks fill whole groups. ``balanced_layers`` gives each stage the
+layer count that minimises the largest stage time per micro-batch,
+``max_s(n_s·t_s + e_s)`` with ``t_s`` one layer's forward + backward (+ recompute) on the
+stage's slowest GPU and ``e_s`` the embedding (first stage) and LM head (last stage), subject
+to ``sum n_s = num_layers`` and ``n_s >= 1``: Metis' and HetPipe's rule of sizing stages to
+their devices, solved exactly (the sequences ``e_s + k·t_s`` are increasing, so taking the
+smallest ``num_layers - pp`` of them after one layer each is optimal). Units: seconds.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from strategies.cost.stage import stage_costs
+from strategies.job import Job
+from strategies.plan import Plan
+from topologies.gpus import GPU
+
+
+def stage_gpu(job: Job, stage: int) -> GPU:
+    """The slowest GPU type among the ranks of pipeline stage ``stage`` (by bf16 peak)."""
+    cl, p = job.cluster, job.plan
+    per, G = p.tp * p.cp * p.dp, cl.gpus_per_node
+    nodes = range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
+    return min((cl.gpu_of_node(n) for n in nodes),
+               key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+
+
+def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
+    """``(t_s, e_s)`` per stage: one layer's forward + backward + recompute seconds per
+    micro-batch on the stage's GPU, and its fixed extra (embedding on the first stage, LM head
+    and loss on the last), from the shared cost record (``strategies.cost.stage``)."""
+    pp = job.plan.pp
+    by_gpu: dict[str, object] = {}
+    t, e = [], []
+    for s in range(pp):
+        gpu = stage_gpu(job, s)
+        c = by_gpu.setdefault(gpu.name, stage_costs(job, gpu))
+        t.append(c.layer_fwd + c.layer_bwd + c.layer_recompute)
+        extra = 0.0
+        if s == 0:
+            extra += c.embedding_fwd + c.embedding_bwd
+        if s == pp - 1:
+            extra += c.head_fwd + c.head_bwd
+        e.append(extra)
+    return t, e
+
+
+def split_layers(num_layers: int, t: list[float], e: list[float]) -> tuple[int, ...]:
+    """Layer counts ``n_s >= 1`` summing to ``num_layers`` that minimise ``max_s(n_s·t_s +
+    e_s)`` (ties to the earlier stage)."""
+    pp = len(t)
+    if num_layers < pp:
+        raise ValueError(f"{num_layers} layers cannot fill {pp} stages")
+    n = [1] * pp
+    for _ in range(num_layers - pp):
+        s = min(range(pp), key=lambda i: ((n[i] + 1) * t[i] + e[i], i))
+        n[s] += 1
+    return tuple(n)
+
+
+def balanced_plan(job: Job) -> Plan | None:
+    """``job``'s plan with ``layers_per_stage`` sized to its stages' GPUs, or None where that
+    changes nothing (one stage, model chunks interleaved, or the even split already best)."""
+    p = job.plan
+    if p.pp == 1 or p.vpp != 1:
+        return None
+    split = split_layers(job.model.num_layers, *stage_layer_times(job))
+    if split == p.layers_per_stage or (p.layers_per_stage is None and len(set(split)) == 1
+                                       and split[0] * p.pp == job.model.num_layers):
+        return None
+    return replace(p, layers_per_stage=split)
