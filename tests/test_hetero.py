@@ -147,3 +147,41 @@ def test_bad_layer_splits(text, field, rule):
     with pytest.raises(SpecError, match=field) as e:
         _job(cluster_preset("dgx-a100", 1), parse_plan(text), model="gpt-1.7b")
     assert rule in str(e.value)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["simulate", "--model", "gpt-1.7b", "--cluster", MIXED, "--global-batch", "16",
+      "--plan", "tp=1,pp=2,layers_per_stage=20/3"], ["layers_per_stage='20/3'", "sum to"]),
+    (["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-h100:1+dgx-a100-40gb:1",
+      "--global-batch", "64", "--plan", "tp=1,pp=2,mbs=8,layers_per_stage=4/20"],
+     ["memory of stage 1", "40 GiB", "A100-SXM4-40GB"]),
+    (["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-h100:1+hgx-h100-pcie:1",
+      "--global-batch", "16", "--plan", "tp=1"], ["nics_per_node", "node shape"]),
+])
+def test_cli_bad_input_exits_2(argv, words, capsys):
+    from simulator.cli.main import main
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    for w in words:
+        assert w in err
+
+
+def test_search_on_a_mixed_cluster_reports_uneven_plans():
+    from simulator.search.run import SearchConfig, run_search
+    rep = run_search(SearchConfig(model=model_preset("gpt-1.7b"), cluster=parse_cluster_arg(MIXED),
+                                  gbs=32, k=3))
+    assert rep["inputs"]["gpus_text"] == "8 x H100-SXM5-80GB + 8 x A100-SXM4-80GB"
+    un = rep["uneven"]
+    assert un["plans"] and un["candidates"] >= len(un["plans"])
+    steps = [r["step_time_s"] for r in un["plans"]]
+    assert steps == sorted(steps)
+    for r in un["plans"]:
+        ls = r["plan"]["layers_per_stage"]
+        assert sum(ls) == 24 and ls[0] > ls[-1]          # the H100 stage holds more layers
+        job = _job(parse_cluster_arg(MIXED), __import__("strategies.plan").plan.parse_plan(
+            r["key"]), model="gpt-1.7b")
+        assert simulate(job).step_time_s == r["step_time_s"]
+    assert "uneven" not in run_search(SearchConfig(model=model_preset("gpt-1.7b"),
+                                                   cluster=cluster_preset("dgx-a100", 2),
+                                                   gbs=32, k=3))
