@@ -185,3 +185,15 @@ def test_search_on_a_mixed_cluster_reports_uneven_plans():
     assert "uneven" not in run_search(SearchConfig(model=model_preset("gpt-1.7b"),
                                                    cluster=cluster_preset("dgx-a100", 2),
                                                    gbs=32, k=3))
+
+
+def test_example_file_is_the_preset_sum():
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "docs" / "examples" / "mixed-h100-a100.yaml"
+    a, b = parse_cluster_arg(str(path)), parse_cluster_arg("dgx-h100:4+dgx-a100:4")
+    assert a.describe_gpus() == b.describe_gpus()
+    for n in range(8):
+        assert a.intra_bandwidth_of_node(n) == b.intra_bandwidth_of_node(n)
+        assert a.inter_bandwidth_of_node(n) == b.inter_bandwidth_of_node(n)
+    assert (a.intra_node_bandwidth, a.inter_node_bandwidth) == \
+        (b.intra_node_bandwidth, b.inter_node_bandwidth)
