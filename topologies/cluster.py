@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from topologies.errors import SpecError
+from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
@@ -47,6 +48,9 @@ class Cluster:
     ``intra_node_bandwidth``: bytes/s each GPU can send into the node fabric (NVSwitch port).
     ``inter_node_bandwidth``: bytes/s of one NIC; a node has ``nics_per_node`` of them.
     ``oversubscription``: ratio of downlinks to uplinks at the leaf switches (1 = full bisection).
+    ``faults``: stragglers and degraded links (``topologies.faults``; empty = healthy).
+    ``storage_write_bandwidth``: bytes/s the whole cluster can write checkpoints at (None:
+    ``strategies.goodput``'s default per GPU).
     """
 
     name: str
@@ -61,6 +65,8 @@ class Cluster:
     intra_node_topology: str = "switch"
     inter_node_topology: str = "rail_fat_tree"
     nodes_per_leaf: int = 32
+    faults: Faults = Faults()
+    storage_write_bandwidth: float | None = None
     source: str = field(default="", compare=False)
     gpus_per_tray: int | None = None
     nvlink_domain_gpus: int | None = None
@@ -94,6 +100,12 @@ class Cluster:
         if self.inter_node_topology not in INTER_TOPOLOGIES:
             raise SpecError("inter_node_topology", self.inter_node_topology,
                             f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+        if self.storage_write_bandwidth is not None:
+            check_number("storage_write_bandwidth", self.storage_write_bandwidth, 0.0,
+                         MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True)
+        if not isinstance(self.faults, Faults):
+            raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
+        self.faults.check_against(total, self.num_nodes, self.gpus_per_node)
         if self.gpus_per_tray is not None:
             _positive_int("gpus_per_tray", self.gpus_per_tray, MAX_GPUS_PER_NODE)
             if self.gpus_per_node % self.gpus_per_tray:
@@ -282,7 +294,15 @@ class Cluster:
             d["nodes"] = self.groups[0].num_nodes
         else:
             d["node_groups"] = [_group_to_dict(g) for g in self.groups]
+        if self.faults:
+            d["faults"] = self.faults.to_dict()
+        if self.storage_write_bandwidth is not None:
+            d["storage_write_GBps"] = self.storage_write_bandwidth / 1e9
         return d
+
+    def with_faults(self, faults: Faults) -> "Cluster":
+        """This cluster with ``faults`` added (an entry replaces the same GPU or link)."""
+        return replace(self, faults=self.faults.merged(faults))
 
 
 def _group_to_dict(g: NodeGroup) -> dict[str, Any]:
@@ -476,7 +496,7 @@ def parse_cluster_arg(text: str) -> Cluster:
 _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
          "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
          "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf",
-         "gpus_per_tray", "nvlink_domain_gpus"}
+         "faults", "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus"}
 
 
 def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
@@ -523,7 +543,12 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         oversubscription=num["oversubscription"],
         intra_node_topology=merged.get("intra_node_topology", "switch"),
         inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
-        nodes_per_leaf=merged.get("nodes_per_leaf", 32), source="yaml",
+        nodes_per_leaf=merged.get("nodes_per_leaf", 32),
+        faults=faults_from_mapping(merged.get("faults")),
+        storage_write_bandwidth=None if merged.get("storage_write_GBps") is None else check_number(
+            "storage_write_GBps", merged["storage_write_GBps"], 0.0,
+            MAX_BANDWIDTH_BPS * MAX_GPUS / 1e9, lo_open=True) * 1e9,
+        source="yaml",
         gpus_per_tray=merged.get("gpus_per_tray"),
         nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
 

@@ -43,6 +43,7 @@ class SearchConfig:
     k: int = 5
     tolerance: float = 0.03
     exhaustive: bool = False
+    exact: bool = False          # simulate every micro-batch (no affine extension)
     workers: int = 1
     backend: str = "local"
     ray_address: str | None = None
@@ -78,10 +79,10 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     log = None
     if cfg.results:
         log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
-                                                        named and named.name),
+                                                   named and named.name, cfg.exact),
                          cfg.resume)
-    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype, named and named.name),
-                              plan_of,
+    ex = Cached(make_executor(cfg.backend, cfg.workers,
+                              (m, cl, cfg.dtype, named and named.name, cfg.exact), plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
@@ -101,11 +102,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                 waiting += 1
         while waiting:
             waiting -= len(ex.wait())
+        ex.close()
+    except BaseException:           # an error or a stop signal: end the workers now
+        ex.close(abort=True)
+        raise
     finally:
         if cfg.progress:
             import sys
             sys.stderr.write("\n")
-        ex.close()
     res = ex.results
     report = {
         "inputs": _inputs(cfg, space),
@@ -118,7 +122,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         "pruned_rules": {r: text for r, text in RULES},
         "space": {"raw": space.raw, "feasible": space.size},
         "evaluated": {"analytic": space.size, "simulated": len(out.needed),
-                      "exhaustive": cfg.exhaustive},
+                      "exhaustive": cfg.exhaustive, "exact": cfg.exact,
+                      "extended": sum(1 for i in out.needed
+                                      if res[i].get("method", "full") != "full")},
         "execution": {"backend": cfg.backend, "workers": cfg.workers,
                       "simulations_run": ex.simulated,
                       "reused_from_results": ex.reused},
@@ -159,7 +165,7 @@ def _uneven(cfg: SearchConfig, space, analytic, best: dict) -> dict[str, Any]:
         limit = 1.0 - cfg.options.headroom
         if any(b.total > stage_hbm_bytes(bjob, s) * limit for s, b in enumerate(stages)):
             continue
-        r = evaluate(cfg.model, cfg.cluster, cfg.dtype, named, plan)
+        r = evaluate(cfg.model, cfg.cluster, cfg.dtype, named, cfg.exact, plan)
         row = {"plan": {**_plan_dict(plan), "layers_per_stage": list(plan.layers_per_stage)},
                "key": plan_key(plan), "label": plan.short()}
         row.update(_figures(cfg, plan, r))
@@ -192,7 +198,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
             "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
             "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
             "max_bubble": cfg.options.max_bubble, "max_mbs": cfg.options.max_mbs,
-            "allow_cross_node_tp": cfg.options.allow_cross_node_tp}
+            "allow_cross_node_tp": cfg.options.allow_cross_node_tp,
+            "faults": cfg.cluster.faults.to_dict()}
 
 
 def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
