@@ -91,6 +91,9 @@ def test_mixed_data_parallel_waits_for_the_slow_group():
     h100 = simulate(_job(cluster_preset("dgx-h100", 2), plan))
     assert h100.step_time_s < mixed.step_time_s
     assert mixed.step_time_s == pytest.approx(a100.step_time_s, rel=0.05)
+    gpus = mixed.metrics["rank_gpus"]          # the timeline names each rank's GPU type
+    assert gpus[0] == "H100-SXM5-80GB" and gpus[max(gpus)] == "A100-SXM4-80GB"
+    assert "rank_gpus" not in a100.metrics
 
 
 @pytest.mark.parametrize("plan", [Plan(tp=2, pp=2, mbs=1), Plan(tp=1, pp=4, mbs=2),
