@@ -180,8 +180,12 @@ def test_search_on_a_mixed_cluster_reports_uneven_plans():
     steps = [r["step_time_s"] for r in un["plans"]]
     assert steps == sorted(steps)
     for r in un["plans"]:
-        ls = r["plan"]["layers_per_stage"]
-        assert sum(ls) == 24 and ls[0] > ls[-1]          # the H100 stage holds more layers
+        if "layers_per_stage" in r["plan"]:
+            ls = r["plan"]["layers_per_stage"]
+            assert sum(ls) == 24 and ls[0] > ls[-1]      # the H100 stage holds more layers
+        else:
+            gm = r["plan"]["group_microbatches"]
+            assert gm[0] > gm[1]                         # H100 replicas take more micro-batches
         job = _job(parse_cluster_arg(MIXED), __import__("strategies.plan").plan.parse_plan(
             r["key"]), model="gpt-1.7b")
         assert simulate(job).step_time_s == pytest.approx(r["step_time_s"], rel=1e-9)
@@ -200,3 +204,70 @@ def test_example_file_is_the_preset_sum():
         assert a.inter_bandwidth_of_node(n) == b.inter_bandwidth_of_node(n)
     assert (a.intra_node_bandwidth, a.inter_node_bandwidth) == \
         (b.intra_node_bandwidth, b.inter_node_bandwidth)
+
+
+# ---------------------------------------------------------------- uneven batch shares
+
+
+def test_split_microbatches_is_the_exact_minmax():
+    import itertools
+    from strategies.search.uneven import split_microbatches
+    for total, reps, t in [(64, {0: 4, 1: 4}, {0: 1.0, 1: 3.1}),
+                           (30, {0: 2, 1: 3, 2: 1}, {0: 0.5, 1: 1.0, 2: 2.0}),
+                           (7, {0: 2, 1: 2}, {0: 1.0, 1: 1.0})]:
+        got = split_microbatches(total, reps, t)
+        ok = [c for c in itertools.product(range(1, total + 1), repeat=len(reps))
+              if sum(reps[g] * m for g, m in zip(sorted(reps), c)) == total]
+        if not ok:
+            assert got is None
+            continue
+        best = min(max(m * t[g] for g, m in zip(sorted(reps), c)) for c in ok)
+        assert sum(reps[g] * m for g, m in got.items()) == total
+        assert max(m * t[g] for g, m in got.items()) == best
+
+
+def test_group_microbatches_gives_h100_replicas_more_work():
+    from strategies.search.uneven import balanced_microbatches
+    from strategies.plan import parse_plan
+    cl = parse_cluster_arg(MIXED)
+    even = _job(cl, Plan(tp=2, mbs=1), gbs=32)
+    plan = balanced_microbatches(even)
+    assert plan is not None and plan.group_microbatches[0] > plan.group_microbatches[1]
+    job = _job(cl, plan, gbs=32)
+    assert job.microbatches_of_rank(0) == plan.group_microbatches[0]
+    assert job.microbatches_of_rank(8) == plan.group_microbatches[1]
+    progs = compile_job(job, ranks=[0, 8])
+    fwd = {r: sum(op.kind == "forward" for op in progs[r].streams["compute"]) for r in progs}
+    assert fwd[0] == plan.group_microbatches[0] and fwd[8] == plan.group_microbatches[1]
+    res = simulate(job)
+    assert res.step_time_s < simulate(even).step_time_s
+    assert parse_plan(plan_key_of(job.plan)) == job.plan
+
+
+def plan_key_of(plan):
+    from strategies.search.space import plan_key
+    return plan_key(plan)
+
+
+def test_equal_group_microbatches_on_identical_groups_is_the_even_plan():
+    cl = parse_cluster_arg("dgx-a100:1+dgx-a100:1")
+    even = simulate(_job(cl, Plan(tp=2, mbs=1), gbs=16))
+    same = simulate(_job(cl, Plan(tp=2, mbs=1, group_microbatches=(2, 2)), gbs=16))
+    assert same.step_time_s == pytest.approx(even.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("plan, words", [
+    ("tp=2,mbs=1,group_microbatches=3/2", ["must add up to the global batch", "is 20, not gbs=16"]),
+    ("tp=2,mbs=1,group_microbatches=2", ["one count per node group (2), not 1"]),
+    ("tp=2,mbs=1,zero=2,group_microbatches=2/2", ["zero <= 1"]),
+    ("tp=1,pp=4,mbs=1,group_microbatches=2/2", ["replica 0 spans groups [0, 1]"]),
+])
+def test_bad_group_microbatches(plan, words, capsys):
+    from simulator.cli.main import main
+    argv = ["simulate", "--model", "gpt-1.7b", "--cluster", MIXED, "--global-batch", "16",
+            "--plan", plan]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "group_microbatches" in err and "Traceback" not in err
+    for w in words:
+        assert w in err

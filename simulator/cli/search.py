@@ -305,8 +305,9 @@ def render(rep: dict[str, Any]) -> str:
         out.append(f"ref: {r['label']}: {100 * r['vs_best']:+.1f}% vs #1")
     un = rep.get("uneven")
     if un is not None and un["plans"]:
-        out += ["", f"Uneven stages sized to each GPU type (mixed cluster; the {un['candidates']} "
-                    "best pipelined plans re-split and simulated):",
+        out += ["", f"Heterogeneity-aware plans (mixed cluster; {un['candidates']} variants of "
+                    "the best plans, stages (L) or batch shares (M) sized to each GPU type, "
+                    "simulated):",
                 table(heads, [_line(r, f"u{r['rank']}") for r in un["plans"]], "llrrrrrr")]
         b = un["plans"][0]
         out.append(f"u1: {100 * -b['vs_best']:.1f}% less time per step than #1 (run it with "

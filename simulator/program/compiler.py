@@ -79,7 +79,7 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     """The program of one rank."""
     p = job.plan
     b = ProgramBuilder(job, costs, layout, rank, granularity)
-    b.run(pipeline_actions(p.schedule, b.stage, p.pp, job.num_microbatches, p.vpp,
+    b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
                            p.microbatch_group_size))
     return b.finish()
 
@@ -115,6 +115,8 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
             raise SpecError("rank", r, f"must be in 0..{n - 1}")
         stage = layout.stage(r)
         name, c = costs_of(r)
+        if job.plan.group_microbatches is not None:   # replicas of a group share a program
+            name = f"{name}/{job.microbatches_of_rank(r)}"
         if (stage, name) not in templates:
             templates[(stage, name)] = out[r] = compile_rank(job, c, layout, r, granularity)
         else:

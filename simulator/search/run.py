@@ -136,42 +136,47 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     return report
 
 
-UNEVEN_CANDIDATES = 16   # pipelined plans re-split per GPU type and simulated (mixed cluster)
+UNEVEN_CANDIDATES = 24   # heterogeneity-aware variants simulated on a mixed cluster
 
 
 def _uneven(cfg: SearchConfig, space, analytic, best: dict) -> dict[str, Any]:
-    """A mixed cluster: the ``UNEVEN_CANDIDATES`` best pipelined plans by analytic score (one
-    chunk per rank), each with its stages sized to their GPUs (``strategies.search.uneven``),
-    kept where every stage fits its GPUs' memory, simulated and ranked. A heuristic beside the
-    exact search: the analytic score assumes even stages on the slowest GPU."""
+    """A mixed cluster: the best plans by analytic score, each made heterogeneity-aware
+    (``strategies.search.uneven``): pipeline stages sized to their GPUs (``layers_per_stage``,
+    one chunk per rank) and data-parallel replicas taking micro-batches in proportion to their
+    GPUs' speed (``group_microbatches``); the first ``UNEVEN_CANDIDATES`` variants whose every
+    stage fits its GPUs' memory are simulated and ranked. A heuristic beside the exact
+    search: the analytic score assumes even work on the slowest GPU."""
     from simulator.search.executors import evaluate
     from strategies.memory.scalar import memory_by_stage, stage_hbm_bytes
-    from strategies.search.uneven import balanced_plan
+    from strategies.search.uneven import balanced_microbatches, balanced_plan
     named = cfg.framework and cfg.framework.name
     order = np.argsort(analytic["step_time_s"], kind="stable")
-    pick = [int(i) for i in order if space.cols["pp"][i] > 1 and space.cols["vpp"][i] == 1]
-    rows, tried = [], 0
-    for i in pick:
+    rows, tried, seen = [], 0, set()
+    limit = 1.0 - cfg.options.headroom
+    for i in order.tolist():
         if tried >= UNEVEN_CANDIDATES:
             break
         job = make_job(cfg.model, cfg.cluster, space.plan(i), dtype=cfg.dtype,
                        framework=cfg.framework)
-        plan = balanced_plan(job)
-        if plan is None:
-            continue
-        tried += 1
-        bjob = make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype, framework=cfg.framework)
-        stages = memory_by_stage(bjob)
-        limit = 1.0 - cfg.options.headroom
-        if any(b.total > stage_hbm_bytes(bjob, s) * limit for s, b in enumerate(stages)):
-            continue
-        r = evaluate(cfg.model, cfg.cluster, cfg.dtype, named, cfg.exact, plan)
-        row = {"plan": {**_plan_dict(plan), "layers_per_stage": list(plan.layers_per_stage)},
-               "key": plan_key(plan), "label": plan.short()}
-        row.update(_figures(cfg, plan, r))
-        row.update({"memory": {"peak_gib": max(b.total for b in stages) / GIB},
-                    "vs_best": r["step_time_s"] / best["step_time_s"] - 1})
-        rows.append(row)
+        for plan in (balanced_plan(job), balanced_microbatches(job)):
+            if plan is None or plan_key(plan) in seen or tried >= UNEVEN_CANDIDATES:
+                continue
+            seen.add(plan_key(plan))
+            bjob = make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype,
+                            framework=cfg.framework)
+            stages = memory_by_stage(bjob)
+            if any(b.total > stage_hbm_bytes(bjob, s) * limit for s, b in enumerate(stages)):
+                continue
+            tried += 1
+            r = evaluate(cfg.model, cfg.cluster, cfg.dtype, named, cfg.exact, plan)
+            extra = {k: list(getattr(plan, k)) for k in ("layers_per_stage", "group_microbatches")
+                     if getattr(plan, k) is not None}
+            row = {"plan": {**_plan_dict(plan), **extra}, "key": plan_key(plan),
+                   "label": plan.short()}
+            row.update(_figures(cfg, plan, r))
+            row.update({"memory": {"peak_gib": max(b.total for b in stages) / GIB},
+                        "vs_best": r["step_time_s"] / best["step_time_s"] - 1})
+            rows.append(row)
     rows.sort(key=lambda x: (x["step_time_s"], x["key"]))
     for n, row in enumerate(rows):
         row["rank"] = n + 1

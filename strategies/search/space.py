@@ -125,8 +125,9 @@ def plan_key(plan: Plan) -> str:
     return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
             f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
             f"sp={str(plan.sp).lower()},zero={plan.zero}"
-            + ("" if plan.layers_per_stage is None
-               else ",layers_per_stage=" + "/".join(map(str, plan.layers_per_stage))))
+            + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
+                      for k in ("layers_per_stage", "group_microbatches")
+                      if getattr(plan, k) is not None))
 
 
 def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:

@@ -73,3 +73,67 @@ def balanced_plan(job: Job) -> Plan | None:
                                        and split[0] * p.pp == job.model.num_layers):
         return None
     return replace(p, layers_per_stage=split)
+
+
+def replica_microbatch_times(job: Job) -> dict[int, float]:
+    """Seconds of one micro-batch through a whole replica's layers (forward, backward,
+    recomputation, embedding and LM head) on each node group's GPU, for the groups that
+    hold data-parallel replicas (``strategies.job.replica_groups``)."""
+    from strategies.job import replica_groups
+    out: dict[int, float] = {}
+    for g in sorted(set(replica_groups(job.cluster, job.plan))):
+        c = stage_costs(job, job.cluster.groups[g].gpu)
+        out[g] = (job.model.num_layers / job.plan.pp * (c.layer_fwd + c.layer_bwd
+                                                        + c.layer_recompute)
+                  + c.embedding_fwd + c.embedding_bwd + c.head_fwd + c.head_bwd)
+    return out
+
+
+def split_microbatches(total: int, replicas: dict[int, int], t: dict[int, float]
+                       ) -> dict[int, int] | None:
+    """Micro-batches per replica ``m_g >= 1`` for each group ``g`` holding ``replicas[g]``
+    replicas, with ``sum_g replicas[g]·m_g = total``, minimising ``max_g m_g·t_g`` (ties: the
+    smaller counts on earlier groups); None when no split adds up. Exhaustive over the counts
+    (a few groups)."""
+    groups = sorted(replicas)
+    best: tuple[float, tuple] | None = None
+
+    def walk(i: int, left: int, chosen: tuple) -> None:
+        nonlocal best
+        g = groups[i]
+        if i == len(groups) - 1:
+            if left >= replicas[g] and left % replicas[g] == 0:
+                pick = chosen + (left // replicas[g],)
+                cost = max(m * t[h] for m, h in zip(pick, groups))
+                if best is None or (cost, pick) < best:
+                    best = (cost, pick)
+            return
+        rest = sum(replicas[h] for h in groups[i + 1:])
+        for m in range(1, (left - rest) // replicas[g] + 1):
+            walk(i + 1, left - m * replicas[g], chosen + (m,))
+
+    walk(0, total, ())
+    return None if best is None else dict(zip(groups, best[1]))
+
+
+def balanced_microbatches(job: Job) -> Plan | None:
+    """``job``'s plan with ``group_microbatches`` sized to each group's speed (Whale's batch
+    shares), or None where it cannot apply (one GPU type, a replica spanning groups, ZeRO >= 2,
+    expert parallelism, more than three groups) or changes nothing."""
+    from strategies.errors import SpecError
+    from strategies.job import replica_groups
+    p, cl = job.plan, job.cluster
+    if cl.uniform or len(cl.groups) > 3 or p.zero >= 2 or p.ep > 1:
+        return None
+    try:
+        groups = replica_groups(cl, p)
+    except SpecError:
+        return None
+    replicas = {g: groups.count(g) for g in set(groups)}
+    if len(replicas) < 2 or p.gbs % p.mbs:
+        return None
+    split = split_microbatches(p.gbs // p.mbs, replicas, replica_microbatch_times(job))
+    if split is None or len(set(split.values())) == 1:
+        return None
+    counts = tuple(split.get(g, 1) for g in range(len(cl.groups)))
+    return replace(p, group_microbatches=counts)
