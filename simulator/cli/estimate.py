@@ -34,7 +34,9 @@ def render(out: dict[str, Any], job, title: str) -> str:
     lines = [f"{title}: {m.name} on {cl.name} ({cl.describe_gpus()}), {job.dtype}, "
              f"{job.framework.name}",
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
-             f"{out['num_microbatches']} micro-batches per pipeline",
+             + (f"{'/'.join(map(str, p.group_microbatches))} micro-batches per pipeline "
+                "by node group" if p.group_microbatches is not None else
+                f"{out['num_microbatches']} micro-batches per pipeline"),
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
              "",
              f"step time       {fmt_s(out['step_time_s'])}",
