@@ -271,3 +271,26 @@ def test_bad_group_microbatches(plan, words, capsys):
     assert "group_microbatches" in err and "Traceback" not in err
     for w in words:
         assert w in err
+
+
+def test_estimate_of_batch_shares_waits_for_the_slowest_group():
+    from strategies.cost import counts
+    cl = parse_cluster_arg(MIXED)
+    plan = Plan(tp=2, mbs=1, group_microbatches=(3, 1))
+    job = _job(cl, plan, gbs=16)
+    e = estimate(job)
+    flops = float(counts.model_flops_per_step(job.model, 16))
+    assert e.mfu == pytest.approx(flops / (16 * e.step_time_s * cl.mean_peak("bf16")), rel=1e-12)
+    # each group alone over the cluster-wide links: the longest run to the reduction, then
+    # the longest optimizer
+    alone = [estimate(_job(cl.group_view(g, links=False), Plan(tp=2, mbs=1), gbs=m * 8))
+             for g, m in enumerate((3, 1))]
+    opt = [a.breakdown_s["optimizer"] for a in alone]
+    assert e.step_time_s == pytest.approx(max(a.step_time_s - o for a, o in zip(alone, opt))
+                                          + max(opt), rel=1e-15)
+    assert e.step_time_s == pytest.approx(simulate(job).step_time_s, rel=0.1)
+    # identical groups with equal counts: exactly the even plan's estimate
+    two = parse_cluster_arg("dgx-a100:1+dgx-a100:1")
+    a = estimate(_job(two, Plan(tp=2, mbs=1, group_microbatches=(2, 2)), gbs=16))
+    b = estimate(_job(two, Plan(tp=2, mbs=1), gbs=16))
+    assert (a.step_time_s, a.mfu, a.hfu) == (b.step_time_s, b.mfu, b.hfu)

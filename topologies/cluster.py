@@ -156,6 +156,17 @@ class Cluster:
                        intra_node_bandwidth=max(map(self.intra_bandwidth_of_group, self.groups)),
                        inter_node_bandwidth=max(map(self.inter_bandwidth_of_group, self.groups)))
 
+    def group_view(self, index: int, links: bool = True) -> "Cluster":
+        """This cluster with every node holding node group ``index``'s GPU and (``links``)
+        its links; ``links=False`` keeps the cluster-wide links (what a collective across
+        the groups runs at)."""
+        g = self.groups[index]
+        out = replace(self, groups=tuple(NodeGroup(g.gpu, h.num_nodes) for h in self.groups))
+        if not links:
+            return out
+        return replace(out, intra_node_bandwidth=self.intra_bandwidth_of_group(g),
+                       inter_node_bandwidth=self.inter_bandwidth_of_group(g))
+
     def group_of_node(self, node: int) -> NodeGroup:
         """The node group that holds ``node`` (groups are numbered in file order)."""
         n = node

@@ -58,10 +58,42 @@ class Estimate:
         }
 
 
+def _by_group(job: Job) -> dict[str, Any]:
+    """``group_microbatches`` (replicas of each node group run their own count): each group's
+    replicas estimated on its GPU with its count over the cluster-wide links (the gradient
+    reduction spans the groups); every replica reaches the reduction, then runs its own
+    optimizer, so the step is the longest step-before-the-optimizer plus the longest
+    optimizer. MFU/HFU against the summed peak."""
+    from dataclasses import replace
+
+    from strategies.job import replica_groups
+    p, parts = job.plan, []
+    for g in sorted(set(replica_groups(job.cluster, p))):
+        view = job.cluster.group_view(g, links=False)
+        alone = replace(p, gbs=p.group_microbatches[g] * p.mbs * p.dp, group_microbatches=None)
+        r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework)
+        parts.append((float(r["step_time_s"]) - float(r["optimizer"]), r, view, alone.gbs))
+    _, r, view, gbs = max(parts, key=lambda x: x[0])
+    opt = max(float(x[1]["optimizer"]) for x in parts)
+    step = float(r["step_time_s"]) - float(r["optimizer"]) + opt
+    # r's MFU counts that group's batch on its peak over its step; the job's on the summed peak
+    scale = (view.mean_peak(job.dtype) / job.cluster.mean_peak(job.dtype) * p.gbs / gbs
+             * float(r["step_time_s"]) / step)
+    return {**r, "step_time_s": step, "optimizer": opt,
+            "tokens_per_s": job.tokens_per_step / step, "mfu": float(r["mfu"]) * scale,
+            "hfu": float(r["hfu"]) * scale}
+
+
 def estimate(job: Job) -> Estimate:
-    """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic)."""
+    """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
+    On a mixed cluster the analytic model runs on the slowest GPU with even work, except with
+    ``group_microbatches`` (``_by_group``)."""
     from strategies.memory.scalar import memory_by_stage
-    r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan), job.framework)
+    if job.plan.group_microbatches is not None:
+        r = _by_group(job)
+    else:
+        r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+                            job.framework)
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)
     return Estimate(job=job, step_time_s=float(r["step_time_s"]),
