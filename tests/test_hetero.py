@@ -294,3 +294,18 @@ def test_estimate_of_batch_shares_waits_for_the_slowest_group():
     a = estimate(_job(two, Plan(tp=2, mbs=1, group_microbatches=(2, 2)), gbs=16))
     b = estimate(_job(two, Plan(tp=2, mbs=1), gbs=16))
     assert (a.step_time_s, a.mfu, a.hfu) == (b.step_time_s, b.mfu, b.hfu)
+
+
+@pytest.mark.slow
+def test_heterogeneous_report(tmp_path):
+    import json
+    from experiments import report_heterogeneous as rh
+    assert rh.main(["--model", "gpt-1.7b", "--baseline", "dgx-a100:2", "--mixed", MIXED,
+                    "--global-batch", "32", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "heterogeneous.md").read_text()
+    data = json.loads((tmp_path / "heterogeneous.json").read_text())
+    best = rh.best_of(data["mixed"])
+    assert f"{best['step_time_s']:.4g} s per step" in md
+    assert best["step_time_s"] < rh.best_of(data["baseline"])["step_time_s"]
+    assert data["simulated"][0]["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
+    assert (tmp_path / "heterogeneous_timeline_batch.png").stat().st_size > 0
