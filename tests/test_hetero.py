@@ -309,3 +309,20 @@ def test_heterogeneous_report(tmp_path):
     assert best["step_time_s"] < rh.best_of(data["baseline"])["step_time_s"]
     assert data["simulated"][0]["step_time_s"] == pytest.approx(best["step_time_s"], rel=1e-9)
     assert (tmp_path / "heterogeneous_timeline_batch.png").stat().st_size > 0
+
+
+def test_megatron_export_of_uneven_stages():
+    from strategies.launch import deepspeed_config, megatron_args
+    from strategies.plan import parse_plan
+    cl = parse_cluster_arg(MIXED)
+    text, _ = megatron_args(_job(cl, parse_plan("tp=2,pp=2,layers_per_stage=17/7"), gbs=32))
+    assert "--decoder-first-pipeline-num-layers 17" in text
+    assert "--decoder-last-pipeline-num-layers 7" in text
+    text, _ = megatron_args(_job(cl, parse_plan("tp=1,pp=4,layers_per_stage=9/5/5/5"), gbs=32))
+    assert "--decoder-first-pipeline-num-layers 9" in text
+    with pytest.raises(SpecError, match="unequal middle stages"):
+        megatron_args(_job(cl, parse_plan("tp=1,pp=4,layers_per_stage=9/6/4/5"), gbs=32))
+    with pytest.raises(SpecError, match="same micro-batch count"):
+        megatron_args(_job(cl, parse_plan("tp=2,group_microbatches=3/1"), gbs=16))
+    with pytest.raises(SpecError, match="layers_per_stage"):
+        deepspeed_config(_job(cl, parse_plan("tp=1,pp=2,layers_per_stage=17/7"), gbs=32))
