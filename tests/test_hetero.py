@@ -326,3 +326,18 @@ def test_megatron_export_of_uneven_stages():
         megatron_args(_job(cl, parse_plan("tp=2,group_microbatches=3/1"), gbs=16))
     with pytest.raises(SpecError, match="layers_per_stage"):
         deepspeed_config(_job(cl, parse_plan("tp=1,pp=2,layers_per_stage=17/7"), gbs=32))
+
+
+def test_lower_bound_holds_on_a_mixed_cluster():
+    """The bound that makes the search exact stays below the simulated step of every plan on
+    a mixed cluster (each stage's own chain on its own GPU; links at the fastest)."""
+    import numpy as np
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import SpaceOptions, enumerate_space
+    m, cl = model_preset("gpt-1.7b"), parse_cluster_arg(MIXED)
+    space = enumerate_space(m, cl, 32, SpaceOptions())
+    bounds = step_time_lower_bound(m, cl, "bf16", space.cols)
+    rng = np.random.default_rng(7)
+    for i in rng.choice(space.size, 16, replace=False).tolist():
+        t = simulate(make_job(m, cl, space.plan(i))).step_time_s
+        assert bounds[i] <= t, space.plan(i).short()
