@@ -341,3 +341,44 @@ def test_lower_bound_holds_on_a_mixed_cluster():
     for i in rng.choice(space.size, 16, replace=False).tolist():
         t = simulate(make_job(m, cl, space.plan(i))).step_time_s
         assert bounds[i] <= t, space.plan(i).short()
+
+
+def test_split_layers_under_memory_caps_is_the_exact_minmax():
+    import itertools
+    from strategies.search.uneven import split_layers
+    t, e, L = [1.0, 3.0, 2.0], [0.5, 0.0, 2.0], 14
+    for cap in ([3, 14, 14], [14, 2, 3], [5, 5, 4], [4, 4, 4]):
+        got = split_layers(L, t, e, cap)
+        ok = [c for c in itertools.product(range(1, L + 1), repeat=3)
+              if sum(c) == L and all(x <= k for x, k in zip(c, cap))]
+        if not ok:
+            assert got is None
+            continue
+        assert all(x <= k for x, k in zip(got, cap)) and sum(got) == L
+        assert max(n * ti + ei for n, ti, ei in zip(got, t, e)) == \
+            min(max(n * ti + ei for n, ti, ei in zip(c, t, e)) for c in ok)
+
+
+def test_balanced_plan_fits_each_stage_in_its_own_gpus():
+    """H100 80 GB before A100 40 GB: the split by speed alone overflows the H100 stage; capped
+    by each stage's memory it moves layers to the A100 stage and fits both."""
+    from strategies.memory.scalar import memory_by_stage, stage_hbm_bytes
+    from strategies.search.uneven import balanced_plan
+    m, cl = model_preset("llama3-8b"), parse_cluster_arg("dgx-h100:1+dgx-a100-40gb:1")
+    job = make_job(m, cl, Plan(tp=2, pp=2, mbs=1), global_batch=64)
+
+    def fits(plan):
+        j = make_job(m, cl, plan, global_batch=64)
+        return all(b.total <= stage_hbm_bytes(j, s) for s, b in enumerate(memory_by_stage(j)))
+
+    fast, capped = balanced_plan(job), balanced_plan(job, headroom=0.0)
+    assert not fits(fast) and fits(capped)
+    assert capped.layers_per_stage[0] < fast.layers_per_stage[0]
+    more = list(capped.layers_per_stage)           # one more layer on stage 0 overflows it
+    more[0], more[1] = more[0] + 1, more[1] - 1
+    assert not fits(replace_plan(capped, tuple(more)))
+
+
+def replace_plan(plan, layers):
+    from dataclasses import replace
+    return replace(plan, layers_per_stage=layers)

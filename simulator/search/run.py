@@ -158,7 +158,7 @@ def _uneven(cfg: SearchConfig, space, analytic, best: dict) -> dict[str, Any]:
             break
         job = make_job(cfg.model, cfg.cluster, space.plan(i), dtype=cfg.dtype,
                        framework=cfg.framework)
-        for plan in (balanced_plan(job), balanced_microbatches(job)):
+        for plan in (balanced_plan(job, cfg.options.headroom), balanced_microbatches(job)):
             if plan is None or plan_key(plan) in seen or tried >= UNEVEN_CANDIDATES:
                 continue
             seen.add(plan_key(plan))

@@ -49,26 +49,63 @@ def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
     return t, e
 
 
-def split_layers(num_layers: int, t: list[float], e: list[float]) -> tuple[int, ...]:
-    """Layer counts ``n_s >= 1`` summing to ``num_layers`` that minimise ``max_s(n_s·t_s +
-    e_s)`` (ties to the earlier stage)."""
+def split_layers(num_layers: int, t: list[float], e: list[float],
+                 cap: list[int] | None = None) -> tuple[int, ...] | None:
+    """Layer counts ``1 <= n_s <= cap_s`` summing to ``num_layers`` that minimise
+    ``max_s(n_s·t_s + e_s)`` (ties to the earlier stage); None when the caps hold fewer
+    layers than the model has. ``cap``: the most layers each stage's memory holds."""
     pp = len(t)
+    cap = [num_layers] * pp if cap is None else list(cap)
     if num_layers < pp:
         raise ValueError(f"{num_layers} layers cannot fill {pp} stages")
+    if min(cap) < 1 or sum(cap) < num_layers:
+        return None
     n = [1] * pp
     for _ in range(num_layers - pp):
-        s = min(range(pp), key=lambda i: ((n[i] + 1) * t[i] + e[i], i))
+        s = min((i for i in range(pp) if n[i] < cap[i]),
+                key=lambda i: ((n[i] + 1) * t[i] + e[i], i))
         n[s] += 1
     return tuple(n)
 
 
-def balanced_plan(job: Job) -> Plan | None:
+def stage_layer_caps(job: Job, headroom: float = 0.0) -> list[int]:
+    """The most layers each pipeline stage can hold within ``(1 - headroom)`` of its own
+    GPUs' HBM (``strategies.memory.scalar``; a stage's memory depends on its own layer count
+    only), 0 where not even one fits: Cephalo's point that a split by speed alone can
+    overflow the smaller GPUs."""
+    from strategies.memory.scalar import memory_components, stage_hbm_bytes
+    p, L = job.plan, job.model.num_layers
+    caps = []
+    for s in range(p.pp):
+        limit = stage_hbm_bytes(job, s) * (1.0 - headroom)
+
+        def fits(k: int) -> bool:
+            rest = [1] * p.pp
+            rest[s] = k
+            rest[(s + 1) % p.pp] += L - sum(rest)
+            trial = replace(job, plan=replace(p, layers_per_stage=tuple(rest)))
+            return sum(b.total for b in memory_components(trial, s).values()) <= limit
+
+        lo, hi = 0, L - (p.pp - 1)          # largest k in [0, hi] that fits (monotone in k)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            lo, hi = (mid, hi) if fits(mid) else (lo, mid - 1)
+        caps.append(lo)
+    return caps
+
+
+def balanced_plan(job: Job, headroom: float | None = None) -> Plan | None:
     """``job``'s plan with ``layers_per_stage`` sized to its stages' GPUs, or None where that
-    changes nothing (one stage, model chunks interleaved, or the even split already best)."""
+    changes nothing (one stage, model chunks interleaved, or the even split already best) or
+    no split fits. ``headroom``: when given, each stage's layers are capped to what fits
+    ``(1 - headroom)`` of its GPUs' HBM (``stage_layer_caps``)."""
     p = job.plan
     if p.pp == 1 or p.vpp != 1:
         return None
-    split = split_layers(job.model.num_layers, *stage_layer_times(job))
+    caps = None if headroom is None else stage_layer_caps(job, headroom)
+    split = split_layers(job.model.num_layers, *stage_layer_times(job), caps)
+    if split is None:
+        return None
     if split == p.layers_per_stage or (p.layers_per_stage is None and len(set(split)) == 1
                                        and split[0] * p.pp == job.model.num_layers):
         return None
