@@ -140,7 +140,8 @@ def test_balanced_plan_gives_the_h100_stage_more_layers_and_runs_faster():
 
 
 @pytest.mark.parametrize("text, field, rule", [
-    ("tp=1,pp=2,layers_per_stage=20/3", "layers_per_stage", "must sum to num_layers=24 (sums to 23)"),
+    ("tp=1,pp=2,layers_per_stage=20/3", "layers_per_stage",
+     "must sum to num_layers=24 (sums to 23)"),
     ("tp=1,pp=2,layers_per_stage=24", "layers_per_stage", "one layer count per pipeline stage"),
     ("tp=1,pp=2,layers_per_stage=24/0", "layers_per_stage", ">= 1"),
     ("tp=1,pp=2,layers_per_stage=12/x", "layers_per_stage", ""),
