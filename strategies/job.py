@@ -44,6 +44,13 @@ class Job:
             return max(m for g, m in enumerate(p.group_microbatches) if g in used)
         return p.gbs // (p.mbs * p.dp)
 
+    def stage_nodes(self, stage: int) -> range:
+        """The nodes holding pipeline stage ``stage``: its global ranks are ``stage·tp·cp·dp``
+        to ``(stage+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
+        p, G = self.plan, self.cluster.gpus_per_node
+        per = p.tp * p.cp * p.dp
+        return range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
+
     def microbatches_of_rank(self, rank: int) -> int:
         """Micro-batches rank ``rank`` runs per step: its replica's node group's count in
         ``group_microbatches``, else ``num_microbatches``."""

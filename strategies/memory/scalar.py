@@ -218,12 +218,10 @@ def stage_hbm_bytes(job: Job, stage: int) -> float:
     """Bytes of HBM on the GPUs of pipeline stage ``stage`` (the smallest of its GPU types:
     on a mixed cluster a stage may sit on 40 GB next to 80 GB parts). Stage ``s`` holds the
     global ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
-    cl, p = job.cluster, job.plan
+    cl = job.cluster
     if len(cl.groups) == 1:
         return cl.min_hbm_bytes
-    per, G = p.tp * p.cp * p.dp, cl.gpus_per_node
-    nodes = range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
-    return min(cl.gpu_of_node(n).hbm_bytes for n in nodes)
+    return min(cl.gpu_of_node(n).hbm_bytes for n in job.stage_nodes(stage))
 
 
 def fits(job: Job, headroom_bytes: float = 0.0) -> bool:

@@ -22,10 +22,7 @@ from topologies.gpus import GPU
 
 def stage_gpu(job: Job, stage: int) -> GPU:
     """The slowest GPU type among the ranks of pipeline stage ``stage`` (by bf16 peak)."""
-    cl, p = job.cluster, job.plan
-    per, G = p.tp * p.cp * p.dp, cl.gpus_per_node
-    nodes = range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
-    return min((cl.gpu_of_node(n) for n in nodes),
+    return min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(stage)),
                key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
 
 
