@@ -383,3 +383,21 @@ def test_balanced_plan_fits_each_stage_in_its_own_gpus():
 def replace_plan(plan, layers):
     from dataclasses import replace
     return replace(plan, layers_per_stage=layers)
+
+
+def test_estimate_of_uneven_stages():
+    """Stages that differ: the even analytic step with its free-communication compute
+    makespan replaced by the real stages' (an even split on one GPU type changes nothing)."""
+    from strategies.plan import parse_plan
+    one = cluster_preset("dgx-a100", 2)
+    even = estimate(_job(one, parse_plan("tp=2,pp=2"), gbs=32))
+    same = estimate(_job(one, parse_plan("tp=2,pp=2,layers_per_stage=12/12"), gbs=32))
+    assert same.step_time_s == pytest.approx(even.step_time_s, rel=1e-12)
+    cl = parse_cluster_arg(MIXED)
+    for text in ("tp=2,pp=2,layers_per_stage=17/7", "tp=2,pp=2",
+                 "tp=1,pp=4,layers_per_stage=9/6/5/4"):
+        job = _job(cl, parse_plan(text), gbs=32)
+        e = estimate(job)
+        assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-12)
+        assert min(e.breakdown_s.values()) >= 0.0
+        assert e.step_time_s == pytest.approx(simulate(job).step_time_s, rel=0.1), text
