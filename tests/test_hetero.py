@@ -401,3 +401,10 @@ def test_estimate_of_uneven_stages():
         assert sum(e.breakdown_s.values()) == pytest.approx(e.step_time_s, rel=1e-12)
         assert min(e.breakdown_s.values()) >= 0.0
         assert e.step_time_s == pytest.approx(simulate(job).step_time_s, rel=0.1), text
+
+
+def test_split_microbatches_refuses_a_walk_too_long():
+    from strategies.search.uneven import MAX_SPLITS, split_microbatches
+    assert split_microbatches(MAX_SPLITS * 4, {0: 1, 1: 1, 2: 1}, {0: 1.0, 1: 2.0, 2: 3.0}) \
+        is None
+    assert split_microbatches(40, {0: 1, 1: 1}, {0: 1.0, 1: 3.0}) == {0: 30, 1: 10}

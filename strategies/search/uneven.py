@@ -123,14 +123,22 @@ def replica_microbatch_times(job: Job) -> dict[int, float]:
     return out
 
 
+MAX_SPLITS = 200_000     # counts the exhaustive batch-share walk may visit
+
+
 def split_microbatches(total: int, replicas: dict[int, int], t: dict[int, float]
                        ) -> dict[int, int] | None:
     """Micro-batches per replica ``m_g >= 1`` for each group ``g`` holding ``replicas[g]``
     replicas, with ``sum_g replicas[g]·m_g = total``, minimising ``max_g m_g·t_g`` (ties: the
-    smaller counts on earlier groups); None when no split adds up. Exhaustive over the counts
-    (a few groups)."""
+    smaller counts on earlier groups); None when no split adds up, or when the exhaustive
+    walk over the counts would visit more than ``MAX_SPLITS`` of them."""
     groups = sorted(replicas)
     best: tuple[float, tuple] | None = None
+    size = 1
+    for g in groups[:-1]:
+        size *= max(1, total // replicas[g])
+    if size > MAX_SPLITS:
+        return None
 
     def walk(i: int, left: int, chosen: tuple) -> None:
         nonlocal best
