@@ -408,3 +408,15 @@ def test_split_microbatches_refuses_a_walk_too_long():
     assert split_microbatches(MAX_SPLITS * 4, {0: 1, 1: 1, 2: 1}, {0: 1.0, 1: 2.0, 2: 3.0}) \
         is None
     assert split_microbatches(40, {0: 1, 1: 1}, {0: 1.0, 1: 3.0}) == {0: 30, 1: 10}
+
+
+def test_leaf_uplinks_carry_each_groups_nics():
+    """Two leaves of 2 nodes: the H100 leaf's uplink carries 2 x 400 Gb/s, the A100 leaf's
+    2 x 200 Gb/s (per rail, full bisection)."""
+    d = {"gpus_per_node": 8, "intra_node_GBps": 300, "nics_per_node": 8, "inter_node_gbps": 200,
+         "nodes_per_leaf": 2,
+         "node_groups": [{"gpu": "H100-SXM5-80GB", "nodes": 2, "inter_node_gbps": 400},
+                         {"gpu": "A100-SXM4-80GB", "nodes": 2}]}
+    g = build_graph(cluster_from_mapping(d))
+    assert g.edges[("leaf", 0, 0), ("spine", 0, 0)]["bandwidth"] == 2 * 400e9 / 8
+    assert g.edges[("leaf", 0, 1), ("spine", 0, 0)]["bandwidth"] == 2 * 200e9 / 8

@@ -177,6 +177,10 @@ def _leaf_uplinks(cluster: Cluster, rail: int, down_per_node: float,
     out = []
     for j in range(leaves):
         down = (min(n, (j + 1) * per) - j * per) * down_per_node
+        if not cluster.uniform:     # node groups with their own NICs: the leaf's own sum
+            scale = down_per_node / cluster.inter_node_bandwidth
+            down = sum(cluster.inter_bandwidth_of_node(k) * scale
+                       for k in range(j * per, min(n, (j + 1) * per)))
         up = down / cluster.oversubscription / spines
         out += [(("leaf", rail, j), ("spine", rail, k), up, 0.0) for k in range(spines)]
     return out
