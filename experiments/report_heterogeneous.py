@@ -99,8 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             run = shell(["paraplan", *simulate_args(a, r["key"], rel(os.path.join(a.out, fig)))])
             runs.append(run)
             sims.append((title, run, sim, fig))
+        keep = ("step_time_s", "analytic_step_time_s", "tokens_per_s", "mfu", "bubble_fraction",
+                "breakdown_s", "exposed_comm_s", "overlapped_comm_s", "memory_by_stage",
+                "fits", "events", "fold_note", "network")
         w.json(f"{NAME}.json", {"baseline": base, "mixed": mixed, "commands": runs,
-                                "simulated": [s for _, _, s, _ in sims]}, compact=True)
+                                "simulated": [{k: s[k] for k in keep if k in s}
+                                              for _, _, s, _ in sims]}, compact=True)
         w.text(f"{NAME}.md", render(base, mixed, sims,
                                     this_command("report_heterogeneous.py", argv), runs))
         for f in w.commit():
