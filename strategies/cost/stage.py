@@ -17,6 +17,7 @@ from strategies.cost import counts as costs
 from strategies.estimate.analytic import (BUCKET_PARAMS, RECOMPUTE_CODE, TP_OVERLAP_CHUNKS,
                                       grad_bytes)
 from strategies.job import Job
+from topologies.gpus import GPU
 
 CP_EXPOSED_FRACTION = 0.1     # estimate_core: at least 10% of the ring-attention traffic shows
 PARAM_BYTES = 2.0             # bf16 parameters all-gathered after the optimizer (ZeRO >= 1)
@@ -64,8 +65,7 @@ def stage_params(job: Job, stage: int, layer_params: float, embedding: float,
                  head: float) -> float:
     """Parameters held by one GPU of ``stage``: its layers, the embedding on the first stage
     and the output layer on the last (``costs.lm_head_params_per_gpu``)."""
-    lps = job.model.num_layers // job.plan.pp
-    n = lps * layer_params
+    n = job.layers_of_stage(stage) * layer_params
     if stage == 0:
         n = n + embedding
     if stage == job.plan.pp - 1:
@@ -73,10 +73,11 @@ def stage_params(job: Job, stage: int, layer_params: float, embedding: float,
     return n
 
 
-def stage_costs(job: Job) -> StageCosts:
-    """Read the cost model for ``job`` (see the module docstring)."""
+def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
+    """Read the cost model for ``job`` (see the module docstring) on ``gpu`` (default: the
+    cluster's slowest GPU type; the compiler asks for each rank's own)."""
     m, cl, p, f = job.model, job.cluster, job.plan, plan_floats(job)
-    gpu = cl.gpu
+    gpu = cl.gpu if gpu is None else gpu
     tp, cp, ep, b, pp = f["tp"], f["cp"], f["ep"], f["mbs"], f["pp"]
     rc = RECOMPUTE_CODE[p.recompute]
     fw = job.framework

@@ -190,7 +190,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     tokens = gbs * m.seq_length
     model_flops = costs.model_flops_per_step(m, gbs)
     hw_flops = costs.hardware_flops_per_step(m, gbs, flash, rc)
-    peak = gpu.peak(dtype)
+    peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
         "mfu": model_flops / (n * step * peak), "hfu": hw_flops / (n * step * peak),

@@ -154,6 +154,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
     ``framework``: the jobs' software profile (default Megatron-Core)."""
     fw = get_profile(framework)
+    real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
     tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
@@ -168,16 +169,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     # compute and blocking communication per chunk and micro-batch (points 1-3)
     slow = ct.overlap_slowdown(tp, tpo, cp, zero)
     shard_acc = ct.accum_shard(dp, zero)
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
-    emb = ct.embedding_time(m, b, tp, cp, gpu)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-    c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
-    n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
-    f_blk = lpc * (lt.fwd + c_f)
-    b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
     send = _p2p_send(m, cl, b, tp, cp, sp, n, pp)
+
+    def chunk_times(gpu):
+        lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
+        head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
+        emb = ct.embedding_time(m, b, tp, cp, gpu)
+        emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
+        a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
+        c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
+        n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
+        f_blk = lpc * (lt.fwd + c_f)
+        b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
+        return lt, head_f, head_b, emb, emb_b, f_blk, b_blk
+
+    lt, head_f, head_b, emb, emb_b, f_blk, b_blk = chunk_times(gpu)
 
     # parameters and optimizer by stage (stage_costs), ZeRO >= 1 shards the optimizer over dp
     lp = costs.layer_params_per_gpu(m, tp, ep)
@@ -197,11 +203,24 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
-    T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
-         + (sends_mid - nmb * bwd_blocks) * send,
-         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - nmb * fwd_blocks) * send,
-         "mid": nmb * per_mb + sends_mid * send}
+    here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
+            "head_b": head_b}
+    T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
+         for k in ("first", "last", "mid")}
+    if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
+        own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
+                          chunk_times, params, shard,
+                          lambda k, c: _chain(k, nmb, v, c, sends_mid, fwd_blocks, bwd_blocks,
+                                              send, single))
+        for kind, (t, o) in own.items():
+            take = t + o > T[kind] + opt[kind]
+            T[kind], opt[kind] = np.where(take, t, T[kind]), np.where(take, o, opt[kind])
     b_max = b_blk + emb_b + head_b                      # the largest backward chunk
+    fwd_layer = lt.fwd
+    if not real.uniform:   # the windows that hide communication: at their longest (slowest GPU)
+        slowest = [chunk_times(g.gpu) for g in real.groups]
+        b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
+        fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
 
     dp_stride = tp * cp
@@ -213,7 +232,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
         red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl), 0.0)
-        window = lps * lt.fwd
+        window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
         z3 = nmb * v * (2 * group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl)
@@ -240,3 +259,44 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, single):
+    """The compute chain T(s) of a stage of ``kind`` (first, last, mid) from its per-chunk
+    times ``c`` (seconds)."""
+    per_mb = v * (c["f_blk"] + c["b_blk"])
+    if kind == "first":
+        return nmb * (per_mb + c["emb"] + c["emb_b"]
+                      + np.where(single, c["head_f"] + c["head_b"], 0.0)) \
+            + (sends_mid - nmb * bwd_blocks) * send
+    if kind == "last":
+        return nmb * (per_mb + c["head_f"] + c["head_b"]) + (sends_mid - nmb * fwd_blocks) * send
+    return nmb * per_mb + sends_mid * send
+
+
+def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, shard,
+                chain) -> dict:
+    """Per stage kind, ``(T, optimizer seconds)`` of the rank of that stage whose GPU type
+    makes its own chain longest (a mixed cluster; stage ``s`` holds ranks ``s·n/pp`` to
+    ``(s+1)·n/pp - 1``). Every rank runs its own chain, so any one of the stage's ranks
+    bounds the step; both figures come from the same GPU type."""
+    ends = np.cumsum([g.num_nodes for g in cl.groups])
+    G, per = cl.gpus_per_node, n / pp
+    gpus = [g.gpu for g in cl.groups]
+    times = [chunk_times(g) for g in gpus]
+    out = {}
+    for kind, s in stages.items():
+        s = np.maximum(s, 0.0)
+        lo = np.searchsorted(ends, np.floor(s * per / G), side="right")
+        hi = np.searchsorted(ends, np.floor(((s + 1) * per - 1) / G), side="right")
+        best_t, best_o = 0.0, 0.0
+        for gi, gpu in enumerate(gpus):
+            on = (lo <= gi) & (gi <= hi)
+            _, head_f, head_b, emb, emb_b, f_blk, b_blk = times[gi]
+            t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
+                             "head_f": head_f, "head_b": head_b})
+            o = ct.optimizer_time(params[kind] / shard, gpu)
+            take = on & (t + o > best_t + best_o)
+            best_t, best_o = np.where(take, t, best_t), np.where(take, o, best_o)
+        out[kind] = (best_t, best_o)
+    return out

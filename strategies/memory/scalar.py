@@ -145,7 +145,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     """
     act._check_stage(job, stage)
     p, m = job.plan, job.model
-    n_layers = m.num_layers // p.pp
+    n_layers = job.layers_of_stage(stage)
     dense, expert = layer_params_per_gpu(m, p.tp, p.ep)
     in_flight = act.in_flight_microbatches(job, stage)
     emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
@@ -154,7 +154,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
         stashed = get_schedule(p.schedule).logits_stashed
         out_act = act.output_activation_bytes(job) * (in_flight if stashed else 1)
     rc_act = act.job_layer_activation_bytes(job, "none") if p.recompute == "full" else 0.0
-    layers_act = in_flight * act.layers_per_chunk(job) * act.job_layer_activation_bytes(job)
+    layers_act = in_flight * act.layers_per_chunk(job, stage) * act.job_layer_activation_bytes(job)
     parts = {
         "layers": _with_act(_state(job, n_layers * dense, n_layers * expert), layers_act),
         "embedding": _with_act(_state(job, embedding_params_per_gpu(job, stage)),
@@ -209,9 +209,33 @@ def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
     return best, stages[best]
 
 
+def stage_hbm_bytes(job: Job, stage: int) -> float:
+    """Bytes of HBM on the GPUs of pipeline stage ``stage`` (the smallest of its GPU types:
+    on a mixed cluster a stage may sit on 40 GB next to 80 GB parts). Stage ``s`` holds the
+    global ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
+    cl = job.cluster
+    if len(cl.groups) == 1:
+        return cl.min_hbm_bytes
+    return min(cl.gpu_of_node(n).hbm_bytes for n in job.stage_nodes(stage))
+
+
 def fits(job: Job, headroom_bytes: float = 0.0) -> bool:
-    """Whether the peak stage plus ``headroom_bytes`` fits the smallest GPU of the cluster."""
-    return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
+    """Whether every stage plus ``headroom_bytes`` fits the HBM of its own GPUs
+    (``stage_hbm_bytes``; one GPU type: the peak stage against that GPU)."""
+    if len(job.cluster.groups) == 1:
+        return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
+    return all(b.total + headroom_bytes <= stage_hbm_bytes(job, s)
+               for s, b in enumerate(memory_by_stage(job)))
+
+
+def check_fits(job: Job, headroom_bytes: float = 0.0) -> None:
+    """``SpecError`` naming the first stage whose memory exceeds its GPUs' HBM."""
+    for s, b in enumerate(memory_by_stage(job)):
+        hbm = stage_hbm_bytes(job, s)
+        if b.total + headroom_bytes > hbm:
+            gpus = job.cluster.gpu_of_rank(s * job.plan.tp * job.plan.cp * job.plan.dp).name
+            raise SpecError(f"memory of stage {s}", f"{b.total / 2**30:.1f} GiB",
+                            f"must fit the {hbm / 2**30:.0f} GiB of its GPUs ({gpus})")
 
 
 def _with_act(b: MemoryBreakdown, activations: float) -> MemoryBreakdown:
