@@ -55,7 +55,7 @@ def render(base: dict, mixed: dict, sims: list[tuple[str, str, dict, str]], comm
              for r in (mixed.get("uneven") or {}).get("plans", [])]
     verdict = "met" if gain >= TARGET else "missed"
     lines = [header("A mixed H100 + A100 cluster", command), "",
-             f"{mixed['inputs']['model']}, global batch {mixed['inputs']['global_batch']}, "
+             f"{mixed['inputs']['model']['name']}, global batch {mixed['inputs']['global_batch']}, "
              f"sequence {mixed['inputs']['seq_len']}, {mixed['inputs']['dtype']}: the best "
              f"simulated plan on {base['inputs']['gpus_text']} against "
              f"{mixed['inputs']['gpus_text']} (docs/heterogeneous.md explains the plans; MFU "
