@@ -1,8 +1,9 @@
 """``Job``: a model, a cluster and a resolved plan, checked against each other."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import FrameworkProfile, get_profile
@@ -16,13 +17,15 @@ DTYPES = ("bf16", "fp16", "fp8")
 @dataclass(frozen=True)
 class Job:
     """Everything one estimate or simulation needs. ``plan.dp`` and ``plan.gbs`` are set.
-    ``framework``: the software stack's fixed properties (``strategies.framework``)."""
+    ``framework``: the software stack's fixed properties (``strategies.framework``);
+    ``system``: the policy constants (``strategies.cost.system``)."""
 
     model: ModelSpec
     cluster: Cluster
     plan: Plan
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
+    system: SystemConfig = DEFAULT_SYSTEM
 
     @property
     def seq_len(self) -> int:
@@ -38,17 +41,24 @@ class Job:
         return self.plan.gbs * self.seq_len
 
     def to_dict(self) -> dict:
-        return {"model": self.model.to_dict(), "cluster": self.cluster.to_dict(),
-                "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
-                "num_microbatches": self.num_microbatches, "framework": self.framework.name}
+        """The inputs as JSON; ``system`` only when it is not ``DEFAULT_SYSTEM``."""
+        d = {"model": self.model.to_dict(), "cluster": self.cluster.to_dict(),
+             "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
+             "num_microbatches": self.num_microbatches, "framework": self.framework.name}
+        if self.system != DEFAULT_SYSTEM:
+            d["system"] = asdict(self.system)
+        return d
 
 
 def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None = None,
              global_batch: int | None = None, dtype: str = "bf16",
-             framework: FrameworkProfile | str | None = None) -> Job:
+             framework: FrameworkProfile | str | None = None,
+             system: SystemConfig | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
-    ``framework``: a profile or its name (default Megatron-Core)."""
+    ``framework``: a profile or its name (default Megatron-Core); ``system``: the policy
+    constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)
+    sy = get_system(system)
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     cluster.gpu.peak(dtype)  # fp8 on a chip without it is refused here
@@ -74,7 +84,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
     if plan.schedule == "interleaved":
         check_interleaved(plan.pp, gbs // (plan.mbs * dp), plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype, fw)
+    return Job(model, cluster, plan, dtype, fw, sy)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

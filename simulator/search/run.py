@@ -55,7 +55,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     """Search and return the report (see the module docstring)."""
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
-    space = enumerate_space(m, cl, cfg.gbs, cfg.options)
+    space = enumerate_space(m, cl, cfg.gbs, cfg.options, cfg.dtype)
     if space.size == 0:
         raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
                         + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.cost.system import SystemConfig, get_system
 from strategies.model import ModelSpec
 
 Num = Any  # float or np.ndarray
@@ -23,12 +24,10 @@ Num = Any  # float or np.ndarray
 ACT_BYTES = 2  # bf16/fp16 activations
 
 
-def grad_bytes(dtype: str) -> float:
-    """Bytes of one main-gradient element (the buffer micro-batches accumulate into and data
-    parallelism reduces): fp32 with bf16/fp8 training (Megatron's ``main_grad``), fp16 with
-    fp16 training (Megatron-LM 2021 kept the DDP buffer in the parameter dtype unless
-    ``--accumulate-allreduce-grads-in-fp32``)."""
-    return 2.0 if dtype == "fp16" else 4.0
+def grad_bytes(dtype: str, system: SystemConfig | None = None) -> float:
+    """Bytes of one main-gradient element (``SystemConfig.main_grad_bytes``: 4 with bf16/fp8,
+    2 with fp16 training)."""
+    return get_system(system).main_grad_bytes(dtype)
 
 
 def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:

@@ -14,12 +14,8 @@ from dataclasses import dataclass
 
 from strategies.cost import compute as ct
 from strategies.cost import counts as costs
-from strategies.estimate.analytic import (BUCKET_PARAMS, RECOMPUTE_CODE, TP_OVERLAP_CHUNKS,
-                                      grad_bytes)
+from strategies.estimate.analytic import RECOMPUTE_CODE
 from strategies.job import Job
-
-CP_EXPOSED_FRACTION = 0.1     # estimate_core: at least 10% of the ring-attention traffic shows
-PARAM_BYTES = 2.0             # bf16 parameters all-gathered after the optimizer (ZeRO >= 1)
 
 
 @dataclass(frozen=True)
@@ -47,9 +43,10 @@ class StageCosts:
     embedding_params: float
     head_params: float
     grad_bytes: float           # bytes per gradient element reduced over dp
-    bucket_params: float        # Megatron DDP bucket size
-    tp_overlap_chunks: int
-    cp_exposed_fraction: float
+    bucket_params: float        # Megatron DDP bucket size (SystemConfig)
+    tp_overlap_chunks: int      # SystemConfig.tp_overlap_chunks
+    cp_exposed_fraction: float  # SystemConfig.cp_exposed_fraction
+    param_bytes: float          # SystemConfig.param_bytes: a parameter all-gathered over dp
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
 
@@ -79,15 +76,16 @@ def stage_costs(job: Job) -> StageCosts:
     gpu = cl.gpu
     tp, cp, ep, b, pp = f["tp"], f["cp"], f["ep"], f["mbs"], f["pp"]
     rc = RECOMPUTE_CODE[p.recompute]
-    fw = job.framework
+    fw, sy = job.framework, job.system
     slow = float(ct.overlap_slowdown(tp, p.tp_comm_overlap, cp, p.zero))
     shard = float(ct.accum_shard(f["dp"], p.zero))
-    lt = ct.layer_time(m, b, tp, cp, ep, p.sp, p.flash_attn, rc, gpu, job.dtype,
-                       p.tp_comm_overlap, fw, slow, shard)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow, fw)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype, fw, slow, shard)
-    emb = ct.embedding_time(m, b, tp, cp, gpu)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, job.dtype, fw, shard)
+    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=p.sp, flash=p.flash_attn, recompute=rc,
+                       gpu=gpu, dtype=job.dtype, tpo=p.tp_comm_overlap, fw=fw, slow=slow,
+                       shard=shard, system=sy)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow, fw, sy)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype, fw, slow, shard, sy)
+    emb = ct.embedding_time(m, b, tp, cp, gpu, sy)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, job.dtype, fw, shard, sy)
     cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / max(cp - 1.0, 1.0) if p.cp > 1 else 0.0
     p2p = costs.pp_p2p_bytes(m, b, tp, cp, p.sp)
     lp = float(costs.layer_params_per_gpu(m, tp, ep))
@@ -95,7 +93,7 @@ def stage_costs(job: Job) -> StageCosts:
     hp = float(costs.lm_head_params_per_gpu(m, tp, pp))
     params = tuple(float(stage_params(job, s, lp, ep_, hp)) for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu)) for n in params)
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
     return StageCosts(
         layer_fwd=float(lt.fwd), layer_bwd=float(lt.bwd), layer_recompute=float(lt.recompute),
         attn_fwd=float(a_f), attn_bwd=float(a_b),
@@ -108,6 +106,7 @@ def stage_costs(job: Job) -> StageCosts:
         p2p_bytes=float(p2p) if p.pp > 1 else 0.0,
         p2p_gather_bytes=float(p2p * tp) if (p.pp > 1 and p.tp > 1 and not p.sp) else 0.0,
         layer_params=lp, embedding_params=ep_, head_params=hp,
-        grad_bytes=grad_bytes(job.dtype), bucket_params=float(BUCKET_PARAMS),
-        tp_overlap_chunks=TP_OVERLAP_CHUNKS, cp_exposed_fraction=CP_EXPOSED_FRACTION,
+        grad_bytes=sy.main_grad_bytes(job.dtype), bucket_params=float(sy.bucket_params),
+        tp_overlap_chunks=int(sy.tp_overlap_chunks), cp_exposed_fraction=sy.cp_exposed_fraction,
+        param_bytes=sy.param_bytes,
         params_by_stage=params, optimizer_by_stage=opt)

@@ -34,23 +34,24 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts as costs
-from strategies.cost.counts import grad_bytes  # noqa: F401  (re-exported: stage_costs, bound)
+from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
 SCHED_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
-BUCKET_PARAMS = 40e6        # Megatron DDP bucket size (parameters)
-TP_OVERLAP_CHUNKS = 4       # tp_comm_overlap splits each GEMM's collective into chunks
 
 
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
-                    framework: FrameworkProfile | str | None = None) -> dict[str, Any]:
+                    framework: FrameworkProfile | str | None = None,
+                    system: SystemConfig | None = None) -> dict[str, Any]:
     """Score plans given as arrays. ``P`` keys: tp pp dp cp ep mbs gbs vpp sched rc sp zero
     flash ogr opg tpo (ints/bools, broadcastable). ``framework``: the software profile
-    (``strategies.framework``; default Megatron-Core). Returns arrays of seconds and ratios."""
+    (``strategies.framework``; default Megatron-Core); ``system``: the policy constants
+    (``strategies.cost.system``). Returns arrays of seconds and ratios."""
     fw = get_profile(framework)
+    sy = get_system(system)
     tp, pp, dp, cp, ep = (np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep"))
     b, gbs, v = (np.asarray(P[k], dtype=float) for k in ("mbs", "gbs", "vpp"))
     sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
@@ -62,30 +63,31 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
 
     slow = ct.overlap_slowdown(tp, tpo, cp, zero)
     shard = ct.accum_shard(dp, zero)
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard)
+    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard, system=sy)
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
     bw_tp, lat_tp = cm.group_bandwidth(cl, tp, 1)
     t_ar = cm.allreduce_time(costs.tp_comm_bytes_fwd(m, b, cp), tp, bw_tp, lat_tp)
     n_tp = 4 + 2 * (rc == 2)
-    g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
+    g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
     tp_raw = n_tp * t_ar
-    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / TP_OVERLAP_CHUNKS)
+    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / sy.tp_overlap_chunks)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
     bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
     t_cp = 3 * cm.reduce_scatter_time(costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1, 1),
                                       cp, bw_cp, lat_cp)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-    cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
+    cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sy.cp_exposed_fraction * t_cp), 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
     bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)
     ep_layer = 2 * cm.alltoall_time(costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), ep, bw_ep, lat_ep)
 
     comp_layer = lt.fwd + lt.bwd
     per_layer = comp_layer + lt.recompute + tp_layer + cp_layer + ep_layer
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard)
-    emb = ct.embedding_time(m, b, tp, cp, gpu) + ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype,
-                                                                       fw, shard)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard, sy)
+    emb = ct.embedding_time(m, b, tp, cp, gpu, sy) + ct.embedding_time_bwd(
+        m, b, tp, cp, gpu, dtype, fw, shard, sy)
     t_mid = lps * per_layer
     t_first = t_mid + emb
     t_last = t_mid + head_f + head_b
@@ -108,15 +110,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \
         + np.where(single, costs.lm_head_params_per_gpu(m, tp, pp), 0.0)
     bw_dp, lat_dp = cm.group_bandwidth(cl, dp, tp * cp)
-    gb = grad_bytes(dtype)
+    gb = sy.main_grad_bytes(dtype)
     t_ar_dp = cm.allreduce_time(gb * params, dp, bw_dp, lat_dp)
     t_rs_dp = cm.reduce_scatter_time(gb * params, dp, bw_dp, lat_dp)
-    t_ag_dp = cm.allgather_time(2.0 * params, dp, bw_dp, lat_dp)
+    t_ag_dp = cm.allgather_time(sy.param_bytes * params, dp, bw_dp, lat_dp)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
     # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
-    last = np.minimum(1.0, np.maximum(BUCKET_PARAMS, costs.embedding_params_per_gpu(m, tp)) / params)
+    last = np.minimum(1.0, np.maximum(sy.bucket_params, costs.embedding_params_per_gpu(m, tp)) / params)
     window = lps * (lt.bwd + lt.recompute)
     grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad * last), t_grad)
     fwd_window = lps * lt.fwd
@@ -134,7 +136,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
                           0.0)
 
     opt_params = params / np.where(zero >= 1, dp, 1.0)
-    t_opt = ct.optimizer_time(opt_params, gpu)
+    t_opt = ct.optimizer_time(opt_params, gpu, sy)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)

@@ -61,15 +61,12 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts as costs
-from strategies.estimate.analytic import TP_OVERLAP_CHUNKS, grad_bytes
+from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
 SAFETY = 1e-9
-CP_EXPOSED_FRACTION = 0.1   # strategies.cost.stage: the ring-attention share that blocks
-PARAM_BYTES = 2.0           # bf16 parameters all-gathered after the optimizer
-BUCKET_PARAMS = 40e6        # gradient bucket (Megatron DDP); at most one bucket per item
 
 
 def link_rate_cap(cl: Cluster) -> float:
@@ -120,16 +117,17 @@ def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
     return np.where(n > 1, t, 0.0)
 
 
-def _block_comm(m: ModelSpec, cl: Cluster, b, tp, cp, ep, tpo, attn_f, attn_b):
+def _block_comm(m: ModelSpec, cl: Cluster, b, tp, cp, ep, tpo, attn_f, attn_b,
+                sy: SystemConfig):
     """Blocking seconds per layer: (forward, backward, one TP collective)."""
     tau = group_floor(costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, 2, cl)
-    tau = tau * np.where(tpo, 1.0 / TP_OVERLAP_CHUNKS, 1.0)
+    tau = tau * np.where(tpo, 1.0 / sy.tp_overlap_chunks, 1.0)
     a2a_bytes = costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep)
     a2a = np.where(ep > 1, min_route_latency(cl)
                    + (ep - 1) / ep * a2a_bytes / egress_rate_cap(cl), 0.0)
     cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
     cp_pass = np.where(cp > 1, group_floor(cp_buf, cp, tp, 1, cl), 0.0)   # one layer forward
-    f = CP_EXPOSED_FRACTION
+    f = sy.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
     return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
@@ -148,11 +146,14 @@ def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
 
 
 def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
-                          framework: FrameworkProfile | str | None = None) -> np.ndarray:
+                          framework: FrameworkProfile | str | None = None,
+                          system: SystemConfig | None = None) -> np.ndarray:
     """Seconds per step that no simulation of these plans can beat (see the module docstring).
     ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
-    ``framework``: the jobs' software profile (default Megatron-Core)."""
+    ``framework``: the jobs' software profile (default Megatron-Core); ``system``: the policy
+    constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)
+    sy = get_system(system)
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
     tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
     rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
@@ -167,12 +168,13 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     # compute and blocking communication per chunk and micro-batch (points 1-3)
     slow = ct.overlap_slowdown(tp, tpo, cp, zero)
     shard_acc = ct.accum_shard(dp, zero)
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
-    emb = ct.embedding_time(m, b, tp, cp, gpu)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-    c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
+    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc, sy)
+    emb = ct.embedding_time(m, b, tp, cp, gpu, sy)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
+    c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b, sy)
     n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
     f_blk = lpc * (lt.fwd + c_f)
     b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
@@ -185,7 +187,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     shard = np.where(zero >= 1, dp, 1.0)
     params = {"first": lps * lp + emb_p + np.where(single, head_p, 0.0),
               "last": lps * lp + head_p, "mid": lps * lp}
-    opt = {k: ct.optimizer_time(p / shard, gpu) for k, p in params.items()}
+    opt = {k: ct.optimizer_time(p / shard, gpu, sy) for k, p in params.items()}
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with
     # GPipe and 1F1B, the backward ones with interleaving (a forward's output waits in the
@@ -201,18 +203,18 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
 
     dp_stride = tp * cp
-    gb = grad_bytes(dtype)
+    gb = sy.main_grad_bytes(dtype)
     sync = (dp > 1) & (zero < 3)
 
     def dp_terms(kind):
         p = params[kind]
         red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
-        ag = np.where(sync & (zero >= 1), group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl), 0.0)
+        ag = np.where(sync & (zero >= 1), group_floor(sy.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
         window = lps * lt.fwd
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl)
+        z3 = nmb * v * (2 * group_floor(sy.param_bytes * p, dp, dp_stride, 1, cl)
                         + group_floor(gb * p, dp, dp_stride, 1, cl))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)

@@ -55,7 +55,8 @@ class Estimate:
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic)."""
     from strategies.memory.scalar import memory_by_stage
-    r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan), job.framework)
+    r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan), job.framework,
+                        job.system)
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)
     return Estimate(job=job, step_time_s=float(r["step_time_s"]),

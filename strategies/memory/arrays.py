@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from strategies.memory import scalar as mem
+from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
 
@@ -47,11 +47,12 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
     return np.where(rc == 2, full, stored), none
 
 
-def _state_per_param(zero, d):
+def _state_per_param(zero, d, sy: SystemConfig, dtype: str):
     """``memory.model_state_bytes_per_param`` over arrays: (params, grads, optimizer)."""
-    opt = np.where(zero >= 1, mem.OPTIMIZER_BYTES / d, float(mem.OPTIMIZER_BYTES))
-    grads = np.where(zero >= 2, mem.GRAD_BYTES / d, float(mem.GRAD_BYTES))
-    params = np.where(zero >= 3, mem.PARAM_BYTES / d, float(mem.PARAM_BYTES))
+    ob, gb, pb = sy.optimizer_state_bytes, sy.main_grad_bytes(dtype), sy.param_bytes
+    opt = np.where(zero >= 1, ob / d, float(ob))
+    grads = np.where(zero >= 2, gb / d, float(gb))
+    params = np.where(zero >= 3, pb / d, float(pb))
     return params + grads + opt
 
 
@@ -62,8 +63,11 @@ def _in_flight(stage, pp, m, v, sched):
     return np.where(sched == 0, m, np.where(sched == 2, inter, one_f_one_b))
 
 
-def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarray:
-    """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan."""
+def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str = "bf16",
+                        system: SystemConfig | None = None) -> np.ndarray:
+    """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
+    (``dtype``: the training precision; ``system``: the policy constants)."""
+    sy = get_system(system)
     f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
     tp, pp, dp, cp, ep, b, v = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "vpp"))
     sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
@@ -92,8 +96,8 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     head_p = np.where(is_last, (head + m.norm_params()) / tp, 0.0)
     d = dp * cp
     dense_params = n_layers * dense_l + emb_p + head_p
-    state = dense_params * _state_per_param(zero, d) \
-        + n_layers * expert_l * _state_per_param(zero, np.maximum(1, d // ep))
+    state = dense_params * _state_per_param(zero, d, sy, dtype) \
+        + n_layers * expert_l * _state_per_param(zero, np.maximum(1, d // ep), sy, dtype)
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
@@ -106,13 +110,20 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     # other: fixed allowance, ZeRO-2/3 buffers, fragmentation (memory.other_bytes)
     params_here = n_layers * (dense_l + expert_l) + emb_p + head_p
     buffers = np.where((zero >= 2) & (d > 1),
-                       2 * np.minimum(mem.BUCKET_PARAMS, params_here) * mem.GRAD_BYTES
-                       + np.where(zero == 3, 2 * (dense_l + expert_l) * mem.PARAM_BYTES, 0.0),
+                       2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
+                       + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
-    other = mem.FIXED_OTHER_BYTES + buffers + mem.FRAGMENTATION * activations
-    return state + activations + other
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations
+    # fp16: the optimizer step's fp32 gradient copy, beyond the activations it replaces
+    copy = sy.step_grad_copy_bytes(dtype) * (
+        dense_params / np.where(zero >= 1, d, 1.0)
+        + n_layers * expert_l / np.where(zero >= 1, np.maximum(1, d // ep), 1.0))
+    step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
+    return state + activations + other + step_copy
 
 
-def peak_memory_arrays(m: ModelSpec, P: dict[str, Any]) -> np.ndarray:
+def peak_memory_arrays(m: ModelSpec, P: dict[str, Any], dtype: str = "bf16",
+                       system: SystemConfig | None = None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
-    return np.maximum(stage_memory_arrays(m, P, last=False), stage_memory_arrays(m, P, last=True))
+    return np.maximum(stage_memory_arrays(m, P, False, dtype, system),
+                      stage_memory_arrays(m, P, True, dtype, system))

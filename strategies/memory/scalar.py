@@ -21,21 +21,14 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from strategies.memory import activations as act
+from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
+from strategies.memory import activations as act
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
     from strategies.job import Job
     from strategies.model import ModelSpec
-
-#: Fixed allowance for the CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers (bytes).
-FIXED_OTHER_BYTES = 1.0 * GIB
-#: Allocator fragmentation, as a fraction of the activation peak.
-FRAGMENTATION = 0.05
-#: Gradient-bucket size in parameters (Megatron DDP's floor, ``ddp_bucket_size`` 40M).
-BUCKET_PARAMS = 40_000_000
-PARAM_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
 
 
 @dataclass(frozen=True)
@@ -67,11 +60,14 @@ class MemoryBreakdown:
         return d
 
 
-def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_BYTES,
-                                grad_bytes: float = GRAD_BYTES,
-                                optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[float, float, float]:
+def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = None,
+                                grad_bytes: float | None = None,
+                                optimizer_bytes: float | None = None, *, dtype: str = "bf16",
+                                system: SystemConfig | None = None
+                                ) -> tuple[float, float, float]:
     """``(params, grads, optimizer)`` bytes per parameter on one GPU with ``dp`` data-parallel
-    ranks sharing the states.
+    ranks sharing the states. Bytes not given come from ``system`` (``param_bytes``,
+    ``main_grad_bytes(dtype)``, ``optimizer_state_bytes``).
 
     zero 0: Megatron mixed precision, ``2 + 4 + 12 = 18`` (bf16 weights, fp32 main grads,
     fp32 master weights + Adam m, v); zero 1: Megatron's distributed optimizer
@@ -79,7 +75,7 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_B
     ``(2 + 4 + 12)/d``. With ``grad_bytes=2`` these are the ZeRO paper's ``(2+2+K)Ψ`` forms.
 
     >>> model_state_bytes_per_param(0, 64)
-    (2, 4, 12)
+    (2.0, 4.0, 12.0)
     >>> [sum(model_state_bytes_per_param(z, 64, grad_bytes=2)) * 7.5e9 / 1e9 for z in range(4)]
     [120.0, 31.40625, 16.640625, 1.875]
     """
@@ -87,6 +83,10 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_B
         raise SpecError("zero", zero, "must be 0, 1, 2 or 3")
     if dp < 1:
         raise SpecError("dp", dp, "must be >= 1")
+    sy = get_system(system)
+    param_bytes = sy.param_bytes if param_bytes is None else param_bytes
+    grad_bytes = sy.main_grad_bytes(dtype) if grad_bytes is None else grad_bytes
+    optimizer_bytes = sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes
     opt = optimizer_bytes / dp if zero >= 1 else optimizer_bytes
     grads = grad_bytes / dp if zero >= 2 else grad_bytes
     params = param_bytes / dp if zero >= 3 else param_bytes
@@ -131,8 +131,9 @@ def head_params_per_gpu(job: Job, stage: int) -> float:
 def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:
     p = job.plan
     d = p.dp * p.cp
-    pd, gd, od = model_state_bytes_per_param(p.zero, d)
-    pe, ge, oe = model_state_bytes_per_param(p.zero, max(1, d // p.ep))
+    kw = {"dtype": job.dtype, "system": job.system}
+    pd, gd, od = model_state_bytes_per_param(p.zero, d, **kw)
+    pe, ge, oe = model_state_bytes_per_param(p.zero, max(1, d // p.ep), **kw)
     return MemoryBreakdown(params=dense * pd + expert * pe, grads=dense * gd + expert * ge,
                            optimizer=dense * od + expert * oe)
 
@@ -168,28 +169,46 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     activations = sum(b.activations for b in parts.values())
     params_here = (n_layers * (dense + expert) + embedding_params_per_gpu(job, stage)
                    + head_params_per_gpu(job, stage))
-    parts["other"] = MemoryBreakdown(other=other_bytes(job, activations, params_here,
-                                                       dense + expert))
+    parts["other"] = MemoryBreakdown(
+        grads=step_grad_copy_excess(job, n_layers * dense + embedding_params_per_gpu(job, stage)
+                                    + head_params_per_gpu(job, stage), n_layers * expert,
+                                    activations),
+        other=other_bytes(job, activations, params_here, dense + expert))
     return parts
 
 
+def step_grad_copy_excess(job: Job, dense: float, expert: float, activations: float) -> float:
+    """Bytes by which the optimizer step's fp32 gradient copy (fp16 training only,
+    ``SystemConfig.step_grad_copy_bytes``; the distributed optimizer copies its ``1/d``
+    shard) exceeds the activations it replaces (they are freed when the step runs), so that
+    the stage total is the larger of the backward's and the step's peaks (0 with bf16/fp8)."""
+    p, sy = job.plan, job.system
+    per = sy.step_grad_copy_bytes(job.dtype)
+    if per == 0:
+        return 0.0
+    d = p.dp * p.cp
+    copy = per * (dense / (d if p.zero >= 1 else 1) + expert / (max(1, d // p.ep)
+                                                                if p.zero >= 1 else 1))
+    return max(0.0, copy - (1.0 + sy.fragmentation) * activations)
+
+
 def other_bytes(job: Job, activations: float, params_per_gpu: float, layer_params: float) -> float:
-    """``FIXED_OTHER_BYTES`` (CUDA context, cuBLAS workspaces, NCCL buffers) + gradient-
-    reduction buffers + ``FRAGMENTATION × activations``.
+    """``system.fixed_other_bytes`` (CUDA context, cuBLAS workspaces, NCCL buffers) + gradient-
+    reduction buffers + ``system.fragmentation × activations`` (``job.system``).
 
     Reduction buffers: none with zero 0/1 (Megatron's buckets are views into the contiguous
     fp32 grad buffer, already counted in ``grads``; the distributed optimizer gathers
     parameters in place). With zero 2/3 and more than one data-parallel rank, two unsharded
-    gradient buckets in flight (``2·min(40M, params)·4`` bytes: one filling, one being
+    gradient buckets in flight (``2·min(bucket, params)·grad`` bytes: one filling, one being
     reduce-scattered); zero 3 adds two layers' gathered parameters (current + prefetched).
     """
-    p = job.plan
+    p, sy = job.plan, job.system
     buffers = 0.0
     if p.zero >= 2 and p.dp * p.cp > 1:
-        buffers = 2 * min(BUCKET_PARAMS, params_per_gpu) * GRAD_BYTES
+        buffers = 2 * min(sy.bucket_params, params_per_gpu) * sy.main_grad_bytes(job.dtype)
         if p.zero == 3:
-            buffers += 2 * layer_params * PARAM_BYTES
-    return FIXED_OTHER_BYTES + buffers + FRAGMENTATION * activations
+            buffers += 2 * layer_params * sy.param_bytes
+    return sy.fixed_other_bytes + buffers + sy.fragmentation * activations
 
 
 def stage_memory(job: Job, stage: int) -> MemoryBreakdown:

@@ -26,6 +26,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.estimate.scalar import plan_arrays
 from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE
+from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -281,8 +282,10 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
 
 
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
-                    opts: SpaceOptions | None = None) -> Space:
-    """Every plan the constraints allow, with the count each rule pruned (see module doc)."""
+                    opts: SpaceOptions | None = None, dtype: str = "bf16",
+                    system: SystemConfig | None = None) -> Space:
+    """Every plan the constraints allow, with the count each rule pruned (see module doc).
+    ``dtype`` and ``system`` set the memory model (gradient bytes, policy constants)."""
     opts = opts or SpaceOptions()
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
@@ -304,12 +307,13 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     v = np.where(c["sched"] == 2, c["vpp"], 1)
     keep("bubble", (c["pp"] - 1) / (v * m) <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = peak_memory_arrays(model, c) if len(c["tp"]) else np.zeros(0)
+    peak = peak_memory_arrays(model, c, dtype, system) if len(c["tp"]) else np.zeros(0)
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
     twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
-    twin_fits = peak_memory_arrays(model, twin) <= limit if len(c["tp"]) else np.zeros(0, bool)
+    twin_fits = (peak_memory_arrays(model, twin, dtype, system) <= limit if len(c["tp"])
+                 else np.zeros(0, bool))
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)
     return Space(model, cluster, gbs, c, pruned, raw, peak[ok], limit)
