@@ -171,20 +171,64 @@ def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> Nu
 
 
 # ----------------------------------------------------------------------------- parameters
+# One family of per-GPU parameter counts: the estimate (DP traffic, optimizer), the lower
+# bound, the stage-cost record (gradient buckets), cost/compute (gradient accumulation) and
+# memory all read these. docs/memory.md "Parameters on stage s".
+
+def expert_params(m: ModelSpec) -> int:
+    """Parameters of one layer's experts (0 for a dense model): every expert's MLP weights and,
+    with ``bias``, its MLP biases (fc1 ``F`` or ``2F`` gated, fc2 ``h``). Sharded over
+    ``tp·ep`` like the weights they belong to; the router stays in the dense share."""
+    if not m.is_moe:
+        return 0
+    per = m.mlp_params_per_expert()
+    if m.bias:
+        per += m.expert_ffn * (2 if m.gated else 1) + m.hidden_size
+    return m.num_experts * per
+
+
+def layer_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters of one layer on one GPU: the experts (``expert_params``)
+    over ``tp·ep``, everything else (attention, norms, router, dense biases) over ``tp``."""
+    experts = expert_params(m)
+    return (m.layer_params() - experts) / tp, experts / (tp * ep)
+
+
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:
-    """Parameters of one layer held by one GPU: experts sharded over ep·tp, the rest over tp."""
-    experts = m.mlp_params_per_expert() * m.num_experts if m.is_moe else 0
-    dense = m.layer_params() - experts
-    return dense / tp + experts / (tp * ep)
+    """Parameters of one layer held by one GPU (``layer_params_split``, summed)."""
+    dense, expert = layer_params_split(m, tp, ep)
+    return dense + expert
 
 
 def embedding_params_per_gpu(m: ModelSpec, tp: Num) -> Num:
+    """Word (+ learned position) embedding on the first stage, ``/tp``."""
     return m.embedding_params() / tp
 
 
-def lm_head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
-    """The output layer: its own weights, or (tied, pp > 1) a copy of the word embedding."""
-    own = m.vocab_size * m.hidden_size / tp
+def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
+    """The last stage's output layer, ``/tp``: the final norm plus the LM head's weights, or,
+    tied, a copy of the word embedding when ``pp > 1`` (Megatron; with ``pp = 1`` the tied
+    head is the embedding and adds nothing)."""
+    own = m.vocab_size * m.hidden_size
     if m.tie_word_embeddings:
-        return np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
-    return own + 0 * pp
+        head = np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
+    else:
+        head = m.lm_head_params() + 0 * pp
+    return (head + m.norm_params()) / tp
+
+
+def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
+    ``l/p`` layers, the embedding on stage 0 and the output layer on stage ``pp-1``."""
+    dense_l, expert_l = layer_params_split(m, tp, ep)
+    lps = m.num_layers // pp
+    first, last = np.asarray(stage) == 0, np.asarray(stage) == np.asarray(pp) - 1
+    dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
+             + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
+    return dense, lps * expert_l
+
+
+def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num) -> Num:
+    """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
+    dense, expert = stage_params_split(m, tp, ep, pp, stage)
+    return dense + expert

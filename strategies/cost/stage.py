@@ -57,19 +57,6 @@ def plan_floats(job: Job) -> dict[str, float]:
     return {k: float(getattr(p, k)) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
 
 
-def stage_params(job: Job, stage: int, layer_params: float, embedding: float,
-                 head: float) -> float:
-    """Parameters held by one GPU of ``stage``: its layers, the embedding on the first stage
-    and the output layer on the last (``costs.lm_head_params_per_gpu``)."""
-    lps = job.model.num_layers // job.plan.pp
-    n = lps * layer_params
-    if stage == 0:
-        n = n + embedding
-    if stage == job.plan.pp - 1:
-        n = n + head
-    return n
-
-
 def stage_costs(job: Job) -> StageCosts:
     """Read the cost model for ``job`` (see the module docstring)."""
     m, cl, p, f = job.model, job.cluster, job.plan, plan_floats(job)
@@ -90,8 +77,8 @@ def stage_costs(job: Job) -> StageCosts:
     p2p = costs.pp_p2p_bytes(m, b, tp, cp, p.sp)
     lp = float(costs.layer_params_per_gpu(m, tp, ep))
     ep_ = float(costs.embedding_params_per_gpu(m, tp))
-    hp = float(costs.lm_head_params_per_gpu(m, tp, pp))
-    params = tuple(float(stage_params(job, s, lp, ep_, hp)) for s in range(p.pp))
+    hp = float(costs.head_params_per_gpu(m, tp, pp))
+    params = tuple(float(costs.stage_params_per_gpu(m, tp, ep, pp, s)) for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
     opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
     return StageCosts(

@@ -107,8 +107,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     pp_exposed = np.where(pp > 1, 2 * t_p2p * (mb * vv + pp - 1), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
-    params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \
-        + np.where(single, costs.lm_head_params_per_gpu(m, tp, pp), 0.0)
+    params = costs.stage_params_per_gpu(m, tp, ep, pp, 0)
     bw_dp, lat_dp = cm.group_bandwidth(cl, dp, tp * cp)
     gb = sy.main_grad_bytes(dtype)
     t_ar_dp = cm.allreduce_time(gb * params, dp, bw_dp, lat_dp)

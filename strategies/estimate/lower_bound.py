@@ -181,12 +181,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     send = _p2p_send(m, cl, b, tp, cp, sp, n, pp)
 
     # parameters and optimizer by stage (stage_costs), ZeRO >= 1 shards the optimizer over dp
-    lp = costs.layer_params_per_gpu(m, tp, ep)
-    emb_p = costs.embedding_params_per_gpu(m, tp)
-    head_p = costs.lm_head_params_per_gpu(m, tp, pp)
     shard = np.where(zero >= 1, dp, 1.0)
-    params = {"first": lps * lp + emb_p + np.where(single, head_p, 0.0),
-              "last": lps * lp + head_p, "mid": lps * lp}
+    params = {k: costs.stage_params_per_gpu(m, tp, ep, pp, s)
+              for k, s in (("first", 0), ("last", pp - 1), ("mid", pp - 2))}
     opt = {k: ct.optimizer_time(p / shard, gpu, sy) for k, p in params.items()}
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with

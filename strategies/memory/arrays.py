@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
@@ -80,24 +81,13 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str 
     in_flight = _in_flight(stage, pp, nmb, v, sched)
     seq_div = np.where(sp, tp, 1.0)
 
-    # parameters held here (memory.layer_params_per_gpu, embedding/head_params_per_gpu)
-    expert = 0.0
-    if m.is_moe:
-        expert = m.num_experts * m.mlp_params_per_expert()
-        if m.bias:
-            expert += m.num_experts * (m.expert_ffn * (2 if m.gated else 1) + h)
-    dense_l, expert_l = (m.layer_params() - expert) / tp, expert / (ep * tp)
+    # parameters held here (strategies.cost.counts)
+    dense_l, expert_l = counts.layer_params_split(m, tp, ep)
     n_layers = m.num_layers // pp
-    emb_p = np.where(is_first, m.embedding_params() / tp, 0.0)
-    if m.tie_word_embeddings:
-        head = np.where(pp > 1, float(V * h), 0.0)
-    else:
-        head = float(m.lm_head_params())
-    head_p = np.where(is_last, (head + m.norm_params()) / tp, 0.0)
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage)
     d = dp * cp
-    dense_params = n_layers * dense_l + emb_p + head_p
     state = dense_params * _state_per_param(zero, d, sy, dtype) \
-        + n_layers * expert_l * _state_per_param(zero, np.maximum(1, d // ep), sy, dtype)
+        + expert_params * _state_per_param(zero, np.maximum(1, d // ep), sy, dtype)
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
@@ -108,7 +98,7 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str 
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers, fragmentation (memory.other_bytes)
-    params_here = n_layers * (dense_l + expert_l) + emb_p + head_p
+    params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
                        + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
@@ -117,7 +107,7 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str 
     # fp16: the optimizer step's fp32 gradient copy, beyond the activations it replaces
     copy = sy.step_grad_copy_bytes(dtype) * (
         dense_params / np.where(zero >= 1, d, 1.0)
-        + n_layers * expert_l / np.where(zero >= 1, np.maximum(1, d // ep), 1.0))
+        + expert_params / np.where(zero >= 1, np.maximum(1, d // ep), 1.0))
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
     return state + activations + other + step_copy
 

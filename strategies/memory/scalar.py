@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.memory import activations as act
@@ -95,37 +96,19 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
 
 # ------------------------------------------------------------------ parameters per GPU
 
-def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
-    """``(dense, expert)`` parameters of one transformer layer held by one GPU: expert MLPs
-    split over ``ep·tp``, everything else over ``tp`` (norms and biases included, as
-    Megatron's estimator does)."""
-    expert = 0
-    if model.is_moe:
-        expert = model.num_experts * model.mlp_params_per_expert()
-        if model.bias:
-            expert += model.num_experts * (model.expert_ffn * (2 if model.gated else 1)
-                                           + model.hidden_size)
-    dense = model.layer_params() - expert
-    return dense / tp, expert / (ep * tp)
-
+# (the counts themselves live in strategies.cost.counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
-    """Word (+ learned position) embedding on the first stage, ``/tp``."""
-    return job.model.embedding_params() / job.plan.tp if stage == 0 else 0.0
+    """Word (+ learned position) embedding on the first stage, ``/tp``
+    (``counts.embedding_params_per_gpu``); 0 elsewhere."""
+    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if stage == 0 else 0.0
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
-    """LM head plus the final norm on the last stage, ``/tp``. Tied embeddings: with ``pp > 1``
-    the last stage keeps its own copy of the word embedding (Megatron); with ``pp = 1`` the
-    head is the embedding and adds nothing."""
-    m, p = job.model, job.plan
-    if stage != p.pp - 1:
-        return 0.0
-    if m.tie_word_embeddings:
-        head = m.vocab_size * m.hidden_size if p.pp > 1 else 0
-    else:
-        head = m.lm_head_params()
-    return (head + m.norm_params()) / p.tp
+    """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
+    0 elsewhere."""
+    p = job.plan
+    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if stage == p.pp - 1 else 0.0
 
 
 def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:
@@ -151,7 +134,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     act._check_stage(job, stage)
     p, m = job.plan, job.model
     n_layers = m.num_layers // p.pp
-    dense, expert = layer_params_per_gpu(m, p.tp, p.ep)
+    dense, expert = counts.layer_params_split(m, p.tp, p.ep)
     in_flight = act.in_flight_microbatches(job, stage)
     emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
     out_act = 0.0
