@@ -59,8 +59,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     if space.size == 0:
         raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
                         + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
-    analytic = estimate_arrays(m, cl, cfg.dtype, space.cols)
-    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.cols)
+    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays)
+    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays,
+                                   costs=analytic["stage_costs"])
     plans = [space.plan(i) for i in range(space.size)]
     keys = [plan_key(p) for p in plans]
     refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]

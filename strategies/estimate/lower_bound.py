@@ -6,8 +6,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
 
 1. **Each stream is sequential.** A rank runs the ops of each stream (compute, tp-comm,
    dp-comm, pp-comm, …) one after another. Compute ops last exactly what
-   ``strategies.cost.stage`` says (the same ``strategies.cost.compute`` calls, made here
-   over arrays): per model chunk and micro-batch ``layers·fwd`` (+ the embedding on virtual
+   ``strategies.cost.stage`` says (the bound reads the same ``StageCostArrays`` record the
+   compiler's ``StageCosts`` is an entry of): per model chunk and micro-batch ``layers·fwd`` (+ the embedding on virtual
    stage 0, + the LM head on the last one), ``layers·(bwd + recompute)`` (+ their backward),
    and the optimizer step last.
 2. **Communication floors.** A flow never moves faster than its slowest link, and max-min
@@ -54,16 +54,16 @@ floating-point reassociation.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts as costs
-from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.cost.stage import StageCostArrays, stage_cost_arrays
+from strategies.cost.system import SystemConfig
+from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from topologies.cluster import Cluster
 
 SAFETY = 1e-9
@@ -117,27 +117,25 @@ def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
     return np.where(n > 1, t, 0.0)
 
 
-def _block_comm(m: ModelSpec, cl: Cluster, b, tp, cp, ep, tpo, attn_f, attn_b,
-                sy: SystemConfig):
+def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     """Blocking seconds per layer: (forward, backward, one TP collective)."""
-    tau = group_floor(costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, 2, cl)
-    tau = tau * np.where(tpo, 1.0 / sy.tp_overlap_chunks, 1.0)
-    a2a_bytes = costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep)
+    attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
+    tau = group_floor(sc.tp_bytes, tp, 1, 2, cl)
+    tau = tau * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
     a2a = np.where(ep > 1, min_route_latency(cl)
-                   + (ep - 1) / ep * a2a_bytes / egress_rate_cap(cl), 0.0)
-    cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
-    cp_pass = np.where(cp > 1, group_floor(cp_buf, cp, tp, 1, cl), 0.0)   # one layer forward
-    f = sy.cp_exposed_fraction
+                   + (ep - 1) / ep * sc.ep_bytes / egress_rate_cap(cl), 0.0)
+    cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
+    f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
     return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
 
 
-def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
+def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
     """Seconds one pipeline send takes at least (across nodes when stages are whole nodes
     apart). The all-gather over tp after a receive without SP is not counted: a receive
     with no send before it in its exchange may finish early."""
-    nbytes = costs.pp_p2p_bytes(m, b, tp, cp, sp)
+    nbytes = sc.p2p_bytes
     stride = n / pp
     G = cl.gpus_per_node
     cross = (stride >= G) & (np.mod(stride, G) == 0)
@@ -145,46 +143,40 @@ def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
     return np.where(pp > 1, send, 0.0)
 
 
-def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
+def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
+                          P: PlanArrays | Mapping[str, Any],
                           framework: FrameworkProfile | str | None = None,
-                          system: SystemConfig | None = None) -> np.ndarray:
+                          system: SystemConfig | None = None,
+                          costs: StageCostArrays | None = None) -> np.ndarray:
     """Seconds per step that no simulation of these plans can beat (see the module docstring).
-    ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
-    ``framework``: the jobs' software profile (default Megatron-Core); ``system``: the policy
-    constants (default ``DEFAULT_SYSTEM``)."""
-    fw = get_profile(framework)
-    sy = get_system(system)
-    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
-    tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
-    rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
-    sp, flash, tpo, ogr = (np.asarray(P[k], dtype=bool) for k in ("sp", "flash", "tpo", "ogr"))
-    v = np.where(sched == 2, f["vpp"], 1.0)
-    gpu, n = cl.gpu, tp * pp * dp * cp
-    nmb = np.floor(f["gbs"] / (b * dp))
+    ``P``: ``PlanArrays`` (or the search space's short columns); ``framework``: the jobs'
+    software profile (default Megatron-Core); ``system``: the policy constants (default
+    ``DEFAULT_SYSTEM``); ``costs``: their ``StageCostArrays`` when already computed (e.g.
+    ``estimate_arrays(...)["stage_costs"]``), else computed here from the same arguments."""
+    P = as_plan_arrays(P)
+    sc = costs if costs is not None else stage_cost_arrays(m, cl, dtype, P, framework, system)
+    tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
+    rc, zero, sched = P.recompute, P.zero, P.schedule
+    tpo, ogr = P.tp_comm_overlap, P.overlap_grad_reduce
+    v = np.where(sched == 2, P.vpp, 1.0)
+    n = tp * pp * dp * cp
+    nmb = np.floor(P.gbs / (b * dp))
     lps = np.floor(m.num_layers / pp)
     lpc = np.floor(m.num_layers / (pp * v))
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3)
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
-    shard_acc = ct.accum_shard(dp, zero)
-    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
-                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc, sy)
-    emb = ct.embedding_time(m, b, tp, cp, gpu, sy)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b, sy)
-    n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
-    f_blk = lpc * (lt.fwd + c_f)
-    b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
-    send = _p2p_send(m, cl, b, tp, cp, sp, n, pp)
+    head_f, head_b = sc.head_fwd, sc.head_bwd
+    emb, emb_b = sc.embedding_fwd, sc.embedding_bwd
+    c_f, c_b, tau = _block_comm(cl, sc, tp, cp, ep, tpo)
+    n_rc = np.where((rc == 2) & (sc.layer_recompute > 0), 2.0, 0.0)
+    f_blk = lpc * (sc.layer_fwd + c_f)
+    b_blk = lpc * (sc.layer_bwd + sc.layer_recompute + c_b + n_rc * tau)
+    send = _p2p_send(cl, sc, n, pp)
 
-    # parameters and optimizer by stage (stage_costs), ZeRO >= 1 shards the optimizer over dp
-    shard = np.where(zero >= 1, dp, 1.0)
-    params = {k: costs.stage_params_per_gpu(m, tp, ep, pp, s)
-              for k, s in (("first", 0), ("last", pp - 1), ("mid", pp - 2))}
-    opt = {k: ct.optimizer_time(p / shard, gpu, sy) for k, p in params.items()}
+    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
+    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
+    opt = {"first": sc.optimizer_first, "last": sc.optimizer_last, "mid": sc.optimizer_mid}
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with
     # GPipe and 1F1B, the backward ones with interleaving (a forward's output waits in the
@@ -200,25 +192,25 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
 
     dp_stride = tp * cp
-    gb = sy.main_grad_bytes(dtype)
+    gb = sc.grad_bytes
     sync = (dp > 1) & (zero < 3)
 
     def dp_terms(kind):
         p = params[kind]
         red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
-        ag = np.where(sync & (zero >= 1), group_floor(sy.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
-        window = lps * lt.fwd
+        ag = np.where(sync & (zero >= 1), group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
+        window = lps * sc.layer_fwd
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * group_floor(sy.param_bytes * p, dp, dp_stride, 1, cl)
+        z3 = nmb * v * (2 * group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl)
                         + group_floor(gb * p, dp, dp_stride, 1, cl))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)
         busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 
-    ogr_gather = np.asarray(P["opg"], dtype=bool)
+    ogr_gather = P.overlap_param_gather
     red0, ag0, z30 = dp_terms("first")
 
     def stage_bound(kind, s):

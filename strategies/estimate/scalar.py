@@ -4,21 +4,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE, estimate_arrays
+from strategies.estimate.analytic import estimate_arrays
 from strategies.job import Job
 from strategies.plan import Plan
+from strategies.plan_arrays import PlanArrays
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "bubble", "optimizer")
 
 
-def plan_arrays(plan: Plan) -> dict[str, Any]:
-    """The estimator's array keys for one resolved plan."""
-    return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-            "mbs": plan.mbs, "gbs": plan.gbs, "vpp": plan.vpp, "sched": SCHED_CODE[plan.schedule],
-            "rc": RECOMPUTE_CODE[plan.recompute], "sp": plan.sp, "zero": plan.zero,
-            "flash": plan.flash_attn, "ogr": plan.overlap_grad_reduce,
-            "opg": plan.overlap_param_gather, "tpo": plan.tp_comm_overlap}
+def plan_arrays(plan: Plan) -> PlanArrays:
+    """The estimator's ``PlanArrays`` of one resolved plan (arrays of length 1)."""
+    return PlanArrays.from_plans([plan])
 
 
 @dataclass(frozen=True)
@@ -55,12 +52,12 @@ class Estimate:
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic)."""
     from strategies.memory.scalar import memory_by_stage
-    r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan), job.framework,
-                        job.system)
+    arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+                             job.framework, job.system)
+    r = {k: float(v[0]) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)
-    return Estimate(job=job, step_time_s=float(r["step_time_s"]),
-                    tokens_per_s=float(r["tokens_per_s"]), mfu=float(r["mfu"]),
-                    hfu=float(r["hfu"]), bubble_fraction=float(r["bubble_fraction"]),
-                    breakdown_s={k: float(r[k]) for k in BREAKDOWN_KEYS}, memory=peak,
+    return Estimate(job=job, step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],
+                    mfu=r["mfu"], hfu=r["hfu"], bubble_fraction=r["bubble_fraction"],
+                    breakdown_s={k: r[k] for k in BREAKDOWN_KEYS}, memory=peak,
                     memory_by_stage=stages, num_microbatches=int(r["num_microbatches"]))

@@ -21,7 +21,7 @@ with activations and parameters only, so it never exceeds the first stage.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
 
 
 def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
@@ -64,16 +65,17 @@ def _in_flight(stage, pp, m, v, sched):
     return np.where(sched == 0, m, np.where(sched == 2, inter, one_f_one_b))
 
 
-def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str = "bf16",
-                        system: SystemConfig | None = None) -> np.ndarray:
+def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
+                        dtype: str = "bf16", system: SystemConfig | None = None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
-    (``dtype``: the training precision; ``system``: the policy constants)."""
+    (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
+    precision; ``system``: the policy constants)."""
     sy = get_system(system)
-    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
-    tp, pp, dp, cp, ep, b, v = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "vpp"))
-    sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
-    sp, flash = np.asarray(P["sp"], dtype=bool), np.asarray(P["flash"], dtype=bool)
-    nmb = f["gbs"] // (b * dp)
+    P = as_plan_arrays(P)
+    tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
+    sched, rc, zero = P.schedule, P.recompute, P.zero
+    sp, flash = P.sp, P.flash_attn
+    nmb = P.gbs // (b * dp)
     stage = pp - 1 if last else np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == pp - 1
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
@@ -112,7 +114,7 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool, dtype: str 
     return state + activations + other + step_copy
 
 
-def peak_memory_arrays(m: ModelSpec, P: dict[str, Any], dtype: str = "bf16",
+def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
     return np.maximum(stage_memory_arrays(m, P, False, dtype, system),

@@ -24,7 +24,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.estimate.scalar import plan_arrays
+from strategies.plan_arrays import PlanArrays
 from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
@@ -97,6 +97,11 @@ class Space:
     def size(self) -> int:
         return int(len(self.cols["tp"]))
 
+    @property
+    def arrays(self) -> PlanArrays:
+        """The survivors as ``PlanArrays`` (what the estimate and the bound read)."""
+        return PlanArrays.from_columns(self.cols)
+
     def plan(self, i: int) -> Plan:
         return plan_of(self.cols, i)
 
@@ -126,10 +131,7 @@ def plan_key(plan: Plan) -> str:
 
 def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:
     """Plan arrays (``COLUMNS``) of resolved plans."""
-    rows = [plan_arrays(p) for p in plans]
-    return {k: np.array([r[k] for r in rows], dtype=bool if k in ("sp", "flash", "ogr", "opg",
-                                                                   "tpo") else np.int64)
-            for k in COLUMNS}
+    return PlanArrays.from_plans(plans).to_columns()
 
 
 def parse_fix(text: str | None) -> dict[str, Any]:
