@@ -196,3 +196,16 @@ def test_final_norm_is_on_the_last_stage():
     last = costs.stage_params_per_gpu(m, 2, 1, 4, 3)
     mid = costs.stage_params_per_gpu(m, 2, 1, 4, 1)
     assert last - mid == (m.lm_head_params() + m.norm_params()) / 2
+
+
+@pytest.mark.parametrize("l,h,a,V,s", GPTS)
+def test_mfu_is_eq_2b_over_gpu_seconds(l, h, a, V, s):
+    """The one MFU/HFU definition: §2b model FLOPs over n·t·peak; HFU adds the recomputed
+    forward (full recomputation: 96 instead of 72, §2a) and equals MFU without it."""
+    B, n, t, peak = 512, 1024, 12.5, 312e12
+    m = gpt(l, h, a, V, s)
+    want = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / (n * t * peak)
+    assert costs.mfu(m, B, t, n, peak) == pytest.approx(want, rel=1e-12)
+    assert costs.hfu(m, B, False, 0, t, n, peak) == costs.mfu(m, B, t, n, peak)
+    full = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / (n * t * peak)
+    assert costs.hfu(m, B, False, 2, t, n, peak) == pytest.approx(full, rel=1e-12)

@@ -144,9 +144,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
 def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
     step = r["step_time_s"]
     n = cfg.cluster.num_gpus
-    flops = float(costs.model_flops_per_step(cfg.model, plan.gbs))
     return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": flops / (n * step * cfg.cluster.gpu.peak(cfg.dtype)),
+            "mfu": float(costs.mfu(cfg.model, plan.gbs, step, n, cfg.cluster.gpu.peak(cfg.dtype))),
             "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
             "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
             "events": r["events"]}

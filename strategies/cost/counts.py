@@ -107,6 +107,21 @@ def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
     return 3 * (fwd_gemm + fwd_attn + fwd_head)
 
 
+def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) -> Num:
+    """Model FLOPs utilisation: ``model_flops_per_step / (n_gpus · step_time_s · peak)``
+    (``peak_flops`` in FLOP/s per GPU for the job's dtype). The one definition: the
+    estimate, the simulation's report and the search's rows all call it."""
+    return model_flops_per_step(m, gbs) / (n_gpus * step_time_s * peak_flops)
+
+
+def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
+        peak_flops: Num) -> Num:
+    """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
+    recomputed forward) over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without
+    recomputation."""
+    return hardware_flops_per_step(m, gbs, flash, recompute) / (n_gpus * step_time_s * peak_flops)
+
+
 # ----------------------------------------------------------------------------- memory traffic
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.

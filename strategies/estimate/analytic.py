@@ -135,12 +135,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     share = lps * mb
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
-    model_flops = costs.model_flops_per_step(m, gbs)
-    hw_flops = costs.hardware_flops_per_step(m, gbs, flash, rc)
     peak = gpu.peak(dtype)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": model_flops / (n * step * peak), "hfu": hw_flops / (n * step * peak),
+        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak),
         "bubble_fraction": (pipe - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,
