@@ -1,5 +1,7 @@
 """Per-GPU memory of each pipeline stage: model state, activations and an ``other`` allowance.
 
+A thin wrapper: every number is entry 0 of ``strategies.memory.arrays`` (the array
+implementation the search prunes with) for the job's one plan, so the two cannot disagree.
 Bytes everywhere; GiB only in ``MemoryBreakdown.to_gib_dict``. Activations come from
 ``strategies.memory.activations`` (Korthikanti et al. 2022); model state follows Megatron-LM's
 ``theoretical_memory_usage`` (18 bytes/parameter in mixed precision) and the ZeRO paper
@@ -25,11 +27,12 @@ from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.memory import activations as act
+from strategies.memory import arrays
+from strategies.plan_arrays import PlanArrays
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
     from strategies.job import Job
-    from strategies.model import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -67,8 +70,9 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
                                 system: SystemConfig | None = None
                                 ) -> tuple[float, float, float]:
     """``(params, grads, optimizer)`` bytes per parameter on one GPU with ``dp`` data-parallel
-    ranks sharing the states. Bytes not given come from ``system`` (``param_bytes``,
-    ``main_grad_bytes(dtype)``, ``optimizer_state_bytes``).
+    ranks sharing the states (``arrays.state_bytes_per_param``, checked). Bytes not given
+    come from ``system`` (``param_bytes``, ``main_grad_bytes(dtype)``,
+    ``optimizer_state_bytes``).
 
     zero 0: Megatron mixed precision, ``2 + 4 + 12 = 18`` (bf16 weights, fp32 main grads,
     fp32 master weights + Adam m, v); zero 1: Megatron's distributed optimizer
@@ -88,14 +92,11 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
     param_bytes = sy.param_bytes if param_bytes is None else param_bytes
     grad_bytes = sy.main_grad_bytes(dtype) if grad_bytes is None else grad_bytes
     optimizer_bytes = sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes
-    opt = optimizer_bytes / dp if zero >= 1 else optimizer_bytes
-    grads = grad_bytes / dp if zero >= 2 else grad_bytes
-    params = param_bytes / dp if zero >= 3 else param_bytes
-    return params, grads, opt
+    return tuple(float(x) for x in arrays.state_bytes_per_param(zero, dp, param_bytes,
+                                                                 grad_bytes, optimizer_bytes))
 
 
 # ------------------------------------------------------------------ parameters per GPU
-
 # (the counts themselves live in strategies.cost.counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
@@ -111,16 +112,6 @@ def head_params_per_gpu(job: Job, stage: int) -> float:
     return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if stage == p.pp - 1 else 0.0
 
 
-def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:
-    p = job.plan
-    d = p.dp * p.cp
-    kw = {"dtype": job.dtype, "system": job.system}
-    pd, gd, od = model_state_bytes_per_param(p.zero, d, **kw)
-    pe, ge, oe = model_state_bytes_per_param(p.zero, max(1, d // p.ep), **kw)
-    return MemoryBreakdown(params=dense * pd + expert * pe, grads=dense * gd + expert * ge,
-                           optimizer=dense * od + expert * oe)
-
-
 # ------------------------------------------------------------------ stage memory
 
 def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
@@ -129,69 +120,17 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     ``layers``: the stage's transformer layers (state + their activation stash);
     ``embedding``: first stage (state + embedding activations); ``output``: last stage
     (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
-    recompute only); ``other``: the allowance (see ``other_bytes``).
+    recompute only); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
+    in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
+    Entry 0 of ``arrays.memory_component_arrays`` for the job's one plan, with the stash of
+    the job's schedule (``activations.in_flight_microbatches``).
     """
     act._check_stage(job, stage)
-    p, m = job.plan, job.model
-    n_layers = m.num_layers // p.pp
-    dense, expert = counts.layer_params_split(m, p.tp, p.ep)
-    in_flight = act.in_flight_microbatches(job, stage)
-    emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
-    out_act = 0.0
-    if stage == p.pp - 1:
-        out_act = act.output_activation_bytes(job) * (in_flight if p.schedule == "gpipe" else 1)
-    rc_act = act.job_layer_activation_bytes(job, "none") if p.recompute == "full" else 0.0
-    layers_act = in_flight * act.layers_per_chunk(job) * act.job_layer_activation_bytes(job)
-    parts = {
-        "layers": _with_act(_state(job, n_layers * dense, n_layers * expert), layers_act),
-        "embedding": _with_act(_state(job, embedding_params_per_gpu(job, stage)),
-                               in_flight * emb_act),
-        "output": _with_act(_state(job, head_params_per_gpu(job, stage)), out_act),
-        "recompute": MemoryBreakdown(activations=rc_act),
-    }
-    activations = sum(b.activations for b in parts.values())
-    params_here = (n_layers * (dense + expert) + embedding_params_per_gpu(job, stage)
-                   + head_params_per_gpu(job, stage))
-    parts["other"] = MemoryBreakdown(
-        grads=step_grad_copy_excess(job, n_layers * dense + embedding_params_per_gpu(job, stage)
-                                    + head_params_per_gpu(job, stage), n_layers * expert,
-                                    activations),
-        other=other_bytes(job, activations, params_here, dense + expert))
-    return parts
-
-
-def step_grad_copy_excess(job: Job, dense: float, expert: float, activations: float) -> float:
-    """Bytes by which the optimizer step's fp32 gradient copy (fp16 training only,
-    ``SystemConfig.step_grad_copy_bytes``; the distributed optimizer copies its ``1/d``
-    shard) exceeds the activations it replaces (they are freed when the step runs), so that
-    the stage total is the larger of the backward's and the step's peaks (0 with bf16/fp8)."""
-    p, sy = job.plan, job.system
-    per = sy.step_grad_copy_bytes(job.dtype)
-    if per == 0:
-        return 0.0
-    d = p.dp * p.cp
-    copy = per * (dense / (d if p.zero >= 1 else 1) + expert / (max(1, d // p.ep)
-                                                                if p.zero >= 1 else 1))
-    return max(0.0, copy - (1.0 + sy.fragmentation) * activations)
-
-
-def other_bytes(job: Job, activations: float, params_per_gpu: float, layer_params: float) -> float:
-    """``system.fixed_other_bytes`` (CUDA context, cuBLAS workspaces, NCCL buffers) + gradient-
-    reduction buffers + ``system.fragmentation × activations`` (``job.system``).
-
-    Reduction buffers: none with zero 0/1 (Megatron's buckets are views into the contiguous
-    fp32 grad buffer, already counted in ``grads``; the distributed optimizer gathers
-    parameters in place). With zero 2/3 and more than one data-parallel rank, two unsharded
-    gradient buckets in flight (``2·min(bucket, params)·grad`` bytes: one filling, one being
-    reduce-scattered); zero 3 adds two layers' gathered parameters (current + prefetched).
-    """
-    p, sy = job.plan, job.system
-    buffers = 0.0
-    if p.zero >= 2 and p.dp * p.cp > 1:
-        buffers = 2 * min(sy.bucket_params, params_per_gpu) * sy.main_grad_bytes(job.dtype)
-        if p.zero == 3:
-            buffers += 2 * layer_params * sy.param_bytes
-    return sy.fixed_other_bytes + buffers + sy.fragmentation * activations
+    parts, _ = arrays.memory_component_arrays(
+        job.model, PlanArrays.from_plans([job.plan]), stage, job.dtype, job.system,
+        in_flight=[act.in_flight_microbatches(job, stage)])
+    return {o: MemoryBreakdown(**{k: float(parts[o][k][0]) for k in arrays.KINDS})
+            for o in arrays.ORIGINS}
 
 
 def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
@@ -217,10 +156,6 @@ def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
 def fits(job: Job, headroom_bytes: float = 0.0) -> bool:
     """Whether the peak stage plus ``headroom_bytes`` fits the smallest GPU of the cluster."""
     return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
-
-
-def _with_act(b: MemoryBreakdown, activations: float) -> MemoryBreakdown:
-    return MemoryBreakdown(b.params, b.grads, b.optimizer, activations, b.other)
 
 
 def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:
