@@ -192,7 +192,8 @@ def run(args: argparse.Namespace) -> int:
     exported = None
     if args.export:
         rec = report["recommended"]
-        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype)
+        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype,
+                       system=cfg.system)
         exported, notes = export(args.export, job)
         for n in notes:
             print(f"paraplan: note: {n}", file=sys.stderr)

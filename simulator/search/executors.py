@@ -17,6 +17,7 @@ nothing finished is lost, nothing is simulated twice.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 import json
 import os
 import sys
@@ -27,15 +28,18 @@ from typing import Any, Callable
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.model import ModelSpec
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.plan import Plan
 from topologies.cluster import Cluster
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan; the figures the search reports."""
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, system: SystemConfig | None,
+             plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan; the figures the search reports (``system``: the policy
+    constants, None for ``DEFAULT_SYSTEM``)."""
     from simulator.simulate import simulate
     try:
-        res = simulate(make_job(model, cluster, plan, dtype=dtype))
+        res = simulate(make_job(model, cluster, plan, dtype=dtype, system=system))
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
@@ -191,10 +195,14 @@ class RayPool:
 
 
 # ----------------------------------------------------------------------- results file
-def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int) -> str:
-    """What a stored result depends on besides its plan."""
-    blob = json.dumps({"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype,
-                       "gbs": gbs}, sort_keys=True, default=str)
+def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
+                 system: SystemConfig | None = None) -> str:
+    """What a stored result depends on besides its plan (``system`` only when it is not
+    ``DEFAULT_SYSTEM``, so older results files still match)."""
+    ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    if system is not None and system != DEFAULT_SYSTEM:
+        ctx["system"] = asdict(system)
+    blob = json.dumps(ctx, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

@@ -16,6 +16,7 @@ import numpy as np
 from simulator.search.executors import (Cached, ResultsLog, context_hash, make_executor,
                                    progress_printer)
 from strategies.cost import counts as costs
+from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
@@ -49,17 +50,18 @@ class SearchConfig:
     resume: bool = False
     progress: bool = False
     references: list[tuple[str, Plan]] = field(default_factory=list)
+    system: SystemConfig | None = None        # policy constants (None: DEFAULT_SYSTEM)
 
 
 def run_search(cfg: SearchConfig) -> dict[str, Any]:
     """Search and return the report (see the module docstring)."""
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
-    space = enumerate_space(m, cl, cfg.gbs, cfg.options, cfg.dtype)
+    space = enumerate_space(m, cl, cfg.gbs, cfg.options, cfg.dtype, cfg.system)
     if space.size == 0:
         raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
                         + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
-    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays)
+    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, system=cfg.system)
     bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays,
                                    costs=analytic["stage_costs"])
     plans = [space.plan(i) for i in range(space.size)]
@@ -75,8 +77,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
 
     log = None
     if cfg.results:
-        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs), cfg.resume)
-    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype), plan_of,
+        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs, cfg.system), cfg.resume)
+    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype, cfg.system), plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
@@ -125,7 +127,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
 def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
     """A reference plan resolved against the job (None when it does not apply here)."""
     try:
-        job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype)
+        job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype,
+                       system=cfg.system)
     except SpecError:
         return None
     return label, job.plan
@@ -210,7 +213,7 @@ def _recommended(cfg, space, analytic, bounds, plans, res, out) -> dict[str, Any
 
 def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
     from strategies.memory.scalar import peak_memory
-    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype)
+    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, system=cfg.system)
     row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p), "short": p.short()}
     row.update(_figures(cfg, p, r))
     row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}
