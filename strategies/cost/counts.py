@@ -16,18 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from strategies.cost.system import SystemConfig, get_system
 from strategies.model import ModelSpec
 
 Num = Any  # float or np.ndarray
 
 ACT_BYTES = 2  # bf16/fp16 activations
-
-
-def grad_bytes(dtype: str, system: SystemConfig | None = None) -> float:
-    """Bytes of one main-gradient element (``SystemConfig.main_grad_bytes``: 4 with bf16/fp8,
-    2 with fp16 training)."""
-    return get_system(system).main_grad_bytes(dtype)
 
 
 def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
