@@ -1,5 +1,8 @@
-"""The analytic step-time model, written over numpy arrays of plan fields so that one code path
-scores one plan (``strategies.estimate``) or a hundred thousand (``strategies.search.space``).
+"""The analytic step-time model, written over numpy arrays of plan fields (``PlanArrays``) so
+that one code path scores one plan (``strategies.estimate``) or a hundred thousand
+(``strategies.search.space``). Every per-layer and per-stage duration, byte and parameter
+count is read from the stage-cost record (``strategies.cost.stage.stage_cost_arrays``), the
+record the lower bound and the compiler read too; this module adds the composition.
 
 Model (per optimizer step, seconds):
 
