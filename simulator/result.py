@@ -4,7 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
+from simulator.program.ops import STREAMS  # noqa: F401  (the stream names: one definition)
+
 KINDS = ("forward", "backward", "recompute", "optimizer", "embedding", "lm_head",
          "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
 
