@@ -4,8 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator.program.ops import STREAMS  # noqa: F401  (the stream names: one definition)
-
+STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
 KINDS = ("forward", "backward", "recompute", "optimizer", "embedding", "lm_head",
          "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
 
