@@ -122,28 +122,37 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
     recompute only); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
     in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
-    Entry 0 of ``arrays.memory_component_arrays`` for the job's one plan, with the stash of
-    the job's schedule (``activations.in_flight_microbatches``).
+    An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
+    job's schedule (``activations.in_flight_microbatches``).
     """
     act._check_stage(job, stage)
+    return _components(job, [stage])[0]
+
+
+def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]:
+    """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
     parts, _ = arrays.memory_component_arrays(
-        job.model, PlanArrays.from_plans([job.plan]), stage, job.dtype, job.system,
-        in_flight=[act.in_flight_microbatches(job, stage)])
-    return {o: MemoryBreakdown(**{k: float(parts[o][k][0]) for k in arrays.KINDS})
-            for o in arrays.ORIGINS}
+        job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
+        job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages])
+    return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
+             for o in arrays.ORIGINS} for i in range(len(stages))]
 
 
-def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
-    """Peak per-GPU memory of pipeline rank ``stage``."""
+def _total(parts: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
     total = MemoryBreakdown()
-    for part in memory_components(job, stage).values():
+    for part in parts.values():
         total = total + part
     return total
 
 
+def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
+    """Peak per-GPU memory of pipeline rank ``stage``."""
+    return _total(memory_components(job, stage))
+
+
 def memory_by_stage(job: Job) -> list[MemoryBreakdown]:
     """``stage_memory`` for every pipeline rank, first to last."""
-    return [stage_memory(job, s) for s in range(job.plan.pp)]
+    return [_total(parts) for parts in _components(job, list(range(job.plan.pp)))]
 
 
 def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
@@ -162,5 +171,5 @@ def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:
     """Per stage, ``memory_components`` in GiB: ``{"layers": {"peak_gib": …, …}, "embedding":
     …, "output": …, "recompute": …, "other": …}``. ``layers.activations_gib`` is what
     Korthikanti et al. (2022) Figure 1 reports (transformer layers only)."""
-    return [{k: v.to_gib_dict() for k, v in memory_components(job, s).items()}
-            for s in range(job.plan.pp)]
+    return [{k: v.to_gib_dict() for k, v in parts.items()}
+            for parts in _components(job, list(range(job.plan.pp)))]
