@@ -127,8 +127,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params = n_layers * dense_l + emb_p + head_p
-    expert_params = n_layers * expert_l
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage)
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
