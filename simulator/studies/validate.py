@@ -67,7 +67,7 @@ def _case(entry: dict, index: int) -> Case:
 def _job_with_microbatches(job: Job, m: int) -> Job:
     p = job.plan
     return make_job(job.model, job.cluster, replace(p, gbs=m * p.mbs * p.dp), dtype=job.dtype,
-                    framework=job.framework)
+                    framework=job.framework, system=job.system)
 
 
 def period(job: Job) -> int:
