@@ -157,3 +157,17 @@ def test_record_of_many_plans_is_the_record_of_each():
         for f in ("layer_fwd", "layer_bwd", "head_bwd", "params_first", "optimizer_last",
                   "tp_bytes", "p2p_bytes"):
             assert getattr(batch, f)[i] == getattr(single, f)[0], f
+
+
+def test_the_bound_reads_the_estimates_record():
+    """The lower bound given the estimate's record equals the bound computing its own: both
+    are the same function of the plans."""
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    jobs = random_jobs("mixtral-8x7b", "dgx-h100", 2, 32, seed=5)
+    j0 = jobs[0]
+    pa = PlanArrays.from_plans([j.plan for j in jobs])
+    est = estimate_arrays(j0.model, j0.cluster, j0.dtype, pa, j0.framework)
+    shared = step_time_lower_bound(j0.model, j0.cluster, j0.dtype, pa, j0.framework,
+                                   costs=est["stage_costs"])
+    own = step_time_lower_bound(j0.model, j0.cluster, j0.dtype, pa, j0.framework)
+    assert np.array_equal(shared, own) and (shared > 0).all()
