@@ -26,6 +26,24 @@ Sources (details and numbers in docs/calibration.md):
 * Default recompute (a plan default for published runs that do not state it): Megatron-LM
   2021 recomputed full layers; MaxText (``remat_policy: 'full'`` in configs/base.yml) and
   Praxis (``checkpoint_policy = SAVE_NOTHING``) rematerialise the whole layer by default.
+* Plan features each stack can run (``FrameworkProfile.schedules`` and the feature fields;
+  ``check_plan`` refuses the rest, the search never proposes them). Megatron-Core:
+  ``megatron/core/pipeline_parallel/schedules.py`` (``get_forward_backward_func``: no
+  pipelining, 1F1B, interleaved 1F1B; no GPipe), the distributed optimizer (ZeRO-1) and
+  Megatron-FSDP (``--data-parallel-sharding-strategy optim_grads`` / ``optim_grads_params``:
+  ZeRO-2/3), context, sequence and expert parallelism, ``--tp-comm-overlap``. Megatron-LM
+  2021-22: 1F1B and interleaving (Narayanan et al. 2021), sequence parallelism and selective
+  recomputation (Korthikanti et al. 2022), the distributed optimizer (2022); no context or
+  expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
+  engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
+  asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
+  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
+  GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
+  with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
+  expert parallelism; no TP communication overlap without ``torch.compile`` (async TP).
+  MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
+  ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
+  circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -33,9 +51,13 @@ Sources (details and numbers in docs/calibration.md):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
+
+if TYPE_CHECKING:
+    from strategies.plan import Plan
 
 
 @dataclass(frozen=True)
@@ -61,6 +83,27 @@ class FrameworkProfile:
     default_tp_comm_overlap: bool
     attention_kernel: str = "native"
     default_recompute: str = "none"
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_with_pp: int = 3
+    max_tp: int | None = None
+    max_pp: int | None = None
+    context_parallel: bool = True
+    expert_parallel: bool = True
+    sequence_parallel: bool = True
+    tp_comm_overlap: bool = True
+    flash_attn: bool = True
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    aliases: tuple[str, ...] = ()
+    export: str = "megatron"
+
+    def plan_defaults(self) -> dict[str, bool]:
+        """The plan switches this stack turns on by default (a plan that names a switch
+        overrides it)."""
+        return {"flash_attn": self.default_flash_attn,
+                "overlap_grad_reduce": self.default_overlap_grad_reduce,
+                "overlap_param_gather": self.default_overlap_param_gather,
+                "tp_comm_overlap": self.default_tp_comm_overlap}
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -74,6 +117,9 @@ class FrameworkProfile:
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
+        if self.default_recompute not in self.recompute:
+            raise SpecError("framework.default_recompute", self.default_recompute,
+                            f"must be one of the stack's recompute modes {self.recompute}")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
@@ -83,11 +129,24 @@ LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module 
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
-    description="Megatron-LM v2 (Narayanan et al. 2021; also Megatron-DeepSpeed 2022): apex fused "
+    description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "
                 "kernels, unfused softmax, blocking communication, main_grad.add_ per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=20, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=False, default_overlap_grad_reduce=False,
-    default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full")
+    default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
+    zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
+    tp_comm_overlap=False, flash_attn=False)
+
+MEGATRON_DEEPSPEED = FrameworkProfile(
+    name="megatron-deepspeed",
+    description="Megatron-DeepSpeed (BLOOM, 2021-22 DeepSpeed-Megatron runs): Megatron's tensor "
+                "parallelism under DeepSpeed's pipeline engine and ZeRO-1, main_grad.add_ per "
+                "micro-batch",
+    grad_accum_fusion=False, kernels_per_layer=20, launch_gap_s=LAUNCH_GAP_S,
+    default_flash_attn=False, default_overlap_grad_reduce=False,
+    default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
+    schedules=("1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1, context_parallel=False,
+    expert_parallel=False, tp_comm_overlap=False, flash_attn=False, export="deepspeed")
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -103,7 +162,18 @@ PYTORCH_EAGER = FrameworkProfile(
                 "FlashAttention, unfused elementwise kernels, AccumulateGrad per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=30, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2")
+    default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
+    schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
+    expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
+    recompute=("none", "full"), export="none")
+
+TORCHTITAN = replace(
+    PYTORCH_EAGER, name="torchtitan",
+    description="torchtitan (PyTorch FSDP2, eager): FlashAttention (SDPA), unfused elementwise "
+                "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
+    schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
+    max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
+    sequence_parallel=True, recompute=("none", "selective", "full"), export="torchtitan")
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",
@@ -111,10 +181,16 @@ JAX_XLA = FrameworkProfile(
                 "sharding, gradients accumulated by a separate fused add",
     grad_accum_fusion=False, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full")
+    default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
+    schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
+    tp_comm_overlap=False, export="none")
 
-PROFILES: dict[str, FrameworkProfile] = {p.name: p for p in (MEGATRON_LM_2021, MEGATRON_CORE,
-                                                            PYTORCH_EAGER, JAX_XLA)}
+PROFILES: dict[str, FrameworkProfile] = {
+    p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
+                        PYTORCH_EAGER, JAX_XLA)}
+ALIASES: dict[str, str] = {"megatron": "megatron-core", "nemo": "megatron-core",
+                           "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
+                           "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager"}
 DEFAULT = MEGATRON_CORE
 
 
@@ -125,6 +201,47 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
     if isinstance(name, FrameworkProfile):
         return name
     key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
     if key not in PROFILES:
-        raise SpecError("framework", name, f"unknown framework; known: {', '.join(PROFILES)}")
+        raise SpecError("framework", name, f"unknown framework; known: {', '.join(PROFILES)} "
+                        f"(aliases: {', '.join(ALIASES)})")
     return PROFILES[key]
+
+
+def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
+    """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can).
+    The feature fields of ``FrameworkProfile`` and the module docstring give the sources."""
+    out: list[tuple[str, object, str]] = []
+    who = f"{fw.name} "
+    if plan.pp > 1 and plan.schedule not in fw.schedules:
+        runs = ", ".join(fw.schedules) if fw.schedules else "no pipeline parallelism"
+        out.append(("schedule", plan.schedule, who + f"runs {runs}"))
+    if fw.max_pp is not None and plan.pp > fw.max_pp:
+        out.append(("pp", plan.pp, who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
+    if fw.max_tp is not None and plan.tp > fw.max_tp:
+        out.append(("tp", plan.tp, who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
+    if plan.zero not in fw.zero_stages:
+        out.append(("zero", plan.zero, who + f"runs ZeRO stages {fw.zero_stages}"))
+    elif plan.pp > 1 and plan.zero > fw.zero_with_pp:
+        out.append(("zero", plan.zero, who + f"combines pipelining with ZeRO <= {fw.zero_with_pp}"))
+    for field, value, has, what in (
+            ("cp", plan.cp, fw.context_parallel or plan.cp == 1, "context parallelism"),
+            ("ep", plan.ep, fw.expert_parallel or plan.ep == 1, "expert parallelism"),
+            ("sp", plan.sp, fw.sequence_parallel or not plan.sp, "sequence parallelism"),
+            ("tp_comm_overlap", plan.tp_comm_overlap, fw.tp_comm_overlap
+             or not plan.tp_comm_overlap, "TP communication overlap"),
+            ("flash_attn", plan.flash_attn, fw.flash_attn or not plan.flash_attn,
+             "FlashAttention")):
+        if not has:
+            out.append((field, value, who + f"has no {what}"))
+    if plan.recompute not in fw.recompute:
+        out.append(("recompute", plan.recompute, who + f"recomputes {', '.join(fw.recompute)}"))
+    return out
+
+
+def check_plan(fw: FrameworkProfile, plan: "Plan") -> None:
+    """Refuse a plan feature the stack lacks: SpecError naming the stack, feature and rule."""
+    bad = plan_violations(fw, plan)
+    if bad:
+        field, value, rule = bad[0]
+        raise SpecError(field, value, rule + " (choose another --framework or change the plan)")

@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, replace
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, check_plan, get_profile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.schedules import get_schedule
 from topologies.cluster import Cluster
 
 DTYPES = ("bf16", "fp16", "fp8")
@@ -25,7 +26,13 @@ class Job:
     plan: Plan
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
+    framework_named: bool = False
     system: SystemConfig = DEFAULT_SYSTEM
+
+    @property
+    def named_framework(self) -> FrameworkProfile | None:
+        """The stack the user named (its limits apply to derived jobs), or None."""
+        return self.framework if self.framework_named else None
 
     @property
     def seq_len(self) -> int:
@@ -55,8 +62,10 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
              framework: FrameworkProfile | str | None = None,
              system: SystemConfig | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
-    ``framework``: a profile or its name (default Megatron-Core); ``system``: the policy
-    constants (default ``DEFAULT_SYSTEM``)."""
+    ``framework``: a profile or its name; a named stack refuses the plan features it lacks
+    (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
+    any plan (the textbook schedules, GPipe included, stay open to studies). ``system``: the
+    policy constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)
     sy = get_system(system)
     if dtype not in DTYPES:
@@ -82,9 +91,11 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     check_plan_against_model(model, plan)
     if gbs % (plan.mbs * dp):
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
-    if plan.schedule == "interleaved":
-        check_interleaved(plan.pp, gbs // (plan.mbs * dp), plan.microbatch_group_size)
-    return Job(model, cluster, plan, dtype, fw, sy)
+    get_schedule(plan.schedule).check(plan.pp, gbs // (plan.mbs * dp), plan.vpp,
+                                      plan.microbatch_group_size)
+    if framework is not None:
+        check_plan(fw, plan)
+    return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
@@ -112,16 +123,3 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
                             "(experts are sharded across data-parallel ranks)")
-
-
-def check_interleaved(pp: int, m: int, group: int | None) -> None:
-    """docs/schedules.md: p <= g <= m and m % g is 0 or >= p (default g = p)."""
-    g = group or pp
-    if g < pp:
-        raise SpecError("microbatch_group_size", g, f"must be >= pp={pp}")
-    if m < g:
-        raise SpecError("num_microbatches", m, f"interleaved needs at least microbatch_group_size"
-                        f"={g} micro-batches (gbs/(mbs*dp))")
-    if m % g and m % g < pp:
-        raise SpecError("num_microbatches", m, f"interleaved needs num_microbatches % {g} to be 0 "
-                        f"or >= pp={pp} (with the default group size, a multiple of pp)")

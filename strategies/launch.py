@@ -24,6 +24,7 @@ import json
 
 from strategies.errors import SpecError
 from strategies.job import Job
+from strategies.schedules import get_schedule
 
 EXPORTS = ("megatron", "deepspeed")
 
@@ -39,11 +40,9 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
          f"--context-parallel-size {p.cp}"]
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
-    if p.schedule == "interleaved":
-        a.append(f"--num-layers-per-virtual-pipeline-stage {m.num_layers // (p.pp * p.vpp)}")
-    elif p.schedule == "gpipe" and p.pp > 1:
-        notes.append("Megatron-LM has no GPipe schedule: it will run 1F1B (same compute, "
-                     "fewer micro-batches in flight)")
+    sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
+    a += sched_args
+    notes += sched_notes
     if p.sp:
         a.append("--sequence-parallel")
     if p.recompute == "full":
@@ -107,8 +106,9 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     """A DeepSpeed config (JSON) for the plan, or a SpecError naming what does not map."""
     p = job.plan
     notes: list[str] = []
-    if p.schedule == "interleaved":
-        _refuse("DeepSpeed's pipeline engine has no interleaved schedule")
+    why = get_schedule(p.schedule).deepspeed_refusal(job)
+    if why:
+        _refuse(why)
     if p.cp > 1:
         _refuse("DeepSpeed has no ring-attention context parallelism (Ulysses is another "
                 "scheme)")
@@ -124,8 +124,6 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
                 "parallelism needs Megatron-DeepSpeed)")
     if p.tp > 1 and p.zero == 3:
         _refuse("DeepSpeed's AutoTP training supports ZeRO stages 0-2 only")
-    if p.pp > 1 and p.schedule == "gpipe":
-        _refuse("DeepSpeed's pipeline engine runs 1F1B, not GPipe")
     if job.dtype == "fp8":
         _refuse("DeepSpeed's config has no fp8 switch (Transformer Engine sets it in code)")
     cfg = {

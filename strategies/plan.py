@@ -9,10 +9,10 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
+from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_MBS, MAX_VPP, check_bool, check_int,
                                parse_int_text)
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
@@ -32,7 +32,7 @@ class Plan:
     ep: int = 1
     mbs: int = 1
     gbs: int | None = None
-    schedule: str = "1f1b"
+    schedule: str = DEFAULT_SCHEDULE
     vpp: int = 1
     recompute: str = "none"
     sp: bool = False
@@ -54,22 +54,12 @@ class Plan:
             if type(v).__name__ == "bool_":           # numpy's bool, from array-built plans
                 object.__setattr__(self, f, bool(v))
             check_bool(f, getattr(self, f))
-        if self.schedule not in SCHEDULES:
-            raise SpecError("schedule", self.schedule, f"must be one of {', '.join(SCHEDULES)}")
+        sched = get_schedule(self.schedule)     # SpecError naming the registered schedules
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
-        if self.schedule == "interleaved" and self.vpp < 2:
-            raise SpecError("vpp", self.vpp, "schedule=interleaved needs vpp >= 2 model chunks "
-                            "per pipeline rank (use schedule=1f1b for vpp=1)")
-        if self.schedule != "interleaved" and self.vpp != 1:
-            raise SpecError("vpp", self.vpp, f"vpp > 1 needs schedule=interleaved, not {self.schedule}")
-        if self.schedule == "interleaved" and self.pp < 2:
-            raise SpecError("schedule", self.schedule, "interleaved needs pp >= 2")
-        if self.microbatch_group_size is not None and self.schedule != "interleaved":
-            raise SpecError("microbatch_group_size", self.microbatch_group_size,
-                            f"only applies to schedule=interleaved, not {self.schedule}")
+        sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -141,8 +131,9 @@ def _coerce(key: str, value: Any) -> Any:
     return parse_int_text(key, value)
 
 
-def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
-    """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted."""
+def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Plan:
+    """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted.
+    ``defaults``: values for keys the mapping does not give (a software stack's switches)."""
     if not isinstance(d, Mapping):
         raise SpecError("plan", type(d).__name__, "a plan file must hold a mapping")
     args: dict[str, Any] = {}
@@ -155,19 +146,31 @@ def plan_from_mapping(d: Mapping[str, Any]) -> Plan:
         if key in args:
             raise SpecError("plan", raw, "key given twice")
         args[key] = _coerce(key, value)
-    if args.get("schedule") == "interleaved" and "vpp" not in args:
-        args["vpp"] = 2
+    for key, value in (defaults or {}).items():
+        args.setdefault(key, value)
     sched = str(args.get("schedule", ""))
-    if sched.startswith("interleaved:"):
-        vpp = _coerce("vpp", sched.split(":", 1)[1])
+    name, colon, chunks = sched.partition(":")
+    if colon:                                   # name:V, a chunked schedule with V chunks
+        vpp = _coerce("vpp", chunks)
         if "vpp" in args and args["vpp"] != vpp:
             raise SpecError("vpp", args["vpp"], f"disagrees with schedule={sched}")
-        args["schedule"], args["vpp"] = "interleaved", vpp
+        args["schedule"], args["vpp"] = name, vpp
+    elif "schedule" in args and "vpp" not in args:
+        args["vpp"] = get_schedule(name).default_vpp
     return Plan(**args)
 
 
 def parse_plan(text: str) -> Plan:
     """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
+    d = plan_mapping(text)
+    if "framework" in d:
+        raise SpecError("plan", "framework", "a plan's framework key is read where a job is "
+                        "built (estimate, simulate, compare, whatif); give it with --framework")
+    return plan_from_mapping(d)
+
+
+def plan_mapping(text: str) -> dict[str, Any]:
+    """The raw ``key -> value`` mapping of a plan string or a YAML/JSON plan file."""
     text = str(text).strip()
     if text.lower().endswith((".yaml", ".yml", ".json")):
         from topologies.yaml_io import load_mapping_file
@@ -175,7 +178,7 @@ def parse_plan(text: str) -> Plan:
         if data is not None and not isinstance(data, Mapping):
             raise SpecError("plan", text, f"the file must hold a mapping of plan keys, "
                             f"not a {type(data).__name__}")
-        return plan_from_mapping({} if data is None else data)
+        return dict({} if data is None else data)
     d: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")
@@ -184,4 +187,4 @@ def parse_plan(text: str) -> Plan:
         if key.strip() in d:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
-    return plan_from_mapping(d)
+    return d

@@ -19,9 +19,10 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan import Plan
+from strategies.schedules import schedule_code
 
-#: Integer codes of the schedules and recomputation modes in ``PlanArrays``.
-SCHED_CODE = {"gpipe": 0, "1f1b": 1, "interleaved": 2}
+#: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
+#: registration order, ``strategies.schedules.schedule_code``).
 RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
 
 # PlanArrays field -> the search space's short column name
@@ -36,7 +37,7 @@ _INT = ("schedule", "recompute", "zero")
 @dataclass(frozen=True, eq=False)
 class PlanArrays:
     """Resolved plans, one entry per plan: sizes as float arrays (``tp`` … ``vpp``),
-    ``schedule`` and ``recompute`` as ``SCHED_CODE``/``RECOMPUTE_CODE`` integers, ``zero``
+    ``schedule`` and ``recompute`` as ``schedule_code``/``RECOMPUTE_CODE`` integers, ``zero``
     as an integer, switches as booleans. Built with ``from_plans``/``from_columns``."""
 
     tp: np.ndarray
@@ -76,9 +77,15 @@ class PlanArrays:
         for p in plans:
             for name in col:
                 v = getattr(p, name)
-                col[name].append(SCHED_CODE[v] if name == "schedule" else
+                col[name].append(schedule_code(v) if name == "schedule" else
                                  RECOMPUTE_CODE[v] if name == "recompute" else v)
         return cls(**col)
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> "PlanArrays":
+        """One resolved plan as 0-d arrays (the estimate's results are then 0-d too)."""
+        one = cls.from_plans([plan])
+        return cls(**{f.name: getattr(one, f.name)[0] for f in fields(cls)})
 
     @classmethod
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":

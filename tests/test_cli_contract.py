@@ -33,7 +33,8 @@ GPT = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1"]
 PLAN = "tp=2,pp=2,mbs=1"
 SEARCH = ["search", *GPT, "--global-batch", "16", "--workers", "1"]
 
-SHARED = ("--model", "--cluster", "--plan", "--seq-len", "--global-batch", "--dtype", "--json")
+SHARED = ("--model", "--cluster", "--plan", "--seq-len", "--global-batch", "--dtype",
+          "--framework", "--json")
 MEMORY_KEYS = ("peak_gib", "params_gib", "grads_gib", "optimizer_gib", "activations_gib",
                "other_gib")
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
@@ -467,7 +468,7 @@ def test_validate_json(capsys):
 
 def test_presets_json(capsys):
     d = run_json(capsys, "presets")
-    assert set(d) == {"models", "gpus", "clusters"}
+    assert set(d) == {"models", "gpus", "clusters", "frameworks"}
     assert {"gpt3-175b", "llama3-70b"} <= {m["name"] for m in d["models"]}
     assert {"dgx-a100", "dgx-h100"} <= {c["name"] for c in d["clusters"]}
     assert {"A100-SXM4-80GB", "H100-SXM5-80GB"} <= {g["name"] for g in d["gpus"]}

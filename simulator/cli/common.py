@@ -11,9 +11,10 @@ from typing import Any, Iterable, Sequence
 
 from strategies.errors import SpecError
 from strategies.hf_config import load_model_arg
+from strategies.framework import PROFILES, FrameworkProfile, get_profile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
-from strategies.plan import Plan, parse_plan
+from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from topologies.cluster import Cluster, parse_cluster_arg
 from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
 
@@ -90,6 +91,10 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                    + (f" (default {global_batch_default})" if global_batch_default else ""))
     p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
                    help="bf16 (default), fp16, fp8")
+    p.add_argument("--framework", default=None, action=Once, metavar="NAME",
+                   help="the software stack that will run the job: " + ", ".join(PROFILES)
+                   + " (default: Megatron-Core's costs, no stack's limits); "
+                   "`paraplan presets` describes each")
 
 
 def add_plan_inputs(p: argparse.ArgumentParser) -> None:
@@ -119,16 +124,49 @@ def resolve_cluster(args: argparse.Namespace) -> Cluster:
     return parse_cluster_arg(args.cluster)
 
 
-def resolve_job(args: argparse.Namespace, plan: Plan | None = None) -> Job:
-    """Model, cluster and plan from the shared flags, checked against each other."""
+def resolve_framework(args: argparse.Namespace, in_plan: Any = None) -> FrameworkProfile | None:
+    """The stack named by ``--framework`` or by a plan file's ``framework:`` key (None: none
+    named). The two must agree when both are given."""
+    flag = getattr(args, "framework", None)
+    try:
+        fw = get_profile(flag) if flag is not None else None
+    except SpecError as e:
+        raise CliError("--framework", flag, e.rule) from None
+    if in_plan is not None:
+        try:
+            named = get_profile(in_plan)
+        except SpecError as e:
+            raise SpecError("plan.framework", in_plan, e.rule) from None
+        if fw is not None and fw is not named:
+            raise CliError("--framework", flag, f"disagrees with the plan's framework: {in_plan}")
+        fw = named
+    return fw
+
+
+def resolve_plan(args: argparse.Namespace) -> tuple[Plan, FrameworkProfile | None]:
+    """The ``--plan`` (text or file) and the stack named for it; the switches the plan does not
+    set take the named stack's defaults."""
+    raw = plan_mapping(args.plan)
+    keys = {str(k).strip().lower(): k for k in raw}
+    fw = resolve_framework(args, raw.pop(keys["framework"]) if "framework" in keys else None)
+    return plan_from_mapping(raw, fw.plan_defaults() if fw else None), fw
+
+
+def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
+                framework: FrameworkProfile | None = None) -> Job:
+    """Model, cluster and plan from the shared flags, checked against each other (and against
+    the named stack's limits, ``strategies.framework.check_plan``)."""
     model = resolve_model(args)
     cluster = resolve_cluster(args)
-    plan = plan if plan is not None else parse_plan(args.plan)
+    if plan is None:
+        plan, framework = resolve_plan(args)
+    elif framework is None:
+        framework = resolve_framework(args)
     if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
     return make_job(model, cluster, plan, global_batch=args.global_batch,
-                    dtype=check_dtype(args.dtype))
+                    dtype=check_dtype(args.dtype), framework=framework)
 
 
 def _clean(value: Any) -> Any:

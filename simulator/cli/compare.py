@@ -13,12 +13,11 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emit_json, fmt_s,
-                              positive_int, resolve_job, table)
+                              positive_int, resolve_job, resolve_plan, table)
 from simulator.cli.common import check_output
 from simulator.studies.compare_schedules import (DEFAULT_SCHEDULES, bubble_sweep, check_pipelined,
                                         compare, default_sweep_microbatches, draw_sweep,
-                                        parse_schedules, sweep_agreement)
-from strategies.plan import parse_plan
+                                        parse_schedules, schedules_rule, sweep_agreement)
 
 
 def register(sub) -> None:
@@ -31,7 +30,7 @@ def register(sub) -> None:
                     "exit status is 2 only when no schedule fits.")
     add_plan_inputs(p)
     p.add_argument("--schedules", default=DEFAULT_SCHEDULES, action=Once,
-                   help=f"comma-separated: gpipe, 1f1b, interleaved:V (default {DEFAULT_SCHEDULES})")
+                   help=f"comma-separated; {schedules_rule()} (default {DEFAULT_SCHEDULES})")
     p.add_argument("--timeline", metavar="F.png", action=Once,
                    help="write the timelines, one panel per schedule (.png or .svg)")
     p.add_argument("--timeline-ranks", type=positive_int("--timeline-ranks", 4096), default=16,
@@ -61,11 +60,11 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     check_output(args.sweep, "--sweep", (".png", ".svg"))
     choices = parse_schedules(args.schedules)
-    plan = parse_plan(args.plan)
+    plan, fw = resolve_plan(args)
     check_pipelined(plan)
     counts = parse_counts(args.sweep_microbatches, plan.pp) if args.sweep else None
     # The plan's own schedule is replaced; resolve the job as 1F1B (always valid) first.
-    base = resolve_job(args, plan=plan_1f1b(plan))
+    base = resolve_job(args, plan=plan_1f1b(plan), framework=fw)
     group = plan.microbatch_group_size
     rows, results = compare(base, choices, fold=not args.full, group_size=group)
     out = {"inputs": base.to_dict(), "schedules": [c.label for c in choices], "rows": rows}
@@ -94,8 +93,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def plan_1f1b(plan):
+    """``plan`` under the default schedule (1F1B), which every pipelined job accepts."""
     from dataclasses import replace
-    return replace(plan, schedule="1f1b", vpp=1, microbatch_group_size=None)
+    from strategies.schedules import DEFAULT_SCHEDULE
+    return replace(plan, schedule=DEFAULT_SCHEDULE, vpp=1, microbatch_group_size=None)
 
 
 def _title(job) -> str:

@@ -31,7 +31,8 @@ def render(out: dict[str, Any], job, title: str) -> str:
     """The human report shared by ``estimate`` and ``simulate``."""
     p, cl, m = job.plan, job.cluster, job.model
     mem = out["memory"]
-    lines = [f"{title}: {m.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), {job.dtype}",
+    lines = [f"{title}: {m.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), {job.dtype}, "
+             f"{job.framework.name}",
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
              f"{out['num_microbatches']} micro-batches per pipeline",
              "",

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli.common import add_json, emit_json, table
+from strategies.framework import ALIASES, PROFILES
 from strategies.presets import MODEL_PRESETS
 from topologies.cluster import preset_description, preset_names
 from topologies.gpus import GPUS
@@ -28,8 +29,10 @@ def run(args: argparse.Namespace) -> int:
              "hbm_gib": g.hbm_bytes / 2**30, "hbm_tb_s": g.hbm_bandwidth / 1e12}
             for g in GPUS.values()]
     clusters = [{"name": n, "description": preset_description(n)} for n in preset_names()]
+    frameworks = [_framework_row(f) for f in PROFILES.values()]
     if args.json:
-        emit_json({"models": models, "gpus": gpus, "clusters": clusters})
+        emit_json({"models": models, "gpus": gpus, "clusters": clusters,
+                   "frameworks": frameworks})
         return 0
     print("Models")
     print(table(["name", "params", "layers", "hidden", "heads", "kv", "seq", "experts"],
@@ -42,4 +45,18 @@ def run(args: argparse.Namespace) -> int:
                   f"{g['hbm_gib']:.0f}", f"{g['hbm_tb_s']:.2f}"] for g in gpus]))
     print("\nClusters (use PRESET:NODES, e.g. dgx-h100:16)")
     print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
+    print("\nFrameworks (--framework NAME)")
+    print(table(["name", "schedules", "zero", "runs", "stack"],
+                [[f["name"], ",".join(f["schedules"]) or "-", ",".join(map(str, f["zero_stages"])),
+                  " ".join(k for k in ("cp", "ep", "sp", "tp_comm_overlap") if f[k]) or "-",
+                  f["description"].split(":")[0]] for f in frameworks], "lllll"))
     return 0
+
+
+def _framework_row(f) -> dict:
+    return {"name": f.name, "description": f.description,
+            "aliases": [a for a, n in ALIASES.items() if n == f.name],
+            "schedules": list(f.schedules), "zero_stages": list(f.zero_stages),
+            "zero_with_pp": f.zero_with_pp, "cp": f.context_parallel, "ep": f.expert_parallel,
+            "sp": f.sequence_parallel, "tp_comm_overlap": f.tp_comm_overlap,
+            "recompute": list(f.recompute), "defaults": f.plan_defaults(), "export": f.export}

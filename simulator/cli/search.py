@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, resolve_cluster, resolve_model, table)
+                              positive_int, resolve_cluster, resolve_framework, resolve_model,
+                              table)
 from strategies.launch import EXPORTS, export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
@@ -116,7 +117,8 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         ray_address=args.ray_address, results=args.results,
                         resume=args.resume,
                         progress=args.progress or (sys.stderr.isatty() and not args.json),
-                        references=references(args, model.name, cluster.num_gpus))
+                        references=references(args, model.name, cluster.num_gpus),
+                        framework=resolve_framework(args))
 
 
 def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
@@ -184,6 +186,11 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.csv, "--csv")      # before the search, not after it
     check_output(args.results, "--results")
     cfg = config_from_args(args)
+    if args.export and cfg.framework is not None and cfg.framework.export != args.export:
+        fw = cfg.framework
+        rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export != "none"
+                else f"paraplan has no launch-settings exporter for {fw.name}")
+        raise CliError("--export", args.export, rule)
     report = run_search(cfg)
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
@@ -193,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     if args.export:
         rec = report["recommended"]
         job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype,
-                       system=cfg.system)
+                       framework=cfg.framework, system=cfg.system)
         exported, notes = export(args.export, job)
         for n in notes:
             print(f"paraplan: note: {n}", file=sys.stderr)
@@ -228,7 +235,8 @@ def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     ev = rep["evaluated"]
     out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
-           f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}",
+           f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, "
+           f"{i['framework']}" + ("" if i["framework_limits"] else " (no stack's limits)"),
            f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "
            f"(memory limit {i['memory_limit_gib']:.1f} GiB), all scored analytically; "
            f"{ev['simulated']} simulated" + (" (exhaustive)" if ev["exhaustive"] else

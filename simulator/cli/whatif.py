@@ -17,7 +17,7 @@ from typing import Any
 
 from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype,
                               check_output, emit_json, fmt_s, positive_float, positive_int,
-                              resolve_cluster, resolve_model, table)
+                              resolve_cluster, resolve_framework, resolve_model, table)
 from simulator.cli.search import DEFAULT_GLOBAL_BATCH
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
@@ -79,6 +79,7 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
     base = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
             "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
+                        framework=resolve_framework(args),
                         gpu_hour_cost=args.gpu_hour_cost, exhaustive=args.exhaustive,
                         workers=args.workers or os.cpu_count() or 1,
                         progress=args.progress or (sys.stderr.isatty() and not args.json))
@@ -108,7 +109,7 @@ def render(rep: dict[str, Any]) -> str:
     keys = list(i["vary"])
     cost = i["gpu_hour_cost"] is not None
     out = [f"What if: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
-           f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}; {i['variants']} variant(s), "
+           f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, {i['framework']}; {i['variants']} variant(s), "
            "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
     heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]
     heads += ["$/1M tokens"] if cost else []

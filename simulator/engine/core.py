@@ -1,8 +1,8 @@
 """The SimPy engine: replays per-rank programs over a flow network.
 
-One SimPy process per (rank, stream) runs that stream's ops in order; an op first waits
-for its dependencies (events of ops of the same rank), with no polling. ``Compute`` is a
-timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
+Each (rank, stream) runs its ops in order; an op first waits for its dependencies (ops of
+the same rank, resolved from the programs), with no polling and no SimPy process: an op's end
+is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
 ``Recv`` waits for the next message from its source with its tag (first-in first-out per
 ``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
@@ -15,7 +15,7 @@ programs and the network and derives the metrics.
 from __future__ import annotations
 
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from typing import Callable
 
 import simpy
@@ -24,6 +24,9 @@ from simulator.engine.collectives import CollectiveRunner
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
 from simulator.network.cluster_net import SimNetwork
+
+
+_COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of ``Engine._plan``
 
 
 class DeadlockError(RuntimeError):
@@ -41,8 +44,27 @@ class _Rendezvous:
         self.expected, self.arrived, self.done, self.go, self.op = expected, 0, done, None, op
 
 
+class _Stream:
+    """One (rank, stream): its ops with what the run needs resolved before it starts (kind
+    code, dependency ids, whether another op waits for it, record kind), the index of the op
+    it is at, and why that op is not running (for the deadlock report)."""
+
+    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start")
+
+    def __init__(self, prog: Program, name: str, plan: list[tuple]) -> None:
+        self.rank, self.stage, self.name, self.plan = prog.rank, prog.stage, name, plan
+        self.idx, self.why, self.start = 0, None, 0.0
+
+
 class Engine:
-    """Holds one run's state; use :func:`run`."""
+    """Holds one run's state; use :func:`run`.
+
+    Streams are not SimPy processes: an op that can start starts at once, and its end is a
+    callback on the event that ends it (a compute timeout, the last byte of a transfer, a
+    collective's completion, a message already waiting). Dependencies are resolved from the
+    programs before the run: finishing an op marks it done and retries the streams blocked on
+    it, with no event of its own. One SimPy event per compute op instead of two, and no
+    generator resumption (issue 17: the per-event cost of the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: SimNetwork, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
@@ -50,66 +72,102 @@ class Engine:
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
         self.records: list[Record] = []
-        self.events: dict[tuple[int, int], simpy.Event] = {}
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[tuple, _Rendezvous] = {}
-        self.where: dict[tuple[int, str], list] = {}
+        self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
         self.runner = CollectiveRunner(net, self.sim, node_of,
                                        lambda op: self.exclusive.get((op.group, op.tag), False),
                                        free_comm)
         if not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
-        for prog in programs.values():
-            for op in prog.ops():
-                for d in op.deps:
-                    if (prog.rank, d) not in self.events:
-                        self.events[(prog.rank, d)] = self.env.event()
+        self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
+        self.waiting: dict[tuple[int, int], list[_Stream]] = {}     # (rank, op id) -> blocked
+        self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
+        code = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
         for rank in sorted(self.programs):
             prog = self.programs[rank]
-            for stream in sorted(prog.streams):
-                state = [0, None]
-                self.where[(rank, stream)] = state
-                self.env.process(self._stream(prog, stream, prog.streams[stream], state))
+            for name in sorted(prog.streams):
+                plan = [(op, code[type(op)], op.deps, op.record_kind)
+                        for op in prog.streams[name]]
+                st = self.where[(rank, name)] = _Stream(prog, name, plan)
+                self.ready.append(st)
+        self._drain()
 
-    def _stream(self, prog: Program, stream: str, ops: tuple, state: list):
-        env, events, rank = self.env, self.events, prog.rank
-        for idx, op in enumerate(ops):
-            state[0] = idx
-            for d in op.deps:
-                ev = events[(rank, d)]
-                if not ev.triggered:
-                    state[1] = ("dep", d)
-                    yield ev
-            state[1] = None
-            start, wait, peer, nbytes = env.now, 0.0, -1, 0.0
-            if type(op) is Compute:
-                yield env.timeout(op.seconds)
-            elif type(op) is Send:
-                peer, nbytes = op.dst, op.nbytes
-                yield from self._send(rank, op, start)
-            elif type(op) is Recv:
-                peer = op.src
-                state[1] = ("recv", op)
-                sent_at = yield from self._recv(rank, op)
-                wait = max(0.0, min(sent_at, env.now) - start)
+    def _drain(self) -> None:
+        """Advance every stream that may move, until none can without time passing."""
+        ready = self.ready
+        while ready:
+            self._advance(ready.popleft())
+
+    def _advance(self, st: _Stream) -> None:
+        """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
+        env, plan, rank, done = self.env, st.plan, st.rank, self.done[st.rank]
+        while st.idx < len(plan):
+            op, code, deps, _ = plan[st.idx]
+            for d in deps:
+                if d not in done:
+                    st.why = ("dep", d)
+                    self.waiting.setdefault((rank, d), []).append(st)
+                    return
+            st.why, st.start = None, env.now
+            if code == _COMPUTE:
+                env.timeout(op.seconds).callbacks.append(
+                    lambda _ev, st=st: self._end(st, 0.0, -1, 0.0))
+                st.why = ("run", None)
+                return
+            if code == _SEND:
+                slot, ev = self._send(rank, op)
+                if ev is not None:
+                    ev.callbacks.append(lambda _ev, st=st, op=op, slot=slot: self._sent(
+                        st, op, slot))
+                    st.why = ("run", None)
+                    return
+                slot.succeed(st.start)
+                self._finish(st, 0.0, op.dst, op.nbytes)
+            elif code == _RECV:
+                key = self._recv_key(rank, op)
+                slot = self._slot(key)
+                if not slot.triggered:
+                    st.why = ("recv", op)
+                    slot.callbacks.append(lambda ev, st=st, op=op, key=key: self._received(
+                        st, op, key, ev))
+                    return
+                self._received(st, op, key, slot, now=True)
             else:
-                nbytes = op.nbytes * op.repeat
-                state[1] = ("coll", op)
-                go = yield from self._collective(rank, op)
-                wait = go - start
-            if self.record:
-                self.records.append(Record(rank, stream, op.record_kind, op.label, op.microbatch,
-                                           prog.stage, start, env.now, op.chunk, nbytes, peer,
-                                           wait))
-            ev = events.get((rank, op.id))
-            if ev is not None:
-                ev.succeed()
-        state[0] = len(ops)
+                inst = self._collective(rank, op)
+                if not inst.done.triggered:
+                    st.why = ("coll", op)
+                    inst.done.callbacks.append(
+                        lambda _ev, st=st, op=op, inst=inst: self._end(
+                            st, inst.go - st.start, -1, op.nbytes * op.repeat))
+                    return
+                self._finish(st, inst.go - st.start, -1, op.nbytes * op.repeat)
+
+    def _end(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
+        """An op ended with an event (called from SimPy): finish it and move on."""
+        self._finish(st, wait, peer, nbytes)
+        self.ready.append(st)
+        self._drain()
+
+    def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
+        """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
+        moves ``st`` on (``_advance`` goes on itself; ``_end`` queues it)."""
+        op, _, _, kind = st.plan[st.idx]
+        if self.record:
+            self.records.append(Record(st.rank, st.name, kind, op.label, op.microbatch,
+                                       st.stage, st.start, self.env.now, op.chunk, nbytes, peer,
+                                       wait))
+        self.done[st.rank].add(op.id)
+        blocked = self.waiting.pop((st.rank, op.id), None)
+        if blocked:
+            self.ready.extend(blocked)
+        st.idx += 1
+        st.why = None
 
     # ------------------------------------------------------------------ messages
     def _slot(self, key: tuple) -> simpy.Event:
@@ -118,29 +176,40 @@ class Engine:
             ev = self.mail[key] = self.env.event()
         return ev
 
-    def _send(self, rank: int, op: Send, start: float):
+    def _send(self, rank: int, op: Send) -> tuple[simpy.Event, simpy.Event | None]:
+        """Start a message: its mail slot (the n-th of its channel, counted when it starts)
+        and the event of its last byte (None: instant communication)."""
         if op.dst not in self.sim:
             raise ValueError(f"rank {rank} sends to rank {op.dst}, which is not simulated "
                              "(folding must keep pipeline peers)")
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        if not self.free_comm:
-            yield self.net.transfer(rank, op.dst, op.nbytes, op.tag)
         slot = self._slot(key + (n,))
-        slot.succeed(start)
+        if self.free_comm:
+            return slot, None
+        return slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
 
-    def _recv(self, rank: int, op: Recv):
+    def _sent(self, st: _Stream, op: Send, slot: simpy.Event) -> None:
+        slot.succeed(st.start)
+        self._end(st, 0.0, op.dst, op.nbytes)
+
+    def _recv_key(self, rank: int, op: Recv) -> tuple:
         key = (op.src, rank, op.tag, "r")
         n = self.seq[key]
         self.seq[key] = n + 1
-        slot = self._slot((op.src, rank, op.tag, n))
-        if not slot.triggered:
-            yield slot
-        self.mail.pop((op.src, rank, op.tag, n), None)
-        return slot.value
+        return (op.src, rank, op.tag, n)
 
-    def _collective(self, rank: int, op: Collective):
+    def _received(self, st: _Stream, op: Recv, key: tuple, slot: simpy.Event,
+                  now: bool = False) -> None:
+        self.mail.pop(key, None)
+        wait = max(0.0, min(slot.value, self.env.now) - st.start)
+        if now:
+            self._finish(st, wait, op.src, 0.0)
+        else:
+            self._end(st, wait, op.src, 0.0)
+
+    def _collective(self, rank: int, op: Collective) -> _Rendezvous:
         key = (op.group, op.tag)
         n = self.seq[(rank,) + key]
         self.seq[(rank,) + key] = n + 1
@@ -156,18 +225,16 @@ class Engine:
             inst.go = self.env.now
             del self.meet[key + (n,)]
             self.runner.start(op, inst.done)
-        if not inst.done.triggered:
-            yield inst.done
-        return inst.go
+        return inst
 
     # ------------------------------------------------------------------ deadlock
     def check_finished(self) -> None:
         stuck = []
-        for (rank, stream), (idx, why) in sorted(self.where.items()):
+        for (rank, stream), st in sorted(self.where.items()):
             ops = self.programs[rank].streams[stream]
-            if idx < len(ops):
-                stuck.append(f"rank {rank} stream {stream} op {ops[idx].id} "
-                             f"{ops[idx].label!r} {self._why(rank, why)}")
+            if st.idx < len(ops):
+                stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
+                             f"{ops[st.idx].label!r} {self._why(rank, st.why)}")
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
@@ -185,6 +252,8 @@ class Engine:
             return f"waits for op {why[1]} {op.label if op else '?'!r}"
         if why[0] == "recv":
             return f"waits for a message from rank {why[1].src} tag {why[1].tag!r}"
+        if why[0] == "run":
+            return "never ended"
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
-from strategies.schedules.exchanges import Exchange, peer
+from strategies.schedules.exchanges import Exchange
 from strategies.cost.stage import StageCosts
-from strategies.schedules import Step
+from strategies.schedules import Step, get_schedule
 
 
 class ProgramBuilder:
@@ -27,7 +27,8 @@ class ProgramBuilder:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
         self.stage = layout.stage(rank)
-        self.m, self.last_vs = job.num_microbatches, p.pp * p.vpp - 1
+        self.sched = get_schedule(p.schedule)      # placement: positions and peers
+        self.m, self.last_vs = job.num_microbatches, self.sched.num_virtual_stages(p.pp, p.vpp) - 1
         self.layers = job.model.num_layers // (p.pp * p.vpp)
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.algo = {d: layout.algorithm(self.group[d]) for d in self.group}
@@ -37,11 +38,16 @@ class ProgramBuilder:
         self.grad_sync = p.dp > 1 and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
-        self.buckets = {c: chunk_buckets(costs, self.stage, c, p.pp, p.vpp, self.layers)
+        self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
+                                         self.layers)
                         for c in range(p.vpp)}
         self.pending_buckets: list = []
         self.reduced: list[float] = []      # parameters of each gradient bucket reduced
         self.n_param_gathers = 0
+
+    def vs(self, chunk: int, microbatch: int = 0) -> int:
+        """Position of this rank's ``chunk`` on ``microbatch``'s path (the schedule's)."""
+        return self.sched.virtual_stage(self.stage, chunk, self.p.pp, self.p.vpp, microbatch)
 
     # ------------------------------------------------------------------ primitives
     def _add(self, cls, stream: str, **kw) -> int:
@@ -132,7 +138,7 @@ class ProgramBuilder:
                          f"AG z3 {label}", i, tag="dp")
 
     def forward(self, i: int, c: int) -> None:
-        label, vs = f"F{i}.c{c}", c * self.p.pp + self.stage
+        label, vs = f"F{i}.c{c}", self.vs(c, i)
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         rest = self._z3(label, i)
@@ -144,7 +150,7 @@ class ProgramBuilder:
         self.produced[("F", i, c)] = (self.last_compute, *self.wait)
 
     def backward(self, i: int, c: int) -> None:
-        label, vs = f"B{i}.c{c}", c * self.p.pp + self.stage
+        label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.m - 1
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
@@ -207,14 +213,14 @@ class ProgramBuilder:
         last, pp_group, cs = None, self.group["pp"], self.c
         for d, i, c in x.sends:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
-            dst = pp_group[peer(self.stage, self.p.pp, d, True)]
+            dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
             last = self._add(Send, "pp-comm", dst=dst, nbytes=cs.p2p_bytes, tag=d,
                              label=f"send {what}", microbatch=i, chunk=c,
                              deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None))
         gathers = []
         for d, i, c in x.recvs:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
-            src = pp_group[peer(self.stage, self.p.pp, d, False)]
+            src = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, False)]
             last = self._add(Recv, "pp-comm", src=src, tag=d, label=f"recv {what}",
                              microbatch=i, chunk=c)
             # Megatron's scatter/gather: the received slices are all-gathered over the

@@ -20,13 +20,12 @@ cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Iterable
 
 import numpy as np
 
 from simulator.program.builder import ProgramBuilder
-from simulator.program.ops import Collective, Compute, Program, Send
+from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import pipeline_actions
 from strategies.cost.stage import StageCosts, stage_costs
 from strategies import placement
@@ -130,10 +129,16 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
                 g = groups[op.group]
                 algo = layout.algorithm(g) if op.algorithm in ("ring", "hierarchical") \
                     else op.algorithm
-                new.append(replace(op, group=g, algorithm=algo))
+                new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
+                                      op.category, op.label, op.repeat, op.microbatch,
+                                      op.chunk, op.deps))
+            # positional construction: dataclasses.replace costs several times more, and a
+            # template of a large job is relabelled for every rank of its stage
             elif kind is Send:
-                new.append(replace(op, dst=peers[op.dst]))
+                new.append(Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
+                                op.microbatch, op.chunk, op.deps))
             else:
-                new.append(replace(op, src=peers[op.src]))
+                new.append(Recv(op.id, op.stream, peers[op.src], op.tag, op.label,
+                                op.microbatch, op.chunk, op.deps))
         streams[name] = tuple(new)
     return Program(rank, template.stage, streams, template.meta)

@@ -7,7 +7,7 @@ last to first, then the embedding); a bucket is closed as soon as it holds at le
 
 >>> from types import SimpleNamespace as NS
 >>> costs = NS(layer_params=30e6, head_params=0.0, embedding_params=50e6, bucket_params=40e6)
->>> b = chunk_buckets(costs, stage=0, chunk=0, pp=2, vpp=1, layers=4)
+>>> b = chunk_buckets(costs, first=True, last=False, layers=4)
 >>> b.buckets
 ((1, 60000000.0), (3, 60000000.0), (4, 50000000.0))
 >>> bucket_segments(b, 4, split=True, per_layer=False)
@@ -41,11 +41,11 @@ def greedy_buckets(items: list[float], size: float) -> tuple[tuple[int, float], 
     return tuple(out)
 
 
-def chunk_buckets(costs, stage: int, chunk: int, pp: int, vpp: int, layers: int) -> ChunkBuckets:
-    """Buckets of model chunk ``chunk`` on pipeline rank ``stage`` (``layers`` per chunk)."""
-    vs = chunk * pp + stage
-    head = vs == pp * vpp - 1 and costs.head_params > 0
-    emb = vs == 0 and costs.embedding_params > 0
+def chunk_buckets(costs, first: bool, last: bool, layers: int) -> ChunkBuckets:
+    """Buckets of one model chunk of ``layers`` layers; ``first``/``last``: the chunk is the
+    first (holds the embedding) or the last (the output layer) position of the pipeline."""
+    head = last and costs.head_params > 0
+    emb = first and costs.embedding_params > 0
     items = ([costs.head_params] if head else []) + [costs.layer_params] * layers \
         + ([costs.embedding_params] if emb else [])
     return ChunkBuckets(head, emb, greedy_buckets(items, costs.bucket_params))

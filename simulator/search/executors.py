@@ -33,13 +33,15 @@ from strategies.plan import Plan
 from topologies.cluster import Cluster
 
 
-def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, system: SystemConfig | None,
-             plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan; the figures the search reports (``system``: the policy
-    constants, None for ``DEFAULT_SYSTEM``)."""
+def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
+             system: SystemConfig | None, plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan (``framework``: the named software stack, or None;
+    ``system``: the policy constants, None for ``DEFAULT_SYSTEM``); the figures the search
+    reports."""
     from simulator.simulate import simulate
     try:
-        res = simulate(make_job(model, cluster, plan, dtype=dtype, system=system))
+        res = simulate(make_job(model, cluster, plan, dtype=dtype, framework=framework,
+                                system=system))
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
@@ -196,10 +198,12 @@ class RayPool:
 
 # ----------------------------------------------------------------------- results file
 def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
-                 system: SystemConfig | None = None) -> str:
-    """What a stored result depends on besides its plan (``system`` only when it is not
-    ``DEFAULT_SYSTEM``, so older results files still match)."""
+                 framework: str | None = None, system: SystemConfig | None = None) -> str:
+    """What a stored result depends on besides its plan (``framework``: the named stack;
+    ``system`` only when it is not ``DEFAULT_SYSTEM``, so older results files still match)."""
     ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    if framework:
+        ctx["framework"] = framework
     if system is not None and system != DEFAULT_SYSTEM:
         ctx["system"] = asdict(system)
     blob = json.dumps(ctx, sort_keys=True, default=str)

@@ -20,6 +20,7 @@ from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -50,6 +51,7 @@ class SearchConfig:
     resume: bool = False
     progress: bool = False
     references: list[tuple[str, Plan]] = field(default_factory=list)
+    framework: FrameworkProfile | None = None
     system: SystemConfig | None = None        # policy constants (None: DEFAULT_SYSTEM)
 
 
@@ -57,12 +59,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     """Search and return the report (see the module docstring)."""
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
-    space = enumerate_space(m, cl, cfg.gbs, cfg.options, cfg.dtype, cfg.system)
+    fw, named = get_profile(cfg.framework), cfg.framework
+    space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named, dtype=cfg.dtype,
+                            system=cfg.system)
     if space.size == 0:
         raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
                         + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
-    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, system=cfg.system)
-    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays,
+    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
+    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                    costs=analytic["stage_costs"])
     plans = [space.plan(i) for i in range(space.size)]
     keys = [plan_key(p) for p in plans]
@@ -77,8 +81,12 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
 
     log = None
     if cfg.results:
-        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs, cfg.system), cfg.resume)
-    ex = Cached(make_executor(cfg.backend, cfg.workers, (m, cl, cfg.dtype, cfg.system), plan_of,
+        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
+                                                        named and named.name, cfg.system),
+                         cfg.resume)
+    ex = Cached(make_executor(cfg.backend, cfg.workers,
+                              (m, cl, cfg.dtype, named and named.name, cfg.system),
+                              plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
@@ -128,7 +136,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
     """A reference plan resolved against the job (None when it does not apply here)."""
     try:
         job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype,
-                       system=cfg.system)
+                       framework=cfg.framework, system=cfg.system)
     except SpecError:
         return None
     return label, job.plan
@@ -138,6 +146,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
     return {"model": cfg.model.name, "cluster": cfg.cluster.name,
             "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
             "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
+            "framework": get_profile(cfg.framework).name,
+            "framework_limits": cfg.framework is not None,
             "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
             "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
             "max_bubble": cfg.options.max_bubble, "max_mbs": cfg.options.max_mbs,
@@ -213,7 +223,8 @@ def _recommended(cfg, space, analytic, bounds, plans, res, out) -> dict[str, Any
 
 def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
     from strategies.memory.scalar import peak_memory
-    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, system=cfg.system)
+    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, framework=cfg.framework,
+                   system=cfg.system)
     row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p), "short": p.short()}
     row.update(_figures(cfg, p, r))
     row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}

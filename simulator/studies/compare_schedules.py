@@ -28,11 +28,27 @@ from strategies.errors import SpecError
 from strategies.job import Job, make_job
 from topologies.gpus import GIB
 from strategies.plan import Plan
+from strategies.schedules import get_schedule, resolve_name, schedule_names, schedules
 from strategies.schedules.analysis import bubble_fraction_closed_form
 
+
+def _registered(name: str):
+    return get_schedule(name) if name in schedule_names() else None
+
 DEFAULT_SCHEDULES = "gpipe,1f1b,interleaved:2,interleaved:4"
-_RULE = ("each item must be gpipe, 1f1b or interleaved:V (V from 2 to 64 model chunks per "
-         "rank; interleaved alone means V=2)")
+MAX_CHUNKS = 64     # largest V of a chunked schedule in ``--schedules``
+
+
+def schedules_rule() -> str:
+    """What an item of ``--schedules`` may be, from the registry."""
+    plain = [s.name for s in schedules() if not s.chunked]
+    chunked = [s for s in schedules() if s.chunked]
+    items = plain + [f"{s.name}:V" for s in chunked]
+    text = ", ".join(items[:-1]) + (" or " if len(items) > 1 else "") + items[-1]
+    if chunked:
+        text += (f" (V from 2 to {MAX_CHUNKS} model chunks per rank; "
+                 + "; ".join(f"{s.name} alone means V={s.default_vpp}" for s in chunked) + ")")
+    return "each item must be " + text
 
 
 @dataclass(frozen=True)
@@ -57,21 +73,22 @@ def parse_schedules(text: str) -> list[ScheduleChoice]:
         if not item:
             continue
         name, _, v = item.partition(":")
-        name = {"1f1b-interleaved": "interleaved", "interleaved-1f1b": "interleaved"}.get(name, name)
-        if name in ("gpipe", "1f1b") and not v:
+        name = resolve_name(name)
+        sched = _registered(name)
+        if sched is not None and not sched.chunked and not v:
             choice = ScheduleChoice(name, name, 1)
-        elif name == "interleaved":
-            v = v or "2"   # as in --plan: schedule=interleaved means vpp=2
-            if not v.isdigit() or not 2 <= int(v) <= 64:
-                raise SpecError("--schedules", raw.strip(), _RULE)
-            choice = ScheduleChoice(f"interleaved:{int(v)}", "interleaved", int(v))
+        elif sched is not None and sched.chunked:
+            v = v or str(sched.default_vpp)   # as in --plan: schedule=name means its default
+            if not v.isdigit() or not 2 <= int(v) <= MAX_CHUNKS:
+                raise SpecError("--schedules", raw.strip(), schedules_rule())
+            choice = ScheduleChoice(f"{name}:{int(v)}", name, int(v))
         else:
-            raise SpecError("--schedules", raw.strip(), _RULE)
+            raise SpecError("--schedules", raw.strip(), schedules_rule())
         if any(c.label == choice.label for c in out):
             raise SpecError("--schedules", raw.strip(), "given twice")
         out.append(choice)
     if not out:
-        raise SpecError("--schedules", text, "name at least one schedule; " + _RULE)
+        raise SpecError("--schedules", text, "name at least one schedule; " + schedules_rule())
     return out
 
 
@@ -79,7 +96,7 @@ def plan_with(plan: Plan, choice: ScheduleChoice, gbs: int | None = None,
               group_size: int | None = None) -> Plan:
     """``plan`` with ``choice``'s schedule and chunks (and ``gbs`` when given);
     ``group_size`` is the interleaved micro-batch group (default ``pp``)."""
-    group = group_size if choice.schedule == "interleaved" else None
+    group = group_size if get_schedule(choice.schedule).uses_group else None
     return replace(plan, schedule=choice.schedule, vpp=choice.vpp,
                    microbatch_group_size=group, gbs=plan.gbs if gbs is None else gbs)
 
@@ -91,7 +108,7 @@ def job_for(base: Job, choice: ScheduleChoice, num_microbatches: int | None = No
     p = base.plan
     gbs = None if num_microbatches is None else num_microbatches * p.mbs * p.dp
     return make_job(base.model, base.cluster, plan_with(p, choice, gbs, group_size),
-                    dtype=base.dtype, framework=base.framework, system=base.system)
+                    dtype=base.dtype, framework=base.named_framework, system=base.system)
 
 
 def check_pipelined(plan: Plan) -> None:
@@ -238,16 +255,22 @@ def draw_sweep(points: Sequence[dict[str, Any]], path: str | os.PathLike, pp: in
     fig, ax = new_figure((7.5, 5.0))
     colours = ["#4C78A8", "#F58518", "#54A24B", "#E45756", "#B279A2", "#72B7B2", "#9D755D"]
     ok = [p for p in points if "error" not in p]
-    by_vpp: dict[int, list[dict[str, Any]]] = {}
+    def family(p: dict[str, Any]) -> tuple:
+        """Points whose schedules share a closed form share a line (GPipe and 1F1B do)."""
+        sched = get_schedule(p["schedule"].partition(":")[0])
+        return (p["vpp"],) + tuple(float(sched.bubble_fraction(pp, k, p["vpp"])) for k in (1, 2))
+
+    by_vpp: dict[tuple, list[dict[str, Any]]] = {}
     for p in ok:
-        by_vpp.setdefault(p["vpp"], []).append(p)
-    for n, (v, pts) in enumerate(sorted(by_vpp.items())):
+        by_vpp.setdefault(family(p), []).append(p)
+    for n, ((v, *_), pts) in enumerate(sorted(by_vpp.items())):
         c = colours[n % len(colours)]
         names = ", ".join(dict.fromkeys(p["schedule"] for p in pts))
         ms = sorted({p["num_microbatches"] for p in pts})
         lo, hi = ms[0], ms[-1]
         grid = [lo * (hi / lo) ** (i / 40) for i in range(41)] if hi > lo else [lo]
-        ax.plot(grid, [(pp - 1) / (v * m) for m in grid], color=c, linewidth=1.2,
+        sched = get_schedule(pts[0]["schedule"].partition(":")[0])
+        ax.plot(grid, [float(sched.bubble_fraction(pp, m, v)) for m in grid], color=c, linewidth=1.2,
                 label=f"{names}: (pp-1)/{'(vpp·m)' if v > 1 else 'm'}")
         ax.scatter([p["num_microbatches"] for p in pts], [p["simulated"] for p in pts],
                    color=c, marker="o", s=30, zorder=3)

@@ -28,11 +28,12 @@ from typing import Any, Callable, Iterable, Sequence
 from strategies.errors import SpecError
 from strategies.job import Job, make_job
 from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
+from strategies.schedules import get_schedule
 
 # Extend from two short runs only when it saves work: m >= EXTEND_FROM * g; and only for
-# the schedules with a steady state (GPipe queues every forward first: not affine).
+# the schedules with a steady state (``Schedule.steady_state``; GPipe queues every forward
+# first: not affine).
 EXTEND_FROM = 3
-EXTENDABLE = ("1f1b", "interleaved")
 
 
 def load_cases(path: str | None = None, tiers: Sequence[int] | None = (1,)) -> list[Case]:
@@ -67,13 +68,13 @@ def _case(entry: dict, index: int) -> Case:
 def _job_with_microbatches(job: Job, m: int) -> Job:
     p = job.plan
     return make_job(job.model, job.cluster, replace(p, gbs=m * p.mbs * p.dp), dtype=job.dtype,
-                    framework=job.framework, system=job.system)
+                    framework=job.named_framework, system=job.system)
 
 
 def period(job: Job) -> int:
     """Micro-batches per steady-state period of the job's schedule (``g``)."""
     p = job.plan
-    return max(p.pp, p.microbatch_group_size or 1)
+    return get_schedule(p.schedule).period(p.pp, p.microbatch_group_size)
 
 
 def simulated_step_time(job: Job, exact: bool = False) -> tuple[float, str]:
@@ -81,7 +82,7 @@ def simulated_step_time(job: Job, exact: bool = False) -> tuple[float, str]:
     ``"extended from m=g and m=2g"`` (see the module docstring)."""
     from simulator.simulate import simulate
     m, g = job.num_microbatches, period(job)
-    if (exact or job.plan.pp == 1 or job.plan.schedule not in EXTENDABLE
+    if (exact or job.plan.pp == 1 or not get_schedule(job.plan.schedule).steady_state
             or m < EXTEND_FROM * g or m % g):
         return simulate(job).step_time_s, "full"
     t1 = simulate(_job_with_microbatches(job, g)).step_time_s

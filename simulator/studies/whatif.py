@@ -36,6 +36,7 @@ from simulator.search.run import SearchConfig, run_search
 from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_tokens, dominated_pairs,
                               search_order, tokens_per_step)
 from strategies.errors import SpecError
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.plan import parse_plan
 from strategies.search.space import SpaceOptions
 from topologies.gpus import GIB
@@ -51,6 +52,7 @@ class WhatifConfig:
     vary: list[tuple[str, list[Any]]]
     base: dict[str, Any]                     # the base inputs, for the report
     dtype: str = "bf16"
+    framework: FrameworkProfile | None = None
     options: SpaceOptions = field(default_factory=SpaceOptions)
     gpu_hour_cost: float | None = None
     exhaustive: bool = False
@@ -94,7 +96,8 @@ def run_whatif(cfg: WhatifConfig) -> dict[str, Any]:
 
 def _inputs(cfg: WhatifConfig) -> dict[str, Any]:
     o = cfg.options
-    return {**cfg.base, "dtype": cfg.dtype, "vary": {k: list(v) for k, v in cfg.vary},
+    return {**cfg.base, "dtype": cfg.dtype,
+            "framework": get_profile(cfg.framework).name, "vary": {k: list(v) for k, v in cfg.vary},
             "variants": len(cfg.variants), "gpu_hour_cost": cfg.gpu_hour_cost,
             "memory_limit_gib": (o.memory_limit_bytes / GIB if o.memory_limit_bytes
                                  else None),
@@ -124,6 +127,7 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
     row["variant"] = v.label
     row["job"] = _job(v)
     sc = SearchConfig(model=v.model, cluster=v.cluster, gbs=v.global_batch, dtype=cfg.dtype,
+                      framework=cfg.framework,
                       options=cfg.options, k=1, tolerance=0.0, exhaustive=cfg.exhaustive,
                       workers=cfg.workers, references=refs)
     try:

@@ -12,10 +12,12 @@ Model (per optimizer step, seconds):
   penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
   ``strategies.framework`` profile, the clock penalty of overlapped communication; every
   constant and its source: docs/calibration.md);
-* pipeline: ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` — exact for balanced stages and free
-  communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v interleaved) and the
-  steady-state-bound form when the last stage carries the LM head;
-* point-to-point: two blocking exchanges per virtual pipeline step on the critical path;
+* pipeline: the schedule's ``Schedule.pipeline_span`` (``strategies.schedules``), by default
+  ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` with ``v`` its ``fill_chunks`` — exact for
+  balanced stages and free communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v
+  interleaved) and the steady-state-bound form when the last stage carries the LM head;
+* point-to-point: two blocking exchanges per round on the critical path, the schedule's
+  ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
@@ -40,8 +42,10 @@ from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan_arrays import RECOMPUTE_CODE, SCHED_CODE, PlanArrays, as_plan_arrays  # noqa: F401
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, as_plan_arrays  # noqa: F401
+from strategies.schedules import dispatch
 from topologies.cluster import Cluster
+
 
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                     framework: FrameworkProfile | str | None = None,
@@ -93,15 +97,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
-    vv = np.where(sched == 2, v, 1.0)
-    pipe = mb * t_max + (t_sum - t_max) / vv
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp >= G) + np.where(
         sc.p2p_gather_bytes > 0, cm.allgather_time(sc.p2p_gather_bytes, tp, bw_tp, lat_tp), 0.0)
-    pp_exposed = np.where(pp > 1, 2 * t_p2p * (mb * vv + pp - 1), 0.0)
+    pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = sc.params_first

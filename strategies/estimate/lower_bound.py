@@ -64,6 +64,7 @@ from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 
 SAFETY = 1e-9
@@ -158,7 +159,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sched = P.recompute, P.zero, P.schedule
     tpo, ogr = P.tp_comm_overlap, P.overlap_grad_reduce
-    v = np.where(sched == 2, P.vpp, 1.0)
+    v = P.vpp                                           # model chunks per rank
     n = tp * pp * dp * cp
     nmb = np.floor(P.gbs / (b * dp))
     lps = np.floor(m.num_layers / pp)
@@ -178,18 +179,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
     opt = {"first": sc.optimizer_first, "last": sc.optimizer_last, "mid": sc.optimizer_mid}
 
-    # the stage's compute chain T(s), per kind of stage; blocking sends: all of them with
-    # GPipe and 1F1B, the backward ones with interleaving (a forward's output waits in the
-    # exchange after the next backward, so its transfer may overlap that backward)
-    inter = sched == 2
+    # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
+    # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
+    # 1F1B, the backward ones with interleaving, where a forward's output waits in the
+    # exchange after the next backward, so its transfer may overlap that backward); the first
+    # stage sends no backward output and the last no forward output
+    fwd_blocks = attr_by_code(sched, "blocks_fwd_send").astype(float)
+    bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
     per_mb = v * (f_blk + b_blk)
-    sends_mid = np.where(inter, nmb * v, 2 * nmb)
+    sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
     T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
-         + (sends_mid - nmb) * send,
-         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - np.where(inter, 0.0, nmb)) * send,
+         + (sends_mid - nmb * bwd_blocks) * send,
+         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - nmb * fwd_blocks) * send,
          "mid": nmb * per_mb + sends_mid * send}
     b_max = b_blk + emb_b + head_b                      # the largest backward chunk
-    post_steps = np.where(ogr, np.where(inter, 1 + (v - 1) * pp, 1.0), 0.0)
+    post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
 
     dp_stride = tp * cp
     gb = sc.grad_bytes

@@ -14,8 +14,8 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_c
 
 
 def plan_arrays(plan: Plan) -> PlanArrays:
-    """The estimator's ``PlanArrays`` of one resolved plan (arrays of length 1)."""
-    return PlanArrays.from_plans([plan])
+    """The estimator's ``PlanArrays`` of one resolved plan (0-d arrays)."""
+    return PlanArrays.of_plan(plan)
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def estimate(job: Job) -> Estimate:
     from strategies.memory.scalar import memory_by_stage
     arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
                              job.framework, job.system)
-    r = {k: float(v[0]) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
+    r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)
     return Estimate(job=job, step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],

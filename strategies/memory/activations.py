@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from strategies.schedules import interleaved as _interleaved
+from strategies.schedules import get_schedule
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -145,7 +145,8 @@ def output_activation_bytes(job: Job) -> float:
 
 
 def in_flight_microbatches(job: Job, stage: int) -> int:
-    """Peak number of stashed ``(microbatch, chunk)`` entries on pipeline rank ``stage``.
+    """Peak number of stashed ``(microbatch, chunk)`` entries on pipeline rank ``stage``: the
+    schedule's ``Schedule.in_flight``.
 
     GPipe ``m``; 1F1B ``min(p - stage, m)``; interleaved ``min(w(stage) + 1, m·v)`` with
     ``w`` Megatron's ``num_warmup_microbatches`` (each entry holds ``l/(p·v)`` layers). For
@@ -153,12 +154,7 @@ def in_flight_microbatches(job: Job, stage: int) -> int:
     """
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    if p.schedule == "gpipe":
-        return m
-    if p.schedule == "interleaved":
-        w = _interleaved.num_warmup_microbatches(stage, p.pp, m, p.vpp, p.microbatch_group_size)
-        return min(w + 1, m * p.vpp)
-    return min(p.pp - stage, m)
+    return get_schedule(p.schedule).in_flight(stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
 def layers_per_chunk(job: Job) -> int:
@@ -168,8 +164,9 @@ def layers_per_chunk(job: Job) -> int:
 def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     """Bytes one stashed ``(microbatch, chunk)`` holds on ``stage`` from its forward until its
     backward: ``l/(p·v)`` layers, plus on the first stage the embedding activations spread
-    over its ``v`` chunks (Megatron's accounting), plus with GPipe on the last stage the
-    output-layer activations (every micro-batch's logits wait for the backwards).
+    over its ``v`` chunks (Megatron's accounting), plus on the last stage the output-layer
+    activations when the schedule stashes them (``Schedule.logits_stashed``, GPipe: every
+    micro-batch's logits wait for the backwards).
 
     The stage's activation peak is ``in_flight_microbatches × this + transient``.
     """
@@ -177,19 +174,19 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     nbytes = layers_per_chunk(job) * job_layer_activation_bytes(job)
     if stage == 0:
         nbytes += embedding_activation_bytes(job) / job.plan.vpp
-    if stage == job.plan.pp - 1 and job.plan.schedule == "gpipe":
+    if stage == job.plan.pp - 1 and get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     return nbytes
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:
-    """Bytes held for one micro-batch at a time, on top of the stash: with 1F1B/interleaved
-    the last stage's logits (its last forward is followed at once by that micro-batch's
-    backward), and with full recompute one layer's full working set (the layer being
+    """Bytes held for one micro-batch at a time, on top of the stash: unless the schedule
+    stashes them, the last stage's logits (1F1B/interleaved: its last forward is followed at
+    once by that micro-batch's backward), and with full recompute one layer's full working set (the layer being
     recomputed during its backward)."""
     _check_stage(job, stage)
     nbytes = 0.0
-    if stage == job.plan.pp - 1 and job.plan.schedule != "gpipe":
+    if stage == job.plan.pp - 1 and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     if job.plan.recompute == "full":
         nbytes += job_layer_activation_bytes(job, recompute="none")

@@ -36,6 +36,7 @@ from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.schedules import attr_by_code, dispatch
 
 ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
@@ -70,13 +71,6 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     return params, grads, opt
 
 
-def _in_flight(stage, pp, m, v, sched):
-    """``activations.in_flight_microbatches`` (default interleaving group size ``pp``)."""
-    one_f_one_b = np.minimum(pp - stage, m)
-    inter = np.minimum(2 * (pp - stage - 1) + (v - 1) * pp + 1, m * v)
-    return np.where(sched == 0, m, np.where(sched == 2, inter, one_f_one_b))
-
-
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
@@ -97,7 +91,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
     if in_flight is None:
-        in_flight = _in_flight(stage, pp, nmb, v, sched)
+        in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
     seq_div = np.where(sp, tp, 1.0)
 
@@ -120,7 +114,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
-    out_act = np.where(is_last, out_one * np.where(sched == 0, in_flight, 1), 0.0)
+    stashed = attr_by_code(sched, "logits_stashed")
+    out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     rc_act = np.where(rc == 2, layer_act_none, 0.0)
     layers_act = in_flight * (m.num_layers // (pp * v)) * layer_act
     activations = layers_act + in_flight * emb_act + out_act + rc_act

@@ -16,6 +16,8 @@ from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
+from strategies.schedules.base import all_ok, chunked_default
 from strategies.reference.text import (framework_name, gpu_preset, intra_node_gbps, model_family,
                                         parse_inter_node, recompute_kind, schedule_kind,
                                         vocab_from_notes)
@@ -106,39 +108,53 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
 
 
 def framework_of(c: dict) -> FrameworkProfile:
-    """The software that produced a published run, from its source (``reference_infer.
-    framework_name``): Megatron-LM 2021 (the SC21 paper) and Megatron-DeepSpeed (BLOOM) use
-    ``megatron-lm-2021``; NVIDIA's NeMo benchmarks and Megatron-Core's README
-    ``megatron-core``; MaxText and PAXML ``jax-xla``; MosaicML llm-foundry and torchtitan
-    ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
-    ``megatron-core``."""
+    """The software that produced a published run, from its source (``reference.text.
+    framework_name``): Megatron-LM 2021 (the SC21 paper) ``megatron-lm-2021``; BLOOM and
+    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Core's README
+    ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
+    llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
+    ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
+    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
     src = c.get("source") or {}
     text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
     year = re.search(r"(20\d\d)", text)
-    return get_profile(framework_name(text, int(year.group(1)) if year else None))
+    fw = get_profile(framework_name(text, int(year.group(1)) if year else None))
+    zero = (c.get("plan") or {}).get("zero_stage")
+    if fw is MEGATRON_LM_2021 and isinstance(zero, int) and zero not in fw.zero_stages:
+        return get_profile("megatron-deepspeed")
+    return fw
 
 
 def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:
+    """The schedule, its chunk count and the assumptions made: a named schedule as given; the
+    default (1F1B) or an unnamed one with ``virtual_stages`` given, or an unnamed one run with
+    pipeline overlap, as the chunked schedule (interleaving; the smallest valid chunk count
+    when none is given); else the default."""
     kind = schedule_kind(pl.get("schedule"))
     if pp == 1:
-        return "1f1b", 1, []
+        return DEFAULT_SCHEDULE, 1, []
+    named = get_schedule(kind) if kind else None
+    chunked = named if named is not None and named.chunked else chunked_default()
+    plain = named is not None and not named.chunked and kind != DEFAULT_SCHEDULE
     v = pl.get("virtual_stages")
-    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and kind != "gpipe":
-        return "interleaved", v, [] if kind == "interleaved" else [
-            f"interleaved (virtual_stages={v} given)"]
-    if kind == "gpipe":
-        return "gpipe", 1, []
+    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and not plain and chunked:
+        return chunked.name, v, [] if named is chunked else [
+            f"{chunked.name} (virtual_stages={v} given)"]
+    if plain:
+        return kind, 1, []
     # Megatron-Core overlaps pipeline sends with compute only in the interleaved schedule, so a
     # source that ran with "PP overlap" on and names no schedule ran interleaved
     implied = not kind and "pp overlap" in str(pl.get("overlap") or "").lower()
-    if kind == "interleaved" or implied:
+    if chunked and ((named is not None and named.chunked) or implied):
         per = layers // pp
         for v in range(2, per + 1):
-            if per % v == 0 and m % pp == 0:
-                why = ["interleaved (implied by PP communication overlap; not stated)"] if implied else []
-                return "interleaved", v, why + [f"vpp={v} (smallest number of chunks dividing {per} layers per stage; not stated)"]
-        return "1f1b", 1, ["vpp not stated and no valid interleaving: 1F1B"]
-    return "1f1b", 1, [] if kind else ["1F1B (schedule not stated)"]
+            if per % v == 0 and all_ok(chunked.batch_rules(pp, m, v, None)):
+                why = [f"{chunked.name} (implied by PP communication overlap; not stated)"] \
+                    if implied else []
+                return chunked.name, v, why + [f"vpp={v} (smallest number of chunks dividing "
+                                               f"{per} layers per stage; not stated)"]
+        return DEFAULT_SCHEDULE, 1, ["vpp not stated and no valid interleaving: 1F1B"]
+    return DEFAULT_SCHEDULE, 1, [] if kind else ["1F1B (schedule not stated)"]
 
 
 def _dtype(c: dict) -> str:

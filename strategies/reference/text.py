@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 
+from strategies.schedules import DEFAULT_SCHEDULE, schedules
+
 # (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
 _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("mi300x",), "MI300X", "mi300x"),
@@ -126,19 +128,26 @@ def model_family(name: str) -> dict:
 
 # ------------------------------------------------------------------------- the software
 _JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
-_EAGER = ("llm-foundry", "mosaicml", "torchtitan", "composer", "fsdp", "metaseq", "nanotron",
+_TORCHTITAN = ("torchtitan",)
+_EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
-_MEGATRON_2021 = ("narayanan", "bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
+_MEGATRON_2021 = ("narayanan",)
 _MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core",
                   "megatron core", "transformer engine")
 
 
 def framework_name(text: str, year: int | None) -> str:
-    """The framework profile a source's text names: ``jax-xla``, ``pytorch-eager``,
-    ``megatron-lm-2021`` or ``megatron-core`` (else by year: before 2023 the 2021 stack)."""
+    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``,
+    ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
+    by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
     if any(k in t for k in _JAX):
         return "jax-xla"
+    if any(k in t for k in _TORCHTITAN):
+        return "torchtitan"
+    if any(k in t for k in _DEEPSPEED):
+        return "megatron-deepspeed"
     if any(k in t for k in _EAGER):
         return "pytorch-eager"
     if any(k in t for k in _MEGATRON_2021):
@@ -163,16 +172,16 @@ def recompute_kind(value) -> str | None:
 
 
 def schedule_kind(value) -> str:
-    """``gpipe``, ``interleaved``, ``1f1b`` or ``""`` (unstated) from a free-text schedule."""
+    """A registered schedule's name (``gpipe``, ``interleaved``, ``1f1b``, …) or ``""``
+    (unstated) from a free-text schedule: "non-interleaved" and the like mean the default
+    schedule; otherwise the first schedule whose ``Schedule.text_patterns`` match, chunked
+    schedules first ("interleaved 1F1B" is interleaving)."""
     t = str(value or "").lower()
     if re.search(r"(non|no|not|without)[- ](?:\w+ )?(interleav|virtual)", t):
-        return "1f1b" if t.strip() else ""
-    if re.search(r"\binterleaved\b", t) or re.search(r"\bvirtual (pipeline|stage)", t):
-        return "interleaved"
-    if "gpipe" in t or "fill-drain" in t or "fill drain" in t:
-        return "gpipe"
-    if "1f1b" in t or "pipedream" in t:
-        return "1f1b"
+        return DEFAULT_SCHEDULE if t.strip() else ""
+    for sched in sorted(schedules(), key=lambda s: not s.chunked):
+        if any(re.search(p, t) for p in sched.text_patterns):
+            return sched.name
     return ""
 
 

@@ -1,9 +1,17 @@
-"""Pipeline schedules as pure functions, looked up by name.
+"""Pipeline schedules: one module per schedule, each a registered ``Schedule`` that owns its
+order, placement, exchanges, memory, closed forms, validity rules, search space and exports
+(``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
 
 >>> schedule_names()
-['1f1b', 'gpipe', 'interleaved']
+['1f1b', 'gpipe', 'interleaved', 'zb-h1']
 """
-from strategies.schedules import gpipe, interleaved, one_f_one_b  # noqa: F401  (register)
-from strategies.schedules.base import Step, get_schedule, register, schedule_names
+# registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3
+from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa: F401
+from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
+                                       dispatch, get_schedule, register, resolve_name,
+                                       schedule_code, schedule_names, schedule_of_code,
+                                       schedules, unregister)
 
-__all__ = ["Step", "get_schedule", "register", "schedule_names"]
+__all__ = ["DEFAULT_SCHEDULE", "Schedule", "Step", "attr_by_code", "dispatch", "get_schedule",
+           "register", "resolve_name", "schedule_code", "schedule_names", "schedule_of_code",
+           "schedules", "unregister"]

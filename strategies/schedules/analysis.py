@@ -1,61 +1,55 @@
 """Pure helpers over schedules: activation stash, closed-form bubble, free-comm makespan."""
 from __future__ import annotations
 
-from typing import Iterable
-
 from strategies.errors import SpecError
-from strategies.schedules.base import Step, get_schedule
+from strategies.schedules.base import Step, get_schedule, peak_stash
+
+__all__ = ["peak_stash", "bubble_fraction_closed_form", "simulate_free_comm"]
 
 
-def peak_stash(steps: Iterable[Step]) -> int:
-    """Most forwards whose backward has not yet run, counted per (microbatch, chunk)."""
-    live: set[tuple[int, int]] = set()
-    peak = 0
-    for s in steps:
-        key = (s.microbatch, s.chunk)
-        if s.kind == "F":
-            live.add(key)
-            peak = max(peak, len(live))
-        else:
-            live.discard(key)
-    return peak
-
-
-def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1) -> float:
-    """Idle time over ideal compute time: ``(pp-1)/m``, or ``(pp-1)/(vpp*m)`` interleaved."""
-    get_schedule(schedule)
+def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
+                                w_share: float = 0.0) -> float:
+    """Idle time over ideal compute time (``Schedule.bubble_fraction``): ``(pp-1)/m``, or
+    ``(pp-1)/(vpp*m)`` interleaved; ``w_share`` is the weight gradient's share of the time
+    (schedules that split the backward)."""
+    sched = get_schedule(schedule)
     if m < 1:
         raise SpecError("num_microbatches", m, "must be >= 1")
-    if schedule == "interleaved":
-        return (pp - 1) / (vpp * m)
-    return (pp - 1) / m
+    return float(sched.bubble_fraction(pp, m, vpp, w_share))
 
 
-def _deps(step: Step, vstage: int, last: int) -> list[tuple[str, int, int]]:
-    """Keys ``(kind, microbatch, virtual_stage)`` that ``step`` waits on (free comm)."""
+def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
+    """Keys ``(kind, microbatch, position)`` that ``step`` waits on (free comm)."""
     i = step.microbatch
+    if step.kind == "W":
+        return [("B", i, pos)]
     if step.kind == "F":
-        return [("F", i, vstage - 1)] if vstage > 0 else []
-    if vstage == last:
-        return [("F", i, vstage)]
-    return [("B", i, vstage + 1)]
+        return [("F", i, pos - 1)] if pos > 0 else []
+    if pos == last:
+        return [("F", i, pos)]
+    return [("B", i, pos + 1)]
 
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
-                       group_size: int | None = None) -> float:
+                       group_size: int | None = None, t_w: float = 0.0) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch; each of the
-    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. A step starts when its rank is free and
-    its dependency has finished. Runs in O(total steps); raises ``RuntimeError`` on deadlock.
+    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. ``t_w`` is the weight gradient's part of
+    ``t_b``: a schedule that splits the backward runs ``B`` in ``t_b - t_w`` and ``W`` in
+    ``t_w`` (same per chunk), others ignore it. A step starts when its rank is free and
+    its dependency (the same pass at the neighbouring position of the micro-batch's path,
+    ``Schedule.virtual_stage``) has finished. Runs in O(total steps); raises
+    ``RuntimeError`` on deadlock.
 
     >>> simulate_free_comm("1f1b", 4, 8, 1, 1.0, 2.0)
     33.0
     """
-    fn = get_schedule(schedule)
-    programs = [fn(r, pp, m, vpp, group_size) for r in range(pp)]
-    dur = {"F": t_f / vpp, "B": t_b / vpp}
-    last = pp * vpp - 1
+    sched = get_schedule(schedule)
+    programs = [sched.steps(r, pp, m, vpp, group_size) for r in range(pp)]
+    split = sched.splits_backward
+    dur = {"F": t_f / vpp, "B": (t_b - t_w if split else t_b) / vpp, "W": t_w / vpp}
+    last = sched.num_virtual_stages(pp, vpp) - 1
     done: dict[tuple[str, int, int], float] = {}
     waiting: dict[tuple[str, int, int], int] = {}
     pos = [0] * pp
@@ -66,11 +60,13 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
         prog = programs[r]
         while pos[r] < len(prog):
             step = prog[pos[r]]
-            vstage = step.chunk * pp + r
+            vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
             deps = _deps(step, vstage, last)
             missing = [d for d in deps if d not in done]
             if missing:
-                waiting[missing[0]] = r  # each key has at most one dependent step
+                # each key has at most one dependent step on another rank (a W waits only for
+                # its own rank's B, which the order runs first)
+                waiting[missing[0]] = r
                 break
             start = max([free[r]] + [done[d] for d in deps])
             free[r] = start + dur[step.kind]

@@ -1,24 +1,72 @@
-"""Core of the pipeline schedules: the ``Step`` record, the registry and shared checks.
+"""Core of the pipeline schedules: the ``Step`` record, the ``Schedule`` interface and the
+registry.
 
-A schedule is a pure function ``fn(stage, pp, num_microbatches, vpp=1, group_size=None)``
-returning the ordered ``list[Step]`` that one pipeline rank runs in one training step.
+A schedule is one module holding one ``Schedule`` subclass, registered under its name with
+``@register("name")``. The subclass owns every fact that depends on the schedule (see
+docs/architecture.md, "Schedules: the plug-in interface"):
+
+* **order**: ``steps(stage, pp, m, vpp, group_size)``, the ordered ``list[Step]`` that one
+  pipeline rank runs in one training step (the only method without a default);
+* **placement**: which rank and model chunk hold each position of a micro-batch's path
+  through the pipeline (``virtual_stage``, ``rank_chunk``, ``num_virtual_stages``; default
+  Megatron's ring: chunk ``c`` on rank ``r`` is position ``c·pp + r``) and so the peer of
+  every point-to-point message (``peer``);
+* **exchanges**: ``actions(...)``, the steps with the blocking ``Exchange`` calls between
+  them (default: receive before a step, send after it);
+* **warm-up and memory**: ``num_warmup``, ``in_flight`` (stashed ``(micro-batch, chunk)``
+  entries at the peak, scalar) and ``in_flight_array`` (over numpy arrays, for the search),
+  ``logits_stashed`` (the last stage keeps every micro-batch's logits until its backward);
+* **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
+  ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
+  (the closed form), ``blocks_fwd_send``/``blocks_bwd_send`` and ``reduce_window_steps``
+  (the lower bound), ``steady_state``/``period`` (extension from short runs);
+* **validity**: ``check_plan`` (pp, vpp, group size), ``check`` (plus the micro-batch
+  count) and ``valid`` (the same rules over arrays, for the search): one list of rules,
+  ``rules(...)``, read by all three;
+* **search space**: ``search_vpps`` (which chunk counts the search enumerates);
+* **exports**: ``megatron_args`` and ``deepspeed_refusal``.
+
+Defaults derive everything from ``steps`` where they can, so a new schedule that only gives
+its order already runs through estimate, simulate, compare and search; it overrides the
+rest with closed forms. Array methods take numpy arrays (or scalars) and must be pure.
+Code that holds plans as arrays refers to a schedule by its integer ``schedule_code`` (the
+order of registration) and asks ``dispatch``/``attr_by_code`` for per-schedule facts.
+
+>>> get_schedule("1f1b").in_flight(0, 4, 8)
+4
+>>> [schedule_code(n) for n in ("gpipe", "1f1b", "interleaved")]
+[0, 1, 2]
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
 
 from strategies.errors import SpecError
 
-ScheduleFn = Callable[..., "list[Step]"]
+#: The schedule of a plan that names none (and the one plans with pp=1 are reduced to).
+DEFAULT_SCHEDULE = "1f1b"
 
-_REGISTRY: dict[str, ScheduleFn] = {}
+_REGISTRY: dict[str, "Schedule"] = {}
+
+#: One validity rule: ``(field, value, ok, why)``; ``ok`` a bool or a bool array, ``why`` a
+#: function giving the message (built only when the rule fails on a scalar).
+Rule = tuple[str, Any, Any, Callable[[], str]]
+
+
+#: Step kinds: forward, backward (the input gradient only when the schedule splits the
+#: backward, ``Schedule.splits_backward``) and the weight gradient of a split backward.
+STEP_KINDS = ("F", "B", "W")
 
 
 @dataclass(frozen=True)
 class Step:
     """One forward (``kind="F"``) or backward (``kind="B"``) pass of one micro-batch
-    through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving).
+    through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving);
+    with a split backward, ``B`` computes the input gradient and ``W`` the weight gradient.
 
     >>> Step("F", 3, 1).label
     'F3.c1'
@@ -29,8 +77,8 @@ class Step:
     chunk: int = 0
 
     def __post_init__(self) -> None:
-        if self.kind not in ("F", "B"):
-            raise SpecError("kind", self.kind, 'must be "F" or "B"')
+        if self.kind not in STEP_KINDS:
+            raise SpecError("kind", self.kind, 'must be "F", "B" or "W"')
 
     @property
     def label(self) -> str:
@@ -41,17 +89,268 @@ class Step:
         return self.label
 
 
-def register(name: str) -> Callable[[ScheduleFn], ScheduleFn]:
-    """Decorator registering a schedule function under ``name``; duplicates are refused."""
+def peak_stash(steps: Iterable[Step]) -> int:
+    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
+    chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
+    gradients its GEMMs need, less than the forward's stash)."""
+    live: set[tuple[int, int]] = set()
+    peak = 0
+    for s in steps:
+        key = (s.microbatch, s.chunk)
+        if s.kind == "F":
+            live.add(key)
+            peak = max(peak, len(live))
+        elif s.kind == "B":
+            live.discard(key)
+    return peak
 
-    def deco(fn: ScheduleFn) -> ScheduleFn:
+
+def raise_first(rules: Iterable[Rule]) -> None:
+    """Raise ``SpecError`` for the first rule that fails (scalar values)."""
+    for field, value, ok, why in rules:
+        if not bool(ok):
+            raise SpecError(field, value, why())
+
+
+def all_ok(rules: Iterable[Rule]) -> Any:
+    """The rules' ``ok`` values and-ed together (arrays broadcast)."""
+    out: Any = True
+    for _, _, ok, _ in rules:
+        out = out & ok
+    return out
+
+
+class Schedule:
+    """A pipeline schedule: its order and every fact that depends on it (module docstring).
+
+    Units: seconds for times; counts for steps and micro-batches. ``stage`` is the pipeline
+    rank, ``pp`` the ranks, ``m`` the micro-batches per pipeline and optimizer step, ``vpp``
+    the model chunks per rank, ``group_size`` the micro-batch group (None: the default).
+    """
+
+    name: str = ""
+    #: other spellings accepted in ``--schedules`` lists
+    aliases: tuple[str, ...] = ()
+    #: regular expressions naming this schedule in a publication's free text (lower case;
+    #: ``strategies.reference.text.schedule_kind`` tries chunked schedules first)
+    text_patterns: tuple[str, ...] = ()
+    #: runs ``vpp >= 2`` model chunks per rank (``name:V`` in plans and lists)
+    chunked: bool = False
+    #: the chunk count of ``schedule=name`` with no ``vpp``
+    default_vpp: int = 1
+    #: takes Megatron's ``microbatch_group_size``
+    uses_group: bool = False
+    #: the last stage keeps each micro-batch's logits until its backward (else one at a time)
+    logits_stashed: bool = False
+    #: whether a forward's (backward's) output send blocks the next step (lower bound)
+    blocks_fwd_send: bool = True
+    blocks_bwd_send: bool = True
+    #: step time affine in ``m`` once ``m`` is a multiple of ``period`` (validation extends
+    #: long runs from two short ones)
+    steady_state: bool = True
+    #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
+    splits_backward: bool = False
+
+    # ------------------------------------------------------------------ order
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """The ordered steps of pipeline rank ``stage`` in one training step."""
+        raise NotImplementedError(f"schedule {self.name!r} gives no steps()")
+
+    def __call__(self, stage: int, pp: int, num_microbatches: int, vpp: int = 1,
+                 group_size: int | None = None) -> list[Step]:
+        return self.steps(stage, pp, num_microbatches, vpp, group_size)
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """Warm-up forwards on ``stage`` (Megatron's ``num_warmup_microbatches``), from the
+        order: the forwards before the first backward, less the forward that the first
+        steady-state pair starts with (none when every forward comes first)."""
+        steps = self.steps(stage, pp, m, vpp, group_size)
+        n = next((k for k, s in enumerate(steps) if s.kind != "F"), len(steps))
+        return n if n == sum(s.kind == "F" for s in steps) else n - 1
+
+    # ------------------------------------------------------------------ placement
+    def num_virtual_stages(self, pp: int, vpp: int) -> int:
+        """Positions on a micro-batch's path through the pipeline."""
+        return pp * vpp
+
+    def virtual_stage(self, rank: int, chunk: int, pp: int, vpp: int,
+                      microbatch: int = 0) -> int:
+        """Position of ``(rank, chunk)`` on ``microbatch``'s path (ring: ``chunk·pp + rank``)."""
+        return chunk * pp + rank
+
+    def rank_chunk(self, position: int, pp: int, vpp: int,
+                   microbatch: int = 0) -> tuple[int, int]:
+        """``(rank, chunk)`` at ``position`` of ``microbatch``'s path (inverse of
+        ``virtual_stage``)."""
+        return position % pp, position // pp
+
+    def ends(self, pp: int, vpp: int, microbatch: int = 0) -> tuple[int, int]:
+        """Ranks holding the first position (the embedding) and the last (the LM head and
+        the loss): ``(0, pp - 1)`` on the ring, ``(0, 0)`` on a V."""
+        last = self.num_virtual_stages(pp, vpp) - 1
+        return (self.rank_chunk(0, pp, vpp, microbatch)[0],
+                self.rank_chunk(last, pp, vpp, microbatch)[0])
+
+    def peer(self, rank: int, chunk: int, microbatch: int, pp: int, vpp: int,
+             direction: str, sending: bool) -> int:
+        """Rank at the other end of message ``(direction, microbatch, chunk)`` of ``rank``:
+        ``fwd`` goes to the next position, ``bwd`` to the previous one."""
+        towards_next = (direction == "fwd") == sending
+        pos = self.virtual_stage(rank, chunk, pp, vpp, microbatch) + (1 if towards_next else -1)
+        return self.rank_chunk(pos, pp, vpp, microbatch)[0]
+
+    # ------------------------------------------------------------------ exchanges
+    def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
+                group_size: int | None = None) -> list:
+        """The steps with the blocking exchanges between them (default: each step receives
+        its input just before it and sends its output just after it)."""
+        from strategies.schedules.exchanges import Boundary, around_each_step
+        steps = self.steps(stage, pp, m, vpp, group_size)
+        if pp == 1:
+            return list(steps)
+        return around_each_step(steps, Boundary(self, stage, pp, vpp))
+
+    # ------------------------------------------------------------------ validity
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """Rules on ``pp``, ``vpp`` and the group size alone (checked when a plan is made).
+        Default: one model chunk per rank and no micro-batch group."""
+        return [("vpp", vpp, vpp == 1,
+                 lambda: f"schedule={self.name} runs one model chunk per rank: vpp > 1 needs "
+                         f"schedule={' or '.join(chunked_names()) or 'a chunked schedule'}"),
+                ("microbatch_group_size", group_size, group_size is None,
+                 lambda: f"only applies to schedule={' or '.join(grouped_names())}, "
+                         f"not {self.name}")]
+
+    def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """Rules that involve the micro-batch count too (checked when a job is made)."""
+        return []
+
+    def rules(self, pp: Any, m: Any, vpp: Any, group_size: Any = None) -> list[Rule]:
+        return self.shape_rules(pp, vpp, group_size) + self.batch_rules(pp, m, vpp, group_size)
+
+    def check_plan(self, pp: int, vpp: int, group_size: int | None = None) -> None:
+        """``SpecError`` (field, value, rule) where ``pp``/``vpp``/the group size do not fit."""
+        raise_first(self.shape_rules(pp, vpp, group_size))
+
+    def check(self, pp: int, m: int, vpp: int = 1, group_size: int | None = None) -> None:
+        """``check_plan`` plus the rules on the micro-batch count ``m``."""
+        raise_first(self.rules(pp, m, vpp, group_size))
+
+    def valid(self, pp: Any, m: Any, vpp: Any) -> Any:
+        """``rules`` over arrays (default group size): a bool array."""
+        return all_ok(self.rules(pp, m, vpp, None))
+
+    # ------------------------------------------------------------------ memory
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """Peak stashed ``(microbatch, chunk)`` entries on ``stage`` (from the order)."""
+        return peak_stash(self.steps(stage, pp, m, vpp, group_size))
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+        """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
+        distinct ``(stage, pp, m, vpp)``."""
+        s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float)
+                                            for x in (stage, pp, m, vpp)))
+        keys = np.stack([a.ravel() for a in (s, p, mm, v)], axis=1).astype(np.int64)
+        if not len(keys):
+            return np.zeros(s.shape)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.array([self.in_flight(*map(int, k)) for k in uniq], dtype=float)
+        return vals[np.ravel(inv)].reshape(s.shape)
+
+    # ------------------------------------------------------------------ time
+    def fill_chunks(self, vpp: Any) -> Any:
+        """Pieces a stage's per-micro-batch work is cut into on the pipeline fill and drain
+        (the bubble shrinks by this factor): 1."""
+        return np.ones_like(np.asarray(vpp, dtype=float))
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
+        """Closed-form idle over ideal time, balanced stages, free communication:
+        ``(pp-1)/(fill_chunks·m)``. ``w_share``: the weight gradient's share of a stage's
+        time per micro-batch, which only a schedule that splits the backward can use."""
+        return (pp - 1) / (self.fill_chunks(vpp) * m)
+
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any) -> Any:
+        """Seconds of the pipeline with free communication, from the slowest stage's and the
+        sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``."""
+        return m * t_max + (t_sum - t_max) / self.fill_chunks(vpp)
+
+    def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """Point-to-point exchange rounds on the critical path: ``m·fill + pp - 1``."""
+        return m * self.fill_chunks(vpp) + pp - 1
+
+    def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
+        """Backward steps at most left on a rank once its first chunk's gradients are
+        complete (the window the gradient reduction can hide in): 1."""
+        return np.ones_like(np.asarray(pp, dtype=float))
+
+    def period(self, pp: int, group_size: int | None = None) -> int:
+        """Micro-batches per steady-state period."""
+        return pp
+
+    # ------------------------------------------------------------------ search
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """Chunk counts the search enumerates for this schedule: ``[1]``."""
+        return [1]
+
+    # ------------------------------------------------------------------ exports
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        """Megatron-LM arguments selecting this schedule, and notes (none: 1F1B is its
+        default)."""
+        return [], []
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        """Why DeepSpeed's pipeline engine (1F1B) cannot run this schedule, or None."""
+        return None
+
+    def __repr__(self) -> str:
+        return f"<schedule {self.name!r} ({type(self).__module__}.{type(self).__name__})>"
+
+
+class OrderSchedule(Schedule):
+    """A schedule given by its order function alone (``register(name)(fn)``); every other
+    fact takes the defaults, which read the order."""
+
+    def __init__(self, fn: Callable[..., list[Step]]) -> None:
+        self.fn = fn
+
+    def steps(self, stage, pp, m, vpp=1, group_size=None):
+        return self.fn(stage, pp, m, vpp, group_size)
+
+
+# ---------------------------------------------------------------------- registry
+
+def register(name: str) -> Callable[[Any], Any]:
+    """Decorator registering a ``Schedule`` subclass (instantiated), a ``Schedule``
+    instance or a plain order function under ``name``; duplicates are refused. Returns its
+    argument unchanged."""
+
+    def deco(obj: Any) -> Any:
         if name in _REGISTRY:
-            raise ValueError(f"schedule {name!r} is already registered "
-                             f"(by {_REGISTRY[name].__module__}.{_REGISTRY[name].__name__})")
-        _REGISTRY[name] = fn
-        return fn
+            old = _REGISTRY[name]
+            raise ValueError(f"schedule {name!r} is already registered (by {old!r})")
+        if isinstance(obj, type) and issubclass(obj, Schedule):
+            sched = obj()
+        elif isinstance(obj, Schedule):
+            sched = copy.copy(obj)
+        elif callable(obj):
+            sched = OrderSchedule(obj)
+        else:
+            raise TypeError(f"cannot register {obj!r} as a schedule")
+        sched.name = name
+        _REGISTRY[name] = sched
+        return obj
 
     return deco
+
+
+def unregister(name: str) -> None:
+    """Remove ``name`` from the registry (plug-ins and tests); unknown names are ignored.
+    Codes of schedules registered after it shift down."""
+    _REGISTRY.pop(name, None)
 
 
 def schedule_names() -> list[str]:
@@ -59,13 +358,67 @@ def schedule_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_schedule(name: str) -> ScheduleFn:
-    """The schedule function registered as ``name``; ``SpecError`` if there is none."""
+def schedules() -> list[Schedule]:
+    """Registered schedules in code order."""
+    return list(_REGISTRY.values())
+
+
+def chunked_default() -> "Schedule | None":
+    """The first registered chunked schedule (what ``vpp >= 2`` alone means)."""
+    return next((s for s in _REGISTRY.values() if s.chunked), None)
+
+
+def chunked_names() -> list[str]:
+    return [s.name for s in _REGISTRY.values() if s.chunked]
+
+
+def grouped_names() -> list[str]:
+    return [s.name for s in _REGISTRY.values() if s.uses_group]
+
+
+def resolve_name(name: str) -> str:
+    """``name`` or the schedule it is an alias of (unchanged when unknown)."""
+    for s in _REGISTRY.values():
+        if name in s.aliases:
+            return s.name
+    return name
+
+
+def get_schedule(name: str) -> Schedule:
+    """The schedule registered as ``name``; ``SpecError`` if there is none."""
     try:
         return _REGISTRY[name]
-    except KeyError:
+    except (KeyError, TypeError):
         raise SpecError("schedule", name,
                         f"must be one of {', '.join(schedule_names())}") from None
+
+
+def schedule_code(name: str) -> int:
+    """Integer code of ``name`` in plan arrays (its registration order)."""
+    get_schedule(name)
+    return list(_REGISTRY).index(name)
+
+
+def schedule_of_code(code: int) -> Schedule:
+    return list(_REGISTRY.values())[int(code)]
+
+
+def attr_by_code(codes: Any, attr: str) -> np.ndarray:
+    """A constant attribute of each plan's schedule, looked up by code."""
+    table = np.array([getattr(s, attr) for s in _REGISTRY.values()])
+    return table[np.asarray(codes, dtype=np.int64)]
+
+
+def dispatch(codes: Any, method: str, *args: Any) -> np.ndarray:
+    """``schedule.method(*args)`` for each plan, by its schedule code: the arrays are
+    broadcast together and each schedule present sees only its own plans (float result)."""
+    arrs = np.broadcast_arrays(np.asarray(codes, dtype=np.int64), *(np.asarray(a) for a in args))
+    c, rest = arrs[0], arrs[1:]
+    out = np.zeros(c.shape)
+    for code in np.unique(c):
+        sel = c == code
+        out[sel] = getattr(schedule_of_code(code), method)(*(a[sel] for a in rest))
+    return out
 
 
 def check_common(stage: int, pp: int, num_microbatches: int) -> None:
@@ -76,13 +429,6 @@ def check_common(stage: int, pp: int, num_microbatches: int) -> None:
         raise SpecError("stage", stage, f"must be in 0..{pp - 1} (pp={pp})")
     if num_microbatches < 1:
         raise SpecError("num_microbatches", num_microbatches, "must be >= 1")
-
-
-def check_no_vpp(schedule: str, vpp: int) -> None:
-    """Refuse ``vpp != 1`` for a non-interleaved schedule."""
-    if vpp != 1:
-        raise SpecError("vpp", vpp, f"schedule {schedule!r} needs virtual_pipeline_size=1; "
-                                    "use 'interleaved' for vpp >= 2")
 
 
 def warmup_steady_cooldown(forwards: Sequence[Step], backwards: Sequence[Step],

@@ -2,27 +2,147 @@
 (Megatron ``forward_backward_pipelining_with_interleaving``)."""
 from __future__ import annotations
 
-from strategies.errors import SpecError
-from strategies.schedules.base import Step, check_common, register, warmup_steady_cooldown
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
+                                       raise_first, register, warmup_steady_cooldown)
+from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
 
 
-def check_interleaved(pp: int, num_microbatches: int, vpp: int,
-                      group_size: int | None) -> int:
-    """Validate interleaving arguments; return the effective ``group_size`` (default ``pp``)."""
-    m = num_microbatches
-    g = pp if group_size is None else group_size
-    if vpp < 2:
-        raise SpecError("vpp", vpp, "interleaved needs virtual_pipeline_size >= 2; "
-                                    "use '1f1b' for vpp=1")
-    if g < pp:
-        raise SpecError("group_size", g, f"must be >= pp={pp}")
-    if g > m:
-        raise SpecError("group_size", g, f"must be <= num_microbatches={m}")
-    if m % g != 0 and m % g < pp:
-        raise SpecError("num_microbatches", m,
-                        f"num_microbatches % group_size (= {m % g}) must be 0 or >= pp={pp}"
-                        f" (group_size={g})")
-    return g
+@register("interleaved")
+class Interleaved(Schedule):
+    """Interleaved 1F1B (Narayanan et al., 2021): each rank holds ``vpp`` model chunks, chunk
+    ``c`` of rank ``r`` is virtual stage ``c·pp + r``; micro-batches go in groups of
+    ``group_size`` (default ``pp``). The bubble shrinks by ``vpp``; a forward's output send
+    is batched with the next backward's exchange (so it does not block)."""
+
+    aliases = ("1f1b-interleaved", "interleaved-1f1b")
+    text_patterns = (r"\binterleaved\b", r"\bvirtual (pipeline|stage)")
+    chunked = True
+    default_vpp = 2
+    uses_group = True
+    blocks_fwd_send = False
+
+    # ------------------------------------------------------------------ validity
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """``vpp >= 2``, ``pp >= 2`` and ``group_size >= pp`` (Megatron's
+        ``microbatch_group_size_per_vp_stage``)."""
+        g = pp if group_size is None else group_size
+        return [
+            ("vpp", vpp, vpp >= 2,
+             lambda: "schedule=interleaved needs vpp >= 2 model chunks per pipeline rank "
+                     "(use schedule=1f1b for vpp=1)"),
+            ("schedule", self.name, pp >= 2, lambda: "interleaved needs pp >= 2"),
+            ("microbatch_group_size", g, g >= pp, lambda: f"must be >= pp={pp}"),
+        ]
+
+    def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """``group_size <= m`` and ``m % group_size`` 0 or ``>= pp`` (docs/schedules.md)."""
+        g = pp if group_size is None else group_size
+        return [
+            ("num_microbatches", m, m >= g,
+             lambda: f"interleaved needs at least microbatch_group_size={g} micro-batches "
+                     "(gbs/(mbs*dp))"),
+            ("num_microbatches", m, (m % g == 0) | (m % g >= pp),
+             lambda: f"interleaved needs num_microbatches % {g} to be 0 or >= pp={pp} "
+                     "(with the default group size, a multiple of pp)"),
+        ]
+
+    # ------------------------------------------------------------------ order
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """Interleaved 1F1B order for pipeline rank ``stage``.
+
+        >>> " ".join(map(str, get_schedule("interleaved").steps(1, 2, 2, vpp=2)))
+        'F0.c0 F1.c0 F0.c1 B0.c1 F1.c1 B1.c1 B0.c0 B1.c0'
+        """
+        w = self.num_warmup(stage, pp, m, vpp, group_size)
+        g = pp if group_size is None else group_size
+        table = virtual_microbatch_table(m, vpp, g)
+        forwards = [Step("F", i, c) for i, c in table]
+        backwards = [Step("B", i, vpp - 1 - c) for i, c in table]
+        return warmup_steady_cooldown(forwards, backwards, w)
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """Warm-up virtual micro-batches: ``min(2(pp-stage-1) + (vpp-1)·g, m·vpp)``."""
+        check_common(stage, pp, m)
+        # the order is defined for pp=1 too; only plans refuse it (rule "schedule")
+        raise_first(r for r in self.rules(pp, m, vpp, group_size) if r[0] != "schedule")
+        g = pp if group_size is None else group_size
+        return min(2 * (pp - stage - 1) + (vpp - 1) * g, m * vpp)
+
+    def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
+                group_size: int | None = None) -> list:
+        """Megatron ``forward_backward_pipelining_with_interleaving``'s exchanges (no p2p
+        overlap): in the steady state one exchange after each F-B pair sends both outputs and
+        receives the next pair's inputs."""
+        steps = self.steps(stage, pp, m, vpp, group_size)
+        if pp == 1:
+            return list(steps)
+        ring = Boundary(self, stage, pp, vpp)
+        w = self.num_warmup(stage, pp, m, vpp, group_size)
+        fwd, bwd = split_passes(steps)
+        total, out = len(fwd), []
+        rem = total - w
+        add_exchange(out, recvs=ring.recv_in(fwd[0]))
+        for k in range(w):
+            out.append(fwd[k])
+            nxt = ring.recv_in(fwd[k + 1] if k + 1 < total else None)
+            grad = ring.recv_in(bwd[0]) if (k == w - 1 and rem) else ()
+            add_exchange(out, ring.send_out(fwd[k]), nxt + grad)
+        for k in range(rem):
+            out += [fwd[w + k], bwd[k]]
+            nxt_f = fwd[w + k + 1] if w + k + 1 < total else None
+            add_exchange(out, ring.send_out(fwd[w + k]) + ring.send_out(bwd[k]),
+                         ring.recv_in(nxt_f) + ring.recv_in(bwd[k + 1]))
+        if not rem:
+            add_exchange(out, recvs=ring.recv_in(bwd[0]))
+        for k in range(rem, total):
+            out.append(bwd[k])
+            nxt_b = bwd[k + 1] if k + 1 < total else None
+            add_exchange(out, ring.send_out(bwd[k]), ring.recv_in(nxt_b))
+        return out
+
+    # ------------------------------------------------------------------ memory and time
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """``min(w + 1, m·vpp)`` with ``w`` the warm-up count."""
+        return min(self.num_warmup(stage, pp, m, vpp, group_size) + 1, m * vpp)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        return np.minimum(2 * (pp - stage - 1) + (vpp - 1) * pp + 1, m * vpp)
+
+    def fill_chunks(self, vpp: Any) -> Any:
+        """The fill and drain run chunk by chunk: ``vpp``."""
+        return vpp
+
+    def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
+        """After the last backward of chunk ``vpp-1`` come ``(vpp-1)·pp`` more backwards."""
+        return 1 + (vpp - 1) * pp
+
+    def period(self, pp: int, group_size: int | None = None) -> int:
+        return max(pp, group_size or 1)
+
+    # ------------------------------------------------------------------ search and exports
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """Every ``vpp >= 2`` dividing the layers (up to ``max_vpp``), and a fixed one."""
+        vpps = [v for v in range(2, num_layers + 1) if num_layers % v == 0
+                and (max_vpp is None or v <= max_vpp)]
+        if fixed_vpp is not None and fixed_vpp >= 2 and fixed_vpp not in vpps:
+            vpps.append(fixed_vpp)
+        return vpps
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        p = job.plan
+        return [f"--num-layers-per-virtual-pipeline-stage "
+                f"{job.model.num_layers // (p.pp * p.vpp)}"], []
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine has no interleaved schedule"
 
 
 def virtual_microbatch_table(num_microbatches: int, vpp: int,
@@ -44,24 +164,5 @@ def virtual_microbatch_table(num_microbatches: int, vpp: int,
 
 def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int, vpp: int,
                             group_size: int | None = None) -> int:
-    """Warm-up virtual micro-batches: ``min(2(pp-stage-1) + (vpp-1)*group_size, m*vpp)``."""
-    check_common(stage, pp, num_microbatches)
-    g = check_interleaved(pp, num_microbatches, vpp, group_size)
-    return min(2 * (pp - stage - 1) + (vpp - 1) * g, num_microbatches * vpp)
-
-
-@register("interleaved")
-def interleaved(stage: int, pp: int, num_microbatches: int, vpp: int = 1,
-                group_size: int | None = None) -> list[Step]:
-    """Interleaved 1F1B order for pipeline rank ``stage``; ``vpp`` must be >= 2 and
-    ``group_size`` defaults to ``pp``.
-
-    >>> " ".join(map(str, interleaved(1, 2, 2, vpp=2)))
-    'F0.c0 F1.c0 F0.c1 B0.c1 F1.c1 B1.c1 B0.c0 B1.c0'
-    """
-    w = num_warmup_microbatches(stage, pp, num_microbatches, vpp, group_size)
-    g = pp if group_size is None else group_size
-    table = virtual_microbatch_table(num_microbatches, vpp, g)
-    forwards = [Step("F", i, c) for i, c in table]
-    backwards = [Step("B", i, vpp - 1 - c) for i, c in table]
-    return warmup_steady_cooldown(forwards, backwards, w)
+    """Warm-up virtual micro-batches (``Interleaved.num_warmup``)."""
+    return get_schedule("interleaved").num_warmup(stage, pp, num_microbatches, vpp, group_size)

@@ -1,26 +1,80 @@
 """1F1B without interleaving (Megatron ``forward_backward_pipelining_without_interleaving``)."""
 from __future__ import annotations
 
-from strategies.schedules.base import (Step, check_common, check_no_vpp, register,
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, register,
                                        warmup_steady_cooldown)
+from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
+
+
+@register("1f1b")
+class OneFOneB(Schedule):
+    """1F1B (PipeDream-Flush; Narayanan et al., 2021): ``pp - stage - 1`` warm-up forwards,
+    then one forward one backward, then the remaining backwards. Megatron-LM's default."""
+
+    text_patterns = ("1f1b", "pipedream")
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """1F1B order for pipeline rank ``stage``; ``group_size`` is ignored.
+
+        >>> " ".join(s.label[:2] for s in get_schedule("1f1b").steps(0, 2, 3))
+        'F0 F1 B0 F2 B1 B2'
+        """
+        self.check_plan(pp, vpp)
+        w = self.num_warmup(stage, pp, m)
+        forwards = [Step("F", i, 0) for i in range(m)]
+        backwards = [Step("B", i, 0) for i in range(m)]
+        return warmup_steady_cooldown(forwards, backwards, w)
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """Warm-up forwards on rank ``stage``: ``min(pp - stage - 1, m)``."""
+        check_common(stage, pp, m)
+        return min(pp - stage - 1, m)
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """``min(pp - stage, m)``: the warm-up forwards plus the one before the first backward."""
+        return min(pp - stage, m)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        return np.minimum(pp - stage, m)
+
+    def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
+                group_size: int | None = None) -> list:
+        """Megatron ``forward_backward_pipelining_without_interleaving``'s exchanges: in the
+        steady state a forward's send is batched with the next backward's receive, and a
+        backward's send with the next forward's receive."""
+        steps = self.steps(stage, pp, m, vpp, group_size)
+        if pp == 1:
+            return list(steps)
+        ring, w = Boundary(self, stage, pp, vpp), self.num_warmup(stage, pp, m)
+        fwd, bwd = split_passes(steps)
+        out: list = []
+        rem = m - w
+        for k in range(w):
+            add_exchange(out, recvs=ring.recv_in(fwd[k]))
+            out.append(fwd[k])
+            add_exchange(out, sends=ring.send_out(fwd[k]))
+        if rem:
+            add_exchange(out, recvs=ring.recv_in(fwd[w]))
+        for i in range(rem):
+            out += [fwd[w + i]]
+            add_exchange(out, ring.send_out(fwd[w + i]), ring.recv_in(bwd[i]))
+            out.append(bwd[i])
+            nxt = fwd[w + i + 1] if i + 1 < rem else None
+            add_exchange(out, ring.send_out(bwd[i]), ring.recv_in(nxt))
+        for i in range(rem, m):
+            add_exchange(out, recvs=ring.recv_in(bwd[i]))
+            out.append(bwd[i])
+            add_exchange(out, sends=ring.send_out(bwd[i]))
+        return out
 
 
 def num_warmup_microbatches(stage: int, pp: int, num_microbatches: int) -> int:
     """Warm-up forwards on rank ``stage``: ``min(pp - stage - 1, num_microbatches)``."""
-    check_common(stage, pp, num_microbatches)
-    return min(pp - stage - 1, num_microbatches)
-
-
-@register("1f1b")
-def one_f_one_b(stage: int, pp: int, num_microbatches: int, vpp: int = 1,
-                group_size: int | None = None) -> list[Step]:
-    """1F1B order for pipeline rank ``stage``; ``group_size`` is ignored.
-
-    >>> " ".join(s.label[:2] for s in one_f_one_b(0, 2, 3))
-    'F0 F1 B0 F2 B1 B2'
-    """
-    check_no_vpp("1f1b", vpp)
-    w = num_warmup_microbatches(stage, pp, num_microbatches)
-    forwards = [Step("F", i, 0) for i in range(num_microbatches)]
-    backwards = [Step("B", i, 0) for i in range(num_microbatches)]
-    return warmup_steady_cooldown(forwards, backwards, w)
+    return get_schedule("1f1b").num_warmup(stage, pp, num_microbatches)

@@ -25,14 +25,17 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
-from strategies.estimate.analytic import RECOMPUTE_CODE, SCHED_CODE
+from strategies.framework import FrameworkProfile
+from strategies.estimate.analytic import RECOMPUTE_CODE
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
+                                  schedule_names, schedule_of_code, schedules)
+from strategies.schedules.base import chunked_names
 from topologies.cluster import Cluster
 
-SCHED_NAME = {v: k for k, v in SCHED_CODE.items()}
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: (reason key, what it means), in the order the rules are applied.
 RULES: tuple[tuple[str, str], ...] = (
@@ -44,13 +47,14 @@ RULES: tuple[tuple[str, str], ...] = (
     ("tp_cross_node", "tp spans nodes (allow with --allow-cross-node-tp)"),
     ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
+    ("framework", "the named software stack (--framework) cannot run it"),
     ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
                   "a schedule with pp=1, selective recompute with FlashAttention, which "
                   "already recomputes the attention scores)"),
     ("batch", "global batch is not a multiple of mbs*dp"),
-    ("schedule", "interleaving needs pp>=2, pp*vpp dividing the layers and a multiple of pp "
-                 "micro-batches"),
-    ("bubble", "pipeline bubble (pp-1)/(vpp*m) above the maximum"),
+    ("schedule", "pp*vpp does not divide the layers, or the schedule's own rules refuse the "
+                 "plan (interleaving: pp>=2 and a multiple of pp micro-batches)"),
+    ("bubble", "the schedule's closed-form pipeline bubble (pp-1)/(vpp*m) above the maximum"),
     ("memory", "peak memory above the limit"),
     ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits: ZeRO-2 reduce-scatters "
                         "every micro-batch's gradients where ZeRO-1 does it once per step, so "
@@ -116,7 +120,7 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     """The resolved ``Plan`` of row ``i``."""
     c = {k: cols[k][i].item() for k in COLUMNS}
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"], mbs=c["mbs"],
-                gbs=c["gbs"], schedule=SCHED_NAME[c["sched"]], vpp=c["vpp"],
+                gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
                 overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]))
@@ -153,8 +157,9 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             raise SpecError("--fix", key, "key given twice")
         if key == "schedule":
             name, _, vpp = value.partition(":")
-            if name not in SCHED_CODE:
-                raise SpecError("--fix", item, f"schedule must be one of {', '.join(SCHED_CODE)}")
+            if name not in schedule_names():
+                raise SpecError("--fix", item, f"schedule must be one of "
+                                f"{', '.join(schedule_names())}")
             out[key] = name
             if vpp:
                 out["vpp"] = _fix_int("vpp", vpp)
@@ -171,8 +176,11 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             out[key] = _fix_int(key, value)
             if key == "zero" and out[key] > 3:
                 raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
-    if out.get("vpp", 1) >= 2 and out.setdefault("schedule", "interleaved") != "interleaved":
-        raise SpecError("--fix", f"vpp={out['vpp']}", "vpp >= 2 needs schedule=interleaved")
+    chunked = chunked_names()
+    if out.get("vpp", 1) >= 2 and chunked and \
+            not get_schedule(out.setdefault("schedule", chunked[0])).chunked:
+        raise SpecError("--fix", f"vpp={out['vpp']}",
+                        f"vpp >= 2 needs schedule={' or '.join(chunked)}")
     return out
 
 
@@ -202,11 +210,8 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, l
     mbs = [1 << i for i in range(0, 31) if (1 << i) <= opts.max_mbs]
     if "mbs" in fx and fx["mbs"] not in mbs:
         mbs.append(fx["mbs"])
-    vpps = [v for v in _divisors(model.num_layers) if v >= 2
-            and (opts.max_vpp is None or v <= opts.max_vpp)]
-    if fx.get("vpp", 1) >= 2 and fx["vpp"] not in vpps:
-        vpps.append(fx["vpp"])
-    sched = [(0, 1), (1, 1)] + [(2, v) for v in vpps]
+    sched = [(code, v) for code, sc in enumerate(schedules())
+             for v in sc.search_vpps(model.num_layers, opts.max_vpp, fx.get("vpp"))]
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
         eps.append(fx["ep"])
@@ -215,7 +220,8 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, l
 
 
 def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
-             opts: SpaceOptions) -> dict[str, np.ndarray]:
+             opts: SpaceOptions, framework: FrameworkProfile | None = None
+             ) -> dict[str, np.ndarray]:
     ax = _axes(model, cluster, opts)
     fac = _factorizations(n)
     sched = np.array(ax["sched"], dtype=np.int64)
@@ -226,8 +232,7 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
     cols = {"tp": fac[fi, 0], "pp": fac[fi, 1], "cp": fac[fi, 2], "dp": fac[fi, 3], "ep": ep,
             "mbs": mbs, "gbs": np.full(fi.shape, gbs, dtype=np.int64), "sched": sched[si, 0],
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
-    const = {"flash": True, "ogr": True, "opg": True, "tpo": False}
-    for k, v in const.items():
+    for k, v in _switches(framework).items():
         cols[k] = np.full(fi.shape, v, dtype=bool)
     return cols
 
@@ -236,12 +241,42 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
     ok = np.ones(len(c["tp"]), dtype=bool)
     for k, v in fixed.items():
         if k == "schedule":
-            ok &= c["sched"] == SCHED_CODE[v]
+            ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
             ok &= c["rc"] == RECOMPUTE_CODE[v]
         else:
             ok &= c[k] == (bool(v) if k == "sp" else int(v))
     return ok
+
+
+def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
+    """What stack ``fw`` can run (``strategies.framework.plan_violations``, vectorised); every
+    plan when no stack is named."""
+    ok = np.ones(len(c["tp"]), dtype=bool)
+    if fw is None:
+        return ok
+    pp1 = c["pp"] == 1
+    known = set(schedule_names())
+    ok &= pp1 | np.isin(c["sched"], [schedule_code(s) for s in fw.schedules if s in known])
+    ok &= np.isin(c["zero"], fw.zero_stages) & (pp1 | (c["zero"] <= fw.zero_with_pp))
+    ok &= np.isin(c["rc"], [RECOMPUTE_CODE[r] for r in fw.recompute])
+    if fw.max_pp is not None:
+        ok &= c["pp"] <= fw.max_pp
+    if fw.max_tp is not None:
+        ok &= c["tp"] <= fw.max_tp
+    ok &= (c["cp"] == 1) | fw.context_parallel
+    ok &= (c["ep"] == 1) | fw.expert_parallel
+    ok &= ~c["sp"] | fw.sequence_parallel
+    return ok
+
+
+def _switches(fw: FrameworkProfile | None) -> dict[str, bool]:
+    """The plan switches every searched plan carries: the named stack's defaults, or (no stack
+    named) FlashAttention and the DP overlaps on, TP overlap off."""
+    if fw is None:
+        return {"flash": True, "ogr": True, "opg": True, "tpo": False}
+    return {"flash": fw.default_flash_attn, "ogr": fw.default_overlap_grad_reduce,
+            "opg": fw.default_overlap_param_gather, "tpo": fw.default_tp_comm_overlap}
 
 
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
@@ -258,9 +293,11 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
         tp = c["tp"]
         return ((tp <= G) & (G % tp == 0)) | (opts.allow_cross_node_tp & (tp % G == 0))
 
+    default = schedule_code(DEFAULT_SCHEDULE)
+
     def redundant(c):
         return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
-            & ~((c["pp"] == 1) & (c["sched"] != 1)) & ~((c["rc"] == 1) & c["flash"])
+            & ~((c["pp"] == 1) & (c["sched"] != default)) & ~((c["rc"] == 1) & c["flash"])
 
     return (
         ("fixed", lambda c: _fixed_mask(c, opts.fixed)),
@@ -277,23 +314,25 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
 
 def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
-    """Interleaving: pp >= 2, pp*vpp divides the layers, m a multiple of pp (default group)."""
+    """pp*vpp divides the layers and each plan's schedule accepts it (``Schedule.valid``)."""
     pp, v = c["pp"], c["vpp"]
     m = c["gbs"] // (c["mbs"] * c["dp"])
-    return (c["sched"] != 2) | ((pp >= 2) & (L % (pp * v) == 0) & (m >= pp) & (m % pp == 0))
+    return (L % (pp * v) == 0) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
 
 
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
-                    opts: SpaceOptions | None = None, dtype: str = "bf16",
+                    opts: SpaceOptions | None = None,
+                    framework: FrameworkProfile | None = None, dtype: str = "bf16",
                     system: SystemConfig | None = None) -> Space:
     """Every plan the constraints allow, with the count each rule pruned (see module doc).
+    ``framework``: a named software stack; only what it can run, with its default switches.
     ``dtype`` and ``system`` set the memory model (gradient bytes, policy constants)."""
     opts = opts or SpaceOptions()
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
-    c = _product(cluster.num_gpus, model, cluster, gbs, opts)
+    c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
 
@@ -304,10 +343,12 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
 
     for reason, rule in _rules(model, cluster, opts):
         keep(reason, rule(c))
+        if reason == "zero3_pp":
+            keep("framework", _framework_ok(c, framework))
     keep("schedule", _schedule_ok(c, model.num_layers))
     m = c["gbs"] // (c["mbs"] * c["dp"])
-    v = np.where(c["sched"] == 2, c["vpp"], 1)
-    keep("bubble", (c["pp"] - 1) / (v * m) <= opts.max_bubble + 1e-12)
+    bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
+    keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
     peak = peak_memory_arrays(model, c, dtype, system) if len(c["tp"]) else np.zeros(0)
     ok = peak <= limit

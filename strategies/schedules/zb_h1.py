@@ -1,0 +1,93 @@
+"""ZB-H1, the hand-crafted zero-bubble schedule of Qi et al., "Zero Bubble (Almost) Pipeline
+Parallelism" (ICLR 2024), section 2.1: 1F1B with the backward split into ``B`` (input
+gradient) and ``W`` (weight gradient), each ``W`` delayed to fill the cool-down bubble.
+
+Order of rank ``r`` (docs/schedules.md): for ``x = 0 … m+p-2``, ``F(x)`` if ``x < m``, then
+``B(x-(p-1-r))`` and ``W(x-(p-1))`` where those are micro-batches (``W`` lags its ``B`` by
+``r``). Equivalently ``p-1-r`` forwards, ``r`` pairs ``F B``, ``m-p+1`` triples ``F B W``,
+``p-1-r`` pairs ``B W``, then ``r`` weight gradients. Every rank keeps 1F1B's stash
+(``p - r`` forwards whose ``B`` has not run); the bubble with free communication is
+``(p-1)(T_F + T_B - T_W)`` with ``T_B`` the input gradient alone, a third of 1F1B's when
+``T_F = T_B = T_W``.
+
+The estimate and the simulator do not yet cost ``W`` apart from ``B`` (issue 13: the
+weight-gradient GEMMs' share of the backward from the cost model), so plans refuse this
+schedule and the search does not enumerate it; its order, memory and closed form are here.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
+                                       raise_first, register)
+
+
+@register("zb-h1")
+class ZBH1(Schedule):
+    """ZB-H1 (module docstring)."""
+
+    splits_backward = True
+
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        return super().shape_rules(pp, vpp, group_size) + [
+            ("schedule", self.name, False,
+             lambda: "splits the backward into B and W, which the estimate and the simulator "
+                     "do not cost separately yet; its order, stash and closed-form bubble are "
+                     "in strategies.schedules.zb_h1")]
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """ZB-H1 order of pipeline rank ``stage``; ``group_size`` is ignored.
+
+        >>> " ".join(map(str, get_schedule("zb-h1").steps(1, 2, 3)))
+        'F0.c0 B0.c0 F1.c0 B1.c0 W0.c0 F2.c0 B2.c0 W1.c0 W2.c0'
+        """
+        check_common(stage, pp, m)
+        raise_first(super().shape_rules(pp, vpp, None))     # one chunk per rank
+        out: list[Step] = []
+        for x in range(m + pp - 1):
+            if x < m:
+                out.append(Step("F", x))
+            b = x - (pp - 1 - stage)
+            if 0 <= b < m:
+                out.append(Step("B", b))
+            w = x - (pp - 1)
+            if 0 <= w < m:
+                out.append(Step("W", w))
+        return out
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """``min(pp - stage - 1, m)``, as 1F1B."""
+        check_common(stage, pp, m)
+        return min(pp - stage - 1, m)
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """``min(pp - stage, m)`` forwards whose ``B`` has not run (1F1B's stash; the ``stage``
+        pending ``W`` keep less, the inputs of their GEMMs)."""
+        return min(pp - stage, m)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        return np.minimum(pp - stage, m)
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
+        """``(pp-1)(1 - 2·w_share)/m``: the bubble ``(pp-1)(T_F + T_B - T_W)`` over the ideal
+        ``m·(T_F + T_B + T_W)``, ``w_share = T_W/(T_F + T_B + T_W)``. Exact with free
+        communication when ``m >= pp`` and ``T_W <= T_F``, ``T_W <= T_B``
+        (``tests/test_zb_h1.py``)."""
+        return (pp - 1) * (1 - 2 * w_share) / m
+
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """None yet: the search cannot cost ``W`` (module docstring)."""
+        return []
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        return [], ["Megatron-LM has no ZB-H1 schedule (Sea AI Lab's fork adds "
+                    "--enable-zero-bubble); it will run 1F1B"]
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine runs 1F1B, not ZB-H1"

@@ -1,0 +1,201 @@
+"""``--framework``: each software stack's defaults and plan limits, one rule for the search's
+space and for a given plan, in every command's report (issue 15, item 1)."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from simulator.cli.main import main
+from strategies.errors import SpecError
+from strategies.framework import (ALIASES, MEGATRON_CORE, MEGATRON_DEEPSPEED, PROFILES,
+                                  TORCHTITAN, check_plan, get_profile, plan_violations)
+from strategies.job import make_job
+from strategies.plan import Plan, parse_plan, plan_from_mapping, plan_mapping
+from strategies.presets import model_preset
+from strategies.search.space import enumerate_space
+from topologies.cluster import cluster_preset
+
+SMALL = ["--model", "llama3-8b", "--cluster", "dgx-a100:2"]
+
+
+def stack_plan(fw, text: str) -> Plan:
+    """A plan as the CLI reads it under stack ``fw``: unset switches take its defaults."""
+    return plan_from_mapping(plan_mapping(text), fw.plan_defaults())
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main([*argv, "--json"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def refused(capsys, *argv: str) -> str:
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("name,plan,field", [
+    ("megatron-core", "pp=2,schedule=gpipe", "schedule"),
+    ("megatron-deepspeed", "pp=2,schedule=interleaved,vpp=2", "schedule"),
+    ("megatron-deepspeed", "pp=2,zero=2", "zero"),
+    ("megatron-deepspeed", "cp=2", "cp"),
+    ("megatron-lm-2021", "ep=2", "ep"),
+    ("megatron-lm-2021", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
+    ("megatron-lm-2021", "zero=3", "zero"),
+    ("pytorch-eager", "tp=2", "tp"),
+    ("pytorch-eager", "pp=2", "schedule"),
+    ("torchtitan", "zero=1", "zero"),
+    ("torchtitan", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
+    ("jax-xla", "pp=2,schedule=1f1b", "schedule"),
+])
+def test_a_plan_the_stack_cannot_run_names_stack_feature_rule(name, plan, field):
+    fw = get_profile(name)
+    bad = plan_violations(fw, stack_plan(fw, plan))
+    assert bad and bad[0][0] == field
+    with pytest.raises(SpecError) as e:
+        check_plan(fw, stack_plan(fw, plan))
+    assert e.value.field == field and name in e.value.rule
+
+
+@pytest.mark.parametrize("name,plan", [
+    ("megatron-core", "tp=2,pp=2,schedule=interleaved,vpp=2,cp=2,sp=true,tp_comm_overlap=true"),
+    ("megatron-deepspeed", "tp=2,pp=2,zero=1"),
+    ("megatron-deepspeed", "zero=3"),              # DeepSpeed ZeRO-3 without pipelining
+    ("torchtitan", "pp=2,schedule=gpipe,zero=2"),
+    ("torchtitan", "zero=3,cp=2,tp=2,sp=true"),
+    ("pytorch-eager", "zero=2"),
+    ("jax-xla", "pp=2,schedule=gpipe"),
+])
+def test_what_each_stack_runs(name, plan):
+    fw = get_profile(name)
+    assert plan_violations(fw, stack_plan(fw, plan)) == []
+
+
+def test_aliases_and_unknown_names():
+    for alias, name in ALIASES.items():
+        assert get_profile(alias) is PROFILES[name]
+    assert get_profile(" TorchTitan ") is TORCHTITAN
+    with pytest.raises(SpecError, match="known: megatron-core, .*torchtitan"):
+        get_profile("paddle")
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_search_space_is_exactly_what_the_stack_runs(name):
+    """The vectorised rule of the search and the scalar rule of a given plan agree on every
+    plan of the unrestricted space, and the named space is that space filtered."""
+    fw = get_profile(name)
+    m, cl = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 2)
+    free = enumerate_space(m, cl, 64)
+    named = enumerate_space(m, cl, 64, framework=fw)
+    assert named.pruned["framework"] > 0 or name == "megatron-core"
+    free_keys = {free.key(i) for i in range(free.size)}
+    named_keys = {named.key(i) for i in range(named.size)}
+    if fw.default_flash_attn:
+        # The same activation memory and redundancy rules as the unnamed space (FlashAttention
+        # on): the named space is the unnamed one less what the stack cannot run.
+        runnable = {free.key(i) for i in range(free.size)
+                    if not plan_violations(fw, _switched(free.plan(i), fw))}
+        assert named_keys == runnable
+        assert named_keys <= free_keys
+    for i in range(named.size):
+        p = named.plan(i)
+        assert plan_violations(fw, p) == []
+        assert (p.flash_attn, p.tp_comm_overlap) == (fw.default_flash_attn,
+                                                     fw.default_tp_comm_overlap)
+
+
+def _switched(p: Plan, fw) -> Plan:
+    from dataclasses import replace
+    d = fw.plan_defaults()
+    return replace(p, **d)
+
+
+def test_no_stack_named_keeps_every_plan_and_the_plan_switches():
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-a100", 2)
+    job = make_job(m, cl, parse_plan("tp=2,pp=2,schedule=gpipe,gbs=16"))
+    assert job.framework is MEGATRON_CORE and job.named_framework is None
+    with pytest.raises(SpecError, match="megatron-core runs 1f1b, interleaved"):
+        make_job(m, cl, parse_plan("tp=2,pp=2,schedule=gpipe,gbs=16"), framework="megatron-core")
+
+
+def test_cli_framework_in_every_report(capsys):
+    plan = ["--plan", "tp=2,pp=2,gbs=16"]
+    est = run_json(capsys, "estimate", *SMALL, *plan, "--framework", "torchtitan")
+    assert est["inputs"]["framework"] == "torchtitan"
+    sim = run_json(capsys, "simulate", *SMALL, *plan, "--framework", "deepspeed")
+    assert sim["inputs"]["framework"] == "megatron-deepspeed"
+    default = run_json(capsys, "estimate", *SMALL, *plan)
+    assert default["inputs"]["framework"] == "megatron-core"
+    # Same plan, another stack: another step time (eager kernels, unfused accumulation).
+    assert est["step_time_s"] != default["step_time_s"]
+
+
+def test_named_stack_switch_defaults_apply_to_unset_keys(capsys):
+    """Megatron-Core turns TP communication overlap on; a plan that sets it wins."""
+    on = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16", "--framework", "nemo")
+    assert on["inputs"]["plan"]["tp_comm_overlap"] is True
+    off = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16,tp_comm_overlap=false",
+                   "--framework", "nemo")
+    assert off["inputs"]["plan"]["tp_comm_overlap"] is False
+    none = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16")
+    assert none["inputs"]["plan"]["tp_comm_overlap"] is False
+
+
+def test_plan_file_framework_key(tmp_path, capsys):
+    f = tmp_path / "plan.yaml"
+    f.write_text("tp: 2\npp: 2\ngbs: 16\nframework: torchtitan\n")
+    d = run_json(capsys, "estimate", *SMALL, "--plan", str(f))
+    assert d["inputs"]["framework"] == "torchtitan"
+    assert run_json(capsys, "estimate", *SMALL, "--plan", str(f), "--framework",
+                    "torchtitan")["inputs"]["framework"] == "torchtitan"
+    err = refused(capsys, "estimate", *SMALL, "--plan", str(f), "--framework", "megatron-core")
+    assert "--framework" in err and "disagrees" in err
+    f.write_text("tp: 2\ngbs: 16\nframework: caffe\n")
+    assert "plan.framework" in refused(capsys, "estimate", *SMALL, "--plan", str(f))
+
+
+def test_cli_refusals(capsys):
+    err = refused(capsys, "estimate", *SMALL, "--plan", "pp=2,schedule=gpipe,gbs=16",
+                  "--framework", "megatron-core")
+    assert "schedule='gpipe'" in err and "megatron-core runs 1f1b, interleaved" in err
+    err = refused(capsys, "simulate", *SMALL, "--plan", "pp=2,zero=2,gbs=16",
+                  "--framework", "megatron-deepspeed")
+    assert "zero=2" in err and "megatron-deepspeed" in err
+    err = refused(capsys, "estimate", *SMALL, "--plan", "gbs=16", "--framework", "caffe")
+    assert "--framework='caffe'" in err and "megatron-core" in err
+    err = refused(capsys, "search", *SMALL, "--global-batch", "16", "--framework",
+                  "torchtitan", "--export", "megatron")
+    assert "--export" in err and "torchtitan" in err
+
+
+def test_compare_follows_the_named_stack(capsys):
+    plan = ["--plan", "pp=2,gbs=16"]
+    rows = run_json(capsys, "compare", *SMALL, *plan, "--schedules", "gpipe,1f1b",
+                    "--framework", "megatron-core")["rows"]
+    assert "megatron-core runs 1f1b, interleaved" in rows[0]["error"]
+    assert rows[1]["error"] is None
+    d = run_json(capsys, "compare", *SMALL, *plan, "--schedules", "gpipe,1f1b",
+                 "--framework", "torchtitan")
+    assert [r["schedule"] for r in d["rows"]] == ["gpipe", "1f1b"]
+    assert d["inputs"]["framework"] == "torchtitan"
+
+
+def test_presets_lists_the_stacks(capsys):
+    d = run_json(capsys, "presets")
+    rows = {f["name"]: f for f in d["frameworks"]}
+    assert set(rows) == set(PROFILES)
+    assert rows["megatron-deepspeed"]["schedules"] == ["1f1b"]
+    assert rows["megatron-deepspeed"]["zero_with_pp"] == 1
+    assert "deepspeed" in rows["megatron-deepspeed"]["aliases"]
+
+
+def test_deepspeed_profile_costs_like_the_2021_stack():
+    """Same kernels and gradient handling as Megatron-LM 2021 (its pipeline engine is not yet
+    modelled apart: issue 15 item 2)."""
+    from strategies.framework import MEGATRON_LM_2021
+    for f in ("grad_accum_fusion", "kernels_per_layer", "launch_gap_s", "attention_kernel"):
+        assert getattr(MEGATRON_DEEPSPEED, f) == getattr(MEGATRON_LM_2021, f)
+    assert np.isfinite(MEGATRON_DEEPSPEED.launch_gap_s)
