@@ -19,7 +19,7 @@ import networkx as nx
 import simpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from simulator.network.stepwise import start_collective  # noqa: E402
+from simulator.network.stepwise_oracle import start_collective  # noqa: E402
 from simulator.network.flows import FlowNetwork  # noqa: E402
 
 NODES, GPUS = 8, 8

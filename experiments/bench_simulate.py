@@ -9,7 +9,11 @@
   the last stage for the embedding and the loss).
 
 Each case runs in its own process so that its peak RSS (``resource.getrusage``) is its own.
-Prints figures; asserts nothing.
+Beside each case, the same process times bare SimPy (one process yielding 200,000 timeouts)
+just before and just after it; ``vs bare`` is the case's events per second over the faster
+of the two bare rates, the issue 17 measure of the engine's own overhead (a loaded machine
+slows both alike). ``cpu s`` is the process CPU time of the simulation. Prints figures;
+asserts nothing.
 
     python experiments/bench_simulate.py            # every case
     python experiments/bench_simulate.py --case 175b-folded
@@ -52,15 +56,33 @@ def make(case: str):
     return job, fold
 
 
+def bare_simpy_rate(n: int = 200_000) -> float:
+    """Events per second of bare SimPy: one process yielding ``n`` timeouts."""
+    import simpy
+    env = simpy.Environment()
+
+    def proc(env):
+        for _ in range(n):
+            yield env.timeout(1.0)
+    env.process(proc(env))
+    t0 = time.perf_counter()
+    env.run()
+    return n / (time.perf_counter() - t0)
+
+
 def run_case(case: str) -> dict:
     job, fold = make(case)
-    t0 = time.perf_counter()
+    bare = bare_simpy_rate()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(job, fold=fold)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    bare = max(bare, bare_simpy_rate())
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"case": case, "plan": job.plan.short(), "gpus": job.cluster.num_gpus,
             "simulated_ranks": len(res.simulated_ranks), "events": res.events,
-            "records": len(res.records), "wall_s": wall, "events_per_s": res.events / wall,
+            "records": len(res.records), "wall_s": wall, "cpu_s": cpu,
+            "events_per_s": res.events / wall, "bare_simpy_events_per_s": bare,
+            "vs_bare": res.events / wall / bare,
             "peak_rss_mib": rss_mib, "step_time_s": res.step_time_s,
             "analytic_step_time_s": estimate(job).step_time_s}
 
@@ -72,14 +94,15 @@ def main() -> None:
     if args.case:
         print(json.dumps(run_case(args.case)))
         return
-    print(f"{'case':<12} {'GPUs':>6} {'sim ranks':>9} {'events':>9} {'wall s':>7} "
-          f"{'events/s':>9} {'RSS MiB':>8} {'step s':>8} {'analytic s':>10}")
+    print(f"{'case':<12} {'GPUs':>6} {'sim ranks':>9} {'events':>9} {'wall s':>7} {'cpu s':>6} "
+          f"{'events/s':>9} {'vs bare':>7} {'RSS MiB':>8} {'step s':>8} {'analytic s':>10}")
     for case in CASES:
         out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
                              capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"{case:<12} {r['gpus']:>6} {r['simulated_ranks']:>9} {r['events']:>9} "
-              f"{r['wall_s']:>7.2f} {r['events_per_s']:>9.0f} {r['peak_rss_mib']:>8.0f} "
+              f"{r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['events_per_s']:>9.0f} "
+              f"{r['vs_bare']:>7.1%} {r['peak_rss_mib']:>8.0f} "
               f"{r['step_time_s']:>8.3f} {r['analytic_step_time_s']:>10.3f}")
 
 

@@ -25,7 +25,7 @@ from simulator.metrics import (BREAKDOWN_KEYS, PRIORITY, activation_series, rank
                                rank_ends, top_links)
 from simulator.program.ops import Program
 from simulator.result import SimResult
-from simulator.network.cluster_net import SimNetwork, new_network
+from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
 from strategies.errors import SpecError
 from strategies.cost import counts
 from strategies.cost.stage import StageCosts
@@ -60,30 +60,37 @@ def check_simulable(job: Job) -> None:
 
 
 def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
-             free_comm: bool = False, costs: StageCosts | None = None) -> SimResult:
+             network: str = DEFAULT_BACKEND, free_comm: bool = False,
+             costs: StageCosts | None = None) -> SimResult:
     """Simulate one optimizer step of ``job`` event by event.
 
     ``fold``: simulate one representative per symmetry class (``simulator.fold``; exact,
     and ``metrics["fold_note"]`` says what was folded and why not more). ``granularity``:
-    ``chunk`` (default) or ``layer``. ``free_comm`` and ``costs`` are test hooks
+    ``chunk`` (default) or ``layer``. ``network``: the backend (``flows``, the default: flows
+    share links max-min fairly; ``contention-free``: every flow at its bottleneck link's full
+    bandwidth; see ``simulator.network.backend``). ``free_comm`` and ``costs`` are test hooks
     (instant communication; a replaced cost table). Times in seconds.
     """
     t0 = time.perf_counter()
+    if network not in BACKENDS:
+        raise SpecError("network", network, f"must be one of {', '.join(BACKENDS)}")
     check_simulable(job)
     spec = fold_spec(job, fold)
     programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
                            costs=costs)
     graph = cluster_graph(job)
-    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None)
+    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None,
+                      network)
     res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
+    res.metrics["network"] = network
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
     return res
 
 
-def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: SimNetwork,
+def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: NetworkBackend,
                    spec: FoldSpec) -> dict[str, Any]:
     """The metrics of ``SimResult.metrics`` (see the module docstrings of metrics)."""
     metas = {r: p.meta for r, p in programs.items()}
@@ -125,7 +132,8 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
 def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     """The CLI's ``simulate`` JSON: the ``estimate`` keys with the simulated step time,
     throughput, MFU/HFU, bubble and breakdown, plus ``simulated``, ``exposed_comm_s``,
-    ``overlapped_comm_s``, ``events``, ``wall_s`` and ``analytic_step_time_s``."""
+    ``overlapped_comm_s``, ``events``, ``wall_s``, ``analytic_step_time_s``, the folding keys
+    and ``network`` (the backend)."""
     from strategies.estimate.scalar import estimate
     est = estimate(job)
     out = est.to_json()
@@ -144,6 +152,6 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
         "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
-        "fold_note": m["fold_note"],
+        "fold_note": m["fold_note"], "network": m.get("network", DEFAULT_BACKEND),
     })
     return out

@@ -7,10 +7,10 @@ import pytest
 import simpy
 
 from simulator.engine.collectives import CollectiveRunner
-from simulator.network.stepwise import ring_allreduce_time, ring_reduce_scatter_time
 from simulator.engine.core import DeadlockError, UnmatchedSendError, run
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.network.cluster_net import SimNetwork
+from strategies.collectives.ring import allreduce_time, reduce_scatter_time
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.cluster import cluster_preset
 from topologies.graph import build_graph
@@ -67,7 +67,7 @@ def test_ring_allreduce_alone_is_the_closed_form(exclusive):
         res = run(progs, net=net)
     else:      # force the flow network: a second channel on the same links
         res = _run_without_shortcut(progs, net)
-    assert res.step_time_s == pytest.approx(ring_allreduce_time(8, nbytes, NVL, LAT_IN), rel=1e-12)
+    assert res.step_time_s == pytest.approx(allreduce_time(nbytes, 8, NVL, LAT_IN), rel=1e-12)
 
 
 def _run_without_shortcut(progs, net):
@@ -85,7 +85,7 @@ def test_repeat_scales_bytes_and_latency():
     op = Collective(0, "tp-comm", "reduce_scatter", tuple(group), 8e6, "ring", "tp", "tp", "rs",
                     repeat=3.0)
     res = run({r: _prog(r, tp_comm=[op]) for r in group}, net=_net())
-    assert res.step_time_s == pytest.approx(3 * ring_reduce_scatter_time(4, 8e6, NVL, LAT_IN))
+    assert res.step_time_s == pytest.approx(3 * reduce_scatter_time(8e6, 4, NVL, LAT_IN))
 
 
 def test_hierarchical_allreduce_closed_form():
@@ -94,9 +94,9 @@ def test_hierarchical_allreduce_closed_form():
     res = run({r: _prog(r, dp_comm=[op]) for r in group}, GRAPH, route)
     # intra reduce-scatter (2 ranks), inter all-reduce of S/2 (2 nodes), intra all-gather;
     # the inter-node rings of local ranks 0 and 1 use different rails
-    want = (ring_reduce_scatter_time(2, S, NVL, LAT_IN)
-            + ring_allreduce_time(2, S / 2, NIC, LAT_OUT)
-            + ring_reduce_scatter_time(2, S, NVL, LAT_IN))
+    want = (reduce_scatter_time(S, 2, NVL, LAT_IN)
+            + allreduce_time(S / 2, 2, NIC, LAT_OUT)
+            + reduce_scatter_time(S, 2, NVL, LAT_IN))
     assert res.step_time_s == pytest.approx(want, rel=1e-12)
 
 
@@ -112,7 +112,7 @@ def test_contention_slows_both_channels():
     group, S = list(range(8)), 64e6
     a, b = _coll(0, group, S, tag="tp"), _coll(1, group, S, tag="x", stream="dp-comm")
     res = run({r: _prog(r, tp_comm=[a], dp_comm=[b]) for r in group}, net=_net())
-    alone = ring_allreduce_time(8, S, NVL, LAT_IN)
+    alone = allreduce_time(S, 8, NVL, LAT_IN)
     assert res.step_time_s == pytest.approx(alone + 14 * S / 8 / NVL, rel=1e-9)
 
 
@@ -156,7 +156,7 @@ def test_stepwise_ring_from_collectives_module():
     op = Collective(0, "tp-comm", "allreduce", tuple(range(4)), 8e6, "ring_stepwise", "tp", "tp",
                     "ar", repeat=2.0)
     res = run({r: _prog(r, tp_comm=[op]) for r in range(4)}, GRAPH, route)
-    assert res.step_time_s == pytest.approx(2 * ring_allreduce_time(4, 8e6, NVL, LAT_IN), rel=1e-9)
+    assert res.step_time_s == pytest.approx(2 * allreduce_time(8e6, 4, NVL, LAT_IN), rel=1e-9)
 
 
 def test_runner_phases_fold_to_issuers():

@@ -6,6 +6,7 @@ import argparse
 from simulator.cli.common import (Once, add_json, add_plan_inputs, check_output, emit_json,
                                   positive_int, resolve_job)
 from simulator.cli.estimate import render
+from simulator.network import BACKEND_NAMES
 from strategies.memory.scalar import memory_by_origin_json
 
 
@@ -22,6 +23,9 @@ def register(sub) -> None:
     p.add_argument("--full", action="store_true", help="simulate every rank (no symmetry folding)")
     p.add_argument("--granularity", choices=("chunk", "layer"), default="chunk",
                    help="one op per model chunk (default) or per layer")
+    p.add_argument("--network", choices=BACKEND_NAMES, default=BACKEND_NAMES[0],
+                   help="flows: flows share links max-min fairly (default); contention-free: "
+                        "every message and collective moves as if alone on the network")
     p.set_defaults(func=run)
 
 
@@ -30,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     job = resolve_job(args)
     from simulator.simulate import simulate, to_json
-    res = simulate(job, fold=not args.full, granularity=args.granularity)
+    res = simulate(job, fold=not args.full, granularity=args.granularity, network=args.network)
     out = to_json(res, job)
     out["memory_by_origin"] = memory_by_origin_json(job)
     title = f"{job.model.name} {job.plan.short()} on {job.cluster.name}"

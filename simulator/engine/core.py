@@ -7,6 +7,8 @@ is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` star
 ``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
 (rendezvous on ``(group, tag)``, in order), then runs its algorithm
 (``simulator.engine.collectives``) over the network, where it contends with all other traffic.
+The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
+sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
 A run that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
@@ -23,6 +25,7 @@ import simpy
 from simulator.engine.collectives import CollectiveRunner
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
+from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
 
 
@@ -49,11 +52,13 @@ class _Stream:
     code, dependency ids, whether another op waits for it, record kind), the index of the op
     it is at, and why that op is not running (for the deadlock report)."""
 
-    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start")
+    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start", "done", "waiting")
 
-    def __init__(self, prog: Program, name: str, plan: list[tuple]) -> None:
+    def __init__(self, prog: Program, name: str, plan: list[tuple], done: set,
+                 waiting: dict) -> None:
         self.rank, self.stage, self.name, self.plan = prog.rank, prog.stage, name, plan
         self.idx, self.why, self.start = 0, None, 0.0
+        self.done, self.waiting = done, waiting     # the rank's finished op ids; id -> blocked
 
 
 class Engine:
@@ -66,7 +71,7 @@ class Engine:
     it, with no event of its own. One SimPy event per compute op instead of two, and no
     generator resumption (issue 17: the per-event cost of the engine)."""
 
-    def __init__(self, programs: dict[int, Program], net: SimNetwork, free_comm: bool = False,
+    def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
         self.programs, self.net, self.env = programs, net, net.env
         self.free_comm, self.record = free_comm, record
@@ -77,13 +82,15 @@ class Engine:
         self.meet: dict[tuple, _Rendezvous] = {}
         self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
-        self.runner = CollectiveRunner(net, self.sim, node_of,
-                                       lambda op: self.exclusive.get((op.group, op.tag), False),
-                                       free_comm)
-        if not free_comm:
+        shared = net.shares_links
+        self.runner = CollectiveRunner(
+            net, self.sim, node_of,
+            lambda op: self.exclusive.get((op.group, op.tag), False) if shared else True,
+            free_comm)
+        if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
-        self.waiting: dict[tuple[int, int], list[_Stream]] = {}     # (rank, op id) -> blocked
+        self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
         self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
@@ -94,7 +101,8 @@ class Engine:
             for name in sorted(prog.streams):
                 plan = [(op, code[type(op)], op.deps, op.record_kind)
                         for op in prog.streams[name]]
-                st = self.where[(rank, name)] = _Stream(prog, name, plan)
+                st = self.where[(rank, name)] = _Stream(prog, name, plan, self.done[rank],
+                                                        self.waiting[rank])
                 self.ready.append(st)
         self._drain()
 
@@ -106,13 +114,14 @@ class Engine:
 
     def _advance(self, st: _Stream) -> None:
         """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
-        env, plan, rank, done = self.env, st.plan, st.rank, self.done[st.rank]
-        while st.idx < len(plan):
+        env, plan, rank, done = self.env, st.plan, st.rank, st.done
+        n = len(plan)
+        while st.idx < n:
             op, code, deps, _ = plan[st.idx]
             for d in deps:
                 if d not in done:
                     st.why = ("dep", d)
-                    self.waiting.setdefault((rank, d), []).append(st)
+                    st.waiting.setdefault(d, []).append(st)
                     return
             st.why, st.start = None, env.now
             if code == _COMPUTE:
@@ -162,8 +171,8 @@ class Engine:
             self.records.append(Record(st.rank, st.name, kind, op.label, op.microbatch,
                                        st.stage, st.start, self.env.now, op.chunk, nbytes, peer,
                                        wait))
-        self.done[st.rank].add(op.id)
-        blocked = self.waiting.pop((st.rank, op.id), None)
+        st.done.add(op.id)
+        blocked = st.waiting.pop(op.id, None)
         if blocked:
             self.ready.extend(blocked)
         st.idx += 1
@@ -257,7 +266,7 @@ class Engine:
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 
-def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
+def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                        runner: CollectiveRunner) -> dict[tuple, bool]:
     """``(group, tag) -> True`` when no other channel (collective group and tag, or
     point-to-point pair) ever loads one of that collective channel's links."""
@@ -285,12 +294,13 @@ def exclusive_channels(programs: dict[int, Program], net: SimNetwork,
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
-        net: SimNetwork | None = None, link_map: Callable | None = None,
+        net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
         rank_map: dict[int, list[int]] | None = None, record: bool = True) -> SimResult:
     """Run ``programs`` to completion and return the records (seconds from the step start).
 
-    The network is ``net``, or a new ``SimNetwork`` over ``graph`` (a graph of
+    The network is ``net`` (any ``simulator.network.backend.NetworkBackend``), or a new
+    ``SimNetwork`` (the ``flows`` backend) over ``graph`` (a graph of
     ``topologies.graph``) with ``route_fn`` (e.g. ``topologies.routing.route``) and the
     folding ``link_map``. ``node_of(rank)`` groups ranks by node for hierarchical
     collectives (default: from the graph's ``gpus_per_node``). ``free_comm`` makes every

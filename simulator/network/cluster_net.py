@@ -44,7 +44,10 @@ def edge_efficiency(u: Node, v: Node) -> float:
 
 class SimNetwork(FlowNetwork):
     """FlowNetwork over ``graph`` with capacities scaled by ``edge_efficiency`` (unless
-    ``scale=False``) and, with ``link_map``, folded routes (see the module docstring)."""
+    ``scale=False``) and, with ``link_map``, folded routes (see the module docstring). The
+    ``flows`` backend of ``simulator.network.backend``."""
+
+    shares_links = True
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph,
                  route_fn: Optional[Callable] = None, link_map: Optional[LinkMap] = None,
@@ -122,8 +125,3 @@ class SimNetwork(FlowNetwork):
             rate = float(np.min(self._capacity[uniq] / counts))
             worst = max(worst, nbytes / rate)
         return worst
-
-
-def new_network(graph: nx.DiGraph, route_fn: Callable, link_map=None) -> SimNetwork:
-    """A ``SimNetwork`` on a fresh SimPy environment (callers need no SimPy of their own)."""
-    return SimNetwork(simpy.Environment(), graph, route_fn, link_map)

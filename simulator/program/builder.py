@@ -31,7 +31,7 @@ class ProgramBuilder:
         self.m, self.last_vs = job.num_microbatches, self.sched.num_virtual_stages(p.pp, p.vpp) - 1
         self.layers = job.model.num_layers // (p.pp * p.vpp)
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
-        self.algo = {d: layout.algorithm(self.group[d]) for d in self.group}
+        self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
@@ -71,7 +71,7 @@ class ProgramBuilder:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
-        algo = "all_to_all" if kind == "alltoall" else self.algo[dim]
+        algo = self.layout.algorithm(group, kind)
         deps = tuple(d for d in deps if d is not None)
         return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
                          algorithm=algo, tag=tag or cat, category=cat, label=label,

@@ -29,6 +29,7 @@ from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import pipeline_actions
 from strategies.cost.stage import StageCosts, stage_costs
 from strategies import placement
+from strategies.collectives import algorithm_for
 from strategies.errors import SpecError
 from strategies.job import Job
 
@@ -37,7 +38,7 @@ GRANULARITIES = ("chunk", "layer")
 
 class Layout:
     """Communication groups of every rank (``placement.groups``) and the collective
-    algorithm each group uses on this cluster."""
+    algorithm each group uses on this cluster (``strategies.collectives.algorithm_for``)."""
 
     def __init__(self, job: Job) -> None:
         plan = job.plan
@@ -51,7 +52,7 @@ class Layout:
             for gi, g in enumerate(groups):
                 index[g] = gi
             self._groups[dim] = (index, [tuple(g) for g in groups])
-        self._algo: dict[tuple[int, ...], str] = {}
+        self._algo: dict[tuple, str] = {}
 
     def stage(self, rank: int) -> int:
         """Pipeline stage of ``rank`` (pp is the outermost dimension)."""
@@ -61,19 +62,13 @@ class Layout:
         index, groups = self._groups[dim]
         return groups[int(index[rank])]
 
-    def algorithm(self, group: tuple[int, ...]) -> str:
-        """``ring`` when the group sits in one node, has one member per node, or has
-        different numbers of members on its nodes (a data-parallel group of 12 ranks over
-        8-GPU nodes: 8 + 4), else ``hierarchical`` (intra-node rings, then rings across
-        nodes among the members with the same position in their node)."""
-        algo = self._algo.get(group)
+    def algorithm(self, group: tuple[int, ...], kind: str = "allreduce") -> str:
+        """The algorithm of collective ``kind`` over ``group``: ``strategies.collectives``'
+        selector, the rule the estimate and the bound use too."""
+        key = (group, kind == "alltoall")
+        algo = self._algo.get(key)
         if algo is None:
-            per_node: dict[int, int] = {}
-            for r in group:
-                per_node[r // self.gpus_per_node] = per_node.get(r // self.gpus_per_node, 0) + 1
-            even = len(set(per_node.values())) == 1
-            algo = "ring" if len(per_node) in (1, len(group)) or not even else "hierarchical"
-            self._algo[group] = algo
+            algo = self._algo[key] = algorithm_for(kind, group, self.gpus_per_node)
         return algo
 
 
@@ -127,7 +122,7 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
                 new.append(op)
             elif kind is Collective:
                 g = groups[op.group]
-                algo = layout.algorithm(g) if op.algorithm in ("ring", "hierarchical") \
+                algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                     else op.algorithm
                 new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
                                       op.category, op.label, op.repeat, op.microbatch,

@@ -87,7 +87,7 @@ class Collective:
     rank (NCCL's count: the full vector for all-reduce, the gathered vector for all-gather and
     reduce-scatter, the total sent for all-to-all), ``repeat`` times back to back (a float:
     the bytes and the latency terms scale with it). ``algorithm``: ``ring``,
-    ``hierarchical``, ``all_to_all`` or ``ring_stepwise`` (simulator.network.stepwise' ring).
+    ``hierarchical``, ``all_to_all`` or ``ring_stepwise`` (simulator.network.stepwise_oracle's ring, the test oracle).
     ``category`` is the record kind (tp, cp, ep, dp, pp_gather)."""
 
     id: int

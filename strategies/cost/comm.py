@@ -1,19 +1,28 @@
 """Analytic times of collectives on a cluster: the bandwidth a group really gets.
 
-A group of ``n`` ranks with ``k`` of them per node runs over NVLink when it fits in a node;
-otherwise its ring crosses node boundaries, where the ``k`` local members share the node's NICs
-and the ring's inter-node hop gets ``k`` GPUs' worth of NIC bandwidth (NCCL stripes its
-channels over the NICs), reduced by the fabric's oversubscription. Achieved bus bandwidth is
+``collective_time`` is what the estimate reads: the algorithm ``strategies.collectives.select``
+picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
+``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
+over the NICs with one member per node, and the hierarchical algorithm with ``k > 1`` members
+on each of several nodes. Groups laid out differently from one group to the next (``mixed``:
+e.g. 12 ranks over 8-GPU nodes) keep ``group_bandwidth``'s ring that crosses node boundaries,
+where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
+GPUs' worth of NIC bandwidth (NCCL stripes its channels over the NICs), reduced by the
+fabric's oversubscription. Achieved bus bandwidth is
 the link bandwidth times ``NCCL_EFFICIENCY`` (nccl-tests on DGX A100/H100 reach about 80% of
 NVLink and 90% of InfiniBand line rate for large messages). Latency: one hop per ring step.
 
 Closed forms (nccl-tests PERFORMANCE.md): all-reduce ``2(n-1)/n · S/B``, reduce-scatter and
-all-gather ``(n-1)/n · S/B``, with S the per-rank buffer in bytes.
+all-gather ``(n-1)/n · S/B``, with S the per-rank buffer in bytes; they are the ``time`` of
+``strategies.collectives.ring`` and ``.all_to_all``, the definitions the simulator's engine runs
+as flows.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from strategies.collectives import PASSES, all_to_all, hierarchical, ring
+from strategies.collectives.select import HIERARCHICAL, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 
@@ -36,22 +45,32 @@ def group_bandwidth(cluster: Cluster, n: Num, stride: Num) -> tuple[Num, Num]:
     return bw, lat
 
 
-def allreduce_time(nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
-    """Ring all-reduce of ``nbytes`` per rank over ``n`` ranks (seconds); 0 when n == 1."""
-    return np.where(n > 1, 2 * (n - 1) / n * nbytes / bw + 2 * (n - 1) * lat, 0.0)
+# the closed forms live with their algorithms (strategies.collectives); the estimate reads them
+allreduce_time = ring.allreduce_time
+reduce_scatter_time = ring.reduce_scatter_time
+allgather_time = ring.allgather_time
+alltoall_time = all_to_all.time
 
 
-def reduce_scatter_time(nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
-    """Ring reduce-scatter (or all-gather) of an ``nbytes`` buffer (seconds)."""
-    return np.where(n > 1, (n - 1) / n * nbytes / bw + (n - 1) * lat, 0.0)
-
-
-allgather_time = reduce_scatter_time
-
-
-def alltoall_time(nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
-    """All-to-all where each rank sends ``nbytes`` in total, ``(n-1)/n`` of it off-GPU."""
-    return np.where(n > 1, (n - 1) / n * nbytes / bw + lat, 0.0)
+def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster) -> Num:
+    """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
+    ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
+    picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
+    per-GPU NIC rates; otherwise ``ring``'s (``all_to_all``'s for an all-to-all) at
+    ``group_bandwidth``. Groups of a shape that is laid out differently from one group to
+    the next (``mixed``) keep the NIC-striped ring of ``group_bandwidth``. Vectorised."""
+    bw, lat = group_bandwidth(cluster, n, stride)
+    if kind == "alltoall":
+        return all_to_all.time(nbytes, n, bw, lat)
+    passes = PASSES[kind]
+    G = cluster.gpus_per_node
+    _, k, nodes = strided_layout(n, stride, G)
+    intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
+    inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
+    hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,
+                             inter, cluster.inter_node_latency)
+    return np.where(strided_algorithm(n, stride, G) == HIERARCHICAL, hier,
+                    ring.time(passes, nbytes, n, bw, lat))[()]
 
 
 def p2p_time(nbytes: Num, cluster: Cluster, crosses_node: Num) -> Num:

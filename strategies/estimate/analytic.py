@@ -69,22 +69,19 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     lps = L / pp                                            # layers per pipeline rank
 
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
-    bw_tp, lat_tp = cm.group_bandwidth(cl, tp, 1)
-    t_ar = cm.allreduce_time(sc.tp_bytes, tp, bw_tp, lat_tp)
+    t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
     tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * sc.gemm_fwd,
                            tp_raw / sc.tp_overlap_chunks)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
-    bw_cp, lat_cp = cm.group_bandwidth(cl, cp, tp)
-    t_cp = 3 * cm.reduce_scatter_time(sc.cp_bytes, cp, bw_cp, lat_cp)
+    t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
     a_f, a_b = sc.attn_fwd, sc.attn_bwd
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
-    bw_ep, lat_ep = cm.group_bandwidth(cl, ep, tp * cp)
-    ep_layer = 2 * cm.alltoall_time(sc.ep_bytes, ep, bw_ep, lat_ep)
+    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
 
     comp_layer = sc.layer_fwd + sc.layer_bwd
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
@@ -103,16 +100,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp >= G) + np.where(
-        sc.p2p_gather_bytes > 0, cm.allgather_time(sc.p2p_gather_bytes, tp, bw_tp, lat_tp), 0.0)
+        sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
+        0.0)
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = sc.params_first
-    bw_dp, lat_dp = cm.group_bandwidth(cl, dp, tp * cp)
     gb = sc.grad_bytes
-    t_ar_dp = cm.allreduce_time(gb * params, dp, bw_dp, lat_dp)
-    t_rs_dp = cm.reduce_scatter_time(gb * params, dp, bw_dp, lat_dp)
-    t_ag_dp = cm.allgather_time(sc.param_bytes * params, dp, bw_dp, lat_dp)
+    t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
+    t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
+    t_ag_dp = cm.collective_time("allgather", sc.param_bytes * params, dp, tp * cp, cl)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the

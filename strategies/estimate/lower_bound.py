@@ -58,6 +58,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies import collectives as colls
 from strategies.cost import comm as cm
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost.system import SystemConfig
@@ -92,29 +93,28 @@ def min_route_latency(cl: Cluster) -> float:
     return min(cl.intra_node_latency, cl.inter_node_latency)
 
 
-def group_floor(nbytes, n, stride, steps: float, cl: Cluster):
-    """Least seconds of a ring collective (``steps`` 2 for all-reduce, 1 for reduce-scatter
-    or all-gather) of an ``nbytes`` buffer over ``n`` ranks ``stride`` apart in rank order.
+def group_floor(nbytes, n, stride, passes, cl: Cluster):
+    """Least seconds of a ring or hierarchical collective (``passes``: 2 for all-reduce, 1 for
+    reduce-scatter or all-gather; an array or a number) of an ``nbytes`` buffer over ``n``
+    ranks ``stride`` apart in rank order.
 
-    In one node: ``steps·(n-1)`` ring steps of ``lat + S/(n·B)``. One member per node: the
-    same at the NIC rate. ``k`` members per node (hierarchical): intra-node phases moving
-    ``steps·(k-1)/k·S`` and an inter-node ring over ``n/k`` nodes moving
-    ``steps·(n/k-1)/(n/k)·S/k`` at the NIC rate (latency not counted). Any other layout: the
-    ``steps·(n-1)/n·S`` bytes at the fastest link rate."""
+    The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
+    that algorithm's closed form at the fastest rates and least latency the network offers:
+    in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
+    ``k`` members on each node the hierarchical algorithm (intra-node rings at the fastest link
+    rate, inter-node rings of ``S/k`` at the NIC rate, latency not counted). Groups of this
+    shape that differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the
+    fastest link rate."""
     G = cl.gpus_per_node
     n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
-    span = n * stride
     lat, B, nic = min_route_latency(cl), link_rate_cap(cl), nic_rate_cap(cl)
-    base = steps * (n - 1)
-    in_node = (span <= G) & (np.mod(G, np.maximum(span, 1)) == 0)
-    per_node = (stride >= G) & (np.mod(stride, G) == 0)
-    k = np.maximum(1.0, np.floor(G / np.maximum(stride, 1)))
-    hier = (stride < G) & (np.mod(G, stride) == 0) & (span > G) & (np.mod(span, G) == 0)
-    nodes = np.maximum(n / k, 1.0)
-    t = np.where(in_node, base * (lat + nbytes / (n * B)),
-        np.where(per_node, base * (lat + nbytes / (n * nic)),
-        np.where(hier, steps * ((k - 1) / k * nbytes / B + (nodes - 1) / nodes * nbytes / k / nic),
-                 base / np.maximum(n, 1) * nbytes / B)))
+    algo = colls.strided_algorithm(n, stride, G)
+    _, k, nodes = colls.select.strided_layout(n, stride, G)
+    t = np.where(algo == colls.RING,
+                 colls.ring.time(passes, nbytes, n, np.where(nodes > 1, nic, B), lat),
+        np.where(algo == colls.HIERARCHICAL,
+                 colls.hierarchical.time(passes, nbytes, k, nodes, B, 0.0, nic, 0.0),
+                 passes * (n - 1) / np.maximum(n, 1) * nbytes / B))
     return np.where(n > 1, t, 0.0)
 
 

@@ -1,11 +1,15 @@
-"""Collective algorithms decomposed into point-to-point transfers on a FlowNetwork.
+"""The test oracle: collective algorithms run step by step, in lock-step, as point-to-point
+transfers on a FlowNetwork.
 
-Each algorithm is a SimPy process generator ``fn(net, ranks, nbytes, **kw)``
-registered by name; ``nbytes`` is the per-rank buffer size in bytes, as NCCL
-counts it (the full vector for all-reduce, the gathered/unscattered vector for
-all-gather/reduce-scatter). Every step is a real transfer, so collectives contend
-with all other traffic on the wire. Closed forms for the ring algorithms on an
-uncontended network are given as pure functions (seconds).
+The engine does not run these (it runs ``strategies.collectives``' phases, one flow per ring
+hop for the whole collective); they exist to check that description. Each algorithm is a SimPy
+process generator ``fn(net, ranks, nbytes, **kw)`` registered by name; ``nbytes`` is the
+per-rank buffer size in bytes, as NCCL counts it (the full vector for all-reduce, the
+gathered/unscattered vector for all-gather/reduce-scatter). Every step is a real transfer
+that waits for the previous step's data, so collectives contend with all other traffic on the
+wire. ``tests/test_collectives.py`` checks them against the closed forms of
+``strategies.collectives`` (the ring's ``time``), and ``tests/test_engine.py`` runs the
+engine's ``ring_stepwise`` algorithm on them. ``experiments/bench_network.py`` times them.
 
 >>> import simpy, networkx as nx
 >>> from simulator.network.flows import FlowNetwork
@@ -16,7 +20,8 @@ uncontended network are given as pure functions (seconds).
 >>> env = simpy.Environment(); net = FlowNetwork(env, g)
 >>> env.run(start_collective(net, "ring_allreduce", range(4), 4e9)); env.now
 6.0
->>> ring_allreduce_time(4, 4e9, 1e9, 0.0)
+>>> from strategies.collectives import ring
+>>> float(ring.allreduce_time(4e9, 4, 1e9, 0.0))
 6.0
 """
 from __future__ import annotations
@@ -49,20 +54,6 @@ def get_collective(name: str) -> Callable:
 def start_collective(net: FlowNetwork, name: str, ranks: Iterable, nbytes: float, **kw):
     """Start collective ``name`` as a SimPy process (an event that ends with it)."""
     return net.env.process(get_collective(name)(net, list(ranks), nbytes, **kw))
-
-
-# -- closed forms (seconds) for ring algorithms with no other traffic ----------
-def ring_allreduce_time(n: int, nbytes: float, bandwidth: float, latency: float) -> float:
-    """``2(n-1)/n * nbytes/bandwidth + 2(n-1) * latency`` (bytes, bytes/s, s per step)."""
-    return 2 * (n - 1) / n * nbytes / bandwidth + 2 * (n - 1) * latency
-
-
-def ring_reduce_scatter_time(n: int, nbytes: float, bandwidth: float, latency: float) -> float:
-    """``(n-1)/n * nbytes/bandwidth + (n-1) * latency`` (bytes, bytes/s, s per step)."""
-    return (n - 1) / n * nbytes / bandwidth + (n - 1) * latency
-
-
-ring_allgather_time = ring_reduce_scatter_time
 
 
 # -- ring ------------------------------------------------------------------------

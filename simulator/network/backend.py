@@ -1,0 +1,113 @@
+"""The engine's narrow interface to a network, and the backends that implement it.
+
+``NetworkBackend`` is everything ``simulator.engine`` asks of a network: the route latency and
+the links between two ranks, transfers (latency, then bytes) and flows (bytes only: the caller
+paid the latency, as a collective's phase does), the closed-form time of flows that start
+together alone on their links, and per-link byte accounting. Two backends:
+
+* ``flows`` (``SimNetwork``, the default): flows share every link max-min fairly, so traffic
+  contends (``simulator.network.flows``).
+* ``contention-free`` (``ContentionFreeNetwork``): every transfer moves as if it were alone on
+  the network, whatever else is on the wire: a point-to-point message at its bottleneck link's
+  full achievable bandwidth, a collective's phase with its own flows sharing links max-min
+  fairly among themselves only (an all-to-all's flows share their member's port, as its
+  closed form assumes), so a collective takes its analytic time (``strategies.collectives``),
+  the network the analytic estimate assumes. A collective alone takes the same time on both
+  backends; with overlapping traffic the difference between the two is the cost of
+  contention.
+
+Both use the same graph, achievable bandwidths (``cluster_net``), routes, latencies and folded
+routes, so a simulation differs between them by contention only.
+"""
+from __future__ import annotations
+
+from typing import Callable, Hashable, Protocol, Sequence, runtime_checkable
+
+import networkx as nx
+import numpy as np
+import simpy
+
+from simulator.network import BACKEND_NAMES
+from simulator.network.cluster_net import SimNetwork
+from simulator.network.flows import max_min_rates
+
+Node = Hashable
+
+
+@runtime_checkable
+class NetworkBackend(Protocol):
+    """What the engine needs from a network (seconds, bytes, bytes/s)."""
+
+    env: simpy.Environment
+    graph: nx.DiGraph
+    shares_links: bool      # flows on a common link slow each other down
+
+    def latency(self, src: Node, dst: Node) -> float:
+        """Route latency from src to dst (seconds; 0 when src == dst)."""
+
+    def links(self, src: Node, dst: Node) -> np.ndarray:
+        """Indices of the links a flow from src to dst loads."""
+
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+        """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte."""
+
+    def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+        """Move ``nbytes`` from now on, without the route latency."""
+
+    def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float | None:
+        """Seconds until the last of ``flows`` (``nbytes`` each) ends when they start together
+        with nothing else on their links; None when only the flow model can tell."""
+
+    def count_solo(self, links: np.ndarray, nbytes: float) -> None:
+        """Account ``nbytes`` on each of ``links`` (a transfer timed by ``solo_seconds``)."""
+
+    def link_bytes(self) -> dict:
+        """Bytes carried so far by each directed link ``(u, v)``."""
+
+
+class ContentionFreeNetwork(SimNetwork):
+    """``SimNetwork`` without contention between transfers: a flow gets the full achievable
+    bandwidth of the slowest link on its route (a folded route's repeated hop, another rank's
+    image of the transfer, counts once) whatever else is on the wire; the flows of one
+    collective phase (``solo_seconds``, which the engine always uses on this backend) share
+    links among themselves only."""
+
+    shares_links = False
+
+    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+        rate = float(np.min(self._capacity[links]))
+        self.flows_started += 1
+
+        def finish(_e) -> None:
+            np.add.at(self._delivered, links, nbytes)
+            self.flows_completed += 1
+            done.succeed(tag)
+        self.env.timeout(nbytes / rate).callbacks.append(finish)
+
+    def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
+        """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
+        max-min fairly among themselves and with nothing else: never None."""
+        routes = [r for r in (self.links(a, b) for a, b in flows) if r.size]
+        if not routes or nbytes <= 0:
+            return 0.0
+        table = np.full((len(routes), max(r.size for r in routes)), self._pad, dtype=np.int64)
+        for i, r in enumerate(routes):
+            table[i, :r.size] = r
+        return nbytes / float(np.min(max_min_rates(self._capacity, table)))
+
+
+BACKENDS: dict[str, Callable[..., NetworkBackend]] = dict(
+    zip(BACKEND_NAMES, (SimNetwork, ContentionFreeNetwork), strict=True))
+DEFAULT_BACKEND = BACKEND_NAMES[0]
+
+
+def new_network(graph: nx.DiGraph, route_fn: Callable, link_map=None,
+                backend: str = DEFAULT_BACKEND) -> NetworkBackend:
+    """A network of kind ``backend`` (``BACKENDS``' keys) over ``graph`` on a fresh SimPy
+    environment (callers need no SimPy of their own)."""
+    try:
+        cls = BACKENDS[backend]
+    except KeyError:
+        raise ValueError(f"network backend {backend!r}: must be one of "
+                         f"{', '.join(BACKENDS)}") from None
+    return cls(simpy.Environment(), graph, route_fn, link_map)

@@ -1,0 +1,63 @@
+"""What every collective algorithm is made of: phases of concurrent flows, and the number of
+latency-bound steps per collective kind.
+
+A ``Phase`` is a pure description (no network, no SimPy): the ``(src, dst)`` rank pairs whose
+flows run concurrently, the bytes each flow carries per call, and the phase's latency steps
+(the phase waits ``steps`` times the latency of its slowest hop before its bytes move). Phases
+of one collective run one after the other (a barrier between them).
+
+Step counts (NCCL's ring, per-rank buffer split into ``n`` chunks): all-reduce ``2(n-1)``
+(a reduce-scatter pass and an all-gather pass), reduce-scatter and all-gather ``n-1``,
+all-to-all ``1`` (every pair at once).
+
+>>> steps("allreduce", 8), steps("reduce_scatter", 8), steps("alltoall", 8)
+(14, 7, 1)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+Num = "float | np.ndarray"   # a scalar or an array of plans (closed forms are vectorised)
+KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
+# passes over the ring, of n-1 steps each: the one place the per-kind step counts live
+PASSES = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1}
+
+
+def steps(kind: str, n: int) -> int:
+    """Latency-bound steps of collective ``kind`` over ``n`` ranks (0 when ``n < 2``)."""
+    if kind not in KINDS:
+        raise ValueError(f"collective kind={kind!r}: must be one of {KINDS}")
+    if n < 2:
+        return 0
+    return 1 if kind == "alltoall" else PASSES[kind] * (n - 1)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """One phase of a collective: ``flows`` (``(src, dst)`` ranks, all started together), each
+    carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop."""
+
+    flows: tuple[tuple[int, int], ...]
+    nbytes: float
+    steps: int
+
+
+def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float],
+                  latency: Callable[[int, int], float]) -> float:
+    """Seconds of ``phases`` with nothing else on the wire, on a network where each rank's
+    flows of a phase share its port of ``bandwidth(src, dst)`` bytes/s and nothing else is
+    shared; ``latency(src, dst)`` in seconds. Each algorithm's closed-form ``time`` equals
+    this for its own ``phases`` (tests/test_collective_algorithms.py).
+
+    >>> seconds_alone([Phase(((0, 1), (1, 0)), 2.0, 2)], lambda a, b: 1.0, lambda a, b: 0.5)
+    3.0
+    """
+    total = 0.0
+    for ph in phases:
+        out: dict[int, int] = {}
+        for a, _ in ph.flows:
+            out[a] = out.get(a, 0) + 1
+        total += ph.steps * max(latency(a, b) for a, b in ph.flows)
+        total += max(ph.nbytes * out[a] / bandwidth(a, b) for a, b in ph.flows)
+    return total

@@ -1,0 +1,107 @@
+"""The one rule that picks a collective's algorithm, and the registry of algorithms.
+
+A group runs ``all_to_all`` for an all-to-all; otherwise ``ring`` when it sits in one node, has
+one member per node, or has different numbers of members on its nodes (a data-parallel group of
+12 ranks over 8-GPU nodes: 8 + 4, which has no rings across nodes), else ``hierarchical``
+(intra-node rings, then rings across nodes among the members with the same position in their
+node). ``hierarchical_layout`` is that rule over arrays; ``algorithm_for`` applies it to one
+explicit group (the compiler), ``strided_algorithm`` to every group of ``n`` ranks ``stride``
+apart as ``strategies.placement`` lays them out (the estimate and the bound), where all such
+groups get the same answer or the answer is ``MIXED``.
+
+>>> algorithm_for("allreduce", (0, 2, 4, 6, 8, 10, 12, 14), 8)
+'hierarchical'
+>>> algorithm_for("allreduce", tuple(range(12)), 8), algorithm_for("alltoall", (0, 8), 8)
+('ring', 'all_to_all')
+>>> [str(a) for a in strided_algorithm([8, 8, 2, 3], [2, 1, 8, 1], 8)]
+['hierarchical', 'ring', 'ring', 'mixed']
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from strategies.collectives import all_to_all, hierarchical, ring
+from strategies.collectives.phase import KINDS, Phase
+
+RING, HIERARCHICAL, ALL_TO_ALL, MIXED = "ring", "hierarchical", "all_to_all", "mixed"
+ALGORITHMS = {RING: ring, HIERARCHICAL: hierarchical, ALL_TO_ALL: all_to_all}
+
+
+def hierarchical_layout(n, nodes, even):
+    """True where a group of ``n`` members on ``nodes`` nodes, ``even`` when every node holds
+    the same number of them, runs hierarchically (more than one node, more than one member per
+    node, the same count on each). Vectorised; the one statement of the rule."""
+    n, nodes = np.asarray(n), np.asarray(nodes)
+    return (nodes > 1) & (nodes < n) & np.asarray(even, dtype=bool)
+
+
+def algorithm_for(kind: str, group: Sequence[int], gpus_per_node: int) -> str:
+    """The algorithm of collective ``kind`` over ``group`` (global ranks; rank ``r`` on node
+    ``r // gpus_per_node``)."""
+    if kind not in KINDS:
+        raise ValueError(f"collective kind={kind!r}: must be one of {KINDS}")
+    if kind == "alltoall":
+        return ALL_TO_ALL
+    per_node: dict[int, int] = {}
+    for r in group:
+        per_node[r // gpus_per_node] = per_node.get(r // gpus_per_node, 0) + 1
+    even = len(set(per_node.values())) == 1
+    return HIERARCHICAL if hierarchical_layout(len(group), len(per_node), even) else RING
+
+
+def strided_layout(n, stride, gpus_per_node: int):
+    """``(uniform, k, nodes)`` for the groups of ``n`` ranks ``stride`` apart that placement
+    builds (each group inside a block of ``n·stride`` consecutive ranks that starts at a
+    multiple of it): ``uniform`` where every such group has ``k`` members on each of ``nodes``
+    nodes, whatever its offset (in one node; one member per node; or ``stride`` dividing the
+    node and the node dividing the block). Vectorised."""
+    G = gpus_per_node
+    n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
+    span = n * stride
+    in_node = (span <= G) & (np.mod(G, np.maximum(span, 1)) == 0)
+    per_node = (stride >= G) & (np.mod(stride, G) == 0)
+    across = ((stride < G) & (np.mod(G, np.maximum(stride, 1)) == 0) & (span > G)
+              & (np.mod(span, G) == 0))
+    k = np.where(in_node, n, np.where(per_node, 1.0,
+                 np.maximum(1.0, np.floor(G / np.maximum(stride, 1)))))
+    nodes = np.where(in_node, 1.0, np.maximum(n / k, 1.0))
+    return in_node | per_node | across, k, nodes
+
+
+def strided_algorithm(n, stride, gpus_per_node: int) -> np.ndarray:
+    """``ring``, ``hierarchical`` or ``mixed`` (groups of this shape differ) for every group of
+    ``n`` ranks ``stride`` apart (placement's layout; not all-to-all). Vectorised."""
+    uniform, k, nodes = strided_layout(n, stride, gpus_per_node)
+    hier = hierarchical_layout(np.asarray(n, dtype=float), nodes, uniform)
+    return np.where(~uniform, MIXED, np.where(hier, HIERARCHICAL, RING))
+
+
+def register(name: str, module) -> None:
+    """Add algorithm ``name``: ``module`` (a module or any object) has ``phases(kind, group,
+    nbytes, node_of) -> list[Phase]`` and ``time(...)``; a ``Collective`` op whose
+    ``algorithm`` is ``name`` then runs its phases. The selector does not pick it by itself
+    (add a case to ``algorithm_for`` and ``strided_algorithm`` for that). Refuses a name that
+    is taken."""
+    if name in ALGORITHMS or name == "ring_stepwise":
+        raise ValueError(f"collective algorithm {name!r} is already registered")
+    for attr in ("phases", "time"):
+        if not callable(getattr(module, attr, None)):
+            raise ValueError(f"collective algorithm {name!r}: needs a callable {attr!r}")
+    ALGORITHMS[name] = module
+
+
+def phases_of(algorithm: str, kind: str, group: Sequence[int], nbytes: float,
+              node_of: Callable[[int], int]) -> list[Phase]:
+    """The phases of ``kind`` over ``group`` with ``algorithm`` (``ALGORITHMS``' keys)."""
+    if (kind == "alltoall" and algorithm in (RING, HIERARCHICAL)) or \
+            (kind != "alltoall" and algorithm == ALL_TO_ALL):
+        raise ValueError(f"collective kind={kind!r} with algorithm {algorithm!r}: all-to-all "
+                         "runs as all_to_all, and all_to_all runs only all-to-all")
+    try:
+        module = ALGORITHMS[algorithm]
+    except KeyError:
+        raise ValueError(f"collective algorithm {algorithm!r} is not known "
+                         f"({', '.join(ALGORITHMS)})") from None
+    return module.phases(kind, group, nbytes, node_of)
