@@ -80,6 +80,8 @@ def _sizes_strides(job: Job) -> tuple[dict[str, int], dict[str, int]]:
 def network_rules(job: Job) -> tuple[bool, bool, str]:
     """(local permutations allowed, node permutations allowed, reason if not)."""
     cl = job.cluster
+    if cl.faults:
+        return False, False, "stragglers or degraded links break the symmetry"
     if cl.intra_node_topology != "switch" and cl.gpus_per_node > 1:
         return False, False, f"intra-node topology {cl.intra_node_topology!r} is not a switch"
     if cl.num_nodes == 1:

@@ -125,8 +125,21 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle,
         "peak_activation_bytes": peaks, "activation_memory": memory,
         "link_utilisation": top_links(link_bytes, bandwidth, step),
+        "degraded_links": degraded_links(net, link_bytes, step),
         "fold_note": spec.note, "rank_ends_s": ends,
     }
+
+
+def degraded_links(net: SimNetwork, link_bytes: dict, step: float) -> list[dict[str, Any]]:
+    """Every directed link a fault slowed (``cluster.faults``): its factor, the bytes it
+    carried and their share of what it could carry in the step at its degraded bandwidth."""
+    rows = []
+    for u, v, d in net.graph.edges(data=True):
+        if d.get("degraded", 1.0) > 1.0:
+            b = float(link_bytes.get((u, v), 0.0))
+            rows.append({"link": f"{u}->{v}", "factor": d["degraded"], "bytes": b,
+                         "utilisation": b / (d["bandwidth"] * step) if step > 0 else 0.0})
+    return sorted(rows, key=lambda r: (-r["bytes"], r["link"]))
 
 
 def to_json(result: SimResult, job: Job) -> dict[str, Any]:
@@ -152,6 +165,8 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "overlapped_comm_s": m["overlapped_comm_s"], "events": result.events,
         "wall_s": result.wall_s, "analytic_step_time_s": est.step_time_s,
         "folded": result.folded, "simulated_ranks": len(result.simulated_ranks),
-        "fold_note": m["fold_note"], "network": m.get("network", DEFAULT_BACKEND),
+        "fold_note": m["fold_note"], "degraded_links": m["degraded_links"],
+        "network": m.get("network", DEFAULT_BACKEND),
+        "critical_rank": m["critical_rank"], "idle_fraction_by_stage": m["idle_fraction_by_stage"],
     })
     return out

@@ -96,6 +96,13 @@ class FrameworkProfile:
     recompute: tuple[str, ...] = ("none", "selective", "full")
     aliases: tuple[str, ...] = ()
     export: str = "megatron"
+    #: the stack's own implementation of a generic schedule name a plan gives
+    #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
+    schedule_impl: tuple[tuple[str, str], ...] = ()
+
+    def schedule_for(self, name: str) -> str:
+        """The schedule this stack runs for a plan's ``schedule=name``."""
+        return dict(self.schedule_impl).get(name, name)
 
     def plan_defaults(self) -> dict[str, bool]:
         """The plan switches this stack turns on by default (a plan that names a switch
@@ -145,8 +152,9 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     grad_accum_fusion=False, kernels_per_layer=20, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
-    schedules=("1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1, context_parallel=False,
-    expert_parallel=False, tp_comm_overlap=False, flash_attn=False, export="deepspeed")
+    schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
+    context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
+    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),))
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -213,7 +221,7 @@ def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, objec
     The feature fields of ``FrameworkProfile`` and the module docstring give the sources."""
     out: list[tuple[str, object, str]] = []
     who = f"{fw.name} "
-    if plan.pp > 1 and plan.schedule not in fw.schedules:
+    if plan.pp > 1 and fw.schedule_for(plan.schedule) not in fw.schedules:
         runs = ", ".join(fw.schedules) if fw.schedules else "no pipeline parallelism"
         out.append(("schedule", plan.schedule, who + f"runs {runs}"))
     if fw.max_pp is not None and plan.pp > fw.max_pp:

@@ -11,8 +11,7 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
 from topologies.cluster import Cluster
-
-DTYPES = ("bf16", "fp16", "fp8")
+from topologies.precision import DTYPES
 
 
 @dataclass(frozen=True)
@@ -68,9 +67,12 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     policy constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)
     sy = get_system(system)
+    if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
+        plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
-    cluster.gpu.peak(dtype)  # fp8 on a chip without it is refused here
+    for g in cluster.groups:  # a precision the chip lacks (nvfp4 on H100) is refused here
+        g.gpu.rate_key(dtype)
     if seq_len is not None:
         model = model.with_seq_length(seq_len)
     n = cluster.num_gpus

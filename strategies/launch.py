@@ -25,6 +25,7 @@ import json
 from strategies.errors import SpecError
 from strategies.job import Job
 from strategies.schedules import get_schedule
+from topologies.precision import get_precision
 
 EXPORTS = ("megatron", "deepspeed")
 
@@ -67,10 +68,9 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     a += [f"--micro-batch-size {p.mbs}", f"--global-batch-size {p.gbs}",
           f"--seq-length {job.seq_len}",
           f"--max-position-embeddings {max(job.seq_len, m.max_position_embeddings or 0)}"]
-    a += {"bf16": ["--bf16"], "fp16": ["--fp16"],
-          "fp8": ["--bf16", "--fp8-format hybrid"]}[job.dtype]
+    a += list(get_precision(job.dtype).megatron)
     a += _model_args(m)
-    head = f"torchrun --nproc_per_node {cl.gpus_per_node} --nnodes {cl.num_nodes} pretrain_gpt.py"
+    head = f"torchrun --nproc_per_node {cl.gpus_per_host} --nnodes {cl.num_hosts} pretrain_gpt.py"
     return " \\\n    ".join([head] + a), notes
 
 
@@ -124,8 +124,9 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
                 "parallelism needs Megatron-DeepSpeed)")
     if p.tp > 1 and p.zero == 3:
         _refuse("DeepSpeed's AutoTP training supports ZeRO stages 0-2 only")
-    if job.dtype == "fp8":
-        _refuse("DeepSpeed's config has no fp8 switch (Transformer Engine sets it in code)")
+    if get_precision(job.dtype).quantised:
+        _refuse(f"DeepSpeed's config has no {job.dtype} switch (Transformer Engine sets it "
+                "in code)")
     cfg = {
         "train_batch_size": p.gbs,
         "train_micro_batch_size_per_gpu": p.mbs,

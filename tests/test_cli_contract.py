@@ -34,7 +34,7 @@ PLAN = "tp=2,pp=2,mbs=1"
 SEARCH = ["search", *GPT, "--global-batch", "16", "--workers", "1"]
 
 SHARED = ("--model", "--cluster", "--plan", "--seq-len", "--global-batch", "--dtype",
-          "--framework", "--json")
+          "--framework", "--json", "--straggler", "--degrade")
 MEMORY_KEYS = ("peak_gib", "params_gib", "grads_gib", "optimizer_gib", "activations_gib",
                "other_gib")
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",

@@ -165,6 +165,17 @@ CASES = [
      ["dtype='fp8'", "A100"]),
     ("unknown-dtype", ["estimate", *A100, "--plan", "tp=8,gbs=8", "--dtype", "int4"], {},
      ["--dtype='int4'"]),
+    ("nvfp4-on-h100", ["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-h100:1", "--plan",
+                       "tp=8,gbs=8", "--dtype", "nvfp4"], {},
+     ["dtype='nvfp4'", "H100-SXM5-80GB", "no nvfp4 block-scaled tensor cores"]),
+    ("mxfp8-on-mi300x", ["estimate", "--model", "gpt-1.7b", "--cluster", "mi300x:1", "--plan",
+                         "tp=8,gbs=8", "--dtype", "mxfp8"], {}, ["MI300X", "mxfp8"]),
+    ("uneven-nvl72-trays", ["estimate", "--model", "gpt-1.7b", "--cluster", "gb200-nvl72:19",
+                            "--plan", "tp=4,gbs=8"], {}, ["gb200-nvl72:19", "18 or 20"]),
+    ("node-beyond-nvlink-domain", ["estimate", "--model", "gpt-1.7b", "--cluster",
+                                   "{d}/c.yaml", "--plan", "tp=4,gbs=80"],
+     {"c.yaml": "preset: gb200-nvl72\ngpus_per_node: 80\nnics_per_node: 80\n"},
+     ["gpus_per_node=80", "nvlink_domain_gpus=72"]),
     # files
     ("missing-file", ["estimate", "--model", "{d}/nope.json", "--cluster", "dgx-a100:1",
                       "--plan", "gbs=8"], {}, ["nope.json", "no such file"]),
@@ -223,7 +234,7 @@ def test_bad_input_is_refused_cleanly(tmp_path, capsys, name, argv, files, words
         assert w in err, (w, err)
 
 
-SUBPROCESS = ["malformed-yaml", "fp8-on-a100", "interleaved-bad-microbatches", "missing-file",
+SUBPROCESS = ["malformed-yaml", "fp8-on-a100", "nvfp4-on-h100", "interleaved-bad-microbatches", "missing-file",
               "bad-trace-extension", "zero-seq-len", "huge-number-in-json", "unknown-plan-key"]
 
 

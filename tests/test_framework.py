@@ -187,7 +187,7 @@ def test_presets_lists_the_stacks(capsys):
     d = run_json(capsys, "presets")
     rows = {f["name"]: f for f in d["frameworks"]}
     assert set(rows) == set(PROFILES)
-    assert rows["megatron-deepspeed"]["schedules"] == ["1f1b"]
+    assert rows["megatron-deepspeed"]["schedules"] == ["deepspeed-1f1b"]
     assert rows["megatron-deepspeed"]["zero_with_pp"] == 1
     assert "deepspeed" in rows["megatron-deepspeed"]["aliases"]
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from experiments import (report_analytic_vs_sim, report_schedules, report_speed,
-                         report_validation, report_whatif)
+from experiments import (report_analytic_vs_sim, report_generations, report_schedules,
+                         report_speed, report_validation, report_whatif)
 from experiments._report import ReportWriter, md_table
 from tests.test_validate_cli import ENTRIES
 
@@ -129,3 +129,19 @@ def test_report_writer_is_all_or_nothing(tmp_path):
 def test_md_table_escapes_pipes():
     t = md_table(["a", "b"], [["x|y", 1]])
     assert "x\\|y" in t and t.count("\n") == 2
+
+
+@pytest.mark.slow
+def test_generations_report(tmp_path):
+    assert report_generations.main(["--model", "llama3-8b", "--gpus", "8", "--global-batch",
+                                    "16", "--max-mbs", "1", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "generations.md").read_text()
+    data = json.loads((tmp_path / "generations.json").read_text())
+    assert data["command"].startswith("paraplan whatif --model llama3-8b")
+    assert f"`{data['command']}`" in md
+    rows = data["whatif"]["rows"]
+    assert [r["job"]["gpus"] for r in rows] == [8, 8, 8]
+    assert [r["cluster"] for r in rows] == ["dgx-h100", "dgx-b200", "gb200-nvl72"]
+    for r in rows:
+        assert f"{r['step_time_s']:.4g}" in md
+    assert (tmp_path / "generations.png").stat().st_size > 0

@@ -88,6 +88,7 @@ def _valid_cases():
         for m in sorted({1, 2, p - 1, p, p + 1, 2 * p, 2 * p + 3, 3 * p} - {0}):
             yield "gpipe", p, m, 1, None
             yield "1f1b", p, m, 1, None
+            yield "deepspeed-1f1b", p, m, 1, None
             for v, g in itertools.product((2, 3, 4), range(p, m + 1)):
                 if m % g == 0 or m % g >= p:
                     yield "interleaved", p, m, v, g
@@ -226,14 +227,14 @@ def test_vpp_messages_say_what_to_use():
 # ---------------------------------------------------------------- registry
 
 def test_registry_names():
-    assert schedule_names() == ["1f1b", "gpipe", "interleaved", "zb-h1"]
+    assert schedule_names() == ["1f1b", "deepspeed-1f1b", "gpipe", "interleaved", "zb-h1"]
 
 
 def test_unknown_schedule():
     with pytest.raises(SpecError) as e:
         get_schedule("zb-h9")
     assert e.value.field == "schedule" and e.value.value == "zb-h9"
-    assert "1f1b, gpipe, interleaved, zb-h1" in str(e.value)
+    assert "1f1b, deepspeed-1f1b, gpipe, interleaved, zb-h1" in str(e.value)
     with pytest.raises(SpecError):
         bubble_fraction_closed_form("zb-h9", 4, 8, 1)
     with pytest.raises(SpecError):
@@ -280,4 +281,4 @@ def test_array_rules_and_stash_equal_the_scalar_ones():
             assert arr.tolist() == [sched.in_flight(r, p, m, v) for r in range(p)]
             assert [sched.in_flight(r, p, m, v) for r in range(p)] == \
                 [peak_stash(sched.steps(r, p, m, v)) for r in range(p)]
-    assert seen == {"gpipe", "1f1b", "interleaved"}     # zb-h1: plans refuse it for now
+    assert seen == {"gpipe", "1f1b", "interleaved", "deepspeed-1f1b"}  # zb-h1: refused for now

@@ -12,7 +12,7 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan
 from strategies.presets import MODEL_PRESETS, model_preset
-from topologies.cluster import cluster_preset, parse_cluster_arg, preset_names
+from topologies.cluster import cluster_preset, parse_cluster_arg, preset_names, preset_unit_gpus
 from topologies.gpus import GPUS
 
 # Parameter counts the model builders publish (HF model cards / safetensors totals).
@@ -87,8 +87,8 @@ def test_formulas_1_parameter_count(l, h, want):
 
 @pytest.mark.parametrize("name", preset_names())
 def test_every_cluster_preset_builds(name):
-    cl = cluster_preset(name, 2)
-    assert cl.num_gpus == 2 * cl.gpus_per_node
+    cl = cluster_preset(name, 2)   # PRESET:2 is two nodes, or two trays of a rack preset
+    assert cl.num_gpus == 2 * preset_unit_gpus(name)
     assert parse_cluster_arg(f"{name}:2") == cl
 
 

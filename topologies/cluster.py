@@ -3,6 +3,12 @@
 Units inside: bytes/s and seconds. Files say ``intra_node_GBps`` (gigabytes/s per GPU per
 direction), ``inter_node_gbps`` (gigabits/s per NIC per direction) and ``*_latency_us``; they are
 converted once, here.
+
+A *node* is one NVLink (or Infinity Fabric) domain: the GPUs that reach each other through the
+scale-up fabric. For an 8-GPU DGX that is the server; for a GB200/GB300 NVL72 rack it is the
+rack's used trays (``gpus_per_tray`` GPUs each, up to ``nvlink_domain_gpus`` = 72 GPUs), one
+NVLink switch fabric across trays, with the scale-out NICs between racks. Everything that asks
+"does this traffic stay on NVLink?" asks :func:`same_nvlink_domain` / ``nvlink_domain_size``.
 """
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 from topologies.errors import SpecError
+from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
@@ -34,6 +41,9 @@ class Cluster:
     ``intra_node_bandwidth``: bytes/s each GPU can send into the node fabric (NVSwitch port).
     ``inter_node_bandwidth``: bytes/s of one NIC; a node has ``nics_per_node`` of them.
     ``oversubscription``: ratio of downlinks to uplinks at the leaf switches (1 = full bisection).
+    ``faults``: stragglers and degraded links (``topologies.faults``; empty = healthy).
+    ``storage_write_bandwidth``: bytes/s the whole cluster can write checkpoints at (None:
+    ``strategies.goodput``'s default per GPU).
     """
 
     name: str
@@ -48,7 +58,11 @@ class Cluster:
     intra_node_topology: str = "switch"
     inter_node_topology: str = "rail_fat_tree"
     nodes_per_leaf: int = 32
+    faults: Faults = Faults()
+    storage_write_bandwidth: float | None = None
     source: str = field(default="", compare=False)
+    gpus_per_tray: int | None = None
+    nvlink_domain_gpus: int | None = None
 
     def __post_init__(self) -> None:
         check_name("cluster.name", self.name)
@@ -75,6 +89,24 @@ class Cluster:
         if self.inter_node_topology not in INTER_TOPOLOGIES:
             raise SpecError("inter_node_topology", self.inter_node_topology,
                             f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+        if self.storage_write_bandwidth is not None:
+            check_number("storage_write_bandwidth", self.storage_write_bandwidth, 0.0,
+                         MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True)
+        if not isinstance(self.faults, Faults):
+            raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
+        self.faults.check_against(total, self.num_nodes, self.gpus_per_node)
+        if self.gpus_per_tray is not None:
+            _positive_int("gpus_per_tray", self.gpus_per_tray, MAX_GPUS_PER_NODE)
+            if self.gpus_per_node % self.gpus_per_tray:
+                raise SpecError("gpus_per_tray", self.gpus_per_tray,
+                                f"must divide gpus_per_node={self.gpus_per_node} (an NVLink "
+                                "domain holds whole trays)")
+        if self.nvlink_domain_gpus is not None:
+            _positive_int("nvlink_domain_gpus", self.nvlink_domain_gpus, MAX_GPUS_PER_NODE)
+            if self.gpus_per_node > self.nvlink_domain_gpus:
+                raise SpecError("gpus_per_node", self.gpus_per_node,
+                                f"a node is one NVLink domain, which holds at most "
+                                f"nvlink_domain_gpus={self.nvlink_domain_gpus} GPUs")
 
     @property
     def num_nodes(self) -> int:
@@ -105,16 +137,56 @@ class Cluster:
         raise SpecError("node", node, f"out of range 0..{self.num_nodes - 1}")
 
     @property
+    def nvlink_domain_size(self) -> int:
+        """GPUs that share one NVLink domain (the used GPUs of a rack; the node)."""
+        return self.gpus_per_node
+
+    @property
+    def nvlink_domain_capacity(self) -> int:
+        """GPUs one NVLink domain can hold (72 for an NVL72 rack); >= ``nvlink_domain_size``."""
+        return self.nvlink_domain_gpus or self.gpus_per_node
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs per host operating system (a compute tray, or the whole node)."""
+        return self.gpus_per_tray or self.gpus_per_node
+
+    @property
+    def num_hosts(self) -> int:
+        return self.num_gpus // self.gpus_per_host
+
+    def describe_domain(self) -> str:
+        """The NVLink domains in words, e.g. ``4 NVLink domains of 64 GPUs (16 of 18 trays of
+        4 GPUs; 8 of 72 GPU slots left empty in each)`` (``Infinity Fabric`` on AMD GPUs)."""
+        n, g = self.num_nodes, self.gpus_per_node
+        fabric = "Infinity Fabric" if self.gpu.vendor == "amd" else "NVLink"
+        text = f"{n} {fabric} domain{'s' if n > 1 else ''} of {g} GPUs"
+        if self.gpus_per_tray and self.gpus_per_tray < g:
+            t = self.gpus_per_tray
+            text += f" ({g // t} of {self.nvlink_domain_capacity // t} trays of {t} GPUs"
+            empty = self.nvlink_domain_capacity - g
+            text += f"; {empty} of {self.nvlink_domain_capacity} GPU slots left empty in each)" \
+                if empty else ")"
+        elif self.nvlink_domain_capacity > g:
+            text += f" ({self.nvlink_domain_capacity - g} of {self.nvlink_domain_capacity} " \
+                    "GPU slots left empty in each)"
+        return text
+
+    @property
     def inter_node_bandwidth_per_gpu(self) -> float:
         """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription."""
         return self.nics_per_node * self.inter_node_bandwidth / self.gpus_per_node
 
     def with_nodes(self, num_nodes: int) -> "Cluster":
+        """The same cluster with ``num_nodes`` nodes (NVLink domains); a rack-scale preset's
+        name counts trays, as ``PRESET:TRAYS`` does."""
         _positive_int("nodes", num_nodes)
         if len(self.groups) != 1:
             raise SpecError("nodes", num_nodes, "cannot resize a heterogeneous cluster; edit its YAML")
+        count = num_nodes * self.gpus_per_node // self.gpus_per_host \
+            if self.source in _RACKS else num_nodes
         return replace(self, groups=(NodeGroup(self.groups[0].gpu, num_nodes),),
-                       name=f"{self.name.split(':')[0]}:{num_nodes}")
+                       name=f"{self.name.split(':')[0]}:{count}")
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML-file form (file units), for JSON output and round trips."""
@@ -131,17 +203,46 @@ class Cluster:
             "inter_node_topology": self.inter_node_topology,
             "nodes_per_leaf": self.nodes_per_leaf,
         }
+        if self.gpus_per_tray is not None:
+            d["gpus_per_tray"] = self.gpus_per_tray
+        if self.nvlink_domain_gpus is not None:
+            d["nvlink_domain_gpus"] = self.nvlink_domain_gpus
         if len(self.groups) == 1:
             d["gpu"] = gpu_to_mapping(self.groups[0].gpu)
             d["nodes"] = self.groups[0].num_nodes
         else:
             d["node_groups"] = [{"gpu": gpu_to_mapping(g.gpu), "nodes": g.num_nodes}
                                 for g in self.groups]
+        if self.faults:
+            d["faults"] = self.faults.to_dict()
+        if self.storage_write_bandwidth is not None:
+            d["storage_write_GBps"] = self.storage_write_bandwidth / 1e9
         return d
+
+    def with_faults(self, faults: Faults) -> "Cluster":
+        """This cluster with ``faults`` added (an entry replaces the same GPU or link)."""
+        return replace(self, faults=self.faults.merged(faults))
 
 
 def _positive_int(name: str, v: Any, hi: int = MAX_NODES) -> None:
     check_int(name, v, 1, hi)
+
+
+def nvlink_domain_of(cluster: Cluster, rank: Any) -> Any:
+    """NVLink domain index of global rank(s) ``rank`` (int or numpy array): ``rank //
+    nvlink_domain_size``. The one rule for "is this traffic on NVLink?"."""
+    return rank // cluster.nvlink_domain_size
+
+
+def same_nvlink_domain(cluster: Cluster, a: Any, b: Any) -> Any:
+    """True where ranks ``a`` and ``b`` share an NVLink domain (broadcasts over arrays)."""
+    return nvlink_domain_of(cluster, a) == nvlink_domain_of(cluster, b)
+
+
+def fits_nvlink_domain(cluster: Cluster, group_size: Any) -> Any:
+    """True where contiguous groups of ``group_size`` ranks (tp, or ep over adjacent ranks)
+    never straddle two NVLink domains: the size divides the domain."""
+    return cluster.nvlink_domain_size % group_size == 0
 
 
 # name -> (gpu, gpus/node, NVLink GB/s per GPU per dir, NICs, NIC Gb/s, intra topology, doc)
@@ -161,24 +262,77 @@ _PRESETS: dict[str, tuple[str, int, float, int, float, str, str]] = {
     "mi300x": ("MI300X", 8, 448, 8, 400, "mesh",
                "8x MI300X, Infinity Fabric full mesh (7 x 64 GB/s), 8x 400 Gb/s"),
 }
+_PRESETS.update({
+    "dgx-b300": ("B300-SXM-288GB", 8, 900, 8, 800, "switch",
+                 "8x B300-288GB, NVLink5 900 GB/s/GPU, 8x 800 Gb/s ConnectX-8"),
+    "mi325x": ("MI325X", 8, 448, 8, 400, "mesh",
+               "8x MI325X, Infinity Fabric full mesh (7 x 64 GB/s), 8x 400 Gb/s"),
+    "mi355x": ("MI355X", 8, 537.6, 8, 400, "mesh",
+               "8x MI355X, Infinity Fabric full mesh (7 x 76.8 GB/s), 8x 400 Gb/s"),
+})
+# Rack-scale NVLink domains: name -> (gpu, GPUs per tray, trays per rack, NVLink GB/s per GPU
+# per direction, NIC Gb/s (one NIC per GPU), doc). PRESET:N counts trays; the racks hold equal
+# tray counts (64 trays = 4 racks of 16 trays = 4 NVLink domains of 64 GPUs).
+_RACKS: dict[str, tuple[str, int, int, float, float, str]] = {
+    "gb200-nvl72": ("GB200", 4, 18, 900, 400,
+                    "NVL72 racks: 18 trays x 4 GB200 GPUs, one NVLink 5 domain of 72 GPUs "
+                    "(900 GB/s/GPU through 9 NVLink switch trays), 1x 400 Gb/s ConnectX-7 "
+                    "per GPU between racks"),
+    "gb300-nvl72": ("GB300", 4, 18, 900, 800,
+                    "NVL72 racks: 18 trays x 4 GB300 GPUs, one NVLink 5 domain of 72 GPUs "
+                    "(900 GB/s/GPU), 1x 800 Gb/s ConnectX-8 per GPU between racks"),
+}
+RACK_PRESETS = tuple(_RACKS)
 # Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree.
 INTRA_LATENCY_S = 2.0e-6
 INTER_LATENCY_S = 5.0e-6
 
 
 def preset_names() -> list[str]:
-    return list(_PRESETS)
+    return [*_PRESETS, *_RACKS]
 
 
 def preset_description(name: str) -> str:
-    return _PRESETS[name][-1]
+    return (_RACKS.get(name) or _PRESETS[name])[-1]
+
+
+def preset_unit_gpus(name: str) -> int:
+    """GPUs that ``PRESET:1`` counts: a node (8) or, for a rack-scale preset, a tray (4)."""
+    key = str(name).strip().lower()
+    if key in _RACKS:
+        return _RACKS[key][1]
+    if key not in _PRESETS:
+        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(preset_names())}")
+    return _PRESETS[key][1]
+
+
+def _rack_preset(key: str, trays: int) -> Cluster:
+    gpu, per_tray, per_rack, nvl, nic_gbps, _ = _RACKS[key]
+    _positive_int("trays", trays)
+    racks = -(-trays // per_rack)
+    if trays % racks:
+        lo, hi = racks * (trays // racks), racks * (trays // racks + 1)
+        raise SpecError("cluster", f"{key}:{trays}",
+                        f"{trays} trays need {racks} racks of at most {per_rack} trays, and "
+                        f"the racks must hold equal tray counts (one NVLink domain each): "
+                        f"give {lo} or {hi} trays")
+    per_node = trays // racks * per_tray
+    return Cluster(name=f"{key}:{trays}", groups=(NodeGroup(get_gpu(gpu), racks),),
+                   gpus_per_node=per_node, intra_node_bandwidth=nvl * 1e9,
+                   intra_node_latency=INTRA_LATENCY_S, nics_per_node=per_node,
+                   inter_node_bandwidth=nic_gbps * 1e9 / 8, inter_node_latency=INTER_LATENCY_S,
+                   intra_node_topology="switch", source=key, gpus_per_tray=per_tray,
+                   nvlink_domain_gpus=per_tray * per_rack)
 
 
 def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
-    """A preset cluster of ``num_nodes`` nodes."""
+    """A preset cluster of ``num_nodes`` nodes (of ``num_nodes`` trays for a rack-scale
+    preset such as ``gb200-nvl72``)."""
     key = str(name).strip().lower()
+    if key in _RACKS:
+        return _rack_preset(key, num_nodes)
     if key not in _PRESETS:
-        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(_PRESETS)}")
+        raise SpecError("cluster", name, f"unknown preset; known: {', '.join(preset_names())}")
     gpu, per_node, nvl, nics, nic_gbps, intra, _ = _PRESETS[key]
     _positive_int("nodes", num_nodes)
     return Cluster(name=f"{key}:{num_nodes}", groups=(NodeGroup(get_gpu(gpu), num_nodes),),
@@ -186,6 +340,19 @@ def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
                    intra_node_latency=INTRA_LATENCY_S, nics_per_node=nics,
                    inter_node_bandwidth=nic_gbps * 1e9 / 8, inter_node_latency=INTER_LATENCY_S,
                    intra_node_topology=intra, source=key)
+
+
+def cluster_for_gpus(name: str, num_gpus: int) -> Cluster:
+    """Preset ``name`` with ``num_gpus`` GPUs: ``num_gpus / 8`` nodes of a DGX-like preset,
+    ``num_gpus / 4`` trays of a rack-scale one (spread over equal racks); a count the preset's
+    unit does not divide is refused."""
+    unit = preset_unit_gpus(name)
+    _positive_int("num_gpus", num_gpus, MAX_GPUS)
+    if num_gpus % unit:
+        what = "trays" if str(name).strip().lower() in _RACKS else "nodes"
+        raise SpecError("cluster", name, f"holds {unit} GPUs per {what[:-1]}, which does not "
+                        f"divide {num_gpus} GPUs")
+    return cluster_preset(name, num_gpus // unit)
 
 
 def parse_cluster_arg(text: str) -> Cluster:
@@ -200,14 +367,16 @@ def parse_cluster_arg(text: str) -> Cluster:
     try:
         n = parse_int_text("nodes", nodes)
     except SpecError:
-        raise SpecError("cluster", text, "must be PRESET:NODES with NODES an integer, "
-                        "e.g. dgx-a100:128, or a .yaml file") from None
+        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS for a rack-scale "
+                        "preset) with NODES an integer, e.g. dgx-a100:128, or a .yaml file"
+                        ) from None
     return cluster_preset(name, n)
 
 
 _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
          "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
-         "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf"}
+         "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf",
+         "faults", "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus"}
 
 
 def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
@@ -254,7 +423,14 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         oversubscription=num["oversubscription"],
         intra_node_topology=merged.get("intra_node_topology", "switch"),
         inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
-        nodes_per_leaf=merged.get("nodes_per_leaf", 32), source="yaml")
+        nodes_per_leaf=merged.get("nodes_per_leaf", 32),
+        faults=faults_from_mapping(merged.get("faults")),
+        storage_write_bandwidth=None if merged.get("storage_write_GBps") is None else check_number(
+            "storage_write_GBps", merged["storage_write_GBps"], 0.0,
+            MAX_BANDWIDTH_BPS * MAX_GPUS / 1e9, lo_open=True) * 1e9,
+        source="yaml",
+        gpus_per_tray=merged.get("gpus_per_tray"),
+        nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
 
 
 def _gpu(v: Any) -> GPU:

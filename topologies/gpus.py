@@ -10,6 +10,9 @@ Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accel
 ``attention_efficiency`` is the fraction of the 16-bit peak a fused (Flash) attention kernel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
+``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
+the chip runs natively; ``tdp_w``: board power (W); ``source``: where the datasheet figures
+come from. Training precisions (``--dtype``) map to rates in ``topologies.precision``.
 """
 from __future__ import annotations
 
@@ -18,17 +21,18 @@ from typing import Mapping
 
 from topologies.errors import SpecError
 from topologies.limits import MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, check_name, check_number
+from topologies.precision import BLOCK_FORMATS, PRECISIONS
 
 TERA = 1e12
 GIB = 1024**3
 GB = 1e9
 
-DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8")
+RATES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # keys of GPU.peak_flops
 
 
 @dataclass(frozen=True)
 class GPU:
-    """One accelerator. ``peak_flops`` maps dtype -> dense FLOP/s."""
+    """One accelerator. ``peak_flops`` maps a tensor-core rate (``RATES``) -> dense FLOP/s."""
 
     name: str
     peak_flops: Mapping[str, float]
@@ -41,13 +45,16 @@ class GPU:
     fp8_matmul_efficiency: float | None = None
     fa2_attention_efficiency: float | None = None
     sm_count: int | None = None
+    block_formats: tuple[str, ...] = ()
+    tdp_w: float | None = None
+    source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
             raise SpecError("gpu.name", self.name, "must be a non-empty string")
         for k, v in self.peak_flops.items():
-            if k not in DTYPES:
-                raise SpecError("gpu.peak_flops", k, f"dtype must be one of {', '.join(DTYPES)}")
+            if k not in RATES:
+                raise SpecError("gpu.peak_flops", k, f"dtype must be one of {', '.join(RATES)}")
             if not v > 0:
                 raise SpecError(f"gpu.peak_flops.{k}", v, "must be > 0 FLOP/s")
         if "bf16" not in self.peak_flops:
@@ -66,17 +73,45 @@ class GPU:
         if self.fa2_attention_efficiency is not None and not 0 < self.fa2_attention_efficiency <= 1:
             raise SpecError("gpu.fa2_attention_efficiency", self.fa2_attention_efficiency,
                             "must be in (0, 1]")
+        for f in self.block_formats:
+            if f not in BLOCK_FORMATS:
+                raise SpecError("gpu.block_formats", f,
+                                f"must be among {', '.join(BLOCK_FORMATS)}")
+        if self.tdp_w is not None and not 0 < self.tdp_w <= 1e5:
+            raise SpecError("gpu.tdp_w", self.tdp_w, "must be in (0, 100000] W")
+
+    def rate_key(self, dtype: str) -> str:
+        """The ``peak_flops`` key GEMMs of ``dtype`` (a rate key or a training precision of
+        ``topologies.precision``) run at; refused, naming the GPU, the precision and the
+        rule, when the chip lacks the tensor cores or the block-scaled format."""
+        p = PRECISIONS.get(dtype)
+        key = p.rate if p else dtype
+        if p is not None and p.block_format and p.block_format not in self.block_formats:
+            has = ", ".join(self.block_formats) or "none"
+            raise SpecError("dtype", dtype, f"{self.name} has no {p.block_format} block-scaled "
+                            f"tensor cores (block formats it has: {has}); "
+                            f"{dtype} needs them")
+        if key not in self.peak_flops:
+            raise SpecError("dtype", dtype, f"{self.name} has no {key} tensor cores "
+                            f"(has {', '.join(sorted(self.peak_flops))})")
+        return key
 
     def peak(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype``; fp8 on a chip without it is refused."""
-        if dtype not in self.peak_flops:
-            raise SpecError("dtype", dtype, f"{self.name} has no {dtype} tensor cores "
-                            f"(has {', '.join(sorted(self.peak_flops))})")
-        return self.peak_flops[dtype]
+        """Dense peak FLOP/s (FLOP/s) the GEMMs of ``dtype`` run at (see ``rate_key``)."""
+        return self.peak_flops[self.rate_key(dtype)]
+
+    def supports(self, dtype: str) -> bool:
+        """True when ``peak(dtype)`` would not be refused."""
+        try:
+            self.rate_key(dtype)
+        except SpecError:
+            return False
+        return True
 
     def gemm_efficiency(self, dtype: str) -> float:
-        """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc)."""
-        if dtype == "fp8" and self.fp8_matmul_efficiency is not None:
+        """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);
+        fp4 GEMMs, never measured in public, take the fp8 fraction."""
+        if self.rate_key(dtype) in ("fp8", "fp4") and self.fp8_matmul_efficiency is not None:
             return self.fp8_matmul_efficiency
         return self.matmul_efficiency
 
@@ -94,15 +129,20 @@ class GPU:
         return self.hbm_bytes / GIB
 
 
-def _g(name: str, fp32: float, tf32: float, bf16: float, fp8: float | None, hbm_gib: float,
+def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | None, hbm_gib: float,
        hbm_tbps: float, eff: float, attn: float, vendor: str = "nvidia",
        aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
-       fa2: float | None = None, sms: int | None = None) -> GPU:
-    peaks = {"fp32": fp32 * TERA, "tf32": tf32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
+       fa2: float | None = None, sms: int | None = None, fp4: float | None = None,
+       blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "") -> GPU:
+    peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
+    if tf32:
+        peaks["tf32"] = tf32 * TERA
     if fp8:
         peaks["fp8"] = fp8 * TERA
+    if fp4:
+        peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms)
+               fa2, sms, blocks, tdp, src)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -124,26 +164,78 @@ def _g(name: str, fp32: float, tf32: float, bf16: float, fp8: float | None, hbm_
 #   H100 96GB 500 W (Grand Teton) 0.67: H100 SXM's 0.753 times the clock ratio at 500 W vs
 #                    700 W under the cubic power-clock rule, (500/700)^(1/3) = 0.894
 #   V100       0.80  not measured by mamf-finder; kept (V100 cuBLAS fp16 ~100 of 125 TFLOP/s)
+# Blackwell parts without a node MSMF: their MAMF (burst) times B200's measured
+# sustained/burst ratio 1421/1745 = 0.814 (same architecture, same power-limited regime):
+#   B300       bf16 MAMF 1769.0/2250 * 0.814 -> 0.64; fp8 3353.3/4500 * 0.814 -> 0.61
+#   GB200      bf16 MAMF 1822.0/2500 * 0.814 -> 0.59; fp8 3615.6/5000 * 0.814 -> 0.59
+#   GB300      no MAMF published: as GB200 (same rack, same 2.5/5 PFLOP/s datasheet rates)
+# AMD parts (sustained = burst, as MI300X), MAMF over the datasheet peak:
+#   MI325X     784.9/1307.4 -> 0.60 (1000 W)
+#   MI355X     1565.0/2516.6 -> 0.62 (datasheet 2.5 PFLOP/s = 256 CUs x 4096 FLOP/clk x 2.4 GHz)
+# fp4 GEMMs have no public MAMF; they take the fp8 fraction (GPU.gemm_efficiency).
+# hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
+# GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
+# publishes no TF32 rate (left out).
+# tdp_w: the board power of the part as sold in the preset's system (W).
+# Sources (dense rates; "sparse" datasheet figures halved):
+_NV_HGX = "NVIDIA HGX platform specifications (nvidia.com/en-us/data-center/hgx)"
+_SRC = {
+    "H100": "NVIDIA H100 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h100)",
+    "H200": "NVIDIA H200 Tensor Core GPU datasheet (nvidia.com/en-us/data-center/h200): "
+            "141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s bf16, 1979 fp8, 700 W",
+    "B200": "NVIDIA DGX B200 datasheet (resources.nvidia.com/en-us-dgx-systems/dgx-b200-"
+            "datasheet): 72 PFLOP/s fp8 training, 144 PFLOP/s fp4 inference (sparse) per 8 "
+            "GPUs, 1,440 GB, 64 TB/s; " + _NV_HGX + ": 1000 W",
+    "B300": "NVIDIA DGX B300 datasheet (resources.nvidia.com/en-us-dgx-systems/dgx-b300-"
+            "datasheet) and " + _NV_HGX + ": HGX B300 36 PFLOP/s bf16, 72 fp8 (sparse), "
+            "108 PFLOP/s dense fp4 per 8 GPUs, 2.3 TB (288 GB/GPU), 8 TB/s; 1100 W",
+    "GB200": "NVIDIA GB200 NVL72 specifications (nvidia.com/en-us/data-center/gb200-nvl72): "
+             "per 72 GPUs 360 PFLOP/s bf16, 720 fp8, 1,440 fp4 (sparse), up to 13.4 TB HBM3e "
+             "(186 GB/GPU), 576 TB/s, NVLink 130 TB/s; 1200 W per GPU",
+    "GB300": "NVIDIA GB300 NVL72 specifications (nvidia.com/en-us/data-center/gb300-nvl72): "
+             "per 72 GPUs 1,080 PFLOP/s dense fp4, 720 fp8 and 360 bf16 (sparse), 20 TB HBM3e "
+             "(288 GB/GPU), 576 TB/s, 800 Gb/s ConnectX-8 per GPU; 1400 W per GPU",
+    "MI325X": "AMD Instinct MI325X specifications (amd.com/en/products/accelerators/instinct/"
+              "mi300/mi325x.html): 1307.4 TFLOP/s bf16, 2614.9 fp8, 256 GB HBM3E, 6 TB/s, "
+              "1000 W",
+    "MI355X": "AMD Instinct MI355X specifications (amd.com/en/products/accelerators/instinct/"
+              "mi350/mi355x.html): 2.5 PFLOP/s bf16, 5 fp8, 10 MXFP4 (dense), 288 GB HBM3E, "
+              "8 TB/s, 1400 W",
+}
+_BW = ("mxfp8", "mxfp4", "nvfp4")   # Blackwell block-scaled MMA (tcgen05)
 _CATALOG = [
     _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, 0.45, aliases=("V100",),
-       sms=80),
+       sms=80, tdp=300),
     _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.80, 0.60, aliases=("A100-40GB",),
-       sms=108),
+       sms=108, tdp=400),
     _g("A100-SXM4-80GB", 19.5, 156, 312, None, 80, 2.039, 0.80, 0.60,
-       aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108),
+       aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108, tdp=400),
     _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665, fa2=0.35,
-       sms=132),
+       sms=132, tdp=700, src=_SRC["H100"]),
     _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.62, 0.50, aliases=("H100-PCIe",),
-       fp8_eff=0.55, fa2=0.32, sms=114),
+       fp8_eff=0.55, fa2=0.32, sms=114, tdp=350, src=_SRC["H100"]),
     _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.67, 0.45,
-       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132),
+       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500),
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
-       fp8_eff=0.66, fa2=0.35, sms=132),
+       fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"]),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
-       fp8_eff=0.62, sms=148),
+       fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"]),
+    _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0, 0.64, 0.55, aliases=("B300",),
+       fp8_eff=0.61, sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
+    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 0.59, 0.55,
+       aliases=("GB200-NVL72", "B200-NVL72"), fp8_eff=0.59, sms=148, fp4=10000, blocks=_BW,
+       tdp=1200, src=_SRC["GB200"]),
+    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 0.59, 0.55,
+       aliases=("GB300-NVL72", "B300-NVL72"), fp8_eff=0.59, sms=160, fp4=15000, blocks=_BW,
+       tdp=1400, src=_SRC["GB300"]),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
-       aliases=("MI300X-192GB",), sms=304),
+       aliases=("MI300X-192GB",), sms=304, tdp=750),
+    _g("MI325X", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 0.60, 0.40, vendor="amd",
+       aliases=("MI325X-256GB",), sms=304, tdp=1000, src=_SRC["MI325X"]),
+    _g("MI355X", 157.3, None, 2516.6, 5033.2, 288.0, 8.0, 0.62, 0.40, vendor="amd",
+       aliases=("MI355X-288GB",), sms=256, fp4=10066.3, blocks=("mxfp8", "mxfp4"),
+       tdp=1400, src=_SRC["MI355X"]),
 ]
 
 GPUS: dict[str, GPU] = {g.name: g for g in _CATALOG}
@@ -159,12 +251,13 @@ def get_gpu(name: str) -> GPU:
 
 
 def gpu_from_mapping(d: Mapping) -> GPU:
-    """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp32_tflops,
-    tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
-    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor]."""
-    allowed = {"name", "bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib",
-               "hbm_tbps", "matmul_efficiency", "attention_efficiency", "fp8_matmul_efficiency",
-               "fa2_attention_efficiency", "sm_count", "vendor"}
+    """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
+    fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
+    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w]."""
+    allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
+               "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
+               "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
+               "block_formats", "tdp_w"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -173,15 +266,20 @@ def gpu_from_mapping(d: Mapping) -> GPU:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
     hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
           "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
-          "fa2_attention_efficiency": 1.0, "sm_count": 4096}
+          "fa2_attention_efficiency": 1.0, "sm_count": 4096, "tdp_w": 1e5}
     nums = {}
-    for k in ("bf16_tflops", "fp8_tflops", "fp32_tflops", "tf32_tflops", "hbm_gib", "hbm_tbps",
-              "matmul_efficiency", "attention_efficiency", "fp8_matmul_efficiency",
-              "fa2_attention_efficiency", "sm_count"):
+    for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
+              "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
+              "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "tdp_w"):
         if k in d:
             nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True)
     if "sm_count" in nums and not float(nums["sm_count"]).is_integer():
         raise SpecError("gpu.sm_count", d["sm_count"], "must be an integer > 0")
+    blocks = d.get("block_formats", [])
+    if not isinstance(blocks, (list, tuple)):
+        raise SpecError("gpu.block_formats", blocks,
+                        f"must be a list among {', '.join(BLOCK_FORMATS)}")
+    blocks = tuple(check_name("gpu.block_formats", b) for b in blocks)
     bf16 = nums["bf16_tflops"]
     return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
               nums.get("tf32_tflops", bf16 / 2),
@@ -190,7 +288,8 @@ def gpu_from_mapping(d: Mapping) -> GPU:
               check_name("gpu.vendor", d.get("vendor", "custom")),
               fp8_eff=nums.get("fp8_matmul_efficiency"),
               fa2=nums.get("fa2_attention_efficiency"),
-              sms=int(nums["sm_count"]) if "sm_count" in nums else None)
+              sms=int(nums["sm_count"]) if "sm_count" in nums else None,
+              fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"))
 
 
 def gpu_to_mapping(gpu: GPU) -> str | dict:
@@ -199,7 +298,7 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
     if GPUS.get(gpu.name) == gpu:
         return gpu.name
     d: dict = {"name": gpu.name}
-    for dtype in ("bf16", "fp8", "fp32", "tf32"):
+    for dtype in ("bf16", "fp8", "fp4", "fp32", "tf32"):
         if dtype in gpu.peak_flops:
             d[f"{dtype}_tflops"] = gpu.peak_flops[dtype] / TERA
     d.update(hbm_gib=gpu.hbm_bytes / GIB, hbm_tbps=gpu.hbm_bandwidth / 1e12,
@@ -211,4 +310,8 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["fa2_attention_efficiency"] = gpu.fa2_attention_efficiency
     if gpu.sm_count is not None:
         d["sm_count"] = gpu.sm_count
+    if gpu.block_formats:
+        d["block_formats"] = list(gpu.block_formats)
+    if gpu.tdp_w is not None:
+        d["tdp_w"] = gpu.tdp_w
     return d

@@ -4,7 +4,9 @@ Node naming (stable, so routes can be computed from the names alone):
 
 ==========================  ===============================================================
 ``r`` (plain ``int``)        the GPU of global rank ``r = node * gpus_per_node + local``
-``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``)
+``('nvswitch', n)``          the NVSwitch of node ``n`` (``intra_node_topology: switch``); for
+                             an NVL72 rack (a node = one NVLink domain) the rack's NVLink
+                             switch trays, aggregated into one non-blocking switch
 ``('nic', n, i)``            NIC ``i`` of node ``n``; GPU ``local`` uses NIC ``local % rails``
 ``('leaf', rail, j)``        leaf switch ``j`` of a rail; it serves nodes
                              ``j*nodes_per_leaf .. (j+1)*nodes_per_leaf - 1``
@@ -40,6 +42,10 @@ Every physical link is two directed edges with ``bandwidth`` (bytes/s, per direc
   ``inter_node_latency``).
 
 A single-node cluster has no NICs and no fabric. 2,048 eight-GPU nodes build in about a second.
+
+Degraded links (``cluster.faults``, :mod:`topologies.faults`) are built at ``1/FACTOR`` of
+their bandwidth, both directions, with the factor in the edge attribute ``degraded``; a
+named link that is not in the graph is refused (``SpecError``).
 
 >>> from topologies.cluster import cluster_preset
 >>> g = build_graph(cluster_preset("dgx-h100", 2))
@@ -257,7 +263,48 @@ def build_graph(cluster: Cluster, spines_per_rail: int = 1) -> nx.DiGraph:
     for v, attrs in graph.nodes(data=True):
         if "kind" not in attrs:
             attrs["kind"] = v[0]
+    for (u, v), factor in degraded_edges(graph, cluster).items():
+        graph.edges[u, v]["bandwidth"] /= factor
+        graph.edges[u, v]["degraded"] = factor
     return graph
+
+
+def degraded_edges(graph: nx.DiGraph, cluster: Cluster) -> dict[tuple, float]:
+    """Directed edge -> slowdown factor of every link ``cluster.faults`` degrades (the
+    largest factor where entries overlap)."""
+    out: dict[tuple, float] = {}
+    g = cluster.gpus_per_node
+    for spec, factor in cluster.faults.links():
+        if spec.kind == "nic":
+            gpu = spec.ends[0]
+            edges = [e for e in list(graph.out_edges(gpu)) + list(graph.in_edges(gpu))
+                     if any(isinstance(x, tuple) and x[0] == "nic" for x in e)]
+            if not edges:
+                raise SpecError("degrade", spec.text, "this GPU has no NIC link in the network")
+        elif spec.kind == "node":
+            n = spec.ends[0]
+            mine = {v for v, a in graph.nodes(data=True)
+                    if a.get("node") == n or (isinstance(v, tuple) and v[0] in ("nvswitch", "nic")
+                                              and v[1] == n)}
+            edges = [e for v in mine for e in list(graph.out_edges(v)) + list(graph.in_edges(v))]
+        else:
+            a, b = spec.ends
+            if not graph.has_edge(a, b):
+                raise SpecError("degrade", spec.text,
+                                f"no such link in this cluster's network ({cluster.num_nodes} "
+                                f"nodes, {cluster.intra_node_topology}/"
+                                f"{cluster.inter_node_topology}; see topologies/graph.py)")
+            edges = [(a, b), (b, a)]
+        for e in edges:
+            out[e] = max(out.get(e, 1.0), factor)
+    return out
+
+
+def check_links(cluster: Cluster) -> None:
+    """Refuse (``SpecError``) a degraded named link that the cluster's graph does not have;
+    builds the graph only when there is such a link."""
+    if any(spec.kind == "link" for spec, _ in cluster.faults.links()):
+        build_graph(cluster)
 
 
 def _both_directions(links: list[Link]):

@@ -16,6 +16,8 @@ from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from topologies.cluster import Cluster, parse_cluster_arg
+from topologies.faults import Faults
+from topologies.graph import check_links
 from topologies.limits import MAX_GBS, MAX_SEQ, check_int, parse_int_text
 
 DEFAULT_MODEL = "gpt3-175b"
@@ -90,11 +92,18 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                    help="sequences per step, where the plan does not give gbs"
                    + (f" (default {global_batch_default})" if global_batch_default else ""))
     p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
-                   help="bf16 (default), fp16, fp8")
+                   help="bf16 (default), fp16, fp8 (= fp8-delayed), fp8-current, mxfp8, "
+                   "nvfp4 (docs/clusters.md, Precisions)")
     p.add_argument("--framework", default=None, action=Once, metavar="NAME",
                    help="the software stack that will run the job: " + ", ".join(PROFILES)
                    + " (default: Megatron-Core's costs, no stack's limits); "
                    "`paraplan presets` describes each")
+    f = p.add_argument_group("faults (docs/faults.md)")
+    f.add_argument("--straggler", action="append", default=None, metavar="GPU=FACTOR",
+                   help="GPU's compute runs FACTOR (>= 1) times slower; repeatable")
+    f.add_argument("--degrade", action="append", default=None, metavar="LINK=FACTOR",
+                   help="LINK (nic:GPU, node:N, or A-B, e.g. 3-nvswitch:0) runs at 1/FACTOR "
+                        "of its bandwidth; repeatable")
 
 
 def add_plan_inputs(p: argparse.ArgumentParser) -> None:
@@ -121,7 +130,14 @@ def resolve_model(args: argparse.Namespace) -> ModelSpec:
 
 
 def resolve_cluster(args: argparse.Namespace) -> Cluster:
-    return parse_cluster_arg(args.cluster)
+    """``--cluster`` with the faults of ``--straggler`` and ``--degrade`` added (an entry
+    replaces the cluster file's entry for the same GPU or link)."""
+    cluster = parse_cluster_arg(args.cluster)
+    stragglers, degrade = getattr(args, "straggler", None), getattr(args, "degrade", None)
+    if stragglers or degrade:
+        cluster = cluster.with_faults(Faults.from_texts(stragglers or (), degrade or ()))
+    check_links(cluster)
+    return cluster
 
 
 def resolve_framework(args: argparse.Namespace, in_plan: Any = None) -> FrameworkProfile | None:

@@ -35,6 +35,7 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"{job.framework.name}",
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
              f"{out['num_microbatches']} micro-batches per pipeline",
+             *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
              "",
              f"step time       {fmt_s(out['step_time_s'])}",
              f"tokens/s        {out['tokens_per_s']:,.0f}",
@@ -42,6 +43,10 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"bubble          {100 * out['bubble_fraction']:.1f} % of the step (worst stage)",
              f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.gpu.hbm_bytes / 2**30:.0f} GiB"
              f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
+    if cl.faults:
+        lines.append("faults          " + "; ".join(
+            [f"GPU {g} computes x{f:g} slower" for g, f in cl.faults.stragglers]
+            + [f"{t} at 1/{f:g} bandwidth" for t, f in cl.faults.degraded]))
     if out.get("simulated"):
         lines += [f"analytic        {fmt_s(out['analytic_step_time_s'])} "
                   f"({100 * (out['analytic_step_time_s'] / out['step_time_s'] - 1):+.1f} % vs simulated)",
@@ -50,6 +55,12 @@ def render(out: dict[str, Any], job, title: str) -> str:
                   f"events          {out['events']:,} in {out['wall_s']:.2f} s"
                   + (f" ({out['simulated_ranks']} of {cl.num_gpus} ranks simulated, folded)"
                      if out.get("folded") else "")]
+        if cl.faults:
+            crit = out["critical_rank"]
+            per_stage = cl.num_gpus // p.pp
+            lines.append(f"who waits       the step ends on rank {crit} (stage {crit // per_stage});"
+                         " idle by stage " + ", ".join(
+                             f"{100 * x:.0f} %" for x in out["idle_fraction_by_stage"]))
     total = out["step_time_s"] or 1.0
     lines += ["", "where the time goes (exposed seconds per step)"]
     lines.append(table(["part", "seconds", "share"],

@@ -26,6 +26,8 @@ def run(args: argparse.Namespace) -> int:
     models = [_model_row(m) for m in MODEL_PRESETS.values()]
     gpus = [{"name": g.name, "bf16_tflops": g.peak_flops["bf16"] / 1e12,
              "fp8_tflops": (g.peak_flops.get("fp8") or 0) / 1e12 or None,
+             "fp4_tflops": (g.peak_flops.get("fp4") or 0) / 1e12 or None,
+             "block_formats": list(g.block_formats), "tdp_w": g.tdp_w,
              "hbm_gib": g.hbm_bytes / 2**30, "hbm_tb_s": g.hbm_bandwidth / 1e12}
             for g in GPUS.values()]
     clusters = [{"name": n, "description": preset_description(n)} for n in preset_names()]
@@ -39,11 +41,16 @@ def run(args: argparse.Namespace) -> int:
                 [[m["name"], f"{m['params_b']:.1f}B", m["layers"], m["hidden"], m["heads"],
                   m["kv_heads"], m["seq_len"], m["experts"] or "-"] for m in models]))
     print("\nGPUs")
-    print(table(["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "HBM GiB", "HBM TB/s"],
+    print(table(["name", "bf16 TFLOP/s", "fp8 TFLOP/s", "fp4 TFLOP/s", "block formats",
+                 "HBM GiB", "HBM TB/s", "TDP W"],
                 [[g["name"], f"{g['bf16_tflops']:.0f}",
                   f"{g['fp8_tflops']:.0f}" if g["fp8_tflops"] else "-",
-                  f"{g['hbm_gib']:.0f}", f"{g['hbm_tb_s']:.2f}"] for g in gpus]))
-    print("\nClusters (use PRESET:NODES, e.g. dgx-h100:16)")
+                  f"{g['fp4_tflops']:.0f}" if g["fp4_tflops"] else "-",
+                  ",".join(g["block_formats"]) or "-",
+                  f"{g['hbm_gib']:.0f}", f"{g['hbm_tb_s']:.2f}",
+                  f"{g['tdp_w']:.0f}" if g["tdp_w"] else "-"] for g in gpus]))
+    print("\nClusters (use PRESET:NODES, e.g. dgx-h100:16; rack-scale presets count 4-GPU "
+          "trays, e.g. gb200-nvl72:64 = 256 GPUs in 4 racks)")
     print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
     print("\nFrameworks (--framework NAME)")
     print(table(["name", "schedules", "zero", "runs", "stack"],

@@ -242,6 +242,11 @@ def render(rep: dict[str, Any]) -> str:
            f"{ev['simulated']} simulated" + (" (exhaustive)" if ev["exhaustive"] else
                                              f" (the top {i['top']} is exact)"),
            ""]
+    if i.get("faults"):
+        f = i["faults"]
+        out.insert(2, "faults: " + "; ".join(
+            [f"GPU {g} computes x{x:g} slower" for g, x in f.get("stragglers", {}).items()]
+            + [f"{t} at 1/{x:g} bandwidth" for t, x in f.get("degrade", {}).items()]))
     heads = ["#", "plan", "step", "MFU", "tokens/s", "peak GiB", "bubble", "exposed comm"]
     rows = [_line(r, str(r["rank"])) for r in rep["plans"]]
     rows += [_line(r, "ref") for r in rep["references"]]

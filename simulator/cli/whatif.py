@@ -19,6 +19,7 @@ from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype
                               check_output, emit_json, fmt_s, positive_float, positive_int,
                               resolve_cluster, resolve_framework, resolve_model, table)
 from simulator.cli.search import DEFAULT_GLOBAL_BATCH
+from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
 from strategies.search.space import SpaceOptions, parse_fix
@@ -36,9 +37,13 @@ def register(sub) -> None:
                    metavar="KEY=V1,V2,...",
                    help="a property and its values (repeat for more axes); keys: "
                         + ", ".join(KEYS) + " (bandwidths in Gb/s per NIC and GB/s per GPU)")
-    p.add_argument("--gpu-hour-cost", action=Once, type=positive_float("--gpu-hour-cost"),
-                   default=None, metavar="USD",
-                   help="price of one GPU-hour: adds the cost of a million training tokens")
+    p.add_argument("--gpu-hour-cost", action=Once, default=None, metavar="USD|default|GPU=USD,..",
+                   help="price of one GPU-hour: one number for every GPU, 'default' (the "
+                        "sourced table of simulator/studies/prices.py) or GPU=USD,... (that "
+                        "table with these prices); adds the cost of a million training tokens")
+    p.add_argument("--power", action="store_true",
+                   help="add each GPU's TDP and the energy of a million tokens (kWh, every GPU "
+                        "at its TDP for the whole step)")
     g = p.add_argument_group("space (the same for every variant)")
     g.add_argument("--fix", action=Once, default=None,
                    help="fix dimensions, e.g. tp=8,schedule=1f1b")
@@ -80,7 +85,9 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
             "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
                         framework=resolve_framework(args),
-                        gpu_hour_cost=args.gpu_hour_cost, exhaustive=args.exhaustive,
+                        gpu_hour_cost=(None if args.gpu_hour_cost is None
+                                       else parse_prices(args.gpu_hour_cost)),
+                        power=args.power, exhaustive=args.exhaustive,
                         workers=args.workers or os.cpu_count() or 1,
                         progress=args.progress or (sys.stderr.isatty() and not args.json))
 
@@ -100,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _num(v: float | None, missing: str) -> str:
+    return missing if v is None else f"{v:.4g}"
+
+
 def _value(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
@@ -108,11 +119,13 @@ def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     keys = list(i["vary"])
     cost = i["gpu_hour_cost"] is not None
+    power = i.get("power", False)
     out = [f"What if: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
            f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, {i['framework']}; {i['variants']} variant(s), "
            "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
     heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]
     heads += ["$/1M tokens"] if cost else []
+    heads += ["W/GPU", "kWh/1M tokens"] if power else []
     rows = []
     for r in rep["rows"]:
         vals = [_value(r[k]) for k in keys]
@@ -122,12 +135,27 @@ def render(rep: dict[str, Any]) -> str:
             continue
         line = vals + [r["label"], fmt_s(r["step_time_s"]), f"{100 * r['mfu']:.1f}%",
                        f"{r['tokens_per_s']:,.0f}", f"{r['memory']['peak_gib']:.1f}"]
-        line += [f"{r['cost_per_million_tokens']:.4g}"] if cost else []
+        line += [_num(r["cost_per_million_tokens"], "no price")] if cost else []
+        line += [_num(r["power_w_per_gpu"], "?"),
+                 _num(r["energy_kwh_per_million_tokens"], "?")] if power else []
         rows.append(line)
     out.append(table(heads, rows, "l" * (len(keys) + 1) + "r" * (len(heads) - len(keys) - 1)))
-    if cost:
-        out.append(f"\ncost assumes {i['gpu_hour_cost']:g} USD per GPU-hour (every GPU of the "
+    price = i["gpu_hour_cost"]
+    if isinstance(price, (int, float)):
+        out.append(f"\ncost assumes {price:g} USD per GPU-hour (every GPU of the "
                    "variant's cluster, for the whole step)")
+    elif cost:
+        gpus = sorted({r["job"]["gpu"] for r in rep["rows"]})
+        out.append("\ncost per GPU-hour (USD, every GPU of the variant's cluster for the whole "
+                   "step): " + "; ".join(
+                       f"{g} {price[g]:g}" + (f" ({PRICE_SOURCES[g][1]})"
+                                              if PRICE_SOURCES.get(g, (None,))[0] == price[g]
+                                              else " (given)")
+                       if g in price else f"{g} no price (give --gpu-hour-cost {g}=USD)"
+                       for g in gpus))
+    if power:
+        out.append("power: each GPU's TDP (topologies/gpus.py) for the whole step; GPU boards "
+                   "only (no CPUs, NICs, switches or cooling): an upper bound on GPU energy")
     mono = rep["checks"]["bandwidth_monotone"]
     if mono["pairs"]:
         out.append(f"\nbandwidth check: {mono['pairs']} pair(s) that differ only by more "

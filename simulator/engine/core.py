@@ -80,6 +80,9 @@ class Engine:
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[tuple, _Rendezvous] = {}
+        self.posted: set[tuple] = set()              # receives posted before their send
+        self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
+        self.started: dict[tuple, float] = {}        # when a parked send's transfer began
         self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
         shared = net.shares_links
@@ -130,16 +133,17 @@ class Engine:
                 st.why = ("run", None)
                 return
             if code == _SEND:
-                slot, ev = self._send(rank, op)
+                key, slot, ev = self._send(rank, op)
                 if ev is not None:
-                    ev.callbacks.append(lambda _ev, st=st, op=op, slot=slot: self._sent(
-                        st, op, slot))
-                    st.why = ("run", None)
+                    ev.callbacks.append(lambda _ev, st=st, op=op, slot=slot, key=key: self._sent(
+                        st, op, slot, key))
+                    st.why = ("send", op) if op.blocking else ("run", None)
                     return
                 slot.succeed(st.start)
-                self._finish(st, 0.0, op.dst, op.nbytes)
+                self._finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
             elif code == _RECV:
                 key = self._recv_key(rank, op)
+                self._post_recv(key)
                 slot = self._slot(key)
                 if not slot.triggered:
                     st.why = ("recv", op)
@@ -185,23 +189,46 @@ class Engine:
             ev = self.mail[key] = self.env.event()
         return ev
 
-    def _send(self, rank: int, op: Send) -> tuple[simpy.Event, simpy.Event | None]:
+    def _send(self, rank: int, op: Send) -> tuple[tuple, simpy.Event, simpy.Event | None]:
         """Start a message: its mail slot (the n-th of its channel, counted when it starts)
-        and the event of its last byte (None: instant communication)."""
+        and the event of its last byte (None: instant communication, already delivered). A
+        blocking send whose receiver has not posted its receive yet parks until it does."""
         if op.dst not in self.sim:
             raise ValueError(f"rank {rank} sends to rank {op.dst}, which is not simulated "
                              "(folding must keep pipeline peers)")
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        slot = self._slot(key + (n,))
+        key = key + (n,)
+        slot = self._slot(key)
+        if op.blocking and key not in self.posted:
+            done = self.env.event()
+            self.parked[key] = (op, done)
+            return key, slot, done
+        self.posted.discard(key)
         if self.free_comm:
-            return slot, None
-        return slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
+            return key, slot, None
+        return key, slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
 
-    def _sent(self, st: _Stream, op: Send, slot: simpy.Event) -> None:
-        slot.succeed(st.start)
-        self._end(st, 0.0, op.dst, op.nbytes)
+    def _post_recv(self, key: tuple) -> None:
+        """A receive is posted: a blocking send parked on it starts its transfer now."""
+        parked = self.parked.pop(key, None)
+        if parked is None:
+            self.posted.add(key)
+            return
+        op, done = parked
+        if self.free_comm:
+            done.succeed()
+        else:
+            self.net.transfer(key[0], op.dst, op.nbytes, op.tag).callbacks.append(
+                lambda _ev: done.succeed())
+        self.started[key] = self.env.now
+
+    def _sent(self, st: _Stream, op: Send, slot: simpy.Event, key: tuple) -> None:
+        """The last byte landed; a blocking send waited for its receiver until ``started``."""
+        go = self.started.pop(key, st.start)
+        slot.succeed(go)
+        self._end(st, go - st.start, op.dst, op.nbytes)
 
     def _recv_key(self, rank: int, op: Recv) -> tuple:
         key = (op.src, rank, op.tag, "r")
@@ -263,6 +290,8 @@ class Engine:
             return f"waits for a message from rank {why[1].src} tag {why[1].tag!r}"
         if why[0] == "run":
             return "never ended"
+        if why[0] == "send":
+            return f"waits for rank {why[1].dst} to post its receive of tag {why[1].tag!r}"
         return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
 
 

@@ -216,7 +216,8 @@ class ProgramBuilder:
             dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
             last = self._add(Send, "pp-comm", dst=dst, nbytes=cs.p2p_bytes, tag=d,
                              label=f"send {what}", microbatch=i, chunk=c,
-                             deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None))
+                             deps=tuple(x for x in self.produced[(what[0], i, c)] if x is not None),
+                             blocking=self.sched.blocking_sends)
         gathers = []
         for d, i, c in x.recvs:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"

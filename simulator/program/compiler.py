@@ -6,7 +6,8 @@ batched exchanges); ``simulator.program.builder`` turns the steps into ops on th
 cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 ``strategies.cost.stage`` (the shared cost model). Ranks are placed Megatron's way
 (``strategies.placement``, order ``tp-cp-dp-pp``), and global rank ``r`` is GPU ``r`` of
-``topologies.graph``.
+``topologies.graph``; a straggler GPU (``cluster.faults``) runs its compute ops
+``factor`` times longer.
 
 >>> from strategies.presets import model_preset
 >>> from strategies.plan import Plan
@@ -20,6 +21,7 @@ cp-comm, ep-comm, dp-comm and pp-comm streams, with durations and bytes from
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 import numpy as np
@@ -104,7 +106,19 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
             templates[stage] = out[r] = compile_rank(job, costs, layout, r, granularity)
         else:
             out[r] = relabel(templates[stage], r, layout)
+    for gpu, factor in job.cluster.faults.stragglers:
+        if gpu in out:
+            out[gpu] = slow_down(out[gpu], factor)
     return out
+
+
+def slow_down(program: Program, factor: float) -> Program:
+    """``program`` on a straggler: every compute op lasts ``factor`` times longer
+    (``topologies.faults``); communication is unchanged."""
+    streams = {name: tuple(replace(op, seconds=op.seconds * factor) if type(op) is Compute
+                           else op for op in ops)
+               for name, ops in program.streams.items()}
+    return Program(program.rank, program.stage, streams, program.meta)
 
 
 def relabel(template: Program, rank: int, layout: Layout) -> Program:
@@ -131,7 +145,7 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
             # template of a large job is relabelled for every rank of its stage
             elif kind is Send:
                 new.append(Send(op.id, op.stream, peers[op.dst], op.nbytes, op.tag, op.label,
-                                op.microbatch, op.chunk, op.deps))
+                                op.microbatch, op.chunk, op.deps, op.blocking))
             else:
                 new.append(Recv(op.id, op.stream, peers[op.src], op.tag, op.label,
                                 op.microbatch, op.chunk, op.deps))

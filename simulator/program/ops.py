@@ -45,8 +45,10 @@ class Compute:
 
 @dataclass(frozen=True, slots=True)
 class Send:
-    """Send ``nbytes`` to rank ``dst``; the op ends when the last byte has arrived (eager:
-    the transfer starts when the op starts, whether or not the receiver is waiting)."""
+    """Send ``nbytes`` to rank ``dst``; the op ends when the last byte has arrived. Eager by
+    default (the transfer starts when the op starts, whether or not the receiver is waiting);
+    ``blocking``: the transfer starts only once the receiver has posted the matching ``Recv``
+    (a rendezvous, as a synchronous ``torch.distributed.send``)."""
 
     id: int
     stream: str
@@ -57,6 +59,7 @@ class Send:
     microbatch: int = -1
     chunk: int = -1
     deps: tuple[int, ...] = ()
+    blocking: bool = False
 
     @property
     def record_kind(self) -> str:

@@ -151,7 +151,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
             "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
             "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
             "max_bubble": cfg.options.max_bubble, "max_mbs": cfg.options.max_mbs,
-            "allow_cross_node_tp": cfg.options.allow_cross_node_tp}
+            "allow_cross_node_tp": cfg.options.allow_cross_node_tp,
+            "faults": cfg.cluster.faults.to_dict()}
 
 
 def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:

@@ -33,8 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.search.run import SearchConfig, run_search
-from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_tokens, dominated_pairs,
-                              search_order, tokens_per_step)
+from simulator.studies.prices import price_of
+from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_tokens,
+                                               dominated_pairs, energy_per_million_tokens,
+                                               search_order, tokens_per_step)
 from strategies.errors import SpecError
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.plan import parse_plan
@@ -54,7 +56,8 @@ class WhatifConfig:
     dtype: str = "bf16"
     framework: FrameworkProfile | None = None
     options: SpaceOptions = field(default_factory=SpaceOptions)
-    gpu_hour_cost: float | None = None
+    gpu_hour_cost: float | dict[str, float] | None = None   # one price, or per GPU name
+    power: bool = False
     exhaustive: bool = False
     workers: int = 1
     progress: bool = False
@@ -99,6 +102,7 @@ def _inputs(cfg: WhatifConfig) -> dict[str, Any]:
     return {**cfg.base, "dtype": cfg.dtype,
             "framework": get_profile(cfg.framework).name, "vary": {k: list(v) for k, v in cfg.vary},
             "variants": len(cfg.variants), "gpu_hour_cost": cfg.gpu_hour_cost,
+            "power": cfg.power,
             "memory_limit_gib": (o.memory_limit_bytes / GIB if o.memory_limit_bytes
                                  else None),
             "fixed": dict(o.fixed), "max_mbs": o.max_mbs, "max_vpp": o.max_vpp,
@@ -109,7 +113,8 @@ def _inputs(cfg: WhatifConfig) -> dict[str, Any]:
 def _job(v: Variant) -> dict[str, Any]:
     c = v.cluster
     return {"model": v.model.name, "cluster": c.name, "gpu": c.gpu.name, "gpus": c.num_gpus,
-            "nodes": c.num_nodes, "global_batch": v.global_batch, "seq_len": v.model.seq_length,
+            "nodes": c.num_nodes, "nvlink_domain": c.describe_domain(),
+            "global_batch": v.global_batch, "seq_len": v.model.seq_length,
             "tokens_per_step": tokens_per_step(v),
             "inter_node_gbps": c.inter_node_bandwidth * 8 / 1e9,
             "intra_node_GBps": c.intra_node_bandwidth / 1e9, "nics_per_node": c.nics_per_node,
@@ -118,7 +123,7 @@ def _job(v: Variant) -> dict[str, Any]:
 
 _RESULT_KEYS = ("best", "label", "plan", "step_time_s", "mfu", "tokens_per_s",
                 "cost_per_million_tokens", "memory", "bubble_fraction", "exposed_comm_s",
-                "breakdown_s")
+                "breakdown_s", "power_w_per_gpu", "energy_kwh_per_million_tokens")
 
 
 def _variant_row(cfg: WhatifConfig, v: Variant,
@@ -126,6 +131,8 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
     row: dict[str, Any] = dict(v.values)
     row["variant"] = v.label
     row["job"] = _job(v)
+    price = price_of(cfg.gpu_hour_cost, v.cluster.gpu.name)
+    row["gpu_hour_cost"] = price
     sc = SearchConfig(model=v.model, cluster=v.cluster, gbs=v.global_batch, dtype=cfg.dtype,
                       framework=cfg.framework,
                       options=cfg.options, k=1, tolerance=0.0, exhaustive=cfg.exhaustive,
@@ -145,15 +152,19 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
         "feasible": True, "best": best["key"], "label": best.get("short") or best["label"],
         "plan": best["plan"], "step_time_s": step, "mfu": best["mfu"],
         "tokens_per_s": best["tokens_per_s"],
-        "cost_per_million_tokens": (None if cfg.gpu_hour_cost is None else
-                                    cost_per_million_tokens(cfg.gpu_hour_cost,
-                                                            v.cluster.num_gpus, step,
+        "cost_per_million_tokens": (None if price is None else
+                                    cost_per_million_tokens(price, v.cluster.num_gpus, step,
                                                             tokens_per_step(v))),
         "memory": {"peak_gib": best["memory"]["peak_gib"]},
         "bubble_fraction": best["bubble_fraction"], "exposed_comm_s": best["exposed_comm_s"],
         "breakdown_s": best["breakdown_s"], "best_from": src,
         "space": dict(rep["space"]), "simulated": rep["evaluated"]["simulated"],
     })
+    tdp = v.cluster.gpu.tdp_w if cfg.power else None
+    row["power_w_per_gpu"] = tdp
+    row["energy_kwh_per_million_tokens"] = (
+        None if tdp is None else energy_per_million_tokens(tdp, v.cluster.num_gpus, step,
+                                                           tokens_per_step(v)))
     return row, rep["execution"]["simulations_run"]
 
 
@@ -186,23 +197,29 @@ def draw(report: dict[str, Any], path: str) -> None:
     from simulator.output.figures import new_figure, save_figure
     rows = [r for r in report["rows"] if r["feasible"]]
     labels = [_short_label(r, report) for r in rows]
-    cost = report["inputs"]["gpu_hour_cost"] is not None
+    cost = any(r["cost_per_million_tokens"] is not None for r in rows)
     panels = [("step_time_s", "step time (s)", 1.0, "{:.3g}"),
               ("mfu", "MFU (%)", 100.0, "{:.1f}")]
     if cost:
         price = report["inputs"]["gpu_hour_cost"]
-        panels.append(("cost_per_million_tokens", f"USD / 10^6 tokens ({price:g} USD/GPU-h)",
+        each = f"{price:g} USD/GPU-h" if isinstance(price, (int, float)) else "per-GPU prices"
+        panels.append(("cost_per_million_tokens", f"USD / 10^6 tokens ({each})",
                        1.0, "{:.3g}"))
     else:
         panels.append(("tokens_per_s", "tokens/s", 1.0, "{:,.0f}"))
+    if any(r["energy_kwh_per_million_tokens"] is not None for r in rows):
+        panels.append(("energy_kwh_per_million_tokens", "kWh / 10^6 tokens (at TDP)",
+                       1.0, "{:.3g}"))
     width = max(9.0, 0.5 * len(rows) * len(panels) + 2)
     fig, axes = new_figure((min(width, 20.0), 3.6), ncols=len(panels))
     x = list(range(len(rows)))
     for ax, (key, title, scale, fmt) in zip(axes, panels):
-        vals = [r[key] * scale for r in rows]
+        vals = [float("nan") if r[key] is None else r[key] * scale for r in rows]
         bars = ax.bar(x, vals, color=[_colour(r, report) for r in rows])
         for b, val in zip(bars, vals):
-            ax.annotate(fmt.format(val), (b.get_x() + b.get_width() / 2, b.get_height()),
+            known = val == val
+            ax.annotate(fmt.format(val) if known else "n/a",
+                        (b.get_x() + b.get_width() / 2, b.get_height() if known else 0.0),
                         ha="center", va="bottom", fontsize=7)
         ax.set_title(title, fontsize=9)
         tilt = len(rows) * max(len(t) for t in labels) > 40

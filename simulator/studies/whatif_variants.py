@@ -4,13 +4,14 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 
 | key | changes | values |
 | --- | --- | --- |
-| ``cluster`` | the node preset, keeping the node count | ``dgx-a100``, ``dgx-h100``, … |
+| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) | ``dgx-h100``, ``gb200-nvl72``, … |
 | ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
 | ``nodes`` | the node count | integers |
 | ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction | numbers > 0 |
 | ``intra_node_GBps`` | one GPU's NVLink/NVSwitch bandwidth, GB/s per direction | numbers > 0 |
 | ``oversubscription`` | leaf-switch downlink:uplink ratio | numbers >= 1 |
 | ``nics_per_node`` | NICs per node | integers |
+| ``straggler`` | GPU 0 computes this many times slower (``topologies.faults``) | numbers >= 1 |
 | ``global_batch`` | sequences per step | integers |
 | ``seq_len`` | tokens per sequence | integers |
 
@@ -36,14 +37,17 @@ from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from topologies.cluster import Cluster, NodeGroup, cluster_preset
+from topologies.cluster import Cluster, NodeGroup, cluster_for_gpus, cluster_preset
+from topologies.faults import MAX_FACTOR, Faults
 from topologies.gpus import get_gpu
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GBS, MAX_GPUS_PER_NODE, MAX_NODES,
                                MAX_OVERSUBSCRIPTION, MAX_SEQ, check_int, check_number,
                                parse_int_text)
 
 CLUSTER_KEYS = ("cluster", "gpu", "nodes", "inter_node_gbps", "intra_node_GBps",
-                "oversubscription", "nics_per_node")
+                "oversubscription", "nics_per_node", "straggler")
+#: the GPU that ``--vary straggler=...`` slows down
+STRAGGLER_GPU = 0
 JOB_KEYS = ("global_batch", "seq_len")
 KEYS = CLUSTER_KEYS + JOB_KEYS
 BANDWIDTH_KEYS = ("inter_node_gbps", "intra_node_GBps")
@@ -53,7 +57,8 @@ _INT_KEYS = {"nodes": MAX_NODES, "nics_per_node": MAX_GPUS_PER_NODE, "global_bat
 #: number keys -> (smallest, lower bound open, largest), in the key's (file) units
 _NUM_KEYS = {"inter_node_gbps": (0.0, True, MAX_BANDWIDTH_BPS * 8 / 1e9),
              "intra_node_GBps": (0.0, True, MAX_BANDWIDTH_BPS / 1e9),
-             "oversubscription": (1.0, False, MAX_OVERSUBSCRIPTION)}
+             "oversubscription": (1.0, False, MAX_OVERSUBSCRIPTION),
+             "straggler": (1.0, False, MAX_FACTOR)}
 #: the most variants one command runs (each is a plan search)
 MAX_VARIANTS = 256
 
@@ -140,7 +145,7 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
     """``cluster`` with one property changed (``value`` in the key's file units)."""
     try:
         if key == "cluster":
-            return cluster_preset(str(value), cluster.num_nodes)
+            return cluster_for_gpus(str(value), cluster.num_gpus)
         if key == "nodes":
             return cluster.with_nodes(int(value))
         if key == "gpu":
@@ -157,6 +162,8 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
             return replace(cluster, oversubscription=float(value))
         if key == "nics_per_node":
             return replace(cluster, nics_per_node=int(value))
+        if key == "straggler":
+            return cluster.with_faults(Faults(((STRAGGLER_GPU, float(value)),)))
     except SpecError as e:
         raise SpecError(f"--vary {key}", value, f"{e.field}: {e.rule}"
                         if e.field not in (key, f"--vary {key}") else e.rule) from None
@@ -216,3 +223,14 @@ def cost_per_million_tokens(gpu_hour_cost: float, num_gpus: int, step_time_s: fl
     0.008
     """
     return gpu_hour_cost * num_gpus * step_time_s / 3600.0 / tokens_per_step * 1e6
+
+
+def energy_per_million_tokens(power_w: float, num_gpus: int, step_time_s: float,
+                              tokens_per_step: int) -> float:
+    """kWh per 10^6 training tokens with every GPU drawing ``power_w`` watts for the whole
+    step: ``power_w · num_gpus · step_time_s / 3.6e6 / tokens_per_step · 10^6``.
+
+    >>> energy_per_million_tokens(1000.0, 8, 1.8, 1_000_000)
+    0.004
+    """
+    return power_w * num_gpus * step_time_s / 3.6e6 / tokens_per_step * 1e6

@@ -38,6 +38,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
+from topologies.precision import get_precision
 
 SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-shape rate
 # The K loop's knee grows with the chip's tensor-core rate per SM: a CTA's fixed prologue and
@@ -50,7 +51,6 @@ FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recom
 # against two, dQ accumulated with atomics): FlashAttention-2 on A100, head dim 128, causal,
 # 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
 FLASH_BWD_EFFICIENCY = 0.8
-FP8_CAST_BYTES = 3.0      # per GEMM input element cast to fp8 (read 2 B, write 1 B)
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
 # SM clock while communication kernels run beside the compute, relative to the sustained
 # clock of GEMMs alone: NVLink/NIC/HBM traffic shares the board power budget, so the power
@@ -121,10 +121,11 @@ def usable_hbm(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> float:
     return gpu.hbm_bandwidth * system.hbm_efficiency
 
 
-def _rates(gpu: GPU, dtype: str, system: SystemConfig) -> tuple[float, float, float]:
+def _rates(gpu: GPU, dtype: str,
+           system: SystemConfig = DEFAULT_SYSTEM) -> tuple[float, float, float]:
     """(GEMM FLOP/s before the shape penalty, usable HBM bytes/s, GEMM input element size)."""
     return (gpu.peak(dtype) * gpu.gemm_efficiency(dtype), usable_hbm(gpu, system),
-            1.0 if dtype == "fp8" else 2.0)
+            get_precision(dtype).operand_bytes)
 
 
 def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
@@ -230,12 +231,14 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
 def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
                          dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward seconds of the memory-bound kernels of one layer (``costs.elementwise_bytes_fwd``
-    and, with fp8, the casts of the GEMM inputs) at the usable HBM bandwidth."""
+    and, with a quantised precision, the casts of the GEMM inputs, ``Precision.cast_bytes``
+    per element) at the usable HBM bandwidth."""
     hbm = usable_hbm(gpu, system)
     byts = costs.elementwise_bytes_fwd(m, b, tp, cp, sp)
-    if dtype == "fp8":  # inputs of the four GEMMs cast to fp8 (activations; weights amortised)
+    cast = get_precision(dtype).cast_bytes
+    if cast:  # inputs of the four GEMMs cast (activations; weights amortised)
         T = costs.tokens_per_gpu(b, m.seq_length, cp)
-        byts = byts + FP8_CAST_BYTES * T * (2 * m.hidden_size + (m.hidden_size + m.expert_ffn) / tp)
+        byts = byts + cast * T * (2 * m.hidden_size + (m.hidden_size + m.expert_ffn) / tp)
     return byts / hbm
 
 

@@ -32,6 +32,7 @@ sequences either may exceed 1.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -47,6 +48,46 @@ from strategies.schedules import dispatch
 from topologies.cluster import Cluster
 
 
+
+def degraded_view(cl: Cluster) -> Cluster:
+    """The cluster as the analytic model sees its degraded links (``cluster.faults``): every
+    group of a class is as slow as the worst link of that class, so NVLink bandwidth is
+    divided by the largest factor on an intra-node link and NIC bandwidth by the largest on
+    a GPU–NIC or NIC–fabric link (a synchronous step waits for its slowest group). Links of
+    the fabric core (leaf–spine) are seen by the simulation only."""
+    intra, inter = cl.faults.bandwidth_factors()
+    if intra == 1.0 and inter == 1.0:
+        return cl
+    return replace(cl, intra_node_bandwidth=cl.intra_node_bandwidth / intra,
+                   inter_node_bandwidth=cl.inter_node_bandwidth / inter)
+
+
+def straggler_stages(stragglers, per_stage, pp, times, compute, t_max, t_sum):
+    """``(t_max, t_sum)`` of the pipeline formula with straggling stages: the stage of GPU
+    ``g`` is ``g // per_stage`` (pp is the outermost coordinate); its compute (``compute``:
+    first, middle, last, only-stage seconds per micro-batch, of which ``times`` are the
+    stage times) runs ``f`` times slower, ``f`` the largest factor among its GPUs (every
+    rank of a stage waits for the others: tensor-parallel collectives within a pipeline,
+    the gradient reduction across them). Arrays over plans."""
+    single = pp == 1
+    stages = [np.floor(g / per_stage) for g, _ in stragglers]
+    factors = [f for _, f in stragglers]
+    extra = 0.0
+    for k, s in enumerate(stages):
+        f = np.max([np.where(stages[j] == s, factors[j], 1.0) for j in range(len(stages))],
+                   axis=0)
+        first = np.ones_like(s, dtype=bool)
+        for j in range(k):
+            first &= stages[j] != s
+        pick = lambda xs: np.where(single, xs[3], np.where(  # noqa: E731
+            s == 0, xs[0], np.where(s == pp - 1, xs[2], xs[1])))
+        t_s = pick(times)
+        slow = t_s + (f - 1.0) * pick(compute)
+        extra = extra + np.where(first, slow - t_s, 0.0)
+        t_max = np.maximum(t_max, slow)
+    return t_max, t_sum + extra
+
+
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                     framework: FrameworkProfile | str | None = None,
                     system: SystemConfig | None = None) -> dict[str, Any]:
@@ -57,6 +98,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
+    cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system)
     tp, pp, dp, cp, ep = P.tp, P.pp, P.dp, P.cp, P.ep
     b, gbs, v = P.mbs, P.gbs, P.vpp
@@ -94,6 +136,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
+    if cl.faults.stragglers:
+        comp_mid = lps * (comp_layer + sc.layer_recompute)
+        t_max, t_sum = straggler_stages(
+            cl.faults.stragglers, tp * cp * dp, pp,
+            (t_first, t_mid, t_last, t_max),
+            (comp_mid + emb, comp_mid, comp_mid + head_f + head_b, comp_mid + emb + head_f + head_b),
+            t_max, t_sum)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v)
     bubble = pipe - mb * t_max
 
@@ -131,7 +180,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
 
-    t_opt = sc.optimizer_first
+    t_opt = sc.optimizer_first * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)

@@ -22,7 +22,8 @@ from strategies.reference.text import (framework_name, gpu_preset, intra_node_gb
                                         parse_inter_node, recompute_kind, schedule_kind,
                                         vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
-from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
+from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
+                                preset_unit_gpus)
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
 
@@ -86,6 +87,12 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
         raise SpecError("hardware.gpu", gpu_text, "is not a GPU of the catalog (paraplan presets)")
     gpu, preset = found
     notes: list[str] = []
+    tray = preset_unit_gpus(preset) if preset else 8
+    if preset in RACK_PRESETS and n % tray == 0:
+        cl = cluster_preset(preset, n // tray)
+        notes.append(f"{preset}: {cl.describe_domain()} (trays spread evenly over racks; "
+                     f"the source's gpus_per_node={hw.get('gpus_per_node')} not used)")
+        return cl, notes
     links = parse_inter_node(inter, per)
     if preset is not None and per == 8:
         base = cluster_preset(preset, 1).to_dict()
@@ -158,9 +165,15 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
 
 
 def _dtype(c: dict) -> str:
+    """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
+    scaling (``fp8-current``), other fp8 (delayed scaling), fp16, else bf16."""
     prec = str(c.get("precision") or "").lower()
+    if "nvfp4" in prec:
+        return "nvfp4"
+    if "mxfp8" in prec:
+        return "mxfp8"
     if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
-        return "fp8"
+        return "fp8-current" if "current" in prec else "fp8"
     return "fp16" if "fp16" in prec else "bf16"
 
 

@@ -20,6 +20,11 @@ from strategies.schedules import DEFAULT_SCHEDULE, schedules
 # (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
 _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("mi300x",), "MI300X", "mi300x"),
+    (("mi325x",), "MI325X", "mi325x"),
+    (("mi355x",), "MI355X", "mi355x"),
+    (("gb300",), "GB300", "gb300-nvl72"),
+    (("gb200",), "GB200", "gb200-nvl72"),
+    (("b300",), "B300-SXM-288GB", "dgx-b300"),
     (("b200",), "B200-SXM-180GB", "dgx-b200"),
     (("h200",), "H200-SXM-141GB", "dgx-h200"),
     (("h100", "pcie"), "H100-PCIe-80GB", "hgx-h100-pcie"),

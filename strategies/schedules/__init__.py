@@ -3,10 +3,11 @@ order, placement, exchanges, memory, closed forms, validity rules, search space 
 (``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
 
 >>> schedule_names()
-['1f1b', 'gpipe', 'interleaved', 'zb-h1']
+['1f1b', 'deepspeed-1f1b', 'gpipe', 'interleaved', 'zb-h1']
 """
 # registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3
 from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa: F401
+from strategies.schedules import deepspeed_1f1b  # noqa: F401
 from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
                                        dispatch, get_schedule, register, resolve_name,
                                        schedule_code, schedule_names, schedule_of_code,

@@ -1,6 +1,8 @@
 """Pure helpers over schedules: activation stash, closed-form bubble, free-comm makespan."""
 from __future__ import annotations
 
+from typing import Sequence
+
 from strategies.errors import SpecError
 from strategies.schedules.base import Step, get_schedule, peak_stash
 
@@ -31,16 +33,18 @@ def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
 
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
-                       group_size: int | None = None, t_w: float = 0.0) -> float:
+                       group_size: int | None = None, t_w: float = 0.0,
+                       slowdown: Sequence[float] | None = None) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch; each of the
     ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. ``t_w`` is the weight gradient's part of
     ``t_b``: a schedule that splits the backward runs ``B`` in ``t_b - t_w`` and ``W`` in
-    ``t_w`` (same per chunk), others ignore it. A step starts when its rank is free and
-    its dependency (the same pass at the neighbouring position of the micro-batch's path,
-    ``Schedule.virtual_stage``) has finished. Runs in O(total steps); raises
-    ``RuntimeError`` on deadlock.
+    ``t_w`` (same per chunk), others ignore it. Every step of rank ``r`` lasts
+    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere). A step starts
+    when its rank is free and its dependency (the same pass at the neighbouring position of
+    the micro-batch's path, ``Schedule.virtual_stage``) has finished. Runs in O(total
+    steps); raises ``RuntimeError`` on deadlock.
 
     >>> simulate_free_comm("1f1b", 4, 8, 1, 1.0, 2.0)
     33.0
@@ -50,6 +54,9 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     split = sched.splits_backward
     dur = {"F": t_f / vpp, "B": (t_b - t_w if split else t_b) / vpp, "W": t_w / vpp}
     last = sched.num_virtual_stages(pp, vpp) - 1
+    slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
+    if len(slow) != pp:
+        raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
     done: dict[tuple[str, int, int], float] = {}
     waiting: dict[tuple[str, int, int], int] = {}
     pos = [0] * pp
@@ -69,7 +76,7 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
                 waiting[missing[0]] = r
                 break
             start = max([free[r]] + [done[d] for d in deps])
-            free[r] = start + dur[step.kind]
+            free[r] = start + dur[step.kind] * slow[r]
             key = (step.kind, step.microbatch, vstage)
             done[key] = free[r]
             pos[r] += 1

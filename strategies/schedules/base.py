@@ -142,6 +142,9 @@ class Schedule:
     uses_group: bool = False
     #: the last stage keeps each micro-batch's logits until its backward (else one at a time)
     logits_stashed: bool = False
+    #: a send waits until the receiver posts its receive (a rendezvous, as synchronous
+    #: ``torch.distributed.send`` calls do); else it starts at once (eager)
+    blocking_sends: bool = False
     #: whether a forward's (backward's) output send blocks the next step (lower bound)
     blocks_fwd_send: bool = True
     blocks_bwd_send: bool = True

@@ -34,7 +34,7 @@ from strategies.plan import Plan
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import chunked_names
-from topologies.cluster import Cluster
+from topologies.cluster import Cluster, fits_nvlink_domain
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: (reason key, what it means), in the order the rules are applied.
@@ -44,7 +44,7 @@ RULES: tuple[tuple[str, str], ...] = (
     ("pp_layers", "pp does not divide the layers"),
     ("cp_seq", "2*cp does not divide the sequence length"),
     ("ep", "ep needs an MoE model, must divide the experts and dp*cp"),
-    ("tp_cross_node", "tp spans nodes (allow with --allow-cross-node-tp)"),
+    ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
     ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
     ("framework", "the named software stack (--framework) cannot run it"),
@@ -256,8 +256,8 @@ def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.n
     if fw is None:
         return ok
     pp1 = c["pp"] == 1
-    known = set(schedule_names())
-    ok &= pp1 | np.isin(c["sched"], [schedule_code(s) for s in fw.schedules if s in known])
+    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
+    ok &= pp1 | np.isin(c["sched"], runs)
     ok &= np.isin(c["zero"], fw.zero_stages) & (pp1 | (c["zero"] <= fw.zero_with_pp))
     ok &= np.isin(c["rc"], [RECOMPUTE_CODE[r] for r in fw.recompute])
     if fw.max_pp is not None:
@@ -281,7 +281,7 @@ def _switches(fw: FrameworkProfile | None) -> dict[str, bool]:
 
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
-    s, L, G = model.seq_length, model.num_layers, cluster.gpus_per_node
+    s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
     heads, kv = model.num_attention_heads, model.kv_heads
 
     def ep_ok(c):
@@ -291,7 +291,7 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     def cross(c):
         tp = c["tp"]
-        return ((tp <= G) & (G % tp == 0)) | (opts.allow_cross_node_tp & (tp % G == 0))
+        return fits_nvlink_domain(cluster, tp) | (opts.allow_cross_node_tp & (tp % G == 0))
 
     default = schedule_code(DEFAULT_SCHEDULE)
 

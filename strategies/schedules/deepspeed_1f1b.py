@@ -1,0 +1,102 @@
+"""DeepSpeed's pipeline engine: ``TrainSchedule`` (``deepspeed/runtime/pipe/schedule.py``).
+
+The order of forwards and backwards on a rank is 1F1B's, but the engine runs it in lock step:
+``2(m + pp - 1)`` steps, and on step ``k`` a rank computes a forward when ``k`` and its stage
+have the same parity, a backward otherwise (a slot whose micro-batch does not exist yet or
+any more is idle). Neighbouring stages therefore always run opposite passes. The
+point-to-point messages are blocking calls issued at the start of a step, before its
+compute: a forward step first sends the gradient of the previous step's backward
+(``SendGrad``) and then receives its input (``RecvActivation``); a backward step first
+receives its output gradient (``RecvGrad``) and then sends the previous step's forward
+output (``SendActivation``). So a forward's output leaves only when the stage starts its next
+(backward) step, and each send waits for the receiver to post the matching receive
+(``p2p.send`` is ``torch.distributed.send``, synchronous). Megatron's 1F1B, in contrast,
+sends a forward's output as soon as it is computed, batched with the next receive.
+
+What follows from it (played out by the simulator, not assumed): a rank exchanges with one
+neighbour at the start of every step, and since the two neighbours run opposite passes, a
+step lasts about as long as the longer pass on either side. In the steady state a
+micro-batch costs about ``2 max(t_F, t_B)`` on every stage instead of ``t_F + t_B`` (with full
+recomputation ``t_B`` is three forwards, so about 1.5 times 1F1B's steady state).
+
+Memory: ``num_pipe_buffers`` is ``max(2, min(pp - stage, m))`` activation buffers, 1F1B's
+count (two at least, for the send double buffer).
+"""
+from __future__ import annotations
+
+from strategies.schedules.base import Step, register
+from strategies.schedules.exchanges import Boundary, add_exchange
+from strategies.schedules.one_f_one_b import OneFOneB
+
+
+def train_schedule(stage: int, pp: int, m: int) -> list[tuple[str, int] | None]:
+    """The lock-step slots of rank ``stage``: per step ``("F", i)``, ``("B", i)`` or ``None``
+    (an idle slot), ``2(m + pp - 1)`` of them, DeepSpeed's ``_step_to_micro_batch``.
+
+    >>> train_schedule(0, 2, 2)
+    [('F', 0), None, ('F', 1), ('B', 0), None, ('B', 1)]
+    >>> train_schedule(1, 2, 2)
+    [None, ('F', 0), ('B', 0), ('F', 1), ('B', 1), None]
+    """
+    out: list[tuple[str, int] | None] = []
+    for k in range(2 * (m + pp - 1)):
+        forward = (k % 2) == (stage % 2)
+        if forward:
+            i = (k - (k % 2)) // 2 - stage // 2
+        elif k % 2 == 0:
+            i = k // 2 - pp + (stage + 1) // 2
+        else:
+            i = (k - 1) // 2 - pp + 1 + stage // 2
+        out.append((("F" if forward else "B"), i) if 0 <= i < m else None)
+    return out
+
+
+@register("deepspeed-1f1b")
+class DeepSpeed1F1B(OneFOneB):
+    """DeepSpeed pipeline engine's ``TrainSchedule``: 1F1B's order, run in lock step with
+    blocking sends at the start of each step (module docstring)."""
+
+    aliases = ("ds-1f1b",)
+    blocking_sends = True
+
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """Not searched by name: the search enumerates ``1f1b``, which a DeepSpeed stack
+        (``--framework megatron-deepspeed``) runs as this schedule."""
+        return []
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """The passes of ``train_schedule`` in step order (1F1B's order).
+
+        >>> " ".join(s.label[:2] for s in DeepSpeed1F1B().steps(0, 2, 3))
+        'F0 F1 B0 F2 B1 B2'
+        """
+        self.check_plan(pp, vpp)
+        return [Step(kind, i, 0) for kind, i in
+                (slot for slot in train_schedule(stage, pp, m) if slot is not None)]
+
+    def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
+                group_size: int | None = None) -> list:
+        """Each step's blocking calls, in DeepSpeed's order, then its pass: forward steps
+        ``SendGrad(previous)``, ``RecvActivation(current)``; backward steps
+        ``RecvGrad(current)``, ``SendActivation(previous)``."""
+        self.check_plan(pp, vpp)
+        if pp == 1:
+            return self.steps(stage, pp, m, vpp)
+        ring = Boundary(self, stage, pp, vpp)
+        out: list = []
+        prev: Step | None = None
+        for k, slot in enumerate(train_schedule(stage, pp, m)):
+            cur = Step(slot[0], slot[1], 0) if slot is not None else None
+            forward_step = (k % 2) == (stage % 2)
+            if forward_step:
+                add_exchange(out, sends=ring.send_out(prev))
+                add_exchange(out, recvs=ring.recv_in(cur))
+            else:
+                add_exchange(out, recvs=ring.recv_in(cur))
+                add_exchange(out, sends=ring.send_out(prev))
+            if cur is not None:
+                out.append(cur)
+            prev = cur
+        return out
