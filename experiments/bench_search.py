@@ -7,6 +7,9 @@ Each search runs in its own process (``paraplan search --json``), as a user woul
 
     python experiments/bench_search.py                 # 2 workers, then 1
     python experiments/bench_search.py --workers 2     # just one run
+    python experiments/bench_search.py --workers 2 --compare-exact --repeat 2
+        # each run twice, alternately with --exact (every micro-batch simulated: the search
+        # before the affine extension) and without (the default)
 """
 from __future__ import annotations
 
@@ -40,16 +43,21 @@ def scoring_rate() -> dict:
             "raw_plans_per_s": sp.raw / wall}
 
 
-def search(workers: int) -> dict:
+def search(workers: int, exact: bool = False) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    import resource
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "simulator.cli", *ARGS, "--workers",
-                          str(workers)], cwd=ROOT, env=env, check=True, capture_output=True,
-                         text=True).stdout
+                          str(workers)] + (["--exact"] if exact else []), cwd=ROOT, env=env,
+                         check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)   # the search and its workers
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     rep = json.loads(out)
     best = rep["plans"][0]
-    return {"workers": workers, "process_wall_s": wall, "search_wall_s": rep["wall_s"],
+    return {"workers": workers, "exact": exact, "process_wall_s": wall, "cpu_s": cpu,
+            "search_wall_s": rep["wall_s"], "extended": rep["evaluated"].get("extended", 0),
             "simulated": rep["evaluated"]["simulated"],
             "simulations_run": rep["execution"]["simulations_run"],
             "best": best["label"], "best_step_s": best["step_time_s"],
@@ -61,23 +69,33 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--workers", type=int, action="append",
                     help="worker counts to time (default: 2 then 1)")
+    ap.add_argument("--compare-exact", action="store_true",
+                    help="also time each run with --exact (no affine extension)")
+    ap.add_argument("--repeat", type=int, default=1, help="times each run is repeated")
     ap.add_argument("--json", action="store_true", help="print a JSON record")
     args = ap.parse_args()
     rate = scoring_rate()
-    runs = [search(w) for w in (args.workers or [2, 1])]
+    modes = [True, False] if args.compare_exact else [False]
+    runs = [search(w, exact) for w in (args.workers or [2, 1]) for _ in range(args.repeat)
+            for exact in modes]
     if args.json:
         print(json.dumps({"scoring": rate, "runs": runs, "cores": os.cpu_count()}, indent=2))
         return
     print(f"analytic scoring: {rate['raw_plans']:,} plans enumerated, {rate['feasible']:,} "
           f"feasible, in {rate['scoring_wall_s']:.2f} s ({rate['raw_plans_per_s']:,.0f} "
           f"plans/s, including enumeration and pruning)")
-    print(f"\n{'workers':>7} {'wall s':>7} {'simulated':>9} {'runs':>5}  best plan")
+    print(f"\n{'workers':>7} {'mode':>8} {'wall s':>7} {'CPU s':>7} {'simulated':>9} "
+          f"{'extended':>8} {'runs':>5}  best plan")
     for r in runs:
-        print(f"{r['workers']:>7} {r['process_wall_s']:>7.1f} {r['simulated']:>9} "
+        print(f"{r['workers']:>7} {'exact' if r['exact'] else 'extended':>8} "
+              f"{r['process_wall_s']:>7.1f} {r['cpu_s']:>7.1f} {r['simulated']:>9} "
+              f"{r['extended']:>8} "
               f"{r['simulations_run']:>5}  {r['best']} ({r['best_step_s']:.3f} s)")
     for label, t in runs[0]["references"].items():
         print(f"reference {label}: {t:.3f} s ({100 * (t / runs[0]['best_step_s'] - 1):+.1f}% vs best)")
-    print(f"({os.cpu_count()} cores)")
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"({os.cpu_count()} cores; 1-minute load average {load:.1f} at the end: wall times "
+          f"on a loaded machine vary, CPU seconds (the search and its workers) less)")
 
 
 if __name__ == "__main__":

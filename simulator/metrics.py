@@ -143,9 +143,76 @@ def activation_series(records: list[Record], per_chunk: float) -> list[tuple[flo
     return series
 
 
-def top_links(link_bytes: dict, bandwidth: dict, step: float, k: int = 10) -> list[dict]:
-    """The ``k`` links that carried the most bytes, with bytes / (bandwidth · step)."""
-    rows = sorted(((b, e) for e, b in link_bytes.items() if b > 0),
+def step_peak(series: list[tuple[float, float]]) -> tuple[float, float]:
+    """``(largest value, first time it is reached)`` of a step series ``[(t, value), …]``."""
+    best = max(v for _, v in series)
+    return best, next(t for t, v in series if v == best)
+
+
+def step_integral(series: list[tuple[float, float]], until: float) -> float:
+    """Integral over ``[0, until]`` of a step series (each value holds until the next point;
+    the last one until ``until``)."""
+    total = 0.0
+    for (t0, v), (t1, _) in zip(series, series[1:] + [(until, 0.0)]):
+        a, b = min(t0, until), min(t1, until)
+        total += v * (b - a)
+    return total
+
+
+# ----------------------------------------------------------------------- links
+#: Links per class whose utilisation over time is kept (besides the overall top ``k``).
+LINK_SERIES_PER_KIND = 3
+
+
+def link_name(edge: tuple) -> str:
+    return f"{edge[0]}->{edge[1]}"
+
+
+def busiest(link_bytes: dict, k: int, kind_of: dict | None = None,
+            kind: str | None = None) -> list[tuple]:
+    """The ``k`` links (of ``kind``, when given) that carried the most bytes, most first."""
+    rows = sorted(((b, e) for e, b in link_bytes.items()
+                   if b > 0 and (kind is None or kind_of[e] == kind)),
                   key=lambda x: (-x[0], repr(x[1])))
-    return [{"link": f"{e[0]}->{e[1]}", "bytes": b,
-             "utilisation": b / (bandwidth[e] * step) if step > 0 else 0.0} for b, e in rows[:k]]
+    return [e for _, e in rows[:k]]
+
+
+def top_links(link_bytes: dict, bandwidth: dict, step: float, k: int = 10,
+              kind_of: dict | None = None) -> list[dict]:
+    """The ``k`` links that carried the most bytes, with bytes / (bandwidth · step) and,
+    with ``kind_of``, their class."""
+    out = []
+    for e in busiest(link_bytes, k):
+        row = {"link": link_name(e), "bytes": link_bytes[e],
+               "utilisation": link_bytes[e] / (bandwidth[e] * step) if step > 0 else 0.0}
+        if kind_of is not None:
+            row["kind"] = kind_of[e]
+        out.append(row)
+    return out
+
+
+def link_classes(link_bytes: dict, bandwidth: dict, kind_of: dict, step: float,
+                 utilisation: dict) -> dict[str, dict]:
+    """Per link class: ``links`` (that carried bytes), ``bytes``, ``mean_utilisation`` (their
+    bytes over their bandwidth times the step), and ``busiest``: its links with a kept series
+    (``utilisation``: link -> step series of the fraction of bandwidth in use), each with
+    ``bytes``, ``utilisation`` (over the step), ``peak_utilisation`` and ``peak_at_s``;
+    ``peak_utilisation`` of the class is the largest of those."""
+    out: dict[str, dict] = {}
+    for kind in sorted({kind_of[e] for e, b in link_bytes.items() if b > 0}):
+        used = [e for e, b in link_bytes.items() if b > 0 and kind_of[e] == kind]
+        total = sum(link_bytes[e] for e in used)
+        cap = sum(bandwidth[e] for e in used) * step
+        rows = []
+        for e in busiest(link_bytes, len(used), kind_of, kind):
+            if e not in utilisation:
+                continue
+            peak, at = step_peak(utilisation[e])
+            rows.append({"link": link_name(e), "bytes": link_bytes[e],
+                         "utilisation": link_bytes[e] / (bandwidth[e] * step) if step else 0.0,
+                         "peak_utilisation": peak, "peak_at_s": at})
+        out[kind] = {"links": len(used), "bytes": total,
+                     "mean_utilisation": total / cap if cap > 0 else 0.0,
+                     "peak_utilisation": max((r["peak_utilisation"] for r in rows), default=0.0),
+                     "busiest": rows}
+    return out

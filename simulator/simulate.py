@@ -21,11 +21,13 @@ from typing import Any
 from simulator.engine import core as engine
 from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
-from simulator.metrics import (BREAKDOWN_KEYS, PRIORITY, activation_series, rank_breakdown,
-                               rank_ends, top_links)
+from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
+                               activation_series, busiest, link_classes, link_name,
+                               rank_breakdown, rank_ends, top_links)
 from simulator.program.ops import Program
 from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
+from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
 from strategies.cost import counts
 from strategies.cost.stage import StageCosts
@@ -37,6 +39,7 @@ from topologies.limits import MAX_SIM_MICROBATCHES
 from topologies.routing import route
 
 _GRAPHS: dict[str, Any] = {}
+TOP_LINKS = 10          # links in metrics["link_utilisation"]
 
 
 def cluster_graph(job: Job):
@@ -61,15 +64,17 @@ def check_simulable(job: Job) -> None:
 
 def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
              network: str = DEFAULT_BACKEND, free_comm: bool = False,
-             costs: StageCosts | None = None) -> SimResult:
+             costs: StageCosts | None = None, link_series: bool = False) -> SimResult:
     """Simulate one optimizer step of ``job`` event by event.
 
     ``fold``: simulate one representative per symmetry class (``simulator.fold``; exact,
     and ``metrics["fold_note"]`` says what was folded and why not more). ``granularity``:
     ``chunk`` (default) or ``layer``. ``network``: the backend (``flows``, the default: flows
     share links max-min fairly; ``contention-free``: every flow at its bottleneck link's full
-    bandwidth; see ``simulator.network.backend``). ``free_comm`` and ``costs`` are test hooks
-    (instant communication; a replaced cost table). Times in seconds.
+    bandwidth; see ``simulator.network.backend``). ``link_series``: also record each link's
+    load over time (``metrics["link_series"]``, ``metrics["link_classes"]``; the ``flows``
+    backend only). ``free_comm`` and ``costs`` are test hooks (instant communication; a
+    replaced cost table). Times in seconds.
     """
     t0 = time.perf_counter()
     if network not in BACKENDS:
@@ -80,7 +85,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
                            costs=costs)
     graph = cluster_graph(job)
     net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None,
-                      network)
+                      network, record_load=link_series)
     res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
@@ -118,15 +123,27 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     breakdown, overlapped = rank_breakdown(by_rank[critical], step)
     link_bytes = net.link_bytes()
     bandwidth = {e: float(net.graph.edges[e]["bandwidth"]) for e in link_bytes}
+    kind_of = {e: link_kind(*e) for e in link_bytes}
+    links: dict[str, Any] = {}
+    if getattr(net, "record_load", False):
+        keep = busiest(link_bytes, TOP_LINKS)
+        for kind in LINK_KINDS:
+            keep += [e for e in busiest(link_bytes, LINK_SERIES_PER_KIND, kind_of, kind)
+                     if e not in keep]
+        util = {e: [(t, r / bandwidth[e]) for t, r in series]
+                for e, series in net.link_rate_series(keep).items()}
+        links = {"link_series": {link_name(e): {"kind": kind_of[e], "utilisation": util[e]}
+                                 for e in keep},
+                 "link_classes": link_classes(link_bytes, bandwidth, kind_of, step, util)}
     return {
         "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
         "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
         "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
         "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle,
         "peak_activation_bytes": peaks, "activation_memory": memory,
-        "link_utilisation": top_links(link_bytes, bandwidth, step),
+        "link_utilisation": top_links(link_bytes, bandwidth, step, TOP_LINKS, kind_of),
         "degraded_links": degraded_links(net, link_bytes, step),
-        "fold_note": spec.note, "rank_ends_s": ends,
+        **links, "fold_note": spec.note, "rank_ends_s": ends,
     }
 
 

@@ -161,7 +161,8 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
 
 
 def parse_plan(text: str) -> Plan:
-    """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML file."""
+    """``tp=8,pp=8,mbs=1,schedule=interleaved,vpp=3`` or a path to a YAML or JSON plan file
+    (``strategies.plan_file``)."""
     d = plan_mapping(text)
     if "framework" in d:
         raise SpecError("plan", "framework", "a plan's framework key is read where a job is "
@@ -170,15 +171,12 @@ def parse_plan(text: str) -> Plan:
 
 
 def plan_mapping(text: str) -> dict[str, Any]:
-    """The raw ``key -> value`` mapping of a plan string or a YAML/JSON plan file."""
+    """The raw ``key -> value`` mapping of a plan string or a YAML/JSON plan file (a file's
+    ``found_for`` record checked and left out: ``strategies.plan_file``)."""
     text = str(text).strip()
-    if text.lower().endswith((".yaml", ".yml", ".json")):
-        from topologies.yaml_io import load_mapping_file
-        data = load_mapping_file(text, "plan")
-        if data is not None and not isinstance(data, Mapping):
-            raise SpecError("plan", text, f"the file must hold a mapping of plan keys, "
-                            f"not a {type(data).__name__}")
-        return dict({} if data is None else data)
+    from strategies.plan_file import is_plan_file, read_plan_mapping
+    if is_plan_file(text):
+        return read_plan_mapping(text)[0]
     d: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")

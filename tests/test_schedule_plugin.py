@@ -32,7 +32,8 @@ from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 NAME = "eager-1f1b"
-BUILTIN = ["1f1b", "deepspeed-1f1b", "gpipe", "interleaved", "zb-h1"]
+BUILTIN = ["1f1b", "deepspeed-1f1b", "dualpipe", "dualpipev", "gpipe", "interleaved", "zb-h1",
+           "zb-h2", "zb-v"]
 CLI = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1"]
 PLAN = "tp=2,pp=4,gbs=8"            # 8 micro-batches per pipeline, 4 stages
 
@@ -228,4 +229,6 @@ def test_v_placement_reaches_the_compiler_and_the_engine(vshape):
     assert heads == {(0, 1)} and embeds == {(0, 0)} and vshape.ends(pp, 2) == (0, 0)
     assert get_schedule("interleaved").ends(pp, 3) == (0, pp - 1)
     sends = [r for r in res.records if r.kind == "pp_send"]
-    assert len(sends) == 2 * m * (2 * pp - 1) * 2     # fwd+bwd per link, times tp=2 ranks
+    # fwd+bwd per link between ranks, times tp=2 ranks; the V's turn on rank pp-1 is a local
+    # hand-off, no message (DualPipeV's last rank feeds chunk 0's output to chunk 1 unsent)
+    assert len(sends) == 2 * m * (2 * pp - 2) * 2

@@ -159,7 +159,7 @@ def test_mape():
 def test_extension_keeps_the_job_but_the_batch():
     job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
                    Plan(tp=2, pp=4, gbs=32))
-    from simulator.studies.validate import _job_with_microbatches
-    short = _job_with_microbatches(job, 8)
+    from simulator.extend import with_microbatches
+    short = with_microbatches(job, 8)
     assert short.num_microbatches == 8
     assert replace(short.plan, gbs=32) == job.plan

@@ -15,6 +15,7 @@ from strategies.framework import PROFILES, FrameworkProfile, get_profile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
+from strategies.plan_file import found_for, mismatches, read_plan_record
 from topologies.cluster import Cluster, parse_cluster_arg
 from topologies.faults import Faults
 from topologies.graph import check_links
@@ -181,8 +182,16 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
     if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
-    return make_job(model, cluster, plan, global_batch=args.global_batch,
-                    dtype=check_dtype(args.dtype), framework=framework)
+    job = make_job(model, cluster, plan, global_batch=args.global_batch,
+                   dtype=check_dtype(args.dtype), framework=framework)
+    for text in mismatches(read_plan_record(args.plan), found_for(job)):
+        warn(f"--plan {args.plan}: {text}")
+    return job
+
+
+def warn(text: str) -> None:
+    """One warning line on stderr (stdout stays machine output)."""
+    print(f"paraplan: warning: {text}", file=sys.stderr)
 
 
 def _clean(value: Any) -> Any:

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Sequence
 
+from simulator.workers import Stopped, stop_on_signals
 from strategies.errors import SpecError
 
 # Subcommand modules, in the order `paraplan --help` lists them. A module that is missing
@@ -68,7 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "command", None):   # no command: the help, on stderr (bad input)
             parser.print_help(sys.stderr)
             return 2
-        return int(args.func(args) or 0)
+        with stop_on_signals():
+            return int(args.func(args) or 0)
+    except Stopped as e:            # SIGINT, SIGTERM, SIGHUP: workers already stopped
+        print(f"paraplan: stopped by {e}", file=sys.stderr)
+        return e.exit_status
     except SpecError as e:
         if debug:
             raise

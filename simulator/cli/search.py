@@ -8,22 +8,23 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Mapping
+from typing import Any
 
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
                               positive_int, resolve_cluster, resolve_framework, resolve_model,
-                              table)
+                              table, warn)
 from strategies.launch import EXPORTS, export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import _ALIAS as PLAN_ALIASES
-from strategies.plan import parse_plan
+from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
+from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
+                                  plan_file_text, read_plan_record)
 from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
-from topologies.yaml_io import load_mapping_file
 
 DEFAULT_GLOBAL_BATCH = 1536
 #: Built-in reference plans: (model, GPU count) -> [(label, plan)].
@@ -71,6 +72,9 @@ def register(sub) -> None:
                    help="recommend the simplest plan within PCT%% of the best (default 3)")
     r.add_argument("--exhaustive", action="store_true",
                    help="simulate every feasible plan (a check of the pruned search)")
+    r.add_argument("--exact", action="store_true",
+                   help="simulate every micro-batch (default: long 1F1B and interleaved "
+                        "pipelines are simulated on two short runs and extended exactly)")
     r.add_argument("--reference", action="append", default=None, metavar="PLAN",
                    help="also simulate this plan and print it beside the result (repeat; "
                         "'none' for no reference; default: the published plan, if known)")
@@ -92,6 +96,11 @@ def register(sub) -> None:
     o.add_argument("--csv", action=Once, default=None, metavar="FILE", help="write the top plans as CSV")
     o.add_argument("--export", action=Once, choices=EXPORTS, default=None,
                    help="print the launch settings of the recommended plan")
+    o.add_argument("--save-plan", action=Once, default=None, metavar="F.yaml",
+                   help="write the recommended plan as a plan file (.yaml, .yml or .json) "
+                        "that --plan reads back")
+    o.add_argument("--save-top", action=Once, default=None, metavar="DIR",
+                   help="write each of the top plans as DIR/rank-N.yaml")
     p.set_defaults(func=run)
 
 
@@ -103,6 +112,9 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
         raise CliError("--global-batch", args.global_batch,
                        f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
     gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
+    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
+                           job_record(model, cluster, gbs, dtype)):
+        warn(f"--plan {args.plan}: {text}")
     if not 0 <= args.tolerance < 100:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
@@ -113,12 +125,21 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
+                        exact=args.exact,
                         workers=args.workers or os.cpu_count() or 1, backend=args.backend,
                         ray_address=args.ray_address, results=args.results,
                         resume=args.resume,
                         progress=args.progress or (sys.stderr.isatty() and not args.json),
                         references=references(args, model.name, cluster.num_gpus),
-                        framework=resolve_framework(args))
+                        framework=resolve_framework(args, plan_framework(args.plan)))
+
+
+def plan_framework(text: str | None) -> Any:
+    """The ``framework`` a plan file names (a saved plan keeps its stack), else None."""
+    if not text or not is_plan_file(text):
+        return None
+    raw = plan_mapping(text)
+    return next((v for k, v in raw.items() if str(k).strip().lower() == "framework"), None)
 
 
 def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
@@ -131,12 +152,9 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
     if text is None:
         return {}, None
     text = str(text).strip()
-    if text.lower().endswith((".yaml", ".yml", ".json")):
-        data = load_mapping_file(text, "plan")
-        if not isinstance(data, Mapping):
-            raise CliError("--plan", text, "the file must hold a mapping of plan keys, "
-                           f"not a {type(data).__name__}")
-        items = [(str(k), v) for k, v in data.items()]
+    if is_plan_file(text):        # found_for is left out; framework is read by plan_framework
+        items = [(str(k), v) for k, v in plan_mapping(text).items()
+                 if str(k).strip().lower() != "framework"]
     else:
         items = []
         for item in filter(None, (p.strip() for p in text.split(","))):
@@ -185,6 +203,8 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
 def run(args: argparse.Namespace) -> int:
     check_output(args.csv, "--csv")      # before the search, not after it
     check_output(args.results, "--results")
+    check_output(args.save_plan, "--save-plan", PLAN_EXTS)
+    check_folder(args.save_top, "--save-top")
     cfg = config_from_args(args)
     if args.export and cfg.framework is not None and cfg.framework.export != args.export:
         fw = cfg.framework
@@ -196,12 +216,15 @@ def run(args: argparse.Namespace) -> int:
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
     if args.csv:
         atomic_write_text(args.csv, to_csv(report))
+    if args.save_plan:
+        save_plan(cfg, rec, args.save_plan)
+    if args.save_top:
+        for r in report["plans"]:
+            save_plan(cfg, r, os.path.join(args.save_top, f"rank-{r['rank']}.yaml"))
     exported = None
     if args.export:
         rec = report["recommended"]
-        job = make_job(cfg.model, cfg.cluster, parse_plan(rec["key"]), dtype=cfg.dtype,
-                       framework=cfg.framework, system=cfg.system)
-        exported, notes = export(args.export, job)
+        exported, notes = export(args.export, row_job(cfg, rec))
         for n in notes:
             print(f"paraplan: note: {n}", file=sys.stderr)
         report["export"] = {"kind": args.export, "text": exported}
@@ -212,6 +235,33 @@ def run(args: argparse.Namespace) -> int:
         if exported is not None:
             print(f"\n{args.export} settings of the recommended plan:\n{exported}")
     return 0
+
+
+def row_job(cfg: SearchConfig, row: dict[str, Any]):
+    """The job of a report row: its ``key`` (which leaves out the switches), the switches
+    being the named stack's defaults, as in the search's space."""
+    fw = cfg.framework
+    plan = plan_from_mapping(plan_mapping(row["key"]), fw.plan_defaults() if fw else None)
+    return make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype, framework=fw,
+                    system=cfg.system)
+
+
+def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:
+    """Write the plan of a report row as a plan file (``strategies.plan_file``), with the job
+    it was found for and its simulated step time."""
+    job = row_job(cfg, row)
+    atomic_write_text(path, plan_file_text(job.plan, path, found_for(job, row["step_time_s"]),
+                                           job.named_framework))
+
+
+def check_folder(path: str | None, flag: str) -> None:
+    """Refuse a missing or unwritable output folder before the search starts."""
+    if path is None:
+        return
+    if not os.path.isdir(path):
+        raise CliError(flag, path, "must be an existing folder")
+    if not os.access(path, os.W_OK):
+        raise CliError(flag, path, "folder is not writable")
 
 
 def to_csv(report: dict[str, Any]) -> str:

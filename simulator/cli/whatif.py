@@ -15,13 +15,14 @@ import os
 import sys
 from typing import Any
 
-from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype,
+from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
                               check_output, emit_json, fmt_s, positive_float, positive_int,
-                              resolve_cluster, resolve_framework, resolve_model, table)
-from simulator.cli.search import DEFAULT_GLOBAL_BATCH
+                              resolve_cluster, resolve_framework, resolve_model, table, warn)
+from simulator.cli.search import DEFAULT_GLOBAL_BATCH, merge_fixed, plan_fix, plan_framework
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
+from strategies.plan_file import job_record, mismatches, read_plan_record
 from strategies.search.space import SpaceOptions, parse_fix
 from topologies.gpus import GIB
 
@@ -47,6 +48,10 @@ def register(sub) -> None:
     g = p.add_argument_group("space (the same for every variant)")
     g.add_argument("--fix", action=Once, default=None,
                    help="fix dimensions, e.g. tp=8,schedule=1f1b")
+    g.add_argument("--plan", action=Once, default=None, metavar="P",
+                   help="the shared --plan input (key=value,... or a plan file, e.g. from "
+                        "search --save-plan): its keys are fixed in every variant as with "
+                        "--fix, and gbs is the global batch")
     g.add_argument("--allow-cross-node-tp", action="store_true",
                    help="let tensor parallelism span nodes")
     g.add_argument("--memory-limit", action=Once, type=positive_float("--memory-limit"),
@@ -75,16 +80,23 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
     vary = parse_vary(args.vary)
     model, cluster = resolve_model(args), resolve_cluster(args)
     dtype = check_dtype(args.dtype)
-    gbs = args.global_batch or DEFAULT_GLOBAL_BATCH
+    plan_fixed, plan_gbs = plan_fix(args.plan)
+    if plan_gbs is not None and args.global_batch is not None and plan_gbs != args.global_batch:
+        raise CliError("--global-batch", args.global_batch,
+                       f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
+    gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
+    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
+                           job_record(model, cluster, gbs, dtype)):
+        warn(f"--plan {args.plan}: {text}")
     opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
-                        fixed=parse_fix(args.fix))
+                        fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     vs = variants(model, cluster, gbs, vary)
     base = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
             "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
-                        framework=resolve_framework(args),
+                        framework=resolve_framework(args, plan_framework(args.plan)),
                         gpu_hour_cost=(None if args.gpu_hour_cost is None
                                        else parse_prices(args.gpu_hour_cost)),
                         power=args.power, exhaustive=args.exhaustive,

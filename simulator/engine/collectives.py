@@ -106,6 +106,9 @@ class CollectiveRunner:
                 parts = [self.net.links(a, b) for a, b in ph[1]]
                 idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
             self.net.count_solo(idx, ph[2] * op.repeat)
+        if getattr(self.net, "record_load", False):      # SimNetwork's load series
+            self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
+                               for lat, flows, nbytes in phases], (id(phases), op.repeat))
 
     def _run(self, op: Collective, phases: list[RunPhase], done: simpy.Event):
         env, net = self.env, self.net

@@ -102,12 +102,16 @@ DEFAULT_BACKEND = BACKEND_NAMES[0]
 
 
 def new_network(graph: nx.DiGraph, route_fn: Callable, link_map=None,
-                backend: str = DEFAULT_BACKEND) -> NetworkBackend:
+                backend: str = DEFAULT_BACKEND, record_load: bool = False) -> NetworkBackend:
     """A network of kind ``backend`` (``BACKENDS``' keys) over ``graph`` on a fresh SimPy
-    environment (callers need no SimPy of their own)."""
+    environment (callers need no SimPy of their own). ``record_load``: keep each link's load
+    over time (``SimNetwork.link_rate_series``); the ``flows`` backend only (the
+    contention-free one times its flows outside the flow table)."""
     try:
         cls = BACKENDS[backend]
     except KeyError:
         raise ValueError(f"network backend {backend!r}: must be one of "
                          f"{', '.join(BACKENDS)}") from None
-    return cls(simpy.Environment(), graph, route_fn, link_map)
+    net = cls(simpy.Environment(), graph, route_fn, link_map)
+    net.record_load = record_load and cls is SimNetwork
+    return net

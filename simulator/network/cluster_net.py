@@ -37,6 +37,17 @@ def _kind(x: Node) -> str:
     return x[0] if isinstance(x, tuple) else "gpu"
 
 
+def link_kind(u: Node, v: Node) -> str:
+    """The class of a directed link: ``nvlink`` (GPU <-> NVSwitch or GPU), ``nic`` (GPU <->
+    its NIC) or ``fabric`` (NIC, leaf and spine links between nodes)."""
+    if is_intra_node_edge(u, v):
+        return "nvlink"
+    return "nic" if "gpu" in (_kind(u), _kind(v)) else "fabric"
+
+
+LINK_KINDS = ("nvlink", "nic", "fabric")
+
+
 def edge_efficiency(u: Node, v: Node) -> float:
     """Fraction of a link's line rate that NCCL achieves on it (comm_model's figures)."""
     return NVLINK_EFFICIENCY if is_intra_node_edge(u, v) else NETWORK_EFFICIENCY
@@ -51,13 +62,32 @@ class SimNetwork(FlowNetwork):
 
     def __init__(self, env: simpy.Environment, graph: nx.DiGraph,
                  route_fn: Optional[Callable] = None, link_map: Optional[LinkMap] = None,
-                 scale: bool = True) -> None:
+                 scale: bool = True, record_load: bool = False) -> None:
         super().__init__(env, graph, route_fn)
         if scale:
             eff = np.array([edge_efficiency(u, v) for u, v in self.edges] + [1.0])
             self._capacity = self._capacity * eff
         self.link_map = link_map
         self._solo = np.zeros(len(self.edges) + 1)   # bytes moved in closed form, per link
+        # With ``record_load``: the load of each link over time (``link_rate_series``).
+        self.record_load = record_load
+        self._load = np.zeros(len(self.edges) + 1)   # bytes/s of the flows now, per link
+        self._load_log: list = []    # (t, link indices, new bytes/s): flow-network changes
+        self._solo_log: list = []    # (t, pattern): a closed-form transfer started at t
+        self._solo_patterns: dict = {}   # key -> [(t0, t1, link indices, bytes/s)] from start
+
+    def _recompute(self, now: float) -> None:
+        super()._recompute(now)
+        if not self.record_load:
+            return
+        idx = self._active_idx()
+        load = np.bincount(self._links[idx].ravel(), minlength=len(self._load),
+                           weights=np.repeat(self._rate[idx], self._links.shape[1]))
+        load[-1] = 0.0
+        changed = np.flatnonzero(load != self._load)
+        if changed.size:
+            self._load_log.append((now, changed, load[changed]))
+            self._load = load
 
     @property
     def capacity(self) -> np.ndarray:
@@ -108,6 +138,12 @@ class SimNetwork(FlowNetwork):
             out[self.edges[i]] += float(self._solo[i])
         return out
 
+    def _solo_flow(self, src: Node, dst: Node) -> tuple[np.ndarray, np.ndarray, float]:
+        """``(links, times each is crossed, bytes/s)`` of a flow alone on its links."""
+        uniq, counts = np.unique(self.links(src, dst), return_counts=True)
+        rate = float(np.min(self._capacity[uniq] / counts)) if uniq.size else np.inf
+        return uniq, counts, rate
+
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float | None:
         """Seconds until the last of ``flows`` (each ``nbytes``) ends if they start together
         and nothing else shares their links; None if two of them share a link (then only
@@ -115,13 +151,85 @@ class SimNetwork(FlowNetwork):
         seen: set[int] = set()
         worst = 0.0
         for src, dst in flows:
-            links = self.links(src, dst)
-            if links.size == 0:
+            uniq, _, rate = self._solo_flow(src, dst)
+            if uniq.size == 0:
                 continue
-            uniq, counts = np.unique(links, return_counts=True)
             if seen.intersection(uniq.tolist()):
                 return None
             seen.update(uniq.tolist())
-            rate = float(np.min(self._capacity[uniq] / counts))
             worst = max(worst, nbytes / rate)
         return worst
+
+    def log_solo(self, phases: Sequence[tuple[float, Sequence[tuple[Node, Node]], float]],
+                 key: Hashable = None) -> None:
+        """With ``record_load``: the load of a closed-form transfer starting now, given as
+        phases ``(latency s, flows, bytes per flow)`` run one after the other, each flow at
+        its ``solo_seconds`` rate (the same arithmetic as the closed form's duration).
+        ``key`` names phases that recur (their load pattern is worked out once)."""
+        if not self.record_load:
+            return
+        pattern = self._solo_patterns.get(key) if key is not None else None
+        if pattern is None:
+            pattern, t = [], 0.0
+            for latency, flows, nbytes in phases:
+                t += latency
+                end = t
+                for src, dst in flows:
+                    uniq, counts, rate = self._solo_flow(src, dst)
+                    if uniq.size and nbytes > 0:
+                        pattern.append((t, t + nbytes / rate, uniq, rate * counts))
+                        end = max(end, t + nbytes / rate)
+                t = end
+            if key is not None:
+                self._solo_patterns[key] = pattern
+        self._solo_log.append((self.env.now, pattern))
+
+    def link_rate_series(self, edges: Sequence[tuple[Node, Node]]
+                         ) -> dict[tuple[Node, Node], list[tuple[float, float]]]:
+        """Bytes/s on each of ``edges`` over time, as steps ``[(t, rate from t on), …]`` from
+        ``(0, 0)``; the integral of each equals its bytes in ``link_bytes`` (needs
+        ``record_load``). Same-instant changes are merged (the last one holds)."""
+        if not self.record_load:
+            raise ValueError("link_rate_series needs a SimNetwork made with record_load=True")
+        want = {self._edge_index[e]: e for e in edges}
+        points: dict[int, list[tuple[float, int, float, bool]]] = {i: [] for i in want}
+        wanted = np.array(sorted(want), dtype=np.int64)
+        if self._load_log:           # flow network: absolute loads at each change
+            sizes = [len(idx) for _, idx, _ in self._load_log]
+            times = np.repeat([t for t, _, _ in self._load_log], sizes)
+            order = np.repeat(np.arange(len(sizes)), sizes)
+            idx = np.concatenate([i for _, i, _ in self._load_log])
+            vals = np.concatenate([v for _, _, v in self._load_log])
+            hit = np.isin(idx, wanted)
+            for t, o, i, v in zip(times[hit].tolist(), order[hit].tolist(),
+                                  idx[hit].tolist(), vals[hit].tolist()):
+                points[i].append((t, o, v, True))
+        base = len(self._load_log)
+        kept: dict[int, list] = {}   # per pattern, its segments on wanted links
+        for n, (t, pattern) in enumerate(self._solo_log):
+            segs = kept.get(id(pattern))
+            if segs is None:
+                segs = kept[id(pattern)] = [(a, b, i, r) for a, b, idx, rates in pattern
+                                            for i, r in zip(idx.tolist(), rates.tolist())
+                                            if i in want]
+            for a, b, i, r in segs:
+                points[i] += [(t + a, base + n, r, False), (t + b, base + n, -r, False)]
+        out = {}
+        for i, e in want.items():
+            flow = solo = 0.0
+            series = [(0.0, 0.0)]
+            for t, _, v, absolute in sorted(points[i]):
+                if absolute:
+                    flow = v
+                else:
+                    solo += v
+                level = flow + solo
+                if abs(level) <= 1e-9 * abs(v):      # a closed-form segment ended: exact 0
+                    level = 0.0
+                if series[-1][0] == t:
+                    series[-1] = (t, level)
+                else:
+                    series.append((t, level))
+            out[e] = series
+        return out
+

@@ -1,8 +1,9 @@
 """Chrome Trace Event Format export of a ``SimResult``, for Perfetto and chrome://tracing.
 
 One process per node (``pid = rank // ranks_per_node``), one thread per (rank, stream),
-one complete event (``"ph": "X"``, microseconds) per ``Record`` and one flow arrow per
-point-to-point message, from a ``pp_send`` to the peer's matching ``pp_recv`` (matched
+one complete event (``"ph": "X"``, microseconds) per ``Record``, counter tracks (``"ph": "C"``)
+for each rank's activation memory and, when recorded, each busy link's utilisation, and one
+flow arrow per point-to-point message, from a ``pp_send`` to the peer's matching ``pp_recv`` (matched
 first-in first-out per (source, destination) pair). Records that overlap on one stream
 without nesting (a send and a receive in flight together) would be dropped by Perfetto,
 so they go to an extra lane of that stream: thread ``"rank 3 · pp-comm #2"``.
@@ -29,6 +30,7 @@ from collections import defaultdict, deque
 from typing import Any, Iterator
 
 from simulator.result import STREAMS, Record, SimResult
+from topologies.gpus import GIB
 
 _US = 1e6                 # microseconds per second
 _TS_DIGITS = 3            # round times to the nanosecond: short, stable numbers
@@ -162,6 +164,45 @@ def _summary(result: SimResult, title: str) -> dict[str, Any]:
             "ranks_represented": {str(k): len(v) for k, v in sorted(result.rank_map.items())}}
 
 
+def memory_counter_name(rank: int) -> str:
+    return f"activation memory, rank {rank} (GiB)"
+
+
+def link_counter_name(link: str, kind: str) -> str:
+    return f"{kind} {link} utilisation (%)"
+
+
+def _counters(result: SimResult, ranks_per_node: int) -> list[dict[str, Any]]:
+    """Counter tracks (``"ph": "C"``): each simulated rank's stashed activation memory in GiB
+    (in its node's process), and with link series the utilisation in % of each kept link
+    (in a ``links`` process after the nodes). One sample per change."""
+    m = result.metrics
+    events: list[dict[str, Any]] = []
+    for rank, series in sorted(m.get("activation_memory", {}).items()):
+        name = memory_counter_name(rank)
+        events += [{"ph": "C", "pid": rank // ranks_per_node, "tid": 0, "name": name,
+                    "ts": ts, "args": {"GiB": b / GIB}} for ts, b in _last_per_ts(series)]
+    links = m.get("link_series", {})
+    if links:
+        pid = 1 + max([r // ranks_per_node for r in result.simulated_ranks]
+                      + [r.rank // ranks_per_node for r in result.records] + [0])
+        events += [_meta(pid, 0, "process_name", {"name": "links (utilisation %)"}),
+                   _meta(pid, 0, "process_sort_index", {"sort_index": pid})]
+        for link, s in sorted(links.items()):
+            name = link_counter_name(link, s["kind"])
+            events += [{"ph": "C", "pid": pid, "tid": 0, "name": name, "ts": ts,
+                        "args": {"%": 100.0 * u}} for ts, u in _last_per_ts(s["utilisation"])]
+    return events
+
+
+def _last_per_ts(series: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """A step series in trace microseconds, one sample per timestamp (the last holds)."""
+    out: dict[float, float] = {}
+    for t, v in series:
+        out[_us(t)] = v
+    return list(out.items())
+
+
 def to_chrome_trace(result: SimResult, ranks_per_node: int = 8, title: str = "") -> dict:
     """The result as a Chrome Trace Event Format object (``{"traceEvents": [...], ...}``)."""
     if ranks_per_node < 1:
@@ -173,7 +214,8 @@ def to_chrome_trace(result: SimResult, ranks_per_node: int = 8, title: str = "")
              for i, r in enumerate(records)]
     spans = [_complete(r, *where[i]) for i, r in enumerate(records)]
     spans.sort(key=lambda e: (e["pid"], e["tid"], e["ts"], e["dur"], e["name"], e["cat"]))
-    return {"traceEvents": meta + spans + _flows(records, where),
+    return {"traceEvents": meta + spans + _flows(records, where)
+            + _counters(result, ranks_per_node),
             "displayTimeUnit": "ms", "otherData": _summary(result, title)}
 
 

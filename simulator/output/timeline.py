@@ -26,6 +26,10 @@ _LETTER = {"forward": "F", "backward": "B", "recompute": "R"}
 _HATCH_COLOUR = "#C8C8C8"
 _FORMATS = (".png", ".svg")
 _ROW_FILL = 0.84           # fraction of a rank's band covered by its sub-rows
+_CHUNK_MIX = 0.6           # the last model chunk's shade: 60 % white
+#: ``--timeline-detail`` items: a memory panel, a link panel, communication lanes.
+DETAILS = ("memory", "links", "comm")
+_PANEL_LINES = 8           # at most this many ranks or links drawn in a detail panel
 
 
 @dataclass(frozen=True)
@@ -73,15 +77,16 @@ def _time_unit(span_s: float) -> tuple[str, float]:
     return "µs", 1e6
 
 
-def _colour(kind: str, chunk: int) -> str:
-    """Palette colour of ``kind``; later model chunks get lighter shades of it."""
+def _colour(kind: str, chunk: int, chunks: int = 1) -> str:
+    """Palette colour of ``kind``; with ``chunks`` model chunks, chunk ``c`` is mixed with
+    white by ``_CHUNK_MIX * c / (chunks - 1)``: distinct shades for any number of chunks."""
     from matplotlib.colors import to_hex, to_rgb
 
     if kind in PALETTE:
         base = PALETTE[kind]
     else:
         base = _OTHER[sum(map(ord, kind)) % len(_OTHER)]
-    mix = 0.4 * (chunk % 3) / 2 if chunk > 0 else 0.0
+    mix = _CHUNK_MIX * max(chunk, 0) / (chunks - 1) if chunks > 1 else 0.0
     return to_hex(tuple(c + (1.0 - c) * mix for c in to_rgb(base)))
 
 
@@ -99,7 +104,7 @@ def _short_label(rec: Record) -> list[str]:
     return [f"{_LETTER[rec.kind]}{rec.microbatch}", f"{rec.microbatch}"]
 
 
-def _draw_axes(ax, result: SimResult, lay: _Layout, scale: float
+def _draw_axes(ax, result: SimResult, lay: _Layout, scale: float, chunks: int = 1
                ) -> tuple[set[tuple[str, int]], list[tuple[Record, float, str]]]:
     """Draw one result's rows on ``ax``; return the (kind, chunk) pairs drawn and the
     bars that may carry a label, as (record, y of the bar's middle, fill colour)."""
@@ -118,7 +123,7 @@ def _draw_axes(ax, result: SimResult, lay: _Layout, scale: float
         if rec.rank not in row_of or rec.stream not in sub_of:
             continue
         y = row_of[rec.rank] + (1 - _ROW_FILL) / 2 + sub_of[rec.stream] * sub_h
-        fill = _colour(rec.kind, rec.chunk)
+        fill = _colour(rec.kind, rec.chunk, chunks)
         bars.setdefault((y, fill), []).append((rec.start * scale, rec.duration * scale))
         kinds.add((rec.kind, max(rec.chunk, 0)))
         if rec.kind in _LETTER:
@@ -191,7 +196,7 @@ def _rank_axis(ax, result: SimResult, lay: _Layout) -> None:
         ax.spines[side].set_visible(False)
 
 
-def _legend(fig, kinds: set[tuple[str, int]], has_compute: bool) -> None:
+def _legend(fig, kinds: set[tuple[str, int]], has_compute: bool, chunks: int = 1) -> None:
     """Kinds in ``KINDS`` order (later model chunks as lighter shades), then bubbles."""
     from matplotlib.patches import Patch
 
@@ -199,10 +204,10 @@ def _legend(fig, kinds: set[tuple[str, int]], has_compute: bool) -> None:
     order = [k for k in KINDS if k in names] + sorted(names - set(KINDS))
     handles = []
     for k in order:
-        chunks = sorted(c for kk, c in kinds if kk == k)
-        for c in chunks:
-            label = k if len(chunks) == 1 else f"{k}, chunk {max(c, 0)}"
-            handles.append(Patch(facecolor=_colour(k, c), label=label))
+        drawn = sorted(c for kk, c in kinds if kk == k)
+        for c in drawn:
+            label = k if len(drawn) == 1 else f"{k}, chunk {max(c, 0)}"
+            handles.append(Patch(facecolor=_colour(k, c, chunks), label=label))
     if has_compute:
         handles.append(Patch(facecolor="white", hatch="///", edgecolor=_HATCH_COLOUR,
                              label="bubble (idle)"))
@@ -231,11 +236,12 @@ def _save(fig, path: str | os.PathLike, fmt: str) -> None:
 
 def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.PathLike,
                     title: str = "", max_ranks: int = 64,
-                    streams: Iterable[str] | None = ("compute",)) -> None:
+                    streams: Iterable[str] | None = ("compute",), extra=()) -> None:
     """Stacked timelines (one panel per named result) sharing the time axis; writes ``path``.
 
     ``streams`` picks the sub-rows (``None``: every stream present); ``max_ranks`` caps the
     rows per panel (ranks spread evenly, the count left out is noted on the axis).
+    ``extra``: more panels below, as ``(height, draw(ax, scale, span))``.
     """
     fmt = _check_path(path)
     if not results:
@@ -246,30 +252,35 @@ def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.Pat
 
     # Patches read the hatch width when made; the salt makes SVG ids reproducible.
     with matplotlib.rc_context({"svg.hashsalt": "paraplan", "hatch.linewidth": 0.5}):
-        fig = _draw_panels(results, layouts, title)
+        fig = _draw_panels(results, layouts, title, extra)
         _save(fig, path, fmt)
 
 
 def _draw_panels(results: Sequence[tuple[str, SimResult]], layouts: list[_Layout],
-                 title: str):
-    """The figure: one panel per result on a shared time axis, a legend, a title."""
+                 title: str, extra=()):
+    """The figure: one panel per result on a shared time axis, the ``extra`` panels, a
+    legend, a title."""
     span = max([res.step_time_s for _, res in results]
                + [r.end for _, res in results for r in res.records] + [1e-12])
     unit, scale = _time_unit(span)
+    chunks = 1 + max([r.chunk for _, res in results for r in res.records] + [0])
     fig, axes = _figure([max(len(lay.ranks), 2) * (1 + 0.5 * (len(lay.streams) - 1))
-                         for lay in layouts])
+                         for lay in layouts] + [h for h, _ in extra])
+    for ax, (_, draw) in zip(axes[len(results):], extra):
+        ax.set_xlim(0, span * scale * 1.005)
+        draw(ax, scale, span)
     kinds: set[tuple[str, int]] = set()
     pending = []
     for ax, (name, res), lay in zip(axes, results, layouts):
         ax.set_xlim(0, span * scale * 1.005)
-        drawn, labels = _draw_axes(ax, res, lay, scale)
+        drawn, labels = _draw_axes(ax, res, lay, scale, chunks)
         kinds |= drawn
         pending.append((ax, labels, len(lay.streams)))
         step = res.step_time_s * scale
         ax.set_title(f"{name}   step {step:.4g} {unit}" if name else f"step {step:.4g} {unit}",
                      fontsize=10, loc="left")
     axes[-1].set_xlabel(f"time ({unit})")
-    _legend(fig, kinds, any("compute" in lay.streams for lay in layouts))
+    _legend(fig, kinds, any("compute" in lay.streams for lay in layouts), chunks)
     if title:
         fig.suptitle(title, fontsize=12)
     fig.draw_without_rendering()   # settle the layout: bar widths in pixels decide labels
@@ -279,11 +290,74 @@ def _draw_panels(results: Sequence[tuple[str, SimResult]], layouts: list[_Layout
     return fig
 
 
+def check_detail(items: Iterable[str]) -> tuple[str, ...]:
+    """``items`` checked against ``DETAILS`` (``ValueError`` naming the valid ones)."""
+    items = tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
+    bad = [i for i in items if i not in DETAILS]
+    if bad:
+        raise ValueError(f"unknown timeline detail {bad[0]!r}; valid: {', '.join(DETAILS)}")
+    return items
+
+
 def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",
-                  max_ranks: int = 64, streams: Iterable[str] | None = ("compute",)) -> None:
+                  max_ranks: int = 64, streams: Iterable[str] | None = ("compute",),
+                  detail: Iterable[str] = ()) -> None:
     """Gantt chart of one result written to ``path`` (``.png`` or ``.svg``).
 
     ``streams`` picks the sub-rows per rank, e.g. ``("compute", "pp-comm")``; ``None``
     draws every stream present. More than ``max_ranks`` ranks are thinned evenly.
+    ``detail`` (``DETAILS``): ``memory`` adds a panel of each simulated rank's stashed
+    activation memory over time, ``links`` a panel of the busiest links' utilisation over
+    time (needs ``simulate(..., link_series=True)``), ``comm`` draws every stream.
     """
-    draw_comparison([("", result)], path, title=title, max_ranks=max_ranks, streams=streams)
+    detail = check_detail(detail)
+    extra = []
+    if "memory" in detail:
+        extra.append((3.0, lambda ax, scale, span: _memory_panel(ax, result, scale, span)))
+    if "links" in detail:
+        extra.append((3.0, lambda ax, scale, span: _links_panel(ax, result, scale, span)))
+    draw_comparison([("", result)], path, title=title, max_ranks=max_ranks,
+                    streams=None if "comm" in detail else streams, extra=extra)
+
+
+def _steps(ax, series: list[tuple[float, float]], scale: float, span: float, factor: float,
+           label: str) -> None:
+    """A step series (held until ``span``) on ``ax``, times × ``scale``, values × ``factor``."""
+    last = {t: v for t, v in series}          # same-instant changes: the last one holds
+    xs = [t * scale for t in last] + [span * scale]
+    ys = [v * factor for v in last.values()] + [series[-1][1] * factor]
+    ax.step(xs, ys, where="post", linewidth=1.0, label=label)
+
+
+def _panel_style(ax, ylabel: str, drawn: int) -> None:
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_ylim(bottom=0)
+    ax.grid(axis="y", color="#E0E0E0", linewidth=0.5)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    if drawn:
+        ax.legend(fontsize=7, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def _memory_panel(ax, result: SimResult, scale: float, span: float) -> None:
+    """Stashed activation memory (GiB) of up to ``_PANEL_LINES`` simulated ranks."""
+    from topologies.gpus import GIB
+    memory = result.metrics.get("activation_memory", {})
+    stage = {r.rank: r.stage for r in result.records}
+    ranks = _pick(sorted(memory), _PANEL_LINES)
+    for rank in ranks:
+        _steps(ax, memory[rank], scale, span, 1 / GIB, f"rank {rank} (s{stage.get(rank, 0)})")
+    _panel_style(ax, "activation\nmemory (GiB)", len(ranks))
+
+
+def _links_panel(ax, result: SimResult, scale: float, span: float) -> None:
+    """Utilisation (% of line rate) of up to ``_PANEL_LINES`` of the busiest links."""
+    series = result.metrics.get("link_series", {})
+    rows = [r for r in result.metrics.get("link_utilisation", []) if r["link"] in series]
+    for row in rows[:_PANEL_LINES]:
+        s = series[row["link"]]
+        _steps(ax, s["utilisation"], scale, span, 100.0, f"{s['kind']} {row['link']}")
+    if not rows:
+        ax.text(0.5, 0.5, "no link series recorded", transform=ax.transAxes, ha="center",
+                fontsize=8, color="#666666")
+    _panel_style(ax, "link\nutilisation (%)", min(len(rows), _PANEL_LINES))

@@ -21,7 +21,7 @@ from dataclasses import asdict
 import json
 import os
 import sys
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
 from typing import Any, Callable
 
@@ -30,28 +30,25 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.plan import Plan
+from simulator.workers import process_pool, terminate_pool
 from topologies.cluster import Cluster
 
 
 def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
-             system: SystemConfig | None, plan: Plan) -> dict[str, Any]:
+             system: SystemConfig | None, exact: bool, plan: Plan) -> dict[str, Any]:
     """Simulate one resolved plan (``framework``: the named software stack, or None;
     ``system``: the policy constants, None for ``DEFAULT_SYSTEM``); the figures the search
-    reports."""
-    from simulator.simulate import simulate
+    reports: ``step_time_s``, ``bubble_fraction``, ``exposed_comm_s``,
+    ``overlapped_comm_s``, ``breakdown_s``, ``events``, ``wall_s`` and ``method``. Long
+    pipelines are simulated on two short runs and extended (``simulator.extend``; the same
+    figures to ~1e-12) unless ``exact``."""
+    from simulator.extend import simulate_figures
     try:
-        res = simulate(make_job(model, cluster, plan, dtype=dtype, framework=framework,
-                                system=system))
+        return simulate_figures(make_job(model, cluster, plan, dtype=dtype,
+                                         framework=framework, system=system), exact)
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
-    m = res.metrics
-    return {"step_time_s": float(res.step_time_s),
-            "bubble_fraction": float(m["bubble_fraction"]),
-            "exposed_comm_s": float(m["exposed_comm_s"]),
-            "overlapped_comm_s": float(m["overlapped_comm_s"]),
-            "breakdown_s": {k: float(v) for k, v in m["breakdown_s"].items()},
-            "events": int(res.events), "wall_s": float(res.wall_s)}
 
 
 # ----------------------------------------------------------------------- in this process
@@ -73,7 +70,7 @@ class InProcess:
         self.results[i] = evaluate(*self.ctx, self.plan_of(i))
         return [(i, self.results[i]["step_time_s"])]
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         pass
 
 
@@ -93,13 +90,11 @@ def _run_in_worker(plan: Plan) -> dict[str, Any]:
 
 class LocalPool:
     """``workers`` local processes (``concurrent.futures``), each holding the model and
-    the cluster (sent once) and its own cached cluster graph."""
+    the cluster (sent once) and its own cached cluster graph; they exit with this process
+    (``simulator.workers``)."""
 
     def __init__(self, ctx: tuple, plan_of: Callable[[int], Plan], workers: int) -> None:
-        import multiprocessing as mp
-        method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
-                                        initializer=_init_worker, initargs=(ctx,))
+        self.pool = process_pool(workers, _init_worker, (ctx,))
         self.capacity, self.plan_of = workers, plan_of
         self.futures: dict[Future, int] = {}
         self.results: dict[int, dict] = {}
@@ -116,8 +111,12 @@ class LocalPool:
             out.append((i, self.results[i]["step_time_s"]))
         return out
 
-    def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+    def close(self, abort: bool = False) -> None:
+        """Wait for the running simulations, or with ``abort`` end the workers now."""
+        if abort:
+            terminate_pool(self.pool)
+        else:
+            self.pool.shutdown(wait=True, cancel_futures=True)
 
 
 # ----------------------------------------------------------------------- Ray
@@ -189,7 +188,7 @@ class RayPool:
             out.append((i, self.results[i]["step_time_s"]))
         return out
 
-    def close(self) -> None:
+    def close(self, abort: bool = False) -> None:
         for ref in list(self.refs):
             self.ray.cancel(ref, force=True)
         if self.owned:
@@ -198,12 +197,16 @@ class RayPool:
 
 # ----------------------------------------------------------------------- results file
 def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
-                 framework: str | None = None, system: SystemConfig | None = None) -> str:
+                 framework: str | None = None, exact: bool = False,
+                 system: SystemConfig | None = None) -> str:
     """What a stored result depends on besides its plan (``framework``: the named stack;
-    ``system`` only when it is not ``DEFAULT_SYSTEM``, so older results files still match)."""
+    ``exact``: simulated in full; ``system`` only when it is not ``DEFAULT_SYSTEM``, so older
+    results files still match)."""
     ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
     if framework:
         ctx["framework"] = framework
+    if exact:
+        ctx["exact"] = True
     if system is not None and system != DEFAULT_SYSTEM:
         ctx["system"] = asdict(system)
     blob = json.dumps(ctx, sort_keys=True, default=str)
@@ -225,7 +228,7 @@ class ResultsLog:
             raise SpecError("--results", path, f"directory {d} does not exist")
         if exists:
             self._load()
-        self.f = open(path, "a", encoding="utf-8")
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def _load(self) -> None:
         with open(self.path, "rb") as f:
@@ -249,12 +252,17 @@ class ResultsLog:
             self.done[key] = res
 
     def write(self, key: str, result: dict) -> None:
-        self.f.write(json.dumps({"key": key, "context": self.context, "result": result},
-                                separators=(",", ":")) + "\n")
-        self.f.flush()
+        """Append one whole line in one ``os.write`` (a regular file takes it whole; a kill
+        mid-line leaves a torn tail that ``--resume`` cuts off)."""
+        data = (json.dumps({"key": key, "context": self.context, "result": result},
+                           separators=(",", ":")) + "\n").encode("utf-8")
+        while data:
+            data = data[os.write(self.fd, data):]
 
     def close(self) -> None:
-        self.f.close()
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
 
 
 class Cached:
@@ -290,10 +298,14 @@ class Cached:
                 self.log.write(self.keys(i), self.results[i])
         return out
 
-    def close(self) -> None:
-        self.inner.close()
-        if self.log is not None:
-            self.log.close()
+    def close(self, abort: bool = False) -> None:
+        """End the executor (``abort``: now, losing running work) and close the log, which
+        holds only whole lines of finished simulations either way."""
+        try:
+            self.inner.close(abort)
+        finally:
+            if self.log is not None:
+                self.log.close()
 
 
 def make_executor(backend: str, workers: int, ctx: tuple, plan_of: Callable[[int], Plan],

@@ -44,6 +44,7 @@ class SearchConfig:
     k: int = 5
     tolerance: float = 0.03
     exhaustive: bool = False
+    exact: bool = False          # simulate every micro-batch (no affine extension)
     workers: int = 1
     backend: str = "local"
     ray_address: str | None = None
@@ -82,10 +83,11 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     log = None
     if cfg.results:
         log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
-                                                        named and named.name, cfg.system),
+                                                        named and named.name, cfg.exact,
+                                                        cfg.system),
                          cfg.resume)
     ex = Cached(make_executor(cfg.backend, cfg.workers,
-                              (m, cl, cfg.dtype, named and named.name, cfg.system),
+                              (m, cl, cfg.dtype, named and named.name, cfg.system, cfg.exact),
                               plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
@@ -106,11 +108,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                 waiting += 1
         while waiting:
             waiting -= len(ex.wait())
+        ex.close()
+    except BaseException:           # an error or a stop signal: end the workers now
+        ex.close(abort=True)
+        raise
     finally:
         if cfg.progress:
             import sys
             sys.stderr.write("\n")
-        ex.close()
     res = ex.results
     report = {
         "inputs": _inputs(cfg, space),
@@ -123,7 +128,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         "pruned_rules": {r: text for r, text in RULES},
         "space": {"raw": space.raw, "feasible": space.size},
         "evaluated": {"analytic": space.size, "simulated": len(out.needed),
-                      "exhaustive": cfg.exhaustive},
+                      "exhaustive": cfg.exhaustive, "exact": cfg.exact,
+                      "extended": sum(1 for i in out.needed
+                                      if res[i].get("method", "full") != "full")},
         "execution": {"backend": cfg.backend, "workers": cfg.workers,
                       "simulations_run": ex.simulated,
                       "reused_from_results": ex.reused},

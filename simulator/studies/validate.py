@@ -5,13 +5,13 @@ argparse so that any script can call it: load a reference file (``strategies.ref
 estimate and simulate every case that resolves to a job, compute each error and the mean
 absolute percentage error (MAPE) of each model, and draw the parity plot.
 
-Long pipelines are simulated on fewer micro-batches and extended exactly. With ``m``
-micro-batches per pipeline and ``g`` the schedule's period (``pp``, or the interleaved
-micro-batch group size), a 1F1B or interleaved step is warm-up + ``m/g`` identical
-steady-state periods + cool-down and tail, so it is affine in ``m`` for ``m >= g``: ``step(m) =
-step(2g) + (m - 2g) / g * (step(2g) - step(g))`` (to rounding: within 1e-13 on every tier-1
-case, and ``tests/test_validate_cli.py`` checks it on small jobs). GPipe (no steady state)
-and ``exact=True`` simulate all ``m`` micro-batches.
+Long pipelines are simulated on fewer micro-batches and extended exactly
+(``simulator.extend``). With ``m`` micro-batches per pipeline and ``g`` the schedule's period
+(``pp``, or the interleaved micro-batch group size), a 1F1B or interleaved step is warm-up +
+``m/g`` identical steady-state periods + cool-down and tail, so it is affine in ``m`` for
+``m >= g``: ``step(m) = step(2g) + (m - 2g) / g * (step(2g) - step(g))`` (to rounding: within
+1e-13 on every tier-1 case, and ``tests/test_validate_cli.py`` checks it on small jobs). GPipe
+(no steady state) and ``exact=True`` simulate all ``m`` micro-batches.
 
 >>> rows = validate_cases(load_cases(tiers=(1,))[:2], simulate=False)
 >>> sorted(rows[0])[:4]
@@ -21,19 +21,14 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import replace
 from typing import Any, Callable, Iterable, Sequence
 
+from simulator.extend import extended_step_time, period
+from simulator.workers import process_pool, terminate_pool
 from strategies.errors import SpecError
-from strategies.job import Job, make_job
+from strategies.job import Job
 from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
-from strategies.schedules import get_schedule
 
-# Extend from two short runs only when it saves work: m >= EXTEND_FROM * g; and only for
-# the schedules with a steady state (``Schedule.steady_state``; GPipe queues every forward
-# first: not affine).
-EXTEND_FROM = 3
 
 
 def load_cases(path: str | None = None, tiers: Sequence[int] | None = (1,)) -> list[Case]:
@@ -65,29 +60,10 @@ def _case(entry: dict, index: int) -> Case:
                 how_measured="", job=None, skipped=why, raw=entry)
 
 
-def _job_with_microbatches(job: Job, m: int) -> Job:
-    p = job.plan
-    return make_job(job.model, job.cluster, replace(p, gbs=m * p.mbs * p.dp), dtype=job.dtype,
-                    framework=job.named_framework, system=job.system)
-
-
-def period(job: Job) -> int:
-    """Micro-batches per steady-state period of the job's schedule (``g``)."""
-    p = job.plan
-    return get_schedule(p.schedule).period(p.pp, p.microbatch_group_size)
-
-
 def simulated_step_time(job: Job, exact: bool = False) -> tuple[float, str]:
     """Simulated seconds per step (folded) and how they were obtained: ``"full"`` or
-    ``"extended from m=g and m=2g"`` (see the module docstring)."""
-    from simulator.simulate import simulate
-    m, g = job.num_microbatches, period(job)
-    if (exact or job.plan.pp == 1 or not get_schedule(job.plan.schedule).steady_state
-            or m < EXTEND_FROM * g or m % g):
-        return simulate(job).step_time_s, "full"
-    t1 = simulate(_job_with_microbatches(job, g)).step_time_s
-    t2 = simulate(_job_with_microbatches(job, 2 * g)).step_time_s
-    return t2 + (m - 2 * g) / g * (t2 - t1), f"extended from m={g} and m={2 * g} (of {m})"
+    ``"extended from m=g and m=2g"`` (``simulator.extend.extended_step_time``)."""
+    return extended_step_time(job, exact)
 
 
 def _pct(predicted: float | None, measured: float | None) -> float | None:
@@ -145,12 +121,17 @@ def validate_cases(cases: Sequence[Case], simulate: bool = True, exact: bool = F
     if jobs > 1 and simulate and len(heavy) > 1:
         # Longest first (more micro-batch steps, more stages) so the pool ends together.
         heavy.sort(key=lambda i: -_cost(cases[i].job))
-        with ProcessPoolExecutor(max_workers=min(jobs, len(heavy))) as pool:
+        pool = process_pool(min(jobs, len(heavy)))
+        try:
             futures = {i: pool.submit(_evaluate_star, work[i]) for i in heavy}
             for i in range(len(cases)):
                 rows[i] = futures[i].result() if i in futures else _evaluate_star(work[i])
                 if on_row:
                     on_row(i, rows[i])
+            pool.shutdown()
+        except BaseException:       # an error or a stop signal: end the workers now
+            terminate_pool(pool)
+            raise
         return rows  # type: ignore[return-value]
     for i, w in enumerate(work):
         rows[i] = _evaluate_star(w)

@@ -2,12 +2,16 @@
 order, placement, exchanges, memory, closed forms, validity rules, search space and exports
 (``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
 
->>> schedule_names()
-['1f1b', 'deepspeed-1f1b', 'gpipe', 'interleaved', 'zb-h1']
+>>> schedule_names()[:5]
+['1f1b', 'deepspeed-1f1b', 'dualpipe', 'dualpipev', 'gpipe']
+>>> schedule_names()[5:]
+['interleaved', 'zb-h1', 'zb-h2', 'zb-v']
 """
-# registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3
+# registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3,
+# deepspeed-1f1b 4, zb-h2 5, zb-v 6, dualpipev 7, dualpipe 8
 from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa: F401
 from strategies.schedules import deepspeed_1f1b  # noqa: F401
+from strategies.schedules import zb_h2, zb_v, dualpipev, dualpipe  # noqa: F401
 from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
                                        dispatch, get_schedule, register, resolve_name,
                                        schedule_code, schedule_names, schedule_of_code,

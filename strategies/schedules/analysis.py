@@ -1,12 +1,14 @@
 """Pure helpers over schedules: activation stash, closed-form bubble, free-comm makespan."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 from strategies.errors import SpecError
-from strategies.schedules.base import Step, get_schedule, peak_stash
+from strategies.schedules.base import Step, get_schedule, peak_pending_w, peak_stash
 
-__all__ = ["peak_stash", "bubble_fraction_closed_form", "simulate_free_comm"]
+__all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
+           "RankSpan", "simulate_free_comm"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -32,27 +34,64 @@ def _deps(step: Step, pos: int, last: int) -> list[tuple[str, int, int]]:
     return [("B", i, pos + 1)]
 
 
-def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
-                       group_size: int | None = None, t_w: float = 0.0,
-                       slowdown: Sequence[float] | None = None) -> float:
-    """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication.
+@dataclass(frozen=True)
+class RankSpan:
+    """One rank's run with free communication: first step's start, last step's end and the
+    seconds it computes (``end - start - busy`` is its bubble)."""
 
-    ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch; each of the
-    ``vpp`` chunks takes ``t_f/vpp``/``t_b/vpp``. ``t_w`` is the weight gradient's part of
-    ``t_b``: a schedule that splits the backward runs ``B`` in ``t_b - t_w`` and ``W`` in
-    ``t_w`` (same per chunk), others ignore it. Every step of rank ``r`` lasts
-    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere). A step starts
-    when its rank is free and its dependency (the same pass at the neighbouring position of
-    the micro-batch's path, ``Schedule.virtual_stage``) has finished. Runs in O(total
+    start: float
+    end: float
+    busy: float
+
+    @property
+    def bubble(self) -> float:
+        """Idle seconds between the rank's first start and its last end."""
+        return self.end - self.start - self.busy
+
+
+def _groups(prog: list[Step]) -> list[list[Step]]:
+    """Consecutive steps linked by ``Step.overlap`` as groups (one step alone otherwise)."""
+    out: list[list[Step]] = []
+    cur: list[Step] = []
+    for step in prog:
+        cur.append(step)
+        if not step.overlap:
+            out.append(cur)
+            cur = []
+    if cur:
+        out.append(cur)
+    return out
+
+
+def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
+                    group_size: int | None = None, t_w: float = 0.0,
+                    t_fb: float | None = None,
+                    slowdown: Sequence[float] | None = None) -> list[RankSpan]:
+    """Each rank's span when all ``pp`` ranks run ``schedule`` with free communication.
+
+    ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch: a step of a
+    chunk takes ``t/k``, ``k`` the chunks a micro-batch's path crosses on one rank
+    (``num_virtual_stages / pp``: ``vpp`` on the ring and the V, 1 on DualPipe's two
+    directions). ``t_w`` is the weight gradient's part of ``t_b``: a schedule that splits the
+    backward runs ``B`` in ``t_b - t_w`` and ``W`` in ``t_w``, others ignore it. A step
+    starts when its rank is free and its dependency (the same pass at the neighbouring
+    position of the micro-batch's path, ``Schedule.virtual_stage``) has finished. An
+    overlapped group (``Step.overlap``) starts when the rank is free and all its members'
+    outside dependencies have finished, and all its members end together after ``t_fb/k``
+    (``t_fb``: seconds of a forward overlapped with a whole backward, ``F&B``; default
+    ``t_f + t_b``, no compute overlap). Every step (and group) of rank ``r`` lasts
+    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere). Runs in O(total
     steps); raises ``RuntimeError`` on deadlock.
 
-    >>> simulate_free_comm("1f1b", 4, 8, 1, 1.0, 2.0)
-    33.0
+    >>> [r.bubble for r in free_comm_ranks("1f1b", 2, 2, 1, 1.0, 2.0)]
+    [3.0, 0.0]
     """
     sched = get_schedule(schedule)
-    programs = [sched.steps(r, pp, m, vpp, group_size) for r in range(pp)]
+    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
     split = sched.splits_backward
-    dur = {"F": t_f / vpp, "B": (t_b - t_w if split else t_b) / vpp, "W": t_w / vpp}
+    k = max(sched.num_virtual_stages(pp, vpp) // pp, 1)
+    dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
+    t_group = (t_f + t_b if t_fb is None else t_fb) / k
     last = sched.num_virtual_stages(pp, vpp) - 1
     slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
     if len(slow) != pp:
@@ -61,14 +100,19 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     waiting: dict[tuple[str, int, int], int] = {}
     pos = [0] * pp
     free = [0.0] * pp
+    first = [None] * pp
+    busy = [0.0] * pp
     ready = list(range(pp))
     while ready:
         r = ready.pop()
         prog = programs[r]
         while pos[r] < len(prog):
-            step = prog[pos[r]]
-            vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
-            deps = _deps(step, vstage, last)
+            group = prog[pos[r]]
+            keys, deps = [], []
+            for step in group:
+                vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
+                deps += [d for d in _deps(step, vstage, last) if d not in keys]
+                keys.append((step.kind, step.microbatch, vstage))
             missing = [d for d in deps if d not in done]
             if missing:
                 # each key has at most one dependent step on another rank (a W waits only for
@@ -76,14 +120,34 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
                 waiting[missing[0]] = r
                 break
             start = max([free[r]] + [done[d] for d in deps])
-            free[r] = start + dur[step.kind] * slow[r]
-            key = (step.kind, step.microbatch, vstage)
-            done[key] = free[r]
+            if first[r] is None:
+                first[r] = start
+            if len(group) == 1:
+                free[r] = start + dur[group[0].kind] * slow[r]
+            else:
+                free[r] = start + t_group * slow[r]
+            busy[r] += free[r] - start
             pos[r] += 1
-            if key in waiting:
-                ready.append(waiting.pop(key))
+            for key in keys:
+                done[key] = free[r]
+                if key in waiting:
+                    ready.append(waiting.pop(key))
     stuck = [r for r in range(pp) if pos[r] < len(programs[r])]
     if stuck:
         raise RuntimeError(f"schedule {schedule!r} deadlocks on ranks {stuck} "
                            f"(pp={pp}, m={m}, vpp={vpp}, group_size={group_size})")
-    return max(free)
+    return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
+
+
+def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
+                       group_size: int | None = None, t_w: float = 0.0,
+                       t_fb: float | None = None,
+                       slowdown: Sequence[float] | None = None) -> float:
+    """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication:
+    the latest end of ``free_comm_ranks`` (same arguments).
+
+    >>> simulate_free_comm("1f1b", 4, 8, 1, 1.0, 2.0)
+    33.0
+    """
+    return max(r.end for r in free_comm_ranks(schedule, pp, m, vpp, t_f, t_b, group_size,
+                                              t_w, t_fb, slowdown))

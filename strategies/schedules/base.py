@@ -68,13 +68,21 @@ class Step:
     through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving);
     with a split backward, ``B`` computes the input gradient and ``W`` the weight gradient.
 
-    >>> Step("F", 3, 1).label
-    'F3.c1'
+    ``overlap=True`` links a step to the step after it on the same rank: a run of linked
+    steps (and the first unlinked one that ends it) is one overlapped group, DualPipe's
+    "F&B" pair of two micro-batches (a forward and a whole backward, ``B`` then ``W``) whose
+    compute runs in turn while each one's communication hides under the other's compute
+    (docs/schedules.md, "Overlapped pairs"). Consumers that ignore it see the same steps run
+    one after the other.
+
+    >>> Step("F", 3, 1).label, Step("F", 3, 1, overlap=True).label
+    ('F3.c1', 'F3.c1&')
     """
 
     kind: str
     microbatch: int
     chunk: int = 0
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -82,8 +90,9 @@ class Step:
 
     @property
     def label(self) -> str:
-        """Short name such as ``"F3.c1"`` (micro-batch 3, chunk 1)."""
-        return f"{self.kind}{self.microbatch}.c{self.chunk}"
+        """Short name such as ``"F3.c1"`` (micro-batch 3, chunk 1; ``&`` when it is
+        overlapped with the next step)."""
+        return f"{self.kind}{self.microbatch}.c{self.chunk}" + ("&" if self.overlap else "")
 
     def __str__(self) -> str:
         return self.label
@@ -92,16 +101,45 @@ class Step:
 def peak_stash(steps: Iterable[Step]) -> int:
     """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
     chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
-    gradients its GEMMs need, less than the forward's stash)."""
+    gradients its GEMMs need, less than the forward's stash). An overlapped group
+    (``Step.overlap``) is counted at its end, its backwards' stash released before its
+    forwards' is added: the pair's forward builds its activations as the backward frees its
+    own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
     live: set[tuple[int, int]] = set()
+    peak = 0
+    group: list[Step] = []
+    for s in steps:
+        group.append(s)
+        if s.overlap:
+            continue
+        for g in group:
+            if g.kind == "B":
+                live.discard((g.microbatch, g.chunk))
+        for g in group:
+            if g.kind == "F":
+                live.add((g.microbatch, g.chunk))
+                peak = max(peak, len(live))
+        group = []
+    return peak
+
+
+def peak_pending_w(steps: Sequence[Step]) -> int:
+    """Most backwards whose weight gradient (``W``) is still to run, counted per
+    (microbatch, chunk) just after each forward: where the activation stash peaks, so the
+    peak memory is ``peak_stash·M_B + peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1
+    ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W``
+    keeps only its GEMMs' inputs (``M_W < M_B``); 0 where the backward is not split."""
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
+    pending: set[tuple[int, int]] = set()
     peak = 0
     for s in steps:
         key = (s.microbatch, s.chunk)
-        if s.kind == "F":
-            live.add(key)
-            peak = max(peak, len(live))
-        elif s.kind == "B":
-            live.discard(key)
+        if s.kind == "B" and key in has_w:
+            pending.add(key)
+        elif s.kind == "W":
+            pending.discard(key)
+        elif s.kind == "F" and not s.overlap:
+            peak = max(peak, len(pending))
     return peak
 
 
@@ -118,6 +156,16 @@ def all_ok(rules: Iterable[Rule]) -> Any:
     for _, _, ok, _ in rules:
         out = out & ok
     return out
+
+
+def refuse_until_split_costed(sched: "Schedule") -> Rule:
+    """The rule every schedule that splits the backward adds to its plan rules until the
+    estimate and the simulator cost ``W`` apart from ``B`` (issue 13)."""
+    module = type(sched).__module__
+    return ("schedule", sched.name, False,
+            lambda: "splits the backward into B and W, which the estimate and the simulator "
+                    "do not cost separately yet; its order, stash and closed-form bubble are "
+                    f"in {module}")
 
 
 class Schedule:
@@ -250,6 +298,12 @@ class Schedule:
                   group_size: int | None = None) -> int:
         """Peak stashed ``(microbatch, chunk)`` entries on ``stage`` (from the order)."""
         return peak_stash(self.steps(stage, pp, m, vpp, group_size))
+
+    def pending_weight_grads(self, stage: int, pp: int, m: int, vpp: int = 1,
+                             group_size: int | None = None) -> int:
+        """Peak waiting weight gradients on ``stage`` (``peak_pending_w`` of the order; 0
+        for a schedule that does not split the backward)."""
+        return peak_pending_w(self.steps(stage, pp, m, vpp, group_size))
 
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per

@@ -48,21 +48,30 @@ class Boundary:
     def vs(self, step: Step) -> int:
         return self.s.virtual_stage(self.stage, step.chunk, self.pp, self.vpp, step.microbatch)
 
+    def remote(self, s: Step, pos: int) -> bool:
+        """Position ``pos`` of ``s``'s micro-batch is on another rank (on a V the turn from
+        chunk 0 to chunk 1 stays on the rank: no message)."""
+        return self.s.rank_chunk(pos, self.pp, self.vpp, s.microbatch)[0] != self.stage
+
     def send_out(self, s: Step | None) -> tuple[Msg, ...]:
         """What a finished step sends: a forward's output, a backward's input gradient."""
         if s is None or s.kind == "W":
             return ()
+        v = self.vs(s)
         if s.kind == "F":
-            return (("fwd", s.microbatch, s.chunk),) if self.vs(s) < self.last else ()
-        return (("bwd", s.microbatch, s.chunk),) if self.vs(s) > 0 else ()
+            ok = v < self.last and self.remote(s, v + 1)
+            return (("fwd", s.microbatch, s.chunk),) if ok else ()
+        return (("bwd", s.microbatch, s.chunk),) if v > 0 and self.remote(s, v - 1) else ()
 
     def recv_in(self, s: Step | None) -> tuple[Msg, ...]:
         """What a step must receive first: a forward's input, a backward's output gradient."""
         if s is None or s.kind == "W":      # a weight gradient needs no message
             return ()
+        v = self.vs(s)
         if s.kind == "F":
-            return (("fwd", s.microbatch, s.chunk),) if self.vs(s) > 0 else ()
-        return (("bwd", s.microbatch, s.chunk),) if self.vs(s) < self.last else ()
+            return (("fwd", s.microbatch, s.chunk),) if v > 0 and self.remote(s, v - 1) else ()
+        ok = v < self.last and self.remote(s, v + 1)
+        return (("bwd", s.microbatch, s.chunk),) if ok else ()
 
 
 def add_exchange(out: list, sends: tuple = (), recvs: tuple = ()) -> None:
@@ -78,12 +87,20 @@ def split_passes(steps: list[Step]) -> tuple[list[Step], list[Step]]:
 
 def around_each_step(steps: list[Step], ring: Boundary) -> list:
     """Each step receives its input in an exchange of its own just before it and sends its
-    output in one just after it (GPipe; the default)."""
+    output in one just after it (GPipe; the default). An overlapped group (``Step.overlap``)
+    receives all its members' inputs before it and sends all their outputs after it, so no
+    exchange splits the group."""
     out: list = []
+    group: list[Step] = []
     for s in steps:
-        add_exchange(out, recvs=ring.recv_in(s))
-        out.append(s)
-        add_exchange(out, sends=ring.send_out(s))
+        group.append(s)
+        if s.overlap:
+            continue
+        add_exchange(out, recvs=sum((ring.recv_in(g) for g in group), ()))
+        out += group
+        add_exchange(out, sends=sum((ring.send_out(g) for g in group), ()))
+        group = []
+    out += group
     return out
 
 

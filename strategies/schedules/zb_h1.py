@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, register)
+                                       raise_first, refuse_until_split_costed, register)
 
 
 @register("zb-h1")
@@ -31,11 +31,7 @@ class ZBH1(Schedule):
     splits_backward = True
 
     def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
-        return super().shape_rules(pp, vpp, group_size) + [
-            ("schedule", self.name, False,
-             lambda: "splits the backward into B and W, which the estimate and the simulator "
-                     "do not cost separately yet; its order, stash and closed-form bubble are "
-                     "in strategies.schedules.zb_h1")]
+        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:

@@ -1,0 +1,132 @@
+"""Worker processes that end with the command that started them.
+
+Three pieces, used by every command that starts processes (the search's process pool,
+``validate --jobs``):
+
+- ``stop_on_signals()``: in the command's process, SIGINT, SIGTERM and SIGHUP raise
+  ``Stopped`` (a ``KeyboardInterrupt``) in the main thread, so the command's ``finally``
+  blocks stop its workers and the CLI exits with ``128 + signal`` (130, 143, 129).
+- ``watch_parent(pid)``: in a worker, as the pool's initializer. Signals go back to their
+  defaults (SIGINT ignored: the parent stops the pool), and the worker exits when its parent
+  dies, even by SIGKILL: ``PR_SET_PDEATHSIG`` on Linux, and everywhere a daemon thread that
+  polls ``os.getppid()`` every ``POLL_S`` seconds.
+- ``process_pool()`` / ``terminate_pool()``: a ``ProcessPoolExecutor`` whose workers watch
+  their parent, and its abrupt end (SIGTERM to each worker, SIGKILL after ``GRACE_S``).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any, Callable, Iterator
+
+#: Seconds between two checks of the parent by the watchdog thread.
+POLL_S = 0.5
+#: Seconds a terminated worker has to exit before it is killed.
+GRACE_S = 2.0
+#: The signals that stop a command, by name (SIGHUP does not exist on Windows).
+STOP_SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
+
+
+class Stopped(KeyboardInterrupt):
+    """The command was told to stop by signal ``signum``; exit status ``128 + signum``."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_status(self) -> int:
+        return 128 + self.signum
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Within the block, the stop signals raise ``Stopped`` once (a second signal during the
+    clean-up is ignored so that the clean-up finishes). Outside the main thread: no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    fired = []
+
+    def handler(signum: int, _frame: Any) -> None:
+        if not fired:
+            fired.append(signum)
+            raise Stopped(signum)
+
+    old = {}
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name)
+        if signal.getsignal(sig) is signal.SIG_IGN and name != "SIGINT":
+            continue                      # nohup: SIGHUP stays ignored
+        old[sig] = signal.signal(sig, handler)
+    try:
+        yield
+    finally:
+        for sig, h in old.items():
+            signal.signal(sig, h)
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    """Ask Linux to send ``sig`` to this process when its parent dies; False elsewhere."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_PDEATHSIG = 1
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def watch_parent(parent_pid: int) -> None:
+    """In a worker process: default signal handling, and exit when ``parent_pid`` is no
+    longer the parent (it died and the worker was re-parented)."""
+    for name in STOP_SIGNALS:
+        signal.signal(getattr(signal, name),
+                      signal.SIG_IGN if name == "SIGINT" else signal.SIG_DFL)
+    _set_parent_death_signal(signal.SIGKILL)
+    if os.getppid() != parent_pid:            # died before the death signal was armed
+        os._exit(1)
+
+    def poll() -> None:
+        while True:
+            threading.Event().wait(POLL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+    threading.Thread(target=poll, name="watch-parent", daemon=True).start()
+
+
+def _init(parent_pid: int, initializer: Callable[..., None] | None, initargs: tuple) -> None:
+    watch_parent(parent_pid)
+    if initializer is not None:
+        initializer(*initargs)
+
+
+def process_pool(workers: int, initializer: Callable[..., None] | None = None,
+                 initargs: tuple = ()) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes (fork where available) that watch this process."""
+    import multiprocessing as mp
+    method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
+                               initializer=_init, initargs=(os.getpid(), initializer, initargs))
+
+
+def terminate_pool(pool: ProcessPoolExecutor) -> None:
+    """End ``pool`` now: running work is lost, queued work cancelled, every worker gone
+    (SIGTERM, then SIGKILL after ``GRACE_S``) before this returns."""
+    procs = list((getattr(pool, "_processes", None) or {}).values())
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError):
+            p.terminate()
+    for p in procs:
+        with contextlib.suppress(OSError, ValueError, AssertionError):
+            p.join(GRACE_S)
+            if p.is_alive():
+                p.kill()
+                p.join(GRACE_S)
+    pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,116 @@
+"""DualPipe (DeepSeek-V3 technical report §3.2.1; deepseek-ai/DualPipe ``DualPipe``): two
+pipelines over the same ``p`` ranks in opposite directions, each rank holding the stage of
+both (twice the parameters), micro-batches fed from both ends, and the forward of one
+micro-batch overlapped with the backward of another so that each one's all-to-all and
+point-to-point communication hides under the other's compute.
+
+Placement: micro-batch ``i`` of a step goes in direction ``i mod 2`` (the repository feeds
+``m/2`` from each end; numbering them alternately keeps the placement a function of the
+micro-batch alone); direction 0 runs ranks ``0 … p-1`` on chunk 0 (the forward-direction
+copy), direction 1 ranks ``p-1 … 0`` on chunk 1 (the reverse copy). The order is DualPipe's
+eight steps (``strategies.schedules.dual``) with ``n = p/2``, ``h = min(r, p-1-r)`` and
+``m/2`` micro-batches per phase; phase 0 is the direction fed from the rank's own end.
+
+Needs ``vpp = 1`` (each copy holds the whole stage), ``p`` even and ``m`` even with
+``m >= 2p`` (DeepSeek's assertions). The stash is not the same on every rank: ``p + 1``
+micro-batches on the two middle ranks, ``p`` on the others.
+
+Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
+                                       raise_first, refuse_until_split_costed, register)
+from strategies.schedules.dual import dual_order, worst_rank_bubble
+
+
+@register("dualpipe")
+class DualPipe(Schedule):
+    """DualPipe (module docstring)."""
+
+    splits_backward = True
+
+    # ------------------------------------------------------------------ placement
+    def num_virtual_stages(self, pp: int, vpp: int) -> int:
+        """``pp`` positions on either direction's path."""
+        return pp
+
+    def virtual_stage(self, rank: int, chunk: int, pp: int, vpp: int,
+                      microbatch: int = 0) -> int:
+        """Position of ``rank`` on ``microbatch``'s path: ``rank`` in direction 0 (even
+        micro-batches), ``pp-1-rank`` in direction 1 (odd)."""
+        return rank if microbatch % 2 == 0 else pp - 1 - rank
+
+    def rank_chunk(self, position: int, pp: int, vpp: int,
+                   microbatch: int = 0) -> tuple[int, int]:
+        return (position, 0) if microbatch % 2 == 0 else (pp - 1 - position, 1)
+
+    # ------------------------------------------------------------------ validity
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """``vpp = 1``, no micro-batch group, ``pp`` even."""
+        return super().shape_rules(pp, vpp, group_size) + [
+            ("pp", pp, (pp >= 2) & (pp % 2 == 0),
+             lambda: "schedule=dualpipe needs an even pp >= 2 (two pipelines meet in the "
+                     "middle)"),
+            refuse_until_split_costed(self)]
+
+    def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """``m`` even and ``>= 2·pp`` (half from each end)."""
+        return [("num_microbatches", m, (m % 2 == 0) & (m >= 2 * pp),
+                 lambda: f"schedule=dualpipe needs an even number of micro-batches >= "
+                         f"2*pp={2 * pp} (gbs/(mbs*dp); half enter from each end)")]
+
+    # ------------------------------------------------------------------ order
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """DualPipe order of pipeline rank ``stage`` (``&``: overlapped with the next step).
+
+        >>> " ".join(map(str, get_schedule("dualpipe").steps(0, 2, 4)))
+        'F0.c0 F1.c1 F2.c0 B1.c1 W1.c1 F3.c1& B0.c0& W0.c0 B3.c1 W3.c1 B2.c0 W2.c0'
+        """
+        check_common(stage, pp, m)
+        raise_first(r for r in self.rules(pp, m, vpp, group_size) if r[0] != "schedule")
+        second = stage >= pp // 2
+        h = min(stage, pp - 1 - stage)
+
+        def emit(kind: str, ph: int, k: int) -> Step:
+            d = ph ^ second
+            return Step(kind, 2 * k + d, d)
+
+        return dual_order(pp // 2, h, m // 2, h == pp // 2 - 1, emit)
+
+    # ------------------------------------------------------------------ memory and time
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """Stashed micro-batches (both directions) at the peak: ``pp + 1`` on the two middle
+        ranks, ``pp`` on the others (``m >= 2pp``; ``base.peak_stash`` counts an overlapped
+        pair at its end); DeepSeek's ``PP + 1`` is the middle ranks'."""
+        return pp + (min(stage, pp - 1 - stage) == pp // 2 - 1)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        st, p = np.asarray(stage), np.asarray(pp)
+        return p + (np.minimum(st, p - 1 - st) == p // 2 - 1)
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
+        """The worst rank's bubble over its work (``dual.worst_rank_bubble`` with
+        ``n = pp // 2``): exact with free communication when ``m >= 2pp``, ``T_F = T_B``,
+        ``T_W <= T_F`` and ``F&B = F + B``; DeepSeek's ``(PP/2-1)(F&B + B - 3W)`` equals it
+        at ``F = B = W`` and bounds it above there, with or without compute overlap
+        (docs/schedules.md)."""
+        return worst_rank_bubble(pp // 2, m, w_share)
+
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """None yet: the search cannot cost ``W``."""
+        return []
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        return [], ["Megatron-LM has no DualPipe schedule (deepseek-ai/DualPipe; "
+                    "torchtitan ships only DualPipeV); it will run 1F1B"]
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine runs 1F1B, not DualPipe"

@@ -1,0 +1,79 @@
+"""DualPipeV, DualPipe "cut in half" (Sea AI Lab; deepseek-ai/DualPipe ``DualPipeV``, torch's
+``ScheduleDualPipeV``): the V placement of ZB-V (``strategies.schedules.vshape``: ``2p``
+stages, rank ``r`` holding stage ``r`` as chunk 0 and stage ``2p-1-r`` as chunk 1) run in
+DualPipe's eight steps (``strategies.schedules.dual`` with ``n = p``, ``h = r``, phase ``c`` =
+chunk ``c``), the forward of one micro-batch overlapped with the backward of another in the
+steady state.
+
+Needs ``vpp = 2`` and ``m >= 2p`` (DeepSeek's assertion). Stash: ``2p`` chunks, ``2p + 1`` on
+the last rank (the DeepSeek table's ``PP+1`` with ``PP = 2p`` stages); bubble, with ``F&B`` the time
+of an overlapped pair and ``B`` the whole backward: the table's ``(PP/2-1)(F&B+B-3W)`` in
+chunk times, exact at ``F = B_input = W`` with no compute overlap and an upper bound around
+it (``bubble_fraction``; ``tests/test_dualpipev.py``).
+
+Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Rule, Step, check_common, get_schedule, raise_first,
+                                       refuse_until_split_costed, register)
+from strategies.schedules.dual import dual_order, worst_rank_bubble
+from strategies.schedules.vshape import VShape
+
+
+@register("dualpipev")
+class DualPipeV(VShape):
+    """DualPipeV (module docstring)."""
+
+    aliases = ("dualpipe-v",)
+    splits_backward = True
+
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
+
+    def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        """``m >= 2·pp`` micro-batches (DeepSeek's ``num_chunks >= num_ranks * 2``)."""
+        return [("num_microbatches", m, m >= 2 * pp,
+                 lambda: f"schedule={self.name} needs at least 2*pp={2 * pp} micro-batches "
+                         "(gbs/(mbs*dp))")]
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 2,
+              group_size: int | None = None) -> list[Step]:
+        """DualPipeV order of pipeline rank ``stage`` (``&``: overlapped with the next step).
+
+        >>> " ".join(map(str, get_schedule("dualpipev").steps(0, 1, 2, 2)))
+        'F0.c0 F0.c1 F1.c0 B0.c1 W0.c1 F1.c1& B0.c0& W0.c0 B1.c1 W1.c1 B1.c0 W1.c0'
+        """
+        check_common(stage, pp, m)
+        raise_first(r for r in self.rules(pp, m, vpp) if r[0] != "schedule")
+        return dual_order(pp, stage, m, stage == pp - 1,
+                          lambda kind, ph, k: Step(kind, k, ph))
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,
+                  group_size: int | None = None) -> int:
+        """``2pp`` chunks' activations, ``2pp + 1`` on the last rank (``m >= 2pp``): the
+        DeepSeek table's ``PP + 1`` with ``PP = 2pp`` stages (``base.peak_stash`` counts an
+        overlapped pair at its end)."""
+        return 2 * pp + (stage == pp - 1)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        return 2 * np.asarray(pp) + (np.asarray(stage) == np.asarray(pp) - 1)
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 2, w_share: Any = 0.0) -> Any:
+        """The worst rank's bubble over its work (``dual.worst_rank_bubble`` with
+        ``n = pp``): exact with free communication when ``m >= 2pp``, ``T_F = T_B``,
+        ``T_W <= T_F`` and ``F&B = F + B``; DeepSeek's ``(PP/2-1)(F&B + B - 3W)`` equals it
+        at ``F = B = W`` and bounds it above there, with or without compute overlap
+        (docs/schedules.md)."""
+        return worst_rank_bubble(pp, 2 * m, w_share)
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        return [], ["Megatron-LM has no DualPipeV schedule (torchtitan: "
+                    "pipeline_parallel_schedule=DualPipeV); it will run 1F1B"]
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine runs 1F1B, not DualPipeV"

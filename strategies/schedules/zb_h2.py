@@ -1,0 +1,100 @@
+"""ZB-H2, the second hand-crafted zero-bubble schedule of Qi et al., "Zero Bubble (Almost)
+Pipeline Parallelism" (ICLR 2024), section 2.2: more forwards in the warm-up fill the bubble
+before the first ``B``, and the weight gradients move to the tail, turning the trapezoid of
+1F1B into a parallelogram.
+
+Order of rank ``r`` (docs/schedules.md, "ZB-H2"): ``min(m, 2(p-r)-1)`` forwards; pairs
+``B F`` (``W`` deferred) until ``min(m, 2p-1)`` forwards have run; triples ``B W F`` until all
+``m`` have; pairs ``B W`` until all ``B`` have; the deferred ``W`` last, oldest first. The
+stash reaches ``min(m, 2(p-r)-1)`` forwards, ``(2p-1)·M_B`` on the first stage. With
+post-validation of the optimizer step (the paper's section 4: no all-reduce before the step,
+so one iteration's tail overlaps the next one's head) a rank's span is what an iteration
+costs, and its bubble with free communication is ``(p-1)(T_F + T_B - 2T_W)`` (zero when the
+three are equal).
+
+Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
+                                       raise_first, refuse_until_split_costed, register)
+
+
+@register("zb-h2")
+class ZBH2(Schedule):
+    """ZB-H2 (module docstring)."""
+
+    splits_backward = True
+
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
+        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
+              group_size: int | None = None) -> list[Step]:
+        """ZB-H2 order of pipeline rank ``stage``; ``group_size`` is ignored.
+
+        >>> " ".join(map(str, get_schedule("zb-h2").steps(1, 2, 3)))
+        'F0.c0 B0.c0 F1.c0 B1.c0 F2.c0 B2.c0 W0.c0 W1.c0 W2.c0'
+        """
+        check_common(stage, pp, m)
+        raise_first(Schedule.shape_rules(self, pp, vpp, None))     # one chunk per rank
+        nf = nb = nw = 0
+        out: list[Step] = []
+        for _ in range(min(m, 2 * (pp - stage) - 1)):
+            out.append(Step("F", nf))
+            nf += 1
+        while nf < min(m, 2 * pp - 1):                     # fill: W deferred
+            out += [Step("B", nb), Step("F", nf)]
+            nb, nf = nb + 1, nf + 1
+        while nf < m:                                      # steady
+            out += [Step("B", nb), Step("W", nw), Step("F", nf)]
+            nb, nw, nf = nb + 1, nw + 1, nf + 1
+        while nb < m:                                      # drain
+            out += [Step("B", nb), Step("W", nw)]
+            nb, nw = nb + 1, nw + 1
+        out += [Step("W", i) for i in range(nw, m)]        # tail
+        return out
+
+    def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> int:
+        """``min(2(pp - stage) - 1, m)`` forwards before the first ``B``, less the one the
+        first ``B F`` pair would start with: ``min(2(pp - stage) - 2, m)``, or ``m`` when all
+        forwards come first."""
+        check_common(stage, pp, m)
+        n = min(2 * (pp - stage) - 1, m)
+        return n if n == m else n - 1
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
+                  group_size: int | None = None) -> int:
+        """``min(2(pp - stage) - 1, m)`` forwards whose ``B`` has not run (the paper's
+        ``(2p-1)·M_B`` on the first stage)."""
+        return min(2 * (pp - stage) - 1, m)
+
+    def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
+        return np.minimum(2 * (pp - stage) - 1, m)
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
+        """A rank's bubble ``(pp-1)·max(0, T_F + T_B - 2T_W)`` (``B`` the input gradient)
+        over its work ``m·(T_F + T_B + T_W)``: ``(pp-1)·max(0, 1 - 3·w_share)/m`` with
+        ``w_share = T_W/(T_F + T_B + T_W)``. The per-rank span, what an iteration costs under
+        post-validation; the makespan of one iteration alone adds the start skew, for
+        ``(pp-1)·max(T_F, T_F + T_B - 2T_W)`` over the ideal. Both exact with free
+        communication when ``m >= 2pp - 1`` and ``T_W <= T_F`` (``tests/test_zb_h2.py``)."""
+        return (pp - 1) * np.maximum(0.0, 1 - 3 * np.asarray(w_share, dtype=float)) / m
+
+    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                    fixed_vpp: int | None = None) -> list[int]:
+        """None yet: the search cannot cost ``W``."""
+        return []
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        return [], ["Megatron-LM has no ZB-H2 schedule (Sea AI Lab's fork searches a ZB-2p "
+                    "schedule with --enable-zero-bubble --zero-bubble-max-pending-backward "
+                    "2p and --enable-optimizer-post-validation); it will run 1F1B"]
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine runs 1F1B, not ZB-H2"

@@ -1,0 +1,107 @@
+"""ZB-V, the zero-bubble schedule on a V placement of Qi et al., "Zero Bubble (Almost)
+Pipeline Parallelism" (ICLR 2024), section 6: ``2p`` stages, rank ``r`` holding stage ``r``
+(chunk 0) and stage ``2p-1-r`` (chunk 1) (``strategies.schedules.vshape``); the backward is
+split into ``B`` and ``W``, the steady state runs ``F B W`` per chunk.
+
+Order of rank ``r`` (docs/schedules.md, "ZB-V"; as Sea AI Lab's ``handcrafted_zb_v.py`` and
+torch's ``ScheduleZBVZeroBubble`` build it), over ``n = max(2p-1, m)`` micro-batches:
+``2(p-r)-1`` × ``F0``; ``r`` × [``F1 F0``]; ``p-r`` × [``F1 B1 W1``]; while chunk 1 trails
+chunk 0 or forwards remain: [``F0`` (if any left) ``B0 W0 F1 B1 W1``]; ``r`` × [``B0 B1``]
+(their ``W`` deferred); ``p-r`` × [``B0 W0``]; the deferred ``W1``, then the ``W0``. The
+steps of micro-batches ``>= m`` are dropped (torch blanks them). Every rank stashes at
+most ``2p`` chunks' activations (``p`` micro-batches' worth, 1F1B's first-stage peak, on
+every rank).
+
+Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import (Step, check_common, get_schedule, raise_first,
+                                       refuse_until_split_costed, register)
+from strategies.schedules.vshape import VShape
+
+
+@register("zb-v")
+class ZBV(VShape):
+    """ZB-V (module docstring)."""
+
+    aliases = ("zbv",)
+    splits_backward = True
+
+    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list:
+        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
+
+    def steps(self, stage: int, pp: int, m: int, vpp: int = 2,
+              group_size: int | None = None) -> list[Step]:
+        """ZB-V order of pipeline rank ``stage``.
+
+        >>> " ".join(map(str, get_schedule("zb-v").steps(1, 2, 3, 2)))[:59]
+        'F0.c0 F0.c1 F1.c0 F1.c1 B0.c1 W0.c1 F2.c0 B0.c0 W0.c0 F2.c1'
+        """
+        check_common(stage, pp, m)
+        raise_first(VShape.shape_rules(self, pp, vpp, None))
+        p, r, n = pp, stage, max(2 * pp - 1, m)
+        cnt = {(k, c): 0 for k in "FBW" for c in (0, 1)}
+        out: list[Step] = []
+
+        def add(kind: str, chunk: int) -> None:
+            out.append(Step(kind, cnt[kind, chunk], chunk))
+            cnt[kind, chunk] += 1
+
+        for _ in range(2 * (p - r) - 1):
+            add("F", 0)
+        for _ in range(r):
+            add("F", 1)
+            add("F", 0)
+        for _ in range(p - r):
+            add("F", 1)
+            add("B", 1)
+            add("W", 1)
+        while cnt["F", 1] < cnt["F", 0] or cnt["F", 0] < n:
+            if cnt["F", 0] < n:
+                add("F", 0)
+            add("B", 0)
+            add("W", 0)
+            add("F", 1)
+            add("B", 1)
+            add("W", 1)
+        for _ in range(r):
+            add("B", 0)
+            add("B", 1)
+        for _ in range(p - r):
+            add("B", 0)
+            add("W", 0)
+        while cnt["W", 1] < cnt["B", 1]:
+            add("W", 1)
+        while cnt["W", 0] < cnt["B", 0]:
+            add("W", 0)
+        return [s for s in out if s.microbatch < m]
+
+    def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,
+                  group_size: int | None = None) -> int:
+        """``2·pp`` chunks' activations (``pp`` micro-batches' worth) on every rank when
+        ``m >= 2pp - 1``; from the order below that."""
+        if m >= 2 * pp - 1:
+            return 2 * pp
+        return super().in_flight(stage, pp, m, vpp, group_size)
+
+    def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 2, w_share: Any = 0.0) -> Any:
+        """A rank's bubble ``(pp-1)·max(0, T_F + T_B - 2T_W)/2`` (``T`` per stage and
+        micro-batch, ``B`` the input gradient; each chunk takes half) over its work
+        ``m·(T_F + T_B + T_W)``: ``(pp-1)·max(0, 1 - 3·w_share)/(2m)``. The per-rank span
+        (post-validation); one iteration's makespan exceeds the ideal by
+        ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2``. Both exact with free communication when
+        ``m >= 2pp - 1``, ``T_F = T_B`` and ``T_W <= T_F`` (``tests/test_zb_v.py``)."""
+        return (pp - 1) * np.maximum(0.0, 1 - 3 * np.asarray(w_share, dtype=float)) / (2 * m)
+
+    def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        return [], ["Megatron-LM has no ZB-V schedule (Sea AI Lab's fork: "
+                    "--zero-bubble-v-schedule; torchtitan: "
+                    "pipeline_parallel_schedule=ZBVZeroBubble); it will run 1F1B"]
+
+    def deepspeed_refusal(self, job: Any) -> str | None:
+        return "DeepSpeed's pipeline engine runs 1F1B, not ZB-V"

@@ -1,0 +1,66 @@
+"""Checks shared by the tests of the schedules that split the backward (ZB-H2, ZB-V,
+DualPipe, DualPipeV): the order of every rank is a valid dependency order."""
+from __future__ import annotations
+
+from collections import Counter
+
+from strategies.schedules import get_schedule
+from strategies.schedules.analysis import free_comm_ranks
+
+
+def assert_valid_order(name: str, p: int, m: int, vpp: int) -> None:
+    """Every ``(micro-batch, position)`` runs ``F``, ``B``, ``W`` once each, on the rank and
+    chunk the placement gives, ``F`` before ``B`` before ``W`` on that rank; a forward at a
+    position runs after the forward at the position before it (and ``B`` after the ``B`` at
+    the position after it) when both are on one rank; and all ranks together run to the end
+    (no deadlock: the free-communication simulation waits on every cross-rank dependency)."""
+    sched = get_schedule(name)
+    n = sched.num_virtual_stages(p, vpp)
+    seen: Counter = Counter()
+    for r in range(p):
+        steps = sched.steps(r, p, m, vpp)
+        at = {}
+        for k, s in enumerate(steps):
+            pos = sched.virtual_stage(r, s.chunk, p, vpp, s.microbatch)
+            assert sched.rank_chunk(pos, p, vpp, s.microbatch) == (r, s.chunk)
+            at[s.kind, s.microbatch, pos] = k
+            seen[s.kind, s.microbatch, pos] += 1
+        for (kind, i, pos), k in at.items():
+            if kind == "B":
+                assert at["F", i, pos] < k
+            if kind == "W":
+                assert at["B", i, pos] < k
+            if kind == "F" and ("F", i, pos - 1) in at:
+                assert at["F", i, pos - 1] < k
+            if kind == "B" and ("B", i, pos + 1) in at:
+                assert at["B", i, pos + 1] < k
+    assert seen == Counter({(k, i, pos): 1 for k in "FBW" for i in range(m)
+                            for pos in range(n)})
+    free_comm_ranks(name, p, m, vpp, 1.0, 2.0, t_w=1.0)     # raises on deadlock
+
+
+def assert_exchanges_pair_up(name: str, p: int, m: int, vpp: int) -> None:
+    """``actions`` keeps the steps in order; every message one rank sends, its peer receives,
+    none goes to the sender itself (the turn of a V is local), and no exchange falls inside
+    an overlapped group."""
+    from strategies.schedules import Step
+    sched = get_schedule(name)
+    sent, received = Counter(), Counter()
+    for r in range(p):
+        acts = sched.actions(r, p, m, vpp)
+        assert [a for a in acts if isinstance(a, Step)] == sched.steps(r, p, m, vpp)
+        for prev, a in zip(acts, acts[1:]):
+            if isinstance(prev, Step) and prev.overlap:
+                assert isinstance(a, Step)
+        for a in acts:
+            if isinstance(a, Step):
+                continue
+            for d, i, c in a.sends:
+                peer = sched.peer(r, c, i, p, vpp, d, True)
+                assert peer != r
+                sent[d, i, r, peer] += 1
+            for d, i, c in a.recvs:
+                peer = sched.peer(r, c, i, p, vpp, d, False)
+                assert peer != r
+                received[d, i, peer, r] += 1
+    assert sent == received and all(v == 1 for v in sent.values())

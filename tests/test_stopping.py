@@ -1,0 +1,174 @@
+"""A search told to stop stops, workers and all (issue 17, item 4).
+
+Each test starts a real ``python -m simulator.cli search`` in its own process group, waits
+until its worker processes exist and a result is written, signals the parent alone (as
+``kill PID``, ``timeout`` or Slurm do), and checks that within a few seconds no process of
+the group is left, that the exit status is 128 + the signal, and that the results file holds
+only whole lines that ``--resume`` accepts. Processes are read from /proc (Linux).
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simulator.search.executors import ResultsLog, context_hash
+from simulator.workers import GRACE_S, process_pool, terminate_pool
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+# The README's default search (GPT-3 175B, 1,024 GPUs): each simulation takes seconds.
+ARGS = ["search", "--workers", "2", "--json", "--reference", "none"]
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of ``pid``; None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return fields[0], int(fields[1]), int(fields[2])
+
+
+def _live(pred) -> list[int]:
+    out = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            st = _stat(int(d))
+            if st is not None and st[0] != "Z" and pred(st):
+                out.append(int(d))
+    return out
+
+
+def group(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group ``pgid``."""
+    return _live(lambda st: st[2] == pgid)
+
+
+def children(pid: int) -> list[int]:
+    return _live(lambda st: st[1] == pid)
+
+
+def wait_for(cond, timeout: float, step: float = 0.05) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(step)
+    return cond()
+
+
+def start_search(results: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *ARGS, "--results",
+                             str(results)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    ok = wait_for(lambda: len(children(proc.pid)) >= 2 and results.exists()
+                  and results.stat().st_size > 0, 90)
+    if not ok:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("the search never had two workers and a result")
+    return proc
+
+
+def check_results(results: Path) -> int:
+    """Every line whole, and ``--resume`` (the same loader) accepts the file."""
+    data = results.read_bytes()
+    assert data.endswith(b"\n")
+    for line in data.decode().splitlines():
+        json.loads(line)
+    m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
+    log = ResultsLog(str(results), context_hash(m, cl, "bf16", 1536), resume=True)
+    log.close()
+    return len(log.done)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT", "SIGHUP"])
+def test_signal_stops_search_and_workers(tmp_path, sig):
+    results = tmp_path / "results.jsonl"
+    proc = start_search(results)
+    t0 = time.monotonic()
+    os.kill(proc.pid, getattr(signal, sig))
+    try:
+        rc = proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail(f"{sig}: the search was still running 10 s later")
+    stopped_s = time.monotonic() - t0
+    assert rc == 128 + getattr(signal, sig), proc.stderr.read()
+    assert f"stopped by {sig}" in proc.stderr.read()
+    assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"
+    assert stopped_s < 2 * GRACE_S + 2
+    assert check_results(results) >= 1
+
+
+@pytest.mark.slow
+def test_ctrl_c_to_the_whole_group(tmp_path):
+    """A terminal's Ctrl-C reaches every process of the group: the workers ignore it and
+    the parent ends them."""
+    results = tmp_path / "results.jsonl"
+    proc = start_search(results)
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=10) == 130
+    assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"
+    check_results(results)
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_parent_leaves_no_worker(tmp_path):
+    results = tmp_path / "results.jsonl"
+    proc = start_search(results)
+    workers = children(proc.pid)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert wait_for(lambda: not group(proc.pid), 5), f"orphaned workers: {group(proc.pid)}"
+    assert all(_stat(w) is None or _stat(w)[0] == "Z" for w in workers)
+    check_results(results)
+
+
+def _sleep(seconds: float) -> float:
+    time.sleep(seconds)
+    return seconds
+
+
+def test_terminate_pool_ends_busy_workers_at_once():
+    pool = process_pool(2)
+    futures = [pool.submit(_sleep, 60) for _ in range(3)]
+    assert wait_for(lambda: len(children(os.getpid())) >= 2, 10)
+    procs = list(pool._processes)
+    t0 = time.monotonic()
+    terminate_pool(pool)
+    assert time.monotonic() - t0 < GRACE_S
+    assert all(_stat(p) is None or _stat(p)[0] == "Z" for p in procs)
+    assert all(f.done() for f in futures)
+
+
+@pytest.mark.slow
+def test_sigterm_stops_validate_and_its_pool():
+    """``validate --jobs 2`` (its own process pool) stops the same way."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", "validate", "--jobs", "2",
+                             "--json"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if not wait_for(lambda: len(children(proc.pid)) >= 2 or proc.poll() is not None, 60):
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        pytest.fail("validate never had two workers")
+    if proc.poll() is not None:
+        pytest.skip("validate finished before its workers could be signalled")
+    os.kill(proc.pid, signal.SIGTERM)
+    assert proc.wait(timeout=10) == 143
+    assert "stopped by SIGTERM" in proc.stderr.read()
+    assert wait_for(lambda: not group(proc.pid), 5), f"left behind: {group(proc.pid)}"
