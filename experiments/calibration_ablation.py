@@ -52,7 +52,7 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "no overlap clock penalty": lambda: patched(ct, "OVERLAP_CLOCK_RATIO", 1.0),
     "no separate gradient accumulation": lambda: patched(ct, "grad_accum_time",
                                                          lambda params, *a, **k: 0.0 * params),
-    "no kernel launch gaps": lambda: patched(ct, "launch_time", lambda fw=None: 0.0),
+    "no kernel launch gaps": lambda: patched(ct, "launch_time", lambda fw=None, gpu=None: 0.0),
     "no M/tp split under TP overlap": lambda: patched(ct, "_tp_split", lambda tp, tpo: 1.0),
     "K knee = 64 on every chip": lambda: patched(ct, "k_knee", lambda gpu, dtype: ct.SHAPE_SCALE),
     "FlashAttention-2 at the native rate": lambda: patched(

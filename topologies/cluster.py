@@ -379,8 +379,9 @@ _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node
          "faults", "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus"}
 
 
-def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
-    """A cluster from the YAML mapping (see docs/clusters.md). ``preset:`` fills defaults."""
+def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> Cluster:
+    """A cluster from the YAML mapping (see docs/clusters.md). ``preset:`` fills defaults.
+    ``base_dir``: the folder relative GPU profile paths (``gpu: {profile: FILE}``) start from."""
     if not isinstance(d, Mapping):
         raise SpecError("cluster", type(d).__name__, "a cluster file must hold a mapping")
     unknown = sorted((str(k) for k in set(d) - _KEYS))
@@ -396,7 +397,7 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
     for req in ("gpus_per_node", "intra_node_GBps", "nics_per_node", "inter_node_gbps"):
         if req not in merged:
             raise SpecError(req, None, "is required in a cluster file (or give preset:)")
-    groups = _groups(merged)
+    groups = _groups(merged, base_dir)
     # file units, checked before they are converted (10**400 GB/s must not overflow)
     num = {
         "intra_node_GBps": check_number("intra_node_GBps", merged["intra_node_GBps"], 0.0,
@@ -433,11 +434,12 @@ def cluster_from_mapping(d: Mapping[str, Any]) -> Cluster:
         nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
 
 
-def _gpu(v: Any) -> GPU:
-    return gpu_from_mapping(v) if isinstance(v, Mapping) else get_gpu(check_name("gpu", v))
+def _gpu(v: Any, base_dir: str | None = None) -> GPU:
+    return gpu_from_mapping(v, base_dir) if isinstance(v, Mapping) else \
+        get_gpu(check_name("gpu", v))
 
 
-def _groups(d: Mapping[str, Any]) -> tuple[NodeGroup, ...]:
+def _groups(d: Mapping[str, Any], base_dir: str | None = None) -> tuple[NodeGroup, ...]:
     if "node_groups" in d:
         gs = d["node_groups"]
         if not isinstance(gs, list) or not gs:
@@ -447,10 +449,10 @@ def _groups(d: Mapping[str, Any]) -> tuple[NodeGroup, ...]:
             if not isinstance(g, Mapping) or set(g) != {"gpu", "nodes"}:
                 raise SpecError(f"node_groups[{i}]", g, "must be a mapping with keys gpu and nodes")
             _positive_int(f"node_groups[{i}].nodes", g["nodes"])
-            out.append(NodeGroup(_gpu(g["gpu"]), g["nodes"]))
+            out.append(NodeGroup(_gpu(g["gpu"], base_dir), g["nodes"]))
         return tuple(out)
     if "gpu" not in d:
         raise SpecError("gpu", None, "is required in a cluster file (or give node_groups:)")
     nodes = d.get("nodes", 1)
     _positive_int("nodes", nodes)
-    return (NodeGroup(_gpu(d["gpu"]), nodes),)
+    return (NodeGroup(_gpu(d["gpu"], base_dir), nodes),)

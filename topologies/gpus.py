@@ -16,10 +16,11 @@ come from. Training precisions (``--dtype``) map to rates in ``topologies.precis
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Mapping
 
 from topologies.errors import SpecError
+from topologies.gpu_profile import GpuProfile, load_gpu_profile
 from topologies.limits import MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, check_name, check_number
 from topologies.precision import BLOCK_FORMATS, PRECISIONS
 
@@ -48,6 +49,9 @@ class GPU:
     block_formats: tuple[str, ...] = ()
     tdp_w: float | None = None
     source: str = field(default="", compare=False)
+    #: measured kernel timings (``paraplan calibrate``) the cost model reads in place of the
+    #: catalog's efficiencies where they cover a shape (``strategies.cost.measured``)
+    profile: GpuProfile | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -250,10 +254,16 @@ def get_gpu(name: str) -> GPU:
     return GPUS[_ALIASES[key]]
 
 
-def gpu_from_mapping(d: Mapping) -> GPU:
+def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
-    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w]."""
+    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w].
+
+    With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
+    GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
+    absent, or the custom GPU the other keys describe, carrying the measured profile."""
+    if "profile" in d:
+        return _with_profile(d, base_dir)
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
@@ -292,9 +302,33 @@ def gpu_from_mapping(d: Mapping) -> GPU:
               fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"))
 
 
+def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
+    prof = load_gpu_profile(d["profile"], base_dir)
+    rest = {k: v for k, v in d.items() if k != "profile"}
+    if set(rest) <= {"name"}:
+        name = rest.get("name", prof.gpu)
+        if name is None:
+            raise SpecError("gpu.profile", prof.path, "names no GPU (no gpu: key in the file); "
+                            "give gpu: {name: GPU, profile: FILE}")
+        base = get_gpu(check_name("gpu.name", name))
+        if "name" in rest and prof.gpu is not None and prof.gpu.lower() in _ALIASES \
+                and GPUS[_ALIASES[prof.gpu.lower()]].name != base.name:
+            raise SpecError("gpu.profile", prof.path, f"was measured on {prof.gpu}, not on "
+                            f"{base.name} (a profile applies to the GPU it measured)")
+    else:
+        base = gpu_from_mapping(rest)
+    return replace(base, profile=prof)
+
+
 def gpu_to_mapping(gpu: GPU) -> str | dict:
     """The file form of ``gpu``: its catalog name, or for a custom GPU the mapping that
-    ``gpu_from_mapping`` reads back (so a resolved cluster can be given again as input)."""
+    ``gpu_from_mapping`` reads back (so a resolved cluster can be given again as input);
+    a profiled GPU adds ``profile:`` (the absolute path of its file)."""
+    if gpu.profile is not None:
+        plain = gpu_to_mapping(replace(gpu, profile=None))
+        out = {"name": plain} if isinstance(plain, str) else dict(plain)
+        out["profile"] = gpu.profile.path
+        return out
     if GPUS.get(gpu.name) == gpu:
         return gpu.name
     d: dict = {"name": gpu.name}

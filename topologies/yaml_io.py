@@ -123,4 +123,5 @@ def load_mapping_file(path: str, field: str) -> Any:
 
 def load_cluster_file(path: str):
     from topologies.cluster import cluster_from_mapping
-    return cluster_from_mapping(load_mapping_file(path, "cluster"))
+    return cluster_from_mapping(load_mapping_file(path, "cluster"),
+                                os.path.dirname(os.path.abspath(path)))

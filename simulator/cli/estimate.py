@@ -36,6 +36,8 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
              f"{out['num_microbatches']} micro-batches per pipeline",
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
+             *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)"]
+               if cl.gpu.profile is not None else []),
              "",
              f"step time       {fmt_s(out['step_time_s'])}",
              f"tokens/s        {out['tokens_per_s']:,.0f}",

@@ -19,7 +19,7 @@ from strategies.errors import SpecError
 # Subcommand modules, in the order `paraplan --help` lists them. A module that is missing
 # (a partial checkout) is skipped, never a crash.
 COMMANDS = ("estimate", "simulate", "search", "compare", "whatif", "validate", "goodput",
-            "sensitivity", "presets")
+            "sensitivity", "presets", "calibrate")
 
 
 class _Parser(argparse.ArgumentParser):

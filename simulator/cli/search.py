@@ -287,6 +287,8 @@ def render(rep: dict[str, Any]) -> str:
     out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
            f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, "
            f"{i['framework']}" + ("" if i["framework_limits"] else " (no stack's limits)"),
+           *([f"GPU profile {i['gpu_profile']} (measured, calibration.md §7)"]
+             if i.get("gpu_profile") else []),
            f"{rep['space']['raw']:,} plans in the space, {rep['space']['feasible']:,} feasible "
            f"(memory limit {i['memory_limit_gib']:.1f} GiB), all scored analytically; "
            f"{ev['simulated']} simulated" + (" (exhaustive)" if ev["exhaustive"] else

@@ -32,6 +32,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.plan import Plan
 from simulator.workers import process_pool, terminate_pool
 from topologies.cluster import Cluster
+from topologies.gpu_profile import profile_to_mapping
 
 
 def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
@@ -203,6 +204,10 @@ def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
     ``exact``: simulated in full; ``system`` only when it is not ``DEFAULT_SYSTEM``, so older
     results files still match)."""
     ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
+    profiles = [profile_to_mapping(g.gpu.profile) for g in cluster.groups
+                if g.gpu.profile is not None]
+    if profiles:   # the measurements, not just the file's path (a profile measured anew)
+        ctx["gpu_profiles"] = profiles
     if framework:
         ctx["framework"] = framework
     if exact:

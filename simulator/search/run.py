@@ -152,6 +152,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
 def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
     return {"model": cfg.model.name, "cluster": cfg.cluster.name,
             "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
+            "gpu_profile": cfg.cluster.gpu.profile.path if cfg.cluster.gpu.profile else None,
             "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
             "framework": get_profile(cfg.framework).name,
             "framework_limits": cfg.framework is not None,

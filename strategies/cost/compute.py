@@ -23,6 +23,9 @@ The efficiency model (every constant and its source: docs/calibration.md):
   accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
   ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves twice its forward bytes.
 * Every kernel boundary costs ``framework.launch_gap_s`` (``strategies.framework``).
+* A GPU with a measured profile (``paraplan calibrate``) replaces these figures where its
+  measurements reach (``strategies.cost.measured``): GEMM and attention times scaled by the
+  measured-over-model ratio at their size, the measured HBM bandwidth and launch gap.
 
 Every function broadcasts over numpy arrays of plan fields.
 """
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from strategies.cost import counts as costs
+from strategies.cost import measured
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import DEFAULT, FrameworkProfile
@@ -40,6 +44,9 @@ from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
 
+#: The default system's achievable HBM fraction (``SystemConfig.hbm_efficiency``; an alias
+#: for GPU profiles and reports that compare against the catalog, not a second constant).
+HBM_EFFICIENCY = DEFAULT_SYSTEM.hbm_efficiency
 SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-shape rate
 # The K loop's knee grows with the chip's tensor-core rate per SM: a CTA's fixed prologue and
 # epilogue (pipeline fill, writing the C tile) take about the same time on every chip, so the
@@ -83,14 +90,27 @@ def k_knee(gpu: GPU, dtype: str) -> float:
     return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
 
 
+def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float) -> Num:
+    """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s)."""
+    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+
+
+def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.GemmRatio | None:
+    """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
+    return measured.gemm_ratio(gpu, dtype, lambda M, N, K: _gemm_compute(M, N, K, rate, knee))
+
+
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
-          c_bytes: Num | None = None, knee: float = SHAPE_SCALE) -> Num:
+          c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
+          ratio: measured.GemmRatio | None = None) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
-    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``) and the HBM time of
-    the operands (``esize`` bytes per input element, ``c_bytes`` per output element, default
-    ``esize``)."""
+    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``ratio``: a measured
+    profile's correction, ``_gemm_ratio``) and the HBM time of the operands
+    (``esize`` bytes per input element, ``c_bytes`` per output element, default ``esize``)."""
     flops = 2.0 * M * N * K
-    t_compute = flops / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+    t_compute = _gemm_compute(M, N, K, rate, knee)
+    if ratio is not None:
+        t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
     t_memory = (esize * (M * K + K * N) + c * M * N) / hbm
     return count * np.maximum(t_compute, t_memory)
@@ -117,8 +137,9 @@ def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
 
 
 def usable_hbm(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> float:
-    """Usable HBM bandwidth of ``gpu`` (bytes/s): datasheet x ``system.hbm_efficiency``."""
-    return gpu.hbm_bandwidth * system.hbm_efficiency
+    """Usable HBM bandwidth of ``gpu`` (bytes/s): datasheet x ``system.hbm_efficiency``, or a
+    GPU profile's measurement (``strategies.cost.measured``)."""
+    return measured.hbm_rate(gpu, system.hbm_efficiency)
 
 
 def _rates(gpu: GPU, dtype: str,
@@ -157,14 +178,15 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
+    r16 = gpu.peak("bf16") * gpu.matmul_efficiency
+    q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
     split = _tp_split(tp, tpo)
     t = 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:                                   # MoE router: bf16, not split
-            t = t + _gemm(count, M, N, K, gpu.peak("bf16") * gpu.matmul_efficiency, hbm, 2.0,
-                          knee=kn16)
+            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16)
         else:
-            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn)
+            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q)
     return t
 
 
@@ -179,18 +201,19 @@ def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     ``grad_accum_time``)."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
+    r16 = gpu.peak("bf16") * gpu.matmul_efficiency
+    q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t = 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:
-            r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16) \
-                + _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16)
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) \
+                + _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
             continue
         s = split if row else 1.0
-        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn)
-        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn)
+        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q)
+        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q)
     return t
 
 
@@ -214,7 +237,14 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
-    t_flash = slow * f_flash / (peak * gpu.flash_efficiency(fw.attention_kernel))
+    flash_rate = peak * gpu.flash_efficiency(fw.attention_kernel)
+    t_flash = slow * f_flash / flash_rate
+    t_flash_b = FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash
+    q = measured.attention_ratios(gpu, fw.attention_kernel, lambda f: f / flash_rate,
+                                  FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
+    if q is not None:   # a measured profile: its time over the model's at this kernel length
+        seq, heads = m.seq_length / cp, m.num_attention_heads / tp
+        t_flash, t_flash_b = t_flash * q[0](seq, heads), t_flash_b * q[1](seq, heads)
     f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False)
     # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV)
     d = m.head_dim
@@ -224,7 +254,7 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     t_plain_f = slow * f_full / rate + soft
     t_plain_b = slow * 2 * f_full / rate + 2 * soft
     fwd = np.where(flash, t_flash, t_plain_f)
-    bwd = np.where(flash, FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash, t_plain_b)
+    bwd = np.where(flash, t_flash_b, t_plain_b)
     return fwd, bwd
 
 
@@ -242,9 +272,10 @@ def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: G
     return byts / hbm
 
 
-def launch_time(fw: FrameworkProfile = DEFAULT) -> float:
-    """GPU idle seconds per layer forward from kernel boundaries (the backward: twice)."""
-    return fw.kernels_per_layer * fw.launch_gap_s
+def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
+    """GPU idle seconds per layer forward from kernel boundaries (the backward: twice); the
+    gap per boundary is ``gpu``'s measured one where its profile has it."""
+    return fw.kernels_per_layer * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
@@ -263,7 +294,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype, system)
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
-    launch = launch_time(fw)
+    launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
     bwd = g_b + a_b + 2 * e + acc + 2 * launch
     # selective recompute redoes the attention core; with FlashAttention its backward already
@@ -286,9 +317,10 @@ def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn)
-                  + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn))
+    q = _gemm_ratio(gpu, "bf16", rate, kn)
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q)
+                  + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q))
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
     acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system)
     return g_f + ce, g_b + ce + acc

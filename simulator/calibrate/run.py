@@ -1,0 +1,155 @@
+"""The sweep of ``paraplan calibrate``: which shapes to time, and the profile they make.
+
+GEMMs: the four weight GEMMs of a transformer layer (QKV, attention output, MLP up, MLP
+down; ``strategies.cost.compute._linears``, the shapes the cost model itself charges) and the
+logits GEMM of the LM head ``(tokens, vocab/tp, hidden)``, each in
+its three passes (forward ``(M, N, K)``, data gradient ``(M, K, N)``, weight gradient
+``(K, N, M)``), for every model, tensor-parallel degree and micro-batch size asked, in bf16
+and, where the GPU has it, fp8. Attention: every sequence length and per-GPU head count
+(the model's heads over each tp) with the model's head dimension, batch 1, causal. Memory:
+``copy``, ``add`` and ``layernorm`` over ``MEMORY_SIZES``. Collectives over ``COLLECTIVE_SIZES``
+when the machine has more than one GPU.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.calibrate.backend import MEMORY_KERNELS, Backend
+from strategies.cost.compute import _linears
+from strategies.model import ModelSpec
+from topologies.gpu_profile import COLLECTIVE_OPS, SCHEMA, GpuProfile, profile_from_mapping
+
+MEMORY_SIZES = tuple(2**p for p in range(20, 31, 2))       # 1 MiB .. 1 GiB moved
+COLLECTIVE_SIZES = tuple(2**p for p in range(20, 31, 2))   # 1 MiB .. 1 GiB per GPU
+
+
+@dataclass(frozen=True)
+class CalibrationSpec:
+    """What to measure: ``models`` (their layer shapes), tensor-parallel degrees ``tps``,
+    micro-batch sizes ``mbs`` (sequences), attention sequence lengths ``seqs`` (tokens),
+    GEMM ``dtypes`` (those the backend cannot run are skipped)."""
+
+    models: tuple[ModelSpec, ...]
+    tps: tuple[int, ...] = (1, 2, 4, 8)
+    mbs: tuple[int, ...] = (1, 2)
+    seqs: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
+    dtypes: tuple[str, ...] = ("bf16", "fp8")
+
+
+def gemm_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
+    """Distinct integer ``(M, N, K)`` of the layer GEMMs in all three passes, in order."""
+    out: dict[tuple[int, int, int], None] = {}
+    for m in spec.models:
+        for tp in spec.tps:
+            if m.num_attention_heads % tp or m.kv_heads % tp and tp % m.kv_heads:
+                continue
+            for b in spec.mbs:
+                T = b * m.seq_length
+                head = (1, T, m.vocab_size / tp, m.hidden_size, False)   # the logits GEMM
+                for _count, M, N, K, row in [*_linears(m, b, tp, 1, 1), head]:
+                    if row is None:
+                        continue
+                    dims = [int(round(float(x))) for x in (M, N, K)]
+                    if min(dims) < 1:
+                        continue
+                    M_, N_, K_ = dims
+                    for s in ((M_, N_, K_), (M_, K_, N_), (K_, N_, M_)):
+                        out[s] = None
+    return list(out)
+
+
+def attention_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
+    """Distinct ``(heads per GPU, seq, head_dim)``."""
+    out: dict[tuple[int, int, int], None] = {}
+    for m in spec.models:
+        for tp in spec.tps:
+            if m.num_attention_heads % tp:
+                continue
+            for s in spec.seqs:
+                out[(m.num_attention_heads // tp, s, m.head_dim)] = None
+    return list(out)
+
+
+def calibrate(backend: Backend, spec: CalibrationSpec, gpu: str | None = None) -> GpuProfile:
+    """Run the sweep on ``backend``; the profile it measured (``gpu``: the catalog name to
+    record, default the backend's guess). Every value passes the profile file's checks."""
+    info = backend.describe()
+    d: dict = {"schema": SCHEMA, "device": info["device"], "backend": info.get("backend", ""),
+               "software": dict(info.get("software", {}))}
+    if gpu or info.get("gpu"):
+        d["gpu"] = gpu or info["gpu"]
+    d["gemm"] = []
+    for dtype in spec.dtypes:
+        if dtype not in info["dtypes"]:
+            continue
+        for M, N, K in gemm_shapes(spec):
+            t = backend.gemm_seconds(dtype, M, N, K)
+            if t is not None:
+                d["gemm"].append({"dtype": dtype, "m": M, "n": N, "k": K, "seconds": t})
+    d["attention"] = []
+    for kernel in info["attention_kernels"]:
+        for heads, seq, hd in attention_shapes(spec):
+            r = backend.attention_seconds(kernel, 1, heads, seq, hd, True)
+            if r is not None:
+                d["attention"].append({"kernel": kernel, "batch": 1, "heads": heads, "seq": seq,
+                                       "head_dim": hd, "causal": True, "fwd_seconds": r[0],
+                                       "bwd_seconds": r[1]})
+    d["memory"] = [{"kernel": k, "bytes": n, "seconds": backend.memory_seconds(k, n)}
+                   for k in MEMORY_KERNELS for n in MEMORY_SIZES]
+    d["launch_gap_s"] = backend.launch_gap_seconds()
+    d["collectives"] = []
+    if info["count"] > 1:
+        times = backend.collective_seconds(COLLECTIVE_OPS, COLLECTIVE_SIZES)
+        d["collectives"] = [{"op": op, "gpus": info["count"], "bytes": n, "seconds": t}
+                            for (op, n), t in sorted(times.items())]
+    return profile_from_mapping(d)
+
+
+def _median(xs: list[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def summarize(profile: GpuProfile, gpu=None) -> dict:
+    """What the profile says against the catalog model of ``gpu`` (a ``GPU``; None: the
+    measured figures only). Efficiencies are fractions of the datasheet peak; ``vs_model``:
+    median of measured over modelled seconds at the same shapes (> 1: the chip is slower
+    than the catalog says)."""
+    from strategies.cost import compute
+    from strategies.cost.measured import attention_flops_fwd
+    out: dict = {"gpu": profile.gpu, "device": profile.device, "backend": profile.backend,
+                 "gemm": {}, "attention": {}}
+    for dtype in sorted({p.dtype for p in profile.gemm}):
+        pts = profile.gemm_points(dtype)
+        row: dict = {"shapes": len(pts)}
+        if gpu is not None and gpu.supports(dtype):
+            peak = gpu.peak(dtype)
+            rate, kn = peak * gpu.gemm_efficiency(dtype), compute.k_knee(gpu, dtype)
+            eff = [p.flops / p.seconds / peak for p in pts]
+            row.update(efficiency_min=min(eff), efficiency_median=_median(eff),
+                       efficiency_max=max(eff), catalog_large_gemm=gpu.gemm_efficiency(dtype),
+                       vs_model=_median([p.seconds / compute._gemm_compute(p.m, p.n, p.k, rate, kn)
+                                         for p in pts]))
+        out["gemm"][dtype] = row
+    for kernel in sorted({p.kernel for p in profile.attention}):
+        pts = profile.attention_points(kernel)
+        row = {"shapes": len(pts)}
+        if gpu is not None:
+            peak = gpu.peak("bf16")
+            fl = [attention_flops_fwd(p.batch, p.heads, p.seq, p.head_dim, p.causal) for p in pts]
+            ef = [f / p.fwd_seconds / peak for f, p in zip(fl, pts)]
+            eb = [compute.FLASH_BWD_FACTOR * f / p.bwd_seconds / peak for f, p in zip(fl, pts)]
+            row.update(fwd_efficiency_median=_median(ef), bwd_efficiency_median=_median(eb),
+                       catalog_fwd=gpu.flash_efficiency(kernel),
+                       catalog_bwd=gpu.flash_efficiency(kernel) * compute.FLASH_BWD_EFFICIENCY)
+        out["attention"][kernel] = row
+    if profile.hbm_bandwidth is not None:
+        out["hbm"] = {"measured_Bps": profile.hbm_bandwidth}
+        if gpu is not None:
+            out["hbm"].update(catalog_Bps=gpu.hbm_bandwidth * compute.HBM_EFFICIENCY,
+                              fraction_of_datasheet=profile.hbm_bandwidth / gpu.hbm_bandwidth)
+    out["launch_gap_s"] = profile.launch_gap_s
+    out["collectives"] = {op: max(c.bus_bandwidth for c in profile.collectives if c.op == op)
+                          for op in sorted({c.op for c in profile.collectives})}
+    return out

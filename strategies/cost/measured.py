@@ -1,0 +1,134 @@
+"""Measured GPU profiles (``paraplan calibrate``, ``topologies.gpu_profile``) in the cost model.
+
+A profile carries raw timings of shapes. The cost model reads each as a *ratio*: the measured
+seconds over the seconds the catalog model gives for the same shape. The ratio is
+interpolated linearly in the logarithm of the size (a GEMM's FLOPs, an attention kernel's
+sequence length) and multiplies the catalog time of the shape asked; outside the measured
+range of sizes it is 1 (the catalog's figure). At a measured shape the cost model therefore
+gives exactly the measured time, whatever the catalog said, and between measured shapes it
+keeps the catalog's shape dependence (the thin-shape penalty of ``compute._gemm``) scaled by
+the neighbouring measurements.
+
+* GEMMs: per tensor-core rate (``GPU.rate_key``): a measured shape's own ratio, else over
+  ``2·m·n·k`` FLOPs (the three passes of a weight share their FLOPs: averaged).
+* Attention: per kernel (``"native"``, ``"fa2"``) and direction, over the sequence length a
+  kernel call sees, among the points of the measured head count nearest (in log) to the one
+  asked.
+* Memory-bound kernels: the profile's usable HBM bandwidth (``GpuProfile.hbm_bandwidth``)
+  replaces the catalog's ``hbm_bandwidth · HBM_EFFICIENCY``.
+* Launch gap: the profile's ``launch_gap_s`` replaces the framework's.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from strategies.cost.counts import Num, causal_fraction
+from topologies.gpu_profile import AttentionPoint
+from topologies.gpus import GPU
+
+GemmRatio = Callable[[Num, Num, Num], Num]
+
+
+def attention_flops_fwd(batch: Num, heads: Num, seq: Num, head_dim: Num, causal: bool) -> Num:
+    """FLOPs of a fused attention forward (QK^T and AV) over ``batch`` sequences of ``seq``
+    tokens, ``heads`` heads of ``head_dim``: ``4·b·s²·heads·d``, times ``causal_fraction(s)``
+    for a causal kernel (which skips the masked blocks)."""
+    return 4.0 * batch * seq * seq * heads * head_dim * (causal_fraction(seq) if causal else 1.0)
+
+
+def interp_log(xp: list[float], fp: list[float], x: Num) -> np.ndarray:
+    """``fp`` interpolated linearly in ``log(xp)`` at ``x``; NaN outside ``[min xp, max xp]``.
+    Values given at the same ``xp`` are averaged."""
+    xs = np.asarray(xp, dtype=float)
+    ys = np.asarray(fp, dtype=float)
+    ux, inv = np.unique(xs, return_inverse=True)
+    uy = np.bincount(inv, weights=ys) / np.bincount(inv)
+    xa = np.asarray(x, dtype=float)
+    inside = (xa >= ux[0] * (1 - 1e-12)) & (xa <= ux[-1] * (1 + 1e-12))
+    y = np.interp(np.log(np.maximum(xa, 1e-300)), np.log(ux), uy)
+    return np.where(inside, y, np.nan)
+
+
+def _or_one(r: np.ndarray, like: Num) -> Num:
+    out = np.where(np.isnan(r), 1.0, r)
+    return float(out) if np.ndim(like) == 0 and np.ndim(out) == 0 else out
+
+
+def gemm_ratio(gpu: GPU, dtype: str,
+               catalog_seconds: Callable[[float, float, float], float]) -> GemmRatio | None:
+    """Measured over catalog seconds of ``dtype`` GEMMs as a function ``(M, N, K) -> ratio``:
+    a measured shape's own ratio, else the ratios interpolated over FLOPs (those measured at
+    the same FLOPs averaged), 1 outside the measured range; None when ``gpu`` has no profile
+    or no GEMM in that rate. ``catalog_seconds(M, N, K)``: the cost model's compute time of
+    one GEMM (seconds)."""
+    if gpu.profile is None:
+        return None
+    pts = gpu.profile.gemm_points(gpu.rate_key(dtype))
+    if not pts:
+        return None
+    flops = [p.flops for p in pts]
+    ratio = [p.seconds / float(catalog_seconds(p.m, p.n, p.k)) for p in pts]
+    exact = {(p.m, p.n, p.k): r for p, r in zip(pts, ratio)}
+
+    def at(M: Num, N: Num, K: Num) -> Num:
+        shape = np.broadcast_arrays(np.asarray(M, float), np.asarray(N, float),
+                                    np.asarray(K, float))
+        r = interp_log(flops, ratio, 2.0 * shape[0] * shape[1] * shape[2])
+        keys = np.stack([a.ravel() for a in shape], axis=1)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        own = np.array([exact.get(tuple(u), np.nan) for u in uniq.tolist()])[inv.ravel()]
+        r = np.where(np.isnan(own.reshape(r.shape)), r, own.reshape(r.shape))
+        return _or_one(r, M if np.ndim(M) else N if np.ndim(N) else K)
+    return at
+
+
+def attention_ratios(gpu: GPU, kernel: str, catalog_fwd_seconds: Callable[[float], float],
+                     bwd_over_fwd: float) -> tuple[Callable[[Num, Num], Num],
+                                                   Callable[[Num, Num], Num]] | None:
+    """(forward, backward) measured over catalog seconds of the fused attention ``kernel``,
+    as functions of ``(seq, heads)`` (1 outside the measured sequence range); None without
+    measured points. ``catalog_fwd_seconds(flops)``: the cost model's forward time of that
+    many attention FLOPs; its backward takes ``bwd_over_fwd`` times as long."""
+    if gpu.profile is None:
+        return None
+    pts = gpu.profile.attention_points(kernel)
+    if not pts:
+        return None
+
+    def cat(p: AttentionPoint) -> float:
+        return float(catalog_fwd_seconds(
+            attention_flops_fwd(p.batch, p.heads, p.seq, p.head_dim, p.causal)))
+
+    heads = sorted({p.heads for p in pts})
+    fwd = {h: ([p.seq for p in pts if p.heads == h],
+               [p.fwd_seconds / cat(p) for p in pts if p.heads == h]) for h in heads}
+    bwd = {h: ([p.seq for p in pts if p.heads == h],
+               [p.bwd_seconds / (bwd_over_fwd * cat(p)) for p in pts if p.heads == h])
+           for h in heads}
+
+    def make(table: dict) -> Callable[[Num, Num], Num]:
+        def ratio(seq: Num, hq: Num) -> Num:
+            seq_b, hq_b = np.broadcast_arrays(np.asarray(seq, float), np.asarray(hq, float))
+            pick = np.argmin(np.abs(np.log(hq_b)[..., None] - np.log(heads)), axis=-1)
+            per = np.stack([interp_log(*table[h], seq_b) for h in heads], axis=-1)
+            r = np.take_along_axis(per, pick[..., None], axis=-1)[..., 0]
+            return _or_one(r, seq if np.ndim(seq) else hq)
+        return ratio
+    return make(fwd), make(bwd)
+
+
+def hbm_rate(gpu: GPU, efficiency: float) -> float:
+    """Usable HBM bytes/s: the profile's measured bandwidth, else ``hbm_bandwidth ·
+    efficiency`` (the catalog model)."""
+    measured = gpu.profile.hbm_bandwidth if gpu.profile is not None else None
+    return measured if measured is not None else gpu.hbm_bandwidth * efficiency
+
+
+def launch_gap(gpu: GPU | None, default_s: float) -> float:
+    """Seconds of GPU idle per kernel boundary: the profile's measured gap, else
+    ``default_s`` (the framework's)."""
+    if gpu is not None and gpu.profile is not None and gpu.profile.launch_gap_s is not None:
+        return gpu.profile.launch_gap_s
+    return default_s
