@@ -59,7 +59,8 @@ def base(job: Job, figures: bool = True) -> int | None:
 def can_extend(job: Job, figures: bool = True) -> bool:
     """Whether ``job``'s step may be simulated on two short runs and extended."""
     m, g, b = job.num_microbatches, period(job), base(job, figures)
-    return (job.plan.pp > 1 and get_schedule(job.plan.schedule).steady_state
+    return (job.plan.pp > 1 and job.plan.group_microbatches is None
+            and get_schedule(job.plan.schedule).steady_state
             and b is not None and m % g == 0 and m >= SAVING * (2 * b + 1) * g)
 
 

@@ -93,7 +93,7 @@ def network_rules(job: Job) -> tuple[bool, bool, str]:
     leaves = -(-cl.num_nodes // cl.nodes_per_leaf)
     if cl.oversubscription != 1 and leaves > 1:
         return False, False, f"oversubscription {cl.oversubscription:g}"
-    if cl.heterogeneous:
+    if not cl.uniform or job.plan.group_microbatches is not None:
         return True, False, "heterogeneous nodes"
     return True, True, ""
 

@@ -90,6 +90,8 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
                      rank_map=spec.rank_map())
     res.metrics = derive_metrics(res, job, programs, net, spec)
     res.metrics["network"] = network
+    if len(job.cluster.groups) > 1:     # a mixed cluster: the GPU type of each simulated rank
+        res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name for r in programs}
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
     return res
@@ -168,7 +170,7 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     est = estimate(job)
     out = est.to_json()
     step, m = result.step_time_s, result.metrics
-    p, peak = job.plan, job.cluster.gpu.peak(job.dtype)
+    p, peak = job.plan, job.cluster.mean_peak(job.dtype)   # the mean peak over the GPUs
     n = job.cluster.num_gpus
     rc = RECOMPUTE_CODE[p.recompute]
     out.update({

@@ -39,8 +39,37 @@ class Job:
 
     @property
     def num_microbatches(self) -> int:
+        """Micro-batches per pipeline: ``gbs / (mbs·dp)``; with ``group_microbatches`` the
+        largest count of any replica (what memory and the simulator's size limit read)."""
         p = self.plan
+        if p.group_microbatches is not None:
+            used = set(replica_groups(self.cluster, p))
+            return max(m for g, m in enumerate(p.group_microbatches) if g in used)
         return p.gbs // (p.mbs * p.dp)
+
+    def stage_nodes(self, stage: int) -> range:
+        """The nodes holding pipeline stage ``stage``: its global ranks are ``stage·tp·cp·dp``
+        to ``(stage+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
+        p, G = self.plan, self.cluster.gpus_per_node
+        per = p.tp * p.cp * p.dp
+        return range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
+
+    def microbatches_of_rank(self, rank: int) -> int:
+        """Micro-batches rank ``rank`` runs per step: its replica's node group's count in
+        ``group_microbatches``, else ``num_microbatches``."""
+        p = self.plan
+        if p.group_microbatches is None:
+            return self.num_microbatches
+        dp_index = (rank // (p.tp * p.cp)) % p.dp
+        return p.group_microbatches[replica_groups(self.cluster, p)[dp_index]]
+
+    def layers_of_stage(self, stage: int) -> int:
+        """Transformer layers held by pipeline stage ``stage`` (all its chunks): the plan's
+        ``layers_per_stage`` when given (uneven stages), else ``num_layers / pp``. The one
+        rule the cost record, the memory model and the compiler read."""
+        if self.plan.layers_per_stage is not None:
+            return self.plan.layers_per_stage[stage]
+        return self.model.num_layers // self.plan.pp
 
     @property
     def tokens_per_step(self) -> int:
@@ -91,10 +120,14 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     plan = replace(plan, dp=dp, gbs=gbs)
     check_plan_against_model(model, plan)
-    if gbs % (plan.mbs * dp):
+    if plan.group_microbatches is not None:
+        counts = _check_group_microbatches(cluster, plan)
+    elif gbs % (plan.mbs * dp):
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
-    get_schedule(plan.schedule).check(plan.pp, gbs // (plan.mbs * dp), plan.vpp,
-                                      plan.microbatch_group_size)
+    else:
+        counts = [gbs // (plan.mbs * dp)]
+    for m in counts:
+        get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
         check_plan(fw, plan)
     return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
@@ -108,7 +141,12 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
     if kv % plan.tp:
         raise SpecError("tp", plan.tp, f"must divide num_query_groups (KV heads)={kv}")
     chunks = plan.pp * plan.vpp
-    if model.num_layers % chunks:
+    if plan.layers_per_stage is not None:
+        total = sum(plan.layers_per_stage)
+        if total != model.num_layers:
+            raise SpecError("layers_per_stage", "/".join(map(str, plan.layers_per_stage)),
+                            f"must sum to num_layers={model.num_layers} (sums to {total})")
+    elif model.num_layers % chunks:
         what = f"pp*vpp = {plan.pp}*{plan.vpp} = {chunks}" if plan.vpp > 1 else f"pp={plan.pp}"
         raise SpecError("num_layers", model.num_layers, f"must be divisible by {what}")
     s = model.seq_length
@@ -125,3 +163,44 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
                             "(experts are sharded across data-parallel ranks)")
+
+
+def replica_groups(cluster: Cluster, plan: Plan) -> list[int]:
+    """The node group of each data-parallel replica (``plan.dp`` resolved): replica ``d`` is
+    the ranks whose data-parallel coordinate is ``d`` (Megatron's order: rank = tp_i +
+    tp·(cp_i + cp·(d + dp·stage))). ``SpecError`` where a replica spans node groups."""
+    tp, cp, dp, pp = plan.tp, plan.cp, plan.dp, plan.pp
+    ends, total = [], 0
+    for g in cluster.groups:
+        total += g.num_nodes * cluster.gpus_per_node
+        ends.append(total)
+    out = []
+    for d in range(dp):
+        seen = set()
+        for s in range(pp):
+            lo = tp * cp * (d + dp * s)
+            for r in (lo, lo + tp * cp - 1):
+                seen.add(next(i for i, e in enumerate(ends) if r < e))
+        if len(seen) != 1:
+            text = "/".join(map(str, plan.group_microbatches or ()))
+            raise SpecError("group_microbatches", text, f"needs every data-parallel replica on "
+                            f"one node group; replica {d} spans groups {sorted(seen)} "
+                            f"(tp={tp}, cp={cp}, dp={dp}, pp={pp})")
+        out.append(seen.pop())
+    return out
+
+
+def _check_group_microbatches(cluster: Cluster, plan: Plan) -> list[int]:
+    """The rules of ``group_microbatches`` against the cluster and the batch; returns the
+    counts in use."""
+    gm, text = plan.group_microbatches, "/".join(map(str, plan.group_microbatches))
+    if len(gm) != len(cluster.groups):
+        raise SpecError("group_microbatches", text, f"must give one count per node group "
+                        f"({len(cluster.groups)}), not {len(gm)}")
+    groups = replica_groups(cluster, plan)
+    total = sum(gm[g] for g in groups) * plan.mbs
+    if total != plan.gbs:
+        raise SpecError("group_microbatches", text, f"must add up to the global batch: "
+                        f"sum over the {plan.dp} replicas of micro-batches x mbs={plan.mbs} is "
+                        f"{total}, not gbs={plan.gbs}")
+    return sorted({gm[g] for g in groups})

@@ -39,6 +39,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
                         "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
+    a += _uneven_megatron_args(p)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
@@ -97,6 +98,25 @@ def _model_args(m) -> list[str]:
     return a
 
 
+def _uneven_megatron_args(p) -> list[str]:
+    """Megatron-LM's uneven stages: the first and the last stage's layers, the middle stages
+    even (``--decoder-first/last-pipeline-num-layers``); a refusal for what it cannot express
+    (unequal middle stages, per-group batch shares)."""
+    if p.group_microbatches is not None:
+        raise SpecError("--export", "megatron", "Megatron-LM gives every data-parallel "
+                        "replica the same micro-batch count; group_microbatches="
+                        f"{'/'.join(map(str, p.group_microbatches))} has no argument")
+    ls = p.layers_per_stage
+    if ls is None:
+        return []
+    if len(set(ls[1:-1])) > 1:
+        raise SpecError("--export", "megatron", f"Megatron-LM sets the first and last "
+                        f"stage's layers only, the middle stages even; layers_per_stage="
+                        f"{'/'.join(map(str, ls))} has unequal middle stages")
+    return [f"--decoder-first-pipeline-num-layers {ls[0]}",
+            f"--decoder-last-pipeline-num-layers {ls[-1]}"]
+
+
 def _refuse(why: str) -> None:
     raise SpecError("--export", "deepspeed", f"cannot express this plan: {why} "
                     "(use --export megatron, or --fix the dimension)")
@@ -106,6 +126,9 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     """A DeepSpeed config (JSON) for the plan, or a SpecError naming what does not map."""
     p = job.plan
     notes: list[str] = []
+    if p.layers_per_stage is not None or p.group_microbatches is not None:
+        _refuse("this exporter writes DeepSpeed's uniform pipeline partition and equal "
+                "micro-batch counts per replica (no layers_per_stage, group_microbatches)")
     why = get_schedule(p.schedule).deepspeed_refusal(job)
     if why:
         _refuse(why)

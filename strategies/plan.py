@@ -10,7 +10,8 @@ from typing import Any, Mapping
 
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
-from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_MBS, MAX_VPP, check_bool, check_int,
+from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
+                               check_int,
                                parse_int_text)
 
 RECOMPUTE = ("none", "selective", "full")
@@ -42,6 +43,8 @@ class Plan:
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
     microbatch_group_size: int | None = None
+    layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
+    group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
@@ -60,6 +63,13 @@ class Plan:
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
+        for f in ("layers_per_stage", "group_microbatches"):
+            if isinstance(getattr(self, f), list):
+                object.__setattr__(self, f, tuple(getattr(self, f)))
+        if self.layers_per_stage is not None:
+            _check_layers_per_stage(self)
+        if self.group_microbatches is not None:
+            _check_group_microbatches(self)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -87,7 +97,67 @@ class Plan:
             parts.append("sp")
         if self.zero:
             parts.append(f"z{self.zero}")
+        if self.layers_per_stage is not None:
+            parts.append("L" + "/".join(map(str, self.layers_per_stage)))
+        if self.group_microbatches is not None:
+            parts.append("M" + "/".join(map(str, self.group_microbatches)))
         return " ".join(parts)
+
+
+def _check_layers_per_stage(p: Plan) -> None:
+    """Uneven stages: one positive layer count per pipeline stage, one chunk per rank (the
+    sum against the model's layers is checked with the model, ``strategies.job``)."""
+    v = p.layers_per_stage
+    if not isinstance(v, tuple) or not v:
+        raise SpecError("layers_per_stage", v, "must be a list of layer counts, one per stage")
+    for x in v:
+        check_int("layers_per_stage", x, 1, MAX_LAYERS)
+    if len(v) != p.pp:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"must give one layer count per pipeline stage (pp={p.pp}), not {len(v)}")
+    if p.vpp != 1:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"uneven stages take one model chunk per rank (vpp=1, not {p.vpp})")
+
+
+def _check_group_microbatches(p: Plan) -> None:
+    """Micro-batches per pipeline for the data-parallel replicas of each node group: positive
+    counts; gradients reduced once per step (ZeRO <= 1) and no expert parallelism, whose
+    per-micro-batch collectives would pair replicas that run different counts (the sum
+    against the batch and the groups is checked with the cluster, ``strategies.job``)."""
+    v = p.group_microbatches
+    if not isinstance(v, tuple) or not v:
+        raise SpecError("group_microbatches", v, "must be a list of micro-batch counts, one "
+                        "per node group")
+    for x in v:
+        check_int("group_microbatches", x, 1, MAX_GBS)
+    text = "/".join(map(str, v))
+    if p.zero >= 2:
+        raise SpecError("group_microbatches", text, f"needs zero <= 1 (zero={p.zero} reduces "
+                        "gradients every micro-batch, pairing replicas that run different counts)")
+    if p.ep > 1:
+        raise SpecError("group_microbatches", text, f"needs ep=1 (ep={p.ep}: the all-to-all of "
+                        "every micro-batch pairs replicas that run different counts)")
+
+
+def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] | None:
+    """``10/6/6/10`` (or ``10:6:6:10``, or a YAML list) as a tuple of ints; None stays None
+    (``layers_per_stage``, ``group_microbatches``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        items = [x.strip() for x in value.replace(":", "/").split("/")]
+        if not all(items):
+            raise SpecError(key, value, "must be counts joined by '/', e.g. 10/6/6/10")
+        return tuple(parse_int_text(key, x) for x in items)
+    if isinstance(value, (list, tuple)):
+        out = []
+        for x in value:
+            if isinstance(x, bool) or not isinstance(x, int):
+                raise SpecError(key, value, "must be a list of integers")
+            out.append(x)
+        return tuple(out)
+    raise SpecError(key, value, "must be counts joined by '/', e.g. 10/6/6/10")
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
@@ -103,6 +173,8 @@ def _pos_int(name: str, v: Any) -> None:
 
 
 def _coerce(key: str, value: Any) -> Any:
+    if key in ("layers_per_stage", "group_microbatches"):
+        return parse_layers(value, key)
     if key in _BOOLS:
         if isinstance(value, bool):
             return value

@@ -28,10 +28,17 @@ INTER_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "torus", "ring")
 
 @dataclass(frozen=True)
 class NodeGroup:
-    """``num_nodes`` nodes of one GPU type (heterogeneous clusters have several groups)."""
+    """``num_nodes`` nodes of one GPU type (heterogeneous clusters have several groups).
+
+    ``intra_node_bandwidth`` / ``inter_node_bandwidth`` (bytes/s per direction, per GPU into
+    the node fabric and per NIC): this group's own links; None takes the cluster's. The
+    simulator's network graph uses them; the analytic collective costs use the cluster's.
+    """
 
     gpu: GPU
     num_nodes: int
+    intra_node_bandwidth: float | None = None
+    inter_node_bandwidth: float | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,10 @@ class Cluster:
             if not isinstance(g, NodeGroup) or not isinstance(g.gpu, GPU):
                 raise SpecError("node_groups", g, "must be node groups of a GPU and a node count")
             _positive_int("nodes", g.num_nodes)
+            for name in ("intra_node_bandwidth", "inter_node_bandwidth"):
+                if getattr(g, name) is not None:
+                    check_number(f"node_groups.{name}", getattr(g, name), 0.0,
+                                 MAX_BANDWIDTH_BPS, lo_open=True)
         _positive_int("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE)
         total = sum(g.num_nodes for g in self.groups) * self.gpus_per_node
         if total > MAX_GPUS:
@@ -129,12 +140,94 @@ class Cluster:
     def heterogeneous(self) -> bool:
         return len({g.gpu.name for g in self.groups}) > 1
 
-    def gpu_of_node(self, node: int) -> GPU:
+    @property
+    def fastest_gpu(self) -> GPU:
+        """The fastest GPU type (by bf16 peak): what a lower bound on a step may assume."""
+        return max((g.gpu for g in self.groups), key=lambda x: (x.peak("bf16"), x.hbm_bytes))
+
+    def fastest_view(self) -> "Cluster":
+        """This cluster with every node holding the fastest GPU type and the fastest links of
+        any group: what a lower bound on a mixed cluster's step may assume (itself when
+        uniform)."""
+        if self.uniform:
+            return self
+        fast = self.fastest_gpu
+        return replace(self, groups=tuple(NodeGroup(fast, g.num_nodes) for g in self.groups),
+                       intra_node_bandwidth=max(map(self.intra_bandwidth_of_group, self.groups)),
+                       inter_node_bandwidth=max(map(self.inter_bandwidth_of_group, self.groups)))
+
+    def group_view(self, index: int, links: bool = True) -> "Cluster":
+        """This cluster with every node holding node group ``index``'s GPU and (``links``)
+        its links; ``links=False`` keeps the cluster-wide links (what a collective across
+        the groups runs at)."""
+        g = self.groups[index]
+        out = replace(self, groups=tuple(NodeGroup(g.gpu, h.num_nodes) for h in self.groups))
+        if not links:
+            return out
+        return replace(out, intra_node_bandwidth=self.intra_bandwidth_of_group(g),
+                       inter_node_bandwidth=self.inter_bandwidth_of_group(g))
+
+    def group_of_node(self, node: int) -> NodeGroup:
+        """The node group that holds ``node`` (groups are numbered in file order)."""
+        n = node
         for g in self.groups:
-            if node < g.num_nodes:
-                return g.gpu
-            node -= g.num_nodes
+            if n < g.num_nodes:
+                return g
+            n -= g.num_nodes
         raise SpecError("node", node, f"out of range 0..{self.num_nodes - 1}")
+
+    def gpu_of_node(self, node: int) -> GPU:
+        return self.group_of_node(node).gpu
+
+    def gpu_of_rank(self, rank: int) -> GPU:
+        """The GPU type of global rank ``rank`` (GPU ``rank`` of the graph)."""
+        return self.gpu_of_node(rank // self.gpus_per_node)
+
+    def intra_bandwidth_of_node(self, node: int) -> float:
+        """Bytes/s each GPU of ``node`` sends into its node fabric (its group's, else the
+        cluster's)."""
+        bw = self.group_of_node(node).intra_node_bandwidth
+        return self.intra_node_bandwidth if bw is None else bw
+
+    def inter_bandwidth_of_node(self, node: int) -> float:
+        """Bytes/s of one NIC of ``node`` (its group's, else the cluster's)."""
+        bw = self.group_of_node(node).inter_node_bandwidth
+        return self.inter_node_bandwidth if bw is None else bw
+
+    @property
+    def uniform(self) -> bool:
+        """One GPU type and one set of links on every node (a symmetry the folding needs)."""
+        return len({(repr(g.gpu), self.intra_bandwidth_of_group(g),
+                     self.inter_bandwidth_of_group(g))
+                    for g in self.groups}) == 1
+
+    def intra_bandwidth_of_group(self, g: NodeGroup) -> float:
+        return self.intra_node_bandwidth if g.intra_node_bandwidth is None \
+            else g.intra_node_bandwidth
+
+    def inter_bandwidth_of_group(self, g: NodeGroup) -> float:
+        return self.inter_node_bandwidth if g.inter_node_bandwidth is None \
+            else g.inter_node_bandwidth
+
+    def gpu_counts(self) -> list[tuple[GPU, int]]:
+        """(GPU type, number of GPUs) per distinct type, in group order."""
+        out: dict[str, list] = {}
+        for g in self.groups:
+            out.setdefault(g.gpu.name, [g.gpu, 0])[1] += g.num_nodes * self.gpus_per_node
+        return [(gpu, n) for gpu, n in out.values()]
+
+    def describe_gpus(self) -> str:
+        """The GPUs in words: ``64 x A100-SXM4-80GB``, or per type for a mixed cluster,
+        ``32 x H100-SXM5-80GB + 32 x A100-SXM4-80GB``."""
+        return " + ".join(f"{n} x {gpu.name}" for gpu, n in self.gpu_counts())
+
+    def mean_peak(self, dtype: str) -> float:
+        """The cluster's summed dense ``dtype`` peak over its GPU count (FLOP/s per GPU): MFU
+        divides by this times the GPUs. One GPU type: exactly that GPU's peak."""
+        counts = self.gpu_counts()
+        if len(counts) == 1:
+            return counts[0][0].peak(dtype)
+        return sum(gpu.peak(dtype) * n for gpu, n in counts) / self.num_gpus
 
     @property
     def nvlink_domain_size(self) -> int:
@@ -211,8 +304,7 @@ class Cluster:
             d["gpu"] = gpu_to_mapping(self.groups[0].gpu)
             d["nodes"] = self.groups[0].num_nodes
         else:
-            d["node_groups"] = [{"gpu": gpu_to_mapping(g.gpu), "nodes": g.num_nodes}
-                                for g in self.groups]
+            d["node_groups"] = [_group_to_dict(g) for g in self.groups]
         if self.faults:
             d["faults"] = self.faults.to_dict()
         if self.storage_write_bandwidth is not None:
@@ -222,6 +314,15 @@ class Cluster:
     def with_faults(self, faults: Faults) -> "Cluster":
         """This cluster with ``faults`` added (an entry replaces the same GPU or link)."""
         return replace(self, faults=self.faults.merged(faults))
+
+
+def _group_to_dict(g: NodeGroup) -> dict[str, Any]:
+    d: dict[str, Any] = {"gpu": gpu_to_mapping(g.gpu), "nodes": g.num_nodes}
+    if g.intra_node_bandwidth is not None:
+        d["intra_node_GBps"] = g.intra_node_bandwidth / 1e9
+    if g.inter_node_bandwidth is not None:
+        d["inter_node_gbps"] = g.inter_node_bandwidth * 8 / 1e9
+    return d
 
 
 def _positive_int(name: str, v: Any, hi: int = MAX_NODES) -> None:
@@ -355,12 +456,42 @@ def cluster_for_gpus(name: str, num_gpus: int) -> Cluster:
     return cluster_preset(name, num_gpus // unit)
 
 
+def mixed_cluster(text: str) -> Cluster:
+    """``PRESET:NODES+PRESET:NODES...`` (``dgx-h100:4+dgx-a100:4``): one node group per term,
+    each with its preset's GPU and links; the cluster-wide links (what the analytic collective
+    costs read) are the slowest group's. The presets must share the node shape (GPUs and NICs
+    per node, NVLink topology); rack-scale presets are refused."""
+    terms = [t.strip() for t in text.split("+")]
+    parts = []
+    for t in terms:
+        if t.split(":")[0].strip().lower() in _RACKS:
+            raise SpecError("cluster", text, f"{t}: rack-scale presets cannot be mixed")
+        c = parse_cluster_arg(t)
+        parts.append(c)
+    first = parts[0]
+    for t, c in zip(terms[1:], parts[1:]):
+        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology"):
+            if getattr(c, attr) != getattr(first, attr):
+                raise SpecError("cluster", text, f"{t} has {attr}={getattr(c, attr)} but "
+                                f"{terms[0]} has {getattr(first, attr)}; the node groups of "
+                                "one cluster share the node shape")
+    groups = tuple(NodeGroup(c.groups[0].gpu, c.groups[0].num_nodes, c.intra_node_bandwidth,
+                             c.inter_node_bandwidth) for c in parts)
+    return replace(first, name="+".join(c.name for c in parts), groups=groups,
+                   intra_node_bandwidth=min(c.intra_node_bandwidth for c in parts),
+                   inter_node_bandwidth=min(c.inter_node_bandwidth for c in parts),
+                   source="mixed")
+
+
 def parse_cluster_arg(text: str) -> Cluster:
-    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node) or a YAML file path."""
+    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node), several of them joined by
+    ``+`` (a mixed cluster, :func:`mixed_cluster`) or a YAML file path."""
     text = str(text).strip()
     if text.endswith((".yaml", ".yml", ".json")):
         from topologies.yaml_io import load_cluster_file
         return load_cluster_file(text)
+    if "+" in text:
+        return mixed_cluster(text)
     name, _, nodes = text.partition(":")
     if not nodes:
         return cluster_preset(name, 1)
@@ -434,6 +565,9 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
 
 
+_GROUP_KEYS = {"gpu", "nodes", "intra_node_GBps", "inter_node_gbps"}
+
+
 def _gpu(v: Any, base_dir: str | None = None) -> GPU:
     return gpu_from_mapping(v, base_dir) if isinstance(v, Mapping) else \
         get_gpu(check_name("gpu", v))
@@ -446,10 +580,18 @@ def _groups(d: Mapping[str, Any], base_dir: str | None = None) -> tuple[NodeGrou
             raise SpecError("node_groups", gs, "must be a non-empty list of {gpu, nodes}")
         out = []
         for i, g in enumerate(gs):
-            if not isinstance(g, Mapping) or set(g) != {"gpu", "nodes"}:
-                raise SpecError(f"node_groups[{i}]", g, "must be a mapping with keys gpu and nodes")
+            if not isinstance(g, Mapping) or not {"gpu", "nodes"} <= set(g) \
+                    or set(g) - _GROUP_KEYS:
+                raise SpecError(f"node_groups[{i}]", g, "must be a mapping with keys gpu and "
+                                "nodes (and optionally intra_node_GBps, inter_node_gbps)")
             _positive_int(f"node_groups[{i}].nodes", g["nodes"])
-            out.append(NodeGroup(_gpu(g["gpu"], base_dir), g["nodes"]))
+            bw = {k: check_number(f"node_groups[{i}].{k}", g[k], 0.0, hi, lo_open=True)
+                  for k, hi in (("intra_node_GBps", MAX_BANDWIDTH_BPS / 1e9),
+                                ("inter_node_gbps", MAX_BANDWIDTH_BPS * 8 / 1e9)) if k in g}
+            out.append(NodeGroup(
+                _gpu(g["gpu"], base_dir), g["nodes"],
+                bw["intra_node_GBps"] * 1e9 if "intra_node_GBps" in bw else None,
+                bw["inter_node_gbps"] * 1e9 / 8 if "inter_node_gbps" in bw else None))
         return tuple(out)
     if "gpu" not in d:
         raise SpecError("gpu", None, "is required in a cluster file (or give node_groups:)")

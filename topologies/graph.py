@@ -131,7 +131,8 @@ def intra_switch(cluster: Cluster, node: int) -> list[Link]:
     g = cluster.gpus_per_node
     if g == 1:
         return []
-    sw, bw, lat = ("nvswitch", node), cluster.intra_node_bandwidth, cluster.intra_node_latency / 2
+    sw, bw, lat = ("nvswitch", node), cluster.intra_bandwidth_of_node(node), \
+        cluster.intra_node_latency / 2
     return [(node * g + i, sw, bw, lat) for i in range(g)]
 
 
@@ -141,7 +142,7 @@ def intra_mesh(cluster: Cluster, node: int) -> list[Link]:
     g, base = cluster.gpus_per_node, node * cluster.gpus_per_node
     if g == 1:
         return []
-    bw, lat = cluster.intra_node_bandwidth / (g - 1), cluster.intra_node_latency
+    bw, lat = cluster.intra_bandwidth_of_node(node) / (g - 1), cluster.intra_node_latency
     return [(base + i, base + j, bw, lat) for i in range(g) for j in range(i + 1, g)]
 
 
@@ -153,15 +154,15 @@ def intra_ring(cluster: Cluster, node: int) -> list[Link]:
         return []
     lat = cluster.intra_node_latency
     if g == 2:
-        return [(base, base + 1, cluster.intra_node_bandwidth, lat)]
-    bw = cluster.intra_node_bandwidth / 2
+        return [(base, base + 1, cluster.intra_bandwidth_of_node(node), lat)]
+    bw = cluster.intra_bandwidth_of_node(node) / 2
     return [(base + i, base + (i + 1) % g, bw, lat) for i in range(g)]
 
 
 def nic_links(cluster: Cluster, node: int) -> list[Link]:
     """GPU ``local`` of ``node`` to NIC ``local % rails`` at ``inter_node_bandwidth``."""
     g, r = cluster.gpus_per_node, rails(cluster)
-    bw, lat = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4
+    bw, lat = cluster.inter_bandwidth_of_node(node), cluster.inter_node_latency / 4
     return [(node * g + i, ("nic", node, i % r), bw, lat) for i in range(g)]
 
 
@@ -176,6 +177,10 @@ def _leaf_uplinks(cluster: Cluster, rail: int, down_per_node: float,
     out = []
     for j in range(leaves):
         down = (min(n, (j + 1) * per) - j * per) * down_per_node
+        if not cluster.uniform:     # node groups with their own NICs: the leaf's own sum
+            scale = down_per_node / cluster.inter_node_bandwidth
+            down = sum(cluster.inter_bandwidth_of_node(k) * scale
+                       for k in range(j * per, min(n, (j + 1) * per)))
         up = down / cluster.oversubscription / spines
         out += [(("leaf", rail, j), ("spine", rail, k), up, 0.0) for k in range(spines)]
     return out
@@ -189,7 +194,8 @@ def rail_fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
         cluster.nodes_per_leaf
     out: list[Link] = []
     for r in range(rails(cluster)):
-        out += [(("nic", n, r), ("leaf", r, n // per), bw, lat) for n in range(cluster.num_nodes)]
+        out += [(("nic", n, r), ("leaf", r, n // per), cluster.inter_bandwidth_of_node(n), lat)
+                for n in range(cluster.num_nodes)]
         out += _leaf_uplinks(cluster, r, bw, spines_per_rail)
     return out
 
@@ -199,7 +205,7 @@ def fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
     """Plain leaf/spine: all NICs of a group of ``nodes_per_leaf`` nodes share one leaf."""
     bw, lat, per, nr = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
         cluster.nodes_per_leaf, rails(cluster)
-    out = [(("nic", n, i), ("leaf", 0, n // per), bw, lat)
+    out = [(("nic", n, i), ("leaf", 0, n // per), cluster.inter_bandwidth_of_node(n), lat)
            for n in range(cluster.num_nodes) for i in range(nr)]
     return out + _leaf_uplinks(cluster, 0, nr * bw, spines_per_rail)
 

@@ -14,6 +14,7 @@ from strategies.hf_config import load_model_arg
 from strategies.framework import PROFILES, FrameworkProfile, get_profile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
+from strategies.memory.scalar import check_fits
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import found_for, mismatches, read_plan_record
 from topologies.cluster import Cluster, parse_cluster_arg
@@ -184,6 +185,8 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
     job = make_job(model, cluster, plan, global_batch=args.global_batch,
                    dtype=check_dtype(args.dtype), framework=framework)
+    if len(cluster.groups) > 1:     # a mixed cluster: each stage must fit its own GPUs
+        check_fits(job)
     for text in mismatches(read_plan_record(args.plan), found_for(job)):
         warn(f"--plan {args.plan}: {text}")
     return job

@@ -107,8 +107,8 @@ def _title(job) -> str:
 
 def render(out: dict, job) -> str:
     p = job.plan
-    lines = [f"{job.model.name} on {job.cluster.name} ({job.cluster.num_gpus} x "
-             f"{job.cluster.gpu.name}): tp{p.tp} pp{p.pp} dp{p.dp}, gbs {p.gbs}, "
+    lines = [f"{job.model.name} on {job.cluster.name} ({job.cluster.describe_gpus()}): "
+             f"tp{p.tp} pp{p.pp} dp{p.dp}, gbs {p.gbs}, "
              f"{job.num_microbatches} micro-batches per pipeline", ""]
     body = [[r["schedule"], fmt_s(r["step_time_s"]), fmt_s(r["analytic_step_time_s"]),
              f"{100 * r['bubble_fraction']:.1f} %",

@@ -31,10 +31,12 @@ def render(out: dict[str, Any], job, title: str) -> str:
     """The human report shared by ``estimate`` and ``simulate``."""
     p, cl, m = job.plan, job.cluster, job.model
     mem = out["memory"]
-    lines = [f"{title}: {m.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), {job.dtype}, "
+    lines = [f"{title}: {m.name} on {cl.name} ({cl.describe_gpus()}), {job.dtype}, "
              f"{job.framework.name}",
              f"plan    {p.short()}   gbs {p.gbs}, seq {job.seq_len}, "
-             f"{out['num_microbatches']} micro-batches per pipeline",
+             + (f"{'/'.join(map(str, p.group_microbatches))} micro-batches per pipeline "
+                "by node group" if p.group_microbatches is not None else
+                f"{out['num_microbatches']} micro-batches per pipeline"),
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
              *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)"]
                if cl.gpu.profile is not None else []),
@@ -43,7 +45,7 @@ def render(out: dict[str, Any], job, title: str) -> str:
              f"tokens/s        {out['tokens_per_s']:,.0f}",
              f"MFU / HFU       {100 * out['mfu']:.1f} % / {100 * out['hfu']:.1f} %",
              f"bubble          {100 * out['bubble_fraction']:.1f} % of the step (worst stage)",
-             f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.gpu.hbm_bytes / 2**30:.0f} GiB"
+             f"peak memory     {mem['peak_gib']:.2f} GiB of {cl.min_hbm_bytes / 2**30:.0f} GiB"
              f"  -> {'fits' if out['fits'] else 'DOES NOT FIT'}"]
     if cl.faults:
         lines.append("faults          " + "; ".join(

@@ -183,7 +183,7 @@ def _days(s: float) -> str:
 
 def render(out: dict[str, Any], job) -> str:
     cl = job.cluster
-    lines = [f"Goodput: {job.model.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), "
+    lines = [f"Goodput: {job.model.name} on {cl.name} ({cl.describe_gpus()}), "
              f"plan {job.plan.short()}, {out['tokens']:,} tokens", ""]
     rows = [
         ["step time", f"{fmt_s(out['step_time_s'])} ({out['step_time_source']})"],

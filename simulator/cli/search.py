@@ -284,7 +284,8 @@ def _line(r: dict[str, Any], rank: str) -> list[str]:
 def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     ev = rep["evaluated"]
-    out = [f"Plan search: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), "
+    gpus = i.get("gpus_text") or f"{i['gpus']} x {i['gpu']}"
+    out = [f"Plan search: {i['model']} on {i['cluster']} ({gpus}), "
            f"global batch {i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, "
            f"{i['framework']}" + ("" if i["framework_limits"] else " (no stack's limits)"),
            *([f"GPU profile {i['gpu_profile']} (measured, calibration.md §7)"]
@@ -305,6 +306,16 @@ def render(rep: dict[str, Any]) -> str:
     out.append(table(heads, rows, "llrrrrrr"))
     for r in rep["references"]:
         out.append(f"ref: {r['label']}: {100 * r['vs_best']:+.1f}% vs #1")
+    un = rep.get("uneven")
+    if un is not None and un["plans"]:
+        out += ["", f"Heterogeneity-aware plans (mixed cluster; {un['candidates']} variants of "
+                    "the best plans, stages (L) or batch shares (M) sized to each GPU type, "
+                    "simulated):",
+                table(heads, [_line(r, f"u{r['rank']}") for r in un["plans"]], "llrrrrrr")]
+        b = un["plans"][0]
+        out.append(f"u1: {100 * -b['vs_best']:.1f}% less time per step than #1 (run it with "
+                   f"--plan {b['key']})" if b["vs_best"] < 0 else
+                   f"u1: {100 * b['vs_best']:.1f}% slower than #1")
     rec = rep["recommended"]
     out += ["", f"Recommended: {rec['label']}  ({fmt_s(rec['step_time_s'])}, "
                 f"MFU {100 * rec['mfu']:.1f}%, {rec['memory']['peak_gib']:.1f} GiB)"]

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
         emit_json({**rep, "inputs": job.to_dict()})
         return 0
     cl = job.cluster
-    print(f"Sensitivity: {job.model.name} on {cl.name} ({cl.num_gpus} x {cl.gpu.name}), plan "
+    print(f"Sensitivity: {job.model.name} on {cl.name} ({cl.describe_gpus()}), plan "
           f"{job.plan.short()}: healthy step {fmt_s(rep['healthy_step_time_s'])}; "
           f"{rep['classes']} classes of equivalent GPUs, {len(rep['rows'])} faults simulated\n")
     print(table(["fault", "GPUs like it", "step", "slower by"],

@@ -94,7 +94,8 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     vs = variants(model, cluster, gbs, vary)
     base = {"model": model.name, "cluster": cluster.name, "gpus": cluster.num_gpus,
-            "gpu": cluster.gpu.name, "global_batch": gbs, "seq_len": model.seq_length}
+            "gpu": cluster.gpu.name, "gpus_text": cluster.describe_gpus(), "global_batch": gbs,
+            "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
                         framework=resolve_framework(args, plan_framework(args.plan)),
                         gpu_hour_cost=(None if args.gpu_hour_cost is None
@@ -132,7 +133,8 @@ def render(rep: dict[str, Any]) -> str:
     keys = list(i["vary"])
     cost = i["gpu_hour_cost"] is not None
     power = i.get("power", False)
-    out = [f"What if: {i['model']} on {i['cluster']} ({i['gpus']} x {i['gpu']}), global batch "
+    gpus = i.get("gpus_text") or f"{i['gpus']} x {i['gpu']}"
+    out = [f"What if: {i['model']} on {i['cluster']} ({gpus}), global batch "
            f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, {i['framework']}; {i['variants']} variant(s), "
            "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
     heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]

@@ -172,6 +172,7 @@ def _label_bars(ax, labels: list[tuple[Record, float, str]], scale: float,
 def _rank_axis(ax, result: SimResult, lay: _Layout) -> None:
     n = len(lay.ranks)
     stage = {r.rank: r.stage for r in result.records}
+    gpus = (result.metrics or {}).get("rank_gpus", {})   # a mixed cluster names the GPU type
     every = max(1, -(-n // 32))
     ticks = list(range(0, n, every))
     names = []
@@ -179,7 +180,8 @@ def _rank_axis(ax, result: SimResult, lay: _Layout) -> None:
         rank = lay.ranks[i]
         name = f"{rank}"
         if n <= 32 and stage.get(rank, -1) >= 0:
-            name += f" (s{stage[rank]})"
+            name += f" (s{stage[rank]}" + (f", {gpus[rank].split('-')[0]})" if rank in gpus
+                                           else ")")
         if len(result.rank_map.get(rank, ())) > 1:
             name += f" ×{len(result.rank_map[rank])}"
         names.append(name)

@@ -28,8 +28,9 @@ class ProgramBuilder:
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
-        self.m, self.last_vs = job.num_microbatches, self.sched.num_virtual_stages(p.pp, p.vpp) - 1
-        self.layers = job.model.num_layers // (p.pp * p.vpp)
+        self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
+        self.last_vs = self.sched.num_virtual_stages(p.pp, p.vpp) - 1
+        self.layers = job.layers_of_stage(self.stage) // p.vpp
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}

@@ -79,7 +79,7 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     """The program of one rank."""
     p = job.plan
     b = ProgramBuilder(job, costs, layout, rank, granularity)
-    b.run(pipeline_actions(p.schedule, b.stage, p.pp, job.num_microbatches, p.vpp,
+    b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
                            p.microbatch_group_size))
     return b.finish()
 
@@ -90,10 +90,22 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
 
     ``granularity``: ``chunk`` (one compute op per model chunk and pass, its collectives
     lumped) or ``layer`` (one per layer). ``costs`` overrides the cost model (tests).
+    Each rank computes at its own GPU's speed (``stage_costs(job, gpu)`` of the GPU type of
+    its node): on a mixed cluster an H100 rank's kernels are shorter than an A100 rank's.
     """
     if granularity not in GRANULARITIES:
         raise SpecError("granularity", granularity, f"must be one of {', '.join(GRANULARITIES)}")
-    costs = costs if costs is not None else stage_costs(job)
+    cl = job.cluster
+    by_gpu: dict[str, StageCosts] = {}
+
+    def costs_of(rank: int) -> tuple[str, StageCosts]:
+        if costs is not None:
+            return "", costs
+        gpu = cl.gpu_of_rank(rank) if len(cl.groups) > 1 else cl.gpu
+        if gpu.name not in by_gpu:
+            by_gpu[gpu.name] = stage_costs(job, gpu)
+        return gpu.name, by_gpu[gpu.name]
+
     layout = Layout(job)
     n = placement.world_size(job.plan)
     ranks = range(n) if ranks is None else sorted(set(int(r) for r in ranks))
@@ -102,10 +114,13 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
         if not 0 <= r < n:
             raise SpecError("rank", r, f"must be in 0..{n - 1}")
         stage = layout.stage(r)
-        if stage not in templates:
-            templates[stage] = out[r] = compile_rank(job, costs, layout, r, granularity)
+        name, c = costs_of(r)
+        if job.plan.group_microbatches is not None:   # replicas of a group share a program
+            name = f"{name}/{job.microbatches_of_rank(r)}"
+        if (stage, name) not in templates:
+            templates[(stage, name)] = out[r] = compile_rank(job, c, layout, r, granularity)
         else:
-            out[r] = relabel(templates[stage], r, layout)
+            out[r] = relabel(templates[(stage, name)], r, layout)
     for gpu, factor in job.cluster.faults.stragglers:
         if gpu in out:
             out[gpu] = slow_down(out[gpu], factor)

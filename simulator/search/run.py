@@ -74,10 +74,18 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
     refs = [r for r in refs if r is not None]
 
+    # a mixed cluster: heterogeneity-aware variants, simulated after the exact search
+    variants = [] if cl.uniform else _uneven_variants(cfg, space, analytic)
+    base = len(plans)
+
     def plan_of(i: int) -> Plan:
+        if i >= base:
+            return variants[i - base][0]
         return plans[i] if i >= 0 else refs[-i - 1][1]
 
     def key_of(i: int) -> str:
+        if i >= base:
+            return plan_key(variants[i - base][0])
         return keys[i] if i >= 0 else plan_key(refs[-i - 1][1])
 
     log = None
@@ -106,6 +114,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             else:
                 ex.submit(-j - 1)
                 waiting += 1
+        for j in range(len(variants)):
+            ex.submit(base + j)
+        waiting += len(variants)
         while waiting:
             waiting -= len(ex.wait())
         ex.close()
@@ -136,7 +147,63 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                       "reused_from_results": ex.reused},
         "wall_s": time.perf_counter() - t0,
     }
+    if not cl.uniform:
+        report["uneven"] = _uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
     return report
+
+
+UNEVEN_CANDIDATES = 24   # heterogeneity-aware variants simulated on a mixed cluster
+
+
+def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, float]]:
+    """A mixed cluster: the best plans by analytic score, each made heterogeneity-aware
+    (``strategies.search.uneven``): pipeline stages sized to their GPUs (``layers_per_stage``,
+    one chunk per rank, capped by each stage's memory) and data-parallel replicas taking
+    micro-batches in proportion to their GPUs' speed (``group_microbatches``); the first
+    ``UNEVEN_CANDIDATES`` distinct variants whose every stage fits its GPUs' memory, with
+    their peak memory (bytes). A heuristic beside the exact search: the analytic score
+    assumes even work on the slowest GPU."""
+    from strategies.memory.scalar import memory_by_stage, stage_hbm_bytes
+    from strategies.search.uneven import balanced_microbatches, balanced_plan
+    out: list[tuple[Plan, float]] = []
+    seen: set[str] = set()
+    limit = 1.0 - cfg.options.headroom
+    for i in np.argsort(analytic["step_time_s"], kind="stable").tolist():
+        if len(out) >= UNEVEN_CANDIDATES:
+            break
+        job = make_job(cfg.model, cfg.cluster, space.plan(i), dtype=cfg.dtype,
+                       framework=cfg.framework)
+        for plan in (balanced_plan(job, cfg.options.headroom), balanced_microbatches(job)):
+            if plan is None or plan_key(plan) in seen or len(out) >= UNEVEN_CANDIDATES:
+                continue
+            seen.add(plan_key(plan))
+            bjob = make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype,
+                            framework=cfg.framework)
+            stages = memory_by_stage(bjob)
+            if all(b.total <= stage_hbm_bytes(bjob, s) * limit for s, b in enumerate(stages)):
+                out.append((plan, max(b.total for b in stages)))
+    return out
+
+
+def _uneven_rows(cfg: SearchConfig, variants: list, res: dict, base: int,
+                 best: dict) -> dict[str, Any]:
+    """The report's ``uneven`` block: the simulated variants, fastest first, the best
+    ``k``."""
+    rows = []
+    for j, (plan, peak) in enumerate(variants):
+        r = res[base + j]
+        extra = {k: list(getattr(plan, k)) for k in ("layers_per_stage", "group_microbatches")
+                 if getattr(plan, k) is not None}
+        row = {"plan": {**_plan_dict(plan), **extra}, "key": plan_key(plan),
+               "label": plan.short()}
+        row.update(_figures(cfg, plan, r))
+        row.update({"memory": {"peak_gib": peak / GIB},
+                    "vs_best": r["step_time_s"] / best["step_time_s"] - 1})
+        rows.append(row)
+    rows.sort(key=lambda x: (x["step_time_s"], x["key"]))
+    for n, row in enumerate(rows):
+        row["rank"] = n + 1
+    return {"candidates": len(variants), "plans": rows[:cfg.k]}
 
 
 def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
@@ -152,6 +219,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
 def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
     return {"model": cfg.model.name, "cluster": cfg.cluster.name,
             "gpus": cfg.cluster.num_gpus, "gpu": cfg.cluster.gpu.name,
+            "gpus_text": cfg.cluster.describe_gpus(),
             "gpu_profile": cfg.cluster.gpu.profile.path if cfg.cluster.gpu.profile else None,
             "global_batch": cfg.gbs, "seq_len": cfg.model.seq_length, "dtype": cfg.dtype,
             "framework": get_profile(cfg.framework).name,
@@ -167,7 +235,7 @@ def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
     step = r["step_time_s"]
     n = cfg.cluster.num_gpus
     return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": float(costs.mfu(cfg.model, plan.gbs, step, n, cfg.cluster.gpu.peak(cfg.dtype))),
+            "mfu": float(costs.mfu(cfg.model, plan.gbs, step, n, cfg.cluster.mean_peak(cfg.dtype))),
             "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
             "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
             "events": r["events"]}

@@ -225,18 +225,21 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
     return (head + m.norm_params()) / tp
 
 
-def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num) -> tuple[Num, Num]:
+def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
+                       layers: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
-    ``l/p`` layers, the embedding on stage 0 and the output layer on stage ``pp-1``."""
+    ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
+    stage 0 and the output layer on stage ``pp-1``."""
     dense_l, expert_l = layer_params_split(m, tp, ep)
-    lps = m.num_layers // pp
+    lps = m.num_layers // pp if layers is None else layers
     first, last = np.asarray(stage) == 0, np.asarray(stage) == np.asarray(pp) - 1
     dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
              + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
     return dense, lps * expert_l
 
 
-def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num) -> Num:
+def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
+                         layers: Num | None = None) -> Num:
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
-    dense, expert = stage_params_split(m, tp, ep, pp, stage)
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers)
     return dense + expert

@@ -24,7 +24,7 @@ Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -37,6 +37,7 @@ from strategies.job import Job
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from topologies.cluster import Cluster
+from topologies.gpus import GPU
 
 
 @dataclass(frozen=True, eq=False)
@@ -121,12 +122,15 @@ class StageCosts:
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                       plans: PlanArrays | Mapping[str, Any],
                       framework: FrameworkProfile | str | None = None,
-                      system: SystemConfig | None = None) -> StageCostArrays:
+                      system: SystemConfig | None = None,
+                      gpu: GPU | None = None) -> StageCostArrays:
     """The stage-cost record of every plan in ``plans`` (``PlanArrays`` or the search space's
     short columns) on ``cl`` in ``dtype`` with the ``framework`` profile and ``system``
-    constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``)."""
+    constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``), computed on ``gpu`` (default:
+    the cluster's ``gpu``, its slowest type)."""
     P = as_plan_arrays(plans)
-    fw, sy, gpu = get_profile(framework), get_system(system), cl.gpu
+    fw, sy = get_profile(framework), get_system(system)
+    gpu = cl.gpu if gpu is None else gpu
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
 
@@ -199,8 +203,21 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)))
 
 
-def stage_costs(job: Job) -> StageCosts:
-    """The stage-cost record of ``job``: ``stage_cost_arrays`` of its one plan, entry 0."""
+def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
+    """The stage-cost record of ``job`` on ``gpu`` (default: the cluster's slowest GPU type;
+    the compiler asks for each rank's own): ``stage_cost_arrays`` of its one plan, entry 0,
+    with each stage's parameters and optimizer time from its own layer count
+    (``Job.layers_of_stage``: the plan's ``layers_per_stage`` when stages differ)."""
+    p, sy = job.plan, job.system
+    gpu = job.cluster.gpu if gpu is None else gpu
     arrays = stage_cost_arrays(job.model, job.cluster, job.dtype,
-                               PlanArrays.from_plans([job.plan]), job.framework, job.system)
-    return stage_costs_at(arrays, 0, job.plan.pp)
+                               PlanArrays.from_plans([p]), job.framework, sy, gpu=gpu)
+    rec = stage_costs_at(arrays, 0, p.pp)
+    if p.layers_per_stage is None:
+        return rec
+    params = tuple(float(counts.stage_params_per_gpu(job.model, p.tp, p.ep, p.pp, s,
+                                                     layers=job.layers_of_stage(s)))
+                   for s in range(p.pp))
+    shard = float(p.dp) if p.zero >= 1 else 1.0
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    return replace(rec, params_by_stage=params, optimizer_by_stage=opt)

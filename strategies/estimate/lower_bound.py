@@ -61,7 +61,8 @@ import numpy as np
 from strategies import collectives as colls
 from strategies.cost import comm as cm
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays
-from strategies.cost.system import SystemConfig
+from strategies.cost import compute as ct
+from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -153,9 +154,14 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     ``P``: ``PlanArrays`` (or the search space's short columns); ``framework``: the jobs'
     software profile (default Megatron-Core); ``system``: the policy constants (default
     ``DEFAULT_SYSTEM``); ``costs``: their ``StageCostArrays`` when already computed (e.g.
-    ``estimate_arrays(...)["stage_costs"]``), else computed here from the same arguments."""
+    ``estimate_arrays(...)["stage_costs"]``, used on a uniform cluster only), else computed
+    here from the same arguments."""
     P = as_plan_arrays(P)
-    sc = costs if costs is not None else stage_cost_arrays(m, cl, dtype, P, framework, system)
+    sy = get_system(system)
+    real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
+    gpu = cl.gpu
+    sc = costs if costs is not None and real.uniform else \
+        stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sched = P.recompute, P.zero, P.schedule
     tpo, ogr = P.tp_comm_overlap, P.overlap_grad_reduce
@@ -167,15 +173,22 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3)
-    head_f, head_b = sc.head_fwd, sc.head_bwd
-    emb, emb_b = sc.embedding_fwd, sc.embedding_bwd
-    c_f, c_b, tau = _block_comm(cl, sc, tp, cp, ep, tpo)
-    n_rc = np.where((rc == 2) & (sc.layer_recompute > 0), 2.0, 0.0)
-    f_blk = lpc * (sc.layer_fwd + c_f)
-    b_blk = lpc * (sc.layer_bwd + sc.layer_recompute + c_b + n_rc * tau)
     send = _p2p_send(cl, sc, n, pp)
 
+    def chunk_times(g):
+        """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
+        r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
+        c_f, c_b, tau = _block_comm(cl, r, tp, cp, ep, tpo)
+        n_rc = np.where((rc == 2) & (r.layer_recompute > 0), 2.0, 0.0)
+        f_blk = lpc * (r.layer_fwd + c_f)
+        b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
+        lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
+        return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk
+
+    lt, head_f, head_b, emb, emb_b, f_blk, b_blk = chunk_times(gpu)
+
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
+    shard = np.where(zero >= 1, dp, 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
     opt = {"first": sc.optimizer_first, "last": sc.optimizer_last, "mid": sc.optimizer_mid}
 
@@ -188,11 +201,24 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
-    T = {"first": nmb * (per_mb + emb + emb_b + np.where(single, head_f + head_b, 0.0))
-         + (sends_mid - nmb * bwd_blocks) * send,
-         "last": nmb * (per_mb + head_f + head_b) + (sends_mid - nmb * fwd_blocks) * send,
-         "mid": nmb * per_mb + sends_mid * send}
+    here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
+            "head_b": head_b}
+    T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
+         for k in ("first", "last", "mid")}
+    if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
+        own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
+                          chunk_times, params, shard, sy,
+                          lambda k, c: _chain(k, nmb, v, c, sends_mid, fwd_blocks, bwd_blocks,
+                                              send, single))
+        for kind, (t, o) in own.items():
+            take = t + o > T[kind] + opt[kind]
+            T[kind], opt[kind] = np.where(take, t, T[kind]), np.where(take, o, opt[kind])
     b_max = b_blk + emb_b + head_b                      # the largest backward chunk
+    fwd_layer = lt.fwd
+    if not real.uniform:   # the windows that hide communication: at their longest (slowest GPU)
+        slowest = [chunk_times(g.gpu) for g in real.groups]
+        b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
+        fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
 
     dp_stride = tp * cp
@@ -204,7 +230,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
-        window = lps * sc.layer_fwd
+        window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
         z3 = nmb * v * (2 * group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl)
@@ -231,3 +257,44 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, single):
+    """The compute chain T(s) of a stage of ``kind`` (first, last, mid) from its per-chunk
+    times ``c`` (seconds)."""
+    per_mb = v * (c["f_blk"] + c["b_blk"])
+    if kind == "first":
+        return nmb * (per_mb + c["emb"] + c["emb_b"]
+                      + np.where(single, c["head_f"] + c["head_b"], 0.0)) \
+            + (sends_mid - nmb * bwd_blocks) * send
+    if kind == "last":
+        return nmb * (per_mb + c["head_f"] + c["head_b"]) + (sends_mid - nmb * fwd_blocks) * send
+    return nmb * per_mb + sends_mid * send
+
+
+def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, shard,
+                sy: SystemConfig, chain) -> dict:
+    """Per stage kind, ``(T, optimizer seconds)`` of the rank of that stage whose GPU type
+    makes its own chain longest (a mixed cluster; stage ``s`` holds ranks ``s·n/pp`` to
+    ``(s+1)·n/pp - 1``). Every rank runs its own chain, so any one of the stage's ranks
+    bounds the step; both figures come from the same GPU type."""
+    ends = np.cumsum([g.num_nodes for g in cl.groups])
+    G, per = cl.gpus_per_node, n / pp
+    gpus = [g.gpu for g in cl.groups]
+    times = [chunk_times(g) for g in gpus]
+    out = {}
+    for kind, s in stages.items():
+        s = np.maximum(s, 0.0)
+        lo = np.searchsorted(ends, np.floor(s * per / G), side="right")
+        hi = np.searchsorted(ends, np.floor(((s + 1) * per - 1) / G), side="right")
+        best_t, best_o = 0.0, 0.0
+        for gi, gpu in enumerate(gpus):
+            on = (lo <= gi) & (gi <= hi)
+            _, head_f, head_b, emb, emb_b, f_blk, b_blk = times[gi]
+            t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
+                             "head_f": head_f, "head_b": head_b})
+            o = ct.optimizer_time(params[kind] / shard, gpu, sy)
+            take = on & (t + o > best_t + best_o)
+            best_t, best_o = np.where(take, t, best_t), np.where(take, o, best_o)
+        out[kind] = (best_t, best_o)
+    return out

@@ -35,7 +35,12 @@ class Estimate:
 
     @property
     def fits(self) -> bool:
-        return self.memory.total <= self.job.cluster.min_hbm_bytes
+        """Every stage fits its own GPUs' HBM (``memory.scalar.stage_hbm_bytes``)."""
+        if len(self.job.cluster.groups) == 1:
+            return self.memory.total <= self.job.cluster.min_hbm_bytes
+        from strategies.memory.scalar import stage_hbm_bytes
+        return all(b.total <= stage_hbm_bytes(self.job, s)
+                   for s, b in enumerate(self.memory_by_stage))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -49,11 +54,100 @@ class Estimate:
         }
 
 
+def _by_group(job: Job) -> dict[str, Any]:
+    """``group_microbatches`` (replicas of each node group run their own count): each group's
+    replicas estimated on its GPU with its count over the cluster-wide links (the gradient
+    reduction spans the groups); every replica reaches the reduction, then runs its own
+    optimizer, so the step is the longest step-before-the-optimizer plus the longest
+    optimizer. MFU/HFU against the summed peak."""
+    from dataclasses import replace
+
+    from strategies.job import replica_groups
+    p, parts = job.plan, []
+    for g in sorted(set(replica_groups(job.cluster, p))):
+        view = job.cluster.group_view(g, links=False)
+        alone = replace(p, gbs=p.group_microbatches[g] * p.mbs * p.dp, group_microbatches=None)
+        r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework,
+                            job.system)
+        parts.append((float(r["step_time_s"]) - float(r["optimizer"]), r, view, alone.gbs))
+    _, r, view, gbs = max(parts, key=lambda x: x[0])
+    opt = max(float(x[1]["optimizer"]) for x in parts)
+    step = float(r["step_time_s"]) - float(r["optimizer"]) + opt
+    # r's MFU counts that group's batch on its peak over its step; the job's on the summed peak
+    scale = (view.mean_peak(job.dtype) / job.cluster.mean_peak(job.dtype) * p.gbs / gbs
+             * float(r["step_time_s"]) / step)
+    return {**r, "step_time_s": step, "optimizer": opt,
+            "tokens_per_s": job.tokens_per_step / step, "mfu": float(r["mfu"]) * scale,
+            "hfu": float(r["hfu"]) * scale}
+
+
+def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float]]:
+    """Forward and backward (+ recomputation) seconds per micro-batch of each pipeline stage
+    from the shared cost record: its own layer count on its own GPU type (the slowest among
+    its ranks), or with ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every
+    stage, the analytic model's assumption."""
+    from strategies.cost.stage import stage_costs
+    p, f, b = job.plan, [], []
+    for s in range(p.pp):
+        if even_on is None:
+            gpu = min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
+                      key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+            n = job.layers_of_stage(s)
+        else:
+            gpu, n = even_on, job.model.num_layers / p.pp
+        c = stage_costs(job, gpu)
+        f.append(n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
+                 + (c.head_fwd if s == p.pp - 1 else 0.0))
+        b.append(n * (c.layer_bwd + c.layer_recompute) + (c.embedding_bwd if s == 0 else 0.0)
+                 + (c.head_bwd if s == p.pp - 1 else 0.0))
+    return f, b
+
+
+def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline whose stages differ (``layers_per_stage``, or stages on different GPU types):
+    the analytic step of the even plan on the slowest GPU, with its compute makespan replaced
+    by that of the real stages. Both makespans come from the schedule with free communication
+    (``schedules.analysis.simulate_free_comm``; stage ``s`` at ``slowdown_s`` times stage 0's
+    step), the rest of the analytic step (communication, optimizer) kept; the difference goes
+    to compute (busiest stage) and bubble."""
+    from strategies.schedules.analysis import simulate_free_comm
+    p, m = job.plan, job.num_microbatches
+
+    def makespan(f: list[float], b: list[float]) -> tuple[float, float]:
+        slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
+        span = simulate_free_comm(p.schedule, p.pp, m, 1, f[0], b[0],
+                                  p.microbatch_group_size, slowdown=slow)
+        return span, m * max(x + y for x, y in zip(f, b))
+
+    span_e, busy_e = makespan(*_stage_times(job, job.cluster.gpu))
+    span_u, busy_u = makespan(*_stage_times(job))
+    step = float(r["step_time_s"]) - span_e + span_u
+    out = dict(r)
+    out["compute"] = float(r["compute"]) + busy_u - busy_e
+    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e)
+    if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
+        out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
+    scale = float(r["step_time_s"]) / step
+    out.update({"step_time_s": step, "tokens_per_s": job.tokens_per_step / step,
+                "mfu": float(r["mfu"]) * scale, "hfu": float(r["hfu"]) * scale,
+                "bubble_fraction": out["bubble"] / step})
+    return out
+
+
 def estimate(job: Job) -> Estimate:
-    """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic)."""
+    """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
+    Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
+    or GPU type (``_per_stage``)."""
     from strategies.memory.scalar import memory_by_stage
-    arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
-                             job.framework, job.system)
+    p = job.plan
+    if p.group_microbatches is not None:
+        arrays = _by_group(job)
+    else:
+        arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                 job.framework, job.system)
+        if p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
+                                        or not job.cluster.uniform):
+            arrays = _per_stage(job, arrays)
     r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)

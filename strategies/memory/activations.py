@@ -157,8 +157,9 @@ def in_flight_microbatches(job: Job, stage: int) -> int:
     return get_schedule(p.schedule).in_flight(stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
-def layers_per_chunk(job: Job) -> int:
-    return job.model.num_layers // (job.plan.pp * job.plan.vpp)
+def layers_per_chunk(job: Job, stage: int = 0) -> int:
+    """Layers in one model chunk of ``stage`` (``Job.layers_of_stage`` over ``vpp``)."""
+    return job.layers_of_stage(stage) // job.plan.vpp
 
 
 def activation_bytes_per_chunk(job: Job, stage: int) -> float:
@@ -171,7 +172,7 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     The stage's activation peak is ``in_flight_microbatches × this + transient``.
     """
     _check_stage(job, stage)
-    nbytes = layers_per_chunk(job) * job_layer_activation_bytes(job)
+    nbytes = layers_per_chunk(job, stage) * job_layer_activation_bytes(job)
     if stage == 0:
         nbytes += embedding_activation_bytes(job) / job.plan.vpp
     if stage == job.plan.pp - 1 and get_schedule(job.plan.schedule).logits_stashed:

@@ -73,13 +73,15 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
+                            in_flight=None, layers=None
+                            ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
     total (their sum). ``P``: ``PlanArrays`` or the search space's short columns; ``dtype``:
     the training precision; ``system``: the policy constants; ``in_flight``: stashed
     ``(micro-batch, chunk)`` entries per plan (default: the schedule's count with the default
-    interleaving group size)."""
+    interleaving group size); ``layers``: transformer layers on the stage per plan (default
+    ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -98,7 +100,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
     # (experts over d/ep)
     dense_l, expert_l = counts.layer_params_split(m, tp, ep)
-    n_layers = m.num_layers // pp
+    n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
@@ -117,12 +119,13 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     rc_act = np.where(rc == 2, layer_act_none, 0.0)
-    layers_act = in_flight * (m.num_layers // (pp * v)) * layer_act
+    lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
+    layers_act = in_flight * lpc * layer_act
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage)
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)

@@ -133,7 +133,8 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
     """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
     parts, _ = arrays.memory_component_arrays(
         job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
-        job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages])
+        job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
+        layers=[job.layers_of_stage(s) for s in stages])
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 
@@ -162,9 +163,33 @@ def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
     return best, stages[best]
 
 
+def stage_hbm_bytes(job: Job, stage: int) -> float:
+    """Bytes of HBM on the GPUs of pipeline stage ``stage`` (the smallest of its GPU types:
+    on a mixed cluster a stage may sit on 40 GB next to 80 GB parts). Stage ``s`` holds the
+    global ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
+    cl = job.cluster
+    if len(cl.groups) == 1:
+        return cl.min_hbm_bytes
+    return min(cl.gpu_of_node(n).hbm_bytes for n in job.stage_nodes(stage))
+
+
 def fits(job: Job, headroom_bytes: float = 0.0) -> bool:
-    """Whether the peak stage plus ``headroom_bytes`` fits the smallest GPU of the cluster."""
-    return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
+    """Whether every stage plus ``headroom_bytes`` fits the HBM of its own GPUs
+    (``stage_hbm_bytes``; one GPU type: the peak stage against that GPU)."""
+    if len(job.cluster.groups) == 1:
+        return peak_memory(job)[1].total + headroom_bytes <= job.cluster.min_hbm_bytes
+    return all(b.total + headroom_bytes <= stage_hbm_bytes(job, s)
+               for s, b in enumerate(memory_by_stage(job)))
+
+
+def check_fits(job: Job, headroom_bytes: float = 0.0) -> None:
+    """``SpecError`` naming the first stage whose memory exceeds its GPUs' HBM."""
+    for s, b in enumerate(memory_by_stage(job)):
+        hbm = stage_hbm_bytes(job, s)
+        if b.total + headroom_bytes > hbm:
+            gpus = job.cluster.gpu_of_rank(s * job.plan.tp * job.plan.cp * job.plan.dp).name
+            raise SpecError(f"memory of stage {s}", f"{b.total / 2**30:.1f} GiB",
+                            f"must fit the {hbm / 2**30:.0f} GiB of its GPUs ({gpus})")
 
 
 def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:

@@ -130,7 +130,10 @@ def plan_key(plan: Plan) -> str:
     """Canonical key of a resolved plan (``parse_plan`` reads it back)."""
     return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
             f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
-            f"sp={str(plan.sp).lower()},zero={plan.zero}")
+            f"sp={str(plan.sp).lower()},zero={plan.zero}"
+            + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
+                      for k in ("layers_per_stage", "group_microbatches")
+                      if getattr(plan, k) is not None))
 
 
 def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:
