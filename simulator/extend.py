@@ -9,7 +9,7 @@ bubble seconds, the event count) is affine in ``m`` for ``m >= g``::
     y(m) = y(2g) + (m - 2g) / g * (y(2g) - y(g))
 
 The step time is affine from ``m = g`` on. How it splits into parts is affine from
-``m = base·g`` on, ``base`` being ``FIGURES_FROM`` of the schedule: an interleaved step with
+``m = base·g`` on, ``base`` being the schedule's ``figures_affine_from``: an interleaved step with
 ``m = g`` is all warm-up and cool-down (no steady state), which puts its step time on the
 line but not its breakdown, so those figures are extended from ``2g`` and ``3g``.
 
@@ -35,11 +35,6 @@ from strategies.schedules import get_schedule
 
 #: Extend only when the two short runs hold at most 1/SAVING of the micro-batches.
 SAVING = 2
-#: Per schedule, the first multiple of ``g`` from which every figure is affine in ``m``
-#: (measured against full simulation in tests/test_extend.py). A registered schedule with a
-#: steady state (``Schedule.steady_state``) but not listed here has its step time extended
-#: (validate) and its figures simulated in full (search).
-FIGURES_FROM = {"1f1b": 1, "interleaved": 2, "deepspeed-1f1b": 1}
 
 
 def period(job: Job) -> int:
@@ -51,9 +46,10 @@ def period(job: Job) -> int:
 
 def base(job: Job, figures: bool = True) -> int | None:
     """The short runs are ``base·g`` and ``(base+1)·g`` micro-batches: 1 for the step time
-    alone (``figures=False``), ``FIGURES_FROM`` of the schedule for every figure (None: not
-    known for this schedule)."""
-    return FIGURES_FROM.get(job.plan.schedule) if figures else 1
+    alone (``figures=False``), the schedule's ``figures_affine_from`` for every figure (None:
+    not known for this schedule; a schedule with a steady state but no such figure has its
+    step time extended (validate) and its figures simulated in full (search))."""
+    return get_schedule(job.plan.schedule).figures_affine_from if figures else 1
 
 
 def can_extend(job: Job, figures: bool = True) -> bool:
@@ -68,7 +64,7 @@ def with_microbatches(job: Job, m: int) -> Job:
     """``job`` with ``m`` micro-batches per pipeline (the global batch changed to match)."""
     p = job.plan
     return make_job(job.model, job.cluster, replace(p, gbs=m * p.mbs * p.dp), dtype=job.dtype,
-                    framework=job.named_framework)
+                    framework=job.named_framework, system=job.system)
 
 
 def affine(y_a, y_b, m: int, g: int, b: int = 1):

@@ -13,6 +13,7 @@ from collections import defaultdict
 from typing import Iterable
 
 from simulator.result import Record
+from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one definition)
 
 Interval = tuple[float, float]
 COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "embedding": "compute",
@@ -20,8 +21,6 @@ COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "embedding": "comp
 COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm",
               "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}
 PRIORITY = ("pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm")
-BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
-                  "bubble", "optimizer")
 PARAM_GATHER_PREFIX = "AG params"
 
 

@@ -29,7 +29,9 @@ from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
 from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
+from strategies.cost import counts
 from strategies.cost.stage import StageCosts
+from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.memory.activations import activation_bytes_per_chunk
 from strategies.job import Job
 from topologies.graph import build_graph
@@ -168,10 +170,14 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     est = estimate(job)
     out = est.to_json()
     step, m = result.step_time_s, result.metrics
-    scale = est.step_time_s / step if step > 0 else 0.0
+    p, peak = job.plan, job.cluster.mean_peak(job.dtype)   # the mean peak over the GPUs
+    n = job.cluster.num_gpus
+    rc = RECOMPUTE_CODE[p.recompute]
     out.update({
         "step_time_s": step, "tokens_per_s": job.tokens_per_step / step if step > 0 else 0.0,
-        "mfu": est.mfu * scale, "hfu": est.hfu * scale,
+        "mfu": float(counts.mfu(job.model, p.gbs, step, n, peak)) if step > 0 else 0.0,
+        "hfu": float(counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak))
+        if step > 0 else 0.0,
         "bubble_fraction": m["bubble_fraction"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},
         "simulated": True, "exposed_comm_s": m["exposed_comm_s"],

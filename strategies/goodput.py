@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.memory.scalar import OPTIMIZER_BYTES, PARAM_BYTES
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.model import ModelSpec
 from topologies.limits import check_int, check_number
 
@@ -73,7 +73,8 @@ MAX_SEGMENT_MTBFS = 500.0
 #: the Monte-Carlo sampler draws failures one by one: at most this many expected per run
 MAX_SAMPLED_FAILURES = 100_000
 #: bytes per parameter in a checkpoint: bf16 weights + fp32 master weights and Adam m, v
-CKPT_BYTES_PER_PARAM = PARAM_BYTES + OPTIMIZER_BYTES
+#: (``SystemConfig.param_bytes + optimizer_state_bytes`` of the default system)
+CKPT_BYTES_PER_PARAM = DEFAULT_SYSTEM.param_bytes + DEFAULT_SYSTEM.optimizer_state_bytes
 
 
 
@@ -95,11 +96,13 @@ def job_mtbf_s(num_gpus: int, num_nodes: int, mtbf_gpu_h: float = DEFAULT_MTBF_G
     return HOUR_S / rate
 
 
-def checkpoint_bytes(model: ModelSpec) -> float:
+def checkpoint_bytes(model: ModelSpec, system: SystemConfig | None = None) -> float:
     """Bytes of one full training checkpoint: every parameter once (data-parallel copies are
-    written once) at ``CKPT_BYTES_PER_PARAM`` (the memory model's bf16 weights and fp32
-    optimizer state, ``strategies.memory.scalar``)."""
-    return float(model.num_params()) * CKPT_BYTES_PER_PARAM
+    written once) at the memory model's weight and optimizer-state bytes per parameter
+    (``SystemConfig.param_bytes + optimizer_state_bytes``: ``CKPT_BYTES_PER_PARAM`` with the
+    default system)."""
+    sy = get_system(system)
+    return float(model.num_params()) * (sy.param_bytes + sy.optimizer_state_bytes)
 
 
 def checkpoint_write_s(nbytes: float, write_bandwidth: float) -> float:

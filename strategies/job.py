@@ -1,8 +1,9 @@
 """``Job``: a model, a cluster and a resolved plan, checked against each other."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import FrameworkProfile, check_plan, get_profile
@@ -16,7 +17,8 @@ from topologies.precision import DTYPES
 @dataclass(frozen=True)
 class Job:
     """Everything one estimate or simulation needs. ``plan.dp`` and ``plan.gbs`` are set.
-    ``framework``: the software stack's fixed properties (``strategies.framework``)."""
+    ``framework``: the software stack's fixed properties (``strategies.framework``);
+    ``system``: the policy constants (``strategies.cost.system``)."""
 
     model: ModelSpec
     cluster: Cluster
@@ -24,6 +26,7 @@ class Job:
     dtype: str = "bf16"
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
     framework_named: bool = False
+    system: SystemConfig = DEFAULT_SYSTEM
 
     @property
     def named_framework(self) -> FrameworkProfile | None:
@@ -73,19 +76,26 @@ class Job:
         return self.plan.gbs * self.seq_len
 
     def to_dict(self) -> dict:
-        return {"model": self.model.report_dict(), "cluster": self.cluster.to_dict(),
-                "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
-                "num_microbatches": self.num_microbatches, "framework": self.framework.name}
+        """The inputs as JSON; ``system`` only when it is not ``DEFAULT_SYSTEM``."""
+        d = {"model": self.model.report_dict(), "cluster": self.cluster.to_dict(),
+             "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
+             "num_microbatches": self.num_microbatches, "framework": self.framework.name}
+        if self.system != DEFAULT_SYSTEM:
+            d["system"] = asdict(self.system)
+        return d
 
 
 def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None = None,
              global_batch: int | None = None, dtype: str = "bf16",
-             framework: FrameworkProfile | str | None = None) -> Job:
+             framework: FrameworkProfile | str | None = None,
+             system: SystemConfig | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
     ``framework``: a profile or its name; a named stack refuses the plan features it lacks
     (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
-    any plan (the textbook schedules, GPipe included, stay open to studies)."""
+    any plan (the textbook schedules, GPipe included, stay open to studies). ``system``: the
+    policy constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)
+    sy = get_system(system)
     if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
         plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
@@ -120,7 +130,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
         check_plan(fw, plan)
-    return Job(model, cluster, plan, dtype, fw, framework is not None)
+    return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

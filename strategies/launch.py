@@ -200,7 +200,7 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
         "gradient_accumulation_steps": job.num_microbatches,
         "bf16" if job.dtype == "bf16" else "fp16": {"enabled": True},
         "zero_optimization": {"stage": p.zero, "overlap_comm": p.overlap_grad_reduce,
-                              "contiguous_gradients": True, "reduce_bucket_size": 40_000_000},
+                              "contiguous_gradients": True, "reduce_bucket_size": int(job.system.bucket_params)},
     }
     if p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}

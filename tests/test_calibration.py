@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import numpy as np
 import pytest
 
 from simulator.studies.validate import evaluate_case, load_cases, mape, summarize, validate_cases
 from strategies.cost import compute as ct
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.estimate.scalar import estimate
 from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PROFILES,
                                   PYTORCH_EAGER, get_profile)
@@ -105,7 +106,7 @@ def test_efficiencies_are_fractions():
         for dtype in gpu.peak_flops:
             assert 0 < gpu.gemm_efficiency(dtype) <= 1, (gpu.name, dtype)
         assert 0 < gpu.attention_efficiency <= 1
-    assert 0 < ct.HBM_EFFICIENCY <= 1 and 0 < ct.OVERLAP_CLOCK_RATIO <= 1
+    assert 0 < DEFAULT_SYSTEM.hbm_efficiency <= 1 and 0 < ct.OVERLAP_CLOCK_RATIO <= 1
     for fw in PROFILES.values():
         assert 0 <= fw.launch_gap_s < 1e-4 and fw.kernels_per_layer >= 0
 
@@ -117,9 +118,13 @@ def test_every_catalog_efficiency_is_documented():
         row = next((ln for ln in text.splitlines() if ln.startswith(f"| {gpu.name} ")), None)
         assert row is not None, gpu.name
         assert f"{gpu.matmul_efficiency:.2f}" in row, gpu.name
-    for name in ("OVERLAP_CLOCK_RATIO", "HBM_EFFICIENCY", "SHAPE_SCALE", "LAUNCH_GAP_S",
+    for name in ("OVERLAP_CLOCK_RATIO", "SHAPE_SCALE", "LAUNCH_GAP_S",
                  "NVLINK_EFFICIENCY", "NETWORK_EFFICIENCY"):
         assert name in text, name
+    for f in fields(SystemConfig):                 # every policy constant, with its value
+        row = next((ln for ln in text.splitlines() if ln.startswith(f"| `{f.name}` ")), None)
+        assert row is not None, f.name
+        assert f"{getattr(DEFAULT_SYSTEM, f.name):g}" in row, f.name
 
 
 def test_custom_gpu_fp8_efficiency():

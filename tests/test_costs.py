@@ -158,3 +158,54 @@ def test_collective_closed_forms():
     assert cm.allgather_time(S, n, B, 0.0) == pytest.approx((n - 1) / n * S / B, rel=1e-15)
     assert float(cm.allreduce_time(S, n, B, 0.0)) == pytest.approx(0.43, abs=0.005)
     assert float(cm.allreduce_time(S, 1, B, 1e-6)) == 0.0
+
+
+# ----------------------------------------------------------------- one family of parameter counts
+
+MOE_BIAS = ModelSpec("moe-bias", 8, 1024, 16, 2816, 32000, 1024, num_query_groups=4,
+                     activation="swiglu", num_experts=8, moe_router_topk=2, bias=True,
+                     norm="rmsnorm", position_embedding="rope")
+
+
+@pytest.mark.parametrize("m", [MOE_BIAS, model_preset("mixtral-8x7b"), model_preset("llama3-8b"),
+                               gpt(24, 2304, 24)], ids=lambda m: m.name)
+@pytest.mark.parametrize("tp,ep,pp", [(1, 1, 1), (2, 4, 2), (4, 2, 4), (2, 8, 8)])
+def test_stage_params_sum_to_the_model(m, tp, ep, pp):
+    """Summed over the stages, every parameter is held once: the experts (their biases
+    included) over tp·ep, everything else (final norm included) over tp; a tied head is a
+    second copy of the word embedding only with pp > 1."""
+    experts = m.num_layers * costs.expert_params(m)
+    if m.is_moe:
+        F = m.expert_ffn * (2 if m.gated else 1)
+        want_e = m.num_experts * (m.mlp_params_per_expert() + (F + m.hidden_size if m.bias else 0))
+        assert costs.expert_params(m) == want_e
+    tied = m.vocab_size * m.hidden_size if m.tie_word_embeddings and pp > 1 else 0
+    want = (m.num_params() - experts + tied) / tp + experts / (tp * (ep if m.is_moe else 1))
+    got = sum(costs.stage_params_per_gpu(m, tp, ep if m.is_moe else 1, pp, s) for s in range(pp))
+    assert got == pytest.approx(want, rel=1e-14)
+    # the array form gives the same per stage as the scalar one
+    import numpy as np
+    arr = costs.stage_params_per_gpu(m, np.full(pp, tp), np.full(pp, ep if m.is_moe else 1),
+                                     np.full(pp, pp), np.arange(pp))
+    assert list(arr) == [costs.stage_params_per_gpu(m, tp, ep if m.is_moe else 1, pp, s)
+                         for s in range(pp)]
+
+
+def test_final_norm_is_on_the_last_stage():
+    m = model_preset("llama3-8b")
+    last = costs.stage_params_per_gpu(m, 2, 1, 4, 3)
+    mid = costs.stage_params_per_gpu(m, 2, 1, 4, 1)
+    assert last - mid == (m.lm_head_params() + m.norm_params()) / 2
+
+
+@pytest.mark.parametrize("l,h,a,V,s", GPTS)
+def test_mfu_is_eq_2b_over_gpu_seconds(l, h, a, V, s):
+    """The one MFU/HFU definition: §2b model FLOPs over n·t·peak; HFU adds the recomputed
+    forward (full recomputation: 96 instead of 72, §2a) and equals MFU without it."""
+    B, n, t, peak = 512, 1024, 12.5, 312e12
+    m = gpt(l, h, a, V, s)
+    want = 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / (n * t * peak)
+    assert costs.mfu(m, B, t, n, peak) == pytest.approx(want, rel=1e-12)
+    assert costs.hfu(m, B, False, 0, t, n, peak) == costs.mfu(m, B, t, n, peak)
+    full = 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / (n * t * peak)
+    assert costs.hfu(m, B, False, 2, t, n, peak) == pytest.approx(full, rel=1e-12)

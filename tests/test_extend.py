@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.cli.main import main
-from simulator.extend import (SAVING, FIGURES_FROM, affine, base, can_extend,
+from simulator.extend import (SAVING, affine, base, can_extend,
                               extended_step_time, how, period, simulate_figures,
                               with_microbatches)
 from simulator.simulate import simulate
@@ -66,7 +66,7 @@ def test_the_short_runs_are_what_the_method_says():
 
 
 def test_the_interleaved_breakdown_needs_the_later_base():
-    """Why ``FIGURES_FROM["interleaved"] == 2``: from g and 2g the step time is exact but its
+    """Why interleaved's ``figures_affine_from`` is 2: from g and 2g the step time is exact but its
     split is not (the m = g run has no steady state)."""
     job = _job("gpt-1.7b", 2, "tp=2,pp=4,dp=2,gbs=64,schedule=interleaved,vpp=3")
     m, g = job.num_microbatches, period(job)
@@ -76,7 +76,10 @@ def test_the_interleaved_breakdown_needs_the_later_base():
                                                                         rel=1e-12)
     split = affine(a.metrics["exposed_comm_s"], b.metrics["exposed_comm_s"], m, g)
     assert abs(split - full.metrics["exposed_comm_s"]) > 1e-6 * full.step_time_s
-    assert FIGURES_FROM == {"1f1b": 1, "interleaved": 2, "deepspeed-1f1b": 1}
+    from strategies.schedules import get_schedule, schedule_names
+    assert {n: get_schedule(n).figures_affine_from for n in schedule_names()
+            if get_schedule(n).figures_affine_from is not None} == \
+        {"1f1b": 1, "interleaved": 2, "deepspeed-1f1b": 1}
 
 
 @pytest.mark.parametrize("plan,why", [

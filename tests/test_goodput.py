@@ -24,7 +24,8 @@ def test_llama3_defaults_reproduce_the_reported_failure_rate():
 
 
 def test_checkpoint_size_from_the_memory_model():
-    from strategies.memory.scalar import OPTIMIZER_BYTES, PARAM_BYTES
+    from strategies.cost.system import DEFAULT_SYSTEM
+    PARAM_BYTES, OPTIMIZER_BYTES = DEFAULT_SYSTEM.param_bytes, DEFAULT_SYSTEM.optimizer_state_bytes
     m = model_preset("llama3-8b")
     assert gp.checkpoint_bytes(m) == m.num_params() * (PARAM_BYTES + OPTIMIZER_BYTES)
     assert gp.checkpoint_write_s(1e12, 2e9) == 500.0

@@ -10,10 +10,13 @@ import pytest
 from strategies.memory import activations as act
 from strategies.errors import SpecError
 from strategies.job import make_job
-from strategies.memory.scalar import (FIXED_OTHER_BYTES, FRAGMENTATION, MemoryBreakdown, fits,
+from strategies.cost.system import DEFAULT_SYSTEM
+from strategies.memory.scalar import (MemoryBreakdown, fits,
                                head_params_per_gpu, memory_by_stage, memory_components,
                                model_state_bytes_per_param, peak_memory, stage_memory)
 from strategies.model import ModelSpec
+
+FIXED_OTHER_BYTES, FRAGMENTATION = DEFAULT_SYSTEM.fixed_other_bytes, DEFAULT_SYSTEM.fragmentation
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule

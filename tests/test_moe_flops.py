@@ -161,9 +161,10 @@ def test_layer_time_runs_on_the_new_models_and_broadcasts():
     for name in ("deepseek-v3", "gpt-oss-120b", "qwen3-30b-a3b"):
         m = model_preset(name)
         tp = np.array([1, 2, 4])
-        lt = layer_time(m, 1, tp, 1, 8, True, True, 0, gpu, "bf16")
+        kw = dict(b=1, cp=1, ep=8, sp=True, flash=True, recompute=0, gpu=gpu, dtype="bf16")
+        lt = layer_time(m, tp=tp, **kw)
         for i, t in enumerate(tp):
-            one = layer_time(m, 1, int(t), 1, 8, True, True, 0, gpu, "bf16")
+            one = layer_time(m, tp=int(t), **kw)
             assert float(one.fwd) == pytest.approx(float(lt.fwd[i]), rel=REL)
             assert float(one.bwd) > float(one.fwd) > 0
 

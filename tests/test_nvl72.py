@@ -169,7 +169,8 @@ def test_gemm_rate_and_operand_bytes_follow_the_precision(dtype):
 def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
     m = model_preset("llama3-8b")
     gpu = get_gpu("B200")
-    t = {d: ct.layer_time(m, 1, 1, 1, 1, False, True, 0, gpu, d).fwd
+    t = {d: ct.layer_time(m, b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0, gpu=gpu,
+                          dtype=d).fwd
          for d in ("bf16", "fp8", "fp8-current", "mxfp8", "nvfp4")}
     assert t["nvfp4"] < t["fp8"] < t["bf16"]
     assert t["fp8"] < t["fp8-current"] and t["fp8"] < t["mxfp8"]
@@ -177,7 +178,7 @@ def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
                                                                         "fp8-current")}
     T, h = m.seq_length, m.hidden_size
     elems = T * (2 * h + (h + m.expert_ffn))
-    hbm = gpu.hbm_bandwidth * ct.HBM_EFFICIENCY
+    hbm = ct.usable_hbm(gpu)
     assert e["fp8"] - e["bf16"] == pytest.approx(3 * elems / hbm, rel=1e-12)
     assert e["fp8-current"] - e["fp8"] == pytest.approx(2 * elems / hbm, rel=1e-12)
 

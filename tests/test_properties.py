@@ -234,13 +234,17 @@ def test_simulations_finish_and_folded_equals_full(job):
 @cases(60)
 @given(jobs(), st.sampled_from([2, 4]))
 def test_memory_grows_with_microbatch_size(job, k):
-    """k times the micro-batch: the same number of micro-batches holds strictly more memory;
-    the same global batch (fewer, bigger micro-batches) holds no less."""
+    """k times the micro-batch: the same number of micro-batches holds strictly more memory
+    (unless the fp16 optimizer step's fp32 gradient copy, which replaces the activations, sets
+    the peak: then no less); the same global batch (fewer, bigger micro-batches) holds no less."""
+    from strategies.memory.scalar import memory_components, peak_memory
     p = job.plan
     base = estimate(job).memory.total
     same_m = make_job(job.model, job.cluster, replace(p, mbs=p.mbs * k, gbs=p.gbs * k),
                       dtype=job.dtype)
-    assert estimate(same_m).memory.total > base
+    grown = estimate(same_m).memory.total
+    step_peak = memory_components(same_m, peak_memory(same_m)[0])["other"].grads > 0
+    assert grown > base or (step_peak and grown >= base)
     if p.gbs % (p.mbs * k * p.dp) == 0:
         m2 = p.gbs // (p.mbs * k * p.dp)
         if p.schedule != "interleaved" or m2 % p.pp == 0:

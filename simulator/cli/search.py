@@ -242,7 +242,8 @@ def row_job(cfg: SearchConfig, row: dict[str, Any]):
     being the named stack's defaults, as in the search's space."""
     fw = cfg.framework
     plan = plan_from_mapping(plan_mapping(row["key"]), fw.plan_defaults() if fw else None)
-    return make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype, framework=fw)
+    return make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype, framework=fw,
+                    system=cfg.system)
 
 
 def save_plan(cfg: SearchConfig, row: dict[str, Any], path: str) -> None:

@@ -3,8 +3,9 @@
 Per layer block (a whole model chunk with ``granularity="chunk"``, one layer with
 ``"layer"``): the compute, then the blocking collectives that close it (EP all-to-all,
 TP all-reduce or SP reduce-scatter + all-gather pairs, the tail of the CP ring). With
-``tp_comm_overlap`` all but ``1/TP_OVERLAP_CHUNKS`` of the TP traffic runs beside the compute;
-CP ring attention runs beside the attention core, its last ``CP_EXPOSED_FRACTION`` after.
+``tp_comm_overlap`` all but ``1/tp_overlap_chunks`` of the TP traffic runs beside the compute;
+CP ring attention runs beside the attention core, its last ``cp_exposed_fraction`` after
+(``strategies.cost.system.SystemConfig``, carried by the ``StageCosts`` record).
 Gradient buckets (``simulator.program.grad_buckets``) are reduced on the dp-comm stream during the last
 micro-batch's backward of each chunk (``overlap_grad_reduce``) or after the schedule. All
 durations and bytes come from ``StageCosts``. Units: seconds, bytes.
@@ -15,7 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
-from strategies.cost.stage import PARAM_BYTES, StageCosts
+from strategies.cost.stage import StageCosts
 from strategies.schedules import Step, get_schedule
 
 
@@ -130,7 +131,7 @@ class ProgramBuilder:
         """ZeRO-3: gather this stage's parameters, the first layer's share blocking."""
         if self.p.zero != 3 or len(self.group["dp"]) < 2:
             return None
-        total, L = 2.0 * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
         first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
                           i, tag="dp")
         self.wait += [first] if first is not None else []
@@ -251,7 +252,7 @@ class ProgramBuilder:
                            force=True)
         if self.grad_sync and self.p.zero >= 1:
             for n, params in enumerate(self.reduced):
-                self.coll("dp-comm", "allgather", "dp", PARAM_BYTES * params, 1.0, "dp",
+                self.coll("dp-comm", "allgather", "dp", self.c.param_bytes * params, 1.0, "dp",
                           f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
                 self.n_param_gathers += 1
         meta = {"fwd_window_s": self.layers * self.p.vpp * self.c.layer_fwd,

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterator, Union
 
-STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
+from simulator.result import STREAMS  # noqa: F401  (the stream names: one definition)
+
 COLLECTIVE_KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 
 

@@ -17,6 +17,7 @@ nothing finished is lost, nothing is simulated twice.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import asdict
 import json
 import os
 import sys
@@ -27,6 +28,7 @@ from typing import Any, Callable
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.model import ModelSpec
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.plan import Plan
 from simulator.workers import process_pool, terminate_pool
 from topologies.cluster import Cluster
@@ -34,16 +36,17 @@ from topologies.gpu_profile import profile_to_mapping
 
 
 def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
-             exact: bool, plan: Plan) -> dict[str, Any]:
-    """Simulate one resolved plan (``framework``: the named software stack, or None); the
-    figures the search reports: ``step_time_s``, ``bubble_fraction``, ``exposed_comm_s``,
+             system: SystemConfig | None, exact: bool, plan: Plan) -> dict[str, Any]:
+    """Simulate one resolved plan (``framework``: the named software stack, or None;
+    ``system``: the policy constants, None for ``DEFAULT_SYSTEM``); the figures the search
+    reports: ``step_time_s``, ``bubble_fraction``, ``exposed_comm_s``,
     ``overlapped_comm_s``, ``breakdown_s``, ``events``, ``wall_s`` and ``method``. Long
     pipelines are simulated on two short runs and extended (``simulator.extend``; the same
     figures to ~1e-12) unless ``exact``."""
     from simulator.extend import simulate_figures
     try:
         return simulate_figures(make_job(model, cluster, plan, dtype=dtype,
-                                         framework=framework), exact)
+                                         framework=framework, system=system), exact)
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
@@ -195,9 +198,11 @@ class RayPool:
 
 # ----------------------------------------------------------------------- results file
 def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
-                 framework: str | None = None, exact: bool = False) -> str:
+                 framework: str | None = None, exact: bool = False,
+                 system: SystemConfig | None = None) -> str:
     """What a stored result depends on besides its plan (``framework``: the named stack;
-    ``exact``: simulated in full)."""
+    ``exact``: simulated in full; ``system`` only when it is not ``DEFAULT_SYSTEM``, so older
+    results files still match)."""
     ctx = {"model": model.to_dict(), "cluster": cluster.to_dict(), "dtype": dtype, "gbs": gbs}
     profiles = [profile_to_mapping(g.gpu.profile) for g in cluster.groups
                 if g.gpu.profile is not None]
@@ -207,6 +212,8 @@ def context_hash(model: ModelSpec, cluster: Cluster, dtype: str, gbs: int,
         ctx["framework"] = framework
     if exact:
         ctx["exact"] = True
+    if system is not None and system != DEFAULT_SYSTEM:
+        ctx["system"] = asdict(system)
     blob = json.dumps(ctx, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 

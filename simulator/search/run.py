@@ -16,6 +16,7 @@ import numpy as np
 from simulator.search.executors import (Cached, ResultsLog, context_hash, make_executor,
                                    progress_printer)
 from strategies.cost import counts as costs
+from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
@@ -52,6 +53,7 @@ class SearchConfig:
     progress: bool = False
     references: list[tuple[str, Plan]] = field(default_factory=list)
     framework: FrameworkProfile | None = None
+    system: SystemConfig | None = None        # policy constants (None: DEFAULT_SYSTEM)
 
 
 def run_search(cfg: SearchConfig) -> dict[str, Any]:
@@ -59,12 +61,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
     fw, named = get_profile(cfg.framework), cfg.framework
-    space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named)
+    space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named, dtype=cfg.dtype,
+                            system=cfg.system)
     if space.size == 0:
         raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
                         + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
-    analytic = estimate_arrays(m, cl, cfg.dtype, space.cols, fw)
-    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.cols, fw)
+    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
+    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
+                                   costs=analytic["stage_costs"])
     plans = [space.plan(i) for i in range(space.size)]
     keys = [plan_key(p) for p in plans]
     refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
@@ -87,10 +91,12 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     log = None
     if cfg.results:
         log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
-                                                   named and named.name, cfg.exact),
+                                                        named and named.name, cfg.exact,
+                                                        cfg.system),
                          cfg.resume)
     ex = Cached(make_executor(cfg.backend, cfg.workers,
-                              (m, cl, cfg.dtype, named and named.name, cfg.exact), plan_of,
+                              (m, cl, cfg.dtype, named and named.name, cfg.system, cfg.exact),
+                              plan_of,
                               cfg.ray_address), key_of, log)
     order = np.sort(bounds)
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
@@ -204,7 +210,7 @@ def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] 
     """A reference plan resolved against the job (None when it does not apply here)."""
     try:
         job = make_job(cfg.model, cfg.cluster, plan, global_batch=cfg.gbs, dtype=cfg.dtype,
-                       framework=cfg.framework)
+                       framework=cfg.framework, system=cfg.system)
     except SpecError:
         return None
     return label, job.plan
@@ -228,9 +234,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
 def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
     step = r["step_time_s"]
     n = cfg.cluster.num_gpus
-    flops = float(costs.model_flops_per_step(cfg.model, plan.gbs))
     return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": flops / (n * step * cfg.cluster.mean_peak(cfg.dtype)),
+            "mfu": float(costs.mfu(cfg.model, plan.gbs, step, n, cfg.cluster.mean_peak(cfg.dtype))),
             "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
             "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
             "events": r["events"]}
@@ -295,7 +300,8 @@ def _recommended(cfg, space, analytic, bounds, plans, res, out) -> dict[str, Any
 
 def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
     from strategies.memory.scalar import peak_memory
-    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, framework=cfg.framework)
+    job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, framework=cfg.framework,
+                   system=cfg.system)
     row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p), "short": p.short()}
     row.update(_figures(cfg, p, r))
     row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}

@@ -108,7 +108,7 @@ def job_for(base: Job, choice: ScheduleChoice, num_microbatches: int | None = No
     p = base.plan
     gbs = None if num_microbatches is None else num_microbatches * p.mbs * p.dp
     return make_job(base.model, base.cluster, plan_with(p, choice, gbs, group_size),
-                    dtype=base.dtype, framework=base.named_framework)
+                    dtype=base.dtype, framework=base.named_framework, system=base.system)
 
 
 def check_pipelined(plan: Plan) -> None:

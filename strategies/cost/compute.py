@@ -21,7 +21,7 @@ The efficiency model (every constant and its source: docs/calibration.md):
   memory-bound softmax/dropout traffic.
 * Memory-bound kernels (LayerNorm, dropout, activation, rotary, fp8 casts, the unfused
   accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
-  ``HBM bandwidth · 0.85``; the backward of an elementwise kernel moves twice its forward bytes.
+  ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves twice its forward bytes.
 * Every kernel boundary costs ``framework.launch_gap_s`` (``strategies.framework``).
 * A GPU with a measured profile (``paraplan calibrate``) replaces these figures where its
   measurements reach (``strategies.cost.measured``): GEMM and attention times scaled by the
@@ -38,12 +38,15 @@ import numpy as np
 from strategies.cost import counts as costs
 from strategies.cost import measured
 from strategies.cost.counts import Num
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
 
-HBM_EFFICIENCY = 0.85     # achievable fraction of HBM bandwidth (STREAM-like kernels)
+#: The default system's achievable HBM fraction (``SystemConfig.hbm_efficiency``; an alias
+#: for GPU profiles and reports that compare against the catalog, not a second constant).
+HBM_EFFICIENCY = DEFAULT_SYSTEM.hbm_efficiency
 SHAPE_SCALE = 64.0        # a GEMM dimension d runs at d/(d+64) of the large-shape rate
 # The K loop's knee grows with the chip's tensor-core rate per SM: a CTA's fixed prologue and
 # epilogue (pipeline fill, writing the C tile) take about the same time on every chip, so the
@@ -118,15 +121,17 @@ def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
     return costs.layer_gemms(m, b, tp, cp, ep)
 
 
-def _rates(gpu: GPU, dtype: str) -> tuple[float, float, float]:
+def usable_hbm(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> float:
+    """Usable HBM bandwidth of ``gpu`` (bytes/s): datasheet x ``system.hbm_efficiency``, or a
+    GPU profile's measurement (``strategies.cost.measured``)."""
+    return measured.hbm_rate(gpu, system.hbm_efficiency)
+
+
+def _rates(gpu: GPU, dtype: str,
+           system: SystemConfig = DEFAULT_SYSTEM) -> tuple[float, float, float]:
     """(GEMM FLOP/s before the shape penalty, usable HBM bytes/s, GEMM input element size)."""
-    return (gpu.peak(dtype) * gpu.gemm_efficiency(dtype), _hbm(gpu),
+    return (gpu.peak(dtype) * gpu.gemm_efficiency(dtype), usable_hbm(gpu, system),
             get_precision(dtype).operand_bytes)
-
-
-def _hbm(gpu: GPU) -> float:
-    """Usable HBM bytes/s (``HBM_EFFICIENCY`` of the datasheet, or a profile's measurement)."""
-    return measured.hbm_rate(gpu, HBM_EFFICIENCY)
 
 
 def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
@@ -153,10 +158,10 @@ def _tp_split(tp: Num, tpo: Num) -> Num:
 
 
 def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
-                  tpo: Num = False) -> Num:
+                  tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
     GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
-    rate, hbm, es = _rates(gpu, dtype)
+    rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
@@ -171,19 +176,20 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
 
 
 def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
-                  tpo: Num = False, fw: FrameworkProfile = DEFAULT) -> Num:
+                  tpo: Num = False, fw: FrameworkProfile = DEFAULT,
+                  system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Backward time of the dense GEMMs of one layer (seconds): the data gradient ``(M, K, N)``
     (split into ``tp`` pieces for the row-parallel weights under TP overlap, whose incoming
     gradient is all-gathered piece by piece) and the weight gradient ``(K, N, M)``, whose
     output is the main gradient: read and written in fp32 when the framework fuses the
     accumulation into the GEMM, else written once in 16 bits (the separate add is
     ``grad_accum_time``)."""
-    rate, hbm, es = _rates(gpu, dtype)
+    rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
     split = _tp_split(tp, tpo)
-    c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
+    c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t = 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:
@@ -196,23 +202,25 @@ def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     return t
 
 
-def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DEFAULT) -> Num:
+def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DEFAULT,
+                    system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Seconds to add one micro-batch's weight gradients of ``params`` parameters into the
     main gradient with a separate kernel (read the main gradient, read the 16-bit gradient,
     write the main gradient); 0 when the framework fuses it into the weight-gradient GEMM."""
     if fw.grad_accum_fusion:
         return 0.0 * params
-    gb = costs.grad_bytes(dtype)
-    return params * (2 * gb + GRAD_BYTES_16) / (_hbm(gpu))
+    gb = system.main_grad_bytes(dtype)
+    return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
 
 
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
-                       slow: Num = 1.0, fw: FrameworkProfile = DEFAULT) -> tuple[Num, Num]:
+                       slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
     compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
     runs, ``GPU.flash_efficiency``)."""
     peak = gpu.peak("bf16")
-    hbm = _hbm(gpu)
+    hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
     flash_rate = peak * gpu.flash_efficiency(fw.attention_kernel)
     t_flash = slow * f_flash / flash_rate
@@ -237,11 +245,11 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
 
 
 def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
-                         dtype: str) -> Num:
+                         dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward seconds of the memory-bound kernels of one layer (``costs.elementwise_bytes_fwd``
     and, with a quantised precision, the casts of the GEMM inputs, ``Precision.cast_bytes``
     per element) at the usable HBM bandwidth."""
-    hbm = _hbm(gpu)
+    hbm = usable_hbm(gpu, system)
     byts = costs.elementwise_bytes_fwd(m, b, tp, cp, sp)
     cast = get_precision(dtype).cast_bytes
     if cast:  # inputs of the GEMMs cast (activations; weights amortised)
@@ -260,21 +268,22 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
     return fw.kernels_per_layer * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
-def layer_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
+def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
-               fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0) -> LayerTime:
-    """Compute seconds of one layer: forward, backward and recomputation.
+               fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
+               system: SystemConfig = DEFAULT_SYSTEM) -> LayerTime:
+    """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed) or 2 (full: the
     whole forward is recomputed). ``tpo``: TP communication overlap (GEMMs split along M).
     ``fw``: the framework profile (gradient accumulation, kernel launches). ``slow``: factor
     on the compute-bound kernels (GEMMs, attention), ``overlap_slowdown``. ``shard``: the
     gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``)."""
-    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
-    g_b = slow * gemm_time_bwd(m, b, tp, cp, ep, gpu, dtype, tpo, fw)
-    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-    e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype)
-    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw)
+    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system)
+    g_b = slow * gemm_time_bwd(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
+    a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
+    e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype, system)
+    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
     bwd = g_b + a_b + 2 * e + acc + 2 * launch
@@ -287,42 +296,45 @@ def layer_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: 
 
 def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
                  fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
-                 shard: Num = 1.0) -> tuple[Num, Num]:
+                 shard: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(forward, backward) seconds of the output layer and the cross-entropy on the last stage.
     The logits GEMM stays in 16 bits; the backward is its data- and weight-gradient GEMMs, the
     cross-entropy's backward pass over the fp32 logits and the gradient accumulation of the
     output weight. ``slow``: factor on the GEMMs (``overlap_slowdown``)."""
     T = costs.tokens_per_gpu(b, m.seq_length, cp)
     rate = gpu.peak("bf16") * gpu.matmul_efficiency
-    hbm = _hbm(gpu)
+    hbm = usable_hbm(gpu, system)
     V, h = m.vocab_size / tp, m.hidden_size
-    c_w = 2 * costs.grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
+    c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
     q = _gemm_ratio(gpu, "bf16", rate, kn)
     g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q)
     g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q)
                   + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q))
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
-    acc = grad_accum_time(V * h / shard, gpu, dtype, fw)
+    acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system)
     return g_f + ce, g_b + ce + acc
 
 
-def embedding_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU) -> Num:
+def embedding_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU,
+                   system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward seconds of the embedding lookup (+ position add, dropout) on the first stage."""
     T = costs.tokens_per_gpu(b, m.seq_length, cp)
-    return 4 * 2.0 * T * m.hidden_size / (_hbm(gpu))
+    return 4 * 2.0 * T * m.hidden_size / usable_hbm(gpu, system)
 
 
 def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
-                       fw: FrameworkProfile = DEFAULT, shard: Num = 1.0) -> Num:
+                       fw: FrameworkProfile = DEFAULT, shard: Num = 1.0,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Backward seconds of the embedding on the first stage: the scatter-add of the token
     gradients (twice the forward's bytes) and the accumulation of the word embedding's
     gradient into the main gradient (``grad_accum_time``)."""
-    return 2 * embedding_time(m, b, tp, cp, gpu) + grad_accum_time(
-        costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw)
+    return 2 * embedding_time(m, b, tp, cp, gpu, system) + grad_accum_time(
+        costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw, system)
 
 
-def optimizer_time(params_on_gpu: Num, gpu: GPU) -> Num:
-    """Adam step over the parameters this GPU updates: fp32 master, m and v read and written
-    (24 B), the fp32 gradient read (4 B), the bf16 weight written (2 B): 30 B per parameter."""
-    return 30.0 * params_on_gpu / (_hbm(gpu))
+def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Adam step over the parameters this GPU updates: ``system.adam_step_bytes`` (30) HBM
+    bytes per parameter (fp32 master, m and v read and written, the fp32 gradient read, the
+    16-bit weight written) at the usable bandwidth (seconds)."""
+    return system.adam_step_bytes * params_on_gpu / usable_hbm(gpu, system)

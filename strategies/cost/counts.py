@@ -23,14 +23,6 @@ Num = Any  # float or np.ndarray
 ACT_BYTES = 2  # bf16/fp16 activations
 
 
-def grad_bytes(dtype: str) -> float:
-    """Bytes of one main-gradient element (the buffer micro-batches accumulate into and data
-    parallelism reduces): fp32 with bf16/fp8 training (Megatron's ``main_grad``), fp16 with
-    fp16 training (Megatron-LM 2021 kept the DDP buffer in the parameter dtype unless
-    ``--accumulate-allreduce-grads-in-fp32``)."""
-    return 2.0 if dtype == "fp16" else 4.0
-
-
 def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     """Tokens of one micro-batch held by one GPU of a context-parallel group."""
     return b * s / cp
@@ -225,6 +217,21 @@ def training_flops_per_token(m: ModelSpec, causal: bool = False, mtp: bool = Fal
     return 3.0 * (fwd + (mtp_flops_fwd_per_token(m, causal) if mtp else 0.0))
 
 
+def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) -> Num:
+    """Model FLOPs utilisation: ``model_flops_per_step / (n_gpus · step_time_s · peak)``
+    (``peak_flops`` in FLOP/s per GPU for the job's dtype). The one definition: the
+    estimate, the simulation's report and the search's rows all call it."""
+    return model_flops_per_step(m, gbs) / (n_gpus * step_time_s * peak_flops)
+
+
+def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
+        peak_flops: Num) -> Num:
+    """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
+    recomputed forward) over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without
+    recomputation."""
+    return hardware_flops_per_step(m, gbs, flash, recompute) / (n_gpus * step_time_s * peak_flops)
+
+
 # ----------------------------------------------------------------------------- memory traffic
 def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.
@@ -300,22 +307,64 @@ def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> Nu
 
 
 # ----------------------------------------------------------------------------- parameters
+# One family of per-GPU parameter counts: the estimate (DP traffic, optimizer), the lower
+# bound, the stage-cost record (gradient buckets), cost/compute (gradient accumulation) and
+# memory all read these. docs/memory.md "Parameters on stage s".
+
+def expert_params(m: ModelSpec) -> float:
+    """Routed-expert parameters of the mean layer, their biases included (0 for a dense
+    model; ``ModelSpec.expert_params_per_layer``): the part expert parallelism shards over
+    ``tp·ep``; shared experts and the router stay in the dense share."""
+    return m.expert_params_per_layer()
+
+
+def layer_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters of the mean layer on one GPU: the routed experts
+    (``expert_params``) over ``tp·ep``; MLA's down projections whole on every tensor-parallel
+    rank (``ModelSpec.tp_replicated_params``); everything else (attention, norms, router,
+    shared experts, dense biases) over ``tp``."""
+    experts, rep = expert_params(m), m.tp_replicated_params()
+    return (m.layer_params() - experts - rep) / tp + rep, experts / (tp * ep)
+
+
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:
-    """Parameters of the mean layer held by one GPU: routed experts (with their biases)
-    sharded over ep·tp, MLA's down projections whole (``tp_replicated_params``), the rest
-    over tp."""
-    experts, rep = m.expert_params_per_layer(), m.tp_replicated_params()
-    dense = m.layer_params() - experts - rep
-    return dense / tp + rep + experts / (tp * ep)
+    """Parameters of the mean layer held by one GPU (``layer_params_split``, summed)."""
+    dense, expert = layer_params_split(m, tp, ep)
+    return dense + expert
 
 
 def embedding_params_per_gpu(m: ModelSpec, tp: Num) -> Num:
+    """Word (+ learned position) embedding on the first stage, ``/tp``."""
     return m.embedding_params() / tp
 
 
-def lm_head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
-    """The output layer: its own weights, or (tied, pp > 1) a copy of the word embedding."""
-    own = m.vocab_size * m.hidden_size / tp
+def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
+    """The last stage's output layer, ``/tp``: the final norm plus the LM head's weights, or,
+    tied, a copy of the word embedding when ``pp > 1`` (Megatron; with ``pp = 1`` the tied
+    head is the embedding and adds nothing)."""
+    own = m.vocab_size * m.hidden_size
     if m.tie_word_embeddings:
-        return np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
-    return own + 0 * pp
+        head = np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
+    else:
+        head = m.lm_head_params() + 0 * pp
+    return (head + m.norm_params()) / tp
+
+
+def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
+                       layers: Num | None = None) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
+    ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
+    stage 0 and the output layer on stage ``pp-1``."""
+    dense_l, expert_l = layer_params_split(m, tp, ep)
+    lps = m.num_layers // pp if layers is None else layers
+    first, last = np.asarray(stage) == 0, np.asarray(stage) == np.asarray(pp) - 1
+    dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
+             + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
+    return dense, lps * expert_l
+
+
+def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
+                         layers: Num | None = None) -> Num:
+    """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers)
+    return dense + expert

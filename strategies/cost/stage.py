@@ -1,114 +1,223 @@
-"""Every duration and byte count the compiler needs, read from the shared cost model.
+"""The stage-cost record: every duration, byte count and parameter count of a pipeline stage,
+computed once from the cost model and read by the analytic estimate
+(``strategies.estimate.analytic``), the lower bound (``strategies.estimate.lower_bound``) and
+the compiler (``simulator.program``).
 
-``stage_costs(job)`` calls ``strategies.cost.compute`` and ``strategies.cost.counts`` with exactly
-the arguments ``strategies.estimate.analytic`` uses (the plan fields as floats), so that any
-difference between an analytic estimate and a simulation comes from dynamics only. The
-record is frozen; tests may ``dataclasses.replace`` fields (e.g. zero the embedding and the
-LM head to get perfectly balanced stages).
+``stage_cost_arrays(model, cluster, dtype, plans, framework, system)`` computes the record
+for many plans at once (``StageCostArrays``, one entry per plan); ``stage_costs(job)`` is the
+same record for one job (``StageCosts``: element 0 of a one-plan ``StageCostArrays``), so
+the estimate's per-stage costs and the simulator's compiled costs are one computation, not
+two that are kept equal. ``StageCosts`` is frozen; tests may ``dataclasses.replace`` fields
+(e.g. zero the embedding and the LM head to get perfectly balanced stages).
 
 Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters.
+
+>>> from strategies.presets import model_preset
+>>> from strategies.plan import Plan
+>>> from strategies.job import make_job
+>>> from topologies.cluster import cluster_preset
+>>> job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+...                Plan(tp=2, pp=2, dp=2, gbs=8))
+>>> c = stage_costs(job)
+>>> c.layer_bwd > c.layer_fwd > 0, len(c.params_by_stage), c.tp_overlap_chunks
+(True, 2, 4)
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+import numpy as np
 
 from strategies.cost import compute as ct
-from strategies.cost import counts as costs
-from strategies.estimate.analytic import (BUCKET_PARAMS, RECOMPUTE_CODE, TP_OVERLAP_CHUNKS,
-                                      grad_bytes)
+from strategies.cost import counts
+from strategies.cost.system import SystemConfig, get_system
+from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
+from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
-CP_EXPOSED_FRACTION = 0.1     # estimate_core: at least 10% of the ring-attention traffic shows
-PARAM_BYTES = 2.0             # bf16 parameters all-gathered after the optimizer (ZeRO >= 1)
+
+@dataclass(frozen=True, eq=False)
+class StageCostArrays:
+    """Per-layer and per-stage costs of many plans (numpy arrays, one entry per plan;
+    seconds, bytes, parameters). Zero where the plan has no such traffic (``tp_bytes`` with
+    ``tp = 1`` …). ``*_first``/``*_mid``/``*_last``: pipeline rank 0, a rank that is neither
+    first nor last, rank ``pp - 1`` (with ``pp = 1`` rank 0 is both: use ``*_first``)."""
+
+    layer_fwd: np.ndarray         # one layer's forward compute
+    layer_bwd: np.ndarray         # its backward
+    layer_recompute: np.ndarray   # extra forward redone in the backward (selective or full)
+    attn_fwd: np.ndarray          # the attention core's share of layer_fwd (hides CP traffic)
+    attn_bwd: np.ndarray          # its share of layer_bwd
+    gemm_fwd: np.ndarray          # the dense GEMMs' share of layer_fwd (hides TP traffic)
+    slowdown: np.ndarray          # clock factor on compute-bound kernels (overlap_slowdown)
+    embedding_fwd: np.ndarray     # first virtual stage, per micro-batch
+    embedding_bwd: np.ndarray
+    head_fwd: np.ndarray          # last virtual stage: LM head + cross-entropy
+    head_bwd: np.ndarray
+    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
+    tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
+    tp_per_layer_bwd: np.ndarray  # 2 backward
+    tp_per_layer_recompute: np.ndarray  # 2 more with full recomputation
+    cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
+    ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
+    p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
+    p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
+    layer_params: np.ndarray      # parameters of one layer on one GPU
+    embedding_params: np.ndarray
+    head_params: np.ndarray       # final norm + LM head (or tied copy) on the last stage
+    params_first: np.ndarray      # parameters per GPU of pipeline rank 0
+    params_mid: np.ndarray
+    params_last: np.ndarray
+    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard)
+    optimizer_mid: np.ndarray
+    optimizer_last: np.ndarray
+    grad_bytes: float             # bytes per gradient element reduced over dp
+    param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
+    bucket_params: float          # Megatron DDP bucket size
+    tp_overlap_chunks: int
+    cp_exposed_fraction: float
+
+    def __len__(self) -> int:
+        return int(np.size(self.layer_fwd))
 
 
 @dataclass(frozen=True)
 class StageCosts:
-    """Per-layer and per-stage costs of one job (seconds, bytes, parameters)."""
+    """Per-layer and per-stage costs of one job (seconds, bytes, parameters): one entry of
+    ``StageCostArrays`` as Python numbers, with the per-stage values as tuples."""
 
-    layer_fwd: float            # one layer's forward compute
-    layer_bwd: float            # its backward
-    layer_recompute: float      # extra forward redone in the backward (selective or full)
-    attn_fwd: float             # the attention core's share of layer_fwd (hides CP traffic)
-    attn_bwd: float             # its share of layer_bwd
-    embedding_fwd: float        # first virtual stage, per micro-batch
+    layer_fwd: float
+    layer_bwd: float
+    layer_recompute: float
+    attn_fwd: float
+    attn_bwd: float
+    embedding_fwd: float
     embedding_bwd: float
-    head_fwd: float             # last virtual stage: LM head + cross-entropy
+    head_fwd: float
     head_bwd: float
-    tp_bytes: float             # one tensor-parallel collective (b·s·h/c activations)
-    tp_per_layer_fwd: int       # collectives per layer: 2 forward
-    tp_per_layer_bwd: int       # 2 backward
-    tp_per_layer_recompute: int  # 2 more with full recomputation
-    cp_bytes: float             # ring-attention buffer per layer forward (x2 backward)
-    ep_bytes: float             # MoE all-to-all bytes per layer forward (same backward)
-    p2p_bytes: float            # one pipeline message (per GPU, per direction)
-    p2p_gather_bytes: float     # all-gather over tp after each receive (no SP), else 0
-    layer_params: float         # parameters of one layer on one GPU
+    tp_bytes: float
+    tp_per_layer_fwd: int
+    tp_per_layer_bwd: int
+    tp_per_layer_recompute: int
+    cp_bytes: float
+    ep_bytes: float
+    p2p_bytes: float
+    p2p_gather_bytes: float
+    layer_params: float
     embedding_params: float
     head_params: float
-    grad_bytes: float           # bytes per gradient element reduced over dp
-    bucket_params: float        # Megatron DDP bucket size
+    grad_bytes: float
+    bucket_params: float
     tp_overlap_chunks: int
     cp_exposed_fraction: float
+    param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
 
 
-def plan_floats(job: Job) -> dict[str, float]:
-    """The plan fields as estimate_core converts them (floats)."""
-    p = job.plan
-    return {k: float(getattr(p, k)) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
+def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
+                      plans: PlanArrays | Mapping[str, Any],
+                      framework: FrameworkProfile | str | None = None,
+                      system: SystemConfig | None = None,
+                      gpu: GPU | None = None) -> StageCostArrays:
+    """The stage-cost record of every plan in ``plans`` (``PlanArrays`` or the search space's
+    short columns) on ``cl`` in ``dtype`` with the ``framework`` profile and ``system``
+    constants (defaults: Megatron-Core, ``DEFAULT_SYSTEM``), computed on ``gpu`` (default:
+    the cluster's ``gpu``, its slowest type)."""
+    P = as_plan_arrays(plans)
+    fw, sy = get_profile(framework), get_system(system)
+    gpu = cl.gpu if gpu is None else gpu
+    tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
+    rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
+
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    shard_acc = ct.accum_shard(dp, zero)
+    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
+    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
+    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc, sy)
+    emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
+    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
+    cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
+    p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
+    zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
+    shard = np.where(zero >= 1, dp, 1.0)
+    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s) + zeros
+              for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
+    opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
+
+    def full(x):
+        return np.asarray(x, dtype=float) + zeros
+
+    return StageCostArrays(
+        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
+        attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
+        embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
+        head_fwd=full(head_f), head_bwd=full(head_b),
+        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+        tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
+        tp_per_layer_recompute=np.where(rc == 2, 2, 0) + zeros.astype(int),
+        cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
+        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
+        p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
+        p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
+        layer_params=full(counts.layer_params_per_gpu(m, tp, ep)),
+        embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
+        head_params=full(counts.head_params_per_gpu(m, tp, pp)),
+        params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
+        optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
+        grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
+        bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
+        cp_exposed_fraction=float(sy.cp_exposed_fraction))
 
 
-def stage_params(job: Job, stage: int, layer_params: float, embedding: float,
-                 head: float) -> float:
-    """Parameters held by one GPU of ``stage``: its layers, the embedding on the first stage
-    and the output layer on the last (``costs.lm_head_params_per_gpu``)."""
-    n = job.layers_of_stage(stage) * layer_params
-    if stage == 0:
-        n = n + embedding
-    if stage == job.plan.pp - 1:
-        n = n + head
-    return n
+def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
+    """Entry ``i`` (a plan with ``pp`` stages) of ``arrays`` as a ``StageCosts`` record."""
+    def f(name: str) -> float:
+        return float(getattr(arrays, name)[i])
+
+    def stage(kind: str, s: int) -> float:
+        which = "first" if s == 0 else "last" if s == pp - 1 else "mid"
+        return f(f"{kind}_{which}")
+
+    return StageCosts(
+        layer_fwd=f("layer_fwd"), layer_bwd=f("layer_bwd"), layer_recompute=f("layer_recompute"),
+        attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),
+        embedding_fwd=f("embedding_fwd"), embedding_bwd=f("embedding_bwd"),
+        head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
+        tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
+        tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
+        tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
+        cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
+        p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
+        embedding_params=f("embedding_params"), head_params=f("head_params"),
+        grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
+        tp_overlap_chunks=arrays.tp_overlap_chunks,
+        cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
+        params_by_stage=tuple(stage("params", s) for s in range(pp)),
+        optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)))
 
 
 def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
-    """Read the cost model for ``job`` (see the module docstring) on ``gpu`` (default: the
-    cluster's slowest GPU type; the compiler asks for each rank's own)."""
-    m, cl, p, f = job.model, job.cluster, job.plan, plan_floats(job)
-    gpu = cl.gpu if gpu is None else gpu
-    tp, cp, ep, b, pp = f["tp"], f["cp"], f["ep"], f["mbs"], f["pp"]
-    rc = RECOMPUTE_CODE[p.recompute]
-    fw = job.framework
-    slow = float(ct.overlap_slowdown(tp, p.tp_comm_overlap, cp, p.zero))
-    shard = float(ct.accum_shard(f["dp"], p.zero))
-    lt = ct.layer_time(m, b, tp, cp, ep, p.sp, p.flash_attn, rc, gpu, job.dtype,
-                       p.tp_comm_overlap, fw, slow, shard)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, p.flash_attn, gpu, slow, fw)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, job.dtype, fw, slow, shard)
-    emb = ct.embedding_time(m, b, tp, cp, gpu)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, job.dtype, fw, shard)
-    cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / max(cp - 1.0, 1.0) if p.cp > 1 else 0.0
-    p2p = costs.pp_p2p_bytes(m, b, tp, cp, p.sp)
-    lp = float(costs.layer_params_per_gpu(m, tp, ep))
-    ep_ = float(costs.embedding_params_per_gpu(m, tp))
-    hp = float(costs.lm_head_params_per_gpu(m, tp, pp))
-    params = tuple(float(stage_params(job, s, lp, ep_, hp)) for s in range(p.pp))
+    """The stage-cost record of ``job`` on ``gpu`` (default: the cluster's slowest GPU type;
+    the compiler asks for each rank's own): ``stage_cost_arrays`` of its one plan, entry 0,
+    with each stage's parameters and optimizer time from its own layer count
+    (``Job.layers_of_stage``: the plan's ``layers_per_stage`` when stages differ)."""
+    p, sy = job.plan, job.system
+    gpu = job.cluster.gpu if gpu is None else gpu
+    arrays = stage_cost_arrays(job.model, job.cluster, job.dtype,
+                               PlanArrays.from_plans([p]), job.framework, sy, gpu=gpu)
+    rec = stage_costs_at(arrays, 0, p.pp)
+    if p.layers_per_stage is None:
+        return rec
+    params = tuple(float(counts.stage_params_per_gpu(job.model, p.tp, p.ep, p.pp, s,
+                                                     layers=job.layers_of_stage(s)))
+                   for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu)) for n in params)
-    return StageCosts(
-        layer_fwd=float(lt.fwd), layer_bwd=float(lt.bwd), layer_recompute=float(lt.recompute),
-        attn_fwd=float(a_f), attn_bwd=float(a_b),
-        embedding_fwd=float(emb), embedding_bwd=float(emb_b),
-        head_fwd=float(head_f), head_bwd=float(head_b),
-        tp_bytes=float(costs.tp_comm_bytes_fwd(m, b, cp)) if p.tp > 1 else 0.0,
-        tp_per_layer_fwd=2, tp_per_layer_bwd=2, tp_per_layer_recompute=2 if rc == 2 else 0,
-        cp_bytes=float(cp_buf),
-        ep_bytes=float(costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep)) if p.ep > 1 else 0.0,
-        p2p_bytes=float(p2p) if p.pp > 1 else 0.0,
-        p2p_gather_bytes=float(p2p * tp) if (p.pp > 1 and p.tp > 1 and not p.sp) else 0.0,
-        layer_params=lp, embedding_params=ep_, head_params=hp,
-        grad_bytes=grad_bytes(job.dtype), bucket_params=float(BUCKET_PARAMS),
-        tp_overlap_chunks=TP_OVERLAP_CHUNKS, cp_exposed_fraction=CP_EXPOSED_FRACTION,
-        params_by_stage=params, optimizer_by_stage=opt)
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    return replace(rec, params_by_stage=params, optimizer_by_stage=opt)

@@ -1,5 +1,8 @@
-"""The analytic step-time model, written over numpy arrays of plan fields so that one code path
-scores one plan (``strategies.estimate``) or a hundred thousand (``strategies.search.space``).
+"""The analytic step-time model, written over numpy arrays of plan fields (``PlanArrays``) so
+that one code path scores one plan (``strategies.estimate``) or a hundred thousand
+(``strategies.search.space``). Every per-layer and per-stage duration, byte and parameter
+count is read from the stage-cost record (``strategies.cost.stage.stage_cost_arrays``), the
+record the lower bound and the compiler read too; this module adds the composition.
 
 Model (per optimizer step, seconds):
 
@@ -30,22 +33,20 @@ sequences either may exceed 1.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
 from strategies.cost import counts as costs
-from strategies.cost.counts import grad_bytes  # noqa: F401  (re-exported: stage_costs, bound)
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.cost.stage import stage_cost_arrays
+from strategies.cost.system import SystemConfig
+from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, as_plan_arrays  # noqa: F401
 from strategies.schedules import dispatch
 from topologies.cluster import Cluster
 
-RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
-BUCKET_PARAMS = 40e6        # Megatron DDP bucket size (parameters)
-TP_OVERLAP_CHUNKS = 4       # tp_comm_overlap splits each GEMM's collective into chunks
 
 
 def degraded_view(cl: Cluster) -> Cluster:
@@ -87,46 +88,47 @@ def straggler_stages(stragglers, per_stage, pp, times, compute, t_max, t_sum):
     return t_max, t_sum + extra
 
 
-def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
-                    framework: FrameworkProfile | str | None = None) -> dict[str, Any]:
-    """Score plans given as arrays. ``P`` keys: tp pp dp cp ep mbs gbs vpp sched rc sp zero
-    flash ogr opg tpo (ints/bools, broadcastable). ``framework``: the software profile
-    (``strategies.framework``; default Megatron-Core). Returns arrays of seconds and ratios."""
-    fw = get_profile(framework)
+def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
+                    framework: FrameworkProfile | str | None = None,
+                    system: SystemConfig | None = None) -> dict[str, Any]:
+    """Score plans given as arrays: ``P`` is ``PlanArrays`` (or the search space's short
+    columns ``tp pp dp cp ep mbs gbs vpp sched rc sp zero flash ogr opg tpo``).
+    ``framework``: the software profile (``strategies.framework``; default Megatron-Core);
+    ``system``: the policy constants (``strategies.cost.system``). Returns arrays of seconds
+    and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
+    from (the one the compiler reads)."""
+    P = as_plan_arrays(P)
     cl = degraded_view(cl)
-    tp, pp, dp, cp, ep = (np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep"))
-    b, gbs, v = (np.asarray(P[k], dtype=float) for k in ("mbs", "gbs", "vpp"))
-    sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
-    sp, flash, ogr, opg, tpo = (np.asarray(P[k], dtype=bool) for k in ("sp", "flash", "ogr", "opg", "tpo"))
+    sc = stage_cost_arrays(m, cl, dtype, P, framework, system)
+    tp, pp, dp, cp, ep = P.tp, P.pp, P.dp, P.cp, P.ep
+    b, gbs, v = P.mbs, P.gbs, P.vpp
+    sched, rc, zero = P.schedule, P.recompute, P.zero
+    sp, flash, ogr, opg, tpo = (P.sp, P.flash_attn, P.overlap_grad_reduce,
+                                P.overlap_param_gather, P.tp_comm_overlap)
     gpu, G = cl.gpu, cl.gpus_per_node
     L = m.num_layers
     mb = gbs / (b * dp)                                     # micro-batches per pipeline
     lps = L / pp                                            # layers per pipeline rank
 
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
-    shard = ct.accum_shard(dp, zero)
-    lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard)
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
-    t_ar = cm.collective_time("allreduce", costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, cl)
-    n_tp = 4 + 2 * (rc == 2)
-    g_fwd = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo)
+    t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
+    n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
-    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * g_fwd, tp_raw / TP_OVERLAP_CHUNKS)
+    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * sc.gemm_fwd,
+                           tp_raw / sc.tp_overlap_chunks)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
-    t_cp = 3 * cm.collective_time("reduce_scatter", costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp
-                                  / np.maximum(cp - 1, 1), cp, tp, cl)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-    cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), 0.1 * t_cp), 0.0)
+    t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
+    a_f, a_b = sc.attn_fwd, sc.attn_bwd
+    cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
+                        0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
-    ep_layer = 2 * cm.collective_time("alltoall", costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep),
-                                      ep, tp * cp, cl)
+    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
 
-    comp_layer = lt.fwd + lt.bwd
-    per_layer = comp_layer + lt.recompute + tp_layer + cp_layer + ep_layer
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard)
-    emb = ct.embedding_time(m, b, tp, cp, gpu) + ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype,
-                                                                       fw, shard)
+    comp_layer = sc.layer_fwd + sc.layer_bwd
+    per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
+    head_f, head_b = sc.head_fwd, sc.head_bwd
+    emb = sc.embedding_fwd + sc.embedding_bwd
     t_mid = lps * per_layer
     t_first = t_mid + emb
     t_last = t_mid + head_f + head_b
@@ -135,7 +137,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
     if cl.faults.stragglers:
-        comp_mid = lps * (comp_layer + lt.recompute)
+        comp_mid = lps * (comp_layer + sc.layer_recompute)
         t_max, t_sum = straggler_stages(
             cl.faults.stragglers, tp * cp * dp, pp,
             (t_first, t_mid, t_last, t_max),
@@ -146,26 +148,25 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
-    p2p_b = costs.pp_p2p_bytes(m, b, tp, cp, sp)
-    t_p2p = cm.p2p_time(p2p_b, cl, stride_pp >= G) + np.where(
-        sp, 0.0, cm.collective_time("allgather", p2p_b * tp, tp, 1, cl))
+    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp >= G) + np.where(
+        sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
+        0.0)
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
     # data parallel gradient reduction on the first stage (the last to finish its backward)
-    params = lps * costs.layer_params_per_gpu(m, tp, ep) + costs.embedding_params_per_gpu(m, tp) \
-        + np.where(single, costs.lm_head_params_per_gpu(m, tp, pp), 0.0)
-    gb = grad_bytes(dtype)
+    params = sc.params_first
+    gb = sc.grad_bytes
     t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
     t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
-    t_ag_dp = cm.collective_time("allgather", 2.0 * params, dp, tp * cp, cl)
+    t_ag_dp = cm.collective_time("allgather", sc.param_bytes * params, dp, tp * cp, cl)
     t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
     # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
-    last = np.minimum(1.0, np.maximum(BUCKET_PARAMS, costs.embedding_params_per_gpu(m, tp)) / params)
-    window = lps * (lt.bwd + lt.recompute)
+    last = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params) / params)
+    window = lps * (sc.layer_bwd + sc.layer_recompute)
     grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad * last), t_grad)
-    fwd_window = lps * lt.fwd
+    fwd_window = lps * sc.layer_fwd
     ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
@@ -179,24 +180,20 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
 
-    opt_params = params / np.where(zero >= 1, dp, 1.0)
-    t_opt = ct.optimizer_time(opt_params, gpu) * max((f for _, f in cl.faults.stragglers),
-                                                     default=1.0)
+    t_opt = sc.optimizer_first * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)
     share = lps * mb
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
-    model_flops = costs.model_flops_per_step(m, gbs)
-    hw_flops = costs.hardware_flops_per_step(m, gbs, flash, rc)
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": model_flops / (n * step * peak), "hfu": hw_flops / (n * step * peak),
+        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak),
         "bubble_fraction": (pipe - mb * t_min) / step,
-        "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * lt.recompute,
+        "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
-        "num_microbatches": mb, "stage_time_s": t_max,
+        "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc,
     }

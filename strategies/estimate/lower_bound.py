@@ -6,8 +6,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
 
 1. **Each stream is sequential.** A rank runs the ops of each stream (compute, tp-comm,
    dp-comm, pp-comm, …) one after another. Compute ops last exactly what
-   ``strategies.cost.stage`` says (the same ``strategies.cost.compute`` calls, made here
-   over arrays): per model chunk and micro-batch ``layers·fwd`` (+ the embedding on virtual
+   ``strategies.cost.stage`` says (the bound reads the same ``StageCostArrays`` record the
+   compiler's ``StageCosts`` is an entry of): per model chunk and micro-batch ``layers·fwd`` (+ the embedding on virtual
    stage 0, + the LM head on the last one), ``layers·(bwd + recompute)`` (+ their backward),
    and the optimizer step last.
 2. **Communication floors.** A flow never moves faster than its slowest link, and max-min
@@ -54,24 +54,22 @@ floating-point reassociation.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
+from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost import compute as ct
-from strategies.cost import counts as costs
-from strategies.estimate.analytic import TP_OVERLAP_CHUNKS, grad_bytes
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.cost.system import SystemConfig, get_system
+from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 
 SAFETY = 1e-9
-CP_EXPOSED_FRACTION = 0.1   # strategies.cost.stage: the ring-attention share that blocks
-PARAM_BYTES = 2.0           # bf16 parameters all-gathered after the optimizer
-BUCKET_PARAMS = 40e6        # gradient bucket (Megatron DDP); at most one bucket per item
 
 
 def link_rate_cap(cl: Cluster) -> float:
@@ -121,26 +119,25 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
     return np.where(n > 1, t, 0.0)
 
 
-def _block_comm(m: ModelSpec, cl: Cluster, b, tp, cp, ep, tpo, attn_f, attn_b):
+def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     """Blocking seconds per layer: (forward, backward, one TP collective)."""
-    tau = group_floor(costs.tp_comm_bytes_fwd(m, b, cp), tp, 1, 2, cl)
-    tau = tau * np.where(tpo, 1.0 / TP_OVERLAP_CHUNKS, 1.0)
-    a2a_bytes = costs.ep_alltoall_bytes_fwd(m, b, tp, cp, ep)
+    attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
+    tau = group_floor(sc.tp_bytes, tp, 1, 2, cl)
+    tau = tau * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
     a2a = np.where(ep > 1, min_route_latency(cl)
-                   + (ep - 1) / ep * a2a_bytes / egress_rate_cap(cl), 0.0)
-    cp_buf = costs.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
-    cp_pass = np.where(cp > 1, group_floor(cp_buf, cp, tp, 1, cl), 0.0)   # one layer forward
-    f = CP_EXPOSED_FRACTION
+                   + (ep - 1) / ep * sc.ep_bytes / egress_rate_cap(cl), 0.0)
+    cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
+    f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
     return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
 
 
-def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
+def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
     """Seconds one pipeline send takes at least (across nodes when stages are whole nodes
     apart). The all-gather over tp after a receive without SP is not counted: a receive
     with no send before it in its exchange may finish early."""
-    nbytes = costs.pp_p2p_bytes(m, b, tp, cp, sp)
+    nbytes = sc.p2p_bytes
     stride = n / pp
     G = cl.gpus_per_node
     cross = (stride >= G) & (np.mod(stride, G) == 0)
@@ -148,51 +145,52 @@ def _p2p_send(m: ModelSpec, cl: Cluster, b, tp, cp, sp, n, pp):
     return np.where(pp > 1, send, 0.0)
 
 
-def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, Any],
-                          framework: FrameworkProfile | str | None = None) -> np.ndarray:
+def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
+                          P: PlanArrays | Mapping[str, Any],
+                          framework: FrameworkProfile | str | None = None,
+                          system: SystemConfig | None = None,
+                          costs: StageCostArrays | None = None) -> np.ndarray:
     """Seconds per step that no simulation of these plans can beat (see the module docstring).
-    ``P``: the estimator's plan arrays (``strategies.estimate.plan_arrays`` keys);
-    ``framework``: the jobs' software profile (default Megatron-Core)."""
-    fw = get_profile(framework)
+    ``P``: ``PlanArrays`` (or the search space's short columns); ``framework``: the jobs'
+    software profile (default Megatron-Core); ``system``: the policy constants (default
+    ``DEFAULT_SYSTEM``); ``costs``: their ``StageCostArrays`` when already computed (e.g.
+    ``estimate_arrays(...)["stage_costs"]``, used on a uniform cluster only), else computed
+    here from the same arguments."""
+    P = as_plan_arrays(P)
+    sy = get_system(system)
     real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
-    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
-    tp, pp, dp, cp, ep, b = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs"))
-    rc, zero, sched = np.asarray(P["rc"]), np.asarray(P["zero"]), np.asarray(P["sched"])
-    sp, flash, tpo, ogr = (np.asarray(P[k], dtype=bool) for k in ("sp", "flash", "tpo", "ogr"))
-    v = f["vpp"]                                        # model chunks per rank
-    gpu, n = cl.gpu, tp * pp * dp * cp
-    nmb = np.floor(f["gbs"] / (b * dp))
+    gpu = cl.gpu
+    sc = costs if costs is not None and real.uniform else \
+        stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
+    tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
+    rc, zero, sched = P.recompute, P.zero, P.schedule
+    tpo, ogr = P.tp_comm_overlap, P.overlap_grad_reduce
+    v = P.vpp                                           # model chunks per rank
+    n = tp * pp * dp * cp
+    nmb = np.floor(P.gbs / (b * dp))
     lps = np.floor(m.num_layers / pp)
     lpc = np.floor(m.num_layers / (pp * v))
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3)
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
-    shard_acc = ct.accum_shard(dp, zero)
-    send = _p2p_send(m, cl, b, tp, cp, sp, n, pp)
+    send = _p2p_send(cl, sc, n, pp)
 
-    def chunk_times(gpu):
-        lt = ct.layer_time(m, b, tp, cp, ep, sp, flash, rc, gpu, dtype, tpo, fw, slow, shard_acc)
-        head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc)
-        emb = ct.embedding_time(m, b, tp, cp, gpu)
-        emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc)
-        a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw)
-        c_f, c_b, tau = _block_comm(m, cl, b, tp, cp, ep, tpo, a_f, a_b)
-        n_rc = np.where((rc == 2) & (lt.recompute > 0), 2.0, 0.0)
-        f_blk = lpc * (lt.fwd + c_f)
-        b_blk = lpc * (lt.bwd + lt.recompute + c_b + n_rc * tau)
-        return lt, head_f, head_b, emb, emb_b, f_blk, b_blk
+    def chunk_times(g):
+        """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
+        r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
+        c_f, c_b, tau = _block_comm(cl, r, tp, cp, ep, tpo)
+        n_rc = np.where((rc == 2) & (r.layer_recompute > 0), 2.0, 0.0)
+        f_blk = lpc * (r.layer_fwd + c_f)
+        b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
+        lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
+        return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk
 
     lt, head_f, head_b, emb, emb_b, f_blk, b_blk = chunk_times(gpu)
 
-    # parameters and optimizer by stage (stage_costs), ZeRO >= 1 shards the optimizer over dp
-    lp = costs.layer_params_per_gpu(m, tp, ep)
-    emb_p = costs.embedding_params_per_gpu(m, tp)
-    head_p = costs.lm_head_params_per_gpu(m, tp, pp)
+    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
     shard = np.where(zero >= 1, dp, 1.0)
-    params = {"first": lps * lp + emb_p + np.where(single, head_p, 0.0),
-              "last": lps * lp + head_p, "mid": lps * lp}
-    opt = {k: ct.optimizer_time(p / shard, gpu) for k, p in params.items()}
+    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
+    opt = {"first": sc.optimizer_first, "last": sc.optimizer_last, "mid": sc.optimizer_mid}
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
@@ -209,7 +207,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
-                          chunk_times, params, shard,
+                          chunk_times, params, shard, sy,
                           lambda k, c: _chain(k, nmb, v, c, sends_mid, fwd_blocks, bwd_blocks,
                                               send, single))
         for kind, (t, o) in own.items():
@@ -224,25 +222,25 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str, P: dict[str, An
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
 
     dp_stride = tp * cp
-    gb = grad_bytes(dtype)
+    gb = sc.grad_bytes
     sync = (dp > 1) & (zero < 3)
 
     def dp_terms(kind):
         p = params[kind]
         red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
-        ag = np.where(sync & (zero >= 1), group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl), 0.0)
+        ag = np.where(sync & (zero >= 1), group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * group_floor(PARAM_BYTES * p, dp, dp_stride, 1, cl)
+        z3 = nmb * v * (2 * group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl)
                         + group_floor(gb * p, dp, dp_stride, 1, cl))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)
         busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 
-    ogr_gather = np.asarray(P["opg"], dtype=bool)
+    ogr_gather = P.overlap_param_gather
     red0, ag0, z30 = dp_terms("first")
 
     def stage_bound(kind, s):
@@ -275,7 +273,7 @@ def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, 
 
 
 def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, shard,
-                chain) -> dict:
+                sy: SystemConfig, chain) -> dict:
     """Per stage kind, ``(T, optimizer seconds)`` of the rank of that stage whose GPU type
     makes its own chain longest (a mixed cluster; stage ``s`` holds ranks ``s·n/pp`` to
     ``(s+1)·n/pp - 1``). Every rank runs its own chain, so any one of the stage's ranks
@@ -295,7 +293,7 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
             _, head_f, head_b, emb, emb_b, f_blk, b_blk = times[gi]
             t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
                              "head_f": head_f, "head_b": head_b})
-            o = ct.optimizer_time(params[kind] / shard, gpu)
+            o = ct.optimizer_time(params[kind] / shard, gpu, sy)
             take = on & (t + o > best_t + best_o)
             best_t, best_o = np.where(take, t, best_t), np.where(take, o, best_o)
         out[kind] = (best_t, best_o)

@@ -4,22 +4,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import RECOMPUTE_CODE, estimate_arrays
-from strategies.schedules import schedule_code
+from strategies.estimate.analytic import estimate_arrays
 from strategies.job import Job
 from strategies.plan import Plan
+from strategies.plan_arrays import PlanArrays
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "bubble", "optimizer")
 
 
-def plan_arrays(plan: Plan) -> dict[str, Any]:
-    """The estimator's array keys for one resolved plan."""
-    return {"tp": plan.tp, "pp": plan.pp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
-            "mbs": plan.mbs, "gbs": plan.gbs, "vpp": plan.vpp, "sched": schedule_code(plan.schedule),
-            "rc": RECOMPUTE_CODE[plan.recompute], "sp": plan.sp, "zero": plan.zero,
-            "flash": plan.flash_attn, "ogr": plan.overlap_grad_reduce,
-            "opg": plan.overlap_param_gather, "tpo": plan.tp_comm_overlap}
+def plan_arrays(plan: Plan) -> PlanArrays:
+    """The estimator's ``PlanArrays`` of one resolved plan (0-d arrays)."""
+    return PlanArrays.of_plan(plan)
 
 
 @dataclass(frozen=True)
@@ -71,7 +67,8 @@ def _by_group(job: Job) -> dict[str, Any]:
     for g in sorted(set(replica_groups(job.cluster, p))):
         view = job.cluster.group_view(g, links=False)
         alone = replace(p, gbs=p.group_microbatches[g] * p.mbs * p.dp, group_microbatches=None)
-        r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework)
+        r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework,
+                            job.system)
         parts.append((float(r["step_time_s"]) - float(r["optimizer"]), r, view, alone.gbs))
     _, r, view, gbs = max(parts, key=lambda x: x[0])
     opt = max(float(x[1]["optimizer"]) for x in parts)
@@ -144,16 +141,17 @@ def estimate(job: Job) -> Estimate:
     from strategies.memory.scalar import memory_by_stage
     p = job.plan
     if p.group_microbatches is not None:
-        r = _by_group(job)
+        arrays = _by_group(job)
     else:
-        r = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p), job.framework)
+        arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                 job.framework, job.system)
         if p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
                                         or not job.cluster.uniform):
-            r = _per_stage(job, r)
+            arrays = _per_stage(job, arrays)
+    r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
     stages = memory_by_stage(job)
     peak = max(stages, key=lambda x: x.total)
-    return Estimate(job=job, step_time_s=float(r["step_time_s"]),
-                    tokens_per_s=float(r["tokens_per_s"]), mfu=float(r["mfu"]),
-                    hfu=float(r["hfu"]), bubble_fraction=float(r["bubble_fraction"]),
-                    breakdown_s={k: float(r[k]) for k in BREAKDOWN_KEYS}, memory=peak,
+    return Estimate(job=job, step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],
+                    mfu=r["mfu"], hfu=r["hfu"], bubble_fraction=r["bubble_fraction"],
+                    breakdown_s={k: r[k] for k in BREAKDOWN_KEYS}, memory=peak,
                     memory_by_stage=stages, num_microbatches=int(r["num_microbatches"]))

@@ -1,13 +1,19 @@
-"""Per-GPU peak memory of many plans at once: ``strategies.memory`` over numpy arrays.
+"""Per-GPU memory of many plans at once: the implementation of ``strategies.memory``.
 
-The same terms as :mod:`strategies.memory` and :mod:`strategies.memory.activations` (bytes), written
-so that the plan space (``strategies.search.space``) can prune a hundred thousand plans on memory
-in milliseconds. ``tests/test_space.py`` checks that the two agree plan by plan.
+Bytes per GPU of one pipeline stage of each plan, by origin (``layers``, ``embedding``,
+``output``, ``recompute``, ``other``) and kind (``params``, ``grads``, ``optimizer``,
+``activations``, ``other``), over numpy arrays of plans (``PlanArrays``), so that the plan
+space (``strategies.search.space``) prunes a hundred thousand plans on memory in
+milliseconds and ``strategies.memory.scalar`` (one job, one stage) reads entry 0 of the very
+same computation: the two cannot disagree. Every term: docs/memory.md.
 
-Only the first and the last pipeline stage are evaluated: a middle stage holds the same
-layers as the first, no embedding, and at most as many stashed micro-batches (the in-flight
-count of every schedule is non-increasing in the stage), and its ``other`` allowance grows
-with activations and parameters only, so it never exceeds the first stage.
+The stash of in-flight micro-batches is the schedule's (``strategies.memory.activations``);
+``in_flight`` lets the scalar wrapper pass it per plan, and without it the default
+interleaving group size ``pp`` is used. The search's peak evaluates only the first and the
+last pipeline stage: a middle stage holds the same layers as the first, no embedding, and
+at most as many stashed micro-batches (the in-flight count of every schedule is
+non-increasing in the stage), and its ``other`` allowance grows with activations and
+parameters only, so it never exceeds the first stage.
 
 >>> import numpy as np
 >>> from strategies.presets import model_preset
@@ -21,14 +27,19 @@ with activations and parameters only, so it never exceeds the first stage.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.memory import scalar as mem
+from strategies.cost import counts
+from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import TERM_KINDS, layer_activation_terms
 from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
+
+ORIGINS = ("layers", "embedding", "output", "recompute", "other")
+KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
 def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
@@ -48,42 +59,59 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
     return np.where(rc == 2, full, stored), none
 
 
-def _state_per_param(zero, d):
-    """``memory.model_state_bytes_per_param`` over arrays: (params, grads, optimizer)."""
-    opt = np.where(zero >= 1, mem.OPTIMIZER_BYTES / d, float(mem.OPTIMIZER_BYTES))
-    grads = np.where(zero >= 2, mem.GRAD_BYTES / d, float(mem.GRAD_BYTES))
-    params = np.where(zero >= 3, mem.PARAM_BYTES / d, float(mem.PARAM_BYTES))
-    return params + grads + opt
+def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
+                          optimizer_bytes: float):
+    """(params, grads, optimizer) bytes per parameter with ``d`` data-parallel ranks sharing
+    the states (arrays; ``memory.model_state_bytes_per_param`` is the checked scalar form):
+    optimizer states sharded from ZeRO 1, gradients from 2, parameters at 3."""
+    pb, gb, ob = param_bytes, grad_bytes, optimizer_bytes
+    opt = np.where(zero >= 1, ob / d, float(ob))
+    grads = np.where(zero >= 2, gb / d, float(gb))
+    params = np.where(zero >= 3, pb / d, float(pb))
+    return params, grads, opt
 
 
-def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarray:
-    """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan."""
-    f = {k: np.asarray(P[k], dtype=float) for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")}
-    tp, pp, dp, cp, ep, b, v = (f[k] for k in ("tp", "pp", "dp", "cp", "ep", "mbs", "vpp"))
-    sched, rc, zero = (np.asarray(P[k]) for k in ("sched", "rc", "zero"))
-    sp, flash = np.asarray(P["sp"], dtype=bool), np.asarray(P["flash"], dtype=bool)
-    nmb = f["gbs"] // (b * dp)
-    stage = pp - 1 if last else np.zeros_like(pp)
+def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
+                            dtype: str = "bf16", system: SystemConfig | None = None,
+                            in_flight=None, layers=None
+                            ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
+    """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
+    plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
+    total (their sum). ``P``: ``PlanArrays`` or the search space's short columns; ``dtype``:
+    the training precision; ``system``: the policy constants; ``in_flight``: stashed
+    ``(micro-batch, chunk)`` entries per plan (default: the schedule's count with the default
+    interleaving group size); ``layers``: transformer layers on the stage per plan (default
+    ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages)."""
+    sy = get_system(system)
+    P = as_plan_arrays(P)
+    tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
+    sched, rc, zero = P.schedule, P.recompute, P.zero
+    sp, flash = P.sp, P.flash_attn
+    nmb = P.gbs // (b * dp)
+    stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == pp - 1
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
-    in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
+    if in_flight is None:
+        in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
+    in_flight = np.asarray(in_flight, dtype=float)
     seq_div = np.where(sp, tp, 1.0)
 
-    # parameters held here (memory.layer_params_per_gpu, embedding/head_params_per_gpu)
-    expert, rep = m.expert_params_per_layer(), m.tp_replicated_params()
-    dense_l, expert_l = (m.layer_params() - expert - rep) / tp + rep, expert / (ep * tp)
-    n_layers = m.num_layers // pp
-    emb_p = np.where(is_first, m.embedding_params() / tp, 0.0)
-    if m.tie_word_embeddings:
-        head = np.where(pp > 1, float(V * h), 0.0)
-    else:
-        head = float(m.lm_head_params())
-    head_p = np.where(is_last, (head + m.norm_params()) / tp, 0.0)
+    # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
+    # (experts over d/ep)
+    dense_l, expert_l = counts.layer_params_split(m, tp, ep)
+    n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
+    emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
+    head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
-    dense_params = n_layers * dense_l + emb_p + head_p
-    state = dense_params * _state_per_param(zero, d) \
-        + n_layers * expert_l * _state_per_param(zero, np.maximum(1, d // ep))
+    d_e = np.maximum(1, d // ep)
+    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
+    per_dense = state_bytes_per_param(zero, d, *sizes)
+    per_expert = state_bytes_per_param(zero, d_e, *sizes)
+
+    def state(dense, expert=0.0):
+        return {k: dense * pd + expert * pe for k, pd, pe in zip(KINDS[:3], per_dense,
+                                                                   per_expert)}
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
@@ -91,19 +119,52 @@ def stage_memory_arrays(m: ModelSpec, P: dict[str, Any], last: bool) -> np.ndarr
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     rc_act = np.where(rc == 2, layer_act_none, 0.0)
-    layers_act = in_flight * (m.num_layers // (pp * v)) * layer_act
+    lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
+    layers_act = in_flight * lpc * layer_act
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
-    # other: fixed allowance, ZeRO-2/3 buffers, fragmentation (memory.other_bytes)
-    params_here = n_layers * (dense_l + expert_l) + emb_p + head_p
+    # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
+    # gathered parameters with ZeRO-3), fragmentation
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+    params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
-                       2 * np.minimum(mem.BUCKET_PARAMS, params_here) * mem.GRAD_BYTES
-                       + np.where(zero == 3, 2 * (dense_l + expert_l) * mem.PARAM_BYTES, 0.0),
+                       2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
+                       + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
-    other = mem.FIXED_OTHER_BYTES + buffers + mem.FRAGMENTATION * activations
-    return state + activations + other
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations
+    # fp16: the optimizer step's fp32 gradient copy (the 1/d shard with ZeRO >= 1), beyond the
+    # activations it replaces (docs/memory.md)
+    copy = sy.step_grad_copy_bytes(dtype) * (
+        dense_params / np.where(zero >= 1, d, 1.0) + expert_params / np.where(zero >= 1, d_e, 1.0))
+    step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
+
+    zero_ = np.zeros_like(activations)
+    parts = {"layers": dict(state(n_layers * dense_l, expert_params), activations=layers_act),
+             "embedding": dict(state(emb_p), activations=in_flight * emb_act),
+             "output": dict(state(head_p), activations=out_act),
+             "recompute": dict(state(zero_), activations=rc_act),
+             "other": {"params": zero_, "grads": step_copy, "optimizer": zero_,
+                       "activations": zero_, "other": other}}
+    for part in parts.values():
+        part.setdefault("other", zero_)
+    total_state = sum(x for part in parts.values() for k, x in part.items() if k in KINDS[:3]
+                      and part is not parts["other"])
+    total = total_state + activations + other + step_copy
+    return parts, total
 
 
-def peak_memory_arrays(m: ModelSpec, P: dict[str, Any]) -> np.ndarray:
+def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
+                        dtype: str = "bf16", system: SystemConfig | None = None) -> np.ndarray:
+    """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
+    (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
+    precision; ``system``: the policy constants)."""
+    P = as_plan_arrays(P)
+    stage = P.pp - 1 if last else np.zeros_like(P.pp)
+    return memory_component_arrays(m, P, stage, dtype, system)[1]
+
+
+def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
+                       system: SystemConfig | None = None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
-    return np.maximum(stage_memory_arrays(m, P, last=False), stage_memory_arrays(m, P, last=True))
+    return np.maximum(stage_memory_arrays(m, P, False, dtype, system),
+                      stage_memory_arrays(m, P, True, dtype, system))

@@ -1,5 +1,7 @@
 """Per-GPU memory of each pipeline stage: model state, activations and an ``other`` allowance.
 
+A thin wrapper: every number is entry 0 of ``strategies.memory.arrays`` (the array
+implementation the search prunes with) for the job's one plan, so the two cannot disagree.
 Bytes everywhere; GiB only in ``MemoryBreakdown.to_gib_dict``. Activations come from
 ``strategies.memory.activations`` (Korthikanti et al. 2022); model state follows Megatron-LM's
 ``theoretical_memory_usage`` (18 bytes/parameter in mixed precision) and the ZeRO paper
@@ -21,22 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
-from strategies.memory import activations as act
+from strategies.cost import counts
+from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
-from strategies.schedules import get_schedule
+from strategies.memory import activations as act
+from strategies.memory import arrays
+from strategies.plan_arrays import PlanArrays
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
     from strategies.job import Job
-    from strategies.model import ModelSpec
-
-#: Fixed allowance for the CUDA context, cuBLAS/cuDNN workspaces and NCCL buffers (bytes).
-FIXED_OTHER_BYTES = 1.0 * GIB
-#: Allocator fragmentation, as a fraction of the activation peak.
-FRAGMENTATION = 0.05
-#: Gradient-bucket size in parameters (Megatron DDP's floor, ``ddp_bucket_size`` 40M).
-BUCKET_PARAMS = 40_000_000
-PARAM_BYTES, GRAD_BYTES, OPTIMIZER_BYTES = 2, 4, 12
 
 
 @dataclass(frozen=True)
@@ -68,11 +64,15 @@ class MemoryBreakdown:
         return d
 
 
-def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_BYTES,
-                                grad_bytes: float = GRAD_BYTES,
-                                optimizer_bytes: float = OPTIMIZER_BYTES) -> tuple[float, float, float]:
+def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = None,
+                                grad_bytes: float | None = None,
+                                optimizer_bytes: float | None = None, *, dtype: str = "bf16",
+                                system: SystemConfig | None = None
+                                ) -> tuple[float, float, float]:
     """``(params, grads, optimizer)`` bytes per parameter on one GPU with ``dp`` data-parallel
-    ranks sharing the states.
+    ranks sharing the states (``arrays.state_bytes_per_param``, checked). Bytes not given
+    come from ``system`` (``param_bytes``, ``main_grad_bytes(dtype)``,
+    ``optimizer_state_bytes``).
 
     zero 0: Megatron mixed precision, ``2 + 4 + 12 = 18`` (bf16 weights, fp32 main grads,
     fp32 master weights + Adam m, v); zero 1: Megatron's distributed optimizer
@@ -80,7 +80,7 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_B
     ``(2 + 4 + 12)/d``. With ``grad_bytes=2`` these are the ZeRO paper's ``(2+2+K)Ψ`` forms.
 
     >>> model_state_bytes_per_param(0, 64)
-    (2, 4, 12)
+    (2.0, 4.0, 12.0)
     >>> [sum(model_state_bytes_per_param(z, 64, grad_bytes=2)) * 7.5e9 / 1e9 for z in range(4)]
     [120.0, 31.40625, 16.640625, 1.875]
     """
@@ -88,49 +88,28 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float = PARAM_B
         raise SpecError("zero", zero, "must be 0, 1, 2 or 3")
     if dp < 1:
         raise SpecError("dp", dp, "must be >= 1")
-    opt = optimizer_bytes / dp if zero >= 1 else optimizer_bytes
-    grads = grad_bytes / dp if zero >= 2 else grad_bytes
-    params = param_bytes / dp if zero >= 3 else param_bytes
-    return params, grads, opt
+    sy = get_system(system)
+    param_bytes = sy.param_bytes if param_bytes is None else param_bytes
+    grad_bytes = sy.main_grad_bytes(dtype) if grad_bytes is None else grad_bytes
+    optimizer_bytes = sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes
+    return tuple(float(x) for x in arrays.state_bytes_per_param(zero, dp, param_bytes,
+                                                                 grad_bytes, optimizer_bytes))
 
 
 # ------------------------------------------------------------------ parameters per GPU
-
-def layer_params_per_gpu(model: ModelSpec, tp: int, ep: int = 1) -> tuple[float, float]:
-    """``(dense, expert)`` parameters of one transformer layer held by one GPU: expert MLPs
-    split over ``ep·tp``, everything else over ``tp`` (norms and biases included, as
-    Megatron's estimator does)."""
-    expert, rep = model.expert_params_per_layer(), model.tp_replicated_params()
-    dense = model.layer_params() - expert - rep
-    return dense / tp + rep, expert / (ep * tp)
-
+# (the counts themselves live in strategies.cost.counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
-    """Word (+ learned position) embedding on the first stage, ``/tp``."""
-    return job.model.embedding_params() / job.plan.tp if stage == 0 else 0.0
+    """Word (+ learned position) embedding on the first stage, ``/tp``
+    (``counts.embedding_params_per_gpu``); 0 elsewhere."""
+    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if stage == 0 else 0.0
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
-    """LM head plus the final norm on the last stage, ``/tp``. Tied embeddings: with ``pp > 1``
-    the last stage keeps its own copy of the word embedding (Megatron); with ``pp = 1`` the
-    head is the embedding and adds nothing."""
-    m, p = job.model, job.plan
-    if stage != p.pp - 1:
-        return 0.0
-    if m.tie_word_embeddings:
-        head = m.vocab_size * m.hidden_size if p.pp > 1 else 0
-    else:
-        head = m.lm_head_params()
-    return (head + m.norm_params()) / p.tp
-
-
-def _state(job: Job, dense: float, expert: float = 0.0) -> MemoryBreakdown:
+    """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
+    0 elsewhere."""
     p = job.plan
-    d = p.dp * p.cp
-    pd, gd, od = model_state_bytes_per_param(p.zero, d)
-    pe, ge, oe = model_state_bytes_per_param(p.zero, max(1, d // p.ep))
-    return MemoryBreakdown(params=dense * pd + expert * pe, grads=dense * gd + expert * ge,
-                           optimizer=dense * od + expert * oe)
+    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if stage == p.pp - 1 else 0.0
 
 
 # ------------------------------------------------------------------ stage memory
@@ -141,65 +120,40 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     ``layers``: the stage's transformer layers (state + their activation stash);
     ``embedding``: first stage (state + embedding activations); ``output``: last stage
     (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
-    recompute only); ``other``: the allowance (see ``other_bytes``).
+    recompute only); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
+    in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
+    An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
+    job's schedule (``activations.in_flight_microbatches``).
     """
     act._check_stage(job, stage)
-    p, m = job.plan, job.model
-    n_layers = job.layers_of_stage(stage)
-    dense, expert = layer_params_per_gpu(m, p.tp, p.ep)
-    in_flight = act.in_flight_microbatches(job, stage)
-    emb_act = act.embedding_activation_bytes(job) / p.vpp if stage == 0 else 0.0
-    out_act = 0.0
-    if stage == p.pp - 1:
-        stashed = get_schedule(p.schedule).logits_stashed
-        out_act = act.output_activation_bytes(job) * (in_flight if stashed else 1)
-    rc_act = act.job_layer_activation_bytes(job, "none") if p.recompute == "full" else 0.0
-    layers_act = in_flight * act.layers_per_chunk(job, stage) * act.job_layer_activation_bytes(job)
-    parts = {
-        "layers": _with_act(_state(job, n_layers * dense, n_layers * expert), layers_act),
-        "embedding": _with_act(_state(job, embedding_params_per_gpu(job, stage)),
-                               in_flight * emb_act),
-        "output": _with_act(_state(job, head_params_per_gpu(job, stage)), out_act),
-        "recompute": MemoryBreakdown(activations=rc_act),
-    }
-    activations = sum(b.activations for b in parts.values())
-    params_here = (n_layers * (dense + expert) + embedding_params_per_gpu(job, stage)
-                   + head_params_per_gpu(job, stage))
-    parts["other"] = MemoryBreakdown(other=other_bytes(job, activations, params_here,
-                                                       dense + expert))
-    return parts
+    return _components(job, [stage])[0]
 
 
-def other_bytes(job: Job, activations: float, params_per_gpu: float, layer_params: float) -> float:
-    """``FIXED_OTHER_BYTES`` (CUDA context, cuBLAS workspaces, NCCL buffers) + gradient-
-    reduction buffers + ``FRAGMENTATION × activations``.
-
-    Reduction buffers: none with zero 0/1 (Megatron's buckets are views into the contiguous
-    fp32 grad buffer, already counted in ``grads``; the distributed optimizer gathers
-    parameters in place). With zero 2/3 and more than one data-parallel rank, two unsharded
-    gradient buckets in flight (``2·min(40M, params)·4`` bytes: one filling, one being
-    reduce-scattered); zero 3 adds two layers' gathered parameters (current + prefetched).
-    """
-    p = job.plan
-    buffers = 0.0
-    if p.zero >= 2 and p.dp * p.cp > 1:
-        buffers = 2 * min(BUCKET_PARAMS, params_per_gpu) * GRAD_BYTES
-        if p.zero == 3:
-            buffers += 2 * layer_params * PARAM_BYTES
-    return FIXED_OTHER_BYTES + buffers + FRAGMENTATION * activations
+def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]:
+    """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
+    parts, _ = arrays.memory_component_arrays(
+        job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
+        job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
+        layers=[job.layers_of_stage(s) for s in stages])
+    return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
+             for o in arrays.ORIGINS} for i in range(len(stages))]
 
 
-def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
-    """Peak per-GPU memory of pipeline rank ``stage``."""
+def _total(parts: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
     total = MemoryBreakdown()
-    for part in memory_components(job, stage).values():
+    for part in parts.values():
         total = total + part
     return total
 
 
+def stage_memory(job: Job, stage: int) -> MemoryBreakdown:
+    """Peak per-GPU memory of pipeline rank ``stage``."""
+    return _total(memory_components(job, stage))
+
+
 def memory_by_stage(job: Job) -> list[MemoryBreakdown]:
     """``stage_memory`` for every pipeline rank, first to last."""
-    return [stage_memory(job, s) for s in range(job.plan.pp)]
+    return [_total(parts) for parts in _components(job, list(range(job.plan.pp)))]
 
 
 def peak_memory(job: Job) -> tuple[int, MemoryBreakdown]:
@@ -238,13 +192,9 @@ def check_fits(job: Job, headroom_bytes: float = 0.0) -> None:
                             f"must fit the {hbm / 2**30:.0f} GiB of its GPUs ({gpus})")
 
 
-def _with_act(b: MemoryBreakdown, activations: float) -> MemoryBreakdown:
-    return MemoryBreakdown(b.params, b.grads, b.optimizer, activations, b.other)
-
-
 def memory_by_origin_json(job: Job) -> list[dict[str, dict[str, float]]]:
     """Per stage, ``memory_components`` in GiB: ``{"layers": {"peak_gib": …, …}, "embedding":
     …, "output": …, "recompute": …, "other": …}``. ``layers.activations_gib`` is what
     Korthikanti et al. (2022) Figure 1 reports (transformer layers only)."""
-    return [{k: v.to_gib_dict() for k, v in memory_components(job, s).items()}
-            for s in range(job.plan.pp)]
+    return [{k: v.to_gib_dict() for k, v in parts.items()}
+            for parts in _components(job, list(range(job.plan.pp)))]

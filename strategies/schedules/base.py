@@ -199,6 +199,10 @@ class Schedule:
     #: step time affine in ``m`` once ``m`` is a multiple of ``period`` (validation extends
     #: long runs from two short ones)
     steady_state: bool = True
+    #: the first multiple of ``period`` from which every figure of a step (not only its time)
+    #: is affine in ``m``, measured against full simulation (tests/test_extend.py); None: not
+    #: known, the search simulates such plans in full (``simulator.extend``)
+    figures_affine_from: int | None = None
     #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
     splits_backward: bool = False
 

@@ -20,6 +20,8 @@ class Interleaved(Schedule):
 
     aliases = ("1f1b-interleaved", "interleaved-1f1b")
     text_patterns = (r"\binterleaved\b", r"\bvirtual (pipeline|stage)")
+    #: from g and 2g micro-batches the step time is exact but not its breakdown
+    figures_affine_from = 2
     chunked = True
     default_vpp = 2
     uses_group = True

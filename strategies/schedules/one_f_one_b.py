@@ -16,6 +16,7 @@ class OneFOneB(Schedule):
     then one forward one backward, then the remaining backwards. Megatron-LM's default."""
 
     text_patterns = ("1f1b", "pipedream")
+    figures_affine_from = 1
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:

@@ -24,9 +24,10 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.plan_arrays import PlanArrays
 from strategies.framework import FrameworkProfile
-from strategies.estimate.scalar import plan_arrays
 from strategies.estimate.analytic import RECOMPUTE_CODE
+from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -100,6 +101,11 @@ class Space:
     def size(self) -> int:
         return int(len(self.cols["tp"]))
 
+    @property
+    def arrays(self) -> PlanArrays:
+        """The survivors as ``PlanArrays`` (what the estimate and the bound read)."""
+        return PlanArrays.from_columns(self.cols)
+
     def plan(self, i: int) -> Plan:
         return plan_of(self.cols, i)
 
@@ -132,10 +138,7 @@ def plan_key(plan: Plan) -> str:
 
 def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:
     """Plan arrays (``COLUMNS``) of resolved plans."""
-    rows = [plan_arrays(p) for p in plans]
-    return {k: np.array([r[k] for r in rows], dtype=bool if k in ("sp", "flash", "ogr", "opg",
-                                                                   "tpo") else np.int64)
-            for k in COLUMNS}
+    return PlanArrays.from_plans(plans).to_columns()
 
 
 def parse_fix(text: str | None) -> dict[str, Any]:
@@ -322,9 +325,11 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
 
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
                     opts: SpaceOptions | None = None,
-                    framework: FrameworkProfile | None = None) -> Space:
+                    framework: FrameworkProfile | None = None, dtype: str = "bf16",
+                    system: SystemConfig | None = None) -> Space:
     """Every plan the constraints allow, with the count each rule pruned (see module doc).
-    ``framework``: a named software stack; only what it can run, with its default switches."""
+    ``framework``: a named software stack; only what it can run, with its default switches.
+    ``dtype`` and ``system`` set the memory model (gradient bytes, policy constants)."""
     opts = opts or SpaceOptions()
     if isinstance(gbs, bool) or not isinstance(gbs, int) or gbs < 1:
         raise SpecError("gbs", gbs, "must be an integer >= 1")
@@ -348,12 +353,13 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = peak_memory_arrays(model, c) if len(c["tp"]) else np.zeros(0)
+    peak = peak_memory_arrays(model, c, dtype, system) if len(c["tp"]) else np.zeros(0)
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
     twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
-    twin_fits = peak_memory_arrays(model, twin) <= limit if len(c["tp"]) else np.zeros(0, bool)
+    twin_fits = (peak_memory_arrays(model, twin, dtype, system) <= limit if len(c["tp"])
+                 else np.zeros(0, bool))
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)
     return Space(model, cluster, gbs, c, pruned, raw, peak[ok], limit)

@@ -1,0 +1,100 @@
+"""``SystemConfig``: the policy constants of the software stack that every cost reads.
+
+One frozen record instead of module globals, so that a study can vary a constant by passing
+``system=SystemConfig(...)`` (``make_job(..., system=)``, ``estimate_arrays(..., system=)``,
+``step_time_lower_bound(..., system=)``, ``peak_memory_arrays(..., system=)``) without
+monkeypatching. ``DEFAULT_SYSTEM`` is what every entry point uses when none is given.
+docs/calibration.md §3.2 lists each field with its source.
+
+>>> DEFAULT_SYSTEM.bucket_params, DEFAULT_SYSTEM.main_grad_bytes("bf16"), \
+DEFAULT_SYSTEM.main_grad_bytes("fp16")
+(40000000.0, 4.0, 2.0)
+>>> SystemConfig(cp_exposed_fraction=1.5)
+Traceback (most recent call last):
+...
+topologies.errors.SpecError: cp_exposed_fraction=1.5: must be in [0, 1]
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from strategies.errors import SpecError
+from topologies.gpus import GIB
+
+_FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation")
+
+
+@dataclass(frozen=True)
+class SystemConfig:
+    """Policy constants (bytes, parameters, fractions); each field's source beside it."""
+
+    #: Megatron DDP gradient bucket, parameters: ``ddp_bucket_size`` defaults to
+    #: ``max(40M, 1M x dp)`` (megatron/core/distributed/distributed_data_parallel.py); the
+    #: 40M floor is used for every dp.
+    bucket_params: float = 40e6
+    #: Share of one layer's ring-attention (CP) traffic that stays exposed after the
+    #: attention core it overlaps with (at least the last of the ``c-1`` ring steps).
+    cp_exposed_fraction: float = 0.1
+    #: Pieces a TP-overlapped collective is pipelined in: at least ``1/4`` of its traffic
+    #: stays exposed (Transformer Engine userbuffers ``num_splits=4``).
+    tp_overlap_chunks: int = 4
+    #: Bytes of one model parameter (bf16/fp16 weights) as stored and all-gathered after the
+    #: optimizer with the distributed optimizer / ZeRO (Megatron ``params_dtype``).
+    param_bytes: float = 2.0
+    #: Optimizer state bytes per parameter: fp32 master weight + Adam m and v (4 + 4 + 4;
+    #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
+    optimizer_state_bytes: float = 12.0
+    #: HBM bytes one Adam step moves per parameter it updates: fp32 master, m, v read and
+    #: written (24), the fp32 gradient read (4), the 16-bit weight written (2).
+    adam_step_bytes: float = 30.0
+    #: Achievable fraction of HBM bandwidth for streaming kernels (public STREAM copy/triad:
+    #: ~1.7-1.8 of 2.04 TB/s on A100, ~2.9-3.0 of 3.35 TB/s on H100).
+    hbm_efficiency: float = 0.85
+    #: Fixed per-GPU allowance: CUDA context, cuBLAS/cuDNN workspaces, NCCL buffers (bytes).
+    fixed_other_bytes: float = 1.0 * GIB
+    #: Allocator fragmentation, as a fraction of the activation peak.
+    fragmentation: float = 0.05
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise SpecError(f.name, v, "must be a number")
+            if f.name in _FRACTIONS and not 0.0 <= v <= 1.0:
+                raise SpecError(f.name, v, "must be in [0, 1]")
+            if f.name not in _FRACTIONS and v < 0:
+                raise SpecError(f.name, v, "must be >= 0")
+        if self.hbm_efficiency <= 0:
+            raise SpecError("hbm_efficiency", self.hbm_efficiency, "must be > 0")
+        if self.tp_overlap_chunks < 1 or int(self.tp_overlap_chunks) != self.tp_overlap_chunks:
+            raise SpecError("tp_overlap_chunks", self.tp_overlap_chunks, "must be an integer >= 1")
+        if self.bucket_params <= 0:
+            raise SpecError("bucket_params", self.bucket_params, "must be > 0")
+
+    def main_grad_bytes(self, dtype: str) -> float:
+        """Bytes of one element of the gradient buffer micro-batches accumulate into and data
+        parallelism reduces: fp32 (4) with bf16/fp8 training, fp16 (2) with fp16 training.
+        Megatron: the DDP buffer's ``grad_dtype`` is fp32 if ``grad_reduce_in_fp32`` else the
+        parameter dtype; ``--bf16`` turns ``accumulate_allreduce_grads_in_fp32`` on, ``--fp16``
+        leaves it off (megatron/training/arguments.py, param_and_grad_buffer.py)."""
+        return 2.0 if dtype == "fp16" else 4.0
+
+    def step_grad_copy_bytes(self, dtype: str) -> float:
+        """Bytes per parameter of the fp32 copy of the gradient made at the optimizer step:
+        Megatron's fp16 optimizer casts each fp16 main gradient to the fp32 master's ``.grad``
+        (``main_param.grad = main_grad.float()``); with an fp32 buffer ``.float()`` is the
+        same tensor (0)."""
+        return 4.0 if self.main_grad_bytes(dtype) < 4.0 else 0.0
+
+
+#: The configuration every entry point uses unless given another.
+DEFAULT_SYSTEM = SystemConfig()
+
+
+def get_system(system: SystemConfig | None) -> SystemConfig:
+    """``system``, or ``DEFAULT_SYSTEM`` when None."""
+    if system is None:
+        return DEFAULT_SYSTEM
+    if not isinstance(system, SystemConfig):
+        raise SpecError("system", type(system).__name__, "must be a SystemConfig")
+    return system

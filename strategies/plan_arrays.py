@@ -1,0 +1,108 @@
+"""``PlanArrays``: many resolved plans as numpy columns with the plans' own field names.
+
+The array-first cost model (``strategies.cost.stage``, ``strategies.estimate``,
+``strategies.memory.arrays``) reads plans in this form, one entry per plan, so one code path
+scores one plan or a hundred thousand. ``strategies.search.space`` keeps short column names
+internally (``COLUMNS``) and converts with ``PlanArrays.from_columns``.
+
+>>> from strategies.plan import Plan
+>>> pa = PlanArrays.from_plans([Plan(tp=2, pp=2, dp=2, gbs=8), Plan(tp=4, dp=2, gbs=8)])
+>>> len(pa), pa.tp.tolist(), pa.schedule.tolist(), pa.overlap_grad_reduce.tolist()
+(2, [2.0, 4.0], [1, 1], [True, True])
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from strategies.errors import SpecError
+from strategies.plan import Plan
+from strategies.schedules import schedule_code
+
+#: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
+#: registration order, ``strategies.schedules.schedule_code``).
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+
+# PlanArrays field -> the search space's short column name
+SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs", "gbs": "gbs",
+         "vpp": "vpp", "schedule": "sched", "recompute": "rc", "sp": "sp", "zero": "zero",
+         "flash_attn": "flash", "overlap_grad_reduce": "ogr",
+         "overlap_param_gather": "opg", "tp_comm_overlap": "tpo"}
+_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")
+_INT = ("schedule", "recompute", "zero")
+
+
+@dataclass(frozen=True, eq=False)
+class PlanArrays:
+    """Resolved plans, one entry per plan: sizes as float arrays (``tp`` … ``vpp``),
+    ``schedule`` and ``recompute`` as ``schedule_code``/``RECOMPUTE_CODE`` integers, ``zero``
+    as an integer, switches as booleans. Built with ``from_plans``/``from_columns``."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    mbs: np.ndarray
+    gbs: np.ndarray
+    vpp: np.ndarray
+    schedule: np.ndarray
+    recompute: np.ndarray
+    sp: np.ndarray
+    zero: np.ndarray
+    flash_attn: np.ndarray
+    overlap_grad_reduce: np.ndarray
+    overlap_param_gather: np.ndarray
+    tp_comm_overlap: np.ndarray
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            kind = float if f.name in _FLOAT else np.int64 if f.name in _INT else bool
+            object.__setattr__(self, f.name, np.asarray(v, dtype=kind))
+
+    def __len__(self) -> int:
+        return int(np.size(self.tp))
+
+    @classmethod
+    def from_plans(cls, plans: Iterable[Plan]) -> "PlanArrays":
+        """The arrays of resolved plans (``dp`` and ``gbs`` set, e.g. ``Job.plan``)."""
+        plans = list(plans)
+        for p in plans:
+            if p.dp is None or p.gbs is None:
+                raise SpecError("plan", p, "must be resolved (dp and gbs set; see make_job)")
+        col = {f.name: [] for f in fields(cls)}
+        for p in plans:
+            for name in col:
+                v = getattr(p, name)
+                col[name].append(schedule_code(v) if name == "schedule" else
+                                 RECOMPUTE_CODE[v] if name == "recompute" else v)
+        return cls(**col)
+
+    @classmethod
+    def of_plan(cls, plan: Plan) -> "PlanArrays":
+        """One resolved plan as 0-d arrays (the estimate's results are then 0-d too)."""
+        one = cls.from_plans([plan])
+        return cls(**{f.name: getattr(one, f.name)[0] for f in fields(cls)})
+
+    @classmethod
+    def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
+        """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
+        zero flash ogr opg tpo``)."""
+        missing = [s for s in SHORT.values() if s not in cols]
+        if missing:
+            raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
+        return cls(**{name: cols[short] for name, short in SHORT.items()})
+
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """The search space's short columns (integers and booleans)."""
+        return {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
+                        else getattr(self, name).astype(np.int64))
+                for name, short in SHORT.items()}
+
+
+def as_plan_arrays(plans: PlanArrays | Mapping[str, Any]) -> PlanArrays:
+    """``plans`` as ``PlanArrays`` (a mapping of short columns is converted)."""
+    return plans if isinstance(plans, PlanArrays) else PlanArrays.from_columns(plans)

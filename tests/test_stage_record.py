@@ -1,0 +1,173 @@
+"""One source for per-stage costs: for random plans (seeded) of a dense, a GQA and an MoE model,
+every duration and byte count the compiler puts into the programs equals, with ``==``, the
+stage-cost record the analytic estimate read for the same plans (computed for all of them
+at once), and so does every per-stage parameter count and optimizer time."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.program.compiler import compile_job
+from simulator.program.ops import Collective, Compute, Recv, Send
+from strategies.cost.stage import StageCostArrays, stage_cost_arrays, stage_costs
+from strategies.errors import SpecError
+from strategies.estimate.analytic import estimate_arrays
+from strategies.job import make_job
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from strategies.search.space import SpaceOptions, enumerate_space
+from topologies.cluster import cluster_preset
+
+MODELS = [("gpt-1.7b", "dgx-a100", 2, 32),      # dense, multi-head attention
+          ("llama3-8b", "dgx-h100", 2, 32),     # grouped-query attention
+          ("mixtral-8x7b", "dgx-h100", 2, 32)]  # mixture of experts
+PER_MODEL = 8
+SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap")
+
+
+def random_jobs(name: str, cluster: str, nodes: int, gbs: int, seed: int):
+    """``PER_MODEL`` valid jobs drawn from the whole plan space (memory not pruned), with
+    the switches the space keeps constant, the dtype and the framework drawn too."""
+    m, cl = model_preset(name), cluster_preset(cluster, nodes)
+    space = enumerate_space(m, cl, gbs, SpaceOptions(max_mbs=2, max_vpp=2, max_bubble=1.0,
+                                                     memory_limit_bytes=1e30))
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for i in rng.permutation(space.size):
+        plan = space.plan(int(i))
+        plan = replace(plan, **{s: bool(rng.integers(2)) for s in SWITCHES})
+        dtype = str(rng.choice(["bf16", "fp16"]))
+        fw = str(rng.choice(["megatron-core", "megatron-lm-2021", "pytorch-eager"]))
+        try:
+            jobs.append(make_job(m, cl, plan, dtype=dtype, framework=fw))
+        except SpecError:
+            continue
+        if len(jobs) == PER_MODEL:
+            break
+    assert len(jobs) == PER_MODEL
+    return jobs
+
+
+def record_of(jobs) -> list[StageCostArrays]:
+    """The estimate's stage-cost record of each job, computed for all plans of one dtype and
+    framework at once (as the search does), with the entry index of each job."""
+    out = []
+    for j in jobs:
+        same = [k for k in jobs if (k.dtype, k.framework) == (j.dtype, j.framework)]
+        arrays = PlanArrays.from_plans([k.plan for k in same])
+        est = estimate_arrays(j.model, j.cluster, j.dtype, arrays, j.framework, j.system)
+        out.append((est["stage_costs"], same.index(j)))
+    return out
+
+
+def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, set]:
+    """The durations each kind of compute op may take on ``stage`` (seconds), built from the
+    record's entry ``i`` the way the builder composes them (``nl`` layers per block)."""
+    p = job.plan
+    lpc = job.model.num_layers // (p.pp * p.vpp)
+    g = {k: float(getattr(sc, k)[i]) for k in ("layer_fwd", "layer_bwd", "layer_recompute",
+                                               "attn_fwd", "attn_bwd")}
+    fwd, bwd, rc = set(), set(), set()
+    for nl in range(1, lpc + 1):
+        rc.add(nl * g["layer_recompute"])
+        for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
+                                (nl * g["layer_bwd"], nl * g["attn_bwd"], bwd)):
+            if p.cp > 1:
+                out.update({secs - attn, attn})
+            else:
+                out.add(secs)
+    which = "first" if stage == 0 else "last" if stage == p.pp - 1 else "mid"
+    return {"forward": fwd, "backward": bwd, "recompute": rc,
+            "embedding": {float(sc.embedding_fwd[i]), float(sc.embedding_bwd[i])},
+            "lm_head": {float(sc.head_fwd[i]), float(sc.head_bwd[i])},
+            "optimizer": {float(getattr(sc, f"optimizer_{which}")[i])}}
+
+
+@pytest.mark.parametrize("name,cluster,nodes,gbs", MODELS, ids=[m[0] for m in MODELS])
+def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs):
+    jobs = random_jobs(name, cluster, nodes, gbs, seed=12)
+    for job, (sc, i) in zip(jobs, record_of(jobs)):
+        p = job.plan
+        per_stage = p.tp * p.cp * p.dp
+        progs = compile_job(job, ranks=[s * per_stage for s in range(p.pp)])
+        one = stage_costs(job)
+        # the compiler's record is the estimate's entry, field by field
+        for f in ("layer_fwd", "layer_bwd", "layer_recompute", "attn_fwd", "attn_bwd",
+                  "embedding_fwd", "embedding_bwd", "head_fwd", "head_bwd", "tp_bytes",
+                  "cp_bytes", "ep_bytes", "p2p_bytes", "p2p_gather_bytes", "layer_params",
+                  "embedding_params", "head_params"):
+            assert getattr(one, f) == float(getattr(sc, f)[i]), (job.plan, f)
+        which = ["first" if s == 0 else "last" if s == p.pp - 1 else "mid" for s in range(p.pp)]
+        assert one.params_by_stage == tuple(float(getattr(sc, f"params_{w}")[i]) for w in which)
+        assert one.optimizer_by_stage == tuple(float(getattr(sc, f"optimizer_{w}")[i])
+                                               for w in which)
+        assert (one.grad_bytes, one.param_bytes) == (sc.grad_bytes, sc.param_bytes)
+
+        for prog in progs.values():
+            want = expected_compute(sc, i, job, prog.stage)
+            params = one.params_by_stage[prog.stage]
+            seen = set()
+            for ops in prog.streams.values():
+                for op in ops:
+                    if isinstance(op, Compute):
+                        assert op.seconds in want[op.kind], (job.plan, prog.stage, op)
+                        seen.add(op.kind)
+                    elif isinstance(op, Send):
+                        assert op.nbytes == float(sc.p2p_bytes[i])
+                    elif isinstance(op, Collective):
+                        cat = op.category
+                        if cat == "tp":
+                            assert op.nbytes == float(sc.tp_bytes[i])
+                        elif cat == "cp":
+                            assert op.nbytes == float(sc.cp_bytes[i])
+                        elif cat == "ep":
+                            assert op.nbytes == float(sc.ep_bytes[i])
+                        elif cat == "pp_gather":
+                            assert op.nbytes == float(sc.p2p_gather_bytes[i])
+                        elif "z3" in op.label:      # ZeRO-3: the whole stage, every micro-batch
+                            assert op.nbytes in (sc.param_bytes * params,
+                                                 sc.grad_bytes * params)
+                        else:                         # gradient buckets and parameter gathers
+                            assert cat == "dp"
+                            assert op.nbytes <= max(sc.grad_bytes, sc.param_bytes) * params
+                    else:
+                        assert isinstance(op, Recv)
+            assert {"forward", "backward", "optimizer"} <= seen
+            # the gradient buckets of one step cover the stage's parameters exactly once
+            red = [op for op in prog.streams.get("dp-comm", ()) if " dp bucket " in op.label
+                   and op.label.startswith(("AR", "RS"))]
+            if p.dp > 1 and p.zero < 3:
+                assert sum(op.nbytes for op in red) == pytest.approx(sc.grad_bytes * params,
+                                                                     rel=1e-12)
+
+
+def test_record_of_many_plans_is_the_record_of_each():
+    """Computing the record for a batch of plans or for one plan gives the same numbers
+    (the record is elementwise in the plans)."""
+    jobs = random_jobs("llama3-8b", "dgx-h100", 2, 32, seed=3)
+    jobs = [j for j in jobs if (j.dtype, j.framework) == (jobs[0].dtype, jobs[0].framework)]
+    j0 = jobs[0]
+    batch = stage_cost_arrays(j0.model, j0.cluster, j0.dtype,
+                              PlanArrays.from_plans([j.plan for j in jobs]), j0.framework)
+    for i, j in enumerate(jobs):
+        single = stage_cost_arrays(j.model, j.cluster, j.dtype, PlanArrays.from_plans([j.plan]),
+                                   j.framework)
+        for f in ("layer_fwd", "layer_bwd", "head_bwd", "params_first", "optimizer_last",
+                  "tp_bytes", "p2p_bytes"):
+            assert getattr(batch, f)[i] == getattr(single, f)[0], f
+
+
+def test_the_bound_reads_the_estimates_record():
+    """The lower bound given the estimate's record equals the bound computing its own: both
+    are the same function of the plans."""
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    jobs = random_jobs("mixtral-8x7b", "dgx-h100", 2, 32, seed=5)
+    j0 = jobs[0]
+    pa = PlanArrays.from_plans([j.plan for j in jobs])
+    est = estimate_arrays(j0.model, j0.cluster, j0.dtype, pa, j0.framework)
+    shared = step_time_lower_bound(j0.model, j0.cluster, j0.dtype, pa, j0.framework,
+                                   costs=est["stage_costs"])
+    own = step_time_lower_bound(j0.model, j0.cluster, j0.dtype, pa, j0.framework)
+    assert np.array_equal(shared, own) and (shared > 0).all()
