@@ -171,3 +171,26 @@ def test_the_bound_reads_the_estimates_record():
                                    costs=est["stage_costs"])
     own = step_time_lower_bound(j0.model, j0.cluster, j0.dtype, pa, j0.framework)
     assert np.array_equal(shared, own) and (shared > 0).all()
+
+
+@pytest.mark.parametrize("name,cluster,nodes,gbs", MODELS)
+def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
+    """``W`` (``*_wgrad``) is a part of each backward, from the same GEMM list: for random
+    plans, 0 < W < backward; the layer's W is exactly its weight-gradient GEMMs (times the
+    clock factor) plus the separate accumulation, and the backward's GEMMs are exactly the
+    data- plus weight-gradient GEMMs that ``gemm_time_bwd`` sums."""
+    from strategies.cost import compute as ct
+    from strategies.cost import counts
+    for job in random_jobs(name, cluster, nodes, gbs, seed=7):
+        c, p = stage_costs(job), job.plan
+        assert 0 < c.layer_wgrad < c.layer_bwd
+        assert 0 < c.head_wgrad < c.head_bwd
+        assert c.embedding_wgrad == c.embedding_bwd
+        gpu, fw, sy = job.cluster.gpu, job.framework, job.system
+        args = (job.model, p.mbs, p.tp, p.cp, p.ep, gpu, job.dtype, p.tp_comm_overlap, fw, sy)
+        both, w = ct.gemm_time_bwd_split(*args)
+        assert both == ct.gemm_time_bwd(*args) and 0 < w < both
+        slow = float(ct.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero))
+        acc = ct.grad_accum_time(counts.layer_params_per_gpu(job.model, p.tp, p.ep)
+                                 / float(ct.accum_shard(p.dp, p.zero)), gpu, job.dtype, fw, sy)
+        assert c.layer_wgrad == pytest.approx(slow * w + acc, rel=1e-12)

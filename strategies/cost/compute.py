@@ -75,6 +75,7 @@ class LayerTime:
     fwd: Num
     bwd: Num
     recompute: Num   # extra forward work redone in the backward (selective or full)
+    wgrad: Num = 0.0  # the weight-gradient part of ``bwd`` (its GEMMs + their accumulation)
 
 
 def _shape(d: Num) -> Num:
@@ -175,31 +176,44 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
     return t
 
 
-def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
-                  tpo: Num = False, fw: FrameworkProfile = DEFAULT,
-                  system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Backward time of the dense GEMMs of one layer (seconds): the data gradient ``(M, K, N)``
-    (split into ``tp`` pieces for the row-parallel weights under TP overlap, whose incoming
-    gradient is all-gathered piece by piece) and the weight gradient ``(K, N, M)``, whose
-    output is the main gradient: read and written in fp32 when the framework fuses the
-    accumulation into the GEMM, else written once in 16 bits (the separate add is
-    ``grad_accum_time``)."""
+def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                        tpo: Num = False, fw: FrameworkProfile = DEFAULT,
+                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """(all, weight-gradient) backward seconds of the dense GEMMs of one layer: the data
+    gradient ``(M, K, N)`` (split into ``tp`` pieces for the row-parallel weights under TP
+    overlap, whose incoming gradient is all-gathered piece by piece) and the weight gradient
+    ``(K, N, M)``, whose output is the main gradient: read and written in fp32 when the
+    framework fuses the accumulation into the GEMM, else written once in 16 bits (the
+    separate add is ``grad_accum_time``). The first element is both GEMMs summed in the
+    order ``gemm_time_bwd`` always summed them; the second the weight-gradient GEMMs alone
+    (the ``W`` pass of a schedule that splits the backward)."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
-    t = 0.0
+    t, t_w = 0.0, 0.0
     for count, M, N, K, row in _linears(m, b, tp, cp, ep):
         if row is None:
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) \
-                + _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
+            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) + w
+            t_w = t_w + w
             continue
         s = split if row else 1.0
+        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q)
         t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q)
-        t = t + _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q)
-    return t
+        t = t + w
+        t_w = t_w + w
+    return t, t_w
+
+
+def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                  tpo: Num = False, fw: FrameworkProfile = DEFAULT,
+                  system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Backward seconds of the dense GEMMs of one layer, data and weight gradient
+    (``gemm_time_bwd_split``)."""
+    return gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)[0]
 
 
 def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DEFAULT,
@@ -278,9 +292,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     whole forward is recomputed). ``tpo``: TP communication overlap (GEMMs split along M).
     ``fw``: the framework profile (gradient accumulation, kernel launches). ``slow``: factor
     on the compute-bound kernels (GEMMs, attention), ``overlap_slowdown``. ``shard``: the
-    gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``)."""
+    gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``).
+    ``wgrad`` is the weight-gradient part of ``bwd`` (``W`` of a split backward): the
+    weight-gradient GEMMs and the separate accumulation into the main gradient; the rest
+    (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``."""
     g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system)
-    g_b = slow * gemm_time_bwd(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
+    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
+    g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype, system)
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
@@ -291,16 +309,18 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # recomputes the scores, so there is nothing extra to redo
     sel = np.where(flash, 0.0, a_f)
     rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel, 0.0))
-    return LayerTime(fwd, bwd, rc)
+    return LayerTime(fwd, bwd, rc, g_w + acc)
 
 
-def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
-                 fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
-                 shard: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
-    """(forward, backward) seconds of the output layer and the cross-entropy on the last stage.
-    The logits GEMM stays in 16 bits; the backward is its data- and weight-gradient GEMMs, the
-    cross-entropy's backward pass over the fp32 logits and the gradient accumulation of the
-    output weight. ``slow``: factor on the GEMMs (``overlap_slowdown``)."""
+def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                       fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num, Num]:
+    """(forward, backward, weight-gradient part of the backward) seconds of the output layer
+    and the cross-entropy on the last stage. The logits GEMM stays in 16 bits; the backward
+    is its data- and weight-gradient GEMMs, the cross-entropy's backward pass over the fp32
+    logits and the gradient accumulation of the output weight; its weight-gradient part is
+    the weight-gradient GEMM and that accumulation. ``slow``: factor on the GEMMs
+    (``overlap_slowdown``)."""
     T = costs.tokens_per_gpu(b, m.seq_length, cp)
     rate = gpu.peak("bf16") * gpu.matmul_efficiency
     hbm = usable_hbm(gpu, system)
@@ -309,11 +329,19 @@ def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
     kn = k_knee(gpu, "bf16")
     q = _gemm_ratio(gpu, "bf16", rate, kn)
     g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q)
-                  + _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q))
+    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q) + w)
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
     acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system)
-    return g_f + ce, g_b + ce + acc
+    return g_f + ce, g_b + ce + acc, slow * w + acc
+
+
+def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                 fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
+                 shard: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the output layer and the cross-entropy on the last
+    stage (``lm_head_time_split``)."""
+    return lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow, shard, system)[:2]
 
 
 def embedding_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU,

@@ -10,6 +10,11 @@ the estimate's per-stage costs and the simulator's compiled costs are one comput
 two that are kept equal. ``StageCosts`` is frozen; tests may ``dataclasses.replace`` fields
 (e.g. zero the embedding and the LM head to get perfectly balanced stages).
 
+Each backward (``layer_bwd``, ``head_bwd``, ``embedding_bwd``) is the whole pass, ``B + W``,
+as schedules that do not split it run it; ``*_wgrad`` is its weight-gradient part ``W``
+(``strategies.cost.compute.layer_time``), so a schedule that splits the backward runs ``B``
+in ``*_bwd - *_wgrad`` and ``W`` in ``*_wgrad`` (docs/schedules.md, "Split backward").
+
 Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters.
 
 >>> from strategies.presets import model_preset
@@ -48,7 +53,8 @@ class StageCostArrays:
     first nor last, rank ``pp - 1`` (with ``pp = 1`` rank 0 is both: use ``*_first``)."""
 
     layer_fwd: np.ndarray         # one layer's forward compute
-    layer_bwd: np.ndarray         # its backward
+    layer_bwd: np.ndarray         # its backward (B + W)
+    layer_wgrad: np.ndarray       # the weight-gradient part W of layer_bwd (split schedules)
     layer_recompute: np.ndarray   # extra forward redone in the backward (selective or full)
     attn_fwd: np.ndarray          # the attention core's share of layer_fwd (hides CP traffic)
     attn_bwd: np.ndarray          # its share of layer_bwd
@@ -58,6 +64,8 @@ class StageCostArrays:
     embedding_bwd: np.ndarray
     head_fwd: np.ndarray          # last virtual stage: LM head + cross-entropy
     head_bwd: np.ndarray
+    embedding_wgrad: np.ndarray   # W part of embedding_bwd: all of it (a table gradient only)
+    head_wgrad: np.ndarray        # W part of head_bwd: the output weight's gradient GEMM
     tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
@@ -93,12 +101,15 @@ class StageCosts:
     layer_fwd: float
     layer_bwd: float
     layer_recompute: float
+    layer_wgrad: float
     attn_fwd: float
     attn_bwd: float
     embedding_fwd: float
     embedding_bwd: float
     head_fwd: float
     head_bwd: float
+    embedding_wgrad: float
+    head_wgrad: float
     tp_bytes: float
     tp_per_layer_fwd: int
     tp_per_layer_bwd: int
@@ -140,7 +151,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
-    head_f, head_b = ct.lm_head_time(m, b, tp, cp, gpu, dtype, fw, slow, shard_acc, sy)
+    head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
+                                                   shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
@@ -156,6 +168,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
 
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
+        layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
         head_fwd=full(head_f), head_bwd=full(head_b),
@@ -187,6 +200,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
 
     return StageCosts(
         layer_fwd=f("layer_fwd"), layer_bwd=f("layer_bwd"), layer_recompute=f("layer_recompute"),
+        layer_wgrad=f("layer_wgrad"), embedding_wgrad=f("embedding_wgrad"),
+        head_wgrad=f("head_wgrad"),
         attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),
         embedding_fwd=f("embedding_fwd"), embedding_bwd=f("embedding_bwd"),
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
