@@ -16,7 +16,8 @@ from simulator.result import Record
 from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one definition)
 
 Interval = tuple[float, float]
-COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "embedding": "compute",
+COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "wgrad": "compute",
+                 "embedding": "compute",
                  "lm_head": "compute", "recompute": "recompute", "optimizer": "optimizer"}
 COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm",
               "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}

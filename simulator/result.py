@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 STREAMS = ("compute", "tp-comm", "cp-comm", "ep-comm", "dp-comm", "pp-comm")
-KINDS = ("forward", "backward", "recompute", "optimizer", "embedding", "lm_head",
+KINDS = ("forward", "backward", "wgrad", "recompute", "optimizer", "embedding", "lm_head",
          "tp", "cp", "ep", "dp", "pp_send", "pp_recv", "pp_gather", "wait")
 
 

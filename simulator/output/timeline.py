@@ -16,13 +16,13 @@ from simulator.result import KINDS, STREAMS, Record, SimResult
 from simulator.output.chrome_trace import atomic_path
 
 PALETTE = {
-    "forward": "#4C78A8", "backward": "#F58518", "recompute": "#B279A2",
+    "forward": "#4C78A8", "backward": "#F58518", "wgrad": "#FFBF79", "recompute": "#B279A2",
     "optimizer": "#54A24B", "embedding": "#9D755D", "lm_head": "#8C6D31",
     "tp": "#E45756", "cp": "#FF9DA6", "ep": "#72B7B2", "dp": "#EECA3B",
     "pp_send": "#6F6F6F", "pp_recv": "#A9A9A9", "wait": "#E4E4E4",
 }
 _OTHER = ("#17BECF", "#BCBD22", "#7F7F7F", "#C49C94", "#DBDB8D")   # kinds not in PALETTE
-_LETTER = {"forward": "F", "backward": "B", "recompute": "R"}
+_LETTER = {"forward": "F", "backward": "B", "wgrad": "W", "recompute": "R"}
 _HATCH_COLOUR = "#C8C8C8"
 _FORMATS = (".png", ".svg")
 _ROW_FILL = 0.84           # fraction of a rank's band covered by its sub-rows

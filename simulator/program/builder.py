@@ -43,6 +43,9 @@ class ProgramBuilder:
                                          self.layers)
                         for c in range(p.vpp)}
         self.pending_buckets: list = []
+        # a split backward: B (input gradient, communication) then, later, W (weight gradient,
+        # compute only, then the chunk's gradient reduction); else one backward pass
+        self.split = bool(self.sched.splits_backward)
         self.reduced: list[float] = []      # parameters of each gradient bucket reduced
         self.n_param_gathers = 0
 
@@ -99,13 +102,15 @@ class ProgramBuilder:
             self.wait.append(last)
 
     def block(self, fwd: bool, nl: int, label: str, i: int, c: int) -> int:
-        """Compute of ``nl`` layers with their communication; returns the main compute id."""
+        """Compute of ``nl`` layers with their communication; returns the main compute id.
+        The backward is the whole pass, or its input-gradient part ``B`` when the schedule
+        splits the backward (its ``W`` is ``wgrad``)."""
         cs, kind = self.c, "forward" if fwd else "backward"
         if not fwd and cs.layer_recompute > 0:
             start = tuple(self.wait)
             rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
             self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
-        secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd)
+        secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = nl * (cs.attn_fwd if fwd else cs.attn_bwd)
@@ -151,6 +156,12 @@ class ProgramBuilder:
         self.produced[("F", i, c)] = (self.last_compute, *self.wait)
 
     def backward(self, i: int, c: int) -> None:
+        """The backward of micro-batch ``i``, chunk ``c``: the whole pass, or only its
+        input-gradient part ``B`` when the schedule splits it (the gradients are then
+        complete, and reduced, after ``wgrad``)."""
+        if self.split:
+            self._input_grad(i, c)
+            return
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.m - 1
@@ -173,6 +184,13 @@ class ProgramBuilder:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
+        self._close_grads(todo, final, label, i, rest is not None)
+        self.produced[("B", i, c)] = (self.last_compute, *self.wait)
+
+    def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool) -> None:
+        """After the last gradient work of micro-batch ``i``: the buckets not reduced live
+        wait for the end of the schedule (last micro-batch) or, with ZeRO-2 without overlap,
+        are reduced now; ZeRO-3 reduce-scatters the gradients."""
         if final and self.grad_sync:
             self.pending_buckets += todo
         elif self.every_mb and todo:
@@ -180,9 +198,49 @@ class ProgramBuilder:
             for _, params in todo:
                 self._grad_reduce(params, deps=(self.last_compute,), record=False)
             self.wait.append(self.streams["dp-comm"][-1].id)
-        if rest is not None:
+        if z3:
             self._z3_reduce(label, i)
+
+    def _input_grad(self, i: int, c: int) -> None:
+        """``B`` of a split backward: the input-gradient part of the LM head, the layers
+        (with their recomputation and communication) and the embedding (none: its backward
+        is all weight gradient); no gradient is complete yet."""
+        label, vs = f"B{i}.c{c}", self.vs(c, i)
+        if vs == self.last_vs:
+            self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
+        rest = self._z3(label, i)
+        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
+            self.block(False, nl, label, i, c)
+        self.wait += [rest] if rest is not None else []
+        if vs == 0:
+            self.compute(self.c.embedding_bwd - self.c.embedding_wgrad, "embedding", label, i, c)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
+
+    def wgrad(self, i: int, c: int) -> None:
+        """``W`` of a split backward: the weight-gradient GEMMs (and their accumulation) of
+        the LM head, the layers and the embedding, in backward order, compute only; the
+        chunk's gradient buckets are reduced as ``backward`` reduces them, here after each
+        bucket's last ``W`` (the last micro-batch's)."""
+        label, vs, cs = f"W{i}.c{c}", self.vs(c, i), self.c
+        plan = self.buckets[c]
+        final = i == self.m - 1
+        live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
+        todo, pos = list(plan.buckets), 0
+        if vs == self.last_vs:
+            self.compute(cs.head_wgrad, "wgrad", label, i, c)
+        if plan.head:
+            pos = 1
+            todo = self._launch(todo, pos, live, final)
+        split = self.gran == "layer" or (live and len(todo) > 1)
+        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
+            self.compute(nl * cs.layer_wgrad, "wgrad", label, i, c)
+            pos += nl
+            todo = self._launch(todo, pos, live, final)
+        if vs == 0:
+            self.compute(cs.embedding_wgrad, "wgrad", label, i, c)
+        pos += 1 if plan.embedding else 0
+        todo = self._launch(todo, pos, live, final)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
 
     def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
         """Reduce the buckets complete once ``pos`` items are done (when reducing live);
@@ -238,6 +296,8 @@ class ProgramBuilder:
                 self.exchange(a)
             elif isinstance(a, Step) and a.kind == "F":
                 self.forward(a.microbatch, a.chunk)
+            elif isinstance(a, Step) and a.kind == "W":
+                self.wgrad(a.microbatch, a.chunk)
             else:
                 self.backward(a.microbatch, a.chunk)
 

@@ -137,8 +137,12 @@ def bubble_over_ideal(result) -> float:
 
 
 def closed_form(job: Job) -> float:
+    """The schedule's closed-form bubble over ideal time; a schedule that splits the backward
+    with the weight gradient's share of a layer's compute (``StageCosts.w_share``)."""
+    from strategies.cost.stage import stage_costs
     p = job.plan
-    return bubble_fraction_closed_form(p.schedule, p.pp, job.num_microbatches, p.vpp)
+    w = stage_costs(job).w_share if get_schedule(p.schedule).splits_backward else 0.0
+    return bubble_fraction_closed_form(p.schedule, p.pp, job.num_microbatches, p.vpp, w)
 
 
 def row_for(choice: ScheduleChoice, job: Job, result) -> dict[str, Any]:

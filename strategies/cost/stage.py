@@ -129,6 +129,13 @@ class StageCosts:
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
 
+    @property
+    def w_share(self) -> float:
+        """The weight gradient's share of a layer's compute per micro-batch,
+        ``W / (F + B + W + recompute)`` (the ``w_share`` of ``Schedule.bubble_fraction``)."""
+        total = self.layer_fwd + self.layer_bwd + self.layer_recompute
+        return self.layer_wgrad / total if total > 0 else 0.0
+
 
 def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                       plans: PlanArrays | Mapping[str, Any],

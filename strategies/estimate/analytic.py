@@ -15,7 +15,10 @@ Model (per optimizer step, seconds):
 * pipeline: the schedule's ``Schedule.pipeline_span`` (``strategies.schedules``), by default
   ``m·max_s t_s + (Σ_s t_s − max_s t_s)/v`` with ``v`` its ``fill_chunks`` — exact for
   balanced stages and free communication ((m + p − 1)·t for 1F1B and GPipe, m·t + (p − 1)·t/v
-  interleaved) and the steady-state-bound form when the last stage carries the LM head;
+  interleaved) and the steady-state-bound form when the last stage carries the LM head; a
+  schedule that splits the backward also gets the weight gradient's share of the slowest
+  stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
+  ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``;
 * point-to-point: two blocking exchanges per round on the critical path, the schedule's
   ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
@@ -143,7 +146,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
             (t_first, t_mid, t_last, t_max),
             (comp_mid + emb, comp_mid, comp_mid + head_f + head_b, comp_mid + emb + head_f + head_b),
             t_max, t_sum)
-    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v)
+    # the weight gradient's share of the time of the stages that fill and drain the pipeline
+    # (all but the slowest: (t_sum - t_max)/(pp - 1) each on average; schedules that split
+    # the backward fill the bubble with it); the closed forms hold while W is no longer than
+    # the forward or the input-gradient part of the backward, so it counts up to those
+    t_w = lps * np.minimum(sc.layer_wgrad, np.minimum(sc.layer_fwd,
+                                                      sc.layer_bwd - sc.layer_wgrad))
+    t_fill = np.where(single, t_max, (t_sum - t_max) / np.maximum(pp - 1, 1))
+    w_share = np.where(t_fill > 0, np.minimum(t_w / np.where(t_fill > 0, t_fill, 1.0), 0.5),
+                       0.0)
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)

@@ -39,7 +39,12 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    ``tests/test_search.py`` for every schedule). So stage ``s`` starts no earlier than the
    forwards of micro-batch 0 on stages ``0..s-1`` (and their messages), and after its last
    backward that micro-batch still passes back through stages ``s-1..0`` before stage 0
-   runs its optimizer.
+   runs its optimizer. A schedule that splits the backward (``Schedule.splits_backward``)
+   ends each stage with the weight gradients ``W`` still pending after its last ``B``
+   (``Schedule.trailing_w_steps``, checked against the order in tests/test_zb_h1.py): they
+   run while that micro-batch goes back, so they leave ``T(s)`` on this path, and the
+   stages in between pass its ``B`` on without its ``W``; stage 0 still runs both before
+   its optimizer.
 
 With ``T(s)`` the stage's compute chain (compute, blocking collectives, exchanges),
 ``chain_in(s)``/``tail(s)`` the forward/backward path of the micro-batch through the stages
@@ -220,6 +225,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
         fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
+    # a split backward (point 5): the weight gradients a stage runs after its last B overlap
+    # that micro-batch's way back, and the stages in between pass on its B alone
+    split = attr_by_code(sched, "splits_backward").astype(float)
+    w_chunk = {"first": lpc * sc.layer_wgrad + sc.embedding_wgrad,
+               "last": lpc * sc.layer_wgrad + sc.head_wgrad, "mid": lpc * sc.layer_wgrad}
+    if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
+        per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
+                          for g in real.groups]
+        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad for r in per_gpu],
+                                   axis=0),
+                   "last": np.max([lpc * r.layer_wgrad + r.head_wgrad for r in per_gpu], axis=0),
+                   "mid": np.max([lpc * r.layer_wgrad for r in per_gpu], axis=0)}
+    w_pass = split * lpc * sc.layer_wgrad   # the least W of a middle stage (fastest GPU)
 
     dp_stride = tp * cp
     gb = sc.grad_bytes
@@ -248,9 +266,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         t, o = T[kind], opt[kind]
         pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
         chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
-        tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk + send), 0.0)
+        tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
+        trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + o + ag
-        down = chain_in + t + tail + opt["first"] + ag0
+        down = chain_in + t - trail + tail + opt["first"] + ag0
         return np.maximum(own, np.where(s >= 1, down, 0.0))
 
     bound = stage_bound("first", np.zeros_like(pp))

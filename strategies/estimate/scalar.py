@@ -81,13 +81,14 @@ def _by_group(job: Job) -> dict[str, Any]:
             "hfu": float(r["hfu"]) * scale}
 
 
-def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float]]:
-    """Forward and backward (+ recomputation) seconds per micro-batch of each pipeline stage
+def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list[float]]:
+    """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
+    seconds per micro-batch of each pipeline stage
     from the shared cost record: its own layer count on its own GPU type (the slowest among
     its ranks), or with ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every
     stage, the analytic model's assumption."""
     from strategies.cost.stage import stage_costs
-    p, f, b = job.plan, [], []
+    p, f, b, w = job.plan, [], [], []
     for s in range(p.pp):
         if even_on is None:
             gpu = min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
@@ -100,7 +101,9 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float]]:
                  + (c.head_fwd if s == p.pp - 1 else 0.0))
         b.append(n * (c.layer_bwd + c.layer_recompute) + (c.embedding_bwd if s == 0 else 0.0)
                  + (c.head_bwd if s == p.pp - 1 else 0.0))
-    return f, b
+        w.append(n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
+                 + (c.head_wgrad if s == p.pp - 1 else 0.0))
+    return f, b, w
 
 
 def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
@@ -113,10 +116,10 @@ def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
     from strategies.schedules.analysis import simulate_free_comm
     p, m = job.plan, job.num_microbatches
 
-    def makespan(f: list[float], b: list[float]) -> tuple[float, float]:
+    def makespan(f: list[float], b: list[float], w: list[float]) -> tuple[float, float]:
         slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
         span = simulate_free_comm(p.schedule, p.pp, m, 1, f[0], b[0],
-                                  p.microbatch_group_size, slowdown=slow)
+                                  p.microbatch_group_size, t_w=w[0], slowdown=slow)
         return span, m * max(x + y for x, y in zip(f, b))
 
     span_e, busy_e = makespan(*_stage_times(job, job.cluster.gpu))

@@ -143,6 +143,12 @@ def peak_pending_w(steps: Sequence[Step]) -> int:
     return peak
 
 
+def trailing_w(steps: Sequence[Step]) -> int:
+    """``W`` steps after the last ``B`` of ``steps`` (0 without a ``B``)."""
+    last_b = max((k for k, s in enumerate(steps) if s.kind == "B"), default=len(steps))
+    return sum(s.kind == "W" for s in steps[last_b + 1:])
+
+
 def raise_first(rules: Iterable[Rule]) -> None:
     """Raise ``SpecError`` for the first rule that fails (scalar values)."""
     for field, value, ok, why in rules:
@@ -333,9 +339,12 @@ class Schedule:
         time per micro-batch, which only a schedule that splits the backward can use."""
         return (pp - 1) / (self.fill_chunks(vpp) * m)
 
-    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any) -> Any:
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                      w_share: Any = 0.0) -> Any:
         """Seconds of the pipeline with free communication, from the slowest stage's and the
-        sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``."""
+        sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``.
+        ``w_share``: the weight gradient's share of a stage's seconds per micro-batch, which
+        only a schedule that splits the backward uses (``bubble_fraction``)."""
         return m * t_max + (t_sum - t_max) / self.fill_chunks(vpp)
 
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
@@ -346,6 +355,20 @@ class Schedule:
         """Backward steps at most left on a rank once its first chunk's gradients are
         complete (the window the gradient reduction can hide in): 1."""
         return np.ones_like(np.asarray(pp, dtype=float))
+
+    def trailing_w_steps(self, stage: Any, pp: Any, m: Any) -> Any:
+        """Weight-gradient steps ``W`` a rank (one chunk) runs after its last ``B`` (the
+        lower bound lets them overlap that micro-batch's way back): 0 unless the backward
+        is split, else counted on the order (``trailing_w``), once per distinct
+        ``(stage, pp, m)``."""
+        s, p, mm = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m)))
+        if not self.splits_backward or not s.size:
+            return np.zeros(s.shape)
+        keys = np.stack([a.ravel() for a in (s, p, mm)], axis=1).astype(np.int64)
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+        vals = np.array([trailing_w(self.steps(int(a), int(b), int(c))) for a, b, c in uniq],
+                        dtype=float)
+        return vals[np.ravel(inv)].reshape(s.shape)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, refuse_until_split_costed, register)
+from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, raise_first,
+                                       register)
 
 
 @register("zb-h1")
@@ -29,9 +29,6 @@ class ZBH1(Schedule):
     """ZB-H1 (module docstring)."""
 
     splits_backward = True
-
-    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
-        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
@@ -75,6 +72,18 @@ class ZBH1(Schedule):
         communication when ``m >= pp`` and ``T_W <= T_F``, ``T_W <= T_B``
         (``tests/test_zb_h1.py``)."""
         return (pp - 1) * (1 - 2 * w_share) / m
+
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                      w_share: Any = 0.0) -> Any:
+        """``m·t_max + (t_sum - t_max)(1 - 2·w_share)``: 1F1B's span with each stage's
+        share of the fill and drain shortened by ``W`` twice (``bubble_fraction``; equal to
+        it for balanced stages, ``t_sum = pp·t_max``)."""
+        return m * t_max + (t_sum - t_max) * (1 - 2 * np.asarray(w_share, dtype=float))
+
+    def trailing_w_steps(self, stage: Any, pp: Any, m: Any) -> Any:
+        """``min(stage + 1, m)``: ``W`` lags its ``B`` by ``stage`` micro-batches, and the
+        ``W`` of the last ``B``'s own iteration follows it."""
+        return np.minimum(np.asarray(stage, dtype=float) + 1, m)
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
