@@ -121,7 +121,8 @@ def render(out: dict, job) -> str:
                             "bubble/ideal sim/closed", "peak GiB", "p2p GiB/GPU", "p2p GiB total"],
                            body, align="lrrrrrrr"))
         lines.append("bubble: idle over the step, worst stage; bubble/ideal: bottleneck stage, "
-                     "simulated / closed form (pp-1)/(vpp*m); (!) over the GPU's memory")
+                     "simulated / the schedule's closed form ((pp-1)/(vpp*m); split backward: with W's "
+                     "share); (!) over the GPU's memory")
     lines += [f"{r['schedule']}: invalid here: {r['error']}" for r in out["rows"] if not r["valid"]]
     if "sweep" in out:
         lines += ["", "bubble / ideal time against micro-batches (simulated, free comm, closed form)"]

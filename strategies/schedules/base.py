@@ -165,13 +165,15 @@ def all_ok(rules: Iterable[Rule]) -> Any:
 
 
 def refuse_until_split_costed(sched: "Schedule") -> Rule:
-    """The rule every schedule that splits the backward adds to its plan rules until the
-    estimate and the simulator cost ``W`` apart from ``B`` (issue 13)."""
+    """The rule a schedule that splits the backward adds to its plan rules until the rest of
+    what it needs is modelled (issue 13: ``W``-pending memory, post-validation, the V
+    placement, DualPipe's overlapped pairs); the cost model and the simulator already run
+    ``B`` and ``W`` apart (``zb-h1`` is plannable)."""
     module = type(sched).__module__
     return ("schedule", sched.name, False,
-            lambda: "splits the backward into B and W, which the estimate and the simulator "
-                    "do not cost separately yet; its order, stash and closed-form bubble are "
-                    f"in {module}")
+            lambda: "splits the backward into B and W; the simulator runs them apart (zb-h1 "
+                    "is plannable) but not yet this schedule's memory and overlap; its order, "
+                    f"stash and closed-form bubble are in {module}")
 
 
 class Schedule:

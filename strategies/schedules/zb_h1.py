@@ -10,9 +10,11 @@ Order of rank ``r`` (docs/schedules.md): for ``x = 0 … m+p-2``, ``F(x)`` if ``
 ``(p-1)(T_F + T_B - T_W)`` with ``T_B`` the input gradient alone, a third of 1F1B's when
 ``T_F = T_B = T_W``.
 
-The estimate and the simulator do not yet cost ``W`` apart from ``B`` (issue 13: the
-weight-gradient GEMMs' share of the backward from the cost model), so plans refuse this
-schedule and the search does not enumerate it; its order, memory and closed form are here.
+Plannable: the cost model splits each backward into ``B`` and ``W`` (``layer_wgrad`` of the
+stage-cost record), the compiler runs ``W`` as compute ops and reduces a chunk's gradients
+after its last ``W``; the estimate's span is ``pipeline_span`` with ``W``'s share, and the
+lower bound lets the ``trailing_w_steps`` overlap the last micro-batch's way back. The search
+does not enumerate it yet (docs/schedules.md).
 """
 from __future__ import annotations
 
@@ -87,7 +89,7 @@ class ZBH1(Schedule):
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
-        """None yet: the search cannot cost ``W`` (module docstring)."""
+        """None yet: plannable, but not enumerated by the search (module docstring)."""
         return []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
