@@ -1,19 +1,29 @@
 """ZB-H2 (Qi et al., ICLR 2024, section 2.2): the order of docs/schedules.md against the
 paper's Figure 3 and its phases built a second way; the ``(2p-1)`` stash; the closed-form
 bubble (per rank, and the makespan of one iteration) against a free-communication simulation
-to floating-point precision in the region it holds; plans refuse it."""
+to floating-point precision in the region it holds, alone and through the full simulator with
+the cost model's B and W; plans accept it; more memory than 1F1B; ``compare`` on GPT-3 175B."""
 from __future__ import annotations
 
 import itertools
+import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
+from simulator.cli.main import main
+from simulator.simulate import simulate
+from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
-from strategies.plan import parse_plan
+from strategies.job import make_job
+from strategies.memory.scalar import memory_by_stage
+from strategies.plan import Plan, parse_plan
+from strategies.presets import model_preset
 from strategies.schedules import Schedule, Step, get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
-                                           peak_stash)
+                                           peak_stash, simulate_free_comm)
+from topologies.cluster import cluster_preset
 from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 
 ZB = get_schedule("zb-h2")
@@ -107,13 +117,77 @@ def test_equal_times_zero_bubble():
     assert max(r.bubble for r in free_comm_ranks("zb-h2", 8, 16, 1, 1, 2, t_w=1)) == 0
 
 
-def test_plans_refuse_it():
+def test_plans_accept_it_with_one_chunk():
+    assert parse_plan("tp=2,pp=4,gbs=8,schedule=zb-h2").schedule == "zb-h2"
     with pytest.raises(SpecError) as e:
-        parse_plan("tp=2,pp=4,gbs=8,schedule=zb-h2")
-    assert e.value.field == "schedule" and "B and W" in str(e.value)
+        parse_plan("tp=2,pp=4,gbs=8,schedule=zb-h2,vpp=2")
+    assert e.value.field == "vpp"
     with pytest.raises(SpecError) as e:
         ZB.steps(0, 4, 8, vpp=2)
     assert e.value.field == "vpp"
+
+
+A100x2 = cluster_preset("dgx-a100", 2)
+
+
+def _balanced(job):
+    """The job's costs with the embedding, the LM head and the optimizer removed."""
+    return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
+                   head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
+                   optimizer_by_stage=(0.0,) * job.plan.pp)
+
+
+@pytest.mark.parametrize("model,tp,pp,gbs,extra", [
+    ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 4, 16, {}), ("gpt-1.7b", 2, 8, 16, {}),
+    ("gpt-1.7b", 2, 4, 4, {}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
+    ("gpt-1.7b", 2, 4, 16, {"recompute": "full", "zero": 1})])
+def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
+    """The whole simulator with free communication and balanced stages: one iteration's
+    makespan ``m·T + (pp-1)·max(T_F, T_F + T_B - 2T_W)`` (``T_B`` the input gradient, the
+    cost model's ``T_W``; ``m >= 2pp - 1``, ``T_W <= T_F``) to floating-point precision, the
+    free-communication makespan of the order otherwise, below 1F1B's on the same costs, and
+    the estimate's ``pipeline_span`` equal to it."""
+    job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h2",
+                                                    **extra))
+    costs = _balanced(job)
+    res = simulate(job, free_comm=True, costs=costs)
+    m, L = job.num_microbatches, job.model.num_layers // pp
+    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
+    t_b = L * (costs.layer_bwd + costs.layer_recompute)
+    assert 0 < t_w <= min(t_f, t_b - t_w)
+    assert res.step_time_s == pytest.approx(simulate_free_comm("zb-h2", pp, m, 1, t_f, t_b,
+                                                               t_w=t_w), rel=1e-9)
+    one = simulate(make_job(job.model, A100x2, replace(job.plan, schedule="1f1b")),
+                   free_comm=True, costs=costs)
+    assert res.step_time_s <= one.step_time_s
+    if m >= 2 * pp - 1:
+        t = t_f + t_b
+        closed = m * t + (pp - 1) * max(t_f, t_f + (t_b - t_w) - 2 * t_w)
+        assert res.step_time_s == pytest.approx(closed, rel=1e-9)
+        assert ZB.pipeline_span(m, t, pp * t, 1, t_w / t, t_f / t) == pytest.approx(closed,
+                                                                                  rel=1e-12)
+
+
+def test_more_activation_memory_than_1f1b():
+    """``2(p-r)-1`` micro-batches stashed on rank ``r`` against 1F1B's ``p-r``."""
+    m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 8)
+    by = {s: memory_by_stage(make_job(m, cl, parse_plan(f"tp=8,pp=8,mbs=1,schedule={s}"),
+                                      global_batch=64))
+          for s in ("1f1b", "zb-h2")}
+    assert all(a.activations > b.activations for a, b in zip(by["zb-h2"][:-1], by["1f1b"]))
+    assert max(x.total for x in by["zb-h2"]) > max(x.total for x in by["1f1b"])
+
+
+def test_compare_gpt3_175b_zb_h2_at_or_below_zb_h1_and_1f1b(capsys):
+    """``paraplan compare --schedules 1f1b,zb-h1,zb-h2`` on GPT-3 175B with 8 stages: steps
+    ordered ZB-H2 <= ZB-H1 <= 1F1B, ZB-H2 with more memory."""
+    assert main(["compare", "--json", "--model", "gpt3-175b", "--cluster", "dgx-a100:8",
+                 "--plan", "tp=8,pp=8,mbs=1,gbs=64", "--schedules", "1f1b,zb-h1,zb-h2"]) == 0
+    rows = {r["schedule"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert all(r["valid"] for r in rows.values())
+    assert rows["zb-h2"]["step_time_s"] <= rows["zb-h1"]["step_time_s"] \
+        <= rows["1f1b"]["step_time_s"]
+    assert rows["zb-h2"]["memory"]["peak_gib"] > rows["1f1b"]["memory"]["peak_gib"]
 
 
 @pytest.mark.parametrize("p,m", [(2, 3), (4, 7), (4, 16), (8, 15), (8, 32)])

@@ -153,9 +153,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_w = lps * np.minimum(sc.layer_wgrad, np.minimum(sc.layer_fwd,
                                                       sc.layer_bwd - sc.layer_wgrad))
     t_fill = np.where(single, t_max, (t_sum - t_max) / np.maximum(pp - 1, 1))
-    w_share = np.where(t_fill > 0, np.minimum(t_w / np.where(t_fill > 0, t_fill, 1.0), 0.5),
-                       0.0)
-    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share)
+    fill = np.where(t_fill > 0, t_fill, 1.0)
+    w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
+    f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)

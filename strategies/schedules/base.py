@@ -342,11 +342,12 @@ class Schedule:
         return (pp - 1) / (self.fill_chunks(vpp) * m)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
         """Seconds of the pipeline with free communication, from the slowest stage's and the
         sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``.
-        ``w_share``: the weight gradient's share of a stage's seconds per micro-batch, which
-        only a schedule that splits the backward uses (``bubble_fraction``)."""
+        ``w_share``/``f_share``: the weight gradient's and the forward's share of a stage's
+        seconds per micro-batch, which only a schedule that splits the backward uses
+        (``bubble_fraction``)."""
         return m * t_max + (t_sum - t_max) / self.fill_chunks(vpp)
 
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
