@@ -197,16 +197,21 @@ def test_estimate_span_is_the_closed_form_for_balanced_stages():
             m, t, p * t, 1)
 
 
-def test_activation_memory_equals_1f1b():
-    """ZB-H1 stashes what 1F1B stashes on every stage (the peak is stage 0's ``pp``
-    micro-batches; the ``r`` pending ``W`` of stage ``r`` keep only GEMM inputs, which the
-    stash already holds)."""
+def test_activation_memory_peak_equals_1f1b():
+    """ZB-H1 stashes what 1F1B stashes on every stage, and stage ``r`` also holds ``r``
+    pending weight gradients at its stash peak (``(p-r)·M_B + r·M_W``, the paper's §2.3):
+    the peak is stage 0's ``p·M_B``, 1F1B's."""
+    from strategies.memory.activations import layer_wgrad_bytes
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 8)
-    by = {s: memory_by_stage(make_job(m, cl, parse_plan(f"tp=8,pp=8,mbs=1,schedule={s}"),
-                                      global_batch=64))
-          for s in ("1f1b", "zb-h1")}
-    assert [x.activations for x in by["zb-h1"]] == [x.activations for x in by["1f1b"]]
+    jobs = {s: make_job(m, cl, parse_plan(f"tp=8,pp=8,mbs=1,schedule={s}"), global_batch=64)
+            for s in ("1f1b", "zb-h1")}
+    by = {s: memory_by_stage(j) for s, j in jobs.items()}
+    p = jobs["zb-h1"].plan
+    m_w = (m.num_layers // 8) * layer_wgrad_bytes(m, m.seq_length, 1, p.tp, p.sp, p.cp)
+    for r, (zb, one) in enumerate(zip(by["zb-h1"], by["1f1b"])):
+        assert zb.activations - one.activations == pytest.approx(r * m_w, rel=1e-12)
     assert max(x.total for x in by["zb-h1"]) == max(x.total for x in by["1f1b"])
+    assert by["zb-h1"][0] == by["1f1b"][0]
 
 
 BOUND = [("gpt-1.7b", "dgx-a100", 1, "tp=1,pp=8,mbs=1", 16),

@@ -176,6 +176,16 @@ def test_more_activation_memory_than_1f1b():
           for s in ("1f1b", "zb-h2")}
     assert all(a.activations > b.activations for a, b in zip(by["zb-h2"][:-1], by["1f1b"]))
     assert max(x.total for x in by["zb-h2"]) > max(x.total for x in by["1f1b"])
+    # the paper's (2p-2r-1)·M_B + 2r·M_W on rank r (§2.3), with M_B and M_W of the model
+    from strategies.memory.activations import (activation_bytes_per_chunk, layer_wgrad_bytes,
+                                               stage_activation_bytes)
+    job = make_job(m, cl, parse_plan("tp=8,pp=8,mbs=1,schedule=zb-h2"), global_batch=64)
+    m_w = (m.num_layers // 8) * layer_wgrad_bytes(m, m.seq_length, 1, 8, False, 1)
+    for r in range(8):
+        want = (2 * 8 - 2 * r - 1) * activation_bytes_per_chunk(job, r) + 2 * r * m_w
+        extra = stage_activation_bytes(job, r) - want       # the last stage's logits
+        assert extra == (0.0 if r < 7 else pytest.approx(
+            by["1f1b"][7].activations - activation_bytes_per_chunk(job, 7), rel=1e-12))
 
 
 def test_compare_gpt3_175b_zb_h2_at_or_below_zb_h1_and_1f1b(capsys):

@@ -92,6 +92,47 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     }
 
 
+#: What a layer's pending weight gradient ``W`` keeps after its ``B`` has run (a schedule that
+#: splits the backward): the inputs of its GEMMs and the gradients of their outputs, each
+#: ``(bytes per token·micro-batch as a function of the model, split kind)``. For GPT the
+#: inputs are ``2+2+2+8 = 14sbh`` and the output gradients ``6+2+8+2 = 18sbh``: ``32sbh``,
+#: below the stash ``34sbh`` (without the score term), and none of it is the ``s²`` scores.
+WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latents")
+
+
+def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
+                      ) -> dict[str, tuple[float, str]]:
+    """Bytes (before any parallel split) and split kind of each tensor a pending ``W`` of one
+    layer keeps for one micro-batch: its GEMMs' inputs (the stash's own tensors,
+    ``WGRAD_INPUTS``) and the gradients of their outputs (QKV: ``q`` and ``k_v``'s sizes,
+    split by ``t``; the attention output projection and fc2: ``2sbh`` per expert copy, split
+    by ``t`` only with SP; fc1: the activation function's input, split by ``t``).
+
+    >>> from strategies.presets import model_preset
+    >>> t = layer_wgrad_terms(model_preset("gpt3-175b"), 2048, 1)
+    >>> sum(v for v, _ in t.values()) / (2048 * 12288)
+    32.0
+    """
+    terms = layer_activation_terms(model, seq_len, micro_batch_size)
+    sbh = seq_len * micro_batch_size * model.hidden_size
+    out = {name: (terms[name], TERM_KINDS[name]) for name in WGRAD_INPUTS}
+    out.update({"d_qkv_output": (terms["q"] + terms["k_v"], "tp"),
+                "d_proj_output": (2 * sbh, "seq"),
+                "d_fc1_output": (terms["activation_input"], "tp"),
+                "d_fc2_output": (2 * sbh * model.mean_expert_copies(), "seq")})
+    return out
+
+
+def layer_wgrad_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
+                      sp: bool = False, cp: int = 1) -> float:
+    """Bytes one layer's pending ``W`` keeps per GPU and micro-batch (``layer_wgrad_terms``
+    split by ``tp`` as the stash is, ``/cp``); recomputation does not shrink it (the
+    recomputed inputs stay until ``W``)."""
+    seq_div = tp if sp else 1
+    return sum(n / (seq_div if kind == "seq" else tp)
+               for n, kind in layer_wgrad_terms(model, seq_len, micro_batch_size).values()) / cp
+
+
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
                            sp: bool = False, cp: int = 1, recompute: str = "none",
                            flash_attn: bool = True) -> float:
@@ -162,6 +203,15 @@ def in_flight_microbatches(job: Job, stage: int) -> int:
     return get_schedule(p.schedule).in_flight(stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
+def pending_weight_grads(job: Job, stage: int) -> int:
+    """Weight gradients still to run on ``stage`` when its stash peaks (the schedule's
+    ``Schedule.pending_weight_grads``; 0 unless it splits the backward)."""
+    p, m = job.plan, job.num_microbatches
+    _check_stage(job, stage)
+    return get_schedule(p.schedule).pending_weight_grads(stage, p.pp, m, p.vpp,
+                                                         p.microbatch_group_size)
+
+
 def layers_per_chunk(job: Job, stage: int = 0) -> int:
     """Layers in one model chunk of ``stage`` (``Job.layers_of_stage`` over ``vpp``)."""
     return job.layers_of_stage(stage) // job.plan.vpp
@@ -200,9 +250,13 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
 
 
 def stage_activation_bytes(job: Job, stage: int) -> float:
-    """Peak activation bytes on ``stage``: stash plus transient."""
+    """Peak activation bytes on ``stage``: stash, pending weight gradients (a split
+    backward: ``layer_wgrad_bytes`` of a chunk's layers each) and transient."""
+    p = job.plan
+    w = layers_per_chunk(job, stage) * layer_wgrad_bytes(job.model, job.seq_len, p.mbs, p.tp,
+                                                          p.sp, p.cp)
     return (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
-            + transient_activation_bytes(job, stage))
+            + pending_weight_grads(job, stage) * w + transient_activation_bytes(job, stage))
 
 
 def _check_stage(job: Job, stage: int) -> None:

@@ -33,7 +33,7 @@ import numpy as np
 
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
-from strategies.memory.activations import TERM_KINDS, layer_activation_terms
+from strategies.memory.activations import TERM_KINDS, layer_activation_terms, layer_wgrad_terms
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -59,6 +59,13 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
     return np.where(rc == 2, full, stored), none
 
 
+def _layer_wgrad(m: ModelSpec, b, tp, cp, sp):
+    """``activations.layer_wgrad_bytes`` over arrays."""
+    seq = sum(n for n, k in layer_wgrad_terms(m, m.seq_length, 1).values() if k == "seq")
+    tpk = sum(n for n, k in layer_wgrad_terms(m, m.seq_length, 1).values() if k != "seq")
+    return b * (seq / np.where(sp, tp, 1.0) + tpk / tp) / cp
+
+
 def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
                           optimizer_bytes: float):
     """(params, grads, optimizer) bytes per parameter with ``d`` data-parallel ranks sharing
@@ -73,7 +80,7 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None, layers=None
+                            in_flight=None, layers=None, pending_w=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -81,7 +88,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     the training precision; ``system``: the policy constants; ``in_flight``: stashed
     ``(micro-batch, chunk)`` entries per plan (default: the schedule's count with the default
     interleaving group size); ``layers``: transformer layers on the stage per plan (default
-    ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages)."""
+    ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
+    gradients pending at the stash peak per plan (a split backward; default the schedule's
+    ``pending_weight_grads_array``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -95,6 +104,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
+    if pending_w is None:
+        pending_w = dispatch(sched, "pending_weight_grads_array", stage, pp, nmb, v)
+    pending_w = np.asarray(pending_w, dtype=float)
     seq_div = np.where(sp, tp, 1.0)
 
     # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
@@ -120,7 +132,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     rc_act = np.where(rc == 2, layer_act_none, 0.0)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
-    layers_act = in_flight * lpc * layer_act
+    layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'

@@ -143,6 +143,17 @@ def peak_pending_w(steps: Sequence[Step]) -> int:
     return peak
 
 
+def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+    """``fn(stage, pp, m, vpp)`` over broadcast arrays, called once per distinct tuple."""
+    s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m, vpp)))
+    keys = np.stack([a.ravel() for a in (s, p, mm, v)], axis=1).astype(np.int64)
+    if not len(keys):
+        return np.zeros(s.shape)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    vals = np.array([fn(*map(int, k)) for k in uniq], dtype=float)
+    return vals[np.ravel(inv)].reshape(s.shape)
+
+
 def trailing_w(steps: Sequence[Step]) -> int:
     """``W`` steps after the last ``B`` of ``steps`` (0 without a ``B``)."""
     last_b = max((k for k, s in enumerate(steps) if s.kind == "B"), default=len(steps))
@@ -320,14 +331,14 @@ class Schedule:
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
         distinct ``(stage, pp, m, vpp)``."""
-        s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float)
-                                            for x in (stage, pp, m, vpp)))
-        keys = np.stack([a.ravel() for a in (s, p, mm, v)], axis=1).astype(np.int64)
-        if not len(keys):
-            return np.zeros(s.shape)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        vals = np.array([self.in_flight(*map(int, k)) for k in uniq], dtype=float)
-        return vals[np.ravel(inv)].reshape(s.shape)
+        return _per_distinct(self.in_flight, stage, pp, m, vpp)
+
+    def pending_weight_grads_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+        """``pending_weight_grads`` over arrays (default group size): zeros unless the
+        backward is split, else once per distinct ``(stage, pp, m, vpp)``."""
+        if not self.splits_backward:
+            return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
+        return _per_distinct(self.pending_weight_grads, stage, pp, m, vpp)
 
     # ------------------------------------------------------------------ time
     def fill_chunks(self, vpp: Any) -> Any:
