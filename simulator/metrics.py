@@ -125,18 +125,26 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
 
 
 # ----------------------------------------------------------------------- memory
-def activation_series(records: list[Record], per_chunk: float) -> list[tuple[float, float]]:
+def activation_series(records: list[Record], per_chunk: float,
+                      per_w: float = 0.0) -> list[tuple[float, float]]:
     """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
-    ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends."""
+    ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends; with a split
+    backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
+    ends and ``-per_w`` when its ``W`` ends."""
     first: dict[str, tuple[float, int]] = {}
     last: dict[str, tuple[float, int]] = {}
+    w_end: dict[str, tuple[float, int]] = {}
     for n, r in enumerate(x for x in records if x.stream == "compute"):
         if r.label[:1] == "F" and r.label not in first:
             first[r.label] = (r.start, n)
         elif r.label[:1] == "B":
             last[r.label] = (r.end, n)
+        elif r.label[:1] == "W" and per_w > 0:
+            w_end[r.label] = (r.end, n)
     events = sorted([(t, n, per_chunk) for t, n in first.values()]
-                    + [(t, n, -per_chunk) for t, n in last.values()])
+                    + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
+                       for t, n in last.values()]
+                    + [(t, n, -per_w) for t, n in w_end.values()])
     series, level = [(0.0, 0.0)], 0.0
     for t, _, delta in events:
         level += delta

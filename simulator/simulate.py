@@ -32,7 +32,7 @@ from strategies.errors import SpecError
 from strategies.cost import counts
 from strategies.cost.stage import StageCosts
 from strategies.plan_arrays import RECOMPUTE_CODE
-from strategies.memory.activations import activation_bytes_per_chunk
+from strategies.memory.activations import activation_bytes_per_chunk, wgrad_bytes_per_chunk
 from strategies.job import Job
 from topologies.graph import build_graph
 from topologies.limits import MAX_SIM_MICROBATCHES
@@ -118,7 +118,9 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
     for r in sorted(programs):
-        series = activation_series(by_rank[r], activation_bytes_per_chunk(job, programs[r].stage))
+        stage = programs[r].stage
+        series = activation_series(by_rank[r], activation_bytes_per_chunk(job, stage),
+                                   wgrad_bytes_per_chunk(job, stage))
         memory[r] = series
     for stage in range(job.plan.pp):
         peaks.append(max(b for _, b in memory[first_of_stage[stage]]))

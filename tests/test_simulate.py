@@ -9,7 +9,8 @@ import pytest
 from simulator.fold import fold_spec
 from simulator.simulate import simulate, to_json
 from strategies.cost.stage import stage_costs
-from strategies.memory.activations import activation_bytes_per_chunk, in_flight_microbatches
+from strategies.memory.activations import (activation_bytes_per_chunk, in_flight_microbatches,
+                                           pending_weight_grads, wgrad_bytes_per_chunk)
 from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate
 from strategies.job import make_job
 from strategies.plan import Plan
@@ -156,12 +157,17 @@ def test_two_runs_are_identical():
 
 @pytest.mark.parametrize("plan", [dict(tp=2, pp=4, gbs=16),
                                   dict(tp=2, pp=4, gbs=8, schedule="gpipe"),
-                                  dict(tp=2, pp=4, gbs=16, schedule="interleaved", vpp=3)])
+                                  dict(tp=2, pp=4, gbs=16, schedule="interleaved", vpp=3),
+                                  dict(tp=2, pp=4, gbs=16, schedule="zb-h1"),
+                                  dict(tp=2, pp=4, gbs=16, schedule="zb-h2")])
 def test_activation_peak_matches_memory_estimator(plan):
+    """The simulated stash (and, with a split backward, the pending weight gradients) peaks
+    where the memory model says, on every stage."""
     job = _job(**plan)
     res = simulate(job)
     for stage, peak in enumerate(res.metrics["peak_activation_bytes"]):
-        want = in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
+        want = (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
+                + pending_weight_grads(job, stage) * wgrad_bytes_per_chunk(job, stage))
         assert peak == pytest.approx(want, rel=1e-12)
     series = next(iter(res.metrics["activation_memory"].values()))
     assert series[-1][1] == pytest.approx(0.0, abs=1e-3)      # every stash released

@@ -249,14 +249,24 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     return nbytes
 
 
+def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
+    """Bytes one pending weight gradient ``W`` of a ``(microbatch, chunk)`` keeps on
+    ``stage`` (``layer_wgrad_bytes`` of the chunk's layers); 0 unless the schedule splits the
+    backward."""
+    p = job.plan
+    _check_stage(job, stage)
+    if not get_schedule(p.schedule).splits_backward:
+        return 0.0
+    return layers_per_chunk(job, stage) * layer_wgrad_bytes(job.model, job.seq_len, p.mbs,
+                                                            p.tp, p.sp, p.cp)
+
+
 def stage_activation_bytes(job: Job, stage: int) -> float:
     """Peak activation bytes on ``stage``: stash, pending weight gradients (a split
-    backward: ``layer_wgrad_bytes`` of a chunk's layers each) and transient."""
-    p = job.plan
-    w = layers_per_chunk(job, stage) * layer_wgrad_bytes(job.model, job.seq_len, p.mbs, p.tp,
-                                                          p.sp, p.cp)
+    backward, ``wgrad_bytes_per_chunk`` each) and transient."""
     return (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
-            + pending_weight_grads(job, stage) * w + transient_activation_bytes(job, stage))
+            + pending_weight_grads(job, stage) * wgrad_bytes_per_chunk(job, stage)
+            + transient_activation_bytes(job, stage))
 
 
 def _check_stage(job: Job, stage: int) -> None:
