@@ -9,7 +9,7 @@ import pytest
 
 from experiments import (report_analytic_vs_sim, report_generations, report_schedules,
                          report_speed, report_validation, report_whatif)
-from experiments._report import ReportWriter, md_table
+from experiments._report import ROOT, ReportWriter, md_table
 from tests.test_validate_cli import ENTRIES
 
 
@@ -76,12 +76,17 @@ def test_plan_space_is_valid_plans_only():
 
 @pytest.mark.slow
 def test_speed_report(tmp_path):
-    assert report_speed.main(["--cases", "175b-folded", "--out", str(tmp_path)]) == 0
+    base = ROOT / "docs" / "reports" / "speed_before.json"
+    assert report_speed.main(["--cases", "175b-folded", "--out", str(tmp_path), "--no-search",
+                              "--baseline", str(base)]) == 0
     md = (tmp_path / "speed.md").read_text()
     data = json.loads((tmp_path / "speed.json").read_text())
     case = data["cases"][0]
     assert case["case"] == "175b-folded" and case["events"] > 0
+    assert 0 < case["vs_bare"] < 1 and case["cpu_s"] > 0
     assert f"{case['events']:,}" in md and "python experiments/report_speed.py" in md
+    before = json.loads(base.read_text())["cases"][0]
+    assert f"{before['events']:,} -> {case['events']:,}" in md     # the before/after table
     _no_temporaries(tmp_path)
 
 

@@ -107,14 +107,7 @@ def register(sub) -> None:
 def config_from_args(args: argparse.Namespace) -> SearchConfig:
     model, cluster = resolve_model(args), resolve_cluster(args)
     dtype = check_dtype(args.dtype)
-    plan_fixed, plan_gbs = plan_fix(args.plan)
-    if plan_gbs is not None and args.global_batch is not None and plan_gbs != args.global_batch:
-        raise CliError("--global-batch", args.global_batch,
-                       f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
-    gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
-    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
-                           job_record(model, cluster, gbs, dtype)):
-        warn(f"--plan {args.plan}: {text}")
+    plan_fixed, gbs = fixed_plan_and_batch(args, model, cluster, dtype)
     if not 0 <= args.tolerance < 100:
         raise CliError("--tolerance", args.tolerance, "must be a percentage in [0, 100)")
     if args.resume and not args.results:
@@ -140,6 +133,22 @@ def plan_framework(text: str | None) -> Any:
         return None
     raw = plan_mapping(text)
     return next((v for k, v in raw.items() if str(k).strip().lower() == "framework"), None)
+
+
+def fixed_plan_and_batch(args: argparse.Namespace, model, cluster, dtype: str
+                         ) -> tuple[dict[str, Any], int]:
+    """The dimensions ``--plan`` fixes and the global batch (the plan's ``gbs``,
+    ``--global-batch`` or the default; the two must agree), warning once per difference when
+    ``--plan`` is a plan file saved for another job. Shared by ``search`` and ``whatif``."""
+    plan_fixed, plan_gbs = plan_fix(args.plan)
+    if plan_gbs is not None and args.global_batch is not None and plan_gbs != args.global_batch:
+        raise CliError("--global-batch", args.global_batch,
+                       f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
+    gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
+    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
+                           job_record(model, cluster, gbs, dtype)):
+        warn(f"--plan {args.plan}: {text}")
+    return plan_fixed, gbs
 
 
 def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:

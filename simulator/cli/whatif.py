@@ -15,14 +15,13 @@ import os
 import sys
 from typing import Any
 
-from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
-                              check_output, emit_json, fmt_s, positive_float, positive_int,
-                              resolve_cluster, resolve_framework, resolve_model, table, warn)
-from simulator.cli.search import DEFAULT_GLOBAL_BATCH, merge_fixed, plan_fix, plan_framework
+from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype, check_output,
+                              emit_json, fmt_s, positive_float, positive_int, resolve_cluster,
+                              resolve_framework, resolve_model, table)
+from simulator.cli.search import fixed_plan_and_batch, merge_fixed, plan_framework
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
-from strategies.plan_file import job_record, mismatches, read_plan_record
 from strategies.search.space import SpaceOptions, parse_fix
 from topologies.gpus import GIB
 
@@ -80,14 +79,7 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
     vary = parse_vary(args.vary)
     model, cluster = resolve_model(args), resolve_cluster(args)
     dtype = check_dtype(args.dtype)
-    plan_fixed, plan_gbs = plan_fix(args.plan)
-    if plan_gbs is not None and args.global_batch is not None and plan_gbs != args.global_batch:
-        raise CliError("--global-batch", args.global_batch,
-                       f"disagrees with the plan's gbs={plan_gbs} (give one of them)")
-    gbs = plan_gbs or args.global_batch or DEFAULT_GLOBAL_BATCH
-    for text in mismatches(read_plan_record(args.plan) if args.plan else None,
-                           job_record(model, cluster, gbs, dtype)):
-        warn(f"--plan {args.plan}: {text}")
+    plan_fixed, gbs = fixed_plan_and_batch(args, model, cluster, dtype)
     opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
