@@ -136,13 +136,18 @@ def bubble_over_ideal(result) -> float:
     return f / (1.0 - f) if f < 1.0 else float("inf")
 
 
-def closed_form(job: Job) -> float:
-    """The schedule's closed-form bubble over ideal time; a schedule that splits the backward
-    with the weight gradient's share of a layer's compute (``StageCosts.w_share``)."""
+def w_share(job: Job) -> float:
+    """The weight gradient's share of a layer's compute (``StageCosts.w_share``) where the
+    job's schedule splits the backward, else 0 (the closed forms' ``w_share``)."""
     from strategies.cost.stage import stage_costs
+    return stage_costs(job).w_share if get_schedule(job.plan.schedule).splits_backward else 0.0
+
+
+def closed_form(job: Job) -> float:
+    """The schedule's closed-form bubble over ideal time, with ``w_share(job)``."""
     p = job.plan
-    w = stage_costs(job).w_share if get_schedule(p.schedule).splits_backward else 0.0
-    return bubble_fraction_closed_form(p.schedule, p.pp, job.num_microbatches, p.vpp, w)
+    return bubble_fraction_closed_form(p.schedule, p.pp, job.num_microbatches, p.vpp,
+                                       w_share(job))
 
 
 def row_for(choice: ScheduleChoice, job: Job, result) -> dict[str, Any]:
@@ -215,7 +220,8 @@ def bubble_sweep(base: Job, choices: Sequence[ScheduleChoice], microbatches: Seq
                 points.append({**pt, "error": str(e)})
                 continue
             res = simulate(job)
-            pt.update(closed_form=closed_form(job), simulated=bubble_over_ideal(res),
+            pt.update(closed_form=closed_form(job), w_share=w_share(job),
+                      simulated=bubble_over_ideal(res),
                       bubble_fraction=res.metrics["bubble_fraction"],
                       step_time_s=res.step_time_s)
             if free_comm:
@@ -262,7 +268,8 @@ def draw_sweep(points: Sequence[dict[str, Any]], path: str | os.PathLike, pp: in
     def family(p: dict[str, Any]) -> tuple:
         """Points whose schedules share a closed form share a line (GPipe and 1F1B do)."""
         sched = get_schedule(p["schedule"].partition(":")[0])
-        return (p["vpp"],) + tuple(float(sched.bubble_fraction(pp, k, p["vpp"])) for k in (1, 2))
+        return (p["vpp"],) + tuple(float(sched.bubble_fraction(pp, k, p["vpp"], p["w_share"]))
+                                   for k in (1, 2))
 
     by_vpp: dict[tuple, list[dict[str, Any]]] = {}
     for p in ok:
@@ -274,8 +281,11 @@ def draw_sweep(points: Sequence[dict[str, Any]], path: str | os.PathLike, pp: in
         lo, hi = ms[0], ms[-1]
         grid = [lo * (hi / lo) ** (i / 40) for i in range(41)] if hi > lo else [lo]
         sched = get_schedule(pts[0]["schedule"].partition(":")[0])
-        ax.plot(grid, [float(sched.bubble_fraction(pp, m, v)) for m in grid], color=c, linewidth=1.2,
-                label=f"{names}: (pp-1)/{'(vpp·m)' if v > 1 else 'm'}")
+        w = pts[0]["w_share"]
+        form = f"(pp-1)/{'(vpp·m)' if v > 1 else 'm'}" if not sched.splits_backward else \
+            f"{sched.name}'s closed form, W share {w:.2f}"
+        ax.plot(grid, [float(sched.bubble_fraction(pp, m, v, w)) for m in grid], color=c,
+                linewidth=1.2, label=f"{names}: {form}")
         ax.scatter([p["num_microbatches"] for p in pts], [p["simulated"] for p in pts],
                    color=c, marker="o", s=30, zorder=3)
         free = [(p["num_microbatches"], p["simulated_free_comm"]) for p in pts
