@@ -17,6 +17,7 @@ from strategies.estimate.analytic import estimate_arrays
 from strategies.job import make_job
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
+from strategies.schedules import get_schedule
 from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
@@ -64,30 +65,57 @@ def record_of(jobs) -> list[StageCostArrays]:
 
 def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, set]:
     """The durations each kind of compute op may take on ``stage`` (seconds), built from the
-    record's entry ``i`` the way the builder composes them (``nl`` layers per block)."""
+    record's entry ``i`` the way the builder composes them (``nl`` layers per block; a split
+    backward: ``B`` without the ``*_wgrad`` parts, ``W`` of kind ``wgrad`` with them)."""
     p = job.plan
     lpc = job.model.num_layers // (p.pp * p.vpp)
     g = {k: float(getattr(sc, k)[i]) for k in ("layer_fwd", "layer_bwd", "layer_recompute",
-                                               "attn_fwd", "attn_bwd")}
-    fwd, bwd, rc = set(), set(), set()
+                                               "attn_fwd", "attn_bwd", "layer_wgrad")}
+    split = get_schedule(p.schedule).splits_backward
+    layer_b = g["layer_bwd"] - g["layer_wgrad"] if split else g["layer_bwd"]
+    fwd, bwd, rc, wg = set(), set(), set(), set()
     for nl in range(1, lpc + 1):
         rc.add(nl * g["layer_recompute"])
+        wg.add(nl * g["layer_wgrad"])
         for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
-                                (nl * g["layer_bwd"], nl * g["attn_bwd"], bwd)):
+                                (nl * layer_b, nl * g["attn_bwd"], bwd)):
             if p.cp > 1:
                 out.update({secs - attn, attn})
             else:
                 out.add(secs)
     which = "first" if stage == 0 else "last" if stage == p.pp - 1 else "mid"
+    e_b, e_w, h_b, h_w = (float(getattr(sc, k)[i]) for k in (
+        "embedding_bwd", "embedding_wgrad", "head_bwd", "head_wgrad"))
     return {"forward": fwd, "backward": bwd, "recompute": rc,
-            "embedding": {float(sc.embedding_fwd[i]), float(sc.embedding_bwd[i])},
-            "lm_head": {float(sc.head_fwd[i]), float(sc.head_bwd[i])},
+            "embedding": {float(sc.embedding_fwd[i]), e_b - e_w if split else e_b},
+            "lm_head": {float(sc.head_fwd[i]), h_b - h_w if split else h_b},
+            "wgrad": wg | {h_w, e_w} if split else set(),
             "optimizer": {float(getattr(sc, f"optimizer_{which}")[i])}}
 
 
+def split_variants(jobs):
+    """The jobs with one chunk per rank and ``pp > 1`` under ZB-H1 and ZB-H2 in turn (with
+    the default framework where the drawn stack has no such schedule)."""
+    out = []
+    for k, j in enumerate(x for x in jobs if x.plan.vpp == 1 and x.plan.pp > 1):
+        plan = replace(j.plan, schedule=("zb-h1", "zb-h2")[k % 2])
+        try:
+            out.append(make_job(j.model, j.cluster, plan, dtype=j.dtype, framework=j.framework))
+        except SpecError:
+            out.append(make_job(j.model, j.cluster, plan, dtype=j.dtype))
+    return out
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
 @pytest.mark.parametrize("name,cluster,nodes,gbs", MODELS, ids=[m[0] for m in MODELS])
-def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs):
+def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, split):
+    """Every compute op's seconds and every message's bytes in the compiled programs are the
+    estimate's record, with the backward whole or (``split``: ZB-H1/ZB-H2) split into ``B``
+    and ``W``."""
     jobs = random_jobs(name, cluster, nodes, gbs, seed=12)
+    if split:
+        jobs = split_variants(jobs)
+        assert jobs
     for job, (sc, i) in zip(jobs, record_of(jobs)):
         p = job.plan
         per_stage = p.tp * p.cp * p.dp
@@ -135,6 +163,7 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs):
                     else:
                         assert isinstance(op, Recv)
             assert {"forward", "backward", "optimizer"} <= seen
+            assert ("wgrad" in seen) == get_schedule(p.schedule).splits_backward
             # the gradient buckets of one step cover the stage's parameters exactly once
             red = [op for op in prog.streams.get("dp-comm", ()) if " dp bucket " in op.label
                    and op.label.startswith(("AR", "RS"))]
