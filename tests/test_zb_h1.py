@@ -264,3 +264,23 @@ def test_uneven_stages_estimate_uses_the_weight_gradient():
     assert est["zb-h2"] < est["zb-h1"] < est["1f1b"]
     assert sim["zb-h2"] < sim["zb-h1"] < sim["1f1b"]
     assert all(abs(est[s] / sim[s] - 1) < 0.05 for s in est)
+
+
+@pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
+def test_search_with_the_schedule_fixed_equals_exhaustive(schedule):
+    """``search --fix schedule=zb-h1`` (or zb-h2) enumerates it (``fixed_search_vpps``; the
+    default search leaves it out), and the bound-ordered search returns the exhaustive
+    search's top plans: the bound is valid for it on the whole space."""
+    from simulator.search.run import SearchConfig, run_search
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    opts = SpaceOptions(max_mbs=1, fixed={"schedule": schedule})
+    sp = enumerate_space(m, cl, 16, opts)
+    assert sp.size and (sp.cols["sched"] == schedule_code(schedule)).all()
+    cfg = dict(model=m, cluster=cl, gbs=16, options=opts, workers=2, k=5)
+    pruned = run_search(SearchConfig(**cfg))
+    full = run_search(SearchConfig(exhaustive=True, **cfg))
+    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
+    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
+    assert [p["step_time_s"] for p in pruned["plans"]] == \
+        [p["step_time_s"] for p in full["plans"]]
+    assert all(f"schedule={schedule}" in p["key"] for p in full["plans"])

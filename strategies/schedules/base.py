@@ -394,6 +394,13 @@ class Schedule:
         """Chunk counts the search enumerates for this schedule: ``[1]``."""
         return [1]
 
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """Chunk counts the search enumerates when ``--fix schedule=`` names this schedule
+        (default: ``search_vpps``; a plannable schedule left out of the default search
+        gives its own here)."""
+        return self.search_vpps(num_layers, max_vpp, fixed_vpp)
+
     # ------------------------------------------------------------------ exports
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         """Megatron-LM arguments selecting this schedule, and notes (none: 1F1B is its

@@ -13,8 +13,8 @@ Order of rank ``r`` (docs/schedules.md): for ``x = 0 … m+p-2``, ``F(x)`` if ``
 Plannable: the cost model splits each backward into ``B`` and ``W`` (``layer_wgrad`` of the
 stage-cost record), the compiler runs ``W`` as compute ops and reduces a chunk's gradients
 after its last ``W``; the estimate's span is ``pipeline_span`` with ``W``'s share, and the
-lower bound lets the ``trailing_w_steps`` overlap the last micro-batch's way back. The search
-does not enumerate it yet (docs/schedules.md).
+lower bound lets the ``trailing_w_steps`` overlap the last micro-batch's way back. The default
+search leaves it out; ``--fix schedule=zb-h1`` searches it (docs/schedules.md).
 """
 from __future__ import annotations
 
@@ -89,8 +89,13 @@ class ZBH1(Schedule):
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
-        """None yet: plannable, but not enumerated by the search (module docstring)."""
+        """None: plannable, but the default search leaves it out (``fixed_search_vpps``)."""
         return []
+
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[1]`` when the search is told ``--fix schedule=`` this one (one chunk per rank)."""
+        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H1 schedule (Sea AI Lab's fork adds "

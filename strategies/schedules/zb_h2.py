@@ -16,7 +16,7 @@ Plannable as ZB-H1 is (the cost model's ``B`` and ``W``, docs/schedules.md, "Spl
 backward"). The simulator runs one iteration: each rank steps its optimizer when its own
 gradients are reduced, with no synchronisation across stages before it (post-validation), and
 the step time is that iteration's makespan, the per-rank bubble plus the start skew
-(``pipeline_span``). The search does not enumerate it yet.
+(``pipeline_span``). The default search leaves it out; ``--fix schedule=zb-h2`` searches it.
 """
 from __future__ import annotations
 
@@ -97,8 +97,13 @@ class ZBH2(Schedule):
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
-        """None yet: plannable, but not enumerated by the search."""
+        """None: plannable, but the default search leaves it out (``fixed_search_vpps``)."""
         return []
+
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[1]`` when the search is told ``--fix schedule=`` this one (one chunk per rank)."""
+        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H2 schedule (Sea AI Lab's fork searches a ZB-2p "

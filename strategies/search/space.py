@@ -213,8 +213,11 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, l
     mbs = [1 << i for i in range(0, 31) if (1 << i) <= opts.max_mbs]
     if "mbs" in fx and fx["mbs"] not in mbs:
         mbs.append(fx["mbs"])
+    # a schedule named by --fix schedule= gives the chunk counts it is searched with when
+    # fixed (Schedule.fixed_search_vpps: plannable schedules the default search leaves out)
     sched = [(code, v) for code, sc in enumerate(schedules())
-             for v in sc.search_vpps(model.num_layers, opts.max_vpp, fx.get("vpp"))]
+             for v in (sc.fixed_search_vpps if fx.get("schedule") == sc.name
+                       else sc.search_vpps)(model.num_layers, opts.max_vpp, fx.get("vpp"))]
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
         eps.append(fx["ep"])
