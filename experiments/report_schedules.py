@@ -5,7 +5,9 @@ Runs two ``paraplan compare`` commands and writes ``schedules.md`` with their fi
 1. the plan under ``--schedules`` (default GPipe, 1F1B, interleaved with 2 and 4 chunks) with
    timelines and the bubble sweep over micro-batch counts against the closed forms;
 2. the timeline picture of issue 3: GPT-3 175B on 8 pipeline stages, 1F1B vs interleaved,
-   with fewer micro-batches so that every bar is readable.
+   with fewer micro-batches so that every bar is readable;
+3. the same plan under 1F1B and the zero-bubble schedules that split the backward into B and
+   W (ZB-H1, ZB-H2), with their timelines on one time axis.
 
     python experiments/report_schedules.py                    # docs/reports/
     python experiments/report_schedules.py --model gpt-1.7b --cluster dgx-a100:1 \\
@@ -127,7 +129,26 @@ def _sweep_section(out: dict[str, Any]) -> list[str]:
     return lines
 
 
-def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd: str) -> str:
+def _zero_bubble_notes(out: dict[str, Any]) -> list[str]:
+    """Sentences computed from the zero-bubble comparison's rows."""
+    rows = {r["schedule"]: r for r in out["rows"] if r["valid"]}
+    notes = []
+    if "1f1b" in rows:
+        o = rows["1f1b"]
+        for name in ("zb-h1", "zb-h2"):
+            if name in rows:
+                z = rows[name]
+                notes.append(
+                    f"{name.upper()}: step {z['step_time_s']:.3f} s against 1F1B's "
+                    f"{o['step_time_s']:.3f} s ({100 * (z['step_time_s'] / o['step_time_s'] - 1):+.1f} %), "
+                    f"bubble {100 * z['bubble_fraction']:.1f} % against "
+                    f"{100 * o['bubble_fraction']:.1f} %, peak memory "
+                    f"{z['memory']['peak_gib']:.1f} GiB against {o['memory']['peak_gib']:.1f} GiB.")
+    return notes
+
+
+def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd: str,
+           zb_out: dict | None = None, zb_cmd: str = "") -> str:
     inp = main_out["inputs"]
     p = inp["plan"]
     parts = [header("Pipeline schedules side by side", command),
@@ -154,6 +175,17 @@ def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd
               f"`{pair_cmd}`", "",
               f"![1F1B vs interleaved]({NAME}_1f1b_vs_interleaved.png)", "",
               _rows_table(pair_out)]
+    if zb_out is not None:
+        zin = zb_out["inputs"]
+        parts += ["", "## Zero bubble: the backward split into B and W", "",
+                  f"{zin['model']['name']} on {zin['cluster']['name']}, {zin['plan']['pp']} "
+                  f"pipeline stages, {zin['num_microbatches']} micro-batches. ZB-H1 and ZB-H2 "
+                  "(Qi et al., ICLR 2024) run each backward as B (input gradient) and W (weight "
+                  "gradient) and place the W passes in what would be bubbles "
+                  "(docs/schedules.md).", "", f"`{zb_cmd}`", "",
+                  f"![1F1B, ZB-H1, ZB-H2]({NAME}_zero_bubble.png)", "",
+                  _rows_table(zb_out), ""]
+        parts += [f"- {n}" for n in _zero_bubble_notes(zb_out)]
     return "\n".join(parts)
 
 
@@ -168,10 +200,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pair", default="1f1b,interleaved:2",
                     help="schedules of the second picture")
     ap.add_argument("--pair-gbs", type=int, default=16, help="global batch of the second picture")
+    ap.add_argument("--zero-bubble", default="1f1b,zb-h1,zb-h2",
+                    help="schedules of the third picture (empty: none)")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     final = {k: rel(os.path.join(a.out, f"{NAME}_{k}.png"))
-             for k in ("timeline", "sweep", "1f1b_vs_interleaved")}
+             for k in ("timeline", "sweep", "1f1b_vs_interleaved", "zero_bubble")}
     pair_plan = with_gbs(a.plan, a.pair_gbs)
     with ReportWriter(a.out) as w:
         main_out = paraplan(compare_args(a, a.plan, a.schedules, w.path(f"{NAME}_timeline.png"),
@@ -182,10 +216,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                                     final["sweep"])])
         pair_cmd = shell(["paraplan", *compare_args(a, pair_plan, a.pair,
                                                     final["1f1b_vs_interleaved"], None)])
-        w.json(f"{NAME}.json", {"compare": main_out, "pair": pair_out,
-                                "commands": [main_cmd, pair_cmd]})
+        zb_out, zb_cmd = None, ""
+        if a.zero_bubble:
+            zb_out = paraplan(compare_args(a, pair_plan, a.zero_bubble,
+                                           w.path(f"{NAME}_zero_bubble.png"), None))
+            zb_cmd = shell(["paraplan", *compare_args(a, pair_plan, a.zero_bubble,
+                                                      final["zero_bubble"], None)])
+        w.json(f"{NAME}.json", {"compare": main_out, "pair": pair_out, "zero_bubble": zb_out,
+                                "commands": [main_cmd, pair_cmd] + ([zb_cmd] if zb_cmd else [])})
         w.text(f"{NAME}.md", render(main_out, pair_out,
-                                    this_command("report_schedules.py", argv), main_cmd, pair_cmd))
+                                    this_command("report_schedules.py", argv), main_cmd, pair_cmd,
+                                    zb_out, zb_cmd))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

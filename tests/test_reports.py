@@ -47,7 +47,10 @@ def test_schedules_report(tmp_path):
     rows = {r["schedule"]: r for r in data["compare"]["rows"]}
     assert f"peak {rows['gpipe']['memory']['peak_gib']:.1f} GiB" in md
     assert "it shrinks with every added chunk" in md
-    for png in ("timeline", "sweep", "1f1b_vs_interleaved"):
+    zb = {r["schedule"]: r for r in data["zero_bubble"]["rows"]}
+    assert f"ZB-H1: step {zb['zb-h1']['step_time_s']:.3f} s" in md
+    assert zb["zb-h1"]["step_time_s"] <= zb["1f1b"]["step_time_s"]
+    for png in ("timeline", "sweep", "1f1b_vs_interleaved", "zero_bubble"):
         assert (tmp_path / f"schedules_{png}.png").stat().st_size > 10_000
     _no_temporaries(tmp_path)
 
