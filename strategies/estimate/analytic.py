@@ -46,7 +46,7 @@ from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, as_plan_arrays  # noqa: F401
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import dispatch
 from topologies.cluster import Cluster
 

@@ -26,7 +26,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import FrameworkProfile
-from strategies.estimate.analytic import RECOMPUTE_CODE
+from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
