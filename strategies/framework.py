@@ -181,7 +181,7 @@ TORCHTITAN = replace(
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
     schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full"), export="torchtitan")
+    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan")
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",

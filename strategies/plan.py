@@ -14,7 +14,7 @@ from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, 
                                check_int,
                                parse_int_text)
 
-RECOMPUTE = ("none", "selective", "full")
+RECOMPUTE = ("none", "selective", "full", "op")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
@@ -92,7 +92,7 @@ class Plan:
         if self.pp > 1:
             parts.append(self.schedule + (f":{self.vpp}" if self.vpp > 1 else ""))
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full-rc"}[self.recompute])
+            parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute])
         if self.sp:
             parts.append("sp")
         if self.zero:

@@ -23,7 +23,7 @@ from strategies.schedules import schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
 #: registration order, ``strategies.schedules.schedule_code``).
-RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2}
+RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2, "op": 3}
 
 # PlanArrays field -> the search space's short column name
 SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs", "gbs": "gbs",

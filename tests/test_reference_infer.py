@@ -87,7 +87,8 @@ def test_framework_from_source_text(text, year, name):
 
 
 @pytest.mark.parametrize("value,kind", [
-    (None, None), ("full", "full"), ("selective (op-level SAC)", "selective"),
+    (None, None), ("full", "full"), ("selective (op-level SAC)", "op"), ("SAC", "op"),
+    ("selective", "selective"), ("sacrificial", "full"),
     ("none", "none"), ("false", "none"), ("activation checkpointing", "full"),
 ])
 def test_recompute_words(value, kind):

@@ -162,13 +162,20 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
                   tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
     GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
+    return gemms_time_fwd(_linears(m, b, tp, cp, ep), tp, gpu, dtype, tpo, system)
+
+
+def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
+                   system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Forward seconds of ``gemms``, ``(count, M, N, K, row_parallel, ...)`` as
+    ``costs.layer_gemms`` lists them (``row_parallel`` None: the bf16 router)."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
     split = _tp_split(tp, tpo)
     t = 0.0
-    for count, M, N, K, row in _linears(m, b, tp, cp, ep):
+    for count, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
             t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16)
         else:
@@ -288,8 +295,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                system: SystemConfig = DEFAULT_SYSTEM) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
-    ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed) or 2 (full: the
-    whole forward is recomputed). ``tpo``: TP communication overlap (GEMMs split along M).
+    ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
+    whole forward is recomputed) or 3 (op: torchtitan's op-level policy, the unsaved GEMMs of
+    ``costs.op_sac_gemms`` and the elementwise kernels). ``tpo``: TP communication overlap (GEMMs split along M).
     ``fw``: the framework profile (gradient accumulation, kernel launches). ``slow``: factor
     on the compute-bound kernels (GEMMs, attention), ``overlap_slowdown``. ``shard``: the
     gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``).
@@ -308,7 +316,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # selective recompute redoes the attention core; with FlashAttention its backward already
     # recomputes the scores, so there is nothing extra to redo
     sel = np.where(flash, 0.0, a_f)
-    rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel, 0.0))
+    # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
+    # between them (norms, rotary, activation function, residual adds); the attention core is
+    # saved
+    op = slow * gemms_time_fwd([g for g in costs.op_sac_gemms(m, b, tp, cp, ep) if not g[-1]],
+                               tp, gpu, dtype, tpo, system) + e
+    rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel,
+                                                np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
 
 

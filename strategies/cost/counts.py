@@ -63,6 +63,69 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     return out
 
 
+def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                 kind: str | None = None) -> list[tuple]:
+    """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
+    recomputed by its op-level selective checkpointing (``recompute=op``):
+    ``(count, M, N, K, row_parallel, saved)``.
+
+    torchtitan's policy (``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``):
+    inside one layer's checkpoint, a counter numbers every ``mm``/``linear`` in forward order;
+    odd ones (1st, 3rd, ...) are saved, even ones recomputed. Its models run Q, K and V as
+    three linears (``wq, wk, wv``) and the gated MLP as ``w2(silu(w1 x) * w3 x)``, so the
+    order is q, k, v, out-projection, then w1, w3, w2 (gated) or fc1, fc2; MLA keeps
+    ``ModelSpec.attention_linears``' order. MoE: the router's linear counts; the routed
+    experts run as grouped GEMMs, which are not in its save list (recomputed, not counted);
+    the shared experts (w1, w3, w2) and a shared-expert gate count after them. The counter
+    restarts with each layer; per ``kind`` the MLP continues the attention's count.
+    ``kind`` None: the mean layer (``ModelSpec.layer_shares``)."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h, up = m.hidden_size, (2 if m.gated else 1)
+    attn: list[tuple] = []
+    for name, k_in, n_out, split in m.attention_linears():
+        if name == "qkv":                    # torchtitan: wq, wk, wv
+            a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
+            attn += [(1, T, a * d / tp, k_in, False), (1, T, g * d / tp, k_in, False),
+                     (1, T, g * d / tp, k_in, False)]
+        elif split == "row":
+            attn.append((1, T, n_out, k_in / tp, True))
+        else:
+            attn.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
+
+    def mlp(w: Num, M: Num, F: Num) -> list[tuple]:
+        ups = [(w, M, F / tp, h, False)] * up          # w1 (and w3 when gated)
+        return ups + [(w, M, h, F / tp, True)]
+
+    out: list[tuple] = []
+    shares = m.layer_shares(kind)
+    for kind_, w in shares.items():
+        counted: list[tuple] = [(w * c, M, N, K, r) for c, M, N, K, r in attn]
+        uncounted: list[tuple] = []
+        if kind_ == "dense":
+            counted += mlp(w, T, m.ffn_hidden_size)
+        else:
+            local = m.num_experts / ep
+            Me = T * m.moe_router_topk / local
+            counted.append((w, T, m.num_experts, h, None))
+            uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
+                          mlp(w, Me, m.expert_ffn)]
+            if m.num_shared_experts:
+                counted += mlp(w, T, m.num_shared_experts * m.shared_ffn)
+            if m.shared_expert_gate:
+                counted.append((w, T, 1, h, None))
+        out += [g + (i % 2 == 0,) for i, g in enumerate(counted)]
+        out += [g + (False,) for g in uncounted]
+    return out
+
+
+def op_recompute_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num = 1,
+                           kind: str | None = None) -> Num:
+    """Forward FLOPs of the GEMMs that ``recompute=op`` redoes in the backward (per GPU, per
+    micro-batch): ``2·M·N·K`` over the unsaved entries of ``op_sac_gemms``."""
+    return sum(2.0 * c * M * N * K for c, M, N, K, _, saved in op_sac_gemms(m, b, tp, cp, ep, kind)
+               if not saved)
+
+
 def gemm_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, kind: str | None = None) -> Num:
     """Forward FLOPs of the matmuls of one layer (per GPU, per micro-batch): ``2·M·N·K`` over
     ``layer_gemms``. For a standard layer: QKV ``2T·h·(a+2g)d/t``, output ``2T·ad·h/t``, MLP
@@ -147,7 +210,8 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
     FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
-    1 selective = the attention core when it is not FlashAttention, 2 full = the layers).
+    1 selective = the attention core when it is not FlashAttention, 2 full = the layers,
+    3 op = the GEMMs torchtitan's policy does not save).
     FlashAttention's own recomputation of the scores inside its backward is not counted, so
     HFU stays at most the fraction of peak the time model charges."""
     L = m.num_layers
@@ -155,7 +219,9 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
     extra = np.where(recompute == 2, gemm + attn,
-                     np.where((recompute == 1) & np.logical_not(flash), attn, 0.0))
+                     np.where((recompute == 1) & np.logical_not(flash), attn,
+                              np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
+                                       0.0)))
     return 3 * (gemm + attn + head) + extra
 
 
@@ -169,7 +235,9 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
     extra = np.where(recompute == 2, gemm + attn,
-                     np.where((recompute == 1) & np.logical_not(flash), attn, 0.0))
+                     np.where((recompute == 1) & np.logical_not(flash), attn,
+                              np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
+                                       0.0)))
     return model_flops_per_step(m, gbs) + extra
 
 

@@ -36,7 +36,8 @@ Selective recompute (Megatron's ``recompute_granularity=selective``: core attent
 score term; so does FlashAttention (``flash_attn=True``, the Plan default), which never stores
 the ``s×s`` matrices and regenerates its dropout mask from the RNG seed (its ``4·a·s·b``-byte
 log-sum-exp statistics are neglected: < 0.1 % of the layer). Full recompute stores only the
-layer input ``2sbh`` (``/t`` with SP). Context parallelism shards the sequence, so every term
+layer input ``2sbh`` (``/t`` with SP). Op recompute (torchtitan's op-level selective
+checkpointing, ``recompute=op``) stores what its policy saves: ``op_saved_bytes``. Context parallelism shards the sequence, so every term
 (including ``s²``, whose query side is sharded) is divided by ``c``. MoE: each token is
 dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale with ``k``
 (expert parallelism does not change the per-rank average; router logits are neglected).
@@ -45,6 +46,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from strategies.cost.counts import op_sac_gemms
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule
@@ -152,6 +156,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
     seq_div = tp if sp else 1
     if recompute == "full":
         return 2 * s * b * h / seq_div / cp
+    if recompute == "op":
+        return float(op_saved_bytes(model, s, b, tp, sp, cp))
     terms = layer_activation_terms(model, s, b)
     total = 0.0
     for name, nbytes in terms.items():
@@ -165,6 +171,25 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
         else:
             total += nbytes / seq_div
     return total / cp
+
+
+def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=False, cp=1):
+    """Bytes one layer keeps for backward under ``recompute=op`` (torchtitan's op-level
+    selective checkpointing), per GPU and micro-batch; numbers or numpy arrays.
+
+    What the policy saves (``MUST_SAVE``) plus the checkpoint's input: the layer input
+    ``2sbh`` (``/t`` with SP), the output of every saved GEMM of ``costs.op_sac_gemms``
+    (``2·M·N`` as the GEMM writes it on this GPU: a row-parallel GEMM's partial sum is ``h``
+    wide), the attention kernel's output ``2·s·b·a·d_v/t`` (its log-sum-exp neglected, as
+    above) and, with SP, the two reduce-scatter outputs ``2sbh/t`` each. All ``/c``."""
+    s, b, h = seq_len, micro_batch_size, model.hidden_size
+    T = b * s / cp
+    seq_div = np.where(sp, tp, 1)
+    gemms = sum(2.0 * c * M * N for c, M, N, _, _, saved in
+                op_sac_gemms(model, b, tp, cp, 1) if saved)
+    attn_out = 2.0 * T * model.num_attention_heads * model.v_dim / tp
+    rs = np.where(np.logical_and(sp, tp > 1), 2 * 2.0 * T * h / tp, 0.0)
+    return 2.0 * T * h / seq_div + gemms + attn_out + rs
 
 
 def job_layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
@@ -239,13 +264,16 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     """Bytes held for one micro-batch at a time, on top of the stash: unless the schedule
     stashes them, the last stage's logits (1F1B/interleaved: its last forward is followed at
     once by that micro-batch's backward), and with full recompute one layer's full working set (the layer being
-    recomputed during its backward)."""
+    recomputed during its backward), with op recompute what that layer did not save."""
     _check_stage(job, stage)
     nbytes = 0.0
     if stage == job.plan.pp - 1 and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     if job.plan.recompute == "full":
         nbytes += job_layer_activation_bytes(job, recompute="none")
+    elif job.plan.recompute == "op":          # what op did not save, rebuilt for one layer
+        nbytes += max(job_layer_activation_bytes(job, recompute="none")
+                      - job_layer_activation_bytes(job), 0.0)
     return nbytes
 
 

@@ -33,7 +33,8 @@ import numpy as np
 
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
-from strategies.memory.activations import TERM_KINDS, layer_activation_terms, layer_wgrad_terms
+from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
+                                          op_saved_bytes)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -43,7 +44,8 @@ KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
 def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
-    """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full)."""
+    """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full,
+    3 op)."""
     s = m.seq_length
     terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
     kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
@@ -56,7 +58,8 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
     full = 2.0 * s * b * m.hidden_size / seq_div / cp
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
-    return np.where(rc == 2, full, stored), none
+    op = op_saved_bytes(m, s, b, tp, sp, cp)
+    return np.where(rc == 2, full, np.where(rc == 3, op, stored)), none
 
 
 def _layer_wgrad(m: ModelSpec, b, tp, cp, sp):
@@ -130,7 +133,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
-    rc_act = np.where(rc == 2, layer_act_none, 0.0)
+    # the layer being recomputed in its backward: all of it (full), what op did not save (op)
+    rc_act = np.where(rc == 2, layer_act_none,
+                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
     lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
     layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act

@@ -163,7 +163,8 @@ def framework_name(text: str, year: int | None) -> str:
 
 
 def recompute_kind(value) -> str | None:
-    """``none``, ``selective`` or ``full`` from a free-text recompute field (None: unstated)."""
+    """``none``, ``selective``, ``op`` (torchtitan's op-level selective checkpointing, "SAC")
+    or ``full`` from a free-text recompute field (None: unstated)."""
     if value is None:
         return None
     t = str(value).strip().lower()
@@ -171,7 +172,9 @@ def recompute_kind(value) -> str | None:
         return None
     if t in ("false", "no", "off", "0") or t.startswith(("none", "no ")):
         return "none"
-    if "selective" in t or "sac" in t or "partial" in t:
+    if "op-level" in t or re.search(r"\bsac\b", t):   # torchtitan's op-level SAC
+        return "op"
+    if "selective" in t or "partial" in t:
         return "selective"
     return "full"
 
