@@ -208,7 +208,8 @@ def _factorizations(n: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
-def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, list]:
+def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
+          framework: FrameworkProfile | None = None) -> dict[str, list]:
     fx = opts.fixed
     mbs = [1 << i for i in range(0, 31) if (1 << i) <= opts.max_mbs]
     if "mbs" in fx and fx["mbs"] not in mbs:
@@ -221,14 +222,17 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions) -> dict[str, l
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
         eps.append(fx["ep"])
-    return {"mbs": mbs, "sched": sched, "ep": eps, "rc": [0, 1, 2], "sp": [False, True],
+    # op-level recompute (torchtitan's) only where the named stack runs it or --fix names it
+    rc = [0, 1, 2] + ([RECOMPUTE_CODE["op"]] if fx.get("recompute") == "op" or (
+        framework is not None and "op" in framework.recompute) else [])
+    return {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
             "zero": [0, 1, 2, 3]}
 
 
 def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
              opts: SpaceOptions, framework: FrameworkProfile | None = None
              ) -> dict[str, np.ndarray]:
-    ax = _axes(model, cluster, opts)
+    ax = _axes(model, cluster, opts, framework)
     fac = _factorizations(n)
     sched = np.array(ax["sched"], dtype=np.int64)
     grids = np.meshgrid(np.arange(len(fac)), np.array(ax["ep"]), np.array(ax["mbs"]),

@@ -1,0 +1,137 @@
+"""``recompute=op``: torchtitan's op-level selective activation checkpointing (issue 15 item 3).
+
+Its policy (``torchtitan/distributed/activation_checkpoint.py``): inside a layer every other
+``mm``/``linear`` in forward order is recomputed (the 2nd, 4th, ...), the rest saved; the
+attention kernel's and the reduce-scatters' outputs are saved; elementwise work is recomputed.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.cli.main import main
+from strategies.cost import counts
+from strategies.cost.compute import elementwise_time_fwd, gemms_time_fwd, layer_time
+from strategies.errors import SpecError
+from strategies.framework import MEGATRON_CORE, TORCHTITAN, check_plan
+from topologies.gpus import get_gpu
+from strategies.memory.activations import layer_activation_bytes, op_saved_bytes
+from strategies.memory.arrays import _layer_act
+from strategies.plan import parse_plan
+from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.presets import model_preset
+
+GPT = model_preset("gpt3-175b")
+LLAMA = model_preset("llama3-70b")
+
+
+def test_code_appended_last():
+    assert RECOMPUTE_CODE == {"none": 0, "selective": 1, "full": 2, "op": 3}
+    assert parse_plan("recompute=op").recompute == "op"
+    with pytest.raises(SpecError, match="recompute"):
+        parse_plan("recompute=ops")
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_recomputed_flops_closed_form_gpt(tp):
+    """GPT: q(save) k(rec) v(save) proj(rec) fc1(save) fc2(rec): 2T·h·(d·g + a·d + F)/t."""
+    m, b = GPT, 2
+    T = b * m.seq_length
+    h, a, g, d, F = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_dim, m.ffn_hidden_size
+    want = 2 * T * h * (g * d + a * d + F) / tp
+    assert [s for *_, s in counts.op_sac_gemms(m, b, tp, 1, 1)] == [True, False] * 3
+    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
+    # GPT (g = a, F = 4h): exactly half the layer's GEMM FLOPs
+    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(
+        counts.gemm_flops_fwd(m, b, tp, 1) / 2, rel=1e-15)
+
+
+def test_recomputed_flops_closed_form_llama():
+    """Llama (GQA, SwiGLU): wq s, wk r, wv s, wo r, w1 s, w3 r, w2 s -> wk, wo, w3."""
+    m, b, tp = LLAMA, 1, 8
+    T = b * m.seq_length
+    h, a, g, d, F = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_dim, m.ffn_hidden_size
+    assert [s for *_, s in counts.op_sac_gemms(m, b, tp, 1, 1)] == [True, False, True, False,
+                                                                    True, False, True]
+    want = 2 * T * (h * g * d + a * d * h + h * F) / tp
+    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
+    # the op list is the layer's GEMMs, only split as torchtitan runs them
+    total = sum(2 * c * M * N * K for c, M, N, K, *_ in counts.op_sac_gemms(m, b, tp, 1, 1))
+    assert total == pytest.approx(counts.gemm_flops_fwd(m, b, tp, 1), rel=1e-15)
+
+
+def test_moe_experts_recomputed_not_counted():
+    m = model_preset("qwen3-30b-a3b")
+    gemms = counts.op_sac_gemms(m, 1, 1, 1, 1)
+    total = sum(2 * c * M * N * K for c, M, N, K, *_ in gemms)
+    assert total == pytest.approx(counts.gemm_flops_fwd(m, 1, 1, 1), rel=1e-12)
+    # attention q k v o, then the router (5th mm: saved); grouped expert GEMMs recomputed
+    assert [s for *_, s in gemms][:5] == [True, False, True, False, True]
+    assert not any(s for *_, s in gemms[5:])
+
+
+def test_saved_bytes_closed_form_gpt():
+    """input 2sbh/t (SP) + q 2sbh/t + v 2sbh/t + fc1 out 8sbh/t + SDPA out 2sbh/t + two
+    reduce-scatter outputs 4sbh/t = 20sbh/t; without SP: 2sbh + 14sbh/t."""
+    s, b, h, t = GPT.seq_length, 1, GPT.hidden_size, 8
+    sbh = s * b * h
+    assert layer_activation_bytes(GPT, s, b, t, True, 1, "op") == pytest.approx(20 * sbh / t,
+                                                                                 rel=1e-15)
+    assert layer_activation_bytes(GPT, s, b, t, False, 1, "op") == pytest.approx(
+        2 * sbh + 14 * sbh / t, rel=1e-15)
+    assert layer_activation_bytes(GPT, s, b, 1, False, 2, "op") == pytest.approx(
+        16 * sbh / 2, rel=1e-15)
+
+
+@pytest.mark.parametrize("m", [GPT, LLAMA], ids=["gpt", "llama"])
+@pytest.mark.parametrize("tp,sp", [(1, False), (8, True), (8, False)])
+def test_memory_between_none_and_full(m, tp, sp):
+    s = m.seq_length
+    by = {rc: layer_activation_bytes(m, s, 1, tp, sp, 1, rc) for rc in
+          ("none", "selective", "op", "full")}
+    assert by["full"] < by["op"] < by["none"]
+    # with FlashAttention selective drops nothing, so op is also below selective
+    assert by["op"] < by["selective"] == by["none"]
+    # array form (search, memory report) equals the scalar one
+    stored, none = _layer_act(m, np.array([1.0]), np.array([tp]), np.array([1]),
+                              np.array([sp]), np.array([3]), np.array([True]))
+    assert stored[0] == pytest.approx(by["op"], rel=1e-12)
+    assert none[0] == pytest.approx(by["none"], rel=1e-12)
+    assert op_saved_bytes(m, s, 1, tp, sp, 1) == pytest.approx(by["op"], rel=1e-15)
+
+
+@pytest.mark.parametrize("m", [GPT, LLAMA], ids=["gpt", "llama"])
+def test_recompute_time_between_none_and_full(m):
+    gpu = get_gpu("h100-sxm")
+    kw = dict(b=1, tp=8, cp=1, ep=1, sp=True, flash=True, gpu=gpu, dtype="bf16",
+              fw=TORCHTITAN)
+    rc = {k: layer_time(m, recompute=c, **kw).recompute for k, c in RECOMPUTE_CODE.items()}
+    assert rc["none"] == 0.0 == rc["selective"]           # FlashAttention: nothing to redo
+    assert 0.0 < rc["op"] < rc["full"]
+    # exactly: the unsaved GEMMs' time plus the layer's elementwise kernels
+    unsaved = [g for g in counts.op_sac_gemms(m, 1, 8, 1, 1) if not g[-1]]
+    want = gemms_time_fwd(unsaved, 8, gpu, "bf16") + elementwise_time_fwd(m, 1, 8, 1, True,
+                                                                          gpu, "bf16")
+    assert rc["op"] == pytest.approx(want, rel=1e-15)
+    # vectorised over the code, as the search calls it
+    arr = layer_time(m, recompute=np.array([0, 1, 2, 3]), **kw).recompute
+    assert np.allclose(arr, [rc["none"], rc["selective"], rc["full"], rc["op"]], rtol=1e-15)
+
+
+def test_hfu_flops_count_op():
+    L, gbs = GPT.num_layers, 8
+    extra = (counts.executed_flops_per_step(GPT, gbs, True, 3)
+             - counts.executed_flops_per_step(GPT, gbs, True, 0))
+    assert extra == pytest.approx(L * counts.op_recompute_flops_fwd(GPT, gbs, 1, 1), rel=1e-12)
+
+
+def test_only_torchtitan_runs_op(capsys):
+    plan = parse_plan("recompute=op,gbs=16")
+    check_plan(TORCHTITAN, plan)
+    with pytest.raises(SpecError, match="recompute"):
+        check_plan(MEGATRON_CORE, plan)
+    small = ["--model", "llama3-8b", "--cluster", "dgx-a100:2", "--plan", "recompute=op,gbs=16"]
+    assert main(["estimate", *small, "--framework", "megatron-core"]) == 2
+    err = capsys.readouterr().err
+    assert "recompute='op'" in err and "megatron-core" in err and "Traceback" not in err
+    assert main(["estimate", *small, "--framework", "torchtitan", "--json"]) == 0
