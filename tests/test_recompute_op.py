@@ -135,3 +135,19 @@ def test_only_torchtitan_runs_op(capsys):
     err = capsys.readouterr().err
     assert "recompute='op'" in err and "megatron-core" in err and "Traceback" not in err
     assert main(["estimate", *small, "--framework", "torchtitan", "--json"]) == 0
+
+
+def test_op_recomputes_the_tp_all_gathers_and_ranks_between():
+    """With TP, op's recompute repeats the 2 forward all-gathers (not in the save list) like
+    full does; the step ranks none < op < full, and the stash full < op < none."""
+    from strategies.cost.stage import stage_costs
+    from strategies.estimate import estimate
+    from strategies.job import make_job
+    from topologies.cluster import cluster_preset
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    jobs = {rc: make_job(m, cl, parse_plan(f"tp=8,sp=true,recompute={rc},gbs=16"),
+                         framework="torchtitan") for rc in ("none", "op", "full")}
+    assert stage_costs(jobs["op"]).tp_per_layer_recompute == 2
+    assert stage_costs(jobs["none"]).tp_per_layer_recompute == 0
+    step = {rc: estimate(j).step_time_s for rc, j in jobs.items()}
+    assert step["none"] < step["op"] < step["full"]

@@ -69,7 +69,7 @@ class StageCostArrays:
     tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
-    tp_per_layer_recompute: np.ndarray  # 2 more with full recomputation
+    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
@@ -181,7 +181,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         head_fwd=full(head_f), head_bwd=full(head_b),
         tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
-        tp_per_layer_recompute=np.where(rc == 2, 2, 0) + zeros.astype(int),
+        # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
+        # (all-reduces without SP) are not in the save list, the reduce-scatters are
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2, 0) + zeros.astype(int),
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
         ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
