@@ -252,6 +252,9 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     rec = recompute_kind(pl.get("recompute")) or fw.default_recompute
     if recompute_kind(pl.get("recompute")) is None:
         notes.append(f"recompute={rec} (not stated)")
+    elif rec == "op" and rec not in fw.recompute:   # "SAC" under a stack without torchtitan's policy
+        rec = "selective"
+        notes.append(f"recompute=selective (op-level checkpointing stated; {fw.name} has no op policy)")
     sched, vpp, sn = _schedule(pl, layers, pp, gbs // (mbs * dp))
     notes += sn
     sp = pl.get("sequence_parallel")
