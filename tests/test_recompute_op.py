@@ -151,3 +151,23 @@ def test_op_recomputes_the_tp_all_gathers_and_ranks_between():
     assert stage_costs(jobs["none"]).tp_per_layer_recompute == 0
     step = {rc: estimate(j).step_time_s for rc, j in jobs.items()}
     assert step["none"] < step["op"] < step["full"]
+
+
+def test_reference_rows_stating_op_level_sac_run_op():
+    """The torchtitan rows that state "op-level SAC" run recompute=op; the same words under
+    a stack without that policy fall back to selective, with the assumption stated."""
+    import copy
+
+    from strategies.reference.cases import case_from_entry, load_reference
+    rows = {c["id"]: c for c in load_reference()}
+    row = rows["torchtitan_2412_8B_t1_fsdp"]
+    assert "op-level SAC" in row["plan"]["recompute"]
+    case = case_from_entry(row)
+    assert case.job.plan.recompute == "op" and case.job.framework.name == "torchtitan"
+    other = copy.deepcopy(row)
+    other["source"]["ref"] = "Megatron-Core benchmark"
+    other["model"]["seq_len"] = 8192
+    case = case_from_entry(other)
+    assert case.job.framework.name == "megatron-core"
+    assert case.job.plan.recompute == "selective"
+    assert any("no op policy" in a for a in case.assumptions)
