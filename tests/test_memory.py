@@ -113,7 +113,7 @@ def test_swiglu_and_gqa_terms():
 
 def test_context_parallel_divides_by_cp():
     m = model_preset("gpt3-175b")
-    for rc in ("none", "selective", "full"):
+    for rc in ("none", "selective", "full", "op"):
         one = act.layer_activation_bytes(m, S, B, tp=T, sp=True, recompute=rc, flash_attn=False)
         four = act.layer_activation_bytes(m, S, B, tp=T, sp=True, cp=4, recompute=rc,
                                           flash_attn=False)

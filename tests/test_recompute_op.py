@@ -171,3 +171,20 @@ def test_reference_rows_stating_op_level_sac_run_op():
     assert case.job.framework.name == "megatron-core"
     assert case.job.plan.recompute == "selective"
     assert any("no op policy" in a for a in case.assumptions)
+
+
+def test_recompute_component_is_what_op_did_not_save():
+    """The layer being recomputed holds, for one micro-batch, the no-recompute set less the
+    op set: the memory report's ``recompute`` part equals that, scalar form and report alike."""
+    from strategies.job import make_job
+    from strategies.memory import activations as act
+    from strategies.memory.scalar import memory_components
+    from topologies.cluster import cluster_preset
+    job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1),
+                   parse_plan("tp=2,sp=true,recompute=op,gbs=16"), framework="torchtitan")
+    want = (act.job_layer_activation_bytes(job, recompute="none")
+            - act.job_layer_activation_bytes(job))
+    assert want > 0
+    assert memory_components(job, 0)["recompute"].activations == pytest.approx(want, rel=1e-12)
+    logits = act.output_activation_bytes(job)      # 1F1B: the last stage's logits, one at a time
+    assert act.transient_activation_bytes(job, 0) == pytest.approx(want + logits, rel=1e-12)

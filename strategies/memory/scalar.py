@@ -120,7 +120,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     ``layers``: the stage's transformer layers (state + their activation stash);
     ``embedding``: first stage (state + embedding activations); ``output``: last stage
     (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
-    recompute only); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
+    recompute: all of it; op: what it did not save); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
     in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
     An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
     job's schedule (``activations.in_flight_microbatches``).
