@@ -40,7 +40,9 @@ Sources (details and numbers in docs/calibration.md):
   Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
   GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
-  expert parallelism; no TP communication overlap without ``torch.compile`` (async TP).
+  expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
+  op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
@@ -55,6 +57,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
+from strategies.plan import RECOMPUTE
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -118,9 +121,12 @@ class FrameworkProfile:
         if not (isinstance(self.kernels_per_layer, int) and self.kernels_per_layer >= 0):
             raise SpecError("framework.kernels_per_layer", self.kernels_per_layer,
                             "must be an integer >= 0")
-        if self.default_recompute not in ("none", "selective", "full"):
+        if self.default_recompute not in RECOMPUTE:
             raise SpecError("framework.default_recompute", self.default_recompute,
-                            "must be 'none', 'selective' or 'full'")
+                            f"must be one of {', '.join(RECOMPUTE)}")
+        for r in self.recompute:
+            if r not in RECOMPUTE:
+                raise SpecError("framework.recompute", r, f"must be one of {', '.join(RECOMPUTE)}")
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
