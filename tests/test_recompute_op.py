@@ -188,3 +188,23 @@ def test_recompute_component_is_what_op_did_not_save():
     assert memory_components(job, 0)["recompute"].activations == pytest.approx(want, rel=1e-12)
     logits = act.output_activation_bytes(job)      # 1F1B: the last stage's logits, one at a time
     assert act.transient_activation_bytes(job, 0) == pytest.approx(want + logits, rel=1e-12)
+
+
+def test_lower_bound_holds_for_op_plans():
+    """The search stays exact with op plans: the lower bound never beats their simulation."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.job import make_job
+    from strategies.search.space import SpaceOptions, enumerate_space
+    from topologies.cluster import cluster_preset
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 1)
+    sp = enumerate_space(m, cl, 16, SpaceOptions(max_mbs=2, max_vpp=2,
+                                                 memory_limit_bytes=float("inf")),
+                         framework=TORCHTITAN)
+    op = [i for i in range(sp.size) if sp.plan(i).recompute == "op"]
+    assert op
+    bounds = step_time_lower_bound(m, cl, "bf16", sp.cols, framework=TORCHTITAN)
+    rng = np.random.default_rng(5)
+    for i in rng.choice(op, size=min(5, len(op)), replace=False).tolist():
+        t = simulate(make_job(m, cl, sp.plan(i), framework=TORCHTITAN)).step_time_s
+        assert bounds[i] <= t, (sp.key(i), bounds[i], t)
