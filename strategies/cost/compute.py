@@ -317,10 +317,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # recomputes the scores, so there is nothing extra to redo
     sel = np.where(flash, 0.0, a_f)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
-    # between them (norms, rotary, activation function, residual adds); the attention core is
-    # saved
-    op = slow * gemms_time_fwd([g for g in costs.op_sac_gemms(m, b, tp, cp, ep) if not g[-1]],
-                               tp, gpu, dtype, tpo, system) + e
+    # between them (norms, rotary, activation function, residual adds), each relaunched; the
+    # saved GEMMs and the attention kernel are not rerun
+    gemms = costs.op_sac_gemms(m, b, tp, cp, ep)
+    rerun = [g for g in gemms if not g[-1]]
+    kernels = max(fw.kernels_per_layer - (len(gemms) - len(rerun)) - 1, 0)
+    op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
+          + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
