@@ -237,9 +237,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
         per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
                           for g in real.groups]
-        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad for r in per_gpu],
+        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad
+                                    + np.where(head_first, r.head_wgrad, 0.0) for r in per_gpu],
                                    axis=0),
-                   "last": np.max([lpc * r.layer_wgrad + r.head_wgrad for r in per_gpu], axis=0),
+                   "last": np.max([np.where(head_first, lpc * r.layer_wgrad,
+                                            lpc * r.layer_wgrad + r.head_wgrad)
+                                   for r in per_gpu], axis=0),
                    "mid": np.max([lpc * r.layer_wgrad for r in per_gpu], axis=0)}
     w_pass = split * lpc * sc.layer_wgrad   # the least W of a middle stage (fastest GPU)
 
