@@ -218,3 +218,27 @@ def test_compare_gpt3_175b(capsys):
     assert set(rows) == {"1f1b", "zb-h1", "zb-h2", "zb-v:2"}
     assert all(r["valid"] for r in rows.values())
     assert rows["zb-v:2"]["step_time_s"] <= rows["1f1b"]["step_time_s"]
+
+
+def test_search_with_the_schedule_fixed_equals_exhaustive():
+    """``search --fix schedule=zb-v`` enumerates it with two chunks (``fixed_search_vpps``;
+    the default search leaves it out), and the bound-ordered search returns the exhaustive
+    search's top plans: the bound is valid for it on the whole space."""
+    from simulator.search.run import SearchConfig, run_search
+    from strategies.schedules import schedule_code
+    from strategies.search.space import SpaceOptions, enumerate_space
+    mod, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    opts = SpaceOptions(max_mbs=1, fixed={"schedule": "zb-v"})
+    sp = enumerate_space(mod, cl, 16, opts)
+    assert sp.size and (sp.cols["sched"] == schedule_code("zb-v")).all()
+    assert (sp.cols["vpp"] == 2).all()
+    assert not (enumerate_space(mod, cl, 16, SpaceOptions(max_mbs=1)).cols["sched"]
+                == schedule_code("zb-v")).any()
+    cfg = dict(model=mod, cluster=cl, gbs=16, options=opts, workers=2, k=5)
+    pruned = run_search(SearchConfig(**cfg))
+    full = run_search(SearchConfig(exhaustive=True, **cfg))
+    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
+    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
+    assert [p["step_time_s"] for p in pruned["plans"]] == \
+        [p["step_time_s"] for p in full["plans"]]
+    assert all("schedule=zb-v" in p["key"] for p in full["plans"])

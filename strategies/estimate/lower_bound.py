@@ -289,15 +289,18 @@ def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, 
     """The compute chain T(s) of a stage of ``kind`` (first, last, mid) from its per-chunk
     times ``c`` (seconds)."""
     per_mb = v * (c["f_blk"] + c["b_blk"])
-    head_first = c.get("head_first", False)     # a V: the LM head on rank 0 (Schedule.ends)
+    # a V: the LM head on rank 0 (Schedule.ends); rank 0 sends neither chunk 0's backward
+    # output nor chunk 1's forward output, and rank pp-1 hands both on to itself (the turn)
+    head_first = c.get("head_first", False)
+    ends_sends = np.where(head_first, sends_mid - nmb * (fwd_blocks + bwd_blocks), 0.0)
     if kind == "first":
         return nmb * (per_mb + c["emb"] + c["emb_b"]
                       + np.where(single | head_first, c["head_f"] + c["head_b"], 0.0)) \
-            + (sends_mid - nmb * bwd_blocks) * send
+            + np.where(head_first, ends_sends, sends_mid - nmb * bwd_blocks) * send
     if kind == "last":
         return np.where(head_first, nmb * per_mb,
                         nmb * (per_mb + c["head_f"] + c["head_b"])) \
-            + (sends_mid - nmb * fwd_blocks) * send
+            + np.where(head_first, ends_sends, sends_mid - nmb * fwd_blocks) * send
     return nmb * per_mb + sends_mid * send
 
 

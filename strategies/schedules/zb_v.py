@@ -96,6 +96,12 @@ class ZBV(VShape):
         ``m >= 2pp - 1``, ``T_F = T_B`` and ``T_W <= T_F`` (``tests/test_zb_v.py``)."""
         return (pp - 1) * np.maximum(0.0, 1 - 3 * np.asarray(w_share, dtype=float)) / (2 * m)
 
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[2]`` when the search is told ``--fix schedule=zb-v`` (two chunks in a V) and the
+        layers allow it (the space checks divisibility); the default search leaves it out."""
+        return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
+
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
                       w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
         """One iteration's makespan (seconds): ``m·t_max + (t_sum - t_max)·max(f_share,
