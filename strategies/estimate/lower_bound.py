@@ -44,7 +44,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    (``Schedule.trailing_w_steps``, checked against the order in tests/test_zb_h1.py): they
    run while that micro-batch goes back, so they leave ``T(s)`` on this path, and the
    stages in between pass its ``B`` on without its ``W``; stage 0 still runs both before
-   its optimizer.
+   its optimizer. On a V (ZB-V: ``Schedule.head_rank_array`` is 0) rank 0 holds the LM head
+   too, and neither rank 0 nor rank ``pp - 1`` sends at the ends of the V.
 
 With ``T(s)`` the stage's compute chain (compute, blocking collectives, exchanges),
 ``chain_in(s)``/``tail(s)`` the forward/backward path of the micro-batch through the stages
