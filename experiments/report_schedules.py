@@ -7,7 +7,7 @@ Runs two ``paraplan compare`` commands and writes ``schedules.md`` with their fi
 2. the timeline picture of issue 3: GPT-3 175B on 8 pipeline stages, 1F1B vs interleaved,
    with fewer micro-batches so that every bar is readable;
 3. the same plan under 1F1B and the zero-bubble schedules that split the backward into B and
-   W (ZB-H1, ZB-H2), with their timelines on one time axis.
+   W (ZB-H1, ZB-H2, ZB-V), with their timelines on one time axis.
 
     python experiments/report_schedules.py                    # docs/reports/
     python experiments/report_schedules.py --model gpt-1.7b --cluster dgx-a100:1 \\
@@ -135,9 +135,9 @@ def _zero_bubble_notes(out: dict[str, Any]) -> list[str]:
     notes = []
     if "1f1b" in rows:
         o = rows["1f1b"]
-        for name in ("zb-h1", "zb-h2"):
-            if name in rows:
-                z = rows[name]
+        for label, z in rows.items():
+            name = label.split(":")[0]
+            if name in ("zb-h1", "zb-h2", "zb-v"):
                 notes.append(
                     f"{name.upper()}: step {z['step_time_s']:.3f} s against 1F1B's "
                     f"{o['step_time_s']:.3f} s ({100 * (z['step_time_s'] / o['step_time_s'] - 1):+.1f} %), "
@@ -179,11 +179,12 @@ def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd
         zin = zb_out["inputs"]
         parts += ["", "## Zero bubble: the backward split into B and W", "",
                   f"{zin['model']['name']} on {zin['cluster']['name']}, {zin['plan']['pp']} "
-                  f"pipeline stages, {zin['num_microbatches']} micro-batches. ZB-H1 and ZB-H2 "
-                  "(Qi et al., ICLR 2024) run each backward as B (input gradient) and W (weight "
-                  "gradient) and place the W passes in what would be bubbles "
-                  "(docs/schedules.md).", "", f"`{zb_cmd}`", "",
-                  f"![1F1B, ZB-H1, ZB-H2]({NAME}_zero_bubble.png)", "",
+                  f"pipeline stages, {zin['num_microbatches']} micro-batches. ZB-H1, ZB-H2 "
+                  "and ZB-V (Qi et al., ICLR 2024; ZB-V two chunks per rank in a V, the "
+                  "embedding and the LM head both on rank 0) run each backward as B (input "
+                  "gradient) and W (weight gradient) and place the W passes in what would be "
+                  "bubbles (docs/schedules.md).", "", f"`{zb_cmd}`", "",
+                  f"![1F1B and the zero-bubble schedules]({NAME}_zero_bubble.png)", "",
                   _rows_table(zb_out), ""]
         parts += [f"- {n}" for n in _zero_bubble_notes(zb_out)]
     return "\n".join(parts)
@@ -200,7 +201,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pair", default="1f1b,interleaved:2",
                     help="schedules of the second picture")
     ap.add_argument("--pair-gbs", type=int, default=16, help="global batch of the second picture")
-    ap.add_argument("--zero-bubble", default="1f1b,zb-h1,zb-h2",
+    ap.add_argument("--zero-bubble", default="1f1b,zb-h1,zb-h2,zb-v",
                     help="schedules of the third picture (empty: none)")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -50,6 +50,7 @@ def test_schedules_report(tmp_path):
     zb = {r["schedule"]: r for r in data["zero_bubble"]["rows"]}
     assert f"ZB-H1: step {zb['zb-h1']['step_time_s']:.3f} s" in md
     assert zb["zb-h1"]["step_time_s"] <= zb["1f1b"]["step_time_s"]
+    assert f"ZB-V: step {zb['zb-v:2']['step_time_s']:.3f} s" in md    # in the default list
     for png in ("timeline", "sweep", "1f1b_vs_interleaved", "zero_bubble"):
         assert (tmp_path / f"schedules_{png}.png").stat().st_size > 10_000
     _no_temporaries(tmp_path)

@@ -159,7 +159,8 @@ def test_two_runs_are_identical():
                                   dict(tp=2, pp=4, gbs=8, schedule="gpipe"),
                                   dict(tp=2, pp=4, gbs=16, schedule="interleaved", vpp=3),
                                   dict(tp=2, pp=4, gbs=16, schedule="zb-h1"),
-                                  dict(tp=2, pp=4, gbs=16, schedule="zb-h2")])
+                                  dict(tp=2, pp=4, gbs=16, schedule="zb-h2"),
+                                  dict(tp=2, pp=4, gbs=16, schedule="zb-v", vpp=2)])
 def test_activation_peak_matches_memory_estimator(plan):
     """The simulated stash (and, with a split backward, the pending weight gradients) peaks
     where the memory model says, on every stage."""

@@ -41,6 +41,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.schedules import dispatch, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -50,7 +51,9 @@ class StageCostArrays:
     """Per-layer and per-stage costs of many plans (numpy arrays, one entry per plan;
     seconds, bytes, parameters). Zero where the plan has no such traffic (``tp_bytes`` with
     ``tp = 1`` …). ``*_first``/``*_mid``/``*_last``: pipeline rank 0, a rank that is neither
-    first nor last, rank ``pp - 1`` (with ``pp = 1`` rank 0 is both: use ``*_first``)."""
+    first nor last, rank ``pp - 1`` (with ``pp = 1`` rank 0 is both: use ``*_first``); the LM
+    head's parameters count where the schedule places it (``head_rank_array``: rank 0 on a
+    V, so there ``*_last`` holds layers only)."""
 
     layer_fwd: np.ndarray         # one layer's forward compute
     layer_bwd: np.ndarray         # its backward (B + W)
@@ -166,7 +169,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, dp, 1.0)
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s) + zeros
+    head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
+    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
 
@@ -239,8 +243,10 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     rec = stage_costs_at(arrays, 0, p.pp)
     if p.layers_per_stage is None:
         return rec
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
     params = tuple(float(counts.stage_params_per_gpu(job.model, p.tp, p.ep, p.pp, s,
-                                                     layers=job.layers_of_stage(s)))
+                                                     layers=job.layers_of_stage(s),
+                                                     head_stage=head_at))
                    for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
     opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)

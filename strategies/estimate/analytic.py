@@ -133,8 +133,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     head_f, head_b = sc.head_fwd, sc.head_bwd
     emb = sc.embedding_fwd + sc.embedding_bwd
     t_mid = lps * per_layer
-    t_first = t_mid + emb
-    t_last = t_mid + head_f + head_b
+    head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & (pp > 1)   # a V
+    t_first = np.where(head_first, t_mid + emb + head_f + head_b, t_mid + emb)
+    t_last = np.where(head_first, t_mid, t_mid + head_f + head_b)
     single = pp == 1
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
@@ -144,7 +145,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         t_max, t_sum = straggler_stages(
             cl.faults.stragglers, tp * cp * dp, pp,
             (t_first, t_mid, t_last, t_max),
-            (comp_mid + emb, comp_mid, comp_mid + head_f + head_b, comp_mid + emb + head_f + head_b),
+            (np.where(head_first, comp_mid + emb + head_f + head_b, comp_mid + emb), comp_mid,
+             np.where(head_first, comp_mid, comp_mid + head_f + head_b),
+             comp_mid + emb + head_f + head_b),
             t_max, t_sum)
     # the weight gradient's share of the time of the stages that fill and drain the pipeline
     # (all but the slowest: (t_sum - t_max)/(pp - 1) each on average; schedules that split

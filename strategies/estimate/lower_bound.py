@@ -44,7 +44,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    (``Schedule.trailing_w_steps``, checked against the order in tests/test_zb_h1.py): they
    run while that micro-batch goes back, so they leave ``T(s)`` on this path, and the
    stages in between pass its ``B`` on without its ``W``; stage 0 still runs both before
-   its optimizer.
+   its optimizer. On a V (ZB-V: ``Schedule.head_rank_array`` is 0) rank 0 holds the LM head
+   too, and neither rank 0 nor rank ``pp - 1`` sends at the ends of the V.
 
 With ``T(s)`` the stage's compute chain (compute, blocking collectives, exchanges),
 ``chain_in(s)``/``tail(s)`` the forward/backward path of the micro-batch through the stages
@@ -206,15 +207,16 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
+    head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & ~single   # a V
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
-            "head_b": head_b}
+            "head_b": head_b, "head_first": head_first}
     T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
                           chunk_times, params, shard, sy,
-                          lambda k, c: _chain(k, nmb, v, c, sends_mid, fwd_blocks, bwd_blocks,
-                                              send, single))
+                          lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first},
+                                              sends_mid, fwd_blocks, bwd_blocks, send, single))
         for kind, (t, o) in own.items():
             take = t + o > T[kind] + opt[kind]
             T[kind], opt[kind] = np.where(take, t, T[kind]), np.where(take, o, opt[kind])
@@ -228,14 +230,20 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # a split backward (point 5): the weight gradients a stage runs after its last B overlap
     # that micro-batch's way back, and the stages in between pass on its B alone
     split = attr_by_code(sched, "splits_backward").astype(float)
-    w_chunk = {"first": lpc * sc.layer_wgrad + sc.embedding_wgrad,
-               "last": lpc * sc.layer_wgrad + sc.head_wgrad, "mid": lpc * sc.layer_wgrad}
+    w_chunk = {"first": lpc * sc.layer_wgrad + sc.embedding_wgrad
+               + np.where(head_first, sc.head_wgrad, 0.0),
+               "last": np.where(head_first, lpc * sc.layer_wgrad,
+                                lpc * sc.layer_wgrad + sc.head_wgrad),
+               "mid": lpc * sc.layer_wgrad}
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
         per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
                           for g in real.groups]
-        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad for r in per_gpu],
+        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad
+                                    + np.where(head_first, r.head_wgrad, 0.0) for r in per_gpu],
                                    axis=0),
-                   "last": np.max([lpc * r.layer_wgrad + r.head_wgrad for r in per_gpu], axis=0),
+                   "last": np.max([np.where(head_first, lpc * r.layer_wgrad,
+                                            lpc * r.layer_wgrad + r.head_wgrad)
+                                   for r in per_gpu], axis=0),
                    "mid": np.max([lpc * r.layer_wgrad for r in per_gpu], axis=0)}
     w_pass = split * lpc * sc.layer_wgrad   # the least W of a middle stage (fastest GPU)
 
@@ -282,12 +290,18 @@ def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, 
     """The compute chain T(s) of a stage of ``kind`` (first, last, mid) from its per-chunk
     times ``c`` (seconds)."""
     per_mb = v * (c["f_blk"] + c["b_blk"])
+    # a V: the LM head on rank 0 (Schedule.ends); rank 0 sends neither chunk 0's backward
+    # output nor chunk 1's forward output, and rank pp-1 hands both on to itself (the turn)
+    head_first = c.get("head_first", False)
+    ends_sends = np.where(head_first, sends_mid - nmb * (fwd_blocks + bwd_blocks), 0.0)
     if kind == "first":
         return nmb * (per_mb + c["emb"] + c["emb_b"]
-                      + np.where(single, c["head_f"] + c["head_b"], 0.0)) \
-            + (sends_mid - nmb * bwd_blocks) * send
+                      + np.where(single | head_first, c["head_f"] + c["head_b"], 0.0)) \
+            + np.where(head_first, ends_sends, sends_mid - nmb * bwd_blocks) * send
     if kind == "last":
-        return nmb * (per_mb + c["head_f"] + c["head_b"]) + (sends_mid - nmb * fwd_blocks) * send
+        return np.where(head_first, nmb * per_mb,
+                        nmb * (per_mb + c["head_f"] + c["head_b"])) \
+            + np.where(head_first, ends_sends, sends_mid - nmb * fwd_blocks) * send
     return nmb * per_mb + sends_mid * send
 
 

@@ -8,6 +8,7 @@ from strategies.estimate.analytic import estimate_arrays
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
+from strategies.schedules import head_rank
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "bubble", "optimizer")
@@ -89,6 +90,7 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list
     stage, the analytic model's assumption."""
     from strategies.cost.stage import stage_costs
     p, f, b, w = job.plan, [], [], []
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
     for s in range(p.pp):
         if even_on is None:
             gpu = min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
@@ -98,11 +100,11 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list
             gpu, n = even_on, job.model.num_layers / p.pp
         c = stage_costs(job, gpu)
         f.append(n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
-                 + (c.head_fwd if s == p.pp - 1 else 0.0))
+                 + (c.head_fwd if s == head_at else 0.0))
         b.append(n * (c.layer_bwd + c.layer_recompute) + (c.embedding_bwd if s == 0 else 0.0)
-                 + (c.head_bwd if s == p.pp - 1 else 0.0))
+                 + (c.head_bwd if s == head_at else 0.0))
         w.append(n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
-                 + (c.head_wgrad if s == p.pp - 1 else 0.0))
+                 + (c.head_wgrad if s == head_at else 0.0))
     return f, b, w
 
 

@@ -51,7 +51,7 @@ import numpy as np
 from strategies.cost.counts import op_sac_gemms
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from strategies.schedules import get_schedule
+from strategies.schedules import get_schedule, head_rank
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -255,9 +255,14 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     nbytes = layers_per_chunk(job, stage) * job_layer_activation_bytes(job)
     if stage == 0:
         nbytes += embedding_activation_bytes(job) / job.plan.vpp
-    if stage == job.plan.pp - 1 and get_schedule(job.plan.schedule).logits_stashed:
+    if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     return nbytes
+
+
+def _holds_head(job: Job, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V)."""
+    return stage == head_rank(job.plan.schedule, job.plan.pp, job.plan.vpp)
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:
@@ -267,7 +272,7 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     recomputed during its backward), with op recompute what that layer did not save."""
     _check_stage(job, stage)
     nbytes = 0.0
-    if stage == job.plan.pp - 1 and not get_schedule(job.plan.schedule).logits_stashed:
+    if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     if job.plan.recompute == "full":
         nbytes += job_layer_activation_bytes(job, recompute="none")

@@ -101,7 +101,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     sp, flash = P.sp, P.flash_attn
     nmb = P.gbs // (b * dp)
     stage = np.asarray(stage) + np.zeros_like(pp)
-    is_first, is_last = stage == 0, stage == pp - 1
+    is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
     if in_flight is None:

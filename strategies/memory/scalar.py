@@ -29,6 +29,7 @@ from strategies.errors import SpecError
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.plan_arrays import PlanArrays
+from strategies.schedules import head_rank
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -109,7 +110,8 @@ def head_params_per_gpu(job: Job, stage: int) -> float:
     """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
     0 elsewhere."""
     p = job.plan
-    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if stage == p.pp - 1 else 0.0
+    here = stage == head_rank(p.schedule, p.pp, p.vpp)
+    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if here else 0.0
 
 
 # ------------------------------------------------------------------ stage memory

@@ -13,10 +13,11 @@ from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa:
 from strategies.schedules import deepspeed_1f1b  # noqa: F401
 from strategies.schedules import zb_h2, zb_v, dualpipev, dualpipe  # noqa: F401
 from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
+                                       head_rank,
                                        dispatch, get_schedule, register, resolve_name,
                                        schedule_code, schedule_names, schedule_of_code,
                                        schedules, unregister)
 
 __all__ = ["DEFAULT_SCHEDULE", "Schedule", "Step", "attr_by_code", "dispatch", "get_schedule",
-           "register", "resolve_name", "schedule_code", "schedule_names", "schedule_of_code",
+           "head_rank", "register", "resolve_name", "schedule_code", "schedule_names", "schedule_of_code",
            "schedules", "unregister"]

@@ -267,6 +267,12 @@ class Schedule:
         return (self.rank_chunk(0, pp, vpp, microbatch)[0],
                 self.rank_chunk(last, pp, vpp, microbatch)[0])
 
+    def head_rank_array(self, pp: Any, vpp: Any) -> np.ndarray:
+        """Pipeline rank holding the LM head and the loss (``ends``' second) for each
+        ``(pp, vpp)``: ``pp - 1`` on the ring, 0 on a V. The embedding is on rank 0 for every
+        schedule (``ends``' first). The one placement rule cost, memory and estimate read."""
+        return _per_distinct(lambda s, p, m, v: self.ends(p, v)[1], 0, pp, 1, vpp)
+
     def peer(self, rank: int, chunk: int, microbatch: int, pp: int, vpp: int,
              direction: str, sending: bool) -> int:
         """Rank at the other end of message ``(direction, microbatch, chunk)`` of ``rank``:
@@ -506,6 +512,11 @@ def schedule_code(name: str) -> int:
 
 def schedule_of_code(code: int) -> Schedule:
     return list(_REGISTRY.values())[int(code)]
+
+
+def head_rank(schedule: str, pp: int, vpp: int) -> int:
+    """Pipeline rank of the LM head and loss of a plan (``Schedule.ends``)."""
+    return int(get_schedule(schedule).ends(pp, vpp)[1])
 
 
 def attr_by_code(codes: Any, attr: str) -> np.ndarray:

@@ -12,7 +12,9 @@ steps of micro-batches ``>= m`` are dropped (torch blanks them). Every rank stas
 most ``2p`` chunks' activations (``p`` micro-batches' worth, 1F1B's first-stage peak, on
 every rank).
 
-Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+Plannable (estimate, simulate, compare): the embedding and the LM head both sit on rank 0
+(``ends``), which the cost record, memory and estimate read (``head_rank_array``); the
+default search leaves it out.
 """
 from __future__ import annotations
 
@@ -20,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Step, check_common, get_schedule, raise_first,
-                                       refuse_until_split_costed, register)
+from strategies.schedules.base import Step, check_common, get_schedule, raise_first, register
 from strategies.schedules.vshape import VShape
 
 
@@ -31,9 +32,6 @@ class ZBV(VShape):
 
     aliases = ("zbv",)
     splits_backward = True
-
-    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list:
-        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 2,
               group_size: int | None = None) -> list[Step]:
@@ -97,6 +95,21 @@ class ZBV(VShape):
         ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2``. Both exact with free communication when
         ``m >= 2pp - 1``, ``T_F = T_B`` and ``T_W <= T_F`` (``tests/test_zb_v.py``)."""
         return (pp - 1) * np.maximum(0.0, 1 - 3 * np.asarray(w_share, dtype=float)) / (2 * m)
+
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[2]`` when the search is told ``--fix schedule=zb-v`` (two chunks in a V) and the
+        layers allow it (the space checks divisibility); the default search leaves it out."""
+        return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
+
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+        """One iteration's makespan (seconds): ``m·t_max + (t_sum - t_max)·max(f_share,
+        1 - 3·w_share)/2``, the ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2`` over the ideal of
+        ``bubble_fraction``'s docstring for balanced ranks (``t`` a rank's seconds per
+        micro-batch, both chunks; ``f_share = T_F/(T_F + T_B + T_W)``)."""
+        w = np.asarray(w_share, dtype=float)
+        return m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w) / 2
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-V schedule (Sea AI Lab's fork: "
