@@ -42,7 +42,7 @@ def assert_well_formed(g) -> None:
 
 # ---------------------------------------------------------------- building
 
-@pytest.mark.parametrize("name,nodes", itertools.product(preset_names(), (1, 2, 64)))
+@pytest.mark.parametrize("name,nodes", list(itertools.product(preset_names(), (1, 2, 64))))
 def test_every_preset_builds(name, nodes):
     c = cluster_preset(name, nodes)
     g = build_graph(c)
@@ -137,7 +137,7 @@ def test_route_across_rails_relays_over_nvlink_then_stays_on_one_rail():
     assert rails == {6}
 
 
-@pytest.mark.parametrize("inter,intra", itertools.product(INTER_TOPOLOGIES, INTRA_TOPOLOGIES))
+@pytest.mark.parametrize("inter,intra", list(itertools.product(INTER_TOPOLOGIES, INTRA_TOPOLOGIES)))
 def test_every_route_is_a_simple_path_of_existing_edges(inter, intra):
     c = small(inter, intra, nodes=6, gpus=4, nics=2)
     g = build_graph(c, spines_per_rail=2)
