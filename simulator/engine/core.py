@@ -80,6 +80,10 @@ class Engine:
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[tuple, _Rendezvous] = {}
+        # blocking sends (a rendezvous with the receive) are tracked only when a program has
+        # one: eager channels would otherwise leave every early receive in ``posted``
+        self.rendezvous = any(type(op) is Send and op.blocking
+                              for prog in programs.values() for op in prog.ops())
         self.posted: set[tuple] = set()              # receives posted before their send
         self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
@@ -143,7 +147,8 @@ class Engine:
                 self._finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
             elif code == _RECV:
                 key = self._recv_key(rank, op)
-                self._post_recv(key)
+                if self.rendezvous:
+                    self._post_recv(key)
                 slot = self._slot(key)
                 if not slot.triggered:
                     st.why = ("recv", op)
@@ -201,11 +206,12 @@ class Engine:
         self.seq[key] = n + 1
         key = key + (n,)
         slot = self._slot(key)
-        if op.blocking and key not in self.posted:
-            done = self.env.event()
-            self.parked[key] = (op, done)
-            return key, slot, done
-        self.posted.discard(key)
+        if self.rendezvous:
+            if op.blocking and key not in self.posted:
+                done = self.env.event()
+                self.parked[key] = (op, done)
+                return key, slot, done
+            self.posted.discard(key)
         if self.free_comm:
             return key, slot, None
         return key, slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
