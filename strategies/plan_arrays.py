@@ -5,7 +5,7 @@ The array-first cost model (``strategies.cost.stage``, ``strategies.estimate``,
 scores one plan or a hundred thousand. ``strategies.search.space`` keeps short column names
 internally (``COLUMNS``) and converts with ``PlanArrays.from_columns``.
 
->>> from strategies.plan import Plan
+>>> from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
 >>> pa = PlanArrays.from_plans([Plan(tp=2, pp=2, dp=2, gbs=8), Plan(tp=4, dp=2, gbs=8)])
 >>> len(pa), pa.tp.tolist(), pa.schedule.tolist(), pa.overlap_grad_reduce.tolist()
 (2, [2.0, 4.0], [1, 1], [True, True])
@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.plan import Plan
+from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
 from strategies.schedules import schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -30,7 +30,12 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
          "vpp": "vpp", "schedule": "sched", "recompute": "rc", "sp": "sp", "zero": "zero",
          "flash_attn": "flash", "overlap_grad_reduce": "ogr",
          "overlap_param_gather": "opg", "tp_comm_overlap": "tpo"}
-_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")
+_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "etp", "moe_imbalance",
+          "moe_capacity_factor")
+# expert fields the search space's columns may leave out: (PlanArrays field, short column,
+# the resolved value of a plan that names none; ``etp`` None means = tp)
+OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
+            ("moe_capacity_factor", "cf", float("inf")))
 _INT = ("schedule", "recompute", "zero")
 
 
@@ -56,8 +61,15 @@ class PlanArrays:
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
     tp_comm_overlap: np.ndarray
+    etp: np.ndarray = None                  # expert tensor-parallel size (resolved: tp)
+    moe_imbalance: np.ndarray = None        # hottest EP rank's routed load / the mean (>= 1)
+    moe_capacity_factor: np.ndarray = None  # expert capacity / mean share (inf: no dropping)
 
     def __post_init__(self) -> None:
+        for name, _, default in OPTIONAL:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.tp if default is None
+                                   else np.full(np.shape(self.tp), default))
         for f in fields(self):
             v = getattr(self, f.name)
             kind = float if f.name in _FLOAT else np.int64 if f.name in _INT else bool
@@ -74,9 +86,11 @@ class PlanArrays:
             if p.dp is None or p.gbs is None:
                 raise SpecError("plan", p, "must be resolved (dp and gbs set; see make_job)")
         col = {f.name: [] for f in fields(cls)}
+        resolved = {"etp": "expert_tp", "moe_imbalance": "imbalance",
+                    "moe_capacity_factor": "capacity_factor"}
         for p in plans:
             for name in col:
-                v = getattr(p, name)
+                v = getattr(p, resolved.get(name, name))
                 col[name].append(schedule_code(v) if name == "schedule" else
                                  RECOMPUTE_CODE[v] if name == "recompute" else v)
         return cls(**col)
@@ -90,11 +104,13 @@ class PlanArrays:
     @classmethod
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
-        zero flash ogr opg tpo``)."""
+        zero flash ogr opg tpo``; ``etp imb cf`` optional: tp, the default imbalance and no
+        dropping when absent)."""
         missing = [s for s in SHORT.values() if s not in cols]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
-        return cls(**{name: cols[short] for name, short in SHORT.items()})
+        extra = {name: cols[short] for name, short, _ in OPTIONAL if short in cols}
+        return cls(**{name: cols[short] for name, short in SHORT.items()}, **extra)
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans)."""

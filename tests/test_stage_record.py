@@ -154,8 +154,10 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
                             assert op.nbytes == float(sc.tp_bytes[i])
                         elif cat == "cp":
                             assert op.nbytes == float(sc.cp_bytes[i])
-                        elif cat == "ep":
+                        elif cat == "ep" and op.kind == "alltoall":
                             assert op.nbytes == float(sc.ep_bytes[i])
+                        elif cat == "ep":                     # expert-TP AG / RS
+                            assert op.nbytes == float(sc.etp_bytes[i])
                         elif cat == "pp_gather":
                             assert op.nbytes == float(sc.p2p_gather_bytes[i])
                         elif "z3" in op.label:      # ZeRO-3: the whole stage, every micro-batch

@@ -31,7 +31,7 @@ class ProgramBuilder:
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
         self.last_vs = self.sched.num_virtual_stages(p.pp, p.vpp) - 1
         self.layers = job.layers_of_stage(self.stage) // p.vpp
-        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
+        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
@@ -124,8 +124,14 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
+        # MoE: dispatch and combine all-to-alls (ep_bytes holds both), and with expert tensor
+        # parallelism the all-gather of the dispatched tokens and the reduce-scatter of the
+        # expert outputs over the etp group, all on the ep-comm stream after the layer block
         ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
                        i, c, deps=(main,))
+        for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
+            ep = self.coll("ep-comm", kd, "etp", cs.etp_bytes, nl, "ep", f"{tag} etp {label}",
+                           i, c, deps=(main,)) or ep
         self.wait += [ep] if ep is not None else []
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main)

@@ -48,7 +48,7 @@ class Layout:
         self.per_stage = plan.tp * plan.cp * plan.dp
         n = placement.world_size(plan)
         self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
-        for dim in ("tp", "cp", "dp", "ep", "pp"):
+        for dim in ("tp", "cp", "dp", "ep", "etp", "pp"):
             groups = placement.groups(plan, dim)
             index = np.empty(n, dtype=np.int64)
             for gi, g in enumerate(groups):
@@ -140,7 +140,7 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
     """``template``'s program moved to ``rank`` of the same stage: the same ops with the
     rank's own peers and groups (programs depend on the stage and the groups only)."""
     t = template.rank
-    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep")}
+    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     streams = {}
     for name, ops in template.streams.items():

@@ -60,17 +60,30 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     ``group_bandwidth``. Groups of a shape that is laid out differently from one group to
     the next (``mixed``) keep the NIC-striped ring of ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
-    if kind == "alltoall":
-        return all_to_all.time(nbytes, n, bw, lat)
-    passes = PASSES[kind]
     G = cluster.gpus_per_node
-    _, k, nodes = strided_layout(n, stride, G)
+    uniform, k, nodes = strided_layout(n, stride, G)
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
     inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
+    if kind == "alltoall":
+        # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
+        # unevenly keep the one-port form at group_bandwidth's rate
+        return np.where(uniform, all_to_all.two_level_time(
+            nbytes, n, k, intra, inter, lat, pxn_relay(cluster)),
+            all_to_all.time(nbytes, n, bw, lat))[()]
+    passes = PASSES[kind]
     hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,
                              inter, cluster.inter_node_latency)
     return np.where(strided_algorithm(n, stride, G) == HIERARCHICAL, hier,
                     ring.time(passes, nbytes, n, bw, lat))[()]
+
+
+def pxn_relay(cluster: Cluster) -> bool:
+    """True where a flow to another node's GPU of a different local index is relayed over
+    NVLink to the local GPU of that index first (NCCL's PXN; ``topologies.routing``: rail
+    fabrics, tori and rings, one NIC per GPU)."""
+    return (cluster.inter_node_topology != "fat_tree"
+            and cluster.nics_per_node >= cluster.gpus_per_node
+            and cluster.intra_node_topology == "switch")
 
 
 def p2p_time(nbytes: Num, cluster: Cluster, crosses_node: Num) -> Num:

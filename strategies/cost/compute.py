@@ -117,9 +117,13 @@ def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: floa
     return count * np.maximum(t_compute, t_memory)
 
 
-def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
-    """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``)."""
-    return costs.layer_gemms(m, b, tp, cp, ep)
+def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
+             load: Num = 1.0) -> list[tuple]:
+    """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``): the routed experts'
+    grouped GEMM as ``E/ep`` GEMMs of ``costs.expert_tokens`` rows (the hottest rank's,
+    ``load``) and width ``F_e/etp``, each priced by its own shape (``_gemm``: small ``M``
+    wastes tile rows and makes the weight read count, the roofline)."""
+    return costs.layer_gemms(m, b, tp, cp, ep, etp=etp, load=load)
 
 
 def usable_hbm(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> float:
@@ -159,10 +163,11 @@ def _tp_split(tp: Num, tpo: Num) -> Num:
 
 
 def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
-                  tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                  tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM,
+                  etp: Num | None = None, load: Num = 1.0) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
-    GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
-    return gemms_time_fwd(_linears(m, b, tp, cp, ep), tp, gpu, dtype, tpo, system)
+    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``."""
+    return gemms_time_fwd(_linears(m, b, tp, cp, ep, etp, load), tp, gpu, dtype, tpo, system)
 
 
 def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
@@ -185,7 +190,8 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
 
 def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                         tpo: Num = False, fw: FrameworkProfile = DEFAULT,
-                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                        system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+                        load: Num = 1.0) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of the dense GEMMs of one layer: the data
     gradient ``(M, K, N)`` (split into ``tp`` pieces for the row-parallel weights under TP
     overlap, whose incoming gradient is all-gathered piece by piece) and the weight gradient
@@ -201,7 +207,7 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t, t_w = 0.0, 0.0
-    for count, M, N, K, row in _linears(m, b, tp, cp, ep):
+    for count, M, N, K, row in _linears(m, b, tp, cp, ep, etp, load):
         if row is None:
             w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
             t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) + w
@@ -292,7 +298,8 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
-               system: SystemConfig = DEFAULT_SYSTEM) -> LayerTime:
+               system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+               load: Num = 1.0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -303,13 +310,16 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``).
     ``wgrad`` is the weight-gradient part of ``bwd`` (``W`` of a split backward): the
     weight-gradient GEMMs and the separate accumulation into the main gradient; the rest
-    (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``."""
-    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system)
-    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
+    (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``.
+    ``etp``: expert tensor-parallel size (default tp); ``load``: the hottest expert-parallel
+    rank's routed tokens over the mean (``costs.moe_load``), the pace of its expert GEMMs."""
+    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
+    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype, system)
-    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
+    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
+                          system)
     launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
     bwd = g_b + a_b + 2 * e + acc + 2 * launch

@@ -28,18 +28,45 @@ def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     return b * s / cp
 
 
+def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf) -> Num:
+    """Routed tokens of the hottest expert-parallel rank over the mean (the pace of its expert
+    GEMMs and of its all-to-all): ``moe_imbalance`` where ``ep > 1`` (with every expert on
+    one rank there is no hottest rank), capped by ``moe_capacity_factor``, beyond which an
+    expert drops its tokens (Megatron's token dropping: an expert takes at most
+    ``capacity_factor`` times its mean share). Vectorised."""
+    return np.minimum(np.where(np.asarray(ep) > 1, imbalance, 1.0), capacity_factor)[()]
+
+
+def expert_tokens(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
+                  load: Num = 1.0) -> Num:
+    """Tokens one local expert's GEMMs run on one GPU per micro-batch, the ``M`` of its
+    grouped GEMM: the ``etp·ep`` ranks of an expert group hold ``etp·ep/tp`` tensor-parallel
+    groups' ``T = b·s/c`` tokens, each routed to ``topk`` of ``E`` experts, and the ``etp``
+    ranks of an expert's tensor-parallel group all run all of its tokens:
+    ``T·topk·etp·ep/(tp·E)`` times ``load`` (``moe_load``; ``T·topk/(E/ep)`` with
+    ``etp = tp``)."""
+    etp = tp if etp is None else etp
+    return tokens_per_gpu(b, m.seq_length, cp) * m.moe_router_topk * etp * ep \
+        / (tp * m.num_experts) * load
+
+
 def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                kind: str | None = None) -> list[tuple]:
+                kind: str | None = None, etp: Num | None = None,
+                load: Num = 1.0) -> list[tuple]:
     """The GEMMs of one layer on one GPU: ``(count, M tokens, N out, K in, row_parallel)``.
 
     Attention: ``ModelSpec.attention_linears`` (column-parallel weights split N over tp,
     row-parallel split K, replicated ones, MLA's down projections, whole). Dense MLP: up
-    (``F`` or ``2F`` gated) and down. MoE: ``num_experts/ep`` local experts with
-    ``T·topk/local`` tokens each, the shared experts as one MLP of their summed width, the
-    router (``row_parallel`` None: replicated, bf16) and Qwen2-MoE's shared-expert gate.
+    (``F`` or ``2F`` gated) and down. MoE: ``num_experts/ep`` local experts, each a GEMM of
+    ``expert_tokens`` rows (``load``: the hottest rank's, ``moe_load``) with its width split
+    over the expert tensor-parallel size ``etp`` (default ``tp``), the shared experts as one
+    MLP of their summed width, the router (``row_parallel`` None: replicated, bf16) and
+    Qwen2-MoE's shared-expert gate. Summed, the routed experts' FLOPs
+    ``2·T·topk·(2 or 3)·h·F_e·load/tp`` depend on neither ``ep`` nor ``etp``.
     ``kind`` None: the mean layer (``ModelSpec.layer_shares`` scales each kind's counts)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
+    etp = tp if etp is None else etp
     out: list[tuple] = []
     for _, k_in, n_out, split in m.attention_linears():
         if split == "row":
@@ -52,8 +79,8 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
             out += [(w, T, up * F / tp, h, False), (w, T, h, F / tp, True)]
             continue
         F, local = m.expert_ffn, m.num_experts / ep
-        Me = T * m.moe_router_topk / local
-        out += [(w * local, Me, up * F / tp, h, False), (w * local, Me, h, F / tp, True),
+        Me = expert_tokens(m, b, tp, cp, ep, etp, load)
+        out += [(w * local, Me, up * F / etp, h, False), (w * local, Me, h, F / etp, True),
                 (w, T, m.num_experts, h, None)]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn
@@ -363,15 +390,44 @@ def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return ACT_BYTES * T * m.kv_heads * (m.head_dim + m.v_dim) / tp * (cp - 1)
 
 
-def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> Num:
-    """MoE token dispatch + combine per forward of the mean layer, per GPU: each token's hidden
-    vector goes to top-k experts and comes back; the share ``(ep-1)/ep`` leaves the GPU; only
-    MoE layers (their share of the layers) exchange tokens."""
+def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:
+    """Bytes of the routed token copies one GPU sends into one MoE layer's dispatch (and
+    receives back in its combine), per micro-batch: its ``T/tp`` tokens (sequence parallel,
+    as Megatron-Core runs MoE under tensor parallelism), each a hidden vector for each of its
+    ``topk`` experts, ``load`` times the mean for the hottest rank (``moe_load``)."""
+    return ACT_BYTES * tokens_per_gpu(b, m.seq_length, cp) / tp * m.hidden_size \
+        * m.moe_router_topk * load
+
+
+def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                          load: Num = 1.0) -> Num:
+    """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-
+    Core's alltoall token dispatcher runs them: the dispatch and the combine, each an
+    all-to-all whose per-member buffer is ``routed_token_bytes`` (the member's own share
+    included: the all-to-all's closed form takes ``(ep-1)/ep`` of it onto the wire); the
+    backward runs the same two. Only MoE layers (their share of the layers) exchange tokens;
+    0 with ``ep = 1``."""
     if not m.is_moe:
         return 0.0 * ep
-    T = tokens_per_gpu(b, m.seq_length, cp)
     moe_share = m.num_moe_layers / m.num_layers
-    return 2 * ACT_BYTES * T * m.hidden_size * m.moe_router_topk * (ep - 1) / ep / tp * moe_share
+    return np.where(np.asarray(ep) > 1,
+                    2 * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
+
+
+def etp_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
+                  load: Num = 1.0) -> Num:
+    """Bytes of one expert tensor-parallel collective of the mean layer's forward, per GPU:
+    after the dispatch the ``etp`` ranks of an expert's tensor-parallel group all-gather the
+    tokens each received (``routed_token_bytes``), and before the combine reduce-scatter the
+    partial outputs: each collective's buffer is ``etp`` members' tokens. The forward runs one
+    all-gather and one reduce-scatter, the backward the same two. 0 with ``etp = 1``. (With
+    ``ep = 1`` Megatron gathers the unrouted tokens instead, the dense MLP's tensor-parallel
+    collective, and the stage record charges none of this.)"""
+    if not m.is_moe:
+        return 0.0 * etp
+    moe_share = m.num_moe_layers / m.num_layers
+    return np.where(np.asarray(etp) > 1,
+                    etp * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -386,18 +442,20 @@ def expert_params(m: ModelSpec) -> float:
     return m.expert_params_per_layer()
 
 
-def layer_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+def layer_params_split(m: ModelSpec, tp: Num, ep: Num,
+                       etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters of the mean layer on one GPU: the routed experts
-    (``expert_params``) over ``tp·ep``; MLA's down projections whole on every tensor-parallel
-    rank (``ModelSpec.tp_replicated_params``); everything else (attention, norms, router,
-    shared experts, dense biases) over ``tp``."""
+    (``expert_params``) over ``etp·ep`` (``etp`` default ``tp``); MLA's down projections
+    whole on every tensor-parallel rank (``ModelSpec.tp_replicated_params``); everything else
+    (attention, norms, router, shared experts, dense biases) over ``tp``."""
     experts, rep = expert_params(m), m.tp_replicated_params()
-    return (m.layer_params() - experts - rep) / tp + rep, experts / (tp * ep)
+    etp = tp if etp is None else etp
+    return (m.layer_params() - experts - rep) / tp + rep, experts / (etp * ep)
 
 
-def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:
+def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, etp: Num | None = None) -> Num:
     """Parameters of the mean layer held by one GPU (``layer_params_split``, summed)."""
-    dense, expert = layer_params_split(m, tp, ep)
+    dense, expert = layer_params_split(m, tp, ep, etp)
     return dense + expert
 
 
@@ -420,12 +478,13 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
 
 def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                        layers: Num | None = None,
-                       head_stage: Num | None = None) -> tuple[Num, Num]:
+                       head_stage: Num | None = None,
+                       etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
     ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
     stage 0 and the output layer on stage ``head_stage`` (default ``pp-1``; the schedule's
-    ``head_rank_array``: 0 on a V)."""
-    dense_l, expert_l = layer_params_split(m, tp, ep)
+    ``head_rank_array``: 0 on a V; ``etp``: the expert tensor-parallel size, default tp)."""
+    dense_l, expert_l = layer_params_split(m, tp, ep, etp)
     lps = m.num_layers // pp if layers is None else layers
     head = np.asarray(pp) - 1 if head_stage is None else np.asarray(head_stage)
     first, last = np.asarray(stage) == 0, np.asarray(stage) == head
@@ -435,7 +494,8 @@ def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
 
 
 def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
-                         layers: Num | None = None, head_stage: Num | None = None) -> Num:
+                         layers: Num | None = None, head_stage: Num | None = None,
+                         etp: Num | None = None) -> Num:
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
-    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage)
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage, etp)
     return dense + expert

@@ -75,6 +75,7 @@ class StageCostArrays:
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
+    etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
@@ -119,6 +120,7 @@ class StageCosts:
     tp_per_layer_recompute: int
     cp_bytes: float
     ep_bytes: float
+    etp_bytes: float
     p2p_bytes: float
     p2p_gather_bytes: float
     layer_params: float
@@ -154,13 +156,16 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     gpu = cl.gpu if gpu is None else gpu
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
+    etp = P.etp
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
     slow = ct.overlap_slowdown(tp, tpo, cp, zero)
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
-                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
+                       etp=etp, load=load)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
@@ -169,10 +174,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, dp, 1.0)
+    # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
+    shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
-              for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
+    split = {k: counts.stage_params_split(m, tp, ep, pp, s, head_stage=head_at, etp=etp)
+             for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
+    params = {k: d + e + zeros for k, (d, e) in split.items()}
+    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + zeros
+           for k, (d, e) in split.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
@@ -189,10 +198,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
         tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2, 0) + zeros.astype(int),
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
+        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load), 0.0)
+        + zeros,
+        etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
+                                                                      load), 0.0)
+        + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
-        layer_params=full(counts.layer_params_per_gpu(m, tp, ep)),
+        layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
         embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
         head_params=full(counts.head_params_per_gpu(m, tp, pp)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
@@ -221,7 +234,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
         tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
-        cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
+        cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
+        p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),
         grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
@@ -244,10 +258,11 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     if p.layers_per_stage is None:
         return rec
     head_at = head_rank(p.schedule, p.pp, p.vpp)
-    params = tuple(float(counts.stage_params_per_gpu(job.model, p.tp, p.ep, p.pp, s,
-                                                     layers=job.layers_of_stage(s),
-                                                     head_stage=head_at))
-                   for s in range(p.pp))
+    split = [counts.stage_params_split(job.model, p.tp, p.ep, p.pp, s,
+                                       layers=job.layers_of_stage(s), head_stage=head_at,
+                                       etp=p.expert_tp) for s in range(p.pp)]
+    params = tuple(float(d + e) for d, e in split)
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
+    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy)) for d, e in split)
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt)

@@ -125,8 +125,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     a_f, a_b = sc.attn_fwd, sc.attn_bwd
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
-    # expert parallel all-to-all: dispatch + combine, forward and backward
-    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
+    # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds
+    # both of a forward), over groups of ep ranks etp apart (strategies.placement); with
+    # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before
+    # the combine over the etp consecutive ranks, forward and backward
+    etp = P.etp
+    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl) + np.where(
+        sc.etp_bytes > 0, 2 * (cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
+                               + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl)),
+        0.0)
 
     comp_layer = sc.layer_fwd + sc.layer_bwd
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer

@@ -114,12 +114,13 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
     # (experts over d/ep)
-    dense_l, expert_l = counts.layer_params_split(m, tp, ep)
+    etp = P.etp
+    dense_l, expert_l = counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
-    d_e = np.maximum(1, d // ep)
+    d_e = np.maximum(1, (tp * d) // (etp * ep))       # expert data parallelism
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)
@@ -142,7 +143,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                            etp=etp)
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
