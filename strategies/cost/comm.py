@@ -67,9 +67,14 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     if kind == "alltoall":
         # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
         # unevenly keep the one-port form at group_bandwidth's rate
-        return np.where(uniform, all_to_all.two_level_time(
-            nbytes, n, k, intra, inter, lat, pxn_relay(cluster)),
-            all_to_all.time(nbytes, n, bw, lat))[()]
+        relay = pxn_relay(cluster)
+        # the slowest pair's route: across nodes, through a PXN relay first when k > 1
+        lat2 = np.where(nodes > 1, cluster.inter_node_latency
+                        + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
+                        cluster.intra_node_latency)
+        return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, inter, lat2,
+                                                           relay),
+                        all_to_all.time(nbytes, n, bw, lat))[()]
     passes = PASSES[kind]
     hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,
                              inter, cluster.inter_node_latency)
