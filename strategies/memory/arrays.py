@@ -34,7 +34,8 @@ import numpy as np
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          op_saved_bytes)
+                                          op_saved_bytes, permutation_buffer_bytes,
+                                          routed_activation_bytes)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -104,6 +105,14 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
+    # MoE: the routed tokens as the dispatcher holds them, at the hottest rank's load
+    # (activations.routed_activation_bytes), where the stash keeps them (no full or op
+    # recomputation), and in the layer a full recomputation rebuilds
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
+    table, real = routed_activation_bytes(m, s, b, tp, cp, sp, P.etp, load)
+    layer_act = layer_act + np.where((rc == 2) | (rc == 3), 0.0, real - table)
+    layer_act_none = layer_act_none + (real - table)
+    perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
@@ -142,7 +151,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
-    # gathered parameters with ZeRO-3), fragmentation
+    # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
     dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
                                                             etp=etp)
     params_here = dense_params + expert_params
@@ -150,7 +159,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
                        + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
-    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
     # fp16: the optimizer step's fp32 gradient copy (the 1/d shard with ZeRO >= 1), beyond the
     # activations it replaces (docs/memory.md)
     copy = sy.step_grad_copy_bytes(dtype) * (
