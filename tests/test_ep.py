@@ -213,3 +213,33 @@ def test_plan_round_trips_the_expert_fields():
     assert (p.etp, p.moe_imbalance, p.moe_capacity_factor) == (1, 1.25, 2.0)
     assert dataclasses.replace(p, etp=None).expert_tp == 2
     assert "etp1" in p.short()
+
+
+# ------------------------------------------------------------------ node-limited routing
+def test_node_limited_routing_scale():
+    """DeepSeek-V3: 8 router groups, at most 4 per token, top-8: ep=64 over 8-GPU nodes spans
+    8 nodes = the groups, so the bytes between nodes halve; elsewhere nothing changes."""
+    m = model_preset("deepseek-v3")
+    assert (m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk) == (8, 4, 8)
+    assert counts.ep_remote_scale(m, 64, 1, 8) == 0.5
+    assert counts.ep_remote_scale(m, 32, 1, 8) == 1.0         # 4 nodes: groups != nodes
+    assert counts.ep_remote_scale(m, 32, 2, 8) == 0.5         # etp 2: 32 ranks 2 apart, 8 nodes
+    assert counts.ep_remote_scale(QWEN, 64, 1, 8) == 1.0      # not group-limited
+
+
+@pytest.mark.parametrize("group, k, r", [(list(range(16)), 8, 0.5), (list(range(32)), 8, 0.25),
+                                         (list(range(0, 32, 2)), 4, 0.5),
+                                         ([0, 8, 16, 24], 1, 0.5)])
+def test_node_limited_alltoall_alone_is_the_closed_form(group, k, r):
+    """Flows between nodes carry ``r`` of the per-pair bytes: the engine's max-min sharing
+    ends at the closed form's busier port."""
+    S, n = 64e6, len(group)
+    algo = colls.algorithm_for("alltoall", group, 8)
+    progs = {x: Program(x, 0, {"s": (Collective(0, "s", "alltoall", tuple(group), S, algo, "t",
+                                                "ep", "c", remote_scale=r),)}) for x in group}
+    got = run(progs, net=new_network(build_graph(H800), route, backend="flows")).step_time_s
+    lat = H800.inter_node_latency + (H800.intra_node_latency if k > 1 else 0.0)
+    closed = all_to_all.two_level_time(S, n, k, B_IN, B_OUT, lat, True, r)
+    assert got == pytest.approx(float(closed), rel=REL)
+    assert float(comm.collective_time("alltoall", S, n, group[1] - group[0], H800, r)) == \
+        pytest.approx(float(closed), rel=REL)

@@ -31,7 +31,9 @@ from strategies.collectives import phases_of
 
 STEPWISE = {"allreduce": "ring_allreduce", "reduce_scatter": "ring_reduce_scatter",
             "allgather": "ring_allgather"}
-RunPhase = tuple[float, list, float]   # (latency seconds per call, flows (src, dst), bytes per call)
+# (latency seconds per call, flows (src, dst), bytes per call: one number for every flow, or a
+# tuple with one per flow where flows between nodes carry other bytes, Phase.remote_nbytes)
+RunPhase = tuple[float, list, "float | tuple"]
 
 
 def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable) -> list[RunPhase]:
@@ -39,9 +41,12 @@ def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable)
     ``steps`` times its slowest hop's latency), the flows the ``issuers`` start, the bytes of
     each flow."""
     out = []
-    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of):
+    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale):
         lat = max(net.latency(a, b) for a, b in ph.flows)
-        out.append((ph.steps * lat, [f for f in ph.flows if f[0] in issuers], ph.nbytes))
+        flows = [f for f in ph.flows if f[0] in issuers]
+        nbytes = ph.nbytes if ph.remote_nbytes is None else tuple(
+            ph.remote_nbytes if node_of(a) != node_of(b) else ph.nbytes for a, b in flows)
+        out.append((ph.steps * lat, flows, nbytes))
     return out
 
 
@@ -58,7 +63,7 @@ class CollectiveRunner:
         self._links: dict = {}
 
     def phases(self, op: Collective) -> list[RunPhase]:
-        key = (op.group, op.kind, op.algorithm, op.nbytes)
+        key = (op.group, op.kind, op.algorithm, op.nbytes, op.remote_scale)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = plan_phases(self.net, op, self.issuers, self.node_of)
@@ -90,6 +95,9 @@ class CollectiveRunner:
         if key not in self._solo:
             total = 0.0
             for lat, flows, nbytes in phases:
+                if isinstance(nbytes, tuple):        # flows of two sizes: the flow model
+                    total = None
+                    break
                 xfer = self.net.solo_seconds(flows, nbytes * op.repeat)
                 if xfer is None:
                     total = None
@@ -115,7 +123,8 @@ class CollectiveRunner:
         for lat, flows, nbytes in phases:
             if lat > 0:
                 yield env.timeout(op.repeat * lat)
-            events = [net.flow(a, b, nbytes * op.repeat, op.tag) for a, b in flows]
+            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
+            events = [net.flow(a, b, nb * op.repeat, op.tag) for (a, b), nb in zip(flows, sizes)]
             if events:
                 yield env.all_of(events)
         done.succeed()

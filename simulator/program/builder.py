@@ -71,7 +71,8 @@ class ProgramBuilder:
         return self.last_compute
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
-             label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None) -> int | None:
+             label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
+             remote_scale: float = 1.0) -> int | None:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
@@ -79,7 +80,8 @@ class ProgramBuilder:
         deps = tuple(d for d in deps if d is not None)
         return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
                          algorithm=algo, tag=tag or cat, category=cat, label=label,
-                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps)
+                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps,
+                         remote_scale=float(remote_scale))
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
@@ -128,7 +130,7 @@ class ProgramBuilder:
         # parallelism the all-gather of the dispatched tokens and the reduce-scatter of the
         # expert outputs over the etp group, all on the ep-comm stream after the layer block
         ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
-                       i, c, deps=(main,))
+                       i, c, deps=(main,), remote_scale=cs.ep_remote_scale)
         for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
             ep = self.coll("ep-comm", kd, "etp", cs.etp_bytes, nl, "ep", f"{tag} etp {label}",
                            i, c, deps=(main,)) or ep

@@ -19,13 +19,17 @@ import numpy as np
 from strategies.collectives.phase import Num, Phase, steps
 
 
-def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list[Phase]:
-    """The one phase of an all-to-all over ``group`` (``nbytes`` sent per member)."""
+def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None,
+           remote_scale: float = 1.0) -> list[Phase]:
+    """The one phase of an all-to-all over ``group`` (``nbytes`` sent per member); with
+    ``remote_scale`` != 1 (and ``node_of``) the flows between nodes carry that share of
+    ``nbytes/n`` (node-limited routing, ``strategies.cost.counts.ep_remote_scale``)."""
     g = tuple(group)
     if len(g) < 2:
         return []
     flows = tuple((a, b) for a in g for b in g if a != b)
-    return [Phase(flows, nbytes / len(g), steps("alltoall", len(g)))]
+    remote = nbytes * remote_scale / len(g) if remote_scale != 1.0 and node_of else None
+    return [Phase(flows, nbytes / len(g), steps("alltoall", len(g)), remote)]
 
 
 def time(nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
@@ -36,7 +40,7 @@ def time(nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
 
 
 def two_level_time(nbytes: Num, n: Num, k: Num, bw_in: Num, bw_out: Num, lat: Num,
-                   relay: Num) -> Num:
+                   relay: Num, remote_scale: Num = 1.0) -> Num:
     """Seconds of an all-to-all over ``n`` members, ``k`` on each of ``n/k`` nodes, alone on
     its links: each member's ``k-1`` flows to its node peers cross its NVLink port
     (``bw_in`` bytes/s each way) and its ``n-k`` flows to other nodes cross its NIC
@@ -51,9 +55,13 @@ def two_level_time(nbytes: Num, n: Num, k: Num, bw_in: Num, bw_out: Num, lat: Nu
 
     with ``F_in = (k-1)·n/k`` relayed, else ``k-1``; 0 when ``n < 2``. One node (``k = n``)
     gives ``(n-1)/n·nbytes/bw_in``, one member per node ``(n-1)/n·nbytes/bw_out``.
-    Vectorised."""
+    ``remote_scale`` ``r``: the flows between nodes carry ``r·nbytes/n`` (node-limited
+    routing), so the NIC term and the relayed share of the NVLink term scale by ``r``: each
+    port still works without pause until its own bytes are through. Vectorised."""
     n, k = np.asarray(n, dtype=float), np.asarray(k, dtype=float)
-    f_in = np.where(relay, (k - 1) * n / np.maximum(k, 1), k - 1)
+    r = remote_scale
+    nodes = n / np.maximum(k, 1)
+    f_in = (k - 1) * (1 + np.where(relay, (nodes - 1) * r, 0.0))
     t_in = f_in * nbytes / (n * bw_in)
-    t_out = np.where(n > k, (n - k) * nbytes / (n * bw_out), 0.0)
+    t_out = np.where(n > k, (n - k) * r * nbytes / (n * bw_out), 0.0)
     return np.where(n > 1, np.maximum(t_in, t_out) + lat, 0.0)[()]

@@ -52,12 +52,14 @@ allgather_time = ring.allgather_time
 alltoall_time = all_to_all.time
 
 
-def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster) -> Num:
+def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
+                    remote_scale: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; otherwise ``ring``'s (``all_to_all``'s for an all-to-all) at
-    ``group_bandwidth``. Groups of a shape that is laid out differently from one group to
+    per-GPU NIC rates; otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
+    ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
+    the share of its bytes between nodes, node-limited routing). Groups of a shape that is laid out differently from one group to
     the next (``mixed``) keep the NIC-striped ring of ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
     G = cluster.gpus_per_node
@@ -73,7 +75,7 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                         + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
                         cluster.intra_node_latency)
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra, inter, lat2,
-                                                           relay),
+                                                           relay, remote_scale),
                         all_to_all.time(nbytes, n, bw, lat))[()]
     passes = PASSES[kind]
     hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,

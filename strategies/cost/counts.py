@@ -414,6 +414,27 @@ def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                     2 * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
 
 
+def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
+    """Share of the all-to-all's per-pair bytes that crosses between nodes, 1 unless the
+    router is node-limited. DeepSeek-V3 (technical report, arXiv:2412.19437, "node-limited
+    routing" and its cross-node all-to-all: each token to at most ``M = 4`` nodes; its
+    ``config.json``: ``n_group`` 8, ``topk_group`` 4) groups the experts so that
+    the groups are the nodes of its expert-parallel group, picks ``M`` groups per token, and
+    dispatches a token once to each chosen node over InfiniBand, to be forwarded to its
+    experts there over NVLink. A token then leaves its node ``M·(N-1)/N`` times on average
+    (its own node is one of the ``M`` with chance ``M/N``) instead of once per expert,
+    ``k·(N-1)/N``: the inter-node bytes scale by ``M/k``. Applies where the expert group of
+    ``ep`` ranks ``etp`` apart spans exactly ``moe_router_num_groups`` nodes (groups = nodes)
+    and ``M < k``. Vectorised."""
+    G, M, k = m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk
+    if not m.is_moe or not G or not M or M >= k:
+        return 1.0 + 0.0 * np.asarray(ep, dtype=float)
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
+    nodes = ep / per_node
+    return np.where((nodes == G) & (G > 1), M / k, 1.0)[()]
+
+
 def etp_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
                   load: Num = 1.0) -> Num:
     """Bytes of one expert tensor-parallel collective of the mean layer's forward, per GPU:

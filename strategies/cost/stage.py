@@ -76,6 +76,7 @@ class StageCostArrays:
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
+    ep_remote_scale: np.ndarray   # share of the all-to-all's bytes between nodes (node-limited)
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
@@ -121,6 +122,7 @@ class StageCosts:
     cp_bytes: float
     ep_bytes: float
     etp_bytes: float
+    ep_remote_scale: float
     p2p_bytes: float
     p2p_gather_bytes: float
     layer_params: float
@@ -203,6 +205,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
                                                                       load), 0.0)
         + zeros,
+        ep_remote_scale=counts.ep_remote_scale(m, ep, etp, cl.gpus_per_node) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
         layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
@@ -235,6 +238,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
         tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
+        ep_remote_scale=f("ep_remote_scale"),
         p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),

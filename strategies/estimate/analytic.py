@@ -130,7 +130,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before
     # the combine over the etp consecutive ranks, forward and backward
     etp = P.etp
-    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl) + np.where(
+    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl,
+                                      sc.ep_remote_scale) + np.where(
         sc.etp_bytes > 0, 2 * (cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
                                + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl)),
         0.0)
