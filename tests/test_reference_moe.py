@@ -44,3 +44,16 @@ def test_fsdp_stack_gets_its_zero_stage_under_pipelining() -> None:
     assert not case.skipped, case.skipped
     assert case.job.plan.zero == 2 and case.job.plan.pp == 8
     assert any(a.startswith("zero=2 (FSDP") for a in case.assumptions)
+
+
+def test_megatron_bridge_release_rows_resolve() -> None:
+    """The 26.04.01 table: every row names a model, GPU and plan the reader resolves (a row
+    the planner cannot express yet is skipped with its reason, never dropped silently)."""
+    path = os.path.join(os.path.dirname(DATA_2026), "megatron_bridge_2604.json")
+    cases = [case_from_entry(r) for r in load_reference(path)]
+    assert len(cases) == 33
+    done = [c for c in cases if not c.skipped]
+    assert len(done) >= 31
+    assert all(c.measured_step_s > 0 for c in done)
+    assert {c.job.cluster.gpu.name for c in done} == {"H100-SXM5-80GB", "B200-SXM-180GB",
+                                                  "B300-SXM-288GB", "GB200", "GB300"}
