@@ -57,3 +57,12 @@ def test_megatron_bridge_release_rows_resolve() -> None:
     assert all(c.measured_step_s > 0 for c in done)
     assert {c.job.cluster.gpu.name for c in done} == {"H100-SXM5-80GB", "B200-SXM-180GB",
                                                   "B300-SXM-288GB", "GB200", "GB300"}
+
+
+def test_gpu_hours_per_trillion_tokens_gives_the_step() -> None:
+    """DeepSeek-V3's report: 180K H800 GPU-hours per trillion tokens on 2,048 GPUs at the
+    steady batch of 15,360 sequences of 4,096 tokens: step = tokens × GPU-s per token / GPUs."""
+    case = case_from_entry(ROWS["deepseekv3_report_h800_2048"])
+    assert not case.skipped, case.skipped
+    assert case.measured_step_s == pytest.approx(15360 * 4096 * 180000 * 3600 / (1e12 * 2048),
+                                                 rel=1e-12)
