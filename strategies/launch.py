@@ -42,6 +42,10 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     a += _uneven_megatron_args(p)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
+    if p.etp is not None and p.etp != p.tp:
+        a.append(f"--expert-tensor-parallel-size {p.etp}")
+    if p.moe_capacity_factor is not None:
+        a.append(f"--moe-expert-capacity-factor {p.moe_capacity_factor:g}")
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes
