@@ -246,3 +246,12 @@ def test_node_limited_alltoall_alone_is_the_closed_form(group, k, r):
     assert got == pytest.approx(float(closed), rel=REL)
     assert float(comm.collective_time("alltoall", S, n, group[1] - group[0], H800, r)) == \
         pytest.approx(float(closed), rel=REL)
+
+
+def test_plan_file_keeps_the_expert_fields():
+    from strategies.plan import plan_from_mapping
+    from strategies.plan_file import plan_to_mapping
+    p = parse_plan("tp=2,ep=4,etp=1,moe_imbalance=1.25,moe_capacity_factor=2")
+    d = plan_to_mapping(p)
+    assert (d["etp"], d["moe_imbalance"], d["moe_capacity_factor"]) == (1, 1.25, 2.0)
+    assert plan_from_mapping(d) == p
