@@ -255,3 +255,23 @@ def test_plan_file_keeps_the_expert_fields():
     d = plan_to_mapping(p)
     assert (d["etp"], d["moe_imbalance"], d["moe_capacity_factor"]) == (1, 1.25, 2.0)
     assert plan_from_mapping(d) == p
+
+
+@pytest.mark.slow
+def test_lower_bound_holds_for_expert_plans():
+    """The search stays exact with the new all-to-all: the bound never beats the simulation,
+    node-limited (a DeepSeek-V3-shaped toy: 2 router groups = the 2 nodes of ep=16), with
+    expert TP, and with imbalance."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.plan_arrays import PlanArrays
+    m = dataclasses.replace(model_preset("deepseek-v3"), num_layers=4, first_k_dense_replace=1,
+                            num_nextn_predict_layers=0, seq_length=1024,
+                            moe_router_num_groups=2, moe_router_group_topk=1)
+    cl = cluster_preset("hgx-h800", 2)
+    plans = ["ep=16,gbs=32", "ep=8,etp=2,gbs=32", "pp=2,ep=8,gbs=32,moe_imbalance=1.3"]
+    jobs = [make_job(m, cl, parse_plan(p)) for p in plans]
+    assert stage_costs(jobs[0]).ep_remote_scale == 1 / 8          # M/k
+    bounds = step_time_lower_bound(m, cl, "bf16", PlanArrays.from_plans([j.plan for j in jobs]))
+    for j, b in zip(jobs, bounds):
+        assert b <= simulate(j).step_time_s, j.plan.short()

@@ -130,8 +130,10 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
-    a2a = np.where(ep > 1, min_route_latency(cl)
-                   + (ep - 1) / ep * sc.ep_bytes / egress_rate_cap(cl), 0.0)
+    # the bytes leaving a member are at least (ep-1)/ep of its buffer times the share of a
+    # pair's bytes that crosses between nodes (node-limited routing: ep_remote_scale <= 1)
+    a2a = np.where(ep > 1, min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
+                   * np.minimum(sc.ep_remote_scale, 1.0) / egress_rate_cap(cl), 0.0)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
