@@ -240,7 +240,7 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in ("dp", "gbs", "microbatch_group_size", "etp") | _FLOATS:
+    if value is None and key in {"dp", "gbs", "microbatch_group_size", "etp"} | _FLOATS:
         return None
     if key in _FLOATS:
         return _parse_float(key, value)
