@@ -102,6 +102,14 @@ class FrameworkProfile:
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
     schedule_impl: tuple[tuple[str, str], ...] = ()
+    #: how ZeRO-3 gathers parameters: ``"bucketed"`` (a layer's worth at a time, prefetched
+    #: behind compute: Megatron-FSDP, FSDP, XLA) or ``"per-tensor"`` (one host-synchronous
+    #: all-gather per parameter tensor and one reduce-scatter per gradient, exposed:
+    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.counts.zero3_tensor_gathers``)
+    zero3_gather: str = "bucketed"
+    #: parameters used between two uses of a tensor below which a per-tensor stack keeps it
+    #: gathered (DeepSpeed ``stage3_max_reuse_distance``, default 1e9)
+    zero3_reuse_params: float = 1e9
 
     def schedule_for(self, name: str) -> str:
         """The schedule this stack runs for a plan's ``schedule=name``."""
@@ -133,11 +141,18 @@ class FrameworkProfile:
         if self.default_recompute not in self.recompute:
             raise SpecError("framework.default_recompute", self.default_recompute,
                             f"must be one of the stack's recompute modes {self.recompute}")
+        if self.zero3_gather not in ZERO3_GATHERS:
+            raise SpecError("framework.zero3_gather", self.zero3_gather,
+                            f"must be one of {', '.join(ZERO3_GATHERS)}")
+        if not self.zero3_reuse_params >= 0:
+            raise SpecError("framework.zero3_reuse_params", self.zero3_reuse_params,
+                            "must be a number of parameters >= 0")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
 
 
+ZERO3_GATHERS = ("bucketed", "per-tensor")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
 
 MEGATRON_LM_2021 = FrameworkProfile(
@@ -160,7 +175,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),))
+    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor")
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",

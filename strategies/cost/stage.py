@@ -91,6 +91,17 @@ class StageCostArrays:
     bucket_params: float          # Megatron DDP bucket size
     tp_overlap_chunks: int
     cp_exposed_fraction: float
+    # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
+    # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
+    # backward's all-gathers and of the gradient reduce-scatters
+    # (``counts.zero3_tensor_gathers``); all 0 for other plans and stacks
+    z3_fwd_n: np.ndarray
+    z3_fwd_params: np.ndarray
+    z3_bwd_n: np.ndarray
+    z3_bwd_params: np.ndarray
+    z3_rs_n: np.ndarray
+    z3_rs_params: np.ndarray
+    copy_gap: float               # seconds per copy kernel (the stack's launch gap)
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -131,6 +142,13 @@ class StageCosts:
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
+    z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
+    z3_fwd_params: float = 0.0
+    z3_bwd_n: float = 0.0
+    z3_bwd_params: float = 0.0
+    z3_rs_n: float = 0.0
+    z3_rs_params: float = 0.0
+    copy_gap: float = 0.0
 
     @property
     def w_share(self) -> float:
@@ -177,6 +195,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def full(x):
         return np.asarray(x, dtype=float) + zeros
 
+    per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
+    z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+    z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
+
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
@@ -199,7 +221,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
-        cp_exposed_fraction=float(sy.cp_exposed_fraction))
+        cp_exposed_fraction=float(sy.cp_exposed_fraction),
+        z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
+        z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
+        copy_gap=float(fw.launch_gap_s))
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
@@ -228,7 +253,10 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
-        optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)))
+        optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
+        z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
+        z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
+        copy_gap=arrays.copy_gap)
 
 
 def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
