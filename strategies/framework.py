@@ -46,6 +46,11 @@ Sources (details and numbers in docs/calibration.md):
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+* ZeRO-3 gathers (``zero3_gather``): DeepSpeed v0.3.13-v0.5 (2021; ``partition_parameters.py``
+  ``_allgather_param``, ``stage3.py`` ``fetch_sub_module``) all-gathers one parameter tensor
+  at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
+  so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
+  XLA gather a layer's worth at once behind compute (``"bucketed"``).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
