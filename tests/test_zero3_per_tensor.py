@@ -88,3 +88,28 @@ def test_bad_profile_values_are_refused():
         replace(MEGATRON_DEEPSPEED, zero3_gather="per-layer")
     with pytest.raises(SpecError, match="zero3_reuse_params"):
         replace(MEGATRON_DEEPSPEED, zero3_reuse_params=-1.0)
+
+
+def test_simulator_runs_the_same_calls():
+    """Alone on the wire (one stage, nothing else on the dp links) the simulated step equals
+    the estimate to floating-point precision: both read the stage record's z3 counts and
+    ``comm.per_tensor_time``."""
+    from simulator.simulate import simulate
+    job = _job("megatron-deepspeed")
+    sim = simulate(job)
+    assert sim.step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-12)
+    from simulator.program.compiler import compile_job
+    ops = compile_job(job, ranks=[0])[0].streams["dp-comm"]
+    gathers = [op for op in ops if op.label.startswith("AG z3 tensors")]
+    z = counts.zero3_tensor_gathers(job.model, 1, 1, 1, True, 1e9)
+    assert sum(op.repeat for op in gathers) == job.num_microbatches * (z["fwd_n"] + z["bwd_n"])
+
+
+def test_per_tensor_excess_completes_the_collective():
+    cl = cluster_preset("dgx-a100", 4)
+    for kind in ("allgather", "reduce_scatter"):
+        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6)
+        own = 50 * comm.collective_time(kind, 1e7, 32, 1, cl)
+        assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6) == \
+            pytest.approx(total - own, rel=1e-12)
+        assert total > own

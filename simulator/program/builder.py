@@ -16,6 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
+from strategies.cost.comm import per_tensor_excess
 from strategies.cost.stage import StageCosts
 from strategies.schedules import Step, get_schedule
 
@@ -26,6 +27,7 @@ class ProgramBuilder:
     def __init__(self, job, costs: StageCosts, layout, rank: int, granularity: str) -> None:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
+        self.cluster = job.cluster
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
@@ -134,18 +136,22 @@ class ProgramBuilder:
     # ------------------------------------------------------------------ passes
     def _per_tensor(self, kind: str, count: float, nbytes: float, label: str, i: int,
                     deps: tuple = ()) -> None:
-        """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` NCCL rings over the dp
-        group back to back, then the ``n`` copy kernels of each (on the communication
-        stream); the next compute waits for all of it (``comm.per_tensor_time``)."""
-        group = self.group["dp"]
+        """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
+        group's collective back to back, then what each call costs beyond it (the flat ring's
+        extra latency steps, the copies: ``comm.per_tensor_excess``) on the communication
+        stream; the next compute waits for all of it. Alone on the wire:
+        ``comm.per_tensor_time``, the estimate's charge."""
         name = "AG" if kind == "allgather" else "RS"
-        ring = self._add(Collective, "dp-comm", kind=kind, group=group,
-                         nbytes=float(nbytes / count), algorithm="ring", tag="dp",
-                         category="dp", label=f"{name} z3 tensors {label}", repeat=float(count),
-                         microbatch=i, chunk=-1, deps=tuple(d for d in deps if d is not None))
-        copies = self._add(Compute, "dp-comm", seconds=float(count * len(group) * self.c.copy_gap),
-                           kind="dp", label=f"copies z3 {label}", microbatch=i, chunk=-1,
-                           deps=(ring,))
+        ring = self.coll("dp-comm", kind, "dp", nbytes / count, count, "dp",
+                         f"{name} z3 tensors {label}", i, deps=deps, tag="dp")
+        group = self.group["dp"]
+        dp = len(group)
+        stride = (group[1] - group[0]) if dp > 1 else 1
+        extra = float(per_tensor_excess(kind, count, nbytes, dp, stride, self.cluster,
+                                        self.c.copy_gap))
+        copies = self._add(Compute, "dp-comm", seconds=extra, kind="dp",
+                           label=f"calls z3 {label}", microbatch=i, chunk=-1,
+                           deps=(ring,) if ring is not None else ())
         self.wait.append(copies)
 
     def _z3(self, label: str, i: int, fwd: bool = True) -> int | None:

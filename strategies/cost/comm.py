@@ -96,3 +96,17 @@ def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Clust
     per = nbytes / np.maximum(count, 1)
     return np.where((count > 0) & (n > 1),
                     count * ring.time(1, per, n, bw, lat) + count * n * copy_gap, 0.0)[()]
+
+
+def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
+                      cluster: Cluster, copy_gap: float) -> Num:
+    """Seconds of ``per_tensor_time`` beyond ``count`` calls of the collective the
+    simulator runs for the group (``collective_time``: the selector's algorithm, e.g. the
+    hierarchical one over several nodes): NCCL's flat ring's extra latency steps and the
+    ``n`` copies per call. The simulator runs the collective ``count`` times (``repeat``)
+    then this much more on the communication stream, so alone on the wire it takes exactly
+    ``per_tensor_time``; clipped at 0. Vectorised."""
+    per = nbytes / np.maximum(count, 1)
+    own = count * collective_time(kind, per, n, stride, cluster)
+    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap) - own,
+                      0.0)[()]
