@@ -59,10 +59,16 @@ Sources (details and numbers in docs/calibration.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan import RECOMPUTE
+from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.schedules import schedule_code, schedule_names
+from strategies.schedules.base import Rule
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -242,35 +248,72 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
     return PROFILES[key]
 
 
-def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
-    """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can).
-    The feature fields of ``FrameworkProfile`` and the module docstring give the sources."""
-    out: list[tuple[str, object, str]] = []
+def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Every limit of stack ``fw`` as one list of validity rules ``(field, value, ok, why)``
+    (``strategies.schedules.base.Rule``), over ``v``: a ``PlanArrays`` (the search's mask,
+    ``ok`` arrays) or one plan's ``plan_view`` (``ok`` scalars). ``schedule`` and
+    ``recompute`` are their integer codes. The one statement of each limit: the feature
+    fields of ``FrameworkProfile`` and the module docstring give the sources."""
     who = f"{fw.name} "
-    if plan.pp > 1 and fw.schedule_for(plan.schedule) not in fw.schedules:
-        runs = ", ".join(fw.schedules) if fw.schedules else "no pipeline parallelism"
-        out.append(("schedule", plan.schedule, who + f"runs {runs}"))
-    if fw.max_pp is not None and plan.pp > fw.max_pp:
-        out.append(("pp", plan.pp, who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
-    if fw.max_tp is not None and plan.tp > fw.max_tp:
-        out.append(("tp", plan.tp, who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
-    if plan.zero not in fw.zero_stages:
-        out.append(("zero", plan.zero, who + f"runs ZeRO stages {fw.zero_stages}"))
-    elif plan.pp > 1 and plan.zero > fw.zero_with_pp:
-        out.append(("zero", plan.zero, who + f"combines pipelining with ZeRO <= {fw.zero_with_pp}"))
-    for field, value, has, what in (
-            ("cp", plan.cp, fw.context_parallel or plan.cp == 1, "context parallelism"),
-            ("ep", plan.ep, fw.expert_parallel or plan.ep == 1, "expert parallelism"),
-            ("sp", plan.sp, fw.sequence_parallel or not plan.sp, "sequence parallelism"),
-            ("tp_comm_overlap", plan.tp_comm_overlap, fw.tp_comm_overlap
-             or not plan.tp_comm_overlap, "TP communication overlap"),
-            ("flash_attn", plan.flash_attn, fw.flash_attn or not plan.flash_attn,
-             "FlashAttention")):
-        if not has:
-            out.append((field, value, who + f"has no {what}"))
-    if plan.recompute not in fw.recompute:
-        out.append(("recompute", plan.recompute, who + f"recomputes {', '.join(fw.recompute)}"))
-    return out
+    pp1 = v.pp == 1
+    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
+    stages_ok = np.isin(v.zero, fw.zero_stages)
+    rules: list[Rule] = [
+        ("schedule", v.schedule, pp1 | np.isin(v.schedule, runs),
+         lambda: who + "runs " + (", ".join(fw.schedules) if fw.schedules
+                                  else "no pipeline parallelism"))]
+    if fw.max_pp is not None:
+        rules.append(("pp", v.pp, v.pp <= fw.max_pp,
+                      lambda: who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
+    if fw.max_tp is not None:
+        rules.append(("tp", v.tp, v.tp <= fw.max_tp,
+                      lambda: who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
+    rules += [
+        ("zero", v.zero, stages_ok, lambda: who + f"runs ZeRO stages {fw.zero_stages}"),
+        ("zero", v.zero, ~stages_ok | pp1 | (v.zero <= fw.zero_with_pp),
+         lambda: who + f"combines pipelining with ZeRO <= {fw.zero_with_pp}")]
+    for field, has, what in (("cp", fw.context_parallel, "context parallelism"),
+                             ("ep", fw.expert_parallel, "expert parallelism")):
+        rules.append((field, getattr(v, field), (getattr(v, field) == 1) | has,
+                      lambda what=what: who + f"has no {what}"))
+    for field, has, what in (("sp", fw.sequence_parallel, "sequence parallelism"),
+                             ("tp_comm_overlap", fw.tp_comm_overlap, "TP communication overlap"),
+                             ("flash_attn", fw.flash_attn, "FlashAttention")):
+        rules.append((field, getattr(v, field), ~np.asarray(getattr(v, field), bool) | has,
+                      lambda what=what: who + f"has no {what}"))
+    rules.append(("recompute", v.recompute,
+                  np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
+                  lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+    return rules
+
+
+def plan_view(plan: "Plan") -> SimpleNamespace:
+    """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
+    not: ``dp`` and ``gbs`` are not read)."""
+    return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
+                           zero=plan.zero, schedule=schedule_code(plan.schedule),
+                           recompute=RECOMPUTE_CODE[plan.recompute],
+                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn)
+
+
+def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
+    """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can):
+    ``stack_rules`` on the one plan, values as the plan gives them."""
+    return [(field, getattr(plan, field), why())
+            for field, _, ok, why in stack_rules(fw, plan_view(plan)) if not bool(ok)]
+
+
+def stack_mask(fw: FrameworkProfile | None, plans: Any) -> np.ndarray:
+    """Which of ``plans`` (``PlanArrays`` or the search space's short columns) stack ``fw``
+    can run: ``stack_rules`` and-ed (every plan when no stack is named)."""
+    from strategies.plan_arrays import as_plan_arrays
+    P = as_plan_arrays(plans)
+    ok = np.ones(len(P), dtype=bool)
+    if fw is None:
+        return ok
+    for _, _, rule_ok, _ in stack_rules(fw, P):
+        ok &= np.broadcast_to(rule_ok, ok.shape)
+    return ok
 
 
 def check_plan(fw: FrameworkProfile, plan: "Plan") -> None:
