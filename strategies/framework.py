@@ -121,6 +121,14 @@ class FrameworkProfile:
     #: parameters used between two uses of a tensor below which a per-tensor stack keeps it
     #: gathered (DeepSpeed ``stage3_max_reuse_distance``, default 1e9)
     zero3_reuse_params: float = 1e9
+    #: where each ``default_*`` switch (``flash_attn``, ``overlap_grad_reduce``,
+    #: ``overlap_param_gather``, ``tp_comm_overlap``, ``recompute``) comes from:
+    #: ``(switch, source)``; the reference reader states it with every default it applies
+    default_sources: tuple[tuple[str, str], ...] = ()
+
+    def default_source(self, switch: str) -> str:
+        """The source of the stack's default for plan switch ``switch`` ("" if none)."""
+        return dict(self.default_sources).get(switch, "")
 
     def schedule_for(self, name: str) -> str:
         """The schedule this stack runs for a plan's ``schedule=name``."""
@@ -152,6 +160,10 @@ class FrameworkProfile:
         if self.default_recompute not in self.recompute:
             raise SpecError("framework.default_recompute", self.default_recompute,
                             f"must be one of the stack's recompute modes {self.recompute}")
+        for switch, _ in self.default_sources:
+            if switch not in DEFAULT_SWITCHES:
+                raise SpecError("framework.default_sources", switch,
+                                f"must name one of {', '.join(DEFAULT_SWITCHES)}")
         if self.zero3_gather not in ZERO3_GATHERS:
             raise SpecError("framework.zero3_gather", self.zero3_gather,
                             f"must be one of {', '.join(ZERO3_GATHERS)}")
@@ -164,6 +176,9 @@ class FrameworkProfile:
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: the plan switches a profile gives defaults for (``FrameworkProfile.default_*``)
+DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
+                    "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
 
 MEGATRON_LM_2021 = FrameworkProfile(
@@ -174,7 +189,18 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
-    tp_comm_overlap=False, flash_attn=False)
+    tp_comm_overlap=False, flash_attn=False,
+    default_sources=(
+        ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
+                       "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
+                       "(Dao et al., May 2022) came with Transformer Engine"),
+        ("overlap_grad_reduce", "gradients all-reduced after the last micro-batch's backward "
+                                "(megatron/training.py, optimizer.reduce_model_grads)"),
+        ("overlap_param_gather", "no parameter all-gather overlap (the distributed optimizer "
+                                 "of 2022 gathers after the step)"),
+        ("tp_comm_overlap", "no TP communication overlap (Transformer Engine userbuffers, 2023)"),
+        ("recompute", "full-layer activation checkpointing (--checkpoint-activations, "
+                      "Narayanan et al. 2021 §3.5)")))
 
 MEGATRON_DEEPSPEED = FrameworkProfile(
     name="megatron-deepspeed",
@@ -186,7 +212,16 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor")
+    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    default_sources=(
+        ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
+                       "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
+        ("overlap_grad_reduce", "DeepSpeed's pipeline engine reduces gradients after the "
+                                "schedule (TrainSchedule's ReduceGrads instruction, "
+                                "runtime/pipe/schedule.py)"),
+        ("overlap_param_gather", "ZeRO-1 gathers the updated parameters after the step"),
+        ("tp_comm_overlap", "no TP communication overlap (Megatron's 2021 tensor parallelism)"),
+        ("recompute", "full-layer checkpointing (BLOOM's --checkpoint-activations)")))
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -194,7 +229,17 @@ MEGATRON_CORE = FrameworkProfile(
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=True)
+    default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    default_sources=(
+        ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
+                       "--attention-backend auto, NeMo 2 recipes)"),
+        ("overlap_grad_reduce", "NeMo performance recipes and Megatron-Core's README set "
+                                "--overlap-grad-reduce (DistributedDataParallelConfig)"),
+        ("overlap_param_gather", "NeMo performance recipes and Megatron-Core's README set "
+                                 "--overlap-param-gather"),
+        ("tp_comm_overlap", "NeMo performance recipes turn TP communication overlap on "
+                            "(tp_comm_overlap=True with the userbuffers configs, with TP and SP)"),
+        ("recompute", "no recomputation unless the recipe names it")))
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -205,7 +250,17 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none")
+    recompute=("none", "full"), export="none",
+    default_sources=(
+        ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
+                       "SDPA's flash backend)"),
+        ("overlap_grad_reduce", "FSDP reduce-scatters each unit's gradients in its backward "
+                                "hook; DDP reduces buckets during the backward"),
+        ("overlap_param_gather", "FSDP prefetches the next unit's parameters "
+                                 "(backward_prefetch, forward prefetch)"),
+        ("tp_comm_overlap", "no TP communication overlap in eager PyTorch (async TP needs "
+                            "torch.compile)"),
+        ("recompute", "no activation checkpointing unless configured")))
 
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
@@ -223,7 +278,17 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none")
+    tp_comm_overlap=False, export="none",
+    default_sources=(
+        ("flash_attn", "cuDNN fused attention through XLA (MaxText attention: "
+                       "cudnn_flash_te in its GPU configs)"),
+        ("overlap_grad_reduce", "XLA's latency-hiding scheduler overlaps the gradient "
+                                "reduce-scatters with the backward"),
+        ("overlap_param_gather", "XLA's latency-hiding scheduler overlaps the FSDP "
+                                 "all-gathers with compute"),
+        ("tp_comm_overlap", "no Transformer Engine userbuffers overlap"),
+        ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
+                      "checkpoint_policy SAVE_NOTHING")))
 
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
