@@ -11,7 +11,9 @@ Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
 ``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
-the chip runs natively; ``tdp_w``: board power (W); ``source``: where the datasheet figures
+the chip runs natively; ``fp8_tn_only``: its fp8 tensor cores take both operands K-major
+only ("TN"; Hopper), so per-tensor fp8 needs transposed copies for the gradient GEMMs
+(``cast_copies``); ``tdp_w``: board power (W); ``source``: where the datasheet figures
 come from. Training precisions (``--dtype``) map to rates in ``topologies.precision``.
 """
 from __future__ import annotations
@@ -52,6 +54,7 @@ class GPU:
     #: measured kernel timings (``paraplan calibrate``) the cost model reads in place of the
     #: catalog's efficiencies where they cover a shape (``strategies.cost.measured``)
     profile: GpuProfile | None = None
+    fp8_tn_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -112,6 +115,17 @@ class GPU:
             return False
         return True
 
+    def cast_copies(self, dtype: str) -> int:
+        """Copies a tensor is quantised into for the GEMMs of ``dtype``: 2 (row-wise and
+        column-wise) for block-scaled formats (the scales run along K, which is a different
+        axis in the weight gradient) and for per-tensor fp8 on a TN-only chip
+        (``fp8_tn_only``: the transposed copy); 1 for per-tensor fp8 elsewhere (Blackwell's
+        tensor cores read either layout); 0 for 16-bit precisions (no cast)."""
+        p = PRECISIONS.get(dtype)
+        if p is None or not p.quantised:
+            return 0
+        return 2 if p.block_scaled or self.fp8_tn_only else 1
+
     def gemm_efficiency(self, dtype: str) -> float:
         """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);
         fp4 GEMMs, never measured in public, take the fp8 fraction."""
@@ -137,7 +151,8 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
        hbm_tbps: float, eff: float, attn: float, vendor: str = "nvidia",
        aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
        fa2: float | None = None, sms: int | None = None, fp4: float | None = None,
-       blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "") -> GPU:
+       blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "",
+       tn_only: bool = False) -> GPU:
     peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if tf32:
         peaks["tf32"] = tf32 * TERA
@@ -146,7 +161,7 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
     if fp4:
         peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms, blocks, tdp, src)
+               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -218,19 +233,19 @@ _CATALOG = [
        aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108, tdp=400),
     _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665, fa2=0.35,
-       sms=132, tdp=700, src=_SRC["H100"]),
+       sms=132, tdp=700, src=_SRC["H100"], tn_only=True),
     # H800 SXM5: the export variant of H100 SXM5 (same GH100 die, clocks, tensor rates, HBM3
     # and 700 W), NVLink cut to 400 GB/s bidirectional and FP64 to 1 TFLOP/s; efficiencies
     # as H100 SXM (the GEMM path is unchanged)
     _g("H800-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H800", "H800-SXM"), fp8_eff=0.665, fa2=0.35, sms=132, tdp=700,
-       src=_SRC["H800"]),
+       src=_SRC["H800"], tn_only=True),
     _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.62, 0.50, aliases=("H100-PCIe",),
-       fp8_eff=0.55, fa2=0.32, sms=114, tdp=350, src=_SRC["H100"]),
+       fp8_eff=0.55, fa2=0.32, sms=114, tdp=350, src=_SRC["H100"], tn_only=True),
     _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.67, 0.45,
-       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500),
+       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500, tn_only=True),
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
-       fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"]),
+       fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
        fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"]),
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0, 0.64, 0.55, aliases=("B300",),
@@ -265,7 +280,8 @@ def get_gpu(name: str) -> GPU:
 def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
-    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w].
+    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w,
+    fp8_tn_only].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
     GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
@@ -275,7 +291,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
-               "block_formats", "tdp_w"}
+               "block_formats", "tdp_w", "fp8_tn_only"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -298,6 +314,9 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
         raise SpecError("gpu.block_formats", blocks,
                         f"must be a list among {', '.join(BLOCK_FORMATS)}")
     blocks = tuple(check_name("gpu.block_formats", b) for b in blocks)
+    tn_only = d.get("fp8_tn_only", False)
+    if not isinstance(tn_only, bool):
+        raise SpecError("gpu.fp8_tn_only", tn_only, "must be true or false")
     bf16 = nums["bf16_tflops"]
     return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
               nums.get("tf32_tflops", bf16 / 2),
@@ -307,7 +326,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
               fp8_eff=nums.get("fp8_matmul_efficiency"),
               fa2=nums.get("fa2_attention_efficiency"),
               sms=int(nums["sm_count"]) if "sm_count" in nums else None,
-              fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"))
+              fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
+              tn_only=tn_only)
 
 
 def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
@@ -356,4 +376,6 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["block_formats"] = list(gpu.block_formats)
     if gpu.tdp_w is not None:
         d["tdp_w"] = gpu.tdp_w
+    if gpu.fp8_tn_only:
+        d["fp8_tn_only"] = True
     return d

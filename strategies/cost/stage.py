@@ -83,7 +83,8 @@ class StageCostArrays:
     params_first: np.ndarray      # parameters per GPU of pipeline rank 0
     params_mid: np.ndarray
     params_last: np.ndarray
-    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard)
+    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard) + the
+    #                               per-step quantisation of the stage's weights (fp8 etc.)
     optimizer_mid: np.ndarray
     optimizer_last: np.ndarray
     grad_bytes: float             # bytes per gradient element reduced over dp
@@ -130,7 +131,7 @@ class StageCosts:
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
-    optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
+    optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
 
     @property
     def w_share(self) -> float:
@@ -172,7 +173,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
+    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
+                                 gpu, dtype, sy)
+    opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
@@ -249,5 +252,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                                                      head_stage=head_at))
                    for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
+        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt)
