@@ -183,15 +183,30 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
 #   H100 96GB 500 W (Grand Teton) 0.67: H100 SXM's 0.753 times the clock ratio at 500 W vs
 #                    700 W under the cubic power-clock rule, (500/700)^(1/3) = 0.894
 #   V100       0.80  not measured by mamf-finder; kept (V100 cuBLAS fp16 ~100 of 125 TFLOP/s)
-# Blackwell parts without a node MSMF: their MAMF (burst) times B200's measured
-# sustained/burst ratio 1421/1745 = 0.814 (same architecture, same power-limited regime):
-#   B300       bf16 MAMF 1769.0/2250 * 0.814 -> 0.64; fp8 3353.3/4500 * 0.814 -> 0.61
-#   GB200      bf16 MAMF 1822.0/2500 * 0.814 -> 0.59; fp8 3615.6/5000 * 0.814 -> 0.59
-#   GB300      no MAMF published: as GB200 (same rack, same 2.5/5 PFLOP/s datasheet rates)
+# Blackwell parts without a node MSMF: their MAMF (burst) times the clock they sustain at their
+# own power limit. B200's measured sustained/burst ratio, 1421/1745 = 0.814 at 1000 W over
+# 148 SMs, scaled by the power each SM may draw: under DVFS dynamic power ~ f·V² ~ f³, so the
+# sustained clock goes as (W per SM)^(1/3) (the rule H100-96GB-500W uses), capped at the burst
+# clock (``_sustained_ratio``):
+#   B300  (160 SMs, 1100 W): 0.814 (1.1 · 148/160)^(1/3) = 0.819; bf16 MAMF 1769.0/2250,
+#         fp8 3353.3/4500 -> 0.64, 0.61
+#   GB200 (148 SMs, 1200 W, liquid-cooled): 0.814 · 1.2^(1/3) = 0.865; bf16 MAMF 1822.0/2500,
+#         fp8 3615.6/5000 -> 0.63, 0.63
+#   GB300 (160 SMs, 1400 W, liquid-cooled): 0.814 (1.4 · 148/160)^(1/3) = 0.887; no MAMF
+#         published: GB200's burst fractions (same 2.5/5 PFLOP/s datasheet rates) -> 0.65, 0.64
 # AMD parts (sustained = burst, as MI300X), MAMF over the datasheet peak:
 #   MI325X     784.9/1307.4 -> 0.60 (1000 W)
 #   MI355X     1565.0/2516.6 -> 0.62 (datasheet 2.5 PFLOP/s = 256 CUs x 4096 FLOP/clk x 2.4 GHz)
 # fp4 GEMMs have no public MAMF; they take the fp8 fraction (GPU.gemm_efficiency).
+B200_SUSTAINED_RATIO = 1421 / 1745   # node MSMF / MAMF of 8 x B200 at 1000 W (148 SMs)
+
+
+def _sustained_ratio(tdp_w: float, sms: int) -> float:
+    """Sustained-over-burst GEMM clock of a Blackwell part at ``tdp_w`` watts over ``sms`` SMs:
+    B200's measured ratio times the cube root of the power per SM relative to B200's, at
+    most 1 (the burst clock)."""
+    return min(1.0, B200_SUSTAINED_RATIO * (tdp_w / sms / (1000 / 148)) ** (1 / 3))
+
 # hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
 # GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
 # publishes no TF32 rate (left out).
@@ -248,13 +263,16 @@ _CATALOG = [
        fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
        fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"]),
-    _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0, 0.64, 0.55, aliases=("B300",),
-       fp8_eff=0.61, sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
-    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 0.59, 0.55,
-       aliases=("GB200-NVL72", "B200-NVL72"), fp8_eff=0.59, sms=148, fp4=10000, blocks=_BW,
+    _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
+       1769.0 / 2250 * _sustained_ratio(1100, 160), 0.55, aliases=("B300",),
+       fp8_eff=3353.3 / 4500 * _sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
+    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1200, 148),
+       0.55, aliases=("GB200-NVL72", "B200-NVL72"),
+       fp8_eff=3615.6 / 5000 * _sustained_ratio(1200, 148), sms=148, fp4=10000, blocks=_BW,
        tdp=1200, src=_SRC["GB200"]),
-    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 0.59, 0.55,
-       aliases=("GB300-NVL72", "B300-NVL72"), fp8_eff=0.59, sms=160, fp4=15000, blocks=_BW,
+    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1400, 160),
+       0.55, aliases=("GB300-NVL72", "B300-NVL72"),
+       fp8_eff=3615.6 / 5000 * _sustained_ratio(1400, 160), sms=160, fp4=15000, blocks=_BW,
        tdp=1400, src=_SRC["GB300"]),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
        aliases=("MI300X-192GB",), sms=304, tdp=750),
