@@ -139,14 +139,25 @@ def _rates(gpu: GPU, dtype: str,
             get_precision(dtype).operand_bytes)
 
 
-def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
+def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
     (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
-    parameter gathers (``zero >= 2``). ``1/OVERLAP_CLOCK_RATIO`` then, else 1 (gradient
-    reduction overlapped with the last micro-batch only is too short to move the clock)."""
-    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2)
+    parameter gathers (``zero >= 2``), or the data-parallel reduction of a step that is one
+    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``). ``1/OVERLAP_CLOCK_RATIO``
+    then, else 1 (gradient reduction overlapped with the last of several micro-batches only is
+    too short to move the clock)."""
+    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
+        | np.asarray(dp_whole_step, dtype=bool)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+
+
+def dp_overlaps_whole_step(dp: Num, mb: Num, ogr: Num) -> Num:
+    """True where the data-parallel gradient reduction, overlapped with the backward
+    (``ogr``), runs beside the compute for the whole step: one micro-batch per step
+    (``mb == 1``), so every bucket's reduce-scatter overlaps *the* backward (and, with the
+    distributed optimizer's overlapped parameter gather, the next forward), with ``dp > 1``."""
+    return np.logical_and(ogr, (np.asarray(dp) > 1) & (np.asarray(mb) <= 1))
 
 
 def accum_shard(dp: Num, zero: Num) -> Num:

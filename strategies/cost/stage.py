@@ -156,7 +156,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
 
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero,
+                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
