@@ -122,9 +122,7 @@ class GPU:
         (``fp8_tn_only``: the transposed copy); 1 for per-tensor fp8 elsewhere (Blackwell's
         tensor cores read either layout); 0 for 16-bit precisions (no cast)."""
         p = PRECISIONS.get(dtype)
-        if p is None or not p.quantised:
-            return 0
-        return 2 if p.block_scaled or self.fp8_tn_only else 1
+        return 0 if p is None else p.copies(self.fp8_tn_only)
 
     def gemm_efficiency(self, dtype: str) -> float:
         """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);

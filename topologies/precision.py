@@ -77,6 +77,14 @@ class Precision:
         """Scales run along K, so a tensor used with K on either axis is cast twice."""
         return self.scaling == "block"
 
+    def copies(self, tn_only: bool) -> int:
+        """Copies each cast writes: 0 unquantised; 2 (row- and column-wise) for block-scaled
+        formats (scales along K) and for per-tensor fp8 on ``tn_only`` tensor cores (the
+        transposed copy the gradient GEMMs read); else 1."""
+        if not self.quantised:
+            return 0
+        return 2 if self.block_scaled or tn_only else 1
+
     def cast_bytes(self, copies: int, fused: bool) -> float:
         """HBM bytes per element of one tensor cast to this format into ``copies`` copies
         (row-wise, and column-wise where the GEMMs need it). Unfused: the amax read where the

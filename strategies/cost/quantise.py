@@ -25,7 +25,17 @@ The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
   all-gather.
 
 Per step (``weight_cast_bytes``): each weight is quantised once and the copies reused by
-every micro-batch (TE's ``is_first_microbatch``, which Megatron-Core's TE layers pass).
+every micro-batch (TE's ``is_first_microbatch``, which Megatron-Core's TE layers pass); the
+copies stay in memory beside the bf16 weights (``weight_copy_bytes``, per parameter).
+
+Communication (``tp_collective_bytes_factor``): under sequence parallelism the tensors
+all-gathered over tp (the norm outputs in the forward, the incoming gradients of the
+row-parallel GEMMs in the backward) travel quantised, since they are cast on the local shard
+(TE's ``gather_along_first_dim`` with a quantizer: per-tensor fp8 sends the row-wise bytes
+and builds Hopper's transpose after the gather; block formats send both scalings, which
+cannot be rebuilt from each other), while the reduce-scatters carry bf16 partial sums.
+DeepSeek-V3's fp8 dispatch of MoE tokens is the expert-parallel all-to-all's and not
+modelled here.
 
 Each tensor costs ``Precision.cast_bytes(GPU.cast_copies(dtype), fused)`` bytes per element
 (``topologies.precision``: the amax pass of current scaling, the row- and column-wise copies
@@ -86,6 +96,27 @@ def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
     (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
     return ff * fused + fu * unfused, bf * fused + bu * unfused
+
+
+def tp_collective_bytes_factor(dtype: str, sp: Num) -> Num:
+    """Mean bytes of one tensor-parallel collective relative to its bf16 size: with sequence
+    parallelism and a quantised precision, half a layer's collectives are all-gathers of
+    quantised tensors (``gathered`` bytes per element: one copy for per-tensor scaling, both
+    scalings for block formats) and half are bf16 reduce-scatters, so ``(2 + gathered)/4``;
+    1 otherwise. Ring all-gather and reduce-scatter times are the same affine function of
+    the bytes, so four collectives of the mean size take exactly the time of the two pairs."""
+    p = get_precision(dtype)
+    if not p.quantised:
+        return np.where(sp, 1.0, 1.0)
+    gathered = (2 if p.block_scaled else 1) * p.operand_bytes
+    return np.where(sp, (2.0 + gathered) / 4.0, 1.0)
+
+
+def weight_copy_bytes(dtype: str, gpu: GPU | None = None) -> float:
+    """Bytes per GEMM weight of its cached quantised copies (``copies x operand_bytes``;
+    ``gpu`` None: a chip that reads either layout); 0 in 16 bits."""
+    p = get_precision(dtype)
+    return p.copies(bool(gpu is not None and gpu.fp8_tn_only)) * p.operand_bytes
 
 
 def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:

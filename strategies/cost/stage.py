@@ -36,6 +36,7 @@ import numpy as np
 
 from strategies.cost import compute as ct
 from strategies.cost import counts
+from strategies.cost import quantise
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
@@ -69,7 +70,9 @@ class StageCostArrays:
     head_bwd: np.ndarray
     embedding_wgrad: np.ndarray   # W part of embedding_bwd: all of it (a table gradient only)
     head_wgrad: np.ndarray        # W part of head_bwd: the output weight's gradient GEMM
-    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
+    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations; the
+    #                               mean of quantised all-gathers and bf16 reduce-scatters
+    #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
@@ -188,7 +191,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
         head_fwd=full(head_f), head_bwd=full(head_b),
-        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+                          * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
