@@ -160,6 +160,8 @@ def test_one_microbatch_step_overlaps_dp_for_the_whole_step():
 def test_precision_texts_and_custom_gpus():
     assert _dtype({"id": "x", "precision": "fp8 (blockwise, DeepSeek recipe)"}) == \
         "fp8-blockwise"
+    assert _dtype({"id": "x", "precision": "fp8 (fine-grained, DeepSeek recipe)"}) == \
+        "fp8-blockwise"
     assert _dtype({"id": "x", "precision": "fp8 (current scaling)"}) == "fp8-current"
     g = gpu_from_mapping({"name": "X", "bf16_tflops": 1000, "fp8_tflops": 2000, "hbm_gib": 80,
                           "hbm_tbps": 3, "fp8_tn_only": True})

@@ -184,7 +184,8 @@ def _dtype(c: dict) -> str:
     if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
         if "current" in prec:
             return "fp8-current"
-        return "fp8-blockwise" if "blockwise" in prec or "block-wise" in prec else "fp8"
+        blockwise = ("blockwise", "block-wise", "fine-grained", "deepseek")
+        return "fp8-blockwise" if any(w in prec for w in blockwise) else "fp8"
     return "fp16" if "fp16" in prec else "bf16"
 
 
