@@ -36,6 +36,7 @@ import numpy as np
 
 from strategies.cost import compute as ct
 from strategies.cost import counts
+from strategies.cost import quantise
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
@@ -69,7 +70,9 @@ class StageCostArrays:
     head_bwd: np.ndarray
     embedding_wgrad: np.ndarray   # W part of embedding_bwd: all of it (a table gradient only)
     head_wgrad: np.ndarray        # W part of head_bwd: the output weight's gradient GEMM
-    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
+    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations; the
+    #                               mean of quantised all-gathers and bf16 reduce-scatters
+    #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
@@ -83,7 +86,8 @@ class StageCostArrays:
     params_first: np.ndarray      # parameters per GPU of pipeline rank 0
     params_mid: np.ndarray
     params_last: np.ndarray
-    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard)
+    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard) + the
+    #                               per-step quantisation of the stage's weights (fp8 etc.)
     optimizer_mid: np.ndarray
     optimizer_last: np.ndarray
     grad_bytes: float             # bytes per gradient element reduced over dp
@@ -141,7 +145,7 @@ class StageCosts:
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
-    optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
+    optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
     z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
     z3_fwd_params: float = 0.0
     z3_bwd_n: float = 0.0
@@ -173,7 +177,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
 
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero,
+                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
@@ -190,7 +196,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
+    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
+                                 gpu, dtype, sy)
+    opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
@@ -205,7 +213,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
         head_fwd=full(head_f), head_bwd=full(head_b),
-        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+                          * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
@@ -277,5 +286,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                                                      head_stage=head_at))
                    for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
+        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt)

@@ -174,14 +174,18 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
 
 def _dtype(c: dict) -> str:
     """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
-    scaling (``fp8-current``), other fp8 (delayed scaling), fp16, else bf16."""
+    scaling (``fp8-current``), fp8 with block-wise scaling (``fp8-blockwise``: DeepSeek-V3's
+    1x128 / 128x128 tiles), other fp8 (delayed scaling), fp16, else bf16."""
     prec = str(c.get("precision") or "").lower()
     if "nvfp4" in prec:
         return "nvfp4"
     if "mxfp8" in prec:
         return "mxfp8"
     if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
-        return "fp8-current" if "current" in prec else "fp8"
+        if "current" in prec:
+            return "fp8-current"
+        blockwise = ("blockwise", "block-wise", "fine-grained", "deepseek")
+        return "fp8-blockwise" if any(w in prec for w in blockwise) else "fp8"
     return "fp16" if "fp16" in prec else "bf16"
 
 

@@ -345,12 +345,14 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = peak_memory_arrays(model, c, dtype, system) if len(c["tp"]) else np.zeros(0)
+    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu) if len(c["tp"])
+            else np.zeros(0))
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
     twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
-    twin_fits = (peak_memory_arrays(model, twin, dtype, system) <= limit if len(c["tp"])
+    twin_fits = (peak_memory_arrays(model, twin, dtype, system, cluster.gpu) <= limit
+                 if len(c["tp"])
                  else np.zeros(0, bool))
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)
