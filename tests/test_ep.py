@@ -230,17 +230,19 @@ def test_node_limited_routing_scale():
     assert counts.ep_remote_scale(QWEN, 64, 1, 8) == 1.0      # not group-limited
 
 
+@pytest.mark.parametrize("backend", ["flows", "contention-free"])
 @pytest.mark.parametrize("group, k, r", [(list(range(16)), 8, 0.5), (list(range(32)), 8, 0.25),
                                          (list(range(0, 32, 2)), 4, 0.5),
                                          ([0, 8, 16, 24], 1, 0.5)])
-def test_node_limited_alltoall_alone_is_the_closed_form(group, k, r):
+def test_node_limited_alltoall_alone_is_the_closed_form(group, k, r, backend):
     """Flows between nodes carry ``r`` of the per-pair bytes: the engine's max-min sharing
-    ends at the closed form's busier port."""
+    (flows), or the phase's own flows re-shared as each ends (contention-free,
+    ``solo_seconds_sized``), ends at the closed form's busier port."""
     S, n = 64e6, len(group)
     algo = colls.algorithm_for("alltoall", group, 8)
     progs = {x: Program(x, 0, {"s": (Collective(0, "s", "alltoall", tuple(group), S, algo, "t",
                                                 "ep", "c", remote_scale=r),)}) for x in group}
-    got = run(progs, net=new_network(build_graph(H800), route, backend="flows")).step_time_s
+    got = run(progs, net=new_network(build_graph(H800), route, backend=backend)).step_time_s
     lat = H800.inter_node_latency + (H800.intra_node_latency if k > 1 else 0.0)
     closed = all_to_all.two_level_time(S, n, k, B_IN, B_OUT, lat, True, r)
     assert got == pytest.approx(float(closed), rel=REL)

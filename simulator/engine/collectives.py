@@ -95,9 +95,13 @@ class CollectiveRunner:
         if key not in self._solo:
             total = 0.0
             for lat, flows, nbytes in phases:
-                if isinstance(nbytes, tuple):        # flows of two sizes: the flow model
-                    total = None
-                    break
+                if isinstance(nbytes, tuple):        # flows of two sizes
+                    sized = getattr(self.net, "solo_seconds_sized", None)
+                    if sized is None or self.net.shares_links:   # the flow model tells
+                        total = None
+                        break
+                    total += op.repeat * lat + sized(flows, [n * op.repeat for n in nbytes])
+                    continue
                 xfer = self.net.solo_seconds(flows, nbytes * op.repeat)
                 if xfer is None:
                     total = None
@@ -108,13 +112,19 @@ class CollectiveRunner:
 
     def _count(self, op: Collective, phases: list[RunPhase]) -> None:
         """Add the bytes a closed-form collective puts on each (representative) link."""
+        sized = False
         for ph in phases:
+            if isinstance(ph[2], tuple):                  # flows of different sizes
+                sized = True
+                for (a, b), n in zip(ph[1], ph[2]):
+                    self.net.count_solo(self.net.links(a, b), n * op.repeat)
+                continue
             idx = self._links.get(id(ph))
             if idx is None:
                 parts = [self.net.links(a, b) for a, b in ph[1]]
                 idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
             self.net.count_solo(idx, ph[2] * op.repeat)
-        if getattr(self.net, "record_load", False):      # SimNetwork's load series
+        if getattr(self.net, "record_load", False) and not sized:   # SimNetwork's load series
             self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                for lat, flows, nbytes in phases], (id(phases), op.repeat))
 
