@@ -353,7 +353,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
-    gemms = costs.op_sac_gemms(m, b, tp, cp, ep)
+    gemms = costs.op_sac_gemms(m, b, tp, cp, ep, etp=etp, load=load)
     rerun = [g for g in gemms if not g[-1]]
     kernels = max(fw.kernels_per_layer - (len(gemms) - len(rerun)) - 1, 0)
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e

@@ -91,7 +91,8 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
 
 
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                 kind: str | None = None) -> list[tuple]:
+                 kind: str | None = None, etp: Num | None = None,
+                 load: Num = 1.0) -> list[tuple]:
     """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
     recomputed by its op-level selective checkpointing (``recompute=op``):
     ``(count, M, N, K, row_parallel, saved)``.
@@ -105,7 +106,8 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     experts run as grouped GEMMs, which are not in its save list (recomputed, not counted);
     the shared experts (w1, w3, w2) and a shared-expert gate count after them. The counter
     restarts with each layer; per ``kind`` the MLP continues the attention's count.
-    ``kind`` None: the mean layer (``ModelSpec.layer_shares``)."""
+    ``kind`` None: the mean layer (``ModelSpec.layer_shares``); the routed experts as
+    ``layer_gemms`` runs them (``etp``, ``load``)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     attn: list[tuple] = []
@@ -119,9 +121,9 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         else:
             attn.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
 
-    def mlp(w: Num, M: Num, F: Num) -> list[tuple]:
-        ups = [(w, M, F / tp, h, False)] * up          # w1 (and w3 when gated)
-        return ups + [(w, M, h, F / tp, True)]
+    def mlp(w: Num, M: Num, F: Num, t: Num = tp) -> list[tuple]:
+        ups = [(w, M, F / t, h, False)] * up           # w1 (and w3 when gated)
+        return ups + [(w, M, h, F / t, True)]
 
     out: list[tuple] = []
     shares = m.layer_shares(kind)
@@ -132,10 +134,10 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
             counted += mlp(w, T, m.ffn_hidden_size)
         else:
             local = m.num_experts / ep
-            Me = T * m.moe_router_topk / local
+            Me = expert_tokens(m, b, tp, cp, ep, etp, load)
             counted.append((w, T, m.num_experts, h, None))
             uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
-                          mlp(w, Me, m.expert_ffn)]
+                          mlp(w, Me, m.expert_ffn, tp if etp is None else etp)]
             if m.num_shared_experts:
                 counted += mlp(w, T, m.num_shared_experts * m.shared_ffn)
             if m.shared_expert_gate:
