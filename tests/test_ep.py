@@ -277,3 +277,20 @@ def test_lower_bound_holds_for_expert_plans():
     bounds = step_time_lower_bound(m, cl, "bf16", PlanArrays.from_plans([j.plan for j in jobs]))
     for j, b in zip(jobs, bounds):
         assert b <= simulate(j).step_time_s, j.plan.short()
+
+
+def test_moe_layers_under_ep_drop_the_mlp_tensor_parallel_collective():
+    """With ep > 1 the routed tokens travel by the all-to-all (and the etp collectives): a
+    MoE layer keeps the attention's TP collective, and the MLP's only for a shared expert."""
+    cl = cluster_preset("hgx-h800", 2)
+    q = stage_costs(make_job(QWEN, cl, parse_plan("tp=2,ep=8,sp=true,gbs=16")))
+    assert q.tp_per_layer_fwd == q.tp_per_layer_bwd == 1.0           # every layer MoE
+    q1 = stage_costs(make_job(QWEN, cl, parse_plan("tp=2,ep=1,sp=true,gbs=16")))
+    assert q1.tp_per_layer_fwd == 2.0                                 # allgather dispatcher
+    m = dataclasses.replace(model_preset("deepseek-v3"), num_layers=4, first_k_dense_replace=1,
+                            num_nextn_predict_layers=0, seq_length=1024)
+    d = stage_costs(make_job(m, cl, parse_plan("tp=2,ep=8,sp=true,gbs=16")))
+    assert d.tp_per_layer_fwd == 2.0                                  # shared expert keeps it
+    m0 = dataclasses.replace(m, num_shared_experts=0)
+    d0 = stage_costs(make_job(m0, cl, parse_plan("tp=2,ep=8,sp=true,gbs=16")))
+    assert d0.tp_per_layer_fwd == pytest.approx(2.0 - 3 / 4, rel=REL)  # 3 of 4 layers MoE

@@ -73,7 +73,7 @@ class StageCostArrays:
     tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations; the
     #                               mean of quantised all-gathers and bf16 reduce-scatters
     #                               under SP in low precision, quantise)
-    tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
+    tp_per_layer_fwd: np.ndarray  # collectives per mean layer: 2 forward (fewer with EP, below)
     tp_per_layer_bwd: np.ndarray  # 2 backward
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
@@ -131,9 +131,9 @@ class StageCosts:
     embedding_wgrad: float
     head_wgrad: float
     tp_bytes: float
-    tp_per_layer_fwd: int
-    tp_per_layer_bwd: int
-    tp_per_layer_recompute: int
+    tp_per_layer_fwd: float
+    tp_per_layer_bwd: float
+    tp_per_layer_recompute: float
     cp_bytes: float
     ep_bytes: float
     etp_bytes: float
@@ -199,6 +199,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
+    # tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
+    # MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert
+    # needs it (the routed tokens travel by the all-to-all and the etp collectives, etp_bytes)
+    n_tp = 2.0 - np.where((ep > 1) & (m.num_shared_experts == 0),
+                          m.num_moe_layers / m.num_layers if m.is_moe else 0.0, 0.0)
     shard = np.where(zero >= 1, dp, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
@@ -226,10 +231,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         head_fwd=full(head_f), head_bwd=full(head_b),
         tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
-        tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
+        tp_per_layer_fwd=n_tp + zeros, tp_per_layer_bwd=n_tp + zeros,
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2, 0) + zeros.astype(int),
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), n_tp, 0.0) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
         ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load), 0.0)
         + zeros,
@@ -268,9 +273,9 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),
         embedding_fwd=f("embedding_fwd"), embedding_bwd=f("embedding_bwd"),
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
-        tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
-        tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
-        tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
+        tp_per_layer_fwd=float(arrays.tp_per_layer_fwd[i]),
+        tp_per_layer_bwd=float(arrays.tp_per_layer_bwd[i]),
+        tp_per_layer_recompute=float(arrays.tp_per_layer_recompute[i]),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
         ep_remote_scale=f("ep_remote_scale"),
         p2p_bytes=f("p2p_bytes"),

@@ -138,7 +138,9 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
-    return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
+    n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
+    return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
+            np.maximum(n_b * tau, np.maximum(a2a, cp_b)), tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
@@ -187,7 +189,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
         c_f, c_b, tau = _block_comm(cl, r, tp, cp, ep, tpo)
-        n_rc = np.where(((rc == 2) | (rc == 3)) & (r.layer_recompute > 0), 2.0, 0.0)
+        n_rc = np.where(((rc == 2) | (rc == 3)) & (r.layer_recompute > 0),
+                        r.tp_per_layer_recompute, 0.0)
         f_blk = lpc * (r.layer_fwd + c_f)
         b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
         lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
