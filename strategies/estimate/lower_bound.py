@@ -21,7 +21,9 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
 3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
    block start after its compute and the next compute op waits for them; so does the expert
    all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
-   attention core and must finish first). These three run on separate streams: a block
+   attention core and must finish first); not the all-to-all of a schedule that overlaps
+   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``), which may hide under the
+   partner's compute. These three run on separate streams: a block
    lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
    send placed right after the step that produced it adds its transfer to the chain (every
@@ -178,13 +180,16 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     lpc = np.floor(m.num_layers / (pp * v))
     single = pp == 1
 
-    # compute and blocking communication per chunk and micro-batch (points 1-3)
+    # compute and blocking communication per chunk and micro-batch (points 1-3); in an
+    # overlapped pair (DualPipe's F&B) the expert all-to-all may hide entirely under the
+    # partner's compute, so it counts for nothing there
     send = _p2p_send(cl, sc, n, pp)
+    paired = attr_by_code(sched, "overlaps_pairs").astype(bool)
 
     def chunk_times(g):
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
-        c_f, c_b, tau = _block_comm(cl, r, tp, cp, ep, tpo)
+        c_f, c_b, tau = _block_comm(cl, r, tp, cp, np.where(paired, 1, ep), tpo)
         n_rc = np.where(((rc == 2) | (rc == 3)) & (r.layer_recompute > 0), 2.0, 0.0)
         f_blk = lpc * (r.layer_fwd + c_f)
         b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)

@@ -224,6 +224,9 @@ class Schedule:
     figures_affine_from: int | None = None
     #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
     splits_backward: bool = False
+    #: the order links steps into overlapped groups (``Step.overlap``: DualPipe's ``F&B``),
+    #: whose expert all-to-all hides under the partner's compute (compiler, estimate, bound)
+    overlaps_pairs: bool = False
 
     # ------------------------------------------------------------------ order
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
@@ -359,12 +362,12 @@ class Schedule:
         return (pp - 1) / (self.fill_chunks(vpp) * m)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """Seconds of the pipeline with free communication, from the slowest stage's and the
         sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``.
         ``w_share``/``f_share``: the weight gradient's and the forward's share of a stage's
         seconds per micro-batch, which only a schedule that splits the backward uses
-        (``bubble_fraction``)."""
+        (``bubble_fraction``); ``pp``: the pipeline ranks (None: not needed)."""
         return m * t_max + (t_sum - t_max) / self.fill_chunks(vpp)
 
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
@@ -389,6 +392,20 @@ class Schedule:
         vals = np.array([trailing_w(self.steps(int(a), int(b), int(c))) for a, b, c in uniq],
                         dtype=float)
         return vals[np.ravel(inv)].reshape(s.shape)
+
+    def overlapped_share(self, stage: int, pp: int, m: int, vpp: int = 1) -> float:
+        """Share of ``stage``'s forwards that run in an overlapped group (``Step.overlap``):
+        0 unless ``overlaps_pairs``, else counted on the order."""
+        if not self.overlaps_pairs or not bool(self.valid(pp, m, vpp)):
+            return 0.0
+        fwd = [s for s in self.steps(stage, pp, m, vpp) if s.kind == "F"]
+        return sum(s.overlap for s in fwd) / max(len(fwd), 1)
+
+    def overlapped_share_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+        """``overlapped_share`` over arrays, once per distinct ``(stage, pp, m, vpp)``."""
+        if not self.overlaps_pairs:
+            return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
+        return _per_distinct(self.overlapped_share, stage, pp, m, vpp)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""
