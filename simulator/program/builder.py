@@ -39,9 +39,15 @@ class ProgramBuilder:
         self.grad_sync = p.dp > 1 and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
+        # DualPipe (``Schedule.mirrored``): chunk 0 is stage r of direction 0, chunk 1 stage
+        # pp-1-r of direction 1 (even micro-batches go one way, odd ones the other)
+        self.mirrored = bool(self.sched.mirrored) and p.pp > 1
+        chunks = range(2) if self.mirrored else range(p.vpp)
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          self.layers)
-                        for c in range(p.vpp)}
+                        for c in chunks}
+        # the last micro-batch through each chunk (its backward completes the gradients)
+        self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}
         self.pending_buckets: list = []
         # a split backward: B (input gradient, communication) then, later, W (weight gradient,
         # compute only, then the chunk's gradient reduction); else one backward pass
@@ -175,7 +181,7 @@ class ProgramBuilder:
             return
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo = list(plan.buckets)
         pos = 0
@@ -244,7 +250,7 @@ class ProgramBuilder:
         bucket's last ``W`` (the last micro-batch's)."""
         label, vs, cs = f"W{i}.c{c}", self.vs(c, i), self.c
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo, pos = list(plan.buckets), 0
         if vs == self.last_vs:
@@ -279,6 +285,20 @@ class ProgramBuilder:
                   deps=deps, tag="dp")
         if record:
             self.reduced.append(params)
+
+    def _mirror_reduce(self) -> None:
+        """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
+        both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
+        example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
+        (its share of them with ZeRO >= 2) over the two ranks, on the dp-comm stream."""
+        pp_group = self.group["pp"]
+        pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
+        shard = len(self.group["dp"]) if self.p.zero >= 2 else 1
+        nbytes = self.c.grad_bytes * self.c.params_by_stage[self.stage] / shard
+        self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
+                  algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
+                  category="dp", label="AR mirror copies", repeat=1.0,
+                  deps=(self.last_compute,))
 
     def _z3_reduce(self, label: str, i: int) -> None:
         total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
@@ -381,7 +401,9 @@ class ProgramBuilder:
         """Remaining gradient buckets, the optimizer and the parameter all-gathers."""
         for _, params in self.pending_buckets:
             self._grad_reduce(params, deps=(self.last_compute,))
-        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1):
+        if self.mirrored:
+            self._mirror_reduce()
+        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",

@@ -48,7 +48,7 @@ from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch
+from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 
 
@@ -145,6 +145,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & (pp > 1)   # a V
     t_first = np.where(head_first, t_mid + emb + head_f + head_b, t_mid + emb)
     t_last = np.where(head_first, t_mid, t_mid + head_f + head_b)
+    # DualPipe (``Schedule.mirrored``): both end ranks embed half the micro-batches and run the
+    # LM head of the other half
+    mirrored = attr_by_code(sched, "mirrored").astype(bool) & (pp > 1)
+    t_first = np.where(mirrored, t_mid + (emb + head_f + head_b) / 2, t_first)
+    t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
@@ -204,6 +209,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed,
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
+
+    # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
+    # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
+    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two)
+    apart = np.where((pp - 1) * stride_pp >= G, G, 1)
+    t_mirror = cm.collective_time("allreduce", gb * params / np.where(zero >= 2, dp, 1.0), 2,
+                                  apart, cl)
+    dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
 
     t_opt = sc.optimizer_first * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt

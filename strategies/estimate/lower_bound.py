@@ -213,14 +213,16 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & ~single   # a V
+    mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
-            "head_b": head_b, "head_first": head_first}
+            "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
     T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
                           chunk_times, params, shard, sy,
-                          lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first},
+                          lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first,
+                                                          "mirrored": mirrored},
                                               sends_mid, fwd_blocks, bwd_blocks, send, single))
         for kind, (t, o) in own.items():
             take = t + o > T[kind] + opt[kind]
@@ -276,6 +278,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     def stage_bound(kind, s):
         red, ag, z3 = dp_terms(kind)
+        # DualPipe: a rank's first micro-batch enters at its nearer end, and its last
+        # backward goes back to that end
+        s = np.where(mirrored, np.minimum(s, pp - 1 - s), s)
         t, o = T[kind], opt[kind]
         pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
         chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
@@ -299,6 +304,21 @@ def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, 
     # output nor chunk 1's forward output, and rank pp-1 hands both on to itself (the turn)
     head_first = c.get("head_first", False)
     ends_sends = np.where(head_first, sends_mid - nmb * (fwd_blocks + bwd_blocks), 0.0)
+    # DualPipe (``mirrored``): each end rank embeds half the micro-batches and runs the LM
+    # head of the other half, and sends as an end of each direction does
+    both = nmb * (per_mb + (c["emb"] + c["emb_b"] + c["head_f"] + c["head_b"]) / 2) \
+        + (sends_mid - nmb * (fwd_blocks + bwd_blocks) / 2) * send
+    if kind in ("first", "last"):
+        return np.where(c.get("mirrored", False), both, _chain_ring(kind, nmb, c, per_mb,
+                                                                    sends_mid, fwd_blocks,
+                                                                    bwd_blocks, send, single,
+                                                                    head_first, ends_sends))
+    return nmb * per_mb + sends_mid * send
+
+
+def _chain_ring(kind, nmb, c, per_mb, sends_mid, fwd_blocks, bwd_blocks, send, single,
+                head_first, ends_sends):
+    """``_chain`` of the first or the last stage on the ring or a V."""
     if kind == "first":
         return nmb * (per_mb + c["emb"] + c["emb_b"]
                       + np.where(single | head_first, c["head_f"] + c["head_b"], 0.0)) \

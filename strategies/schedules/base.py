@@ -175,18 +175,6 @@ def all_ok(rules: Iterable[Rule]) -> Any:
     return out
 
 
-def refuse_until_split_costed(sched: "Schedule") -> Rule:
-    """The rule a schedule that splits the backward adds to its plan rules until the rest of
-    what it needs is modelled (issue 13: ``W``-pending memory, post-validation, the V
-    placement, DualPipe's overlapped pairs); the cost model and the simulator already run
-    ``B`` and ``W`` apart (``zb-h1`` is plannable)."""
-    module = type(sched).__module__
-    return ("schedule", sched.name, False,
-            lambda: "splits the backward into B and W; the simulator runs them apart (zb-h1 "
-                    "is plannable) but not yet this schedule's memory and overlap; its order, "
-                    f"stash and closed-form bubble are in {module}")
-
-
 class Schedule:
     """A pipeline schedule: its order and every fact that depends on it (module docstring).
 
@@ -227,6 +215,10 @@ class Schedule:
     #: the order links steps into overlapped groups (``Step.overlap``: DualPipe's ``F&B``),
     #: whose expert all-to-all hides under the partner's compute (compiler, estimate, bound)
     overlaps_pairs: bool = False
+    #: rank ``r`` also holds stage ``pp-1-r`` (DualPipe's two pipelines in opposite
+    #: directions): the parameters of both stages, the embedding and the LM head on both end
+    #: ranks, and each rank's first micro-batch comes from its nearer end
+    mirrored: bool = False
 
     # ------------------------------------------------------------------ order
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
