@@ -272,3 +272,20 @@ def test_export_says_megatron_has_none():
     _, notes = megatron_args(job)
     assert any("no DualPipeV" in n and "DualPipeV" in n.split("pipeline_parallel_schedule=")[1]
                for n in notes), notes
+
+
+@pytest.mark.parametrize("plan", ["tp=2,pp=4,vpp=2,schedule=dualpipev",
+                                  "tp=2,pp=4,schedule=dualpipe"])
+def test_simulated_activation_peak_matches_the_memory_model(plan):
+    """The simulated stash and pending weight gradients peak where the memory model says on
+    every stage (an overlapped pair counted at its end: DeepSeek's ``PP + 1``)."""
+    from strategies.memory.activations import (activation_bytes_per_chunk,
+                                               in_flight_microbatches, pending_weight_grads,
+                                               wgrad_bytes_per_chunk)
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+                   parse_plan(plan + ",mbs=1"), global_batch=16)
+    res = simulate(job)
+    for stage, peak in enumerate(res.metrics["peak_activation_bytes"]):
+        want = (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
+                + pending_weight_grads(job, stage) * wgrad_bytes_per_chunk(job, stage))
+        assert peak == pytest.approx(want, rel=1e-12), stage

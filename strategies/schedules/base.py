@@ -98,15 +98,18 @@ class Step:
         return self.label
 
 
-def peak_stash(steps: Iterable[Step]) -> int:
-    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
-    chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
-    gradients its GEMMs need, less than the forward's stash). An overlapped group
-    (``Step.overlap``) is counted at its end, its backwards' stash released before its
-    forwards' is added: the pair's forward builds its activations as the backward frees its
-    own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
+def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
+    """``(stashed, pending)`` just after each forward: forwards whose backward (``B``) has not
+    yet run, and backwards whose weight gradient (``W``) is still to run, each counted per
+    (microbatch, chunk). An overlapped group (``Step.overlap``) is counted at its end, its
+    backwards' stash released (and their ``W``, which the group runs last, pending) before
+    its forwards' is added: the pair's forward builds its activations as the backward frees
+    its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
+    steps = list(steps)
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
     live: set[tuple[int, int]] = set()
-    peak = 0
+    pending: set[tuple[int, int]] = set()
+    out: list[tuple[int, int]] = []
     group: list[Step] = []
     for s in steps:
         group.append(s)
@@ -115,32 +118,35 @@ def peak_stash(steps: Iterable[Step]) -> int:
         for g in group:
             if g.kind == "B":
                 live.discard((g.microbatch, g.chunk))
+                if (g.microbatch, g.chunk) in has_w:
+                    pending.add((g.microbatch, g.chunk))
         for g in group:
             if g.kind == "F":
                 live.add((g.microbatch, g.chunk))
-                peak = max(peak, len(live))
+                out.append((len(live), len(pending)))
+        for g in group:
+            if g.kind == "W":
+                pending.discard((g.microbatch, g.chunk))
         group = []
-    return peak
+    return out
+
+
+def peak_stash(steps: Iterable[Step]) -> int:
+    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
+    chunk) (``stash_moments``); a split backward's ``W`` is not counted (it keeps only the
+    layer inputs and output gradients its GEMMs need, less than the forward's stash)."""
+    return max((n for n, _ in stash_moments(steps)), default=0)
 
 
 def peak_pending_w(steps: Sequence[Step]) -> int:
-    """Most backwards whose weight gradient (``W``) is still to run, counted per
-    (microbatch, chunk) just after each forward: where the activation stash peaks, so the
-    peak memory is ``peak_stash·M_B + peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1
-    ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W``
-    keeps only its GEMMs' inputs (``M_W < M_B``); 0 where the backward is not split."""
-    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    pending: set[tuple[int, int]] = set()
-    peak = 0
-    for s in steps:
-        key = (s.microbatch, s.chunk)
-        if s.kind == "B" and key in has_w:
-            pending.add(key)
-        elif s.kind == "W":
-            pending.discard(key)
-        elif s.kind == "F" and not s.overlap:
-            peak = max(peak, len(pending))
-    return peak
+    """Most backwards whose weight gradient (``W``) is still to run when the activation stash
+    is at its peak (``stash_moments``), so the peak memory is ``peak_stash·M_B +
+    peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2
+    ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W`` keeps only its GEMMs' inputs
+    (``M_W < M_B``); 0 where the backward is not split."""
+    moments = stash_moments(steps)
+    top = max((n for n, _ in moments), default=0)
+    return max((w for n, w in moments if n == top), default=0)
 
 
 def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
