@@ -135,17 +135,27 @@ def _zero_bubble_notes(out: dict[str, Any]) -> list[str]:
     """Sentences computed from the zero-bubble comparison's rows."""
     rows = {r["schedule"]: r for r in out["rows"] if r["valid"]}
     notes = []
+    names = {"zb-h1": "ZB-H1", "zb-h2": "ZB-H2", "zb-v": "ZB-V", "dualpipe": "DualPipe",
+             "dualpipev": "DualPipeV"}
     if "1f1b" in rows:
         o = rows["1f1b"]
         for label, z in rows.items():
             name = label.split(":")[0]
             if name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"):
                 notes.append(
-                    f"{name.upper()}: step {z['step_time_s']:.3f} s against 1F1B's "
+                    f"{names[name]}: step {z['step_time_s']:.3f} s against 1F1B's "
                     f"{o['step_time_s']:.3f} s ({100 * (z['step_time_s'] / o['step_time_s'] - 1):+.1f} %), "
                     f"bubble {100 * z['bubble_fraction']:.1f} % against "
                     f"{100 * o['bubble_fraction']:.1f} %, peak memory "
                     f"{z['memory']['peak_gib']:.1f} GiB against {o['memory']['peak_gib']:.1f} GiB.")
+        if "dualpipe" in rows:
+            d = rows["dualpipe"]
+            notes.append(
+                f"DualPipe's data-parallel communication, here only the all-reduce of the two "
+                f"parameter copies' gradients between mirror ranks on different nodes, leaves "
+                f"{d['breakdown_s']['dp_comm']:.3f} s exposed (1F1B: "
+                f"{o['breakdown_s']['dp_comm']:.3f} s): its bubble is the smaller, its step "
+                "the longer.")
     return notes
 
 
@@ -188,8 +198,10 @@ def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd
                   "bubbles; DualPipeV (DeepSeek-V3 §3.2.1, the V of ZB-V) runs in its steady "
                   "state the forward of one micro-batch with the whole backward of another "
                   "as one overlapped pair, compute in turn, each one's expert all-to-all "
-                  "beside the other's compute (docs/schedules.md). DualPipe, the two-way "
-                  "pipeline, is not planned yet (its rows say why).", "", f"`{zb_cmd}`", "",
+                  "beside the other's compute (docs/schedules.md); DualPipe runs the same "
+                  "pairs on two pipelines in opposite directions over the same ranks, each "
+                  "rank holding two stages' parameters whose gradients it all-reduces with "
+                  "its mirror rank's before the optimizer.", "", f"`{zb_cmd}`", "",
                   f"![1F1B and the zero-bubble schedules]({NAME}_zero_bubble.png)", "",
                   _rows_table(zb_out), ""]
         parts += [f"- {n}" for n in _zero_bubble_notes(zb_out)]
