@@ -41,7 +41,11 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    ``tests/test_search.py`` for every schedule). So stage ``s`` starts no earlier than the
    forwards of micro-batch 0 on stages ``0..s-1`` (and their messages), and after its last
    backward that micro-batch still passes back through stages ``s-1..0`` before stage 0
-   runs its optimizer. A schedule that splits the backward (``Schedule.splits_backward``)
+   runs its optimizer. DualPipe (``Schedule.mirrored``) starts each rank with a micro-batch
+   entering at its nearer end, so there ``s`` is the distance to that end, and all-reduces
+   its two parameter copies' gradients with the mirror rank (at least ``group_floor`` over
+   two ranks at the fastest links) after its last compute and before its optimizer. A
+   schedule that splits the backward (``Schedule.splits_backward``)
    ends each stage with the weight gradients ``W`` still pending after its last ``B``
    (``Schedule.trailing_w_steps``, checked against the order in tests/test_zb_h1.py): they
    run while that micro-batch goes back, so they leave ``T(s)`` on this path, and the
@@ -286,7 +290,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
         tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
         trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
-        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + o + ag
+        # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
+        # the dp stream after the last compute and the buckets, before the optimizer (its
+        # floor at the fastest links: the pair may share a node)
+        mirror = np.where(mirrored, group_floor(gb * params[kind] / np.where(zero >= 2, dp, 1.0),
+                                                2, 1, 2.0, cl), 0.0)
+        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
         down = chain_in + t - trail + tail + opt["first"] + ag0
         return np.maximum(own, np.where(s >= 1, down, 0.0))
 
