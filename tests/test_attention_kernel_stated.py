@@ -100,3 +100,14 @@ def test_an_elementwise_pass_is_its_bytes_over_usable_bandwidth():
     ratio = (compute.elementwise_time_fwd(m, 56, 1, 1, False, a100, "bf16")
              / compute.elementwise_time_fwd(m, 56, 1, 1, False, h100, "bf16"))
     assert ratio == pytest.approx(3.35 / 2.039, rel=1e-12)
+
+
+def test_torchtitan_runs_state_sdpas_flash_backend():
+    """torchtitan's Dec 2024 runs called SDPA on a torch nightly where cuDNN attention was
+    opt-in: FlashAttention-2, the profile's own kernel, now stated rather than assumed."""
+    rows = [e for e in ENTRIES if e["id"].startswith("torchtitan_2412")]
+    assert rows and all(attention_kernel(e["plan"]["attn_impl"]) == "fa2" for e in rows)
+    case = case_from_entry(_entry("torchtitan_2412_8B_t1_fsdp"))
+    assert case.job.framework.name == "torchtitan"
+    assert case.job.framework.attention_kernel == "fa2"
+    assert any(a.startswith("attention kernel fa2 (stated: SDPA") for a in case.assumptions)
