@@ -42,7 +42,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch, head_rank
+from strategies.schedules import attr_by_code, dispatch, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -208,7 +208,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
-    split = {k: counts.stage_params_split(m, tp, ep, pp, s, head_stage=head_at, etp=etp)
+    mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
+    split = {k: counts.stage_params_split(m, tp, ep, pp, s, head_stage=head_at,
+                                          mirrored=mirrored, etp=etp)
              for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
