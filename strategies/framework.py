@@ -290,12 +290,30 @@ JAX_XLA = FrameworkProfile(
         ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
                       "checkpoint_policy SAVE_NOTHING")))
 
+HAI_LLM = replace(
+    MEGATRON_CORE, name="hai-llm",
+    description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "
+                "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
+    default_tp_comm_overlap=False, default_recompute="none",
+    schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
+    context_parallel=False, tp_comm_overlap=False, export="none",
+    default_sources=(
+        ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
+        ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
+                                "pipeline's last backward passes (DeepSeek-V3 report §3.2.1)"),
+        ("overlap_param_gather", "ZeRO-1 gathers the updated parameters after the step"),
+        ("tp_comm_overlap", "no tensor parallelism in training (DeepSeek-V3 report §3.2: "
+                            "'without costly tensor parallelism')"),
+        ("recompute", "only RMSNorm and MLA's up-projections are recomputed (report §3.2.3), "
+                      "a small share of the FLOPs, charged as none")))
+
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
-                        PYTORCH_EAGER, JAX_XLA)}
+                        PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
 ALIASES: dict[str, str] = {"megatron": "megatron-core", "nemo": "megatron-core",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
-                           "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager"}
+                           "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
+                           "deepseek": "hai-llm"}
 DEFAULT = MEGATRON_CORE
 
 
