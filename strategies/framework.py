@@ -106,6 +106,8 @@ class FrameworkProfile:
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
+    #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
+    ep_overlap: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     aliases: tuple[str, ...] = ()
@@ -229,7 +231,7 @@ MEGATRON_CORE = FrameworkProfile(
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),
@@ -296,7 +298,7 @@ HAI_LLM = replace(
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
-    context_parallel=False, tp_comm_overlap=False, export="none",
+    context_parallel=False, tp_comm_overlap=False, ep_overlap=False, export="none",
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -367,7 +369,30 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("recompute", v.recompute,
                   np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
                   lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+    rules += ep_overlap_rules(fw, v)
     return rules
+
+
+def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Where plan switch ``ep_overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
+    the combined 1F1B of ``strategies.schedules.combined``) may be on. Megatron-Core's
+    ``TransformerConfig.__post_init__`` asserts: expert parallelism (``ep > 1``); with
+    ``pp > 1`` a virtual pipeline (the interleaved schedule); no full recomputation. Its
+    default is off (``overlap_moe_expert_parallel_comm=False``); stacks without it refuse it."""
+    from strategies.schedules.combined import COMBINED_SCHEDULES
+    on = np.asarray(v.ep_overlap, bool)
+    who = f"{fw.name} "
+    codes = [schedule_code(n) for n in COMBINED_SCHEDULES]
+    return [
+        ("ep_overlap", v.ep_overlap, ~on | fw.ep_overlap,
+         lambda: who + "has no expert-parallel communication overlap (combined 1F1B)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.ep > 1),
+         lambda: "overlaps the expert all-to-all: needs ep > 1 (Megatron-Core asserts it)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.pp == 1) | np.isin(v.schedule, codes),
+         lambda: "with pp > 1 Megatron-Core's combined 1F1B runs only "
+                 f"schedule={' or '.join(COMBINED_SCHEDULES)} (a virtual pipeline)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.recompute != RECOMPUTE_CODE["full"]),
+         lambda: "Megatron-Core refuses full recomputation with the combined 1F1B")]
 
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
@@ -376,7 +401,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
-                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn)
+                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
+                           ep_overlap=plan.ep_overlap)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -6,10 +6,12 @@ from dataclasses import asdict, dataclass, replace
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, check_plan, get_profile
+from strategies.framework import (FrameworkProfile, check_plan, ep_overlap_rules, get_profile,
+                                  plan_view)
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
+from strategies.schedules.base import raise_first
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
 
@@ -130,6 +132,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
         check_plan(fw, plan)
+    else:       # the combined 1F1B's own limits hold whatever stack runs it
+        raise_first(ep_overlap_rules(fw, plan_view(plan)))
     return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
 
 

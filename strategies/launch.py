@@ -46,6 +46,9 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         a.append(f"--expert-tensor-parallel-size {p.etp}")
     if p.moe_capacity_factor is not None:
         a.append(f"--moe-expert-capacity-factor {p.moe_capacity_factor:g}")
+    if p.ep_overlap:
+        # Megatron-Core's combined 1F1B; it runs the alltoall (or flex) dispatcher only
+        a += ["--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type alltoall"]
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes

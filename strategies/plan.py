@@ -22,7 +22,8 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
           "sequence_parallel": "sp", "zero_stage": "zero",
           "expert_tensor_parallel_size": "etp",
-          "moe_expert_capacity_factor": "moe_capacity_factor"}
+          "moe_expert_capacity_factor": "moe_capacity_factor",
+          "overlap_moe_expert_parallel_comm": "ep_overlap"}
 
 #: The routing imbalance a plan that names none gets: the hottest expert-parallel rank's
 #: routed-token load over the mean (``moe_imbalance``). 1.0 is perfect balance: no published
@@ -55,6 +56,9 @@ class Plan:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): one micro-batch's
+    # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
+    ep_overlap: bool = False
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -127,6 +131,8 @@ class Plan:
             parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute])
         if self.sp:
             parts.append("sp")
+        if self.ep_overlap:
+            parts.append("epo")
         if self.zero:
             parts.append(f"z{self.zero}")
         if self.layers_per_stage is not None:
@@ -214,7 +220,8 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
-_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"}
+_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+          "ep_overlap"}
 _STRS = {"schedule", "recompute"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 

@@ -35,7 +35,7 @@ _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "etp", "moe_imbalan
 # expert fields the search space's columns may leave out: (PlanArrays field, short column,
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
-            ("moe_capacity_factor", "cf", float("inf")))
+            ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False))
 _INT = ("schedule", "recompute", "zero")
 
 
@@ -64,6 +64,7 @@ class PlanArrays:
     etp: np.ndarray = None                  # expert tensor-parallel size (resolved: tp)
     moe_imbalance: np.ndarray = None        # hottest EP rank's routed load / the mean (>= 1)
     moe_capacity_factor: np.ndarray = None  # expert capacity / mean share (inf: no dropping)
+    ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
 
     def __post_init__(self) -> None:
         for name, _, default in OPTIONAL:

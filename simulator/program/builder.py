@@ -217,6 +217,12 @@ class ProgramBuilder:
         if self.split:
             self._input_grad(i, c)
             return
+        for _ in self._backward_blocks(i, c):
+            pass
+
+    def _backward_blocks(self, i: int, c: int, by_layer: bool = False):
+        """The whole backward of micro-batch ``i``, chunk ``c``, yielding after each layer
+        block (one layer each with ``by_layer``: Megatron's combined 1F1B pairs it whole)."""
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.final_mb[c]
@@ -229,11 +235,12 @@ class ProgramBuilder:
             pos = 1
             todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i, fwd=False)
-        split = self.gran == "layer" or (live and len(todo) > 1)
-        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
+        split = self.gran == "layer" or by_layer or (live and len(todo) > 1)
+        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer" or by_layer):
             self.block(False, nl, label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
@@ -376,7 +383,8 @@ class ProgramBuilder:
 
     def overlapped(self, group: list[Step]) -> None:
         """An overlapped group (``Step.overlap``; DualPipe's ``F& B& W``, a forward and a
-        whole backward of two micro-batches): the compute runs in turn on the one compute
+        whole backward of two micro-batches; Megatron-Core's combined 1F1B ``F& B``, the
+        backward unsplit, ``strategies.schedules.combined``): the compute runs in turn on the one compute
         stream (the two share the SMs, so the pair lasts ``F + B + W``), layer by layer, the
         forward's layer then the backward's; each pass's expert all-to-all is waited for only
         by its own next layer, so it runs beside the partner's layer and is exposed only by
@@ -392,8 +400,8 @@ class ProgramBuilder:
                 gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True)
             elif self.split:
                 gens[s] = self._input_grad_blocks(s.microbatch, s.chunk, by_layer=True)
-            else:
-                raise ValueError("an overlapped group needs a split backward (B then W)")
+            else:       # Megatron's combined 1F1B: the whole backward is the partner
+                gens[s] = self._backward_blocks(s.microbatch, s.chunk, by_layer=True)
         own: dict[Step, list] = {s: [] for s in passes}
         live = list(passes)
         while live:

@@ -80,7 +80,7 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     p = job.plan
     b = ProgramBuilder(job, costs, layout, rank, granularity)
     b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
-                           p.microbatch_group_size))
+                           p.microbatch_group_size, ep_overlap=p.ep_overlap))
     return b.finish()
 
 

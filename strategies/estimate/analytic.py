@@ -49,6 +49,7 @@ from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
+from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
 
 
@@ -139,9 +140,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         + np.where(sc.etp_bytes > 0,
                    cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
                    + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl), 0.0)
-    paired = (np.maximum(0.0, t_a2a - (sc.layer_bwd - sc.layer_wgrad + sc.layer_recompute))
-              + np.maximum(0.0, t_a2a - sc.layer_fwd))
-    q = dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v)
+    # Megatron-Core's combined 1F1B (``P.ep_overlap``, strategies.schedules.combined) pairs a
+    # forward with a whole backward; DualPipe's pairs take the input-gradient part B
+    split = attr_by_code(sched, "splits_backward").astype(bool)
+    partner = sc.layer_bwd - np.where(split, sc.layer_wgrad, 0.0) + sc.layer_recompute
+    paired = pair_exposed(t_a2a, sc.layer_fwd, partner)
+    q = np.where(P.ep_overlap, ep_overlap_share_array(sched, 0 * pp, pp, mb, v, P.ep_overlap),
+                 dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v))
     ep_layer = (1 - q) * 2 * t_a2a + q * paired
 
     comp_layer = sc.layer_fwd + sc.layer_bwd

@@ -22,7 +22,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    block start after its compute and the next compute op waits for them; so does the expert
    all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
    attention core and must finish first); not the all-to-all of a schedule that overlaps
-   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``), which may hide under the
+   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``; Megatron's combined 1F1B with
+   ``ep_overlap``), which may hide under the
    partner's compute. These three run on separate streams: a block
    lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
@@ -192,7 +193,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # overlapped pair (DualPipe's F&B) the expert all-to-all may hide entirely under the
     # partner's compute, so it counts for nothing there
     send = _p2p_send(cl, sc, n, pp)
-    paired = attr_by_code(sched, "overlaps_pairs").astype(bool)
+    paired = attr_by_code(sched, "overlaps_pairs").astype(bool) | P.ep_overlap
 
     def chunk_times(g):
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
