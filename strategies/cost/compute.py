@@ -143,16 +143,19 @@ def _rates(gpu: GPU, dtype: str,
             get_precision(dtype).operand_bytes)
 
 
-def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:
+def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False,
+                     ep_paired: Num = False) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
     (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
-    parameter gathers (``zero >= 2``), or the data-parallel reduction of a step that is one
-    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``). ``1/OVERLAP_CLOCK_RATIO``
-    then, else 1 (gradient reduction overlapped with the last of several micro-batches only is
-    too short to move the clock)."""
+    parameter gathers (``zero >= 2``), the data-parallel reduction of a step that is one
+    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``), or the expert
+    all-to-all of overlapped pairs (``ep_paired``: ``ep > 1`` with Megatron's combined 1F1B
+    or a schedule that pairs, DualPipe's F&B). ``1/OVERLAP_CLOCK_RATIO`` then, else 1
+    (gradient reduction overlapped with the last of several micro-batches only is too short
+    to move the clock)."""
     busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
-        | np.asarray(dp_whole_step, dtype=bool)
+        | np.asarray(dp_whole_step, dtype=bool) | np.asarray(ep_paired, dtype=bool)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
 
 

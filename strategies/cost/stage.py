@@ -184,8 +184,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
     slow = ct.overlap_slowdown(tp, tpo, cp, zero,
-                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
+                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce), paired)
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
