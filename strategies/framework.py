@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.plan import RECOMPUTE
+from strategies.plan import DISPATCHERS, RECOMPUTE
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.base import Rule
@@ -108,6 +108,8 @@ class FrameworkProfile:
     tp_comm_overlap: bool = True
     #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
     ep_overlap: bool = False
+    #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     aliases: tuple[str, ...] = ()
@@ -232,6 +234,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    moe_dispatchers=("alltoall", "deepep", "hybridep"),
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),
@@ -298,7 +301,8 @@ HAI_LLM = replace(
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
-    context_parallel=False, tp_comm_overlap=False, ep_overlap=False, export="none",
+    context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
+    moe_dispatchers=("alltoall",), export="none",
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -370,6 +374,9 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
                   lambda: who + f"recomputes {', '.join(fw.recompute)}"))
     rules += ep_overlap_rules(fw, v)
+    rules.append(("moe_dispatcher", v.moe_dispatcher,
+                  np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
+                  lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     return rules
 
 
@@ -402,7 +409,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
                            tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
-                           ep_overlap=plan.ep_overlap)
+                           ep_overlap=plan.ep_overlap,
+                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher))
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -46,9 +46,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         a.append(f"--expert-tensor-parallel-size {p.etp}")
     if p.moe_capacity_factor is not None:
         a.append(f"--moe-expert-capacity-factor {p.moe_capacity_factor:g}")
+    if p.ep > 1 and p.moe_dispatcher == "alltoall":
+        a.append("--moe-token-dispatcher-type alltoall")
+    elif p.ep > 1:
+        a += ["--moe-token-dispatcher-type flex",
+              f"--moe-flex-dispatcher-backend {p.moe_dispatcher}"]
     if p.ep_overlap:
-        # Megatron-Core's combined 1F1B; it runs the alltoall (or flex) dispatcher only
-        a += ["--overlap-moe-expert-parallel-comm", "--moe-token-dispatcher-type alltoall"]
+        a.append("--overlap-moe-expert-parallel-comm")   # Megatron-Core's combined 1F1B
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes

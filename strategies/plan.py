@@ -16,6 +16,11 @@ from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, 
                                parse_int_text)
 
 RECOMPUTE = ("none", "selective", "full", "op")
+#: token dispatchers (plan ``moe_dispatcher``): Megatron-Core's ``alltoall`` (one copy per
+#: token and chosen expert) and its ``flex`` dispatcher's backends DeepEP and HybridEP (one
+#: copy per destination rank in the node; between nodes one per destination node over RDMA,
+#: fanned out over NVLink there: ``strategies.cost.counts.ep_dedup``). Codes: their index.
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
@@ -59,6 +64,7 @@ class Plan:
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): one micro-batch's
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
     ep_overlap: bool = False
+    moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -76,6 +82,9 @@ class Plan:
                 object.__setattr__(self, f, bool(v))
             check_bool(f, getattr(self, f))
         sched = get_schedule(self.schedule)     # SpecError naming the registered schedules
+        if self.moe_dispatcher not in DISPATCHERS:
+            raise SpecError("moe_dispatcher", self.moe_dispatcher,
+                            f"must be one of {', '.join(DISPATCHERS)}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
@@ -133,6 +142,8 @@ class Plan:
             parts.append("sp")
         if self.ep_overlap:
             parts.append("epo")
+        if self.moe_dispatcher != "alltoall":
+            parts.append(self.moe_dispatcher)
         if self.zero:
             parts.append(f"z{self.zero}")
         if self.layers_per_stage is not None:
@@ -222,7 +233,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap"}
-_STRS = {"schedule", "recompute"}
+_STRS = {"schedule", "recompute", "moe_dispatcher"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 

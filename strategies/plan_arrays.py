@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
+from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, Plan
 from strategies.schedules import schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -35,8 +35,9 @@ _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "etp", "moe_imbalan
 # expert fields the search space's columns may leave out: (PlanArrays field, short column,
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
-            ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False))
-_INT = ("schedule", "recompute", "zero")
+            ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
+            ("moe_dispatcher", "disp", 0))
+_INT = ("schedule", "recompute", "zero", "moe_dispatcher")
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,6 +66,7 @@ class PlanArrays:
     moe_imbalance: np.ndarray = None        # hottest EP rank's routed load / the mean (>= 1)
     moe_capacity_factor: np.ndarray = None  # expert capacity / mean share (inf: no dropping)
     ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
+    moe_dispatcher: np.ndarray = None       # index in plan.DISPATCHERS (0: alltoall)
 
     def __post_init__(self) -> None:
         for name, _, default in OPTIONAL:
@@ -93,7 +95,8 @@ class PlanArrays:
             for name in col:
                 v = getattr(p, resolved.get(name, name))
                 col[name].append(schedule_code(v) if name == "schedule" else
-                                 RECOMPUTE_CODE[v] if name == "recompute" else v)
+                                 RECOMPUTE_CODE[v] if name == "recompute" else
+                                 DISPATCHERS.index(v) if name == "moe_dispatcher" else v)
         return cls(**col)
 
     @classmethod

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from math import comb
+
 import numpy as np
 
 from strategies.model import ModelSpec
+from strategies.plan import DISPATCHERS  # noqa: F401  (codes of ep_dedup's dispatcher)
 
 Num = Any  # float or np.ndarray
 
@@ -435,6 +438,67 @@ def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
     per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
     nodes = ep / per_node
     return np.where((nodes == G) & (G > 1), M / k, 1.0)[()]
+
+
+def expert_hit_probability(E: int, k: int, units: Num, G: int | None = None,
+                           M: int | None = None) -> Num:
+    """Chance that a token's ``k`` experts include one of a unit's (a rank's or a node's
+    ``E/units`` consecutive experts), routing uniformly at random (the balanced routing of
+    the published benchmarks, which force-balance tokens). With group-limited routing
+    (``G`` groups of ``E/G`` consecutive experts, ``M`` chosen uniformly, the ``k`` experts
+    among their ``M·E/G``) and units that are whole groups or parts of one: a unit of ``w``
+    whole groups is hit when some of its chosen groups (hypergeometric count ``g``) hold one
+    of the ``k``, ``1 - C((M-g)E/G, k)/C(ME/G, k)``; a unit inside a group when its group is
+    chosen (``M/G``) and one of the ``k`` is its ``E/units``. Otherwise
+    ``1 - C(E - E/units, k)/C(E, k)``. Vectorised over ``units`` (divisors of ``E``)."""
+    def one(u: float) -> float:
+        u = int(u)
+        if u <= 1:
+            return 1.0
+        per = E // u
+        if G and M and M < G and E % G == 0:
+            size = E // G
+            pool = M * size
+            if u % G == 0:          # a unit inside one group
+                return M / G * (1 - comb(pool - per, k) / comb(pool, k))
+            if G % u == 0:          # a unit of w whole groups
+                w = G // u
+                return sum(comb(w, g) * comb(G - w, M - g) / comb(G, M)
+                           * (1 - comb((M - g) * size, k) / comb(pool, k))
+                           for g in range(0, min(w, M) + 1))
+        return 1 - comb(E - per, k) / comb(E, k)
+    arr = np.asarray(units, dtype=float)
+    return np.vectorize(one, otypes=[float])(arr)[()]
+
+
+def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
+             dispatcher: Num) -> tuple[Num, Num]:
+    """``(byte_scale, remote_scale)`` of a dispatcher's all-to-all against Megatron's
+    ``alltoall`` (``ep_alltoall_bytes_fwd``: one copy per token and expert, ``k``): DeepEP's
+    normal kernels and HybridEP (``dispatcher`` code 1, 2) send a token once to each
+    destination rank of the node (NVLink) and once to each destination node (RDMA, to the
+    GPU of the same local index, which forwards it over NVLink). Per token, ``ep·P_rank``
+    distinct ranks against ``k`` copies (``byte_scale``), and ``(N-1)·P_node`` remote nodes
+    against ``k(N-1)/N`` remote copies, ``N`` the expert group's nodes (``remote_scale``,
+    relative to the scaled bytes, as ``two_level_time`` takes it), ``P`` from
+    ``expert_hit_probability``. ``alltoall``: ``(1, ep_remote_scale)``. Vectorised."""
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    code = np.asarray(dispatcher)
+    base = ep_remote_scale(m, ep, etp, gpus_per_node)
+    if not m.is_moe or not np.any(code > 0):
+        return 1.0 + 0.0 * ep, base
+    E, k = m.num_experts, m.moe_router_topk
+    G, M = m.moe_router_num_groups, m.moe_router_group_topk
+    per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
+    nodes = np.maximum(1.0, ep / per_node)
+    ok = (ep > 1) & (E % np.maximum(ep, 1) == 0)
+    p_rank = expert_hit_probability(E, k, np.where(ok, ep, 1.0), G, M)
+    p_node = expert_hit_probability(E, k, np.where(ok, nodes, 1.0), G, M)
+    byte_scale = np.where(ok, ep * p_rank / k, 1.0)
+    nic = np.where(nodes > 1, nodes * p_node / k, 1.0)
+    dedup = (code > 0) & ok
+    remote = np.where(nodes > 1, nic / np.where(dedup, byte_scale, 1.0), 1.0)
+    return np.where(dedup, byte_scale, 1.0)[()], np.where(dedup, remote, base)[()]
 
 
 def etp_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,

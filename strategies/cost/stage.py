@@ -226,6 +226,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
 
+    # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
+    # node; Megatron's alltoall one per expert)
+    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
@@ -239,12 +242,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
         tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), n_tp, 0.0) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load), 0.0)
-        + zeros,
+        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load)
+                          * dedup_bytes, 0.0) + zeros,
         etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
                                                                       load), 0.0)
         + zeros,
-        ep_remote_scale=counts.ep_remote_scale(m, ep, etp, cl.gpus_per_node) + zeros,
+        ep_remote_scale=dedup_remote + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
         layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),

@@ -306,6 +306,8 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["etp"] = etp
     if pl.get("ep_overlap") is not None:
         out["ep_overlap"] = bool(pl["ep_overlap"])
+    if pl.get("moe_dispatcher"):
+        out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         return out
@@ -316,9 +318,10 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
-    if r.dispatcher != "alltoall":
-        notes.append(f"dispatcher {r.dispatcher} in the recipe, costed as Megatron's alltoall "
-                     "dispatcher (its per-node deduplication is not modelled)")
+    if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
+        out["moe_dispatcher"] = r.dispatcher
+        notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
+                     f"{r.source})")
     return out
 
 
