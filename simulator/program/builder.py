@@ -426,7 +426,8 @@ class ProgramBuilder:
         for s in group:
             if s.kind == "W":
                 self.wgrad(s.microbatch, s.chunk)
-        self.wait += [x for s in passes for x in own[s]]
+        # (a pass's last all-to-all is waited for by its output message, ``produced``, and
+        # queues the next one on the ep-comm stream; no compute of this rank needs it)
         for s in passes:        # the outputs leave once the whole pair has run
             key = (s.kind, s.microbatch, s.chunk)
             self.produced[key] = self.produced[key] + (self.last_compute,)
