@@ -245,3 +245,19 @@ def test_cli_exits_2_naming_the_planes(tmp_path, capsys):
                  "--plan", "tp=8,gbs=16"]) == 2
     err = capsys.readouterr().err
     assert "network.planes=0" in err and "Traceback" not in err
+
+
+def test_folded_simulation_of_a_multi_plane_cluster_is_exact():
+    """Symmetry folding maps every plane's hops onto the representative's: the folded step
+    equals the unfolded one, and both equal the single-plane step (same NIC bandwidth)."""
+    from simulator.simulate import simulate
+    from strategies.job import make_job
+    from strategies.plan import Plan
+    from strategies.presets import model_preset
+    m = model_preset("gpt-1.7b")
+    plan = Plan(tp=2, pp=2, dp=4, mbs=1, gbs=16)
+    two = make_job(m, _planes(2, nodes=2), plan)
+    folded, full = simulate(two), simulate(two, fold=False)
+    assert folded.step_time_s == pytest.approx(full.step_time_s, rel=1e-9)
+    one = simulate(make_job(m, cluster_preset("dgx-h100", 2), plan))
+    assert folded.step_time_s == pytest.approx(one.step_time_s, rel=1e-9)

@@ -84,6 +84,7 @@ class SimNetwork(FlowNetwork):
         self._solo_log: list = []    # (t, pattern): a closed-form transfer started at t
         self._solo_patterns: dict = {}   # key -> [(t0, t1, link indices, bytes/s)] from start
         self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
+        self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
 
     def _recompute(self, now: float) -> None:
         super()._recompute(now)
@@ -120,11 +121,13 @@ class SimNetwork(FlowNetwork):
     def stripes(self, src: Node, dst: Node) -> tuple | None:
         """``((link indices, share of the bytes), ...)``, one per plane, when a transfer from
         src to dst is striped over the planes of a multi-plane network; None otherwise."""
+        if not self._planes:
+            return None
         key = (src, dst)
         if key in self._striped:
             return self._striped[key]
         hit = None
-        if self.graph.graph.get("planes", 1) > 1 and self.route_fn is not None and src != dst:
+        if src != dst:
             routes = plane_routes(self.graph, src, dst)
             if len(routes) > 1:
                 hit = tuple((self._indices(path), share) for path, share in routes)
@@ -139,7 +142,7 @@ class SimNetwork(FlowNetwork):
     def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Send ``nbytes``: the route latency, then the bytes (striped over the planes of a
         multi-plane network); the event fires at the last byte."""
-        stripes = self.stripes(src, dst)
+        stripes = self.stripes(src, dst) if self._planes else None
         if stripes is None:
             return super().transfer(src, dst, nbytes, tag)
         if not nbytes >= 0:
