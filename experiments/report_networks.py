@@ -106,6 +106,12 @@ def render(runs: list[tuple[int, dict[str, Any], str]], fleet: list[dict[str, An
     fleet_md = md_table(["GPUs", *labels],
                         [[f"{n:,}", *(fmt(cell[(n, lab)]) for lab in labels)] for n in gpus],
                         align="l" + "r" * len(labels))
+    third = [n for n in gpus if "error" in cell[(n, labels[0])]]
+    tiers = (f" The single-plane rail fat tree needs a third tier from {third[0]:,} GPUs "
+             f"(its one spine layer joins every rail's leaves); rail-only (each rail its own "
+             f"Clos) and the multi-plane networks (a larger radix) are still two-tier there."
+             if third and all("error" not in cell[(third[0], lab)] for lab in labels[1:])
+             else "")
     return "\n".join([
         header("Rail-optimised, rail-only and multi-plane networks", command),
         "How the scale-out network between NVLink domains changes a training step and what "
@@ -144,7 +150,7 @@ def render(runs: list[tuple[int, dict[str, Any], str]], fleet: list[dict[str, An
         "each rail is its own two-tier Clos and the saving goes. Splitting the NIC into "
         "planes of slower ports raises the switch radix by the plane count, so a fleet stays "
         "two-tier (no third tier of switches and optics) to several times the size, at the "
-        "price of as many times more, slower, optics.",
+        "price of as many times more, slower, optics." + tiers,
         "",
         f"![networks]({os.path.basename(figure)})",
         "",
@@ -176,15 +182,16 @@ def draw(runs: list[tuple[int, dict[str, Any], str]], fleet: list[dict[str, Any]
     ax1.set_title("best plan's simulated step time by network", fontsize=9)
     ax1.legend(fontsize=7)
     for label, _, _ in FLEET_NETWORKS:
-        pts = [(f["gpus"], f["switches"]) for f in fleet
-               if f["network"] == label and "switches" in f]
+        pts = [(f["gpus"], f["transceivers"]) for f in fleet
+               if f["network"] == label and "transceivers" in f]
         if pts:
             ax2.plot(*zip(*pts), marker="o", label=label)
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
-    ax2.set_xlabel("GPUs")
-    ax2.set_ylabel("switches (51.2 Tb/s)")
-    ax2.set_title("switches of the scale-out network (2-tier Clos per plane)", fontsize=9)
+    ax2.set_xlabel("GPUs (a line ends where a third tier would be needed)")
+    ax2.set_ylabel("transceivers")
+    ax2.set_title("optics of the scale-out network (2-tier Clos per plane, 51.2 Tb/s "
+                  "switches)", fontsize=9)
     ax2.legend(fontsize=7)
     save_figure(fig, path)
 

@@ -38,6 +38,12 @@ def render(out: dict[str, Any], job, title: str) -> str:
                 "by node group" if p.group_microbatches is not None else
                 f"{out['num_microbatches']} micro-batches per pipeline"),
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
+             *([f"network {cl.planes} planes of {cl.inter_node_topology}, each NIC's "
+                f"{cl.inter_node_bandwidth * 8 / 1e9:g} Gb/s as {cl.planes} ports of "
+                f"{cl.inter_node_bandwidth * 8 / 1e9 / cl.planes:g} Gb/s, transfers striped"]
+               if cl.planes > 1 else
+               ["network rail-only (no spine; cross-rail traffic relayed over NVLink)"]
+               if cl.inter_node_topology == "rail_only" else []),
              *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)"]
                if cl.gpu.profile is not None else []),
              "",
