@@ -42,7 +42,14 @@ Sources (details and numbers in docs/calibration.md):
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
-  ``torchtitan/distributed/activation_checkpoint.py``) is its alone.
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
+  (``recompute_layers``, ``strategies.cost.recompute``): Megatron-Core and Megatron-LM (v3,
+  2022: ``--recompute-method uniform|block --recompute-num-layers``) both methods; DeepSpeed's
+  pipeline engine checkpoints groups of ``activation_checkpoint_interval`` layers (uniform)
+  only; torchtitan's integer ``selective_ac_option`` (every N-th layer) is another rule, not
+  modelled. Per-module selective recomputation (``recompute_modules``): Megatron-Core's
+  ``--recompute-modules`` (``transformer_config.py``); Megatron-LM 2022 recomputes the core
+  attention only.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
@@ -57,6 +64,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
+from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.plan import RECOMPUTE
 
 if TYPE_CHECKING:
@@ -97,6 +105,10 @@ class FrameworkProfile:
     tp_comm_overlap: bool = True
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: methods of partial full recomputation (``recompute_layers``) the stack runs
+    recompute_methods: tuple[str, ...] = ()
+    #: modules it can recompute selectively by name (``recompute_modules``)
+    recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
@@ -148,7 +160,8 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
-    tp_comm_overlap=False, flash_attn=False)
+    tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
+    recompute_modules=("core_attn",))
 
 MEGATRON_DEEPSPEED = FrameworkProfile(
     name="megatron-deepspeed",
@@ -160,7 +173,8 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),))
+    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),),
+    recompute_methods=("uniform",))
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -168,7 +182,8 @@ MEGATRON_CORE = FrameworkProfile(
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=True)
+    default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES)
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -250,6 +265,15 @@ def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, objec
             out.append((field, value, who + f"has no {what}"))
     if plan.recompute not in fw.recompute:
         out.append(("recompute", plan.recompute, who + f"recomputes {', '.join(fw.recompute)}"))
+    if plan.recompute_layers is not None and plan.recompute_method not in fw.recompute_methods:
+        runs = (f"runs recompute_method {', '.join(fw.recompute_methods)}"
+                if fw.recompute_methods else "has no partial recomputation (recompute_layers)")
+        out.append(("recompute_method", plan.recompute_method, who + runs))
+    for mod in plan.recompute_modules or ():
+        if mod not in fw.recompute_modules:
+            runs = (f"recomputes the modules {', '.join(fw.recompute_modules)}"
+                    if fw.recompute_modules else "has no per-module recomputation")
+            out.append(("recompute_modules", mod, who + runs))
     return out
 
 

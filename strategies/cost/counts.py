@@ -206,7 +206,8 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
         per * (skip if causal_skip else full)
 
 
-def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
+                            share: Num = 1.0) -> Num:
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
     FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
@@ -218,14 +219,15 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
-    extra = np.where(recompute == 2, gemm + attn,
+    extra = np.where(recompute == 2, share * (gemm + attn),
                      np.where((recompute == 1) & np.logical_not(flash), attn,
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
     return 3 * (gemm + attn + head) + extra
 
 
-def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
+                            share: Num = 1.0) -> Num:
     """Model FLOPs plus the recomputed forward, in the same convention (attention square in
     full; for HFU, which docs/cli.md defines as MFU "with recomputation counted"): full
     recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
@@ -234,7 +236,7 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
-    extra = np.where(recompute == 2, gemm + attn,
+    extra = np.where(recompute == 2, share * (gemm + attn),
                      np.where((recompute == 1) & np.logical_not(flash), attn,
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
@@ -293,11 +295,12 @@ def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) 
 
 
 def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
-        peak_flops: Num) -> Num:
+        peak_flops: Num, share: Num = 1.0) -> Num:
     """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
     recomputed forward) over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without
     recomputation."""
-    return hardware_flops_per_step(m, gbs, flash, recompute) / (n_gpus * step_time_s * peak_flops)
+    return hardware_flops_per_step(m, gbs, flash, recompute, share) / (
+        n_gpus * step_time_s * peak_flops)
 
 
 # ----------------------------------------------------------------------------- memory traffic

@@ -36,6 +36,7 @@ import numpy as np
 
 from strategies.cost import compute as ct
 from strategies.cost import counts
+from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
@@ -58,7 +59,7 @@ class StageCostArrays:
     layer_fwd: np.ndarray         # one layer's forward compute
     layer_bwd: np.ndarray         # its backward (B + W)
     layer_wgrad: np.ndarray       # the weight-gradient part W of layer_bwd (split schedules)
-    layer_recompute: np.ndarray   # extra forward redone in the backward (selective or full)
+    layer_recompute: np.ndarray   # extra forward redone in the backward, mean per layer
     attn_fwd: np.ndarray          # the attention core's share of layer_fwd (hides CP traffic)
     attn_bwd: np.ndarray          # its share of layer_bwd
     gemm_fwd: np.ndarray          # the dense GEMMs' share of layer_fwd (hides TP traffic)
@@ -72,7 +73,7 @@ class StageCostArrays:
     tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
-    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
+    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation (mean per layer)
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
@@ -116,7 +117,7 @@ class StageCosts:
     tp_bytes: float
     tp_per_layer_fwd: int
     tp_per_layer_bwd: int
-    tp_per_layer_recompute: int
+    tp_per_layer_recompute: float
     cp_bytes: float
     ep_bytes: float
     p2p_bytes: float
@@ -177,8 +178,13 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def full(x):
         return np.asarray(x, dtype=float) + zeros
 
+    # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
+    # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
+    share = rcp.plan_share(m.num_layers, P)
+
     return StageCostArrays(
-        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
+        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
+        layer_recompute=full(share * lt.recompute),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
@@ -187,7 +193,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2, 0) + zeros.astype(int),
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2.0 * share, 0.0) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
         ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
@@ -220,7 +226,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
         tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
-        tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
+        tp_per_layer_recompute=f("tp_per_layer_recompute"),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),

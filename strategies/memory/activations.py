@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from strategies.cost.counts import op_sac_gemms
+from strategies.cost.recompute import checkpoint_inputs, kept_layers, rebuilt_layers
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
@@ -252,12 +253,32 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     The stage's activation peak is ``in_flight_microbatches × this + transient``.
     """
     _check_stage(job, stage)
-    nbytes = layers_per_chunk(job, stage) * job_layer_activation_bytes(job)
+    nbytes = chunk_layer_activation_bytes(job, stage)
     if stage == 0:
         nbytes += embedding_activation_bytes(job) / job.plan.vpp
     if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     return nbytes
+
+
+def _partial(job: Job, stage: int) -> tuple[int, int, bool]:
+    """``(layers per chunk, recompute_layers or 0, uniform)`` of ``stage``."""
+    p = job.plan
+    return (layers_per_chunk(job, stage), p.recompute_layers or 0,
+            p.recompute_method == "uniform")
+
+
+def chunk_layer_activation_bytes(job: Job, stage: int) -> float:
+    """Bytes the transformer layers of one ``(microbatch, chunk)`` keep on ``stage``: every
+    layer's ``job_layer_activation_bytes``, or under full recomputation the checkpointed
+    inputs plus, with ``recompute_layers`` (block), all the activations of the layers not
+    recomputed (``strategies.cost.recompute``)."""
+    lpc = layers_per_chunk(job, stage)
+    if job.plan.recompute != "full":
+        return lpc * job_layer_activation_bytes(job)
+    lpc, n, uni = _partial(job, stage)
+    return float(checkpoint_inputs(lpc, n, uni) * job_layer_activation_bytes(job)
+                 + kept_layers(lpc, n, uni) * job_layer_activation_bytes(job, recompute="none"))
 
 
 def _holds_head(job: Job, stage: int) -> bool:
@@ -274,8 +295,10 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     nbytes = 0.0
     if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
-    if job.plan.recompute == "full":
-        nbytes += job_layer_activation_bytes(job, recompute="none")
+    if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
+        lpc, n, uni = _partial(job, stage)
+        nbytes += float(rebuilt_layers(lpc, n, uni)) * job_layer_activation_bytes(
+            job, recompute="none")
     elif job.plan.recompute == "op":          # what op did not save, rebuilt for one layer
         nbytes += max(job_layer_activation_bytes(job, recompute="none")
                       - job_layer_activation_bytes(job), 0.0)

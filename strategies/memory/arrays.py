@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import counts
+from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
                                           op_saved_bytes)
@@ -133,11 +134,18 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
-    # the layer being recomputed in its backward: all of it (full), what op did not save (op)
-    rc_act = np.where(rc == 2, layer_act_none,
-                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
     lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
-    layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
+    # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
+    # and, with recompute_layers under block, every activation of the layers it does not
+    # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
+    # or a uniform group). op: what the layer did not save, rebuilt for one layer.
+    uni = P.recompute_method == rcp.METHOD_CODE["uniform"]
+    n_rc = P.recompute_layers
+    chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
+                         + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none, lpc * layer_act)
+    rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
+                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
+    layers_act = in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
