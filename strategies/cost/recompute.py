@@ -40,6 +40,41 @@ MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts",
 #: A selective plan that names no modules: Megatron-Core's default, ``core_attn``.
 DEFAULT_MODULES = ("core_attn",)
 
+#: The parts of a layer each module's checkpoint drops and redoes (Megatron-Core,
+#: ``transformer_layer.py``, ``moe/moe_layer.py``, ``moe/experts.py``,
+#: ``multi_latent_attention.py``); a part named by two modules counts once.
+#:
+#: * ``scores``: the attention core's saved scores (softmax output, its dropout mask and
+#:   output), redone from Q, K, V (nothing stored under FlashAttention, nothing redone:
+#:   the model's long-standing reading of selective recomputation).
+#: * ``norm_outputs``: the two norms' outputs (the QKV and fc1 inputs), redone from their
+#:   inputs (output-discarding checkpoint).
+#: * ``dense_mlp``: the dense MLP's intermediates (fc1 output, activation output), redone
+#:   from its input (fc1 and fc2 GEMMs, the activation, the TP collective closing it).
+#: * ``routed_act``: the routed experts' activation output (fc2's input), redone from fc1's
+#:   output (``moe_act``, output-discarding).
+#: * ``routed_mlp``: the routed experts' fc1 output and the dispatched token copies, redone
+#:   from the MoE input (router, experts' GEMMs).
+#: * ``shared_mlp``: the shared experts' intermediates, redone with their GEMMs.
+#: * ``mla_up``: MLA's up-projected queries, keys and values, redone from the latents.
+MODULE_PARTS = {
+    "core_attn": ("scores",), "layernorm": ("norm_outputs",), "mlp": ("dense_mlp",),
+    "moe_act": ("routed_act",), "moe": ("routed_act", "routed_mlp", "shared_mlp"),
+    "shared_experts": ("shared_mlp",), "mla_up_proj": ("mla_up",)}
+PARTS = ("scores", "norm_outputs", "dense_mlp", "routed_act", "routed_mlp", "shared_mlp",
+         "mla_up")
+
+
+def part_selected(rc: Num, mask: Num, part: str) -> Num:
+    """Whether selective recomputation (``rc`` 1) of the modules in ``mask`` (0: the
+    default, ``core_attn``) drops and redoes ``part`` (arrays)."""
+    mask = np.where(np.asarray(mask) == 0, modules_mask(DEFAULT_MODULES), mask)
+    on = np.zeros(np.shape(mask), dtype=bool)
+    for mod, parts in MODULE_PARTS.items():
+        if part in parts:
+            on = on | has_module(mask, mod)
+    return (np.asarray(rc) == 1) & on
+
 
 def modules_mask(names) -> int:
     """The bit mask of module names (``MODULES`` order)."""

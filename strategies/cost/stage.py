@@ -159,7 +159,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     slow = ct.overlap_slowdown(tp, tpo, cp, zero)
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
-                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
+                       modules=P.recompute_modules)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -193,7 +194,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2.0 * share, 0.0) + zeros,
+        # selective mlp: the collective closing the dense MLP, on its share of the layers
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2.0 * share, np.where(
+            rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
+            m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
         ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,

@@ -35,7 +35,7 @@ from strategies.cost import counts
 from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          op_saved_bytes)
+                                          op_saved_bytes, selective_dropped_bytes)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -44,18 +44,19 @@ ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
-def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
+def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0):
     """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full,
-    3 op)."""
+    3 op; ``mask``: the selective modules, ``strategies.cost.recompute``)."""
     s = m.seq_length
     terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
     kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
     for name, nbytes in terms.items():
         kind_sum[TERM_KINDS[name]] += nbytes
     seq_div = np.where(sp, tp, 1.0)
-    keep_score = ~(flash | (rc == 1))
+    keep_score = ~(flash | rcp.part_selected(rc, mask, "scores"))
     stored = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
-                  + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp
+                  + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp \
+        - selective_dropped_bytes(m, s, b, tp, sp, cp, rc, mask)[0]
     full = 2.0 * s * b * m.hidden_size / seq_div / cp
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
@@ -104,7 +105,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
-    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
+    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash, P.recompute_modules)
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
@@ -144,7 +145,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
                          + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none, lpc * layer_act)
     rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
-                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
+                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0),
+                               selective_dropped_bytes(m, s, b, tp, sp, cp, rc,
+                                                       P.recompute_modules)[1]))
     layers_act = in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
