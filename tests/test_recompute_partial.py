@@ -181,3 +181,24 @@ def test_bad_input_exits_2_naming_field_value_rule(plan, field, rule, capsys):
                "--global-batch", "64", "--plan", plan])
     err = capsys.readouterr().err
     assert rc == 2 and field in err and rule in err and "Traceback" not in err
+
+
+def test_plan_files_and_keys_round_trip():
+    """A plan file (YAML list or JSON) and the search's key read back to the same plan."""
+    import json
+
+    import yaml
+
+    from strategies.plan import plan_from_mapping
+    from strategies.plan_file import plan_file_text
+    from strategies.search.space import plan_key
+    for text in ("tp=2,recompute=full,recompute_layers=3,recompute_method=uniform",
+                 "tp=2,recompute=selective,recompute_modules=mlp,layernorm"):
+        p = dataclasses.replace(parse_plan(text), dp=1, gbs=4)
+        for path in ("x.yaml", "x.json"):
+            body = plan_file_text(p, path)
+            data = json.loads(body) if path.endswith(".json") else yaml.safe_load(body)
+            assert plan_from_mapping(data) == p
+        assert parse_plan(plan_key(p)) == p
+    p = parse_plan("recompute=selective,recompute_modules=mlp+layernorm+mlp")
+    assert p.recompute_modules == ("layernorm", "mlp")
