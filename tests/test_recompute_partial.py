@@ -202,3 +202,33 @@ def test_plan_files_and_keys_round_trip():
         assert parse_plan(plan_key(p)) == p
     p = parse_plan("recompute=selective,recompute_modules=mlp+layernorm+mlp")
     assert p.recompute_modules == ("layernorm", "mlp")
+
+
+@pytest.mark.parametrize("gran", ["chunk", "layer"])
+def test_uneven_stages_recompute_min_n_and_their_layers(gran):
+    """Block with N = 6 on stages of 4/8/8/4 layers: each stage's program recomputes
+    min(6, n_s) layers per micro-batch at one full layer's cost (not the mean share), and the
+    estimate's per-stage backward does the same."""
+    from simulator.program.compiler import compile_job
+    from simulator.program.ops import Compute
+    from strategies.estimate.scalar import _stage_times
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+                   parse_plan("tp=2,pp=4,layers_per_stage=4/8/8/4,recompute=full,"
+                              "recompute_layers=6"), global_batch=8)
+    full = make_job(job.model, job.cluster, dataclasses.replace(
+        job.plan, recompute_layers=None, recompute_method=None), global_batch=8)
+    c, each = stage_costs(job), stage_costs(full).layer_recompute
+    assert c.recompute_cap == 6 and c.layer_recompute_each == each
+    progs = compile_job(job, granularity=gran)
+    for rank, prog in progs.items():
+        n_s = job.layers_of_stage(prog.stage)
+        secs = sum(op.seconds for op in prog.ops()
+                   if isinstance(op, Compute) and op.kind == "recompute")
+        assert secs == pytest.approx(job.num_microbatches * min(6, n_s) * each, rel=1e-12)
+    _, b, _ = _stage_times(job)
+    _, b_none, _ = _stage_times(make_job(job.model, job.cluster, dataclasses.replace(
+        job.plan, recompute="none", recompute_layers=None, recompute_method=None),
+        global_batch=8))
+    for s in range(4):
+        assert b[s] - b_none[s] == pytest.approx(min(6, job.layers_of_stage(s)) * each,
+                                                 rel=1e-9)

@@ -110,8 +110,9 @@ class ProgramBuilder:
         cs, kind = self.c, "forward" if fwd else "backward"
         if not fwd and cs.layer_recompute > 0:
             start = tuple(self.wait)
-            rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
-            self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
+            secs, n_tp = cs.chunk_recompute(nl, self.layers)
+            rc = self.compute(secs, "recompute", label, i, c)
+            self.tp_comm(n_tp, label, i, c, start, rc)
         secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:

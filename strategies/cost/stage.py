@@ -108,6 +108,9 @@ class StageCostArrays:
     z3_rs_params: np.ndarray
     copy_gap: float               # seconds per copy kernel (the stack's launch gap)
 
+    recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
+    layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
+
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
 
@@ -154,6 +157,21 @@ class StageCosts:
     z3_rs_n: float = 0.0
     z3_rs_params: float = 0.0
     copy_gap: float = 0.0
+
+    recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
+    layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
+
+    def chunk_recompute(self, nl: float, chunk: float | None = None) -> tuple[float, float]:
+        """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
+        (default ``nl``: the whole chunk) recompute in one backward: ``nl`` times the
+        per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
+        ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
+        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``)."""
+        if self.recompute_cap > 0:
+            chunk = nl if chunk is None else chunk
+            k = min(chunk, self.recompute_cap) * nl / chunk
+            return k * self.layer_recompute_each, 2.0 * k
+        return nl * self.layer_recompute, nl * self.tp_per_layer_recompute
 
     @property
     def w_share(self) -> float:
@@ -208,6 +226,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
     # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
     share = rcp.plan_share(m.num_layers, P)
+    cap = np.where((rc == 2) & (P.recompute_method == rcp.METHOD_CODE["block"]),
+                   P.recompute_layers, 0.0)
     per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
@@ -215,6 +235,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
         layer_recompute=full(share * lt.recompute),
+        recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
@@ -264,6 +285,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
         tp_per_layer_recompute=f("tp_per_layer_recompute"),
+        recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),
