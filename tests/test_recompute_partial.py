@@ -232,3 +232,16 @@ def test_uneven_stages_recompute_min_n_and_their_layers(gran):
     for s in range(4):
         assert b[s] - b_none[s] == pytest.approx(min(6, job.layers_of_stage(s)) * each,
                                                  rel=1e-9)
+
+
+def test_deepspeed_export_checkpoints_uniform_groups_only():
+    from strategies.errors import SpecError
+    from strategies.launch import deepspeed_config
+    base = "tp=1,pp=2,schedule=1f1b,recompute=full,recompute_layers=3"
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
+                   parse_plan(base + ",recompute_method=uniform"), global_batch=16)
+    _, notes = deepspeed_config(job)
+    assert any("activation_checkpoint_interval=3" in n for n in notes)
+    block = make_job(job.model, job.cluster, parse_plan(base), global_batch=16)
+    with pytest.raises(SpecError, match="block"):
+        deepspeed_config(block)
