@@ -142,3 +142,22 @@ def test_stacks_without_the_knob_refuse_it(framework, plan, field, capsys):
                "64", "--framework", framework, "--plan", plan])
     err = capsys.readouterr().err
     assert rc == 2 and field in err and framework in err
+
+
+@pytest.mark.parametrize("rc", ["full,recompute_layers=2",
+                                "full,recompute_layers=3,recompute_method=uniform",
+                                "selective,recompute_modules=core_attn,layernorm,mlp"])
+def test_bound_estimate_and_simulation_agree_in_order(rc):
+    """The lower bound stays below the simulated step, and both sit between none and full."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.plan_arrays import PlanArrays
+    case = ("gpt-1.7b", ("dgx-a100", 1), "tp=2,pp=4,sp=true", 16)
+    m, cl = model_preset(case[0]), cluster_preset(*case[1])
+    sim = {}
+    for r in ("none", rc, "full"):
+        job = _job(case, r)
+        bound = float(step_time_lower_bound(m, cl, "bf16", PlanArrays.from_plans([job.plan]))[0])
+        sim[r] = simulate(job).step_time_s
+        assert bound <= sim[r] * (1 + 1e-9)
+    assert sim["none"] < sim[rc] <= sim["full"] * (1 + 1e-12)
