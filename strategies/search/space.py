@@ -253,8 +253,6 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
     for k, v in _switches(framework).items():
         cols[k] = np.full(fi.shape, v, dtype=bool)
-    for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
-        cols[k] = np.zeros(fi.shape, dtype=np.int64)
     return cols
 
 
@@ -400,6 +398,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)
     peak = peak[ok]
+    for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
+        c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
         peak = _least_recompute(model, c, peak, limit, dtype, system)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
