@@ -161,3 +161,19 @@ def test_bound_estimate_and_simulation_agree_in_order(rc):
         sim[r] = simulate(job).step_time_s
         assert bound <= sim[r] * (1 + 1e-9)
     assert sim["none"] < sim[rc] <= sim["full"] * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("rc,extra", [("none", 0), ("full", 8), ("full,recompute_layers=3", 3),
+                                      ("selective,recompute_modules=moe", 8),
+                                      ("selective,recompute_modules=moe_act", 0)])
+def test_recomputed_moe_layers_run_their_all_to_all_again(rc, extra):
+    """A recomputed MoE layer dispatches and combines its tokens again: per micro-batch and
+    chunk of 8 layers, 8 all-to-all rounds forward, 8 backward and one per recomputed MoE
+    layer (moe_act redoes only the activation, no exchange)."""
+    from simulator.program.compiler import compile_job
+    from simulator.program.ops import Collective
+    job = _job(MIXTRAL, rc)
+    prog = compile_job(job, ranks=[0])[0]
+    rounds = sum(op.repeat for op in prog.ops()
+                 if isinstance(op, Collective) and op.kind == "alltoall")
+    assert rounds == pytest.approx(job.num_microbatches * (2 * 8 + extra), rel=1e-12)

@@ -110,8 +110,11 @@ class ProgramBuilder:
         cs, kind = self.c, "forward" if fwd else "backward"
         if not fwd and cs.layer_recompute > 0:
             start = tuple(self.wait)
-            secs, n_tp = cs.chunk_recompute(nl, self.layers)
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, self.layers)
             rc = self.compute(secs, "recompute", label, i, c)
+            ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, n_ep, "ep",
+                           f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+            self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
         secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
         start = tuple(self.wait)

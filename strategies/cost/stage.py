@@ -108,6 +108,7 @@ class StageCostArrays:
     z3_rs_params: np.ndarray
     copy_gap: float               # seconds per copy kernel (the stack's launch gap)
 
+    ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
 
@@ -158,6 +159,7 @@ class StageCosts:
     z3_rs_params: float = 0.0
     copy_gap: float = 0.0
 
+    ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
 
@@ -167,11 +169,18 @@ class StageCosts:
         per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
         ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
         each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``)."""
+        return self.chunk_recompute_comm(nl, chunk)[:2]
+
+    def chunk_recompute_comm(self, nl: float, chunk: float | None = None
+                             ) -> tuple[float, float, float]:
+        """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
+        ``ep_bytes`` counts them) the recomputed forward runs again."""
         if self.recompute_cap > 0:
             chunk = nl if chunk is None else chunk
             k = min(chunk, self.recompute_cap) * nl / chunk
-            return k * self.layer_recompute_each, 2.0 * k
-        return nl * self.layer_recompute, nl * self.tp_per_layer_recompute
+            return k * self.layer_recompute_each, 2.0 * k, k * (self.ep_bytes > 0)
+        return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
+                nl * self.ep_per_layer_recompute)
 
     @property
     def w_share(self) -> float:
@@ -236,6 +245,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
         layer_recompute=full(share * lt.recompute),
         recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
+        # the MoE dispatch and combine again: full recompute (its share of the layers) and the
+        # moe module (the whole MoE layer is checkpointed); op is left as it was
+        ep_per_layer_recompute=np.where(ep > 1, np.where(rc == 2, share, np.where(
+            rcp.part_selected(rc, P.recompute_modules, "routed_mlp"), 1.0, 0.0)), 0.0) + zeros,
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
@@ -286,6 +299,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
         tp_per_layer_recompute=f("tp_per_layer_recompute"),
         recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
+        ep_per_layer_recompute=f("ep_per_layer_recompute"),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),

@@ -128,7 +128,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward
-    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
+    ep_layer = (2 + sc.ep_per_layer_recompute) * cm.collective_time("alltoall", sc.ep_bytes, ep,
+                                                                  tp * cp, cl)
 
     comp_layer = sc.layer_fwd + sc.layer_bwd
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
