@@ -147,7 +147,7 @@ def test_search_gives_the_fewest_layers_that_fit():
     sp = enumerate_space(m, cl, 64, SpaceOptions(max_mbs=2))
     rc_full = np.flatnonzero(sp.cols["rc"] == 2)
     partial = [i for i in rc_full if sp.cols["rcl"][i] > 0]
-    assert partial and len(partial) < len(rc_full) + 1
+    assert partial                     # some full-recompute plans fit with fewer layers
     for i in partial[:: max(1, len(partial) // 25)]:
         p = sp.plan(i)
         job = make_job(m, cl, p)
