@@ -16,7 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
-from strategies.cost.stage import StageCosts
+from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.schedules import Step, get_schedule
 
 
@@ -30,7 +30,13 @@ class ProgramBuilder:
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
         self.last_vs = self.sched.num_virtual_stages(p.pp, p.vpp) - 1
-        self.layers = job.layers_of_stage(self.stage) // p.vpp
+        # each chunk's layers in forward order, one per-layer cost record each (the stage-cost
+        # record's mean layer, or its kind's record where the layout says which layers a chunk
+        # holds: strategies.cost.stage.chunk_layers)
+        self.chunk = {c: [x for n, x in chunk_layers(costs, self.stage, c,
+                                                     job.layers_of_chunk(self.stage, c))
+                          for _ in range(n)] for c in range(p.vpp)}
+        self.stage_layers = sum(len(v) for v in self.chunk.values())
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
@@ -40,7 +46,8 @@ class ProgramBuilder:
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
-                                         self.layers)
+                                         len(self.chunk[c]),
+                                         [x.layer_params for x in self.chunk[c]])
                         for c in range(p.vpp)}
         self.pending_buckets: list = []
         # a split backward: B (input gradient, communication) then, later, W (weight gradient,
@@ -101,19 +108,45 @@ class ProgramBuilder:
         if last is not None:
             self.wait.append(last)
 
-    def block(self, fwd: bool, nl: int, label: str, i: int, c: int) -> int:
-        """Compute of ``nl`` layers with their communication; returns the main compute id.
-        The backward is the whole pass, or its input-gradient part ``B`` when the schedule
-        splits the backward (its ``W`` is ``wgrad``)."""
+    def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
+        """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
+        backward order for a backward), each piece as ``(count, per-layer record)`` runs."""
+        layers = self.chunk[c][::-1] if backward else self.chunk[c]
+        out, pos = [], 0
+        for n in counts:
+            runs: list[list] = []
+            for x in layers[pos:pos + n]:
+                if runs and runs[-1][1] is x:
+                    runs[-1][0] += 1
+                else:
+                    runs.append([1, x])
+            out.append([tuple(r) for r in runs])
+            pos += n
+        return out
+
+    def pieces(self, c: int, backward: bool) -> list[list[tuple]]:
+        """Chunk ``c`` as one piece, or one per layer (``granularity="layer"``)."""
+        n = len(self.chunk[c])
+        return self.segments(c, [1] * n if self.gran == "layer" else [n], backward)
+
+    def block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int) -> int:
+        """Compute of the layers ``items`` (``(count, per-layer record)`` runs) with their
+        communication; returns the main compute id. The backward is the whole pass, or its
+        input-gradient part ``B`` when the schedule splits the backward (its ``W`` is
+        ``wgrad``)."""
         cs, kind = self.c, "forward" if fwd else "backward"
-        if not fwd and cs.layer_recompute > 0:
+        nl = sum(n for n, _ in items)
+        rc_s = chunk_sum(items, lambda x: x.layer_recompute)
+        if not fwd and rc_s > 0:
             start = tuple(self.wait)
-            rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
+            rc = self.compute(rc_s, "recompute", label, i, c)
             self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
-        secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
+        split = self.split
+        secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
+                         (lambda x: x.layer_bwd - split * x.layer_wgrad))
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
-            attn = nl * (cs.attn_fwd if fwd else cs.attn_bwd)
+            attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
             main = self.compute(attn, kind, label, i, c, force=True)
             vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
@@ -124,9 +157,10 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
-        ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
-                       i, c, deps=(main,))
-        self.wait += [ep] if ep is not None else []
+        for n, x in items:
+            ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
+                           i, c, deps=(main,))
+            self.wait += [ep] if ep is not None else []
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main)
         return main
@@ -136,7 +170,7 @@ class ProgramBuilder:
         """ZeRO-3: gather this stage's parameters, the first layer's share blocking."""
         if self.p.zero != 3 or len(self.group["dp"]) < 2:
             return None
-        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.stage_layers
         first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
                           i, tag="dp")
         self.wait += [first] if first is not None else []
@@ -148,8 +182,8 @@ class ProgramBuilder:
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         rest = self._z3(label, i)
-        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
-            self.block(True, nl, label, i, c)
+        for items in self.pieces(c, False):
+            self.block(True, items, label, i, c)
         self.wait += [rest] if rest is not None else []
         if vs == self.last_vs:
             self.compute(self.c.head_fwd, "lm_head", label, i, c)
@@ -175,8 +209,9 @@ class ProgramBuilder:
             todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i)
         split = self.gran == "layer" or (live and len(todo) > 1)
-        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
-            self.block(False, nl, label, i, c)
+        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        for nl, items in zip(counts, self.segments(c, counts, True)):
+            self.block(False, items, label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
         self.wait += [rest] if rest is not None else []
@@ -209,8 +244,8 @@ class ProgramBuilder:
         if vs == self.last_vs:
             self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
         rest = self._z3(label, i)
-        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
-            self.block(False, nl, label, i, c)
+        for items in self.pieces(c, True):
+            self.block(False, items, label, i, c)
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd - self.c.embedding_wgrad, "embedding", label, i, c)
@@ -232,8 +267,9 @@ class ProgramBuilder:
             pos = 1
             todo = self._launch(todo, pos, live, final)
         split = self.gran == "layer" or (live and len(todo) > 1)
-        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
-            self.compute(nl * cs.layer_wgrad, "wgrad", label, i, c)
+        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        for nl, items in zip(counts, self.segments(c, counts, True)):
+            self.compute(chunk_sum(items, lambda x: x.layer_wgrad), "wgrad", label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
         if vs == 0:
@@ -260,7 +296,7 @@ class ProgramBuilder:
             self.reduced.append(params)
 
     def _z3_reduce(self, label: str, i: int) -> None:
-        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.stage_layers
         self.coll("dp-comm", "reduce_scatter", "dp", total, (L - 1) / L, "dp", f"RS z3 {label}",
                   i, tag="dp")
         self.coll("dp-comm", "reduce_scatter", "dp", total, 1 / L, "dp", f"RS z3 {label}",
@@ -315,7 +351,9 @@ class ProgramBuilder:
                 self.coll("dp-comm", "allgather", "dp", self.c.param_bytes * params, 1.0, "dp",
                           f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
                 self.n_param_gathers += 1
-        meta = {"fwd_window_s": self.layers * self.p.vpp * self.c.layer_fwd,
+        fwd = (self.stage_layers * self.c.layer_fwd if not self.c.chunk_kinds else
+               sum(x.layer_fwd for v in self.chunk.values() for x in v))
+        meta = {"fwd_window_s": fwd,
                 "param_gathers": self.n_param_gathers,
                 "overlap_param_gather": self.p.overlap_param_gather}
         return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},

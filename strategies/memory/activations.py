@@ -237,9 +237,11 @@ def pending_weight_grads(job: Job, stage: int) -> int:
                                                          p.microbatch_group_size)
 
 
-def layers_per_chunk(job: Job, stage: int = 0) -> int:
-    """Layers in one model chunk of ``stage`` (``Job.layers_of_stage`` over ``vpp``)."""
-    return job.layers_of_stage(stage) // job.plan.vpp
+def layers_per_chunk(job: Job, stage: int = 0) -> float:
+    """Layers in the mean model chunk of ``stage`` (``Job.layers_of_stage`` over ``vpp``; a
+    layout's chunks may differ by a layer)."""
+    n, v = job.layers_of_stage(stage), job.plan.vpp
+    return n // v if n % v == 0 else n / v
 
 
 def activation_bytes_per_chunk(job: Job, stage: int) -> float:

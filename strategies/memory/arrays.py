@@ -83,7 +83,7 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None, layers=None, pending_w=None
+                            in_flight=None, layers=None, pending_w=None, params=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -93,7 +93,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     interleaving group size); ``layers``: transformer layers on the stage per plan (default
     ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
     gradients pending at the stash peak per plan (a split backward; default the schedule's
-    ``pending_weight_grads_array``)."""
+    ``pending_weight_grads_array``); ``params``: ``(dense, expert)`` parameters per GPU of
+    the stage per plan where its layers are not ``layers`` mean layers (dense and MoE
+    layers, multi-token prediction: ``cost.stage.stage_params_split``), else None.
+    A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
+    chunk of the stage (a layout's chunks may differ by a layer)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -136,13 +140,18 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # the layer being recomputed in its backward: all of it (full), what op did not save (op)
     rc_act = np.where(rc == 2, layer_act_none,
                       np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
-    lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
+    lpc = m.num_layers // (pp * v) if layers is None else n_layers / v   # layers per chunk
     layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+    if params is None:
+        dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+        layer_dense = n_layers * dense_l
+    else:
+        dense_params, expert_params = (np.asarray(x, dtype=float) for x in params)
+        layer_dense = dense_params - emb_p - head_p
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
@@ -156,7 +165,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
-    parts = {"layers": dict(state(n_layers * dense_l, expert_params), activations=layers_act),
+    parts = {"layers": dict(state(layer_dense, expert_params), activations=layers_act),
              "embedding": dict(state(emb_p), activations=in_flight * emb_act),
              "output": dict(state(head_p), activations=out_act),
              "recompute": dict(state(zero_), activations=rc_act),
