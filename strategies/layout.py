@@ -356,10 +356,25 @@ def _by_path(by_rank: list[list[int]], plan) -> list[int]:
     return out
 
 
-@lru_cache(maxsize=256)
 def build_layout(model: ModelSpec, plan) -> PipelineLayout:
     """The layout of ``plan`` for ``model`` (module docstring: which plan field wins);
     ``SpecError`` naming the field, the value and the rule."""
+    return _build_layout(model, plan.pp, plan.vpp, plan.schedule, plan.layout,
+                         plan.first_stage_layers, plan.last_stage_layers,
+                         plan.account_embedding, plan.account_loss, plan.layers_per_stage)
+
+
+@lru_cache(maxsize=1024)
+def _build_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, layout: str | None,
+                  first_stage_layers: int | None, last_stage_layers: int | None,
+                  account_embedding: bool, account_loss: bool,
+                  layers_per_stage: tuple[int, ...] | None) -> PipelineLayout:
+    from types import SimpleNamespace
+    plan = SimpleNamespace(pp=pp, vpp=vpp, schedule=schedule, layout=layout,
+                           first_stage_layers=first_stage_layers,
+                           last_stage_layers=last_stage_layers,
+                           account_embedding=account_embedding, account_loss=account_loss,
+                           layers_per_stage=layers_per_stage)
     pp, vpp = plan.pp, plan.vpp
     stages = plan_layout_stages(plan)
     if stages is not None:
@@ -388,4 +403,40 @@ def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,
     n = layout.held[rank][chunk].count(MTP)
     if n:
         out["mtp"] = n
+    return out
+
+
+@lru_cache(maxsize=4096)
+def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
+                       rank: int) -> tuple[tuple[str, int], ...]:
+    """``(kind, count)`` of what pipeline rank ``rank`` holds under the even split
+    (``dense``/``moe`` layers, ``mtp`` modules): ``chunk_kinds`` summed over its chunks. What
+    the array code (the search's memory model) reads for plans without a layout."""
+    from types import SimpleNamespace
+    plan = SimpleNamespace(pp=pp, vpp=vpp, schedule=schedule, layout=None,
+                           first_stage_layers=None, last_stage_layers=None,
+                           account_embedding=False, account_loss=False, layers_per_stage=None)
+    lay = build_layout(model, plan)
+    out: dict[str, int] = {}
+    for c in range(vpp):
+        for k, n in chunk_kinds(model, lay, rank, c).items():
+            out[k] = out.get(k, 0) + n
+    return tuple(out.items())
+
+
+def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank) -> dict:
+    """``even_stage_content`` for arrays of plans (schedule codes, pp, vpp, the rank):
+    ``{kind: counts}`` (numpy arrays; ``dense``, ``moe`` and ``mtp`` always present)."""
+    import numpy as np
+
+    from strategies.schedules import schedule_of_code
+    codes, pp, vpp, rank = np.broadcast_arrays(np.asarray(codes), np.asarray(pp),
+                                               np.asarray(vpp), np.asarray(rank))
+    out = {k: np.zeros(codes.shape) for k in ("dense", "moe", "mtp")}
+    keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel()], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    for j, (code, p, v, r) in enumerate(uniq.tolist()):
+        name = schedule_of_code(int(code)).name
+        for k, n in even_stage_content(model, name, int(p), int(v), int(r)):
+            out[k].ravel()[inv.ravel() == j] = n
     return out

@@ -239,7 +239,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     if m.num_nextn_predict_layers:
         k = "moe" if m.is_moe else "dense"
         layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
-        by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, tpo, gpu, dtype, slow, sy,
+        by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full)
 
     return StageCostArrays(
@@ -267,26 +267,26 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         cp_exposed_fraction=float(sy.cp_exposed_fraction), by_kind=by_kind)
 
 
-def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, tpo, gpu: GPU, dtype: str,
+def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU, dtype: str,
                slow, sy: SystemConfig, head: tuple, full) -> KindCostArrays:
     """One multi-token-prediction module (DeepSeek-V3 §2.2; Megatron's ``m`` slot): the
     ``2h -> h`` projection of the normed hidden state and the next token's embedding (a
     column-parallel GEMM over ``tp``; its backward, data and weight gradient, twice its
     forward), one transformer ``layer`` and a pass through the shared LM head and the loss
-    (``head``: the LM head's forward, backward and weight-gradient seconds). Parameters: the
-    layer's, the projection's ``2h²/tp`` and three norms (``ModelSpec.mtp_params``)."""
+    (``head``: the LM head's forward, backward and weight-gradient seconds). Parameters:
+    ``counts.mtp_params_split``."""
     h = m.hidden_size
     T = counts.tokens_per_gpu(b, m.seq_length, cp)
     proj = slow * ct.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = head
+    d_mtp, e_mtp = counts.mtp_params_split(m, tp, ep)
     return KindCostArrays(
         layer_fwd=full(layer.layer_fwd + proj + head_f),
         layer_bwd=full(layer.layer_bwd + 2 * proj + head_b),
         layer_wgrad=full(layer.layer_wgrad + proj + head_w),
         layer_recompute=layer.layer_recompute, attn_fwd=layer.attn_fwd,
         attn_bwd=layer.attn_bwd, ep_bytes=layer.ep_bytes,
-        layer_params=full(layer.layer_params + 2.0 * h * h / tp + 3 * m.norm_params()),
-        expert_params=layer.expert_params)
+        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp))
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import counts
+from strategies.layout import even_stage_content_arrays
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
                                           op_saved_bytes)
@@ -146,7 +147,25 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    if params is None:
+    kinds = [k for k, n in m.layer_counts().items() if n]
+    if params is None and layers is None and (len(kinds) > 1 or m.num_nextn_predict_layers):
+        # the even split of a model with dense and MoE layers or MTP modules: what this rank
+        # holds by kind (strategies.layout.even_stage_content), the stage record's rule
+        have = even_stage_content_arrays(m, sched, pp, v, stage)
+        n_layers = have["dense"] + have["moe"] + have["mtp"]
+        lpc = n_layers / v
+        layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
+        activations = layers_act + in_flight * emb_act + out_act + rc_act
+        layer_dense, expert_params = 0.0, 0.0
+        for k in kinds:
+            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep)
+            layer_dense, expert_params = layer_dense + have[k] * d_k, expert_params + have[k] * e_k
+        d_m, e_m = counts.mtp_params_split(m, tp, ep)
+        layer_dense = layer_dense + have["mtp"] * d_m + np.where(
+            (have["mtp"] > 0) & (stage != 0), counts.embedding_params_per_gpu(m, tp), 0.0)
+        expert_params = expert_params + have["mtp"] * e_m
+        dense_params = layer_dense + emb_p + head_p
+    elif params is None:
         dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
         layer_dense = n_layers * dense_l
     else:
