@@ -51,10 +51,18 @@ def load_reference(path: str | None = None) -> list[dict[str, Any]]:
 
 
 def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
-    """The ModelSpec of an entry: its dimensions, the family its name implies and, for a
+    """The ModelSpec of an entry: its ``hf_config`` (a HuggingFace config.json) where it has
+    one, else its dimensions, the family its name implies and, for a
     mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
     routed top-2 (said in ``notes``)."""
     name = mo.get("name") or c["id"]
+    if isinstance(mo.get("hf_config"), dict):     # the model's own config.json: every field read
+        from strategies.hf_config import model_from_hf
+        model = model_from_hf(mo["hf_config"], name=name)
+        if mo.get("seq_len"):
+            model = replace(model, seq_length=int(mo["seq_len"]))
+        notes.append(f"model from the entry's config.json ({mo['hf_config'].get('model_type')})")
+        return model
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
     fam = model_family(name)
@@ -263,9 +271,13 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
-        fsdp = "fsdp" in str(pl.get("techniques") or "").lower()
+        fsdp = "fsdp" in f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
         zero = 3 if fsdp and pp == 1 else (1 if modern else 0)
-        notes.append(f"zero={zero} ({'FSDP' if zero == 3 else 'distributed optimizer'}; not stated)")
+        if fsdp and pp > 1 or zero not in fw.zero_stages:   # FSDP with PP: the stack's rule
+            zero = 3 if pp == 1 else fw.zero_with_pp
+        how = {3: "FSDP", 2: "FSDP, parameters kept gathered under pipelining"}.get(
+            zero, "distributed optimizer" if zero else "no sharding")
+        notes.append(f"zero={zero} ({how}; not stated)")
     elif int(zero) == 3 and pp > 1:
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
