@@ -203,9 +203,13 @@ def by_chunk(job: Job) -> bool:
     """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
     ``_per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank, or layers of more than one kind or multi-token prediction (the
-    stage-cost record's ``by_kind``)."""
+    stage-cost record's ``by_kind``). Not on schedules whose micro-batches cross half the
+    chunks (DualPipe), whose analytic model prices a step on a chunk as a whole stage."""
     from strategies.cost.stage import stage_costs
-    if job.plan.vpp > 1 and not job.layout.uniform:
+    p = job.plan
+    if get_schedule(p.schedule).num_virtual_stages(p.pp, p.vpp) != p.pp * p.vpp:
+        return False        # DualPipe's two directions: each chunk a whole path's stage
+    if p.vpp > 1 and not job.layout.uniform:
         return True
     return bool(stage_costs(job).by_kind)
 
@@ -224,6 +228,7 @@ def estimate(job: Job) -> Estimate:
         if p.pp > 1 and (by_chunk(job) or (p.vpp > 1 and not job.cluster.uniform)):
             arrays = _per_chunk(job, arrays)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
+                                          or not job.layout.uniform
                                           or not job.cluster.uniform):
             arrays = _per_stage(job, arrays)
     r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
