@@ -158,8 +158,11 @@ def _check_layout_fields(p: Plan) -> None:
                                    ("layers_per_stage", p.layers_per_stage is not None),
                                    ("first_stage_layers/last_stage_layers", fl),
                                    ("account_embedding/account_loss", acc)) if on]
+    def named(group: str) -> str:            # the field of a group that is set
+        return next(f for f in group.split("/") if getattr(p, f) not in (None, False))
+
     if len(given) > 1:
-        raise SpecError(given[1].split("/")[0], getattr(p, given[1].split("/")[0]),
+        raise SpecError(named(given[1]), getattr(p, named(given[1])),
                         f"cannot be combined with {given[0]} (give the pipeline layout one "
                         "way; Megatron-LM refuses the same combinations)")
     if p.layout is not None:
@@ -167,7 +170,7 @@ def _check_layout_fields(p: Plan) -> None:
             raise SpecError("layout", p.layout, "must be a Megatron pipeline layout string")
         plan_layout_stages(p)
     if (fl or acc) and p.pp == 1:
-        raise SpecError(given[0].split("/")[0], getattr(p, given[0].split("/")[0]),
+        raise SpecError(named(given[0]), getattr(p, named(given[0])),
                         "needs pipeline parallelism (pp > 1)")
 
 
