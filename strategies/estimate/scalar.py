@@ -211,6 +211,9 @@ def by_chunk(job: Job) -> bool:
         return False        # DualPipe's two directions: each chunk a whole path's stage
     if p.vpp > 1 and not job.layout.uniform:
         return True
+    m = job.model
+    if sum(1 for n in m.layer_counts().values() if n) < 2 and not m.num_nextn_predict_layers:
+        return False                        # one kind of layer: no by_kind record
     return bool(stage_costs(job).by_kind)
 
 

@@ -134,9 +134,10 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
 def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]:
     """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
     from strategies.cost.stage import stage_costs, stage_params_split
-    rec = stage_costs(job)
-    params = None
-    if rec.chunk_kinds and rec.by_kind:       # layers by kind, multi-token prediction
+    m, params = job.model, None
+    mixed = sum(1 for n in m.layer_counts().values() if n) > 1 or m.num_nextn_predict_layers
+    rec = stage_costs(job) if mixed else None
+    if rec is not None and rec.chunk_kinds and rec.by_kind:   # layers by kind, MTP modules
         split = [stage_params_split(job, rec, s) for s in stages]
         params = ([d for d, _ in split], [e for _, e in split])
     parts, _ = arrays.memory_component_arrays(
