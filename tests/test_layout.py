@@ -292,3 +292,37 @@ def test_layout_in_json_and_text_reports():
     text = job("gpt-1.7b", A100x2, "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2,"
                "first_stage_layers=2,last_stage_layers=2").layout.text
     assert parse_layout(text)[1] == ("t",) * 5 and f"layout  {text}" in t.stdout
+
+
+def test_yaml_plan_file_takes_megatron_names(tmp_path):
+    f = tmp_path / "plan.yaml"
+    f.write_text("tp: 2\npp: 4\nschedule: interleaved\nglobal_batch_size: 32\n"
+                 "pipeline_layout: 'Et*2|(t*3|)*6,t*4L'\n")
+    p = parse_plan(str(f))
+    assert p.vpp == 2 and p.layout == "Et*2|(t*3|)*6,t*4L"
+    f.write_text("tp: 2\npp: 4\nglobal_batch_size: 32\n"
+                 "account_for_embedding_in_pipeline_split: true\n"
+                 "account_for_loss_in_pipeline_split: true\n")
+    j = make_job(model_preset("gpt-3.6b"), A100x2, parse_plan(str(f)))   # 30 + 2 slots
+    assert j.layout.layers_per_stage == (7, 8, 8, 7)
+
+
+def test_simulation_runs_each_chunk_with_its_own_layers():
+    """Simulated: the interleaved plan whose first and last chunks hold fewer layers; its
+    programs' forward compute per chunk is the chunk's own layers (closed form from the
+    record), and the report has one memory entry per stage and the layout."""
+    from simulator.program.compiler import compile_job
+    from simulator.simulate import simulate, to_json
+    j = job("gpt-3.6b", A100x2, "tp=2,pp=4,schedule=interleaved,vpp=2,gbs=16,"
+            "account_embedding=true,account_loss=true")       # 32 slots over 8 chunks
+    assert [j.layers_of_chunk(s, c) for c in range(2) for s in range(4)] == \
+        [3, 4, 4, 4, 4, 4, 4, 3]
+    c = stage_costs(j)
+    progs = compile_job(j, [0])
+    f = [o.seconds for o in progs[0].streams["compute"]
+         if o.kind == "forward" and o.microbatch == 0]
+    assert f == [3 * c.layer_fwd, 4 * c.layer_fwd]
+    out = to_json(simulate(j), j)
+    assert len(out["memory_by_stage"]) == 4
+    assert out["inputs"]["layout"]["layers_per_stage"] == [7, 8, 8, 7]
+    assert out["step_time_s"] > 0
