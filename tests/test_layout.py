@@ -326,3 +326,26 @@ def test_simulation_runs_each_chunk_with_its_own_layers():
     assert len(out["memory_by_stage"]) == 4
     assert out["inputs"]["layout"]["layers_per_stage"] == [7, 8, 8, 7]
     assert out["step_time_s"] > 0
+
+
+def _entry(ref: str, case_id: str) -> dict:
+    data = json.loads((ROOT / "strategies" / "reference" / "data" / ref).read_text())
+    items = data if isinstance(data, list) else data.get("runs", data)
+    return next(e for e in items if e["id"] == case_id)
+
+
+def test_published_megatron_405b_runs_count_the_embedding_and_loss_slots():
+    """Validation cases: a Megatron-family run whose layers do not divide over its chunks but
+    do with the embedding and the loss as slots runs the real 126 layers that way (no longer
+    126 padded to 128); BLOOM's stated partition (embedding counted as a block) is the same
+    rule on 12 stages."""
+    from strategies.reference.cases import case_from_entry
+    c = case_from_entry(_entry("megatron_bridge_2604.json",
+                               "mbridge260401_llama31405b_h100_1024_fp8"))
+    j = c.job
+    assert j.model.num_layers == 126 and j.plan.account_embedding and j.plan.account_loss
+    assert (j.plan.pp, j.plan.vpp) == (8, 8)
+    assert j.layout.layers_per_stage == (15, 16, 16, 16, 16, 16, 16, 15)
+    b = case_from_entry(_entry("published.json", "bloom176B_final_384gpu")).job
+    assert b.model.num_layers == 70
+    assert b.layout.layers_per_stage == (5,) + (6,) * 10 + (5,)
