@@ -146,7 +146,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
         # a multi-token-prediction module stashes about one layer's activations
         layers=[job.layers_of_stage(s) + job.layout.mtp_of_stage(s) for s in stages],
-        params=params)
+        params=params, gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 
