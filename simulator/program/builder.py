@@ -32,13 +32,20 @@ class ProgramBuilder:
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
         self.last_vs = self.sched.num_virtual_stages(p.pp, p.vpp) - 1
+        # DualPipe (``Schedule.mirrored``): chunk 0 is stage r of direction 0, chunk 1 stage
+        # pp-1-r of direction 1 (even micro-batches go one way, odd ones the other)
+        self.mirrored = bool(self.sched.mirrored) and p.pp > 1
+        chunks = range(2) if self.mirrored else range(p.vpp)
         # each chunk's layers in forward order, one per-layer cost record each (the stage-cost
         # record's mean layer, or its kind's record where the layout says which layers a chunk
-        # holds: strategies.cost.stage.chunk_layers)
-        self.chunk = {c: [x for n, x in chunk_layers(costs, self.stage, c,
-                                                     job.layers_of_chunk(self.stage, c))
-                          for _ in range(n)] for c in range(p.vpp)}
-        self.stage_layers = sum(len(v) for v in self.chunk.values())
+        # holds: strategies.cost.stage.chunk_layers); DualPipe's chunk 1 holds what the layout
+        # gives stage pp-1-r
+        self.chunk = {c: [x for n, x in chunk_layers(costs, *self._source(c),
+                                                     job.layers_of_chunk(*self._source(c)))
+                          for _ in range(n)] for c in chunks}
+        # the layers of the stage the layout gives this rank (DualPipe: its own direction's
+        # copy), as ZeRO-3's per-layer share and the forward window count them
+        self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
@@ -50,13 +57,25 @@ class ProgramBuilder:
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          len(self.chunk[c]),
                                          [x.layer_params for x in self.chunk[c]])
-                        for c in range(p.vpp)}
+                        for c in chunks}
+        # the last micro-batch through each chunk (its backward completes the gradients)
+        self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}
         self.pending_buckets: list = []
         # a split backward: B (input gradient, communication) then, later, W (weight gradient,
         # compute only, then the chunk's gradient reduction); else one backward pass
         self.split = bool(self.sched.splits_backward)
         self.reduced: list[float] = []      # parameters of each gradient bucket reduced
         self.n_param_gathers = 0
+        # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
+        # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
+        self.hidden: list | None = None
+
+    def _source(self, c: int) -> tuple[int, int]:
+        """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
+        own, or (DualPipe's chunk 1) chunk 0 of stage ``pp-1-r``."""
+        if self.mirrored:
+            return (self.stage if c == 0 else self.p.pp - 1 - self.stage), 0
+        return self.stage, c
 
     def vs(self, chunk: int, microbatch: int = 0) -> int:
         """Position of this rank's ``chunk`` on ``microbatch``'s path (the schedule's)."""
@@ -126,10 +145,12 @@ class ProgramBuilder:
             pos += n
         return out
 
-    def pieces(self, c: int, backward: bool) -> list[list[tuple]]:
-        """Chunk ``c`` as one piece, or one per layer (``granularity="layer"``)."""
+    def pieces(self, c: int, backward: bool, by_layer: bool = False) -> list[list[tuple]]:
+        """Chunk ``c`` as one piece, or one per layer (``granularity="layer"``, or
+        ``by_layer``: an overlapped pair's passes, interleaved layer by layer)."""
         n = len(self.chunk[c])
-        return self.segments(c, [1] * n if self.gran == "layer" else [n], backward)
+        return self.segments(c, [1] * n if by_layer or self.gran == "layer" else [n],
+                             backward)
 
     def block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int) -> int:
         """Compute of the layers ``items`` (``(count, per-layer record)`` runs) with their
@@ -159,10 +180,11 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
-        for n, x in items:
+        for n, x in items:      # each kind's all-to-all (none for a dense layer)
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
                            i, c, deps=(main,))
-            self.wait += [ep] if ep is not None else []
+            if ep is not None:
+                (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main)
         return main
@@ -208,12 +230,19 @@ class ProgramBuilder:
                          f"AG z3 {label}", i, tag="dp")
 
     def forward(self, i: int, c: int) -> None:
+        for _ in self._forward_blocks(i, c):
+            pass
+
+    def _forward_blocks(self, i: int, c: int, by_layer: bool = False):
+        """The forward of micro-batch ``i``, chunk ``c``, yielding after each layer block
+        (one layer each with ``by_layer``)."""
         label, vs = f"F{i}.c{c}", self.vs(c, i)
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         rest = self._z3(label, i)
-        for items in self.pieces(c, False):
+        for items in self.pieces(c, False, by_layer):
             self.block(True, items, label, i, c)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == self.last_vs:
             self.compute(self.c.head_fwd, "lm_head", label, i, c)
@@ -228,7 +257,7 @@ class ProgramBuilder:
             return
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo = list(plan.buckets)
         pos = 0
@@ -267,15 +296,21 @@ class ProgramBuilder:
             self._z3_reduce(label, i)
 
     def _input_grad(self, i: int, c: int) -> None:
+        for _ in self._input_grad_blocks(i, c):
+            pass
+
+    def _input_grad_blocks(self, i: int, c: int, by_layer: bool = False):
         """``B`` of a split backward: the input-gradient part of the LM head, the layers
         (with their recomputation and communication) and the embedding (none: its backward
-        is all weight gradient); no gradient is complete yet."""
+        is all weight gradient); no gradient is complete yet. Yields after each layer
+        block (one layer each with ``by_layer``)."""
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         if vs == self.last_vs:
             self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
         rest = self._z3(label, i, fwd=False)
-        for items in self.pieces(c, True):
+        for items in self.pieces(c, True, by_layer):
             self.block(False, items, label, i, c)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd - self.c.embedding_wgrad, "embedding", label, i, c)
@@ -288,7 +323,7 @@ class ProgramBuilder:
         bucket's last ``W`` (the last micro-batch's)."""
         label, vs, cs = f"W{i}.c{c}", self.vs(c, i), self.c
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo, pos = list(plan.buckets), 0
         if vs == self.last_vs:
@@ -324,6 +359,20 @@ class ProgramBuilder:
                   deps=deps, tag="dp")
         if record:
             self.reduced.append(params)
+
+    def _mirror_reduce(self) -> None:
+        """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
+        both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
+        example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
+        (its share of them with ZeRO >= 2) over the two ranks, on the dp-comm stream."""
+        pp_group = self.group["pp"]
+        pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
+        shard = len(self.group["dp"]) if self.p.zero >= 2 else 1
+        nbytes = self.c.grad_bytes * self.c.params_by_stage[self.stage] / shard
+        self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
+                  algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
+                  category="dp", label="AR mirror copies", repeat=1.0,
+                  deps=(self.last_compute,))
 
     def _z3_reduce(self, label: str, i: int) -> None:
         if self.c.z3_rs_n > 0:
@@ -361,9 +410,64 @@ class ProgramBuilder:
             gathers += [g] if g is not None else []
         self.wait += ([last] if last is not None else []) + gathers
 
+    def overlapped(self, group: list[Step]) -> None:
+        """An overlapped group (``Step.overlap``; DualPipe's ``F& B& W``, a forward and a
+        whole backward of two micro-batches): the compute runs in turn on the one compute
+        stream (the two share the SMs, so the pair lasts ``F + B + W``), layer by layer, the
+        forward's layer then the backward's; each pass's expert all-to-all is waited for only
+        by its own next layer, so it runs beside the partner's layer and is exposed only by
+        what outlasts it (DeepSeek-V3 §3.2.1). TP and CP collectives still block the compute
+        stream. The weight gradients run after both; the pair's point-to-point messages leave
+        once the whole pair has run, in one exchange after the group (deepseek-ai/DualPipe
+        posts them after ``_forward_backward_compute_chunk`` and waits for them with the next
+        step's receives), which is the model of DeepSeek's ``F&B`` bubble."""
+        passes = [s for s in group if s.kind != "W"]
+        gens = {}
+        for s in passes:
+            if s.kind == "F":
+                gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True)
+            elif self.split:
+                gens[s] = self._input_grad_blocks(s.microbatch, s.chunk, by_layer=True)
+            else:
+                raise ValueError("an overlapped group needs a split backward (B then W)")
+        own: dict[Step, list] = {s: [] for s in passes}
+        live = list(passes)
+        while live:
+            for s in list(live):
+                mine, own[s] = own[s], []
+                self.wait += mine
+                self.hidden = own[s]
+                try:
+                    next(gens[s])
+                except StopIteration:
+                    # the pass ended (its output, ``produced``, waits for its last
+                    # all-to-all); what no compute of its own took is not the partner's to wait
+                    live.remove(s)
+                    left = [x for x in mine if x in self.wait]
+                    self.wait = [x for x in self.wait if x not in left]
+                    key = (s.kind, s.microbatch, s.chunk)
+                    self.produced[key] = self.produced[key] + tuple(
+                        x for x in left + own[s] if x not in self.produced[key])
+                    own[s] += left
+                finally:
+                    self.hidden = None
+        for s in group:
+            if s.kind == "W":
+                self.wgrad(s.microbatch, s.chunk)
+        self.wait += [x for s in passes for x in own[s]]
+        for s in passes:        # the outputs leave once the whole pair has run
+            key = (s.kind, s.microbatch, s.chunk)
+            self.produced[key] = self.produced[key] + (self.last_compute,)
+
     def run(self, actions: list) -> None:
+        group: list[Step] = []
         for a in actions:
-            if isinstance(a, Exchange):
+            if isinstance(a, Step) and (a.overlap or group):
+                group.append(a)
+                if not a.overlap:
+                    self.overlapped(group)
+                    group = []
+            elif isinstance(a, Exchange):
                 self.exchange(a)
             elif isinstance(a, Step) and a.kind == "F":
                 self.forward(a.microbatch, a.chunk)
@@ -376,7 +480,9 @@ class ProgramBuilder:
         """Remaining gradient buckets, the optimizer and the parameter all-gathers."""
         for _, params in self.pending_buckets:
             self._grad_reduce(params, deps=(self.last_compute,))
-        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1):
+        if self.mirrored:
+            self._mirror_reduce()
+        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
@@ -387,7 +493,7 @@ class ProgramBuilder:
                           f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
                 self.n_param_gathers += 1
         fwd = (self.stage_layers * self.c.layer_fwd if not self.c.chunk_kinds else
-               sum(x.layer_fwd for v in self.chunk.values() for x in v))
+               sum(x.layer_fwd for c in range(self.p.vpp) for x in self.chunk[c]))
         meta = {"fwd_window_s": fwd,
                 "param_gathers": self.n_param_gathers,
                 "overlap_param_gather": self.p.overlap_param_gather}

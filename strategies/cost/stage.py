@@ -43,7 +43,7 @@ from strategies.job import Job
 from strategies.layout import chunk_kinds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch, head_rank
+from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -236,7 +236,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, dp, 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
+    mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
+    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at,
+                                             mirrored=mirrored) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
                                  gpu, dtype, sy)
@@ -406,21 +408,29 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
 def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, float]:
     """``(dense, expert)`` parameters per GPU of pipeline rank ``stage``: its layers by kind
     (and its multi-token-prediction modules, with the copy of the embedding Megatron builds
-    on the rank holding them), the embedding on rank 0 and the LM head where the schedule
-    puts it (``counts.stage_params_split``; a one-kind model: its ``layers`` mean layers)."""
+    on a rank holding them without the embedding), the embedding on rank 0 and the LM head
+    where the schedule puts it (``counts.stage_params_split``; a one-kind model: its
+    ``layers`` mean layers). DualPipe (``Schedule.mirrored``): the rank also holds the layers
+    of stage ``pp-1-stage``, and both end ranks the embedding and the LM head."""
     p, m = job.plan, job.model
     head_at = head_rank(p.schedule, p.pp, p.vpp)
+    mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
     kinds = {k for chunks in c.chunk_kinds for ch in chunks for k, _ in ch}
     if not (kinds & set(c.by_kind)):
         d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
-                                         layers=job.layers_of_stage(stage), head_stage=head_at)
+                                         layers=job.layers_of_stage(stage), head_stage=head_at,
+                                         mirrored=mirrored)
         return float(d), float(e)
-    d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at)
+    d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
+                                     mirrored=mirrored)
     dense, expert = float(d), float(e)
-    for ch in range(p.vpp):
-        items = chunk_layers(c, stage, ch, 0)
-        expert += chunk_sum(items, lambda x: x.expert_params)
-        dense += chunk_sum(items, lambda x: x.layer_params - x.expert_params)
-    if job.layout.mtp_of_stage(stage) and stage != 0:
+    copies = (stage, p.pp - 1 - stage) if mirrored else (stage,)
+    for s in copies:
+        for ch in range(p.vpp):
+            items = chunk_layers(c, s, ch, 0)
+            expert += chunk_sum(items, lambda x: x.expert_params)
+            dense += chunk_sum(items, lambda x: x.layer_params - x.expert_params)
+    has_embedding = stage == 0 or (mirrored and stage == p.pp - 1)
+    if any(job.layout.mtp_of_stage(s) for s in copies) and not has_embedding:
         dense += float(counts.embedding_params_per_gpu(m, p.tp))
     return dense, expert

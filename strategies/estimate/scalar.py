@@ -113,11 +113,13 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
     cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
     rank's GPU type (the slowest among its ranks), the embedding on the first position and
     the LM head on the last; with ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in
-    every chunk on that GPU, the analytic model's assumption."""
+    every chunk on that GPU, the analytic model's assumption. DualPipe (``Schedule.mirrored``):
+    rank ``r``'s chunk 1 holds stage ``pp-1-r``'s layers (the layout's chunk 0 there)."""
     from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
     p = job.plan
     sched = get_schedule(p.schedule)
     last = sched.num_virtual_stages(p.pp, p.vpp) - 1
+    mirrored = bool(sched.mirrored) and p.pp > 1
     out = []
     for s in range(p.pp):
         gpu = even_on if even_on is not None else min(
@@ -125,9 +127,10 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
             key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
         c = stage_costs(job, gpu)
         row = []
-        for ch in range(p.vpp):
+        for ch in range(2 if mirrored else p.vpp):
+            src = ((s if ch == 0 else p.pp - 1 - s), 0) if mirrored else (s, ch)
             if even_on is None:
-                items = chunk_layers(c, s, ch, job.layers_of_chunk(s, ch))
+                items = chunk_layers(c, *src, job.layers_of_chunk(*src))
             else:
                 items = [(job.model.num_layers / (p.pp * p.vpp), c)]
             vs = sched.virtual_stage(s, ch, p.pp, p.vpp, 0)
@@ -203,12 +206,10 @@ def by_chunk(job: Job) -> bool:
     """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
     ``_per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank, or layers of more than one kind or multi-token prediction (the
-    stage-cost record's ``by_kind``). Not on schedules whose micro-batches cross half the
-    chunks (DualPipe), whose analytic model prices a step on a chunk as a whole stage."""
+    stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
+    ``_chunk_times``)."""
     from strategies.cost.stage import stage_costs
     p = job.plan
-    if get_schedule(p.schedule).num_virtual_stages(p.pp, p.vpp) != p.pp * p.vpp:
-        return False        # DualPipe's two directions: each chunk a whole path's stage
     if p.vpp > 1 and not job.layout.uniform:
         return True
     m = job.model

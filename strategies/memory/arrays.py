@@ -111,6 +111,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     nmb = P.gbs // (b * dp)
     stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
+    # DualPipe (``Schedule.mirrored``): rank r holds stages r and pp-1-r, both end ranks the
+    # embedding and the output layer, each for the half of the micro-batches entering there
+    mirrored = attr_by_code(sched, "mirrored").astype(bool)
+    end = (stage == 0) | (stage == pp - 1)
+    is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
     if in_flight is None:
@@ -125,6 +130,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # (experts over d/ep)
     dense_l, expert_l = counts.layer_params_split(m, tp, ep)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
+    held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
@@ -145,7 +151,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
+    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0) \
+        / np.where(mirrored, 2, 1)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
@@ -161,24 +168,33 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     kinds = [k for k, n in m.layer_counts().items() if n]
     if params is None and layers is None and (len(kinds) > 1 or m.num_nextn_predict_layers):
         # the even split of a model with dense and MoE layers or MTP modules: what this rank
-        # holds by kind (strategies.layout.even_stage_content), the stage record's rule
+        # holds by kind (strategies.layout.even_stage_content), the stage record's rule;
+        # DualPipe (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the
+        # layers of either copy (the mean of the two)
         have = even_stage_content_arrays(m, sched, pp, v, stage)
+        mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage)
+        held_k = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
         n_layers = have["dense"] + have["moe"] + have["mtp"]
+        n_layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
+                                       + mirror["mtp"]) / 2, n_layers)
         lpc = n_layers / v
         layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
         activations = layers_act + in_flight * emb_act + out_act + rc_act
         layer_dense, expert_params = 0.0, 0.0
         for k in kinds:
             d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep)
-            layer_dense, expert_params = layer_dense + have[k] * d_k, expert_params + have[k] * e_k
+            layer_dense = layer_dense + held_k[k] * d_k
+            expert_params = expert_params + held_k[k] * e_k
         d_m, e_m = counts.mtp_params_split(m, tp, ep)
-        layer_dense = layer_dense + have["mtp"] * d_m + np.where(
-            (have["mtp"] > 0) & (stage != 0), counts.embedding_params_per_gpu(m, tp), 0.0)
-        expert_params = expert_params + have["mtp"] * e_m
+        # a rank with MTP modules and no embedding builds its own copy of it (Megatron)
+        layer_dense = layer_dense + held_k["mtp"] * d_m + np.where(
+            (held_k["mtp"] > 0) & ~is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
+        expert_params = expert_params + held_k["mtp"] * e_m
         dense_params = layer_dense + emb_p + head_p
     elif params is None:
-        dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
-        layer_dense = n_layers * dense_l
+        dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                                mirrored=mirrored)
+        layer_dense = held * dense_l
     else:
         dense_params, expert_params = (np.asarray(x, dtype=float) for x in params)
         layer_dense = dense_params - emb_p - head_p

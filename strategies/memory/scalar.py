@@ -29,7 +29,7 @@ from strategies.errors import SpecError
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.plan_arrays import PlanArrays
-from strategies.schedules import head_rank
+from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -101,16 +101,17 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
 # (the counts themselves live in strategies.cost.counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
-    """Word (+ learned position) embedding on the first stage, ``/tp``
-    (``counts.embedding_params_per_gpu``); 0 elsewhere."""
-    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if stage == 0 else 0.0
+    """Word (+ learned position) embedding on the first stage (both end ranks where
+    ``Schedule.mirrored``), ``/tp`` (``counts.embedding_params_per_gpu``); 0 elsewhere."""
+    here = act._holds_embedding(job, stage)
+    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if here else 0.0
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
     """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
     0 elsewhere."""
     p = job.plan
-    here = stage == head_rank(p.schedule, p.pp, p.vpp)
+    here = act._holds_head(job, stage)
     return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if here else 0.0
 
 
@@ -145,10 +146,20 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
         # a multi-token-prediction module stashes about one layer's activations
-        layers=[job.layers_of_stage(s) + job.layout.mtp_of_stage(s) for s in stages],
+        layers=[_stashed_layers(job, s) for s in stages],
         params=params, gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
+
+
+def _stashed_layers(job: Job, stage: int) -> float:
+    """Layers (and multi-token-prediction modules, about one layer's activations each) of a
+    stashed micro-batch on ``stage``, all its chunks; DualPipe (``Schedule.mirrored``): the
+    mean of its two copies' (stages ``stage`` and ``pp-1-stage``), whose micro-batches it
+    stashes alike."""
+    p, lay = job.plan, job.layout
+    copies = (stage, p.pp - 1 - stage) if get_schedule(p.schedule).mirrored else (stage,)
+    return sum(lay.layers_of_stage(s) + lay.mtp_of_stage(s) for s in copies) / len(copies)
 
 
 def _total(parts: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
