@@ -149,7 +149,8 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         raise SpecError("tp", plan.tp, f"must divide num_attention_heads={a}")
     if kv % plan.tp:
         raise SpecError("tp", plan.tp, f"must divide num_query_groups (KV heads)={kv}")
-    build_layout(model, plan)        # the layers each chunk holds; SpecError where it cannot
+    lay = build_layout(model, plan)  # the layers each chunk holds; SpecError where it cannot
+    _check_recompute_against_model(model, plan, lay)
     s = model.seq_length
     if plan.cp > 1 and s % (2 * plan.cp):
         raise SpecError("cp", plan.cp, f"2*cp must divide seq_len={s} (load-balanced ring attention)")
@@ -164,6 +165,29 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
                             "(experts are sharded across data-parallel ranks)")
+
+
+def _check_recompute_against_model(model: ModelSpec, plan: Plan,
+                                   layout: PipelineLayout) -> None:
+    """``recompute_layers`` at most the layers of a model chunk (Megatron: between 1 and
+    ``num_layers_per_pipeline_rank``; the largest chunk of the ``layout`` where chunks
+    differ); each ``recompute_modules`` entry present in the model (MoE modules need an MoE
+    model, shared experts need them, ``mla_up_proj`` needs MLA)."""
+    n = plan.recompute_layers
+    if n is not None:
+        lpc = max(layout.layers(r, c) for r, c in layout.positions)
+        if n > lpc:
+            raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of the "
+                            f"largest model chunk (layout {layout.text}, pp={plan.pp}, "
+                            f"vpp={plan.vpp})")
+    need = {"moe_act": (model.is_moe, "an MoE model"), "moe": (model.is_moe, "an MoE model"),
+            "shared_experts": (model.num_shared_experts > 0, "shared experts"),
+            "mla_up_proj": (model.is_mla, "multi-latent attention"),
+            "mlp": (model.num_moe_layers < model.num_layers, "dense MLP layers")}
+    for mod in plan.recompute_modules or ():
+        ok, what = need.get(mod, (True, ""))
+        if not ok:
+            raise SpecError("recompute_modules", mod, f"needs {what}; {model.name} has none")
 
 
 def replica_groups(cluster: Cluster, plan: Plan) -> list[int]:

@@ -162,8 +162,16 @@ class ProgramBuilder:
         rc_s = chunk_sum(items, lambda x: x.layer_recompute)
         if not fwd and rc_s > 0:
             start = tuple(self.wait)
-            rc = self.compute(rc_s, "recompute", label, i, c)
-            self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
+            # main's block partial recompute charges the chunk's min(N, n) layers at one
+            # (mean) layer's cost; otherwise each kind's own recomputation
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]))
+            rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
+            for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
+                share = n_ep if n == nl else n_ep * n / nl
+                ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
+                               f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+                self.wait += [ep] if ep is not None else []
+            self.tp_comm(n_tp, label, i, c, start, rc)
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))

@@ -29,7 +29,6 @@ from strategies.errors import SpecError
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.plan_arrays import PlanArrays
-from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -146,20 +145,10 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
         # a multi-token-prediction module stashes about one layer's activations
-        layers=[_stashed_layers(job, s) for s in stages],
+        layers=[act.stashed_layers(job, s) for s in stages],
         params=params, gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
-
-
-def _stashed_layers(job: Job, stage: int) -> float:
-    """Layers (and multi-token-prediction modules, about one layer's activations each) of a
-    stashed micro-batch on ``stage``, all its chunks; DualPipe (``Schedule.mirrored``): the
-    mean of its two copies' (stages ``stage`` and ``pp-1-stage``), whose micro-batches it
-    stashes alike."""
-    p, lay = job.plan, job.layout
-    copies = (stage, p.pp - 1 - stage) if get_schedule(p.schedule).mirrored else (stage,)
-    return sum(lay.layers_of_stage(s) + lay.mtp_of_stage(s) for s in copies) / len(copies)
 
 
 def _total(parts: dict[str, MemoryBreakdown]) -> MemoryBreakdown:
