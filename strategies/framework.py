@@ -42,7 +42,14 @@ Sources (details and numbers in docs/calibration.md):
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
-  ``torchtitan/distributed/activation_checkpoint.py``) is its alone.
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
+  (``recompute_layers``, ``strategies.cost.recompute``): Megatron-Core and Megatron-LM (v3,
+  2022: ``--recompute-method uniform|block --recompute-num-layers``) both methods; DeepSpeed's
+  pipeline engine checkpoints groups of ``activation_checkpoint_interval`` layers (uniform)
+  only; torchtitan's integer ``selective_ac_option`` (every N-th layer) is another rule, not
+  modelled. Per-module selective recomputation (``recompute_modules``): Megatron-Core's
+  ``--recompute-modules`` (``transformer_config.py``); Megatron-LM 2022 recomputes the core
+  attention only.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
@@ -65,6 +72,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.cost.recompute import METHOD_CODE, modules_mask
+from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.plan import DISPATCHERS, RECOMPUTE
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
@@ -112,6 +121,10 @@ class FrameworkProfile:
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: methods of partial full recomputation (``recompute_layers``) the stack runs
+    recompute_methods: tuple[str, ...] = ()
+    #: modules it can recompute selectively by name (``recompute_modules``)
+    recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
@@ -193,7 +206,8 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
-    tp_comm_overlap=False, flash_attn=False,
+    tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
+    recompute_modules=("core_attn",),
     default_sources=(
         ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
                        "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
@@ -217,6 +231,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
     export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",),
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
@@ -235,6 +250,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"),
+    recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),
@@ -373,6 +389,16 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("recompute", v.recompute,
                   np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
                   lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+    rules.append(("recompute_method", v.recompute_method,
+                  (np.asarray(v.recompute_layers) == 0)
+                  | np.isin(v.recompute_method, [METHOD_CODE[x] for x in fw.recompute_methods]),
+                  lambda: who + (f"runs recompute_method {', '.join(fw.recompute_methods)}"
+                                 if fw.recompute_methods else
+                                 "has no partial recomputation (recompute_layers)")))
+    rules.append(("recompute_modules", v.recompute_modules,
+                  (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
+                  lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
+                                 if fw.recompute_modules else "has no per-module recomputation")))
     rules += ep_overlap_rules(fw, v)
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
@@ -385,7 +411,8 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     the combined 1F1B of ``strategies.schedules.combined``) may be on. Megatron-Core's
     ``TransformerConfig.__post_init__`` asserts: expert parallelism (``ep > 1``); with
     ``pp > 1`` a virtual pipeline (the interleaved schedule); no full recomputation. Its
-    default is off (``overlap_moe_expert_parallel_comm=False``); stacks without it refuse it."""
+    default is off (``overlap_moe_expert_parallel_comm=False``); stacks without it refuse it.
+    Megatron-Core also refuses ``moe`` among the recompute modules."""
     from strategies.schedules.combined import COMBINED_SCHEDULES
     on = np.asarray(v.ep_overlap, bool)
     who = f"{fw.name} "
@@ -399,7 +426,10 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
          lambda: "with pp > 1 Megatron-Core's combined 1F1B runs only "
                  f"schedule={' or '.join(COMBINED_SCHEDULES)} (a virtual pipeline)"),
         ("ep_overlap", v.ep_overlap, ~on | (v.recompute != RECOMPUTE_CODE["full"]),
-         lambda: "Megatron-Core refuses full recomputation with the combined 1F1B")]
+         lambda: "Megatron-Core refuses full recomputation with the combined 1F1B"),
+        ("ep_overlap", v.ep_overlap,
+         ~on | ((np.asarray(v.recompute_modules) & modules_mask(("moe",))) == 0),
+         lambda: "Megatron-Core refuses the moe recompute module with the combined 1F1B")]
 
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
@@ -409,6 +439,9 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
                            tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
+                           recompute_layers=plan.recompute_layers or 0,
+                           recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
+                           recompute_modules=modules_mask(plan.recompute_modules or ()),
                            ep_overlap=plan.ep_overlap,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher))
 

@@ -39,7 +39,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
                         "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
-    a += _uneven_megatron_args(p)
+    a += _uneven_megatron_args(job)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
     if p.etp is not None and p.etp != p.tp:
@@ -58,11 +58,14 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     notes += sched_notes
     if p.sp:
         a.append("--sequence-parallel")
-    if p.recompute == "full":
-        a += ["--recompute-granularity full", "--recompute-method uniform",
-              "--recompute-num-layers 1"]
+    if p.recompute == "full":   # every layer alone: uniform groups of 1 (strategies.cost.recompute)
+        method = p.recompute_method if p.recompute_layers is not None else "uniform"
+        a += ["--recompute-granularity full", f"--recompute-method {method}",
+              f"--recompute-num-layers {p.recompute_layers or 1}"]
     elif p.recompute == "selective":
         a.append("--recompute-granularity selective")
+        if p.recompute_modules is not None:
+            a.append("--recompute-modules " + " ".join(p.recompute_modules))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
     if p.zero == 2:
@@ -153,14 +156,29 @@ def _layer_pattern(m) -> str:
     return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
 
 
-def _uneven_megatron_args(p) -> list[str]:
-    """Megatron-LM's uneven stages: the first and the last stage's layers, the middle stages
-    even (``--decoder-first/last-pipeline-num-layers``); a refusal for what it cannot express
-    (unequal middle stages, per-group batch shares)."""
+def _uneven_megatron_args(job: Job) -> list[str]:
+    """Megatron-LM's pipeline layout switches (docs/layout.md): the layout string, the first
+    and the last stage's layers (``--decoder-first/last-pipeline-num-layers``, the middle
+    stages even), the embedding and the loss counted as layers; a refusal for what it cannot
+    express (unequal middle stages without a layout string, per-group batch shares)."""
+    p = job.plan
     if p.group_microbatches is not None:
         raise SpecError("--export", "megatron", "Megatron-LM gives every data-parallel "
                         "replica the same micro-batch count; group_microbatches="
                         f"{'/'.join(map(str, p.group_microbatches))} has no argument")
+    if p.layout is not None:
+        return [f"--pipeline-model-parallel-layout '{job.layout.text}'"]
+    out = []
+    if p.first_stage_layers is not None:
+        out.append(f"--decoder-first-pipeline-num-layers {p.first_stage_layers}")
+    if p.last_stage_layers is not None:
+        out.append(f"--decoder-last-pipeline-num-layers {p.last_stage_layers}")
+    if p.account_embedding:
+        out.append("--account-for-embedding-in-pipeline-split")
+    if p.account_loss:
+        out.append("--account-for-loss-in-pipeline-split")
+    if out:
+        return out
     ls = p.layers_per_stage
     if ls is None:
         return []
@@ -215,6 +233,16 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     }
     if p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}
+    if p.recompute_modules is not None:
+        _refuse("DeepSpeed has no per-module selective recomputation (--recompute-modules is "
+                "Megatron-Core's)")
+    if p.recompute_layers is not None and p.recompute_method != "uniform":
+        _refuse("DeepSpeed checkpoints groups of layers (uniform), not Megatron's block method "
+                "(use recompute_method=uniform)")
+    if p.recompute_layers is not None:
+        notes.append(f"partial recomputation: build the model with deepspeed.pipe."
+                     f"PipelineModule(..., activation_checkpoint_interval={p.recompute_layers}) "
+                     f"(one checkpoint per {p.recompute_layers} layers)")
     if p.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": p.tp > 1,
                                            "contiguous_memory_optimization": False,

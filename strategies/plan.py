@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from strategies.cost.recompute import DEFAULT_MODULES, METHODS, MODULES
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
@@ -28,7 +29,15 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "sequence_parallel": "sp", "zero_stage": "zero",
           "expert_tensor_parallel_size": "etp",
           "moe_expert_capacity_factor": "moe_capacity_factor",
-          "overlap_moe_expert_parallel_comm": "ep_overlap"}
+          "overlap_moe_expert_parallel_comm": "ep_overlap",
+          # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
+          "pipeline_layout": "layout", "pipeline_model_parallel_layout": "layout",
+          "decoder_first_pipeline_num_layers": "first_stage_layers",
+          "num_layers_in_first_pipeline_stage": "first_stage_layers",
+          "decoder_last_pipeline_num_layers": "last_stage_layers",
+          "num_layers_in_last_pipeline_stage": "last_stage_layers",
+          "account_for_embedding_in_pipeline_split": "account_embedding",
+          "account_for_loss_in_pipeline_split": "account_loss"}
 
 #: The routing imbalance a plan that names none gets: the hottest expert-parallel rank's
 #: routed-token load over the mean (``moe_imbalance``). 1.0 is perfect balance: no published
@@ -68,6 +77,14 @@ class Plan:
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
+    layout: str | None = None              # Megatron's pipeline layout string (docs/layout.md)
+    first_stage_layers: int | None = None  # --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None   # --decoder-last-pipeline-num-layers
+    account_embedding: bool = False        # the embedding counts as a layer slot (NeMo)
+    account_loss: bool = False             # the LM head and loss count as a layer slot
+    recompute_layers: int | None = None      # full: layers recomputed per chunk (None: all)
+    recompute_method: str | None = None      # full with recompute_layers: block (default) or uniform
+    recompute_modules: tuple[str, ...] | None = None   # selective: Megatron-Core's modules
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
@@ -87,6 +104,7 @@ class Plan:
                             f"must be one of {', '.join(DISPATCHERS)}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
+        _check_partial_recompute(self)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
@@ -97,6 +115,7 @@ class Plan:
             _check_layers_per_stage(self)
         if self.group_microbatches is not None:
             _check_group_microbatches(self)
+        _check_layout_fields(self)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -137,7 +156,12 @@ class Plan:
         if self.pp > 1:
             parts.append(self.schedule + (f":{self.vpp}" if self.vpp > 1 else ""))
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute])
+            parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute]
+                         + (f":{self.recompute_layers}" + ("u" if self.recompute_method
+                                                            == "uniform" else "")
+                            if self.recompute_layers is not None else "")
+                         + (":" + "+".join(self.recompute_modules)
+                            if self.recompute_modules is not None else ""))
         if self.sp:
             parts.append("sp")
         if self.ep_overlap:
@@ -150,6 +174,13 @@ class Plan:
             parts.append("L" + "/".join(map(str, self.layers_per_stage)))
         if self.group_microbatches is not None:
             parts.append("M" + "/".join(map(str, self.group_microbatches)))
+        if self.layout is not None:
+            parts.append("layout " + self.layout)
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            parts.append(f"first{self.first_stage_layers or '-'} "
+                         f"last{self.last_stage_layers or '-'}")
+        if self.account_embedding or self.account_loss:
+            parts.append("slots" + "+E" * self.account_embedding + "+L" * self.account_loss)
         return " ".join(parts)
 
 
@@ -168,6 +199,62 @@ def _check_moe_factors(p: Plan) -> None:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
         check_number("moe_capacity_factor", float(v), 0.0, MAX_MOE_FACTOR)
+def _check_partial_recompute(p: Plan) -> None:
+    """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
+    (Megatron's ``--recompute-granularity full``), the method only with a layer count;
+    ``recompute_modules`` only with ``recompute=selective``, each a known module (stored in
+    ``MODULES`` order, without repeats; the chunk's layer count and the model's kind are
+    checked with the model, ``strategies.job``)."""
+    n, method, mods = p.recompute_layers, p.recompute_method, p.recompute_modules
+    if n is not None:
+        check_int("recompute_layers", n, 1, MAX_LAYERS)
+        if p.recompute != "full":
+            raise SpecError("recompute_layers", n, "needs recompute=full (Megatron's "
+                            f"--recompute-granularity full), not recompute={p.recompute}")
+    if method is not None:
+        if method not in METHODS:
+            raise SpecError("recompute_method", method, f"must be one of {', '.join(METHODS)}")
+        if n is None:
+            raise SpecError("recompute_method", method, "needs recompute_layers=N (the layers "
+                            "per chunk it recomputes, block, or per group, uniform)")
+    elif n is not None:
+        object.__setattr__(p, "recompute_method", "block")
+    if mods is not None:
+        if isinstance(mods, str):
+            mods = parse_modules(mods)
+        for m in mods:
+            if m not in MODULES:
+                raise SpecError("recompute_modules", m, f"unknown module; valid: "
+                                f"{', '.join(MODULES)}")
+        if not mods:
+            raise SpecError("recompute_modules", "", f"must name at least one of "
+                            f"{', '.join(MODULES)}")
+        if p.recompute != "selective":
+            raise SpecError("recompute_modules", "+".join(mods), "needs recompute=selective "
+                            "(Megatron's --recompute-granularity selective), not "
+                            f"recompute={p.recompute}")
+        object.__setattr__(p, "recompute_modules", tuple(m for m in MODULES if m in mods))
+
+
+def parse_modules(value: Any) -> tuple[str, ...]:
+    """``core_attn,mlp`` (or joined by ``+`` or ``/``, or a YAML list) as a tuple of names."""
+    if isinstance(value, str):
+        items = value.replace("+", ",").replace("/", ",").split(",")
+        return tuple(x.strip().lower() for x in items if x.strip())
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(x, str) for x in value):
+            raise SpecError("recompute_modules", value, "must be a list of module names")
+        return tuple(x.strip().lower() for x in value)
+    raise SpecError("recompute_modules", value, f"must be module names joined by ',', from "
+                    f"{', '.join(MODULES)}")
+
+
+def selective_modules(p: Plan) -> tuple[str, ...]:
+    """The modules a plan recomputes selectively: its ``recompute_modules``, or Megatron-Core's
+    default (``core_attn``) for ``recompute=selective``; () otherwise."""
+    if p.recompute != "selective":
+        return ()
+    return p.recompute_modules if p.recompute_modules is not None else DEFAULT_MODULES
 
 
 def _check_layers_per_stage(p: Plan) -> None:
@@ -188,6 +275,39 @@ def _check_layers_per_stage(p: Plan) -> None:
         raise SpecError("layers_per_stage", "/".join(map(str, v)),
                         f"schedule={p.schedule} holds stages r and pp-1-r on rank r: uneven "
                         "stages are not modelled for it")
+
+
+def _check_layout_fields(p: Plan) -> None:
+    """The pipeline layout switches: one way of giving the layout at a time (Megatron's
+    rules), the layout string parsed with ``pp·vpp`` non-empty stages
+    (``strategies.layout.plan_layout_stages``); the rules against the model's layers are
+    checked where the job is built (``strategies.layout.build_layout``)."""
+    from strategies.layout import plan_layout_stages
+    for f in ("first_stage_layers", "last_stage_layers"):
+        if getattr(p, f) is not None:
+            check_int(f, getattr(p, f), 1, MAX_LAYERS)
+    for f in ("account_embedding", "account_loss"):
+        check_bool(f, getattr(p, f))
+    fl = p.first_stage_layers is not None or p.last_stage_layers is not None
+    acc = p.account_embedding or p.account_loss
+    given = [name for name, on in (("layout", p.layout is not None),
+                                   ("layers_per_stage", p.layers_per_stage is not None),
+                                   ("first_stage_layers/last_stage_layers", fl),
+                                   ("account_embedding/account_loss", acc)) if on]
+    def named(group: str) -> str:            # the field of a group that is set
+        return next(f for f in group.split("/") if getattr(p, f) not in (None, False))
+
+    if len(given) > 1:
+        raise SpecError(named(given[1]), getattr(p, named(given[1])),
+                        f"cannot be combined with {given[0]} (give the pipeline layout one "
+                        "way; Megatron-LM refuses the same combinations)")
+    if p.layout is not None:
+        if not isinstance(p.layout, str):
+            raise SpecError("layout", p.layout, "must be a Megatron pipeline layout string")
+        plan_layout_stages(p)
+    if (fl or acc) and p.pp == 1:
+        raise SpecError(named(given[0]), getattr(p, named(given[0])),
+                        "needs pipeline parallelism (pp > 1)")
 
 
 def _check_group_microbatches(p: Plan) -> None:
@@ -232,8 +352,8 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-          "ep_overlap"}
-_STRS = {"schedule", "recompute", "moe_dispatcher"}
+          "ep_overlap", "account_embedding", "account_loss"}
+_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 
@@ -247,6 +367,8 @@ def _pos_int(name: str, v: Any) -> None:
 def _coerce(key: str, value: Any) -> Any:
     if key in ("layers_per_stage", "group_microbatches"):
         return parse_layers(value, key)
+    if key == "recompute_modules":
+        return None if value is None else parse_modules(value)
     if key in _BOOLS:
         if isinstance(value, bool):
             return value
@@ -258,11 +380,20 @@ def _coerce(key: str, value: Any) -> Any:
         if s in ("false", "0", "no", "off"):
             return False
         raise SpecError(key, value, "must be true or false")
-    if key in _STRS:
+    if key == "layout":
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise SpecError(key, value, "must be a Megatron pipeline layout string")
+        return value.strip()
+    if value is None and key in ("first_stage_layers", "last_stage_layers"):
+        return None
+    if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in {"dp", "gbs", "microbatch_group_size", "etp"} | _FLOATS:
+    if value is None and key in {"dp", "gbs", "microbatch_group_size", "etp", "recompute_layers",
+                                 "recompute_method"} | _FLOATS:
         return None
     if key in _FLOATS:
         return _parse_float(key, value)
@@ -318,6 +449,13 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         args["schedule"], args["vpp"] = name, vpp
     elif "schedule" in args and "vpp" not in args:
         args["vpp"] = get_schedule(name).default_vpp
+        if isinstance(args.get("layout"), str) and get_schedule(name).chunked \
+                and isinstance(args.get("pp", 1), int) and args.get("pp", 1) >= 1:
+            # Megatron reads vpp from the layout: its stages over pp
+            from strategies.layout import parse_layout
+            n = len(parse_layout(args["layout"]))
+            if n % args.get("pp", 1) == 0:
+                args["vpp"] = n // args.get("pp", 1)
     return Plan(**args)
 
 
@@ -339,11 +477,22 @@ def plan_mapping(text: str) -> dict[str, Any]:
     if is_plan_file(text):
         return read_plan_mapping(text)[0]
     d: dict[str, str] = {}
+    last = None
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")
+        if not eq and last is not None:
+            # a layout string's cosmetic commas (Megatron's), or a list item
+            # (recompute_modules=core_attn,mlp)
+            d[last] += "," + item
+            continue
         if not eq or not key.strip():
             raise SpecError("plan", item, "each item must be key=value, e.g. tp=8")
         if key.strip() in d:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
+        canon = _ALIAS.get(key.strip().lower(), key.strip().lower())
+        last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
     return d
+
+
+_LIST_KEYS = {"recompute_modules"}
