@@ -92,7 +92,7 @@ def test_tied_allreduce_is_the_two_rank_ring():
     assert e_on.breakdown_s["dp_comm"] - e_off.breakdown_s["dp_comm"] == pytest.approx(ring, rel=1e-9)
     # the simulator runs it on the network: alone on its links, the same seconds
     res = simulate(job, network="contention-free")
-    tied = [r for r in res.records if r.label == "AR tied embedding"]
+    tied = [r for r in res.records if r.label == "tied embedding all-reduce"]
     assert tied and {r.stage for r in tied} == {0, 1}
     for r in tied:
         assert r.end - r.start - r.wait == pytest.approx(ring, rel=1e-9)
@@ -117,5 +117,5 @@ def test_simulated_step_places_the_passes_before_the_optimizer():
         k = labels.index("step passes")
         assert labels[k + 1] == "optimizer"
         assert ops[k].end - ops[k].start == pytest.approx(c.passes_by_stage[stage], rel=1e-9)
-        tied = next(r for r in res.records if r.stage == stage and r.label == "AR tied embedding")
+        tied = next(r for r in res.records if r.stage == stage and r.label == "tied embedding all-reduce")
         assert ops[k].start >= tied.end - 1e-12

@@ -350,7 +350,7 @@ class ProgramBuilder:
         # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction
         dp_ops = self.streams["dp-comm"]
         tied = self.coll("dp-comm", "allreduce", "tied", self.c.tied_bytes, 1.0, "dp",
-                         "AR tied embedding",
+                         "tied embedding all-reduce",
                          deps=(self.last_compute, dp_ops[-1].id if dp_ops else None), tag="dp")
         self.wait += [tied] if tied is not None else []
         # the stack's per-step passes (strategies.cost.step), then the optimizer

@@ -150,7 +150,9 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
             if kind is Compute:
                 new.append(op)
             elif kind is Collective:
-                g = groups[op.group]
+                g = groups.get(op.group)
+                if g is None:   # the tied embedding's pair: members of the pipeline group
+                    g = tuple(peers[r] for r in op.group)
                 algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                     else op.algorithm
                 new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
