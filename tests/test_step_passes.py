@@ -75,20 +75,28 @@ def test_record_carries_the_passes_with_the_zero1_shard():
     assert c.tied_bytes == m.vocab_size * m.hidden_size / 2 * g
 
 
-def test_tied_allreduce_is_the_two_rank_ring():
-    """Alone, the tied gradient all-reduce between the two nodes takes the ring's closed form
-    for n = 2: 2·(1/2)·S/B + 2·latency at one GPU's NIC share, in the estimate and in the
-    simulated trace."""
-    job = _tied_job()
+@pytest.mark.parametrize("nodes", [1, 2])
+def test_tied_allreduce_is_the_two_rank_ring(nodes):
+    """Alone, the tied gradient all-reduce between the first and the last stage takes the
+    ring's closed form for n = 2, 2·(1/2)·S/B + 2·latency: over NVLink when the pipeline
+    group fits in a node, else at one GPU's NIC share; in the estimate and in the simulated
+    trace."""
+    cl = cluster_preset("dgx-h100", nodes)
+    job = make_job(model_preset("gpt-1.7b"), cl,
+                   Plan(tp=2, pp=2, dp=2 * nodes, mbs=1, gbs=16, zero=1))
     S = stage_costs(job).tied_bytes
-    B = H100.inter_node_bandwidth_per_gpu * cm.NETWORK_EFFICIENCY / H100.oversubscription
-    ring = S / B + 2 * H100.inter_node_latency
-    assert cm.collective_time("allreduce", S, 2, 8, H100) == pytest.approx(ring, rel=1e-12)
+    if nodes == 1:
+        B, lat = cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY, cl.intra_node_latency
+    else:
+        B = cl.inter_node_bandwidth_per_gpu * cm.NETWORK_EFFICIENCY / cl.oversubscription
+        lat = cl.inter_node_latency
+    ring = S / B + 2 * lat
+    assert cm.pair_time("allreduce", S, nodes == 1, cl) == pytest.approx(ring, rel=1e-12)
     # the estimate charges it once per step on top of what the stack without it pays
     off = replace(get_profile("megatron-core"),
                   step=replace(get_profile("megatron-core").step, tied_reduce=False))
     e_on = estimate(job)
-    e_off = estimate(make_job(job.model, H100, job.plan, framework=off))
+    e_off = estimate(make_job(job.model, cl, job.plan, framework=off))
     assert e_on.breakdown_s["dp_comm"] - e_off.breakdown_s["dp_comm"] == pytest.approx(ring, rel=1e-9)
     # the simulator runs it on the network: alone on its links, the same seconds
     res = simulate(job, network="contention-free")

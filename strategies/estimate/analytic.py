@@ -210,8 +210,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
     # once per step after the data-parallel reduction (``strategies.cost.step``)
-    t_tied = np.where(sc.tied_bytes > 0, cm.collective_time(
-        "allreduce", sc.tied_bytes, 2, np.maximum(pp - 1, 1) * tp * cp * dp, cl), 0.0)
+    # (in one node only when the whole pipeline group is: pp·tp·cp·dp GPUs within a node)
+    t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
+        "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
     dp_exposed = dp_exposed + t_tied
     # the optimizer step and the stack's per-step passes over the gradient buffer and the
     # optimizer shard (compute stream, after the reduction)
