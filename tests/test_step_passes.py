@@ -127,3 +127,14 @@ def test_simulated_step_places_the_passes_before_the_optimizer():
         assert ops[k].end - ops[k].start == pytest.approx(c.passes_by_stage[stage], rel=1e-9)
         tied = next(r for r in res.records if r.stage == stage and r.label == "tied embedding all-reduce")
         assert ops[k].start >= tied.end - 1e-12
+
+
+@pytest.mark.parametrize("zero", [2, 3])
+def test_sharded_gradients_pass_over_the_shard(zero):
+    """With ZeRO-2/3 (Megatron-FSDP) a GPU holds only the 1/dp shard of the gradient buffer,
+    so the buffer passes stream 1/dp of the stage's parameters, as the optimizer's do."""
+    job = make_job(model_preset("gpt-1.7b"), H100, Plan(tp=1, pp=1, dp=16, mbs=1, gbs=16,
+                                                         zero=zero))
+    c = stage_costs(job)
+    n, bw = c.params_by_stage[0], usable_hbm(H100.gpu, DEFAULT_SYSTEM)
+    assert c.passes_by_stage[0] == pytest.approx((16.0 + 10.0) * n / 16 / bw, rel=1e-12)

@@ -206,7 +206,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
                                  gpu, dtype, sy)
     opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
-    passes = {k: steps.step_pass_time(n, n / shard, fw.step, gpu, dtype, sy)
+    # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
+    passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
               for k, n in params.items()}
 
     def full(x):
@@ -302,6 +303,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
     opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
         layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
-    passes = tuple(float(steps.step_pass_time(n, n / shard, job.framework.step, gpu, job.dtype,
-                                              sy)) for n in params)
+    held = float(ct.accum_shard(p.dp, p.zero))
+    passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
+                                              job.dtype, sy)) for n in params)
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes)

@@ -8,7 +8,8 @@ over the GPU's usable HBM bandwidth (``compute.usable_hbm``), nothing else. Byte
 parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``: 4 with
 bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
-* over every parameter the GPU holds (the stage's full gradient buffer): ``zero_grad`` g
+* over the gradient buffer the GPU holds (every parameter of its stage; the ``1/dp`` shard
+  with ZeRO >= 2, ``compute.accum_shard``): ``zero_grad`` g
   (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
 * over the parameters it updates (``1/dp`` of them with ZeRO >= 1): ``grad_norm`` g (read),
   ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit weight written).
@@ -46,8 +47,9 @@ def shard_pass_bytes(passes: StepPasses, grad_bytes: float, param_bytes: float) 
 
 def step_pass_time(params_on_gpu: Num, params_updated: Num, passes: StepPasses, gpu: GPU,
                    dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Seconds of the per-step passes on one GPU holding ``params_on_gpu`` parameters and
-    updating ``params_updated`` of them: their bytes over the usable HBM bandwidth."""
+    """Seconds of the per-step passes on one GPU whose gradient buffer holds ``params_on_gpu``
+    parameters and which updates ``params_updated``: their bytes over the usable HBM
+    bandwidth."""
     g = system.main_grad_bytes(dtype)
     nbytes = (buffer_pass_bytes(passes, g) * params_on_gpu
               + shard_pass_bytes(passes, g, system.param_bytes) * params_updated)
