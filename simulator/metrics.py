@@ -130,18 +130,30 @@ def activation_series(records: list[Record], per_chunk: float,
     """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
     ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends; with a split
     backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
-    ends and ``-per_w`` when its ``W`` ends."""
+    ends and ``-per_w`` when its ``W`` ends. A forward whose compute interleaves with a
+    backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
+    backward frees its own, layer by layer) is counted just after that backward ends, as the
+    memory model counts the pair (``strategies.schedules.base.peak_stash``)."""
     first: dict[str, tuple[float, int]] = {}
+    f_last: dict[str, int] = {}
+    b_first: dict[str, int] = {}
     last: dict[str, tuple[float, int]] = {}
     w_end: dict[str, tuple[float, int]] = {}
     for n, r in enumerate(x for x in records if x.stream == "compute"):
-        if r.label[:1] == "F" and r.label not in first:
-            first[r.label] = (r.start, n)
+        if r.label[:1] == "F":
+            first.setdefault(r.label, (r.start, n))
+            f_last[r.label] = n
         elif r.label[:1] == "B":
+            b_first.setdefault(r.label, n)
             last[r.label] = (r.end, n)
         elif r.label[:1] == "W" and per_w > 0:
             w_end[r.label] = (r.end, n)
-    events = sorted([(t, n, per_chunk) for t, n in first.values()]
+    adds = []
+    for label, (t, n) in first.items():
+        partner = [last[b] for b, bn in b_first.items()
+                   if n < last[b][1] and bn < f_last[label]]
+        adds.append((partner[0][0], partner[0][1] + 0.5) if partner else (t, n))
+    events = sorted([(t, n, per_chunk) for t, n in adds]
                     + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
                        for t, n in last.values()]
                     + [(t, n, -per_w) for t, n in w_end.values()])

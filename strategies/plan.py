@@ -118,6 +118,10 @@ def _check_layers_per_stage(p: Plan) -> None:
     if p.vpp != 1:
         raise SpecError("layers_per_stage", "/".join(map(str, v)),
                         f"uneven stages take one model chunk per rank (vpp=1, not {p.vpp})")
+    if get_schedule(p.schedule).mirrored:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"schedule={p.schedule} holds stages r and pp-1-r on rank r: uneven "
+                        "stages are not modelled for it")
 
 
 def _check_group_microbatches(p: Plan) -> None:

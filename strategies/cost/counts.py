@@ -420,24 +420,31 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
 
 def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                        layers: Num | None = None,
-                       head_stage: Num | None = None) -> tuple[Num, Num]:
+                       head_stage: Num | None = None, mirrored: Any = False) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
     ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
     stage 0 and the output layer on stage ``head_stage`` (default ``pp-1``; the schedule's
-    ``head_rank_array``: 0 on a V)."""
+    ``head_rank_array``: 0 on a V). ``mirrored`` (``Schedule.mirrored``, DualPipe): the rank
+    also holds stage ``pp-1-stage``, so twice the layers and, on both end ranks, the embedding
+    and the output layer."""
     dense_l, expert_l = layer_params_split(m, tp, ep)
     lps = m.num_layers // pp if layers is None else layers
     head = np.asarray(pp) - 1 if head_stage is None else np.asarray(head_stage)
     first, last = np.asarray(stage) == 0, np.asarray(stage) == head
+    mirrored = np.asarray(mirrored, dtype=bool)
+    end = first | (np.asarray(stage) == np.asarray(pp) - 1)
+    first, last = np.where(mirrored, end, first), np.where(mirrored, end, last)
+    lps = np.where(mirrored, 2, 1) * lps
     dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
              + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
     return dense, lps * expert_l
 
 
 def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
-                         layers: Num | None = None, head_stage: Num | None = None) -> Num:
+                         layers: Num | None = None, head_stage: Num | None = None,
+                         mirrored: Any = False) -> Num:
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
-    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage)
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage, mirrored)
     return dense + expert
 
 

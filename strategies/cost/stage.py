@@ -43,7 +43,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch, head_rank
+from strategies.schedules import attr_by_code, dispatch, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -201,7 +201,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, dp, 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
+    mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
+    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at,
+                                             mirrored=mirrored) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
                                  gpu, dtype, sy)

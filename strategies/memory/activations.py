@@ -253,16 +253,29 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     """
     _check_stage(job, stage)
     nbytes = layers_per_chunk(job, stage) * job_layer_activation_bytes(job)
-    if stage == 0:
-        nbytes += embedding_activation_bytes(job) / job.plan.vpp
+    if _holds_embedding(job, stage):
+        # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
+        mirrored = get_schedule(job.plan.schedule).mirrored
+        nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
     if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     return nbytes
 
 
 def _holds_head(job: Job, stage: int) -> bool:
-    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V)."""
-    return stage == head_rank(job.plan.schedule, job.plan.pp, job.plan.vpp)
+    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V;
+    both end ranks where ``Schedule.mirrored``)."""
+    p = job.plan
+    if get_schedule(p.schedule).mirrored and stage in (0, p.pp - 1):
+        return True
+    return stage == head_rank(p.schedule, p.pp, p.vpp)
+
+
+def _holds_embedding(job: Job, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds the embedding (rank 0; both end ranks where
+    ``Schedule.mirrored``)."""
+    p = job.plan
+    return stage == 0 or (get_schedule(p.schedule).mirrored and stage == p.pp - 1)
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:

@@ -104,6 +104,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     nmb = P.gbs // (b * dp)
     stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
+    # DualPipe (``Schedule.mirrored``): rank r holds stages r and pp-1-r, both end ranks the
+    # embedding and the output layer, each for the half of the micro-batches entering there
+    mirrored = attr_by_code(sched, "mirrored").astype(bool)
+    end = (stage == 0) | (stage == pp - 1)
+    is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
     if in_flight is None:
@@ -118,6 +123,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # (experts over d/ep)
     dense_l, expert_l = counts.layer_params_split(m, tp, ep)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
+    held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
@@ -138,7 +144,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
+    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0) \
+        / np.where(mirrored, 2, 1)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
@@ -151,7 +158,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                            mirrored=mirrored)
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
@@ -165,7 +173,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
-    parts = {"layers": dict(state(n_layers * dense_l, expert_params, True),
+    parts = {"layers": dict(state(held * dense_l, expert_params, True),
                             activations=layers_act),
              "embedding": dict(state(emb_p), activations=in_flight * emb_act),
              "output": dict(state(head_p), activations=out_act),

@@ -162,6 +162,29 @@ def framework_name(text: str, year: int | None) -> str:
     return "megatron-lm-2021" if year is not None and year < 2023 else "megatron-core"
 
 
+#: how sources name a fused attention kernel, first match wins: ``(words, kernel)`` with kernel
+#: ``GPU.flash_efficiency``'s ``"fa2"`` (flash-attn 2.x, SDPA's flash backend) or ``"native"``
+#: (cuDNN, Transformer Engine, FlashAttention-3), or ``"fa1"``: the FlashAttention-1 class
+#: (flash-attn 1.x, llm-foundry's ``attn_impl: triton``, a pre-MLIR Triton port of v1,
+#: ``llmfoundry/models/layers/flash_attn_triton.py``), which the catalog does not model
+#: (docs/calibration.md §3.8)
+_ATTN_KERNELS = (("triton", "fa1"), ("flash-attn 1", "fa1"), ("flash-attn==1", "fa1"),
+                 ("flashattention-1", "fa1"), ("flash-attn 2", "fa2"), ("flash-attn==2", "fa2"),
+                 ("flashattention-2", "fa2"), ("sdpa", "fa2"), ("cudnn", "native"),
+                 ("transformer engine", "native"), ("flashattention-3", "native"),
+                 ("fa3", "native"))
+
+
+def attention_kernel(value) -> str | None:
+    """The fused attention kernel (``"native"``, ``"fa2"``, ``"fa1"``) a free-text attention
+    field names (``_ATTN_KERNELS``), or None when it names none."""
+    t = str(value or "").strip().lower()
+    for words, kernel in _ATTN_KERNELS:
+        if words in t:
+            return kernel
+    return None
+
+
 def recompute_kind(value) -> str | None:
     """``none``, ``selective``, ``op`` (torchtitan's op-level selective checkpointing, "SAC")
     or ``full`` from a free-text recompute field (None: unstated)."""
