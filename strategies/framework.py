@@ -100,6 +100,13 @@ class StepPasses:
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
+    def __post_init__(self) -> None:
+        names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        for name, _ in self.sources:
+            if name not in names:
+                raise SpecError("framework.step.sources", name,
+                                f"must name one of {', '.join(names)}")
+
 
 @dataclass(frozen=True)
 class FrameworkProfile:

@@ -138,3 +138,9 @@ def test_sharded_gradients_pass_over_the_shard(zero):
     c = stage_costs(job)
     n, bw = c.params_by_stage[0], usable_hbm(H100.gpu, DEFAULT_SYSTEM)
     assert c.passes_by_stage[0] == pytest.approx((16.0 + 10.0) * n / 16 / bw, rel=1e-12)
+
+
+def test_a_source_must_name_a_pass():
+    from strategies.errors import SpecError
+    with pytest.raises(SpecError, match="framework.step.sources"):
+        StepPasses(sources=(("zero_grads", "typo"),))
