@@ -123,8 +123,12 @@ class ProgramBuilder:
         cs, kind = self.c, "forward" if fwd else "backward"
         if not fwd and cs.layer_recompute > 0:
             start = tuple(self.wait)
-            rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
-            self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, self.layers)
+            rc = self.compute(secs, "recompute", label, i, c)
+            ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, n_ep, "ep",
+                           f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+            self.wait += [ep] if ep is not None else []
+            self.tp_comm(n_tp, label, i, c, start, rc)
         secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:

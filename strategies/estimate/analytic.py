@@ -45,6 +45,7 @@ import numpy as np
 
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
+from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
@@ -120,7 +121,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
-    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * sc.gemm_fwd,
+    tp_hidden = np.maximum(tp_raw - (3 + np.where(rc == 2, sc.tp_per_layer_recompute / 2, 0.0))
+                           * sc.gemm_fwd,
                            tp_raw / sc.tp_overlap_chunks)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
@@ -137,7 +139,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     paired = (np.maximum(0.0, t_a2a - (sc.layer_bwd - sc.layer_wgrad + sc.layer_recompute))
               + np.maximum(0.0, t_a2a - sc.layer_fwd))
     q = dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v)
-    ep_layer = (1 - q) * 2 * t_a2a + q * paired
+    # a recomputed MoE layer runs its all-to-all again before its backward (exposed)
+    ep_layer = (1 - q) * 2 * t_a2a + q * paired + sc.ep_per_layer_recompute * t_a2a
 
     comp_layer = sc.layer_fwd + sc.layer_bwd
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
@@ -248,7 +251,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak),
+        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak,
+                                                              rcp.plan_share(L, P),
+                                                              P.recompute_modules),
         "bubble_fraction": (pipe - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,

@@ -194,7 +194,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
         c_f, c_b, tau = _block_comm(cl, r, tp, cp, np.where(paired, 1, ep), tpo)
-        n_rc = np.where(((rc == 2) | (rc == 3)) & (r.layer_recompute > 0), 2.0, 0.0)
+        n_rc = np.where(r.layer_recompute > 0, r.tp_per_layer_recompute, 0.0)
         f_blk = lpc * (r.layer_fwd + c_f)
         b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
         lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)

@@ -134,6 +134,7 @@ def model_family(name: str) -> dict:
 # ------------------------------------------------------------------------- the software
 _JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
 _TORCHTITAN = ("torchtitan",)
+_HAI_LLM = ("hai-llm", "deepseek-ai")
 _EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
 _DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
@@ -143,7 +144,7 @@ _MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core
 
 
 def framework_name(text: str, year: int | None) -> str:
-    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``,
+    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``, ``hai-llm``,
     ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
     by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
@@ -151,6 +152,8 @@ def framework_name(text: str, year: int | None) -> str:
         return "jax-xla"
     if any(k in t for k in _TORCHTITAN):
         return "torchtitan"
+    if any(k in t for k in _HAI_LLM):
+        return "hai-llm"
     if any(k in t for k in _DEEPSPEED):
         return "megatron-deepspeed"
     if any(k in t for k in _EAGER):

@@ -39,6 +39,7 @@ class DualPipe(Schedule):
     splits_backward = True
     overlaps_pairs = True
     mirrored = True
+    text_patterns = (r"\bdualpipe\b",)   # not "DualPipeV" (no word boundary there)
 
     # ------------------------------------------------------------------ placement
     def num_virtual_stages(self, pp: int, vpp: int) -> int:

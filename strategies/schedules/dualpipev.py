@@ -34,6 +34,7 @@ class DualPipeV(VShape):
     """DualPipeV (module docstring)."""
 
     aliases = ("dualpipe-v",)
+    text_patterns = (r"\bdualpipe-?v\b",)
     splits_backward = True
     overlaps_pairs = True
 

@@ -30,6 +30,7 @@ from strategies.schedules.base import (Schedule, Step, check_common, get_schedul
 class ZBH1(Schedule):
     """ZB-H1 (module docstring)."""
 
+    text_patterns = (r"\bzb-?h1\b",)
     splits_backward = True
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,

@@ -32,6 +32,7 @@ from strategies.schedules.base import (Schedule, Step, check_common, get_schedul
 class ZBH2(Schedule):
     """ZB-H2 (module docstring)."""
 
+    text_patterns = (r"\bzb-?h2\b",)
     splits_backward = True
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,

@@ -30,6 +30,7 @@ from strategies.schedules.vshape import VShape
 class ZBV(VShape):
     """ZB-V (module docstring)."""
 
+    text_patterns = (r"\bzb-?v\b", r"zero[- ]bubble v")
     aliases = ("zbv",)
     splits_backward = True
 
