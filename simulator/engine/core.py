@@ -352,19 +352,25 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
     point-to-point pair) ever loads one of that collective channel's links."""
     users: dict[int, set] = defaultdict(set)
     colls: dict[tuple, set] = {}
+    seen: set = set()                # channels already counted (a step repeats each many times)
     for prog in programs.values():
         for op in prog.ops():
-            if type(op) is Collective:
+            kind = type(op)
+            if kind is Collective:
                 ch = (op.group, op.tag)
-                if ch in colls or op.algorithm == "ring_stepwise":
+                if ch in seen or op.algorithm == "ring_stepwise":
                     continue
+                seen.add(ch)
                 links: set = set()
                 for _, flows, _ in runner.phases(op):
                     for a, b in flows:
                         links.update(net.links(a, b).tolist())
                 colls[ch] = links
-            elif type(op) is Send:
+            elif kind is Send:
                 ch = ("p2p", prog.rank, op.dst)
+                if ch in seen:
+                    continue
+                seen.add(ch)
                 links = set(net.links(prog.rank, op.dst).tolist())
             else:
                 continue
