@@ -176,7 +176,18 @@ class Engine:
         """Advance every stream that may move, until none can without time passing."""
         ready, advance = self.ready, self._advance
         while ready:
-            advance(ready.popleft())
+            st = ready.popleft()
+            deps = st.deps[st.idx] if st.idx < st.n else ()
+            if deps:                   # a woken stream often still waits for another op:
+                done = st.done         # re-register it here, without a call to _advance
+                for d in deps:
+                    if d not in done:
+                        st.waiting.setdefault(d, []).append(st)
+                        break
+                else:
+                    advance(st)
+            else:
+                advance(st)
 
     def _advance(self, st: _Stream) -> None:
         """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
