@@ -5,6 +5,10 @@ Runs ``paraplan validate --json --plot …`` and writes ``validation.md``, ``val
 
     python experiments/report_validation.py                  # docs/reports/
     python experiments/report_validation.py --reference my_runs.json --out /tmp/r
+
+It also evaluates the 2025-26 references (``--also``; analytic only, as
+``paraplan validate --reference FILE --no-sim``) and tabulates them per model and per GPU:
+the MoE and rack-scale runs issue 14 and 18 are judged on.
 """
 from __future__ import annotations
 
@@ -19,6 +23,8 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
                                  paraplan, rel, this_command)
 
 NAME = "validation"
+DATA = os.path.join("strategies", "reference", "data")
+ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:
@@ -79,6 +85,43 @@ def render(out: dict[str, Any], command: str, validate_cmd: str) -> str:
     return "\n".join(parts)
 
 
+def _mape(rows: list[dict[str, Any]]) -> list[Any]:
+    errs = [abs(r["analytic_error_pct"]) for r in rows]
+    signed = [r["analytic_error_pct"] for r in rows]
+    return [len(rows), fmt(sum(errs) / len(errs), 1, " %"), fmt(sum(signed) / len(signed), 1, " %"),
+            fmt(max(errs), 1, " %")]
+
+
+def render_also(outs: list[dict[str, Any]]) -> str:
+    """The 2025-26 references, analytic: MAPE per model and per cluster, then every run."""
+    parts = ["", "## 2025-26 references (analytic)", "",
+             "MoE models and the B200/B300/GB200/GB300 generation, evaluated analytically "
+             "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
+             "negative means predicted faster than measured.", ""]
+    for out in outs:
+        rows = [r for r in out["cases"] if r["plan"] is not None]
+        skipped = [r for r in out["cases"] if r["plan"] is None]
+        an = out["analytic"]
+        parts += [f"### `{out['reference']}`", "",
+                  f"{an['cases']} runs: MAPE {fmt(an['mape_pct'], 2, ' %')}, mean signed "
+                  f"{fmt(an['mean_error_pct'], 2, ' %')}, worst {fmt(an['max_abs_error_pct'], 1, ' %')}.",
+                  ""]
+        for key, title in (("model", "model"), ("cluster", "cluster")):
+            groups: dict[str, list[dict[str, Any]]] = {}
+            for r in rows:
+                groups.setdefault(str(r[key]), []).append(r)
+            parts += [md_table([title, "runs", "MAPE", "mean signed", "worst"],
+                               [[k, *_mape(v)] for k, v in sorted(groups.items())]), ""]
+        parts += [md_table(["run", "plan", "GPUs", "dtype", "measured s", "analytic s", "error"],
+                           [[r["id"], r["plan"], r["gpus"], r["dtype"],
+                             fmt(r["measured_step_s"], 3), fmt(r["analytic_step_time_s"], 3),
+                             fmt(r["analytic_error_pct"], 1, " %")] for r in rows],
+                           align="llrlrrr"), ""]
+        parts += [f"Skipped ({len(skipped)}): "
+                  + ("; ".join(f"`{r['id']}`: {r['skipped']}" for r in skipped) or "none"), ""]
+    return "\n".join(parts)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder (default docs/reports)")
@@ -86,14 +129,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tiers", default="1")
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--no-sim", action="store_true")
+    ap.add_argument("--also", nargs="*", default=list(ALSO),
+                    help="further reference files, evaluated analytically (default: the 2025-26 ones)")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     with ReportWriter(a.out) as w:
         out = paraplan(paraplan_args(a, w.path(f"{NAME}.png")))
         shown = ["paraplan", *paraplan_args(a, rel(os.path.join(a.out, f"{NAME}.png")), False)]
-        w.json(f"{NAME}.json", out)
+        also = [paraplan(["validate", "--reference", f, "--no-sim"]) for f in a.also]
+        w.json(f"{NAME}.json", {**out, "also": also})
         w.text(f"{NAME}.md", render(out, this_command("report_validation.py", argv),
-                                    " ".join(shown)))
+                                    " ".join(shown)) + render_also(also))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

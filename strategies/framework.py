@@ -46,6 +46,11 @@ Sources (details and numbers in docs/calibration.md):
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+* ZeRO-3 gathers (``zero3_gather``): DeepSpeed v0.3.13-v0.5 (2021; ``partition_parameters.py``
+  ``_allgather_param``, ``stage3.py`` ``fetch_sub_module``) all-gathers one parameter tensor
+  at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
+  so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
+  XLA gather a layer's worth at once behind compute (``"bucketed"``).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -54,10 +59,16 @@ Sources (details and numbers in docs/calibration.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan import RECOMPUTE
+from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.schedules import schedule_code, schedule_names
+from strategies.schedules.base import Rule
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -102,6 +113,22 @@ class FrameworkProfile:
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
     schedule_impl: tuple[tuple[str, str], ...] = ()
+    #: how ZeRO-3 gathers parameters: ``"bucketed"`` (a layer's worth at a time, prefetched
+    #: behind compute: Megatron-FSDP, FSDP, XLA) or ``"per-tensor"`` (one host-synchronous
+    #: all-gather per parameter tensor and one reduce-scatter per gradient, exposed:
+    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.counts.zero3_tensor_gathers``)
+    zero3_gather: str = "bucketed"
+    #: parameters used between two uses of a tensor below which a per-tensor stack keeps it
+    #: gathered (DeepSpeed ``stage3_max_reuse_distance``, default 1e9)
+    zero3_reuse_params: float = 1e9
+    #: where each ``default_*`` switch (``flash_attn``, ``overlap_grad_reduce``,
+    #: ``overlap_param_gather``, ``tp_comm_overlap``, ``recompute``) comes from:
+    #: ``(switch, source)``; the reference reader states it with every default it applies
+    default_sources: tuple[tuple[str, str], ...] = ()
+
+    def default_source(self, switch: str) -> str:
+        """The source of the stack's default for plan switch ``switch`` ("" if none)."""
+        return dict(self.default_sources).get(switch, "")
 
     def schedule_for(self, name: str) -> str:
         """The schedule this stack runs for a plan's ``schedule=name``."""
@@ -133,11 +160,25 @@ class FrameworkProfile:
         if self.default_recompute not in self.recompute:
             raise SpecError("framework.default_recompute", self.default_recompute,
                             f"must be one of the stack's recompute modes {self.recompute}")
+        for switch, _ in self.default_sources:
+            if switch not in DEFAULT_SWITCHES:
+                raise SpecError("framework.default_sources", switch,
+                                f"must name one of {', '.join(DEFAULT_SWITCHES)}")
+        if self.zero3_gather not in ZERO3_GATHERS:
+            raise SpecError("framework.zero3_gather", self.zero3_gather,
+                            f"must be one of {', '.join(ZERO3_GATHERS)}")
+        if not self.zero3_reuse_params >= 0:
+            raise SpecError("framework.zero3_reuse_params", self.zero3_reuse_params,
+                            "must be a number of parameters >= 0")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
 
 
+ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: the plan switches a profile gives defaults for (``FrameworkProfile.default_*``)
+DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
+                    "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
 
 MEGATRON_LM_2021 = FrameworkProfile(
@@ -148,7 +189,18 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
-    tp_comm_overlap=False, flash_attn=False)
+    tp_comm_overlap=False, flash_attn=False,
+    default_sources=(
+        ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
+                       "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
+                       "(Dao et al., May 2022) came with Transformer Engine"),
+        ("overlap_grad_reduce", "gradients all-reduced after the last micro-batch's backward "
+                                "(megatron/training.py, optimizer.reduce_model_grads)"),
+        ("overlap_param_gather", "no parameter all-gather overlap (the distributed optimizer "
+                                 "of 2022 gathers after the step)"),
+        ("tp_comm_overlap", "no TP communication overlap (Transformer Engine userbuffers, 2023)"),
+        ("recompute", "full-layer activation checkpointing (--checkpoint-activations, "
+                      "Narayanan et al. 2021 §3.5)")))
 
 MEGATRON_DEEPSPEED = FrameworkProfile(
     name="megatron-deepspeed",
@@ -160,7 +212,16 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),))
+    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    default_sources=(
+        ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
+                       "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
+        ("overlap_grad_reduce", "DeepSpeed's pipeline engine reduces gradients after the "
+                                "schedule (TrainSchedule's ReduceGrads instruction, "
+                                "runtime/pipe/schedule.py)"),
+        ("overlap_param_gather", "ZeRO-1 gathers the updated parameters after the step"),
+        ("tp_comm_overlap", "no TP communication overlap (Megatron's 2021 tensor parallelism)"),
+        ("recompute", "full-layer checkpointing (BLOOM's --checkpoint-activations)")))
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -168,7 +229,17 @@ MEGATRON_CORE = FrameworkProfile(
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=True)
+    default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    default_sources=(
+        ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
+                       "--attention-backend auto, NeMo 2 recipes)"),
+        ("overlap_grad_reduce", "NeMo performance recipes and Megatron-Core's README set "
+                                "--overlap-grad-reduce (DistributedDataParallelConfig)"),
+        ("overlap_param_gather", "NeMo performance recipes and Megatron-Core's README set "
+                                 "--overlap-param-gather"),
+        ("tp_comm_overlap", "NeMo performance recipes turn TP communication overlap on "
+                            "(tp_comm_overlap=True with the userbuffers configs, with TP and SP)"),
+        ("recompute", "no recomputation unless the recipe names it")))
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -179,7 +250,17 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none")
+    recompute=("none", "full"), export="none",
+    default_sources=(
+        ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
+                       "SDPA's flash backend)"),
+        ("overlap_grad_reduce", "FSDP reduce-scatters each unit's gradients in its backward "
+                                "hook; DDP reduces buckets during the backward"),
+        ("overlap_param_gather", "FSDP prefetches the next unit's parameters "
+                                 "(backward_prefetch, forward prefetch)"),
+        ("tp_comm_overlap", "no TP communication overlap in eager PyTorch (async TP needs "
+                            "torch.compile)"),
+        ("recompute", "no activation checkpointing unless configured")))
 
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
@@ -197,7 +278,17 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none")
+    tp_comm_overlap=False, export="none",
+    default_sources=(
+        ("flash_attn", "cuDNN fused attention through XLA (MaxText attention: "
+                       "cudnn_flash_te in its GPU configs)"),
+        ("overlap_grad_reduce", "XLA's latency-hiding scheduler overlaps the gradient "
+                                "reduce-scatters with the backward"),
+        ("overlap_param_gather", "XLA's latency-hiding scheduler overlaps the FSDP "
+                                 "all-gathers with compute"),
+        ("tp_comm_overlap", "no Transformer Engine userbuffers overlap"),
+        ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
+                      "checkpoint_policy SAVE_NOTHING")))
 
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
@@ -222,35 +313,72 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
     return PROFILES[key]
 
 
-def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
-    """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can).
-    The feature fields of ``FrameworkProfile`` and the module docstring give the sources."""
-    out: list[tuple[str, object, str]] = []
+def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Every limit of stack ``fw`` as one list of validity rules ``(field, value, ok, why)``
+    (``strategies.schedules.base.Rule``), over ``v``: a ``PlanArrays`` (the search's mask,
+    ``ok`` arrays) or one plan's ``plan_view`` (``ok`` scalars). ``schedule`` and
+    ``recompute`` are their integer codes. The one statement of each limit: the feature
+    fields of ``FrameworkProfile`` and the module docstring give the sources."""
     who = f"{fw.name} "
-    if plan.pp > 1 and fw.schedule_for(plan.schedule) not in fw.schedules:
-        runs = ", ".join(fw.schedules) if fw.schedules else "no pipeline parallelism"
-        out.append(("schedule", plan.schedule, who + f"runs {runs}"))
-    if fw.max_pp is not None and plan.pp > fw.max_pp:
-        out.append(("pp", plan.pp, who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
-    if fw.max_tp is not None and plan.tp > fw.max_tp:
-        out.append(("tp", plan.tp, who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
-    if plan.zero not in fw.zero_stages:
-        out.append(("zero", plan.zero, who + f"runs ZeRO stages {fw.zero_stages}"))
-    elif plan.pp > 1 and plan.zero > fw.zero_with_pp:
-        out.append(("zero", plan.zero, who + f"combines pipelining with ZeRO <= {fw.zero_with_pp}"))
-    for field, value, has, what in (
-            ("cp", plan.cp, fw.context_parallel or plan.cp == 1, "context parallelism"),
-            ("ep", plan.ep, fw.expert_parallel or plan.ep == 1, "expert parallelism"),
-            ("sp", plan.sp, fw.sequence_parallel or not plan.sp, "sequence parallelism"),
-            ("tp_comm_overlap", plan.tp_comm_overlap, fw.tp_comm_overlap
-             or not plan.tp_comm_overlap, "TP communication overlap"),
-            ("flash_attn", plan.flash_attn, fw.flash_attn or not plan.flash_attn,
-             "FlashAttention")):
-        if not has:
-            out.append((field, value, who + f"has no {what}"))
-    if plan.recompute not in fw.recompute:
-        out.append(("recompute", plan.recompute, who + f"recomputes {', '.join(fw.recompute)}"))
-    return out
+    pp1 = v.pp == 1
+    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
+    stages_ok = np.isin(v.zero, fw.zero_stages)
+    rules: list[Rule] = [
+        ("schedule", v.schedule, pp1 | np.isin(v.schedule, runs),
+         lambda: who + "runs " + (", ".join(fw.schedules) if fw.schedules
+                                  else "no pipeline parallelism"))]
+    if fw.max_pp is not None:
+        rules.append(("pp", v.pp, v.pp <= fw.max_pp,
+                      lambda: who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
+    if fw.max_tp is not None:
+        rules.append(("tp", v.tp, v.tp <= fw.max_tp,
+                      lambda: who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
+    rules += [
+        ("zero", v.zero, stages_ok, lambda: who + f"runs ZeRO stages {fw.zero_stages}"),
+        ("zero", v.zero, ~stages_ok | pp1 | (v.zero <= fw.zero_with_pp),
+         lambda: who + f"combines pipelining with ZeRO <= {fw.zero_with_pp}")]
+    for field, has, what in (("cp", fw.context_parallel, "context parallelism"),
+                             ("ep", fw.expert_parallel, "expert parallelism")):
+        rules.append((field, getattr(v, field), (getattr(v, field) == 1) | has,
+                      lambda what=what: who + f"has no {what}"))
+    for field, has, what in (("sp", fw.sequence_parallel, "sequence parallelism"),
+                             ("tp_comm_overlap", fw.tp_comm_overlap, "TP communication overlap"),
+                             ("flash_attn", fw.flash_attn, "FlashAttention")):
+        rules.append((field, getattr(v, field), ~np.asarray(getattr(v, field), bool) | has,
+                      lambda what=what: who + f"has no {what}"))
+    rules.append(("recompute", v.recompute,
+                  np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
+                  lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+    return rules
+
+
+def plan_view(plan: "Plan") -> SimpleNamespace:
+    """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
+    not: ``dp`` and ``gbs`` are not read)."""
+    return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
+                           zero=plan.zero, schedule=schedule_code(plan.schedule),
+                           recompute=RECOMPUTE_CODE[plan.recompute],
+                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn)
+
+
+def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
+    """Every ``(field, value, rule)`` of ``plan`` that stack ``fw`` cannot run (empty: it can):
+    ``stack_rules`` on the one plan, values as the plan gives them."""
+    return [(field, getattr(plan, field), why())
+            for field, _, ok, why in stack_rules(fw, plan_view(plan)) if not bool(ok)]
+
+
+def stack_mask(fw: FrameworkProfile | None, plans: Any) -> np.ndarray:
+    """Which of ``plans`` (``PlanArrays`` or the search space's short columns) stack ``fw``
+    can run: ``stack_rules`` and-ed (every plan when no stack is named)."""
+    from strategies.plan_arrays import as_plan_arrays
+    P = as_plan_arrays(plans)
+    ok = np.ones(len(P), dtype=bool)
+    if fw is None:
+        return ok
+    for _, _, rule_ok, _ in stack_rules(fw, P):
+        ok &= np.broadcast_to(rule_ok, ok.shape)
+    return ok
 
 
 def check_plan(fw: FrameworkProfile, plan: "Plan") -> None:

@@ -223,7 +223,9 @@ def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
         args = (job.model, p.mbs, p.tp, p.cp, p.ep, gpu, job.dtype, p.tp_comm_overlap, fw, sy)
         both, w = ct.gemm_time_bwd_split(*args)
         assert both == ct.gemm_time_bwd(*args) and 0 < w < both
-        slow = float(ct.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero))
+        slow = float(ct.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero,
+                                         ct.dp_overlaps_whole_step(p.dp, job.num_microbatches,
+                                                                   p.overlap_grad_reduce)))
         acc = ct.grad_accum_time(counts.layer_params_per_gpu(job.model, p.tp, p.ep)
                                  / float(ct.accum_shard(p.dp, p.zero)), gpu, job.dtype, fw, sy)
         assert c.layer_wgrad == pytest.approx(slow * w + acc, rel=1e-12)

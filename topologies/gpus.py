@@ -11,7 +11,9 @@ Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
 ``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
-the chip runs natively; ``tdp_w``: board power (W); ``source``: where the datasheet figures
+the chip runs natively; ``fp8_tn_only``: its fp8 tensor cores take both operands K-major
+only ("TN"; Hopper), so per-tensor fp8 needs transposed copies for the gradient GEMMs
+(``cast_copies``); ``tdp_w``: board power (W); ``source``: where the datasheet figures
 come from. Training precisions (``--dtype``) map to rates in ``topologies.precision``.
 """
 from __future__ import annotations
@@ -52,6 +54,7 @@ class GPU:
     #: measured kernel timings (``paraplan calibrate``) the cost model reads in place of the
     #: catalog's efficiencies where they cover a shape (``strategies.cost.measured``)
     profile: GpuProfile | None = None
+    fp8_tn_only: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -112,6 +115,15 @@ class GPU:
             return False
         return True
 
+    def cast_copies(self, dtype: str) -> int:
+        """Copies a tensor is quantised into for the GEMMs of ``dtype``: 2 (row-wise and
+        column-wise) for block-scaled formats (the scales run along K, which is a different
+        axis in the weight gradient) and for per-tensor fp8 on a TN-only chip
+        (``fp8_tn_only``: the transposed copy); 1 for per-tensor fp8 elsewhere (Blackwell's
+        tensor cores read either layout); 0 for 16-bit precisions (no cast)."""
+        p = PRECISIONS.get(dtype)
+        return 0 if p is None else p.copies(self.fp8_tn_only)
+
     def gemm_efficiency(self, dtype: str) -> float:
         """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);
         fp4 GEMMs, never measured in public, take the fp8 fraction."""
@@ -137,7 +149,8 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
        hbm_tbps: float, eff: float, attn: float, vendor: str = "nvidia",
        aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
        fa2: float | None = None, sms: int | None = None, fp4: float | None = None,
-       blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "") -> GPU:
+       blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "",
+       tn_only: bool = False) -> GPU:
     peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if tf32:
         peaks["tf32"] = tf32 * TERA
@@ -146,7 +159,7 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
     if fp4:
         peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms, blocks, tdp, src)
+               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -168,15 +181,30 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
 #   H100 96GB 500 W (Grand Teton) 0.67: H100 SXM's 0.753 times the clock ratio at 500 W vs
 #                    700 W under the cubic power-clock rule, (500/700)^(1/3) = 0.894
 #   V100       0.80  not measured by mamf-finder; kept (V100 cuBLAS fp16 ~100 of 125 TFLOP/s)
-# Blackwell parts without a node MSMF: their MAMF (burst) times B200's measured
-# sustained/burst ratio 1421/1745 = 0.814 (same architecture, same power-limited regime):
-#   B300       bf16 MAMF 1769.0/2250 * 0.814 -> 0.64; fp8 3353.3/4500 * 0.814 -> 0.61
-#   GB200      bf16 MAMF 1822.0/2500 * 0.814 -> 0.59; fp8 3615.6/5000 * 0.814 -> 0.59
-#   GB300      no MAMF published: as GB200 (same rack, same 2.5/5 PFLOP/s datasheet rates)
+# Blackwell parts without a node MSMF: their MAMF (burst) times the clock they sustain at their
+# own power limit. B200's measured sustained/burst ratio, 1421/1745 = 0.814 at 1000 W over
+# 148 SMs, scaled by the power each SM may draw: under DVFS dynamic power ~ f·V² ~ f³, so the
+# sustained clock goes as (W per SM)^(1/3) (the rule H100-96GB-500W uses), capped at the burst
+# clock (``_sustained_ratio``):
+#   B300  (160 SMs, 1100 W): 0.814 (1.1 · 148/160)^(1/3) = 0.819; bf16 MAMF 1769.0/2250,
+#         fp8 3353.3/4500 -> 0.64, 0.61
+#   GB200 (148 SMs, 1200 W, liquid-cooled): 0.814 · 1.2^(1/3) = 0.865; bf16 MAMF 1822.0/2500,
+#         fp8 3615.6/5000 -> 0.63, 0.63
+#   GB300 (160 SMs, 1400 W, liquid-cooled): 0.814 (1.4 · 148/160)^(1/3) = 0.887; no MAMF
+#         published: GB200's burst fractions (same 2.5/5 PFLOP/s datasheet rates) -> 0.65, 0.64
 # AMD parts (sustained = burst, as MI300X), MAMF over the datasheet peak:
 #   MI325X     784.9/1307.4 -> 0.60 (1000 W)
 #   MI355X     1565.0/2516.6 -> 0.62 (datasheet 2.5 PFLOP/s = 256 CUs x 4096 FLOP/clk x 2.4 GHz)
 # fp4 GEMMs have no public MAMF; they take the fp8 fraction (GPU.gemm_efficiency).
+B200_SUSTAINED_RATIO = 1421 / 1745   # node MSMF / MAMF of 8 x B200 at 1000 W (148 SMs)
+
+
+def _sustained_ratio(tdp_w: float, sms: int) -> float:
+    """Sustained-over-burst GEMM clock of a Blackwell part at ``tdp_w`` watts over ``sms`` SMs:
+    B200's measured ratio times the cube root of the power per SM relative to B200's, at
+    most 1 (the burst clock)."""
+    return min(1.0, B200_SUSTAINED_RATIO * (tdp_w / sms / (1000 / 148)) ** (1 / 3))
+
 # hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
 # GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
 # publishes no TF32 rate (left out).
@@ -218,28 +246,31 @@ _CATALOG = [
        aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108, tdp=400),
     _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665, fa2=0.35,
-       sms=132, tdp=700, src=_SRC["H100"]),
+       sms=132, tdp=700, src=_SRC["H100"], tn_only=True),
     # H800 SXM5: the export variant of H100 SXM5 (same GH100 die, clocks, tensor rates, HBM3
     # and 700 W), NVLink cut to 400 GB/s bidirectional and FP64 to 1 TFLOP/s; efficiencies
     # as H100 SXM (the GEMM path is unchanged)
     _g("H800-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H800", "H800-SXM"), fp8_eff=0.665, fa2=0.35, sms=132, tdp=700,
-       src=_SRC["H800"]),
+       src=_SRC["H800"], tn_only=True),
     _g("H100-PCIe-80GB", 51, 378, 756, 1513, 79.6, 2.0, 0.62, 0.50, aliases=("H100-PCIe",),
-       fp8_eff=0.55, fa2=0.32, sms=114, tdp=350, src=_SRC["H100"]),
+       fp8_eff=0.55, fa2=0.32, sms=114, tdp=350, src=_SRC["H100"], tn_only=True),
     _g("H100-96GB-500W", 67, 494.7, 989.4, 1978.9, 94.5, 2.4, 0.67, 0.45,
-       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500),
+       aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500, tn_only=True),
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
-       fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"]),
+       fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
        fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"]),
-    _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0, 0.64, 0.55, aliases=("B300",),
-       fp8_eff=0.61, sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
-    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 0.59, 0.55,
-       aliases=("GB200-NVL72", "B200-NVL72"), fp8_eff=0.59, sms=148, fp4=10000, blocks=_BW,
+    _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
+       1769.0 / 2250 * _sustained_ratio(1100, 160), 0.55, aliases=("B300",),
+       fp8_eff=3353.3 / 4500 * _sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
+    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1200, 148),
+       0.55, aliases=("GB200-NVL72", "B200-NVL72"),
+       fp8_eff=3615.6 / 5000 * _sustained_ratio(1200, 148), sms=148, fp4=10000, blocks=_BW,
        tdp=1200, src=_SRC["GB200"]),
-    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 0.59, 0.55,
-       aliases=("GB300-NVL72", "B300-NVL72"), fp8_eff=0.59, sms=160, fp4=15000, blocks=_BW,
+    _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1400, 160),
+       0.55, aliases=("GB300-NVL72", "B300-NVL72"),
+       fp8_eff=3615.6 / 5000 * _sustained_ratio(1400, 160), sms=160, fp4=15000, blocks=_BW,
        tdp=1400, src=_SRC["GB300"]),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
        aliases=("MI300X-192GB",), sms=304, tdp=750),
@@ -265,7 +296,8 @@ def get_gpu(name: str) -> GPU:
 def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
-    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w].
+    fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w,
+    fp8_tn_only].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
     GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
@@ -275,7 +307,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
-               "block_formats", "tdp_w"}
+               "block_formats", "tdp_w", "fp8_tn_only"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -298,6 +330,9 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
         raise SpecError("gpu.block_formats", blocks,
                         f"must be a list among {', '.join(BLOCK_FORMATS)}")
     blocks = tuple(check_name("gpu.block_formats", b) for b in blocks)
+    tn_only = d.get("fp8_tn_only", False)
+    if not isinstance(tn_only, bool):
+        raise SpecError("gpu.fp8_tn_only", tn_only, "must be true or false")
     bf16 = nums["bf16_tflops"]
     return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
               nums.get("tf32_tflops", bf16 / 2),
@@ -307,7 +342,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
               fp8_eff=nums.get("fp8_matmul_efficiency"),
               fa2=nums.get("fa2_attention_efficiency"),
               sms=int(nums["sm_count"]) if "sm_count" in nums else None,
-              fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"))
+              fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
+              tn_only=tn_only)
 
 
 def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
@@ -356,4 +392,6 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["block_formats"] = list(gpu.block_formats)
     if gpu.tdp_w is not None:
         d["tdp_w"] = gpu.tdp_w
+    if gpu.fp8_tn_only:
+        d["fp8_tn_only"] = True
     return d

@@ -5,15 +5,34 @@ One row per name a public run uses. Units: bytes per element.
 
 - ``bf16``, ``fp16``: 16-bit rate, 2-byte operands, no casts.
 - ``fp8`` (= ``fp8-delayed``): per-tensor scaling from the amax *history* (Transformer
-  Engine ``DelayedScaling``); fp8 rate, 1-byte operands; the cast reads 2 B, writes 1 B.
+  Engine ``DelayedScaling``): the scale is known before the tensor exists, so the cast can be
+  fused into the kernel that produces it (a norm or an activation writes fp8 directly).
 - ``fp8-current``: per-tensor scaling from the *current* amax (TE ``Float8CurrentScaling``,
-  Megatron ``--fp8-recipe tensorwise``): as ``fp8`` plus one read pass (2 B) for the amax.
+  Megatron ``--fp8-recipe tensorwise``): the amax of the whole tensor must be known before
+  any element is cast, so the cast is a kernel of its own after the producer, and a tensor
+  no producer fuses needs one more read pass for its amax.
+- ``fp8-blockwise``: DeepSeek-V3's fine-grained scaling (1 x 128 tiles of activations and
+  gradients, 128 x 128 blocks of weights, one fp32 scale each; TE ``Float8BlockScaling``,
+  Megatron ``--fp8-recipe blockwise``): operands 1 + 4/128 B; the scale of a tile is its
+  own amax, computed inside the cast kernel; the tiles run along K, so a tensor used with K
+  on both of its axes (an activation in the forward and in the weight gradient) is cast
+  twice, row-wise and column-wise.
 - ``mxfp8``: OCP MX block scaling, 32 elements share an E8M0 scale (TE
-  ``MXFP8BlockScaling``): fp8 rate, operands 1 + 1/32 B; the blocks run along K, so the cast
-  reads 2 B and writes a row-wise and a column-wise copy, 2 (1 + 1/32) B.
+  ``MXFP8BlockScaling``): operands 1 + 1/32 B, blocks along K, so a row-wise and a
+  column-wise copy, as ``fp8-blockwise``.
 - ``nvfp4``: E2M1 values in 16-element blocks with an E4M3 scale and a per-tensor FP32 scale
-  (TE ``NVFP4BlockScaling``): fp4 rate, operands 1/2 + 1/16 B; a global amax pass (2 B), the
-  cast read (2 B) and two copies, 2 (1/2 + 1/16) B.
+  (TE ``NVFP4BlockScaling``): fp4 rate, operands 1/2 + 1/16 B; the per-tensor scale needs a
+  global amax first (as current scaling), then the two block-scaled copies.
+
+Per element cast, a quantisation moves (``Precision.cast_bytes``): the amax read pass where
+the recipe needs one and no producer computes it (2 B), the bf16 read (2 B) and
+``copies x operand_bytes`` written; fused into the producing kernel it moves
+``copies x operand_bytes - 2`` more than that kernel's bf16 output. ``copies`` is 2 for
+block-scaled formats, and for per-tensor fp8 on GPUs whose fp8 tensor cores take only the
+"TN" layout (Hopper: the weight gradient needs transposed copies; TE's
+``non_tn_fp8_gemm_supported`` is true from compute capability 10, Blackwell), else 1
+(``topologies.gpus.GPU.cast_copies``). ``strategies.cost.quantise`` applies this to the
+tensors of a layer.
 
 Block-scaled formats need tensor cores that apply the block scales in the MMA (Blackwell's
 ``tcgen05`` block-scaled MMA; CDNA 4's MX instructions): a GPU lists the ones it has in
@@ -34,36 +53,69 @@ from topologies.errors import SpecError
 @dataclass(frozen=True)
 class Precision:
     """``rate``: the key of ``GPU.peak_flops`` the GEMMs run at; ``operand_bytes``: bytes per
-    GEMM input element (scales included); ``cast_bytes``: HBM bytes moved per element cast
-    to the GEMM format; ``block_format``: the block-scaled format the tensor cores must
-    support (None: none needed); ``megatron``: the Megatron-LM flags that select it."""
+    GEMM input element (scales included); ``scaling``: ``"none"`` (16-bit, no casts),
+    ``"delayed"``, ``"current"`` (per-tensor) or ``"block"`` (a scale per block along K);
+    ``block_format``: the block-scaled format the tensor cores must support (None: none
+    needed); ``megatron``: the Megatron-LM flags that select it; ``amax_pass``: the recipe
+    needs the amax of the whole tensor before it casts any element."""
 
     name: str
     rate: str
     operand_bytes: float
-    cast_bytes: float
+    scaling: str
     block_format: str | None
     megatron: tuple[str, ...]
+    amax_pass: bool = False
 
     @property
     def quantised(self) -> bool:
         """True when GEMM inputs are cast from bf16 before each GEMM."""
-        return self.cast_bytes > 0
+        return self.scaling != "none"
+
+    @property
+    def block_scaled(self) -> bool:
+        """Scales run along K, so a tensor used with K on either axis is cast twice."""
+        return self.scaling == "block"
+
+    def copies(self, tn_only: bool) -> int:
+        """Copies each cast writes: 0 unquantised; 2 (row- and column-wise) for block-scaled
+        formats (scales along K) and for per-tensor fp8 on ``tn_only`` tensor cores (the
+        transposed copy the gradient GEMMs read); else 1."""
+        if not self.quantised:
+            return 0
+        return 2 if self.block_scaled or tn_only else 1
+
+    def cast_bytes(self, copies: int, fused: bool) -> float:
+        """HBM bytes per element of one tensor cast to this format into ``copies`` copies
+        (row-wise, and column-wise where the GEMMs need it). Unfused: the amax read where the
+        recipe needs one (2), the bf16 read (2), the copies written. ``fused``: the producing
+        norm or activation kernel writes the copies instead of its bf16 output (``copies x
+        operand_bytes - 2``), unless the recipe needs the whole tensor's amax first, in which
+        case the producer computes the amax in passing and a cast kernel still reads its
+        bf16 output (2 + the copies). 0 for 16-bit precisions."""
+        if not self.quantised:
+            return 0.0
+        written = copies * self.operand_bytes
+        if fused:
+            return 2.0 + written if self.amax_pass else written - 2.0
+        return (2.0 if self.amax_pass else 0.0) + 2.0 + written
 
 
 _P = Precision
 PRECISIONS: dict[str, Precision] = {p.name: p for p in (
-    _P("bf16", "bf16", 2.0, 0.0, None, ("--bf16",)),
-    _P("fp16", "fp16", 2.0, 0.0, None, ("--fp16",)),
-    _P("fp8", "fp8", 1.0, 3.0, None, ("--bf16", "--fp8-format hybrid")),
-    _P("fp8-delayed", "fp8", 1.0, 3.0, None,
+    _P("bf16", "bf16", 2.0, "none", None, ("--bf16",)),
+    _P("fp16", "fp16", 2.0, "none", None, ("--fp16",)),
+    _P("fp8", "fp8", 1.0, "delayed", None, ("--bf16", "--fp8-format hybrid")),
+    _P("fp8-delayed", "fp8", 1.0, "delayed", None,
        ("--bf16", "--fp8-format hybrid", "--fp8-recipe delayed")),
-    _P("fp8-current", "fp8", 1.0, 5.0, None,
-       ("--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise")),
-    _P("mxfp8", "fp8", 1.0 + 1 / 32, 2.0 + 2 * (1.0 + 1 / 32), "mxfp8",
+    _P("fp8-current", "fp8", 1.0, "current", None,
+       ("--bf16", "--fp8-format hybrid", "--fp8-recipe tensorwise"), amax_pass=True),
+    _P("fp8-blockwise", "fp8", 1.0 + 4 / 128, "block", None,
+       ("--bf16", "--fp8-format e4m3", "--fp8-recipe blockwise")),
+    _P("mxfp8", "fp8", 1.0 + 1 / 32, "block", "mxfp8",
        ("--bf16", "--fp8-format e4m3", "--fp8-recipe mxfp8")),
-    _P("nvfp4", "fp4", 0.5 + 1 / 16, 4.0 + 2 * (0.5 + 1 / 16), "nvfp4",
-       ("--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4")),
+    _P("nvfp4", "fp4", 0.5 + 1 / 16, "block", "nvfp4",
+       ("--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"), amax_pass=True),
 )}
 DTYPES = tuple(PRECISIONS)
 BLOCK_FORMATS = ("mxfp8", "mxfp4", "nvfp4")

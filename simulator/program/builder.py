@@ -16,6 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
+from strategies.cost.comm import per_tensor_excess
 from strategies.cost.stage import StageCosts
 from strategies.schedules import Step, get_schedule
 
@@ -26,6 +27,7 @@ class ProgramBuilder:
     def __init__(self, job, costs: StageCosts, layout, rank: int, granularity: str) -> None:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
+        self.cluster = job.cluster
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
@@ -132,9 +134,37 @@ class ProgramBuilder:
         return main
 
     # ------------------------------------------------------------------ passes
-    def _z3(self, label: str, i: int) -> int | None:
-        """ZeRO-3: gather this stage's parameters, the first layer's share blocking."""
+    def _per_tensor(self, kind: str, count: float, nbytes: float, label: str, i: int,
+                    deps: tuple = ()) -> None:
+        """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
+        group's collective back to back, then what each call costs beyond it (the flat ring's
+        extra latency steps, the copies: ``comm.per_tensor_excess``) on the communication
+        stream; the next compute waits for all of it. Alone on the wire:
+        ``comm.per_tensor_time``, the estimate's charge."""
+        name = "AG" if kind == "allgather" else "RS"
+        ring = self.coll("dp-comm", kind, "dp", nbytes / count, count, "dp",
+                         f"{name} z3 tensors {label}", i, deps=deps, tag="dp")
+        group = self.group["dp"]
+        dp = len(group)
+        stride = (group[1] - group[0]) if dp > 1 else 1
+        extra = float(per_tensor_excess(kind, count, nbytes, dp, stride, self.cluster,
+                                        self.c.copy_gap))
+        copies = self._add(Compute, "dp-comm", seconds=extra, kind="dp",
+                           label=f"calls z3 {label}", microbatch=i, chunk=-1,
+                           deps=(ring,) if ring is not None else ())
+        self.wait.append(copies)
+
+    def _z3(self, label: str, i: int, fwd: bool = True) -> int | None:
+        """ZeRO-3: gather this stage's parameters, the first layer's share blocking; a
+        per-tensor stack gathers every tensor of the pass before its compute."""
         if self.p.zero != 3 or len(self.group["dp"]) < 2:
+            return None
+        if self.c.z3_fwd_n > 0:
+            n, params = ((self.c.z3_fwd_n, self.c.z3_fwd_params) if fwd
+                         else (self.c.z3_bwd_n, self.c.z3_bwd_params))
+            if n > 0:
+                self._per_tensor("allgather", n, self.c.param_bytes * params, label, i,
+                                 deps=(self.last_compute,))
             return None
         total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
         first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
@@ -173,7 +203,7 @@ class ProgramBuilder:
         if plan.head:
             pos = 1
             todo = self._launch(todo, pos, live, final)
-        rest = self._z3(label, i)
+        rest = self._z3(label, i, fwd=False)
         split = self.gran == "layer" or (live and len(todo) > 1)
         for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
             self.block(False, nl, label, i, c)
@@ -184,7 +214,7 @@ class ProgramBuilder:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, rest is not None)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
 
     def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool) -> None:
@@ -208,7 +238,7 @@ class ProgramBuilder:
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         if vs == self.last_vs:
             self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
-        rest = self._z3(label, i)
+        rest = self._z3(label, i, fwd=False)
         for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
             self.block(False, nl, label, i, c)
         self.wait += [rest] if rest is not None else []
@@ -260,6 +290,11 @@ class ProgramBuilder:
             self.reduced.append(params)
 
     def _z3_reduce(self, label: str, i: int) -> None:
+        if self.c.z3_rs_n > 0:
+            self._per_tensor("reduce_scatter", self.c.z3_rs_n,
+                             self.c.grad_bytes * self.c.z3_rs_params, label, i,
+                             deps=(self.last_compute,))
+            return
         total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
         self.coll("dp-comm", "reduce_scatter", "dp", total, (L - 1) / L, "dp", f"RS z3 {label}",
                   i, tag="dp")

@@ -79,3 +79,34 @@ def p2p_time(nbytes: Num, cluster: Cluster, crosses_node: Num) -> Num:
     inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
     return np.where(crosses_node, nbytes / np.minimum(intra, inter) + cluster.inter_node_latency,
                     nbytes / intra + cluster.intra_node_latency)
+
+
+def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
+                    copy_gap: float) -> Num:
+    """Seconds of ``count`` all-gathers (or reduce-scatters) run one after another, one per
+    parameter tensor, ``nbytes`` gathered in all per rank, over ``n`` ranks ``stride`` apart,
+    as DeepSpeed's 2021 ZeRO-3 runs them through ``torch.distributed`` (the tensor-list
+    forms): each is NCCL's ring over all ``n`` ranks (NCCL runs all-gather and reduce-scatter
+    as rings: ``n - 1`` latency steps each, ``strategies.collectives.ring``, at
+    ``group_bandwidth``) plus ``n`` copy kernels of ``copy_gap`` seconds (PyTorch's
+    ``ProcessGroupNCCL`` copies the flat buffer to, or from, each of the ``n`` list entries).
+    The simulator runs the same ring ``count`` times back to back (``repeat``) and the copies
+    as compute. Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
+    bw, lat = group_bandwidth(cluster, n, stride)
+    per = nbytes / np.maximum(count, 1)
+    return np.where((count > 0) & (n > 1),
+                    count * ring.time(1, per, n, bw, lat) + count * n * copy_gap, 0.0)[()]
+
+
+def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
+                      cluster: Cluster, copy_gap: float) -> Num:
+    """Seconds of ``per_tensor_time`` beyond ``count`` calls of the collective the
+    simulator runs for the group (``collective_time``: the selector's algorithm, e.g. the
+    hierarchical one over several nodes): NCCL's flat ring's extra latency steps and the
+    ``n`` copies per call. The simulator runs the collective ``count`` times (``repeat``)
+    then this much more on the communication stream, so alone on the wire it takes exactly
+    ``per_tensor_time``; clipped at 0. Vectorised."""
+    per = nbytes / np.maximum(count, 1)
+    own = count * collective_time(kind, per, n, stride, cluster)
+    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap) - own,
+                      0.0)[()]

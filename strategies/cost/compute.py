@@ -19,9 +19,12 @@ The efficiency model (every constant and its source: docs/calibration.md):
   the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
   does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with K = head_dim plus the
   memory-bound softmax/dropout traffic.
-* Memory-bound kernels (LayerNorm, dropout, activation, rotary, fp8 casts, the unfused
-  accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
-  ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves twice its forward bytes.
+* Memory-bound kernels (LayerNorm, dropout, activation, rotary, the unfused accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
+  ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves
+  twice its forward bytes.
+* Low-precision casts (fp8, mxfp8, fp8-blockwise, nvfp4): the bytes ``strategies.cost.quantise``
+  counts (each GEMM input in the forward, each incoming gradient in the backward, the
+  weights once per step) at the same usable HBM bandwidth.
 * Every kernel boundary costs ``framework.launch_gap_s`` (``strategies.framework``).
 * A GPU with a measured profile (``paraplan calibrate``) replaces these figures where its
   measurements reach (``strategies.cost.measured``): GEMM and attention times scaled by the
@@ -37,6 +40,7 @@ import numpy as np
 
 from strategies.cost import counts as costs
 from strategies.cost import measured
+from strategies.cost import quantise
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import DEFAULT, FrameworkProfile
@@ -135,14 +139,25 @@ def _rates(gpu: GPU, dtype: str,
             get_precision(dtype).operand_bytes)
 
 
-def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num) -> Num:
+def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
     (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
-    parameter gathers (``zero >= 2``). ``1/OVERLAP_CLOCK_RATIO`` then, else 1 (gradient
-    reduction overlapped with the last micro-batch only is too short to move the clock)."""
-    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2)
+    parameter gathers (``zero >= 2``), or the data-parallel reduction of a step that is one
+    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``). ``1/OVERLAP_CLOCK_RATIO``
+    then, else 1 (gradient reduction overlapped with the last of several micro-batches only is
+    too short to move the clock)."""
+    busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
+        | np.asarray(dp_whole_step, dtype=bool)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
+
+
+def dp_overlaps_whole_step(dp: Num, mb: Num, ogr: Num) -> Num:
+    """True where the data-parallel gradient reduction, overlapped with the backward
+    (``ogr``), runs beside the compute for the whole step: one micro-batch per step
+    (``mb == 1``), so every bucket's reduce-scatter overlaps *the* backward (and, with the
+    distributed optimizer's overlapped parameter gather, the next forward), with ``dp > 1``."""
+    return np.logical_and(ogr, (np.asarray(dp) > 1) & (np.asarray(mb) <= 1))
 
 
 def accum_shard(dp: Num, zero: Num) -> Num:
@@ -267,20 +282,27 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
 
 def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
                          dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Forward seconds of the memory-bound kernels of one layer (``costs.elementwise_bytes_fwd``
-    and, with a quantised precision, the casts of the GEMM inputs, ``Precision.cast_bytes``
-    per element) at the usable HBM bandwidth."""
+    """Forward seconds of the memory-bound kernels of one layer: ``costs.elementwise_bytes_fwd``
+    and, with a quantised precision, the forward casts (``cast_time``) at the usable HBM
+    bandwidth."""
+    plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    return plain + cast_time(m, b, tp, cp, sp, gpu, dtype, system)[0]
+
+
+def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: str,
+              system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """(forward, backward) seconds of one layer's quantisation per micro-batch
+    (``quantise.layer_cast_bytes`` over the usable HBM bandwidth); 0 in 16 bits."""
+    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype)
     hbm = usable_hbm(gpu, system)
-    byts = costs.elementwise_bytes_fwd(m, b, tp, cp, sp)
-    cast = get_precision(dtype).cast_bytes
-    if cast:  # inputs of the GEMMs cast (activations; weights amortised)
-        T = costs.tokens_per_gpu(b, m.seq_length, cp)
-        # QKV and fc1 read h (whole, after the SP all-gather), the output projection and fc2
-        # their tp shard; MLA's up projections read the latents (q_lora + kv_lora)
-        latent = (m.q_lora_rank or 0) + (m.kv_lora_rank or 0)
-        byts = byts + cast * T * (2 * m.hidden_size + latent + (
-            m.num_attention_heads * m.v_dim + m.mean_mlp_width()) / tp)
-    return byts / hbm
+    return f / hbm, bw / hbm
+
+
+def weight_cast_time(weights: Num, gpu: GPU, dtype: str,
+                     system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds to quantise ``weights`` GEMM weights once per step
+    (``quantise.weight_cast_bytes`` over the usable HBM bandwidth); 0 in 16 bits."""
+    return quantise.weight_cast_bytes(weights, gpu, dtype) / usable_hbm(gpu, system)
 
 
 def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
@@ -308,11 +330,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
-    e = elementwise_time_fwd(m, b, tp, cp, sp, gpu, dtype, system)
+    c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
+    e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    e = e_plain + c_f
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
-    bwd = g_b + a_b + 2 * e + acc + 2 * launch
+    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch
     # selective recompute redoes the attention core; with FlashAttention its backward already
     # recomputes the scores, so there is nothing extra to redo
     sel = np.where(flash, 0.0, a_f)

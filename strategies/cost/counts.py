@@ -439,3 +439,85 @@ def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
     dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage)
     return dense + expert
+
+
+def layer_param_tensors(m: ModelSpec) -> tuple[int, ...]:
+    """Numel of each parameter tensor of one layer in forward order (the whole tensor, before
+    any split): input norm, attention weights and biases, second norm, MLP weights and biases
+    (a MoE layer: the router, then every routed and shared expert's). What a stack that
+    gathers one tensor at a time (DeepSpeed ZeRO-3, ``zero3_tensor_gathers``) gathers."""
+    h = m.hidden_size
+    norm = (h, h) if m.norm == "layernorm" else (h,)
+    attn: list[int] = []
+    for name, i, o, _ in m.attention_linears():
+        attn.append(i * o)
+        if name in ("qkv", "q", "kv_up") and (m.bias or m.qkv_bias):
+            attn.append(o)
+        if name == "proj" and m.bias:
+            attn.append(h)
+
+    def mlp(ffn: int) -> list[int]:
+        up = (2 if m.gated else 1) * ffn
+        return [h * up] + ([up] if m.bias else []) + [ffn * h] + ([h] if m.bias else [])
+
+    if m.is_moe:
+        body = [h * m.num_experts] + mlp(m.expert_ffn) * m.num_experts
+        body += mlp(m.shared_ffn) * m.num_shared_experts
+    else:
+        body = mlp(m.ffn_hidden_size)
+    return tuple(norm) + tuple(attn) + tuple(norm) + tuple(body)
+
+
+def zero3_tensor_gathers(m: ModelSpec, tp: Num, ep: Num, pp: Num, full_recompute: Num,
+                         reuse_params: float) -> dict[str, Num]:
+    """ZeRO-3 run one parameter tensor at a time (DeepSpeed v0.3.13-v0.5, 2021): per
+    micro-batch on the first pipeline stage, the all-gathers of the forward (every tensor
+    of its ``l/p`` layers, the embedding and, with ``pp = 1``, the final norm and the LM head,
+    a tied head gathering the word embedding again), of the backward (with full recompute the
+    recomputed forward's and the backward's), and the gradient reduce-scatters (one per
+    tensor). A tensor released after use is gathered again at its next use unless fewer than
+    ``reuse_params`` parameters are used in between (``stage3_max_reuse_distance``):
+    DeepSpeed's ``PartitionedParameterCoordinator._keep_for_later``. Returns counts and
+    parameters per GPU (``/tp``; experts ``/(tp·ep)`` folded into the layer's mean):
+    ``fwd_n, fwd_params, bwd_n, bwd_params, rs_n, rs_params``. Vectorised."""
+    tensors = np.asarray(layer_param_tensors(m), dtype=float)
+    T = len(tensors)
+    share = tensors / tensors.sum()                       # each tensor's share of the layer
+    after = share[::-1].cumsum()[::-1] - share            # share used after it in the layer
+    L = m.num_layers // np.asarray(pp)
+    P = layer_params_per_gpu(m, tp, ep)                   # one layer on one GPU
+    single = np.asarray(pp) == 1
+    tied = bool(m.tie_word_embeddings)
+    word = m.vocab_size * m.hidden_size / tp
+    norm_n = 2 if m.norm == "layernorm" else 1
+    head_n = np.where(single, norm_n + 1, 0)              # final norm + head (or tied word)
+    head_p = np.where(single, m.norm_params() / tp + (word if tied else m.lm_head_params() / tp),
+                      0.0)
+    emb_n = 2 if m.position_embedding == "learned" else 1
+    emb_p = embedding_params_per_gpu(m, tp)
+    R = float(reuse_params)
+    rc = np.asarray(full_recompute, dtype=bool)
+    bwd_n = 0.0
+    bwd_p = 0.0
+    for j in range(T):
+        s_j, a_j = share[j] * P, after[j] * P
+        # k = layers after this one on the stage: forward use -> next use (the recomputed
+        # forward, or the backward) passes the rest of this layer, k layers, the head, k
+        # layers again and (recompute) the part of this layer before the tensor
+        k_rc = np.ceil((R - head_p + s_j - P) / (2 * P))
+        n_rc = L - np.clip(k_rc, 0, L)                    # layers whose distance >= R
+        k_nr = np.ceil((R - head_p - 2 * a_j) / (2 * P))
+        n_nr = L - np.clip(k_nr, 0, L)
+        again_bwd = np.where(2 * a_j >= R, L, 0)          # recomputed forward -> backward
+        n_j = np.where(rc, n_rc + again_bwd, n_nr)
+        bwd_n = bwd_n + n_j
+        bwd_p = bwd_p + n_j * s_j
+    emb_again = 2 * L * P + head_p >= R                   # embedding: whole stage in between
+    bwd_n = bwd_n + np.where(emb_again, emb_n, 0)
+    bwd_p = bwd_p + np.where(emb_again, emb_p, 0.0)
+    fwd_n = L * T + emb_n + head_n
+    fwd_p = L * P + emb_p + head_p
+    rs_n = L * T + emb_n + np.where(single, norm_n + (0 if tied else 1), 0)
+    rs_p = L * P + emb_p + np.where(single, m.norm_params() / tp + m.lm_head_params() / tp, 0.0)
+    return {"fwd_n": fwd_n + 0.0 * P, "fwd_params": fwd_p, "bwd_n": bwd_n + 0.0 * P,
+            "bwd_params": bwd_p, "rs_n": rs_n + 0.0 * P, "rs_params": rs_p + 0.0 * P}

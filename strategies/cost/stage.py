@@ -36,6 +36,7 @@ import numpy as np
 
 from strategies.cost import compute as ct
 from strategies.cost import counts
+from strategies.cost import quantise
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
@@ -69,7 +70,9 @@ class StageCostArrays:
     head_bwd: np.ndarray
     embedding_wgrad: np.ndarray   # W part of embedding_bwd: all of it (a table gradient only)
     head_wgrad: np.ndarray        # W part of head_bwd: the output weight's gradient GEMM
-    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations)
+    tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations; the
+    #                               mean of quantised all-gathers and bf16 reduce-scatters
+    #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
@@ -83,7 +86,8 @@ class StageCostArrays:
     params_first: np.ndarray      # parameters per GPU of pipeline rank 0
     params_mid: np.ndarray
     params_last: np.ndarray
-    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard)
+    optimizer_first: np.ndarray   # optimizer step seconds (ZeRO >= 1: the 1/dp shard) + the
+    #                               per-step quantisation of the stage's weights (fp8 etc.)
     optimizer_mid: np.ndarray
     optimizer_last: np.ndarray
     grad_bytes: float             # bytes per gradient element reduced over dp
@@ -91,6 +95,17 @@ class StageCostArrays:
     bucket_params: float          # Megatron DDP bucket size
     tp_overlap_chunks: int
     cp_exposed_fraction: float
+    # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
+    # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
+    # backward's all-gathers and of the gradient reduce-scatters
+    # (``counts.zero3_tensor_gathers``); all 0 for other plans and stacks
+    z3_fwd_n: np.ndarray
+    z3_fwd_params: np.ndarray
+    z3_bwd_n: np.ndarray
+    z3_bwd_params: np.ndarray
+    z3_rs_n: np.ndarray
+    z3_rs_params: np.ndarray
+    copy_gap: float               # seconds per copy kernel (the stack's launch gap)
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -130,7 +145,14 @@ class StageCosts:
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
-    optimizer_by_stage: tuple[float, ...]  # optimizer step seconds of each stage
+    optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
+    z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
+    z3_fwd_params: float = 0.0
+    z3_bwd_n: float = 0.0
+    z3_bwd_params: float = 0.0
+    z3_rs_n: float = 0.0
+    z3_rs_params: float = 0.0
+    copy_gap: float = 0.0
 
     @property
     def w_share(self) -> float:
@@ -155,7 +177,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
 
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero)
+    mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero,
+                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
@@ -172,10 +196,16 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    opt = {k: ct.optimizer_time(n / shard, gpu, sy) for k, n in params.items()}
+    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
+                                 gpu, dtype, sy)
+    opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
+
+    per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
+    z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+    z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
 
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
@@ -183,7 +213,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
         head_fwd=full(head_f), head_bwd=full(head_b),
-        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+                          * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
@@ -199,7 +230,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
-        cp_exposed_fraction=float(sy.cp_exposed_fraction))
+        cp_exposed_fraction=float(sy.cp_exposed_fraction),
+        z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
+        z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
+        copy_gap=float(fw.launch_gap_s))
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
@@ -228,7 +262,10 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
-        optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)))
+        optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
+        z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
+        z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
+        copy_gap=arrays.copy_gap)
 
 
 def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
@@ -249,5 +286,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                                                      head_stage=head_at))
                    for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy)) for n in params)
+    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
+    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
+        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt)

@@ -192,6 +192,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     z3_mb = 2 * t_ag_dp + t_rs_dp
     z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)
+    # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
+    # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
+    # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
+    stride_dp = tp * cp
+    z3_tensor = mb * (
+        cm.per_tensor_time(sc.z3_fwd_n + sc.z3_bwd_n, sc.param_bytes
+                           * (sc.z3_fwd_params + sc.z3_bwd_params), dp, stride_dp, cl,
+                           sc.copy_gap)
+        + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, dp, stride_dp, cl, sc.copy_gap))
+    z3_exposed = np.where(sc.z3_fwd_n > 0, z3_tensor, z3_exposed)
     dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed,
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)

@@ -189,9 +189,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         f_blk = lpc * (r.layer_fwd + c_f)
         b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
         lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
-        return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk
+        return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
-    lt, head_f, head_b, emb, emb_b, f_blk, b_blk = chunk_times(gpu)
+    lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
 
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
     shard = np.where(zero >= 1, dp, 1.0)
@@ -323,10 +323,10 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
         best_t, best_o = 0.0, 0.0
         for gi, gpu in enumerate(gpus):
             on = (lo <= gi) & (gi <= hi)
-            _, head_f, head_b, emb, emb_b, f_blk, b_blk = times[gi]
+            _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = times[gi]
             t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
                              "head_f": head_f, "head_b": head_b})
-            o = ct.optimizer_time(params[kind] / shard, gpu, sy)
+            o = getattr(rec, f"optimizer_{kind}")   # the record's step work on this GPU type
             take = on & (t + o > best_t + best_o)
             best_t, best_o = np.where(take, t, best_t), np.where(take, o, best_o)
         out[kind] = (best_t, best_o)

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import counts
+from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
                                           op_saved_bytes)
@@ -83,7 +84,7 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None, layers=None, pending_w=None
+                            in_flight=None, layers=None, pending_w=None, gpu=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -93,7 +94,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     interleaving group size); ``layers``: transformer layers on the stage per plan (default
     ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
     gradients pending at the stash peak per plan (a split backward; default the schedule's
-    ``pending_weight_grads_array``)."""
+    ``pending_weight_grads_array``); ``gpu``: the chip (its fp8 layouts decide how many
+    quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -124,9 +126,16 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)
 
-    def state(dense, expert=0.0):
-        return {k: dense * pd + expert * pe for k, pd, pe in zip(KINDS[:3], per_dense,
-                                                                   per_expert)}
+    # low precision: the cached quantised copies of the layers' GEMM weights, beside the
+    # 16-bit weights (ZeRO-3 gathers a layer's weights and casts them per use: no cache)
+    q_copy = np.where(zero == 3, 0.0, weight_copy_bytes(dtype, gpu))
+
+    def state(dense, expert=0.0, layer_weights=False):
+        out = {k: dense * pd + expert * pe for k, pd, pe in zip(KINDS[:3], per_dense,
+                                                                  per_expert)}
+        if layer_weights:
+            out["params"] = out["params"] + q_copy * (dense + expert)
+        return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
     emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
@@ -156,7 +165,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
-    parts = {"layers": dict(state(n_layers * dense_l, expert_params), activations=layers_act),
+    parts = {"layers": dict(state(n_layers * dense_l, expert_params, True),
+                            activations=layers_act),
              "embedding": dict(state(emb_p), activations=in_flight * emb_act),
              "output": dict(state(head_p), activations=out_act),
              "recompute": dict(state(zero_), activations=rc_act),
@@ -171,17 +181,18 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
-                        dtype: str = "bf16", system: SystemConfig | None = None) -> np.ndarray:
+                        dtype: str = "bf16", system: SystemConfig | None = None,
+                        gpu=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
-    precision; ``system``: the policy constants)."""
+    precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies)."""
     P = as_plan_arrays(P)
     stage = P.pp - 1 if last else np.zeros_like(P.pp)
-    return memory_component_arrays(m, P, stage, dtype, system)[1]
+    return memory_component_arrays(m, P, stage, dtype, system, gpu=gpu)[1]
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
-                       system: SystemConfig | None = None) -> np.ndarray:
+                       system: SystemConfig | None = None, gpu=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
-    return np.maximum(stage_memory_arrays(m, P, False, dtype, system),
-                      stage_memory_arrays(m, P, True, dtype, system))
+    return np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu),
+                      stage_memory_arrays(m, P, True, dtype, system, gpu))

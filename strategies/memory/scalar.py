@@ -137,7 +137,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
         job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
-        layers=[job.layers_of_stage(s) for s in stages])
+        layers=[job.layers_of_stage(s) for s in stages], gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

@@ -51,10 +51,18 @@ def load_reference(path: str | None = None) -> list[dict[str, Any]]:
 
 
 def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
-    """The ModelSpec of an entry: its dimensions, the family its name implies and, for a
+    """The ModelSpec of an entry: its ``hf_config`` (a HuggingFace config.json) where it has
+    one, else its dimensions, the family its name implies and, for a
     mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
     routed top-2 (said in ``notes``)."""
     name = mo.get("name") or c["id"]
+    if isinstance(mo.get("hf_config"), dict):     # the model's own config.json: every field read
+        from strategies.hf_config import model_from_hf
+        model = model_from_hf(mo["hf_config"], name=name)
+        if mo.get("seq_len"):
+            model = replace(model, seq_length=int(mo["seq_len"]))
+        notes.append(f"model from the entry's config.json ({mo['hf_config'].get('model_type')})")
+        return model
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
     fam = model_family(name)
@@ -166,14 +174,18 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
 
 def _dtype(c: dict) -> str:
     """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
-    scaling (``fp8-current``), other fp8 (delayed scaling), fp16, else bf16."""
+    scaling (``fp8-current``), fp8 with block-wise scaling (``fp8-blockwise``: DeepSeek-V3's
+    1x128 / 128x128 tiles), other fp8 (delayed scaling), fp16, else bf16."""
     prec = str(c.get("precision") or "").lower()
     if "nvfp4" in prec:
         return "nvfp4"
     if "mxfp8" in prec:
         return "mxfp8"
     if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
-        return "fp8-current" if "current" in prec else "fp8"
+        if "current" in prec:
+            return "fp8-current"
+        blockwise = ("blockwise", "block-wise", "fine-grained", "deepseek")
+        return "fp8-blockwise" if any(w in prec for w in blockwise) else "fp8"
     return "fp16" if "fp16" in prec else "bf16"
 
 
@@ -251,7 +263,8 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         notes.append(f"mbs={mbs} (not stated)")
     rec = recompute_kind(pl.get("recompute")) or fw.default_recompute
     if recompute_kind(pl.get("recompute")) is None:
-        notes.append(f"recompute={rec} (not stated)")
+        notes.append(f"recompute={rec} (not stated; {fw.name} default: "
+                     f"{fw.default_source('recompute') or 'none given'})")
     elif rec == "op" and rec not in fw.recompute:   # "SAC" under a stack without torchtitan's policy
         rec = "selective"
         notes.append(f"recompute=selective (op-level checkpointing stated; {fw.name} has no op policy)")
@@ -263,18 +276,51 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
-        fsdp = "fsdp" in str(pl.get("techniques") or "").lower()
+        fsdp = "fsdp" in f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
         zero = 3 if fsdp and pp == 1 else (1 if modern else 0)
-        notes.append(f"zero={zero} ({'FSDP' if zero == 3 else 'distributed optimizer'}; not stated)")
+        if fsdp and pp > 1 or zero not in fw.zero_stages:   # FSDP with PP: the stack's rule
+            zero = 3 if pp == 1 else fw.zero_with_pp
+        how = {3: "FSDP", 2: "FSDP, parameters kept gathered under pipelining"}.get(
+            zero, "distributed optimizer" if zero else "no sharding")
+        notes.append(f"zero={zero} ({how}; not stated)")
     elif int(zero) == 3 and pp > 1:
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
+    switches = _switches(c, fw, tp > 1 and bool(sp), notes)
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
-                recompute=rec, sp=bool(sp), zero=int(zero), flash_attn=fw.default_flash_attn,
-                overlap_grad_reduce=fw.default_overlap_grad_reduce,
-                overlap_param_gather=fw.default_overlap_param_gather,
-                tp_comm_overlap=fw.default_tp_comm_overlap and tp > 1 and bool(sp))
+                recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+#: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for
+#: FlashAttention the word in its techniques or notes
+_STATED = {"overlap_grad_reduce": "--overlap-grad-reduce",
+           "overlap_param_gather": "--overlap-param-gather",
+           "tp_comm_overlap": "--tp-comm-overlap", "flash_attn": "flash"}
+
+
+def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> dict[str, bool]:
+    """FlashAttention and the overlap switches of an entry: what the source states (its
+    ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
+    default, stated as an assumption with the default's source
+    (``FrameworkProfile.default_sources``). TP overlap needs TP with sequence parallelism
+    (Transformer Engine's userbuffers)."""
+    pl = c.get("plan") or {}
+    flags = str(pl.get("overlap") or "").lower()
+    words = f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
+    out = {}
+    for switch, default in fw.plan_defaults().items():
+        said = _STATED[switch] in (words if switch == "flash_attn" else flags)
+        if said and getattr(fw, switch, True) and (tp_sp or switch != "tp_comm_overlap"):
+            out[switch] = True
+            continue
+        value = default and (tp_sp or switch != "tp_comm_overlap")
+        why = fw.default_source(switch) or "not stated"
+        if default and not value:
+            why = "the stack's default needs tp > 1 with sequence parallelism"
+        notes.append(f"{switch}={str(value).lower()} ({fw.name} default: {why})")
+        out[switch] = value
+    return out
 
 
 def case_from_entry(c: dict) -> Case:

@@ -91,6 +91,9 @@ def measured_step(c: dict) -> tuple[float | None, str]:
         return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
     if me.get("tokens_per_s_per_gpu") and gbs and s and n:
         return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
+    if me.get("gpu_hours_per_trillion_tokens") and gbs and s and n:   # GPU-s per token x tokens / GPUs
+        return (gbs * s * me["gpu_hours_per_trillion_tokens"] * 3600 / (1e12 * n),
+                "global batch × seq × GPU-hours per 1e12 tokens × 3600 / GPUs")
     if me.get("samples_per_s") and gbs:
         return gbs / me["samples_per_s"], "global batch / samples per s"
     if me.get("tflops_per_gpu") and shape and _counts_recompute(c):

@@ -25,7 +25,7 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
-from strategies.framework import FrameworkProfile
+from strategies.framework import FrameworkProfile, stack_mask
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
@@ -260,24 +260,9 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
 
 
 def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
-    """What stack ``fw`` can run (``strategies.framework.plan_violations``, vectorised); every
-    plan when no stack is named."""
-    ok = np.ones(len(c["tp"]), dtype=bool)
-    if fw is None:
-        return ok
-    pp1 = c["pp"] == 1
-    runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
-    ok &= pp1 | np.isin(c["sched"], runs)
-    ok &= np.isin(c["zero"], fw.zero_stages) & (pp1 | (c["zero"] <= fw.zero_with_pp))
-    ok &= np.isin(c["rc"], [RECOMPUTE_CODE[r] for r in fw.recompute])
-    if fw.max_pp is not None:
-        ok &= c["pp"] <= fw.max_pp
-    if fw.max_tp is not None:
-        ok &= c["tp"] <= fw.max_tp
-    ok &= (c["cp"] == 1) | fw.context_parallel
-    ok &= (c["ep"] == 1) | fw.expert_parallel
-    ok &= ~c["sp"] | fw.sequence_parallel
-    return ok
+    """What stack ``fw`` can run: ``strategies.framework.stack_mask``, the rule list
+    ``plan_violations`` reads for one plan; every plan when no stack is named."""
+    return stack_mask(fw, c)
 
 
 def _switches(fw: FrameworkProfile | None) -> dict[str, bool]:
@@ -360,12 +345,14 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = peak_memory_arrays(model, c, dtype, system) if len(c["tp"]) else np.zeros(0)
+    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu) if len(c["tp"])
+            else np.zeros(0))
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
     twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
-    twin_fits = (peak_memory_arrays(model, twin, dtype, system) <= limit if len(c["tp"])
+    twin_fits = (peak_memory_arrays(model, twin, dtype, system, cluster.gpu) <= limit
+                 if len(c["tp"])
                  else np.zeros(0, bool))
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)

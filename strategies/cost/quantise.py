@@ -1,0 +1,126 @@
+"""What low-precision training (fp8, mxfp8, fp8-blockwise, nvfp4) casts: the tensors of one
+layer quantised per micro-batch and the weights quantised per step, in HBM bytes.
+
+Which GEMMs run in the low format (Transformer Engine and Megatron-Core, and DeepSeek-V3's
+recipe, arXiv 2412.19437 §3.3): every linear layer of every transformer layer, its forward
+(``X·W``), data-gradient (``dY·Wᵀ``) and weight-gradient (``Xᵀ·dY``) GEMMs. In 16 bits
+stay: the attention core (scores and ``softmax·V``; TE runs it in bf16 unless FP8 attention
+is asked for, DeepSeek-V3 keeps it in bf16), the embedding, the LM head and its loss, the
+MoE router and every norm and activation (``strategies.cost.compute`` times them so).
+
+The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
+
+* forward, the input ``X`` of each GEMM. Inputs that a norm produces (QKV, MLA's up and down
+  projections, the MLP's first GEMM) or the activation function produces (the MLP's second
+  GEMM) are cast by that kernel (TE ``LayerNormLinear``/``LayerNormMLP``): ``fused``. The
+  output projection's input comes from the attention kernel in bf16 and routed experts'
+  inputs from the token permutation: a cast kernel of their own. With sequence parallelism
+  the norm's output is quantised on the local ``T/tp`` tokens and all-gathered in the low
+  format (TE gathers quantised tensors, with the amax all-reduced over tp under current
+  scaling).
+* backward, the incoming gradient ``dY`` of each GEMM: fused for the MLP's first GEMM (TE's
+  activation-backward kernels write it quantised), a cast kernel for the others (the
+  residual stream's gradient, the attention kernel's ``dQ, dK, dV``); with sequence
+  parallelism the row-parallel GEMMs' ``dY`` is cast on the local shard before its
+  all-gather.
+
+Per step (``weight_cast_bytes``): each weight is quantised once and the copies reused by
+every micro-batch (TE's ``is_first_microbatch``, which Megatron-Core's TE layers pass); the
+copies stay in memory beside the bf16 weights (``weight_copy_bytes``, per parameter).
+
+Communication (``tp_collective_bytes_factor``): under sequence parallelism the tensors
+all-gathered over tp (the norm outputs in the forward, the incoming gradients of the
+row-parallel GEMMs in the backward) travel quantised, since they are cast on the local shard
+(TE's ``gather_along_first_dim`` with a quantizer: per-tensor fp8 sends the row-wise bytes
+and builds Hopper's transpose after the gather; block formats send both scalings, which
+cannot be rebuilt from each other), while the reduce-scatters carry bf16 partial sums.
+DeepSeek-V3's fp8 dispatch of MoE tokens is the expert-parallel all-to-all's and not
+modelled here.
+
+Each tensor costs ``Precision.cast_bytes(GPU.cast_copies(dtype), fused)`` bytes per element
+(``topologies.precision``: the amax pass of current scaling, the row- and column-wise copies
+of block formats and of Hopper's TN-only fp8 GEMMs). Not modelled: delayed scaling's amax
+history and scale update (one multi-tensor kernel and one small all-reduce per micro-batch,
+microseconds) and current scaling's per-tensor amax all-reduce over tp (a few bytes each).
+
+Units: bytes, per GPU. Every function broadcasts over numpy arrays of plan fields.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.counts import Num, tokens_per_gpu
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+from topologies.precision import get_precision
+
+
+def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num
+                        ) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
+    """Elements one layer quantises per micro-batch on one GPU (the mean layer):
+    ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
+    which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
+    in all (``costs.layer_gemms``' balanced routing)."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h, up = m.hidden_size, (2 if m.gated else 1)
+    shard = np.where(sp, tp, 1.0)
+    f_fused = f_un = b_fused = b_un = 0.0
+    for _, k_in, n_out, split in m.attention_linears():
+        if split == "row":                       # output projection: input from attention
+            f_un = f_un + T * k_in / tp
+            b_un = b_un + T * n_out / shard
+        else:                                    # after a norm; dY from the attention kernel
+            f_fused = f_fused + T * k_in / shard
+            b_un = b_un + T * n_out / (tp if split == "col" else 1.0)
+    for kind, w in m.layer_shares().items():
+        widths = [(1.0, m.ffn_hidden_size, False)] if kind == "dense" else \
+            [(float(m.moe_router_topk), m.expert_ffn, True)] + \
+            ([(1.0, m.num_shared_experts * m.shared_ffn, False)] if m.num_shared_experts else [])
+        for copies, F, routed in widths:
+            t = w * copies * T
+            if routed:                           # after the token permutation
+                f_un = f_un + t * h
+            else:                                # after the MLP's norm
+                f_fused = f_fused + t * h / shard
+            f_fused = f_fused + t * F / tp       # activation output -> second GEMM
+            b_fused = b_fused + t * up * F / tp  # activation backward -> first GEMM's dY
+            b_un = b_un + (t * h if routed else t * h / shard)
+    return (f_fused, f_un), (b_fused, b_un)
+
+
+def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
+                     dtype: str) -> tuple[Num, Num]:
+    """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
+    (``layer_cast_elements`` priced by ``Precision.cast_bytes``); 0 in 16 bits."""
+    p, c = get_precision(dtype), gpu.cast_copies(dtype)
+    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp)
+    fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
+    return ff * fused + fu * unfused, bf * fused + bu * unfused
+
+
+def tp_collective_bytes_factor(dtype: str, sp: Num) -> Num:
+    """Mean bytes of one tensor-parallel collective relative to its bf16 size: with sequence
+    parallelism and a quantised precision, half a layer's collectives are all-gathers of
+    quantised tensors (``gathered`` bytes per element: one copy for per-tensor scaling, both
+    scalings for block formats) and half are bf16 reduce-scatters, so ``(2 + gathered)/4``;
+    1 otherwise. Ring all-gather and reduce-scatter times are the same affine function of
+    the bytes, so four collectives of the mean size take exactly the time of the two pairs."""
+    p = get_precision(dtype)
+    if not p.quantised:
+        return np.where(sp, 1.0, 1.0)
+    gathered = (2 if p.block_scaled else 1) * p.operand_bytes
+    return np.where(sp, (2.0 + gathered) / 4.0, 1.0)
+
+
+def weight_copy_bytes(dtype: str, gpu: GPU | None = None) -> float:
+    """Bytes per GEMM weight of its cached quantised copies (``copies x operand_bytes``;
+    ``gpu`` None: a chip that reads either layout); 0 in 16 bits."""
+    p = get_precision(dtype)
+    return p.copies(bool(gpu is not None and gpu.fp8_tn_only)) * p.operand_bytes
+
+
+def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:
+    """HBM bytes to quantise ``weights`` GEMM weights once per step (bf16 read, the copies
+    written, the amax pass where the recipe needs one); 0 in 16 bits."""
+    p = get_precision(dtype)
+    return weights * p.cast_bytes(gpu.cast_copies(dtype), False)

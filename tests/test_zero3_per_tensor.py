@@ -1,0 +1,115 @@
+"""ZeRO-3 one tensor at a time (DeepSpeed 2021): the gather list, its timing, the estimate."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from strategies.collectives import ring
+from strategies.cost import comm, counts
+from strategies.errors import SpecError
+from strategies.estimate import estimate
+from strategies.framework import MEGATRON_DEEPSPEED, get_profile
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+
+@pytest.mark.parametrize("name", ["gpt-1.7b", "llama2-7b", "gpt3-175b"])
+def test_layer_tensors_sum_to_the_layer(name):
+    m = model_preset(name)
+    assert sum(counts.layer_param_tensors(m)) == m.layer_params()
+
+
+def test_no_reuse_gathers_every_tensor_at_every_use():
+    m = model_preset("gpt-1.7b")
+    T, L = len(counts.layer_param_tensors(m)), m.num_layers
+    emb_n = 2 if m.position_embedding == "learned" else 1
+    norm_n = 2 if m.norm == "layernorm" else 1
+    for rc, passes in ((True, 2), (False, 1)):
+        z = counts.zero3_tensor_gathers(m, 1, 1, 1, rc, 0.0)
+        assert z["fwd_n"] == L * T + emb_n + norm_n + 1
+        assert z["bwd_n"] == passes * L * T + emb_n
+        assert z["bwd_params"] == pytest.approx(passes * L * m.layer_params()
+                                                + m.embedding_params(), rel=1e-12)
+        assert z["rs_params"] == pytest.approx(m.num_params(), rel=1e-12)
+
+
+def test_reuse_distance_keeps_small_models_gathered():
+    """With the default 1e9 parameters a 1.7B model keeps most tensors between their forward
+    and backward uses; a 175B one gathers almost all again."""
+    small = counts.zero3_tensor_gathers(model_preset("gpt-1.7b"), 1, 1, 1, True, 1e9)
+    big_m = model_preset("gpt3-175b")
+    big = counts.zero3_tensor_gathers(big_m, 1, 1, 1, True, 1e9)
+    T = len(counts.layer_param_tensors(big_m))
+    assert small["bwd_n"] < small["fwd_n"]
+    assert big["bwd_n"] > 1.5 * big_m.num_layers * T
+
+
+def test_per_tensor_time_closed_form():
+    cl = cluster_preset("dgx-a100", 4)
+    bw, lat = comm.group_bandwidth(cl, 32, 1)
+    t = comm.per_tensor_time(100, 1e9, 32, 1, cl, 3e-6)
+    assert t == pytest.approx(100 * ring.time(1, 1e7, 32, bw, lat) + 100 * 32 * 3e-6, rel=1e-12)
+    assert comm.per_tensor_time(0, 1e9, 32, 1, cl, 3e-6) == 0.0
+    assert comm.per_tensor_time(10, 1e9, 1, 1, cl, 3e-6) == 0.0
+
+
+def _job(fw, dp=32, mbs=1, gbs=64):
+    return make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", dp // 8),
+                    Plan(tp=1, pp=1, dp=dp, mbs=mbs, gbs=gbs, zero=3, recompute="full",
+                         flash_attn=False, tp_comm_overlap=False),
+                    framework=fw)
+
+
+def test_estimate_charges_every_gather_exposed():
+    job = _job("megatron-deepspeed")
+    r = estimate(job)
+    m, cl = job.model, job.cluster
+    z = counts.zero3_tensor_gathers(m, 1, 1, 1, True, MEGATRON_DEEPSPEED.zero3_reuse_params)
+    gap = MEGATRON_DEEPSPEED.launch_gap_s
+    per_mb = (comm.per_tensor_time(z["fwd_n"] + z["bwd_n"],
+                                   2.0 * (z["fwd_params"] + z["bwd_params"]), 32, 1, cl, gap)
+              + comm.per_tensor_time(z["rs_n"], job.system.main_grad_bytes(job.dtype)
+                                     * z["rs_params"], 32, 1, cl, gap))
+    assert r.breakdown_s["dp_comm"] == pytest.approx(2 * per_mb, rel=1e-9)
+    core = estimate(_job("megatron-core"))
+    assert r.step_time_s > core.step_time_s + 2 * per_mb * 0.5
+
+
+def test_bucketed_stacks_unchanged():
+    assert get_profile("megatron-core").zero3_gather == "bucketed"
+    assert get_profile("torchtitan").zero3_gather == "bucketed"
+    assert get_profile("deepspeed").zero3_gather == "per-tensor"
+
+
+def test_bad_profile_values_are_refused():
+    with pytest.raises(SpecError, match="zero3_gather"):
+        replace(MEGATRON_DEEPSPEED, zero3_gather="per-layer")
+    with pytest.raises(SpecError, match="zero3_reuse_params"):
+        replace(MEGATRON_DEEPSPEED, zero3_reuse_params=-1.0)
+
+
+def test_simulator_runs_the_same_calls():
+    """Alone on the wire (one stage, nothing else on the dp links) the simulated step equals
+    the estimate to floating-point precision: both read the stage record's z3 counts and
+    ``comm.per_tensor_time``."""
+    from simulator.simulate import simulate
+    job = _job("megatron-deepspeed")
+    sim = simulate(job)
+    assert sim.step_time_s == pytest.approx(estimate(job).step_time_s, rel=1e-12)
+    from simulator.program.compiler import compile_job
+    ops = compile_job(job, ranks=[0])[0].streams["dp-comm"]
+    gathers = [op for op in ops if op.label.startswith("AG z3 tensors")]
+    z = counts.zero3_tensor_gathers(job.model, 1, 1, 1, True, 1e9)
+    assert sum(op.repeat for op in gathers) == job.num_microbatches * (z["fwd_n"] + z["bwd_n"])
+
+
+def test_per_tensor_excess_completes_the_collective():
+    cl = cluster_preset("dgx-a100", 4)
+    for kind in ("allgather", "reduce_scatter"):
+        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6)
+        own = 50 * comm.collective_time(kind, 1e7, 32, 1, cl)
+        assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6) == \
+            pytest.approx(total - own, rel=1e-12)
+        assert total > own
