@@ -65,7 +65,8 @@ class _Stream:
 
     def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
         ops = prog.streams[name]
-        self.eng, self.rank, self.stage, self.name, self.ops = eng, prog.rank, prog.stage, name, ops
+        self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
+        self.ops = ops
         self.codes = tuple(map(_CODE.__getitem__, map(type, ops)))
         self.deps = tuple(map(_DEPS, ops))
         self.kinds = tuple(map(_KIND, ops))
