@@ -81,11 +81,14 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
     forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
+    gathers = PARAM_GATHER_PREFIX
     for r in records:
-        if r.label.startswith(PARAM_GATHER_PREFIX):
+        if r.label.startswith(gathers):
             ag[r.rank].append(r)
-        elif r.end > end[r.rank]:
-            end[r.rank] = r.end
+        else:
+            rank, t = r.rank, r.end
+            if t > end[rank]:
+                end[rank] = t
     for rank, recs in ag.items():
         meta = metas.get(rank, {})
         t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
@@ -134,13 +137,20 @@ def activation_series(records: list[Record], per_chunk: float,
     first: dict[str, tuple[float, int]] = {}
     last: dict[str, tuple[float, int]] = {}
     w_end: dict[str, tuple[float, int]] = {}
-    for n, r in enumerate(x for x in records if x.stream == "compute"):
-        if r.label[:1] == "F" and r.label not in first:
-            first[r.label] = (r.start, n)
-        elif r.label[:1] == "B":
-            last[r.label] = (r.end, n)
-        elif r.label[:1] == "W" and per_w > 0:
-            w_end[r.label] = (r.end, n)
+    n = -1                     # index among the compute records (one pass, no generator)
+    for r in records:
+        if r.stream != "compute":
+            continue
+        n += 1
+        label = r.label
+        head = label[:1]
+        if head == "F":
+            if label not in first:
+                first[label] = (r.start, n)
+        elif head == "B":
+            last[label] = (r.end, n)
+        elif head == "W" and per_w > 0:
+            w_end[label] = (r.end, n)
     events = sorted([(t, n, per_chunk) for t, n in first.values()]
                     + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
                        for t, n in last.values()]
