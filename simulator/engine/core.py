@@ -143,8 +143,9 @@ class Engine:
         self.members: dict[tuple, int] = {}          # group -> its simulated members
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
         # one: eager channels would otherwise leave every early receive in ``posted``
-        self.rendezvous = any(type(op) is Send and op.blocking
-                              for prog in programs.values() for op in prog.ops())
+        self.rendezvous = any(op.blocking for prog in programs.values()
+                              for ops in prog.streams.values() if Send in set(map(type, ops))
+                              for op in ops if type(op) is Send)
         self.posted: set[tuple] = set()              # receives posted before their send
         self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
