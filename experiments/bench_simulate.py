@@ -19,6 +19,7 @@ Prints figures; asserts nothing.
 
     python experiments/bench_simulate.py            # every case
     python experiments/bench_simulate.py --case 175b-folded
+    python experiments/bench_simulate.py --case 175b-full --tree /tmp/before   # another checkout
 """
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# ``--tree DIR``: time another checkout's simulator (e.g. an earlier commit, extracted with
+# ``git archive``) with this very harness; it must come first on the path before any import.
+_TREE = (sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1]
+         else str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, _TREE)
 from simulator.simulate import simulate  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
@@ -100,6 +105,8 @@ def run_case(case: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--case", choices=sorted(CASES))
+    ap.add_argument("--tree", default=None,
+                    help="time the simulator of this checkout instead (an earlier commit)")
     args = ap.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case)))
