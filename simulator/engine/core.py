@@ -35,6 +35,7 @@ from simulator.network.cluster_net import SimNetwork
 _COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
 _CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
 _ID, _DEPS, _KIND = attrgetter("id"), attrgetter("deps"), attrgetter("record_kind")
+_END = attrgetter("end")
 _record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
 
 
@@ -423,7 +424,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         except simpy.core.EmptySchedule:
             pass
     eng.check_finished()
-    end = max((r.end for r in eng.records), default=0.0)
+    end = max(map(_END, eng.records), default=0.0)
     n = num_ranks if num_ranks is not None else len(programs)
     rank_map = rank_map or {r: [r] for r in programs}
     return SimResult(step_time_s=end, records=eng.records, num_ranks=n,
