@@ -6,8 +6,10 @@ Runs two ``paraplan compare`` commands and writes ``schedules.md`` with their fi
    timelines and the bubble sweep over micro-batch counts against the closed forms;
 2. the timeline picture of issue 3: GPT-3 175B on 8 pipeline stages, 1F1B vs interleaved,
    with fewer micro-batches so that every bar is readable;
-3. the same plan under 1F1B and the zero-bubble schedules that split the backward into B and
-   W (ZB-H1, ZB-H2, ZB-V), with their timelines on one time axis.
+3. the same plan under 1F1B and the schedules that split the backward into B and W (ZB-H1,
+   ZB-H2, ZB-V, DualPipe, DualPipeV), with their timelines on one time axis;
+4. the schedule papers' own comparisons reproduced (``experiments/schedule_papers.py``): the
+   zero-bubble paper's throughput table and DeepSeek's DualPipe table.
 
     python experiments/report_schedules.py                    # docs/reports/
     python experiments/report_schedules.py --model gpt-1.7b --cluster dgx-a100:1 \\
@@ -133,22 +135,32 @@ def _zero_bubble_notes(out: dict[str, Any]) -> list[str]:
     """Sentences computed from the zero-bubble comparison's rows."""
     rows = {r["schedule"]: r for r in out["rows"] if r["valid"]}
     notes = []
+    names = {"zb-h1": "ZB-H1", "zb-h2": "ZB-H2", "zb-v": "ZB-V", "dualpipe": "DualPipe",
+             "dualpipev": "DualPipeV"}
     if "1f1b" in rows:
         o = rows["1f1b"]
         for label, z in rows.items():
             name = label.split(":")[0]
-            if name in ("zb-h1", "zb-h2", "zb-v"):
+            if name in ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev"):
                 notes.append(
-                    f"{name.upper()}: step {z['step_time_s']:.3f} s against 1F1B's "
+                    f"{names[name]}: step {z['step_time_s']:.3f} s against 1F1B's "
                     f"{o['step_time_s']:.3f} s ({100 * (z['step_time_s'] / o['step_time_s'] - 1):+.1f} %), "
                     f"bubble {100 * z['bubble_fraction']:.1f} % against "
                     f"{100 * o['bubble_fraction']:.1f} %, peak memory "
                     f"{z['memory']['peak_gib']:.1f} GiB against {o['memory']['peak_gib']:.1f} GiB.")
+        if "dualpipe" in rows:
+            d = rows["dualpipe"]
+            notes.append(
+                f"DualPipe's data-parallel communication, here only the all-reduce of the two "
+                f"parameter copies' gradients between mirror ranks on different nodes, leaves "
+                f"{d['breakdown_s']['dp_comm']:.3f} s exposed (1F1B: "
+                f"{o['breakdown_s']['dp_comm']:.3f} s): its bubble is the smaller, its step "
+                "the longer.")
     return notes
 
 
 def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd: str,
-           zb_out: dict | None = None, zb_cmd: str = "") -> str:
+           zb_out: dict | None = None, zb_cmd: str = "", papers: tuple | None = None) -> str:
     inp = main_out["inputs"]
     p = inp["plan"]
     parts = [header("Pipeline schedules side by side", command),
@@ -183,11 +195,90 @@ def render(main_out: dict, pair_out: dict, command: str, main_cmd: str, pair_cmd
                   "and ZB-V (Qi et al., ICLR 2024; ZB-V two chunks per rank in a V, the "
                   "embedding and the LM head both on rank 0) run each backward as B (input "
                   "gradient) and W (weight gradient) and place the W passes in what would be "
-                  "bubbles (docs/schedules.md).", "", f"`{zb_cmd}`", "",
+                  "bubbles; DualPipeV (DeepSeek-V3 §3.2.1, the V of ZB-V) runs in its steady "
+                  "state the forward of one micro-batch with the whole backward of another "
+                  "as one overlapped pair, compute in turn, each one's expert all-to-all "
+                  "beside the other's compute (docs/schedules.md); DualPipe runs the same "
+                  "pairs on two pipelines in opposite directions over the same ranks, each "
+                  "rank holding two stages' parameters whose gradients it all-reduces with "
+                  "its mirror rank's before the optimizer.", "", f"`{zb_cmd}`", "",
                   f"![1F1B and the zero-bubble schedules]({NAME}_zero_bubble.png)", "",
                   _rows_table(zb_out), ""]
         parts += [f"- {n}" for n in _zero_bubble_notes(zb_out)]
+    if papers is not None:
+        parts += _papers_section(*papers)
     return "\n".join(parts)
+
+
+def _papers_section(zb_rows: list, dp_rows: list, dp_setting: str) -> list[str]:
+    from experiments.schedule_papers import dualpipe_table, zero_bubble_table
+    errs = [abs(r["ratio"][k] / r["paper_ratio"][k] - 1) for r in zb_rows if "ratio" in r
+            for k in r["ratio"]]
+    out = ["", "## The papers' tables, reproduced", "",
+            "`python experiments/schedule_papers.py` (also run by this report). Reference "
+            "rows: `strategies/reference/data/schedule_studies.json` (Qi et al., \"Zero "
+            "Bubble Pipeline Parallelism\", ICLR 2024, Tables 3, 4 and 6; the DualPipe "
+            "README and DeepSeek-V3 report Table 2).", "",
+            "### Zero bubble (Qi et al., ICLR 2024): throughput against 1F1B", "",
+            "The paper's GPT-like models, GPU counts, micro-batch sizes and counts, one "
+            "pipeline over all GPUs, sequence 1024, the first and last stage one layer fewer, "
+            "A100 80 GB (our `dgx-a100` nodes; the paper's cluster used RoCE). The paper's "
+            "ZB-1p and ZB-2p are found by its automatic scheduler under the memory limits "
+            "`p·M_B` and `2p·M_B`; we simulate their hand-made counterparts under the same "
+            "limits, ZB-H1 and ZB-H2 (post-validation). Ratio: samples/s of the schedule over "
+            "1F1B's (the paper's from its rounded table entries; ours from simulated step "
+            "times).", "",
+            zero_bubble_table(zb_rows), "",
+            f"- Mean absolute error of the ratios: {100 * sum(errs) / max(len(errs), 1):.1f} % "
+            f"over {len(errs)} (worst {100 * max(errs, default=0):.1f} %)."]
+    for k in ("ZB-1p", "ZB-2p"):
+        e = [r["ratio"][k] / r["paper_ratio"][k] - 1 for r in zb_rows if k in r.get("ratio", {})]
+        if e:
+            miss = max(abs(x) for x in e) > 0.05
+            out.append(f"- {k}: our ratio differs from the paper's by {100 * min(e):+.1f} to "
+                       f"{100 * max(e):+.1f} %" + (": a miss (beyond 5 %)." if miss else "."))
+    mem = [(r, k) for r in zb_rows for k in r.get("ratio", {})
+           if k in (r.get("paper_memory_gb") or {})]
+    for r, k in mem:
+        out.append(f"- Peak memory, {r['model'].split(' (')[0]}: {k} ours "
+                   f"{r['memory_gib'][k]:.1f} GiB against the paper's {r['paper_memory_gb'][k]} "
+                   f"GB, 1F1B {r['memory_gib']['1F1B']:.1f} GiB against "
+                   f"{r['paper_memory_gb']['1F1B']} GB.")
+    out += ["- Not reproduced: " + r["skipped"] for r in zb_rows if "skipped" in r]
+    others = sorted({k for r in zb_rows for k in r["paper"]
+                      if k != "1F1B" and k not in r.get("ratio", {})})
+    if others:
+        out.append(f"- Columns of the paper's rows we do not run: {', '.join(others)} (ZB-V "
+                   "needs the layers over two chunks per rank with the first and last stage "
+                   "one layer fewer, which our plans, splitting a rank's layers evenly over "
+                   "its chunks, cannot express; ZB-2p* is ZB-2p at half the micro-batch "
+                   "size; 1F1B-I is interleaved 1F1B, not part of this comparison).")
+    return out + [
+            "", "### DualPipe (DeepSeek-V3 Table 2; deepseek-ai/DualPipe README)", "",
+            f"Same number of pipeline stages (8; DualPipeV on 4 ranks), 20 micro-batches, "
+            f"chunk times {dp_setting}, no compute overlap in a pair (`F&B = F + B`, `B` the "
+            "whole backward). Bubble: the worst rank's idle time inside its span with free "
+            "communication (`analysis.free_comm_ranks` on our orders); activations: stashed "
+            "stages' worth at the peak; parameters: stages held per device.", "",
+            dualpipe_table(dp_rows), ""] + _dualpipe_notes(dp_rows)
+
+
+def _dualpipe_notes(rows: list) -> list[str]:
+    """Sentences computed from the DualPipe table's rows."""
+    same = [r for r in rows if abs(r["bubble"] - r["published_bubble"]) < 1e-9
+            and r["params"] == r["published_params"]
+            and r["activations"] == r["published_activations"]]
+    notes = [f"- {len(same)} of {len(rows)} rows match the published bubble, parameters and "
+             "activations exactly."]
+    for r in rows:
+        if r not in same:
+            notes.append("- {} at F={:g}, B={:g}, W={:g}: our order idles {:g} against the "
+                         "published {:g} ({:+g})".format(r["method"], *r["times"], r["bubble"],
+                                                         r["published_bubble"],
+                                                         r["bubble"] - r["published_bubble"])
+                         + "; DeepSeek's form is exact at `W = 0` and `W = F` only "
+                         "(`strategies.schedules.dual.span_excess`).")
+    return notes
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -201,8 +292,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--pair", default="1f1b,interleaved:2",
                     help="schedules of the second picture")
     ap.add_argument("--pair-gbs", type=int, default=16, help="global batch of the second picture")
-    ap.add_argument("--zero-bubble", default="1f1b,zb-h1,zb-h2,zb-v",
+    ap.add_argument("--zero-bubble", default="1f1b,zb-h1,zb-h2,zb-v,dualpipe,dualpipev",
                     help="schedules of the third picture (empty: none)")
+    ap.add_argument("--no-papers", action="store_true",
+                    help="leave out the papers' tables (experiments/schedule_papers.py)")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     final = {k: rel(os.path.join(a.out, f"{NAME}_{k}.png"))
@@ -223,11 +316,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            w.path(f"{NAME}_zero_bubble.png"), None))
             zb_cmd = shell(["paraplan", *compare_args(a, pair_plan, a.zero_bubble,
                                                       final["zero_bubble"], None)])
+        papers = None
+        if not a.no_papers:
+            from experiments.schedule_papers import dualpipe_rows, zero_bubble_rows
+            papers = (zero_bubble_rows(), dualpipe_rows(f=1.0, b=1.0, w=1.0)
+                      + dualpipe_rows(f=1.0, b=1.0, w=0.5), "F = B = W = 1, then W = 0.5")
         w.json(f"{NAME}.json", {"compare": main_out, "pair": pair_out, "zero_bubble": zb_out,
+                                "papers": None if papers is None else
+                                {"zero_bubble": papers[0], "dualpipe": papers[1]},
                                 "commands": [main_cmd, pair_cmd] + ([zb_cmd] if zb_cmd else [])})
         w.text(f"{NAME}.md", render(main_out, pair_out,
                                     this_command("report_schedules.py", argv), main_cmd, pair_cmd,
-                                    zb_out, zb_cmd))
+                                    zb_out, zb_cmd, papers))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

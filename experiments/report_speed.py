@@ -12,7 +12,7 @@ sides see the same machine load.
     python experiments/report_speed.py --baseline docs/reports/speed_before.json
     python experiments/report_speed.py --cases 175b-folded --out /tmp/r --no-search
     python experiments/report_speed.py --baseline docs/reports/speed_before.json \
-        --before-tree /tmp/before --before-label "commit 8505a28"   # same-run before/after
+        --before-tree /tmp/before --before-label "commit 8505a28"     # same-run before/after
 """
 from __future__ import annotations
 

@@ -9,7 +9,9 @@ ep, dp; what is left is ``bubble``. The parts sum to the step time.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
+from itertools import accumulate
 from typing import Iterable
 
 from simulator.result import Record
@@ -133,8 +135,13 @@ def activation_series(records: list[Record], per_chunk: float,
     """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
     ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends; with a split
     backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
-    ends and ``-per_w`` when its ``W`` ends."""
+    ends and ``-per_w`` when its ``W`` ends. A forward whose compute interleaves with a
+    backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
+    backward frees its own, layer by layer) is counted just after that backward ends, as the
+    memory model counts the pair (``strategies.schedules.base.peak_stash``)."""
     first: dict[str, tuple[float, int]] = {}
+    f_last: dict[str, int] = {}
+    b_first: dict[str, int] = {}
     last: dict[str, tuple[float, int]] = {}
     w_end: dict[str, tuple[float, int]] = {}
     n = -1                     # index among the compute records (one pass, no generator)
@@ -147,11 +154,27 @@ def activation_series(records: list[Record], per_chunk: float,
         if head == "F":
             if label not in first:
                 first[label] = (r.start, n)
+            f_last[label] = n
         elif head == "B":
+            if label not in b_first:
+                b_first[label] = n
             last[label] = (r.end, n)
         elif head == "W" and per_w > 0:
             w_end[label] = (r.end, n)
-    events = sorted([(t, n, per_chunk) for t, n in first.values()]
+    # a forward's partner: the first backward (in order of its first record) whose records
+    # interleave with the forward's, i.e. starts before the forward's last record and ends
+    # after its first; the backwards' running maximum of last records finds it by bisection
+    b_labels = list(b_first)
+    reach = list(accumulate((last[b][1] for b in b_labels), max))
+    adds = []
+    for label, (t, n) in first.items():
+        i = bisect_right(reach, n)
+        if i < len(b_labels) and b_first[b_labels[i]] < f_last[label]:
+            end, bn = last[b_labels[i]]
+            adds.append((end, bn + 0.5))
+        else:
+            adds.append((t, n))
+    events = sorted([(t, n, per_chunk) for t, n in adds]
                     + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
                        for t, n in last.values()]
                     + [(t, n, -per_w) for t, n in w_end.values()])

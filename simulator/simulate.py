@@ -32,7 +32,8 @@ from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
 from strategies.cost import counts
 from strategies.cost.stage import StageCosts
-from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.cost.recompute import plan_share as rc_share
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.memory.activations import activation_bytes_per_chunk, wgrad_bytes_per_chunk
 from strategies.job import Job
 from topologies.graph import build_graph
@@ -180,7 +181,9 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     out.update({
         "step_time_s": step, "tokens_per_s": job.tokens_per_step / step if step > 0 else 0.0,
         "mfu": float(counts.mfu(job.model, p.gbs, step, n, peak)) if step > 0 else 0.0,
-        "hfu": float(counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak))
+        "hfu": float(counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak,
+                                rc_share(job.model.num_layers, PlanArrays.of_plan(p)),
+                                PlanArrays.of_plan(p).recompute_modules))
         if step > 0 else 0.0,
         "bubble_fraction": m["bubble_fraction"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},

@@ -35,8 +35,12 @@ class Stopped(KeyboardInterrupt):
     """The command was told to stop by signal ``signum``; exit status ``128 + signum``."""
 
     def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
+        # args stay (signum,): SimPy re-raises a callback's exception as type(e)(*e.args)
+        super().__init__(int(signum))
+        self.signum = int(signum)
+
+    def __str__(self) -> str:
+        return signal.Signals(self.signum).name
 
     @property
     def exit_status(self) -> int:

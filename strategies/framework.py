@@ -42,7 +42,14 @@ Sources (details and numbers in docs/calibration.md):
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
-  ``torchtitan/distributed/activation_checkpoint.py``) is its alone.
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
+  (``recompute_layers``, ``strategies.cost.recompute``): Megatron-Core and Megatron-LM (v3,
+  2022: ``--recompute-method uniform|block --recompute-num-layers``) both methods; DeepSpeed's
+  pipeline engine checkpoints groups of ``activation_checkpoint_interval`` layers (uniform)
+  only; torchtitan's integer ``selective_ac_option`` (every N-th layer) is another rule, not
+  modelled. Per-module selective recomputation (``recompute_modules``): Megatron-Core's
+  ``--recompute-modules`` (``transformer_config.py``); Megatron-LM 2022 recomputes the core
+  attention only.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
@@ -65,6 +72,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.cost.recompute import METHOD_CODE, modules_mask
+from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.plan import RECOMPUTE
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
@@ -108,6 +117,10 @@ class FrameworkProfile:
     tp_comm_overlap: bool = True
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: methods of partial full recomputation (``recompute_layers``) the stack runs
+    recompute_methods: tuple[str, ...] = ()
+    #: modules it can recompute selectively by name (``recompute_modules``)
+    recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
@@ -189,7 +202,8 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
-    tp_comm_overlap=False, flash_attn=False,
+    tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
+    recompute_modules=("core_attn",),
     default_sources=(
         ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
                        "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
@@ -213,6 +227,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
     export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",),
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
@@ -230,6 +245,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),
@@ -290,12 +306,30 @@ JAX_XLA = FrameworkProfile(
         ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
                       "checkpoint_policy SAVE_NOTHING")))
 
+HAI_LLM = replace(
+    MEGATRON_CORE, name="hai-llm",
+    description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "
+                "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
+    default_tp_comm_overlap=False, default_recompute="none",
+    schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
+    context_parallel=False, tp_comm_overlap=False, export="none",
+    default_sources=(
+        ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
+        ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
+                                "pipeline's last backward passes (DeepSeek-V3 report §3.2.1)"),
+        ("overlap_param_gather", "ZeRO-1 gathers the updated parameters after the step"),
+        ("tp_comm_overlap", "no tensor parallelism in training (DeepSeek-V3 report §3.2: "
+                            "'without costly tensor parallelism')"),
+        ("recompute", "only RMSNorm and MLA's up-projections are recomputed (report §3.2.3), "
+                      "a small share of the FLOPs, charged as none")))
+
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
-                        PYTORCH_EAGER, JAX_XLA)}
+                        PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
 ALIASES: dict[str, str] = {"megatron": "megatron-core", "nemo": "megatron-core",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
-                           "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager"}
+                           "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
+                           "deepseek": "hai-llm"}
 DEFAULT = MEGATRON_CORE
 
 
@@ -349,6 +383,16 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("recompute", v.recompute,
                   np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
                   lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+    rules.append(("recompute_method", v.recompute_method,
+                  (np.asarray(v.recompute_layers) == 0)
+                  | np.isin(v.recompute_method, [METHOD_CODE[x] for x in fw.recompute_methods]),
+                  lambda: who + (f"runs recompute_method {', '.join(fw.recompute_methods)}"
+                                 if fw.recompute_methods else
+                                 "has no partial recomputation (recompute_layers)")))
+    rules.append(("recompute_modules", v.recompute_modules,
+                  (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
+                  lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
+                                 if fw.recompute_modules else "has no per-module recomputation")))
     return rules
 
 
@@ -358,7 +402,10 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
-                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn)
+                           tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
+                           recompute_layers=plan.recompute_layers or 0,
+                           recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
+                           recompute_modules=modules_mask(plan.recompute_modules or ()))
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -149,6 +149,7 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
     elif model.num_layers % chunks:
         what = f"pp*vpp = {plan.pp}*{plan.vpp} = {chunks}" if plan.vpp > 1 else f"pp={plan.pp}"
         raise SpecError("num_layers", model.num_layers, f"must be divisible by {what}")
+    _check_recompute_against_model(model, plan)
     s = model.seq_length
     if plan.cp > 1 and s % (2 * plan.cp):
         raise SpecError("cp", plan.cp, f"2*cp must divide seq_len={s} (load-balanced ring attention)")
@@ -163,6 +164,30 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
                             "(experts are sharded across data-parallel ranks)")
+
+
+def _check_recompute_against_model(model: ModelSpec, plan: Plan) -> None:
+    """``recompute_layers`` at most the layers of a model chunk (Megatron: between 1 and
+    ``num_layers_per_pipeline_rank``; the largest chunk with uneven stages); each
+    ``recompute_modules`` entry present in the model (MoE modules need an MoE model, shared
+    experts need them, ``mla_up_proj`` needs MLA)."""
+    n = plan.recompute_layers
+    if n is not None:
+        per_stage = (plan.layers_per_stage if plan.layers_per_stage is not None
+                     else (model.num_layers // plan.pp,))
+        lpc = max(per_stage) // plan.vpp
+        if n > lpc:
+            raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of one "
+                            f"model chunk (num_layers/(pp*vpp) = {model.num_layers}/"
+                            f"({plan.pp}*{plan.vpp}))")
+    need = {"moe_act": (model.is_moe, "an MoE model"), "moe": (model.is_moe, "an MoE model"),
+            "shared_experts": (model.num_shared_experts > 0, "shared experts"),
+            "mla_up_proj": (model.is_mla, "multi-latent attention"),
+            "mlp": (model.num_moe_layers < model.num_layers, "dense MLP layers")}
+    for mod in plan.recompute_modules or ():
+        ok, what = need.get(mod, (True, ""))
+        if not ok:
+            raise SpecError("recompute_modules", mod, f"needs {what}; {model.name} has none")
 
 
 def replica_groups(cluster: Cluster, plan: Plan) -> list[int]:

@@ -47,11 +47,14 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     notes += sched_notes
     if p.sp:
         a.append("--sequence-parallel")
-    if p.recompute == "full":
-        a += ["--recompute-granularity full", "--recompute-method uniform",
-              "--recompute-num-layers 1"]
+    if p.recompute == "full":   # every layer alone: uniform groups of 1 (strategies.cost.recompute)
+        method = p.recompute_method if p.recompute_layers is not None else "uniform"
+        a += ["--recompute-granularity full", f"--recompute-method {method}",
+              f"--recompute-num-layers {p.recompute_layers or 1}"]
     elif p.recompute == "selective":
         a.append("--recompute-granularity selective")
+        if p.recompute_modules is not None:
+            a.append("--recompute-modules " + " ".join(p.recompute_modules))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
     if p.zero == 2:
@@ -204,6 +207,16 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     }
     if p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}
+    if p.recompute_modules is not None:
+        _refuse("DeepSpeed has no per-module selective recomputation (--recompute-modules is "
+                "Megatron-Core's)")
+    if p.recompute_layers is not None and p.recompute_method != "uniform":
+        _refuse("DeepSpeed checkpoints groups of layers (uniform), not Megatron's block method "
+                "(use recompute_method=uniform)")
+    if p.recompute_layers is not None:
+        notes.append(f"partial recomputation: build the model with deepspeed.pipe."
+                     f"PipelineModule(..., activation_checkpoint_interval={p.recompute_layers}) "
+                     f"(one checkpoint per {p.recompute_layers} layers)")
     if p.recompute == "full":
         cfg["activation_checkpointing"] = {"partition_activations": p.tp > 1,
                                            "contiguous_memory_optimization": False,

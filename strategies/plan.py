@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+from strategies.cost.recompute import DEFAULT_MODULES, METHODS, MODULES
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
@@ -45,6 +46,9 @@ class Plan:
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
+    recompute_layers: int | None = None      # full: layers recomputed per chunk (None: all)
+    recompute_method: str | None = None      # full with recompute_layers: block (default) or uniform
+    recompute_modules: tuple[str, ...] | None = None   # selective: Megatron-Core's modules
 
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
@@ -60,6 +64,7 @@ class Plan:
         sched = get_schedule(self.schedule)     # SpecError naming the registered schedules
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
+        _check_partial_recompute(self)
         if isinstance(self.zero, bool) or self.zero not in (0, 1, 2, 3):
             raise SpecError("zero", self.zero, "must be 0, 1, 2 or 3")
         sched.check_plan(self.pp, self.vpp, self.microbatch_group_size)
@@ -92,7 +97,12 @@ class Plan:
         if self.pp > 1:
             parts.append(self.schedule + (f":{self.vpp}" if self.vpp > 1 else ""))
         if self.recompute != "none":
-            parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute])
+            parts.append({"selective": "sel", "full": "full-rc", "op": "op-rc"}[self.recompute]
+                         + (f":{self.recompute_layers}" + ("u" if self.recompute_method
+                                                            == "uniform" else "")
+                            if self.recompute_layers is not None else "")
+                         + (":" + "+".join(self.recompute_modules)
+                            if self.recompute_modules is not None else ""))
         if self.sp:
             parts.append("sp")
         if self.zero:
@@ -102,6 +112,64 @@ class Plan:
         if self.group_microbatches is not None:
             parts.append("M" + "/".join(map(str, self.group_microbatches)))
         return " ".join(parts)
+
+
+def _check_partial_recompute(p: Plan) -> None:
+    """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
+    (Megatron's ``--recompute-granularity full``), the method only with a layer count;
+    ``recompute_modules`` only with ``recompute=selective``, each a known module (stored in
+    ``MODULES`` order, without repeats; the chunk's layer count and the model's kind are
+    checked with the model, ``strategies.job``)."""
+    n, method, mods = p.recompute_layers, p.recompute_method, p.recompute_modules
+    if n is not None:
+        check_int("recompute_layers", n, 1, MAX_LAYERS)
+        if p.recompute != "full":
+            raise SpecError("recompute_layers", n, "needs recompute=full (Megatron's "
+                            f"--recompute-granularity full), not recompute={p.recompute}")
+    if method is not None:
+        if method not in METHODS:
+            raise SpecError("recompute_method", method, f"must be one of {', '.join(METHODS)}")
+        if n is None:
+            raise SpecError("recompute_method", method, "needs recompute_layers=N (the layers "
+                            "per chunk it recomputes, block, or per group, uniform)")
+    elif n is not None:
+        object.__setattr__(p, "recompute_method", "block")
+    if mods is not None:
+        if isinstance(mods, str):
+            mods = parse_modules(mods)
+        for m in mods:
+            if m not in MODULES:
+                raise SpecError("recompute_modules", m, f"unknown module; valid: "
+                                f"{', '.join(MODULES)}")
+        if not mods:
+            raise SpecError("recompute_modules", "", f"must name at least one of "
+                            f"{', '.join(MODULES)}")
+        if p.recompute != "selective":
+            raise SpecError("recompute_modules", "+".join(mods), "needs recompute=selective "
+                            "(Megatron's --recompute-granularity selective), not "
+                            f"recompute={p.recompute}")
+        object.__setattr__(p, "recompute_modules", tuple(m for m in MODULES if m in mods))
+
+
+def parse_modules(value: Any) -> tuple[str, ...]:
+    """``core_attn,mlp`` (or joined by ``+`` or ``/``, or a YAML list) as a tuple of names."""
+    if isinstance(value, str):
+        items = value.replace("+", ",").replace("/", ",").split(",")
+        return tuple(x.strip().lower() for x in items if x.strip())
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(x, str) for x in value):
+            raise SpecError("recompute_modules", value, "must be a list of module names")
+        return tuple(x.strip().lower() for x in value)
+    raise SpecError("recompute_modules", value, f"must be module names joined by ',', from "
+                    f"{', '.join(MODULES)}")
+
+
+def selective_modules(p: Plan) -> tuple[str, ...]:
+    """The modules a plan recomputes selectively: its ``recompute_modules``, or Megatron-Core's
+    default (``core_attn``) for ``recompute=selective``; () otherwise."""
+    if p.recompute != "selective":
+        return ()
+    return p.recompute_modules if p.recompute_modules is not None else DEFAULT_MODULES
 
 
 def _check_layers_per_stage(p: Plan) -> None:
@@ -118,6 +186,10 @@ def _check_layers_per_stage(p: Plan) -> None:
     if p.vpp != 1:
         raise SpecError("layers_per_stage", "/".join(map(str, v)),
                         f"uneven stages take one model chunk per rank (vpp=1, not {p.vpp})")
+    if get_schedule(p.schedule).mirrored:
+        raise SpecError("layers_per_stage", "/".join(map(str, v)),
+                        f"schedule={p.schedule} holds stages r and pp-1-r on rank r: uneven "
+                        "stages are not modelled for it")
 
 
 def _check_group_microbatches(p: Plan) -> None:
@@ -162,7 +234,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"}
-_STRS = {"schedule", "recompute"}
+_STRS = {"schedule", "recompute", "recompute_method"}
 
 
 _LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vpp": MAX_VPP}
@@ -175,6 +247,8 @@ def _pos_int(name: str, v: Any) -> None:
 def _coerce(key: str, value: Any) -> Any:
     if key in ("layers_per_stage", "group_microbatches"):
         return parse_layers(value, key)
+    if key == "recompute_modules":
+        return None if value is None else parse_modules(value)
     if key in _BOOLS:
         if isinstance(value, bool):
             return value
@@ -186,11 +260,12 @@ def _coerce(key: str, value: Any) -> Any:
         if s in ("false", "0", "no", "off"):
             return False
         raise SpecError(key, value, "must be true or false")
-    if key in _STRS:
+    if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in ("dp", "gbs", "microbatch_group_size"):
+    if value is None and key in ("dp", "gbs", "microbatch_group_size", "recompute_layers",
+                                 "recompute_method"):
         return None
     if isinstance(value, bool):
         raise SpecError(key, value, "must be an integer")
@@ -250,11 +325,20 @@ def plan_mapping(text: str) -> dict[str, Any]:
     if is_plan_file(text):
         return read_plan_mapping(text)[0]
     d: dict[str, str] = {}
+    last = None
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")
+        if not eq and last is not None:       # recompute_modules=core_attn,mlp: a list item
+            d[last] += "," + item
+            continue
         if not eq or not key.strip():
             raise SpecError("plan", item, "each item must be key=value, e.g. tp=8")
         if key.strip() in d:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
+        canon = _ALIAS.get(key.strip().lower(), key.strip().lower())
+        last = key.strip() if canon in _LIST_KEYS else None
     return d
+
+
+_LIST_KEYS = {"recompute_modules"}

@@ -17,6 +17,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import Plan
 from strategies.schedules import schedule_code
@@ -29,16 +30,22 @@ RECOMPUTE_CODE = {"none": 0, "selective": 1, "full": 2, "op": 3}
 SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs", "gbs": "gbs",
          "vpp": "vpp", "schedule": "sched", "recompute": "rc", "sp": "sp", "zero": "zero",
          "flash_attn": "flash", "overlap_grad_reduce": "ogr",
-         "overlap_param_gather": "opg", "tp_comm_overlap": "tpo"}
-_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp")
-_INT = ("schedule", "recompute", "zero")
+         "overlap_param_gather": "opg", "tp_comm_overlap": "tpo",
+         "recompute_layers": "rcl", "recompute_method": "rcu", "recompute_modules": "rcm"}
+#: Columns a mapping may leave out (0: all layers / block / the default modules).
+OPTIONAL = ("rcl", "rcu", "rcm")
+_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers")
+_INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules")
 
 
 @dataclass(frozen=True, eq=False)
 class PlanArrays:
     """Resolved plans, one entry per plan: sizes as float arrays (``tp`` … ``vpp``),
     ``schedule`` and ``recompute`` as ``schedule_code``/``RECOMPUTE_CODE`` integers, ``zero``
-    as an integer, switches as booleans. Built with ``from_plans``/``from_columns``."""
+    as an integer, switches as booleans; partial recomputation (``strategies.cost.recompute``)
+    as ``recompute_layers`` (0: every layer), ``recompute_method`` (``METHOD_CODE``) and
+    ``recompute_modules`` (a ``MODULES`` bit mask, 0: the default ``core_attn``). Built with
+    ``from_plans``/``from_columns``."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -56,6 +63,9 @@ class PlanArrays:
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
     tp_comm_overlap: np.ndarray
+    recompute_layers: np.ndarray = 0.0
+    recompute_method: np.ndarray = 0
+    recompute_modules: np.ndarray = 0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -77,8 +87,7 @@ class PlanArrays:
         for p in plans:
             for name in col:
                 v = getattr(p, name)
-                col[name].append(schedule_code(v) if name == "schedule" else
-                                 RECOMPUTE_CODE[v] if name == "recompute" else v)
+                col[name].append(_code(name, v))
         return cls(**col)
 
     @classmethod
@@ -91,16 +100,30 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``)."""
-        missing = [s for s in SHORT.values() if s not in cols]
+        missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
-        return cls(**{name: cols[short] for name, short in SHORT.items()})
+        return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols})
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans)."""
+        n = np.shape(self.tp)
         return {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
-                        else getattr(self, name).astype(np.int64))
+                        else (getattr(self, name) + np.zeros(n)).astype(np.int64))
                 for name, short in SHORT.items()}
+
+
+def _code(name: str, v: Any) -> Any:
+    """A Plan field's value as its array entry (codes for the string fields, 0 for None)."""
+    if name == "schedule":
+        return schedule_code(v)
+    if name == "recompute":
+        return RECOMPUTE_CODE[v]
+    if name == "recompute_method":
+        return METHOD_CODE[v] if v is not None else 0
+    if name == "recompute_modules":
+        return modules_mask(v) if v is not None else 0
+    return 0 if v is None and name == "recompute_layers" else v
 
 
 def as_plan_arrays(plans: PlanArrays | Mapping[str, Any]) -> PlanArrays:

@@ -3,7 +3,7 @@ same ranks (placement by micro-batch parity), the eight-step order (a golden row
 hand, mirror symmetry, a valid dependency order on every rank), the overlapped pairs, the
 stash that differs by rank (``p + 1`` on the middle ranks, ``p`` elsewhere), the closed-form
 bubble against a free-communication simulation to floating-point precision in the region it
-holds and DeepSeek's published form at ``F = B = W``; the rules; plans refuse it."""
+holds and DeepSeek's published form at ``F = B = W``; the rules (plans: tests/test_dualpipe_plan.py)."""
 from __future__ import annotations
 
 import itertools
@@ -88,7 +88,7 @@ def test_closed_form_bubble_against_free_comm_simulation(p, m, times):
         assert bubble == pytest.approx(deepseek, rel=1e-12, abs=1e-12)
 
 
-def test_rules_and_plans_refuse_it():
+def test_rules():
     for args, field in [((0, 3, 6), "pp"), ((0, 4, 6), "num_microbatches"),
                         ((0, 4, 9), "num_microbatches")]:
         with pytest.raises(SpecError) as e:
@@ -97,7 +97,12 @@ def test_rules_and_plans_refuse_it():
     with pytest.raises(SpecError) as e:
         DP.steps(0, 4, 8, 2)
     assert e.value.field == "vpp"
+    assert parse_plan("tp=2,pp=4,gbs=16,schedule=dualpipe").schedule == "dualpipe"
     with pytest.raises(SpecError) as e:
-        parse_plan("tp=2,pp=4,gbs=16,schedule=dualpipe")
-    assert e.value.field == "schedule" and "B and W" in str(e.value)
-    assert not DP.valid(np.array([4, 3]), np.array([8, 8]), np.array([1, 1])).any()
+        parse_plan("tp=2,pp=3,gbs=16,schedule=dualpipe")
+    assert e.value.field == "pp" and "even pp" in str(e.value)
+    with pytest.raises(SpecError) as e:
+        parse_plan("tp=2,pp=2,gbs=16,schedule=dualpipe,layers_per_stage=10/14")
+    assert e.value.field == "layers_per_stage" and "pp-1-r" in str(e.value)
+    assert DP.valid(np.array([4, 3]), np.array([8, 8]), np.array([1, 1])).tolist() == \
+        [True, False]

@@ -66,3 +66,31 @@ def test_gpu_hours_per_trillion_tokens_gives_the_step() -> None:
     assert not case.skipped, case.skipped
     assert case.measured_step_s == pytest.approx(15360 * 4096 * 180000 * 3600 / (1e12 * 2048),
                                                  rel=1e-12)
+
+
+def test_deepseek_report_runs_on_its_own_stack_with_dualpipe() -> None:
+    """The DeepSeek-V3 report's run reads as DeepSeek's HAI-LLM stack (no TP, DualPipe, EP,
+    ZeRO-1), and the schedule its text names is planned, not replaced by 1F1B."""
+    case = case_from_entry(ROWS["deepseekv3_report_h800_2048"])
+    assert not case.skipped, case.skipped
+    p = case.job.plan
+    assert (case.job.framework.name, p.schedule, p.pp, p.ep, p.tp, p.zero) == (
+        "hai-llm", "dualpipe", 16, 64, 1, 1)
+
+
+@pytest.mark.parametrize("text,name", [("DualPipe", "dualpipe"), ("DualPipeV", "dualpipev"),
+                                       ("dualpipe-v", "dualpipev"), ("ZB-H1", "zb-h1"),
+                                       ("zb-h2", "zb-h2"), ("ZB-V", "zb-v"),
+                                       ("interleaved 1F1B", "interleaved")])
+def test_schedule_names_in_source_text(text: str, name: str) -> None:
+    from strategies.reference.text import schedule_kind
+    assert schedule_kind(text) == name
+
+
+def test_hai_llm_refuses_tensor_parallelism() -> None:
+    from strategies.framework import get_profile, plan_violations
+    from strategies.plan import parse_plan
+    fw = get_profile("deepseek")
+    assert fw.name == "hai-llm"
+    bad = plan_violations(fw, parse_plan("tp=2,pp=2,schedule=dualpipe"))
+    assert [f for f, *_ in bad] == ["tp"]

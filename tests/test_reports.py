@@ -38,7 +38,7 @@ def test_schedules_report(tmp_path):
     assert report_schedules.main(["--model", "gpt-1.7b", "--cluster", "dgx-a100:1",
                                   "--plan", "tp=2,pp=4,gbs=8", "--schedules",
                                   "gpipe,1f1b,interleaved:2", "--sweep-microbatches", "4,8",
-                                  "--pair-gbs", "8", "--out", str(tmp_path)]) == 0
+                                  "--pair-gbs", "8", "--no-papers", "--out", str(tmp_path)]) == 0
     md = (tmp_path / "schedules.md").read_text()
     data = json.loads((tmp_path / "schedules.json").read_text())
     for cmd in data["commands"]:

@@ -11,7 +11,7 @@ import pytest
 
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Recv, Send
-from strategies.cost.stage import StageCostArrays, stage_cost_arrays, stage_costs
+from strategies.cost.stage import StageCostArrays, stage_cost_arrays, stage_costs, stage_costs_at
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.job import make_job
@@ -74,8 +74,9 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
     split = get_schedule(p.schedule).splits_backward
     layer_b = g["layer_bwd"] - g["layer_wgrad"] if split else g["layer_bwd"]
     fwd, bwd, rc, wg = set(), set(), set(), set()
+    one = stage_costs_at(sc, i, p.pp)
     for nl in range(1, lpc + 1):
-        rc.add(nl * g["layer_recompute"])
+        rc.add(one.chunk_recompute(nl, lpc)[0])   # block partial recompute: per chunk
         wg.add(nl * g["layer_wgrad"])
         for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
                                 (nl * layer_b, nl * g["attn_bwd"], bwd)):

@@ -204,8 +204,9 @@ def test_compare_gpt3_175b_zb_h2_at_or_below_zb_h1_and_1f1b(capsys):
 def test_per_worker_memory_of_the_paper(p, m):
     """§2.3: rank ``r`` (0-indexed) holds ZB-H1 ``(p-r)M_B + r·M_W`` and ZB-H2
     ``(2p-2r-1)M_B + 2r·M_W`` at its peak: the stash and the weight gradients still to run
-    when the stash peaks. The V and DualPipe schedules defer ``W`` only once forwards are
-    done (none waits at the stash peak); unsplit schedules have none."""
+    when the stash peaks. ZB-V defers ``W`` only once forwards are done (none waits at the
+    stash peak); DualPipeV's stash peaks at the end of an overlapped pair, whose ``W`` runs
+    last (one waits), except on the turning rank; unsplit schedules have none."""
     h1 = get_schedule("zb-h1")
     for r in range(p):
         assert (ZB.in_flight(r, p, m), ZB.pending_weight_grads(r, p, m)) == (2 * p - 2 * r - 1,
@@ -214,4 +215,5 @@ def test_per_worker_memory_of_the_paper(p, m):
         assert get_schedule("1f1b").pending_weight_grads(r, p, m) == 0
         assert get_schedule("zb-v").pending_weight_grads(r, p, m, 2) == 0
         if m >= 2 * p:
-            assert get_schedule("dualpipev").pending_weight_grads(r, p, m, 2) == 0
+            assert get_schedule("dualpipev").pending_weight_grads(r, p, m, 2) == \
+                (0 if r == p - 1 else 1)

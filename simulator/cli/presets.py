@@ -69,4 +69,6 @@ def _framework_row(f) -> dict:
             "schedules": list(f.schedules), "zero_stages": list(f.zero_stages),
             "zero_with_pp": f.zero_with_pp, "cp": f.context_parallel, "ep": f.expert_parallel,
             "sp": f.sequence_parallel, "tp_comm_overlap": f.tp_comm_overlap,
-            "recompute": list(f.recompute), "defaults": f.plan_defaults(), "export": f.export}
+            "recompute": list(f.recompute), "recompute_methods": list(f.recompute_methods),
+            "recompute_modules": list(f.recompute_modules), "defaults": f.plan_defaults(),
+            "export": f.export}

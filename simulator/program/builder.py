@@ -41,15 +41,24 @@ class ProgramBuilder:
         self.grad_sync = p.dp > 1 and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
+        # DualPipe (``Schedule.mirrored``): chunk 0 is stage r of direction 0, chunk 1 stage
+        # pp-1-r of direction 1 (even micro-batches go one way, odd ones the other)
+        self.mirrored = bool(self.sched.mirrored) and p.pp > 1
+        chunks = range(2) if self.mirrored else range(p.vpp)
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          self.layers)
-                        for c in range(p.vpp)}
+                        for c in chunks}
+        # the last micro-batch through each chunk (its backward completes the gradients)
+        self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}
         self.pending_buckets: list = []
         # a split backward: B (input gradient, communication) then, later, W (weight gradient,
         # compute only, then the chunk's gradient reduction); else one backward pass
         self.split = bool(self.sched.splits_backward)
         self.reduced: list[float] = []      # parameters of each gradient bucket reduced
         self.n_param_gathers = 0
+        # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
+        # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
+        self.hidden: list | None = None
 
     def vs(self, chunk: int, microbatch: int = 0) -> int:
         """Position of this rank's ``chunk`` on ``microbatch``'s path (the schedule's)."""
@@ -110,8 +119,12 @@ class ProgramBuilder:
         cs, kind = self.c, "forward" if fwd else "backward"
         if not fwd and cs.layer_recompute > 0:
             start = tuple(self.wait)
-            rc = self.compute(nl * cs.layer_recompute, "recompute", label, i, c)
-            self.tp_comm(nl * cs.tp_per_layer_recompute, label, i, c, start, rc)
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, self.layers)
+            rc = self.compute(secs, "recompute", label, i, c)
+            ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, n_ep, "ep",
+                           f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+            self.wait += [ep] if ep is not None else []
+            self.tp_comm(n_tp, label, i, c, start, rc)
         secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
@@ -128,7 +141,8 @@ class ProgramBuilder:
             main = self.compute(secs, kind, label, i, c, force=True)
         ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
                        i, c, deps=(main,))
-        self.wait += [ep] if ep is not None else []
+        if ep is not None:
+            (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main)
         return main
@@ -174,12 +188,19 @@ class ProgramBuilder:
                          f"AG z3 {label}", i, tag="dp")
 
     def forward(self, i: int, c: int) -> None:
+        for _ in self._forward_blocks(i, c):
+            pass
+
+    def _forward_blocks(self, i: int, c: int, by_layer: bool = False):
+        """The forward of micro-batch ``i``, chunk ``c``, yielding after each layer block
+        (one layer each with ``by_layer``)."""
         label, vs = f"F{i}.c{c}", self.vs(c, i)
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         rest = self._z3(label, i)
-        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
+        for nl in self._segments(by_layer):
             self.block(True, nl, label, i, c)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == self.last_vs:
             self.compute(self.c.head_fwd, "lm_head", label, i, c)
@@ -194,7 +215,7 @@ class ProgramBuilder:
             return
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo = list(plan.buckets)
         pos = 0
@@ -231,16 +252,26 @@ class ProgramBuilder:
         if z3:
             self._z3_reduce(label, i)
 
+    def _segments(self, by_layer: bool = False) -> list[int]:
+        """Layers per block of a pass: one block per chunk, or one per layer."""
+        return [1] * self.layers if by_layer or self.gran == "layer" else [self.layers]
+
     def _input_grad(self, i: int, c: int) -> None:
+        for _ in self._input_grad_blocks(i, c):
+            pass
+
+    def _input_grad_blocks(self, i: int, c: int, by_layer: bool = False):
         """``B`` of a split backward: the input-gradient part of the LM head, the layers
         (with their recomputation and communication) and the embedding (none: its backward
-        is all weight gradient); no gradient is complete yet."""
+        is all weight gradient); no gradient is complete yet. Yields after each layer
+        block (one layer each with ``by_layer``)."""
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         if vs == self.last_vs:
             self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
         rest = self._z3(label, i, fwd=False)
-        for nl in ([1] * self.layers if self.gran == "layer" else [self.layers]):
+        for nl in self._segments(by_layer):
             self.block(False, nl, label, i, c)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd - self.c.embedding_wgrad, "embedding", label, i, c)
@@ -253,7 +284,7 @@ class ProgramBuilder:
         bucket's last ``W`` (the last micro-batch's)."""
         label, vs, cs = f"W{i}.c{c}", self.vs(c, i), self.c
         plan = self.buckets[c]
-        final = i == self.m - 1
+        final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
         todo, pos = list(plan.buckets), 0
         if vs == self.last_vs:
@@ -288,6 +319,20 @@ class ProgramBuilder:
                   deps=deps, tag="dp")
         if record:
             self.reduced.append(params)
+
+    def _mirror_reduce(self) -> None:
+        """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
+        both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
+        example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
+        (its share of them with ZeRO >= 2) over the two ranks, on the dp-comm stream."""
+        pp_group = self.group["pp"]
+        pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
+        shard = len(self.group["dp"]) if self.p.zero >= 2 else 1
+        nbytes = self.c.grad_bytes * self.c.params_by_stage[self.stage] / shard
+        self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
+                  algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
+                  category="dp", label="AR mirror copies", repeat=1.0,
+                  deps=(self.last_compute,))
 
     def _z3_reduce(self, label: str, i: int) -> None:
         if self.c.z3_rs_n > 0:
@@ -325,9 +370,64 @@ class ProgramBuilder:
             gathers += [g] if g is not None else []
         self.wait += ([last] if last is not None else []) + gathers
 
+    def overlapped(self, group: list[Step]) -> None:
+        """An overlapped group (``Step.overlap``; DualPipe's ``F& B& W``, a forward and a
+        whole backward of two micro-batches): the compute runs in turn on the one compute
+        stream (the two share the SMs, so the pair lasts ``F + B + W``), layer by layer, the
+        forward's layer then the backward's; each pass's expert all-to-all is waited for only
+        by its own next layer, so it runs beside the partner's layer and is exposed only by
+        what outlasts it (DeepSeek-V3 §3.2.1). TP and CP collectives still block the compute
+        stream. The weight gradients run after both; the pair's point-to-point messages leave
+        once the whole pair has run, in one exchange after the group (deepseek-ai/DualPipe
+        posts them after ``_forward_backward_compute_chunk`` and waits for them with the next
+        step's receives), which is the model of DeepSeek's ``F&B`` bubble."""
+        passes = [s for s in group if s.kind != "W"]
+        gens = {}
+        for s in passes:
+            if s.kind == "F":
+                gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True)
+            elif self.split:
+                gens[s] = self._input_grad_blocks(s.microbatch, s.chunk, by_layer=True)
+            else:
+                raise ValueError("an overlapped group needs a split backward (B then W)")
+        own: dict[Step, list] = {s: [] for s in passes}
+        live = list(passes)
+        while live:
+            for s in list(live):
+                mine, own[s] = own[s], []
+                self.wait += mine
+                self.hidden = own[s]
+                try:
+                    next(gens[s])
+                except StopIteration:
+                    # the pass ended (its output, ``produced``, waits for its last
+                    # all-to-all); what no compute of its own took is not the partner's to wait
+                    live.remove(s)
+                    left = [x for x in mine if x in self.wait]
+                    self.wait = [x for x in self.wait if x not in left]
+                    key = (s.kind, s.microbatch, s.chunk)
+                    self.produced[key] = self.produced[key] + tuple(
+                        x for x in left + own[s] if x not in self.produced[key])
+                    own[s] += left
+                finally:
+                    self.hidden = None
+        for s in group:
+            if s.kind == "W":
+                self.wgrad(s.microbatch, s.chunk)
+        self.wait += [x for s in passes for x in own[s]]
+        for s in passes:        # the outputs leave once the whole pair has run
+            key = (s.kind, s.microbatch, s.chunk)
+            self.produced[key] = self.produced[key] + (self.last_compute,)
+
     def run(self, actions: list) -> None:
+        group: list[Step] = []
         for a in actions:
-            if isinstance(a, Exchange):
+            if isinstance(a, Step) and (a.overlap or group):
+                group.append(a)
+                if not a.overlap:
+                    self.overlapped(group)
+                    group = []
+            elif isinstance(a, Exchange):
                 self.exchange(a)
             elif isinstance(a, Step) and a.kind == "F":
                 self.forward(a.microbatch, a.chunk)
@@ -340,7 +440,9 @@ class ProgramBuilder:
         """Remaining gradient buckets, the optimizer and the parameter all-gathers."""
         for _, params in self.pending_buckets:
             self._grad_reduce(params, deps=(self.last_compute,))
-        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1):
+        if self.mirrored:
+            self._mirror_reduce()
+        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",

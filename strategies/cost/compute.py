@@ -41,6 +41,7 @@ import numpy as np
 from strategies.cost import counts as costs
 from strategies.cost import measured
 from strategies.cost import quantise
+from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import DEFAULT, FrameworkProfile
@@ -314,7 +315,7 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
-               system: SystemConfig = DEFAULT_SYSTEM) -> LayerTime:
+               system: SystemConfig = DEFAULT_SYSTEM, modules: Num = 0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -337,9 +338,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
     bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch
-    # selective recompute redoes the attention core; with FlashAttention its backward already
-    # recomputes the scores, so there is nothing extra to redo
-    sel = np.where(flash, 0.0, a_f)
+    sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
+                         modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
+                         system=system)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -351,6 +352,37 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
+
+
+def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
+                   a_f: Num, modules: Num, gpu: GPU, dtype: str, tpo: Num = False,
+                   slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds one layer's selective recomputation of the modules in ``modules`` (a
+    ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
+    of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
+    FlashAttention, whose backward already recomputes the scores), the norms' and the
+    activation functions' HBM traffic (``counts.norm_bytes_fwd``,
+    ``counts.activation_fn_bytes_fwd`` over each part's width), and the forward of each
+    part's GEMMs (``counts.layer_gemm_parts``)."""
+    hbm = usable_hbm(gpu, system)
+    widths = costs.mlp_part_widths(m)
+    gemms = costs.layer_gemm_parts(m, b, tp, cp, ep)
+
+    def g(part):
+        sel = [x for p, x in gemms if p == part]
+        return slow * gemms_time_fwd(sel, tp, gpu, dtype, tpo, system) if sel else 0.0
+
+    def act(part):
+        return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
+
+    work = {"scores": np.where(flash, 0.0, a_f),
+            "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
+            "dense_mlp": g("dense_mlp") + act("dense_mlp"),
+            "routed_act": act("routed_mlp"),
+            "routed_mlp": g("routed_mlp"),
+            "shared_mlp": g("shared_mlp") + act("shared_mlp"),
+            "mla_up": g("mla_up")}
+    return sum(np.where(rcp.part_selected(1, modules, part), t, 0.0) for part, t in work.items())
 
 
 def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.cost import recompute as rcp
 from strategies.model import ModelSpec
 
 Num = Any  # float or np.ndarray
@@ -38,29 +39,57 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     ``T·topk/local`` tokens each, the shared experts as one MLP of their summed width, the
     router (``row_parallel`` None: replicated, bf16) and Qwen2-MoE's shared-expert gate.
     ``kind`` None: the mean layer (``ModelSpec.layer_shares`` scales each kind's counts)."""
+    return [g for _, g in layer_gemm_parts(m, b, tp, cp, ep, kind)]
+
+
+#: The part of a layer each GEMM of ``layer_gemm_parts`` belongs to (what a selective
+#: recomputation module redoes: ``strategies.cost.recompute.MODULE_PARTS``).
+GEMM_PARTS = ("attn", "mla_up", "dense_mlp", "routed_mlp", "shared_mlp")
+
+
+def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                     kind: str | None = None) -> list[tuple[str, tuple]]:
+    """``layer_gemms`` in order, each with its part (``GEMM_PARTS``): the attention's
+    linears (``mla_up``: MLA's ``q_up`` and ``kv_up``), the dense MLP, the routed experts
+    with their router, the shared experts with their gate."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
-    out: list[tuple] = []
-    for _, k_in, n_out, split in m.attention_linears():
+    out: list[tuple[str, tuple]] = []
+    for name, k_in, n_out, split in m.attention_linears():
+        part = "mla_up" if name in ("q_up", "kv_up") else "attn"
         if split == "row":
-            out.append((1, T, n_out, k_in / tp, True))
+            out.append((part, (1, T, n_out, k_in / tp, True)))
         else:
-            out.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
+            out.append((part, (1, T, n_out / tp if split == "col" else n_out, k_in, False)))
     for kind_, w in m.layer_shares(kind).items():
         if kind_ == "dense":
             F = m.ffn_hidden_size
-            out += [(w, T, up * F / tp, h, False), (w, T, h, F / tp, True)]
+            out += [("dense_mlp", (w, T, up * F / tp, h, False)),
+                    ("dense_mlp", (w, T, h, F / tp, True))]
             continue
         F, local = m.expert_ffn, m.num_experts / ep
         Me = T * m.moe_router_topk / local
-        out += [(w * local, Me, up * F / tp, h, False), (w * local, Me, h, F / tp, True),
-                (w, T, m.num_experts, h, None)]
+        out += [("routed_mlp", (w * local, Me, up * F / tp, h, False)),
+                ("routed_mlp", (w * local, Me, h, F / tp, True)),
+                ("routed_mlp", (w, T, m.num_experts, h, None))]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn
-            out += [(w, T, up * Fs / tp, h, False), (w, T, h, Fs / tp, True)]
+            out += [("shared_mlp", (w, T, up * Fs / tp, h, False)),
+                    ("shared_mlp", (w, T, h, Fs / tp, True))]
         if m.shared_expert_gate:
-            out.append((w, T, 1, h, None))
+            out.append(("shared_mlp", (w, T, 1, h, None)))
     return out
+
+
+def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
+    """MLP intermediate width per token of the mean layer by part: the dense MLP ``F`` (its
+    share of the layers), the routed experts ``k·F_e`` and the shared experts (the MoE
+    layers' share); they sum to ``ModelSpec.mean_mlp_width``."""
+    sh = m.layer_shares()
+    wd, wm = sh.get("dense", 0.0), sh.get("moe", 0.0)
+    return {"dense_mlp": wd * m.ffn_hidden_size,
+            "routed_mlp": wm * m.moe_router_topk * m.expert_ffn if m.is_moe else 0.0,
+            "shared_mlp": wm * m.num_shared_experts * m.shared_ffn if m.is_moe else 0.0}
 
 
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
@@ -206,7 +235,8 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
         per * (skip if causal_skip else full)
 
 
-def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
+                            share: Num = 1.0, modules: Num = 0) -> Num:
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
     FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
@@ -218,14 +248,15 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
-    extra = np.where(recompute == 2, gemm + attn,
-                     np.where((recompute == 1) & np.logical_not(flash), attn,
+    extra = np.where(recompute == 2, share * (gemm + attn),
+                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
     return 3 * (gemm + attn + head) + extra
 
 
-def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) -> Num:
+def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
+                            share: Num = 1.0, modules: Num = 0) -> Num:
     """Model FLOPs plus the recomputed forward, in the same convention (attention square in
     full; for HFU, which docs/cli.md defines as MFU "with recomputation counted"): full
     recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
@@ -234,11 +265,31 @@ def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num) 
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
-    extra = np.where(recompute == 2, gemm + attn,
-                     np.where((recompute == 1) & np.logical_not(flash), attn,
+    extra = np.where(recompute == 2, share * (gemm + attn),
+                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
     return model_flops_per_step(m, gbs) + extra
+
+
+def selective_recompute_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                                  modules: Num) -> Num:
+    """Forward GEMM FLOPs of one layer that selective recomputation of ``modules`` (a
+    ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes: ``2·M·N·K`` over the
+    ``layer_gemm_parts`` of its parts (per GPU, per micro-batch; the attention core apart)."""
+    out = 0.0
+    for part, (c, M, N, K, _) in layer_gemm_parts(m, b, tp, cp, ep):
+        out = out + np.where(rcp.part_selected(1, modules, part), 2.0 * c * M * N * K, 0.0)
+    return out
+
+
+def _selective_extra(m: ModelSpec, gbs: Num, flash: Num, attn: Num, modules: Num) -> Num:
+    """The whole step's recomputed forward FLOPs under selective recomputation: the
+    attention core ``attn`` where its scores are redone (not under FlashAttention) plus the
+    selected parts' GEMMs over every layer."""
+    scores = rcp.part_selected(1, modules, "scores") & np.logical_not(flash)
+    return np.where(scores, attn, 0.0) + selective_recompute_flops_fwd(
+        m, gbs, 1, 1, 1, modules) * m.num_layers
 
 
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
@@ -293,11 +344,12 @@ def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) 
 
 
 def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
-        peak_flops: Num) -> Num:
+        peak_flops: Num, share: Num = 1.0, modules: Num = 0) -> Num:
     """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
     recomputed forward) over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without
     recomputation."""
-    return hardware_flops_per_step(m, gbs, flash, recompute) / (n_gpus * step_time_s * peak_flops)
+    return hardware_flops_per_step(m, gbs, flash, recompute, share, modules) / (
+        n_gpus * step_time_s * peak_flops)
 
 
 # ----------------------------------------------------------------------------- memory traffic
@@ -312,12 +364,34 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Nu
     """
     T = tokens_per_gpu(b, m.seq_length, cp)
     h = m.hidden_size
-    norm_drop = (8 * h + 2 * (6 * h + h)) * T
-    act_elems = (3 if m.gated else 2) * m.mean_mlp_width()
-    act = 2 * act_elems * T / tp
+    norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + h)) * T
+    act = activation_fn_bytes_fwd(m, b, tp, cp, m.mean_mlp_width())
     rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
-    shard = np.where(sp, tp, 1) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
-    return norm_drop / shard + act + rope
+    return norm_drop / _seq_shard(tp, sp) + act + rope
+
+
+def _seq_shard(tp: Num, sp: Num) -> Num:
+    """What sequence parallelism divides the replicated per-token work by (``tp`` or 1)."""
+    return np.where(sp, tp, 1) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
+
+
+def norm_bytes_per_token(m: ModelSpec) -> float:
+    """HBM bytes per token of one layer's two norms' forward: each reads and writes ``h``
+    bf16 elements, ``8h``."""
+    return 8 * m.hidden_size
+
+
+def norm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's two norms' forward per GPU (``norm_bytes_per_token`` over
+    the GPU's tokens; divided by ``t`` with SP)."""
+    return norm_bytes_per_token(m) * tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp)
+
+
+def activation_fn_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, width: Num) -> Num:
+    """HBM bytes of the MLP activation function's forward per GPU over an intermediate of
+    ``width`` per token (read ``F`` or ``2F`` gated, write ``F``; bf16), split by ``t``."""
+    act_elems = (3 if m.gated else 2) * width
+    return 2 * act_elems * tokens_per_gpu(b, m.seq_length, cp) / tp
 
 
 def rope_width(m: ModelSpec) -> int:
@@ -420,24 +494,31 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
 
 def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                        layers: Num | None = None,
-                       head_stage: Num | None = None) -> tuple[Num, Num]:
+                       head_stage: Num | None = None, mirrored: Any = False) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
     ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
     stage 0 and the output layer on stage ``head_stage`` (default ``pp-1``; the schedule's
-    ``head_rank_array``: 0 on a V)."""
+    ``head_rank_array``: 0 on a V). ``mirrored`` (``Schedule.mirrored``, DualPipe): the rank
+    also holds stage ``pp-1-stage``, so twice the layers and, on both end ranks, the embedding
+    and the output layer."""
     dense_l, expert_l = layer_params_split(m, tp, ep)
     lps = m.num_layers // pp if layers is None else layers
     head = np.asarray(pp) - 1 if head_stage is None else np.asarray(head_stage)
     first, last = np.asarray(stage) == 0, np.asarray(stage) == head
+    mirrored = np.asarray(mirrored, dtype=bool)
+    end = first | (np.asarray(stage) == np.asarray(pp) - 1)
+    first, last = np.where(mirrored, end, first), np.where(mirrored, end, last)
+    lps = np.where(mirrored, 2, 1) * lps
     dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
              + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
     return dense, lps * expert_l
 
 
 def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
-                         layers: Num | None = None, head_stage: Num | None = None) -> Num:
+                         layers: Num | None = None, head_stage: Num | None = None,
+                         mirrored: Any = False) -> Num:
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
-    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage)
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage, mirrored)
     return dense + expert
 
 

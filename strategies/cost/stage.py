@@ -37,12 +37,13 @@ import numpy as np
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
+from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch, head_rank
+from strategies.schedules import attr_by_code, dispatch, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -59,7 +60,7 @@ class StageCostArrays:
     layer_fwd: np.ndarray         # one layer's forward compute
     layer_bwd: np.ndarray         # its backward (B + W)
     layer_wgrad: np.ndarray       # the weight-gradient part W of layer_bwd (split schedules)
-    layer_recompute: np.ndarray   # extra forward redone in the backward (selective or full)
+    layer_recompute: np.ndarray   # extra forward redone in the backward, mean per layer
     attn_fwd: np.ndarray          # the attention core's share of layer_fwd (hides CP traffic)
     attn_bwd: np.ndarray          # its share of layer_bwd
     gemm_fwd: np.ndarray          # the dense GEMMs' share of layer_fwd (hides TP traffic)
@@ -75,7 +76,7 @@ class StageCostArrays:
     #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
     tp_per_layer_bwd: np.ndarray  # 2 backward
-    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation
+    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation (mean per layer)
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
@@ -107,6 +108,10 @@ class StageCostArrays:
     z3_rs_params: np.ndarray
     copy_gap: float               # seconds per copy kernel (the stack's launch gap)
 
+    ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
+    recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
+    layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
+
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
 
@@ -131,7 +136,7 @@ class StageCosts:
     tp_bytes: float
     tp_per_layer_fwd: int
     tp_per_layer_bwd: int
-    tp_per_layer_recompute: int
+    tp_per_layer_recompute: float
     cp_bytes: float
     ep_bytes: float
     p2p_bytes: float
@@ -153,6 +158,29 @@ class StageCosts:
     z3_rs_n: float = 0.0
     z3_rs_params: float = 0.0
     copy_gap: float = 0.0
+
+    ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
+    recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
+    layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
+
+    def chunk_recompute(self, nl: float, chunk: float | None = None) -> tuple[float, float]:
+        """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
+        (default ``nl``: the whole chunk) recompute in one backward: ``nl`` times the
+        per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
+        ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
+        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``)."""
+        return self.chunk_recompute_comm(nl, chunk)[:2]
+
+    def chunk_recompute_comm(self, nl: float, chunk: float | None = None
+                             ) -> tuple[float, float, float]:
+        """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
+        ``ep_bytes`` counts them) the recomputed forward runs again."""
+        if self.recompute_cap > 0:
+            chunk = nl if chunk is None else chunk
+            k = min(chunk, self.recompute_cap) * nl / chunk
+            return k * self.layer_recompute_each, 2.0 * k, k * (self.ep_bytes > 0)
+        return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
+                nl * self.ep_per_layer_recompute)
 
     @property
     def w_share(self) -> float:
@@ -182,7 +210,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
-                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy)
+                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
+                       modules=P.recompute_modules)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -194,7 +223,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, dp, 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at) + zeros
+    mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
+    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at,
+                                             mirrored=mirrored) + zeros
               for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
                                  gpu, dtype, sy)
@@ -203,12 +234,23 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def full(x):
         return np.asarray(x, dtype=float) + zeros
 
+    # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
+    # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
+    share = rcp.plan_share(m.num_layers, P)
+    cap = np.where((rc == 2) & (P.recompute_method == rcp.METHOD_CODE["block"]),
+                   P.recompute_layers, 0.0)
     per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
 
     return StageCostArrays(
-        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd), layer_recompute=full(lt.recompute),
+        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
+        layer_recompute=full(share * lt.recompute),
+        recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
+        # the MoE dispatch and combine again: full recompute (its share of the layers) and the
+        # moe module (the whole MoE layer is checkpointed); op is left as it was
+        ep_per_layer_recompute=np.where(ep > 1, np.where(rc == 2, share, np.where(
+            rcp.part_selected(rc, P.recompute_modules, "routed_mlp"), 1.0, 0.0)), 0.0) + zeros,
         layer_wgrad=full(lt.wgrad), embedding_wgrad=full(emb_b), head_wgrad=full(head_w),
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
@@ -218,7 +260,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2, 0) + zeros.astype(int),
+        # selective mlp: the collective closing the dense MLP, on its share of the layers
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2.0 * share, np.where(
+            rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
+            m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
         ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
@@ -254,7 +299,9 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
         tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
         tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
-        tp_per_layer_recompute=int(arrays.tp_per_layer_recompute[i]),
+        tp_per_layer_recompute=f("tp_per_layer_recompute"),
+        recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
+        ep_per_layer_recompute=f("ep_per_layer_recompute"),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),

@@ -18,7 +18,8 @@ Model (per optimizer step, seconds):
   interleaved) and the steady-state-bound form when the last stage carries the LM head; a
   schedule that splits the backward also gets the weight gradient's share of the slowest
   stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
-  ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``;
+  ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``; DualPipeV's ``span_excess``
+  (``strategies.schedules.dual``);
 * point-to-point: two blocking exchanges per round on the critical path, the schedule's
   ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
@@ -42,12 +43,13 @@ import numpy as np
 
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
+from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import dispatch
+from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 
 
@@ -117,7 +119,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
-    tp_hidden = np.maximum(tp_raw - (3 + (rc == 2)) * sc.gemm_fwd,
+    tp_hidden = np.maximum(tp_raw - (3 + np.where(rc == 2, sc.tp_per_layer_recompute / 2, 0.0))
+                           * sc.gemm_fwd,
                            tp_raw / sc.tp_overlap_chunks)
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
@@ -125,8 +128,17 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     a_f, a_b = sc.attn_fwd, sc.attn_bwd
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
-    # expert parallel all-to-all: dispatch + combine, forward and backward
-    ep_layer = 2 * cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
+    # expert parallel all-to-all: dispatch + combine, forward and backward; in an overlapped
+    # pair (DualPipe's F&B, ``Schedule.overlaps_pairs``) a forward layer's all-to-all runs
+    # beside the partner's next backward layer and the backward's beside the next forward
+    # layer, exposed only where it outlasts that compute (the share of the slowest rank's
+    # forwards that are paired, from the order)
+    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
+    paired = (np.maximum(0.0, t_a2a - (sc.layer_bwd - sc.layer_wgrad + sc.layer_recompute))
+              + np.maximum(0.0, t_a2a - sc.layer_fwd))
+    q = dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v)
+    # a recomputed MoE layer runs its all-to-all again before its backward (exposed)
+    ep_layer = (1 - q) * 2 * t_a2a + q * paired + sc.ep_per_layer_recompute * t_a2a
 
     comp_layer = sc.layer_fwd + sc.layer_bwd
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
@@ -136,6 +148,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & (pp > 1)   # a V
     t_first = np.where(head_first, t_mid + emb + head_f + head_b, t_mid + emb)
     t_last = np.where(head_first, t_mid, t_mid + head_f + head_b)
+    # DualPipe (``Schedule.mirrored``): both end ranks embed half the micro-batches and run the
+    # LM head of the other half
+    mirrored = attr_by_code(sched, "mirrored").astype(bool) & (pp > 1)
+    t_first = np.where(mirrored, t_mid + (emb + head_f + head_b) / 2, t_first)
+    t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
     t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
@@ -159,7 +176,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     fill = np.where(t_fill > 0, t_fill, 1.0)
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
     f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
-    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share)
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp)
     bubble = pipe - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
@@ -206,6 +223,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
 
+    # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
+    # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
+    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two)
+    apart = np.where((pp - 1) * stride_pp >= G, G, 1)
+    t_mirror = cm.collective_time("allreduce", gb * params / np.where(zero >= 2, dp, 1.0), 2,
+                                  apart, cl)
+    dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
+
     t_opt = sc.optimizer_first * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
@@ -216,7 +241,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak),
+        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak,
+                                                              rcp.plan_share(L, P),
+                                                              P.recompute_modules),
         "bubble_fraction": (pipe - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,

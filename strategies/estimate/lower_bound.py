@@ -21,7 +21,9 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
 3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
    block start after its compute and the next compute op waits for them; so does the expert
    all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
-   attention core and must finish first). These three run on separate streams: a block
+   attention core and must finish first); not the all-to-all of a schedule that overlaps
+   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``), which may hide under the
+   partner's compute. These three run on separate streams: a block
    lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
    send placed right after the step that produced it adds its transfer to the chain (every
@@ -39,7 +41,11 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    ``tests/test_search.py`` for every schedule). So stage ``s`` starts no earlier than the
    forwards of micro-batch 0 on stages ``0..s-1`` (and their messages), and after its last
    backward that micro-batch still passes back through stages ``s-1..0`` before stage 0
-   runs its optimizer. A schedule that splits the backward (``Schedule.splits_backward``)
+   runs its optimizer. DualPipe (``Schedule.mirrored``) starts each rank with a micro-batch
+   entering at its nearer end, so there ``s`` is the distance to that end, and all-reduces
+   its two parameter copies' gradients with the mirror rank (at least ``group_floor`` over
+   two ranks at the fastest links) after its last compute and before its optimizer. A
+   schedule that splits the backward (``Schedule.splits_backward``)
    ends each stage with the weight gradients ``W`` still pending after its last ``B``
    (``Schedule.trailing_w_steps``, checked against the order in tests/test_zb_h1.py): they
    run while that micro-batch goes back, so they leave ``T(s)`` on this path, and the
@@ -178,14 +184,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     lpc = np.floor(m.num_layers / (pp * v))
     single = pp == 1
 
-    # compute and blocking communication per chunk and micro-batch (points 1-3)
+    # compute and blocking communication per chunk and micro-batch (points 1-3); in an
+    # overlapped pair (DualPipe's F&B) the expert all-to-all may hide entirely under the
+    # partner's compute, so it counts for nothing there
     send = _p2p_send(cl, sc, n, pp)
+    paired = attr_by_code(sched, "overlaps_pairs").astype(bool)
 
     def chunk_times(g):
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
-        c_f, c_b, tau = _block_comm(cl, r, tp, cp, ep, tpo)
-        n_rc = np.where(((rc == 2) | (rc == 3)) & (r.layer_recompute > 0), 2.0, 0.0)
+        c_f, c_b, tau = _block_comm(cl, r, tp, cp, np.where(paired, 1, ep), tpo)
+        n_rc = np.where(r.layer_recompute > 0, r.tp_per_layer_recompute, 0.0)
         f_blk = lpc * (r.layer_fwd + c_f)
         b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
         lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
@@ -208,14 +217,16 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & ~single   # a V
+    mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
-            "head_b": head_b, "head_first": head_first}
+            "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
     T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
                           chunk_times, params, shard, sy,
-                          lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first},
+                          lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first,
+                                                          "mirrored": mirrored},
                                               sends_mid, fwd_blocks, bwd_blocks, send, single))
         for kind, (t, o) in own.items():
             take = t + o > T[kind] + opt[kind]
@@ -271,12 +282,20 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     def stage_bound(kind, s):
         red, ag, z3 = dp_terms(kind)
+        # DualPipe: a rank's first micro-batch enters at its nearer end, and its last
+        # backward goes back to that end
+        s = np.where(mirrored, np.minimum(s, pp - 1 - s), s)
         t, o = T[kind], opt[kind]
         pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
         chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
         tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
         trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
-        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + o + ag
+        # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
+        # the dp stream after the last compute and the buckets, before the optimizer (its
+        # floor at the fastest links: the pair may share a node)
+        mirror = np.where(mirrored, group_floor(gb * params[kind] / np.where(zero >= 2, dp, 1.0),
+                                                2, 1, 2.0, cl), 0.0)
+        own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
         down = chain_in + t - trail + tail + opt["first"] + ag0
         return np.maximum(own, np.where(s >= 1, down, 0.0))
 
@@ -294,6 +313,21 @@ def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, 
     # output nor chunk 1's forward output, and rank pp-1 hands both on to itself (the turn)
     head_first = c.get("head_first", False)
     ends_sends = np.where(head_first, sends_mid - nmb * (fwd_blocks + bwd_blocks), 0.0)
+    # DualPipe (``mirrored``): each end rank embeds half the micro-batches and runs the LM
+    # head of the other half, and sends as an end of each direction does
+    both = nmb * (per_mb + (c["emb"] + c["emb_b"] + c["head_f"] + c["head_b"]) / 2) \
+        + (sends_mid - nmb * (fwd_blocks + bwd_blocks) / 2) * send
+    if kind in ("first", "last"):
+        return np.where(c.get("mirrored", False), both, _chain_ring(kind, nmb, c, per_mb,
+                                                                    sends_mid, fwd_blocks,
+                                                                    bwd_blocks, send, single,
+                                                                    head_first, ends_sends))
+    return nmb * per_mb + sends_mid * send
+
+
+def _chain_ring(kind, nmb, c, per_mb, sends_mid, fwd_blocks, bwd_blocks, send, single,
+                head_first, ends_sends):
+    """``_chain`` of the first or the last stage on the ring or a V."""
     if kind == "first":
         return nmb * (per_mb + c["emb"] + c["emb_b"]
                       + np.where(single | head_first, c["head_f"] + c["head_b"], 0.0)) \

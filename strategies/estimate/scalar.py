@@ -101,7 +101,10 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list
         c = stage_costs(job, gpu)
         f.append(n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
                  + (c.head_fwd if s == head_at else 0.0))
-        b.append(n * (c.layer_bwd + c.layer_recompute) + (c.embedding_bwd if s == 0 else 0.0)
+        # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
+        bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
+               else n * (c.layer_bwd + c.layer_recompute))
+        b.append(bwd + (c.embedding_bwd if s == 0 else 0.0)
                  + (c.head_bwd if s == head_at else 0.0))
         w.append(n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
                  + (c.head_wgrad if s == head_at else 0.0))

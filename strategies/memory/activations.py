@@ -48,7 +48,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from strategies.cost import counts
 from strategies.cost.counts import op_sac_gemms
+from strategies.cost.recompute import (PARTS, checkpoint_inputs, kept_layers, modules_mask,
+                                       part_selected, rebuilt_layers)
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
@@ -127,6 +130,77 @@ def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     return out
 
 
+def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
+                          ) -> dict[str, list[tuple[float, str]]]:
+    """Bytes (before any parallel split) and split kind of what each part of a layer
+    (``strategies.cost.recompute.PARTS``) keeps for backward and a selective recomputation
+    of it drops, for one micro-batch: shares of the module table's tensors.
+
+    ``scores`` the three score terms; ``norm_outputs`` the QKV input and one ``2sbh`` copy
+    of the fc1 input (the norms' outputs); ``dense_mlp``, ``shared_mlp`` the activation-fn
+    input (``4sb·w`` gated, else ``2sb·w``) and fc2 input (``2sb·w``) of their width ``w``
+    (``counts.mlp_part_widths``); ``routed_act`` the routed experts' fc2 input;
+    ``routed_mlp`` their activation-fn input and the ``k - 1`` dispatched copies of the MoE
+    input beyond the one kept; ``mla_up`` MLA's up-projected Q, K and V. Summed over the
+    MLP parts, the widths give the table's ``activation_input`` and ``fc2_input``.
+
+    >>> from strategies.presets import model_preset
+    >>> t = part_activation_terms(model_preset("gpt3-175b"), 2048, 1)
+    >>> sum(n for n, _ in t["dense_mlp"]) / (2048 * 12288)   # 8 + 8 (f = 4h)
+    16.0
+    """
+    terms = layer_activation_terms(model, seq_len, micro_batch_size)
+    sb = seq_len * micro_batch_size
+    sbh = sb * model.hidden_size
+    w = counts.mlp_part_widths(model)
+    g = 4 if model.gated else 2
+    moe_share = model.layer_shares().get("moe", 0.0)
+    k = model.moe_router_topk if model.is_moe else 1
+
+    def mlp(width):
+        return [(g * sb * width, "tp"), (2 * sb * width, "tp")]
+
+    return {
+        "scores": [(terms[n], "score") for n in ("softmax_output", "softmax_dropout_mask",
+                                                 "attention_dropout_output")],
+        "norm_outputs": [(terms["qkv_input"], "seq"), (2 * sbh, "seq")],
+        "dense_mlp": mlp(w["dense_mlp"]),
+        "routed_act": [(2 * sb * w["routed_mlp"], "tp")],
+        "routed_mlp": [(g * sb * w["routed_mlp"], "tp"),
+                       (2 * sbh * moe_share * (k - 1), "seq")],
+        "shared_mlp": mlp(w["shared_mlp"]),
+        "mla_up": [(terms["q"], "tp"), (terms["k_v"], "tp")] if model.is_mla else [],
+    }
+
+
+def part_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp) -> dict[str, object]:
+    """Per GPU and micro-batch, the bytes of each part's ``part_activation_terms`` (split by
+    ``tp`` as the stash is, ``/cp``; the score terms counted in full: callers drop them only
+    where they are stored). Numbers or numpy arrays."""
+    seq_div = np.where(sp, tp, 1.0)
+    out = {}
+    for part, terms in part_activation_terms(model, seq_len, 1).items():
+        out[part] = b * sum((n / (seq_div if kind == "seq" else tp) for n, kind in terms),
+                            0.0) / cp
+    return out
+
+
+def selective_dropped_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mask):
+    """``(dropped, rebuilt)`` bytes per GPU and micro-batch of one layer under selective
+    recomputation of the modules in ``mask`` (``rc`` 1; arrays): the selected parts other
+    than the scores (which the stash drops by kind, ``layer_activation_bytes``), and the
+    largest of them, rebuilt at once in the layer's backward (the parts are redone one
+    after the other)."""
+    pb = part_bytes(model, seq_len, b, tp, sp, cp)
+    dropped, rebuilt = 0.0, 0.0
+    for part in PARTS:
+        if part == "scores":
+            continue
+        x = np.where(part_selected(rc, mask, part), pb[part], 0.0)
+        dropped, rebuilt = dropped + x, np.maximum(rebuilt, x)
+    return dropped, rebuilt
+
+
 def layer_wgrad_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
                       sp: bool = False, cp: int = 1) -> float:
     """Bytes one layer's pending ``W`` keeps per GPU and micro-batch (``layer_wgrad_terms``
@@ -139,7 +213,8 @@ def layer_wgrad_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp:
 
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
                            sp: bool = False, cp: int = 1, recompute: str = "none",
-                           flash_attn: bool = True) -> float:
+                           flash_attn: bool = True,
+                           modules: tuple[str, ...] | None = None) -> float:
     """Bytes one transformer layer keeps for backward, per GPU and micro-batch.
 
     ``recompute="full"`` gives the stored layer input only; the layer's working set during
@@ -159,18 +234,20 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
     if recompute == "op":
         return float(op_saved_bytes(model, s, b, tp, sp, cp))
     terms = layer_activation_terms(model, s, b)
+    rc = 1 if recompute == "selective" else 0
+    mask = modules_mask(modules) if modules is not None else 0
     total = 0.0
     for name, nbytes in terms.items():
         kind = TERM_KINDS[name]
         if kind == "score":
-            if recompute == "selective" or flash_attn:
+            if bool(part_selected(rc, mask, "scores")) or flash_attn:
                 continue
             total += nbytes / tp
         elif kind == "tp":
             total += nbytes / tp
         else:
             total += nbytes / seq_div
-    return total / cp
+    return total / cp - float(selective_dropped_bytes(model, s, b, tp, sp, cp, rc, mask)[0])
 
 
 def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=False, cp=1):
@@ -196,7 +273,7 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides)."""
     p = job.plan
     return layer_activation_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                  recompute or p.recompute, p.flash_attn)
+                                  recompute or p.recompute, p.flash_attn, p.recompute_modules)
 
 
 def embedding_activation_bytes(job: Job) -> float:
@@ -252,17 +329,50 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     The stage's activation peak is ``in_flight_microbatches × this + transient``.
     """
     _check_stage(job, stage)
-    nbytes = layers_per_chunk(job, stage) * job_layer_activation_bytes(job)
-    if stage == 0:
-        nbytes += embedding_activation_bytes(job) / job.plan.vpp
+    nbytes = chunk_layer_activation_bytes(job, stage)
+    if _holds_embedding(job, stage):
+        # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
+        mirrored = get_schedule(job.plan.schedule).mirrored
+        nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
     if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
     return nbytes
 
 
+def _partial(job: Job, stage: int) -> tuple[int, int, bool]:
+    """``(layers per chunk, recompute_layers or 0, uniform)`` of ``stage``."""
+    p = job.plan
+    return (layers_per_chunk(job, stage), p.recompute_layers or 0,
+            p.recompute_method == "uniform")
+
+
+def chunk_layer_activation_bytes(job: Job, stage: int) -> float:
+    """Bytes the transformer layers of one ``(microbatch, chunk)`` keep on ``stage``: every
+    layer's ``job_layer_activation_bytes``, or under full recomputation the checkpointed
+    inputs plus, with ``recompute_layers`` (block), all the activations of the layers not
+    recomputed (``strategies.cost.recompute``)."""
+    lpc = layers_per_chunk(job, stage)
+    if job.plan.recompute != "full":
+        return lpc * job_layer_activation_bytes(job)
+    lpc, n, uni = _partial(job, stage)
+    return float(checkpoint_inputs(lpc, n, uni) * job_layer_activation_bytes(job)
+                 + kept_layers(lpc, n, uni) * job_layer_activation_bytes(job, recompute="none"))
+
+
 def _holds_head(job: Job, stage: int) -> bool:
-    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V)."""
-    return stage == head_rank(job.plan.schedule, job.plan.pp, job.plan.vpp)
+    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V;
+    both end ranks where ``Schedule.mirrored``)."""
+    p = job.plan
+    if get_schedule(p.schedule).mirrored and stage in (0, p.pp - 1):
+        return True
+    return stage == head_rank(p.schedule, p.pp, p.vpp)
+
+
+def _holds_embedding(job: Job, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds the embedding (rank 0; both end ranks where
+    ``Schedule.mirrored``)."""
+    p = job.plan
+    return stage == 0 or (get_schedule(p.schedule).mirrored and stage == p.pp - 1)
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:
@@ -274,8 +384,15 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     nbytes = 0.0
     if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
-    if job.plan.recompute == "full":
-        nbytes += job_layer_activation_bytes(job, recompute="none")
+    if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
+        lpc, n, uni = _partial(job, stage)
+        nbytes += float(rebuilt_layers(lpc, n, uni)) * job_layer_activation_bytes(
+            job, recompute="none")
+    elif job.plan.recompute == "selective":   # the largest selected part, rebuilt at once
+        p = job.plan
+        mask = modules_mask(p.recompute_modules) if p.recompute_modules is not None else 0
+        nbytes += float(selective_dropped_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp,
+                                                p.cp, 1, mask)[1])
     elif job.plan.recompute == "op":          # what op did not save, rebuilt for one layer
         nbytes += max(job_layer_activation_bytes(job, recompute="none")
                       - job_layer_activation_bytes(job), 0.0)

@@ -32,10 +32,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import counts
+from strategies.cost import recompute as rcp
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          op_saved_bytes)
+                                          op_saved_bytes, selective_dropped_bytes)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -44,18 +45,19 @@ ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
-def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash):
+def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0):
     """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full,
-    3 op)."""
+    3 op; ``mask``: the selective modules, ``strategies.cost.recompute``)."""
     s = m.seq_length
     terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
     kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
     for name, nbytes in terms.items():
         kind_sum[TERM_KINDS[name]] += nbytes
     seq_div = np.where(sp, tp, 1.0)
-    keep_score = ~(flash | (rc == 1))
+    keep_score = ~(flash | rcp.part_selected(rc, mask, "scores"))
     stored = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
-                  + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp
+                  + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp \
+        - selective_dropped_bytes(m, s, b, tp, sp, cp, rc, mask)[0]
     full = 2.0 * s * b * m.hidden_size / seq_div / cp
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
@@ -104,8 +106,13 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     nmb = P.gbs // (b * dp)
     stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
+    # DualPipe (``Schedule.mirrored``): rank r holds stages r and pp-1-r, both end ranks the
+    # embedding and the output layer, each for the half of the micro-batches entering there
+    mirrored = attr_by_code(sched, "mirrored").astype(bool)
+    end = (stage == 0) | (stage == pp - 1)
+    is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
-    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash)
+    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash, P.recompute_modules)
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
@@ -118,6 +125,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # (experts over d/ep)
     dense_l, expert_l = counts.layer_params_split(m, tp, ep)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
+    held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
@@ -138,20 +146,31 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0)
+    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0) \
+        / np.where(mirrored, 2, 1)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
-    # the layer being recomputed in its backward: all of it (full), what op did not save (op)
-    rc_act = np.where(rc == 2, layer_act_none,
-                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0), 0.0))
     lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
-    layers_act = in_flight * lpc * layer_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
+    # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
+    # and, with recompute_layers under block, every activation of the layers it does not
+    # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
+    # or a uniform group). op: what the layer did not save, rebuilt for one layer.
+    uni = P.recompute_method == rcp.METHOD_CODE["uniform"]
+    n_rc = P.recompute_layers
+    chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
+                         + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none, lpc * layer_act)
+    rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
+                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0),
+                               selective_dropped_bytes(m, s, b, tp, sp, cp, rc,
+                                                       P.recompute_modules)[1]))
+    layers_act = in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers)
+    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                            mirrored=mirrored)
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
@@ -165,7 +184,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
-    parts = {"layers": dict(state(n_layers * dense_l, expert_params, True),
+    parts = {"layers": dict(state(held * dense_l, expert_params, True),
                             activations=layers_act),
              "embedding": dict(state(emb_p), activations=in_flight * emb_act),
              "output": dict(state(head_p), activations=out_act),

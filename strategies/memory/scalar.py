@@ -29,7 +29,6 @@ from strategies.errors import SpecError
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.plan_arrays import PlanArrays
-from strategies.schedules import head_rank
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -101,16 +100,17 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
 # (the counts themselves live in strategies.cost.counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
-    """Word (+ learned position) embedding on the first stage, ``/tp``
-    (``counts.embedding_params_per_gpu``); 0 elsewhere."""
-    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if stage == 0 else 0.0
+    """Word (+ learned position) embedding on the first stage (both end ranks where
+    ``Schedule.mirrored``), ``/tp`` (``counts.embedding_params_per_gpu``); 0 elsewhere."""
+    here = act._holds_embedding(job, stage)
+    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if here else 0.0
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
     """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
     0 elsewhere."""
     p = job.plan
-    here = stage == head_rank(p.schedule, p.pp, p.vpp)
+    here = act._holds_head(job, stage)
     return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if here else 0.0
 
 

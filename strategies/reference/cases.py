@@ -18,9 +18,9 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
-from strategies.reference.text import (framework_name, gpu_preset, intra_node_gbps, model_family,
-                                        parse_inter_node, recompute_kind, schedule_kind,
-                                        vocab_from_notes)
+from strategies.reference.text import (attention_kernel, framework_name, gpu_preset,
+                                        intra_node_gbps, model_family, parse_inter_node,
+                                        recompute_kind, schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
@@ -323,6 +323,27 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
     return out
 
 
+def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
+    names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
+    FlashAttention-1 class keeps the stack's kernel, said so: the catalog has no rate for it
+    that the runs bear out (docs/calibration.md §3.8)."""
+    said = pl.get("attn_impl")
+    kernel = attention_kernel(said)
+    if kernel is None:
+        if said:
+            notes.append(f"attention kernel {fw.attention_kernel} ({fw.name} default; "
+                         f"attn_impl {said!r} names no kernel)")
+        return fw
+    if kernel == "fa1":
+        notes.append(f"attention kernel {fw.attention_kernel} ({fw.name} default): the stated "
+                     f"{said.split(' (')[0]!r} is a FlashAttention-1-class kernel, not modelled "
+                     "(docs/calibration.md §3.8)")
+        return fw
+    notes.append(f"attention kernel {kernel} (stated: {said})")
+    return replace(fw, attention_kernel=kernel)
+
+
 def case_from_entry(c: dict) -> Case:
     """Build the Job for one published entry, or say why not."""
     step, how = measured_step(c)
@@ -362,7 +383,7 @@ def case_from_entry(c: dict) -> Case:
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     model = _balanced_layers(model, sizes[1], notes)
-    fw = framework_of(c)
+    fw = _with_stated_kernel(framework_of(c), pl, notes)
     plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     notes.append(f"framework {fw.name} ({fw.description})")
     try:

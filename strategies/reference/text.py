@@ -134,6 +134,7 @@ def model_family(name: str) -> dict:
 # ------------------------------------------------------------------------- the software
 _JAX = ("maxtext", "paxml", "praxis", "t5x", "jax", "tpu", "levanter", "saxml")
 _TORCHTITAN = ("torchtitan",)
+_HAI_LLM = ("hai-llm", "deepseek-ai")
 _EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
 _DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
@@ -143,7 +144,7 @@ _MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core
 
 
 def framework_name(text: str, year: int | None) -> str:
-    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``,
+    """The framework profile a source's text names: ``jax-xla``, ``torchtitan``, ``hai-llm``,
     ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
     by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
@@ -151,6 +152,8 @@ def framework_name(text: str, year: int | None) -> str:
         return "jax-xla"
     if any(k in t for k in _TORCHTITAN):
         return "torchtitan"
+    if any(k in t for k in _HAI_LLM):
+        return "hai-llm"
     if any(k in t for k in _DEEPSPEED):
         return "megatron-deepspeed"
     if any(k in t for k in _EAGER):
@@ -160,6 +163,29 @@ def framework_name(text: str, year: int | None) -> str:
     if any(k in t for k in _MEGATRON_CORE):
         return "megatron-core"
     return "megatron-lm-2021" if year is not None and year < 2023 else "megatron-core"
+
+
+#: how sources name a fused attention kernel, first match wins: ``(words, kernel)`` with kernel
+#: ``GPU.flash_efficiency``'s ``"fa2"`` (flash-attn 2.x, SDPA's flash backend) or ``"native"``
+#: (cuDNN, Transformer Engine, FlashAttention-3), or ``"fa1"``: the FlashAttention-1 class
+#: (flash-attn 1.x, llm-foundry's ``attn_impl: triton``, a pre-MLIR Triton port of v1,
+#: ``llmfoundry/models/layers/flash_attn_triton.py``), which the catalog does not model
+#: (docs/calibration.md §3.8)
+_ATTN_KERNELS = (("triton", "fa1"), ("flash-attn 1", "fa1"), ("flash-attn==1", "fa1"),
+                 ("flashattention-1", "fa1"), ("flash-attn 2", "fa2"), ("flash-attn==2", "fa2"),
+                 ("flashattention-2", "fa2"), ("sdpa", "fa2"), ("cudnn", "native"),
+                 ("transformer engine", "native"), ("flashattention-3", "native"),
+                 ("fa3", "native"))
+
+
+def attention_kernel(value) -> str | None:
+    """The fused attention kernel (``"native"``, ``"fa2"``, ``"fa1"``) a free-text attention
+    field names (``_ATTN_KERNELS``), or None when it names none."""
+    t = str(value or "").strip().lower()
+    for words, kernel in _ATTN_KERNELS:
+        if words in t:
+            return kernel
+    return None
 
 
 def recompute_kind(value) -> str | None:

@@ -98,15 +98,18 @@ class Step:
         return self.label
 
 
-def peak_stash(steps: Iterable[Step]) -> int:
-    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
-    chunk); a split backward's ``W`` is not counted (it keeps only the layer inputs and output
-    gradients its GEMMs need, less than the forward's stash). An overlapped group
-    (``Step.overlap``) is counted at its end, its backwards' stash released before its
-    forwards' is added: the pair's forward builds its activations as the backward frees its
-    own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
+def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
+    """``(stashed, pending)`` just after each forward: forwards whose backward (``B``) has not
+    yet run, and backwards whose weight gradient (``W``) is still to run, each counted per
+    (microbatch, chunk). An overlapped group (``Step.overlap``) is counted at its end, its
+    backwards' stash released (and their ``W``, which the group runs last, pending) before
+    its forwards' is added: the pair's forward builds its activations as the backward frees
+    its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
+    steps = list(steps)
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
     live: set[tuple[int, int]] = set()
-    peak = 0
+    pending: set[tuple[int, int]] = set()
+    out: list[tuple[int, int]] = []
     group: list[Step] = []
     for s in steps:
         group.append(s)
@@ -115,32 +118,35 @@ def peak_stash(steps: Iterable[Step]) -> int:
         for g in group:
             if g.kind == "B":
                 live.discard((g.microbatch, g.chunk))
+                if (g.microbatch, g.chunk) in has_w:
+                    pending.add((g.microbatch, g.chunk))
         for g in group:
             if g.kind == "F":
                 live.add((g.microbatch, g.chunk))
-                peak = max(peak, len(live))
+                out.append((len(live), len(pending)))
+        for g in group:
+            if g.kind == "W":
+                pending.discard((g.microbatch, g.chunk))
         group = []
-    return peak
+    return out
+
+
+def peak_stash(steps: Iterable[Step]) -> int:
+    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
+    chunk) (``stash_moments``); a split backward's ``W`` is not counted (it keeps only the
+    layer inputs and output gradients its GEMMs need, less than the forward's stash)."""
+    return max((n for n, _ in stash_moments(steps)), default=0)
 
 
 def peak_pending_w(steps: Sequence[Step]) -> int:
-    """Most backwards whose weight gradient (``W``) is still to run, counted per
-    (microbatch, chunk) just after each forward: where the activation stash peaks, so the
-    peak memory is ``peak_stash·M_B + peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1
-    ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W``
-    keeps only its GEMMs' inputs (``M_W < M_B``); 0 where the backward is not split."""
-    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    pending: set[tuple[int, int]] = set()
-    peak = 0
-    for s in steps:
-        key = (s.microbatch, s.chunk)
-        if s.kind == "B" and key in has_w:
-            pending.add(key)
-        elif s.kind == "W":
-            pending.discard(key)
-        elif s.kind == "F" and not s.overlap:
-            peak = max(peak, len(pending))
-    return peak
+    """Most backwards whose weight gradient (``W``) is still to run when the activation stash
+    is at its peak (``stash_moments``), so the peak memory is ``peak_stash·M_B +
+    peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2
+    ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W`` keeps only its GEMMs' inputs
+    (``M_W < M_B``); 0 where the backward is not split."""
+    moments = stash_moments(steps)
+    top = max((n for n, _ in moments), default=0)
+    return max((w for n, w in moments if n == top), default=0)
 
 
 def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
@@ -173,18 +179,6 @@ def all_ok(rules: Iterable[Rule]) -> Any:
     for _, _, ok, _ in rules:
         out = out & ok
     return out
-
-
-def refuse_until_split_costed(sched: "Schedule") -> Rule:
-    """The rule a schedule that splits the backward adds to its plan rules until the rest of
-    what it needs is modelled (issue 13: ``W``-pending memory, post-validation, the V
-    placement, DualPipe's overlapped pairs); the cost model and the simulator already run
-    ``B`` and ``W`` apart (``zb-h1`` is plannable)."""
-    module = type(sched).__module__
-    return ("schedule", sched.name, False,
-            lambda: "splits the backward into B and W; the simulator runs them apart (zb-h1 "
-                    "is plannable) but not yet this schedule's memory and overlap; its order, "
-                    f"stash and closed-form bubble are in {module}")
 
 
 class Schedule:
@@ -224,6 +218,13 @@ class Schedule:
     figures_affine_from: int | None = None
     #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
     splits_backward: bool = False
+    #: the order links steps into overlapped groups (``Step.overlap``: DualPipe's ``F&B``),
+    #: whose expert all-to-all hides under the partner's compute (compiler, estimate, bound)
+    overlaps_pairs: bool = False
+    #: rank ``r`` also holds stage ``pp-1-r`` (DualPipe's two pipelines in opposite
+    #: directions): the parameters of both stages, the embedding and the LM head on both end
+    #: ranks, and each rank's first micro-batch comes from its nearer end
+    mirrored: bool = False
 
     # ------------------------------------------------------------------ order
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
@@ -359,12 +360,12 @@ class Schedule:
         return (pp - 1) / (self.fill_chunks(vpp) * m)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """Seconds of the pipeline with free communication, from the slowest stage's and the
         sum of all stages' seconds per micro-batch: ``m·t_max + (t_sum - t_max)/fill``.
         ``w_share``/``f_share``: the weight gradient's and the forward's share of a stage's
         seconds per micro-batch, which only a schedule that splits the backward uses
-        (``bubble_fraction``)."""
+        (``bubble_fraction``); ``pp``: the pipeline ranks (None: not needed)."""
         return m * t_max + (t_sum - t_max) / self.fill_chunks(vpp)
 
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
@@ -389,6 +390,20 @@ class Schedule:
         vals = np.array([trailing_w(self.steps(int(a), int(b), int(c))) for a, b, c in uniq],
                         dtype=float)
         return vals[np.ravel(inv)].reshape(s.shape)
+
+    def overlapped_share(self, stage: int, pp: int, m: int, vpp: int = 1) -> float:
+        """Share of ``stage``'s forwards that run in an overlapped group (``Step.overlap``):
+        0 unless ``overlaps_pairs``, else counted on the order."""
+        if not self.overlaps_pairs or not bool(self.valid(pp, m, vpp)):
+            return 0.0
+        fwd = [s for s in self.steps(stage, pp, m, vpp) if s.kind == "F"]
+        return sum(s.overlap for s in fwd) / max(len(fwd), 1)
+
+    def overlapped_share_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+        """``overlapped_share`` over arrays, once per distinct ``(stage, pp, m, vpp)``."""
+        if not self.overlaps_pairs:
+            return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
+        return _per_distinct(self.overlapped_share, stage, pp, m, vpp)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""

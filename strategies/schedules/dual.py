@@ -104,16 +104,45 @@ def dual_order(n: int, h: int, num_per_phase: int, turning: bool, emit: Emit) ->
     return out
 
 
+def span_excess(n: Any, f: Any, w: Any) -> Any:
+    """Seconds by which the worst rank's span, and one iteration's makespan, exceed its work
+    with free communication: ``max(3(n-1)f - n·w, 2(n-1)f)`` for ``n`` ranks per half, chunk
+    times ``f = b`` (forward, input gradient) and ``w`` (weight gradient), no compute overlap
+    in a pair. Found with ``analysis.free_comm_ranks`` and exact when ``T_W <= T_F`` and
+    ``m >= 2·num_ranks`` (``tests/test_dualpipe.py``, ``tests/test_dualpipev.py``,
+    ``tests/test_dualpipe_plan.py``). DeepSeek's ``(PP/2-1)(F&B + B - 3W)`` with
+    ``F&B = F + B`` and ``B = b + w`` the whole backward is ``(n-1)(3f - w)``: equal at
+    ``w = 0`` and ``w = f``, above it between (``deepseek_bubble``).
+
+    >>> float(span_excess(4, 1.0, 1.0)), float(span_excess(4, 1.0, 0.5)), float(span_excess(4, 1.0, 0.0))
+    (6.0, 7.0, 9.0)
+    """
+    n, f, w = (np.asarray(x, dtype=float) for x in (n, f, w))
+    return np.maximum(3 * (n - 1) * f - n * w, 2 * (n - 1) * f)
+
+
+def deepseek_bubble(stages: Any, f_and_b: Any, b_full: Any, w: Any) -> Any:
+    """DeepSeek's published DualPipe bubble ``(PP/2-1)(F&B + B - 3W)`` (deepseek-ai/DualPipe
+    README, DeepSeek-V3 report Table 2): ``stages`` pipeline stages (``p`` for DualPipe,
+    ``2p`` for DualPipeV), chunk seconds of an overlapped pair ``f_and_b``, of a whole
+    backward ``b_full`` and of a weight gradient ``w``.
+
+    >>> deepseek_bubble(8, 2.0, 1.0, 0.0)
+    9.0
+    """
+    return (stages / 2 - 1) * (f_and_b + b_full - 3 * w)
+
+
 def worst_rank_bubble(n: Any, passes: Any, w_share: Any) -> Any:
     """The worst rank's idle time over its work with free communication, ``n`` ranks per
     half, ``passes`` chunk passes of each kind per rank (``m`` for DualPipe, ``2m`` for
     DualPipeV), chunk times ``f = b`` (``B`` the input gradient) and ``w``, no compute overlap
-    in a pair (``F&B = F + B``): ``max(3(n-1)f - n·w, 2(n-1)f)`` over ``passes·(2f + w)``,
-    written with ``s = w_share = w/(2f + w)``. Exact when ``T_W <= T_F`` and
-    ``m >= 2·num_ranks`` (``tests/test_dualpipe.py``, ``tests/test_dualpipev.py``).
+    in a pair (``F&B = F + B``): ``span_excess`` over ``passes·(2f + w)``, written with
+    ``s = w_share = w/(2f + w)``. Exact when ``T_W <= T_F`` and ``m >= 2·num_ranks``
+    (``tests/test_dualpipe.py``, ``tests/test_dualpipev.py``).
 
     >>> float(worst_rank_bubble(4, 16, 1 / 3)) * 16    # F = B = W: 2(n-1) f over 3f
     2.0
     """
     s = np.asarray(w_share, dtype=float)
-    return np.maximum(3 * (n - 1) * (1 - s) / 2 - n * s, (n - 1) * (1 - s)) / passes
+    return span_excess(n, (1 - s) / 2, s) / passes

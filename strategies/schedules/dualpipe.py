@@ -15,7 +15,11 @@ Needs ``vpp = 1`` (each copy holds the whole stage), ``p`` even and ``m`` even w
 ``m >= 2p`` (DeepSeek's assertions). The stash is not the same on every rank: ``p + 1``
 micro-batches on the two middle ranks, ``p`` on the others.
 
-Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+Plannable (estimate, simulate, compare; ``search --fix schedule=dualpipe``, the default search
+leaves it out): ``mirrored`` (rank ``r`` holds stages ``r`` and ``p-1-r``: twice the
+parameters, their gradients and optimizer states; the embedding and the LM head on both end
+ranks), the overlapped pairs as DualPipeV's (docs/schedules.md, "Overlapped pairs"), the
+span ``span_excess`` with ``n = p/2``. Uneven stages (``layers_per_stage``) are refused.
 """
 from __future__ import annotations
 
@@ -24,8 +28,8 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, refuse_until_split_costed, register)
-from strategies.schedules.dual import dual_order, worst_rank_bubble
+                                       raise_first, register)
+from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
 
 
 @register("dualpipe")
@@ -33,6 +37,9 @@ class DualPipe(Schedule):
     """DualPipe (module docstring)."""
 
     splits_backward = True
+    overlaps_pairs = True
+    mirrored = True
+    text_patterns = (r"\bdualpipe\b",)   # not "DualPipeV" (no word boundary there)
 
     # ------------------------------------------------------------------ placement
     def num_virtual_stages(self, pp: int, vpp: int) -> int:
@@ -41,9 +48,9 @@ class DualPipe(Schedule):
 
     def virtual_stage(self, rank: int, chunk: int, pp: int, vpp: int,
                       microbatch: int = 0) -> int:
-        """Position of ``rank`` on ``microbatch``'s path: ``rank`` in direction 0 (even
-        micro-batches), ``pp-1-rank`` in direction 1 (odd)."""
-        return rank if microbatch % 2 == 0 else pp - 1 - rank
+        """Position of ``rank``'s ``chunk`` on its direction's path: ``rank`` for chunk 0
+        (direction 0, even micro-batches), ``pp-1-rank`` for chunk 1 (direction 1, odd)."""
+        return rank if chunk == 0 else pp - 1 - rank
 
     def rank_chunk(self, position: int, pp: int, vpp: int,
                    microbatch: int = 0) -> tuple[int, int]:
@@ -55,8 +62,7 @@ class DualPipe(Schedule):
         return super().shape_rules(pp, vpp, group_size) + [
             ("pp", pp, (pp >= 2) & (pp % 2 == 0),
              lambda: "schedule=dualpipe needs an even pp >= 2 (two pipelines meet in the "
-                     "middle)"),
-            refuse_until_split_costed(self)]
+                     "middle)")]
 
     def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
         """``m`` even and ``>= 2·pp`` (half from each end)."""
@@ -103,10 +109,30 @@ class DualPipe(Schedule):
         (docs/schedules.md)."""
         return worst_rank_bubble(pp // 2, m, w_share)
 
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
+        """One iteration's makespan (seconds): the larger of the slowest rank's work
+        ``m·t_max`` and ``m·t_fill + span_excess(pp/2, f, w)`` with ``t_fill = (t_sum -
+        t_max)/(pp - 1)`` (a rank's seconds per micro-batch, one stage), ``f`` the mean of a
+        stage's forward and input gradient, ``(1 - w_share)·t_fill/2``, and
+        ``w = w_share·t_fill`` (``f_share`` unused). Exact with free communication for
+        balanced ranks when ``T_F = T_B``, ``T_W <= T_F`` and ``m >= 2pp``
+        (``tests/test_dualpipe_plan.py``); elsewhere an approximation, as DualPipeV's."""
+        p = np.asarray(pp, dtype=float)
+        fill = (np.asarray(t_sum, dtype=float) - t_max) / np.maximum(p - 1, 1)
+        fill = np.where(p > 1, fill, t_max)
+        w = np.asarray(w_share, dtype=float)
+        return np.maximum(m * t_max, m * fill + span_excess(p // 2, (1 - w) * fill / 2, w * fill))
+
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
-        """None yet: the search cannot cost ``W``."""
+        """None: the default search leaves it out (``fixed_search_vpps``: ``[1]``)."""
         return []
+
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[1]`` under ``--fix schedule=dualpipe``."""
+        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no DualPipe schedule (deepseek-ai/DualPipe; "

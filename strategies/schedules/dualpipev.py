@@ -11,7 +11,12 @@ of an overlapped pair and ``B`` the whole backward: the table's ``(PP/2-1)(F&B+B
 chunk times, exact at ``F = B_input = W`` with no compute overlap and an upper bound around
 it (``bubble_fraction``; ``tests/test_dualpipev.py``).
 
-Refused by plans, like ZB-H1, until the cost model charges ``W`` apart from ``B``.
+Plannable (estimate, simulate, compare; ``search --fix schedule=dualpipev``, the default search
+leaves it out): the compiler runs each overlapped pair's forward and backward layer by layer
+in turn on the compute stream, each one's expert all-to-all beside the partner's next layer
+(docs/schedules.md, "Overlapped pairs"); the estimate's span is ``span_excess`` over the
+ideal and its all-to-all is exposed only where it outlasts the partner's compute; the LM head
+sits on rank 0 (the V), as with ZB-V.
 """
 from __future__ import annotations
 
@@ -19,9 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Rule, Step, check_common, get_schedule, raise_first,
-                                       refuse_until_split_costed, register)
-from strategies.schedules.dual import dual_order, worst_rank_bubble
+from strategies.schedules.base import Rule, Step, check_common, get_schedule, raise_first, register
+from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
 from strategies.schedules.vshape import VShape
 
 
@@ -30,10 +34,9 @@ class DualPipeV(VShape):
     """DualPipeV (module docstring)."""
 
     aliases = ("dualpipe-v",)
+    text_patterns = (r"\bdualpipe-?v\b",)
     splits_backward = True
-
-    def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
-        return super().shape_rules(pp, vpp, group_size) + [refuse_until_split_costed(self)]
+    overlaps_pairs = True
 
     def batch_rules(self, pp: Any, m: Any, vpp: Any, group_size: Any) -> list[Rule]:
         """``m >= 2·pp`` micro-batches (DeepSeek's ``num_chunks >= num_ranks * 2``)."""
@@ -70,6 +73,32 @@ class DualPipeV(VShape):
         at ``F = B = W`` and bounds it above there, with or without compute overlap
         (docs/schedules.md)."""
         return worst_rank_bubble(pp, 2 * m, w_share)
+
+    def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
+        """One iteration's makespan (seconds): the larger of the slowest rank's work
+        ``m·t_max`` and ``m·t_fill + span_excess(pp, f, w)``, the balanced makespan of the
+        other ranks, with ``t_fill = (t_sum - t_max)/(pp - 1)`` (a rank's seconds per
+        micro-batch over both chunks), ``f`` the mean of a chunk's forward and input gradient,
+        ``(1 - w_share)·t_fill/4``, and ``w = w_share·t_fill/2`` (``f_share`` unused).
+        Exact with free communication for balanced ranks when ``T_F = T_B``, ``T_W <= T_F``
+        and ``m >= 2pp``, and once the slowest rank (the head's, rank 0) is slow enough to
+        never idle (``tests/test_dualpipe_plan.py``). Between, and with ``T_F != T_B`` (the
+        order's span is then not linear in ``pp``), an approximation: within a few per cent
+        of ``analysis.simulate_free_comm`` for ``T_B/T_F`` in 0.8..1.25 and rank 0 up to
+        1.5 times slower (below it by up to 3.5 % there)."""
+        p = np.asarray(pp, dtype=float)
+        fill = (np.asarray(t_sum, dtype=float) - t_max) / np.maximum(p - 1, 1)
+        fill = np.where(p > 1, fill, t_max)
+        w = np.asarray(w_share, dtype=float)
+        return np.maximum(m * t_max, m * fill + span_excess(p, (1 - w) * fill / 4, w * fill / 2))
+
+    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
+                          fixed_vpp: int | None = None) -> list[int]:
+        """``[2]`` under ``--fix schedule=dualpipev`` (two chunks in a V); the default search
+        leaves it out (its span is exact only in a narrow region and its order costs a full
+        simulation per plan)."""
+        return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no DualPipeV schedule (torchtitan: "

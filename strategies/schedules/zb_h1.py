@@ -30,6 +30,7 @@ from strategies.schedules.base import (Schedule, Step, check_common, get_schedul
 class ZBH1(Schedule):
     """ZB-H1 (module docstring)."""
 
+    text_patterns = (r"\bzb-?h1\b",)
     splits_backward = True
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
@@ -76,7 +77,7 @@ class ZBH1(Schedule):
         return (pp - 1) * (1 - 2 * w_share) / m
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """``m·t_max + (t_sum - t_max)(1 - 2·w_share)``: 1F1B's span with each stage's
         share of the fill and drain shortened by ``W`` twice (``bubble_fraction``; equal to
         it for balanced stages, ``t_sum = pp·t_max``)."""

@@ -32,6 +32,7 @@ from strategies.schedules.base import (Schedule, Step, check_common, get_schedul
 class ZBH2(Schedule):
     """ZB-H2 (module docstring)."""
 
+    text_patterns = (r"\bzb-?h2\b",)
     splits_backward = True
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
@@ -88,7 +89,7 @@ class ZBH2(Schedule):
         return (pp - 1) * np.maximum(0.0, 1 - 3 * np.asarray(w_share, dtype=float)) / m
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """One iteration's makespan: ``m·t_max + (t_sum - t_max)·max(f_share, 1 - 3·w_share)``,
         the ``(pp-1)·max(T_F, T_F + T_B - 2T_W)`` over the ideal of ``bubble_fraction``'s
         docstring for balanced stages (``f_share = T_F/(T_F + T_B + T_W)``)."""

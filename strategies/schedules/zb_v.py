@@ -30,6 +30,7 @@ from strategies.schedules.vshape import VShape
 class ZBV(VShape):
     """ZB-V (module docstring)."""
 
+    text_patterns = (r"\bzb-?v\b", r"zero[- ]bubble v")
     aliases = ("zbv",)
     splits_backward = True
 
@@ -103,7 +104,7 @@ class ZBV(VShape):
         return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
-                      w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+                      w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """One iteration's makespan (seconds): ``m·t_max + (t_sum - t_max)·max(f_share,
         1 - 3·w_share)/2``, the ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2`` over the ideal of
         ``bubble_fraction``'s docstring for balanced ranks (``t`` a rank's seconds per

@@ -27,6 +27,7 @@ from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import FrameworkProfile, stack_mask
 from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.cost.recompute import METHODS, MODULES, has_module
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
@@ -62,7 +63,7 @@ RULES: tuple[tuple[str, str], ...] = (
 )
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
-           "flash", "ogr", "opg", "tpo")
+           "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm")
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,11 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
-                overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]))
+                overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]),
+                recompute_layers=int(c["rcl"]) or None,
+                recompute_method=METHODS[c["rcu"]] if c["rcl"] else None,
+                recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))
+                or None)
 
 
 def plan_key(plan: Plan) -> str:
@@ -131,6 +136,10 @@ def plan_key(plan: Plan) -> str:
     return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
             f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
             f"sp={str(plan.sp).lower()},zero={plan.zero}"
+            + (f",recompute_layers={plan.recompute_layers},recompute_method="
+               f"{plan.recompute_method}" if plan.recompute_layers is not None else "")
+            + (",recompute_modules=" + "+".join(plan.recompute_modules)
+               if plan.recompute_modules is not None else "")
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
                       if getattr(plan, k) is not None))
@@ -315,6 +324,38 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
     return (L % (pp * v) == 0) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
 
 
+def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
+                     limit: float, dtype: str, system: SystemConfig | None) -> np.ndarray:
+    """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
+    fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
+    does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
+    input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
+    Returns the updated peaks."""
+    rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
+    if not len(rows):
+        return peak
+    lpc = model.num_layers // (c["pp"][rows] * c["vpp"][rows])
+    lo, hi = np.ones_like(lpc), lpc.copy()         # the full plan (N = l) fits
+    best = peak[rows].copy()
+    while True:
+        act = np.flatnonzero(lo < hi)
+        if not len(act):
+            break
+        mid = (lo[act] + hi[act]) // 2
+        sub = {k: v[rows[act]] for k, v in c.items()}
+        sub["rcl"] = mid
+        sub["rcu"] = np.zeros_like(mid)
+        pk = peak_memory_arrays(model, sub, dtype, system)
+        fit = pk <= limit
+        hi[act] = np.where(fit, mid, hi[act])
+        lo[act] = np.where(fit, lo[act], mid + 1)
+        best[act] = np.where(fit, pk, best[act])
+    c["rcl"][rows] = np.where(hi < lpc, hi, 0)
+    peak = peak.copy()
+    peak[rows] = np.where(hi < lpc, best, peak[rows])
+    return peak
+
+
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
                     opts: SpaceOptions | None = None,
                     framework: FrameworkProfile | None = None, dtype: str = "bf16",
@@ -356,4 +397,9 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
                  else np.zeros(0, bool))
     ok = ~((c["zero"] == 2) & twin_fits)
     keep("zero2_dominated", ok)
-    return Space(model, cluster, gbs, c, pruned, raw, peak[ok], limit)
+    peak = peak[ok]
+    for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
+        c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
+    if framework is None or "block" in framework.recompute_methods:
+        peak = _least_recompute(model, c, peak, limit, dtype, system)
+    return Space(model, cluster, gbs, c, pruned, raw, peak, limit)

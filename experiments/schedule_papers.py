@@ -1,0 +1,206 @@
+"""The schedule papers' own comparisons, reproduced (docs/reports/schedules.md, written by
+``experiments/report_schedules.py``).
+
+1. Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024): throughput of ZB-1p and ZB-2p
+   against 1F1B for its GPT-like models, GPU counts and micro-batch counts
+   (``strategies/reference/data/schedule_studies.json``). The paper's ZB-1p and ZB-2p are
+   schedules its automatic scheduler searches under the memory limits ``p·M_B`` and
+   ``2p·M_B``; we run their hand-made counterparts with the same limits, ZB-H1 and ZB-H2
+   (ZB-H2 with post-validation: no synchronisation before the optimizer step), through the
+   full simulator. Setup as published: A100 80 GB SXM, 8 GPUs per node, sequence 1024, one
+   pipeline over all GPUs (tp = dp = 1), the first and the last stage one layer fewer.
+2. The DualPipe table (deepseek-ai/DualPipe README, DeepSeek-V3 report Table 2): each
+   method's published bubble, parameter and activation multiples against the same quantities
+   measured on our orders with free communication (``analysis.free_comm_ranks``).
+
+    python experiments/schedule_papers.py          # prints both tables as Markdown
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments._report import md_table  # noqa: E402
+from strategies.model import ModelSpec  # noqa: E402
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "strategies",
+                    "reference", "data", "schedule_studies.json")
+#: GPT-2's 50257-token vocabulary padded to a multiple of 128 (Megatron-LM's padding, tp=1)
+VOCAB = 50304
+SEQ = 1024
+#: our hand-made counterpart of each searched schedule of the paper (same memory limit)
+COUNTERPART = {"ZB-1p": "zb-h1", "ZB-2p": "zb-h2"}
+
+
+def load() -> dict[str, Any]:
+    with open(DATA, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _number(text: str, unit: str) -> float | None:
+    """The number written just before ``unit`` in ``text`` (``"62 layers"``), or None."""
+    m = re.search(r"([\d.]+)\s*" + unit, text)
+    return float(m.group(1)) if m else None
+
+
+def gpt_like(row: dict[str, Any]) -> tuple[ModelSpec, str]:
+    """The row's GPT-like model and how its shape was obtained. Layers (and hidden size where
+    given) from the row; otherwise the hidden size solving ``12·L·h² + V·h = N`` for the
+    stated parameter count ``N``, rounded to a multiple of 512 (this recovers the stated 6144
+    of the 28.3B model); heads ``h/128``; MLP ``4h``; tied embeddings, learned positions."""
+    text = row["model"]
+    size = text.split()[1].rstrip(",")
+    if _number(text, "layers") is None:      # a row about a model another row describes
+        text = next(r["model"] for r in load()["rows"]
+                    if r["model"].split()[1].rstrip(",") == size and "layers" in r["model"])
+    layers = int(_number(text, "layers"))
+    found = re.search(r"hidden\s+(\d+)", text)
+    hidden = float(found.group(1)) if found else None
+    how = "hidden size as published"
+    if hidden is None:
+        n = _number(text, "B") * 1e9
+        h = (-VOCAB + math.sqrt(VOCAB ** 2 + 48 * layers * n)) / (24 * layers)
+        hidden = 512 * round(h / 512)
+        how = f"hidden size {hidden} from the parameter count (12·L·h² + V·h ≈ N)"
+    hidden = int(hidden)
+    spec = ModelSpec(f"gpt-like-{size}", layers, hidden, hidden // 128, 4 * hidden,
+                     VOCAB, SEQ, None, "gelu", tie_word_embeddings=True,
+                     position_embedding="learned", bias=True)
+    return spec, how
+
+
+def layers_per_stage(layers: int, pp: int) -> str | None:
+    """``layers_per_stage`` with the first and the last stage one layer fewer (the paper's
+    setup), or None where the layers do not split so."""
+    k, r = divmod(layers + 2, pp)
+    if r or k < 2:
+        return None
+    return "/".join(map(str, [k - 1] + [k] * (pp - 2) + [k - 1]))
+
+
+def zero_bubble_rows() -> list[dict[str, Any]]:
+    """One result per published row: our simulated step times of 1F1B and the counterparts,
+    their throughput ratios against the paper's, and the peak memory (GiB) of each."""
+    from simulator.simulate import simulate
+    from strategies.estimate import estimate
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from topologies.cluster import cluster_preset
+
+    out = []
+    for row in load()["rows"]:
+        paper = row["samples_per_s_per_gpu"]
+        spec, how = gpt_like(row)
+        pp, gpus, mbs, m = row["pp"], row["gpus"], row["mbs"], row["microbatches"]
+        res: dict[str, Any] = {"model": row["model"], "gpus": gpus, "pp": pp, "mbs": mbs,
+                               "microbatches": m, "shape": how, "paper": paper,
+                               "paper_memory_gb": row.get("memory_gb")}
+        split = layers_per_stage(spec.num_layers, pp)
+        wanted = [k for k in ("ZB-1p", "ZB-2p") if k in paper and "1F1B" in paper]
+        if split is None or not wanted:
+            res["skipped"] = (f"{spec.num_layers} layers do not split into {pp} stages with "
+                              "the first and last one layer fewer" if split is None else
+                              "the row compares schedules we do not run (its ZB-V row needs "
+                              f"{2 * pp} chunks for {spec.num_layers} layers)")
+            if "ZB-V" in paper:
+                res["skipped"] = (f"its ZB-V needs {spec.num_layers} layers over {2 * pp} "
+                                  "chunks (two per rank) with the first and last one layer "
+                                  "fewer: our plans split layers evenly per chunk")
+            out.append(res)
+            continue
+        cl = cluster_preset("dgx-a100", max(1, gpus // 8))
+        times, mem = {}, {}
+        for name in ["1F1B"] + wanted:
+            sched = COUNTERPART.get(name, "1f1b")
+            plan = parse_plan(f"tp=1,pp={pp},mbs={mbs},schedule={sched},layers_per_stage={split}")
+            job = make_job(spec, cl, plan, global_batch=mbs * m)
+            times[name] = simulate(job).step_time_s
+            mem[name] = estimate(job).memory.total / 2 ** 30
+        res["step_s"], res["memory_gib"] = times, mem
+        res["ratio"] = {k: times["1F1B"] / times[k] for k in wanted}
+        res["paper_ratio"] = {k: paper[k] / paper["1F1B"] for k in wanted}
+        out.append(res)
+    return out
+
+
+def dualpipe_rows(stages: int = 8, m: int = 20, f: float = 1.0, b: float = 1.0,
+                  w: float = 1.0) -> list[dict[str, Any]]:
+    """The DualPipe table's methods on ``stages`` pipeline stages with ``m`` micro-batches
+    (DeepSeek's figure: 8 ranks, 20 micro-batches), chunk times ``f``, ``b`` (input
+    gradient), ``w`` and no compute overlap in a pair (``F&B = F + B``, ``B = b + w`` the
+    whole backward): the published bubble against the worst rank's idle time of our order
+    with free communication, activations (stashed stages' worth, at the peak over ranks) and
+    parameters (stages held per device) published against ours."""
+    from strategies.schedules import get_schedule
+    from strategies.schedules.analysis import free_comm_ranks
+
+    B, fb, P = b + w, f + b + w, stages
+    published = {"1F1B": ((P - 1) * (f + B), 1, P), "ZB1P": ((P - 1) * (f + B - 2 * w), 1, P),
+                 "DualPipe": ((P / 2 - 1) * (fb + B - 3 * w), 2, P + 1),
+                 "DualPipeV": ((P / 2 - 1) * (fb + B - 3 * w), 2, P + 1)}
+    # (schedule, ranks, vpp) for ``stages`` stages
+    ours = {"1F1B": ("1f1b", P, 1), "ZB1P": ("zb-h1", P, 1), "DualPipe": ("dualpipe", P, 1),
+            "DualPipeV": ("dualpipev", P // 2, 2)}
+    rows = []
+    for method, (sched, ranks, vpp) in ours.items():
+        k = 2 if vpp == 2 else 1            # chunks a micro-batch crosses on one rank
+        spans = free_comm_ranks(sched, ranks, m, vpp, k * f, k * B, t_w=k * w)
+        bubble = max(r.bubble for r in spans)
+        s = get_schedule(sched)
+        # stashed (micro-batch, chunk) entries: each one stage's activations of a micro-batch
+        act = max(s.in_flight(r, ranks, m, vpp) for r in range(ranks))
+        # stages whose parameters a rank holds: the chunks its order runs
+        held = max(len({st.chunk for st in s.steps(r, ranks, m, vpp)}) for r in range(ranks))
+        pub_bubble, pub_params, pub_act = published[method]
+        rows.append({"method": method, "schedule": sched, "ranks": ranks, "times": (f, b, w),
+                     "published_bubble": pub_bubble, "bubble": bubble,
+                     "published_params": pub_params, "params": held,
+                     "published_activations": pub_act, "activations": act})
+    return rows
+
+
+def zero_bubble_table(rows: list[dict[str, Any]]) -> str:
+    out = []
+    for r in rows:
+        label = f"{r['model'].split(' (')[0]}, {r['gpus']} GPUs, mbs {r['mbs']}, {r['microbatches']} mb"
+        if "skipped" in r:
+            out.append([label, "-", "-", "-", "-", f"not reproduced: {r['skipped']}"])
+            continue
+        for k, ours in r["ratio"].items():
+            pap = r["paper_ratio"][k]
+            mem = r.get("paper_memory_gb") or {}
+            mtext = (f"{r['memory_gib'][k]:.1f} vs {r['memory_gib']['1F1B']:.1f} GiB"
+                     + (f" (paper {mem[k]} vs {mem['1F1B']} GB)" if k in mem else ""))
+            out.append([label, f"{k} ({COUNTERPART[k]})", f"{pap:.3f}", f"{ours:.3f}",
+                        f"{100 * (ours / pap - 1):+.1f} %", mtext])
+    return md_table(["row", "schedule (ours)", "paper: vs 1F1B", "ours: vs 1F1B", "error",
+                     "peak memory, ours vs 1F1B"], out, "llrrrl")
+
+
+def dualpipe_table(rows: list[dict[str, Any]]) -> str:
+    out = [[r["method"], f"`{r['schedule']}` on {r['ranks']} ranks",
+            "F={:g}, B={:g}, W={:g}".format(*r["times"]), f"{r['published_bubble']:g}",
+            f"{r['bubble']:g}", f"{r['published_params']}x / {r['params']}x",
+            f"{r['published_activations']} / {r['activations']}"] for r in rows]
+    return md_table(["method", "ours", "chunk times", "bubble, published", "bubble, our order",
+                     "params per device, published / ours", "activations, published / ours"],
+                    out, "lllrrll")
+
+
+def main() -> int:
+    print(zero_bubble_table(zero_bubble_rows()))
+    print()
+    for f, b, w in ((1.0, 1.0, 1.0), (1.0, 1.0, 0.5)):
+        print(f"F={f}, B(input)={b}, W={w}")
+        print(dualpipe_table(dualpipe_rows(f=f, b=b, w=w)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
