@@ -2,6 +2,7 @@
 
 * Phases (default): ``simulate(job)`` of a ``bench_simulate.py`` case with CPU time (process
   time) around compile, engine setup, the event loop and the metrics; microseconds per event.
+  ``--keep-gc`` leaves Python's garbage collector running (``simulator.engine.gc_pause``).
 * ``--spy FILE``: a py-spy raw profile of this script (``py-spy record -r 200 -f raw -o FILE
   -- python experiments/profile_simulate.py --case 175b-full``), its samples inside
   ``simulate`` grouped by part of the engine (SimPy itself, stream dispatch, finishing ops and
@@ -11,6 +12,7 @@
 Prints figures; asserts nothing.
 
     python experiments/profile_simulate.py --case 175b-full
+    python experiments/profile_simulate.py --case 175b-full --keep-gc   # collector running
     py-spy record -r 200 -f raw -o /tmp/spy.txt -- python experiments/profile_simulate.py
     python experiments/profile_simulate.py --spy /tmp/spy.txt
 """
@@ -68,11 +70,14 @@ def spy_parts(path: str) -> None:
         print(f"{n / total:6.1%}  {part}")
 
 
-def phases(case: str) -> None:
+def phases(case: str, keep_gc: bool = False) -> None:
     import simulator.simulate as sim
     from simulator.engine import core
     from bench_simulate import make
     spent: Counter = Counter()
+    if keep_gc:                  # what pausing the garbage collector saves (gc_pause)
+        from contextlib import nullcontext
+        sim.paused_gc = core.paused_gc = nullcontext
 
     def timed(name, owner, attr):
         f = getattr(owner, attr)
@@ -106,11 +111,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--case", default="175b-full", choices=sorted(CASES))
     ap.add_argument("--spy", default=None, help="a py-spy raw profile to group by part")
+    ap.add_argument("--keep-gc", action="store_true",
+                    help="leave the garbage collector running during the simulation")
     a = ap.parse_args()
     if a.spy:
         spy_parts(a.spy)
     else:
-        phases(a.case)
+        phases(a.case, a.keep_gc)
 
 
 if __name__ == "__main__":
