@@ -5,10 +5,10 @@ events, one ``Record`` per op). Each allocation counts towards the collector's t
 and every so often a full collection walks all live container objects: on the unfolded
 GPT-3 175B / 1,024-GPU step (about 1 M records) that was a fifth to a quarter of the run's CPU
 time while it freed almost nothing (a few hundred cycles); ``experiments/profile_simulate.py
---keep-gc`` measures it. The engine creates no garbage that
-reference counting cannot free except a few SimPy conditions, so the collector is paused
-for the run and restored after it; what little cyclic garbage there is is collected at the
-next collection after that. Results do not depend on it (the collector never changes
+--keep-gc`` measures it. During a run almost nothing becomes
+cyclic garbage (a few SimPy conditions), so the collector is paused for the run and restored
+after it; the first collection after that frees those and the finished engine (its streams
+refer to it), and is counted in the run's time. Results do not depend on it (the collector never changes
 values), only the time.
 """
 from __future__ import annotations
