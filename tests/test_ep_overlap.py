@@ -79,12 +79,14 @@ def _job(plan="tp=1,pp=1,ep=8,mbs=1,zero=1,ep_overlap=true", gbs=32):
 
 
 def _free_costs(job, f=1e-3, b=2e-3):
-    """The job's costs with layers of ``f``/``b`` seconds, no embedding, head, optimizer,
-    TP or data-parallel traffic (free other communication)."""
+    """The job's costs with layers of ``f``/``b`` seconds, no embedding, head, optimizer
+    (nor its passes over the gradient buffer), TP or data-parallel traffic (free other
+    communication)."""
     c = stage_costs(job)
     return replace(c, embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
                    head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                   optimizer_by_stage=(0.0,) * job.plan.pp, grad_bytes=0.0, param_bytes=0.0,
+                   optimizer_by_stage=(0.0,) * job.plan.pp,
+                   passes_by_stage=(0.0,) * job.plan.pp, grad_bytes=0.0, param_bytes=0.0,
                    layer_fwd=f, layer_bwd=b, layer_recompute=0.0, layer_wgrad=0.0,
                    tp_bytes=0.0)
 
