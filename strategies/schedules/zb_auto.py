@@ -72,11 +72,15 @@ class AutoTimes:
 @dataclass(frozen=True)
 class AutoResult:
     """The heuristic's schedule: ``orders[r]`` the steps of rank ``r``, ``ends`` each step's
-    end time (seconds, same shape) with the given times, ``span`` the longest rank span."""
+    end time (seconds, same shape) with the given times, ``span`` the longest rank span
+    (first ``F``'s start to last ``W``'s end: an iteration under post-validation, when
+    iterations follow each other) and ``makespan`` the last end of one iteration alone (all
+    ranks start at 0)."""
 
     orders: tuple[tuple[Step, ...], ...]
     ends: tuple[tuple[float, ...], ...]
     span: float
+    makespan: float
 
 
 class CannotFit(ValueError):
@@ -196,10 +200,11 @@ def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
         while n["W"][j] < m:
             put(j, "W")
     span = max(done["W", j, m - 1] - done["F", j, 0] + cost["F"] for j in range(pp))
-    return AutoResult(tuple(map(tuple, orders)), tuple(map(tuple, ends)), span)
+    makespan = max(free)
+    return AutoResult(tuple(map(tuple, orders)), tuple(map(tuple, ends)), span, makespan)
 
 
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=4096)
 def auto_schedule(pp: int, m: int, times: AutoTimes, limit: float) -> AutoResult:
     """The heuristic's orders for ``pp`` ranks and ``m`` micro-batches under ``limit``
     (units of ``M_B``): the best of its 8 variants (module docstring). ``CannotFit`` when
@@ -254,27 +259,29 @@ class ZBAuto(Schedule):
         raise_first(Schedule.shape_rules(self, pp, vpp, None))     # one chunk per rank
         return list(self.result(pp, m).orders[stage])
 
-    def _unit_span(self, pp: int, m: int, f_share: float, w_share: float) -> float:
-        """Span of the heuristic with free communication, per-stage times summing to 1."""
+    def _unit(self, pp: int, m: int, f_share: float, w_share: float) -> AutoResult:
+        """The heuristic with free communication, per-stage times summing to 1."""
         b = max(0.0, 1.0 - f_share - w_share)
         t = AutoTimes(f_share, b, w_share, 0.0, self.times.w_mem)
-        return auto_schedule(int(pp), int(m), t, self.limit(int(pp))).span
+        return auto_schedule(int(pp), int(m), t, self.limit(int(pp)))
 
     def bubble_fraction(self, pp: Any, m: Any, vpp: Any = 1, w_share: Any = 0.0) -> Any:
-        """The heuristic's rank span with free communication, ``T_F = T_B`` and ``W``'s
-        share ``w_share``, over the ideal ``m·(T_F + T_B + T_W)``, less 1."""
+        """The heuristic's longest rank span (``AutoResult.span``) with free communication,
+        ``T_F = T_B`` and ``W``'s share ``w_share``, over the ideal ``m·(T_F + T_B + T_W)``,
+        less 1: the idle of an iteration under post-validation."""
         pp, m, w = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (pp, m, w_share)))
         out = np.zeros(pp.shape)
         for idx in np.ndindex(pp.shape):
             f = (1.0 - w[idx]) / 2
-            out[idx] = self._unit_span(pp[idx], m[idx], f, float(w[idx])) / m[idx] - 1
+            out[idx] = self._unit(pp[idx], m[idx], f, float(w[idx])).span / m[idx] - 1
         return out if out.shape else float(out)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
                       w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
-        """``m·t_max + (t_sum - t_max)·x`` with ``x`` the heuristic's idle per filling stage
-        (its free-communication rank span for unit stage time less ``m``, over ``pp - 1``):
-        exact for balanced stages."""
+        """One iteration's makespan, as the simulator runs it: ``m·t_max + (t_sum - t_max)·x``
+        with ``x`` the heuristic's idle per filling stage (its free-communication makespan for
+        unit stage time, ``AutoResult.makespan``, less ``m``, over ``pp - 1``); exact for
+        balanced stages."""
         arrs = np.broadcast_arrays(*(np.asarray(a, dtype=float)
                                      for a in (m, t_max, t_sum, w_share, f_share, pp)))
         mm, tmax, tsum, w, f, p = arrs
@@ -283,8 +290,8 @@ class ZBAuto(Schedule):
             if p[idx] <= 1:
                 out[idx] = mm[idx] * tmax[idx]
                 continue
-            x = (self._unit_span(p[idx], mm[idx], float(f[idx]), float(w[idx])) - mm[idx]) \
-                / (p[idx] - 1)
+            unit = self._unit(p[idx], mm[idx], float(f[idx]), float(w[idx]))
+            x = (unit.makespan - mm[idx]) / (p[idx] - 1)
             out[idx] = mm[idx] * tmax[idx] + (tsum[idx] - tmax[idx]) * x
         return out if out.shape else float(out)
 
