@@ -273,7 +273,8 @@ class ZBAuto(Schedule):
         out = np.zeros(pp.shape)
         for idx in np.ndindex(pp.shape):
             f = (1.0 - w[idx]) / 2
-            out[idx] = self._unit(pp[idx], m[idx], f, float(w[idx])).span / m[idx] - 1
+            # never below 0 (a span covers its work); rounding of the shares can give -1e-16
+            out[idx] = max(0.0, self._unit(pp[idx], m[idx], f, float(w[idx])).span / m[idx] - 1)
         return out if out.shape else float(out)
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
