@@ -88,7 +88,7 @@ def network_rules(job: Job) -> tuple[bool, bool, str]:
         return True, True, ""
     if min(cl.nics_per_node, cl.gpus_per_node) != cl.gpus_per_node:
         return False, False, f"{cl.nics_per_node} NICs for {cl.gpus_per_node} GPUs per node"
-    if cl.inter_node_topology not in ("rail_fat_tree", "fat_tree"):
+    if cl.inter_node_topology not in ("rail_fat_tree", "rail_only", "fat_tree"):
         return False, False, f"inter-node topology {cl.inter_node_topology!r}"
     leaves = -(-cl.num_nodes // cl.nodes_per_leaf)
     if cl.oversubscription != 1 and leaves > 1:
@@ -199,7 +199,7 @@ def make_link_map(job: Job, rep_of: np.ndarray):
     G = cl.gpus_per_node
     R = graph_rails_count(job)
     per = cl.nodes_per_leaf
-    rail_tree = cl.inter_node_topology == "rail_fat_tree"
+    rail_tree = cl.inter_node_topology in ("rail_fat_tree", "rail_only")
     rep = rep_of.tolist()
 
     def owner(u, v) -> int | None:
@@ -219,7 +219,7 @@ def make_link_map(job: Job, rep_of: np.ndarray):
             return ("nvswitch", node)
         if x[0] == "nic":
             return ("nic", node, local % R)
-        return ("leaf", local % R if rail_tree else 0, node // per)
+        return ("leaf", local % R if rail_tree else 0, node // per, *x[3:])   # x[3]: plane
 
     def link_map(nodes: Sequence) -> list[tuple]:
         out = []

@@ -7,6 +7,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import FrameworkProfile, check_plan, get_profile
+from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
@@ -63,13 +64,20 @@ class Job:
         dp_index = (rank // (p.tp * p.cp)) % p.dp
         return p.group_microbatches[replica_groups(self.cluster, p)[dp_index]]
 
+    @property
+    def layout(self) -> PipelineLayout:
+        """The layers each (pipeline rank, chunk) holds (``strategies.layout``): the one
+        representation the cost record, the memory model and the compiler read."""
+        return build_layout(self.model, self.plan)
+
     def layers_of_stage(self, stage: int) -> int:
-        """Transformer layers held by pipeline stage ``stage`` (all its chunks): the plan's
-        ``layers_per_stage`` when given (uneven stages), else ``num_layers / pp``. The one
-        rule the cost record, the memory model and the compiler read."""
-        if self.plan.layers_per_stage is not None:
-            return self.plan.layers_per_stage[stage]
-        return self.model.num_layers // self.plan.pp
+        """Transformer layers held by pipeline stage ``stage`` (all its chunks), read from
+        ``layout`` (``num_layers / pp`` for the even split)."""
+        return self.layout.layers_of_stage(stage)
+
+    def layers_of_chunk(self, stage: int, chunk: int) -> int:
+        """Transformer layers of ``stage``'s model chunk ``chunk`` (``layout``)."""
+        return self.layout.layers(stage, chunk)
 
     @property
     def tokens_per_step(self) -> int:
@@ -78,7 +86,8 @@ class Job:
     def to_dict(self) -> dict:
         """The inputs as JSON; ``system`` only when it is not ``DEFAULT_SYSTEM``."""
         d = {"model": self.model.report_dict(), "cluster": self.cluster.to_dict(),
-             "plan": self.plan.to_dict(), "dtype": self.dtype, "seq_len": self.seq_len,
+             "plan": self.plan.to_dict(), "layout": self.layout.to_dict(),
+             "dtype": self.dtype, "seq_len": self.seq_len,
              "num_microbatches": self.num_microbatches, "framework": self.framework.name}
         if self.system != DEFAULT_SYSTEM:
             d["system"] = asdict(self.system)
@@ -140,16 +149,8 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
         raise SpecError("tp", plan.tp, f"must divide num_attention_heads={a}")
     if kv % plan.tp:
         raise SpecError("tp", plan.tp, f"must divide num_query_groups (KV heads)={kv}")
-    chunks = plan.pp * plan.vpp
-    if plan.layers_per_stage is not None:
-        total = sum(plan.layers_per_stage)
-        if total != model.num_layers:
-            raise SpecError("layers_per_stage", "/".join(map(str, plan.layers_per_stage)),
-                            f"must sum to num_layers={model.num_layers} (sums to {total})")
-    elif model.num_layers % chunks:
-        what = f"pp*vpp = {plan.pp}*{plan.vpp} = {chunks}" if plan.vpp > 1 else f"pp={plan.pp}"
-        raise SpecError("num_layers", model.num_layers, f"must be divisible by {what}")
-    _check_recompute_against_model(model, plan)
+    lay = build_layout(model, plan)  # the layers each chunk holds; SpecError where it cannot
+    _check_recompute_against_model(model, plan, lay)
     s = model.seq_length
     if plan.cp > 1 and s % (2 * plan.cp):
         raise SpecError("cp", plan.cp, f"2*cp must divide seq_len={s} (load-balanced ring attention)")
@@ -166,20 +167,19 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
                             "(experts are sharded across data-parallel ranks)")
 
 
-def _check_recompute_against_model(model: ModelSpec, plan: Plan) -> None:
+def _check_recompute_against_model(model: ModelSpec, plan: Plan,
+                                   layout: PipelineLayout) -> None:
     """``recompute_layers`` at most the layers of a model chunk (Megatron: between 1 and
-    ``num_layers_per_pipeline_rank``; the largest chunk with uneven stages); each
-    ``recompute_modules`` entry present in the model (MoE modules need an MoE model, shared
-    experts need them, ``mla_up_proj`` needs MLA)."""
+    ``num_layers_per_pipeline_rank``; the largest chunk of the ``layout`` where chunks
+    differ); each ``recompute_modules`` entry present in the model (MoE modules need an MoE
+    model, shared experts need them, ``mla_up_proj`` needs MLA)."""
     n = plan.recompute_layers
     if n is not None:
-        per_stage = (plan.layers_per_stage if plan.layers_per_stage is not None
-                     else (model.num_layers // plan.pp,))
-        lpc = max(per_stage) // plan.vpp
+        lpc = max(layout.layers(r, c) for r, c in layout.positions)
         if n > lpc:
-            raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of one "
-                            f"model chunk (num_layers/(pp*vpp) = {model.num_layers}/"
-                            f"({plan.pp}*{plan.vpp}))")
+            raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of the "
+                            f"largest model chunk (layout {layout.text}, pp={plan.pp}, "
+                            f"vpp={plan.vpp})")
     need = {"moe_act": (model.is_moe, "an MoE model"), "moe": (model.is_moe, "an MoE model"),
             "shared_experts": (model.num_shared_experts > 0, "shared experts"),
             "mla_up_proj": (model.is_mla, "multi-latent attention"),

@@ -39,7 +39,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
                         "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
-    a += _uneven_megatron_args(p)
+    a += _uneven_megatron_args(job)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
@@ -145,14 +145,29 @@ def _layer_pattern(m) -> str:
     return "(" + "+".join(f"[{b}]*{n}" for b, n in runs) + ")"
 
 
-def _uneven_megatron_args(p) -> list[str]:
-    """Megatron-LM's uneven stages: the first and the last stage's layers, the middle stages
-    even (``--decoder-first/last-pipeline-num-layers``); a refusal for what it cannot express
-    (unequal middle stages, per-group batch shares)."""
+def _uneven_megatron_args(job: Job) -> list[str]:
+    """Megatron-LM's pipeline layout switches (docs/layout.md): the layout string, the first
+    and the last stage's layers (``--decoder-first/last-pipeline-num-layers``, the middle
+    stages even), the embedding and the loss counted as layers; a refusal for what it cannot
+    express (unequal middle stages without a layout string, per-group batch shares)."""
+    p = job.plan
     if p.group_microbatches is not None:
         raise SpecError("--export", "megatron", "Megatron-LM gives every data-parallel "
                         "replica the same micro-batch count; group_microbatches="
                         f"{'/'.join(map(str, p.group_microbatches))} has no argument")
+    if p.layout is not None:
+        return [f"--pipeline-model-parallel-layout '{job.layout.text}'"]
+    out = []
+    if p.first_stage_layers is not None:
+        out.append(f"--decoder-first-pipeline-num-layers {p.first_stage_layers}")
+    if p.last_stage_layers is not None:
+        out.append(f"--decoder-last-pipeline-num-layers {p.last_stage_layers}")
+    if p.account_embedding:
+        out.append("--account-for-embedding-in-pipeline-split")
+    if p.account_loss:
+        out.append("--account-for-loss-in-pipeline-split")
+    if out:
+        return out
     ls = p.layers_per_stage
     if ls is None:
         return []

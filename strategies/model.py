@@ -9,6 +9,7 @@ MoE layers every ``moe_layer_freq`` layers, multi-token-prediction modules
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -214,6 +215,24 @@ class ModelSpec:
     def layer_kinds(self) -> tuple[str, ...]:
         """``"dense"`` or ``"moe"`` for each layer, first to last."""
         return tuple("moe" if self.is_moe_layer(i) else "dense" for i in range(self.num_layers))
+
+    def of_kind(self, kind: str) -> "ModelSpec":
+        """This model with every layer of ``kind`` (``dense`` or ``moe``): the cost model's
+        mean layer of the view is one layer of that kind (a layout sums its chunks' layers by
+        kind, ``strategies.cost.stage``). The model itself when all its layers are of that
+        kind. A view for costing only: a dense view of an MoE model keeps its experts'
+        fields and has no MoE layer, which ``__post_init__`` would refuse."""
+        _check_kind(kind)
+        counts = self.layer_counts()
+        if counts.get(kind, 0) == self.num_layers:
+            return self
+        if kind == "moe" and not self.is_moe:
+            raise SpecError("kind", kind, f"{self.name} has no experts")
+        view = copy.copy(self)
+        object.__setattr__(view, "moe_layer_freq", 1)
+        object.__setattr__(view, "first_k_dense_replace",
+                           self.num_layers if kind == "dense" else 0)
+        return view
 
     @property
     def num_moe_layers(self) -> int:

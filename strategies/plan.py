@@ -20,7 +20,15 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
           "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
-          "sequence_parallel": "sp", "zero_stage": "zero"}
+          "sequence_parallel": "sp", "zero_stage": "zero",
+          # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
+          "pipeline_layout": "layout", "pipeline_model_parallel_layout": "layout",
+          "decoder_first_pipeline_num_layers": "first_stage_layers",
+          "num_layers_in_first_pipeline_stage": "first_stage_layers",
+          "decoder_last_pipeline_num_layers": "last_stage_layers",
+          "num_layers_in_last_pipeline_stage": "last_stage_layers",
+          "account_for_embedding_in_pipeline_split": "account_embedding",
+          "account_for_loss_in_pipeline_split": "account_loss"}
 
 
 @dataclass(frozen=True)
@@ -46,6 +54,11 @@ class Plan:
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
+    layout: str | None = None              # Megatron's pipeline layout string (docs/layout.md)
+    first_stage_layers: int | None = None  # --decoder-first-pipeline-num-layers
+    last_stage_layers: int | None = None   # --decoder-last-pipeline-num-layers
+    account_embedding: bool = False        # the embedding counts as a layer slot (NeMo)
+    account_loss: bool = False             # the LM head and loss count as a layer slot
     recompute_layers: int | None = None      # full: layers recomputed per chunk (None: all)
     recompute_method: str | None = None      # full with recompute_layers: block (default) or uniform
     recompute_modules: tuple[str, ...] | None = None   # selective: Megatron-Core's modules
@@ -75,6 +88,7 @@ class Plan:
             _check_layers_per_stage(self)
         if self.group_microbatches is not None:
             _check_group_microbatches(self)
+        _check_layout_fields(self)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -111,6 +125,13 @@ class Plan:
             parts.append("L" + "/".join(map(str, self.layers_per_stage)))
         if self.group_microbatches is not None:
             parts.append("M" + "/".join(map(str, self.group_microbatches)))
+        if self.layout is not None:
+            parts.append("layout " + self.layout)
+        if self.first_stage_layers is not None or self.last_stage_layers is not None:
+            parts.append(f"first{self.first_stage_layers or '-'} "
+                         f"last{self.last_stage_layers or '-'}")
+        if self.account_embedding or self.account_loss:
+            parts.append("slots" + "+E" * self.account_embedding + "+L" * self.account_loss)
         return " ".join(parts)
 
 
@@ -192,6 +213,39 @@ def _check_layers_per_stage(p: Plan) -> None:
                         "stages are not modelled for it")
 
 
+def _check_layout_fields(p: Plan) -> None:
+    """The pipeline layout switches: one way of giving the layout at a time (Megatron's
+    rules), the layout string parsed with ``pp·vpp`` non-empty stages
+    (``strategies.layout.plan_layout_stages``); the rules against the model's layers are
+    checked where the job is built (``strategies.layout.build_layout``)."""
+    from strategies.layout import plan_layout_stages
+    for f in ("first_stage_layers", "last_stage_layers"):
+        if getattr(p, f) is not None:
+            check_int(f, getattr(p, f), 1, MAX_LAYERS)
+    for f in ("account_embedding", "account_loss"):
+        check_bool(f, getattr(p, f))
+    fl = p.first_stage_layers is not None or p.last_stage_layers is not None
+    acc = p.account_embedding or p.account_loss
+    given = [name for name, on in (("layout", p.layout is not None),
+                                   ("layers_per_stage", p.layers_per_stage is not None),
+                                   ("first_stage_layers/last_stage_layers", fl),
+                                   ("account_embedding/account_loss", acc)) if on]
+    def named(group: str) -> str:            # the field of a group that is set
+        return next(f for f in group.split("/") if getattr(p, f) not in (None, False))
+
+    if len(given) > 1:
+        raise SpecError(named(given[1]), getattr(p, named(given[1])),
+                        f"cannot be combined with {given[0]} (give the pipeline layout one "
+                        "way; Megatron-LM refuses the same combinations)")
+    if p.layout is not None:
+        if not isinstance(p.layout, str):
+            raise SpecError("layout", p.layout, "must be a Megatron pipeline layout string")
+        plan_layout_stages(p)
+    if (fl or acc) and p.pp == 1:
+        raise SpecError(named(given[0]), getattr(p, named(given[0])),
+                        "needs pipeline parallelism (pp > 1)")
+
+
 def _check_group_microbatches(p: Plan) -> None:
     """Micro-batches per pipeline for the data-parallel replicas of each node group: positive
     counts; gradients reduced once per step (ZeRO <= 1) and no expert parallelism, whose
@@ -233,7 +287,8 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
-_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap"}
+_BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
+          "account_embedding", "account_loss"}
 _STRS = {"schedule", "recompute", "recompute_method"}
 
 
@@ -260,6 +315,14 @@ def _coerce(key: str, value: Any) -> Any:
         if s in ("false", "0", "no", "off"):
             return False
         raise SpecError(key, value, "must be true or false")
+    if key == "layout":
+        if value is None:
+            return None
+        if not isinstance(value, str):
+            raise SpecError(key, value, "must be a Megatron pipeline layout string")
+        return value.strip()
+    if value is None and key in ("first_stage_layers", "last_stage_layers"):
+        return None
     if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
@@ -304,6 +367,13 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
         args["schedule"], args["vpp"] = name, vpp
     elif "schedule" in args and "vpp" not in args:
         args["vpp"] = get_schedule(name).default_vpp
+        if isinstance(args.get("layout"), str) and get_schedule(name).chunked \
+                and isinstance(args.get("pp", 1), int) and args.get("pp", 1) >= 1:
+            # Megatron reads vpp from the layout: its stages over pp
+            from strategies.layout import parse_layout
+            n = len(parse_layout(args["layout"]))
+            if n % args.get("pp", 1) == 0:
+                args["vpp"] = n // args.get("pp", 1)
     return Plan(**args)
 
 
@@ -328,7 +398,9 @@ def plan_mapping(text: str) -> dict[str, Any]:
     last = None
     for item in filter(None, (p.strip() for p in text.split(","))):
         key, eq, value = item.partition("=")
-        if not eq and last is not None:       # recompute_modules=core_attn,mlp: a list item
+        if not eq and last is not None:
+            # a layout string's cosmetic commas (Megatron's), or a list item
+            # (recompute_modules=core_attn,mlp)
             d[last] += "," + item
             continue
         if not eq or not key.strip():
@@ -337,7 +409,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
         canon = _ALIAS.get(key.strip().lower(), key.strip().lower())
-        last = key.strip() if canon in _LIST_KEYS else None
+        last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
     return d
 
 

@@ -18,12 +18,17 @@ from typing import Any, Mapping
 from topologies.errors import SpecError
 from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
+from topologies.planes import check_planes
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
                                check_number, parse_int_text)
 
 INTRA_TOPOLOGIES = ("switch", "mesh", "ring")
-INTER_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "torus", "ring")
+INTER_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "rail_only", "torus", "ring")
+#: inter-node topologies built of leaves and spines, which can be split into planes
+SWITCHED_TOPOLOGIES = ("rail_fat_tree", "fat_tree", "rail_only")
+#: intra-node fabrics that forward a rail-only network's cross-rail traffic in one hop
+RAIL_ONLY_INTRA = ("switch", "mesh")
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,7 @@ class Cluster:
     source: str = field(default="", compare=False)
     gpus_per_tray: int | None = None
     nvlink_domain_gpus: int | None = None
+    planes: int = 1
 
     def __post_init__(self) -> None:
         check_name("cluster.name", self.name)
@@ -100,12 +106,24 @@ class Cluster:
         if self.inter_node_topology not in INTER_TOPOLOGIES:
             raise SpecError("inter_node_topology", self.inter_node_topology,
                             f"must be one of {', '.join(INTER_TOPOLOGIES)}")
+        check_planes(self.planes)
+        if self.planes > 1 and self.inter_node_topology not in SWITCHED_TOPOLOGIES:
+            raise SpecError("planes", self.planes, f"a {self.inter_node_topology} network has "
+                            f"no switch planes; planes > 1 needs one of "
+                            f"{', '.join(SWITCHED_TOPOLOGIES)}")
+        if self.inter_node_topology == "rail_only" and self.gpus_per_node > 1 \
+                and self.intra_node_topology not in RAIL_ONLY_INTRA:
+            raise SpecError("inter_node_topology", "rail_only",
+                            f"a rail-only network forwards cross-rail traffic through one "
+                            f"NVLink hop inside a node; intra_node_topology="
+                            f"{self.intra_node_topology} cannot (needs "
+                            f"{' or '.join(RAIL_ONLY_INTRA)})")
         if self.storage_write_bandwidth is not None:
             check_number("storage_write_bandwidth", self.storage_write_bandwidth, 0.0,
                          MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True)
         if not isinstance(self.faults, Faults):
             raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
-        self.faults.check_against(total, self.num_nodes, self.gpus_per_node)
+        self.faults.check_against(total, self.num_nodes, self.gpus_per_node, self.planes)
         if self.gpus_per_tray is not None:
             _positive_int("gpus_per_tray", self.gpus_per_tray, MAX_GPUS_PER_NODE)
             if self.gpus_per_node % self.gpus_per_tray:
@@ -296,6 +314,9 @@ class Cluster:
             "inter_node_topology": self.inter_node_topology,
             "nodes_per_leaf": self.nodes_per_leaf,
         }
+        if self.planes > 1:
+            d["network"] = {"kind": "multi_plane", "planes": self.planes,
+                            "plane_topology": d.pop("inter_node_topology")}
         if self.gpus_per_tray is not None:
             d["gpus_per_tray"] = self.gpus_per_tray
         if self.nvlink_domain_gpus is not None:
@@ -386,6 +407,19 @@ _RACKS: dict[str, tuple[str, int, int, float, float, str]] = {
                     "NVL72 racks: 18 trays x 4 GB300 GPUs, one NVLink 5 domain of 72 GPUs "
                     "(900 GB/s/GPU), 1x 800 Gb/s ConnectX-8 per GPU between racks"),
 }
+# Multi-plane variants of presets: name -> (base preset, planes, doc). ConnectX-8 runs as 800
+# Gb/s InfiniBand XDR or as 2 x 400 Gb/s Ethernet into two Spectrum-X planes (NVIDIA's
+# ConnectX-8 SuperNIC product brief and Hot Chips 2025 talk).
+_PLANED: dict[str, tuple[str, int, str]] = {
+    "dgx-b300-2plane": ("dgx-b300", 2,
+                        "dgx-b300 with each 800 Gb/s ConnectX-8 as 2 x 400 Gb/s ports into two "
+                        "independent Spectrum-X Ethernet planes"),
+    "gb300-nvl72-2plane": ("gb300-nvl72", 2,
+                           "gb300-nvl72 with each 800 Gb/s ConnectX-8 as 2 x 400 Gb/s ports "
+                           "into two independent Spectrum-X Ethernet planes; PRESET:N counts "
+                           "trays"),
+}
+_RACKS.update({k: _RACKS[base] for k, (base, _, _) in _PLANED.items() if base in _RACKS})
 RACK_PRESETS = tuple(_RACKS)
 # Latencies (s): one hop through NVSwitch / NVLink; NIC-to-NIC through the fat tree.
 INTRA_LATENCY_S = 2.0e-6
@@ -393,10 +427,13 @@ INTER_LATENCY_S = 5.0e-6
 
 
 def preset_names() -> list[str]:
-    return [*_PRESETS, *_RACKS]
+    return [*_PRESETS, *(k for k in _RACKS if k not in _PLANED),
+            *(k for k in _PLANED if k not in _RACKS), *(k for k in _PLANED if k in _RACKS)]
 
 
 def preset_description(name: str) -> str:
+    if name in _PLANED:
+        return _PLANED[name][-1]
     return (_RACKS.get(name) or _PRESETS[name])[-1]
 
 
@@ -405,6 +442,8 @@ def preset_unit_gpus(name: str) -> int:
     key = str(name).strip().lower()
     if key in _RACKS:
         return _RACKS[key][1]
+    if key in _PLANED:
+        key = _PLANED[key][0]
     if key not in _PRESETS:
         raise SpecError("cluster", name, f"unknown preset; known: {', '.join(preset_names())}")
     return _PRESETS[key][1]
@@ -433,6 +472,10 @@ def cluster_preset(name: str, num_nodes: int = 1) -> Cluster:
     """A preset cluster of ``num_nodes`` nodes (of ``num_nodes`` trays for a rack-scale
     preset such as ``gb200-nvl72``)."""
     key = str(name).strip().lower()
+    if key in _PLANED:
+        base, planes, _ = _PLANED[key]
+        c = cluster_preset(base, num_nodes)
+        return replace(c, name=f"{key}:{c.name.split(':')[1]}", planes=planes, source=key)
     if key in _RACKS:
         return _rack_preset(key, num_nodes)
     if key not in _PRESETS:
@@ -510,7 +553,8 @@ def parse_cluster_arg(text: str) -> Cluster:
 _KEYS = {"name", "gpu", "nodes", "gpus_per_node", "intra_node_GBps", "intra_node_latency_us",
          "intra_node_topology", "nics_per_node", "inter_node_gbps", "inter_node_latency_us",
          "oversubscription", "inter_node_topology", "node_groups", "preset", "nodes_per_leaf",
-         "faults", "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus"}
+         "faults", "storage_write_GBps", "gpus_per_tray", "nvlink_domain_gpus", "network"}
+_NETWORK_KEYS = {"kind", "planes", "plane_topology"}
 
 
 def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> Cluster:
@@ -524,7 +568,17 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
     if "node_groups" in d and ("gpu" in d or "nodes" in d):
         raise SpecError("node_groups", "...", "give either node_groups or gpu and nodes, not both")
     base = cluster_preset(check_name("preset", d["preset"]), 1).to_dict() if "preset" in d else {}
+    if "network" in d and "inter_node_topology" in d:
+        raise SpecError("network", d["network"], "give either network: or "
+                        "inter_node_topology:, not both")
+    if "network" in d:
+        base.pop("inter_node_topology", None)
+    elif "inter_node_topology" in d:
+        base.pop("network", None)
     merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
+    topology, planes = network_from_mapping(merged)
+    if planes > 1:
+        check_planes(planes, float(merged["inter_node_gbps"]), "network.planes")
     if "node_groups" in d:
         merged.pop("gpu", None)
         merged.pop("nodes", None)
@@ -557,7 +611,7 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         inter_node_latency=num["inter_node_latency_us"] * 1e-6,
         oversubscription=num["oversubscription"],
         intra_node_topology=merged.get("intra_node_topology", "switch"),
-        inter_node_topology=merged.get("inter_node_topology", "rail_fat_tree"),
+        inter_node_topology=topology, planes=planes,
         nodes_per_leaf=merged.get("nodes_per_leaf", 32),
         faults=faults_from_mapping(merged.get("faults")),
         storage_write_bandwidth=None if merged.get("storage_write_GBps") is None else check_number(
@@ -566,6 +620,40 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         source="yaml",
         gpus_per_tray=merged.get("gpus_per_tray"),
         nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
+
+
+def network_from_mapping(d: Mapping[str, Any]) -> tuple[str, int]:
+    """``(inter_node_topology, planes)`` of a cluster mapping: its ``network:`` section
+    (``{kind: multi_plane, planes: N, plane_topology: T}`` or ``{kind: T}``), else its
+    ``inter_node_topology`` with one plane."""
+    if "network" not in d:
+        return d.get("inter_node_topology", "rail_fat_tree"), 1
+    net = d["network"]
+    if not isinstance(net, Mapping):
+        raise SpecError("network", net, "must be a mapping {kind: ..., planes: N}")
+    unknown = sorted(str(k) for k in set(net) - _NETWORK_KEYS)
+    if unknown:
+        raise SpecError("network", unknown[0],
+                        f"unknown key; allowed: {', '.join(sorted(_NETWORK_KEYS))}")
+    kinds = ("multi_plane", *INTER_TOPOLOGIES)
+    kind = net.get("kind")
+    if kind not in kinds:
+        raise SpecError("network.kind", kind, f"must be one of {', '.join(kinds)}")
+    if kind != "multi_plane":
+        for key in ("planes", "plane_topology"):
+            if key in net:
+                raise SpecError(f"network.{key}", net[key], f"only with kind: multi_plane "
+                                f"(kind is {kind})")
+        return kind, 1
+    planes = net.get("planes", 2)
+    if isinstance(planes, bool) or not isinstance(planes, int) or planes < 2:
+        raise SpecError("network.planes", planes, "must be an integer >= 2 for a multi-plane "
+                        "network (each plane a NIC port and its own switches)")
+    topology = net.get("plane_topology", "rail_fat_tree")
+    if topology not in SWITCHED_TOPOLOGIES:
+        raise SpecError("network.plane_topology", topology,
+                        f"must be one of {', '.join(SWITCHED_TOPOLOGIES)}")
+    return topology, planes
 
 
 _GROUP_KEYS = {"gpu", "nodes", "intra_node_GBps", "inter_node_gbps"}

@@ -10,9 +10,13 @@ Factors are >= 1 (1 is healthy; a faster-than-nominal part is not a fault) and a
 ``nic:G``                GPU ``G``'s link to its NIC (both directions)
 ``node:N``               every link with an end in node ``N``: its GPUs' NVLink/NVSwitch
                          links, their NIC links and the NICs' links into the fabric
+``plane:P``              every link of plane ``P`` of a multi-plane network (its NIC ports,
+                         leaves and spines; ``topologies.planes``); a failed plane is
+                         ``plane:P=1e6`` (``MAX_FACTOR``)
 ``A-B``                  the physical link between graph nodes ``A`` and ``B``, each one of
                          ``G`` or ``gpu:G``, ``nvswitch:N``, ``nic:N.I``, ``leaf:R.J``,
-                         ``spine:R.K`` (the names of ``topologies.graph``)
+                         ``spine:R.K`` (``leaf:R.J.P``, ``spine:R.K.P`` on plane ``P`` of a multi-plane network; the
+                         names of ``topologies.graph``)
 =======================  ==============================================================
 
 The same faults come from ``--straggler``/``--degrade`` (repeatable) or a ``faults:`` section
@@ -35,11 +39,12 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from topologies.errors import SpecError
+from topologies.planes import striped_factor
 from topologies.limits import check_int, check_number, parse_int_text
 
 MAX_FACTOR = 1e6
-_NODE_RE = re.compile(r"(?:(gpu):)?([0-9]+)|(nvswitch):([0-9]+)|(nic|leaf|spine):([0-9]+)\.([0-9]+)",
-                      re.ASCII)
+_NODE_RE = re.compile(r"(?:(gpu):)?([0-9]+)|(nvswitch):([0-9]+)|(nic|leaf|spine):([0-9]+)\.([0-9]+)"
+                      r"(?:\.([0-9]+))?", re.ASCII)
 MAX_FAULTS = 4096
 
 
@@ -67,6 +72,11 @@ def parse_link_node(text: str) -> Any:
         return int(m.group(2))
     if m.group(3):
         return ("nvswitch", int(m.group(4)))
+    if m.group(8) is not None:
+        if m.group(5) == "nic":
+            raise SpecError("--degrade", text, "a NIC has no plane (nic:N.I); name the plane "
+                            "on its leaf (leaf:R.J.P) or the whole plane (plane:P)")
+        return (m.group(5), int(m.group(6)), int(m.group(7)), int(m.group(8)))
     return (m.group(5), int(m.group(6)), int(m.group(7)))
 
 
@@ -85,7 +95,7 @@ def parse_link(text: Any) -> LinkSpec:
         raise SpecError("--degrade", text, "a link must be nic:G, node:N or A-B")
     s = str(text).strip()
     head, colon, rest = s.partition(":")
-    if "-" not in s and colon and head in ("nic", "node") and "." not in rest:
+    if "-" not in s and colon and head in ("nic", "node", "plane") and "." not in rest:
         return LinkSpec(s, head, (parse_int_text(f"--degrade {head}", rest),))
     a, dash, b = s.partition("-")
     if not dash:
@@ -164,11 +174,18 @@ class Faults:
     def links(self) -> list[tuple[LinkSpec, float]]:
         return [(parse_link(t), f) for t, f in self.degraded]
 
-    def bandwidth_factors(self) -> tuple[float, float]:
+    def bandwidth_factors(self, planes: int = 1) -> tuple[float, float]:
         """The largest slowdown on an intra-node link (GPU–NVSwitch, GPU–GPU) and on a
-        GPU–NIC or NIC–fabric link; ``node:N`` counts for both, leaf–spine for neither."""
+        GPU–NIC or NIC–fabric link; ``node:N`` counts for both, leaf–spine for neither. Whole
+        planes (``plane:P`` of ``planes``) slow the striped NIC down together
+        (``topologies.planes.striped_factor``)."""
         intra = inter = 1.0
+        by_plane = {spec.ends[0]: f for spec, f in self.links() if spec.kind == "plane"}
+        if by_plane:
+            inter = striped_factor(planes, by_plane)
         for spec, f in self.links():
+            if spec.kind == "plane":
+                continue
             if spec.kind == "node":
                 intra, inter = max(intra, f), max(inter, f)
             elif spec.kind == "nic":
@@ -191,7 +208,8 @@ class Faults:
             out["degrade"] = {t: f for t, f in self.degraded}
         return out
 
-    def check_against(self, num_gpus: int, num_nodes: int, gpus_per_node: int) -> None:
+    def check_against(self, num_gpus: int, num_nodes: int, gpus_per_node: int,
+                      planes: int = 1) -> None:
         """Every GPU and node named exists (``SpecError`` naming the entry otherwise); link
         ends are checked against the graph when it is built (``topologies.graph``)."""
         for g, _ in self.stragglers:
@@ -205,6 +223,13 @@ class Faults:
                                                           f"0..{num_gpus - 1}")
                 if num_nodes == 1:
                     raise SpecError("degrade", spec.text, "a single-node cluster has no NICs")
+            elif spec.kind == "plane" and (planes == 1 or spec.ends[0] >= planes):
+                raise SpecError("degrade", spec.text,
+                                "needs a multi-plane network (network: {kind: multi_plane})"
+                                if planes == 1 else f"no such plane: the network has planes "
+                                                    f"0..{planes - 1}")
+            elif spec.kind == "plane" and num_nodes == 1:
+                raise SpecError("degrade", spec.text, "a single-node cluster has no network")
             elif spec.kind == "node" and spec.ends[0] >= num_nodes:
                 raise SpecError("degrade", spec.text, f"no such node: the cluster has nodes "
                                                       f"0..{num_nodes - 1}")

@@ -12,6 +12,9 @@ Node naming (stable, so routes can be computed from the names alone):
                              ``j*nodes_per_leaf .. (j+1)*nodes_per_leaf - 1``
                              (plain ``fat_tree``: one shared leaf per group, ``rail`` is 0)
 ``('spine', rail, k)``       spine ``k`` of a rail (``fat_tree``: rail 0)
+``('leaf', rail, j, p)``     with ``planes > 1`` (a multi-plane network,
+                             :mod:`topologies.planes`) leaves and spines carry their plane
+                             ``p``; each NIC has one port into each plane
 ==========================  ===============================================================
 
 ``rails = min(nics_per_node, gpus_per_node)`` (NICs that no GPU uses are not modelled). Node
@@ -168,9 +171,15 @@ def nic_links(cluster: Cluster, node: int) -> list[Link]:
 
 # ---------------------------------------------------------------- inter-node builders
 
+def _sw(kind: str, rail: int, index: int, plane: int, planes: int) -> tuple:
+    """A leaf or spine name: ``(kind, rail, index)``, with the plane appended when the
+    network has several (``('leaf', rail, j, plane)``)."""
+    return (kind, rail, index, plane) if planes > 1 else (kind, rail, index)
+
+
 def _leaf_uplinks(cluster: Cluster, rail: int, down_per_node: float,
-                  spines: int) -> list[Link]:
-    n, per = cluster.num_nodes, cluster.nodes_per_leaf
+                  spines: int, plane: int = 0) -> list[Link]:
+    n, per, planes = cluster.num_nodes, cluster.nodes_per_leaf, cluster.planes
     leaves = -(-n // per)
     if leaves == 1:
         return []
@@ -181,33 +190,49 @@ def _leaf_uplinks(cluster: Cluster, rail: int, down_per_node: float,
             scale = down_per_node / cluster.inter_node_bandwidth
             down = sum(cluster.inter_bandwidth_of_node(k) * scale
                        for k in range(j * per, min(n, (j + 1) * per)))
-        up = down / cluster.oversubscription / spines
-        out += [(("leaf", rail, j), ("spine", rail, k), up, 0.0) for k in range(spines)]
+        up = down / cluster.oversubscription / spines / planes
+        out += [(_sw("leaf", rail, j, plane, planes), _sw("spine", rail, k, plane, planes),
+                 up, 0.0) for k in range(spines)]
     return out
 
 
 @register("inter", "rail_fat_tree")
 def rail_fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
     """Rail-optimised leaf/spine: NIC ``i`` of every node to the rail-``i`` leaf of its group
-    of ``nodes_per_leaf`` nodes; each rail's leaves to that rail's spines."""
-    bw, lat, per = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
-        cluster.nodes_per_leaf
+    of ``nodes_per_leaf`` nodes; each rail's leaves to that rail's spines. With ``planes > 1``
+    one such fabric per plane, each NIC port at ``1/planes`` of the NIC."""
+    bw, lat, per, planes = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
+        cluster.nodes_per_leaf, cluster.planes
     out: list[Link] = []
-    for r in range(rails(cluster)):
-        out += [(("nic", n, r), ("leaf", r, n // per), cluster.inter_bandwidth_of_node(n), lat)
-                for n in range(cluster.num_nodes)]
-        out += _leaf_uplinks(cluster, r, bw, spines_per_rail)
+    for p in range(planes):
+        for r in range(rails(cluster)):
+            out += [(("nic", n, r), _sw("leaf", r, n // per, p, planes),
+                     cluster.inter_bandwidth_of_node(n) / planes, lat)
+                    for n in range(cluster.num_nodes)]
+            out += _leaf_uplinks(cluster, r, bw, spines_per_rail, p)
     return out
+
+
+# A rail-only network (Wang et al., arXiv 2307.12169) keeps each rail's own Clos and drops the
+# spine layer that joins the rails: the links and the routes paraplan builds for a rail fat
+# tree are already per rail (cross-rail traffic relays over NVLink, topologies.routing), so
+# the graph is the same; what differs is the switches bought (simulator.studies.network_cost).
+register("inter", "rail_only")(rail_fat_tree)
 
 
 @register("inter", "fat_tree")
 def fat_tree(cluster: Cluster, spines_per_rail: int = 1) -> list[Link]:
-    """Plain leaf/spine: all NICs of a group of ``nodes_per_leaf`` nodes share one leaf."""
-    bw, lat, per, nr = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
-        cluster.nodes_per_leaf, rails(cluster)
-    out = [(("nic", n, i), ("leaf", 0, n // per), cluster.inter_bandwidth_of_node(n), lat)
-           for n in range(cluster.num_nodes) for i in range(nr)]
-    return out + _leaf_uplinks(cluster, 0, nr * bw, spines_per_rail)
+    """Plain leaf/spine: all NICs of a group of ``nodes_per_leaf`` nodes share one leaf (per
+    plane)."""
+    bw, lat, per, nr, planes = cluster.inter_node_bandwidth, cluster.inter_node_latency / 4, \
+        cluster.nodes_per_leaf, rails(cluster), cluster.planes
+    out: list[Link] = []
+    for p in range(planes):
+        out += [(("nic", n, i), _sw("leaf", 0, n // per, p, planes),
+                 cluster.inter_bandwidth_of_node(n) / planes, lat)
+                for n in range(cluster.num_nodes) for i in range(nr)]
+        out += _leaf_uplinks(cluster, 0, nr * bw, spines_per_rail, p)
+    return out
 
 
 def _torus_links(cluster: Cluster, dims: tuple[int, ...]) -> list[Link]:
@@ -254,7 +279,8 @@ def build_graph(cluster: Cluster, spines_per_rail: int = 1) -> nx.DiGraph:
     graph = nx.DiGraph(name=cluster.name, num_nodes=n, gpus_per_node=g, rails=rails(cluster),
                        nodes_per_leaf=cluster.nodes_per_leaf, spines_per_rail=spines_per_rail,
                        intra_topology=cluster.intra_node_topology,
-                       inter_topology=cluster.inter_node_topology, torus_dims=dims)
+                       inter_topology=cluster.inter_node_topology, torus_dims=dims,
+                       planes=cluster.planes)
     graph.add_nodes_from((node * g + i, {"kind": "gpu", "node": node, "local": i,
                                          "gpu": cluster.gpu_of_node(node).name})
                          for node in range(n) for i in range(g))
@@ -287,6 +313,11 @@ def degraded_edges(graph: nx.DiGraph, cluster: Cluster) -> dict[tuple, float]:
                      if any(isinstance(x, tuple) and x[0] == "nic" for x in e)]
             if not edges:
                 raise SpecError("degrade", spec.text, "this GPU has no NIC link in the network")
+        elif spec.kind == "plane":
+            p = spec.ends[0]
+            edges = [(u, v) for u, v in graph.edges
+                     if any(isinstance(x, tuple) and x[0] in ("leaf", "spine") and len(x) == 4
+                            and x[3] == p for x in (u, v))]
         elif spec.kind == "node":
             n = spec.ends[0]
             mine = {v for v, a in graph.nodes(data=True)

@@ -10,7 +10,13 @@ is computed from the node names, without a graph search:
   another rail, the data first crosses the node fabric to the source node's GPU with the
   destination's local index (NCCL's PXN relay), which then uses its own NIC. Leaf, then
   (across leaves) the rail's spine chosen by ECMP, leaf, NIC, GPU.
+- other node, ``rail_only`` (Wang et al., "Rail-only", arXiv 2307.12169): as
+  ``rail_fat_tree``: there is no spine between rails, so traffic between GPUs of different
+  local indices always crosses the source node's NVLink to the destination's rail first (the
+  extra NVLink hop shares that GPU's NVLink port with the node's own NVLink traffic).
 - other node, ``fat_tree``: source NIC, shared leaf, (ECMP spine, leaf,) destination NIC.
+- multi-plane networks (``planes > 1``): :func:`route` gives plane 0's path;
+  :func:`plane_routes` gives every plane's path and the share of the bytes it carries.
 - other node, ``torus``/``ring``: PXN relay as above, then dimension-order routing over the
   rail's NICs, each dimension the shorter way round (ties go forward).
 
@@ -39,6 +45,8 @@ from collections import OrderedDict
 from typing import Callable, Hashable, Sequence
 
 import networkx as nx
+
+from topologies.planes import plane_shares
 
 Node = Hashable
 CACHE_SIZE = 1 << 20  # routes kept per graph
@@ -133,29 +141,54 @@ def _relay(meta: dict, src: int, dst: int) -> list[Node] | None:
     return [src] if a % nr == b % nr else _intra(meta, na, a, b)
 
 
-def _leaf_to_leaf(meta: dict, rail: int, src: int, dst: int) -> list[Node]:
+def _leaf_to_leaf(meta: dict, rail: int, src: int, dst: int, plane: int = 0) -> list[Node]:
     g, per = meta["gpus_per_node"], meta["nodes_per_leaf"]
     ja, jb = src // g // per, dst // g // per
+    tail = (plane,) if meta.get("planes", 1) > 1 else ()
     if ja == jb:
-        return [("leaf", rail, ja)]
+        return [("leaf", rail, ja, *tail)]
     k = stable_hash(src, dst) % meta["spines_per_rail"]
-    return [("leaf", rail, ja), ("spine", rail, k), ("leaf", rail, jb)]
+    return [("leaf", rail, ja, *tail), ("spine", rail, k, *tail), ("leaf", rail, jb, *tail)]
 
 
-def _rail_fat_tree(meta: dict, src: int, dst: int) -> list[Node] | None:
+def _rail_fat_tree(meta: dict, src: int, dst: int, plane: int = 0) -> list[Node] | None:
     g, nr = meta["gpus_per_node"], meta["rails"]
     rail = dst % g % nr
     head = _relay(meta, src, dst)
     if head is None:
         return None
-    return head + [("nic", src // g, rail), *_leaf_to_leaf(meta, rail, src, dst),
+    return head + [("nic", src // g, rail), *_leaf_to_leaf(meta, rail, src, dst, plane),
                    ("nic", dst // g, rail), dst]
 
 
-def _fat_tree(meta: dict, src: int, dst: int) -> list[Node]:
+def _fat_tree(meta: dict, src: int, dst: int, plane: int = 0) -> list[Node]:
     g, nr = meta["gpus_per_node"], meta["rails"]
-    return [src, ("nic", src // g, src % g % nr), *_leaf_to_leaf(meta, 0, src, dst),
+    return [src, ("nic", src // g, src % g % nr), *_leaf_to_leaf(meta, 0, src, dst, plane),
             ("nic", dst // g, dst % g % nr), dst]
+
+
+def plane_routes(graph: nx.DiGraph, src: Node, dst: Node) -> tuple[tuple[tuple, float], ...]:
+    """The paths a transfer from ``src`` to ``dst`` is striped over and the share of its
+    bytes each carries: ``((path, share), ...)``. One path with share 1 unless the graph is a
+    multi-plane network and the GPUs sit in different nodes; then one path per plane, the
+    shares by :func:`topologies.planes.plane_shares` (proportional to each plane path's
+    bottleneck bandwidth, so degraded planes carry less)."""
+    meta = graph.graph
+    planes = meta.get("planes", 1)
+    if planes == 1 or src == dst or not (_is_gpu(meta, src) and _is_gpu(meta, dst)) \
+            or int(src) // meta["gpus_per_node"] == int(dst) // meta["gpus_per_node"]:
+        return ((tuple(route(graph, src, dst)), 1.0),)
+    cache = _CACHES.get(graph)
+    if cache is None:
+        cache = _CACHES[graph] = OrderedDict()
+    key = ("planes", src, dst)
+    hit = cache.get(key)
+    if hit is None:
+        fn = _PLANE_ROUTES[meta["inter_topology"]]
+        paths = [tuple(fn(meta, int(src), int(dst), p)) for p in range(planes)]
+        shares = plane_shares([path_bandwidth(graph, p) for p in paths])
+        hit = cache[key] = tuple(zip(paths, shares))
+    return hit
 
 
 def _torus(meta: dict, src: int, dst: int) -> list[Node] | None:
@@ -190,5 +223,8 @@ def register_route(name: str, fn: RouteBuilder) -> None:
 
 
 for _name, _fn in (("rail_fat_tree", _rail_fat_tree), ("fat_tree", _fat_tree),
-                   ("torus", _torus), ("ring", _torus)):
+                   ("rail_only", _rail_fat_tree), ("torus", _torus), ("ring", _torus)):
     register_route(_name, _fn)
+# routers that take a plane (the topologies a multi-plane network is built of)
+_PLANE_ROUTES: dict[str, Callable[[dict, int, int, int], "list[Node] | None"]] = {
+    "rail_fat_tree": _rail_fat_tree, "rail_only": _rail_fat_tree, "fat_tree": _fat_tree}

@@ -4,7 +4,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from simulator.cli.common import add_json, add_plan_inputs, emit_json, fmt_s, resolve_job, table
+import sys
+
+from simulator.cli.common import (Once, add_json, add_plan_inputs, emit_json, fmt_s, resolve_job,
+                                  table)
+from strategies.launch import EXPORTS, export
 from strategies.estimate.scalar import estimate
 from strategies.memory.scalar import memory_by_origin_json
 
@@ -13,6 +17,9 @@ def register(sub) -> None:
     p = sub.add_parser("estimate", help="analytic step time and memory of one plan")
     add_plan_inputs(p)
     add_json(p)
+    p.add_argument("--export", action=Once, choices=EXPORTS, default=None,
+                   help="also print the plan's launch settings (Megatron-LM arguments or a "
+                   "DeepSpeed config)")
     p.set_defaults(func=run)
 
 
@@ -20,11 +27,30 @@ def run(args: argparse.Namespace) -> int:
     job = resolve_job(args)
     out = estimate(job).to_json()
     out["memory_by_origin"] = memory_by_origin_json(job)
+    text = None
+    if args.export:
+        text, notes = export(args.export, job)
+        for n in notes:
+            print(f"paraplan: note: {n}", file=sys.stderr)
+        out["export"] = {"kind": args.export, "text": text}
     if args.json:
         emit_json(out)
     else:
         print(render(out, job, "Analytic estimate"))
+        if text is not None:
+            print(f"\n{args.export} launch settings\n{text}")
     return 0
+
+
+def layout_lines(job) -> list[str]:
+    """The pipeline layout (``Job.layout``) where it is not the even split: Megatron's string
+    and what each rank's chunks hold."""
+    lay = job.layout
+    if job.plan.pp == 1 or (lay.uniform and lay.source == "even"):
+        return []
+    return [f"layout  {lay.text}   ({lay.source}; layers per stage "
+            f"{'/'.join(map(str, lay.layers_per_stage))})",
+            *(f"        {row}" for row in lay.table())]
 
 
 def render(out: dict[str, Any], job, title: str) -> str:
@@ -37,7 +63,14 @@ def render(out: dict[str, Any], job, title: str) -> str:
              + (f"{'/'.join(map(str, p.group_microbatches))} micro-batches per pipeline "
                 "by node group" if p.group_microbatches is not None else
                 f"{out['num_microbatches']} micro-batches per pipeline"),
+             *layout_lines(job),
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
+             *([f"network {cl.planes} planes of {cl.inter_node_topology}, each NIC's "
+                f"{cl.inter_node_bandwidth * 8 / 1e9:g} Gb/s as {cl.planes} ports of "
+                f"{cl.inter_node_bandwidth * 8 / 1e9 / cl.planes:g} Gb/s, transfers striped"]
+               if cl.planes > 1 else
+               ["network rail-only (no spine; cross-rail traffic relayed over NVLink)"]
+               if cl.inter_node_topology == "rail_only" else []),
              *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)"]
                if cl.gpu.profile is not None else []),
              "",

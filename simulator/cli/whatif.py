@@ -19,6 +19,7 @@ from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype
                               emit_json, fmt_s, positive_float, positive_int, resolve_cluster,
                               resolve_framework, resolve_model, table)
 from simulator.cli.search import fixed_plan_and_batch, merge_fixed, plan_framework
+from simulator.studies.network_cost import parse_network_prices
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
@@ -41,6 +42,13 @@ def register(sub) -> None:
                    help="price of one GPU-hour: one number for every GPU, 'default' (the "
                         "sourced table of simulator/studies/prices.py) or GPU=USD,... (that "
                         "table with these prices); adds the cost of a million training tokens")
+    p.add_argument("--network-prices", action=Once, default=None,
+                   metavar="switch=USD,optic_400=USD,...",
+                   help="prices of the scale-out network's parts (no defaults: give your "
+                        "quotes): USD per switch, per transceiver at a port speed "
+                        "(optic_200, optic_400, optic_800, ...), and switch_tbps (switch "
+                        "capacity per direction, default 51.2); adds the network's price to "
+                        "its switch and optics counts (simulator/studies/network_cost.py)")
     p.add_argument("--power", action="store_true",
                    help="add each GPU's TDP and the energy of a million tokens (kWh, every GPU "
                         "at its TDP for the whole step)")
@@ -92,6 +100,7 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
                         framework=resolve_framework(args, plan_framework(args.plan)),
                         gpu_hour_cost=(None if args.gpu_hour_cost is None
                                        else parse_prices(args.gpu_hour_cost)),
+                        network_prices=parse_network_prices(args.network_prices),
                         power=args.power, exhaustive=args.exhaustive,
                         workers=args.workers or os.cpu_count() or 1,
                         progress=args.progress or (sys.stderr.isatty() and not args.json))
@@ -120,6 +129,14 @@ def _value(v: Any) -> str:
     return f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _network_cells(parts: dict[str, Any]) -> list[str]:
+    if parts.get("error"):
+        return ["?", "?", "n/a"]
+    usd = parts["cost_usd"]
+    return [f"{parts['switches']:,}", f"{parts['transceivers']:,}",
+            "n/a" if usd is None else f"{usd / 1e6:.3g}"]
+
+
 def render(rep: dict[str, Any]) -> str:
     i = rep["inputs"]
     keys = list(i["vary"])
@@ -129,19 +146,24 @@ def render(rep: dict[str, Any]) -> str:
     out = [f"What if: {i['model']['name']} on {i['cluster']} ({gpus}), global batch "
            f"{i['global_batch']}, seq {i['seq_len']}, {i['dtype']}, {i['framework']}; {i['variants']} variant(s), "
            "the fastest plan of each (exact top-1 of a plan search over the same space)", ""]
+    prices = i.get("network_prices") or {}
+    net = bool({"network", "failed_planes"} & set(keys)) or len(prices) > 1
     heads = keys + ["best plan", "step", "MFU", "tokens/s", "peak GiB"]
     heads += ["$/1M tokens"] if cost else []
+    heads += ["switches", "optics", "network $M"] if net else []
     heads += ["W/GPU", "kWh/1M tokens"] if power else []
     rows = []
     for r in rep["rows"]:
         vals = [_value(r[k]) for k in keys]
         if not r["feasible"]:
-            pad = [""] * (len(heads) - len(vals) - 1)
-            rows.append(vals + [f"no feasible plan: {r['error']}"] + pad)
+            tail = _network_cells(r["network_parts"]) if net else []
+            pad = [""] * (len(heads) - len(vals) - 1 - len(tail))
+            rows.append(vals + [f"no feasible plan: {r['error']}"] + pad + tail)
             continue
         line = vals + [r["label"], fmt_s(r["step_time_s"]), f"{100 * r['mfu']:.1f}%",
                        f"{r['tokens_per_s']:,.0f}", f"{r['memory']['peak_gib']:.1f}"]
         line += [_num(r["cost_per_million_tokens"], "no price")] if cost else []
+        line += _network_cells(r["network_parts"]) if net else []
         line += [_num(r["power_w_per_gpu"], "?"),
                  _num(r["energy_kwh_per_million_tokens"], "?")] if power else []
         rows.append(line)
@@ -159,6 +181,13 @@ def render(rep: dict[str, Any]) -> str:
                                               else " (given)")
                        if g in price else f"{g} no price (give --gpu-hour-cost {g}=USD)"
                        for g in gpus))
+    if net:
+        out.append("\nnetwork: switches and transceivers of the scale-out network (two-tier "
+                   f"Clos per plane of {prices.get('switch_tbps', 51.2):g} Tb/s switches, "
+                   "two optics per link; simulator/studies/network_cost.py, "
+                   "topologies/inventory.py)" + ("; network $M at the --network-prices given"
+                                                 if len(prices) > 1 else
+                                                 "; give --network-prices for its price"))
     if power:
         out.append("power: each GPU's TDP (topologies/gpus.py) for the whole step; GPU boards "
                    "only (no CPUs, NICs, switches or cooling): an upper bound on GPU energy")

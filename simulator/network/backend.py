@@ -87,13 +87,19 @@ class ContentionFreeNetwork(SimNetwork):
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
         max-min fairly among themselves and with nothing else: never None."""
-        routes = [r for r in (self.links(a, b) for a, b in flows) if r.size]
+        routes, shares = [], []      # a striped flow is one row per plane (its share of bytes)
+        for a, b in flows:
+            stripes = self.stripes(a, b)
+            for r, share in stripes if stripes is not None else ((self.links(a, b), 1.0),):
+                if r.size:
+                    routes.append(r)
+                    shares.append(share)
         if not routes or nbytes <= 0:
             return 0.0
         table = np.full((len(routes), max(r.size for r in routes)), self._pad, dtype=np.int64)
         for i, r in enumerate(routes):
             table[i, :r.size] = r
-        return nbytes / float(np.min(max_min_rates(self._capacity, table)))
+        return float(np.max(nbytes * np.array(shares) / max_min_rates(self._capacity, table)))
 
 
 BACKENDS: dict[str, Callable[..., NetworkBackend]] = dict(

@@ -11,9 +11,16 @@ ranks are folded by symmetry, routes mapped onto the representatives' own links.
   (leaf <-> spine) are dropped. A hop may then appear twice in one flow: it counts twice in
   the max-min sharing (``simulator.network.flows.max_min_rates`` counts index repeats), which is
   exactly the load the real link carries under the symmetry.
+* **Planes.** On a multi-plane network (``topologies.planes``) a transfer between nodes is
+  striped: one sub-flow per plane (``topologies.routing.plane_routes``), each with its
+  plane's share of the bytes, contending with its own plane's traffic only; the transfer
+  ends with its last sub-flow. Such transfers are never timed in closed form on the
+  ``flows`` backend (``solo_seconds`` is None: the sub-flows of one transfer share its
+  GPU's NIC link, which only the max-min sharing can tell).
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable, Hashable, Optional, Sequence
 
 import networkx as nx
@@ -22,6 +29,7 @@ import simpy
 
 from simulator.network.flows import FlowNetwork
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
+from topologies.routing import plane_routes
 
 Node = Hashable
 LinkMap = Callable[[Sequence[Node]], "list[tuple[Node, Node]]"]
@@ -75,6 +83,8 @@ class SimNetwork(FlowNetwork):
         self._load_log: list = []    # (t, link indices, new bytes/s): flow-network changes
         self._solo_log: list = []    # (t, pattern): a closed-form transfer started at t
         self._solo_patterns: dict = {}   # key -> [(t0, t1, link indices, bytes/s)] from start
+        self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
+        self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
 
     def _recompute(self, now: float) -> None:
         super()._recompute(now)
@@ -108,14 +118,71 @@ class SimNetwork(FlowNetwork):
             return hit
         return nodes, index, latency
 
+    def stripes(self, src: Node, dst: Node) -> tuple | None:
+        """``((link indices, share of the bytes), ...)``, one per plane, when a transfer from
+        src to dst is striped over the planes of a multi-plane network; None otherwise."""
+        if not self._planes:
+            return None
+        key = (src, dst)
+        if key in self._striped:
+            return self._striped[key]
+        hit = None
+        if src != dst:
+            routes = plane_routes(self.graph, src, dst)
+            if len(routes) > 1:
+                hit = tuple((self._indices(path), share) for path, share in routes)
+        self._striped[key] = hit
+        return hit
+
+    def _indices(self, nodes: Sequence[Node]) -> np.ndarray:
+        hops = self.link_map(nodes) if self.link_map is not None \
+            else list(zip(nodes[:-1], nodes[1:]))
+        return np.array([self._edge_index[h] for h in hops], dtype=np.int64)
+
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+        """Send ``nbytes``: the route latency, then the bytes (striped over the planes of a
+        multi-plane network); the event fires at the last byte."""
+        stripes = self.stripes(src, dst) if self._planes else None
+        if stripes is None:
+            return super().transfer(src, dst, nbytes, tag)
+        if not nbytes >= 0:
+            raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
+        done = self.env.event()
+        if nbytes == 0:
+            return done.succeed(tag)
+        latency = self.route(src, dst)[2]
+        start = partial(self._start_striped, stripes, float(nbytes), done, tag)
+        if latency > 0:
+            self.env.timeout(latency).callbacks.append(start)
+        else:
+            start(None)
+        return done
+
+    def _start_striped(self, stripes: tuple, nbytes: float, done: simpy.Event, tag,
+                       _ev) -> None:
+        left = [len(stripes)]
+
+        def one_done(_e) -> None:
+            left[0] -= 1
+            if not left[0]:
+                done.succeed(tag)
+        for links, share in stripes:
+            sub = self.env.event()
+            sub.callbacks.append(one_done)
+            self._start_flow(links, nbytes * share, sub, tag, None)
+
     def latency(self, src: Node, dst: Node) -> float:
         """Summed latency of the real route from src to dst (seconds)."""
         return 0.0 if src == dst else self.route(src, dst)[2]
 
     def links(self, src: Node, dst: Node) -> np.ndarray:
-        """Link indices a flow from src to dst loads (folded when folding)."""
+        """Link indices a flow from src to dst loads (folded when folding; every plane's
+        links, each once, when striped)."""
         if src == dst:
             return np.zeros(0, dtype=np.int64)
+        stripes = self.stripes(src, dst)
+        if stripes is not None:
+            return np.unique(np.concatenate([links for links, _ in stripes]))
         return self.route(src, dst)[1]
 
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
@@ -124,7 +191,11 @@ class SimNetwork(FlowNetwork):
         links = self.links(src, dst)
         if nbytes <= 0 or links.size == 0:
             return done.succeed(tag)
-        self._start_flow(links, float(nbytes), done, tag, None)
+        stripes = self.stripes(src, dst)
+        if stripes is not None:
+            self._start_striped(stripes, float(nbytes), done, tag, None)
+        else:
+            self._start_flow(links, float(nbytes), done, tag, None)
         return done
 
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:
@@ -151,6 +222,8 @@ class SimNetwork(FlowNetwork):
         seen: set[int] = set()
         worst = 0.0
         for src, dst in flows:
+            if self.stripes(src, dst) is not None:
+                return None
             uniq, _, rate = self._solo_flow(src, dst)
             if uniq.size == 0:
                 continue

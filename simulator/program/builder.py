@@ -17,7 +17,7 @@ from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
 from strategies.cost.comm import per_tensor_excess
-from strategies.cost.stage import StageCosts
+from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.schedules import Step, get_schedule
 
 
@@ -32,7 +32,20 @@ class ProgramBuilder:
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
         self.last_vs = self.sched.num_virtual_stages(p.pp, p.vpp) - 1
-        self.layers = job.layers_of_stage(self.stage) // p.vpp
+        # DualPipe (``Schedule.mirrored``): chunk 0 is stage r of direction 0, chunk 1 stage
+        # pp-1-r of direction 1 (even micro-batches go one way, odd ones the other)
+        self.mirrored = bool(self.sched.mirrored) and p.pp > 1
+        chunks = range(2) if self.mirrored else range(p.vpp)
+        # each chunk's layers in forward order, one per-layer cost record each (the stage-cost
+        # record's mean layer, or its kind's record where the layout says which layers a chunk
+        # holds: strategies.cost.stage.chunk_layers); DualPipe's chunk 1 holds what the layout
+        # gives stage pp-1-r
+        self.chunk = {c: [x for n, x in chunk_layers(costs, *self._source(c),
+                                                     job.layers_of_chunk(*self._source(c)))
+                          for _ in range(n)] for c in chunks}
+        # the layers of the stage the layout gives this rank (DualPipe: its own direction's
+        # copy), as ZeRO-3's per-layer share and the forward window count them
+        self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
@@ -41,12 +54,9 @@ class ProgramBuilder:
         self.grad_sync = p.dp > 1 and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
-        # DualPipe (``Schedule.mirrored``): chunk 0 is stage r of direction 0, chunk 1 stage
-        # pp-1-r of direction 1 (even micro-batches go one way, odd ones the other)
-        self.mirrored = bool(self.sched.mirrored) and p.pp > 1
-        chunks = range(2) if self.mirrored else range(p.vpp)
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
-                                         self.layers)
+                                         len(self.chunk[c]),
+                                         [x.layer_params for x in self.chunk[c]])
                         for c in chunks}
         # the last micro-batch through each chunk (its backward completes the gradients)
         self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}
@@ -59,6 +69,13 @@ class ProgramBuilder:
         # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
         # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
         self.hidden: list | None = None
+
+    def _source(self, c: int) -> tuple[int, int]:
+        """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
+        own, or (DualPipe's chunk 1) chunk 0 of stage ``pp-1-r``."""
+        if self.mirrored:
+            return (self.stage if c == 0 else self.p.pp - 1 - self.stage), 0
+        return self.stage, c
 
     def vs(self, chunk: int, microbatch: int = 0) -> int:
         """Position of this rank's ``chunk`` on ``microbatch``'s path (the schedule's)."""
@@ -112,23 +129,55 @@ class ProgramBuilder:
         if last is not None:
             self.wait.append(last)
 
-    def block(self, fwd: bool, nl: int, label: str, i: int, c: int) -> int:
-        """Compute of ``nl`` layers with their communication; returns the main compute id.
-        The backward is the whole pass, or its input-gradient part ``B`` when the schedule
-        splits the backward (its ``W`` is ``wgrad``)."""
+    def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
+        """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
+        backward order for a backward), each piece as ``(count, per-layer record)`` runs."""
+        layers = self.chunk[c][::-1] if backward else self.chunk[c]
+        out, pos = [], 0
+        for n in counts:
+            runs: list[list] = []
+            for x in layers[pos:pos + n]:
+                if runs and runs[-1][1] is x:
+                    runs[-1][0] += 1
+                else:
+                    runs.append([1, x])
+            out.append([tuple(r) for r in runs])
+            pos += n
+        return out
+
+    def pieces(self, c: int, backward: bool, by_layer: bool = False) -> list[list[tuple]]:
+        """Chunk ``c`` as one piece, or one per layer (``granularity="layer"``, or
+        ``by_layer``: an overlapped pair's passes, interleaved layer by layer)."""
+        n = len(self.chunk[c])
+        return self.segments(c, [1] * n if by_layer or self.gran == "layer" else [n],
+                             backward)
+
+    def block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int) -> int:
+        """Compute of the layers ``items`` (``(count, per-layer record)`` runs) with their
+        communication; returns the main compute id. The backward is the whole pass, or its
+        input-gradient part ``B`` when the schedule splits the backward (its ``W`` is
+        ``wgrad``)."""
         cs, kind = self.c, "forward" if fwd else "backward"
-        if not fwd and cs.layer_recompute > 0:
+        nl = sum(n for n, _ in items)
+        rc_s = chunk_sum(items, lambda x: x.layer_recompute)
+        if not fwd and rc_s > 0:
             start = tuple(self.wait)
-            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, self.layers)
-            rc = self.compute(secs, "recompute", label, i, c)
-            ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, n_ep, "ep",
-                           f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
-            self.wait += [ep] if ep is not None else []
+            # main's block partial recompute charges the chunk's min(N, n) layers at one
+            # (mean) layer's cost; otherwise each kind's own recomputation
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]))
+            rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
+            for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
+                share = n_ep if n == nl else n_ep * n / nl
+                ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
+                               f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+                self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
-        secs = nl * (cs.layer_fwd if fwd else cs.layer_bwd - self.split * cs.layer_wgrad)
+        split = self.split
+        secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
+                         (lambda x: x.layer_bwd - split * x.layer_wgrad))
         start = tuple(self.wait)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
-            attn = nl * (cs.attn_fwd if fwd else cs.attn_bwd)
+            attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
             main = self.compute(attn, kind, label, i, c, force=True)
             vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
@@ -139,10 +188,11 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
-        ep = self.coll("ep-comm", "alltoall", "ep", cs.ep_bytes, nl, "ep", f"A2A ep {label}",
-                       i, c, deps=(main,))
-        if ep is not None:
-            (self.wait if self.hidden is None else self.hidden).append(ep)
+        for n, x in items:      # each kind's all-to-all (none for a dense layer)
+            ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
+                           i, c, deps=(main,))
+            if ep is not None:
+                (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main)
         return main
@@ -180,7 +230,7 @@ class ProgramBuilder:
                 self._per_tensor("allgather", n, self.c.param_bytes * params, label, i,
                                  deps=(self.last_compute,))
             return None
-        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.stage_layers
         first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
                           i, tag="dp")
         self.wait += [first] if first is not None else []
@@ -198,8 +248,8 @@ class ProgramBuilder:
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
         rest = self._z3(label, i)
-        for nl in self._segments(by_layer):
-            self.block(True, nl, label, i, c)
+        for items in self.pieces(c, False, by_layer):
+            self.block(True, items, label, i, c)
             yield
         self.wait += [rest] if rest is not None else []
         if vs == self.last_vs:
@@ -226,8 +276,9 @@ class ProgramBuilder:
             todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i, fwd=False)
         split = self.gran == "layer" or (live and len(todo) > 1)
-        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
-            self.block(False, nl, label, i, c)
+        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        for nl, items in zip(counts, self.segments(c, counts, True)):
+            self.block(False, items, label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
         self.wait += [rest] if rest is not None else []
@@ -252,10 +303,6 @@ class ProgramBuilder:
         if z3:
             self._z3_reduce(label, i)
 
-    def _segments(self, by_layer: bool = False) -> list[int]:
-        """Layers per block of a pass: one block per chunk, or one per layer."""
-        return [1] * self.layers if by_layer or self.gran == "layer" else [self.layers]
-
     def _input_grad(self, i: int, c: int) -> None:
         for _ in self._input_grad_blocks(i, c):
             pass
@@ -269,8 +316,8 @@ class ProgramBuilder:
         if vs == self.last_vs:
             self.compute(self.c.head_bwd - self.c.head_wgrad, "lm_head", label, i, c)
         rest = self._z3(label, i, fwd=False)
-        for nl in self._segments(by_layer):
-            self.block(False, nl, label, i, c)
+        for items in self.pieces(c, True, by_layer):
+            self.block(False, items, label, i, c)
             yield
         self.wait += [rest] if rest is not None else []
         if vs == 0:
@@ -293,8 +340,9 @@ class ProgramBuilder:
             pos = 1
             todo = self._launch(todo, pos, live, final)
         split = self.gran == "layer" or (live and len(todo) > 1)
-        for nl in bucket_segments(plan, self.layers, split, self.gran == "layer"):
-            self.compute(nl * cs.layer_wgrad, "wgrad", label, i, c)
+        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        for nl, items in zip(counts, self.segments(c, counts, True)):
+            self.compute(chunk_sum(items, lambda x: x.layer_wgrad), "wgrad", label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
         if vs == 0:
@@ -340,7 +388,7 @@ class ProgramBuilder:
                              self.c.grad_bytes * self.c.z3_rs_params, label, i,
                              deps=(self.last_compute,))
             return
-        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.layers * self.p.vpp
+        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.stage_layers
         self.coll("dp-comm", "reduce_scatter", "dp", total, (L - 1) / L, "dp", f"RS z3 {label}",
                   i, tag="dp")
         self.coll("dp-comm", "reduce_scatter", "dp", total, 1 / L, "dp", f"RS z3 {label}",
@@ -452,7 +500,9 @@ class ProgramBuilder:
                 self.coll("dp-comm", "allgather", "dp", self.c.param_bytes * params, 1.0, "dp",
                           f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
                 self.n_param_gathers += 1
-        meta = {"fwd_window_s": self.layers * self.p.vpp * self.c.layer_fwd,
+        fwd = (self.stage_layers * self.c.layer_fwd if not self.c.chunk_kinds else
+               sum(x.layer_fwd for c in range(self.p.vpp) for x in self.chunk[c]))
+        meta = {"fwd_window_s": fwd,
                 "param_gathers": self.n_param_gathers,
                 "overlap_param_gather": self.p.overlap_param_gather}
         return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},

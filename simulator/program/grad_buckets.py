@@ -41,12 +41,16 @@ def greedy_buckets(items: list[float], size: float) -> tuple[tuple[int, float], 
     return tuple(out)
 
 
-def chunk_buckets(costs, first: bool, last: bool, layers: int) -> ChunkBuckets:
+def chunk_buckets(costs, first: bool, last: bool, layers: int,
+                  params: list[float] | None = None) -> ChunkBuckets:
     """Buckets of one model chunk of ``layers`` layers; ``first``/``last``: the chunk is the
-    first (holds the embedding) or the last (the output layer) position of the pipeline."""
+    first (holds the embedding) or the last (the output layer) position of the pipeline;
+    ``params``: each layer's parameters in forward order (default ``costs.layer_params``
+    each, the mean layer)."""
     head = last and costs.head_params > 0
     emb = first and costs.embedding_params > 0
-    items = ([costs.head_params] if head else []) + [costs.layer_params] * layers \
+    own = [costs.layer_params] * layers if params is None else list(params)[::-1]
+    items = ([costs.head_params] if head else []) + own \
         + ([costs.embedding_params] if emb else [])
     return ChunkBuckets(head, emb, greedy_buckets(items, costs.bucket_params))
 

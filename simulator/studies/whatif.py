@@ -19,7 +19,9 @@ count, batch, sequence, tokens per step and network), ``feasible`` (false with `
 no plan of the space fits; every result key is then null), ``best`` (the plan key), ``label``,
 ``plan``, ``step_time_s``, ``mfu``, ``tokens_per_s``, ``cost_per_million_tokens`` (null
 without a price), ``memory.peak_gib``, ``bubble_fraction``, ``exposed_comm_s``,
-``breakdown_s``, ``best_from``, ``space``, ``simulated`` and ``bandwidth_monotone`` (true or
+``breakdown_s``, ``best_from``, ``space``, ``simulated``, ``network_parts`` (the scale-out
+network's parts and, with ``--network-prices``, their price: ``simulator.studies.network_cost``)
+and ``bandwidth_monotone`` (true or
 false where the row has a variant with less bandwidth to compare with, else null).
 
 Determinism: the report is the same whatever the worker count, except ``wall_s`` and the
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from simulator.search.run import SearchConfig, run_search
+from simulator.studies.network_cost import network_cost
 from simulator.studies.prices import price_of
 from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_tokens,
                                                dominated_pairs, energy_per_million_tokens,
@@ -57,6 +60,7 @@ class WhatifConfig:
     framework: FrameworkProfile | None = None
     options: SpaceOptions = field(default_factory=SpaceOptions)
     gpu_hour_cost: float | dict[str, float] | None = None   # one price, or per GPU name
+    network_prices: dict[str, float] | None = None          # simulator.studies.network_cost
     power: bool = False
     exhaustive: bool = False
     workers: int = 1
@@ -102,6 +106,7 @@ def _inputs(cfg: WhatifConfig) -> dict[str, Any]:
     return {**cfg.base, "dtype": cfg.dtype,
             "framework": get_profile(cfg.framework).name, "vary": {k: list(v) for k, v in cfg.vary},
             "variants": len(cfg.variants), "gpu_hour_cost": cfg.gpu_hour_cost,
+            "network_prices": cfg.network_prices,
             "power": cfg.power,
             "memory_limit_gib": (o.memory_limit_bytes / GIB if o.memory_limit_bytes
                                  else None),
@@ -133,6 +138,11 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
     row["job"] = _job(v)
     price = price_of(cfg.gpu_hour_cost, v.cluster.gpu.name)
     row["gpu_hour_cost"] = price
+    row["network_parts"] = network_cost(v.cluster, cfg.network_prices)
+    if v.error is not None:
+        row.update({"feasible": False, "error": v.error}, **{k: None for k in _RESULT_KEYS})
+        row["best_from"] = None
+        return row, 0
     sc = SearchConfig(model=v.model, cluster=v.cluster, gbs=v.global_batch, dtype=cfg.dtype,
                       framework=cfg.framework,
                       options=cfg.options, k=1, tolerance=0.0, exhaustive=cfg.exhaustive,
@@ -253,4 +263,4 @@ def _colour(r: dict[str, Any], report: dict[str, Any]) -> str:
     return palette[vary[key].index(r[key]) % len(palette)]
 
 
-assert set(KEYS).isdisjoint(_RESULT_KEYS)
+assert set(KEYS).isdisjoint(_RESULT_KEYS + ("network_parts",))

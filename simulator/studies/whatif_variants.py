@@ -12,6 +12,8 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 | ``oversubscription`` | leaf-switch downlink:uplink ratio | numbers >= 1 |
 | ``nics_per_node`` | NICs per node | integers |
 | ``straggler`` | GPU 0 computes this many times slower (``topologies.faults``) | numbers >= 1 |
+| ``network`` | the scale-out network (docs/clusters.md) | ``rail-fat-tree``, ``fat-tree``, ``rail-only``, ``multi-plane`` (2 planes of a rail fat tree), ``multi-plane:N`` |
+| ``failed_planes`` | planes ``0..N-1`` of a multi-plane network failed (``plane:P`` degraded by ``MAX_FACTOR``) | integers >= 0 (a variant with no plane left has no feasible plan) |
 | ``global_batch`` | sequences per step | integers |
 | ``seq_len`` | tokens per sequence | integers |
 
@@ -39,20 +41,24 @@ from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster, NodeGroup, cluster_for_gpus, cluster_preset
 from topologies.faults import MAX_FACTOR, Faults
+from topologies.planes import MAX_PLANES, check_planes
 from topologies.gpus import get_gpu
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GBS, MAX_GPUS_PER_NODE, MAX_NODES,
                                MAX_OVERSUBSCRIPTION, MAX_SEQ, check_int, check_number,
                                parse_int_text)
 
 CLUSTER_KEYS = ("cluster", "gpu", "nodes", "inter_node_gbps", "intra_node_GBps",
-                "oversubscription", "nics_per_node", "straggler")
+                "oversubscription", "nics_per_node", "straggler", "network", "failed_planes")
+#: ``--vary network=`` names -> (inter_node_topology, planes)
+NETWORKS = {"rail-fat-tree": ("rail_fat_tree", 1), "fat-tree": ("fat_tree", 1),
+            "rail-only": ("rail_only", 1), "multi-plane": ("rail_fat_tree", 2)}
 #: the GPU that ``--vary straggler=...`` slows down
 STRAGGLER_GPU = 0
 JOB_KEYS = ("global_batch", "seq_len")
 KEYS = CLUSTER_KEYS + JOB_KEYS
 BANDWIDTH_KEYS = ("inter_node_gbps", "intra_node_GBps")
 #: integer keys -> largest value (the sanity limits of topologies.limits)
-_INT_KEYS = {"nodes": MAX_NODES, "nics_per_node": MAX_GPUS_PER_NODE, "global_batch": MAX_GBS,
+_INT_KEYS = {"failed_planes": MAX_PLANES, "nodes": MAX_NODES, "nics_per_node": MAX_GPUS_PER_NODE, "global_batch": MAX_GBS,
              "seq_len": MAX_SEQ}
 #: number keys -> (smallest, lower bound open, largest), in the key's (file) units
 _NUM_KEYS = {"inter_node_gbps": (0.0, True, MAX_BANDWIDTH_BPS * 8 / 1e9),
@@ -71,6 +77,7 @@ class Variant:
     model: ModelSpec
     cluster: Cluster
     global_batch: int
+    error: str | None = None     # why this variant cannot run at all (no plan is feasible)
 
     @property
     def label(self) -> str:
@@ -95,8 +102,11 @@ def parse_value(key: str, text: str) -> Any:
             return text.strip().lower()
         if key == "gpu":
             return get_gpu(text).name     # the catalog name (H100 -> H100-SXM5-80GB)
+        if key == "network":
+            return _network_value(text)
         if key in _INT_KEYS:
-            return check_int(field, parse_int_text(field, text), 1, _INT_KEYS[key])
+            lo = 0 if key == "failed_planes" else 1
+            return check_int(field, parse_int_text(field, text), lo, _INT_KEYS[key])
         lo, lo_open, hi = _NUM_KEYS[key]
         try:
             v = float(text)
@@ -107,6 +117,33 @@ def parse_value(key: str, text: str) -> Any:
         return int(v) if v.is_integer() and abs(v) < 2 ** 53 else v
     except SpecError as e:
         raise SpecError(field, text, e.rule) from None
+
+
+def _network_value(text: str) -> str:
+    t = text.strip().lower()
+    name, colon, n = t.partition(":")
+    if t in NETWORKS or (name == "multi-plane" and colon):
+        if colon:
+            try:
+                k = check_int("planes", parse_int_text("planes", n), 2, MAX_PLANES)
+            except SpecError:
+                raise SpecError("--vary network", text, f"multi-plane:N needs N planes, an "
+                                f"integer in 2..{MAX_PLANES}") from None
+            return f"multi-plane:{k}"
+        return t
+    raise SpecError("--vary network", text, f"must be one of {', '.join(NETWORKS)} or "
+                                            "multi-plane:N (N >= 2 planes)")
+
+
+def network_of(value: str) -> tuple[str, int]:
+    """``(inter_node_topology, planes)`` of a ``--vary network=`` value."""
+    name, _, n = value.partition(":")
+    topology, planes = NETWORKS[name]
+    return topology, int(n) if n else planes
+
+
+class Unrunnable(SpecError):
+    """A variant that is well formed but cannot train at all (e.g. every plane failed)."""
 
 
 def parse_vary(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
@@ -164,6 +201,22 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
             return replace(cluster, nics_per_node=int(value))
         if key == "straggler":
             return cluster.with_faults(Faults(((STRAGGLER_GPU, float(value)),)))
+        if key == "network":
+            topology, planes = network_of(str(value))
+            check_planes(planes, cluster.inter_node_bandwidth * 8 / 1e9)
+            return replace(cluster, inter_node_topology=topology, planes=planes)
+        if key == "failed_planes":
+            k = int(value)
+            if k == 0:
+                return cluster
+            if k >= cluster.planes:
+                raise Unrunnable("failed_planes", k, f"the network has {cluster.planes} "
+                                 f"plane(s): with {k} failed no path is left between NVLink "
+                                 "domains")
+            return cluster.with_faults(Faults((), tuple(sorted(
+                (f"plane:{p}", MAX_FACTOR) for p in range(k)))))
+    except Unrunnable:
+        raise
     except SpecError as e:
         raise SpecError(f"--vary {key}", value, f"{e.field}: {e.rule}"
                         if e.field not in (key, f"--vary {key}") else e.rule) from None
@@ -176,17 +229,22 @@ def variants(model: ModelSpec, cluster: Cluster, global_batch: int,
     varies slowest)."""
     keys = [k for k, _ in vary]
     out = []
+    first = {"cluster": 0, "network": 1}
     for combo in itertools.product(*(vals for _, vals in vary)):
-        m, cl, gbs = model, cluster, global_batch
-        # Swap the node preset first, so that later keys refine it (stable sort).
-        for k, v in sorted(zip(keys, combo), key=lambda kv: kv[0] != "cluster"):
+        m, cl, gbs, error = model, cluster, global_batch, None
+        # Swap the node preset first and the network next, so that later keys refine them
+        # (stable sort).
+        for k, v in sorted(zip(keys, combo), key=lambda kv: first.get(kv[0], 2)):
             if k == "global_batch":
                 gbs = int(v)
             elif k == "seq_len":
                 m = m.with_seq_length(int(v))
             else:
-                cl = apply_cluster(cl, k, v)
-        out.append(Variant(tuple(zip(keys, combo)), m, cl, gbs))
+                try:
+                    cl = apply_cluster(cl, k, v)
+                except Unrunnable as e:
+                    error = str(e)
+        out.append(Variant(tuple(zip(keys, combo)), m, cl, gbs, error))
     return out
 
 

@@ -252,7 +252,10 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
                      np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
-    return 3 * (gemm + attn + head) + extra
+    mtp = 3 * gbs * m.seq_length * mtp_flops_fwd_per_token(m, causal=False)
+    mtp = np.where(flash, 3 * gbs * m.seq_length * mtp_flops_fwd_per_token(m, causal=True),
+                   mtp) if m.num_nextn_predict_layers else 0.0
+    return 3 * (gemm + attn + head) + extra + mtp
 
 
 def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
@@ -295,8 +298,9 @@ def _selective_extra(m: ModelSpec, gbs: Num, flash: Num, attn: Num, modules: Num
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
     """Model FLOPs of one optimizer step (no recomputation): 3 × forward, the attention square
     counted in full (Narayanan eq. 3 without the recompute forward; docs/formulas.md §2b).
-    The multi-token-prediction modules are not counted (``training_flops_per_token``)."""
-    return gbs * m.seq_length * training_flops_per_token(m, causal=False)
+    The multi-token-prediction modules are counted (``training_flops_per_token`` with
+    ``mtp``): they are trained work a layout places on a pipeline stage."""
+    return gbs * m.seq_length * training_flops_per_token(m, causal=False, mtp=True)
 
 
 def head_flops_fwd_per_token(m: ModelSpec) -> float:
@@ -467,6 +471,14 @@ def layer_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
     shared experts, dense biases) over ``tp``."""
     experts, rep = expert_params(m), m.tp_replicated_params()
     return (m.layer_params() - experts - rep) / tp + rep, experts / (tp * ep)
+
+
+def mtp_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module
+    (``ModelSpec.mtp_params``): its layer (MoE when the model is; ``layer_params_split`` of
+    that kind), the ``2h -> h`` projection over ``tp`` and three norms."""
+    dense, expert = layer_params_split(m.of_kind("moe" if m.is_moe else "dense"), tp, ep)
+    return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
 
 
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:

@@ -29,7 +29,7 @@ Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; p
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping
 
 import numpy as np
@@ -41,11 +41,45 @@ from strategies.cost import recompute as rcp
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
+from strategies.layout import chunk_kinds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import attr_by_code, dispatch, head_rank
+from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
+
+
+@dataclass(frozen=True, eq=False)
+class KindCostArrays:
+    """One layer of one kind (``dense``, ``moe``) or one multi-token-prediction module
+    (``mtp``: its projection, its transformer layer and its pass through the shared LM head),
+    per micro-batch on one GPU, for many plans (seconds, bytes, parameters). Field names as
+    ``StageCostArrays``'s mean layer, so that a chunk's cost reads either."""
+
+    layer_fwd: np.ndarray
+    layer_bwd: np.ndarray
+    layer_wgrad: np.ndarray
+    layer_recompute: np.ndarray
+    attn_fwd: np.ndarray
+    attn_bwd: np.ndarray
+    ep_bytes: np.ndarray          # all-to-all bytes per forward (0 for a dense layer)
+    layer_params: np.ndarray      # parameters on one GPU (dense + expert share)
+    expert_params: np.ndarray     # the routed experts' part of layer_params
+
+
+@dataclass(frozen=True)
+class KindCosts:
+    """``KindCostArrays`` of one plan, as Python numbers."""
+
+    layer_fwd: float
+    layer_bwd: float
+    layer_wgrad: float
+    layer_recompute: float
+    attn_fwd: float
+    attn_bwd: float
+    ep_bytes: float
+    layer_params: float
+    expert_params: float
 
 
 @dataclass(frozen=True, eq=False)
@@ -107,6 +141,10 @@ class StageCostArrays:
     z3_rs_n: np.ndarray
     z3_rs_params: np.ndarray
     copy_gap: float               # seconds per copy kernel (the stack's launch gap)
+    # layers that differ from the mean layer: each kind of a model with dense and MoE layers,
+    # and ``mtp`` for a model with multi-token prediction (empty for one-kind models, whose
+    # layers are all the mean layer)
+    by_kind: Mapping[str, KindCostArrays] = field(default_factory=dict)
 
     ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
@@ -158,6 +196,10 @@ class StageCosts:
     z3_rs_n: float = 0.0
     z3_rs_params: float = 0.0
     copy_gap: float = 0.0
+    by_kind: Mapping[str, KindCosts] = field(default_factory=dict)  # StageCostArrays.by_kind
+    # the layers each chunk holds, by kind: chunk_kinds[stage][chunk] = ((kind, count), ...)
+    # (strategies.layout.chunk_kinds); empty: every chunk holds the even split's mean layers
+    chunk_kinds: tuple = ()
 
     ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
@@ -239,6 +281,30 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     share = rcp.plan_share(m.num_layers, P)
     cap = np.where((rc == 2) & (P.recompute_method == rcp.METHOD_CODE["block"]),
                    P.recompute_layers, 0.0)
+
+    def kind_arrays(mk: ModelSpec) -> KindCostArrays:
+        """One layer of ``mk``'s (a ``ModelSpec.of_kind`` view's) only kind."""
+        ltk = ct.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
+                            gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
+                            system=sy, modules=P.recompute_modules)
+        ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
+        dense_p, expert_p = counts.layer_params_split(mk, tp, ep)
+        return KindCostArrays(
+            layer_fwd=full(ltk.fwd), layer_bwd=full(ltk.bwd), layer_wgrad=full(ltk.wgrad),
+            layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
+            attn_bwd=full(ak_b),
+            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep), 0.0)
+            + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p))
+
+    by_kind: dict[str, KindCostArrays] = {}
+    kinds = [k for k, n in m.layer_counts().items() if n]
+    if len(kinds) > 1:
+        by_kind = {k: kind_arrays(m.of_kind(k)) for k in kinds}
+    if m.num_nextn_predict_layers:
+        k = "moe" if m.is_moe else "dense"
+        layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
+        by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
+                                    (head_f, head_b, head_w), full)
     per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
@@ -278,7 +344,29 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         cp_exposed_fraction=float(sy.cp_exposed_fraction),
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
-        copy_gap=float(fw.launch_gap_s))
+        copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
+
+
+def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU, dtype: str,
+               slow, sy: SystemConfig, head: tuple, full) -> KindCostArrays:
+    """One multi-token-prediction module (DeepSeek-V3 §2.2; Megatron's ``m`` slot): the
+    ``2h -> h`` projection of the normed hidden state and the next token's embedding (a
+    column-parallel GEMM over ``tp``; its backward, data and weight gradient, twice its
+    forward), one transformer ``layer`` and a pass through the shared LM head and the loss
+    (``head``: the LM head's forward, backward and weight-gradient seconds). Parameters:
+    ``counts.mtp_params_split``."""
+    h = m.hidden_size
+    T = counts.tokens_per_gpu(b, m.seq_length, cp)
+    proj = slow * ct.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
+    head_f, head_b, head_w = head
+    d_mtp, e_mtp = counts.mtp_params_split(m, tp, ep)
+    return KindCostArrays(
+        layer_fwd=full(layer.layer_fwd + proj + head_f),
+        layer_bwd=full(layer.layer_bwd + 2 * proj + head_b),
+        layer_wgrad=full(layer.layer_wgrad + proj + head_w),
+        layer_recompute=layer.layer_recompute, attn_fwd=layer.attn_fwd,
+        attn_bwd=layer.attn_bwd, ep_bytes=layer.ep_bytes,
+        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp))
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
@@ -312,28 +400,84 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
-        copy_gap=arrays.copy_gap)
+        copy_gap=arrays.copy_gap,
+        by_kind={k: KindCosts(**{f: float(getattr(v, f)[i]) for f in KindCosts.__dataclass_fields__})
+                 for k, v in arrays.by_kind.items()})
 
 
 def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     """The stage-cost record of ``job`` on ``gpu`` (default: the cluster's slowest GPU type;
-    the compiler asks for each rank's own): ``stage_cost_arrays`` of its one plan, entry 0,
-    with each stage's parameters and optimizer time from its own layer count
-    (``Job.layers_of_stage``: the plan's ``layers_per_stage`` when stages differ)."""
+    the compiler asks for each rank's own): ``stage_cost_arrays`` of its one plan, entry 0.
+    Where the layout is not the even split of one kind of layer (``Job.layout``: uneven
+    stages or chunks, dense and MoE layers, multi-token prediction), ``chunk_kinds`` says
+    which layers each chunk holds and each stage's parameters and optimizer time sum its own
+    layers by kind (``stage_params``)."""
     p, sy = job.plan, job.system
     gpu = job.cluster.gpu if gpu is None else gpu
     arrays = stage_cost_arrays(job.model, job.cluster, job.dtype,
                                PlanArrays.from_plans([p]), job.framework, sy, gpu=gpu)
     rec = stage_costs_at(arrays, 0, p.pp)
-    if p.layers_per_stage is None:
+    lay = job.layout
+    if lay.uniform and not rec.by_kind:
         return rec
-    head_at = head_rank(p.schedule, p.pp, p.vpp)
-    params = tuple(float(counts.stage_params_per_gpu(job.model, p.tp, p.ep, p.pp, s,
-                                                     layers=job.layers_of_stage(s),
-                                                     head_stage=head_at))
-                   for s in range(p.pp))
+    kinds = tuple(tuple(tuple(chunk_kinds(job.model, lay, s, c).items()) for c in range(p.vpp))
+                  for s in range(p.pp))
+    rec = replace(rec, chunk_kinds=kinds)
+    params = tuple(stage_params(job, rec, s) for s in range(p.pp))
     shard = float(p.dp) if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
     opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
         layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt)
+
+
+def chunk_layers(c: StageCosts, stage: int, chunk: int, layers: int) -> list[tuple[int, Any]]:
+    """``(count, per-layer costs)`` of the layers ``stage``'s ``chunk`` holds: each kind's
+    record (``by_kind``; the mean layer ``c`` itself for a model of one kind), or ``layers``
+    mean layers where ``chunk_kinds`` is empty (the even split). A chunk's time, bytes and
+    parameters are ``sum(n * x.field for n, x in chunk_layers(...))``."""
+    if not c.chunk_kinds:
+        return [(layers, c)]
+    return [(n, c.by_kind.get(k, c)) for k, n in c.chunk_kinds[stage][chunk]]
+
+
+def chunk_sum(items: list[tuple[int, Any]], f) -> float:
+    """``sum(n * f(x))`` over ``chunk_layers`` items (``f``: a per-layer figure)."""
+    return sum(n * f(x) for n, x in items)
+
+
+def stage_params(job: Job, c: StageCosts, stage: int) -> float:
+    """Parameters per GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
+    dense, expert = stage_params_split(job, c, stage)
+    return dense + expert
+
+
+def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, float]:
+    """``(dense, expert)`` parameters per GPU of pipeline rank ``stage``: its layers by kind
+    (and its multi-token-prediction modules, with the copy of the embedding Megatron builds
+    on a rank holding them without the embedding), the embedding on rank 0 and the LM head
+    where the schedule puts it (``counts.stage_params_split``; a one-kind model: its
+    ``layers`` mean layers). DualPipe (``Schedule.mirrored``): the rank also holds the layers
+    of stage ``pp-1-stage``, and both end ranks the embedding and the LM head."""
+    p, m = job.plan, job.model
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
+    mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
+    kinds = {k for chunks in c.chunk_kinds for ch in chunks for k, _ in ch}
+    if not (kinds & set(c.by_kind)):
+        d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
+                                         layers=job.layers_of_stage(stage), head_stage=head_at,
+                                         mirrored=mirrored)
+        return float(d), float(e)
+    d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
+                                     mirrored=mirrored)
+    dense, expert = float(d), float(e)
+    copies = (stage, p.pp - 1 - stage) if mirrored else (stage,)
+    for s in copies:
+        for ch in range(p.vpp):
+            items = chunk_layers(c, s, ch, 0)
+            expert += chunk_sum(items, lambda x: x.expert_params)
+            dense += chunk_sum(items, lambda x: x.layer_params - x.expert_params)
+    has_embedding = stage == 0 or (mirrored and stage == p.pp - 1)
+    if any(job.layout.mtp_of_stage(s) for s in copies) and not has_embedding:
+        dense += float(counts.embedding_params_per_gpu(m, p.tp))
+    return dense, expert

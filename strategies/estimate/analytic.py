@@ -60,7 +60,7 @@ def degraded_view(cl: Cluster) -> Cluster:
     divided by the largest factor on an intra-node link and NIC bandwidth by the largest on
     a GPU–NIC or NIC–fabric link (a synchronous step waits for its slowest group). Links of
     the fabric core (leaf–spine) are seen by the simulation only."""
-    intra, inter = cl.faults.bandwidth_factors()
+    intra, inter = cl.faults.bandwidth_factors(cl.planes)
     if intra == 1.0 and inter == 1.0:
         return cl
     return replace(cl, intra_node_bandwidth=cl.intra_node_bandwidth / intra,

@@ -8,7 +8,7 @@ from strategies.estimate.analytic import estimate_arrays
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.schedules import head_rank
+from strategies.schedules import get_schedule, head_rank
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "bubble", "optimizer")
@@ -111,6 +111,83 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list
     return f, b, w
 
 
+def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]]]:
+    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
+    cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
+    rank's GPU type (the slowest among its ranks), the embedding on the first position and
+    the LM head on the last; with ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in
+    every chunk on that GPU, the analytic model's assumption. DualPipe (``Schedule.mirrored``):
+    rank ``r``'s chunk 1 holds stage ``pp-1-r``'s layers (the layout's chunk 0 there)."""
+    from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    last = sched.num_virtual_stages(p.pp, p.vpp) - 1
+    mirrored = bool(sched.mirrored) and p.pp > 1
+    out = []
+    for s in range(p.pp):
+        gpu = even_on if even_on is not None else min(
+            (job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
+            key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+        c = stage_costs(job, gpu)
+        row = []
+        for ch in range(2 if mirrored else p.vpp):
+            src = ((s if ch == 0 else p.pp - 1 - s), 0) if mirrored else (s, ch)
+            if even_on is None:
+                items = chunk_layers(c, *src, job.layers_of_chunk(*src))
+            else:
+                items = [(job.model.num_layers / (p.pp * p.vpp), c)]
+            vs = sched.virtual_stage(s, ch, p.pp, p.vpp, 0)
+            emb, head = vs == 0, vs == last
+            f = (chunk_sum(items, lambda x: x.layer_fwd) + (c.embedding_fwd if emb else 0.0)
+                 + (c.head_fwd if head else 0.0))
+            # block partial recompute: min(N, chunk) layers at one layer's cost
+            b = (chunk_sum(items, lambda x: x.layer_bwd)
+                 + c.chunk_recompute(chunk_sum(items, lambda x: 1.0))[0] if c.recompute_cap
+                 else chunk_sum(items, lambda x: x.layer_bwd + x.layer_recompute))
+            b += (c.embedding_bwd if emb else 0.0) + (c.head_bwd if head else 0.0)
+            w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)
+                 + (c.head_wgrad if head else 0.0))
+            row.append((f, b, w))
+        out.append(row)
+    return out
+
+
+def _per_chunk(job: Job, r: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline whose chunks differ (a layout with uneven chunks, interleaved or not; dense
+    and MoE layers; multi-token prediction): ``_per_stage``'s correction with the makespans
+    of the free-communication simulation over each rank's chunks (``_chunk_times``: the
+    even split's mean layers against the layers each chunk holds)."""
+    from strategies.schedules.analysis import simulate_free_comm
+    p, m = job.plan, job.num_microbatches
+
+    def makespan(times) -> tuple[float, float]:
+        span = simulate_free_comm(p.schedule, p.pp, m, p.vpp, 0.0, 0.0,
+                                  p.microbatch_group_size, chunk_times=times)
+        return span, m * max(sum(f + b for f, b, _ in row) for row in times)
+
+    return _corrected(job, r, makespan(_chunk_times(job, job.cluster.gpu)),
+                      makespan(_chunk_times(job)))
+
+
+def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
+               real: tuple[float, float]) -> dict[str, Any]:
+    """The analytic step ``r`` with the even pipeline's compute makespan and busy time
+    (``even``) replaced by the real ones (``real``): the difference goes to compute (the
+    busiest rank) and bubble."""
+    (span_e, busy_e), (span_u, busy_u) = even, real
+    step = float(r["step_time_s"]) - span_e + span_u
+    out = dict(r)
+    out["compute"] = float(r["compute"]) + busy_u - busy_e
+    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e)
+    if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
+        out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
+    scale = float(r["step_time_s"]) / step
+    out.update({"step_time_s": step, "tokens_per_s": job.tokens_per_step / step,
+                "mfu": float(r["mfu"]) * scale, "hfu": float(r["hfu"]) * scale,
+                "bubble_fraction": out["bubble"] / step})
+    return out
+
+
 def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
     """A pipeline whose stages differ (``layers_per_stage``, or stages on different GPU types):
     the analytic step of the even plan on the slowest GPU, with its compute makespan replaced
@@ -127,19 +204,24 @@ def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
                                   p.microbatch_group_size, t_w=w[0], slowdown=slow)
         return span, m * max(x + y for x, y in zip(f, b))
 
-    span_e, busy_e = makespan(*_stage_times(job, job.cluster.gpu))
-    span_u, busy_u = makespan(*_stage_times(job))
-    step = float(r["step_time_s"]) - span_e + span_u
-    out = dict(r)
-    out["compute"] = float(r["compute"]) + busy_u - busy_e
-    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e)
-    if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
-        out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
-    scale = float(r["step_time_s"]) / step
-    out.update({"step_time_s": step, "tokens_per_s": job.tokens_per_step / step,
-                "mfu": float(r["mfu"]) * scale, "hfu": float(r["hfu"]) * scale,
-                "bubble_fraction": out["bubble"] / step})
-    return out
+    return _corrected(job, r, makespan(*_stage_times(job, job.cluster.gpu)),
+                      makespan(*_stage_times(job)))
+
+
+def by_chunk(job: Job) -> bool:
+    """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
+    ``_per_stage`` does not capture: a layout other than the even split with more than one
+    chunk per rank, or layers of more than one kind or multi-token prediction (the
+    stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
+    ``_chunk_times``)."""
+    from strategies.cost.stage import stage_costs
+    p = job.plan
+    if p.vpp > 1 and not job.layout.uniform:
+        return True
+    m = job.model
+    if sum(1 for n in m.layer_counts().values() if n) < 2 and not m.num_nextn_predict_layers:
+        return False                        # one kind of layer: no by_kind record
+    return bool(stage_costs(job).by_kind)
 
 
 def estimate(job: Job) -> Estimate:
@@ -153,8 +235,11 @@ def estimate(job: Job) -> Estimate:
     else:
         arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
                                  job.framework, job.system)
-        if p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
-                                        or not job.cluster.uniform):
+        if p.pp > 1 and (by_chunk(job) or (p.vpp > 1 and not job.cluster.uniform)):
+            arrays = _per_chunk(job, arrays)
+        elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
+                                          or not job.layout.uniform
+                                          or not job.cluster.uniform):
             arrays = _per_stage(job, arrays)
     r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
     stages = memory_by_stage(job)

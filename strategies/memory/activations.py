@@ -315,9 +315,23 @@ def pending_weight_grads(job: Job, stage: int) -> int:
         stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
-def layers_per_chunk(job: Job, stage: int = 0) -> int:
-    """Layers in one model chunk of ``stage`` (``Job.layers_of_stage`` over ``vpp``)."""
-    return job.layers_of_stage(stage) // job.plan.vpp
+def stashed_layers(job: Job, stage: int = 0) -> float:
+    """Layers whose activations a micro-batch stashes on ``stage``, all its chunks: its
+    transformer layers and multi-token-prediction modules (about one layer's activations
+    each; ``Job.layout``); DualPipe (``Schedule.mirrored``): the mean of its two copies'
+    (stages ``stage`` and ``pp-1-stage``), whose micro-batches it stashes alike."""
+    p, lay = job.plan, job.layout
+    if get_schedule(p.schedule).mirrored and p.pp > 1:
+        copies = (stage, p.pp - 1 - stage)
+        return sum(lay.layers_of_stage(s) + lay.mtp_of_stage(s) for s in copies) / 2
+    return lay.layers_of_stage(stage) + lay.mtp_of_stage(stage)
+
+
+def layers_per_chunk(job: Job, stage: int = 0) -> float:
+    """Layers in the mean model chunk of ``stage`` (``stashed_layers`` over ``vpp``; a
+    layout's chunks may differ by a layer)."""
+    n, v = stashed_layers(job, stage), job.plan.vpp
+    return n // v if n % v == 0 else n / v
 
 
 def activation_bytes_per_chunk(job: Job, stage: int) -> float:

@@ -33,6 +33,7 @@ import numpy as np
 
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
+from strategies.layout import even_stage_content_arrays
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
@@ -86,7 +87,8 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None, layers=None, pending_w=None, gpu=None
+                            in_flight=None, layers=None, pending_w=None, params=None,
+                            gpu=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -96,7 +98,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     interleaving group size); ``layers``: transformer layers on the stage per plan (default
     ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
     gradients pending at the stash peak per plan (a split backward; default the schedule's
-    ``pending_weight_grads_array``); ``gpu``: the chip (its fp8 layouts decide how many
+    ``pending_weight_grads_array``); ``params``: ``(dense, expert)`` parameters per GPU of
+    the stage per plan where its layers are not ``layers`` mean layers (dense and MoE
+    layers, multi-token prediction: ``cost.stage.stage_params_split``), else None.
+    A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
+    chunk of the stage (a layout's chunks may differ by a layer).
+    ``gpu``: the chip (its fp8 layouts decide how many
     quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
@@ -151,26 +158,63 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
     out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
-    lpc = m.num_layers // (pp * v) if layers is None else n_layers // v   # layers per chunk
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
     # and, with recompute_layers under block, every activation of the layers it does not
     # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
     # or a uniform group). op: what the layer did not save, rebuilt for one layer.
     uni = P.recompute_method == rcp.METHOD_CODE["uniform"]
     n_rc = P.recompute_layers
-    chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
-                         + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none, lpc * layer_act)
-    rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
-                      np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0),
-                               selective_dropped_bytes(m, s, b, tp, sp, cp, rc,
-                                                       P.recompute_modules)[1]))
-    layers_act = in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp)
+
+    def stash(lpc):
+        """``(layers, recompute)`` activation bytes with ``lpc`` layers per stashed chunk."""
+        chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
+                             + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none,
+                             lpc * layer_act)
+        rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
+                          np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0),
+                                   selective_dropped_bytes(m, s, b, tp, sp, cp, rc,
+                                                           P.recompute_modules)[1]))
+        return in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp), rc_act
+
+    # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
+    lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
+    layers_act, rc_act = stash(lpc)
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation
-    dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
-                                                            mirrored=mirrored)
+    kinds = [k for k, n in m.layer_counts().items() if n]
+    if params is None and layers is None and (len(kinds) > 1 or m.num_nextn_predict_layers):
+        # the even split of a model with dense and MoE layers or MTP modules: what this rank
+        # holds by kind (strategies.layout.even_stage_content), the stage record's rule;
+        # DualPipe (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the
+        # layers of either copy (the mean of the two)
+        have = even_stage_content_arrays(m, sched, pp, v, stage)
+        mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage)
+        held_k = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
+        n_layers = have["dense"] + have["moe"] + have["mtp"]
+        n_layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
+                                       + mirror["mtp"]) / 2, n_layers)
+        layers_act, rc_act = stash(n_layers / v)
+        activations = layers_act + in_flight * emb_act + out_act + rc_act
+        layer_dense, expert_params = 0.0, 0.0
+        for k in kinds:
+            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep)
+            layer_dense = layer_dense + held_k[k] * d_k
+            expert_params = expert_params + held_k[k] * e_k
+        d_m, e_m = counts.mtp_params_split(m, tp, ep)
+        # a rank with MTP modules and no embedding builds its own copy of it (Megatron)
+        layer_dense = layer_dense + held_k["mtp"] * d_m + np.where(
+            (held_k["mtp"] > 0) & ~is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
+        expert_params = expert_params + held_k["mtp"] * e_m
+        dense_params = layer_dense + emb_p + head_p
+    elif params is None:
+        dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                                mirrored=mirrored)
+        layer_dense = held * dense_l
+    else:
+        dense_params, expert_params = (np.asarray(x, dtype=float) for x in params)
+        layer_dense = dense_params - emb_p - head_p
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
@@ -184,7 +228,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
-    parts = {"layers": dict(state(held * dense_l, expert_params, True),
+    parts = {"layers": dict(state(layer_dense, expert_params, True),
                             activations=layers_act),
              "embedding": dict(state(emb_p), activations=in_flight * emb_act),
              "output": dict(state(head_p), activations=out_act),

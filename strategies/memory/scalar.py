@@ -133,11 +133,20 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
 
 def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]:
     """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
+    from strategies.cost.stage import stage_costs, stage_params_split
+    m, params = job.model, None
+    mixed = sum(1 for n in m.layer_counts().values() if n) > 1 or m.num_nextn_predict_layers
+    rec = stage_costs(job) if mixed else None
+    if rec is not None and rec.chunk_kinds and rec.by_kind:   # layers by kind, MTP modules
+        split = [stage_params_split(job, rec, s) for s in stages]
+        params = ([d for d, _ in split], [e for _, e in split])
     parts, _ = arrays.memory_component_arrays(
         job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
         job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
-        layers=[job.layers_of_stage(s) for s in stages], gpu=job.cluster.gpu)
+        # a multi-token-prediction module stashes about one layer's activations
+        layers=[act.stashed_layers(job, s) for s in stages],
+        params=params, gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

@@ -227,6 +227,35 @@ def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
     return replace(model, num_layers=layers)
 
 
+def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkProfile,
+               notes: list[str], stated: bool) -> Plan | None:
+    """The plan of a Megatron-family run whose layers do not divide over its chunks but do
+    once the embedding and the loss take a layer slot each: Megatron's
+    ``--account-for-embedding/loss-in-pipeline-split``, the way NeMo and Megatron-Bridge run
+    Llama 3.1 405B's 126 layers (docs/layout.md); also the source's own "embedding counted as
+    a block" partition (``stated``, DeepSpeed's). None where it does not apply (the layers
+    divide, another stack, slots that do not divide either)."""
+    pp = sizes[1]
+    if pp == 1 or not (stated or fw.name.startswith("megatron")):
+        return None
+    if model.num_nextn_predict_layers:
+        return None
+    plain = _plan(c, sizes, gbs, model.num_layers, fw, [])
+    if model.num_layers % (pp * plain.vpp) == 0:
+        return None                               # the layers divide: the plain plan
+    trial: list[str] = []
+    plan = _plan(c, sizes, gbs, model.num_layers + 2, fw, trial)
+    chunks = pp * plan.vpp
+    if plan.vpp != plain.vpp or (model.num_layers + 2) % chunks:
+        return None
+    notes += trial
+    notes.append(f"layers {model.num_layers} on {chunks} chunks: the embedding and the loss "
+                 "counted as layer slots (" + ("the source's partition" if stated else
+                 "Megatron's --account-for-embedding/loss-in-pipeline-split, as NeMo runs it")
+                 + ")")
+    return replace(plan, account_embedding=True, account_loss=True)
+
+
 def _filled_model(c: dict, notes: list[str]) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
     out filled where they can be (each assumption appended to ``notes``)."""
@@ -363,8 +392,9 @@ def case_from_entry(c: dict) -> Case:
         return skip("torch.compile kernel fusion is not modelled")
     if sizes is None:
         return skip("tp/pp not given")
-    if pl.get("pp_partition"):
-        return skip("uneven pipeline partition (embedding counted as a stage block) not modelled yet")
+    partition = str(pl.get("pp_partition") or "")
+    if partition and "embedding counted as a block" not in partition:
+        return skip(f"pipeline partition {partition!r} not read")
     *sizes, notes = sizes
     mo = _filled_model(c, notes)
     gbs = global_batch(c)
@@ -382,9 +412,11 @@ def case_from_entry(c: dict) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    model = _balanced_layers(model, sizes[1], notes)
     fw = _with_stated_kernel(framework_of(c), pl, notes)
-    plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
+    plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+    if plan is None:
+        model = _balanced_layers(model, sizes[1], notes)
+        plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     notes.append(f"framework {fw.name} ({fw.description})")
     try:
         job = make_job(model, cluster, plan, dtype=dtype, framework=fw)

@@ -66,7 +66,9 @@ def _groups(prog: list[Step]) -> list[list[Step]]:
 def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
                     group_size: int | None = None, t_w: float = 0.0,
                     t_fb: float | None = None,
-                    slowdown: Sequence[float] | None = None) -> list[RankSpan]:
+                    slowdown: Sequence[float] | None = None,
+                    chunk_times: Sequence[Sequence[Sequence[float]]] | None = None
+                    ) -> list[RankSpan]:
     """Each rank's span when all ``pp`` ranks run ``schedule`` with free communication.
 
     ``t_f``/``t_b`` are seconds of forward/backward per stage and micro-batch: a step of a
@@ -80,8 +82,12 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     outside dependencies have finished, and all its members end together after ``t_fb/k``
     (``t_fb``: seconds of a forward overlapped with a whole backward, ``F&B``; default
     ``t_f + t_b``, no compute overlap). Every step (and group) of rank ``r`` lasts
-    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere). Runs in O(total
-    steps); raises ``RuntimeError`` on deadlock.
+    ``slowdown[r]`` times longer (a straggling stage; default 1 everywhere).
+    ``chunk_times[r][c]``: ``(F, B, W)`` seconds of one step of rank ``r``'s chunk ``c``
+    (stages and chunks that hold different layers, ``strategies.layout``); given, it replaces
+    ``t_f``/``t_b``/``t_w``/``slowdown`` (``B`` is the whole backward, of which ``W`` is run
+    apart by a schedule that splits it; an overlapped group lasts its members' sum).
+    Runs in O(total steps); raises ``RuntimeError`` on deadlock.
 
     >>> [r.bubble for r in free_comm_ranks("1f1b", 2, 2, 1, 1.0, 2.0)]
     [3.0, 0.0]
@@ -122,7 +128,10 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
             start = max([free[r]] + [done[d] for d in deps])
             if first[r] is None:
                 first[r] = start
-            if len(group) == 1:
+            if chunk_times is not None:
+                free[r] = start + sum(_chunk_dur(chunk_times[r][st.chunk], st.kind, split)
+                                      for st in group)
+            elif len(group) == 1:
                 free[r] = start + dur[group[0].kind] * slow[r]
             else:
                 free[r] = start + t_group * slow[r]
@@ -139,10 +148,18 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
 
 
+def _chunk_dur(times: Sequence[float], kind: str, split: bool) -> float:
+    """Seconds of one ``kind`` step of a chunk whose ``(F, B, W)`` are ``times``."""
+    f, b, w = times
+    return f if kind == "F" else w if kind == "W" else (b - w if split else b)
+
+
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
                        group_size: int | None = None, t_w: float = 0.0,
                        t_fb: float | None = None,
-                       slowdown: Sequence[float] | None = None) -> float:
+                       slowdown: Sequence[float] | None = None,
+                       chunk_times: Sequence[Sequence[Sequence[float]]] | None = None
+                       ) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication:
     the latest end of ``free_comm_ranks`` (same arguments).
 
@@ -150,4 +167,4 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     33.0
     """
     return max(r.end for r in free_comm_ranks(schedule, pp, m, vpp, t_f, t_b, group_size,
-                                              t_w, t_fb, slowdown))
+                                              t_w, t_fb, slowdown, chunk_times))

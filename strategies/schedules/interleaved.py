@@ -139,7 +139,14 @@ class Interleaved(Schedule):
         return vpps
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        """The virtual stages: none with a layout string (Megatron reads them from it),
+        ``--num-virtual-stages-per-pipeline-rank`` with uneven stages (Megatron's rule),
+        else the layers per virtual stage."""
         p = job.plan
+        if p.layout is not None:
+            return [], []
+        if job.layout.source != "even":
+            return [f"--num-virtual-stages-per-pipeline-rank {p.vpp}"], []
         return [f"--num-layers-per-virtual-pipeline-stage "
                 f"{job.model.num_layers // (p.pp * p.vpp)}"], []
 
