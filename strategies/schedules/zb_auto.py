@@ -88,15 +88,17 @@ class CannotFit(ValueError):
 
 
 def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
-            prioritize_b: bool, greedy_w: bool) -> AutoResult:
-    """One variant of the heuristic (module docstring)."""
+            prioritize_b: bool, greedy_w: bool
+            ) -> tuple[list[list[tuple[str, int]]], list[list[float]], float, float]:
+    """One variant of the heuristic (module docstring): each rank's ``(kind, micro-batch)``
+    order, the steps' end times, the longest rank span and the makespan."""
     cost = {"F": t.t_f, "B": t.t_b, "W": t.t_w}
     comm, w = t.t_comm, t.w_mem
     n = {k: [0] * pp for k in "FBW"}          # steps of each kind placed per rank
     free = [0.0] * pp                          # when each rank is next free
     bubble = [0.0] * pp
-    done: dict[tuple[str, int, int], float] = {}
-    orders: list[list[Step]] = [[] for _ in range(pp)]
+    done = {k: [[0.0] * m for _ in range(pp)] for k in "FBW"}   # end of each step
+    orders: list[list[tuple[str, int]]] = [[] for _ in range(pp)]
     ends: list[list[float]] = [[] for _ in range(pp)]
 
     def mem(j: int, df: int = 0, db: int = 0, dw: int = 0) -> float:
@@ -104,18 +106,20 @@ def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
         return (f - b) + w * (b - ww)
 
     def put(j: int, kind: str) -> None:
-        i = n[kind][j]
-        no_wait = free[j] + cost[kind]
+        counts = n[kind]
+        i = counts[j]
+        c = cost[kind]
+        no_wait = free[j] + c
         end = no_wait
         if kind == "F" and j > 0:
-            end = max(end, done["F", j - 1, i] + comm + cost[kind])
-        if kind == "B" and j < pp - 1:
-            end = max(end, done["B", j + 1, i] + comm + cost[kind])
+            end = max(end, done["F"][j - 1][i] + comm + c)
+        elif kind == "B" and j < pp - 1:
+            end = max(end, done["B"][j + 1][i] + comm + c)
         if n["F"][j] > 0:
             bubble[j] += end - no_wait
-        free[j] = done[kind, j, i] = end
-        n[kind][j] += 1
-        orders[j].append(Step(kind, i))
+        free[j] = done[kind][j][i] = end
+        counts[j] = i + 1
+        orders[j].append((kind, i))
         ends[j].append(end)
 
     def fill_w(j: int, ready: float) -> None:
@@ -140,7 +144,7 @@ def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
             for j in range(pp):
                 put(j, "F")
             extra = [0] * pp
-            last = done["F", pp - 1, 0] + cost["B"]
+            last = done["F"][pp - 1][0] + cost["B"]
             for j in range(pp - 2, -1, -1):
                 busy = free[j]
                 while n["F"][j] + extra[j] < m and mem(j, extra[j] + 1) <= limit:
@@ -186,12 +190,12 @@ def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
                 continue
             make_room(j, 1, 0)
             if j > 0:
-                fill_w(j, done["F", j - 1, n["F"][j]] + comm)
+                fill_w(j, done["F"][j - 1][n["F"][j]] + comm)
             put(j, "F")
         for j in range(pp - 1, -1, -1):
             make_room(j, 0, 1)
             if j + 1 < pp:
-                fill_w(j, done["B", j + 1, i] + comm)
+                fill_w(j, done["B"][j + 1][i] + comm)
             if j == 0 and n["F"][j] == m:
                 while n["W"][j] < n["B"][j]:
                     put(j, "W")
@@ -199,9 +203,8 @@ def _greedy(pp: int, m: int, t: AutoTimes, limit: float, bubble_before_b: bool,
     for j in range(pp):
         while n["W"][j] < m:
             put(j, "W")
-    span = max(done["W", j, m - 1] - done["F", j, 0] + cost["F"] for j in range(pp))
-    makespan = max(free)
-    return AutoResult(tuple(map(tuple, orders)), tuple(map(tuple, ends)), span, makespan)
+    span = max(done["W"][j][m - 1] - done["F"][j][0] + cost["F"] for j in range(pp))
+    return orders, ends, span, max(free)
 
 
 @lru_cache(maxsize=4096)
@@ -209,7 +212,7 @@ def auto_schedule(pp: int, m: int, times: AutoTimes, limit: float) -> AutoResult
     """The heuristic's orders for ``pp`` ranks and ``m`` micro-batches under ``limit``
     (units of ``M_B``): the best of its 8 variants (module docstring). ``CannotFit`` when
     no variant fits."""
-    best: AutoResult | None = None
+    best = None
     for before_b in (True, False):
         for prio_b in (True, False):
             for greedy_w in (True, False):
@@ -217,11 +220,13 @@ def auto_schedule(pp: int, m: int, times: AutoTimes, limit: float) -> AutoResult
                     r = _greedy(pp, m, times, limit, before_b, prio_b, greedy_w)
                 except CannotFit:
                     continue
-                if best is None or r.span < best.span:
+                if best is None or r[2] < best[2]:
                     best = r
     if best is None:
         raise CannotFit(f"memory limit {limit:g} M_B admits no order")
-    return best
+    orders, ends, span, makespan = best
+    return AutoResult(tuple(tuple(Step(k, i) for k, i in o) for o in orders),
+                      tuple(map(tuple, ends)), span, makespan)
 
 
 class ZBAuto(Schedule):
