@@ -61,7 +61,11 @@ def gpt_like(row: dict[str, Any]) -> tuple[ModelSpec, str]:
     """The row's GPT-like model and how its shape was obtained. Layers (and hidden size where
     given) from the row; otherwise the hidden size solving ``12·L·h² + V·h = N`` for the
     stated parameter count ``N``, rounded to a multiple of 512 (this recovers the stated 6144
-    of the 28.3B model); heads ``h/128``; MLP ``4h``; tied embeddings, learned positions."""
+    of the 28.3B model); heads ``h/128``; MLP ``4h``; learned positions; the embedding and
+    the output layer untied, as the authors' training script runs them
+    (sail-sg/zero-bubble-pipeline-parallelism, ``examples/pretrain_zero_bubble.sh``:
+    ``--untie-embeddings-and-output-weights``), so no tied-gradient all-reduce joins the
+    first and the last stage before the optimizer step."""
     text = row["model"]
     size = text.split()[1].rstrip(",")
     if _number(text, "layers") is None:      # a row about a model another row describes
@@ -78,7 +82,7 @@ def gpt_like(row: dict[str, Any]) -> tuple[ModelSpec, str]:
         how = f"hidden size {hidden} from the parameter count (12·L·h² + V·h ≈ N)"
     hidden = int(hidden)
     spec = ModelSpec(f"gpt-like-{size}", layers, hidden, hidden // 128, 4 * hidden,
-                     VOCAB, SEQ, None, "gelu", tie_word_embeddings=True,
+                     VOCAB, SEQ, None, "gelu", tie_word_embeddings=False,
                      position_embedding="learned", bias=True)
     return spec, how
 
