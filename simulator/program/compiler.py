@@ -153,7 +153,9 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
             if kind is Compute:
                 new.append(op)
             elif kind is Collective:
-                g = groups[op.group]
+                g = groups.get(op.group)
+                if g is None:   # the tied embedding's pair: members of the pipeline group
+                    g = tuple(peers[r] for r in op.group)
                 key = (id(op), g)
                 moved = shared.get(key)
                 if moved is None:

@@ -127,6 +127,23 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     ring.time(passes, nbytes, n, bw, lat))[()]
 
 
+def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
+    """Seconds of collective ``kind`` of ``nbytes`` per rank between two ranks (NCCL's ring for
+    ``n = 2``, ``strategies.collectives.ring``): over NVLink when both are in one node, else
+    over the network at one GPU's NIC share (every pair of the two stages crosses at once, each
+    on its own GPU's NIC). The tied embedding's gradient all-reduce between the first and the
+    last pipeline stage. Vectorised."""
+    intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
+    # across nodes the two end ranks share a local index (one rail, no relay):
+    # ``topologies.routing``'s path rule
+    across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False, cluster.planes)
+    bw = np.where(in_node, intra, across)
+    lat = np.where(in_node, cluster.intra_node_latency,
+                   transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency,
+                                    True, False))
+    return ring.time(PASSES[kind], nbytes, 2, bw, lat)
+
+
 def p2p_time(nbytes: Num, cluster: Cluster, stride: Num) -> Num:
     """One point-to-point message from one GPU to its pipeline neighbour ``stride`` ranks
     further (seconds): inside a node at the fabric's rate when ``stride`` is below the node
