@@ -28,7 +28,7 @@ import numpy as np
 
 from simulator.program.builder import ProgramBuilder
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
-from strategies.schedules.exchanges import pipeline_actions
+from strategies.schedules import get_schedule
 from strategies.cost.stage import StageCosts, stage_costs
 from strategies import placement
 from strategies.collectives import algorithm_for
@@ -79,8 +79,10 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     """The program of one rank."""
     p = job.plan
     b = ProgramBuilder(job, costs, layout, rank, granularity)
-    b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
-                           p.microbatch_group_size))
+    # the schedule as this job runs it (ZB-1p/ZB-2p order with the job's times: one order
+    # for all ranks, from the cost record of the cluster's slowest GPU)
+    b.run(get_schedule(p.schedule).for_job(job).actions(b.stage, p.pp, b.m, p.vpp,
+                                                         p.microbatch_group_size))
     return b.finish()
 
 

@@ -302,7 +302,8 @@ def in_flight_microbatches(job: Job, stage: int) -> int:
     """
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    return get_schedule(p.schedule).in_flight(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    return get_schedule(p.schedule).for_job(job).in_flight(stage, p.pp, m, p.vpp,
+                                                           p.microbatch_group_size)
 
 
 def pending_weight_grads(job: Job, stage: int) -> int:
@@ -310,8 +311,8 @@ def pending_weight_grads(job: Job, stage: int) -> int:
     ``Schedule.pending_weight_grads``; 0 unless it splits the backward)."""
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    return get_schedule(p.schedule).pending_weight_grads(stage, p.pp, m, p.vpp,
-                                                         p.microbatch_group_size)
+    return get_schedule(p.schedule).for_job(job).pending_weight_grads(
+        stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
 def stashed_layers(job: Job, stage: int = 0) -> float:
