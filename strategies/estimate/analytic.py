@@ -195,7 +195,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
-    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp >= G) + np.where(
+    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)

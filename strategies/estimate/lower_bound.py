@@ -81,6 +81,7 @@ from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
+from topologies.routing import transfer_rate
 
 SAFETY = 1e-9
 
@@ -92,8 +93,11 @@ def link_rate_cap(cl: Cluster) -> float:
 
 
 def nic_rate_cap(cl: Cluster) -> float:
-    """The fastest achievable rate of a flow between two nodes (it crosses a GPU–NIC link)."""
-    return cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY
+    """The fastest achievable rate of a flow between two nodes: ``topologies.routing``'s
+    path rule for the fastest such path (no relay, one whole NIC, its plane ports striped;
+    a relay only adds a hop to the minimum)."""
+    return float(transfer_rate(link_rate_cap(cl), cl.inter_node_bandwidth
+                               * cm.NETWORK_EFFICIENCY, True, False, cl.planes))
 
 
 def egress_rate_cap(cl: Cluster) -> float:
