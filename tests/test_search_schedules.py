@@ -64,7 +64,7 @@ def test_unknown_schedule_set_is_refused_naming_the_field():
 
 @pytest.mark.slow
 def test_bound_below_simulation_on_the_new_schedules():
-    from simulator import simulate
+    from simulator.simulate import simulate
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1)
     sp = _space("all")
     bounds = step_time_lower_bound(m, cl, "bf16", sp.arrays)

@@ -150,7 +150,10 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
             if kind is Compute:
                 new.append(op)
             elif kind is Collective:
-                g = groups[op.group]
+                # a group of pipeline peers (DualPipe's mirror pair, ``builder._mirror_reduce``)
+                # moves with the pp group, member for member
+                g = groups[op.group] if op.group in groups else \
+                    tuple(sorted(peers[x] for x in op.group))
                 algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                     else op.algorithm
                 new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
