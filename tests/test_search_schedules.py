@@ -96,3 +96,25 @@ def test_pruned_search_equals_exhaustive_with_every_schedule():
     assert pruned["recommended"]["key"] == full["recommended"]["key"]
     assert pruned["inputs"]["schedules"] == "all"
     assert get_schedule  # the registry the space reads
+
+
+def test_cli_refuses_an_unknown_schedule_set(capsys):
+    from simulator.cli.main import main
+    rc = main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--schedules", "zb"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--schedules" in err and "'zb'" in err and "all" in err and "Traceback" not in err
+
+
+def test_cli_search_with_every_schedule_reports_the_set(capsys):
+    import json
+
+    from simulator.cli.main import main
+    rc = main(["search", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch",
+               "32", "--max-mbs", "1", "--max-vpp", "2", "--workers", "1", "--reference",
+               "none", "--fix", "tp=1,pp=2,recompute=none,zero=1,schedule=zb-v", "--schedules",
+               "all", "--json"])
+    assert rc == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["inputs"]["schedules"] == "all"
+    assert {p["plan"]["schedule"] for p in rep["plans"]} == {"zb-v"}
