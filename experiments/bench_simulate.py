@@ -11,12 +11,15 @@
 Each case runs in its own process so that its peak RSS (``resource.getrusage``) is its own.
 Beside each case, the same process times bare SimPy (one process yielding 200,000 timeouts)
 just before and just after it; ``vs bare`` is the case's events per second over the faster
-of the two bare rates, the issue 17 measure of the engine's own overhead (a loaded machine
-slows both alike). ``cpu s`` is the process CPU time of the simulation. Prints figures;
-asserts nothing.
+of the two bare rates, the issue 17 measure of the engine's own overhead. ``vs bare cpu`` is
+the same ratio with both rates per CPU second of the process: on a machine shared with other
+work, wall time also counts the time the process waited for a core, which the short bare run
+and the long case do not suffer alike. ``cpu s`` is the process CPU time of the simulation.
+Prints figures; asserts nothing.
 
     python experiments/bench_simulate.py            # every case
     python experiments/bench_simulate.py --case 175b-folded
+    python experiments/bench_simulate.py --case 175b-full --tree /tmp/before   # another checkout
 """
 from __future__ import annotations
 
@@ -29,7 +32,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+# ``--tree DIR``: time another checkout's simulator (e.g. an earlier commit, extracted with
+# ``git archive``) with this very harness; it must come first on the path before any import.
+_TREE = (sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1]
+         else str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, _TREE)
 from simulator.simulate import simulate  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
@@ -56,8 +63,9 @@ def make(case: str):
     return job, fold
 
 
-def bare_simpy_rate(n: int = 200_000) -> float:
-    """Events per second of bare SimPy: one process yielding ``n`` timeouts."""
+def bare_simpy_rates(n: int = 200_000) -> tuple[float, float]:
+    """Events per second of bare SimPy, one process yielding ``n`` timeouts: ``(per wall
+    second, per CPU second of this process)``."""
     import simpy
     env = simpy.Environment()
 
@@ -65,24 +73,31 @@ def bare_simpy_rate(n: int = 200_000) -> float:
         for _ in range(n):
             yield env.timeout(1.0)
     env.process(proc(env))
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     env.run()
-    return n / (time.perf_counter() - t0)
+    return n / (time.perf_counter() - t0), n / (time.process_time() - c0)
+
+
+def bare_simpy_rate(n: int = 200_000) -> float:
+    """Events per wall second of bare SimPy (see ``bare_simpy_rates``)."""
+    return bare_simpy_rates(n)[0]
 
 
 def run_case(case: str) -> dict:
     job, fold = make(case)
-    bare = bare_simpy_rate()
+    before = bare_simpy_rates()
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(job, fold=fold)
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    bare = max(bare, bare_simpy_rate())
+    after = bare_simpy_rates()
+    bare, bare_cpu = max(before[0], after[0]), max(before[1], after[1])
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
     return {"case": case, "plan": job.plan.short(), "gpus": job.cluster.num_gpus,
             "simulated_ranks": len(res.simulated_ranks), "events": res.events,
             "records": len(res.records), "wall_s": wall, "cpu_s": cpu,
             "events_per_s": res.events / wall, "bare_simpy_events_per_s": bare,
             "vs_bare": res.events / wall / bare,
+            "bare_simpy_cpu_events_per_s": bare_cpu, "vs_bare_cpu": res.events / cpu / bare_cpu,
             "peak_rss_mib": rss_mib, "step_time_s": res.step_time_s,
             "analytic_step_time_s": estimate(job).step_time_s}
 
@@ -90,19 +105,22 @@ def run_case(case: str) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--case", choices=sorted(CASES))
+    ap.add_argument("--tree", default=None,
+                    help="time the simulator of this checkout instead (an earlier commit)")
     args = ap.parse_args()
     if args.case:
         print(json.dumps(run_case(args.case)))
         return
     print(f"{'case':<12} {'GPUs':>6} {'sim ranks':>9} {'events':>9} {'wall s':>7} {'cpu s':>6} "
-          f"{'events/s':>9} {'vs bare':>7} {'RSS MiB':>8} {'step s':>8} {'analytic s':>10}")
+          f"{'events/s':>9} {'vs bare':>7} {'cpu vs':>7} {'RSS MiB':>8} {'step s':>8} "
+          f"{'analytic s':>10}")
     for case in CASES:
         out = subprocess.run([sys.executable, __file__, "--case", case], check=True,
                              capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
         print(f"{case:<12} {r['gpus']:>6} {r['simulated_ranks']:>9} {r['events']:>9} "
               f"{r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['events_per_s']:>9.0f} "
-              f"{r['vs_bare']:>7.1%} {r['peak_rss_mib']:>8.0f} "
+              f"{r['vs_bare']:>7.1%} {r['vs_bare_cpu']:>7.1%} {r['peak_rss_mib']:>8.0f} "
               f"{r['step_time_s']:>8.3f} {r['analytic_step_time_s']:>10.3f}")
 
 

@@ -5,10 +5,14 @@ process, so its peak memory is its own), times the README's default search
 (``paraplan search --json``, 2 workers) and writes ``speed.md``, ``speed.png`` and
 ``speed.json``. ``--baseline FILE`` (a ``speed.json`` of an earlier run, e.g.
 ``docs/reports/speed_before.json``, the engine before issue 17 at commit 7c7347c) adds a
-before/after table.
+before/after table; ``--before-tree DIR`` (an earlier commit extracted with ``git archive``)
+times that checkout in the same run, each case right before the current one, so that both
+sides see the same machine load.
 
     python experiments/report_speed.py --baseline docs/reports/speed_before.json
     python experiments/report_speed.py --cases 175b-folded --out /tmp/r --no-search
+    python experiments/report_speed.py --baseline docs/reports/speed_before.json \
+        --before-tree /tmp/before --before-label "commit 8505a28"     # same-run before/after
 """
 from __future__ import annotations
 
@@ -41,8 +45,11 @@ def bench_cases() -> list[str]:
     return list(CASES)
 
 
-def run_case(case: str, timeout: float = 1200) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, str(BENCH), "--case", case], cwd=ROOT,
+def run_case(case: str, timeout: float = 1200, tree: str | None = None) -> dict[str, Any]:
+    """One benchmark case in its own process; ``tree``: another checkout's simulator, timed
+    by this checkout's harness."""
+    extra = ["--tree", tree] if tree else []
+    proc = subprocess.run([sys.executable, str(BENCH), "--case", case, *extra], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     if proc.returncode != 0:
@@ -50,13 +57,15 @@ def run_case(case: str, timeout: float = 1200) -> dict[str, Any]:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def default_search() -> dict[str, Any]:
-    """Wall time of the README's main job, ``paraplan search`` with its defaults."""
+def default_search(tree: str | None = None) -> dict[str, Any]:
+    """Wall time of the README's main job, ``paraplan search`` with its defaults (of the
+    checkout ``tree`` when given)."""
     import time
+    root = str(tree or ROOT)
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "simulator.cli", "search", "--workers", "2",
-                           "--json"], cwd=ROOT, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+                           "--json"], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root})
     wall = time.perf_counter() - t0
     if proc.returncode != 0:
         raise RuntimeError(f"paraplan search failed: {proc.stderr.strip()}")
@@ -96,8 +105,8 @@ def draw(rows: list[dict[str, Any]], path: str) -> None:
     save_figure(fig, path)
 
 
-def _vs_bare(r: dict[str, Any]) -> str:
-    return f"{r['vs_bare']:.1%}" if "vs_bare" in r else "-"
+def _vs_bare(r: dict[str, Any], key: str = "vs_bare") -> str:
+    return f"{r[key]:.1%}" if key in r else "-"
 
 
 def _before_after(rows: list[dict[str, Any]], search: dict[str, Any] | None,
@@ -122,16 +131,45 @@ def _before_after(rows: list[dict[str, Any]], search: dict[str, Any] | None,
                       "vs bare before", "vs bare after"], lines, align="lrrrrrr")]
 
 
+def _same_run(rows: list[dict[str, Any]], search: dict[str, Any] | None,
+              same: dict[str, Any]) -> list[str]:
+    """The earlier checkout timed in this run, case by case right before the current one."""
+    old = {r["case"]: r for r in same["cases"]}
+    if same.get("default_search"):
+        old["default-search"] = same["default_search"]
+    lines = []
+    for r in rows + ([search] if search else []):
+        b = old.get(r["case"])
+        if b is None:
+            continue
+        cpu = ("cpu_s" in b and "cpu_s" in r)
+        lines.append([r["case"], f"{b['wall_s']:.2f}", f"{r['wall_s']:.2f}",
+                      f"{b['wall_s'] / r['wall_s']:.2f}x",
+                      f"{b['cpu_s']:.2f}" if cpu else "-", f"{r['cpu_s']:.2f}" if cpu else "-",
+                      f"{b['cpu_s'] / r['cpu_s']:.2f}x" if cpu else "-",
+                      f"{_vs_bare(b)} / {_vs_bare(b, 'vs_bare_cpu')}",
+                      f"{_vs_bare(r)} / {_vs_bare(r, 'vs_bare_cpu')}"])
+    return ["", f"Before and after in this run, under the same load: {same['label']} "
+            f"(`{same['tree']}`), each case run by the same harness "
+            "(`bench_simulate.py --tree`) right before the current one:", "",
+            md_table(["case", "wall s before", "wall s after", "speed-up", "cpu s before",
+                      "cpu s after", "cpu speed-up", "vs bare before (wall / CPU)",
+                      "vs bare after (wall / CPU)"], lines, align="lrrrrrrrr")]
+
+
 def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
-           search: dict[str, Any] | None = None, base: dict[str, Any] | None = None) -> str:
+           search: dict[str, Any] | None = None, base: dict[str, Any] | None = None,
+           same: dict[str, Any] | None = None) -> str:
     table = md_table(
         ["case", "plan", "GPUs", "simulated ranks", "events", "wall s", "cpu s", "target s",
-         "events/s", "vs bare SimPy", "peak RSS MiB", "step s (sim)", "step s (analytic)"],
+         "events/s", "vs bare SimPy", "vs bare (CPU)", "peak RSS MiB", "step s (sim)",
+         "step s (analytic)"],
         [[r["case"], r["plan"], f"{r['gpus']:,}", r["simulated_ranks"], f"{r['events']:,}",
           f"{r['wall_s']:.2f}", f"{r['cpu_s']:.2f}", TARGETS_S.get(r["case"], "-"),
-          f"{r['events_per_s']:,.0f}", _vs_bare(r), f"{r['peak_rss_mib']:.0f}",
+          f"{r['events_per_s']:,.0f}", _vs_bare(r), _vs_bare(r, "vs_bare_cpu"),
+          f"{r['peak_rss_mib']:.0f}",
           f"{r['step_time_s']:.3f}", f"{r['analytic_step_time_s']:.3f}"] for r in rows],
-        align="llrrrrrrrrrrr")
+        align="llrrrrrrrrrrrr")
     timed = rows + ([search] if search else [])
     met = [f"`{r['case']}` {'meets' if r['wall_s'] <= TARGETS_S[r['case']] else 'MISSES'} "
            f"its target ({r['wall_s']:.2f} s against {TARGETS_S[r['case']]:.0f} s)"
@@ -140,8 +178,9 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
     if full is not None:
         met.append(f"the unfolded step runs at {full['vs_bare']:.1%} of bare SimPy's event "
                    f"rate ({'meets' if full['vs_bare'] >= VS_BARE_TARGET else 'MISSES'} the "
-                   f"{VS_BARE_TARGET:.0%} target; the engine now needs about half the events "
-                   "per op, so the same work shows fewer events per second)")
+                   f"{VS_BARE_TARGET:.0%} target)"
+                   + (f", {full['vs_bare_cpu']:.1%} per CPU second" if "vs_bare_cpu" in full
+                      else ""))
     load = mach["load_average_1min"]
     return "\n".join([
         header("Simulator speed", command),
@@ -149,7 +188,10 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
         "(`python experiments/bench_simulate.py --case CASE`); wall and CPU time of "
         "`simulate(job)` (compile, network, run, metrics), peak resident memory of the "
         "process; `vs bare SimPy`: events per second over bare SimPy's (one process yielding "
-        "timeouts) measured in the same process.", "",
+        "timeouts) measured in the same process, per wall second (the issue 17 measure) and "
+        "per CPU second of the process (`vs bare (CPU)`: on a shared machine the wall clock also "
+        "counts the time a process waits for a core, which the short bare run and the long "
+        "case do not suffer alike).", "",
         table, "",
         *([f"Default search (`paraplan search --workers 2 --json`, the README's main job): "
            f"{search['wall_s']:.2f} s wall, {search['simulations']} simulations, recommends "
@@ -159,6 +201,7 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
         f"{mach['platform']}; 1-minute load average {load:.2f} when the report started "
         "(other work on the machine slows every figure)." if load is not None else
         f"- Machine: {mach['cpus']} CPUs, Python {mach['python']}.",
+        *(_same_run(rows, search, same) if same else []),
         *(_before_after(rows, search, base) if base else []),
         "",
         f"![wall time per case]({NAME}.png)"])
@@ -170,6 +213,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--cases", default=None, help="comma-separated (default: every case)")
     ap.add_argument("--baseline", default=None, help="an earlier speed.json to compare with")
     ap.add_argument("--no-search", action="store_true", help="skip the default search")
+    ap.add_argument("--before-tree", default=None,
+                    help="an earlier checkout (git archive COMMIT | tar -x -C DIR) to time in "
+                         "the same run, each case right before the current one")
+    ap.add_argument("--before-label", default="an earlier checkout",
+                    help="what --before-tree holds, for the page (e.g. 'commit 8505a28')")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     known = bench_cases()
@@ -177,9 +225,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = [c for c in cases if c not in known]
     if unknown or not cases:
         ap.error(f"--cases: unknown {unknown}; known: {', '.join(known)}")
+    if a.before_tree and not os.path.isdir(os.path.join(a.before_tree, "simulator")):
+        ap.error(f"--before-tree {a.before_tree!r}: not a checkout (no simulator/ in it)")
     mach = machine()
-    rows = [run_case(c) for c in cases]
-    search = None if a.no_search else default_search()
+    rows, before = [], []
+    for c in cases:
+        if a.before_tree:
+            before.append(run_case(c, tree=a.before_tree))
+        rows.append(run_case(c))
+    search = before_search = None
+    if not a.no_search:
+        before_search = default_search(a.before_tree) if a.before_tree else None
+        search = default_search()
+    same = ({"label": a.before_label, "tree": a.before_tree, "cases": before,
+             "default_search": before_search} if a.before_tree else None)
     base = None
     if a.baseline:
         with open(a.baseline, encoding="utf-8") as f:
@@ -187,9 +246,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with ReportWriter(a.out) as w:
         w.draw(f"{NAME}.png", lambda p: draw(rows, p))
         w.json(f"{NAME}.json", {"machine": mach, "targets_s": TARGETS_S, "cases": rows,
-                                "default_search": search})
+                                "default_search": search, "same_run_before": same})
         w.text(f"{NAME}.md", render(rows, mach, this_command("report_speed.py", argv), search,
-                                    base))
+                                    base, same))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

@@ -9,7 +9,9 @@ ep, dp; what is left is ``bubble``. The parts sum to the step time.
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
+from itertools import accumulate
 from typing import Iterable
 
 from simulator.result import Record
@@ -81,11 +83,14 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
     forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
+    gathers = PARAM_GATHER_PREFIX
     for r in records:
-        if r.label.startswith(PARAM_GATHER_PREFIX):
+        if r.label.startswith(gathers):
             ag[r.rank].append(r)
-        elif r.end > end[r.rank]:
-            end[r.rank] = r.end
+        else:
+            rank, t = r.rank, r.end
+            if t > end[rank]:
+                end[rank] = t
     for rank, recs in ag.items():
         meta = metas.get(rank, {})
         t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
@@ -139,20 +144,36 @@ def activation_series(records: list[Record], per_chunk: float,
     b_first: dict[str, int] = {}
     last: dict[str, tuple[float, int]] = {}
     w_end: dict[str, tuple[float, int]] = {}
-    for n, r in enumerate(x for x in records if x.stream == "compute"):
-        if r.label[:1] == "F":
-            first.setdefault(r.label, (r.start, n))
-            f_last[r.label] = n
-        elif r.label[:1] == "B":
-            b_first.setdefault(r.label, n)
-            last[r.label] = (r.end, n)
-        elif r.label[:1] == "W" and per_w > 0:
-            w_end[r.label] = (r.end, n)
+    n = -1                     # index among the compute records (one pass, no generator)
+    for r in records:
+        if r.stream != "compute":
+            continue
+        n += 1
+        label = r.label
+        head = label[:1]
+        if head == "F":
+            if label not in first:
+                first[label] = (r.start, n)
+            f_last[label] = n
+        elif head == "B":
+            if label not in b_first:
+                b_first[label] = n
+            last[label] = (r.end, n)
+        elif head == "W" and per_w > 0:
+            w_end[label] = (r.end, n)
+    # a forward's partner: the first backward (in order of its first record) whose records
+    # interleave with the forward's, i.e. starts before the forward's last record and ends
+    # after its first; the backwards' running maximum of last records finds it by bisection
+    b_labels = list(b_first)
+    reach = list(accumulate((last[b][1] for b in b_labels), max))
     adds = []
     for label, (t, n) in first.items():
-        partner = [last[b] for b, bn in b_first.items()
-                   if n < last[b][1] and bn < f_last[label]]
-        adds.append((partner[0][0], partner[0][1] + 0.5) if partner else (t, n))
+        i = bisect_right(reach, n)
+        if i < len(b_labels) and b_first[b_labels[i]] < f_last[label]:
+            end, bn = last[b_labels[i]]
+            adds.append((end, bn + 0.5))
+        else:
+            adds.append((t, n))
     events = sorted([(t, n, per_chunk) for t, n in adds]
                     + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
                        for t, n in last.values()]

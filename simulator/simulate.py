@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from simulator.engine import core as engine
+from simulator.engine.gc_pause import paused_gc
 from simulator.program.compiler import compile_job
 from simulator.fold import FoldSpec, fold_spec, make_link_map
 from simulator.metrics import (BREAKDOWN_KEYS, LINK_SERIES_PER_KIND, PRIORITY,
@@ -81,15 +82,16 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     if network not in BACKENDS:
         raise SpecError("network", network, f"must be one of {', '.join(BACKENDS)}")
     check_simulable(job)
-    spec = fold_spec(job, fold)
-    programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
-                           costs=costs)
-    graph = cluster_graph(job)
-    net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded else None,
-                      network, record_load=link_series)
-    res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
-                     rank_map=spec.rank_map())
-    res.metrics = derive_metrics(res, job, programs, net, spec)
+    with paused_gc():           # compile, run and metrics allocate ~1 M live objects
+        spec = fold_spec(job, fold)
+        programs = compile_job(job, ranks=spec.reps, granularity=granularity or "chunk",
+                               costs=costs)
+        graph = cluster_graph(job)
+        net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
+                          else None, network, record_load=link_series)
+        res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
+                         rank_map=spec.rank_map())
+        res.metrics = derive_metrics(res, job, programs, net, spec)
     res.metrics["network"] = network
     if len(job.cluster.groups) > 1:     # a mixed cluster: the GPU type of each simulated rank
         res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name for r in programs}

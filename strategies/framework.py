@@ -84,6 +84,40 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class StepPasses:
+    """The passes a stack runs once per optimizer step besides Adam's own update (each a
+    memory-bound kernel over a whole buffer, ``strategies.cost.step`` times them;
+    docs/formulas.md §10). Over the full gradient buffer of the stage (every parameter the
+    GPU holds): ``zero_grad`` (the buffer zeroed before the first micro-batch: write),
+    ``scale_grad`` (``grad *= 1/dp`` before the reduction: read and write), ``check_grad``
+    (a norm of each bucket, the NaN/Inf check, before the reduction: read). Over the
+    parameters the GPU updates (its optimizer shard): ``grad_norm`` (the L2 norm for
+    clipping: read the fp32 gradient), ``clip_scale`` (the gradient multiplied by the clip
+    factor every step, clipped or not: read and write) and ``param_copy`` (the fp32 master weights copied to
+    the 16-bit model weights in a separate kernel: read 4, write ``param_bytes``).
+    ``tied_reduce``: the gradient of a tied word embedding is all-reduced between the first
+    and the last pipeline stage once per step (``pp > 1``, embedding and LM head on
+    different ranks)."""
+
+    zero_grad: bool = True
+    scale_grad: bool = True
+    check_grad: bool = True
+    grad_norm: bool = True
+    clip_scale: bool = False
+    param_copy: bool = True
+    tied_reduce: bool = True
+    #: where each pass comes from, ``(pass, source)``
+    sources: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        for name, _ in self.sources:
+            if name not in names:
+                raise SpecError("framework.step.sources", name,
+                                f"must name one of {', '.join(names)}")
+
+
+@dataclass(frozen=True)
 class FrameworkProfile:
     """What a training stack does underneath a plan.
 
@@ -138,6 +172,8 @@ class FrameworkProfile:
     #: ``overlap_param_gather``, ``tp_comm_overlap``, ``recompute``) comes from:
     #: ``(switch, source)``; the reference reader states it with every default it applies
     default_sources: tuple[tuple[str, str], ...] = ()
+    #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
+    step: StepPasses = StepPasses()
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -214,7 +250,20 @@ MEGATRON_LM_2021 = FrameworkProfile(
                                  "of 2022 gathers after the step)"),
         ("tp_comm_overlap", "no TP communication overlap (Transformer Engine userbuffers, 2023)"),
         ("recompute", "full-layer activation checkpointing (--checkpoint-activations, "
-                      "Narayanan et al. 2021 §3.5)")))
+                      "Narayanan et al. 2021 §3.5)")),
+    step=StepPasses(
+        check_grad=False,
+        sources=(
+            ("zero_grad", "model.zero_grad_buffer() before each step zeroes the contiguous "
+                          "main_grad buffer (megatron/model/distributed.py)"),
+            ("scale_grad", "allreduce_gradients divides the buffer by the data-parallel size "
+                           "before the all-reduce (buffer_.data /= dp)"),
+            ("check_grad", "no per-bucket NaN check in 2021 (fp16's loss-scaler unscale is "
+                           "not modelled)"),
+            ("grad_norm", "clip_grad_norm_fp32, amp_C.multi_tensor_l2norm (--clip-grad 1.0)"),
+            ("param_copy", "_copy_main_params_to_model_params after the step"),
+            ("tied_reduce", "training.py all-reduces word_embeddings' gradient across the "
+                            "first and last stages"))))
 
 MEGATRON_DEEPSPEED = FrameworkProfile(
     name="megatron-deepspeed",
@@ -236,7 +285,21 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
                                 "runtime/pipe/schedule.py)"),
         ("overlap_param_gather", "ZeRO-1 gathers the updated parameters after the step"),
         ("tp_comm_overlap", "no TP communication overlap (Megatron's 2021 tensor parallelism)"),
-        ("recompute", "full-layer checkpointing (BLOOM's --checkpoint-activations)")))
+        ("recompute", "full-layer checkpointing (BLOOM's --checkpoint-activations)")),
+    step=StepPasses(
+        zero_grad=False, clip_scale=True,
+        sources=(
+            ("zero_grad", "ZeRO-1/2 zero_grad(set_to_none=True): no memset "
+                          "(runtime/zero/stage_1_and_2.py)"),
+            ("scale_grad", "average_tensor / allreduce_bucket divide the gradients by the "
+                           "data-parallel size (tensor.div_)"),
+            ("check_grad", "step(): check_overflow, _has_inf_or_nan over the gradients"),
+            ("grad_norm", "scaled_global_norm before the optimizer"),
+            ("clip_scale", "unscale_and_clip_grads multiplies the fp32 partition by "
+                           "1/combined_scale every step"),
+            ("param_copy", "bit16_partitions[...].data.copy_(fp32_partition.data)"),
+            ("tied_reduce", "PipelineEngine._exec_reduce_tied_grads (TrainSchedule's "
+                            "ReduceTiedGrads, before ReduceGrads)"))))
 
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
@@ -255,7 +318,21 @@ MEGATRON_CORE = FrameworkProfile(
                                  "--overlap-param-gather"),
         ("tp_comm_overlap", "NeMo performance recipes turn TP communication overlap on "
                             "(tp_comm_overlap=True with the userbuffers configs, with TP and SP)"),
-        ("recompute", "no recomputation unless the recipe names it")))
+        ("recompute", "no recomputation unless the recipe names it")),
+    step=StepPasses(sources=(
+        ("zero_grad", "zero_grad_buffer: _ParamAndGradBuffer.reset, grad_data.zero_() "
+                      "(megatron/core/distributed/param_and_grad_buffer.py)"),
+        ("scale_grad", "start_grad_sync: bucket.grad_data *= gradient_scaling_factor (1/dp) "
+                       "unless --ddp-average-in-collective (off by default; NeMo 2 recipes "
+                       "turn it on, not modelled per run)"),
+        ("check_grad", "start_grad_sync: check_grads, grad_data.norm(p=2) per bucket "
+                       "(--check-for-nan-in-loss-and-grad, on by default)"),
+        ("grad_norm", "get_grad_norm_fp32, multi_tensor_l2norm over the main gradients "
+                      "(--clip-grad 1.0); the clip multiply only when the norm exceeds it"),
+        ("param_copy", "_copy_main_params_to_model_params, _multi_tensor_copy_this_to_that "
+                       "(megatron/core/optimizer/optimizer.py)"),
+        ("tied_reduce", "finalize_model_grads: _allreduce_word_embedding_grads over the "
+                        "embedding group (first and last stage)"))))
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -276,7 +353,19 @@ PYTORCH_EAGER = FrameworkProfile(
                                  "(backward_prefetch, forward prefetch)"),
         ("tp_comm_overlap", "no TP communication overlap in eager PyTorch (async TP needs "
                             "torch.compile)"),
-        ("recompute", "no activation checkpointing unless configured")))
+        ("recompute", "no activation checkpointing unless configured")),
+    step=StepPasses(
+        zero_grad=False, scale_grad=False, check_grad=False, clip_scale=True,
+        param_copy=False, tied_reduce=False,
+        sources=(
+            ("zero_grad", "optimizer.zero_grad(set_to_none=True), PyTorch's default"),
+            ("scale_grad", "the 1/dp average is taken by the reduce-scatter (not a pass over "
+                           "the whole buffer)"),
+            ("grad_norm", "torch.nn.utils.clip_grad_norm_ (torchtitan max_norm 1.0; Composer "
+                          "gradient clipping)"),
+            ("clip_scale", "clip_grad_norm_ multiplies every gradient by the clamped "
+                           "coefficient (_foreach_mul_) every step"),
+            ("param_copy", "FSDP keeps fp32 sharded weights and casts them in the all-gather"))))
 
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
@@ -304,7 +393,15 @@ JAX_XLA = FrameworkProfile(
                                  "all-gathers with compute"),
         ("tp_comm_overlap", "no Transformer Engine userbuffers overlap"),
         ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
-                      "checkpoint_policy SAVE_NOTHING")))
+                      "checkpoint_policy SAVE_NOTHING")),
+    step=StepPasses(
+        zero_grad=False, scale_grad=False, check_grad=False, param_copy=False,
+        tied_reduce=False,
+        sources=(
+            ("zero_grad", "functional accumulation: no buffer to zero"),
+            ("grad_norm", "optax.clip_by_global_norm (MaxText gradient_clipping_threshold); "
+                          "the multiply is fused by XLA into the update"),
+            ("param_copy", "fp32 weights cast inside the fused layers"))))
 
 HAI_LLM = replace(
     MEGATRON_CORE, name="hai-llm",
@@ -321,7 +418,11 @@ HAI_LLM = replace(
         ("tp_comm_overlap", "no tensor parallelism in training (DeepSeek-V3 report §3.2: "
                             "'without costly tensor parallelism')"),
         ("recompute", "only RMSNorm and MLA's up-projections are recomputed (report §3.2.3), "
-                      "a small share of the FLOPs, charged as none")))
+                      "a small share of the FLOPs, charged as none")),
+    step=replace(MEGATRON_CORE.step, sources=tuple(
+        (k, "assumed as Megatron-Core's (HAI-LLM's code is not public)")
+        for k in ("zero_grad", "scale_grad", "check_grad", "grad_norm", "param_copy",
+                  "tied_reduce"))))
 
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,

@@ -120,7 +120,8 @@ def test_data_parallel_straggler_scales_the_compute(f):
 
 def _balanced(job):
     return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, head_fwd=0.0,
-                   head_bwd=0.0, optimizer_by_stage=(0.0,) * job.plan.pp)
+                   head_bwd=0.0, optimizer_by_stage=(0.0,) * job.plan.pp,
+                   passes_by_stage=(0.0,) * job.plan.pp)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])

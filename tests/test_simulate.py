@@ -27,9 +27,11 @@ def _job(model="gpt-1.7b", cluster=A100x2, **plan):
 
 
 def _balanced(job):
-    """The job's costs with the embedding, the LM head and the optimizer removed."""
+    """The job's costs with the embedding, the LM head, the optimizer and the per-step passes
+    removed."""
     return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, head_fwd=0.0,
-                   head_bwd=0.0, optimizer_by_stage=(0.0,) * job.plan.pp)
+                   head_bwd=0.0, optimizer_by_stage=(0.0,) * job.plan.pp,
+                   passes_by_stage=(0.0,) * job.plan.pp)
 
 
 FREE = [  # (schedule, tp, pp, vpp, gbs, group size)

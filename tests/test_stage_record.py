@@ -91,7 +91,8 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
             "embedding": {float(sc.embedding_fwd[i]), e_b - e_w if split else e_b},
             "lm_head": {float(sc.head_fwd[i]), h_b - h_w if split else h_b},
             "wgrad": wg | {h_w, e_w} if split else set(),
-            "optimizer": {float(getattr(sc, f"optimizer_{which}")[i])}}
+            "optimizer": {float(getattr(sc, f"optimizer_{which}")[i]),
+                          float(getattr(sc, f"passes_{which}")[i])}}
 
 
 def split_variants(jobs):
@@ -136,6 +137,8 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
         assert one.params_by_stage == tuple(float(getattr(sc, f"params_{w}")[i]) for w in which)
         assert one.optimizer_by_stage == tuple(float(getattr(sc, f"optimizer_{w}")[i])
                                                for w in which)
+        assert one.passes_by_stage == tuple(float(getattr(sc, f"passes_{w}")[i]) for w in which)
+        assert one.tied_bytes == float(sc.tied_bytes[i])
         assert (one.grad_bytes, one.param_bytes) == (sc.grad_bytes, sc.param_bytes)
 
         for prog in progs.values():
@@ -159,6 +162,8 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
                             assert op.nbytes == float(sc.ep_bytes[i])
                         elif cat == "pp_gather":
                             assert op.nbytes == float(sc.p2p_gather_bytes[i])
+                        elif "tied" in op.label:    # first <-> head stage, once per step
+                            assert op.nbytes == float(sc.tied_bytes[i]) > 0
                         elif "z3" in op.label:      # ZeRO-3: the whole stage, every micro-batch
                             assert op.nbytes in (sc.param_bytes * params,
                                                  sc.grad_bytes * params)

@@ -134,7 +134,8 @@ def _balanced(job):
     """The job's costs with the embedding, the LM head and the optimizer removed."""
     return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
                    head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                   optimizer_by_stage=(0.0,) * job.plan.pp)
+                   optimizer_by_stage=(0.0,) * job.plan.pp,
+                   passes_by_stage=(0.0,) * job.plan.pp)
 
 
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [

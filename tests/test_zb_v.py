@@ -119,7 +119,8 @@ def _balanced(job, region: bool = False):
     (``T_F = T_B``, where the closed form holds), ``W`` and recomputation kept."""
     c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
                 head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                optimizer_by_stage=(0.0,) * job.plan.pp)
+                optimizer_by_stage=(0.0,) * job.plan.pp,
+                passes_by_stage=(0.0,) * job.plan.pp)
     if region:
         c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
     return c

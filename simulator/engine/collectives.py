@@ -56,6 +56,8 @@ class CollectiveRunner:
         self._plans: dict = {}
         self._solo: dict = {}
         self._links: dict = {}
+        self._closed: dict = {}      # call signature -> (seconds, link loads) or None
+        self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
         key = (op.group, op.kind, op.algorithm, op.nbytes)
@@ -72,17 +74,38 @@ class CollectiveRunner:
         if op.algorithm == "ring_stepwise":
             self.env.process(self._stepwise(op, done))
             return
+        # the same call (group, tag, algorithm, bytes, repeat) recurs thousands of times a
+        # step: whether it runs in closed form, and its time and link loads, are worked out once
+        sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat)
+        closed = self._closed.get(sig, ())
+        if closed == ():
+            closed = self._closed[sig] = self._closed_form(op)
+        if closed is not None:
+            total, loads, phases = closed
+            count = self.net.count_solo
+            for idx, nbytes in loads:
+                count(idx, nbytes)
+            if self._log_load:
+                self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
+                                   for lat, flows, nbytes in phases], (id(phases), op.repeat))
+            self.env.timeout(total).callbacks.append(lambda _e: done.succeed())
+            return
         phases = self.phases(op)
         if not phases:
             done.succeed()
             return
-        if self.exclusive(op):
-            total = self._solo_total(op, phases)
-            if total is not None:
-                self._count(op, phases)
-                self.env.timeout(total).callbacks.append(lambda _e: done.succeed())
-                return
         self.env.process(self._run(op, phases, done))
+
+    def _closed_form(self, op: Collective) -> tuple[float, list, list] | None:
+        """``(seconds, [(link indices, bytes)] per phase, phases)`` of ``op`` if it may run in
+        closed form (an exclusive channel whose flows do not collide), else None."""
+        phases = self.phases(op)
+        if not phases or not self.exclusive(op):
+            return None
+        total = self._solo_total(op, phases)
+        if total is None:
+            return None
+        return total, [(self._phase_links(ph), ph[2] * op.repeat) for ph in phases], phases
 
     def _solo_total(self, op: Collective, phases: list[RunPhase]) -> float | None:
         """Closed-form seconds of ``op`` alone on its links, or None if its flows collide."""
@@ -98,17 +121,13 @@ class CollectiveRunner:
             self._solo[key] = total
         return self._solo[key]
 
-    def _count(self, op: Collective, phases: list[RunPhase]) -> None:
-        """Add the bytes a closed-form collective puts on each (representative) link."""
-        for ph in phases:
-            idx = self._links.get(id(ph))
-            if idx is None:
-                parts = [self.net.links(a, b) for a, b in ph[1]]
-                idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
-            self.net.count_solo(idx, ph[2] * op.repeat)
-        if getattr(self.net, "record_load", False):      # SimNetwork's load series
-            self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
-                               for lat, flows, nbytes in phases], (id(phases), op.repeat))
+    def _phase_links(self, ph: RunPhase) -> np.ndarray:
+        """The (representative) links a closed-form phase's flows load, repeats kept."""
+        idx = self._links.get(id(ph))
+        if idx is None:
+            parts = [self.net.links(a, b) for a, b in ph[1]]
+            idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
+        return idx
 
     def _run(self, op: Collective, phases: list[RunPhase], done: simpy.Event):
         env, net = self.env, self.net

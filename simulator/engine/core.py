@@ -18,18 +18,25 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
+from functools import partial
+from operator import attrgetter
 from typing import Callable
 
 import simpy
 
 from simulator.engine.collectives import CollectiveRunner
+from simulator.engine.gc_pause import paused_gc
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
 from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
 
 
-_COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of ``Engine._plan``
+_COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
+_CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
+_ID, _DEPS, _KIND = attrgetter("id"), attrgetter("deps"), attrgetter("record_kind")
+_END = attrgetter("end")
+_record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
 
 
 class DeadlockError(RuntimeError):
@@ -48,17 +55,70 @@ class _Rendezvous:
 
 
 class _Stream:
-    """One (rank, stream): its ops with what the run needs resolved before it starts (kind
-    code, dependency ids, whether another op waits for it, record kind), the index of the op
-    it is at, and why that op is not running (for the deadlock report)."""
+    """One (rank, stream): its ops and, resolved before the run, their kind codes, dependency
+    ids, record kinds and whether another op depends on them (``needed``); the index of the op
+    it is at, when that op started, and what the op waits on (``key``: its message or
+    rendezvous). A stream is itself the SimPy callback of the event that ends its current op
+    (no closure per op)."""
 
-    __slots__ = ("rank", "stage", "name", "plan", "idx", "why", "start", "done", "waiting")
+    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
+                 "n", "idx", "start", "done", "waiting", "key", "slot")
 
-    def __init__(self, prog: Program, name: str, plan: list[tuple], done: set,
-                 waiting: dict) -> None:
-        self.rank, self.stage, self.name, self.plan = prog.rank, prog.stage, name, plan
-        self.idx, self.why, self.start = 0, None, 0.0
-        self.done, self.waiting = done, waiting     # the rank's finished op ids; id -> blocked
+    def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
+        ops = prog.streams[name]
+        self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
+        self.ops = ops
+        self.codes = tuple(map(_CODE.__getitem__, map(type, ops)))
+        self.deps = tuple(map(_DEPS, ops))
+        self.kinds = tuple(map(_KIND, ops))
+        self.needed = tuple(map(needed.__contains__, map(_ID, ops)))
+        self.n, self.idx, self.start, self.key, self.slot = len(ops), 0, 0.0, None, None
+        self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
+
+    def __call__(self, ev: simpy.Event) -> None:
+        """The event that ends the current op fired: finish the op and move on."""
+        eng = self.eng
+        i = self.idx
+        code = self.codes[i]
+        if code == _COMPUTE:
+            eng._finish(self, 0.0, -1, 0.0)
+        elif code == _COLL:
+            op = self.ops[i]
+            eng._finish(self, self.slot.go - self.start, -1, op.nbytes * op.repeat)
+        elif code == _SEND:            # the last byte landed; a blocking send waited until
+            op = self.ops[i]           # its receiver posted (``started``)
+            go = eng.started.pop(self.key, self.start) if eng.rendezvous else self.start
+            self.slot.succeed(go)
+            eng._finish(self, go - self.start, op.dst, op.nbytes)
+        else:                          # a receive's message arrived (``ev`` is its mail slot)
+            eng.mail.pop(self.key, None)
+            now = eng.env._now
+            sent = ev._value
+            wait = (sent if sent < now else now) - self.start
+            eng._finish(self, wait if wait > 0.0 else 0.0, self.ops[i].src, 0.0)
+        ready = eng.ready
+        if ready:                      # streams woken by this op go first, then this one
+            ready.append(self)
+            eng._drain()
+        else:
+            eng._advance(self)
+            if ready:
+                eng._drain()
+
+    def why(self) -> tuple:
+        """What the current op waits for (the deadlock report), derived from the state."""
+        done, op = self.done, self.ops[self.idx]
+        for d in op.deps:
+            if d not in done:
+                return ("dep", d)
+        code = self.codes[self.idx]
+        if code == _RECV:
+            return ("recv", op)
+        if code == _COLL:
+            return ("coll", op)
+        if code == _SEND and op.blocking and self.key in self.eng.parked:
+            return ("send", op)
+        return ("run", None)
 
 
 class Engine:
@@ -66,10 +126,11 @@ class Engine:
 
     Streams are not SimPy processes: an op that can start starts at once, and its end is a
     callback on the event that ends it (a compute timeout, the last byte of a transfer, a
-    collective's completion, a message already waiting). Dependencies are resolved from the
-    programs before the run: finishing an op marks it done and retries the streams blocked on
-    it, with no event of its own. One SimPy event per compute op instead of two, and no
-    generator resumption (issue 17: the per-event cost of the engine)."""
+    collective's completion, a message already waiting); the stream object itself is that
+    callback. Dependencies are resolved from the programs before the run: finishing an op
+    marks it done (only if some op depends on it) and retries the streams blocked on it, with
+    no event of its own. One SimPy event per compute op, no generator resumption and no
+    per-op closure (issue 17: the per-event cost of the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
@@ -80,10 +141,12 @@ class Engine:
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[tuple, _Rendezvous] = {}
+        self.members: dict[tuple, int] = {}          # group -> its simulated members
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
         # one: eager channels would otherwise leave every early receive in ``posted``
-        self.rendezvous = any(type(op) is Send and op.blocking
-                              for prog in programs.values() for op in prog.ops())
+        self.rendezvous = any(op.blocking for prog in programs.values()
+                              for ops in prog.streams.values() if Send in set(map(type, ops))
+                              for op in ops if type(op) is Send)
         self.posted: set[tuple] = set()              # receives posted before their send
         self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
@@ -102,90 +165,97 @@ class Engine:
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
-        code = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
         for rank in sorted(self.programs):
             prog = self.programs[rank]
+            needed: set = set()
+            for ops in prog.streams.values():
+                needed.update(*map(_DEPS, ops))
             for name in sorted(prog.streams):
-                plan = [(op, code[type(op)], op.deps, op.record_kind)
-                        for op in prog.streams[name]]
-                st = self.where[(rank, name)] = _Stream(prog, name, plan, self.done[rank],
-                                                        self.waiting[rank])
+                st = self.where[(rank, name)] = _Stream(self, prog, name, needed)
                 self.ready.append(st)
         self._drain()
 
     def _drain(self) -> None:
         """Advance every stream that may move, until none can without time passing."""
-        ready = self.ready
+        ready, advance = self.ready, self._advance
         while ready:
-            self._advance(ready.popleft())
+            st = ready.popleft()
+            deps = st.deps[st.idx] if st.idx < st.n else ()
+            if deps:                   # a woken stream often still waits for another op:
+                done = st.done         # re-register it here, without a call to _advance
+                for d in deps:
+                    if d not in done:
+                        st.waiting.setdefault(d, []).append(st)
+                        break
+                else:
+                    advance(st)
+            else:
+                advance(st)
 
     def _advance(self, st: _Stream) -> None:
         """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
-        env, plan, rank, done = self.env, st.plan, st.rank, st.done
-        n = len(plan)
+        env, ops, codes, deps_of, done = self.env, st.ops, st.codes, st.deps, st.done
+        n = st.n
         while st.idx < n:
-            op, code, deps, _ = plan[st.idx]
-            for d in deps:
-                if d not in done:
-                    st.why = ("dep", d)
-                    st.waiting.setdefault(d, []).append(st)
-                    return
-            st.why, st.start = None, env.now
+            i = st.idx
+            deps = deps_of[i]
+            if deps:
+                for d in deps:
+                    if d not in done:
+                        st.waiting.setdefault(d, []).append(st)
+                        return
+            st.start = now = env._now
+            code, op = codes[i], ops[i]
             if code == _COMPUTE:
-                env.timeout(op.seconds).callbacks.append(
-                    lambda _ev, st=st: self._end(st, 0.0, -1, 0.0))
-                st.why = ("run", None)
+                env.timeout(op.seconds).callbacks.append(st)
                 return
             if code == _SEND:
-                key, slot, ev = self._send(rank, op)
+                key, slot, ev = self._send(st.rank, op)
                 if ev is not None:
-                    ev.callbacks.append(lambda _ev, st=st, op=op, slot=slot, key=key: self._sent(
-                        st, op, slot, key))
-                    st.why = ("send", op) if op.blocking else ("run", None)
+                    st.key, st.slot = key, slot
+                    ev.callbacks.append(st)
                     return
-                slot.succeed(st.start)
+                slot.succeed(now)
                 self._finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
             elif code == _RECV:
-                key = self._recv_key(rank, op)
+                key = self._recv_key(st.rank, op)
                 if self.rendezvous:
                     self._post_recv(key)
-                slot = self._slot(key)
+                slot = self.mail.get(key)
+                if slot is None:
+                    slot = self.mail[key] = env.event()
                 if not slot.triggered:
-                    st.why = ("recv", op)
-                    slot.callbacks.append(lambda ev, st=st, op=op, key=key: self._received(
-                        st, op, key, ev))
+                    st.key = key
+                    slot.callbacks.append(st)
                     return
-                self._received(st, op, key, slot, now=True)
+                self.mail.pop(key, None)
+                sent = slot._value
+                wait = (sent if sent < now else now) - now
+                self._finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
             else:
-                inst = self._collective(rank, op)
+                inst = self._collective(st.rank, op)
                 if not inst.done.triggered:
-                    st.why = ("coll", op)
-                    inst.done.callbacks.append(
-                        lambda _ev, st=st, op=op, inst=inst: self._end(
-                            st, inst.go - st.start, -1, op.nbytes * op.repeat))
+                    st.slot = inst
+                    inst.done.callbacks.append(st)
                     return
-                self._finish(st, inst.go - st.start, -1, op.nbytes * op.repeat)
-
-    def _end(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
-        """An op ended with an event (called from SimPy): finish it and move on."""
-        self._finish(st, wait, peer, nbytes)
-        self.ready.append(st)
-        self._drain()
+                self._finish(st, inst.go - now, -1, op.nbytes * op.repeat)
 
     def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
         """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
-        moves ``st`` on (``_advance`` goes on itself; ``_end`` queues it)."""
-        op, _, _, kind = st.plan[st.idx]
+        moves ``st`` on (``_advance`` goes on itself; a stream's callback queues it)."""
+        i = st.idx
+        op = st.ops[i]
         if self.record:
-            self.records.append(Record(st.rank, st.name, kind, op.label, op.microbatch,
-                                       st.stage, st.start, self.env.now, op.chunk, nbytes, peer,
-                                       wait))
-        st.done.add(op.id)
-        blocked = st.waiting.pop(op.id, None)
-        if blocked:
-            self.ready.extend(blocked)
-        st.idx += 1
-        st.why = None
+            self.records.append(_record((st.rank, st.name, st.kinds[i], op.label, op.microbatch,
+                                         st.stage, st.start, self.env._now, op.chunk, nbytes,
+                                         peer, wait)))
+        if st.needed[i]:
+            oid = op.id
+            st.done.add(oid)
+            blocked = st.waiting.pop(oid, None)
+            if blocked:
+                self.ready.extend(blocked)
+        st.idx = i + 1
 
     # ------------------------------------------------------------------ messages
     def _slot(self, key: tuple) -> simpy.Event:
@@ -204,8 +274,10 @@ class Engine:
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        key = key + (n,)
-        slot = self._slot(key)
+        key = (rank, op.dst, op.tag, n)
+        slot = self.mail.get(key)
+        if slot is None:
+            slot = self.mail[key] = self.env.event()
         if self.rendezvous:
             if op.blocking and key not in self.posted:
                 done = self.env.event()
@@ -230,42 +302,31 @@ class Engine:
                 lambda _ev: done.succeed())
         self.started[key] = self.env.now
 
-    def _sent(self, st: _Stream, op: Send, slot: simpy.Event, key: tuple) -> None:
-        """The last byte landed; a blocking send waited for its receiver until ``started``."""
-        go = self.started.pop(key, st.start)
-        slot.succeed(go)
-        self._end(st, go - st.start, op.dst, op.nbytes)
-
     def _recv_key(self, rank: int, op: Recv) -> tuple:
         key = (op.src, rank, op.tag, "r")
         n = self.seq[key]
         self.seq[key] = n + 1
         return (op.src, rank, op.tag, n)
 
-    def _received(self, st: _Stream, op: Recv, key: tuple, slot: simpy.Event,
-                  now: bool = False) -> None:
-        self.mail.pop(key, None)
-        wait = max(0.0, min(slot.value, self.env.now) - st.start)
-        if now:
-            self._finish(st, wait, op.src, 0.0)
-        else:
-            self._end(st, wait, op.src, 0.0)
-
     def _collective(self, rank: int, op: Collective) -> _Rendezvous:
-        key = (op.group, op.tag)
-        n = self.seq[(rank,) + key]
-        self.seq[(rank,) + key] = n + 1
-        inst = self.meet.get(key + (n,))
+        group, tag = op.group, op.tag
+        seq = self.seq
+        n = seq[(rank, group, tag)]
+        seq[(rank, group, tag)] = n + 1
+        key = (group, tag, n)
+        inst = self.meet.get(key)
         if inst is None:
-            expected = sum(1 for r in op.group if r in self.sim)
-            inst = self.meet[key + (n,)] = _Rendezvous(expected, self.env.event(), op)
+            expected = self.members.get(group)
+            if expected is None:
+                expected = self.members[group] = sum(1 for r in group if r in self.sim)
+            inst = self.meet[key] = _Rendezvous(expected, self.env.event(), op)
         elif (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
-                             f"{inst.op.label!r} of the same rendezvous ({key[1]} #{n})")
+                             f"{inst.op.label!r} of the same rendezvous ({tag} #{n})")
         inst.arrived += 1
         if inst.arrived == inst.expected:
-            inst.go = self.env.now
-            del self.meet[key + (n,)]
+            inst.go = self.env._now
+            del self.meet[key]
             self.runner.start(op, inst.done)
         return inst
 
@@ -276,7 +337,7 @@ class Engine:
             ops = self.programs[rank].streams[stream]
             if st.idx < len(ops):
                 stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
-                             f"{ops[st.idx].label!r} {self._why(rank, st.why)}")
+                             f"{ops[st.idx].label!r} {self._why(rank, st.why())}")
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
@@ -286,9 +347,7 @@ class Engine:
             raise UnmatchedSendError(f"{len(left)} message(s) never received, first: rank {src} "
                                      f"-> rank {dst} tag {tag!r} (message #{n})")
 
-    def _why(self, rank: int, why) -> str:
-        if why is None:
-            return "(never started)"
+    def _why(self, rank: int, why: tuple) -> str:
         if why[0] == "dep":
             op = self.programs[rank].by_id().get(why[1])
             return f"waits for op {why[1]} {op.label if op else '?'!r}"
@@ -307,19 +366,25 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
     point-to-point pair) ever loads one of that collective channel's links."""
     users: dict[int, set] = defaultdict(set)
     colls: dict[tuple, set] = {}
+    seen: set = set()                # channels already counted (a step repeats each many times)
     for prog in programs.values():
         for op in prog.ops():
-            if type(op) is Collective:
+            kind = type(op)
+            if kind is Collective:
                 ch = (op.group, op.tag)
-                if ch in colls or op.algorithm == "ring_stepwise":
+                if ch in seen or op.algorithm == "ring_stepwise":
                     continue
+                seen.add(ch)
                 links: set = set()
                 for _, flows, _ in runner.phases(op):
                     for a, b in flows:
                         links.update(net.links(a, b).tolist())
                 colls[ch] = links
-            elif type(op) is Send:
+            elif kind is Send:
                 ch = ("p2p", prog.rank, op.dst)
+                if ch in seen:
+                    continue
+                seen.add(ch)
                 links = set(net.links(prog.rank, op.dst).tolist())
             else:
                 continue
@@ -347,18 +412,19 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     if node_of is None:
         per_node = net.graph.graph.get("gpus_per_node", 1)
         node_of = lambda r: r // per_node  # noqa: E731
-    eng = Engine(programs, net, free_comm, node_of, record)
-    eng.start()
-    env, steps = net.env, 0
-    step = env.step
-    try:
-        while True:
-            step()
-            steps += 1
-    except simpy.core.EmptySchedule:
-        pass
+    with paused_gc():                 # the collector would walk every record (gc_pause)
+        eng = Engine(programs, net, free_comm, node_of, record)
+        eng.start()
+        env, steps = net.env, 0
+        step = env.step
+        try:
+            while True:
+                step()
+                steps += 1
+        except simpy.core.EmptySchedule:
+            pass
     eng.check_finished()
-    end = max((r.end for r in eng.records), default=0.0)
+    end = max(map(_END, eng.records), default=0.0)
     n = num_ranks if num_ranks is not None else len(programs)
     rank_map = rank_map or {r: [r] for r in programs}
     return SimResult(step_time_s=end, records=eng.records, num_ranks=n,

@@ -77,6 +77,7 @@ class SimNetwork(FlowNetwork):
             self._capacity = self._capacity * eff
         self.link_map = link_map
         self._solo = np.zeros(len(self.edges) + 1)   # bytes moved in closed form, per link
+        self._solo_due: list = []    # (link indices, bytes) counted but not yet added to _solo
         # With ``record_load``: the load of each link over time (``link_rate_series``).
         self.record_load = record_load
         self._load = np.zeros(len(self.edges) + 1)   # bytes/s of the flows now, per link
@@ -199,11 +200,21 @@ class SimNetwork(FlowNetwork):
         return done
 
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:
-        """Account ``nbytes`` on each of ``links`` (a transfer timed in closed form)."""
-        np.add.at(self._solo, links, nbytes)
+        """Account ``nbytes`` on each of ``links`` (a transfer timed in closed form). Added
+        to the per-link totals when they are read, in the order counted (the same sums)."""
+        self._solo_due.append((links, nbytes))
+
+    def _settle_solo(self) -> None:
+        if self._solo_due:
+            idx = np.concatenate([links for links, _ in self._solo_due])
+            vals = np.repeat([nbytes for _, nbytes in self._solo_due],
+                             [links.size for links, _ in self._solo_due])
+            np.add.at(self._solo, idx, vals)      # unbuffered: link by link in count order
+            self._solo_due.clear()
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link, closed-form transfers included."""
+        self._settle_solo()
         out = super().link_bytes()
         for i in np.flatnonzero(self._solo[:-1]).tolist():
             out[self.edges[i]] += float(self._solo[i])

@@ -167,7 +167,8 @@ class FlowNetwork:
         done = self.env.event()
         if src == dst or nbytes == 0:
             return done.succeed(tag)
-        _, links, latency = self.route(src, dst)
+        hit = self._routes.get((src, dst))      # the route as ``route`` cached it
+        _, links, latency = hit if hit is not None else self.route(src, dst)
         start = partial(self._start_flow, links, float(nbytes), done, tag)
         if latency > 0:
             self.env.timeout(latency).callbacks.append(start)

@@ -18,7 +18,7 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.cost.comm import per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
-from strategies.schedules import Step, get_schedule
+from strategies.schedules import Step, get_schedule, head_rank
 
 
 class ProgramBuilder:
@@ -47,6 +47,10 @@ class ProgramBuilder:
         # copy), as ZeRO-3's per-layer share and the forward window count them
         self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
         self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
+        # the tied embedding's gradient group: the first stage and the LM head's
+        head = head_rank(p.schedule, p.pp, p.vpp)
+        ends = (self.group["pp"][0], self.group["pp"][head])
+        self.group["tied"] = ends if self.stage in (0, head) and head != 0 else (rank,)
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
@@ -493,6 +497,15 @@ class ProgramBuilder:
         if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
+        # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction
+        dp_ops = self.streams["dp-comm"]
+        tied = self.coll("dp-comm", "allreduce", "tied", self.c.tied_bytes, 1.0, "dp",
+                         "tied embedding all-reduce",
+                         deps=(self.last_compute, dp_ops[-1].id if dp_ops else None), tag="dp")
+        self.wait += [tied] if tied is not None else []
+        # the stack's per-step passes (strategies.cost.step), then the optimizer
+        passes = self.c.passes_by_stage[self.stage] if self.c.passes_by_stage else 0.0
+        self.compute(passes, "optimizer", "step passes")
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
                            force=True)
         if self.grad_sync and self.p.zero >= 1:

@@ -109,7 +109,7 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
     layout = Layout(job)
     n = placement.world_size(job.plan)
     ranks = range(n) if ranks is None else sorted(set(int(r) for r in ranks))
-    out, templates = {}, {}
+    out, templates, shared = {}, {}, {}
     for r in ranks:
         if not 0 <= r < n:
             raise SpecError("rank", r, f"must be in 0..{n - 1}")
@@ -120,7 +120,7 @@ def compile_job(job: Job, ranks: Iterable[int] | None = None, granularity: str =
         if (stage, name) not in templates:
             templates[(stage, name)] = out[r] = compile_rank(job, c, layout, r, granularity)
         else:
-            out[r] = relabel(templates[(stage, name)], r, layout)
+            out[r] = relabel(templates[(stage, name)], r, layout, shared)
     for gpu, factor in job.cluster.faults.stragglers:
         if gpu in out:
             out[gpu] = slow_down(out[gpu], factor)
@@ -136,12 +136,15 @@ def slow_down(program: Program, factor: float) -> Program:
     return Program(program.rank, program.stage, streams, program.meta)
 
 
-def relabel(template: Program, rank: int, layout: Layout) -> Program:
+def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = None) -> Program:
     """``template``'s program moved to ``rank`` of the same stage: the same ops with the
-    rank's own peers and groups (programs depend on the stage and the groups only)."""
+    rank's own peers and groups (programs depend on the stage and the groups only). Ops are
+    immutable, so the ranks of one group share its collective ops: ``shared`` (one dict per
+    ``compile_job``) keeps them by template op and group."""
     t = template.rank
     groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
+    shared = {} if shared is None else shared
     streams = {}
     for name, ops in template.streams.items():
         new = []
@@ -150,15 +153,18 @@ def relabel(template: Program, rank: int, layout: Layout) -> Program:
             if kind is Compute:
                 new.append(op)
             elif kind is Collective:
-                # a group of pipeline peers (DualPipe's mirror pair, ``builder._mirror_reduce``)
-                # moves with the pp group, member for member
-                g = groups[op.group] if op.group in groups else \
-                    tuple(sorted(peers[x] for x in op.group))
-                algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
-                    else op.algorithm
-                new.append(Collective(op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag,
-                                      op.category, op.label, op.repeat, op.microbatch,
-                                      op.chunk, op.deps))
+                g = groups.get(op.group)
+                if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp members
+                    g = tuple(peers[r] for r in op.group)
+                key = (id(op), g)
+                moved = shared.get(key)
+                if moved is None:
+                    algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
+                        else op.algorithm
+                    moved = shared[key] = Collective(
+                        op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag, op.category,
+                        op.label, op.repeat, op.microbatch, op.chunk, op.deps)
+                new.append(moved)
             # positional construction: dataclasses.replace costs several times more, and a
             # template of a large job is relabelled for every rank of its stage
             elif kind is Send:

@@ -73,6 +73,19 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     ring.time(passes, nbytes, n, bw, lat))[()]
 
 
+def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
+    """Seconds of collective ``kind`` of ``nbytes`` per rank between two ranks (NCCL's ring for
+    ``n = 2``, ``strategies.collectives.ring``): over NVLink when both are in one node, else
+    over the network at one GPU's NIC share (every pair of the two stages crosses at once, each
+    on its own GPU's NIC). The tied embedding's gradient all-reduce between the first and the
+    last pipeline stage. Vectorised."""
+    intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
+    inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
+    bw = np.where(in_node, intra, np.minimum(intra, inter))
+    lat = np.where(in_node, cluster.intra_node_latency, cluster.inter_node_latency)
+    return ring.time(PASSES[kind], nbytes, 2, bw, lat)
+
+
 def p2p_time(nbytes: Num, cluster: Cluster, crosses_node: Num) -> Num:
     """One point-to-point message from one GPU to its pipeline neighbour (seconds)."""
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY

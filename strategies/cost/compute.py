@@ -435,7 +435,8 @@ def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
 
 
 def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Adam step over the parameters this GPU updates: ``system.adam_step_bytes`` (30) HBM
-    bytes per parameter (fp32 master, m and v read and written, the fp32 gradient read, the
-    16-bit weight written) at the usable bandwidth (seconds)."""
+    """Adam step over the parameters this GPU updates: ``system.adam_step_bytes`` (28) HBM
+    bytes per parameter (fp32 master, m and v read and written, the fp32 gradient read) at
+    the usable bandwidth (seconds); the 16-bit weight copy is a per-step pass of the stack
+    (``strategies.cost.step``)."""
     return system.adam_step_bytes * params_on_gpu / usable_hbm(gpu, system)

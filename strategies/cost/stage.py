@@ -38,6 +38,7 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
+from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
@@ -125,6 +126,10 @@ class StageCostArrays:
     #                               per-step quantisation of the stage's weights (fp8 etc.)
     optimizer_mid: np.ndarray
     optimizer_last: np.ndarray
+    passes_first: np.ndarray      # the stack's per-step passes over the gradient buffer and
+    passes_mid: np.ndarray        # the optimizer shard (``strategies.cost.step``), seconds
+    passes_last: np.ndarray
+    tied_bytes: np.ndarray        # tied embedding gradient all-reduced first <-> last stage
     grad_bytes: float             # bytes per gradient element reduced over dp
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
     bucket_params: float          # Megatron DDP bucket size
@@ -189,6 +194,8 @@ class StageCosts:
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
+    passes_by_stage: tuple[float, ...] = ()  # per-step passes (strategies.cost.step), seconds
+    tied_bytes: float = 0.0                # tied embedding gradient, first <-> head stage
     z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
     z3_fwd_params: float = 0.0
     z3_bwd_n: float = 0.0
@@ -272,6 +279,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
                                  gpu, dtype, sy)
     opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
+    # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
+    passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
+              for k, n in params.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
@@ -339,6 +349,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         head_params=full(counts.head_params_per_gpu(m, tp, pp)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
+        passes_first=passes["first"], passes_mid=passes["mid"], passes_last=passes["last"],
+        # (DualPipe's mirror all-reduce already sums the end ranks' embedding and head copies)
+        tied_bytes=np.where(mirrored, 0.0,
+                            steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
         cp_exposed_fraction=float(sy.cp_exposed_fraction),
@@ -398,6 +412,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
+        passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
+        tied_bytes=f("tied_bytes"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -428,7 +444,10 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
     opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
         layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
-    return replace(rec, params_by_stage=params, optimizer_by_stage=opt)
+    held = float(ct.accum_shard(p.dp, p.zero))
+    passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
+                                              job.dtype, sy)) for n in params)
+    return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes)
 
 
 def chunk_layers(c: StageCosts, stage: int, chunk: int, layers: int) -> list[tuple[int, Any]]:

@@ -45,8 +45,10 @@ class SystemConfig:
     #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
     optimizer_state_bytes: float = 12.0
     #: HBM bytes one Adam step moves per parameter it updates: fp32 master, m, v read and
-    #: written (24), the fp32 gradient read (4), the 16-bit weight written (2).
-    adam_step_bytes: float = 30.0
+    #: written (24), the fp32 gradient read (4) (apex/TE FusedAdam, torch fused AdamW). The
+    #: 16-bit weights are written by a separate copy where the stack makes one
+    #: (``StepPasses.param_copy``, ``strategies.cost.step``).
+    adam_step_bytes: float = 28.0
     #: Achievable fraction of HBM bandwidth for streaming kernels (public STREAM copy/triad:
     #: ~1.7-1.8 of 2.04 TB/s on A100, ~2.9-3.0 of 3.35 TB/s on H100).
     hbm_efficiency: float = 0.85

@@ -25,7 +25,9 @@ Model (per optimizer step, seconds):
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
-* the optimizer step (memory-bound Adam).
+* the tied word embedding's gradient all-reduce between the first and the last stage;
+* the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
+  buffer and the optimizer shard (``strategies.cost.step``).
 
 MFU counts the model FLOPs of docs/formulas.md §2b (the attention square in full, the published
 convention); HFU the same plus the recomputed forward (``costs.hardware_flops_per_step``), as
@@ -230,8 +232,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_mirror = cm.collective_time("allreduce", gb * params / np.where(zero >= 2, dp, 1.0), 2,
                                   apart, cl)
     dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
-
-    t_opt = sc.optimizer_first * max((f for _, f in cl.faults.stragglers), default=1.0)
+    # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
+    # once per step after the data-parallel reduction (``strategies.cost.step``)
+    # (in one node only when the whole pipeline group is: pp·tp·cp·dp GPUs within a node)
+    t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
+        "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
+    dp_exposed = dp_exposed + t_tied
+    # the optimizer step and the stack's per-step passes over the gradient buffer and the
+    # optimizer shard (compute stream, after the reduction)
+    t_opt = (sc.optimizer_first + sc.passes_first) \
+        * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)

@@ -205,7 +205,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
     shard = np.where(zero >= 1, dp, 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
-    opt = {"first": sc.optimizer_first, "last": sc.optimizer_last, "mid": sc.optimizer_mid}
+    # (the optimizer and the stack's per-step passes, ``strategies.cost.step``, which the
+    # simulator runs on the compute stream just before it)
+    opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
+           for k in ("first", "last", "mid")}
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
@@ -360,7 +363,7 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
             _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = times[gi]
             t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
                              "head_f": head_f, "head_b": head_b})
-            o = getattr(rec, f"optimizer_{kind}")   # the record's step work on this GPU type
+            o = getattr(rec, f"optimizer_{kind}") + getattr(rec, f"passes_{kind}")   # step work
             take = on & (t + o > best_t + best_o)
             best_t, best_o = np.where(take, t, best_t), np.where(take, o, best_o)
         out[kind] = (best_t, best_o)

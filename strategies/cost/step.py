@@ -1,0 +1,67 @@
+"""What a stack runs once per optimizer step besides the layers: the passes over the gradient
+buffer and the optimizer shard (``FrameworkProfile.step``, ``StepPasses``), and the bytes of
+the tied word embedding's gradient all-reduced between the first and the last pipeline
+stage. docs/formulas.md §10.
+
+Each pass is a memory-bound kernel that streams a whole buffer once: its time is its bytes
+over the GPU's usable HBM bandwidth (``compute.usable_hbm``), nothing else. Bytes per
+parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``: 4 with
+bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
+
+* over the gradient buffer the GPU holds (every parameter of its stage; the ``1/dp`` shard
+  with ZeRO >= 2, ``compute.accum_shard``): ``zero_grad`` g
+  (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
+* over the parameters it updates (``1/dp`` of them with ZeRO >= 1): ``grad_norm`` g (read),
+  ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit weight written).
+
+Adam's own update is ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``).
+
+>>> from strategies.framework import StepPasses
+>>> buffer_pass_bytes(StepPasses(), 4.0), shard_pass_bytes(StepPasses(), 4.0, 2.0)
+(16.0, 10.0)
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.compute import usable_hbm
+from strategies.cost.counts import Num
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.framework import StepPasses
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+
+
+def buffer_pass_bytes(passes: StepPasses, grad_bytes: float) -> float:
+    """HBM bytes per parameter of the passes over the full gradient buffer (zero, 1/dp
+    scale, NaN check)."""
+    return grad_bytes * (passes.zero_grad + 2 * passes.scale_grad + passes.check_grad)
+
+
+def shard_pass_bytes(passes: StepPasses, grad_bytes: float, param_bytes: float) -> float:
+    """HBM bytes per updated parameter of the passes over the optimizer shard (gradient
+    norm, clip multiply, fp32 -> 16-bit weight copy)."""
+    return (grad_bytes * (passes.grad_norm + 2 * passes.clip_scale)
+            + passes.param_copy * (4.0 + param_bytes))
+
+
+def step_pass_time(params_on_gpu: Num, params_updated: Num, passes: StepPasses, gpu: GPU,
+                   dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds of the per-step passes on one GPU whose gradient buffer holds ``params_on_gpu``
+    parameters and which updates ``params_updated``: their bytes over the usable HBM
+    bandwidth."""
+    g = system.main_grad_bytes(dtype)
+    nbytes = (buffer_pass_bytes(passes, g) * params_on_gpu
+              + shard_pass_bytes(passes, g, system.param_bytes) * params_updated)
+    return nbytes / usable_hbm(gpu, system)
+
+
+def tied_grad_bytes(m: ModelSpec, tp: Num, pp: Num, head_rank: Num, passes: StepPasses,
+                    dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Bytes per GPU of the tied word embedding's gradient all-reduced once per step between
+    the first stage (the embedding) and the stage of the LM head (its copy): the
+    ``V·h/tp`` gradient in the buffer's element; 0 when the embedding is not tied, with one
+    stage, when the head sits on the embedding's rank (a V) or the stack does not do it."""
+    on = bool(m.tie_word_embeddings and passes.tied_reduce)
+    nbytes = m.vocab_size * m.hidden_size / np.asarray(tp, float) * system.main_grad_bytes(dtype)
+    return np.where(on & (np.asarray(pp) > 1) & (np.asarray(head_rank) != 0), nbytes, 0.0)
