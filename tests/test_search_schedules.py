@@ -12,8 +12,8 @@ from strategies.framework import get_profile
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.presets import model_preset
-from strategies.schedules import get_schedule, schedule_of_code
-from strategies.search.space import SpaceOptions, enumerate_space
+from strategies.schedules import get_schedule, schedule_of_code, schedules
+from strategies.search.space import SpaceOptions, enumerate_space, solved_per_job
 from topologies.cluster import cluster_preset
 
 NEW = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
@@ -34,6 +34,10 @@ def test_default_leaves_them_out_and_all_adds_them_with_their_chunks():
     default, every = _space("default"), _space("all")
     assert not set(_names(default)) & set(NEW)
     assert set(NEW) <= set(_names(every))
+    # schedules whose order is solved per job (ZB-1p/ZB-2p's heuristic) stay out of "all"
+    solved = {sc.name for sc in schedules() if solved_per_job(sc)}
+    assert {"zb-1p", "zb-2p"} <= solved and not solved & set(NEW)
+    assert not solved & set(_names(every))
     # the default space is the "all" space's restriction to the default schedules, row for row
     keep = [i for i in range(every.size) if schedule_of_code(int(every.cols["sched"][i])).name
             not in NEW]

@@ -67,8 +67,8 @@ def register(sub) -> None:
                    help="largest number of interleaved model chunks (default: all)")
     g.add_argument("--schedules", action=Once, choices=("default", "all"), default="default",
                    help="pipeline schedules searched: default (gpipe, 1f1b, interleaved) or "
-                        "all (also zb-h1, zb-h2, zb-v, dualpipe, dualpipev; a --framework "
-                        "keeps those its stack runs)")
+                        "all (also zb-h1, zb-h2, zb-v, dualpipe, dualpipev; not zb-1p/zb-2p, "
+                        "solved per job: use --fix; a --framework keeps those its stack runs)")
     r = p.add_argument_group("ranking")
     r.add_argument("--top", action=Once, type=positive_int("--top"), default=5, metavar="K",
                    help="plans to rank (default 5)")

@@ -34,7 +34,7 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
-from strategies.schedules.base import chunked_names
+from strategies.schedules.base import Schedule, chunked_names
 from topologies.cluster import Cluster, fits_nvlink_domain
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
@@ -82,7 +82,8 @@ class SpaceOptions:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     #: ``"default"``: each schedule's ``search_vpps`` (gpipe, 1f1b, interleaved); ``"all"``:
     #: every registered schedule with the chunk counts it is planned with
-    #: (``fixed_search_vpps``: the zero-bubble family and DualPipe(V) too)
+    #: (``fixed_search_vpps``: ZB-H1/H2/V and DualPipe(V) too), but those whose order is
+    #: solved per job (``solved_per_job``: ZB-1p/ZB-2p)
     schedules: str = "default"
 
     def memory_limit(self, cluster: Cluster) -> float:
@@ -223,6 +224,14 @@ def _factorizations(n: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
+def solved_per_job(sched) -> bool:
+    """The schedule's order is solved for each job's times (``Schedule.for_job`` overridden:
+    ZB-1p/ZB-2p's heuristic), so scoring it over a space means a heuristic search per
+    ``(stage, pp, m)``: ``--schedules all`` leaves it out (minutes on a 1,024-GPU space);
+    ``--fix schedule=`` still searches it."""
+    return type(sched).for_job is not Schedule.for_job
+
+
 def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
           framework: FrameworkProfile | None = None) -> dict[str, list]:
     fx = opts.fixed
@@ -238,7 +247,8 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
                         f"must be one of {', '.join(SCHEDULE_SETS)}")
     every = opts.schedules == "all"
     sched = [(code, v) for code, sc in enumerate(schedules())
-             for v in (sc.fixed_search_vpps if every or fx.get("schedule") == sc.name
+             for v in (sc.fixed_search_vpps if fx.get("schedule") == sc.name
+                       or (every and not solved_per_job(sc))
                        else sc.search_vpps)(model.num_layers, opts.max_vpp, fx.get("vpp"))]
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
