@@ -508,17 +508,17 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
       ``R0``, write ``R0``); with ``ep > 1`` and more than one local expert, sort the received
       chunks by local expert after the dispatch and back before the combine
       (``sort_chunks_by_idxs``: ``2R`` each); unpermute (read ``R0``, write the ``T/t``
-      tokens, ``R0/k``), which also weights each copy by its router probability.
-    * 1 ``deepep``: the dispatch delivers each token once per destination rank (``dedup``
-      times ``R``, ``ep_dedup``'s byte scale); the receiver permutes them into per-expert
-      copies (read ``dedup·R``, write ``R``) and unpermutes before the combine (read ``R``,
+      tokens, ``R0/k``: the sum of each token's copies). The router probabilities multiply
+      the experts' activation (``experts.py``, fused into the SwiGLU kernel), not a pass.
+    * 1 ``deepep``, 2 ``hybridep`` (the flex dispatcher): the dispatch delivers each token
+      once per destination rank (``dedup`` times ``R``, ``ep_dedup``'s byte scale); the
+      receiver permutes them into per-expert copies (read ``dedup·R``, write ``R``;
+      ``_DeepepManager`` calls ``permute``, HybridEP's ``dispatch_with_permute`` runs its own
+      permute kernel unless ``moe_permute_fusion_into_hybridep``, off by default and in
+      Megatron-Bridge's performance scripts) and unpermutes before the combine (read ``R``,
       write ``dedup·R``).
-    * 2 ``hybridep``: the permutation is fused into the dispatch and combine kernels
-      (``moe_permute_fusion_into_hybridep``, on by default): no pass of its own.
 
-    The backward of a permutation is the inverse permutation (the same bytes); the
-    unpermute's backward also reads the expert outputs once more for the probabilities'
-    gradient (``R0`` on the sending side with ``alltoall``, ``R`` with ``deepep``). Vectorised."""
+    The backward of a permutation is the inverse permutation: the same bytes. Vectorised."""
     if not m.is_moe:
         z = 0.0 * np.asarray(ep, dtype=float)
         return z[()], z[()]
@@ -531,9 +531,8 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
                     4 * R, 0.0)
     a2a = 2 * R0 + R0 + R0 / k + sort
     deep = (dedup * R + R) + (R + dedup * R)
-    fwd = np.where(code == 1, deep, np.where(code == 2, 0.0, a2a))
-    bwd = fwd + np.where(code == 2, 0.0, np.where(code == 1, R, R0))
-    return (share * fwd)[()], (share * bwd)[()]
+    fwd = np.where(code > 0, deep, a2a)
+    return (share * fwd)[()], (share * fwd)[()]
 
 
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
