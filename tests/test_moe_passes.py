@@ -77,9 +77,9 @@ def test_mean_layer_is_moe_share():
 
 
 def test_layer_time_adds_exactly_the_passes_and_the_sync():
-    """The MoE layer's forward and backward are the layer without the passes (a dense-free
-    view: the same pieces) plus the permutation seconds exactly; the sync is one launch gap
-    in the forward only."""
+    """An MoE layer's forward is its GEMMs, attention, elementwise kernels and launches plus
+    the permutation seconds and the sync exactly; the sync is one launch gap in the forward
+    only; two dispatchers' backwards differ by their passes."""
     m, g = model_preset("qwen3-30b-a3b").of_kind("moe"), gpu_preset("B200-SXM-180GB")
     kw = dict(b=B, tp=TP, cp=CP, ep=8, sp=False, flash=True, recompute=0, gpu=g,
               dtype="bf16")
