@@ -27,13 +27,15 @@ def _R0(m, b=B, tp=TP, cp=CP):
 
 
 @pytest.mark.parametrize("ep", [1, 8, 128])
-def test_alltoall_passes_closed_form(ep):
-    """alltoall: permute 2R0, the two chunk sorts 4R (ep > 1 and > 1 local expert),
-    unpermute R0 + R0/k; the backward runs the inverse permutations, the same bytes."""
+@pytest.mark.parametrize("tp,etp", [(1, 1), (2, 1), (2, 2), (4, None)])
+def test_alltoall_passes_closed_form(ep, tp, etp):
+    """alltoall: permute 2R0, the two chunk sorts 4R x etp (ep > 1 and > 1 local expert,
+    after the expert-TP gather; etp default tp), unpermute R0 + R0/k; the backward runs the
+    inverse permutations, the same bytes."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
-    R0, k = _R0(m), m.moe_router_topk
-    sort = 4 * R0 if 1 < ep < m.num_experts else 0.0
-    f, b = counts.moe_permute_bytes(m, B, TP, CP, ep, 1.0, 0)
+    R0, k = _R0(m, tp=tp), m.moe_router_topk
+    sort = 4 * R0 * (tp if etp is None else etp) if 1 < ep < m.num_experts else 0.0
+    f, b = counts.moe_permute_bytes(m, B, tp, CP, ep, 1.0, 0, etp=etp)
     assert f == pytest.approx(3 * R0 + R0 / k + sort, rel=1e-12)
     assert b == f
 

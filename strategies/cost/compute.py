@@ -323,10 +323,11 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 
 def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
-                     system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                     system: SystemConfig = DEFAULT_SYSTEM,
+                     etp: Num | None = None) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``costs.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
-    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup)
+    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -374,7 +375,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
                           system)
     launch = launch_time(fw, gpu=gpu)
-    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system)
+    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     sync = moe_sync_time(m, fw, gpu)
     fwd = g_f + a_f + e + launch + p_f + sync
     bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b

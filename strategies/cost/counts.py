@@ -495,7 +495,8 @@ MOE_SYNCS_FWD = 1
 
 
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
-                      dispatcher: Num = 0, dedup: Num = 1.0) -> tuple[Num, Num]:
+                      dispatcher: Num = 0, dedup: Num = 1.0,
+                      etp: Num | None = None) -> tuple[Num, Num]:
     """HBM bytes ``(forward, backward)`` per GPU of the token permutations of the mean
     layer's MoE part (its share of the layers), as Megatron-Core's token dispatchers run them
     (``megatron/core/transformer/moe/token_dispatcher.py``, ``moe_utils.permute``/``unpermute``).
@@ -506,8 +507,9 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
 
     * 0 ``alltoall``: permute the local tokens into ``k`` copies sorted by expert (read
       ``R0``, write ``R0``); with ``ep > 1`` and more than one local expert, sort the received
-      chunks by local expert after the dispatch and back before the combine
-      (``sort_chunks_by_idxs``: ``2R`` each); unpermute (read ``R0``, write the ``T/t``
+      chunks (all-gathered over the ``etp`` expert-TP ranks first, ``etp·R``; ``etp`` default
+      ``tp``) by local expert after the dispatch and back before the combine
+      (``sort_chunks_by_idxs``: ``2·etp·R`` each); unpermute (read ``R0``, write the ``T/t``
       tokens, ``R0/k``: the sum of each token's copies). The router probabilities multiply
       the experts' activation (``experts.py``, fused into the SwiGLU kernel), not a pass.
     * 1 ``deepep``, 2 ``hybridep`` (the flex dispatcher): the dispatch delivers each token
@@ -524,11 +526,12 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
         return z[()], z[()]
     share = m.layer_shares().get("moe", 0.0)
     k = m.moe_router_topk
+    etp = tp if etp is None else etp
     R0 = routed_token_bytes(m, b, tp, cp, 1.0)
     R = R0 * load
     code = np.asarray(dispatcher)
     sort = np.where((np.asarray(ep) > 1) & (m.num_experts / np.asarray(ep, dtype=float) > 1),
-                    4 * R, 0.0)
+                    4 * R * etp, 0.0)
     a2a = 2 * R0 + R0 + R0 / k + sort
     deep = (dedup * R + R) + (R + dedup * R)
     fwd = np.where(code > 0, deep, a2a)
