@@ -129,7 +129,7 @@ def test_export_parts_get_their_cut_nvlink():
     e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
     e["hardware"].update(gpu="H800", interconnect="8x 400 Gb/s")
     job = case_from_entry(e).job
-    assert job.cluster.gpu.name == "H100-SXM5-80GB"
+    assert job.cluster.gpu.name == "H800-SXM5-80GB"       # the catalog's H800 (hgx-h800)
     assert job.cluster.intra_node_bandwidth == 200e9
     assert ri.intra_node_gbps("H100-SXM5-80GB", "A800 80GB") == 200.0
 
