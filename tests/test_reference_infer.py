@@ -30,7 +30,7 @@ def test_module_doctests():
     ("A100 40 GB", "A100-SXM4-40GB", "dgx-a100-40gb"),
     ("A100-SXM4-80GB", "A100-SXM4-80GB", "dgx-a100"),
     ("V100 32GB", "V100-SXM2-32GB", None),
-    ("H800 80GB", "H100-SXM5-80GB", None),
+    ("H800 80GB", "H800-SXM5-80GB", "hgx-h800"),
     ("A800-SXM4-80GB", "A100-SXM4-80GB", None),
 ])
 def test_gpu_text_to_catalog(text, gpu, preset):
