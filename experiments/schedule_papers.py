@@ -3,12 +3,16 @@
 
 1. Qi et al., "Zero Bubble Pipeline Parallelism" (ICLR 2024): throughput of ZB-1p and ZB-2p
    against 1F1B for its GPT-like models, GPU counts and micro-batch counts
-   (``strategies/reference/data/schedule_studies.json``). The paper's ZB-1p and ZB-2p are
-   schedules its automatic scheduler searches under the memory limits ``p·M_B`` and
-   ``2p·M_B``; we run their hand-made counterparts with the same limits, ZB-H1 and ZB-H2
-   (ZB-H2 with post-validation: no synchronisation before the optimizer step), through the
-   full simulator. Setup as published: A100 80 GB SXM, 8 GPUs per node, sequence 1024, one
-   pipeline over all GPUs (tp = dp = 1), the first and the last stage one layer fewer.
+   (``strategies/reference/data/schedule_studies.json``). ZB-1p and ZB-2p are the orders of
+   the paper's automatic scheduling heuristic under the memory limits ``p·M_B`` and
+   ``2p·M_B`` (``strategies/schedules/zb_auto.py``, with each plan's own ``T_F``, ``T_B``,
+   ``T_W`` and point-to-point time), run through the full simulator; the hand-made
+   schedules with the same limits, ZB-H1 and ZB-H2, are shown beside them. Setup as
+   published: A100 80 GB SXM, 8 GPUs per node, sequence 1024, one pipeline over all GPUs
+   (tp = dp = 1), the first and the last stage one layer fewer. Two step times per run:
+   the simulator's (one iteration from an idle pipeline, ``step_time_s``) and the period of
+   back-to-back iterations under the paper's optimizer post-validation
+   (``post_validation_period``), which is what the paper's throughput measures.
 2. The DualPipe table (deepseek-ai/DualPipe README, DeepSeek-V3 report Table 2): each
    method's published bubble, parameter and activation multiples against the same quantities
    measured on our orders with free communication (``analysis.free_comm_ranks``).
@@ -34,8 +38,12 @@ DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
 #: GPT-2's 50257-token vocabulary padded to a multiple of 128 (Megatron-LM's padding, tp=1)
 VOCAB = 50304
 SEQ = 1024
-#: our hand-made counterpart of each searched schedule of the paper (same memory limit)
-COUNTERPART = {"ZB-1p": "zb-h1", "ZB-2p": "zb-h2"}
+#: the schedule that runs each of the paper's methods: its automatic scheduler's orders
+#: (``zb-1p``/``zb-2p``); ``ZB-2p*`` is ZB-2p at half the micro-batch size and twice the
+#: micro-batches (the paper's equal-memory row)
+OURS = {"1F1B": "1f1b", "ZB-1p": "zb-1p", "ZB-2p": "zb-2p", "ZB-2p*": "zb-2p"}
+#: the hand-made schedule with the same memory limit as each searched one
+HANDMADE = {"ZB-1p": "zb-h1", "ZB-2p": "zb-h2", "ZB-2p*": "zb-h2"}
 
 
 def load() -> dict[str, Any]:
@@ -53,7 +61,11 @@ def gpt_like(row: dict[str, Any]) -> tuple[ModelSpec, str]:
     """The row's GPT-like model and how its shape was obtained. Layers (and hidden size where
     given) from the row; otherwise the hidden size solving ``12·L·h² + V·h = N`` for the
     stated parameter count ``N``, rounded to a multiple of 512 (this recovers the stated 6144
-    of the 28.3B model); heads ``h/128``; MLP ``4h``; tied embeddings, learned positions."""
+    of the 28.3B model); heads ``h/128``; MLP ``4h``; learned positions; the embedding and
+    the output layer untied, as the authors' training script runs them
+    (sail-sg/zero-bubble-pipeline-parallelism, ``examples/pretrain_zero_bubble.sh``:
+    ``--untie-embeddings-and-output-weights``), so no tied-gradient all-reduce joins the
+    first and the last stage before the optimizer step."""
     text = row["model"]
     size = text.split()[1].rstrip(",")
     if _number(text, "layers") is None:      # a row about a model another row describes
@@ -70,7 +82,7 @@ def gpt_like(row: dict[str, Any]) -> tuple[ModelSpec, str]:
         how = f"hidden size {hidden} from the parameter count (12·L·h² + V·h ≈ N)"
     hidden = int(hidden)
     spec = ModelSpec(f"gpt-like-{size}", layers, hidden, hidden // 128, 4 * hidden,
-                     VOCAB, SEQ, None, "gelu", tie_word_embeddings=True,
+                     VOCAB, SEQ, None, "gelu", tie_word_embeddings=False,
                      position_embedding="learned", bias=True)
     return spec, how
 
@@ -84,13 +96,42 @@ def layers_per_stage(layers: int, pp: int) -> str | None:
     return "/".join(map(str, [k - 1] + [k] * (pp - 2) + [k - 1]))
 
 
-def zero_bubble_rows() -> list[dict[str, Any]]:
-    """One result per published row: our simulated step times of 1F1B and the counterparts,
-    their throughput ratios against the paper's, and the peak memory (GiB) of each."""
+def post_validation_period(result: Any) -> float:
+    """Seconds between the starts of back-to-back iterations when no rank waits for the others
+    before its optimizer step (the paper's post-validation): the longest rank span, from the
+    start of a rank's first compute to its end (``rank_ends_s``, optimizer included). Every
+    dependency lies within an iteration, so when each rank starts its next iteration this
+    long after its last, all ranks repeat the first iteration's timing shifted by it, and no
+    rank starts before it has finished. For 1F1B it is the makespan (rank 0 starts first and
+    ends last)."""
+    ends = result.metrics["rank_ends_s"]
+    first: dict[int, float] = {}
+    for rec in result.records:
+        if rec.stream == "compute" and rec.start < first.get(rec.rank, float("inf")):
+            first[rec.rank] = rec.start
+    return max(ends[r] - first.get(r, 0.0) for r in ends)
+
+
+def _run(spec: ModelSpec, cl: Any, pp: int, mbs: int, m: int, sched: str,
+         split: str) -> dict[str, float]:
+    """Simulated step time, post-validation period and estimated peak memory (GiB) of one
+    run."""
     from simulator.simulate import simulate
     from strategies.estimate import estimate
     from strategies.job import make_job
     from strategies.plan import parse_plan
+    plan = parse_plan(f"tp=1,pp={pp},mbs={mbs},schedule={sched},layers_per_stage={split}")
+    job = make_job(spec, cl, plan, global_batch=mbs * m)
+    res = simulate(job)
+    return {"step_s": res.step_time_s, "period_s": post_validation_period(res),
+            "memory_gib": estimate(job).memory.total / 2 ** 30}
+
+
+def zero_bubble_rows() -> list[dict[str, Any]]:
+    """One result per published row: for 1F1B, the paper's searched schedules (ours: the
+    heuristic) and their hand-made counterparts, the simulated step time, the period under
+    post-validation and the peak memory; the throughput ratios against 1F1B, ours (from the
+    periods) and the paper's."""
     from topologies.cluster import cluster_preset
 
     out = []
@@ -102,28 +143,31 @@ def zero_bubble_rows() -> list[dict[str, Any]]:
                                "microbatches": m, "shape": how, "paper": paper,
                                "paper_memory_gb": row.get("memory_gb")}
         split = layers_per_stage(spec.num_layers, pp)
-        wanted = [k for k in ("ZB-1p", "ZB-2p") if k in paper and "1F1B" in paper]
+        wanted = [k for k in ("ZB-1p", "ZB-2p", "ZB-2p*") if k in paper and "1F1B" in paper]
         if split is None or not wanted:
             res["skipped"] = (f"{spec.num_layers} layers do not split into {pp} stages with "
                               "the first and last one layer fewer" if split is None else
-                              "the row compares schedules we do not run (its ZB-V row needs "
-                              f"{2 * pp} chunks for {spec.num_layers} layers)")
-            if "ZB-V" in paper:
-                res["skipped"] = (f"its ZB-V needs {spec.num_layers} layers over {2 * pp} "
-                                  "chunks (two per rank) with the first and last one layer "
-                                  "fewer: our plans split layers evenly per chunk")
+                              "the row compares no schedule we run")
             out.append(res)
             continue
+        if "ZB-V" in paper:
+            res["not_run"] = (f"its ZB-V needs {spec.num_layers} layers over {2 * pp} chunks "
+                              "(two per rank) with the first and last one layer fewer: our "
+                              "plans split layers evenly per chunk")
         cl = cluster_preset("dgx-a100", max(1, gpus // 8))
-        times, mem = {}, {}
+        runs: dict[str, dict[str, float]] = {}
         for name in ["1F1B"] + wanted:
-            sched = COUNTERPART.get(name, "1f1b")
-            plan = parse_plan(f"tp=1,pp={pp},mbs={mbs},schedule={sched},layers_per_stage={split}")
-            job = make_job(spec, cl, plan, global_batch=mbs * m)
-            times[name] = simulate(job).step_time_s
-            mem[name] = estimate(job).memory.total / 2 ** 30
-        res["step_s"], res["memory_gib"] = times, mem
-        res["ratio"] = {k: times["1F1B"] / times[k] for k in wanted}
+            b, n = (mbs // 2, 2 * m) if name.endswith("*") else (mbs, m)
+            runs[name] = _run(spec, cl, pp, b, n, OURS[name], split)
+            if name in HANDMADE:
+                runs[name + " hand-made"] = _run(spec, cl, pp, b, n, HANDMADE[name], split)
+        # samples per second: mbs·m per step either way, so the ratio of the times
+        base = runs["1F1B"]
+        res["runs"] = runs
+        res["ratio"] = {k: base["period_s"] / runs[k]["period_s"] for k in wanted}
+        res["ratio_one_iteration"] = {k: base["step_s"] / runs[k]["step_s"] for k in wanted}
+        res["ratio_handmade"] = {k: base["period_s"] / runs[k + " hand-made"]["period_s"]
+                                 for k in wanted}
         res["paper_ratio"] = {k: paper[k] / paper["1F1B"] for k in wanted}
         out.append(res)
     return out
@@ -168,19 +212,24 @@ def dualpipe_rows(stages: int = 8, m: int = 20, f: float = 1.0, b: float = 1.0,
 def zero_bubble_table(rows: list[dict[str, Any]]) -> str:
     out = []
     for r in rows:
-        label = f"{r['model'].split(' (')[0]}, {r['gpus']} GPUs, mbs {r['mbs']}, {r['microbatches']} mb"
+        label = (f"{r['model'].split(' (')[0]}, {r['gpus']} GPUs, mbs {r['mbs']}, "
+                 f"{r['microbatches']} mb")
         if "skipped" in r:
-            out.append([label, "-", "-", "-", "-", f"not reproduced: {r['skipped']}"])
+            out.append([label, "-", "-", "-", "-", "-", "-", f"not reproduced: {r['skipped']}"])
             continue
         for k, ours in r["ratio"].items():
             pap = r["paper_ratio"][k]
             mem = r.get("paper_memory_gb") or {}
-            mtext = (f"{r['memory_gib'][k]:.1f} vs {r['memory_gib']['1F1B']:.1f} GiB"
+            runs = r["runs"]
+            mtext = (f"{runs[k]['memory_gib']:.1f} vs {runs['1F1B']['memory_gib']:.1f} GiB"
                      + (f" (paper {mem[k]} vs {mem['1F1B']} GB)" if k in mem else ""))
-            out.append([label, f"{k} ({COUNTERPART[k]})", f"{pap:.3f}", f"{ours:.3f}",
-                        f"{100 * (ours / pap - 1):+.1f} %", mtext])
+            out.append([label, f"{k} (`{OURS[k]}`)", f"{pap:.3f}", f"{ours:.3f}",
+                        f"{100 * (ours / pap - 1):+.1f} %",
+                        f"{r['ratio_one_iteration'][k]:.3f}",
+                        f"{r['ratio_handmade'][k]:.3f} (`{HANDMADE[k]}`)", mtext])
     return md_table(["row", "schedule (ours)", "paper: vs 1F1B", "ours: vs 1F1B", "error",
-                     "peak memory, ours vs 1F1B"], out, "llrrrl")
+                     "ours, one iteration", "hand-made, same memory", "peak memory, ours vs 1F1B"],
+                    out, "llrrrrll")
 
 
 def dualpipe_table(rows: list[dict[str, Any]]) -> str:

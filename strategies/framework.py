@@ -74,7 +74,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
-from strategies.plan import RECOMPUTE
+from strategies.plan import DISPATCHERS, RECOMPUTE
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.base import Rule
@@ -149,6 +149,10 @@ class FrameworkProfile:
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
+    #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
+    ep_overlap: bool = False
+    #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     #: methods of partial full recomputation (``recompute_layers``) the stack runs
@@ -307,7 +311,8 @@ MEGATRON_CORE = FrameworkProfile(
                 "FlashAttention, gradient-accumulation fusion, DP and TP communication overlap",
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
-    default_overlap_param_gather=True, default_tp_comm_overlap=True,
+    default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    moe_dispatchers=("alltoall", "deepep", "hybridep"),
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
@@ -409,7 +414,8 @@ HAI_LLM = replace(
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
-    context_parallel=False, tp_comm_overlap=False, export="none",
+    context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
+    moe_dispatchers=("alltoall",), export="none",
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -494,7 +500,37 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
+    rules += ep_overlap_rules(fw, v)
+    rules.append(("moe_dispatcher", v.moe_dispatcher,
+                  np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
+                  lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     return rules
+
+
+def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Where plan switch ``ep_overlap`` (Megatron-Core's ``--overlap-moe-expert-parallel-comm``,
+    the combined 1F1B of ``strategies.schedules.combined``) may be on. Megatron-Core's
+    ``TransformerConfig.__post_init__`` asserts: expert parallelism (``ep > 1``); with
+    ``pp > 1`` a virtual pipeline (the interleaved schedule); no full recomputation. Its
+    default is off (``overlap_moe_expert_parallel_comm=False``); stacks without it refuse it.
+    Megatron-Core also refuses ``moe`` among the recompute modules."""
+    from strategies.schedules.combined import COMBINED_SCHEDULES
+    on = np.asarray(v.ep_overlap, bool)
+    who = f"{fw.name} "
+    codes = [schedule_code(n) for n in COMBINED_SCHEDULES]
+    return [
+        ("ep_overlap", v.ep_overlap, ~on | fw.ep_overlap,
+         lambda: who + "has no expert-parallel communication overlap (combined 1F1B)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.ep > 1),
+         lambda: "overlaps the expert all-to-all: needs ep > 1 (Megatron-Core asserts it)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.pp == 1) | np.isin(v.schedule, codes),
+         lambda: "with pp > 1 Megatron-Core's combined 1F1B runs only "
+                 f"schedule={' or '.join(COMBINED_SCHEDULES)} (a virtual pipeline)"),
+        ("ep_overlap", v.ep_overlap, ~on | (v.recompute != RECOMPUTE_CODE["full"]),
+         lambda: "Megatron-Core refuses full recomputation with the combined 1F1B"),
+        ("ep_overlap", v.ep_overlap,
+         ~on | ((np.asarray(v.recompute_modules) & modules_mask(("moe",))) == 0),
+         lambda: "Megatron-Core refuses the moe recompute module with the combined 1F1B")]
 
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
@@ -506,7 +542,9 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
                            recompute_layers=plan.recompute_layers or 0,
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
-                           recompute_modules=modules_mask(plan.recompute_modules or ()))
+                           recompute_modules=modules_mask(plan.recompute_modules or ()),
+                           ep_overlap=plan.ep_overlap,
+                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher))
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

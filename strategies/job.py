@@ -6,11 +6,13 @@ from dataclasses import asdict, dataclass, replace
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, check_plan, get_profile
+from strategies.framework import (FrameworkProfile, check_plan, ep_overlap_rules, get_profile,
+                                  plan_view)
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
+from strategies.schedules.base import raise_first
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
 
@@ -139,6 +141,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
         check_plan(fw, plan)
+    else:       # the combined 1F1B's own limits hold whatever stack runs it
+        raise_first(ep_overlap_rules(fw, plan_view(plan)))
     return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
 
 
@@ -162,9 +166,33 @@ def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:
             raise SpecError("ep", plan.ep, f"expert parallelism needs an MoE model; {model.name} is dense")
         if model.num_experts % plan.ep:
             raise SpecError("ep", plan.ep, f"must divide num_experts={model.num_experts}")
-        if plan.dp is not None and (plan.dp * plan.cp) % plan.ep:
-            raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp * plan.cp} "
-                            "(experts are sharded across data-parallel ranks)")
+    check_expert_plan(model, plan)
+
+
+def check_expert_plan(model: ModelSpec, plan: Plan) -> None:
+    """The expert-parallel rules (Megatron-Core's ``parallel_state``): the expert tensor- and
+    expert-parallel ranks ``etp·ep`` are cut from the ``tp·cp·dp`` ranks of a pipeline stage
+    (the rest is the expert-data-parallel size), ``etp`` divides the expert's width, and the
+    MoE fields need an MoE model."""
+    etp = plan.expert_tp
+    for f in ("etp", "moe_imbalance", "moe_capacity_factor"):
+        v = getattr(plan, f)
+        if v is not None and not model.is_moe and not (f == "etp" and v == plan.tp):
+            raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
+    if not model.is_moe:
+        return
+    if model.expert_ffn % etp:
+        raise SpecError("etp", etp, f"must divide the expert width moe_ffn_hidden_size="
+                        f"{model.expert_ffn} (expert tensor parallelism splits it)")
+    if plan.dp is not None:
+        ranks = plan.tp * plan.cp * plan.dp
+        if ranks % (etp * plan.ep):
+            what = "ep" if plan.etp is None else "etp"
+            raise SpecError(what, getattr(plan, what) if what == "ep" else etp,
+                            f"etp*ep = {etp}*{plan.ep} = {etp * plan.ep} must divide the ranks "
+                            f"of a pipeline stage, tp*cp*dp = {plan.tp}*{plan.cp}*{plan.dp} = "
+                            f"{ranks} (expert groups are cut from them; the rest is expert "
+                            "data parallelism)")
 
 
 def _check_recompute_against_model(model: ModelSpec, plan: Plan,

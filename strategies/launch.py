@@ -42,6 +42,17 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     a += _uneven_megatron_args(job)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")
+    if p.etp is not None and p.etp != p.tp:
+        a.append(f"--expert-tensor-parallel-size {p.etp}")
+    if p.moe_capacity_factor is not None:
+        a.append(f"--moe-expert-capacity-factor {p.moe_capacity_factor:g}")
+    if p.ep > 1 and p.moe_dispatcher == "alltoall":
+        a.append("--moe-token-dispatcher-type alltoall")
+    elif p.ep > 1:
+        a += ["--moe-token-dispatcher-type flex",
+              f"--moe-flex-dispatcher-backend {p.moe_dispatcher}"]
+    if p.ep_overlap:
+        a.append("--overlap-moe-expert-parallel-comm")   # Megatron-Core's combined 1F1B
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes

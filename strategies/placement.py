@@ -10,11 +10,18 @@ parallelism, and pipeline stages outermost::
 Any permutation of ``tp``, ``cp``, ``dp``, ``pp`` may be given (e.g. ``"tp-dp-cp-pp"``).
 Global rank ``r`` sits on node ``r // gpus_per_node`` (see :mod:`topologies.graph`).
 
-Expert parallelism (``ep``) does not add a dimension: like Megatron (expert tensor parallel
-size = tp), the ``cp * dp`` ranks that share tp and pp coordinates are flattened into one
-index ``e`` (cp and dp in their ``order``; with the default ``e = cp_rank + cp * dp_rank``)
-and cut into consecutive blocks of ``ep``: each block is one expert all-to-all group. With
-``cp = 1`` these are consecutive blocks of ``ep`` data-parallel ranks.
+Expert parallelism (``ep``) does not add a dimension: the expert layers lay the same ranks
+out again, as Megatron-Core's second rank generator does (``parallel_state``: order
+``tp-cp-ep-dp-pp``, with the expert tensor-parallel size ``etp`` in place of ``tp``, no cp,
+and the expert-data-parallel size ``edp = tp·cp·dp/(etp·ep)`` in place of dp). Within one
+pipeline stage the ``tp·cp·dp`` ranks, in rank order, are indexed
+``etp_rank + etp · (ep_rank + ep · edp_rank)``: expert tensor-parallel peers are consecutive
+ranks, then the ``ep`` ranks of an all-to-all group ``etp`` apart, so an expert group fills a
+node's NVLink domain first and crosses nodes only when ``etp·ep`` exceeds the node, where its
+all-to-all shares the NICs with data- and pipeline-parallel traffic. With ``etp = tp`` (the
+default) and the default order this is the same as flattening cp and dp into one index
+``e = cp_rank + cp · dp_rank`` and cutting it into consecutive blocks of ``ep``; with
+``etp = tp`` the flattening follows any ``order`` given.
 
 Every function needs ``plan.dp`` (set by :func:`strategies.job.make_job`).
 
@@ -33,7 +40,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 
 DIMS = ("tp", "cp", "dp", "pp")
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep")
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
 DEFAULT_ORDER = "tp-cp-dp-pp"
 
 
@@ -100,20 +107,39 @@ def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
     if dim not in GROUP_DIMS:
         raise SpecError("dim", dim, f"must be one of {', '.join(GROUP_DIMS)}")
     grid, dims = _grid(plan, order)
-    if dim == "ep":
-        return _ep_groups(plan, grid, dims)
+    if dim in ("ep", "etp", "edp"):
+        return _expert_groups(plan, grid, dims, dim, order)
     rows = np.moveaxis(grid, dims.index(dim), -1).reshape(-1, grid.shape[dims.index(dim)])
     return sorted(rows.tolist())
 
 
-def _ep_groups(plan: Plan, grid: np.ndarray, dims: list[str]) -> list[list[int]]:
-    edp = plan.cp * plan.dp
-    if edp % plan.ep:
-        raise SpecError("ep", plan.ep, f"must divide dp*cp={plan.dp}*{plan.cp}={edp} (expert "
-                        "groups are cut from the data- and context-parallel ranks)")
-    inner = [dims.index(d) for d in dims if d in ("cp", "dp")]  # outer of the two first
-    arr = np.moveaxis(grid, inner, [-2, -1]).reshape(-1, plan.ep)
-    return sorted(arr.tolist())
+def expert_sizes(plan: Plan) -> tuple[int, int, int]:
+    """``(etp, ep, edp)``: expert tensor-, expert- and expert-data-parallel sizes, their
+    product the ``tp·cp·dp`` ranks of one pipeline stage (``SpecError`` when ``etp·ep`` does
+    not divide them)."""
+    s = sizes(plan)
+    ranks, etp, ep = s["tp"] * s["cp"] * s["dp"], plan.expert_tp, plan.ep
+    if ranks % (etp * ep):
+        raise SpecError("ep", ep, f"etp*ep = {etp}*{ep} must divide tp*cp*dp = {s['tp']}*"
+                        f"{s['cp']}*{s['dp']} = {ranks} (expert groups are cut from the ranks "
+                        "of a pipeline stage)")
+    return etp, ep, ranks // (etp * ep)
+
+
+def _expert_groups(plan: Plan, grid: np.ndarray, dims: list[str], dim: str,
+                   order: str) -> list[list[int]]:
+    etp, ep, edp = expert_sizes(plan)
+    if etp == plan.tp and dim == "ep":     # any order: flatten cp and dp as ``order`` does
+        inner = [dims.index(d) for d in dims if d in ("cp", "dp")]  # outer of the two first
+        arr = np.moveaxis(grid, inner, [-2, -1]).reshape(-1, ep)
+        return sorted(arr.tolist())
+    if parse_order(order)[-1] != "pp":
+        raise SpecError("order", order, "expert groups with etp != tp need pipeline "
+                        "parallelism outermost (Megatron's tp-cp-ep-dp-pp)")
+    stages = np.arange(world_size(plan)).reshape(plan.pp, edp, ep, etp)
+    axis = {"edp": 1, "ep": 2, "etp": 3}[dim]
+    rows = np.moveaxis(stages, axis, -1).reshape(-1, stages.shape[axis])
+    return sorted(rows.tolist())
 
 
 def tp_crosses_node(plan: Plan, gpus_per_node: int, order: str = DEFAULT_ORDER) -> bool:

@@ -1,4 +1,5 @@
-"""``Plan``: how a job is split (tp, pp, dp, cp, ep, sp, zero, schedule, recompute, mbs, gbs).
+"""``Plan``: how a job is split (tp, pp, dp, cp, ep, etp, sp, zero, schedule, recompute, mbs,
+gbs) and how its mixture-of-experts layers route (``moe_imbalance``, ``moe_capacity_factor``).
 
 Parsed from ``key=value`` strings or YAML; every value checked where it is read, and the
 cross-checks against a model and a cluster live in ``strategies.job``.
@@ -12,15 +13,23 @@ from strategies.cost.recompute import DEFAULT_MODULES, METHODS, MODULES
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from topologies.limits import (MAX_GBS, MAX_GPUS, MAX_LAYERS, MAX_MBS, MAX_VPP, check_bool,
-                               check_int,
+                               check_int, check_number,
                                parse_int_text)
 
 RECOMPUTE = ("none", "selective", "full", "op")
+#: token dispatchers (plan ``moe_dispatcher``): Megatron-Core's ``alltoall`` (one copy per
+#: token and chosen expert) and its ``flex`` dispatcher's backends DeepEP and HybridEP (one
+#: copy per destination rank in the node; between nodes one per destination node over RDMA,
+#: fanned out over NVLink there: ``strategies.cost.counts.ep_dedup``). Codes: their index.
+DISPATCHERS = ("alltoall", "deepep", "hybridep")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
           "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
           "sequence_parallel": "sp", "zero_stage": "zero",
+          "expert_tensor_parallel_size": "etp",
+          "moe_expert_capacity_factor": "moe_capacity_factor",
+          "overlap_moe_expert_parallel_comm": "ep_overlap",
           # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
           "pipeline_layout": "layout", "pipeline_model_parallel_layout": "layout",
           "decoder_first_pipeline_num_layers": "first_stage_layers",
@@ -29,6 +38,13 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "num_layers_in_last_pipeline_stage": "last_stage_layers",
           "account_for_embedding_in_pipeline_split": "account_embedding",
           "account_for_loss_in_pipeline_split": "account_loss"}
+
+#: The routing imbalance a plan that names none gets: the hottest expert-parallel rank's
+#: routed-token load over the mean (``moe_imbalance``). 1.0 is perfect balance: no published
+#: per-rank measurement of a training run has been adopted yet (docs/models.md, "Expert
+#: parallelism as it runs"), so the default adds no imbalance and a plan states its own.
+DEFAULT_MOE_IMBALANCE = 1.0
+MAX_MOE_FACTOR = 1024.0   # sanity bound on moe_imbalance and moe_capacity_factor
 
 
 @dataclass(frozen=True)
@@ -40,6 +56,9 @@ class Plan:
     dp: int | None = None
     cp: int = 1
     ep: int = 1
+    etp: int | None = None          # expert tensor parallelism (None: = tp, as Megatron)
+    moe_imbalance: float | None = None      # hottest EP rank's token load / mean (None: default)
+    moe_capacity_factor: float | None = None  # tokens an expert takes / its mean share; drops
     mbs: int = 1
     gbs: int | None = None
     schedule: str = DEFAULT_SCHEDULE
@@ -51,6 +70,10 @@ class Plan:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     tp_comm_overlap: bool = False
+    # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): one micro-batch's
+    # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
+    ep_overlap: bool = False
+    moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -66,15 +89,19 @@ class Plan:
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
             _pos_int(f, getattr(self, f))
-        for f in ("dp", "gbs", "microbatch_group_size"):
+        for f in ("dp", "gbs", "microbatch_group_size", "etp"):
             if getattr(self, f) is not None:
                 _pos_int(f, getattr(self, f))
+        _check_moe_factors(self)
         for f in _BOOLS:
             v = getattr(self, f)
             if type(v).__name__ == "bool_":           # numpy's bool, from array-built plans
                 object.__setattr__(self, f, bool(v))
             check_bool(f, getattr(self, f))
         sched = get_schedule(self.schedule)     # SpecError naming the registered schedules
+        if self.moe_dispatcher not in DISPATCHERS:
+            raise SpecError("moe_dispatcher", self.moe_dispatcher,
+                            f"must be one of {', '.join(DISPATCHERS)}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
         _check_partial_recompute(self)
@@ -94,6 +121,22 @@ class Plan:
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
 
     @property
+    def expert_tp(self) -> int:
+        """Expert tensor-parallel size: ``etp``, or ``tp`` when the plan names none
+        (Megatron's ``--expert-tensor-parallel-size`` default)."""
+        return self.tp if self.etp is None else self.etp
+
+    @property
+    def imbalance(self) -> float:
+        """``moe_imbalance``, or ``DEFAULT_MOE_IMBALANCE`` when the plan names none."""
+        return DEFAULT_MOE_IMBALANCE if self.moe_imbalance is None else float(self.moe_imbalance)
+
+    @property
+    def capacity_factor(self) -> float:
+        """``moe_capacity_factor``; infinity (no token dropping) when the plan names none."""
+        return float("inf") if self.moe_capacity_factor is None else float(self.moe_capacity_factor)
+
+    @property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 
@@ -107,6 +150,8 @@ class Plan:
             parts.append(f"cp{self.cp}")
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
+        if self.etp is not None and self.etp != self.tp:
+            parts.append(f"etp{self.etp}")
         parts.append(f"mbs{self.mbs}")
         if self.pp > 1:
             parts.append(self.schedule + (f":{self.vpp}" if self.vpp > 1 else ""))
@@ -119,6 +164,10 @@ class Plan:
                             if self.recompute_modules is not None else ""))
         if self.sp:
             parts.append("sp")
+        if self.ep_overlap:
+            parts.append("epo")
+        if self.moe_dispatcher != "alltoall":
+            parts.append(self.moe_dispatcher)
         if self.zero:
             parts.append(f"z{self.zero}")
         if self.layers_per_stage is not None:
@@ -135,6 +184,21 @@ class Plan:
         return " ".join(parts)
 
 
+def _check_moe_factors(p: Plan) -> None:
+    """``moe_imbalance`` >= 1 (the hottest rank's load over the mean cannot be below the
+    mean) and ``moe_capacity_factor`` > 0 (an expert that takes no tokens drops them all)."""
+    if p.moe_imbalance is not None:
+        v = p.moe_imbalance
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1.0:
+            raise SpecError("moe_imbalance", v, "must be a number >= 1 (the hottest expert-"
+                            "parallel rank's routed tokens over the mean; 1 = balanced)")
+        check_number("moe_imbalance", float(v), 1.0, MAX_MOE_FACTOR)
+    if p.moe_capacity_factor is not None:
+        v = p.moe_capacity_factor
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0.0:
+            raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
+                            "expert takes over its mean share; beyond it tokens are dropped)")
+        check_number("moe_capacity_factor", float(v), 0.0, MAX_MOE_FACTOR)
 def _check_partial_recompute(p: Plan) -> None:
     """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
     (Megatron's ``--recompute-granularity full``), the method only with a layer count;
@@ -288,8 +352,9 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-          "account_embedding", "account_loss"}
-_STRS = {"schedule", "recompute", "recompute_method"}
+          "ep_overlap", "account_embedding", "account_loss"}
+_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher"}
+_FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 
 _LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vpp": MAX_VPP}
@@ -327,9 +392,11 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in ("dp", "gbs", "microbatch_group_size", "recompute_layers",
-                                 "recompute_method"):
+    if value is None and key in {"dp", "gbs", "microbatch_group_size", "etp", "recompute_layers",
+                                 "recompute_method"} | _FLOATS:
         return None
+    if key in _FLOATS:
+        return _parse_float(key, value)
     if isinstance(value, bool):
         raise SpecError(key, value, "must be an integer")
     if isinstance(value, int):
@@ -339,6 +406,21 @@ def _coerce(key: str, value: Any) -> Any:
     if not isinstance(value, str):
         raise SpecError(key, value, "must be an integer")
     return parse_int_text(key, value)
+
+
+def _parse_float(key: str, value: Any) -> float:
+    """A finite number from YAML or text (``1.3``, ``2``); SpecError naming ``key``."""
+    if isinstance(value, bool):
+        raise SpecError(key, value, "must be a number")
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            v = float(value.strip())
+        except ValueError:
+            raise SpecError(key, value, "must be a number") from None
+        return v
+    raise SpecError(key, value, "must be a number")
 
 
 def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Plan:

@@ -5,7 +5,7 @@ The array-first cost model (``strategies.cost.stage``, ``strategies.estimate``,
 scores one plan or a hundred thousand. ``strategies.search.space`` keeps short column names
 internally (``COLUMNS``) and converts with ``PlanArrays.from_columns``.
 
->>> from strategies.plan import Plan
+>>> from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
 >>> pa = PlanArrays.from_plans([Plan(tp=2, pp=2, dp=2, gbs=8), Plan(tp=4, dp=2, gbs=8)])
 >>> len(pa), pa.tp.tolist(), pa.schedule.tolist(), pa.overlap_grad_reduce.tolist()
 (2, [2.0, 4.0], [1, 1], [True, True])
@@ -19,7 +19,7 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import Plan
+from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, Plan
 from strategies.schedules import schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -34,8 +34,15 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
          "recompute_layers": "rcl", "recompute_method": "rcu", "recompute_modules": "rcm"}
 #: Columns a mapping may leave out (0: all layers / block / the default modules).
 OPTIONAL = ("rcl", "rcu", "rcm")
-_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers")
-_INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules")
+_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
+          "moe_imbalance", "moe_capacity_factor")
+# expert fields the search space's columns may leave out: (PlanArrays field, short column,
+# the resolved value of a plan that names none; ``etp`` None means = tp)
+EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
+                   ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
+                   ("moe_dispatcher", "disp", 0))
+_INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
+        "moe_dispatcher")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,11 +70,20 @@ class PlanArrays:
     overlap_grad_reduce: np.ndarray
     overlap_param_gather: np.ndarray
     tp_comm_overlap: np.ndarray
+    etp: np.ndarray = None                  # expert tensor-parallel size (resolved: tp)
+    moe_imbalance: np.ndarray = None        # hottest EP rank's routed load / the mean (>= 1)
+    moe_capacity_factor: np.ndarray = None  # expert capacity / mean share (inf: no dropping)
+    ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
+    moe_dispatcher: np.ndarray = None       # index in plan.DISPATCHERS (0: alltoall)
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
 
     def __post_init__(self) -> None:
+        for name, _, default in EXPERT_OPTIONAL:
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.tp if default is None
+                                   else np.full(np.shape(self.tp), default))
         for f in fields(self):
             v = getattr(self, f.name)
             kind = float if f.name in _FLOAT else np.int64 if f.name in _INT else bool
@@ -84,9 +100,11 @@ class PlanArrays:
             if p.dp is None or p.gbs is None:
                 raise SpecError("plan", p, "must be resolved (dp and gbs set; see make_job)")
         col = {f.name: [] for f in fields(cls)}
+        resolved = {"etp": "expert_tp", "moe_imbalance": "imbalance",
+                    "moe_capacity_factor": "capacity_factor"}
         for p in plans:
             for name in col:
-                v = getattr(p, name)
+                v = getattr(p, resolved.get(name, name))
                 col[name].append(_code(name, v))
         return cls(**col)
 
@@ -99,11 +117,15 @@ class PlanArrays:
     @classmethod
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
-        zero flash ogr opg tpo``)."""
+        zero flash ogr opg tpo``; ``rcl rcu rcm`` optional: all layers, block, the default
+        modules; ``etp imb cf epo disp`` optional: tp, the default imbalance, no dropping, no
+        expert-parallel overlap, Megatron's alltoall dispatcher)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
-        return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols})
+        extra = {name: cols[short] for name, short, _ in EXPERT_OPTIONAL if short in cols}
+        return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols},
+                   **extra)
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans)."""
@@ -123,6 +145,8 @@ def _code(name: str, v: Any) -> Any:
         return METHOD_CODE[v] if v is not None else 0
     if name == "recompute_modules":
         return modules_mask(v) if v is not None else 0
+    if name == "moe_dispatcher":
+        return DISPATCHERS.index(v)
     return 0 if v is None and name == "recompute_layers" else v
 
 

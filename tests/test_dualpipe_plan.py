@@ -34,12 +34,13 @@ A100x2 = cluster_preset("dgx-a100", 2)
 
 
 def _balanced(job, region: str = ""):
-    """The job's costs without the embedding, the LM head and the optimizer; ``region``
+    """The job's costs without the embedding, the LM head, the per-step passes and the
+    optimizer; ``region``
     ``"fb"``: the input gradient of a layer as long as its forward (``T_F = T_B``);
     ``"fbw"``: the weight gradient too (``T_F = T_B = T_W``)."""
     c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
                 head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                optimizer_by_stage=(0.0,) * job.plan.pp)
+                optimizer_by_stage=(0.0,) * job.plan.pp, passes_by_stage=(0.0,) * job.plan.pp)
     if region == "fbw":
         c = replace(c, layer_wgrad=c.layer_fwd)
     if region:

@@ -73,6 +73,13 @@ def test_saved_bytes_per_module_are_its_terms(case):
             "shared_experts": (g + 2) * sb * w["shared_mlp"] / t,
             "mla_up_proj": (2 * sb * m.num_attention_heads * m.head_dim
                             + 2 * sb * m.kv_heads * (m.head_dim + m.v_dim)) / t}
+    # the moe module also drops what the routed tensors hold beyond the table as they run
+    # (expert parallelism: the dispatched fc1 input on every GPU, activations.
+    # routed_activation_bytes)
+    table, real = act.routed_activation_bytes(m, s, p.mbs, p.tp, p.cp, p.sp, p.expert_tp,
+                                              counts.moe_load(p.ep, p.imbalance,
+                                                              p.capacity_factor))
+    want["moe"] = want["moe"] + (real - table) * p.cp
     a0 = act.job_layer_activation_bytes(none)
     for mod in APPLIES[case]:
         job = _sel(case, (mod,))

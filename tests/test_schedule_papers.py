@@ -40,3 +40,37 @@ def test_zero_bubble_models():
     split = layers_per_stage(62, 32).split("/")
     assert len(split) == 32 and sum(map(int, split)) == 62 and split[0] == split[-1] == "1"
     assert layers_per_stage(61, 32) is None
+
+
+def test_post_validation_period():
+    """The period of back-to-back iterations: 1F1B's is its makespan (rank 0 starts first and
+    ends last); ZB-2p's parallelogram is shorter than its one-iteration makespan, by no more
+    than the start skew (the rank that ends last started within it), and at least as long
+    as its busiest rank's compute."""
+    from experiments.schedule_papers import post_validation_period
+    from simulator.simulate import simulate
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from strategies.presets import model_preset
+    from topologies.cluster import cluster_preset
+
+    def run(sched):
+        job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1),
+                       parse_plan(f"tp=2,pp=4,mbs=1,schedule={sched}"), global_batch=32)
+        return simulate(job)
+
+    one = run("1f1b")
+    assert post_validation_period(one) == pytest.approx(one.step_time_s, rel=1e-12)
+    zb = run("zb-2p")
+    period = post_validation_period(zb)
+    first_f = {}
+    busy = {}
+    for rec in zb.records:
+        if rec.stream == "compute":
+            busy[rec.rank] = busy.get(rec.rank, 0.0) + rec.end - rec.start
+            if rec.label.startswith("F0."):
+                first_f.setdefault(rec.rank, rec.start)
+    skew = max(first_f.values()) - min(first_f.values())
+    assert skew > 0
+    assert zb.step_time_s - skew <= period < zb.step_time_s
+    assert period >= max(busy.values())

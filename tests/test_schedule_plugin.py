@@ -32,8 +32,8 @@ from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 NAME = "eager-1f1b"
-BUILTIN = ["1f1b", "deepspeed-1f1b", "dualpipe", "dualpipev", "gpipe", "interleaved", "zb-h1",
-           "zb-h2", "zb-v"]
+BUILTIN = ["1f1b", "deepspeed-1f1b", "dualpipe", "dualpipev", "gpipe", "interleaved", "zb-1p",
+           "zb-2p", "zb-h1", "zb-h2", "zb-v"]
 CLI = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1"]
 PLAN = "tp=2,pp=4,gbs=8"            # 8 micro-batches per pipeline, 4 stages
 

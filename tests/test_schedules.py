@@ -228,15 +228,15 @@ def test_vpp_messages_say_what_to_use():
 
 def test_registry_names():
     assert schedule_names() == ["1f1b", "deepspeed-1f1b", "dualpipe", "dualpipev", "gpipe",
-                                "interleaved", "zb-h1", "zb-h2", "zb-v"]
+                                "interleaved", "zb-1p", "zb-2p", "zb-h1", "zb-h2", "zb-v"]
 
 
 def test_unknown_schedule():
     with pytest.raises(SpecError) as e:
         get_schedule("zb-h9")
     assert e.value.field == "schedule" and e.value.value == "zb-h9"
-    assert ("1f1b, deepspeed-1f1b, dualpipe, dualpipev, gpipe, interleaved, zb-h1, zb-h2, zb-v"
-            in str(e.value))
+    assert ("1f1b, deepspeed-1f1b, dualpipe, dualpipev, gpipe, interleaved, zb-1p, zb-2p, "
+            "zb-h1, zb-h2, zb-v" in str(e.value))
     with pytest.raises(SpecError):
         bubble_fraction_closed_form("zb-h9", 4, 8, 1)
     with pytest.raises(SpecError):
@@ -284,4 +284,4 @@ def test_array_rules_and_stash_equal_the_scalar_ones():
             assert [sched.in_flight(r, p, m, v) for r in range(p)] == \
                 [peak_stash(sched.steps(r, p, m, v)) for r in range(p)]
     assert seen == {"gpipe", "1f1b", "interleaved", "deepspeed-1f1b", "zb-h1", "zb-h2", "zb-v",
-                    "dualpipev", "dualpipe"}
+                    "dualpipev", "dualpipe", "zb-1p", "zb-2p"}

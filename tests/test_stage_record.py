@@ -158,8 +158,10 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
                             assert op.nbytes == float(sc.tp_bytes[i])
                         elif cat == "cp":
                             assert op.nbytes == float(sc.cp_bytes[i])
-                        elif cat == "ep":
+                        elif cat == "ep" and op.kind == "alltoall":
                             assert op.nbytes == float(sc.ep_bytes[i])
+                        elif cat == "ep":                     # expert-TP AG / RS
+                            assert op.nbytes == float(sc.etp_bytes[i])
                         elif cat == "pp_gather":
                             assert op.nbytes == float(sc.p2p_gather_bytes[i])
                         elif "tied" in op.label:    # first <-> head stage, once per step

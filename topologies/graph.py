@@ -64,6 +64,7 @@ import networkx as nx
 
 from topologies.cluster import Cluster
 from topologies.errors import SpecError
+from topologies.routing import fabric_hop_share
 
 Node = Hashable
 Link = tuple  # (u, v, bandwidth bytes/s, latency s): one physical link, both directions
@@ -145,7 +146,8 @@ def intra_mesh(cluster: Cluster, node: int) -> list[Link]:
     g, base = cluster.gpus_per_node, node * cluster.gpus_per_node
     if g == 1:
         return []
-    bw, lat = cluster.intra_bandwidth_of_node(node) / (g - 1), cluster.intra_node_latency
+    bw = cluster.intra_bandwidth_of_node(node) * fabric_hop_share("mesh", g)
+    lat = cluster.intra_node_latency
     return [(base + i, base + j, bw, lat) for i in range(g) for j in range(i + 1, g)]
 
 
@@ -156,9 +158,9 @@ def intra_ring(cluster: Cluster, node: int) -> list[Link]:
     if g == 1:
         return []
     lat = cluster.intra_node_latency
+    bw = cluster.intra_bandwidth_of_node(node) * fabric_hop_share("ring", g)
     if g == 2:
-        return [(base, base + 1, cluster.intra_bandwidth_of_node(node), lat)]
-    bw = cluster.intra_bandwidth_of_node(node) / 2
+        return [(base, base + 1, bw, lat)]
     return [(base + i, base + (i + 1) % g, bw, lat) for i in range(g)]
 
 

@@ -20,6 +20,15 @@ is computed from the node names, without a graph search:
 - other node, ``torus``/``ring``: PXN relay as above, then dimension-order routing over the
   rail's NICs, each dimension the shorter way round (ties go forward).
 
+The path rule in numbers, the one the estimate and the bound read
+(:func:`relays`, :func:`fabric_hop_share`, :func:`transfer_rate`, :func:`transfer_latency`):
+a transfer inside a node crosses one fabric hop; between nodes it crosses the GPU's NIC link
+and its plane ports (striped: together the NIC, :mod:`topologies.planes`), and first, where
+:func:`relays` says so (a rail topology and a destination on another rail), one hop of the
+source node's fabric. Alone on its path it runs at the slowest of those hops and waits the
+sum of their latencies; the routes above cross exactly those hops
+(``tests/test_network_paths.py`` checks every pair).
+
 ECMP picks spine ``crc32("src>dst") % spines_per_rail``: stable across runs and processes
 (never Python's salted ``hash()``). Any other graph, endpoint or topology falls back to
 ``networkx.shortest_path``. Routes are cached per graph (weakly keyed, LRU); graphs must not
@@ -45,6 +54,7 @@ from collections import OrderedDict
 from typing import Callable, Hashable, Sequence
 
 import networkx as nx
+import numpy as np
 
 from topologies.planes import plane_shares
 
@@ -96,6 +106,57 @@ def stable_hash(src: Node, dst: Node) -> int:
     return zlib.crc32(f"{src!r}>{dst!r}".encode())
 
 
+# ---------------------------------------------------------------- the path rule
+
+#: inter-node topologies whose transfers between nodes stay on the destination GPU's rail,
+#: crossing the source node's fabric first when the source sits on another rail (NCCL's PXN
+#: on a rail-optimised fat tree, torus and ring; the only way across rails on rail-only)
+RAIL_ROUTED = frozenset({"rail_fat_tree", "rail_only", "torus", "ring"})
+
+
+def relays(topology: str, rails: int, src_local, dst_local):
+    """Whether a transfer between two nodes, from local GPU ``src_local`` to local GPU
+    ``dst_local``, first crosses the source node's fabric to the GPU on the destination's
+    rail (GPU ``i`` uses rail ``i % rails``). Vectorised (a bool for scalars)."""
+    a, b = np.asarray(src_local), np.asarray(dst_local)
+    out = (a % rails != b % rails) if topology in RAIL_ROUTED else np.zeros(
+        np.broadcast(a, b).shape, dtype=bool)
+    return out[()]
+
+
+def fabric_hop_share(intra_topology: str, gpus_per_node: int) -> float:
+    """The share of a GPU's node-fabric bandwidth one GPU-to-GPU hop gets: 1 through an
+    NVSwitch, ``1/(g-1)`` on a full mesh (a link per peer), 1/2 on a ring (a link per
+    neighbour; 1 with two GPUs)."""
+    g = gpus_per_node
+    if intra_topology == "mesh" and g > 1:
+        return 1.0 / (g - 1)
+    if intra_topology == "ring" and g > 2:
+        return 0.5
+    return 1.0
+
+
+def transfer_rate(fabric_hop, nic, crosses_node, relay, planes: int = 1, plane_port=None):
+    """Bytes/s of one transfer alone on its path: ``fabric_hop`` (one hop of the node fabric)
+    inside a node; between nodes the slowest of the GPU's NIC link ``nic``, its ``planes``
+    plane ports striped together (``plane_port`` each, default ``nic / planes``: together the
+    NIC) and, where ``relay``, the source node's fabric hop. The caller gives each link
+    class's rate as it sees it (line rates for the graph; achievable and shared rates for the
+    estimate). Vectorised."""
+    port = nic / planes if plane_port is None else plane_port
+    out = np.minimum(nic, planes * port)
+    out = np.where(relay, np.minimum(fabric_hop, out), out)
+    return np.where(crosses_node, out, fabric_hop)[()]
+
+
+def transfer_latency(intra_latency, inter_latency, crosses_node, relay):
+    """Seconds a transfer waits on its path: ``intra_latency`` inside a node;
+    ``inter_latency`` between nodes, plus ``intra_latency`` where it relays through the
+    source node's fabric. Vectorised."""
+    return np.where(crosses_node, inter_latency + np.where(relay, intra_latency, 0.0),
+                    intra_latency)[()]
+
+
 # ---------------------------------------------------------------- path construction
 
 def _compute(graph: nx.DiGraph, src: Node, dst: Node) -> list[Node]:
@@ -138,7 +199,7 @@ def _relay(meta: dict, src: int, dst: int) -> list[Node] | None:
     """``src`` up to the GPU of its node that shares the destination's rail (PXN)."""
     g, nr = meta["gpus_per_node"], meta["rails"]
     (na, a), b = divmod(src, g), dst % g
-    return [src] if a % nr == b % nr else _intra(meta, na, a, b)
+    return _intra(meta, na, a, b) if relays(meta["inter_topology"], nr, a, b) else [src]
 
 
 def _leaf_to_leaf(meta: dict, rail: int, src: int, dst: int, plane: int = 0) -> list[Node]:

@@ -31,7 +31,9 @@ from strategies.collectives import phases_of
 
 STEPWISE = {"allreduce": "ring_allreduce", "reduce_scatter": "ring_reduce_scatter",
             "allgather": "ring_allgather"}
-RunPhase = tuple[float, list, float]   # (latency seconds per call, flows (src, dst), bytes per call)
+# (latency seconds per call, flows (src, dst), bytes per call: one number for every flow, or a
+# tuple with one per flow where flows between nodes carry other bytes, Phase.remote_nbytes)
+RunPhase = tuple[float, list, "float | tuple"]
 
 
 def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable) -> list[RunPhase]:
@@ -39,9 +41,12 @@ def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable)
     ``steps`` times its slowest hop's latency), the flows the ``issuers`` start, the bytes of
     each flow."""
     out = []
-    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of):
+    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale):
         lat = max(net.latency(a, b) for a, b in ph.flows)
-        out.append((ph.steps * lat, [f for f in ph.flows if f[0] in issuers], ph.nbytes))
+        flows = [f for f in ph.flows if f[0] in issuers]
+        nbytes = ph.nbytes if ph.remote_nbytes is None else tuple(
+            ph.remote_nbytes if node_of(a) != node_of(b) else ph.nbytes for a, b in flows)
+        out.append((ph.steps * lat, flows, nbytes))
     return out
 
 
@@ -60,7 +65,7 @@ class CollectiveRunner:
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
-        key = (op.group, op.kind, op.algorithm, op.nbytes)
+        key = (op.group, op.kind, op.algorithm, op.nbytes, op.remote_scale)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = plan_phases(self.net, op, self.issuers, self.node_of)
@@ -76,7 +81,7 @@ class CollectiveRunner:
             return
         # the same call (group, tag, algorithm, bytes, repeat) recurs thousands of times a
         # step: whether it runs in closed form, and its time and link loads, are worked out once
-        sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat)
+        sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat, op.remote_scale)
         closed = self._closed.get(sig, ())
         if closed == ():
             closed = self._closed[sig] = self._closed_form(op)
@@ -85,7 +90,7 @@ class CollectiveRunner:
             count = self.net.count_solo
             for idx, nbytes in loads:
                 count(idx, nbytes)
-            if self._log_load:
+            if self._log_load and not any(isinstance(ph[2], tuple) for ph in phases):
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))
             self.env.timeout(total).callbacks.append(lambda _e: done.succeed())
@@ -105,7 +110,13 @@ class CollectiveRunner:
         total = self._solo_total(op, phases)
         if total is None:
             return None
-        return total, [(self._phase_links(ph), ph[2] * op.repeat) for ph in phases], phases
+        loads = []
+        for ph in phases:
+            if isinstance(ph[2], tuple):                  # flows of different sizes
+                loads += [(self.net.links(a, b), n * op.repeat) for (a, b), n in zip(ph[1], ph[2])]
+            else:
+                loads.append((self._phase_links(ph), ph[2] * op.repeat))
+        return total, loads, phases
 
     def _solo_total(self, op: Collective, phases: list[RunPhase]) -> float | None:
         """Closed-form seconds of ``op`` alone on its links, or None if its flows collide."""
@@ -113,6 +124,13 @@ class CollectiveRunner:
         if key not in self._solo:
             total = 0.0
             for lat, flows, nbytes in phases:
+                if isinstance(nbytes, tuple):        # flows of two sizes
+                    sized = getattr(self.net, "solo_seconds_sized", None)
+                    if sized is None or self.net.shares_links:   # the flow model tells
+                        total = None
+                        break
+                    total += op.repeat * lat + sized(flows, [n * op.repeat for n in nbytes])
+                    continue
                 xfer = self.net.solo_seconds(flows, nbytes * op.repeat)
                 if xfer is None:
                     total = None
@@ -134,7 +152,8 @@ class CollectiveRunner:
         for lat, flows, nbytes in phases:
             if lat > 0:
                 yield env.timeout(op.repeat * lat)
-            events = [net.flow(a, b, nbytes * op.repeat, op.tag) for a, b in flows]
+            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
+            events = [net.flow(a, b, nb * op.repeat, op.tag) for (a, b), nb in zip(flows, sizes)]
             if events:
                 yield env.all_of(events)
         done.succeed()

@@ -101,6 +101,27 @@ class ContentionFreeNetwork(SimNetwork):
             table[i, :r.size] = r
         return float(np.max(nbytes * np.array(shares) / max_min_rates(self._capacity, table)))
 
+    def solo_seconds_sized(self, flows: Sequence[tuple[Node, Node]],
+                           sizes: Sequence[float]) -> float:
+        """``solo_seconds`` for flows of different ``sizes`` (bytes each; a node-limited
+        all-to-all): max-min fair sharing among themselves, re-shared each time one ends."""
+        pairs = [(r, float(n)) for r, n in zip((self.links(a, b) for a, b in flows), sizes)
+                 if r.size and n > 0]
+        if not pairs:
+            return 0.0
+        table = np.full((len(pairs), max(r.size for r, _ in pairs)), self._pad, dtype=np.int64)
+        for i, (r, _) in enumerate(pairs):
+            table[i, :r.size] = r
+        left = np.array([n for _, n in pairs])
+        size, t = left.copy(), 0.0
+        while table.shape[0]:
+            rates = max_min_rates(self._capacity, table)
+            dt = float(np.min(left / rates))
+            t, left = t + dt, left - rates * dt
+            keep = left > 1e-12 * size           # not yet through (rounding aside)
+            table, left, size = table[keep], left[keep], size[keep]
+        return t
+
 
 BACKENDS: dict[str, Callable[..., NetworkBackend]] = dict(
     zip(BACKEND_NAMES, (SimNetwork, ContentionFreeNetwork), strict=True))

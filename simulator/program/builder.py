@@ -46,7 +46,7 @@ class ProgramBuilder:
         # the layers of the stage the layout gives this rank (DualPipe: its own direction's
         # copy), as ZeRO-3's per-layer share and the forward window count them
         self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
-        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "pp")}
+        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp", "pp")}
         # the tied embedding's gradient group: the first stage and the LM head's
         head = head_rank(p.schedule, p.pp, p.vpp)
         ends = (self.group["pp"][0], self.group["pp"][head])
@@ -103,7 +103,8 @@ class ProgramBuilder:
         return self.last_compute
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
-             label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None) -> int | None:
+             label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
+             remote_scale: float = 1.0) -> int | None:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
@@ -111,7 +112,8 @@ class ProgramBuilder:
         deps = tuple(d for d in deps if d is not None)
         return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
                          algorithm=algo, tag=tag or cat, category=cat, label=label,
-                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps)
+                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps,
+                         remote_scale=float(remote_scale))
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
@@ -192,9 +194,17 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
-        for n, x in items:      # each kind's all-to-all (none for a dense layer)
+        # MoE, each kind's layers (none for a dense layer): dispatch and combine all-to-alls
+        # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
+        # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
+        # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
+        for n, x in items:
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
-                           i, c, deps=(main,))
+                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale)
+            etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
+            for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
+                ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
+                               i, c, deps=(main,)) or ep
             if ep is not None:
                 (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
@@ -267,6 +277,12 @@ class ProgramBuilder:
         if self.split:
             self._input_grad(i, c)
             return
+        for _ in self._backward_blocks(i, c):
+            pass
+
+    def _backward_blocks(self, i: int, c: int, by_layer: bool = False):
+        """The whole backward of micro-batch ``i``, chunk ``c``, yielding after each layer
+        block (one layer each with ``by_layer``: Megatron's combined 1F1B pairs it whole)."""
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.final_mb[c]
@@ -279,12 +295,14 @@ class ProgramBuilder:
             pos = 1
             todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i, fwd=False)
-        split = self.gran == "layer" or (live and len(todo) > 1)
-        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        split = self.gran == "layer" or by_layer or (live and len(todo) > 1)
+        counts = bucket_segments(plan, len(self.chunk[c]), split,
+                                 self.gran == "layer" or by_layer)
         for nl, items in zip(counts, self.segments(c, counts, True)):
             self.block(False, items, label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
+            yield
         self.wait += [rest] if rest is not None else []
         if vs == 0:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
@@ -424,7 +442,8 @@ class ProgramBuilder:
 
     def overlapped(self, group: list[Step]) -> None:
         """An overlapped group (``Step.overlap``; DualPipe's ``F& B& W``, a forward and a
-        whole backward of two micro-batches): the compute runs in turn on the one compute
+        whole backward of two micro-batches; Megatron-Core's combined 1F1B ``F& B``, the
+        backward unsplit, ``strategies.schedules.combined``): the compute runs in turn on the one compute
         stream (the two share the SMs, so the pair lasts ``F + B + W``), layer by layer, the
         forward's layer then the backward's; each pass's expert all-to-all is waited for only
         by its own next layer, so it runs beside the partner's layer and is exposed only by
@@ -440,8 +459,8 @@ class ProgramBuilder:
                 gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True)
             elif self.split:
                 gens[s] = self._input_grad_blocks(s.microbatch, s.chunk, by_layer=True)
-            else:
-                raise ValueError("an overlapped group needs a split backward (B then W)")
+            else:       # Megatron's combined 1F1B: the whole backward is the partner
+                gens[s] = self._backward_blocks(s.microbatch, s.chunk, by_layer=True)
         own: dict[Step, list] = {s: [] for s in passes}
         live = list(passes)
         while live:
@@ -466,7 +485,8 @@ class ProgramBuilder:
         for s in group:
             if s.kind == "W":
                 self.wgrad(s.microbatch, s.chunk)
-        self.wait += [x for s in passes for x in own[s]]
+        # (a pass's last all-to-all is waited for by its output message, ``produced``, and
+        # queues the next one on the ep-comm stream; no compute of this rank needs it)
         for s in passes:        # the outputs leave once the whole pair has run
             key = (s.kind, s.microbatch, s.chunk)
             self.produced[key] = self.produced[key] + (self.last_compute,)

@@ -28,6 +28,7 @@ import numpy as np
 
 from simulator.program.builder import ProgramBuilder
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
+from strategies.schedules import get_schedule
 from strategies.schedules.exchanges import pipeline_actions
 from strategies.cost.stage import StageCosts, stage_costs
 from strategies import placement
@@ -48,7 +49,7 @@ class Layout:
         self.per_stage = plan.tp * plan.cp * plan.dp
         n = placement.world_size(plan)
         self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
-        for dim in ("tp", "cp", "dp", "ep", "pp"):
+        for dim in ("tp", "cp", "dp", "ep", "etp", "pp"):
             groups = placement.groups(plan, dim)
             index = np.empty(n, dtype=np.int64)
             for gi, g in enumerate(groups):
@@ -79,8 +80,14 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
     """The program of one rank."""
     p = job.plan
     b = ProgramBuilder(job, costs, layout, rank, granularity)
-    b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
-                           p.microbatch_group_size))
+    if p.ep_overlap:        # Megatron-Core's combined 1F1B (strategies.schedules.combined)
+        b.run(pipeline_actions(p.schedule, b.stage, p.pp, b.m, p.vpp,
+                               p.microbatch_group_size, ep_overlap=True))
+        return b.finish()
+    # the schedule as this job runs it (ZB-1p/ZB-2p order with the job's times: one order
+    # for all ranks, from the cost record of the cluster's slowest GPU)
+    b.run(get_schedule(p.schedule).for_job(job).actions(b.stage, p.pp, b.m, p.vpp,
+                                                         p.microbatch_group_size))
     return b.finish()
 
 
@@ -142,7 +149,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     immutable, so the ranks of one group share its collective ops: ``shared`` (one dict per
     ``compile_job``) keeps them by template op and group."""
     t = template.rank
-    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep")}
+    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
     streams = {}

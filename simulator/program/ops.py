@@ -106,6 +106,7 @@ class Collective:
     microbatch: int = -1
     chunk: int = -1
     deps: tuple[int, ...] = ()
+    remote_scale: float = 1.0     # all-to-all: share of per-pair bytes between nodes
 
     def __post_init__(self) -> None:
         if self.kind not in COLLECTIVE_KINDS:

@@ -36,11 +36,14 @@ def steps(kind: str, n: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Phase:
     """One phase of a collective: ``flows`` (``(src, dst)`` ranks, all started together), each
-    carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop."""
+    carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop;
+    with ``remote_nbytes`` set, the flows between two nodes carry that instead (a node-limited
+    all-to-all)."""
 
     flows: tuple[tuple[int, int], ...]
     nbytes: float
     steps: int
+    remote_nbytes: float | None = None
 
 
 def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float],

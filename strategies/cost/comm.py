@@ -12,6 +12,16 @@ fabric's oversubscription. Achieved bus bandwidth is
 the link bandwidth times ``NCCL_EFFICIENCY`` (nccl-tests on DGX A100/H100 reach about 80% of
 NVLink and 90% of InfiniBand line rate for large messages). Latency: one hop per ring step.
 
+Between nodes the path rule is ``topologies.routing``'s, the one the simulator's routes
+follow: a hop between nodes crosses the GPU's NIC link and its plane ports (striped over a
+multi-plane network: together the NIC), and on a rail topology (rail fat tree, rail-only,
+torus, ring) first one hop of the source node's fabric when the destination sits on another
+rail (``relays``), which adds that hop's rate to the minimum and its latency to the sum
+(``transfer_rate``, ``transfer_latency``). Rings with one member per node and the
+hierarchical algorithm's inter-node rings join GPUs of the same rail (no relay); a ring that
+crosses node boundaries elsewhere (``mixed``) and a pipeline hop between GPUs of different
+local indices relay.
+
 Closed forms (nccl-tests PERFORMANCE.md): all-reduce ``2(n-1)/n · S/B``, reduce-scatter and
 all-gather ``(n-1)/n · S/B``, with S the per-rank buffer in bytes; they are the ``time`` of
 ``strategies.collectives.ring`` and ``.all_to_all``, the definitions the simulator's engine runs
@@ -25,24 +35,66 @@ from strategies.collectives import PASSES, all_to_all, hierarchical, ring
 from strategies.collectives.select import HIERARCHICAL, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
+from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
 
 NVLINK_EFFICIENCY = 0.80
 NETWORK_EFFICIENCY = 0.90
 
 
-def group_bandwidth(cluster: Cluster, n: Num, stride: Num) -> tuple[Num, Num]:
-    """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
-    order (tp has stride 1; dp has stride tp·cp; pp neighbours are tp·cp·dp apart)."""
+def _hop_relays(cluster: Cluster, offsets) -> np.ndarray:
+    """Whether a hop between nodes from some GPU to the GPU ``offset`` local indices further
+    (mod the node) relays through the source node's fabric (``topologies.routing.relays``;
+    true when it does for any source GPU: the step waits for its slowest hop). Vectorised
+    over ``offsets`` (a tuple of arrays: any of them relaying counts)."""
     G = cluster.gpus_per_node
+    rails = min(cluster.nics_per_node, G)
+    offsets = np.broadcast_arrays(*(np.asarray(o, dtype=np.int64) for o in offsets))
+    local = np.arange(G).reshape((G,) + (1,) * offsets[0].ndim)
+    out = np.zeros(offsets[0].shape, dtype=bool)
+    for off in offsets:
+        dst = np.mod(local + off, G)
+        out = out | np.any(relays(cluster.inter_node_topology, rails, local, dst), axis=0)
+    return out
+
+
+def _hop_rate(cluster: Cluster) -> float:
+    """Achievable bytes/s of one GPU-to-GPU hop of the node fabric (a relay's hop)."""
+    return (cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
+            * fabric_hop_share(cluster.intra_node_topology, cluster.gpus_per_node))
+
+
+def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
+    """Achievable bytes/s of ``k`` GPUs' share of their node's NICs, reduced by the
+    fabric's oversubscription (every GPU of the node sends at once)."""
+    return (k * cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY
+            / cluster.oversubscription)
+
+
+def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
+                    rail_aligned: bool = False) -> tuple[Num, Num]:
+    """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
+    order (tp has stride 1; dp has stride tp·cp; pp neighbours are tp·cp·dp apart). Inside a
+    node the fabric's rate; across nodes ``topologies.routing.transfer_rate`` and
+    ``transfer_latency`` of the ring's hops between nodes (``k`` members' NIC share; the
+    relay when a hop, or the ring's closing hop, joins GPUs of different rails, as in the
+    simulator's rank-order ring; ``rail_aligned``: a ring ordered so that its hops between
+    nodes stay on one rail, no relay, as NCCL orders its flat rings)."""
+    G = cluster.gpus_per_node
+    n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride
     in_node = span <= G
     k = np.maximum(1, np.minimum(n, G // np.maximum(stride, 1)))  # group members per node
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
-    inter = (k * cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY
-             / cluster.oversubscription)
-    bw = np.where(in_node, intra, np.minimum(intra, inter))
-    lat = np.where(in_node, cluster.intra_node_latency, cluster.inter_node_latency)
-    return bw, lat
+    s = np.asarray(stride, dtype=np.int64)
+    relay = False if rail_aligned else \
+        _hop_relays(cluster, (s, -(np.asarray(n, dtype=np.int64) - 1) * s))
+    across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster, k), True, relay,
+                           cluster.planes)
+    bw = np.where(in_node, intra, across)
+    lat = np.where(in_node, cluster.intra_node_latency,
+                   transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency,
+                                    True, relay))
+    return bw[()], lat[()]
 
 
 # the closed forms live with their algorithms (strategies.collectives); the estimate reads them
@@ -52,27 +104,49 @@ allgather_time = ring.allgather_time
 alltoall_time = all_to_all.time
 
 
-def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster) -> Num:
+def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
+                    remote_scale: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; otherwise ``ring``'s (``all_to_all``'s for an all-to-all) at
-    ``group_bandwidth``. Groups of a shape that is laid out differently from one group to
-    the next (``mixed``) keep the NIC-striped ring of ``group_bandwidth``. Vectorised."""
+    per-GPU NIC rates; otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
+    ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
+    the share of its bytes between nodes, node-limited routing). Groups of a shape that is
+    laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
+    ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
-    if kind == "alltoall":
-        return all_to_all.time(nbytes, n, bw, lat)
-    passes = PASSES[kind]
     G = cluster.gpus_per_node
-    _, k, nodes = strided_layout(n, stride, G)
+    uniform, k, nodes = strided_layout(n, stride, G)
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
-    inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
+    if kind == "alltoall":
+        # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
+        # unevenly keep the one-port form at group_bandwidth's rate
+        relay = pxn_relay(cluster)
+        # the slowest pair's route: across nodes, through a PXN relay first when k > 1
+        lat2 = np.where(nodes > 1, cluster.inter_node_latency
+                        + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
+                        cluster.intra_node_latency)
+        return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra,
+                                                           _nic_rate(cluster), lat2, relay,
+                                                           remote_scale),
+                        all_to_all.time(nbytes, n, bw, lat))[()]
+    passes = PASSES[kind]
+    # the inter-node rings join the members with the same local index: one rail, no relay
+    inter = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False, cluster.planes)
     hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,
-                             inter, cluster.inter_node_latency)
+                             inter, transfer_latency(cluster.intra_node_latency,
+                                                     cluster.inter_node_latency, True, False))
     return np.where(strided_algorithm(n, stride, G) == HIERARCHICAL, hier,
                     ring.time(passes, nbytes, n, bw, lat))[()]
 
 
+def pxn_relay(cluster: Cluster) -> bool:
+    """True where a flow to another node's GPU of a different local index is relayed over
+    NVLink to the local GPU of that index first (NCCL's PXN; ``topologies.routing``: rail
+    fabrics, tori and rings, one NIC per GPU)."""
+    return (cluster.inter_node_topology != "fat_tree"
+            and cluster.nics_per_node >= cluster.gpus_per_node
+            and cluster.intra_node_topology == "switch")
 def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     """Seconds of collective ``kind`` of ``nbytes`` per rank between two ranks (NCCL's ring for
     ``n = 2``, ``strategies.collectives.ring``): over NVLink when both are in one node, else
@@ -80,18 +154,29 @@ def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     on its own GPU's NIC). The tied embedding's gradient all-reduce between the first and the
     last pipeline stage. Vectorised."""
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
-    inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
-    bw = np.where(in_node, intra, np.minimum(intra, inter))
-    lat = np.where(in_node, cluster.intra_node_latency, cluster.inter_node_latency)
+    # across nodes the two end ranks share a local index (one rail, no relay):
+    # ``topologies.routing``'s path rule
+    across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False, cluster.planes)
+    bw = np.where(in_node, intra, across)
+    lat = np.where(in_node, cluster.intra_node_latency,
+                   transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency,
+                                    True, False))
     return ring.time(PASSES[kind], nbytes, 2, bw, lat)
 
 
-def p2p_time(nbytes: Num, cluster: Cluster, crosses_node: Num) -> Num:
-    """One point-to-point message from one GPU to its pipeline neighbour (seconds)."""
+def p2p_time(nbytes: Num, cluster: Cluster, stride: Num) -> Num:
+    """One point-to-point message from one GPU to its pipeline neighbour ``stride`` ranks
+    further (seconds): inside a node at the fabric's rate when ``stride`` is below the node
+    size, else between nodes by ``topologies.routing``'s path rule (the relay when the two
+    GPUs sit on different rails). Vectorised."""
+    stride = np.asarray(stride)
+    crosses = stride >= cluster.gpus_per_node
+    relay = _hop_relays(cluster, (np.asarray(stride, dtype=np.int64),))
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
-    inter = cluster.inter_node_bandwidth_per_gpu * NETWORK_EFFICIENCY / cluster.oversubscription
-    return np.where(crosses_node, nbytes / np.minimum(intra, inter) + cluster.inter_node_latency,
-                    nbytes / intra + cluster.intra_node_latency)
+    across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, relay, cluster.planes)
+    lat = transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency, crosses,
+                           relay)
+    return (nbytes / np.where(crosses, across, intra) + lat)[()]
 
 
 def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
@@ -104,8 +189,9 @@ def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Clust
     ``group_bandwidth``) plus ``n`` copy kernels of ``copy_gap`` seconds (PyTorch's
     ``ProcessGroupNCCL`` copies the flat buffer to, or from, each of the ``n`` list entries).
     The simulator runs the same ring ``count`` times back to back (``repeat``) and the copies
-    as compute. Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
-    bw, lat = group_bandwidth(cluster, n, stride)
+    as compute. NCCL orders the flat ring so that its hops between nodes stay on one rail
+    (``rail_aligned``: no relay). Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
+    bw, lat = group_bandwidth(cluster, n, stride, rail_aligned=True)
     per = nbytes / np.maximum(count, 1)
     return np.where((count > 0) & (n > 1),
                     count * ring.time(1, per, n, bw, lat) + count * n * copy_gap, 0.0)[()]

@@ -122,9 +122,13 @@ def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: floa
     return count * np.maximum(t_compute, t_memory)
 
 
-def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> list[tuple]:
-    """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``)."""
-    return costs.layer_gemms(m, b, tp, cp, ep)
+def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
+             load: Num = 1.0) -> list[tuple]:
+    """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``): the routed experts'
+    grouped GEMM as ``E/ep`` GEMMs of ``costs.expert_tokens`` rows (the hottest rank's,
+    ``load``) and width ``F_e/etp``, each priced by its own shape (``_gemm``: small ``M``
+    wastes tile rows and makes the weight read count, the roofline)."""
+    return costs.layer_gemms(m, b, tp, cp, ep, etp=etp, load=load)
 
 
 def usable_hbm(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> float:
@@ -140,16 +144,19 @@ def _rates(gpu: GPU, dtype: str,
             get_precision(dtype).operand_bytes)
 
 
-def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False) -> Num:
+def overlap_slowdown(tp: Num, tpo: Num, cp: Num, zero: Num, dp_whole_step: Num = False,
+                     ep_paired: Num = False) -> Num:
     """Factor (>= 1) on compute-bound kernel time when communication runs beside the compute
     for most of the step: TP communication overlap (``tpo`` with ``tp > 1``), ring attention
     (``cp > 1``), ZeRO-2's reduce-scatter of every micro-batch's gradients or ZeRO-3's
-    parameter gathers (``zero >= 2``), or the data-parallel reduction of a step that is one
-    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``). ``1/OVERLAP_CLOCK_RATIO``
-    then, else 1 (gradient reduction overlapped with the last of several micro-batches only is
-    too short to move the clock)."""
+    parameter gathers (``zero >= 2``), the data-parallel reduction of a step that is one
+    micro-batch long (``dp_whole_step``, ``dp_overlaps_whole_step``), or the expert
+    all-to-all of overlapped pairs (``ep_paired``: ``ep > 1`` with Megatron's combined 1F1B
+    or a schedule that pairs, DualPipe's F&B). ``1/OVERLAP_CLOCK_RATIO`` then, else 1
+    (gradient reduction overlapped with the last of several micro-batches only is too short
+    to move the clock)."""
     busy = np.logical_and(tpo, tp > 1) | (np.asarray(cp) > 1) | (np.asarray(zero) >= 2) \
-        | np.asarray(dp_whole_step, dtype=bool)
+        | np.asarray(dp_whole_step, dtype=bool) | np.asarray(ep_paired, dtype=bool)
     return np.where(busy, 1.0 / OVERLAP_CLOCK_RATIO, 1.0)
 
 
@@ -175,10 +182,11 @@ def _tp_split(tp: Num, tpo: Num) -> Num:
 
 
 def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
-                  tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                  tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM,
+                  etp: Num | None = None, load: Num = 1.0) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
-    GEMM runs as ``tp`` pieces of ``M/tp`` rows."""
-    return gemms_time_fwd(_linears(m, b, tp, cp, ep), tp, gpu, dtype, tpo, system)
+    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``."""
+    return gemms_time_fwd(_linears(m, b, tp, cp, ep, etp, load), tp, gpu, dtype, tpo, system)
 
 
 def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
@@ -201,7 +209,8 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
 
 def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                         tpo: Num = False, fw: FrameworkProfile = DEFAULT,
-                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                        system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+                        load: Num = 1.0) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of the dense GEMMs of one layer: the data
     gradient ``(M, K, N)`` (split into ``tp`` pieces for the row-parallel weights under TP
     overlap, whose incoming gradient is all-gathered piece by piece) and the weight gradient
@@ -217,7 +226,7 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t, t_w = 0.0, 0.0
-    for count, M, N, K, row in _linears(m, b, tp, cp, ep):
+    for count, M, N, K, row in _linears(m, b, tp, cp, ep, etp, load):
         if row is None:
             w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
             t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) + w
@@ -315,7 +324,8 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
-               system: SystemConfig = DEFAULT_SYSTEM, modules: Num = 0) -> LayerTime:
+               system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+               load: Num = 1.0, modules: Num = 0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -326,25 +336,28 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     gradient is accumulated over ``1/shard`` of the layer's parameters (``accum_shard``).
     ``wgrad`` is the weight-gradient part of ``bwd`` (``W`` of a split backward): the
     weight-gradient GEMMs and the separate accumulation into the main gradient; the rest
-    (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``."""
-    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system)
-    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system)
+    (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``.
+    ``etp``: expert tensor-parallel size (default tp); ``load``: the hottest expert-parallel
+    rank's routed tokens over the mean (``costs.moe_load``), the pace of its expert GEMMs."""
+    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
+    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
     e = e_plain + c_f
-    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep) / shard, gpu, dtype, fw, system)
+    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
+                          system)
     launch = launch_time(fw, gpu=gpu)
     fwd = g_f + a_f + e + launch
     bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
-                         system=system)
+                         system=system, etp=etp, load=load)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
-    gemms = costs.op_sac_gemms(m, b, tp, cp, ep)
+    gemms = costs.op_sac_gemms(m, b, tp, cp, ep, etp=etp, load=load)
     rerun = [g for g in gemms if not g[-1]]
     kernels = max(fw.kernels_per_layer - (len(gemms) - len(rerun)) - 1, 0)
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
@@ -356,7 +369,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
 
 def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                    a_f: Num, modules: Num, gpu: GPU, dtype: str, tpo: Num = False,
-                   slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                   slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
+                   etp: Num | None = None, load: Num = 1.0) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
@@ -366,7 +380,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     part's GEMMs (``counts.layer_gemm_parts``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
-    gemms = costs.layer_gemm_parts(m, b, tp, cp, ep)
+    gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
 
     def g(part):
         sel = [x for p, x in gemms if p == part]

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from math import comb
+
 import numpy as np
 
 from strategies.cost import recompute as rcp
 from strategies.model import ModelSpec
+from strategies.plan import DISPATCHERS  # noqa: F401  (codes of ep_dedup's dispatcher)
 
 Num = Any  # float or np.ndarray
 
@@ -29,17 +32,43 @@ def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     return b * s / cp
 
 
+def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf) -> Num:
+    """Routed tokens of the hottest expert-parallel rank over the mean (the pace of its expert
+    GEMMs and of its all-to-all): ``moe_imbalance`` where ``ep > 1`` (with every expert on
+    one rank there is no hottest rank), capped by ``moe_capacity_factor``, beyond which an
+    expert drops its tokens (Megatron's token dropping: an expert takes at most
+    ``capacity_factor`` times its mean share). Vectorised."""
+    return np.minimum(np.where(np.asarray(ep) > 1, imbalance, 1.0), capacity_factor)[()]
+
+
+def expert_tokens(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
+                  load: Num = 1.0) -> Num:
+    """Tokens one local expert's GEMMs run on one GPU per micro-batch, the ``M`` of its
+    grouped GEMM: the ``etp·ep`` ranks of an expert group hold ``etp·ep/tp`` tensor-parallel
+    groups' ``T = b·s/c`` tokens, each routed to ``topk`` of ``E`` experts, and the ``etp``
+    ranks of an expert's tensor-parallel group all run all of its tokens:
+    ``T·topk·etp·ep/(tp·E)`` times ``load`` (``moe_load``; ``T·topk/(E/ep)`` with
+    ``etp = tp``)."""
+    etp = tp if etp is None else etp
+    return tokens_per_gpu(b, m.seq_length, cp) * m.moe_router_topk * etp * ep \
+        / (tp * m.num_experts) * load
+
+
 def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                kind: str | None = None) -> list[tuple]:
+                kind: str | None = None, etp: Num | None = None,
+                load: Num = 1.0) -> list[tuple]:
     """The GEMMs of one layer on one GPU: ``(count, M tokens, N out, K in, row_parallel)``.
 
     Attention: ``ModelSpec.attention_linears`` (column-parallel weights split N over tp,
     row-parallel split K, replicated ones, MLA's down projections, whole). Dense MLP: up
-    (``F`` or ``2F`` gated) and down. MoE: ``num_experts/ep`` local experts with
-    ``T·topk/local`` tokens each, the shared experts as one MLP of their summed width, the
-    router (``row_parallel`` None: replicated, bf16) and Qwen2-MoE's shared-expert gate.
+    (``F`` or ``2F`` gated) and down. MoE: ``num_experts/ep`` local experts, each a GEMM of
+    ``expert_tokens`` rows (``load``: the hottest rank's, ``moe_load``) with its width split
+    over the expert tensor-parallel size ``etp`` (default ``tp``), the shared experts as one
+    MLP of their summed width, the router (``row_parallel`` None: replicated, bf16) and
+    Qwen2-MoE's shared-expert gate. Summed, the routed experts' FLOPs
+    ``2·T·topk·(2 or 3)·h·F_e·load/tp`` depend on neither ``ep`` nor ``etp``.
     ``kind`` None: the mean layer (``ModelSpec.layer_shares`` scales each kind's counts)."""
-    return [g for _, g in layer_gemm_parts(m, b, tp, cp, ep, kind)]
+    return [g for _, g in layer_gemm_parts(m, b, tp, cp, ep, kind, etp, load)]
 
 
 #: The part of a layer each GEMM of ``layer_gemm_parts`` belongs to (what a selective
@@ -48,12 +77,15 @@ GEMM_PARTS = ("attn", "mla_up", "dense_mlp", "routed_mlp", "shared_mlp")
 
 
 def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                     kind: str | None = None) -> list[tuple[str, tuple]]:
+                     kind: str | None = None, etp: Num | None = None,
+                     load: Num = 1.0) -> list[tuple[str, tuple]]:
     """``layer_gemms`` in order, each with its part (``GEMM_PARTS``): the attention's
     linears (``mla_up``: MLA's ``q_up`` and ``kv_up``), the dense MLP, the routed experts
-    with their router, the shared experts with their gate."""
+    (over ``etp``, ``load`` times the mean rows) with their router, the shared experts with
+    their gate."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
+    etp = tp if etp is None else etp
     out: list[tuple[str, tuple]] = []
     for name, k_in, n_out, split in m.attention_linears():
         part = "mla_up" if name in ("q_up", "kv_up") else "attn"
@@ -68,9 +100,9 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                     ("dense_mlp", (w, T, h, F / tp, True))]
             continue
         F, local = m.expert_ffn, m.num_experts / ep
-        Me = T * m.moe_router_topk / local
-        out += [("routed_mlp", (w * local, Me, up * F / tp, h, False)),
-                ("routed_mlp", (w * local, Me, h, F / tp, True)),
+        Me = expert_tokens(m, b, tp, cp, ep, etp, load)
+        out += [("routed_mlp", (w * local, Me, up * F / etp, h, False)),
+                ("routed_mlp", (w * local, Me, h, F / etp, True)),
                 ("routed_mlp", (w, T, m.num_experts, h, None))]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn
@@ -93,7 +125,8 @@ def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
 
 
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                 kind: str | None = None) -> list[tuple]:
+                 kind: str | None = None, etp: Num | None = None,
+                 load: Num = 1.0) -> list[tuple]:
     """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
     recomputed by its op-level selective checkpointing (``recompute=op``):
     ``(count, M, N, K, row_parallel, saved)``.
@@ -107,7 +140,8 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     experts run as grouped GEMMs, which are not in its save list (recomputed, not counted);
     the shared experts (w1, w3, w2) and a shared-expert gate count after them. The counter
     restarts with each layer; per ``kind`` the MLP continues the attention's count.
-    ``kind`` None: the mean layer (``ModelSpec.layer_shares``)."""
+    ``kind`` None: the mean layer (``ModelSpec.layer_shares``); the routed experts as
+    ``layer_gemms`` runs them (``etp``, ``load``)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     attn: list[tuple] = []
@@ -121,9 +155,9 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         else:
             attn.append((1, T, n_out / tp if split == "col" else n_out, k_in, False))
 
-    def mlp(w: Num, M: Num, F: Num) -> list[tuple]:
-        ups = [(w, M, F / tp, h, False)] * up          # w1 (and w3 when gated)
-        return ups + [(w, M, h, F / tp, True)]
+    def mlp(w: Num, M: Num, F: Num, t: Num = tp) -> list[tuple]:
+        ups = [(w, M, F / t, h, False)] * up           # w1 (and w3 when gated)
+        return ups + [(w, M, h, F / t, True)]
 
     out: list[tuple] = []
     shares = m.layer_shares(kind)
@@ -134,10 +168,10 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
             counted += mlp(w, T, m.ffn_hidden_size)
         else:
             local = m.num_experts / ep
-            Me = T * m.moe_router_topk / local
+            Me = expert_tokens(m, b, tp, cp, ep, etp, load)
             counted.append((w, T, m.num_experts, h, None))
             uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
-                          mlp(w, Me, m.expert_ffn)]
+                          mlp(w, Me, m.expert_ffn, tp if etp is None else etp)]
             if m.num_shared_experts:
                 counted += mlp(w, T, m.num_shared_experts * m.shared_ffn)
             if m.shared_expert_gate:
@@ -441,15 +475,126 @@ def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return ACT_BYTES * T * m.kv_heads * (m.head_dim + m.v_dim) / tp * (cp - 1)
 
 
-def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num) -> Num:
-    """MoE token dispatch + combine per forward of the mean layer, per GPU: each token's hidden
-    vector goes to top-k experts and comes back; the share ``(ep-1)/ep`` leaves the GPU; only
-    MoE layers (their share of the layers) exchange tokens."""
+def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:
+    """Bytes of the routed token copies one GPU sends into one MoE layer's dispatch (and
+    receives back in its combine), per micro-batch: its ``T/tp`` tokens (sequence parallel,
+    as Megatron-Core runs MoE under tensor parallelism), each a hidden vector for each of its
+    ``topk`` experts, ``load`` times the mean for the hottest rank (``moe_load``)."""
+    return ACT_BYTES * tokens_per_gpu(b, m.seq_length, cp) / tp * m.hidden_size \
+        * m.moe_router_topk * load
+
+
+def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                          load: Num = 1.0) -> Num:
+    """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-
+    Core's alltoall token dispatcher runs them: the dispatch and the combine, each an
+    all-to-all whose per-member buffer is ``routed_token_bytes`` (the member's own share
+    included: the all-to-all's closed form takes ``(ep-1)/ep`` of it onto the wire); the
+    backward runs the same two. Only MoE layers (their share of the layers) exchange tokens;
+    0 with ``ep = 1``."""
     if not m.is_moe:
         return 0.0 * ep
-    T = tokens_per_gpu(b, m.seq_length, cp)
     moe_share = m.num_moe_layers / m.num_layers
-    return 2 * ACT_BYTES * T * m.hidden_size * m.moe_router_topk * (ep - 1) / ep / tp * moe_share
+    return np.where(np.asarray(ep) > 1,
+                    2 * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
+
+
+def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
+    """Share of the all-to-all's per-pair bytes that crosses between nodes, 1 unless the
+    router is node-limited. DeepSeek-V3 (technical report, arXiv:2412.19437, "node-limited
+    routing" and its cross-node all-to-all: each token to at most ``M = 4`` nodes; its
+    ``config.json``: ``n_group`` 8, ``topk_group`` 4) groups the experts so that
+    the groups are the nodes of its expert-parallel group, picks ``M`` groups per token, and
+    dispatches a token once to each chosen node over InfiniBand, to be forwarded to its
+    experts there over NVLink. A token then leaves its node ``M·(N-1)/N`` times on average
+    (its own node is one of the ``M`` with chance ``M/N``) instead of once per expert,
+    ``k·(N-1)/N``: the inter-node bytes scale by ``M/k``. Applies where the expert group of
+    ``ep`` ranks ``etp`` apart spans exactly ``moe_router_num_groups`` nodes (groups = nodes)
+    and ``M < k``. Vectorised."""
+    G, M, k = m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk
+    if not m.is_moe or not G or not M or M >= k:
+        return 1.0 + 0.0 * np.asarray(ep, dtype=float)
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
+    nodes = ep / per_node
+    return np.where((nodes == G) & (G > 1), M / k, 1.0)[()]
+
+
+def expert_hit_probability(E: int, k: int, units: Num, G: int | None = None,
+                           M: int | None = None) -> Num:
+    """Chance that a token's ``k`` experts include one of a unit's (a rank's or a node's
+    ``E/units`` consecutive experts), routing uniformly at random (the balanced routing of
+    the published benchmarks, which force-balance tokens). With group-limited routing
+    (``G`` groups of ``E/G`` consecutive experts, ``M`` chosen uniformly, the ``k`` experts
+    among their ``M·E/G``) and units that are whole groups or parts of one: a unit of ``w``
+    whole groups is hit when some of its chosen groups (hypergeometric count ``g``) hold one
+    of the ``k``, ``1 - C((M-g)E/G, k)/C(ME/G, k)``; a unit inside a group when its group is
+    chosen (``M/G``) and one of the ``k`` is its ``E/units``. Otherwise
+    ``1 - C(E - E/units, k)/C(E, k)``. Vectorised over ``units`` (divisors of ``E``)."""
+    def one(u: float) -> float:
+        u = int(u)
+        if u <= 1:
+            return 1.0
+        per = E // u
+        if G and M and M < G and E % G == 0:
+            size = E // G
+            pool = M * size
+            if u % G == 0:          # a unit inside one group
+                return M / G * (1 - comb(pool - per, k) / comb(pool, k))
+            if G % u == 0:          # a unit of w whole groups
+                w = G // u
+                return sum(comb(w, g) * comb(G - w, M - g) / comb(G, M)
+                           * (1 - comb((M - g) * size, k) / comb(pool, k))
+                           for g in range(0, min(w, M) + 1))
+        return 1 - comb(E - per, k) / comb(E, k)
+    arr = np.asarray(units, dtype=float)
+    return np.vectorize(one, otypes=[float])(arr)[()]
+
+
+def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
+             dispatcher: Num) -> tuple[Num, Num]:
+    """``(byte_scale, remote_scale)`` of a dispatcher's all-to-all against Megatron's
+    ``alltoall`` (``ep_alltoall_bytes_fwd``: one copy per token and expert, ``k``): DeepEP's
+    normal kernels and HybridEP (``dispatcher`` code 1, 2) send a token once to each
+    destination rank of the node (NVLink) and once to each destination node (RDMA, to the
+    GPU of the same local index, which forwards it over NVLink). Per token, ``ep·P_rank``
+    distinct ranks against ``k`` copies (``byte_scale``), and ``(N-1)·P_node`` remote nodes
+    against ``k(N-1)/N`` remote copies, ``N`` the expert group's nodes (``remote_scale``,
+    relative to the scaled bytes, as ``two_level_time`` takes it), ``P`` from
+    ``expert_hit_probability``. ``alltoall``: ``(1, ep_remote_scale)``. Vectorised."""
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    code = np.asarray(dispatcher)
+    base = ep_remote_scale(m, ep, etp, gpus_per_node)
+    if not m.is_moe or not np.any(code > 0):
+        return 1.0 + 0.0 * ep, base
+    E, k = m.num_experts, m.moe_router_topk
+    G, M = m.moe_router_num_groups, m.moe_router_group_topk
+    per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
+    nodes = np.maximum(1.0, ep / per_node)
+    ok = (ep > 1) & (E % np.maximum(ep, 1) == 0)
+    p_rank = expert_hit_probability(E, k, np.where(ok, ep, 1.0), G, M)
+    p_node = expert_hit_probability(E, k, np.where(ok, nodes, 1.0), G, M)
+    byte_scale = np.where(ok, ep * p_rank / k, 1.0)
+    nic = np.where(nodes > 1, nodes * p_node / k, 1.0)
+    dedup = (code > 0) & ok
+    remote = np.where(nodes > 1, nic / np.where(dedup, byte_scale, 1.0), 1.0)
+    return np.where(dedup, byte_scale, 1.0)[()], np.where(dedup, remote, base)[()]
+
+
+def etp_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
+                  load: Num = 1.0) -> Num:
+    """Bytes of one expert tensor-parallel collective of the mean layer's forward, per GPU:
+    after the dispatch the ``etp`` ranks of an expert's tensor-parallel group all-gather the
+    tokens each received (``routed_token_bytes``), and before the combine reduce-scatter the
+    partial outputs: each collective's buffer is ``etp`` members' tokens. The forward runs one
+    all-gather and one reduce-scatter, the backward the same two. 0 with ``etp = 1``. (With
+    ``ep = 1`` Megatron gathers the unrouted tokens instead, the dense MLP's tensor-parallel
+    collective, and the stage record charges none of this.)"""
+    if not m.is_moe:
+        return 0.0 * etp
+    moe_share = m.num_moe_layers / m.num_layers
+    return np.where(np.asarray(etp) > 1,
+                    etp * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
 
 
 # ----------------------------------------------------------------------------- parameters
@@ -464,26 +609,30 @@ def expert_params(m: ModelSpec) -> float:
     return m.expert_params_per_layer()
 
 
-def layer_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+def layer_params_split(m: ModelSpec, tp: Num, ep: Num,
+                       etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters of the mean layer on one GPU: the routed experts
-    (``expert_params``) over ``tp·ep``; MLA's down projections whole on every tensor-parallel
-    rank (``ModelSpec.tp_replicated_params``); everything else (attention, norms, router,
-    shared experts, dense biases) over ``tp``."""
+    (``expert_params``) over ``etp·ep`` (``etp`` default ``tp``); MLA's down projections
+    whole on every tensor-parallel rank (``ModelSpec.tp_replicated_params``); everything else
+    (attention, norms, router, shared experts, dense biases) over ``tp``."""
     experts, rep = expert_params(m), m.tp_replicated_params()
-    return (m.layer_params() - experts - rep) / tp + rep, experts / (tp * ep)
+    etp = tp if etp is None else etp
+    return (m.layer_params() - experts - rep) / tp + rep, experts / (etp * ep)
 
 
-def mtp_params_split(m: ModelSpec, tp: Num, ep: Num) -> tuple[Num, Num]:
+def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
+                     etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module
     (``ModelSpec.mtp_params``): its layer (MoE when the model is; ``layer_params_split`` of
-    that kind), the ``2h -> h`` projection over ``tp`` and three norms."""
-    dense, expert = layer_params_split(m.of_kind("moe" if m.is_moe else "dense"), tp, ep)
+    that kind, routed experts over ``etp·ep``), the ``2h -> h`` projection over ``tp`` and
+    three norms."""
+    dense, expert = layer_params_split(m.of_kind("moe" if m.is_moe else "dense"), tp, ep, etp)
     return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
 
 
-def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num) -> Num:
+def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, etp: Num | None = None) -> Num:
     """Parameters of the mean layer held by one GPU (``layer_params_split``, summed)."""
-    dense, expert = layer_params_split(m, tp, ep)
+    dense, expert = layer_params_split(m, tp, ep, etp)
     return dense + expert
 
 
@@ -506,14 +655,15 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
 
 def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                        layers: Num | None = None,
-                       head_stage: Num | None = None, mirrored: Any = False) -> tuple[Num, Num]:
+                       head_stage: Num | None = None, mirrored: Any = False,
+                       etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
     ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
     stage 0 and the output layer on stage ``head_stage`` (default ``pp-1``; the schedule's
     ``head_rank_array``: 0 on a V). ``mirrored`` (``Schedule.mirrored``, DualPipe): the rank
     also holds stage ``pp-1-stage``, so twice the layers and, on both end ranks, the embedding
-    and the output layer."""
-    dense_l, expert_l = layer_params_split(m, tp, ep)
+    and the output layer. ``etp``: the expert tensor-parallel size (default tp)."""
+    dense_l, expert_l = layer_params_split(m, tp, ep, etp)
     lps = m.num_layers // pp if layers is None else layers
     head = np.asarray(pp) - 1 if head_stage is None else np.asarray(head_stage)
     first, last = np.asarray(stage) == 0, np.asarray(stage) == head
@@ -528,9 +678,9 @@ def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
 
 def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                          layers: Num | None = None, head_stage: Num | None = None,
-                         mirrored: Any = False) -> Num:
+                         mirrored: Any = False, etp: Num | None = None) -> Num:
     """Parameters held by one GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
-    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage, mirrored)
+    dense, expert = stage_params_split(m, tp, ep, pp, stage, layers, head_stage, mirrored, etp)
     return dense + expert
 
 

@@ -109,11 +109,13 @@ class StageCostArrays:
     tp_bytes: np.ndarray          # one tensor-parallel collective (b·s·h/c activations; the
     #                               mean of quantised all-gathers and bf16 reduce-scatters
     #                               under SP in low precision, quantise)
-    tp_per_layer_fwd: np.ndarray  # collectives per layer: 2 forward
+    tp_per_layer_fwd: np.ndarray  # collectives per mean layer: 2 forward (fewer with EP, below)
     tp_per_layer_bwd: np.ndarray  # 2 backward
     tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation (mean per layer)
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
+    etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
+    ep_remote_scale: np.ndarray   # share of the all-to-all's bytes between nodes (node-limited)
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
@@ -177,11 +179,13 @@ class StageCosts:
     embedding_wgrad: float
     head_wgrad: float
     tp_bytes: float
-    tp_per_layer_fwd: int
-    tp_per_layer_bwd: int
+    tp_per_layer_fwd: float
+    tp_per_layer_bwd: float
     tp_per_layer_recompute: float
     cp_bytes: float
     ep_bytes: float
+    etp_bytes: float
+    ep_remote_scale: float
     p2p_bytes: float
     p2p_gather_bytes: float
     layer_params: float
@@ -253,16 +257,19 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     gpu = cl.gpu if gpu is None else gpu
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
+    etp = P.etp
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
     slow = ct.overlap_slowdown(tp, tpo, cp, zero,
-                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce))
+                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce), paired)
     shard_acc = ct.accum_shard(dp, zero)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
-                       modules=P.recompute_modules)
+                       etp=etp, load=load, modules=P.recompute_modules)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
@@ -270,15 +277,24 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
+    # tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
+    # MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert
+    # needs it (the routed tokens travel by the all-to-all and the etp collectives, etp_bytes)
+    n_tp = 2.0 - np.where((ep > 1) & (m.num_shared_experts == 0),
+                          m.num_moe_layers / m.num_layers if m.is_moe else 0.0, 0.0)
     shard = np.where(zero >= 1, dp, 1.0)
+    # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
+    shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
-    params = {k: counts.stage_params_per_gpu(m, tp, ep, pp, s, head_stage=head_at,
-                                             mirrored=mirrored) + zeros
-              for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep) * m.num_layers / pp,
+    split = {k: counts.stage_params_split(m, tp, ep, pp, s, head_stage=head_at,
+                                          mirrored=mirrored, etp=etp)
+             for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
+    params = {k: d + e + zeros for k, (d, e) in split.items()}
+    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy)
-    opt = {k: ct.optimizer_time(n / shard, gpu, sy) + w_cast for k, n in params.items()}
+    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + w_cast + zeros
+           for k, (d, e) in split.items()}
     # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
     passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
               for k, n in params.items()}
@@ -292,18 +308,23 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     cap = np.where((rc == 2) & (P.recompute_method == rcp.METHOD_CODE["block"]),
                    P.recompute_layers, 0.0)
 
+    # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
+    # node; Megatron's alltoall one per expert)
+    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
+
     def kind_arrays(mk: ModelSpec) -> KindCostArrays:
         """One layer of ``mk``'s (a ``ModelSpec.of_kind`` view's) only kind."""
         ltk = ct.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
-                            system=sy, modules=P.recompute_modules)
+                            system=sy, etp=etp, load=load, modules=P.recompute_modules)
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
-        dense_p, expert_p = counts.layer_params_split(mk, tp, ep)
+        dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         return KindCostArrays(
             layer_fwd=full(ltk.fwd), layer_bwd=full(ltk.bwd), layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
             attn_bwd=full(ak_b),
-            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep), 0.0)
+            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load)
+                              * dedup_bytes, 0.0)
             + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p))
 
     by_kind: dict[str, KindCostArrays] = {}
@@ -314,7 +335,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         k = "moe" if m.is_moe else "dense"
         layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
-                                    (head_f, head_b, head_w), full)
+                                    (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
@@ -333,18 +354,23 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         head_fwd=full(head_f), head_bwd=full(head_b),
         tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
-        tp_per_layer_fwd=np.full(zeros.shape, 2), tp_per_layer_bwd=np.full(zeros.shape, 2),
+        tp_per_layer_fwd=n_tp + zeros, tp_per_layer_bwd=n_tp + zeros,
         # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
         # (all-reduces without SP) are not in the save list, the reduce-scatters are
         # selective mlp: the collective closing the dense MLP, on its share of the layers
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), 2.0 * share, np.where(
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), n_tp * share, np.where(
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep), 0.0) + zeros,
+        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load)
+                          * dedup_bytes, 0.0) + zeros,
+        etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
+                                                                      load), 0.0)
+        + zeros,
+        ep_remote_scale=dedup_remote + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
-        layer_params=full(counts.layer_params_per_gpu(m, tp, ep)),
+        layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
         embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
         head_params=full(counts.head_params_per_gpu(m, tp, pp)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
@@ -362,7 +388,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
 
 
 def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU, dtype: str,
-               slow, sy: SystemConfig, head: tuple, full) -> KindCostArrays:
+               slow, sy: SystemConfig, head: tuple, full, etp=None) -> KindCostArrays:
     """One multi-token-prediction module (DeepSeek-V3 §2.2; Megatron's ``m`` slot): the
     ``2h -> h`` projection of the normed hidden state and the next token's embedding (a
     column-parallel GEMM over ``tp``; its backward, data and weight gradient, twice its
@@ -373,7 +399,7 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
     T = counts.tokens_per_gpu(b, m.seq_length, cp)
     proj = slow * ct.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = head
-    d_mtp, e_mtp = counts.mtp_params_split(m, tp, ep)
+    d_mtp, e_mtp = counts.mtp_params_split(m, tp, ep, etp)
     return KindCostArrays(
         layer_fwd=full(layer.layer_fwd + proj + head_f),
         layer_bwd=full(layer.layer_bwd + 2 * proj + head_b),
@@ -399,12 +425,14 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         attn_fwd=f("attn_fwd"), attn_bwd=f("attn_bwd"),
         embedding_fwd=f("embedding_fwd"), embedding_bwd=f("embedding_bwd"),
         head_fwd=f("head_fwd"), head_bwd=f("head_bwd"), tp_bytes=f("tp_bytes"),
-        tp_per_layer_fwd=int(arrays.tp_per_layer_fwd[i]),
-        tp_per_layer_bwd=int(arrays.tp_per_layer_bwd[i]),
+        tp_per_layer_fwd=float(arrays.tp_per_layer_fwd[i]),
+        tp_per_layer_bwd=float(arrays.tp_per_layer_bwd[i]),
         tp_per_layer_recompute=f("tp_per_layer_recompute"),
         recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
         ep_per_layer_recompute=f("ep_per_layer_recompute"),
-        cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), p2p_bytes=f("p2p_bytes"),
+        cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
+        ep_remote_scale=f("ep_remote_scale"),
+        p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),
         grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
@@ -439,11 +467,14 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     kinds = tuple(tuple(tuple(chunk_kinds(job.model, lay, s, c).items()) for c in range(p.vpp))
                   for s in range(p.pp))
     rec = replace(rec, chunk_kinds=kinds)
-    params = tuple(stage_params(job, rec, s) for s in range(p.pp))
+    split = tuple(stage_params_split(job, rec, s) for s in range(p.pp))
+    params = tuple(d + e for d, e in split)
     shard = float(p.dp) if p.zero >= 1 else 1.0
-    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep)
-    opt = tuple(float(ct.optimizer_time(n / shard, gpu, sy) + ct.weight_cast_time(
-        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, n in enumerate(params))
+    # expert states are sharded over the expert-data-parallel group
+    shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
+    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
+    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + ct.weight_cast_time(
+        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, (d, e) in enumerate(split))
     held = float(ct.accum_shard(p.dp, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)
@@ -485,10 +516,10 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
     if not (kinds & set(c.by_kind)):
         d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
                                          layers=job.layers_of_stage(stage), head_stage=head_at,
-                                         mirrored=mirrored)
+                                         mirrored=mirrored, etp=p.expert_tp)
         return float(d), float(e)
     d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
-                                     mirrored=mirrored)
+                                     mirrored=mirrored, etp=p.expert_tp)
     dense, expert = float(d), float(e)
     copies = (stage, p.pp - 1 - stage) if mirrored else (stage,)
     for s in copies:

@@ -52,6 +52,7 @@ from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
+from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
 
 
@@ -130,15 +131,26 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     a_f, a_b = sc.attn_fwd, sc.attn_bwd
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
-    # expert parallel all-to-all: dispatch + combine, forward and backward; in an overlapped
-    # pair (DualPipe's F&B, ``Schedule.overlaps_pairs``) a forward layer's all-to-all runs
-    # beside the partner's next backward layer and the backward's beside the next forward
-    # layer, exposed only where it outlasts that compute (the share of the slowest rank's
-    # forwards that are paired, from the order)
-    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, tp * cp, cl)
-    paired = (np.maximum(0.0, t_a2a - (sc.layer_bwd - sc.layer_wgrad + sc.layer_recompute))
-              + np.maximum(0.0, t_a2a - sc.layer_fwd))
-    q = dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v)
+    # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds
+    # both of a forward), over groups of ep ranks etp apart (strategies.placement); with
+    # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before
+    # the combine over the etp consecutive ranks. In an overlapped pair (DualPipe's F&B,
+    # ``Schedule.overlaps_pairs``) a forward layer's expert communication runs beside the
+    # partner's next backward layer and the backward's beside the next forward layer,
+    # exposed only where it outlasts that compute (the share of the slowest rank's forwards
+    # that are paired, from the order)
+    etp = P.etp
+    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl, sc.ep_remote_scale) \
+        + np.where(sc.etp_bytes > 0,
+                   cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
+                   + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl), 0.0)
+    # Megatron-Core's combined 1F1B (``P.ep_overlap``, strategies.schedules.combined) pairs a
+    # forward with a whole backward; DualPipe's pairs take the input-gradient part B
+    split = attr_by_code(sched, "splits_backward").astype(bool)
+    partner = sc.layer_bwd - np.where(split, sc.layer_wgrad, 0.0) + sc.layer_recompute
+    paired = pair_exposed(t_a2a, sc.layer_fwd, partner)
+    q = np.where(P.ep_overlap, ep_overlap_share_array(sched, 0 * pp, pp, mb, v, P.ep_overlap),
+                 dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v))
     # a recomputed MoE layer runs its all-to-all again before its backward (exposed)
     ep_layer = (1 - q) * 2 * t_a2a + q * paired + sc.ep_per_layer_recompute * t_a2a
 
@@ -183,7 +195,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
-    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp >= G) + np.where(
+    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)

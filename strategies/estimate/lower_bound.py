@@ -22,7 +22,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    block start after its compute and the next compute op waits for them; so does the expert
    all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
    attention core and must finish first); not the all-to-all of a schedule that overlaps
-   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``), which may hide under the
+   pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``; Megatron's combined 1F1B with
+   ``ep_overlap``), which may hide under the
    partner's compute. These three run on separate streams: a block
    lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
@@ -80,6 +81,7 @@ from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
+from topologies.routing import transfer_rate
 
 SAFETY = 1e-9
 
@@ -91,8 +93,11 @@ def link_rate_cap(cl: Cluster) -> float:
 
 
 def nic_rate_cap(cl: Cluster) -> float:
-    """The fastest achievable rate of a flow between two nodes (it crosses a GPU–NIC link)."""
-    return cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY
+    """The fastest achievable rate of a flow between two nodes: ``topologies.routing``'s
+    path rule for the fastest such path (no relay, one whole NIC, its plane ports striped;
+    a relay only adds a hop to the minimum)."""
+    return float(transfer_rate(link_rate_cap(cl), cl.inter_node_bandwidth
+                               * cm.NETWORK_EFFICIENCY, True, False, cl.planes))
 
 
 def egress_rate_cap(cl: Cluster) -> float:
@@ -136,13 +141,17 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
-    a2a = np.where(ep > 1, min_route_latency(cl)
-                   + (ep - 1) / ep * sc.ep_bytes / egress_rate_cap(cl), 0.0)
+    # the bytes leaving a member are at least (ep-1)/ep of its buffer times the share of a
+    # pair's bytes that crosses between nodes (node-limited routing: ep_remote_scale <= 1)
+    a2a = np.where(ep > 1, min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
+                   * np.minimum(sc.ep_remote_scale, 1.0) / egress_rate_cap(cl), 0.0)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
-    return np.maximum(2 * tau, np.maximum(a2a, cp_f)), np.maximum(2 * tau, np.maximum(a2a, cp_b)), tau
+    n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
+    return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
+            np.maximum(n_b * tau, np.maximum(a2a, cp_b)), tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
@@ -188,7 +197,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # overlapped pair (DualPipe's F&B) the expert all-to-all may hide entirely under the
     # partner's compute, so it counts for nothing there
     send = _p2p_send(cl, sc, n, pp)
-    paired = attr_by_code(sched, "overlaps_pairs").astype(bool)
+    paired = attr_by_code(sched, "overlaps_pairs").astype(bool) | P.ep_overlap
 
     def chunk_times(g):
         """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""

@@ -107,6 +107,58 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
 WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latents")
 
 
+def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
+                            sp=False, etp=None, load=1.0) -> tuple:
+    """``(as the table counts them, as they run)``: bytes per GPU and micro-batch of the mean
+    layer's routed-expert tensors (numbers or numpy arrays). The table above counts the MoE
+    layer's ``k`` token copies like a dense MLP's: the fc1 input ``2sbh·k`` split by ``t``
+    only with SP, the activation-function and fc2 inputs ``(4 or 2 + 2)·sb·k·f_e`` split by
+    ``t``. As Megatron-Core's token dispatcher runs them, the fc1 input is the permuted
+    tokens the dispatch (and the expert tensor-parallel all-gather) delivered:
+    ``2sbh·k·etp/t`` on every GPU, SP or not; and the hottest expert-parallel rank holds
+    ``load`` (``counts.moe_load``) times the mean of all three. Only the MoE layers' share.
+    The difference of the two is what ``memory.arrays`` adds to the table's stash."""
+    if not model.is_moe:
+        return 0.0, 0.0
+    etp = tp if etp is None else etp
+    T = seq_len * micro_batch_size / cp
+    h, k, f = model.hidden_size, model.moe_router_topk, model.expert_ffn
+    share = model.num_moe_layers / model.num_layers
+    inner = ((4 if model.gated else 2) + 2) * T * k * f / tp
+    seq_div = np.where(sp, tp, 1.0) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
+    table = share * (2 * T * h * k / seq_div + inner)
+    real = share * load * (2 * T * h * k * etp / tp + inner)
+    return table, real
+
+
+def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp, cp, sp,
+                            etp, load, rc, modules) -> tuple:
+    """``(stashed, unrecomputed)``: what one layer's stash holds beyond the table for the
+    routed experts (``routed_activation_bytes``: as they run minus as the table counts them),
+    under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
+    with none. Nothing where the layer is recomputed whole (full, op) or the ``moe`` module
+    redoes the routed MLP; ``moe_act`` leaves the fc1 input, the only part that differs at
+    ``load = 1``. The memory arrays and ``job_layer_activation_bytes`` read this one rule."""
+    table, real = routed_activation_bytes(model, seq_len, micro_batch_size, tp, cp, sp, etp,
+                                          load)
+    extra = real - table
+    rc = np.asarray(rc)
+    dropped = (rc == 2) | (rc == 3) | part_selected(rc, modules, "routed_mlp")
+    return np.where(dropped, 0.0, extra)[()], extra
+
+
+def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
+                             load=1.0):
+    """Transient bytes per GPU of one MoE layer's token permutation (numbers or arrays): the
+    dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies and the
+    combine's receive buffer of as many (the hottest rank's: ``load`` times), ``2`` bytes per
+    element, alive while the layer runs (not stashed). 0 for a dense model."""
+    if not model.is_moe:
+        return 0.0
+    T = seq_len * micro_batch_size / (tp * cp)
+    return 2.0 * T * model.hidden_size * model.moe_router_topk * (1.0 + load)
+
+
 def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
                       ) -> dict[str, tuple[float, str]]:
     """Bytes (before any parallel split) and split kind of each tensor a pending ``W`` of one
@@ -272,8 +324,15 @@ def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=Fa
 def job_layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
     """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides)."""
     p = job.plan
-    return layer_activation_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                  recompute or p.recompute, p.flash_attn, p.recompute_modules)
+    rc = recompute or p.recompute
+    base = layer_activation_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                  rc, p.flash_attn, p.recompute_modules)
+    code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
+    mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
+    load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
+    extra, _ = routed_stash_correction(job.model, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
+                                       p.expert_tp, load, code, mods)
+    return float(base + extra)
 
 
 def embedding_activation_bytes(job: Job) -> float:
@@ -302,7 +361,8 @@ def in_flight_microbatches(job: Job, stage: int) -> int:
     """
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    return get_schedule(p.schedule).in_flight(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    return get_schedule(p.schedule).for_job(job).in_flight(stage, p.pp, m, p.vpp,
+                                                           p.microbatch_group_size)
 
 
 def pending_weight_grads(job: Job, stage: int) -> int:
@@ -310,8 +370,8 @@ def pending_weight_grads(job: Job, stage: int) -> int:
     ``Schedule.pending_weight_grads``; 0 unless it splits the backward)."""
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    return get_schedule(p.schedule).pending_weight_grads(stage, p.pp, m, p.vpp,
-                                                         p.microbatch_group_size)
+    return get_schedule(p.schedule).for_job(job).pending_weight_grads(
+        stage, p.pp, m, p.vpp, p.microbatch_group_size)
 
 
 def stashed_layers(job: Job, stage: int = 0) -> float:

@@ -37,7 +37,8 @@ from strategies.layout import even_stage_content_arrays
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          op_saved_bytes, selective_dropped_bytes)
+                                          op_saved_bytes, permutation_buffer_bytes,
+                                          routed_stash_correction, selective_dropped_bytes)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -120,6 +121,15 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash, P.recompute_modules)
+    # MoE: the routed tokens as the dispatcher holds them, at the hottest rank's load
+    # (activations.routed_activation_bytes), where the stash keeps them (no full or op
+    # recomputation), and in the layer a full recomputation rebuilds
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
+    extra, extra_none = routed_stash_correction(m, s, b, tp, cp, sp, P.etp, load, rc,
+                                                P.recompute_modules)
+    layer_act = layer_act + extra
+    layer_act_none = layer_act_none + extra_none
+    perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
     in_flight = np.asarray(in_flight, dtype=float)
@@ -130,13 +140,14 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
     # (experts over d/ep)
-    dense_l, expert_l = counts.layer_params_split(m, tp, ep)
+    etp = P.etp
+    dense_l, expert_l = counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
     d = dp * cp
-    d_e = np.maximum(1, d // ep)
+    d_e = np.maximum(1, (tp * d) // (etp * ep))       # expert data parallelism
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)
@@ -182,7 +193,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
-    # gathered parameters with ZeRO-3), fragmentation
+    # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
     kinds = [k for k, n in m.layer_counts().items() if n]
     if params is None and layers is None and (len(kinds) > 1 or m.num_nextn_predict_layers):
         # the even split of a model with dense and MoE layers or MTP modules: what this rank
@@ -199,10 +210,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         activations = layers_act + in_flight * emb_act + out_act + rc_act
         layer_dense, expert_params = 0.0, 0.0
         for k in kinds:
-            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep)
+            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep, etp)
             layer_dense = layer_dense + held_k[k] * d_k
             expert_params = expert_params + held_k[k] * e_k
-        d_m, e_m = counts.mtp_params_split(m, tp, ep)
+        d_m, e_m = counts.mtp_params_split(m, tp, ep, etp)
         # a rank with MTP modules and no embedding builds its own copy of it (Megatron)
         layer_dense = layer_dense + held_k["mtp"] * d_m + np.where(
             (held_k["mtp"] > 0) & ~is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
@@ -210,7 +221,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         dense_params = layer_dense + emb_p + head_p
     elif params is None:
         dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
-                                                                mirrored=mirrored)
+                                                                mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
     else:
         dense_params, expert_params = (np.asarray(x, dtype=float) for x in params)
@@ -220,7 +231,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
                        + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
-    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
     # fp16: the optimizer step's fp32 gradient copy (the 1/d shard with ZeRO >= 1), beyond the
     # activations it replaces (docs/memory.md)
     copy = sy.step_grad_copy_bytes(dtype) * (

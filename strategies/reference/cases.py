@@ -22,6 +22,7 @@ from strategies.reference.text import (attention_kernel, framework_name, gpu_pre
                                         intra_node_gbps, model_family, parse_inter_node,
                                         recompute_kind, schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
+from strategies.reference.bridge_recipes import recipe_for
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -317,8 +318,40 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
     switches = _switches(c, fw, tp > 1 and bool(sp), notes)
+    switches.update(_moe_options(c, fw, ep, notes))
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
+    """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
+    (``plan.etp``, ``plan.ep_overlap``), else what the Megatron-Bridge recipe of its layout
+    runs (``reference.bridge_recipes``), stated with the recipe's file; else the stack's
+    defaults (etp = tp, no overlap)."""
+    pl = c.get("plan") or {}
+    out: dict = {}
+    etp = _size(pl.get("etp"))
+    if etp is not None:
+        out["etp"] = etp
+    if pl.get("ep_overlap") is not None:
+        out["ep_overlap"] = bool(pl["ep_overlap"])
+    if pl.get("moe_dispatcher"):
+        out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
+    r = recipe_for(c) if ep > 1 else None
+    if r is None:
+        return out
+    if "etp" not in out and r.etp is not None:
+        out["etp"] = r.etp
+        notes.append(f"etp={r.etp} (the recipe's expert_tensor_parallel_size: {r.source})")
+    if "ep_overlap" not in out and fw.ep_overlap:
+        out["ep_overlap"] = r.ep_overlap
+        notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
+                     f"overlap_moe_expert_parallel_comm: {r.source})")
+    if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
+        out["moe_dispatcher"] = r.dispatcher
+        notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
+                     f"{r.source})")
+    return out
 
 
 #: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for

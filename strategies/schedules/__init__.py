@@ -5,13 +5,14 @@ order, placement, exchanges, memory, closed forms, validity rules, search space 
 >>> schedule_names()[:5]
 ['1f1b', 'deepspeed-1f1b', 'dualpipe', 'dualpipev', 'gpipe']
 >>> schedule_names()[5:]
-['interleaved', 'zb-h1', 'zb-h2', 'zb-v']
+['interleaved', 'zb-1p', 'zb-2p', 'zb-h1', 'zb-h2', 'zb-v']
 """
 # registration order fixes the codes of plan arrays: gpipe 0, 1f1b 1, interleaved 2, zb-h1 3,
-# deepspeed-1f1b 4, zb-h2 5, zb-v 6, dualpipev 7, dualpipe 8
+# deepspeed-1f1b 4, zb-h2 5, zb-v 6, dualpipev 7, dualpipe 8, zb-1p 9, zb-2p 10
 from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa: F401
 from strategies.schedules import deepspeed_1f1b  # noqa: F401
 from strategies.schedules import zb_h2, zb_v, dualpipev, dualpipe  # noqa: F401
+from strategies.schedules import zb_auto  # noqa: F401
 from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
                                        head_rank,
                                        dispatch, get_schedule, register, resolve_name,

@@ -232,6 +232,11 @@ class Schedule:
         """The ordered steps of pipeline rank ``stage`` in one training step."""
         raise NotImplementedError(f"schedule {self.name!r} gives no steps()")
 
+    def for_job(self, job: Any) -> "Schedule":
+        """This schedule as ``job`` runs it: itself, unless its order depends on the job's
+        times (ZB-1p/ZB-2p's heuristic, ``strategies.schedules.zb_auto``), which binds them."""
+        return self
+
     def __call__(self, stage: int, pp: int, num_microbatches: int, vpp: int = 1,
                  group_size: int | None = None) -> list[Step]:
         return self.steps(stage, pp, num_microbatches, vpp, group_size)

@@ -105,6 +105,10 @@ def around_each_step(steps: list[Step], ring: Boundary) -> list:
 
 
 def pipeline_actions(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
-                     group_size: int | None = None) -> list:
-    """The steps of ``schedule`` on ``stage`` with the exchanges it issues."""
+                     group_size: int | None = None, ep_overlap: bool = False) -> list:
+    """The steps of ``schedule`` on ``stage`` with the exchanges it issues; ``ep_overlap``:
+    Megatron-Core's combined 1F1B order (``strategies.schedules.combined``)."""
+    if ep_overlap:
+        from strategies.schedules.combined import combined_actions
+        return combined_actions(schedule, stage, pp, m, vpp, group_size)
     return get_schedule(schedule).actions(stage, pp, m, vpp, group_size)

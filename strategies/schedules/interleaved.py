@@ -84,8 +84,14 @@ class Interleaved(Schedule):
         steps = self.steps(stage, pp, m, vpp, group_size)
         if pp == 1:
             return list(steps)
+        return self.exchanges(steps, self.num_warmup(stage, pp, m, vpp, group_size), stage,
+                              pp, vpp)
+
+    def exchanges(self, steps: list[Step], w: int, stage: int, pp: int, vpp: int) -> list:
+        """``steps`` (``w`` warm-up forwards, then F-B pairs, then backwards) with Megatron's
+        exchanges: in the steady state one after each F-B pair (an overlapped pair of
+        Megatron's combined 1F1B too: ``strategies.schedules.combined``)."""
         ring = Boundary(self, stage, pp, vpp)
-        w = self.num_warmup(stage, pp, m, vpp, group_size)
         fwd, bwd = split_passes(steps)
         total, out = len(fwd), []
         rem = total - w

@@ -1,0 +1,111 @@
+"""Megatron-Core's combined 1F1B: the order a plan with ``ep_overlap`` runs.
+
+With ``--overlap-moe-expert-parallel-comm`` Megatron-Core runs the steady state of its
+pipeline as overlapped pairs: one micro-batch's forward and an earlier one's backward are a
+single combined step, layer by layer, so each one's expert all-to-all runs beside the other's
+compute (``megatron/core/pipeline_parallel/combined_1f1b.py``). Two orders exist there:
+
+* no pipelining (``pp == 1``): the first forward alone, then forward ``i`` paired with
+  backward ``i - 1``, then the last backward alone
+  (``combined_1f1b_schedule_for_no_pipelining``);
+* interleaved 1F1B (``pp > 1`` needs ``vpp``; ``TransformerConfig`` asserts it): the
+  interleaved order with one more warm-up forward (``get_pp_rank_microbatches`` adds one
+  "to ensure the forward and backward computations are independent in all 1f1b steps"),
+  each steady-state F-B pair one combined step, Megatron's exchanges around it.
+
+Paired steps carry ``Step.overlap`` (the mechanism DualPipe's ``F&B`` uses): the simulator's
+builder runs them as an overlapped group and the estimate counts the share of paired
+forwards on this order (``ep_overlap_share``). Which plans may turn it on is a stack limit
+(``strategies.framework.stack_rules``). Pure; no SimPy.
+
+>>> " ".join(s.label for s in combined_steps("1f1b", 0, 1, 3))
+'F0.c0 F1.c0& B0.c0 F2.c0& B1.c0 B2.c0'
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from strategies.schedules.base import Step, _per_distinct, get_schedule
+
+def pair_exposed(t_comm: Any, fwd: Any, bwd: Any) -> Any:
+    """Seconds one layer's expert communication adds to an overlapped pair: the forward's
+    (``t_comm``) runs beside the partner's backward layer (``bwd`` seconds of compute), the
+    backward's (``t_comm`` too) beside the next forward layer (``fwd``), each exposed only by
+    what outlasts that compute. 0 when both are hidden; ``2 t_comm - fwd - bwd`` when both
+    outlast it (the pair then runs at the communication stream's pace)."""
+    return np.maximum(0.0, t_comm - bwd) + np.maximum(0.0, t_comm - fwd)
+
+
+#: schedules whose steady state Megatron-Core's combined 1F1B pairs when ``pp > 1``
+COMBINED_SCHEDULES = ("interleaved",)
+
+
+def combined_order(forwards: Sequence[Step], backwards: Sequence[Step], w: int) -> list[Step]:
+    """``w`` forwards alone, then each remaining forward paired with the next backward
+    (``overlap=True`` links it to that backward), then the remaining backwards."""
+    rem = len(forwards) - w
+    out = list(forwards[:w])
+    for k in range(rem):
+        f = forwards[w + k]
+        out += [Step(f.kind, f.microbatch, f.chunk, overlap=True), backwards[k]]
+    return out + list(backwards[rem:])
+
+
+def combined_warmup(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
+                    group_size: int | None = None) -> int:
+    """Forwards before the first pair: 1 without pipelining, the interleaved warm-up plus
+    one with it (at most all ``m·vpp``)."""
+    if pp == 1:
+        return min(1, m)
+    sched = get_schedule(schedule)
+    return min(sched.num_warmup(stage, pp, m, vpp, group_size) + 1, m * vpp)
+
+
+def combined_steps(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
+                   group_size: int | None = None) -> list[Step]:
+    """The combined-1F1B order of rank ``stage`` (the schedule's own forwards and
+    backwards, re-paired)."""
+    if pp == 1:
+        return combined_order([Step("F", i, 0) for i in range(m)],
+                              [Step("B", i, 0) for i in range(m)], min(1, m))
+    plain = [s for s in get_schedule(schedule).steps(stage, pp, m, vpp, group_size)]
+    fwd = [s for s in plain if s.kind == "F"]
+    bwd = [s for s in plain if s.kind == "B"]
+    return combined_order(fwd, bwd, combined_warmup(schedule, stage, pp, m, vpp, group_size))
+
+
+def combined_actions(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
+                     group_size: int | None = None) -> list:
+    """``combined_steps`` with the schedule's exchanges (none without pipelining)."""
+    steps = combined_steps(schedule, stage, pp, m, vpp, group_size)
+    if pp == 1:
+        return steps
+    w = combined_warmup(schedule, stage, pp, m, vpp, group_size)
+    return get_schedule(schedule).exchanges(steps, w, stage, pp, vpp)
+
+
+def ep_overlap_share(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> float:
+    """Share of rank ``stage``'s forwards that run paired in the combined order."""
+    fwd = [s for s in combined_steps(schedule, stage, pp, m, vpp) if s.kind == "F"]
+    return sum(s.overlap for s in fwd) / max(len(fwd), 1)
+
+
+def ep_overlap_share_array(sched_code: Any, stage: Any, pp: Any, m: Any, vpp: Any,
+                           on: Any) -> np.ndarray:
+    """``ep_overlap_share`` over plan arrays (``sched_code``: ``schedule_code``), 0 where
+    ``on`` is false; once per distinct ``(schedule, stage, pp, m, vpp)``."""
+    from strategies.schedules import schedule_of_code
+    code, s, p, mm, v, o = np.broadcast_arrays(*(np.asarray(x) for x in
+                                                 (sched_code, stage, pp, m, vpp, on)))
+    out = np.zeros(code.shape)
+    if not o.astype(bool).any():
+        return out
+    sel = o.astype(bool)
+    for c in np.unique(code[sel]):
+        hit = sel & (code == c)
+        name = schedule_of_code(int(c)).name
+        out[hit] = _per_distinct(lambda st, pq, mq, vq: ep_overlap_share(name, st, pq, mq, vq),
+                                 s[hit], p[hit], mm[hit], v[hit])
+    return out
