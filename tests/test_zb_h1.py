@@ -226,13 +226,18 @@ BOUND = [("gpt-1.7b", "dgx-a100", 1, "tp=1,pp=8,mbs=1", 16),
 @pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
 def test_bound_never_beats_the_simulation(name, cl_name, nodes, plan, gbs, schedule):
     """The search's lower bound (tests/test_search.py's test) holds for ZB-H1 and ZB-H2 and
-    is tight where communication is small; it is below 1F1B's bound on the same plan."""
+    is tight up to the communication the simulation leaves exposed (the bound may hide it
+    all: Mixtral's expert all-to-all is 8 % of its step); it is below 1F1B's bound on the
+    same plan."""
     m, cl = model_preset(name), cluster_preset(cl_name, nodes)
     job = make_job(m, cl, parse_plan(plan + f",schedule={schedule}"), global_batch=gbs)
     one = make_job(m, cl, parse_plan(plan), global_batch=gbs)
     b, b1 = step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan, one.plan]))
-    t = simulate(job).step_time_s
-    assert b <= t and b / t > 0.95, (b, t)
+    res = simulate(job)
+    t = res.step_time_s
+    exposed = res.metrics["exposed_comm_s"]
+    exposed = sum(exposed.values()) if isinstance(exposed, dict) else exposed
+    assert b <= t and b / t > 0.95 - exposed / t, (b, t, exposed)
     assert b < b1
 
 

@@ -321,11 +321,34 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
     return fw.kernels_per_layer * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
+def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
+                     load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
+                     system: SystemConfig = DEFAULT_SYSTEM,
+                     etp: Num | None = None) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
+    ``costs.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
+    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp)
+    hbm = usable_hbm(gpu, system)
+    return f / hbm, bw / hbm
+
+
+def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
+    """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
+    synchronisations (``costs.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
+    has drained its queue, so the next kernel starts one launch after the host resumes, a
+    launch gap the asynchronous queue would otherwise have hidden; 0 for a dense model."""
+    if not m.is_moe:
+        return 0.0
+    share = m.layer_shares().get("moe", 0.0)
+    return share * costs.MOE_SYNCS_FWD * measured.launch_gap(gpu, fw.launch_gap_s)
+
+
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
-               load: Num = 1.0, modules: Num = 0) -> LayerTime:
+               load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
+               dedup: Num = 1.0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -338,7 +361,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     weight-gradient GEMMs and the separate accumulation into the main gradient; the rest
     (data-gradient GEMMs, attention and elementwise backward, launch gaps) is ``B``.
     ``etp``: expert tensor-parallel size (default tp); ``load``: the hottest expert-parallel
-    rank's routed tokens over the mean (``costs.moe_load``), the pace of its expert GEMMs."""
+    rank's routed tokens over the mean (``costs.moe_load``), the pace of its expert GEMMs.
+    ``dispatcher`` (``plan.DISPATCHERS`` code) and ``dedup`` (``costs.ep_dedup``'s byte
+    scale): the MoE token permutations (``moe_permute_time``) and the dispatcher's host
+    synchronisation (``moe_sync_time``), in ``B`` for the backward."""
     g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
     g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
     g_b, g_w = slow * g_b, slow * g_w
@@ -349,8 +375,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
                           system)
     launch = launch_time(fw, gpu=gpu)
-    fwd = g_f + a_f + e + launch
-    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch
+    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    sync = moe_sync_time(m, fw, gpu)
+    fwd = g_f + a_f + e + launch + p_f + sync
+    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
                          system=system, etp=etp, load=load)

@@ -484,6 +484,60 @@ def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) 
         * m.moe_router_topk * load
 
 
+#: Device-to-host synchronisations one MoE layer's forward makes in Megatron-Core's dropless
+#: token dispatchers (``megatron/core/transformer/moe/token_dispatcher.py``): the alltoall
+#: dispatcher copies the tokens-per-expert counts to the host for the all-to-all's split sizes
+#: (``cuda_sync_point`` "before_ep_alltoall", or "before_finish" without EP), DeepEP's normal
+#: dispatch waits on the host for the received counts, and HybridEP without a static token
+#: budget reads ``tokens_per_expert.sum()`` to size the combine. The backward reuses the saved
+#: split sizes: no synchronisation.
+MOE_SYNCS_FWD = 1
+
+
+def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
+                      dispatcher: Num = 0, dedup: Num = 1.0,
+                      etp: Num | None = None) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the token permutations of the mean
+    layer's MoE part (its share of the layers), as Megatron-Core's token dispatchers run them
+    (``megatron/core/transformer/moe/token_dispatcher.py``, ``moe_utils.permute``/``unpermute``).
+
+    ``R0 = routed_token_bytes(load=1)``: the GPU's ``T/t`` tokens in ``k`` copies; ``R``: the
+    routed copies its experts receive (``load`` times ``R0``). A permutation gathers rows: it
+    reads and writes each routed copy once. ``dispatcher`` (``plan.DISPATCHERS`` code):
+
+    * 0 ``alltoall``: permute the local tokens into ``k`` copies sorted by expert (read
+      ``R0``, write ``R0``); with ``ep > 1`` and more than one local expert, sort the received
+      chunks (all-gathered over the ``etp`` expert-TP ranks first, ``etp·R``; ``etp`` default
+      ``tp``) by local expert after the dispatch and back before the combine
+      (``sort_chunks_by_idxs``: ``2·etp·R`` each); unpermute (read ``R0``, write the ``T/t``
+      tokens, ``R0/k``: the sum of each token's copies). The router probabilities multiply
+      the experts' activation (``experts.py``, fused into the SwiGLU kernel), not a pass.
+    * 1 ``deepep``, 2 ``hybridep`` (the flex dispatcher): the dispatch delivers each token
+      once per destination rank (``dedup`` times ``R``, ``ep_dedup``'s byte scale); the
+      receiver permutes them into per-expert copies (read ``dedup·R``, write ``R``;
+      ``_DeepepManager`` calls ``permute``, HybridEP's ``dispatch_with_permute`` runs its own
+      permute kernel unless ``moe_permute_fusion_into_hybridep``, off by default and in
+      Megatron-Bridge's performance scripts) and unpermutes before the combine (read ``R``,
+      write ``dedup·R``).
+
+    The backward of a permutation is the inverse permutation: the same bytes. Vectorised."""
+    if not m.is_moe:
+        z = 0.0 * np.asarray(ep, dtype=float)
+        return z[()], z[()]
+    share = m.layer_shares().get("moe", 0.0)
+    k = m.moe_router_topk
+    etp = tp if etp is None else etp
+    R0 = routed_token_bytes(m, b, tp, cp, 1.0)
+    R = R0 * load
+    code = np.asarray(dispatcher)
+    sort = np.where((np.asarray(ep) > 1) & (m.num_experts / np.asarray(ep, dtype=float) > 1),
+                    4 * R * etp, 0.0)
+    a2a = 2 * R0 + R0 + R0 / k + sort
+    deep = (dedup * R + R) + (R + dedup * R)
+    fwd = np.where(code > 0, deep, a2a)
+    return (share * fwd)[()], (share * fwd)[()]
+
+
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                           load: Num = 1.0) -> Num:
     """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-

@@ -265,9 +265,13 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     slow = ct.overlap_slowdown(tp, tpo, cp, zero,
                                ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce), paired)
     shard_acc = ct.accum_shard(dp, zero)
+    # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
+    # node; Megatron's alltoall one per expert)
+    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
-                       etp=etp, load=load, modules=P.recompute_modules)
+                       etp=etp, load=load, modules=P.recompute_modules,
+                       dispatcher=P.moe_dispatcher, dedup=dedup_bytes)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -308,15 +312,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     cap = np.where((rc == 2) & (P.recompute_method == rcp.METHOD_CODE["block"]),
                    P.recompute_layers, 0.0)
 
-    # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
-    # node; Megatron's alltoall one per expert)
-    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
-
     def kind_arrays(mk: ModelSpec) -> KindCostArrays:
         """One layer of ``mk``'s (a ``ModelSpec.of_kind`` view's) only kind."""
         ltk = ct.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
-                            system=sy, etp=etp, load=load, modules=P.recompute_modules)
+                            system=sy, etp=etp, load=load, modules=P.recompute_modules,
+                            dispatcher=P.moe_dispatcher, dedup=dedup_bytes)
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         return KindCostArrays(
