@@ -10,6 +10,8 @@ Each search runs in its own process (``paraplan search --json``), as a user woul
     python experiments/bench_search.py --workers 2 --compare-exact --repeat 2
         # each run twice, alternately with --exact (every micro-batch simulated: the search
         # before the affine extension) and without (the default)
+    python experiments/bench_search.py --workers 2 --schedules all
+        # the search with every schedule (zero-bubble family, DualPipe(V)) enumerated
 """
 from __future__ import annotations
 
@@ -27,15 +29,15 @@ ARGS = ["search", "--model", "gpt3-175b", "--cluster", "dgx-a100:128", "--global
         "--json"]
 
 
-def scoring_rate() -> dict:
+def scoring_rate(schedules: str = "default") -> dict:
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.estimate.analytic import estimate_arrays
     from strategies.presets import model_preset
-    from strategies.search.space import enumerate_space
+    from strategies.search.space import SpaceOptions, enumerate_space
     from topologies.cluster import cluster_preset
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     t0 = time.perf_counter()
-    sp = enumerate_space(m, cl, 1536)
+    sp = enumerate_space(m, cl, 1536, SpaceOptions(schedules=schedules))
     estimate_arrays(m, cl, "bf16", sp.cols)
     step_time_lower_bound(m, cl, "bf16", sp.cols)
     wall = time.perf_counter() - t0
@@ -43,13 +45,13 @@ def scoring_rate() -> dict:
             "raw_plans_per_s": sp.raw / wall}
 
 
-def search(workers: int, exact: bool = False) -> dict:
+def search(workers: int, exact: bool = False, schedules: str = "default") -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     import resource
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, "-m", "simulator.cli", *ARGS, "--workers",
-                          str(workers)] + (["--exact"] if exact else []), cwd=ROOT, env=env,
+                          str(workers), "--schedules", schedules] + (["--exact"] if exact else []), cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)   # the search and its workers
@@ -72,15 +74,18 @@ def main() -> None:
     ap.add_argument("--compare-exact", action="store_true",
                     help="also time each run with --exact (no affine extension)")
     ap.add_argument("--repeat", type=int, default=1, help="times each run is repeated")
+    ap.add_argument("--schedules", choices=("default", "all"), default="default",
+                    help="the search's --schedules (default: gpipe, 1f1b, interleaved)")
     ap.add_argument("--json", action="store_true", help="print a JSON record")
     args = ap.parse_args()
-    rate = scoring_rate()
+    rate = scoring_rate(args.schedules)
     modes = [True, False] if args.compare_exact else [False]
-    runs = [search(w, exact) for w in (args.workers or [2, 1]) for _ in range(args.repeat)
+    runs = [search(w, exact, args.schedules) for w in (args.workers or [2, 1]) for _ in range(args.repeat)
             for exact in modes]
     if args.json:
         print(json.dumps({"scoring": rate, "runs": runs, "cores": os.cpu_count()}, indent=2))
         return
+    print(f"schedules: {args.schedules}")
     print(f"analytic scoring: {rate['raw_plans']:,} plans enumerated, {rate['feasible']:,} "
           f"feasible, in {rate['scoring_wall_s']:.2f} s ({rate['raw_plans_per_s']:,.0f} "
           f"plans/s, including enumeration and pruning)")

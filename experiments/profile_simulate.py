@@ -50,11 +50,34 @@ def part_of(frames: list[str]) -> str:
         return "SimPy (step, event creation, schedule, succeed)"
     if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key")):
         return "engine messages and rendezvous"
-    if "Engine._finish" in names:
+    if "Engine._finish" in names or _finishing_line(frames[-1]):
         return "engine finishing ops (record, done ids, waking)"
-    if any(n in names for n in ("Engine._advance", "Engine._drain", "_Stream.__call__")):
+    if any(n in names for n in ("Engine._drain", "_Stream.__call__")):
         return "engine stream dispatch (advance, dependencies)"
     return "other"
+
+
+def _finish_lines() -> range:
+    """Lines of ``_Stream.__call__`` that finish its op (the engine writes ``Engine._finish``
+    out there): from its ``if eng.record:`` to the end of the method."""
+    import inspect
+    from simulator.engine.core import _Stream
+    lines, first = inspect.getsourcelines(_Stream.__call__)
+    at = next(k for k, line in enumerate(lines) if "if eng.record:" in line)
+    return range(first + at, first + len(lines))
+
+
+def _finishing_line(frame: str) -> bool:
+    """Whether a sample's innermost frame is in the finishing part of ``_Stream.__call__``."""
+    if not frame.startswith("_Stream.__call__ ("):
+        return False
+    global _FINISH
+    if _FINISH is None:
+        _FINISH = _finish_lines()
+    return int(frame.rsplit(":", 1)[1].rstrip(")")) in _FINISH
+
+
+_FINISH = None
 
 
 def spy_parts(path: str) -> None:

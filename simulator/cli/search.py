@@ -65,6 +65,10 @@ def register(sub) -> None:
     g.add_argument("--max-vpp", action=Once, type=positive_int("--max-vpp"), default=None,
                    metavar="N",
                    help="largest number of interleaved model chunks (default: all)")
+    g.add_argument("--schedules", action=Once, choices=("default", "all"), default="default",
+                   help="pipeline schedules searched: default (gpipe, 1f1b, interleaved) or "
+                        "all (also zb-h1, zb-h2, zb-v, dualpipe, dualpipev; not zb-1p/zb-2p, "
+                        "solved per job: use --fix; a --framework keeps those its stack runs)")
     r = p.add_argument_group("ranking")
     r.add_argument("--top", action=Once, type=positive_int("--top"), default=5, metavar="K",
                    help="plans to rank (default 5)")
@@ -115,6 +119,7 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
     opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
+                        schedules=args.schedules,
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,

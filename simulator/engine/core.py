@@ -37,6 +37,7 @@ _CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
 _ID, _DEPS, _KIND = attrgetter("id"), attrgetter("deps"), attrgetter("record_kind")
 _END = attrgetter("end")
 _record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
+_GO = object()                             # no dependency left to wait for
 
 
 class DeadlockError(RuntimeError):
@@ -76,34 +77,44 @@ class _Stream:
         self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
 
     def __call__(self, ev: simpy.Event) -> None:
-        """The event that ends the current op fired: finish the op and move on."""
+        """The event that ends the current op fired: finish the op (record it, mark it done,
+        wake the streams blocked on it) and move on. ``Engine._finish`` written out here: this
+        runs once per event (issue 17)."""
         eng = self.eng
         i = self.idx
         code = self.codes[i]
+        op = self.ops[i]
+        start = self.start
         if code == _COMPUTE:
-            eng._finish(self, 0.0, -1, 0.0)
+            wait, peer, nbytes = 0.0, -1, 0.0
         elif code == _COLL:
-            op = self.ops[i]
-            eng._finish(self, self.slot.go - self.start, -1, op.nbytes * op.repeat)
+            wait, peer, nbytes = self.slot.go - start, -1, op.nbytes * op.repeat
         elif code == _SEND:            # the last byte landed; a blocking send waited until
-            op = self.ops[i]           # its receiver posted (``started``)
-            go = eng.started.pop(self.key, self.start) if eng.rendezvous else self.start
+            go = eng.started.pop(self.key, start) if eng.rendezvous else start   # ``started``
             self.slot.succeed(go)
-            eng._finish(self, go - self.start, op.dst, op.nbytes)
+            wait, peer, nbytes = go - start, op.dst, op.nbytes
         else:                          # a receive's message arrived (``ev`` is its mail slot)
             eng.mail.pop(self.key, None)
             now = eng.env._now
             sent = ev._value
-            wait = (sent if sent < now else now) - self.start
-            eng._finish(self, wait if wait > 0.0 else 0.0, self.ops[i].src, 0.0)
+            wait = (sent if sent < now else now) - start
+            if not wait > 0.0:
+                wait = 0.0
+            peer, nbytes = op.src, 0.0
+        if eng.record:
+            eng.records.append(_record((self.rank, self.name, self.kinds[i], op.label,
+                                        op.microbatch, self.stage, start, eng.env._now,
+                                        op.chunk, nbytes, peer, wait)))
         ready = eng.ready
-        if ready:                      # streams woken by this op go first, then this one
-            ready.append(self)
-            eng._drain()
-        else:
-            eng._advance(self)
-            if ready:
-                eng._drain()
+        if self.needed[i]:
+            oid = op.id
+            self.done.add(oid)
+            blocked = self.waiting.pop(oid, None)
+            if blocked:
+                ready.extend(blocked)
+        self.idx = i + 1
+        ready.append(self)             # streams woken by this op go first, then this one
+        eng._drain()
 
     def why(self) -> tuple:
         """What the current op waits for (the deadlock report), derived from the state."""
@@ -176,73 +187,67 @@ class Engine:
         self._drain()
 
     def _drain(self) -> None:
-        """Advance every stream that may move, until none can without time passing."""
-        ready, advance = self.ready, self._advance
+        """Advance every stream that may move, until none can without time passing: start a
+        stream's ops until one has to wait (for a dependency, time or a peer). One loop for
+        every stream, no call per stream (issue 17)."""
+        ready, env, finish = self.ready, self.env, self._finish
+        popleft = ready.popleft
         while ready:
-            st = ready.popleft()
-            deps = st.deps[st.idx] if st.idx < st.n else ()
-            if deps:                   # a woken stream often still waits for another op:
-                done = st.done         # re-register it here, without a call to _advance
-                for d in deps:
-                    if d not in done:
+            st = popleft()
+            ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
+            n = st.n
+            while st.idx < n:
+                i = st.idx
+                deps = deps_of[i]
+                if deps:
+                    for d in deps:
+                        if d not in done:
+                            break
+                    else:
+                        d = _GO
+                    if d is not _GO:
                         st.waiting.setdefault(d, []).append(st)
                         break
+                st.start = now = env._now
+                code, op = codes[i], ops[i]
+                if code == _COMPUTE:
+                    env.timeout(op.seconds).callbacks.append(st)
+                    break
+                if code == _SEND:
+                    key, slot, ev = self._send(st.rank, op)
+                    if ev is not None:
+                        st.key, st.slot = key, slot
+                        ev.callbacks.append(st)
+                        break
+                    slot.succeed(now)
+                    finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
+                elif code == _RECV:
+                    key = self._recv_key(st.rank, op)
+                    if self.rendezvous:
+                        self._post_recv(key)
+                    slot = self.mail.get(key)
+                    if slot is None:
+                        slot = self.mail[key] = env.event()
+                    if not slot.triggered:
+                        st.key = key
+                        slot.callbacks.append(st)
+                        break
+                    self.mail.pop(key, None)
+                    sent = slot._value
+                    wait = (sent if sent < now else now) - now
+                    finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
                 else:
-                    advance(st)
-            else:
-                advance(st)
-
-    def _advance(self, st: _Stream) -> None:
-        """Start ops of ``st`` until one has to wait (for a dependency, time or a peer)."""
-        env, ops, codes, deps_of, done = self.env, st.ops, st.codes, st.deps, st.done
-        n = st.n
-        while st.idx < n:
-            i = st.idx
-            deps = deps_of[i]
-            if deps:
-                for d in deps:
-                    if d not in done:
-                        st.waiting.setdefault(d, []).append(st)
-                        return
-            st.start = now = env._now
-            code, op = codes[i], ops[i]
-            if code == _COMPUTE:
-                env.timeout(op.seconds).callbacks.append(st)
-                return
-            if code == _SEND:
-                key, slot, ev = self._send(st.rank, op)
-                if ev is not None:
-                    st.key, st.slot = key, slot
-                    ev.callbacks.append(st)
-                    return
-                slot.succeed(now)
-                self._finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
-            elif code == _RECV:
-                key = self._recv_key(st.rank, op)
-                if self.rendezvous:
-                    self._post_recv(key)
-                slot = self.mail.get(key)
-                if slot is None:
-                    slot = self.mail[key] = env.event()
-                if not slot.triggered:
-                    st.key = key
-                    slot.callbacks.append(st)
-                    return
-                self.mail.pop(key, None)
-                sent = slot._value
-                wait = (sent if sent < now else now) - now
-                self._finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
-            else:
-                inst = self._collective(st.rank, op)
-                if not inst.done.triggered:
-                    st.slot = inst
-                    inst.done.callbacks.append(st)
-                    return
-                self._finish(st, inst.go - now, -1, op.nbytes * op.repeat)
+                    inst = self._collective(st.rank, op)
+                    if not inst.done.triggered:
+                        st.slot = inst
+                        inst.done.callbacks.append(st)
+                        break
+                    finish(st, inst.go - now, -1, op.nbytes * op.repeat)
 
     def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
         """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
-        moves ``st`` on (``_advance`` goes on itself; a stream's callback queues it)."""
+        moves ``st`` on (``_drain`` goes on itself; a stream's callback, which writes this out,
+        queues it)."""
         i = st.idx
         op = st.ops[i]
         if self.record:

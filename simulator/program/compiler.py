@@ -161,7 +161,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
                 new.append(op)
             elif kind is Collective:
                 g = groups.get(op.group)
-                if g is None:   # the tied embedding's pair: members of the pipeline group
+                if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp members
                     g = tuple(peers[r] for r in op.group)
                 key = (id(op), g)
                 moved = shared.get(key)

@@ -226,7 +226,8 @@ def _inputs(cfg: SearchConfig, space) -> dict[str, Any]:
             "framework_limits": cfg.framework is not None,
             "memory_limit_gib": space.memory_limit / GIB, "top": cfg.k,
             "tolerance": cfg.tolerance, "fixed": dict(cfg.options.fixed),
-            "max_bubble": cfg.options.max_bubble, "max_mbs": cfg.options.max_mbs,
+            "max_bubble": cfg.options.max_bubble,
+            "schedules": cfg.options.schedules, "max_mbs": cfg.options.max_mbs,
             "allow_cross_node_tp": cfg.options.allow_cross_node_tp,
             "faults": cfg.cluster.faults.to_dict()}
 

@@ -160,6 +160,29 @@ def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any)
     return vals[np.ravel(inv)].reshape(s.shape)
 
 
+#: figures of a schedule's order by ``(class, name, figure, stage, pp, m, vpp)``: an order is
+#: a pure function of those, and the search's memory model asks for the same few hundred
+#: of them once per pass (``_least_recompute`` makes several); bounded, cleared when full
+_ORDER_FIGURES: dict[tuple, float] = {}
+_ORDER_FIGURES_MAX = 1 << 18
+
+
+def _order_figure(sched: "Schedule", figure: str) -> Callable[[int, int, int, int], float]:
+    """``sched.<figure>(stage, pp, m, vpp)`` (a count or share read from the order), memoised."""
+    method = getattr(sched, figure)
+    head = (type(sched), sched.name, figure)
+
+    def fn(stage: int, pp: int, m: int, vpp: int) -> int:
+        key = head + (stage, pp, m, vpp)
+        got = _ORDER_FIGURES.get(key)
+        if got is None:
+            if len(_ORDER_FIGURES) >= _ORDER_FIGURES_MAX:
+                _ORDER_FIGURES.clear()
+            got = _ORDER_FIGURES[key] = method(stage, pp, m, vpp)
+        return got
+    return fn
+
+
 def trailing_w(steps: Sequence[Step]) -> int:
     """``W`` steps after the last ``B`` of ``steps`` (0 without a ``B``)."""
     last_b = max((k for k, s in enumerate(steps) if s.kind == "B"), default=len(steps))
@@ -343,14 +366,14 @@ class Schedule:
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
         distinct ``(stage, pp, m, vpp)``."""
-        return _per_distinct(self.in_flight, stage, pp, m, vpp)
+        return _per_distinct(_order_figure(self, "in_flight"), stage, pp, m, vpp)
 
     def pending_weight_grads_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``pending_weight_grads`` over arrays (default group size): zeros unless the
         backward is split, else once per distinct ``(stage, pp, m, vpp)``."""
         if not self.splits_backward:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(self.pending_weight_grads, stage, pp, m, vpp)
+        return _per_distinct(_order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
 
     # ------------------------------------------------------------------ time
     def fill_chunks(self, vpp: Any) -> Any:
@@ -408,7 +431,7 @@ class Schedule:
         """``overlapped_share`` over arrays, once per distinct ``(stage, pp, m, vpp)``."""
         if not self.overlaps_pairs:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(self.overlapped_share, stage, pp, m, vpp)
+        return _per_distinct(_order_figure(self, "overlapped_share"), stage, pp, m, vpp)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""

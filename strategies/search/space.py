@@ -34,7 +34,7 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
-from strategies.schedules.base import chunked_names
+from strategies.schedules.base import Schedule, chunked_names
 from topologies.cluster import Cluster, fits_nvlink_domain
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
@@ -61,6 +61,8 @@ RULES: tuple[tuple[str, str], ...] = (
                         "every micro-batch's gradients where ZeRO-1 does it once per step, so "
                         "it is never faster; it only saves gradient memory"),
 )
+#: the values of ``SpaceOptions.schedules`` (``--schedules``)
+SCHEDULE_SETS = ("default", "all")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
            "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm")
@@ -78,6 +80,11 @@ class SpaceOptions:
     max_bubble: float = 0.5
     max_vpp: int | None = None
     fixed: Mapping[str, Any] = field(default_factory=dict)
+    #: ``"default"``: each schedule's ``search_vpps`` (gpipe, 1f1b, interleaved); ``"all"``:
+    #: every registered schedule with the chunk counts it is planned with
+    #: (``fixed_search_vpps``: ZB-H1/H2/V and DualPipe(V) too), but those whose order is
+    #: solved per job (``solved_per_job``: ZB-1p/ZB-2p)
+    schedules: str = "default"
 
     def memory_limit(self, cluster: Cluster) -> float:
         if self.memory_limit_bytes is not None:
@@ -217,6 +224,14 @@ def _factorizations(n: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
+def solved_per_job(sched) -> bool:
+    """The schedule's order is solved for each job's times (``Schedule.for_job`` overridden:
+    ZB-1p/ZB-2p's heuristic), so scoring it over a space means a heuristic search per
+    ``(stage, pp, m)``: ``--schedules all`` leaves it out (minutes on a 1,024-GPU space);
+    ``--fix schedule=`` still searches it."""
+    return type(sched).for_job is not Schedule.for_job
+
+
 def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
           framework: FrameworkProfile | None = None) -> dict[str, list]:
     fx = opts.fixed
@@ -225,8 +240,15 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
         mbs.append(fx["mbs"])
     # a schedule named by --fix schedule= gives the chunk counts it is searched with when
     # fixed (Schedule.fixed_search_vpps: plannable schedules the default search leaves out)
+    # (``--schedules all``: every schedule so, the zero-bubble family and DualPipe(V) too;
+    # a named stack's list still limits them, the ``framework`` rule)
+    if opts.schedules not in SCHEDULE_SETS:
+        raise SpecError("--schedules", opts.schedules,
+                        f"must be one of {', '.join(SCHEDULE_SETS)}")
+    every = opts.schedules == "all"
     sched = [(code, v) for code, sc in enumerate(schedules())
              for v in (sc.fixed_search_vpps if fx.get("schedule") == sc.name
+                       or (every and not solved_per_job(sc))
                        else sc.search_vpps)(model.num_layers, opts.max_vpp, fx.get("vpp"))]
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
