@@ -32,9 +32,10 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
 
 NAME = "deepseek_v3"
 GIB = 2 ** 30
-#: The report's plan (DeepSeek-V3 §3.2, §3.3.2); the schedule and the batch are added per row.
+#: The report's plan (DeepSeek-V3 §3.2, §3.3.2; §3.2.2's node-deduplicated dispatch is
+#: ``deepep``); the schedule and the batch are added per row.
 PLAN = ("tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,"
-        "recompute_modules=layernorm+mla_up_proj+moe_act")
+        "recompute_modules=layernorm+mla_up_proj+moe_act,moe_dispatcher=deepep")
 #: The published run this report reads its measured step from (strategies/reference).
 CASE_ID = "deepseekv3_report_h800_2048"
 SCHEDULES = ("dualpipe", "1f1b")
