@@ -87,6 +87,8 @@ class SpaceOptions:
     #: (``fixed_search_vpps``: ZB-H1/H2/V and DualPipe(V) too), but those whose order is
     #: solved per job (``solved_per_job``: ZB-1p/ZB-2p)
     schedules: str = "default"
+    #: propose one uneven pipeline layout per (pp, vpp) (``strategies.search.layouts``)
+    layouts: bool = True
 
     def memory_limit(self, cluster: Cluster) -> float:
         if self.memory_limit_bytes is not None:
@@ -452,7 +454,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
-    costs = layer_costs(model, cluster, dtype, framework, system) if cluster.uniform else None
+    costs = (layer_costs(model, cluster, dtype, framework, system)
+             if cluster.uniform and opts.layouts else None)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
