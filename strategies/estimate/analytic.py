@@ -183,7 +183,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
             (np.where(head_first, comp_f + emb + head_f + head_b, comp_f + emb),
              n_mid * (comp_layer + sc.layer_recompute),
              np.where(head_first, comp_l, comp_l + head_f + head_b),
-             comp_mid + emb + head_f + head_b),
+             lps * (comp_layer + sc.layer_recompute) + emb + head_f + head_b),
             t_max, t_sum)
     # the weight gradient's share of the time of the stages that fill and drain the pipeline
     # (all but the slowest: (t_sum - t_max)/(pp - 1) each on average; schedules that split
