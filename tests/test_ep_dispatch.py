@@ -103,7 +103,7 @@ def test_bad_dispatcher_exits_2(capsys):
 def test_stack_without_the_dispatcher_refuses_it():
     with pytest.raises(SpecError, match="moe_dispatcher"):
         make_job(model_preset("qwen3-30b-a3b"), cluster_preset("hgx-h800", 2),
-                 parse_plan("ep=8,moe_dispatcher=deepep"), global_batch=16,
+                 parse_plan("ep=8,moe_dispatcher=hybridep"), global_batch=16,
                  framework="hai-llm")
 
 

@@ -30,7 +30,7 @@ def test_module_doctests():
     ("A100 40 GB", "A100-SXM4-40GB", "dgx-a100-40gb"),
     ("A100-SXM4-80GB", "A100-SXM4-80GB", "dgx-a100"),
     ("V100 32GB", "V100-SXM2-32GB", None),
-    ("H800 80GB", "H100-SXM5-80GB", None),
+    ("H800 80GB", "H800-SXM5-80GB", "hgx-h800"),
     ("A800-SXM4-80GB", "A100-SXM4-80GB", None),
 ])
 def test_gpu_text_to_catalog(text, gpu, preset):
@@ -129,7 +129,7 @@ def test_export_parts_get_their_cut_nvlink():
     e = _entry("dgxc_nemo2411_gpt3_175B_bf16_128gpu")
     e["hardware"].update(gpu="H800", interconnect="8x 400 Gb/s")
     job = case_from_entry(e).job
-    assert job.cluster.gpu.name == "H100-SXM5-80GB"
+    assert job.cluster.gpu.name == "H800-SXM5-80GB"       # the catalog's H800 (hgx-h800)
     assert job.cluster.intra_node_bandwidth == 200e9
     assert ri.intra_node_gbps("H100-SXM5-80GB", "A800 80GB") == 200.0
 

@@ -238,12 +238,14 @@ def _save(fig, path: str | os.PathLike, fmt: str) -> None:
 
 def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.PathLike,
                     title: str = "", max_ranks: int = 64,
-                    streams: Iterable[str] | None = ("compute",), extra=()) -> None:
+                    streams: Iterable[str] | None = ("compute",), extra=(),
+                    window: tuple[float, float] | None = None) -> None:
     """Stacked timelines (one panel per named result) sharing the time axis; writes ``path``.
 
     ``streams`` picks the sub-rows (``None``: every stream present); ``max_ranks`` caps the
     rows per panel (ranks spread evenly, the count left out is noted on the axis).
-    ``extra``: more panels below, as ``(height, draw(ax, scale, span))``.
+    ``extra``: more panels below, as ``(height, draw(ax, scale, span))``. ``window``:
+    ``(start, end)`` seconds of the step to show (default: all of it).
     """
     fmt = _check_path(path)
     if not results:
@@ -254,27 +256,30 @@ def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.Pat
 
     # Patches read the hatch width when made; the salt makes SVG ids reproducible.
     with matplotlib.rc_context({"svg.hashsalt": "paraplan", "hatch.linewidth": 0.5}):
-        fig = _draw_panels(results, layouts, title, extra)
+        fig = _draw_panels(results, layouts, title, extra, window)
         _save(fig, path, fmt)
 
 
 def _draw_panels(results: Sequence[tuple[str, SimResult]], layouts: list[_Layout],
-                 title: str, extra=()):
+                 title: str, extra=(), window: tuple[float, float] | None = None):
     """The figure: one panel per result on a shared time axis, the ``extra`` panels, a
     legend, a title."""
     span = max([res.step_time_s for _, res in results]
                + [r.end for _, res in results for r in res.records] + [1e-12])
-    unit, scale = _time_unit(span)
+    lo, hi = window if window is not None else (0.0, span * 1.005)
+    if not 0 <= lo < hi:
+        raise ValueError(f"timeline window {window!r}: must be 0 <= start < end (seconds)")
+    unit, scale = _time_unit(hi - lo if window is not None else span)
     chunks = 1 + max([r.chunk for _, res in results for r in res.records] + [0])
     fig, axes = _figure([max(len(lay.ranks), 2) * (1 + 0.5 * (len(lay.streams) - 1))
                          for lay in layouts] + [h for h, _ in extra])
     for ax, (_, draw) in zip(axes[len(results):], extra):
-        ax.set_xlim(0, span * scale * 1.005)
+        ax.set_xlim(lo * scale, hi * scale)
         draw(ax, scale, span)
     kinds: set[tuple[str, int]] = set()
     pending = []
     for ax, (name, res), lay in zip(axes, results, layouts):
-        ax.set_xlim(0, span * scale * 1.005)
+        ax.set_xlim(lo * scale, hi * scale)
         drawn, labels = _draw_axes(ax, res, lay, scale, chunks)
         kinds |= drawn
         pending.append((ax, labels, len(lay.streams)))
@@ -303,8 +308,10 @@ def check_detail(items: Iterable[str]) -> tuple[str, ...]:
 
 def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",
                   max_ranks: int = 64, streams: Iterable[str] | None = ("compute",),
-                  detail: Iterable[str] = ()) -> None:
-    """Gantt chart of one result written to ``path`` (``.png`` or ``.svg``).
+                  detail: Iterable[str] = (),
+                  window: tuple[float, float] | None = None) -> None:
+    """Gantt chart of one result written to ``path`` (``.png`` or ``.svg``); ``window``:
+    ``(start, end)`` seconds of the step to show (default: all of it).
 
     ``streams`` picks the sub-rows per rank, e.g. ``("compute", "pp-comm")``; ``None``
     draws every stream present. More than ``max_ranks`` ranks are thinned evenly.
@@ -319,7 +326,8 @@ def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",
     if "links" in detail:
         extra.append((3.0, lambda ax, scale, span: _links_panel(ax, result, scale, span)))
     draw_comparison([("", result)], path, title=title, max_ranks=max_ranks,
-                    streams=None if "comm" in detail else streams, extra=extra)
+                    streams=None if "comm" in detail else streams, extra=extra,
+                    window=window)
 
 
 def _steps(ax, series: list[tuple[float, float]], scale: float, span: float, factor: float,

@@ -31,7 +31,7 @@ _GPU_RULES: tuple[tuple[tuple[str, ...], str, str | None], ...] = (
     (("h100", "96gb"), "H100-96GB-500W", None),
     (("h100", "500w"), "H100-96GB-500W", None),
     (("h100",), "H100-SXM5-80GB", "dgx-h100"),
-    (("h800",), "H100-SXM5-80GB", None),          # H100 silicon, NVLink cut to 400 GB/s
+    (("h800",), "H800-SXM5-80GB", "hgx-h800"),    # H100 silicon, NVLink cut to 400 GB/s
     (("a800",), "A100-SXM4-80GB", None),          # A100 silicon, NVLink cut to 400 GB/s
     (("a100", "40gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),
     (("a100", "40 gb"), "A100-SXM4-40GB", "dgx-a100-40gb"),

@@ -1,0 +1,74 @@
+"""experiments/report_deepseek.py: the DeepSeek-V3 DualPipe-vs-1F1B report, on a toy of the
+same shape (MLA, shared expert, a dense first layer, an MTP module) so that it runs in seconds."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+TOY = os.path.join(ROOT, "tests", "data", "tiny_mla_moe.yaml")
+PLAN = "tp=1,pp=4,ep=4,zero=1,mbs=1,recompute=selective,recompute_modules=layernorm+moe_act"
+
+
+def test_padding_is_validates_busiest_stage_rule():
+    from experiments.report_deepseek import padded_model
+    from strategies.presets import model_preset
+    real = model_preset("deepseek-v3")
+    model, extra = padded_model(real, 16)
+    assert (real.num_layers, model.num_layers, extra) == (61, 64, 3)
+    assert model.first_k_dense_replace == real.first_k_dense_replace   # added layers are MoE
+    assert model.num_moe_layers == real.num_moe_layers + 3
+    same, none = padded_model(model, 16)
+    assert none == 0 and same is model
+
+
+def test_timeline_window_is_checked(tmp_path):
+    from simulator.output.timeline import draw_timeline
+    from simulator.simulate import simulate
+    from strategies.hf_config import load_model_arg
+    from experiments.report_deepseek import job_of
+    job = job_of(load_model_arg(TOY), "hgx-h800:1", "tp=1,pp=2,ep=4,mbs=1", "1f1b", 16,
+                 "bf16", "hai-llm")
+    res = simulate(job)
+    with pytest.raises(ValueError, match="window"):
+        draw_timeline(res, str(tmp_path / "t.png"), window=(1.0, 0.5))
+    draw_timeline(res, str(tmp_path / "t.png"), window=(0.0, res.step_time_s / 3))
+    assert (tmp_path / "t.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_report_runs_and_dualpipe_hides_all_to_all(tmp_path):
+    out = tmp_path / "r"
+    proc = subprocess.run(
+        [sys.executable, "experiments/report_deepseek.py", "--model", TOY, "--cluster",
+         "hgx-h800:2", "--plan", PLAN, "--gbs", "64", "--sim-gbs", "32", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    names = sorted(os.listdir(out))
+    assert names == ["deepseek_v3.json", "deepseek_v3.md", "deepseek_v3_1f1b_window.png",
+                     "deepseek_v3_dualpipe_window.png", "deepseek_v3_model.json"]
+    data = json.loads((out / "deepseek_v3.json").read_text())
+    d, o = data["simulated"]["dualpipe"], data["simulated"]["1f1b"]
+    assert data["inputs"]["layers_added"] == 2
+    assert d["num_microbatches"] == o["num_microbatches"] == 8
+    # DualPipe's paired micro-batches hide part of the all-to-all under the partner's compute;
+    # under 1F1B the next layer waits for it, so none runs beside compute.
+    assert d["a2a"]["under_compute_s"] > 0
+    assert o["a2a"]["under_compute_s"] == 0
+    assert d["a2a"]["exposed_s"] <= o["a2a"]["exposed_s"]
+    assert d["a2a"]["exposed_s"] <= d["a2a"]["in_flight_s"]
+    # the measured reference read from strategies/reference: 180K GPU-hours per 1e12 tokens
+    ref = data["reference"]
+    assert ref["step_time_s"] == pytest.approx(15360 * 4096 * 180000 * 3600 / (1e12 * 2048),
+                                               rel=1e-12)
+    md = (out / "deepseek_v3.md").read_text()
+    assert "Assumption: 2 layers added" in md and "paraplan simulate" in md
+    # the padded model file reads back as the model the rows ran
+    from strategies.hf_config import load_model_arg
+    assert load_model_arg(str(out / "deepseek_v3_model.json")).num_layers == 8
