@@ -439,14 +439,18 @@ def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,
 
 @lru_cache(maxsize=4096)
 def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
-                       rank: int) -> tuple[tuple[str, int], ...]:
+                       rank: int, first: int = 0, last: int = 0,
+                       account: bool = False) -> tuple[tuple[str, int], ...]:
     """``(kind, count)`` of what pipeline rank ``rank`` holds under the even split
     (``dense``/``moe`` layers, ``mtp`` modules): ``chunk_kinds`` summed over its chunks. What
-    the array code (the search's memory model) reads for plans without a layout."""
+    the array code (the search's memory model) reads for plans without a layout string;
+    ``first``/``last`` (``first/last_stage_layers``, 0: not given) and ``account`` (the
+    embedding and the loss as layer slots) give the uneven layouts the search proposes."""
     from types import SimpleNamespace
     plan = SimpleNamespace(pp=pp, vpp=vpp, schedule=schedule, layout=None,
-                           first_stage_layers=None, last_stage_layers=None,
-                           account_embedding=False, account_loss=False, layers_per_stage=None)
+                           first_stage_layers=first or None, last_stage_layers=last or None,
+                           account_embedding=account, account_loss=account,
+                           layers_per_stage=None)
     lay = build_layout(model, plan)
     out: dict[str, int] = {}
     for c in range(vpp):
@@ -455,19 +459,25 @@ def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
     return tuple(out.items())
 
 
-def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank) -> dict:
-    """``even_stage_content`` for arrays of plans (schedule codes, pp, vpp, the rank):
-    ``{kind: counts}`` (numpy arrays; ``dense``, ``moe`` and ``mtp`` always present)."""
+def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, last=0,
+                              account=False) -> dict:
+    """``even_stage_content`` for arrays of plans (schedule codes, pp, vpp, the rank, and
+    the uneven layouts' ``first``/``last``/``account``): ``{kind: counts}`` (numpy arrays;
+    ``dense``, ``moe`` and ``mtp`` always present)."""
     import numpy as np
 
     from strategies.schedules import schedule_of_code
-    codes, pp, vpp, rank = np.broadcast_arrays(np.asarray(codes), np.asarray(pp),
-                                               np.asarray(vpp), np.asarray(rank))
+    codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
+        np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
+        np.asarray(first), np.asarray(last), np.asarray(account))
     out = {k: np.zeros(codes.shape) for k in ("dense", "moe", "mtp")}
-    keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel()], axis=1)
+    keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
+                     last.ravel(), account.ravel()], axis=1).astype(np.int64)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    for j, (code, p, v, r) in enumerate(uniq.tolist()):
+    inv = inv.ravel()
+    for j, (code, p, v, r, f, la, a) in enumerate(uniq.tolist()):
         name = schedule_of_code(int(code)).name
-        for k, n in even_stage_content(model, name, int(p), int(v), int(r)):
-            out[k].ravel()[inv.ravel() == j] = n
+        for k, n in even_stage_content(model, name, int(p), int(v), int(r), int(f), int(la),
+                                       bool(a)):
+            out[k].ravel()[inv == j] = n
     return out

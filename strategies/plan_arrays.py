@@ -31,11 +31,13 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
          "vpp": "vpp", "schedule": "sched", "recompute": "rc", "sp": "sp", "zero": "zero",
          "flash_attn": "flash", "overlap_grad_reduce": "ogr",
          "overlap_param_gather": "opg", "tp_comm_overlap": "tpo",
-         "recompute_layers": "rcl", "recompute_method": "rcu", "recompute_modules": "rcm"}
-#: Columns a mapping may leave out (0: all layers / block / the default modules).
-OPTIONAL = ("rcl", "rcu", "rcm")
+         "recompute_layers": "rcl", "recompute_method": "rcu", "recompute_modules": "rcm",
+         "first_stage_layers": "lf", "last_stage_layers": "ll", "account_slots": "acc"}
+#: Columns a mapping may leave out (0: all layers / block / the default modules; no uneven
+#: layout).
+OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc")
 _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
-          "moe_imbalance", "moe_capacity_factor")
+          "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers")
 # expert fields the search space's columns may leave out: (PlanArrays field, short column,
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
@@ -78,6 +80,12 @@ class PlanArrays:
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
+    # the two uneven layouts the search proposes (docs/layout.md): Megatron's
+    # --decoder-first/last-pipeline-num-layers (0: not given) and NeMo's embedding and loss
+    # counted as layer slots (both switches on); ``rank_layers`` reads them
+    first_stage_layers: np.ndarray = 0.0
+    last_stage_layers: np.ndarray = 0.0
+    account_slots: np.ndarray = False
 
     def __post_init__(self) -> None:
         for name, _, default in EXPERT_OPTIONAL:
@@ -104,6 +112,9 @@ class PlanArrays:
                     "moe_capacity_factor": "capacity_factor"}
         for p in plans:
             for name in col:
+                if name == "account_slots":
+                    col[name].append(bool(p.account_embedding and p.account_loss))
+                    continue
                 v = getattr(p, resolved.get(name, name))
                 col[name].append(_code(name, v))
         return cls(**col)
@@ -147,9 +158,49 @@ def _code(name: str, v: Any) -> Any:
         return modules_mask(v) if v is not None else 0
     if name == "moe_dispatcher":
         return DISPATCHERS.index(v)
-    return 0 if v is None and name == "recompute_layers" else v
+    return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
+                                       "last_stage_layers") else v
 
 
 def as_plan_arrays(plans: PlanArrays | Mapping[str, Any]) -> PlanArrays:
     """``plans`` as ``PlanArrays`` (a mapping of short columns is converted)."""
     return plans if isinstance(plans, PlanArrays) else PlanArrays.from_columns(plans)
+
+
+def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                          np.ndarray, np.ndarray]:
+    """``(first, mid, last, least_chunk, uneven)`` per plan: the transformer layers on
+    pipeline rank 0, on each middle rank and on rank ``pp-1`` (all their chunks), the fewest
+    layers any one model chunk holds, and whether the plan gives an uneven layout. The one
+    rule the array estimate, the bound and the memory model read (``strategies.layout``
+    builds the same layouts for one plan):
+
+    * even: ``num_layers / pp`` on every rank, ``floor(num_layers / (pp·vpp))`` per chunk;
+    * ``account_slots``: ``k = (num_layers + 2)/(pp·vpp)`` slots per chunk, the embedding
+      one of rank 0's first chunk's and the loss one of rank ``pp-1``'s last chunk's:
+      ``pp·k·vpp/pp - 1`` layers on the end ranks, ``k·vpp`` on the middle ones;
+    * ``first/last_stage_layers`` ``f``, ``l``: the middle ranks share the rest evenly.
+
+    >>> pa = PlanArrays.from_plans([Plan(tp=1, pp=8, dp=1, gbs=8, vpp=8,
+    ...                                  schedule="interleaved", account_embedding=True,
+    ...                                  account_loss=True)])
+    >>> [x.tolist() for x in rank_layers(126, pa)]
+    [[15.0], [16.0], [15.0], [1.0], [True]]
+    """
+    pp, v = P.pp, P.vpp
+    f, la, acc = P.first_stage_layers, P.last_stage_layers, P.account_slots
+    given = (f > 0) | (la > 0)
+    even = num_layers / pp
+    k = (num_layers + 2) / (pp * v)
+    ends = (f > 0).astype(float) + (la > 0)
+    mid_fl = np.where(pp > ends, (num_layers - np.where(f > 0, f, 0.0)
+                                  - np.where(la > 0, la, 0.0)) / np.maximum(pp - ends, 1), even)
+    f_eff = np.where(f > 0, f, mid_fl)          # an end not given is a middle rank
+    l_eff = np.where(la > 0, la, mid_fl)
+    first = np.where(acc, k * v - 1, np.where(given, f_eff, even))
+    last = np.where(acc, k * v - 1, np.where(given, l_eff, even))
+    mid = np.where(acc, k * v, np.where(given, mid_fl, even))
+    least = np.where(acc, k - 1, np.where(
+        given, np.minimum(np.minimum(first, last), np.where(pp > 2, mid, first)) / v,
+        np.floor(num_layers / (pp * v))))
+    return first, mid, last, least, acc | given

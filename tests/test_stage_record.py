@@ -68,7 +68,9 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
     record's entry ``i`` the way the builder composes them (``nl`` layers per block; a split
     backward: ``B`` without the ``*_wgrad`` parts, ``W`` of kind ``wgrad`` with them)."""
     p = job.plan
-    lpc = job.model.num_layers // (p.pp * p.vpp)
+    # the largest chunk of the job's layout (the search proposes uneven ones)
+    sizes = {job.layout.layers(r, c) for r in range(p.pp) for c in range(p.vpp)}
+    lpc = max(sizes)
     g = {k: float(getattr(sc, k)[i]) for k in ("layer_fwd", "layer_bwd", "layer_recompute",
                                                "attn_fwd", "attn_bwd", "layer_wgrad")}
     split = get_schedule(p.schedule).splits_backward
@@ -76,7 +78,8 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
     fwd, bwd, rc, wg = set(), set(), set(), set()
     one = stage_costs_at(sc, i, p.pp)
     for nl in range(1, lpc + 1):
-        rc.add(one.chunk_recompute(nl, lpc)[0])   # block partial recompute: per chunk
+        rc.update(one.chunk_recompute(nl, n)[0]   # block partial recompute: per chunk
+                  for n in sizes if n >= nl)
         wg.add(nl * g["layer_wgrad"])
         for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
                                 (nl * layer_b, nl * g["attn_bwd"], bwd)):

@@ -44,7 +44,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.layout import chunk_kinds
 from strategies.model import ModelSpec
-from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
@@ -291,7 +291,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
-    split = {k: counts.stage_params_split(m, tp, ep, pp, s, head_stage=head_at,
+    # the layers each kind of rank holds: an uneven layout's (plan_arrays.rank_layers), else
+    # the even split's l // p
+    n_first, n_mid, n_last, _, uneven = rank_layers(m.num_layers, P)
+    held = {k: np.where(uneven, n, m.num_layers // pp)
+            for k, n in (("first", n_first), ("mid", n_mid), ("last", n_last))}
+    split = {k: counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
                                           mirrored=mirrored, etp=etp)
              for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}

@@ -50,7 +50,7 @@ from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
@@ -117,6 +117,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     L = m.num_layers
     mb = gbs / (b * dp)                                     # micro-batches per pipeline
     lps = L / pp                                            # layers per pipeline rank
+    # the layers each rank holds (an uneven layout: rank_layers; else lps on each)
+    n_first, n_mid, n_last, _, _ = rank_layers(L, P)
 
     # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
@@ -158,10 +160,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     per_layer = comp_layer + sc.layer_recompute + tp_layer + cp_layer + ep_layer
     head_f, head_b = sc.head_fwd, sc.head_bwd
     emb = sc.embedding_fwd + sc.embedding_bwd
-    t_mid = lps * per_layer
+    t_mid = n_mid * per_layer
+    t_first0, t_last0 = n_first * per_layer, n_last * per_layer
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & (pp > 1)   # a V
-    t_first = np.where(head_first, t_mid + emb + head_f + head_b, t_mid + emb)
-    t_last = np.where(head_first, t_mid, t_mid + head_f + head_b)
+    t_first = np.where(head_first, t_first0 + emb + head_f + head_b, t_first0 + emb)
+    t_last = np.where(head_first, t_last0, t_last0 + head_f + head_b)
     # DualPipe (``Schedule.mirrored``): both end ranks embed half the micro-batches and run the
     # LM head of the other half
     mirrored = attr_by_code(sched, "mirrored").astype(bool) & (pp > 1)
@@ -169,16 +172,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
     t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
-    t_min = np.where(single, t_max, np.where(pp > 2, t_mid, np.minimum(t_first, t_last)))
+    t_min = np.where(single, t_max, np.where(pp > 2, np.minimum(t_mid, np.minimum(
+        t_first, t_last)), np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
     if cl.faults.stragglers:
-        comp_mid = lps * (comp_layer + sc.layer_recompute)
+        comp_f, comp_l = (n * (comp_layer + sc.layer_recompute) for n in (n_first, n_last))
         t_max, t_sum = straggler_stages(
             cl.faults.stragglers, tp * cp * dp, pp,
             (t_first, t_mid, t_last, t_max),
-            (np.where(head_first, comp_mid + emb + head_f + head_b, comp_mid + emb), comp_mid,
-             np.where(head_first, comp_mid, comp_mid + head_f + head_b),
-             comp_mid + emb + head_f + head_b),
+            (np.where(head_first, comp_f + emb + head_f + head_b, comp_f + emb),
+             n_mid * (comp_layer + sc.layer_recompute),
+             np.where(head_first, comp_l, comp_l + head_f + head_b),
+             lps * (comp_layer + sc.layer_recompute) + emb + head_f + head_b),
             t_max, t_sum)
     # the weight gradient's share of the time of the stages that fill and drain the pipeline
     # (all but the slowest: (t_sum - t_max)/(pp - 1) each on average; schedules that split
@@ -211,9 +216,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
     # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
     last = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params) / params)
-    window = lps * (sc.layer_bwd + sc.layer_recompute)
+    window = n_first * (sc.layer_bwd + sc.layer_recompute)   # rank 0's last backward
     grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad * last), t_grad)
-    fwd_window = lps * sc.layer_fwd
+    fwd_window = n_first * sc.layer_fwd
     ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,

@@ -78,7 +78,7 @@ from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
 from topologies.routing import transfer_rate
@@ -191,6 +191,16 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     nmb = np.floor(P.gbs / (b * dp))
     lps = np.floor(m.num_layers / pp)
     lpc = np.floor(m.num_layers / (pp * v))
+    # an uneven layout (plan_arrays.rank_layers): each kind of rank's own layers for its
+    # chain, the fewest of any chunk for what crosses other ranks' chunks, the most for what
+    # is subtracted (windows that hide work)
+    n_first, n_mid, n_last, least, uneven = rank_layers(m.num_layers, P)
+    lpc = np.where(uneven, least, lpc)
+    most_rank = np.maximum(np.maximum(n_first, n_last), np.where(pp > 2, n_mid, n_first))
+    lpc_most = np.where(uneven, np.ceil(most_rank / v), lpc)   # the largest chunk, at most
+    lps = np.where(uneven, most_rank, lps)
+    own = {"first": np.where(uneven, n_first / v, lpc), "mid": np.where(uneven, n_mid / v, lpc),
+           "last": np.where(uneven, n_last / v, lpc)}
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3); in an
@@ -199,8 +209,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     send = _p2p_send(cl, sc, n, pp)
     paired = attr_by_code(sched, "overlaps_pairs").astype(bool) | P.ep_overlap
 
-    def chunk_times(g):
-        """Per-chunk seconds on GPU type ``g``, from the stage-cost record on ``g``."""
+    def chunk_times(g, lpc=lpc):
+        """Per-chunk seconds on GPU type ``g`` with ``lpc`` layers a chunk, from the
+        stage-cost record on ``g``."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
         c_f, c_b, tau = _block_comm(cl, r, tp, cp, np.where(paired, 1, ep), tpo)
         n_rc = np.where(r.layer_recompute > 0, r.tp_per_layer_recompute, 0.0)
@@ -232,7 +243,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
             "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
-    T = {k: _chain(k, nmb, v, here, sends_mid, fwd_blocks, bwd_blocks, send, single)
+    blocks = {k: chunk_times(gpu, own[k])[5:7] for k in own}
+    T = {k: _chain(k, nmb, v, dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
+                   fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
@@ -243,21 +256,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         for kind, (t, o) in own.items():
             take = t + o > T[kind] + opt[kind]
             T[kind], opt[kind] = np.where(take, t, T[kind]), np.where(take, o, opt[kind])
-    b_max = b_blk + emb_b + head_b                      # the largest backward chunk
+    b_max = chunk_times(gpu, lpc_most)[6] + emb_b + head_b   # the largest backward chunk
     fwd_layer = lt.fwd
     if not real.uniform:   # the windows that hide communication: at their longest (slowest GPU)
-        slowest = [chunk_times(g.gpu) for g in real.groups]
+        slowest = [chunk_times(g.gpu, lpc_most) for g in real.groups]
         b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
         fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
     # a split backward (point 5): the weight gradients a stage runs after its last B overlap
     # that micro-batch's way back, and the stages in between pass on its B alone
     split = attr_by_code(sched, "splits_backward").astype(float)
-    w_chunk = {"first": lpc * sc.layer_wgrad + sc.embedding_wgrad
+    w_chunk = {"first": lpc_most * sc.layer_wgrad + sc.embedding_wgrad
                + np.where(head_first, sc.head_wgrad, 0.0),
-               "last": np.where(head_first, lpc * sc.layer_wgrad,
-                                lpc * sc.layer_wgrad + sc.head_wgrad),
-               "mid": lpc * sc.layer_wgrad}
+               "last": np.where(head_first, lpc_most * sc.layer_wgrad,
+                                lpc_most * sc.layer_wgrad + sc.head_wgrad),
+               "mid": lpc_most * sc.layer_wgrad}
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
         per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
                           for g in real.groups]

@@ -15,8 +15,13 @@ BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_c
 
 
 def plan_arrays(plan: Plan) -> PlanArrays:
-    """The estimator's ``PlanArrays`` of one resolved plan (0-d arrays)."""
-    return PlanArrays.of_plan(plan)
+    """The estimator's ``PlanArrays`` of one resolved plan (0-d arrays), as the even plan:
+    without the uneven-layout columns, since ``_per_stage``/``_per_chunk`` replace the even
+    plan's pipeline makespan by the real stages' (the search's arrays carry the layout
+    and price its ranks directly, ``plan_arrays.rank_layers``)."""
+    from dataclasses import replace
+    return replace(PlanArrays.of_plan(plan), first_stage_layers=0.0, last_stage_layers=0.0,
+                   account_slots=False)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import numpy as np
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
 from strategies.layout import even_stage_content_arrays
+from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
@@ -200,8 +201,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         # holds by kind (strategies.layout.even_stage_content), the stage record's rule;
         # DualPipe (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the
         # layers of either copy (the mean of the two)
-        have = even_stage_content_arrays(m, sched, pp, v, stage)
-        mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage)
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        have = even_stage_content_arrays(m, sched, pp, v, stage, *lay)
+        mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
         held_k = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
         n_layers = have["dense"] + have["moe"] + have["mtp"]
         n_layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
@@ -262,11 +264,36 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies)."""
     P = as_plan_arrays(P)
     stage = P.pp - 1 if last else np.zeros_like(P.pp)
-    return memory_component_arrays(m, P, stage, dtype, system, gpu=gpu)[1]
+    return _rank_memory(m, P, stage, 2 if last else 0, dtype, system, gpu)
+
+
+def _rank_memory(m: ModelSpec, P: PlanArrays, stage, which: int, dtype: str,
+                 system: SystemConfig | None, gpu) -> np.ndarray:
+    """Bytes per GPU of pipeline rank ``stage`` (``which``: 0 first, 1 a middle, 2 the last
+    rank): an uneven layout's own layer count there (``plan_arrays.rank_layers``; a model
+    with several layer kinds reads them by kind, ``layout.even_stage_content``)."""
+    total = memory_component_arrays(m, P, stage, dtype, system, gpu=gpu)[1]
+    counts = rank_layers(m.num_layers, P)
+    uneven = counts[4]
+    mixed = sum(1 for n in m.layer_counts().values() if n) > 1 or m.num_nextn_predict_layers
+    if mixed or not np.any(uneven):
+        return total
+    layered = memory_component_arrays(m, P, stage, dtype, system, gpu=gpu,
+                                      layers=np.where(uneven, counts[which],
+                                                      m.num_layers / P.pp))[1]
+    return np.where(uneven, layered, total)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None) -> np.ndarray:
-    """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``)."""
-    return np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu),
+    """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``):
+    the first and the last rank, and where an uneven layout gives the middle ranks more
+    layers, rank 1 (the middle rank with the most stashed micro-batches)."""
+    P = as_plan_arrays(P)
+    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu),
                       stage_memory_arrays(m, P, True, dtype, system, gpu))
+    uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
+    if np.any(uneven):
+        mid = _rank_memory(m, P, np.ones_like(P.pp), 1, dtype, system, gpu)
+        peak = np.where(uneven, np.maximum(peak, mid), peak)
+    return peak

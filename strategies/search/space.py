@@ -26,7 +26,9 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import FrameworkProfile, stack_mask
-from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
+from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
+                                       layer_costs, slot_vpps)
 from strategies.cost.recompute import METHODS, MODULES, has_module
 from strategies.cost.system import SystemConfig
 from strategies.memory.arrays import peak_memory_arrays
@@ -65,7 +67,7 @@ RULES: tuple[tuple[str, str], ...] = (
 SCHEDULE_SETS = ("default", "all")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
-           "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm")
+           "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc")
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,8 @@ class SpaceOptions:
     #: (``fixed_search_vpps``: ZB-H1/H2/V and DualPipe(V) too), but those whose order is
     #: solved per job (``solved_per_job``: ZB-1p/ZB-2p)
     schedules: str = "default"
+    #: propose one uneven pipeline layout per (pp, vpp) (``strategies.search.layouts``)
+    layouts: bool = True
 
     def memory_limit(self, cluster: Cluster) -> float:
         if self.memory_limit_bytes is not None:
@@ -126,7 +130,8 @@ class Space:
 
 def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     """The resolved ``Plan`` of row ``i``."""
-    c = {k: cols[k][i].item() for k in COLUMNS}
+    c = {k: cols[k][i].item() for k in COLUMNS if k in cols}
+    lf, ll, acc = int(c.get("lf", 0)), int(c.get("ll", 0)), bool(c.get("acc", False))
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"], mbs=c["mbs"],
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
@@ -135,7 +140,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 recompute_layers=int(c["rcl"]) or None,
                 recompute_method=METHODS[c["rcu"]] if c["rcl"] else None,
                 recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))
-                or None)
+                or None, first_stage_layers=lf or None, last_stage_layers=ll or None,
+                account_embedding=acc, account_loss=acc)
 
 
 def plan_key(plan: Plan) -> str:
@@ -147,6 +153,11 @@ def plan_key(plan: Plan) -> str:
                f"{plan.recompute_method}" if plan.recompute_layers is not None else "")
             + (",recompute_modules=" + "+".join(plan.recompute_modules)
                if plan.recompute_modules is not None else "")
+            + "".join(f",{k}={getattr(plan, k)}" for k in ("first_stage_layers",
+                                                          "last_stage_layers")
+                      if getattr(plan, k) is not None)
+            + "".join(f",{k}=true" for k in ("account_embedding", "account_loss")
+                      if getattr(plan, k))
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
                       if getattr(plan, k) is not None))
@@ -260,12 +271,59 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
             "zero": [0, 1, 2, 3]}
 
 
+def _layout_axis(model: ModelSpec, cluster: Cluster, ax: dict, opts: SpaceOptions
+                 ) -> list[tuple[int, int]]:
+    """``(schedule code, vpp)`` pairs the uneven layouts are proposed for (``layouts``): the
+    ring schedules of the space's axis (not mirrored, the LM head on the last rank: those a
+    Megatron layout describes), with the chunked ones also at the chunk counts only a slot
+    layout fills; none on a mixed cluster (its stages are sized by ``uneven``)."""
+    if not cluster.uniform:
+        return []
+    out = []
+    for code, v in ax["sched"]:
+        sc = schedules()[code]
+        if sc.mirrored or int(sc.head_rank_array(4, v)) != 3 \
+                or sc.num_virtual_stages(4, v) != 4 * v:
+            continue
+        out.append((code, v))
+    extra = slot_vpps(model.num_layers, opts.max_vpp)
+    for code, sc in enumerate(schedules()):
+        if any(c == code and v >= 2 for c, v in out):
+            out += [(code, v) for v in extra if "vpp" not in opts.fixed
+                    or opts.fixed["vpp"] == v]
+    return out
+
+
 def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
-             opts: SpaceOptions, framework: FrameworkProfile | None = None
-             ) -> dict[str, np.ndarray]:
+             opts: SpaceOptions, framework: FrameworkProfile | None = None,
+             costs: LayerCosts | None = None) -> dict[str, np.ndarray]:
     ax = _axes(model, cluster, opts, framework)
     fac = _factorizations(n)
-    sched = np.array(ax["sched"], dtype=np.int64)
+    cols = _grid(fac, ax, ax["sched"], gbs, framework)
+    for k in ("lf", "ll"):
+        cols[k] = np.zeros(len(cols["tp"]), dtype=np.int64)
+    cols["acc"] = np.zeros(len(cols["tp"]), dtype=bool)
+    lay = _layout_axis(model, cluster, ax, opts) if costs is not None else []
+    if lay:
+        # one candidate layout per (pp, vpp) (strategies.search.layouts), as extra rows
+        pv = {(int(p), v) for p in fac[:, 1] for _, v in lay}
+        keep = {pair: candidate_layout(model.num_layers, pair[0], pair[1], costs)
+                for pair in pv}
+        lay = [(code, v) for code, v in lay
+               if any(keep[(int(p), v)] is not None for p in set(fac[:, 1].tolist()))]
+    if lay:
+        extra = _grid(fac, ax, lay, gbs, framework)
+        has, lf, ll, acc = candidate_columns(model.num_layers, extra["pp"], extra["vpp"], costs)
+        extra = {k: v[has] for k, v in extra.items()}
+        extra.update(lf=lf[has], ll=ll[has], acc=acc[has])
+        cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
+    return cols
+
+
+def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
+          framework: FrameworkProfile | None) -> dict[str, np.ndarray]:
+    """The product of the factorizations with the axes, over ``sched_axis``."""
+    sched = np.array(sched_axis, dtype=np.int64)
     grids = np.meshgrid(np.arange(len(fac)), np.array(ax["ep"]), np.array(ax["mbs"]),
                         np.arange(len(sched)), np.array(ax["rc"]), np.array(ax["sp"]),
                         np.array(ax["zero"]), indexing="ij")
@@ -328,7 +386,7 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     return (
         ("fixed", lambda c: _fixed_mask(c, opts.fixed)),
         ("tp_heads", lambda c: (heads % c["tp"] == 0) & (kv % c["tp"] == 0)),
-        ("pp_layers", lambda c: L % c["pp"] == 0),
+        ("pp_layers", lambda c: (L % c["pp"] == 0) | _uneven(c)),
         ("cp_seq", lambda c: (c["cp"] == 1) | (s % (2 * c["cp"]) == 0)),
         ("ep", ep_ok),
         ("tp_cross_node", cross),
@@ -343,7 +401,12 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
     """pp*vpp divides the layers and each plan's schedule accepts it (``Schedule.valid``)."""
     pp, v = c["pp"], c["vpp"]
     m = c["gbs"] // (c["mbs"] * c["dp"])
-    return (L % (pp * v) == 0) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
+    return ((L % (pp * v) == 0) | _uneven(c)) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
+
+
+def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows that carry an uneven layout (``strategies.search.layouts``)."""
+    return (c["lf"] > 0) | (c["ll"] > 0) | c["acc"]
 
 
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
@@ -356,7 +419,8 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
         return peak
-    lpc = model.num_layers // (c["pp"][rows] * c["vpp"][rows])
+    sub = {k: v[rows] for k, v in c.items()}
+    lpc = rank_layers(model.num_layers, PlanArrays.from_columns(sub))[3].astype(np.int64)
     lo, hi = np.ones_like(lpc), lpc.copy()         # the full plan (N = l) fits
     best = peak[rows].copy()
     while True:
@@ -390,7 +454,9 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
-    c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework)
+    costs = (layer_costs(model, cluster, dtype, framework, system)
+             if cluster.uniform and opts.layouts else None)
+    c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
 
