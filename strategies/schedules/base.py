@@ -241,6 +241,9 @@ class Schedule:
     figures_affine_from: int | None = None
     #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
     splits_backward: bool = False
+    #: False: plannable, but the default search leaves it out; ``--fix schedule=`` (and
+    #: ``search --schedules all``) enumerate it with one chunk per rank
+    in_default_search: bool = True
     #: the order links steps into overlapped groups (``Step.overlap``: DualPipe's ``F&B``),
     #: whose expert all-to-all hides under the partner's compute (compiler, estimate, bound)
     overlaps_pairs: bool = False
@@ -440,15 +443,18 @@ class Schedule:
     # ------------------------------------------------------------------ search
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
-        """Chunk counts the search enumerates for this schedule: ``[1]``."""
-        return [1]
+        """Chunk counts the search enumerates for this schedule: ``[1]`` (``[]`` when
+        ``in_default_search`` is False)."""
+        return [1] if self.in_default_search else []
 
     def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
                           fixed_vpp: int | None = None) -> list[int]:
         """Chunk counts the search enumerates when ``--fix schedule=`` names this schedule
-        (default: ``search_vpps``; a plannable schedule left out of the default search
-        gives its own here)."""
-        return self.search_vpps(num_layers, max_vpp, fixed_vpp)
+        (``search_vpps``; for one left out of the default search, ``[1]`` unless another
+        chunk count is fixed)."""
+        if self.in_default_search:
+            return self.search_vpps(num_layers, max_vpp, fixed_vpp)
+        return [1] if fixed_vpp in (None, 1) else []
 
     # ------------------------------------------------------------------ exports
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:

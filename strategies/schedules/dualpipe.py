@@ -39,6 +39,7 @@ class DualPipe(Schedule):
     splits_backward = True
     overlaps_pairs = True
     mirrored = True
+    in_default_search = False
     text_patterns = (r"\bdualpipe\b",)   # not "DualPipeV" (no word boundary there)
 
     # ------------------------------------------------------------------ placement
@@ -123,16 +124,6 @@ class DualPipe(Schedule):
         fill = np.where(p > 1, fill, t_max)
         w = np.asarray(w_share, dtype=float)
         return np.maximum(m * t_max, m * fill + span_excess(p // 2, (1 - w) * fill / 2, w * fill))
-
-    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                    fixed_vpp: int | None = None) -> list[int]:
-        """None: the default search leaves it out (``fixed_search_vpps``: ``[1]``)."""
-        return []
-
-    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                          fixed_vpp: int | None = None) -> list[int]:
-        """``[1]`` under ``--fix schedule=dualpipe``."""
-        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no DualPipe schedule (deepseek-ai/DualPipe; "

@@ -233,6 +233,7 @@ class ZBAuto(Schedule):
     """The heuristic's schedule under ``limit_factor·p·M_B`` (module docstring)."""
 
     splits_backward = True
+    in_default_search = False
     #: the memory limit in units of 1F1B's peak activations ``p·M_B``
     limit_factor: int = 1
     times: AutoTimes = AutoTimes()
@@ -300,16 +301,6 @@ class ZBAuto(Schedule):
             x = (unit.makespan - mm[idx]) / (p[idx] - 1)
             out[idx] = mm[idx] * tmax[idx] + (tsum[idx] - tmax[idx]) * x
         return out if out.shape else float(out)
-
-    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                    fixed_vpp: int | None = None) -> list[int]:
-        """None: plannable, but the default search leaves it out (``fixed_search_vpps``)."""
-        return []
-
-    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                          fixed_vpp: int | None = None) -> list[int]:
-        """``[1]`` when the search is told ``--fix schedule=`` this one (one chunk per rank)."""
-        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         k = self.limit_factor

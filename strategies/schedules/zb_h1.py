@@ -32,6 +32,7 @@ class ZBH1(Schedule):
 
     text_patterns = (r"\bzb-?h1\b",)
     splits_backward = True
+    in_default_search = False
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
@@ -87,16 +88,6 @@ class ZBH1(Schedule):
         """``min(stage + 1, m)``: ``W`` lags its ``B`` by ``stage`` micro-batches, and the
         ``W`` of the last ``B``'s own iteration follows it."""
         return np.minimum(np.asarray(stage, dtype=float) + 1, m)
-
-    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                    fixed_vpp: int | None = None) -> list[int]:
-        """None: plannable, but the default search leaves it out (``fixed_search_vpps``)."""
-        return []
-
-    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                          fixed_vpp: int | None = None) -> list[int]:
-        """``[1]`` when the search is told ``--fix schedule=`` this one (one chunk per rank)."""
-        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H1 schedule (Sea AI Lab's fork adds "

@@ -34,6 +34,7 @@ class ZBH2(Schedule):
 
     text_patterns = (r"\bzb-?h2\b",)
     splits_backward = True
+    in_default_search = False
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
@@ -95,16 +96,6 @@ class ZBH2(Schedule):
         docstring for balanced stages (``f_share = T_F/(T_F + T_B + T_W)``)."""
         w = np.asarray(w_share, dtype=float)
         return m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w)
-
-    def search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                    fixed_vpp: int | None = None) -> list[int]:
-        """None: plannable, but the default search leaves it out (``fixed_search_vpps``)."""
-        return []
-
-    def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
-                          fixed_vpp: int | None = None) -> list[int]:
-        """``[1]`` when the search is told ``--fix schedule=`` this one (one chunk per rank)."""
-        return [1] if fixed_vpp in (None, 1) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H2 schedule (Sea AI Lab's fork searches a ZB-2p "
