@@ -294,6 +294,7 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                       stage_memory_arrays(m, P, True, dtype, system, gpu))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
-        mid = _rank_memory(m, P, np.ones_like(P.pp), 1, dtype, system, gpu)
+        # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
+        mid = _rank_memory(m, P, np.minimum(1, P.pp - 1), 1, dtype, system, gpu)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     return peak
