@@ -142,11 +142,10 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
 
 def pxn_relay(cluster: Cluster) -> bool:
     """True where a flow to another node's GPU of a different local index is relayed over
-    NVLink to the local GPU of that index first (NCCL's PXN; ``topologies.routing``: rail
-    fabrics, tori and rings, one NIC per GPU)."""
-    return (cluster.inter_node_topology != "fat_tree"
-            and cluster.nics_per_node >= cluster.gpus_per_node
-            and cluster.intra_node_topology == "switch")
+    NVLink to the local GPU of that index first (NCCL's PXN): ``topologies.routing.relays``,
+    the rule the simulator's routes follow, asked for every other local index."""
+    G = cluster.gpus_per_node
+    return G > 1 and bool(np.any(_hop_relays(cluster, (np.arange(1, G),))))
 def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     """Seconds of collective ``kind`` of ``nbytes`` per rank between two ranks (NCCL's ring for
     ``n = 2``, ``strategies.collectives.ring``): over NVLink when both are in one node, else
