@@ -15,7 +15,6 @@ import pytest
 from simulator.cli.main import main
 from simulator.simulate import simulate
 from simulator.studies.compare_schedules import parse_schedules, plan_with
-from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.memory.scalar import memory_by_stage
@@ -28,6 +27,7 @@ from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_sta
                                            simulate_free_comm)
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
+from tests.schedule_checks import balanced_costs
 
 ZB = get_schedule("zb-h1")
 
@@ -147,14 +147,6 @@ def test_trailing_weight_gradients_counted_on_the_order(p, m):
 A100x2 = cluster_preset("dgx-a100", 2)
 
 
-def _balanced(job):
-    """The job's costs with the embedding, the LM head and the optimizer removed."""
-    return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                   head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                   optimizer_by_stage=(0.0,) * job.plan.pp,
-                   passes_by_stage=(0.0,) * job.plan.pp)
-
-
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [
     ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 8, 16, {}), ("gpt-1.7b", 2, 4, 4, {}),
     ("gpt-1.7b", 4, 2, 8, {"zero": 1}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
@@ -168,7 +160,7 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     slower by ``2(pp-1)·t_w``."""
     job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h1",
                                                     **extra))
-    costs = _balanced(job)
+    costs = balanced_costs(job)
     res = simulate(job, free_comm=True, costs=costs)
     m, L = job.num_microbatches, job.model.num_layers // pp
     t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad

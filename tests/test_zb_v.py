@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -26,7 +25,7 @@ from strategies.schedules import get_schedule, head_rank, resolve_name
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash, simulate_free_comm)
 from topologies.cluster import cluster_preset
-from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_costs
 
 ZB = get_schedule("zb-v")
 
@@ -113,19 +112,6 @@ def test_plans_accept_it_with_two_chunks_only():
 A100x2 = cluster_preset("dgx-a100", 2)
 
 
-def _balanced(job, region: bool = False):
-    """The job's costs with the embedding, the LM head and the optimizer removed; with
-    ``region`` the input-gradient part of a layer's backward set equal to its forward
-    (``T_F = T_B``, where the closed form holds), ``W`` and recomputation kept."""
-    c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                optimizer_by_stage=(0.0,) * job.plan.pp,
-                passes_by_stage=(0.0,) * job.plan.pp)
-    if region:
-        c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
-    return c
-
-
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [
     ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 4, 16, {}), ("gpt-1.7b", 2, 2, 16, {}),
     ("gpt-1.7b", 2, 4, 4, {}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
@@ -139,8 +125,8 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     job = make_job(model_preset(model), A100x2,
                    Plan(tp=tp, pp=pp, vpp=2, gbs=gbs, schedule="zb-v", **extra))
     m, L = job.num_microbatches, job.model.num_layers // pp
-    for region in (False, True):
-        costs = _balanced(job, region)
+    for region in ("", "fb"):
+        costs = balanced_costs(job, region)
         res = simulate(job, free_comm=True, costs=costs)
         t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
         t_b = L * (costs.layer_bwd + costs.layer_recompute)       # B + W, rank-level
