@@ -27,6 +27,7 @@ from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_sta
                                            simulate_free_comm)
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
 from tests.schedule_checks import balanced_costs
 
 ZB = get_schedule("zb-h1")
@@ -269,16 +270,10 @@ def test_search_with_the_schedule_fixed_equals_exhaustive(schedule):
     """``search --fix schedule=zb-h1`` (or zb-h2) enumerates it (``fixed_search_vpps``; the
     default search leaves it out), and the bound-ordered search returns the exhaustive
     search's top plans: the bound is valid for it on the whole space."""
-    from simulator.search.run import SearchConfig, run_search
     m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
     opts = SpaceOptions(max_mbs=1, fixed={"schedule": schedule})
     sp = enumerate_space(m, cl, 16, opts)
     assert sp.size and (sp.cols["sched"] == schedule_code(schedule)).all()
     cfg = dict(model=m, cluster=cl, gbs=16, options=opts, workers=2, k=5)
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
+    _, full = assert_pruned_equals_exhaustive(cfg)
     assert all(f"schedule={schedule}" in p["key"] for p in full["plans"])

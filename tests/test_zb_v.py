@@ -25,6 +25,7 @@ from strategies.schedules import get_schedule, head_rank, resolve_name
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash, simulate_free_comm)
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
 from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_costs
 
 ZB = get_schedule("zb-v")
@@ -211,7 +212,6 @@ def test_search_with_the_schedule_fixed_equals_exhaustive():
     """``search --fix schedule=zb-v`` enumerates it with two chunks (``fixed_search_vpps``;
     the default search leaves it out), and the bound-ordered search returns the exhaustive
     search's top plans: the bound is valid for it on the whole space."""
-    from simulator.search.run import SearchConfig, run_search
     from strategies.schedules import schedule_code
     from strategies.search.space import SpaceOptions, enumerate_space
     mod, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
@@ -222,10 +222,5 @@ def test_search_with_the_schedule_fixed_equals_exhaustive():
     assert not (enumerate_space(mod, cl, 16, SpaceOptions(max_mbs=1)).cols["sched"]
                 == schedule_code("zb-v")).any()
     cfg = dict(model=mod, cluster=cl, gbs=16, options=opts, workers=2, k=5)
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
+    _, full = assert_pruned_equals_exhaustive(cfg)
     assert all("schedule=zb-v" in p["key"] for p in full["plans"])
