@@ -83,3 +83,18 @@ def balanced_costs(job, region: str = ""):
     if region:
         c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
     return c
+
+
+def balanced_free_comm(job):
+    """The full simulator with free communication on ``job``'s ``balanced_costs`` (one chunk a
+    stage): its result, the costs, ``m`` and a stage's ``t_f``, whole backward ``t_b``
+    (``B + W``, recomputation included) and weight gradient ``t_w``, with ``t_w`` checked
+    positive and no longer than the forward or ``B``."""
+    from simulator.simulate import simulate
+    costs = balanced_costs(job)
+    res = simulate(job, free_comm=True, costs=costs)
+    m, L = job.num_microbatches, job.model.num_layers // job.plan.pp
+    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
+    t_b = L * (costs.layer_bwd + costs.layer_recompute)
+    assert 0 < t_w <= min(t_f, t_b - t_w)
+    return res, costs, m, t_f, t_b, t_w

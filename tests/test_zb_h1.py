@@ -28,7 +28,7 @@ from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_sta
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
 from tests.search_checks import assert_pruned_equals_exhaustive
-from tests.schedule_checks import balanced_costs
+from tests.schedule_checks import balanced_free_comm
 
 ZB = get_schedule("zb-h1")
 
@@ -161,12 +161,7 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     slower by ``2(pp-1)·t_w``."""
     job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h1",
                                                     **extra))
-    costs = balanced_costs(job)
-    res = simulate(job, free_comm=True, costs=costs)
-    m, L = job.num_microbatches, job.model.num_layers // pp
-    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
-    t_b = L * (costs.layer_bwd + costs.layer_recompute)
-    assert 0 < t_w <= min(t_f, t_b - t_w)
+    res, costs, m, t_f, t_b, t_w = balanced_free_comm(job)
     order = simulate_free_comm("zb-h1", pp, m, 1, t_f, t_b, t_w=t_w)
     assert res.step_time_s == pytest.approx(order, rel=1e-9)
     if m >= pp:

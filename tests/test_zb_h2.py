@@ -23,7 +23,7 @@ from strategies.schedules import Schedule, Step, get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash, simulate_free_comm)
 from topologies.cluster import cluster_preset
-from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_costs
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_free_comm
 
 ZB = get_schedule("zb-h2")
 
@@ -141,12 +141,7 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     the estimate's ``pipeline_span`` equal to it."""
     job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h2",
                                                     **extra))
-    costs = balanced_costs(job)
-    res = simulate(job, free_comm=True, costs=costs)
-    m, L = job.num_microbatches, job.model.num_layers // pp
-    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
-    t_b = L * (costs.layer_bwd + costs.layer_recompute)
-    assert 0 < t_w <= min(t_f, t_b - t_w)
+    res, costs, m, t_f, t_b, t_w = balanced_free_comm(job)
     assert res.step_time_s == pytest.approx(simulate_free_comm("zb-h2", pp, m, 1, t_f, t_b,
                                                                t_w=t_w), rel=1e-9)
     one = simulate(make_job(job.model, A100x2, replace(job.plan, schedule="1f1b")),
