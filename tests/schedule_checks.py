@@ -1,9 +1,12 @@
 """Checks shared by the tests of the schedules that split the backward (ZB-H2, ZB-V,
-DualPipe, DualPipeV): the order of every rank is a valid dependency order."""
+DualPipe, DualPipeV): the order of every rank is a valid dependency order; the balanced
+costs their closed forms are checked on."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
+from strategies.cost.stage import stage_costs
 from strategies.schedules import get_schedule
 from strategies.schedules.analysis import free_comm_ranks
 
@@ -64,3 +67,34 @@ def assert_exchanges_pair_up(name: str, p: int, m: int, vpp: int) -> None:
                 assert peer != r
                 received[d, i, peer, r] += 1
     assert sent == received and all(v == 1 for v in sent.values())
+
+
+def balanced_costs(job, region: str = ""):
+    """The job's costs without the embedding, the LM head, the per-step passes and the
+    optimizer; ``region``
+    ``"fb"``: the input gradient of a layer as long as its forward (``T_F = T_B``, ``W`` and
+    recomputation kept);
+    ``"fbw"``: the weight gradient too (``T_F = T_B = T_W``)."""
+    c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
+                head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
+                optimizer_by_stage=(0.0,) * job.plan.pp, passes_by_stage=(0.0,) * job.plan.pp)
+    if region == "fbw":
+        c = replace(c, layer_wgrad=c.layer_fwd)
+    if region:
+        c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
+    return c
+
+
+def balanced_free_comm(job):
+    """The full simulator with free communication on ``job``'s ``balanced_costs`` (one chunk a
+    stage): its result, the costs, ``m`` and a stage's ``t_f``, whole backward ``t_b``
+    (``B + W``, recomputation included) and weight gradient ``t_w``, with ``t_w`` checked
+    positive and no longer than the forward or ``B``."""
+    from simulator.simulate import simulate
+    costs = balanced_costs(job)
+    res = simulate(job, free_comm=True, costs=costs)
+    m, L = job.num_microbatches, job.model.num_layers // job.plan.pp
+    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
+    t_b = L * (costs.layer_bwd + costs.layer_recompute)
+    assert 0 < t_w <= min(t_f, t_b - t_w)
+    return res, costs, m, t_f, t_b, t_w

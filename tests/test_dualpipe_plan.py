@@ -25,27 +25,13 @@ from strategies.schedules.analysis import simulate_free_comm
 from strategies.schedules.dual import deepseek_bubble, span_excess
 from strategies.search.space import columns_from_plans
 from topologies.cluster import cluster_preset
+from tests.schedule_checks import balanced_costs
 
 DV = get_schedule("dualpipev")
 DP = get_schedule("dualpipe")
 #: (schedule, vpp, chunks a micro-batch crosses on one rank, ranks per half)
 KINDS = [("dualpipev", 2, 2, lambda p: p), ("dualpipe", 1, 1, lambda p: p // 2)]
 A100x2 = cluster_preset("dgx-a100", 2)
-
-
-def _balanced(job, region: str = ""):
-    """The job's costs without the embedding, the LM head, the per-step passes and the
-    optimizer; ``region``
-    ``"fb"``: the input gradient of a layer as long as its forward (``T_F = T_B``);
-    ``"fbw"``: the weight gradient too (``T_F = T_B = T_W``)."""
-    c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                optimizer_by_stage=(0.0,) * job.plan.pp, passes_by_stage=(0.0,) * job.plan.pp)
-    if region == "fbw":
-        c = replace(c, layer_wgrad=c.layer_fwd)
-    if region:
-        c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
-    return c
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k[0] for k in KINDS])
@@ -65,7 +51,7 @@ def test_free_comm_simulation_equals_the_closed_form(kind, model, tp, pp, gbs, e
                    Plan(tp=tp, pp=pp, vpp=vpp, gbs=gbs, schedule=name, **extra))
     m, L = job.num_microbatches, job.model.num_layers // pp
     for region in ("", "fb", "fbw"):
-        costs = _balanced(job, region)
+        costs = balanced_costs(job, region)
         res = simulate(job, free_comm=True, costs=costs)
         t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
         t_b = L * (costs.layer_bwd + costs.layer_recompute)       # B + W, rank-level

@@ -18,6 +18,7 @@ from strategies.schedules import get_schedule
 from strategies.search.bound_ordered import SerialExecutor, bound_ordered_search
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
 
 
 class Scrambled:
@@ -187,15 +188,7 @@ def test_zero2_is_never_faster_than_zero1(plan):
     ("gpt3-175b", "dgx-a100", 8, 8),
 ])
 def test_pruned_search_equals_exhaustive(args):
-    from simulator.search.run import SearchConfig, run_search
     name, cl_name, nodes, gbs = args
     cfg = dict(model=model_preset(name), cluster=cluster_preset(cl_name, nodes), gbs=gbs,
                options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert full["evaluated"]["simulated"] == full["space"]["feasible"]
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
-    assert pruned["recommended"]["key"] == full["recommended"]["key"]
+    assert_pruned_equals_exhaustive(cfg)

@@ -22,6 +22,7 @@ from strategies.search.layouts import (Candidate, LayerCosts, busiest, candidate
 from strategies.search.space import (SpaceOptions, columns_from_plans, enumerate_space,
                                      plan_key)
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
 
 
 def test_slots_where_layers_plus_two_divide():
@@ -181,17 +182,9 @@ def test_gpt3_default_answer_unchanged():
 
 @pytest.mark.slow
 def test_pruned_search_equals_exhaustive_uneven_model():
-    from simulator.search.run import SearchConfig, run_search
     m = replace(model_preset("llama3-8b"), num_layers=30, name="llama3-8b (30 layers)")
     cfg = dict(model=m, cluster=cluster_preset("dgx-h100", 1), gbs=8,
                options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
     sp = enumerate_space(m, cfg["cluster"], 8, cfg["options"])
     assert np.any(sp.cols["acc"])                   # pp 4 and pp 8 only through slots
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert full["evaluated"]["simulated"] == full["space"]["feasible"]
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
-    assert pruned["recommended"]["key"] == full["recommended"]["key"]
+    assert_pruned_equals_exhaustive(cfg)

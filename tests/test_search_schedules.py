@@ -15,6 +15,7 @@ from strategies.presets import model_preset
 from strategies.schedules import get_schedule, schedule_of_code, schedules
 from strategies.search.space import SpaceOptions, enumerate_space, solved_per_job
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
 
 NEW = ("zb-h1", "zb-h2", "zb-v", "dualpipe", "dualpipev")
 FIX = {"tp": 1, "recompute": "none", "zero": 1, "mbs": 1}
@@ -86,18 +87,10 @@ def test_bound_below_simulation_on_the_new_schedules():
 
 @pytest.mark.slow
 def test_pruned_search_equals_exhaustive_with_every_schedule():
-    from simulator.search.run import SearchConfig, run_search
     cfg = dict(model=model_preset("gpt-1.7b"), cluster=cluster_preset("dgx-a100", 1), gbs=32,
                options=SpaceOptions(max_mbs=1, max_vpp=2, schedules="all", fixed=dict(FIX)),
                workers=1, k=5, references=())
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert full["evaluated"]["simulated"] == full["space"]["feasible"]
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
-    assert pruned["recommended"]["key"] == full["recommended"]["key"]
+    pruned, _ = assert_pruned_equals_exhaustive(cfg)
     assert pruned["inputs"]["schedules"] == "all"
     assert get_schedule  # the registry the space reads
 

@@ -15,7 +15,6 @@ import pytest
 from simulator.cli.main import main
 from simulator.simulate import simulate
 from simulator.studies.compare_schedules import parse_schedules, plan_with
-from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.memory.scalar import memory_by_stage
@@ -28,6 +27,8 @@ from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_sta
                                            simulate_free_comm)
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
 from topologies.cluster import cluster_preset
+from tests.search_checks import assert_pruned_equals_exhaustive
+from tests.schedule_checks import balanced_free_comm
 
 ZB = get_schedule("zb-h1")
 
@@ -147,14 +148,6 @@ def test_trailing_weight_gradients_counted_on_the_order(p, m):
 A100x2 = cluster_preset("dgx-a100", 2)
 
 
-def _balanced(job):
-    """The job's costs with the embedding, the LM head and the optimizer removed."""
-    return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                   head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                   optimizer_by_stage=(0.0,) * job.plan.pp,
-                   passes_by_stage=(0.0,) * job.plan.pp)
-
-
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [
     ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 8, 16, {}), ("gpt-1.7b", 2, 4, 4, {}),
     ("gpt-1.7b", 4, 2, 8, {"zero": 1}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
@@ -168,12 +161,7 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     slower by ``2(pp-1)·t_w``."""
     job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h1",
                                                     **extra))
-    costs = _balanced(job)
-    res = simulate(job, free_comm=True, costs=costs)
-    m, L = job.num_microbatches, job.model.num_layers // pp
-    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
-    t_b = L * (costs.layer_bwd + costs.layer_recompute)
-    assert 0 < t_w <= min(t_f, t_b - t_w)
+    res, costs, m, t_f, t_b, t_w = balanced_free_comm(job)
     order = simulate_free_comm("zb-h1", pp, m, 1, t_f, t_b, t_w=t_w)
     assert res.step_time_s == pytest.approx(order, rel=1e-9)
     if m >= pp:
@@ -277,16 +265,10 @@ def test_search_with_the_schedule_fixed_equals_exhaustive(schedule):
     """``search --fix schedule=zb-h1`` (or zb-h2) enumerates it (``fixed_search_vpps``; the
     default search leaves it out), and the bound-ordered search returns the exhaustive
     search's top plans: the bound is valid for it on the whole space."""
-    from simulator.search.run import SearchConfig, run_search
     m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
     opts = SpaceOptions(max_mbs=1, fixed={"schedule": schedule})
     sp = enumerate_space(m, cl, 16, opts)
     assert sp.size and (sp.cols["sched"] == schedule_code(schedule)).all()
     cfg = dict(model=m, cluster=cl, gbs=16, options=opts, workers=2, k=5)
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
+    _, full = assert_pruned_equals_exhaustive(cfg)
     assert all(f"schedule={schedule}" in p["key"] for p in full["plans"])

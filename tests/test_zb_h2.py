@@ -14,7 +14,6 @@ import pytest
 
 from simulator.cli.main import main
 from simulator.simulate import simulate
-from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.memory.scalar import memory_by_stage
@@ -24,7 +23,7 @@ from strategies.schedules import Schedule, Step, get_schedule
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash, simulate_free_comm)
 from topologies.cluster import cluster_preset
-from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_free_comm
 
 ZB = get_schedule("zb-h2")
 
@@ -130,14 +129,6 @@ def test_plans_accept_it_with_one_chunk():
 A100x2 = cluster_preset("dgx-a100", 2)
 
 
-def _balanced(job):
-    """The job's costs with the embedding, the LM head and the optimizer removed."""
-    return replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                   head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                   optimizer_by_stage=(0.0,) * job.plan.pp,
-                   passes_by_stage=(0.0,) * job.plan.pp)
-
-
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [
     ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 4, 16, {}), ("gpt-1.7b", 2, 8, 16, {}),
     ("gpt-1.7b", 2, 4, 4, {}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
@@ -150,12 +141,7 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     the estimate's ``pipeline_span`` equal to it."""
     job = make_job(model_preset(model), A100x2, Plan(tp=tp, pp=pp, gbs=gbs, schedule="zb-h2",
                                                     **extra))
-    costs = _balanced(job)
-    res = simulate(job, free_comm=True, costs=costs)
-    m, L = job.num_microbatches, job.model.num_layers // pp
-    t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
-    t_b = L * (costs.layer_bwd + costs.layer_recompute)
-    assert 0 < t_w <= min(t_f, t_b - t_w)
+    res, costs, m, t_f, t_b, t_w = balanced_free_comm(job)
     assert res.step_time_s == pytest.approx(simulate_free_comm("zb-h2", pp, m, 1, t_f, t_b,
                                                                t_w=t_w), rel=1e-9)
     one = simulate(make_job(job.model, A100x2, replace(job.plan, schedule="1f1b")),

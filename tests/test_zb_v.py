@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from dataclasses import replace
 
 import pytest
 
@@ -26,7 +25,8 @@ from strategies.schedules import get_schedule, head_rank, resolve_name
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,
                                            peak_stash, simulate_free_comm)
 from topologies.cluster import cluster_preset
-from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
+from tests.search_checks import assert_pruned_equals_exhaustive
+from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order, balanced_costs
 
 ZB = get_schedule("zb-v")
 
@@ -113,19 +113,6 @@ def test_plans_accept_it_with_two_chunks_only():
 A100x2 = cluster_preset("dgx-a100", 2)
 
 
-def _balanced(job, region: bool = False):
-    """The job's costs with the embedding, the LM head and the optimizer removed; with
-    ``region`` the input-gradient part of a layer's backward set equal to its forward
-    (``T_F = T_B``, where the closed form holds), ``W`` and recomputation kept."""
-    c = replace(stage_costs(job), embedding_fwd=0.0, embedding_bwd=0.0, embedding_wgrad=0.0,
-                head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
-                optimizer_by_stage=(0.0,) * job.plan.pp,
-                passes_by_stage=(0.0,) * job.plan.pp)
-    if region:
-        c = replace(c, layer_bwd=c.layer_fwd - c.layer_recompute + c.layer_wgrad)
-    return c
-
-
 @pytest.mark.parametrize("model,tp,pp,gbs,extra", [
     ("gpt-1.7b", 2, 4, 32, {}), ("gpt-1.7b", 2, 4, 16, {}), ("gpt-1.7b", 2, 2, 16, {}),
     ("gpt-1.7b", 2, 4, 4, {}), ("llama3-8b", 2, 4, 16, {"recompute": "selective"}),
@@ -139,8 +126,8 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
     job = make_job(model_preset(model), A100x2,
                    Plan(tp=tp, pp=pp, vpp=2, gbs=gbs, schedule="zb-v", **extra))
     m, L = job.num_microbatches, job.model.num_layers // pp
-    for region in (False, True):
-        costs = _balanced(job, region)
+    for region in ("", "fb"):
+        costs = balanced_costs(job, region)
         res = simulate(job, free_comm=True, costs=costs)
         t_f, t_w = L * costs.layer_fwd, L * costs.layer_wgrad
         t_b = L * (costs.layer_bwd + costs.layer_recompute)       # B + W, rank-level
@@ -225,7 +212,6 @@ def test_search_with_the_schedule_fixed_equals_exhaustive():
     """``search --fix schedule=zb-v`` enumerates it with two chunks (``fixed_search_vpps``;
     the default search leaves it out), and the bound-ordered search returns the exhaustive
     search's top plans: the bound is valid for it on the whole space."""
-    from simulator.search.run import SearchConfig, run_search
     from strategies.schedules import schedule_code
     from strategies.search.space import SpaceOptions, enumerate_space
     mod, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
@@ -236,10 +222,5 @@ def test_search_with_the_schedule_fixed_equals_exhaustive():
     assert not (enumerate_space(mod, cl, 16, SpaceOptions(max_mbs=1)).cols["sched"]
                 == schedule_code("zb-v")).any()
     cfg = dict(model=mod, cluster=cl, gbs=16, options=opts, workers=2, k=5)
-    pruned = run_search(SearchConfig(**cfg))
-    full = run_search(SearchConfig(exhaustive=True, **cfg))
-    assert pruned["evaluated"]["simulated"] < full["evaluated"]["simulated"]
-    assert [p["key"] for p in pruned["plans"]] == [p["key"] for p in full["plans"]]
-    assert [p["step_time_s"] for p in pruned["plans"]] == \
-        [p["step_time_s"] for p in full["plans"]]
+    _, full = assert_pruned_equals_exhaustive(cfg)
     assert all("schedule=zb-v" in p["key"] for p in full["plans"])
