@@ -1,10 +1,15 @@
-"""The search's output, its execution counts included, does not depend on the order in
-which workers finish: ``bound_ordered_search`` takes results in submission order, so the
-candidates it dispatches (speculative ones too) are a function of the bounds, the times and
-the worker count. End to end: ``search`` and ``whatif`` with ``--workers 2`` print the same
-JSON bytes twice, less ``wall_s`` (the one wall-clock field, docs/cli.md)."""
+"""The search reports the same thing whatever order the workers finish in.
+
+``bound_ordered_search`` takes results as they finish (so no worker waits behind a slower
+one); which candidates it evaluates speculatively then depends on that order, but what it
+reports (``needed``, ``ranked``, ``pick``, ``pool``, ``kth``, ``best``) is a function of
+the bounds and the times alone. End to end: ``search`` and ``whatif`` with ``--workers 2``
+print the same JSON bytes twice, less ``wall_s`` and ``execution.simulations_run`` (the
+wall-clock field and the count of simulations run, speculative ones included: docs/cli.md).
+"""
 from __future__ import annotations
 
+import json
 import random
 import re
 import subprocess
@@ -13,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.search.bound_ordered import bound_ordered_search
+from strategies.search.bound_ordered import SerialExecutor, bound_ordered_search
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -26,11 +31,9 @@ class ScrambledPool:
         self.times, self.capacity = times, capacity
         self.rng = random.Random(seed)
         self.inflight: list[int] = []
-        self.submitted: list[int] = []
 
     def submit(self, index: int) -> None:
         self.inflight.append(index)
-        self.submitted.append(index)
 
     def wait(self):
         self.rng.shuffle(self.inflight)
@@ -39,32 +42,86 @@ class ScrambledPool:
         return [(i, self.times[i]) for i in done]
 
 
-@pytest.mark.parametrize("k", [1, 3])
-@pytest.mark.parametrize("capacity", [2, 3, 5])
-def test_dispatched_candidates_do_not_depend_on_the_finishing_order(capacity, k):
-    """(Taking results as they finished, k=1 on 5 workers dispatched 18, 19 or 21 of these
-    candidates depending on the order.)"""
-    rng = random.Random(7)
-    bounds = [rng.uniform(1.0, 2.0) for _ in range(60)]
+class ClockPool:
+    """``capacity`` workers on a virtual clock: candidate ``i`` takes ``costs[i]`` seconds;
+    ``wait`` advances the clock to the next finish. Records, at each ``wait``, how many were
+    in flight and how many had been submitted."""
+
+    def __init__(self, times, costs, capacity: int) -> None:
+        self.times, self.costs, self.capacity = times, costs, capacity
+        self.clock = 0.0
+        self.running: dict[int, float] = {}      # index -> finish time
+        self.busy_at_wait: list[int] = []
+        self.submitted: list[int] = []
+
+    def submit(self, index: int) -> None:
+        self.running[index] = self.clock + self.costs[index]
+        self.submitted.append(index)
+
+    def wait(self):
+        self.busy_at_wait.append((len(self.running), len(self.submitted)))
+        self.clock = min(self.running.values())
+        done = sorted(i for i, f in self.running.items() if f == self.clock)
+        for i in done:
+            del self.running[i]
+        return [(i, self.times[i]) for i in done]
+
+
+def _case(n: int = 60, seed: int = 7):
+    rng = random.Random(seed)
+    bounds = [rng.uniform(1.0, 2.0) for _ in range(n)]
     times = [b * rng.uniform(1.0, 3.0) for b in bounds]
     cx = [(rng.randint(1, 4),) for _ in bounds]
-    runs = []
+    return bounds, times, cx
+
+
+def _reported(out):
+    return out.needed, out.ranked, out.pick, out.pool, out.kth, out.best
+
+
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("capacity", [2, 3, 5])
+def test_what_is_reported_does_not_depend_on_the_finishing_order(capacity, k):
+    """(k=1 on 5 workers evaluates 18, 19 or 21 of these candidates depending on the order;
+    the reported fields are those of one worker, every time.)"""
+    bounds, times, cx = _case()
+    serial = bound_ordered_search(bounds, SerialExecutor(lambda i: times[i]), k=k,
+                                  tolerance=0.05, complexity=cx)
     for seed in range(12):
-        pool = ScrambledPool(times, capacity, seed)
-        out = bound_ordered_search(bounds, pool, k=k, tolerance=0.05, complexity=cx)
-        runs.append((pool.submitted, sorted(out.evaluated), out.needed, out.ranked, out.pick))
-    assert all(r == runs[0] for r in runs[1:])
-    # the speculation is bounded by the workers: at most capacity - 1 beyond the needed
-    assert len(runs[0][1]) - len(runs[0][2]) <= capacity - 1
-    # and the top-k is still exact
-    assert runs[0][3] == sorted(range(len(times)), key=lambda i: times[i])[:k]
+        out = bound_ordered_search(bounds, ScrambledPool(times, capacity, seed), k=k,
+                                   tolerance=0.05, complexity=cx)
+        assert _reported(out) == _reported(serial)
+        assert set(out.needed) <= set(out.evaluated)
+        assert all(out.evaluated[i] == times[i] for i in out.evaluated)
+    # the top-k is exact
+    assert serial.ranked == sorted(range(len(times)), key=lambda i: times[i])[:k]
 
 
-def _json_less_wall(args: list[str]) -> bytes:
+@pytest.mark.parametrize("capacity", [2, 3])
+def test_no_worker_waits_behind_a_slower_one(capacity):
+    """Without complexities a candidate once ruled out stays out (the k-th best only
+    falls), so until the last dispatch every ``wait`` finds every worker busy: a result is
+    taken when it finishes and its worker gets the next candidate at once. (Taking results
+    in dispatch order left a worker idle behind a slower earlier dispatch.)"""
+    bounds, times, _ = _case(80, seed=3)
+    rng = random.Random(11)
+    costs = [rng.choice([0.2, 1.0, 5.0]) for _ in bounds]
+    pool = ClockPool(times, costs, capacity)
+    out = bound_ordered_search(bounds, pool, k=3)
+    last = len(pool.submitted)
+    assert last > 2 * capacity
+    before_last = [busy for busy, n in pool.busy_at_wait if n < last]
+    assert before_last and all(b == capacity for b in before_last)
+    assert out.ranked == sorted(range(len(times)), key=lambda i: times[i])[:3]
+
+
+def _json_less_timing(args: list[str]) -> bytes:
     out = subprocess.run([sys.executable, "-m", "simulator.cli", *args], cwd=ROOT,
                          capture_output=True, check=True, timeout=300).stdout
     less = re.sub(rb'"wall_s": [0-9.eE+-]+', b'"wall_s": null', out)
     assert less.count(b'"wall_s": null') == 1      # the one wall-clock field, and only it
+    less = re.sub(rb'"simulations_run": [0-9]+', b'"simulations_run": null', less)
+    assert less.count(b'"simulations_run": null') == 1
     return less
 
 
@@ -74,6 +131,11 @@ def _json_less_wall(args: list[str]) -> bytes:
      "--max-mbs", "1", "--vary", "inter_node_gbps=100,400"],
 ], ids=["search", "whatif"])
 def test_two_workers_print_the_same_json_bytes_twice(args):
-    a, b = (_json_less_wall([*args, "--workers", "2", "--json"]) for _ in range(2))
+    a, b = (_json_less_timing([*args, "--workers", "2", "--json"]) for _ in range(2))
     assert a == b
-    assert b'"simulations_run"' in a
+    rep = json.loads(a)
+    if args[0] == "search":      # and the same as one worker's, but for the execution block
+        one = json.loads(_json_less_timing([*args, "--workers", "1", "--json"]))
+        for r in (rep, one):
+            r.pop("execution")
+        assert rep == one

@@ -17,14 +17,18 @@ the tolerance, or is more complex than the pick, so:
 
 The best time and the k-th best only fall as results come in, so the final state decides
 what is needed; executors with several workers may evaluate a few more candidates
-speculatively, and ``SearchOutcome.needed`` leaves them out, so what is reported does not
-depend on the worker count.
+speculatively (dispatched while a result that would have ruled them out was still running).
 
-Results are taken in the order their candidates were submitted, one at a time, whatever
-order the workers finish in (a result that arrives early waits for those submitted before
-it). Every decision to dispatch then reads the same results, so the candidates evaluated
-(speculative ones included) are a function of the bounds, the times and the executor's
-capacity alone: the same run with the same worker count evaluates the same candidates.
+Results are taken as the workers finish them, so no worker waits behind a slower one, and
+which candidates are evaluated speculatively depends on that order. What is reported does
+not: ``needed``, ``ranked``, ``pick``, ``pool``, ``kth`` and ``best`` are functions of the
+bounds, the times, ``k``, the tolerance, the keys and the complexities alone. The top-k are
+needed (``bound <= time <= kth``), so ``kth`` and ``best`` are those of evaluating
+everything; a speculative candidate inside the tolerance band is more complex than the
+pick, or no simpler and slower than it (else it would be needed), so the pick is that of
+evaluating everything too; and ``needed`` reads only these. ``evaluated`` (speculative ones
+included) is the one field that varies from run to run with several workers
+(``tests/test_search_determinism.py``).
 
 >>> bounds = [1.0, 2.0, 3.0, 10.0]
 >>> times = [1.5, 2.1, 3.2, 11.0]
@@ -137,8 +141,6 @@ def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5
     order = sorted(range(len(bounds)), key=lambda i: (bounds[i], keys[i] if keys else i))
     st = _State(k, tolerance, complexity, keys)
     pending, inflight = list(order), 0
-    submitted: list[int] = []            # in flight, in submission order
-    arrived: dict[int, float] = {}       # finished but not yet taken (a later submission)
     while True:
         rest = []
         for pos, i in enumerate(pending):
@@ -147,7 +149,6 @@ def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5
                 break
             if exhaustive or math.isinf(st.kth) or st.needed(i, bounds[i]):
                 executor.submit(i)
-                submitted.append(i)
                 inflight += 1
             elif bounds[i] > st.limit():
                 rest += pending[pos:]
@@ -157,18 +158,15 @@ def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5
         pending = rest
         if inflight == 0:
             break
-        head = submitted[0]
-        while head not in arrived:       # take results in submission order (determinism)
-            arrived.update((j, float(t)) for j, t in executor.wait())
-        submitted.pop(0)
-        inflight -= 1
-        t = arrived.pop(head)
-        if t < bounds[head]:
-            raise AssertionError(f"evaluation {t!r} of candidate {head} beat its lower bound "
-                                 f"{bounds[head]!r}: the bound is wrong")
-        st.add(head, t)
-        if on_result is not None:
-            on_result(head, t, st)
+        for i, t in executor.wait():     # as they finish: no worker waits behind another
+            inflight -= 1
+            t = float(t)
+            if t < bounds[i]:
+                raise AssertionError(f"evaluation {t!r} of candidate {i} beat its lower "
+                                     f"bound {bounds[i]!r}: the bound is wrong")
+            st.add(i, t)
+            if on_result is not None:
+                on_result(i, t, st)
     needed = [i for i in order if i in st.times and (exhaustive or st.needed(i, bounds[i]))]
     missing = [i for i in order if i not in st.times and st.needed(i, bounds[i])]
     assert not missing, f"needed candidates left unevaluated: {missing[:5]}"
