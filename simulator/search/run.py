@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Callable
 
 import numpy as np
 
@@ -69,8 +70,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
     bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                    costs=analytic["stage_costs"])
-    plans = [space.plan(i) for i in range(space.size)]
-    keys = [plan_key(p) for p in plans]
+    plans = Rows(space.size, space.plan)      # built as the search reads them
+    keys = Rows(space.size, lambda i: plan_key(plans[i]))
     refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
     refs = [r for r in refs if r is not None]
 
@@ -102,7 +103,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
         order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))
     try:
-        cx = [complexity(p, cl.gpus_per_node) for p in plans]
+        cx = Rows(space.size, lambda i: complexity(plans[i], cl.gpus_per_node))
         out = bound_ordered_search(bounds.tolist(), ex, k=cfg.k, tolerance=cfg.tolerance,
                                    exhaustive=cfg.exhaustive, keys=keys, complexity=cx,
                                    on_result=progress)
@@ -132,7 +133,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         "inputs": _inputs(cfg, space),
         "plans": [_row(cfg, space, analytic, bounds, plans, res, i, out.ranked[0], n + 1)
                   for n, i in enumerate(out.ranked)],
-        "recommended": _recommended(cfg, space, analytic, bounds, plans, res, out),
+        "recommended": _recommended(cfg, space, analytic, bounds, plans, keys, res, out),
         "references": [_ref_row(cfg, label, p, res[-j - 1], res[out.ranked[0]])
                        for j, (label, p) in enumerate(refs)],
         "pruned": {r: space.pruned.get(r, 0) for r, _ in RULES},
@@ -150,6 +151,25 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     if not cl.uniform:
         report["uneven"] = _uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
     return report
+
+
+class Rows(Sequence):
+    """``n`` values, ``fn(i)`` each, computed when first read and kept: the search reads the
+    plans, keys and complexities of a few rows of a space of thousands."""
+
+    def __init__(self, n: int, fn: Callable[[int], Any]) -> None:
+        self.n, self.fn, self.memo = n, fn, {}
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> Any:
+        if not -self.n <= i < self.n:
+            raise IndexError(i)
+        i %= self.n
+        if i not in self.memo:
+            self.memo[i] = self.fn(i)
+        return self.memo[i]
 
 
 UNEVEN_CANDIDATES = 24   # heterogeneity-aware variants simulated on a mixed cluster
@@ -271,7 +291,10 @@ def _plan_dict(p: Plan) -> dict[str, Any]:
     return {k: getattr(p, k) for k in keys}
 
 
-def _without(cfg, space, bounds, plans, res, needed: set, pick: Plan) -> list[Without]:
+def _without(cfg, space, bounds, plans, keys, res, needed: set,
+             pick: Plan) -> list[Without]:
+    """For each dimension the pick keeps, the fastest plan without it: the least of the
+    simulated times (needed plans) and the bounds (the rest), ties to a bound, then by key."""
     out = []
     for d in ("tp", "pp", "cp", "ep", "dp"):
         if getattr(pick, d) == 1:
@@ -280,21 +303,24 @@ def _without(cfg, space, bounds, plans, res, needed: set, pick: Plan) -> list[Wi
         if idx.size == 0:
             out.append(Without(d, None, None, False))
             continue
-        lower = [(res[i]["step_time_s"] if i in needed else float(bounds[i]), i in needed,
-                  plan_key(plans[i]), i) for i in idx.tolist()]
-        t, exact, _, i = min(lower)
+        exact = np.isin(idx, np.fromiter(needed, dtype=np.int64, count=len(needed)))
+        t = bounds[idx].astype(float)
+        t[exact] = [res[i]["step_time_s"] for i in idx[exact].tolist()]
+        tied = np.flatnonzero(t == t.min())     # keys (Plans) only for the ties
+        t, exact, _, i = min((float(t[n]), bool(exact[n]), keys[int(idx[n])], int(idx[n]))
+                             for n in tied.tolist())
         out.append(Without(d, plans[i], t, exact))
     return out
 
 
-def _recommended(cfg, space, analytic, bounds, plans, res, out) -> dict[str, Any]:
+def _recommended(cfg, space, analytic, bounds, plans, keys, res, out) -> dict[str, Any]:
     pick, best = out.pick, out.ranked[0]
     p = plans[pick]
     row = _row(cfg, space, analytic, bounds, plans, res, pick, best, 1 if pick == best else 2)
     row.pop("rank")
     row["why"] = explain(p, res[pick]["step_time_s"], plans[best], res[best]["step_time_s"],
                          cfg.tolerance, cfg.cluster.gpus_per_node,
-                         _without(cfg, space, bounds, plans, res, set(out.needed), p))
+                         _without(cfg, space, bounds, plans, keys, res, set(out.needed), p))
     row["within_tolerance"] = len(out.pool)
     return row
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Protocol, Sequence
+from typing import Any, Callable, Iterator, Protocol, Sequence
 
 
 class Executor(Protocol):
@@ -124,6 +124,24 @@ class _State:
         return (self.cx[i], bound) <= (self.cx[p], self.times[p])
 
 
+def in_bound_order(bounds: Sequence[float], tie: Callable[[int], Any]) -> Iterator[int]:
+    """The indices of ``bounds`` in increasing ``(bounds[i], tie(i))`` order, lazily: ``tie``
+    is called only for indices whose bound equals another's, as the iteration reaches them
+    (a search reads a short prefix of a long list, and each key costs a ``Plan``).
+
+    >>> list(in_bound_order([2.0, 1.0, 2.0, 0.5], lambda i: -i))
+    [3, 1, 2, 0]
+    """
+    by = sorted(range(len(bounds)), key=bounds.__getitem__)
+    a = 0
+    while a < len(by):
+        b = a + 1
+        while b < len(by) and bounds[by[b]] == bounds[by[a]]:
+            b += 1
+        yield from (sorted(by[a:b], key=tie) if b - a > 1 else by[a:b])
+        a = b
+
+
 def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5,
                          tolerance: float = 0.0, exhaustive: bool = False,
                          keys: Sequence[str] | None = None,
@@ -132,29 +150,39 @@ def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5
                          ) -> SearchOutcome:
     """Evaluate the needed candidates in bound order (see the module docstring).
 
-    ``keys`` break ties (bound order, ranking, pick) so the output is deterministic;
+    ``keys`` break ties (bound order, ranking, pick) so the output is deterministic (read
+    only where needed: a lazy sequence saves building every key);
     ``complexity`` (smaller is simpler, compared as tuples) enables the recommendation;
     ``exhaustive`` evaluates everything; ``on_result(index, seconds, state)`` is called as
     each result arrives. Raises AssertionError if an evaluation beats its bound."""
     if k < 1:
         raise ValueError("k must be >= 1")
-    order = sorted(range(len(bounds)), key=lambda i: (bounds[i], keys[i] if keys else i))
+    tie = (lambda i: keys[i]) if keys is not None else (lambda i: i)
+    stream = in_bound_order(bounds, tie)
     st = _State(k, tolerance, complexity, keys)
-    pending, inflight = list(order), 0
+    pending: list[int] = []        # examined in bound order, not dispatched, not ruled out
+    inflight = 0
     while True:
-        rest = []
-        for pos, i in enumerate(pending):
+        rest, pos = [], 0
+        while True:
+            if pos == len(pending):    # examine the next candidate in bound order
+                nxt = next(stream, None)
+                if nxt is None:
+                    break
+                pending.append(nxt)
+            i = pending[pos]
             if inflight >= max(1, executor.capacity):
                 rest += pending[pos:]
                 break
             if exhaustive or math.isinf(st.kth) or st.needed(i, bounds[i]):
                 executor.submit(i)
                 inflight += 1
-            elif bounds[i] > st.limit():
+            elif bounds[i] > st.limit():   # the limit only falls: nothing after is needed
                 rest += pending[pos:]
                 break
             else:
                 rest.append(i)
+            pos += 1
         pending = rest
         if inflight == 0:
             break
@@ -167,8 +195,9 @@ def bound_ordered_search(bounds: Sequence[float], executor: Executor, k: int = 5
             st.add(i, t)
             if on_result is not None:
                 on_result(i, t, st)
-    needed = [i for i in order if i in st.times and (exhaustive or st.needed(i, bounds[i]))]
-    missing = [i for i in order if i not in st.times and st.needed(i, bounds[i])]
+    done = sorted(st.times, key=lambda i: (bounds[i], tie(i)))
+    needed = [i for i in done if exhaustive or st.needed(i, bounds[i])]
+    missing = [i for i in pending if i not in st.times and st.needed(i, bounds[i])]
     assert not missing, f"needed candidates left unevaluated: {missing[:5]}"
     ranked = sorted(needed, key=lambda i: (st.times[i], st.key(i)))[:k]
     pool = [i for i in needed if st.times[i] <= st.band()]
