@@ -82,6 +82,11 @@ _CTX: tuple | None = None
 def _init_worker(ctx: tuple) -> None:
     global _CTX
     _CTX = ctx
+    import simulator.extend  # noqa: F401  (the simulator's imports, before the first plan)
+
+
+def _started() -> None:
+    """A no-op task: submitting it starts the workers."""
 
 
 def _run_in_worker(plan: Plan) -> dict[str, Any]:
@@ -92,10 +97,12 @@ def _run_in_worker(plan: Plan) -> dict[str, Any]:
 class LocalPool:
     """``workers`` local processes (``concurrent.futures``), each holding the model and
     the cluster (sent once) and its own cached cluster graph; they exit with this process
-    (``simulator.workers``)."""
+    (``simulator.workers``). They start, and import the simulator, when the pool is made,
+    so a caller that makes it before scoring its candidates overlaps the two."""
 
     def __init__(self, ctx: tuple, plan_of: Callable[[int], Plan], workers: int) -> None:
         self.pool = process_pool(workers, _init_worker, (ctx,))
+        self.pool.submit(_started)      # start the workers now: they import meanwhile
         self.capacity, self.plan_of = workers, plan_of
         self.futures: dict[Future, int] = {}
         self.results: dict[int, dict] = {}

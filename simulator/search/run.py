@@ -62,22 +62,6 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
     fw, named = get_profile(cfg.framework), cfg.framework
-    space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named, dtype=cfg.dtype,
-                            system=cfg.system)
-    if space.size == 0:
-        raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the constraints ("
-                        + ", ".join(f"{r}: {n}" for r, n in space.pruned.items() if n) + ")")
-    analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
-    bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
-                                   costs=analytic["stage_costs"])
-    plans = Rows(space.size, space.plan)      # built as the search reads them
-    keys = Rows(space.size, lambda i: plan_key(plans[i]))
-    refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
-    refs = [r for r in refs if r is not None]
-
-    # a mixed cluster: heterogeneity-aware variants, simulated after the exact search
-    variants = [] if cl.uniform else _uneven_variants(cfg, space, analytic)
-    base = len(plans)
 
     def plan_of(i: int) -> Plan:
         if i >= base:
@@ -89,20 +73,39 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             return plan_key(variants[i - base][0])
         return keys[i] if i >= 0 else plan_key(refs[-i - 1][1])
 
-    log = None
-    if cfg.results:
-        log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
-                                                        named and named.name, cfg.exact,
-                                                        cfg.system),
-                         cfg.resume)
-    ex = Cached(make_executor(cfg.backend, cfg.workers,
-                              (m, cl, cfg.dtype, named and named.name, cfg.system, cfg.exact),
-                              plan_of,
-                              cfg.ray_address), key_of, log)
-    order = np.sort(bounds)
-    progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
-        order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))
+    # the workers start (fork, imports; Ray's start-up) while this process scores the space
+    inner = make_executor(cfg.backend, cfg.workers,
+                          (m, cl, cfg.dtype, named and named.name, cfg.system, cfg.exact),
+                          plan_of, cfg.ray_address)
+    ex = None
     try:
+        space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
+                                dtype=cfg.dtype, system=cfg.system)
+        if space.size == 0:
+            raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the "
+                            "constraints (" + ", ".join(f"{r}: {n}" for r, n in
+                                                        space.pruned.items() if n) + ")")
+        analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
+        bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
+                                       costs=analytic["stage_costs"])
+        plans = Rows(space.size, space.plan)      # built as the search reads them
+        keys = Rows(space.size, lambda i: plan_key(plans[i]))
+        refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
+        refs = [r for r in refs if r is not None]
+        # a mixed cluster: heterogeneity-aware variants, simulated after the exact search
+        variants = [] if cl.uniform else _uneven_variants(cfg, space, analytic)
+        base = len(plans)
+
+        log = None
+        if cfg.results:
+            log = ResultsLog(cfg.results, context_hash(m, cl, cfg.dtype, cfg.gbs,
+                                                       named and named.name, cfg.exact,
+                                                       cfg.system),
+                             cfg.resume)
+        ex = Cached(inner, key_of, log)
+        order = np.sort(bounds)
+        progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
+            order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))
         cx = Rows(space.size, lambda i: complexity(plans[i], cl.gpus_per_node))
         out = bound_ordered_search(bounds.tolist(), ex, k=cfg.k, tolerance=cfg.tolerance,
                                    exhaustive=cfg.exhaustive, keys=keys, complexity=cx,
@@ -122,7 +125,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             waiting -= len(ex.wait())
         ex.close()
     except BaseException:           # an error or a stop signal: end the workers now
-        ex.close(abort=True)
+        (ex or inner).close(abort=True)
         raise
     finally:
         if cfg.progress:
