@@ -320,6 +320,60 @@ class Cached:
                 self.log.close()
 
 
+class Backfill:
+    """An executor that also runs ``extra`` indices (work outside the search, such as its
+    reference plans) on the workers the search leaves idle: when the search waits with a
+    worker free, the first extra that is ``ready`` takes it. ``wait`` hands back only the
+    search's own results; ``finish`` runs the extras not yet done and waits for them."""
+
+    def __init__(self, inner, extra: list[int],
+                 ready: Callable[[int], bool] = lambda i: True) -> None:
+        self.inner, self.extra, self.ready = inner, list(extra), ready
+        self.capacity = inner.capacity
+        self.own: set[int] = set()           # the search's, in flight
+        self.background: set[int] = set()    # extras in flight
+
+    @property
+    def results(self) -> dict[int, dict]:
+        return self.inner.results
+
+    def submit(self, index: int) -> None:
+        self.inner.submit(index)
+        self.own.add(index)
+
+    def _fill(self, slots: int, force: bool = False) -> None:
+        for i in list(self.extra):
+            if len(self.own) + len(self.background) >= slots:
+                break
+            if force or self.ready(i):
+                self.extra.remove(i)
+                self.inner.submit(i)
+                self.background.add(i)
+
+    def wait(self) -> list[tuple[int, float]]:
+        while True:
+            self._fill(self.capacity)
+            out = []
+            for i, t in self.inner.wait():
+                if i in self.background:
+                    self.background.discard(i)
+                else:
+                    self.own.discard(i)
+                    out.append((i, t))
+            if out or not self.own:
+                return out
+
+    def finish(self) -> None:
+        self._fill(len(self.own) + len(self.background) + len(self.extra), force=True)
+        while self.background:
+            for i, _ in self.inner.wait():
+                self.background.discard(i)
+                self.own.discard(i)
+
+    def close(self, abort: bool = False) -> None:
+        self.inner.close(abort)
+
+
 def make_executor(backend: str, workers: int, ctx: tuple, plan_of: Callable[[int], Plan],
                   ray_address: str | None = None):
     """``local`` (in this process when ``workers`` is 1) or ``ray``."""

@@ -14,8 +14,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from simulator.search.executors import (Cached, ResultsLog, context_hash, make_executor,
-                                   progress_printer)
+from simulator.search.executors import (Backfill, Cached, ResultsLog, context_hash,
+                                        make_executor, progress_printer)
 from strategies.cost import counts as costs
 from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -25,6 +25,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
+from strategies.plan_arrays import PlanArrays
 from strategies.search.recommend import Without, complexity, explain
 from strategies.search.bound_ordered import bound_ordered_search
 from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
@@ -77,7 +78,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     inner = make_executor(cfg.backend, cfg.workers,
                           (m, cl, cfg.dtype, named and named.name, cfg.system, cfg.exact),
                           plan_of, cfg.ray_address)
-    ex = None
+    ex: Backfill | None = None
     try:
         space = enumerate_space(m, cl, cfg.gbs, cfg.options, framework=named,
                                 dtype=cfg.dtype, system=cfg.system)
@@ -102,27 +103,32 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                                                        named and named.name, cfg.exact,
                                                        cfg.system),
                              cfg.resume)
-        ex = Cached(inner, key_of, log)
+        # the reference plans, once the search can no longer need them (their bound above
+        # its limit, which only falls), and a mixed cluster's variants run on idle workers
+        ref_bounds = _ref_bounds(cfg, fw, [p for _, p in refs])
+        state: list = []
+        ex = Backfill(Cached(inner, key_of, log),
+                      [-j - 1 for j in range(len(refs))] + [base + j for j in
+                                                            range(len(variants))],
+                      lambda i: i >= base or (bool(state) and not cfg.exhaustive
+                                              and ref_bounds[-i - 1] > state[0].limit()))
         order = np.sort(bounds)
         progress = progress_printer(cfg.progress, lambda st: int(np.searchsorted(
             order, st.limit() if np.isfinite(st.limit()) else order[-1], side="right")))
+
+        def on_result(i: int, t: float, st) -> None:
+            state[:] = [st]
+            if progress is not None:
+                progress(i, t, st)
         cx = Rows(space.size, lambda i: complexity(plans[i], cl.gpus_per_node))
         out = bound_ordered_search(bounds.tolist(), ex, k=cfg.k, tolerance=cfg.tolerance,
                                    exhaustive=cfg.exhaustive, keys=keys, complexity=cx,
-                                   on_result=progress)
-        known = {keys[i]: i for i in out.evaluated}
-        waiting = 0
-        for j, (_, p) in enumerate(refs):
-            if plan_key(p) in known:                  # already simulated by the search
+                                   on_result=on_result)
+        ex.finish()
+        known = {keys[i]: i for i in out.needed}
+        for j, (_, p) in enumerate(refs):     # a plan the search needed: the search's figures
+            if plan_key(p) in known:
                 ex.results[-j - 1] = ex.results[known[plan_key(p)]]
-            else:
-                ex.submit(-j - 1)
-                waiting += 1
-        for j in range(len(variants)):
-            ex.submit(base + j)
-        waiting += len(variants)
-        while waiting:
-            waiting -= len(ex.wait())
         ex.close()
     except BaseException:           # an error or a stop signal: end the workers now
         (ex or inner).close(abort=True)
@@ -147,8 +153,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                       "extended": sum(1 for i in out.needed
                                       if res[i].get("method", "full") != "full")},
         "execution": {"backend": cfg.backend, "workers": cfg.workers,
-                      "simulations_run": ex.simulated,
-                      "reused_from_results": ex.reused},
+                      "simulations_run": ex.inner.simulated,
+                      "reused_from_results": ex.inner.reused},
         "wall_s": time.perf_counter() - t0,
     }
     if not cl.uniform:
@@ -227,6 +233,17 @@ def _uneven_rows(cfg: SearchConfig, variants: list, res: dict, base: int,
     for n, row in enumerate(rows):
         row["rank"] = n + 1
     return {"candidates": len(variants), "plans": rows[:cfg.k]}
+
+
+def _ref_bounds(cfg: SearchConfig, fw: FrameworkProfile, plans: list[Plan]) -> list[float]:
+    """The lower bound of each reference plan (seconds), as the search bounds its rows."""
+    if not plans:
+        return []
+    arrays = PlanArrays.from_plans(plans)
+    costs = estimate_arrays(cfg.model, cfg.cluster, cfg.dtype, arrays, fw,
+                            cfg.system)["stage_costs"]
+    return step_time_lower_bound(cfg.model, cfg.cluster, cfg.dtype, arrays, fw, cfg.system,
+                                 costs=costs).tolist()
 
 
 def _resolve_ref(cfg: SearchConfig, label: str, plan: Plan) -> tuple[str, Plan] | None:
