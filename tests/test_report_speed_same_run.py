@@ -30,3 +30,32 @@ def test_a_before_tree_that_is_not_a_checkout_is_refused(tmp_path, capsys):
                            "--before-tree", str(tmp_path)])
     assert err.value.code == 2
     assert "--before-tree" in capsys.readouterr().err and not list(tmp_path.iterdir())
+
+
+def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monkeypatch):
+    """``--search-only --search-repeat 3``: the simulate cases come from the speed.json already
+    there, the default search runs 3 times per side, the earlier checkout first each time,
+    and the page gives the least and the median (the target is checked on the median)."""
+    prev = json.loads((ROOT / "docs" / "reports" / "speed.json").read_text())
+    (tmp_path / "speed.json").write_text(json.dumps({**prev, "same_run_before": None}))
+    (tmp_path / "simulator").mkdir()
+    calls = []
+    walls = iter([20.0, 14.0, 18.0, 12.0, 30.0, 16.5])
+
+    def fake(tree=None):
+        calls.append(tree)
+        return {"case": "default-search", "wall_s": next(walls), "cpu_s": 25.0 - len(calls),
+                "load_1min": 1.0, "simulations": 14, "simulated": 12, "recommended": "tp4"}
+    monkeypatch.setattr(report_speed, "default_search", fake)
+    assert report_speed.main(["--search-only", "--search-repeat", "3", "--out", str(tmp_path),
+                              "--before-tree", str(tmp_path), "--before-label", "old"]) == 0
+    assert calls == [str(tmp_path), None] * 3
+    data = json.loads((tmp_path / "speed.json").read_text())
+    after, before = data["default_search"], data["same_run_before"]["default_search"]
+    assert (after["wall_min_s"], after["wall_s"]) == (12.0, 14.0)
+    assert (before["wall_min_s"], before["wall_s"]) == (18.0, 20.0)
+    assert (after["cpu_min_s"], after["cpu_s"]) == (19.0, 21.0)
+    md = (tmp_path / "speed.md").read_text()
+    assert "| old | 3 | 18.00 | 20.00 |" in md and "| this checkout | 3 | 12.00 | 14.00 |" in md
+    assert "`default-search` meets its target (14.00 s median of 3 runs, least 12.00 s" in md
+    assert "copied from an earlier run" in md
