@@ -3,7 +3,8 @@ and the results file (JSON lines) that makes a search resumable.
 
 Every executor follows ``strategies.search.Executor``: ``submit(index)``, ``wait()`` ->
 ``[(index, step seconds)]``, ``capacity``; the full result of each evaluation (a small dict,
-``evaluate``) is kept in ``executor.results[index]``.
+``evaluate``) is kept in ``executor.results[index]``. ``Cached`` serves plans from a results
+file; ``Backfill`` runs work outside the search (reference plans) on idle workers.
 
 Results file: one line per finished simulation, written and flushed as it arrives::
 
