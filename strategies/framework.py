@@ -58,6 +58,18 @@ Sources (details and numbers in docs/calibration.md):
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
   so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
   XLA gather a layer's worth at once behind compute (``"bucketed"``).
+* Full recomputation that stops early (``recompute_early_stop``): PyTorch's non-reentrant
+  ``torch.utils.checkpoint`` (``use_reentrant=False``; early stop the default since PyTorch
+  2.1, pytorch/pytorch#96866) replays a checkpointed layer in its backward only until every
+  tensor the forward saved has been saved again: the pack hook of the last saved tensor
+  raises ``_StopRecomputationError``, and autograd saves an op's inputs before it runs the
+  op's kernel, so the layer's last GEMM (the MLP's down projection, whose input and weight
+  are the last tensors saved) and what follows it are not rerun. Composer wraps the blocks
+  with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
+  sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
+  ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
+  compiled, not modelled here (whole forward).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -125,7 +137,9 @@ class FrameworkProfile:
     (no separate per-micro-batch add kernel). ``kernels_per_layer``: kernels one transformer
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
     seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
-    (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
+    (``GPU.flash_efficiency``). ``recompute_early_stop``: full recomputation reruns a layer's
+    forward only up to its last GEMM (PyTorch's non-reentrant checkpoint, module docstring).
+    The ``default_*`` fields are the plan switches the stack uses
     unless a source says otherwise (``strategies.reference.cases`` reads them).
     """
 
@@ -178,6 +192,9 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
+    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    recompute_early_stop: bool = False
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -348,7 +365,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none",
+    recompute=("none", "full"), export="none", recompute_early_stop=True,
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
                        "SDPA's flash backend)"),
