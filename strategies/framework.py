@@ -109,7 +109,10 @@ class StepPasses:
     the 16-bit model weights in a separate kernel: read 4, write ``param_bytes``).
     ``tied_reduce``: the gradient of a tied word embedding is all-reduced between the first
     and the last pipeline stage once per step (``pp > 1``, embedding and LM head on
-    different ranks)."""
+    different ranks). ``adam_elements``: Adam's update as the stack runs it, in fp32
+    elements read or written per updated parameter when it is a chain of unfused kernels
+    (each kernel streams every tensor it reads and writes once); 0: one fused kernel,
+    ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``)."""
 
     zero_grad: bool = True
     scale_grad: bool = True
@@ -118,11 +121,15 @@ class StepPasses:
     clip_scale: bool = False
     param_copy: bool = True
     tied_reduce: bool = True
+    adam_elements: float = 0.0
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        if not (isinstance(self.adam_elements, (int, float)) and 0 <= self.adam_elements < 1e3):
+            raise SpecError("framework.step.adam_elements", self.adam_elements,
+                            "must be a number of fp32 elements per parameter in [0, 1000)")
         for name, _ in self.sources:
             if name not in names:
                 raise SpecError("framework.step.sources", name,
@@ -250,6 +257,11 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
+#: fp32 elements read or written per parameter by an unfused Adam update (``StepPasses``):
+#: Composer's DecoupledAdamW without weight decay, and torch's foreach AdamW with it, both 20
+#: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
+COMPOSER_ADAMW_ELEMENTS = 20.0
+TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -378,8 +390,12 @@ PYTORCH_EAGER = FrameworkProfile(
         ("recompute", "no activation checkpointing unless configured")),
     step=StepPasses(
         zero_grad=False, scale_grad=False, check_grad=False, clip_scale=True,
-        param_copy=False, tied_reduce=False,
+        param_copy=False, tied_reduce=False, adam_elements=COMPOSER_ADAMW_ELEMENTS,
         sources=(
+            ("adam_elements", "Composer DecoupledAdamW.adamw (llm-foundry's MPT yamls: "
+                              "decoupled_adamw, weight_decay 0): one Python loop over the "
+                              "parameters, unfused: exp_avg.mul_ 2, .add_ 3, exp_avg_sq.mul_ 2, "
+                              ".addcmul_ 3, sqrt 2, / 2, .add_(eps) 2, param.addcdiv_ 4"),
             ("zero_grad", "optimizer.zero_grad(set_to_none=True), PyTorch's default"),
             ("scale_grad", "the 1/dp average is taken by the reduce-scatter (not a pass over "
                            "the whole buffer)"),
@@ -395,7 +411,14 @@ TORCHTITAN = replace(
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
     schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan")
+    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
+    step=replace(PYTORCH_EAGER.step, adam_elements=TORCH_FOREACH_ADAMW_ELEMENTS, sources=tuple(
+        (k, v) for k, v in PYTORCH_EAGER.step.sources if k != "adam_elements") + (
+        ("adam_elements", "torch.optim.AdamW(foreach=True): torchtitan's --optimizer.fused "
+                          "defaults to False, weight_decay 0.1; _multi_tensor_adamw: "
+                          "_foreach_mul_(params) 2, _foreach_lerp_(exp_avgs) 3, "
+                          "_foreach_mul_(exp_avg_sqs) 2, _foreach_addcmul_ 3, _foreach_sqrt 2, "
+                          "_foreach_div_ 2, _foreach_add_(eps) 2, _foreach_addcdiv_ 4"),)))
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",

@@ -503,9 +503,12 @@ def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
         costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw, system)
 
 
-def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Adam step over the parameters this GPU updates: ``system.adam_step_bytes`` (28) HBM
-    bytes per parameter (fp32 master, m and v read and written, the fp32 gradient read) at
-    the usable bandwidth (seconds); the 16-bit weight copy is a per-step pass of the stack
-    (``strategies.cost.step``)."""
-    return system.adam_step_bytes * params_on_gpu / usable_hbm(gpu, system)
+def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM,
+                   fw: FrameworkProfile = DEFAULT) -> Num:
+    """Adam step over the parameters this GPU updates at the usable bandwidth (seconds): one
+    fused kernel, ``system.adam_step_bytes`` (28) HBM bytes per parameter (fp32 master, m and
+    v read and written, the fp32 gradient read), or the stack's chain of unfused kernels,
+    ``fw.step.adam_elements`` fp32 elements (4 bytes each) per parameter; the 16-bit weight
+    copy is a per-step pass of the stack (``strategies.cost.step``)."""
+    per = 4.0 * fw.step.adam_elements if fw.step.adam_elements else system.adam_step_bytes
+    return per * params_on_gpu / usable_hbm(gpu, system)
