@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from strategies.cost import counts
-from strategies.cost.compute import (early_stop_gemms, early_stop_saving, gemms_time_fwd,
-                                     layer_time)
+from strategies.cost.compute import early_stop_saving, gemms_time_fwd, layer_time
+from strategies.cost.counts import early_stop_gemms
 from strategies.framework import PROFILES, PYTORCH_EAGER, TORCHTITAN, get_profile
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
@@ -102,3 +102,53 @@ def test_moe_layer_skips_nothing():
     assert m.is_moe and not m.layer_shares().get("dense")
     assert early_stop_gemms(m, 1, 1, 1, 1) == []
     assert counts.layer_gemm_parts(m, 1, 1, 1, 1)   # it has GEMMs, just none skipped
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_hfu_counts_what_runs(share):
+    """HFU's hardware FLOPs drop by the skipped GEMM's forward FLOPs over every recomputed
+    layer (``share`` of them), only for full recomputation on an early-stopping stack."""
+    m, gbs = GPT, 16
+    T = gbs * m.seq_length
+    down = 2 * T * m.hidden_size * m.ffn_hidden_size * m.num_layers
+    full = counts.hardware_flops_per_step(m, gbs, True, 2, share)
+    early = counts.hardware_flops_per_step(m, gbs, True, 2, share, early_stop=True)
+    assert full - early == pytest.approx(share * down, rel=1e-12)
+    for rc in (0, 1, 3):
+        assert counts.hardware_flops_per_step(m, gbs, True, rc, share, early_stop=True) == \
+            counts.hardware_flops_per_step(m, gbs, True, rc, share)
+    ex = counts.executed_flops_per_step(m, gbs, True, 2, share)
+    assert ex - counts.executed_flops_per_step(m, gbs, True, 2, share, early_stop=True) == \
+        pytest.approx(share * down, rel=1e-12)
+    assert counts.hfu(m, gbs, True, 2, 1.0, 8, 1e15, share, early_stop=True) == \
+        pytest.approx(early / 8e15, rel=1e-15)
+
+
+def test_estimate_and_simulation_report_the_same_hfu():
+    """The analytic estimate and the simulation's report read the stack's flag alike."""
+    from strategies.estimate import estimate
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from topologies.cluster import cluster_preset
+    plan = parse_plan("tp=1,pp=1,dp=8,mbs=1,gbs=8,zero=3,recompute=full")
+    cl = cluster_preset("dgx-h100", 1)
+    m = model_preset("mpt-1b")
+    eager = estimate(make_job(m, cl, plan, framework="pytorch-eager"))
+    want = counts.hardware_flops_per_step(m, 8, True, 2, early_stop=True) / (
+        8 * eager.step_time_s * cl.mean_peak("bf16"))
+    assert eager.hfu == pytest.approx(want, rel=1e-12)
+
+
+def test_simulation_report_counts_the_same_hfu():
+    """``simulate``'s JSON HFU reads the stack's flag as the estimate does."""
+    from simulator.simulate import simulate, to_json
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from topologies.cluster import cluster_preset
+    plan = parse_plan("tp=1,pp=1,dp=8,mbs=1,gbs=8,zero=3,recompute=full")
+    cl = cluster_preset("dgx-h100", 1)
+    j = make_job(model_preset("mpt-1b"), cl, plan, framework="pytorch-eager")
+    d = to_json(simulate(j), j)
+    want = counts.hardware_flops_per_step(j.model, 8, True, 2, early_stop=True) / (
+        8 * d["step_time_s"] * cl.mean_peak("bf16"))
+    assert d["hfu"] == pytest.approx(want, rel=1e-12)

@@ -398,28 +398,17 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     return LayerTime(fwd, bwd, rc, g_w + acc)
 
 
-def early_stop_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                     etp: Num | None = None, load: Num = 1.0) -> list[tuple]:
-    """The GEMMs of the mean layer that a full recomputation which stops early does not rerun
-    (``FrameworkProfile.recompute_early_stop``): the dense MLP's down projection, the layer's
-    last GEMM, whose input and weight are the last tensors its forward saves (its count is the
-    dense layers' share). A MoE layer ends in the experts' combine (a gather and a weighted
-    sum that save the routing), after which nothing is skipped: none of its GEMMs."""
-    return [g for part, g in costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
-            if part == "dense_mlp" and g[4]]
-
-
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                       tpo: Num = False, fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
                       system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                       load: Num = 1.0) -> Num:
     """Seconds per layer and micro-batch that full recomputation does not rerun on a stack
-    whose checkpoint stops early: the forward of ``early_stop_gemms`` (``slow``: the
+    whose checkpoint stops early: the forward of ``counts.early_stop_gemms`` (``slow``: the
     overlap clock factor, as on the forward); 0 on a stack that reruns the whole forward."""
     if not fw.recompute_early_stop:
         return 0.0 * np.asarray(b, dtype=float)
-    return slow * gemms_time_fwd(early_stop_gemms(m, b, tp, cp, ep, etp, load), tp, gpu, dtype,
-                                 tpo, system)
+    return slow * gemms_time_fwd(costs.early_stop_gemms(m, b, tp, cp, ep, etp, load), tp, gpu,
+                                 dtype, tpo, system)
 
 
 def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
