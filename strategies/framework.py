@@ -37,7 +37,8 @@ Sources (details and numbers in docs/calibration.md):
   expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
   engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
-  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
+  Megatron context parallelism, no TP overlap, no sequence parallelism (bigscience-workshop/
+  Megatron-DeepSpeed forked Megatron-LM before v3 brought ``--sequence-parallel``, 2022). torchtitan (``torch.distributed.pipelining``):
   GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
@@ -278,8 +279,8 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
-    context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    context_parallel=False, expert_parallel=False, sequence_parallel=False,
+    tp_comm_overlap=False, flash_attn=False, export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",),
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
@@ -257,9 +257,12 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
-def _filled_model(c: dict, notes: list[str]) -> dict:
+def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
-    out filled where they can be (each assumption appended to ``notes``)."""
+    out filled where they can be (each assumption appended to ``notes``). A vocabulary the
+    entry's own notes do not state is read from a sibling entry (``siblings``) of the same
+    source document (``source.ref``) and the same model name that states it, in its model
+    mapping or its notes."""
     mo = dict(c.get("model") or {})
     seq, sn = seq_len(c)
     notes += sn
@@ -270,7 +273,31 @@ def _filled_model(c: dict, notes: list[str]) -> dict:
         if vocab:
             mo["vocab"] = vocab
             notes.append(f"vocab={vocab} (read from the source's notes)")
+    if not mo.get("vocab"):
+        found = _sibling_vocab(c, siblings)
+        if found:
+            mo["vocab"], other = found
+            notes.append(f"vocab={mo['vocab']} (stated for the same model by {other}, "
+                         "the same source document)")
     return mo
+
+
+def _sibling_vocab(c: dict, siblings: Sequence[dict]) -> tuple[int, str] | None:
+    """``(vocab, id)`` of the first other entry of ``c``'s source document (``source.ref``)
+    and model name whose model mapping or notes state a vocabulary, or None."""
+    ref = (c.get("source") or {}).get("ref")
+    name = (c.get("model") or {}).get("name")
+    if not ref or not name:
+        return None
+    for o in siblings:
+        if (not isinstance(o, dict) or o is c or o.get("id") == c.get("id")
+                or (o.get("source") or {}).get("ref") != ref
+                or (o.get("model") or {}).get("name") != name):
+            continue
+        vocab = (o.get("model") or {}).get("vocab") or vocab_from_notes(o.get("notes"))
+        if vocab:
+            return int(vocab), str(o.get("id"))
+    return None
 
 
 def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
@@ -302,7 +329,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     notes += sn
     sp = pl.get("sequence_parallel")
     if sp is None:
-        sp = modern and tp > 1
+        sp = modern and tp > 1 and fw.sequence_parallel
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
@@ -406,8 +433,9 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
-def case_from_entry(c: dict) -> Case:
-    """Build the Job for one published entry, or say why not."""
+def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
+    """Build the Job for one published entry, or say why not (``siblings``: the other entries
+    of its reference file, read only for what the entry's source states elsewhere)."""
     step, how = measured_step(c)
     pl = c.get("plan") or {}
     base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
@@ -429,7 +457,7 @@ def case_from_entry(c: dict) -> Case:
     if partition and "embedding counted as a block" not in partition:
         return skip(f"pipeline partition {partition!r} not read")
     *sizes, notes = sizes
-    mo = _filled_model(c, notes)
+    mo = _filled_model(c, notes, siblings)
     gbs = global_batch(c)
     if gbs is None:
         return skip("global batch not given")
