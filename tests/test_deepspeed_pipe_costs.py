@@ -2,8 +2,16 @@
 the closed forms of the costs DeepSpeed's pipeline engine adds (docs/calibration.md)."""
 from __future__ import annotations
 
+import pytest
+
+from strategies.cost.stage import stage_costs
 from strategies.framework import get_profile
+from strategies.job import make_job
+from strategies.plan import parse_plan
+from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
+from tests.test_simulate import _balanced
+from topologies.cluster import cluster_preset
 
 
 def _rows():
@@ -43,3 +51,78 @@ def test_deepspeed_rows_have_no_sequence_parallelism():
     case = case_from_entry(by_id["bloom_prequel_181B_zero0"], data)
     assert case.job.plan.sp is False
     assert "sp=false (not stated)" in case.assumptions
+
+
+# --- synchronous kernel launches (CUDA_LAUNCH_BLOCKING=1) ---------------------------------
+
+def test_sync_launch_gap_closed_form():
+    """BigScience's A/B (80 GPUs, 200B, TP=8 PP=10, MBS=1, GBS=512: 97.20 vs 91.04 TFLOP/s;
+    844.81 s at 98.87 TFLOP/s for GBS=2048) over (512 + 9) slots x 8 layers x 4 x 20 kernels."""
+    from strategies.framework import LAUNCH_GAP_S
+    from strategies.launch_blocking import JZ_AB, SYNC_LAUNCH_GAP_S, sync_launch_gap_s
+    t_async = 844.81 * (512 / 2048) * 98.87 / 97.20
+    extra = t_async * (97.20 / 91.04 - 1.0)
+    boundaries = (512 + 10 - 1) * (80 // 10) * 4 * 20
+    assert JZ_AB.async_step_s() == pytest.approx(t_async, rel=1e-15)
+    assert JZ_AB.boundaries(20) == boundaries == 333440
+    assert SYNC_LAUNCH_GAP_S == pytest.approx(LAUNCH_GAP_S + extra / boundaries, rel=1e-15)
+    assert sync_launch_gap_s(kernels_per_layer=40) < SYNC_LAUNCH_GAP_S   # more kernels, less each
+    assert 10e-6 < SYNC_LAUNCH_GAP_S < 100e-6                            # a host operator's time
+
+
+def _ds_job(blocking: bool, pp: int = 4, gbs: int = 32):
+    from strategies.launch_blocking import with_launch_blocking
+    fw = get_profile("megatron-deepspeed")
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
+    plan = parse_plan(f"tp=2,pp={pp},gbs={gbs},recompute=full,flash_attn=false")
+    return make_job(m, cl, plan, framework=with_launch_blocking(fw) if blocking else fw)
+
+
+def test_launch_blocking_charges_each_kernel_boundary():
+    """Per layer and micro-batch: k boundaries forward, k recomputed, 2k backward, each
+    costing SYNC - async more."""
+    from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
+    a, b = stage_costs(_ds_job(False)), stage_costs(_ds_job(True))
+    k = get_profile("megatron-deepspeed").kernels_per_layer
+    dg = SYNC_LAUNCH_GAP_S - get_profile("megatron-deepspeed").launch_gap_s
+    assert b.layer_fwd - a.layer_fwd == pytest.approx(k * dg, rel=1e-9)
+    assert b.layer_recompute - a.layer_recompute == pytest.approx(k * dg, rel=1e-9)
+    assert b.layer_bwd - a.layer_bwd == pytest.approx(2 * k * dg, rel=1e-9)
+
+
+@pytest.mark.parametrize("pp,gbs", [(2, 16), (4, 32)])
+def test_launch_blocking_adds_its_closed_form_to_the_step(pp, gbs):
+    """A balanced DeepSpeed 1F1B (TrainSchedule) pays the extra gap on every boundary of its
+    critical path: (m + pp - 1) slots x L/pp layers x 4k boundaries, in the estimate and in
+    the simulation with free communication."""
+    from strategies.estimate.scalar import estimate
+    from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
+    from simulator.simulate import simulate
+    fw = get_profile("megatron-deepspeed")
+    a, b = _ds_job(False, pp, gbs), _ds_job(True, pp, gbs)
+    m, L = a.num_microbatches, a.model.num_layers // pp
+    closed = (m + pp - 1) * L * 4 * fw.kernels_per_layer * (SYNC_LAUNCH_GAP_S - fw.launch_gap_s)
+    sim = [simulate(j, free_comm=True, costs=_balanced(j)).step_time_s for j in (a, b)]
+    assert sim[1] - sim[0] == pytest.approx(closed, rel=1e-9)
+    est = [estimate(j).step_time_s for j in (a, b)]
+    assert est[1] - est[0] == pytest.approx(closed, rel=1e-6)
+
+
+def test_bloom_rows_run_with_synchronous_launches():
+    from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
+    data, by_id = _rows()
+    for cid in ("bloom176B_final_384gpu", "bloom_prequel_181B_dp4_pp12_mbs1"):
+        case = case_from_entry(by_id[cid], data)
+        assert case.job.framework.launch_gap_s == SYNC_LAUNCH_GAP_S
+        assert any(a.startswith("synchronous kernel launches") for a in case.assumptions)
+    other = case_from_entry(by_id["narayanan2021_t2_zero3_175B_384gpu"], data)
+    assert other.job.framework.launch_gap_s == get_profile("megatron-deepspeed").launch_gap_s
+
+
+def test_launch_blocking_text():
+    from strategies.reference.text import launch_blocking
+    assert launch_blocking("export CUDA_LAUNCH_BLOCKING=1 (slurm)")
+    assert launch_blocking("cuda_launch_blocking = 1")
+    assert not launch_blocking("CUDA_LAUNCH_BLOCKING=0")
+    assert not launch_blocking("CUDA_LAUNCH_BLOCKING=10")
+    assert not launch_blocking(None)

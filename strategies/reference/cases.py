@@ -18,9 +18,11 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
+from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.reference.text import (attention_kernel, framework_name, gpu_preset,
-                                        intra_node_gbps, model_family, parse_inter_node,
-                                        recompute_kind, schedule_kind, vocab_from_notes)
+                                        intra_node_gbps, launch_blocking, model_family,
+                                        parse_inter_node, recompute_kind, schedule_kind,
+                                        vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from strategies.reference.bridge_recipes import recipe_for
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
@@ -433,6 +435,18 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
+def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` under the launch environment the entry's ``plan.env`` states: with
+    ``CUDA_LAUNCH_BLOCKING=1`` every kernel boundary costs ``SYNC_LAUNCH_GAP_S``
+    (``strategies.launch_blocking``), stated as an assumption with the entry's reason."""
+    said = pl.get("env")
+    if not launch_blocking(said):
+        return fw
+    notes.append(f"synchronous kernel launches, {SYNC_LAUNCH_GAP_S * 1e6:.1f} us per kernel "
+                 f"boundary (stated: {said})")
+    return with_launch_blocking(fw)
+
+
 def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     """Build the Job for one published entry, or say why not (``siblings``: the other entries
     of its reference file, read only for what the entry's source states elsewhere)."""
@@ -473,7 +487,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = _with_stated_kernel(framework_of(c), pl, notes)
+    fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)

@@ -188,6 +188,12 @@ def attention_kernel(value) -> str | None:
     return None
 
 
+def launch_blocking(value) -> bool:
+    """Whether a free-text environment field sets ``CUDA_LAUNCH_BLOCKING=1`` (synchronous
+    kernel launches, ``strategies.launch_blocking``)."""
+    return re.search(r"cuda_launch_blocking\s*=\s*1\b", str(value or "").lower()) is not None
+
+
 def recompute_kind(value) -> str | None:
     """``none``, ``selective``, ``op`` (torchtitan's op-level selective checkpointing, "SAC")
     or ``full`` from a free-text recompute field (None: unstated)."""
