@@ -179,6 +179,12 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: DeepSpeed's ``BF16_Optimizer`` in bf16 runs with ZeRO <= 1 (``runtime/bf16_optimizer.py``,
+    #: v0.6+): each micro-batch's 16-bit gradient is cast to fp32 and added into the fp32
+    #: gradient (``BF16_ACCUM_BYTES`` per parameter instead of the main_grad add's), the fp32
+    #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
+    #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
+    bf16_optimizer: bool = False
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -234,6 +240,15 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
+#: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
+#: ``hp_grad.add_(lp.grad.to(fp32))``: the cast reads 2 and writes a 4-byte temporary, the add
+#: reads the fp32 gradient and the temporary and writes the fp32 gradient (2 + 4 + 4 + 4 + 4)
+BF16_ACCUM_BYTES = 18.0
+
+
+def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
+    """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
+    return bool(fw.bf16_optimizer) and dtype == "bf16"
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -280,8 +295,9 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
-    tp_comm_overlap=False, flash_attn=False, export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",),
+    tp_comm_overlap=False, flash_attn=False, export="deepspeed",
+    schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",), bf16_optimizer=True,
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),

@@ -126,3 +126,80 @@ def test_launch_blocking_text():
     assert not launch_blocking("CUDA_LAUNCH_BLOCKING=0")
     assert not launch_blocking("CUDA_LAUNCH_BLOCKING=10")
     assert not launch_blocking(None)
+
+
+# --- DeepSpeed's BF16_Optimizer ---------------------------------------------------------
+
+def _bf16_job(bf16_optimizer: bool, dtype: str = "bf16", framework: str = "megatron-deepspeed"):
+    from dataclasses import replace
+    fw = replace(get_profile(framework), bf16_optimizer=bf16_optimizer)
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
+    plan = parse_plan("tp=2,pp=2,gbs=64,zero=1,recompute=full,flash_attn=false,"
+                      "overlap_grad_reduce=false,overlap_param_gather=false")
+    return make_job(m, cl, plan, dtype=dtype, framework=fw)
+
+
+def test_bf16_optimizer_accumulation_bytes():
+    """hp_grad.add_(lp.grad.to(fp32)): 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter and
+    micro-batch, against Megatron's main_grad add (4 + 2 + 4 = 10); fp16 runs keep the latter."""
+    from strategies.cost.compute import grad_accum_time, usable_hbm
+    from strategies.framework import BF16_ACCUM_BYTES
+    gpu = cluster_preset("dgx-a100", 1).gpu
+    ds = get_profile("megatron-deepspeed")
+    assert BF16_ACCUM_BYTES == 2 + 4 + 4 + 4 + 4
+    n = 1.23e9
+    assert grad_accum_time(n, gpu, "bf16", ds) == pytest.approx(n * 18 / usable_hbm(gpu),
+                                                                rel=1e-15)
+    assert grad_accum_time(n, gpu, "fp16", ds) == pytest.approx(n * (2 * 2 + 2) / usable_hbm(gpu),
+                                                                rel=1e-15)
+    assert grad_accum_time(n, gpu, "bf16", get_profile("megatron-lm-2021")) == pytest.approx(
+        n * (2 * 4 + 2) / usable_hbm(gpu), rel=1e-15)
+
+
+def test_bf16_optimizer_all_reduces_the_fp32_gradients():
+    """Under its own ZeRO-1 the BF16_Optimizer all-reduces (not reduce-scatters) the fp32
+    gradients after the schedule (DeepSpeed's ReduceGrads, not overlapped): the exposed
+    data-parallel time grows by exactly t_allreduce - t_reduce_scatter."""
+    from strategies.cost import comm as cm
+    from strategies.estimate.scalar import estimate
+    on, off = _bf16_job(True), _bf16_job(False)
+    sc = stage_costs(on)
+    p, cl = on.plan, on.cluster
+    params = sc.params_by_stage[0]
+    t_ar = cm.collective_time("allreduce", sc.grad_bytes * params, p.dp, p.tp, cl)
+    t_rs = cm.collective_time("reduce_scatter", sc.grad_bytes * params, p.dp, p.tp, cl)
+    e_on, e_off = estimate(on), estimate(off)
+    assert e_on.breakdown_s["dp_comm"] - e_off.breakdown_s["dp_comm"] == pytest.approx(
+        t_ar - t_rs, rel=1e-9)
+    # fp16: no BF16_Optimizer, nothing changes
+    assert estimate(_bf16_job(True, "fp16")).step_time_s == estimate(
+        _bf16_job(False, "fp16")).step_time_s
+
+
+def test_bf16_optimizer_simulated_reduction_is_an_all_reduce():
+    from simulator.program.compiler import compile_job
+    from simulator.program.ops import Collective
+
+    def kinds(job):
+        return {op.kind for prog in compile_job(job, ranks=[0]).values()
+                for ops in prog.streams.values() for op in ops
+                if isinstance(op, Collective) and len(op.group) == job.plan.dp}
+    on, off = kinds(_bf16_job(True)), kinds(_bf16_job(False))
+    assert "allreduce" in on and "reduce_scatter" not in on
+    assert "reduce_scatter" in off and "allreduce" not in off
+
+
+def test_bloom_rows_state_their_optimizer():
+    data, by_id = _rows()
+    final = case_from_entry(by_id["bloom176B_final_384gpu"], data).job.framework
+    assert final.bf16_optimizer is True
+    pre = case_from_entry(by_id["bloom_prequel_181B_dp4_pp12_mbs1"], data)
+    assert pre.job.framework.bf16_optimizer is False
+    assert any(a.startswith("bf16_optimizer=false (stated: ") for a in pre.assumptions)
+
+
+def test_bf16_optimizer_text():
+    from strategies.reference.text import bf16_optimizer
+    assert bf16_optimizer("DeepSpeed BF16_Optimizer (slurm)") is True
+    assert bf16_optimizer("ZeRO-1 without the BF16 optimizer") is False
+    assert bf16_optimizer("ZeRO-1") is None

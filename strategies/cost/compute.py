@@ -44,7 +44,7 @@ from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import DEFAULT, FrameworkProfile
+from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
@@ -252,9 +252,13 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
                     system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Seconds to add one micro-batch's weight gradients of ``params`` parameters into the
     main gradient with a separate kernel (read the main gradient, read the 16-bit gradient,
-    write the main gradient); 0 when the framework fuses it into the weight-gradient GEMM."""
+    write the main gradient; DeepSpeed's BF16_Optimizer casts first:
+    ``framework.BF16_ACCUM_BYTES``); 0 when the framework fuses it into the weight-gradient
+    GEMM."""
     if fw.grad_accum_fusion:
         return 0.0 * params
+    if uses_bf16_optimizer(fw, dtype):
+        return params * BF16_ACCUM_BYTES / usable_hbm(gpu, system)
     gb = system.main_grad_bytes(dtype)
     return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
 

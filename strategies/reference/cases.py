@@ -19,7 +19,8 @@ from strategies.plan import Plan
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
-from strategies.reference.text import (attention_kernel, framework_name, gpu_preset,
+from strategies.reference.text import (attention_kernel, bf16_optimizer, framework_name,
+                                        gpu_preset,
                                         intra_node_gbps, launch_blocking, model_family,
                                         parse_inter_node, recompute_kind, schedule_kind,
                                         vocab_from_notes)
@@ -436,9 +437,15 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
 
 
 def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
-    """The stack ``fw`` under the launch environment the entry's ``plan.env`` states: with
-    ``CUDA_LAUNCH_BLOCKING=1`` every kernel boundary costs ``SYNC_LAUNCH_GAP_S``
-    (``strategies.launch_blocking``), stated as an assumption with the entry's reason."""
+    """The stack ``fw`` with the optimizer the entry's ``plan.optimizer`` states (DeepSpeed's
+    BF16_Optimizer or not: ``FrameworkProfile.bf16_optimizer``) and under the launch
+    environment its ``plan.env`` states: with ``CUDA_LAUNCH_BLOCKING=1`` every kernel boundary
+    costs ``SYNC_LAUNCH_GAP_S`` (``strategies.launch_blocking``); each stated as an assumption
+    with the entry's reason."""
+    ran = bf16_optimizer(pl.get("optimizer"))
+    if ran is not None and ran != fw.bf16_optimizer:
+        fw = replace(fw, bf16_optimizer=ran)
+        notes.append(f"bf16_optimizer={str(ran).lower()} (stated: {pl['optimizer']})")
     said = pl.get("env")
     if not launch_blocking(said):
         return fw
