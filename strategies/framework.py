@@ -59,10 +59,16 @@ Sources (details and numbers in docs/calibration.md):
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
   so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
   XLA gather a layer's worth at once behind compute (``"bucketed"``).
+* DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
+  ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
+  gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
+  fp32 gradients are all-reduced over dp under its own ZeRO-1 (docs/calibration.md §3.10).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
-  Charged once per kernel; it only matters for small per-GPU work.
+  Charged once per kernel; it only matters for small per-GPU work. A run with synchronous
+  launches (``CUDA_LAUNCH_BLOCKING=1``) pays the host's time per kernel instead
+  (``strategies.launch_blocking``).
 """
 from __future__ import annotations
 
