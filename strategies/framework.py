@@ -256,6 +256,16 @@ def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
     """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
     return bool(fw.bf16_optimizer) and dtype == "bf16"
 
+
+def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
+    """Whether the data-parallel gradient reduction is a full all-reduce (not a
+    reduce-scatter into the optimizer shard): ZeRO-0, and DeepSpeed's BF16_Optimizer, which
+    all-reduces the fp32 gradients under its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or
+    array ``zero``; the one rule the estimate, the lower bound and the compiler read."""
+    z = np.asarray(zero)
+    out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
+    return bool(out) if out.ndim == 0 else out
+
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
     description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "

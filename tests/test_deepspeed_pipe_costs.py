@@ -203,3 +203,24 @@ def test_bf16_optimizer_text():
     assert bf16_optimizer("DeepSpeed BF16_Optimizer (slurm)") is True
     assert bf16_optimizer("ZeRO-1 without the BF16 optimizer") is False
     assert bf16_optimizer("ZeRO-1") is None
+
+
+def test_full_grad_reduce_rule():
+    from strategies.framework import full_grad_reduce
+    ds, lm = get_profile("megatron-deepspeed"), get_profile("megatron-lm-2021")
+    assert full_grad_reduce(ds, "bf16", 0) and full_grad_reduce(ds, "bf16", 1)
+    assert not full_grad_reduce(ds, "fp16", 1) and not full_grad_reduce(lm, "bf16", 1)
+    assert not full_grad_reduce(ds, "bf16", 2)
+    assert list(full_grad_reduce(ds, "bf16", [0, 1, 2, 3])) == [True, True, False, False]
+
+
+def test_bf16_optimizer_bound_stays_below_the_simulation():
+    """The lower bound reads the same rule (an all-reduce's two passes) and stays a bound."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.estimate.scalar import plan_arrays
+    for on in (True, False):
+        job = _bf16_job(on)
+        bound = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                            plan_arrays(job.plan), job.framework))
+        assert 0 < bound <= simulate(job).step_time_s

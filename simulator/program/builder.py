@@ -18,7 +18,7 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.cost.comm import per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
-from strategies.framework import uses_bf16_optimizer
+from strategies.framework import full_grad_reduce
 from strategies.schedules import Step, get_schedule, head_rank
 
 
@@ -29,9 +29,8 @@ class ProgramBuilder:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
         self.cluster = job.cluster
-        # DeepSpeed's BF16_Optimizer all-reduces the fp32 gradients under its own ZeRO-1
-        self.full_grad_reduce = p.zero == 0 or (
-            p.zero == 1 and uses_bf16_optimizer(job.framework, job.dtype))
+        # ZeRO-0 and DeepSpeed's BF16_Optimizer all-reduce the gradients (no reduce-scatter)
+        self.full_grad_reduce = full_grad_reduce(job.framework, job.dtype, p.zero)
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
