@@ -79,29 +79,35 @@ def _ds_job(blocking: bool, pp: int = 4, gbs: int = 32):
 
 
 def test_launch_blocking_charges_each_kernel_boundary():
-    """Per layer and micro-batch: k boundaries forward, k recomputed, 2k backward, each
-    costing SYNC - async more."""
+    """Per layer and micro-batch: k boundaries forward, k recomputed, 2k backward and, in bf16,
+    the BF16_Optimizer's 2T (a cast and an add per parameter tensor), each costing
+    SYNC - async more."""
+    from strategies.cost.counts import layer_param_tensors
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     a, b = stage_costs(_ds_job(False)), stage_costs(_ds_job(True))
     k = get_profile("megatron-deepspeed").kernels_per_layer
+    T = len(layer_param_tensors(_ds_job(False).model))
     dg = SYNC_LAUNCH_GAP_S - get_profile("megatron-deepspeed").launch_gap_s
     assert b.layer_fwd - a.layer_fwd == pytest.approx(k * dg, rel=1e-9)
     assert b.layer_recompute - a.layer_recompute == pytest.approx(k * dg, rel=1e-9)
-    assert b.layer_bwd - a.layer_bwd == pytest.approx(2 * k * dg, rel=1e-9)
+    assert b.layer_bwd - a.layer_bwd == pytest.approx((2 * k + 2 * T) * dg, rel=1e-9)
 
 
 @pytest.mark.parametrize("pp,gbs", [(2, 16), (4, 32)])
 def test_launch_blocking_adds_its_closed_form_to_the_step(pp, gbs):
     """A balanced DeepSpeed 1F1B (TrainSchedule) pays the extra gap on every boundary of its
-    critical path: (m + pp - 1) slots x L/pp layers x 4k boundaries, in the estimate and in
-    the simulation with free communication."""
+    critical path: (m + pp - 1) slots x L/pp layers x (4k + 2T) boundaries (forward,
+    recomputed forward, backward; the BF16_Optimizer's cast and add per parameter tensor), in
+    the estimate and in the simulation with free communication."""
+    from strategies.cost.counts import layer_param_tensors
     from strategies.estimate.scalar import estimate
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     from simulator.simulate import simulate
     fw = get_profile("megatron-deepspeed")
     a, b = _ds_job(False, pp, gbs), _ds_job(True, pp, gbs)
     m, L = a.num_microbatches, a.model.num_layers // pp
-    closed = (m + pp - 1) * L * 4 * fw.kernels_per_layer * (SYNC_LAUNCH_GAP_S - fw.launch_gap_s)
+    n = 4 * fw.kernels_per_layer + 2 * len(layer_param_tensors(a.model))
+    closed = (m + pp - 1) * L * n * (SYNC_LAUNCH_GAP_S - fw.launch_gap_s)
     sim = [simulate(j, free_comm=True, costs=_balanced(j)).step_time_s for j in (a, b)]
     assert sim[1] - sim[0] == pytest.approx(closed, rel=1e-9)
     est = [estimate(j).step_time_s for j in (a, b)]
@@ -224,3 +230,21 @@ def test_bf16_optimizer_bound_stays_below_the_simulation():
         bound = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
                                             plan_arrays(job.plan), job.framework))
         assert 0 < bound <= simulate(job).step_time_s
+
+
+def test_bf16_optimizer_launches_two_kernels_per_parameter_tensor():
+    """update_hp_grads: a cast and an add per parameter tensor of the layer, after each
+    backward: the layer's backward grows by 2 T launch gaps besides the bytes."""
+    from strategies.cost import counts
+    from strategies.cost.compute import grad_accum_time, usable_hbm
+    on, off = _bf16_job(True), _bf16_job(False)
+    a, b = stage_costs(off), stage_costs(on)
+    T = len(counts.layer_param_tensors(on.model))
+    assert T == 12          # two norms (weight, bias), QKV, projection, two MLP GEMMs, biases
+    gap = on.framework.launch_gap_s
+    params = counts.layer_params_per_gpu(on.model, on.plan.tp, 1, None)
+    gpu = on.cluster.gpu
+    extra_bytes = params * (18 - 10) / usable_hbm(gpu)
+    assert b.layer_bwd - a.layer_bwd == pytest.approx(extra_bytes + 2 * T * gap, rel=1e-9)
+    assert b.layer_wgrad - a.layer_wgrad == pytest.approx(extra_bytes + 2 * T * gap, rel=1e-9)
+    assert b.layer_fwd == a.layer_fwd
