@@ -248,3 +248,11 @@ def test_bf16_optimizer_launches_two_kernels_per_parameter_tensor():
     assert b.layer_bwd - a.layer_bwd == pytest.approx(extra_bytes + 2 * T * gap, rel=1e-9)
     assert b.layer_wgrad - a.layer_wgrad == pytest.approx(extra_bytes + 2 * T * gap, rel=1e-9)
     assert b.layer_fwd == a.layer_fwd
+
+
+def test_megatron_deepspeed_refuses_sequence_parallelism():
+    from strategies.errors import SpecError
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
+    with pytest.raises(SpecError, match="megatron-deepspeed has no sequence parallelism"):
+        make_job(m, cl, parse_plan("tp=2,pp=2,gbs=32,sp=true,flash_attn=false"),
+                 framework="megatron-deepspeed")
