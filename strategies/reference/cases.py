@@ -20,10 +20,9 @@ from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.reference.text import (attention_kernel, bf16_optimizer, framework_name,
-                                        gpu_preset,
-                                        intra_node_gbps, launch_blocking, model_family,
-                                        parse_inter_node, recompute_kind, schedule_kind,
-                                        vocab_from_notes)
+                                        gpu_preset, intra_node_gbps, launch_blocking,
+                                        model_family, parse_inter_node, recompute_kind,
+                                        schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from strategies.reference.bridge_recipes import recipe_for
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
