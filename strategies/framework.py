@@ -39,8 +39,9 @@ Sources (details and numbers in docs/calibration.md):
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
   Megatron context parallelism, no TP overlap, no sequence parallelism (bigscience-workshop/
   Megatron-DeepSpeed forked Megatron-LM before v3 brought ``--sequence-parallel``, 2022).
-  torchtitan (``torch.distributed.pipelining``): GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
-  with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
+  torchtitan (``torch.distributed.pipelining``): GPipe, 1F1B, interleaved 1F1B (and the
+  zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like with ``reshard_after_forward=False``) or
+  DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
   ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
