@@ -13,8 +13,9 @@ Source of the figure (docs/calibration.md §3.10): BigScience ran every large Je
 ``CUDA_LAUNCH_BLOCKING=1`` because NCCL hung without it (``bigscience-workshop/bigscience``
 ``train/tr11-176B-ml/chronicles-prequel.md``, "dealing with JZ hanging on the large model":
 320 GPUs "always hangs" asynchronous; ``tr11-176B-ml.slurm``: "do not remove or the training
-will hang"), and measured the same 200B model both ways on 80 GPUs (TP=8, PP=10, DP=1, MBS=1,
-GBS=512, full recomputation): 97.20 TFLOP/s asynchronous, 91.04 synchronous. ``JZ_AB`` holds
+will hang"), and measured a 200B model both ways on 80 GPUs at GBS=512: 97.20 TFLOP/s
+asynchronous, 91.04 synchronous (its layout, TP=8 PP=10 DP=1 MBS=1 with full recomputation,
+80 layers of hidden 14400, is the one the page's preceding 80-GPU runs state). ``JZ_AB`` holds
 that measurement and ``sync_launch_gap_s`` turns it into seconds per kernel boundary (a
 closed form, no fit to a validation run). The same page saw no difference on 160 GPUs
 (84.59 vs 84.44 TFLOP/s), which this model does not explain (docs/calibration.md §3.10).
