@@ -484,11 +484,12 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
-    twin = dict(c, zero=np.where(c["zero"] == 2, 1, c["zero"]))
-    twin_fits = (peak_memory_arrays(model, twin, dtype, system, cluster.gpu) <= limit
-                 if len(c["tp"])
-                 else np.zeros(0, bool))
-    ok = ~((c["zero"] == 2) & twin_fits)
+    z2 = np.flatnonzero(c["zero"] == 2)       # each ZeRO-2 row's ZeRO-1 twin (rows only)
+    twin = {k: v[z2] for k, v in c.items()}
+    twin["zero"] = np.ones(len(z2), dtype=c["zero"].dtype)
+    ok = np.ones(len(c["tp"]), bool)
+    if len(z2):
+        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
