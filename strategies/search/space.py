@@ -38,6 +38,7 @@ from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, sche
                                   schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, chunked_names
 from topologies.cluster import Cluster, fits_nvlink_domain
+from topologies.gpus import GPU
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}
 #: (reason key, what it means), in the order the rules are applied.
@@ -410,12 +411,14 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
-                     limit: float, dtype: str, system: SystemConfig | None) -> np.ndarray:
+                     limit: float, dtype: str, system: SystemConfig | None,
+                     gpu: GPU | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
-    Returns the updated peaks."""
+    ``gpu``: the chip, as the memory rule reads it (fp8 weight copies). Returns the updated
+    peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
         return peak
@@ -431,7 +434,7 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub = {k: v[rows[act]] for k, v in c.items()}
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
-        pk = peak_memory_arrays(model, sub, dtype, system)
+        pk = peak_memory_arrays(model, sub, dtype, system, gpu)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -495,5 +498,5 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
         c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
-        peak = _least_recompute(model, c, peak, limit, dtype, system)
+        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
