@@ -13,13 +13,15 @@ sides see the same machine load.
     python experiments/report_speed.py --cases 175b-folded --out /tmp/r --no-search
     python experiments/report_speed.py --baseline docs/reports/speed_before.json \
         --before-tree /tmp/before --before-label "commit 8505a28"     # same-run before/after
-    python experiments/report_speed.py --search-only --search-repeat 3 \
+    python experiments/report_speed.py --search-only --search-repeat 3 --replay \
         --baseline docs/reports/speed_before.json --before-tree /tmp/before \
         --before-label "commit X"    # the default search alone, 3 alternating runs each side
 
 ``--search-repeat N`` runs the default search N times (alternating with the earlier
 checkout's) and gives the least and the median wall and CPU seconds; ``--search-only`` keeps
-the simulate cases of the ``speed.json`` already in ``--out`` and times the search alone.
+the simulate cases of the ``speed.json`` already in ``--out`` and times the search alone;
+``--replay`` adds ``experiments/bench_search_dispatch.py``'s replay of it on two idle workers
+(a shared machine's wall clock mostly measures its other users).
 """
 from __future__ import annotations
 
@@ -109,6 +111,30 @@ def default_searches(repeat: int, tree: str | None = None) -> tuple[dict | None,
             before.append(default_search(tree))
         after.append(default_search())
     return (summarise(before) if tree else None), summarise(after)
+
+
+def replay() -> dict[str, Any]:
+    """``experiments/bench_search_dispatch.py --json`` in its own process: the default
+    search's work replayed on two idle virtual workers."""
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" /
+                                              "bench_search_dispatch.py"), "--json"],
+                          cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench_search_dispatch.py failed: {proc.stderr.strip()}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _replay_lines(r: dict[str, Any]) -> list[str]:
+    ways = "; ".join(f"{name}: {x['wall_s']:.2f} s ({x['simulations']} simulations)"
+                     for name, x in r["replays"].items())
+    return ["", "The same search replayed on two idle workers "
+            "(`python experiments/bench_search_dispatch.py`: the parent's "
+            f"{r['scoring_cpu_s']:.2f} CPU seconds before the first simulation, then the "
+            f"{r['simulations_measured']} simulations' measured CPU seconds, "
+            f"{r['simulation_cpu_s']:.2f} in all, at a 1-minute load of {r['load_1min']:.1f}, "
+            "which inflates them; process start-up and the report not included), results "
+            f"taken {ways}."]
 
 
 def _search_table(search: dict[str, Any], before: dict[str, Any] | None,
@@ -259,6 +285,7 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
            "run timed the default search only.", ""] if cases_from else []),
         *(_search_table(search, same and same.get("default_search"),
                         same["label"] if same else "") + [""] if search else []),
+        *(_replay_lines(search["replay"]) + [""] if search and search.get("replay") else []),
         "- " + ("; ".join(met) + "." if met else "no case with a target was run."),
         f"- Machine: {mach['cpus']} CPUs ({mach['processor']}), Python {mach['python']}, "
         f"{mach['platform']}; 1-minute load average {load:.2f} when the report started "
@@ -284,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--search-repeat", type=int, default=1, metavar="N",
                     help="run the default search N times (alternating with --before-tree's); "
                          "the page gives the least and the median")
+    ap.add_argument("--replay", action="store_true",
+                    help="also replay the default search on two idle virtual workers "
+                         "(experiments/bench_search_dispatch.py)")
     ap.add_argument("--search-only", action="store_true",
                     help="time the default search only; the simulate cases are copied from "
                          "the speed.json already in --out")
@@ -320,6 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     search = before_search = None
     if not a.no_search:
         before_search, search = default_searches(a.search_repeat, a.before_tree)
+        if a.replay:
+            search["replay"] = replay()
     same = ({"label": a.before_label, "tree": a.before_tree, "cases": before,
              "default_search": before_search} if a.before_tree else None)
     base = None

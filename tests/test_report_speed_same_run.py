@@ -47,8 +47,13 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
         return {"case": "default-search", "wall_s": next(walls), "cpu_s": 25.0 - len(calls),
                 "load_1min": 1.0, "simulations": 14, "simulated": 12, "recommended": "tp4"}
     monkeypatch.setattr(report_speed, "default_search", fake)
+    monkeypatch.setattr(report_speed, "replay", lambda: {
+        "scoring_cpu_s": 0.9, "simulations_measured": 14, "simulation_cpu_s": 23.9,
+        "load_1min": 4.3, "replays": {"dispatch order": {"wall_s": 16.61, "simulations": 14},
+                                      "as finished": {"wall_s": 13.16, "simulations": 14}}})
     assert report_speed.main(["--search-only", "--search-repeat", "3", "--out", str(tmp_path),
-                              "--before-tree", str(tmp_path), "--before-label", "old"]) == 0
+                              "--before-tree", str(tmp_path), "--before-label", "old",
+                              "--replay"]) == 0
     assert calls == [str(tmp_path), None] * 3
     data = json.loads((tmp_path / "speed.json").read_text())
     after, before = data["default_search"], data["same_run_before"]["default_search"]
@@ -59,3 +64,4 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
     assert "| old | 3 | 18.00 | 20.00 |" in md and "| this checkout | 3 | 12.00 | 14.00 |" in md
     assert "`default-search` meets its target (14.00 s median of 3 runs, least 12.00 s" in md
     assert "copied from an earlier run" in md
+    assert "dispatch order: 16.61 s (14 simulations); as finished: 13.16 s" in md
