@@ -244,7 +244,10 @@ def _same_run(rows: list[dict[str, Any]], search: dict[str, Any] | None,
 
 def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
            search: dict[str, Any] | None = None, base: dict[str, Any] | None = None,
-           same: dict[str, Any] | None = None, cases_from: str | None = None) -> str:
+           same: dict[str, Any] | None = None, cases_from: str | None = None,
+           cases_same: dict[str, Any] | None = None) -> str:
+    """The page; ``cases_same``: with ``--search-only``, the earlier run's same-run table of
+    the cases it copies (its own label and checkout)."""
     table = md_table(
         ["case", "plan", "GPUs", "simulated ranks", "events", "wall s", "cpu s", "target s",
          "events/s", "vs bare SimPy", "vs bare (CPU)", "peak RSS MiB", "step s (sim)",
@@ -291,7 +294,7 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
         f"{mach['platform']}; 1-minute load average {load:.2f} when the report started "
         "(other work on the machine slows every figure)." if load is not None else
         f"- Machine: {mach['cpus']} CPUs, Python {mach['python']}.",
-        *(_same_run(rows, search, same) if same else []),
+        *(_same_run(rows, search, cases_same or same) if (cases_same or same) else []),
         *(_before_after(rows, search, base) if base else []),
         "",
         f"![wall time per case]({NAME}.png)"])
@@ -331,7 +334,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if a.before_tree and not os.path.isdir(os.path.join(a.before_tree, "simulator")):
         ap.error(f"--before-tree {a.before_tree!r}: not a checkout (no simulator/ in it)")
     mach = machine()
-    rows, before, cases_from = [], [], None
+    rows, before, cases_from, cases_same = [], [], None, None
     if a.search_only:
         prev = os.path.join(a.out, f"{NAME}.json")
         if not os.path.isfile(prev):
@@ -339,7 +342,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(prev, encoding="utf-8") as f:
             old = json.load(f)
         rows = old["cases"]
-        before = (old.get("same_run_before") or {}).get("cases", []) if a.before_tree else []
+        # the earlier run's own same-run table of the cases, under its own label
+        cases_same = old.get("cases_same_run_before") or old.get("same_run_before")
+        if cases_same is not None and not cases_same.get("cases"):
+            cases_same = None
         cases_from = (f"`{rel(prev)}`, 1-minute load "
                       f"{old['machine'].get('load_average_1min') or 0:.2f} when it started")
     else:
@@ -362,9 +368,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         w.draw(f"{NAME}.png", lambda p: draw(rows, p))
         w.json(f"{NAME}.json", {"machine": mach, "targets_s": TARGETS_S, "cases": rows,
                                 "default_search": search, "same_run_before": same,
-                                "cases_from": cases_from})
+                                "cases_from": cases_from,
+                                "cases_same_run_before": cases_same})
         w.text(f"{NAME}.md", render(rows, mach, this_command("report_speed.py", argv), search,
-                                    base, same, cases_from))
+                                    base, same, cases_from, cases_same))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

@@ -37,7 +37,10 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
     there, the default search runs 3 times per side, the earlier checkout first each time,
     and the page gives the least and the median (the target is checked on the median)."""
     prev = json.loads((ROOT / "docs" / "reports" / "speed.json").read_text())
-    (tmp_path / "speed.json").write_text(json.dumps({**prev, "same_run_before": None}))
+    cases_same = {"label": "the cases' own earlier checkout", "tree": "/x",
+                  "cases": prev["cases"], "default_search": None}
+    (tmp_path / "speed.json").write_text(json.dumps({**prev, "same_run_before": cases_same,
+                                                     "cases_same_run_before": None}))
     (tmp_path / "simulator").mkdir()
     calls = []
     walls = iter([20.0, 14.0, 18.0, 12.0, 30.0, 16.5])
@@ -64,4 +67,7 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
     assert "| old | 3 | 18.00 | 20.00 |" in md and "| this checkout | 3 | 12.00 | 14.00 |" in md
     assert "`default-search` meets its target (14.00 s median of 3 runs, least 12.00 s" in md
     assert "copied from an earlier run" in md
+    # the copied cases keep their own same-run table, under their own label
+    assert "under the same load: the cases' own earlier checkout (`/x`)" in md
+    assert "under the same load: old" not in md
     assert "dispatch order: 16.61 s (14 simulations); as finished: 13.16 s" in md
