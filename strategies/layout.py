@@ -437,6 +437,26 @@ def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,
     return out
 
 
+def mixed_layers(model: ModelSpec) -> bool:
+    """Whether ``model`` holds layers of more than one kind (dense and MoE) or
+    multi-token-prediction modules: then a rank's parameters and stash depend on which kinds
+    it holds (``stage_content``), not on its layer count alone."""
+    return sum(1 for n in model.layer_counts().values() if n) > 1 \
+        or bool(model.num_nextn_predict_layers)
+
+
+def stage_content(model: ModelSpec, layout: PipelineLayout,
+                  rank: int) -> tuple[tuple[str, int], ...]:
+    """``(kind, count)`` of what pipeline rank ``rank`` holds under ``layout``
+    (``dense``/``moe`` layers, ``mtp`` modules): ``chunk_kinds`` summed over its chunks. The
+    one reading of a layout by kind that the memory model takes (``strategies.memory``)."""
+    out: dict[str, int] = {}
+    for c in range(layout.vpp):
+        for k, n in chunk_kinds(model, layout, rank, c).items():
+            out[k] = out.get(k, 0) + n
+    return tuple(out.items())
+
+
 @lru_cache(maxsize=4096)
 def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
                        rank: int, first: int = 0, last: int = 0,
@@ -451,12 +471,7 @@ def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
                            first_stage_layers=first or None, last_stage_layers=last or None,
                            account_embedding=account, account_loss=account,
                            layers_per_stage=None)
-    lay = build_layout(model, plan)
-    out: dict[str, int] = {}
-    for c in range(vpp):
-        for k, n in chunk_kinds(model, lay, rank, c).items():
-            out[k] = out.get(k, 0) + n
-    return tuple(out.items())
+    return stage_content(model, build_layout(model, plan), rank)
 
 
 def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, last=0,
