@@ -485,14 +485,23 @@ def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, l
     codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
         np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
         np.asarray(first), np.asarray(last), np.asarray(account))
-    out = {k: np.zeros(codes.shape) for k in ("dense", "moe", "mtp")}
+    kinds = ("dense", "moe", "mtp")
     keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
                      last.ravel(), account.ravel()], axis=1).astype(np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.ravel()
+    if not len(keys):
+        return {k: np.zeros(codes.shape) for k in kinds}
+    dims = keys.max(axis=0) + 1
+    if np.prod(dims.astype(float)) < 2.0 ** 62:
+        # one integer per row: a 1-d unique sorts far faster than rows of seven
+        flat, inv = np.unique(np.ravel_multi_index(keys.T, dims), return_inverse=True)
+        uniq = np.stack(np.unravel_index(flat, dims), axis=1)
+    else:
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    table = {k: np.zeros(len(uniq)) for k in kinds}      # each distinct row's content
     for j, (code, p, v, r, f, la, a) in enumerate(uniq.tolist()):
         name = schedule_of_code(int(code)).name
         for k, n in even_stage_content(model, name, int(p), int(v), int(r), int(f), int(la),
                                        bool(a)):
-            out[k].ravel()[inv == j] = n
-    return out
+            table[k][j] = n
+    inv = inv.ravel()
+    return {k: table[k][inv].reshape(codes.shape) for k in kinds}
