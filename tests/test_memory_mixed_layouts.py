@@ -173,3 +173,46 @@ def test_search_proposes_megatron_deepseek_v3_layouts():
             want = max(b.total for b in est.memory_by_stage)
             assert float(sp.peak_memory[i]) == pytest.approx(want, rel=REL), sp.key(i)
             assert est.memory_by_stage[-1].total != est.memory_by_stage[1].total
+
+
+def _qwen3_10_layers():
+    """10 layers, the first 2 dense (each under half an MoE layer's time): only uneven
+    layouts run it on 4 ranks, and the dense layers make rank 0 cheaper than its count."""
+    return replace(model_preset("qwen3-30b-a3b"), name="qwen3-10l-dense2", num_layers=10,
+                   first_k_dense_replace=2, seq_length=1024)
+
+
+@pytest.mark.parametrize("text", [
+    "tp=4,pp=2,dp=1,mbs=1,gbs=8,first_stage_layers=6,last_stage_layers=4",
+    "tp=2,pp=4,dp=1,mbs=1,gbs=8,account_embedding=true,account_loss=true",
+    "tp=2,pp=4,dp=1,mbs=1,gbs=8,schedule=zb-h1,first_stage_layers=4,last_stage_layers=2",
+    "tp=1,pp=1,dp=8,ep=8,mbs=1,gbs=8",
+])
+def test_bound_below_simulation_mixed_kinds(text):
+    """The lower bound prices the layers it adds at the cheapest kind and the windows it
+    subtracts at the dearest (``lower_bound.kind_floor_ceiling``): with the mean layer, rank 0
+    (6 layers, the 2 dense ones) was priced above its real time and the first plan's bound
+    exceeded its simulation (0.0645185 s against 0.0645148 s), which stopped the search."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import columns_from_plans
+    m, cl = _qwen3_10_layers(), cluster_preset("dgx-h100", 1)
+    job = make_job(m, cl, parse_plan(text))
+    bound = float(step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]))[0])
+    sim = simulate(job).step_time_s
+    assert 0.5 * sim < bound <= sim
+
+
+@pytest.mark.slow
+def test_pruned_search_equals_exhaustive_mixed_kinds():
+    """A search whose space holds uneven layouts of a dense+MoE model (pp 2 and 4 only
+    through them) finds what the exhaustive one finds: the bound holds on every plan."""
+    from strategies.search.space import SpaceOptions
+    from tests.search_checks import assert_pruned_equals_exhaustive
+    m = _qwen3_10_layers()
+    cfg = dict(model=m, cluster=cluster_preset("dgx-h100", 1), gbs=8,
+               options=SpaceOptions(max_mbs=1, max_vpp=2), workers=2, k=5)
+    sp = enumerate_space(m, cfg["cluster"], 8, cfg["options"])
+    uneven = (sp.cols["lf"] > 0) | (sp.cols["ll"] > 0) | sp.cols["acc"]
+    assert set(sp.cols["pp"][uneven].tolist()) == {2, 4}
+    assert_pruned_equals_exhaustive(cfg)
