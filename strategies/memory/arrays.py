@@ -9,11 +9,13 @@ same computation: the two cannot disagree. Every term: docs/memory.md.
 
 The stash of in-flight micro-batches is the schedule's (``strategies.memory.activations``);
 ``in_flight`` lets the scalar wrapper pass it per plan, and without it the default
-interleaving group size ``pp`` is used. The search's peak evaluates only the first and the
-last pipeline stage: a middle stage holds the same layers as the first, no embedding, and
-at most as many stashed micro-batches (the in-flight count of every schedule is
-non-increasing in the stage), and its ``other`` allowance grows with activations and
-parameters only, so it never exceeds the first stage.
+interleaving group size ``pp`` is used. For a model of one layer kind the search's peak
+evaluates only the first and the last pipeline stage (and rank 1 of an uneven layout): a
+middle stage holds the same layers as the first, no embedding, and at most as many stashed
+micro-batches (the in-flight count of every schedule is non-increasing in the stage), and
+its ``other`` allowance grows with activations and parameters only, so it never exceeds the
+first stage. A model with dense and MoE layers or MTP modules holds different kinds on
+different ranks, so its peak evaluates every rank, each by kind (``rank_memory_arrays``).
 
 >>> import numpy as np
 >>> from strategies.presets import model_preset
