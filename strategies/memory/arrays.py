@@ -337,17 +337,17 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
                      gpu) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
-    pp = np.asarray(P.pp)
+    pp = np.atleast_1d(P.pp)
     peak = np.full(pp.shape, -np.inf)
     for r in range(int(pp.max()) if pp.size else 0):
         rows = np.flatnonzero(pp > r)
         sub = _take(P, rows)
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(m, sub, r, dtype, system, gpu))
-    return peak
+    return peak.reshape(np.shape(P.pp))
 
 
 def _take(P: PlanArrays, rows: np.ndarray) -> PlanArrays:
     """The plans ``rows`` of ``P`` (0-d fields broadcast first)."""
-    n = np.shape(P.pp)
+    n = np.shape(np.atleast_1d(P.pp))
     return PlanArrays(**{f.name: np.broadcast_to(getattr(P, f.name), n)[rows]
                          for f in fields(P)})
