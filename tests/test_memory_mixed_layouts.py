@@ -60,7 +60,8 @@ def _layouts(L: int, pp: int, v: int) -> list[str]:
         [(f, L - f) for f in range(v, L, v) if (L - f) % v == 0]
     out = []
     if pairs:
-        picks = {max(pairs, key=lambda x: (x[0] - x[1], x)), min(pairs, key=lambda x: (x[0] - x[1], x)),
+        tilt = lambda x: (x[0] - x[1], x)                                  # noqa: E731
+        picks = {max(pairs, key=tilt), min(pairs, key=tilt),
                  min(pairs, key=lambda x: (abs(x[0] - x[1]) + abs(x[0] - L / pp), x))}
         out += [f"first_stage_layers={f},last_stage_layers={la}" for f, la in sorted(picks)
                 if (f, la) != (L // pp, L // pp) or L % pp]
