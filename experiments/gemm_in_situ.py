@@ -7,7 +7,9 @@ the catalog's sustained GEMM fractions (``GPU.matmul_efficiency``, and
 still apply on top) at which the analytic estimate equals the measured step, found by
 bisection on the run's own job with only those fields of its GPU changed (``implied eff``:
 that factor times the bf16 fraction). A run whose GEMMs ran on the previous generation's instruction
-(``mma.sync`` on Hopper) would imply about ``MMA_SYNC_FRACTION`` of the catalog's figure.
+(``mma.sync`` on Hopper) would imply about ``MMA_SYNC_FRACTION`` of the catalog's figure;
+``mma.sync err`` is the run's error with the GEMMs at that fraction. Last, the A100/H100 step
+ratio, measured and modelled, of runs that differ only in the GPU.
 The summary groups runs by software family and GPU (``group``), and again over the runs of at
 most ``SHORT_SEQ`` tokens: runs, MAPE, and the median and range of the implied factor.
 
@@ -85,32 +87,52 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--match", default=r"^(mosaic_|torchtitan_|megatron_core_|dgxc_nemo)",
                     help="regex on the run id")
     args = ap.parse_args(argv)
-    head = ("run", "group", "error", "catalog eff", "implied eff", "implied/catalog")
-    rows, per = [], {}
+    head = ("run", "group", "error", "catalog eff", "implied eff", "implied/catalog",
+            "mma.sync err")
+    rows, per, cases = [], {}, {}
     for c in load_cases(tiers=None):
         if c.job is None or c.measured_step_s is None or not re.search(args.match, c.id):
             continue
         gpu = c.job.cluster.groups[0].gpu
+        cases[c.id] = c
         err = 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
+        # only parts whose native MMA FlashAttention-2 does not use (Hopper: the catalog's
+        # ``fa2_attention_efficiency``) have a previous-generation path to fall back to
+        mma_err = None
+        if gpu.fa2_attention_efficiency is not None:
+            mma = estimate(with_gemm_scale(c.job, MMA_SYNC_FRACTION)).step_time_s
+            mma_err = 100 * (mma / c.measured_step_s - 1)
         ratio = implied_scale(c.job, c.measured_step_s)
         imp = None if ratio is None else ratio * gpu.matmul_efficiency
         rows.append((c.id, group(c), f"{err:+.1f} %", f"{gpu.matmul_efficiency:.3f}",
                      "-" if imp is None else f"{imp:.3f}",
-                     "-" if ratio is None else f"{ratio:.3f}"))
-        per.setdefault(group(c), []).append((err, ratio))
+                     "-" if ratio is None else f"{ratio:.3f}",
+                     "-" if mma_err is None else f"{mma_err:+.1f} %"))
+        per.setdefault(group(c), []).append((err, ratio, mma_err))
         if c.job.model.seq_length <= SHORT_SEQ:
-            per.setdefault(group(c) + f" seq<={SHORT_SEQ}", []).append((err, ratio))
+            per.setdefault(group(c) + f" seq<={SHORT_SEQ}", []).append((err, ratio, mma_err))
     w = [max(len(x) for x in col) for col in zip(head, *rows)]
     for r in (head, *rows):
         print("  ".join(x.ljust(n) for x, n in zip(r, w)))
     print()
-    print("group  runs  MAPE  implied/catalog median [min, max]")
+    print("group  runs  MAPE  implied/catalog median [min, max]  MAPE with mma.sync GEMMs")
     for g in sorted(per):
-        errs = [e for e, _ in per[g]]
-        rs = [r for _, r in per[g] if r is not None]
+        errs = [e for e, _, _ in per[g]]
+        rs = [r for _, r, _ in per[g] if r is not None]
+        ms = [x for _, _, x in per[g] if x is not None]
         span = (f"{statistics.median(rs):.3f} [{min(rs):.3f}, {max(rs):.3f}]" if rs else "-")
-        print(f"{g}  {len(errs)}  {mape(errs):.1f} %  {span}")
+        print(f"{g}  {len(errs)}  {mape(errs):.1f} %  {span}  "
+              + (f"{mape(ms):.1f} %" if ms else "-"))
     print(f"\nmma.sync on Hopper would imply {MMA_SYNC_FRACTION:.3f} of the catalog's figure")
+    print("\nA100 step / H100 step of runs that differ only in the GPU (same model, sequence, "
+          "GPU count, micro-batch and global batch): measured, modelled")
+    for ident, a in sorted(cases.items()):
+        h = cases.get(ident.replace("_a100_", "_h100_"))
+        if "_a100_" not in ident or h is None or a.job.plan.gbs != h.job.plan.gbs:
+            continue
+        model = estimate(a.job).step_time_s / estimate(h.job).step_time_s
+        print(f"{ident.replace('_a100_', '_*_')}  seq {a.job.model.seq_length}  "
+              f"{a.measured_step_s / h.measured_step_s:.2f}  {model:.2f}")
     return 0
 
 
