@@ -1,5 +1,5 @@
 """The dense-GEMM efficiency published runs imply, everything else as the model charges it
-(docs/calibration.md §3.12).
+(docs/calibration.md §3.13).
 
 For each run whose id matches ``--match``: the analytic step time and error, and the factor on
 the catalog's sustained GEMM fractions (``GPU.matmul_efficiency``, and

@@ -1,5 +1,5 @@
 """The GEMM rate a published run implies (experiments/gemm_in_situ.py, docs/calibration.md
-§3.12), and the software the MosaicML H100 rows state.
+§3.13), and the software the MosaicML H100 rows state.
 
 The implied factor is found on the run's own job with only the GPU's sustained GEMM fractions
 changed, so: a factor of 1 changes nothing, compute-bound GEMM time goes exactly as the
@@ -82,7 +82,7 @@ def test_a_fraction_above_one_is_refused_with_field_value_rule():
                                    "mosaic_mpt70b_h100ls_128gpu_seq2048_mb8"])
 def test_short_sequence_h100_rows_imply_more_than_mma_sync(ident):
     # the CUDA 11.8 / mma.sync hypothesis would put these GEMM-bound rows at 2/3 of the
-    # catalog's rate; what they imply lies between that and the catalog (docs §3.12)
+    # catalog's rate; what they imply lies between that and the catalog (docs §3.13)
     case = _case(ident)
     s = implied_scale(case.job, case.measured_step_s)
     assert s is not None and MMA_SYNC_FRACTION < s < 1.0
