@@ -74,7 +74,16 @@ def test_a_fraction_above_one_is_refused_with_field_value_rule():
     with pytest.raises(SpecError) as e:
         replace(get_gpu("H100"), matmul_efficiency=1.2)
     msg = str(e.value)
-    assert "gpu.matmul_efficiency" in msg and "1.2" in msg
+    assert "gpu.matmul_efficiency" in msg and "1.2" in msg and "(0, 1]" in msg
+
+
+def test_bisection_never_asks_for_a_fraction_above_one():
+    # the search's upper end puts the largest of the part's fractions exactly at 1 (A100 bf16
+    # 0.80 -> factor 1.25), so an over-fast run gives None instead of a refused GPU
+    case = _case("mosaic_mpt1b_a100_8gpu_seq512_mb56")
+    assert implied_scale(case.job, 1e-6) is None
+    top = with_gemm_scale(case.job, 1 / 0.80).cluster.groups[0].gpu
+    assert top.matmul_efficiency == pytest.approx(1.0, rel=1e-15)
 
 
 @pytest.mark.parametrize("ident", ["mosaic_mpt7b_h100_8gpu_seq2048_mb6",
