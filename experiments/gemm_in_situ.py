@@ -30,10 +30,10 @@ from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import Job  # noqa: E402
 
-#: the fraction of H100's dense tensor-core peak that Ampere-style ``mma.sync`` kernels reach
-#: (FlashAttention-3 paper, Shah et al. 2024: FlashAttention-2 "achieves only 35%" on H100
-#: against 70 % on A100; wgmma is needed for the rest): used here only to say what the
-#: CUDA-11.8 hypothesis would predict, not by the model
+#: the fraction of H100's dense tensor-core peak that Ampere-style ``mma.sync`` kernels reach,
+#: as the CUDA-11.8 hypothesis states it (after the FlashAttention-3 paper, Shah et al. 2024,
+#: arXiv:2407.08608; docs/calibration.md §3.13): used here only to say what that hypothesis
+#: would predict, not by the model
 MMA_SYNC_FRACTION = 2 / 3
 #: the summary also groups runs of at most this many tokens per sequence, where attention is
 #: a small share of the step (under 10 % of the modelled MPT layers, docs/calibration.md §3.8)
@@ -74,7 +74,8 @@ def implied_scale(job: Job, measured_s: float, lo: float = 0.05,
 
 
 def group(case) -> str:
-    """Software family and GPU of a run: the id's prefix up to the model size, then the GPU."""
+    """Software family and GPU of a run: its framework profile's name (MosaicML's rows as
+    ``mosaic`` and, for the 128-512 GPU table, ``mosaic-ls``) and the GPU name's first part."""
     gpu = case.job.cluster.groups[0].gpu.name.split("-")[0]
     fw = case.job.framework.name
     if case.id.startswith("mosaic_"):
