@@ -53,6 +53,15 @@ Sources (details and numbers in docs/calibration.md):
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+* Pipeline layouts (``layouts``, ``pipeline_split``; docs/layout.md): Megatron-Core takes its
+  layout string, first/last-stage counts and embedding/loss slots. DeepSpeed's
+  ``PipelineModule`` splits by ``partition_method`` (``runtime/pipe/module.py``
+  ``_partition_layers``: ``uniform``, ``parameters``, ``type:REGEX`` balanced by
+  ``runtime/utils.py`` ``partition_balanced``): BLOOM's ``type:transformer|embedding`` is the
+  slot layout; no first/last counts, no layout grammar. torchtitan's
+  ``module_fqns_per_model_part`` names any modules per chunk (its default split counts the
+  embedding and the output as a layer each). MaxText vmaps one stage body
+  (``num_layers_per_pipeline_stage`` layers on every stage): even only.
 * ZeRO-3 gathers (``zero3_gather``): DeepSpeed v0.3.13-v0.5 (2021; ``partition_parameters.py``
   ``_allgather_param``, ``stage3.py`` ``fetch_sub_module``) all-gathers one parameter tensor
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
@@ -81,6 +90,12 @@ from strategies.schedules.base import Rule
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
+
+#: the ways a plan gives an uneven pipeline layout (docs/layout.md): Megatron's layout string
+#: (plan ``layout``), the first/last stage's layer counts (``first_stage_layers``,
+#: ``last_stage_layers``), the embedding and the loss as layer slots (``account_embedding``,
+#: ``account_loss``)
+LAYOUT_WAYS = ("string", "first_last", "slots")
 
 
 @dataclass(frozen=True)
@@ -178,6 +193,13 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
+    #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
+    layouts: tuple[str, ...] = LAYOUT_WAYS
+    #: how the stack itself splits layers over pipeline stages (named in its refusals)
+    pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout, "
+                           "--decoder-first/last-pipeline-num-layers, "
+                           "--account-for-embedding/loss-in-pipeline-split")
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -223,6 +245,10 @@ class FrameworkProfile:
         if not self.zero3_reuse_params >= 0:
             raise SpecError("framework.zero3_reuse_params", self.zero3_reuse_params,
                             "must be a number of parameters >= 0")
+        for way in self.layouts:
+            if way not in LAYOUT_WAYS:
+                raise SpecError("framework.layouts", way,
+                                f"must be one of {', '.join(LAYOUT_WAYS)}")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
@@ -280,7 +306,11 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
     export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",),
+    recompute_methods=("uniform",), layouts=("slots",),
+    pipeline_split="DeepSpeed's PipelineModule(partition_method=parameters|uniform|type:REGEX): "
+                   "a balanced split of the layers the method weighs; "
+                   "type:transformer|embedding counts the embedding and the head as layers "
+                   "(BLOOM), the slots of account_embedding/account_loss",
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
@@ -348,7 +378,8 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none",
+    recompute=("none", "full"), export="none", layouts=(),
+    pipeline_split="no pipeline parallelism",
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
                        "SDPA's flash backend)"),
@@ -378,7 +409,11 @@ TORCHTITAN = replace(
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
     schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan")
+    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
+    layouts=LAYOUT_WAYS,
+    pipeline_split="module_fqns_per_model_part (any modules per chunk: a layout string, "
+                   "first/last counts or slots); its default split counts the embedding and "
+                   "the output as layers (pipeline_parallel_first/last_stage_less_layers=1)")
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",
@@ -388,7 +423,10 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none",
+    tp_comm_overlap=False, export="none", layouts=(),
+    pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
+                   "num_layers_per_pipeline_stage layers, the embedding and the head outside "
+                   "the pipeline",
     default_sources=(
         ("flash_attn", "cuDNN fused attention through XLA (MaxText attention: "
                        "cudnn_flash_te in its GPU configs)"),
@@ -502,11 +540,36 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
+    rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     return rules
+
+
+def layout_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Which ways of giving an uneven pipeline layout stack ``fw`` runs (``fw.layouts``, one
+    of ``LAYOUT_WAYS`` each; ``fw.pipeline_split`` says how the stack splits instead). Reads
+    ``layout_string`` (a layout string is given), ``first_stage_layers`` /
+    ``last_stage_layers`` (0: not given) and ``account_embedding`` / ``account_loss`` of a
+    ``plan_view``; a ``PlanArrays`` (the search) holds no layout string and one
+    ``account_slots`` column for both slots."""
+    who = f"{fw.name} "
+    slots = getattr(v, "account_slots", False)
+    given = {"layout": getattr(v, "layout_string", False),
+             "first_stage_layers": np.asarray(v.first_stage_layers) > 0,
+             "last_stage_layers": np.asarray(v.last_stage_layers) > 0,
+             "account_embedding": getattr(v, "account_embedding", slots),
+             "account_loss": getattr(v, "account_loss", slots)}
+    way = {"layout": ("string", "a Megatron pipeline layout string"),
+           "first_stage_layers": ("first_last", "first/last-stage layer counts"),
+           "last_stage_layers": ("first_last", "first/last-stage layer counts"),
+           "account_embedding": ("slots", "the embedding as a layer slot"),
+           "account_loss": ("slots", "the loss as a layer slot")}
+    return [(field, given[field], ~np.asarray(given[field], bool) | (w in fw.layouts),
+             lambda what=what: who + f"cannot take {what} (its pipeline split: {fw.pipeline_split})")
+            for field, (w, what) in way.items()]
 
 
 def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
@@ -546,7 +609,12 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
                            ep_overlap=plan.ep_overlap,
-                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher))
+                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
+                           layout_string=plan.layout is not None,
+                           first_stage_layers=plan.first_stage_layers or 0,
+                           last_stage_layers=plan.last_stage_layers or 0,
+                           account_embedding=plan.account_embedding,
+                           account_loss=plan.account_loss)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

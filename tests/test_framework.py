@@ -50,6 +50,15 @@ def refused(capsys, *argv: str) -> str:
     ("torchtitan", "zero=1", "zero"),
     ("torchtitan", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
     ("jax-xla", "pp=2,schedule=1f1b", "schedule"),
+    # pipeline layouts (LAYOUT_WAYS): DeepSpeed's partition_method has no Megatron layout
+    # string and no first/last counts; MaxText's vmapped stages are all alike
+    ("megatron-deepspeed", "pp=2,layout=Et*12|t*12L", "layout"),
+    ("megatron-deepspeed", "pp=2,first_stage_layers=10,last_stage_layers=14",
+     "first_stage_layers"),
+    ("megatron-deepspeed", "pp=2,last_stage_layers=14", "last_stage_layers"),
+    ("jax-xla", "pp=2,schedule=gpipe,account_embedding=true", "account_embedding"),
+    ("jax-xla", "pp=2,schedule=gpipe,account_loss=true", "account_loss"),
+    ("jax-xla", "pp=2,schedule=gpipe,layout=Et*12|t*12L", "layout"),
 ])
 def test_a_plan_the_stack_cannot_run_names_stack_feature_rule(name, plan, field):
     fw = get_profile(name)
@@ -68,6 +77,13 @@ def test_a_plan_the_stack_cannot_run_names_stack_feature_rule(name, plan, field)
     ("torchtitan", "zero=3,cp=2,tp=2,sp=true"),
     ("pytorch-eager", "zero=2"),
     ("jax-xla", "pp=2,schedule=gpipe"),
+    # DeepSpeed's type:transformer|embedding partition (BLOOM): the slots
+    ("megatron-deepspeed", "tp=2,pp=2,zero=1,account_embedding=true,account_loss=true"),
+    # torchtitan's module_fqns_per_model_part expresses any layout
+    ("torchtitan", "pp=2,layout=Et*12|t*12L"),
+    ("torchtitan", "pp=2,first_stage_layers=10,last_stage_layers=14"),
+    ("torchtitan", "pp=2,schedule=interleaved,vpp=2,account_embedding=true,account_loss=true"),
+    ("megatron-core", "pp=2,schedule=interleaved,layout=Et*6|t*6|t*6|t*6L"),
 ])
 def test_what_each_stack_runs(name, plan):
     fw = get_profile(name)
