@@ -37,8 +37,11 @@ Sources (details and numbers in docs/calibration.md):
   expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
   engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
-  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
-  GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
+  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``,
+  ``schedules.py`` ``get_schedule_class``: ``GPipe``, ``1F1B``, ``Interleaved1F1B``,
+  ``LoopedBFS``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's
+  ``distributed/pipeline_parallel.py`` places the last two's stages in a V): our gpipe,
+  1f1b, interleaved, zb-v and dualpipev (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like
   with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
@@ -403,11 +406,21 @@ PYTORCH_EAGER = FrameworkProfile(
                            "coefficient (_foreach_mul_) every step"),
             ("param_copy", "FSDP keeps fp32 sharded weights and casts them in the all-gather"))))
 
+#: ``torch.distributed.pipelining`` schedule (torchtitan's ``pipeline_parallel_schedule``) of
+#: each of our schedules torchtitan runs (module docstring); the pipelining module's other
+#: schedules have none of ours: ``LoopedBFS`` (breadth-first), ``InterleavedZeroBubble``
+#: (ZB-1p over several chunks per rank, a fixed order; our ``zb-1p`` is one chunk per rank,
+#: the paper's heuristic, and torchtitan gives a multi-stage schedule >= 2 chunks per rank)
+TORCHTITAN_SCHEDULE_NAMES = (("gpipe", "GPipe"), ("1f1b", "1F1B"),
+                             ("interleaved", "Interleaved1F1B"), ("zb-v", "ZBVZeroBubble"),
+                             ("dualpipev", "DualPipeV"))
+TORCHTITAN_SCHEDULES = tuple(ours for ours, _ in TORCHTITAN_SCHEDULE_NAMES)
+
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
     description="torchtitan (PyTorch FSDP2, eager): FlashAttention (SDPA), unfused elementwise "
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
-    schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
+    schedules=TORCHTITAN_SCHEDULES, zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
     layouts=LAYOUT_WAYS,

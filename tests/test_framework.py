@@ -224,3 +224,31 @@ def test_deepspeed_profile_costs_like_the_2021_stack():
     for f in ("grad_accum_fusion", "kernels_per_layer", "launch_gap_s", "attention_kernel"):
         assert getattr(MEGATRON_DEEPSPEED, f) == getattr(MEGATRON_LM_2021, f)
     assert np.isfinite(MEGATRON_DEEPSPEED.launch_gap_s)
+
+
+def test_torchtitan_runs_exactly_the_pipelining_schedules_it_has():
+    """torch.distributed.pipelining's get_schedule_class names GPipe, 1F1B, Interleaved1F1B,
+    LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV; five are ours."""
+    from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+    assert TORCHTITAN.schedules == ("gpipe", "1f1b", "interleaved", "zb-v", "dualpipev")
+    assert dict(TORCHTITAN_SCHEDULE_NAMES)["zb-v"] == "ZBVZeroBubble"
+    fw = TORCHTITAN
+    for plan in ("pp=2,schedule=zb-v,vpp=2", "pp=2,schedule=dualpipev,vpp=2",
+                 "pp=2,schedule=interleaved,vpp=2"):
+        assert plan_violations(fw, stack_plan(fw, plan)) == [], plan
+    for plan in ("pp=2,schedule=zb-h1", "pp=2,schedule=zb-h2", "pp=2,schedule=dualpipe",
+                 "pp=2,schedule=zb-1p"):
+        bad = plan_violations(fw, stack_plan(fw, plan))
+        assert bad and bad[0][0] == "schedule" and "torchtitan runs" in bad[0][2], plan
+        assert "zb-v, dualpipev" in bad[0][2]
+
+
+def test_cli_torchtitan_zbv_and_dualpipev(capsys):
+    for s in ("zb-v", "dualpipev"):
+        d = run_json(capsys, "estimate", *SMALL, "--plan",
+                     f"tp=2,pp=2,schedule={s},vpp=2,gbs=32",
+                     "--framework", "torchtitan")
+        assert d["inputs"]["framework"] == "torchtitan" and d["step_time_s"] > 0
+    err = refused(capsys, "estimate", *SMALL, "--plan", "pp=2,schedule=zb-h1,gbs=16",
+                  "--framework", "torchtitan")
+    assert "schedule='zb-h1'" in err and "torchtitan runs" in err
