@@ -361,8 +361,8 @@ MEGATRON_CORE = FrameworkProfile(
         ("zero_grad", "zero_grad_buffer: _ParamAndGradBuffer.reset, grad_data.zero_() "
                       "(megatron/core/distributed/param_and_grad_buffer.py)"),
         ("scale_grad", "start_grad_sync: bucket.grad_data *= gradient_scaling_factor (1/dp) "
-                       "unless --ddp-average-in-collective (off by default; NeMo 2 recipes "
-                       "turn it on, not modelled per run)"),
+                       "unless --ddp-average-in-collective (off by default; NeMo 2 and "
+                       "Megatron-Bridge recipes turn it on: the nemo profile)"),
         ("check_grad", "start_grad_sync: check_grads, grad_data.norm(p=2) per bucket "
                        "(--check-for-nan-in-loss-and-grad, on by default)"),
         ("grad_norm", "get_grad_norm_fp32, multi_tensor_l2norm over the main gradients "
@@ -371,6 +371,21 @@ MEGATRON_CORE = FrameworkProfile(
                        "(megatron/core/optimizer/optimizer.py)"),
         ("tied_reduce", "finalize_model_grads: _allreduce_word_embedding_grads over the "
                         "embedding group (first and last stage)"))))
+
+NEMO = replace(
+    MEGATRON_CORE, name="nemo",
+    description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
+                "and defaults, gradients averaged in the data-parallel collective "
+                "(average_in_collective=True: no 1/dp scaling pass)",
+    step=replace(MEGATRON_CORE.step, scale_grad=False, sources=tuple(
+        (k, v) if k != "scale_grad" else
+        ("scale_grad", "NeMo 2 recipes (nemo/collections/llm/recipes, the trainer's "
+                       "DistributedDataParallelConfig) and Megatron-Bridge's set "
+                       "average_in_collective=True: Megatron-Core's DDP then gives the dense "
+                       "buckets gradient_scaling_factor 1.0 and reduces with ReduceOp.AVG, so "
+                       "start_grad_sync skips grad_data *= 1/dp (expert buckets with ep > 1 "
+                       "still scale by edp/dp: not modelled)")
+        for k, v in MEGATRON_CORE.step.sources)))
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -484,9 +499,9 @@ HAI_LLM = replace(
                   "tied_reduce"))))
 
 PROFILES: dict[str, FrameworkProfile] = {
-    p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
+    p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
                         PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
-ALIASES: dict[str, str] = {"megatron": "megatron-core", "nemo": "megatron-core",
+ALIASES: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
                            "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
                            "deepseek": "hai-llm"}
