@@ -214,6 +214,9 @@ def test_presets_lists_the_stacks(capsys):
     assert set(rows) == set(PROFILES)
     assert rows["megatron-deepspeed"]["schedules"] == ["deepspeed-1f1b"]
     assert rows["megatron-deepspeed"]["zero_with_pp"] == 1
+    assert rows["megatron-deepspeed"]["layouts"] == ["slots"]
+    assert "partition_method" in rows["megatron-deepspeed"]["pipeline_split"]
+    assert rows["nemo"]["aliases"] == ["megatron-bridge"]
     assert "deepspeed" in rows["megatron-deepspeed"]["aliases"]
 
 
@@ -252,3 +255,16 @@ def test_cli_torchtitan_zbv_and_dualpipev(capsys):
     err = refused(capsys, "estimate", *SMALL, "--plan", "pp=2,schedule=zb-h1,gbs=16",
                   "--framework", "torchtitan")
     assert "schedule='zb-h1'" in err and "torchtitan runs" in err
+
+
+def test_search_all_schedules_under_torchtitan_offers_its_v_schedules():
+    """``--schedules all`` under torchtitan: ZB-V and DualPipeV rows (its ZBVZeroBubble and
+    DualPipeV), none of the schedules it lacks."""
+    from strategies.schedules import schedule_code
+    from strategies.search.space import SpaceOptions
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 1)
+    sp = enumerate_space(m, cl, 16, SpaceOptions(schedules="all", max_mbs=1), framework=TORCHTITAN)
+    codes = set(sp.cols["sched"].tolist())
+    assert {schedule_code("zb-v"), schedule_code("dualpipev")} <= codes
+    assert not codes & {schedule_code(s) for s in ("zb-h1", "zb-h2", "dualpipe")}
+    assert all(not plan_violations(TORCHTITAN, sp.plan(i)) for i in range(sp.size))
