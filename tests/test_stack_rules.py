@@ -132,3 +132,19 @@ def test_cli_refuses_a_layout_the_stack_cannot_take(capsys):
     err = capsys.readouterr().err
     assert "layout=" in err and "Megatron pipeline layout string" in err
     assert main([*argv, "pp=2,account_embedding=true,account_loss=true,gbs=16"]) == 0
+
+
+def test_deepspeed_export_follows_the_layout_rules():
+    """--export deepspeed: the slots as partition_method's regex; a layout DeepSpeed's
+    partition cannot give is refused with the stack's rule."""
+    from strategies.job import make_job
+    from strategies.launch import deepspeed_config
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1)
+    job = make_job(m, cl, Plan(tp=1, pp=2, dp=4, mbs=1, gbs=16, zero=1,
+                               account_embedding=True, account_loss=True))
+    _, notes = deepspeed_config(job)
+    assert any("type:transformer|" in n for n in notes)
+    bad = make_job(m, cl, Plan(tp=1, pp=2, dp=4, mbs=1, gbs=16, zero=1,
+                               first_stage_layers=10, last_stage_layers=14))
+    with pytest.raises(SpecError, match="first_stage_layers=10.*partition_method"):
+        deepspeed_config(bad)
