@@ -97,8 +97,8 @@ if TYPE_CHECKING:
 #: the ways a plan gives an uneven pipeline layout (docs/layout.md): Megatron's layout string
 #: (plan ``layout``), the first/last stage's layer counts (``first_stage_layers``,
 #: ``last_stage_layers``), the embedding and the loss as layer slots (``account_embedding``,
-#: ``account_loss``)
-LAYOUT_WAYS = ("string", "first_last", "slots")
+#: ``account_loss``), any count per rank (``layers_per_stage``, docs/heterogeneous.md)
+LAYOUT_WAYS = ("string", "first_last", "slots", "per_stage")
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class FrameworkProfile:
     #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
     layouts: tuple[str, ...] = LAYOUT_WAYS
     #: how the stack itself splits layers over pipeline stages (named in its refusals)
-    pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout, "
+    pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout (any count per rank), "
                            "--decoder-first/last-pipeline-num-layers, "
                            "--account-for-embedding/loss-in-pipeline-split")
 
@@ -309,7 +309,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
     export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",), layouts=("slots",),
+    recompute_methods=("uniform",), layouts=("slots",),  # not per_stage: see pipeline_split
     pipeline_split="DeepSpeed's PipelineModule(partition_method=parameters|uniform|type:REGEX): "
                    "a balanced split of the layers the method weighs; "
                    "type:transformer|embedding counts the embedding and the head as layers "
@@ -440,7 +440,7 @@ TORCHTITAN = replace(
     sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
     layouts=LAYOUT_WAYS,
     pipeline_split="module_fqns_per_model_part (any modules per chunk: a layout string, "
-                   "first/last counts or slots); its default split counts the embedding and "
+                   "first/last counts, slots or a count per rank); its default split counts the embedding and "
                    "the output as layers (pipeline_parallel_first/last_stage_less_layers=1)")
 
 JAX_XLA = FrameworkProfile(
@@ -580,21 +580,24 @@ def layout_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """Which ways of giving an uneven pipeline layout stack ``fw`` runs (``fw.layouts``, one
     of ``LAYOUT_WAYS`` each; ``fw.pipeline_split`` says how the stack splits instead). Reads
     ``layout_string`` (a layout string is given), ``first_stage_layers`` /
-    ``last_stage_layers`` (0: not given) and ``account_embedding`` / ``account_loss`` of a
-    ``plan_view``; a ``PlanArrays`` (the search) holds no layout string and one
-    ``account_slots`` column for both slots."""
+    ``last_stage_layers`` (0: not given), ``account_embedding`` / ``account_loss`` and
+    ``layers_per_stage_given`` of a ``plan_view``; a ``PlanArrays`` (the search's array
+    space) holds no layout string and no per-rank counts, and one ``account_slots`` column for
+    both slots."""
     who = f"{fw.name} "
     slots = getattr(v, "account_slots", False)
     given = {"layout": getattr(v, "layout_string", False),
              "first_stage_layers": np.asarray(v.first_stage_layers) > 0,
              "last_stage_layers": np.asarray(v.last_stage_layers) > 0,
              "account_embedding": getattr(v, "account_embedding", slots),
-             "account_loss": getattr(v, "account_loss", slots)}
+             "account_loss": getattr(v, "account_loss", slots),
+             "layers_per_stage": getattr(v, "layers_per_stage_given", False)}
     way = {"layout": ("string", "a Megatron pipeline layout string"),
            "first_stage_layers": ("first_last", "first/last-stage layer counts"),
            "last_stage_layers": ("first_last", "first/last-stage layer counts"),
            "account_embedding": ("slots", "the embedding as a layer slot"),
-           "account_loss": ("slots", "the loss as a layer slot")}
+           "account_loss": ("slots", "the loss as a layer slot"),
+           "layers_per_stage": ("per_stage", "a layer count per pipeline rank")}
     return [(field, given[field], ~np.asarray(given[field], bool) | (w in fw.layouts),
              lambda what=what: who + f"cannot take {what} (its pipeline split: {fw.pipeline_split})")
             for field, (w, what) in way.items()]
@@ -642,7 +645,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            first_stage_layers=plan.first_stage_layers or 0,
                            last_stage_layers=plan.last_stage_layers or 0,
                            account_embedding=plan.account_embedding,
-                           account_loss=plan.account_loss)
+                           account_loss=plan.account_loss,
+                           layers_per_stage_given=plan.layers_per_stage is not None)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -159,8 +159,9 @@ def _layer_pattern(m) -> str:
 def _uneven_megatron_args(job: Job) -> list[str]:
     """Megatron-LM's pipeline layout switches (docs/layout.md): the layout string, the first
     and the last stage's layers (``--decoder-first/last-pipeline-num-layers``, the middle
-    stages even), the embedding and the loss counted as layers; a refusal for what it cannot
-    express (unequal middle stages without a layout string, per-group batch shares)."""
+    stages even; per-rank counts with unequal middle stages as the layout string), the
+    embedding and the loss counted as layers; a refusal for what it cannot express
+    (per-group batch shares)."""
     p = job.plan
     if p.group_microbatches is not None:
         raise SpecError("--export", "megatron", "Megatron-LM gives every data-parallel "
@@ -183,9 +184,8 @@ def _uneven_megatron_args(job: Job) -> list[str]:
     if ls is None:
         return []
     if len(set(ls[1:-1])) > 1:
-        raise SpecError("--export", "megatron", f"Megatron-LM sets the first and last "
-                        f"stage's layers only, the middle stages even; layers_per_stage="
-                        f"{'/'.join(map(str, ls))} has unequal middle stages")
+        # unequal middle stages: only the layout string gives each rank its own count
+        return [f"--pipeline-model-parallel-layout '{job.layout.text}'"]
     return [f"--decoder-first-pipeline-num-layers {ls[0]}",
             f"--decoder-last-pipeline-num-layers {ls[-1]}"]
 

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from strategies.errors import SpecError
-from strategies.framework import PROFILES, plan_violations, plan_view, stack_mask, stack_rules
-from strategies.plan import Plan
+from strategies.framework import (LAYOUT_WAYS, PROFILES, plan_violations, plan_view,
+                                  stack_mask, stack_rules)
+from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.search.space import SpaceOptions, enumerate_space
@@ -84,11 +85,13 @@ def test_layout_rules_mask_and_scalar_agree(name):
 def test_each_stack_takes_exactly_its_layout_ways(name):
     fw = PROFILES[name]
     by_way = {"string": Plan(tp=1, pp=2, dp=2, gbs=64, layout="Et*12|t*12L"),
-              "first_last": LAYOUT_PLANS[1], "slots": LAYOUT_PLANS[-1]}
+              "first_last": LAYOUT_PLANS[1], "slots": LAYOUT_PLANS[-1],
+              "per_stage": Plan(tp=1, pp=2, dp=2, gbs=64, layers_per_stage=(10, 14))}
+    assert set(by_way) == set(LAYOUT_WAYS)
     for way, plan in by_way.items():
         bad = [f for f, _, _ in plan_violations(fw, plan)
                if f in ("layout", "first_stage_layers", "last_stage_layers",
-                        "account_embedding", "account_loss")]
+                        "account_embedding", "account_loss", "layers_per_stage")]
         assert bool(bad) == (way not in fw.layouts), (way, bad)
 
 
@@ -96,9 +99,10 @@ def test_layout_ways_of_the_stacks():
     """What the sources say (framework module docstring, docs/layout.md): Megatron-Core all
     three; DeepSpeed's partition_method the slots only (type:transformer|embedding);
     torchtitan's module_fqns_per_model_part all three; MaxText none."""
-    assert PROFILES["megatron-core"].layouts == ("string", "first_last", "slots")
+    assert PROFILES["megatron-core"].layouts == LAYOUT_WAYS
+    assert PROFILES["nemo"].layouts == LAYOUT_WAYS
     assert PROFILES["megatron-deepspeed"].layouts == ("slots",)
-    assert PROFILES["torchtitan"].layouts == ("string", "first_last", "slots")
+    assert PROFILES["torchtitan"].layouts == LAYOUT_WAYS
     assert PROFILES["jax-xla"].layouts == ()
     with pytest.raises(SpecError, match="framework.layouts"):
         replace(PROFILES["megatron-core"], layouts=("ragged",))
@@ -148,3 +152,22 @@ def test_deepspeed_export_follows_the_layout_rules():
                                first_stage_layers=10, last_stage_layers=14))
     with pytest.raises(SpecError, match="first_stage_layers=10.*partition_method"):
         deepspeed_config(bad)
+
+
+def test_mixed_cluster_search_gives_per_rank_counts_only_where_the_stack_can():
+    """On a mixed cluster the search sizes stages to their GPUs (``layers_per_stage``): under
+    torchtitan (module_fqns_per_model_part) such variants are offered, under
+    megatron-deepspeed (partition_method) none is."""
+    from simulator.search.run import SearchConfig, run_search
+    from topologies.cluster import parse_cluster_arg
+    cl = parse_cluster_arg("dgx-h100:1+dgx-a100:1")
+    keys = {}
+    for name in ("megatron-deepspeed", "torchtitan"):
+        rep = run_search(SearchConfig(model=model_preset("gpt-1.7b"), cluster=cl, gbs=16,
+                                      framework=PROFILES[name], workers=1))
+        keys[name] = [p["key"] for p in rep["uneven"]["plans"]]
+        for p in rep["uneven"]["plans"]:
+            plan = plan_from_mapping(plan_mapping(p["key"]), PROFILES[name].plan_defaults())
+            assert not plan_violations(PROFILES[name], plan)
+    assert not any("layers_per_stage" in k for k in keys["megatron-deepspeed"])
+    assert any("layers_per_stage" in k for k in keys["torchtitan"])
