@@ -37,12 +37,14 @@ Sources (details and numbers in docs/calibration.md):
   expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
   engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
-  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``,
-  ``schedules.py`` ``get_schedule_class``: ``GPipe``, ``1F1B``, ``Interleaved1F1B``,
-  ``LoopedBFS``, ``InterleavedZeroBubble``, ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's
-  ``distributed/pipeline_parallel.py`` places the last two's stages in a V): our gpipe,
-  1f1b, interleaved, zb-v and dualpipev (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like
-  with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
+  Megatron context parallelism, no TP overlap, no sequence parallelism (bigscience-workshop/
+  Megatron-DeepSpeed forked Megatron-LM before v3 brought ``--sequence-parallel``, 2022).
+  torchtitan (``torch.distributed.pipelining``, ``schedules.py`` ``get_schedule_class``:
+  ``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``LoopedBFS``, ``InterleavedZeroBubble``,
+  ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's ``distributed/pipeline_parallel.py`` places
+  the last two's stages in a V): our gpipe, 1f1b, interleaved, zb-v and dualpipev
+  (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like with
+  ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
   ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
@@ -70,10 +72,28 @@ Sources (details and numbers in docs/calibration.md):
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
   so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
   XLA gather a layer's worth at once behind compute (``"bucketed"``).
+* Full recomputation that stops early (``recompute_early_stop``): PyTorch's non-reentrant
+  ``torch.utils.checkpoint`` (``use_reentrant=False``; early stop the default since PyTorch
+  2.1, pytorch/pytorch#96866) replays a checkpointed layer in its backward only until every
+  tensor the forward saved has been saved again: the pack hook of the last saved tensor
+  raises ``_StopRecomputationError``, and autograd saves an op's inputs before it runs the
+  op's kernel, so the layer's last GEMM (the MLP's down projection, whose input and weight
+  are the last tensors saved) and what follows it are not rerun. Composer wraps the blocks
+  with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
+  sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
+  ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
+  compiled, not modelled here (whole forward).
+* DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
+  ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
+  gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
+  fp32 gradients are all-reduced over dp under its own ZeRO-1 (docs/calibration.md §3.12).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
-  Charged once per kernel; it only matters for small per-GPU work.
+  Charged once per kernel; it only matters for small per-GPU work. A run with synchronous
+  launches (``CUDA_LAUNCH_BLOCKING=1``) pays the host's time per kernel instead
+  (``strategies.launch_blocking``).
 """
 from __future__ import annotations
 
@@ -115,7 +135,10 @@ class StepPasses:
     the 16-bit model weights in a separate kernel: read 4, write ``param_bytes``).
     ``tied_reduce``: the gradient of a tied word embedding is all-reduced between the first
     and the last pipeline stage once per step (``pp > 1``, embedding and LM head on
-    different ranks)."""
+    different ranks). ``adam_elements``: Adam's update as the stack runs it, in fp32
+    elements read or written per updated parameter when it is a chain of unfused kernels
+    (each kernel streams every tensor it reads and writes once); 0: one fused kernel,
+    ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``)."""
 
     zero_grad: bool = True
     scale_grad: bool = True
@@ -124,11 +147,15 @@ class StepPasses:
     clip_scale: bool = False
     param_copy: bool = True
     tied_reduce: bool = True
+    adam_elements: float = 0.0
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        if not (isinstance(self.adam_elements, (int, float)) and 0 <= self.adam_elements < 1e3):
+            raise SpecError("framework.step.adam_elements", self.adam_elements,
+                            "must be a number of fp32 elements per parameter in [0, 1000)")
         for name, _ in self.sources:
             if name not in names:
                 raise SpecError("framework.step.sources", name,
@@ -143,7 +170,9 @@ class FrameworkProfile:
     (no separate per-micro-batch add kernel). ``kernels_per_layer``: kernels one transformer
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
     seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
-    (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
+    (``GPU.flash_efficiency``). ``recompute_early_stop``: full recomputation reruns a layer's
+    forward only up to its last GEMM (PyTorch's non-reentrant checkpoint, module docstring).
+    The ``default_*`` fields are the plan switches the stack uses
     unless a source says otherwise (``strategies.reference.cases`` reads them).
     """
 
@@ -196,6 +225,15 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
+    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    recompute_early_stop: bool = False
+    #: DeepSpeed's ``BF16_Optimizer`` in bf16 runs with ZeRO <= 1 (``runtime/bf16_optimizer.py``,
+    #: v0.6+): each micro-batch's 16-bit gradient is cast to fp32 and added into the fp32
+    #: gradient (``BF16_ACCUM_BYTES`` per parameter instead of the main_grad add's), the fp32
+    #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
+    #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
+    bf16_optimizer: bool = False
     #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
     #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
     layouts: tuple[str, ...] = LAYOUT_WAYS
@@ -262,6 +300,30 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
+#: fp32 elements read or written per parameter by an unfused Adam update (``StepPasses``):
+#: Composer's DecoupledAdamW without weight decay, and torch's foreach AdamW with it, both 20
+#: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
+COMPOSER_ADAMW_ELEMENTS = 20.0
+TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
+#: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
+#: ``hp_grad.add_(lp.grad.to(fp32))``: the cast reads 2 and writes a 4-byte temporary, the add
+#: reads the fp32 gradient and the temporary and writes the fp32 gradient (2 + 4 + 4 + 4 + 4)
+BF16_ACCUM_BYTES = 18.0
+
+
+def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
+    """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
+    return bool(fw.bf16_optimizer) and dtype == "bf16"
+
+
+def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
+    """Whether the data-parallel gradient reduction is a full all-reduce (not a
+    reduce-scatter into the optimizer shard): ZeRO-0, and DeepSpeed's BF16_Optimizer, which
+    all-reduces the fp32 gradients under its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or
+    array ``zero``; the one rule the estimate, the lower bound and the compiler read."""
+    z = np.asarray(zero)
+    out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
+    return bool(out) if out.ndim == 0 else out
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -307,9 +369,11 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
-    context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",), layouts=("slots",),  # not per_stage: see pipeline_split
+    context_parallel=False, expert_parallel=False, sequence_parallel=False,
+    tp_comm_overlap=False, flash_attn=False, export="deepspeed",
+    schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",), bf16_optimizer=True,
+    layouts=("slots",),  # not per_stage: see pipeline_split
     pipeline_split="DeepSpeed's PipelineModule(partition_method=parameters|uniform|type:REGEX): "
                    "a balanced split of the layers the method weighs; "
                    "type:transformer|embedding counts the embedding and the head as layers "
@@ -396,7 +460,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none", layouts=(),
+    recompute=("none", "full"), export="none", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
@@ -410,8 +474,12 @@ PYTORCH_EAGER = FrameworkProfile(
         ("recompute", "no activation checkpointing unless configured")),
     step=StepPasses(
         zero_grad=False, scale_grad=False, check_grad=False, clip_scale=True,
-        param_copy=False, tied_reduce=False,
+        param_copy=False, tied_reduce=False, adam_elements=COMPOSER_ADAMW_ELEMENTS,
         sources=(
+            ("adam_elements", "Composer DecoupledAdamW.adamw (llm-foundry's MPT yamls: "
+                              "decoupled_adamw, weight_decay 0): one Python loop over the "
+                              "parameters, unfused: exp_avg.mul_ 2, .add_ 3, exp_avg_sq.mul_ 2, "
+                              ".addcmul_ 3, sqrt 2, / 2, .add_(eps) 2, param.addcdiv_ 4"),
             ("zero_grad", "optimizer.zero_grad(set_to_none=True), PyTorch's default"),
             ("scale_grad", "the 1/dp average is taken by the reduce-scatter (not a pass over "
                            "the whole buffer)"),
@@ -440,8 +508,16 @@ TORCHTITAN = replace(
     sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
     layouts=LAYOUT_WAYS,
     pipeline_split="module_fqns_per_model_part (any modules per chunk: a layout string, "
-                   "first/last counts, slots or a count per rank); its default split counts the embedding and "
-                   "the output as layers (pipeline_parallel_first/last_stage_less_layers=1)")
+                   "first/last counts, slots or a count per rank); its default split counts "
+                   "the embedding and the output as layers "
+                   "(pipeline_parallel_first/last_stage_less_layers=1)",
+    step=replace(PYTORCH_EAGER.step, adam_elements=TORCH_FOREACH_ADAMW_ELEMENTS, sources=tuple(
+        (k, v) for k, v in PYTORCH_EAGER.step.sources if k != "adam_elements") + (
+        ("adam_elements", "torch.optim.AdamW(foreach=True): torchtitan's --optimizer.fused "
+                          "defaults to False, weight_decay 0.1; _multi_tensor_adamw: "
+                          "_foreach_mul_(params) 2, _foreach_lerp_(exp_avgs) 3, "
+                          "_foreach_mul_(exp_avg_sqs) 2, _foreach_addcmul_ 3, _foreach_sqrt 2, "
+                          "_foreach_div_ 2, _foreach_add_(eps) 2, _foreach_addcdiv_ 4"),)))
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",
