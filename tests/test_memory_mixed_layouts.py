@@ -204,6 +204,25 @@ def test_bound_below_simulation_mixed_kinds(text):
     assert 0.5 * sim < bound <= sim
 
 
+@pytest.mark.parametrize("text", [
+    "tp=1,pp=8,dp=4,ep=4,mbs=1,gbs=32,first_stage_layers=8,last_stage_layers=5",
+    "tp=1,pp=16,dp=2,ep=2,mbs=1,gbs=32,first_stage_layers=4,last_stage_layers=1",
+    "tp=1,pp=16,dp=2,ep=2,mbs=1,gbs=32,schedule=zb-h1,first_stage_layers=4,"
+    "last_stage_layers=1,recompute=full",
+])
+def test_bound_below_simulation_deepseek_v3_layouts(text):
+    """The layouts the search proposes for DeepSeek-V3 (3 dense layers on rank 0, the MTP
+    module on the last rank): the bound stays below the simulation."""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import columns_from_plans
+    m, cl = model_preset("deepseek-v3"), cluster_preset("dgx-h100", 4)
+    job = make_job(m, cl, parse_plan(text))
+    bound = float(step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]))[0])
+    sim = simulate(job).step_time_s
+    assert 0.5 * sim < bound <= sim
+
+
 @pytest.mark.slow
 def test_pruned_search_equals_exhaustive_mixed_kinds():
     """A search whose space holds uneven layouts of a dense+MoE model (pp 2 and 4 only
