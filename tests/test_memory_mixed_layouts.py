@@ -132,6 +132,27 @@ def test_all_ranks_count_where_kinds_differ():
     assert float(peak_memory_arrays(m, P)[0]) == pytest.approx(max(stages), rel=REL)
 
 
+def test_no_permutation_buffers_on_a_rank_of_dense_layers():
+    """A rank holding only dense layers has no MoE token permutation: its ``other``
+    allowance is the fixed one plus fragmentation (ZeRO 1: no reduction buffers), while a
+    rank with MoE layers adds one layer's dispatch and combine buffers
+    (``activations.permutation_buffer_bytes``)."""
+    from strategies.memory.activations import permutation_buffer_bytes
+    from strategies.memory.scalar import memory_components
+    m, cl = _ds_small(), cluster_preset("dgx-h100", 2)
+    job = make_job(m, cl, parse_plan("tp=2,pp=4,dp=1,cp=2,mbs=1,gbs=32,schedule=gpipe,"
+                                     "sp=true,zero=1,first_stage_layers=1,last_stage_layers=1"))
+    assert stage_content(m, job.layout, 0) == (("dense", 1),)
+    sy = job.system
+    perm = permutation_buffer_bytes(m, m.seq_length, 1, 2, 2, job.plan.imbalance)
+    assert perm > 0
+    for s, extra in ((0, 0.0), (2, perm)):
+        parts = memory_components(job, s)
+        acts = sum(p.activations for p in parts.values())
+        want = sy.fixed_other_bytes + sy.fragmentation * acts + extra
+        assert parts["other"].other == pytest.approx(want, rel=1e-12), s
+
+
 @pytest.mark.parametrize("text", [
     "tp=1,pp=4,dp=8,ep=8,mbs=1,gbs=32,first_stage_layers=16,last_stage_layers=13",
     "tp=1,pp=8,dp=4,ep=4,mbs=1,gbs=32,schedule=zb-h1,first_stage_layers=8,last_stage_layers=5",

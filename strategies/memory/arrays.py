@@ -247,6 +247,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         activations = layers_act + in_flight * emb_act + out_act + rc_act
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
+        # the token permutation's buffers live in an MoE layer (an MTP module's is one when
+        # the model's layers are): none on a rank of dense layers only
+        routed = held_k["moe"] + (held_k["mtp"] if m.is_moe else 0.0)
+        perm = np.where(routed > 0, perm, 0.0)
     else:
         dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
                                                                 mirrored=mirrored, etp=etp)
