@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
 
     ref_bounds = _ref_bounds(cfg, fw, refs)
     runs = {}
-    for name in ("dispatch order (083f359)", "as finished", "as finished + backfill"):
+    for name in ("in dispatch order (083f359)", "as finished", "as finished + backfill"):
         clock = Clock(lambda i: measure(i)[0], lambda i: measure(i)[1])
         state: list = []
-        if name.startswith("dispatch"):
+        if name.startswith("in dispatch"):
             ex: Any = InDispatchOrder(clock)
         elif name.endswith("backfill"):
             ex = Backfill(clock, [-j - 1 for j in range(len(refs))],
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
           f"simulations measured, {rec['simulation_cpu_s']:.2f} CPU s in all "
           f"(1-minute load {rec['load_1min']:.1f} at the end)")
     for name, r in runs.items():
-        print(f"  {name:26s} 2-worker makespan {r['makespan_s']:6.2f} s, replayed wall "
+        print(f"  {name:29s} 2-worker makespan {r['makespan_s']:6.2f} s, replayed wall "
               f"{r['wall_s']:6.2f} s, {r['simulations']} simulations ({r['needed']} needed)")
     return 0
 

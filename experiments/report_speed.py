@@ -127,7 +127,7 @@ def replay() -> dict[str, Any]:
 
 def _replay_lines(r: dict[str, Any]) -> list[str]:
     ways = "; ".join(f"{name}: {x['wall_s']:.2f} s ({x['simulations']} simulations)"
-                     for name, x in r["replays"].items())
+                     for name, x in r["replays"].items())   # "in dispatch order: …"
     return ["", "The same search replayed on two idle workers "
             "(`python experiments/bench_search_dispatch.py`: the parent's "
             f"{r['scoring_cpu_s']:.2f} CPU seconds before the first simulation, then the "
@@ -234,7 +234,8 @@ def _same_run(rows: list[dict[str, Any]], search: dict[str, Any] | None,
                       f"{_vs_bare(r)} / {_vs_bare(r, 'vs_bare_cpu')}"])
     if not lines:
         return []
-    return ["", f"Before and after in this run, under the same load: {same['label']} "
+    when = "in that run" if same.get("copied") else "in this run"
+    return ["", f"Before and after {when}, under the same load: {same['label']} "
             f"(`{same['tree']}`), each case run by the same harness "
             "(`bench_simulate.py --tree`) right before the current one:", "",
             md_table(["case", "wall s before", "wall s after", "speed-up", "cpu s before",
@@ -294,7 +295,8 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
         f"{mach['platform']}; 1-minute load average {load:.2f} when the report started "
         "(other work on the machine slows every figure)." if load is not None else
         f"- Machine: {mach['cpus']} CPUs, Python {mach['python']}.",
-        *(_same_run(rows, search, cases_same or same) if (cases_same or same) else []),
+        *(_same_run(rows, search, {**cases_same, "copied": True} if cases_same else same)
+          if (cases_same or same) else []),
         *(_before_after(rows, search, base) if base else []),
         "",
         f"![wall time per case]({NAME}.png)"])

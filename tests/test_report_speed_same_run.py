@@ -52,7 +52,7 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
     monkeypatch.setattr(report_speed, "default_search", fake)
     monkeypatch.setattr(report_speed, "replay", lambda: {
         "scoring_cpu_s": 0.9, "simulations_measured": 14, "simulation_cpu_s": 23.9,
-        "load_1min": 4.3, "replays": {"dispatch order": {"wall_s": 16.61, "simulations": 14},
+        "load_1min": 4.3, "replays": {"in dispatch order": {"wall_s": 16.61, "simulations": 14},
                                       "as finished": {"wall_s": 13.16, "simulations": 14}}})
     assert report_speed.main(["--search-only", "--search-repeat", "3", "--out", str(tmp_path),
                               "--before-tree", str(tmp_path), "--before-label", "old",
@@ -68,6 +68,6 @@ def test_search_only_repeats_alternate_and_give_least_and_median(tmp_path, monke
     assert "`default-search` meets its target (14.00 s median of 3 runs, least 12.00 s" in md
     assert "copied from an earlier run" in md
     # the copied cases keep their own same-run table, under their own label
-    assert "under the same load: the cases' own earlier checkout (`/x`)" in md
+    assert "in that run, under the same load: the cases' own earlier checkout (`/x`)" in md
     assert "under the same load: old" not in md
-    assert "dispatch order: 16.61 s (14 simulations); as finished: 13.16 s" in md
+    assert "taken in dispatch order: 16.61 s (14 simulations); as finished: 13.16 s" in md
