@@ -156,6 +156,9 @@ class StageCostArrays:
     ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
+    # the routed experts' part of ``params_first``: their gradients are reduced over the
+    # expert-data-parallel group (``strategies.placement.expert_sizes``), not the dense dp one
+    expert_params_first: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -380,6 +383,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
         head_params=full(counts.head_params_per_gpu(m, tp, pp)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
+        expert_params_first=split["first"][1] + zeros,
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
         passes_first=passes["first"], passes_mid=passes["mid"], passes_last=passes["last"],
         # (DualPipe's mirror all-reduce already sums the end ranks' embedding and head copies)

@@ -1,0 +1,75 @@
+"""MoE accuracy (issue 14): the costs added to bring the small-expert MoE runs (gpt-oss-120b,
+Qwen3-30B-A3B, Qwen3-235B-A22B) closer to their published step times, each against its closed
+form.
+
+* The routed experts' gradients are reduced (and, with the distributed optimizer, their
+  parameters gathered) over the expert-data-parallel group, ``tp·cp·dp/(etp·ep)`` ranks
+  ``etp·ep`` apart, not over the dense data-parallel group
+  (``strategies.cost.comm.dp_collective_time``)."""
+from __future__ import annotations
+
+import pytest
+
+from strategies import placement
+from strategies.collectives import ring
+from strategies.cost import comm
+from strategies.cost.stage import stage_cost_arrays, stage_costs, stage_params_split
+from strategies.estimate import estimate
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+REL = 1e-12
+B200 = cluster_preset("dgx-b200", 8)          # 64 GPUs, 8 per node
+GPT_OSS = model_preset("gpt-oss-120b")
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "reduce_scatter", "allgather"])
+def test_dp_collective_without_ep_is_the_dense_dp_collective(kind):
+    """``ep = 1``: every parameter over the dp group, as before (expert params included)."""
+    t = comm.dp_collective_time(kind, 4.0, 3e9, 2e9, 1, 1, 64, 1, 1, B200)
+    assert t == pytest.approx(comm.collective_time(kind, 4.0 * 3e9, 64, 1, B200), rel=REL)
+
+
+def test_expert_gradients_ride_one_nic_ring_across_nodes():
+    """tp1 dp64 ep8 on 8-GPU nodes: the expert-data-parallel group is one GPU per node,
+    ``edp = 8`` ranks 8 apart (the placement's), so the experts' reduce-scatter is the ring
+    closed form ``(n-1)/n · B / bw + (n-1)·lat`` at one NIC's rate; the dense part stays on
+    the dp group."""
+    p = Plan(tp=1, pp=1, dp=64, ep=8, mbs=1, gbs=64)
+    assert placement.groups(p, "edp")[0] == [0, 8, 16, 24, 32, 40, 48, 56]
+    dense, expert = 2e9, 14e9
+    got = comm.dp_collective_time("reduce_scatter", 2.0, dense + expert, expert,
+                                  1, 1, 64, 8, 1, B200)
+    bw, lat = comm.group_bandwidth(B200, 8, 8)
+    ring_expert = 7 / 8 * 2.0 * expert / bw + 7 * lat
+    assert ring_expert == pytest.approx(ring.time(1, 2.0 * expert, 8, bw, lat), rel=REL)
+    want = comm.collective_time("reduce_scatter", 2.0 * dense, 64, 1, B200) + ring_expert
+    assert got == pytest.approx(want, rel=REL)
+
+
+def test_experts_with_no_replica_reduce_nothing():
+    """``ep = tp·cp·dp`` (one copy of each expert): only the dense part is reduced."""
+    t = comm.dp_collective_time("reduce_scatter", 4.0, 5e9, 3e9, 1, 1, 64, 64, 1, B200)
+    assert t == pytest.approx(comm.collective_time("reduce_scatter", 4.0 * 2e9, 64, 1, B200),
+                              rel=REL)
+
+
+def test_estimate_reads_the_expert_share_of_the_first_stage():
+    """The stage record's ``expert_params_first`` is the first stage's routed-expert
+    parameters (``stage_params_split``), and the estimate's exposed dp time grows when the
+    experts' group leaves the node (ep 8 on 8-GPU nodes) against one that holds every
+    expert once (ep 64)."""
+    plan = dict(tp=1, pp=1, dp=64, mbs=4, gbs=1280)
+    job = make_job(GPT_OSS, B200, Plan(ep=8, **plan))
+    sc = stage_costs(job)
+    dense, expert = stage_params_split(job, sc, 0)
+    arr = stage_cost_arrays(job.model, job.cluster, job.dtype, PlanArrays.from_plans([job.plan]),
+                            job.framework, job.system)
+    assert float(arr.expert_params_first[0]) == pytest.approx(expert, rel=REL)
+    assert expert > 0.8 * (dense + expert)
+    wide = estimate(make_job(GPT_OSS, B200, Plan(ep=64, **plan)))
+    narrow = estimate(job)
+    assert narrow.breakdown_s["dp_comm"] > 10 * wide.breakdown_s["dp_comm"]
