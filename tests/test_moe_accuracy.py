@@ -73,3 +73,33 @@ def test_estimate_reads_the_expert_share_of_the_first_stage():
     wide = estimate(make_job(GPT_OSS, B200, Plan(ep=64, **plan)))
     narrow = estimate(job)
     assert narrow.breakdown_s["dp_comm"] > 10 * wide.breakdown_s["dp_comm"]
+
+
+def test_compiled_gradient_buckets_split_between_dp_and_expert_dp():
+    """The simulator reduces the same split: on every rank, the dp-comm reduce-scatters over
+    the expert-data-parallel group carry ``grad_bytes`` times the stage's routed-expert
+    parameters, those over dp the rest, and the parameter all-gathers after the optimizer
+    likewise (``param_bytes``)."""
+    from simulator.program.compiler import compile_job
+    from simulator.program.ops import Collective
+    mixtral = model_preset("mixtral-8x7b")
+    job = make_job(mixtral, cluster_preset("dgx-h100", 2),
+                   Plan(tp=1, pp=1, dp=16, ep=4, mbs=1, gbs=32, zero=1))
+    sc = stage_costs(job)
+    total, expert = sc.params_by_stage[0], sc.expert_params_by_stage[0]
+    assert 0 < expert < total
+    edp = placement.groups(job.plan, "edp")[0]
+    assert edp == [0, 4, 8, 12]
+    prog = compile_job(job, ranks=[0])[0]
+    ops = [o for o in prog.streams["dp-comm"] if isinstance(o, Collective)]
+    rs = {"edp": 0.0, "dp": 0.0}
+    ag = {"edp": 0.0, "dp": 0.0}
+    for o in ops:
+        where = "edp" if o.group == tuple(edp) else "dp"
+        assert where == "edp" or len(o.group) == 16
+        book = rs if o.kind == "reduce_scatter" else ag
+        book[where] += o.nbytes * o.repeat
+    assert rs["edp"] == pytest.approx(sc.grad_bytes * expert, rel=1e-9)
+    assert rs["dp"] == pytest.approx(sc.grad_bytes * (total - expert), rel=1e-9)
+    assert ag["edp"] == pytest.approx(sc.param_bytes * expert, rel=1e-9)
+    assert ag["dp"] == pytest.approx(sc.param_bytes * (total - expert), rel=1e-9)

@@ -49,7 +49,7 @@ class Layout:
         self.per_stage = plan.tp * plan.cp * plan.dp
         n = placement.world_size(plan)
         self._groups: dict[str, tuple[np.ndarray, list[tuple[int, ...]]]] = {}
-        for dim in ("tp", "cp", "dp", "ep", "etp", "pp"):
+        for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "pp"):
             groups = placement.groups(plan, dim)
             index = np.empty(n, dtype=np.int64)
             for gi, g in enumerate(groups):
