@@ -96,8 +96,11 @@ def test_compiled_gradient_buckets_split_between_dp_and_expert_dp():
     assert 0 < expert < total
     edp = placement.groups(job.plan, "edp")[0]
     assert edp == [0, 4, 8, 12]
-    prog = compile_job(job, ranks=[0])[0]
-    ops = [o for o in prog.streams["dp-comm"] if isinstance(o, Collective)]
+    progs = compile_job(job, ranks=[0, 1])
+    # rank 1's program is rank 0's relabelled: its expert collectives run over its own group
+    edp1 = {o.group for o in progs[1].streams["dp-comm"] if "experts" in o.label}
+    assert edp1 == {tuple(placement.groups(job.plan, "edp")[1])} == {(1, 5, 9, 13)}
+    ops = [o for o in progs[0].streams["dp-comm"] if isinstance(o, Collective)]
     rs = {"edp": 0.0, "dp": 0.0}
     ag = {"edp": 0.0, "dp": 0.0}
     for o in ops:

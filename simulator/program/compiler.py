@@ -149,7 +149,8 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
     immutable, so the ranks of one group share its collective ops: ``shared`` (one dict per
     ``compile_job``) keeps them by template op and group."""
     t = template.rank
-    groups = {layout.group(d, t): layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp")}
+    groups = {layout.group(d, t): layout.group(d, rank)
+              for d in ("tp", "cp", "dp", "ep", "etp", "edp")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
     streams = {}
