@@ -12,6 +12,9 @@ rank)``, beside the model's own time for that layer (forward + backward, the sta
 ``layer_fwd + layer_bwd``). A cost per token grows with the micro-batch; a cost per layer and
 micro-batch (host launches, device-to-host syncs) does not.
 
+Table 3: mean absolute error per model family and file (every tier), the MoE families and the
+dense rows.
+
 Table 2: the same models, GPUs and layouts as NVIDIA ran them in the 26.08 NeMo container
 (Megatron-Bridge ``docs/performance-summary.md`` at commit 067f987df03b: MXFP8, HybridEP, the
 expert-parallel overlap and full-iteration CUDA graphs, ``src/megatron/bridge/perf_recipes/
@@ -67,6 +70,31 @@ def residual_rows(path: str) -> list[tuple]:
     return out
 
 
+#: model families by the name in a run's id
+FAMILIES = (("deepseek", "DeepSeek-V3"), ("dsv3", "DeepSeek-V3"), ("gptoss", "gpt-oss-120b"),
+            ("qwen330", "Qwen3-30B-A3B"), ("qwen3_30", "Qwen3-30B-A3B"),
+            ("qwen3235", "Qwen3-235B-A22B"), ("qwen3_235", "Qwen3-235B-A22B"),
+            ("llama", "dense (Llama)"))
+
+
+def family_rows(path: str) -> list[tuple[str, int, float]]:
+    """``(family, runs, analytic MAPE %)`` of every row of ``path`` that resolves, by
+    ``FAMILIES`` (others: ``other``), then all MoE rows and all rows."""
+    from simulator.studies.validate import load_cases, mape, validate_cases
+    by: dict[str, list[float]] = {}
+    for r in validate_cases(load_cases(path, tiers=None), simulate=False):
+        if r["analytic_error_pct"] is None:
+            continue
+        name = next((n for k, n in FAMILIES if k in r["id"].lower()), "other")
+        by.setdefault(name, []).append(r["analytic_error_pct"])
+    moe = [e for k, v in by.items() if k not in ("dense (Llama)", "other") for e in v]
+    out = [(k, len(v), mape(v)) for k, v in sorted(by.items())]
+    out.append(("all MoE rows", len(moe), mape(moe)))
+    out.append(("all rows", sum(len(v) for v in by.values()),
+                mape([e for v in by.values() for e in v])))
+    return out
+
+
 def rows_2608() -> list[tuple]:
     """``(26.04 id, ep, mbs, measured s, estimated s, error %)`` of ``ROWS_2608``."""
     base = {e["id"]: e for e in load_reference(BRIDGE_2604)}
@@ -95,6 +123,12 @@ def main() -> None:
         for r in residual_rows(path):
             print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.2f} | {r[5]:.2f} | "
                   f"{r[6]:+.1f} % | {r[7]:.2f} | {r[8]:.2f} |")
+    print()
+    print("| file | family | runs | analytic MAPE |")
+    print("|---|---|---|---|")
+    for path in FILES:
+        for fam, n, err in family_rows(path):
+            print(f"| {os.path.basename(path)} | {fam} | {n} | {err:.2f} % |")
     print()
     print("| 26.04 entry, as run in 26.08 (MXFP8, HybridEP, EP overlap, full-iteration CUDA "
           "graph) | ep | mbs | measured s | estimated s | error |")
