@@ -58,6 +58,18 @@ Sources (details and numbers in docs/calibration.md):
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
   so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
   XLA gather a layer's worth at once behind compute (``"bucketed"``).
+* Full recomputation that stops early (``recompute_early_stop``): PyTorch's non-reentrant
+  ``torch.utils.checkpoint`` (``use_reentrant=False``; early stop the default since PyTorch
+  2.1, pytorch/pytorch#96866) replays a checkpointed layer in its backward only until every
+  tensor the forward saved has been saved again: the pack hook of the last saved tensor
+  raises ``_StopRecomputationError``, and autograd saves an op's inputs before it runs the
+  op's kernel, so the layer's last GEMM (the MLP's down projection, whose input and weight
+  are the last tensors saved) and what follows it are not rerun. Composer wraps the blocks
+  with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
+  sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
+  ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
+  compiled, not modelled here (whole forward).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -97,7 +109,10 @@ class StepPasses:
     the 16-bit model weights in a separate kernel: read 4, write ``param_bytes``).
     ``tied_reduce``: the gradient of a tied word embedding is all-reduced between the first
     and the last pipeline stage once per step (``pp > 1``, embedding and LM head on
-    different ranks)."""
+    different ranks). ``adam_elements``: Adam's update as the stack runs it, in fp32
+    elements read or written per updated parameter when it is a chain of unfused kernels
+    (each kernel streams every tensor it reads and writes once); 0: one fused kernel,
+    ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``)."""
 
     zero_grad: bool = True
     scale_grad: bool = True
@@ -106,11 +121,15 @@ class StepPasses:
     clip_scale: bool = False
     param_copy: bool = True
     tied_reduce: bool = True
+    adam_elements: float = 0.0
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        if not (isinstance(self.adam_elements, (int, float)) and 0 <= self.adam_elements < 1e3):
+            raise SpecError("framework.step.adam_elements", self.adam_elements,
+                            "must be a number of fp32 elements per parameter in [0, 1000)")
         for name, _ in self.sources:
             if name not in names:
                 raise SpecError("framework.step.sources", name,
@@ -125,7 +144,9 @@ class FrameworkProfile:
     (no separate per-micro-batch add kernel). ``kernels_per_layer``: kernels one transformer
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
     seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
-    (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
+    (``GPU.flash_efficiency``). ``recompute_early_stop``: full recomputation reruns a layer's
+    forward only up to its last GEMM (PyTorch's non-reentrant checkpoint, module docstring).
+    The ``default_*`` fields are the plan switches the stack uses
     unless a source says otherwise (``strategies.reference.cases`` reads them).
     """
 
@@ -178,6 +199,9 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
+    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    recompute_early_stop: bool = False
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -233,6 +257,11 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
+#: fp32 elements read or written per parameter by an unfused Adam update (``StepPasses``):
+#: Composer's DecoupledAdamW without weight decay, and torch's foreach AdamW with it, both 20
+#: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
+COMPOSER_ADAMW_ELEMENTS = 20.0
+TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -348,7 +377,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none",
+    recompute=("none", "full"), export="none", recompute_early_stop=True,
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
                        "SDPA's flash backend)"),
@@ -361,8 +390,12 @@ PYTORCH_EAGER = FrameworkProfile(
         ("recompute", "no activation checkpointing unless configured")),
     step=StepPasses(
         zero_grad=False, scale_grad=False, check_grad=False, clip_scale=True,
-        param_copy=False, tied_reduce=False,
+        param_copy=False, tied_reduce=False, adam_elements=COMPOSER_ADAMW_ELEMENTS,
         sources=(
+            ("adam_elements", "Composer DecoupledAdamW.adamw (llm-foundry's MPT yamls: "
+                              "decoupled_adamw, weight_decay 0): one Python loop over the "
+                              "parameters, unfused: exp_avg.mul_ 2, .add_ 3, exp_avg_sq.mul_ 2, "
+                              ".addcmul_ 3, sqrt 2, / 2, .add_(eps) 2, param.addcdiv_ 4"),
             ("zero_grad", "optimizer.zero_grad(set_to_none=True), PyTorch's default"),
             ("scale_grad", "the 1/dp average is taken by the reduce-scatter (not a pass over "
                            "the whole buffer)"),
@@ -378,7 +411,14 @@ TORCHTITAN = replace(
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
     schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan")
+    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
+    step=replace(PYTORCH_EAGER.step, adam_elements=TORCH_FOREACH_ADAMW_ELEMENTS, sources=tuple(
+        (k, v) for k, v in PYTORCH_EAGER.step.sources if k != "adam_elements") + (
+        ("adam_elements", "torch.optim.AdamW(foreach=True): torchtitan's --optimizer.fused "
+                          "defaults to False, weight_decay 0.1; _multi_tensor_adamw: "
+                          "_foreach_mul_(params) 2, _foreach_lerp_(exp_avgs) 3, "
+                          "_foreach_mul_(exp_avg_sqs) 2, _foreach_addcmul_ 3, _foreach_sqrt 2, "
+                          "_foreach_div_ 2, _foreach_add_(eps) 2, _foreach_addcdiv_ 4"),)))
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",

@@ -310,7 +310,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy)
-    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + w_cast + zeros
+    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
     # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
     passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
@@ -490,8 +490,9 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     # expert states are sharded over the expert-data-parallel group
     shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
-    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + ct.weight_cast_time(
-        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, (d, e) in enumerate(split))
+    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
+                      + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
+                                            sy)) for s, (d, e) in enumerate(split))
     held = float(ct.accum_shard(p.dp, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)
