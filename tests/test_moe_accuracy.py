@@ -144,3 +144,24 @@ def test_expert_bias_time_is_bytes_over_hbm_plus_launch_gaps():
     out = 4 * 4096 * 4 * 2880 * 2.0
     assert f == pytest.approx(6 * out / hbm + 33 * gap, rel=REL)
     assert b == pytest.approx(6 * out / hbm + 64 * gap, rel=REL)
+
+
+def test_bridge_rows_reduce_gradients_in_bf16():
+    """Megatron-Bridge's performance configs set ``grad_reduce_in_fp32 = False``: the cases
+    of its published rows get a 2-byte gradient buffer (DP bytes halved against the fp32
+    default), with the source among the assumptions; other sources keep the default."""
+    from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+    from strategies.reference.bridge_recipes import grad_reduce_in_fp32
+    from strategies.reference.cases import case_from_entry, load_reference
+    rows = load_reference("strategies/reference/data/megatron_bridge_2604.json")
+    case = case_from_entry(rows[0])
+    assert grad_reduce_in_fp32(rows[0]) is False
+    assert case.job.system.main_grad_bytes(case.job.dtype) == 2.0
+    assert any("grad_reduce_in_fp32 = False" in a for a in case.assumptions)
+    assert stage_costs(case.job).grad_bytes == 2.0
+    other = {"source": {"ref": "Narayanan et al. 2021", "table": "Table 1"}}
+    assert grad_reduce_in_fp32(other) is None
+    assert DEFAULT_SYSTEM.main_grad_bytes("bf16") == 4.0
+    assert SystemConfig(grad_buffer_bytes=4.0).main_grad_bytes("fp16") == 4.0
+    with pytest.raises(Exception, match="grad_buffer_bytes"):
+        SystemConfig(grad_buffer_bytes=3.0)
