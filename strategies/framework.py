@@ -37,9 +37,11 @@ Sources (details and numbers in docs/calibration.md):
   expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
   engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
-  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
-  GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
-  with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
+  Megatron context parallelism, no TP overlap, no sequence parallelism (bigscience-workshop/
+  Megatron-DeepSpeed forked Megatron-LM before v3 brought ``--sequence-parallel``, 2022).
+  torchtitan (``torch.distributed.pipelining``): GPipe, 1F1B, interleaved 1F1B (and the
+  zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like with ``reshard_after_forward=False``) or
+  DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
   ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
@@ -70,10 +72,16 @@ Sources (details and numbers in docs/calibration.md):
   ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
   DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
   compiled, not modelled here (whole forward).
+* DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
+  ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
+  gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
+  fp32 gradients are all-reduced over dp under its own ZeRO-1 (docs/calibration.md §3.12).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
-  Charged once per kernel; it only matters for small per-GPU work.
+  Charged once per kernel; it only matters for small per-GPU work. A run with synchronous
+  launches (``CUDA_LAUNCH_BLOCKING=1``) pays the host's time per kernel instead
+  (``strategies.launch_blocking``).
 """
 from __future__ import annotations
 
@@ -202,6 +210,12 @@ class FrameworkProfile:
     #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
     #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
     recompute_early_stop: bool = False
+    #: DeepSpeed's ``BF16_Optimizer`` in bf16 runs with ZeRO <= 1 (``runtime/bf16_optimizer.py``,
+    #: v0.6+): each micro-batch's 16-bit gradient is cast to fp32 and added into the fp32
+    #: gradient (``BF16_ACCUM_BYTES`` per parameter instead of the main_grad add's), the fp32
+    #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
+    #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
+    bf16_optimizer: bool = False
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -262,6 +276,25 @@ LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module 
 #: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
 COMPOSER_ADAMW_ELEMENTS = 20.0
 TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
+#: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
+#: ``hp_grad.add_(lp.grad.to(fp32))``: the cast reads 2 and writes a 4-byte temporary, the add
+#: reads the fp32 gradient and the temporary and writes the fp32 gradient (2 + 4 + 4 + 4 + 4)
+BF16_ACCUM_BYTES = 18.0
+
+
+def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
+    """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
+    return bool(fw.bf16_optimizer) and dtype == "bf16"
+
+
+def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
+    """Whether the data-parallel gradient reduction is a full all-reduce (not a
+    reduce-scatter into the optimizer shard): ZeRO-0, and DeepSpeed's BF16_Optimizer, which
+    all-reduces the fp32 gradients under its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or
+    array ``zero``; the one rule the estimate, the lower bound and the compiler read."""
+    z = np.asarray(zero)
+    out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
+    return bool(out) if out.ndim == 0 else out
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -307,9 +340,10 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
-    context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",),
+    context_parallel=False, expert_parallel=False, sequence_parallel=False,
+    tp_comm_overlap=False, flash_attn=False, export="deepspeed",
+    schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",), bf16_optimizer=True,
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),

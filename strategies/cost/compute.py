@@ -44,7 +44,7 @@ from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import DEFAULT, FrameworkProfile
+from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
@@ -252,11 +252,25 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
                     system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Seconds to add one micro-batch's weight gradients of ``params`` parameters into the
     main gradient with a separate kernel (read the main gradient, read the 16-bit gradient,
-    write the main gradient); 0 when the framework fuses it into the weight-gradient GEMM."""
+    write the main gradient; DeepSpeed's BF16_Optimizer casts first:
+    ``framework.BF16_ACCUM_BYTES``); 0 when the framework fuses it into the weight-gradient
+    GEMM."""
     if fw.grad_accum_fusion:
         return 0.0 * params
+    if uses_bf16_optimizer(fw, dtype):
+        return params * BF16_ACCUM_BYTES / usable_hbm(gpu, system)
     gb = system.main_grad_bytes(dtype)
     return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
+
+
+def bf16_optimizer_launch_time(m: ModelSpec, fw: FrameworkProfile, dtype: str,
+                               gpu: GPU | None = None) -> float:
+    """GPU idle seconds per layer and micro-batch from the kernels DeepSpeed's BF16_Optimizer
+    launches after each backward (``update_hp_grads``: per parameter tensor a cast to fp32
+    and an add, ``costs.layer_param_tensors``), one launch gap each; 0 for other stacks."""
+    if fw.grad_accum_fusion or not uses_bf16_optimizer(fw, dtype):
+        return 0.0
+    return 2 * len(costs.layer_param_tensors(m)) * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
@@ -386,7 +400,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
     e = e_plain + c_f
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
-                          system)
+                          system) + bf16_optimizer_launch_time(m, fw, dtype, gpu)
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)

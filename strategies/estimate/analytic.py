@@ -48,7 +48,7 @@ from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -214,7 +214,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_rs_dp = cm.dp_collective_time("reduce_scatter", gb, params, pe, tp, cp, dp, ep, etp, cl)
     t_ag_dp = cm.dp_collective_time("allgather", sc.param_bytes, params, pe, tp, cp, dp, ep,
                                     etp, cl)
-    t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
+    # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
+    # optimizer (``framework.full_grad_reduce``)
+    t_grad = np.where(full_grad_reduce(get_profile(framework), dtype, zero), t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
     # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)

@@ -188,6 +188,21 @@ def attention_kernel(value) -> str | None:
     return None
 
 
+def launch_blocking(value) -> bool:
+    """Whether a free-text environment field sets ``CUDA_LAUNCH_BLOCKING=1`` (synchronous
+    kernel launches, ``strategies.launch_blocking``)."""
+    return re.search(r"cuda_launch_blocking\s*=\s*1\b", str(value or "").lower()) is not None
+
+
+def bf16_optimizer(value) -> bool | None:
+    """Whether a free-text optimizer field says DeepSpeed's BF16_Optimizer ran (True), did not
+    ("without the BF16 optimizer": False), or says neither (None)."""
+    t = str(value or "").lower().replace("_", " ")
+    if "bf16 optimizer" not in t:
+        return None
+    return re.search(r"\b(without|no|before)\s+(the\s+)?bf16 optimizer", t) is None
+
+
 def recompute_kind(value) -> str | None:
     """``none``, ``selective``, ``op`` (torchtitan's op-level selective checkpointing, "SAC")
     or ``full`` from a free-text recompute field (None: unstated)."""
