@@ -764,13 +764,16 @@ def embedding_params_per_gpu(m: ModelSpec, tp: Num) -> Num:
     return m.embedding_params() / tp
 
 
-def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
-    """The last stage's output layer, ``/tp``: the final norm plus the LM head's weights, or,
-    tied, a copy of the word embedding when ``pp > 1`` (Megatron; with ``pp = 1`` the tied
-    head is the embedding and adds nothing)."""
+def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num, with_embedding: Any = False) -> Num:
+    """The output layer on the rank that holds it, ``/tp``: the final norm plus the LM head's
+    weights, or, tied, a copy of the word embedding (Megatron) unless that rank holds the
+    embedding too (``with_embedding``: a V, ZB-V and DualPipeV, whose rank 0 holds the first
+    and the last chunk; DualPipe's end ranks; always with ``pp = 1``): the tied head is then
+    the embedding's own tensor and adds only the final norm. Parameters."""
     own = m.vocab_size * m.hidden_size
     if m.tie_word_embeddings:
-        head = np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
+        copy = (np.asarray(pp) > 1) & ~np.asarray(with_embedding, dtype=bool)
+        head = np.where(copy, own, 0.0) if np.ndim(copy) else (own if copy else 0.0)
     else:
         head = m.lm_head_params() + 0 * pp
     return (head + m.norm_params()) / tp
@@ -795,7 +798,7 @@ def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
     first, last = np.where(mirrored, end, first), np.where(mirrored, end, last)
     lps = np.where(mirrored, 2, 1) * lps
     dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
-             + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
+             + np.where(last, head_params_per_gpu(m, tp, pp, first), 0.0))
     return dense, lps * expert_l
 
 

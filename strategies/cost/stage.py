@@ -120,7 +120,7 @@ class StageCostArrays:
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
     embedding_params: np.ndarray
-    head_params: np.ndarray       # final norm + LM head (or tied copy) on the last stage
+    head_params: np.ndarray       # final norm + LM head (or tied copy, none on the embedding's rank) on its rank
     params_first: np.ndarray      # parameters per GPU of pipeline rank 0
     params_mid: np.ndarray
     params_last: np.ndarray
@@ -386,7 +386,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
         layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
         embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
-        head_params=full(counts.head_params_per_gpu(m, tp, pp)),
+        # the head's rank: a tied head on the embedding's rank (a V, DualPipe) is one tensor
+        head_params=full(counts.head_params_per_gpu(m, tp, pp, (head_at == 0) | mirrored)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
         expert_params_first=split["first"][1] + zeros, expert_params_mid=split["mid"][1] + zeros,
         expert_params_last=split["last"][1] + zeros,

@@ -130,8 +130,8 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
 def framework_of(c: dict) -> FrameworkProfile:
     """The software that produced a published run, from its source (``reference.text.
     framework_name``): Megatron-LM 2021 (the SC21 paper) ``megatron-lm-2021``; BLOOM and
-    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Core's README
-    ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
+    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Bridge ``nemo``;
+    Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
     llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
     ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
     SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
@@ -234,14 +234,15 @@ def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
 
 def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkProfile,
                notes: list[str], stated: bool) -> Plan | None:
-    """The plan of a Megatron-family run whose layers do not divide over its chunks but do
+    """The plan of a Megatron-family run (a stack launched with Megatron's switches,
+    ``export == "megatron"``) whose layers do not divide over its chunks but do
     once the embedding and the loss take a layer slot each: Megatron's
     ``--account-for-embedding/loss-in-pipeline-split``, the way NeMo and Megatron-Bridge run
     Llama 3.1 405B's 126 layers (docs/layout.md); also the source's own "embedding counted as
     a block" partition (``stated``, DeepSpeed's). None where it does not apply (the layers
     divide, another stack, slots that do not divide either)."""
     pp = sizes[1]
-    if pp == 1 or not (stated or fw.name.startswith("megatron")):
+    if pp == 1 or not (stated or fw.export == "megatron"):
         return None
     if model.num_nextn_predict_layers:
         return None
