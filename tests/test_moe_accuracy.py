@@ -165,3 +165,20 @@ def test_bridge_rows_reduce_gradients_in_bf16():
     assert SystemConfig(grad_buffer_bytes=4.0).main_grad_bytes("fp16") == 4.0
     with pytest.raises(Exception, match="grad_buffer_bytes"):
         SystemConfig(grad_buffer_bytes=3.0)
+
+
+@pytest.mark.parametrize("nodes,dp,ep", [(1, 8, 8), (2, 16, 4)])
+def test_bound_stays_below_simulation_with_expert_dp(nodes, dp, ep):
+    """The lower bound prices the same split (``lower_bound.dp_terms``) and stays at or
+    below the simulated step: with one copy of each expert (ep = dp, no expert reduction)
+    and with the expert-DP group across nodes. (main's
+    ``test_memory_mixed_layouts::test_bound_below_simulation_mixed_kinds[...ep=8...]``
+    failed with a bound that still reduced every parameter over dp.)"""
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import columns_from_plans
+    mixtral, cl = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", nodes)
+    job = make_job(mixtral, cl, Plan(tp=1, pp=1, dp=dp, ep=ep, mbs=1, gbs=dp, zero=1))
+    bound = float(step_time_lower_bound(mixtral, cl, "bf16", columns_from_plans([job.plan]))[0])
+    sim = simulate(job).step_time_s
+    assert 0.5 * sim < bound <= sim
