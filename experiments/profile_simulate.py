@@ -46,8 +46,8 @@ def part_of(frames: list[str]) -> str:
     for part, marks in PARTS:
         if any(m in names for m in marks):
             return part
-    if "simpy" in frames[-1]:
-        return "SimPy (step, event creation, schedule, succeed)"
+    if "simpy" in frames[-1] or frames[-1].startswith("_loop ("):   # the engine's event loop
+        return "SimPy (step, event creation, schedule, succeed)"   # is SimPy's step written out
     if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key")):
         return "engine messages and rendezvous"
     if "Engine._finish" in names or _finishing_line(frames[-1]):
