@@ -24,7 +24,7 @@ from operator import attrgetter
 from typing import Callable
 
 import simpy
-from simpy.events import NORMAL
+from simpy.events import NORMAL, PENDING
 
 from simulator.engine.collectives import CollectiveRunner
 from simulator.engine.gc_pause import paused_gc
@@ -65,7 +65,8 @@ class _Stream:
     (no closure per op)."""
 
     __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
-                 "n", "idx", "start", "done", "waiting", "key", "slot")
+                 "n", "idx", "start", "done", "waiting", "key", "slot", "records", "env",
+                 "ready", "drain")
 
     def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
         ops = prog.streams[name]
@@ -77,37 +78,62 @@ class _Stream:
         self.needed = tuple(map(needed.__contains__, map(_ID, ops)))
         self.n, self.idx, self.start, self.key, self.slot = len(ops), 0, 0.0, None, None
         self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
+        # the engine's state the callbacks touch, bound here (one attribute load, not two)
+        self.records = eng.records if eng.record else None
+        self.env, self.ready, self.drain = eng.env, eng.ready, eng._drain
+
+    def ended(self) -> None:
+        """The current op, a compute op, ended: ``__call__``'s compute case, called by the
+        event loop (``_loop``) for the stream's own queue entry, with no event."""
+        i = self.idx
+        records = self.records
+        if records is not None:
+            op = self.ops[i]
+            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
+                                    op.microbatch, self.stage, self.start, self.env._now,
+                                    op.chunk, 0.0, -1, 0.0)))
+        ready = self.ready
+        if self.needed[i]:
+            oid = self.ops[i].id
+            self.done.add(oid)
+            blocked = self.waiting.pop(oid, None)
+            if blocked:
+                ready.extend(blocked)
+        self.idx = i + 1
+        ready.append(self)             # streams woken by this op go first, then this one
+        self.drain()
 
     def __call__(self, ev: simpy.Event) -> None:
         """The event that ends the current op fired: finish the op (record it, mark it done,
         wake the streams blocked on it) and move on. ``Engine._finish`` written out here: this
         runs once per event (issue 17)."""
-        eng = self.eng
         i = self.idx
         code = self.codes[i]
         op = self.ops[i]
         start = self.start
-        if code == _COMPUTE:
-            wait, peer, nbytes = 0.0, -1, 0.0
-        elif code == _COLL:
+        if code == _COLL:
             wait, peer, nbytes = self.slot.go - start, -1, op.nbytes * op.repeat
         elif code == _SEND:            # the last byte landed; a blocking send waited until
-            go = eng.started.pop(self.key, start) if eng.rendezvous else start   # ``started``
+            eng = self.eng             # ``started``
+            go = eng.started.pop(self.key, start) if eng.rendezvous else start
             self.slot.succeed(go)
             wait, peer, nbytes = go - start, op.dst, op.nbytes
-        else:                          # a receive's message arrived (``ev`` is its mail slot)
-            eng.mail.pop(self.key, None)
-            now = eng.env._now
+        elif code == _RECV:            # a receive's message arrived (``ev`` is its mail slot)
+            self.eng.mail.pop(self.key, None)
+            now = self.env._now
             sent = ev._value
             wait = (sent if sent < now else now) - start
             if not wait > 0.0:
                 wait = 0.0
             peer, nbytes = op.src, 0.0
-        if eng.record:
-            eng.records.append(_record((self.rank, self.name, self.kinds[i], op.label,
-                                        op.microbatch, self.stage, start, eng.env._now,
-                                        op.chunk, nbytes, peer, wait)))
-        ready = eng.ready
+        else:                          # a compute op's end as an event (``ended`` otherwise)
+            wait, peer, nbytes = 0.0, -1, 0.0
+        records = self.records
+        if records is not None:
+            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
+                                    op.microbatch, self.stage, start, self.env._now,
+                                    op.chunk, nbytes, peer, wait)))
+        ready = self.ready
         if self.needed[i]:
             oid = op.id
             self.done.add(oid)
@@ -116,7 +142,7 @@ class _Stream:
                 ready.extend(blocked)
         self.idx = i + 1
         ready.append(self)             # streams woken by this op go first, then this one
-        eng._drain()
+        self.drain()
 
     def why(self) -> tuple:
         """What the current op waits for (the deadlock report), derived from the state."""
@@ -193,7 +219,7 @@ class Engine:
         stream's ops until one has to wait (for a dependency, time or a peer). One loop for
         every stream, no call per stream (issue 17)."""
         ready, env, finish = self.ready, self.env, self._finish
-        popleft, queue, eid = ready.popleft, env._queue, env._eid
+        popleft, queue, eid, mail = ready.popleft, env._queue, env._eid, self.mail
         while ready:
             st = popleft()
             ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
@@ -227,20 +253,20 @@ class Engine:
                     key = self._recv_key(st.rank, op)
                     if self.rendezvous:
                         self._post_recv(key)
-                    slot = self.mail.get(key)
+                    slot = mail.get(key)
                     if slot is None:
-                        slot = self.mail[key] = env.event()
-                    if not slot.triggered:
+                        slot = mail[key] = env.event()
+                    if slot._value is PENDING:
                         st.key = key
                         slot.callbacks.append(st)
                         break
-                    self.mail.pop(key, None)
+                    mail.pop(key, None)
                     sent = slot._value
                     wait = (sent if sent < now else now) - now
                     finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
                 else:
                     inst = self._collective(st.rank, op)
-                    if not inst.done.triggered:
+                    if inst.done._value is PENDING:
                         st.slot = inst
                         inst.done.callbacks.append(st)
                         break
@@ -342,7 +368,7 @@ class Engine:
         to it) so that reference counting frees a finished run at once: the collector is paused
         during a run and what the run allocated is not walked after it (``gc_pause``)."""
         for st in self.where.values():
-            st.eng = st.done = st.waiting = None
+            st.eng = st.done = st.waiting = st.drain = st.ready = None
         self.runner = None
 
     # ------------------------------------------------------------------ deadlock
@@ -418,7 +444,7 @@ def _loop(env: simpy.Environment) -> int:
         env._now, _, _, ev = pop(queue)
         steps += 1
         if type(ev) is stream:
-            ev(None)
+            ev.ended()
             continue
         callbacks, ev.callbacks = ev.callbacks, None
         for callback in callbacks:
