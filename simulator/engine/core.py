@@ -65,7 +65,7 @@ class _Stream:
     (no closure per op)."""
 
     __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
-                 "n", "idx", "start", "done", "waiting", "key", "slot", "records", "env",
+                 "chan", "n", "idx", "start", "done", "waiting", "key", "slot", "records", "env",
                  "ready", "drain")
 
     def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
@@ -76,6 +76,12 @@ class _Stream:
         self.deps = tuple(map(_DEPS, ops))
         self.kinds = tuple(map(_KIND, ops))
         self.needed = tuple(map(needed.__contains__, map(_ID, ops)))
+        # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
+        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17)
+        chan_of = eng.chan_of
+        self.chan = tuple(chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL
+                          else -1 for op, c in zip(ops, self.codes)) if _COLL in self.codes \
+            else None
         self.n, self.idx, self.start, self.key, self.slot = len(ops), 0, 0.0, None, None
         self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
         # the engine's state the callbacks touch, bound here (one attribute load, not two)
@@ -179,8 +185,11 @@ class Engine:
         self.records: list[Record] = []
         self.mail: dict[tuple, simpy.Event] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
-        self.meet: dict[tuple, _Rendezvous] = {}
-        self.members: dict[tuple, int] = {}          # group -> its simulated members
+        self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
+        self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
+        self.members: list[int] = []                 # channel -> its simulated members
+        self.cseq: dict[int, int] = {}               # (channel, rank) -> calls so far
+        self.span = max(programs, default=0) + 1     # ranks per channel in ``cseq`` keys
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
         # one: eager channels would otherwise leave every early receive in ``posted``
         self.rendezvous = any(op.blocking for prog in programs.values()
@@ -212,6 +221,8 @@ class Engine:
             for name in sorted(prog.streams):
                 st = self.where[(rank, name)] = _Stream(self, prog, name, needed)
                 self.ready.append(st)
+        sim = self.sim
+        self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
         self._drain()
 
     def _drain(self) -> None:
@@ -265,7 +276,7 @@ class Engine:
                     wait = (sent if sent < now else now) - now
                     finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
                 else:
-                    inst = self._collective(st.rank, op)
+                    inst = self._collective(st.rank, op, st.chan[i])
                     if inst.done._value is PENDING:
                         st.slot = inst
                         inst.done.callbacks.append(st)
@@ -341,21 +352,21 @@ class Engine:
         self.seq[key] = n + 1
         return (op.src, rank, op.tag, n)
 
-    def _collective(self, rank: int, op: Collective) -> _Rendezvous:
-        group, tag = op.group, op.tag
-        seq = self.seq
-        n = seq[(rank, group, tag)]
-        seq[(rank, group, tag)] = n + 1
-        key = (group, tag, n)
+    def _collective(self, rank: int, op: Collective, chan: int) -> _Rendezvous:
+        """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the
+        rendezvous of that call (the n-th of the channel on every member), started when the
+        last simulated member arrives."""
+        seq, span = self.cseq, self.span
+        k = chan * span + rank
+        n = seq.get(k, 0)
+        seq[k] = n + 1
+        key = n * len(self.members) + chan
         inst = self.meet.get(key)
         if inst is None:
-            expected = self.members.get(group)
-            if expected is None:
-                expected = self.members[group] = sum(1 for r in group if r in self.sim)
-            inst = self.meet[key] = _Rendezvous(expected, self.env.event(), op)
+            inst = self.meet[key] = _Rendezvous(self.members[chan], self.env.event(), op)
         elif (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
-                             f"{inst.op.label!r} of the same rendezvous ({tag} #{n})")
+                             f"{inst.op.label!r} of the same rendezvous ({op.tag} #{n})")
         inst.arrived += 1
         if inst.arrived == inst.expected:
             inst.go = self.env._now
