@@ -37,9 +37,14 @@ Sources (details and numbers in docs/calibration.md):
   expert parallelism, no TP communication overlap. Megatron-DeepSpeed: DeepSpeed's pipeline
   engine runs its own ``TrainSchedule`` (1F1B order, ``runtime/pipe/schedule.py``) and
   asserts ZeRO stage < 2 with pipelining (``runtime/pipe/engine.py``); no interleaving, no
-  Megatron context parallelism, no TP overlap. torchtitan (``torch.distributed.pipelining``):
-  GPipe, 1F1B, interleaved 1F1B (and the zero-bubble family), FSDP2 (ZeRO-3, or ZeRO-2-like
-  with ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
+  Megatron context parallelism, no TP overlap, no sequence parallelism (bigscience-workshop/
+  Megatron-DeepSpeed forked Megatron-LM before v3 brought ``--sequence-parallel``, 2022).
+  torchtitan (``torch.distributed.pipelining``, ``schedules.py`` ``get_schedule_class``:
+  ``GPipe``, ``1F1B``, ``Interleaved1F1B``, ``LoopedBFS``, ``InterleavedZeroBubble``,
+  ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's ``distributed/pipeline_parallel.py`` places
+  the last two's stages in a V): our gpipe, 1f1b, interleaved, zb-v and dualpipev
+  (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like with
+  ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
   expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
   ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
@@ -53,15 +58,42 @@ Sources (details and numbers in docs/calibration.md):
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
   circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+* Pipeline layouts (``layouts``, ``pipeline_split``; docs/layout.md): Megatron-Core takes its
+  layout string, first/last-stage counts and embedding/loss slots. DeepSpeed's
+  ``PipelineModule`` splits by ``partition_method`` (``runtime/pipe/module.py``
+  ``_partition_layers``: ``uniform``, ``parameters``, ``type:REGEX`` balanced by
+  ``runtime/utils.py`` ``partition_balanced``): BLOOM's ``type:transformer|embedding`` is the
+  slot layout; no first/last counts, no layout grammar. torchtitan's
+  ``module_fqns_per_model_part`` names any modules per chunk (its default split counts the
+  embedding and the output as a layer each). MaxText vmaps one stage body
+  (``num_layers_per_pipeline_stage`` layers on every stage): even only.
 * ZeRO-3 gathers (``zero3_gather``): DeepSpeed v0.3.13-v0.5 (2021; ``partition_parameters.py``
   ``_allgather_param``, ``stage3.py`` ``fetch_sub_module``) all-gathers one parameter tensor
   at a time after a ``torch.cuda.synchronize()`` and reduce-scatters one gradient at a time,
   so its ZeRO-3 communication is exposed (docs/calibration.md §6); Megatron-FSDP, FSDP and
   XLA gather a layer's worth at once behind compute (``"bucketed"``).
+* Full recomputation that stops early (``recompute_early_stop``): PyTorch's non-reentrant
+  ``torch.utils.checkpoint`` (``use_reentrant=False``; early stop the default since PyTorch
+  2.1, pytorch/pytorch#96866) replays a checkpointed layer in its backward only until every
+  tensor the forward saved has been saved again: the pack hook of the last saved tensor
+  raises ``_StopRecomputationError``, and autograd saves an op's inputs before it runs the
+  op's kernel, so the layer's last GEMM (the MLP's down projection, whose input and weight
+  are the last tensors saved) and what follows it are not rerun. Composer wraps the blocks
+  with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
+  sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
+  ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
+  compiled, not modelled here (whole forward).
+* DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
+  ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
+  gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
+  fp32 gradients are all-reduced over dp under its own ZeRO-1 (docs/calibration.md §3.12).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
-  Charged once per kernel; it only matters for small per-GPU work.
+  Charged once per kernel; it only matters for small per-GPU work. A run with synchronous
+  launches (``CUDA_LAUNCH_BLOCKING=1``) pays the host's time per kernel instead
+  (``strategies.launch_blocking``).
 """
 from __future__ import annotations
 
@@ -82,6 +114,12 @@ from strategies.schedules.base import Rule
 if TYPE_CHECKING:
     from strategies.plan import Plan
 
+#: the ways a plan gives an uneven pipeline layout (docs/layout.md): Megatron's layout string
+#: (plan ``layout``), the first/last stage's layer counts (``first_stage_layers``,
+#: ``last_stage_layers``), the embedding and the loss as layer slots (``account_embedding``,
+#: ``account_loss``), any count per rank (``layers_per_stage``, docs/heterogeneous.md)
+LAYOUT_WAYS = ("string", "first_last", "slots", "per_stage")
+
 
 @dataclass(frozen=True)
 class StepPasses:
@@ -97,7 +135,10 @@ class StepPasses:
     the 16-bit model weights in a separate kernel: read 4, write ``param_bytes``).
     ``tied_reduce``: the gradient of a tied word embedding is all-reduced between the first
     and the last pipeline stage once per step (``pp > 1``, embedding and LM head on
-    different ranks)."""
+    different ranks). ``adam_elements``: Adam's update as the stack runs it, in fp32
+    elements read or written per updated parameter when it is a chain of unfused kernels
+    (each kernel streams every tensor it reads and writes once); 0: one fused kernel,
+    ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``)."""
 
     zero_grad: bool = True
     scale_grad: bool = True
@@ -106,11 +147,15 @@ class StepPasses:
     clip_scale: bool = False
     param_copy: bool = True
     tied_reduce: bool = True
+    adam_elements: float = 0.0
     #: where each pass comes from, ``(pass, source)``
     sources: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         names = [f for f in self.__dataclass_fields__ if f != "sources"]
+        if not (isinstance(self.adam_elements, (int, float)) and 0 <= self.adam_elements < 1e3):
+            raise SpecError("framework.step.adam_elements", self.adam_elements,
+                            "must be a number of fp32 elements per parameter in [0, 1000)")
         for name, _ in self.sources:
             if name not in names:
                 raise SpecError("framework.step.sources", name,
@@ -125,7 +170,9 @@ class FrameworkProfile:
     (no separate per-micro-batch add kernel). ``kernels_per_layer``: kernels one transformer
     layer's forward launches (the backward launches twice as many). ``launch_gap_s``: GPU idle
     seconds per kernel boundary. ``attention_kernel``: ``"native"`` or ``"fa2"``
-    (``GPU.flash_efficiency``). The ``default_*`` fields are the plan switches the stack uses
+    (``GPU.flash_efficiency``). ``recompute_early_stop``: full recomputation reruns a layer's
+    forward only up to its last GEMM (PyTorch's non-reentrant checkpoint, module docstring).
+    The ``default_*`` fields are the plan switches the stack uses
     unless a source says otherwise (``strategies.reference.cases`` reads them).
     """
 
@@ -178,6 +225,22 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
+    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
+    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    recompute_early_stop: bool = False
+    #: DeepSpeed's ``BF16_Optimizer`` in bf16 runs with ZeRO <= 1 (``runtime/bf16_optimizer.py``,
+    #: v0.6+): each micro-batch's 16-bit gradient is cast to fp32 and added into the fp32
+    #: gradient (``BF16_ACCUM_BYTES`` per parameter instead of the main_grad add's), the fp32
+    #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
+    #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
+    bf16_optimizer: bool = False
+    #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
+    #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
+    layouts: tuple[str, ...] = LAYOUT_WAYS
+    #: how the stack itself splits layers over pipeline stages (named in its refusals)
+    pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout (any count per rank), "
+                           "--decoder-first/last-pipeline-num-layers, "
+                           "--account-for-embedding/loss-in-pipeline-split")
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -223,6 +286,10 @@ class FrameworkProfile:
         if not self.zero3_reuse_params >= 0:
             raise SpecError("framework.zero3_reuse_params", self.zero3_reuse_params,
                             "must be a number of parameters >= 0")
+        for way in self.layouts:
+            if way not in LAYOUT_WAYS:
+                raise SpecError("framework.layouts", way,
+                                f"must be one of {', '.join(LAYOUT_WAYS)}")
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
@@ -233,6 +300,30 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module docstring)
+#: fp32 elements read or written per parameter by an unfused Adam update (``StepPasses``):
+#: Composer's DecoupledAdamW without weight decay, and torch's foreach AdamW with it, both 20
+#: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
+COMPOSER_ADAMW_ELEMENTS = 20.0
+TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
+#: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
+#: ``hp_grad.add_(lp.grad.to(fp32))``: the cast reads 2 and writes a 4-byte temporary, the add
+#: reads the fp32 gradient and the temporary and writes the fp32 gradient (2 + 4 + 4 + 4 + 4)
+BF16_ACCUM_BYTES = 18.0
+
+
+def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
+    """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
+    return bool(fw.bf16_optimizer) and dtype == "bf16"
+
+
+def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
+    """Whether the data-parallel gradient reduction is a full all-reduce (not a
+    reduce-scatter into the optimizer shard): ZeRO-0, and DeepSpeed's BF16_Optimizer, which
+    all-reduces the fp32 gradients under its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or
+    array ``zero``; the one rule the estimate, the lower bound and the compiler read."""
+    z = np.asarray(zero)
+    out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
+    return bool(out) if out.ndim == 0 else out
 
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
@@ -278,9 +369,15 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
-    context_parallel=False, expert_parallel=False, tp_comm_overlap=False, flash_attn=False,
-    export="deepspeed", schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",),
+    context_parallel=False, expert_parallel=False, sequence_parallel=False,
+    tp_comm_overlap=False, flash_attn=False, export="deepspeed",
+    schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
+    recompute_methods=("uniform",), bf16_optimizer=True,
+    layouts=("slots",),  # not per_stage: see pipeline_split
+    pipeline_split="DeepSpeed's PipelineModule(partition_method=parameters|uniform|type:REGEX): "
+                   "a balanced split of the layers the method weighs; "
+                   "type:transformer|embedding counts the embedding and the head as layers "
+                   "(BLOOM), the slots of account_embedding/account_loss",
     default_sources=(
         ("flash_attn", "no FlashAttention: Megatron-DeepSpeed's fused softmax (BLOOM, "
                        "bigscience-workshop/Megatron-DeepSpeed, 2022)"),
@@ -328,8 +425,8 @@ MEGATRON_CORE = FrameworkProfile(
         ("zero_grad", "zero_grad_buffer: _ParamAndGradBuffer.reset, grad_data.zero_() "
                       "(megatron/core/distributed/param_and_grad_buffer.py)"),
         ("scale_grad", "start_grad_sync: bucket.grad_data *= gradient_scaling_factor (1/dp) "
-                       "unless --ddp-average-in-collective (off by default; NeMo 2 recipes "
-                       "turn it on, not modelled per run)"),
+                       "unless --ddp-average-in-collective (off by default; NeMo 2 and "
+                       "Megatron-Bridge recipes turn it on: the nemo profile)"),
         ("check_grad", "start_grad_sync: check_grads, grad_data.norm(p=2) per bucket "
                        "(--check-for-nan-in-loss-and-grad, on by default)"),
         ("grad_norm", "get_grad_norm_fp32, multi_tensor_l2norm over the main gradients "
@@ -338,6 +435,21 @@ MEGATRON_CORE = FrameworkProfile(
                        "(megatron/core/optimizer/optimizer.py)"),
         ("tied_reduce", "finalize_model_grads: _allreduce_word_embedding_grads over the "
                         "embedding group (first and last stage)"))))
+
+NEMO = replace(
+    MEGATRON_CORE, name="nemo",
+    description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
+                "and defaults, gradients averaged in the data-parallel collective "
+                "(average_in_collective=True: no 1/dp scaling pass)",
+    step=replace(MEGATRON_CORE.step, scale_grad=False, sources=tuple(
+        (k, v) if k != "scale_grad" else
+        ("scale_grad", "NeMo 2 recipes (nemo/collections/llm/recipes, the trainer's "
+                       "DistributedDataParallelConfig) and Megatron-Bridge's set "
+                       "average_in_collective=True: Megatron-Core's DDP then gives the dense "
+                       "buckets gradient_scaling_factor 1.0 and reduces with ReduceOp.AVG, so "
+                       "start_grad_sync skips grad_data *= 1/dp (expert buckets with ep > 1 "
+                       "still scale by edp/dp: not modelled)")
+        for k, v in MEGATRON_CORE.step.sources)))
 
 PYTORCH_EAGER = FrameworkProfile(
     name="pytorch-eager",
@@ -348,7 +460,8 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none",
+    recompute=("none", "full"), export="none", recompute_early_stop=True, layouts=(),
+    pipeline_split="no pipeline parallelism",
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
                        "SDPA's flash backend)"),
@@ -361,8 +474,12 @@ PYTORCH_EAGER = FrameworkProfile(
         ("recompute", "no activation checkpointing unless configured")),
     step=StepPasses(
         zero_grad=False, scale_grad=False, check_grad=False, clip_scale=True,
-        param_copy=False, tied_reduce=False,
+        param_copy=False, tied_reduce=False, adam_elements=COMPOSER_ADAMW_ELEMENTS,
         sources=(
+            ("adam_elements", "Composer DecoupledAdamW.adamw (llm-foundry's MPT yamls: "
+                              "decoupled_adamw, weight_decay 0): one Python loop over the "
+                              "parameters, unfused: exp_avg.mul_ 2, .add_ 3, exp_avg_sq.mul_ 2, "
+                              ".addcmul_ 3, sqrt 2, / 2, .add_(eps) 2, param.addcdiv_ 4"),
             ("zero_grad", "optimizer.zero_grad(set_to_none=True), PyTorch's default"),
             ("scale_grad", "the 1/dp average is taken by the reduce-scatter (not a pass over "
                            "the whole buffer)"),
@@ -372,13 +489,35 @@ PYTORCH_EAGER = FrameworkProfile(
                            "coefficient (_foreach_mul_) every step"),
             ("param_copy", "FSDP keeps fp32 sharded weights and casts them in the all-gather"))))
 
+#: ``torch.distributed.pipelining`` schedule (torchtitan's ``pipeline_parallel_schedule``) of
+#: each of our schedules torchtitan runs (module docstring); the pipelining module's other
+#: schedules have none of ours: ``LoopedBFS`` (breadth-first), ``InterleavedZeroBubble``
+#: (ZB-1p over several chunks per rank, a fixed order; our ``zb-1p`` is one chunk per rank,
+#: the paper's heuristic, and torchtitan gives a multi-stage schedule >= 2 chunks per rank)
+TORCHTITAN_SCHEDULE_NAMES = (("gpipe", "GPipe"), ("1f1b", "1F1B"),
+                             ("interleaved", "Interleaved1F1B"), ("zb-v", "ZBVZeroBubble"),
+                             ("dualpipev", "DualPipeV"))
+TORCHTITAN_SCHEDULES = tuple(ours for ours, _ in TORCHTITAN_SCHEDULE_NAMES)
+
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
     description="torchtitan (PyTorch FSDP2, eager): FlashAttention (SDPA), unfused elementwise "
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
-    schedules=("gpipe", "1f1b", "interleaved"), zero_stages=(0, 2, 3), zero_with_pp=2,
+    schedules=TORCHTITAN_SCHEDULES, zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan")
+    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
+    layouts=LAYOUT_WAYS,
+    pipeline_split="module_fqns_per_model_part (any modules per chunk: a layout string, "
+                   "first/last counts, slots or a count per rank); its default split counts "
+                   "the embedding and the output as layers "
+                   "(pipeline_parallel_first/last_stage_less_layers=1)",
+    step=replace(PYTORCH_EAGER.step, adam_elements=TORCH_FOREACH_ADAMW_ELEMENTS, sources=tuple(
+        (k, v) for k, v in PYTORCH_EAGER.step.sources if k != "adam_elements") + (
+        ("adam_elements", "torch.optim.AdamW(foreach=True): torchtitan's --optimizer.fused "
+                          "defaults to False, weight_decay 0.1; _multi_tensor_adamw: "
+                          "_foreach_mul_(params) 2, _foreach_lerp_(exp_avgs) 3, "
+                          "_foreach_mul_(exp_avg_sqs) 2, _foreach_addcmul_ 3, _foreach_sqrt 2, "
+                          "_foreach_div_ 2, _foreach_add_(eps) 2, _foreach_addcdiv_ 4"),)))
 
 JAX_XLA = FrameworkProfile(
     name="jax-xla",
@@ -388,7 +527,10 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none",
+    tp_comm_overlap=False, export="none", layouts=(),
+    pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
+                   "num_layers_per_pipeline_stage layers, the embedding and the head outside "
+                   "the pipeline",
     default_sources=(
         ("flash_attn", "cuDNN fused attention through XLA (MaxText attention: "
                        "cudnn_flash_te in its GPU configs)"),
@@ -433,9 +575,9 @@ HAI_LLM = replace(
                   "tied_reduce"))))
 
 PROFILES: dict[str, FrameworkProfile] = {
-    p.name: p for p in (MEGATRON_CORE, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
+    p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
                         PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
-ALIASES: dict[str, str] = {"megatron": "megatron-core", "nemo": "megatron-core",
+ALIASES: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
                            "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
                            "deepseek": "hai-llm"}
@@ -502,11 +644,39 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
+    rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     return rules
+
+
+def layout_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """Which ways of giving an uneven pipeline layout stack ``fw`` runs (``fw.layouts``, one
+    of ``LAYOUT_WAYS`` each; ``fw.pipeline_split`` says how the stack splits instead). Reads
+    ``layout_string`` (a layout string is given), ``first_stage_layers`` /
+    ``last_stage_layers`` (0: not given), ``account_embedding`` / ``account_loss`` and
+    ``layers_per_stage_given`` of a ``plan_view``; a ``PlanArrays`` (the search's array
+    space) holds no layout string and no per-rank counts, and one ``account_slots`` column for
+    both slots."""
+    who = f"{fw.name} "
+    slots = getattr(v, "account_slots", False)
+    given = {"layout": getattr(v, "layout_string", False),
+             "first_stage_layers": np.asarray(v.first_stage_layers) > 0,
+             "last_stage_layers": np.asarray(v.last_stage_layers) > 0,
+             "account_embedding": getattr(v, "account_embedding", slots),
+             "account_loss": getattr(v, "account_loss", slots),
+             "layers_per_stage": getattr(v, "layers_per_stage_given", False)}
+    way = {"layout": ("string", "a Megatron pipeline layout string"),
+           "first_stage_layers": ("first_last", "first/last-stage layer counts"),
+           "last_stage_layers": ("first_last", "first/last-stage layer counts"),
+           "account_embedding": ("slots", "the embedding as a layer slot"),
+           "account_loss": ("slots", "the loss as a layer slot"),
+           "layers_per_stage": ("per_stage", "a layer count per pipeline rank")}
+    return [(field, given[field], ~np.asarray(given[field], bool) | (w in fw.layouts),
+             lambda what=what: who + f"cannot take {what} (its pipeline split: {fw.pipeline_split})")
+            for field, (w, what) in way.items()]
 
 
 def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
@@ -546,7 +716,13 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
                            ep_overlap=plan.ep_overlap,
-                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher))
+                           moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
+                           layout_string=plan.layout is not None,
+                           first_stage_layers=plan.first_stage_layers or 0,
+                           last_stage_layers=plan.last_stage_layers or 0,
+                           account_embedding=plan.account_embedding,
+                           account_loss=plan.account_loss,
+                           layers_per_stage_given=plan.layers_per_stage is not None)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

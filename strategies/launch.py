@@ -159,8 +159,9 @@ def _layer_pattern(m) -> str:
 def _uneven_megatron_args(job: Job) -> list[str]:
     """Megatron-LM's pipeline layout switches (docs/layout.md): the layout string, the first
     and the last stage's layers (``--decoder-first/last-pipeline-num-layers``, the middle
-    stages even), the embedding and the loss counted as layers; a refusal for what it cannot
-    express (unequal middle stages without a layout string, per-group batch shares)."""
+    stages even; per-rank counts with unequal middle stages as the layout string), the
+    embedding and the loss counted as layers; a refusal for what it cannot express
+    (per-group batch shares)."""
     p = job.plan
     if p.group_microbatches is not None:
         raise SpecError("--export", "megatron", "Megatron-LM gives every data-parallel "
@@ -183,9 +184,8 @@ def _uneven_megatron_args(job: Job) -> list[str]:
     if ls is None:
         return []
     if len(set(ls[1:-1])) > 1:
-        raise SpecError("--export", "megatron", f"Megatron-LM sets the first and last "
-                        f"stage's layers only, the middle stages even; layers_per_stage="
-                        f"{'/'.join(map(str, ls))} has unequal middle stages")
+        # unequal middle stages: only the layout string gives each rank its own count
+        return [f"--pipeline-model-parallel-layout '{job.layout.text}'"]
     return [f"--decoder-first-pipeline-num-layers {ls[0]}",
             f"--decoder-last-pipeline-num-layers {ls[-1]}"]
 
@@ -202,6 +202,10 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     if p.layers_per_stage is not None or p.group_microbatches is not None:
         _refuse("this exporter writes DeepSpeed's uniform pipeline partition and equal "
                 "micro-batch counts per replica (no layers_per_stage, group_microbatches)")
+    from strategies.framework import MEGATRON_DEEPSPEED, plan_violations
+    for field, value, rule in plan_violations(MEGATRON_DEEPSPEED, p):
+        if field in ("layout", "first_stage_layers", "last_stage_layers"):
+            _refuse(f"{field}={value!r}: {rule}")
     why = get_schedule(p.schedule).deepspeed_refusal(job)
     if why:
         _refuse(why)
@@ -254,6 +258,12 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
         notes.append(f"pipeline parallelism: build the model as "
                      f"deepspeed.pipe.PipelineModule(..., num_stages={p.pp}); DeepSpeed reads "
                      "the stage count from the model, not from this config")
+    if p.pp > 1 and (p.account_embedding or p.account_loss):
+        counted = " and ".join(w for w, on in (("embedding", p.account_embedding),
+                                               ("LM head", p.account_loss)) if on)
+        notes.append("layer slots: PipelineModule(..., partition_method='type:transformer|"
+                     "<class names of the " + counted + " layers>'), as BLOOM's "
+                     "'type:transformer|embedding' counts its tied embedding at both ends")
     return json.dumps(cfg, indent=2), notes
 
 

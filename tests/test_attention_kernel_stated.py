@@ -57,9 +57,9 @@ def test_every_mosaicml_run_states_the_kernel_its_sweep_ran():
 
 def test_a_stated_kernel_replaces_the_stacks_and_is_said():
     e = _entry("mosaic_mpt7b_h100ls_128gpu_seq2048_mb6")
-    e["source"]["ref"] = "NeMo 24.11 performance summary"       # a megatron-core run
+    e["source"]["ref"] = "NeMo 24.11 performance summary"       # a nemo (Megatron-Core) run
     case = case_from_entry(e)
-    assert case.job.framework.name == "megatron-core"
+    assert case.job.framework.name == "nemo"
     assert case.job.framework.attention_kernel == "fa2"        # the stack's own: native
     assert any(a.startswith("attention kernel fa2 (stated:") for a in case.assumptions)
 

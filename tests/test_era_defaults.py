@@ -47,7 +47,7 @@ def test_nemo_recipe_turns_tp_overlap_on_and_says_so():
     case = case_from_entry(BY_ID["dgxc_nemo2411_nemotron4_15B_bf16_16gpu"])
     assert case.job.plan.tp_comm_overlap is True
     (line,) = _lines(case, "tp_comm_overlap")
-    assert line.startswith("tp_comm_overlap=true (megatron-core default: NeMo")
+    assert line.startswith("tp_comm_overlap=true (nemo default: NeMo")
 
 
 def test_stated_flags_are_not_assumptions():

@@ -50,6 +50,15 @@ def refused(capsys, *argv: str) -> str:
     ("torchtitan", "zero=1", "zero"),
     ("torchtitan", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
     ("jax-xla", "pp=2,schedule=1f1b", "schedule"),
+    # pipeline layouts (LAYOUT_WAYS): DeepSpeed's partition_method has no Megatron layout
+    # string and no first/last counts; MaxText's vmapped stages are all alike
+    ("megatron-deepspeed", "pp=2,layout=Et*12|t*12L", "layout"),
+    ("megatron-deepspeed", "pp=2,first_stage_layers=10,last_stage_layers=14",
+     "first_stage_layers"),
+    ("megatron-deepspeed", "pp=2,last_stage_layers=14", "last_stage_layers"),
+    ("jax-xla", "pp=2,schedule=gpipe,account_embedding=true", "account_embedding"),
+    ("jax-xla", "pp=2,schedule=gpipe,account_loss=true", "account_loss"),
+    ("jax-xla", "pp=2,schedule=gpipe,layout=Et*12|t*12L", "layout"),
 ])
 def test_a_plan_the_stack_cannot_run_names_stack_feature_rule(name, plan, field):
     fw = get_profile(name)
@@ -68,6 +77,13 @@ def test_a_plan_the_stack_cannot_run_names_stack_feature_rule(name, plan, field)
     ("torchtitan", "zero=3,cp=2,tp=2,sp=true"),
     ("pytorch-eager", "zero=2"),
     ("jax-xla", "pp=2,schedule=gpipe"),
+    # DeepSpeed's type:transformer|embedding partition (BLOOM): the slots
+    ("megatron-deepspeed", "tp=2,pp=2,zero=1,account_embedding=true,account_loss=true"),
+    # torchtitan's module_fqns_per_model_part expresses any layout
+    ("torchtitan", "pp=2,layout=Et*12|t*12L"),
+    ("torchtitan", "pp=2,first_stage_layers=10,last_stage_layers=14"),
+    ("torchtitan", "pp=2,schedule=interleaved,vpp=2,account_embedding=true,account_loss=true"),
+    ("megatron-core", "pp=2,schedule=interleaved,layout=Et*6|t*6|t*6|t*6L"),
 ])
 def test_what_each_stack_runs(name, plan):
     fw = get_profile(name)
@@ -198,6 +214,9 @@ def test_presets_lists_the_stacks(capsys):
     assert set(rows) == set(PROFILES)
     assert rows["megatron-deepspeed"]["schedules"] == ["deepspeed-1f1b"]
     assert rows["megatron-deepspeed"]["zero_with_pp"] == 1
+    assert rows["megatron-deepspeed"]["layouts"] == ["slots"]
+    assert "partition_method" in rows["megatron-deepspeed"]["pipeline_split"]
+    assert rows["nemo"]["aliases"] == ["megatron-bridge"]
     assert "deepspeed" in rows["megatron-deepspeed"]["aliases"]
 
 
@@ -208,3 +227,44 @@ def test_deepspeed_profile_costs_like_the_2021_stack():
     for f in ("grad_accum_fusion", "kernels_per_layer", "launch_gap_s", "attention_kernel"):
         assert getattr(MEGATRON_DEEPSPEED, f) == getattr(MEGATRON_LM_2021, f)
     assert np.isfinite(MEGATRON_DEEPSPEED.launch_gap_s)
+
+
+def test_torchtitan_runs_exactly_the_pipelining_schedules_it_has():
+    """torch.distributed.pipelining's get_schedule_class names GPipe, 1F1B, Interleaved1F1B,
+    LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV; five are ours."""
+    from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+    assert TORCHTITAN.schedules == ("gpipe", "1f1b", "interleaved", "zb-v", "dualpipev")
+    assert dict(TORCHTITAN_SCHEDULE_NAMES)["zb-v"] == "ZBVZeroBubble"
+    fw = TORCHTITAN
+    for plan in ("pp=2,schedule=zb-v,vpp=2", "pp=2,schedule=dualpipev,vpp=2",
+                 "pp=2,schedule=interleaved,vpp=2"):
+        assert plan_violations(fw, stack_plan(fw, plan)) == [], plan
+    for plan in ("pp=2,schedule=zb-h1", "pp=2,schedule=zb-h2", "pp=2,schedule=dualpipe",
+                 "pp=2,schedule=zb-1p"):
+        bad = plan_violations(fw, stack_plan(fw, plan))
+        assert bad and bad[0][0] == "schedule" and "torchtitan runs" in bad[0][2], plan
+        assert "zb-v, dualpipev" in bad[0][2]
+
+
+def test_cli_torchtitan_zbv_and_dualpipev(capsys):
+    for s in ("zb-v", "dualpipev"):
+        d = run_json(capsys, "estimate", *SMALL, "--plan",
+                     f"tp=2,pp=2,schedule={s},vpp=2,gbs=32",
+                     "--framework", "torchtitan")
+        assert d["inputs"]["framework"] == "torchtitan" and d["step_time_s"] > 0
+    err = refused(capsys, "estimate", *SMALL, "--plan", "pp=2,schedule=zb-h1,gbs=16",
+                  "--framework", "torchtitan")
+    assert "schedule='zb-h1'" in err and "torchtitan runs" in err
+
+
+def test_search_all_schedules_under_torchtitan_offers_its_v_schedules():
+    """``--schedules all`` under torchtitan: ZB-V and DualPipeV rows (its ZBVZeroBubble and
+    DualPipeV), none of the schedules it lacks."""
+    from strategies.schedules import schedule_code
+    from strategies.search.space import SpaceOptions
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 1)
+    sp = enumerate_space(m, cl, 16, SpaceOptions(schedules="all", max_mbs=1), framework=TORCHTITAN)
+    codes = set(sp.cols["sched"].tolist())
+    assert {schedule_code("zb-v"), schedule_code("dualpipev")} <= codes
+    assert not codes & {schedule_code(s) for s in ("zb-h1", "zb-h2", "dualpipe")}
+    assert all(not plan_violations(TORCHTITAN, sp.plan(i)) for i in range(sp.size))

@@ -321,8 +321,10 @@ def test_megatron_export_of_uneven_stages():
     assert "--decoder-last-pipeline-num-layers 7" in text
     text, _ = megatron_args(_job(cl, parse_plan("tp=1,pp=4,layers_per_stage=9/5/5/5"), gbs=32))
     assert "--decoder-first-pipeline-num-layers 9" in text
-    with pytest.raises(SpecError, match="unequal middle stages"):
-        megatron_args(_job(cl, parse_plan("tp=1,pp=4,layers_per_stage=9/6/4/5"), gbs=32))
+    # unequal middle stages: Megatron's layout string gives each rank its count
+    text, _ = megatron_args(_job(cl, parse_plan("tp=1,pp=4,layers_per_stage=9/6/4/5"), gbs=32))
+    assert "--pipeline-model-parallel-layout 'Et*9|t*6|t*4|t*5L'" in text
+    assert "--decoder-first-pipeline-num-layers" not in text
     with pytest.raises(SpecError, match="same micro-batch count"):
         megatron_args(_job(cl, parse_plan("tp=2,group_microbatches=3/1"), gbs=16))
     with pytest.raises(SpecError, match="layers_per_stage"):

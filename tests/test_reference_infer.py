@@ -78,7 +78,10 @@ def test_model_families():
     ("pytorch/torchtitan arXiv:2410.06511", 2024, "torchtitan"),
     ("bigscience/Megatron-DeepSpeed", 2022, "megatron-deepspeed"),
     ("Narayanan et al. 2021 SC21", 2021, "megatron-lm-2021"),
-    ("NVIDIA/dgxc-benchmarking NeMo 24.11", 2024, "megatron-core"),
+    ("NVIDIA/dgxc-benchmarking NeMo 24.11", 2024, "nemo"),
+    ("NVIDIA-NeMo/Megatron-Bridge v0.4.2", 2026, "nemo"),
+    ("NVIDIA/dgxc-benchmarking", 2024, "megatron-core"),
+    ("Megatron-LM README (Megatron-Core)", 2024, "megatron-core"),
     ("some paper", 2022, "megatron-lm-2021"),
     ("some paper", 2024, "megatron-core"),
 ])

@@ -1,13 +1,18 @@
 """Stack limits: one rule list (``framework.stack_rules``) read for one plan and as a mask."""
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from strategies.errors import SpecError
-from strategies.framework import PROFILES, plan_violations, plan_view, stack_mask, stack_rules
-from strategies.plan import Plan
+from strategies.framework import (LAYOUT_WAYS, PROFILES, plan_violations, plan_view,
+                                  stack_mask, stack_rules)
+from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from strategies.search.space import SpaceOptions, enumerate_space
+from topologies.cluster import cluster_preset
 
 
 
@@ -54,3 +59,115 @@ def test_every_refusal_names_the_stack_field_and_value(name):
 
 def test_no_stack_named_runs_everything():
     assert stack_mask(None, PlanArrays.from_plans(PLANS)).all()
+
+
+# --- pipeline layouts (``FrameworkProfile.layouts``, ``framework.layout_rules``) -----------
+
+LAYOUT_PLANS = [Plan(tp=1, pp=2, dp=2, mbs=1, gbs=64, **kw) for kw in (
+    {}, {"first_stage_layers": 10, "last_stage_layers": 14}, {"first_stage_layers": 10},
+    {"last_stage_layers": 14}, {"account_embedding": True, "account_loss": True})]
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_layout_rules_mask_and_scalar_agree(name):
+    """The search's columns (first/last counts, both slots) and one plan read the same
+    layout rules, rule by rule."""
+    fw = PROFILES[name]
+    arrays = PlanArrays.from_plans(LAYOUT_PLANS)
+    scalar = np.array([not plan_violations(fw, p) for p in LAYOUT_PLANS])
+    assert (stack_mask(fw, arrays) == scalar).all()
+    for k, (field, _, ok, _) in enumerate(stack_rules(fw, arrays)):
+        one = [bool(stack_rules(fw, plan_view(p))[k][2]) for p in LAYOUT_PLANS]
+        assert (np.broadcast_to(ok, (len(LAYOUT_PLANS),)) == np.array(one)).all(), field
+
+
+@pytest.mark.parametrize("name", list(PROFILES))
+def test_each_stack_takes_exactly_its_layout_ways(name):
+    fw = PROFILES[name]
+    by_way = {"string": Plan(tp=1, pp=2, dp=2, gbs=64, layout="Et*12|t*12L"),
+              "first_last": LAYOUT_PLANS[1], "slots": LAYOUT_PLANS[-1],
+              "per_stage": Plan(tp=1, pp=2, dp=2, gbs=64, layers_per_stage=(10, 14))}
+    assert set(by_way) == set(LAYOUT_WAYS)
+    for way, plan in by_way.items():
+        bad = [f for f, _, _ in plan_violations(fw, plan)
+               if f in ("layout", "first_stage_layers", "last_stage_layers",
+                        "account_embedding", "account_loss", "layers_per_stage")]
+        assert bool(bad) == (way not in fw.layouts), (way, bad)
+
+
+def test_layout_ways_of_the_stacks():
+    """What the sources say (framework module docstring, docs/layout.md): Megatron-Core all
+    three; DeepSpeed's partition_method the slots only (type:transformer|embedding);
+    torchtitan's module_fqns_per_model_part all three; MaxText none."""
+    assert PROFILES["megatron-core"].layouts == LAYOUT_WAYS
+    assert PROFILES["nemo"].layouts == LAYOUT_WAYS
+    assert PROFILES["megatron-deepspeed"].layouts == ("slots",)
+    assert PROFILES["torchtitan"].layouts == LAYOUT_WAYS
+    assert PROFILES["jax-xla"].layouts == ()
+    with pytest.raises(SpecError, match="framework.layouts"):
+        replace(PROFILES["megatron-core"], layouts=("ragged",))
+
+
+def test_search_never_proposes_a_layout_the_stack_cannot_take():
+    """A 30-layer model (the search proposes first/last counts and slots): the named
+    stack's space keeps only the layouts the stack takes."""
+    m = replace(model_preset("llama3-8b"), num_layers=30, name="llama3-8b (30 layers)")
+    cl = cluster_preset("dgx-h100", 2)
+    counts = {}
+    for name in ("megatron-core", "megatron-deepspeed", "torchtitan", "jax-xla"):
+        fw = PROFILES[name]
+        c = enumerate_space(m, cl, 16, SpaceOptions(max_vpp=2), framework=fw).cols
+        fl, acc = int(np.sum((c["lf"] > 0) | (c["ll"] > 0))), int(np.sum(c["acc"]))
+        counts[name] = (fl, acc)
+        assert (fl > 0) == ("first_last" in fw.layouts), name
+        assert (acc > 0) == ("slots" in fw.layouts), name
+    assert counts["megatron-deepspeed"][1] > 0 and counts["torchtitan"][0] > 0
+
+
+def test_cli_refuses_a_layout_the_stack_cannot_take(capsys):
+    from simulator.cli.main import main
+    argv = ["estimate", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--framework",
+            "megatron-deepspeed", "--plan"]
+    assert main([*argv, "pp=2,first_stage_layers=10,last_stage_layers=14,gbs=16"]) == 2
+    err = capsys.readouterr().err
+    assert "first_stage_layers=10" in err and "megatron-deepspeed" in err
+    assert "partition_method" in err and "Traceback" not in err
+    assert main([*argv, "pp=2,layout=Et*12|t*12L,gbs=16"]) == 2
+    err = capsys.readouterr().err
+    assert "layout=" in err and "Megatron pipeline layout string" in err
+    assert main([*argv, "pp=2,account_embedding=true,account_loss=true,gbs=16"]) == 0
+
+
+def test_deepspeed_export_follows_the_layout_rules():
+    """--export deepspeed: the slots as partition_method's regex; a layout DeepSpeed's
+    partition cannot give is refused with the stack's rule."""
+    from strategies.job import make_job
+    from strategies.launch import deepspeed_config
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1)
+    job = make_job(m, cl, Plan(tp=1, pp=2, dp=4, mbs=1, gbs=16, zero=1,
+                               account_embedding=True, account_loss=True))
+    _, notes = deepspeed_config(job)
+    assert any("type:transformer|" in n for n in notes)
+    bad = make_job(m, cl, Plan(tp=1, pp=2, dp=4, mbs=1, gbs=16, zero=1,
+                               first_stage_layers=10, last_stage_layers=14))
+    with pytest.raises(SpecError, match="first_stage_layers=10.*partition_method"):
+        deepspeed_config(bad)
+
+
+def test_mixed_cluster_search_gives_per_rank_counts_only_where_the_stack_can():
+    """On a mixed cluster the search sizes stages to their GPUs (``layers_per_stage``): under
+    torchtitan (module_fqns_per_model_part) such variants are offered, under
+    megatron-deepspeed (partition_method) none is."""
+    from simulator.search.run import SearchConfig, run_search
+    from topologies.cluster import parse_cluster_arg
+    cl = parse_cluster_arg("dgx-h100:1+dgx-a100:1")
+    keys = {}
+    for name in ("megatron-deepspeed", "torchtitan"):
+        rep = run_search(SearchConfig(model=model_preset("gpt-1.7b"), cluster=cl, gbs=16,
+                                      framework=PROFILES[name], workers=1))
+        keys[name] = [p["key"] for p in rep["uneven"]["plans"]]
+        for p in rep["uneven"]["plans"]:
+            plan = plan_from_mapping(plan_mapping(p["key"]), PROFILES[name].plan_defaults())
+            assert not plan_violations(PROFILES[name], plan)
+    assert not any("layers_per_stage" in k for k in keys["megatron-deepspeed"])
+    assert any("layers_per_stage" in k for k in keys["torchtitan"])

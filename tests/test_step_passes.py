@@ -144,3 +144,25 @@ def test_a_source_must_name_a_pass():
     from strategies.errors import SpecError
     with pytest.raises(SpecError, match="framework.step.sources"):
         StepPasses(sources=(("zero_grads", "typo"),))
+
+
+def test_nemo_averages_in_the_collective():
+    """NeMo 2 / Megatron-Bridge recipes set average_in_collective=True: Megatron-Core's DDP
+    skips the 1/dp multiply over the gradient buffer (2 g bytes per parameter). The nemo
+    profile is Megatron-Core's but for that pass; each rank's per-step passes are shorter by
+    exactly its buffer's 2 g bytes over the usable HBM bandwidth, and the estimate by the
+    busiest rank's."""
+    from dataclasses import fields
+    mc, nemo = get_profile("megatron-core"), get_profile("nemo")
+    assert nemo.step.scale_grad is False and mc.step.scale_grad is True
+    same = {f.name for f in fields(mc)} - {"name", "description", "step"}
+    assert all(getattr(mc, k) == getattr(nemo, k) for k in same)
+    assert replace(nemo.step, scale_grad=True, sources=()) == replace(mc.step, sources=())
+    assert "average_in_collective" in dict(nemo.step.sources)["scale_grad"]
+    job_mc, job_nemo = _tied_job("megatron-core"), _tied_job("nemo")
+    c_mc, c_nemo = stage_costs(job_mc), stage_costs(job_nemo)
+    g, bw = 4.0, usable_hbm(H100.gpu, DEFAULT_SYSTEM)
+    for n, t_mc, t_nemo in zip(c_mc.params_by_stage, c_mc.passes_by_stage,
+                               c_nemo.passes_by_stage):
+        assert t_mc - t_nemo == pytest.approx(2 * g * n / bw, rel=1e-9)
+    assert estimate(job_nemo).step_time_s < estimate(job_mc).step_time_s

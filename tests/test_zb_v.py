@@ -145,20 +145,25 @@ def test_free_comm_simulation_equals_the_closed_form(model, tp, pp, gbs, extra):
 
 def test_head_and_embedding_on_rank_0():
     """The V puts the embedding and the LM head on rank 0: the cost record's parameters,
-    memory and the placement rule agree; the ring keeps the head on rank ``pp - 1``."""
+    memory and the placement rule agree; the ring keeps the head on rank ``pp - 1``. GPT-3's
+    word embedding is tied: on rank 0 the head is the embedding's own tensor, so the V's
+    rank 0 holds 1F1B's rank 0 plus the final norm only (tests/test_tied_vshape.py)."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 8)
     job = make_job(m, cl, parse_plan("tp=8,pp=8,vpp=2,mbs=1,schedule=zb-v"), global_batch=64)
     one = make_job(m, cl, parse_plan("tp=8,pp=8,mbs=1"), global_batch=64)
     assert head_rank("zb-v", 8, 2) == 0 and head_rank("1f1b", 8, 1) == 7
     assert head_rank("interleaved", 8, 2) == 7
     c, c1 = stage_costs(job), stage_costs(one)
-    assert c.params_by_stage[0] == pytest.approx(c1.params_by_stage[0] + c1.head_params,
+    assert m.tie_word_embeddings
+    word = m.vocab_size * m.hidden_size / 8
+    assert c.params_by_stage[0] == pytest.approx(c1.params_by_stage[0] + c1.head_params - word,
                                                  rel=1e-12)
+    assert c.head_params == pytest.approx(c1.head_params - word, rel=1e-12)
     assert c.params_by_stage[7] == c.params_by_stage[3] == c1.params_by_stage[3]
     by, by1 = memory_by_stage(job), memory_by_stage(one)
     assert by[0].params > by[1].params == by[7].params
-    assert by[0].params == pytest.approx(by1[0].params + by1[7].params - by1[3].params,
-                                         rel=1e-12)
+    assert by[0].params == pytest.approx(by1[0].params + by1[7].params - by1[3].params
+                                         - word * job.system.param_bytes, rel=1e-12)
 
 
 def test_activation_memory_is_2p_chunks_on_every_rank():

@@ -71,4 +71,5 @@ def _framework_row(f) -> dict:
             "sp": f.sequence_parallel, "tp_comm_overlap": f.tp_comm_overlap,
             "recompute": list(f.recompute), "recompute_methods": list(f.recompute_methods),
             "recompute_modules": list(f.recompute_modules), "defaults": f.plan_defaults(),
+            "layouts": list(f.layouts), "pipeline_split": f.pipeline_split,
             "export": f.export}

@@ -18,6 +18,7 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.cost.comm import per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
+from strategies.framework import full_grad_reduce
 from strategies.schedules import Step, get_schedule, head_rank
 
 
@@ -28,6 +29,8 @@ class ProgramBuilder:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
         self.cluster = job.cluster
+        # ZeRO-0 and DeepSpeed's BF16_Optimizer all-reduce the gradients (no reduce-scatter)
+        self.full_grad_reduce = full_grad_reduce(job.framework, job.dtype, p.zero)
         self.stage = layout.stage(rank)
         self.sched = get_schedule(p.schedule)      # placement: positions and peers
         self.m = job.microbatches_of_rank(rank)    # per node group with group_microbatches
@@ -382,8 +385,8 @@ class ProgramBuilder:
         return todo
 
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
-        kind = "allreduce" if self.p.zero == 0 else "reduce_scatter"
-        name = "AR" if self.p.zero == 0 else "RS"
+        kind = "allreduce" if self.full_grad_reduce else "reduce_scatter"
+        name = "AR" if self.full_grad_reduce else "RS"
         label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
         self.coll("dp-comm", kind, "dp", self.c.grad_bytes * params, 1.0, "dp", label,
                   deps=deps, tag="dp")

@@ -20,7 +20,7 @@ from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, get_profile, plan_violations
 from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -176,6 +176,8 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
         for plan in (balanced_plan(job, cfg.options.headroom), balanced_microbatches(job)):
             if plan is None or plan_key(plan) in seen or len(out) >= UNEVEN_CANDIDATES:
                 continue
+            if cfg.framework is not None and plan_violations(cfg.framework, plan):
+                continue        # a per-rank layer count the named stack cannot give
             seen.add(plan_key(plan))
             bjob = make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype,
                             framework=cfg.framework)

@@ -43,15 +43,15 @@ def load_cases(path: str | None = None, tiers: Sequence[int] | None = (1,)) -> l
                             f"each case must be a mapping, not a {type(entry).__name__}")
         if tiers is not None and entry.get("tier", 3) not in tiers:
             continue
-        out.append(_case(entry, i))
+        out.append(_case(entry, i, data))
     return out
 
 
-def _case(entry: dict, index: int) -> Case:
+def _case(entry: dict, index: int, siblings: Sequence[dict] = ()) -> Case:
     ident = str(entry.get("id") or f"case {index}")
     tier = entry.get("tier", 3)
     try:
-        return case_from_entry(entry)
+        return case_from_entry(entry, siblings)
     except SpecError as e:
         why = f"does not resolve: {e}"
     except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:

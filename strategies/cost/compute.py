@@ -44,7 +44,7 @@ from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import DEFAULT, FrameworkProfile
+from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
@@ -252,11 +252,25 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
                     system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Seconds to add one micro-batch's weight gradients of ``params`` parameters into the
     main gradient with a separate kernel (read the main gradient, read the 16-bit gradient,
-    write the main gradient); 0 when the framework fuses it into the weight-gradient GEMM."""
+    write the main gradient; DeepSpeed's BF16_Optimizer casts first:
+    ``framework.BF16_ACCUM_BYTES``); 0 when the framework fuses it into the weight-gradient
+    GEMM."""
     if fw.grad_accum_fusion:
         return 0.0 * params
+    if uses_bf16_optimizer(fw, dtype):
+        return params * BF16_ACCUM_BYTES / usable_hbm(gpu, system)
     gb = system.main_grad_bytes(dtype)
     return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
+
+
+def bf16_optimizer_launch_time(m: ModelSpec, fw: FrameworkProfile, dtype: str,
+                               gpu: GPU | None = None) -> float:
+    """GPU idle seconds per layer and micro-batch from the kernels DeepSpeed's BF16_Optimizer
+    launches after each backward (``update_hp_grads``: per parameter tensor a cast to fp32
+    and an add, ``costs.layer_param_tensors``), one launch gap each; 0 for other stacks."""
+    if fw.grad_accum_fusion or not uses_bf16_optimizer(fw, dtype):
+        return 0.0
+    return 2 * len(costs.layer_param_tensors(m)) * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
@@ -373,7 +387,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
     e = e_plain + c_f
     acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
-                          system)
+                          system) + bf16_optimizer_launch_time(m, fw, dtype, gpu)
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     sync = moe_sync_time(m, fw, gpu)
@@ -390,9 +404,25 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     kernels = max(fw.kernels_per_layer - (len(gemms) - len(rerun)) - 1, 0)
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
-    rc = np.where(recompute == 2, fwd, np.where(recompute == 1, sel,
+    # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
+    full = fwd - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
+                                   load)
+    rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
+
+
+def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                      tpo: Num = False, fw: FrameworkProfile = DEFAULT, slow: Num = 1.0,
+                      system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+                      load: Num = 1.0) -> Num:
+    """Seconds per layer and micro-batch that full recomputation does not rerun on a stack
+    whose checkpoint stops early: the forward of ``counts.early_stop_gemms`` (``slow``: the
+    overlap clock factor, as on the forward); 0 on a stack that reruns the whole forward."""
+    if not fw.recompute_early_stop:
+        return 0.0 * np.asarray(b, dtype=float)
+    return slow * gemms_time_fwd(costs.early_stop_gemms(m, b, tp, cp, ep, etp, load), tp, gpu,
+                                 dtype, tpo, system)
 
 
 def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
@@ -476,9 +506,12 @@ def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
         costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw, system)
 
 
-def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
-    """Adam step over the parameters this GPU updates: ``system.adam_step_bytes`` (28) HBM
-    bytes per parameter (fp32 master, m and v read and written, the fp32 gradient read) at
-    the usable bandwidth (seconds); the 16-bit weight copy is a per-step pass of the stack
-    (``strategies.cost.step``)."""
-    return system.adam_step_bytes * params_on_gpu / usable_hbm(gpu, system)
+def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM,
+                   fw: FrameworkProfile = DEFAULT) -> Num:
+    """Adam step over the parameters this GPU updates at the usable bandwidth (seconds): one
+    fused kernel, ``system.adam_step_bytes`` (28) HBM bytes per parameter (fp32 master, m and
+    v read and written, the fp32 gradient read), or the stack's chain of unfused kernels,
+    ``fw.step.adam_elements`` fp32 elements (4 bytes each) per parameter; the 16-bit weight
+    copy is a per-step pass of the stack (``strategies.cost.step``)."""
+    per = 4.0 * fw.step.adam_elements if fw.step.adam_elements else system.adam_step_bytes
+    return per * params_on_gpu / usable_hbm(gpu, system)

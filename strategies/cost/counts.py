@@ -270,19 +270,22 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
 
 
 def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
-                            share: Num = 1.0, modules: Num = 0) -> Num:
+                            share: Num = 1.0, modules: Num = 0,
+                            early_stop: bool = False) -> Num:
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
     FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
     1 selective = the attention core when it is not FlashAttention, 2 full = the layers,
     3 op = the GEMMs torchtitan's policy does not save).
     FlashAttention's own recomputation of the scores inside its backward is not counted, so
-    HFU stays at most the fraction of peak the time model charges."""
+    HFU stays at most the fraction of peak the time model charges. ``early_stop``: full
+    recomputation skips ``early_stop_gemms`` (``hardware_flops_per_step``)."""
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
-    extra = np.where(recompute == 2, share * (gemm + attn),
+    redo = gemm - (_early_stop_flops(m, gbs) if early_stop else 0.0)
+    extra = np.where(recompute == 2, share * (redo + attn),
                      np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
@@ -292,15 +295,38 @@ def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
     return 3 * (gemm + attn + head) + extra + mtp
 
 
+def early_stop_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                     etp: Num | None = None, load: Num = 1.0) -> list[tuple]:
+    """The GEMMs of the mean layer that a full recomputation which stops early does not rerun
+    (``FrameworkProfile.recompute_early_stop``: PyTorch's non-reentrant checkpoint): the
+    dense MLP's down projection, the layer's last GEMM, whose input and weight are the last
+    tensors its forward saves (its count is the dense layers' share). A MoE layer ends in the
+    experts' combine (a gather and a weighted sum that save the routing), after which nothing
+    is skipped: none of its GEMMs."""
+    return [g for part, g in layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+            if part == "dense_mlp" and g[4]]
+
+
+def _early_stop_flops(m: ModelSpec, gbs: Num) -> Num:
+    """Forward FLOPs of ``early_stop_gemms`` over the whole step (every layer, ``gbs``
+    sequences)."""
+    return m.num_layers * sum(2.0 * c * M * N * K
+                              for c, M, N, K, _ in early_stop_gemms(m, gbs, 1, 1, 1))
+
+
 def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
-                            share: Num = 1.0, modules: Num = 0) -> Num:
+                            share: Num = 1.0, modules: Num = 0,
+                            early_stop: bool = False) -> Num:
     """Model FLOPs plus the recomputed forward, in the same convention (attention square in
     full; for HFU, which docs/cli.md defines as MFU "with recomputation counted"): full
-    recomputation (``recompute`` 2) redoes each layer's forward; selective (1) redoes the
+    recomputation (``recompute`` 2) redoes each layer's forward, less ``early_stop_gemms``
+    on a stack whose checkpoint stops early (``early_stop``); selective (1) redoes the
     attention core, except under FlashAttention, which recomputes it inside its own backward
     (not counted, as in MFU). With no recomputation this equals ``model_flops_per_step``."""
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
+    if early_stop:
+        gemm = gemm - _early_stop_flops(m, gbs)
     attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
     extra = np.where(recompute == 2, share * (gemm + attn),
                      np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
@@ -382,11 +408,11 @@ def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) 
 
 
 def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
-        peak_flops: Num, share: Num = 1.0, modules: Num = 0) -> Num:
+        peak_flops: Num, share: Num = 1.0, modules: Num = 0, early_stop: bool = False) -> Num:
     """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
-    recomputed forward) over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without
-    recomputation."""
-    return hardware_flops_per_step(m, gbs, flash, recompute, share, modules) / (
+    recomputed forward; ``early_stop``: the stack's checkpoint stops before the last GEMM)
+    over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without recomputation."""
+    return hardware_flops_per_step(m, gbs, flash, recompute, share, modules, early_stop) / (
         n_gpus * step_time_s * peak_flops)
 
 
@@ -695,13 +721,16 @@ def embedding_params_per_gpu(m: ModelSpec, tp: Num) -> Num:
     return m.embedding_params() / tp
 
 
-def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num) -> Num:
-    """The last stage's output layer, ``/tp``: the final norm plus the LM head's weights, or,
-    tied, a copy of the word embedding when ``pp > 1`` (Megatron; with ``pp = 1`` the tied
-    head is the embedding and adds nothing)."""
+def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num, with_embedding: Any = False) -> Num:
+    """The output layer on the rank that holds it, ``/tp``: the final norm plus the LM head's
+    weights, or, tied, a copy of the word embedding (Megatron) unless that rank holds the
+    embedding too (``with_embedding``: a V, ZB-V and DualPipeV, whose rank 0 holds the first
+    and the last chunk; DualPipe's end ranks; always with ``pp = 1``): the tied head is then
+    the embedding's own tensor and adds only the final norm. Parameters."""
     own = m.vocab_size * m.hidden_size
     if m.tie_word_embeddings:
-        head = np.where(pp > 1, own, 0.0) if np.ndim(pp) else (own if pp > 1 else 0.0)
+        copy = (np.asarray(pp) > 1) & ~np.asarray(with_embedding, dtype=bool)
+        head = np.where(copy, own, 0.0) if np.ndim(copy) else (own if copy else 0.0)
     else:
         head = m.lm_head_params() + 0 * pp
     return (head + m.norm_params()) / tp
@@ -726,7 +755,7 @@ def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
     first, last = np.where(mirrored, end, first), np.where(mirrored, end, last)
     lps = np.where(mirrored, 2, 1) * lps
     dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
-             + np.where(last, head_params_per_gpu(m, tp, pp), 0.0))
+             + np.where(last, head_params_per_gpu(m, tp, pp, first), 0.0))
     return dense, lps * expert_l
 
 

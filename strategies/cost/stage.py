@@ -120,7 +120,7 @@ class StageCostArrays:
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
     embedding_params: np.ndarray
-    head_params: np.ndarray       # final norm + LM head (or tied copy) on the last stage
+    head_params: np.ndarray       # final norm + LM head (or tied copy, none on the embedding's rank) on its rank
     params_first: np.ndarray      # parameters per GPU of pipeline rank 0
     params_mid: np.ndarray
     params_last: np.ndarray
@@ -302,7 +302,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy)
-    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + w_cast + zeros
+    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
     # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
     passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
@@ -378,7 +378,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
         layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
         embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
-        head_params=full(counts.head_params_per_gpu(m, tp, pp)),
+        # the head's rank: a tied head on the embedding's rank (a V, DualPipe) is one tensor
+        head_params=full(counts.head_params_per_gpu(m, tp, pp, (head_at == 0) | mirrored)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
         passes_first=passes["first"], passes_mid=passes["mid"], passes_last=passes["last"],
@@ -479,8 +480,9 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     # expert states are sharded over the expert-data-parallel group
     shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
-    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy) + ct.weight_cast_time(
-        layer_w * job.layers_of_stage(s), gpu, job.dtype, sy)) for s, (d, e) in enumerate(split))
+    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
+                      + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
+                                            sy)) for s, (d, e) in enumerate(split))
     held = float(ct.accum_shard(p.dp, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)

@@ -48,7 +48,7 @@ from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile
+from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -211,7 +211,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
     t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
     t_ag_dp = cm.collective_time("allgather", sc.param_bytes * params, dp, tp * cp, cl)
-    t_grad = np.where(zero == 0, t_ar_dp, t_rs_dp)
+    # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
+    # optimizer (``framework.full_grad_reduce``)
+    t_grad = np.where(full_grad_reduce(get_profile(framework), dtype, zero), t_ar_dp, t_rs_dp)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
     # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
@@ -268,9 +270,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": costs.mfu(m, gbs, step, n, peak), "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak,
-                                                              rcp.plan_share(L, P),
-                                                              P.recompute_modules),
+        "mfu": costs.mfu(m, gbs, step, n, peak),
+        "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
+                         P.recompute_modules, get_profile(framework).recompute_early_stop),
         "bubble_fraction": (pipe - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,

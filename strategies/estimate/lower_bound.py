@@ -76,7 +76,7 @@ from strategies.cost import comm as cm
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile
+from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -286,10 +286,11 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     dp_stride = tp * cp
     gb = sc.grad_bytes
     sync = (dp > 1) & (zero < 3)
+    full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
 
     def dp_terms(kind):
         p = params[kind]
-        red = group_floor(gb * p, dp, dp_stride, np.where(zero == 0, 2.0, 1.0), cl)
+        red = group_floor(gb * p, dp, dp_stride, np.where(full, 2.0, 1.0), cl)
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
         window = lps * fwd_layer

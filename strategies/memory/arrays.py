@@ -146,7 +146,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
-    head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp), 0.0)
+    head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
     d = dp * cp
     d_e = np.maximum(1, (tp * d) // (etp * ep))       # expert data parallelism
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)

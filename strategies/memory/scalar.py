@@ -107,11 +107,13 @@ def embedding_params_per_gpu(job: Job, stage: int) -> float:
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
-    """LM head plus the final norm on the last stage, ``/tp`` (``counts.head_params_per_gpu``);
-    0 elsewhere."""
+    """LM head plus the final norm on the rank that holds it, ``/tp``
+    (``counts.head_params_per_gpu``: a tied head on the embedding's rank is that tensor); 0
+    elsewhere."""
     p = job.plan
     here = act._holds_head(job, stage)
-    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp)) if here else 0.0
+    shared = act._holds_embedding(job, stage)
+    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp, shared)) if here else 0.0
 
 
 # ------------------------------------------------------------------ stage memory

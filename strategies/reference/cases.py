@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
@@ -18,9 +18,11 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
-from strategies.reference.text import (attention_kernel, framework_name, gpu_preset,
-                                        intra_node_gbps, model_family, parse_inter_node,
-                                        recompute_kind, schedule_kind, vocab_from_notes)
+from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
+from strategies.reference.text import (attention_kernel, bf16_optimizer, framework_name,
+                                        gpu_preset, intra_node_gbps, launch_blocking,
+                                        model_family, parse_inter_node, recompute_kind,
+                                        schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from strategies.reference.bridge_recipes import recipe_for
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
@@ -126,8 +128,8 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
 def framework_of(c: dict) -> FrameworkProfile:
     """The software that produced a published run, from its source (``reference.text.
     framework_name``): Megatron-LM 2021 (the SC21 paper) ``megatron-lm-2021``; BLOOM and
-    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Core's README
-    ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
+    GPT-NeoX ``megatron-deepspeed``; NVIDIA's NeMo benchmarks and Megatron-Bridge ``nemo``;
+    Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
     llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
     ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
     SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
@@ -230,14 +232,15 @@ def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
 
 def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkProfile,
                notes: list[str], stated: bool) -> Plan | None:
-    """The plan of a Megatron-family run whose layers do not divide over its chunks but do
+    """The plan of a Megatron-family run (a stack launched with Megatron's switches,
+    ``export == "megatron"``) whose layers do not divide over its chunks but do
     once the embedding and the loss take a layer slot each: Megatron's
     ``--account-for-embedding/loss-in-pipeline-split``, the way NeMo and Megatron-Bridge run
     Llama 3.1 405B's 126 layers (docs/layout.md); also the source's own "embedding counted as
     a block" partition (``stated``, DeepSpeed's). None where it does not apply (the layers
     divide, another stack, slots that do not divide either)."""
     pp = sizes[1]
-    if pp == 1 or not (stated or fw.name.startswith("megatron")):
+    if pp == 1 or not (stated or fw.export == "megatron"):
         return None
     if model.num_nextn_predict_layers:
         return None
@@ -257,9 +260,12 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
-def _filled_model(c: dict, notes: list[str]) -> dict:
+def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
-    out filled where they can be (each assumption appended to ``notes``)."""
+    out filled where they can be (each assumption appended to ``notes``). A vocabulary the
+    entry's own notes do not state is read from a sibling entry (``siblings``) of the same
+    source document (``source.ref``) and the same model name that states it, in its model
+    mapping or its notes."""
     mo = dict(c.get("model") or {})
     seq, sn = seq_len(c)
     notes += sn
@@ -270,7 +276,31 @@ def _filled_model(c: dict, notes: list[str]) -> dict:
         if vocab:
             mo["vocab"] = vocab
             notes.append(f"vocab={vocab} (read from the source's notes)")
+    if not mo.get("vocab"):
+        found = _sibling_vocab(c, siblings)
+        if found:
+            mo["vocab"], other = found
+            notes.append(f"vocab={mo['vocab']} (stated for the same model by {other}, "
+                         "the same source document)")
     return mo
+
+
+def _sibling_vocab(c: dict, siblings: Sequence[dict]) -> tuple[int, str] | None:
+    """``(vocab, id)`` of the first other entry of ``c``'s source document (``source.ref``)
+    and model name whose model mapping or notes state a vocabulary, or None."""
+    ref = (c.get("source") or {}).get("ref")
+    name = (c.get("model") or {}).get("name")
+    if not ref or not name:
+        return None
+    for o in siblings:
+        if (not isinstance(o, dict) or o is c or o.get("id") == c.get("id")
+                or (o.get("source") or {}).get("ref") != ref
+                or (o.get("model") or {}).get("name") != name):
+            continue
+        vocab = (o.get("model") or {}).get("vocab") or vocab_from_notes(o.get("notes"))
+        if vocab:
+            return int(vocab), str(o.get("id"))
+    return None
 
 
 def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
@@ -302,7 +332,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     notes += sn
     sp = pl.get("sequence_parallel")
     if sp is None:
-        sp = modern and tp > 1
+        sp = modern and tp > 1 and fw.sequence_parallel
         notes.append(f"sp={str(sp).lower()} (not stated)")
     zero = pl.get("zero_stage")
     if zero is None:
@@ -406,8 +436,27 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
-def case_from_entry(c: dict) -> Case:
-    """Build the Job for one published entry, or say why not."""
+def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` with the optimizer the entry's ``plan.optimizer`` states (DeepSpeed's
+    BF16_Optimizer or not: ``FrameworkProfile.bf16_optimizer``) and under the launch
+    environment its ``plan.env`` states: with ``CUDA_LAUNCH_BLOCKING=1`` every kernel boundary
+    costs ``SYNC_LAUNCH_GAP_S`` (``strategies.launch_blocking``); each stated as an assumption
+    with the entry's reason."""
+    ran = bf16_optimizer(pl.get("optimizer"))
+    if ran is not None and ran != fw.bf16_optimizer:
+        fw = replace(fw, bf16_optimizer=ran)
+        notes.append(f"bf16_optimizer={str(ran).lower()} (stated: {pl['optimizer']})")
+    said = pl.get("env")
+    if not launch_blocking(said):
+        return fw
+    notes.append(f"synchronous kernel launches, {SYNC_LAUNCH_GAP_S * 1e6:.1f} us per kernel "
+                 f"boundary (stated: {said})")
+    return with_launch_blocking(fw)
+
+
+def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
+    """Build the Job for one published entry, or say why not (``siblings``: the other entries
+    of its reference file, read only for what the entry's source states elsewhere)."""
     step, how = measured_step(c)
     pl = c.get("plan") or {}
     base = dict(id=c["id"], tier=c.get("tier", 3), measured_step_s=step, how_measured=how, raw=c)
@@ -429,7 +478,7 @@ def case_from_entry(c: dict) -> Case:
     if partition and "embedding counted as a block" not in partition:
         return skip(f"pipeline partition {partition!r} not read")
     *sizes, notes = sizes
-    mo = _filled_model(c, notes)
+    mo = _filled_model(c, notes, siblings)
     gbs = global_batch(c)
     if gbs is None:
         return skip("global batch not given")
@@ -445,7 +494,7 @@ def case_from_entry(c: dict) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = _with_stated_kernel(framework_of(c), pl, notes)
+    fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)

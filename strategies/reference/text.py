@@ -139,13 +139,15 @@ _EAGER = ("llm-foundry", "mosaicml", "composer", "fsdp", "metaseq", "nanotron",
           "lit-gpt", "litgpt", "huggingface accelerate")
 _DEEPSPEED = ("bigscience", "megatron-deepspeed", "gpt-neox", "deepspeed")
 _MEGATRON_2021 = ("narayanan",)
-_MEGATRON_CORE = ("dgxc", "nemo", "mlperf", "megatron-lm readme", "megatron-core",
+_NEMO = ("nemo", "megatron-bridge")
+_MEGATRON_CORE = ("dgxc", "mlperf", "megatron-lm readme", "megatron-core",
                   "megatron core", "transformer engine")
 
 
 def framework_name(text: str, year: int | None) -> str:
     """The framework profile a source's text names: ``jax-xla``, ``torchtitan``, ``hai-llm``,
-    ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021`` or ``megatron-core`` (else
+    ``pytorch-eager``, ``megatron-deepspeed``, ``megatron-lm-2021``, ``nemo`` (NeMo,
+    Megatron-Bridge) or ``megatron-core`` (else
     by year: before 2023 the 2021 stack)."""
     t = str(text or "").lower()
     if any(k in t for k in _JAX):
@@ -160,6 +162,8 @@ def framework_name(text: str, year: int | None) -> str:
         return "pytorch-eager"
     if any(k in t for k in _MEGATRON_2021):
         return "megatron-lm-2021"
+    if any(k in t for k in _NEMO):
+        return "nemo"
     if any(k in t for k in _MEGATRON_CORE):
         return "megatron-core"
     return "megatron-lm-2021" if year is not None and year < 2023 else "megatron-core"
@@ -186,6 +190,21 @@ def attention_kernel(value) -> str | None:
         if words in t:
             return kernel
     return None
+
+
+def launch_blocking(value) -> bool:
+    """Whether a free-text environment field sets ``CUDA_LAUNCH_BLOCKING=1`` (synchronous
+    kernel launches, ``strategies.launch_blocking``)."""
+    return re.search(r"cuda_launch_blocking\s*=\s*1\b", str(value or "").lower()) is not None
+
+
+def bf16_optimizer(value) -> bool | None:
+    """Whether a free-text optimizer field says DeepSpeed's BF16_Optimizer ran (True), did not
+    ("without the BF16 optimizer": False), or says neither (None)."""
+    t = str(value or "").lower().replace("_", " ")
+    if "bf16 optimizer" not in t:
+        return None
+    return re.search(r"\b(without|no|before)\s+(the\s+)?bf16 optimizer", t) is None
 
 
 def recompute_kind(value) -> str | None:

@@ -14,10 +14,11 @@ output (``SendActivation``). So a forward's output leaves only when the stage st
 sends a forward's output as soon as it is computed, batched with the next receive.
 
 What follows from it (played out by the simulator, not assumed): a rank exchanges with one
-neighbour at the start of every step, and since the two neighbours run opposite passes, a
-step lasts about as long as the longer pass on either side. In the steady state a
-micro-batch costs about ``2 max(t_F, t_B)`` on every stage instead of ``t_F + t_B`` (with full
-recomputation ``t_B`` is three forwards, so about 1.5 times 1F1B's steady state).
+neighbour at the start of every step; the pair meets once every two steps, each having run one
+forward and one backward in between, so with instant messages the lock step costs nothing:
+the step is 1F1B's ``(m + pp - 1)(t_F + t_B)`` (``tests/test_deepspeed_schedule.py``). With
+messages, each exchange is two sequential blocking transfers instead of Megatron's batched
+pair (docs/schedules.md, which also says what a message carries).
 
 Memory: ``num_pipe_buffers`` is ``max(2, min(pp - stage, m))`` activation buffers, 1F1B's
 count (two at least, for the send double buffer).

@@ -101,8 +101,10 @@ class DualPipeV(VShape):
         return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+        titan = dict(TORCHTITAN_SCHEDULE_NAMES)[self.name]
         return [], ["Megatron-LM has no DualPipeV schedule (torchtitan: "
-                    "pipeline_parallel_schedule=DualPipeV); it will run 1F1B"]
+                    f"pipeline_parallel_schedule={titan}); it will run 1F1B"]
 
     def deepspeed_refusal(self, job: Any) -> str | None:
         return "DeepSpeed's pipeline engine runs 1F1B, not DualPipeV"

@@ -113,9 +113,11 @@ class ZBV(VShape):
         return m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w) / 2
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
+        from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+        titan = dict(TORCHTITAN_SCHEDULE_NAMES)[self.name]
         return [], ["Megatron-LM has no ZB-V schedule (Sea AI Lab's fork: "
                     "--zero-bubble-v-schedule; torchtitan: "
-                    "pipeline_parallel_schedule=ZBVZeroBubble); it will run 1F1B"]
+                    f"pipeline_parallel_schedule={titan}); it will run 1F1B"]
 
     def deepspeed_refusal(self, job: Any) -> str | None:
         return "DeepSpeed's pipeline engine runs 1F1B, not ZB-V"
