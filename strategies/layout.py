@@ -437,6 +437,26 @@ def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,
     return out
 
 
+def mixed_layers(model: ModelSpec) -> bool:
+    """Whether ``model`` holds layers of more than one kind (dense and MoE) or
+    multi-token-prediction modules: then a rank's parameters and stash depend on which kinds
+    it holds (``stage_content``), not on its layer count alone."""
+    return sum(1 for n in model.layer_counts().values() if n) > 1 \
+        or bool(model.num_nextn_predict_layers)
+
+
+def stage_content(model: ModelSpec, layout: PipelineLayout,
+                  rank: int) -> tuple[tuple[str, int], ...]:
+    """``(kind, count)`` of what pipeline rank ``rank`` holds under ``layout``
+    (``dense``/``moe`` layers, ``mtp`` modules): ``chunk_kinds`` summed over its chunks. The
+    one reading of a layout by kind that the memory model takes (``strategies.memory``)."""
+    out: dict[str, int] = {}
+    for c in range(layout.vpp):
+        for k, n in chunk_kinds(model, layout, rank, c).items():
+            out[k] = out.get(k, 0) + n
+    return tuple(out.items())
+
+
 @lru_cache(maxsize=4096)
 def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
                        rank: int, first: int = 0, last: int = 0,
@@ -451,12 +471,7 @@ def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
                            first_stage_layers=first or None, last_stage_layers=last or None,
                            account_embedding=account, account_loss=account,
                            layers_per_stage=None)
-    lay = build_layout(model, plan)
-    out: dict[str, int] = {}
-    for c in range(vpp):
-        for k, n in chunk_kinds(model, lay, rank, c).items():
-            out[k] = out.get(k, 0) + n
-    return tuple(out.items())
+    return stage_content(model, build_layout(model, plan), rank)
 
 
 def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, last=0,
@@ -470,14 +485,23 @@ def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, l
     codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
         np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
         np.asarray(first), np.asarray(last), np.asarray(account))
-    out = {k: np.zeros(codes.shape) for k in ("dense", "moe", "mtp")}
+    kinds = ("dense", "moe", "mtp")
     keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
                      last.ravel(), account.ravel()], axis=1).astype(np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    inv = inv.ravel()
+    if not len(keys):
+        return {k: np.zeros(codes.shape) for k in kinds}
+    dims = keys.max(axis=0) + 1
+    if np.prod(dims.astype(float)) < 2.0 ** 62:
+        # one integer per row: a 1-d unique sorts far faster than rows of seven
+        flat, inv = np.unique(np.ravel_multi_index(keys.T, dims), return_inverse=True)
+        uniq = np.stack(np.unravel_index(flat, dims), axis=1)
+    else:
+        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    table = {k: np.zeros(len(uniq)) for k in kinds}      # each distinct row's content
     for j, (code, p, v, r, f, la, a) in enumerate(uniq.tolist()):
         name = schedule_of_code(int(code)).name
         for k, n in even_stage_content(model, name, int(p), int(v), int(r), int(f), int(la),
                                        bool(a)):
-            out[k].ravel()[inv == j] = n
-    return out
+            table[k][j] = n
+    inv = inv.ravel()
+    return {k: table[k][inv].reshape(codes.shape) for k in kinds}

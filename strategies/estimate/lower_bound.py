@@ -77,6 +77,7 @@ from strategies.cost.stage import StageCostArrays, stage_cost_arrays
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
+from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -166,6 +167,51 @@ def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
     return np.where(pp > 1, send, 0.0)
 
 
+class LayerMix:
+    """The layers of a model with dense and MoE layers (``num_dense``, ``num_moe``), for the
+    bound: the stage-cost record's per-layer figures are the mean layer's, which a chunk
+    holding more of the cheaper kind beats (an uneven layout, or the even split with the
+    dense layers on rank 0). A chunk of ``n`` layers costs at least its ``n`` cheapest
+    layers' (``fill``: the cheaper kind first, at most as many as the model has, field by
+    field) and at most its ``n`` dearest (``dearest=True``, for the windows the bound
+    subtracts). ``of`` gives None for a model of one kind (the mean layer is exact)."""
+
+    def __init__(self, num_dense: int, num_moe: int, ep, shared: int):
+        self.num_dense, self.num_moe, self.ep, self.shared = num_dense, num_moe, ep, shared
+
+    @classmethod
+    def of(cls, m: ModelSpec, ep) -> "LayerMix | None":
+        c = m.layer_counts()
+        if not (c.get("dense", 0) and c.get("moe", 0)):
+            return None
+        return cls(c["dense"], c["moe"], np.asarray(ep), m.num_shared_experts)
+
+    def records(self, r: StageCostArrays, dearest: bool) -> list[StageCostArrays]:
+        """``r`` with one dense layer's, then one MoE layer's figures (``r.by_kind``): TP
+        collectives per layer 2, in a MoE layer under EP without shared experts 1
+        (``cost.stage``); recomputed ones none (``dearest``: 2)."""
+        from dataclasses import replace
+        out = []
+        for kind in ("dense", "moe"):
+            k = r.by_kind[kind]
+            n_tp = 2.0 - (np.where((self.ep > 1) & (self.shared == 0), 1.0, 0.0)
+                          if kind == "moe" else 0.0) + 0.0 * r.tp_per_layer_fwd
+            out.append(replace(r, **{f: getattr(k, f) for f in (
+                "layer_fwd", "layer_bwd", "layer_recompute", "layer_wgrad", "attn_fwd",
+                "attn_bwd", "ep_bytes")}, tp_per_layer_fwd=n_tp, tp_per_layer_bwd=n_tp,
+                tp_per_layer_recompute=n_tp if dearest else 0.0 * n_tp))
+        return out
+
+    def fill(self, n, dense, moe, dearest: bool = False):
+        """Sum over ``n`` layers of a per-layer figure worth ``dense``/``moe`` a layer: the
+        cheaper kind first (``dearest``: the dearer), each up to its count in the model."""
+        n = np.asarray(n, dtype=float)
+        first_dense = (dense >= moe) if dearest else (dense <= moe)
+        lead_n = np.where(first_dense, self.num_dense, self.num_moe)
+        lead, rest = np.where(first_dense, dense, moe), np.where(first_dense, moe, dense)
+        return np.minimum(n, lead_n) * lead + np.maximum(0.0, n - lead_n) * rest
+
+
 def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                           P: PlanArrays | Mapping[str, Any],
                           framework: FrameworkProfile | str | None = None,
@@ -183,6 +229,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     gpu = cl.gpu
     sc = costs if costs is not None and real.uniform else \
         stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
+    mix = LayerMix.of(m, P.ep)          # dense and MoE layers: each chunk by kind, see there
+    if mix:
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        content = {k: even_stage_content_arrays(m, P.schedule, P.pp, P.vpp, r, *lay)
+                   for k, r in (("first", 0 * P.pp), ("mid", np.maximum(P.pp - 2, 0)),
+                                ("last", P.pp - 1))}
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sched = P.recompute, P.zero, P.schedule
     tpo, ogr = P.tp_comm_overlap, P.overlap_grad_reduce
@@ -209,15 +261,32 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     send = _p2p_send(cl, sc, n, pp)
     paired = attr_by_code(sched, "overlaps_pairs").astype(bool) | P.ep_overlap
 
-    def chunk_times(g, lpc=lpc):
+    def layer_blocks(r, ceiling=False):
+        """``(forward, backward, forward compute)`` blocking seconds of one layer of each
+        kind (the mean layer for a model of one kind) from the record ``r``."""
+        per = []
+        for rk in (mix.records(r, ceiling) if mix else [r]):
+            c_f, c_b, tau = _block_comm(cl, rk, tp, cp, np.where(paired, 1, ep), tpo)
+            n_rc = np.where(rk.layer_recompute > 0, rk.tp_per_layer_recompute, 0.0)
+            per.append((rk.layer_fwd + c_f,
+                        rk.layer_bwd + rk.layer_recompute + c_b + n_rc * tau, rk.layer_fwd))
+        return per
+
+    def chunk_times(g, lpc=lpc, ceiling=False, chunks=1.0):
         """Per-chunk seconds on GPU type ``g`` with ``lpc`` layers a chunk, from the
-        stage-cost record on ``g``."""
+        stage-cost record on ``g``; a model of several layer kinds (``LayerMix``): the
+        ``chunks·lpc`` cheapest layers (``ceiling``: the dearest) over ``chunks`` chunks (a
+        rank's chunks hold distinct layers)."""
         r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
-        c_f, c_b, tau = _block_comm(cl, r, tp, cp, np.where(paired, 1, ep), tpo)
-        n_rc = np.where(r.layer_recompute > 0, r.tp_per_layer_recompute, 0.0)
-        f_blk = lpc * (r.layer_fwd + c_f)
-        b_blk = lpc * (r.layer_bwd + r.layer_recompute + c_b + n_rc * tau)
-        lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
+        per = layer_blocks(r, ceiling)
+        if mix:
+            f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
+            b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
+            pick = np.maximum if ceiling else np.minimum
+            lt = ct.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
+        else:
+            f_blk, b_blk = lpc * per[0][0], lpc * per[0][1]
+            lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
         return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
     lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
@@ -229,6 +298,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # simulator runs on the compute stream just before it)
     opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
            for k in ("first", "last", "mid")}
+    if mix:
+        # the record counts each rank's layers as mean layers; at least its cheapest ones
+        # (optimizer and passes grow with the parameters: scaled alike)
+        held = np.where(attr_by_code(sched, "mirrored").astype(bool) & (pp > 1), 2.0, 1.0)
+        lp = tuple(sc.by_kind[x].layer_params for x in ("dense", "moe"))
+        for k, nk in (("first", n_first), ("mid", n_mid), ("last", n_last)):
+            h = held * np.where(uneven, nk, np.floor(m.num_layers / pp))
+            own_lp = content[k]["dense"] * lp[0] + content[k]["moe"] * lp[1]
+            low = params[k] - h * sc.layer_params + np.where(held > 1, mix.fill(h, *lp),
+                                                                own_lp)
+            scale = np.where(params[k] > 0, np.minimum(1.0, low / np.maximum(params[k], 1e-300)),
+                             1.0)
+            params[k], opt[k] = params[k] * scale, opt[k] * scale
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
@@ -243,7 +325,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
             "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
-    blocks = {k: chunk_times(gpu, own[k])[5:7] for k in own}
+    blocks = {k: chunk_times(gpu, own[k], chunks=v)[5:7] for k in own}
+    if mix:
+        # each kind of stage's own layers by kind (``layout.even_stage_content``: the even
+        # split, first/last-stage counts, slots; "mid" is rank pp-2, whose bound it feeds);
+        # DualPipe's ranks hold two stages: the cheapest layers as above
+        per = layer_blocks(sc)
+        for k, nk in content.items():
+            f_own = (nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
+            b_own = (nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
+            blocks[k] = (np.where(mirrored, blocks[k][0], f_own),
+                         np.where(mirrored, blocks[k][1], b_own))
     T = {k: _chain(k, nmb, v, dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
                    fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
@@ -256,32 +348,45 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         for kind, (t, o) in own.items():
             take = t + o > T[kind] + opt[kind]
             T[kind], opt[kind] = np.where(take, t, T[kind]), np.where(take, o, opt[kind])
-    b_max = chunk_times(gpu, lpc_most)[6] + emb_b + head_b   # the largest backward chunk
-    fwd_layer = lt.fwd
+    most = chunk_times(gpu, lpc_most, True)           # windows: the dearest layers
+    b_max = most[6] + emb_b + head_b   # the largest backward chunk
+    fwd_layer = most[0].fwd
     if not real.uniform:   # the windows that hide communication: at their longest (slowest GPU)
-        slowest = [chunk_times(g.gpu, lpc_most) for g in real.groups]
+        slowest = [chunk_times(g.gpu, lpc_most, True) for g in real.groups]
         b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
         fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
     post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
     # a split backward (point 5): the weight gradients a stage runs after its last B overlap
     # that micro-batch's way back, and the stages in between pass on its B alone
     split = attr_by_code(sched, "splits_backward").astype(float)
-    w_chunk = {"first": lpc_most * sc.layer_wgrad + sc.embedding_wgrad
+
+    def wgrad(r, n):
+        """W seconds of ``n`` layers at most (subtracted: the dearest kinds)."""
+        return mix.fill(n, *(r.by_kind[x].layer_wgrad for x in ("dense", "moe")), True) \
+            if mix else n * r.layer_wgrad
+
+    w_chunk = {"first": wgrad(sc, lpc_most) + sc.embedding_wgrad
                + np.where(head_first, sc.head_wgrad, 0.0),
-               "last": np.where(head_first, lpc_most * sc.layer_wgrad,
-                                lpc_most * sc.layer_wgrad + sc.head_wgrad),
-               "mid": lpc_most * sc.layer_wgrad}
+               "last": np.where(head_first, wgrad(sc, lpc_most),
+                                wgrad(sc, lpc_most) + sc.head_wgrad),
+               "mid": wgrad(sc, lpc_most)}
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
         per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
                           for g in real.groups]
-        w_chunk = {"first": np.max([lpc * r.layer_wgrad + r.embedding_wgrad
+        w_chunk = {"first": np.max([wgrad(r, lpc) + r.embedding_wgrad
                                     + np.where(head_first, r.head_wgrad, 0.0) for r in per_gpu],
                                    axis=0),
-                   "last": np.max([np.where(head_first, lpc * r.layer_wgrad,
-                                            lpc * r.layer_wgrad + r.head_wgrad)
+                   "last": np.max([np.where(head_first, wgrad(r, lpc),
+                                            wgrad(r, lpc) + r.head_wgrad)
                                    for r in per_gpu], axis=0),
-                   "mid": np.max([lpc * r.layer_wgrad for r in per_gpu], axis=0)}
-    w_pass = split * lpc * sc.layer_wgrad   # the least W of a middle stage (fastest GPU)
+                   "mid": np.max([wgrad(r, lpc) for r in per_gpu], axis=0)}
+    # the W of a middle stage (fastest GPU), subtracted from its backward below
+    w_pass = split * (lpc * sc.layer_wgrad if not mix else wgrad(sc, lpc))
+    if mix:   # per layer of each kind: forward, backward, backward less a split-off W
+        per = layer_blocks(sc)
+        kf, kb = (per[0][0], per[1][0]), (per[0][1], per[1][1])
+        kbw = tuple(per[i][1] - split * sc.by_kind[x].layer_wgrad
+                    for i, x in enumerate(("dense", "moe")))
 
     dp_stride = tp * cp
     gb = sc.grad_bytes
@@ -313,8 +418,13 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         s = np.where(mirrored, np.minimum(s, pp - 1 - s), s)
         t, o = T[kind], opt[kind]
         pre = np.maximum(0.0, t - post_steps * (b_max + 2 * send))
-        chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
-        tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
+        if mix:     # s chunks on s ranks: distinct layers, the cheapest s·lpc of them
+            chain_in = np.where(s >= 1, mix.fill(s * lpc, *kf) + emb + s * send, 0.0)
+            tail = np.where(s >= 1, mix.fill(lpc, *kb) + emb_b + (s - 1) * send
+                            + mix.fill((s - 1) * lpc, *kbw), 0.0)
+        else:
+            chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
+            tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
         trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
         # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
         # the dp stream after the last compute and the buckets, before the optimizer (its

@@ -9,11 +9,13 @@ same computation: the two cannot disagree. Every term: docs/memory.md.
 
 The stash of in-flight micro-batches is the schedule's (``strategies.memory.activations``);
 ``in_flight`` lets the scalar wrapper pass it per plan, and without it the default
-interleaving group size ``pp`` is used. The search's peak evaluates only the first and the
-last pipeline stage: a middle stage holds the same layers as the first, no embedding, and
-at most as many stashed micro-batches (the in-flight count of every schedule is
-non-increasing in the stage), and its ``other`` allowance grows with activations and
-parameters only, so it never exceeds the first stage.
+interleaving group size ``pp`` is used. For a model of one layer kind the search's peak
+evaluates only the first and the last pipeline stage (and rank 1 of an uneven layout): a
+middle stage holds the same layers as the first, no embedding, and at most as many stashed
+micro-batches (the in-flight count of every schedule is non-increasing in the stage), and
+its ``other`` allowance grows with activations and parameters only, so it never exceeds the
+first stage. A model with dense and MoE layers or MTP modules holds different kinds on
+different ranks, so its peak evaluates every rank, each by kind (``rank_memory_arrays``).
 
 >>> import numpy as np
 >>> from strategies.presets import model_preset
@@ -27,13 +29,14 @@ parameters only, so it never exceeds the first stage.
 """
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any, Mapping
 
 import numpy as np
 
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
-from strategies.layout import even_stage_content_arrays
+from strategies.layout import even_stage_content_arrays, mixed_layers
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
@@ -87,9 +90,31 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     return params, grads, opt
 
 
+def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_embedding
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """``(dense, expert)`` parameters per GPU of the layers and MTP modules a rank holds,
+    ``content`` ``{"dense", "moe", "mtp": counts}`` (per plan): each kind's layer
+    (``counts.layer_params_split`` of ``ModelSpec.of_kind``) times its count, the MTP
+    modules' (``counts.mtp_params_split``) and, on a rank holding MTP modules without the
+    embedding (``has_embedding`` false), the copy of the embedding Megatron builds there."""
+    dense, expert = 0.0, 0.0
+    for k in ("dense", "moe"):
+        n = np.asarray(content.get(k, 0.0), dtype=float)
+        if np.any(n):
+            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep, etp)
+            dense, expert = dense + n * d_k, expert + n * e_k
+    mtp = np.asarray(content.get("mtp", 0.0), dtype=float)
+    if np.any(mtp):
+        d_m, e_m = counts.mtp_params_split(m, tp, ep, etp)
+        dense = dense + mtp * d_m + np.where((mtp > 0) & ~np.asarray(has_embedding, bool),
+                                             counts.embedding_params_per_gpu(m, tp), 0.0)
+        expert = expert + mtp * e_m
+    return dense + np.zeros_like(mtp), expert + np.zeros_like(mtp)
+
+
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
-                            in_flight=None, layers=None, pending_w=None, params=None,
+                            in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
@@ -100,9 +125,14 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     interleaving group size); ``layers``: transformer layers on the stage per plan (default
     ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
     gradients pending at the stash peak per plan (a split backward; default the schedule's
-    ``pending_weight_grads_array``); ``params``: ``(dense, expert)`` parameters per GPU of
-    the stage per plan where its layers are not ``layers`` mean layers (dense and MoE
-    layers, multi-token prediction: ``cost.stage.stage_params_split``), else None.
+    ``pending_weight_grads_array``); ``content``: for a model with dense and MoE layers or
+    MTP modules (``layout.mixed_layers``), ``{"dense", "moe", "mtp": counts per plan}``, the
+    layers and modules whose parameters the rank holds (both copies where
+    ``Schedule.mirrored``; ``layout.stage_content`` of the job's layout), default the plan
+    columns' layout (even, first/last, slots: ``layout.even_stage_content_arrays``); each
+    kind's parameters are summed (``counts.layer_params_split`` of the kind), and ``layers``
+    is then the layers and MTP modules a micro-batch stashes here (default the content's,
+    the mean of the two copies where mirrored).
     A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
     chunk of the stage (a layout's chunks may differ by a layer).
     ``gpu``: the chip (its fp8 layouts decide how many
@@ -195,39 +225,36 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
-    kinds = [k for k, n in m.layer_counts().items() if n]
-    if params is None and layers is None and (len(kinds) > 1 or m.num_nextn_predict_layers):
-        # the even split of a model with dense and MoE layers or MTP modules: what this rank
-        # holds by kind (strategies.layout.even_stage_content), the stage record's rule;
-        # DualPipe (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the
-        # layers of either copy (the mean of the two)
-        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
-        have = even_stage_content_arrays(m, sched, pp, v, stage, *lay)
-        mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
-        held_k = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
-        n_layers = have["dense"] + have["moe"] + have["mtp"]
-        n_layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
-                                       + mirror["mtp"]) / 2, n_layers)
-        layers_act, rc_act = stash(n_layers / v)
+    if mixed_layers(m):
+        # dense and MoE layers or MTP modules: what this rank holds by kind
+        # (strategies.layout.stage_content), each kind's parameters summed; DualPipe
+        # (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the layers of
+        # either copy (the mean of the two)
+        if content is None:
+            lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+            have = even_stage_content_arrays(m, sched, pp, v, stage, *lay)
+            mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
+            content = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
+            if layers is None:
+                n_layers = have["dense"] + have["moe"] + have["mtp"]
+                layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
+                                             + mirror["mtp"]) / 2, n_layers)
+        held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + np.zeros_like(activations)
+                  for k in ("dense", "moe", "mtp")}
+        if layers is None:
+            raise ValueError("memory_component_arrays: content needs layers (the stash)")
+        layers_act, rc_act = stash(np.asarray(layers, dtype=float) / v)
         activations = layers_act + in_flight * emb_act + out_act + rc_act
-        layer_dense, expert_params = 0.0, 0.0
-        for k in kinds:
-            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep, etp)
-            layer_dense = layer_dense + held_k[k] * d_k
-            expert_params = expert_params + held_k[k] * e_k
-        d_m, e_m = counts.mtp_params_split(m, tp, ep, etp)
-        # a rank with MTP modules and no embedding builds its own copy of it (Megatron)
-        layer_dense = layer_dense + held_k["mtp"] * d_m + np.where(
-            (held_k["mtp"] > 0) & ~is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
-        expert_params = expert_params + held_k["mtp"] * e_m
+        layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
-    elif params is None:
+        # the token permutation's buffers live in an MoE layer (an MTP module's is one when
+        # the model's layers are): none on a rank of dense layers only
+        routed = held_k["moe"] + (held_k["mtp"] if m.is_moe else 0.0)
+        perm = np.where(routed > 0, perm, 0.0)
+    else:
         dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
                                                                 mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
-    else:
-        dense_params, expert_params = (np.asarray(x, dtype=float) for x in params)
-        layer_dense = dense_params - emb_p - head_p
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
                        2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
@@ -256,45 +283,75 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     return parts, total
 
 
+def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
+                       dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
+                       in_flight=None, pending_w=None) -> np.ndarray:
+    """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
+    plan, reading the layers the plan's layout puts there: a model of one layer kind its
+    layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
+    with dense and MoE layers or MTP modules its layers by kind
+    (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
+    ``memory_component_arrays`` (default: the schedule's counts at the default group size).
+    ``memory.scalar.memory_by_stage`` is this for one job's plan."""
+    P = as_plan_arrays(P)
+    stage = np.asarray(stage) + np.zeros_like(P.pp)
+    layers = None
+    if not mixed_layers(m):
+        first, mid, last, _, uneven = rank_layers(m.num_layers, P)
+        if np.any(uneven):
+            own = np.where(stage == 0, first, np.where(stage == P.pp - 1, last, mid))
+            layers = np.where(uneven, own, m.num_layers / P.pp)
+    return memory_component_arrays(m, P, stage, dtype, system, in_flight=in_flight,
+                                   layers=layers, pending_w=pending_w, gpu=gpu)[1]
+
+
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
                         gpu=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
-    precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies)."""
+    precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
+    ``rank_memory_arrays`` of rank 0 or ``pp - 1``."""
     P = as_plan_arrays(P)
-    stage = P.pp - 1 if last else np.zeros_like(P.pp)
-    return _rank_memory(m, P, stage, 2 if last else 0, dtype, system, gpu)
-
-
-def _rank_memory(m: ModelSpec, P: PlanArrays, stage, which: int, dtype: str,
-                 system: SystemConfig | None, gpu) -> np.ndarray:
-    """Bytes per GPU of pipeline rank ``stage`` (``which``: 0 first, 1 a middle, 2 the last
-    rank): an uneven layout's own layer count there (``plan_arrays.rank_layers``; a model
-    with several layer kinds reads them by kind, ``layout.even_stage_content``)."""
-    total = memory_component_arrays(m, P, stage, dtype, system, gpu=gpu)[1]
-    counts = rank_layers(m.num_layers, P)
-    uneven = counts[4]
-    mixed = sum(1 for n in m.layer_counts().values() if n) > 1 or m.num_nextn_predict_layers
-    if mixed or not np.any(uneven):
-        return total
-    layered = memory_component_arrays(m, P, stage, dtype, system, gpu=gpu,
-                                      layers=np.where(uneven, counts[which],
-                                                      m.num_layers / P.pp))[1]
-    return np.where(uneven, layered, total)
+    return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
+                              gpu)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None) -> np.ndarray:
-    """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``):
-    the first and the last rank, and where an uneven layout gives the middle ranks more
-    layers, rank 1 (the middle rank with the most stashed micro-batches)."""
+    """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
+    A model of one layer kind: the first and the last rank, and where an uneven layout gives
+    the middle ranks more layers, rank 1 (the middle rank with the most stashed
+    micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
+    every rank (the ranks hold different kinds, so no rank's total bounds another's)."""
     P = as_plan_arrays(P)
+    if mixed_layers(m):
+        return _every_rank_peak(m, P, dtype, system, gpu)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu),
                       stage_memory_arrays(m, P, True, dtype, system, gpu))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
-        mid = _rank_memory(m, P, np.minimum(1, P.pp - 1), 1, dtype, system, gpu)
+        mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     return peak
+
+
+def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
+                     gpu) -> np.ndarray:
+    """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
+    is evaluated on the plans with ``pp > r`` only."""
+    pp = np.atleast_1d(P.pp)
+    peak = np.full(pp.shape, -np.inf)
+    for r in range(int(pp.max()) if pp.size else 0):
+        rows = np.flatnonzero(pp > r)
+        sub = _take(P, rows)
+        peak[rows] = np.maximum(peak[rows], rank_memory_arrays(m, sub, r, dtype, system, gpu))
+    return peak.reshape(np.shape(P.pp))
+
+
+def _take(P: PlanArrays, rows: np.ndarray) -> PlanArrays:
+    """The plans ``rows`` of ``P`` (0-d fields broadcast first)."""
+    n = np.shape(np.atleast_1d(P.pp))
+    return PlanArrays(**{f.name: np.broadcast_to(getattr(P, f.name), n)[rows]
+                         for f in fields(P)})

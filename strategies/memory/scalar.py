@@ -28,7 +28,9 @@ from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.memory import activations as act
 from strategies.memory import arrays
+from strategies.layout import mixed_layers, stage_content
 from strategies.plan_arrays import PlanArrays
+from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 
 if TYPE_CHECKING:
@@ -134,21 +136,28 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
 
 
 def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]:
-    """``memory_components`` of ``stages``, computed in one array call (one entry each)."""
-    from strategies.cost.stage import stage_costs, stage_params_split
-    m, params = job.model, None
-    mixed = sum(1 for n in m.layer_counts().values() if n) > 1 or m.num_nextn_predict_layers
-    rec = stage_costs(job) if mixed else None
-    if rec is not None and rec.chunk_kinds and rec.by_kind:   # layers by kind, MTP modules
-        split = [stage_params_split(job, rec, s) for s in stages]
-        params = ([d for d, _ in split], [e for _, e in split])
+    """``memory_components`` of ``stages``, computed in one array call (one entry each): the
+    job's stash (``in_flight``, ``pending_w``, the layers a micro-batch stashes) and, for a
+    model with dense and MoE layers or MTP modules, what each rank holds by kind
+    (``layout.stage_content`` of the job's layout, both copies where mirrored)."""
+    m, p, content = job.model, job.plan, None
+    if mixed_layers(m):
+        mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
+        held = []
+        for s in stages:
+            have: dict[str, float] = {}
+            for r in ((s, p.pp - 1 - s) if mirrored else (s,)):
+                for k, n in stage_content(m, job.layout, r):
+                    have[k] = have.get(k, 0) + n
+            held.append(have)
+        content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
     parts, _ = arrays.memory_component_arrays(
-        job.model, PlanArrays.from_plans([job.plan] * len(stages)), stages, job.dtype,
+        m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
         job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
         pending_w=[act.pending_weight_grads(job, s) for s in stages],
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
-        params=params, gpu=job.cluster.gpu)
+        content=content, gpu=job.cluster.gpu)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

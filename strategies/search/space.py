@@ -454,13 +454,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         raise SpecError("gbs", gbs, "must be an integer >= 1")
     if opts.max_mbs < 1:
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
-    # uneven layouts for models of one layer kind: the array memory model reads the kinds of
-    # dense/MoE/MTP models from the even split's content (a test found it off by 30 % on an
-    # uneven layout), so the search does not propose them there yet
-    one_kind = (sum(1 for n in model.layer_counts().values() if n) == 1
-                and not model.num_nextn_predict_layers)
     costs = (layer_costs(model, cluster, dtype, framework, system)
-             if cluster.uniform and opts.layouts and one_kind else None)
+             if cluster.uniform and opts.layouts else None)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
