@@ -46,11 +46,11 @@ def part_of(frames: list[str]) -> str:
     for part, marks in PARTS:
         if any(m in names for m in marks):
             return part
-    if "simpy" in frames[-1]:
-        return "SimPy (step, event creation, schedule, succeed)"
+    if "simpy" in frames[-1] or frames[-1].startswith("_loop ("):   # the engine's event loop
+        return "SimPy (step, event creation, schedule, succeed)"   # is SimPy's step written out
     if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key")):
         return "engine messages and rendezvous"
-    if "Engine._finish" in names or _finishing_line(frames[-1]):
+    if "Engine._finish" in names or "_Stream.ended" in names or _finishing_line(frames[-1]):
         return "engine finishing ops (record, done ids, waking)"
     if any(n in names for n in ("Engine._drain", "_Stream.__call__")):
         return "engine stream dispatch (advance, dependencies)"
@@ -59,11 +59,11 @@ def part_of(frames: list[str]) -> str:
 
 def _finish_lines() -> range:
     """Lines of ``_Stream.__call__`` that finish its op (the engine writes ``Engine._finish``
-    out there): from its ``if eng.record:`` to the end of the method."""
+    out there): from its ``records = self.records`` to the end of the method."""
     import inspect
     from simulator.engine.core import _Stream
     lines, first = inspect.getsourcelines(_Stream.__call__)
-    at = next(k for k, line in enumerate(lines) if "if eng.record:" in line)
+    at = next(k for k, line in enumerate(lines) if "records = self.records" in line)
     return range(first + at, first + len(lines))
 
 

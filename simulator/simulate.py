@@ -120,11 +120,13 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         bubbles.append(part["bubble"] / step if step > 0 else 0.0)
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
+    per_stage: dict[int, tuple[float, float]] = {}     # the same for every rank of a stage
     for r in sorted(programs):
         stage = programs[r].stage
-        series = activation_series(by_rank[r], activation_bytes_per_chunk(job, stage),
-                                   wgrad_bytes_per_chunk(job, stage))
-        memory[r] = series
+        if stage not in per_stage:
+            per_stage[stage] = (activation_bytes_per_chunk(job, stage),
+                                wgrad_bytes_per_chunk(job, stage))
+        memory[r] = activation_series(by_rank[r], *per_stage[stage])
     for stage in range(job.plan.pp):
         peaks.append(max(b for _, b in memory[first_of_stage[stage]]))
     breakdown, overlapped = rank_breakdown(by_rank[critical], step)

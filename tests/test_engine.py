@@ -165,3 +165,21 @@ def test_runner_phases_fold_to_issuers():
     (lat, flows, nbytes), = runner.phases(_coll(0, range(8), 8e6))
     assert flows == [(0, 1)]
     assert nbytes == pytest.approx(14 * 1e6) and lat == pytest.approx(14 * LAT_IN)
+
+
+def test_the_event_loop_processes_simpy_events_in_order_and_counts_compute_ends():
+    """The engine's loop (``Environment.step`` written out) runs other SimPy events among the
+    compute ends in time order, counts every queue entry, and a failed event stops the run with
+    its error, as SimPy's step does."""
+    net = _net()
+    seen = []
+    net.env.timeout(1.5).callbacks.append(lambda ev: seen.append(ev.env.now))
+    prog = _prog(0, compute=[Compute(0, "compute", 1.0, "forward", "F0.c0"),
+                             Compute(1, "compute", 1.0, "forward", "F1.c0")])
+    res = run({0: prog}, net=net)
+    assert seen == [1.5] and res.events == 3 and res.step_time_s == 2.0
+    net = _net()
+    net.env.timeout(0.5).callbacks.append(
+        lambda ev: ev.env.event().fail(KeyError("from a callback")))
+    with pytest.raises(KeyError, match="from a callback"):
+        run({0: prog}, net=net)

@@ -197,6 +197,49 @@ def test_max_min_rates_are_feasible_and_bottlenecked(seed):
         assert ok, f"flow {f} has no bottleneck link"
 
 
+def _progressive_filling(cap, links):
+    """Max-min rates by the textbook rounds, one flow at a time (pure Python): the smallest
+    fair share saturates its links (ties within 1e-12), every live flow crossing one gets it,
+    and their hops leave the links (a link counted as often as a flow crosses it: folded routes
+    cross a representative link more than once)."""
+    pad = len(cap) - 1
+    count = [0] * len(cap)
+    for row in links:
+        for l in row:
+            if l != pad:
+                count[l] += 1
+    spare, live, rates = [float(c) for c in cap], [True] * len(links), [0.0] * len(links)
+    while any(live):
+        share = [max(spare[l], 0.0) / count[l] if count[l] else np.inf for l in range(len(cap))]
+        level = min(share)
+        sat = {l for l in range(len(cap)) if share[l] <= level * (1.0 + 1e-12)}
+        freed = [0] * len(cap)
+        for f, row in enumerate(links):
+            if live[f] and any(l in sat for l in row):
+                rates[f], live[f] = level, False
+                for l in row:
+                    if l != pad:
+                        freed[l] += 1
+        for l in range(len(cap)):
+            spare[l] -= freed[l] * level
+            count[l] -= freed[l]
+    return rates
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_max_min_rates_equal_textbook_progressive_filling_exactly(seed):
+    """Same floats as the one-at-a-time rounds, ties included (few distinct capacities make
+    many links saturate together): the vectorised rounds only change how flows are found."""
+    rng = np.random.default_rng(seed)
+    nlinks, nflows = 30, 300
+    cap = np.append(rng.choice([1.0, 2.0, 4.0, 3.7], nlinks), np.inf)
+    links = np.full((nflows, 5), nlinks)
+    for f in range(nflows):
+        hops = rng.choice(nlinks, size=rng.integers(1, 6), replace=True)
+        links[f, :hops.size] = hops
+    assert max_min_rates(cap, links).tolist() == _progressive_filling(cap.tolist(), links.tolist())
+
+
 def test_default_route_is_deterministic_by_repr():
     g1, g2 = nx.DiGraph(), nx.DiGraph()
     edges = [("a", "c"), ("c", "d"), ("a", "b"), ("b", "d"), ("a", "x"), ("x", "y"), ("y", "d")]

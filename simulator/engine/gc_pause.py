@@ -7,8 +7,13 @@ GPT-3 175B / 1,024-GPU step (about 1 M records) that was a fifth to a quarter of
 time while it freed almost nothing (a few hundred cycles); ``experiments/profile_simulate.py
 --keep-gc`` measures it. During a run almost nothing becomes
 cyclic garbage (a few SimPy conditions), so the collector is paused for the run and restored
-after it; the first collection after that frees those and the finished engine (its streams
-refer to it), and is counted in the run's time. Results do not depend on it (the collector never changes
+after it. Restoring it does not let the next collection walk what the run allocated: everything
+that survived the pause is moved straight to the oldest generation (``gc.freeze`` then
+``gc.unfreeze``), where it is walked only by a full collection, as if it had survived the young
+ones. Those walked the whole result once (about 0.5 s of CPU on the unfolded 175B step, issue
+17) and freed nothing: the engine breaks its own reference cycles when a run ends
+(``simulator.engine.core.run``), so what a run leaves behind is freed by reference counting
+as soon as the caller drops it. Results do not depend on it (the collector never changes
 values), only the time.
 """
 from __future__ import annotations
@@ -21,11 +26,15 @@ from typing import Iterator
 @contextmanager
 def paused_gc() -> Iterator[None]:
     """Disable the cyclic garbage collector inside the block; restore its previous state
-    (enabled or not) on the way out, also on an exception. Nests."""
+    (enabled or not) on the way out, also on an exception, with what the block allocated
+    promoted to the oldest generation (see the module docstring). Nests: only the outermost
+    block promotes and re-enables."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            gc.freeze()         # every tracked object into the permanent generation ...
+            gc.unfreeze()       # ... and back into the oldest one: no young collection walks it
             gc.enable()

@@ -49,7 +49,8 @@ class ProgramBuilder:
         # the layers of the stage the layout gives this rank (DualPipe: its own direction's
         # copy), as ZeRO-3's per-layer share and the forward window count them
         self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
-        self.group = {d: layout.group(d, rank) for d in ("tp", "cp", "dp", "ep", "etp", "pp")}
+        self.group = {d: layout.group(d, rank)
+                      for d in ("tp", "cp", "dp", "ep", "etp", "edp", "pp")}
         # the tied embedding's gradient group: the first stage and the LM head's
         head = head_rank(p.schedule, p.pp, p.vpp)
         ends = (self.group["pp"][0], self.group["pp"][head])
@@ -384,12 +385,26 @@ class ProgramBuilder:
             self._grad_reduce(todo.pop(0)[1], deps=(self.last_compute,), record=record)
         return todo
 
+    def _dp_parts(self, params: float) -> list[tuple[str, float, str]]:
+        """``(group, parameters, label suffix)`` of a bucket of ``params`` parameters: with
+        expert parallelism the routed experts' share of this stage's parameters goes over the
+        expert-data-parallel group (``comm.dp_collective_time``, the estimate's rule), the
+        rest over dp; a group of one rank (no expert replica) is skipped by ``coll``."""
+        total = self.c.params_by_stage[self.stage] if self.c.params_by_stage else 0.0
+        expert = (self.c.expert_params_by_stage[self.stage]
+                  if self.c.expert_params_by_stage else 0.0)
+        if self.p.ep <= 1 or expert <= 0 or total <= 0:
+            return [("dp", params, "")]
+        e = params * expert / total
+        return [("dp", params - e, ""), ("edp", e, " experts")]
+
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
         kind = "allreduce" if self.full_grad_reduce else "reduce_scatter"
         name = "AR" if self.full_grad_reduce else "RS"
         label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
-        self.coll("dp-comm", kind, "dp", self.c.grad_bytes * params, 1.0, "dp", label,
-                  deps=deps, tag="dp")
+        for dim, n, suffix in self._dp_parts(params):
+            self.coll("dp-comm", kind, dim, self.c.grad_bytes * n, 1.0, "dp", label + suffix,
+                      deps=deps, tag="dp")
         if record:
             self.reduced.append(params)
 
@@ -533,9 +548,11 @@ class ProgramBuilder:
                            force=True)
         if self.grad_sync and self.p.zero >= 1:
             for n, params in enumerate(self.reduced):
-                self.coll("dp-comm", "allgather", "dp", self.c.param_bytes * params, 1.0, "dp",
-                          f"{PARAM_GATHER_PREFIX} bucket {n}", deps=(opt,), tag="dp")
-                self.n_param_gathers += 1
+                for dim, k, suffix in self._dp_parts(params):
+                    if self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k, 1.0, "dp",
+                                 f"{PARAM_GATHER_PREFIX} bucket {n}{suffix}", deps=(opt,),
+                                 tag="dp") is not None:
+                        self.n_param_gathers += 1
         fwd = (self.stage_layers * self.c.layer_fwd if not self.c.chunk_kinds else
                sum(x.layer_fwd for c in range(self.p.vpp) for x in self.chunk[c]))
         meta = {"fwd_window_s": fwd,

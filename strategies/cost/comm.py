@@ -140,6 +140,29 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     ring.time(passes, nbytes, n, bw, lat))[()]
 
 
+def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,
+                       tp: Num, cp: Num, dp: Num, ep: Num, etp: Num,
+                       cluster: Cluster) -> Num:
+    """Seconds of the data-parallel collective ``kind`` over a stage's gradients (or
+    parameters) of ``bytes_per_param`` bytes each, alone on its links: the dense
+    ``params - expert_params`` over the ``dp`` ranks ``tp·cp`` apart, then, with expert
+    parallelism (``ep > 1``), the routed experts' ``expert_params`` over their
+    expert-data-parallel group, the ``tp·cp·dp/(etp·ep)`` ranks ``etp·ep`` apart
+    (Megatron-Core's expert grid, ``strategies.placement.expert_sizes``: each expert is
+    replicated only there, so its gradient is reduced only there, in buffers of its own
+    after the dense ones on the same stream). With ``ep = 1`` every parameter goes over
+    ``dp``. Vectorised."""
+    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
+    moe = (ep > 1) & (np.asarray(expert_params, dtype=float) > 0)
+    e = np.where(moe, expert_params, 0.0)
+    edp = np.maximum(np.asarray(tp * cp * dp, dtype=float) / (etp * ep), 1.0)
+    t_dense = collective_time(kind, bytes_per_param * (params - e), dp, tp * cp, cluster)
+    t_exp = np.where(moe & (edp > 1), collective_time(
+        kind, bytes_per_param * e, np.where(moe, edp, 2.0), np.where(moe, etp * ep, 1.0),
+        cluster), 0.0)
+    return (t_dense + t_exp)[()]
+
+
 def pxn_relay(cluster: Cluster) -> bool:
     """True where a flow to another node's GPU of a different local index is relayed over
     NVLink to the local GPU of that index first (NCCL's PXN): ``topologies.routing.relays``,

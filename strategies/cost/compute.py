@@ -346,6 +346,19 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
     return f / hbm, bw / hbm
 
 
+def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
+                     load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
+                     system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of the mean layer's routed-expert output bias as
+    Megatron-Core applies it, one local expert at a time (``costs.expert_bias_bytes`` over
+    the usable HBM bandwidth, plus ``costs.expert_bias_kernels`` launch gaps); 0 for experts
+    without biases."""
+    f, bw = costs.expert_bias_bytes(m, b, tp, cp, load, etp)
+    kf, kb = costs.expert_bias_kernels(m, ep)
+    hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
+    return f / hbm + kf * gap, bw / hbm + kb * gap
+
+
 def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
     synchronisations (``costs.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
@@ -390,9 +403,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                           system) + bf16_optimizer_launch_time(m, fw, dtype, gpu)
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     sync = moe_sync_time(m, fw, gpu)
-    fwd = g_f + a_f + e + launch + p_f + sync
-    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b
+    fwd = g_f + a_f + e + launch + p_f + x_f + sync
+    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
                          system=system, etp=etp, load=load)

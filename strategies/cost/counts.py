@@ -564,6 +564,49 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
     return (share * fwd)[()], (share * fwd)[()]
 
 
+#: 16-bit passes over the routed experts' fc2 output that Megatron-Core 0.17's
+#: ``TEGroupedMLP._apply_bias`` makes to add each local expert's output bias weighted by the
+#: router probability, one expert at a time (``torch.split`` of the output, ``t + b * p`` per
+#: expert, ``torch.cat``): forward, write ``b·p``, read ``t`` and ``b·p`` and write the sum,
+#: read and write it again in the ``cat`` (6); backward, the gradients of ``b`` and ``p``
+#: (``(g·p).sum(0)``, ``(g·b).sum(-1)``): each product read and written, then read by its
+#: reduction (6). The fc1 bias rides the fused bias-activation kernel (no pass).
+EXPERT_BIAS_PASSES = (6, 6)
+#: Kernels that per-expert bias path launches per local expert: forward ``b·p`` and the add
+#: (plus one ``cat`` per layer), backward the two products and their two reductions.
+EXPERT_BIAS_KERNELS = (2, 4)
+
+
+def expert_bias_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,
+                      etp: Num | None = None) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the mean layer's routed-expert output
+    bias (models whose experts have biases, gpt-oss; 0 otherwise): ``EXPERT_BIAS_PASSES``
+    16-bit passes over the fc2 output the GPU's local experts produce, ``T/t·k·h`` rows
+    times ``etp`` (the expert-TP ranks each hold the full hidden width of the partial
+    outputs) times ``load``, on the MoE layers' share. Vectorised."""
+    etp = tp if etp is None else etp
+    if not (m.is_moe and m.bias):
+        z = 0.0 * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    share = m.layer_shares().get("moe", 0.0)
+    out = np.asarray(routed_token_bytes(m, b, tp, cp, load) * etp, dtype=float)
+    f, bw = EXPERT_BIAS_PASSES
+    return (share * f * out)[()], (share * bw * out)[()]
+
+
+def expert_bias_kernels(m: ModelSpec, ep: Num) -> tuple[Num, Num]:
+    """Kernels ``(forward, backward)`` of the mean layer's per-expert bias path
+    (``EXPERT_BIAS_KERNELS`` per local expert, ``E/ep``, and the forward's ``cat``), 0 for
+    experts without biases. Vectorised."""
+    if not (m.is_moe and m.bias):
+        z = 0.0 * np.asarray(ep, dtype=float)
+        return z[()], z[()]
+    share = m.layer_shares().get("moe", 0.0)
+    local = m.num_experts / np.asarray(ep, dtype=float)
+    f, bw = EXPERT_BIAS_KERNELS
+    return (share * (f * local + 1))[()], (share * bw * local)[()]
+
+
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                           load: Num = 1.0) -> Num:
     """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-

@@ -156,6 +156,12 @@ class StageCostArrays:
     ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
+    # the routed experts' part of ``params_*``: their gradients are reduced over the
+    # expert-data-parallel group (``strategies.placement.expert_sizes``), not the dense dp one
+    # (``strategies.cost.comm.dp_collective_time``)
+    expert_params_first: np.ndarray = 0.0
+    expert_params_mid: np.ndarray = 0.0
+    expert_params_last: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -215,6 +221,8 @@ class StageCosts:
     ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
+    # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
+    expert_params_by_stage: tuple[float, ...] = ()
 
     def chunk_recompute(self, nl: float, chunk: float | None = None) -> tuple[float, float]:
         """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
@@ -381,6 +389,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         # the head's rank: a tied head on the embedding's rank (a V, DualPipe) is one tensor
         head_params=full(counts.head_params_per_gpu(m, tp, pp, (head_at == 0) | mirrored)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
+        expert_params_first=split["first"][1] + zeros, expert_params_mid=split["mid"][1] + zeros,
+        expert_params_last=split["last"][1] + zeros,
         optimizer_first=opt["first"], optimizer_mid=opt["mid"], optimizer_last=opt["last"],
         passes_first=passes["first"], passes_mid=passes["mid"], passes_last=passes["last"],
         # (DualPipe's mirror all-reduce already sums the end ranks' embedding and head copies)
@@ -446,6 +456,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
+        expert_params_by_stage=tuple(stage("expert_params", s) for s in range(pp)),
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
         tied_bytes=f("tied_bytes"),
@@ -486,7 +497,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     held = float(ct.accum_shard(p.dp, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)
-    return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes)
+    return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes,
+                   expert_params_by_stage=tuple(e for _, e in split))
 
 
 def chunk_layers(c: StageCosts, stage: int, chunk: int, layers: int) -> list[tuple[int, Any]]:

@@ -56,6 +56,11 @@ class SystemConfig:
     fixed_other_bytes: float = 1.0 * GIB
     #: Allocator fragmentation, as a fraction of the activation peak.
     fragmentation: float = 0.05
+    #: Bytes of one element of the gradient buffer, when the stack states it: 4 (Megatron
+    #: ``grad_reduce_in_fp32``) or 2 (the parameter dtype: Megatron-Bridge's performance
+    #: configs set ``grad_reduce_in_fp32 = False``); 0 (default): by the training dtype,
+    #: ``main_grad_bytes``.
+    grad_buffer_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -72,13 +77,19 @@ class SystemConfig:
             raise SpecError("tp_overlap_chunks", self.tp_overlap_chunks, "must be an integer >= 1")
         if self.bucket_params <= 0:
             raise SpecError("bucket_params", self.bucket_params, "must be > 0")
+        if self.grad_buffer_bytes not in (0, 2, 4):
+            raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
+                            "must be 0 (by dtype), 2 or 4")
 
     def main_grad_bytes(self, dtype: str) -> float:
         """Bytes of one element of the gradient buffer micro-batches accumulate into and data
         parallelism reduces: fp32 (4) with bf16/fp8 training, fp16 (2) with fp16 training.
         Megatron: the DDP buffer's ``grad_dtype`` is fp32 if ``grad_reduce_in_fp32`` else the
         parameter dtype; ``--bf16`` turns ``accumulate_allreduce_grads_in_fp32`` on, ``--fp16``
-        leaves it off (megatron/training/arguments.py, param_and_grad_buffer.py)."""
+        leaves it off (megatron/training/arguments.py, param_and_grad_buffer.py).
+        ``grad_buffer_bytes``, where set, overrides it."""
+        if self.grad_buffer_bytes:
+            return float(self.grad_buffer_bytes)
         return 2.0 if dtype == "fp16" else 4.0
 
     def step_grad_copy_bytes(self, dtype: str) -> float:

@@ -208,9 +208,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # data parallel gradient reduction on the first stage (the last to finish its backward)
     params = sc.params_first
     gb = sc.grad_bytes
-    t_ar_dp = cm.collective_time("allreduce", gb * params, dp, tp * cp, cl)
-    t_rs_dp = cm.collective_time("reduce_scatter", gb * params, dp, tp * cp, cl)
-    t_ag_dp = cm.collective_time("allgather", sc.param_bytes * params, dp, tp * cp, cl)
+    # (the routed experts' share over the expert-data-parallel group, ``dp_collective_time``)
+    pe, etp = sc.expert_params_first, P.etp
+    t_ar_dp = cm.dp_collective_time("allreduce", gb, params, pe, tp, cp, dp, ep, etp, cl)
+    t_rs_dp = cm.dp_collective_time("reduce_scatter", gb, params, pe, tp, cp, dp, ep, etp, cl)
+    t_ag_dp = cm.dp_collective_time("allgather", sc.param_bytes, params, pe, tp, cp, dp, ep,
+                                    etp, cl)
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
     # optimizer (``framework.full_grad_reduce``)
     t_grad = np.where(full_grad_reduce(get_profile(framework), dtype, zero), t_ar_dp, t_rs_dp)

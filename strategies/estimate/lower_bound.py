@@ -294,6 +294,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
     shard = np.where(zero >= 1, dp, 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
+    # their routed experts' part, reduced over the expert-data-parallel group
+    # (``comm.dp_collective_time``, the simulator's gradient buckets)
+    eparams = {"first": sc.expert_params_first, "last": sc.expert_params_last,
+               "mid": sc.expert_params_mid}
     # (the optimizer and the stack's per-step passes, ``strategies.cost.step``, which the
     # simulator runs on the compute stream just before it)
     opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
@@ -311,6 +315,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             scale = np.where(params[k] > 0, np.minimum(1.0, low / np.maximum(params[k], 1e-300)),
                              1.0)
             params[k], opt[k] = params[k] * scale, opt[k] * scale
+            eparams[k] = eparams[k] * scale
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
@@ -393,18 +398,30 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     sync = (dp > 1) & (zero < 3)
     full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
 
+    # with expert parallelism the routed experts' share goes over their expert-data-parallel
+    # group, tp·cp·dp/(etp·ep) ranks etp·ep apart, after the dense share on the same stream
+    moe_dp = (ep > 1)
+    edp = np.maximum(tp * cp * dp / (P.etp * ep), 1.0)
+
+    def dp_floor(nbytes_per, kind, passes):
+        p, e = params[kind], np.where(moe_dp, eparams[kind], 0.0)
+        dense = group_floor(nbytes_per * (p - e), dp, dp_stride, passes, cl)
+        return dense + np.where(moe_dp & (edp > 1), group_floor(
+            nbytes_per * e, np.where(moe_dp, edp, 2.0), np.where(moe_dp, P.etp * ep, 1.0),
+            passes, cl), 0.0)
+
     def dp_terms(kind):
         p = params[kind]
-        red = group_floor(gb * p, dp, dp_stride, np.where(full, 2.0, 1.0), cl)
+        red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
         red = np.where(sync, red, 0.0)
-        ag = np.where(sync & (zero >= 1), group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl), 0.0)
+        ag = np.where(sync & (zero >= 1), dp_floor(sc.param_bytes, kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
         z3 = nmb * v * (2 * group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl)
                         + group_floor(gb * p, dp, dp_stride, 1, cl))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
-        z2 = nmb * group_floor(gb * p, dp, dp_stride, 1, cl)
+        z2 = nmb * dp_floor(gb, kind, 1)
         busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 

@@ -131,3 +131,28 @@ def recipe_for(entry: dict) -> MoeRecipe | None:
         if (r.model, r.gpu, r.n_gpus, r.precision, r.layout) == key:
             return r
     return None
+
+
+#: Where Megatron-Bridge's performance scripts reduce gradients in the parameter dtype: every
+#: ``*_llm_pretrain.py`` of the model families in the reference sets
+#: ``cfg.mixed_precision.grad_reduce_in_fp32 = False`` and ``cfg.ddp.grad_reduce_in_fp32 =
+#: False`` (so the DDP gradient buffer, its accumulation and its data-parallel reduction are
+#: bf16), in the v0.2.2 scripts the 25.11 container's rows were run with and in v0.4.2's;
+#: the 26.08 recipes (``src/megatron/bridge/perf_recipes/_common.py`` at 067f987df03b) too
+GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2 and v0.4.2 (c810129341a8) "
+                      "scripts/performance/configs/{llama3,llama31,llama,qwen3,qwen,deepseek,"
+                      "gpt_oss}/*_llm_pretrain.py, 067f987df03b src/megatron/bridge/"
+                      "perf_recipes/_common.py: grad_reduce_in_fp32 = False")
+#: the containers whose published rows those scripts produced
+GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.08")
+
+
+def grad_reduce_in_fp32(entry: dict) -> bool | None:
+    """False for a published row of NVIDIA's Megatron-Bridge performance tables of the
+    ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``); None (the stack's
+    default) for any other entry."""
+    src = entry.get("source") or {}
+    if "megatron-bridge" not in str(src.get("ref") or "").lower():
+        return None
+    table = str(src.get("table") or "")
+    return False if any(c in table for c in GRAD_REDUCE_CONTAINERS) else None

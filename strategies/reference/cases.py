@@ -24,7 +24,9 @@ from strategies.reference.text import (attention_kernel, bf16_optimizer, framewo
                                         model_family, parse_inter_node, recompute_kind,
                                         schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
-from strategies.reference.bridge_recipes import recipe_for
+from strategies.cost.system import SystemConfig
+from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, grad_reduce_in_fp32,
+                                                  recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -500,8 +502,12 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         model = _balanced_layers(model, sizes[1], notes)
         plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     notes.append(f"framework {fw.name} ({fw.description})")
+    system = None
+    if grad_reduce_in_fp32(c) is False:
+        system = SystemConfig(grad_buffer_bytes=2.0)
+        notes.append(f"gradients accumulated and reduced in bf16 ({GRAD_REDUCE_SOURCE})")
     try:
-        job = make_job(model, cluster, plan, dtype=dtype, framework=fw)
+        job = make_job(model, cluster, plan, dtype=dtype, framework=fw, system=system)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
     return Case(job=job, assumptions=tuple(notes), **base)
