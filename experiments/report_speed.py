@@ -291,7 +291,7 @@ def render(rows: list[dict[str, Any]], mach: dict[str, Any], command: str,
     met = [f"`{r['case']}` {'meets' if r['wall_s'] <= TARGETS_S[r['case']] else 'MISSES'} "
            f"its target ({r['wall_s']:.2f} s"
            + (f" median of {len(r['runs'])} runs, least {r['wall_min_s']:.2f} s"
-              if len(r.get("runs", [])) > 1 else "")
+              if isinstance(r.get("runs"), list) and len(r["runs"]) > 1 else "")
            + f" against {TARGETS_S[r['case']]:.0f} s)"
            for r in timed if r["case"] in TARGETS_S]
     full = next((r for r in rows if r["case"] == "175b-full"), None)
