@@ -152,10 +152,21 @@ def peak_pending_w(steps: Sequence[Step]) -> int:
 def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
     """``fn(stage, pp, m, vpp)`` over broadcast arrays, called once per distinct tuple."""
     s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m, vpp)))
-    keys = np.stack([a.ravel() for a in (s, p, mm, v)], axis=1).astype(np.int64)
-    if not len(keys):
+    cols = [a.ravel().astype(np.int64) for a in (s, p, mm, v)]
+    if not len(cols[0]):
         return np.zeros(s.shape)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    # one int64 key per row (mixed radix over the columns' ranges): a 1-D unique is several
+    # times faster than ``np.unique(axis=0)`` on the search's hundreds of thousands of rows
+    lo = [int(c.min()) for c in cols]
+    radix = [int(c.max()) - l + 1 for c, l in zip(cols, lo)]
+    if float(np.prod(radix, dtype=float)) < 2.0 ** 62:
+        key = np.zeros_like(cols[0])
+        for c, l, r in zip(cols, lo, radix):
+            key = key * r + (c - l)
+        first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
+        uniq = np.stack(cols, axis=1)[first]
+    else:
+        uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
     vals = np.array([fn(*map(int, k)) for k in uniq], dtype=float)
     return vals[np.ravel(inv)].reshape(s.shape)
 
