@@ -743,13 +743,19 @@ def layer_params_split(m: ModelSpec, tp: Num, ep: Num,
     return (m.layer_params() - experts - rep) / tp + rep, experts / (etp * ep)
 
 
+def mtp_layer_kind(m: ModelSpec) -> str:
+    """The kind of the transformer layer a multi-token-prediction module holds: ``moe`` when
+    the model has experts, else ``dense`` (its parameters and its stash are that kind's)."""
+    return "moe" if m.is_moe else "dense"
+
+
 def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
                      etp: Num | None = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters on one GPU of one multi-token-prediction module
     (``ModelSpec.mtp_params``): its layer (MoE when the model is; ``layer_params_split`` of
     that kind, routed experts over ``etp·ep``), the ``2h -> h`` projection over ``tp`` and
     three norms."""
-    dense, expert = layer_params_split(m.of_kind("moe" if m.is_moe else "dense"), tp, ep, etp)
+    dense, expert = layer_params_split(m.of_kind(mtp_layer_kind(m)), tp, ep, etp)
     return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
 
 

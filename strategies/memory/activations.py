@@ -44,7 +44,7 @@ dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale wi
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
@@ -53,6 +53,7 @@ from strategies.cost.counts import op_sac_gemms
 from strategies.cost.recompute import (PARTS, checkpoint_inputs, kept_layers, modules_mask,
                                        part_selected, rebuilt_layers)
 from strategies.errors import SpecError
+from strategies.layout import mixed_layers, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
 
@@ -321,16 +322,70 @@ def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=Fa
     return 2.0 * T * h / seq_div + gemms + attn_out + rs
 
 
-def job_layer_activation_bytes(job: Job, recompute: str | None = None) -> float:
-    """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides)."""
+def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> list:
+    """The layers a micro-batch stashes on a rank, by kind: ``[(view, count), …]``, ``view``
+    the model's ``ModelSpec.of_kind`` of the kind (whose mean layer is one layer of it) and
+    ``count`` its layers (numbers or arrays). ``content`` ``{"dense", "moe", "mtp": counts}``
+    is what the rank holds (``layout.stage_content``; both copies where mirrored); a
+    multi-token-prediction module stashes one layer of ``counts.mtp_layer_kind``; the counts
+    are scaled to sum to ``layers`` (the layers a micro-batch stashes: the mean of a mirrored
+    rank's two copies). A model of one kind without MTP modules, or no ``content``:
+    ``[(model, layers)]``, its mean layer. The one rule by which the array model, the scalar
+    model and the simulator's activation track price a mixed rank's stash."""
+    if content is None or not mixed_layers(model):
+        return [(model, layers)]
+    n = {k: np.asarray(content.get(k, 0.0), dtype=float) for k in ("dense", "moe", "mtp")}
+    total = n["dense"] + n["moe"] + n["mtp"]
+    scale = np.divide(np.asarray(layers, dtype=float), total,
+                      out=np.zeros(np.broadcast(total, np.asarray(layers)).shape),
+                      where=total > 0)
+    mtp_kind = counts.mtp_layer_kind(model)
+    out = []
+    for k in ("dense", "moe"):
+        nk = n[k] + (n["mtp"] if k == mtp_kind else 0.0)
+        if np.any(nk):
+            out.append((model.of_kind(k), (nk * scale)[()]))
+    return out or [(model, layers)]
+
+
+def job_stash_kinds(job: Job, stage: int) -> list:
+    """``stash_kinds`` of pipeline rank ``stage`` of the job's layout: what it holds
+    (``layout.stage_content``, both copies where the schedule is mirrored) and the layers a
+    micro-batch stashes there (``stashed_layers``)."""
+    p, m = job.plan, job.model
+    if not mixed_layers(m):
+        return [(m, stashed_layers(job, stage))]
+    mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
+    have: dict[str, float] = {}
+    for r in ((stage, p.pp - 1 - stage) if mirrored else (stage,)):
+        for k, n in stage_content(m, job.layout, r):
+            have[k] = have.get(k, 0) + n
+    return [(v, float(n)) for v, n in stash_kinds(m, have, stashed_layers(job, stage))]
+
+
+def _kind_mean(job: Job, stage: int, per_layer) -> float:
+    """The mean over the layers a micro-batch stashes on ``stage`` of ``per_layer(view)``
+    (``job_stash_kinds``: each kind's layers at its view's bytes)."""
+    kinds = job_stash_kinds(job, stage)
+    total = sum(n for _, n in kinds)
+    if len(kinds) == 1:
+        return per_layer(kinds[0][0])
+    return sum(n * per_layer(v) for v, n in kinds) / total if total else 0.0
+
+
+def job_layer_activation_bytes(job: Job, recompute: str | None = None,
+                               model: ModelSpec | None = None) -> float:
+    """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides;
+    ``model``: a layer-kind view of the job's model, ``stash_kinds``)."""
     p = job.plan
     rc = recompute or p.recompute
-    base = layer_activation_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+    mdl = job.model if model is None else model
+    base = layer_activation_bytes(mdl, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
                                   rc, p.flash_attn, p.recompute_modules)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
     load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
-    extra, _ = routed_stash_correction(job.model, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
+    extra, _ = routed_stash_correction(mdl, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
                                        p.expert_tp, load, code, mods)
     return float(base + extra)
 
@@ -422,15 +477,18 @@ def _partial(job: Job, stage: int) -> tuple[int, int, bool]:
 
 def chunk_layer_activation_bytes(job: Job, stage: int) -> float:
     """Bytes the transformer layers of one ``(microbatch, chunk)`` keep on ``stage``: every
-    layer's ``job_layer_activation_bytes``, or under full recomputation the checkpointed
-    inputs plus, with ``recompute_layers`` (block), all the activations of the layers not
-    recomputed (``strategies.cost.recompute``)."""
+    layer's ``job_layer_activation_bytes`` (by kind on a rank of a mixed model:
+    ``job_stash_kinds``), or under full recomputation the checkpointed inputs plus, with
+    ``recompute_layers`` (block), all the activations of the layers not recomputed
+    (``strategies.cost.recompute``; the chunk's mean layer of each kind held)."""
     lpc = layers_per_chunk(job, stage)
     if job.plan.recompute != "full":
-        return lpc * job_layer_activation_bytes(job)
+        return lpc * _kind_mean(job, stage, lambda v: job_layer_activation_bytes(job, model=v))
     lpc, n, uni = _partial(job, stage)
-    return float(checkpoint_inputs(lpc, n, uni) * job_layer_activation_bytes(job)
-                 + kept_layers(lpc, n, uni) * job_layer_activation_bytes(job, recompute="none"))
+    return float(checkpoint_inputs(lpc, n, uni)
+                 * _kind_mean(job, stage, lambda v: job_layer_activation_bytes(job, model=v))
+                 + kept_layers(lpc, n, uni) * _kind_mean(
+                     job, stage, lambda v: job_layer_activation_bytes(job, "none", v)))
 
 
 def _holds_head(job: Job, stage: int) -> bool:
@@ -458,18 +516,19 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     nbytes = 0.0
     if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
         nbytes += output_activation_bytes(job)
+    views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds
     if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
         lpc, n, uni = _partial(job, stage)
-        nbytes += float(rebuilt_layers(lpc, n, uni)) * job_layer_activation_bytes(
-            job, recompute="none")
+        nbytes += float(rebuilt_layers(lpc, n, uni)) * _kind_mean(
+            job, stage, lambda v: job_layer_activation_bytes(job, "none", v))
     elif job.plan.recompute == "selective":   # the largest selected part, rebuilt at once
         p = job.plan
         mask = modules_mask(p.recompute_modules) if p.recompute_modules is not None else 0
-        nbytes += float(selective_dropped_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp,
-                                                p.cp, 1, mask)[1])
+        nbytes += max(float(selective_dropped_bytes(v, job.seq_len, p.mbs, p.tp, p.sp,
+                                                    p.cp, 1, mask)[1]) for v in views)
     elif job.plan.recompute == "op":          # what op did not save, rebuilt for one layer
-        nbytes += max(job_layer_activation_bytes(job, recompute="none")
-                      - job_layer_activation_bytes(job), 0.0)
+        nbytes += max(max(job_layer_activation_bytes(job, "none", v)
+                          - job_layer_activation_bytes(job, model=v), 0.0) for v in views)
     return nbytes
 
 
@@ -481,8 +540,8 @@ def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
     _check_stage(job, stage)
     if not get_schedule(p.schedule).splits_backward:
         return 0.0
-    return layers_per_chunk(job, stage) * layer_wgrad_bytes(job.model, job.seq_len, p.mbs,
-                                                            p.tp, p.sp, p.cp)
+    return layers_per_chunk(job, stage) * _kind_mean(
+        job, stage, lambda v: layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
 
 
 def stage_activation_bytes(job: Job, stage: int) -> float:

@@ -42,7 +42,8 @@ from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
                                           op_saved_bytes, permutation_buffer_bytes,
-                                          routed_stash_correction, selective_dropped_bytes)
+                                          routed_stash_correction, selective_dropped_bytes,
+                                          stash_kinds)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
@@ -151,15 +152,22 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     end = (stage == 0) | (stage == pp - 1)
     is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
-    layer_act, layer_act_none = _layer_act(m, b, tp, cp, sp, rc, flash, P.recompute_modules)
-    # MoE: the routed tokens as the dispatcher holds them, at the hottest rank's load
-    # (activations.routed_activation_bytes), where the stash keeps them (no full or op
-    # recomputation), and in the layer a full recomputation rebuilds
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
-    extra, extra_none = routed_stash_correction(m, s, b, tp, cp, sp, P.etp, load, rc,
-                                                P.recompute_modules)
-    layer_act = layer_act + extra
-    layer_act_none = layer_act_none + extra_none
+
+    def per_layer(view: ModelSpec) -> dict:
+        """One layer of ``view`` (the model or one kind of it, ``activations.stash_kinds``):
+        its stash ``act`` and without recomputation ``none`` (MoE: the routed tokens as the
+        dispatcher holds them, at the hottest rank's load, where the stash keeps them:
+        ``activations.routed_stash_correction``), its pending weight gradient ``wgrad`` and
+        what a selective recomputation rebuilds at once ``sel``."""
+        act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules)
+        extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
+                                                    P.recompute_modules)
+        return {"act": act + extra, "none": none + extra_none,
+                "wgrad": _layer_wgrad(view, b, tp, cp, sp),
+                "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
+                                               P.recompute_modules)[1]}
+
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     if in_flight is None:
         in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
@@ -207,20 +215,34 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     uni = P.recompute_method == rcp.METHOD_CODE["uniform"]
     n_rc = P.recompute_layers
 
-    def stash(lpc):
-        """``(layers, recompute)`` activation bytes with ``lpc`` layers per stashed chunk."""
-        chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * layer_act
-                             + rcp.kept_layers(lpc, n_rc, uni) * layer_act_none,
-                             lpc * layer_act)
-        rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * layer_act_none,
-                          np.where(rc == 3, np.maximum(layer_act_none - layer_act, 0.0),
-                                   selective_dropped_bytes(m, s, b, tp, sp, cp, rc,
-                                                           P.recompute_modules)[1]))
-        return in_flight * chunk_act + pending_w * lpc * _layer_wgrad(m, b, tp, cp, sp), rc_act
+    def stash(lpc, kinds):
+        """``(layers, recompute)`` activation bytes with ``lpc`` layers per stashed chunk of
+        the kinds ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes;
+        block recomputation keeps and rebuilds the chunk's mean layer, the largest kind
+        held rebuilds its selective parts and op's unsaved tensors)."""
+        pl = [(per_layer(view), n) for view, n in kinds]
+        if len(pl) == 1:
+            L = pl[0][0]
+        else:
+            tot = sum(n for _, n in pl)
+            safe = np.where(tot > 0, tot, 1.0)
+            L = {k: sum(n * x[k] for x, n in pl) / safe for k in ("act", "none", "wgrad")}
+            held_any = [np.asarray(n) > 0 for _, n in pl]
+            L["sel"] = np.maximum.reduce([np.where(h, x["sel"], 0.0)
+                                          for (x, _), h in zip(pl, held_any)])
+            L["op"] = np.maximum.reduce([np.where(h, np.maximum(x["none"] - x["act"], 0.0),
+                                                  0.0) for (x, _), h in zip(pl, held_any)])
+        op_rb = L.get("op", np.maximum(L["none"] - L["act"], 0.0))
+        chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * L["act"]
+                             + rcp.kept_layers(lpc, n_rc, uni) * L["none"],
+                             lpc * L["act"])
+        rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * L["none"],
+                          np.where(rc == 3, op_rb, L["sel"]))
+        return in_flight * chunk_act + pending_w * lpc * L["wgrad"], rc_act
 
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
-    layers_act, rc_act = stash(lpc)
+    layers_act, rc_act = stash(lpc, [(m, None)])
     activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
@@ -243,7 +265,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                   for k in ("dense", "moe", "mtp")}
         if layers is None:
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
-        layers_act, rc_act = stash(np.asarray(layers, dtype=float) / v)
+        layers = np.asarray(layers, dtype=float)
+        layers_act, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
         activations = layers_act + in_flight * emb_act + out_act + rc_act
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
