@@ -242,8 +242,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
 
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
-    layers_act, rc_act = stash(lpc, [(m, None)])
-    activations = layers_act + in_flight * emb_act + out_act + rc_act
+    if not mixed_layers(m):
+        layers_act, rc_act = stash(lpc, [(m, None)])
+        activations = layers_act + in_flight * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
@@ -261,7 +262,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                 n_layers = have["dense"] + have["moe"] + have["mtp"]
                 layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
                                              + mirror["mtp"]) / 2, n_layers)
-        held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + np.zeros_like(activations)
+        shape = np.zeros_like(in_flight * emb_act + out_act)
+        held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + shape
                   for k in ("dense", "moe", "mtp")}
         if layers is None:
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
