@@ -156,3 +156,22 @@ def test_one_kind_models_unchanged():
     m = model_preset("llama3-70b")
     assert act.stash_kinds(m, {"dense": 20}, 20.0) == [(m, 20.0)]
     assert act.stash_kinds(m, None, np.array([3.0])) [0][0] is m
+
+
+def test_dualpipe_rank_stashes_the_mean_of_its_two_copies_by_kind():
+    """DualPipe rank 0 of an 8-layer model (first 2 dense, one MTP module) on pp 4 holds
+    stage 0 (layers 0-1, dense) and stage 3 (layers 6-7 MoE and the MTP module, an MoE
+    layer's stash): a micro-batch stashes the mean of the two copies, ``(2·A_dense + 3·A_moe)
+    / 2`` (its pending weight gradients likewise), and a middle rank (layers 2-3 and 4-5, all MoE) ``2·A_moe``."""
+    m = _ds_small()
+    job = make_job(m, cluster_preset("dgx-h100", 1),
+                   parse_plan("tp=1,pp=4,dp=2,ep=1,mbs=1,gbs=32,schedule=dualpipe"))
+    a = {k: act.layer_activation_bytes(m.of_kind(k), 1024, 1) for k in ("dense", "moe")}
+    assert act.chunk_layer_activation_bytes(job, 0) == pytest.approx(
+        (2 * a["dense"] + 3 * a["moe"]) / 2, rel=REL)
+    assert act.chunk_layer_activation_bytes(job, 1) == pytest.approx(2 * a["moe"], rel=REL)
+    w = {k: act.layer_wgrad_bytes(m.of_kind(k), 1024, 1) for k in ("dense", "moe")}
+    n, pw = act.in_flight_microbatches(job, 0), act.pending_weight_grads(job, 0)
+    got = memory_components(job, 0)["layers"].activations
+    assert got == pytest.approx(n * (2 * a["dense"] + 3 * a["moe"]) / 2
+                                + pw * (2 * w["dense"] + 3 * w["moe"]) / 2, rel=REL)
