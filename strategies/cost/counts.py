@@ -759,6 +759,15 @@ def mtp_params_split(m: ModelSpec, tp: Num, ep: Num,
     return dense + 2.0 * m.hidden_size ** 2 / tp + 3 * m.norm_params(), expert
 
 
+def mtp_embedding_copy_params(m: ModelSpec, tp: Num, mtp_modules: Num,
+                              has_embedding: Any) -> Num:
+    """Parameters per GPU of the copy of the word embedding Megatron builds on a rank that
+    holds multi-token-prediction modules (``mtp_modules > 0``) but not the embedding
+    (``embedding_params_per_gpu``); 0 elsewhere. Vectorised."""
+    here = (np.asarray(mtp_modules) > 0) & ~np.asarray(has_embedding, dtype=bool)
+    return np.where(here, embedding_params_per_gpu(m, tp), 0.0)[()]
+
+
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, etp: Num | None = None) -> Num:
     """Parameters of the mean layer held by one GPU (``layer_params_split``, summed)."""
     dense, expert = layer_params_split(m, tp, ep, etp)

@@ -548,6 +548,6 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
             expert += chunk_sum(items, lambda x: x.expert_params)
             dense += chunk_sum(items, lambda x: x.layer_params - x.expert_params)
     has_embedding = stage == 0 or (mirrored and stage == p.pp - 1)
-    if any(job.layout.mtp_of_stage(s) for s in copies) and not has_embedding:
-        dense += float(counts.embedding_params_per_gpu(m, p.tp))
+    mtp = sum(job.layout.mtp_of_stage(s) for s in copies)
+    dense += float(counts.mtp_embedding_copy_params(m, p.tp, mtp, has_embedding))
     return dense, expert

@@ -107,8 +107,7 @@ def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_em
     mtp = np.asarray(content.get("mtp", 0.0), dtype=float)
     if np.any(mtp):
         d_m, e_m = counts.mtp_params_split(m, tp, ep, etp)
-        dense = dense + mtp * d_m + np.where((mtp > 0) & ~np.asarray(has_embedding, bool),
-                                             counts.embedding_params_per_gpu(m, tp), 0.0)
+        dense = dense + mtp * d_m + counts.mtp_embedding_copy_params(m, tp, mtp, has_embedding)
         expert = expert + mtp * e_m
     return dense + np.zeros_like(mtp), expert + np.zeros_like(mtp)
 
