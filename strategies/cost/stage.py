@@ -289,11 +289,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
-    # tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
-    # MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert
-    # needs it (the routed tokens travel by the all-to-all and the etp collectives, etp_bytes)
-    n_tp = 2.0 - np.where((ep > 1) & (m.num_shared_experts == 0),
-                          m.num_moe_layers / m.num_layers if m.is_moe else 0.0, 0.0)
+    n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
+                                    ep, m.num_shared_experts)
     shard = np.where(zero >= 1, dp, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
@@ -520,6 +517,16 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
     """Parameters per GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
     dense, expert = stage_params_split(job, c, stage)
     return dense + expert
+
+
+def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,
+                             shared_experts: int) -> counts.Num:
+    """Tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
+    MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert needs
+    it (the routed tokens travel by the all-to-all and the etp collectives, ``etp_bytes``).
+    ``moe_share``: the share of MoE layers (1 for one MoE layer, 0 for a dense one, the
+    model's share for its mean layer)."""
+    return 2.0 - np.where((np.asarray(ep) > 1) & (shared_experts == 0), moe_share, 0.0)
 
 
 def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, float]:

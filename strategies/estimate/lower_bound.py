@@ -73,7 +73,8 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import StageCostArrays, stage_cost_arrays
+from strategies.cost.stage import (StageCostArrays, stage_cost_arrays,
+                                   tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
@@ -194,8 +195,8 @@ class LayerMix:
         out = []
         for kind in ("dense", "moe"):
             k = r.by_kind[kind]
-            n_tp = 2.0 - (np.where((self.ep > 1) & (self.shared == 0), 1.0, 0.0)
-                          if kind == "moe" else 0.0) + 0.0 * r.tp_per_layer_fwd
+            n_tp = tp_collectives_per_layer(1.0 if kind == "moe" else 0.0, self.ep,
+                                            self.shared) + 0.0 * r.tp_per_layer_fwd
             out.append(replace(r, **{f: getattr(k, f) for f in (
                 "layer_fwd", "layer_bwd", "layer_recompute", "layer_wgrad", "attn_fwd",
                 "attn_bwd", "ep_bytes")}, tp_per_layer_fwd=n_tp, tp_per_layer_bwd=n_tp,
