@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simulator.cli.validate import parse_tiers  # noqa: E402
 from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
 from strategies.cost import compute as ct  # noqa: E402
-from topologies.gpus import GPU  # noqa: E402
+from topologies.gpus import AMPERE_WAVE_TILE, GPU  # noqa: E402
 
 # catalog values before this calibration (burst-level GEMM efficiency)
 OLD_GEMM = {"A100-SXM4-80GB": 0.88, "A100-SXM4-40GB": 0.88, "H100-SXM5-80GB": 0.75,
@@ -59,6 +59,10 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
         GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
+    "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu: None),
+    "GEMM waves on every chip (256x128)": lambda: patched(
+        ct, "gemm_waves", lambda gpu: ct.Waves(gpu.sm_count, *AMPERE_WAVE_TILE)
+        if gpu.sm_count else None),
 }
 
 

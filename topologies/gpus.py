@@ -21,7 +21,7 @@ chip whose GEMM kernels launch one thread block per output tile, one block per S
 §2.3, §3.2); a GEMM then runs in waves of ``sm_count`` tiles and the last one is partly
 empty (``strategies.cost.compute.wave_efficiency``). ``None``: no wave quantisation is
 modelled (Hopper and later run persistent kernels whose tile schedulers, stream-K among
-them, balance the last wave; docs/calibration.md §3.15).
+them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Ampere").
 """
 from __future__ import annotations
 
