@@ -24,7 +24,7 @@ from strategies.estimate.scalar import estimate
 from strategies.framework import (MEGATRON_CORE, PROFILES, PYTORCH_EAGER, SHARDED_GRAD_PASSES,
                                   TORCHTITAN)
 from strategies.presets import model_preset
-from simulator.studies.validate import load_cases
+from simulator.studies.validate import load_cases, simulated_step_time
 from topologies.gpus import get_gpu
 
 H100, A100 = get_gpu("H100"), get_gpu("A100")
@@ -105,7 +105,7 @@ def test_embedding_and_head():
 def test_mosaic_step_grows_by_the_closed_form():
     """A MosaicML FSDP run (MPT-7B, 8 H100, FULL_SHARD, one micro-batch of 6 x 2048): the
     step grows by exactly micro-batches x (layers x layer weights + embedding) x 18 B / HBM
-    (its gathers stay under the compute, so nothing else moves)."""
+    (its gathers stay under the compute, so nothing else moves), analytic and simulated."""
     (case,) = [c for c in load_cases(tiers=None) if c.id == "mosaic_mpt7b_h100_8gpu_seq2048_mb6"]
     job = case.job
     assert job.framework.name == "pytorch-eager" and job.plan.zero == 3
@@ -119,6 +119,9 @@ def test_mosaic_step_grows_by_the_closed_form():
     got = estimate(job).step_time_s - estimate(base).step_time_s
     assert got == pytest.approx(want, rel=1e-9)
     assert 0.03 < want / estimate(job).step_time_s < 0.06
+    # the simulator reads the same stage record: its step grows by the same seconds
+    sim = simulated_step_time(job)[0] - simulated_step_time(base)[0]
+    assert sim == pytest.approx(want, rel=1e-6)
 
 
 def test_bad_profile_fields():

@@ -284,8 +284,9 @@ def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
     weights (``sharded_grad_pass_bytes`` each over the usable HBM bandwidth) where the
     gradient is sharded (``shard > 1``: ZeRO >= 2 with dp > 1, ``accum_shard``); 0 elsewhere.
     FSDP1 runs the cast and the pre-divide on its post-backward stream, beside the next
-    unit's backward: charged in full, since they take the SMs the compute stream's kernels
-    would use (a GEMM's CTAs fill every SM; the pass's CTAs run where those retire)."""
+    unit's backward: charged in full, on the assumption that they take SM time the compute
+    stream's kernels would use (a large GEMM's CTAs occupy every SM); an upper bound if the
+    kernels overlap."""
     per = sharded_grad_pass_bytes(fw, dtype, system)
     return params * per / usable_hbm(gpu, system) * (np.asarray(shard) > 1)
 
