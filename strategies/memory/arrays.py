@@ -12,9 +12,11 @@ The stash of in-flight micro-batches is the schedule's (``strategies.memory.acti
 interleaving group size ``pp`` is used. For a model of one layer kind the search's peak
 evaluates only the first and the last pipeline stage (and rank 1 of an uneven layout): a
 middle stage holds the same layers as the first, no embedding, and at most as many stashed
-micro-batches (the in-flight count of every schedule is non-increasing in the stage), and
-its ``other`` allowance grows with activations and parameters only, so it never exceeds the
-first stage. A model with dense and MoE layers or MTP modules holds different kinds on
+micro-batches (the in-flight count of GPipe, 1F1B and interleaving is non-increasing in the
+stage), and its ``other`` allowance grows with activations and parameters only, so it never
+exceeds the first stage. A schedule that splits the backward (pending weight gradients grow
+with the rank) or is mirrored (DualPipe's middle ranks stash one more) has every rank
+evaluated. A model with dense and MoE layers or MTP modules holds different kinds on
 different ranks, so its peak evaluates every rank, each by kind (``rank_memory_arrays``).
 
 >>> import numpy as np
@@ -394,6 +396,17 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
+    # a split backward's pending weight gradients grow with the rank and may outweigh the
+    # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
+    # rank of those plans (none of them in the default search)
+    every = np.broadcast_to(attr_by_code(P.schedule, "splits_backward")
+                            | attr_by_code(P.schedule, "mirrored"), np.shape(peak))
+    if np.any(every):
+        peak = np.array(peak, dtype=float)
+        if peak.ndim == 0:
+            return _every_rank_peak(m, P, dtype, system, gpu)
+        rows = np.flatnonzero(every)
+        peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu)
     return peak
 
 
