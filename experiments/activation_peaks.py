@@ -26,6 +26,15 @@ and how much the memory model's activations of the worst rank moved (``after / b
 prints instead, for ZB-1p and ZB-2p (whose order is solved per job's times) at ``pp`` 4 and
 8, each rank's total from the array model's own pick (``rank_memory_arrays`` without counts:
 the search's pruning, which orders with unit times) over ``memory_by_stage``'s, less 1.
+
+    python experiments/activation_peaks.py --chunks
+
+prints, for the interleaved, ZB-V and DualPipeV plans of the MoE model (whose ranks' two
+chunks hold different kinds: a dense and an MoE layer, an MoE layer and the MTP module),
+each rank's transformer-layer stash as the model prices it (every stashed entry the rank's
+mean chunk) over what a per-chunk count would give (each entry its own chunk's layers by
+kind, replaying the same order; the embedding and logits left out of both): what the
+mean-chunk approximation (docs/memory.md) costs.
 """
 from __future__ import annotations
 
@@ -89,9 +98,68 @@ def arrays_table() -> None:
                           + " ".join(f"{x:+.4f}" for x in rel) + " |")
 
 
+def _per_chunk_peak(job, r: int) -> float:
+    """The layers' stash peak of rank ``r`` with each stashed entry (and pending ``W``) its
+    own chunk's layers by kind (``layout.chunk_kinds``), over the order's moments."""
+    from strategies.layout import chunk_kinds
+    p = job.plan
+    split = get_schedule(p.schedule).splits_backward
+    per = {}
+    for c in range(p.vpp):
+        kinds = chunk_kinds(job.model, job.layout, r, c)
+        views = act.stash_kinds(job.model, kinds, sum(kinds.values()))
+        per[c] = (sum(n * act.job_layer_activation_bytes(job, model=v) for v, n in views),
+                  sum(n * act.layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp)
+                      for v, n in views) if split else 0.0)
+    steps = get_schedule(p.schedule).for_job(job).steps(r, p.pp, job.num_microbatches, p.vpp)
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
+    live: set = set()
+    pend: set = set()
+    best, group = 0.0, []
+
+    def level() -> float:
+        return sum(per[c][0] for _, c in live) + sum(per[c][1] for _, c in pend)
+    for s in steps:
+        group.append(s)
+        if s.overlap:
+            continue
+        for g in group:
+            if g.kind == "B":
+                live.discard((g.microbatch, g.chunk))
+                if (g.microbatch, g.chunk) in has_w:
+                    pend.add((g.microbatch, g.chunk))
+        best = max(best, level())
+        for g in (g for g in group if g.kind == "F"):
+            live.add((g.microbatch, g.chunk))
+            best = max(best, level())
+        for g in (g for g in group if g.kind == "W"):
+            pend.discard((g.microbatch, g.chunk))
+        group = []
+    return best
+
+
+def chunks_table() -> None:
+    """The mean-chunk stash against a per-chunk one, ranks whose chunks differ."""
+    print("| schedule | rank | chunks (kinds) | mean-chunk / per-chunk layers' stash |")
+    print("| --- | --- | --- | --- |")
+    from strategies.layout import chunk_kinds
+    for sched, v in (("interleaved", 2), ("zb-v", 2), ("dualpipev", 2)):
+        text = f"tp=1,pp=4,dp=2,ep=2,mbs=1,gbs=16,schedule={sched},vpp={v}"
+        job = make_job(MODELS["moe"], cluster_preset("dgx-h100", 1), parse_plan(text))
+        for r in range(job.plan.pp):
+            n, w = act.stash_peak(job, r)
+            mean = (n * act.chunk_layer_activation_bytes(job, r)
+                    + w * act.wgrad_bytes_per_chunk(job, r))
+            kinds = [chunk_kinds(job.model, job.layout, r, c) for c in range(v)]
+            print(f"| {sched} | {r} | {kinds} | {mean / _per_chunk_peak(job, r):.4f} |")
+
+
 def main() -> None:
     if "--arrays" in sys.argv[1:]:
         arrays_table()
+        return
+    if "--chunks" in sys.argv[1:]:
+        chunks_table()
         return
     print("| model | schedule | recompute | before: sim / model - 1 (worst rank) "
           "| after | model after / before (that rank) |")

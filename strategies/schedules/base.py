@@ -15,7 +15,10 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   them (default: receive before a step, send after it);
 * **warm-up and memory**: ``num_warmup``, ``in_flight`` (stashed ``(micro-batch, chunk)``
   entries at the peak, scalar) and ``in_flight_array`` (over numpy arrays, for the search),
-  ``logits_stashed`` (the last stage keeps every micro-batch's logits until its backward);
+  ``stash_frontier`` and ``stash_frontier_array`` (the ``(stashed, pending W)`` pairs a
+  rank's activations can peak at, of which the memory model and the simulator's activation
+  track take the one with the most bytes: ``peak_pair``), ``logits_stashed`` (the last stage
+  keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
   ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
   (the closed form), ``blocks_fwd_send``/``blocks_bwd_send`` and ``reduce_window_steps``
