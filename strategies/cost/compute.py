@@ -19,7 +19,7 @@ The efficiency model (every constant and its source: docs/calibration.md):
   the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
   does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with K = head_dim plus the
   memory-bound softmax/dropout traffic.
-* Memory-bound kernels (LayerNorm, dropout, activation, rotary, the unfused accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
+* Memory-bound kernels (LayerNorm, dropout, activation, rotary, the unfused accumulation of a micro-batch's weight gradient into the main gradient, a sharded stack's passes over the unsharded gradient: ``sharded_grad_pass_time``) take bytes over
   ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves
   twice its forward bytes.
 * Low-precision casts (fp8, mxfp8, fp8-blockwise, nvfp4): the bytes ``strategies.cost.quantise``
@@ -263,6 +263,34 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
     return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
 
 
+def sharded_grad_pass_bytes(fw: FrameworkProfile, dtype: str,
+                            system: SystemConfig = DEFAULT_SYSTEM) -> float:
+    """HBM bytes per unsharded gradient element and micro-batch of the passes the stack's
+    sharded data parallelism runs besides the reduce-scatter (``fw.sharded_grad_passes``,
+    ``framework.SHARDED_GRAD_PASSES``), with ``a`` = ``GRAD_BYTES_16`` the gradient as the
+    GEMM writes it and ``g`` = ``system.main_grad_bytes(dtype)`` the reduce dtype's element:
+    ``flat_grad_cat`` 2a, ``reduce_cast`` a + g (0 when g == a), ``predivide`` 2g,
+    ``reduce_copy_in`` a + g. FSDP1 under Composer's DEFAULT in bf16: 4 + 6 + 8 = 18."""
+    a, g = GRAD_BYTES_16, system.main_grad_bytes(dtype)
+    per = {"flat_grad_cat": 2 * a, "reduce_cast": a + g if g != a else 0.0,
+           "predivide": 2 * g, "reduce_copy_in": a + g}
+    return float(sum(per[name] for name in fw.sharded_grad_passes))
+
+
+def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
+                           fw: FrameworkProfile = DEFAULT,
+                           system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds per micro-batch of the stack's passes over the unsharded gradient of ``params``
+    weights (``sharded_grad_pass_bytes`` each over the usable HBM bandwidth) where the
+    gradient is sharded (``shard > 1``: ZeRO >= 2 with dp > 1, ``accum_shard``); 0 elsewhere.
+    FSDP1 runs the cast and the pre-divide on its post-backward stream, beside the next
+    unit's backward: charged in full, on the assumption that they take SM time the compute
+    stream's kernels would use (a large GEMM's CTAs occupy every SM); an upper bound if the
+    kernels overlap."""
+    per = sharded_grad_pass_bytes(fw, dtype, system)
+    return params * per / usable_hbm(gpu, system) * (np.asarray(shard) > 1)
+
+
 def bf16_optimizer_launch_time(m: ModelSpec, fw: FrameworkProfile, dtype: str,
                                gpu: GPU | None = None) -> float:
     """GPU idle seconds per layer and micro-batch from the kernels DeepSpeed's BF16_Optimizer
@@ -399,8 +427,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
     e = e_plain + c_f
-    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
-                          system) + bf16_optimizer_launch_time(m, fw, dtype, gpu)
+    layer_w = costs.layer_params_per_gpu(m, tp, ep, etp)
+    acc = grad_accum_time(layer_w / shard, gpu, dtype, fw, system) \
+        + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
+        + sharded_grad_pass_time(layer_w, shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
@@ -491,7 +521,10 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q)
     g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q) + w)
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
-    acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system)
+    # a tied head's weight is the embedding's tensor: its sharded-gradient passes are the
+    # embedding's (``embedding_time_bwd``)
+    acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(
+        0.0 if m.tie_word_embeddings else V * h, shard, gpu, dtype, fw, system)
     return g_f + ce, g_b + ce + acc, slow * w + acc
 
 
@@ -515,9 +548,12 @@ def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Backward seconds of the embedding on the first stage: the scatter-add of the token
     gradients (twice the forward's bytes) and the accumulation of the word embedding's
-    gradient into the main gradient (``grad_accum_time``)."""
+    gradient into the main gradient (``grad_accum_time``) and, with sharded gradients, the
+    stack's passes over the embedding's unsharded gradient (``sharded_grad_pass_time``)."""
+    emb_w = costs.embedding_params_per_gpu(m, tp)
     return 2 * embedding_time(m, b, tp, cp, gpu, system) + grad_accum_time(
-        costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw, system)
+        emb_w / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(emb_w, shard, gpu,
+                                                                        dtype, fw, system)
 
 
 def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM,
