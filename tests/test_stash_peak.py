@@ -42,8 +42,9 @@ def _moe():
 
 
 MODELS = {"dense": _dense(), "moe": _moe()}
-SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("interleaved", 2), ("zb-h1", 1), ("zb-h2", 1),
-             ("zb-1p", 1), ("zb-2p", 1), ("zb-v", 2), ("dualpipe", 1), ("dualpipev", 2)]
+SCHEDULES = [("gpipe", 1), ("1f1b", 1), ("deepspeed-1f1b", 1), ("interleaved", 2),
+             ("zb-h1", 1), ("zb-h2", 1), ("zb-1p", 1), ("zb-2p", 1), ("zb-v", 2),
+             ("dualpipe", 1), ("dualpipev", 2)]
 RECOMPUTE = ["none", "selective", "op", "full"]
 
 
