@@ -153,8 +153,9 @@ def stash_frontier(steps: Iterable[Step]) -> tuple[tuple[int, int], ...]:
     moment exceeds in both counts, most stashed first. With ``M_B`` bytes per stashed entry
     and ``M_W`` per pending weight gradient the rank's peak is the largest
     ``n·M_B + w·M_W`` over them (``peak_pair``); the first pair is ``(peak_stash,
-    peak_pending_w)``, the peak when ``M_W <= M_B``, and a pair with more pending ``W``
-    (after a backward) peaks where ``M_W > M_B`` (full or op recomputation, MoE layers).
+    peak_pending_w)``. ZB-H1 and ZB-H2 have one more, one ``B`` later, which peaks where
+    ``M_W > M_B`` (full or op recomputation, MoE layers); ZB-2p's orders pass through pairs
+    with fewer stashed and many more pending, which can peak with ``M_W < M_B`` too.
 
     >>> from strategies.schedules.zb_h1 import ZBH1
     >>> stash_frontier(ZBH1().steps(1, 4, 8))
@@ -185,10 +186,10 @@ def peak_stash(steps: Iterable[Step]) -> int:
 
 def peak_pending_w(steps: Sequence[Step]) -> int:
     """Most backwards whose weight gradient (``W``) is still to run when the stash count is
-    at its peak (``stash_moments``), so the peak memory is ``peak_stash·M_B +
-    peak_pending_w·M_W`` where ``M_W <= M_B`` (Qi et al. §2.3: ZB-H1 ``(p-r)M_B + r·M_W``,
-    ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``; ``stash_frontier`` gives the other
-    candidates); 0 where the backward is not split."""
+    at its peak (``stash_moments``): Qi et al. §2.3's peak ``peak_stash·M_B +
+    peak_pending_w·M_W`` (ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on
+    rank ``r``), which holds where ``M_W <= M_B`` on those orders; the memory model takes
+    the largest pair of ``stash_frontier``. 0 where the backward is not split."""
     moments = stash_moments(steps)
     top = max((n for n, _ in moments), default=0)
     return max((w for n, w in moments if n == top), default=0)
