@@ -7,10 +7,12 @@ The efficiency model (every constant and its source: docs/calibration.md):
   sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
   (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
   edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
-  the chip's tensor-core rate per SM), times, on chips whose GEMM kernels launch one thread
-  block per output tile (``GPU.wave_tile``: Volta/Ampere), the share of the SMs' tile slots
-  the output keeps busy over its waves (``wave_efficiency``). A GEMM is never faster than its
-  operands' HBM traffic allows (roofline).
+  the chip's tensor-core rate per SM). On chips whose GEMM kernels launch one thread block
+  per output tile (``GPU.wave_tile``: Volta/Ampere) a GEMM takes the fastest of a documented
+  set of kernel configurations (``gemm_configs``: the guide's tiles at their L2-roofline
+  efficiency, each with K split into ``s`` slices whose fp32 partial sums a reduction moves
+  through HBM), each at the share of the SMs' tile slots its thread blocks keep busy over
+  their waves. A GEMM is never faster than its operands' HBM traffic allows (roofline).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
