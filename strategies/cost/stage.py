@@ -250,8 +250,8 @@ class StageCosts:
         if self.recompute_cap > 0:
             chunk = nl if chunk is None else chunk
             k = min(chunk, self.recompute_cap) * nl / chunk
-            secs = k * self.layer_recompute_each if items is None or nl <= 0 else \
-                k / nl * chunk_sum(items, lambda x: x.layer_recompute_each)
+            secs = k * self.layer_recompute_each if not items else sum(
+                (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
             return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
