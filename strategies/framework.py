@@ -593,7 +593,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none", layouts=(),
+    tp_comm_overlap=False, export="maxtext", layouts=(),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
                    "the pipeline",

@@ -1,11 +1,14 @@
-"""Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config.
+"""Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config,
+torchtitan's TOML job config, MaxText's config keys (``EXPORTS``, ``export``).
 
 ``megatron_args(job)`` gives the ``pretrain_gpt.py`` arguments (parallelism, batch, schedule,
 recomputation, precision, the model's shape); ``deepspeed_config(job)`` the JSON config
 where DeepSpeed can express the plan, and a ``SpecError`` naming what it cannot express
 otherwise (interleaving, context or Megatron sequence parallelism, expert parallelism,
 ZeRO-2/3 with pipelining, tensor with pipeline parallelism). Both return ``(text, notes)``:
-notes are the caveats a user must act on (printed on stderr by the CLI).
+notes are the caveats a user must act on (printed on stderr by the CLI). ``torchtitan`` and
+``maxtext`` live in ``strategies.export`` (one module each). A stack's profile names the export
+it is launched with (``FrameworkProfile.export``); ``check_export`` refuses another.
 
 >>> from strategies.presets import model_preset
 >>> from topologies.cluster import cluster_preset
@@ -23,11 +26,16 @@ from __future__ import annotations
 import json
 
 from strategies.errors import SpecError
+from strategies.export.maxtext import maxtext_config
+from strategies.export.torchtitan import torchtitan_config
+from strategies.framework import FrameworkProfile
 from strategies.job import Job
 from strategies.schedules import get_schedule
 from topologies.precision import get_precision
 
-EXPORTS = ("megatron", "deepspeed")
+#: the launch-settings exporters (``--export``): the one list the CLI choices and the profiles'
+#: ``export`` fields are read against
+EXPORTS = ("megatron", "deepspeed", "torchtitan", "maxtext")
 
 
 def megatron_args(job: Job) -> tuple[str, list[str]]:
@@ -267,9 +275,25 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     return json.dumps(cfg, indent=2), notes
 
 
+def check_export(kind: str, fw: FrameworkProfile | None) -> None:
+    """Refuse ``--export kind`` for a named stack launched another way (``fw.export``);
+    no stack named (``None``): any export."""
+    if kind not in EXPORTS:
+        raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")
+    if fw is not None and fw.export != kind:
+        rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export in EXPORTS
+                else f"paraplan has no launch-settings exporter for {fw.name}")
+        raise SpecError("--export", kind, rule)
+
+
 def export(kind: str, job: Job) -> tuple[str, list[str]]:
+    """The launch settings of ``job``'s plan for ``kind`` (``EXPORTS``) and their caveats;
+    refused for a stack the user named that is launched another way (``check_export``)."""
+    check_export(kind, job.named_framework)
     if kind == "megatron":
         return megatron_args(job)
     if kind == "deepspeed":
         return deepspeed_config(job)
-    raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")
+    if kind == "torchtitan":
+        return torchtitan_config(job)
+    return maxtext_config(job)
