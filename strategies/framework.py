@@ -497,7 +497,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none", recompute_early_stop=True, layouts=(),
+    recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
     sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
     sharded_grad_sources=(

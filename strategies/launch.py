@@ -1,14 +1,15 @@
 """Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config,
-torchtitan's TOML job config, MaxText's config keys (``EXPORTS``, ``export``).
+torchtitan's TOML job config, MaxText's and llm-foundry's config keys (``EXPORTS``, ``export``).
 
 ``megatron_args(job)`` gives the ``pretrain_gpt.py`` arguments (parallelism, batch, schedule,
 recomputation, precision, the model's shape); ``deepspeed_config(job)`` the JSON config
 where DeepSpeed can express the plan, and a ``SpecError`` naming what it cannot express
 otherwise (interleaving, context or Megatron sequence parallelism, expert parallelism,
 ZeRO-2/3 with pipelining, tensor with pipeline parallelism). Both return ``(text, notes)``:
-notes are the caveats a user must act on (printed on stderr by the CLI). ``torchtitan`` and
-``maxtext`` live in ``strategies.export`` (one module each). A stack's profile names the export
-it is launched with (``FrameworkProfile.export``); ``check_export`` refuses another.
+notes are the caveats a user must act on (printed on stderr by the CLI). ``torchtitan``,
+``maxtext`` and ``llm-foundry`` live in ``strategies.export`` (one module each). A stack's
+profile names the export it is launched with (``FrameworkProfile.export``); ``check_export``
+refuses another.
 
 >>> from strategies.presets import model_preset
 >>> from topologies.cluster import cluster_preset
@@ -26,6 +27,7 @@ from __future__ import annotations
 import json
 
 from strategies.errors import SpecError
+from strategies.export.llm_foundry import llm_foundry_config
 from strategies.export.maxtext import maxtext_config
 from strategies.export.torchtitan import torchtitan_config
 from strategies.framework import FrameworkProfile
@@ -35,7 +37,7 @@ from topologies.precision import get_precision
 
 #: the launch-settings exporters (``--export``): the one list the CLI choices and the profiles'
 #: ``export`` fields are read against
-EXPORTS = ("megatron", "deepspeed", "torchtitan", "maxtext")
+EXPORTS = ("megatron", "deepspeed", "torchtitan", "maxtext", "llm-foundry")
 
 
 def megatron_args(job: Job) -> tuple[str, list[str]]:
@@ -296,4 +298,6 @@ def export(kind: str, job: Job) -> tuple[str, list[str]]:
         return deepspeed_config(job)
     if kind == "torchtitan":
         return torchtitan_config(job)
-    return maxtext_config(job)
+    if kind == "maxtext":
+        return maxtext_config(job)
+    return llm_foundry_config(job)

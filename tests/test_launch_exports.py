@@ -224,11 +224,37 @@ def test_mesh_split_refuses_an_axis_across_a_domain_edge():
         mesh_split({"tensor": 3, "context": 1, "expert": 1, "dp": 8, "pipeline": 1}, 8)
 
 
+# ------------------------------------------------------------------------------ llm-foundry
+
+@pytest.mark.parametrize("zero, strategy", [(0, "NO_SHARD"), (2, "SHARD_GRAD_OP"),
+                                            (3, "FULL_SHARD")])
+def test_llm_foundry_keys(zero, strategy):
+    job = _job("mpt-7b", "dgx-h100", 2, f"mbs=4,gbs=512,zero={zero},recompute=full",
+               "pytorch-eager")
+    text, _ = export("llm-foundry", job)
+    cfg = yaml.safe_load(text)
+    assert cfg["global_train_batch_size"] == 512 and cfg["device_train_microbatch_size"] == 4
+    # Composer's micro-batches per step: global / (world * microbatch)
+    assert 512 // (16 * 4) == job.num_microbatches == 8
+    assert cfg["max_seq_len"] == 2048 and cfg["precision"] == "amp_bf16"
+    assert cfg["fsdp_config"]["sharding_strategy"] == strategy
+    assert cfg["fsdp_config"]["activation_checkpointing"] is True
+    assert cfg["fsdp_config"]["activation_checkpointing_reentrant"] is False
+    assert cfg["model"]["attn_config"]["attn_impl"] == "flash"
+
+
+def test_llm_foundry_refusals():
+    with pytest.raises(SpecError, match="tp=2"):
+        export("llm-foundry", _job("mpt-7b", "dgx-h100", 2, "tp=2,gbs=64", None))
+    with pytest.raises(SpecError, match="fp8-current"):
+        export("llm-foundry", _job("mpt-7b", "dgx-h100", 2, "gbs=64,zero=3", "pytorch-eager",
+                                   "fp8-current"))
+
+
 # ------------------------------------------------------------------------------ profiles, CLI
 
-#: stacks with no public launcher paraplan could write for (HAI-LLM's code is not public;
-#: Composer/llm-foundry YAML is not written yet)
-NO_EXPORT = {"hai-llm", "pytorch-eager"}
+#: stacks with no public launcher paraplan could write for (HAI-LLM's code is not public)
+NO_EXPORT = {"hai-llm"}
 
 
 def test_every_profile_names_an_existing_export():
@@ -241,6 +267,7 @@ def test_every_profile_names_an_existing_export():
     assert PROFILES["torchtitan"].export == "torchtitan"
     assert PROFILES["jax-xla"].export == "maxtext"
     assert PROFILES["nemo"].export == "megatron"
+    assert PROFILES["pytorch-eager"].export == "llm-foundry"
 
 
 def test_check_export_names_the_rule():

@@ -2,5 +2,6 @@
 
 ``strategies.launch`` holds the registry (``EXPORTS``) and the dispatch (``export``); the
 Megatron-LM arguments and the DeepSpeed config live there too. Here: ``torchtitan`` (its TOML
-job config), ``maxtext`` (MaxText's YAML overrides) and ``toml`` (a small TOML writer).
+job config), ``maxtext`` (MaxText's YAML overrides), ``llm_foundry`` (llm-foundry's train YAML
+keys) and ``toml`` (a small TOML writer).
 """
