@@ -311,3 +311,21 @@ def test_cli_refuses_another_stacks_export(capsys, command, extra):
     err = capsys.readouterr().err
     assert "--export='torchtitan'" in err and "jax-xla is launched with --export maxtext" in err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_cli_exporter_refusal_is_one_line(capsys):
+    assert main(["estimate", *SMALL, "--plan", "tp=2,gbs=16,zero=3,recompute=selective",
+                 "--framework", "torchtitan", "--export", "torchtitan"]) == 2
+    err = capsys.readouterr().err
+    assert "--export='torchtitan': cannot express this plan" in err and "recompute=op" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("kind, fw, plan", [
+    ("torchtitan", "torchtitan", "tp=2,pp=2,mbs=1,gbs=64,zero=2,schedule=interleaved,vpp=2"),
+    ("maxtext", "jax-xla", "tp=2,pp=2,mbs=1,gbs=64,schedule=gpipe"),
+    ("llm-foundry", "pytorch-eager", "mbs=1,gbs=64,zero=3"),
+])
+def test_exports_are_deterministic(kind, fw, plan):
+    first = export(kind, _job("llama3-8b", "dgx-h100", 4, plan, fw))
+    assert export(kind, _job("llama3-8b", "dgx-h100", 4, plan, fw)) == first
