@@ -329,3 +329,18 @@ def test_cli_exporter_refusal_is_one_line(capsys):
 def test_exports_are_deterministic(kind, fw, plan):
     first = export(kind, _job("llama3-8b", "dgx-h100", 4, plan, fw))
     assert export(kind, _job("llama3-8b", "dgx-h100", 4, plan, fw)) == first
+
+
+@pytest.mark.parametrize("schedule, style", [("interleaved", "loop"), ("zb-v", "v"),
+                                             ("dualpipev", "v")])
+def test_torchtitan_places_the_listed_stages_where_they_were_costed(schedule, style):
+    """torchtitan puts virtual stage s of module_fqns_per_model_part on rank s % pp (loop) or
+    rank r holds s = r and 2pp-1-r (V; pipeline_parallel.py, pipeline_module_split's
+    _get_stage_indices); the list is in path order, so the costed layout's rank of stage s
+    must be the same."""
+    job = _job("llama3-8b", "dgx-h100", 2, f"pp=4,vpp=2,gbs=32,zero=2,schedule={schedule}",
+               "torchtitan")
+    pp = 4
+    want = [s % pp if style == "loop" else (s if s < pp else 2 * pp - 1 - s)
+            for s in range(2 * pp)]
+    assert [r for r, _ in job.layout.positions] == want

@@ -8,9 +8,11 @@ TOML job config (``--job.config_file``; pytorch/torchtitan#2386 replaced it with
 (gradient accumulation = ``global_batch_size / (local_batch_size · dp_replicate · dp_shard)``),
 ``torchtitan/distributed/pipeline_parallel.py`` (pipeline micro-batches = ``local_batch_size /
 pipeline_parallel_microbatch_size``; ``module_fqns_per_model_part`` lists the modules of each
-virtual stage, placed on the ranks by the schedule: a loop, or a V for ``ZBVZeroBubble`` and
-``DualPipeV``), ``torchtitan/distributed/parallel_dims.py`` (``dp_replicate · dp_shard · cp ·
-tp · pp`` = world; expert parallelism carved from ``dp_shard · cp`` (· ``tp`` when etp = 1);
+virtual stage, placed on the ranks by the schedule, ``pipeline_module_split``
+``_get_stage_indices``: rank r holds stages r, r + pp, ... (loop), or r and 2pp - 1 - r (V, for
+``ZBVZeroBubble`` and ``DualPipeV``), as paraplan's layout places them),
+``torchtitan/distributed/parallel_dims.py`` (``dp_replicate · dp_shard · cp · tp · pp`` =
+world; expert parallelism carved from ``dp_shard · cp`` (· ``tp`` when etp = 1);
 etp is 1 or tp; ``seq_len`` divisible by ``2 · tp · cp``), ``models/llama3/infra/
 parallelize.py`` (FSDP2 over ``dp_shard · cp``, HSDP with ``dp_replicate``; DDP only as the
 sole parallelism: "DDP has not supported > 1D parallelism"; TP always shards the norms along
