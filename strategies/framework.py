@@ -214,6 +214,8 @@ class FrameworkProfile:
     #: modules it can recompute selectively by name (``recompute_modules``)
     recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    #: the launch-settings exporter the stack is launched with (one of
+    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none, HAI-LLM's code is not public)
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
