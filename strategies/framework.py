@@ -207,6 +207,9 @@ class FrameworkProfile:
     ep_overlap: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
+    #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
+    cuda_graph: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     #: methods of partial full recomputation (``recompute_layers``) the stack runs
@@ -448,7 +451,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
-    moe_dispatchers=("alltoall", "deepep", "hybridep"),
+    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
@@ -627,7 +630,7 @@ HAI_LLM = replace(
     context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
-    moe_dispatchers=("alltoall", "deepep"), export="none",
+    moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -714,6 +717,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                                  if fw.recompute_modules else "has no per-module recomputation")))
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
+    rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
+                  lambda: who + "has no full-iteration CUDA graph"))
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
@@ -783,7 +788,7 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_layers=plan.recompute_layers or 0,
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
-                           ep_overlap=plan.ep_overlap,
+                           ep_overlap=plan.ep_overlap, cuda_graph=plan.cuda_graph,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            layout_string=plan.layout is not None,
                            first_stage_layers=plan.first_stage_layers or 0,
