@@ -38,15 +38,14 @@ from topologies.precision import get_precision
 #: the launch-settings exporters (``--export``): the one list the CLI choices and the profiles'
 #: ``export`` fields are read against
 EXPORTS = ("megatron", "deepspeed", "torchtitan", "maxtext", "llm-foundry")
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` of the ZeRO stages it gives
+MEGATRON_FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def megatron_args(job: Job) -> tuple[str, list[str]]:
     """Megatron-LM launch arguments (a ``torchrun … pretrain_gpt.py`` line)."""
     p, m, cl = job.plan, job.model, job.cluster
     notes: list[str] = []
-    if p.zero == 3:
-        raise SpecError("--export", "megatron", "ZeRO-3 has no Megatron-LM argument this "
-                        "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
     a += _uneven_megatron_args(job)
@@ -78,10 +77,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
             a.append("--recompute-modules " + " ".join(p.recompute_modules))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
-    if p.zero == 2:
-        notes.append("ZeRO-2: Megatron's distributed optimizer reduce-scatters gradients and "
-                     "shards the optimizer state, but keeps the full gradient buffer (more "
-                     "memory than ZeRO-2 assumes)")
+    if p.zero >= 2:   # Megatron-FSDP (v1 runs on the distributed optimizer), docs/user-guide/
+        # features/megatron_fsdp.md and parallelism-guide.md: optim_grads is ZeRO-2,
+        # optim_grads_params ZeRO-3; its checkpoints are fsdp_dtensor
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
+              + MEGATRON_FSDP_SHARDING[p.zero], "--ckpt-format fsdp_dtensor"]
+        notes.append("Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1 "
+                     "(megatron/training/arguments.py): do not export it as 1")
     if p.overlap_grad_reduce and p.dp > 1:
         a.append("--overlap-grad-reduce")
     if p.overlap_param_gather and p.zero >= 1 and p.dp > 1:

@@ -344,3 +344,17 @@ def test_torchtitan_places_the_listed_stages_where_they_were_costed(schedule, st
     want = [s % pp if style == "loop" else (s if s < pp else 2 * pp - 1 - s)
             for s in range(2 * pp)]
     assert [r for r, _ in job.layout.positions] == want
+
+
+@pytest.mark.parametrize("zero, strategy", [(2, "optim_grads"), (3, "optim_grads_params")])
+def test_megatron_export_of_zero_2_and_3_is_megatron_fsdp(zero, strategy):
+    """Megatron-Core runs ZeRO-2/3 as Megatron-FSDP (the profile's zero_stages), so the
+    export follows: --use-megatron-fsdp with its sharding strategy and checkpoint format."""
+    job = _job("llama3-8b", "dgx-h100", 2, f"tp=2,gbs=64,zero={zero}", "megatron-core")
+    text, notes = export("megatron", job)
+    assert "--use-megatron-fsdp" in text and "--ckpt-format fsdp_dtensor" in text
+    assert f"--data-parallel-sharding-strategy {strategy} " in text + " "
+    assert any("CUDA_DEVICE_MAX_CONNECTIONS" in n for n in notes)
+    text, _ = export("megatron", _job("llama3-8b", "dgx-h100", 2, "tp=2,gbs=64,zero=1",
+                                      "megatron-core"))
+    assert "--use-distributed-optimizer" in text and "--use-megatron-fsdp" not in text
