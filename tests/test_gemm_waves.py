@@ -184,6 +184,12 @@ def test_scalar_and_array_forms_agree():
     Ks = np.array([[8192.0, 4096.0], [16384.0, 9216.0]])
     arr = ct._gemm_compute(Ms, Ns, Ks, rate, kn, w)
     assert arr.shape == (2, 2)
+    assert ct._gemm_compute(np.zeros((0,)), 1024.0, 1024.0, rate, kn, w).shape == (0,)
+    # repeated shapes are priced once and given back in place
+    rep = ct._gemm_compute(np.array([1024.0, 2048.0, 1024.0]), np.array([1024.0, 1024.0, 1024.0]),
+                           np.array([8192.0, 4096.0, 8192.0]), rate, kn, w)
+    assert rep[0] == rep[2] == ct._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
+    assert rep[1] == ct._gemm_compute(2048.0, 1024.0, 4096.0, rate, kn, w)
     assert [float(x) for x in arr.ravel()] == [
         float(ct._gemm_compute(M, N, K, rate, kn, w))
         for M, N, K in zip(Ms.ravel(), Ns.ravel(), Ks.ravel())]

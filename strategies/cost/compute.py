@@ -232,10 +232,23 @@ def _gemm_configs_time(M: Num, N: Num, K: Num, rate: Num, knee: float, waves: Wa
     if np.ndim(M) == np.ndim(N) == np.ndim(K) == np.ndim(rate) == 0:
         return _configs_min(M, N, K, rate, knee, waves)
     shape = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (M, N, K, rate)))
-    keys = np.stack([a.ravel() for a in shape], axis=1)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    t = _configs_min(uniq[:, 0], uniq[:, 1], uniq[:, 2], uniq[:, 3], knee, waves)
-    return t[inv.ravel()].reshape(shape[0].shape)
+    if shape[0].size == 0:
+        return np.empty(shape[0].shape)
+    first, inv = _distinct_rows([a.ravel() for a in shape])
+    t = _configs_min(*(a.ravel()[first] for a in shape), knee, waves)
+    return t[inv].reshape(shape[0].shape)
+
+
+def _distinct_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one row per distinct row, each row's distinct-row number) of equal-length
+    columns, by combining the columns' own distinct codes pairwise (1-D sorts only)."""
+    code = np.unique(cols[0], return_inverse=True)[1].ravel()
+    for c in cols[1:]:
+        ci = np.unique(c, return_inverse=True)[1].ravel()
+        code = np.unique(code * (int(ci.max()) + 1) + ci, return_inverse=True)[1].ravel()
+    first = np.zeros(int(code.max()) + 1, dtype=np.intp)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
+    return first, code
 
 
 def _configs_min(M: Num, N: Num, K: Num, rate: Num, knee: float, waves: Waves) -> Num:
