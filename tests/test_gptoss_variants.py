@@ -160,3 +160,19 @@ def test_moe_act_recompute_reruns_the_clamp():
     clamp = counts.clamp_bytes(GPT_OSS, 2, 1, 1)[0] / ct.usable_hbm(H100) \
         + counts.CLAMP_KERNELS[0] * LAUNCH_GAP_S
     assert a.recompute - b.recompute == pytest.approx(clamp, rel=1e-9)
+
+
+def test_bridge_gpt_oss_rows_recompute_what_their_configs_name():
+    """The v0.4.2 configs of GB200, B200 and H100 recompute ``layernorm`` and ``moe_act``;
+    GB300's and B300's recompute nothing (``reference.bridge_recipes``)."""
+    from strategies.reference.cases import case_from_entry, load_reference
+    rows = {e["id"]: e for e in
+            load_reference("strategies/reference/data/megatron_bridge_2604.json")}
+    want = {"gb300": None, "gb200": ("layernorm", "moe_act"), "b300": None,
+            "b200": ("layernorm", "moe_act"), "h100": ("layernorm", "moe_act")}
+    for gpu, mods in want.items():
+        job = case_from_entry(rows[f"mbridge260401_gptoss120b_{gpu}_64_bf16"]).job
+        assert job.plan.recompute_modules == mods
+        assert job.plan.recompute == ("selective" if mods else "none")
+        assert job.model.activation_clamp == 7.0
+        assert job.model.rope_attention_factor == GPT_OSS.rope_attention_factor
