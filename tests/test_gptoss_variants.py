@@ -176,3 +176,25 @@ def test_bridge_gpt_oss_rows_recompute_what_their_configs_name():
         assert job.plan.recompute == ("selective" if mods else "none")
         assert job.model.activation_clamp == 7.0
         assert job.model.rope_attention_factor == GPT_OSS.rope_attention_factor
+
+
+def test_scalar_and_array_stage_records_agree_for_gpt_oss():
+    """The search's array record reads the same rule as the scalar one (estimate, bound and
+    simulator share the stage record)."""
+    from strategies.cost.stage import stage_cost_arrays, stage_costs
+    from strategies.job import make_job
+    from strategies.plan import Plan
+    from strategies.plan_arrays import PlanArrays
+    from topologies.cluster import cluster_preset
+    plans = [Plan(ep=8, mbs=2, gbs=256), Plan(ep=8, mbs=1, gbs=256, recompute="selective",
+                                             recompute_modules=("layernorm", "moe_act")),
+             Plan(tp=2, ep=8, mbs=1, gbs=256, sp=True)]
+    cl = cluster_preset("dgx-h100", 8)
+    for p in plans:
+        job = make_job(GPT_OSS, cl, p)
+        sc = stage_costs(job)
+        arr = stage_cost_arrays(job.model, job.cluster, job.dtype,
+                                PlanArrays.from_plans([job.plan]),
+                                job.framework, job.system)
+        assert float(arr.layer_fwd[0]) == pytest.approx(sc.layer_fwd, rel=1e-9)
+        assert float(arr.layer_bwd[0]) == pytest.approx(sc.layer_bwd, rel=1e-9)
