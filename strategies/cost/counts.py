@@ -627,16 +627,17 @@ CLAMP_KERNELS = (3, 7)
 #: fused RoPE. Using unfused implementation", ``apply_rotary_pos_emb``, 0.15-0.17). Forward,
 #: in 2-byte elements: ``t * cos`` 2, ``-x2`` 1, ``cat((-x2, x1))`` 2, ``* sin`` 2, the add
 #: 3, ``cat((t, t_pass))`` 2: 12, 24 bytes. Backward: the two products' gradients 2 + 2, the
-#: negation 1, the chunk's ``cat`` 2, the two paths' gradients added 3, the two slices'
-#: ``slice_backward`` (zeros of the full tensor, the copy) 3 + 1 and their sum 3: 17, 34
-#: bytes. The fused kernel's (read + write, 4; backward twice, 8) is in
+#: negation 1, the chunk's ``cat`` 2, the empty ``t_pass`` slice's ``slice_backward`` (zeros
+#: of the full tensor) 1, and the three uses' gradients of ``t`` accumulated, 3 + 3 (the
+#: full slice ``t[..., :rot_dim]`` is ``t`` itself: PyTorch skips a slice of the whole
+#: dimension): 14, 28 bytes. The fused kernel's (read + write, 4; backward twice, 8) is in
 #: ``elementwise_bytes_fwd``.
-ROPE_UNFUSED_BYTES = (24.0, 34.0)
+ROPE_UNFUSED_BYTES = (24.0, 28.0)
 ROPE_FUSED_BYTES = (4.0, 8.0)
 #: Kernels of the unfused RoPE per rotated tensor (q, k): forward the six above and six on
-#: the position table (cos, sin, their scaling and casts), backward nine; less the fused
+#: the position table (cos, sin, their scaling and casts), backward seven; less the fused
 #: kernel each replaces.
-ROPE_UNFUSED_KERNELS = (12, 9)
+ROPE_UNFUSED_KERNELS = (12, 7)
 
 
 def clamp_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> tuple[Num, Num]:
