@@ -608,7 +608,7 @@ def expert_bias_kernels(m: ModelSpec, ep: Num) -> tuple[Num, Num]:
 
 
 #: HBM bytes per element of the routed experts' intermediate (``F`` per routed row) of the
-#: eager clamp Megatron-Core 0.15-0.17 runs before its fused quick-GEGLU when
+#: eager clamp Megatron-Core 0.15-0.18 runs before its fused quick-GEGLU when
 #: ``activation_func_clamp_value`` is set (``fusions/fused_bias_geglu.py``
 #: ``weighted_bias_quick_geglu_impl``: ``input.chunk(2, -1)``, ``x_glu.clamp(max=c)``,
 #: ``x_linear.clamp(-c, c)``, ``torch.cat``, outside the compiled function). Forward: each
@@ -624,7 +624,9 @@ CLAMP_KERNELS = (3, 7)
 #: HBM bytes per rotated element (q and k, ``rope_width``) of Megatron-Core's unfused RoPE
 #: (``rope_utils._apply_rotary_pos_emb_bshd``), which it runs instead of Transformer Engine's
 #: fused kernel when YaRN's attention factor is not 1 ("mscale ... is not supported by TE's
-#: fused RoPE. Using unfused implementation", ``apply_rotary_pos_emb``, 0.15-0.17). Forward,
+#: fused RoPE. Using unfused implementation", ``apply_rotary_pos_emb``: the dev 0.15 branch
+#: the 25.11 container ships, from "Fixes for gpt-oss" #2076 of 2025-11-05, and 0.16-0.18;
+#: the core_v0.15.0 tag still ran the fused kernel and dropped the factor). Forward,
 #: in 2-byte elements: ``t * cos`` 2, ``-x2`` 1, ``cat((-x2, x1))`` 2, ``* sin`` 2, the add
 #: 3, ``cat((t, t_pass))`` 2: 12, 24 bytes. Backward: the two products' gradients 2 + 2, the
 #: negation 1, the chunk's ``cat`` 2, the empty ``t_pass`` slice's ``slice_backward`` (zeros
