@@ -179,7 +179,8 @@ class ProgramBuilder:
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
-                               f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+                               f"A2A ep {label}", i, c, deps=(rc,),
+                               remote_scale=cs.ep_remote_scale) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
         split = self.split
