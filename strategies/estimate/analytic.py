@@ -249,10 +249,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
-    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two)
+    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
+    # gradients each holds (with ZeRO >= 2 its dense 1/dp and expert 1/edp shares,
+    # ``comm.grad_shard_params``)
     apart = np.where((pp - 1) * stride_pp >= G, G, 1)
-    t_mirror = cm.collective_time("allreduce", gb * params / np.where(zero >= 2, dp, 1.0), 2,
-                                  apart, cl)
+    held = cm.grad_shard_params(params, pe, tp, cp, dp, ep, etp, zero)
+    t_mirror = cm.collective_time("allreduce", gb * held, 2, apart, cl)
     dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
     # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
     # once per step after the data-parallel reduction (``strategies.cost.step``)
