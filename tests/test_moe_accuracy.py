@@ -334,3 +334,49 @@ def test_dualpipe_moe_estimate_agrees_with_simulation(plan):
     bound = float(step_time_lower_bound(job.model, cl, job.dtype,
                                         PlanArrays.from_plans([job.plan]), job.framework)[0])
     assert bound <= sim
+
+
+def test_has_dp_copies_closed_form():
+    """Copies to reduce with: dp > 1, or experts whose expert-DP group has more than one rank
+    (dp = 1 with etp·ep < tp·cp); none with every expert held once or without experts."""
+    assert comm.has_dp_copies(5e9, 3e9, 8, 1, 1, 4, 1)             # edp = 2
+    assert not comm.has_dp_copies(5e9, 3e9, 8, 1, 1, 8, 1)         # edp = 1
+    assert not comm.has_dp_copies(5e9, 3e9, 8, 1, 1, 1, 8)         # no EP: dp only
+    assert not comm.has_dp_copies(5e9, 0.0, 8, 1, 1, 4, 1)         # a dense stage
+    assert comm.has_dp_copies(5e9, 0.0, 1, 1, 2, 1, 1)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 3])
+def test_experts_with_copies_are_reduced_at_dp_one(zero):
+    """tp 8, ep 4, etp 1 on one 8-GPU node (dp = 1): each routed expert has 2 copies, 4 ranks
+    apart (``edp = tp/(etp·ep)``), and Megatron-Core reduces their gradients there. The
+    compiled program reduces (or, ZeRO-3, gathers and reduce-scatters) the expert share over
+    that group and nothing over dp; estimate and simulation agree and the bound holds.
+    (main skipped every data-parallel collective at dp = 1.)"""
+    from simulator.program.compiler import compile_job
+    from simulator.simulate import simulate
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.plan import parse_plan
+    cl = cluster_preset("dgx-h100", 1)
+    job = make_job(MIXTRAL4, cl, parse_plan(f"tp=8,ep=4,etp=1,zero={zero},gbs=16"))
+    assert job.plan.dp == 1
+    sc = stage_costs(job)
+    expert = sc.expert_params_by_stage[0]
+    ops = [o for o in compile_job(job, ranks=[0])[0].streams["dp-comm"]
+           if type(o).__name__ == "Collective"]
+    assert ops and {o.group for o in ops} == {(0, 4)}
+    kinds = {"reduce_scatter", "allgather"} if zero >= 1 else {"allreduce"}
+    assert {o.kind for o in ops} == kinds
+    per = {"allreduce": sc.grad_bytes, "reduce_scatter": sc.grad_bytes,
+           "allgather": sc.param_bytes}
+    if zero < 3:      # once per step: the buckets, then the parameter gathers
+        for k in kinds:
+            moved = sum(o.nbytes * o.repeat for o in ops if o.kind == k)
+            assert moved == pytest.approx(per[k] * expert, rel=REL)
+    est = estimate(job)
+    assert est.breakdown_s["dp_comm"] > 0
+    sim = simulate(job).step_time_s
+    assert est.step_time_s == pytest.approx(sim, rel=0.03)
+    bound = float(step_time_lower_bound(job.model, cl, job.dtype,
+                                        PlanArrays.from_plans([job.plan]), job.framework)[0])
+    assert bound <= sim

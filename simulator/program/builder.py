@@ -16,7 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
-from strategies.cost.comm import dp_parts, grad_shard_params, per_tensor_excess
+from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.framework import full_grad_reduce
 from strategies.schedules import Step, get_schedule, head_rank
@@ -59,7 +59,13 @@ class ProgramBuilder:
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
-        self.grad_sync = p.dp > 1 and p.zero < 3
+        # some parameter here has copies to reduce with: dp > 1, or routed experts whose
+        # expert-data-parallel group holds more than one rank (``comm.has_dp_copies``)
+        self.copies = bool(has_dp_copies(
+            costs.params_by_stage[self.stage] if costs.params_by_stage else 0.0,
+            costs.expert_params_by_stage[self.stage] if costs.expert_params_by_stage else 0.0,
+            p.tp, p.cp, p.dp, p.ep, p.expert_tp))
+        self.grad_sync = self.copies and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
@@ -242,7 +248,7 @@ class ProgramBuilder:
         dense over dp, the routed experts over their expert-data-parallel group:
         ``_dp_parts``); returns the gathers of the rest. A per-tensor stack gathers every
         tensor of the pass before its compute."""
-        if self.p.zero != 3 or len(self.group["dp"]) < 2:
+        if self.p.zero != 3 or not self.copies:
             return []
         if self.c.z3_fwd_n > 0:
             n, params = ((self.c.z3_fwd_n, self.c.z3_fwd_params) if fwd
@@ -318,7 +324,7 @@ class ProgramBuilder:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
 
     def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool) -> None:
@@ -381,7 +387,7 @@ class ProgramBuilder:
             self.compute(cs.embedding_wgrad, "wgrad", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
 
     def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
         """Reduce the buckets complete once ``pos`` items are done (when reducing live);
@@ -547,7 +553,7 @@ class ProgramBuilder:
             self._grad_reduce(params, deps=(self.last_compute,))
         if self.mirrored:
             self._mirror_reduce()
-        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
+        if self.grad_sync or (self.p.zero == 3 and self.copies) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
         # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction

@@ -160,6 +160,16 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
     return ((params - e)[()], dp, tp * cp), (e[()], edp, stride)
 
 
+def has_dp_copies(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+                  etp: Num) -> Num:
+    """True where some of a stage's parameters have copies on other ranks to reduce their
+    gradients with (and, sharded, to gather from): ``dp > 1``, or routed experts whose
+    expert-data-parallel group (``dp_parts``) holds more than one rank, as at ``dp = 1`` when
+    ``etp·ep < tp·cp`` (Megatron-Core reduces them over that group). Vectorised."""
+    (_, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    return ((np.asarray(n_d) > 1) | ((np.asarray(e) > 0) & (np.asarray(n_e) > 1)))[()]
+
+
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                       etp: Num, zero: Num) -> Num:
     """Parameters whose gradients one rank holds after the data-parallel reduction: all of

@@ -243,7 +243,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            sc.copy_gap)
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, dp, stride_dp, cl, sc.copy_gap))
     z3_exposed = np.where(sc.z3_fwd_n > 0, z3_tensor, z3_exposed)
-    dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed,
+    # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
+    copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
+    dp_exposed = np.where(copies, np.where(zero == 3, z3_exposed,
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
 

@@ -395,7 +395,6 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                     for i, x in enumerate(("dense", "moe")))
 
     gb = sc.grad_bytes
-    sync = (dp > 1) & (zero < 3)
     full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
 
     # with expert parallelism the routed experts' share goes over their expert-data-parallel
@@ -410,6 +409,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             nbytes_per * e, np.where(on, n_e, 2.0), np.where(on, s_e, 1.0), passes, cl), 0.0)
 
     def dp_terms(kind):
+        # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
+        copies = cm.has_dp_copies(params[kind], eparams[kind], tp, cp, dp, ep, P.etp)
+        sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), dp_floor(sc.param_bytes, kind, 1), 0.0)
@@ -419,7 +421,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         z2 = nmb * dp_floor(gb, kind, 1)
-        busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
+        busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 
     ogr_gather = P.overlap_param_gather
