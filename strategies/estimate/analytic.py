@@ -227,9 +227,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
-    # each behind that micro-batch's backward; the last bucket of the last one is exposed
-    z2_grad = np.where(ogr, mb * np.maximum(t_rs_dp - window, 0.0) + t_rs_dp * last,
-                       mb * t_rs_dp)
+    # each behind that micro-batch's backward; the last bucket of the last one is exposed.
+    # DualPipe (``mirrored``): a micro-batch's backward passes one of the rank's two copies
+    # (even micro-batches one way, odd the other), so it completes, and reduce-scatters, the
+    # gradients of that copy only: half the rank's, on the mean (the simulator's buckets per
+    # chunk)
+    per_mb = np.where(mirrored, 0.5, 1.0)
+    t_rs_mb = np.where(mirrored, cm.dp_collective_time("reduce_scatter", gb * per_mb, params, pe,
+                                                       tp, cp, dp, ep, etp, cl), t_rs_dp)
+    last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
+                         / (params * per_mb))
+    z2_grad = np.where(ogr, mb * np.maximum(t_rs_mb - window, 0.0) + t_rs_mb * last_mb,
+                       mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     z3_mb = 2 * t_ag_dp + t_rs_dp
     z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)

@@ -420,7 +420,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
         z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
-        z2 = nmb * dp_floor(gb, kind, 1)
+        # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
+        z2 = nmb * dp_floor(gb * np.where(mirrored, 0.5, 1.0), kind, 1)
         busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 
