@@ -3,12 +3,14 @@
 The efficiency model (every constant and its source: docs/calibration.md):
 
 * Dense GEMMs run at ``peak(dtype) · gemm_efficiency(dtype) · M/(M+64) · N/(N+64) ·
-  K/(K+k_knee)``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
+  K/(K+k_knee) · wave_efficiency``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
   sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
   (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
   edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
-  the chip's tensor-core rate per SM). A GEMM is never faster than its operands' HBM
-  traffic allows (roofline).
+  the chip's tensor-core rate per SM), times, on chips whose GEMM kernels launch one thread
+  block per output tile (``GPU.wave_tile``: Volta/Ampere), the share of the SMs' tile slots
+  the output keeps busy over its waves (``wave_efficiency``). A GEMM is never faster than its
+  operands' HBM traffic allows (roofline).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
@@ -104,25 +106,60 @@ def k_knee(gpu: GPU, dtype: str) -> float:
     return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
 
 
-def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float) -> Num:
-    """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s)."""
-    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+@dataclass(frozen=True)
+class Waves:
+    """How a chip's GEMM kernels fill it: ``slots`` output tiles of ``tile_m x tile_n`` run at
+    once (one thread block per SM, ``GPU.wave_tile``)."""
+
+    slots: int
+    tile_m: int
+    tile_n: int
+
+
+def gemm_waves(gpu: GPU) -> Waves | None:
+    """The wave shape of ``gpu``'s GEMMs (``GPU.wave_tile`` over ``GPU.sm_count``), or None
+    where no wave quantisation is modelled (persistent kernels, unknown chips)."""
+    if gpu.wave_tile is None or not gpu.sm_count:
+        return None
+    return Waves(gpu.sm_count, gpu.wave_tile[0], gpu.wave_tile[1])
+
+
+def wave_efficiency(M: Num, N: Num, waves: Waves | None) -> Num:
+    """Fraction of the SMs' tile slots an ``M x N`` GEMM output keeps busy: ``tiles /
+    (ceil(tiles / slots) · slots)`` with ``tiles = ceil(M/tile_m) · ceil(N/tile_n)`` (the
+    last wave runs partly empty; NVIDIA "Matrix Multiplication Background User's Guide"
+    §3.2); 1 without ``waves``. The waste *inside* an edge tile is ``_shape``'s, not this."""
+    if waves is None:
+        return 1.0
+    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
+    return tiles / (np.ceil(tiles / waves.slots) * waves.slots)
+
+
+def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
+                  waves: Waves | None = None) -> Num:
+    """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s): the smooth
+    ``_shape`` of ``M`` and ``N``, the K knee and the wave occupancy (``wave_efficiency``)."""
+    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee))
+                              * wave_efficiency(M, N, waves))
 
 
 def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
-    return measured.gemm_ratio(gpu, dtype, lambda M, N, K: _gemm_compute(M, N, K, rate, knee))
+    wv = gemm_waves(gpu)
+    return measured.gemm_ratio(gpu, dtype,
+                               lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv))
 
 
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
-          ratio: measured.GemmRatio | None = None) -> Num:
+          ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
-    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``ratio``: a measured
-    profile's correction, ``_gemm_ratio``) and the HBM time of the operands
-    (``esize`` bytes per input element, ``c_bytes`` per output element, default ``esize``)."""
+    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
+    chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
+    ``_gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
+    ``c_bytes`` per output element, default ``esize``)."""
     flops = 2.0 * M * N * K
-    t_compute = _gemm_compute(M, N, K, rate, knee)
+    t_compute = _gemm_compute(M, N, K, rate, knee, waves)
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
@@ -205,13 +242,15 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
+    wv = gemm_waves(gpu)
     split = _tp_split(tp, tpo)
     t = 0.0
     for count, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
-            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16)
+            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
         else:
-            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q)
+            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q,
+                          waves=wv)
     return t
 
 
@@ -240,18 +279,19 @@ def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo:
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
+    wv = gemm_waves(gpu)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t, t_w = 0.0, 0.0
     for count, M, N, K, row, *_ in gemms:
         if row is None:
-            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) + w
+            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv) + w
             t_w = t_w + w
             continue
         s = split if row else 1.0
-        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q)
-        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q)
+        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv)
+        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv)
         t = t + w
         t_w = t_w + w
     return t, t_w
@@ -579,10 +619,10 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
-    q = _gemm_ratio(gpu, "bf16", rate, kn)
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q)
-    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q) + w)
+    q, wv = _gemm_ratio(gpu, "bf16", rate, kn), gemm_waves(gpu)
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
+    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
     # a tied head's weight is the embedding's tensor: its sharded-gradient passes are the
     # embedding's (``embedding_time_bwd``)
