@@ -182,9 +182,9 @@ class ProgramBuilder:
         rc_s = chunk_sum(items, lambda x: x.layer_recompute)
         if not fwd and rc_s > 0:
             start = tuple(self.wait)
-            # main's block partial recompute charges the chunk's min(N, n) layers at one
-            # (mean) layer's cost; otherwise each kind's own recomputation
-            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]))
+            # main's block partial recompute charges the chunk's min(N, n) layers, each
+            # kind's share at its own layer's cost; otherwise each kind's own recomputation
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
             rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl

@@ -67,6 +67,9 @@ class KindCostArrays:
     ep_bytes: np.ndarray          # all-to-all bytes per forward (0 for a dense layer)
     layer_params: np.ndarray      # parameters on one GPU (dense + expert share)
     expert_params: np.ndarray     # the routed experts' part of layer_params
+    # block partial recompute (``recompute_cap`` > 0): one recomputed layer of this kind's
+    # extra forward (``StageCosts.chunk_recompute_comm`` prices a chunk's layers by kind)
+    layer_recompute_each: np.ndarray = 0.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class KindCosts:
     ep_bytes: float
     layer_params: float
     expert_params: float
+    layer_recompute_each: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -225,22 +229,31 @@ class StageCosts:
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
     expert_params_by_stage: tuple[float, ...] = ()
 
-    def chunk_recompute(self, nl: float, chunk: float | None = None) -> tuple[float, float]:
+    def chunk_recompute(self, nl: float, chunk: float | None = None,
+                        items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
         """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
         (default ``nl``: the whole chunk) recompute in one backward: ``nl`` times the
         per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
         ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
-        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``)."""
-        return self.chunk_recompute_comm(nl, chunk)[:2]
+        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``).
+        ``items``: the ``nl`` layers as ``chunk_layers`` runs; then that share of each
+        layer's own kind's recomputation (``layer_recompute_each`` of its record: a chunk of
+        MoE layers redoes MoE layers, host time included), as the per-kind
+        ``layer_recompute`` and the lower bound price it; a chunk of mixed kinds takes each
+        kind's share of the ``min(N, chunk)`` layers, not the kinds of its first ``N``."""
+        return self.chunk_recompute_comm(nl, chunk, items)[:2]
 
-    def chunk_recompute_comm(self, nl: float, chunk: float | None = None
+    def chunk_recompute_comm(self, nl: float, chunk: float | None = None,
+                             items: list[tuple[int, Any]] | None = None
                              ) -> tuple[float, float, float]:
         """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
         ``ep_bytes`` counts them) the recomputed forward runs again."""
         if self.recompute_cap > 0:
             chunk = nl if chunk is None else chunk
             k = min(chunk, self.recompute_cap) * nl / chunk
-            return k * self.layer_recompute_each, 2.0 * k, k * (self.ep_bytes > 0)
+            secs = k * self.layer_recompute_each if not items else sum(
+                (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
+            return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
 
@@ -339,7 +352,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             attn_bwd=full(ak_b),
             ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load)
                               * dedup_bytes, 0.0)
-            + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p))
+            + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
+            layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)))
 
     by_kind: dict[str, KindCostArrays] = {}
     kinds = [k for k, n in m.layer_counts().items() if n]
@@ -423,7 +437,8 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
         layer_wgrad=full(layer.layer_wgrad + proj + head_w),
         layer_recompute=layer.layer_recompute, attn_fwd=layer.attn_fwd,
         attn_bwd=layer.attn_bwd, ep_bytes=layer.ep_bytes,
-        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp))
+        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp),
+        layer_recompute_each=layer.layer_recompute_each)
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
