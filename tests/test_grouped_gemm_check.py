@@ -1,6 +1,6 @@
 """experiments/grouped_gemm_check.py: the public grouped-GEMM rates against the cost model's
 pricing of the routed experts, and the reference rows' per-group shapes
-(docs/calibration.md §5.8)."""
+(docs/calibration.md §5.9)."""
 from __future__ import annotations
 
 import math
