@@ -207,6 +207,12 @@ class FrameworkProfile:
     ep_overlap: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    #: runs Megatron-Core's model code for a clamped gated activation (the clamp and cat in
+    #: eager PyTorch before the fused activation) and for a RoPE scaled by YaRN's attention
+    #: factor (the unfused rotary path): ``counts.clamp_bytes``, ``counts.rope_unfused_bytes``
+    #: (``compute.eager_variant_time``); False: a stack whose kernels for these are not
+    #: modelled (charged as the plain activation and the fused RoPE)
+    eager_variants: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -451,7 +457,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
-    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True,
+    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies import placement
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
@@ -307,7 +308,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                     ep, m.num_shared_experts)
     shard = np.where(zero >= 1, dp, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
-    shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
+    shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
     # the layers each kind of rank holds: an uneven layout's (plan_arrays.rank_layers), else
@@ -503,7 +504,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     params = tuple(d + e for d, e in split)
     shard = float(p.dp) if p.zero >= 1 else 1.0
     # expert states are sharded over the expert-data-parallel group
-    shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
+    shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
+        if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
                       + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
