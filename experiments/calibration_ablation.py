@@ -62,7 +62,7 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
     "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu, system=None: None),
-    "GEMM waves on every chip (256x128)": lambda: patched(
+    "GEMM waves with the kernel choice on every chip": lambda: patched(
         ct, "gemm_waves", lambda gpu, system=ct.DEFAULT_SYSTEM: ct.Waves(
             gpu.sm_count, *AMPERE_WAVE_TILE, ct.usable_hbm(gpu, system))
         if gpu.sm_count else None),
