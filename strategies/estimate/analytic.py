@@ -57,6 +57,20 @@ from topologies.cluster import Cluster
 
 
 
+def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
+    """Exposed seconds of ZeRO-2/3's per-micro-batch data-parallel traffic (the one rule the
+    estimate's scalar and array forms read): ``work`` seconds of collectives queued on the
+    data-parallel stream behind ``window`` seconds of compute and pipeline bubble that they
+    can run under; at least ``edge``, what no compute can hide (the last gradient bucket after
+    the last backward; ZeRO-3's first gather before the first layer). Two resources, each busy
+    for its total: ``max(work − window, edge)`` (a comm-bound step is the stream's total, a
+    compute-bound one the compute plus the edge; FSDP prefetches the next unit's all-gather
+    during the current unit's compute and reduce-scatters each unit during the backward,
+    PyTorch FSDP docs ``forward_prefetch``/``backward_prefetch``; Megatron's distributed
+    optimizer overlaps each bucket's reduce-scatter with the compute after it)."""
+    return np.maximum(np.asarray(work) - window, edge)
+
+
 def degraded_view(cl: Cluster) -> Cluster:
     """The cluster as the analytic model sees its degraded links (``cluster.faults``): every
     group of a class is as slow as the worst link of that class, so NVLink bandwidth is
@@ -237,11 +251,21 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                                        tp, cp, dp, ep, etp, cl), t_rs_dp)
     last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
                          / (params * per_mb))
-    z2_grad = np.where(ogr, mb * np.maximum(t_rs_mb - window, 0.0) + t_rs_mb * last_mb,
-                       mb * t_rs_mb)
+    # overlapped, the reduce-scatters queue on the data-parallel stream from rank 0's first
+    # backward to its last: every micro-batch's backward and the later forwards and bubbles,
+    # ``mb·t_max − t_f0`` (exact for balanced 1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b));
+    # the last bucket of the last micro-batch always after it (``sharded_exposed``)
+    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, mb * t_max - fwd_window,
+                                            t_rs_mb * last_mb), mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
+    # The gathers are prefetched (the next layer's during this one's compute), so the whole
+    # step's compute hides the stream's work; exposed at least: each forward's first layer
+    # waits for its own gather, which follows the previous backward's last reduce-scatter
+    # over the same links (the two share the NIC), and the step's last reduce-scatter
+    # follows the last backward: mb·(t_ag + t_rs)/layers
     z3_mb = 2 * t_ag_dp + t_rs_dp
-    z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)
+    z3_exposed = sharded_exposed(mb * z3_mb, pipe,
+                                 mb * (t_ag_dp + t_rs_dp) / np.maximum(lps, 1))
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
