@@ -252,11 +252,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
                          / (params * per_mb))
     # overlapped, the reduce-scatters queue on the data-parallel stream from rank 0's first
-    # backward to its last: every micro-batch's backward and the later forwards and bubbles,
-    # ``mb·t_max − t_f0`` (exact for balanced 1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b));
-    # the last bucket of the last micro-batch always after it (``sharded_exposed``)
-    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, mb * t_max - fwd_window,
-                                            t_rs_mb * last_mb), mb * t_rs_mb)
+    # backward to its last: with forwards between the backwards
+    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) every micro-batch's
+    # backward and the later forwards and bubbles, ``mb·t_max − t_f0`` (exact for balanced
+    # 1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b)); else (GPipe, DualPipe) the backwards,
+    # ``mb·t_b0``; the last bucket of the last micro-batch always after it (``sharded_exposed``)
+    z2_window = np.where(attr_by_code(sched, "reduces_under_forwards").astype(bool),
+                         mb * t_max - fwd_window, mb * window)
+    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
+                       mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
     # step's compute hides the stream's work; exposed at least: each forward's first layer
