@@ -253,12 +253,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                          / (params * per_mb))
     # overlapped, the reduce-scatters queue on the data-parallel stream from rank 0's first
     # backward to its last: with forwards between the backwards
-    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) every micro-batch's
-    # backward and the later forwards and bubbles, ``mb·t_max − t_f0`` (exact for balanced
-    # 1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b)); else (GPipe, DualPipe) the backwards,
-    # ``mb·t_b0``; the last bucket of the last micro-batch always after it (``sharded_exposed``)
+    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the pipeline less
+    # what runs before that backward: micro-batch 0's forward through every stage and its
+    # backward through the later ones, one chunk (1/v) of each there (none where rank 0
+    # holds the last chunk, a V: ``head_first``), the stages' sum ``t_sum`` split in rank 0's
+    # forward share ``r``: r·t_sum + ((1 − r)·t_sum − t_b0)/v, balanced p·t_f + (p − 1)·t_b/v
+    # (1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b) = m·t − t_f); else (GPipe, DualPipe) the
+    # backwards, ``mb·t_b0``; the last bucket of the last micro-batch always after it
+    # (``sharded_exposed``)
+    r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
+    first_bwd = r_f * t_sum + np.where(head_first, 0.0, ((1 - r_f) * t_sum - window) / v)
     z2_window = np.where(attr_by_code(sched, "reduces_under_forwards").astype(bool),
-                         mb * t_max - fwd_window, mb * window)
+                         pipe - first_bwd, mb * window)
     z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
                        mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
