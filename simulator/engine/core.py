@@ -24,7 +24,7 @@ from operator import attrgetter
 from typing import Callable
 
 import simpy
-from simpy.events import NORMAL, PENDING
+from simpy.events import NORMAL
 
 from simulator.engine.collectives import CollectiveRunner
 from simulator.engine.gc_pause import paused_gc
@@ -51,22 +51,39 @@ class UnmatchedSendError(RuntimeError):
 
 
 class _Rendezvous:
-    __slots__ = ("expected", "arrived", "done", "go", "op")
+    """One call of a collective channel: its members' arrivals, when the last one came
+    (``go``), the streams waiting for its end and whether it has ended (``fired``)."""
 
-    def __init__(self, expected: int, done: simpy.Event, op: Collective) -> None:
-        self.expected, self.arrived, self.done, self.go, self.op = expected, 0, done, None, op
+    __slots__ = ("expected", "arrived", "go", "op", "waiters", "fired")
+
+    def __init__(self, expected: int, op: Collective) -> None:
+        self.expected, self.arrived, self.go, self.op = expected, 0, None, op
+        self.waiters: list[_Stream] = []
+        self.fired = False
+
+    def fire(self, _ev: object = None) -> None:
+        """The collective ended (called by ``CollectiveRunner``; ``_ev`` is the timeout or
+        process that ended it, or None): every waiting member finishes its op now, in the
+        order they arrived. No event of its own (issue 17)."""
+        self.fired = True
+        go = self.go
+        for st in self.waiters:
+            op = st.ops[st.idx]
+            st.finish(go - st.start, -1, op.nbytes * op.repeat)
+        self.waiters = None
 
 
 class _Stream:
     """One (rank, stream): its ops and, resolved before the run, their kind codes, dependency
     ids, record kinds and whether another op depends on them (``needed``); the index of the op
-    it is at, when that op started, and what the op waits on (``key``: its message or
-    rendezvous). A stream is itself the SimPy callback of the event that ends its current op
-    (no closure per op)."""
+    it is at, when that op started, the last op of the compute run it is in (``last``: a run of
+    compute ops that nothing waits on ends with one queue entry) and what the op waits on
+    (``key``: its message). A stream is itself the callable the network calls when its
+    current op's message has landed (``__call__``: no event, no closure per op)."""
 
     __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
-                 "chan", "n", "idx", "start", "done", "waiting", "key", "slot", "records", "env",
-                 "ready", "drain")
+                 "chan", "n", "idx", "start", "last", "done", "waiting", "key", "records",
+                 "env", "ready")
 
     def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
         ops = prog.streams[name]
@@ -82,62 +99,21 @@ class _Stream:
         self.chan = tuple(chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL
                           else -1 for op, c in zip(ops, self.codes)) if _COLL in self.codes \
             else None
-        self.n, self.idx, self.start, self.key, self.slot = len(ops), 0, 0.0, None, None
+        self.n, self.idx, self.start, self.last, self.key = len(ops), 0, 0.0, 0, None
         self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
         # the engine's state the callbacks touch, bound here (one attribute load, not two)
         self.records = eng.records if eng.record else None
-        self.env, self.ready, self.drain = eng.env, eng.ready, eng._drain
+        self.env, self.ready = eng.env, eng.ready
 
-    def ended(self) -> None:
-        """The current op, a compute op, ended: ``__call__``'s compute case, called by the
-        event loop (``_loop``) for the stream's own queue entry, with no event."""
+    def finish(self, wait: float, peer: int, nbytes: float) -> None:
+        """The current op ended now: record it, mark it done, wake the streams blocked on it
+        (they go first), then queue this stream behind them; the event loop moves them on."""
         i = self.idx
+        op = self.ops[i]
         records = self.records
         if records is not None:
-            op = self.ops[i]
             records.append(_record((self.rank, self.name, self.kinds[i], op.label,
                                     op.microbatch, self.stage, self.start, self.env._now,
-                                    op.chunk, 0.0, -1, 0.0)))
-        ready = self.ready
-        if self.needed[i]:
-            oid = self.ops[i].id
-            self.done.add(oid)
-            blocked = self.waiting.pop(oid, None)
-            if blocked:
-                ready.extend(blocked)
-        self.idx = i + 1
-        ready.append(self)             # streams woken by this op go first, then this one
-        self.drain()
-
-    def __call__(self, ev: simpy.Event) -> None:
-        """The event that ends the current op fired: finish the op (record it, mark it done,
-        wake the streams blocked on it) and move on. ``Engine._finish`` written out here: this
-        runs once per event (issue 17)."""
-        i = self.idx
-        code = self.codes[i]
-        op = self.ops[i]
-        start = self.start
-        if code == _COLL:
-            wait, peer, nbytes = self.slot.go - start, -1, op.nbytes * op.repeat
-        elif code == _SEND:            # the last byte landed; a blocking send waited until
-            eng = self.eng             # ``started``
-            go = eng.started.pop(self.key, start) if eng.rendezvous else start
-            self.slot.succeed(go)
-            wait, peer, nbytes = go - start, op.dst, op.nbytes
-        elif code == _RECV:            # a receive's message arrived (``ev`` is its mail slot)
-            self.eng.mail.pop(self.key, None)
-            now = self.env._now
-            sent = ev._value
-            wait = (sent if sent < now else now) - start
-            if not wait > 0.0:
-                wait = 0.0
-            peer, nbytes = op.src, 0.0
-        else:                          # a compute op's end as an event (``ended`` otherwise)
-            wait, peer, nbytes = 0.0, -1, 0.0
-        records = self.records
-        if records is not None:
-            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
-                                    op.microbatch, self.stage, start, self.env._now,
                                     op.chunk, nbytes, peer, wait)))
         ready = self.ready
         if self.needed[i]:
@@ -147,8 +123,17 @@ class _Stream:
             if blocked:
                 ready.extend(blocked)
         self.idx = i + 1
-        ready.append(self)             # streams woken by this op go first, then this one
-        self.drain()
+        ready.append(self)
+
+    def __call__(self, _tag: object = None) -> None:
+        """The current op, a send, ended: its last byte landed (or, instant communication, it
+        started). The message is delivered to its receiver after the send is recorded; a
+        blocking send waited until its transfer began (``Engine.started``)."""
+        eng, start, key = self.eng, self.start, self.key
+        go = eng.started.pop(key, start) if eng.rendezvous else start
+        op = self.ops[self.idx]
+        self.finish(go - start, op.dst, op.nbytes)
+        eng.deliver(key, go)
 
     def why(self) -> tuple:
         """What the current op waits for (the deadlock report), derived from the state."""
@@ -169,13 +154,16 @@ class _Stream:
 class Engine:
     """Holds one run's state; use :func:`run`.
 
-    Streams are not SimPy processes: an op that can start starts at once, and its end is a
-    callback on the event that ends it (a compute timeout, the last byte of a transfer, a
-    collective's completion, a message already waiting); the stream object itself is that
-    callback. Dependencies are resolved from the programs before the run: finishing an op
-    marks it done (only if some op depends on it) and retries the streams blocked on it, with
-    no event of its own. One SimPy event per compute op, no generator resumption and no
-    per-op closure (issue 17: the per-event cost of the engine)."""
+    Streams are not SimPy processes: an op that can start starts at once, and what ends it
+    calls the stream back: a compute op's (or a run of compute ops') end is the stream's own
+    entry in SimPy's queue; a message's last byte calls the sending stream from the network
+    (no event); a collective's end calls its waiting members from the timeout or process that
+    timed it (no event); a message whose receiver is already waiting finishes the receive at
+    once, else it is left in ``mail`` for the receive to take (no event). Dependencies are
+    resolved from the programs before the run: finishing an op marks it done (only if some op
+    depends on it) and queues the streams blocked on it; one loop (``_loop``) takes SimPy's
+    queue in order and, after each entry, starts the queued streams' ops until each has to
+    wait (issue 17: the per-event cost of the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
@@ -183,7 +171,9 @@ class Engine:
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
         self.records: list[Record] = []
-        self.mail: dict[tuple, simpy.Event] = {}
+        # message (src, dst, tag, n) -> when it was sent (it landed, no receive yet) or the
+        # receiving stream (waiting for it)
+        self.mail: dict[tuple, float | _Stream] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
@@ -196,7 +186,7 @@ class Engine:
                               for ops in prog.streams.values() if Send in set(map(type, ops))
                               for op in ops if type(op) is Send)
         self.posted: set[tuple] = set()              # receives posted before their send
-        self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
+        self.parked: dict[tuple, _Stream] = {}       # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
         self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
@@ -213,6 +203,7 @@ class Engine:
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
+        """Build the streams and queue them all (``_loop`` starts their first ops)."""
         for rank in sorted(self.programs):
             prog = self.programs[rank]
             needed: set = set()
@@ -223,128 +214,165 @@ class Engine:
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
-        self._drain()
 
-    def _drain(self) -> None:
-        """Advance every stream that may move, until none can without time passing: start a
-        stream's ops until one has to wait (for a dependency, time or a peer). One loop for
-        every stream, no call per stream (issue 17)."""
-        ready, env, finish = self.ready, self.env, self._finish
-        popleft, queue, eid, mail = ready.popleft, env._queue, env._eid, self.mail
-        while ready:
-            st = popleft()
-            ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
-            n = st.n
-            while st.idx < n:
-                i = st.idx
-                deps = deps_of[i]
-                if deps:
-                    for d in deps:
-                        if d not in done:
+    def _loop(self) -> int:
+        """Run to the end; return the SimPy queue entries processed. Each turn first starts
+        every queued stream's ops until each has to wait (for a dependency, time or a peer),
+        then takes SimPy's next entry: ``Environment.step`` written out (the same order: time,
+        priority, then scheduling order), where an entry whose item is a ``_Stream`` is the end
+        of its compute op or run of compute ops, scheduled without an event object. One
+        function for the whole run: the locals are bound once (issue 17)."""
+        env, ready = self.env, self.ready
+        queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
+        popleft, pop, push, stream = ready.popleft, heappop, heappush, _Stream
+        records = self.records if self.record else None
+        put = records.append if records is not None else None
+        steps = 0
+        now = env._now
+        while True:
+            while ready:
+                st = popleft()
+                ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
+                n, i = st.n, st.idx
+                while i < n:
+                    deps = deps_of[i]
+                    if deps:
+                        for d in deps:
+                            if d not in done:
+                                break
+                        else:
+                            d = _GO
+                        if d is not _GO:
+                            st.waiting.setdefault(d, []).append(st)
                             break
+                    st.start = now
+                    code, op = codes[i], ops[i]
+                    if code == _COMPUTE:
+                        # a timeout without an event: the stream itself (``_loop`` below). The
+                        # compute ops after it that nothing waits on and that wait on nothing
+                        # end with the same entry: their ends are the same sums (issue 17)
+                        t, j, needed = now + op.seconds, i, st.needed
+                        while not needed[j] and j + 1 < n and codes[j + 1] == _COMPUTE \
+                                and not deps_of[j + 1]:
+                            j += 1
+                            t += ops[j].seconds
+                        st.last = j
+                        push(queue, (t, NORMAL, next(eid), st))
+                        break
+                    if code == _SEND:  # its end calls the stream back (instant: queued again)
+                        st.idx = i
+                        self._send(st, op)
+                        i = st.idx
+                        break
+                    if code == _RECV:
+                        key = self._recv_key(st.rank, op)
+                        if rendezvous:
+                            self._post_recv(key)
+                        if mail.pop(key, None) is None:    # not here yet: wait for it
+                            mail[key] = st
+                            st.key = key
+                            break
+                        wait, peer, nbytes = 0.0, op.src, 0.0     # sent before now
                     else:
-                        d = _GO
-                    if d is not _GO:
-                        st.waiting.setdefault(d, []).append(st)
-                        break
-                st.start = now = env._now
-                code, op = codes[i], ops[i]
-                if code == _COMPUTE:       # a timeout without an event: the stream itself
-                    heappush(queue, (now + op.seconds, NORMAL, next(eid), st))   # (``_loop``)
-                    break
-                if code == _SEND:
-                    key, slot, ev = self._send(st.rank, op)
-                    if ev is not None:
-                        st.key, st.slot = key, slot
-                        ev.callbacks.append(st)
-                        break
-                    slot.succeed(now)
-                    finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
-                elif code == _RECV:
-                    key = self._recv_key(st.rank, op)
-                    if self.rendezvous:
-                        self._post_recv(key)
-                    slot = mail.get(key)
-                    if slot is None:
-                        slot = mail[key] = env.event()
-                    if slot._value is PENDING:
-                        st.key = key
-                        slot.callbacks.append(st)
-                        break
-                    mail.pop(key, None)
-                    sent = slot._value
-                    wait = (sent if sent < now else now) - now
-                    finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
-                else:
-                    inst = self._collective(st.rank, op, st.chan[i])
-                    if inst.done._value is PENDING:
-                        st.slot = inst
-                        inst.done.callbacks.append(st)
-                        break
-                    finish(st, inst.go - now, -1, op.nbytes * op.repeat)
-
-    def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
-        """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
-        moves ``st`` on (``_drain`` goes on itself; a stream's callback, which writes this out,
-        queues it)."""
-        i = st.idx
-        op = st.ops[i]
-        if self.record:
-            self.records.append(_record((st.rank, st.name, st.kinds[i], op.label, op.microbatch,
-                                         st.stage, st.start, self.env._now, op.chunk, nbytes,
-                                         peer, wait)))
-        if st.needed[i]:
-            oid = op.id
-            st.done.add(oid)
-            blocked = st.waiting.pop(oid, None)
-            if blocked:
-                self.ready.extend(blocked)
-        st.idx = i + 1
+                        inst = self._collective(st.rank, op, st.chan[i])
+                        if not inst.fired:
+                            inst.waiters.append(st)
+                            break
+                        wait, peer, nbytes = inst.go - now, -1, op.nbytes * op.repeat
+                    if put is not None:
+                        put(_record((st.rank, st.name, st.kinds[i], op.label, op.microbatch,
+                                     st.stage, now, now, op.chunk, nbytes, peer, wait)))
+                    if st.needed[i]:
+                        oid = op.id
+                        done.add(oid)
+                        blocked = st.waiting.pop(oid, None)
+                        if blocked:
+                            ready.extend(blocked)
+                    i += 1
+                st.idx = i
+            if not queue:
+                return steps
+            now, _, _, ev = pop(queue)
+            env._now = now
+            steps += 1
+            if type(ev) is stream:     # a compute op (or a run of them) ended
+                st = ev
+                i, j = st.idx, st.last
+                ops = st.ops
+                if put is not None:
+                    rank, name, kinds, stage = st.rank, st.name, st.kinds, st.stage
+                    t = st.start
+                    for k in range(i, j + 1):
+                        op = ops[k]
+                        end = now if k == j else t + op.seconds
+                        put(_record((rank, name, kinds[k], op.label, op.microbatch, stage, t,
+                                     end, op.chunk, 0.0, -1, 0.0)))
+                        t = end
+                if st.needed[j]:
+                    oid = ops[j].id
+                    st.done.add(oid)
+                    blocked = st.waiting.pop(oid, None)
+                    if blocked:
+                        ready.extend(blocked)
+                st.idx = j + 1
+                ready.append(st)       # streams woken by this op go first, then this one
+                continue
+            callbacks, ev.callbacks = ev.callbacks, None
+            for callback in callbacks:
+                callback(ev)
+            if not ev._ok and not hasattr(ev, "_defused"):   # a failed event crashes the run
+                exc = type(ev._value)(*ev._value.args)
+                exc.__cause__ = ev._value
+                raise exc
 
     # ------------------------------------------------------------------ messages
-    def _slot(self, key: tuple) -> simpy.Event:
-        ev = self.mail.get(key)
-        if ev is None:
-            ev = self.mail[key] = self.env.event()
-        return ev
-
-    def _send(self, rank: int, op: Send) -> tuple[tuple, simpy.Event, simpy.Event | None]:
-        """Start a message: its mail slot (the n-th of its channel, counted when it starts)
-        and the event of its last byte (None: instant communication, already delivered). A
-        blocking send whose receiver has not posted its receive yet parks until it does."""
+    def _send(self, st: _Stream, op: Send) -> None:
+        """``st`` starts its send ``op``: the message is the n-th of its channel (counted when
+        it starts); its transfer starts now and calls ``st`` back at its last byte (with
+        instant communication ``st`` ends now and is queued again). A blocking send whose
+        receiver has not posted its receive yet parks until it does."""
+        rank = st.rank
         if op.dst not in self.sim:
             raise ValueError(f"rank {rank} sends to rank {op.dst}, which is not simulated "
                              "(folding must keep pipeline peers)")
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        key = (rank, op.dst, op.tag, n)
-        slot = self.mail.get(key)
-        if slot is None:
-            slot = self.mail[key] = self.env.event()
+        st.key = key = (rank, op.dst, op.tag, n)
         if self.rendezvous:
             if op.blocking and key not in self.posted:
-                done = self.env.event()
-                self.parked[key] = (op, done)
-                return key, slot, done
+                self.parked[key] = st
+                return
             self.posted.discard(key)
         if self.free_comm:
-            return key, slot, None
-        return key, slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
+            st()
+        else:
+            self.net.transfer(rank, op.dst, op.nbytes, op.tag, st)
+
+    def deliver(self, key: tuple, sent: float) -> None:
+        """Message ``key`` (sent at ``sent``) landed: its receive ends now if it is waiting,
+        else the message waits in ``mail`` (no event either way)."""
+        mail = self.mail
+        st = mail.pop(key, None)
+        if st is None:
+            mail[key] = sent
+            return
+        now = self.env._now
+        wait = (sent if sent < now else now) - st.start
+        st.finish(wait if wait > 0.0 else 0.0, key[0], 0.0)
 
     def _post_recv(self, key: tuple) -> None:
         """A receive is posted: a blocking send parked on it starts its transfer now."""
-        parked = self.parked.pop(key, None)
-        if parked is None:
+        st = self.parked.pop(key, None)
+        if st is None:
             self.posted.add(key)
             return
-        op, done = parked
+        self.started[key] = self.env._now
         if self.free_comm:
-            done.succeed()
+            st()
         else:
-            self.net.transfer(key[0], op.dst, op.nbytes, op.tag).callbacks.append(
-                lambda _ev: done.succeed())
-        self.started[key] = self.env.now
+            op = st.ops[st.idx]
+            self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st)
 
     def _recv_key(self, rank: int, op: Recv) -> tuple:
         key = (op.src, rank, op.tag, "r")
@@ -355,7 +383,7 @@ class Engine:
     def _collective(self, rank: int, op: Collective, chan: int) -> _Rendezvous:
         """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the
         rendezvous of that call (the n-th of the channel on every member), started when the
-        last simulated member arrives."""
+        last simulated member arrives (and fired before this returns if it takes no time)."""
         seq, span = self.cseq, self.span
         k = chan * span + rank
         n = seq.get(k, 0)
@@ -363,7 +391,7 @@ class Engine:
         key = n * len(self.members) + chan
         inst = self.meet.get(key)
         if inst is None:
-            inst = self.meet[key] = _Rendezvous(self.members[chan], self.env.event(), op)
+            inst = self.meet[key] = _Rendezvous(self.members[chan], op)
         elif (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
                              f"{inst.op.label!r} of the same rendezvous ({op.tag} #{n})")
@@ -371,7 +399,7 @@ class Engine:
         if inst.arrived == inst.expected:
             inst.go = self.env._now
             del self.meet[key]
-            self.runner.start(op, inst.done)
+            self.runner.start(op, inst.fire)
         return inst
 
     def close(self) -> None:
@@ -379,7 +407,7 @@ class Engine:
         to it) so that reference counting frees a finished run at once: the collector is paused
         during a run and what the run allocated is not walked after it (``gc_pause``)."""
         for st in self.where.values():
-            st.eng = st.done = st.waiting = st.drain = st.ready = None
+            st.eng = st.done = st.waiting = st.ready = None
         self.runner = None
 
     # ------------------------------------------------------------------ deadlock
@@ -393,7 +421,7 @@ class Engine:
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
-        left = sorted(k for k, ev in self.mail.items() if ev.triggered)
+        left = sorted(k for k, v in self.mail.items() if type(v) is not _Stream)
         if left:
             src, dst, tag, n = left[0]
             raise UnmatchedSendError(f"{len(left)} message(s) never received, first: rank {src} "
@@ -445,28 +473,6 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
     return {ch: all(len(users[l]) == 1 for l in links) for ch, links in colls.items()}
 
 
-def _loop(env: simpy.Environment) -> int:
-    """Process ``env``'s events until none is left; return how many. ``Environment.step``
-    written out (the same order: time, priority, then scheduling order), with one addition: an
-    entry whose item is a ``_Stream`` is a compute op's end, scheduled by ``Engine._drain``
-    without an event object (one allocation and two calls fewer per compute op, issue 17)."""
-    queue, pop, stream, steps = env._queue, heappop, _Stream, 0
-    while queue:
-        env._now, _, _, ev = pop(queue)
-        steps += 1
-        if type(ev) is stream:
-            ev.ended()
-            continue
-        callbacks, ev.callbacks = ev.callbacks, None
-        for callback in callbacks:
-            callback(ev)
-        if not ev._ok and not hasattr(ev, "_defused"):   # a failed event crashes the run
-            exc = type(ev._value)(*ev._value.args)
-            exc.__cause__ = ev._value
-            raise exc
-    return steps
-
-
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
         net: NetworkBackend | None = None, link_map: Callable | None = None,
         free_comm: bool = False, node_of: Callable | None = None, num_ranks: int | None = None,
@@ -489,7 +495,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     with paused_gc():                 # the collector would walk every record (gc_pause)
         eng = Engine(programs, net, free_comm, node_of, record)
         eng.start()
-        steps = _loop(net.env)
+        steps = eng._loop()
     eng.check_finished()
     eng.close()
     end = max(map(_END, eng.records), default=0.0)

@@ -48,8 +48,10 @@ class NetworkBackend(Protocol):
     def links(self, src: Node, dst: Node) -> np.ndarray:
         """Indices of the links a flow from src to dst loads."""
 
-    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
-        """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte."""
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
+                 then: Callable | None = None) -> simpy.Event | None:
+        """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte
+        (with ``then``: no event; ``then(tag)`` is called at the last byte)."""
 
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Move ``nbytes`` from now on, without the route latency."""
@@ -74,14 +76,14 @@ class ContentionFreeNetwork(SimNetwork):
 
     shares_links = False
 
-    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+    def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
         rate = float(np.min(self._capacity[links]))
         self.flows_started += 1
 
         def finish(_e) -> None:
             np.add.at(self._delivered, links, nbytes)
             self.flows_completed += 1
-            done.succeed(tag)
+            fin(tag)
         self.env.timeout(nbytes / rate).callbacks.append(finish)
 
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:

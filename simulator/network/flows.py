@@ -96,6 +96,23 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     return rates
 
 
+def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable], empty: bool
+          ) -> tuple[Optional[simpy.Event], Optional[Callable]]:
+    """``(event, fin)`` of a new transfer: without ``then`` a new event and its ``succeed``,
+    with it no event and ``then``; ``fin`` None when the transfer moves nothing (``empty``)
+    and has already been ended: the event succeeded, or ``then(tag)`` due from a zero timeout
+    (never from inside the call that started the transfer)."""
+    done = env.event() if then is None else None
+    fin = then if done is None else done.succeed
+    if not empty:
+        return done, fin
+    if done is not None:
+        done.succeed(tag)
+    else:
+        env.timeout(0).callbacks.append(lambda _e: then(tag))
+    return done, None
+
+
 class FlowNetwork:
     """Flow-level network over a directed graph whose edges carry ``bandwidth``
     (bytes/s, > 0) and ``latency`` (seconds, >= 0).
@@ -157,17 +174,20 @@ class FlowNetwork:
         return self._routes[key]
 
     # -- public API ----------------------------------------------------------
-    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
+                 then: Optional[Callable] = None) -> Optional[simpy.Event]:
         """Send ``nbytes`` (bytes) from src to dst; the event succeeds when the last
-        byte arrives (with value ``tag``)."""
+        byte arrives (with value ``tag``). With ``then``, no event: ``then(tag)`` is called
+        when the last byte arrives (from inside the network's own callback, at that instant;
+        one SimPy event fewer per message, issue 17), and None is returned."""
         if not nbytes >= 0:
             raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
-        done = self.env.event()
-        if src == dst or nbytes == 0:
-            return done.succeed(tag)
+        done, fin = transfer_ends(self.env, tag, then, src == dst or nbytes == 0)
+        if fin is None:
+            return done
         hit = self._routes.get((src, dst))      # the route as ``route`` cached it
         _, links, latency = hit if hit is not None else self.route(src, dst)
-        start = partial(self._start_flow, links, float(nbytes), done, tag)
+        start = partial(self._start_flow, links, float(nbytes), fin, tag)
         if latency > 0:
             self.env.timeout(latency).callbacks.append(start)
         else:
@@ -196,7 +216,7 @@ class FlowNetwork:
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
         self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
         self._active = np.zeros(0, dtype=bool)
-        self._events: list = []
+        self._fins: list = []
         self._tags: list = []
         self._free: list = []
 
@@ -208,14 +228,15 @@ class FlowNetwork:
         for name in ("_size", "_rem", "_rate", "_finish", "_active"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
-        self._events += [None] * (slots - old)
+        self._fins += [None] * (slots - old)
         self._tags += [None] * (slots - old)
         self._free += range(slots - 1, old - 1, -1)
 
     def _active_idx(self) -> np.ndarray:
         return np.flatnonzero(self._active)
 
-    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+    def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
+        """Add a flow; ``fin(tag)`` is called when its last byte arrives."""
         slots, hops = self._links.shape
         if not self._free or links.size > hops:
             self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
@@ -225,7 +246,7 @@ class FlowNetwork:
         self._size[slot] = self._rem[slot] = nbytes
         self._rate[slot], self._finish[slot] = 0.0, np.inf
         self._active[slot] = True
-        self._events[slot], self._tags[slot] = done, tag
+        self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
         self._dirty = True
         if not self._pending:
@@ -261,10 +282,10 @@ class FlowNetwork:
         self._active[done] = False
         self._rem[done] = 0.0
         for slot in done.tolist():
-            event, tag = self._events[slot], self._tags[slot]
-            self._events[slot] = self._tags[slot] = None
+            fin, tag = self._fins[slot], self._tags[slot]
+            self._fins[slot] = self._tags[slot] = None
             self._free.append(slot)
-            event.succeed(tag)
+            fin(tag)
         self.flows_completed += done.size
 
     def _recompute(self, now: float) -> None:
