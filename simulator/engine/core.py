@@ -36,10 +36,9 @@ from simulator.network.cluster_net import SimNetwork
 
 _COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
 _CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
-_ID, _DEPS, _KIND = attrgetter("id"), attrgetter("deps"), attrgetter("record_kind")
+_ID, _DEPS = attrgetter("id"), attrgetter("deps")
 _END = attrgetter("end")
 _record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
-_GO = object()                             # no dependency left to wait for
 
 
 class DeadlockError(RuntimeError):
@@ -48,6 +47,40 @@ class DeadlockError(RuntimeError):
 
 class UnmatchedSendError(RuntimeError):
     """A message was sent that no ``Recv`` ever took."""
+
+
+class _Shape:
+    """What the engine needs of a program's structure, worked out once for every program
+    with the same streams, op ids, dependencies and op kinds (the ranks of a pipeline stage
+    share one: ``compile_job`` relabels one template): per stream (in sorted name order) its
+    kind codes and the offset of its ops in the rank's dependency counters; per op the
+    positions of the ops that wait on it (``wakes``, empty when none does) and its number of
+    dependencies (``left``, the counters' start)."""
+
+    __slots__ = ("names", "codes", "offsets", "wakes", "left")
+
+    def __init__(self, names: tuple, ids: tuple, deps: tuple, codes: tuple) -> None:
+        self.names, self.codes = names, codes
+        self.offsets, off = [], 0
+        pos: dict[int, int] = {}
+        for stream_ids in ids:
+            self.offsets.append(off)
+            for i, oid in enumerate(stream_ids):
+                pos.setdefault(oid, off + i)
+            off += len(stream_ids)
+        wakes: list[list[int]] = [[] for _ in range(off)]
+        left = [0] * off
+        for o, stream_deps in zip(self.offsets, deps):
+            for i, ds in enumerate(stream_deps):
+                if ds:
+                    left[o + i] = len(ds)
+                    for d in ds:
+                        at = pos.get(d)
+                        if at is not None:     # an unknown id is never done: a deadlock
+                            wakes[at].append(o + i)
+        self.wakes = tuple(tuple(map(tuple, wakes[o:o + len(i)]))
+                           for o, i in zip(self.offsets, ids))
+        self.left = left
 
 
 class _Rendezvous:
@@ -69,59 +102,73 @@ class _Rendezvous:
         go = self.go
         for st in self.waiters:
             op = st.ops[st.idx]
-            st.finish(go - st.start, -1, op.nbytes * op.repeat)
+            st.finish(op.category, go - st.start, -1, op.nbytes * op.repeat)
         self.waiters = None
 
 
 class _Stream:
-    """One (rank, stream): its ops and, resolved before the run, their kind codes, dependency
-    ids, record kinds and whether another op depends on them (``needed``); the index of the op
-    it is at, when that op started, the last op of the compute run it is in (``last``: a run of
-    compute ops that nothing waits on ends with one queue entry) and what the op waits on
-    (``key``: its message). A stream is itself the callable the network calls when its
-    current op's message has landed (``__call__``: no event, no closure per op)."""
+    """One (rank, stream): its ops, their kind codes and who waits on each (``wakes``, from
+    the rank's ``_Shape``); the rank's dependency counters (``left``: the number of each op's
+    dependencies not done yet, at ``off`` + the op's index) and the streams parked on one
+    (``hold``); the index of the op it is at, when that op started, the last op of the compute
+    run it is in (``last``: a run of compute ops that nothing waits on ends with one queue
+    entry) and the message its send or receive is (``key``). A stream is itself the callable
+    the network calls when its send's last byte lands (``__call__``: no event, no closure)."""
 
-    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
-                 "chan", "n", "idx", "start", "last", "done", "waiting", "key", "records",
-                 "env", "ready")
+    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "wakes", "left", "hold", "off",
+                 "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
 
-    def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
+    def __init__(self, eng: "Engine", prog: Program, shape: _Shape, k: int, left: list,
+                 hold: dict) -> None:
+        name = shape.names[k]
         ops = prog.streams[name]
         self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
-        self.ops = ops
-        self.codes = tuple(map(_CODE.__getitem__, map(type, ops)))
-        self.deps = tuple(map(_DEPS, ops))
-        self.kinds = tuple(map(_KIND, ops))
-        self.needed = tuple(map(needed.__contains__, map(_ID, ops)))
+        self.ops, self.codes, self.wakes = ops, shape.codes[k], shape.wakes[k]
+        self.left, self.hold, self.off = left, hold, shape.offsets[k]
         # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
-        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17)
-        chan_of = eng.chan_of
-        self.chan = tuple(chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL
-                          else -1 for op, c in zip(ops, self.codes)) if _COLL in self.codes \
-            else None
+        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
+        # the ranks of a group share their collective ops, so most are found by the op's id
+        if _COLL in self.codes:
+            chan_of, by_op = eng.chan_of, eng.chan_by_op
+            chan = []
+            for op, c in zip(ops, self.codes):
+                if c != _COLL:
+                    chan.append(-1)
+                    continue
+                ch = by_op.get(id(op))
+                if ch is None:
+                    ch = by_op[id(op)] = chan_of.setdefault((op.group, op.tag), len(chan_of))
+                chan.append(ch)
+            self.chan = tuple(chan)
+        else:
+            self.chan = None
         self.n, self.idx, self.start, self.last, self.key = len(ops), 0, 0.0, 0, None
-        self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
         # the engine's state the callbacks touch, bound here (one attribute load, not two)
         self.records = eng.records if eng.record else None
         self.env, self.ready = eng.env, eng.ready
 
-    def finish(self, wait: float, peer: int, nbytes: float) -> None:
-        """The current op ended now: record it, mark it done, wake the streams blocked on it
-        (they go first), then queue this stream behind them; the event loop moves them on."""
+    def finish(self, kind: str, wait: float, peer: int, nbytes: float) -> None:
+        """The current op (record kind ``kind``) ended now: record it, count it done for the
+        ops that wait on it and queue those it was the last for (they go first), then queue
+        this stream behind them; the event loop moves them on."""
         i = self.idx
         op = self.ops[i]
         records = self.records
         if records is not None:
-            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
-                                    op.microbatch, self.stage, self.start, self.env._now,
-                                    op.chunk, nbytes, peer, wait)))
+            records.append(_record((self.rank, self.name, kind, op.label, op.microbatch,
+                                    self.stage, self.start, self.env._now, op.chunk, nbytes,
+                                    peer, wait)))
         ready = self.ready
-        if self.needed[i]:
-            oid = op.id
-            self.done.add(oid)
-            blocked = self.waiting.pop(oid, None)
-            if blocked:
-                ready.extend(blocked)
+        wakes = self.wakes[i]
+        if wakes:
+            left = self.left
+            for g in wakes:
+                c = left[g] - 1
+                left[g] = c
+                if not c:
+                    other = self.hold.pop(g, None)
+                    if other is not None:
+                        ready.append(other)
         self.idx = i + 1
         ready.append(self)
 
@@ -132,23 +179,8 @@ class _Stream:
         eng, start, key = self.eng, self.start, self.key
         go = eng.started.pop(key, start) if eng.rendezvous else start
         op = self.ops[self.idx]
-        self.finish(go - start, op.dst, op.nbytes)
+        self.finish("pp_send", go - start, op.dst, op.nbytes)
         eng.deliver(key, go)
-
-    def why(self) -> tuple:
-        """What the current op waits for (the deadlock report), derived from the state."""
-        done, op = self.done, self.ops[self.idx]
-        for d in op.deps:
-            if d not in done:
-                return ("dep", d)
-        code = self.codes[self.idx]
-        if code == _RECV:
-            return ("recv", op)
-        if code == _COLL:
-            return ("coll", op)
-        if code == _SEND and op.blocking and self.key in self.eng.parked:
-            return ("send", op)
-        return ("run", None)
 
 
 class Engine:
@@ -160,10 +192,11 @@ class Engine:
     (no event); a collective's end calls its waiting members from the timeout or process that
     timed it (no event); a message whose receiver is already waiting finishes the receive at
     once, else it is left in ``mail`` for the receive to take (no event). Dependencies are
-    resolved from the programs before the run: finishing an op marks it done (only if some op
-    depends on it) and queues the streams blocked on it; one loop (``_loop``) takes SimPy's
-    queue in order and, after each entry, starts the queued streams' ops until each has to
-    wait (issue 17: the per-event cost of the engine)."""
+    resolved from the programs before the run into counters: finishing an op counts it done
+    for the ops that wait on it and queues the streams parked on an op it was the last
+    dependency of; one loop (``_loop``) takes SimPy's queue in order and, after each entry,
+    starts the queued streams' ops until each has to wait (issue 17: the per-event cost of
+    the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
@@ -177,6 +210,7 @@ class Engine:
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
+        self.chan_by_op: dict[int, int] = {}         # id of a collective op -> its channel
         self.members: list[int] = []                 # channel -> its simulated members
         self.cseq: dict[int, int] = {}               # (channel, rank) -> calls so far
         self.span = max(programs, default=0) + 1     # ranks per channel in ``cseq`` keys
@@ -197,20 +231,27 @@ class Engine:
             free_comm)
         if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
-        self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
-        self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
         self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
-        """Build the streams and queue them all (``_loop`` starts their first ops)."""
+        """Build the streams and queue them all (``_loop`` starts their first ops). The
+        structure of a program (``_Shape``) is worked out once per distinct structure."""
+        shapes: dict[tuple, _Shape] = {}
         for rank in sorted(self.programs):
             prog = self.programs[rank]
-            needed: set = set()
-            for ops in prog.streams.values():
-                needed.update(*map(_DEPS, ops))
-            for name in sorted(prog.streams):
-                st = self.where[(rank, name)] = _Stream(self, prog, name, needed)
+            names = tuple(sorted(prog.streams))
+            streams = [prog.streams[name] for name in names]
+            ids = tuple(tuple(map(_ID, ops)) for ops in streams)
+            deps = tuple(tuple(map(_DEPS, ops)) for ops in streams)
+            codes = tuple(tuple(map(_CODE.__getitem__, map(type, ops))) for ops in streams)
+            key = (names, ids, deps, codes)
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = _Shape(names, ids, deps, codes)
+            left, hold = list(shape.left), {}
+            for k, name in enumerate(names):
+                st = self.where[(rank, name)] = _Stream(self, prog, shape, k, left, hold)
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
@@ -232,28 +273,21 @@ class Engine:
         while True:
             while ready:
                 st = popleft()
-                ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
+                ops, codes, left, off = st.ops, st.codes, st.left, st.off
                 n, i = st.n, st.idx
                 while i < n:
-                    deps = deps_of[i]
-                    if deps:
-                        for d in deps:
-                            if d not in done:
-                                break
-                        else:
-                            d = _GO
-                        if d is not _GO:
-                            st.waiting.setdefault(d, []).append(st)
-                            break
+                    if left[off + i]:          # a dependency is not done: park on this op
+                        st.hold[off + i] = st
+                        break
                     st.start = now
                     code, op = codes[i], ops[i]
                     if code == _COMPUTE:
                         # a timeout without an event: the stream itself (``_loop`` below). The
-                        # compute ops after it that nothing waits on and that wait on nothing
-                        # end with the same entry: their ends are the same sums (issue 17)
-                        t, j, needed = now + op.seconds, i, st.needed
-                        while not needed[j] and j + 1 < n and codes[j + 1] == _COMPUTE \
-                                and not deps_of[j + 1]:
+                        # compute ops after it that nothing waits on and whose dependencies are
+                        # done end with the same entry: their ends are the same sums (issue 17)
+                        t, j, wakes = now + op.seconds, i, st.wakes
+                        while not wakes[j] and j + 1 < n and codes[j + 1] == _COMPUTE \
+                                and not left[off + j + 1]:
                             j += 1
                             t += ops[j].seconds
                         st.last = j
@@ -272,22 +306,26 @@ class Engine:
                             mail[key] = st
                             st.key = key
                             break
-                        wait, peer, nbytes = 0.0, op.src, 0.0     # sent before now
+                        kind, wait, peer, nbytes = "pp_recv", 0.0, op.src, 0.0   # sent before
                     else:
                         inst = self._collective(st.rank, op, st.chan[i])
                         if not inst.fired:
                             inst.waiters.append(st)
                             break
-                        wait, peer, nbytes = inst.go - now, -1, op.nbytes * op.repeat
+                        kind, wait, peer, nbytes = (op.category, inst.go - now, -1,
+                                                    op.nbytes * op.repeat)
                     if put is not None:
-                        put(_record((st.rank, st.name, st.kinds[i], op.label, op.microbatch,
-                                     st.stage, now, now, op.chunk, nbytes, peer, wait)))
-                    if st.needed[i]:
-                        oid = op.id
-                        done.add(oid)
-                        blocked = st.waiting.pop(oid, None)
-                        if blocked:
-                            ready.extend(blocked)
+                        put(_record((st.rank, st.name, kind, op.label, op.microbatch, st.stage,
+                                     now, now, op.chunk, nbytes, peer, wait)))
+                    wakes = st.wakes[i]
+                    if wakes:
+                        for g in wakes:
+                            c = left[g] - 1
+                            left[g] = c
+                            if not c:
+                                other = st.hold.pop(g, None)
+                                if other is not None:
+                                    ready.append(other)
                     i += 1
                 st.idx = i
             if not queue:
@@ -300,20 +338,24 @@ class Engine:
                 i, j = st.idx, st.last
                 ops = st.ops
                 if put is not None:
-                    rank, name, kinds, stage = st.rank, st.name, st.kinds, st.stage
+                    rank, name, stage = st.rank, st.name, st.stage
                     t = st.start
                     for k in range(i, j + 1):
                         op = ops[k]
                         end = now if k == j else t + op.seconds
-                        put(_record((rank, name, kinds[k], op.label, op.microbatch, stage, t,
+                        put(_record((rank, name, op.kind, op.label, op.microbatch, stage, t,
                                      end, op.chunk, 0.0, -1, 0.0)))
                         t = end
-                if st.needed[j]:
-                    oid = ops[j].id
-                    st.done.add(oid)
-                    blocked = st.waiting.pop(oid, None)
-                    if blocked:
-                        ready.extend(blocked)
+                wakes = st.wakes[j]
+                if wakes:
+                    left = st.left
+                    for g in wakes:
+                        c = left[g] - 1
+                        left[g] = c
+                        if not c:
+                            other = st.hold.pop(g, None)
+                            if other is not None:
+                                ready.append(other)
                 st.idx = j + 1
                 ready.append(st)       # streams woken by this op go first, then this one
                 continue
@@ -359,7 +401,7 @@ class Engine:
             return
         now = self.env._now
         wait = (sent if sent < now else now) - st.start
-        st.finish(wait if wait > 0.0 else 0.0, key[0], 0.0)
+        st.finish("pp_recv", wait if wait > 0.0 else 0.0, key[0], 0.0)
 
     def _post_recv(self, key: tuple) -> None:
         """A receive is posted: a blocking send parked on it starts its transfer now."""
@@ -407,7 +449,7 @@ class Engine:
         to it) so that reference counting frees a finished run at once: the collector is paused
         during a run and what the run allocated is not walked after it (``gc_pause``)."""
         for st in self.where.values():
-            st.eng = st.done = st.waiting = st.ready = None
+            st.eng = st.hold = st.ready = None
         self.runner = None
 
     # ------------------------------------------------------------------ deadlock
@@ -417,7 +459,7 @@ class Engine:
             ops = self.programs[rank].streams[stream]
             if st.idx < len(ops):
                 stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
-                             f"{ops[st.idx].label!r} {self._why(rank, st.why())}")
+                             f"{ops[st.idx].label!r} {self._why(rank, self.why(st))}")
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
@@ -426,6 +468,25 @@ class Engine:
             src, dst, tag, n = left[0]
             raise UnmatchedSendError(f"{len(left)} message(s) never received, first: rank {src} "
                                      f"-> rank {dst} tag {tag!r} (message #{n})")
+
+    def why(self, st: _Stream) -> tuple:
+        """What ``st``'s current op waits for (the deadlock report), derived from the state:
+        an op is done when its stream has moved past it."""
+        op = st.ops[st.idx]
+        at = {o.id: (name, i) for name, ops in self.programs[st.rank].streams.items()
+              for i, o in enumerate(ops)}
+        for d in op.deps:
+            name, i = at.get(d, (None, 0))
+            if name is None or self.where[(st.rank, name)].idx <= i:
+                return ("dep", d)
+        code = st.codes[st.idx]
+        if code == _RECV:
+            return ("recv", op)
+        if code == _COLL:
+            return ("coll", op)
+        if code == _SEND and op.blocking and st.key in self.parked:
+            return ("send", op)
+        return ("run", None)
 
     def _why(self, rank: int, why: tuple) -> str:
         if why[0] == "dep":
