@@ -19,6 +19,7 @@ without touching the flow network: the result is the same, only cheaper.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
@@ -61,6 +62,7 @@ class CollectiveRunner:
         self._solo: dict = {}
         self._links: dict = {}
         self._closed: dict = {}      # call signature -> (seconds, link loads) or None
+        self._due: dict[float, list] = {}   # closed-form collectives' ends, by end time
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
@@ -95,13 +97,25 @@ class CollectiveRunner:
             if self._log_load and not any(isinstance(ph[2], tuple) for ph in phases):
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))
-            self.env.timeout(total).callbacks.append(then)
+            at = self.env._now + total           # the instant the timeout below fires at
+            due = self._due.get(at)
+            if due is None:
+                due = self._due[at] = []
+                self.env.timeout(total).callbacks.append(partial(self._end_due, at))
+            due.append(then)
             return
         phases = self.phases(op)
         if not phases:
             then(None)
             return
         self.env.process(self._run(op, phases, then))
+
+    def _end_due(self, at: float, ev: object) -> None:
+        """The closed-form collectives that end at ``at`` end, in the order they started: one
+        timeout for all of them (issue 17: the ranks of a large step run the same collectives
+        at the same instants)."""
+        for then in self._due.pop(at):
+            then(ev)
 
     def _closed_form(self, op: Collective) -> tuple[float, list, list] | None:
         """``(seconds, [(link indices, bytes)] per phase, phases)`` of ``op`` if it may run in

@@ -132,6 +132,7 @@ class FlowNetwork:
         self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
         self._pad = len(self.edges)
         self._routes: dict = {}
+        self._due: dict[float, list] = {}    # flows waiting out their latency, by start time
         self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
         self._init_table()
         self._last = env.now          # time the flows were last advanced to
@@ -187,12 +188,27 @@ class FlowNetwork:
             return done
         hit = self._routes.get((src, dst))      # the route as ``route`` cached it
         _, links, latency = hit if hit is not None else self.route(src, dst)
-        start = partial(self._start_flow, links, float(nbytes), fin, tag)
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(start)
+            self._start_later(latency, (links, float(nbytes), fin, tag))
         else:
-            start(None)
+            self._start_flow(links, float(nbytes), fin, tag, None)
         return done
+
+    def _start_later(self, latency: float, flow: tuple) -> None:
+        """Start ``flow`` (``_start_flow``'s arguments) after ``latency`` seconds. The flows
+        due at the same instant share one timeout and start together, in the order they were
+        sent (issue 17: a large step sends thousands of messages at each instant; flows that
+        start at one instant share one rate recomputation either way)."""
+        at = self.env._now + latency             # the instant the timeout below fires at
+        due = self._due.get(at)
+        if due is None:
+            due = self._due[at] = []
+            self.env.timeout(latency).callbacks.append(partial(self._start_due, at))
+        due.append(flow)
+
+    def _start_due(self, at: float, _ev) -> None:
+        for links, nbytes, fin, tag in self._due.pop(at):
+            self._start_flow(links, nbytes, fin, tag, None)
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
