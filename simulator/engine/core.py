@@ -100,10 +100,31 @@ class _Rendezvous:
         order they arrived. No event of its own (issue 17)."""
         self.fired = True
         go = self.go
-        for st in self.waiters:
-            op = st.ops[st.idx]
-            st.finish(op.category, go - st.start, -1, op.nbytes * op.repeat)
-        self.waiters = None
+        waiters, self.waiters = self.waiters, None
+        if not waiters:
+            return
+        ready, env = waiters[0].ready, waiters[0].env
+        now = env._now
+        for st in waiters:             # ``_Stream.finish`` written out: once per member
+            i = st.idx
+            op = st.ops[i]
+            records = st.records
+            if records is not None:
+                records.append(_record((st.rank, st.name, op.category, op.label, op.microbatch,
+                                        st.stage, st.start, now, op.chunk,
+                                        op.nbytes * op.repeat, -1, go - st.start)))
+            wakes = st.wakes[i]
+            if wakes:
+                left = st.left
+                for g in wakes:
+                    c = left[g] - 1
+                    left[g] = c
+                    if not c:
+                        other = st.hold.pop(g, None)
+                        if other is not None:
+                            ready.append(other)
+            st.idx = i + 1
+            ready.append(st)
 
 
 class _Stream:
@@ -212,6 +233,7 @@ class Engine:
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
         self.chan_by_op: dict[int, int] = {}         # id of a collective op -> its channel
         self.members: list[int] = []                 # channel -> its simulated members
+        self.nchan = 0                               # channels (``len(members)``)
         self.cseq: dict[int, int] = {}               # (channel, rank) -> calls so far
         self.span = max(programs, default=0) + 1     # ranks per channel in ``cseq`` keys
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
@@ -255,6 +277,7 @@ class Engine:
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
+        self.nchan = len(self.members)
 
     def _loop(self) -> int:
         """Run to the end; return the SimPy queue entries processed. Each turn first starts
@@ -336,16 +359,21 @@ class Engine:
             if type(ev) is stream:     # a compute op (or a run of them) ended
                 st = ev
                 i, j = st.idx, st.last
-                ops = st.ops
                 if put is not None:
-                    rank, name, stage = st.rank, st.name, st.stage
-                    t = st.start
-                    for k in range(i, j + 1):
-                        op = ops[k]
-                        end = now if k == j else t + op.seconds
-                        put(_record((rank, name, op.kind, op.label, op.microbatch, stage, t,
-                                     end, op.chunk, 0.0, -1, 0.0)))
-                        t = end
+                    ops = st.ops
+                    if i == j:
+                        op = ops[i]
+                        put(_record((st.rank, st.name, op.kind, op.label, op.microbatch,
+                                     st.stage, st.start, now, op.chunk, 0.0, -1, 0.0)))
+                    else:              # a run: each op's start and end, the sums op by op
+                        rank, name, stage = st.rank, st.name, st.stage
+                        t = st.start
+                        for k in range(i, j + 1):
+                            op = ops[k]
+                            end = now if k == j else t + op.seconds
+                            put(_record((rank, name, op.kind, op.label, op.microbatch, stage,
+                                         t, end, op.chunk, 0.0, -1, 0.0)))
+                            t = end
                 wakes = st.wakes[j]
                 if wakes:
                     left = st.left
@@ -426,15 +454,16 @@ class Engine:
         """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the
         rendezvous of that call (the n-th of the channel on every member), started when the
         last simulated member arrives (and fired before this returns if it takes no time)."""
-        seq, span = self.cseq, self.span
-        k = chan * span + rank
+        seq = self.cseq
+        k = chan * self.span + rank
         n = seq.get(k, 0)
         seq[k] = n + 1
-        key = n * len(self.members) + chan
+        key = n * self.nchan + chan
         inst = self.meet.get(key)
         if inst is None:
             inst = self.meet[key] = _Rendezvous(self.members[chan], op)
-        elif (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (op.kind, op.nbytes, op.repeat):
+        elif inst.op is not op and (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (
+                op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
                              f"{inst.op.label!r} of the same rendezvous ({op.tag} #{n})")
         inst.arrived += 1

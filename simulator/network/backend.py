@@ -86,6 +86,10 @@ class ContentionFreeNetwork(SimNetwork):
             fin(tag)
         self.env.timeout(nbytes / rate).callbacks.append(finish)
 
+    def _start_flows(self, flows: list) -> None:
+        for links, nbytes, fin, tag in flows:
+            self._start_flow(links, nbytes, fin, tag, None)
+
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
         max-min fairly among themselves and with nothing else: never None."""
