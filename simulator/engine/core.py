@@ -149,18 +149,16 @@ class _Stream:
         # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
         # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
         # the ranks of a group share their collective ops, so most are found by the op's id
+        # the ranks of a group share their collective ops, so the members' streams of a group
+        # hold the same ops and are worked out once (``Engine.chan_by_ops``)
         if _COLL in self.codes:
-            chan_of, by_op = eng.chan_of, eng.chan_by_op
-            chan = []
-            for op, c in zip(ops, self.codes):
-                if c != _COLL:
-                    chan.append(-1)
-                    continue
-                ch = by_op.get(id(op))
-                if ch is None:
-                    ch = by_op[id(op)] = chan_of.setdefault((op.group, op.tag), len(chan_of))
-                chan.append(ch)
-            self.chan = tuple(chan)
+            same = tuple(map(id, ops))
+            self.chan = eng.chan_by_ops.get(same)
+            if self.chan is None:
+                chan_of = eng.chan_of
+                self.chan = eng.chan_by_ops[same] = tuple(
+                    chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL else -1
+                    for op, c in zip(ops, self.codes))
         else:
             self.chan = None
         self.n, self.idx, self.start, self.last, self.key = len(ops), 0, 0.0, 0, None
@@ -231,7 +229,7 @@ class Engine:
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
-        self.chan_by_op: dict[int, int] = {}         # id of a collective op -> its channel
+        self.chan_by_ops: dict[tuple, tuple] = {}    # a stream's op ids -> its ops' channels
         self.members: list[int] = []                 # channel -> its simulated members
         self.nchan = 0                               # channels (``len(members)``)
         self.cseq: dict[int, int] = {}               # (channel, rank) -> calls so far
@@ -288,7 +286,8 @@ class Engine:
         function for the whole run: the locals are bound once (issue 17)."""
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
-        popleft, pop, push, stream = ready.popleft, heappop, heappush, _Stream
+        popleft, pop, push = ready.popleft, heappop, heappush
+        ends: dict[float, list[_Stream]] = {}      # time -> the streams whose compute ends then
         records = self.records if self.record else None
         put = records.append if records is not None else None
         steps = 0
@@ -314,7 +313,12 @@ class Engine:
                             j += 1
                             t += ops[j].seconds
                         st.last = j
-                        push(queue, (t, NORMAL, next(eid), st))
+                        due = ends.get(t)      # the compute ends due at t share one entry
+                        if due is None:
+                            ends[t] = due = [st]
+                            push(queue, (t, NORMAL, next(eid), due))
+                        else:
+                            due.append(st)
                         break
                     if code == _SEND:  # its end calls the stream back (instant: queued again)
                         st.idx = i
@@ -356,8 +360,17 @@ class Engine:
             now, _, _, ev = pop(queue)
             env._now = now
             steps += 1
-            if type(ev) is stream:     # a compute op (or a run of them) ended
-                st = ev
+            if type(ev) is not list:
+                callbacks, ev.callbacks = ev.callbacks, None
+                for callback in callbacks:
+                    callback(ev)
+                if not ev._ok and not hasattr(ev, "_defused"):   # a failed event stops the run
+                    exc = type(ev._value)(*ev._value.args)
+                    exc.__cause__ = ev._value
+                    raise exc
+                continue
+            del ends[now]
+            for st in ev:              # compute ops (or runs of them) that end now
                 i, j = st.idx, st.last
                 if put is not None:
                     ops = st.ops
@@ -386,14 +399,6 @@ class Engine:
                                 ready.append(other)
                 st.idx = j + 1
                 ready.append(st)       # streams woken by this op go first, then this one
-                continue
-            callbacks, ev.callbacks = ev.callbacks, None
-            for callback in callbacks:
-                callback(ev)
-            if not ev._ok and not hasattr(ev, "_defused"):   # a failed event crashes the run
-                exc = type(ev._value)(*ev._value.args)
-                exc.__cause__ = ev._value
-                raise exc
 
     # ------------------------------------------------------------------ messages
     def _send(self, st: _Stream, op: Send) -> None:
@@ -537,29 +542,42 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
     users: dict[int, set] = defaultdict(set)
     colls: dict[tuple, set] = {}
     seen: set = set()                # channels already counted (a step repeats each many times)
+    streams: set = set()             # streams already counted: a group's members share ops
     for prog in programs.values():
-        for op in prog.ops():
-            kind = type(op)
-            if kind is Collective:
-                ch = (op.group, op.tag)
-                if ch in seen or op.algorithm == "ring_stepwise":
+        for ops in prog.streams.values():
+            kinds = set(map(type, ops))
+            if Collective in kinds:
+                same = tuple(map(id, ops))
+                if same in streams:
+                    kinds.discard(Collective)
+                streams.add(same)
+            if Collective not in kinds and Send not in kinds:
+                continue                 # nothing new: compute and receives only
+            new_colls = Collective in kinds
+            for op in ops:
+                kind = type(op)
+                if kind is Collective:
+                    if not new_colls:
+                        continue
+                    ch = (op.group, op.tag)
+                    if ch in seen or op.algorithm == "ring_stepwise":
+                        continue
+                    seen.add(ch)
+                    links: set = set()
+                    for _, flows, _ in runner.phases(op):
+                        for a, b in flows:
+                            links.update(net.links(a, b).tolist())
+                    colls[ch] = links
+                elif kind is Send:
+                    ch = ("p2p", prog.rank, op.dst)
+                    if ch in seen:
+                        continue
+                    seen.add(ch)
+                    links = set(net.links(prog.rank, op.dst).tolist())
+                else:
                     continue
-                seen.add(ch)
-                links: set = set()
-                for _, flows, _ in runner.phases(op):
-                    for a, b in flows:
-                        links.update(net.links(a, b).tolist())
-                colls[ch] = links
-            elif kind is Send:
-                ch = ("p2p", prog.rank, op.dst)
-                if ch in seen:
-                    continue
-                seen.add(ch)
-                links = set(net.links(prog.rank, op.dst).tolist())
-            else:
-                continue
-            for link in links:
-                users[link].add(ch)
+                for link in links:
+                    users[link].add(ch)
     return {ch: all(len(users[l]) == 1 for l in links) for ch, links in colls.items()}
 
 
