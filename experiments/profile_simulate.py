@@ -46,38 +46,17 @@ def part_of(frames: list[str]) -> str:
     for part, marks in PARTS:
         if any(m in names for m in marks):
             return part
-    if "simpy" in frames[-1] or frames[-1].startswith("_loop ("):   # the engine's event loop
-        return "SimPy (step, event creation, schedule, succeed)"   # is SimPy's step written out
-    if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key")):
+    if "simpy" in frames[-1]:
+        return "SimPy (event creation, schedule, succeed)"
+    if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key",
+                                "Engine._post_recv")):
         return "engine messages and rendezvous"
-    if "Engine._finish" in names or "_Stream.ended" in names or _finishing_line(frames[-1]):
-        return "engine finishing ops (record, done ids, waking)"
-    if any(n in names for n in ("Engine._drain", "_Stream.__call__")):
-        return "engine stream dispatch (advance, dependencies)"
+    if any(n in names for n in ("_Stream.finish", "_Rendezvous.fire", "Engine.deliver",
+                                "_Stream.__call__")):
+        return "engine finishing ops (record, dependency counters, waking)"
+    if "Engine._loop" in names:     # SimPy's step written out, stream dispatch, compute ends
+        return "engine event loop (queue, stream dispatch, compute ends and their records)"
     return "other"
-
-
-def _finish_lines() -> range:
-    """Lines of ``_Stream.__call__`` that finish its op (the engine writes ``Engine._finish``
-    out there): from its ``records = self.records`` to the end of the method."""
-    import inspect
-    from simulator.engine.core import _Stream
-    lines, first = inspect.getsourcelines(_Stream.__call__)
-    at = next(k for k, line in enumerate(lines) if "records = self.records" in line)
-    return range(first + at, first + len(lines))
-
-
-def _finishing_line(frame: str) -> bool:
-    """Whether a sample's innermost frame is in the finishing part of ``_Stream.__call__``."""
-    if not frame.startswith("_Stream.__call__ ("):
-        return False
-    global _FINISH
-    if _FINISH is None:
-        _FINISH = _finish_lines()
-    return int(frame.rsplit(":", 1)[1].rstrip(")")) in _FINISH
-
-
-_FINISH = None
 
 
 def spy_parts(path: str) -> None:

@@ -1,15 +1,25 @@
 """The SimPy engine: replays per-rank programs over a flow network.
 
 Each (rank, stream) runs its ops in order; an op first waits for its dependencies (ops of
-the same rank, resolved from the programs), with no polling and no SimPy process: an op's end
-is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
-``Recv`` waits for the next message from its source with its tag (first-in first-out per
-``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
-(rendezvous on ``(group, tag)``, in order), then runs its algorithm
-(``simulator.engine.collectives``) over the network, where it contends with all other traffic.
-The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
-sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
-A run that ends with ops still waiting raises ``DeadlockError`` naming them.
+the same rank, resolved from the programs into counters), with no polling and no SimPy
+process: what ends an op calls its stream back. ``Compute`` takes its ``seconds``. ``Send``
+starts a transfer at once (eager) and ends when its last byte lands; ``Recv`` waits for the
+next message from its source with its tag (first-in first-out per ``(src, dst, tag)``). A
+``Collective`` waits until every simulated member has arrived (rendezvous on ``(group, tag)``,
+in order), then runs its algorithm (``simulator.engine.collectives``) over the network, where
+it contends with all other traffic. The network is any
+``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair sharing;
+``contention-free``: every transfer as if alone); the engine uses only that interface. A run
+that ends with ops still waiting raises ``DeadlockError`` naming them.
+
+Events at one instant (issue 17): the engine keeps SimPy's queue and its order (time,
+priority, then scheduling order) but gives many ops one entry: a run of compute ops that
+nothing waits on ends with one entry, the compute ends due at one instant share one, and so
+do the messages whose latency ends at one instant and the closed-form collectives that end at
+one instant; a message's last byte and a collective's end call their streams without an event.
+So ops that end at the same instant may be recorded in another order than one entry per op
+would give (each stream's own order never changes); every time, record and metric is the same
+(``experiments/compare_outputs.py``), and the same inputs give the same order, run to run.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
 programs and the network and derives the metrics.
@@ -36,7 +46,7 @@ from simulator.network.cluster_net import SimNetwork
 
 _COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
 _CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
-_ID, _DEPS = attrgetter("id"), attrgetter("deps")
+_ID, _DEPS, _BLOCKING = attrgetter("id"), attrgetter("deps"), attrgetter("blocking")
 _END = attrgetter("end")
 _record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
 
@@ -236,9 +246,9 @@ class Engine:
         self.span = max(programs, default=0) + 1     # ranks per channel in ``cseq`` keys
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
         # one: eager channels would otherwise leave every early receive in ``posted``
-        self.rendezvous = any(op.blocking for prog in programs.values()
-                              for ops in prog.streams.values() if Send in set(map(type, ops))
-                              for op in ops if type(op) is Send)
+        self.rendezvous = any(any(map(_BLOCKING, [op for op in ops if type(op) is Send]))
+                              for prog in programs.values() for ops in prog.streams.values()
+                              if Send in set(map(type, ops)))
         self.posted: set[tuple] = set()              # receives posted before their send
         self.parked: dict[tuple, _Stream] = {}       # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
@@ -281,9 +291,9 @@ class Engine:
         """Run to the end; return the SimPy queue entries processed. Each turn first starts
         every queued stream's ops until each has to wait (for a dependency, time or a peer),
         then takes SimPy's next entry: ``Environment.step`` written out (the same order: time,
-        priority, then scheduling order), where an entry whose item is a ``_Stream`` is the end
-        of its compute op or run of compute ops, scheduled without an event object. One
-        function for the whole run: the locals are bound once (issue 17)."""
+        priority, then scheduling order), where an entry whose item is a list of streams holds
+        the compute ops (or runs of them) that end at its time, scheduled without an event
+        object. One function for the whole run: the locals are bound once (issue 17)."""
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
         popleft, pop, push = ready.popleft, heappop, heappush
@@ -551,31 +561,27 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                 if same in streams:
                     kinds.discard(Collective)
                 streams.add(same)
-            if Collective not in kinds and Send not in kinds:
-                continue                 # nothing new: compute and receives only
-            new_colls = Collective in kinds
+            if Send in kinds:            # the pairs this stream sends to, each once
+                for dst in sorted({op.dst for op in ops if type(op) is Send}):
+                    ch = ("p2p", prog.rank, dst)
+                    if ch not in seen:
+                        seen.add(ch)
+                        for link in net.links(prog.rank, dst).tolist():
+                            users[link].add(ch)
+            if Collective not in kinds:
+                continue
             for op in ops:
-                kind = type(op)
-                if kind is Collective:
-                    if not new_colls:
-                        continue
-                    ch = (op.group, op.tag)
-                    if ch in seen or op.algorithm == "ring_stepwise":
-                        continue
-                    seen.add(ch)
-                    links: set = set()
-                    for _, flows, _ in runner.phases(op):
-                        for a, b in flows:
-                            links.update(net.links(a, b).tolist())
-                    colls[ch] = links
-                elif kind is Send:
-                    ch = ("p2p", prog.rank, op.dst)
-                    if ch in seen:
-                        continue
-                    seen.add(ch)
-                    links = set(net.links(prog.rank, op.dst).tolist())
-                else:
+                if type(op) is not Collective:
                     continue
+                ch = (op.group, op.tag)
+                if ch in seen or op.algorithm == "ring_stepwise":
+                    continue
+                seen.add(ch)
+                links: set = set()
+                for _, flows, _ in runner.phases(op):
+                    for a, b in flows:
+                        links.update(net.links(a, b).tolist())
+                colls[ch] = links
                 for link in links:
                     users[link].add(ch)
     return {ch: all(len(users[l]) == 1 for l in links) for ch, links in colls.items()}
