@@ -14,12 +14,14 @@ import sys
 from collections import defaultdict
 from typing import Callable, Iterator
 
+import numpy as np
+
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.cli.validate import parse_tiers  # noqa: E402
 from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
 from strategies.cost import compute as ct  # noqa: E402
-from topologies.gpus import GPU  # noqa: E402
+from topologies.gpus import AMPERE_WAVE_TILE, GPU  # noqa: E402
 
 # catalog values before this calibration (burst-level GEMM efficiency)
 OLD_GEMM = {"A100-SXM4-80GB": 0.88, "A100-SXM4-40GB": 0.88, "H100-SXM5-80GB": 0.75,
@@ -47,6 +49,33 @@ def gemm_table(table: dict[str, float]) -> Callable:
     return eff
 
 
+def _gemm_exact_tiles(M, N, K, rate, knee, waves=None):
+    """Variant: with waves, the exact tile area ``M·N / (waves·SMs·tile)`` replaces ``s(M)·s(N)``."""
+    if waves is None:
+        return ORIG_GEMM(M, N, K, rate, knee)
+    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
+    e = M * N / (np.ceil(tiles / waves.slots) * waves.slots * waves.tile_m * waves.tile_n)
+    return 2.0 * M * N * K / (rate * e * (K / (K + knee)))
+
+
+def _gemm_split_k(M, N, K, rate, knee, waves=None, splits=16):
+    """Variant: the library splits K into ``s <= splits`` parts where that fills the waves
+    better, each part paying the K knee on ``K/s`` (the partial sums' reduction not charged)."""
+    if waves is None:
+        return ORIG_GEMM(M, N, K, rate, knee)
+    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
+    best = None
+    for s in range(1, splits + 1):
+        units = tiles * s
+        occ = units / (np.ceil(units / waves.slots) * waves.slots)
+        t = 2.0 * M * N * K / (rate * ct._shape(M) * ct._shape(N) * (K / s / (K / s + knee))
+                               * occ)
+        best = t if best is None else np.minimum(best, t)
+    return best
+
+
+ORIG_GEMM = ct._gemm_compute
+
 ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "full model": contextlib.nullcontext,
     "no overlap clock penalty": lambda: patched(ct, "OVERLAP_CLOCK_RATIO", 1.0),
@@ -59,6 +88,14 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
         GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
+    "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu: None),
+    "GEMM waves on every chip (256x128)": lambda: patched(
+        ct, "gemm_waves", lambda gpu: ct.Waves(gpu.sm_count, *AMPERE_WAVE_TILE)
+        if gpu.sm_count else None),
+    "GEMM waves, exact tile area for M, N": lambda: patched(ct, "_gemm_compute",
+                                                          _gemm_exact_tiles),
+    "GEMM waves with split-K (no reduction cost)": lambda: patched(ct, "_gemm_compute",
+                                                                 _gemm_split_k),
 }
 
 

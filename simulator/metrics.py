@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from itertools import accumulate
-from typing import Iterable
+from typing import Iterable, Mapping
 
 from simulator.result import Record
 from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one definition)
@@ -130,15 +130,20 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
 
 
 # ----------------------------------------------------------------------- memory
-def activation_series(records: list[Record], per_chunk: float,
-                      per_w: float = 0.0) -> list[tuple[float, float]]:
+def activation_series(records: list[Record], per_chunk: float, per_w: float = 0.0,
+                      partners: Mapping[str, str] | None = None
+                      ) -> list[tuple[float, float]]:
     """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
     ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends; with a split
     backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
     ends and ``-per_w`` when its ``W`` ends. A forward whose compute interleaves with a
     backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
     backward frees its own, layer by layer) is counted just after that backward ends, as the
-    memory model counts the pair (``strategies.schedules.base.peak_stash``)."""
+    memory model counts the pair (``strategies.schedules.base.stash_frontier``).
+    ``partners``: each overlapped forward's backward by label, as the compiler grouped them
+    (``Program.meta["paired_forwards"]``); without it a forward's partner is the first
+    backward whose records interleave with its own (which misses a pair whose forward runs
+    as one piece, a one-layer chunk)."""
     first: dict[str, tuple[float, int]] = {}
     f_last: dict[str, int] = {}
     b_first: dict[str, int] = {}
@@ -168,6 +173,14 @@ def activation_series(records: list[Record], per_chunk: float,
     reach = list(accumulate((last[b][1] for b in b_labels), max))
     adds = []
     for label, (t, n) in first.items():
+        if partners is not None:
+            b = partners.get(label)
+            if b is not None and b in last:
+                end, bn = last[b]
+                adds.append((end, bn + 0.5))
+            else:
+                adds.append((t, n))
+            continue
         i = bisect_right(reach, n)
         if i < len(b_labels) and b_first[b_labels[i]] < f_last[label]:
             end, bn = last[b_labels[i]]

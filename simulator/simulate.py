@@ -126,7 +126,8 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         if stage not in per_stage:
             per_stage[stage] = (activation_bytes_per_chunk(job, stage),
                                 wgrad_bytes_per_chunk(job, stage))
-        memory[r] = activation_series(by_rank[r], *per_stage[stage])
+        memory[r] = activation_series(by_rank[r], *per_stage[stage],
+                                      partners=programs[r].meta.get("paired_forwards", {}))
     for stage in range(job.plan.pp):
         peaks.append(max(b for _, b in memory[first_of_stage[stage]]))
     breakdown, overlapped = rank_breakdown(by_rank[critical], step)

@@ -88,6 +88,13 @@ Sources (details and numbers in docs/calibration.md):
   ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
   gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
   fp32 gradients are all-reduced over dp under its own ZeRO-1 (docs/calibration.md §3.12).
+* Sharded data parallelism's passes over the unsharded gradient (``sharded_grad_passes``):
+  besides the reduce-scatter itself, PyTorch's FSDP1 (Composer) assembles each unit's flat
+  gradient (the backward of the ``split`` that made the weight views), casts it to the reduce
+  dtype (Composer's ``mixed_precision: DEFAULT``: bf16 parameters, fp32 reduction) and
+  pre-divides it (``reduce_scatter_hook``), every micro-batch; FSDP2 (torchtitan) copies and
+  casts it into the reduce-scatter input once. Each is a memory-bound kernel over the whole
+  layer's gradient, not its ``1/dp`` shard (docs/calibration.md §3.14).
 * Launch gap: the GPU-side idle time between dependent kernels on one stream (launch latency
   plus the tail of the previous kernel's last wave), 2-5 us on A100/H100 in public
   microbenchmarks (NVIDIA CUDA Graphs blog: "a few microseconds per kernel launch").
@@ -200,6 +207,9 @@ class FrameworkProfile:
     ep_overlap: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
+    #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
+    cuda_graph: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
     #: methods of partial full recomputation (``recompute_layers``) the stack runs
@@ -228,6 +238,13 @@ class FrameworkProfile:
     #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
     #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
     recompute_early_stop: bool = False
+    #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
+    #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
+    #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
+    #: empty: none beyond the reduce-scatter itself (Megatron-Core's buffers, XLA)
+    sharded_grad_passes: tuple[str, ...] = ()
+    #: where each of ``sharded_grad_passes`` comes from, ``(pass, source)``
+    sharded_grad_sources: tuple[tuple[str, str], ...] = ()
     #: DeepSpeed's ``BF16_Optimizer`` in bf16 runs with ZeRO <= 1 (``runtime/bf16_optimizer.py``,
     #: v0.6+): each micro-batch's 16-bit gradient is cast to fp32 and added into the fp32
     #: gradient (``BF16_ACCUM_BYTES`` per parameter instead of the main_grad add's), the fp32
@@ -293,9 +310,32 @@ class FrameworkProfile:
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
+        for name in self.sharded_grad_passes:
+            if name not in SHARDED_GRAD_PASSES:
+                raise SpecError("framework.sharded_grad_passes", name,
+                                f"must be one of {', '.join(SHARDED_GRAD_PASSES)}")
+        if len(set(self.sharded_grad_passes)) != len(self.sharded_grad_passes):
+            raise SpecError("framework.sharded_grad_passes", self.sharded_grad_passes,
+                            "must name each pass at most once")
+        for name, _ in self.sharded_grad_sources:
+            if name not in self.sharded_grad_passes:
+                raise SpecError("framework.sharded_grad_sources", name,
+                                "must name one of the profile's sharded_grad_passes "
+                                f"({', '.join(self.sharded_grad_passes) or 'none'})")
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
+#: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
+#: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
+#: (``SystemConfig.main_grad_bytes``); HBM bytes each (``compute.sharded_grad_pass_bytes``):
+#: ``flat_grad_cat`` (FSDP1's FlatParameter: the per-weight gradients concatenated into the
+#: flat gradient by the backward of the ``split`` that made the views: read a, write a),
+#: ``reduce_cast`` (the 16-bit gradient cast to the reduce dtype: read a, write g; none when
+#: g == a), ``predivide`` (``grad.div_(gradient_predivide_factor)`` before the reduce-scatter:
+#: read g, write g), ``reduce_copy_in`` (FSDP2's ``foreach_reduce_scatter_copy_in``: every
+#: gradient copied, and cast, into the reduce-scatter input: read a, write g)
+SHARDED_GRAD_PASSES = ("flat_grad_cat", "reduce_cast", "predivide", "reduce_copy_in")
 #: the plan switches a profile gives defaults for (``FrameworkProfile.default_*``)
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
@@ -409,7 +449,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
-    moe_dispatchers=("alltoall", "deepep", "hybridep"),
+    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
@@ -462,6 +502,26 @@ PYTORCH_EAGER = FrameworkProfile(
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     recompute=("none", "full"), export="none", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
+    sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
+    sharded_grad_sources=(
+        ("flat_grad_cat", "FSDP1 (PyTorch 2.1, torch/distributed/fsdp/_flat_param.py "
+                          "_get_unflat_views): a unit's weights are views made by torch.split "
+                          "of the unsharded FlatParameter, so autograd's SplitWithSizesBackward "
+                          "concatenates (at::cat) the per-weight gradients into the flat "
+                          "gradient before its AccumulateGrad; Composer wraps with "
+                          "use_orig_params=True (composer/trainer/dist_strategy.py, v0.16.4), "
+                          "whose forward uses the same split views"),
+        ("reduce_cast", "_post_backward_hook (torch/distributed/fsdp/_runtime_utils.py): "
+                        "flat_param.grad.to(handle._reduce_dtype) when the gradient's dtype "
+                        "differs; Composer's mixed_precision DEFAULT (composer/trainer/"
+                        "mosaic_fsdp_utils.py get_mixed_precision, v0.16.4, the MP mode of "
+                        "llm-foundry's benchmark tables) is param_dtype = the precision's "
+                        "(bf16), reduce_dtype float32, buffer_dtype bf16"),
+        ("predivide", "FSDP1's default hook reduce_scatter_hook (torch/distributed/algorithms/"
+                      "_comm_hooks/default_hooks.py): grad.div_(gradient_predivide_factor) "
+                      "before reduce_scatter_tensor; DefaultState._get_gradient_predivide_factor"
+                      " is > 1 for every world size >= 2 (the post-divide runs on the 1/dp "
+                      "shard, not charged)")),
     default_sources=(
         ("flash_attn", "FlashAttention (MosaicML llm-foundry attn_impl: flash; torchtitan "
                        "SDPA's flash backend)"),
@@ -511,6 +571,15 @@ TORCHTITAN = replace(
                    "first/last counts, slots or a count per rank); its default split counts "
                    "the embedding and the output as layers "
                    "(pipeline_parallel_first/last_stage_less_layers=1)",
+    sharded_grad_passes=("reduce_copy_in",),
+    sharded_grad_sources=(
+        ("reduce_copy_in", "FSDP2 foreach_reduce (torch/distributed/_composable/fsdp/"
+                           "_fsdp_collectives.py): foreach_reduce_scatter_copy_in copies every "
+                           "unsharded gradient (torch._chunk_cat) into the reduce-scatter input "
+                           "in the reduce dtype (torchtitan mixed_precision_reduce float32); "
+                           "no pre-divide for fp32/bf16 (_get_gradient_divide_factors: NCCL "
+                           "averages), and no flat-gradient concatenation (per-parameter "
+                           "sharding)"),),
     step=replace(PYTORCH_EAGER.step, adam_elements=TORCH_FOREACH_ADAMW_ELEMENTS, sources=tuple(
         (k, v) for k, v in PYTORCH_EAGER.step.sources if k != "adam_elements") + (
         ("adam_elements", "torch.optim.AdamW(foreach=True): torchtitan's --optimizer.fused "
@@ -559,7 +628,7 @@ HAI_LLM = replace(
     context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
-    moe_dispatchers=("alltoall", "deepep"), export="none",
+    moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -646,6 +715,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                                  if fw.recompute_modules else "has no per-module recomputation")))
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
+    rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
+                  lambda: who + "has no full-iteration CUDA graph"))
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
@@ -715,7 +786,7 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_layers=plan.recompute_layers or 0,
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
-                           ep_overlap=plan.ep_overlap,
+                           ep_overlap=plan.ep_overlap, cuda_graph=plan.cuda_graph,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            layout_string=plan.layout is not None,
                            first_stage_layers=plan.first_stage_layers or 0,

@@ -88,6 +88,13 @@ def sync_launch_gap_s(ab: LaunchAB = JZ_AB,
 SYNC_LAUNCH_GAP_S = sync_launch_gap_s()
 
 
+#: seconds of the host's own path per kernel it launches (Python, the PyTorch dispatcher and
+#: autograd, the launch, 43.6e-6): what synchronous launches add per kernel boundary over the
+#: asynchronous gap, ``SYNC_LAUNCH_GAP_S - LAUNCH_GAP_S``. Read where the GPU waits for the
+#: host kernel by kernel (``strategies.cost.compute.moe_host_time``).
+HOST_PATH_S = SYNC_LAUNCH_GAP_S - LAUNCH_GAP_S
+
+
 def with_launch_blocking(fw: FrameworkProfile) -> FrameworkProfile:
     """Stack ``fw`` run with ``CUDA_LAUNCH_BLOCKING=1``: every kernel boundary costs
     ``SYNC_LAUNCH_GAP_S`` instead of its asynchronous gap."""

@@ -74,6 +74,9 @@ class Plan:
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
     ep_overlap: bool = False
     moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
+    # the whole step replayed as one CUDA graph (Megatron-Core --cuda-graph-impl
+    # full_iteration): no host launches or device-to-host synchronisations in it
+    cuda_graph: bool = False
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -168,6 +171,8 @@ class Plan:
             parts.append("epo")
         if self.moe_dispatcher != "alltoall":
             parts.append(self.moe_dispatcher)
+        if self.cuda_graph:
+            parts.append("cg")
         if self.zero:
             parts.append(f"z{self.zero}")
         if self.layers_per_stage is not None:
@@ -352,7 +357,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-          "ep_overlap", "account_embedding", "account_loss"}
+          "ep_overlap", "cuda_graph", "account_embedding", "account_loss"}
 _STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 

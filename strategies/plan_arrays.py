@@ -42,7 +42,7 @@ _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers",
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
                    ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
-                   ("moe_dispatcher", "disp", 0))
+                   ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
         "moe_dispatcher")
 
@@ -77,6 +77,7 @@ class PlanArrays:
     moe_capacity_factor: np.ndarray = None  # expert capacity / mean share (inf: no dropping)
     ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
     moe_dispatcher: np.ndarray = None       # index in plan.DISPATCHERS (0: alltoall)
+    cuda_graph: np.ndarray = None           # the step runs as one full-iteration CUDA graph
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -129,8 +130,8 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm`` optional: all layers, block, the default
-        modules; ``etp imb cf epo disp`` optional: tp, the default imbalance, no dropping, no
-        expert-parallel overlap, Megatron's alltoall dispatcher)."""
+        modules; ``etp imb cf epo disp cg`` optional: tp, the default imbalance, no dropping, no
+        expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")

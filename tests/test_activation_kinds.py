@@ -135,9 +135,7 @@ def test_array_equals_scalar_every_recompute(sched, v, rc):
 def test_simulated_activation_peaks_equal_memory_by_stage(plan):
     """The simulator's activation track (``activation_bytes_per_chunk`` per stashed entry)
     peaks, with the transient, at ``memory_by_stage``'s activations of every simulated rank
-    of a mixed model. (Split-backward and V schedules are left out: on an MoE model the
-    simulated stash peak already differed from the closed-form in-flight count before
-    the stash was priced by kind, a separate issue.)"""
+    of a mixed model (split-backward, V and DualPipe schedules: tests/test_stash_peak.py)."""
     job = make_job(_ds_small(), cluster_preset("dgx-h100", 2), parse_plan(plan))
     res = simulate(job)
     stages = memory_by_stage(job)

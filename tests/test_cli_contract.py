@@ -490,7 +490,7 @@ def _proc(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("argv", [
     ["estimate", *GPT, "--plan", "tp=8,gbs=8"],
     ["simulate", *GPT, "--plan", "tp=2,pp=2,gbs=8"],
-    [*SEARCH, "--max-mbs", "2", "--export", "megatron"],
+    [*SEARCH, "--max-mbs", "2", "--fix", "zero=1", "--export", "megatron"],
     ["presets"],
 ], ids=["estimate", "simulate", "search", "presets"])
 def test_json_is_alone_on_stdout(argv):

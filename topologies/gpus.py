@@ -15,6 +15,13 @@ the chip runs natively; ``fp8_tn_only``: its fp8 tensor cores take both operands
 only ("TN"; Hopper), so per-tensor fp8 needs transposed copies for the gradient GEMMs
 (``cast_copies``); ``tdp_w``: board power (W); ``source``: where the datasheet figures
 come from. Training precisions (``--dtype``) map to rates in ``topologies.precision``.
+``wave_tile``: the output tile (rows x columns) of the BLAS library's large-GEMM kernel on a
+chip whose GEMM kernels launch one thread block per output tile, one block per SM at a time
+(Volta/Ampere cuBLAS: 256x128, NVIDIA "Matrix Multiplication Background User's Guide"
+§2.3, §3.2); a GEMM then runs in waves of ``sm_count`` tiles and the last one is partly
+empty (``strategies.cost.compute.wave_efficiency``). ``None``: no wave quantisation is
+modelled (Hopper and later run persistent kernels whose tile schedulers, stream-K among
+them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Ampere").
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from topologies.limits import MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, check_name,
 from topologies.precision import BLOCK_FORMATS, PRECISIONS
 
 TERA = 1e12
+MAX_TILE = 1024   # largest GEMM output tile side accepted in ``GPU.wave_tile`` (elements)
 GIB = 1024**3
 GB = 1e9
 
@@ -55,6 +63,7 @@ class GPU:
     #: catalog's efficiencies where they cover a shape (``strategies.cost.measured``)
     profile: GpuProfile | None = None
     fp8_tn_only: bool = False
+    wave_tile: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -86,6 +95,16 @@ class GPU:
                                 f"must be among {', '.join(BLOCK_FORMATS)}")
         if self.tdp_w is not None and not 0 < self.tdp_w <= 1e5:
             raise SpecError("gpu.tdp_w", self.tdp_w, "must be in (0, 100000] W")
+        if self.wave_tile is not None:
+            wt = self.wave_tile
+            if not (isinstance(wt, tuple) and len(wt) == 2
+                    and all(isinstance(x, int) and not isinstance(x, bool) and 0 < x <= MAX_TILE
+                            for x in wt)):
+                raise SpecError("gpu.wave_tile", wt, f"must be two integers in [1, {MAX_TILE}] "
+                                "(output tile rows, columns)")
+            if self.sm_count is None:
+                raise SpecError("gpu.wave_tile", wt, "needs gpu.sm_count (a wave is one tile "
+                                "per SM)")
 
     def rate_key(self, dtype: str) -> str:
         """The ``peak_flops`` key GEMMs of ``dtype`` (a rate key or a training precision of
@@ -150,7 +169,7 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
        aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
        fa2: float | None = None, sms: int | None = None, fp4: float | None = None,
        blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "",
-       tn_only: bool = False) -> GPU:
+       tn_only: bool = False, wave: tuple[int, int] | None = None) -> GPU:
     peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if tf32:
         peaks["tf32"] = tf32 * TERA
@@ -159,7 +178,7 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
     if fp4:
         peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only)
+               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only, wave_tile=wave)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -237,13 +256,19 @@ _SRC = {
               "8 TB/s, 1400 W",
 }
 _BW = ("mxfp8", "mxfp4", "nvfp4")   # Blackwell block-scaled MMA (tcgen05)
+# The large-GEMM output tile of Volta/Ampere cuBLAS, one thread block per SM: NVIDIA "Matrix
+# Multiplication Background User's Guide" (DU-09799-001), §2.3 (256x128 and 128x256 are the
+# most efficient tiles) and §3.2 (A100: 108 SMs, 256x128 tiles, one block per SM, a wave of
+# 108 tiles)
+AMPERE_WAVE_TILE = (256, 128)
 _CATALOG = [
     _g("V100-SXM2-32GB", 15.7, 15.7, 125, None, 32, 0.9, 0.80, 0.45, aliases=("V100",),
-       sms=80, tdp=300),
+       sms=80, tdp=300, wave=AMPERE_WAVE_TILE),
     _g("A100-SXM4-40GB", 19.5, 156, 312, None, 40, 1.555, 0.80, 0.60, aliases=("A100-40GB",),
-       sms=108, tdp=400),
+       sms=108, tdp=400, wave=AMPERE_WAVE_TILE),
     _g("A100-SXM4-80GB", 19.5, 156, 312, None, 80, 2.039, 0.80, 0.60,
-       aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108, tdp=400),
+       aliases=("A100", "A100-80GB", "A100-SXM-80GB"), sms=108, tdp=400,
+       wave=AMPERE_WAVE_TILE),
     _g("H100-SXM5-80GB", 67, 494.7, 989.4, 1978.9, 79.6, 3.35, 0.75, 0.55,
        aliases=("H100", "H100-SXM", "H100-SXM-80GB", "H100-80GB"), fp8_eff=0.665, fa2=0.35,
        sms=132, tdp=700, src=_SRC["H100"], tn_only=True),
@@ -297,7 +322,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
     fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w,
-    fp8_tn_only].
+    fp8_tn_only, wave_tile].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
     GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
@@ -307,7 +332,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
-               "block_formats", "tdp_w", "fp8_tn_only"}
+               "block_formats", "tdp_w", "fp8_tn_only", "wave_tile"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -333,6 +358,16 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     tn_only = d.get("fp8_tn_only", False)
     if not isinstance(tn_only, bool):
         raise SpecError("gpu.fp8_tn_only", tn_only, "must be true or false")
+    wave = d.get("wave_tile")
+    if wave is not None:
+        if not (isinstance(wave, (list, tuple)) and len(wave) == 2):
+            raise SpecError("gpu.wave_tile", wave, "must be a list of two integers (output "
+                            "tile rows, columns)")
+        sides = [check_number("gpu.wave_tile", x, 1, MAX_TILE) for x in wave]
+        if not all(x.is_integer() for x in sides):
+            raise SpecError("gpu.wave_tile", wave, "must be two integers (output tile rows, "
+                            "columns)")
+        wave = (int(sides[0]), int(sides[1]))
     bf16 = nums["bf16_tflops"]
     return _g(check_name("gpu.name", d["name"]), nums.get("fp32_tflops", bf16 / 16),
               nums.get("tf32_tflops", bf16 / 2),
@@ -343,7 +378,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
               fa2=nums.get("fa2_attention_efficiency"),
               sms=int(nums["sm_count"]) if "sm_count" in nums else None,
               fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
-              tn_only=tn_only)
+              tn_only=tn_only, wave=wave)
 
 
 def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
@@ -394,4 +429,6 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["tdp_w"] = gpu.tdp_w
     if gpu.fp8_tn_only:
         d["fp8_tn_only"] = True
+    if gpu.wave_tile is not None:
+        d["wave_tile"] = list(gpu.wave_tile)
     return d

@@ -30,7 +30,20 @@ class _Parser(argparse.ArgumentParser):
                      f": error: {message}\n".replace("paraplan : ", "paraplan: "))
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _chosen(argv: Sequence[str] | None) -> tuple[str, ...]:
+    """The subcommand modules a parse of ``argv`` needs: only the named command's when the
+    first non-option word is one (start-up imports one module, not ten; ``paraplan X --help``
+    and every parse of X are unchanged), else all (``paraplan --help``, an unknown command:
+    argparse lists them all)."""
+    if argv is None:
+        return COMMANDS
+    first = next((a for a in argv if not a.startswith("-")), None)
+    return (first,) if first in COMMANDS else COMMANDS
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The ``paraplan`` parser; given the ``argv`` it will parse, it registers only the
+    subcommand that ``argv`` names (``_chosen``)."""
     p = _Parser(prog="paraplan", description="Plan and simulate parallel training of LLMs.")
     p.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     from importlib.metadata import PackageNotFoundError, version
@@ -40,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         ver = "unknown"
     p.add_argument("--version", action="version", version=f"paraplan {ver}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name in COMMANDS:
+    for name in _chosen(argv):
         try:
             mod = importlib.import_module(f"simulator.cli.{name}")
         except ModuleNotFoundError as e:
@@ -61,7 +74,7 @@ def _split_debug(argv: Sequence[str]) -> tuple[list[str], bool]:
 def main(argv: Sequence[str] | None = None) -> int:
     argv, debug = _split_debug(sys.argv[1:] if argv is None else argv)
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         try:
             args = parser.parse_args(argv)
         except SystemExit as e:   # argparse's errors (status 2), --help and --version (0)

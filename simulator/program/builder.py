@@ -77,6 +77,10 @@ class ProgramBuilder:
         # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
         # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
         self.hidden: list | None = None
+        # each overlapped forward's partner backward (labels), for the activation track
+        # (``simulator.metrics.activation_series``: the pair's forward is stashed as its
+        # partner's stash is freed, the memory model's rule, ``schedules.base.stash_frontier``)
+        self.paired: dict[str, str] = {}
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -471,6 +475,12 @@ class ProgramBuilder:
         posts them after ``_forward_backward_compute_chunk`` and waits for them with the next
         step's receives), which is the model of DeepSeek's ``F&B`` bubble."""
         passes = [s for s in group if s.kind != "W"]
+        partner = next((s for s in passes if s.kind == "B"), None)
+        if partner is not None:
+            for s in passes:
+                if s.kind == "F":
+                    self.paired[f"F{s.microbatch}.c{s.chunk}"] = \
+                        f"B{partner.microbatch}.c{partner.chunk}"
         gens = {}
         for s in passes:
             if s.kind == "F":
@@ -557,6 +567,7 @@ class ProgramBuilder:
                sum(x.layer_fwd for c in range(self.p.vpp) for x in self.chunk[c]))
         meta = {"fwd_window_s": fwd,
                 "param_gathers": self.n_param_gathers,
-                "overlap_param_gather": self.p.overlap_param_gather}
+                "overlap_param_gather": self.p.overlap_param_gather,
+                "paired_forwards": dict(self.paired)}
         return Program(self.rank, self.stage, {k: tuple(v) for k, v in self.streams.items() if v},
                        meta)

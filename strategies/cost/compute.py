@@ -3,12 +3,14 @@
 The efficiency model (every constant and its source: docs/calibration.md):
 
 * Dense GEMMs run at ``peak(dtype) · gemm_efficiency(dtype) · M/(M+64) · N/(N+64) ·
-  K/(K+k_knee)``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
+  K/(K+k_knee) · wave_efficiency``: the chip's *sustained* large-GEMM efficiency (``topologies.gpus``: maximum
   sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
   (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
   edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
-  the chip's tensor-core rate per SM). A GEMM is never faster than its operands' HBM
-  traffic allows (roofline).
+  the chip's tensor-core rate per SM), times, on chips whose GEMM kernels launch one thread
+  block per output tile (``GPU.wave_tile``: Volta/Ampere), the share of the SMs' tile slots
+  the output keeps busy over its waves (``wave_efficiency``). A GEMM is never faster than its
+  operands' HBM traffic allows (roofline).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
@@ -19,7 +21,7 @@ The efficiency model (every constant and its source: docs/calibration.md):
   the framework runs (FlashAttention-2 is slower on Hopper than cuDNN/FA3) (forward; its backward
   does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with K = head_dim plus the
   memory-bound softmax/dropout traffic.
-* Memory-bound kernels (LayerNorm, dropout, activation, rotary, the unfused accumulation of a micro-batch's weight gradient into the main gradient) take bytes over
+* Memory-bound kernels (LayerNorm, dropout, activation, rotary, the unfused accumulation of a micro-batch's weight gradient into the main gradient, a sharded stack's passes over the unsharded gradient: ``sharded_grad_pass_time``) take bytes over
   ``HBM bandwidth · SystemConfig.hbm_efficiency``; the backward of an elementwise kernel moves
   twice its forward bytes.
 * Low-precision casts (fp8, mxfp8, fp8-blockwise, nvfp4): the bytes ``strategies.cost.quantise``
@@ -45,6 +47,7 @@ from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
+from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
@@ -71,6 +74,13 @@ GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
 # GEMMs alone sustain 1980 x 755/834 = 1792 MHz (H200 MSMF/MAMF, docs/calibration.md), so
 # 1575/1792 = 0.88.
 OVERLAP_CLOCK_RATIO = 0.88
+# Host (CPU) seconds per local expert that Transformer Engine's grouped MLP block (fc1, SwiGLU,
+# fc2 over the experts' token splits) spends issuing one micro-batch, (forward, backward):
+# NVIDIA's measurement on GB200 with 64 experts and hidden size 128, so that the GPU work is
+# negligible, forward ~1.2 ms and backward ~2.1 ms (TransformerEngine issue #2897, "Reduce CPU
+# overhead in grouped MLP block", 2026-04-16: wgrad allocations, scale swizzles, tensor
+# clean-up and quantizer set-up, each per expert), taken per expert (/64)
+EXPERT_HOST_S = (1.2e-3 / 64, 2.1e-3 / 64)
 
 
 @dataclass(frozen=True)
@@ -96,25 +106,60 @@ def k_knee(gpu: GPU, dtype: str) -> float:
     return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
 
 
-def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float) -> Num:
-    """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s)."""
-    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+@dataclass(frozen=True)
+class Waves:
+    """How a chip's GEMM kernels fill it: ``slots`` output tiles of ``tile_m x tile_n`` run at
+    once (one thread block per SM, ``GPU.wave_tile``)."""
+
+    slots: int
+    tile_m: int
+    tile_n: int
+
+
+def gemm_waves(gpu: GPU) -> Waves | None:
+    """The wave shape of ``gpu``'s GEMMs (``GPU.wave_tile`` over ``GPU.sm_count``), or None
+    where no wave quantisation is modelled (persistent kernels, unknown chips)."""
+    if gpu.wave_tile is None or not gpu.sm_count:
+        return None
+    return Waves(gpu.sm_count, gpu.wave_tile[0], gpu.wave_tile[1])
+
+
+def wave_efficiency(M: Num, N: Num, waves: Waves | None) -> Num:
+    """Fraction of the SMs' tile slots an ``M x N`` GEMM output keeps busy: ``tiles /
+    (ceil(tiles / slots) · slots)`` with ``tiles = ceil(M/tile_m) · ceil(N/tile_n)`` (the
+    last wave runs partly empty; NVIDIA "Matrix Multiplication Background User's Guide"
+    §3.2); 1 without ``waves``. The waste *inside* an edge tile is ``_shape``'s, not this."""
+    if waves is None:
+        return 1.0
+    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
+    return tiles / (np.ceil(tiles / waves.slots) * waves.slots)
+
+
+def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
+                  waves: Waves | None = None) -> Num:
+    """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s): the smooth
+    ``_shape`` of ``M`` and ``N``, the K knee and the wave occupancy (``wave_efficiency``)."""
+    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee))
+                              * wave_efficiency(M, N, waves))
 
 
 def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
-    return measured.gemm_ratio(gpu, dtype, lambda M, N, K: _gemm_compute(M, N, K, rate, knee))
+    wv = gemm_waves(gpu)
+    return measured.gemm_ratio(gpu, dtype,
+                               lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv))
 
 
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
-          ratio: measured.GemmRatio | None = None) -> Num:
+          ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
-    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``ratio``: a measured
-    profile's correction, ``_gemm_ratio``) and the HBM time of the operands
-    (``esize`` bytes per input element, ``c_bytes`` per output element, default ``esize``)."""
+    shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
+    chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
+    ``_gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
+    ``c_bytes`` per output element, default ``esize``)."""
     flops = 2.0 * M * N * K
-    t_compute = _gemm_compute(M, N, K, rate, knee)
+    t_compute = _gemm_compute(M, N, K, rate, knee, waves)
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
@@ -197,13 +242,15 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
+    wv = gemm_waves(gpu)
     split = _tp_split(tp, tpo)
     t = 0.0
     for count, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
-            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16)
+            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
         else:
-            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q)
+            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q,
+                          waves=wv)
     return t
 
 
@@ -219,22 +266,32 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     separate add is ``grad_accum_time``). The first element is both GEMMs summed in the
     order ``gemm_time_bwd`` always summed them; the second the weight-gradient GEMMs alone
     (the ``W`` pass of a schedule that splits the backward)."""
+    return gemms_time_bwd_split(_linears(m, b, tp, cp, ep, etp, load), tp, gpu, dtype, tpo,
+                                fw, system)
+
+
+def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
+                         fw: FrameworkProfile = DEFAULT,
+                         system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """(all, weight-gradient) backward seconds of ``gemms`` (``costs.layer_gemms``' tuples),
+    each priced as ``gemm_time_bwd_split`` describes."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
+    wv = gemm_waves(gpu)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t, t_w = 0.0, 0.0
-    for count, M, N, K, row in _linears(m, b, tp, cp, ep, etp, load):
+    for count, M, N, K, row, *_ in gemms:
         if row is None:
-            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16)
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16) + w
+            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
+            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv) + w
             t_w = t_w + w
             continue
         s = split if row else 1.0
-        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q)
-        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q)
+        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv)
+        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv)
         t = t + w
         t_w = t_w + w
     return t, t_w
@@ -261,6 +318,34 @@ def grad_accum_time(params: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DE
         return params * BF16_ACCUM_BYTES / usable_hbm(gpu, system)
     gb = system.main_grad_bytes(dtype)
     return params * (2 * gb + GRAD_BYTES_16) / usable_hbm(gpu, system)
+
+
+def sharded_grad_pass_bytes(fw: FrameworkProfile, dtype: str,
+                            system: SystemConfig = DEFAULT_SYSTEM) -> float:
+    """HBM bytes per unsharded gradient element and micro-batch of the passes the stack's
+    sharded data parallelism runs besides the reduce-scatter (``fw.sharded_grad_passes``,
+    ``framework.SHARDED_GRAD_PASSES``), with ``a`` = ``GRAD_BYTES_16`` the gradient as the
+    GEMM writes it and ``g`` = ``system.main_grad_bytes(dtype)`` the reduce dtype's element:
+    ``flat_grad_cat`` 2a, ``reduce_cast`` a + g (0 when g == a), ``predivide`` 2g,
+    ``reduce_copy_in`` a + g. FSDP1 under Composer's DEFAULT in bf16: 4 + 6 + 8 = 18."""
+    a, g = GRAD_BYTES_16, system.main_grad_bytes(dtype)
+    per = {"flat_grad_cat": 2 * a, "reduce_cast": a + g if g != a else 0.0,
+           "predivide": 2 * g, "reduce_copy_in": a + g}
+    return float(sum(per[name] for name in fw.sharded_grad_passes))
+
+
+def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
+                           fw: FrameworkProfile = DEFAULT,
+                           system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds per micro-batch of the stack's passes over the unsharded gradient of ``params``
+    weights (``sharded_grad_pass_bytes`` each over the usable HBM bandwidth) where the
+    gradient is sharded (``shard > 1``: ZeRO >= 2 with dp > 1, ``accum_shard``); 0 elsewhere.
+    FSDP1 runs the cast and the pre-divide on its post-backward stream, beside the next
+    unit's backward: charged in full, on the assumption that they take SM time the compute
+    stream's kernels would use (a large GEMM's CTAs occupy every SM); an upper bound if the
+    kernels overlap."""
+    per = sharded_grad_pass_bytes(fw, dtype, system)
+    return params * per / usable_hbm(gpu, system) * (np.asarray(shard) > 1)
 
 
 def bf16_optimizer_launch_time(m: ModelSpec, fw: FrameworkProfile, dtype: str,
@@ -370,12 +455,51 @@ def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None 
     return share * costs.MOE_SYNCS_FWD * measured.launch_gap(gpu, fw.launch_gap_s)
 
 
+def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
+                  tpo: Num = False, slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
+                  system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
+                  load: Num = 1.0, permute: tuple[Num, Num] = (0.0, 0.0),
+                  bias: tuple[Num, Num] = (0.0, 0.0), graphed: Num = False
+                  ) -> tuple[Num, Num]:
+    """GPU idle seconds ``(forward, backward)`` of the mean layer while the host issues an MoE
+    layer's expert path (0 for a dense model, and under a full-iteration CUDA graph,
+    ``graphed``, which replays the step with no host work in it).
+
+    The dispatcher's device-to-host synchronisation (``moe_sync_time``) empties the GPU's
+    queue before the experts, so their host work shows wherever it exceeds the GPU time of
+    the same kernels. Host seconds per MoE layer and pass: ``EXPERT_HOST_S`` per local expert
+    (``E/ep``) and, for experts with biases, ``HOST_PATH_S`` per operator of Megatron-Core's
+    per-expert bias loop (``costs.expert_bias_kernels``). GPU seconds ``G``: the routed
+    experts' GEMMs (``slow`` times; backward data and weight gradients), the permutations
+    ``permute`` and the bias path ``bias`` (both as the mean layer's ``moe_permute_time``/
+    ``expert_bias_time`` give them). Exposed per MoE layer ``max(0, host - G)``, times the
+    MoE layers' share of the layers. Vectorised."""
+    share = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
+    if share == 0.0:
+        z = 0.0 * np.asarray(b, dtype=float)
+        return z[()], z[()]
+    local = m.num_experts / np.asarray(ep, dtype=float)
+    k_f, k_b = costs.expert_bias_kernels(m, ep)
+    h_f = local * EXPERT_HOST_S[0] + k_f / share * HOST_PATH_S
+    h_b = local * EXPERT_HOST_S[1] + k_b / share * HOST_PATH_S
+    routed = [g for part, g in costs.layer_gemm_parts(m, b, tp, cp, ep, "moe", etp, load)
+              if part == "routed_mlp" and g[4] is not None]
+    g_f = slow * gemms_time_fwd(routed, tp, gpu, dtype, tpo, system) \
+        + (permute[0] + bias[0]) / share
+    g_b = slow * gemms_time_bwd_split(routed, tp, gpu, dtype, tpo, fw, system)[0] \
+        + (permute[1] + bias[1]) / share
+    on = np.logical_not(graphed)
+    fwd = share * np.maximum(h_f - g_f, 0.0) * on
+    bwd = share * np.maximum(h_b - g_b, 0.0) * on
+    return np.asarray(fwd)[()], np.asarray(bwd)[()]
+
+
 def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                recompute: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
-               dedup: Num = 1.0) -> LayerTime:
+               dedup: Num = 1.0, graphed: Num = False) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -391,7 +515,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rank's routed tokens over the mean (``costs.moe_load``), the pace of its expert GEMMs.
     ``dispatcher`` (``plan.DISPATCHERS`` code) and ``dedup`` (``costs.ep_dedup``'s byte
     scale): the MoE token permutations (``moe_permute_time``) and the dispatcher's host
-    synchronisation (``moe_sync_time``), in ``B`` for the backward."""
+    synchronisation (``moe_sync_time``), in ``B`` for the backward. ``graphed``: the step runs
+    as one full-iteration CUDA graph (plan ``cuda_graph``): no host launches or
+    synchronisations left (``moe_host_time``, ``moe_sync_time`` 0); else the expert path's
+    host launches (``moe_host_time``), in ``B`` for the backward."""
     g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
     g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
     g_b, g_w = slow * g_b, slow * g_w
@@ -399,14 +526,20 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
     e = e_plain + c_f
-    acc = grad_accum_time(costs.layer_params_per_gpu(m, tp, ep, etp) / shard, gpu, dtype, fw,
-                          system) + bf16_optimizer_launch_time(m, fw, dtype, gpu)
+    layer_w = costs.layer_params_per_gpu(m, tp, ep, etp)
+    acc = grad_accum_time(layer_w / shard, gpu, dtype, fw, system) \
+        + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
+        + sharded_grad_pass_time(layer_w, shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
-    sync = moe_sync_time(m, fw, gpu)
-    fwd = g_f + a_f + e + launch + p_f + x_f + sync
-    bwd = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b
+    sync = moe_sync_time(m, fw, gpu) * np.logical_not(graphed)
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b
+    h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
+                             slow=slow, fw=fw, system=system, etp=etp, load=load,
+                             permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed)
+    fwd = g_f + a_f + e + launch + p_f + x_f + sync + h_f
+    bwd = bwd0 + h_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
                          system=system, etp=etp, load=load)
@@ -486,12 +619,15 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
-    q = _gemm_ratio(gpu, "bf16", rate, kn)
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q)
-    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q) + w)
+    q, wv = _gemm_ratio(gpu, "bf16", rate, kn), gemm_waves(gpu)
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
+    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)
     ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
-    acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system)
+    # a tied head's weight is the embedding's tensor: its sharded-gradient passes are the
+    # embedding's (``embedding_time_bwd``)
+    acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(
+        0.0 if m.tie_word_embeddings else V * h, shard, gpu, dtype, fw, system)
     return g_f + ce, g_b + ce + acc, slow * w + acc
 
 
@@ -515,9 +651,12 @@ def embedding_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Backward seconds of the embedding on the first stage: the scatter-add of the token
     gradients (twice the forward's bytes) and the accumulation of the word embedding's
-    gradient into the main gradient (``grad_accum_time``)."""
+    gradient into the main gradient (``grad_accum_time``) and, with sharded gradients, the
+    stack's passes over the embedding's unsharded gradient (``sharded_grad_pass_time``)."""
+    emb_w = costs.embedding_params_per_gpu(m, tp)
     return 2 * embedding_time(m, b, tp, cp, gpu, system) + grad_accum_time(
-        costs.embedding_params_per_gpu(m, tp) / shard, gpu, dtype, fw, system)
+        emb_w / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(emb_w, shard, gpu,
+                                                                        dtype, fw, system)
 
 
 def optimizer_time(params_on_gpu: Num, gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM,

@@ -279,7 +279,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
-                       dispatcher=P.moe_dispatcher, dedup=dedup_bytes)
+                       dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
+                       graphed=P.cuda_graph)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -327,7 +328,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         ltk = ct.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
                             system=sy, etp=etp, load=load, modules=P.recompute_modules,
-                            dispatcher=P.moe_dispatcher, dedup=dedup_bytes)
+                            dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
+                            graphed=P.cuda_graph)
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         return KindCostArrays(

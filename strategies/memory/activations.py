@@ -56,6 +56,7 @@ from strategies.errors import SpecError
 from strategies.layout import mixed_layers, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
+from strategies.schedules.base import peak_pair
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -406,27 +407,42 @@ def output_activation_bytes(job: Job) -> float:
     return (4 * s * b * h / (p.tp if p.sp else 1) + 4 * s * b * v / p.tp) / p.cp
 
 
+def stash_peak(job: Job, stage: int) -> tuple[int, int]:
+    """``(stashed, pending)`` at pipeline rank ``stage``'s activation peak: of the pairs the
+    order passes through (``Schedule.stash_frontier`` of the schedule as the job runs it:
+    after each forward and after each backward's release), the one with the most bytes at
+    ``activation_bytes_per_chunk`` per stashed ``(micro-batch, chunk)`` and
+    ``wgrad_bytes_per_chunk`` per pending weight gradient (``schedules.base.peak_pair``).
+    The one rule the scalar and array memory models and the simulator's activation track
+    share: where a pending ``W`` keeps more than a stashed entry (full or op recomputation,
+    MoE layers' output gradients) the peak is where more ``W`` wait, not where most
+    forwards are stashed."""
+    p, m = job.plan, job.num_microbatches
+    _check_stage(job, stage)
+    front = get_schedule(p.schedule).for_job(job).stash_frontier(
+        stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    if len(front) == 1:
+        return front[0]
+    return peak_pair(front, activation_bytes_per_chunk(job, stage),
+                     wgrad_bytes_per_chunk(job, stage))
+
+
 def in_flight_microbatches(job: Job, stage: int) -> int:
-    """Peak number of stashed ``(microbatch, chunk)`` entries on pipeline rank ``stage``: the
-    schedule's ``Schedule.in_flight``.
+    """Stashed ``(microbatch, chunk)`` entries on pipeline rank ``stage`` at its activation
+    peak (``stash_peak``): the schedule's ``Schedule.in_flight`` unless a split backward's
+    pending weight gradients outweigh a stashed entry.
 
     GPipe ``m``; 1F1B ``min(p - stage, m)``; interleaved ``min(w(stage) + 1, m·v)`` with
     ``w`` Megatron's ``num_warmup_microbatches`` (each entry holds ``l/(p·v)`` layers). For
     stage 0 and ``g = p`` that is ``l·(1 + (p-1)/(p·v))`` layers: Megatron's factor.
     """
-    p, m = job.plan, job.num_microbatches
-    _check_stage(job, stage)
-    return get_schedule(p.schedule).for_job(job).in_flight(stage, p.pp, m, p.vpp,
-                                                           p.microbatch_group_size)
+    return stash_peak(job, stage)[0]
 
 
 def pending_weight_grads(job: Job, stage: int) -> int:
-    """Weight gradients still to run on ``stage`` when its stash peaks (the schedule's
-    ``Schedule.pending_weight_grads``; 0 unless it splits the backward)."""
-    p, m = job.plan, job.num_microbatches
-    _check_stage(job, stage)
-    return get_schedule(p.schedule).for_job(job).pending_weight_grads(
-        stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    """Weight gradients still to run on ``stage`` at its activation peak (``stash_peak``;
+    0 unless the schedule splits the backward)."""
+    return stash_peak(job, stage)[1]
 
 
 def stashed_layers(job: Job, stage: int = 0) -> float:
@@ -546,9 +562,9 @@ def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
 
 def stage_activation_bytes(job: Job, stage: int) -> float:
     """Peak activation bytes on ``stage``: stash, pending weight gradients (a split
-    backward, ``wgrad_bytes_per_chunk`` each) and transient."""
-    return (in_flight_microbatches(job, stage) * activation_bytes_per_chunk(job, stage)
-            + pending_weight_grads(job, stage) * wgrad_bytes_per_chunk(job, stage)
+    backward, ``wgrad_bytes_per_chunk`` each; ``stash_peak``) and transient."""
+    n, w = stash_peak(job, stage)
+    return (n * activation_bytes_per_chunk(job, stage) + w * wgrad_bytes_per_chunk(job, stage)
             + transient_activation_bytes(job, stage))
 
 

@@ -12,9 +12,11 @@ The stash of in-flight micro-batches is the schedule's (``strategies.memory.acti
 interleaving group size ``pp`` is used. For a model of one layer kind the search's peak
 evaluates only the first and the last pipeline stage (and rank 1 of an uneven layout): a
 middle stage holds the same layers as the first, no embedding, and at most as many stashed
-micro-batches (the in-flight count of every schedule is non-increasing in the stage), and
-its ``other`` allowance grows with activations and parameters only, so it never exceeds the
-first stage. A model with dense and MoE layers or MTP modules holds different kinds on
+micro-batches (the in-flight count of GPipe, 1F1B and interleaving is non-increasing in the
+stage), and its ``other`` allowance grows with activations and parameters only, so it never
+exceeds the first stage. A schedule that splits the backward (pending weight gradients grow
+with the rank) or is mirrored (DualPipe's middle ranks stash one more) has every rank
+evaluated. A model with dense and MoE layers or MTP modules holds different kinds on
 different ranks, so its peak evaluates every rank, each by kind (``rank_memory_arrays``).
 
 >>> import numpy as np
@@ -46,7 +48,7 @@ from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, l
                                           stash_kinds)
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
-from strategies.schedules import attr_by_code, dispatch
+from strategies.schedules import attr_by_code, dispatch, schedule_of_code
 
 ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
@@ -168,12 +170,6 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                                                P.recompute_modules)[1]}
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
-    if in_flight is None:
-        in_flight = dispatch(sched, "in_flight_array", stage, pp, nmb, v)   # Schedule.in_flight
-    in_flight = np.asarray(in_flight, dtype=float)
-    if pending_w is None:
-        pending_w = dispatch(sched, "pending_weight_grads_array", stage, pp, nmb, v)
-    pending_w = np.asarray(pending_w, dtype=float)
     seq_div = np.where(sp, tp, 1.0)
 
     # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
@@ -206,7 +202,6 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         / np.where(mirrored, 2, 1)
     out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
     stashed = attr_by_code(sched, "logits_stashed")
-    out_act = np.where(is_last, out_one * np.where(stashed, in_flight, 1), 0.0)
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
     # and, with recompute_layers under block, every activation of the layers it does not
     # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
@@ -215,10 +210,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     n_rc = P.recompute_layers
 
     def stash(lpc, kinds):
-        """``(layers, recompute)`` activation bytes with ``lpc`` layers per stashed chunk of
-        the kinds ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes;
-        block recomputation keeps and rebuilds the chunk's mean layer, the largest kind
-        held rebuilds its selective parts and op's unsaved tensors)."""
+        """``(stashed, pending, recompute)``: the bytes of the layers of one stashed chunk
+        and of one pending weight gradient, with ``lpc`` layers per chunk of the kinds
+        ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes; block
+        recomputation keeps and rebuilds the chunk's mean layer), and of what is rebuilt at
+        once (the largest kind held rebuilds its selective parts and op's unsaved tensors)."""
         pl = [(per_layer(view), n) for view, n in kinds]
         if len(pl) == 1:
             L = pl[0][0]
@@ -237,13 +233,31 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                              lpc * L["act"])
         rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * L["none"],
                           np.where(rc == 3, op_rb, L["sel"]))
-        return in_flight * chunk_act + pending_w * lpc * L["wgrad"], rc_act
+        return chunk_act, lpc * L["wgrad"], rc_act
+
+    def at_peak(chunk_act, w_chunk):
+        """``(in_flight, pending_w)``: given, or the pair of the schedule's
+        ``stash_frontier_array`` with the most bytes (``activations.stash_peak``'s rule:
+        ``chunk_act`` plus the embedding's and stashed logits' bytes per stashed entry,
+        ``w_chunk`` per pending weight gradient; the first, most stashed, on a tie)."""
+        if in_flight is not None and pending_w is not None:
+            return np.asarray(in_flight, dtype=float), np.asarray(pending_w, dtype=float)
+        n_k, w_k = _stash_frontier(sched, stage, pp, nmb, v)
+        per_entry = chunk_act + emb_act + np.where(is_last & stashed, out_one, 0.0)
+        pick = np.argmax(n_k * per_entry + w_k * w_chunk, axis=0)
+        n = np.take_along_axis(n_k, pick[None], axis=0)[0]
+        w = np.take_along_axis(w_k, pick[None], axis=0)[0]
+        return (n if in_flight is None else np.asarray(in_flight, dtype=float),
+                w if pending_w is None else np.asarray(pending_w, dtype=float))
 
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
     if not mixed_layers(m):
-        layers_act, rc_act = stash(lpc, [(m, None)])
-        activations = layers_act + in_flight * emb_act + out_act + rc_act
+        chunk_act, w_chunk, rc_act = stash(lpc, [(m, None)])
+        n_in, n_w = at_peak(chunk_act, w_chunk)
+        layers_act = n_in * chunk_act + n_w * w_chunk
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
+        activations = layers_act + n_in * emb_act + out_act + rc_act
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
@@ -261,14 +275,17 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                 n_layers = have["dense"] + have["moe"] + have["mtp"]
                 layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
                                              + mirror["mtp"]) / 2, n_layers)
-        shape = np.zeros_like(in_flight * emb_act + out_act)
+        shape = np.zeros_like(emb_act + out_one * is_last * stage)
         held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + shape
                   for k in ("dense", "moe", "mtp")}
         if layers is None:
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
         layers = np.asarray(layers, dtype=float)
-        layers_act, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
-        activations = layers_act + in_flight * emb_act + out_act + rc_act
+        chunk_act, w_chunk, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
+        n_in, n_w = at_peak(chunk_act, w_chunk)
+        layers_act = n_in * chunk_act + n_w * w_chunk
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
+        activations = layers_act + n_in * emb_act + out_act + rc_act
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
         # the token permutation's buffers live in an MoE layer (an MTP module's is one when
@@ -294,7 +311,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     zero_ = np.zeros_like(activations)
     parts = {"layers": dict(state(layer_dense, expert_params, True),
                             activations=layers_act),
-             "embedding": dict(state(emb_p), activations=in_flight * emb_act),
+             "embedding": dict(state(emb_p), activations=n_in * emb_act),
              "output": dict(state(head_p), activations=out_act),
              "recompute": dict(state(zero_), activations=rc_act),
              "other": {"params": zero_, "grads": step_copy, "optimizer": zero_,
@@ -305,6 +322,27 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                       and part is not parts["other"])
     total = total_state + activations + other + step_copy
     return parts, total
+
+
+def _stash_frontier(sched, stage, pp, m, v) -> tuple[np.ndarray, np.ndarray]:
+    """``Schedule.stash_frontier_array`` of each plan's schedule (by code): ``(stashed,
+    pending)`` of shape ``(K,) + plans``, each plan's pairs padded with its first."""
+    arrs = np.broadcast_arrays(np.asarray(sched, dtype=np.int64), *(np.asarray(a) for a in
+                                                                     (stage, pp, m, v)))
+    c, rest = arrs[0], arrs[1:]
+    got = {}
+    for code in np.unique(c):
+        sel = c == code
+        got[int(code)] = (sel, schedule_of_code(code).stash_frontier_array(
+            *(a[sel] for a in rest)))
+    depth = max((f[0].shape[0] for _, f in got.values()), default=1)
+    n = np.zeros((depth,) + c.shape)
+    w = np.zeros((depth,) + c.shape)
+    for sel, (nk, wk) in got.values():
+        pad = depth - nk.shape[0]
+        n[:, sel] = np.concatenate([nk] + [nk[:1]] * pad) if pad else nk
+        w[:, sel] = np.concatenate([wk] + [wk[:1]] * pad) if pad else wk
+    return n, w
 
 
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
@@ -358,6 +396,17 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
+    # a split backward's pending weight gradients grow with the rank and may outweigh the
+    # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
+    # rank of those plans (none of them in the default search)
+    every = np.broadcast_to(attr_by_code(P.schedule, "splits_backward")
+                            | attr_by_code(P.schedule, "mirrored"), np.shape(peak))
+    if np.any(every):
+        peak = np.array(peak, dtype=float)
+        if peak.ndim == 0:
+            return _every_rank_peak(m, P, dtype, system, gpu)
+        rows = np.flatnonzero(every)
+        peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu)
     return peak
 
 

@@ -129,7 +129,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     recompute: all of it; op: what it did not save); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
     in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
     An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
-    job's schedule (``activations.in_flight_microbatches``).
+    job's schedule at each rank's peak (``activations.stash_peak``).
     """
     act._check_stage(job, stage)
     return _components(job, [stage])[0]
@@ -151,10 +151,10 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
                     have[k] = have.get(k, 0) + n
             held.append(have)
         content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
+    peaks = [act.stash_peak(job, s) for s in stages]     # (stashed, pending W) at the peak
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
-        job.system, in_flight=[act.in_flight_microbatches(job, s) for s in stages],
-        pending_w=[act.pending_weight_grads(job, s) for s in stages],
+        job.system, in_flight=[n for n, _ in peaks], pending_w=[w for _, w in peaks],
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
         content=content, gpu=job.cluster.gpu)

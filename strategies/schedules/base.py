@@ -15,7 +15,10 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   them (default: receive before a step, send after it);
 * **warm-up and memory**: ``num_warmup``, ``in_flight`` (stashed ``(micro-batch, chunk)``
   entries at the peak, scalar) and ``in_flight_array`` (over numpy arrays, for the search),
-  ``logits_stashed`` (the last stage keeps every micro-batch's logits until its backward);
+  ``stash_frontier`` and ``stash_frontier_array`` (the ``(stashed, pending W)`` pairs a
+  rank's activations can peak at, of which the memory model and the simulator's activation
+  track take the one with the most bytes: ``peak_pair``), ``logits_stashed`` (the last stage
+  keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
   ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
   (the closed form), ``blocks_fwd_send``/``blocks_bwd_send`` and ``reduce_window_steps``
@@ -98,10 +101,12 @@ class Step:
         return self.label
 
 
-def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
-    """``(stashed, pending)`` just after each forward: forwards whose backward (``B``) has not
-    yet run, and backwards whose weight gradient (``W``) is still to run, each counted per
-    (microbatch, chunk). An overlapped group (``Step.overlap``) is counted at its end, its
+def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
+    """``(stashed, pending, after_forward)`` at every moment a rank's activations can peak:
+    just after each forward and just after each backward (or overlapped group's backwards)
+    releases its stash: forwards whose backward (``B``) has not yet run, and backwards whose
+    weight gradient (``W``) is still to run, each counted per (microbatch, chunk). A ``W``
+    only frees. An overlapped group (``Step.overlap``) is counted at its end, its
     backwards' stash released (and their ``W``, which the group runs last, pending) before
     its forwards' is added: the pair's forward builds its activations as the backward frees
     its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
@@ -109,21 +114,25 @@ def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
     has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
     live: set[tuple[int, int]] = set()
     pending: set[tuple[int, int]] = set()
-    out: list[tuple[int, int]] = []
+    out: list[tuple[int, int, bool]] = []
     group: list[Step] = []
     for s in steps:
         group.append(s)
         if s.overlap:
             continue
+        released = False
         for g in group:
             if g.kind == "B":
+                released = True
                 live.discard((g.microbatch, g.chunk))
                 if (g.microbatch, g.chunk) in has_w:
                     pending.add((g.microbatch, g.chunk))
+        if released:
+            out.append((len(live), len(pending), False))
         for g in group:
             if g.kind == "F":
                 live.add((g.microbatch, g.chunk))
-                out.append((len(live), len(pending)))
+                out.append((len(live), len(pending), True))
         for g in group:
             if g.kind == "W":
                 pending.discard((g.microbatch, g.chunk))
@@ -131,30 +140,69 @@ def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
     return out
 
 
+def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
+    """``(stashed, pending)`` just after each forward (``_stash_walk``): forwards whose
+    backward (``B``) has not yet run, and backwards whose weight gradient (``W``) is still to
+    run, each counted per (microbatch, chunk); an overlapped group is counted at its end."""
+    return [(n, w) for n, w, fwd in _stash_walk(steps) if fwd]
+
+
+def stash_frontier(steps: Iterable[Step]) -> tuple[tuple[int, int], ...]:
+    """The ``(stashed, pending)`` pairs a rank's activations can peak at: of every moment of
+    ``_stash_walk`` (after each forward and after each backward's release), those no other
+    moment exceeds in both counts, most stashed first. With ``M_B`` bytes per stashed entry
+    and ``M_W`` per pending weight gradient the rank's peak is the largest
+    ``n·M_B + w·M_W`` over them (``peak_pair``); the first pair is ``(peak_stash,
+    peak_pending_w)``. ZB-H1 and ZB-H2 have one more, one ``B`` later, which peaks where
+    ``M_W > M_B`` (full or op recomputation, MoE layers); ZB-2p's orders pass through pairs
+    with fewer stashed and many more pending, which can peak with ``M_W < M_B`` too.
+
+    >>> from strategies.schedules.zb_h1 import ZBH1
+    >>> stash_frontier(ZBH1().steps(1, 4, 8))
+    ((3, 1), (2, 2))
+    """
+    best: list[tuple[int, int]] = []
+    for n, w in sorted({(n, w) for n, w, _ in _stash_walk(steps)}, key=lambda x: (-x[0], -x[1])):
+        if not best or w > best[-1][1]:
+            best.append((n, w))
+    return tuple(best) or ((0, 0),)
+
+
+def peak_pair(frontier: Sequence[tuple[int, int]], per_stashed: float,
+              per_pending: float) -> tuple[int, int]:
+    """The pair of ``frontier`` (``stash_frontier``) with the most bytes, ``n·per_stashed
+    + w·per_pending`` (bytes per stashed entry and per pending ``W``); the first (most
+    stashed) on a tie."""
+    vals = [n * per_stashed + w * per_pending for n, w in frontier]
+    return tuple(frontier[vals.index(max(vals))])
+
+
 def peak_stash(steps: Iterable[Step]) -> int:
     """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
     chunk) (``stash_moments``); a split backward's ``W`` is not counted (it keeps only the
-    layer inputs and output gradients its GEMMs need, less than the forward's stash)."""
+    layer inputs and output gradients its GEMMs need)."""
     return max((n for n, _ in stash_moments(steps)), default=0)
 
 
 def peak_pending_w(steps: Sequence[Step]) -> int:
-    """Most backwards whose weight gradient (``W``) is still to run when the activation stash
-    is at its peak (``stash_moments``), so the peak memory is ``peak_stash·M_B +
-    peak_pending_w·M_W`` (Qi et al. §2.3: ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2
-    ``(2p-2r-1)M_B + 2r·M_W`` on rank ``r``). A waiting ``W`` keeps only its GEMMs' inputs
-    (``M_W < M_B``); 0 where the backward is not split."""
+    """Most backwards whose weight gradient (``W``) is still to run when the stash count is
+    at its peak (``stash_moments``): Qi et al. §2.3's peak ``peak_stash·M_B +
+    peak_pending_w·M_W`` (ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on
+    rank ``r``), which holds where ``M_W <= M_B`` on those orders; the memory model takes
+    the largest pair of ``stash_frontier``. 0 where the backward is not split."""
     moments = stash_moments(steps)
     top = max((n for n, _ in moments), default=0)
     return max((w for n, w in moments if n == top), default=0)
 
 
-def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
-    """``fn(stage, pp, m, vpp)`` over broadcast arrays, called once per distinct tuple."""
+def _distinct(stage: Any, pp: Any, m: Any, vpp: Any
+              ) -> tuple[list[tuple[int, int, int, int]], np.ndarray, tuple[int, ...]]:
+    """``(keys, inverse, shape)``: the distinct ``(stage, pp, m, vpp)`` rows of the broadcast
+    arrays, each row's index among them and the broadcast shape."""
     s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m, vpp)))
     cols = [a.ravel().astype(np.int64) for a in (s, p, mm, v)]
     if not len(cols[0]):
-        return np.zeros(s.shape)
+        return [], np.zeros(0, dtype=np.int64), s.shape
     # one int64 key per row (mixed radix over the columns' ranges): a 1-D unique is several
     # times faster than ``np.unique(axis=0)`` on the search's hundreds of thousands of rows
     lo = [int(c.min()) for c in cols]
@@ -167,8 +215,16 @@ def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any)
         uniq = np.stack(cols, axis=1)[first]
     else:
         uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    vals = np.array([fn(*map(int, k)) for k in uniq], dtype=float)
-    return vals[np.ravel(inv)].reshape(s.shape)
+    return [tuple(map(int, k)) for k in uniq], np.ravel(inv), s.shape
+
+
+def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
+    """``fn(stage, pp, m, vpp)`` over broadcast arrays, called once per distinct tuple."""
+    keys, inv, shape = _distinct(stage, pp, m, vpp)
+    if not keys:
+        return np.zeros(shape)
+    vals = np.array([fn(*k) for k in keys], dtype=float)
+    return vals[inv].reshape(shape)
 
 
 #: figures of a schedule's order by ``(class, name, figure, stage, pp, m, vpp)``: an order is
@@ -179,7 +235,8 @@ _ORDER_FIGURES_MAX = 1 << 18
 
 
 def _order_figure(sched: "Schedule", figure: str) -> Callable[[int, int, int, int], float]:
-    """``sched.<figure>(stage, pp, m, vpp)`` (a count or share read from the order), memoised."""
+    """``sched.<figure>(stage, pp, m, vpp)`` (a count, share or ``stash_frontier`` read from
+    the order), memoised."""
     method = getattr(sched, figure)
     head = (type(sched), sched.name, figure)
 
@@ -388,6 +445,36 @@ class Schedule:
         if not self.splits_backward:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
         return _per_distinct(_order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
+
+    def stash_frontier(self, stage: int, pp: int, m: int, vpp: int = 1,
+                       group_size: int | None = None) -> tuple[tuple[int, int], ...]:
+        """The ``(stashed, pending W)`` pairs ``stage``'s activations can peak at
+        (``base.stash_frontier`` of the order, most stashed first; ``peak_pair`` picks the
+        peak for given bytes): ``((in_flight, 0),)`` unless the backward is split."""
+        if not self.splits_backward:
+            return ((self.in_flight(stage, pp, m, vpp, group_size), 0),)
+        return stash_frontier(self.steps(stage, pp, m, vpp, group_size))
+
+    def stash_frontier_array(self, stage: Any, pp: Any, m: Any, vpp: Any
+                             ) -> tuple[np.ndarray, np.ndarray]:
+        """``stash_frontier`` over arrays (default group size): ``(stashed, pending)``, each
+        of shape ``(K,) + broadcast shape``, a row's frontier padded with its first pair to
+        the longest ``K``; once per distinct ``(stage, pp, m, vpp)``."""
+        if not self.splits_backward:
+            n = np.asarray(self.in_flight_array(stage, pp, m, vpp), dtype=float)
+            return n[None], np.zeros_like(n)[None]
+        keys, inv, shape = _distinct(stage, pp, m, vpp)
+        if not keys:
+            return np.zeros((1,) + shape), np.zeros((1,) + shape)
+        fn = _order_figure(self, "stash_frontier")
+        fronts = [fn(*k) for k in keys]
+        depth = max((len(f) for f in fronts), default=1)
+        table = np.array([list(f) + [f[0]] * (depth - len(f)) for f in fronts],
+                         dtype=float).reshape(len(fronts), depth, 2)
+        rows = table[inv]                                   # (N, K, 2)
+        n = np.moveaxis(rows[..., 0], 1, 0).reshape((depth,) + shape)
+        w = np.moveaxis(rows[..., 1], 1, 0).reshape((depth,) + shape)
+        return n, w
 
     # ------------------------------------------------------------------ time
     def fill_chunks(self, vpp: Any) -> Any:
