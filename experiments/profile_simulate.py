@@ -27,35 +27,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (part, frame names that put a sample in it), checked in this order on the sample's stack
+# (part, frame names that put a sample in it): a sample goes to the part of the innermost frame
+# of its stack that names one (a stream finishing its op inside the flow network's callback is
+# finishing, a transfer started by the engine is the flow network), else to SimPy when its
+# innermost frame is SimPy's
 PARTS = [
     ("compile (program builder, relabel)", ("compile_job",)),
     ("metrics", ("derive_metrics",)),
     ("engine setup (stream plans, exclusive channels)", ("Engine.__init__", "Engine.start")),
     ("flow network (transfers, flow table, max-min)",
-     ("FlowNetwork._settle", "FlowNetwork._start_flow", "FlowNetwork.transfer", "SimNetwork.flow",
-      "CollectiveRunner._run")),
+     ("FlowNetwork._settle", "FlowNetwork._start_flow", "FlowNetwork._start_flows",
+      "FlowNetwork.transfer", "SimNetwork.transfer", "SimNetwork.flow", "CollectiveRunner._run")),
     ("collective start (closed form)", ("CollectiveRunner.start",)),
+    ("engine messages and rendezvous",
+     ("Engine._collective", "Engine._send", "Engine._recv_key", "Engine._post_recv")),
+    ("engine finishing ops (record, dependency counters, waking)",
+     ("_Stream.finish", "_Rendezvous.fire", "Engine.deliver", "_Stream.__call__")),
+    ("engine event loop (queue, stream dispatch, compute ends and their records)",
+     ("Engine._loop",)),
 ]
+_PART_OF = {name: part for part, names in PARTS for name in names}
 
 
 def part_of(frames: list[str]) -> str:
     names = [f.split(" (")[0] for f in frames]
     if "simulate" not in names:
         return ""
-    for part, marks in PARTS:
-        if any(m in names for m in marks):
-            return part
     if "simpy" in frames[-1]:
         return "SimPy (event creation, schedule, succeed)"
-    if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key",
-                                "Engine._post_recv")):
-        return "engine messages and rendezvous"
-    if any(n in names for n in ("_Stream.finish", "_Rendezvous.fire", "Engine.deliver",
-                                "_Stream.__call__")):
-        return "engine finishing ops (record, dependency counters, waking)"
-    if "Engine._loop" in names:     # SimPy's step written out, stream dispatch, compute ends
-        return "engine event loop (queue, stream dispatch, compute ends and their records)"
+    for name in reversed(names):
+        if name in _PART_OF:
+            return _PART_OF[name]
     return "other"
 
 
