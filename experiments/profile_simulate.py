@@ -40,7 +40,7 @@ PARTS = [
       "FlowNetwork.transfer", "SimNetwork.transfer", "SimNetwork.flow", "CollectiveRunner._run")),
     ("collective start (closed form)", ("CollectiveRunner.start",)),
     ("engine messages and rendezvous",
-     ("Engine._collective", "Engine._send", "Engine._recv_key", "Engine._post_recv")),
+     ("Engine._collective", "Engine._send", "Engine._post_recv")),
     ("engine finishing ops (record, dependency counters, waking)",
      ("_Stream.finish", "_Rendezvous.fire", "Engine.deliver", "_Stream.__call__")),
     ("engine event loop (queue, stream dispatch, compute ends and their records)",

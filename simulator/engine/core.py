@@ -296,6 +296,7 @@ class Engine:
         object. One function for the whole run: the locals are bound once (issue 17)."""
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
+        seq = self.seq
         popleft, pop, push = ready.popleft, heappop, heappush
         ends: dict[float, list[_Stream]] = {}      # time -> the streams whose compute ends then
         records = self.records if self.record else None
@@ -335,8 +336,12 @@ class Engine:
                         self._send(st, op)
                         i = st.idx
                         break
-                    if code == _RECV:
-                        key = self._recv_key(st.rank, op)
+                    if code == _RECV:  # the n-th message of its channel, counted here
+                        src, tag = op.src, op.tag
+                        key = (src, st.rank, tag, "r")
+                        k = seq[key]
+                        seq[key] = k + 1
+                        key = (src, st.rank, tag, k)
                         if rendezvous:
                             self._post_recv(key)
                         if mail.pop(key, None) is None:    # not here yet: wait for it
@@ -458,12 +463,6 @@ class Engine:
         else:
             op = st.ops[st.idx]
             self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st)
-
-    def _recv_key(self, rank: int, op: Recv) -> tuple:
-        key = (op.src, rank, op.tag, "r")
-        n = self.seq[key]
-        self.seq[key] = n + 1
-        return (op.src, rank, op.tag, n)
 
     def _collective(self, rank: int, op: Collective, chan: int) -> _Rendezvous:
         """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the

@@ -181,11 +181,14 @@ class FlowNetwork:
         byte arrives (with value ``tag``). With ``then``, no event: ``then(tag)`` is called
         when the last byte arrives (from inside the network's own callback, at that instant;
         one SimPy event fewer per message, issue 17), and None is returned."""
-        if not nbytes >= 0:
-            raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
-        done, fin = transfer_ends(self.env, tag, then, src == dst or nbytes == 0)
-        if fin is None:
-            return done
+        if then is not None and nbytes > 0 and src != dst:   # the engine's messages
+            done, fin = None, then
+        else:
+            if not nbytes >= 0:
+                raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
+            done, fin = transfer_ends(self.env, tag, then, src == dst or nbytes == 0)
+            if fin is None:
+                return done
         hit = self._routes.get((src, dst))      # the route as ``route`` cached it
         _, links, latency = hit if hit is not None else self.route(src, dst)
         if latency > 0:
