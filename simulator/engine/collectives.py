@@ -62,7 +62,7 @@ class CollectiveRunner:
         self._solo: dict = {}
         self._links: dict = {}
         self._closed: dict = {}      # call signature -> (seconds, link loads) or None
-        self._due: dict[float, list] = {}   # closed-form collectives' ends, by end time
+        self._due: dict[tuple, list] = {}   # closed-form collectives' ends: (end time, share)
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
@@ -72,11 +72,12 @@ class CollectiveRunner:
             plan = self._plans[key] = plan_phases(self.net, op, self.issuers, self.node_of)
         return plan
 
-    def start(self, op: Collective, then: Callable[[object], None]) -> None:
+    def start(self, op: Collective, then: Callable[[object], None], share=None) -> None:
         """Run ``op`` from now on; ``then(x)`` is called when it ends (``x``: the SimPy event
         that ended it, or None). No event of its own (issue 17): a closed-form collective is one
-        timeout whose callback is ``then``; with instant communication or no phases ``then``
-        is called before this returns."""
+        timeout whose callback is ``then`` (shared by the closed-form collectives with the same
+        ``share``, not None, that end at the same instant); with instant communication or no
+        phases ``then`` is called before this returns."""
         if self.free_comm:
             then(None)
             return
@@ -97,11 +98,14 @@ class CollectiveRunner:
             if self._log_load and not any(isinstance(ph[2], tuple) for ph in phases):
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))
-            at = self.env._now + total           # the instant the timeout below fires at
-            due = self._due.get(at)
+            if share is None:
+                self.env.timeout(total).callbacks.append(then)
+                return
+            key = (self.env._now + total, share)    # the instant the timeout fires at
+            due = self._due.get(key)
             if due is None:
-                due = self._due[at] = []
-                self.env.timeout(total).callbacks.append(partial(self._end_due, at))
+                due = self._due[key] = []
+                self.env.timeout(total).callbacks.append(partial(self._end_due, key))
             due.append(then)
             return
         phases = self.phases(op)
@@ -110,11 +114,11 @@ class CollectiveRunner:
             return
         self.env.process(self._run(op, phases, then))
 
-    def _end_due(self, at: float, ev: object) -> None:
-        """The closed-form collectives that end at ``at`` end, in the order they started: one
-        timeout for all of them (issue 17: the ranks of a large step run the same collectives
-        at the same instants)."""
-        for then in self._due.pop(at):
+    def _end_due(self, key: tuple, ev: object) -> None:
+        """The closed-form collectives due at ``key`` (end time, share) end, in the order they
+        started: one timeout for all of them (issue 17: the replicas of a large step run the
+        same collectives at the same instants)."""
+        for then in self._due.pop(key):
             then(ev)
 
     def _closed_form(self, op: Collective) -> tuple[float, list, list] | None:

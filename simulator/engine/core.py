@@ -147,15 +147,15 @@ class _Stream:
     the network calls when its send's last byte lands (``__call__``: no event, no closure)."""
 
     __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "wakes", "left", "hold", "off",
-                 "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
+                 "cls", "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
 
     def __init__(self, eng: "Engine", prog: Program, shape: _Shape, k: int, left: list,
-                 hold: dict) -> None:
+                 hold: dict, cls: int) -> None:
         name = shape.names[k]
         ops = prog.streams[name]
         self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
         self.ops, self.codes, self.wakes = ops, shape.codes[k], shape.wakes[k]
-        self.left, self.hold, self.off = left, hold, shape.offsets[k]
+        self.left, self.hold, self.off, self.cls = left, hold, shape.offsets[k], cls
         # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
         # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
         # the ranks of a group share their collective ops, so most are found by the op's id
@@ -268,6 +268,7 @@ class Engine:
         """Build the streams and queue them all (``_loop`` starts their first ops). The
         structure of a program (``_Shape``) is worked out once per distinct structure."""
         shapes: dict[tuple, _Shape] = {}
+        classes: dict[tuple, int] = {}    # (shape, stream) -> the streams' class (``cls``)
         for rank in sorted(self.programs):
             prog = self.programs[rank]
             names = tuple(sorted(prog.streams))
@@ -281,7 +282,8 @@ class Engine:
                 shape = shapes[key] = _Shape(names, ids, deps, codes)
             left, hold = list(shape.left), {}
             for k, name in enumerate(names):
-                st = self.where[(rank, name)] = _Stream(self, prog, shape, k, left, hold)
+                cls = classes.setdefault((id(shape), k), len(classes))
+                st = self.where[(rank, name)] = _Stream(self, prog, shape, k, left, hold, cls)
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
@@ -298,7 +300,7 @@ class Engine:
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
         seq = self.seq
         popleft, pop, push = ready.popleft, heappop, heappush
-        ends: dict[float, list[_Stream]] = {}      # time -> the streams whose compute ends then
+        ends: dict[tuple, list[_Stream]] = {}      # (time, class, op) -> streams ending then
         records = self.records if self.record else None
         put = records.append if records is not None else None
         steps = 0
@@ -324,9 +326,13 @@ class Engine:
                             j += 1
                             t += ops[j].seconds
                         st.last = j
-                        due = ends.get(t)      # the compute ends due at t share one entry
+                        # the same run of the same stream class (the replicas of a stage) ending
+                        # at t: one entry for all (keyed by the program, not by which
+                        # unrelated instants are equal in floating point)
+                        key = (t, st.cls, i)
+                        due = ends.get(key)
                         if due is None:
-                            ends[t] = due = [st]
+                            ends[key] = due = [st]
                             push(queue, (t, NORMAL, next(eid), due))
                         else:
                             due.append(st)
@@ -350,7 +356,7 @@ class Engine:
                             break
                         kind, wait, peer, nbytes = "pp_recv", 0.0, op.src, 0.0   # sent before
                     else:
-                        inst = self._collective(st.rank, op, st.chan[i])
+                        inst = self._collective(st, op, i)
                         if not inst.fired:
                             inst.waiters.append(st)
                             break
@@ -384,7 +390,8 @@ class Engine:
                     exc.__cause__ = ev._value
                     raise exc
                 continue
-            del ends[now]
+            st = ev[0]
+            del ends[(now, st.cls, st.idx)]
             for st in ev:              # compute ops (or runs of them) that end now
                 i, j = st.idx, st.last
                 if put is not None:
@@ -437,7 +444,7 @@ class Engine:
         if self.free_comm:
             st()
         else:
-            self.net.transfer(rank, op.dst, op.nbytes, op.tag, st)
+            self.net.transfer(rank, op.dst, op.nbytes, op.tag, st, (st.cls, st.idx))
 
     def deliver(self, key: tuple, sent: float) -> None:
         """Message ``key`` (sent at ``sent``) landed: its receive ends now if it is waiting,
@@ -462,12 +469,13 @@ class Engine:
             st()
         else:
             op = st.ops[st.idx]
-            self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st)
+            self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st, (st.cls, st.idx))
 
-    def _collective(self, rank: int, op: Collective, chan: int) -> _Rendezvous:
-        """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the
-        rendezvous of that call (the n-th of the channel on every member), started when the
-        last simulated member arrives (and fired before this returns if it takes no time)."""
+    def _collective(self, st: _Stream, op: Collective, i: int) -> _Rendezvous:
+        """``st`` arrives at its next call of ``op``'s channel (its op ``i``): the rendezvous of
+        that call (the n-th of the channel on every member), started when the last simulated
+        member arrives (and fired before this returns if it takes no time)."""
+        rank, chan = st.rank, st.chan[i]
         seq = self.cseq
         k = chan * self.span + rank
         n = seq.get(k, 0)
@@ -484,7 +492,7 @@ class Engine:
         if inst.arrived == inst.expected:
             inst.go = self.env._now
             del self.meet[key]
-            self.runner.start(op, inst.fire)
+            self.runner.start(op, inst.fire, (st.cls, i))
         return inst
 
     def close(self) -> None:

@@ -49,9 +49,10 @@ class NetworkBackend(Protocol):
         """Indices of the links a flow from src to dst loads."""
 
     def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
-                 then: Callable | None = None) -> simpy.Event | None:
+                 then: Callable | None = None, share: Hashable = None) -> simpy.Event | None:
         """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte
-        (with ``then``: no event; ``then(tag)`` is called at the last byte)."""
+        (with ``then``: no event; ``then(tag)`` is called at the last byte). Transfers with
+        the same ``share`` (not None) that start at one instant may share SimPy events."""
 
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Move ``nbytes`` from now on, without the route latency."""

@@ -141,13 +141,13 @@ class SimNetwork(FlowNetwork):
         return np.array([self._edge_index[h] for h in hops], dtype=np.int64)
 
     def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
-                 then: Optional[Callable] = None) -> simpy.Event | None:
+                 then: Optional[Callable] = None, share: Hashable = None) -> simpy.Event | None:
         """Send ``nbytes``: the route latency, then the bytes (striped over the planes of a
         multi-plane network); the event fires at the last byte (with ``then``: no event,
         ``then(tag)`` is called then, as ``FlowNetwork.transfer``)."""
         stripes = self.stripes(src, dst) if self._planes else None
         if stripes is None:
-            return super().transfer(src, dst, nbytes, tag, then)
+            return super().transfer(src, dst, nbytes, tag, then, share)
         if not nbytes >= 0:
             raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
         done, fin = transfer_ends(self.env, tag, then, nbytes == 0)

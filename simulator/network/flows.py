@@ -132,7 +132,7 @@ class FlowNetwork:
         self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
         self._pad = len(self.edges)
         self._routes: dict = {}
-        self._due: dict[float, list] = {}    # flows waiting out their latency, by start time
+        self._due: dict[tuple, list] = {}    # flows waiting out their latency: (start, share)
         self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
         self._init_table()
         self._last = env.now          # time the flows were last advanced to
@@ -176,11 +176,14 @@ class FlowNetwork:
 
     # -- public API ----------------------------------------------------------
     def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
-                 then: Optional[Callable] = None) -> Optional[simpy.Event]:
+                 then: Optional[Callable] = None, share: Hashable = None
+                 ) -> Optional[simpy.Event]:
         """Send ``nbytes`` (bytes) from src to dst; the event succeeds when the last
         byte arrives (with value ``tag``). With ``then``, no event: ``then(tag)`` is called
         when the last byte arrives (from inside the network's own callback, at that instant;
-        one SimPy event fewer per message, issue 17), and None is returned."""
+        one SimPy event fewer per message, issue 17), and None is returned. Transfers with
+        the same ``share`` (not None) whose latency ends at the same instant share one
+        timeout and start together (``_start_later``)."""
         if then is not None and nbytes > 0 and src != dst:   # the engine's messages
             done, fin = None, then
         else:
@@ -192,25 +195,31 @@ class FlowNetwork:
         hit = self._routes.get((src, dst))      # the route as ``route`` cached it
         _, links, latency = hit if hit is not None else self.route(src, dst)
         if latency > 0:
-            self._start_later(latency, (links, float(nbytes), fin, tag))
+            self._start_later(latency, (links, float(nbytes), fin, tag), share)
         else:
             self._start_flow(links, float(nbytes), fin, tag, None)
         return done
 
-    def _start_later(self, latency: float, flow: tuple) -> None:
+    def _start_later(self, latency: float, flow: tuple, share: Hashable = None) -> None:
         """Start ``flow`` (``_start_flow``'s arguments) after ``latency`` seconds. The flows
-        due at the same instant share one timeout and start together, in the order they were
-        sent (issue 17: a large step sends thousands of messages at each instant; flows that
-        start at one instant share one rate recomputation either way)."""
-        at = self.env._now + latency             # the instant the timeout below fires at
-        due = self._due.get(at)
+        with the same ``share`` (not None) due at the same instant share one timeout and start
+        together, in the order they were sent (issue 17: the replicas of a large step send
+        thousands of messages at each instant; flows that start at one instant share one rate
+        recomputation either way). The engine shares by the sending op's place in its
+        program, so the count of timeouts depends on the programs, not on which unrelated
+        instants happen to be equal in floating point."""
+        if share is None:
+            self.env.timeout(latency).callbacks.append(partial(self._start_due, [flow]))
+            return
+        key = (self.env._now + latency, share)   # the instant the timeout below fires at
+        due = self._due.get(key)
         if due is None:
-            due = self._due[at] = []
-            self.env.timeout(latency).callbacks.append(partial(self._start_due, at))
+            due = self._due[key] = []
+            self.env.timeout(latency).callbacks.append(partial(self._start_due, key))
         due.append(flow)
 
-    def _start_due(self, at: float, _ev) -> None:
-        self._start_flows(self._due.pop(at))
+    def _start_due(self, key, _ev) -> None:
+        self._start_flows(key if type(key) is list else self._due.pop(key))
 
     def _start_flows(self, flows: list) -> None:
         """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:
