@@ -14,9 +14,10 @@ that ends with ops still waiting raises ``DeadlockError`` naming them.
 
 Events at one instant (issue 17): the engine keeps SimPy's queue and its order (time,
 priority, then scheduling order) but gives many ops one entry: a run of compute ops that
-nothing waits on ends with one entry, the compute ends due at one instant share one, and so
-do the messages whose latency ends at one instant and the closed-form collectives that end at
-one instant; a message's last byte and a collective's end call their streams without an event.
+nothing waits on ends with one entry; the replicas' ends of one op (the streams of one class:
+ranks whose programs share a structure) due at one instant share one, and so do their
+messages whose latency ends then and their closed-form collectives that end then; a message's
+last byte and a collective's end call their streams without an event.
 So ops that end at the same instant may be recorded in another order than one entry per op
 would give (each stream's own order never changes); every time, record and metric is the same
 (``experiments/compare_outputs.py``), and the same inputs give the same order, run to run.
@@ -143,8 +144,10 @@ class _Stream:
     dependencies not done yet, at ``off`` + the op's index) and the streams parked on one
     (``hold``); the index of the op it is at, when that op started, the last op of the compute
     run it is in (``last``: a run of compute ops that nothing waits on ends with one queue
-    entry) and the message its send or receive is (``key``). A stream is itself the callable
-    the network calls when its send's last byte lands (``__call__``: no event, no closure)."""
+    entry) and the message its send or receive is (``key``); its class (``cls``: one number for
+    the same stream of every rank with the same ``_Shape``, the replicas whose ops may share
+    queue entries). A stream is itself the callable the network calls when its send's last
+    byte lands (``__call__``: no event, no closure)."""
 
     __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "wakes", "left", "hold", "off",
                  "cls", "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
@@ -158,7 +161,6 @@ class _Stream:
         self.left, self.hold, self.off, self.cls = left, hold, shape.offsets[k], cls
         # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
         # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
-        # the ranks of a group share their collective ops, so most are found by the op's id
         # the ranks of a group share their collective ops, so the members' streams of a group
         # hold the same ops and are worked out once (``Engine.chan_by_ops``)
         if _COLL in self.codes:
@@ -216,8 +218,8 @@ class Engine:
     """Holds one run's state; use :func:`run`.
 
     Streams are not SimPy processes: an op that can start starts at once, and what ends it
-    calls the stream back: a compute op's (or a run of compute ops') end is the stream's own
-    entry in SimPy's queue; a message's last byte calls the sending stream from the network
+    calls the stream back: a compute op's (or a run of compute ops') end is the stream's
+    place in an entry of SimPy's queue (shared with its replicas); a message's last byte calls the sending stream from the network
     (no event); a collective's end calls its waiting members from the timeout or process that
     timed it (no event); a message whose receiver is already waiting finishes the receive at
     once, else it is left in ``mail`` for the receive to take (no event). Dependencies are
@@ -294,8 +296,8 @@ class Engine:
         every queued stream's ops until each has to wait (for a dependency, time or a peer),
         then takes SimPy's next entry: ``Environment.step`` written out (the same order: time,
         priority, then scheduling order), where an entry whose item is a list of streams holds
-        the compute ops (or runs of them) that end at its time, scheduled without an event
-        object. One function for the whole run: the locals are bound once (issue 17)."""
+        the compute ops (or runs of them) of one stream class and op index that end at its
+        time, scheduled without an event object. One function for the whole run: the locals are bound once (issue 17)."""
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
         seq = self.seq
