@@ -207,6 +207,12 @@ class FrameworkProfile:
     ep_overlap: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    #: runs Megatron-Core's model code for a clamped gated activation (the clamp and cat in
+    #: eager PyTorch before the fused activation) and for a RoPE scaled by YaRN's attention
+    #: factor (the unfused rotary path): ``counts.clamp_bytes``, ``counts.rope_unfused_bytes``
+    #: (``compute.eager_variant_time``); False: a stack whose kernels for these are not
+    #: modelled (charged as the plain activation and the fused RoPE)
+    eager_variants: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -217,6 +223,8 @@ class FrameworkProfile:
     #: modules it can recompute selectively by name (``recompute_modules``)
     recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
+    #: the launch-settings exporter the stack is launched with (one of
+    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none, HAI-LLM's code is not public)
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
@@ -449,7 +457,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
-    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True,
+    moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
@@ -500,7 +508,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
-    recompute=("none", "full"), export="none", recompute_early_stop=True, layouts=(),
+    recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
     sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
     sharded_grad_sources=(
@@ -596,7 +604,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
-    tp_comm_overlap=False, export="none", layouts=(),
+    tp_comm_overlap=False, export="maxtext", layouts=(),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
                    "the pipeline",

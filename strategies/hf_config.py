@@ -11,7 +11,7 @@ import re
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.model import ModelSpec, model_from_mapping
+from strategies.model import ModelSpec, model_from_mapping, yarn_attention_factor
 from topologies.limits import check_bool, check_int, check_name
 from topologies.yaml_io import load_mapping_file
 
@@ -38,7 +38,7 @@ _STRUCTURAL = re.compile(r"expert|lora|nextn|window|chunk|moe|shared|dense|spars
 _NEUTRAL = {  # known keys that change neither FLOPs, bytes nor memory of training
     "max_window_layers", "output_router_logits", "router_aux_loss_coef", "norm_topk_prob",
     "topk_method", "scoring_func", "routed_scaling_factor",
-    "aux_loss_alpha", "seq_aux", "ep_size", "router_jitter_noise", "swiglu_limit",
+    "aux_loss_alpha", "seq_aux", "ep_size", "router_jitter_noise",
     "initial_context_length", "hidden_act", "use_qk_norm", "attn_temperature_tuning",
 }
 
@@ -271,8 +271,9 @@ def _gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     """gpt-oss: GQA with biases and attention sinks, alternating sliding/full layers, experts
     with biases and a router with a bias."""
     read = _READ_COMMON | {"num_local_experts", "num_experts_per_tok", "experts_per_token",
-                           "sliding_window", "layer_types"}
+                           "sliding_window", "layer_types", "swiglu_limit", "rope_scaling"}
     args = _common(cfg)
+    args.update(_gpt_oss_variants(cfg))
     k = _int(cfg, "num_experts_per_tok", None) or _int(cfg, "experts_per_token")
     if "experts_per_token" in cfg and _int(cfg, "experts_per_token") != k:
         raise SpecError("experts_per_token", cfg["experts_per_token"],
@@ -286,6 +287,40 @@ def _gpt_oss(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         args["sliding_window"] = _int(cfg, "sliding_window")
     _refuse_unread(cfg, mt, read)
     return args
+
+
+def _number(key: str, v: Any, lo: float, hi: float) -> float:
+    """A float field in ``(lo, hi)`` (a bool or a string is refused by name)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo < v < hi:
+        raise SpecError(key, v, f"must be a number in ({lo:g}, {hi:g})")
+    return float(v)
+
+
+def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """gpt-oss's clamped activation (``swiglu_limit``: ``activation_clamp``) and YaRN RoPE
+    (``rope_scaling`` of ``rope_type`` yarn: ``rope_attention_factor``, its
+    ``attention_factor`` or ``model.yarn_attention_factor`` of its ``factor``, ``mscale``
+    and ``mscale_all_dim``); absent: neither."""
+    out: dict[str, Any] = {}
+    if cfg.get("swiglu_limit") is not None:
+        out["activation_clamp"] = _number("swiglu_limit", cfg["swiglu_limit"], 0.0, 1e6)
+    rs = cfg.get("rope_scaling")
+    if rs is None:
+        return out
+    if not isinstance(rs, Mapping):
+        raise SpecError("rope_scaling", type(rs).__name__, "must hold a JSON object or null")
+    kind = rs.get("rope_type", rs.get("type"))
+    if kind != "yarn":
+        raise SpecError("rope_scaling.rope_type", kind, "must be 'yarn' for model_type=gpt_oss")
+    if rs.get("attention_factor") is not None:
+        out["rope_attention_factor"] = _number("rope_scaling.attention_factor",
+                                               rs["attention_factor"], 0.0, 1e3)
+        return out
+    factor = _number("rope_scaling.factor", rs.get("factor", 1.0), 0.0, 1e6)
+    ms = [None if rs.get(k) is None else _number(f"rope_scaling.{k}", rs[k], -1e3, 1e3)
+          for k in ("mscale", "mscale_all_dim")]
+    out["rope_attention_factor"] = yarn_attention_factor(factor, *ms)
+    return out
 
 
 def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:

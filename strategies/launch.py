@@ -1,11 +1,15 @@
-"""Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config.
+"""Launch settings of a plan for real frameworks: Megatron-LM arguments, a DeepSpeed config,
+torchtitan's TOML job config, MaxText's and llm-foundry's config keys (``EXPORTS``, ``export``).
 
 ``megatron_args(job)`` gives the ``pretrain_gpt.py`` arguments (parallelism, batch, schedule,
 recomputation, precision, the model's shape); ``deepspeed_config(job)`` the JSON config
 where DeepSpeed can express the plan, and a ``SpecError`` naming what it cannot express
 otherwise (interleaving, context or Megatron sequence parallelism, expert parallelism,
 ZeRO-2/3 with pipelining, tensor with pipeline parallelism). Both return ``(text, notes)``:
-notes are the caveats a user must act on (printed on stderr by the CLI).
+notes are the caveats a user must act on (printed on stderr by the CLI). ``torchtitan``,
+``maxtext`` and ``llm-foundry`` live in ``strategies.export`` (one module each). A stack's
+profile names the export it is launched with (``FrameworkProfile.export``); ``check_export``
+refuses another.
 
 >>> from strategies.presets import model_preset
 >>> from topologies.cluster import cluster_preset
@@ -23,20 +27,25 @@ from __future__ import annotations
 import json
 
 from strategies.errors import SpecError
+from strategies.export.llm_foundry import llm_foundry_config
+from strategies.export.maxtext import maxtext_config
+from strategies.export.torchtitan import torchtitan_config
+from strategies.framework import FrameworkProfile
 from strategies.job import Job
 from strategies.schedules import get_schedule
 from topologies.precision import get_precision
 
-EXPORTS = ("megatron", "deepspeed")
+#: the launch-settings exporters (``--export``): the one list the CLI choices and the profiles'
+#: ``export`` fields are read against
+EXPORTS = ("megatron", "deepspeed", "torchtitan", "maxtext", "llm-foundry")
+#: Megatron-FSDP's ``--data-parallel-sharding-strategy`` of the ZeRO stages it gives
+MEGATRON_FSDP_SHARDING = {2: "optim_grads", 3: "optim_grads_params"}
 
 
 def megatron_args(job: Job) -> tuple[str, list[str]]:
     """Megatron-LM launch arguments (a ``torchrun … pretrain_gpt.py`` line)."""
     p, m, cl = job.plan, job.model, job.cluster
     notes: list[str] = []
-    if p.zero == 3:
-        raise SpecError("--export", "megatron", "ZeRO-3 has no Megatron-LM argument this "
-                        "exporter can vouch for (use --export deepspeed, or --fix zero=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
     a += _uneven_megatron_args(job)
@@ -68,10 +77,13 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
             a.append("--recompute-modules " + " ".join(p.recompute_modules))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
-    if p.zero == 2:
-        notes.append("ZeRO-2: Megatron's distributed optimizer reduce-scatters gradients and "
-                     "shards the optimizer state, but keeps the full gradient buffer (more "
-                     "memory than ZeRO-2 assumes)")
+    if p.zero >= 2:   # Megatron-FSDP (v1 runs on the distributed optimizer), docs/user-guide/
+        # features/megatron_fsdp.md and parallelism-guide.md: optim_grads is ZeRO-2,
+        # optim_grads_params ZeRO-3; its checkpoints are fsdp_dtensor
+        a += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy "
+              + MEGATRON_FSDP_SHARDING[p.zero], "--ckpt-format fsdp_dtensor"]
+        notes.append("Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1 "
+                     "(megatron/training/arguments.py): do not export it as 1")
     if p.overlap_grad_reduce and p.dp > 1:
         a.append("--overlap-grad-reduce")
     if p.overlap_param_gather and p.zero >= 1 and p.dp > 1:
@@ -267,9 +279,27 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     return json.dumps(cfg, indent=2), notes
 
 
+def check_export(kind: str, fw: FrameworkProfile | None) -> None:
+    """Refuse ``--export kind`` for a named stack launched another way (``fw.export``);
+    no stack named (``None``): any export."""
+    if kind not in EXPORTS:
+        raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")
+    if fw is not None and fw.export != kind:
+        rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export in EXPORTS
+                else f"paraplan has no launch-settings exporter for {fw.name}")
+        raise SpecError("--export", kind, rule)
+
+
 def export(kind: str, job: Job) -> tuple[str, list[str]]:
+    """The launch settings of ``job``'s plan for ``kind`` (``EXPORTS``) and their caveats;
+    refused for a stack the user named that is launched another way (``check_export``)."""
+    check_export(kind, job.named_framework)
     if kind == "megatron":
         return megatron_args(job)
     if kind == "deepspeed":
         return deepspeed_config(job)
-    raise SpecError("--export", kind, f"must be one of {', '.join(EXPORTS)}")
+    if kind == "torchtitan":
+        return torchtitan_config(job)
+    if kind == "maxtext":
+        return maxtext_config(job)
+    return llm_foundry_config(job)

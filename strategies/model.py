@@ -10,6 +10,7 @@ MoE layers every ``moe_layer_freq`` layers, multi-token-prediction modules
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -22,6 +23,20 @@ NORMS = ("layernorm", "rmsnorm")
 WINDOW_KINDS = ("sliding", "chunked")
 LAYER_KINDS = ("dense", "moe")
 _MLA_DIMS = ("qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
+
+
+def yarn_attention_factor(factor: float, mscale: float | None = None,
+                          mscale_all_dim: float | None = None) -> float:
+    """YaRN's attention factor, the scale on RoPE's cos and sin: ``0.1·mscale·ln(factor) + 1``
+    (1 for ``factor <= 1``), over the same with ``mscale_all_dim`` when both are given
+    (HuggingFace ``_compute_yarn_parameters``; Megatron-Core
+    ``yarn_rotary_pos_embedding._yarn_get_concentration_factor``). gpt-oss (factor 32, no
+    mscale): 1 + 0.1 ln 32 = 1.3466."""
+    def ms(m: float) -> float:
+        return 1.0 if factor <= 1 else 0.1 * m * math.log(factor) + 1.0
+    if mscale is None or mscale_all_dim is None or not mscale or not mscale_all_dim:
+        return ms(1.0)
+    return ms(mscale) / ms(mscale_all_dim)
 
 
 @dataclass(frozen=True)
@@ -74,6 +89,11 @@ class ModelSpec:
     window_kind: str = "sliding"
     global_attention_every: int = 0
     attention_sinks: bool = False             # gpt-oss: one learned logit per head
+    #: gated activation's inputs clamped to +-limit (gpt-oss ``swiglu_limit`` 7.0); None: none
+    activation_clamp: float | None = None
+    #: factor on RoPE's cos and sin (YaRN's attention factor, ``rope_scaling``; gpt-oss
+    #: 1 + 0.1 ln 32); 1: plain RoPE
+    rope_attention_factor: float = 1.0
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
@@ -111,6 +131,22 @@ class ModelSpec:
                             "must be one of learned, rope, alibi, none")
         if self.window_kind not in WINDOW_KINDS:
             raise SpecError("window_kind", self.window_kind, f"must be one of {', '.join(WINDOW_KINDS)}")
+        self._check_variants()
+
+    def _check_variants(self) -> None:
+        c = self.activation_clamp
+        if c is not None:
+            if isinstance(c, bool) or not isinstance(c, (int, float)) or not 0 < c < 1e6:
+                raise SpecError("activation_clamp", c, "must be a number in (0, 1e6) or null")
+            if not self.gated:
+                raise SpecError("activation_clamp", c, "needs a gated activation (swiglu): the "
+                                f"clamp bounds its two halves, activation={self.activation!r}")
+        f = self.rope_attention_factor
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0 < f < 1e3:
+            raise SpecError("rope_attention_factor", f, "must be a number in (0, 1000)")
+        if f != 1.0 and self.position_embedding != "rope":
+            raise SpecError("rope_attention_factor", f, "needs position_embedding='rope', "
+                            f"not {self.position_embedding!r}")
 
     def _check_attention(self) -> None:
         if self.is_mla:

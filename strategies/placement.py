@@ -126,6 +126,18 @@ def expert_sizes(plan: Plan) -> tuple[int, int, int]:
     return etp, ep, ranks // (etp * ep)
 
 
+def expert_dp_group(tp, cp, dp, ep, etp):
+    """``(size, stride)`` of the group that holds the copies of one routed expert (its
+    expert-data-parallel group): the ``tp·cp·dp/(etp·ep)`` ranks of a pipeline stage
+    ``etp·ep`` apart in rank order (the layout ``groups(plan, "edp")`` builds, Megatron-Core's
+    expert grid; at least one rank). Every collective over an expert's copies reads it: the
+    gradient reduction and the parameter gathers of its ZeRO shard
+    (``strategies.cost.comm.dp_parts``), its ZeRO shard's size. Vectorised."""
+    stride = np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
+    size = np.maximum(np.asarray(tp, dtype=float) * cp * dp / stride, 1.0)
+    return size[()], stride[()]
+
+
 def _expert_groups(plan: Plan, grid: np.ndarray, dims: list[str], dim: str,
                    order: str) -> list[list[int]]:
     etp, ep, edp = expert_sizes(plan)

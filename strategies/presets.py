@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from strategies.errors import SpecError
-from strategies.model import ModelSpec
+from strategies.model import ModelSpec, yarn_attention_factor
 
 
 def _gpt(name: str, l: int, h: int, a: int, v: int = 51200, s: int = 2048, ffn: int | None = None,
@@ -75,10 +75,13 @@ _ALL = [
     _moe("qwen3-30b-a3b", 48, 2048, 32, 4, 6144, 151936, 4096, 128, 8, 768,
          kv_channels=128, qk_norm=True),
     # OpenAI gpt-oss-120b model card: head size 64, biases, attention sinks, 128-token sliding
-    # window on every other layer, 128 experts (top 4) with biases; initial context 4,096
+    # window on every other layer, 128 experts (top 4) with biases; initial context 4,096;
+    # its config.json: swiglu_limit 7.0, YaRN rope_scaling factor 32 (attention factor
+    # 1 + 0.1 ln 32, model.yarn_attention_factor)
     _moe("gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 4096, 128, 4, 2880,
          kv_channels=64, bias=True, router_bias=True, attention_sinks=True,
-         sliding_window=128, global_attention_every=2),
+         sliding_window=128, global_attention_every=2, activation_clamp=7.0,
+         rope_attention_factor=yarn_attention_factor(32.0)),
 ]
 MODEL_PRESETS: dict[str, ModelSpec] = {m.name: m for m in _ALL}
 _ALIASES = {"llama3-405b": "llama3.1-405b", "gpt-175b": "gpt3-175b", "gpt3": "gpt3-175b"}

@@ -178,3 +178,32 @@ def test_compute_ops_are_frozen():
     assert isinstance(op, Compute)
     with pytest.raises(AttributeError):
         op.seconds = 0.0
+
+
+@pytest.mark.parametrize("plan", ["pp=2,ep=16,gbs=16,moe_dispatcher=deepep,recompute=full",
+                                  "pp=2,ep=8,etp=1,tp=2,gbs=16,zero=1"])
+def test_members_of_a_collective_call_carry_the_same_op(plan):
+    """Every member of a collective's n-th call on its (group, tag) channel carries the same
+    kind, bytes, repeat, algorithm and remote share (the engine starts the call with the last
+    member's op): the template rank's ops and the relabelled ones alike (``relabel`` once
+    dropped the node-limited all-to-all's ``remote_scale``)."""
+    import dataclasses
+    from strategies.plan import parse_plan
+    m = dataclasses.replace(model_preset("deepseek-v3"), num_layers=4, first_k_dense_replace=1,
+                            num_nextn_predict_layers=0, seq_length=1024)
+    job = make_job(m, cluster_preset("hgx-h800", 4), parse_plan(plan))
+    calls: dict = defaultdict(list)
+    for r, prog in compile_job(job).items():
+        seen: dict = defaultdict(int)
+        for ops in prog.streams.values():
+            for op in ops:
+                if type(op) is Collective:
+                    ch = (op.group, op.tag)
+                    calls[(ch, seen[ch])].append(
+                        (op.kind, op.nbytes, op.repeat, op.algorithm, op.remote_scale))
+                    seen[ch] += 1
+    scales = {x[4] for v in calls.values() for x in v if x[0] == "alltoall"}
+    if "deepep" in plan:                                   # deduplicated between nodes
+        assert scales and all(0 < s < 1 for s in scales)
+    bad = {k: set(v) for k, v in calls.items() if len(set(v)) > 1}
+    assert not bad, list(bad.items())[:2]

@@ -2,6 +2,7 @@
 ``contention-free`` backends, from ``simulate(...)`` and from the CLI."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import networkx as nx
@@ -21,7 +22,7 @@ from strategies.collectives import all_to_all, hierarchical, ring
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from strategies.errors import SpecError
 from strategies.job import make_job
-from strategies.plan import Plan
+from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset
 from topologies.graph import build_graph
@@ -165,3 +166,29 @@ def test_a_registered_algorithm_runs_in_the_engine(backend):
         del colls.ALGORITHMS["direct_test"]
     with pytest.raises(ValueError, match="needs a callable 'phases'"):
         colls.register("broken", object())
+
+
+# a DeepSeek-V3-shaped toy (MLA, shared expert, a dense first layer, node-limited routing)
+_DSV3 = dataclasses.replace(model_preset("deepseek-v3"), num_layers=4, first_k_dense_replace=1,
+                            num_nextn_predict_layers=0, seq_length=1024)
+
+
+@pytest.mark.parametrize("model, nodes, plan", [
+    (_DSV3, 2, "ep=16,gbs=32,moe_dispatcher=deepep"),
+    (_DSV3, 4, "pp=2,ep=16,gbs=32,moe_dispatcher=deepep,schedule=interleaved,vpp=2,"
+               "ep_overlap=true"),
+    (_DSV3, 4, "pp=2,ep=16,gbs=32,moe_dispatcher=deepep,recompute=full"),
+    (_DSV3, 2, "pp=2,ep=8,gbs=32"),
+    ("gpt-1.7b", 2, "tp=2,pp=2,gbs=32,zero=1"),
+])
+def test_contention_free_is_a_lower_bound_on_flows(model, nodes, plan):
+    """The same programs with every message alone on the network cannot run slower than with
+    flows sharing links: MoE plans with expert all-to-alls between nodes (DeepEP's
+    deduplicated, node-limited ones, whose every member must carry the same remote share:
+    ``compiler.relabel`` once dropped it, and contention-free came out slower), and a dense
+    plan."""
+    m = model_preset(model) if isinstance(model, str) else model
+    job = make_job(m, cluster_preset("hgx-h800", nodes), parse_plan(plan))
+    flows = simulate(job).step_time_s
+    free = simulate(job, network="contention-free").step_time_s
+    assert free <= flows * (1 + 1e-12), (plan, free, flows)

@@ -12,6 +12,7 @@ import pytest
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Recv, Send
 from strategies.cost.stage import StageCostArrays, stage_cost_arrays, stage_costs, stage_costs_at
+from strategies.cost.comm import dp_parts
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.job import make_job
@@ -170,8 +171,13 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
                         elif "tied" in op.label:    # first <-> head stage, once per step
                             assert op.nbytes == float(sc.tied_bytes[i]) > 0
                         elif "z3" in op.label:      # ZeRO-3: the whole stage, every micro-batch
-                            assert op.nbytes in (sc.param_bytes * params,
-                                                 sc.grad_bytes * params)
+                            # (its routed experts over their expert-DP group: comm.dp_parts)
+                            (d, _, _), (e, _, _) = dp_parts(
+                                params, one.expert_params_by_stage[prog.stage], p.tp, p.cp,
+                                p.dp, p.ep, p.expert_tp)
+                            k = float(e if op.label.endswith("experts") else d)
+                            assert op.nbytes in (pytest.approx(sc.param_bytes * k, rel=1e-12),
+                                                 pytest.approx(sc.grad_bytes * k, rel=1e-12))
                         else:                         # gradient buckets and parameter gathers
                             assert cat == "dp"
                             assert op.nbytes <= max(sc.grad_bytes, sc.param_bytes) * params

@@ -4,11 +4,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-import sys
-
-from simulator.cli.common import (Once, add_json, add_plan_inputs, emit_json, fmt_s, resolve_job,
+from simulator.cli.common import (add_json, add_plan_inputs, emit_json, fmt_s, resolve_job,
                                   table)
-from strategies.launch import EXPORTS, export
+from simulator.cli.launch_export import add_export, export_settings
 from strategies.estimate.scalar import estimate
 from strategies.memory.scalar import memory_by_origin_json
 
@@ -17,9 +15,7 @@ def register(sub) -> None:
     p = sub.add_parser("estimate", help="analytic step time and memory of one plan")
     add_plan_inputs(p)
     add_json(p)
-    p.add_argument("--export", action=Once, choices=EXPORTS, default=None,
-                   help="also print the plan's launch settings (Megatron-LM arguments or a "
-                   "DeepSpeed config)")
+    add_export(p, "also print the plan's launch settings")
     p.set_defaults(func=run)
 
 
@@ -27,18 +23,15 @@ def run(args: argparse.Namespace) -> int:
     job = resolve_job(args)
     out = estimate(job).to_json()
     out["memory_by_origin"] = memory_by_origin_json(job)
-    text = None
-    if args.export:
-        text, notes = export(args.export, job)
-        for n in notes:
-            print(f"paraplan: note: {n}", file=sys.stderr)
-        out["export"] = {"kind": args.export, "text": text}
+    exported = export_settings(args, job)
+    if exported is not None:
+        out["export"] = exported
     if args.json:
         emit_json(out)
     else:
         print(render(out, job, "Analytic estimate"))
-        if text is not None:
-            print(f"\n{args.export} launch settings\n{text}")
+        if exported is not None:
+            print(f"\n{args.export} launch settings\n{exported['text']}")
     return 0
 
 

@@ -56,10 +56,10 @@ def run(args: argparse.Namespace) -> int:
           "trays, e.g. gb200-nvl72:64 = 256 GPUs in 4 racks)")
     print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
     print("\nFrameworks (--framework NAME)")
-    print(table(["name", "schedules", "zero", "runs", "stack"],
+    print(table(["name", "schedules", "zero", "runs", "export", "stack"],
                 [[f["name"], ",".join(f["schedules"]) or "-", ",".join(map(str, f["zero_stages"])),
                   " ".join(k for k in ("cp", "ep", "sp", "tp_comm_overlap") if f[k]) or "-",
-                  f["description"].split(":")[0]] for f in frameworks], "lllll"))
+                  f["export"], f["description"].split(":")[0]] for f in frameworks], "llllll"))
     return 0
 
 

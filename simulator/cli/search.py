@@ -14,7 +14,8 @@ from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, a
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
                               positive_int, resolve_cluster, resolve_framework, resolve_model,
                               table, warn)
-from strategies.launch import EXPORTS, export
+from simulator.cli.launch_export import add_export, export_settings
+from strategies.launch import check_export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
@@ -98,8 +99,7 @@ def register(sub) -> None:
     o = p.add_argument_group("output")
     add_json(o)
     o.add_argument("--csv", action=Once, default=None, metavar="FILE", help="write the top plans as CSV")
-    o.add_argument("--export", action=Once, choices=EXPORTS, default=None,
-                   help="print the launch settings of the recommended plan")
+    add_export(o, "print the launch settings of the recommended plan")
     o.add_argument("--save-plan", action=Once, default=None, metavar="F.yaml",
                    help="write the recommended plan as a plan file (.yaml, .yml or .json) "
                         "that --plan reads back")
@@ -220,11 +220,8 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.save_plan, "--save-plan", PLAN_EXTS)
     check_folder(args.save_top, "--save-top")
     cfg = config_from_args(args)
-    if args.export and cfg.framework is not None and cfg.framework.export != args.export:
-        fw = cfg.framework
-        rule = (f"{fw.name} is launched with --export {fw.export}" if fw.export != "none"
-                else f"paraplan has no launch-settings exporter for {fw.name}")
-        raise CliError("--export", args.export, rule)
+    if args.export:   # a stack launched another way is refused before the search
+        check_export(args.export, cfg.framework)
     report = run_search(cfg)
     rec = report["recommended"]     # its place in `plans` (None: below the top-k, simpler)
     rec["rank"] = next((p["rank"] for p in report["plans"] if p["key"] == rec["key"]), None)
@@ -235,19 +232,16 @@ def run(args: argparse.Namespace) -> int:
     if args.save_top:
         for r in report["plans"]:
             save_plan(cfg, r, os.path.join(args.save_top, f"rank-{r['rank']}.yaml"))
-    exported = None
-    if args.export:
-        rec = report["recommended"]
-        exported, notes = export(args.export, row_job(cfg, rec))
-        for n in notes:
-            print(f"paraplan: note: {n}", file=sys.stderr)
-        report["export"] = {"kind": args.export, "text": exported}
+    exported = export_settings(args, row_job(cfg, report["recommended"])) if args.export \
+        else None
+    if exported is not None:
+        report["export"] = exported
     if args.json:
         emit_json(report)
     else:
         print(render(report))
         if exported is not None:
-            print(f"\n{args.export} settings of the recommended plan:\n{exported}")
+            print(f"\n{args.export} settings of the recommended plan:\n{exported['text']}")
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, check_output, emit_json,
                                   positive_int, resolve_job)
 from simulator.cli.estimate import render
+from simulator.cli.launch_export import add_export, export_settings
 from simulator.network import BACKEND_NAMES
 from simulator.output.metrics_json import activation_memory_json, link_utilisation_json
 from strategies.memory.scalar import memory_by_origin_json
@@ -31,6 +32,7 @@ def register(sub) -> None:
     p.add_argument("--network", choices=BACKEND_NAMES, default=BACKEND_NAMES[0],
                    help="flows: flows share links max-min fairly (default); contention-free: "
                         "every message and collective moves as if alone on the network")
+    add_export(p, "also print the plan's launch settings")
     p.set_defaults(func=run)
 
 
@@ -39,6 +41,7 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     detail = timeline_detail(args)
     job = resolve_job(args)
+    exported = export_settings(args, job)   # refused before the simulation, not after it
     from simulator.simulate import simulate, to_json
     res = simulate(job, fold=not args.full, granularity=args.granularity, network=args.network,
                    link_series=True)
@@ -46,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
     out["memory_by_origin"] = memory_by_origin_json(job)
     out["link_utilisation"] = link_utilisation_json(res)
     out["activation_memory"] = activation_memory_json(res, job)
+    if exported is not None:
+        out["export"] = exported
     title = f"{job.model.name} {job.plan.short()} on {job.cluster.name}"
     if args.trace:
         from simulator.output.chrome_trace import write_chrome_trace
@@ -62,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         for flag, path in (("trace", args.trace), ("timeline", args.timeline)):
             if path:
                 print(f"{flag} written to {path}")
+        if exported is not None:
+            print(f"\n{args.export} launch settings\n{exported['text']}")
     return 0
 
 

@@ -16,7 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
-from strategies.cost.comm import per_tensor_excess
+from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.framework import full_grad_reduce
 from strategies.schedules import Step, get_schedule, head_rank
@@ -59,7 +59,13 @@ class ProgramBuilder:
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
-        self.grad_sync = p.dp > 1 and p.zero < 3
+        # some parameter here has copies to reduce with: dp > 1, or routed experts whose
+        # expert-data-parallel group holds more than one rank (``comm.has_dp_copies``)
+        self.copies = bool(has_dp_copies(
+            costs.params_by_stage[self.stage] if costs.params_by_stage else 0.0,
+            costs.expert_params_by_stage[self.stage] if costs.expert_params_by_stage else 0.0,
+            p.tp, p.cp, p.dp, p.ep, p.expert_tp))
+        self.grad_sync = self.copies and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
@@ -176,14 +182,15 @@ class ProgramBuilder:
         rc_s = chunk_sum(items, lambda x: x.layer_recompute)
         if not fwd and rc_s > 0:
             start = tuple(self.wait)
-            # main's block partial recompute charges the chunk's min(N, n) layers at one
-            # (mean) layer's cost; otherwise each kind's own recomputation
-            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]))
+            # main's block partial recompute charges the chunk's min(N, n) layers, each
+            # kind's share at its own layer's cost; otherwise each kind's own recomputation
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
             rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
-                               f"A2A ep {label}", i, c, deps=(rc,)) if n_ep > 0 else None
+                               f"A2A ep {label}", i, c, deps=(rc,),
+                               remote_scale=cs.ep_remote_scale) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
         split = self.split
@@ -240,24 +247,29 @@ class ProgramBuilder:
                            deps=(ring,) if ring is not None else ())
         self.wait.append(copies)
 
-    def _z3(self, label: str, i: int, fwd: bool = True) -> int | None:
-        """ZeRO-3: gather this stage's parameters, the first layer's share blocking; a
-        per-tensor stack gathers every tensor of the pass before its compute."""
-        if self.p.zero != 3 or len(self.group["dp"]) < 2:
-            return None
+    def _z3(self, label: str, i: int, fwd: bool = True) -> list[int]:
+        """ZeRO-3: gather this stage's parameters, the first layer's share blocking (the
+        dense over dp, the routed experts over their expert-data-parallel group:
+        ``_dp_parts``); returns the gathers of the rest. A per-tensor stack gathers every
+        tensor of the pass before its compute."""
+        if self.p.zero != 3 or not self.copies:
+            return []
         if self.c.z3_fwd_n > 0:
             n, params = ((self.c.z3_fwd_n, self.c.z3_fwd_params) if fwd
                          else (self.c.z3_bwd_n, self.c.z3_bwd_params))
             if n > 0:
                 self._per_tensor("allgather", n, self.c.param_bytes * params, label, i,
                                  deps=(self.last_compute,))
-            return None
-        total, L = self.c.param_bytes * self.c.params_by_stage[self.stage], self.stage_layers
-        first = self.coll("dp-comm", "allgather", "dp", total, 1 / L, "dp", f"AG z3 {label}",
-                          i, tag="dp")
-        self.wait += [first] if first is not None else []
-        return self.coll("dp-comm", "allgather", "dp", total, (L - 1) / L, "dp",
-                         f"AG z3 {label}", i, tag="dp")
+            return []
+        L = self.stage_layers
+        parts = self._dp_parts(self.c.params_by_stage[self.stage])
+        rest: list[int] = []          # the first layer's share blocks, the rest is returned
+        for share, out in ((1 / L, self.wait), ((L - 1) / L, rest)):
+            for dim, k, suffix in parts:
+                op = self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k, share, "dp",
+                               f"AG z3 {label}{suffix}", i, tag="dp")
+                out += [op] if op is not None else []
+        return rest
 
     def forward(self, i: int, c: int) -> None:
         for _ in self._forward_blocks(i, c):
@@ -273,7 +285,7 @@ class ProgramBuilder:
         for items in self.pieces(c, False, by_layer):
             self.block(True, items, label, i, c)
             yield
-        self.wait += [rest] if rest is not None else []
+        self.wait += rest
         if vs == self.last_vs:
             self.compute(self.c.head_fwd, "lm_head", label, i, c)
         self.produced[("F", i, c)] = (self.last_compute, *self.wait)
@@ -311,12 +323,12 @@ class ProgramBuilder:
             pos += nl
             todo = self._launch(todo, pos, live, final)
             yield
-        self.wait += [rest] if rest is not None else []
+        self.wait += rest
         if vs == 0:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
 
     def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool) -> None:
@@ -349,7 +361,7 @@ class ProgramBuilder:
         for items in self.pieces(c, True, by_layer):
             self.block(False, items, label, i, c)
             yield
-        self.wait += [rest] if rest is not None else []
+        self.wait += rest
         if vs == 0:
             self.compute(self.c.embedding_bwd - self.c.embedding_wgrad, "embedding", label, i, c)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
@@ -379,7 +391,7 @@ class ProgramBuilder:
             self.compute(cs.embedding_wgrad, "wgrad", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and len(self.group["dp"]) > 1)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
 
     def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
         """Reduce the buckets complete once ``pos`` items are done (when reducing live);
@@ -390,16 +402,21 @@ class ProgramBuilder:
         return todo
 
     def _dp_parts(self, params: float) -> list[tuple[str, float, str]]:
-        """``(group, parameters, label suffix)`` of a bucket of ``params`` parameters: with
-        expert parallelism the routed experts' share of this stage's parameters goes over the
-        expert-data-parallel group (``comm.dp_collective_time``, the estimate's rule), the
-        rest over dp; a group of one rank (no expert replica) is skipped by ``coll``."""
+        """``(group, parameters, label suffix)`` of a data-parallel collective over ``params``
+        of this stage's parameters (a gradient bucket, ZeRO-3's gathers and reduce-scatters):
+        the routed experts' share goes over the expert-data-parallel group and the rest over
+        dp (``comm.dp_parts``, the estimate's and the bound's rule); a group of one rank (no
+        expert replica) is skipped by ``coll``."""
+        p = self.p
         total = self.c.params_by_stage[self.stage] if self.c.params_by_stage else 0.0
         expert = (self.c.expert_params_by_stage[self.stage]
                   if self.c.expert_params_by_stage else 0.0)
-        if self.p.ep <= 1 or expert <= 0 or total <= 0:
+        if total <= 0:
             return [("dp", params, "")]
-        e = params * expert / total
+        _, (e, _, _) = dp_parts(total, expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
+        if e <= 0:
+            return [("dp", params, "")]
+        e = params * float(e) / total
         return [("dp", params - e, ""), ("edp", e, " experts")]
 
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
@@ -416,11 +433,14 @@ class ProgramBuilder:
         """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
         both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
         example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
-        (its share of them with ZeRO >= 2) over the two ranks, on the dp-comm stream."""
+        (its share of them with ZeRO >= 2: the dense 1/dp, the routed experts' 1/edp,
+        ``comm.grad_shard_params``) over the two ranks, on the dp-comm stream."""
         pp_group = self.group["pp"]
         pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
-        shard = len(self.group["dp"]) if self.p.zero >= 2 else 1
-        nbytes = self.c.grad_bytes * self.c.params_by_stage[self.stage] / shard
+        p, stage = self.p, self.stage
+        expert = self.c.expert_params_by_stage[stage] if self.c.expert_params_by_stage else 0.0
+        nbytes = self.c.grad_bytes * float(grad_shard_params(
+            self.c.params_by_stage[stage], expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
         self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
                   algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
                   category="dp", label="AR mirror copies", repeat=1.0,
@@ -432,11 +452,12 @@ class ProgramBuilder:
                              self.c.grad_bytes * self.c.z3_rs_params, label, i,
                              deps=(self.last_compute,))
             return
-        total, L = self.c.grad_bytes * self.c.params_by_stage[self.stage], self.stage_layers
-        self.coll("dp-comm", "reduce_scatter", "dp", total, (L - 1) / L, "dp", f"RS z3 {label}",
-                  i, tag="dp")
-        self.coll("dp-comm", "reduce_scatter", "dp", total, 1 / L, "dp", f"RS z3 {label}",
-                  i, deps=(self.last_compute,), tag="dp")
+        L = self.stage_layers
+        parts = self._dp_parts(self.c.params_by_stage[self.stage])
+        for share, deps in (((L - 1) / L, ()), (1 / L, (self.last_compute,))):
+            for dim, k, suffix in parts:
+                self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k, share, "dp",
+                          f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
 
     # ------------------------------------------------------------------ pipeline
     def exchange(self, x: Exchange) -> None:
@@ -542,7 +563,7 @@ class ProgramBuilder:
             self._grad_reduce(params, deps=(self.last_compute,))
         if self.mirrored:
             self._mirror_reduce()
-        if self.grad_sync or (self.p.zero == 3 and len(self.group["dp"]) > 1) or self.mirrored:
+        if self.grad_sync or (self.p.zero == 3 and self.copies) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
         # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction

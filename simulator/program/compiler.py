@@ -169,9 +169,12 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
                 if moved is None:
                     algo = layout.algorithm(g, op.kind) if op.algorithm != "ring_stepwise" \
                         else op.algorithm
+                    # (every field but the group is the template's: the remote share of a
+                    # node-limited all-to-all included, or the members of one rendezvous
+                    # would disagree on its bytes and the last to arrive would decide)
                     moved = shared[key] = Collective(
                         op.id, op.stream, op.kind, g, op.nbytes, algo, op.tag, op.category,
-                        op.label, op.repeat, op.microbatch, op.chunk, op.deps)
+                        op.label, op.repeat, op.microbatch, op.chunk, op.deps, op.remote_scale)
                 new.append(moved)
             # positional construction: dataclasses.replace costs several times more, and a
             # template of a large job is relabelled for every rank of its stage

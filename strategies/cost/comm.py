@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies import placement
 from strategies.collectives import PASSES, all_to_all, hierarchical, ring
 from strategies.collectives.select import HIERARCHICAL, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
@@ -140,26 +141,57 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     ring.time(passes, nbytes, n, bw, lat))[()]
 
 
+def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+             etp: Num) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
+    """The two data-parallel collectives over a stage's ``params`` parameters, as
+    ``((dense parameters, ranks, stride), (expert parameters, ranks, stride))``: the dense
+    ``params - expert_params`` over the ``dp`` ranks ``tp·cp`` apart, then, with expert
+    parallelism (``ep > 1``), the routed experts' ``expert_params`` over the group that holds
+    their copies (``placement.expert_dp_group``: ``tp·cp·dp/(etp·ep)`` ranks ``etp·ep``
+    apart, Megatron-Core's expert grid), in buffers of their own after the dense ones on the
+    same stream. With ``ep = 1`` every parameter goes over ``dp`` (an expert part of 0).
+    The one rule for every collective over data-parallel copies: the gradient reduction,
+    the parameter gathers after the optimizer, ZeRO-3's gathers and reduce-scatters
+    (``dp_collective_time``, the lower bound, ``ProgramBuilder._dp_parts``) and the shard a
+    rank holds (``grad_shard_params``). Vectorised."""
+    moe = (np.asarray(ep, dtype=float) > 1) & (np.asarray(expert_params, dtype=float) > 0)
+    e = np.where(moe, expert_params, 0.0)
+    edp, stride = placement.expert_dp_group(tp, cp, dp, ep, etp)
+    return ((params - e)[()], dp, tp * cp), (e[()], edp, stride)
+
+
+def has_dp_copies(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+                  etp: Num) -> Num:
+    """True where some of a stage's parameters have copies on other ranks to reduce their
+    gradients with (and, sharded, to gather from): ``dp > 1``, or routed experts whose
+    expert-data-parallel group (``dp_parts``) holds more than one rank, as at ``dp = 1`` when
+    ``etp·ep < tp·cp`` (Megatron-Core reduces them over that group). Vectorised."""
+    (_, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    return ((np.asarray(n_d) > 1) | ((np.asarray(e) > 0) & (np.asarray(n_e) > 1)))[()]
+
+
+def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+                      etp: Num, zero: Num) -> Num:
+    """Parameters whose gradients one rank holds after the data-parallel reduction: all of
+    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/dp`` share plus
+    the routed experts' ``1/edp`` share (``dp_parts``' groups). DualPipe's mirror all-reduce
+    sums these between the two ranks that hold the same stages. Vectorised."""
+    (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    return np.where(np.asarray(zero) >= 2, d / n_d + e / n_e, params)[()]
+
+
 def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,
                        tp: Num, cp: Num, dp: Num, ep: Num, etp: Num,
                        cluster: Cluster) -> Num:
     """Seconds of the data-parallel collective ``kind`` over a stage's gradients (or
-    parameters) of ``bytes_per_param`` bytes each, alone on its links: the dense
-    ``params - expert_params`` over the ``dp`` ranks ``tp·cp`` apart, then, with expert
-    parallelism (``ep > 1``), the routed experts' ``expert_params`` over their
-    expert-data-parallel group, the ``tp·cp·dp/(etp·ep)`` ranks ``etp·ep`` apart
-    (Megatron-Core's expert grid, ``strategies.placement.expert_sizes``: each expert is
-    replicated only there, so its gradient is reduced only there, in buffers of its own
-    after the dense ones on the same stream). With ``ep = 1`` every parameter goes over
-    ``dp``. Vectorised."""
-    ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
-    moe = (ep > 1) & (np.asarray(expert_params, dtype=float) > 0)
-    e = np.where(moe, expert_params, 0.0)
-    edp = np.maximum(np.asarray(tp * cp * dp, dtype=float) / (etp * ep), 1.0)
-    t_dense = collective_time(kind, bytes_per_param * (params - e), dp, tp * cp, cluster)
-    t_exp = np.where(moe & (edp > 1), collective_time(
-        kind, bytes_per_param * e, np.where(moe, edp, 2.0), np.where(moe, etp * ep, 1.0),
-        cluster), 0.0)
+    parameters) of ``bytes_per_param`` bytes each, alone on its links: ``dp_parts``' dense
+    collective over dp, then its routed experts' over their expert-data-parallel group (none
+    where that group is one rank: each expert held once). Vectorised."""
+    (d, n_d, s_d), (e, n_e, s_e) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    t_dense = collective_time(kind, bytes_per_param * d, n_d, s_d, cluster)
+    on = (np.asarray(e) > 0) & (np.asarray(n_e) > 1)
+    t_exp = np.where(on, collective_time(kind, bytes_per_param * e, np.where(on, n_e, 2.0),
+                                         np.where(on, s_e, 1.0), cluster), 0.0)
     return (t_dense + t_exp)[()]
 
 

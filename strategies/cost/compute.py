@@ -444,6 +444,22 @@ def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
     return f / hbm + kf * gap, bw / hbm + kb * gap
 
 
+def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: Num = 1.0,
+                       fw: FrameworkProfile = DEFAULT,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of the mean layer's eager kernels that Megatron-Core
+    runs for gpt-oss's variants where the stack runs its model code (``fw.eager_variants``):
+    the activation clamp (``costs.clamp_bytes``) and the unfused YaRN RoPE
+    (``costs.rope_unfused_bytes``) over the usable HBM bandwidth, plus a launch gap per
+    kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack."""
+    cf, cb = costs.clamp_bytes(m, b, tp, cp, load)
+    rf, rb = costs.rope_unfused_bytes(m, b, tp, cp)
+    kf, kb = costs.eager_variant_kernels(m)
+    hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
+    on = 1.0 if fw.eager_variants else 0.0
+    return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
+
+
 def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
     synchronisations (``costs.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
@@ -533,16 +549,17 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     launch = launch_time(fw, gpu=gpu)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
+    v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu) * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed)
-    fwd = g_f + a_f + e + launch + p_f + x_f + sync + h_f
+    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f
     bwd = bwd0 + h_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
-                         system=system, etp=etp, load=load)
+                         system=system, etp=etp, load=load, fw=fw)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -575,14 +592,16 @@ def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
 def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flash: Num,
                    a_f: Num, modules: Num, gpu: GPU, dtype: str, tpo: Num = False,
                    slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
-                   etp: Num | None = None, load: Num = 1.0) -> Num:
+                   etp: Num | None = None, load: Num = 1.0,
+                   fw: FrameworkProfile = DEFAULT) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
     FlashAttention, whose backward already recomputes the scores), the norms' and the
     activation functions' HBM traffic (``counts.norm_bytes_fwd``,
-    ``counts.activation_fn_bytes_fwd`` over each part's width), and the forward of each
-    part's GEMMs (``counts.layer_gemm_parts``)."""
+    ``counts.activation_fn_bytes_fwd`` over each part's width; the routed activation with
+    its eager clamp where the stack runs one, ``counts.clamp_bytes`` and its kernels), and
+    the forward of each part's GEMMs (``counts.layer_gemm_parts``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
@@ -594,10 +613,14 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     def act(part):
         return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
+    clamp = 0.0
+    if fw.eager_variants and m.activation_clamp is not None and m.is_moe:
+        clamp = costs.clamp_bytes(m, b, tp, cp, load)[0] / hbm + m.layer_shares()["moe"] \
+            * costs.CLAMP_KERNELS[0] * measured.launch_gap(gpu, fw.launch_gap_s)
     work = {"scores": np.where(flash, 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
             "dense_mlp": g("dense_mlp") + act("dense_mlp"),
-            "routed_act": act("routed_mlp"),
+            "routed_act": act("routed_mlp") + clamp,
             "routed_mlp": g("routed_mlp"),
             "shared_mlp": g("shared_mlp") + act("shared_mlp"),
             "mla_up": g("mla_up")}

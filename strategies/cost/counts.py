@@ -607,6 +607,81 @@ def expert_bias_kernels(m: ModelSpec, ep: Num) -> tuple[Num, Num]:
     return (share * (f * local + 1))[()], (share * bw * local)[()]
 
 
+#: HBM bytes per element of the routed experts' intermediate (``F`` per routed row) of the
+#: eager clamp Megatron-Core 0.15-0.18 runs before its fused quick-GEGLU when
+#: ``activation_func_clamp_value`` is set (``fusions/fused_bias_geglu.py``
+#: ``weighted_bias_quick_geglu_impl``: ``input.chunk(2, -1)``, ``x_glu.clamp(max=c)``,
+#: ``x_linear.clamp(-c, c)``, ``torch.cat``, outside the compiled function). Forward: each
+#: clamp reads and writes its half (2·2 B per element of ``F``), the cat reads and writes
+#: both (2·2·2 B): 16. Backward (autograd's ``clamp_backward``): ``where(self <= c, g, 0)``,
+#: a comparison (read 2 B, write a 1-byte mask) and a ``where`` (read mask and g, write 2 B),
+#: 8; the two-sided clamp compares twice and ``logical_and_``s the masks, 14; the chunk's
+#: backward ``cat``s the two halves' gradients, 8: 30.
+CLAMP_BYTES = (16.0, 30.0)
+#: Kernels of that clamp per MoE layer: forward 2 clamps and the cat; backward 2 + 4
+#: (comparisons, ``logical_and_``, ``where``s) and the cat.
+CLAMP_KERNELS = (3, 7)
+#: HBM bytes per rotated element (q and k, ``rope_width``) of Megatron-Core's unfused RoPE
+#: (``rope_utils._apply_rotary_pos_emb_bshd``), which it runs instead of Transformer Engine's
+#: fused kernel when YaRN's attention factor is not 1 ("mscale ... is not supported by TE's
+#: fused RoPE. Using unfused implementation", ``apply_rotary_pos_emb``: the dev 0.15 branch
+#: the 25.11 container ships, from "Fixes for gpt-oss" #2076 of 2025-11-05, and 0.16-0.18;
+#: the core_v0.15.0 tag still ran the fused kernel and dropped the factor). Forward,
+#: in 2-byte elements: ``t * cos`` 2, ``-x2`` 1, ``cat((-x2, x1))`` 2, ``* sin`` 2, the add
+#: 3, ``cat((t, t_pass))`` 2: 12, 24 bytes. Backward: the two products' gradients 2 + 2, the
+#: negation 1, the chunk's ``cat`` 2, the empty ``t_pass`` slice's ``slice_backward`` (zeros
+#: of the full tensor) 1, and the three uses' gradients of ``t`` accumulated, 3 + 3 (the
+#: full slice ``t[..., :rot_dim]`` is ``t`` itself: PyTorch skips a slice of the whole
+#: dimension): 14, 28 bytes. The fused kernel's (read + write, 4; backward twice, 8) is in
+#: ``elementwise_bytes_fwd``.
+ROPE_UNFUSED_BYTES = (24.0, 28.0)
+ROPE_FUSED_BYTES = (4.0, 8.0)
+#: Kernels of the unfused RoPE per rotated tensor (q, k): forward the six above and six on
+#: the position table (cos, sin, their scaling and casts), backward seven; less the fused
+#: kernel each replaces.
+ROPE_UNFUSED_KERNELS = (12, 7)
+
+
+def clamp_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the mean layer's eager activation clamp
+    (``CLAMP_BYTES`` per element of the routed intermediate: ``T/t·k·F_e`` elements times
+    ``load``, on the MoE layers' share; the ``etp`` ranks of an expert each hold ``F_e/etp``
+    of all its rows); 0 without ``activation_clamp``. Vectorised."""
+    if m.activation_clamp is None:
+        z = 0.0 * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) / tp
+                       * mlp_part_widths(m)["routed_mlp"] * load, dtype=float)
+    f, bw = CLAMP_BYTES
+    return (f * elems)[()], (bw * elems)[()]
+
+
+def rope_unfused_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU that the unfused RoPE of a model with
+    ``rope_attention_factor != 1`` adds over the fused kernel ``elementwise_bytes_fwd``
+    prices (``ROPE_UNFUSED_BYTES - ROPE_FUSED_BYTES`` per rotated element, ``rope_width``
+    per token over ``t``); 0 for plain RoPE. Vectorised."""
+    z = 0.0 * np.asarray(tp, dtype=float)
+    if m.rope_attention_factor == 1.0 or m.position_embedding != "rope":
+        return z[()], z[()]
+    elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) * rope_width(m) / tp, dtype=float)
+    return tuple(((u - f) * elems)[()] for u, f in zip(ROPE_UNFUSED_BYTES, ROPE_FUSED_BYTES))
+
+
+def eager_variant_kernels(m: ModelSpec) -> tuple[float, float]:
+    """Kernels ``(forward, backward)`` the mean layer adds with the eager clamp
+    (``CLAMP_KERNELS`` on the MoE layers' share) and the unfused RoPE (``ROPE_UNFUSED_KERNELS``
+    less one fused kernel, for q and k)."""
+    f = b = 0.0
+    if m.activation_clamp is not None and m.is_moe:
+        share = m.layer_shares().get("moe", 0.0)
+        f, b = share * CLAMP_KERNELS[0], share * CLAMP_KERNELS[1]
+    if m.rope_attention_factor != 1.0 and m.position_embedding == "rope":
+        f += 2 * (ROPE_UNFUSED_KERNELS[0] - 1)
+        b += 2 * (ROPE_UNFUSED_KERNELS[1] - 1)
+    return f, b
+
+
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                           load: Num = 1.0) -> Num:
     """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-

@@ -34,6 +34,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies import placement
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
@@ -66,6 +67,9 @@ class KindCostArrays:
     ep_bytes: np.ndarray          # all-to-all bytes per forward (0 for a dense layer)
     layer_params: np.ndarray      # parameters on one GPU (dense + expert share)
     expert_params: np.ndarray     # the routed experts' part of layer_params
+    # block partial recompute (``recompute_cap`` > 0): one recomputed layer of this kind's
+    # extra forward (``StageCosts.chunk_recompute_comm`` prices a chunk's layers by kind)
+    layer_recompute_each: np.ndarray = 0.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,7 @@ class KindCosts:
     ep_bytes: float
     layer_params: float
     expert_params: float
+    layer_recompute_each: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -224,22 +229,31 @@ class StageCosts:
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
     expert_params_by_stage: tuple[float, ...] = ()
 
-    def chunk_recompute(self, nl: float, chunk: float | None = None) -> tuple[float, float]:
+    def chunk_recompute(self, nl: float, chunk: float | None = None,
+                        items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
         """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
         (default ``nl``: the whole chunk) recompute in one backward: ``nl`` times the
         per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
         ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
-        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``)."""
-        return self.chunk_recompute_comm(nl, chunk)[:2]
+        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``).
+        ``items``: the ``nl`` layers as ``chunk_layers`` runs; then that share of each
+        layer's own kind's recomputation (``layer_recompute_each`` of its record: a chunk of
+        MoE layers redoes MoE layers, host time included), as the per-kind
+        ``layer_recompute`` and the lower bound price it; a chunk of mixed kinds takes each
+        kind's share of the ``min(N, chunk)`` layers, not the kinds of its first ``N``."""
+        return self.chunk_recompute_comm(nl, chunk, items)[:2]
 
-    def chunk_recompute_comm(self, nl: float, chunk: float | None = None
+    def chunk_recompute_comm(self, nl: float, chunk: float | None = None,
+                             items: list[tuple[int, Any]] | None = None
                              ) -> tuple[float, float, float]:
         """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
         ``ep_bytes`` counts them) the recomputed forward runs again."""
         if self.recompute_cap > 0:
             chunk = nl if chunk is None else chunk
             k = min(chunk, self.recompute_cap) * nl / chunk
-            return k * self.layer_recompute_each, 2.0 * k, k * (self.ep_bytes > 0)
+            secs = k * self.layer_recompute_each if not items else sum(
+                (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
+            return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
 
@@ -294,7 +308,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                     ep, m.num_shared_experts)
     shard = np.where(zero >= 1, dp, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
-    shard_e = np.where(zero >= 1, np.maximum(tp * cp * dp / (etp * ep), 1.0), 1.0)
+    shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
     # the layers each kind of rank holds: an uneven layout's (plan_arrays.rank_layers), else
@@ -338,7 +352,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             attn_bwd=full(ak_b),
             ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load)
                               * dedup_bytes, 0.0)
-            + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p))
+            + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
+            layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)))
 
     by_kind: dict[str, KindCostArrays] = {}
     kinds = [k for k, n in m.layer_counts().items() if n]
@@ -422,7 +437,8 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
         layer_wgrad=full(layer.layer_wgrad + proj + head_w),
         layer_recompute=layer.layer_recompute, attn_fwd=layer.attn_fwd,
         attn_bwd=layer.attn_bwd, ep_bytes=layer.ep_bytes,
-        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp))
+        layer_params=full(d_mtp + e_mtp), expert_params=full(e_mtp),
+        layer_recompute_each=layer.layer_recompute_each)
 
 
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
@@ -488,7 +504,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     params = tuple(d + e for d, e in split)
     shard = float(p.dp) if p.zero >= 1 else 1.0
     # expert states are sharded over the expert-data-parallel group
-    shard_e = max(p.tp * p.cp * p.dp / (p.expert_tp * p.ep), 1.0) if p.zero >= 1 else 1.0
+    shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
+        if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
                       + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,

@@ -227,9 +227,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
                                                t_ag_dp), 0.0)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
-    # each behind that micro-batch's backward; the last bucket of the last one is exposed
-    z2_grad = np.where(ogr, mb * np.maximum(t_rs_dp - window, 0.0) + t_rs_dp * last,
-                       mb * t_rs_dp)
+    # each behind that micro-batch's backward; the last bucket of the last one is exposed.
+    # DualPipe (``mirrored``): a micro-batch's backward passes one of the rank's two copies
+    # (even micro-batches one way, odd the other), so it completes, and reduce-scatters, the
+    # gradients of that copy only: half the rank's, on the mean (the simulator's buckets per
+    # chunk)
+    per_mb = np.where(mirrored, 0.5, 1.0)
+    t_rs_mb = np.where(mirrored, cm.dp_collective_time("reduce_scatter", gb * per_mb, params, pe,
+                                                       tp, cp, dp, ep, etp, cl), t_rs_dp)
+    last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
+                         / (params * per_mb))
+    z2_grad = np.where(ogr, mb * np.maximum(t_rs_mb - window, 0.0) + t_rs_mb * last_mb,
+                       mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     z3_mb = 2 * t_ag_dp + t_rs_dp
     z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)
@@ -243,16 +252,20 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            sc.copy_gap)
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, dp, stride_dp, cl, sc.copy_gap))
     z3_exposed = np.where(sc.z3_fwd_n > 0, z3_tensor, z3_exposed)
-    dp_exposed = np.where(dp > 1, np.where(zero == 3, z3_exposed,
+    # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
+    copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
+    dp_exposed = np.where(copies, np.where(zero == 3, z3_exposed,
                                            np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
                           0.0)
 
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
-    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two)
+    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
+    # gradients each holds (with ZeRO >= 2 its dense 1/dp and expert 1/edp shares,
+    # ``comm.grad_shard_params``)
     apart = np.where((pp - 1) * stride_pp >= G, G, 1)
-    t_mirror = cm.collective_time("allreduce", gb * params / np.where(zero >= 2, dp, 1.0), 2,
-                                  apart, cl)
+    held = cm.grad_shard_params(params, pe, tp, cp, dp, ep, etp, zero)
+    t_mirror = cm.collective_time("allreduce", gb * held, 2, apart, cl)
     dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
     # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
     # once per step after the data-parallel reduction (``strategies.cost.step``)

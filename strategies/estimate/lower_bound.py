@@ -394,36 +394,35 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         kbw = tuple(per[i][1] - split * sc.by_kind[x].layer_wgrad
                     for i, x in enumerate(("dense", "moe")))
 
-    dp_stride = tp * cp
     gb = sc.grad_bytes
-    sync = (dp > 1) & (zero < 3)
     full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
 
     # with expert parallelism the routed experts' share goes over their expert-data-parallel
     # group, tp·cp·dp/(etp·ep) ranks etp·ep apart, after the dense share on the same stream
-    moe_dp = (ep > 1)
-    edp = np.maximum(tp * cp * dp / (P.etp * ep), 1.0)
+    # (``comm.dp_parts``: every data-parallel collective, ZeRO-3's included)
 
     def dp_floor(nbytes_per, kind, passes):
-        p, e = params[kind], np.where(moe_dp, eparams[kind], 0.0)
-        dense = group_floor(nbytes_per * (p - e), dp, dp_stride, passes, cl)
-        return dense + np.where(moe_dp & (edp > 1), group_floor(
-            nbytes_per * e, np.where(moe_dp, edp, 2.0), np.where(moe_dp, P.etp * ep, 1.0),
-            passes, cl), 0.0)
+        (d, n_d, s_d), (e, n_e, s_e) = cm.dp_parts(params[kind], eparams[kind], tp, cp, dp,
+                                                    ep, P.etp)
+        on = (e > 0) & (n_e > 1)
+        return group_floor(nbytes_per * d, n_d, s_d, passes, cl) + np.where(on, group_floor(
+            nbytes_per * e, np.where(on, n_e, 2.0), np.where(on, s_e, 1.0), passes, cl), 0.0)
 
     def dp_terms(kind):
-        p = params[kind]
+        # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
+        copies = cm.has_dp_copies(params[kind], eparams[kind], tp, cp, dp, ep, P.etp)
+        sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), dp_floor(sc.param_bytes, kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * group_floor(sc.param_bytes * p, dp, dp_stride, 1, cl)
-                        + group_floor(gb * p, dp, dp_stride, 1, cl))
+        z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
-        z2 = nmb * dp_floor(gb, kind, 1)
-        busy = np.where((zero == 3) & (dp > 1), z3, np.where(sync & (zero == 2), z2, 0.0))
+        # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
+        z2 = nmb * dp_floor(gb * np.where(mirrored, 0.5, 1.0), kind, 1)
+        busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero == 2), z2, 0.0))
         return red, ag_tail, busy
 
     ogr_gather = P.overlap_param_gather
@@ -447,8 +446,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
         # the dp stream after the last compute and the buckets, before the optimizer (its
         # floor at the fastest links: the pair may share a node)
-        mirror = np.where(mirrored, group_floor(gb * params[kind] / np.where(zero >= 2, dp, 1.0),
-                                                2, 1, 2.0, cl), 0.0)
+        # (the gradients each holds: ``comm.grad_shard_params``)
+        held = cm.grad_shard_params(params[kind], eparams[kind], tp, cp, dp, ep, P.etp, zero)
+        mirror = np.where(mirrored, group_floor(gb * held, 2, 1, 2.0, cl), 0.0)
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
         down = chain_in + t - trail + tail + opt["first"] + ag0
         return np.maximum(own, np.where(s >= 1, down, 0.0))

@@ -145,9 +145,10 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
             emb, head = vs == 0, vs == last
             f = (chunk_sum(items, lambda x: x.layer_fwd) + (c.embedding_fwd if emb else 0.0)
                  + (c.head_fwd if head else 0.0))
-            # block partial recompute: min(N, chunk) layers at one layer's cost
+            # block partial recompute: min(N, chunk) layers, each kind's share at its cost
             b = (chunk_sum(items, lambda x: x.layer_bwd)
-                 + c.chunk_recompute(chunk_sum(items, lambda x: 1.0))[0] if c.recompute_cap
+                 + c.chunk_recompute(chunk_sum(items, lambda x: 1.0), None, items)[0]
+                 if c.recompute_cap
                  else chunk_sum(items, lambda x: x.layer_bwd + x.layer_recompute))
             b += (c.embedding_bwd if emb else 0.0) + (c.head_bwd if head else 0.0)
             w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)

@@ -36,6 +36,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from strategies import placement
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
 from strategies.layout import even_stage_content_arrays, mixed_layers
@@ -181,7 +182,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
     d = dp * cp
-    d_e = np.maximum(1, (tp * d) // (etp * ep))       # expert data parallelism
+    # expert data parallelism: the ranks that hold an expert's copies
+    d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)

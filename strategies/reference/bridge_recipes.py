@@ -35,7 +35,9 @@ class MoeRecipe:
 
     ``layout``: ``(tp, pp, vpp, ep, mbs, gbs)`` (vpp 1 without interleaving);
     ``dispatcher``: ``"alltoall"``, ``"deepep"`` or ``"hybridep"`` (``plan.DISPATCHERS``);
-    ``etp``: the config's expert tensor-parallel size (None: Megatron's default, = tp)."""
+    ``etp``: the config's expert tensor-parallel size (None: Megatron's default, = tp);
+    ``recompute_modules``: the modules the config recomputes selectively
+    (``recompute_modules``; None: not read from the config, the stack's default)."""
 
     model: str
     gpu: str
@@ -46,12 +48,21 @@ class MoeRecipe:
     dispatcher: str
     source: str
     etp: int | None = None
+    recompute_modules: tuple[str, ...] | None = None
 
 
 def _r(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool, dispatcher: str,
-       path: str, name: str, etp: int | None = None) -> MoeRecipe:
+       path: str, name: str, etp: int | None = None,
+       recompute_modules: tuple[str, ...] | None = None) -> MoeRecipe:
     return MoeRecipe(model, gpu, n, prec, layout, overlap, dispatcher,
-                     f"{_REPO}{path} {name}", etp)
+                     f"{_REPO}{path} {name}", etp, recompute_modules)
+
+
+#: gpt-oss's GB200, B200 and H100 configs (and the FP8 aliases of them) recompute the norms
+#: and the experts' activation: ``recompute_modules=["layernorm", "moe_act"]`` in
+#: ``GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200,H100}_BF16_V1`` (v0.4.2
+#: ``gpt_oss_workload_base_configs.py``), which the V2 configs inherit
+_GO_RC = ("layernorm", "moe_act")
 
 
 #: (model, GPU, GPUs, precision, (tp, pp, vpp, ep, mbs, gbs), moe_a2a_overlap, dispatcher,
@@ -100,15 +111,15 @@ RECIPES: tuple[MoeRecipe, ...] = (
     _r("qwen3-30b-a3b", "H100 SXM", 16, "bf16", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_BF16_V1", 1),
     _r("qwen3-30b-a3b", "H100 SXM", 16, "fp8", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", 1),
     _r("gpt-oss-120b", "GB300", 64, "bf16", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2", 1),
-    _r("gpt-oss-120b", "GB200", 64, "bf16", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2", 1),
+    _r("gpt-oss-120b", "GB200", 64, "bf16", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2", 1, _GO_RC),
     _r("gpt-oss-120b", "B300", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", 1),
-    _r("gpt-oss-120b", "B200", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2", 1),
-    _r("gpt-oss-120b", "H100 SXM", 64, "bf16", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2", 1),
+    _r("gpt-oss-120b", "B200", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2", 1, _GO_RC),
+    _r("gpt-oss-120b", "H100 SXM", 64, "bf16", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2", 1, _GO_RC),
     _r("gpt-oss-120b", "GB300", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1),
-    _r("gpt-oss-120b", "GB200", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1),
+    _r("gpt-oss-120b", "GB200", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1, _GO_RC),
     _r("gpt-oss-120b", "B300", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1),
-    _r("gpt-oss-120b", "B200", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1),
-    _r("gpt-oss-120b", "H100 SXM", 64, "fp8", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1),
+    _r("gpt-oss-120b", "B200", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1, _GO_RC),
+    _r("gpt-oss-120b", "H100 SXM", 64, "fp8", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1, _GO_RC),
 )
 
 

@@ -351,6 +351,8 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
                      "(torchtitan: reshard_after_forward=False with PP)")
     switches = _switches(c, fw, tp > 1 and bool(sp), notes)
     switches.update(_moe_options(c, fw, ep, notes))
+    if "recompute_modules" in switches:
+        rec = "selective"
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
 
@@ -382,6 +384,12 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
+    mods = r.recompute_modules
+    if recompute_kind(pl.get("recompute")) is None and mods and \
+            set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:
+        out["recompute_modules"] = mods
+        notes.append(f"recompute=selective, recompute_modules={'+'.join(mods)} (the recipe's "
+                     f"recompute_modules: {r.source})")
     if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
         out["moe_dispatcher"] = r.dispatcher
         notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "

@@ -35,7 +35,7 @@ def job_times(job: Any) -> AutoTimes:
                  + (s == 0) * sc.embedding_fwd + (s == head) * sc.head_fwd)
         n = job.layers_of_chunk(s, 0)
         # recomputation as the compiler charges it (block partial: the record's rule)
-        rc = (sc.chunk_recompute(n, n)[0] if sc.recompute_cap > 0
+        rc = (sc.chunk_recompute(n, n, items)[0] if sc.recompute_cap > 0
               else chunk_sum(items, lambda x: x.layer_recompute))
         b.append(chunk_sum(items, lambda x: x.layer_bwd - x.layer_wgrad) + rc
                  + (s == 0) * (sc.embedding_bwd - sc.embedding_wgrad)

@@ -1,0 +1,200 @@
+"""torchtitan's TOML job config for a plan (``--export torchtitan``).
+
+Keys and meanings from torchtitan v0.2.2 (2026-02-20), the last release whose trainer reads a
+TOML job config (``--job.config_file``; pytorch/torchtitan#2386 replaced it with Python
+``Trainer.Config`` functions three days later, same section and field names):
+``torchtitan/config/job_config.py`` (sections ``[training]``, ``[parallelism]``,
+``[activation_checkpoint]``, ``[compile]``, ``[quantize.linear.*]``), ``torchtitan/train.py``
+(gradient accumulation = ``global_batch_size / (local_batch_size · dp_replicate · dp_shard)``),
+``torchtitan/distributed/pipeline_parallel.py`` (pipeline micro-batches = ``local_batch_size /
+pipeline_parallel_microbatch_size``; ``module_fqns_per_model_part`` lists the modules of each
+virtual stage, placed on the ranks by the schedule, ``pipeline_module_split``
+``_get_stage_indices``: rank r holds stages r, r + pp, ... (loop), or r and 2pp - 1 - r (V, for
+``ZBVZeroBubble`` and ``DualPipeV``), as paraplan's layout places them),
+``torchtitan/distributed/parallel_dims.py`` (``dp_replicate · dp_shard · cp · tp · pp`` =
+world; expert parallelism carved from ``dp_shard · cp`` (· ``tp`` when etp = 1);
+etp is 1 or tp; ``seq_len`` divisible by ``2 · tp · cp``), ``models/llama3/infra/
+parallelize.py`` (FSDP2 over ``dp_shard · cp``, HSDP with ``dp_replicate``; DDP only as the
+sole parallelism: "DDP has not supported > 1D parallelism"; TP always shards the norms along
+the sequence, ``SequenceParallel``), ``distributed/activation_checkpoint.py`` (modes ``none``,
+``full``, ``selective`` with ``selective_ac_option = "op"`` or every N-th layer; ``early_stop``
+passed to ``torch.utils.checkpoint``), ``components/quantization/{float8,mx}.py`` (model
+converters ``quantize.linear.float8`` and ``quantize.linear.mx``, registered names).
+
+Plan -> keys: ZeRO-3 -> ``data_parallel_shard_degree = dp`` with ``fsdp_reshard_after_forward =
+"always"``; ZeRO-2 -> the same with ``"never"`` (FSDP2 keeps the gathered parameters from the
+forward to the backward); ZeRO-0 -> ``data_parallel_replicate_degree = dp`` (DDP, or HSDP over
+the context-parallel ranks); a schedule through ``TORCHTITAN_SCHEDULE_NAMES``; recomputation
+``op`` -> selective ``"op"``, ``full`` -> full (``early_stop`` as the profile models it);
+``mbs`` -> ``pipeline_parallel_microbatch_size`` with pipelining, else ``local_batch_size``.
+"""
+from __future__ import annotations
+
+from strategies.errors import SpecError
+from strategies.export.toml import dumps
+from strategies.framework import TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES, plan_violations
+from strategies.job import Job
+from strategies.layout import EMBEDDING, LAYER, LOSS, MTP
+
+RELEASE = "v0.2.2"
+#: torchtitan's model converters and quantisation sections for our precisions (``--dtype``);
+#: torchao's float8 training has dynamic (current) per-tensor scaling, "tensorwise"
+QUANTISE = {
+    "fp8-current": ("quantize.linear.float8", {"recipe_name": "tensorwise"}),
+    "mxfp8": ("quantize.linear.mx", {"recipe_name": "mxfp8_cublas"}),
+}
+#: why a precision has no torchtitan switch
+NO_QUANTISE = {
+    "fp16": "torchtitan's mixed precision is bfloat16 or float32 (training."
+            "mixed_precision_param)",
+    "fp8": "torchao's float8 training has no delayed scaling (amax history): use "
+           "--dtype fp8-current (recipe tensorwise)",
+    "fp8-delayed": "torchao's float8 training has no delayed scaling (amax history): use "
+                   "--dtype fp8-current (recipe tensorwise)",
+    "fp8-blockwise": "torchao's float8 recipes are tensorwise and rowwise, not DeepSeek's "
+                     "1x128/128x128 blocks",
+    "nvfp4": "torchtitan v0.2.2 has no NVFP4 training converter",
+}
+#: the modules of a torchtitan decoder (llama3, qwen3, deepseek_v3 name them alike)
+FQN = {EMBEDDING: ("tok_embeddings",), LOSS: ("norm", "output")}
+
+
+def _refuse(why: str) -> None:
+    raise SpecError("--export", "torchtitan", f"cannot express this plan: {why}")
+
+
+def model_parts(job: Job) -> list[list[str]]:
+    """``module_fqns_per_model_part``: each virtual stage's modules in path order, from the
+    plan's layout (``Job.layout``), so torchtitan builds exactly the stages that were costed."""
+    parts, layer = [], 0
+    for stage in job.layout.stages:
+        names: list[str] = []
+        for slot in stage:
+            if slot == LAYER:
+                names.append(f"layers.{layer}")
+                layer += 1
+            elif slot == MTP:
+                _refuse("torchtitan's models have no multi-token-prediction module to place "
+                        "(the layout holds one)")
+            else:
+                names += FQN[slot]
+        parts.append(names)
+    return parts
+
+
+def _data_parallel(job: Job, notes: list[str]) -> dict:
+    p = job.plan
+    if p.zero in (2, 3):
+        return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp,
+                "fsdp_reshard_after_forward": "always" if p.zero == 3 else "never"}
+    if p.dp > 1 and p.cp == 1 and p.tp * p.pp > 1:
+        _refuse(f"zero=0 with dp={p.dp} is torchtitan's DDP, which runs only as the sole "
+                "parallelism ('DDP has not supported > 1D parallelism', models/llama3/infra/"
+                "parallelize.py); use zero=2 or zero=3 (FSDP2)")
+    if p.cp > 1:
+        notes.append(f"zero=0 with cp={p.cp}: torchtitan applies FSDP2 over the context-"
+                     "parallel ranks (its fsdp mesh is dp_shard x cp), so parameters are "
+                     "sharded over them (HSDP with the replicas); the estimate keeps them whole")
+    return {"data_parallel_replicate_degree": p.dp, "data_parallel_shard_degree": 1}
+
+
+def _batch(job: Job) -> tuple[dict, dict]:
+    """``[training]`` batch keys and the pipeline micro-batch keys."""
+    p = job.plan
+    if p.pp > 1:   # one step's micro-batches run through the schedule: no accumulation loop
+        return ({"local_batch_size": job.num_microbatches * p.mbs, "global_batch_size": p.gbs},
+                {"pipeline_parallel_microbatch_size": p.mbs})
+    return {"local_batch_size": p.mbs, "global_batch_size": p.gbs}, {}
+
+
+def _recompute(job: Job) -> dict:
+    p = job.plan
+    if p.recompute_layers is not None or p.recompute_modules is not None:
+        _refuse("partial or per-module recomputation (recompute_layers, recompute_modules): "
+                "torchtitan's integer selective_ac_option checkpoints every N-th layer, another "
+                "rule")
+    if p.recompute == "none":
+        return {"mode": "none"}
+    if p.recompute == "op":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    if p.recompute == "full":
+        # the estimate's full recomputation stops early as the stack's profile says
+        # (FrameworkProfile.recompute_early_stop); torchtitan's own default is early_stop=false
+        return {"mode": "full", "early_stop": TORCHTITAN.recompute_early_stop}
+    _refuse(f"recompute={p.recompute}: Megatron's selective recomputation (the attention "
+            "core) has no torchtitan mode; use recompute=op (per-op) or full")
+    raise AssertionError  # unreachable
+
+
+def torchtitan_config(job: Job) -> tuple[str, list[str]]:
+    """torchtitan's TOML job config for ``job``'s plan, and the caveats (``notes``); a
+    SpecError naming what torchtitan cannot run otherwise."""
+    p, m = job.plan, job.model
+    notes: list[str] = []
+    for field, value, rule in plan_violations(TORCHTITAN, p):
+        _refuse(f"{field}={value!r}: {rule}")
+    if p.group_microbatches is not None:
+        _refuse("torchtitan gives every data-parallel replica the same batch "
+                "(no group_microbatches)")
+    if job.seq_len % (2 * p.tp * p.cp):
+        _refuse(f"seq_len {job.seq_len} must be divisible by 2*tp*cp = {2 * p.tp * p.cp} "
+                "(parallel_dims.py seq_len_divisor)")
+    if job.dtype in NO_QUANTISE:
+        _refuse(f"--dtype {job.dtype}: {NO_QUANTISE[job.dtype]}")
+    par = _data_parallel(job, notes)
+    par["tensor_parallel_degree"] = p.tp
+    par["enable_async_tensor_parallel"] = False   # needs torch.compile; the profile is eager
+    par["context_parallel_degree"] = p.cp
+    par["pipeline_parallel_degree"] = p.pp
+    training, micro = _batch(job)
+    if p.pp > 1:
+        par["pipeline_parallel_schedule"] = dict(TORCHTITAN_SCHEDULE_NAMES)[p.schedule]
+        par.update(micro)
+        par["module_fqns_per_model_part"] = model_parts(job)
+    if m.is_moe:
+        etp = p.tp if p.etp is None else p.etp
+        if etp not in (1, p.tp):
+            _refuse(f"etp={etp}: torchtitan's expert tensor parallelism is 1 or tp "
+                    "(parallel_dims.py)")
+        shard = par["data_parallel_shard_degree"] * p.cp * (p.tp if etp == 1 else 1)
+        if shard % p.ep:
+            _refuse(f"ep={p.ep} must divide dp_shard*cp{'*tp' if etp == 1 else ''} = {shard}: "
+                    "torchtitan carves expert parallelism from the FSDP ranks "
+                    "(parallel_dims.py; zero=0 has none)")
+        par["expert_parallel_degree"] = p.ep
+        par["expert_tensor_parallel_degree"] = etp if p.ep > 1 else 1
+        if p.schedule == "dualpipev" and p.ep > 1:
+            par["pipeline_parallel_expert_parallel_overlap"] = True
+            if p.recompute != "none":
+                notes.append("DualPipeV's expert-parallel overlap does not support activation "
+                             "checkpointing yet (job_config.py TODO): run recompute=none")
+        if p.moe_capacity_factor is not None:
+            notes.append(f"moe_capacity_factor={p.moe_capacity_factor:g} has no torchtitan key "
+                         "(its MoE routes without dropping)")
+    training.update({"seq_len": job.seq_len, "mixed_precision_param": "bfloat16",
+                     "mixed_precision_reduce": "float32"})
+    sections: dict[str, dict] = {
+        "job": {"description": f"paraplan: {m.name} on {job.cluster.name}, {p.short()}"},
+    }
+    quant = QUANTISE.get(job.dtype)
+    if quant is not None:
+        sections["model"] = {"converters": [quant[0]]}
+    sections["training"] = training
+    sections["parallelism"] = par
+    sections["activation_checkpoint"] = _recompute(job)
+    sections["compile"] = {"enable": False}   # the profile is eager PyTorch
+    if quant is not None:
+        sections[quant[0]] = dict(quant[1])
+    notes.append(f"torchtitan {RELEASE} job config (--job.config_file); set [model] name and "
+                 f"flavor to torchtitan's definition of {m.name}: it reads the architecture "
+                 "from its model registry, not from this file")
+    if p.tp > 1 and not p.sp:
+        notes.append("torchtitan's tensor parallelism always shards the norms along the "
+                     "sequence (SequenceParallel); the plan was costed with sp=false")
+    if not p.flash_attn:
+        notes.append("flash_attn=false has no key: torchtitan's attention is SDPA (its flash "
+                     "backend) unless the model flavor picks flex attention")
+    if p.dp > 1 and not (p.overlap_grad_reduce and p.overlap_param_gather):
+        notes.append("FSDP2/DDP always overlap their gradient reduction and parameter gathers "
+                     "with compute; the plan was costed without")
+    return dumps(sections), notes
