@@ -96,8 +96,8 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     return rates
 
 
-def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable], empty: bool
-          ) -> tuple[Optional[simpy.Event], Optional[Callable]]:
+def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable],
+                  empty: bool) -> tuple[Optional[simpy.Event], Optional[Callable]]:
     """``(event, fin)`` of a new transfer: without ``then`` a new event and its ``succeed``,
     with it no event and ``then``; ``fin`` None when the transfer moves nothing (``empty``)
     and has already been ended: the event succeeded, or ``then(tag)`` due from a zero timeout
