@@ -282,9 +282,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             have = even_chunk_content_arrays(m, sched, pp, v, stage, c, *lay)
             held_c = {k: have[k] + np.zeros_like(mean) for k in have}
             lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
-            a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c))
-            acts.append(a_c + np.zeros_like(mean))
-            wgs.append(w_c + np.zeros_like(mean))
+            with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
+                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c))
+            acts.append(np.where(lpc_c > 0, a_c, 0.0) + np.zeros_like(mean))
+            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + np.zeros_like(mean))
         acts, wgs = np.stack(acts), np.stack(wgs)              # (C, plans)
         live = np.arange(top)[:, None] < np.ravel(n_ch)[None].reshape((1,) + n_ch.shape)
         differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
