@@ -17,7 +17,9 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   entries at the peak, scalar) and ``in_flight_array`` (over numpy arrays, for the search),
   ``stash_frontier`` and ``stash_frontier_array`` (the ``(stashed, pending W)`` pairs a
   rank's activations can peak at, of which the memory model and the simulator's activation
-  track take the one with the most bytes: ``peak_pair``), ``logits_stashed`` (the last stage
+  track take the one with the most bytes: ``peak_pair``), ``chunk_stash_moments`` (the same
+  moments counted per chunk, where a rank's chunks keep different bytes:
+  ``peak_chunk_moment``), ``logits_stashed`` (the last stage
   keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
   ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
