@@ -49,33 +49,6 @@ def gemm_table(table: dict[str, float]) -> Callable:
     return eff
 
 
-def _gemm_exact_tiles(M, N, K, rate, knee, waves=None):
-    """Variant: with waves, the exact tile area ``M·N / (waves·SMs·tile)`` replaces ``s(M)·s(N)``."""
-    if waves is None:
-        return ORIG_GEMM(M, N, K, rate, knee)
-    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
-    e = M * N / (np.ceil(tiles / waves.slots) * waves.slots * waves.tile_m * waves.tile_n)
-    return 2.0 * M * N * K / (rate * e * (K / (K + knee)))
-
-
-def _gemm_split_k(M, N, K, rate, knee, waves=None, splits=16):
-    """Variant: the library splits K into ``s <= splits`` parts where that fills the waves
-    better, each part paying the K knee on ``K/s`` (the partial sums' reduction not charged)."""
-    if waves is None:
-        return ORIG_GEMM(M, N, K, rate, knee)
-    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
-    best = None
-    for s in range(1, splits + 1):
-        units = tiles * s
-        occ = units / (np.ceil(units / waves.slots) * waves.slots)
-        t = 2.0 * M * N * K / (rate * ct._shape(M) * ct._shape(N) * (K / s / (K / s + knee))
-                               * occ)
-        best = t if best is None else np.minimum(best, t)
-    return best
-
-
-ORIG_GEMM = ct._gemm_compute
-
 ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "full model": contextlib.nullcontext,
     "no overlap clock penalty": lambda: patched(ct, "OVERLAP_CLOCK_RATIO", 1.0),
@@ -88,14 +61,18 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
         GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
-    "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu: None),
-    "GEMM waves on every chip (256x128)": lambda: patched(
-        ct, "gemm_waves", lambda gpu: ct.Waves(gpu.sm_count, *AMPERE_WAVE_TILE)
+    "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu, system=None: None),
+    "GEMM waves with the kernel choice on every chip": lambda: patched(
+        ct, "gemm_waves", lambda gpu, system=ct.DEFAULT_SYSTEM: ct.Waves(
+            gpu.sm_count, *AMPERE_WAVE_TILE, ct.usable_hbm(gpu, system))
         if gpu.sm_count else None),
-    "GEMM waves, exact tile area for M, N": lambda: patched(ct, "_gemm_compute",
-                                                          _gemm_exact_tiles),
-    "GEMM waves with split-K (no reduction cost)": lambda: patched(ct, "_gemm_compute",
-                                                                 _gemm_split_k),
+    "GEMM waves, 256x128 tile only (no tile or split-K choice)": lambda: patched(
+        ct, "gemm_configs", lambda w: (ct.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),)),
+    "GEMM tile choice, no split-K": lambda: patched(ct, "SPLIT_K", (1,)),
+    "GEMM tile choice, every tile at efficiency 1": lambda: patched(
+        ct, "tile_efficiency", lambda tm, tn: 1.0),
+    "GEMM split-K without its reduction traffic": lambda: patched(
+        ct, "split_k_bytes", lambda M, N, s: 0.0 * s),
 }
 
 

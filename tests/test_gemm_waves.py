@@ -40,14 +40,114 @@ def test_partial_edge_tile_counts_as_a_tile():
     assert ct.wave_efficiency(513, 54 * 128, w) == 162 / 216
 
 
-def test_compute_time_is_the_smooth_time_over_the_wave_efficiency():
+def _only_the_wave_tile(monkeypatch):
+    monkeypatch.setattr(ct, "gemm_configs",
+                        lambda w: (ct.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),))
+
+
+def test_one_config_is_the_smooth_time_over_the_wave_efficiency(monkeypatch):
+    """With the wave tile as the only configuration, the time is §3.15's first rule: the
+    smooth time over the wave efficiency; with the full menu it is never slower."""
     w, kn = ct.gemm_waves(A100), ct.k_knee(A100, "bf16")
     rate = A100.peak("bf16") * A100.matmul_efficiency
-    for M, N, K in ((2048, 5376, 14336), (256, 109 * 128, 4096), (8192, 2304, 9216)):
+    shapes = ((2048, 5376, 14336), (256, 109 * 128, 4096), (8192, 2304, 9216))
+    full = [ct._gemm_compute(M, N, K, rate, kn, w) for M, N, K in shapes]
+    _only_the_wave_tile(monkeypatch)
+    for (M, N, K), t in zip(shapes, full):
         smooth = ct._gemm_compute(M, N, K, rate, kn)
         waved = ct._gemm_compute(M, N, K, rate, kn, w)
         assert waved == pytest.approx(smooth / ct.wave_efficiency(M, N, w), rel=1e-15)
-        assert waved >= smooth
+        assert smooth <= t <= waved
+
+
+def test_tile_efficiency_is_the_l2_roofline():
+    """1 while A100's L2 (5120 B/clk over 108 SMs x 1024 FMA/clk) feeds the tile's
+    2 (tm + tn) / (tm tn) bytes per FMA; below that the feed over the need."""
+    feed = 5120 / (108 * 1024)
+    for t in ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256)):
+        assert ct.tile_efficiency(*t) == 1.0
+    assert ct.tile_efficiency(128, 64) == feed / (2 * 192 / 8192)
+    assert ct.tile_efficiency(64, 64) == feed / (2 * 128 / 4096)
+    assert ct.tile_efficiency(64, 64) == pytest.approx(0.7407, abs=1e-4)
+
+
+def test_menu_is_the_guides_tiles_times_the_split_factors():
+    cf = ct.gemm_configs(ct.gemm_waves(A100))
+    assert len(cf) == 8 * 10
+    assert {(c.tile_m, c.tile_n) for c in cf} == set(ct.GEMM_TILES)
+    assert sorted({c.split for c in cf}) == [1, 2, 3, 4, 5, 6, 8, 12, 16, 32]
+
+
+def test_split_k_reduction_bytes():
+    """Each of s slices writes M x N fp32 partial sums and the reduction reads them back."""
+    assert ct.split_k_bytes(1024, 2048, 1) == 0.0
+    assert ct.split_k_bytes(1024, 2048, 4) == 2 * 4 * 1024 * 2048 * 4.0
+    s = np.array([1.0, 2.0, 32.0])
+    assert list(ct.split_k_bytes(64.0, 128.0, s)) == [0.0, 2 * 2 * 64 * 128 * 4.0,
+                                                      2 * 32 * 64 * 128 * 4.0]
+
+
+def _config_time(M, N, K, rate, kn, w, tm, tn, s):
+    ks = K / s
+    units = np.ceil(M / tm) * np.ceil(N / tn) * s
+    occ = units / (np.ceil(units / w.slots) * w.slots)
+    return (2.0 * M * N * K / (rate * ct.tile_efficiency(tm, tn) * ct._shape(M) * ct._shape(N)
+                               * (ks / (ks + kn)) * occ)
+            + ct.split_k_bytes(M, N, s) / w.hbm)
+
+
+def test_small_output_deep_k_splits_k_with_its_reduction():
+    """1024 x 1024 x 8192 on A100: 32 tiles of 256x128 fill 32 of 108 SMs; split in 3 they
+    are 96 blocks (96/108 busy) at K/3 = 2731 deep, plus 2·3·M·N·4 bytes at the usable HBM
+    rate: 104.0 us, against 264.3 us without a choice."""
+    w, kn = ct.gemm_waves(A100), ct.k_knee(A100, "bf16")
+    rate = A100.peak("bf16") * A100.matmul_efficiency
+    M, N, K = 1024.0, 1024.0, 8192.0
+    ks = K / 3
+    exact = (2 * M * N * K / (rate * ct._shape(M) * ct._shape(N) * (ks / (ks + kn)) * (96 / 108))
+             + 2 * 3 * M * N * 4 / w.hbm)
+    t = ct._gemm_compute(M, N, K, rate, kn, w)
+    assert t == pytest.approx(exact, rel=1e-14)
+    assert t == pytest.approx(104.0e-6, abs=0.05e-6)
+    assert w.hbm == A100.hbm_bandwidth * ct.HBM_EFFICIENCY
+    for c in ct.gemm_configs(w):
+        assert t <= _config_time(M, N, K, rate, kn, w, c.tile_m, c.tile_n, c.split) * (1 + 1e-15)
+    # the unsplit wave tile: 32/108 busy
+    assert _config_time(M, N, K, rate, kn, w, 256, 128, 1) == pytest.approx(264.3e-6, abs=0.05e-6)
+
+
+def test_mid_output_picks_the_smaller_tile_not_a_split():
+    """2048 x 1024 x 4096: 64 tiles of 256x128 (64/108 busy), 128 of 128x128 (two waves,
+    128/216); 256 tiles of 128x64 are three waves, 256/324 busy, at the tile's L2-bound
+    0.988: the fastest configuration, unsplit."""
+    w, kn = ct.gemm_waves(A100), ct.k_knee(A100, "bf16")
+    rate = A100.peak("bf16") * A100.matmul_efficiency
+    M, N, K = 2048.0, 1024.0, 4096.0
+    exact = 2 * M * N * K / (rate * ct.tile_efficiency(128, 64) * ct._shape(M) * ct._shape(N)
+                             * (K / (K + kn)) * (256 / 324))
+    assert ct._gemm_compute(M, N, K, rate, kn, w) == pytest.approx(exact, rel=1e-14)
+    assert ct._gemm_compute(M, N, K, rate, kn, w) < _config_time(M, N, K, rate, kn, w,
+                                                                 256, 128, 1)
+
+
+def test_reduction_traffic_is_charged(monkeypatch):
+    """Without the reduction's bytes split-K could only be faster."""
+    w, kn = ct.gemm_waves(A100), ct.k_knee(A100, "bf16")
+    rate = A100.peak("bf16") * A100.matmul_efficiency
+    t = ct._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
+    monkeypatch.setattr(ct, "split_k_bytes", lambda M, N, s: 0.0 * s)
+    assert ct._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w) < t
+
+
+def test_gpt17b_tp2_layer_between_flat_and_one_tile(monkeypatch):
+    """The small-GEMM case of §3.15: the choice of tile and split recovers most of the
+    256x128-only loss but stays at or above the smooth (no waves) time."""
+    m = model_preset("gpt-1.7b")
+    flat = ct.gemm_time_fwd(m, 1, 2, 1, 1, replace(A100, wave_tile=None), "bf16")
+    full = ct.gemm_time_fwd(m, 1, 2, 1, 1, A100, "bf16")
+    _only_the_wave_tile(monkeypatch)
+    one = ct.gemm_time_fwd(m, 1, 2, 1, 1, A100, "bf16")
+    assert flat <= full < one
 
 
 def test_many_full_waves_cost_nothing_extra():
@@ -69,11 +169,30 @@ def test_scalar_and_array_forms_agree():
     arr = ct.wave_efficiency(Ms, Ns, w)
     assert [float(x) for x in arr] == [ct.wave_efficiency(M, N, w) for M, N in zip(Ms, Ns)]
     m = model_preset("gpt-1.7b")
-    b = np.array([1.0, 2.0, 4.0])
-    tp = np.array([1.0, 2.0, 8.0])
+    b = np.array([1.0, 2.0, 4.0, 1.0])
+    tp = np.array([1.0, 2.0, 8.0, 2.0])
     t = ct.gemm_time_fwd(m, b, tp, 1.0, 1.0, A100, "bf16")
     assert [float(x) for x in t] == [ct.gemm_time_fwd(m, bi, ti, 1.0, 1.0, A100, "bf16")
                                     for bi, ti in zip(b, tp)]
+    tb = ct.gemm_time_bwd(m, b, tp, 1.0, 1.0, A100, "bf16")
+    assert [float(x) for x in tb] == [ct.gemm_time_bwd(m, bi, ti, 1.0, 1.0, A100, "bf16")
+                                     for bi, ti in zip(b, tp)]
+    # the configuration choice itself, a split-K shape among them, and a 2-D array
+    rate, kn = A100.peak("bf16") * A100.matmul_efficiency, ct.k_knee(A100, "bf16")
+    Ms = np.array([[1024.0, 2048.0], [256.0, 8192.0]])
+    Ns = np.array([[1024.0, 1024.0], [256.0, 2304.0]])
+    Ks = np.array([[8192.0, 4096.0], [16384.0, 9216.0]])
+    arr = ct._gemm_compute(Ms, Ns, Ks, rate, kn, w)
+    assert arr.shape == (2, 2)
+    assert ct._gemm_compute(np.zeros((0,)), 1024.0, 1024.0, rate, kn, w).shape == (0,)
+    # repeated shapes are priced once and given back in place
+    rep = ct._gemm_compute(np.array([1024.0, 2048.0, 1024.0]), np.array([1024.0, 1024.0, 1024.0]),
+                           np.array([8192.0, 4096.0, 8192.0]), rate, kn, w)
+    assert rep[0] == rep[2] == ct._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
+    assert rep[1] == ct._gemm_compute(2048.0, 1024.0, 4096.0, rate, kn, w)
+    assert [float(x) for x in arr.ravel()] == [
+        float(ct._gemm_compute(M, N, K, rate, kn, w))
+        for M, N, K in zip(Ms.ravel(), Ns.ravel(), Ks.ravel())]
 
 
 def test_a100_layer_is_slower_with_waves_and_h100_unchanged():

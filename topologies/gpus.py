@@ -19,7 +19,9 @@ come from. Training precisions (``--dtype``) map to rates in ``topologies.precis
 chip whose GEMM kernels launch one thread block per output tile, one block per SM at a time
 (Volta/Ampere cuBLAS: 256x128, NVIDIA "Matrix Multiplication Background User's Guide"
 §2.3, §3.2); a GEMM then runs in waves of ``sm_count`` tiles and the last one is partly
-empty (``strategies.cost.compute.wave_efficiency``). ``None``: no wave quantisation is
+empty (``strategies.cost.compute.wave_efficiency``); it is the largest tile of the kernel
+configurations a GEMM is priced over (smaller tiles, split-K: ``compute.gemm_configs``).
+``None``: no wave quantisation is
 modelled (Hopper and later run persistent kernels whose tile schedulers, stream-K among
 them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Ampere").
 """

@@ -7,10 +7,12 @@ The efficiency model (every constant and its source: docs/calibration.md):
   sustainable matmul FLOPS over the datasheet peak) times a smooth penalty for thin shapes
   (tile quantisation: on average half of a 128-wide tile is wasted on an output dimension's
   edge; a tile's fixed prologue/epilogue amortised over K, whose knee ``k_knee`` grows with
-  the chip's tensor-core rate per SM), times, on chips whose GEMM kernels launch one thread
-  block per output tile (``GPU.wave_tile``: Volta/Ampere), the share of the SMs' tile slots
-  the output keeps busy over its waves (``wave_efficiency``). A GEMM is never faster than its
-  operands' HBM traffic allows (roofline).
+  the chip's tensor-core rate per SM). On chips whose GEMM kernels launch one thread block
+  per output tile (``GPU.wave_tile``: Volta/Ampere) a GEMM takes the fastest of a documented
+  set of kernel configurations (``gemm_configs``: the guide's tiles at their L2-roofline
+  efficiency, each with K split into ``s`` slices whose fp32 partial sums a reduction moves
+  through HBM), each at the share of the SMs' tile slots its thread blocks keep busy over
+  their waves. A GEMM is never faster than its operands' HBM traffic allows (roofline).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
@@ -36,6 +38,7 @@ Every function broadcasts over numpy arrays of plan fields.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -106,46 +109,173 @@ def k_knee(gpu: GPU, dtype: str) -> float:
     return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
 
 
+# The kernel configurations a Volta/Ampere BLAS chooses from for one GEMM (``gemm_configs``):
+# the output tiles of NVIDIA's "Matrix Multiplication Background User's Guide" (DU-09799-001)
+# §2.3, from the most efficient (256x128, 128x256) to the least (64x64), one thread block per
+# SM (the guide's §3.2 wave count) ...
+GEMM_TILES = ((256, 128), (128, 256), (128, 128), (256, 64), (64, 256), (128, 64), (64, 128),
+              (64, 64))
+# ... each with K split into ``s`` slices run by separate thread blocks (split-K; CUTLASS
+# "parallel" split-K, cuBLASLt's CUBLASLT_ALGO_CONFIG_SPLITK_NUM with the fp32
+# CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE workspace): the factors NVIDIA's cuBLASLt sample
+# LtSgemmCustomFind (CUDALibrarySamples) tries, {2, 3, 4, 5, 6, 8, 12, 16, 32}, and 1 (no split)
+SPLIT_K = (1, 2, 3, 4, 5, 6, 8, 12, 16, 32)
+# Bytes per second an A100's L2 feeds the SMs per FMA/s its tensor cores do (16-bit dense):
+# 5120 B/clk L2 read bandwidth over 108 SMs x 1024 FMA/clk (NVIDIA A100 Tensor Core GPU
+# Architecture whitepaper: "5120 Bytes/clk" L2, 256 FP16 FMA/clk per tensor core, 4 per SM);
+# V100's 2048 B/clk over 80 SMs x 512 FMA/clk is 0.050, the same to 8 %. A thread block's
+# ``tm x tn`` tile takes ``2 (tm + tn)`` operand bytes per ``tm·tn`` FMAs of each K step.
+L2_BYTES_PER_FMA = 5120 / (108 * 1024)
+OPERAND_BYTES_16 = 2.0    # bytes of a 16-bit GEMM operand element (the tiles' feed)
+SPLIT_K_PARTIAL_BYTES = 4.0   # bytes of a split-K partial sum element (fp32 workspace)
+
+
 @dataclass(frozen=True)
 class Waves:
-    """How a chip's GEMM kernels fill it: ``slots`` output tiles of ``tile_m x tile_n`` run at
-    once (one thread block per SM, ``GPU.wave_tile``)."""
+    """How a chip's GEMM kernels fill it: ``slots`` output tiles run at once (one thread block
+    per SM); ``tile_m x tile_n`` the library's largest, most efficient tile
+    (``GPU.wave_tile``); ``hbm`` the usable HBM bandwidth (bytes/s) a split-K reduction moves
+    its partial sums at (``usable_hbm``)."""
 
     slots: int
     tile_m: int
     tile_n: int
+    hbm: float = float("inf")
 
 
-def gemm_waves(gpu: GPU) -> Waves | None:
-    """The wave shape of ``gpu``'s GEMMs (``GPU.wave_tile`` over ``GPU.sm_count``), or None
-    where no wave quantisation is modelled (persistent kernels, unknown chips)."""
+def gemm_waves(gpu: GPU, system: SystemConfig = DEFAULT_SYSTEM) -> Waves | None:
+    """The wave shape of ``gpu``'s GEMMs (``GPU.wave_tile`` over ``GPU.sm_count``, the usable
+    HBM rate under ``system``), or None where no wave quantisation is modelled (persistent
+    kernels, unknown chips)."""
     if gpu.wave_tile is None or not gpu.sm_count:
         return None
-    return Waves(gpu.sm_count, gpu.wave_tile[0], gpu.wave_tile[1])
+    return Waves(gpu.sm_count, gpu.wave_tile[0], gpu.wave_tile[1], usable_hbm(gpu, system))
 
 
 def wave_efficiency(M: Num, N: Num, waves: Waves | None) -> Num:
-    """Fraction of the SMs' tile slots an ``M x N`` GEMM output keeps busy: ``tiles /
-    (ceil(tiles / slots) · slots)`` with ``tiles = ceil(M/tile_m) · ceil(N/tile_n)`` (the
-    last wave runs partly empty; NVIDIA "Matrix Multiplication Background User's Guide"
-    §3.2); 1 without ``waves``. The waste *inside* an edge tile is ``_shape``'s, not this."""
+    """Fraction of the SMs' tile slots an ``M x N`` GEMM output keeps busy with the
+    ``waves.tile_m x waves.tile_n`` tile: ``tiles / (ceil(tiles / slots) · slots)`` with
+    ``tiles = ceil(M/tile_m) · ceil(N/tile_n)`` (the last wave runs partly empty; NVIDIA
+    "Matrix Multiplication Background User's Guide" §3.2); 1 without ``waves``. The waste
+    *inside* an edge tile is ``_shape``'s, not this."""
     if waves is None:
         return 1.0
-    tiles = np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n)
-    return tiles / (np.ceil(tiles / waves.slots) * waves.slots)
+    return _occupancy(np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n), waves.slots)
+
+
+def _occupancy(units: Num, slots: int) -> Num:
+    """Busy share of ``slots`` per wave over the waves ``units`` thread blocks take."""
+    return units / (np.ceil(units / slots) * slots)
+
+
+def tile_efficiency(tile_m: int, tile_n: int) -> float:
+    """Sustained fraction of the large-GEMM rate a ``tile_m x tile_n`` thread block keeps: 1
+    while the L2 feeds its operands (``OPERAND_BYTES_16 · (tm + tn) / (tm · tn)`` bytes per
+    FMA) as fast as the tensor cores use them, else the L2 rate over that need (roofline on
+    ``L2_BYTES_PER_FMA``): 256x128, 128x128 and 256x64 1, 128x64 0.988, 64x64 0.741."""
+    need = OPERAND_BYTES_16 * (tile_m + tile_n) / (tile_m * tile_n)
+    return min(1.0, L2_BYTES_PER_FMA / need)
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    """One kernel configuration: a ``tile_m x tile_n`` output tile at ``efficiency``
+    (``tile_efficiency``), K cut into ``split`` slices."""
+
+    tile_m: int
+    tile_n: int
+    split: int
+    efficiency: float
+
+
+def gemm_configs(waves: Waves) -> tuple[GemmConfig, ...]:
+    """The configurations a GEMM on a chip of ``waves`` is priced over: every ``GEMM_TILES``
+    tile no larger (in area) than the chip's ``wave_tile``, times every ``SPLIT_K`` factor."""
+    area = waves.tile_m * waves.tile_n
+    tiles = [t for t in GEMM_TILES if t[0] * t[1] <= area]
+    if (waves.tile_m, waves.tile_n) not in tiles:
+        tiles.insert(0, (waves.tile_m, waves.tile_n))
+    return tuple(GemmConfig(tm, tn, s, tile_efficiency(tm, tn))
+                 for tm, tn in tiles for s in SPLIT_K)
+
+
+def split_k_bytes(M: Num, N: Num, split: Num) -> Num:
+    """Extra HBM bytes of a GEMM whose K is cut into ``split`` slices: each slice writes its
+    ``M x N`` partial sums in fp32 to a workspace and the reduction kernel reads them back
+    (``2 · split · M · N · SPLIT_K_PARTIAL_BYTES``; 0 without a split). The reduced output's
+    own write is the GEMM's (``_gemm``'s roofline)."""
+    return np.where(np.asarray(split) > 1, 2.0 * split * M * N * SPLIT_K_PARTIAL_BYTES, 0.0)
+
+
+def _config_arrays(waves: Waves) -> tuple[np.ndarray, ...]:
+    """(tile_m, tile_n, split, efficiency) of ``gemm_configs(waves)`` as arrays (cached on
+    everything they are built from)."""
+    return _config_arrays_of(waves, gemm_configs, GEMM_TILES, SPLIT_K, tile_efficiency)
+
+
+@functools.lru_cache(maxsize=64)
+def _config_arrays_of(waves: Waves, configs, tiles, splits, eff) -> tuple[np.ndarray, ...]:
+    cf = configs(waves)
+    out = tuple(np.array([getattr(c, k) for c in cf], dtype=float)
+                for k in ("tile_m", "tile_n", "split", "efficiency"))
+    for a in out:
+        a.flags.writeable = False
+    return out
+
+
+def _gemm_configs_time(M: Num, N: Num, K: Num, rate: Num, knee: float, waves: Waves) -> Num:
+    """Seconds of one GEMM on a chip of ``waves``: the fastest of ``gemm_configs``, each its
+    compute time at the tile's efficiency and its own wave occupancy (``ceil(M/tm) ·
+    ceil(N/tn) · s`` thread blocks over ``waves.slots``), the K knee on the slice depth
+    ``K/s``, plus the split-K reduction's bytes (``split_k_bytes``) at ``waves.hbm``. Arrays
+    are priced once per distinct ``(M, N, K, rate)``."""
+    if np.ndim(M) == np.ndim(N) == np.ndim(K) == np.ndim(rate) == 0:
+        return _configs_min(M, N, K, rate, knee, waves)
+    shape = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (M, N, K, rate)))
+    if shape[0].size == 0:
+        return np.empty(shape[0].shape)
+    first, inv = _distinct_rows([a.ravel() for a in shape])
+    t = _configs_min(*(a.ravel()[first] for a in shape), knee, waves)
+    return t[inv].reshape(shape[0].shape)
+
+
+def _distinct_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(index of one row per distinct row, each row's distinct-row number) of equal-length
+    columns, by combining the columns' own distinct codes pairwise (1-D sorts only)."""
+    code = np.unique(cols[0], return_inverse=True)[1].ravel()
+    for c in cols[1:]:
+        ci = np.unique(c, return_inverse=True)[1].ravel()
+        code = np.unique(code * (int(ci.max()) + 1) + ci, return_inverse=True)[1].ravel()
+    first = np.zeros(int(code.max()) + 1, dtype=np.intp)
+    first[code[::-1]] = np.arange(len(code) - 1, -1, -1)
+    return first, code
+
+
+def _configs_min(M: Num, N: Num, K: Num, rate: Num, knee: float, waves: Waves) -> Num:
+    """``_gemm_configs_time`` over every configuration at once (a last axis of configs)."""
+    tm, tn, s, e = _config_arrays(waves)
+    Mx, Nx, Kx, r = (np.asarray(x, dtype=float)[..., None] for x in (M, N, K, rate))
+    ks = Kx / s
+    occ = _occupancy(np.ceil(Mx / tm) * np.ceil(Nx / tn) * s, waves.slots)
+    t = 2.0 * Mx * Nx * Kx / (r * e * _shape(Mx) * _shape(Nx) * (ks / (ks + knee)) * occ)
+    t = t + split_k_bytes(Mx, Nx, s) / waves.hbm
+    return t.min(axis=-1)
 
 
 def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
                   waves: Waves | None = None) -> Num:
     """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s): the smooth
-    ``_shape`` of ``M`` and ``N``, the K knee and the wave occupancy (``wave_efficiency``)."""
-    return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee))
-                              * wave_efficiency(M, N, waves))
+    ``_shape`` of ``M`` and ``N`` and the K knee; on a chip with ``waves``, the fastest
+    kernel configuration (``_gemm_configs_time``: tile, split-K, wave occupancy)."""
+    if waves is None:
+        return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+    return _gemm_configs_time(M, N, K, rate, knee, waves)
 
 
-def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float) -> measured.GemmRatio | None:
+def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float,
+                system: SystemConfig = DEFAULT_SYSTEM) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
-    wv = gemm_waves(gpu)
+    wv = gemm_waves(gpu, system)
     return measured.gemm_ratio(gpu, dtype,
                                lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv))
 
@@ -241,8 +371,9 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-    q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
-    wv = gemm_waves(gpu)
+    q, q16 = (_gemm_ratio(gpu, dtype, rate, kn, system),
+               _gemm_ratio(gpu, "bf16", r16, kn16, system))
+    wv = gemm_waves(gpu, system)
     split = _tp_split(tp, tpo)
     t = 0.0
     for count, M, N, K, row, *_ in gemms:
@@ -278,8 +409,9 @@ def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo:
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-    q, q16 = _gemm_ratio(gpu, dtype, rate, kn), _gemm_ratio(gpu, "bf16", r16, kn16)
-    wv = gemm_waves(gpu)
+    q, q16 = (_gemm_ratio(gpu, dtype, rate, kn, system),
+               _gemm_ratio(gpu, "bf16", r16, kn16, system))
+    wv = gemm_waves(gpu, system)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     t, t_w = 0.0, 0.0
@@ -642,7 +774,7 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
-    q, wv = _gemm_ratio(gpu, "bf16", rate, kn), gemm_waves(gpu)
+    q, wv = _gemm_ratio(gpu, "bf16", rate, kn, system), gemm_waves(gpu, system)
     g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
     w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
     g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)

@@ -25,6 +25,8 @@ Model (per optimizer step, seconds):
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
+* ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
+  work less the compute and bubble it runs under, at least what nothing hides;
 * the tied word embedding's gradient all-reduce between the first and the last stage;
 * the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
   buffer and the optimizer shard (``strategies.cost.step``).
@@ -55,6 +57,20 @@ from strategies.schedules import attr_by_code, dispatch
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
 
+
+
+def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
+    """Exposed seconds of ZeRO-2/3's per-micro-batch data-parallel traffic (the one rule the
+    estimate's scalar and array forms read): ``work`` seconds of collectives queued on the
+    data-parallel stream behind ``window`` seconds of compute and pipeline bubble that they
+    can run under; at least ``edge``, what no compute can hide (the last gradient bucket after
+    the last backward; ZeRO-3's first gather before the first layer). Two resources, each busy
+    for its total: ``max(work − window, edge)`` (a comm-bound step is the stream's total, a
+    compute-bound one the compute plus the edge; FSDP prefetches the next unit's all-gather
+    during the current unit's compute and reduce-scatters each unit during the backward,
+    PyTorch FSDP docs ``forward_prefetch``/``backward_prefetch``; Megatron's distributed
+    optimizer overlaps each bucket's reduce-scatter with the compute after it)."""
+    return np.maximum(np.asarray(work) - window, edge)
 
 
 def degraded_view(cl: Cluster) -> Cluster:
@@ -237,11 +253,31 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                                        tp, cp, dp, ep, etp, cl), t_rs_dp)
     last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
                          / (params * per_mb))
-    z2_grad = np.where(ogr, mb * np.maximum(t_rs_mb - window, 0.0) + t_rs_mb * last_mb,
+    # overlapped, the reduce-scatters queue on the data-parallel stream from rank 0's first
+    # backward to its last: with forwards between the backwards
+    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the pipeline less
+    # what runs before that backward: micro-batch 0's forward through every stage and its
+    # backward through the later ones, one chunk (1/v) of each there (none where rank 0
+    # holds the last chunk, a V: ``head_first``), the stages' sum ``t_sum`` split in rank 0's
+    # forward share ``r``: r·t_sum + ((1 − r)·t_sum − t_b0)/v, balanced p·t_f + (p − 1)·t_b/v
+    # (1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b) = m·t − t_f); else (GPipe, DualPipe) the
+    # backwards, ``mb·t_b0``; the last bucket of the last micro-batch always after it
+    # (``sharded_exposed``)
+    r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
+    first_bwd = r_f * t_sum + np.where(head_first, 0.0, ((1 - r_f) * t_sum - window) / v)
+    z2_window = np.where(attr_by_code(sched, "reduces_under_forwards").astype(bool),
+                         pipe - first_bwd, mb * window)
+    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
                        mb * t_rs_mb)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
+    # The gathers are prefetched (the next layer's during this one's compute), so the whole
+    # step's compute hides the stream's work; exposed at least: each forward's first layer
+    # waits for its own gather, which follows the previous backward's last reduce-scatter
+    # over the same links (the two share the NIC), and the step's last reduce-scatter
+    # follows the last backward: mb·(t_ag + t_rs)/layers
     z3_mb = 2 * t_ag_dp + t_rs_dp
-    z3_exposed = mb * np.maximum(z3_mb - t_max, 0.0) + z3_mb / np.maximum(lps, 1)
+    z3_exposed = sharded_exposed(mb * z3_mb, pipe,
+                                 mb * (t_ag_dp + t_rs_dp) / np.maximum(lps, 1))
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)

@@ -379,6 +379,11 @@ class Schedule:
     figures_affine_from: int | None = None
     #: the backward is split into ``B`` (input gradient) and ``W`` (weight gradient) steps
     splits_backward: bool = False
+    #: after rank 0's first backward, forwards still run between its backwards (1F1B's steady
+    #: state), so a micro-batch's gradient reduce-scatter (ZeRO-2) can hide under later
+    #: forwards as well as backwards; False: only the backwards follow (GPipe's all-forward
+    #: then all-backward; DualPipe's deferred weight gradients) (estimate's ZeRO-2 window)
+    reduces_under_forwards: bool = True
     #: False: plannable, but the default search leaves it out; ``--fix schedule=`` (and
     #: ``search --schedules all``) enumerate it with one chunk per rank
     in_default_search: bool = True

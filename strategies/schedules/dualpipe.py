@@ -36,6 +36,8 @@ from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
 class DualPipe(Schedule):
     """DualPipe (module docstring)."""
 
+    reduces_under_forwards = False
+
     splits_backward = True
     overlaps_pairs = True
     mirrored = True

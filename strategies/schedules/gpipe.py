@@ -14,6 +14,8 @@ class GPipe(Schedule):
     every micro-batch's logits until the backwards; no steady state (the stash grows with
     ``m``); Megatron-LM and DeepSpeed have no such schedule."""
 
+    reduces_under_forwards = False
+
     logits_stashed = True
     text_patterns = ("gpipe", "fill-drain", "fill drain")
     steady_state = False

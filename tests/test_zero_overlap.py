@@ -1,0 +1,97 @@
+"""ZeRO-2/3's exposed data-parallel traffic: the estimate's one rule
+(``strategies.estimate.analytic.sharded_exposed``) against closed forms and the simulation."""
+from dataclasses import replace
+
+import pytest
+
+from simulator.simulate import simulate
+from strategies.cost import comm as cm
+from strategies.cost.stage import stage_costs
+from strategies.estimate.scalar import estimate
+from strategies.job import make_job
+from strategies.plan import parse_plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+# a 4-layer Llama 3 8B on two GPUs of one node (ZeRO-3's dp = 2)
+TWO = replace(cluster_preset("dgx-h100", 1), gpus_per_node=2)
+
+
+def _llama(seq: int):
+    return replace(model_preset("llama3-8b"), num_layers=4, seq_length=seq)
+
+
+def _z3(seq: int, gbs: int):
+    job = make_job(_llama(seq), TWO, parse_plan(f"zero=3,mbs=1,gbs={gbs}"))
+    c = stage_costs(job)
+    params = c.params_by_stage[0]
+    ag = cm.collective_time("allgather", c.param_bytes * params, 2, 1, TWO)
+    rs = cm.collective_time("reduce_scatter", c.grad_bytes * params, 2, 1, TWO)
+    return job, float(ag), float(rs)
+
+
+@pytest.mark.parametrize("gbs", [2, 4])
+def test_zero3_comm_bound_is_the_streams_total(gbs):
+    """Comm >> compute (128 tokens): the data-parallel stream never waits, so the step is
+    every micro-batch's forward gather, backward gather and reduce-scatter plus the
+    optimizer, no layer counted twice (the estimate used to add one layer's 2·AG + RS)."""
+    job, ag, rs = _z3(128, gbs)
+    e, s = estimate(job), simulate(job)
+    mb = e.num_microbatches
+    assert mb * 2 * ag + e.breakdown_s["compute"] < mb * (2 * ag + rs)   # comm-bound indeed
+    closed = mb * (2 * ag + rs) + e.breakdown_s["optimizer"]
+    assert e.step_time_s == pytest.approx(closed, rel=1e-9)
+    assert s.step_time_s == pytest.approx(closed, rel=1e-9)
+
+
+@pytest.mark.parametrize("gbs", [2, 8])
+def test_zero3_compute_bound_exposes_one_layer_per_microbatch(gbs):
+    """Compute >> comm (8192 tokens): every forward's first layer waits for its gather behind
+    the previous backward's last reduce-scatter, the last reduce-scatter follows the last
+    backward: compute + mb·(AG + RS)/layers + optimizer. The simulation runs the first gather
+    beside the embedding's forward, so it is below by at most that (1e-3 relative)."""
+    job, ag, rs = _z3(8192, gbs)
+    e, s = estimate(job), simulate(job)
+    mb = e.num_microbatches
+    assert e.breakdown_s["compute"] > mb * (2 * ag + rs)                 # compute-bound indeed
+    closed = e.breakdown_s["compute"] + mb * (ag + rs) / 4 + e.breakdown_s["optimizer"]
+    assert e.step_time_s == pytest.approx(closed, rel=1e-9)
+    assert s.step_time_s == pytest.approx(closed, rel=1e-3)
+    assert s.step_time_s <= closed
+
+
+MIXTRAL4 = replace(model_preset("mixtral-8x7b"), num_layers=4, seq_length=1024)
+DSV3_8 = replace(model_preset("deepseek-v3"), num_layers=8, first_k_dense_replace=1,
+                 num_nextn_predict_layers=0, seq_length=1024)
+GRID = [  # (model, cluster, plan, tolerance)
+    (MIXTRAL4, "dgx-h100", "ep=1,zero=3,gbs=32", 0.02),
+    (MIXTRAL4, "dgx-h100", "ep=4,zero=3,gbs=32", 0.02),
+    (MIXTRAL4, "dgx-h100", "tp=2,ep=4,etp=1,zero=3,gbs=32", 0.02),
+    (MIXTRAL4, "dgx-h100", "ep=1,zero=2,gbs=64", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=4,zero=2,gbs=64", 0.02),
+    (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,gbs=32", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=gpipe", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=4,zero=2,gbs=64,schedule=gpipe", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=interleaved,vpp=2", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-h1", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-v,vpp=2", 0.02),
+    # outside 2 %: ZB-H1 with ep 4, whose gradient traffic is ~1 % of the step, -3.1 % (the
+    # pipeline's own model, not ZeRO-2's); DualPipe -2.7 %, its window (the backwards only)
+    # not derived further (python experiments/moe_dp_groups.py)
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=4,zero=2,gbs=64,schedule=zb-h1", 0.035),
+    (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,schedule=dualpipe,gbs=32", 0.03),
+    # outside 2 %: the simulation's reduce-scatters contend for the NICs with the expert
+    # all-to-all, which the estimate prices alone (-3.2 %; -0.9 % against the simulation
+    # with network="contention-free")
+    (DSV3_8, "hgx-h800", "pp=4,ep=4,zero=2,gbs=32", 0.04),
+    # the 4-stage pipeline's own error (the same plan with ZeRO-1: -2.9 %), -2.8 % here
+    (MIXTRAL4, "dgx-h100", "pp=4,ep=1,zero=2,gbs=64", 0.04),
+]
+
+
+@pytest.mark.parametrize("model,cluster,plan,tol", GRID)
+def test_zero_estimate_agrees_with_simulation(model, cluster, plan, tol):
+    job = make_job(model, cluster_preset(cluster, 2), parse_plan(plan))
+    est, sim = estimate(job).step_time_s, simulate(job).step_time_s
+    assert abs(est / sim - 1) <= tol, (plan, est, sim)
