@@ -139,8 +139,8 @@ def activation_series(records: list[Record], per_chunk: float | Sequence[float],
     backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
     ends and ``-per_w`` when its ``W`` ends. Either may be a sequence by chunk id
     (``Record.chunk``): each entry at its own chunk's bytes
-    (``strategies.memory.activations.stash_entry_bytes``). A forward whose compute interleaves with a
-    backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
+    (``strategies.memory.activations.stash_entry_bytes``). A forward whose compute
+    interleaves with a backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
     backward frees its own, layer by layer) is counted just after that backward ends, as the
     memory model counts the pair (``strategies.schedules.base.stash_frontier``).
     ``partners``: each overlapped forward's backward by label, as the compiler grouped them
