@@ -73,6 +73,38 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
+def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last: Any,
+                    rs: tuple, t_b0: Any, mb: Any, pp: Any, one_path: Any) -> Any:
+    """Exposed seconds of ZeRO-2's reduce-scatters without overlap: each micro-batch's runs
+    after its backward on the compute stream of every rank, before the input gradient is
+    sent back; the last micro-batch's after the schedule (the compiler's ``_close_grads``).
+    ``pipe_span(t_max, t_sum)``: the schedule's span of stages of those seconds per
+    micro-batch, ``pipe`` the span without the stall; ``t_first``/``t_mid``/``t_last``: the
+    stages' seconds without the reduce-scatter, ``rs`` = (first, middle, last) rank's own
+    reduce-scatter; ``t_b0``: rank 0's backward; ``one_path``: one chunk per rank and the backward unsplit (1F1B, GPipe), where
+    the two paths below are the longest. Arrays over plans.
+
+    * the slowest stage ``k`` busy throughout: every micro-batch's reduce-scatter there but
+      the last one's, and rank 0's last after the schedule: ``(m − 1)·rs_k + rs_0`` (no
+      pipeline: ``m·rs``). Where the stall follows ``W`` (a split backward) or a chunk
+      (interleaved), only this one is counted;
+    * the gradient's way back: micro-batch 0 down the stages, its backward and each stage's
+      reduce-scatter back up, then rank 0 paced by the slowest stage (every stage's seconds
+      grown by its reduce-scatter) to micro-batch ``m − 2``, then rank 0's last two backwards
+      and reduce-scatters (the last micro-batch's way up has no stall): the span of the
+      grown stages less ``t'_max − t_b0 − rs_0``; balanced 1F1B ``(m + p − 1)·(t + rs) − t_f``
+      against ``(m + p − 1)·t + m·rs`` for the first.
+    """
+    rs_first, rs_mid, rs_last = rs
+    first, mid, last = t_first + rs_first, t_mid + rs_mid, t_last + rs_last
+    t_max = np.maximum(np.maximum(first, last), np.where(pp > 2, mid, 0.0))
+    rs_max = np.where(t_max == first, rs_first, np.where(t_max == last, rs_last, rs_mid))
+    t_sum = first + last + (pp - 2) * mid
+    busy = np.where(pp > 1, (mb - 1) * rs_max + rs_first, mb * rs_first)
+    back = pipe_span(t_max, t_sum) - t_max + t_b0 + rs_first - pipe
+    return np.where(one_path & (pp > 1), np.maximum(busy, back), busy)
+
+
 def degraded_view(cl: Cluster) -> Cluster:
     """The cluster as the analytic model sees its degraded links (``cluster.faults``): every
     group of a class is as slow as the worst link of that class, so NVLink bandwidth is
@@ -267,8 +299,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     first_bwd = r_f * t_sum + np.where(head_first, 0.0, ((1 - r_f) * t_sum - window) / v)
     z2_window = np.where(attr_by_code(sched, "reduces_under_forwards").astype(bool),
                          pipe - first_bwd, mb * window)
+    # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
+    # backward (``z2_sync_exposed``); each stage's own from its parameters
+    rs_stage = (t_rs_mb,) + tuple(
+        cm.dp_collective_time("reduce_scatter", gb, pr, px, tp, cp, dp, ep, etp, cl)
+        for pr, px in ((sc.params_mid, sc.expert_params_mid),
+                       (sc.params_last, sc.expert_params_last)))
+    z2_sync = z2_sync_exposed(
+        lambda t_mx, t_sm: dispatch(sched, "pipeline_span", mb, t_mx, t_sm, v, w_share, f_share,
+                                    pp),
+        pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp, ~split & (v == 1))
     z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
-                       mb * t_rs_mb)
+                       np.where(mirrored, mb * t_rs_mb, z2_sync))
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
     # step's compute hides the stream's work; exposed at least: each forward's first layer
