@@ -95,3 +95,69 @@ def test_zero_estimate_agrees_with_simulation(model, cluster, plan, tol):
     job = make_job(model, cluster_preset(cluster, 2), parse_plan(plan))
     est, sim = estimate(job).step_time_s, simulate(job).step_time_s
     assert abs(est / sim - 1) <= tol, (plan, est, sim)
+
+
+# ZeRO-2 without overlap: every micro-batch's reduce-scatter stalls its stage's compute after
+# the backward (``analytic.z2_sync_exposed``)
+LLAMA8 = replace(model_preset("llama3-8b"), num_layers=8, seq_length=2048)
+SYNC_GRID = [  # (model, cluster, plan, tolerance)
+    (LLAMA8, "dgx-h100", "pp=2,zero=2,gbs=32", 0.02),
+    (LLAMA8, "dgx-h100", "pp=4,zero=2,gbs=32", 0.02),
+    (LLAMA8, "dgx-h100", "pp=2,zero=2,gbs=32,schedule=gpipe", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=4,zero=2,gbs=64", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=4,ep=1,zero=2,gbs=64", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=gpipe", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=1,ep=1,zero=2,gbs=64", 0.02),
+    (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,gbs=32", 0.02),
+    (DSV3_8, "hgx-h800", "pp=2,ep=2,zero=2,gbs=32", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-h1", 0.02),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-v,vpp=2", 0.02),
+    # outside 2 %, the stall's path not derived for these schedules (only the slowest
+    # stage's (m - 1)·rs + rs_0 counted): ZB-H1 (the stall follows W, off the gradient's
+    # way back) +2.5 % / +2.4 %, -3.4 % on DeepSeek-V3; interleaved -2.5 % / -5.3 %, -6.8 %
+    # at pp 4 (the same plans with ZeRO-1: +1.1 %, +1.6 %, -2.2 %)
+    (LLAMA8, "dgx-h100", "pp=2,zero=2,gbs=32,schedule=zb-h1", 0.03),
+    (MIXTRAL4, "dgx-h100", "pp=4,ep=1,zero=2,gbs=64,schedule=zb-h1", 0.03),
+    (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,gbs=32,schedule=zb-h1", 0.04),
+    (LLAMA8, "dgx-h100", "pp=2,zero=2,gbs=32,schedule=interleaved,vpp=2", 0.03),
+    (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=interleaved,vpp=2", 0.06),
+    (LLAMA8, "dgx-h100", "pp=4,zero=2,gbs=32,schedule=interleaved,vpp=2", 0.075),
+]
+
+
+@pytest.mark.parametrize("model,cluster,plan,tol", SYNC_GRID)
+def test_zero2_sync_estimate_agrees_with_simulation(model, cluster, plan, tol):
+    job = make_job(model, cluster_preset(cluster, 2),
+                   parse_plan(plan + ",overlap_grad_reduce=false"))
+    est, sim = estimate(job).step_time_s, simulate(job).step_time_s
+    assert abs(est / sim - 1) <= tol, (plan, est, sim)
+
+
+def _span(m, pp):
+    """1F1B's span of balanced stages: (m + pp - 1)·t."""
+    return lambda t_max, t_sum: m * t_max + (t_sum - t_max)
+
+
+@pytest.mark.parametrize("m,pp", [(4, 2), (8, 2), (8, 4), (16, 4)])
+def test_zero2_sync_balanced_closed_form(m, pp):
+    """Balanced 1F1B, forward t_f, backward t_b, reduce-scatter rs on every stage: the
+    gradient's way back gives (m + p - 1)·(t + rs) - t_f, against the slowest stage's
+    (m + p - 1)·t + m·rs; exposed = the larger less (m + p - 1)·t."""
+    from strategies.estimate.analytic import z2_sync_exposed
+    t_f, t_b = 0.010, 0.020
+    t = t_f + t_b
+    pipe = (m + pp - 1) * t
+    for rs in (0.001, 0.005, 0.015, 0.040):
+        got = float(z2_sync_exposed(_span(m, pp), pipe, t, t, t, (rs, rs, rs), t_b, m, pp,
+                                    True))
+        closed = max((m + pp - 1) * (t + rs) - t_f, pipe + m * rs) - pipe
+        assert got == pytest.approx(closed, rel=1e-12)
+        assert got > m * rs or rs * (pp - 1) <= t_f          # longer than the old m·rs
+        # a split backward or interleaved: only the slowest stage's
+        busy = float(z2_sync_exposed(_span(m, pp), pipe, t, t, t, (rs, rs, rs), t_b, m, pp,
+                                     False))
+        assert busy == pytest.approx(m * rs, rel=1e-12)
+    # no pipeline: every micro-batch's reduce-scatter, m·rs
+    assert float(z2_sync_exposed(_span(m, 1), m * t, t, t, t, (0.01, 0.01, 0.01), t_b, m, 1,
+                                 True)) == pytest.approx(m * 0.01, rel=1e-12)
