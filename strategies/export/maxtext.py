@@ -130,16 +130,12 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     if job.dtype not in QUANTISE and job.dtype != "fp16":
         _refuse(f"--dtype {job.dtype}: MaxText's quantization has no such recipe "
                 f"(it runs {', '.join(k for k in QUANTISE if k != 'bf16')})")
-    if p.recompute not in REMAT or p.recompute_layers is not None \
-            or p.recompute_modules is not None:
-        _refuse(f"recompute={p.recompute} (recompute_layers, recompute_modules): MaxText's "
-                f"remat_policy maps {', '.join(REMAT)} only")
+    # recompute modes, partial and per-module recomputation: the profile's limits
+    # (JAX_XLA.recompute is REMAT's keys; no recompute_methods, no recompute_modules)
     if p.pp > 1 and m.num_layers % p.pp:
         _refuse(f"{m.num_layers} layers over pp={p.pp}: MaxText's pipeline gives every stage "
                 "the same number of layers")
-    if p.dp % p.ep:
-        _refuse(f"ep={p.ep} must divide dp={p.dp}: MaxText's expert axis shards the batch "
-                "as data parallelism does")
+    # ep | dp: the profile's rule (JAX_XLA.ep_in_dp)
     sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.dp // p.ep,
              "pipeline": p.pp}
     split = mesh_split(sizes, cl.gpus_per_node)
