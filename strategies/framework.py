@@ -44,10 +44,13 @@ Sources (details and numbers in docs/calibration.md):
   ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's ``distributed/pipeline_parallel.py`` places
   the last two's stages in a V): our gpipe, 1f1b, interleaved, zb-v and dualpipev
   (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like with
-  ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
-  expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
+  ``reshard_after_forward=False``) or DDP (only as the sole parallelism, ``ddp_sole``), TP
+  with sequence parallelism, context and expert parallelism (carved from the FSDP ranks,
+  ``ep_from_fsdp``); no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
-  ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone, and its selective modes
+  (``op`` or every N-th layer) have no Megatron attention-core recomputation
+  (``recompute=selective`` refused). Partial recomputation
   (``recompute_layers``, ``strategies.cost.recompute``): Megatron-Core and Megatron-LM (v3,
   2022: ``--recompute-method uniform|block --recompute-num-layers``) both methods; DeepSpeed's
   pipeline engine checkpoints groups of ``activation_checkpoint_interval`` layers (uniform)
@@ -57,7 +60,11 @@ Sources (details and numbers in docs/calibration.md):
   attention only.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
-  circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+  circular repeats aside), FSDP-style sharding (ZeRO-3) or replication, an expert mesh axis
+  that is one of the batch axes (``ep_in_dp``), remat policies ``minimal_with_context``,
+  ``minimal`` and ``full`` (our none, selective, full).
+  An exporter (``strategies.export``) refuses what the stack cannot run by these rules
+  (``plan_violations``), never by its own copy of them.
 * Pipeline layouts (``layouts``, ``pipeline_split``; docs/layout.md): Megatron-Core takes its
   layout string, first/last-stage counts and embedding/loss slots. DeepSpeed's
   ``PipelineModule`` splits by ``partition_method`` (``runtime/pipe/module.py``
@@ -203,6 +210,11 @@ class FrameworkProfile:
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
+    #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
+    #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
+    #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
+    #: ``device_train_microbatch_size`` are one number for every rank)
+    group_microbatches: bool = True
     #: ZeRO-0 data parallelism (``dp > 1``) is a DDP that runs only as the sole parallelism:
     #: with ``cp = 1`` the plan must have ``tp = pp = 1`` (torchtitan v0.2.2
     #: ``models/llama3/infra/parallelize.py``: ``replicate`` over the ``dp_replicate`` mesh
@@ -524,6 +536,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
+    group_microbatches=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
@@ -625,6 +638,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
@@ -744,6 +758,10 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
     rules += data_parallel_rules(fw, v)
+    groups = getattr(v, "group_microbatches_given", False)   # PlanArrays: none
+    rules.append(("group_microbatches", groups, ~np.asarray(groups, bool) | fw.group_microbatches,
+                  lambda: who + "gives every data-parallel replica the same batch "
+                                "(no group_microbatches)"))
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
     rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
@@ -855,7 +873,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            last_stage_layers=plan.last_stage_layers or 0,
                            account_embedding=plan.account_embedding,
                            account_loss=plan.account_loss,
-                           layers_per_stage_given=plan.layers_per_stage is not None)
+                           layers_per_stage_given=plan.layers_per_stage is not None,
+                           group_microbatches_given=plan.group_microbatches is not None)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

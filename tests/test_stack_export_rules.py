@@ -80,3 +80,20 @@ def test_search_space_holds_no_plan_the_exporter_refuses(fw, model, nodes, gbs, 
         except Exception as e:   # noqa: BLE001 - every refusal is a failure here
             refused.append(f"{space.plan(i).short()}: {e}")
     assert not refused, f"{len(refused)} of {space.size} refused, e.g. {refused[:3]}"
+
+
+@pytest.mark.parametrize("fw", ["torchtitan", "jax-xla", "pytorch-eager"])
+def test_group_microbatches_is_a_stack_rule(fw, capsys):
+    """Every replica of these stacks takes the same batch: estimate --framework refuses a plan
+    with per-group micro-batch counts, and the exporter refuses it by the same rule."""
+    from strategies.errors import SpecError
+    from topologies.cluster import parse_cluster_arg
+    cl = parse_cluster_arg("dgx-a100:1+dgx-a100:1")
+    plan = parse_plan("tp=1,mbs=1,zero=0,group_microbatches=1/1")
+    with pytest.raises(SpecError, match="no group_microbatches") as e:
+        make_job(model_preset("gpt-1.7b"), cl, plan, global_batch=16, framework=fw)
+    assert e.value.field == "group_microbatches" and fw in str(e.value)
+    job = make_job(model_preset("gpt-1.7b"), cl, plan, global_batch=16)
+    with pytest.raises(SpecError, match="no group_microbatches") as e:
+        export(PROFILES[fw].export, job)
+    assert e.value.field == "--export"

@@ -124,9 +124,7 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     notes: list[str] = []
     for field, value, rule in plan_violations(JAX_XLA, p):
         _refuse(f"{field}={value!r}: {rule}")
-    if p.group_microbatches is not None:
-        _refuse("MaxText gives every data-parallel replica the same batch "
-                "(no group_microbatches)")
+    # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
     if job.dtype not in QUANTISE and job.dtype != "fp16":
         _refuse(f"--dtype {job.dtype}: MaxText's quantization has no such recipe "
                 f"(it runs {', '.join(k for k in QUANTISE if k != 'bf16')})")

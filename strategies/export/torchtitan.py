@@ -126,9 +126,7 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     notes: list[str] = []
     for field, value, rule in plan_violations(TORCHTITAN, p):
         _refuse(f"{field}={value!r}: {rule}")
-    if p.group_microbatches is not None:
-        _refuse("torchtitan gives every data-parallel replica the same batch "
-                "(no group_microbatches)")
+    # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
     if job.seq_len % (2 * p.tp * p.cp):
         _refuse(f"seq_len {job.seq_len} must be divisible by 2*tp*cp = {2 * p.tp * p.cp} "
                 "(parallel_dims.py seq_len_divisor)")
