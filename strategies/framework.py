@@ -226,6 +226,10 @@ class FrameworkProfile:
     #: whole mesh dimension, ``dp_shard`` = dp under ZeRO-2/3 and 1 under ZeRO-0; ``etp`` is 1
     #: or tp, asserted)
     ep_from_fsdp: bool = False
+    #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
+    #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
+    #: stages)
+    microbatches_per_pp: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -638,6 +642,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
@@ -795,6 +800,12 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "carves expert parallelism from the FSDP ranks: ep must "
                                     "divide dp_shard*cp (*tp when etp = 1), dp_shard = dp with "
                                     "zero=2/3 and 1 with zero=0 (parallel_dims.py)"))
+    if fw.microbatches_per_pp and getattr(v, "gbs", None) is not None:
+        m = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp)
+        pp = np.asarray(v.pp)
+        rules.append(("pp", v.pp, (pp == 1) | (m % pp == 0),
+                      lambda: who + "runs a number of pipeline micro-batches per step "
+                                    "(gbs/(mbs*dp)) that is a multiple of pp"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -857,9 +868,10 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
     """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
-    not: an unresolved ``dp`` reads as 1, ``gbs`` is not read)."""
+    not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
                            dp=plan.dp if plan.dp is not None else 1, etp=plan.expert_tp,
+                           gbs=plan.gbs, mbs=plan.mbs,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
                            tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,

@@ -30,6 +30,9 @@ from topologies.cluster import cluster_preset
      "carves expert parallelism"),
     ("torchtitan", "mixtral-8x22b", 4, "tp=4,ep=2,etp=2,mbs=1,gbs=64,zero=3", "etp",
      "1 or tp"),
+    # MaxText's pipeline takes a multiple of the stages in micro-batches (configs/types.py)
+    ("jax-xla", "llama3-8b", 1, "tp=2,pp=4,mbs=1,gbs=6,schedule=gpipe,recompute=full", "pp",
+     "multiple of pp"),
     # MaxText's expert axis is a batch axis: ep divides dp
     ("jax-xla", "mixtral-8x22b", 4, "tp=1,cp=8,ep=8,mbs=1,gbs=64,zero=3", "ep",
      "ep must divide dp"),
@@ -62,6 +65,7 @@ SPACES = [  # (model, nodes, gbs, options)
     ("llama3-8b", 2, 64, {}),
     ("llama3-8b", 4, 128, {"schedules": "all"}),
     ("mixtral-8x22b", 4, 64, {}),
+    ("llama3-8b", 1, 12, {"max_bubble": 1.0}),    # micro-batch counts that are not 2^k
 ]
 
 
@@ -97,3 +101,14 @@ def test_group_microbatches_is_a_stack_rule(fw, capsys):
     with pytest.raises(SpecError, match="no group_microbatches") as e:
         export(PROFILES[fw].export, job)
     assert e.value.field == "--export"
+
+
+def test_maxtext_space_keeps_only_whole_rounds_of_stages():
+    """With micro-batch counts that are not powers of two (gbs 12 on 8 GPUs, any bubble), the
+    jax-xla space keeps only plans whose micro-batches per step are a multiple of pp (without
+    the profile's rule 14 of its plans were not, each refused by --export maxtext)."""
+    space = enumerate_space(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1), 12,
+                            SpaceOptions(max_bubble=1.0), framework=JAX_XLA)
+    c = space.cols
+    m = c["gbs"] // (c["mbs"] * c["dp"])
+    assert (c["pp"] > 1).any() and ((m % c["pp"])[c["pp"] > 1] == 0).all()
