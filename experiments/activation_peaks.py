@@ -29,12 +29,13 @@ the search's pruning, which orders with unit times) over ``memory_by_stage``'s, 
 
     python experiments/activation_peaks.py --chunks
 
-prints, for the interleaved, ZB-V and DualPipeV plans of the MoE model (whose ranks' two
-chunks hold different kinds: a dense and an MoE layer, an MoE layer and the MTP module),
-each rank's transformer-layer stash as the model prices it (every stashed entry the rank's
-mean chunk) over what a per-chunk count would give (each entry its own chunk's layers by
-kind, replaying the same order; the embedding and logits left out of both): what the
-mean-chunk approximation (docs/memory.md) costs.
+prints, for the interleaved, ZB-V, DualPipeV and DualPipe plans of the MoE model (whose
+ranks' two chunks hold different kinds: a dense and an MoE layer, an MoE layer and the MTP
+module; DualPipe's two copies), each rank's transformer-layer stash (the embedding and
+logits left out) over what replaying the order with each entry at its own chunk's layers by
+kind gives (this script's own replay): ``before``, every stashed entry the rank's mean
+chunk at the mean chunk's peak pair (the model until each entry was priced by its own
+chunk); ``after``, the model now (``activations.stash_at_peak``), 1 where the rule holds.
 """
 from __future__ import annotations
 
@@ -104,9 +105,12 @@ def _per_chunk_peak(job, r: int) -> float:
     from strategies.layout import chunk_kinds
     p = job.plan
     split = get_schedule(p.schedule).splits_backward
+    mirrored = get_schedule(p.schedule).mirrored
     per = {}
-    for c in range(p.vpp):
-        kinds = chunk_kinds(job.model, job.layout, r, c)
+    for c in range(2 if mirrored else p.vpp):
+        # DualPipe's chunk 1 runs its copy of stage pp-1-r (held there as chunk 0)
+        kinds = (chunk_kinds(job.model, job.layout, r if c == 0 else p.pp - 1 - r, 0)
+                 if mirrored else chunk_kinds(job.model, job.layout, r, c))
         views = act.stash_kinds(job.model, kinds, sum(kinds.values()))
         per[c] = (sum(n * act.job_layer_activation_bytes(job, model=v) for v, n in views),
                   sum(n * act.layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp)
@@ -139,19 +143,27 @@ def _per_chunk_peak(job, r: int) -> float:
 
 
 def chunks_table() -> None:
-    """The mean-chunk stash against a per-chunk one, ranks whose chunks differ."""
-    print("| schedule | rank | chunks (kinds) | mean-chunk / per-chunk layers' stash |")
-    print("| --- | --- | --- | --- |")
-    from strategies.layout import chunk_kinds
-    for sched, v in (("interleaved", 2), ("zb-v", 2), ("dualpipev", 2)):
-        text = f"tp=1,pp=4,dp=2,ep=2,mbs=1,gbs=16,schedule={sched},vpp={v}"
-        job = make_job(MODELS["moe"], cluster_preset("dgx-h100", 1), parse_plan(text))
-        for r in range(job.plan.pp):
-            n, w = act.stash_peak(job, r)
-            mean = (n * act.chunk_layer_activation_bytes(job, r)
-                    + w * act.wgrad_bytes_per_chunk(job, r))
-            kinds = [chunk_kinds(job.model, job.layout, r, c) for c in range(v)]
-            print(f"| {sched} | {r} | {kinds} | {mean / _per_chunk_peak(job, r):.4f} |")
+    """The mean-chunk stash (before) and the model's (after) against a per-chunk replay."""
+    from strategies.layout import order_chunk_kinds
+    from strategies.schedules.base import peak_pair
+    print("| schedule | recompute | rank | chunks (kinds) | before / replay | after / replay |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for sched, v in (("interleaved", 2), ("zb-v", 2), ("dualpipev", 2), ("dualpipe", 1)):
+        for rc in ("none", "full"):
+            text = f"tp=1,pp=4,dp=2,ep=2,mbs=1,gbs=16,schedule={sched},vpp={v},recompute={rc}"
+            job = make_job(MODELS["moe"], cluster_preset("dgx-h100", 1), parse_plan(text))
+            p = job.plan
+            sc = get_schedule(sched)
+            for r in range(p.pp):
+                a = act.chunk_layer_activation_bytes(job, r)
+                wb = act.wgrad_bytes_per_chunk(job, r)
+                front = sc.for_job(job).stash_frontier(r, p.pp, job.num_microbatches, p.vpp)
+                n, w = peak_pair(front, act.activation_bytes_per_chunk(job, r), wb)
+                replay = _per_chunk_peak(job, r)
+                kinds = [order_chunk_kinds(job.model, job.layout, r, c, sc.mirrored)
+                         for c in range(2 if sc.mirrored else v)]
+                print(f"| {sched} | {rc} | {r} | {kinds} | {(n * a + w * wb) / replay:.4f} "
+                      f"| {act.stash_at_peak(job, r)[2] / replay:.4f} |")
 
 
 def main() -> None:

@@ -27,57 +27,38 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# (part, frame names that put a sample in it), checked in this order on the sample's stack
+# (part, frame names that put a sample in it): a sample goes to the part of the innermost frame
+# of its stack that names one (a stream finishing its op inside the flow network's callback is
+# finishing, a transfer started by the engine is the flow network), else to SimPy when its
+# innermost frame is SimPy's
 PARTS = [
     ("compile (program builder, relabel)", ("compile_job",)),
     ("metrics", ("derive_metrics",)),
     ("engine setup (stream plans, exclusive channels)", ("Engine.__init__", "Engine.start")),
     ("flow network (transfers, flow table, max-min)",
-     ("FlowNetwork._settle", "FlowNetwork._start_flow", "FlowNetwork.transfer", "SimNetwork.flow",
-      "CollectiveRunner._run")),
+     ("FlowNetwork._settle", "FlowNetwork._start_flow", "FlowNetwork._start_flows",
+      "FlowNetwork.transfer", "SimNetwork.transfer", "SimNetwork.flow", "CollectiveRunner._run")),
     ("collective start (closed form)", ("CollectiveRunner.start",)),
+    ("engine messages and rendezvous",
+     ("Engine._collective", "Engine._send", "Engine._post_recv")),
+    ("engine finishing ops (record, dependency counters, waking)",
+     ("_Stream.finish", "_Rendezvous.fire", "Engine.deliver", "_Stream.__call__")),
+    ("engine event loop (queue, stream dispatch, compute ends and their records)",
+     ("Engine._loop",)),
 ]
+_PART_OF = {name: part for part, names in PARTS for name in names}
 
 
 def part_of(frames: list[str]) -> str:
     names = [f.split(" (")[0] for f in frames]
     if "simulate" not in names:
         return ""
-    for part, marks in PARTS:
-        if any(m in names for m in marks):
-            return part
-    if "simpy" in frames[-1] or frames[-1].startswith("_loop ("):   # the engine's event loop
-        return "SimPy (step, event creation, schedule, succeed)"   # is SimPy's step written out
-    if any(n in names for n in ("Engine._collective", "Engine._send", "Engine._recv_key")):
-        return "engine messages and rendezvous"
-    if "Engine._finish" in names or "_Stream.ended" in names or _finishing_line(frames[-1]):
-        return "engine finishing ops (record, done ids, waking)"
-    if any(n in names for n in ("Engine._drain", "_Stream.__call__")):
-        return "engine stream dispatch (advance, dependencies)"
+    if "simpy" in frames[-1]:
+        return "SimPy (event creation, schedule, succeed)"
+    for name in reversed(names):
+        if name in _PART_OF:
+            return _PART_OF[name]
     return "other"
-
-
-def _finish_lines() -> range:
-    """Lines of ``_Stream.__call__`` that finish its op (the engine writes ``Engine._finish``
-    out there): from its ``records = self.records`` to the end of the method."""
-    import inspect
-    from simulator.engine.core import _Stream
-    lines, first = inspect.getsourcelines(_Stream.__call__)
-    at = next(k for k, line in enumerate(lines) if "records = self.records" in line)
-    return range(first + at, first + len(lines))
-
-
-def _finishing_line(frame: str) -> bool:
-    """Whether a sample's innermost frame is in the finishing part of ``_Stream.__call__``."""
-    if not frame.startswith("_Stream.__call__ ("):
-        return False
-    global _FINISH
-    if _FINISH is None:
-        _FINISH = _finish_lines()
-    return int(frame.rsplit(":", 1)[1].rstrip(")")) in _FINISH
-
-
-_FINISH = None
 
 
 def spy_parts(path: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from itertools import accumulate
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from simulator.result import Record
 from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one definition)
@@ -130,20 +130,34 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
 
 
 # ----------------------------------------------------------------------- memory
-def activation_series(records: list[Record], per_chunk: float, per_w: float = 0.0,
+def activation_series(records: list[Record], per_chunk: float | Sequence[float],
+                      per_w: float | Sequence[float] = 0.0,
                       partners: Mapping[str, str] | None = None
                       ) -> list[tuple[float, float]]:
     """Stashed activation bytes over time on one rank: ``+per_chunk`` when a forward
     ``(microbatch, chunk)`` starts, ``-per_chunk`` when its backward ends; with a split
     backward (``per_w`` > 0: what a pending weight gradient keeps) ``+per_w`` when its ``B``
-    ends and ``-per_w`` when its ``W`` ends. A forward whose compute interleaves with a
-    backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
+    ends and ``-per_w`` when its ``W`` ends. Either may be a sequence by chunk id
+    (``Record.chunk``): each entry at its own chunk's bytes
+    (``strategies.memory.activations.stash_entry_bytes``). A forward whose compute
+    interleaves with a backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
     backward frees its own, layer by layer) is counted just after that backward ends, as the
     memory model counts the pair (``strategies.schedules.base.stash_frontier``).
     ``partners``: each overlapped forward's backward by label, as the compiler grouped them
     (``Program.meta["paired_forwards"]``); without it a forward's partner is the first
     backward whose records interleave with its own (which misses a pair whose forward runs
     as one piece, a one-layer chunk)."""
+    by_chunk = not isinstance(per_chunk, (int, float)) or not isinstance(per_w, (int, float))
+    chunk_of: dict[str, int] = {}
+    if by_chunk:
+        n_ch = len(per_chunk) if not isinstance(per_chunk, (int, float)) else len(per_w)
+        per_chunk = ([float(per_chunk)] * n_ch if isinstance(per_chunk, (int, float))
+                     else [float(x) for x in per_chunk])
+        per_w = [float(per_w)] * n_ch if isinstance(per_w, (int, float)) else [
+            float(x) for x in per_w]
+        any_w = any(x > 0 for x in per_w)
+    else:
+        any_w = per_w > 0
     first: dict[str, tuple[float, int]] = {}
     f_last: dict[str, int] = {}
     b_first: dict[str, int] = {}
@@ -156,6 +170,8 @@ def activation_series(records: list[Record], per_chunk: float, per_w: float = 0.
         n += 1
         label = r.label
         head = label[:1]
+        if by_chunk:
+            chunk_of[label] = max(r.chunk, 0)
         if head == "F":
             if label not in first:
                 first[label] = (r.start, n)
@@ -164,7 +180,7 @@ def activation_series(records: list[Record], per_chunk: float, per_w: float = 0.
             if label not in b_first:
                 b_first[label] = n
             last[label] = (r.end, n)
-        elif head == "W" and per_w > 0:
+        elif head == "W" and any_w:
             w_end[label] = (r.end, n)
     # a forward's partner: the first backward (in order of its first record) whose records
     # interleave with the forward's, i.e. starts before the forward's last record and ends
@@ -187,10 +203,18 @@ def activation_series(records: list[Record], per_chunk: float, per_w: float = 0.
             adds.append((end, bn + 0.5))
         else:
             adds.append((t, n))
-    events = sorted([(t, n, per_chunk) for t, n in adds]
-                    + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
-                       for t, n in last.values()]
-                    + [(t, n, -per_w) for t, n in w_end.values()])
+    if by_chunk:
+        a_of = {lb: per_chunk[c] for lb, c in chunk_of.items()}
+        w_of = {lb: per_w[c] for lb, c in chunk_of.items()}
+        events = sorted([(t, n, a_of[lb]) for lb, (t, n) in zip(first, adds)]
+                        + [(t, n, -a_of[lb] + (w_of[lb] if any_w else 0.0))
+                           for lb, (t, n) in last.items()]
+                        + [(t, n, -w_of[lb]) for lb, (t, n) in w_end.items()])
+    else:
+        events = sorted([(t, n, per_chunk) for t, n in adds]
+                        + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
+                           for t, n in last.values()]
+                        + [(t, n, -per_w) for t, n in w_end.values()])
     series, level = [(0.0, 0.0)], 0.0
     for t, _, delta in events:
         level += delta

@@ -34,7 +34,7 @@ from strategies.cost import counts
 from strategies.cost.stage import StageCosts
 from strategies.cost.recompute import plan_share as rc_share
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
-from strategies.memory.activations import activation_bytes_per_chunk, wgrad_bytes_per_chunk
+from strategies.memory.activations import stash_entry_bytes
 from strategies.job import Job
 from topologies.graph import build_graph
 from topologies.limits import MAX_SIM_MICROBATCHES
@@ -124,8 +124,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     for r in sorted(programs):
         stage = programs[r].stage
         if stage not in per_stage:
-            per_stage[stage] = (activation_bytes_per_chunk(job, stage),
-                                wgrad_bytes_per_chunk(job, stage))
+            per_stage[stage] = stash_entry_bytes(job, stage)
         memory[r] = activation_series(by_rank[r], *per_stage[stage],
                                       partners=programs[r].meta.get("paired_forwards", {}))
     for stage in range(job.plan.pp):

@@ -479,29 +479,66 @@ def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, l
     """``even_stage_content`` for arrays of plans (schedule codes, pp, vpp, the rank, and
     the uneven layouts' ``first``/``last``/``account``): ``{kind: counts}`` (numpy arrays;
     ``dense``, ``moe`` and ``mtp`` always present)."""
+    def one(name, p, v, r, f, la, a, _c):
+        return even_stage_content(model, name, p, v, r, f, la, a)
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, 0)
+
+
+def order_chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int, chunk: int,
+                      mirrored: bool) -> dict[str, int]:
+    """``chunk_kinds`` of the chunk a schedule's order calls ``chunk`` on ``rank``
+    (``Step.chunk``): a mirrored schedule's (DualPipe, ``pp > 1``) chunk 1 is its copy of
+    stage ``pp-1-rank``, held there as chunk 0."""
+    if mirrored and layout.pp > 1:
+        return chunk_kinds(model, layout, rank if chunk == 0 else layout.pp - 1 - rank, 0)
+    return chunk_kinds(model, layout, rank, chunk)
+
+
+def even_chunk_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunk, first=0,
+                              last=0, account=False) -> dict:
+    """``order_chunk_kinds`` of chunk ``chunk`` under the even split (or the uneven
+    ``first``/``last``/``account`` layouts the search proposes) for arrays of plans, as
+    ``even_stage_content_arrays``; zeros where the rank has no such chunk."""
+    from strategies.schedules import get_schedule
+
+    def one(name, p, v, r, f, la, a, c):
+        mirrored = bool(get_schedule(name).mirrored) and p > 1
+        if c >= (2 if mirrored else v):
+            return ()
+        from types import SimpleNamespace
+        plan = SimpleNamespace(pp=p, vpp=v, schedule=name, layout=None,
+                               first_stage_layers=f or None, last_stage_layers=la or None,
+                               account_embedding=a, account_loss=a, layers_per_stage=None)
+        return tuple(order_chunk_kinds(model, build_layout(model, plan), r, c,
+                                       mirrored).items())
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunk)
+
+
+def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunk) -> dict:
+    """``{kind: counts}`` of ``one(schedule name, pp, vpp, rank, first, last, account,
+    chunk)`` (``(kind, count)`` pairs) over broadcast arrays, once per distinct row."""
     import numpy as np
 
     from strategies.schedules import schedule_of_code
-    codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
+    codes, pp, vpp, rank, first, last, account, chunk = np.broadcast_arrays(
         np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
-        np.asarray(first), np.asarray(last), np.asarray(account))
+        np.asarray(first), np.asarray(last), np.asarray(account), np.asarray(chunk))
     kinds = ("dense", "moe", "mtp")
     keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
-                     last.ravel(), account.ravel()], axis=1).astype(np.int64)
+                     last.ravel(), account.ravel(), chunk.ravel()], axis=1).astype(np.int64)
     if not len(keys):
         return {k: np.zeros(codes.shape) for k in kinds}
     dims = keys.max(axis=0) + 1
     if np.prod(dims.astype(float)) < 2.0 ** 62:
-        # one integer per row: a 1-d unique sorts far faster than rows of seven
+        # one integer per row: a 1-d unique sorts far faster than rows of eight
         flat, inv = np.unique(np.ravel_multi_index(keys.T, dims), return_inverse=True)
         uniq = np.stack(np.unravel_index(flat, dims), axis=1)
     else:
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     table = {k: np.zeros(len(uniq)) for k in kinds}      # each distinct row's content
-    for j, (code, p, v, r, f, la, a) in enumerate(uniq.tolist()):
+    for j, (code, p, v, r, f, la, a, c) in enumerate(uniq.tolist()):
         name = schedule_of_code(int(code)).name
-        for k, n in even_stage_content(model, name, int(p), int(v), int(r), int(f), int(la),
-                                       bool(a)):
+        for k, n in one(name, int(p), int(v), int(r), int(f), int(la), bool(a), int(c)):
             table[k][j] = n
     inv = inv.ravel()
     return {k: table[k][inv].reshape(codes.shape) for k in kinds}

@@ -174,10 +174,18 @@ def test_the_event_loop_processes_simpy_events_in_order_and_counts_compute_ends(
     net = _net()
     seen = []
     net.env.timeout(1.5).callbacks.append(lambda ev: seen.append(ev.env.now))
+    # F1 waits on F0 (a dependency), so each compute op ends with its own queue entry
     prog = _prog(0, compute=[Compute(0, "compute", 1.0, "forward", "F0.c0"),
-                             Compute(1, "compute", 1.0, "forward", "F1.c0")])
+                             Compute(1, "compute", 1.0, "forward", "F1.c0", deps=(0,))])
     res = run({0: prog}, net=net)
     assert seen == [1.5] and res.events == 3 and res.step_time_s == 2.0
+    # without it the two are one run of compute ops: one entry for both, the same records
+    net = _net()
+    net.env.timeout(1.5).callbacks.append(lambda ev: seen.append(ev.env.now))
+    chained = _prog(0, compute=[Compute(0, "compute", 1.0, "forward", "F0.c0"),
+                                Compute(1, "compute", 1.0, "forward", "F1.c0")])
+    again = run({0: chained}, net=net)
+    assert seen == [1.5, 1.5] and again.events == 2 and again.records == res.records
     net = _net()
     net.env.timeout(0.5).callbacks.append(
         lambda ev: ev.env.event().fail(KeyError("from a callback")))

@@ -135,5 +135,8 @@ def test_a_search_reports_the_same_figures_extended_or_exact(capsys):
             assert a["breakdown_s"][k] == pytest.approx(v, abs=REL * step), k
         # the event count is engine bookkeeping, not physics: equal-time events coalesce
         # differently in the short runs of an uneven layout (1F1B 6/4 on gpt-1.7b: 631, 793,
-        # 953, 1113 events at m = 4, 8, 12, 16), so its extension is near, not exact
-        assert a["events"] == pytest.approx(b["events"], rel=0.01)
+        # 953, 1113 events at m = 4, 8, 12, 16 with one entry per op; 320, 410, 498, 586 with
+        # entries shared by replicas and compute runs, issue 17: the m = 4 run 2 entries off
+        # the line either way, 10 entries at m = 32, 1.1 % of the smaller count), so its
+        # extension is near, not exact
+        assert a["events"] == pytest.approx(b["events"], rel=0.02)

@@ -1,28 +1,40 @@
-"""profile_simulate's py-spy grouping: samples in the finishing part of a stream's callback
-(``Engine._finish`` written out in ``_Stream.__call__``) count as finishing ops, the rest of the
-callback as stream dispatch."""
+"""profile_simulate's py-spy grouping: samples under the engine's finishing functions
+(``_Stream.finish``, ``_Rendezvous.fire``, ``Engine.deliver``, a send's callback) count as
+finishing ops, those under messages and rendezvous as such, the rest of ``Engine._loop`` (the
+queue, stream dispatch, compute ends) as the event loop, and SimPy's own frames as SimPy."""
 from __future__ import annotations
 
-import inspect
-
 from experiments import profile_simulate as prof
-from simulator.engine.core import _Stream
 
 ROOT = ("<module> (profile_simulate.py:1);simulate (simulator/simulate.py:92);"
-        "run (simulator/engine/core.py:420)")
+        "run (simulator/engine/core.py:420);Engine._loop (simulator/engine/core.py:300)")
 
 
-def _line_of(text: str) -> int:
-    lines, first = inspect.getsourcelines(_Stream.__call__)
-    return first + next(k for k, line in enumerate(lines) if text in line)
+def _part(*frames: str) -> str:
+    return prof.part_of((ROOT + "".join(";" + f for f in frames)).split(";"))
 
 
-def test_callback_lines_split_between_dispatch_and_finishing():
-    start = f"_Stream.__call__ (simulator/engine/core.py:{_line_of('code = self.codes[i]')})"
-    done = f"_Stream.__call__ (simulator/engine/core.py:{_line_of('self.done.add(oid)')})"
-    assert prof.part_of((ROOT + ";" + start).split(";")).startswith("engine stream dispatch")
-    assert prof.part_of((ROOT + ";" + done).split(";")).startswith("engine finishing ops")
+def test_engine_samples_split_by_part():
+    assert _part().startswith("engine event loop")
+    assert _part("_Rendezvous.fire (simulator/engine/core.py:110)").startswith(
+        "engine finishing ops")
+    assert _part("FlowNetwork._complete (simulator/network/flows.py:300)",
+                 "_Stream.__call__ (simulator/engine/core.py:190)",
+                 "Engine.deliver (simulator/engine/core.py:440)").startswith("engine finishing")
+    assert _part("Engine._collective (simulator/engine/core.py:460)").startswith(
+        "engine messages and rendezvous")
+    assert _part("Environment.schedule (simpy/core.py:165)").startswith("SimPy")
 
 
 def test_samples_outside_simulate_are_not_counted():
     assert prof.part_of(["<module> (profile_simulate.py:1)", "main (x.py:2)"]) == ""
+
+
+def test_the_innermost_part_wins():
+    """A stream finishing inside the flow network's callback is finishing; a transfer the
+    engine starts is the flow network."""
+    assert _part("FlowNetwork._settle (simulator/network/flows.py:280)",
+                 "_Stream.finish (simulator/engine/core.py:170)").startswith("engine finishing")
+    assert _part("Engine._send (simulator/engine/core.py:420)",
+                 "FlowNetwork.transfer (simulator/network/flows.py:180)").startswith(
+                     "flow network")

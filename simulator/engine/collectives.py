@@ -19,10 +19,10 @@ without touching the flow network: the result is the same, only cheaper.
 """
 from __future__ import annotations
 
+from functools import partial
 from typing import Callable
 
 import numpy as np
-import simpy
 
 from simulator.network.backend import NetworkBackend
 from simulator.network.stepwise_oracle import start_collective
@@ -62,6 +62,7 @@ class CollectiveRunner:
         self._solo: dict = {}
         self._links: dict = {}
         self._closed: dict = {}      # call signature -> (seconds, link loads) or None
+        self._due: dict[tuple, list] = {}   # closed-form collectives' ends: (end time, share)
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
@@ -71,13 +72,17 @@ class CollectiveRunner:
             plan = self._plans[key] = plan_phases(self.net, op, self.issuers, self.node_of)
         return plan
 
-    def start(self, op: Collective, done: simpy.Event) -> None:
-        """Run ``op`` from now on; ``done`` succeeds when it ends."""
+    def start(self, op: Collective, then: Callable[[object], None], share=None) -> None:
+        """Run ``op`` from now on; ``then(x)`` is called when it ends (``x``: the SimPy event
+        that ended it, or None). No event of its own (issue 17): a closed-form collective is one
+        timeout whose callback is ``then`` (shared by the closed-form collectives with the same
+        ``share``, not None, that end at the same instant); with instant communication or no
+        phases ``then`` is called before this returns."""
         if self.free_comm:
-            done.succeed()
+            then(None)
             return
         if op.algorithm == "ring_stepwise":
-            self.env.process(self._stepwise(op, done))
+            self.env.process(self._stepwise(op, then))
             return
         # the same call (group, tag, algorithm, bytes, repeat) recurs thousands of times a
         # step: whether it runs in closed form, and its time and link loads, are worked out once
@@ -93,13 +98,28 @@ class CollectiveRunner:
             if self._log_load and not any(isinstance(ph[2], tuple) for ph in phases):
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))
-            self.env.timeout(total).callbacks.append(lambda _e: done.succeed())
+            if share is None:
+                self.env.timeout(total).callbacks.append(then)
+                return
+            key = (self.env._now + total, share)    # the instant the timeout fires at
+            due = self._due.get(key)
+            if due is None:
+                due = self._due[key] = []
+                self.env.timeout(total).callbacks.append(partial(self._end_due, key))
+            due.append(then)
             return
         phases = self.phases(op)
         if not phases:
-            done.succeed()
+            then(None)
             return
-        self.env.process(self._run(op, phases, done))
+        self.env.process(self._run(op, phases, then))
+
+    def _end_due(self, key: tuple, ev: object) -> None:
+        """The closed-form collectives due at ``key`` (end time, share) end, in the order they
+        started: one timeout for all of them (issue 17: the replicas of a large step run the
+        same collectives at the same instants)."""
+        for then in self._due.pop(key):
+            then(ev)
 
     def _closed_form(self, op: Collective) -> tuple[float, list, list] | None:
         """``(seconds, [(link indices, bytes)] per phase, phases)`` of ``op`` if it may run in
@@ -147,7 +167,7 @@ class CollectiveRunner:
             idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
         return idx
 
-    def _run(self, op: Collective, phases: list[RunPhase], done: simpy.Event):
+    def _run(self, op: Collective, phases: list[RunPhase], then: Callable[[object], None]):
         env, net = self.env, self.net
         for lat, flows, nbytes in phases:
             if lat > 0:
@@ -156,12 +176,12 @@ class CollectiveRunner:
             events = [net.flow(a, b, nb * op.repeat, op.tag) for (a, b), nb in zip(flows, sizes)]
             if events:
                 yield env.all_of(events)
-        done.succeed()
+        then(None)
 
-    def _stepwise(self, op: Collective, done: simpy.Event):
+    def _stepwise(self, op: Collective, then: Callable[[object], None]):
         reps = int(round(op.repeat))
         if abs(op.repeat - reps) > 1e-12:
             raise ValueError(f"ring_stepwise needs a whole repeat count, got {op.repeat}")
         for _ in range(reps):
             yield start_collective(self.net, STEPWISE[op.kind], op.group, op.nbytes, tag=op.tag)
-        done.succeed()
+        then(None)

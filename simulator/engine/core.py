@@ -1,15 +1,26 @@
 """The SimPy engine: replays per-rank programs over a flow network.
 
 Each (rank, stream) runs its ops in order; an op first waits for its dependencies (ops of
-the same rank, resolved from the programs), with no polling and no SimPy process: an op's end
-is a callback on the event that ends it. ``Compute`` is a timeout. ``Send`` starts a transfer at once (eager) and ends when its last byte lands;
-``Recv`` waits for the next message from its source with its tag (first-in first-out per
-``(src, dst, tag)``). A ``Collective`` waits until every simulated member has arrived
-(rendezvous on ``(group, tag)``, in order), then runs its algorithm
-(``simulator.engine.collectives``) over the network, where it contends with all other traffic.
-The network is any ``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair
-sharing; ``contention-free``: every transfer as if alone); the engine uses only that interface.
-A run that ends with ops still waiting raises ``DeadlockError`` naming them.
+the same rank, resolved from the programs into counters), with no polling and no SimPy
+process: what ends an op calls its stream back. ``Compute`` takes its ``seconds``. ``Send``
+starts a transfer at once (eager) and ends when its last byte lands; ``Recv`` waits for the
+next message from its source with its tag (first-in first-out per ``(src, dst, tag)``). A
+``Collective`` waits until every simulated member has arrived (rendezvous on ``(group, tag)``,
+in order), then runs its algorithm (``simulator.engine.collectives``) over the network, where
+it contends with all other traffic. The network is any
+``simulator.network.backend.NetworkBackend`` (``flows``: max-min fair sharing;
+``contention-free``: every transfer as if alone); the engine uses only that interface. A run
+that ends with ops still waiting raises ``DeadlockError`` naming them.
+
+Events at one instant (issue 17): the engine keeps SimPy's queue and its order (time,
+priority, then scheduling order) but gives many ops one entry: a run of compute ops that
+nothing waits on ends with one entry; the replicas' ends of one op (the streams of one class:
+ranks whose programs share a structure) due at one instant share one, and so do their
+messages whose latency ends then and their closed-form collectives that end then; a message's
+last byte and a collective's end call their streams without an event.
+So ops that end at the same instant may be recorded in another order than one entry per op
+would give (each stream's own order never changes); every time, record and metric is the same
+(``experiments/compare_outputs.py``), and the same inputs give the same order, run to run.
 
 The engine knows nothing about plans or transformers; ``simulator.simulate`` builds the
 programs and the network and derives the metrics.
@@ -24,7 +35,7 @@ from operator import attrgetter
 from typing import Callable
 
 import simpy
-from simpy.events import NORMAL, PENDING
+from simpy.events import NORMAL
 
 from simulator.engine.collectives import CollectiveRunner
 from simulator.engine.gc_pause import paused_gc
@@ -36,10 +47,9 @@ from simulator.network.cluster_net import SimNetwork
 
 _COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
 _CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
-_ID, _DEPS, _KIND = attrgetter("id"), attrgetter("deps"), attrgetter("record_kind")
+_ID, _DEPS, _BLOCKING = attrgetter("id"), attrgetter("deps"), attrgetter("blocking")
 _END = attrgetter("end")
 _record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
-_GO = object()                             # no dependency left to wait for
 
 
 class DeadlockError(RuntimeError):
@@ -50,132 +60,174 @@ class UnmatchedSendError(RuntimeError):
     """A message was sent that no ``Recv`` ever took."""
 
 
-class _Rendezvous:
-    __slots__ = ("expected", "arrived", "done", "go", "op")
+class _Shape:
+    """What the engine needs of a program's structure, worked out once for every program
+    with the same streams, op ids, dependencies and op kinds (the ranks of a pipeline stage
+    share one: ``compile_job`` relabels one template): per stream (in sorted name order) its
+    kind codes and the offset of its ops in the rank's dependency counters; per op the
+    positions of the ops that wait on it (``wakes``, empty when none does) and its number of
+    dependencies (``left``, the counters' start)."""
 
-    def __init__(self, expected: int, done: simpy.Event, op: Collective) -> None:
-        self.expected, self.arrived, self.done, self.go, self.op = expected, 0, done, None, op
+    __slots__ = ("names", "codes", "offsets", "wakes", "left")
+
+    def __init__(self, names: tuple, ids: tuple, deps: tuple, codes: tuple) -> None:
+        self.names, self.codes = names, codes
+        self.offsets, off = [], 0
+        pos: dict[int, int] = {}
+        for stream_ids in ids:
+            self.offsets.append(off)
+            for i, oid in enumerate(stream_ids):
+                pos.setdefault(oid, off + i)
+            off += len(stream_ids)
+        wakes: list[list[int]] = [[] for _ in range(off)]
+        left = [0] * off
+        for o, stream_deps in zip(self.offsets, deps):
+            for i, ds in enumerate(stream_deps):
+                if ds:
+                    left[o + i] = len(ds)
+                    for d in ds:
+                        at = pos.get(d)
+                        if at is not None:     # an unknown id is never done: a deadlock
+                            wakes[at].append(o + i)
+        self.wakes = tuple(tuple(map(tuple, wakes[o:o + len(i)]))
+                           for o, i in zip(self.offsets, ids))
+        self.left = left
+
+
+class _Rendezvous:
+    """One call of a collective channel: its members' arrivals, when the last one came
+    (``go``), the streams waiting for its end and whether it has ended (``fired``)."""
+
+    __slots__ = ("expected", "arrived", "go", "op", "waiters", "fired")
+
+    def __init__(self, expected: int, op: Collective) -> None:
+        self.expected, self.arrived, self.go, self.op = expected, 0, None, op
+        self.waiters: list[_Stream] = []
+        self.fired = False
+
+    def fire(self, _ev: object = None) -> None:
+        """The collective ended (called by ``CollectiveRunner``; ``_ev`` is the timeout or
+        process that ended it, or None): every waiting member finishes its op now, in the
+        order they arrived. No event of its own (issue 17)."""
+        self.fired = True
+        go = self.go
+        waiters, self.waiters = self.waiters, None
+        if not waiters:
+            return
+        ready, env = waiters[0].ready, waiters[0].env
+        now = env._now
+        for st in waiters:             # ``_Stream.finish`` written out: once per member
+            i = st.idx
+            op = st.ops[i]
+            records = st.records
+            if records is not None:
+                records.append(_record((st.rank, st.name, op.category, op.label, op.microbatch,
+                                        st.stage, st.start, now, op.chunk,
+                                        op.nbytes * op.repeat, -1, go - st.start)))
+            wakes = st.wakes[i]
+            if wakes:
+                left = st.left
+                for g in wakes:
+                    c = left[g] - 1
+                    left[g] = c
+                    if not c:
+                        other = st.hold.pop(g, None)
+                        if other is not None:
+                            ready.append(other)
+            st.idx = i + 1
+            ready.append(st)
 
 
 class _Stream:
-    """One (rank, stream): its ops and, resolved before the run, their kind codes, dependency
-    ids, record kinds and whether another op depends on them (``needed``); the index of the op
-    it is at, when that op started, and what the op waits on (``key``: its message or
-    rendezvous). A stream is itself the SimPy callback of the event that ends its current op
-    (no closure per op)."""
+    """One (rank, stream): its ops, their kind codes and who waits on each (``wakes``, from
+    the rank's ``_Shape``); the rank's dependency counters (``left``: the number of each op's
+    dependencies not done yet, at ``off`` + the op's index) and the streams parked on one
+    (``hold``); the index of the op it is at, when that op started, the last op of the compute
+    run it is in (``last``: a run of compute ops that nothing waits on ends with one queue
+    entry) and the message its send or receive is (``key``); its class (``cls``: one number for
+    the same stream of every rank with the same ``_Shape``, the replicas whose ops may share
+    queue entries). A stream is itself the callable the network calls when its send's last
+    byte lands (``__call__``: no event, no closure)."""
 
-    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "deps", "kinds", "needed",
-                 "chan", "n", "idx", "start", "done", "waiting", "key", "slot", "records", "env",
-                 "ready", "drain")
+    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "wakes", "left", "hold", "off",
+                 "cls", "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
 
-    def __init__(self, eng: "Engine", prog: Program, name: str, needed: set) -> None:
+    def __init__(self, eng: "Engine", prog: Program, shape: _Shape, k: int, left: list,
+                 hold: dict, cls: int) -> None:
+        name = shape.names[k]
         ops = prog.streams[name]
         self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
-        self.ops = ops
-        self.codes = tuple(map(_CODE.__getitem__, map(type, ops)))
-        self.deps = tuple(map(_DEPS, ops))
-        self.kinds = tuple(map(_KIND, ops))
-        self.needed = tuple(map(needed.__contains__, map(_ID, ops)))
+        self.ops, self.codes, self.wakes = ops, shape.codes[k], shape.wakes[k]
+        self.left, self.hold, self.off, self.cls = left, hold, shape.offsets[k], cls
         # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
-        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17)
-        chan_of = eng.chan_of
-        self.chan = tuple(chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL
-                          else -1 for op, c in zip(ops, self.codes)) if _COLL in self.codes \
-            else None
-        self.n, self.idx, self.start, self.key, self.slot = len(ops), 0, 0.0, None, None
-        self.done, self.waiting = eng.done[prog.rank], eng.waiting[prog.rank]
+        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
+        # the ranks of a group share their collective ops, so the members' streams of a group
+        # hold the same ops and are worked out once (``Engine.chan_by_ops``)
+        if _COLL in self.codes:
+            same = tuple(map(id, ops))
+            self.chan = eng.chan_by_ops.get(same)
+            if self.chan is None:
+                chan_of = eng.chan_of
+                self.chan = eng.chan_by_ops[same] = tuple(
+                    chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL else -1
+                    for op, c in zip(ops, self.codes))
+        else:
+            self.chan = None
+        self.n, self.idx, self.start, self.last, self.key = len(ops), 0, 0.0, 0, None
         # the engine's state the callbacks touch, bound here (one attribute load, not two)
         self.records = eng.records if eng.record else None
-        self.env, self.ready, self.drain = eng.env, eng.ready, eng._drain
+        self.env, self.ready = eng.env, eng.ready
 
-    def ended(self) -> None:
-        """The current op, a compute op, ended: ``__call__``'s compute case, called by the
-        event loop (``_loop``) for the stream's own queue entry, with no event."""
+    def finish(self, kind: str, wait: float, peer: int, nbytes: float) -> None:
+        """The current op (record kind ``kind``) ended now: record it, count it done for the
+        ops that wait on it and queue those it was the last for (they go first), then queue
+        this stream behind them; the event loop moves them on."""
         i = self.idx
-        records = self.records
-        if records is not None:
-            op = self.ops[i]
-            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
-                                    op.microbatch, self.stage, self.start, self.env._now,
-                                    op.chunk, 0.0, -1, 0.0)))
-        ready = self.ready
-        if self.needed[i]:
-            oid = self.ops[i].id
-            self.done.add(oid)
-            blocked = self.waiting.pop(oid, None)
-            if blocked:
-                ready.extend(blocked)
-        self.idx = i + 1
-        ready.append(self)             # streams woken by this op go first, then this one
-        self.drain()
-
-    def __call__(self, ev: simpy.Event) -> None:
-        """The event that ends the current op fired: finish the op (record it, mark it done,
-        wake the streams blocked on it) and move on. ``Engine._finish`` written out here: this
-        runs once per event (issue 17)."""
-        i = self.idx
-        code = self.codes[i]
         op = self.ops[i]
-        start = self.start
-        if code == _COLL:
-            wait, peer, nbytes = self.slot.go - start, -1, op.nbytes * op.repeat
-        elif code == _SEND:            # the last byte landed; a blocking send waited until
-            eng = self.eng             # ``started``
-            go = eng.started.pop(self.key, start) if eng.rendezvous else start
-            self.slot.succeed(go)
-            wait, peer, nbytes = go - start, op.dst, op.nbytes
-        elif code == _RECV:            # a receive's message arrived (``ev`` is its mail slot)
-            self.eng.mail.pop(self.key, None)
-            now = self.env._now
-            sent = ev._value
-            wait = (sent if sent < now else now) - start
-            if not wait > 0.0:
-                wait = 0.0
-            peer, nbytes = op.src, 0.0
-        else:                          # a compute op's end as an event (``ended`` otherwise)
-            wait, peer, nbytes = 0.0, -1, 0.0
         records = self.records
         if records is not None:
-            records.append(_record((self.rank, self.name, self.kinds[i], op.label,
-                                    op.microbatch, self.stage, start, self.env._now,
-                                    op.chunk, nbytes, peer, wait)))
+            records.append(_record((self.rank, self.name, kind, op.label, op.microbatch,
+                                    self.stage, self.start, self.env._now, op.chunk, nbytes,
+                                    peer, wait)))
         ready = self.ready
-        if self.needed[i]:
-            oid = op.id
-            self.done.add(oid)
-            blocked = self.waiting.pop(oid, None)
-            if blocked:
-                ready.extend(blocked)
+        wakes = self.wakes[i]
+        if wakes:
+            left = self.left
+            for g in wakes:
+                c = left[g] - 1
+                left[g] = c
+                if not c:
+                    other = self.hold.pop(g, None)
+                    if other is not None:
+                        ready.append(other)
         self.idx = i + 1
-        ready.append(self)             # streams woken by this op go first, then this one
-        self.drain()
+        ready.append(self)
 
-    def why(self) -> tuple:
-        """What the current op waits for (the deadlock report), derived from the state."""
-        done, op = self.done, self.ops[self.idx]
-        for d in op.deps:
-            if d not in done:
-                return ("dep", d)
-        code = self.codes[self.idx]
-        if code == _RECV:
-            return ("recv", op)
-        if code == _COLL:
-            return ("coll", op)
-        if code == _SEND and op.blocking and self.key in self.eng.parked:
-            return ("send", op)
-        return ("run", None)
+    def __call__(self, _tag: object = None) -> None:
+        """The current op, a send, ended: its last byte landed (or, instant communication, it
+        started). The message is delivered to its receiver after the send is recorded; a
+        blocking send waited until its transfer began (``Engine.started``)."""
+        eng, start, key = self.eng, self.start, self.key
+        go = eng.started.pop(key, start) if eng.rendezvous else start
+        op = self.ops[self.idx]
+        self.finish("pp_send", go - start, op.dst, op.nbytes)
+        eng.deliver(key, go)
 
 
 class Engine:
     """Holds one run's state; use :func:`run`.
 
-    Streams are not SimPy processes: an op that can start starts at once, and its end is a
-    callback on the event that ends it (a compute timeout, the last byte of a transfer, a
-    collective's completion, a message already waiting); the stream object itself is that
-    callback. Dependencies are resolved from the programs before the run: finishing an op
-    marks it done (only if some op depends on it) and retries the streams blocked on it, with
-    no event of its own. One SimPy event per compute op, no generator resumption and no
-    per-op closure (issue 17: the per-event cost of the engine)."""
+    Streams are not SimPy processes: an op that can start starts at once, and what ends it
+    calls the stream back: a compute op's (or a run of compute ops') end is the stream's
+    place in an entry of SimPy's queue (shared with its replicas); a message's last byte calls the sending stream from the network
+    (no event); a collective's end calls its waiting members from the timeout or process that
+    timed it (no event); a message whose receiver is already waiting finishes the receive at
+    once, else it is left in ``mail`` for the receive to take (no event). Dependencies are
+    resolved from the programs before the run into counters: finishing an op counts it done
+    for the ops that wait on it and queues the streams parked on an op it was the last
+    dependency of; one loop (``_loop``) takes SimPy's queue in order and, after each entry,
+    starts the queued streams' ops until each has to wait (issue 17: the per-event cost of
+    the engine)."""
 
     def __init__(self, programs: dict[int, Program], net: NetworkBackend, free_comm: bool = False,
                  node_of: Callable = lambda r: r, record: bool = True) -> None:
@@ -183,20 +235,24 @@ class Engine:
         self.free_comm, self.record = free_comm, record
         self.sim = set(programs)
         self.records: list[Record] = []
-        self.mail: dict[tuple, simpy.Event] = {}
+        # message (src, dst, tag, n) -> when it was sent (it landed, no receive yet) or the
+        # receiving stream (waiting for it)
+        self.mail: dict[tuple, float | _Stream] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
         self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
+        self.chan_by_ops: dict[tuple, tuple] = {}    # a stream's op ids -> its ops' channels
         self.members: list[int] = []                 # channel -> its simulated members
+        self.nchan = 0                               # channels (``len(members)``)
         self.cseq: dict[int, int] = {}               # (channel, rank) -> calls so far
         self.span = max(programs, default=0) + 1     # ranks per channel in ``cseq`` keys
         # blocking sends (a rendezvous with the receive) are tracked only when a program has
         # one: eager channels would otherwise leave every early receive in ``posted``
-        self.rendezvous = any(op.blocking for prog in programs.values()
-                              for ops in prog.streams.values() if Send in set(map(type, ops))
-                              for op in ops if type(op) is Send)
+        self.rendezvous = any(any(map(_BLOCKING, [op for op in ops if type(op) is Send]))
+                              for prog in programs.values() for ops in prog.streams.values()
+                              if Send in set(map(type, ops)))
         self.posted: set[tuple] = set()              # receives posted before their send
-        self.parked: dict[tuple, tuple] = {}         # blocking sends waiting for a receive
+        self.parked: dict[tuple, _Stream] = {}       # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
         self.where: dict[tuple[int, str], _Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
@@ -207,171 +263,238 @@ class Engine:
             free_comm)
         if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
-        self.done: dict[int, set] = {r: set() for r in programs}      # finished op ids
-        self.waiting: dict[int, dict[int, list[_Stream]]] = {r: {} for r in programs}
         self.ready: deque[_Stream] = deque()
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
+        """Build the streams and queue them all (``_loop`` starts their first ops). The
+        structure of a program (``_Shape``) is worked out once per distinct structure."""
+        shapes: dict[tuple, _Shape] = {}
+        classes: dict[tuple, int] = {}    # (shape, stream) -> the streams' class (``cls``)
         for rank in sorted(self.programs):
             prog = self.programs[rank]
-            needed: set = set()
-            for ops in prog.streams.values():
-                needed.update(*map(_DEPS, ops))
-            for name in sorted(prog.streams):
-                st = self.where[(rank, name)] = _Stream(self, prog, name, needed)
+            names = tuple(sorted(prog.streams))
+            streams = [prog.streams[name] for name in names]
+            ids = tuple(tuple(map(_ID, ops)) for ops in streams)
+            deps = tuple(tuple(map(_DEPS, ops)) for ops in streams)
+            codes = tuple(tuple(map(_CODE.__getitem__, map(type, ops))) for ops in streams)
+            key = (names, ids, deps, codes)
+            shape = shapes.get(key)
+            if shape is None:
+                shape = shapes[key] = _Shape(names, ids, deps, codes)
+            left, hold = list(shape.left), {}
+            for k, name in enumerate(names):
+                cls = classes.setdefault((id(shape), k), len(classes))
+                st = self.where[(rank, name)] = _Stream(self, prog, shape, k, left, hold, cls)
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
-        self._drain()
+        self.nchan = len(self.members)
 
-    def _drain(self) -> None:
-        """Advance every stream that may move, until none can without time passing: start a
-        stream's ops until one has to wait (for a dependency, time or a peer). One loop for
-        every stream, no call per stream (issue 17)."""
-        ready, env, finish = self.ready, self.env, self._finish
-        popleft, queue, eid, mail = ready.popleft, env._queue, env._eid, self.mail
-        while ready:
-            st = popleft()
-            ops, codes, deps_of, done = st.ops, st.codes, st.deps, st.done
-            n = st.n
-            while st.idx < n:
-                i = st.idx
-                deps = deps_of[i]
-                if deps:
-                    for d in deps:
-                        if d not in done:
+    def _loop(self) -> int:
+        """Run to the end; return the SimPy queue entries processed. Each turn first starts
+        every queued stream's ops until each has to wait (for a dependency, time or a peer),
+        then takes SimPy's next entry: ``Environment.step`` written out (the same order: time,
+        priority, then scheduling order), where an entry whose item is a list of streams holds
+        the compute ops (or runs of them) of one stream class and op index that end at its
+        time, scheduled without an event object. One function for the whole run: the locals are bound once (issue 17)."""
+        env, ready = self.env, self.ready
+        queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
+        seq = self.seq
+        popleft, pop, push = ready.popleft, heappop, heappush
+        ends: dict[tuple, list[_Stream]] = {}      # (time, class, op) -> streams ending then
+        records = self.records if self.record else None
+        put = records.append if records is not None else None
+        steps = 0
+        now = env._now
+        while True:
+            while ready:
+                st = popleft()
+                ops, codes, left, off = st.ops, st.codes, st.left, st.off
+                n, i = st.n, st.idx
+                while i < n:
+                    if left[off + i]:          # a dependency is not done: park on this op
+                        st.hold[off + i] = st
+                        break
+                    st.start = now
+                    code, op = codes[i], ops[i]
+                    if code == _COMPUTE:
+                        # a timeout without an event: the stream itself (``_loop`` below). The
+                        # compute ops after it that nothing waits on and whose dependencies are
+                        # done end with the same entry: their ends are the same sums (issue 17)
+                        t, j, wakes = now + op.seconds, i, st.wakes
+                        while not wakes[j] and j + 1 < n and codes[j + 1] == _COMPUTE \
+                                and not left[off + j + 1]:
+                            j += 1
+                            t += ops[j].seconds
+                        st.last = j
+                        # the same run of the same stream class (the replicas of a stage) ending
+                        # at t: one entry for all (keyed by the program, not by which
+                        # unrelated instants are equal in floating point)
+                        key = (t, st.cls, i)
+                        due = ends.get(key)
+                        if due is None:
+                            ends[key] = due = [st]
+                            push(queue, (t, NORMAL, next(eid), due))
+                        else:
+                            due.append(st)
+                        break
+                    if code == _SEND:  # its end calls the stream back (instant: queued again)
+                        st.idx = i
+                        self._send(st, op)
+                        i = st.idx
+                        break
+                    if code == _RECV:  # the n-th message of its channel, counted here
+                        src, tag = op.src, op.tag
+                        key = (src, st.rank, tag, "r")
+                        k = seq[key]
+                        seq[key] = k + 1
+                        key = (src, st.rank, tag, k)
+                        if rendezvous:
+                            self._post_recv(key)
+                        if mail.pop(key, None) is None:    # not here yet: wait for it
+                            mail[key] = st
+                            st.key = key
                             break
+                        kind, wait, peer, nbytes = "pp_recv", 0.0, op.src, 0.0   # sent before
                     else:
-                        d = _GO
-                    if d is not _GO:
-                        st.waiting.setdefault(d, []).append(st)
-                        break
-                st.start = now = env._now
-                code, op = codes[i], ops[i]
-                if code == _COMPUTE:       # a timeout without an event: the stream itself
-                    heappush(queue, (now + op.seconds, NORMAL, next(eid), st))   # (``_loop``)
-                    break
-                if code == _SEND:
-                    key, slot, ev = self._send(st.rank, op)
-                    if ev is not None:
-                        st.key, st.slot = key, slot
-                        ev.callbacks.append(st)
-                        break
-                    slot.succeed(now)
-                    finish(st, 0.0, op.dst, op.nbytes)     # instant, receiver posted
-                elif code == _RECV:
-                    key = self._recv_key(st.rank, op)
-                    if self.rendezvous:
-                        self._post_recv(key)
-                    slot = mail.get(key)
-                    if slot is None:
-                        slot = mail[key] = env.event()
-                    if slot._value is PENDING:
-                        st.key = key
-                        slot.callbacks.append(st)
-                        break
-                    mail.pop(key, None)
-                    sent = slot._value
-                    wait = (sent if sent < now else now) - now
-                    finish(st, wait if wait > 0.0 else 0.0, op.src, 0.0)
-                else:
-                    inst = self._collective(st.rank, op, st.chan[i])
-                    if inst.done._value is PENDING:
-                        st.slot = inst
-                        inst.done.callbacks.append(st)
-                        break
-                    finish(st, inst.go - now, -1, op.nbytes * op.repeat)
-
-    def _finish(self, st: _Stream, wait: float, peer: int, nbytes: float) -> None:
-        """Record the op ``st`` is at, mark it done, wake the streams blocked on it; the caller
-        moves ``st`` on (``_drain`` goes on itself; a stream's callback, which writes this out,
-        queues it)."""
-        i = st.idx
-        op = st.ops[i]
-        if self.record:
-            self.records.append(_record((st.rank, st.name, st.kinds[i], op.label, op.microbatch,
-                                         st.stage, st.start, self.env._now, op.chunk, nbytes,
-                                         peer, wait)))
-        if st.needed[i]:
-            oid = op.id
-            st.done.add(oid)
-            blocked = st.waiting.pop(oid, None)
-            if blocked:
-                self.ready.extend(blocked)
-        st.idx = i + 1
+                        inst = self._collective(st, op, i)
+                        if not inst.fired:
+                            inst.waiters.append(st)
+                            break
+                        kind, wait, peer, nbytes = (op.category, inst.go - now, -1,
+                                                    op.nbytes * op.repeat)
+                    if put is not None:
+                        put(_record((st.rank, st.name, kind, op.label, op.microbatch, st.stage,
+                                     now, now, op.chunk, nbytes, peer, wait)))
+                    wakes = st.wakes[i]
+                    if wakes:
+                        for g in wakes:
+                            c = left[g] - 1
+                            left[g] = c
+                            if not c:
+                                other = st.hold.pop(g, None)
+                                if other is not None:
+                                    ready.append(other)
+                    i += 1
+                st.idx = i
+            if not queue:
+                return steps
+            now, _, _, ev = pop(queue)
+            env._now = now
+            steps += 1
+            if type(ev) is not list:
+                callbacks, ev.callbacks = ev.callbacks, None
+                for callback in callbacks:
+                    callback(ev)
+                if not ev._ok and not hasattr(ev, "_defused"):   # a failed event stops the run
+                    exc = type(ev._value)(*ev._value.args)
+                    exc.__cause__ = ev._value
+                    raise exc
+                continue
+            st = ev[0]
+            del ends[(now, st.cls, st.idx)]
+            for st in ev:              # compute ops (or runs of them) that end now
+                i, j = st.idx, st.last
+                if put is not None:
+                    ops = st.ops
+                    if i == j:
+                        op = ops[i]
+                        put(_record((st.rank, st.name, op.kind, op.label, op.microbatch,
+                                     st.stage, st.start, now, op.chunk, 0.0, -1, 0.0)))
+                    else:              # a run: each op's start and end, the sums op by op
+                        rank, name, stage = st.rank, st.name, st.stage
+                        t = st.start
+                        for k in range(i, j + 1):
+                            op = ops[k]
+                            end = now if k == j else t + op.seconds
+                            put(_record((rank, name, op.kind, op.label, op.microbatch, stage,
+                                         t, end, op.chunk, 0.0, -1, 0.0)))
+                            t = end
+                wakes = st.wakes[j]
+                if wakes:
+                    left = st.left
+                    for g in wakes:
+                        c = left[g] - 1
+                        left[g] = c
+                        if not c:
+                            other = st.hold.pop(g, None)
+                            if other is not None:
+                                ready.append(other)
+                st.idx = j + 1
+                ready.append(st)       # streams woken by this op go first, then this one
 
     # ------------------------------------------------------------------ messages
-    def _slot(self, key: tuple) -> simpy.Event:
-        ev = self.mail.get(key)
-        if ev is None:
-            ev = self.mail[key] = self.env.event()
-        return ev
-
-    def _send(self, rank: int, op: Send) -> tuple[tuple, simpy.Event, simpy.Event | None]:
-        """Start a message: its mail slot (the n-th of its channel, counted when it starts)
-        and the event of its last byte (None: instant communication, already delivered). A
-        blocking send whose receiver has not posted its receive yet parks until it does."""
+    def _send(self, st: _Stream, op: Send) -> None:
+        """``st`` starts its send ``op``: the message is the n-th of its channel (counted when
+        it starts); its transfer starts now and calls ``st`` back at its last byte (with
+        instant communication ``st`` ends now and is queued again). A blocking send whose
+        receiver has not posted its receive yet parks until it does."""
+        rank = st.rank
         if op.dst not in self.sim:
             raise ValueError(f"rank {rank} sends to rank {op.dst}, which is not simulated "
                              "(folding must keep pipeline peers)")
         key = (rank, op.dst, op.tag)
         n = self.seq[key]
         self.seq[key] = n + 1
-        key = (rank, op.dst, op.tag, n)
-        slot = self.mail.get(key)
-        if slot is None:
-            slot = self.mail[key] = self.env.event()
+        st.key = key = (rank, op.dst, op.tag, n)
         if self.rendezvous:
             if op.blocking and key not in self.posted:
-                done = self.env.event()
-                self.parked[key] = (op, done)
-                return key, slot, done
+                self.parked[key] = st
+                return
             self.posted.discard(key)
         if self.free_comm:
-            return key, slot, None
-        return key, slot, self.net.transfer(rank, op.dst, op.nbytes, op.tag)
+            st()
+        else:
+            self.net.transfer(rank, op.dst, op.nbytes, op.tag, st, (st.cls, st.idx))
+
+    def deliver(self, key: tuple, sent: float) -> None:
+        """Message ``key`` (sent at ``sent``) landed: its receive ends now if it is waiting,
+        else the message waits in ``mail`` (no event either way)."""
+        mail = self.mail
+        st = mail.pop(key, None)
+        if st is None:
+            mail[key] = sent
+            return
+        now = self.env._now
+        wait = (sent if sent < now else now) - st.start
+        st.finish("pp_recv", wait if wait > 0.0 else 0.0, key[0], 0.0)
 
     def _post_recv(self, key: tuple) -> None:
         """A receive is posted: a blocking send parked on it starts its transfer now."""
-        parked = self.parked.pop(key, None)
-        if parked is None:
+        st = self.parked.pop(key, None)
+        if st is None:
             self.posted.add(key)
             return
-        op, done = parked
+        self.started[key] = self.env._now
         if self.free_comm:
-            done.succeed()
+            st()
         else:
-            self.net.transfer(key[0], op.dst, op.nbytes, op.tag).callbacks.append(
-                lambda _ev: done.succeed())
-        self.started[key] = self.env.now
+            op = st.ops[st.idx]
+            self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st, (st.cls, st.idx))
 
-    def _recv_key(self, rank: int, op: Recv) -> tuple:
-        key = (op.src, rank, op.tag, "r")
-        n = self.seq[key]
-        self.seq[key] = n + 1
-        return (op.src, rank, op.tag, n)
-
-    def _collective(self, rank: int, op: Collective, chan: int) -> _Rendezvous:
-        """``rank`` arrives at its next call of ``op``'s channel (number ``chan``): the
-        rendezvous of that call (the n-th of the channel on every member), started when the
-        last simulated member arrives."""
-        seq, span = self.cseq, self.span
-        k = chan * span + rank
+    def _collective(self, st: _Stream, op: Collective, i: int) -> _Rendezvous:
+        """``st`` arrives at its next call of ``op``'s channel (its op ``i``): the rendezvous of
+        that call (the n-th of the channel on every member), started when the last simulated
+        member arrives (and fired before this returns if it takes no time)."""
+        rank, chan = st.rank, st.chan[i]
+        seq = self.cseq
+        k = chan * self.span + rank
         n = seq.get(k, 0)
         seq[k] = n + 1
-        key = n * len(self.members) + chan
+        key = n * self.nchan + chan
         inst = self.meet.get(key)
         if inst is None:
-            inst = self.meet[key] = _Rendezvous(self.members[chan], self.env.event(), op)
-        elif (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (op.kind, op.nbytes, op.repeat):
+            inst = self.meet[key] = _Rendezvous(self.members[chan], op)
+        elif inst.op is not op and (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (
+                op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
                              f"{inst.op.label!r} of the same rendezvous ({op.tag} #{n})")
         inst.arrived += 1
         if inst.arrived == inst.expected:
             inst.go = self.env._now
             del self.meet[key]
-            self.runner.start(op, inst.done)
+            self.runner.start(op, inst.fire, (st.cls, i))
         return inst
 
     def close(self) -> None:
@@ -379,7 +502,7 @@ class Engine:
         to it) so that reference counting frees a finished run at once: the collector is paused
         during a run and what the run allocated is not walked after it (``gc_pause``)."""
         for st in self.where.values():
-            st.eng = st.done = st.waiting = st.drain = st.ready = None
+            st.eng = st.hold = st.ready = None
         self.runner = None
 
     # ------------------------------------------------------------------ deadlock
@@ -389,15 +512,34 @@ class Engine:
             ops = self.programs[rank].streams[stream]
             if st.idx < len(ops):
                 stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
-                             f"{ops[st.idx].label!r} {self._why(rank, st.why())}")
+                             f"{ops[st.idx].label!r} {self._why(rank, self.why(st))}")
         if stuck:
             more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
             raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
-        left = sorted(k for k, ev in self.mail.items() if ev.triggered)
+        left = sorted(k for k, v in self.mail.items() if type(v) is not _Stream)
         if left:
             src, dst, tag, n = left[0]
             raise UnmatchedSendError(f"{len(left)} message(s) never received, first: rank {src} "
                                      f"-> rank {dst} tag {tag!r} (message #{n})")
+
+    def why(self, st: _Stream) -> tuple:
+        """What ``st``'s current op waits for (the deadlock report), derived from the state:
+        an op is done when its stream has moved past it."""
+        op = st.ops[st.idx]
+        at = {o.id: (name, i) for name, ops in self.programs[st.rank].streams.items()
+              for i, o in enumerate(ops)}
+        for d in op.deps:
+            name, i = at.get(d, (None, 0))
+            if name is None or self.where[(st.rank, name)].idx <= i:
+                return ("dep", d)
+        code = st.codes[st.idx]
+        if code == _RECV:
+            return ("recv", op)
+        if code == _COLL:
+            return ("coll", op)
+        if code == _SEND and op.blocking and st.key in self.parked:
+            return ("send", op)
+        return ("run", None)
 
     def _why(self, rank: int, why: tuple) -> str:
         if why[0] == "dep":
@@ -419,10 +561,27 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
     users: dict[int, set] = defaultdict(set)
     colls: dict[tuple, set] = {}
     seen: set = set()                # channels already counted (a step repeats each many times)
+    streams: set = set()             # streams already counted: a group's members share ops
     for prog in programs.values():
-        for op in prog.ops():
-            kind = type(op)
-            if kind is Collective:
+        for ops in prog.streams.values():
+            kinds = set(map(type, ops))
+            if Collective in kinds:
+                same = tuple(map(id, ops))
+                if same in streams:
+                    kinds.discard(Collective)
+                streams.add(same)
+            if Send in kinds:            # the pairs this stream sends to, each once
+                for dst in sorted({op.dst for op in ops if type(op) is Send}):
+                    ch = ("p2p", prog.rank, dst)
+                    if ch not in seen:
+                        seen.add(ch)
+                        for link in net.links(prog.rank, dst).tolist():
+                            users[link].add(ch)
+            if Collective not in kinds:
+                continue
+            for op in ops:
+                if type(op) is not Collective:
+                    continue
                 ch = (op.group, op.tag)
                 if ch in seen or op.algorithm == "ring_stepwise":
                     continue
@@ -432,39 +591,9 @@ def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
                     for a, b in flows:
                         links.update(net.links(a, b).tolist())
                 colls[ch] = links
-            elif kind is Send:
-                ch = ("p2p", prog.rank, op.dst)
-                if ch in seen:
-                    continue
-                seen.add(ch)
-                links = set(net.links(prog.rank, op.dst).tolist())
-            else:
-                continue
-            for link in links:
-                users[link].add(ch)
+                for link in links:
+                    users[link].add(ch)
     return {ch: all(len(users[l]) == 1 for l in links) for ch, links in colls.items()}
-
-
-def _loop(env: simpy.Environment) -> int:
-    """Process ``env``'s events until none is left; return how many. ``Environment.step``
-    written out (the same order: time, priority, then scheduling order), with one addition: an
-    entry whose item is a ``_Stream`` is a compute op's end, scheduled by ``Engine._drain``
-    without an event object (one allocation and two calls fewer per compute op, issue 17)."""
-    queue, pop, stream, steps = env._queue, heappop, _Stream, 0
-    while queue:
-        env._now, _, _, ev = pop(queue)
-        steps += 1
-        if type(ev) is stream:
-            ev.ended()
-            continue
-        callbacks, ev.callbacks = ev.callbacks, None
-        for callback in callbacks:
-            callback(ev)
-        if not ev._ok and not hasattr(ev, "_defused"):   # a failed event crashes the run
-            exc = type(ev._value)(*ev._value.args)
-            exc.__cause__ = ev._value
-            raise exc
-    return steps
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
@@ -489,7 +618,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     with paused_gc():                 # the collector would walk every record (gc_pause)
         eng = Engine(programs, net, free_comm, node_of, record)
         eng.start()
-        steps = _loop(net.env)
+        steps = eng._loop()
     eng.check_finished()
     eng.close()
     end = max(map(_END, eng.records), default=0.0)

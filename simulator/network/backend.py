@@ -48,8 +48,11 @@ class NetworkBackend(Protocol):
     def links(self, src: Node, dst: Node) -> np.ndarray:
         """Indices of the links a flow from src to dst loads."""
 
-    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
-        """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte."""
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
+                 then: Callable | None = None, share: Hashable = None) -> simpy.Event | None:
+        """Send ``nbytes``: the route latency, then the bytes; the event fires at the last byte
+        (with ``then``: no event; ``then(tag)`` is called at the last byte). Transfers with
+        the same ``share`` (not None) that start at one instant may share SimPy events."""
 
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Move ``nbytes`` from now on, without the route latency."""
@@ -74,15 +77,19 @@ class ContentionFreeNetwork(SimNetwork):
 
     shares_links = False
 
-    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+    def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
         rate = float(np.min(self._capacity[links]))
         self.flows_started += 1
 
         def finish(_e) -> None:
             np.add.at(self._delivered, links, nbytes)
             self.flows_completed += 1
-            done.succeed(tag)
+            fin(tag)
         self.env.timeout(nbytes / rate).callbacks.append(finish)
+
+    def _start_flows(self, flows: list) -> None:
+        for links, nbytes, fin, tag in flows:
+            self._start_flow(links, nbytes, fin, tag, None)
 
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links

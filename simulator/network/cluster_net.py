@@ -27,7 +27,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.network.flows import FlowNetwork
+from simulator.network.flows import FlowNetwork, transfer_ends
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.routing import plane_routes
 
@@ -140,37 +140,37 @@ class SimNetwork(FlowNetwork):
             else list(zip(nodes[:-1], nodes[1:]))
         return np.array([self._edge_index[h] for h in hops], dtype=np.int64)
 
-    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
+                 then: Optional[Callable] = None, share: Hashable = None) -> simpy.Event | None:
         """Send ``nbytes``: the route latency, then the bytes (striped over the planes of a
-        multi-plane network); the event fires at the last byte."""
+        multi-plane network); the event fires at the last byte (with ``then``: no event,
+        ``then(tag)`` is called then, as ``FlowNetwork.transfer``)."""
         stripes = self.stripes(src, dst) if self._planes else None
         if stripes is None:
-            return super().transfer(src, dst, nbytes, tag)
+            return super().transfer(src, dst, nbytes, tag, then, share)
         if not nbytes >= 0:
             raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
-        done = self.env.event()
-        if nbytes == 0:
-            return done.succeed(tag)
+        done, fin = transfer_ends(self.env, tag, then, nbytes == 0)
+        if fin is None:
+            return done
         latency = self.route(src, dst)[2]
-        start = partial(self._start_striped, stripes, float(nbytes), done, tag)
+        start = partial(self._start_striped, stripes, float(nbytes), fin, tag)
         if latency > 0:
             self.env.timeout(latency).callbacks.append(start)
         else:
             start(None)
         return done
 
-    def _start_striped(self, stripes: tuple, nbytes: float, done: simpy.Event, tag,
-                       _ev) -> None:
+    def _start_striped(self, stripes: tuple, nbytes: float, fin: Callable, tag, _ev) -> None:
+        """One flow per plane; ``fin(tag)`` when the last of them ends."""
         left = [len(stripes)]
 
-        def one_done(_e) -> None:
+        def one_done(_tag) -> None:
             left[0] -= 1
             if not left[0]:
-                done.succeed(tag)
+                fin(tag)
         for links, share in stripes:
-            sub = self.env.event()
-            sub.callbacks.append(one_done)
-            self._start_flow(links, nbytes * share, sub, tag, None)
+            self._start_flow(links, nbytes * share, one_done, tag, None)
 
     def latency(self, src: Node, dst: Node) -> float:
         """Summed latency of the real route from src to dst (seconds)."""
@@ -194,9 +194,9 @@ class SimNetwork(FlowNetwork):
             return done.succeed(tag)
         stripes = self.stripes(src, dst)
         if stripes is not None:
-            self._start_striped(stripes, float(nbytes), done, tag, None)
+            self._start_striped(stripes, float(nbytes), done.succeed, tag, None)
         else:
-            self._start_flow(links, float(nbytes), done, tag, None)
+            self._start_flow(links, float(nbytes), done.succeed, tag, None)
         return done
 
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:

@@ -96,6 +96,23 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     return rates
 
 
+def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable],
+                  empty: bool) -> tuple[Optional[simpy.Event], Optional[Callable]]:
+    """``(event, fin)`` of a new transfer: without ``then`` a new event and its ``succeed``,
+    with it no event and ``then``; ``fin`` None when the transfer moves nothing (``empty``)
+    and has already been ended: the event succeeded, or ``then(tag)`` due from a zero timeout
+    (never from inside the call that started the transfer)."""
+    done = env.event() if then is None else None
+    fin = then if done is None else done.succeed
+    if not empty:
+        return done, fin
+    if done is not None:
+        done.succeed(tag)
+    else:
+        env.timeout(0).callbacks.append(lambda _e: then(tag))
+    return done, None
+
+
 class FlowNetwork:
     """Flow-level network over a directed graph whose edges carry ``bandwidth``
     (bytes/s, > 0) and ``latency`` (seconds, >= 0).
@@ -115,6 +132,7 @@ class FlowNetwork:
         self._capacity = np.append([self._checked(e) for e in self.edges], np.inf)
         self._pad = len(self.edges)
         self._routes: dict = {}
+        self._due: dict[tuple, list] = {}    # flows waiting out their latency: (start, share)
         self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
         self._init_table()
         self._last = env.now          # time the flows were last advanced to
@@ -157,22 +175,88 @@ class FlowNetwork:
         return self._routes[key]
 
     # -- public API ----------------------------------------------------------
-    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
+    def transfer(self, src: Node, dst: Node, nbytes: float, tag=None,
+                 then: Optional[Callable] = None, share: Hashable = None
+                 ) -> Optional[simpy.Event]:
         """Send ``nbytes`` (bytes) from src to dst; the event succeeds when the last
-        byte arrives (with value ``tag``)."""
-        if not nbytes >= 0:
-            raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
-        done = self.env.event()
-        if src == dst or nbytes == 0:
-            return done.succeed(tag)
+        byte arrives (with value ``tag``). With ``then``, no event: ``then(tag)`` is called
+        when the last byte arrives (from inside the network's own callback, at that instant;
+        one SimPy event fewer per message, issue 17), and None is returned. Transfers with
+        the same ``share`` (not None) whose latency ends at the same instant share one
+        timeout and start together (``_start_later``)."""
+        if then is not None and nbytes > 0 and src != dst:   # the engine's messages
+            done, fin = None, then
+        else:
+            if not nbytes >= 0:
+                raise ValueError(f"nbytes={nbytes!r}: must be >= 0")
+            done, fin = transfer_ends(self.env, tag, then, src == dst or nbytes == 0)
+            if fin is None:
+                return done
         hit = self._routes.get((src, dst))      # the route as ``route`` cached it
         _, links, latency = hit if hit is not None else self.route(src, dst)
-        start = partial(self._start_flow, links, float(nbytes), done, tag)
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(start)
+            self._start_later(latency, (links, float(nbytes), fin, tag), share)
         else:
-            start(None)
+            self._start_flow(links, float(nbytes), fin, tag, None)
         return done
+
+    def _start_later(self, latency: float, flow: tuple, share: Hashable = None) -> None:
+        """Start ``flow`` (``_start_flow``'s arguments) after ``latency`` seconds. The flows
+        with the same ``share`` (not None) due at the same instant share one timeout and start
+        together, in the order they were sent (issue 17: the replicas of a large step send
+        thousands of messages at each instant; flows that start at one instant share one rate
+        recomputation either way). The engine shares by the sending op's place in its
+        program, so the count of timeouts depends on the programs, not on which unrelated
+        instants happen to be equal in floating point."""
+        if share is None:
+            self.env.timeout(latency).callbacks.append(partial(self._start_due, [flow]))
+            return
+        key = (self.env._now + latency, share)   # the instant the timeout below fires at
+        due = self._due.get(key)
+        if due is None:
+            due = self._due[key] = []
+            self.env.timeout(latency).callbacks.append(partial(self._start_due, key))
+        due.append(flow)
+
+    def _start_due(self, key, _ev) -> None:
+        self._start_flows(key if type(key) is list else self._due.pop(key))
+
+    def _start_flows(self, flows: list) -> None:
+        """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:
+        the same slots, with one array operation per column of the flow table for all."""
+        k = len(flows)
+        if k == 1:
+            self._start_flow(*flows[0], None)
+            return
+        sizes = [f[0].size for f in flows]
+        slots, hops = self._links.shape
+        if max(sizes) > hops:
+            self._grow(slots, max(sizes))
+        free, taken = self._free, []
+        for _ in range(k):             # the slots ``_start_flow`` would take one by one
+            if not free:
+                slots = self._links.shape[0]
+                self._grow(max(64, 2 * slots), self._links.shape[1])
+            taken.append(free.pop())
+        idx = np.array(taken)
+        self._links[idx] = self._pad
+        count = np.array(sizes)
+        first = np.cumsum(count) - count
+        cols = np.arange(first[-1] + count[-1]) - np.repeat(first, count)
+        self._links[np.repeat(idx, count), cols] = np.concatenate([f[0] for f in flows])
+        nbytes = np.array([f[1] for f in flows], dtype=float)
+        self._size[idx] = nbytes
+        self._rem[idx] = nbytes
+        self._rate[idx], self._finish[idx] = 0.0, np.inf
+        self._active[idx] = True
+        fins, tags = self._fins, self._tags
+        for slot, (_, _, fin, tag) in zip(taken, flows):
+            fins[slot], tags[slot] = fin, tag
+        self.flows_started += k
+        self._dirty = True
+        if not self._pending:
+            self._pending = True
+            self.env.timeout(0).callbacks.append(self._on_pending)
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
@@ -196,7 +280,7 @@ class FlowNetwork:
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
         self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
         self._active = np.zeros(0, dtype=bool)
-        self._events: list = []
+        self._fins: list = []
         self._tags: list = []
         self._free: list = []
 
@@ -208,14 +292,15 @@ class FlowNetwork:
         for name in ("_size", "_rem", "_rate", "_finish", "_active"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
-        self._events += [None] * (slots - old)
+        self._fins += [None] * (slots - old)
         self._tags += [None] * (slots - old)
         self._free += range(slots - 1, old - 1, -1)
 
     def _active_idx(self) -> np.ndarray:
         return np.flatnonzero(self._active)
 
-    def _start_flow(self, links: np.ndarray, nbytes: float, done: simpy.Event, tag, _ev) -> None:
+    def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
+        """Add a flow; ``fin(tag)`` is called when its last byte arrives."""
         slots, hops = self._links.shape
         if not self._free or links.size > hops:
             self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
@@ -225,7 +310,7 @@ class FlowNetwork:
         self._size[slot] = self._rem[slot] = nbytes
         self._rate[slot], self._finish[slot] = 0.0, np.inf
         self._active[slot] = True
-        self._events[slot], self._tags[slot] = done, tag
+        self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
         self._dirty = True
         if not self._pending:
@@ -261,10 +346,10 @@ class FlowNetwork:
         self._active[done] = False
         self._rem[done] = 0.0
         for slot in done.tolist():
-            event, tag = self._events[slot], self._tags[slot]
-            self._events[slot] = self._tags[slot] = None
+            fin, tag = self._fins[slot], self._tags[slot]
+            self._fins[slot] = self._tags[slot] = None
             self._free.append(slot)
-            event.succeed(tag)
+            fin(tag)
         self.flows_completed += done.size
 
     def _recompute(self, now: float) -> None:

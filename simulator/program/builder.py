@@ -315,23 +315,29 @@ class ProgramBuilder:
             pos = 1
             todo = self._launch(todo, pos, live, final)
         rest = self._z3(label, i, fwd=False)
-        split = self.gran == "layer" or by_layer or (live and len(todo) > 1)
+        z3 = self._z3_layered()
+        split = self.gran == "layer" or by_layer or (live and len(todo) > 1) or z3
         counts = bucket_segments(plan, len(self.chunk[c]), split,
-                                 self.gran == "layer" or by_layer)
+                                 self.gran == "layer" or by_layer or z3)
+        done = 0
         for nl, items in zip(counts, self.segments(c, counts, True)):
-            self.block(False, items, label, i, c)
+            main = self.block(False, items, label, i, c)
             pos += nl
             todo = self._launch(todo, pos, live, final)
+            done += nl
+            if z3:
+                self._z3_reduce_layers(nl, done, c, main, label, i)
             yield
         self.wait += rest
         if vs == 0:
             self.compute(self.c.embedding_bwd, "embedding", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies, c)
         self.produced[("B", i, c)] = (self.last_compute, *self.wait)
 
-    def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool) -> None:
+    def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool,
+                     c: int) -> None:
         """After the last gradient work of micro-batch ``i``: the buckets not reduced live
         wait for the end of the schedule (last micro-batch) or, with ZeRO-2 without overlap,
         are reduced now; ZeRO-3 reduce-scatters the gradients."""
@@ -343,7 +349,7 @@ class ProgramBuilder:
                 self._grad_reduce(params, deps=(self.last_compute,), record=False)
             self.wait.append(self.streams["dp-comm"][-1].id)
         if z3:
-            self._z3_reduce(label, i)
+            self._z3_reduce(label, i, c)
 
     def _input_grad(self, i: int, c: int) -> None:
         for _ in self._input_grad_blocks(i, c):
@@ -381,17 +387,23 @@ class ProgramBuilder:
         if plan.head:
             pos = 1
             todo = self._launch(todo, pos, live, final)
-        split = self.gran == "layer" or (live and len(todo) > 1)
-        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer")
+        z3 = self._z3_layered()
+        split = self.gran == "layer" or (live and len(todo) > 1) or z3
+        counts = bucket_segments(plan, len(self.chunk[c]), split, self.gran == "layer" or z3)
+        done = 0
         for nl, items in zip(counts, self.segments(c, counts, True)):
-            self.compute(chunk_sum(items, lambda x: x.layer_wgrad), "wgrad", label, i, c)
+            main = self.compute(chunk_sum(items, lambda x: x.layer_wgrad), "wgrad", label, i, c,
+                                force=z3)
             pos += nl
             todo = self._launch(todo, pos, live, final)
+            done += nl
+            if z3:
+                self._z3_reduce_layers(nl, done, c, main, label, i)
         if vs == 0:
             self.compute(cs.embedding_wgrad, "wgrad", label, i, c)
         pos += 1 if plan.embedding else 0
         todo = self._launch(todo, pos, live, final)
-        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies)
+        self._close_grads(todo, final, label, i, self.p.zero == 3 and self.copies, c)
 
     def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
         """Reduce the buckets complete once ``pos`` items are done (when reducing live);
@@ -446,18 +458,48 @@ class ProgramBuilder:
                   category="dp", label="AR mirror copies", repeat=1.0,
                   deps=(self.last_compute,))
 
-    def _z3_reduce(self, label: str, i: int) -> None:
+    def _z3_layered(self) -> bool:
+        """ZeRO-3 reduce-scatters layer by layer (not one tensor at a time): the backward
+        runs one layer per compute op so that each layer's reduce-scatter waits for it."""
+        return self.p.zero == 3 and self.copies and self.c.z3_rs_n <= 0
+
+    def _z3_rs(self, share: float, deps: tuple, label: str, i: int) -> None:
+        """One reduce-scatter of ``share`` of this stage's gradients (dense over dp, routed
+        experts over edp: ``_dp_parts``) after ``deps``."""
+        for dim, k, suffix in self._dp_parts(self.c.params_by_stage[self.stage]):
+            self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k, share, "dp",
+                      f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+
+    def _z3_reduce_layers(self, nl: int, done: int, c: int, main: int | None, label: str,
+                          i: int) -> None:
+        """ZeRO-3: the reduce-scatter of the ``nl`` layers whose backward (or ``W``) compute
+        ``main`` just produced their gradients, ``done`` layers of chunk ``c`` so far
+        (PyTorch FSDP's post-backward hook per unit, DeepSpeed ZeRO-3's per-parameter
+        reduce hook: a unit's gradients are reduce-scattered once its backward ends). The
+        chunk's last layer is left to ``_z3_reduce`` (after the embedding's backward), so
+        the stage's ``(L-1)/L`` share is spread over the chunk's other layers and ``1/L``
+        is exposed, the estimate's rule (``sharded_exposed``)."""
+        n = len(self.chunk[c])
+        if n <= 1:
+            return
+        own = min(nl, n - 1 - (done - nl))          # this piece's layers but the chunk's last
+        if own > 0:
+            L = self.stage_layers
+            self._z3_rs((L - 1) / L * own / (n - 1), (main,), label, i)
+
+    def _z3_reduce(self, label: str, i: int, c: int) -> None:
+        """ZeRO-3 after the pass's last gradient compute: one tensor at a time, or the
+        stage's last layer's ``1/L`` share (the others went layer by layer:
+        ``_z3_reduce_layers``; all ``(L-1)/L`` here when the chunk is one layer)."""
         if self.c.z3_rs_n > 0:
             self._per_tensor("reduce_scatter", self.c.z3_rs_n,
                              self.c.grad_bytes * self.c.z3_rs_params, label, i,
                              deps=(self.last_compute,))
             return
         L = self.stage_layers
-        parts = self._dp_parts(self.c.params_by_stage[self.stage])
-        for share, deps in (((L - 1) / L, ()), (1 / L, (self.last_compute,))):
-            for dim, k, suffix in parts:
-                self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k, share, "dp",
-                          f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+        if len(self.chunk[c]) <= 1 and L > 1:
+            self._z3_rs((L - 1) / L, (self.last_compute,), label, i)
+        self._z3_rs(1 / L, (self.last_compute,), label, i)
 
     # ------------------------------------------------------------------ pipeline
     def exchange(self, x: Exchange) -> None:

@@ -53,10 +53,10 @@ from strategies.cost.counts import op_sac_gemms
 from strategies.cost.recompute import (PARTS, checkpoint_inputs, kept_layers, modules_mask,
                                        part_selected, rebuilt_layers)
 from strategies.errors import SpecError
-from strategies.layout import mixed_layers, stage_content
+from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
-from strategies.schedules.base import peak_pair
+from strategies.schedules.base import peak_chunk_moment, peak_pair
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -408,23 +408,106 @@ def output_activation_bytes(job: Job) -> float:
 
 
 def stash_peak(job: Job, stage: int) -> tuple[int, int]:
-    """``(stashed, pending)`` at pipeline rank ``stage``'s activation peak: of the pairs the
-    order passes through (``Schedule.stash_frontier`` of the schedule as the job runs it:
-    after each forward and after each backward's release), the one with the most bytes at
-    ``activation_bytes_per_chunk`` per stashed ``(micro-batch, chunk)`` and
-    ``wgrad_bytes_per_chunk`` per pending weight gradient (``schedules.base.peak_pair``).
-    The one rule the scalar and array memory models and the simulator's activation track
-    share: where a pending ``W`` keeps more than a stashed entry (full or op recomputation,
-    MoE layers' output gradients) the peak is where more ``W`` wait, not where most
-    forwards are stashed."""
+    """``(stashed, pending)`` at pipeline rank ``stage``'s activation peak (``stash_at_peak``):
+    of the pairs the order passes through (``Schedule.stash_frontier`` of the schedule as the
+    job runs it: after each forward and after each backward's release), the one with the most
+    bytes at ``activation_bytes_per_chunk`` per stashed ``(micro-batch, chunk)`` and
+    ``wgrad_bytes_per_chunk`` per pending weight gradient (``schedules.base.peak_pair``), or,
+    where the rank's chunks keep different bytes (``chunk_stash``), the counts of the order's
+    moment with the most bytes, each entry at its own chunk's. The one rule the scalar and
+    array memory models and the simulator's activation track share: where a pending ``W``
+    keeps more than a stashed entry (full or op recomputation, MoE layers' output gradients)
+    the peak is where more ``W`` wait, not where most forwards are stashed."""
+    n, w, _ = stash_at_peak(job, stage)
+    return n, w
+
+
+def _chunk_layers(job: Job, stage: int, chunk: int) -> dict[str, int]:
+    """``layout.order_chunk_kinds`` of the ``chunk`` (the order's ``Step.chunk``) of rank
+    ``stage``: a mirrored schedule's chunk 1 is its copy of stage ``pp-1-stage`` (DualPipe)."""
+    mirrored = bool(get_schedule(job.plan.schedule).mirrored)
+    return order_chunk_kinds(job.model, job.layout, stage, chunk, mirrored)
+
+
+def _layers_bytes(job: Job, content: Mapping[str, int]) -> tuple[float, float]:
+    """``(stashed, pending W)`` bytes of one ``(micro-batch, chunk)`` holding ``content``
+    (``{"dense", "moe", "mtp": counts}``): each kind's layers at its bytes (``stash_kinds``),
+    under full recomputation the chunk's checkpointed inputs and kept layers
+    (``strategies.cost.recompute``, with this chunk's layer count), as
+    ``chunk_layer_activation_bytes`` and ``wgrad_bytes_per_chunk`` price the mean chunk."""
+    p = job.plan
+    lpc = sum(content.values())
+    views = stash_kinds(job.model, content, lpc)
+    act = sum(n * job_layer_activation_bytes(job, model=v) for v, n in views)
+    if p.recompute == "full" and lpc:
+        n_rc, uni = p.recompute_layers or 0, p.recompute_method == "uniform"
+        none = sum(n * job_layer_activation_bytes(job, "none", v) for v, n in views)
+        act = float(checkpoint_inputs(lpc, n_rc, uni) * act / lpc
+                    + kept_layers(lpc, n_rc, uni) * none / lpc)
+    wgrad = 0.0
+    if get_schedule(p.schedule).splits_backward:
+        wgrad = sum(n * layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp)
+                    for v, n in views)
+    return float(act), float(wgrad)
+
+
+def chunk_stash(job: Job, stage: int) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+    """Per chunk id of rank ``stage``'s order (``Step.chunk``; DualPipe's two copies), the
+    bytes its transformer layers keep per stashed entry and per pending weight gradient
+    (``_layers_bytes`` of the chunk's own layers by kind, ``layout.chunk_kinds``); ``None``
+    where every chunk keeps the same (one chunk, or chunks of equal content: the mean chunk
+    of ``chunk_layer_activation_bytes`` is then exact and is what the model reads)."""
+    p = job.plan
+    _check_stage(job, stage)
+    chunks = 2 if get_schedule(p.schedule).mirrored and p.pp > 1 else p.vpp
+    if chunks == 1:
+        return None
+    per = [_layers_bytes(job, _chunk_layers(job, stage, c)) for c in range(chunks)]
+    if all(x == per[0] for x in per):
+        return None
+    return tuple(a for a, _ in per), tuple(w for _, w in per)
+
+
+def stash_entry_bytes(job: Job, stage: int) -> tuple[Any, Any]:
+    """``(per stashed entry, per pending W)`` bytes of rank ``stage``, what the simulator's
+    activation track adds and frees: ``activation_bytes_per_chunk`` and
+    ``wgrad_bytes_per_chunk`` (floats), or where the chunks keep different bytes
+    (``chunk_stash``) a tuple per chunk id, each entry's layers plus the embedding's and
+    stashed logits' share (``stash_at_peak``'s rule)."""
+    per = chunk_stash(job, stage)
+    if per is None:
+        return activation_bytes_per_chunk(job, stage), wgrad_bytes_per_chunk(job, stage)
+    extra = _entry_extra_bytes(job, stage)
+    return tuple(a + extra for a in per[0]), per[1]
+
+
+def stash_at_peak(job: Job, stage: int) -> tuple[int, int, float]:
+    """``(stashed, pending, layers' bytes)`` at rank ``stage``'s activation peak: the order's
+    pair with the most bytes (``schedules.base.peak_pair`` of ``Schedule.stash_frontier`` at
+    the mean chunk's ``activation_bytes_per_chunk`` and ``wgrad_bytes_per_chunk``), or where
+    the chunks keep different bytes (``chunk_stash``: a rank of a V or an interleaved rank
+    whose chunks hold dense and MoE layers or an MTP module, an uneven layout, DualPipe's two
+    copies) the order's per-chunk moment with the most bytes
+    (``schedules.base.peak_chunk_moment``, each stashed entry and pending ``W`` at its own
+    chunk's bytes plus, per entry, the embedding's and stashed logits' share). The layers'
+    bytes are the transformer layers' stash and pending ``W`` there (without the embedding,
+    logits and transient)."""
     p, m = job.plan, job.num_microbatches
     _check_stage(job, stage)
-    front = get_schedule(p.schedule).for_job(job).stash_frontier(
-        stage, p.pp, m, p.vpp, p.microbatch_group_size)
-    if len(front) == 1:
-        return front[0]
-    return peak_pair(front, activation_bytes_per_chunk(job, stage),
-                     wgrad_bytes_per_chunk(job, stage))
+    sched = get_schedule(p.schedule).for_job(job)
+    per = chunk_stash(job, stage)
+    if per is None:
+        front = sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+        a, wb = chunk_layer_activation_bytes(job, stage), wgrad_bytes_per_chunk(job, stage)
+        n, w = front[0] if len(front) == 1 else peak_pair(
+            front, activation_bytes_per_chunk(job, stage), wb)
+        return n, w, n * a + w * wb
+    acts, wgrads = per
+    extra = _entry_extra_bytes(job, stage)
+    moments = sched.chunk_stash_moments(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    ns, ws = peak_chunk_moment(moments, [a + extra for a in acts], wgrads)
+    layers = sum(k * a for k, a in zip(ns, acts)) + sum(k * x for k, x in zip(ws, wgrads))
+    return sum(ns), sum(ws), float(layers)
 
 
 def in_flight_microbatches(job: Job, stage: int) -> int:
@@ -477,6 +560,19 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     nbytes = chunk_layer_activation_bytes(job, stage)
     if _holds_embedding(job, stage):
         # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
+        mirrored = get_schedule(job.plan.schedule).mirrored
+        nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
+    if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
+        nbytes += output_activation_bytes(job)
+    return nbytes
+
+
+def _entry_extra_bytes(job: Job, stage: int) -> float:
+    """What every stashed entry of ``stage`` keeps beside its chunk's layers: the
+    embedding's share and the stashed logits (``activation_bytes_per_chunk`` less the
+    layers)."""
+    nbytes = 0.0
+    if _holds_embedding(job, stage):
         mirrored = get_schedule(job.plan.schedule).mirrored
         nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
     if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
@@ -563,6 +659,10 @@ def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
 def stage_activation_bytes(job: Job, stage: int) -> float:
     """Peak activation bytes on ``stage``: stash, pending weight gradients (a split
     backward, ``wgrad_bytes_per_chunk`` each; ``stash_peak``) and transient."""
+    if chunk_stash(job, stage) is not None:      # each entry at its own chunk's bytes
+        n, _, layers = stash_at_peak(job, stage)
+        return (layers + n * _entry_extra_bytes(job, stage)
+                + transient_activation_bytes(job, stage))
     n, w = stash_peak(job, stage)
     return (n * activation_bytes_per_chunk(job, stage) + w * wgrad_bytes_per_chunk(job, stage)
             + transient_activation_bytes(job, stage))

@@ -39,7 +39,8 @@ import numpy as np
 from strategies import placement
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
-from strategies.layout import even_stage_content_arrays, mixed_layers
+from strategies.layout import (even_chunk_content_arrays, even_stage_content_arrays,
+                               mixed_layers)
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
@@ -118,7 +119,7 @@ def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_em
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
-                            gpu=None
+                            gpu=None, stash_layers=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -139,7 +140,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
     chunk of the stage (a layout's chunks may differ by a layer).
     ``gpu``: the chip (its fp8 layouts decide how many
-    quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``)."""
+    quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``).
+    ``stash_layers``: the transformer layers' stash and pending ``W`` bytes at the peak per
+    plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
+    different bytes (``activations.stash_at_peak``, each entry at its own chunk's)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -252,12 +256,53 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return (n if in_flight is None else np.asarray(in_flight, dtype=float),
                 w if pending_w is None else np.asarray(pending_w, dtype=float))
 
+    def own_chunks(n_in, n_w, chunk_act, w_chunk):
+        """``(stashed, pending, layers' bytes)`` at the peak: the mean chunk's
+        (``at_peak``), or each entry at its own chunk's bytes where a rank's chunks keep
+        different bytes (``activations.stash_at_peak``'s rule): ``stash_layers`` where given
+        (the scalar model), else, with no counts given (the search), the order's per-chunk
+        moments (``Schedule.chunk_stash_moments``) priced by each chunk's own layers
+        (``layout.even_chunk_content_arrays``)."""
+        mean = n_in * chunk_act + n_w * w_chunk
+        if stash_layers is not None:
+            given = np.asarray(stash_layers, dtype=float)
+            return n_in, n_w, np.where(np.isnan(given), mean, given)
+        if in_flight is not None or pending_w is not None or content_given:
+            return n_in, n_w, mean
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        if not mixed_layers(m) and not np.any(np.asarray(lay[0]) + np.asarray(lay[1])
+                                              + np.asarray(lay[2])):
+            return n_in, n_w, mean          # one kind, even split: every chunk the same
+        n_ch = np.where(mirrored & (pp > 1), 2, v) + np.zeros_like(mean, dtype=np.int64)
+        top = int(n_ch.max()) if n_ch.size else 1
+        if top < 2:
+            return n_in, n_w, mean
+        acts, wgs = [], []
+        for c in range(top):
+            have = even_chunk_content_arrays(m, sched, pp, v, stage, c, *lay)
+            held_c = {k: have[k] + np.zeros_like(mean) for k in have}
+            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
+            with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
+                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c))
+            acts.append(np.where(lpc_c > 0, a_c, 0.0) + np.zeros_like(mean))
+            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + np.zeros_like(mean))
+        acts, wgs = np.stack(acts), np.stack(wgs)              # (C, plans)
+        live = np.arange(top)[:, None] < np.ravel(n_ch)[None].reshape((1,) + n_ch.shape)
+        differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
+        if not np.any(differ):
+            return n_in, n_w, mean
+        extra = emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean)
+        n2, w2, l2 = _own_chunk_peak(sched, stage, pp, nmb, v, acts, wgs, extra, differ)
+        return (np.where(differ, n2, n_in), np.where(differ, w2, n_w),
+                np.where(differ, l2, mean))
+
+    content_given = content is not None
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
     if not mixed_layers(m):
         chunk_act, w_chunk, rc_act = stash(lpc, [(m, None)])
         n_in, n_w = at_peak(chunk_act, w_chunk)
-        layers_act = n_in * chunk_act + n_w * w_chunk
+        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
         out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
         activations = layers_act + n_in * emb_act + out_act + rc_act
 
@@ -285,7 +330,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         layers = np.asarray(layers, dtype=float)
         chunk_act, w_chunk, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
         n_in, n_w = at_peak(chunk_act, w_chunk)
-        layers_act = n_in * chunk_act + n_w * w_chunk
+        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
         out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
         activations = layers_act + n_in * emb_act + out_act + rc_act
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
@@ -345,6 +390,55 @@ def _stash_frontier(sched, stage, pp, m, v) -> tuple[np.ndarray, np.ndarray]:
         n[:, sel] = np.concatenate([nk] + [nk[:1]] * pad) if pad else nk
         w[:, sel] = np.concatenate([wk] + [wk[:1]] * pad) if pad else wk
     return n, w
+
+
+#: ``Schedule.chunk_stash_moments`` of each ``(code, stage, pp, m, vpp)`` as padded
+#: ``(stashed, pending)`` arrays of shape ``(K, C)``; bounded, cleared when full
+_CHUNK_MOMENTS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+
+def _chunk_moments(code: int, stage: int, pp: int, m: int, v: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    key = (code, stage, pp, m, v)
+    got = _CHUNK_MOMENTS.get(key)
+    if got is None:
+        if len(_CHUNK_MOMENTS) >= 1 << 14:
+            _CHUNK_MOMENTS.clear()
+        mo = schedule_of_code(code).chunk_stash_moments(stage, pp, m, v)
+        got = _CHUNK_MOMENTS[key] = (np.array([n for n, _ in mo], dtype=float),
+                                     np.array([w for _, w in mo], dtype=float))
+    return got
+
+
+def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(stashed, pending, layers' bytes)`` of each plan in ``sel`` at the order's per-chunk
+    moment with the most bytes (``schedules.base.peak_chunk_moment``: ``acts[c] + extra``
+    per stashed entry of chunk ``c``, ``wgs[c]`` per pending ``W``; the first on a tie);
+    zeros elsewhere. ``acts``, ``wgs``: ``(C,) + plans``; once per distinct order."""
+    cols = np.broadcast_arrays(*(np.asarray(a) for a in (sched, stage, pp, m, v, sel)))
+    shape = cols[0].shape
+    flat = [np.ravel(c) for c in cols]
+    a2 = acts.reshape(acts.shape[0], -1)
+    w2 = wgs.reshape(wgs.shape[0], -1)
+    e2 = np.ravel(extra + np.zeros(shape))
+    out = [np.zeros(len(flat[0])) for _ in range(3)]
+    rows = np.flatnonzero(flat[5])
+    keys = np.stack([f[rows].astype(np.int64) for f in flat[:5]], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    inv = np.ravel(inv)
+    for j, key in enumerate(uniq.tolist()):
+        idx = rows[inv == j]
+        nk, wk = _chunk_moments(*key)                        # (K, C)
+        c = nk.shape[1]
+        per_n = a2[:c, idx] + e2[idx]                        # (C, rows)
+        size = nk @ per_n + wk @ w2[:c, idx]                 # (K, rows)
+        pick = np.argmax(size, axis=0)
+        out[0][idx] = nk[pick].sum(axis=1)
+        out[1][idx] = wk[pick].sum(axis=1)
+        out[2][idx] = np.einsum("rc,cr->r", nk[pick], a2[:c, idx]) + np.einsum(
+            "rc,cr->r", wk[pick], w2[:c, idx])
+    return tuple(x.reshape(shape) for x in out)
 
 
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,

@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
@@ -151,10 +153,14 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
                     have[k] = have.get(k, 0) + n
             held.append(have)
         content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
-    peaks = [act.stash_peak(job, s) for s in stages]     # (stashed, pending W) at the peak
+    # (stashed, pending W) at the peak; the layers' bytes there where the chunks differ
+    peaks = [act.stash_at_peak(job, s) for s in stages]
+    by_chunk = [act.chunk_stash(job, s) is not None for s in stages]
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
-        job.system, in_flight=[n for n, _ in peaks], pending_w=[w for _, w in peaks],
+        job.system, in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
+        stash_layers=([x if c else np.nan for (_, _, x), c in zip(peaks, by_chunk)]
+                      if any(by_chunk) else None),
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
         content=content, gpu=job.cluster.gpu)

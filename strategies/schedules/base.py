@@ -17,7 +17,9 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   entries at the peak, scalar) and ``in_flight_array`` (over numpy arrays, for the search),
   ``stash_frontier`` and ``stash_frontier_array`` (the ``(stashed, pending W)`` pairs a
   rank's activations can peak at, of which the memory model and the simulator's activation
-  track take the one with the most bytes: ``peak_pair``), ``logits_stashed`` (the last stage
+  track take the one with the most bytes: ``peak_pair``), ``chunk_stash_moments`` (the same
+  moments counted per chunk, where a rank's chunks keep different bytes:
+  ``peak_chunk_moment``), ``logits_stashed`` (the last stage
   keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
   ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
@@ -175,6 +177,74 @@ def peak_pair(frontier: Sequence[tuple[int, int]], per_stashed: float,
     stashed) on a tie."""
     vals = [n * per_stashed + w * per_pending for n, w in frontier]
     return tuple(frontier[vals.index(max(vals))])
+
+
+def chunk_stash_moments(steps: Iterable[Step], chunks: int
+                        ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+    """The moments of ``_stash_walk`` counted per chunk: ``(stashed, pending)`` with
+    ``stashed[c]`` the forwards of chunk ``c`` (``Step.chunk``, ``0 … chunks-1``) whose
+    backward has not yet run and ``pending[c]`` its backwards whose ``W`` is still to run,
+    after each forward and after each backward's release (an overlapped group at its end),
+    distinct, in order. Where a rank's chunks keep different bytes (dense and MoE layers,
+    an MTP module, an uneven layout) its peak is the largest ``Σ_c stashed[c]·A_c +
+    pending[c]·W_c`` over them (``peak_chunk_moment``); summed over the chunks they are
+    ``_stash_walk``'s pairs.
+
+    >>> from strategies.schedules.zb_v import ZBV
+    >>> chunk_stash_moments(ZBV().steps(0, 2, 4, 2), 2)[2:5]
+    (((3, 0), (0, 0)), ((3, 1), (0, 0)), ((3, 0), (0, 1)))
+    """
+    steps = list(steps)
+    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
+    live = [0] * chunks
+    pending = [0] * chunks
+    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    seen: set = set()
+
+    def note() -> None:
+        key = (tuple(live), tuple(pending))
+        if key not in seen:
+            seen.add(key)
+            out.append(key)
+    group: list[Step] = []
+    for s in steps:
+        group.append(s)
+        if s.overlap:
+            continue
+        released = False
+        for g in group:
+            if g.kind == "B":
+                released = True
+                live[g.chunk] -= 1
+                if (g.microbatch, g.chunk) in has_w:
+                    pending[g.chunk] += 1
+        if released:
+            note()
+        for g in group:
+            if g.kind == "F":
+                live[g.chunk] += 1
+                note()
+        for g in group:
+            if g.kind == "W":
+                pending[g.chunk] -= 1
+        group = []
+    return tuple(out) or ((tuple([0] * chunks), tuple([0] * chunks)),)
+
+
+def peak_chunk_moment(moments: Sequence[tuple[Sequence[int], Sequence[int]]],
+                      per_stashed: Sequence[float], per_pending: Sequence[float]
+                      ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The moment of ``chunk_stash_moments`` with the most bytes, ``Σ_c stashed[c]·
+    per_stashed[c] + pending[c]·per_pending[c]`` (bytes of one stashed entry and of one
+    pending ``W`` of each chunk); the earliest on a tie (the array model's ``argmax``)."""
+    def size(mo) -> float:
+        n, w = mo
+        return sum(a * x for a, x in zip(n, per_stashed)) + sum(
+            a * x for a, x in zip(w, per_pending))
+    sizes = [size(mo) for mo in moments]
+    best = sizes.index(max(sizes))
+    n, w = moments[best]
+    return tuple(n), tuple(w)
 
 
 def peak_stash(steps: Iterable[Step]) -> int:
@@ -459,6 +529,14 @@ class Schedule:
         if not self.splits_backward:
             return ((self.in_flight(stage, pp, m, vpp, group_size), 0),)
         return stash_frontier(self.steps(stage, pp, m, vpp, group_size))
+
+    def chunk_stash_moments(self, stage: int, pp: int, m: int, vpp: int = 1,
+                            group_size: int | None = None
+                            ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
+        """``base.chunk_stash_moments`` of ``stage``'s order, per chunk id (``vpp`` ids; a
+        mirrored schedule's two copies are chunks 0 and 1)."""
+        chunks = 2 if self.mirrored and pp > 1 else vpp
+        return chunk_stash_moments(self.steps(stage, pp, m, vpp, group_size), chunks)
 
     def stash_frontier_array(self, stage: Any, pp: Any, m: Any, vpp: Any
                              ) -> tuple[np.ndarray, np.ndarray]:
