@@ -205,7 +205,7 @@ def test_maxtext_expert_parallel_moe_and_fp8():
 
 
 @pytest.mark.parametrize("plan, dtype, words", [
-    ("pp=4,mbs=1,gbs=24,schedule=gpipe", "bf16", "multiple of the 4 stages"),
+    ("pp=4,mbs=1,gbs=24,schedule=gpipe", "bf16", "multiple of pp"),   # the profile's rule
     ("mbs=1,gbs=16,zero=3", "fp8-blockwise", "fp8-blockwise"),
     ("pp=2,mbs=1,gbs=16,schedule=1f1b", "bf16", "schedule='1f1b'"),
 ])
