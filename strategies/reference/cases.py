@@ -353,6 +353,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     switches.update(_moe_options(c, fw, ep, notes))
     if "recompute_modules" in switches:
         rec = "selective"
+    rec = switches.pop("recompute", rec)
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
 
@@ -384,12 +385,28 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
-    mods = r.recompute_modules
+    mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
     if recompute_kind(pl.get("recompute")) is None and mods and \
             set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:
         out["recompute_modules"] = mods
         notes.append(f"recompute=selective, recompute_modules={'+'.join(mods)} (the recipe's "
-                     f"recompute_modules: {r.source})")
+                     f"recompute_modules: {cite})")
+    elif recompute_kind(pl.get("recompute")) is None and mods == ():
+        out["recompute"] = "none"
+        notes.append(f"recompute=none (the recipe's recompute_granularity=None, no "
+                     f"recompute_modules: {cite})")
+    if "cuda_graph" not in out and fw.cuda_graph:
+        out["cuda_graph"] = r.full_iteration_graph
+        if r.full_iteration_graph:
+            notes.append(f"cuda_graph=true (the recipe's full-iteration CUDA graph: {cite})")
+        elif r.cuda_graph_impl in (None, "none") or not r.cuda_graph_scope:
+            notes.append(f"cuda_graph=false (the recipe names no CUDA graph: {cite})")
+        else:
+            notes.append(f"cuda_graph=false: the recipe's cuda_graph_impl={r.cuda_graph_impl}, "
+                         f"cuda_graph_scope={'+'.join(r.cuda_graph_scope)} graphs parts of "
+                         "each layer, not the whole iteration the plan's switch means; the "
+                         "partial graphs' saved launches are not modelled "
+                         f"({cite})")
     if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
         out["moe_dispatcher"] = r.dispatcher
         notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
