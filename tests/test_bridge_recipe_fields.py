@@ -95,3 +95,39 @@ def test_bad_recipe_values_are_refused(field, name, value, bad):
 
 def test_every_recipe_cites_its_lines():
     assert all(isinstance(r, MoeRecipe) and r.lines for r in RECIPES)
+
+
+# ------------------------------------------------- gpt-oss's eager clamp: what it saves
+def test_clamp_activation_closed_form():
+    """4·T·k·F_e/t bytes per MoE layer (T = s·b/cp) at the hottest rank's load, on the MoE
+    layers' share; 0 for a model without the clamp."""
+    from strategies.memory.activations import clamp_activation_bytes
+    from strategies.presets import model_preset
+    m = model_preset("gpt-oss-120b")
+    assert m.activation_clamp is not None
+    s, b, tp, cp, load = 4096, 2, 2, 1, 1.3
+    share = m.num_moe_layers / m.num_layers
+    want = share * load * 4 * (s * b / cp) * m.moe_router_topk * m.expert_ffn / tp
+    assert clamp_activation_bytes(m, s, b, tp, cp, load) == pytest.approx(want, rel=1e-15)
+    assert clamp_activation_bytes(replace(m, activation_clamp=None), s, b, tp, cp, load) == 0
+
+
+def test_clamp_bytes_are_stashed_where_the_stack_runs_the_clamp():
+    """The stash holds the clamp's inputs under the stack that runs it (eager_variants), not
+    where moe_act reruns the activation or the layer is recomputed whole."""
+    import numpy as np
+    from strategies.cost.recompute import modules_mask
+    from strategies.memory.activations import clamp_activation_bytes, routed_stash_correction
+    from strategies.presets import model_preset
+    m = model_preset("gpt-oss-120b")
+    args = (m, 4096, 1, 1, 1, False, 1, 1.0)
+    cl = clamp_activation_bytes(m, 4096, 1, 1, 1, 1.0)
+    off, _ = routed_stash_correction(*args, 0, 0)
+    on, on_none = routed_stash_correction(*args, 0, 0, clamp=True)
+    assert on - off == pytest.approx(cl, rel=1e-12) and cl > 0
+    act = modules_mask(("moe_act",))
+    a_off, _ = routed_stash_correction(*args, 1, act)
+    a_on, a_none = routed_stash_correction(*args, 1, act, clamp=True)
+    assert a_on == pytest.approx(a_off, rel=1e-12) and a_none == pytest.approx(on_none)
+    full, _ = routed_stash_correction(*args, 2, 0, clamp=True)
+    assert np.all(np.asarray(full) == 0)
