@@ -131,3 +131,18 @@ def test_clamp_bytes_are_stashed_where_the_stack_runs_the_clamp():
     assert a_on == pytest.approx(a_off, rel=1e-12) and a_none == pytest.approx(on_none)
     full, _ = routed_stash_correction(*args, 2, 0, clamp=True)
     assert np.all(np.asarray(full) == 0)
+
+
+@pytest.mark.parametrize("rid,layout", [
+    ("mbridge260401_deepseekv3_gb300_256_mxfp8", "Et*4|(t*4|)*14tmL"),
+    ("mbridge260401_deepseekv3_b300_256_mxfp8", "Et*8|(t*8|)*6t*5mL"),
+])
+def test_deepseek_rows_run_the_recipes_pipeline_layout(rid, layout):
+    """The config's pp_layout (or Bridge's layout_map for its pp, vp) on the model's own 61
+    layers: the row that did not divide (pp2 vp8) now resolves, and no layer is invented."""
+    c = case_from_entry(_row(rid))
+    assert c.job is not None, c.skipped
+    assert c.job.plan.layout == layout and c.job.model.num_layers == 61
+    assert sum(c.job.layout.layers_per_stage) == 61
+    assert any(a.startswith(f"pipeline layout {layout}") for a in c.assumptions)
+    assert not any("every stage as the busiest" in a for a in c.assumptions)

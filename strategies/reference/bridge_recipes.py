@@ -56,6 +56,7 @@ class MoeRecipe:
     cuda_graph_impl: str | None = None
     cuda_graph_scope: tuple[str, ...] | None = None
     lines: str = ""
+    pp_layout: str | None = None
 
     def __post_init__(self) -> None:
         if self.dispatcher not in DISPATCHERS:
@@ -96,10 +97,10 @@ def _r(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool, di
        path: str, name: str, etp: int | None = None,
        recompute_modules: tuple[str, ...] | None = None,
        graph: tuple[str | None, tuple[str, ...] | None] = (None, None),
-       lines: str = "") -> MoeRecipe:
+       lines: str = "", pp_layout: str | None = None) -> MoeRecipe:
     return MoeRecipe(model, gpu, n, prec, layout, overlap, dispatcher,
                      f"{_REPO}{path} {name}", etp, recompute_modules, graph[0], graph[1],
-                     lines)
+                     lines, pp_layout)
 
 
 #: gpt-oss's GB200, B200 and H100 configs (and the FP8 aliases of them) recompute the norms
@@ -113,6 +114,14 @@ _TE_AMP = ("transformer_engine", ("attn", "moe_router", "moe_preprocess"))
 _TE_MP = ("transformer_engine", ("moe_router", "moe_preprocess"))
 #: ``cuda_graph_scope=[]`` with no implementation named: no graph
 _NO_SCOPE = (None, ())
+#: DeepSeek-V3's pipeline layouts (Megatron's layout grammar, docs/layout.md): the config's
+#: ``pp_layout`` where it names one, else Megatron-Bridge's
+#: ``set_deepseek_v3_pipeline_model_parallel_layout`` (``src/megatron/bridge/recipes/
+#: deepseek/deepseek_v3.py`` L37-45, ``layout_map`` by (pp, vp)), which
+#: ``deepseek_llm_pretrain.py`` L69-73 applies when the config names none
+_DS_L4 = "Et*4|(t*4|)*14tmL"          # 16 chunks: GB300_V1 L49, B200_FP8_MX_V2 L210, map L42-44
+_DS_L8 = "Et*8|(t*8|)*6t*5mL"         # (8, 1): map L40
+_DS_H100 = "Et|(tt|)*30mL"            # H100_V1 L137
 #: Qwen3's configs name no ``recompute_modules``: ``set_qwen3_common_configs``
 #: (``qwen/qwen3_llm_pretrain.py`` L33-35) sets ``recompute_granularity = None``, no
 #: recomputation
@@ -125,33 +134,33 @@ _QW_RC = ()
 #: recipe fields are read from
 RECIPES: tuple[MoeRecipe, ...] = (
     _r("deepseek-v3", "GB300", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V2", 1,
-       ("moe_act",), _TE_AMP, "GB300_BF16_V1 L63-65"),
+       ("moe_act",), _TE_AMP, "GB300_BF16_V1 L63-65", _DS_L4),
     _r("deepseek-v3", "GB300", 256, "fp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1,
-       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53"),
+       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53", _DS_L4),
     _r("deepseek-v3", "GB300", 256, "mxfp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1,
-       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53"),
+       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53", _DS_L4),
     _r("deepseek-v3", "GB200", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_BF16_V2", 1,
-       ("mla_up_proj",), _TE_AMP, "GB200_V1 L82-83, GB200_BF16_V1 L87"),
+       ("mla_up_proj",), _TE_AMP, "GB200_V1 L82-83, GB200_BF16_V1 L87", _DS_L4),
     _r("deepseek-v3", "GB200", 256, "fp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_CS_V2", 1,
-       ("mlp",), _TE_AMP, "GB200_V1 L81-83"),
+       ("mlp",), _TE_AMP, "GB200_V1 L81-83", _DS_L4),
     _r("deepseek-v3", "GB200", 256, "mxfp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1,
-       ("mlp",), _TE_AMP, "GB200_V1 L81-83"),
+       ("mlp",), _TE_AMP, "GB200_V1 L81-83", _DS_L4),
     _r("deepseek-v3", "B300", 256, "bf16", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_BF16_V2", 1,
-       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188"),
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
     _r("deepseek-v3", "B300", 256, "fp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_CS_V2", 1,
-       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188"),
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
     _r("deepseek-v3", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1,
-       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188"),
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
     _r("deepseek-v3", "B200", 256, "bf16", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_BF16_V2", 1,
-       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*"),
+       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*", _DS_L4),
     _r("deepseek-v3", "B200", 256, "fp8", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_CS_V2", 1,
-       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*"),
+       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*", _DS_L4),
     _r("deepseek-v3", "B200", 256, "mxfp8", (1, 8, 2, 32, 1, 4096), True, "deepep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1,
-       ("mla_up_proj", "mlp"), _TE_AMP, "B200_FP8_MX_V2 L211-213"),
+       ("mla_up_proj", "mlp"), _TE_AMP, "B200_FP8_MX_V2 L211-213", _DS_L4),
     _r("deepseek-v3", "H100 SXM", 1024, "bf16", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_BF16_V2", 1,
-       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*"),
+       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*", _DS_H100),
     _r("deepseek-v3", "H100 SXM", 1024, "fp8", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1,
-       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*"),
+       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*", _DS_H100),
     _r("qwen3-235b-a22b", "GB300", 256, "bf16", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2", 1,
        _QW_RC, _TE_AMP, "GB300_BF16_V1 L62, GB300_BF16_V2 L196"),
     _r("qwen3-235b-a22b", "GB300", 256, "fp8", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1,

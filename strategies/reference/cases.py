@@ -262,6 +262,26 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
+def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+                        fw: FrameworkProfile, notes: list[str]) -> Plan | None:
+    """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
+    recipe_for``) names its pipeline layout (``MoeRecipe.pp_layout``, Megatron's layout
+    grammar), run with that layout on the model's own layers, stated with the recipe's file
+    (a layout that does not resolve on the model skips the row, ``make_job``'s reason); None
+    where no recipe applies, it names none or the row states its own (the caller then
+    balances the layers)."""
+    pl = c.get("plan") or {}
+    r = recipe_for(c) if sizes[1] > 1 and sizes[4] > 1 else None
+    if r is None or not r.pp_layout or pl.get("layout") or pl.get("pp_layout"):
+        return None
+    trial: list[str] = []
+    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=r.pp_layout)
+    notes += trial
+    notes.append(f"pipeline layout {r.pp_layout} (the recipe's pipeline_model_parallel_layout: "
+                 f"{r.source}; bridge_recipes._DS_* name the lines)")
+    return plan
+
+
 def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
     out filled where they can be (each assumption appended to ``notes``). A vocabulary the
@@ -526,6 +546,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+    if plan is None:
+        plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)
         plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
