@@ -146,3 +146,12 @@ def test_deepseek_rows_run_the_recipes_pipeline_layout(rid, layout):
     assert sum(c.job.layout.layers_per_stage) == 61
     assert any(a.startswith(f"pipeline layout {layout}") for a in c.assumptions)
     assert not any("every stage as the busiest" in a for a in c.assumptions)
+
+
+def test_qwen3_235b_h100_runs_without_tp_overlap_as_its_recipe_sets():
+    """qwen3_llm_pretrain.py L167: CommOverlapConfig(tp_comm_overlap=False) on H100 (tp2 sp),
+    over the stack's default (on with tp and sp); said once, with the file."""
+    c = case_from_entry(_row("mbridge260401_qwen3235ba22b_h100_256_fp8"))
+    assert c.job.plan.tp == 2 and c.job.plan.sp and c.job.plan.tp_comm_overlap is False
+    said = [a for a in c.assumptions if a.startswith("tp_comm_overlap=")]
+    assert len(said) == 1 and "L167" in said[0]

@@ -57,6 +57,7 @@ class MoeRecipe:
     cuda_graph_scope: tuple[str, ...] | None = None
     lines: str = ""
     pp_layout: str | None = None
+    tp_comm_overlap: bool | None = None
 
     def __post_init__(self) -> None:
         if self.dispatcher not in DISPATCHERS:
@@ -97,10 +98,11 @@ def _r(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool, di
        path: str, name: str, etp: int | None = None,
        recompute_modules: tuple[str, ...] | None = None,
        graph: tuple[str | None, tuple[str, ...] | None] = (None, None),
-       lines: str = "", pp_layout: str | None = None) -> MoeRecipe:
+       lines: str = "", pp_layout: str | None = None,
+       tp_comm_overlap: bool | None = None) -> MoeRecipe:
     return MoeRecipe(model, gpu, n, prec, layout, overlap, dispatcher,
                      f"{_REPO}{path} {name}", etp, recompute_modules, graph[0], graph[1],
-                     lines, pp_layout)
+                     lines, pp_layout, tp_comm_overlap)
 
 
 #: gpt-oss's GB200, B200 and H100 configs (and the FP8 aliases of them) recompute the norms
@@ -122,6 +124,10 @@ _NO_SCOPE = (None, ())
 _DS_L4 = "Et*4|(t*4|)*14tmL"          # 16 chunks: GB300_V1 L49, B200_FP8_MX_V2 L210, map L42-44
 _DS_L8 = "Et*8|(t*8|)*6t*5mL"         # (8, 1): map L40
 _DS_H100 = "Et|(tt|)*30mL"            # H100_V1 L137
+#: ``tp_comm_overlap``: None where the recipe leaves the stack's default; Qwen3-235B-A22B's
+#: H100 recipe turns it off (``qwen3_llm_pretrain.py`` L167, ``CommOverlapConfig(
+#: tp_comm_overlap=False)``), its other recipes and gpt-oss's run it only with tp > 1
+#: (L63-427; ``gpt_oss_llm_pretrain.py`` L81), which the stack's default already is
 #: Qwen3's configs name no ``recompute_modules``: ``set_qwen3_common_configs``
 #: (``qwen/qwen3_llm_pretrain.py`` L33-35) sets ``recompute_granularity = None``, no
 #: recomputation
@@ -186,9 +192,9 @@ RECIPES: tuple[MoeRecipe, ...] = (
     _r("qwen3-235b-a22b", "B200", 256, "mxfp8", (1, 8, 1, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1,
        _QW_RC, (None, None), "B200_FP8_CS_V1 L149-156; no cuda_graph_*"),
     _r("qwen3-235b-a22b", "H100 SXM", 256, "bf16", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V2", 1,
-       _QW_RC, (None, None), "H100_BF16_V1 L163-; no cuda_graph_*"),
+       _QW_RC, (None, None), "H100_BF16_V1 L163-; no cuda_graph_*; qwen3_llm_pretrain.py L167 tp_comm_overlap=False", tp_comm_overlap=False),
     _r("qwen3-235b-a22b", "H100 SXM", 256, "fp8", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1,
-       _QW_RC, (None, None), "H100_FP8_CS_V1 L175-; no cuda_graph_*"),
+       _QW_RC, (None, None), "H100_FP8_CS_V1 L175-; no cuda_graph_*; qwen3_llm_pretrain.py L167 tp_comm_overlap=False", tp_comm_overlap=False),
     _r("qwen3-30b-a3b", "GB300", 8, "bf16", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_BF16_V1", 1,
        _QW_RC, _TE_MP, "L325-326"),
     _r("qwen3-30b-a3b", "GB300", 8, "fp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_V1", 1,

@@ -415,6 +415,12 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["recompute"] = "none"
         notes.append(f"recompute=none (the recipe's recompute_granularity=None, no "
                      f"recompute_modules: {cite})")
+    said_tp = "--tp-comm-overlap" in str(pl.get("overlap") or "").lower()
+    if r.tp_comm_overlap is not None and not said_tp:
+        out["tp_comm_overlap"] = r.tp_comm_overlap
+        notes[:] = [n for n in notes if not n.startswith("tp_comm_overlap=")]
+        notes.append(f"tp_comm_overlap={str(r.tp_comm_overlap).lower()} (the recipe's "
+                     f"CommOverlapConfig: {cite})")
     if "cuda_graph" not in out and fw.cuda_graph:
         out["cuda_graph"] = r.full_iteration_graph
         if r.full_iteration_graph:
