@@ -44,10 +44,13 @@ Sources (details and numbers in docs/calibration.md):
   ``ZBVZeroBubble``, ``DualPipeV``; torchtitan's ``distributed/pipeline_parallel.py`` places
   the last two's stages in a V): our gpipe, 1f1b, interleaved, zb-v and dualpipev
   (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like with
-  ``reshard_after_forward=False``) or DDP, TP with sequence parallelism, context and
-  expert parallelism; no TP communication overlap without ``torch.compile`` (async TP); its
+  ``reshard_after_forward=False``) or DDP (only as the sole parallelism, ``ddp_sole``), TP
+  with sequence parallelism, context and expert parallelism (carved from the FSDP ranks,
+  ``ep_from_fsdp``); no TP communication overlap without ``torch.compile`` (async TP); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
-  ``torchtitan/distributed/activation_checkpoint.py``) is its alone. Partial recomputation
+  ``torchtitan/distributed/activation_checkpoint.py``) is its alone, and its selective modes
+  (``op`` or every N-th layer) have no Megatron attention-core recomputation
+  (``recompute=selective`` refused). Partial recomputation
   (``recompute_layers``, ``strategies.cost.recompute``): Megatron-Core and Megatron-LM (v3,
   2022: ``--recompute-method uniform|block --recompute-num-layers``) both methods; DeepSpeed's
   pipeline engine checkpoints groups of ``activation_checkpoint_interval`` layers (uniform)
@@ -57,7 +60,11 @@ Sources (details and numbers in docs/calibration.md):
   attention only.
   MosaicML Composer (``pytorch-eager``): FSDP (``FULL_SHARD`` ZeRO-3, ``SHARD_GRAD_OP``
   ZeRO-2) or DDP only (no tensor or pipeline parallelism). JAX/XLA (MaxText): a GPipe-style pipeline (``pipeline_parallel_layers``,
-  circular repeats aside), FSDP-style sharding (ZeRO-3) or replication.
+  circular repeats aside), FSDP-style sharding (ZeRO-3) or replication, an expert mesh axis
+  that is one of the batch axes (``ep_in_dp``), remat policies ``minimal_with_context``,
+  ``minimal`` and ``full`` (our none, selective, full).
+  An exporter (``strategies.export``) refuses what the stack cannot run by these rules
+  (``plan_violations``), never by its own copy of them.
 * Pipeline layouts (``layouts``, ``pipeline_split``; docs/layout.md): Megatron-Core takes its
   layout string, first/last-stage counts and embedding/loss slots. DeepSpeed's
   ``PipelineModule`` splits by ``partition_method`` (``runtime/pipe/module.py``
@@ -203,6 +210,29 @@ class FrameworkProfile:
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
+    #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
+    #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
+    #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
+    #: ``device_train_microbatch_size`` are one number for every rank)
+    group_microbatches: bool = True
+    #: ZeRO-0 data parallelism (``dp > 1``) is a DDP that runs only as the sole parallelism:
+    #: with ``cp = 1`` the plan must have ``tp = pp = 1`` (torchtitan v0.2.2
+    #: ``models/llama3/infra/parallelize.py``: ``replicate`` over the ``dp_replicate`` mesh
+    #: raises "DDP has not supported > 1D parallelism" unless it spans the world; with
+    #: ``cp > 1`` FSDP over ``dp_shard x cp`` runs instead, HSDP with the replicas)
+    ddp_sole: bool = False
+    #: expert parallelism is carved from the FSDP ranks (torchtitan v0.2.2
+    #: ``distributed/parallel_dims.py``: ``efsdp = dp_shard * cp * tp / (etp * ep)`` must be a
+    #: whole mesh dimension, ``dp_shard`` = dp under ZeRO-2/3 and 1 under ZeRO-0; ``etp`` is 1
+    #: or tp, asserted)
+    ep_from_fsdp: bool = False
+    #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
+    #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
+    #: stages)
+    microbatches_per_pp: bool = False
+    #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
+    #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
+    ep_in_dp: bool = False
     #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
     ep_overlap: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
@@ -218,6 +248,9 @@ class FrameworkProfile:
     cuda_graph: bool = False
     flash_attn: bool = True
     recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: what the stack's own recomputation is, where a mode it lacks has a near equivalent
+    #: (named in the ``recompute`` refusal)
+    recompute_note: str = ""
     #: methods of partial full recomputation (``recompute_layers``) the stack runs
     recompute_methods: tuple[str, ...] = ()
     #: modules it can recompute selectively by name (``recompute_modules``)
@@ -507,6 +540,7 @@ PYTORCH_EAGER = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
+    group_microbatches=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     pipeline_split="no pipeline parallelism",
@@ -573,7 +607,11 @@ TORCHTITAN = replace(
                 "kernels, AccumulateGrad per micro-batch, torch.distributed.pipelining schedules",
     schedules=TORCHTITAN_SCHEDULES, zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
-    sequence_parallel=True, recompute=("none", "selective", "full", "op"), export="torchtitan",
+    sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
+    ddp_sole=True, ep_from_fsdp=True,
+    recompute_note="its selective AC is per op (recompute=op) or every N-th layer "
+                   "(distributed/activation_checkpoint.py), not Megatron's attention-core "
+                   "recomputation",
     layouts=LAYOUT_WAYS,
     pipeline_split="module_fqns_per_model_part (any modules per chunk: a layout string, "
                    "first/last counts, slots or a count per rank); its default split counts "
@@ -603,7 +641,9 @@ JAX_XLA = FrameworkProfile(
     grad_accum_fusion=False, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
-    schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True,
+    schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    microbatches_per_pp=True,
+    group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
@@ -710,7 +750,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda what=what: who + f"has no {what}"))
     rules.append(("recompute", v.recompute,
                   np.isin(v.recompute, [RECOMPUTE_CODE[r] for r in fw.recompute]),
-                  lambda: who + f"recomputes {', '.join(fw.recompute)}"))
+                  lambda: who + f"recomputes {', '.join(fw.recompute)}"
+                  + (f" ({fw.recompute_note})" if fw.recompute_note else "")))
     rules.append(("recompute_method", v.recompute_method,
                   (np.asarray(v.recompute_layers) == 0)
                   | np.isin(v.recompute_method, [METHOD_CODE[x] for x in fw.recompute_methods]),
@@ -721,6 +762,11 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   (np.asarray(v.recompute_modules) & ~modules_mask(fw.recompute_modules)) == 0,
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
+    rules += data_parallel_rules(fw, v)
+    groups = getattr(v, "group_microbatches_given", False)   # PlanArrays: none
+    rules.append(("group_microbatches", groups, ~np.asarray(groups, bool) | fw.group_microbatches,
+                  lambda: who + "gives every data-parallel replica the same batch "
+                                "(no group_microbatches)"))
     rules += layout_rules(fw, v)
     rules += ep_overlap_rules(fw, v)
     rules.append(("cuda_graph", v.cuda_graph, ~np.asarray(v.cuda_graph, bool) | fw.cuda_graph,
@@ -728,6 +774,42 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
+    return rules
+
+
+def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
+    """How stack ``fw``'s data parallelism combines with the other dimensions
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``; sources on the fields). Reads
+    ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
+    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep`` and ``zero``."""
+    who = f"{fw.name} "
+    rules: list[Rule] = []
+    zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
+    if fw.ddp_sole:
+        ddp = (zero == 0) & (dp > 1) & (np.asarray(v.cp) == 1)
+        rules.append(("zero", v.zero, ~ddp | ((np.asarray(v.tp) == 1) & (np.asarray(v.pp) == 1)),
+                      lambda: who + "runs zero=0 with dp > 1 as DDP, only as the sole "
+                                    "parallelism (tp = pp = 1; 'DDP has not supported > 1D "
+                                    "parallelism'); use zero=2 or zero=3 (FSDP)"))
+    if fw.ep_from_fsdp:
+        tp, etp = np.asarray(v.tp), np.asarray(v.etp)
+        rules.append(("etp", v.etp, (ep == 1) | (etp == 1) | (etp == tp),
+                      lambda: who + "runs expert tensor parallelism 1 or tp (parallel_dims.py)"))
+        shard = np.where(zero >= 2, dp, 1) * np.asarray(v.cp) * np.where(etp == 1, tp, 1)
+        rules.append(("ep", v.ep, shard % ep == 0,
+                      lambda: who + "carves expert parallelism from the FSDP ranks: ep must "
+                                    "divide dp_shard*cp (*tp when etp = 1), dp_shard = dp with "
+                                    "zero=2/3 and 1 with zero=0 (parallel_dims.py)"))
+    if fw.microbatches_per_pp and getattr(v, "gbs", None) is not None:
+        m = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp)
+        pp = np.asarray(v.pp)
+        rules.append(("pp", v.pp, (pp == 1) | (m % pp == 0),
+                      lambda: who + "runs a number of pipeline micro-batches per step "
+                                    "(gbs/(mbs*dp)) that is a multiple of pp"))
+    if fw.ep_in_dp:
+        rules.append(("ep", v.ep, dp % ep == 0,
+                      lambda: who + "shards the batch over its expert axis as over data "
+                                    "parallelism: ep must divide dp"))
     return rules
 
 
@@ -786,8 +868,10 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
     """The fields ``stack_rules`` reads of one plan, coded as in ``PlanArrays`` (resolved or
-    not: ``dp`` and ``gbs`` are not read)."""
+    not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
+                           dp=plan.dp if plan.dp is not None else 1, etp=plan.expert_tp,
+                           gbs=plan.gbs, mbs=plan.mbs,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
                            tp_comm_overlap=plan.tp_comm_overlap, flash_attn=plan.flash_attn,
@@ -801,7 +885,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            last_stage_layers=plan.last_stage_layers or 0,
                            account_embedding=plan.account_embedding,
                            account_loss=plan.account_loss,
-                           layers_per_stage_given=plan.layers_per_stage is not None)
+                           layers_per_stage_given=plan.layers_per_stage is not None,
+                           group_microbatches_given=plan.group_microbatches is not None)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -147,7 +147,8 @@ def test_no_stack_named_keeps_every_plan_and_the_plan_switches():
 
 
 def test_cli_framework_in_every_report(capsys):
-    plan = ["--plan", "tp=2,pp=2,gbs=16"]
+    # dp = 1: zero=0 is no DDP, a plan every stack here runs (torchtitan's DDP runs alone)
+    plan = ["--plan", "tp=8,pp=2,gbs=16"]
     est = run_json(capsys, "estimate", *SMALL, *plan, "--framework", "torchtitan")
     assert est["inputs"]["framework"] == "torchtitan"
     sim = run_json(capsys, "simulate", *SMALL, *plan, "--framework", "deepspeed")
@@ -171,7 +172,7 @@ def test_named_stack_switch_defaults_apply_to_unset_keys(capsys):
 
 def test_plan_file_framework_key(tmp_path, capsys):
     f = tmp_path / "plan.yaml"
-    f.write_text("tp: 2\npp: 2\ngbs: 16\nframework: torchtitan\n")
+    f.write_text("tp: 8\npp: 2\ngbs: 16\nframework: torchtitan\n")   # dp = 1: no DDP
     d = run_json(capsys, "estimate", *SMALL, "--plan", str(f))
     assert d["inputs"]["framework"] == "torchtitan"
     assert run_json(capsys, "estimate", *SMALL, "--plan", str(f), "--framework",
@@ -197,7 +198,7 @@ def test_cli_refusals(capsys):
 
 
 def test_compare_follows_the_named_stack(capsys):
-    plan = ["--plan", "pp=2,gbs=16"]
+    plan = ["--plan", "tp=8,pp=2,gbs=16"]   # dp = 1: torchtitan's zero=0 is no DDP
     rows = run_json(capsys, "compare", *SMALL, *plan, "--schedules", "gpipe,1f1b",
                     "--framework", "megatron-core")["rows"]
     assert "megatron-core runs 1f1b, interleaved" in rows[0]["error"]
@@ -249,7 +250,7 @@ def test_torchtitan_runs_exactly_the_pipelining_schedules_it_has():
 def test_cli_torchtitan_zbv_and_dualpipev(capsys):
     for s in ("zb-v", "dualpipev"):
         d = run_json(capsys, "estimate", *SMALL, "--plan",
-                     f"tp=2,pp=2,schedule={s},vpp=2,gbs=32",
+                     f"tp=2,pp=2,zero=2,schedule={s},vpp=2,gbs=32",
                      "--framework", "torchtitan")
         assert d["inputs"]["framework"] == "torchtitan" and d["step_time_s"] > 0
     err = refused(capsys, "estimate", *SMALL, "--plan", "pp=2,schedule=zb-h1,gbs=16",

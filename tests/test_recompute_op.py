@@ -149,7 +149,7 @@ def test_op_recomputes_the_tp_all_gathers_and_ranks_between():
     from strategies.job import make_job
     from topologies.cluster import cluster_preset
     m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
-    jobs = {rc: make_job(m, cl, parse_plan(f"tp=8,sp=true,recompute={rc},gbs=16"),
+    jobs = {rc: make_job(m, cl, parse_plan(f"tp=8,sp=true,zero=3,recompute={rc},gbs=16"),
                          framework="torchtitan") for rc in ("none", "op", "full")}
     assert stage_costs(jobs["op"]).tp_per_layer_recompute == 2
     assert stage_costs(jobs["none"]).tp_per_layer_recompute == 0
@@ -184,8 +184,9 @@ def test_recompute_component_is_what_op_did_not_save():
     from strategies.memory import activations as act
     from strategies.memory.scalar import memory_components
     from topologies.cluster import cluster_preset
+    # tp=8 fills the node (dp = 1): torchtitan runs zero=0 only as DDP alone
     job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 1),
-                   parse_plan("tp=2,sp=true,recompute=op,gbs=16"), framework="torchtitan")
+                   parse_plan("tp=8,sp=true,recompute=op,gbs=16"), framework="torchtitan")
     want = (act.job_layer_activation_bytes(job, recompute="none")
             - act.job_layer_activation_bytes(job))
     assert want > 0

@@ -36,8 +36,7 @@ def llm_foundry_config(job: Job) -> tuple[str, list[str]]:
     p = job.plan
     for field, value, rule in plan_violations(PYTORCH_EAGER, p):
         _refuse(f"{field}={value!r}: {rule}")
-    if p.group_microbatches is not None:
-        _refuse("Composer gives every rank the same batch (no group_microbatches)")
+    # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
     if job.dtype not in PRECISION:
         _refuse(f"--dtype {job.dtype}: Composer's precision is amp_bf16, amp_fp16 or amp_fp8 "
                 "(Transformer Engine's delayed scaling)")

@@ -85,11 +85,8 @@ def _batch(job: Job) -> dict:
                 f"{per_device!r}, which MaxText rounds to {int(n * per_device)} sequences")
     out = {"per_device_batch_size": per_device, "gradient_accumulation_steps": accum}
     if p.pp > 1:
-        m = job.num_microbatches
-        if m % p.pp:
-            _refuse(f"{m} micro-batches per step: MaxText's num_pipeline_microbatches must be "
-                    f"a multiple of the {p.pp} stages (configs/types.py)")
-        out["num_pipeline_microbatches"] = m
+        # a multiple of the stages: the profile's rule (JAX_XLA.microbatches_per_pp)
+        out["num_pipeline_microbatches"] = job.num_microbatches
     return out
 
 
@@ -124,22 +121,16 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     notes: list[str] = []
     for field, value, rule in plan_violations(JAX_XLA, p):
         _refuse(f"{field}={value!r}: {rule}")
-    if p.group_microbatches is not None:
-        _refuse("MaxText gives every data-parallel replica the same batch "
-                "(no group_microbatches)")
+    # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
     if job.dtype not in QUANTISE and job.dtype != "fp16":
         _refuse(f"--dtype {job.dtype}: MaxText's quantization has no such recipe "
                 f"(it runs {', '.join(k for k in QUANTISE if k != 'bf16')})")
-    if p.recompute not in REMAT or p.recompute_layers is not None \
-            or p.recompute_modules is not None:
-        _refuse(f"recompute={p.recompute} (recompute_layers, recompute_modules): MaxText's "
-                f"remat_policy maps {', '.join(REMAT)} only")
+    # recompute modes, partial and per-module recomputation: the profile's limits
+    # (JAX_XLA.recompute is REMAT's keys; no recompute_methods, no recompute_modules)
     if p.pp > 1 and m.num_layers % p.pp:
         _refuse(f"{m.num_layers} layers over pp={p.pp}: MaxText's pipeline gives every stage "
                 "the same number of layers")
-    if p.dp % p.ep:
-        _refuse(f"ep={p.ep} must divide dp={p.dp}: MaxText's expert axis shards the batch "
-                "as data parallelism does")
+    # ep | dp: the profile's rule (JAX_XLA.ep_in_dp)
     sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.dp // p.ep,
              "pipeline": p.pp}
     split = mesh_split(sizes, cl.gpus_per_node)

@@ -87,10 +87,7 @@ def _data_parallel(job: Job, notes: list[str]) -> dict:
     if p.zero in (2, 3):
         return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp,
                 "fsdp_reshard_after_forward": "always" if p.zero == 3 else "never"}
-    if p.dp > 1 and p.cp == 1 and p.tp * p.pp > 1:
-        _refuse(f"zero=0 with dp={p.dp} is torchtitan's DDP, which runs only as the sole "
-                "parallelism ('DDP has not supported > 1D parallelism', models/llama3/infra/"
-                "parallelize.py); use zero=2 or zero=3 (FSDP2)")
+    # DDP beside tp or pp: the profile refuses it (FrameworkProfile.ddp_sole)
     if p.cp > 1:
         notes.append(f"zero=0 with cp={p.cp}: torchtitan applies FSDP2 over the context-"
                      "parallel ranks (its fsdp mesh is dp_shard x cp), so parameters are "
@@ -108,22 +105,18 @@ def _batch(job: Job) -> tuple[dict, dict]:
 
 
 def _recompute(job: Job) -> dict:
+    """``[activation_checkpoint]``: the profile has refused what torchtitan has no mode for
+    (Megatron's selective, partial and per-module recomputation: ``TORCHTITAN.recompute``,
+    ``recompute_methods``, ``recompute_modules``)."""
     p = job.plan
-    if p.recompute_layers is not None or p.recompute_modules is not None:
-        _refuse("partial or per-module recomputation (recompute_layers, recompute_modules): "
-                "torchtitan's integer selective_ac_option checkpoints every N-th layer, another "
-                "rule")
     if p.recompute == "none":
         return {"mode": "none"}
     if p.recompute == "op":
         return {"mode": "selective", "selective_ac_option": "op"}
-    if p.recompute == "full":
-        # the estimate's full recomputation stops early as the stack's profile says
-        # (FrameworkProfile.recompute_early_stop); torchtitan's own default is early_stop=false
-        return {"mode": "full", "early_stop": TORCHTITAN.recompute_early_stop}
-    _refuse(f"recompute={p.recompute}: Megatron's selective recomputation (the attention "
-            "core) has no torchtitan mode; use recompute=op (per-op) or full")
-    raise AssertionError  # unreachable
+    # recompute=full; the profile refuses Megatron's selective (TORCHTITAN.recompute)
+    # the estimate's full recomputation stops early as the stack's profile says
+    # (FrameworkProfile.recompute_early_stop); torchtitan's own default is early_stop=false
+    return {"mode": "full", "early_stop": TORCHTITAN.recompute_early_stop}
 
 
 def torchtitan_config(job: Job) -> tuple[str, list[str]]:
@@ -133,9 +126,7 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     notes: list[str] = []
     for field, value, rule in plan_violations(TORCHTITAN, p):
         _refuse(f"{field}={value!r}: {rule}")
-    if p.group_microbatches is not None:
-        _refuse("torchtitan gives every data-parallel replica the same batch "
-                "(no group_microbatches)")
+    # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
     if job.seq_len % (2 * p.tp * p.cp):
         _refuse(f"seq_len {job.seq_len} must be divisible by 2*tp*cp = {2 * p.tp * p.cp} "
                 "(parallel_dims.py seq_len_divisor)")
@@ -152,15 +143,8 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
         par.update(micro)
         par["module_fqns_per_model_part"] = model_parts(job)
     if m.is_moe:
-        etp = p.tp if p.etp is None else p.etp
-        if etp not in (1, p.tp):
-            _refuse(f"etp={etp}: torchtitan's expert tensor parallelism is 1 or tp "
-                    "(parallel_dims.py)")
-        shard = par["data_parallel_shard_degree"] * p.cp * (p.tp if etp == 1 else 1)
-        if shard % p.ep:
-            _refuse(f"ep={p.ep} must divide dp_shard*cp{'*tp' if etp == 1 else ''} = {shard}: "
-                    "torchtitan carves expert parallelism from the FSDP ranks "
-                    "(parallel_dims.py; zero=0 has none)")
+        # etp in (1, tp) and ep | dp_shard*cp(*tp): the profile's rules (ep_from_fsdp)
+        etp = p.expert_tp
         par["expert_parallel_degree"] = p.ep
         par["expert_tensor_parallel_degree"] = etp if p.ep > 1 else 1
         if p.schedule == "dualpipev" and p.ep > 1:
