@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.errors import SpecError
+from strategies.layout import parse_layout
 from strategies.plan import DISPATCHERS
 
 _REPO = "NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/performance/configs/"
@@ -74,6 +75,11 @@ class MoeRecipe:
             if sc not in CUDA_GRAPH_SCOPES:
                 raise SpecError("cuda_graph_scope", sc, "must be one of "
                                 f"{', '.join(CUDA_GRAPH_SCOPES)} ({self.source})")
+        if self.pp_layout is not None:
+            chunks = self.layout[1] * self.layout[2]
+            if len(parse_layout(self.pp_layout, "pp_layout")) != chunks:
+                raise SpecError("pp_layout", self.pp_layout, f"must name pp*vpp = {chunks} "
+                                f"chunks, one per '|'-separated stage ({self.source})")
 
     @property
     def full_iteration_graph(self) -> bool:
