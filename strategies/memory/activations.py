@@ -133,20 +133,43 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     return table, real
 
 
+def clamp_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
+                           load=1.0):
+    """Bytes per GPU and micro-batch that the eager activation clamp (``counts.clamp_bytes``:
+    Megatron-Core's ``weighted_bias_quick_geglu_impl`` clamps the fc1 output's two halves
+    before its fused quick-GEGLU) saves beyond the table: autograd's ``clamp_backward``
+    keeps each clamp's input, the fc1 output again, ``2·F_e`` elements of 2 B per routed
+    row: ``4·T·k·F_e/t`` (``T = s·b/cp``), on the MoE layers' share, at the hottest rank's
+    ``load``; 0 without ``activation_clamp`` (numbers or numpy arrays)."""
+    if model.activation_clamp is None or not model.is_moe:
+        return 0.0 * np.asarray(load, dtype=float)
+    T = seq_len * micro_batch_size / cp
+    share = model.num_moe_layers / model.num_layers
+    return share * load * 4 * T * model.moe_router_topk * model.expert_ffn / tp
+
+
 def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp, cp, sp,
-                            etp, load, rc, modules) -> tuple:
+                            etp, load, rc, modules, clamp=False) -> tuple:
     """``(stashed, unrecomputed)``: what one layer's stash holds beyond the table for the
     routed experts (``routed_activation_bytes``: as they run minus as the table counts them),
     under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
     with none. Nothing where the layer is recomputed whole (full, op) or the ``moe`` module
     redoes the routed MLP; ``moe_act`` leaves the fc1 input, the only part that differs at
-    ``load = 1``. The memory arrays and ``job_layer_activation_bytes`` read this one rule."""
+    ``load = 1``. ``clamp``: the stack runs gpt-oss's eager clamp (``FrameworkProfile.
+    eager_variants``), whose saved inputs (``clamp_activation_bytes``) the stash also holds
+    unless the layer is recomputed whole or ``moe_act``/``moe`` reruns the activation (its
+    output-discarding checkpoint runs the clamp without saving). The memory arrays and
+    ``job_layer_activation_bytes`` read this one rule."""
     table, real = routed_activation_bytes(model, seq_len, micro_batch_size, tp, cp, sp, etp,
                                           load)
     extra = real - table
     rc = np.asarray(rc)
-    dropped = (rc == 2) | (rc == 3) | part_selected(rc, modules, "routed_mlp")
-    return np.where(dropped, 0.0, extra)[()], extra
+    whole = (rc == 2) | (rc == 3)
+    dropped = whole | part_selected(rc, modules, "routed_mlp")
+    cl = np.where(clamp, clamp_activation_bytes(model, seq_len, micro_batch_size, tp, cp,
+                                                load), 0.0)
+    cl_dropped = dropped | part_selected(rc, modules, "routed_act")
+    return (np.where(dropped, 0.0, extra) + np.where(cl_dropped, 0.0, cl))[()], extra + cl
 
 
 def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
@@ -387,7 +410,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
     load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
     extra, _ = routed_stash_correction(mdl, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
-                                       p.expert_tp, load, code, mods)
+                                       p.expert_tp, load, code, mods,
+                                       clamp=job.framework.eager_variants)
     return float(base + extra)
 
 

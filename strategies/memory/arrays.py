@@ -119,7 +119,7 @@ def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_em
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
-                            gpu=None, stash_layers=None
+                            gpu=None, stash_layers=None, clamp=False
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -143,7 +143,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``).
     ``stash_layers``: the transformer layers' stash and pending ``W`` bytes at the peak per
     plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
-    different bytes (``activations.stash_at_peak``, each entry at its own chunk's)."""
+    different bytes (``activations.stash_at_peak``, each entry at its own chunk's).
+    ``clamp``: the stack runs gpt-oss's eager activation clamp (``FrameworkProfile.
+    eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -168,7 +170,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         what a selective recomputation rebuilds at once ``sel``."""
         act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
-                                                    P.recompute_modules)
+                                                    P.recompute_modules, clamp)
         return {"act": act + extra, "none": none + extra_none,
                 "wgrad": _layer_wgrad(view, b, tp, cp, sp),
                 "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
@@ -443,14 +445,15 @@ def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
 
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
-                       in_flight=None, pending_w=None) -> np.ndarray:
+                       in_flight=None, pending_w=None, clamp=False) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
     with dense and MoE layers or MTP modules its layers by kind
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
-    ``memory.scalar.memory_by_stage`` is this for one job's plan."""
+    ``clamp``: as ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this
+    for one job's plan."""
     P = as_plan_arrays(P)
     stage = np.asarray(stage) + np.zeros_like(P.pp)
     layers = None
@@ -460,37 +463,41 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
             own = np.where(stage == 0, first, np.where(stage == P.pp - 1, last, mid))
             layers = np.where(uneven, own, m.num_layers / P.pp)
     return memory_component_arrays(m, P, stage, dtype, system, in_flight=in_flight,
-                                   layers=layers, pending_w=pending_w, gpu=gpu)[1]
+                                   layers=layers, pending_w=pending_w, gpu=gpu,
+                                   clamp=clamp)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
-                        gpu=None) -> np.ndarray:
+                        gpu=None, clamp=False) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
-    ``rank_memory_arrays`` of rank 0 or ``pp - 1``."""
+    ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``: as there)."""
     P = as_plan_arrays(P)
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
-                              gpu)
+                              gpu, clamp=clamp)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
-                       system: SystemConfig | None = None, gpu=None) -> np.ndarray:
+                       system: SystemConfig | None = None, gpu=None,
+                       clamp=False) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
+    ``clamp``: the stack runs gpt-oss's eager clamp (``memory_component_arrays``).
     A model of one layer kind: the first and the last rank, and where an uneven layout gives
     the middle ranks more layers, rank 1 (the middle rank with the most stashed
     micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
     every rank (the ranks hold different kinds, so no rank's total bounds another's)."""
     P = as_plan_arrays(P)
     if mixed_layers(m):
-        return _every_rank_peak(m, P, dtype, system, gpu)
-    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu),
-                      stage_memory_arrays(m, P, True, dtype, system, gpu))
+        return _every_rank_peak(m, P, dtype, system, gpu, clamp)
+    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp),
+                      stage_memory_arrays(m, P, True, dtype, system, gpu, clamp))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
-        mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu)
+        mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu,
+                                 clamp=clamp)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -500,14 +507,15 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if np.any(every):
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
-            return _every_rank_peak(m, P, dtype, system, gpu)
+            return _every_rank_peak(m, P, dtype, system, gpu, clamp)
         rows = np.flatnonzero(every)
-        peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu)
+        peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
+                                                    clamp)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
-                     gpu) -> np.ndarray:
+                     gpu, clamp=False) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -515,7 +523,8 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
     for r in range(int(pp.max()) if pp.size else 0):
         rows = np.flatnonzero(pp > r)
         sub = _take(P, rows)
-        peak[rows] = np.maximum(peak[rows], rank_memory_arrays(m, sub, r, dtype, system, gpu))
+        peak[rows] = np.maximum(peak[rows], rank_memory_arrays(m, sub, r, dtype, system, gpu,
+                                                                  clamp=clamp))
     return peak.reshape(np.shape(P.pp))
 
 

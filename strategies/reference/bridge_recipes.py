@@ -23,6 +23,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
+from strategies.errors import SpecError
+from strategies.layout import parse_layout
+from strategies.plan import DISPATCHERS
+
 _REPO = "NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/performance/configs/"
 _DS = "deepseek/deepseek_workload_base_configs.py"
 _QW = "qwen/qwen3_workload_base_configs.py"
@@ -49,13 +54,61 @@ class MoeRecipe:
     source: str
     etp: int | None = None
     recompute_modules: tuple[str, ...] | None = None
+    cuda_graph_impl: str | None = None
+    cuda_graph_scope: tuple[str, ...] | None = None
+    lines: str = ""
+    pp_layout: str | None = None
+    tp_comm_overlap: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.dispatcher not in DISPATCHERS:
+            raise SpecError("moe_flex_dispatcher_backend", self.dispatcher,
+                            f"must be one of {', '.join(DISPATCHERS)} ({self.source})")
+        for m in self.recompute_modules or ():
+            if m not in RECOMPUTE_MODULES:
+                raise SpecError("recompute_modules", m, "unknown module; valid: "
+                                f"{', '.join(RECOMPUTE_MODULES)} ({self.source})")
+        if self.cuda_graph_impl not in CUDA_GRAPH_IMPLS:
+            raise SpecError("cuda_graph_impl", self.cuda_graph_impl, "must be one of "
+                            f"{', '.join(map(str, CUDA_GRAPH_IMPLS))} ({self.source})")
+        for sc in self.cuda_graph_scope or ():
+            if sc not in CUDA_GRAPH_SCOPES:
+                raise SpecError("cuda_graph_scope", sc, "must be one of "
+                                f"{', '.join(CUDA_GRAPH_SCOPES)} ({self.source})")
+        if self.pp_layout is not None:
+            chunks = self.layout[1] * self.layout[2]
+            if len(parse_layout(self.pp_layout, "pp_layout")) != chunks:
+                raise SpecError("pp_layout", self.pp_layout, f"must name pp*vpp = {chunks} "
+                                f"chunks, one per '|'-separated stage ({self.source})")
+
+    @property
+    def full_iteration_graph(self) -> bool:
+        """Whether the config captures the whole training step in one CUDA graph (what the
+        plan's ``cuda_graph`` switch means): Megatron-Core's ``full_iteration`` scope under
+        its own (``local``) implementation. Transformer Engine's per-layer scopes (``attn``,
+        ``mlp``, ``moe_router``, ``moe_preprocess``, ...) capture parts of each layer and
+        leave the step's other launches and synchronisations: not a full-iteration graph."""
+        return self.cuda_graph_impl == "local" and "full_iteration" in (self.cuda_graph_scope
+                                                                        or ())
+
+
+#: ``cuda_graph_impl`` values Megatron-Core takes (``TransformerConfig.cuda_graph_impl``;
+#: None: the config leaves the recipe's default)
+CUDA_GRAPH_IMPLS = (None, "none", "local", "transformer_engine")
+#: ``cuda_graph_scope`` values Megatron-Core takes (``CudaGraphScope``)
+CUDA_GRAPH_SCOPES = ("full_iteration", "attn", "mlp", "moe", "moe_router", "moe_preprocess",
+                     "mamba")
 
 
 def _r(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool, dispatcher: str,
        path: str, name: str, etp: int | None = None,
-       recompute_modules: tuple[str, ...] | None = None) -> MoeRecipe:
+       recompute_modules: tuple[str, ...] | None = None,
+       graph: tuple[str | None, tuple[str, ...] | None] = (None, None),
+       lines: str = "", pp_layout: str | None = None,
+       tp_comm_overlap: bool | None = None) -> MoeRecipe:
     return MoeRecipe(model, gpu, n, prec, layout, overlap, dispatcher,
-                     f"{_REPO}{path} {name}", etp, recompute_modules)
+                     f"{_REPO}{path} {name}", etp, recompute_modules, graph[0], graph[1],
+                     lines, pp_layout, tp_comm_overlap)
 
 
 #: gpt-oss's GB200, B200 and H100 configs (and the FP8 aliases of them) recompute the norms
@@ -63,63 +116,139 @@ def _r(model: str, gpu: str, n: int, prec: str, layout: tuple, overlap: bool, di
 #: ``GPT_OSS_120B_PRETRAIN_CONFIG_{GB200,B200,H100}_BF16_V1`` (v0.4.2
 #: ``gpt_oss_workload_base_configs.py``), which the V2 configs inherit
 _GO_RC = ("layernorm", "moe_act")
+#: Transformer Engine CUDA graphs of parts of each layer, as the configs set them
+#: (``cuda_graph_impl="transformer_engine"``, ``cuda_graph_scope=[...]``)
+_TE_AMP = ("transformer_engine", ("attn", "moe_router", "moe_preprocess"))
+_TE_MP = ("transformer_engine", ("moe_router", "moe_preprocess"))
+#: ``cuda_graph_scope=[]`` with no implementation named: no graph
+_NO_SCOPE = (None, ())
+#: DeepSeek-V3's pipeline layouts (Megatron's layout grammar, docs/layout.md): the config's
+#: ``pp_layout`` where it names one, else Megatron-Bridge's
+#: ``set_deepseek_v3_pipeline_model_parallel_layout`` (``src/megatron/bridge/recipes/
+#: deepseek/deepseek_v3.py`` L37-45, ``layout_map`` by (pp, vp)), which
+#: ``deepseek_llm_pretrain.py`` L69-73 applies when the config names none
+_DS_L4 = "Et*4|(t*4|)*14tmL"          # 16 chunks: GB300_V1 L49, B200_FP8_MX_V2 L210, map L42-44
+_DS_L8 = "Et*8|(t*8|)*6t*5mL"         # (8, 1): map L40
+_DS_H100 = "Et|(tt|)*30mL"            # H100_V1 L137
+#: ``tp_comm_overlap``: None where the recipe leaves the stack's default; Qwen3-235B-A22B's
+#: H100 recipe turns it off (``qwen3_llm_pretrain.py`` L167, ``CommOverlapConfig(
+#: tp_comm_overlap=False)``), its other recipes and gpt-oss's run it only with tp > 1
+#: (L63-427; ``gpt_oss_llm_pretrain.py`` L81), which the stack's default already is
+#: Qwen3's configs name no ``recompute_modules``: ``set_qwen3_common_configs``
+#: (``qwen/qwen3_llm_pretrain.py`` L33-35) sets ``recompute_granularity = None``, no
+#: recomputation
+_QW_RC = ()
 
 
 #: (model, GPU, GPUs, precision, (tp, pp, vpp, ep, mbs, gbs), moe_a2a_overlap, dispatcher,
-#: file, config, expert TP), as the v0.4.2 configs resolve
+#: file, config, expert TP; recompute_modules, (cuda_graph_impl, cuda_graph_scope), the
+#: file's lines that set them), as the v0.4.2 configs resolve: the one table every family's
+#: recipe fields are read from
 RECIPES: tuple[MoeRecipe, ...] = (
-    _r("deepseek-v3", "GB300", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V2", 1),
-    _r("deepseek-v3", "GB300", 256, "fp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1),
-    _r("deepseek-v3", "GB300", 256, "mxfp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1),
-    _r("deepseek-v3", "GB200", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_BF16_V2", 1),
-    _r("deepseek-v3", "GB200", 256, "fp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_CS_V2", 1),
-    _r("deepseek-v3", "GB200", 256, "mxfp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1),
-    _r("deepseek-v3", "B300", 256, "bf16", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_BF16_V2", 1),
-    _r("deepseek-v3", "B300", 256, "fp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_CS_V2", 1),
-    _r("deepseek-v3", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1),
-    _r("deepseek-v3", "B200", 256, "bf16", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_BF16_V2", 1),
-    _r("deepseek-v3", "B200", 256, "fp8", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_CS_V2", 1),
-    _r("deepseek-v3", "B200", 256, "mxfp8", (1, 8, 2, 32, 1, 4096), True, "deepep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1),
-    _r("deepseek-v3", "H100 SXM", 1024, "bf16", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_BF16_V2", 1),
-    _r("deepseek-v3", "H100 SXM", 1024, "fp8", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1),
-    _r("qwen3-235b-a22b", "GB300", 256, "bf16", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2", 1),
-    _r("qwen3-235b-a22b", "GB300", 256, "fp8", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1),
-    _r("qwen3-235b-a22b", "GB300", 256, "mxfp8", (1, 4, 12, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1),
-    _r("qwen3-235b-a22b", "GB200", 256, "bf16", (1, 8, 1, 8, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2", 1),
-    _r("qwen3-235b-a22b", "GB200", 256, "fp8", (1, 8, 1, 32, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", 1),
-    _r("qwen3-235b-a22b", "GB200", 256, "mxfp8", (1, 8, 3, 32, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1),
-    _r("qwen3-235b-a22b", "B300", 256, "bf16", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_BF16_V2", 1),
-    _r("qwen3-235b-a22b", "B300", 256, "fp8", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_CS_V2", 1),
-    _r("qwen3-235b-a22b", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1),
-    _r("qwen3-235b-a22b", "B200", 256, "bf16", (1, 8, 4, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_BF16_V2", 1),
-    _r("qwen3-235b-a22b", "B200", 256, "fp8", (1, 8, 1, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V2", 1),
-    _r("qwen3-235b-a22b", "B200", 256, "mxfp8", (1, 8, 1, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1),
-    _r("qwen3-235b-a22b", "H100 SXM", 256, "bf16", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V2", 1),
-    _r("qwen3-235b-a22b", "H100 SXM", 256, "fp8", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1),
-    _r("qwen3-30b-a3b", "GB300", 8, "bf16", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_BF16_V1", 1),
-    _r("qwen3-30b-a3b", "GB300", 8, "fp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_V1", 1),
-    _r("qwen3-30b-a3b", "GB300", 8, "mxfp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1", 1),
-    _r("qwen3-30b-a3b", "GB200", 8, "bf16", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1", 1),
-    _r("qwen3-30b-a3b", "GB200", 8, "fp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_CS_V1", 1),
-    _r("qwen3-30b-a3b", "GB200", 8, "mxfp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1", 1),
-    _r("qwen3-30b-a3b", "B300", 8, "bf16", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_BF16_V1", 1),
-    _r("qwen3-30b-a3b", "B300", 8, "fp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_CS_V1", 1),
-    _r("qwen3-30b-a3b", "B300", 8, "mxfp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1", 1),
-    _r("qwen3-30b-a3b", "B200", 8, "bf16", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1", 1),
-    _r("qwen3-30b-a3b", "B200", 8, "fp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_CS_V1", 1),
-    _r("qwen3-30b-a3b", "B200", 8, "mxfp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1", 1),
-    _r("qwen3-30b-a3b", "H100 SXM", 16, "bf16", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_BF16_V1", 1),
-    _r("qwen3-30b-a3b", "H100 SXM", 16, "fp8", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", 1),
-    _r("gpt-oss-120b", "GB300", 64, "bf16", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2", 1),
-    _r("gpt-oss-120b", "GB200", 64, "bf16", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2", 1, _GO_RC),
-    _r("gpt-oss-120b", "B300", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", 1),
-    _r("gpt-oss-120b", "B200", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2", 1, _GO_RC),
-    _r("gpt-oss-120b", "H100 SXM", 64, "bf16", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2", 1, _GO_RC),
-    _r("gpt-oss-120b", "GB300", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1),
-    _r("gpt-oss-120b", "GB200", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1, _GO_RC),
-    _r("gpt-oss-120b", "B300", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1),
-    _r("gpt-oss-120b", "B200", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1, _GO_RC),
-    _r("gpt-oss-120b", "H100 SXM", 64, "fp8", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1, _GO_RC),
+    _r("deepseek-v3", "GB300", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V2", 1,
+       ("moe_act",), _TE_AMP, "GB300_BF16_V1 L63-65", _DS_L4),
+    _r("deepseek-v3", "GB300", 256, "fp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1,
+       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53", _DS_L4),
+    _r("deepseek-v3", "GB300", 256, "mxfp8", (1, 2, 8, 32, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1,
+       ("mla_up_proj",), _NO_SCOPE, "GB300_V1 L52-53", _DS_L4),
+    _r("deepseek-v3", "GB200", 256, "bf16", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_BF16_V2", 1,
+       ("mla_up_proj",), _TE_AMP, "GB200_V1 L82-83, GB200_BF16_V1 L87", _DS_L4),
+    _r("deepseek-v3", "GB200", 256, "fp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_CS_V2", 1,
+       ("mlp",), _TE_AMP, "GB200_V1 L81-83", _DS_L4),
+    _r("deepseek-v3", "GB200", 256, "mxfp8", (1, 4, 4, 64, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1,
+       ("mlp",), _TE_AMP, "GB200_V1 L81-83", _DS_L4),
+    _r("deepseek-v3", "B300", 256, "bf16", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_BF16_V2", 1,
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
+    _r("deepseek-v3", "B300", 256, "fp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_CS_V2", 1,
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
+    _r("deepseek-v3", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1,
+       ("mla_up_proj",), _TE_AMP, "B300_V2 L186-188", _DS_L8),
+    _r("deepseek-v3", "B200", 256, "bf16", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_BF16_V2", 1,
+       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*", _DS_L4),
+    _r("deepseek-v3", "B200", 256, "fp8", (1, 16, 1, 8, 1, 4096), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_CS_V2", 1,
+       ("mla_up_proj",), (None, None), "B200_V1 L116; no cuda_graph_*", _DS_L4),
+    _r("deepseek-v3", "B200", 256, "mxfp8", (1, 8, 2, 32, 1, 4096), True, "deepep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1,
+       ("mla_up_proj", "mlp"), _TE_AMP, "B200_FP8_MX_V2 L211-213", _DS_L4),
+    _r("deepseek-v3", "H100 SXM", 1024, "bf16", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_BF16_V2", 1,
+       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*", _DS_H100),
+    _r("deepseek-v3", "H100 SXM", 1024, "fp8", (2, 8, 4, 64, 1, 16384), False, "hybridep", _DS, "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1,
+       ("mla_up_proj", "mlp"), (None, None), "H100_V1 L134; no cuda_graph_*", _DS_H100),
+    _r("qwen3-235b-a22b", "GB300", 256, "bf16", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_BF16_V2", 1,
+       _QW_RC, _TE_AMP, "GB300_BF16_V1 L62, GB300_BF16_V2 L196"),
+    _r("qwen3-235b-a22b", "GB300", 256, "fp8", (1, 4, 1, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_CS_V2", 1,
+       _QW_RC, _TE_AMP, "GB300_BF16_V1 L62, GB300_BF16_V2 L196"),
+    _r("qwen3-235b-a22b", "GB300", 256, "mxfp8", (1, 4, 12, 32, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1,
+       _QW_RC, _TE_AMP, "GB300_BF16_V1 L62, GB300_BF16_V2 L196"),
+    _r("qwen3-235b-a22b", "GB200", 256, "bf16", (1, 8, 1, 8, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_BF16_V2", 1,
+       _QW_RC, _TE_AMP, "GB200_BF16_V1 L91-92"),
+    _r("qwen3-235b-a22b", "GB200", 256, "fp8", (1, 8, 1, 32, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_CS_V2", 1,
+       _QW_RC, _TE_AMP, "GB200_FP8_CS_V1 L103-104"),
+    _r("qwen3-235b-a22b", "GB200", 256, "mxfp8", (1, 8, 3, 32, 1, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1,
+       _QW_RC, _TE_AMP, "GB200_FP8_CS_V1 L103-104"),
+    _r("qwen3-235b-a22b", "B300", 256, "bf16", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_BF16_V2", 1,
+       _QW_RC, (None, None), "B300_BF16_V1 L112-120; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "B300", 256, "fp8", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_CS_V2", 1,
+       _QW_RC, (None, None), "B300_FP8_CS_V1 L123-131; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 8192), False, "hybridep", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1,
+       _QW_RC, (None, None), "B300_FP8_CS_V1 L123-131; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "B200", 256, "bf16", (1, 8, 4, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_BF16_V2", 1,
+       _QW_RC, (None, None), "B200_BF16_V1 L138-146; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "B200", 256, "fp8", (1, 8, 1, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_CS_V2", 1,
+       _QW_RC, (None, None), "B200_FP8_CS_V1 L149-156; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "B200", 256, "mxfp8", (1, 8, 1, 8, 1, 8192), False, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1,
+       _QW_RC, (None, None), "B200_FP8_CS_V1 L149-156; no cuda_graph_*"),
+    _r("qwen3-235b-a22b", "H100 SXM", 256, "bf16", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_BF16_V2", 1,
+       _QW_RC, (None, None), "H100_BF16_V1 L163-; no cuda_graph_*; qwen3_llm_pretrain.py L167 tp_comm_overlap=False", tp_comm_overlap=False),
+    _r("qwen3-235b-a22b", "H100 SXM", 256, "fp8", (2, 8, 4, 32, 1, 8192), True, "alltoall", _QW, "QWEN3_235B_A22B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1,
+       _QW_RC, (None, None), "H100_FP8_CS_V1 L175-; no cuda_graph_*; qwen3_llm_pretrain.py L167 tp_comm_overlap=False", tp_comm_overlap=False),
+    _r("qwen3-30b-a3b", "GB300", 8, "bf16", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_BF16_V1", 1,
+       _QW_RC, _TE_MP, "L325-326"),
+    _r("qwen3-30b-a3b", "GB300", 8, "fp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_CS_V1", 1,
+       _QW_RC, _TE_MP, "L335-336"),
+    _r("qwen3-30b-a3b", "GB300", 8, "mxfp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB300_FP8_MX_V1", 1,
+       _QW_RC, _TE_MP, "FP8_CS_V1 L335-336, L340"),
+    _r("qwen3-30b-a3b", "GB200", 8, "bf16", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_BF16_V1", 1,
+       _QW_RC, _TE_AMP, "L348-349"),
+    _r("qwen3-30b-a3b", "GB200", 8, "fp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_CS_V1", 1,
+       _QW_RC, _TE_AMP, "L358-359"),
+    _r("qwen3-30b-a3b", "GB200", 8, "mxfp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_GB200_FP8_MX_V1", 1,
+       _QW_RC, _TE_MP, "L368-369"),
+    _r("qwen3-30b-a3b", "B300", 8, "bf16", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_BF16_V1", 1,
+       _QW_RC, _TE_MP, "L378-379"),
+    _r("qwen3-30b-a3b", "B300", 8, "fp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_CS_V1", 1,
+       _QW_RC, _TE_MP, "L388-389"),
+    _r("qwen3-30b-a3b", "B300", 8, "mxfp8", (1, 1, 1, 8, 8, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B300_FP8_MX_V1", 1,
+       _QW_RC, _TE_MP, "FP8_CS_V1 L388-389, L393"),
+    _r("qwen3-30b-a3b", "B200", 8, "bf16", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_BF16_V1", 1,
+       _QW_RC, _TE_AMP, "L401-402"),
+    _r("qwen3-30b-a3b", "B200", 8, "fp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_CS_V1", 1,
+       _QW_RC, _TE_AMP, "BF16_V1 L401-402, L406"),
+    _r("qwen3-30b-a3b", "B200", 8, "mxfp8", (1, 1, 1, 8, 4, 512), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1", 1,
+       _QW_RC, _TE_AMP, "BF16_V1 L401-402, L409"),
+    _r("qwen3-30b-a3b", "H100 SXM", 16, "bf16", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_BF16_V1", 1,
+       _QW_RC, _TE_MP, "L418-419"),
+    _r("qwen3-30b-a3b", "H100 SXM", 16, "fp8", (1, 1, 1, 16, 1, 1024), False, "hybridep", _QW, "QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1", 1,
+       _QW_RC, (None, None), "L424-431; no cuda_graph_*"),
+    _r("gpt-oss-120b", "GB300", 64, "bf16", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_BF16_V2", 1,
+       None, _TE_AMP, "GB300_BF16_V1 L49-50"),
+    _r("gpt-oss-120b", "GB200", 64, "bf16", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2", 1,
+       _GO_RC, (None, None), "GB200_BF16_V1 L58; no cuda_graph_*"),
+    _r("gpt-oss-120b", "B300", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_BF16_V2", 1,
+       None, _TE_AMP, "B300_BF16_V1 L66-67"),
+    _r("gpt-oss-120b", "B200", 64, "bf16", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2", 1,
+       _GO_RC, (None, None), "B200_BF16_V1 L75; no cuda_graph_*"),
+    _r("gpt-oss-120b", "H100 SXM", 64, "bf16", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V2", 1,
+       _GO_RC, (None, None), "H100_BF16_V1 L82; no cuda_graph_*"),
+    _r("gpt-oss-120b", "GB300", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB300_FP8_MX_V2", 1,
+       None, _TE_AMP, "GB300_BF16_V1 L49-50, L129"),
+    _r("gpt-oss-120b", "GB200", 64, "mxfp8", (1, 1, 1, 64, 4, 1280), True, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2", 1,
+       _GO_RC, (None, None), "GB200_BF16_V1 L58, L130; no cuda_graph_*"),
+    _r("gpt-oss-120b", "B300", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "hybridep", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1,
+       None, _TE_AMP, "B300_BF16_V1 L66-67, L131"),
+    _r("gpt-oss-120b", "B200", 64, "mxfp8", (1, 1, 1, 8, 4, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_B200_FP8_MX_V2", 1,
+       _GO_RC, (None, None), "B200_BF16_V1 L75, L132; no cuda_graph_*"),
+    _r("gpt-oss-120b", "H100 SXM", 64, "fp8", (1, 4, 1, 8, 1, 1280), False, "alltoall", _GO, "GPT_OSS_120B_PRETRAIN_CONFIG_H100_FP8_CS_V2", 1,
+       _GO_RC, (None, None), "H100_BF16_V1 L82, L133; no cuda_graph_*"),
 )
 
 

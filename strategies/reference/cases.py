@@ -262,6 +262,26 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
+def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+                        fw: FrameworkProfile, notes: list[str]) -> Plan | None:
+    """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
+    recipe_for``) names its pipeline layout (``MoeRecipe.pp_layout``, Megatron's layout
+    grammar), run with that layout on the model's own layers, stated with the recipe's file
+    (a layout that does not resolve on the model skips the row, ``make_job``'s reason); None
+    where no recipe applies, it names none or the row states its own (the caller then
+    balances the layers)."""
+    pl = c.get("plan") or {}
+    r = recipe_for(c) if sizes[1] > 1 and sizes[4] > 1 else None
+    if r is None or not r.pp_layout or pl.get("layout") or pl.get("pp_layout"):
+        return None
+    trial: list[str] = []
+    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=r.pp_layout)
+    notes += trial
+    notes.append(f"pipeline layout {r.pp_layout} (the recipe's pipeline_model_parallel_layout: "
+                 f"{r.source}; bridge_recipes._DS_* name the lines)")
+    return plan
+
+
 def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
     out filled where they can be (each assumption appended to ``notes``). A vocabulary the
@@ -353,6 +373,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     switches.update(_moe_options(c, fw, ep, notes))
     if "recompute_modules" in switches:
         rec = "selective"
+    rec = switches.pop("recompute", rec)
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
 
@@ -384,12 +405,34 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
-    mods = r.recompute_modules
+    mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
     if recompute_kind(pl.get("recompute")) is None and mods and \
             set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:
         out["recompute_modules"] = mods
         notes.append(f"recompute=selective, recompute_modules={'+'.join(mods)} (the recipe's "
-                     f"recompute_modules: {r.source})")
+                     f"recompute_modules: {cite})")
+    elif recompute_kind(pl.get("recompute")) is None and mods == ():
+        out["recompute"] = "none"
+        notes.append(f"recompute=none (the recipe's recompute_granularity=None, no "
+                     f"recompute_modules: {cite})")
+    said_tp = "--tp-comm-overlap" in str(pl.get("overlap") or "").lower()
+    if r.tp_comm_overlap is not None and not said_tp:
+        out["tp_comm_overlap"] = r.tp_comm_overlap
+        notes[:] = [n for n in notes if not n.startswith("tp_comm_overlap=")]
+        notes.append(f"tp_comm_overlap={str(r.tp_comm_overlap).lower()} (the recipe's "
+                     f"CommOverlapConfig: {cite})")
+    if "cuda_graph" not in out and fw.cuda_graph:
+        out["cuda_graph"] = r.full_iteration_graph
+        if r.full_iteration_graph:
+            notes.append(f"cuda_graph=true (the recipe's full-iteration CUDA graph: {cite})")
+        elif r.cuda_graph_impl in (None, "none") or not r.cuda_graph_scope:
+            notes.append(f"cuda_graph=false (the recipe names no CUDA graph: {cite})")
+        else:
+            notes.append(f"cuda_graph=false: the recipe's cuda_graph_impl={r.cuda_graph_impl}, "
+                         f"cuda_graph_scope={'+'.join(r.cuda_graph_scope)} graphs parts of "
+                         "each layer, not the whole iteration the plan's switch means; the "
+                         "partial graphs' saved launches are not modelled "
+                         f"({cite})")
     if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
         out["moe_dispatcher"] = r.dispatcher
         notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
@@ -509,6 +552,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+    if plan is None:
+        plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)
         plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)

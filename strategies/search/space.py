@@ -25,6 +25,7 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
+from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import FrameworkProfile, stack_mask
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
 from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
@@ -412,13 +413,13 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
-                     gpu: GPU | None = None) -> np.ndarray:
+                     gpu: GPU | None = None, clamp: bool = False) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
-    ``gpu``: the chip, as the memory rule reads it (fp8 weight copies). Returns the updated
-    peaks."""
+    ``gpu``: the chip, as the memory rule reads it (fp8 weight copies); ``clamp``: the stack
+    runs gpt-oss's eager clamp (``memory.arrays``). Returns the updated peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
         return peak
@@ -434,7 +435,7 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub = {k: v[rows[act]] for k, v in c.items()}
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
-        pk = peak_memory_arrays(model, sub, dtype, system, gpu)
+        pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -459,6 +460,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         raise SpecError("--max-mbs", opts.max_mbs, "must be >= 1")
     costs = (layer_costs(model, cluster, dtype, framework, system)
              if cluster.uniform and opts.layouts else None)
+    # the stack's eager activation clamp (gpt-oss) stashes its inputs (memory.arrays)
+    clamp = bool((framework or DEFAULT_FRAMEWORK).eager_variants)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
@@ -477,7 +480,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu) if len(c["tp"])
+    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp) if len(c["tp"])
             else np.zeros(0))
     ok = peak <= limit
     keep("memory", ok)
@@ -487,11 +490,11 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     twin["zero"] = np.ones(len(z2), dtype=c["zero"].dtype)
     ok = np.ones(len(c["tp"]), bool)
     if len(z2):
-        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu) > limit
+        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
         c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
-        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu)
+        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
