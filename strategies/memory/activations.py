@@ -581,14 +581,7 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
     The stage's activation peak is ``in_flight_microbatches × this + transient``.
     """
     _check_stage(job, stage)
-    nbytes = chunk_layer_activation_bytes(job, stage)
-    if _holds_embedding(job, stage):
-        # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
-        mirrored = get_schedule(job.plan.schedule).mirrored
-        nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
-    if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:
-        nbytes += output_activation_bytes(job)
-    return nbytes
+    return chunk_layer_activation_bytes(job, stage) + _entry_extra_bytes(job, stage)
 
 
 def _entry_extra_bytes(job: Job, stage: int) -> float:
@@ -597,6 +590,7 @@ def _entry_extra_bytes(job: Job, stage: int) -> float:
     layers)."""
     nbytes = 0.0
     if _holds_embedding(job, stage):
+        # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
         mirrored = get_schedule(job.plan.schedule).mirrored
         nbytes += embedding_activation_bytes(job) / job.plan.vpp / (2 if mirrored else 1)
     if _holds_head(job, stage) and get_schedule(job.plan.schedule).logits_stashed:

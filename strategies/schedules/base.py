@@ -103,20 +103,24 @@ class Step:
         return self.label
 
 
-def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
-    """``(stashed, pending, after_forward)`` at every moment a rank's activations can peak:
-    just after each forward and just after each backward (or overlapped group's backwards)
-    releases its stash: forwards whose backward (``B``) has not yet run, and backwards whose
-    weight gradient (``W``) is still to run, each counted per (microbatch, chunk). A ``W``
-    only frees. An overlapped group (``Step.overlap``) is counted at its end, its
-    backwards' stash released (and their ``W``, which the group runs last, pending) before
-    its forwards' is added: the pair's forward builds its activations as the backward frees
-    its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
+def _chunk_walk(steps: Iterable[Step], chunks: int | None = None
+                ) -> list[tuple[tuple[int, ...], tuple[int, ...], bool]]:
+    """``(stashed, pending, after_forward)`` per chunk at every moment a rank's activations
+    can peak: just after each forward and just after each backward (or overlapped group's
+    backwards) releases its stash. ``stashed[c]``: the forwards of chunk ``c`` whose
+    backward (``B``) has not yet run; ``pending[c]``: its backwards whose weight gradient
+    (``W``) is still to run (``chunks``: the rank's chunk count, default the largest
+    ``Step.chunk`` + 1). A ``W`` only frees. An overlapped group (``Step.overlap``) is
+    counted at its end, its backwards' stash released (and their ``W``, which the group runs
+    last, pending) before its forwards' is added: the pair's forward builds its activations
+    as the backward frees its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
     steps = list(steps)
+    if chunks is None:
+        chunks = max((s.chunk for s in steps), default=0) + 1
     has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    live: set[tuple[int, int]] = set()
-    pending: set[tuple[int, int]] = set()
-    out: list[tuple[int, int, bool]] = []
+    live = [0] * chunks
+    pending = [0] * chunks
+    out: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
     group: list[Step] = []
     for s in steps:
         group.append(s)
@@ -126,20 +130,26 @@ def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
         for g in group:
             if g.kind == "B":
                 released = True
-                live.discard((g.microbatch, g.chunk))
+                live[g.chunk] -= 1
                 if (g.microbatch, g.chunk) in has_w:
-                    pending.add((g.microbatch, g.chunk))
+                    pending[g.chunk] += 1
         if released:
-            out.append((len(live), len(pending), False))
+            out.append((tuple(live), tuple(pending), False))
         for g in group:
             if g.kind == "F":
-                live.add((g.microbatch, g.chunk))
-                out.append((len(live), len(pending), True))
+                live[g.chunk] += 1
+                out.append((tuple(live), tuple(pending), True))
         for g in group:
             if g.kind == "W":
-                pending.discard((g.microbatch, g.chunk))
+                pending[g.chunk] -= 1
         group = []
     return out
+
+
+def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
+    """``_chunk_walk``'s moments summed over the chunks: ``(stashed, pending,
+    after_forward)``, each counted per (microbatch, chunk)."""
+    return [(sum(n), sum(w), fwd) for n, w, fwd in _chunk_walk(steps)]
 
 
 def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
@@ -194,40 +204,12 @@ def chunk_stash_moments(steps: Iterable[Step], chunks: int
     >>> chunk_stash_moments(ZBV().steps(0, 2, 4, 2), 2)[2:5]
     (((3, 0), (0, 0)), ((3, 1), (0, 0)), ((3, 0), (0, 1)))
     """
-    steps = list(steps)
-    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    live = [0] * chunks
-    pending = [0] * chunks
     out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
     seen: set = set()
-
-    def note() -> None:
-        key = (tuple(live), tuple(pending))
-        if key not in seen:
-            seen.add(key)
-            out.append(key)
-    group: list[Step] = []
-    for s in steps:
-        group.append(s)
-        if s.overlap:
-            continue
-        released = False
-        for g in group:
-            if g.kind == "B":
-                released = True
-                live[g.chunk] -= 1
-                if (g.microbatch, g.chunk) in has_w:
-                    pending[g.chunk] += 1
-        if released:
-            note()
-        for g in group:
-            if g.kind == "F":
-                live[g.chunk] += 1
-                note()
-        for g in group:
-            if g.kind == "W":
-                pending[g.chunk] -= 1
-        group = []
+    for live, pending, _ in _chunk_walk(steps, chunks):
+        if (live, pending) not in seen:
+            seen.add((live, pending))
+            out.append((live, pending))
     return tuple(out) or ((tuple([0] * chunks), tuple([0] * chunks)),)
 
 
