@@ -124,6 +124,7 @@ from strategies.plan import DISPATCHERS, RECOMPUTE
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.base import Rule
+from topologies.precision import DTYPES
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -299,6 +300,17 @@ class FrameworkProfile:
     pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout (any count per rank), "
                            "--decoder-first/last-pipeline-num-layers, "
                            "--account-for-embedding/loss-in-pipeline-split")
+    #: the training precisions (``--dtype``, ``topologies.precision.DTYPES``) the stack runs at
+    #: the version the profile describes; ``check_precision`` refuses the others
+    precisions: tuple[str, ...] = DTYPES
+    #: where ``precisions`` comes from (the stack's code that selects each)
+    precision_source: str = ("Megatron-Core --bf16/--fp16, --fp8-format/--fp8-recipe "
+                             "delayed|tensorwise|blockwise|mxfp8, --fp4-format e2m1 "
+                             "--fp4-recipe nvfp4 (megatron/training/arguments.py) through "
+                             "Transformer Engine's recipes (transformer_engine.common.recipe)")
+    #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
+    #: refusal)
+    precision_notes: tuple[tuple[str, str], ...] = ()
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -358,6 +370,13 @@ class FrameworkProfile:
         if len(set(self.sharded_grad_passes)) != len(self.sharded_grad_passes):
             raise SpecError("framework.sharded_grad_passes", self.sharded_grad_passes,
                             "must name each pass at most once")
+        for name in self.precisions + tuple(d for d, _ in self.precision_notes):
+            if name not in DTYPES:
+                raise SpecError("framework.precisions", name,
+                                f"must be one of {', '.join(DTYPES)}")
+        if not self.precisions:
+            raise SpecError("framework.precisions", self.precisions,
+                            "must name at least one precision")
         for name, _ in self.sharded_grad_sources:
             if name not in self.sharded_grad_passes:
                 raise SpecError("framework.sharded_grad_sources", name,
@@ -416,6 +435,12 @@ MEGATRON_LM_2021 = FrameworkProfile(
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
     tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
     recompute_modules=("core_attn",),
+    precisions=("fp16", "bf16"),
+    precision_source="Megatron-LM v2-v3 --fp16 / --bf16 (megatron/arguments.py, apex "
+                     "mixed precision with megatron/optimizer's loss scaler)",
+    precision_notes=tuple((d, "fp8 and fp4 came with Transformer Engine (2023 on): use "
+                              "--framework megatron-core")
+                          for d in DTYPES if d not in ("fp16", "bf16")),
     default_sources=(
         ("flash_attn", "no FlashAttention before 2023: Megatron-LM v2-v3 ran its fused "
                        "scale-mask-softmax (megatron/model/fused_softmax.py); FlashAttention "
@@ -454,6 +479,10 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",), bf16_optimizer=True,
+    precisions=("bf16", "fp16"),
+    precision_source="DeepSpeed's config \"bf16\": {\"enabled\"} or \"fp16\": {\"enabled\"} "
+                     "(deepspeed/runtime/config.py), Megatron-DeepSpeed --bf16 / --fp16; no "
+                     "fp8 recipe in its model code",
     layouts=("slots",),  # not per_stage: see pipeline_split
     pipeline_split="DeepSpeed's PipelineModule(partition_method=parameters|uniform|type:REGEX): "
                    "a balanced split of the layers the method weighs; "
@@ -543,6 +572,10 @@ PYTORCH_EAGER = FrameworkProfile(
     group_microbatches=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
+    precisions=("bf16", "fp16", "fp8", "fp8-delayed"),
+    precision_source="Composer's precision amp_bf16, amp_fp16 or amp_fp8 "
+                     "(composer/core/precision.py); amp_fp8 is Transformer Engine's "
+                     "fp8_autocast with its default DelayedScaling recipe",
     pipeline_split="no pipeline parallelism",
     sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
     sharded_grad_sources=(
@@ -609,6 +642,18 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
+    precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
+                     "converters: float8 with dynamic (tensorwise, fp8-current) or, until "
+                     "torchao removed it in 2025, delayed scaling (torchtitan 2024 "
+                     "float8.scaling_type_input dynamic|delayed, the torchtitan paper's "
+                     "runs); quantize.linear.mx mxfp8 (v0.2.2 components/quantization/mx.py)",
+    precision_notes=(
+        ("fp16", "torchtitan's mixed precision is bfloat16 or float32 "
+                 "(training.mixed_precision_param)"),
+        ("fp8-blockwise", "torchao's float8 recipes are tensorwise and rowwise, not "
+                          "DeepSeek's 1x128/128x128 blocks"),
+        ("nvfp4", "torchtitan v0.2.2 has no NVFP4 training converter")),
     recompute_note="its selective AC is per op (recompute=op) or every N-th layer "
                    "(distributed/activation_checkpoint.py), not Megatron's attention-core "
                    "recomputation",
@@ -645,6 +690,12 @@ JAX_XLA = FrameworkProfile(
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
+    precisions=("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"),
+    precision_source="MaxText dtype bfloat16 or float16 (configs/base.yml) and quantization "
+                     "te_fp8_delayedscaling, te_fp8_currentscaling, te_mxfp8, te_nvfp4 "
+                     "(Transformer Engine recipes through JAX, layers/quantizations.py)",
+    precision_notes=(("fp8-blockwise", "MaxText's quantization has no Transformer Engine "
+                                       "blockwise (1x128/128x128) recipe"),),
     pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
                    "num_layers_per_pipeline_stage layers, the embedding and the head outside "
                    "the pipeline",
@@ -677,6 +728,12 @@ HAI_LLM = replace(
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
+    precisions=("bf16", "fp8-blockwise"),
+    precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
+                     "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "
+                     "HAI-LLM's code is not public",
+    precision_notes=tuple((d, "DeepSeek-V3's FP8 is block-wise: use --dtype fp8-blockwise")
+                          for d in ("fp8", "fp8-delayed", "fp8-current", "mxfp8")),
     default_sources=(
         ("flash_attn", "fused attention kernels (DeepSeek-V3 report §3.2)"),
         ("overlap_grad_reduce", "DualPipe overlaps the data-parallel reductions with the "
@@ -907,6 +964,24 @@ def stack_mask(fw: FrameworkProfile | None, plans: Any) -> np.ndarray:
     for _, _, rule_ok, _ in stack_rules(fw, P):
         ok &= np.broadcast_to(rule_ok, ok.shape)
     return ok
+
+
+def precision_rule(fw: FrameworkProfile, dtype: str) -> str | None:
+    """Why stack ``fw`` cannot train at precision ``dtype`` (``--dtype``), naming the stack,
+    the precisions it runs and their source; None when it can. The one rule estimate,
+    simulate, search, compare and the exporters read."""
+    if dtype in fw.precisions:
+        return None
+    note = dict(fw.precision_notes).get(dtype)
+    return (f"{fw.name} runs --dtype {', '.join(fw.precisions)} ({fw.precision_source})"
+            + (f"; {note}" if note else ""))
+
+
+def check_precision(fw: FrameworkProfile, dtype: str) -> None:
+    """Refuse a precision the stack lacks: SpecError naming the dtype, the stack and the rule."""
+    why = precision_rule(fw, dtype)
+    if why is not None:
+        raise SpecError("dtype", dtype, why + " (choose another --framework or --dtype)")
 
 
 def check_plan(fw: FrameworkProfile, plan: "Plan") -> None:

@@ -6,8 +6,8 @@ from dataclasses import asdict, dataclass, replace
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import (FrameworkProfile, check_plan, ep_overlap_rules, get_profile,
-                                  plan_view)
+from strategies.framework import (FrameworkProfile, check_plan, check_precision,
+                                  ep_overlap_rules, get_profile, plan_view)
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -111,6 +111,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
+    if framework is not None:  # a precision the stack lacks, before any work
+        check_precision(fw, dtype)
     for g in cluster.groups:  # a precision the chip lacks (nvfp4 on H100) is refused here
         g.gpu.rate_key(dtype)
     if seq_len is not None:

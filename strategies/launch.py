@@ -214,7 +214,7 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     if p.layers_per_stage is not None or p.group_microbatches is not None:
         _refuse("this exporter writes DeepSpeed's uniform pipeline partition and equal "
                 "micro-batch counts per replica (no layers_per_stage, group_microbatches)")
-    from strategies.framework import MEGATRON_DEEPSPEED, plan_violations
+    from strategies.framework import MEGATRON_DEEPSPEED, plan_violations, precision_rule
     for field, value, rule in plan_violations(MEGATRON_DEEPSPEED, p):
         if field in ("layout", "first_stage_layers", "last_stage_layers"):
             _refuse(f"{field}={value!r}: {rule}")
@@ -236,9 +236,9 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
                 "parallelism needs Megatron-DeepSpeed)")
     if p.tp > 1 and p.zero == 3:
         _refuse("DeepSpeed's AutoTP training supports ZeRO stages 0-2 only")
-    if get_precision(job.dtype).quantised:
-        _refuse(f"DeepSpeed's config has no {job.dtype} switch (Transformer Engine sets it "
-                "in code)")
+    why = precision_rule(MEGATRON_DEEPSPEED, job.dtype)
+    if why is not None:
+        _refuse(f"--dtype {job.dtype}: {why}")
     cfg = {
         "train_batch_size": p.gbs,
         "train_micro_batch_size_per_gpu": p.mbs,

@@ -56,10 +56,11 @@ def run(args: argparse.Namespace) -> int:
           "trays, e.g. gb200-nvl72:64 = 256 GPUs in 4 racks)")
     print(table(["name", "node"], [[c["name"], c["description"]] for c in clusters], "ll"))
     print("\nFrameworks (--framework NAME)")
-    print(table(["name", "schedules", "zero", "runs", "export", "stack"],
+    print(table(["name", "schedules", "zero", "runs", "precisions", "export", "stack"],
                 [[f["name"], ",".join(f["schedules"]) or "-", ",".join(map(str, f["zero_stages"])),
                   " ".join(k for k in ("cp", "ep", "sp", "tp_comm_overlap") if f[k]) or "-",
-                  f["export"], f["description"].split(":")[0]] for f in frameworks], "llllll"))
+                  ",".join(f["precisions"]), f["export"], f["description"].split(":")[0]]
+                 for f in frameworks], "lllllll"))
     return 0
 
 
@@ -72,4 +73,5 @@ def _framework_row(f) -> dict:
             "recompute": list(f.recompute), "recompute_methods": list(f.recompute_methods),
             "recompute_modules": list(f.recompute_modules), "defaults": f.plan_defaults(),
             "layouts": list(f.layouts), "pipeline_split": f.pipeline_split,
+            "precisions": list(f.precisions), "precision_source": f.precision_source,
             "export": f.export}

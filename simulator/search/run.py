@@ -21,7 +21,7 @@ from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
-from strategies.framework import FrameworkProfile, get_profile, plan_violations
+from strategies.framework import FrameworkProfile, check_precision, get_profile, plan_violations
 from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -63,6 +63,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
     fw, named = get_profile(cfg.framework), cfg.framework
+    if named is not None:       # a precision the stack lacks: refused before any plan
+        check_precision(fw, cfg.dtype)
 
     def plan_of(i: int) -> Plan:
         if i >= base:

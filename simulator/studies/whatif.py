@@ -41,7 +41,7 @@ from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_t
                                                dominated_pairs, energy_per_million_tokens,
                                                search_order, tokens_per_step)
 from strategies.errors import SpecError
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, check_precision, get_profile
 from strategies.plan import parse_plan
 from strategies.search.space import SpaceOptions
 from topologies.gpus import GIB
@@ -70,6 +70,8 @@ class WhatifConfig:
 def run_whatif(cfg: WhatifConfig) -> dict[str, Any]:
     """Search every variant and return the report (see the module docstring)."""
     t0 = time.perf_counter()
+    if cfg.framework is not None:    # a precision the stack lacks: refused before any plan
+        check_precision(get_profile(cfg.framework), cfg.dtype)
     vs = cfg.variants
     pairs = dominated_pairs(vs)
     lower = {j: [i for i, jj in pairs if jj == j] for j in range(len(vs))}

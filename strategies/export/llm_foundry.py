@@ -17,7 +17,7 @@ from __future__ import annotations
 import yaml
 
 from strategies.errors import SpecError
-from strategies.framework import PYTORCH_EAGER, plan_violations
+from strategies.framework import PYTORCH_EAGER, plan_violations, precision_rule
 from strategies.job import Job
 
 #: Composer ``precision`` of our precisions
@@ -37,9 +37,9 @@ def llm_foundry_config(job: Job) -> tuple[str, list[str]]:
     for field, value, rule in plan_violations(PYTORCH_EAGER, p):
         _refuse(f"{field}={value!r}: {rule}")
     # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
-    if job.dtype not in PRECISION:
-        _refuse(f"--dtype {job.dtype}: Composer's precision is amp_bf16, amp_fp16 or amp_fp8 "
-                "(Transformer Engine's delayed scaling)")
+    why = precision_rule(PYTORCH_EAGER, job.dtype)   # PRECISION covers its precisions
+    if why is not None:
+        _refuse(f"--dtype {job.dtype}: {why}")
     cfg = {"max_seq_len": job.seq_len, "global_train_batch_size": p.gbs,
            "device_train_microbatch_size": p.mbs, "precision": PRECISION[job.dtype],
            "fsdp_config": {"sharding_strategy": SHARDING[p.zero], "mixed_precision": "DEFAULT",

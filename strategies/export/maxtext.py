@@ -28,7 +28,7 @@ from math import gcd
 import yaml
 
 from strategies.errors import SpecError
-from strategies.framework import JAX_XLA, plan_violations
+from strategies.framework import JAX_XLA, plan_violations, precision_rule
 from strategies.job import Job
 
 #: MaxText's ``quantization`` for our precisions (Transformer Engine recipes through JAX)
@@ -122,9 +122,9 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     for field, value, rule in plan_violations(JAX_XLA, p):
         _refuse(f"{field}={value!r}: {rule}")
     # group_microbatches: the profile refuses it (FrameworkProfile.group_microbatches)
-    if job.dtype not in QUANTISE and job.dtype != "fp16":
-        _refuse(f"--dtype {job.dtype}: MaxText's quantization has no such recipe "
-                f"(it runs {', '.join(k for k in QUANTISE if k != 'bf16')})")
+    why = precision_rule(JAX_XLA, job.dtype)   # QUANTISE and fp16 cover JAX_XLA.precisions
+    if why is not None:
+        _refuse(f"--dtype {job.dtype}: {why}")
     # recompute modes, partial and per-module recomputation: the profile's limits
     # (JAX_XLA.recompute is REMAT's keys; no recompute_methods, no recompute_modules)
     if p.pp > 1 and m.num_layers % p.pp:

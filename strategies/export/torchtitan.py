@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from strategies.errors import SpecError
 from strategies.export.toml import dumps
-from strategies.framework import TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES, plan_violations
+from strategies.framework import (TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES, plan_violations,
+                                  precision_rule)
 from strategies.job import Job
 from strategies.layout import EMBEDDING, LAYER, LOSS, MTP
 
@@ -43,18 +44,10 @@ QUANTISE = {
     "fp8-current": ("quantize.linear.float8", {"recipe_name": "tensorwise"}),
     "mxfp8": ("quantize.linear.mx", {"recipe_name": "mxfp8_cublas"}),
 }
-#: why a precision has no torchtitan switch
-NO_QUANTISE = {
-    "fp16": "torchtitan's mixed precision is bfloat16 or float32 (training."
-            "mixed_precision_param)",
-    "fp8": "torchao's float8 training has no delayed scaling (amax history): use "
-           "--dtype fp8-current (recipe tensorwise)",
-    "fp8-delayed": "torchao's float8 training has no delayed scaling (amax history): use "
-                   "--dtype fp8-current (recipe tensorwise)",
-    "fp8-blockwise": "torchao's float8 recipes are tensorwise and rowwise, not DeepSeek's "
-                     "1x128/128x128 blocks",
-    "nvfp4": "torchtitan v0.2.2 has no NVFP4 training converter",
-}
+#: the precisions the profile runs (``TORCHTITAN.precisions``, torchtitan 2024) that this
+#: release lost: torchao removed float8 delayed scaling in 2025
+RELEASE_LACKS = "torchao's float8 training has no delayed scaling (amax history) any more: " \
+                "use --dtype fp8-current (recipe tensorwise)"
 #: the modules of a torchtitan decoder (llama3, qwen3, deepseek_v3 name them alike)
 FQN = {EMBEDDING: ("tok_embeddings",), LOSS: ("norm", "output")}
 
@@ -130,8 +123,11 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     if job.seq_len % (2 * p.tp * p.cp):
         _refuse(f"seq_len {job.seq_len} must be divisible by 2*tp*cp = {2 * p.tp * p.cp} "
                 "(parallel_dims.py seq_len_divisor)")
-    if job.dtype in NO_QUANTISE:
-        _refuse(f"--dtype {job.dtype}: {NO_QUANTISE[job.dtype]}")
+    why = precision_rule(TORCHTITAN, job.dtype)
+    if why is not None:
+        _refuse(f"--dtype {job.dtype}: {why}")
+    if job.dtype != "bf16" and job.dtype not in QUANTISE:
+        _refuse(f"--dtype {job.dtype}: torchtitan {RELEASE}: {RELEASE_LACKS}")
     par = _data_parallel(job, notes)
     par["tensor_parallel_degree"] = p.tp
     par["enable_async_tensor_parallel"] = False   # needs torch.compile; the profile is eager
