@@ -1,7 +1,7 @@
 """The precisions a stack runs (issue 15): ``FrameworkProfile.precisions`` read by one rule
 (``strategies.framework.precision_rule`` / ``check_precision``). A named stack refuses a
 ``--dtype`` it lacks before any work in estimate, simulate, compare and search (exit 2, one
-line naming the dtype, the stack and what it runs), accepts the ones it has; the exporters'
+line naming the dtype, the stack and what it runs; whatif too), accepts the ones it has; the exporters'
 dtype refusals are the profile's words; ``paraplan presets`` lists each profile's precisions.
 """
 from __future__ import annotations
@@ -106,6 +106,14 @@ def test_compare_refuses_in_one_line(capsys):
                        "--dtype", "fp8")
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "dtype='fp8'" in err and "megatron-lm-2021 runs --dtype fp16, bf16" in err
+
+
+def test_whatif_refuses_in_one_line(capsys):
+    rc, out, err = run(capsys, "whatif", "--model", "llama3-8b", "--cluster", "dgx-h100:1",
+                       "--global-batch", "16", "--framework", "composer", "--dtype", "mxfp8",
+                       "--vary", "nodes=1,2")
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "dtype='mxfp8'" in err and "pytorch-eager runs --dtype" in err
 
 
 def test_estimate_accepts_a_precision_the_stack_has(capsys):
