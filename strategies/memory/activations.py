@@ -516,10 +516,14 @@ def stash_at_peak(job: Job, stage: int) -> tuple[int, int, float]:
     chunk's bytes plus, per entry, the embedding's and stashed logits' share). The layers'
     bytes are the transformer layers' stash and pending ``W`` there (without the embedding,
     logits and transient)."""
+    return _stash_at_peak(job, stage, chunk_stash(job, stage))
+
+
+def _stash_at_peak(job: Job, stage: int, per) -> tuple[int, int, float]:
+    """``stash_at_peak`` given the rank's ``chunk_stash`` ``per`` (computed once by the
+    callers that also branch on it)."""
     p, m = job.plan, job.num_microbatches
-    _check_stage(job, stage)
     sched = get_schedule(p.schedule).for_job(job)
-    per = chunk_stash(job, stage)
     if per is None:
         front = sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size)
         a, wb = chunk_layer_activation_bytes(job, stage), wgrad_bytes_per_chunk(job, stage)
@@ -677,11 +681,11 @@ def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
 def stage_activation_bytes(job: Job, stage: int) -> float:
     """Peak activation bytes on ``stage``: stash, pending weight gradients (a split
     backward, ``wgrad_bytes_per_chunk`` each; ``stash_peak``) and transient."""
-    if chunk_stash(job, stage) is not None:      # each entry at its own chunk's bytes
-        n, _, layers = stash_at_peak(job, stage)
+    per = chunk_stash(job, stage)
+    n, w, layers = _stash_at_peak(job, stage, per)
+    if per is not None:                          # each entry at its own chunk's bytes
         return (layers + n * _entry_extra_bytes(job, stage)
                 + transient_activation_bytes(job, stage))
-    n, w = stash_peak(job, stage)
     return (n * activation_bytes_per_chunk(job, stage) + w * wgrad_bytes_per_chunk(job, stage)
             + transient_activation_bytes(job, stage))
 

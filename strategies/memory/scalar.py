@@ -154,8 +154,9 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
             held.append(have)
         content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
     # (stashed, pending W) at the peak; the layers' bytes there where the chunks differ
-    peaks = [act.stash_at_peak(job, s) for s in stages]
-    by_chunk = [act.chunk_stash(job, s) is not None for s in stages]
+    per = [act.chunk_stash(job, s) for s in stages]
+    peaks = [act._stash_at_peak(job, s, c) for s, c in zip(stages, per)]
+    by_chunk = [c is not None for c in per]
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
         job.system, in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
