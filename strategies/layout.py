@@ -502,9 +502,10 @@ def even_chunk_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunk, fir
     from strategies.schedules import get_schedule
 
     def one(name, p, v, r, f, la, a, c):
-        mirrored = bool(get_schedule(name).mirrored) and p > 1
-        if c >= (2 if mirrored else v):
+        sched = get_schedule(name)
+        if c >= sched.order_chunks(p, v):
             return ()
+        mirrored = bool(sched.mirrored) and p > 1
         from types import SimpleNamespace
         plan = SimpleNamespace(pp=p, vpp=v, schedule=name, layout=None,
                                first_stage_layers=f or None, last_stage_layers=la or None,

@@ -483,7 +483,7 @@ def chunk_stash(job: Job, stage: int) -> tuple[tuple[float, ...], tuple[float, .
     of ``chunk_layer_activation_bytes`` is then exact and is what the model reads)."""
     p = job.plan
     _check_stage(job, stage)
-    chunks = 2 if get_schedule(p.schedule).mirrored and p.pp > 1 else p.vpp
+    chunks = get_schedule(p.schedule).order_chunks(p.pp, p.vpp)
     if chunks == 1:
         return None
     per = [_layers_bytes(job, _chunk_layers(job, stage, c)) for c in range(chunks)]

@@ -275,6 +275,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         if not mixed_layers(m) and not np.any(np.asarray(lay[0]) + np.asarray(lay[1])
                                               + np.asarray(lay[2])):
             return n_in, n_w, mean          # one kind, even split: every chunk the same
+        # the order's chunk ids (``Schedule.order_chunks`` per plan)
         n_ch = np.where(mirrored & (pp > 1), 2, v) + np.zeros_like(mean, dtype=np.int64)
         top = int(n_ch.max()) if n_ch.size else 1
         if top < 2:

@@ -377,6 +377,12 @@ class Schedule:
     #: ranks, and each rank's first micro-batch comes from its nearer end
     mirrored: bool = False
 
+    def order_chunks(self, pp: int, vpp: int) -> int:
+        """Chunk ids of a rank's order (``Step.chunk``): ``vpp``, or a mirrored schedule's
+        two copies (chunk 1: stage ``pp-1-r``'s, ``layout.order_chunk_kinds``) where
+        ``pp > 1``."""
+        return 2 if self.mirrored and pp > 1 else vpp
+
     # ------------------------------------------------------------------ order
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
@@ -517,8 +523,8 @@ class Schedule:
                             ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
         """``base.chunk_stash_moments`` of ``stage``'s order, per chunk id (``vpp`` ids; a
         mirrored schedule's two copies are chunks 0 and 1)."""
-        chunks = 2 if self.mirrored and pp > 1 else vpp
-        return chunk_stash_moments(self.steps(stage, pp, m, vpp, group_size), chunks)
+        return chunk_stash_moments(self.steps(stage, pp, m, vpp, group_size),
+                                   self.order_chunks(pp, vpp))
 
     def stash_frontier_array(self, stage: Any, pp: Any, m: Any, vpp: Any
                              ) -> tuple[np.ndarray, np.ndarray]:
