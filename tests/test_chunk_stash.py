@@ -172,3 +172,14 @@ def test_one_kind_uneven_v_prices_each_chunk():
     assert any(act.chunk_stash(job, r) is not None for r in range(job.plan.pp))
     for r in activation_memory_json(simulate(job), job):
         assert r["peak_bytes"] == pytest.approx(stages[r["stage"]].activations, rel=REL), r
+
+
+def test_order_chunks_one_rule():
+    """``Schedule.order_chunks``: the chunk ids of a rank's order, ``vpp`` or DualPipe's two
+    copies where ``pp > 1``; ``chunk_stash_moments`` counts that many per moment."""
+    assert get_schedule("dualpipe").order_chunks(4, 1) == 2
+    assert get_schedule("dualpipe").order_chunks(1, 1) == 1
+    assert get_schedule("interleaved").order_chunks(4, 3) == 3
+    assert get_schedule("1f1b").order_chunks(4, 1) == 1
+    mo = get_schedule("dualpipe").chunk_stash_moments(0, 4, 8, 1)
+    assert all(len(n) == len(w) == 2 for n, w in mo)
