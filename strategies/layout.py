@@ -466,12 +466,17 @@ def even_stage_content(model: ModelSpec, schedule: str, pp: int, vpp: int,
     the array code (the search's memory model) reads for plans without a layout string;
     ``first``/``last`` (``first/last_stage_layers``, 0: not given) and ``account`` (the
     embedding and the loss as layer slots) give the uneven layouts the search proposes."""
-    from types import SimpleNamespace
-    plan = SimpleNamespace(pp=pp, vpp=vpp, schedule=schedule, layout=None,
-                           first_stage_layers=first or None, last_stage_layers=last or None,
-                           account_embedding=account, account_loss=account,
-                           layers_per_stage=None)
-    return stage_content(model, build_layout(model, plan), rank)
+    return stage_content(model, _even_layout(model, schedule, pp, vpp, first, last, account),
+                         rank)
+
+
+def _even_layout(model: ModelSpec, schedule: str, pp: int, vpp: int, first: int = 0,
+                 last: int = 0, account: bool = False) -> PipelineLayout:
+    """``build_layout`` of a plan with no layout string: the even split, or the search's
+    uneven ``first``/``last`` (0: not given) with ``account`` (the embedding and the loss as
+    layer slots)."""
+    return _build_layout(model, pp, vpp, schedule, None, first or None, last or None,
+                         account, account, None)
 
 
 def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, last=0,
@@ -506,12 +511,8 @@ def even_chunk_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunk, fir
         if c >= sched.order_chunks(p, v):
             return ()
         mirrored = bool(sched.mirrored) and p > 1
-        from types import SimpleNamespace
-        plan = SimpleNamespace(pp=p, vpp=v, schedule=name, layout=None,
-                               first_stage_layers=f or None, last_stage_layers=la or None,
-                               account_embedding=a, account_loss=a, layers_per_stage=None)
-        return tuple(order_chunk_kinds(model, build_layout(model, plan), r, c,
-                                       mirrored).items())
+        return tuple(order_chunk_kinds(model, _even_layout(model, name, p, v, f, la, a), r,
+                                       c, mirrored).items())
     return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunk)
 
 
