@@ -299,15 +299,21 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return (np.where(differ, n2, n_in), np.where(differ, w2, n_w),
                 np.where(differ, l2, mean))
 
+    def peak_activations(chunk_act, w_chunk, rc_act):
+        """``(stashed, layers, logits, activations)`` bytes at the peak (``at_peak``,
+        ``own_chunks``) of a rank whose chunk keeps ``chunk_act`` per stashed entry,
+        ``w_chunk`` per pending ``W`` and rebuilds ``rc_act`` at once."""
+        n_in, n_w = at_peak(chunk_act, w_chunk)
+        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
+        return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act
+
     content_given = content is not None
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
     if not mixed_layers(m):
         chunk_act, w_chunk, rc_act = stash(lpc, [(m, None)])
-        n_in, n_w = at_peak(chunk_act, w_chunk)
-        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
-        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
-        activations = layers_act + n_in * emb_act + out_act + rc_act
+        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
@@ -332,10 +338,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
         layers = np.asarray(layers, dtype=float)
         chunk_act, w_chunk, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
-        n_in, n_w = at_peak(chunk_act, w_chunk)
-        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
-        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
-        activations = layers_act + n_in * emb_act + out_act + rc_act
+        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
         # the token permutation's buffers live in an MoE layer (an MTP module's is one when
