@@ -402,11 +402,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # (``comm.dp_parts``: every data-parallel collective, ZeRO-3's included)
 
     def dp_floor(nbytes_per, kind, passes):
-        (d, n_d, s_d), (e, n_e, s_e) = cm.dp_parts(params[kind], eparams[kind], tp, cp, dp,
-                                                    ep, P.etp)
-        on = (e > 0) & (n_e > 1)
-        return group_floor(nbytes_per * d, n_d, s_d, passes, cl) + np.where(on, group_floor(
-            nbytes_per * e, np.where(on, n_e, 2.0), np.where(on, s_e, 1.0), passes, cl), 0.0)
+        parts = cm.dp_parts(params[kind], eparams[kind], tp, cp, dp, ep, P.etp)
+        return cm.dp_parts_sum(parts, lambda p, n, s: group_floor(
+            nbytes_per * p, n, s, passes, cl))
 
     def dp_terms(kind):
         # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
