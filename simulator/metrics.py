@@ -147,17 +147,9 @@ def activation_series(records: list[Record], per_chunk: float | Sequence[float],
     (``Program.meta["paired_forwards"]``); without it a forward's partner is the first
     backward whose records interleave with its own (which misses a pair whose forward runs
     as one piece, a one-layer chunk)."""
-    by_chunk = not isinstance(per_chunk, (int, float)) or not isinstance(per_w, (int, float))
+    a_at, _ = _by_chunk(per_chunk)
+    w_at, any_w = _by_chunk(per_w)
     chunk_of: dict[str, int] = {}
-    if by_chunk:
-        n_ch = len(per_chunk) if not isinstance(per_chunk, (int, float)) else len(per_w)
-        per_chunk = ([float(per_chunk)] * n_ch if isinstance(per_chunk, (int, float))
-                     else [float(x) for x in per_chunk])
-        per_w = [float(per_w)] * n_ch if isinstance(per_w, (int, float)) else [
-            float(x) for x in per_w]
-        any_w = any(x > 0 for x in per_w)
-    else:
-        any_w = per_w > 0
     first: dict[str, tuple[float, int]] = {}
     f_last: dict[str, int] = {}
     b_first: dict[str, int] = {}
@@ -170,8 +162,7 @@ def activation_series(records: list[Record], per_chunk: float | Sequence[float],
         n += 1
         label = r.label
         head = label[:1]
-        if by_chunk:
-            chunk_of[label] = max(r.chunk, 0)
+        chunk_of[label] = max(r.chunk, 0)
         if head == "F":
             if label not in first:
                 first[label] = (r.start, n)
@@ -203,23 +194,27 @@ def activation_series(records: list[Record], per_chunk: float | Sequence[float],
             adds.append((end, bn + 0.5))
         else:
             adds.append((t, n))
-    if by_chunk:
-        a_of = {lb: per_chunk[c] for lb, c in chunk_of.items()}
-        w_of = {lb: per_w[c] for lb, c in chunk_of.items()}
-        events = sorted([(t, n, a_of[lb]) for lb, (t, n) in zip(first, adds)]
-                        + [(t, n, -a_of[lb] + (w_of[lb] if any_w else 0.0))
-                           for lb, (t, n) in last.items()]
-                        + [(t, n, -w_of[lb]) for lb, (t, n) in w_end.items()])
-    else:
-        events = sorted([(t, n, per_chunk) for t, n in adds]
-                        + [(t, n, -per_chunk + (per_w if per_w > 0 else 0.0))
-                           for t, n in last.values()]
-                        + [(t, n, -per_w) for t, n in w_end.values()])
+    a_of = {lb: a_at(c) for lb, c in chunk_of.items()}
+    w_of = {lb: w_at(c) for lb, c in chunk_of.items()}
+    events = sorted([(t, n, a_of[lb]) for lb, (t, n) in zip(first, adds)]
+                    + [(t, n, -a_of[lb] + (w_of[lb] if any_w else 0.0))
+                       for lb, (t, n) in last.items()]
+                    + [(t, n, -w_of[lb]) for lb, (t, n) in w_end.items()])
     series, level = [(0.0, 0.0)], 0.0
     for t, _, delta in events:
         level += delta
         series.append((t, level))
     return series
+
+
+def _by_chunk(x: float | Sequence[float]) -> tuple:
+    """``(bytes of chunk id, any positive)`` of ``activation_series``' ``per_chunk``/``per_w``:
+    a number is every chunk's bytes, a sequence is indexed by chunk id."""
+    if isinstance(x, (int, float)):
+        v = float(x)
+        return (lambda _c: v), v > 0
+    xs = [float(v) for v in x]
+    return xs.__getitem__, any(v > 0 for v in xs)
 
 
 def step_peak(series: list[tuple[float, float]]) -> tuple[float, float]:

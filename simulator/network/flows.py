@@ -209,7 +209,7 @@ class FlowNetwork:
         program, so the count of timeouts depends on the programs, not on which unrelated
         instants happen to be equal in floating point."""
         if share is None:
-            self.env.timeout(latency).callbacks.append(partial(self._start_due, [flow]))
+            self.env.timeout(latency).callbacks.append(partial(self._start_flow, *flow))
             return
         key = (self.env._now + latency, share)   # the instant the timeout below fires at
         due = self._due.get(key)
@@ -218,8 +218,8 @@ class FlowNetwork:
             self.env.timeout(latency).callbacks.append(partial(self._start_due, key))
         due.append(flow)
 
-    def _start_due(self, key, _ev) -> None:
-        self._start_flows(key if type(key) is list else self._due.pop(key))
+    def _start_due(self, key: tuple, _ev) -> None:
+        self._start_flows(self._due.pop(key))
 
     def _start_flows(self, flows: list) -> None:
         """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:

@@ -61,10 +61,17 @@ class ProgramBuilder:
         self.produced: dict[tuple, tuple] = {}
         # some parameter here has copies to reduce with: dp > 1, or routed experts whose
         # expert-data-parallel group holds more than one rank (``comm.has_dp_copies``)
-        self.copies = bool(has_dp_copies(
-            costs.params_by_stage[self.stage] if costs.params_by_stage else 0.0,
-            costs.expert_params_by_stage[self.stage] if costs.expert_params_by_stage else 0.0,
-            p.tp, p.cp, p.dp, p.ep, p.expert_tp))
+        # this stage's parameters and routed-expert parameters, read once (``_dp_parts``,
+        # ``_mirror_reduce``): the routed experts' part over their own group (``comm.dp_parts``)
+        self.stage_params = costs.params_by_stage[self.stage] if costs.params_by_stage else 0.0
+        self.stage_expert = (costs.expert_params_by_stage[self.stage]
+                             if costs.expert_params_by_stage else 0.0)
+        self.copies = bool(has_dp_copies(self.stage_params, self.stage_expert,
+                                         p.tp, p.cp, p.dp, p.ep, p.expert_tp))
+        self.edp_params = 0.0        # the experts' part of ``dp_parts`` (0: all over dp)
+        if self.stage_params > 0:
+            self.edp_params = float(dp_parts(self.stage_params, self.stage_expert, p.tp, p.cp,
+                                             p.dp, p.ep, p.expert_tp)[1][0])
         self.grad_sync = self.copies and p.zero < 3
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and p.zero == 2
@@ -262,7 +269,7 @@ class ProgramBuilder:
                                  deps=(self.last_compute,))
             return []
         L = self.stage_layers
-        parts = self._dp_parts(self.c.params_by_stage[self.stage])
+        parts = self._dp_parts(self.stage_params)
         rest: list[int] = []          # the first layer's share blocks, the rest is returned
         for share, out in ((1 / L, self.wait), ((L - 1) / L, rest)):
             for dim, k, suffix in parts:
@@ -419,16 +426,9 @@ class ProgramBuilder:
         the routed experts' share goes over the expert-data-parallel group and the rest over
         dp (``comm.dp_parts``, the estimate's and the bound's rule); a group of one rank (no
         expert replica) is skipped by ``coll``."""
-        p = self.p
-        total = self.c.params_by_stage[self.stage] if self.c.params_by_stage else 0.0
-        expert = (self.c.expert_params_by_stage[self.stage]
-                  if self.c.expert_params_by_stage else 0.0)
-        if total <= 0:
+        if self.edp_params <= 0:     # no stage parameters, or none over the experts' group
             return [("dp", params, "")]
-        _, (e, _, _) = dp_parts(total, expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp)
-        if e <= 0:
-            return [("dp", params, "")]
-        e = params * float(e) / total
+        e = params * self.edp_params / self.stage_params
         return [("dp", params - e, ""), ("edp", e, " experts")]
 
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
@@ -449,10 +449,9 @@ class ProgramBuilder:
         ``comm.grad_shard_params``) over the two ranks, on the dp-comm stream."""
         pp_group = self.group["pp"]
         pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
-        p, stage = self.p, self.stage
-        expert = self.c.expert_params_by_stage[stage] if self.c.expert_params_by_stage else 0.0
+        p = self.p
         nbytes = self.c.grad_bytes * float(grad_shard_params(
-            self.c.params_by_stage[stage], expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
+            self.stage_params, self.stage_expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
         self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
                   algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
                   category="dp", label="AR mirror copies", repeat=1.0,
@@ -466,7 +465,7 @@ class ProgramBuilder:
     def _z3_rs(self, share: float, deps: tuple, label: str, i: int) -> None:
         """One reduce-scatter of ``share`` of this stage's gradients (dense over dp, routed
         experts over edp: ``_dp_parts``) after ``deps``."""
-        for dim, k, suffix in self._dp_parts(self.c.params_by_stage[self.stage]):
+        for dim, k, suffix in self._dp_parts(self.stage_params):
             self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k, share, "dp",
                       f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
 

@@ -166,8 +166,30 @@ def has_dp_copies(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep
     gradients with (and, sharded, to gather from): ``dp > 1``, or routed experts whose
     expert-data-parallel group (``dp_parts``) holds more than one rank, as at ``dp = 1`` when
     ``etp·ep < tp·cp`` (Megatron-Core reduces them over that group). Vectorised."""
-    (_, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
-    return ((np.asarray(n_d) > 1) | ((np.asarray(e) > 0) & (np.asarray(n_e) > 1)))[()]
+    return parts_have_copies(dp_parts(params, expert_params, tp, cp, dp, ep, etp))[()]
+
+
+def parts_have_copies(parts) -> Num:
+    """``has_dp_copies`` of ``dp_parts``' groups already formed. Vectorised."""
+    return (np.asarray(parts[0][1]) > 1) | expert_copies(parts)
+
+
+def expert_copies(parts) -> Num:
+    """True where ``dp_parts``' expert part has copies to reduce: routed parameters over an
+    expert-data-parallel group of more than one rank. Vectorised."""
+    _, (e, n_e, _) = parts
+    return (np.asarray(e) > 0) & (np.asarray(n_e) > 1)
+
+
+def dp_parts_sum(parts, cost) -> Num:
+    """``cost(parameters, ranks, stride)`` of ``dp_parts``' dense collective plus its expert
+    one where that runs (``expert_copies``; else 0, priced at a stand-in group of 2 ranks
+    stride 1 so that no group of one is priced): the one sum the estimate's
+    ``dp_collective_time`` and the lower bound's floors read. Vectorised."""
+    (d, n_d, s_d), (e, n_e, s_e) = parts
+    on = expert_copies(parts)
+    return cost(d, n_d, s_d) + np.where(on, cost(e, np.where(on, n_e, 2.0),
+                                                 np.where(on, s_e, 1.0)), 0.0)
 
 
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
@@ -187,12 +209,9 @@ def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_para
     parameters) of ``bytes_per_param`` bytes each, alone on its links: ``dp_parts``' dense
     collective over dp, then its routed experts' over their expert-data-parallel group (none
     where that group is one rank: each expert held once). Vectorised."""
-    (d, n_d, s_d), (e, n_e, s_e) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
-    t_dense = collective_time(kind, bytes_per_param * d, n_d, s_d, cluster)
-    on = (np.asarray(e) > 0) & (np.asarray(n_e) > 1)
-    t_exp = np.where(on, collective_time(kind, bytes_per_param * e, np.where(on, n_e, 2.0),
-                                         np.where(on, s_e, 1.0), cluster), 0.0)
-    return (t_dense + t_exp)[()]
+    parts = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    return np.asarray(dp_parts_sum(parts, lambda p, n, s: collective_time(
+        kind, bytes_per_param * p, n, s, cluster)))[()]
 
 
 def pxn_relay(cluster: Cluster) -> bool:

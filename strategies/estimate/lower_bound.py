@@ -401,16 +401,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # group, tp·cp·dp/(etp·ep) ranks etp·ep apart, after the dense share on the same stream
     # (``comm.dp_parts``: every data-parallel collective, ZeRO-3's included)
 
+    # each kind's groups once (every floor below and the mirror's shard read them)
+    parts = {k: cm.dp_parts(params[k], eparams[k], tp, cp, dp, ep, P.etp)
+             for k in ("first", "last", "mid")}
+
     def dp_floor(nbytes_per, kind, passes):
-        (d, n_d, s_d), (e, n_e, s_e) = cm.dp_parts(params[kind], eparams[kind], tp, cp, dp,
-                                                    ep, P.etp)
-        on = (e > 0) & (n_e > 1)
-        return group_floor(nbytes_per * d, n_d, s_d, passes, cl) + np.where(on, group_floor(
-            nbytes_per * e, np.where(on, n_e, 2.0), np.where(on, s_e, 1.0), passes, cl), 0.0)
+        return cm.dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
+            nbytes_per * p, n, s, passes, cl))
 
     def dp_terms(kind):
         # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
-        copies = cm.has_dp_copies(params[kind], eparams[kind], tp, cp, dp, ep, P.etp)
+        copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
         red = np.where(sync, red, 0.0)
@@ -426,10 +427,11 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         return red, ag_tail, busy
 
     ogr_gather = P.overlap_param_gather
-    red0, ag0, z30 = dp_terms("first")
+    terms = {k: dp_terms(k) for k in ("first", "last", "mid")}   # each kind's once
+    red0, ag0, z30 = terms["first"]
 
     def stage_bound(kind, s):
-        red, ag, z3 = dp_terms(kind)
+        red, ag, z3 = terms[kind]
         # DualPipe: a rank's first micro-batch enters at its nearer end, and its last
         # backward goes back to that end
         s = np.where(mirrored, np.minimum(s, pp - 1 - s), s)
