@@ -592,15 +592,23 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
 
 
-def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
+def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None,
+                  dispatcher: Num = 0) -> Num:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
     synchronisations (``costs.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
-    has drained its queue, so the next kernel starts one launch after the host resumes, a
-    launch gap the asynchronous queue would otherwise have hidden; 0 for a dense model."""
+    has drained its queue, so the GPU then waits, serially, for everything the host runs up
+    to its next launch: the launch gap, plus ``HOST_PATH_S`` (the host's path of one operator,
+    ``strategies.launch_blocking``) per Python operator the ``dispatcher`` (``plan.DISPATCHERS``
+    code) runs before it (``costs.MOE_SYNC_HOST_OPS``), i.e. ``SYNC_LAUNCH_GAP_S`` for the
+    alltoall dispatcher, as under ``CUDA_LAUNCH_BLOCKING``. 0 for a dense model. Vectorised
+    over ``dispatcher``."""
+    code = np.asarray(dispatcher).astype(int)
     if not m.is_moe:
-        return 0.0
+        return (0.0 * code)[()]
     share = m.layer_shares().get("moe", 0.0)
-    return share * costs.MOE_SYNCS_FWD * measured.launch_gap(gpu, fw.launch_gap_s)
+    ops = np.asarray(costs.MOE_SYNC_HOST_OPS, dtype=float)[code]
+    gap = measured.launch_gap(gpu, fw.launch_gap_s)
+    return (share * costs.MOE_SYNCS_FWD * (gap + ops * HOST_PATH_S))[()]
 
 
 def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -682,7 +690,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
-    sync = moe_sync_time(m, fw, gpu) * np.logical_not(graphed)
+    sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
     bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,

@@ -518,6 +518,18 @@ def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) 
 #: budget reads ``tokens_per_expert.sum()`` to size the combine. The backward reuses the saved
 #: split sizes: no synchronisation.
 MOE_SYNCS_FWD = 1
+#: Python-level operators the host runs between that synchronisation and the next kernel it
+#: launches, by ``plan.DISPATCHERS`` code (Megatron-Core 0.17, ``core_v0.17.0``): the GPU's
+#: queue is empty, so it waits for them. ``alltoall``: ``d2h_event.synchronize()`` returns in
+#: Python and the next launch is the ``all_to_all`` autograd operator's (``token_dispatch``,
+#: ``token_dispatcher.py`` L668-676): one operator's host path. ``deepep`` and ``hybridep``
+#: wait inside their C++ dispatch (DeepEP's ``Buffer.dispatch`` polls the received counts;
+#: HybridEP's ``dispatch_with_permute`` waits for its pinned-memory counts, ``fused_a2a.py``
+#: L365-384) and allocate and launch the dispatch from there: no Python operator, the launch
+#: gap only. Their ``tokens_per_expert`` arrive as host tensors (``torch.tensor`` of DeepEP's
+#: list, HybridEP's pinned copy), so the experts' ``tolist()`` and DeepEP's ``.sum().item()``
+#: do not synchronise again.
+MOE_SYNC_HOST_OPS = (1, 0, 0)
 
 
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
