@@ -89,8 +89,22 @@ Sources (details and numbers in docs/calibration.md):
   with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
   sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
   ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
-  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
-  compiled, not modelled here (whole forward).
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns). JAX's remat stops at
+  the same GEMM for another reason: ``jax.checkpoint``'s partial evaluation
+  (``jax/_src/ad_checkpoint.py`` ``remat_partial_eval``) dead-code-eliminates the recomputed
+  forward down to the residuals the backward reads (``pe.dce_jaxpr``), and XLA's DCE drops
+  what is left unused; the down projection's output is read by no backward op (the residual
+  add's backward needs no operand, the next layer's input is the scan carry MaxText saves as
+  ``decoder_layer_input``), so it is never rerun, under ``full`` or any named policy
+  (docs/calibration.md §3.17). The same rule holds for selective recomputation of the
+  ``mlp`` module on such a stack: the MLP's first GEMMs and activation are redone, not
+  its down projection.
+* MaxText's named remat policies (``strategies.remat_policies``): a policy saves some of the
+  layer's named tensors (``query_proj`` ... ``mlpwo``, ``context``); what it does not save
+  and the backward reads is recomputed, which maps onto selective recomputation of the
+  modules ``core_attn`` (the attention output, ``context``, not saved: the fused attention
+  forward reruns, ``recompute_flash_fwd``), ``layernorm`` (the norms, never named, always
+  redone) and ``mlp`` (``mlpwi_0``/``mlpwi_1`` not saved).
 * DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
   ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
   gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
@@ -277,9 +291,18 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
-    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
-    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    #: recomputation never reruns the layer's last GEMM (the dense MLP's down projection):
+    #: full recomputation stops before it (PyTorch non-reentrant checkpoint with early stop;
+    #: JAX's remat, whose recomputed forward is dead-code-eliminated to what the backward
+    #: reads), and so does selective recomputation of the ``mlp`` module; False: the whole
+    #: forward (or module) is rerun (reentrant checkpointing)
     recompute_early_stop: bool = False
+    #: selective recomputation of ``core_attn`` under FlashAttention reruns the fused attention
+    #: kernel's forward (the stack keeps neither its output nor its softmax statistics: MaxText's
+    #: ``context`` tensor, remat unless a policy saves it); False: the fused kernel's backward
+    #: recomputes the scores itself and nothing is rerun (the model's reading of Megatron's
+    #: ``core_attn`` under FlashAttention)
+    recompute_flash_fwd: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -690,6 +713,11 @@ JAX_XLA = FrameworkProfile(
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
+    recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
+    recompute_flash_fwd=True,
+    recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
+                   "recomputed (strategies.remat_policies: selective with the modules "
+                   "core_attn, layernorm, mlp)",
     precisions=("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"),
     precision_source="MaxText dtype bfloat16 or float16 (configs/base.yml) and quantization "
                      "te_fp8_delayedscaling, te_fp8_currentscaling, te_mxfp8, te_nvfp4 "

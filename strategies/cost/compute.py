@@ -737,11 +737,14 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
-    FlashAttention, whose backward already recomputes the scores), the norms' and the
+    FlashAttention, whose backward already recomputes the scores, unless the stack reruns
+    the fused kernel's forward, ``FrameworkProfile.recompute_flash_fwd``), the norms' and the
     activation functions' HBM traffic (``counts.norm_bytes_fwd``,
     ``counts.activation_fn_bytes_fwd`` over each part's width; the routed activation with
     its eager clamp where the stack runs one, ``counts.clamp_bytes`` and its kernels), and
-    the forward of each part's GEMMs (``counts.layer_gemm_parts``)."""
+    the forward of each part's GEMMs (``counts.layer_gemm_parts``), the dense MLP's less its
+    down projection on a stack whose recomputation never reruns the layer's last GEMM
+    (``early_stop_saving``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
@@ -757,9 +760,10 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     if fw.eager_variants and m.activation_clamp is not None and m.is_moe:
         clamp = costs.clamp_bytes(m, b, tp, cp, load)[0] / hbm + m.layer_shares()["moe"] \
             * costs.CLAMP_KERNELS[0] * measured.launch_gap(gpu, fw.launch_gap_s)
-    work = {"scores": np.where(flash, 0.0, a_f),
+    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
+    work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
-            "dense_mlp": g("dense_mlp") + act("dense_mlp"),
+            "dense_mlp": g("dense_mlp") - stop + act("dense_mlp"),
             "routed_act": act("routed_mlp") + clamp,
             "routed_mlp": g("routed_mlp"),
             "shared_mlp": g("shared_mlp") + act("shared_mlp"),
