@@ -1,0 +1,129 @@
+#!/usr/bin/env python
+"""What the per-tensor ZeRO-3 model leaves on Narayanan et al. 2021's ZeRO-3 rows, and what the
+DeepSpeed 2021 mechanisms read from its code would do to it (docs/calibration.md §3.19).
+
+Run (about two seconds, analytic only, changes nothing in the model):
+
+    python experiments/zero3_deepspeed_2021.py
+
+Table 1, for the six ``narayanan2021_t2_zero3_*`` rows of ``published.json`` (GPT-3 175B and
+530B, DeepSpeed ZeRO-3 without model parallelism, full recompute, one micro-batch per GPU): the
+measured step, the estimate, the model's compute (the step less its ZeRO-3 traffic), the model's
+ZeRO-3 traffic (``strategies.estimate.analytic``'s per-tensor term, ``comm.per_tensor_time``),
+the time the measurement leaves after the model's compute, and both per collective call (the
+gathers and reduce-scatters that ``counts.zero3_tensor_gathers`` counts). A missed cost per
+call that is the same for both models points at latency or host time; one that grows with the
+tensor (530B's weights are 2.8x 175B's) points at bytes.
+
+Table 2: each row's error under what-ifs, each applied to the per-tensor traffic only:
+
+* ``persist``: DeepSpeed's ``stage3_param_persistence_threshold`` (default 1e5 elements,
+  v0.3.13-v0.5 ``runtime/zero/constants.py``; ``stage3.py`` ``persistent_parameters`` marks
+  every tensor under it ``ds_persist``, ``fetch_sub_module`` finds it AVAILABLE and gathers
+  nothing, ``release_sub_module`` never re-partitions it): the layer norms' weights and biases
+  and every bias (hidden 12,288 or 20,480, the MLP's 4h bias 49,152 or 81,920) are not
+  gathered; their gradients are still reduce-scattered one by one.
+* ``nccl-lat``: NCCL 2.9's own ring latency (``src/graph/tuning.cc`` at v2.9.9-1,
+  ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat``: the hops inside a node at
+  the NVLink latency, ``nodes - 1`` at the network's) instead of the project's ``n - 1``
+  steps at the slowest hop's (``strategies.collectives.ring``).
+* both.
+
+The persistence threshold is a default of the code the paper ran (the paper does not give its
+ZeRO configuration); NCCL's latency is its tuning model's, not a measurement.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from unittest import mock
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from simulator.studies.validate import load_cases, mape  # noqa: E402
+from strategies.cost import comm as cm  # noqa: E402
+from strategies.cost import counts  # noqa: E402
+from strategies.estimate.scalar import estimate  # noqa: E402
+
+PERSISTENCE_THRESHOLD = 1e5     # DeepSpeed stage3_param_persistence_threshold default (elements)
+
+
+def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
+    """``counts.zero3_tensor_gathers`` with the tensors under ``persist`` elements left out of
+    the gathers (their gradients' reduce-scatters kept)."""
+    rs = counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
+    if not persist:
+        return rs
+    whole = counts.layer_param_tensors(m)
+    with mock.patch.object(counts, "layer_param_tensors",
+                           lambda mm: tuple(t for t in whole if t >= persist)):
+        ag = counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
+    # the embedding and the head are above the threshold in both models
+    return {**ag, "rs_n": rs["rs_n"], "rs_params": rs["rs_params"]}
+
+
+def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False) -> tuple[float, float]:
+    """(seconds, calls) of one micro-batch's per-tensor ZeRO-3 traffic of ``job`` (tp = pp = 1),
+    as ``strategies.estimate.analytic`` charges it, under the what-ifs of the module docstring."""
+    m, cl, fw, n = job.model, job.cluster, job.framework, job.plan.dp
+    z = _gathers(m, job.plan.recompute == "full", fw.zero3_reuse_params, persist)
+    pb, gb = 2.0, 2.0                     # fp16 parameters and gradients (the rows' precision)
+    n_ag, n_rs = z["fwd_n"] + z["bwd_n"], z["rs_n"]
+    t = float(cm.per_tensor_time(n_ag, pb * (z["fwd_params"] + z["bwd_params"]), n, 1, cl,
+                                 fw.launch_gap_s)
+              + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+    if nccl_latency:
+        _, lat = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
+        nodes = -(-n // cl.gpus_per_node)
+        t -= float((n_ag + n_rs) * (n - nodes) * (lat - cl.intra_node_latency))
+    return t, float(n_ag + n_rs)
+
+
+def main() -> None:
+    cases = [c for c in load_cases(tiers=None) if c.id.startswith("narayanan2021_t2_zero3")]
+    print("| row | measured s | estimate s | error | model compute s | model ZeRO-3 s | "
+          "left for ZeRO-3 s | calls | model ms/call | left ms/call | ratio |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
+    for c in cases:
+        job = c.job
+        est = estimate(job)
+        z3, calls = z3_traffic(job)
+        assert abs(z3 - est.breakdown_s["dp_comm"]) < 1e-6 * z3, (z3, est.breakdown_s)
+        base = est.step_time_s - z3
+        left = c.measured_step_s - base
+        rows.append((c, job, base))
+        print(f"| {c.id} | {c.measured_step_s:.1f} | {est.step_time_s:.1f} | "
+              f"{100 * (est.step_time_s / c.measured_step_s - 1):+.1f} % | {base:.1f} | "
+              f"{z3:.1f} | {left:.1f} | {calls:.0f} | {1e3 * z3 / calls:.1f} | "
+              f"{1e3 * left / calls:.1f} | {left / z3:.2f} |")
+    print()
+    variants = (("model", {}), ("persist", {"persist": PERSISTENCE_THRESHOLD}),
+                ("nccl-lat", {"nccl_latency": True}),
+                ("both", {"persist": PERSISTENCE_THRESHOLD, "nccl_latency": True}))
+    print("| row | " + " | ".join(v for v, _ in variants) + " |")
+    print("|---|" + "---:|" * len(variants))
+    errs: dict[str, list[float]] = {v: [] for v, _ in variants}
+    for c, job, base in rows:
+        cells = []
+        for v, kw in variants:
+            e = 100 * ((base + z3_traffic(job, **kw)[0]) / c.measured_step_s - 1)
+            errs[v].append(e)
+            cells.append(f"{e:+.1f} %")
+        print(f"| {c.id} | " + " | ".join(cells) + " |")
+    print("| MAPE (6 rows) | " + " | ".join(f"{mape(errs[v]):.1f} %" for v, _ in variants)
+          + " |")
+    sign = {v: "".join("+" if b > a else "-" for a, b in zip(errs["model"], errs[v]))
+            for v, _ in variants[1:]}
+    print()
+    print("direction of each what-if per row (+ slower, - faster than the model): "
+          + ", ".join(f"{v} {s}" for v, s in sign.items()))
+    print(f"calls per row: {np.round([z3_traffic(j)[1] for _, j, _ in rows]).astype(int)}; "
+          f"with persist: "
+          f"{np.round([z3_traffic(j, PERSISTENCE_THRESHOLD)[1] for _, j, _ in rows]).astype(int)}")
+
+
+if __name__ == "__main__":
+    main()
