@@ -27,7 +27,15 @@ Table 2: each row's error under what-ifs, each applied to the per-tensor traffic
   ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat``: the hops inside a node at
   the NVLink latency, ``nodes - 1`` at the network's) instead of the project's ``n - 1``
   steps at the slowest hop's (``strategies.collectives.ring``).
-* both.
+* ``ar-buckets``: the gradient path of DeepSpeed's ZeRO-3 before v0.4.5 (2021-08-06):
+  ``contiguous_gradients`` defaulted to False for stage 3 (``ZERO3_OPTIMIZATION_CONTIGUOUS_
+  GRADIENTS_DEFAULT`` in ``constants.py`` at v0.3.13-v0.4.4), so ``reduce_ipg_grads`` took
+  ``buffered_reduce_fallback``: each bucket of gradients (closed when the next tensor would
+  take it past ``reduce_bucket_size``, default 5e8 elements) flattened, divided and
+  all-reduced in fp16 (``allreduce_bucket``, the project's all-reduce: ``comm.collective_time``),
+  then copied back; instead of one reduce-scatter per tensor. The flatten / divide / copy-back
+  passes over the gradient in HBM (six of 2 bytes per element) are charged at the GPU's HBM rate.
+* ``persist+ar``: the two DeepSpeed defaults of March-June 2021 together; ``all``: the three.
 
 The persistence threshold is a default of the code the paper ran (the paper does not give its
 ZeRO configuration); NCCL's latency is its tuning model's, not a measurement.
@@ -48,6 +56,28 @@ from strategies.cost import counts  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 
 PERSISTENCE_THRESHOLD = 1e5     # DeepSpeed stage3_param_persistence_threshold default (elements)
+REDUCE_BUCKET = 5e8             # DeepSpeed reduce_bucket_size default (elements)
+
+
+def grad_buckets(m, bucket: float = REDUCE_BUCKET) -> list[float]:
+    """Elements of each all-reduced gradient bucket of one backward (tp = pp = 1), in the order
+    the gradients complete: the head's (untied: the LM head, then the final norm), every
+    layer's tensors last to first, the embeddings; a bucket is closed before a tensor that
+    would take it past ``bucket`` (``reduce_independent_p_g_buckets_and_remove_grads``)."""
+    h = m.hidden_size
+    order: list[float] = []
+    if not m.tie_word_embeddings:
+        order.append(float(m.lm_head_params()))
+    order += [float(h)] * (2 if m.norm == "layernorm" else 1)
+    order += [float(t) for t in reversed(counts.layer_param_tensors(m))] * m.num_layers
+    order.append(float(counts.embedding_params_per_gpu(m, 1)))
+    out, cur = [], 0.0
+    for t in order:
+        if cur and cur + t > bucket:
+            out.append(cur)
+            cur = 0.0
+        cur += t
+    return out + [cur]
 
 
 def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
@@ -60,11 +90,15 @@ def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
     with mock.patch.object(counts, "layer_param_tensors",
                            lambda mm: tuple(t for t in whole if t >= persist)):
         ag = counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
-    # the embedding and the head are above the threshold in both models
+    # the final norm (hidden-size tensors) is under it too; the embeddings and the head are not
+    if m.hidden_size < persist:
+        norm_n = 2 if m.norm == "layernorm" else 1
+        ag = {**ag, "fwd_n": ag["fwd_n"] - norm_n, "fwd_params": ag["fwd_params"] - m.norm_params()}
     return {**ag, "rs_n": rs["rs_n"], "rs_params": rs["rs_params"]}
 
 
-def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False) -> tuple[float, float]:
+def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False,
+               ar_buckets: bool = False) -> tuple[float, float]:
     """(seconds, calls) of one micro-batch's per-tensor ZeRO-3 traffic of ``job`` (tp = pp = 1),
     as ``strategies.estimate.analytic`` charges it, under the what-ifs of the module docstring."""
     m, cl, fw, n = job.model, job.cluster, job.framework, job.plan.dp
@@ -78,7 +112,30 @@ def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False) -> tuple[f
         _, lat = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
         nodes = -(-n // cl.gpus_per_node)
         t -= float((n_ag + n_rs) * (n - nodes) * (lat - cl.intra_node_latency))
+    if ar_buckets:
+        t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+        b = grad_buckets(m)
+        t += sum(float(cm.collective_time("allreduce", gb * e, n, 1, cl)) for e in b)
+        t += 6 * gb * sum(b) / cl.gpu.hbm_bandwidth
+        n_rs = len(b)
     return t, float(n_ag + n_rs)
+
+
+def demanded_rate(job, need: float) -> tuple[float, float, float]:
+    """Under DeepSpeed's defaults of March-June 2021 (``persist`` and ``ar-buckets``), nothing
+    hidden under compute: (bytes each GPU puts on the wire per step, seconds of the traffic that
+    do not depend on the rate (ring latency, list copies, HBM passes), the per-GPU rate in
+    bytes/s at which the wire bytes take the rest of ``need``). The model's rate is
+    ``comm.group_bandwidth``'s."""
+    m, cl, n = job.model, job.cluster, job.plan.dp
+    z = _gathers(m, job.plan.recompute == "full", job.framework.zero3_reuse_params,
+                 PERSISTENCE_THRESHOLD)
+    bw, _ = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
+    wire = (n - 1) / n * (2.0 * (z["fwd_params"] + z["bwd_params"])
+                          + 2 * 2.0 * sum(grad_buckets(m)))    # all-reduce: twice the buffer
+    total, _ = z3_traffic(job, PERSISTENCE_THRESHOLD, ar_buckets=True)
+    fixed = total - float(wire / bw)
+    return float(wire), fixed, float(wire / max(need - fixed, 1e-9))
 
 
 def main() -> None:
@@ -102,7 +159,10 @@ def main() -> None:
     print()
     variants = (("model", {}), ("persist", {"persist": PERSISTENCE_THRESHOLD}),
                 ("nccl-lat", {"nccl_latency": True}),
-                ("both", {"persist": PERSISTENCE_THRESHOLD, "nccl_latency": True}))
+                ("ar-buckets", {"ar_buckets": True}),
+                ("persist+ar", {"persist": PERSISTENCE_THRESHOLD, "ar_buckets": True}),
+                ("all", {"persist": PERSISTENCE_THRESHOLD, "nccl_latency": True,
+                         "ar_buckets": True}))
     print("| row | " + " | ".join(v for v, _ in variants) + " |")
     print("|---|" + "---:|" * len(variants))
     errs: dict[str, list[float]] = {v: [] for v, _ in variants}
@@ -120,6 +180,15 @@ def main() -> None:
     print()
     print("direction of each what-if per row (+ slower, - faster than the model): "
           + ", ".join(f"{v} {s}" for v, s in sign.items()))
+    print()
+    print("| row | left for ZeRO-3 s | wire bytes per GPU (TB) | rate-free s | demanded rate GB/s "
+          "| model's rate GB/s |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for c, job, base in rows:
+        wire, fixed, rate = demanded_rate(job, c.measured_step_s - base)
+        bw, _ = cm.group_bandwidth(job.cluster, job.plan.dp, 1, rail_aligned=True)
+        print(f"| {c.id} | {c.measured_step_s - base:.1f} | {wire / 1e12:.2f} | {fixed:.1f} | "
+              f"{rate / 1e9:.1f} | {float(bw) / 1e9:.1f} |")
     print(f"calls per row: {np.round([z3_traffic(j)[1] for _, j, _ in rows]).astype(int)}; "
           f"with persist: "
           f"{np.round([z3_traffic(j, PERSISTENCE_THRESHOLD)[1] for _, j, _ in rows]).astype(int)}")
