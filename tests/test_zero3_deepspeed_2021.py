@@ -57,3 +57,24 @@ def test_buckets_are_a_small_closed_form(monkeypatch):
     monkeypatch.setattr(counts, "layer_param_tensors", lambda m: (3e8, 3e8, 3e8))
     monkeypatch.setattr(counts, "embedding_params_per_gpu", lambda m, tp: 1.0)
     assert grad_buckets(M()) == [3e8 + 1.0, 3e8, 3e8 + 1.0]
+
+
+def test_prefetch_hides_what_the_live_limit_allows(rows):
+    # with compute to spare every allowed gather hides whole: 175B's four weights are all under
+    # stage3_max_live_parameters (1e9), so all of them (forward, recomputed forward, the three
+    # regathered in the backward); 530B's qkv and MLP weights are over it, so only proj and
+    # fc1 in the forwards and qkv (after proj) in the backward
+    from experiments.zero3_deepspeed_2021 import prefetch_hidden
+    from strategies.cost import comm as cm
+    for c in (rows[0], rows[3]):
+        job = c.job
+        h, L, n = job.model.hidden_size, job.model.num_layers, job.plan.dp
+        g = {k: float(cm.per_tensor_time(1, 2.0 * v * h * h, n, 1, job.cluster,
+                                         job.framework.launch_gap_s))
+             for k, v in (("qkv", 3), ("proj", 1), ("fc1", 4), ("fc2", 4))}
+        if h * h * 4 < 1e9:
+            want = L * (2 * sum(g.values()) + g["fc1"] + g["proj"] + g["qkv"])
+        else:
+            want = L * (2 * (g["proj"] + g["fc1"]) + g["qkv"])
+        assert prefetch_hidden(job, 1e12) == pytest.approx(want, rel=1e-12)
+        assert prefetch_hidden(job, 0.0) == 0.0
