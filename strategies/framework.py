@@ -607,8 +607,9 @@ MEGATRON_CORE = FrameworkProfile(
 
 NEMO = replace(
     MEGATRON_CORE, name="nemo",
-    # NeMo 2's model configs are not read here for cross_entropy_loss_fusion (its jit-fused
-    # path's passes are not counted either): the assumed three passes each way are kept
+    # NeMo 2's model configs set cross_entropy_loss_fusion=True (GPTConfig, NemotronConfig in
+    # nemo/collections/llm/gpt/model/): Megatron's jit-fused path, whose passes depend on what
+    # the fuser merges and are not counted here, so the assumed three passes each way are kept
     loss=LossPasses(),
     description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
                 "and defaults, gradients averaged in the data-parallel collective "
