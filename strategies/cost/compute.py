@@ -776,8 +776,9 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num, Num]:
     """(forward, backward, weight-gradient part of the backward) seconds of the output layer
     and the cross-entropy on the last stage. The logits GEMM stays in 16 bits; the backward
-    is its data- and weight-gradient GEMMs, the cross-entropy's backward pass over the fp32
-    logits and the gradient accumulation of the output weight; its weight-gradient part is
+    is its data- and weight-gradient GEMMs, the cross-entropy's backward passes over the fp32
+    logits (both directions' passes: ``fw.loss``, bytes per logit element) and the gradient
+    accumulation of the output weight; its weight-gradient part is
     the weight-gradient GEMM and that accumulation. ``slow``: factor on the GEMMs
     (``overlap_slowdown``)."""
     T = costs.tokens_per_gpu(b, m.seq_length, cp)
@@ -790,12 +791,14 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
     w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
     g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)
-    ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
+    # the softmax cross-entropy's memory-bound passes over the logits, as the stack runs them
+    # (``FrameworkProfile.loss``, ``framework.LossPasses``)
+    ce_f, ce_b = (fw.loss.fwd_bytes * T * V / hbm, fw.loss.bwd_bytes * T * V / hbm)
     # a tied head's weight is the embedding's tensor: its sharded-gradient passes are the
     # embedding's (``embedding_time_bwd``)
     acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(
         0.0 if m.tie_word_embeddings else V * h, shard, gpu, dtype, fw, system)
-    return g_f + ce, g_b + ce + acc, slow * w + acc
+    return g_f + ce_f, g_b + ce_b + acc, slow * w + acc
 
 
 def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
