@@ -124,8 +124,9 @@ SYNC_GRID = [  # (model, cluster, plan, tolerance)
     (LLAMA8, "dgx-h100", "pp=4,zero=2,gbs=32,schedule=interleaved,vpp=2", 0.02),
     # outside 2 %: -7.0 %, the reduce-scatters' seconds, not their path: the simulation's
     # last stage reduce-scatters 167 ms per micro-batch (its expert buckets over edp), the
-    # estimate's rs_last 151 ms, 8 micro-batches on the slowest stage's own end; the old
-    # rule's -3.4 % counted rank 0's drain, which ends 370 ms before the last stage
+    # estimate's rs_last 151 ms (the even split's mean layer), 8 micro-batches on the
+    # slowest stage's own end (docs/calibration.md §5.11.1); the old rule's -3.4 % counted
+    # rank 0's drain, which ends 450 ms before the last stage
     (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,gbs=32,schedule=zb-h1", 0.075),
 ]
 

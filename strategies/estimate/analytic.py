@@ -75,7 +75,7 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
 
 
 #: the paths of ZeRO-2's stall without overlap that a schedule adds to the slowest stage's
-#: (``z2_sync_exposed``'s ``path``): none (a split backward, DualPipe), the gradient's way
+#: (``z2_sync_exposed``'s ``path``): none (ZB-V, DualPipe), the gradient's way
 #: back (one chunk per rank: 1F1B, GPipe), the drain and rank 0's cool-down (interleaved),
 #: the slowest stage's trailing weight gradients (a split backward, one chunk per rank: ZB-H1)
 Z2_BUSY, Z2_BACK, Z2_COOLDOWN, Z2_SPLIT = 0, 1, 2, 3
@@ -91,8 +91,8 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
     seconds per micro-batch, ``pipe`` the span without the stall; ``t_first``/``t_mid``/
     ``t_last``: the stages' seconds without the reduce-scatter, ``rs`` = (first, middle,
     last) rank's own reduce-scatter per micro-batch (all its chunks); ``t_b0``: rank 0's
-    backward; ``path``: ``Z2_BUSY``, ``Z2_BACK`` or ``Z2_COOLDOWN`` (which paths below are
-    the longest); ``v`` the chunks per rank, ``r_f`` rank 0's forward share of its seconds,
+    backward; ``path``: ``Z2_BUSY``, ``Z2_BACK``, ``Z2_COOLDOWN`` or ``Z2_SPLIT`` (which
+    paths below are the longest); ``v`` the chunks per rank, ``r_f`` rank 0's forward share of its seconds,
     ``rs_c0`` rank 0's chunk 0's reduce-scatter (the embedding's gradients and ``1/v`` of
     its layers'), ``trailing`` the (first, middle, last) rank's weight-gradient steps after
     its last ``B`` (``Schedule.trailing_w_steps``). Arrays over plans; seconds.
@@ -116,7 +116,8 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
       each but the last followed by its own reduce-scatter ``rs_c0`` (the embedding's
       gradients make it dearer than the stages' above), from when the slowest stage ends:
       ``fill + m·t'_k − rs_k + (p − 1)·(t_b0/v + rs_c0) + rs_0``, ``fill`` the forwards of
-      micro-batch 0 before ``k`` (``r_f`` of the other stages' ``(t_sum − t_max)/v``);
+      micro-batch 0 before ``k`` (``r_f`` of the other stages' ``(t_sum − t_max)/v``); none
+      where rank 0 alone is the slowest (its cool-down is in its own busy time);
     * ``Z2_SPLIT`` (the stall follows ``W``, which lags its ``B``: the slowest stage's last
       ``n_k`` weight gradients and their reduce-scatters come after its last ``B``, off the
       drain), in place of the first: the slowest stage's own end, ``fill + m·t'_k`` (its
@@ -141,8 +142,10 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
     span = pipe_span(t_max, t_sum)
     back = span - t_max + t_b0 + rs_first - pipe
     drain = span - rs_max + rs_first - pipe
-    cool = (r_f * (t_sum0 - t_max0) / v + mb * t_max - rs_max
-            + (pp - 1) * (t_b0 / v + rs_c0) + rs_first - pipe)
+    # (none where rank 0 alone is the slowest: its cool-down is in its own busy time)
+    cool = np.where(first > np.maximum(last, np.where(pp > 2, mid, 0.0)), busy,
+                    r_f * (t_sum0 - t_max0) / v + mb * t_max - rs_max
+                    + (pp - 1) * (t_b0 / v + rs_c0) + rs_first - pipe)
     return np.where(pp > 1, np.where(path == Z2_BACK, np.maximum(busy, back),
                                      np.where(path == Z2_COOLDOWN,
                                               np.maximum(busy, np.maximum(drain, cool)),
