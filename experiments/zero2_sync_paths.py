@@ -4,7 +4,7 @@ simulation per schedule, the paths of ``strategies.estimate.analytic.z2_sync_exp
 
 Run (about 20 s on a quiet core):
 
-    python experiments/zero2_sync_paths.py
+    python experiments/zero2_sync_paths.py [--overlap]
 
 Every plan runs on two nodes of its cluster, ZeRO-2 with each micro-batch's reduce-scatter
 after its backward (``W`` on a split backward) on the compute stream. Columns: the analytic
@@ -12,7 +12,10 @@ step, the simulated one (``flows``), their gap, the gap against the ``contention
 simulation, the same plan's gap with ZeRO-1 (the pipeline model's own error), and whether
 the lower bound stays at most the simulation. The last lines give the worst gap per
 schedule. Plans: the sync grid of ``tests/test_zero_overlap.py`` and a sweep of micro-batch
-counts, stages and chunks on an 8- and a 16-layer Llama 3 8B.
+counts, stages and chunks on an 8- and a 16-layer Llama 3 8B. ``--overlap``: the same plans
+with ``overlap_grad_reduce=true`` (the reduce-scatters on the data-parallel stream,
+``sharded_exposed`` and, under ZB-H1, ``split_tail_exposed``), and the grid's ZB-H1 row
+with ep 4.
 """
 from __future__ import annotations
 
@@ -63,11 +66,14 @@ SWEEP = [("llama3-8b/8", LLAMA8, "dgx-h100", f"pp={pp},gbs={gbs},schedule={s}")
          for pp in (2, 4) for gbs in (32,)]
 
 
-def row(model, cluster: str, plan: str) -> tuple[float, float, float, float, bool]:
+def row(model, cluster: str, plan: str, overlap: bool = False
+        ) -> tuple[float, float, float, float, bool]:
     """(estimate s, simulated s, contention-free s, ZeRO-1 gap, bound <= simulation)."""
+    ogr = "true" if overlap else "false"
+
     def job_of(zero: int):
         return make_job(model, cluster_preset(cluster, 2),
-                        parse_plan(f"{plan},zero={zero},overlap_grad_reduce=false"))
+                        parse_plan(f"{plan},zero={zero},overlap_grad_reduce={ogr}"))
     job = job_of(2)
     e, s = estimate(job).step_time_s, simulate(job).step_time_s
     c = simulate(job, network="contention-free").step_time_s
@@ -79,12 +85,15 @@ def row(model, cluster: str, plan: str) -> tuple[float, float, float, float, boo
 
 
 def main() -> None:
+    overlap = "--overlap" in sys.argv[1:]
+    plans = GRID + SWEEP + ([("mixtral/4", MIXTRAL4, "dgx-h100",
+                              "pp=2,ep=4,gbs=64,schedule=zb-h1")] if overlap else [])
     worst: dict[str, float] = {}
     print("| model | plan | estimate s | simulated s | gap | contention-free gap "
           "| ZeRO-1 gap | bound <= sim |")
     print("|---|---|---|---|---|---|---|---|")
-    for name, model, cluster, plan in GRID + SWEEP:
-        e, s, c, g1, ok = row(model, cluster, plan)
+    for name, model, cluster, plan in plans:
+        e, s, c, g1, ok = row(model, cluster, plan, overlap)
         gap = e / s - 1
         kind = next((k for k in ("interleaved", "zb-h1", "zb-v", "gpipe") if k in plan),
                     "1f1b")

@@ -153,6 +153,29 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
                     busy)
 
 
+def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any, mb: Any,
+                       r_f: Any, rs: tuple, w: tuple, trailing: tuple, edge: tuple) -> Any:
+    """Exposed seconds of ZeRO-2's overlapped reduce-scatters at the slowest stage's end under
+    a split backward, one chunk per rank (ZB-H1): that stage ``k`` ends with its ``n_k``
+    trailing weight gradients back to back (``Schedule.trailing_w_steps``), each micro-batch's
+    buckets reduce-scattered as its ``W`` completes them, so their ``n_k·rs_k`` queue on the
+    data-parallel stream with only those ``W`` (``n_k·w_k``) to run under, at least the last
+    bucket (``sharded_exposed``), after the stage's own end ``fill + m·t_k`` (``fill`` the
+    forwards of micro-batch 0 before it, ``r_f`` of the other stages' seconds); less the
+    pipeline ``pipe``. ``rs``/``w``/``trailing``/``edge``: (first, middle, last) rank's
+    reduce-scatter per micro-batch, ``W`` seconds, trailing ``W`` count and last bucket's
+    seconds. Arrays over plans; seconds."""
+    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_sum = t_first + t_last + (pp - 2) * t_mid
+
+    def at_k(x: tuple) -> Any:
+        return np.where(t_max == t_first, x[0], np.where(t_max == t_last, x[2], x[1]))
+
+    n = at_k(trailing)
+    tail = sharded_exposed(n * at_k(rs), n * at_k(w), at_k(edge))
+    return np.where(pp > 1, r_f * (t_sum - t_max) + mb * t_max - pipe + tail, 0.0)
+
+
 def degraded_view(cl: Cluster) -> Cluster:
     """The cluster as the analytic model sees its degraded links (``cluster.faults``): every
     group of a class is as slow as the worst link of that class, so NVLink bandwidth is
@@ -357,16 +380,27 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     emb_p = np.minimum(sc.embedding_params, params)
     rs_c0 = cm.dp_collective_time("reduce_scatter", gb, emb_p + (params - emb_p) / v, pe / v,
                                   tp, cp, dp, ep, etp, cl)
+    trailing = tuple(dispatch(sched, "trailing_w_steps", s, pp, mb)
+                     for s in (0 * pp, np.maximum(pp - 2, 0), pp - 1))
     z2_sync = z2_sync_exposed(
         lambda t_mx, t_sm: dispatch(sched, "pipeline_span", mb, t_mx, t_sm, v, w_share, f_share,
                                     pp),
         pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp,
         np.where(split, np.where(v == 1, Z2_SPLIT, Z2_BUSY),
                  np.where(v == 1, Z2_BACK, Z2_COOLDOWN)), v, r_f, rs_c0,
-        tuple(dispatch(sched, "trailing_w_steps", s, pp, mb)
-              for s in (0 * pp, np.maximum(pp - 2, 0), pp - 1)))
-    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
-                       np.where(mirrored, mb * t_rs_mb, z2_sync))
+        trailing)
+    # overlapped under a split backward, one chunk per rank (ZB-H1): at least the slowest
+    # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``)
+    w_stage = (n_first * sc.layer_wgrad + sc.embedding_wgrad, n_mid * sc.layer_wgrad,
+               n_last * sc.layer_wgrad + sc.head_wgrad)
+    edges = (t_rs_mb * last_mb,) + tuple(
+        r * np.minimum(1.0, sc.bucket_params / np.maximum(pr, 1.0))
+        for r, pr in zip(rs_stage[1:], (sc.params_mid, sc.params_last)))
+    z2_over = sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb)
+    z2_over = np.where(split & (v == 1) & ~head_first, np.maximum(z2_over, split_tail_exposed(
+        pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges)),
+        z2_over)
+    z2_grad = np.where(ogr, z2_over, np.where(mirrored, mb * t_rs_mb, z2_sync))
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
     # step's compute hides the stream's work; exposed at least: each forward's first layer
