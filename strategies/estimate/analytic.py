@@ -400,6 +400,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     z2_over = np.where(split & (v == 1) & ~head_first, np.maximum(z2_over, split_tail_exposed(
         pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges)),
         z2_over)
+    # interleaved (chunks on a ring, the backward unsplit): rank 0 ends with the chunk-0
+    # backwards of the last p micro-batches back to back; their reduce-scatters (chunk 0's
+    # gradients, the embedding's among them: rs_c0 each) queue with only those backwards to
+    # run under, at least the last bucket (``sharded_exposed``)
+    cool_tail = sharded_exposed(pp * rs_c0, pp * window / v, t_rs_mb * last_mb)
+    z2_over = np.where(~split & (v > 1) & ~head_first & ~mirrored & (pp > 1),
+                       np.maximum(z2_over, cool_tail), z2_over)
     z2_grad = np.where(ogr, z2_over, np.where(mirrored, mb * t_rs_mb, z2_sync))
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
