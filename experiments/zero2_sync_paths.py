@@ -2,7 +2,7 @@
 """ZeRO-2 without overlap (``overlap_grad_reduce=false``) inside a pipeline: estimate against
 simulation per schedule, the paths of ``strategies.estimate.analytic.z2_sync_exposed``.
 
-Run (about 20 s on a quiet core):
+Run (a few seconds):
 
     python experiments/zero2_sync_paths.py [--overlap]
 

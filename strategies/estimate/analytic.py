@@ -26,8 +26,10 @@ Model (per optimizer step, seconds):
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
-  work less the compute and bubble it runs under, at least what nothing hides; ZeRO-2 without
-  overlap stalls every stage after each backward, ``z2_sync_exposed``;
+  work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
+  and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
+  0's cool-down); ZeRO-2 without overlap stalls every stage after each backward, on each
+  schedule's path, ``z2_sync_exposed``;
 * the tied word embedding's gradient all-reduce between the first and the last stage;
 * the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
   buffer and the optimizer shard (``strategies.cost.step``).
