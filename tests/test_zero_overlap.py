@@ -80,14 +80,14 @@ GRID = [  # (model, cluster, plan, tolerance)
     (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-h1", 0.02),
     (MIXTRAL4, "dgx-h100", "pp=2,ep=1,zero=2,gbs=64,schedule=zb-v,vpp=2", 0.02),
     # ZB-H1 with ep 4: the last stage's two trailing W's reduce-scatters queue after its end
-    # (``split_tail_exposed``; -3.1 % when only rank 0's last bucket was counted)
+    # (``split_tail_exposed``; -3.0 % when only rank 0's last bucket was counted)
     (MIXTRAL4, "dgx-h100", "pp=2,ep=4,zero=2,gbs=64,schedule=zb-h1", 0.02),
     # DualPipe -2.7 %: contention (the reduce-scatters share the NICs with the expert
     # all-to-all), -0.0 % against the contention-free simulation (test below)
     (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,schedule=dualpipe,gbs=32", 0.03),
     # interleaved pp 4: rank 0's last p chunk-0 reduce-scatters (the embedding's gradients)
-    # queue behind its back-to-back chunk-0 backwards; -2.4 % (-5.1 % before), the same plan
-    # with ZeRO-1 -2.2 % (the pipeline's own)
+    # queue behind its back-to-back chunk-0 backwards; -2.3 % (-4.7 % before), the same plan
+    # with ZeRO-1 -2.0 % (the pipeline's own)
     (LLAMA8, "dgx-h100", "pp=4,zero=2,gbs=32,schedule=interleaved,vpp=2", 0.03),
     # outside 2 %: the simulation's reduce-scatters contend for the NICs with the expert
     # all-to-all, which the estimate prices alone (-3.2 %; -0.9 % against the simulation
@@ -131,7 +131,7 @@ SYNC_GRID = [  # (model, cluster, plan, tolerance)
     # last stage reduce-scatters 167 ms per micro-batch (its expert buckets over edp), the
     # estimate's rs_last 151 ms (the even split's mean layer), 8 micro-batches on the
     # slowest stage's own end (docs/calibration.md §5.11.1); the old rule's -3.4 % counted
-    # rank 0's drain, which ends 450 ms before the last stage
+    # rank 0's drain, which ends about 460 ms before the last stage
     (DSV3_8, "hgx-h800", "pp=4,ep=2,zero=2,gbs=32,schedule=zb-h1", 0.075),
 ]
 
