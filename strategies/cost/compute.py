@@ -578,15 +578,18 @@ def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
 
 def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: Num = 1.0,
                        fw: FrameworkProfile = DEFAULT,
-                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                       system: SystemConfig = DEFAULT_SYSTEM,
+                       rope: bool = True) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's eager kernels that Megatron-Core
     runs for gpt-oss's variants where the stack runs its model code (``fw.eager_variants``):
     the activation clamp (``costs.clamp_bytes``) and the unfused YaRN RoPE
     (``costs.rope_unfused_bytes``) over the usable HBM bandwidth, plus a launch gap per
-    kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack."""
+    kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack.
+    ``rope`` False: the clamp's alone (what a selective recomputation of the routed
+    activation reruns, ``selective_time``)."""
     cf, cb = costs.clamp_bytes(m, b, tp, cp, load)
-    rf, rb = costs.rope_unfused_bytes(m, b, tp, cp)
-    kf, kb = costs.eager_variant_kernels(m)
+    rf, rb = costs.rope_unfused_bytes(m, b, tp, cp) if rope else (0.0, 0.0)
+    kf, kb = costs.eager_variant_kernels(m, rope)
     hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
     on = 1.0 if fw.eager_variants else 0.0
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
@@ -732,7 +735,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     FlashAttention, whose backward already recomputes the scores), the norms' and the
     activation functions' HBM traffic (``counts.norm_bytes_fwd``,
     ``counts.activation_fn_bytes_fwd`` over each part's width; the routed activation with
-    its eager clamp where the stack runs one, ``counts.clamp_bytes`` and its kernels), and
+    its eager clamp where the stack runs one, ``eager_variant_time`` without the RoPE), and
     the forward of each part's GEMMs (``counts.layer_gemm_parts``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
@@ -745,10 +748,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     def act(part):
         return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
-    clamp = 0.0
-    if fw.eager_variants and m.activation_clamp is not None and m.is_moe:
-        clamp = costs.clamp_bytes(m, b, tp, cp, load)[0] / hbm + m.layer_shares()["moe"] \
-            * costs.CLAMP_KERNELS[0] * measured.launch_gap(gpu, fw.launch_gap_s)
+    clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0]
     work = {"scores": np.where(flash, 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
             "dense_mlp": g("dense_mlp") + act("dense_mlp"),
