@@ -39,7 +39,7 @@ import numpy as np
 from strategies import placement
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
-from strategies.layout import (even_chunk_content_arrays, even_stage_content_arrays,
+from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
                                mixed_layers)
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
@@ -162,19 +162,27 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
+    layer_bytes: dict[ModelSpec, dict] = {}
+
     def per_layer(view: ModelSpec) -> dict:
         """One layer of ``view`` (the model or one kind of it, ``activations.stash_kinds``):
         its stash ``act`` and without recomputation ``none`` (MoE: the routed tokens as the
         dispatcher holds them, at the hottest rank's load, where the stash keeps them:
         ``activations.routed_stash_correction``), its pending weight gradient ``wgrad`` and
-        what a selective recomputation rebuilds at once ``sel``."""
+        what a selective recomputation rebuilds at once ``sel``; once per view (every chunk
+        of ``own_chunks`` reads the same views)."""
+        got = layer_bytes.get(view)
+        if got is not None:
+            return got
         act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
                                                     P.recompute_modules, clamp)
-        return {"act": act + extra, "none": none + extra_none,
-                "wgrad": _layer_wgrad(view, b, tp, cp, sp),
-                "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
-                                               P.recompute_modules)[1]}
+        got = layer_bytes[view] = {
+            "act": act + extra, "none": none + extra_none,
+            "wgrad": _layer_wgrad(view, b, tp, cp, sp),
+            "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
+                                           P.recompute_modules)[1]}
+        return got
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     seq_div = np.where(sp, tp, 1.0)
@@ -264,7 +272,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         different bytes (``activations.stash_at_peak``'s rule): ``stash_layers`` where given
         (the scalar model), else, with no counts given (the search), the order's per-chunk
         moments (``Schedule.chunk_stash_moments``) priced by each chunk's own layers
-        (``layout.even_chunk_content_arrays``)."""
+        (``layout.even_chunks_content_arrays``)."""
         mean = n_in * chunk_act + n_w * w_chunk
         if stash_layers is not None:
             given = np.asarray(stash_layers, dtype=float)
@@ -281,8 +289,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         if top < 2:
             return n_in, n_w, mean
         acts, wgs = [], []
-        for c in range(top):
-            have = even_chunk_content_arrays(m, sched, pp, v, stage, c, *lay)
+        for have in even_chunks_content_arrays(m, sched, pp, v, stage, range(top), *lay):
             held_c = {k: have[k] + np.zeros_like(mean) for k in have}
             lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
             with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
