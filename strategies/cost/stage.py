@@ -43,7 +43,7 @@ from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
-from strategies.layout import chunk_kinds
+from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
@@ -316,9 +316,37 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     n_first, n_mid, n_last, _, uneven = rank_layers(m.num_layers, P)
     held = {k: np.where(uneven, n, m.num_layers // pp)
             for k, n in (("first", n_first), ("mid", n_mid), ("last", n_last))}
-    split = {k: counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
-                                          mirrored=mirrored, etp=etp)
-             for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
+    # a model of dense and MoE layers or MTP modules: what each kind of rank holds by kind
+    # (``layout.even_stage_content_arrays`` of the plans' columns: the even split, or the
+    # search's first/last-stage counts and slots; "mid" is rank 1, the middle rank nearest
+    # rank 0, whose data-parallel tail the least compute hides, ``analytic.rank_slack``;
+    # DualPipe's ranks both copies), the parameters the memory model reads
+    # (``counts.content_params``), so the estimate's per-rank data-parallel traffic and
+    # optimizer read the layers the rank holds, not the even split's mean layer
+    content = dict.fromkeys(("first", "mid", "last"))
+    if mixed_layers(m):
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        for k, r in (("first", 0 * pp), ("mid", np.minimum(1, pp - 1)), ("last", pp - 1)):
+            have = even_stage_content_arrays(m, P.schedule, pp, P.vpp, r, *lay, strict=False)
+            mirror = even_stage_content_arrays(m, P.schedule, pp, P.vpp, pp - 1 - r, *lay,
+                                               strict=False)
+            both = np.asarray(mirrored, dtype=bool) & (pp > 1)
+            content[k] = {x: have[x] + np.where(both, mirror[x], 0.0) for x in have}
+
+    def params_split(k: str, s: Any) -> tuple[Any, Any]:
+        mean = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                         mirrored=mirrored, etp=etp)
+        if content[k] is None:
+            return mean
+        # (a plan whose columns give no layout, NaN: a job's layout string, which
+        # ``stage_costs`` and the scalar estimate read instead; the mean layers here)
+        known = np.isfinite(content[k]["dense"])
+        own = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                        mirrored=mirrored, etp=etp,
+                                        content={x: np.where(known, n, 0.0)
+                                                 for x, n in content[k].items()})
+        return tuple(np.where(known, o, e) for o, e in zip(own, mean))
+    split = {k: params_split(k, s) for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy)

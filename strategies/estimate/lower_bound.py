@@ -303,20 +303,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # simulator runs on the compute stream just before it)
     opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
            for k in ("first", "last", "mid")}
-    if mix:
-        # the record counts each rank's layers as mean layers; at least its cheapest ones
-        # (optimizer and passes grow with the parameters: scaled alike)
-        held = np.where(attr_by_code(sched, "mirrored").astype(bool) & (pp > 1), 2.0, 1.0)
-        lp = tuple(sc.by_kind[x].layer_params for x in ("dense", "moe"))
-        for k, nk in (("first", n_first), ("mid", n_mid), ("last", n_last)):
-            h = held * np.where(uneven, nk, np.floor(m.num_layers / pp))
-            own_lp = content[k]["dense"] * lp[0] + content[k]["moe"] * lp[1]
-            low = params[k] - h * sc.layer_params + np.where(held > 1, mix.fill(h, *lp),
-                                                                own_lp)
-            scale = np.where(params[k] > 0, np.minimum(1.0, low / np.maximum(params[k], 1e-300)),
-                             1.0)
-            params[k], opt[k] = params[k] * scale, opt[k] * scale
-            eparams[k] = eparams[k] * scale
+    # (a model of dense and MoE layers: the record holds each kind of rank's own layers by
+    # kind, ``layout.even_stage_content_arrays``, both copies under DualPipe)
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
