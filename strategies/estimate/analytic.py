@@ -398,7 +398,6 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
     t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
     t_ag_k = [dp_time("allgather", sc.param_bytes, k) for k in K]
-    t_rs_dp, t_ag_dp = t_rs_k[0], t_ag_k[0]
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
     # optimizer (``framework.full_grad_reduce``)
     full = full_grad_reduce(get_profile(framework), dtype, zero)
