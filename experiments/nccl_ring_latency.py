@@ -1,4 +1,4 @@
-"""NCCL's flat ring vs paraplan's hierarchical all-gather / reduce-scatter, on the reference rows.
+"""NCCL's flat ring vs the hierarchical all-gather / reduce-scatter, on the reference rows.
 
 What NCCL runs (read in ``NVIDIA/nccl`` ``src/graph/tuning.cc``, ``ncclTopoTuneModel``, tags
 v2.10.3-1, v2.12.12-1, v2.18.3-1, v2.19.3-1 and master 2.30): all-gather and reduce-scatter
@@ -11,26 +11,27 @@ whose latency NCCL models as
     baseLat + (nsteps - nInterSteps)·max(intraLat, netOverhead) + nInterSteps·interLat
     nsteps = n - 1, nInterSteps = nodes - 1          (all-gather, reduce-scatter)
 
-paraplan today runs those groups ``hierarchical`` (``strategies.collectives.select``): intra-node
-rings, then rings across nodes of ``S/k``; ``(k-1)`` intra and ``(nodes-1)`` inter latencies.
-NCCL's ring pays ``n - nodes = nodes·(k-1)`` intra latencies instead of ``k - 1``.
+paraplan now runs them so (``strategies.collectives.ring.striped``, docs/calibration.md §3.21);
+before, it ran those groups ``hierarchical`` (intra-node rings, then rings across nodes of
+``S/k``: ``(k-1)`` intra and ``(nodes-1)`` inter latencies, the NVLink phase not overlapped
+with the network's).
 
 Part 1 prints, for the data-parallel group (and the expert-data-parallel one) of every
-reference row whose group is hierarchical, both per-collective times for a 1 MiB, 16 MiB and
-256 MiB buffer: paraplan's ``hierarchical.time`` and the flat ring (NVLink-or-``k``-NIC rate of
-``comm.group_bandwidth(rail_aligned=True)``, NCCL's latency split with paraplan's
-``intra_node_latency`` / ``inter_node_latency``).
+reference row with ``k > 1`` members on each of several nodes, one all-gather's time for a
+1 MiB, 16 MiB and 256 MiB buffer both ways, as (bandwidth + latency) microseconds:
+``hierarchical.time`` (the former rule) and the model's ``comm.collective_time`` (the striped
+flat ring).
 
-Part 2 (``--whatif``) re-runs the analytic validation with ``comm.collective_time`` swapped,
-for all-gather and reduce-scatter over hierarchical groups only, for that flat ring (``both``)
-or for the hierarchical bandwidth with the flat ring's latency (``latency``), and prints the
-rows whose error moves by more than 0.05 points plus the per-family MAPE before and after.
-This is an analysis, not the model: the simulator still runs the hierarchical phases.
+Part 2 (``--whatif``) re-runs the analytic validation with all-gathers and reduce-scatters
+over those groups timed by the former rule (``hierarchical``) or by the flat ring's bandwidth
+with the hierarchical latency (``latency``: the flat ring's latency alone undone) and prints
+the rows whose error moves by more than 0.05 points, and the per-family MAPE, model vs
+what-if. The simulator is not part of the what-if.
 
 Run:
-    python experiments/nccl_ring_latency.py                         # part 1, all tiers
-    python experiments/nccl_ring_latency.py --whatif both           # + part 2
-    python experiments/nccl_ring_latency.py --whatif latency \
+    python experiments/nccl_ring_latency.py                           # part 1, all tiers
+    python experiments/nccl_ring_latency.py --no-table --whatif hierarchical
+    python experiments/nccl_ring_latency.py --no-table --whatif latency \
         --reference strategies/reference/data/published_2026.json
 """
 from __future__ import annotations
@@ -45,8 +46,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
-from strategies.collectives import PASSES, hierarchical, ring  # noqa: E402
-from strategies.collectives.select import HIERARCHICAL, strided_algorithm, strided_layout  # noqa: E402,E501
+from strategies.collectives import PASSES, hierarchical  # noqa: E402
+from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.comm import NVLINK_EFFICIENCY, transfer_latency  # noqa: E402
 from topologies.cluster import Cluster  # noqa: E402
@@ -62,36 +63,45 @@ def nccl_ring_latency(passes, n, nodes, lat_in, lat_out):
     return passes * ((nodes - 1) * lat_out + (n - nodes) * lat_in)
 
 
-def _lats(cl: Cluster):
-    lat_out = transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, False)
-    return cl.intra_node_latency, float(lat_out)
+def _lat_out(cl: Cluster, stride, k):
+    """Latency of the striped ring's hop between nodes (relayed where it changes rail)."""
+    s = np.asarray(stride, dtype=np.int64)
+    relay = cm._hop_relays(cl, (s, -(np.asarray(k, dtype=np.int64) - 1) * s))
+    return transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, relay)
 
 
 def hier_parts(kind, nbytes, n, stride, cl: Cluster):
-    """(bandwidth seconds, latency seconds) of paraplan's hierarchical algorithm."""
+    """(bandwidth seconds, latency seconds) of the hierarchical algorithm (the former rule for
+    all-gather and reduce-scatter)."""
     _, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
     p = PASSES[kind]
     intra = cl.intra_node_bandwidth * NVLINK_EFFICIENCY
     inter = cm.transfer_rate(cm._hop_rate(cl), cm._nic_rate(cl), True, False, cl.planes)
-    lat_in, lat_out = _lats(cl)
+    lat_in = cl.intra_node_latency
+    lat_out = float(transfer_latency(lat_in, cl.inter_node_latency, True, False))
     total = hierarchical.time(p, nbytes, k, nodes, intra, lat_in, inter, lat_out)
     lat = p * ((k - 1) * lat_in + (nodes - 1) * lat_out)
     return total - lat, lat
 
 
 def flat_parts(kind, nbytes, n, stride, cl: Cluster):
-    """(bandwidth seconds, latency seconds) of NCCL's flat ring over all ``n`` ranks."""
+    """(bandwidth seconds, latency seconds) of the model's striped flat ring
+    (``comm.collective_time``)."""
     _, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
-    p = PASSES[kind]
-    bw, _ = cm.group_bandwidth(cl, n, stride, rail_aligned=True)
-    lat_in, lat_out = _lats(cl)
-    return ring.time(p, nbytes, n, bw, 0.0), nccl_ring_latency(p, n, nodes, lat_in, lat_out)
+    lat = nccl_ring_latency(PASSES[kind], n, nodes, cl.intra_node_latency,
+                            _lat_out(cl, stride, np.maximum(k, 1)))
+    return cm.collective_time(kind, nbytes, n, stride, cl) - lat, lat
+
+
+def _flat_layout(n, stride, cl: Cluster):
+    uniform, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
+    return uniform & (nodes > 1) & (k > 1)
 
 
 def part1(cases) -> None:
     print("## Per-collective time of one all-gather (or reduce-scatter) over each distinct "
           "hierarchical dp group of the rows (us: bandwidth + latency)\n")
-    print("| row | group | n | k | nodes | S | hierarchical bw+lat | NCCL flat ring bw+lat |")
+    print("| row | group | n | k | nodes | S | hierarchical bw+lat | model (flat ring) bw+lat |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     seen = set()
     for c in cases:
@@ -104,7 +114,7 @@ def part1(cases) -> None:
             if name == "edp" and p.ep <= 1:
                 continue
             n, stride = int(n), int(stride)
-            if str(strided_algorithm(n, stride, cl.gpus_per_node)) != HIERARCHICAL:
+            if not _flat_layout(n, stride, cl):
                 continue
             key = (n, stride, cl.gpus_per_node, cl.intra_node_latency, cl.inter_node_latency,
                    cl.name)
@@ -121,19 +131,20 @@ def part1(cases) -> None:
 
 
 def _patched(mode: str):
-    """``comm.collective_time`` with all-gather / reduce-scatter over hierarchical groups timed
-    as NCCL's flat ring (``both``) or with only its latency (``latency``)."""
+    """``comm.collective_time`` with all-gather / reduce-scatter over groups with ``k > 1``
+    members on each of several nodes timed by the former hierarchical rule
+    (``hierarchical``) or by the flat ring's bandwidth with the hierarchical latency
+    (``latency``)."""
     orig = cm.collective_time
 
     def ct(kind, nbytes, n, stride, cluster, remote_scale=1.0):
         base = orig(kind, nbytes, n, stride, cluster, remote_scale)
         if kind not in ("allgather", "reduce_scatter"):
             return base
-        hier = strided_algorithm(n, stride, cluster.gpus_per_node) == HIERARCHICAL
         hb, hl = hier_parts(kind, nbytes, n, stride, cluster)
         fb, fl = flat_parts(kind, nbytes, n, stride, cluster)
-        new = (fb + fl) if mode == "both" else (hb + fl)
-        return np.where(hier, new, base)[()]
+        new = (hb + hl) if mode == "hierarchical" else (fb + hl)
+        return np.where(_flat_layout(n, stride, cluster), new, base)[()]
     return orig, ct
 
 
@@ -143,15 +154,15 @@ def family(case_id: str) -> str:
 
 
 def part2(cases, mode: str) -> None:
-    before = validate_cases(cases, simulate=False)
+    after = validate_cases(cases, simulate=False)
     orig, ct = _patched(mode)
     cm.collective_time = ct
     try:
-        after = validate_cases(cases, simulate=False)
+        before = validate_cases(cases, simulate=False)
     finally:
         cm.collective_time = orig
-    print(f"## What-if ({mode}): analytic error before -> after\n")
-    print("| row | plan | GPUs | before | after | moved |")
+    print(f"## Analytic error: what-if ({mode}) -> the model (NCCL's striped flat ring)\n")
+    print("| row | plan | GPUs | what-if | model | moved |")
     print("| --- | --- | --- | --- | --- | --- |")
     fb, fa = defaultdict(list), defaultdict(list)
     for b, a in zip(before, after):
@@ -163,7 +174,7 @@ def part2(cases, mode: str) -> None:
         if abs(d) > 0.05:
             print(f"| {b['id']} | {b['plan']} | {b['gpus']} | {b['analytic_error_pct']:+.1f} % "
                   f"| {a['analytic_error_pct']:+.1f} % | {d:+.1f} |")
-    print("\n| family | runs | MAPE before | MAPE after | mean before | mean after |")
+    print("\n| family | runs | MAPE what-if | MAPE model | mean what-if | mean model |")
     print("| --- | --- | --- | --- | --- | --- |")
     for f in sorted(fb):
         if fb[f] != fa[f]:
@@ -179,7 +190,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reference", default=None, help="reference JSON (default: the tiers')")
     ap.add_argument("--tiers", default="all", help="tiers of the default reference")
-    ap.add_argument("--whatif", choices=("both", "latency"), default=None)
+    ap.add_argument("--whatif", choices=("hierarchical", "latency"), default=None)
     ap.add_argument("--no-table", action="store_true", help="skip part 1")
     a = ap.parse_args(argv)
     from simulator.cli.validate import parse_tiers
