@@ -45,7 +45,8 @@ from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          named_remat_bytes, op_saved_bytes, permutation_buffer_bytes,
+                                          named_remat_bytes, op_saved_bytes,
+                                          permutation_buffer_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
                                           stash_kinds)
 from strategies.model import ModelSpec
@@ -498,8 +499,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
     with dense and MoE layers or MTP modules its layers by kind
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
-    ``clamp``, ``remat_named``: as ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this
-    for one job's plan."""
+    ``clamp``, ``remat_named``: as ``memory_component_arrays``.
+    ``memory.scalar.memory_by_stage`` is this for one job's plan."""
     P = as_plan_arrays(P)
     stage = np.asarray(stage) + np.zeros_like(P.pp)
     layers = None
