@@ -208,6 +208,15 @@ class FrameworkProfile:
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
+    #: how the stack runs context parallelism: ``"ring"``, Transformer Engine's p2p ring
+    #: (K/V sends hidden under the attention core, ``SystemConfig.cp_exposed_fraction``
+    #: exposed), or ``"torch"``, PyTorch's ``context_parallel`` (all-gather rotater, fp32
+    #: merges and dK/dV ring: ``strategies.cost.ring_attention``)
+    cp_impl: str = "ring"
+    #: heads of the K/V block a context-parallel rank sends (``counts.sent_kv_heads``):
+    #: ``"kv"``, the model's KV heads, or ``"query"`` where the model repeats K and V to every
+    #: query head before attention
+    cp_kv_heads: str = "kv"
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -343,6 +352,12 @@ class FrameworkProfile:
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
+        if self.cp_impl not in CP_IMPLS:
+            raise SpecError("framework.cp_impl", self.cp_impl,
+                            f"must be one of {', '.join(CP_IMPLS)}")
+        if self.cp_kv_heads not in ("kv", "query"):
+            raise SpecError("framework.cp_kv_heads", self.cp_kv_heads,
+                            "must be 'kv' or 'query'")
         if self.default_recompute not in self.recompute:
             raise SpecError("framework.default_recompute", self.default_recompute,
                             f"must be one of the stack's recompute modes {self.recompute}")
@@ -385,6 +400,8 @@ class FrameworkProfile:
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, PyTorch's context_parallel
+CP_IMPLS = ("ring", "torch")
 #: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
 #: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
 #: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
@@ -642,6 +659,9 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # torch.distributed.tensor.experimental.context_parallel (torchtitan
+    # experimental.context_parallel_degree, Dec 2024); its Llama repeats K/V before SDPA
+    cp_impl="torch", cp_kv_heads="query",
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

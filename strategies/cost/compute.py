@@ -47,6 +47,7 @@ from strategies.cost import counts as costs
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
+from strategies.cost import ring_attention as ring
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
@@ -495,7 +496,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
     compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
-    runs, ``GPU.flash_efficiency``)."""
+    runs, ``GPU.flash_efficiency``, and with PyTorch's context parallelism the HBM passes
+    around each ring step, ``ring_attention.merge_bytes_fwd``/``accum_bytes_bwd``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -518,6 +520,9 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     t_plain_b = slow * 2 * f_full / rate + 2 * soft
     fwd = np.where(flash, t_flash, t_plain_f)
     bwd = np.where(flash, t_flash_b, t_plain_b)
+    if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
+        fwd = fwd + ring.merge_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
+        bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
     return fwd, bwd
 
 

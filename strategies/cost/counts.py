@@ -493,12 +493,20 @@ def pp_p2p_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     return full / tp  # scatter/gather (2021) and SP (2022+) both shard the boundary tensor
 
 
-def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+def sent_kv_heads(m: ModelSpec, heads: str = "kv") -> int:
+    """Heads of the K/V block a context-parallel rank sends: the model's KV heads (``"kv"``;
+    MLA's up-projected K and V have ``a``), or every query head where the stack repeats K and
+    V before attention (``"query"``, ``FrameworkProfile.cp_kv_heads``: torchtitan's Llama calls
+    ``repeat_kv`` before ``F.scaled_dot_product_attention``, models/llama/model.py)."""
+    return m.num_attention_heads if heads == "query" else m.kv_heads
+
+
+def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
     """Ring attention: each GPU passes its K and V blocks around the ring, ``c-1`` steps of
-    ``T·g·(d + d_v)/t`` elements (``2·T·g·d/t`` for a standard layer; MLA's up-projected K and
-    V have ``a`` heads); the backward sends K, V and their gradients (2×)."""
+    ``T·g·(d + d_v)/t`` elements (``2·T·g·d/t`` for a standard layer; ``g``:
+    ``sent_kv_heads``); the backward sends K, V and their gradients (2×)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
-    return ACT_BYTES * T * m.kv_heads * (m.head_dim + m.v_dim) / tp * (cp - 1)
+    return ACT_BYTES * T * sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp * (cp - 1)
 
 
 def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:
