@@ -217,6 +217,11 @@ class FrameworkProfile:
     #: ``"kv"``, the model's KV heads, or ``"query"`` where the model repeats K and V to every
     #: query head before attention
     cp_kv_heads: str = "kv"
+    #: the memory-bound kernels of a layer (``counts.elementwise_bytes_fwd``): ``"fused"``,
+    #: Megatron's fused norm, bias-dropout-add, activation and rotary kernels, or ``"eager"``,
+    #: the model's own eager PyTorch ops (torchtitan's Llama without torch.compile:
+    #: ``counts.eager_elementwise_bytes_fwd``)
+    elementwise_kernels: str = "fused"
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -355,6 +360,9 @@ class FrameworkProfile:
         if self.cp_impl not in CP_IMPLS:
             raise SpecError("framework.cp_impl", self.cp_impl,
                             f"must be one of {', '.join(CP_IMPLS)}")
+        if self.elementwise_kernels not in ("fused", "eager"):
+            raise SpecError("framework.elementwise_kernels", self.elementwise_kernels,
+                            "must be 'fused' or 'eager'")
         if self.cp_kv_heads not in ("kv", "query"):
             raise SpecError("framework.cp_kv_heads", self.cp_kv_heads,
                             "must be 'kv' or 'query'")
@@ -662,6 +670,8 @@ TORCHTITAN = replace(
     # torch.distributed.tensor.experimental.context_parallel (torchtitan
     # experimental.context_parallel_degree, Dec 2024); its Llama repeats K/V before SDPA
     cp_impl="torch", cp_kv_heads="query",
+    # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
+    elementwise_kernels="eager",
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

@@ -527,11 +527,12 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
 
 
 def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
-                         dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                         dtype: str, system: SystemConfig = DEFAULT_SYSTEM,
+                         kernels: str = "fused") -> Num:
     """Forward seconds of the memory-bound kernels of one layer: ``costs.elementwise_bytes_fwd``
-    and, with a quantised precision, the forward casts (``cast_time``) at the usable HBM
-    bandwidth."""
-    plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    (``kernels``: ``FrameworkProfile.elementwise_kernels``) and, with a quantised precision,
+    the forward casts (``cast_time``) at the usable HBM bandwidth."""
+    plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, kernels) / usable_hbm(gpu, system)
     return plain + cast_time(m, b, tp, cp, sp, gpu, dtype, system)[0]
 
 
@@ -677,7 +678,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
-    e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
+        / usable_hbm(gpu, system)
     e = e_plain + c_f
     layer_w = costs.layer_params_per_gpu(m, tp, ep, etp)
     acc = grad_accum_time(layer_w / shard, gpu, dtype, fw, system) \
