@@ -222,6 +222,9 @@ class FrameworkProfile:
     #: the model's own eager PyTorch ops (torchtitan's Llama without torch.compile:
     #: ``counts.eager_elementwise_bytes_fwd``)
     elementwise_kernels: str = "fused"
+    #: each ZeRO-3 all-gather is copied out of the gathered buffer into the parameters on the
+    #: compute stream (FSDP2's per-parameter sharding: ``compute.gather_copy_out_time``)
+    gather_copy_out: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -672,6 +675,7 @@ TORCHTITAN = replace(
     cp_impl="torch", cp_kv_heads="query",
     # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
     elementwise_kernels="eager",
+    gather_copy_out=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

@@ -64,3 +64,24 @@ def test_profiles_and_layer_time():
 def test_bad_kernels_named():
     with pytest.raises(SpecError, match="elementwise_kernels"):
         replace(TORCHTITAN, elementwise_kernels="compiled")
+
+
+def test_fsdp2_gather_copy_out():
+    """FSDP2 copies each ZeRO-3 gather out into the parameters on the compute stream
+    (``split_with_sizes_copy``: read 2 + write 2 B per unsharded parameter): the forward and the
+    backward of a gathered layer each grow by it, full recomputation does not gather again,
+    and a stack without the copy-out (FSDP1, Megatron) is unchanged."""
+    from strategies.cost.compute import GATHER_COPY_OUT_BYTES, usable_hbm
+    gpu = get_gpu("h100-sxm")
+    w = counts.layer_params_per_gpu(L8, 1, 1)
+    assert GATHER_COPY_OUT_BYTES == 4.0
+    want = w * 4.0 / usable_hbm(gpu)
+    for rc in (0, 2, 3):
+        kw = dict(b=2, tp=1, cp=1, ep=1, sp=False, flash=True, gpu=gpu, dtype="bf16",
+                  recompute=rc, fw=TORCHTITAN)
+        on, off = layer_time(L8, gathered=True, **kw), layer_time(L8, gathered=False, **kw)
+        assert on.fwd - off.fwd == pytest.approx(want, rel=1e-12)
+        assert on.bwd - off.bwd == pytest.approx(want, rel=1e-12)
+        assert on.recompute == pytest.approx(off.recompute, rel=1e-12)
+        fsdp1 = dict(kw, fw=PYTORCH_EAGER)
+        assert layer_time(L8, gathered=True, **fsdp1).fwd == layer_time(L8, **fsdp1).fwd

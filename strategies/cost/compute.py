@@ -71,6 +71,11 @@ FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recom
 # 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
 FLASH_BWD_EFFICIENCY = 0.8
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
+#: FSDP2's all-gather copy-out per unsharded parameter: ``foreach_all_gather_copy_out``
+#: (torch/distributed/_composable/fsdp/_fsdp_collectives.py) splits the gathered bf16 buffer
+#: into the parameters with ``torch.split_with_sizes_copy`` on the compute stream (read 2,
+#: write 2)
+GATHER_COPY_OUT_BYTES = 4.0
 # SM clock while communication kernels run beside the compute, relative to the sustained
 # clock of GEMMs alone: NVLink/NIC/HBM traffic shares the board power budget, so the power
 # limiter lowers the SM clock. Public observation (deepseek-ai/DeepGEMM issue #120, H800 =
@@ -467,6 +472,16 @@ def sharded_grad_pass_bytes(fw: FrameworkProfile, dtype: str,
     return float(sum(per[name] for name in fw.sharded_grad_passes))
 
 
+def gather_copy_out_time(params: Num, gathered: Num, gpu: GPU, fw: FrameworkProfile = DEFAULT,
+                         system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds of one all-gather's copy-out of ``params`` unsharded parameters on the compute
+    stream (``GATHER_COPY_OUT_BYTES`` each at the usable HBM bandwidth) where the stack copies
+    them out (``fw.gather_copy_out``: FSDP2) and the plan gathers them (``gathered``: ZeRO-3
+    with dp > 1); 0 elsewhere (FSDP1 and Megatron gather into the parameters' own buffer)."""
+    on = np.logical_and(fw.gather_copy_out, gathered)
+    return params * GATHER_COPY_OUT_BYTES / usable_hbm(gpu, system) * on
+
+
 def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
                            fw: FrameworkProfile = DEFAULT,
                            system: SystemConfig = DEFAULT_SYSTEM) -> Num:
@@ -653,7 +668,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
-               dedup: Num = 1.0, graphed: Num = False) -> LayerTime:
+               dedup: Num = 1.0, graphed: Num = False, gathered: Num = False) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -672,7 +687,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     synchronisation (``moe_sync_time``), in ``B`` for the backward. ``graphed``: the step runs
     as one full-iteration CUDA graph (plan ``cuda_graph``): no host launches or
     synchronisations left (``moe_host_time``, ``moe_sync_time`` 0); else the expert path's
-    host launches (``moe_host_time``), in ``B`` for the backward."""
+    host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
+    dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
+    (``gather_copy_out_time``) in the pass, in ``B`` for the backward."""
     g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
     g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
     g_b, g_w = slow * g_b, slow * g_w
@@ -686,15 +703,17 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
         + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
         + sharded_grad_pass_time(layer_w, shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
+    # ZeRO-3 gathers the layer before its forward and again before its backward
+    gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu) * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed)
-    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f
+    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco
     bwd = bwd0 + h_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
@@ -708,7 +727,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
-    full = fwd - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
+    full = fwd - gco - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
                                    load)
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
