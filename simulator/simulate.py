@@ -186,7 +186,8 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
         "hfu": float(counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak,
                                 rc_share(job.model.num_layers, PlanArrays.of_plan(p)),
                                 PlanArrays.of_plan(p).recompute_modules,
-                                job.framework.recompute_early_stop))
+                                job.framework.recompute_early_stop,
+                                job.framework.recompute_flash_fwd))
         if step > 0 else 0.0,
         "bubble_fraction": m["bubble_fraction"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},

@@ -89,8 +89,22 @@ Sources (details and numbers in docs/calibration.md):
   with ``checkpoint_wrapper(CheckpointImpl.NO_REENTRANT)`` (llm-foundry's benchmark sweep
   sets ``activation_checkpointing_reentrant: False``); torchtitan's full AC is
   ``ptd_checkpoint_wrapper`` (non-reentrant). Megatron's ``CheckpointFunction`` and
-  DeepSpeed's checkpointing are reentrant (the whole forward reruns); XLA's remat is
-  compiled, not modelled here (whole forward).
+  DeepSpeed's checkpointing are reentrant (the whole forward reruns). JAX's remat stops at
+  the same GEMM for another reason: ``jax.checkpoint``'s partial evaluation
+  (``jax/_src/ad_checkpoint.py`` ``remat_partial_eval``) dead-code-eliminates the recomputed
+  forward down to the residuals the backward reads (``pe.dce_jaxpr``), and XLA's DCE drops
+  what is left unused; the down projection's output is read by no backward op (the residual
+  add's backward needs no operand, the next layer's input is the scan carry MaxText saves as
+  ``decoder_layer_input``), so it is never rerun, under ``full`` or any named policy
+  (docs/calibration.md §3.17). The same rule holds for selective recomputation of the
+  ``mlp`` module on such a stack: the MLP's first GEMMs and activation are redone, not
+  its down projection.
+* MaxText's named remat policies (``strategies.remat_policies``): a policy saves some of the
+  layer's named tensors (``query_proj`` ... ``mlpwo``, ``context``); what it does not save
+  and the backward reads is recomputed, which maps onto selective recomputation of the
+  modules ``core_attn`` (the attention output, ``context``, not saved: the fused attention
+  forward reruns, ``recompute_flash_fwd``), ``layernorm`` (the norms, never named, always
+  redone) and ``mlp`` (``mlpwi_0``/``mlpwi_1`` not saved).
 * DeepSpeed's BF16_Optimizer (``bf16_optimizer``; ``runtime/bf16_optimizer.py`` and
   ``runtime/pipe/engine.py`` ``_bf16_reduce_grads``, v0.6): in bf16 each micro-batch's 16-bit
   gradient is cast to fp32 and added into the fp32 gradient (``BF16_ACCUM_BYTES``), and the
@@ -175,6 +189,61 @@ class StepPasses:
             if name not in names:
                 raise SpecError("framework.step.sources", name,
                                 f"must name one of {', '.join(names)}")
+
+
+@dataclass(frozen=True)
+class LossPasses:
+    """The memory-bound passes of the softmax cross-entropy over the 16-bit logits of the LM
+    head, as the stack runs them: ``fwd`` and ``bwd`` are ``(pass, bytes per logit element
+    read plus written)``; ``compute.lm_head_time_split`` charges ``fwd_bytes`` and
+    ``bwd_bytes`` times the GPU's logit elements (tokens x vocabulary / tp) over the usable
+    HBM bandwidth. ``source``: where the passes were read."""
+
+    fwd: tuple[tuple[str, float], ...] = (("pass 1 (fp32, read + write)", 8.0),
+                                          ("pass 2 (fp32, read)", 4.0))
+    bwd: tuple[tuple[str, float], ...] = (("pass 1 (fp32, read + write)", 8.0),
+                                          ("pass 2 (fp32, read)", 4.0))
+    source: str = ("assumed: three fp32 passes over the logits each way, 12 bytes per element "
+                   "(not read from the stack's code)")
+
+    def __post_init__(self) -> None:
+        for where, passes in (("fwd", self.fwd), ("bwd", self.bwd)):
+            for name, b in passes:
+                if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b < 100:
+                    raise SpecError(f"framework.loss.{where}", f"{name}: {b}",
+                                    "must be bytes per logit element in (0, 100)")
+
+    @property
+    def fwd_bytes(self) -> float:
+        """Bytes per logit element the forward streams."""
+        return float(sum(b for _, b in self.fwd))
+
+    @property
+    def bwd_bytes(self) -> float:
+        """Bytes per logit element the backward streams."""
+        return float(sum(b for _, b in self.bwd))
+
+
+#: Megatron's unfused vocab-parallel cross-entropy (``_VocabParallelCrossEntropy``), read in
+#: NVIDIA/Megatron-LM core_r0.8.0 ``megatron/core/tensor_parallel/cross_entropy.py`` (the
+#: default: ``cross_entropy_loss_fusion=False``, ``model_parallel_config.py``) and in the 2021
+#: ``megatron/mpu/cross_entropy.py`` with ``gpt_model.py``'s ``output.float()``: every step
+#: over the ``[s, b, V/tp]`` logits is its own kernel (2-byte logits, 4-byte fp32 copy). The
+#: gathers at the target index and the ``[s, b]`` vectors are negligible and not counted.
+MEGATRON_CROSS_ENTROPY = LossPasses(
+    fwd=(("logits.float(): read 2, write 4", 6.0),
+         ("torch.max over the vocabulary: read 4", 4.0),
+         ("logits -= max (in place): read 4, write 4", 8.0),
+         ("torch.exp(out=logits): read 4, write 4", 8.0),
+         ("exp_logits.sum: read 4", 4.0),
+         ("exp_logits.div_(sum) -> softmax saved for backward: read 4, write 4", 8.0)),
+    bwd=(("softmax.mul_(grad_output): read 4, write 4", 8.0),
+         ("fp32 gradient cast to the 16-bit logits' dtype (the .float()'s backward; "
+          "autograd's dtype check under core's Function): read 4, write 2", 6.0)),
+    source="Megatron's unfused _VocabParallelCrossEntropy: NVIDIA/Megatron-LM core_r0.8.0 "
+           "megatron/core/tensor_parallel/cross_entropy.py (cross_entropy_loss_fusion=False "
+           "by default, megatron/core/model_parallel_config.py); 2021 megatron/mpu/"
+           "cross_entropy.py with megatron/model/gpt_model.py's output.float()")
 
 
 @dataclass(frozen=True)
@@ -294,9 +363,21 @@ class FrameworkProfile:
     default_sources: tuple[tuple[str, str], ...] = ()
     #: the passes the stack runs once per step (``StepPasses``; default: Megatron-LM's)
     step: StepPasses = StepPasses()
-    #: full recomputation stops before the layer's last GEMM (PyTorch non-reentrant checkpoint
-    #: with early stop); False: the whole forward is rerun (reentrant checkpointing)
+    #: the cross-entropy's passes over the logits (``LossPasses``; default: the assumed three
+    #: fp32 passes each way)
+    loss: LossPasses = LossPasses()
+    #: recomputation never reruns the layer's last GEMM (the dense MLP's down projection):
+    #: full recomputation stops before it (PyTorch non-reentrant checkpoint with early stop;
+    #: JAX's remat, whose recomputed forward is dead-code-eliminated to what the backward
+    #: reads), and so does selective recomputation of the ``mlp`` module; False: the whole
+    #: forward (or module) is rerun (reentrant checkpointing)
     recompute_early_stop: bool = False
+    #: selective recomputation of ``core_attn`` under FlashAttention reruns the fused attention
+    #: kernel's forward (the stack keeps neither its output nor its softmax statistics: MaxText's
+    #: ``context`` tensor, remat unless a policy saves it); False: the fused kernel's backward
+    #: recomputes the scores itself and nothing is rerun (the model's reading of Megatron's
+    #: ``core_attn`` under FlashAttention)
+    recompute_flash_fwd: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -462,7 +543,7 @@ MEGATRON_LM_2021 = FrameworkProfile(
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
     tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
-    recompute_modules=("core_attn",),
+    recompute_modules=("core_attn",), loss=MEGATRON_CROSS_ENTROPY,
     precisions=("fp16", "bf16"),
     precision_source="Megatron-LM v2-v3 --fp16 / --bf16 (megatron/arguments.py, apex "
                      "mixed precision with megatron/optimizer's loss scaler)",
@@ -549,6 +630,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
+    loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),
@@ -576,6 +658,10 @@ MEGATRON_CORE = FrameworkProfile(
 
 NEMO = replace(
     MEGATRON_CORE, name="nemo",
+    # NeMo 2's model configs set cross_entropy_loss_fusion=True (GPTConfig, NemotronConfig in
+    # nemo/collections/llm/gpt/model/): Megatron's jit-fused path, whose passes depend on what
+    # the fuser merges and are not counted here, so the assumed three passes each way are kept
+    loss=LossPasses(),
     description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
                 "and defaults, gradients averaged in the data-parallel collective "
                 "(average_in_collective=True: no 1/dp scaling pass)",
@@ -724,6 +810,11 @@ JAX_XLA = FrameworkProfile(
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
+    recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
+    recompute_flash_fwd=True,
+    recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
+                   "recomputed (strategies.remat_policies: selective with the modules "
+                   "core_attn, layernorm, mlp)",
     precisions=("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"),
     precision_source="MaxText dtype bfloat16 or float16 (configs/base.yml) and quantization "
                      "te_fp8_delayedscaling, te_fp8_currentscaling, te_mxfp8, te_nvfp4 "
@@ -753,7 +844,7 @@ JAX_XLA = FrameworkProfile(
             ("param_copy", "fp32 weights cast inside the fused layers"))))
 
 HAI_LLM = replace(
-    MEGATRON_CORE, name="hai-llm",
+    MEGATRON_CORE, name="hai-llm", loss=LossPasses(),   # HAI-LLM's code is not public
     description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",

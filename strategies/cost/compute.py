@@ -613,15 +613,23 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
 
 
-def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float:
+def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None,
+                  dispatcher: Num = 0) -> Num:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
     synchronisations (``costs.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
-    has drained its queue, so the next kernel starts one launch after the host resumes, a
-    launch gap the asynchronous queue would otherwise have hidden; 0 for a dense model."""
+    has drained its queue, so the GPU then waits, serially, for everything the host runs up
+    to its next launch: the launch gap, plus ``HOST_PATH_S`` (the host's path of one operator,
+    ``strategies.launch_blocking``) per Python operator the ``dispatcher`` (``plan.DISPATCHERS``
+    code) runs before it (``costs.MOE_SYNC_HOST_OPS``), i.e. ``SYNC_LAUNCH_GAP_S`` for the
+    alltoall dispatcher, as under ``CUDA_LAUNCH_BLOCKING``. 0 for a dense model. Vectorised
+    over ``dispatcher``."""
+    code = np.asarray(dispatcher).astype(int)
     if not m.is_moe:
-        return 0.0
+        return (0.0 * code)[()]
     share = m.layer_shares().get("moe", 0.0)
-    return share * costs.MOE_SYNCS_FWD * measured.launch_gap(gpu, fw.launch_gap_s)
+    ops = np.asarray(costs.MOE_SYNC_HOST_OPS, dtype=float)[code]
+    gap = measured.launch_gap(gpu, fw.launch_gap_s)
+    return (share * costs.MOE_SYNCS_FWD * (gap + ops * HOST_PATH_S))[()]
 
 
 def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -708,7 +716,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
-    sync = moe_sync_time(m, fw, gpu) * np.logical_not(graphed)
+    sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
     bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
@@ -727,8 +735,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
-    full = fwd - gco - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
-                                   load)
+    full = fwd - gco - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system,
+                                         etp, load)
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
@@ -755,11 +763,14 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
-    FlashAttention, whose backward already recomputes the scores), the norms' and the
+    FlashAttention, whose backward already recomputes the scores, unless the stack reruns
+    the fused kernel's forward, ``FrameworkProfile.recompute_flash_fwd``), the norms' and the
     activation functions' HBM traffic (``counts.norm_bytes_fwd``,
     ``counts.activation_fn_bytes_fwd`` over each part's width; the routed activation with
     its eager clamp where the stack runs one, ``counts.clamp_bytes`` and its kernels), and
-    the forward of each part's GEMMs (``counts.layer_gemm_parts``)."""
+    the forward of each part's GEMMs (``counts.layer_gemm_parts``), the dense MLP's less its
+    down projection on a stack whose recomputation never reruns the layer's last GEMM
+    (``early_stop_saving``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
@@ -775,9 +786,10 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     if fw.eager_variants and m.activation_clamp is not None and m.is_moe:
         clamp = costs.clamp_bytes(m, b, tp, cp, load)[0] / hbm + m.layer_shares()["moe"] \
             * costs.CLAMP_KERNELS[0] * measured.launch_gap(gpu, fw.launch_gap_s)
-    work = {"scores": np.where(flash, 0.0, a_f),
+    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
+    work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
-            "dense_mlp": g("dense_mlp") + act("dense_mlp"),
+            "dense_mlp": g("dense_mlp") - stop + act("dense_mlp"),
             "routed_act": act("routed_mlp") + clamp,
             "routed_mlp": g("routed_mlp"),
             "shared_mlp": g("shared_mlp") + act("shared_mlp"),
@@ -790,8 +802,9 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num, Num]:
     """(forward, backward, weight-gradient part of the backward) seconds of the output layer
     and the cross-entropy on the last stage. The logits GEMM stays in 16 bits; the backward
-    is its data- and weight-gradient GEMMs, the cross-entropy's backward pass over the fp32
-    logits and the gradient accumulation of the output weight; its weight-gradient part is
+    is its data- and weight-gradient GEMMs, the cross-entropy's backward passes over the fp32
+    logits (both directions' passes: ``fw.loss``, bytes per logit element) and the gradient
+    accumulation of the output weight; its weight-gradient part is
     the weight-gradient GEMM and that accumulation. ``slow``: factor on the GEMMs
     (``overlap_slowdown``)."""
     T = costs.tokens_per_gpu(b, m.seq_length, cp)
@@ -804,12 +817,14 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
     w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
     g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)
-    ce = 3 * 4.0 * T * V / hbm  # fp32 softmax cross-entropy over the logits
+    # the softmax cross-entropy's memory-bound passes over the logits, as the stack runs them
+    # (``FrameworkProfile.loss``, ``framework.LossPasses``)
+    ce_f, ce_b = (fw.loss.fwd_bytes * T * V / hbm, fw.loss.bwd_bytes * T * V / hbm)
     # a tied head's weight is the embedding's tensor: its sharded-gradient passes are the
     # embedding's (``embedding_time_bwd``)
     acc = grad_accum_time(V * h / shard, gpu, dtype, fw, system) + sharded_grad_pass_time(
         0.0 if m.tie_word_embeddings else V * h, shard, gpu, dtype, fw, system)
-    return g_f + ce, g_b + ce + acc, slow * w + acc
+    return g_f + ce_f, g_b + ce_b + acc, slow * w + acc
 
 
 def lm_head_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,

@@ -271,22 +271,23 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
 
 def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
                             share: Num = 1.0, modules: Num = 0,
-                            early_stop: bool = False) -> Num:
+                            early_stop: bool = False, flash_rerun: bool = False) -> Num:
     """FLOPs the hardware executes in one step (for HFU): forward and backward (3 x forward)
     of the GEMMs, the attention core as the kernel runs it (causal blocks skipped with
     FlashAttention) and the LM head, plus the recomputed forward (``recompute``: 0 none,
     1 selective = the attention core when it is not FlashAttention, 2 full = the layers,
     3 op = the GEMMs torchtitan's policy does not save).
     FlashAttention's own recomputation of the scores inside its backward is not counted, so
-    HFU stays at most the fraction of peak the time model charges. ``early_stop``: full
-    recomputation skips ``early_stop_gemms`` (``hardware_flops_per_step``)."""
+    HFU stays at most the fraction of peak the time model charges. ``early_stop`` and
+    ``flash_rerun`` as ``hardware_flops_per_step``."""
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     attn = attn_core_flops_fwd(m, gbs, 1, 1, flash) * L
     head = 2 * gbs * m.seq_length * m.hidden_size * m.vocab_size
     redo = gemm - (_early_stop_flops(m, gbs) if early_stop else 0.0)
     extra = np.where(recompute == 2, share * (redo + attn),
-                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
+                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules,
+                                                               early_stop, flash_rerun),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
     mtp = 3 * gbs * m.seq_length * mtp_flops_fwd_per_token(m, causal=False)
@@ -316,43 +317,55 @@ def _early_stop_flops(m: ModelSpec, gbs: Num) -> Num:
 
 def hardware_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
                             share: Num = 1.0, modules: Num = 0,
-                            early_stop: bool = False) -> Num:
+                            early_stop: bool = False, flash_rerun: bool = False) -> Num:
     """Model FLOPs plus the recomputed forward, in the same convention (attention square in
     full; for HFU, which docs/cli.md defines as MFU "with recomputation counted"): full
     recomputation (``recompute`` 2) redoes each layer's forward, less ``early_stop_gemms``
     on a stack whose checkpoint stops early (``early_stop``); selective (1) redoes the
     attention core, except under FlashAttention, which recomputes it inside its own backward
-    (not counted, as in MFU). With no recomputation this equals ``model_flops_per_step``."""
+    (not counted, as in MFU), unless the stack reruns the fused kernel's forward
+    (``flash_rerun``, ``FrameworkProfile.recompute_flash_fwd``), and the selected modules'
+    GEMMs (the dense MLP's less its down projection with ``early_stop``). With no
+    recomputation this equals ``model_flops_per_step``."""
     L = m.num_layers
     gemm = gemm_flops_fwd(m, gbs, 1, 1) * L
     if early_stop:
         gemm = gemm - _early_stop_flops(m, gbs)
     attn = attn_core_flops_fwd(m, gbs, 1, 1, False) * L
     extra = np.where(recompute == 2, share * (gemm + attn),
-                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules),
+                     np.where(recompute == 1, _selective_extra(m, gbs, flash, attn, modules,
+                                                               early_stop, flash_rerun),
                               np.where(recompute == 3, op_recompute_flops_fwd(m, gbs, 1, 1) * L,
                                        0.0)))
     return model_flops_per_step(m, gbs) + extra
 
 
 def selective_recompute_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                                  modules: Num) -> Num:
+                                  modules: Num, early_stop: bool = False) -> Num:
     """Forward GEMM FLOPs of one layer that selective recomputation of ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes: ``2·M·N·K`` over the
-    ``layer_gemm_parts`` of its parts (per GPU, per micro-batch; the attention core apart)."""
+    ``layer_gemm_parts`` of its parts (per GPU, per micro-batch; the attention core apart),
+    less ``early_stop_gemms`` (the dense MLP's down projection) when the ``mlp`` module is
+    selected on a stack whose recomputation never reruns the layer's last GEMM
+    (``early_stop``)."""
     out = 0.0
     for part, (c, M, N, K, _) in layer_gemm_parts(m, b, tp, cp, ep):
         out = out + np.where(rcp.part_selected(1, modules, part), 2.0 * c * M * N * K, 0.0)
+    if early_stop:
+        stop = sum(2.0 * c * M * N * K for c, M, N, K, _ in early_stop_gemms(m, b, tp, cp, ep))
+        out = out - np.where(rcp.part_selected(1, modules, "dense_mlp"), stop, 0.0)
     return out
 
 
-def _selective_extra(m: ModelSpec, gbs: Num, flash: Num, attn: Num, modules: Num) -> Num:
+def _selective_extra(m: ModelSpec, gbs: Num, flash: Num, attn: Num, modules: Num,
+                     early_stop: bool = False, flash_rerun: bool = False) -> Num:
     """The whole step's recomputed forward FLOPs under selective recomputation: the
-    attention core ``attn`` where its scores are redone (not under FlashAttention) plus the
-    selected parts' GEMMs over every layer."""
-    scores = rcp.part_selected(1, modules, "scores") & np.logical_not(flash)
+    attention core ``attn`` where its scores are redone (not under FlashAttention, unless
+    the stack reruns the fused kernel's forward, ``flash_rerun``) plus the selected parts'
+    GEMMs over every layer (``early_stop``: ``selective_recompute_flops_fwd``)."""
+    scores = rcp.part_selected(1, modules, "scores") & (np.logical_not(flash) | flash_rerun)
     return np.where(scores, attn, 0.0) + selective_recompute_flops_fwd(
-        m, gbs, 1, 1, 1, modules) * m.num_layers
+        m, gbs, 1, 1, 1, modules, early_stop) * m.num_layers
 
 
 def model_flops_per_step(m: ModelSpec, gbs: Num) -> Num:
@@ -408,11 +421,13 @@ def mfu(m: ModelSpec, gbs: Num, step_time_s: Num, n_gpus: Num, peak_flops: Num) 
 
 
 def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_gpus: Num,
-        peak_flops: Num, share: Num = 1.0, modules: Num = 0, early_stop: bool = False) -> Num:
+        peak_flops: Num, share: Num = 1.0, modules: Num = 0, early_stop: bool = False,
+        flash_rerun: bool = False) -> Num:
     """Hardware FLOPs utilisation: ``hardware_flops_per_step`` (model FLOPs plus the
     recomputed forward; ``early_stop``: the stack's checkpoint stops before the last GEMM)
     over ``n_gpus · step_time_s · peak_flops``; equals ``mfu`` without recomputation."""
-    return hardware_flops_per_step(m, gbs, flash, recompute, share, modules, early_stop) / (
+    return hardware_flops_per_step(m, gbs, flash, recompute, share, modules, early_stop,
+                                   flash_rerun) / (
         n_gpus * step_time_s * peak_flops)
 
 
@@ -567,6 +582,18 @@ def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) 
 #: budget reads ``tokens_per_expert.sum()`` to size the combine. The backward reuses the saved
 #: split sizes: no synchronisation.
 MOE_SYNCS_FWD = 1
+#: Python-level operators the host runs between that synchronisation and the next kernel it
+#: launches, by ``plan.DISPATCHERS`` code (Megatron-Core 0.17, ``core_v0.17.0``): the GPU's
+#: queue is empty, so it waits for them. ``alltoall``: ``d2h_event.synchronize()`` returns in
+#: Python and the next launch is the ``all_to_all`` autograd operator's (``token_dispatch``,
+#: ``token_dispatcher.py`` L668-676): one operator's host path. ``deepep`` and ``hybridep``
+#: wait inside their C++ dispatch (DeepEP's ``Buffer.dispatch`` polls the received counts;
+#: HybridEP's ``dispatch_with_permute`` waits for its pinned-memory counts, ``fused_a2a.py``
+#: L365-384) and allocate and launch the dispatch from there: no Python operator, the launch
+#: gap only. Their ``tokens_per_expert`` arrive as host tensors (``torch.tensor`` of DeepEP's
+#: list, HybridEP's pinned copy), so the experts' ``tolist()`` and DeepEP's ``.sum().item()``
+#: do not synchronise again.
+MOE_SYNC_HOST_OPS = (1, 0, 0)
 
 
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,

@@ -12,7 +12,8 @@ per_device_batch_size)`` sequences, a step ``gradient_accumulation_steps`` of th
 ICI axes span a node's NVLink, DCN the nodes: ``dcn_data_parallelism=16
 ici_fsdp_parallelism=8``); ``layers/decoders.py`` ``get_remat_policy`` (``full`` saves nothing;
 ``minimal`` saves every projection but not the attention context, so the attention core is
-recomputed: Megatron's selective; ``minimal_with_context`` saves them all) and base.yml's
+recomputed: Megatron's selective; ``minimal_with_context`` saves them all; selective
+recomputation of named modules is ``custom``, ``strategies.remat_policies``) and base.yml's
 ``logical_axis_rules`` (the batch is sharded over ``data``, ``fsdp`` and ``expert``: expert
 parallelism is carved from the data-parallel ranks).
 
@@ -30,6 +31,7 @@ import yaml
 from strategies.errors import SpecError
 from strategies.framework import JAX_XLA, plan_violations, precision_rule
 from strategies.job import Job
+from strategies.remat_policies import custom_policy
 
 #: MaxText's ``quantization`` for our precisions (Transformer Engine recipes through JAX)
 QUANTISE = {"bf16": "", "fp8": "te_fp8_delayedscaling", "fp8-delayed": "te_fp8_delayedscaling",
@@ -126,7 +128,8 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     if why is not None:
         _refuse(f"--dtype {job.dtype}: {why}")
     # recompute modes, partial and per-module recomputation: the profile's limits
-    # (JAX_XLA.recompute is REMAT's keys; no recompute_methods, no recompute_modules)
+    # (JAX_XLA.recompute is REMAT's keys; no recompute_methods; recompute_modules are a
+    # custom policy, strategies.remat_policies.custom_policy)
     if p.pp > 1 and m.num_layers % p.pp:
         _refuse(f"{m.num_layers} layers over pp={p.pp}: MaxText's pipeline gives every stage "
                 "the same number of layers")
@@ -150,6 +153,8 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
                     "num_pipeline_repeats": 1,
                     "scan_layers": False})   # base.yml: scan the pipeline iterations instead
     cfg["remat_policy"] = REMAT[p.recompute]
+    if p.recompute == "selective" and p.recompute_modules:
+        cfg.update(custom_policy(p.recompute_modules))
     cfg["attention"] = "cudnn_flash_te" if p.flash_attn else "dot_product"
     if p.moe_capacity_factor is not None:
         cfg["capacity_factor"] = float(p.moe_capacity_factor)

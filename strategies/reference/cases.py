@@ -25,6 +25,8 @@ from strategies.reference.text import (attention_kernel, bf16_optimizer, framewo
                                         schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from strategies.cost.system import SystemConfig
+from strategies.reference.jax_recipes import remat_recipe
+from strategies.remat_policies import recompute_of
 from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, grad_reduce_in_fp32,
                                                   recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
@@ -371,6 +373,8 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
                      "(torchtitan: reshard_after_forward=False with PP)")
     switches = _switches(c, fw, tp > 1 and bool(sp), notes)
     switches.update(_moe_options(c, fw, ep, notes))
+    if recompute_kind(pl.get("recompute")) is None:
+        switches.update(_remat_recipe(c, fw, notes))
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
@@ -438,6 +442,23 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
                      f"{r.source})")
     return out
+
+
+def _remat_recipe(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
+    """The recomputation a JAX run's recipe states (``reference.jax_recipes``: the MaxText
+    policy's saved tensors, mapped by ``strategies.remat_policies.recompute_of``), replacing
+    the stack default's note; {} when no recipe is known or the stack cannot run it."""
+    found = remat_recipe(c, _dtype(c))
+    if found is None:
+        return {}
+    saved, cite = found
+    rec, mods = recompute_of(saved)
+    if rec not in fw.recompute or not set(mods) <= set(fw.recompute_modules):
+        return {}
+    notes[:] = [n for n in notes if not n.startswith("recompute=")]
+    notes.append(f"recompute={rec}" + (f", recompute_modules={'+'.join(mods)}" if mods else "")
+                 + f" (the recipe saves {'+'.join(saved)}, the rest is recomputed: {cite})")
+    return {"recompute": rec, **({"recompute_modules": mods} if mods else {})}
 
 
 #: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for
