@@ -486,7 +486,7 @@ def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, l
     ``dense``, ``moe`` and ``mtp`` always present)."""
     def one(name, p, v, r, f, la, a, _c):
         return even_stage_content(model, name, p, v, r, f, la, a)
-    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, 0)
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account)[0]
 
 
 def order_chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int, chunk: int,
@@ -499,11 +499,13 @@ def order_chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int, chunk
     return chunk_kinds(model, layout, rank, chunk)
 
 
-def even_chunk_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunk, first=0,
-                              last=0, account=False) -> dict:
-    """``order_chunk_kinds`` of chunk ``chunk`` under the even split (or the uneven
-    ``first``/``last``/``account`` layouts the search proposes) for arrays of plans, as
-    ``even_stage_content_arrays``; zeros where the rank has no such chunk."""
+def even_chunks_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunks, first=0,
+                               last=0, account=False) -> list[dict]:
+    """``order_chunk_kinds`` of each chunk id in ``chunks`` (ints) under the even split (or
+    the uneven ``first``/``last``/``account`` layouts the search proposes) for arrays of
+    plans, as ``even_stage_content_arrays``: one ``{kind: counts}`` per chunk id (zeros
+    where the rank has no such chunk); the plans' distinct rows found once for all the
+    chunks."""
     from strategies.schedules import get_schedule
 
     def one(name, p, v, r, f, la, a, c):
@@ -513,34 +515,40 @@ def even_chunk_content_arrays(model: ModelSpec, codes, pp, vpp, rank, chunk, fir
         mirrored = bool(sched.mirrored) and p > 1
         return tuple(order_chunk_kinds(model, _even_layout(model, name, p, v, f, la, a), r,
                                        c, mirrored).items())
-    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunk)
+    return _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks)
 
 
-def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunk) -> dict:
+def _content_arrays(one, codes, pp, vpp, rank, first, last, account, chunks=(0,)
+                    ) -> list[dict]:
     """``{kind: counts}`` of ``one(schedule name, pp, vpp, rank, first, last, account,
-    chunk)`` (``(kind, count)`` pairs) over broadcast arrays, once per distinct row."""
+    chunk)`` (``(kind, count)`` pairs) over broadcast arrays, once per distinct row and chunk
+    id: one dict per chunk id of ``chunks``."""
     import numpy as np
 
     from strategies.schedules import schedule_of_code
-    codes, pp, vpp, rank, first, last, account, chunk = np.broadcast_arrays(
+    codes, pp, vpp, rank, first, last, account = np.broadcast_arrays(
         np.asarray(codes), np.asarray(pp), np.asarray(vpp), np.asarray(rank),
-        np.asarray(first), np.asarray(last), np.asarray(account), np.asarray(chunk))
+        np.asarray(first), np.asarray(last), np.asarray(account))
     kinds = ("dense", "moe", "mtp")
+    chunks = [int(c) for c in chunks]
     keys = np.stack([codes.ravel(), pp.ravel(), vpp.ravel(), rank.ravel(), first.ravel(),
-                     last.ravel(), account.ravel(), chunk.ravel()], axis=1).astype(np.int64)
+                     last.ravel(), account.ravel()], axis=1).astype(np.int64)
     if not len(keys):
-        return {k: np.zeros(codes.shape) for k in kinds}
+        return [{k: np.zeros(codes.shape) for k in kinds} for _ in chunks]
     dims = keys.max(axis=0) + 1
     if np.prod(dims.astype(float)) < 2.0 ** 62:
-        # one integer per row: a 1-d unique sorts far faster than rows of eight
+        # one integer per row: a 1-d unique sorts far faster than rows of seven
         flat, inv = np.unique(np.ravel_multi_index(keys.T, dims), return_inverse=True)
         uniq = np.stack(np.unravel_index(flat, dims), axis=1)
     else:
         uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    table = {k: np.zeros(len(uniq)) for k in kinds}      # each distinct row's content
-    for j, (code, p, v, r, f, la, a, c) in enumerate(uniq.tolist()):
+    # each chunk's and distinct row's content
+    table = np.zeros((len(kinds), len(chunks), len(uniq)))
+    for j, (code, p, v, r, f, la, a) in enumerate(uniq.tolist()):
         name = schedule_of_code(int(code)).name
-        for k, n in one(name, int(p), int(v), int(r), int(f), int(la), bool(a), int(c)):
-            table[k][j] = n
+        for i, c in enumerate(chunks):
+            for k, n in one(name, int(p), int(v), int(r), int(f), int(la), bool(a), c):
+                table[kinds.index(k), i, j] = n
     inv = inv.ravel()
-    return {k: table[k][inv].reshape(codes.shape) for k in kinds}
+    return [{k: table[i, c][inv].reshape(codes.shape) for i, k in enumerate(kinds)}
+            for c in range(len(chunks))]

@@ -130,7 +130,7 @@ CASES = [(s, v, n, cut) for s, v in (("interleaved", 2), ("zb-v", 2), ("dualpipe
 def test_uneven_mixed_sim_scalar_array(sched, v, layers, cut, rc):
     """Uneven mixed layouts: the simulated peak is ``memory_by_stage``'s activations to
     1e-9 and the array model (no counts given: its own per-chunk moments and chunk
-    contents, ``layout.even_chunk_content_arrays``) its total where the search proposes
+    contents, ``layout.even_chunks_content_arrays``) its total where the search proposes
     the layout (not a layout string); some rank's chunks differ."""
     job = _job(_moe(layers, 3), f"tp=1,pp=4,dp=2,ep=2,mbs=1,gbs=16,schedule={sched},"
                f"vpp={v},recompute={rc}" + cut)

@@ -23,7 +23,7 @@ def test_vocab_from_a_sibling_row_of_the_same_source():
     """The ZeRO-0/1 rows of BLOOM's chronicles do not restate the vocabulary; the 02-21 rows of
     the same document and model do ('Vocab ~250k'), so the reader takes it from them."""
     data, by_id = _rows()
-    row = by_id["bloom_prequel_181B_zero1"]
+    row = by_id["bloom_prequel_181B_zero0"]
     assert not row["model"]["vocab"]
     alone = case_from_entry(row)
     assert alone.job is None and "vocab_size" in alone.skipped
@@ -31,6 +31,20 @@ def test_vocab_from_a_sibling_row_of_the_same_source():
     assert case.job is not None and case.job.model.vocab_size == 250000
     assert any("stated for the same model by bloom_prequel_181B_dp4_pp12_mbs1" in a
                for a in case.assumptions)
+
+
+def test_a_duplicated_row_is_not_validated():
+    """The ZeRO-1 row of the chronicles is the 02-21 dp4 pp12 mbs2 run with its two columns
+    swapped (same plan, memory and pair of figures): it is skipped, naming its twin, and
+    validates once, under the twin's id."""
+    data, by_id = _rows()
+    row = by_id["bloom_prequel_181B_zero1"]
+    twin = by_id[row["duplicate_of"]]
+    assert (row["measured"]["step_time_s"], row["measured"]["tflops_per_gpu"]) == (
+        twin["measured"]["tflops_per_gpu"], twin["measured"]["step_time_s"])
+    case = case_from_entry(row, data)
+    assert case.job is None and row["duplicate_of"] in case.skipped
+    assert case_from_entry(twin, data).job is not None
 
 
 def test_sibling_vocab_needs_the_same_source_and_model():

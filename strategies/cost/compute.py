@@ -289,18 +289,24 @@ def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float,
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
           ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
-    """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``: the larger of the compute time at the
+    """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``, ``count`` times ``_gemm_unit``."""
+    return count * _gemm_unit(M, N, K, rate, hbm, esize, c_bytes, knee, ratio, waves)
+
+
+def _gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
+               c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
+               ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
+    """Seconds of one GEMM ``(M x K) @ (K x N)``: the larger of the compute time at the
     shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
     chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
     ``_gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
     ``c_bytes`` per output element, default ``esize``)."""
-    flops = 2.0 * M * N * K
     t_compute = _gemm_compute(M, N, K, rate, knee, waves)
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
     t_memory = (esize * (M * K + K * N) + c * M * N) / hbm
-    return count * np.maximum(t_compute, t_memory)
+    return np.maximum(t_compute, t_memory)
 
 
 def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
@@ -373,7 +379,25 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
 def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                    system: SystemConfig = DEFAULT_SYSTEM) -> Num:
     """Forward seconds of ``gemms``, ``(count, M, N, K, row_parallel, ...)`` as
-    ``costs.layer_gemms`` lists them (``row_parallel`` None: the bf16 router)."""
+    ``costs.layer_gemms`` lists them (``row_parallel`` None: the bf16 router), each priced
+    by ``gemm_units``."""
+    return units_time_fwd([g[0] for g in gemms],
+                          gemm_units(gemms, tp, gpu, dtype, tpo, system=system, backward=False))
+
+
+def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
+               fw: FrameworkProfile = DEFAULT, system: SystemConfig = DEFAULT_SYSTEM,
+               backward: bool = True) -> list[tuple]:
+    """The price of one GEMM of each shape of ``gemms`` (``costs.layer_gemms``' tuples), apart
+    from its ``count``: ``(pieces, fwd, dgrad_pieces, dgrad, wgrad)``: the forward runs as
+    ``pieces`` GEMMs of ``fwd`` seconds (``tp`` pieces of ``M/tp`` rows under TP overlap; the
+    bf16 router is not split), the data gradient ``(M, K, N)`` as ``dgrad_pieces`` of
+    ``dgrad`` seconds (the row-parallel weights split under TP overlap) and the weight
+    gradient ``(K, N, M)`` as one of ``wgrad`` seconds, whose output is the main gradient:
+    read and written in fp32 when the framework fuses the accumulation into the GEMM, else
+    written once in 16 bits (the separate add is ``grad_accum_time``). ``backward`` False:
+    the forward's alone (``dgrad``, ``wgrad`` None). The one pricing of a layer's GEMMs that
+    ``units_time_fwd``/``units_time_bwd`` sum for any count."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
@@ -381,14 +405,48 @@ def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num =
                _gemm_ratio(gpu, "bf16", r16, kn16, system))
     wv = gemm_waves(gpu, system)
     split = _tp_split(tp, tpo)
-    t = 0.0
-    for count, M, N, K, row, *_ in gemms:
+    c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
+    out = []
+    for _, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
-            t = t + _gemm(count, M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
-        else:
-            t = t + _gemm(count * split, M / split, N, K, rate, hbm, es, knee=kn, ratio=q,
-                          waves=wv)
+            f = _gemm_unit(M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
+            if not backward:
+                out.append((1.0, f, 1.0, None, None))
+                continue
+            out.append((1.0, f, 1.0,
+                        _gemm_unit(M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv),
+                        _gemm_unit(K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)))
+            continue
+        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv)
+        if not backward:
+            out.append((split, f, 1.0, None, None))
+            continue
+        s = split if row else 1.0
+        out.append((split, f, s,
+                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv),
+                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv)))
+    return out
+
+
+def units_time_fwd(counts: list[Num], units: list[tuple]) -> Num:
+    """Forward seconds of ``counts[i]`` GEMMs priced ``units[i]`` (``gemm_units``)."""
+    t = 0.0
+    for count, (pieces, f, *_) in zip(counts, units):
+        t = t + (count * pieces) * f
     return t
+
+
+def units_time_bwd(counts: list[Num], units: list[tuple]) -> tuple[Num, Num]:
+    """(all, weight-gradient) backward seconds of ``counts[i]`` GEMMs priced ``units[i]``
+    (``gemm_units``): data and weight gradients summed GEMM by GEMM, then the weight
+    gradients alone."""
+    t, t_w = 0.0, 0.0
+    for count, (_, _, pieces, d, w) in zip(counts, units):
+        w = count * w
+        t = t + (count * pieces) * d
+        t = t + w
+        t_w = t_w + w
+    return t, t_w
 
 
 def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -411,28 +469,9 @@ def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo:
                          fw: FrameworkProfile = DEFAULT,
                          system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of ``gemms`` (``costs.layer_gemms``' tuples),
-    each priced as ``gemm_time_bwd_split`` describes."""
-    rate, hbm, es = _rates(gpu, dtype, system)
-    kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
-    r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-    q, q16 = (_gemm_ratio(gpu, dtype, rate, kn, system),
-               _gemm_ratio(gpu, "bf16", r16, kn16, system))
-    wv = gemm_waves(gpu, system)
-    split = _tp_split(tp, tpo)
-    c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
-    t, t_w = 0.0, 0.0
-    for count, M, N, K, row, *_ in gemms:
-        if row is None:
-            w = _gemm(count, K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
-            t = t + _gemm(count, M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv) + w
-            t_w = t_w + w
-            continue
-        s = split if row else 1.0
-        w = _gemm(count, K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv)
-        t = t + _gemm(count * s, M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv)
-        t = t + w
-        t_w = t_w + w
-    return t, t_w
+    each priced as ``gemm_time_bwd_split`` describes (``gemm_units``)."""
+    return units_time_bwd([g[0] for g in gemms], gemm_units(gemms, tp, gpu, dtype, tpo, fw,
+                                                            system))
 
 
 def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -599,15 +638,18 @@ def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
 
 def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: Num = 1.0,
                        fw: FrameworkProfile = DEFAULT,
-                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                       system: SystemConfig = DEFAULT_SYSTEM,
+                       rope: bool = True) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's eager kernels that Megatron-Core
     runs for gpt-oss's variants where the stack runs its model code (``fw.eager_variants``):
     the activation clamp (``costs.clamp_bytes``) and the unfused YaRN RoPE
     (``costs.rope_unfused_bytes``) over the usable HBM bandwidth, plus a launch gap per
-    kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack."""
+    kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack.
+    ``rope`` False: the clamp's alone (what a selective recomputation of the routed
+    activation reruns, ``selective_time``)."""
     cf, cb = costs.clamp_bytes(m, b, tp, cp, load)
-    rf, rb = costs.rope_unfused_bytes(m, b, tp, cp)
-    kf, kb = costs.eager_variant_kernels(m)
+    rf, rb = costs.rope_unfused_bytes(m, b, tp, cp) if rope else (0.0, 0.0)
+    kf, kb = costs.eager_variant_kernels(m, rope)
     hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
     on = 1.0 if fw.eager_variants else 0.0
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
@@ -636,8 +678,8 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
                   tpo: Num = False, slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
                   system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                   load: Num = 1.0, permute: tuple[Num, Num] = (0.0, 0.0),
-                  bias: tuple[Num, Num] = (0.0, 0.0), graphed: Num = False
-                  ) -> tuple[Num, Num]:
+                  bias: tuple[Num, Num] = (0.0, 0.0), graphed: Num = False,
+                  priced: tuple[list, list] | None = None) -> tuple[Num, Num]:
     """GPU idle seconds ``(forward, backward)`` of the mean layer while the host issues an MoE
     layer's expert path (0 for a dense model, and under a full-iteration CUDA graph,
     ``graphed``, which replays the step with no host work in it).
@@ -650,7 +692,9 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
     experts' GEMMs (``slow`` times; backward data and weight gradients), the permutations
     ``permute`` and the bias path ``bias`` (both as the mean layer's ``moe_permute_time``/
     ``expert_bias_time`` give them). Exposed per MoE layer ``max(0, host - G)``, times the
-    MoE layers' share of the layers. Vectorised."""
+    MoE layers' share of the layers. ``priced``: the caller's ``layer_gemm_parts`` of the
+    mean layer and their ``gemm_units`` (``layer_time``), whose routed experts' GEMMs have
+    the MoE layer's shapes; None: priced here. Vectorised."""
     share = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
     if share == 0.0:
         z = 0.0 * np.asarray(b, dtype=float)
@@ -659,12 +703,20 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
     k_f, k_b = costs.expert_bias_kernels(m, ep)
     h_f = local * EXPERT_HOST_S[0] + k_f / share * HOST_PATH_S
     h_b = local * EXPERT_HOST_S[1] + k_b / share * HOST_PATH_S
-    routed = [g for part, g in costs.layer_gemm_parts(m, b, tp, cp, ep, "moe", etp, load)
-              if part == "routed_mlp" and g[4] is not None]
-    g_f = slow * gemms_time_fwd(routed, tp, gpu, dtype, tpo, system) \
-        + (permute[0] + bias[0]) / share
-    g_b = slow * gemms_time_bwd_split(routed, tp, gpu, dtype, tpo, fw, system)[0] \
-        + (permute[1] + bias[1]) / share
+
+    def routed(parts):
+        return [i for i, (part, g) in enumerate(parts)
+                if part == "routed_mlp" and g[4] is not None]
+
+    # one MoE layer's routed expert GEMMs: its counts, the mean layer's shapes and prices
+    own = costs.layer_gemm_parts(m, b, tp, cp, ep, "moe", etp, load)
+    counts = [own[i][1][0] for i in routed(own)]
+    if priced is None:
+        units = gemm_units([own[i][1] for i in routed(own)], tp, gpu, dtype, tpo, fw, system)
+    else:
+        units = [priced[1][i] for i in routed(priced[0])]
+    g_f = slow * units_time_fwd(counts, units) + (permute[0] + bias[0]) / share
+    g_b = slow * units_time_bwd(counts, units)[0] + (permute[1] + bias[1]) / share
     on = np.logical_not(graphed)
     fwd = share * np.maximum(h_f - g_f, 0.0) * on
     bwd = share * np.maximum(h_b - g_b, 0.0) * on
@@ -698,8 +750,12 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
     dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
     (``gather_copy_out_time``) in the pass, in ``B`` for the backward."""
-    g_f = slow * gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, system, etp, load)
-    g_b, g_w = gemm_time_bwd_split(m, b, tp, cp, ep, gpu, dtype, tpo, fw, system, etp, load)
+    # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system)
+    counts = [g[0] for _, g in parts]
+    g_f = slow * units_time_fwd(counts, units)
+    g_b, g_w = units_time_bwd(counts, units)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
@@ -720,12 +776,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
-                             permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed)
+                             permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,
+                             priced=(parts, units))
     fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco
     bwd = bwd0 + h_b
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
-                         system=system, etp=etp, load=load, fw=fw)
+                         system=system, etp=etp, load=load, fw=fw, priced=(parts, units))
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -759,7 +816,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
                    a_f: Num, modules: Num, gpu: GPU, dtype: str, tpo: Num = False,
                    slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
                    etp: Num | None = None, load: Num = 1.0,
-                   fw: FrameworkProfile = DEFAULT) -> Num:
+                   fw: FrameworkProfile = DEFAULT,
+                   priced: tuple[list, list] | None = None) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
@@ -767,25 +825,29 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     the fused kernel's forward, ``FrameworkProfile.recompute_flash_fwd``), the norms' and the
     activation functions' HBM traffic (``counts.norm_bytes_fwd``,
     ``counts.activation_fn_bytes_fwd`` over each part's width; the routed activation with
-    its eager clamp where the stack runs one, ``counts.clamp_bytes`` and its kernels), and
-    the forward of each part's GEMMs (``counts.layer_gemm_parts``), the dense MLP's less its
-    down projection on a stack whose recomputation never reruns the layer's last GEMM
-    (``early_stop_saving``)."""
+    its eager clamp where the stack runs one, ``eager_variant_time`` without the RoPE), and
+    the forward of each part's GEMMs (``counts.layer_gemm_parts``; ``priced``: those and
+    their ``gemm_units`` as the caller has them, ``layer_time``; None: priced here), the
+    dense MLP's less its down projection on a stack whose recomputation never reruns the
+    layer's last GEMM (``early_stop_saving``)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
-    gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    if priced is None:
+        gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+        units = gemm_units([x for _, x in gemms], tp, gpu, dtype, tpo, system=system,
+                           backward=False)
+    else:
+        gemms, units = priced
 
     def g(part):
-        sel = [x for p, x in gemms if p == part]
-        return slow * gemms_time_fwd(sel, tp, gpu, dtype, tpo, system) if sel else 0.0
+        sel = [i for i, (p, _) in enumerate(gemms) if p == part]
+        return slow * units_time_fwd([gemms[i][1][0] for i in sel],
+                                     [units[i] for i in sel]) if sel else 0.0
 
     def act(part):
         return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
-    clamp = 0.0
-    if fw.eager_variants and m.activation_clamp is not None and m.is_moe:
-        clamp = costs.clamp_bytes(m, b, tp, cp, load)[0] / hbm + m.layer_shares()["moe"] \
-            * costs.CLAMP_KERNELS[0] * measured.launch_gap(gpu, fw.launch_gap_s)
+    clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0]
     stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
     work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,

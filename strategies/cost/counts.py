@@ -744,15 +744,15 @@ def rope_unfused_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> tuple[Num, Num
     return tuple(((u - f) * elems)[()] for u, f in zip(ROPE_UNFUSED_BYTES, ROPE_FUSED_BYTES))
 
 
-def eager_variant_kernels(m: ModelSpec) -> tuple[float, float]:
+def eager_variant_kernels(m: ModelSpec, rope: bool = True) -> tuple[float, float]:
     """Kernels ``(forward, backward)`` the mean layer adds with the eager clamp
     (``CLAMP_KERNELS`` on the MoE layers' share) and the unfused RoPE (``ROPE_UNFUSED_KERNELS``
-    less one fused kernel, for q and k)."""
+    less one fused kernel, for q and k); ``rope`` False: the clamp's alone."""
     f = b = 0.0
     if m.activation_clamp is not None and m.is_moe:
         share = m.layer_shares().get("moe", 0.0)
         f, b = share * CLAMP_KERNELS[0], share * CLAMP_KERNELS[1]
-    if m.rope_attention_factor != 1.0 and m.position_embedding == "rope":
+    if rope and m.rope_attention_factor != 1.0 and m.position_embedding == "rope":
         f += 2 * (ROPE_UNFUSED_KERNELS[0] - 1)
         b += 2 * (ROPE_UNFUSED_KERNELS[1] - 1)
     return f, b

@@ -26,8 +26,10 @@ Model (per optimizer step, seconds):
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
-  work less the compute and bubble it runs under, at least what nothing hides; ZeRO-2 without
-  overlap stalls every stage after each backward, ``z2_sync_exposed``;
+  work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
+  and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
+  0's cool-down); ZeRO-2 without overlap stalls every stage after each backward, on each
+  schedule's path, ``z2_sync_exposed``;
 * the tied word embedding's gradient all-reduce between the first and the last stage;
 * the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
   buffer and the optimizer shard (``strategies.cost.step``).
@@ -74,36 +76,106 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
+#: the paths of ZeRO-2's stall without overlap that a schedule adds to the slowest stage's
+#: (``z2_sync_exposed``'s ``path``): none (ZB-V, DualPipe), the gradient's way
+#: back (one chunk per rank: 1F1B, GPipe), the drain and rank 0's cool-down (interleaved),
+#: the slowest stage's trailing weight gradients (a split backward, one chunk per rank: ZB-H1)
+Z2_BUSY, Z2_BACK, Z2_COOLDOWN, Z2_SPLIT = 0, 1, 2, 3
+
+
 def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last: Any,
-                    rs: tuple, t_b0: Any, mb: Any, pp: Any, one_path: Any) -> Any:
+                    rs: tuple, t_b0: Any, mb: Any, pp: Any, path: Any, v: Any = 1,
+                    r_f: Any = 0.0, rs_c0: Any = 0.0, trailing: tuple = (1, 1, 1)) -> Any:
     """Exposed seconds of ZeRO-2's reduce-scatters without overlap: each micro-batch's runs
-    after its backward on the compute stream of every rank, before the input gradient is
-    sent back; the last micro-batch's after the schedule (the compiler's ``_close_grads``).
-    ``pipe_span(t_max, t_sum)``: the schedule's span of stages of those seconds per
-    micro-batch, ``pipe`` the span without the stall; ``t_first``/``t_mid``/``t_last``: the
-    stages' seconds without the reduce-scatter, ``rs`` = (first, middle, last) rank's own
-    reduce-scatter; ``t_b0``: rank 0's backward; ``one_path``: one chunk per rank and the backward unsplit (1F1B, GPipe), where
-    the two paths below are the longest. Arrays over plans.
+    after its backward (of each chunk) on the compute stream of every rank, before the input
+    gradient is sent back; the last micro-batch's after the schedule (the compiler's
+    ``_close_grads``). ``pipe_span(t_max, t_sum)``: the schedule's span of stages of those
+    seconds per micro-batch, ``pipe`` the span without the stall; ``t_first``/``t_mid``/
+    ``t_last``: the stages' seconds without the reduce-scatter, ``rs`` = (first, middle,
+    last) rank's own reduce-scatter per micro-batch (all its chunks); ``t_b0``: rank 0's
+    backward; ``path``: ``Z2_BUSY``, ``Z2_BACK``, ``Z2_COOLDOWN`` or ``Z2_SPLIT`` (which
+    paths below are the longest); ``v`` the chunks per rank, ``r_f`` rank 0's forward share of its seconds,
+    ``rs_c0`` rank 0's chunk 0's reduce-scatter (the embedding's gradients and ``1/v`` of
+    its layers'), ``trailing`` the (first, middle, last) rank's weight-gradient steps after
+    its last ``B`` (``Schedule.trailing_w_steps``). Arrays over plans; seconds.
 
     * the slowest stage ``k`` busy throughout: every micro-batch's reduce-scatter there but
       the last one's, and rank 0's last after the schedule: ``(m − 1)·rs_k + rs_0`` (no
-      pipeline: ``m·rs``). Where the stall follows ``W`` (a split backward) or a chunk
-      (interleaved), only this one is counted;
-    * the gradient's way back: micro-batch 0 down the stages, its backward and each stage's
-      reduce-scatter back up, then rank 0 paced by the slowest stage (every stage's seconds
-      grown by its reduce-scatter) to micro-batch ``m − 2``, then rank 0's last two backwards
-      and reduce-scatters (the last micro-batch's way up has no stall): the span of the
-      grown stages less ``t'_max − t_b0 − rs_0``; balanced 1F1B ``(m + p − 1)·(t + rs) − t_f``
-      against ``(m + p − 1)·t + m·rs`` for the first.
+      pipeline: ``m·rs``). ``Z2_BUSY`` (ZB-V, DualPipe): only this one;
+    * ``Z2_BACK``, the gradient's way back: micro-batch 0 down the stages, its backward and
+      each stage's reduce-scatter back up, then rank 0 paced by the slowest stage (every
+      stage's seconds grown by its reduce-scatter) to micro-batch ``m − 2``, then rank 0's
+      last two backwards and reduce-scatters (the last micro-batch's way up has no stall):
+      the span of the grown stages less ``t'_max − t_b0 − rs_0``; balanced 1F1B
+      ``(m + p − 1)·(t + rs) − t_f`` against ``(m + p − 1)·t + m·rs`` for the first;
+    * ``Z2_COOLDOWN`` (interleaved: every stage ends with the backwards of chunk 0 of the
+      last ``p`` micro-batches back to back, no forward between them), the drain: each stage
+      below ``k`` takes the last micro-batch's chunk-0 backward only after its own
+      reduce-scatter of the one before, so the drain runs at the grown stages' pace:
+      the span of the grown stages less ``rs_k`` (the slowest stage's last has no stall)
+      plus ``rs_0`` after the schedule; balanced ``m·t' + (p − 1)·t'/v``;
+    * ``Z2_COOLDOWN``, rank 0's cool-down: its last ``p`` chunk-0 backwards back to back,
+      each but the last followed by its own reduce-scatter ``rs_c0`` (the embedding's
+      gradients make it dearer than the stages' above), from when the slowest stage ends:
+      ``fill + m·t'_k − rs_k + (p − 1)·(t_b0/v + rs_c0) + rs_0``, ``fill`` the forwards of
+      micro-batch 0 before ``k`` (``r_f`` of the other stages' ``(t_sum − t_max)/v``); none
+      where rank 0 alone is the slowest (its cool-down is in its own busy time);
+    * ``Z2_SPLIT`` (the stall follows ``W``, which lags its ``B``: the slowest stage's last
+      ``n_k`` weight gradients and their reduce-scatters come after its last ``B``, off the
+      drain), in place of the first: the slowest stage's own end, ``fill + m·t'_k`` (its
+      last reduce-scatter after the schedule; the other stages' drain runs under its
+      trailing ``W``), and the drain's, the pipeline delayed by the ``m − n_k``
+      reduce-scatters before ``k``'s last ``B`` and rank 0's ``n_0`` after its own:
+      ``(m − n_k)·rs_k + n_0·rs_0`` (balanced ZB-H1: rank 0, ``n_0 = 1``, ``m·rs``; a last
+      stage dearer by the LM head: its own end, ``fill + m·t'_k − pipe``).
     """
     rs_first, rs_mid, rs_last = rs
+    t_max0 = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_sum0 = t_first + t_last + (pp - 2) * t_mid
     first, mid, last = t_first + rs_first, t_mid + rs_mid, t_last + rs_last
     t_max = np.maximum(np.maximum(first, last), np.where(pp > 2, mid, 0.0))
     rs_max = np.where(t_max == first, rs_first, np.where(t_max == last, rs_last, rs_mid))
     t_sum = first + last + (pp - 2) * mid
     busy = np.where(pp > 1, (mb - 1) * rs_max + rs_first, mb * rs_first)
-    back = pipe_span(t_max, t_sum) - t_max + t_b0 + rs_first - pipe
-    return np.where(one_path & (pp > 1), np.maximum(busy, back), busy)
+    n_first, n_mid, n_last = trailing
+    n_max = np.where(t_max == first, n_first, np.where(t_max == last, n_last, n_mid))
+    own = r_f * (t_sum0 - t_max0) + mb * t_max - pipe
+    split = np.maximum(own, (mb - n_max) * rs_max + n_first * rs_first)
+    span = pipe_span(t_max, t_sum)
+    back = span - t_max + t_b0 + rs_first - pipe
+    drain = span - rs_max + rs_first - pipe
+    # (none where rank 0 alone is the slowest: its cool-down is in its own busy time)
+    cool = np.where(first > np.maximum(last, np.where(pp > 2, mid, 0.0)), busy,
+                    r_f * (t_sum0 - t_max0) / v + mb * t_max - rs_max
+                    + (pp - 1) * (t_b0 / v + rs_c0) + rs_first - pipe)
+    return np.where(pp > 1, np.where(path == Z2_BACK, np.maximum(busy, back),
+                                     np.where(path == Z2_COOLDOWN,
+                                              np.maximum(busy, np.maximum(drain, cool)),
+                                              np.where(path == Z2_SPLIT, split, busy))),
+                    busy)
+
+
+def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any, mb: Any,
+                       r_f: Any, rs: tuple, w: tuple, trailing: tuple, edge: tuple) -> Any:
+    """Exposed seconds of ZeRO-2's overlapped reduce-scatters at the slowest stage's end under
+    a split backward, one chunk per rank (ZB-H1): that stage ``k`` ends with its ``n_k``
+    trailing weight gradients back to back (``Schedule.trailing_w_steps``), each micro-batch's
+    buckets reduce-scattered as its ``W`` completes them, so their ``n_k·rs_k`` queue on the
+    data-parallel stream with only those ``W`` (``n_k·w_k``) to run under, at least the last
+    bucket (``sharded_exposed``), after the stage's own end ``fill + m·t_k`` (``fill`` the
+    forwards of micro-batch 0 before it, ``r_f`` of the other stages' seconds); less the
+    pipeline ``pipe``. ``rs``/``w``/``trailing``/``edge``: (first, middle, last) rank's
+    reduce-scatter per micro-batch, ``W`` seconds, trailing ``W`` count and last bucket's
+    seconds. Arrays over plans; seconds."""
+    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_sum = t_first + t_last + (pp - 2) * t_mid
+
+    def at_k(x: tuple) -> Any:
+        return np.where(t_max == t_first, x[0], np.where(t_max == t_last, x[2], x[1]))
+
+    n = at_k(trailing)
+    tail = sharded_exposed(n * at_k(rs), n * at_k(w), at_k(edge))
+    return np.where(pp > 1, r_f * (t_sum - t_max) + mb * t_max - pipe + tail, 0.0)
 
 
 def degraded_view(cl: Cluster) -> Cluster:
@@ -308,12 +380,38 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         cm.dp_collective_time("reduce_scatter", gb, pr, px, tp, cp, dp, ep, etp, cl)
         for pr, px in ((sc.params_mid, sc.expert_params_mid),
                        (sc.params_last, sc.expert_params_last)))
+    # rank 0's chunk 0 (interleaved): the embedding's gradients and 1/v of its layers'
+    emb_p = np.minimum(sc.embedding_params, params)
+    rs_c0 = cm.dp_collective_time("reduce_scatter", gb, emb_p + (params - emb_p) / v, pe / v,
+                                  tp, cp, dp, ep, etp, cl)
+    trailing = tuple(dispatch(sched, "trailing_w_steps", s, pp, mb)
+                     for s in (0 * pp, np.maximum(pp - 2, 0), pp - 1))
     z2_sync = z2_sync_exposed(
         lambda t_mx, t_sm: dispatch(sched, "pipeline_span", mb, t_mx, t_sm, v, w_share, f_share,
                                     pp),
-        pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp, ~split & (v == 1))
-    z2_grad = np.where(ogr, sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb),
-                       np.where(mirrored, mb * t_rs_mb, z2_sync))
+        pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp,
+        np.where(split, np.where(v == 1, Z2_SPLIT, Z2_BUSY),
+                 np.where(v == 1, Z2_BACK, Z2_COOLDOWN)), v, r_f, rs_c0,
+        trailing)
+    # overlapped under a split backward, one chunk per rank (ZB-H1): at least the slowest
+    # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``)
+    w_stage = (n_first * sc.layer_wgrad + sc.embedding_wgrad, n_mid * sc.layer_wgrad,
+               n_last * sc.layer_wgrad + sc.head_wgrad)
+    edges = (t_rs_mb * last_mb,) + tuple(
+        r * np.minimum(1.0, sc.bucket_params / np.maximum(pr, 1.0))
+        for r, pr in zip(rs_stage[1:], (sc.params_mid, sc.params_last)))
+    z2_over = sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb)
+    z2_over = np.where(split & (v == 1) & ~head_first, np.maximum(z2_over, split_tail_exposed(
+        pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges)),
+        z2_over)
+    # interleaved (chunks on a ring, the backward unsplit): rank 0 ends with the chunk-0
+    # backwards of the last p micro-batches back to back; their reduce-scatters (chunk 0's
+    # gradients, the embedding's among them: rs_c0 each) queue with only those backwards to
+    # run under, at least the last bucket (``sharded_exposed``)
+    cool_tail = sharded_exposed(pp * rs_c0, pp * window / v, t_rs_mb * last_mb)
+    z2_over = np.where(~split & (v > 1) & ~head_first & ~mirrored & (pp > 1),
+                       np.maximum(z2_over, cool_tail), z2_over)
+    z2_grad = np.where(ogr, z2_over, np.where(mirrored, mb * t_rs_mb, z2_sync))
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
     # step's compute hides the stream's work; exposed at least: each forward's first layer

@@ -39,7 +39,7 @@ import numpy as np
 from strategies import placement
 from strategies.cost import counts
 from strategies.cost import recompute as rcp
-from strategies.layout import (even_chunk_content_arrays, even_stage_content_arrays,
+from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
                                mixed_layers)
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
@@ -162,19 +162,27 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
+    layer_bytes: dict[ModelSpec, dict] = {}
+
     def per_layer(view: ModelSpec) -> dict:
         """One layer of ``view`` (the model or one kind of it, ``activations.stash_kinds``):
         its stash ``act`` and without recomputation ``none`` (MoE: the routed tokens as the
         dispatcher holds them, at the hottest rank's load, where the stash keeps them:
         ``activations.routed_stash_correction``), its pending weight gradient ``wgrad`` and
-        what a selective recomputation rebuilds at once ``sel``."""
+        what a selective recomputation rebuilds at once ``sel``; once per view (every chunk
+        of ``own_chunks`` reads the same views)."""
+        got = layer_bytes.get(view)
+        if got is not None:
+            return got
         act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
                                                     P.recompute_modules, clamp)
-        return {"act": act + extra, "none": none + extra_none,
-                "wgrad": _layer_wgrad(view, b, tp, cp, sp),
-                "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
-                                               P.recompute_modules)[1]}
+        got = layer_bytes[view] = {
+            "act": act + extra, "none": none + extra_none,
+            "wgrad": _layer_wgrad(view, b, tp, cp, sp),
+            "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
+                                           P.recompute_modules)[1]}
+        return got
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     seq_div = np.where(sp, tp, 1.0)
@@ -214,16 +222,23 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # and, with recompute_layers under block, every activation of the layers it does not
     # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
     # or a uniform group). op: what the layer did not save, rebuilt for one layer.
-    uni = P.recompute_method == rcp.METHOD_CODE["uniform"]
-    n_rc = P.recompute_layers
+    uni_all = P.recompute_method == rcp.METHOD_CODE["uniform"]
+    n_rc_all = P.recompute_layers
+    rc_all = rc
 
-    def stash(lpc, kinds):
+    def stash(lpc, kinds, pick=None):
         """``(stashed, pending, recompute)``: the bytes of the layers of one stashed chunk
         and of one pending weight gradient, with ``lpc`` layers per chunk of the kinds
         ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes; block
         recomputation keeps and rebuilds the chunk's mean layer), and of what is rebuilt at
-        once (the largest kind held rebuilds its selective parts and op's unsaved tensors)."""
+        once (the largest kind held rebuilds its selective parts and op's unsaved tensors).
+        ``pick``: ``lpc`` and the counts are given for some of the plans only, the rows
+        ``pick`` takes from a plan array."""
         pl = [(per_layer(view), n) for view, n in kinds]
+        rc, n_rc, uni = rc_all, n_rc_all, uni_all
+        if pick is not None:
+            pl = [({k: pick(x) for k, x in L.items()}, n) for L, n in pl]
+            rc, n_rc, uni = pick(rc), pick(n_rc), pick(uni)
         if len(pl) == 1:
             L = pl[0][0]
         else:
@@ -264,7 +279,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         different bytes (``activations.stash_at_peak``'s rule): ``stash_layers`` where given
         (the scalar model), else, with no counts given (the search), the order's per-chunk
         moments (``Schedule.chunk_stash_moments``) priced by each chunk's own layers
-        (``layout.even_chunk_content_arrays``)."""
+        (``layout.even_chunks_content_arrays``)."""
         mean = n_in * chunk_act + n_w * w_chunk
         if stash_layers is not None:
             given = np.asarray(stash_layers, dtype=float)
@@ -277,25 +292,45 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             return n_in, n_w, mean          # one kind, even split: every chunk the same
         # the order's chunk ids (``Schedule.order_chunks`` per plan)
         n_ch = np.where(mirrored & (pp > 1), 2, v) + np.zeros_like(mean, dtype=np.int64)
-        top = int(n_ch.max()) if n_ch.size else 1
+        pick = None
+        if not mixed_layers(m) and mean.ndim == 1:
+            # one kind: only the uneven layouts' chunks can differ (as above)
+            uneven = (np.asarray(lay[0]) + np.asarray(lay[1]) + np.asarray(lay[2]) > 0) \
+                & (n_ch >= 2)
+            rows = np.flatnonzero(uneven)
+
+            def pick(x):
+                return np.broadcast_to(x, mean.shape)[rows]
+
+        def sub(x):
+            return x if pick is None else pick(x)
+        top = int(sub(n_ch).max()) if sub(n_ch).size else 1
         if top < 2:
             return n_in, n_w, mean
+        zeros = np.zeros_like(sub(mean))
         acts, wgs = [], []
-        for c in range(top):
-            have = even_chunk_content_arrays(m, sched, pp, v, stage, c, *lay)
-            held_c = {k: have[k] + np.zeros_like(mean) for k in have}
+        for have in even_chunks_content_arrays(m, sub(sched), sub(pp), sub(v), sub(stage),
+                                               range(top), *(sub(x) for x in lay)):
+            held_c = {k: have[k] + zeros for k in have}
             lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
             with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
-                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c))
-            acts.append(np.where(lpc_c > 0, a_c, 0.0) + np.zeros_like(mean))
-            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + np.zeros_like(mean))
+                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c), pick)
+            acts.append(np.where(lpc_c > 0, a_c, 0.0) + zeros)
+            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + zeros)
         acts, wgs = np.stack(acts), np.stack(wgs)              # (C, plans)
-        live = np.arange(top)[:, None] < np.ravel(n_ch)[None].reshape((1,) + n_ch.shape)
+        n_sub = sub(n_ch)
+        live = np.arange(top)[:, None] < np.ravel(n_sub)[None].reshape((1,) + n_sub.shape)
         differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
         if not np.any(differ):
             return n_in, n_w, mean
-        extra = emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean)
-        n2, w2, l2 = _own_chunk_peak(sched, stage, pp, nmb, v, acts, wgs, extra, differ)
+        extra = sub(emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean))
+        n2, w2, l2 = _own_chunk_peak(sub(sched), sub(stage), sub(pp), sub(nmb), sub(v), acts,
+                                     wgs, extra, differ)
+        if pick is not None:        # back onto every plan: the others keep the mean chunk's
+            out = [np.zeros(mean.shape, dtype=x.dtype) for x in (differ, n2, w2, l2)]
+            for o, x in zip(out, (differ, n2, w2, l2)):
+                o[rows] = x
+            differ, n2, w2, l2 = out
         return (np.where(differ, n2, n_in), np.where(differ, w2, n_w),
                 np.where(differ, l2, mean))
 

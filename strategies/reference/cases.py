@@ -543,6 +543,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
 
     if c.get("kind") != "measured":
         return skip("analytic reference, not a measured run")
+    if c.get("duplicate_of"):
+        return skip(f"the same run as {c['duplicate_of']} (the entry's notes say why)")
     n = _size(c["hardware"]["n_gpus"])
     if n is None:
         return skip("hardware.n_gpus not given")
