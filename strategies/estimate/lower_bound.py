@@ -160,6 +160,8 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
     cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
+    if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
+        cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
             np.maximum(n_b * tau, np.maximum(a2a, cp_b)), tau)
