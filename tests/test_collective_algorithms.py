@@ -201,12 +201,14 @@ def test_pick_is_identical_in_the_compiler_the_estimate_and_the_bound(gpus_per_n
                 continue
             strided = str(colls.strided_algorithm(n, stride, gpus_per_node))
             seen[strided] += 1
-            picks = {colls.algorithm_for("allreduce", tuple(g), gpus_per_node)
-                     for g in placement.groups(plan, dim)}
-            if strided != colls.MIXED:
-                assert picks == {strided}, (kw, dim)
-            if len(picks) > 1:
-                assert strided == colls.MIXED, (kw, dim)
+            for kind in ("allreduce", "allgather"):
+                strided = str(colls.strided_algorithm(n, stride, gpus_per_node, kind))
+                picks = {colls.algorithm_for(kind, tuple(g), gpus_per_node)
+                         for g in placement.groups(plan, dim)}
+                if strided != colls.MIXED:
+                    assert picks == {strided}, (kw, dim, kind)
+                if len(picks) > 1:
+                    assert strided == colls.MIXED, (kw, dim, kind)
     assert all(seen.values()), seen
 
 
@@ -281,3 +283,21 @@ def test_seconds_alone_refuses_striped_phases_without_nodes():
     ph = ring.phases("allgather", (0, 1, 8, 9), 8.0, lambda r: r // 8)
     with pytest.raises(ValueError, match="node_of"):
         colls.seconds_alone(ph, lambda a, b: 1.0, lambda a, b: 1.0)
+
+
+def test_striped_ring_without_relays_on_a_fat_tree():
+    """On a fat tree (no rails) the hop between nodes goes straight to the NIC: ``k_in = k-1``
+    and the network's latency alone; the engine equals ``striped_time`` and the estimate."""
+    from dataclasses import replace
+    cl = replace(cluster_preset("dgx-a100", 2), inter_node_topology="fat_tree")
+    graph = build_graph(cl)
+    S, group = 40e6, list(range(16))
+    progs = {r: Program(r, 0, {"s": (Collective(0, "s", "allgather", tuple(group), S,
+                                                colls.RING, "t", "dp", "c"),)})
+             for r in group}
+    t = run(progs, net=SimNetwork(simpy.Environment(), graph, route)).step_time_s
+    closed = ring.striped_time(1, S, 16, 8, 2, NVL, LAT_IN, NIC, LAT_OUT)
+    assert closed == pytest.approx(15 / 16 * S / 8 * max(7 / NVL, 1 / NIC) + LAT_OUT
+                                   + 14 * LAT_IN, rel=1e-15)
+    assert t == pytest.approx(closed, rel=REL)
+    assert cm.collective_time("allgather", S, 16, 1, cl) == pytest.approx(closed, rel=REL)

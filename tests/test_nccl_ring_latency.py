@@ -1,5 +1,6 @@
-"""NCCL's flat ring vs the hierarchical all-gather / reduce-scatter (experiments/nccl_ring_latency.py,
-docs/calibration.md §3.21): NCCL's latency split (``tuning.cc``: ``nsteps - nInterSteps``
+"""NCCL's flat ring vs the hierarchical all-gather / reduce-scatter
+(experiments/nccl_ring_latency.py, docs/calibration.md §3.21): NCCL's latency split
+(``tuning.cc``: ``nsteps - nInterSteps``
 steps at the intra-node latency, ``nInterSteps = nodes - 1`` at the network's) against the
 hierarchical algorithm's ``(k-1)`` + ``(nodes-1)`` latencies, and the what-if patch touching
 only all-gather and reduce-scatter over hierarchical groups."""

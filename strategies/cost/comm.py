@@ -3,9 +3,11 @@
 ``collective_time`` is what the estimate reads: the algorithm ``strategies.collectives.select``
 picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
 ``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
-over the NICs with one member per node, and the hierarchical algorithm with ``k > 1`` members
-on each of several nodes. Groups laid out differently from one group to the next (``mixed``:
-e.g. 12 ranks over 8-GPU nodes) keep ``group_bandwidth``'s ring that crosses node boundaries,
+over the NICs with one member per node, and with ``k > 1`` members on each of several nodes
+NCCL's flat ring striped over the members for an all-gather or a reduce-scatter
+(``ring.striped_time``) and the hierarchical algorithm for an all-reduce. Groups laid out
+differently from one group to the next (``mixed``: e.g. 12 ranks over 8-GPU nodes) keep
+``group_bandwidth``'s ring that crosses node boundaries,
 where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
 GPUs' worth of NIC bandwidth (NCCL stripes its channels over the NICs), reduced by the
 fabric's oversubscription. Achieved bus bandwidth is
@@ -110,7 +112,9 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
+    per-GPU NIC rates; for an all-gather or a reduce-scatter over ``k > 1`` members on each of
+    several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
+    between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
     the share of its bytes between nodes, node-limited routing). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
