@@ -20,7 +20,8 @@ from strategies.estimate.scalar import BREAKDOWN_KEYS  # noqa: F401  (one defini
 Interval = tuple[float, float]
 COMPUTE_KINDS = {"forward": "compute", "backward": "compute", "wgrad": "compute",
                  "embedding": "compute",
-                 "lm_head": "compute", "recompute": "recompute", "optimizer": "optimizer"}
+                 "lm_head": "compute", "recompute": "recompute", "optimizer": "optimizer",
+                 "cp": "cp_comm"}   # PyTorch's ring attention waiting on the network
 COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm",
               "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}
 PRIORITY = ("pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm")
@@ -122,7 +123,7 @@ def rank_breakdown(records: list[Record], step: float) -> tuple[dict[str, float]
     idle = subtract(window, all_busy)
     for k in PRIORITY:
         covered = intersect(idle, union(comm.get(k, ())))
-        out[k] = measure(covered)
+        out[k] += measure(covered)
         idle = subtract(idle, covered)
     out["bubble"] = measure(idle)
     all_comm = union(iv for k in comm for iv in comm[k])

@@ -277,6 +277,23 @@ class FrameworkProfile:
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
+    #: how the stack runs context parallelism: ``"ring"``, Transformer Engine's p2p ring
+    #: (K/V sends hidden under the attention core, ``SystemConfig.cp_exposed_fraction``
+    #: exposed), or ``"torch"``, PyTorch's ``context_parallel`` (all-gather rotater, fp32
+    #: merges and dK/dV ring: ``strategies.cost.ring_attention``)
+    cp_impl: str = "ring"
+    #: heads of the K/V block a context-parallel rank sends (``counts.sent_kv_heads``):
+    #: ``"kv"``, the model's KV heads, or ``"query"`` where the model repeats K and V to every
+    #: query head before attention
+    cp_kv_heads: str = "kv"
+    #: the memory-bound kernels of a layer (``counts.elementwise_bytes_fwd``): ``"fused"``,
+    #: Megatron's fused norm, bias-dropout-add, activation and rotary kernels, or ``"eager"``,
+    #: the model's own eager PyTorch ops (torchtitan's Llama without torch.compile:
+    #: ``counts.eager_elementwise_bytes_fwd``)
+    elementwise_kernels: str = "fused"
+    #: each ZeRO-3 all-gather is copied out of the gathered buffer into the parameters on the
+    #: compute stream (FSDP2's per-parameter sharding: ``compute.gather_copy_out_time``)
+    gather_copy_out: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -361,6 +378,13 @@ class FrameworkProfile:
     #: recomputes the scores itself and nothing is rerun (the model's reading of Megatron's
     #: ``core_attn`` under FlashAttention)
     recompute_flash_fwd: bool = False
+    #: selective recomputation is a JAX remat policy (``strategies.remat_policies``): a layer
+    #: keeps its input and the named tensors the policy saves and the backward reads
+    #: (``remat_policies.saved_names``; the attention output only when ``core_attn`` is not
+    #: selected, as ``recompute_flash_fwd`` reruns the kernel that makes it), nothing unnamed
+    #: (``strategies.memory.activations.named_remat_bytes``); False: Megatron's table less the
+    #: selected modules' parts
+    remat_named: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -424,6 +448,15 @@ class FrameworkProfile:
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
+        if self.cp_impl not in CP_IMPLS:
+            raise SpecError("framework.cp_impl", self.cp_impl,
+                            f"must be one of {', '.join(CP_IMPLS)}")
+        if self.elementwise_kernels not in ("fused", "eager"):
+            raise SpecError("framework.elementwise_kernels", self.elementwise_kernels,
+                            "must be 'fused' or 'eager'")
+        if self.cp_kv_heads not in ("kv", "query"):
+            raise SpecError("framework.cp_kv_heads", self.cp_kv_heads,
+                            "must be 'kv' or 'query'")
         if self.default_recompute not in self.recompute:
             raise SpecError("framework.default_recompute", self.default_recompute,
                             f"must be one of the stack's recompute modes {self.recompute}")
@@ -466,6 +499,8 @@ class FrameworkProfile:
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, PyTorch's context_parallel
+CP_IMPLS = ("ring", "torch")
 #: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
 #: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
 #: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
@@ -728,6 +763,12 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # torch.distributed.tensor.experimental.context_parallel (torchtitan
+    # experimental.context_parallel_degree, Dec 2024); its Llama repeats K/V before SDPA
+    cp_impl="torch", cp_kv_heads="query",
+    # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
+    elementwise_kernels="eager",
+    gather_copy_out=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "
@@ -777,7 +818,7 @@ JAX_XLA = FrameworkProfile(
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
-    recompute_flash_fwd=True,
+    recompute_flash_fwd=True, remat_named=True,
     recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
                    "recomputed (strategies.remat_policies: selective with the modules "
                    "core_attn, layernorm, mlp)",

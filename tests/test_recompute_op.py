@@ -114,7 +114,8 @@ def test_recompute_time_between_none_and_full(m):
     # every kernel of the layer but the saved GEMMs and the attention kernel is relaunched
     relaunched = TORCHTITAN.kernels_per_layer - (len(gemms) - len(unsaved)) - 1
     want = (gemms_time_fwd(unsaved, 8, gpu, "bf16")
-            + elementwise_time_fwd(m, 1, 8, 1, True, gpu, "bf16")
+            + elementwise_time_fwd(m, 1, 8, 1, True, gpu, "bf16",
+                                   kernels=TORCHTITAN.elementwise_kernels)
             + relaunched * TORCHTITAN.launch_gap_s)
     assert rc["op"] == pytest.approx(want, rel=1e-15)
     # vectorised over the code, as the search calls it

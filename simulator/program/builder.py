@@ -208,6 +208,10 @@ class ProgramBuilder:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
             main = self.compute(attn, kind, label, i, c, force=True)
+            if cs.cp_torch:     # the waits sit inside the attention, before what closes it
+                end = self.torch_ring(fwd, nl, label, i, c, other, start)
+                self._close_block(fwd, items, label, i, c, start, main if end is None else end)
+                return main
             vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
             self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
                       f"CP {label}", i, c, deps=(other,) if other is not None else start)
@@ -216,6 +220,28 @@ class ProgramBuilder:
             self.wait += [tail] if tail is not None else []
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
+        return self._close_block(fwd, items, label, i, c, start, main)
+
+    def torch_ring(self, fwd: bool, nl: float, label: str, i: int, c: int, other,
+                   start) -> int | None:
+        """PyTorch's ring attention over ``nl`` layers (``StageCosts.cp_torch``): its traffic
+        on the cp-comm stream beside the attention (the K/V all-gather; in the backward the
+        all-gather again, the fp32 dK/dV ring, ``2c/(c-1)`` all-gathers' worth, and with full
+        recomputation the rerun forward's gather), and its waits on the network
+        (``cp_stall_fwd``/``cp_stall_bwd``, ``ring_attention.torch_ring_stalls``) on the
+        compute stream, as the estimate charges them; returns that op (None without a wait)."""
+        cs, n = self.c, len(self.group["cp"])
+        vol = 1.0 if fwd else 1.0 + 2.0 * n / (n - 1) + (self.p.recompute == "full")
+        self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl * vol, "cp", f"CP {label}",
+                  i, c, deps=(other,) if other is not None else start)
+        return self.compute(nl * (cs.cp_stall_fwd if fwd else cs.cp_stall_bwd), "cp",
+                            f"CP wait {label}", i, c)
+
+    def _close_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
+                     start: tuple, main: int) -> int:
+        """The collectives that close a layer block after its compute ``main``: MoE
+        all-to-alls and the tensor-parallel collectives."""
+        cs, nl = self.c, sum(n for n, _ in items)
         # MoE, each kind's layers (none for a dense layer): dispatch and combine all-to-alls
         # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
         # dispatched tokens and the reduce-scatter of the expert outputs over the etp group

@@ -47,6 +47,7 @@ from strategies.cost import counts as costs
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
+from strategies.cost import ring_attention as ring
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
@@ -70,6 +71,11 @@ FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recom
 # 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
 FLASH_BWD_EFFICIENCY = 0.8
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
+#: FSDP2's all-gather copy-out per unsharded parameter: ``foreach_all_gather_copy_out``
+#: (torch/distributed/_composable/fsdp/_fsdp_collectives.py) splits the gathered bf16 buffer
+#: into the parameters with ``torch.split_with_sizes_copy`` on the compute stream (read 2,
+#: write 2)
+GATHER_COPY_OUT_BYTES = 4.0
 # SM clock while communication kernels run beside the compute, relative to the sustained
 # clock of GEMMs alone: NVLink/NIC/HBM traffic shares the board power budget, so the power
 # limiter lowers the SM clock. Public observation (deepseek-ai/DeepGEMM issue #120, H800 =
@@ -505,6 +511,16 @@ def sharded_grad_pass_bytes(fw: FrameworkProfile, dtype: str,
     return float(sum(per[name] for name in fw.sharded_grad_passes))
 
 
+def gather_copy_out_time(params: Num, gathered: Num, gpu: GPU, fw: FrameworkProfile = DEFAULT,
+                         system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+    """Seconds of one all-gather's copy-out of ``params`` unsharded parameters on the compute
+    stream (``GATHER_COPY_OUT_BYTES`` each at the usable HBM bandwidth) where the stack copies
+    them out (``fw.gather_copy_out``: FSDP2) and the plan gathers them (``gathered``: ZeRO-3
+    with dp > 1); 0 elsewhere (FSDP1 and Megatron gather into the parameters' own buffer)."""
+    on = np.logical_and(fw.gather_copy_out, gathered)
+    return params * GATHER_COPY_OUT_BYTES / usable_hbm(gpu, system) * on
+
+
 def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
                            fw: FrameworkProfile = DEFAULT,
                            system: SystemConfig = DEFAULT_SYSTEM) -> Num:
@@ -534,7 +550,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
     compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
-    runs, ``GPU.flash_efficiency``)."""
+    runs, ``GPU.flash_efficiency``, and with PyTorch's context parallelism the HBM passes
+    around each ring step, ``ring_attention.merge_bytes_fwd``/``accum_bytes_bwd``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -557,15 +574,19 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     t_plain_b = slow * 2 * f_full / rate + 2 * soft
     fwd = np.where(flash, t_flash, t_plain_f)
     bwd = np.where(flash, t_flash_b, t_plain_b)
+    if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
+        fwd = fwd + ring.merge_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
+        bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
     return fwd, bwd
 
 
 def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
-                         dtype: str, system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                         dtype: str, system: SystemConfig = DEFAULT_SYSTEM,
+                         kernels: str = "fused") -> Num:
     """Forward seconds of the memory-bound kernels of one layer: ``costs.elementwise_bytes_fwd``
-    and, with a quantised precision, the forward casts (``cast_time``) at the usable HBM
-    bandwidth."""
-    plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    (``kernels``: ``FrameworkProfile.elementwise_kernels``) and, with a quantised precision,
+    the forward casts (``cast_time``) at the usable HBM bandwidth."""
+    plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, kernels) / usable_hbm(gpu, system)
     return plain + cast_time(m, b, tp, cp, sp, gpu, dtype, system)[0]
 
 
@@ -707,7 +728,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
-               dedup: Num = 1.0, graphed: Num = False) -> LayerTime:
+               dedup: Num = 1.0, graphed: Num = False, gathered: Num = False) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -726,7 +747,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     synchronisation (``moe_sync_time``), in ``B`` for the backward. ``graphed``: the step runs
     as one full-iteration CUDA graph (plan ``cuda_graph``): no host launches or
     synchronisations left (``moe_host_time``, ``moe_sync_time`` 0); else the expert path's
-    host launches (``moe_host_time``), in ``B`` for the backward."""
+    host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
+    dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
+    (``gather_copy_out_time``) in the pass, in ``B`` for the backward."""
     # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
     parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system)
@@ -736,27 +759,34 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
-    e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp) / usable_hbm(gpu, system)
+    e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
+        / usable_hbm(gpu, system)
     e = e_plain + c_f
     layer_w = costs.layer_params_per_gpu(m, tp, ep, etp)
     acc = grad_accum_time(layer_w / shard, gpu, dtype, fw, system) \
         + bf16_optimizer_launch_time(m, fw, dtype, gpu) \
         + sharded_grad_pass_time(layer_w, shard, gpu, dtype, fw, system)
     launch = launch_time(fw, gpu=gpu)
+    # ZeRO-3 gathers the layer before its forward and again before its backward
+    gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,
                              priced=(parts, units))
-    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f
+    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco
     bwd = bwd0 + h_b
+    # the last GEMM an early-stopping checkpoint does not rerun: priced once, read by the
+    # selective and the full recomputation below
+    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
-                         system=system, etp=etp, load=load, fw=fw, priced=(parts, units))
+                         system=system, etp=etp, load=load, fw=fw, priced=(parts, units),
+                         stop=stop)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -766,8 +796,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
-    full = fwd - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
-                                   load)
+    full = fwd - gco - stop
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
@@ -791,7 +820,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
                    slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
                    etp: Num | None = None, load: Num = 1.0,
                    fw: FrameworkProfile = DEFAULT,
-                   priced: tuple[list, list] | None = None) -> Num:
+                   priced: tuple[list, list] | None = None, stop: Num | None = None) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
@@ -803,7 +832,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     the forward of each part's GEMMs (``counts.layer_gemm_parts``; ``priced``: those and
     their ``gemm_units`` as the caller has them, ``layer_time``; None: priced here), the
     dense MLP's less its down projection on a stack whose recomputation never reruns the
-    layer's last GEMM (``early_stop_saving``)."""
+    layer's last GEMM (``early_stop_saving``; ``stop``: that saving as the caller priced it
+    with the same arguments, ``layer_time``; None: priced here)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     if priced is None:
@@ -822,7 +852,9 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
         return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
     clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0]
-    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
+    if stop is None:
+        stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
+                                 load)
     work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
             "dense_mlp": g("dense_mlp") - stop + act("dense_mlp"),

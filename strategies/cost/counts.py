@@ -432,7 +432,8 @@ def hfu(m: ModelSpec, gbs: Num, flash: Num, recompute: Num, step_time_s: Num, n_
 
 
 # ----------------------------------------------------------------------------- memory traffic
-def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
+                          kernels: str = "fused") -> Num:
     """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.
 
     Counted per token (bf16, 1-byte dropout masks), with Megatron's fusions: two LayerNorms
@@ -440,13 +441,53 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Nu
     mask: 3h·2 B + h), the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and
     rotary embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
     work is replicated on every tensor-parallel rank; with it, divided by t.
+    ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
+    PyTorch ops instead, ``eager_elementwise_bytes_fwd``.
     """
+    if kernels == "eager":
+        return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
     T = tokens_per_gpu(b, m.seq_length, cp)
     h = m.hidden_size
     norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + h)) * T
     act = activation_fn_bytes_fwd(m, b, tp, cp, m.mean_mlp_width())
     rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
     return norm_drop / _seq_shard(tp, sp) + act + rope
+
+
+#: HBM bytes per hidden element of torchtitan's eager ``RMSNorm`` (2024, models/norms.py:
+#: ``self._norm(x.float()).type_as(x) * self.weight``; ``torch.nn.RMSNorm``'s composite is the
+#: same ops): ``x.float()`` 2 + 4, ``pow(2)`` 4 + 4, ``mean`` 4, ``x * rsqrt(...)`` 4 + 4,
+#: ``type_as`` 4 + 2, ``* weight`` 2 + 2; an eager ``nn.LayerNorm`` is one kernel, 2 + 2.
+EAGER_RMSNORM_BYTES = 36.0
+EAGER_LAYERNORM_BYTES = 4.0
+#: per element of q and k, torchtitan's ``apply_rotary_emb`` (complex multiply in fp32):
+#: ``x.float()`` 2 + 4, ``x_ * freqs_cis`` 4 + 4, ``type_as`` 4 + 2.
+EAGER_ROPE_BYTES = 20.0
+#: per element of the MLP intermediate: ``F.silu(w1(x))`` 2 + 2, ``* w3(x)`` 2 + 2 + 2 (an
+#: ungated activation is the first kernel alone).
+EAGER_SWIGLU_BYTES = 10.0
+EAGER_ACT_BYTES = 4.0
+#: per element, a residual add ``x + f(x)``: 2 + 2 + 2.
+EAGER_ADD_BYTES = 6.0
+
+
+def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's memory-bound forward kernels, per GPU, as torchtitan's eager
+    Llama block runs them (models/llama/model.py ``TransformerBlock.forward``, no
+    torch.compile): two norms (``EAGER_RMSNORM_BYTES`` per element) and two residual adds
+    over ``h`` (divided by ``t`` with sequence parallelism, as ``elementwise_bytes_fwd``),
+    rotary embedding on q and k (``EAGER_ROPE_BYTES``), ``repeat_kv``'s copy of K and V to
+    every query head where ``g < a`` (read ``g·d``, write ``a·d``, 2 B each, twice), and the
+    MLP activation (``EAGER_SWIGLU_BYTES`` over ``F``); per token, times the GPU's tokens."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h = m.hidden_size
+    norm = EAGER_RMSNORM_BYTES if m.norm == "rmsnorm" else EAGER_LAYERNORM_BYTES
+    per_h = (2 * norm + 2 * EAGER_ADD_BYTES) * h * T
+    rope = EAGER_ROPE_BYTES * rope_width(m) * T / tp if m.position_embedding == "rope" else 0.0
+    a, g = m.num_attention_heads, m.kv_heads
+    repeat = 2 * 2 * (g + a) * m.head_dim * T / tp if (g < a and not m.is_mla) else 0.0
+    act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
+    return per_h / _seq_shard(tp, sp) + rope + repeat + act
 
 
 def _seq_shard(tp: Num, sp: Num) -> Num:
@@ -508,12 +549,20 @@ def pp_p2p_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
     return full / tp  # scatter/gather (2021) and SP (2022+) both shard the boundary tensor
 
 
-def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+def sent_kv_heads(m: ModelSpec, heads: str = "kv") -> int:
+    """Heads of the K/V block a context-parallel rank sends: the model's KV heads (``"kv"``;
+    MLA's up-projected K and V have ``a``), or every query head where the stack repeats K and
+    V before attention (``"query"``, ``FrameworkProfile.cp_kv_heads``: torchtitan's Llama calls
+    ``repeat_kv`` before ``F.scaled_dot_product_attention``, models/llama/model.py)."""
+    return m.num_attention_heads if heads == "query" else m.kv_heads
+
+
+def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
     """Ring attention: each GPU passes its K and V blocks around the ring, ``c-1`` steps of
-    ``T·g·(d + d_v)/t`` elements (``2·T·g·d/t`` for a standard layer; MLA's up-projected K and
-    V have ``a`` heads); the backward sends K, V and their gradients (2×)."""
+    ``T·g·(d + d_v)/t`` elements (``2·T·g·d/t`` for a standard layer; ``g``:
+    ``sent_kv_heads``); the backward sends K, V and their gradients (2×)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
-    return ACT_BYTES * T * m.kv_heads * (m.head_dim + m.v_dim) / tp * (cp - 1)
+    return ACT_BYTES * T * sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp * (cp - 1)
 
 
 def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:

@@ -39,6 +39,7 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
+from strategies.cost import ring_attention as ring
 from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
@@ -159,6 +160,12 @@ class StageCostArrays:
     by_kind: Mapping[str, KindCostArrays] = field(default_factory=dict)
 
     ep_per_layer_recompute: np.ndarray = 0.0  # MoE all-to-all rounds redone (mean per layer)
+    # PyTorch's ring attention (FrameworkProfile.cp_impl "torch"): seconds one layer's forward
+    # and backward (with full recomputation its rerun forward's too) wait on the network
+    # (ring_attention.torch_ring_stalls); cp_torch says the stack runs it
+    cp_stall_fwd: np.ndarray = 0.0
+    cp_stall_bwd: np.ndarray = 0.0
+    cp_torch: bool = False
     recompute_cap: np.ndarray = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: np.ndarray = 0.0   # then: one recomputed layer's extra forward
     # the routed experts' part of ``params_*``: their gradients are reduced over the
@@ -224,6 +231,9 @@ class StageCosts:
     chunk_kinds: tuple = ()
 
     ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
+    cp_stall_fwd: float = 0.0           # PyTorch's ring attention: network waits per layer
+    cp_stall_bwd: float = 0.0           # (StageCostArrays)
+    cp_torch: bool = False
     recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
@@ -294,14 +304,19 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                       graphed=P.cuda_graph)
+                       graphed=P.cuda_graph, gathered=(zero == 3) & (dp > 1))
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
-    cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp) * cp / np.maximum(cp - 1.0, 1.0)
+    cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \
+        / np.maximum(cp - 1.0, 1.0)
+    torch_cp = fw.cp_impl == "torch"
+    st_f, st_b = ring.torch_ring_stalls(m, b, tp, cp, a_f, a_b, cl, fw.cp_kv_heads) \
+        if torch_cp else (0.0, 0.0)
+    st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
@@ -371,7 +386,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
                             system=sy, etp=etp, load=load, modules=P.recompute_modules,
                             dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                            graphed=P.cuda_graph)
+                            graphed=P.cuda_graph, gathered=(zero == 3) & (dp > 1))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         return KindCostArrays(
@@ -441,6 +456,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
         cp_exposed_fraction=float(sy.cp_exposed_fraction),
+        cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
         copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
@@ -490,6 +506,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_per_layer_recompute=f("tp_per_layer_recompute"),
         recompute_cap=f("recompute_cap"), layer_recompute_each=f("layer_recompute_each"),
         ep_per_layer_recompute=f("ep_per_layer_recompute"),
+        cp_stall_fwd=f("cp_stall_fwd"), cp_stall_bwd=f("cp_stall_bwd"),
+        cp_torch=bool(arrays.cp_torch),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
         ep_remote_scale=f("ep_remote_scale"),
         p2p_bytes=f("p2p_bytes"),

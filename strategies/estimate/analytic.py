@@ -305,6 +305,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     a_f, a_b = sc.attn_fwd, sc.attn_bwd
     cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
                         0.0)
+    if sc.cp_torch:     # PyTorch's ring: its waits on the all-gather and the dK/dV ring
+        cp_layer = np.where(cp > 1, sc.cp_stall_fwd + sc.cp_stall_bwd, 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds
     # both of a forward), over groups of ep ranks etp apart (strategies.placement); with
     # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before
