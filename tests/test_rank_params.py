@@ -101,19 +101,24 @@ def test_rank_reduce_scatter_is_the_simulators():
 def test_rank_slack_closed_form():
     """Balanced 1F1B, forward t_f, backward t_b per stage: the middle kind (rank 1) ends one
     backward before rank 0, the last rank (p − 1)·t_b; ZB-H1 (weight gradient t_w split off)
-    (p − 1)·(t_b − t_w), but 0 on a last stage dearer by d, which ends the pipeline with its
-    trailing W; a V or DualPipe: together."""
-    t_f, t_b, t_w, pp = 0.010, 0.020, 0.008, np.array(4)
+    (p − 1)·(t_b − t_w), which is the pipeline's closed form less the slowest stage's own end
+    ``r_f·(t_sum − t_k) + m·t_k`` on a last stage dearer by d; a V or DualPipe: together."""
+    from strategies.schedules import get_schedule
+    t_f, t_b, t_w, pp, m = 0.010, 0.020, 0.008, 4, 8
     t = t_f + t_b
-    got = rank_slack((t, t, t), pp, 1, t_f / t, 0.0, False)
+    got = rank_slack((t, t, t), np.array(pp), 1, t_f / t, 0.0, False)
     assert [float(x) for x in got] == pytest.approx([0.0, t_b, 3 * t_b], rel=1e-12)
     t = t_f + t_b + t_w
-    got = rank_slack((t, t, t), pp, 1, t_f / t, t_w / t, False, True)
+    got = rank_slack((t, t, t), np.array(pp), 1, t_f / t, t_w / t, False)
     assert [float(x) for x in got] == pytest.approx([0.0, t_b - t_w, 3 * (t_b - t_w)],
                                                     rel=1e-12)
-    got = rank_slack((t, t, t + 0.010), pp, 1, t_f / t, t_w / t, False, True)
-    assert float(got[2]) == 0.0 and float(got[1]) == pytest.approx(t_b - t_w, rel=1e-12)
-    assert [float(x) for x in rank_slack((t, t, t), pp, 1, t_f / t, 0.0, True)] == [0.0] * 3
+    d = 0.010
+    pipe = float(get_schedule("zb-h1").pipeline_span(m, t + d, pp * t + d, 1, t_w / t, 0.0, pp))
+    got = rank_slack((t, t, t + d), np.array(pp), 1, t_f / t, t_w / t, False)
+    own = t_f / t * (pp - 1) * t + m * (t + d)
+    assert float(got[2]) == pytest.approx(pipe - own, rel=1e-12)
+    assert [float(x) for x in rank_slack((t, t, t), np.array(pp), 1, t_f / t, 0.0, True)] == \
+        [0.0] * 3
 
 
 def test_dualpipe_mirror_is_the_dearest_pair():

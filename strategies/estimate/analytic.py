@@ -187,24 +187,20 @@ def rank_below(t: tuple, pp: Any) -> tuple:
     return (0.0 * t_sum, np.where(pp > 2, t_first, 0.0), np.where(pp > 1, t_sum - t_last, 0.0))
 
 
-def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any,
-               ends: Any = False) -> tuple:
+def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any) -> tuple:
     """Seconds by which each kind of rank (first, middle, last) ends its compute before the
-    pipeline does (rank 0, the last to receive the last micro-batch's gradient): that
-    backward through the stages below it, one chunk of each (``rank_below``·(1 − r_f − 2·w)/v,
-    at least 0: ``r_f`` the forward's share of a stage's seconds, ``w`` the weight gradient's
-    share where the schedule splits the backward, which the stages below run as their own
-    trailing ``W`` while the rank's drain passes; balanced 1F1B ``(p − 1)·t_b``, ZB-H1
-    ``(p − 1)·(t_b − t_w)``); 0 where every rank ends together (``together``: a V, whose
-    rank 0 holds the last chunk too; DualPipe) and at the slowest stage (``rank_of_max``)
-    where it ends the pipeline itself (``ends``: a split backward, one chunk per rank, whose
-    slowest stage ends with its trailing ``W``, ``z2_sync_exposed``'s ``Z2_SPLIT``). Arrays
+    pipeline's end ``Schedule.pipeline_span`` (rank 0's: the last to receive the last
+    micro-batch's gradient): that backward through the stages below it, one chunk of each,
+    ``rank_below``·(1 − r_f − 2·w)/v, at least 0 (``r_f`` the forward's share of a stage's
+    seconds, ``w`` the weight gradient's share where the schedule splits the backward, which
+    the stages below run as their own trailing ``W`` while the rank's drain passes): the
+    span's own closed forms, balanced 1F1B ``(p − 1)·t_b``, ZB-H1 ``(p − 1)·(t_b − t_w)``, a
+    slowest stage ``k`` ending at ``r_f·(t_sum − t_k) + m·t_k``; 0 where every rank ends
+    together (``together``: a V, whose rank 0 holds the last chunk too; DualPipe). Arrays
     over plans; seconds."""
     below = rank_below(t, pp)
     share = np.maximum(1.0 - r_f - 2.0 * w, 0.0)
-    slowest = rank_of_max(t, pp)
-    return tuple(np.where(together | (pp == 1) | (ends & (slowest == k)), 0.0, share * b / v)
-                 for k, b in enumerate(below))
+    return tuple(np.where(together | (pp == 1), 0.0, share * b / v) for b in below)
 
 
 def rank_of_max(t: tuple, pp: Any) -> Any:
@@ -413,7 +409,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
-                       head_first | mirrored, split & (v == 1))
+                       head_first | mirrored)
 
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
