@@ -4,8 +4,8 @@
 picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
 ``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
 over the NICs with one member per node, and with ``k > 1`` members on each of several nodes
-NCCL's flat ring striped over the members for an all-gather or a reduce-scatter
-(``ring.striped_time``) and the hierarchical algorithm for an all-reduce. Groups laid out
+NCCL's flat ring striped over the members for every all-reduce, all-gather and
+reduce-scatter (``ring.striped_time``; docs/calibration.md §3.21). Groups laid out
 differently from one group to the next (``mixed``: e.g. 12 ranks over 8-GPU nodes) keep
 ``group_bandwidth``'s ring that crosses node boundaries,
 where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
@@ -19,8 +19,8 @@ follow: a hop between nodes crosses the GPU's NIC link and its plane ports (stri
 multi-plane network: together the NIC), and on a rail topology (rail fat tree, rail-only,
 torus, ring) first one hop of the source node's fabric when the destination sits on another
 rail (``relays``), which adds that hop's rate to the minimum and its latency to the sum
-(``transfer_rate``, ``transfer_latency``). Rings with one member per node and the
-hierarchical algorithm's inter-node rings join GPUs of the same rail (no relay); a ring that
+(``transfer_rate``, ``transfer_latency``). Rings with one member per node join GPUs of the
+same rail (no relay); the striped ring's hop to member ``j+1`` of the next node and a ring that
 crosses node boundaries elsewhere (``mixed``) and a pipeline hop between GPUs of different
 local indices relay.
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from strategies import placement
-from strategies.collectives import PASSES, all_to_all, hierarchical, ring
-from strategies.collectives.select import HIERARCHICAL, RING, strided_algorithm, strided_layout
+from strategies.collectives import PASSES, all_to_all, ring
+from strategies.collectives.select import RING, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -111,8 +111,7 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     remote_scale: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
-    picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; for an all-gather or a reduce-scatter over ``k > 1`` members on each of
+    picks for such groups (the compiler's rule): over ``k > 1`` members on each of
     several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
@@ -138,14 +137,6 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     passes = PASSES[kind]
     algo = strided_algorithm(n, stride, G, kind)
     lat_in = cluster.intra_node_latency
-    if kind == "allreduce":
-        # the inter-node rings join the members with the same local index: one rail, no relay
-        inter = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False,
-                              cluster.planes)
-        hier = hierarchical.time(passes, nbytes, k, nodes, intra, lat_in, inter,
-                                 transfer_latency(lat_in, cluster.inter_node_latency, True,
-                                                  False))
-        return np.where(algo == HIERARCHICAL, hier, ring.time(passes, nbytes, n, bw, lat))[()]
     # NCCL's flat ring striped over the members of each node (``ring.striped``): member j's
     # hop between nodes goes to member j+1 of the next node, ``stride`` local indices on (the
     # last member's to the first: ``-(k-1)·stride``), relayed where that changes rail
@@ -293,7 +284,7 @@ def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
                       cluster: Cluster, copy_gap: float) -> Num:
     """Seconds of ``per_tensor_time`` beyond ``count`` calls of the collective the
     simulator runs for the group (``collective_time``: the selector's algorithm, e.g. the
-    hierarchical one over several nodes): NCCL's flat ring's extra latency steps and the
+    ring striped over the members of several nodes): NCCL's flat ring's extra latency steps and the
     ``n`` copies per call. The simulator runs the collective ``count`` times (``repeat``)
     then this much more on the communication stream, so alone on the wire it takes exactly
     ``per_tensor_time``; clipped at 0. Vectorised."""

@@ -16,7 +16,7 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    as ``simulator.network.cluster_net`` scales them) and every route between two nodes crosses a GPU–NIC
    link, so cross-node flows get at most ``nic_rate_cap``. Every GPU-to-GPU route costs at
    least ``min(intra_node_latency, inter_node_latency)``. ``group_floor`` turns this into the
-   least time of a ring or hierarchical collective given where its members sit (placement
+   least time of a ring collective given where its members sit (placement
    ``tp-cp-dp-pp``: tp ranks consecutive, cp strided by tp, dp by tp·cp, stages by N/pp).
 3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
    block start after its compute and the next compute op waits for them; so does the expert
@@ -114,17 +114,15 @@ def min_route_latency(cl: Cluster) -> float:
 
 
 def group_floor(nbytes, n, stride, passes, cl: Cluster):
-    """Least seconds of a ring or hierarchical collective (``passes``: 2 for all-reduce, 1 for
+    """Least seconds of a ring collective (``passes``: 2 for all-reduce, 1 for
     reduce-scatter or all-gather; an array or a number) of an ``nbytes`` buffer over ``n``
     ranks ``stride`` apart in rank order.
 
     The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
     that algorithm's closed form at the fastest rates and least latency the network offers:
     in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
-    ``k`` members on each node, for an all-reduce the hierarchical algorithm (intra-node rings
-    at the fastest link rate, inter-node rings of ``S/k`` at the NIC rate, latency not
-    counted), for an all-gather or a reduce-scatter the striped ring (``ring.striped_time``
-    at those rates, no relay, every step at the least latency). Groups of this shape that
+    ``k > 1`` members on each of several nodes the striped ring (``ring.striped_time`` at
+    those rates, no relay, every step at the least latency). Groups of this shape that
     differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the fastest
     link rate."""
     G = cl.gpus_per_node
@@ -140,9 +138,7 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
                                                          nodes, B, lat, nic, lat),
                np.where(algo == colls.RING,
                         colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
-               np.where(algo == colls.HIERARCHICAL,
-                        colls.hierarchical.time(p, nbytes, k, nodes, B, 0.0, nic, 0.0),
-                        p * (n - 1) / np.maximum(n, 1) * nbytes / B)))
+                        p * (n - 1) / np.maximum(n, 1) * nbytes / B))
     t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
     return np.where(n > 1, t, 0.0)
 
