@@ -378,6 +378,13 @@ class FrameworkProfile:
     #: recomputes the scores itself and nothing is rerun (the model's reading of Megatron's
     #: ``core_attn`` under FlashAttention)
     recompute_flash_fwd: bool = False
+    #: selective recomputation is a JAX remat policy (``strategies.remat_policies``): a layer
+    #: keeps its input and the named tensors the policy saves and the backward reads
+    #: (``remat_policies.saved_names``; the attention output only when ``core_attn`` is not
+    #: selected, as ``recompute_flash_fwd`` reruns the kernel that makes it), nothing unnamed
+    #: (``strategies.memory.activations.named_remat_bytes``); False: Megatron's table less the
+    #: selected modules' parts
+    remat_named: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -811,7 +818,7 @@ JAX_XLA = FrameworkProfile(
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
-    recompute_flash_fwd=True,
+    recompute_flash_fwd=True, remat_named=True,
     recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
                    "recomputed (strategies.remat_policies: selective with the modules "
                    "core_attn, layernorm, mlp)",

@@ -54,6 +54,24 @@ POLICIES: dict[str, frozenset[str]] = {
 }
 
 
+#: the tensors a policy may keep that no backward op reads (the residual add's backward needs no
+#: operand): ``jax.checkpoint`` keeps only the residuals its backward reads (``remat_partial_eval``
+#: drops the unused ones, ``used_res``), so saving them costs no memory and rerunning them no time
+NEVER_READ = frozenset(("mlpwo",))
+#: the selective module (``strategies.cost.recompute.MODULES``) under which a saved name is
+#: recomputed instead (``custom_policy``); the other names are kept under every selective plan
+RECOMPUTED_WITH = {"context": "core_attn", "mlpwi": "mlp", "mlpwi_0": "mlp", "mlpwi_1": "mlp"}
+
+
+def saved_names(modules) -> frozenset[str]:
+    """The checkpoint names a MaxText layer keeps for its backward under selective
+    recomputation of ``modules`` (``custom_policy``'s ``device`` names less ``NEVER_READ``),
+    besides its input (the scan carry, ``decoder_layer_input``): what the memory model stashes
+    (``strategies.memory.activations.named_remat_bytes``)."""
+    return frozenset(n for n, where in custom_policy(modules).items()
+                     if where == "device" and n not in NEVER_READ)
+
+
 def _qkv_saved(saved: frozenset[str]) -> bool:
     return "qkv_proj" in saved or {"query_proj", "key_proj", "value_proj"} <= saved
 
@@ -107,9 +125,6 @@ def custom_policy(modules) -> dict[str, str]:
     recomputed under every policy; ``mlpwo``, never read by the backward, is not kept); the
     inverse of ``recompute_of``."""
     mods = set(modules)
-    out = {n: ("remat" if n == "mlpwo" else "device") for n in NAMES}
-    if "core_attn" in mods:
-        out["context"] = "remat"
-    if "mlp" in mods:
-        out.update(mlpwi="remat", mlpwi_0="remat", mlpwi_1="remat")
+    out = {n: ("remat" if n in NEVER_READ or RECOMPUTED_WITH.get(n) in mods else "device")
+           for n in NAMES}
     return {"remat_policy": "custom", **out}

@@ -160,3 +160,26 @@ def test_maxtext_export_writes_the_custom_policy():
     plain = make_job(LLAMA, cluster_preset("dgx-h100", 2),
                      parse_plan("mbs=1,gbs=16,zero=3,recompute=selective"), framework="jax-xla")
     assert yaml.safe_load(export("maxtext", plain)[0])["remat_policy"] == "minimal"
+
+
+@pytest.mark.parametrize("fw", [JAX_XLA, MEGATRON_CORE])
+def test_layer_time_prices_the_early_stop_once(fw, monkeypatch):
+    """``layer_time`` prices the GEMM an early-stopping checkpoint skips once and hands it to
+    ``selective_time`` (the same seconds as ``selective_time`` pricing it itself)."""
+    from strategies.cost import compute as ct
+    calls = []
+    real = ct.early_stop_saving
+
+    def counted(*a, **k):
+        calls.append(1)
+        return real(*a, **k)
+
+    kw = dict(b=2, tp=1, cp=1, ep=1, sp=False, flash=True, gpu=H100, dtype="bf16", fw=fw,
+              modules=modules_mask(ALL))
+    monkeypatch.setattr(ct, "early_stop_saving", counted)
+    lt = ct.layer_time(LLAMA, recompute=1, **kw)
+    assert len(calls) == 1
+    a_f, _ = attention_time_fwd(LLAMA, 2, 1, 1, True, H100, 1.0, fw)
+    alone = selective_time(LLAMA, b=2, tp=1, cp=1, ep=1, sp=False, flash=True, a_f=a_f,
+                           modules=modules_mask(ALL), gpu=H100, dtype="bf16", fw=fw)
+    assert len(calls) == 2 and lt.recompute == alone

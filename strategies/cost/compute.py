@@ -780,9 +780,13 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                              priced=(parts, units))
     fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco
     bwd = bwd0 + h_b
+    # the last GEMM an early-stopping checkpoint does not rerun: priced once, read by the
+    # selective and the full recomputation below
+    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
     sel = selective_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, a_f=a_f,
                          modules=modules, gpu=gpu, dtype=dtype, tpo=tpo, slow=slow,
-                         system=system, etp=etp, load=load, fw=fw, priced=(parts, units))
+                         system=system, etp=etp, load=load, fw=fw, priced=(parts, units),
+                         stop=stop)
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
@@ -792,8 +796,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
-    full = fwd - gco - early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system,
-                                         etp, load)
+    full = fwd - gco - stop
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc)
@@ -817,7 +820,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
                    slow: Num = 1.0, system: SystemConfig = DEFAULT_SYSTEM,
                    etp: Num | None = None, load: Num = 1.0,
                    fw: FrameworkProfile = DEFAULT,
-                   priced: tuple[list, list] | None = None) -> Num:
+                   priced: tuple[list, list] | None = None, stop: Num | None = None) -> Num:
     """Seconds one layer's selective recomputation of the modules in ``modules`` (a
     ``strategies.cost.recompute`` mask, 0: ``core_attn``) redoes in its backward, the sum
     of its parts (``MODULE_PARTS``, each once): the attention core ``a_f`` (0 under
@@ -829,7 +832,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     the forward of each part's GEMMs (``counts.layer_gemm_parts``; ``priced``: those and
     their ``gemm_units`` as the caller has them, ``layer_time``; None: priced here), the
     dense MLP's less its down projection on a stack whose recomputation never reruns the
-    layer's last GEMM (``early_stop_saving``)."""
+    layer's last GEMM (``early_stop_saving``; ``stop``: that saving as the caller priced it
+    with the same arguments, ``layer_time``; None: priced here)."""
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     if priced is None:
@@ -848,7 +852,9 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
         return costs.activation_fn_bytes_fwd(m, b, tp, cp, widths[part]) / hbm
 
     clamp = eager_variant_time(m, b, tp, cp, gpu, load, fw, system, rope=False)[0]
-    stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp, load)
+    if stop is None:
+        stop = early_stop_saving(m, b, tp, cp, ep, gpu, dtype, tpo, fw, slow, system, etp,
+                                 load)
     work = {"scores": np.where(np.logical_and(flash, not fw.recompute_flash_fwd), 0.0, a_f),
             "norm_outputs": costs.norm_bytes_fwd(m, b, tp, cp, sp) / hbm,
             "dense_mlp": g("dense_mlp") - stop + act("dense_mlp"),

@@ -50,9 +50,10 @@ import numpy as np
 
 from strategies.cost import counts
 from strategies.cost.counts import op_sac_gemms
-from strategies.cost.recompute import (PARTS, checkpoint_inputs, kept_layers, modules_mask,
-                                       part_selected, rebuilt_layers)
+from strategies.cost.recompute import (DEFAULT_MODULES, PARTS, checkpoint_inputs, has_module,
+                                       kept_layers, modules_mask, part_selected, rebuilt_layers)
 from strategies.errors import SpecError
+from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
@@ -99,6 +100,59 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
                         + 2 * sb * model.qk_rope_head_dim) if model.is_mla else 0,
     }
+
+
+def named_remat_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
+                      ) -> dict[str, tuple[float, str]]:
+    """Bytes (before any parallel split) and split kind of each tensor a MaxText decoder layer
+    tags with ``checkpoint_name`` (``strategies.remat_policies.NAMES``) and of its input, for
+    one micro-batch: the layer input ``decoder_layer_input`` (the scan carry, ``2sbh``),
+    ``query_proj`` (Q, ``2sbh``), ``key_proj`` and ``value_proj`` (``2·s·b·g·d`` each),
+    ``out_proj`` (the output projection's output, ``2sbh``), ``context`` (the fused attention's
+    output, ``2·s·b·a·d_v``; its log-sum-exp neglected as above), ``mlpwi_0``/``mlpwi_1`` (the
+    gate and up projections' outputs, ``2sbf`` each; ``mlpwi`` the one of a plain MLP) and
+    ``mlpwo`` (the down projection's output, ``2sbh``). ``qkv_proj``, the fused form of Q, K and
+    V, is counted by the three (0 here). Source: AI-Hypercomputer/maxtext ``layers/llama2.py``,
+    ``layers/attentions.py``, ``layers/linears.py`` at 2024-12-08 (docs/memory.md)."""
+    terms = layer_activation_terms(model, seq_len, micro_batch_size)
+    sb = seq_len * micro_batch_size
+    sbh = sb * model.hidden_size
+    fc = terms["activation_input"]                    # gated: both halves
+    return {
+        "decoder_layer_input": (terms["ln1_input"], "seq"),
+        "query_proj": (terms["q"], "tp"),
+        "key_proj": (2 * sb * model.kv_heads * model.head_dim, "tp"),
+        "value_proj": (2 * sb * model.kv_heads * model.v_dim, "tp"),
+        "qkv_proj": (0.0, "tp"),
+        "out_proj": (2 * sbh, "seq"),
+        "context": (terms["proj_input"], "tp"),
+        "mlpwi": (0.0 if model.gated else fc, "tp"),
+        "mlpwi_0": (fc / 2 if model.gated else 0.0, "tp"),
+        "mlpwi_1": (fc / 2 if model.gated else 0.0, "tp"),
+        "mlpwo": (2 * sbh * model.mean_expert_copies(), "seq"),
+    }
+
+
+def named_remat_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, mask):
+    """Bytes one layer keeps per GPU and micro-batch under selective recomputation of the
+    modules ``mask`` on a stack whose recomputation is a JAX remat policy
+    (``FrameworkProfile.remat_named``; numbers or numpy arrays; ``mask`` 0: the default
+    modules): its input and the named tensors the policy saves and the backward reads
+    (``strategies.remat_policies.saved_names``: every name but ``context`` under ``core_attn``,
+    the gate/up outputs under ``mlp`` and the never-read ``NEVER_READ``), split by ``tp`` as
+    the stash is (``seq``: only with SP), ``/cp``. Nothing else: ``jax.checkpoint`` keeps no
+    unnamed tensor (the norms' outputs, the activation's output, dropout masks, the scores)."""
+    mask = np.where(np.asarray(mask) == 0, modules_mask(DEFAULT_MODULES), mask)
+    seq_div = np.where(sp, tp, 1.0)
+    total = 0.0
+    for name, (nbytes, kind) in named_remat_terms(model, seq_len, 1).items():
+        if name in NEVER_READ or not nbytes:
+            continue
+        x = nbytes / (seq_div if kind == "seq" else tp)
+        if name in RECOMPUTED_WITH:
+            x = np.where(has_module(mask, RECOMPUTED_WITH[name]), 0.0, x)
+        total = total + x
+    return b * total / cp
 
 
 #: What a layer's pending weight gradient ``W`` keeps after its ``B`` has run (a schedule that
@@ -291,11 +345,14 @@ def layer_wgrad_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp:
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
                            sp: bool = False, cp: int = 1, recompute: str = "none",
                            flash_attn: bool = True,
-                           modules: tuple[str, ...] | None = None) -> float:
+                           modules: tuple[str, ...] | None = None,
+                           remat_named: bool = False) -> float:
     """Bytes one transformer layer keeps for backward, per GPU and micro-batch.
 
     ``recompute="full"`` gives the stored layer input only; the layer's working set during
-    its recomputation is ``layer_activation_bytes(..., recompute="none")``.
+    its recomputation is ``layer_activation_bytes(..., recompute="none")``. ``remat_named``
+    (``FrameworkProfile.remat_named``): selective recomputation keeps what the JAX remat
+    policy saves (``named_remat_bytes``) instead of the table less the selected parts.
 
     >>> from strategies.presets import model_preset
     >>> m = model_preset("gpt3-175b")
@@ -313,6 +370,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
     terms = layer_activation_terms(model, s, b)
     rc = 1 if recompute == "selective" else 0
     mask = modules_mask(modules) if modules is not None else 0
+    if rc and remat_named:
+        return float(named_remat_bytes(model, s, b, tp, sp, cp, mask))
     total = 0.0
     for name, nbytes in terms.items():
         kind = TERM_KINDS[name]
@@ -405,7 +464,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     rc = recompute or p.recompute
     mdl = job.model if model is None else model
     base = layer_activation_bytes(mdl, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                  rc, p.flash_attn, p.recompute_modules)
+                                  rc, p.flash_attn, p.recompute_modules,
+                                  job.framework.remat_named)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
     load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)

@@ -45,7 +45,8 @@ from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
-                                          op_saved_bytes, permutation_buffer_bytes,
+                                          named_remat_bytes, op_saved_bytes,
+                                          permutation_buffer_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
                                           stash_kinds)
 from strategies.model import ModelSpec
@@ -56,9 +57,10 @@ ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
-def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0):
+def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named=False):
     """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full,
-    3 op; ``mask``: the selective modules, ``strategies.cost.recompute``)."""
+    3 op; ``mask``: the selective modules, ``strategies.cost.recompute``; ``remat_named``: a
+    JAX remat stack's selective stash, ``activations.named_remat_bytes``)."""
     s = m.seq_length
     terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
     kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
@@ -72,6 +74,8 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0):
     full = 2.0 * s * b * m.hidden_size / seq_div / cp
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
+    if remat_named:
+        stored = np.where(rc == 1, named_remat_bytes(m, s, b, tp, sp, cp, mask), stored)
     op = op_saved_bytes(m, s, b, tp, sp, cp)
     return np.where(rc == 2, full, np.where(rc == 3, op, stored)), none
 
@@ -119,7 +123,7 @@ def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_em
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
-                            gpu=None, stash_layers=None, clamp=False
+                            gpu=None, stash_layers=None, clamp=False, remat_named=False
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -145,7 +149,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
     different bytes (``activations.stash_at_peak``, each entry at its own chunk's).
     ``clamp``: the stack runs gpt-oss's eager activation clamp (``FrameworkProfile.
-    eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``)."""
+    eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``).
+    ``remat_named``: the stack's selective recomputation is a JAX remat policy
+    (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -174,7 +180,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         got = layer_bytes.get(view)
         if got is not None:
             return got
-        act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules)
+        act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules,
+                               remat_named)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
                                                     P.recompute_modules, clamp)
         got = layer_bytes[view] = {
@@ -485,15 +492,16 @@ def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
 
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
-                       in_flight=None, pending_w=None, clamp=False) -> np.ndarray:
+                       in_flight=None, pending_w=None, clamp=False,
+                       remat_named=False) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
     with dense and MoE layers or MTP modules its layers by kind
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
-    ``clamp``: as ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this
-    for one job's plan."""
+    ``clamp``, ``remat_named``: as ``memory_component_arrays``.
+    ``memory.scalar.memory_by_stage`` is this for one job's plan."""
     P = as_plan_arrays(P)
     stage = np.asarray(stage) + np.zeros_like(P.pp)
     layers = None
@@ -504,40 +512,41 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
             layers = np.where(uneven, own, m.num_layers / P.pp)
     return memory_component_arrays(m, P, stage, dtype, system, in_flight=in_flight,
                                    layers=layers, pending_w=pending_w, gpu=gpu,
-                                   clamp=clamp)[1]
+                                   clamp=clamp, remat_named=remat_named)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
-                        gpu=None, clamp=False) -> np.ndarray:
+                        gpu=None, clamp=False, remat_named=False) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
-    ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``: as there)."""
+    ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``, ``remat_named``: as there)."""
     P = as_plan_arrays(P)
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
-                              gpu, clamp=clamp)
+                              gpu, clamp=clamp, remat_named=remat_named)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
-                       clamp=False) -> np.ndarray:
+                       clamp=False, remat_named=False) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
-    ``clamp``: the stack runs gpt-oss's eager clamp (``memory_component_arrays``).
+    ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
+    recomputation is a JAX remat policy (both: ``memory_component_arrays``).
     A model of one layer kind: the first and the last rank, and where an uneven layout gives
     the middle ranks more layers, rank 1 (the middle rank with the most stashed
     micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
     every rank (the ranks hold different kinds, so no rank's total bounds another's)."""
     P = as_plan_arrays(P)
     if mixed_layers(m):
-        return _every_rank_peak(m, P, dtype, system, gpu, clamp)
-    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp),
-                      stage_memory_arrays(m, P, True, dtype, system, gpu, clamp))
+        return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named)
+    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named),
+                      stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu,
-                                 clamp=clamp)
+                                 clamp=clamp, remat_named=remat_named)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -547,15 +556,15 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if np.any(every):
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
-            return _every_rank_peak(m, P, dtype, system, gpu, clamp)
+            return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
-                                                    clamp)
+                                                    clamp, remat_named)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
-                     gpu, clamp=False) -> np.ndarray:
+                     gpu, clamp=False, remat_named=False) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -563,8 +572,8 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
     for r in range(int(pp.max()) if pp.size else 0):
         rows = np.flatnonzero(pp > r)
         sub = _take(P, rows)
-        peak[rows] = np.maximum(peak[rows], rank_memory_arrays(m, sub, r, dtype, system, gpu,
-                                                                  clamp=clamp))
+        peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
+            m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named))
     return peak.reshape(np.shape(P.pp))
 
 

@@ -164,7 +164,8 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
                       if any(by_chunk) else None),
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
-        content=content, gpu=job.cluster.gpu, clamp=job.framework.eager_variants)
+        content=content, gpu=job.cluster.gpu, clamp=job.framework.eager_variants,
+        remat_named=job.framework.remat_named)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

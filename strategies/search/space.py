@@ -413,13 +413,15 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
-                     gpu: GPU | None = None, clamp: bool = False) -> np.ndarray:
+                     gpu: GPU | None = None, clamp: bool = False,
+                     remat_named: bool = False) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
     ``gpu``: the chip, as the memory rule reads it (fp8 weight copies); ``clamp``: the stack
-    runs gpt-oss's eager clamp (``memory.arrays``). Returns the updated peaks."""
+    runs gpt-oss's eager clamp, ``remat_named`` a JAX remat policy (``memory.arrays``).
+    Returns the updated peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
         return peak
@@ -435,7 +437,7 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub = {k: v[rows[act]] for k, v in c.items()}
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
-        pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp)
+        pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -462,6 +464,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
              if cluster.uniform and opts.layouts else None)
     # the stack's eager activation clamp (gpt-oss) stashes its inputs (memory.arrays)
     clamp = bool((framework or DEFAULT_FRAMEWORK).eager_variants)
+    # a JAX remat policy's selective stash (memory.activations.named_remat_bytes)
+    remat_named = bool((framework or DEFAULT_FRAMEWORK).remat_named)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
@@ -480,7 +484,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp) if len(c["tp"])
+    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named)
+            if len(c["tp"])
             else np.zeros(0))
     ok = peak <= limit
     keep("memory", ok)
@@ -490,11 +495,13 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     twin["zero"] = np.ones(len(z2), dtype=c["zero"].dtype)
     ok = np.ones(len(c["tp"]), bool)
     if len(z2):
-        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp) > limit
+        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp,
+                                    remat_named) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
         c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
-        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp)
+        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
+                                remat_named)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
