@@ -74,12 +74,13 @@ def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
 def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
                     rail_aligned: bool = False) -> tuple[Num, Num]:
     """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
-    order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp neighbours are tp·cp·dp apart). Inside a
-    node the fabric's rate; across nodes ``topologies.routing.transfer_rate`` and
-    ``transfer_latency`` of the ring's hops between nodes (``k`` members' NIC share; the
-    relay when a hop, or the ring's closing hop, joins GPUs of different rails, as in the
-    simulator's rank-order ring; ``rail_aligned``: a ring ordered so that its hops between
-    nodes stay on one rail, no relay, as NCCL orders its flat rings)."""
+    order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp
+    neighbours are tp·cp·dp apart). Inside a node the fabric's rate; across nodes
+    ``topologies.routing.transfer_rate`` and ``transfer_latency`` of the ring's hops between
+    nodes (``k`` members' NIC share; the relay when a hop, or the ring's closing hop, joins
+    GPUs of different rails, as in the simulator's rank-order ring; ``rail_aligned``: a ring
+    ordered so that its hops between nodes stay on one rail, no relay, as NCCL orders its
+    flat rings)."""
     G = cluster.gpus_per_node
     n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride

@@ -298,7 +298,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     copies = placement.dense_dp_group(tp, cp, dp)[0]
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
     slow = ct.overlap_slowdown(tp, tpo, cp, zero,
-                               ct.dp_overlaps_whole_step(copies, mb, P.overlap_grad_reduce), paired)
+                               ct.dp_overlaps_whole_step(copies, mb, P.overlap_grad_reduce),
+                               paired)
     shard_acc = ct.accum_shard(copies, zero)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
