@@ -120,13 +120,17 @@ def test_closed_form_is_the_phases_alone(kind, G):
         if n < 2:
             continue
         algo = colls.algorithm_for(kind, group, G)
-        alone = colls.seconds_alone(colls.phases_of(algo, kind, group, S, node), bw, lat)
+        alone = colls.seconds_alone(colls.phases_of(algo, kind, group, S, node), bw, lat, node)
         if algo == colls.ALL_TO_ALL:
             if nodes > 1:           # the closed form takes one port rate: the group's slowest
                 continue
             want = all_to_all.time(S, n, B_in, l_in)
         elif algo == colls.HIERARCHICAL:
             want = hierarchical.time(colls.PASSES[kind], S, k, nodes, B_in, l_in, B_out, l_out)
+        elif nodes > 1 and k > 1:    # NCCL's flat ring over all-gather / reduce-scatter
+            assert kind in ("reduce_scatter", "allgather")
+            want = ring.striped_time(colls.PASSES[kind], S, n, k, nodes, B_in, l_in, B_out,
+                                     l_out)
         else:
             one_node = nodes == 1
             want = ring.time(colls.PASSES[kind], S, n, B_in if one_node else B_out,
@@ -164,7 +168,10 @@ def test_selector_rule():
     assert colls.algorithm_for("allreduce", (0, 1, 2, 3), G) == colls.RING          # one node
     assert colls.algorithm_for("allreduce", (0, 8, 16), G) == colls.RING            # one per node
     assert colls.algorithm_for("allreduce", tuple(range(12)), G) == colls.RING      # 8 + 4
-    assert colls.algorithm_for("reduce_scatter", (0, 1, 8, 9), G) == colls.HIERARCHICAL
+    assert colls.algorithm_for("allreduce", (0, 1, 8, 9), G) == colls.HIERARCHICAL
+    # NCCL times all-gather and reduce-scatter only as rings (tuning.cc): a flat ring
+    assert colls.algorithm_for("reduce_scatter", (0, 1, 8, 9), G) == colls.RING
+    assert colls.algorithm_for("allgather", (0, 1, 8, 9), G) == colls.RING
     assert colls.algorithm_for("alltoall", (0, 1, 8, 9), G) == colls.ALL_TO_ALL
     with pytest.raises(ValueError, match="all_to_all"):
         colls.phases_of(colls.RING, "alltoall", (0, 1), 1.0, lambda r: 0)
@@ -194,12 +201,14 @@ def test_pick_is_identical_in_the_compiler_the_estimate_and_the_bound(gpus_per_n
                 continue
             strided = str(colls.strided_algorithm(n, stride, gpus_per_node))
             seen[strided] += 1
-            picks = {colls.algorithm_for("allreduce", tuple(g), gpus_per_node)
-                     for g in placement.groups(plan, dim)}
-            if strided != colls.MIXED:
-                assert picks == {strided}, (kw, dim)
-            if len(picks) > 1:
-                assert strided == colls.MIXED, (kw, dim)
+            for kind in ("allreduce", "allgather"):
+                strided = str(colls.strided_algorithm(n, stride, gpus_per_node, kind))
+                picks = {colls.algorithm_for(kind, tuple(g), gpus_per_node)
+                         for g in placement.groups(plan, dim)}
+                if strided != colls.MIXED:
+                    assert picks == {strided}, (kw, dim, kind)
+                if len(picks) > 1:
+                    assert strided == colls.MIXED, (kw, dim, kind)
     assert all(seen.values()), seen
 
 
@@ -222,7 +231,8 @@ def test_compiled_ops_use_the_selector():
                 assert op.algorithm == colls.algorithm_for(op.kind, op.group, 8) \
                     == layout.algorithm(op.group, op.kind)
     dp_ops = [op for op in progs[0].ops() if isinstance(op, Collective) and op.category == "dp"]
-    assert dp_ops and {op.algorithm for op in dp_ops} == {colls.HIERARCHICAL}
+    assert dp_ops and {op.algorithm for op in dp_ops if op.kind == "allreduce"} \
+        == {colls.HIERARCHICAL}
 
 
 def test_arrays_and_scalars_agree():
@@ -230,3 +240,64 @@ def test_arrays_and_scalars_agree():
     arr = ring.time(2, 1e6, n, 1e9, 1e-6)
     assert arr.tolist() == [float(ring.allreduce_time(1e6, int(k), 1e9, 1e-6)) for k in n]
     assert isinstance(ring.allreduce_time(1e6, 4, 1e9, 1e-6), float)
+
+
+# -- NCCL's flat ring across nodes ---------------------------------------------------------
+@pytest.mark.parametrize("kind", ["reduce_scatter", "allgather"])
+def test_striped_ring_alone_is_its_closed_form_and_above_the_bound(kind):
+    """All-gather and reduce-scatter over 4 members on each of 2 nodes: NCCL's flat ring in 4
+    channels striped over the members (each member's NIC carries one channel's bytes, its
+    NVLink port three), ``nodes-1`` steps at the network's latency and ``n-nodes`` at
+    NVLink's; the engine, the estimate and the bound agree, and the bound is below."""
+    S, group = 40e6, [0, 2, 4, 6, 8, 10, 12, 14]
+    assert colls.algorithm_for(kind, group, 8) == colls.RING
+    (ph,) = ring.phases(kind, group, S, lambda r: r // 8)
+    assert (ph.steps, ph.local_steps) == (1, 6) and len(ph.flows) == 16
+    assert ph.remote_nbytes == pytest.approx(7 / 8 * S / 4, rel=1e-15)
+    assert ph.nbytes == pytest.approx(3 * ph.remote_nbytes, rel=1e-15)
+    # member j's hop between nodes goes to member j+1 of the next node, another rail on
+    # this rail-optimised fat tree: relayed over NVLink through member j+1 of its own node
+    # (one more flow on member j's NVLink port, one more intra-node latency)
+    closed = ring.striped_time(1, S, 8, 4, 2, NVL, LAT_IN, NIC, LAT_OUT + LAT_IN, relay=True)
+    assert closed == pytest.approx(7 / 8 * S / 4 * max(4 / NVL, 1 / NIC) + LAT_OUT
+                                   + 7 * LAT_IN, rel=1e-15)
+    assert _engine_time(kind, group, S) == pytest.approx(closed, rel=REL)
+    assert cm.collective_time(kind, S, 8, 2, A100) == pytest.approx(closed, rel=REL)
+    floor = float(group_floor(S, 8, 2, 1, A100))
+    assert floor < closed
+
+
+def test_flat_ring_latency_counts_only_the_steps_between_nodes_at_the_network():
+    """NCCL's latency (tuning.cc): ``(n-1) - (nodes-1)`` steps at the intra-node latency; the
+    hierarchical form paid ``k-1``; a group with one member per node pays every step at the
+    network's, a group in one node every step at NVLink's."""
+    n, k, nodes = 64, 8, 8
+    t0 = ring.striped_time(1, 0.0, n, k, nodes, NVL, LAT_IN, NIC, LAT_OUT)
+    assert t0 == pytest.approx((nodes - 1) * LAT_OUT + (n - nodes) * LAT_IN, rel=1e-15)
+    assert t0 - hierarchical.time(1, 0.0, k, nodes, NVL, LAT_IN, NIC, LAT_OUT) == \
+        pytest.approx((nodes - 1) * (k - 1) * LAT_IN, rel=1e-12)
+    assert ring.time(1, 0.0, 8, NIC, LAT_OUT) == pytest.approx(7 * LAT_OUT, rel=1e-15)
+
+
+def test_seconds_alone_refuses_striped_phases_without_nodes():
+    ph = ring.phases("allgather", (0, 1, 8, 9), 8.0, lambda r: r // 8)
+    with pytest.raises(ValueError, match="node_of"):
+        colls.seconds_alone(ph, lambda a, b: 1.0, lambda a, b: 1.0)
+
+
+def test_striped_ring_without_relays_on_a_fat_tree():
+    """On a fat tree (no rails) the hop between nodes goes straight to the NIC: ``k_in = k-1``
+    and the network's latency alone; the engine equals ``striped_time`` and the estimate."""
+    from dataclasses import replace
+    cl = replace(cluster_preset("dgx-a100", 2), inter_node_topology="fat_tree")
+    graph = build_graph(cl)
+    S, group = 40e6, list(range(16))
+    progs = {r: Program(r, 0, {"s": (Collective(0, "s", "allgather", tuple(group), S,
+                                                colls.RING, "t", "dp", "c"),)})
+             for r in group}
+    t = run(progs, net=SimNetwork(simpy.Environment(), graph, route)).step_time_s
+    closed = ring.striped_time(1, S, 16, 8, 2, NVL, LAT_IN, NIC, LAT_OUT)
+    assert closed == pytest.approx(15 / 16 * S / 8 * max(7 / NVL, 1 / NIC) + LAT_OUT
+                                   + 14 * LAT_IN, rel=1e-15)
+    assert t == pytest.approx(closed, rel=REL)
+    assert cm.collective_time("allgather", S, 16, 1, cl) == pytest.approx(closed, rel=REL)

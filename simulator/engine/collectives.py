@@ -38,15 +38,19 @@ RunPhase = tuple[float, list, "float | tuple"]
 
 def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable) -> list[RunPhase]:
     """The phases of ``op`` for one call as the engine runs them: the phase's latency (its
-    ``steps`` times its slowest hop's latency), the flows the ``issuers`` start, the bytes of
+    ``steps`` times its slowest hop's latency, plus its ``local_steps`` times its slowest
+    hop's inside a node), the flows the ``issuers`` start, the bytes of
     each flow."""
     out = []
     for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale):
-        lat = max(net.latency(a, b) for a, b in ph.flows)
+        lat = ph.steps * max(net.latency(a, b) for a, b in ph.flows)
+        if ph.local_steps:      # NCCL's ring: the steps that stay in a node, at their latency
+            lat += ph.local_steps * max(net.latency(a, b) for a, b in ph.flows
+                                        if node_of(a) == node_of(b))
         flows = [f for f in ph.flows if f[0] in issuers]
         nbytes = ph.nbytes if ph.remote_nbytes is None else tuple(
             ph.remote_nbytes if node_of(a) != node_of(b) else ph.nbytes for a, b in flows)
-        out.append((ph.steps * lat, flows, nbytes))
+        out.append((lat, flows, nbytes))
     return out
 
 

@@ -68,7 +68,7 @@ class Layout:
     def algorithm(self, group: tuple[int, ...], kind: str = "allreduce") -> str:
         """The algorithm of collective ``kind`` over ``group``: ``strategies.collectives``'
         selector, the rule the estimate and the bound use too."""
-        key = (group, kind == "alltoall")
+        key = (group, kind)
         algo = self._algo.get(key)
         if algo is None:
             algo = self._algo[key] = algorithm_for(kind, group, self.gpus_per_node)

@@ -36,31 +36,48 @@ def steps(kind: str, n: int) -> int:
 @dataclass(frozen=True, slots=True)
 class Phase:
     """One phase of a collective: ``flows`` (``(src, dst)`` ranks, all started together), each
-    carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop;
-    with ``remote_nbytes`` set, the flows between two nodes carry that instead (a node-limited
-    all-to-all)."""
+    carrying ``nbytes`` bytes per call, after ``steps`` latencies of the phase's slowest hop
+    plus ``local_steps`` latencies of its slowest hop inside a node (NCCL's ring across
+    nodes: only the steps that cross nodes pay the network's latency); with ``remote_nbytes``
+    set, the flows between two nodes carry that instead (a node-limited all-to-all, the
+    striped ring)."""
 
     flows: tuple[tuple[int, int], ...]
     nbytes: float
     steps: int
     remote_nbytes: float | None = None
+    local_steps: int = 0
 
 
 def seconds_alone(phases: Sequence[Phase], bandwidth: Callable[[int, int], float],
-                  latency: Callable[[int, int], float]) -> float:
+                  latency: Callable[[int, int], float],
+                  node_of: Callable[[int], int] | None = None) -> float:
     """Seconds of ``phases`` with nothing else on the wire, on a network where each rank's
     flows of a phase share its port of ``bandwidth(src, dst)`` bytes/s and nothing else is
-    shared; ``latency(src, dst)`` in seconds. Each algorithm's closed-form ``time`` equals
-    this for its own ``phases`` (tests/test_collective_algorithms.py).
+    shared; ``latency(src, dst)`` in seconds. With ``node_of`` a rank has two ports, one
+    into its node and one out of it (NVLink and the NIC), its flows inside the node sharing
+    the first and those to other nodes the second, and ``remote_nbytes`` and
+    ``local_steps`` are read; without it, phases that use them are refused. Each
+    algorithm's closed-form ``time`` equals this for its own ``phases``
+    (tests/test_collective_algorithms.py).
 
     >>> seconds_alone([Phase(((0, 1), (1, 0)), 2.0, 2)], lambda a, b: 1.0, lambda a, b: 0.5)
     3.0
     """
     total = 0.0
     for ph in phases:
-        out: dict[int, int] = {}
-        for a, _ in ph.flows:
-            out[a] = out.get(a, 0) + 1
+        if node_of is None and (ph.local_steps or ph.remote_nbytes is not None):
+            raise ValueError("seconds_alone: a phase with local_steps or remote_nbytes needs "
+                             "node_of")
+        port = (lambda a, b: node_of(a) != node_of(b)) if node_of else (lambda a, b: False)
+        out: dict = {}
+        for a, b in ph.flows:
+            out[a, port(a, b)] = out.get((a, port(a, b)), 0) + 1
         total += ph.steps * max(latency(a, b) for a, b in ph.flows)
-        total += max(ph.nbytes * out[a] / bandwidth(a, b) for a, b in ph.flows)
+        if ph.local_steps:
+            total += ph.local_steps * max(latency(a, b) for a, b in ph.flows
+                                          if not port(a, b))
+        total += max((ph.remote_nbytes if port(a, b) and ph.remote_nbytes is not None
+                      else ph.nbytes) * out[a, port(a, b)] / bandwidth(a, b)
+                     for a, b in ph.flows)
     return total

@@ -12,6 +12,22 @@ nccl-tests' PERFORMANCE.md plus one latency per step:
 with ``S`` the per-rank buffer in bytes (NCCL's count: the full vector for all-reduce, the
 gathered vector for all-gather and reduce-scatter).
 
+**Across nodes, ``k > 1`` members on each.** NCCL runs one flat ring over all ``n`` ranks,
+in ``k`` or more channels whose rings cross between nodes at different members, so that
+the node's ``k`` NICs share the traffic between nodes (NVIDIA/nccl ``src/graph/search.cc``,
+``connect.cc``; nccl-tests' multi-node bus bandwidth is the NICs' together). Here channel
+``c`` carries ``S/k`` and enters every node at its ``c``-th member; member ``j`` sends its
+intra-node successor ``j+1`` (cyclic in the node) ``k-1`` channels' bytes and the next
+node's member ``j+1`` one channel's: two flows per member (``striped``). NCCL's latency
+(``src/graph/tuning.cc``, ``ncclTopoTuneModel``, 2.10 to 2.30) charges the network's
+latency only to the steps that cross nodes, ``nodes-1`` per pass, and the intra-node
+latency to the other ``n-nodes``:
+
+    p(n-1)/n · S/k · max(k_in/B_in, 1/B_out) + p((nodes-1)·lat_out + (n-nodes)·lat_in)
+
+(``k_in = k-1``, or ``k`` where the hop between nodes relays through the intra-node
+successor's port: ``striped_time``).
+
 >>> [ (p.flows, p.nbytes, p.steps) for p in phases("allreduce", (0, 1, 2, 3), 4e9)]
 [(((0, 1), (1, 2), (2, 3), (3, 0)), 6000000000.0, 6)]
 >>> float(time(2, 4e9, 4, 1e9, 0.5))
@@ -28,8 +44,34 @@ from strategies.collectives.phase import Num, PASSES, Phase, steps
 
 def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list[Phase]:
     """The single phase of a ring ``kind`` over ``group`` (in ring order) of an ``nbytes``
-    buffer per rank; no phase when the group has fewer than two members."""
+    buffer per rank; no phase when the group has fewer than two members. With ``node_of``,
+    a group with the same ``k > 1`` members on each of several nodes runs ``striped``."""
+    if node_of is not None and len(group) > 1:
+        by: dict = {}
+        for r in group:
+            by.setdefault(node_of(r), []).append(r)
+        per = {len(m) for m in by.values()}
+        if len(by) > 1 and len(per) == 1 and per != {1}:
+            return striped(kind, [tuple(m) for m in by.values()], nbytes)
     return rings(kind, [tuple(group)], nbytes)
+
+
+def striped(kind: str, nodes: Sequence[Sequence[int]], nbytes: float) -> list[Phase]:
+    """The phase of NCCL's flat ring over ``nodes`` (each node's members, ``k`` each, in
+    order; nodes in ring order) in ``k`` channels of ``nbytes/k``: member ``j`` of a node
+    sends ``k-1`` channels' chunks to member ``j+1`` of its node and one channel's to member
+    ``j+1`` of the next node (``remote_nbytes``); ``passes·(nodes-1)`` steps at the slowest
+    hop, ``passes·(n-nodes)`` at the slowest hop inside a node."""
+    if kind not in PASSES:
+        raise ValueError(f"collective kind={kind!r}: a ring runs {', '.join(PASSES)}")
+    k, m = len(nodes[0]), len(nodes)
+    n = k * m
+    flows = tuple(f for i, node in enumerate(nodes) for j, r in enumerate(node)
+                  for f in ((r, node[(j + 1) % k]), (r, nodes[(i + 1) % m][(j + 1) % k])))
+    chunk = steps(kind, n) * (nbytes / n) / k
+    p = PASSES[kind]
+    return [Phase(flows, (k - 1) * chunk, p * (m - 1), remote_nbytes=chunk,
+                  local_steps=p * (n - m))]
 
 
 def rings(kind: str, groups: Sequence[Sequence[int]], nbytes: float) -> list[Phase]:
@@ -55,6 +97,18 @@ def time(passes: Num, nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:
     rank, ``bw`` bytes/s and ``lat`` seconds per hop; 0 when ``n < 2``. Vectorised (a
     float for scalar inputs)."""
     return np.where(n > 1, passes * (n - 1) / n * nbytes / bw + passes * (n - 1) * lat, 0.0)[()]
+
+
+def striped_time(passes: Num, nbytes: Num, n: Num, k: Num, nodes: Num, bw_in: Num,
+                 lat_in: Num, bw_out: Num, lat_out: Num, relay=False) -> Num:
+    """Seconds of ``striped`` alone on its links: ``n = k·nodes`` ranks, ``k > 1`` per node
+    on ``nodes > 1`` nodes, ``bw_in``/``lat_in`` bytes/s and seconds of a hop inside a node,
+    ``bw_out``/``lat_out`` of a hop between nodes; ``relay`` where that hop crosses the
+    intra-node successor's port first (one more flow on it). Vectorised."""
+    chunk = passes * (n - 1) / n * nbytes / k
+    k_in = k - 1 + np.asarray(relay, dtype=float)
+    return (chunk * np.maximum(k_in / bw_in, 1.0 / bw_out)
+            + passes * ((nodes - 1) * lat_out + (n - nodes) * lat_in))[()]
 
 
 def kind_time(kind: str, nbytes: Num, n: Num, bw: Num, lat: Num) -> Num:

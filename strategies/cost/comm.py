@@ -3,9 +3,11 @@
 ``collective_time`` is what the estimate reads: the algorithm ``strategies.collectives.select``
 picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
 ``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
-over the NICs with one member per node, and the hierarchical algorithm with ``k > 1`` members
-on each of several nodes. Groups laid out differently from one group to the next (``mixed``:
-e.g. 12 ranks over 8-GPU nodes) keep ``group_bandwidth``'s ring that crosses node boundaries,
+over the NICs with one member per node, and with ``k > 1`` members on each of several nodes
+NCCL's flat ring striped over the members for an all-gather or a reduce-scatter
+(``ring.striped_time``) and the hierarchical algorithm for an all-reduce. Groups laid out
+differently from one group to the next (``mixed``: e.g. 12 ranks over 8-GPU nodes) keep
+``group_bandwidth``'s ring that crosses node boundaries,
 where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
 GPUs' worth of NIC bandwidth (NCCL stripes its channels over the NICs), reduced by the
 fabric's oversubscription. Achieved bus bandwidth is
@@ -33,7 +35,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.collectives import PASSES, all_to_all, hierarchical, ring
-from strategies.collectives.select import HIERARCHICAL, strided_algorithm, strided_layout
+from strategies.collectives.select import HIERARCHICAL, RING, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -111,7 +113,9 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
+    per-GPU NIC rates; for an all-gather or a reduce-scatter over ``k > 1`` members on each of
+    several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
+    between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
     the share of its bytes between nodes, node-limited routing). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
@@ -133,13 +137,28 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                                                            remote_scale),
                         all_to_all.time(nbytes, n, bw, lat))[()]
     passes = PASSES[kind]
-    # the inter-node rings join the members with the same local index: one rail, no relay
-    inter = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False, cluster.planes)
-    hier = hierarchical.time(passes, nbytes, k, nodes, intra, cluster.intra_node_latency,
-                             inter, transfer_latency(cluster.intra_node_latency,
-                                                     cluster.inter_node_latency, True, False))
-    return np.where(strided_algorithm(n, stride, G) == HIERARCHICAL, hier,
-                    ring.time(passes, nbytes, n, bw, lat))[()]
+    algo = strided_algorithm(n, stride, G, kind)
+    lat_in = cluster.intra_node_latency
+    if kind == "allreduce":
+        # the inter-node rings join the members with the same local index: one rail, no relay
+        inter = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False,
+                              cluster.planes)
+        hier = hierarchical.time(passes, nbytes, k, nodes, intra, lat_in, inter,
+                                 transfer_latency(lat_in, cluster.inter_node_latency, True,
+                                                  False))
+        return np.where(algo == HIERARCHICAL, hier, ring.time(passes, nbytes, n, bw, lat))[()]
+    # NCCL's flat ring striped over the members of each node (``ring.striped``): member j's
+    # hop between nodes goes to member j+1 of the next node, ``stride`` local indices on (the
+    # last member's to the first: ``-(k-1)·stride``), relayed where that changes rail
+    s = np.asarray(stride, dtype=np.int64)
+    relay = _hop_relays(cluster, (s, -(np.maximum(np.asarray(k), 1).astype(np.int64) - 1) * s))
+    out = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, relay, cluster.planes)
+    kk = np.maximum(k, 2.0)     # (priced only where k > 1: no division by k - 1 = 0 elsewhere)
+    flat = ring.striped_time(passes, nbytes, n, kk, nodes, intra, lat_in, out,
+                             transfer_latency(lat_in, cluster.inter_node_latency, True, relay),
+                             relay)
+    striped = uniform & (nodes > 1) & (k > 1)
+    return np.where((algo == RING) & striped, flat, ring.time(passes, nbytes, n, bw, lat))[()]
 
 
 def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,

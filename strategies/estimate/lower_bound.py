@@ -122,20 +122,29 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
     The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
     that algorithm's closed form at the fastest rates and least latency the network offers:
     in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
-    ``k`` members on each node the hierarchical algorithm (intra-node rings at the fastest link
-    rate, inter-node rings of ``S/k`` at the NIC rate, latency not counted). Groups of this
-    shape that differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the
-    fastest link rate."""
+    ``k`` members on each node, for an all-reduce the hierarchical algorithm (intra-node rings
+    at the fastest link rate, inter-node rings of ``S/k`` at the NIC rate, latency not
+    counted), for an all-gather or a reduce-scatter the striped ring (``ring.striped_time``
+    at those rates, no relay, every step at the least latency). Groups of this shape that
+    differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the fastest
+    link rate."""
     G = cl.gpus_per_node
     n, stride = np.asarray(n, dtype=float), np.asarray(stride, dtype=float)
     lat, B, nic = min_route_latency(cl), link_rate_cap(cl), nic_rate_cap(cl)
-    algo = colls.strided_algorithm(n, stride, G)
-    _, k, nodes = colls.select.strided_layout(n, stride, G)
-    t = np.where(algo == colls.RING,
-                 colls.ring.time(passes, nbytes, n, np.where(nodes > 1, nic, B), lat),
-        np.where(algo == colls.HIERARCHICAL,
-                 colls.hierarchical.time(passes, nbytes, k, nodes, B, 0.0, nic, 0.0),
-                 passes * (n - 1) / np.maximum(n, 1) * nbytes / B))
+    uniform, k, nodes = colls.select.strided_layout(n, stride, G)
+
+    def floor(kind):
+        p = colls.PASSES[kind]
+        algo = colls.strided_algorithm(n, stride, G, kind)
+        striped = uniform & (nodes > 1) & (k > 1) & (algo == colls.RING)
+        return np.where(striped, colls.ring.striped_time(p, nbytes, n, np.maximum(k, 2.0),
+                                                         nodes, B, lat, nic, lat),
+               np.where(algo == colls.RING,
+                        colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
+               np.where(algo == colls.HIERARCHICAL,
+                        colls.hierarchical.time(p, nbytes, k, nodes, B, 0.0, nic, 0.0),
+                        p * (n - 1) / np.maximum(n, 1) * nbytes / B)))
+    t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
     return np.where(n > 1, t, 0.0)
 
 
