@@ -14,7 +14,7 @@ from simulator.network.backend import new_network
 from simulator.network.cluster_net import SimNetwork
 from simulator.program.ops import Collective, Program
 from strategies import collectives as colls
-from strategies.collectives import hierarchical, ring
+from strategies.collectives import ring
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY, collective_time
 from strategies.errors import SpecError
 from topologies.cluster import cluster_from_mapping, cluster_preset
@@ -129,10 +129,13 @@ def test_ring_allreduce_on_k_planes_is_the_single_plane_form_with_k_times_the_po
 
 
 @pytest.mark.parametrize("backend", BACKEND_NAMES)
-def test_hierarchical_allreduce_on_two_planes_matches_its_closed_form(backend):
+def test_striped_allreduce_on_two_planes_matches_its_closed_form(backend):
+    """4 members on each of 2 nodes: NCCL's flat ring striped over them (calibration §3.21),
+    each member's NIC flow split over the 2 planes (together the NIC), the hop j -> j+1
+    between nodes relayed through member j+1's NVLink port (rail fat tree)."""
     S, cl = 64e6, _planes(2, nodes=2)
     nic = cl.inter_node_bandwidth * NETWORK_EFFICIENCY
-    closed = hierarchical.time(2, S, 4, 2, NVL, LAT_IN, nic, LAT_OUT)
+    closed = ring.striped_time(2, S, 8, 4, 2, NVL, LAT_IN, nic, LAT_OUT + LAT_IN, True)
     assert _run(cl, "allreduce", [0, 1, 2, 3, 8, 9, 10, 11], S, backend) == \
         pytest.approx(closed, rel=REL)
 

@@ -111,9 +111,15 @@ class ContentionFreeNetwork(SimNetwork):
     def solo_seconds_sized(self, flows: Sequence[tuple[Node, Node]],
                            sizes: Sequence[float]) -> float:
         """``solo_seconds`` for flows of different ``sizes`` (bytes each; a node-limited
-        all-to-all): max-min fair sharing among themselves, re-shared each time one ends."""
-        pairs = [(r, float(n)) for r, n in zip((self.links(a, b) for a, b in flows), sizes)
-                 if r.size and n > 0]
+        all-to-all, the striped ring): max-min fair sharing among themselves, re-shared each
+        time one ends; a flow between nodes of a multi-plane network is one row per plane
+        with its share of the bytes, as in ``solo_seconds``."""
+        pairs = []
+        for (a, b), n in zip(flows, sizes):
+            stripes = self.stripes(a, b)
+            for r, share in stripes if stripes is not None else ((self.links(a, b), 1.0),):
+                if r.size and n > 0:
+                    pairs.append((r, float(n) * share))
         if not pairs:
             return 0.0
         table = np.full((len(pairs), max(r.size for r, _ in pairs)), self._pad, dtype=np.int64)

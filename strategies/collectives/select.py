@@ -1,29 +1,31 @@
 """The one rule that picks a collective's algorithm, and the registry of algorithms.
 
-A group runs ``all_to_all`` for an all-to-all. All-gather and reduce-scatter run ``ring``:
-NCCL times them, and so can pick them, only as a ring over all the group's ranks (besides
-NVLS, CollNet/SHARP and, from 2.23, PAT with one GPU per node, none of which the model's
-networks carry; NVIDIA/nccl ``src/graph/tuning.cc``, v2.10 to v2.30); across nodes with
-``k > 1`` members on each, ``ring`` stripes its channels over the node's members
-(``strategies.collectives.ring.striped``). An all-reduce runs ``ring`` when the group sits in
-one node, has one member per node, or has different numbers of members on its nodes (a
-data-parallel group of 12 ranks over 8-GPU nodes: 8 + 4, which has no rings across nodes),
-else ``hierarchical`` (intra-node rings, then rings across nodes among the members with the
-same position in their node; NCCL's own choice there is a flat ring or a tree by size,
-which the model does not follow yet). ``hierarchical_layout`` is that rule over arrays;
-``algorithm_for`` applies it to one explicit group (the compiler), ``strided_algorithm`` to
-every group of ``n`` ranks ``stride`` apart as ``strategies.placement`` lays them out (the
-estimate and the bound), where all such groups get the same answer or the answer is
-``MIXED``.
+A group runs ``all_to_all`` for an all-to-all, and ``ring`` for an all-reduce, an all-gather
+or a reduce-scatter: NCCL runs these as one flat ring over all the group's ranks, and across
+nodes with ``k > 1`` members on each ``ring`` stripes its channels over the node's members
+(``strategies.collectives.ring.striped``). NVIDIA/nccl ``src/graph/tuning.cc``
+(``ncclTopoTuneModel``, v2.10 to v2.30) times all-gather and reduce-scatter only as ``RING``
+(besides NVLS, CollNet/SHARP and, from 2.23, PAT with one GPU per node, none of which the
+model's networks carry); an all-reduce it times as ``RING`` or ``TREE`` (intra-node chains
+and a double binary tree between nodes) and ``src/enqueue.cc`` picks the cheaper per call.
+The model keeps the ring for all-reduce too (docs/calibration.md §3.21: the tree's bandwidth
+is ``0.92·0.5`` of its bus rate against the ring's ``n/(2(n-1))``, so the ring wins for large
+buffers; where the tree wins at small ones depends on per-size correction tables and
+protocols the model does not carry). paraplan's ``hierarchical`` algorithm (intra-node rings,
+rings across nodes, intra-node rings, with barriers between) stays registered for explicit
+use but is never picked: NCCL has no such algorithm. ``algorithm_for`` applies the rule to
+one explicit group (the compiler), ``strided_algorithm`` to every group of ``n`` ranks
+``stride`` apart as ``strategies.placement`` lays them out (the estimate and the bound),
+where all such groups get the same layout or the answer is ``MIXED``.
 
 >>> algorithm_for("allreduce", (0, 2, 4, 6, 8, 10, 12, 14), 8)
-'hierarchical'
+'ring'
 >>> algorithm_for("allgather", (0, 2, 4, 6, 8, 10, 12, 14), 8)
 'ring'
 >>> algorithm_for("allreduce", tuple(range(12)), 8), algorithm_for("alltoall", (0, 8), 8)
 ('ring', 'all_to_all')
 >>> [str(a) for a in strided_algorithm([8, 8, 2, 3], [2, 1, 8, 1], 8)]
-['hierarchical', 'ring', 'ring', 'mixed']
+['ring', 'ring', 'ring', 'mixed']
 >>> [str(a) for a in strided_algorithm([8, 8, 2, 3], [2, 1, 8, 1], 8, "reduce_scatter")]
 ['ring', 'ring', 'ring', 'mixed']
 """
@@ -40,18 +42,6 @@ RING, HIERARCHICAL, ALL_TO_ALL, MIXED = "ring", "hierarchical", "all_to_all", "m
 ALGORITHMS = {RING: ring, HIERARCHICAL: hierarchical, ALL_TO_ALL: all_to_all}
 
 
-def hierarchical_layout(n, nodes, even, kind: str = "allreduce"):
-    """True where collective ``kind`` over a group of ``n`` members on ``nodes`` nodes,
-    ``even`` when every node holds the same number of them, runs hierarchically (an
-    all-reduce over more than one node, more than one member per node, the same count on
-    each; never an all-gather or a reduce-scatter, NCCL's rings). Vectorised; the one
-    statement of the rule."""
-    if kind not in KINDS:
-        raise ValueError(f"collective kind={kind!r}: must be one of {KINDS}")
-    n, nodes = np.asarray(n), np.asarray(nodes)
-    return (nodes > 1) & (nodes < n) & np.asarray(even, dtype=bool) & (kind == "allreduce")
-
-
 def algorithm_for(kind: str, group: Sequence[int], gpus_per_node: int) -> str:
     """The algorithm of collective ``kind`` over ``group`` (global ranks; rank ``r`` on node
     ``r // gpus_per_node``)."""
@@ -59,11 +49,7 @@ def algorithm_for(kind: str, group: Sequence[int], gpus_per_node: int) -> str:
         raise ValueError(f"collective kind={kind!r}: must be one of {KINDS}")
     if kind == "alltoall":
         return ALL_TO_ALL
-    per_node: dict[int, int] = {}
-    for r in group:
-        per_node[r // gpus_per_node] = per_node.get(r // gpus_per_node, 0) + 1
-    even = len(set(per_node.values())) == 1
-    return HIERARCHICAL if hierarchical_layout(len(group), len(per_node), even, kind) else RING
+    return RING
 
 
 def strided_layout(n, stride, gpus_per_node: int):
@@ -86,14 +72,15 @@ def strided_layout(n, stride, gpus_per_node: int):
 
 
 def strided_algorithm(n, stride, gpus_per_node: int, kind: str = "allreduce") -> np.ndarray:
-    """``ring``, ``hierarchical`` or ``mixed`` (groups of this shape differ) for collective
+    """``ring`` or ``mixed`` (groups of this shape differ) for collective
     ``kind`` over every group of ``n`` ranks ``stride`` apart (placement's layout; not
     all-to-all). Vectorised."""
     if kind == "alltoall":
         raise ValueError("strided_algorithm: an all-to-all always runs all_to_all")
-    uniform, k, nodes = strided_layout(n, stride, gpus_per_node)
-    hier = hierarchical_layout(np.asarray(n, dtype=float), nodes, uniform, kind)
-    return np.where(~uniform, MIXED, np.where(hier, HIERARCHICAL, RING))
+    if kind not in KINDS:
+        raise ValueError(f"collective kind={kind!r}: must be one of {KINDS}")
+    uniform, _, _ = strided_layout(n, stride, gpus_per_node)
+    return np.where(~uniform, MIXED, RING)
 
 
 def register(name: str, module) -> None:

@@ -4,8 +4,8 @@
 picks for the group (the compiler's rule), timed by that algorithm's closed form. A group of
 ``n`` ranks with ``k`` of them per node runs a ring over NVLink when it fits in a node, a ring
 over the NICs with one member per node, and with ``k > 1`` members on each of several nodes
-NCCL's flat ring striped over the members for an all-gather or a reduce-scatter
-(``ring.striped_time``) and the hierarchical algorithm for an all-reduce. Groups laid out
+NCCL's flat ring striped over the members for every all-reduce, all-gather and
+reduce-scatter (``ring.striped_time``; docs/calibration.md §3.21). Groups laid out
 differently from one group to the next (``mixed``: e.g. 12 ranks over 8-GPU nodes) keep
 ``group_bandwidth``'s ring that crosses node boundaries,
 where the ``k`` local members share the node's NICs and the ring's inter-node hop gets ``k``
@@ -19,8 +19,8 @@ follow: a hop between nodes crosses the GPU's NIC link and its plane ports (stri
 multi-plane network: together the NIC), and on a rail topology (rail fat tree, rail-only,
 torus, ring) first one hop of the source node's fabric when the destination sits on another
 rail (``relays``), which adds that hop's rate to the minimum and its latency to the sum
-(``transfer_rate``, ``transfer_latency``). Rings with one member per node and the
-hierarchical algorithm's inter-node rings join GPUs of the same rail (no relay); a ring that
+(``transfer_rate``, ``transfer_latency``). Rings with one member per node join GPUs of the
+same rail (no relay); the striped ring's hop to member ``j+1`` of the next node and a ring that
 crosses node boundaries elsewhere (``mixed``) and a pipeline hop between GPUs of different
 local indices relay.
 
@@ -34,8 +34,8 @@ from __future__ import annotations
 import numpy as np
 
 from strategies import placement
-from strategies.collectives import PASSES, all_to_all, hierarchical, ring
-from strategies.collectives.select import HIERARCHICAL, RING, strided_algorithm, strided_layout
+from strategies.collectives import PASSES, all_to_all, ring
+from strategies.collectives.select import RING, strided_algorithm, strided_layout
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -76,12 +76,13 @@ def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
 def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
                     rail_aligned: bool = False) -> tuple[Num, Num]:
     """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
-    order (tp has stride 1; dp has stride tp·cp; pp neighbours are tp·cp·dp apart). Inside a
-    node the fabric's rate; across nodes ``topologies.routing.transfer_rate`` and
-    ``transfer_latency`` of the ring's hops between nodes (``k`` members' NIC share; the
-    relay when a hop, or the ring's closing hop, joins GPUs of different rails, as in the
-    simulator's rank-order ring; ``rail_aligned``: a ring ordered so that its hops between
-    nodes stay on one rail, no relay, as NCCL orders its flat rings)."""
+    order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp
+    neighbours are tp·cp·dp apart). Inside a node the fabric's rate; across nodes
+    ``topologies.routing.transfer_rate`` and ``transfer_latency`` of the ring's hops between
+    nodes (``k`` members' NIC share; the relay when a hop, or the ring's closing hop, joins
+    GPUs of different rails, as in the simulator's rank-order ring; ``rail_aligned``: a ring
+    ordered so that its hops between nodes stay on one rail, no relay, as NCCL orders its
+    flat rings)."""
     G = cluster.gpus_per_node
     n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride
@@ -111,8 +112,7 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
                     remote_scale: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
-    picks for such groups (the compiler's rule): ``hierarchical``'s closed form at NVLink and
-    per-GPU NIC rates; for an all-gather or a reduce-scatter over ``k > 1`` members on each of
+    picks for such groups (the compiler's rule): over ``k > 1`` members on each of
     several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
@@ -138,14 +138,6 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
     passes = PASSES[kind]
     algo = strided_algorithm(n, stride, G, kind)
     lat_in = cluster.intra_node_latency
-    if kind == "allreduce":
-        # the inter-node rings join the members with the same local index: one rail, no relay
-        inter = transfer_rate(_hop_rate(cluster), _nic_rate(cluster), True, False,
-                              cluster.planes)
-        hier = hierarchical.time(passes, nbytes, k, nodes, intra, lat_in, inter,
-                                 transfer_latency(lat_in, cluster.inter_node_latency, True,
-                                                  False))
-        return np.where(algo == HIERARCHICAL, hier, ring.time(passes, nbytes, n, bw, lat))[()]
     # NCCL's flat ring striped over the members of each node (``ring.striped``): member j's
     # hop between nodes goes to member j+1 of the next node, ``stride`` local indices on (the
     # last member's to the first: ``-(k-1)·stride``), relayed where that changes rail
@@ -164,11 +156,13 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
              etp: Num) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
     """The two data-parallel collectives over a stage's ``params`` parameters, as
     ``((dense parameters, ranks, stride), (expert parameters, ranks, stride))``: the dense
-    ``params - expert_params`` over the ``dp`` ranks ``tp·cp`` apart, then, with expert
+    ``params - expert_params`` over the group that holds their copies
+    (``placement.dense_dp_group``: the ``dp·cp`` ranks ``tp`` apart, the cp ranks holding
+    the same weights as the dp ones), then, with expert
     parallelism (``ep > 1``), the routed experts' ``expert_params`` over the group that holds
     their copies (``placement.expert_dp_group``: ``tp·cp·dp/(etp·ep)`` ranks ``etp·ep``
     apart, Megatron-Core's expert grid), in buffers of their own after the dense ones on the
-    same stream. With ``ep = 1`` every parameter goes over ``dp`` (an expert part of 0).
+    same stream. With ``ep = 1`` every parameter goes over ``dp·cp`` (an expert part of 0).
     The one rule for every collective over data-parallel copies: the gradient reduction,
     the parameter gathers after the optimizer, ZeRO-3's gathers and reduce-scatters
     (``dp_collective_time``, the lower bound, ``ProgramBuilder._dp_parts``) and the shard a
@@ -176,13 +170,14 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
     moe = (np.asarray(ep, dtype=float) > 1) & (np.asarray(expert_params, dtype=float) > 0)
     e = np.where(moe, expert_params, 0.0)
     edp, stride = placement.expert_dp_group(tp, cp, dp, ep, etp)
-    return ((params - e)[()], dp, tp * cp), (e[()], edp, stride)
+    ddp, d_stride = placement.dense_dp_group(tp, cp, dp)
+    return ((params - e)[()], ddp, d_stride), (e[()], edp, stride)
 
 
 def has_dp_copies(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                   etp: Num) -> Num:
     """True where some of a stage's parameters have copies on other ranks to reduce their
-    gradients with (and, sharded, to gather from): ``dp > 1``, or routed experts whose
+    gradients with (and, sharded, to gather from): ``dp·cp > 1``, or routed experts whose
     expert-data-parallel group (``dp_parts``) holds more than one rank, as at ``dp = 1`` when
     ``etp·ep < tp·cp`` (Megatron-Core reduces them over that group). Vectorised."""
     return parts_have_copies(dp_parts(params, expert_params, tp, cp, dp, ep, etp))[()]
@@ -214,7 +209,7 @@ def dp_parts_sum(parts, cost) -> Num:
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                       etp: Num, zero: Num) -> Num:
     """Parameters whose gradients one rank holds after the data-parallel reduction: all of
-    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/dp`` share plus
+    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/(dp·cp)`` share plus
     the routed experts' ``1/edp`` share (``dp_parts``' groups). DualPipe's mirror all-reduce
     sums these between the two ranks that hold the same stages. Vectorised."""
     (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
@@ -226,7 +221,7 @@ def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_para
                        cluster: Cluster) -> Num:
     """Seconds of the data-parallel collective ``kind`` over a stage's gradients (or
     parameters) of ``bytes_per_param`` bytes each, alone on its links: ``dp_parts``' dense
-    collective over dp, then its routed experts' over their expert-data-parallel group (none
+    collective over dp·cp, then its routed experts' over their expert-data-parallel group (none
     where that group is one rank: each expert held once). Vectorised."""
     parts = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
     return np.asarray(dp_parts_sum(parts, lambda p, n, s: collective_time(
@@ -293,7 +288,7 @@ def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
                       cluster: Cluster, copy_gap: float) -> Num:
     """Seconds of ``per_tensor_time`` beyond ``count`` calls of the collective the
     simulator runs for the group (``collective_time``: the selector's algorithm, e.g. the
-    hierarchical one over several nodes): NCCL's flat ring's extra latency steps and the
+    ring striped over the members of several nodes): NCCL's flat ring's extra latency steps and the
     ``n`` copies per call. The simulator runs the collective ``count`` times (``repeat``)
     then this much more on the communication stream, so alone on the wire it takes exactly
     ``per_tensor_time``; clipped at 0. Vectorised."""

@@ -55,6 +55,7 @@ from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
+from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
@@ -492,12 +493,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
-    stride_dp = tp * cp
+    # (over the dense parameters' copies, ``placement.dense_dp_group``)
+    n_dp, stride_dp = dense_dp_group(tp, cp, dp)
     z3_tensor = mb * (
         cm.per_tensor_time(sc.z3_fwd_n + sc.z3_bwd_n, sc.param_bytes
-                           * (sc.z3_fwd_params + sc.z3_bwd_params), dp, stride_dp, cl,
+                           * (sc.z3_fwd_params + sc.z3_bwd_params), n_dp, stride_dp, cl,
                            sc.copy_gap)
-        + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, dp, stride_dp, cl, sc.copy_gap))
+        + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
+                             sc.copy_gap))
 
     def z3_exposed(k: int) -> Any:
         z3_mb = 2 * t_ag_k[k] + t_rs_k[k]

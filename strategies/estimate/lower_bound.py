@@ -16,7 +16,7 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    as ``simulator.network.cluster_net`` scales them) and every route between two nodes crosses a GPU–NIC
    link, so cross-node flows get at most ``nic_rate_cap``. Every GPU-to-GPU route costs at
    least ``min(intra_node_latency, inter_node_latency)``. ``group_floor`` turns this into the
-   least time of a ring or hierarchical collective given where its members sit (placement
+   least time of a ring collective given where its members sit (placement
    ``tp-cp-dp-pp``: tp ranks consecutive, cp strided by tp, dp by tp·cp, stages by N/pp).
 3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
    block start after its compute and the next compute op waits for them; so does the expert
@@ -80,6 +80,7 @@ from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
+from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
@@ -114,17 +115,15 @@ def min_route_latency(cl: Cluster) -> float:
 
 
 def group_floor(nbytes, n, stride, passes, cl: Cluster):
-    """Least seconds of a ring or hierarchical collective (``passes``: 2 for all-reduce, 1 for
+    """Least seconds of a ring collective (``passes``: 2 for all-reduce, 1 for
     reduce-scatter or all-gather; an array or a number) of an ``nbytes`` buffer over ``n``
     ranks ``stride`` apart in rank order.
 
     The algorithm is ``strategies.collectives.select``'s (the compiler's rule) and its time
     that algorithm's closed form at the fastest rates and least latency the network offers:
     in one node a ring at the fastest link rate; one member per node a ring at the NIC rate;
-    ``k`` members on each node, for an all-reduce the hierarchical algorithm (intra-node rings
-    at the fastest link rate, inter-node rings of ``S/k`` at the NIC rate, latency not
-    counted), for an all-gather or a reduce-scatter the striped ring (``ring.striped_time``
-    at those rates, no relay, every step at the least latency). Groups of this shape that
+    ``k > 1`` members on each of several nodes the striped ring (``ring.striped_time`` at
+    those rates, no relay, every step at the least latency). Groups of this shape that
     differ (``mixed``): the ``passes·(n-1)/n·S`` bytes every member moves, at the fastest
     link rate."""
     G = cl.gpus_per_node
@@ -140,9 +139,7 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
                                                          nodes, B, lat, nic, lat),
                np.where(algo == colls.RING,
                         colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
-               np.where(algo == colls.HIERARCHICAL,
-                        colls.hierarchical.time(p, nbytes, k, nodes, B, 0.0, nic, 0.0),
-                        p * (n - 1) / np.maximum(n, 1) * nbytes / B)))
+                        p * (n - 1) / np.maximum(n, 1) * nbytes / B))
     t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
     return np.where(n > 1, t, 0.0)
 
@@ -303,8 +300,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
 
-    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
-    shard = np.where(zero >= 1, dp, 1.0)
+    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
+    # shard, ``placement.dense_dp_group``)
+    shard = np.where(zero >= 1, dense_dp_group(tp, cp, dp)[0], 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
     # their routed experts' part, reduced over the expert-data-parallel group
     # (``comm.dp_collective_time``, the simulator's gradient buckets)
@@ -409,7 +407,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             nbytes_per * p, n, s, passes, cl))
 
     def dp_terms(kind):
-        # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
+        # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
         copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
