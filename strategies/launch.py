@@ -84,9 +84,10 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
               + MEGATRON_FSDP_SHARDING[p.zero], "--ckpt-format fsdp_dtensor"]
         notes.append("Megatron-FSDP asserts CUDA_DEVICE_MAX_CONNECTIONS is unset or > 1 "
                      "(megatron/training/arguments.py): do not export it as 1")
-    if p.overlap_grad_reduce and p.dp > 1:
+    # (Megatron-Core reduces and shards over dp·cp: placement.dense_dp_group)
+    if p.overlap_grad_reduce and p.dp * p.cp > 1:
         a.append("--overlap-grad-reduce")
-    if p.overlap_param_gather and p.zero >= 1 and p.dp > 1:
+    if p.overlap_param_gather and p.zero >= 1 and p.dp * p.cp > 1:
         a.append("--overlap-param-gather")
     if p.tp_comm_overlap:
         a.append("--tp-comm-overlap")

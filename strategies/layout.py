@@ -480,12 +480,19 @@ def _even_layout(model: ModelSpec, schedule: str, pp: int, vpp: int, first: int 
 
 
 def even_stage_content_arrays(model: ModelSpec, codes, pp, vpp, rank, first=0, last=0,
-                              account=False) -> dict:
+                              account=False, strict: bool = True) -> dict:
     """``even_stage_content`` for arrays of plans (schedule codes, pp, vpp, the rank, and
     the uneven layouts' ``first``/``last``/``account``): ``{kind: counts}`` (numpy arrays;
-    ``dense``, ``moe`` and ``mtp`` always present)."""
+    ``dense``, ``moe`` and ``mtp`` always present). ``strict=False``: a plan whose columns
+    give no layout (the layers do not split evenly: a job with a layout string) gets NaN
+    counts instead of the ``SpecError``."""
     def one(name, p, v, r, f, la, a, _c):
-        return even_stage_content(model, name, p, v, r, f, la, a)
+        if strict:
+            return even_stage_content(model, name, p, v, r, f, la, a)
+        try:
+            return even_stage_content(model, name, p, v, r, f, la, a)
+        except SpecError:
+            return (("dense", float("nan")),)
     return _content_arrays(one, codes, pp, vpp, rank, first, last, account)[0]
 
 

@@ -40,7 +40,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 
 DIMS = ("tp", "cp", "dp", "pp")
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dpcp")
 DEFAULT_ORDER = "tp-cp-dp-pp"
 
 
@@ -101,14 +101,21 @@ def _grid(plan: Plan, order: str) -> tuple[np.ndarray, list[str]]:
 
 
 def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
-    """The communication groups of ``dim`` (tp, cp, dp, pp or ep): lists of global ranks,
-    each ordered by rank in that dimension, the groups ordered by their first rank. They
-    partition all ranks."""
+    """The communication groups of ``dim`` (tp, cp, dp, pp, ep, etp, edp or dpcp): lists of
+    global ranks, each ordered by rank in that dimension, the groups ordered by their first
+    rank. They partition all ranks. ``dpcp`` is the group that holds a dense parameter's
+    copies (``dense_dp_group``): the ``cp·dp`` ranks of one tp and pp coordinate, cp and dp
+    flattened as ``order`` nests them."""
     if dim not in GROUP_DIMS:
         raise SpecError("dim", dim, f"must be one of {', '.join(GROUP_DIMS)}")
     grid, dims = _grid(plan, order)
     if dim in ("ep", "etp", "edp"):
         return _expert_groups(plan, grid, dims, dim, order)
+    if dim == "dpcp":       # cp and dp flattened, the outer of the two first
+        inner = [dims.index(d) for d in dims if d in ("cp", "dp")]
+        size = sizes(plan)
+        arr = np.moveaxis(grid, inner, [-2, -1]).reshape(-1, size["cp"] * size["dp"])
+        return sorted(arr.tolist())
     rows = np.moveaxis(grid, dims.index(dim), -1).reshape(-1, grid.shape[dims.index(dim)])
     return sorted(rows.tolist())
 
@@ -124,6 +131,23 @@ def expert_sizes(plan: Plan) -> tuple[int, int, int]:
                         f"{s['cp']}*{s['dp']} = {ranks} (expert groups are cut from the ranks "
                         "of a pipeline stage)")
     return etp, ep, ranks // (etp * ep)
+
+
+def dense_dp_group(tp, cp, dp):
+    """``(size, stride)`` of the group that holds the copies of one dense (not routed-expert)
+    parameter: the ``dp·cp`` ranks of a pipeline stage with the same tensor-parallel rank,
+    ``tp`` apart in rank order (``tp-cp-dp-pp``: cp and dp are the two dimensions after tp;
+    the layout ``groups(plan, "dpcp")`` builds). The cp ranks hold the same weights and see
+    different chunks of the sequence, so their gradients are summed too: Megatron-Core's
+    data-parallel group with context parallelism (``parallel_state.
+    get_data_parallel_group(with_context_parallel=True)``, which its
+    ``DistributedDataParallel`` and distributed optimizer reduce and shard over),
+    torchtitan's ``dp_shard_cp`` FSDP mesh. Every collective over a dense parameter's
+    copies reads it (``strategies.cost.comm.dp_parts``: the gradient reduction, the
+    parameter gathers, ZeRO-3's), and so does the ZeRO shard a rank holds (the step's
+    optimizer and the memory model). Vectorised."""
+    size = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
+    return size[()], (np.asarray(tp, dtype=float) + 0 * size)[()]
 
 
 def expert_dp_group(tp, cp, dp, ep, etp):

@@ -50,7 +50,7 @@ class ProgramBuilder:
         # copy), as ZeRO-3's per-layer share and the forward window count them
         self.stage_layers = sum(len(self.chunk[c]) for c in range(p.vpp))
         self.group = {d: layout.group(d, rank)
-                      for d in ("tp", "cp", "dp", "ep", "etp", "edp", "pp")}
+                      for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "pp")}
         # the tied embedding's gradient group: the first stage and the LM head's
         head = head_rank(p.schedule, p.pp, p.vpp)
         ends = (self.group["pp"][0], self.group["pp"][head])
@@ -268,9 +268,9 @@ class ProgramBuilder:
         stream; the next compute waits for all of it. Alone on the wire:
         ``comm.per_tensor_time``, the estimate's charge."""
         name = "AG" if kind == "allgather" else "RS"
-        ring = self.coll("dp-comm", kind, "dp", nbytes / count, count, "dp",
+        ring = self.coll("dp-comm", kind, "dpcp", nbytes / count, count, "dp",
                          f"{name} z3 tensors {label}", i, deps=deps, tag="dp")
-        group = self.group["dp"]
+        group = self.group["dpcp"]
         dp = len(group)
         stride = (group[1] - group[0]) if dp > 1 else 1
         extra = float(per_tensor_excess(kind, count, nbytes, dp, stride, self.cluster,
@@ -450,12 +450,13 @@ class ProgramBuilder:
         """``(group, parameters, label suffix)`` of a data-parallel collective over ``params``
         of this stage's parameters (a gradient bucket, ZeRO-3's gathers and reduce-scatters):
         the routed experts' share goes over the expert-data-parallel group and the rest over
-        dp (``comm.dp_parts``, the estimate's and the bound's rule); a group of one rank (no
-        expert replica) is skipped by ``coll``."""
+        the dp·cp ranks that hold the dense copies (group ``dpcp``, ``comm.dp_parts``, the
+        estimate's and the bound's rule); a group of one rank (no expert replica) is skipped
+        by ``coll``."""
         if self.edp_params <= 0:     # no stage parameters, or none over the experts' group
-            return [("dp", params, "")]
+            return [("dpcp", params, "")]
         e = params * self.edp_params / self.stage_params
-        return [("dp", params - e, ""), ("edp", e, " experts")]
+        return [("dpcp", params - e, ""), ("edp", e, " experts")]
 
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
         kind = "allreduce" if self.full_grad_reduce else "reduce_scatter"

@@ -76,12 +76,13 @@ def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
 def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
                     rail_aligned: bool = False) -> tuple[Num, Num]:
     """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
-    order (tp has stride 1; dp has stride tp·cp; pp neighbours are tp·cp·dp apart). Inside a
-    node the fabric's rate; across nodes ``topologies.routing.transfer_rate`` and
-    ``transfer_latency`` of the ring's hops between nodes (``k`` members' NIC share; the
-    relay when a hop, or the ring's closing hop, joins GPUs of different rails, as in the
-    simulator's rank-order ring; ``rail_aligned``: a ring ordered so that its hops between
-    nodes stay on one rail, no relay, as NCCL orders its flat rings)."""
+    order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp
+    neighbours are tp·cp·dp apart). Inside a node the fabric's rate; across nodes
+    ``topologies.routing.transfer_rate`` and ``transfer_latency`` of the ring's hops between
+    nodes (``k`` members' NIC share; the relay when a hop, or the ring's closing hop, joins
+    GPUs of different rails, as in the simulator's rank-order ring; ``rail_aligned``: a ring
+    ordered so that its hops between nodes stay on one rail, no relay, as NCCL orders its
+    flat rings)."""
     G = cluster.gpus_per_node
     n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride
@@ -155,11 +156,13 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
              etp: Num) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
     """The two data-parallel collectives over a stage's ``params`` parameters, as
     ``((dense parameters, ranks, stride), (expert parameters, ranks, stride))``: the dense
-    ``params - expert_params`` over the ``dp`` ranks ``tp·cp`` apart, then, with expert
+    ``params - expert_params`` over the group that holds their copies
+    (``placement.dense_dp_group``: the ``dp·cp`` ranks ``tp`` apart, the cp ranks holding
+    the same weights as the dp ones), then, with expert
     parallelism (``ep > 1``), the routed experts' ``expert_params`` over the group that holds
     their copies (``placement.expert_dp_group``: ``tp·cp·dp/(etp·ep)`` ranks ``etp·ep``
     apart, Megatron-Core's expert grid), in buffers of their own after the dense ones on the
-    same stream. With ``ep = 1`` every parameter goes over ``dp`` (an expert part of 0).
+    same stream. With ``ep = 1`` every parameter goes over ``dp·cp`` (an expert part of 0).
     The one rule for every collective over data-parallel copies: the gradient reduction,
     the parameter gathers after the optimizer, ZeRO-3's gathers and reduce-scatters
     (``dp_collective_time``, the lower bound, ``ProgramBuilder._dp_parts``) and the shard a
@@ -167,13 +170,14 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
     moe = (np.asarray(ep, dtype=float) > 1) & (np.asarray(expert_params, dtype=float) > 0)
     e = np.where(moe, expert_params, 0.0)
     edp, stride = placement.expert_dp_group(tp, cp, dp, ep, etp)
-    return ((params - e)[()], dp, tp * cp), (e[()], edp, stride)
+    ddp, d_stride = placement.dense_dp_group(tp, cp, dp)
+    return ((params - e)[()], ddp, d_stride), (e[()], edp, stride)
 
 
 def has_dp_copies(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                   etp: Num) -> Num:
     """True where some of a stage's parameters have copies on other ranks to reduce their
-    gradients with (and, sharded, to gather from): ``dp > 1``, or routed experts whose
+    gradients with (and, sharded, to gather from): ``dp·cp > 1``, or routed experts whose
     expert-data-parallel group (``dp_parts``) holds more than one rank, as at ``dp = 1`` when
     ``etp·ep < tp·cp`` (Megatron-Core reduces them over that group). Vectorised."""
     return parts_have_copies(dp_parts(params, expert_params, tp, cp, dp, ep, etp))[()]
@@ -205,7 +209,7 @@ def dp_parts_sum(parts, cost) -> Num:
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                       etp: Num, zero: Num) -> Num:
     """Parameters whose gradients one rank holds after the data-parallel reduction: all of
-    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/dp`` share plus
+    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/(dp·cp)`` share plus
     the routed experts' ``1/edp`` share (``dp_parts``' groups). DualPipe's mirror all-reduce
     sums these between the two ranks that hold the same stages. Vectorised."""
     (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
@@ -217,7 +221,7 @@ def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_para
                        cluster: Cluster) -> Num:
     """Seconds of the data-parallel collective ``kind`` over a stage's gradients (or
     parameters) of ``bytes_per_param`` bytes each, alone on its links: ``dp_parts``' dense
-    collective over dp, then its routed experts' over their expert-data-parallel group (none
+    collective over dp·cp, then its routed experts' over their expert-data-parallel group (none
     where that group is one rank: each expert held once). Vectorised."""
     parts = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
     return np.asarray(dp_parts_sum(parts, lambda p, n, s: collective_time(

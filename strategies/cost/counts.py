@@ -919,6 +919,31 @@ def mtp_embedding_copy_params(m: ModelSpec, tp: Num, mtp_modules: Num,
     return np.where(here, embedding_params_per_gpu(m, tp), 0.0)[()]
 
 
+def content_params(m: ModelSpec, content: Any, tp: Num, ep: Num, etp: Num | None,
+                   has_embedding: Any) -> tuple[Num, Num]:
+    """``(dense, expert)`` parameters per GPU of the layers and MTP modules a rank holds,
+    ``content`` ``{"dense", "moe", "mtp": counts}`` (per plan; ``layout.stage_content`` of a
+    job's layout, ``layout.even_stage_content_arrays`` of the plans' columns): each kind's
+    layer (``layer_params_split`` of ``ModelSpec.of_kind``) times its count, the MTP modules'
+    (``mtp_params_split``) and, on a rank holding MTP modules without the embedding
+    (``has_embedding`` false), the copy of the embedding Megatron builds there. The one
+    reading of a rank's parameters by kind: the memory model, the stage-cost record (so the
+    estimate's per-rank data-parallel traffic, the lower bound and the simulator's buckets)
+    take it. Vectorised."""
+    dense, expert = 0.0, 0.0
+    for k in ("dense", "moe"):
+        n = np.asarray(content.get(k, 0.0), dtype=float)
+        if np.any(n):
+            d_k, e_k = layer_params_split(m.of_kind(k), tp, ep, etp)
+            dense, expert = dense + n * d_k, expert + n * e_k
+    mtp = np.asarray(content.get("mtp", 0.0), dtype=float)
+    if np.any(mtp):
+        d_m, e_m = mtp_params_split(m, tp, ep, etp)
+        dense = dense + mtp * d_m + mtp_embedding_copy_params(m, tp, mtp, has_embedding)
+        expert = expert + mtp * e_m
+    return dense + np.zeros_like(mtp), expert + np.zeros_like(mtp)
+
+
 def layer_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, etp: Num | None = None) -> Num:
     """Parameters of the mean layer held by one GPU (``layer_params_split``, summed)."""
     dense, expert = layer_params_split(m, tp, ep, etp)
@@ -948,9 +973,11 @@ def head_params_per_gpu(m: ModelSpec, tp: Num, pp: Num, with_embedding: Any = Fa
 def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
                        layers: Num | None = None,
                        head_stage: Num | None = None, mirrored: Any = False,
-                       etp: Num | None = None) -> tuple[Num, Num]:
+                       etp: Num | None = None, content: Any = None) -> tuple[Num, Num]:
     """``(dense, expert)`` parameters held by one GPU of pipeline rank ``stage``: its
-    ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages), the embedding on
+    ``layers`` (default ``l/p``; ``Job.layers_of_stage`` for uneven stages) mean layers, or,
+    given ``content`` (``{"dense", "moe", "mtp": counts}``, both copies where mirrored), the
+    layers and MTP modules it holds by kind (``content_params``), the embedding on
     stage 0 and the output layer on stage ``head_stage`` (default ``pp-1``; the schedule's
     ``head_rank_array``: 0 on a V). ``mirrored`` (``Schedule.mirrored``, DualPipe): the rank
     also holds stage ``pp-1-stage``, so twice the layers and, on both end ranks, the embedding
@@ -963,9 +990,13 @@ def stage_params_split(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,
     end = first | (np.asarray(stage) == np.asarray(pp) - 1)
     first, last = np.where(mirrored, end, first), np.where(mirrored, end, last)
     lps = np.where(mirrored, 2, 1) * lps
-    dense = (lps * dense_l + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
+    if content is None:
+        layer_d, layer_e = lps * dense_l, lps * expert_l
+    else:
+        layer_d, layer_e = content_params(m, content, tp, ep, etp, first)
+    dense = (layer_d + np.where(first, embedding_params_per_gpu(m, tp), 0.0)
              + np.where(last, head_params_per_gpu(m, tp, pp, first), 0.0))
-    return dense, lps * expert_l
+    return dense, layer_e
 
 
 def stage_params_per_gpu(m: ModelSpec, tp: Num, ep: Num, pp: Num, stage: Num,

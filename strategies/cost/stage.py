@@ -44,7 +44,7 @@ from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
-from strategies.layout import chunk_kinds
+from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
@@ -293,10 +293,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
+    # the ranks holding a dense parameter's copies (dp·cp): its gradient reduction, its ZeRO
+    # shard (``placement.dense_dp_group``)
+    copies = placement.dense_dp_group(tp, cp, dp)[0]
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
     slow = ct.overlap_slowdown(tp, tpo, cp, zero,
-                               ct.dp_overlaps_whole_step(dp, mb, P.overlap_grad_reduce), paired)
-    shard_acc = ct.accum_shard(dp, zero)
+                               ct.dp_overlaps_whole_step(copies, mb, P.overlap_grad_reduce),
+                               paired)
+    shard_acc = ct.accum_shard(copies, zero)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
     dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
@@ -304,7 +308,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                       graphed=P.cuda_graph, gathered=(zero == 3) & (dp > 1))
+                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -321,7 +325,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
                                     ep, m.num_shared_experts)
-    shard = np.where(zero >= 1, dp, 1.0)
+    shard = np.where(zero >= 1, copies, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
@@ -331,16 +335,44 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     n_first, n_mid, n_last, _, uneven = rank_layers(m.num_layers, P)
     held = {k: np.where(uneven, n, m.num_layers // pp)
             for k, n in (("first", n_first), ("mid", n_mid), ("last", n_last))}
-    split = {k: counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
-                                          mirrored=mirrored, etp=etp)
-             for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
+    # a model of dense and MoE layers or MTP modules: what each kind of rank holds by kind
+    # (``layout.even_stage_content_arrays`` of the plans' columns: the even split, or the
+    # search's first/last-stage counts and slots; "mid" is rank 1, the middle rank nearest
+    # rank 0, whose data-parallel tail the least compute hides, ``analytic.rank_slack``;
+    # DualPipe's ranks both copies), the parameters the memory model reads
+    # (``counts.content_params``), so the estimate's per-rank data-parallel traffic and
+    # optimizer read the layers the rank holds, not the even split's mean layer
+    content = dict.fromkeys(("first", "mid", "last"))
+    if mixed_layers(m):
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        for k, r in (("first", 0 * pp), ("mid", np.minimum(1, pp - 1)), ("last", pp - 1)):
+            have = even_stage_content_arrays(m, P.schedule, pp, P.vpp, r, *lay, strict=False)
+            mirror = even_stage_content_arrays(m, P.schedule, pp, P.vpp, pp - 1 - r, *lay,
+                                               strict=False)
+            both = np.asarray(mirrored, dtype=bool) & (pp > 1)
+            content[k] = {x: have[x] + np.where(both, mirror[x], 0.0) for x in have}
+
+    def params_split(k: str, s: Any) -> tuple[Any, Any]:
+        mean = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                         mirrored=mirrored, etp=etp)
+        if content[k] is None:
+            return mean
+        # (a plan whose columns give no layout, NaN: a job's layout string, which
+        # ``stage_costs`` and the scalar estimate read instead; the mean layers here)
+        known = np.isfinite(content[k]["dense"])
+        own = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                        mirrored=mirrored, etp=etp,
+                                        content={x: np.where(known, n, 0.0)
+                                                 for x, n in content[k].items()})
+        return tuple(np.where(known, o, e) for o, e in zip(own, mean))
+    split = {k: params_split(k, s) for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy) \
         * quantise.weight_cast_passes(fw.weight_cast_per_forward, mb, rc)
     opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
-    # the gradient buffer a GPU holds: all its parameters', the 1/dp shard with ZeRO >= 2
+    # the gradient buffer a GPU holds: all its parameters', the 1/(dp·cp) shard with ZeRO >= 2
     passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
               for k, n in params.items()}
 
@@ -359,7 +391,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
                             system=sy, etp=etp, load=load, modules=P.recompute_modules,
                             dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                            graphed=P.cuda_graph, gathered=(zero == 3) & (dp > 1))
+                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         return KindCostArrays(
@@ -380,7 +412,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
-    per_tensor = (zero == 3) & (dp > 1) & (fw.zero3_gather == "per-tensor")
+    per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
     z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
 
@@ -521,7 +553,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     rec = replace(rec, chunk_kinds=kinds)
     split = tuple(stage_params_split(job, rec, s) for s in range(p.pp))
     params = tuple(d + e for d, e in split)
-    shard = float(p.dp) if p.zero >= 1 else 1.0
+    copies = float(placement.dense_dp_group(p.tp, p.cp, p.dp)[0])
+    shard = copies if p.zero >= 1 else 1.0
     # expert states are sharded over the expert-data-parallel group
     shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
         if p.zero >= 1 else 1.0
@@ -532,7 +565,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
                       + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
                                             sy) * casts) for s, (d, e) in enumerate(split))
-    held = float(ct.accum_shard(p.dp, p.zero))
+    held = float(ct.accum_shard(copies, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes,

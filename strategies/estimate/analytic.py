@@ -55,6 +55,7 @@ from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
+from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
@@ -178,6 +179,40 @@ def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any
     return np.where(pp > 1, r_f * (t_sum - t_max) + mb * t_max - pipe + tail, 0.0)
 
 
+def rank_below(t: tuple, pp: Any) -> tuple:
+    """Seconds per micro-batch of the stages below each kind of rank (first; middle, at its
+    nearest to rank 0, rank 1, whose tail hides least; last), ``t`` their stage seconds
+    (first, middle, last): 0, the first stage's, the sum less the last. Arrays over plans."""
+    t_first, t_mid, t_last = t
+    t_sum = t_first + t_last + np.maximum(pp - 2, 0) * t_mid
+    return (0.0 * t_sum, np.where(pp > 2, t_first, 0.0), np.where(pp > 1, t_sum - t_last, 0.0))
+
+
+def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any) -> tuple:
+    """Seconds by which each kind of rank (first, middle, last) ends its compute before the
+    pipeline's end ``Schedule.pipeline_span`` (rank 0's: the last to receive the last
+    micro-batch's gradient): that backward through the stages below it, one chunk of each,
+    ``rank_below``·(1 − r_f − 2·w)/v, at least 0 (``r_f`` the forward's share of a stage's
+    seconds, ``w`` the weight gradient's share where the schedule splits the backward, which
+    the stages below run as their own trailing ``W`` while the rank's drain passes): the
+    span's own closed forms, balanced 1F1B ``(p − 1)·t_b``, ZB-H1 ``(p − 1)·(t_b − t_w)``, a
+    slowest stage ``k`` ending at ``r_f·(t_sum − t_k) + m·t_k``; 0 where every rank ends
+    together (``together``: a V, whose rank 0 holds the last chunk too; DualPipe). Arrays
+    over plans; seconds."""
+    below = rank_below(t, pp)
+    share = np.maximum(1.0 - r_f - 2.0 * w, 0.0)
+    return tuple(np.where(together | (pp == 1), 0.0, share * b / v) for b in below)
+
+
+def rank_of_max(t: tuple, pp: Any) -> Any:
+    """0, 1 or 2: which kind of rank (first, middle, last) has the most seconds ``t`` (first
+    on a tie; the middle only with ``pp > 2``), as ``z2_sync_exposed`` picks the slowest
+    stage. Arrays over plans."""
+    t_first, t_mid, t_last = t
+    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    return np.where(t_max == t_first, 0, np.where(t_max == t_last, 2, 1))
+
+
 def degraded_view(cl: Cluster) -> Cluster:
     """The cluster as the analytic model sees its degraded links (``cluster.faults``): every
     group of a class is as slow as the worst link of that class, so NVLink bandwidth is
@@ -217,18 +252,31 @@ def straggler_stages(stragglers, per_stage, pp, times, compute, t_max, t_sum):
     return t_max, t_sum + extra
 
 
+#: the stage-cost record's fields per kind of rank (first, middle = rank 1, last) that the
+#: layers a rank holds decide: its parameters (so its data-parallel traffic), its routed
+#: experts', its optimizer and per-step passes (``cost.stage.stage_cost_arrays`` from the
+#: plan columns' layout, ``cost.stage.stage_costs`` from a job's)
+RANK_FIELDS = tuple(f"{x}_{k}" for x in ("params", "expert_params", "optimizer", "passes")
+                    for k in ("first", "mid", "last"))
+
+
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                     framework: FrameworkProfile | str | None = None,
-                    system: SystemConfig | None = None) -> dict[str, Any]:
+                    system: SystemConfig | None = None,
+                    ranks: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Score plans given as arrays: ``P`` is ``PlanArrays`` (or the search space's short
     columns ``tp pp dp cp ep mbs gbs vpp sched rc sp zero flash ogr opg tpo``).
     ``framework``: the software profile (``strategies.framework``; default Megatron-Core);
-    ``system``: the policy constants (``strategies.cost.system``). Returns arrays of seconds
+    ``system``: the policy constants (``strategies.cost.system``); ``ranks``: fields of the
+    stage-cost record per kind of rank (``RANK_FIELDS``) that replace the plan columns' (the
+    scalar estimate's job layout, ``scalar.rank_fields``). Returns arrays of seconds
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
     cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system)
+    if ranks:
+        sc = replace(sc, **{k: v + 0 * getattr(sc, k) for k, v in ranks.items()})
     tp, pp, dp, cp, ep = P.tp, P.pp, P.dp, P.cp, P.ep
     b, gbs, v = P.mbs, P.gbs, P.vpp
     sched, rc, zero = P.schedule, P.recompute, P.zero
@@ -328,27 +376,51 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         0.0)
     pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
 
-    # data parallel gradient reduction on the first stage (the last to finish its backward)
-    params = sc.params_first
+    # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
+    # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
+    # layers it holds by kind, its MTP modules, the embedding or the LM head; the compiler's
+    # buckets read the same, ``stage_costs(job).params_by_stage``), then runs its own
+    # optimizer; the step ends with the rank that ends last. A rank above rank 0 ends its
+    # compute ``slack`` earlier, the last micro-batch's backward through the stages below it
+    # (``rank_slack``), which hides as much of its own tail
     gb = sc.grad_bytes
+    pe_k = (sc.expert_params_first, sc.expert_params_mid, sc.expert_params_last)
+    pr_k = (sc.params_first, sc.params_mid, sc.params_last)
+    params, pe, etp = pr_k[0], pe_k[0], P.etp
+    n_k = (n_first, n_mid, n_last)
     # (the routed experts' share over the expert-data-parallel group, ``dp_collective_time``)
-    pe, etp = sc.expert_params_first, P.etp
-    t_ar_dp = cm.dp_collective_time("allreduce", gb, params, pe, tp, cp, dp, ep, etp, cl)
-    t_rs_dp = cm.dp_collective_time("reduce_scatter", gb, params, pe, tp, cp, dp, ep, etp, cl)
-    t_ag_dp = cm.dp_collective_time("allgather", sc.param_bytes, params, pe, tp, cp, dp, ep,
-                                    etp, cl)
+
+    def dp_time(kind: str, nbytes: Any, k: int) -> Any:
+        return cm.dp_collective_time(kind, nbytes, pr_k[k], pe_k[k], tp, cp, dp, ep, etp, cl)
+
+    K = range(3)
+    t_ar_k = [dp_time("allreduce", gb, k) for k in K]
+    t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
+    t_ag_k = [dp_time("allgather", sc.param_bytes, k) for k in K]
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
     # optimizer (``framework.full_grad_reduce``)
-    t_grad = np.where(full_grad_reduce(get_profile(framework), dtype, zero), t_ar_dp, t_rs_dp)
+    full = full_grad_reduce(get_profile(framework), dtype, zero)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the
-    # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket)
-    last = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params) / params)
-    window = n_first * (sc.layer_bwd + sc.layer_recompute)   # rank 0's last backward
-    grad_exposed = np.where(ogr, np.maximum(t_grad - window, t_grad * last), t_grad)
+    # larger of one bucket and the embedding (``dp_plan``: the embedding closes the last bucket;
+    # on both end ranks under DualPipe)
+    emb_k = (sc.embedding_params, 0.0, np.where(mirrored, sc.embedding_params, 0.0))
+    window_k = [n_k[k] * (sc.layer_bwd + sc.layer_recompute) for k in K]   # its last backward
+    window = window_k[0]
     fwd_window = n_first * sc.layer_fwd
-    ag_exposed = np.where(zero >= 1, np.where(opg, np.maximum(t_ag_dp - fwd_window, t_ag_dp * last),
-                                               t_ag_dp), 0.0)
+    r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
+    slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
+                       head_first | mirrored)
+
+    def grad_exposed(k: int) -> Any:
+        t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
+        last = np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k])
+        ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd, t_ag_k[k] * last),
+                      t_ag_k[k])
+        return (np.where(ogr, np.maximum(t_grad - window_k[k], t_grad * last), t_grad),
+                np.where(zero >= 1, ag, 0.0))
+    grad_ag = [grad_exposed(k) for k in K]
+    ag_k = [a for _, a in grad_ag]
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
     # each behind that micro-batch's backward; the last bucket of the last one is exposed.
     # DualPipe (``mirrored``): a micro-batch's backward passes one of the rank's two copies
@@ -356,106 +428,142 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # gradients of that copy only: half the rank's, on the mean (the simulator's buckets per
     # chunk)
     per_mb = np.where(mirrored, 0.5, 1.0)
-    t_rs_mb = np.where(mirrored, cm.dp_collective_time("reduce_scatter", gb * per_mb, params, pe,
-                                                       tp, cp, dp, ep, etp, cl), t_rs_dp)
-    last_mb = np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
-                         / (params * per_mb))
-    # overlapped, the reduce-scatters queue on the data-parallel stream from rank 0's first
+    rs_mb_k = [np.where(mirrored, dp_time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
+               for k in K]
+    t_rs_mb = rs_mb_k[0]
+    edge_k = [rs_mb_k[k] * np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
+                                      / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
+    # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
-    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the pipeline less
-    # what runs before that backward: micro-batch 0's forward through every stage and its
+    # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the rank's compute
+    # less what runs before that backward: micro-batch 0's forward through every stage and its
     # backward through the later ones, one chunk (1/v) of each there (none where rank 0
     # holds the last chunk, a V: ``head_first``), the stages' sum ``t_sum`` split in rank 0's
-    # forward share ``r``: r·t_sum + ((1 − r)·t_sum − t_b0)/v, balanced p·t_f + (p − 1)·t_b/v
-    # (1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b) = m·t − t_f); else (GPipe, DualPipe) the
-    # backwards, ``mb·t_b0``; the last bucket of the last micro-batch always after it
-    # (``sharded_exposed``)
-    r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
-    first_bwd = r_f * t_sum + np.where(head_first, 0.0, ((1 - r_f) * t_sum - window) / v)
-    z2_window = np.where(attr_by_code(sched, "reduces_under_forwards").astype(bool),
-                         pipe - first_bwd, mb * window)
+    # forward share ``r``: rank 0's r·t_sum + ((1 − r)·t_sum − t_b0)/v, balanced
+    # p·t_f + (p − 1)·t_b/v (1F1B: (m + p − 1)·t − (p·t_f + (p − 1)·t_b) = m·t − t_f); else
+    # (GPipe, DualPipe) the backwards, ``mb·t_b``; the last bucket of the last micro-batch
+    # always after it (``sharded_exposed``)
+    below = rank_below((t_first, t_mid, t_last), pp)
+    under_fwd = attr_by_code(sched, "reduces_under_forwards").astype(bool)
+
+    def z2_over_k(k: int) -> Any:
+        first_bwd = r_f * t_sum + np.where(
+            head_first, 0.0, ((1 - r_f) * (t_sum - below[k]) - window_k[k]) / v)
+        z2_window = np.where(under_fwd, pipe - slack[k] - first_bwd, mb * window_k[k])
+        return sharded_exposed(mb * rs_mb_k[k], z2_window, edge_k[k])
     # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
     # backward (``z2_sync_exposed``); each stage's own from its parameters
-    rs_stage = (t_rs_mb,) + tuple(
-        cm.dp_collective_time("reduce_scatter", gb, pr, px, tp, cp, dp, ep, etp, cl)
-        for pr, px in ((sc.params_mid, sc.expert_params_mid),
-                       (sc.params_last, sc.expert_params_last)))
+    rs_stage = (t_rs_mb, t_rs_k[1], t_rs_k[2])
     # rank 0's chunk 0 (interleaved): the embedding's gradients and 1/v of its layers'
     emb_p = np.minimum(sc.embedding_params, params)
     rs_c0 = cm.dp_collective_time("reduce_scatter", gb, emb_p + (params - emb_p) / v, pe / v,
                                   tp, cp, dp, ep, etp, cl)
     trailing = tuple(dispatch(sched, "trailing_w_steps", s, pp, mb)
                      for s in (0 * pp, np.maximum(pp - 2, 0), pp - 1))
+    z2_path = np.where(split, np.where(v == 1, Z2_SPLIT, Z2_BUSY),
+                       np.where(v == 1, Z2_BACK, Z2_COOLDOWN))
     z2_sync = z2_sync_exposed(
         lambda t_mx, t_sm: dispatch(sched, "pipeline_span", mb, t_mx, t_sm, v, w_share, f_share,
                                     pp),
-        pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp,
-        np.where(split, np.where(v == 1, Z2_SPLIT, Z2_BUSY),
-                 np.where(v == 1, Z2_BACK, Z2_COOLDOWN)), v, r_f, rs_c0,
-        trailing)
+        pipe, t_first, t_mid, t_last, rs_stage, (1 - r_f) * t_first, mb, pp, z2_path, v, r_f,
+        rs_c0, trailing)
     # overlapped under a split backward, one chunk per rank (ZB-H1): at least the slowest
     # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``)
     w_stage = (n_first * sc.layer_wgrad + sc.embedding_wgrad, n_mid * sc.layer_wgrad,
                n_last * sc.layer_wgrad + sc.head_wgrad)
-    edges = (t_rs_mb * last_mb,) + tuple(
+    edges = (t_rs_mb * np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
+                                  / (params * per_mb)),) + tuple(
         r * np.minimum(1.0, sc.bucket_params / np.maximum(pr, 1.0))
         for r, pr in zip(rs_stage[1:], (sc.params_mid, sc.params_last)))
-    z2_over = sharded_exposed(mb * t_rs_mb, z2_window, t_rs_mb * last_mb)
-    z2_over = np.where(split & (v == 1) & ~head_first, np.maximum(z2_over, split_tail_exposed(
-        pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges)),
-        z2_over)
+    tail_split = np.where(split & (v == 1) & ~head_first, split_tail_exposed(
+        pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges),
+        -np.inf)
     # interleaved (chunks on a ring, the backward unsplit): rank 0 ends with the chunk-0
     # backwards of the last p micro-batches back to back; their reduce-scatters (chunk 0's
     # gradients, the embedding's among them: rs_c0 each) queue with only those backwards to
     # run under, at least the last bucket (``sharded_exposed``)
-    cool_tail = sharded_exposed(pp * rs_c0, pp * window / v, t_rs_mb * last_mb)
-    z2_over = np.where(~split & (v > 1) & ~head_first & ~mirrored & (pp > 1),
-                       np.maximum(z2_over, cool_tail), z2_over)
-    z2_grad = np.where(ogr, z2_over, np.where(mirrored, mb * t_rs_mb, z2_sync))
+    cool_tail = np.where(~split & (v > 1) & ~head_first & ~mirrored & (pp > 1),
+                         sharded_exposed(pp * rs_c0, pp * window / v, edges[0]), -np.inf)
     # ZeRO-3: parameters gathered for forward and backward, gradients scattered, every micro-batch
     # The gathers are prefetched (the next layer's during this one's compute), so the whole
     # step's compute hides the stream's work; exposed at least: each forward's first layer
     # waits for its own gather, which follows the previous backward's last reduce-scatter
     # over the same links (the two share the NIC), and the step's last reduce-scatter
     # follows the last backward: mb·(t_ag + t_rs)/layers
-    z3_mb = 2 * t_ag_dp + t_rs_dp
-    z3_exposed = sharded_exposed(mb * z3_mb, pipe,
-                                 mb * (t_ag_dp + t_rs_dp) / np.maximum(lps, 1))
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
-    stride_dp = tp * cp
+    # (over the dense parameters' copies, ``placement.dense_dp_group``)
+    n_dp, stride_dp = dense_dp_group(tp, cp, dp)
     z3_tensor = mb * (
         cm.per_tensor_time(sc.z3_fwd_n + sc.z3_bwd_n, sc.param_bytes
-                           * (sc.z3_fwd_params + sc.z3_bwd_params), dp, stride_dp, cl,
+                           * (sc.z3_fwd_params + sc.z3_bwd_params), n_dp, stride_dp, cl,
                            sc.copy_gap)
-        + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, dp, stride_dp, cl, sc.copy_gap))
-    z3_exposed = np.where(sc.z3_fwd_n > 0, z3_tensor, z3_exposed)
+        + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
+                             sc.copy_gap))
+
+    def z3_exposed(k: int) -> Any:
+        z3_mb = 2 * t_ag_k[k] + t_rs_k[k]
+        return np.where(sc.z3_fwd_n > 0, z3_tensor, sharded_exposed(
+            mb * z3_mb, pipe - slack[k], mb * (t_ag_k[k] + t_rs_k[k]) / np.maximum(lps, 1)))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
-    dp_exposed = np.where(copies, np.where(zero == 3, z3_exposed,
-                                           np.where(zero == 2, z2_grad, grad_exposed) + ag_exposed),
-                          0.0)
-
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
     # gradients each holds (with ZeRO >= 2 its dense 1/dp and expert 1/edp shares,
     # ``comm.grad_shard_params``)
-    apart = np.where((pp - 1) * stride_pp >= G, G, 1)
-    held = cm.grad_shard_params(params, pe, tp, cp, dp, ep, etp, zero)
-    t_mirror = cm.collective_time("allreduce", gb * held, 2, apart, cl)
-    dp_exposed = dp_exposed + np.where(mirrored, t_mirror, 0.0)
+    G_pairs = np.where((pp - 1) * stride_pp >= G, G, 1)
+    # the optimizer step and the stack's per-step passes over the gradient buffer and the
+    # optimizer shard (compute stream, after the reduction)
+    slow_opt = max((f for _, f in cl.faults.stragglers), default=1.0)
+    opt_k = [(getattr(sc, f"optimizer_{x}") + getattr(sc, f"passes_{x}")) * slow_opt
+             for x in ("first", "mid", "last")]
+    # each rank's tail after its compute (the reduction, the mirror all-reduce, the optimizer),
+    # less its slack; the paths that follow the whole pipeline (ZeRO-2's stall without
+    # overlap, ``z2_sync_exposed``; ZB-H1's and interleaving's tails) are measured from its end
+    tails = []
+    for k in K:
+        held = cm.grad_shard_params(pr_k[k], pe_k[k], tp, cp, dp, ep, etp, zero)
+        mirror = np.where(mirrored, cm.collective_time("allreduce", gb * held, 2, G_pairs, cl),
+                          0.0)
+        z2 = np.where(ogr, z2_over_k(k), np.where(mirrored, mb * rs_mb_k[k], -np.inf))
+        grad = np.where(zero == 2, z2, grad_ag[k][0])
+        dp_k = np.where(copies, np.where(zero == 3, z3_exposed(k), grad + ag_k[k]), 0.0) + mirror
+        live = (k == 0) | ((k == 1) & (pp > 2)) | ((k == 2) & (pp > 1))
+        # (a finite tail: ZeRO-2's stall without overlap is a path, below)
+        tails.append(np.where(live & np.isfinite(dp_k), dp_k + opt_k[k] - slack[k], -np.inf))
+    # paths after the whole pipeline: then the gather and the optimizer of the rank that ends
+    # it (the slowest stage's under ZB-H1, ``Z2_SPLIT`` and ``split_tail_exposed``; rank 0's
+    # after 1F1B's way back and interleaving's cool-down), or of a rank that ends later
+    slowest = rank_of_max((t_first, t_mid, t_last), pp)
+
+    def at_slowest(x: list) -> Any:
+        return np.where(slowest == 0, x[0], np.where(slowest == 2, x[2], x[1]))
+    after = [np.where(copies, ag_k[k], 0.0) + opt_k[k] for k in K]
+    sync_on = copies & (zero == 2) & ~ogr & ~mirrored
+    over_on = copies & (zero == 2) & ogr
+    z2_split = z2_path == Z2_SPLIT
+    candidates = [(tails[k], opt_k[k]) for k in K] + [
+        (np.where(sync_on, z2_sync + np.where(z2_split, at_slowest(after), after[0]), -np.inf),
+         np.where(z2_split, at_slowest(opt_k), opt_k[0])),
+        (np.where(over_on, tail_split + at_slowest(after), -np.inf), at_slowest(opt_k)),
+        (np.where(over_on, cool_tail + after[0], -np.inf), opt_k[0])] + [
+        (np.where(sync_on & np.isfinite(tails[k]), z2_sync + after[k] - slack[k], -np.inf),
+         opt_k[k]) for k in K]
+    # the step's tail: the latest; its optimizer (the first on a tie: rank 0's) apart in the
+    # breakdown, the rest data-parallel communication
+    tail, t_opt = candidates[0]
+    for val, o in candidates[1:]:
+        later = val > tail
+        tail, t_opt = np.where(later, val, tail), np.where(later, o, t_opt)
+    dp_exposed = tail - t_opt
     # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
     # once per step after the data-parallel reduction (``strategies.cost.step``)
     # (in one node only when the whole pipeline group is: pp·tp·cp·dp GPUs within a node)
     t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
         "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
     dp_exposed = dp_exposed + t_tied
-    # the optimizer step and the stack's per-step passes over the gradient buffer and the
-    # optimizer shard (compute stream, after the reduction)
-    t_opt = (sc.optimizer_first + sc.passes_first) \
-        * max((f for _, f in cl.faults.stragglers), default=1.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)

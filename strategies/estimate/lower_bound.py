@@ -80,6 +80,7 @@ from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
+from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from topologies.cluster import Cluster
@@ -299,8 +300,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
 
-    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/dp shard)
-    shard = np.where(zero >= 1, dp, 1.0)
+    # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
+    # shard, ``placement.dense_dp_group``)
+    shard = np.where(zero >= 1, dense_dp_group(tp, cp, dp)[0], 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
     # their routed experts' part, reduced over the expert-data-parallel group
     # (``comm.dp_collective_time``, the simulator's gradient buckets)
@@ -310,20 +312,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # simulator runs on the compute stream just before it)
     opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
            for k in ("first", "last", "mid")}
-    if mix:
-        # the record counts each rank's layers as mean layers; at least its cheapest ones
-        # (optimizer and passes grow with the parameters: scaled alike)
-        held = np.where(attr_by_code(sched, "mirrored").astype(bool) & (pp > 1), 2.0, 1.0)
-        lp = tuple(sc.by_kind[x].layer_params for x in ("dense", "moe"))
-        for k, nk in (("first", n_first), ("mid", n_mid), ("last", n_last)):
-            h = held * np.where(uneven, nk, np.floor(m.num_layers / pp))
-            own_lp = content[k]["dense"] * lp[0] + content[k]["moe"] * lp[1]
-            low = params[k] - h * sc.layer_params + np.where(held > 1, mix.fill(h, *lp),
-                                                                own_lp)
-            scale = np.where(params[k] > 0, np.minimum(1.0, low / np.maximum(params[k], 1e-300)),
-                             1.0)
-            params[k], opt[k] = params[k] * scale, opt[k] * scale
-            eparams[k] = eparams[k] * scale
+    # (a model of dense and MoE layers: the record holds each kind of rank's own layers by
+    # kind, ``layout.even_stage_content_arrays``, both copies under DualPipe)
 
     # the stage's compute chain T(s), per kind of stage; blocking sends: those the schedule
     # says block (``Schedule.blocks_fwd_send``/``blocks_bwd_send``: all of them with GPipe and
@@ -417,7 +407,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             nbytes_per * p, n, s, passes, cl))
 
     def dp_terms(kind):
-        # (some parameter has copies to reduce with: dp > 1, or experts over edp > 1)
+        # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
         copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))

@@ -60,6 +60,22 @@ class Estimate:
         }
 
 
+def rank_fields(job: Job) -> dict[str, float]:
+    """``analytic.RANK_FIELDS`` of ``job``'s own layout (``cost.stage.stage_costs``: each
+    rank's layers by kind, a layout string's or ``layers_per_stage``'s, its MTP modules, the
+    embedding and the LM head where they are): rank 0, rank 1 (the middle kind: the middle
+    rank nearest rank 0, ``analytic.rank_slack``) and rank ``pp-1``, which the even plan's
+    columns (``plan_arrays``) cannot say."""
+    from strategies.cost.stage import stage_costs
+    c, pp = stage_costs(job), job.plan.pp
+    out = {}
+    for x, by in (("params", c.params_by_stage), ("expert_params", c.expert_params_by_stage),
+                  ("optimizer", c.optimizer_by_stage), ("passes", c.passes_by_stage)):
+        for k, s in (("first", 0), ("mid", min(1, pp - 1)), ("last", pp - 1)):
+            out[f"{x}_{k}"] = float(by[s])
+    return out
+
+
 def _by_group(job: Job) -> dict[str, Any]:
     """``group_microbatches`` (replicas of each node group run their own count): each group's
     replicas estimated on its GPU with its count over the cluster-wide links (the gradient
@@ -240,7 +256,7 @@ def estimate(job: Job) -> Estimate:
         arrays = _by_group(job)
     else:
         arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
-                                 job.framework, job.system)
+                                 job.framework, job.system, rank_fields(job))
         if p.pp > 1 and (by_chunk(job) or (p.vpp > 1 and not job.cluster.uniform)):
             arrays = _per_chunk(job, arrays)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None

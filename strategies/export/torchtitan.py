@@ -174,7 +174,8 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     if not p.flash_attn:
         notes.append("flash_attn=false has no key: torchtitan's attention is SDPA (its flash "
                      "backend) unless the model flavor picks flex attention")
-    if p.dp > 1 and not (p.overlap_grad_reduce and p.overlap_param_gather):
+    # (FSDP over dp_shard·cp: placement.dense_dp_group)
+    if p.dp * p.cp > 1 and not (p.overlap_grad_reduce and p.overlap_param_gather):
         notes.append("FSDP2/DDP always overlap their gradient reduction and parameter gathers "
                      "with compute; the plan was costed without")
     return dumps(sections), notes

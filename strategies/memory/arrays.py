@@ -38,6 +38,7 @@ import numpy as np
 
 from strategies import placement
 from strategies.cost import counts
+from strategies.cost.counts import content_params
 from strategies.cost import recompute as rcp
 from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
                                mixed_layers)
@@ -97,27 +98,6 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     grads = np.where(zero >= 2, gb / d, float(gb))
     params = np.where(zero >= 3, pb / d, float(pb))
     return params, grads, opt
-
-
-def content_params(m: ModelSpec, content: Mapping[str, Any], tp, ep, etp, has_embedding
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """``(dense, expert)`` parameters per GPU of the layers and MTP modules a rank holds,
-    ``content`` ``{"dense", "moe", "mtp": counts}`` (per plan): each kind's layer
-    (``counts.layer_params_split`` of ``ModelSpec.of_kind``) times its count, the MTP
-    modules' (``counts.mtp_params_split``) and, on a rank holding MTP modules without the
-    embedding (``has_embedding`` false), the copy of the embedding Megatron builds there."""
-    dense, expert = 0.0, 0.0
-    for k in ("dense", "moe"):
-        n = np.asarray(content.get(k, 0.0), dtype=float)
-        if np.any(n):
-            d_k, e_k = counts.layer_params_split(m.of_kind(k), tp, ep, etp)
-            dense, expert = dense + n * d_k, expert + n * e_k
-    mtp = np.asarray(content.get("mtp", 0.0), dtype=float)
-    if np.any(mtp):
-        d_m, e_m = counts.mtp_params_split(m, tp, ep, etp)
-        dense = dense + mtp * d_m + counts.mtp_embedding_copy_params(m, tp, mtp, has_embedding)
-        expert = expert + mtp * e_m
-    return dense + np.zeros_like(mtp), expert + np.zeros_like(mtp)
 
 
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
@@ -194,15 +174,16 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
     seq_div = np.where(sp, tp, 1.0)
 
-    # parameters held here (strategies.cost.counts) and their states, sharded over d = dp·cp
-    # (experts over d/ep)
+    # parameters held here (strategies.cost.counts) and their states, sharded over the ranks
+    # holding their copies: d = dp·cp (``placement.dense_dp_group``, the step-time model's
+    # rule), the routed experts over their expert-data-parallel group
     etp = P.etp
     dense_l, expert_l = counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
-    d = dp * cp
+    d = placement.dense_dp_group(tp, cp, dp)[0]
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
