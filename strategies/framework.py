@@ -385,6 +385,12 @@ class FrameworkProfile:
     #: (``strategies.memory.activations.named_remat_bytes``); False: Megatron's table less the
     #: selected modules' parts
     remat_named: bool = False
+    #: low-precision GEMM weights are quantised at every forward that uses them, each
+    #: micro-batch's and, under recomputation, the backward's rerun (JAX's traced functions
+    #: keep no quantised copy between calls: ``quantise.weight_cast_passes``); False: once
+    #: per step, the copies reused by every micro-batch (Transformer Engine's
+    #: ``is_first_microbatch`` under Megatron-Core)
+    weight_cast_per_forward: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -818,7 +824,7 @@ JAX_XLA = FrameworkProfile(
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
-    recompute_flash_fwd=True, remat_named=True,
+    recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
     recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
                    "recomputed (strategies.remat_policies: selective with the modules "
                    "core_attn, layernorm, mlp)",

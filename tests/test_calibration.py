@@ -260,13 +260,14 @@ def test_custom_gpu_fa2_and_sm_count_round_trip():
 
 def test_unstated_recompute_follows_the_framework_default():
     """JAX stacks (MaxText, Praxis) rematerialise the whole layer unless told otherwise: by
-    the row or by its recipe (the DGX Cloud MaxText recipe's policy, docs/calibration.md
-    §3.17, ``tests/test_maxtext_remat.py``)."""
+    the row or by its recipe (the DGX Cloud MaxText and PaxML recipes' policies,
+    docs/calibration.md §3.17 and §3.23, ``tests/test_maxtext_remat.py``,
+    ``tests/test_paxml_recipe.py``): every unstated JAX row of tiers 2-3 has a recipe today."""
     assert JAX_XLA.default_recompute == "full" and MEGATRON_LM_2021.default_recompute == "full"
     assert MEGATRON_CORE.default_recompute == "none" == PYTORCH_EAGER.default_recompute
     jax = [c for c in load_cases(tiers=(2, 3)) if c.job is not None
            and c.job.framework is JAX_XLA and c.raw["plan"].get("recompute") is None]
-    recipe = [c for c in jax if c.id.startswith("dgxc_maxtext")]
-    assert recipe and all(c.job.plan.recompute == "selective" for c in recipe)
+    recipe = [c for c in jax if c.id.startswith(("dgxc_maxtext", "dgxc_paxml"))]
+    assert len(recipe) == 17 and all(c.job.plan.recompute == "selective" for c in recipe)
     rest = [c for c in jax if c not in recipe]
-    assert rest and all(c.job.plan.recompute == "full" for c in rest)
+    assert all(c.job.plan.recompute == "full" for c in rest)

@@ -144,11 +144,6 @@ def test_dgxc_maxtext_rows_take_the_recipes_policy():
         assert ("mlpwo" in note[0]) == ("bf16" in e["id"])
 
 
-def test_paxml_rows_keep_the_stack_default():
-    data, rows = _entries("dgxc_paxml")
-    assert rows and all(case_from_entry(e, data).job.plan.recompute == "full" for e in rows)
-
-
 def test_maxtext_export_writes_the_custom_policy():
     job = make_job(LLAMA, cluster_preset("dgx-h100", 2),
                    parse_plan("mbs=1,gbs=16,zero=3,recompute=selective,"

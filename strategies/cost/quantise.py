@@ -26,7 +26,12 @@ The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
 
 Per step (``weight_cast_bytes``): each weight is quantised once and the copies reused by
 every micro-batch (TE's ``is_first_microbatch``, which Megatron-Core's TE layers pass); the
-copies stay in memory beside the bf16 weights (``weight_copy_bytes``, per parameter).
+copies stay in memory beside the bf16 weights (``weight_copy_bytes``, per parameter). JAX
+stacks (``FrameworkProfile.weight_cast_per_forward``) quantise at every forward instead
+(``weight_cast_passes``): TE's JAX ``fp8_dot`` casts and transposes the kernel inside each
+call (TransformerEngine v1.4 ``transformer_engine/jax/dot.py``; its quantised kernel is an
+unnamed residual of the call, so a remat policy recomputes it for the backward), and so do
+XLA's native fp8 dots (the quantise-dequantise of the kernel is part of each traced dot).
 
 Communication (``tp_collective_bytes_factor``): under sequence parallelism the tensors
 all-gathered over tp (the norm outputs in the forward, the incoming gradients of the
@@ -117,6 +122,15 @@ def weight_copy_bytes(dtype: str, gpu: GPU | None = None) -> float:
     ``gpu`` None: a chip that reads either layout); 0 in 16 bits."""
     p = get_precision(dtype)
     return p.copies(bool(gpu is not None and gpu.fp8_tn_only)) * p.operand_bytes
+
+
+def weight_cast_passes(per_forward: Num, microbatches: Num, recompute: Num) -> Num:
+    """Times each GEMM weight is quantised per step: 1 where the copies are kept
+    (``per_forward`` False); else once per forward, ``microbatches`` per step, twice each when
+    the layer is recomputed (``recompute`` a ``plan_arrays.RECOMPUTE_CODE``, > 0: the rerun
+    forward quantises again what the backward's GEMMs read)."""
+    per_mb = 1.0 + (np.asarray(recompute) > 0)
+    return np.where(per_forward, np.asarray(microbatches, dtype=float) * per_mb, 1.0)
 
 
 def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:

@@ -46,7 +46,7 @@ from strategies.framework import FrameworkProfile, get_profile
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
-from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, get_schedule, head_rank
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
@@ -368,7 +368,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     split = {k: params_split(k, s) for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
-                                 gpu, dtype, sy)
+                                 gpu, dtype, sy) \
+        * quantise.weight_cast_passes(fw.weight_cast_per_forward, mb, rc)
     opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
     # the gradient buffer a GPU holds: all its parameters', the 1/(dp·cp) shard with ZeRO >= 2
@@ -558,9 +559,12 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
         if p.zero >= 1 else 1.0
     layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
+    casts = float(quantise.weight_cast_passes(job.framework.weight_cast_per_forward,
+                                              p.gbs / (p.mbs * p.dp),
+                                              RECOMPUTE_CODE[p.recompute]))
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
                       + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
-                                            sy)) for s, (d, e) in enumerate(split))
+                                            sy) * casts) for s, (d, e) in enumerate(split))
     held = float(ct.accum_shard(copies, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
                                               job.dtype, sy)) for n in params)
