@@ -154,6 +154,24 @@ def family(case_id: str) -> str:
     return fam(case_id)
 
 
+def moved_rows(before, after, digits: int = 1) -> tuple[dict, dict]:
+    """Print the table rows (row, plan, GPUs, error before, after, move) of the cases whose
+    analytic error moved by more than 0.05 points between ``before`` and ``after`` (the
+    ``validate_cases`` lists of the same cases), ``digits`` decimals; return each family's
+    errors before and after."""
+    fb, fa = defaultdict(list), defaultdict(list)
+    for b, a in zip(before, after):
+        if b["analytic_error_pct"] is None:
+            continue
+        fb[family(b["id"])].append(b["analytic_error_pct"])
+        fa[family(b["id"])].append(a["analytic_error_pct"])
+        d = a["analytic_error_pct"] - b["analytic_error_pct"]
+        if abs(d) > 0.05:
+            print(f"| {b['id']} | {b['plan']} | {b['gpus']} | {b['analytic_error_pct']:+.{digits}f} % "
+                  f"| {a['analytic_error_pct']:+.{digits}f} % | {d:+.{digits}f} |")
+    return fb, fa
+
+
 def part2(cases, mode: str) -> None:
     after = validate_cases(cases, simulate=False)
     orig, ct = _patched(mode)
@@ -165,16 +183,7 @@ def part2(cases, mode: str) -> None:
     print(f"## Analytic error: what-if ({mode}) -> the model (NCCL's striped flat ring)\n")
     print("| row | plan | GPUs | what-if | model | moved |")
     print("| --- | --- | --- | --- | --- | --- |")
-    fb, fa = defaultdict(list), defaultdict(list)
-    for b, a in zip(before, after):
-        if b["analytic_error_pct"] is None:
-            continue
-        fb[family(b["id"])].append(b["analytic_error_pct"])
-        fa[family(b["id"])].append(a["analytic_error_pct"])
-        d = a["analytic_error_pct"] - b["analytic_error_pct"]
-        if abs(d) > 0.05:
-            print(f"| {b['id']} | {b['plan']} | {b['gpus']} | {b['analytic_error_pct']:+.1f} % "
-                  f"| {a['analytic_error_pct']:+.1f} % | {d:+.1f} |")
+    fb, fa = moved_rows(before, after)
     print("\n| family | runs | MAPE what-if | MAPE model | mean what-if | mean model |")
     print("| --- | --- | --- | --- | --- | --- |")
     for f in sorted(fb):

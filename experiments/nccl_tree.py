@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections import defaultdict
 
 import numpy as np
 
@@ -46,6 +45,9 @@ from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.comm import transfer_latency  # noqa: E402
 from topologies.cluster import Cluster, cluster_preset  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from nccl_ring_latency import hier_parts, moved_rows  # noqa: E402
 
 NCCL_TREE_EFFICIENCY = 0.92     # tuning.cc v2.19.3-1 line 182: busBw*.92 for TREE
 MODEL = cm.collective_time      # the model's, kept while --whatif swaps the module's
@@ -107,8 +109,6 @@ def part1() -> None:
     print("## All-reduce over the whole of `nodes` DGX H100 nodes (k 8, stride 1), us\n")
     print("| nodes | n | S | hierarchical (before §3.21) | ring (model) | tree e=1 | tree e=0.92 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from nccl_ring_latency import hier_parts
     for nodes in (2, 8, 64):
         cl = cluster_preset("dgx-h100", nodes)
         n = 8 * nodes
@@ -219,11 +219,6 @@ def part3(cases) -> None:
     print(f"\n{seen} rows\n")
 
 
-def family(case_id: str) -> str:
-    from experiments.validate_published import family as fam
-    return fam(case_id)
-
-
 def part2(cases, eff: float) -> None:
     before = validate_cases(cases, simulate=False)
     cm.collective_time = _patched(eff)
@@ -234,16 +229,7 @@ def part2(cases, eff: float) -> None:
     print(f"## Analytic error: the model (ring) -> all-reduce min(ring, tree), e = {eff}\n")
     print("| row | plan | GPUs | ring | min(ring, tree) | moved |")
     print("| --- | --- | --- | --- | --- | --- |")
-    fb, fa = defaultdict(list), defaultdict(list)
-    for b, a in zip(before, after):
-        if b["analytic_error_pct"] is None:
-            continue
-        fb[family(b["id"])].append(b["analytic_error_pct"])
-        fa[family(b["id"])].append(a["analytic_error_pct"])
-        d = a["analytic_error_pct"] - b["analytic_error_pct"]
-        if abs(d) > 0.05:
-            print(f"| {b['id']} | {b['plan']} | {b['gpus']} | {b['analytic_error_pct']:+.2f} % "
-                  f"| {a['analytic_error_pct']:+.2f} % | {d:+.2f} |")
+    fb, fa = moved_rows(before, after, digits=2)
     allb = [x for v in fb.values() for x in v]
     alla = [x for v in fa.values() for x in v]
     print(f"\nall: {len(allb)} runs; MAPE {mape(allb):.3f} % -> {mape(alla):.3f} %; mean "
