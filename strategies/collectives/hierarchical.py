@@ -23,15 +23,7 @@ from __future__ import annotations
 from typing import Callable, Sequence
 
 from strategies.collectives import ring
-from strategies.collectives.phase import Num, Phase
-
-
-def nodes_of(group: Sequence[int], node_of: Callable[[int], int]) -> list[tuple[int, ...]]:
-    """The group's members by node, nodes in order of first appearance."""
-    by: dict = {}
-    for r in group:
-        by.setdefault(node_of(r), []).append(r)
-    return [tuple(m) for m in by.values()]
+from strategies.collectives.phase import Num, Phase, nodes_of
 
 
 def phases(kind: str, group: Sequence[int], nbytes: float,

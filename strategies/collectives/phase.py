@@ -24,6 +24,14 @@ KINDS = ("allreduce", "reduce_scatter", "allgather", "alltoall")
 PASSES = {"allreduce": 2, "reduce_scatter": 1, "allgather": 1}
 
 
+def nodes_of(group: Sequence[int], node_of: Callable[[int], int]) -> list[tuple[int, ...]]:
+    """The group's members by node, nodes in order of first appearance."""
+    by: dict = {}
+    for r in group:
+        by.setdefault(node_of(r), []).append(r)
+    return [tuple(m) for m in by.values()]
+
+
 def steps(kind: str, n: int) -> int:
     """Latency-bound steps of collective ``kind`` over ``n`` ranks (0 when ``n < 2``)."""
     if kind not in KINDS:

@@ -39,7 +39,7 @@ from typing import Sequence
 
 import numpy as np
 
-from strategies.collectives.phase import Num, PASSES, Phase, steps
+from strategies.collectives.phase import Num, PASSES, Phase, nodes_of, steps
 
 
 def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list[Phase]:
@@ -47,12 +47,10 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None) -> list
     buffer per rank; no phase when the group has fewer than two members. With ``node_of``,
     a group with the same ``k > 1`` members on each of several nodes runs ``striped``."""
     if node_of is not None and len(group) > 1:
-        by: dict = {}
-        for r in group:
-            by.setdefault(node_of(r), []).append(r)
-        per = {len(m) for m in by.values()}
+        by = nodes_of(group, node_of)
+        per = {len(m) for m in by}
         if len(by) > 1 and len(per) == 1 and per != {1}:
-            return striped(kind, [tuple(m) for m in by.values()], nbytes)
+            return striped(kind, by, nbytes)
     return rings(kind, [tuple(group)], nbytes)
 
 
