@@ -33,6 +33,15 @@ recomputation, Praxis's ``SAVE_NOTHING``; google/paxml ``paxml/contrib/gpu/scrip
 configs.py`` @077140f) on 256 GPUs, FSDP 256, 6 sequences per GPU, from the README's
 sequences per second; with the factor on the catalog's GEMM rates at which the estimate meets
 the run (``experiments/gemm_in_situ.implied_scale``).
+
+Table 3, the suite's other Pax rows, same image (``pax-2024-03-04``) and recipe
+(NVIDIA/dgxc-benchmarking ``paxml/README_5b.md`` @v24.11.1, in bf16 and fp8): GPT 5B
+(``GPT5BBase``: 24 layers, hidden 4096, 32 heads of 128, FFN 16384, vocabulary 50304), 4
+sequences per GPU, ``Synthetic5BCkpt``'s ``SAVE_DOT_ONLY`` (``checkpoint_dots``: every dot's
+output kept, the norms and the attention kernel rerun: ``selective`` with ``core_attn`` and
+``layernorm``) and, to bracket it, ``full``. Their mesh (``FSDP=1``: FSDP over the node's 8
+GPUs, nodes as replicas) is read as ZeRO-3 over all GPUs; the gathers are hidden either way
+(``dp_comm`` 3-4 ms).
 """
 from __future__ import annotations
 
@@ -75,6 +84,11 @@ JAX_TOOLBOX_RUNS = (
     ("dgx-h100", 32, "bf16", "H100 TE BF16", 44.01),
     ("dgx-h100", 32, "fp8", "H100 TE FP8", 65.64),
 )
+#: GPT 5B of the same suite: (--dtype, GPUs, measured seconds per step, README_5b.md @v24.11.1)
+PAX_5B_RUNS = (("bf16", 16, 0.634), ("bf16", 128, 0.651), ("fp8", 16, 0.47), ("fp8", 128, 0.5))
+PAX_5B_RECOMPUTE = (
+    ("SAVE_DOT_ONLY", "recompute=selective,recompute_modules=core_attn+layernorm"),
+    ("full", "recompute=full"))
 JAX_TOOLBOX_PLAN = "tp=1,pp=1,dp=256,mbs=6,gbs=1536,zero=3,recompute=full"
 JAX_TOOLBOX_VOCAB = 50257
 
@@ -127,11 +141,21 @@ def jax_toolbox_job(template: Job, gpu: str, nodes: int, dtype: str) -> Job:
                     framework=JAX_XLA)
 
 
+def pax_5b_job(template: Job, n: int, dtype: str, recompute: str) -> Job:
+    """A GPT 5B row of the suite as a job: ``template``'s model with ``GPT5BBase``'s shape on
+    ``n`` H100s, 4 sequences per GPU, ZeRO-3, the ``recompute`` plan fields."""
+    m = replace(template.model, name="GPT 5B", num_layers=24, hidden_size=4096,
+                num_attention_heads=32, ffn_hidden_size=16384, vocab_size=50304)
+    plan = parse_plan(f"tp=1,pp=1,dp={n},mbs=4,gbs={4 * n},zero=3,{recompute}")
+    return make_job(m, cluster_preset("dgx-h100", n // 8), plan, dtype=dtype,
+                    framework=JAX_XLA)
+
+
 def main() -> None:
     cases = [c for c in load_cases(tiers=(2, 3)) if c.id.startswith("dgxc_paxml")]
     print("run  plan  measured_s  estimate_s  error  compute_s  recompute_s  dp_comm_s  "
-          "optimizer_s  casts_s  memory_GB  Pax_GB/pool  |  fp8 AG: s  error  |  fp32 AG: s  error  |  "
-          "replica AR s  + replica AR: s  error")
+          "optimizer_s  casts_s  memory_GB  Pax_GB/pool  |  fp8 AG: s  error  |  "
+          "fp32 AG: s  error  |  replica AR s  + replica AR: s  error")
     for c in cases:
         e = estimate(c.job)
         b = e.breakdown_s
@@ -146,7 +170,8 @@ def main() -> None:
         print(f"{c.id}  {p.recompute}:{'+'.join(p.recompute_modules or ())} z{p.zero} dp{p.dp}  "
               f"{ms:.3f}  {e.step_time_s:.3f}  {100 * (e.step_time_s / ms - 1):+.1f} %  "
               f"{b['compute']:.3f}  {b['recompute']:.3f}  {b['dp_comm']:.3f}  "
-              f"{b['optimizer']:.3f}  {casts_s(c.job):.3f}  {mem:.1f}  {pax:.1f}/{pool:.1f}  |  {w1:.3f}  {100 * (w1 / ms - 1):+.1f} %  |  "
+              f"{b['optimizer']:.3f}  {casts_s(c.job):.3f}  {mem:.1f}  {pax:.1f}/{pool:.1f}  |  "
+              f"{w1:.3f}  {100 * (w1 / ms - 1):+.1f} %  |  "
               f"{w4:.3f}  {100 * (w4 / ms - 1):+.1f} %  |  {ar:.3f}  {e.step_time_s + ar:.3f}  "
               f"{100 * ((e.step_time_s + ar) / ms - 1):+.1f} %")
     print()
@@ -159,6 +184,17 @@ def main() -> None:
         k = implied_scale(job, ms)
         print(f"{label}  {seqs:.2f}  {ms:.3f}  {est:.3f}  {100 * (est / ms - 1):+.1f} %  "
               f"{'-' if k is None else f'{k:.3f}'}")
+
+    print()
+    print("Pax GPT 5B (same suite and image), 4 per GPU")
+    print("run  measured_s  " + "  ".join(f"{name}: estimate_s  error"
+                                          for name, _ in PAX_5B_RECOMPUTE))
+    for dtype, n, ms in PAX_5B_RUNS:
+        cols = []
+        for _, rc in PAX_5B_RECOMPUTE:
+            est = estimate(pax_5b_job(cases[0].job, n, dtype, rc)).step_time_s
+            cols.append(f"{est:.3f}  {100 * (est / ms - 1):+.1f} %")
+        print(f"{dtype} {n} GPUs  {ms:.3f}  " + "  ".join(cols))
 
 
 if __name__ == "__main__":
