@@ -65,8 +65,8 @@ from topologies.cluster import cluster_preset  # noqa: E402
 #: GPUs in one FSDP group of the recipe: ``FSDP=16`` nodes in ``--fdl.DCN_MESH_SHAPE=[DP,16,1]``
 #: (NVIDIA/dgxc-benchmarking ``paxml/configure.sh`` @v24.11.1) times ``ICI_MESH_SHAPE=[1,8,1]``
 #: (google/paxml ``GPT175BBase``); weights sharded over the ``data`` axis (Transformer Engine's
-#: ``W_FSDP_AXES`` through ``te.ShardingResource('replica', 'mdl', 'data')``, JAX-Toolbox's
-#: paxml patch PR-46), replicas over ``replica``
+#: ``W_FSDP_AXES`` through ``te.MeshResource`` of ``fp8_autocast('replica', 'mdl', 'data')``,
+#: JAX-Toolbox's paxml patch PR-46), replicas over ``replica``
 FSDP_GROUP = 128
 #: bytes per gradient element of the replicas' all-reduce (Transformer Engine's weight
 #: gradients are bf16, ``grad.dtype`` in ``_fp8_dot_bwd_rule``)
@@ -187,13 +187,16 @@ def main() -> None:
 
     print()
     print("Pax GPT 5B (same suite and image), 4 per GPU")
-    print("run  measured_s  " + "  ".join(f"{name}: estimate_s  error"
+    print("run  measured_s  " + "  ".join(f"{name}: estimate_s  error  implied GEMM factor"
                                           for name, _ in PAX_5B_RECOMPUTE))
     for dtype, n, ms in PAX_5B_RUNS:
         cols = []
         for _, rc in PAX_5B_RECOMPUTE:
-            est = estimate(pax_5b_job(cases[0].job, n, dtype, rc)).step_time_s
-            cols.append(f"{est:.3f}  {100 * (est / ms - 1):+.1f} %")
+            job = pax_5b_job(cases[0].job, n, dtype, rc)
+            est = estimate(job).step_time_s
+            k = implied_scale(job, ms)
+            cols.append(f"{est:.3f}  {100 * (est / ms - 1):+.1f} %  "
+                        f"{'-' if k is None else f'{k:.3f}'}")
         print(f"{dtype} {n} GPUs  {ms:.3f}  " + "  ".join(cols))
 
 
