@@ -472,13 +472,21 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
     """FlashAttention and the overlap switches of an entry: what the source states (its
     ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
     default, stated as an assumption with the default's source
-    (``FrameworkProfile.default_sources``). TP overlap needs TP with sequence parallelism
-    (Transformer Engine's userbuffers)."""
+    (``FrameworkProfile.default_sources``). A switch the entry's plan states as a boolean
+    field of its own name (``plan.tp_comm_overlap: false``: a source that lists the overlap
+    as something the run did not have) is taken as stated, on only where the stack can run it.
+    TP overlap needs TP with sequence parallelism (Transformer Engine's userbuffers)."""
     pl = c.get("plan") or {}
     flags = str(pl.get("overlap") or "").lower()
     words = f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
     out = {}
     for switch, default in fw.plan_defaults().items():
+        if isinstance(pl.get(switch), bool):
+            value = pl[switch] and getattr(fw, switch, True) and (
+                tp_sp or switch != "tp_comm_overlap")
+            notes.append(f"{switch}={str(value).lower()} (stated: plan.{switch}={str(pl[switch]).lower()})")
+            out[switch] = value
+            continue
         said = _STATED[switch] in (words if switch == "flash_attn" else flags)
         if said and getattr(fw, switch, True) and (tp_sp or switch != "tp_comm_overlap"):
             out[switch] = True
