@@ -136,7 +136,11 @@ def framework_of(c: dict) -> FrameworkProfile:
     Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
     llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
     ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
-    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
+    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``. An entry that
+    names its profile (``framework``: a ``paraplan presets`` name, its reason in the entry's
+    notes, e.g. a paper that pins the Megatron-LM commit it ran) runs under that one."""
+    if c.get("framework") is not None:
+        return get_profile(str(c["framework"]))
     src = c.get("source") or {}
     text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
     year = re.search(r"(20\d\d)", text)
@@ -588,7 +592,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)
         plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
-    notes.append(f"framework {fw.name} ({fw.description})")
+    notes.append(f"framework {fw.name} ({fw.description})"
+                 + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None
     if grad_reduce_in_fp32(c) is False:
         system = SystemConfig(grad_buffer_bytes=2.0)
