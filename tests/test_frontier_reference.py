@@ -162,3 +162,22 @@ def test_every_row_resolves_deterministically() -> None:
     assert all(not c.skipped for c in a) and len(a) == 14
     assert [c.job for c in a] == [c.job for c in b]
     assert [c.measured_step_s for c in a] == [c.measured_step_s for c in b]
+
+
+def test_leads_convention_ratio_is_the_causal_closed_form() -> None:
+    """``experiments/frontier_leads.convention``: the causal count takes (s+1)/2 keys per
+    query where PaLM's takes s, the rest of the count unchanged."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), os.pardir))
+    from experiments.frontier_leads import convention, cp_allgather
+    h, L, a, d, kv, f, V = 16384, 126, 128, 128, 8, 53248, 128256
+    weights = 2 * h * h + 2 * h * kv * d + 3 * h * f
+    for rid, ratio, full, causal, _ in convention(ROWS):
+        s = BY_ID[rid]["model"]["seq_len"]
+        per = lambda keys: 2 * weights * L + 4 * a * d * keys * L + 2 * h * V   # noqa: E731
+        assert ratio == pytest.approx(per((s + 1) / 2) / per(s), rel=1e-12)
+        assert causal == pytest.approx(full * ratio, rel=1e-15)
+    c = cp_allgather(ROWS)          # one KV head of 128 x 131072 tokens, K and V, bf16
+    assert c["kv_bytes"] == 1 * 128 * 131072 * 2 * 2
+    assert c["exposed"] == pytest.approx(16 * 8 * (c["t_ag"] + c["t_rs"]), rel=1e-12)
+    assert c["err_with"] > c["err"]
