@@ -19,6 +19,7 @@ Four tables, all analytic (``strategies.estimate.scalar.estimate``):
 4. ``convention``: the Llama rows' measured step under the FLOP count the paper cites (PaLM's
    ``6N + 12LHQT``, the attention square in full, as torchtitan's ``get_num_flop_per_token``
    counts) and under the causal count (``counts.training_flops_per_token(causal=True)``).
+5. ``memory``: the estimated peak of each Llama row (Meta trained 8K without recomputation).
 
 Run:
     python experiments/frontier_leads.py
@@ -197,6 +198,12 @@ def main() -> int:
         print(f"  {rid}: causal/full {ratio:.4f}; measured {full:.3f} s (square in full) or "
               f"{causal:.3f} s (causal); analytic {est:.3f} s: {100 * (est / full - 1):+.1f} % or "
               f"{100 * (est / causal - 1):+.1f} %")
+    print("\n5. Estimated peak memory of the Llama rows")
+    for r in _rows("llama3_", rows):
+        job = case_from_entry(r, rows).job
+        e = estimate(job)
+        print(f"  {r['id']}: {e.memory.total / 2 ** 30:.1f} GiB of "
+              f"{job.cluster.min_hbm_bytes / 2 ** 30:.1f} GiB, fits {e.fits}")
     return 0
 
 

@@ -55,8 +55,8 @@ def test_llama3_rows_resolve_to_table4(rid, n, tp, cp, pp, dp, seq, per_dp, tflo
 
 @pytest.mark.parametrize("rid,n,tp,cp,pp,dp,seq,per_dp,tflops", LLAMA)
 def test_llama3_step_from_tflops_closed_form(rid, n, tp, cp, pp, dp, seq, per_dp, tflops) -> None:
-    """step = gbs·s·3·(2·(GEMM weights per layer)·L + 4·a·d·s·L + 2·h·V) / (n·TFLOP/s): PaLM's
-    6N + 12LHQT with the square counted in full (the convention of torchtitan's
+    """step = gbs·s·3·(2·(GEMM weights per layer)·L + 4·a·d·s·L + 2·h·V) / (n·TFLOP/s):
+    PaLM's 6N + 12LHQT with the square counted in full (the convention of torchtitan's
     get_num_flop_per_token), written out for Llama 3 405B's own shapes."""
     h, L, a, d, kv, f, V = 16384, 126, 128, 128, 8, 53248, 128256
     weights = 2 * h * h + 2 * h * kv * d + 3 * h * f        # q, o; k, v; gate, up, down

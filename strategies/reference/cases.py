@@ -488,7 +488,8 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
         if isinstance(pl.get(switch), bool):
             value = pl[switch] and getattr(fw, switch, True) and (
                 tp_sp or switch != "tp_comm_overlap")
-            notes.append(f"{switch}={str(value).lower()} (stated: plan.{switch}={str(pl[switch]).lower()})")
+            notes.append(f"{switch}={str(value).lower()} "
+                         f"(stated: plan.{switch}={str(pl[switch]).lower()})")
             out[switch] = value
             continue
         said = _STATED[switch] in (words if switch == "flash_attn" else flags)
