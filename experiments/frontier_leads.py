@@ -20,6 +20,8 @@ Four tables, all analytic (``strategies.estimate.scalar.estimate``):
    ``6N + 12LHQT``, the attention square in full, as torchtitan's ``get_num_flop_per_token``
    counts) and under the causal count (``counts.training_flops_per_token(causal=True)``).
 5. ``memory``: the estimated peak of each Llama row (Meta trained 8K without recomputation).
+6. ``Table 3``: what each of MegaScale's optimizations saved per step at 256 GPUs and batch
+   256 (the step at each MFU, from the baseline row's measured step).
 
 Run:
     python experiments/frontier_leads.py
@@ -107,6 +109,13 @@ LLAMA_VARIANTS = [
     ("torchtitan profile (eager kernels)", _framework("torchtitan"))]
 
 
+#: MegaScale Table 3, the MFU after each optimization in turn (its rows 2-9)
+TABLE3 = [("parallel transformer block", 0.523), ("sliding window attention", 0.533),
+          ("TP overlap", 0.555), ("PP overlap", 0.580), ("DP overlap", 0.595),
+          ("efficient operators", 0.612), ("misc (data pipeline, code)", 0.623)]
+#: (row 9, LAMB at 3x the batch, is another job: no per-step saving to read)
+
+
 def assumptions(rows: list[dict]) -> list[tuple[str, str, list[float]]]:
     out = []
     for series, variants in (("megascale_", MEGASCALE_VARIANTS), ("llama3_", LLAMA_VARIANTS)):
@@ -177,6 +186,9 @@ def main() -> int:
                   f"megascale_megatron_175b_{n}gpu_gbs768" for n in (256, 512, 768, 1024)],
               "MegaScale 175B, batch 6144 (3072-12288 GPUs)": [
                   f"megascale_megatron_175b_{n}gpu_gbs6144" for n in (3072, 6144, 8192, 12288)],
+              "MegaScale 175B on 256 GPUs, dp 4 (Table 3 batch 256, Table 2 batch 768)": [
+                  "megascale_megatron_175b_256gpu_gbs256_table3",
+                  "megascale_megatron_175b_256gpu_gbs768"],
               "Llama 3 405B 8K, 8192 and 16384 GPUs": [
                   "llama3_405b_8192gpu_seq8k", "llama3_405b_16384gpu_seq8k"]}
     for name, ids in groups.items():
@@ -204,6 +216,15 @@ def main() -> int:
         e = estimate(job)
         print(f"  {r['id']}: {e.memory.total / 2 ** 30:.1f} GiB of "
               f"{job.cluster.min_hbm_bytes / 2 ** 30:.1f} GiB, fits {e.fits}")
+    print("\n6. MegaScale Table 3 (175B, 256 GPUs, batch 256): each step's saving, the step "
+          "taken as the baseline row's measured step x 47.7 % / MFU")
+    base = case_from_entry(next(r for r in rows if r["id"] ==
+                                "megascale_megatron_175b_256gpu_gbs256_table3"), rows)
+    prev = 0.477
+    for label, mfu in TABLE3:
+        saved = base.measured_step_s * 0.477 * (1 / prev - 1 / mfu)
+        print(f"  {label:28s} MFU {100 * prev:.1f} -> {100 * mfu:.1f} %: {saved:.3f} s")
+        prev = mfu
     return 0
 
 

@@ -113,6 +113,17 @@ def test_megascale_530b_step_from_mfu_closed_form(n: int, mfu: float) -> None:
         _gpt_flops(n, 2048, 105, 20480, 64000) / (n * A100_BF16 * mfu), rel=1e-12)
 
 
+def test_megascale_table3_baseline_from_mfu() -> None:
+    """Table 3's 'baseline' (Megatron-LM, 256 GPUs, batch 256, 47.7 % MFU): the same plan
+    as Table 2's 256-GPU row at a third of its batch."""
+    case = _case("megascale_megatron_175b_256gpu_gbs256_table3")
+    p = case.job.plan
+    assert (p.tp, p.pp, p.dp, p.gbs, p.vpp) == (8, 8, 4, 256, 6)
+    assert case.job.num_microbatches == 64
+    assert case.measured_step_s == pytest.approx(
+        _gpt_flops(256, 2048, 96, 12288, 64000) / (256 * A100_BF16 * 0.477), rel=1e-12)
+
+
 def _megascale_row() -> dict:
     return copy.deepcopy(BY_ID["megascale_megatron_175b_256gpu_gbs768"])
 
@@ -159,7 +170,7 @@ def test_unknown_profile_is_a_skipped_case_naming_it(tmp_path) -> None:
 def test_every_row_resolves_deterministically() -> None:
     a = [case_from_entry(r, ROWS) for r in ROWS]
     b = [case_from_entry(r, ROWS) for r in ROWS]
-    assert all(not c.skipped for c in a) and len(a) == 14
+    assert all(not c.skipped for c in a) and len(a) == 15
     assert [c.job for c in a] == [c.job for c in b]
     assert [c.measured_step_s for c in a] == [c.measured_step_s for c in b]
 
