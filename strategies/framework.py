@@ -547,6 +547,20 @@ def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
     out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
     return bool(out) if out.ndim == 0 else out
 
+#: Megatron-DeepSpeed's loss as BLOOM ran it: the same passes as Megatron's (one source of
+#: truth, ``MEGATRON_CROSS_ENTROPY``). bigscience-workshop/Megatron-DeepSpeed at ae6277f5
+#: (2022-02-21, the BLOOM prototype's runs): ``GPTModelPipe`` ends with the spec
+#: ``float16_to_fp32`` (the 16-bit logits to fp32: read 2, write 4), ``CrossEntropy``'s
+#: ``output.contiguous().float()`` is then a no-op, and ``megatron/mpu/cross_entropy.py``'s
+#: ``_VocabParallelCrossEntropy`` is Megatron's (max, ``sub_``, ``exp(out=)``, sum, ``div_``;
+#: backward ``mul_`` and the cast's backward); docs/calibration.md §3.25.
+MEGATRON_DEEPSPEED_CROSS_ENTROPY = replace(
+    MEGATRON_CROSS_ENTROPY,
+    source="Megatron-DeepSpeed's GPTModelPipe (bigscience-workshop/Megatron-DeepSpeed "
+           "megatron/model/gpt_model.py: the float16_to_fp32 spec after the tied LM head, "
+           "then megatron/mpu/cross_entropy.py's _VocabParallelCrossEntropy): Megatron's "
+           "passes")
+
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
     description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "
@@ -600,7 +614,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",), bf16_optimizer=True,
+    recompute_methods=("uniform",), bf16_optimizer=True, loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
     precisions=("bf16", "fp16"),
     precision_source="DeepSpeed's config \"bf16\": {\"enabled\"} or \"fp16\": {\"enabled\"} "
                      "(deepspeed/runtime/config.py), Megatron-DeepSpeed --bf16 / --fp16; no "
