@@ -92,3 +92,27 @@ def test_committed_transcription_resolves():
         p = c.job.plan
         assert p.tp * p.pp * p.cp * p.dp == r["hardware"]["n_gpus"]
         assert p.vpp == r["plan"]["virtual_stages"]
+
+
+def test_residuals_hide_only_the_pipeline_exchanges():
+    """experiments/nemo_performance_residuals.py: the exposed p2p charge does not depend on
+    the GEMM rate (so the bisection against measured + charge is the estimate without it),
+    and pp = 1 rows, which exchange nothing, keep their error and implied factor."""
+    from experiments.gemm_in_situ import with_gemm_scale
+    from experiments.nemo_performance_residuals import residuals
+    from strategies.estimate.scalar import estimate
+
+    rows = load_reference(DATA)
+    c = case_from_entry(next(r for r in rows if r["id"] == "nemo2407_nemotron_22b_64gpu"), rows)
+    p2p = estimate(c.job).breakdown_s["pp_comm"]
+    assert p2p > 0
+    assert estimate(with_gemm_scale(c.job, 0.8)).breakdown_s["pp_comm"] == p2p
+    recs = residuals(DATA)
+    assert len(recs) == 12
+    for r in recs:
+        if r["pp"] == 1:
+            assert r["p2p_s"] == 0 and r["error_hidden_pct"] == r["error_pct"]
+            assert r["implied_hidden"] == r["implied"]
+        else:
+            assert r["error_hidden_pct"] < r["error_pct"]
+            assert r["implied_hidden"] < r["implied"]
