@@ -2,7 +2,7 @@
 (strategies/reference/data/nemo_performance_2407.json; docs/calibration.md §5.15).
 
 Table 1, per row: the model's hidden size, tp, pp, micro-batches per step, the analytic
-error, the exposed pipeline point-to-point time the model charges (Megatron's blocking
+error, the share of the modelled step that is compute, the exposed pipeline point-to-point time the model charges (Megatron's blocking
 exchanges; NeMo runs interleaved schedules with ``overlap_p2p_comm=True``, docs/calibration.md
 §6), the error without that charge, and the factor on the catalog's GEMM fractions at which
 the estimate equals the measured step (``experiments.gemm_in_situ.implied_scale``) with the
@@ -56,6 +56,7 @@ def residuals(path: str = DATA) -> list[dict[str, Any]]:
             "id": k.id, "family": family(k.id), "hidden": k.job.model.hidden_size,
             "tp": k.job.plan.tp, "pp": k.job.plan.pp, "m": e.num_microbatches,
             "error_pct": 100 * (e.step_time_s / meas - 1), "p2p_s": p2p,
+            "compute_pct": 100 * e.breakdown_s["compute"] / e.step_time_s,
             "error_hidden_pct": 100 * ((e.step_time_s - p2p) / meas - 1),
             "implied": implied_scale(k.job, meas),
             "implied_hidden": implied_scale(k.job, meas + p2p)})
@@ -82,12 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reference", default=DATA)
     a = ap.parse_args(argv)
     recs = residuals(a.reference)
-    print(md_table(["run", "hidden", "tp", "pp", "m", "error", "p2p s", "error, p2p hidden",
-                    "implied", "implied, p2p hidden"],
+    print(md_table(["run", "hidden", "tp", "pp", "m", "error", "compute share", "p2p s",
+                    "error, p2p hidden", "implied", "implied, p2p hidden"],
                    [[r["id"], str(r["hidden"]), str(r["tp"]), str(r["pp"]), str(r["m"]),
-                     f"{r['error_pct']:+.1f} %", f"{r['p2p_s']:.3f}",
+                     f"{r['error_pct']:+.1f} %", f"{r['compute_pct']:.1f} %",
+                     f"{r['p2p_s']:.3f}",
                      f"{r['error_hidden_pct']:+.1f} %", f"{r['implied']:.3f}",
-                     f"{r['implied_hidden']:.3f}"] for r in recs], align="lrrrrrrrrr"))
+                     f"{r['implied_hidden']:.3f}"] for r in recs], align="lrrrrrrrrrr"))
     print()
     head = ["group", "runs", "MAPE", "mean", "mean, p2p hidden", "median implied, p2p hidden"]
     body = (_group(recs, lambda r: r["family"])
