@@ -12,11 +12,18 @@ GEMM rate (``estimate.analytic``: ``step = pipe + pp_exposed + dp_exposed + t_op
 
 Table 2: the same grouped by model family, by pp = 1 / pp > 1 and by hidden size.
 
-Run: python experiments/nemo_performance_residuals.py [--reference FILE]
+``--knee-factor F`` (a what-if, not the model): every GPU's K knee (``compute.k_knee``)
+times F, its sustained GEMM fractions raised so that a GEMM of K = ``KNEE_PIVOT_K`` runs at
+the same rate as before (the catalog's fractions are large-GEMM measurements), then the
+analytic error of every evaluated row of ``--files``: MAPE and mean per file, and each row of
+this file.
+
+Run: python experiments/nemo_performance_residuals.py [--reference FILE] [--knee-factor F]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -24,12 +31,19 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from dataclasses import replace  # noqa: E402
+
+import strategies.cost.compute as compute  # noqa: E402
 from experiments._report import md_table  # noqa: E402
 from experiments.gemm_in_situ import implied_scale  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
 DATA = os.path.join("strategies", "reference", "data", "nemo_performance_2407.json")
+OTHERS = tuple(os.path.join("strategies", "reference", "data", f) for f in (
+    "published.json", "published_2026.json", "megatron_bridge_2604.json"))
+#: the K at which the what-if keeps each GEMM's rate (a large GEMM, as the catalog measures)
+KNEE_PIVOT_K = 16384
 FAMILIES = (("gpt3", "GPT-3"), ("llama2", "Llama 2"), ("llama3", "Llama 3"),
             ("nemotron", "Nemotron"))
 
@@ -78,10 +92,64 @@ def _group(recs: list[dict[str, Any]], key) -> list[list[str]]:
     return rows
 
 
+@contextlib.contextmanager
+def knee_scaled(factor: float):
+    """Within the block, ``compute.k_knee`` returns ``factor`` times its value (a what-if;
+    restored on exit)."""
+    orig = compute.k_knee
+    compute.k_knee = lambda gpu, dtype: factor * orig(gpu, dtype)
+    try:
+        yield orig
+    finally:
+        compute.k_knee = orig
+
+
+def knee_what_if(path: str, factor: float) -> dict[str, float]:
+    """Analytic error (%) of every evaluated row of ``path`` with the K knee times ``factor``
+    and the GEMM fractions raised to keep the rate at ``KNEE_PIVOT_K`` (``knee_scaled``)."""
+    rows = load_reference(path)
+    out = {}
+    with knee_scaled(factor) as orig:
+        def pivot(g, dtype: str) -> float:
+            k0 = orig(g, dtype)
+            return (KNEE_PIVOT_K + factor * k0) / (KNEE_PIVOT_K + k0)
+
+        def scaled(g):
+            fp8 = g.fp8_matmul_efficiency
+            return replace(g, matmul_efficiency=g.matmul_efficiency * pivot(g, "bf16"),
+                           fp8_matmul_efficiency=None if fp8 is None else fp8 * pivot(g, "fp8"))
+        for c in rows:
+            k = case_from_entry(c, rows)
+            if k.job is None or k.measured_step_s is None:
+                continue
+            cl = k.job.cluster
+            job = replace(k.job, cluster=replace(cl, groups=tuple(
+                replace(n, gpu=scaled(n.gpu)) for n in cl.groups)))
+            out[k.id] = 100 * (estimate(job).step_time_s / k.measured_step_s - 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reference", default=DATA)
+    ap.add_argument("--knee-factor", type=float, default=None)
+    ap.add_argument("--files", nargs="*", default=list(OTHERS))
     a = ap.parse_args(argv)
+    if a.knee_factor is not None:
+        body = []
+        for f in [a.reference] + a.files:
+            for factor in (1.0, a.knee_factor):
+                v = list(knee_what_if(f, factor).values())
+                body.append([f, f"{factor:g}", str(len(v)),
+                             f"{sum(map(abs, v)) / len(v):.2f} %", f"{sum(v) / len(v):+.2f} %"])
+        print(md_table(["reference", "knee factor", "runs", "MAPE", "mean"], body,
+                       align="lrrrr"))
+        print()
+        base, what = knee_what_if(a.reference, 1.0), knee_what_if(a.reference, a.knee_factor)
+        print(md_table(["run", "error", f"error, knee x{a.knee_factor:g}"],
+                       [[i, f"{base[i]:+.1f} %", f"{what[i]:+.1f} %"] for i in base],
+                       align="lrr"))
+        return 0
     recs = residuals(a.reference)
     print(md_table(["run", "hidden", "tp", "pp", "m", "error", "compute share", "p2p s",
                     "error, p2p hidden", "implied", "implied, p2p hidden"],

@@ -116,3 +116,22 @@ def test_residuals_hide_only_the_pipeline_exchanges():
         else:
             assert r["error_hidden_pct"] < r["error_pct"]
             assert r["implied_hidden"] < r["implied"]
+
+
+def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate():
+    """The residuals script's knee what-if scales ``compute.k_knee`` only inside its block,
+    and a factor of 1 gives the model's own errors."""
+    import strategies.cost.compute as compute
+    from experiments.nemo_performance_residuals import knee_scaled, knee_what_if, residuals
+    from topologies.gpus import get_gpu
+
+    g = get_gpu("H100-SXM5-80GB")
+    k0 = compute.k_knee(g, "fp8")
+    with knee_scaled(3.0):
+        assert compute.k_knee(g, "fp8") == pytest.approx(3 * k0, rel=1e-15)
+    assert compute.k_knee(g, "fp8") == k0
+    base = {r["id"]: r["error_pct"] for r in residuals(DATA)}
+    same = knee_what_if(DATA, 1.0)
+    assert same.keys() == base.keys()
+    for i, e in base.items():
+        assert same[i] == pytest.approx(e, abs=1e-9)
