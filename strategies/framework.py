@@ -563,7 +563,8 @@ def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
 #: ``matmul_result = alibi[:b·np, :, :sk]``, shape ``(b·np, 1, sk)``, then ``torch.baddbmm(
 #: matmul_result, q, k^T, beta=1.0, alpha=1/norm_factor)``): PyTorch's CUDA ``baddbmm``
 #: expands the bias to ``(b·np, sq, sk)`` and copies it into the result before the GEMM
-#: (write 2), and the GEMM with ``beta = 1`` reads that result as its ``C`` (read 2). Without
+#: (aten/src/ATen/native/cuda/Blas.cpp, ``baddbmm_out_cuda_impl``: ``result.copy_(self)``
+#: when ``beta != 0``; write 2), and the GEMM with ``beta = 1`` reads that result as its ``C`` (read 2). Without
 #: ALiBi the same ``baddbmm`` runs with ``beta = 0`` on an empty tensor (no read).
 ALIBI_BADDBMM_BYTES = 4.0
 
