@@ -9,8 +9,8 @@ Runs ``paraplan validate --json --plot …`` and writes ``validation.md``, ``val
 It also evaluates the held-out references (``--also``; analytic only, as
 ``paraplan validate --reference FILE --no-sim``) and tabulates them per model and per GPU:
 the 2025-26 MoE and rack-scale runs issue 14 and 18 are judged on, and the frontier-scale
-papers' runs (Llama 3 405B on 8-16K H100, MegaScale's Megatron-LM baseline on 256-12,288
-A100; docs/calibration.md §5.16).
+papers' runs (NVIDIA's NeMo 24.07 performance summary; Llama 3 405B on 8-16K H100,
+MegaScale's Megatron-LM baseline on 256-12,288 A100, docs/calibration.md §5.16).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
 NAME = "validation"
 DATA = os.path.join("strategies", "reference", "data")
 ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"),
-        os.path.join(DATA, "frontier_papers.json"))
+        os.path.join(DATA, "nemo_performance_2407.json"), os.path.join(DATA, "frontier_papers.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:
@@ -98,8 +98,9 @@ def _mape(rows: list[dict[str, Any]]) -> list[Any]:
 def render_also(outs: list[dict[str, Any]]) -> str:
     """The held-out references, analytic: MAPE per model and per cluster, then every run."""
     parts = ["", "## Held-out references (analytic)", "",
-             "MoE models, the B200/B300/GB200/GB300 generation and frontier-scale papers' "
-             "runs (Llama 3, MegaScale), evaluated analytically "
+             "MoE models, the B200/B300/GB200/GB300 generation, NVIDIA's NeMo 24.07 "
+             "performance summary and frontier-scale papers' runs (Llama 3, MegaScale), all "
+             "held out, evaluated analytically "
              "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
              "negative means predicted faster than measured.", ""]
     for out in outs:
