@@ -312,6 +312,16 @@ def _print_what_if(res: list[tuple], title: str) -> None:
 DEFICIT_RUNS = (r"^(mosaic_mpt\w*_h100\w*_seq(512|1024|2048)_"
                 r"|megatron_core_h100_weak_(1\.7B|7\.1B|16B|32B)$|dgxc_paxml_)")
 CONTROL_RUNS = r"^dgxc_nemo2411_"
+#: NeMo 24.07's performance summary (docs/calibration.md §5.15): its pp = 1 rows (the lead,
+#: -9..-19 %) and its pipelined rows
+NEMO2407 = "strategies/reference/data/nemo_performance_2407.json"
+NEMO2407_PP1 = r"^nemo2407_(gpt3_5b|gpt3_20b|llama2_7b|nemotron_8b|llama3_8b)_"
+NEMO2407_PIPELINED = (r"^nemo2407_(gpt3_175b|llama2_13b|llama2_70b|nemotron_22b|nemotron_340b"
+                      r"|llama3_70b)_")
+#: (group, reference file or None for the default, run-id pattern) of Table 5
+SHAPE_GROUPS = (("lead", None, DEFICIT_RUNS), ("lead, NeMo 24.07 pp = 1", NEMO2407, NEMO2407_PP1),
+                ("control", None, CONTROL_RUNS),
+                ("control, NeMo 24.07 pipelined", NEMO2407, NEMO2407_PIPELINED))
 
 
 def layer_shapes(job) -> list[tuple]:
@@ -329,17 +339,19 @@ def layer_shapes(job) -> list[tuple]:
     return out
 
 
-def run_shape_rows(pattern: str, fixed_s: float = 0.0) -> list[tuple]:
-    """Per reference run whose id matches ``pattern``: ``(run, GPU, dtype, hidden, tp, rows
-    per GEMM, fewest output tiles, shortest reduction, FLOP share outside the regime
-    (``in_regime``), FLOP-weighted model shape factor, analytic error %, share a fixed
-    ``fixed_s`` per GEMM kernel would add to the layer's modelled GEMM time)``."""
+def run_shape_rows(pattern: str, fixed_s: float = 0.0,
+                   path: str | None = None) -> list[tuple]:
+    """Per run of the reference file ``path`` (None: the default) whose id matches ``pattern``:
+    ``(run, GPU, dtype, hidden, tp, rows per GEMM, fewest output tiles, shortest reduction,
+    FLOP share outside the regime (``in_regime``), FLOP-weighted model shape factor, analytic
+    error %, share a fixed ``fixed_s`` per GEMM kernel would add to the layer's modelled GEMM
+    time)``."""
     import re
 
     from simulator.studies.validate import load_cases
     from strategies.estimate.scalar import estimate
     out = []
-    for c in load_cases(tiers=None):
+    for c in load_cases(path, tiers=None):
         if c.job is None or c.measured_step_s is None or not re.search(pattern, c.id):
             continue
         job, gpu = c.job, c.job.cluster.groups[0].gpu
@@ -410,16 +422,25 @@ def main(argv: list[str] | None = None) -> int:
               f"{r[6]:.3f} |")
     print(f"\nXLA sm_90 fp8 entries left out (above the {get_gpu(H100).peak('fp8') / 1e12:.1f} "
           f"TFLOP/s dense peak): {XLA_SM90_FP8_EXCLUDED}")
-    print("\nTable 5. The layer GEMMs of the H100 runs of the lead (top) and of the control "
-          "(pipelined NeMo 24.11), as the model prices them\n")
+    print("\nTable 5. The layer GEMMs of the H100 runs of the lead and of the controls "
+          "(pipelined NeMo 24.11 and 24.07), as the model prices them\n")
     print(f"| run | dtype | hidden | tp | rows per GEMM | fewest tiles | shortest K | FLOPs "
           f"outside regime | model shape factor | + {1e6 * t0:.1f} us per GEMM | error now |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for pattern in (DEFICIT_RUNS, CONTROL_RUNS):
-        for r in run_shape_rows(pattern, t0):
+    groups = {}
+    for name, path, pattern in SHAPE_GROUPS:
+        groups[name] = run_shape_rows(pattern, t0, path)
+        for r in groups[name]:
             print(f"| {r[0]} | {r[2]} | {r[3]} | {r[4]} | {r[5]:.0f} | {r[6]:.0f} | "
                   f"{r[7]:.0f} | {100 * r[8]:.1f} % | {r[9]:.3f} | {100 * r[11]:.1f} % | "
                   f"{r[10]:+.1f} % |")
+    print()
+    for name, rs in groups.items():
+        print(f"{name}: {len(rs)} runs, FLOPs outside regime <= {100 * max(r[8] for r in rs):.1f} "
+              f"%, model shape factor {min(r[9] for r in rs):.3f}-{max(r[9] for r in rs):.3f}, "
+              f"+{1e6 * t0:.1f} us per GEMM adds {100 * min(r[11] for r in rs):.1f}-"
+              f"{100 * max(r[11] for r in rs):.1f} %, error {min(r[10] for r in rs):+.1f}.."
+              f"{max(r[10] for r in rs):+.1f} %")
     if args.what_if:
         h100 = get_gpu(H100)
         _print_what_if(what_if_knee(knee, "bf16"),
