@@ -591,10 +591,13 @@ def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: G
 
 
 def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: str,
-              system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+              system: SystemConfig = DEFAULT_SYSTEM, fw: FrameworkProfile = DEFAULT
+              ) -> tuple[Num, Num]:
     """(forward, backward) seconds of one layer's quantisation per micro-batch
-    (``quantise.layer_cast_bytes`` over the usable HBM bandwidth); 0 in 16 bits."""
-    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype)
+    (``quantise.layer_cast_bytes`` over the usable HBM bandwidth, the routed experts'
+    activation casts in passes of their own where the stack runs Transformer Engine's
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``); 0 in 16 bits."""
+    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -758,7 +761,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_b, g_w = units_time_bwd(counts, units)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
-    c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
+    c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system, fw)
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
         / usable_hbm(gpu, system)
     e = e_plain + c_f
