@@ -14,7 +14,8 @@ a full-iteration CUDA graph) and separate quantisation passes. Table 1 prices, p
 and micro-batch of each 26.04 / 25.11 MoE row, everything the model charges that such a stack
 removes: the routed experts' activation function (forward, and its backward at twice the
 forward's bytes, ``layer_time``; gpt-oss's eager clamp with it), the routed activation casts
-(``quantise``'s ``routed_unfused`` part, 0 in bf16), the token permutations, and the host
+(``quantise``'s ``routed_unfused`` part, 0 in bf16), TE's per-expert quantisation padding
+copies (``compute.expert_pad_time``, 0 in bf16), the token permutations, and the host
 time the model exposes (the dispatcher's sync, ``moe_sync_time``, and the expert path's host
 launches, ``moe_host_time``), beside the time the row misses. Even removing all of it
 entirely falls far short of the miss ("removable / missed").
@@ -58,16 +59,18 @@ def removable_ms(job) -> dict[str, float]:
         if fw.grouped_mlp_casts else 0.0
     code = DISPATCHERS.index(p.moe_dispatcher)
     perm = sum(ct.moe_permute_time(m, b, tp, cp, ep, gpu, 1.0, code)) / share
+    pad = sum(ct.expert_pad_time(m, b, tp, cp, gpu, dtype, fw=fw)) / share
     sync = ct.moe_sync_time(m, fw, gpu, code) / share
     host = sum(ct.moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, fw=fw)) \
         / share
     return {k: 1e3 * float(v) for k, v in (("activation", act + clamp), ("casts", cast),
-                                           ("permute", perm), ("sync + host", sync + host))}
+                                           ("padding", pad), ("permute", perm),
+                                           ("sync + host", sync + host))}
 
 
 def table1() -> list[tuple]:
-    """``(id, GPU, dtype, missed ms, activation, casts, permute, sync + host, removable,
-    removable / missed)`` of every MoE row with a positive miss."""
+    """``(id, GPU, dtype, missed ms, activation, casts, padding, permute, sync + host,
+    removable, removable / missed)`` of every MoE row with a positive miss."""
     out = []
     for path in FILES:
         entries = {e["id"]: e for e in load_reference(path)}
@@ -101,12 +104,12 @@ def table2() -> list[tuple]:
 
 
 def main() -> None:
-    print("| run | GPU | precision | missed ms | activation | casts | permute | sync + host "
-          "| removable ms | removable / missed |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("| run | GPU | precision | missed ms | activation | casts | padding | permute | "
+          "sync + host | removable ms | removable / missed |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in table1():
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:.2f} | "
-              f"{r[6]:.2f} | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f} |")
+              f"{r[6]:.2f} | {r[7]:.2f} | {r[8]:.2f} | {r[9]:.2f} | {r[10]:.2f} |")
     print()
     print("| 26.04 entry | measured 26.04 s | measured 26.08 s | saved ms per MoE layer and "
           "micro-batch, measured | estimated 26.04 s | estimated 26.08 s | saved ms, estimated |")

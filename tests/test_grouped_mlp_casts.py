@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import compute as ct
-from strategies.cost import quantise
+from strategies.cost import counts, quantise
 from strategies.framework import get_profile
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
@@ -89,3 +89,46 @@ def test_layer_time_carries_the_cast_in_forward_and_backward():
     c0 = ct.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("hai-llm"))
     assert mc.fwd - base.fwd == pytest.approx(c1[0] - c0[0], rel=1e-9)
     assert mc.bwd - base.bwd == pytest.approx(c1[1] - c0[1], rel=1e-9)
+
+
+def test_expert_pad_bytes_closed_form():
+    m = model_preset("qwen3-30b-a3b")                 # every layer MoE
+    b, tp, cp = 4, 1, 1
+    T = b * m.seq_length
+    R = 2.0 * T * m.moe_router_topk * m.hidden_size   # bf16 routed copies, etp 1
+    f, bw = counts.expert_pad_bytes(m, b, tp, cp)
+    assert f == pytest.approx(4 * R, rel=1e-15)       # pad the input, unpad the output
+    assert bw == pytest.approx(4 * R, rel=1e-15)      # their inverses on the gradients
+    d = model_preset("deepseek-v3")                   # 3 dense layers of 61: the MoE share
+    f_d, _ = counts.expert_pad_bytes(d, 1, 1, 1, load=1.5, etp=2)
+    R_d = 2.0 * d.seq_length * d.moe_router_topk * d.hidden_size * 1.5
+    assert f_d == pytest.approx(d.layer_shares()["moe"] * 2 * (R_d + 2 * R_d), rel=1e-13)
+    assert counts.expert_pad_bytes(model_preset("llama3-8b"), 1, 1, 1) == (0.0, 0.0)
+
+
+def test_expert_pad_time_by_stack_and_precision():
+    m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
+    f, bw = counts.expert_pad_bytes(m, 4, 1, 1)
+    hbm = ct.usable_hbm(gpu)
+    nemo = get_profile("nemo")
+    assert nemo.quant_padding and not get_profile("hai-llm").quant_padding
+    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo) == \
+        pytest.approx((f / hbm, bw / hbm), rel=1e-15)
+    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "bf16", fw=nemo) == (0.0, 0.0)
+    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=get_profile("hai-llm")) == (0.0, 0.0)
+
+
+def test_layer_time_carries_the_padding():
+    m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
+    kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=gpu,
+              dtype="mxfp8", dispatcher=2)
+    mc = get_profile("megatron-core")
+    on = ct.layer_time(m, fw=mc, **kw)
+    off = ct.layer_time(m, fw=replace(mc, quant_padding=False), **kw)
+    q_f, q_b = ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=mc)
+    assert on.fwd - off.fwd == pytest.approx(q_f, rel=1e-9)
+    assert on.bwd - off.bwd == pytest.approx(q_b, rel=1e-9)
+    # full recomputation reruns the forward's padding
+    full_on = ct.layer_time(m, fw=mc, **{**kw, "recompute": 2}).recompute
+    full_off = ct.layer_time(m, fw=replace(mc, quant_padding=False), **{**kw, "recompute": 2})
+    assert full_on - full_off.recompute == pytest.approx(q_f, rel=1e-9)

@@ -23,7 +23,10 @@ def test_cast_part_closed_form_and_zero_in_bf16():
     parts = fb.removable_ms(job)
     assert parts["casts"] == pytest.approx(want, rel=1e-12)
     assert all(v >= 0 for v in parts.values())
-    assert fb.removable_ms(_job("mbridge260401_gptoss120b_gb200_64_bf16"))["casts"] == 0.0
+    bf16 = fb.removable_ms(_job("mbridge260401_gptoss120b_gb200_64_bf16"))
+    assert bf16["casts"] == 0.0 and bf16["padding"] == 0.0
+    pad = sum(ct.expert_pad_time(m, p.mbs, p.tp, p.cp, gpu, "mxfp8", fw=job.framework))
+    assert parts["padding"] == pytest.approx(1e3 * pad, rel=1e-12)   # every layer MoE
 
 
 def test_ab_table_divides_by_micro_batches_and_moe_layers():

@@ -626,6 +626,20 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
     return f / hbm, bw / hbm
 
 
+def expert_pad_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                    load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
+                    system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of the mean layer's quantisation padding of the routed
+    tokens (``costs.expert_pad_bytes`` over the usable HBM bandwidth) where the stack pads
+    (``fw.quant_padding``) and ``dtype`` is quantised; 0 otherwise."""
+    if not (fw.quant_padding and get_precision(dtype).quantised):
+        z = 0.0 * np.asarray(b, dtype=float)
+        return z[()], z[()]
+    f, bw = costs.expert_pad_bytes(m, b, tp, cp, load, etp)
+    hbm = usable_hbm(gpu, system)
+    return f / hbm, bw / hbm
+
+
 def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
                      system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
@@ -773,6 +787,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    # the experts' quantisation padding: HBM copies on the expert path, priced with the
+    # permutations (the same record, the same host comparison)
+    q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
+    p_f, p_b = p_f + q_f, p_b + q_b
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
