@@ -17,8 +17,9 @@ forward's bytes, ``layer_time``; gpt-oss's eager clamp with it), the routed acti
 (``quantise``'s ``routed_unfused`` part, 0 in bf16), TE's per-expert quantisation padding
 copies (``compute.expert_pad_time``, 0 in bf16), the token permutations, and the host
 time the model exposes (the dispatcher's sync, ``moe_sync_time``, and the expert path's host
-launches, ``moe_host_time``), beside the time the row misses. Even removing all of it
-entirely falls far short of the miss ("removable / missed").
+launches, ``moe_host_time``), beside the time the row still misses: "removable / missed"
+below 1 means that even pricing these parts at twice their bandwidth cost would not close the
+miss. They all scale with the tokens, where the miss does not (§5.17).
 
 Table 2: NVIDIA's own A/B of the same rows, 26.04 (unfused, TE-scoped partial CUDA graphs)
 against 26.08 (fused grouped MLP, HybridEP, EP overlap, full-iteration graph; the rows of
