@@ -24,7 +24,8 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
 
 NAME = "validation"
 DATA = os.path.join("strategies", "reference", "data")
-ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"))
+ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"),
+        os.path.join(DATA, "nemo_performance_2407.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:
@@ -95,7 +96,8 @@ def _mape(rows: list[dict[str, Any]]) -> list[Any]:
 def render_also(outs: list[dict[str, Any]]) -> str:
     """The 2025-26 references, analytic: MAPE per model and per cluster, then every run."""
     parts = ["", "## 2025-26 references (analytic)", "",
-             "MoE models and the B200/B300/GB200/GB300 generation, evaluated analytically "
+             "MoE models, the B200/B300/GB200/GB300 generation and NVIDIA's NeMo 24.07 "
+             "performance summary (held out), evaluated analytically "
              "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
              "negative means predicted faster than measured.", ""]
     for out in outs:

@@ -569,9 +569,11 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     d = m.head_dim
     s = m.seq_length
     rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)
-    soft = costs.softmax_bytes_fwd(m, b, tp, cp, False) / hbm
+    bias = fw.alibi_score_bytes if m.position_embedding == "alibi" else 0.0
+    soft = costs.softmax_bytes_fwd(m, b, tp, cp, False, bias) / hbm
+    soft_b = costs.softmax_bytes_bwd(m, b, tp, cp, False) / hbm
     t_plain_f = slow * f_full / rate + soft
-    t_plain_b = slow * 2 * f_full / rate + 2 * soft
+    t_plain_b = slow * 2 * f_full / rate + soft_b
     fwd = np.where(flash, t_flash, t_plain_f)
     bwd = np.where(flash, t_flash_b, t_plain_b)
     if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
