@@ -330,6 +330,17 @@ class FrameworkProfile:
     #: (``compute.eager_variant_time``); False: a stack whose kernels for these are not
     #: modelled (charged as the plain activation and the fused RoPE)
     eager_variants: bool = False
+    #: runs routed experts through Transformer Engine's ``GroupedLinear`` with the activation
+    #: function in the stack's own code (Megatron-Core's ``TEGroupedMLP``): the activation
+    #: writes bf16 and ``GroupedLinear`` quantises fc2's input and fc1's incoming gradient in
+    #: passes of their own (``quantise.layer_cast_elements``' ``routed_unfused``); False: the
+    #: activation kernels write them quantised (fused)
+    grouped_mlp_casts: bool = False
+    #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
+    #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
+    #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
+    #: expert_pad_bytes``, ``compute.expert_pad_time``
+    quant_padding: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -678,6 +689,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
+    grouped_mlp_casts=True, quant_padding=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
@@ -902,6 +914,8 @@ HAI_LLM = replace(
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
+    # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
+    grouped_mlp_casts=False, quant_padding=False,
     precisions=("bf16", "fp8-blockwise"),
     precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
                      "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "

@@ -670,6 +670,42 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
     return (share * fwd)[()], (share * fwd)[()]
 
 
+#: 16-bit copies of the routed tokens that Megatron-Core's ``TEGroupedMLP`` makes in a quantised
+#: precision to align each local expert's rows to the quantised GEMM (``experts.py``:
+#: ``self.quantization_padding(permuted_local_hidden_states, tokens_per_expert)`` before fc1,
+#: ``self.quantization_unpadding(output, actual_tokens_per_expert)`` after fc2; Transformer
+#: Engine ``pytorch/module/fp8_padding.py``/``fp8_unpadding.py``: ``fused_multi_row_padding``
+#: reads the tokens and writes them into the padded buffer, 32-row alignment for MXFP8, 16
+#: otherwise). The copy is skipped only when every split is already aligned, which the
+#: benchmarks' forced balancing (random router logits, ``moe_router_force_load_balancing``)
+#: does not give, and unless the router pads instead (``moe_router_padding_for_quantization``,
+#: off by default and in the Megatron-Bridge performance configs, e.g. the resolved
+#: ``scripts/performance/dryrun_configs/qwen/qwen3_235b_a22b_pretrain_gb200_nvfp4_v1.yaml``).
+#: Forward: pad the fc1 input and unpad the fc2 output, each read and written once (2 + 2
+#: passes); backward: their inverses on the gradients (2 + 2). The padded rows themselves
+#: (under 32 per expert) and the router probabilities' padding (one value per row) are not
+#: counted.
+EXPERT_PAD_PASSES = (4, 4)
+
+
+def expert_pad_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,
+                     etp: Num | None = None) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the mean layer's quantisation padding of
+    the routed tokens (``EXPERT_PAD_PASSES`` 16-bit passes, half over the fc1 input
+    ``T/t·k·h·load`` and half over the fc2 output, ``etp`` times that as in
+    ``expert_bias_bytes``), on the MoE layers' share; the caller decides whether the stack
+    pads (``FrameworkProfile.quant_padding``) and the precision is quantised. Vectorised."""
+    if not m.is_moe:
+        z = 0.0 * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    etp = tp if etp is None else etp
+    share = m.layer_shares().get("moe", 0.0)
+    R = np.asarray(routed_token_bytes(m, b, tp, cp, load), dtype=float)
+    rows = R * (1.0 + np.asarray(etp, dtype=float)) / 2.0   # mean of the input and output copies
+    f, bw = EXPERT_PAD_PASSES
+    return (share * f * rows)[()], (share * bw * rows)[()]
+
+
 #: 16-bit passes over the routed experts' fc2 output that Megatron-Core 0.17's
 #: ``TEGroupedMLP._apply_bias`` makes to add each local expert's output bias weighted by the
 #: router probability, one expert at a time (``torch.split`` of the output, ``t + b * p`` per
