@@ -16,13 +16,13 @@ def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
            tie: bool = False, experts: int = 1, topk: int = 1, qkv_bias: bool = False) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk,
                      tie_word_embeddings=tie, position_embedding="rope", norm="rmsnorm",
-                     qkv_bias=qkv_bias)
+                     qkv_bias=qkv_bias, dropout=False)
 
 
 def _moe(name: str, l: int, h: int, a: int, kv: int | None, ffn: int, v: int, s: int, experts: int,
          topk: int, moe_ffn: int, **kw) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk, moe_ffn,
-                     position_embedding="rope", norm="rmsnorm", **kw)
+                     position_embedding="rope", norm="rmsnorm", dropout=False, **kw)
 
 
 _ALL = [

@@ -45,7 +45,7 @@ from strategies.layout import (even_chunks_content_arrays, even_stage_content_ar
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
-from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
+from strategies.memory.activations import (TERM_KINDS, embedding_bytes, output_bytes, layer_activation_terms, layer_wgrad_terms,
                                           named_remat_bytes, op_saved_bytes,
                                           permutation_buffer_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
@@ -202,9 +202,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0) \
+    emb_act = np.where(is_first, embedding_bytes(m, s, b, tp, sp, cp) / v, 0.0) \
         / np.where(mirrored, 2, 1)
-    out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
+    out_one = output_bytes(m, s, b, tp, sp, cp)
     stashed = attr_by_code(sched, "logits_stashed")
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
     # and, with recompute_layers under block, every activation of the layers it does not

@@ -128,7 +128,9 @@ def model_family(name: str) -> dict:
         norm="rmsnorm" if gated else "layernorm",
         tie_word_embeddings=not (gated or nemotron or "neox" in n or "pythia" in n),
         bias=not (gated or nemotron or "mpt" in n or "palm" in n),
-        qkv_bias="qwen" in n)
+        qkv_bias="qwen" in n,
+        # the gated families (Llama, Mistral, Qwen, DeepSeek) train without dropout
+        dropout=not gated)
 
 
 # ------------------------------------------------------------------------- the software
