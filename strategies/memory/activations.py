@@ -491,13 +491,16 @@ def embedding_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
     return (8 * s * b + mask) / cp
 
 
-def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
+def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0):
     """Last stage, per micro-batch and GPU (numbers or arrays): final-norm input and
-    output-projection input ``4sbh`` (``/t`` with SP) plus the logits kept for the
-    vocab-parallel cross-entropy ``4sbV/t`` (fp32), all ``/cp``: Megatron's ``4sbh(1 + V/h)/t``
-    with SP (Korthikanti Sec. 4.3)."""
+    output-projection input ``4sbh`` (``/t`` with SP) plus ``logit_bytes`` per logit element
+    ``sbV/t``, all ``/cp``. With the default 4 (the fp32 logits a stashed micro-batch keeps
+    for the cross-entropy's backward) this is Megatron's ``4sbh(1 + V/h)/t`` with SP
+    (Korthikanti Sec. 4.3); the loss in progress holds the stack's
+    ``FrameworkProfile.loss.peak_bytes`` (Megatron's 6: the 16-bit logits beside the fp32
+    copy; torchtitan's eager ``F.cross_entropy(x.float())`` 12: docs/memory.md)."""
     s, h, v = seq_len, model.hidden_size, model.vocab_size
-    return (4 * s * b * h / np.where(sp, tp, 1) + 4 * s * b * v / tp) / cp
+    return (4 * s * b * h / np.where(sp, tp, 1) + logit_bytes * s * b * v / tp) / cp
 
 
 def embedding_activation_bytes(job: Job) -> float:
@@ -723,14 +726,21 @@ def _holds_embedding(job: Job, stage: int) -> bool:
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:
-    """Bytes held for one micro-batch at a time, on top of the stash: unless the schedule
-    stashes them, the last stage's logits (1F1B/interleaved: its last forward is followed at
-    once by that micro-batch's backward), and with full recompute one layer's full working set (the layer being
+    """Bytes held for one micro-batch at a time, on top of the stash: the last stage's loss
+    in progress (``output_bytes`` at the stack's ``loss.peak_bytes``; 1F1B/interleaved: its
+    last forward is followed at once by that micro-batch's backward; less the fp32 logits
+    the entries of a schedule that stashes them count), and with full recompute one layer's full working set (the layer being
     recomputed during its backward), with op recompute what that layer did not save."""
     _check_stage(job, stage)
     nbytes = 0.0
-    if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
-        nbytes += output_activation_bytes(job)
+    if _holds_head(job, stage):
+        # the loss in progress (the stack's cross-entropy, FrameworkProfile.loss.peak_bytes),
+        # less the fp32 logits a schedule that stashes them counts in its entries
+        p = job.plan
+        nbytes += float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                     job.framework.loss.peak_bytes))
+        if get_schedule(p.schedule).logits_stashed:
+            nbytes -= output_activation_bytes(job)
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds
     if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
         lpc, n, uni = _partial(job, stage)
