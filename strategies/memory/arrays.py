@@ -105,7 +105,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
-                            loss_bytes=4.0
+                            loss_bytes=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -135,7 +135,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     ``remat_named``: the stack's selective recomputation is a JAX remat policy
     (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
     ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head
-    (``FrameworkProfile.loss.peak_bytes``; ``activations.output_bytes``)."""
+    (``FrameworkProfile.loss.peak_bytes``; ``activations.output_bytes``; None: the default
+    stack's)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -211,6 +212,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     out_one = output_bytes(m, s, b, tp, sp, cp)
     # the loss in progress holds more than the fp32 logits a stashed entry keeps (the
     # stack's cross-entropy, activations.transient_activation_bytes)
+    if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
+        from strategies.framework import DEFAULT as _DEFAULT_FRAMEWORK
+        loss_bytes = _DEFAULT_FRAMEWORK.loss.peak_bytes
     loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
     stashed = attr_by_code(sched, "logits_stashed")
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
@@ -480,7 +484,7 @@ def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
                        in_flight=None, pending_w=None, clamp=False,
-                       remat_named=False, loss_bytes=4.0) -> np.ndarray:
+                       remat_named=False, loss_bytes=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -505,7 +509,7 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
-                        gpu=None, clamp=False, remat_named=False, loss_bytes=4.0) -> np.ndarray:
+                        gpu=None, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -518,7 +522,7 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
-                       clamp=False, remat_named=False, loss_bytes=4.0) -> np.ndarray:
+                       clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy (both: ``memory_component_arrays``).
@@ -556,7 +560,7 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
-                     gpu, clamp=False, remat_named=False, loss_bytes=4.0) -> np.ndarray:
+                     gpu, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)

@@ -414,7 +414,7 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
                      gpu: GPU | None = None, clamp: bool = False,
-                     remat_named: bool = False, loss_bytes: float = 4.0) -> np.ndarray:
+                     remat_named: bool = False, loss_bytes: float | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
