@@ -134,3 +134,16 @@ def test_script_json():
                          capture_output=True, text=True, check=True, cwd=ROOT)
     data = json.loads(out.stdout)
     assert set(data) == {"measured", "statements"}
+
+
+@pytest.mark.parametrize("tp,sp", [(1, False), (4, True), (4, False)])
+def test_time_reads_the_same_dropout_rule(tp, sp):
+    """The fused bias-dropout-add writes its 1-byte mask only for a model trained with
+    dropout: two masks of ``h`` bytes per token and layer (``/t`` with SP) fewer without."""
+    from strategies.cost.counts import elementwise_bytes_fwd, tokens_per_gpu
+    m = model_preset("llama3-8b")
+    d = replace(m, dropout=True)
+    b, cp = 2, 1
+    got = elementwise_bytes_fwd(d, b, tp, cp, sp) - elementwise_bytes_fwd(m, b, tp, cp, sp)
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    assert got == pytest.approx(2 * m.hidden_size * T / (tp if sp else 1), **EXACT)
