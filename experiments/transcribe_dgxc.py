@@ -96,6 +96,38 @@ LAUNCH_FIXES: dict[tuple[str, str, str], tuple[str, int, str]] = {
                   "340b (lines 62-68) and passes it as -vp (line 83)"),
 }
 
+#: (tag, family, GPU, precision or None for both) -> launch.sh lines that turn NeMo's
+#: ``--cuda_graphs`` on (Transformer Engine graphs of each layer, not the whole-iteration graph
+#: the plan's ``cuda_graph`` switch means: recorded in the notes, not in the plan)
+CUDA_GRAPHS: dict[tuple[str, str, str, str | None], str] = {
+    ("v25.05.05", "grok1", "GB200", None): "grok1/launch.sh lines 90 and 135",
+    ("v25.05.05", "llama4", "H100", "fp8"): "llama4/launch.sh lines 105-106 and 125",
+    ("v25.05.05", "nemotron", "GB200", None): "nemotron/launch.sh line 162",
+}
+#: what the FP8 rows ran, per (tag, family): Transformer Engine's per-tensor delayed scaling
+#: in every recipe that says (NeMo 2's scripts/performance take ``--fp8_recipe`` with default
+#: 'ds', NVIDIA/NeMo scripts/performance/README.md, and no launch.sh at v25.05.05 passes one;
+#: v25.04.02's Llama 3.1 script uses NeMo's ``bf16_with_fp8_mixed``; its Grok-1 NeMo 1 config
+#: sets ``fp8_hybrid`` with an amax history); the rest assumed so
+FP8_NOTES: dict[tuple[str, str], str] = {
+    ("v25.04.02", "llama3.1"): "llama3.1/pretrain_llama31.py line 35: NeMo's "
+                               "bf16_with_fp8_mixed",
+    ("v25.04.02", "grok1"): "grok1/cfg/grok1_314b.yaml lines 135-139: fp8_hybrid, amax "
+                            "history 1024",
+}
+FP8_DEFAULT = {"v25.05.05": "NeMo's scripts/performance --fp8_recipe defaults to 'ds' "
+                            "(NVIDIA/NeMo scripts/performance/README.md) and launch.sh "
+                            "passes none"}
+
+
+def fp8_note(tag: str, family: str) -> str:
+    """What the notes say of an FP8 row's scaling recipe."""
+    why = FP8_NOTES.get((tag, family)) or FP8_DEFAULT.get(tag)
+    return ("FP8 with Transformer Engine's per-tensor delayed scaling: " + why + "."
+            if why else "FP8 recipe not stated: per-tensor delayed scaling assumed (NeMo's "
+            "default).")
+
+
 HARDWARE = {
     "H100": {"gpu": "H100 SXM", "gpus_per_node": 8,
              "interconnect": "DGX H100 Reference Architecture (the repository README's "
@@ -294,8 +326,14 @@ def entry(tag: str, commit: str, path: str, fw_version: str, col: dict[str, Any]
     if ep > 1 and r["etp"]:
         plan["etp"] = r["etp"]
     notes = [note + f"NeMo {fw_version} container (launch.sh FW_VERSION at {tag}); the "
-             "performance script scripts/performance/llm/ of that NeMo release sets the "
-             "overlaps and recompute, which the README does not state."]
+             "overlaps and recompute are the recipe's, not stated in the README."]
+    if col["precision"] == "fp8":
+        notes.append(fp8_note(tag, family))
+    graphs = (CUDA_GRAPHS.get((tag, family, col["gpu"], col["precision"]))
+              or CUDA_GRAPHS.get((tag, family, col["gpu"], None)))
+    if graphs:
+        notes.append(f"CUDA graphs on ({graphs}): per-layer Transformer Engine graphs, "
+                     "their saved launches not modelled.")
     if fix:
         notes.append(f"{fix[0].upper()}={fix[1]}: {fix[2]}.")
     if r["fsdp"] in ("1", "True", "true"):
