@@ -138,3 +138,16 @@ def test_committed_transcription_resolves():
             assert implied / c.measured_step_s - 1 == pytest.approx(0.0, abs=td.TOKENS_RTOL)
     nem = next(r for r in rows if r["id"] == "dgxc2504_nemotron_340b_h100_256_bf16")
     assert nem["plan"]["virtual_stages"] == 12 and "launch.sh" in nem["notes"]
+
+
+def test_gb200_fp8_what_if_is_scoped_and_monotone():
+    from experiments import dgxc_gb200_fp8 as wf
+    import topologies.gpus as gpus
+    orig = gpus.GPU.gemm_efficiency
+    base = wf.gb200_fp8_errors(DATA)
+    assert base and all("gb200" in k and "fp8" in k for k in base)
+    with wf.gb200_fp8_rate(0.8):
+        slower = wf.gb200_fp8_errors(DATA)
+    assert gpus.GPU.gemm_efficiency is orig            # the catalog is restored
+    assert wf.gb200_fp8_errors(DATA) == base            # deterministic, unchanged after
+    assert all(slower[k] > base[k] for k in base)       # a lower FP8 rate, a longer step
