@@ -57,6 +57,13 @@ def stacks(rows: list[dict]) -> list[str]:
             est, meas = _step(r, rows, framework=fw)
             cells.append("-" if est is None else f"{100 * (est / meas - 1):+.1f} %")
         out.append(f"{r['id']} | {r.get('framework')} | " + " | ".join(cells))
+    errs: dict[str, list[float]] = {}
+    for r in rows:
+        est, meas = _step(r, rows)
+        errs.setdefault(str(r.get("framework")), []).append(est / meas - 1)
+    out.append("")
+    out += [f"filed {fw}: MAPE {100 * np.mean(np.abs(e)):.1f} % over {len(e)} (mean "
+            f"{100 * np.mean(e):+.1f} %)" for fw, e in sorted(errs.items())]
     return out
 
 
