@@ -14,6 +14,11 @@ Three tables, all analytic (``strategies.estimate.scalar.estimate``):
    misses.
 3. ``bloomberg-mbs``: BloombergGPT's step under each micro-batch (not stated; 4 sequences per
    GPU per step): ZeRO-3 gathers the parameters again for every micro-batch.
+4. ``mtnlg-mbs``: MT-NLG's error under each micro-batch (not stated).
+5. ``same-model``: the 530B model on 2,240 Selene GPUs, tp8 pp35 dp8, under two stacks:
+   Narayanan et al. 2021's Megatron-LM row (``published.json``,
+   ``narayanan2021_t2_ptdp_530B_2240gpu``, batch 2240) and MT-NLG's Megatron-DeepSpeed
+   (batch 1920): seconds per sequence measured and estimated, and their ratio.
 
 Run:
     python experiments/classic_leads.py
@@ -92,10 +97,40 @@ def bloomberg_mbs(rows: list[dict]) -> list[str]:
     return out
 
 
+def mtnlg_mbs(rows: list[dict]) -> list[str]:
+    out = ["row | mbs 1 (filed) | mbs 2 | mbs 4", "--- | --- | --- | ---"]
+    for r in (r for r in rows if r["id"].startswith("mtnlg_")):
+        cells = []
+        for mbs in (1, 2, 4):
+            est, meas = _step(r, rows, microbatch=mbs)
+            cells.append(f"{100 * (est / meas - 1):+.1f} %")
+        out.append(f"{r['id']} | " + " | ".join(cells))
+    return out
+
+
+def same_model(rows: list[dict]) -> list[str]:
+    pub = load_reference(os.path.join(os.path.dirname(DATA), "published.json"))
+    nar = next(r for r in pub if r["id"] == "narayanan2021_t2_ptdp_530B_2240gpu")
+    mt = next(r for r in rows if r["id"] == "mtnlg_530b_2240gpu")
+    out = ["run | stack | batch | measured s/seq | estimated s/seq", "--- | --- | --- | --- | ---"]
+    per = {}
+    for r, sib in ((nar, pub), (mt, rows)):
+        case = case_from_entry(r, sib)
+        est = float(estimate(case.job).step_time_s)
+        gbs = case.job.plan.gbs
+        per[r["id"]] = (case.measured_step_s / gbs, est / gbs)
+        out.append(f"{r['id']} | {case.job.framework.name} | {gbs} | "
+                   f"{1e3 * case.measured_step_s / gbs:.2f} ms | {1e3 * est / gbs:.2f} ms")
+    (mn, en), (mm, em) = per[nar["id"]], per[mt["id"]]
+    out.append(f"MT-NLG / Megatron-LM | | | {mm / mn:.3f} | {em / en:.3f}")
+    return out
+
+
 def main() -> int:
     rows = load_reference(DATA)
     for title, table in (("stacks", stacks(rows)), ("per-microbatch", per_microbatch(rows)),
-                         ("bloomberg-mbs", bloomberg_mbs(rows))):
+                         ("bloomberg-mbs", bloomberg_mbs(rows)), ("mtnlg-mbs", mtnlg_mbs(rows)),
+                         ("same-model", same_model(rows))):
         print(f"## {title}\n")
         print("\n".join(table) + "\n")
     return 0
