@@ -1,6 +1,6 @@
 """Classic published runs (``strategies/reference/data/classic_papers.json``): MT-NLG 530B
-(Smith et al. 2022, Sec. 2.4), BloombergGPT (Wu et al. 2023, Sec. 2.5) and GLM-130B (Zeng et
-al. 2022, Sec. 3). Each row resolves to the plan its source states, the measured step follows
+(Smith et al. 2022, Sec. 2.4), BloombergGPT (Wu et al. 2023, Sec. 3.4) and GLM-130B (Zeng et
+al. 2022, Sec. 2.3). Each row resolves to the plan its source states, the measured step follows
 from the printed figure by the closed form of the source's FLOP convention, and the printed
 redundant figures agree with each other."""
 from __future__ import annotations
