@@ -100,8 +100,9 @@ def render_also(outs: list[dict[str, Any]]) -> str:
     """The held-out references, analytic: MAPE per model and per cluster, then every run."""
     parts = ["", "## Held-out references (analytic)", "",
              "MoE models, the B200/B300/GB200/GB300 generation, NVIDIA's NeMo 24.07 "
-             "performance summary and frontier-scale papers' runs (Llama 3, MegaScale), all "
-             "held out, evaluated analytically "
+             "performance summary, DGX Cloud benchmarking's 2025 recipes, frontier-scale "
+             "papers' runs (Llama 3, MegaScale) and classic ones (MT-NLG, GLM-130B, "
+             "BloombergGPT), all held out, evaluated analytically "
              "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
              "negative means predicted faster than measured.", ""]
     for out in outs:
