@@ -17,8 +17,12 @@ Two kinds of evidence, each row with its plan:
 Rows the case builder skips (torch.compile runs: Inductor decides what is saved) and the
 file's ``excluded`` rows are listed, not compared.
 
+3. ``--refused``: every reference file's runs the model says do not fit (they ran), with the
+   overshoot and whether the row states its recomputation.
+
 Run:
     python experiments/memory_validation.py            # the table
+    python experiments/memory_validation.py --refused  # and part 3
     python experiments/memory_validation.py --json     # one JSON object
 """
 from __future__ import annotations
@@ -122,13 +126,48 @@ def statement_rows() -> list[dict[str, Any]]:
     return out
 
 
+def refused_runs(files: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Every reference file's runs (a published run ran, so it fit its GPUs): per file the
+    runs built and those the model says do not fit, with the overshoot in GiB. A refusal is
+    a memory-model error or an assumption of the row's filling (recomputation, offloading
+    not stated)."""
+    # schedule_studies.json holds schedule papers' relative figures, not runs
+    files = files or sorted(f for f in os.listdir(DATA)
+                            if f.endswith(".json") and f != "schedule_studies.json")
+    out = {}
+    for name in files:
+        rows = load_reference(os.path.join(DATA, name))
+        built, refused = 0, []
+        for r in rows:
+            if r.get("kind", "measured") != "measured":
+                continue
+            case = case_from_entry(r, rows)
+            if case.job is None:
+                continue
+            built += 1
+            _, b = peak_memory(case.job)
+            over = (b.total - case.job.cluster.min_hbm_bytes) / GIB
+            if over > 0:
+                stated = [a for a in case.assumptions if a.startswith("recompute=")]
+                refused.append({"id": r["id"], "over_gib": over, "plan": _plan_text(case.job),
+                                "recompute": stated[0] if stated else "stated"})
+        out[name] = {"runs": built, "refused": sorted(refused, key=lambda x: -x["over_gib"])}
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    ap.add_argument("--refused", action="store_true",
+                    help="also part 3: every reference file's runs the model says do not fit")
     args = ap.parse_args(argv)
     meas, stat = measured_rows(), statement_rows()
+    refused = refused_runs() if args.refused else None
     if args.json:
-        json.dump({"measured": meas, "statements": stat}, sys.stdout, indent=1)
+        out = {"measured": meas, "statements": stat}
+        if refused is not None:
+            out["refused"] = refused
+        json.dump(out, sys.stdout, indent=1)
         print()
         return 0
     print("1. Published peak memory per GPU against the model (GiB; error = model/published - 1)")
@@ -148,6 +187,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{str(r['model_fits']):>5s} {r['margin_gib']:+7.2f} {r['allocated_gib']:9.2f} "
               f"{r['allocated_margin_gib']:+7.2f}  {r['plan']}")
         print("   parts: " + ", ".join(f"{k[:-4]} {v:.2f}" for k, v in r["parts_gib"].items()))
+    if refused is not None:
+        print("\n3. Published runs the model says do not fit (they ran): per reference file")
+        for name, r in refused.items():
+            print(f"{name:28s} {len(r['refused']):3d} of {r['runs']:3d} runs refused")
+            for x in r["refused"][:5]:
+                print(f"   {x['id']:44s} +{x['over_gib']:6.1f} GiB  {x['plan']}  "
+                      f"[{x['recompute'][:60]}]")
     return 0
 
 
