@@ -366,6 +366,12 @@ class Schedule:
     #: forwards as well as backwards; False: only the backwards follow (GPipe's all-forward
     #: then all-backward; DualPipe's deferred weight gradients) (estimate's ZeRO-2 window)
     reduces_under_forwards: bool = True
+    #: with ``overlap_grad_reduce`` a chunk's gradient buckets are reduced together once the
+    #: whole backward of its last micro-batch has ended (Megatron-Core's interleaved schedule
+    #: calls ``grad_sync_func`` per chunk after ``backward_step``, the backward run under
+    #: ``no_sync``); False: each bucket as soon as its layers' backward ends (the DDP hooks)
+    #: (compiler and estimate, ``analytic.grad_window_exposed``)
+    reduces_chunk_after_backward: bool = False
     #: False: plannable, but the default search leaves it out; ``--fix schedule=`` (and
     #: ``search --schedules all``) enumerate it with one chunk per rank
     in_default_search: bool = True

@@ -26,6 +26,10 @@ class Interleaved(Schedule):
     default_vpp = 2
     uses_group = True
     blocks_fwd_send = False
+    #: ``backward_step_helper`` launches ``config.grad_sync_func[chunk]`` after the backward
+    #: of the chunk's last micro-batch (Megatron-Core core_r0.8.0
+    #: ``megatron/core/pipeline_parallel/schedules.py``)
+    reduces_chunk_after_backward = True
 
     # ------------------------------------------------------------------ validity
     def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
