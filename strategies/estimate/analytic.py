@@ -24,7 +24,9 @@ Model (per optimizer step, seconds):
   ``exchange_rounds`` (``m·v + p − 1``);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
-  ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
+  ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,
+  chunk by chunk under the cool-down's backwards, chunk 0's always exposed
+  (``grad_window_exposed``, docs/calibration.md §5.14);
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
   work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
   and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
