@@ -7,12 +7,12 @@ Run (a few seconds):
     python experiments/p2p_exchange_count.py
 
 Each plan is a pipeline alone on one node (tp 1, dp 1, one GPU per stage: only the pipeline's
-messages use NVLink; a 24-layer GPT-1.7B with a 1,024-token untied vocabulary, so the stages
+messages use NVLink; a 48-layer GPT-1.7B with a 1,024-token untied vocabulary, so the stages
 are nearly even and no tied all-reduce moves). The step is run at two NVLink bandwidths; the
 step's change over the change of one message's time ``t_p2p`` (``comm.p2p_time``) is the number
 of messages on the critical path. The estimate charges ``2·exchange_rounds``
 (``m·fill + p − 1`` rounds, two blocking exchanges each); the columns give both counts and
-``m·v`` (the F-B pairs of a rank).
+``m·v`` (the F-B pairs of a rank); interleaved's ``exposed_messages`` is ``m·v + pp·v + pp − 3``.
 """
 from __future__ import annotations
 
@@ -31,11 +31,11 @@ from strategies.plan import parse_plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
-MODEL = dataclasses.replace(model_preset("gpt-1.7b"), num_layers=24, seq_length=2048,
+MODEL = dataclasses.replace(model_preset("gpt-1.7b"), num_layers=48, seq_length=2048,
                             vocab_size=1024, tie_word_embeddings=False)
 PLANS = [("1f1b", 1, 4, 8), ("1f1b", 1, 4, 16), ("interleaved", 2, 2, 8),
          ("interleaved", 2, 4, 8), ("interleaved", 2, 4, 16), ("interleaved", 3, 4, 8),
-         ("interleaved", 6, 4, 8)]
+         ("interleaved", 6, 4, 8), ("interleaved", 4, 4, 4), ("interleaved", 2, 8, 8)]
 BANDWIDTHS = (300e9, 30e9)
 
 

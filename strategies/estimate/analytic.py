@@ -20,8 +20,9 @@ Model (per optimizer step, seconds):
   stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
   ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``; DualPipeV's ``span_excess``
   (``strategies.schedules.dual``);
-* point-to-point: two blocking exchanges per round on the critical path, the schedule's
-  ``exchange_rounds`` (``m·v + p − 1``);
+* point-to-point: the schedule's ``exposed_messages``: two blocking exchanges per round,
+  ``2·(m + p − 1)`` (1F1B, ``exchange_rounds``); interleaved, one per step of rank 0's order,
+  ``m·v + w − 1`` (docs/calibration.md §5.14);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,
@@ -393,7 +394,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
-    pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
+    pp_exposed = np.where(pp > 1, t_p2p * dispatch(sched, "exposed_messages", mb, pp, v), 0.0)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
@@ -436,7 +437,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # chunk, ``Schedule.reduces_chunk_after_backward``), so the reduction of chunk v-1 starts
     # (v-1)·pp backward steps before the rank's end (``Schedule.reduce_window_steps`` less
     # chunk v-1's own step, the lower bound's window), each step a chunk's backward and its
-    # two blocking exchanges (``pp_exposed``'s per round); at least chunk 0's whole
+    # one blocking exchange (``Interleaved.exposed_messages``); at least chunk 0's whole
     # reduction (``grad_window_exposed``)
     chunked = attr_by_code(sched, "reduces_chunk_after_backward").astype(bool) & (v > 1) \
         & (pp > 1)
@@ -454,7 +455,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         t_c0 = np.where(full, *(cm.dp_collective_time(kind, gb, c0, pe_k[k] / v, tp, cp, dp,
                                                       ep, etp, cl)
                                 for kind in ("allreduce", "reduce_scatter")))
-        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + 2 * t_p2p,
+        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
                         np.maximum(t_grad - window_k[k], t_grad * last))
         return (np.where(ogr, over, t_grad), np.where(zero >= 1, ag, 0.0))

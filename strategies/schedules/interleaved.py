@@ -131,6 +131,19 @@ class Interleaved(Schedule):
         """The fill and drain run chunk by chunk: ``vpp``."""
         return vpp
 
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """One exchange per step of rank 0's order, each a message's time: Megatron batches a
+        steady pair's four transfers into one blocking ``send_forward_backward_recv_forward_
+        backward``; the warm-up forwards and the cool-down backwards have one each, the last
+        backward (chunk 0's, virtual stage 0) none: ``m·v + w − 1``, ``w = 2(pp−1) + (v−1)·pp``
+        rank 0's warm-up (default group). Where ``m·v < w`` (``m = pp > 2``) the order runs
+        ``m·v`` warm-up forwards but the fill's chain through the ranks still takes ``w``
+        messages, so ``w`` is not capped: ``m·v + pp·v + pp − 3``. The simulation of a pipeline
+        alone on NVLink exposes exactly this count (``experiments/p2p_exchange_count.py``,
+        ``tests/test_interleaved_grad_window.py``)."""
+        m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+        return m * vpp + 2 * (pp - 1) + (vpp - 1) * pp - 1
+
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """After the last backward of chunk ``vpp-1`` come ``(vpp-1)·pp`` more backwards."""
         return 1 + (vpp - 1) * pp
