@@ -20,7 +20,10 @@ Table 2: the same models, GPUs and layouts as NVIDIA ran them in the 26.08 NeMo 
 expert-parallel overlap and full-iteration CUDA graphs, ``src/megatron/bridge/perf_recipes/
 {qwen,gpt_oss}/``), estimated from the 26.04 entry of the same model and GPU with the 26.08
 precision, ep, micro-batch, dispatcher and overlap stated in its plan. The stack captures the
-whole step in one CUDA graph there, so no host launch or sync is left in it.
+whole step in one CUDA graph there, so no host launch or sync is left in it, and TE's fused
+grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``) quantises the routed activation inside the
+GEMM, with no host split sizes for TE's per-expert padding copies (estimated with
+``grouped_mlp_casts`` and ``quant_padding`` off, docs/calibration.md §5.17).
 
 Table 4: NVIDIA's eager / partial-graph A/B on the Qwen3-30B-A3B H100 layout (Megatron-Bridge
 ``docs/training/cuda-graphs.md`` at commit 067f987df03b, "Representative Validation
@@ -36,6 +39,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -130,8 +134,9 @@ def row_graph_ab() -> tuple:
             1e3 * (eager - est.step_time_s) / (est.num_microbatches * per_rank))
 
 
-def rows_2608() -> list[tuple]:
-    """``(26.04 id, ep, mbs, measured s, estimated s, error %)`` of ``ROWS_2608``."""
+def rows_2608(fused_2608: bool = True) -> list[tuple]:
+    """``(26.04 id, ep, mbs, measured s, estimated s, error %)`` of ``ROWS_2608``;
+    ``fused_2608`` False: with the 26.04 stack's quantisation padding copies kept."""
     base = {e["id"]: e for e in load_reference(BRIDGE_2604)}
     out = []
     for rid, ep, mbs, gbs, tok in ROWS_2608:
@@ -144,7 +149,14 @@ def rows_2608() -> list[tuple]:
         e["measured"] = {"tokens_per_s_per_gpu": tok}
         e["derived"] = {"step_time_s": gbs * 4096 / (tok * n)}
         case = case_from_entry(e)
-        est = estimate(case.job)
+        # 26.08 runs TE's op fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP (the perf recipes'
+        # _enable_cutedsl_fused_grouped_mlp): GroupGemm + Activation + Quantize writes fc2's
+        # input quantised, so the routed activation casts are fused there; and the sync-free
+        # path inside a full-iteration graph has no host split sizes for TE's Fp8Padding
+        # (m_splits: List[int]), so no padding copies (docs/calibration.md §5.17)
+        job = replace(case.job, framework=replace(case.job.framework, grouped_mlp_casts=False,
+                                                  quant_padding=not fused_2608))
+        est = estimate(job)
         out.append((rid, ep, mbs, case.measured_step_s, est.step_time_s,
                     100 * (est.step_time_s / case.measured_step_s - 1)))
     return out

@@ -6,9 +6,11 @@ Runs ``paraplan validate --json --plot …`` and writes ``validation.md``, ``val
     python experiments/report_validation.py                  # docs/reports/
     python experiments/report_validation.py --reference my_runs.json --out /tmp/r
 
-It also evaluates the 2025-26 references (``--also``; analytic only, as
+It also evaluates the held-out references (``--also``; analytic only, as
 ``paraplan validate --reference FILE --no-sim``) and tabulates them per model and per GPU:
-the MoE and rack-scale runs issue 14 and 18 are judged on.
+the 2025-26 MoE and rack-scale runs issue 14 and 18 are judged on, and the frontier-scale
+papers' runs (NVIDIA's NeMo 24.07 performance summary; Llama 3 405B on 8-16K H100,
+MegaScale's Megatron-LM baseline on 256-12,288 A100, docs/calibration.md §5.16).
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
 
 NAME = "validation"
 DATA = os.path.join("strategies", "reference", "data")
-ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"))
+ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"),
+        os.path.join(DATA, "nemo_performance_2407.json"), os.path.join(DATA, "frontier_papers.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:
@@ -93,9 +96,11 @@ def _mape(rows: list[dict[str, Any]]) -> list[Any]:
 
 
 def render_also(outs: list[dict[str, Any]]) -> str:
-    """The 2025-26 references, analytic: MAPE per model and per cluster, then every run."""
-    parts = ["", "## 2025-26 references (analytic)", "",
-             "MoE models and the B200/B300/GB200/GB300 generation, evaluated analytically "
+    """The held-out references, analytic: MAPE per model and per cluster, then every run."""
+    parts = ["", "## Held-out references (analytic)", "",
+             "MoE models, the B200/B300/GB200/GB300 generation, NVIDIA's NeMo 24.07 "
+             "performance summary and frontier-scale papers' runs (Llama 3, MegaScale), all "
+             "held out, evaluated analytically "
              "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
              "negative means predicted faster than measured.", ""]
     for out in outs:
@@ -130,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--also", nargs="*", default=list(ALSO),
-                    help="further reference files, evaluated analytically (default: the 2025-26 ones)")
+                    help="further reference files, evaluated analytically (default: the held-out ones)")
     a = ap.parse_args(argv)
     argv = list(sys.argv[1:] if argv is None else argv)
     with ReportWriter(a.out) as w:

@@ -330,6 +330,17 @@ class FrameworkProfile:
     #: (``compute.eager_variant_time``); False: a stack whose kernels for these are not
     #: modelled (charged as the plain activation and the fused RoPE)
     eager_variants: bool = False
+    #: runs routed experts through Transformer Engine's ``GroupedLinear`` with the activation
+    #: function in the stack's own code (Megatron-Core's ``TEGroupedMLP``): the activation
+    #: writes bf16 and ``GroupedLinear`` quantises fc2's input and fc1's incoming gradient in
+    #: passes of their own (``quantise.layer_cast_elements``' ``routed_unfused``); False: the
+    #: activation kernels write them quantised (fused)
+    grouped_mlp_casts: bool = False
+    #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
+    #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
+    #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
+    #: expert_pad_bytes``, ``compute.expert_pad_time``
+    quant_padding: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -404,6 +415,12 @@ class FrameworkProfile:
     #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
     #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
     bf16_optimizer: bool = False
+    #: HBM bytes per score element the stack spends adding ALiBi's bias into the scores of the
+    #: unfused attention path (models with ``position_embedding="alibi"``, no FlashAttention;
+    #: ``counts.softmax_bytes_fwd``): Megatron-DeepSpeed's ``baddbmm(alibi, q, k^T, beta=1)``
+    #: copies the expanded ``(b·np, 1, s)`` bias into the score tensor (write 2) and the GEMM
+    #: reads it back as its ``C`` (read 2): 4.0; 0: not read for the stack
+    alibi_score_bytes: float = 0.0
     #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
     #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
     layouts: tuple[str, ...] = LAYOUT_WAYS
@@ -451,6 +468,11 @@ class FrameworkProfile:
         for r in self.recompute:
             if r not in RECOMPUTE:
                 raise SpecError("framework.recompute", r, f"must be one of {', '.join(RECOMPUTE)}")
+        if isinstance(self.alibi_score_bytes, bool) or \
+                not isinstance(self.alibi_score_bytes, (int, float)) or \
+                not 0 <= self.alibi_score_bytes < 100:
+            raise SpecError("framework.alibi_score_bytes", self.alibi_score_bytes,
+                            "must be bytes per score element in [0, 100)")
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
@@ -547,6 +569,30 @@ def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
     out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
     return bool(out) if out.ndim == 0 else out
 
+#: HBM bytes per score element of Megatron-DeepSpeed's ALiBi (bigscience-workshop/
+#: Megatron-DeepSpeed ae6277f5, megatron/model/transformer.py ``ParallelAttention.forward``:
+#: ``matmul_result = alibi[:b·np, :, :sk]``, shape ``(b·np, 1, sk)``, then ``torch.baddbmm(
+#: matmul_result, q, k^T, beta=1.0, alpha=1/norm_factor)``): PyTorch's CUDA ``baddbmm``
+#: expands the bias to ``(b·np, sq, sk)`` and copies it into the result before the GEMM
+#: (aten/src/ATen/native/cuda/Blas.cpp, ``baddbmm_out_cuda_impl``: ``result.copy_(self)``
+#: when ``beta != 0``; write 2), and the GEMM with ``beta = 1`` reads that result as its ``C`` (read 2). Without
+#: ALiBi the same ``baddbmm`` runs with ``beta = 0`` on an empty tensor (no read).
+ALIBI_BADDBMM_BYTES = 4.0
+
+#: Megatron-DeepSpeed's loss as BLOOM ran it: the same passes as Megatron's (one source of
+#: truth, ``MEGATRON_CROSS_ENTROPY``). bigscience-workshop/Megatron-DeepSpeed at ae6277f5
+#: (2022-02-21, the BLOOM prototype's runs): ``GPTModelPipe`` ends with the spec
+#: ``float16_to_fp32`` (the 16-bit logits to fp32: read 2, write 4), ``CrossEntropy``'s
+#: ``output.contiguous().float()`` is then a no-op, and ``megatron/mpu/cross_entropy.py``'s
+#: ``_VocabParallelCrossEntropy`` is Megatron's (max, ``sub_``, ``exp(out=)``, sum, ``div_``;
+#: backward ``mul_`` and the cast's backward); docs/calibration.md §3.25.
+MEGATRON_DEEPSPEED_CROSS_ENTROPY = replace(
+    MEGATRON_CROSS_ENTROPY,
+    source="Megatron-DeepSpeed's GPTModelPipe (bigscience-workshop/Megatron-DeepSpeed "
+           "megatron/model/gpt_model.py: the float16_to_fp32 spec after the tied LM head, "
+           "then megatron/mpu/cross_entropy.py's _VocabParallelCrossEntropy): Megatron's "
+           "passes")
+
 MEGATRON_LM_2021 = FrameworkProfile(
     name="megatron-lm-2021",
     description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "
@@ -600,7 +646,8 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",), bf16_optimizer=True,
+    recompute_methods=("uniform",), bf16_optimizer=True, loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
+    alibi_score_bytes=ALIBI_BADDBMM_BYTES,
     precisions=("bf16", "fp16"),
     precision_source="DeepSpeed's config \"bf16\": {\"enabled\"} or \"fp16\": {\"enabled\"} "
                      "(deepspeed/runtime/config.py), Megatron-DeepSpeed --bf16 / --fp16; no "
@@ -642,6 +689,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
+    grouped_mlp_casts=True, quant_padding=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
@@ -866,6 +914,8 @@ HAI_LLM = replace(
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
+    # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
+    grouped_mlp_casts=False, quant_padding=False,
     precisions=("bf16", "fp8-blockwise"),
     precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
                      "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "

@@ -10,8 +10,8 @@ import pytest
 
 from strategies.cost.compute import lm_head_time_split, usable_hbm
 from strategies.errors import SpecError
-from strategies.framework import (MEGATRON_CORE, MEGATRON_CROSS_ENTROPY, MEGATRON_LM_2021,
-                                  PROFILES, LossPasses)
+from strategies.framework import (MEGATRON_CORE, MEGATRON_CROSS_ENTROPY, MEGATRON_DEEPSPEED,
+                                  MEGATRON_LM_2021, PROFILES, LossPasses)
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 
@@ -27,8 +27,12 @@ def test_megatron_pass_bytes():
 def test_which_stacks_run_it():
     assert MEGATRON_CORE.loss is MEGATRON_CROSS_ENTROPY
     assert MEGATRON_LM_2021.loss is MEGATRON_CROSS_ENTROPY
+    # Megatron-DeepSpeed (BLOOM) runs the same passes, its own source (§3.25)
+    ds = MEGATRON_DEEPSPEED.loss
+    assert (ds.fwd, ds.bwd) == (MEGATRON_CROSS_ENTROPY.fwd, MEGATRON_CROSS_ENTROPY.bwd)
+    assert "Megatron-DeepSpeed" in ds.source
     for name, fw in PROFILES.items():
-        if name not in ("megatron-core", "megatron-lm-2021"):
+        if name not in ("megatron-core", "megatron-lm-2021", "megatron-deepspeed"):
             assert fw.loss == LossPasses(), name      # not read: the assumed passes
         assert fw.loss.source
 

@@ -569,9 +569,11 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     d = m.head_dim
     s = m.seq_length
     rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)
-    soft = costs.softmax_bytes_fwd(m, b, tp, cp, False) / hbm
+    bias = fw.alibi_score_bytes if m.position_embedding == "alibi" else 0.0
+    soft = costs.softmax_bytes_fwd(m, b, tp, cp, False, bias) / hbm
+    soft_b = costs.softmax_bytes_bwd(m, b, tp, cp, False) / hbm
     t_plain_f = slow * f_full / rate + soft
-    t_plain_b = slow * 2 * f_full / rate + 2 * soft
+    t_plain_b = slow * 2 * f_full / rate + soft_b
     fwd = np.where(flash, t_flash, t_plain_f)
     bwd = np.where(flash, t_flash_b, t_plain_b)
     if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
@@ -591,10 +593,13 @@ def elementwise_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: G
 
 
 def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: str,
-              system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+              system: SystemConfig = DEFAULT_SYSTEM, fw: FrameworkProfile = DEFAULT
+              ) -> tuple[Num, Num]:
     """(forward, backward) seconds of one layer's quantisation per micro-batch
-    (``quantise.layer_cast_bytes`` over the usable HBM bandwidth); 0 in 16 bits."""
-    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype)
+    (``quantise.layer_cast_bytes`` over the usable HBM bandwidth, the routed experts'
+    activation casts in passes of their own where the stack runs Transformer Engine's
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``); 0 in 16 bits."""
+    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -619,6 +624,20 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``costs.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
     f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp)
+    hbm = usable_hbm(gpu, system)
+    return f / hbm, bw / hbm
+
+
+def expert_pad_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
+                    load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
+                    system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` of the mean layer's quantisation padding of the routed
+    tokens (``costs.expert_pad_bytes`` over the usable HBM bandwidth) where the stack pads
+    (``fw.quant_padding``) and ``dtype`` is quantised; 0 otherwise."""
+    if not (fw.quant_padding and get_precision(dtype).quantised):
+        z = 0.0 * np.asarray(b, dtype=float)
+        return z[()], z[()]
+    f, bw = costs.expert_pad_bytes(m, b, tp, cp, load, etp)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -758,7 +777,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_b, g_w = units_time_bwd(counts, units)
     g_b, g_w = slow * g_b, slow * g_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
-    c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system)
+    c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system, fw)
     e_plain = costs.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
         / usable_hbm(gpu, system)
     e = e_plain + c_f
@@ -770,6 +789,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    # the experts' quantisation padding: HBM copies on the expert path, priced with the
+    # permutations (the same record, the same host comparison)
+    q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
+    p_f, p_b = p_f + q_f, p_b + q_b
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)

@@ -522,14 +522,44 @@ def rope_width(m: ModelSpec) -> int:
     return (m.num_attention_heads + m.kv_heads) * m.head_dim
 
 
-def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
-    """HBM bytes of the unfused attention path (no FlashAttention), per GPU, forward: the score
-    matrix ``a·s²·b/(t·c)`` is written by QK^T (2 B), read and written by the fused
-    scale-mask-softmax (4 B), read and written by attention dropout with its mask (5 B) and read by
-    AV (2 B): 13 bytes per score element. Zero with FlashAttention (scores stay on chip)."""
+#: HBM bytes per score element of the unfused attention path (Megatron's, no FlashAttention),
+#: forward: QK^T's ``baddbmm`` writes the score (2), the fused scale-mask-softmax reads and
+#: writes it (2 + 2), attention dropout reads it and writes it and its 1-byte mask (2 + 2 + 1)
+#: and AV's ``bmm`` reads it (2). NVIDIA/Megatron-LM v2.x and bigscience-workshop/
+#: Megatron-DeepSpeed ``megatron/model/transformer.py`` ``ParallelAttention.forward``.
+SCORE_BYTES_FWD = 13.0
+#: ... and backward (autograd of the same ops): AV's backward writes ``dP = dO·V^T`` (2) and
+#: reads the dropped-out probabilities for ``dV = P^T·dO`` (2); dropout's backward reads ``dP``
+#: and the mask and writes (2 + 1 + 2); the fused softmax backward reads the gradient and the
+#: saved softmax output and writes in place (2 + 2 + 2); QK^T's backward reads ``dS`` for
+#: ``dQ = dS·K`` and for ``dK = dS^T·Q`` (2 + 2). docs/calibration.md §3.25.
+SCORE_BYTES_BWD = 19.0
+
+
+def score_elements_per_gpu(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+    """Elements of the unfused path's score tensors per GPU and layer: ``a·s²·b/(t·c)`` (the
+    whole square: the unfused path computes it, the causal mask only hides a half)."""
     s = m.seq_length
-    elems = m.num_attention_heads * s * s * b / (tp * cp)
-    return np.where(flash, 0.0, 13.0 * elems) if np.ndim(flash) else (0.0 if flash else 13.0 * elems)
+    return m.num_attention_heads * s * s * b / (tp * cp)
+
+
+def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num,
+                      bias_bytes: float = 0.0) -> Num:
+    """HBM bytes of the unfused attention path (no FlashAttention), per GPU, forward:
+    ``SCORE_BYTES_FWD`` per score element (``score_elements_per_gpu``), plus ``bias_bytes``
+    per element where the stack adds a position bias into the score tensor
+    (``FrameworkProfile.alibi_score_bytes`` for ALiBi). Zero with FlashAttention (scores stay
+    on chip)."""
+    per = (SCORE_BYTES_FWD + bias_bytes) * score_elements_per_gpu(m, b, tp, cp)
+    return np.where(flash, 0.0, per) if np.ndim(flash) else (0.0 if flash else per)
+
+
+def softmax_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
+    """HBM bytes of the unfused attention path's backward per GPU: ``SCORE_BYTES_BWD`` per
+    score element (a bias added in the forward has no gradient: ALiBi's is a buffer). Zero
+    with FlashAttention."""
+    per = SCORE_BYTES_BWD * score_elements_per_gpu(m, b, tp, cp)
+    return np.where(flash, 0.0, per) if np.ndim(flash) else (0.0 if flash else per)
 
 
 # ----------------------------------------------------------------------- communication volumes
@@ -638,6 +668,42 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
     deep = (dedup * R + R) + (R + dedup * R)
     fwd = np.where(code > 0, deep, a2a)
     return (share * fwd)[()], (share * fwd)[()]
+
+
+#: 16-bit copies of the routed tokens that Megatron-Core's ``TEGroupedMLP`` makes in a quantised
+#: precision to align each local expert's rows to the quantised GEMM (``experts.py``:
+#: ``self.quantization_padding(permuted_local_hidden_states, tokens_per_expert)`` before fc1,
+#: ``self.quantization_unpadding(output, actual_tokens_per_expert)`` after fc2; Transformer
+#: Engine ``pytorch/module/fp8_padding.py``/``fp8_unpadding.py``: ``fused_multi_row_padding``
+#: reads the tokens and writes them into the padded buffer, 32-row alignment for MXFP8, 16
+#: otherwise). The copy is skipped only when every split is already aligned, which the
+#: benchmarks' forced balancing (random router logits, ``moe_router_force_load_balancing``)
+#: does not give, and unless the router pads instead (``moe_router_padding_for_quantization``,
+#: off by default and in the Megatron-Bridge performance configs, e.g. the resolved
+#: ``scripts/performance/dryrun_configs/qwen/qwen3_235b_a22b_pretrain_gb200_nvfp4_v1.yaml``).
+#: Forward: pad the fc1 input and unpad the fc2 output, each read and written once (2 + 2
+#: passes); backward: their inverses on the gradients (2 + 2). The padded rows themselves
+#: (under 32 per expert) and the router probabilities' padding (one value per row) are not
+#: counted.
+EXPERT_PAD_PASSES = (4, 4)
+
+
+def expert_pad_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,
+                     etp: Num | None = None) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the mean layer's quantisation padding of
+    the routed tokens (``EXPERT_PAD_PASSES`` 16-bit passes, half over the fc1 input
+    ``T/t·k·h·load`` and half over the fc2 output, ``etp`` times that as in
+    ``expert_bias_bytes``), on the MoE layers' share; the caller decides whether the stack
+    pads (``FrameworkProfile.quant_padding``) and the precision is quantised. Vectorised."""
+    if not m.is_moe:
+        z = 0.0 * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    etp = tp if etp is None else etp
+    share = m.layer_shares().get("moe", 0.0)
+    R = np.asarray(routed_token_bytes(m, b, tp, cp, load), dtype=float)
+    rows = R * (1.0 + np.asarray(etp, dtype=float)) / 2.0   # mean of the input and output copies
+    f, bw = EXPERT_PAD_PASSES
+    return (share * f * rows)[()], (share * bw * rows)[()]
 
 
 #: 16-bit passes over the routed experts' fc2 output that Megatron-Core 0.17's

@@ -23,6 +23,17 @@ The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
   residual stream's gradient, the attention kernel's ``dQ, dK, dV``); with sequence
   parallelism the row-parallel GEMMs' ``dY`` is cast on the local shard before its
   all-gather.
+* routed experts on a stack that runs them through Transformer Engine's ``GroupedLinear``
+  with the activation in its own model code (``routed_unfused``; Megatron-Core's
+  ``TEGroupedMLP``, ``FrameworkProfile.grouped_mlp_casts``): the activation function
+  (``weighted_bias_swiglu_impl`` and the like) writes bf16 and fc2's ``GroupedLinear``
+  quantises that input with a pass of its own (``tex.split_quantize(inp_view, m_splits,
+  input_quantizers)``, TransformerEngine ``pytorch/module/grouped_linear.py``), and so does
+  fc1's backward with the activation backward's bf16 ``dY``: both a cast kernel, not fused.
+  NVIDIA names this "separate quantization pass" among the three costs its fused grouped
+  MLP removes (NVIDIA technical blog, "Boosting MoE Training Throughput with Advanced Fusion
+  Kernels", 2026-06-15: GroupGemm + Activation + Quantize/Transpose, GroupGemm +
+  dActivation + Quantize/Transpose). Default: fused, as before.
 
 Per step (``weight_cast_bytes``): each weight is quantised once and the copies reused by
 every micro-batch (TE's ``is_first_microbatch``, which Megatron-Core's TE layers pass); the
@@ -60,12 +71,15 @@ from topologies.gpus import GPU
 from topologies.precision import get_precision
 
 
-def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num
+def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
+                        routed_unfused: Num = False
                         ) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
-    in all (``costs.layer_gemms``' balanced routing)."""
+    in all (``costs.layer_gemms``' balanced routing). ``routed_unfused``: the routed
+    experts' activation output (fc2's input) and activation gradient (fc1's ``dY``) are cast
+    by kernels of their own (module doc, ``GroupedLinear``), not by the activation."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     shard = np.where(sp, tp, 1.0)
@@ -87,18 +101,23 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num
                 f_un = f_un + t * h
             else:                                # after the MLP's norm
                 f_fused = f_fused + t * h / shard
-            f_fused = f_fused + t * F / tp       # activation output -> second GEMM
-            b_fused = b_fused + t * up * F / tp  # activation backward -> first GEMM's dY
+            own = np.logical_and(routed, routed_unfused)  # GroupedLinear's own pass
+            f_act, b_act = t * F / tp, t * up * F / tp  # activation output, its backward
+            f_fused = f_fused + np.where(own, 0.0, f_act)   # -> second GEMM
+            f_un = f_un + np.where(own, f_act, 0.0)
+            b_fused = b_fused + np.where(own, 0.0, b_act)   # -> first GEMM's dY
+            b_un = b_un + np.where(own, b_act, 0.0)
             b_un = b_un + (t * h if routed else t * h / shard)
     return (f_fused, f_un), (b_fused, b_un)
 
 
 def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
-                     dtype: str) -> tuple[Num, Num]:
+                     dtype: str, routed_unfused: Num = False) -> tuple[Num, Num]:
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
-    (``layer_cast_elements`` priced by ``Precision.cast_bytes``); 0 in 16 bits."""
+    (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` as
+    there); 0 in 16 bits."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
-    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp)
+    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
     return ff * fused + fu * unfused, bf * fused + bu * unfused
 

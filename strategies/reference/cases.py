@@ -136,7 +136,11 @@ def framework_of(c: dict) -> FrameworkProfile:
     Megatron-Core's README ``megatron-core``; MaxText and PAXML ``jax-xla``; torchtitan ``torchtitan``; MosaicML
     llm-foundry ``pytorch-eager``. Otherwise by year: before 2023 ``megatron-lm-2021``, else
     ``megatron-core``. A 2021-stack run with a ZeRO stage that Megatron-LM did not have (the
-    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``."""
+    SC21 paper's ZeRO-3 baseline) ran under DeepSpeed: ``megatron-deepspeed``. An entry that
+    names its profile (``framework``: a ``paraplan presets`` name, its reason in the entry's
+    notes, e.g. a paper that pins the Megatron-LM commit it ran) runs under that one."""
+    if c.get("framework") is not None:
+        return get_profile(str(c["framework"]))
     src = c.get("source") or {}
     text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also")).lower()
     year = re.search(r"(20\d\d)", text)
@@ -472,13 +476,22 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
     """FlashAttention and the overlap switches of an entry: what the source states (its
     ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
     default, stated as an assumption with the default's source
-    (``FrameworkProfile.default_sources``). TP overlap needs TP with sequence parallelism
-    (Transformer Engine's userbuffers)."""
+    (``FrameworkProfile.default_sources``). A switch the entry's plan states as a boolean
+    field of its own name (``plan.tp_comm_overlap: false``: a source that lists the overlap
+    as something the run did not have) is taken as stated, on only where the stack can run it.
+    TP overlap needs TP with sequence parallelism (Transformer Engine's userbuffers)."""
     pl = c.get("plan") or {}
     flags = str(pl.get("overlap") or "").lower()
     words = f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
     out = {}
     for switch, default in fw.plan_defaults().items():
+        if isinstance(pl.get(switch), bool):
+            value = pl[switch] and getattr(fw, switch, True) and (
+                tp_sp or switch != "tp_comm_overlap")
+            notes.append(f"{switch}={str(value).lower()} "
+                         f"(stated: plan.{switch}={str(pl[switch]).lower()})")
+            out[switch] = value
+            continue
         said = _STATED[switch] in (words if switch == "flash_attn" else flags)
         if said and getattr(fw, switch, True) and (tp_sp or switch != "tp_comm_overlap"):
             out[switch] = True
@@ -580,7 +593,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if plan is None:
         model = _balanced_layers(model, sizes[1], notes)
         plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
-    notes.append(f"framework {fw.name} ({fw.description})")
+    notes.append(f"framework {fw.name} ({fw.description})"
+                 + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None
     if grad_reduce_in_fp32(c) is False:
         system = SystemConfig(grad_buffer_bytes=2.0)
