@@ -27,7 +27,8 @@ from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_tabl
 NAME = "validation"
 DATA = os.path.join("strategies", "reference", "data")
 ALSO = (os.path.join(DATA, "published_2026.json"), os.path.join(DATA, "megatron_bridge_2604.json"),
-        os.path.join(DATA, "nemo_performance_2407.json"), os.path.join(DATA, "frontier_papers.json"))
+        os.path.join(DATA, "nemo_performance_2407.json"), os.path.join(DATA, "frontier_papers.json"),
+        os.path.join(DATA, "dgxc_2505.json"), os.path.join(DATA, "classic_papers.json"))
 
 
 def paraplan_args(a: argparse.Namespace, plot: str, jobs: bool = True) -> list[str]:
@@ -99,8 +100,9 @@ def render_also(outs: list[dict[str, Any]]) -> str:
     """The held-out references, analytic: MAPE per model and per cluster, then every run."""
     parts = ["", "## Held-out references (analytic)", "",
              "MoE models, the B200/B300/GB200/GB300 generation, NVIDIA's NeMo 24.07 "
-             "performance summary and frontier-scale papers' runs (Llama 3, MegaScale), all "
-             "held out, evaluated analytically "
+             "performance summary, DGX Cloud benchmarking's 2025 recipes, frontier-scale "
+             "papers' runs (Llama 3, MegaScale) and classic ones (MT-NLG, GLM-130B, "
+             "BloombergGPT), all held out, evaluated analytically "
              "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
              "negative means predicted faster than measured.", ""]
     for out in outs:

@@ -587,12 +587,15 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
-    plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
-    if plan is None:
-        plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
-    if plan is None:
-        model = _balanced_layers(model, sizes[1], notes)
-        plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
+    try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
+        plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+        if plan is None:
+            plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
+        if plan is None:
+            model = _balanced_layers(model, sizes[1], notes)
+            plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
+    except SpecError as e:
+        return skip(f"plan does not resolve: {e}")
     notes.append(f"framework {fw.name} ({fw.description})"
                  + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None
