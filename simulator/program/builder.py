@@ -340,23 +340,26 @@ class ProgramBuilder:
         plan = self.buckets[c]
         final = i == self.final_mb[c]
         live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
+        # a chunk reduced whole after its backward (``reduces_chunk_after_backward``): no
+        # bucket starts inside it, all start with ``_launch`` after its last compute
+        live_in = live and not (self.sched.reduces_chunk_after_backward and not self.every_mb)
         todo = list(plan.buckets)
         pos = 0
         if vs == self.last_vs:
             self.compute(self.c.head_bwd, "lm_head", label, i, c)
         if plan.head:
             pos = 1
-            todo = self._launch(todo, pos, live, final)
+            todo = self._launch(todo, pos, live_in, final)
         rest = self._z3(label, i, fwd=False)
         z3 = self._z3_layered()
-        split = self.gran == "layer" or by_layer or (live and len(todo) > 1) or z3
+        split = self.gran == "layer" or by_layer or (live_in and len(todo) > 1) or z3
         counts = bucket_segments(plan, len(self.chunk[c]), split,
                                  self.gran == "layer" or by_layer or z3)
         done = 0
         for nl, items in zip(counts, self.segments(c, counts, True)):
             main = self.block(False, items, label, i, c)
             pos += nl
-            todo = self._launch(todo, pos, live, final)
+            todo = self._launch(todo, pos, live_in, final)
             done += nl
             if z3:
                 self._z3_reduce_layers(nl, done, c, main, label, i)

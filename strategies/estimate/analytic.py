@@ -20,11 +20,14 @@ Model (per optimizer step, seconds):
   stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
   ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``; DualPipeV's ``span_excess``
   (``strategies.schedules.dual``);
-* point-to-point: two blocking exchanges per round on the critical path, the schedule's
-  ``exchange_rounds`` (``m·v + p − 1``);
+* point-to-point: the schedule's ``exposed_messages``: two blocking exchanges per round,
+  ``2·(m + p − 1)`` (1F1B, ``exchange_rounds``); interleaved, one per step of rank 0's order,
+  ``m·v + w − 1`` (docs/calibration.md §5.14);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
-  ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed;
+  ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,
+  chunk by chunk under the cool-down's backwards, chunk 0's always exposed
+  (``grad_window_exposed``, docs/calibration.md §5.14);
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
   work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
   and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
@@ -154,6 +157,23 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
                                               np.maximum(busy, np.maximum(drain, cool)),
                                               np.where(path == Z2_SPLIT, split, busy))),
                     busy)
+
+
+def grad_window_exposed(t_grad: Any, t_c0: Any, t_bc: Any, steps: Any) -> Any:
+    """Seconds of an overlapped gradient reduction exposed after an interleaved rank's last
+    backward. Megatron-Core's interleaved schedule launches a chunk's whole reduction once the
+    backward of its last micro-batch has ended (``grad_sync_func`` per model chunk, the
+    backward itself run under ``no_sync``: ``forward_backward_pipelining_with_interleaving``,
+    core_r0.8.0 ``megatron/core/pipeline_parallel/schedules.py``), so chunk ``c``'s
+    reduction is ready ``c·pp`` chunk backwards before rank 0's end and chunk 0's (the
+    embedding's gradients among them) at the end. With the chunks' reductions ``r_c`` queued
+    on one stream: ``max_c (Σ_{i≤c} r_i − c·pp·t_bc)``, which for equal ``r_c`` above chunk 0
+    is ``max(t_c0, t_grad − (steps − 1)·t_bc)``. ``t_grad``: the rank's whole reduction;
+    ``t_c0``: chunk 0's; ``t_bc``: one chunk's backward of one micro-batch; ``steps``:
+    ``Schedule.reduce_window_steps``, ``1 + (v − 1)·pp`` chunk backwards from the first
+    chunk's last backward to the rank's end (its own backward included, which the reduction
+    does not run under)."""
+    return np.maximum(t_c0, t_grad - (steps - 1) * t_bc)
 
 
 def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any, mb: Any,
@@ -374,7 +394,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
-    pp_exposed = np.where(pp > 1, 2 * t_p2p * dispatch(sched, "exchange_rounds", mb, pp, v), 0.0)
+    pp_exposed = np.where(pp > 1, t_p2p * dispatch(sched, "exposed_messages", mb, pp, v), 0.0)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
@@ -412,13 +432,33 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
                        head_first | mirrored)
 
+    # interleaved (chunks on a ring, the backward unsplit): a chunk's gradients are complete,
+    # and reduced, after its last micro-batch's backward (Megatron's ``grad_sync_func`` per
+    # chunk, ``Schedule.reduces_chunk_after_backward``), so the reduction of chunk v-1 starts
+    # (v-1)·pp backward steps before the rank's end (``Schedule.reduce_window_steps`` less
+    # chunk v-1's own step, the lower bound's window), each step a chunk's backward and its
+    # one blocking exchange (``Interleaved.exposed_messages``); at least chunk 0's whole
+    # reduction (``grad_window_exposed``)
+    chunked = attr_by_code(sched, "reduces_chunk_after_backward").astype(bool) & (v > 1) \
+        & (pp > 1)
+    end_k = (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
+    steps = dispatch(sched, "reduce_window_steps", pp, v)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         last = np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k])
         ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd, t_ag_k[k] * last),
                       t_ag_k[k])
-        return (np.where(ogr, np.maximum(t_grad - window_k[k], t_grad * last), t_grad),
-                np.where(zero >= 1, ag, 0.0))
+        # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
+        # LM head is in the last rank's chunk v-1)
+        c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
+        t_c0 = np.where(full, *(cm.dp_collective_time(kind, gb, c0, pe_k[k] / v, tp, cp, dp,
+                                                      ep, etp, cl)
+                                for kind in ("allreduce", "reduce_scatter")))
+        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
+                                                     steps),
+                        np.maximum(t_grad - window_k[k], t_grad * last))
+        return (np.where(ogr, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,

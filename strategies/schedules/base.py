@@ -22,7 +22,8 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   ``peak_chunk_moment``), ``logits_stashed`` (the last stage
   keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
-  ``pipeline_span`` and ``exchange_rounds`` (the analytic estimate), ``bubble_fraction``
+  ``pipeline_span``, ``exchange_rounds`` and ``exposed_messages`` (the analytic estimate),
+  ``bubble_fraction``
   (the closed form), ``blocks_fwd_send``/``blocks_bwd_send`` and ``reduce_window_steps``
   (the lower bound), ``steady_state``/``period`` (extension from short runs);
 * **validity**: ``check_plan`` (pp, vpp, group size), ``check`` (plus the micro-batch
@@ -366,6 +367,12 @@ class Schedule:
     #: forwards as well as backwards; False: only the backwards follow (GPipe's all-forward
     #: then all-backward; DualPipe's deferred weight gradients) (estimate's ZeRO-2 window)
     reduces_under_forwards: bool = True
+    #: with ``overlap_grad_reduce`` a chunk's gradient buckets are reduced together once the
+    #: whole backward of its last micro-batch has ended (Megatron-Core's interleaved schedule
+    #: calls ``grad_sync_func`` per chunk after ``backward_step``, the backward run under
+    #: ``no_sync``); False: each bucket as soon as its layers' backward ends (the DDP hooks)
+    #: (compiler and estimate, ``analytic.grad_window_exposed``)
+    reduces_chunk_after_backward: bool = False
     #: False: plannable, but the default search leaves it out; ``--fix schedule=`` (and
     #: ``search --schedules all``) enumerate it with one chunk per rank
     in_default_search: bool = True
@@ -571,6 +578,11 @@ class Schedule:
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
         """Point-to-point exchange rounds on the critical path: ``m·fill + pp - 1``."""
         return m * self.fill_chunks(vpp) + pp - 1
+
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """Point-to-point messages on the critical path (each costs one message's time):
+        two blocking exchanges per round, ``2·exchange_rounds``."""
+        return 2 * self.exchange_rounds(m, pp, vpp)
 
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """Backward steps at most left on a rank once its first chunk's gradients are

@@ -26,6 +26,10 @@ class Interleaved(Schedule):
     default_vpp = 2
     uses_group = True
     blocks_fwd_send = False
+    #: ``backward_step_helper`` launches ``config.grad_sync_func[chunk]`` after the backward
+    #: of the chunk's last micro-batch (Megatron-Core core_r0.8.0
+    #: ``megatron/core/pipeline_parallel/schedules.py``)
+    reduces_chunk_after_backward = True
 
     # ------------------------------------------------------------------ validity
     def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
@@ -126,6 +130,19 @@ class Interleaved(Schedule):
     def fill_chunks(self, vpp: Any) -> Any:
         """The fill and drain run chunk by chunk: ``vpp``."""
         return vpp
+
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """One exchange per step of rank 0's order, each a message's time: Megatron batches a
+        steady pair's four transfers into one blocking ``send_forward_backward_recv_forward_
+        backward``; the warm-up forwards and the cool-down backwards have one each, the last
+        backward (chunk 0's, virtual stage 0) none: ``m·v + w − 1``, ``w = 2(pp−1) + (v−1)·pp``
+        rank 0's warm-up (default group). Where ``m·v < w`` (``m = pp > 2``) the order runs
+        ``m·v`` warm-up forwards but the fill's chain through the ranks still takes ``w``
+        messages, so ``w`` is not capped: ``m·v + pp·v + pp − 3``. The simulation of a pipeline
+        alone on NVLink exposes exactly this count (``experiments/p2p_exchange_count.py``,
+        ``tests/test_interleaved_grad_window.py``)."""
+        m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+        return m * vpp + 2 * (pp - 1) + (vpp - 1) * pp - 1
 
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """After the last backward of chunk ``vpp-1`` come ``(vpp-1)·pp`` more backwards."""
