@@ -42,10 +42,10 @@ _ALL = [
     # NVIDIA Nemotron-4 (squared ReLU, GQA 8, vocab 256000, seq 4096)
     # (Parmar et al. 2024, arXiv 2402.16819 §2: "no bias terms, dropout rate of zero"; the 340B
     # model has the 15B's architecture, arXiv 2406.11704)
-    _gpt("nemotron4-15b", 32, 6144, 48, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False,
-         dropout=False),
-    _gpt("nemotron4-340b", 96, 18432, 96, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False,
-         dropout=False),
+    _gpt("nemotron4-15b", 32, 6144, 48, v=256000, s=4096, act="squared_relu", pos="rope", kv=8,
+         bias=False, dropout=False),
+    _gpt("nemotron4-340b", 96, 18432, 96, v=256000, s=4096, act="squared_relu", pos="rope", kv=8,
+         bias=False, dropout=False),
     # Meta Llama 2 / 3 / 3.1 model cards
     _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
     _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),

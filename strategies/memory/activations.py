@@ -729,8 +729,9 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
     """Bytes held for one micro-batch at a time, on top of the stash: the last stage's loss
     in progress (``output_bytes`` at the stack's ``loss.peak_bytes``; 1F1B/interleaved: its
     last forward is followed at once by that micro-batch's backward; less the fp32 logits
-    the entries of a schedule that stashes them count), and with full recompute one layer's full working set (the layer being
-    recomputed during its backward), with op recompute what that layer did not save."""
+    the entries of a schedule that stashes them count), and with full recompute one layer's
+    full working set (the layer being recomputed during its backward), with op recompute
+    what that layer did not save."""
     _check_stage(job, stage)
     nbytes = 0.0
     if _holds_head(job, stage):
