@@ -439,7 +439,8 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     Counted per token (bf16, 1-byte dropout masks), with Megatron's fusions: two LayerNorms
     (read + write h each: 4h·2 B), two bias-dropout-add (read x and residual, write out, write
     mask: 3h·2 B + h; no mask for a model trained without dropout, ``ModelSpec.dropout``),
-    the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and rotary embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
+    the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and rotary
+    embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
     work is replicated on every tensor-parallel rank; with it, divided by t.
     ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
     PyTorch ops instead, ``eager_elementwise_bytes_fwd``.
