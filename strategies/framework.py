@@ -205,8 +205,19 @@ class LossPasses:
                                           ("pass 2 (fp32, read)", 4.0))
     source: str = ("assumed: three fp32 passes over the logits each way, 12 bytes per element "
                    "(not read from the stack's code)")
+    #: bytes per logit element (per GPU: tokens x vocabulary / tp) alive at the loss's
+    #: memory peak, the fp32 softmax it keeps for the backward included
+    #: (``strategies.memory.activations.output_bytes``); 4: the fp32 logits of Megatron's
+    #: estimator (``theoretical_memory_usage``, Korthikanti Sec. 4.3), an assumption where
+    #: the stack's code was not read. docs/calibration.md §5.19.
+    peak_bytes: float = 4.0
+    peak_source: str = "assumed: the fp32 logits alone (Megatron's estimator)"
 
     def __post_init__(self) -> None:
+        b = self.peak_bytes
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 2 <= b < 100:
+            raise SpecError("framework.loss.peak_bytes", b,
+                            "must be bytes per logit element in [2, 100)")
         for where, passes in (("fwd", self.fwd), ("bwd", self.bwd)):
             for name, b in passes:
                 if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b < 100:
@@ -243,7 +254,14 @@ MEGATRON_CROSS_ENTROPY = LossPasses(
     source="Megatron's unfused _VocabParallelCrossEntropy: NVIDIA/Megatron-LM core_r0.8.0 "
            "megatron/core/tensor_parallel/cross_entropy.py (cross_entropy_loss_fusion=False "
            "by default, megatron/core/model_parallel_config.py); 2021 megatron/mpu/"
-           "cross_entropy.py with megatron/model/gpt_model.py's output.float()")
+           "cross_entropy.py with megatron/model/gpt_model.py's output.float()",
+    # forward: the 16-bit logits (2, still the caller's) beside their fp32 copy, which max,
+    # sub_, exp(out=) and div_ turn into the saved softmax in place (4); backward: the
+    # gradient is computed in place in that buffer (mul_) and cast to 16 bits (2)
+    peak_bytes=6.0,
+    peak_source="Megatron's _VocabParallelCrossEntropy (the passes above): 16-bit logits + "
+                "their fp32 copy in the forward, the in-place fp32 gradient + its 16-bit cast "
+                "in the backward, 2 + 4 = 6 bytes per element")
 
 
 @dataclass(frozen=True)
@@ -843,6 +861,15 @@ TORCHTITAN = replace(
                    "first/last counts, slots or a count per rank); its default split counts "
                    "the embedding and the output as layers "
                    "(pipeline_parallel_first/last_stage_less_layers=1)",
+    # train.py's loss_fn, F.cross_entropy(pred.flatten(0, 1).float(), labels), eager: the
+    # backward's log_softmax_backward holds its saved fp32 output, the fp32 gradient nll_loss
+    # wrote and its own fp32 result at once (the time passes stay LossPasses' assumption)
+    loss=replace(LossPasses(), peak_bytes=12.0, peak_source=(
+        "torchtitan 9dec370 (Dec 2024) train.py loss_fn: F.cross_entropy(pred.flatten(0, 1)"
+        ".float(), labels.flatten(0, 1)), eager (loss_fn compile commented out), `del pred` "
+        "before loss.backward(): forward 16-bit logits 2 + fp32 copy 4 + log_softmax output 4 "
+        "= 10; backward saved log_softmax output 4 + nll_loss's fp32 gradient 4 + "
+        "log_softmax_backward's fp32 result 4 = 12 bytes per element")),
     sharded_grad_passes=("reduce_copy_in",),
     sharded_grad_sources=(
         ("reduce_copy_in", "FSDP2 foreach_reduce (torch/distributed/_composable/fsdp/"

@@ -131,7 +131,19 @@ def _common(cfg: Mapping[str, Any]) -> dict[str, Any]:
                 num_query_groups=_int(cfg, "num_key_value_heads", heads),
                 kv_channels=_kv_channels(cfg, hidden, heads), activation="swiglu",
                 tie_word_embeddings=_bool(cfg, "tie_word_embeddings"),
-                position_embedding="rope", norm="rmsnorm")
+                position_embedding="rope", norm="rmsnorm", dropout=_dropout(cfg))
+
+
+def _dropout(cfg: Mapping[str, Any]) -> bool:
+    """Whether the model trains with dropout: these model types' only dropout is
+    ``attention_dropout`` (0.0 in their configs and HF's defaults; no residual dropout), so
+    an absent or zero field means no dropout masks (``ModelSpec.dropout``)."""
+    v = cfg.get("attention_dropout", 0.0)
+    if v is None:
+        return False
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
+        raise SpecError("attention_dropout", v, "must be a probability in [0, 1)")
+    return v > 0
 
 
 def _attention_bias(cfg: Mapping[str, Any], mt: str) -> bool:

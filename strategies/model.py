@@ -94,6 +94,13 @@ class ModelSpec:
     #: factor on RoPE's cos and sin (YaRN's attention factor, ``rope_scaling``; gpt-oss
     #: 1 + 0.1 ln 32); 1: plain RoPE
     rope_attention_factor: float = 1.0
+    #: trained with dropout (Megatron's ``hidden_dropout``/``attention_dropout`` > 0): its
+    #: 1-byte masks are saved for the backward. False for the models trained without it
+    #: (Llama, Mistral, Qwen, DeepSeek, gpt-oss: ``attention_dropout`` 0.0 and no residual
+    #: dropout), whose ``F.dropout(x, p=0)`` returns ``x`` itself and keeps no mask (PyTorch
+    #: ``aten/src/ATen/native/Dropout.cpp``, ``_dropout_impl``: ``if (p == 0 || !train ...)
+    #: return input``). docs/memory.md, docs/calibration.md §5.19.
+    dropout: bool = True
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
@@ -104,7 +111,7 @@ class ModelSpec:
                   "global_attention_every"):
             check_int(f, getattr(self, f), 0, _LIMITS.get(f))
         for f in ("tie_word_embeddings", "bias", "qkv_bias", "qk_norm", "shared_expert_gate",
-                  "router_bias", "attention_sinks"):
+                  "router_bias", "attention_sinks", "dropout"):
             check_bool(f, getattr(self, f))
         for f in ("max_position_embeddings", "kv_channels", "q_lora_rank", "kv_lora_rank",
                   *_MLA_DIMS, "shared_expert_ffn_hidden_size", "moe_ffn_hidden_size",

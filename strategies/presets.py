@@ -7,22 +7,22 @@ from strategies.model import ModelSpec, yarn_attention_factor
 
 def _gpt(name: str, l: int, h: int, a: int, v: int = 51200, s: int = 2048, ffn: int | None = None,
          act: str = "gelu", pos: str = "learned", kv: int | None = None,
-         bias: bool = True) -> ModelSpec:
+         bias: bool = True, dropout: bool = True) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn or 4 * h, v, s, kv, act, tie_word_embeddings=True,
-                     position_embedding=pos, bias=bias)
+                     position_embedding=pos, bias=bias, dropout=dropout)
 
 
 def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
            tie: bool = False, experts: int = 1, topk: int = 1, qkv_bias: bool = False) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk,
                      tie_word_embeddings=tie, position_embedding="rope", norm="rmsnorm",
-                     qkv_bias=qkv_bias)
+                     qkv_bias=qkv_bias, dropout=False)
 
 
 def _moe(name: str, l: int, h: int, a: int, kv: int | None, ffn: int, v: int, s: int, experts: int,
          topk: int, moe_ffn: int, **kw) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn, v, s, kv, "swiglu", experts, topk, moe_ffn,
-                     position_embedding="rope", norm="rmsnorm", **kw)
+                     position_embedding="rope", norm="rmsnorm", dropout=False, **kw)
 
 
 _ALL = [
@@ -40,8 +40,12 @@ _ALL = [
     _gpt("mpt-7b", 32, 4096, 32, v=50368, pos="alibi", bias=False), _gpt("mpt-13b", 40, 5120, 40, v=50368, pos="alibi", bias=False),
     _gpt("mpt-30b", 48, 7168, 56, v=50368, pos="alibi", bias=False), _gpt("mpt-70b", 80, 8192, 64, v=50368, pos="alibi", bias=False),
     # NVIDIA Nemotron-4 (squared ReLU, GQA 8, vocab 256000, seq 4096)
-    _gpt("nemotron4-15b", 32, 6144, 48, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False),
-    _gpt("nemotron4-340b", 96, 18432, 96, v=256000, s=4096, act="squared_relu", pos="rope", kv=8, bias=False),
+    # (Parmar et al. 2024, arXiv 2402.16819 §2: "no bias terms, dropout rate of zero"; the 340B
+    # model has the 15B's architecture, arXiv 2406.11704)
+    _gpt("nemotron4-15b", 32, 6144, 48, v=256000, s=4096, act="squared_relu", pos="rope", kv=8,
+         bias=False, dropout=False),
+    _gpt("nemotron4-340b", 96, 18432, 96, v=256000, s=4096, act="squared_relu", pos="rope", kv=8,
+         bias=False, dropout=False),
     # Meta Llama 2 / 3 / 3.1 model cards
     _llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096),
     _llama("llama2-13b", 40, 5120, 40, 40, 13824, 32000, 4096),

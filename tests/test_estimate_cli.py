@@ -45,9 +45,11 @@ def test_fig1_22b(capsys, plan, want):
     layers = d["memory_by_origin"][0]["layers"]["activations_gib"]
     assert layers == pytest.approx(want, rel=GIB_TOL)
     # With pp=1 the one stage also holds the embedding's and the LM head's activations
-    # (logits), which the paper's figure leaves out: they add under 0.5 GiB.
+    # (the loss in progress: Megatron's 16-bit logits beside their fp32 copy, 6 bytes per
+    # logit element, docs/calibration.md §5.19), which the paper's figure leaves out: they
+    # add under 0.6 GiB.
     extra = d["memory_by_stage"][0]["activations_gib"] - layers
-    assert 0 < extra < 0.5
+    assert 0 < extra < 0.6
 
 
 def test_estimate_json_has_the_contract_keys(capsys):

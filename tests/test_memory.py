@@ -107,8 +107,13 @@ def test_swiglu_and_gqa_terms():
     assert terms["k_v"] == 4 * s * b * 8 * 128
     got = act.layer_activation_bytes(m, s, b, tp=8, sp=True, recompute="selective")
     sbh = s * b * 8192
-    expected = (10 * sbh + 2 * sbh + 2 * sbh + 4 * s * b * 1024 + 6 * s * b * 28672) / 8
+    # Llama trains without dropout: the replicated group is 8sbh (no two sbh masks)
+    assert not m.dropout
+    expected = (8 * sbh + 2 * sbh + 2 * sbh + 4 * s * b * 1024 + 6 * s * b * 28672) / 8
     assert got == pytest.approx(expected, **EXACT)
+    with_masks = act.layer_activation_bytes(replace(m, dropout=True), s, b, tp=8, sp=True,
+                                            recompute="selective")
+    assert with_masks - got == pytest.approx(2 * sbh / 8, **EXACT)
 
 
 def test_context_parallel_divides_by_cp():

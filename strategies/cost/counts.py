@@ -438,8 +438,9 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
 
     Counted per token (bf16, 1-byte dropout masks), with Megatron's fusions: two LayerNorms
     (read + write h each: 4h·2 B), two bias-dropout-add (read x and residual, write out, write
-    mask: 3h·2 B + h), the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and
-    rotary embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
+    mask: 3h·2 B + h; no mask for a model trained without dropout, ``ModelSpec.dropout``),
+    the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and rotary
+    embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
     work is replicated on every tensor-parallel rank; with it, divided by t.
     ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
     PyTorch ops instead, ``eager_elementwise_bytes_fwd``.
@@ -448,7 +449,9 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
         return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
     T = tokens_per_gpu(b, m.seq_length, cp)
     h = m.hidden_size
-    norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + h)) * T
+    # the 1-byte mask only where the model trains with dropout (ModelSpec.dropout: with
+    # p = 0 the fused bias-dropout-add reads x and the residual and writes the sum, no mask)
+    norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + (h if m.dropout else 0))) * T
     act = activation_fn_bytes_fwd(m, b, tp, cp, m.mean_mlp_width())
     rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
     return norm_drop / _seq_shard(tp, sp) + act + rope

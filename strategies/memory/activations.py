@@ -29,8 +29,12 @@ Megatron-LM's ``theoretical_memory_usage`` writes the same as ``sbh·(18 + 4f/h)
 replicated 10 + Q, K, V and out-projection input 8; ``4f/h`` the two MLP intermediates).
 A gated (SwiGLU) MLP saves its fc1 output of width ``2f`` (both halves are needed by the
 SwiGLU backward) and the product of width ``f`` (fc2's input): ``6sbf`` instead of ``4sbf``.
-GQA shrinks K and V to ``g·d`` wide. Dropout masks are kept for every model (a conservative
-``2sbh`` per layer for models trained without dropout).
+GQA shrinks K and V to ``g·d`` wide. A model trained without dropout (``ModelSpec.dropout``
+False: Llama, Mistral, Qwen, DeepSeek, gpt-oss) keeps no dropout tensor: PyTorch's
+``F.dropout(x, p=0)`` returns ``x`` itself (``aten/src/ATen/native/Dropout.cpp``,
+``_dropout_impl``), so the two ``sbh`` masks, the embedding's mask, the softmax's dropout
+mask and dropout output (``3as²b``, the softmax output stays) are zero (docs/calibration.md
+§5.19: ``2sbh`` of Llama 3 405B's ``33.75sbh/t`` per layer, 5.9 %).
 
 Selective recompute (Megatron's ``recompute_granularity=selective``: core attention) drops the
 score term; so does FlashAttention (``flash_attn=True``, the Plan default), which never stores
@@ -87,14 +91,15 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     sbf = sb * model.mean_mlp_width()         # k experts' (and the shared experts') width
     copies = model.mean_expert_copies()
     score = a * s * s * b
+    drop = 1.0 if model.dropout else 0.0      # no dropout: no mask, no separate output
     return {
         "ln1_input": 2 * sbh, "qkv_input": 2 * sbh, "q": 2 * sb * a * model.head_dim,
         "k_v": 2 * sb * model.kv_heads * (model.head_dim + model.v_dim),
-        "softmax_output": 2 * score, "softmax_dropout_mask": score,
-        "attention_dropout_output": 2 * score, "proj_input": 2 * sb * a * model.v_dim,
-        "attention_dropout_mask": sbh, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * copies,
+        "softmax_output": 2 * score, "softmax_dropout_mask": score * drop,
+        "attention_dropout_output": 2 * score * drop, "proj_input": 2 * sb * a * model.v_dim,
+        "attention_dropout_mask": sbh * drop, "ln2_input": 2 * sbh, "fc1_input": 2 * sbh * copies,
         "activation_input": (4 if model.gated else 2) * sbf, "fc2_input": 2 * sbf,
-        "mlp_dropout_mask": sbh,
+        "mlp_dropout_mask": sbh * drop,
         # MLA: the q and kv latents before their norms and after (the up projections' inputs)
         # and the shared rope key; none without MLA
         "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
@@ -475,20 +480,39 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     return float(base + extra)
 
 
+def embedding_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
+    """First stage, per micro-batch and GPU (numbers or numpy arrays): int64 token ids ``8sb``
+    plus the embedding dropout mask ``sbh`` (``/t`` with SP; none without dropout), all
+    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator). The scalar and the array model
+    read this."""
+    s, h = seq_len, model.hidden_size
+    seq_div = np.where(sp, tp, 1)
+    mask = s * b * h / seq_div if model.dropout else 0.0
+    return (8 * s * b + mask) / cp
+
+
+def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0):
+    """Last stage, per micro-batch and GPU (numbers or arrays): final-norm input and
+    output-projection input ``4sbh`` (``/t`` with SP) plus ``logit_bytes`` per logit element
+    ``sbV/t``, all ``/cp``. With the default 4 (the fp32 logits a stashed micro-batch keeps
+    for the cross-entropy's backward) this is Megatron's ``4sbh(1 + V/h)/t`` with SP
+    (Korthikanti Sec. 4.3); the loss in progress holds the stack's
+    ``FrameworkProfile.loss.peak_bytes`` (Megatron's 6: the 16-bit logits beside the fp32
+    copy; torchtitan's eager ``F.cross_entropy(x.float())`` 12: docs/memory.md)."""
+    s, h, v = seq_len, model.hidden_size, model.vocab_size
+    return (4 * s * b * h / np.where(sp, tp, 1) + logit_bytes * s * b * v / tp) / cp
+
+
 def embedding_activation_bytes(job: Job) -> float:
-    """First stage, per micro-batch: int64 token ids ``8sb`` plus the embedding dropout mask
-    ``sbh`` (``/t`` with SP), all ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator)."""
-    p, s, b, h = job.plan, job.seq_len, job.plan.mbs, job.model.hidden_size
-    return (8 * s * b + s * b * h / (p.tp if p.sp else 1)) / p.cp
+    """``embedding_bytes`` of the job's plan."""
+    p = job.plan
+    return float(embedding_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
 
 
 def output_activation_bytes(job: Job) -> float:
-    """Last stage, per micro-batch: final-norm input and output-projection input ``4sbh``
-    (``/t`` with SP) plus the logits kept for the vocab-parallel cross-entropy ``4sbV/t``
-    (fp32), all ``/cp``: Megatron's ``4sbh(1 + V/h)/t`` with SP (Korthikanti Sec. 4.3)."""
-    p, s, b = job.plan, job.seq_len, job.plan.mbs
-    h, v = job.model.hidden_size, job.model.vocab_size
-    return (4 * s * b * h / (p.tp if p.sp else 1) + 4 * s * b * v / p.tp) / p.cp
+    """``output_bytes`` of the job's plan."""
+    p = job.plan
+    return float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
 
 
 def stash_peak(job: Job, stage: int) -> tuple[int, int]:
@@ -702,14 +726,22 @@ def _holds_embedding(job: Job, stage: int) -> bool:
 
 
 def transient_activation_bytes(job: Job, stage: int) -> float:
-    """Bytes held for one micro-batch at a time, on top of the stash: unless the schedule
-    stashes them, the last stage's logits (1F1B/interleaved: its last forward is followed at
-    once by that micro-batch's backward), and with full recompute one layer's full working set (the layer being
-    recomputed during its backward), with op recompute what that layer did not save."""
+    """Bytes held for one micro-batch at a time, on top of the stash: the last stage's loss
+    in progress (``output_bytes`` at the stack's ``loss.peak_bytes``; 1F1B/interleaved: its
+    last forward is followed at once by that micro-batch's backward; less the fp32 logits
+    the entries of a schedule that stashes them count), and with full recompute one layer's
+    full working set (the layer being recomputed during its backward), with op recompute
+    what that layer did not save."""
     _check_stage(job, stage)
     nbytes = 0.0
-    if _holds_head(job, stage) and not get_schedule(job.plan.schedule).logits_stashed:
-        nbytes += output_activation_bytes(job)
+    if _holds_head(job, stage):
+        # the loss in progress (the stack's cross-entropy, FrameworkProfile.loss.peak_bytes),
+        # less the fp32 logits a schedule that stashes them counts in its entries
+        p = job.plan
+        nbytes += float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                     job.framework.loss.peak_bytes))
+        if get_schedule(p.schedule).logits_stashed:
+            nbytes -= output_activation_bytes(job)
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds
     if job.plan.recompute == "full":     # the layers being rebuilt (one, or a uniform group)
         lpc, n, uni = _partial(job, stage)

@@ -45,7 +45,8 @@ from strategies.layout import (even_chunks_content_arrays, even_stage_content_ar
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
-from strategies.memory.activations import (TERM_KINDS, layer_activation_terms, layer_wgrad_terms,
+from strategies.memory.activations import (TERM_KINDS, embedding_bytes, layer_activation_terms,
+                                          layer_wgrad_terms, output_bytes,
                                           named_remat_bytes, op_saved_bytes,
                                           permutation_buffer_bytes,
                                           routed_stash_correction, selective_dropped_bytes,
@@ -103,7 +104,8 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
-                            gpu=None, stash_layers=None, clamp=False, remat_named=False
+                            gpu=None, stash_layers=None, clamp=False, remat_named=False,
+                            loss_bytes=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -131,7 +133,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     ``clamp``: the stack runs gpt-oss's eager activation clamp (``FrameworkProfile.
     eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``).
     ``remat_named``: the stack's selective recomputation is a JAX remat policy
-    (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``)."""
+    (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
+    ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head
+    (``FrameworkProfile.loss.peak_bytes``; ``activations.output_bytes``; None: the default
+    stack's)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -202,9 +207,15 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         return out
 
     # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, (8 * s * b + s * b * h / seq_div) / cp / v, 0.0) \
+    emb_act = np.where(is_first, embedding_bytes(m, s, b, tp, sp, cp) / v, 0.0) \
         / np.where(mirrored, 2, 1)
-    out_one = (4 * s * b * h / seq_div + 4 * s * b * V / tp) / cp
+    out_one = output_bytes(m, s, b, tp, sp, cp)
+    # the loss in progress holds more than the fp32 logits a stashed entry keeps (the
+    # stack's cross-entropy, activations.transient_activation_bytes)
+    if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
+        from strategies.framework import DEFAULT as _DEFAULT_FRAMEWORK
+        loss_bytes = _DEFAULT_FRAMEWORK.loss.peak_bytes
+    loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
     stashed = attr_by_code(sched, "logits_stashed")
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
     # and, with recompute_layers under block, every activation of the layers it does not
@@ -328,7 +339,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         ``w_chunk`` per pending ``W`` and rebuilds ``rc_act`` at once."""
         n_in, n_w = at_peak(chunk_act, w_chunk)
         n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
-        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1), 0.0)
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra, 0.0)
         return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act
 
     content_given = content is not None
@@ -473,7 +484,7 @@ def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
                        in_flight=None, pending_w=None, clamp=False,
-                       remat_named=False) -> np.ndarray:
+                       remat_named=False, loss_bytes=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -492,24 +503,26 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
             layers = np.where(uneven, own, m.num_layers / P.pp)
     return memory_component_arrays(m, P, stage, dtype, system, in_flight=in_flight,
                                    layers=layers, pending_w=pending_w, gpu=gpu,
-                                   clamp=clamp, remat_named=remat_named)[1]
+                                   clamp=clamp, remat_named=remat_named,
+                                   loss_bytes=loss_bytes)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
-                        gpu=None, clamp=False, remat_named=False) -> np.ndarray:
+                        gpu=None, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
     ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``, ``remat_named``: as there)."""
     P = as_plan_arrays(P)
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
-                              gpu, clamp=clamp, remat_named=remat_named)
+                              gpu, clamp=clamp, remat_named=remat_named,
+                              loss_bytes=loss_bytes)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
-                       clamp=False, remat_named=False) -> np.ndarray:
+                       clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy (both: ``memory_component_arrays``).
@@ -519,14 +532,17 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     every rank (the ranks hold different kinds, so no rank's total bounds another's)."""
     P = as_plan_arrays(P)
     if mixed_layers(m):
-        return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named)
-    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named),
-                      stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named))
+        return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes)
+    peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
+                                          loss_bytes),
+                      stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
+                                          loss_bytes))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu,
-                                 clamp=clamp, remat_named=remat_named)
+                                 clamp=clamp, remat_named=remat_named,
+                                 loss_bytes=loss_bytes)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -536,15 +552,15 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if np.any(every):
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
-            return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named)
+            return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
-                                                    clamp, remat_named)
+                                                    clamp, remat_named, loss_bytes)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
-                     gpu, clamp=False, remat_named=False) -> np.ndarray:
+                     gpu, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -553,7 +569,8 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
         rows = np.flatnonzero(pp > r)
         sub = _take(P, rows)
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
-            m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named))
+            m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
+            loss_bytes=loss_bytes))
     return peak.reshape(np.shape(P.pp))
 
 

@@ -128,7 +128,10 @@ def model_family(name: str) -> dict:
         norm="rmsnorm" if gated else "layernorm",
         tie_word_embeddings=not (gated or nemotron or "neox" in n or "pythia" in n),
         bias=not (gated or nemotron or "mpt" in n or "palm" in n),
-        qkv_bias="qwen" in n)
+        qkv_bias="qwen" in n,
+        # the gated families (Llama, Mistral, Qwen, DeepSeek) and Nemotron-4 (arXiv 2402.16819
+        # §2: "dropout rate of zero") train without dropout
+        dropout=not (gated or nemotron))
 
 
 # ------------------------------------------------------------------------- the software

@@ -414,7 +414,7 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
                      gpu: GPU | None = None, clamp: bool = False,
-                     remat_named: bool = False) -> np.ndarray:
+                     remat_named: bool = False, loss_bytes: float | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
@@ -437,7 +437,8 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub = {k: v[rows[act]] for k, v in c.items()}
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
-        pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named)
+        pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named,
+                                loss_bytes)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -466,6 +467,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     clamp = bool((framework or DEFAULT_FRAMEWORK).eager_variants)
     # a JAX remat policy's selective stash (memory.activations.named_remat_bytes)
     remat_named = bool((framework or DEFAULT_FRAMEWORK).remat_named)
+    # what the stack's cross-entropy holds per logit element (memory.activations.output_bytes)
+    loss_bytes = float((framework or DEFAULT_FRAMEWORK).loss.peak_bytes)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
@@ -484,7 +487,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named)
+    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named,
+                               loss_bytes)
             if len(c["tp"])
             else np.zeros(0))
     ok = peak <= limit
@@ -496,12 +500,12 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     ok = np.ones(len(c["tp"]), bool)
     if len(z2):
         ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp,
-                                    remat_named) > limit
+                                    remat_named, loss_bytes) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
         c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
-                                remat_named)
+                                remat_named, loss_bytes)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
