@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """How many pipeline messages a step exposes: the estimate's count against the simulation's
-(docs/calibration.md §5.14, the lead left open).
+(docs/calibration.md §5.14 for interleaved, §5.21 for 1F1B).
 
 Run (a few seconds):
 
@@ -13,6 +13,17 @@ step's change over the change of one message's time ``t_p2p`` (``comm.p2p_time``
 of messages on the critical path. The estimate charges ``2·exchange_rounds``
 (``m·fill + p − 1`` rounds, two blocking exchanges each); the columns give both counts and
 ``m·v`` (the F-B pairs of a rank); interleaved's ``exposed_messages`` is ``m·v + pp·v + pp − 3``.
+
+The second table is 1F1B over a grid of ``(p, m)`` with the slowest rank forced by the layout
+(``layers_per_stage``: one layer more on the first, a middle or the last rank, a few ms
+against a message's 0.03-0.3 ms, so the critical path keeps its rank at both bandwidths;
+``even``: the even split, where the end ranks' embedding and LM head make them slower than
+the middle ones by less than the messages' difference, so the count is between two paths).
+``closed form`` is ``OneFOneB.bottleneck_messages`` for the slowest rank's kind:
+``m + 2p − 3`` (last), ``2m + 2p − 5`` (middle), ``m + 2p − 5 + min(m, p)`` (first), ``2p − 2``
+at ``m = 1``. The estimate prices an uneven layout as the even plan's messages
+(``estimate.scalar._per_stage`` corrects only the compute makespan), so it is shown for the
+even split only, where it takes the largest of the three paths (``analytic``, ``pp_comm``).
 """
 from __future__ import annotations
 
@@ -29,6 +40,7 @@ from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.plan import parse_plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
+from strategies.schedules import get_schedule  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
 MODEL = dataclasses.replace(model_preset("gpt-1.7b"), num_layers=48, seq_length=2048,
@@ -39,15 +51,36 @@ PLANS = [("1f1b", 1, 4, 8), ("1f1b", 1, 4, 16), ("interleaved", 2, 2, 8),
 BANDWIDTHS = (300e9, 30e9)
 
 
-def counts(sched: str, v: int, pp: int, m: int) -> tuple[float, float]:
-    """(estimate, simulation): exposed messages per step of the plan."""
+#: 1F1B grid: pipeline ranks, micro-batches, the rank given one layer more (None: even)
+GRID_PP = (2, 3, 4, 6, 8)
+GRID_M = (1, 2, 3, 4, 8, 16)
+KINDS = (("first", 0), ("middle", 1), ("last", 2), ("even", None))
+
+
+def layers(pp: int, rank: int | None) -> str:
+    """``layers_per_stage`` with one layer moved onto ``rank`` (0 first, 1 the middle rank
+    1, 2 the last) from its neighbour; "" for the even split."""
+    if rank is None:
+        return ""
+    n = [MODEL.num_layers // pp] * pp
+    heavy = {0: 0, 1: 1, 2: pp - 1}[rank]
+    n[heavy] += 1
+    n[heavy + 1 if heavy < pp - 1 else heavy - 1] -= 1
+    return ",layers_per_stage=" + "/".join(map(str, n))
+
+
+def counts(sched: str, v: int, pp: int, m: int, extra: str = "",
+           bandwidths: tuple[float, float] = BANDWIDTHS, model=None) -> tuple[float, float]:
+    """(estimate, simulation): exposed messages per step of the plan (``extra``: more plan
+    fields), the step's change between the two NVLink ``bandwidths`` (bytes/s) over that of
+    one message's time."""
     out = []
-    for bw in BANDWIDTHS:
+    for bw in bandwidths:
         cl = dataclasses.replace(cluster_preset("dgx-a100", 1), intra_node_bandwidth=bw,
                                  gpus_per_node=pp)
         plan = f"tp=1,pp={pp},dp=1,mbs=1,gbs={m},schedule={sched}" + (f",vpp={v}" if v > 1
-                                                                      else "")
-        job = make_job(MODEL, cl, parse_plan(plan))
+                                                                      else "") + extra
+        job = make_job(MODEL if model is None else model, cl, parse_plan(plan))
         tau = float(cm.p2p_time(stage_costs(job).p2p_bytes, cl, 1))
         out.append((estimate(job).step_time_s, simulate(job).step_time_s, tau))
     (e1, s1, t1), (e2, s2, t2) = out
@@ -60,6 +93,18 @@ def main() -> int:
     for sched, v, pp, m in PLANS:
         e, s = counts(sched, v, pp, m)
         print(f"| {sched} | {v} | {pp} | {m} | {m * v} | {e:.2f} | {s:.2f} |")
+    one = get_schedule("1f1b")
+    print("\n| 1F1B p | m | slowest rank | closed form | estimate | simulation |")
+    print("|---:|---:|---|---:|---:|---:|")
+    for pp in GRID_PP:
+        for m in GRID_M:
+            for name, k in KINDS:
+                if k == 1 and pp < 3:
+                    continue
+                e, s = counts("1f1b", 1, pp, m, layers(pp, k))
+                cf = "-" if k is None else f"{float(one.bottleneck_messages(m, pp, 1, k)):.0f}"
+                est = f"{e:.2f}" if k is None else "-"
+                print(f"| {pp} | {m} | {name} | {cf} | {est} | {s:.2f} |")
     return 0
 
 

@@ -20,9 +20,12 @@ Model (per optimizer step, seconds):
   stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
   ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``; DualPipeV's ``span_excess``
   (``strategies.schedules.dual``);
-* point-to-point: the schedule's ``exposed_messages``: two blocking exchanges per round,
-  ``2·(m + p − 1)`` (1F1B, ``exchange_rounds``); interleaved, one per step of rank 0's order,
-  ``m·v + w − 1`` (docs/calibration.md §5.14);
+* point-to-point: the schedule's ``exposed_messages``: by default two blocking exchanges per
+  round, ``2·(m + p − 1)`` (``exchange_rounds``); interleaved, one per step of rank 0's order,
+  ``m·v + w − 1`` (docs/calibration.md §5.14); 1F1B, the messages of the path through the kind
+  of rank that bounds the steady state, ``m + 2p − 3`` the last, ``2m + 2p − 5`` a middle one
+  (``bottleneck_messages``, the largest of the free span through that rank plus them;
+  docs/calibration.md §5.21);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,
@@ -394,7 +397,23 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
-    pp_exposed = np.where(pp > 1, t_p2p * dispatch(sched, "exposed_messages", mb, pp, v), 0.0)
+    # 1F1B (``Schedule.messages_by_rank``): a middle rank blocks on two exchanges per
+    # micro-batch, the end ranks on one, so the span with messages is the largest, over the
+    # kind of rank that bounds the steady state, of the free span through it and its path's
+    # messages (``bottleneck_messages``), at least the fewest messages
+    by_rank = attr_by_code(sched, "messages_by_rank").astype(bool) & (pp > 1)
+    if np.any(by_rank):
+        paths = [np.where((k != 1) | (pp > 2), dispatch(
+            sched, "pipeline_span", mb, t_k, t_sum, v, w_share, f_share, pp)
+            + t_p2p * dispatch(sched, "bottleneck_messages", mb, pp, v, k), -np.inf)
+            for k, t_k in enumerate((t_first, t_mid, t_last))]
+        fewest = t_p2p * np.min([dispatch(sched, "bottleneck_messages", mb, pp, v, k)
+                                 for k in (0, 2)], axis=0)
+        ranked = np.maximum(np.max(paths, axis=0) - pipe, fewest)
+    else:
+        ranked = 0.0
+    pp_exposed = np.where(pp > 1, np.where(by_rank, ranked, t_p2p * dispatch(
+        sched, "exposed_messages", mb, pp, v)), 0.0)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
