@@ -124,3 +124,18 @@ def fmt(v: float | None, digits: int = 2, unit: str = "") -> str:
     if v is None:
         return "-"
     return f"{v:.{digits}f}{unit}"
+
+
+def write_reference(path: str, rows: list[dict[str, Any]], skipped: Sequence[tuple[str, str]],
+                    describe: Callable[[dict[str, Any]], str]) -> None:
+    """Write transcribed reference ``rows`` to ``path`` as JSON (indent 1, final newline),
+    atomically (a failed run leaves the old file whole), then print one ``describe(row)`` line
+    per row and every skipped ``(label, why)``."""
+    from simulator.cli.common import atomic_write_text
+    atomic_write_text(path, json.dumps(rows, indent=1) + "\n")
+    print(f"{len(rows)} rows -> {path}")
+    for r in rows:
+        print(f"  {describe(r)}")
+    print(f"{len(skipped)} skipped:")
+    for label, why in skipped:
+        print(f"  {label}: {why}")

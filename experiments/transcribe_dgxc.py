@@ -22,10 +22,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import sys
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments._report import write_reference  # noqa: E402
+from strategies.reference.measured import throughput_step_s  # noqa: E402
 
 RELEASES = ("v25.05.05", "v25.04.02")
 README_FILES = ("llama3.1/README.md", "nemotron/README.md", "grok1/README.md",
@@ -260,8 +266,9 @@ def match(col: dict[str, Any], rows: list[dict[str, Any]]) -> list[dict[str, Any
 
 def step_time_s(gbs: int, seq: int, tokens_per_s: float) -> float:
     """Seconds per step a throughput implies: gbs x seq tokens over tokens/s (the recipes'
-    own formula, tokens/s = seq x gbs / step time)."""
-    return gbs * seq / tokens_per_s
+    own formula, tokens/s = seq x gbs / step time; ``strategies.reference.measured.
+    throughput_step_s``)."""
+    return throughput_step_s(gbs, seq, tokens_per_s)
 
 
 def skip_reason(family: str, col: dict[str, Any], found: list[dict[str, Any]]) -> str | None:
@@ -456,17 +463,13 @@ def main(argv: list[str] | None = None) -> int:
     if not a.repo:
         ap.error("repo is required unless --summary is given")
     out, skipped = transcribe(a.repo)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} rows -> {a.out}")
-    for r in out:
+
+    def describe(r: dict[str, Any]) -> str:
         pl = r["plan"]
-        print(f"  {r['id']}: tp{pl['tp']} pp{pl['pp']} cp{pl['cp']} ep{pl['ep']} "
-              f"vp{pl['virtual_stages']} {r['measured']['step_time_s']} s/step")
-    print(f"{len(skipped)} skipped:")
-    for label, why in skipped:
-        print(f"  {label}: {why}")
+        return (f"{r['id']}: tp{pl['tp']} pp{pl['pp']} cp{pl['cp']} ep{pl['ep']} "
+                f"vp{pl['virtual_stages']} {r['measured']['step_time_s']} s/step")
+
+    write_reference(a.out, out, skipped, describe)
     return 0
 
 

@@ -21,11 +21,16 @@ NeMo-Framework-Launcher at the 24.07 tag (``launcher_scripts/conf/training/<fami
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import re
 import subprocess
 import sys
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments._report import write_reference  # noqa: E402
+from strategies.reference.measured import throughput_step_s  # noqa: E402
 
 TABLE_PATH = "docs/source/performance/performance_summary.md"
 URL = "https://github.com/NVIDIA/NeMo/blob/{commit}/" + TABLE_PATH
@@ -95,9 +100,9 @@ def parse_tables(md: str) -> list[tuple[str, list[dict[str, str]]]]:
 
 def step_time_s(gbs: int, seq: int, tokens_per_s_per_gpu: float, n_gpus: int) -> float:
     """Seconds per step a row's throughput implies: gbs x seq tokens per step over
-    tokens/s/GPU x GPUs (the rule ``measured.measured_step`` applies to the recorded
-    figures)."""
-    return gbs * seq / (tokens_per_s_per_gpu * n_gpus)
+    tokens/s/GPU x GPUs (``strategies.reference.measured.throughput_step_s``, the rule the
+    reader applies to the recorded figures)."""
+    return throughput_step_s(gbs, seq, tokens_per_s_per_gpu * n_gpus)
 
 
 def skip_reason(table: str, row: dict[str, str]) -> str | None:
@@ -193,19 +198,15 @@ def main(argv: list[str] | None = None) -> int:
     md = subprocess.run(git + ["show", f"{commit}:{TABLE_PATH}"], capture_output=True,
                         text=True, check=True).stdout
     out, skipped = transcribe(md, commit)
-    with open(a.out, "w") as f:
-        json.dump(out, f, indent=1)
-        f.write("\n")
-    print(f"{len(out)} rows -> {a.out}")
-    for r in out:
+
+    def describe(r: dict[str, Any]) -> str:
         me, pl = r["measured"], r["plan"]
         s = step_time_s(pl["global_batch"], r["model"]["seq_len"], me["tokens_per_s_per_gpu"],
                         r["hardware"]["n_gpus"])
-        print(f"  {r['id']}: tp{pl['tp']} pp{pl['pp']} cp{pl['cp']} vp{pl['virtual_stages']} "
-              f"{s:.4f} s/step")
-    print(f"{len(skipped)} skipped:")
-    for label, why in skipped:
-        print(f"  {label}: {why}")
+        return (f"{r['id']}: tp{pl['tp']} pp{pl['pp']} cp{pl['cp']} vp{pl['virtual_stages']} "
+                f"{s:.4f} s/step")
+
+    write_reference(a.out, out, skipped, describe)
     return 0
 
 

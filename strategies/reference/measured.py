@@ -78,6 +78,12 @@ def seq_len(c: dict) -> tuple[int | None, list[str]]:
     return None, []
 
 
+def throughput_step_s(gbs: float, seq: float, tokens_per_s: float) -> float:
+    """Seconds per step a throughput implies: ``gbs`` sequences of ``seq`` tokens over
+    ``tokens_per_s`` tokens per second (the whole job's rate)."""
+    return gbs * seq / tokens_per_s
+
+
 def measured_step(c: dict) -> tuple[float | None, str]:
     """Seconds per step the source implies from what it prints (a step time, a throughput,
     or TFLOP/s under a FLOP count it names), and how it was read."""
@@ -88,9 +94,10 @@ def measured_step(c: dict) -> tuple[float | None, str]:
     if me.get("step_time_s"):
         return float(me["step_time_s"]), "step time as printed"
     if me.get("tokens_per_s") and gbs and s:
-        return gbs * s / me["tokens_per_s"], "global batch × seq / tokens per s"
+        return throughput_step_s(gbs, s, me["tokens_per_s"]), "global batch × seq / tokens per s"
     if me.get("tokens_per_s_per_gpu") and gbs and s and n:
-        return gbs * s / (me["tokens_per_s_per_gpu"] * n), "global batch × seq / (tokens/s/GPU × GPUs)"
+        return (throughput_step_s(gbs, s, me["tokens_per_s_per_gpu"] * n),
+                "global batch × seq / (tokens/s/GPU × GPUs)")
     if me.get("gpu_hours_per_trillion_tokens") and gbs and s and n:   # GPU-s per token x tokens / GPUs
         return (gbs * s * me["gpu_hours_per_trillion_tokens"] * 3600 / (1e12 * n),
                 "global batch × seq × GPU-hours per 1e12 tokens × 3600 / GPUs")
