@@ -21,9 +21,8 @@ against a message's 0.03-0.3 ms, so the critical path keeps its rank at both ban
 the middle ones by less than the messages' difference, so the count is between two paths).
 ``closed form`` is ``OneFOneB.bottleneck_messages`` for the slowest rank's kind:
 ``m + 2p − 3`` (last), ``2m + 2p − 5`` (middle), ``m + 2p − 5 + min(m, p)`` (first), ``2p − 2``
-at ``m = 1``. The estimate prices an uneven layout as the even plan's messages
-(``estimate.scalar._per_stage`` corrects only the compute makespan), so it is shown for the
-even split only, where it takes the largest of the three paths (``analytic``, ``pp_comm``).
+at ``m = 1``. The estimate takes the largest of the three paths (``analytic.ranked_messages``),
+on an uneven layout with the real stages' times (``estimate.scalar._messages_shift``).
 """
 from __future__ import annotations
 
@@ -103,8 +102,7 @@ def main() -> int:
                     continue
                 e, s = counts("1f1b", 1, pp, m, layers(pp, k))
                 cf = "-" if k is None else f"{float(one.bottleneck_messages(m, pp, 1, k)):.0f}"
-                est = f"{e:.2f}" if k is None else "-"
-                print(f"| {pp} | {m} | {name} | {cf} | {est} | {s:.2f} |")
+                print(f"| {pp} | {m} | {name} | {cf} | {e:.2f} | {s:.2f} |")
     return 0
 
 
