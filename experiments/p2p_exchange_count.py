@@ -25,6 +25,9 @@ at ``m = 1``. The estimate takes the largest of the three paths (``analytic.rank
 on an uneven layout with the real stages' times (``estimate.scalar._messages_shift``).
 The third table measures ZB-H1 and DeepSpeed's lock step, still charged ``2·(m + p − 1)``
 (docs/calibration.md §5.21, left open).
+
+``--plans`` (a minute) counts instead the messages of a few plans with data and tensor
+parallelism, doubling every pipeline send's bytes (``doubled_sends``).
 """
 from __future__ import annotations
 
@@ -91,7 +94,54 @@ def counts(sched: str, v: int, pp: int, m: int, extra: str = "",
     return (e2 - e1) / (t2 - t1), (s2 - s1) / (t2 - t1)
 
 
+def doubled_sends(job) -> tuple[float, float]:
+    """(estimate, simulation): messages of ``job`` in units of the estimate's message time
+    (``comm.p2p_time`` at the pipeline's stride), the simulation's from doubling the bytes of
+    every pipeline send (the compiler's ``Send`` ops; nothing else changes) on the
+    contention-free network: a plan with data parallelism and tensor parallelism, where the
+    bandwidth cannot be changed for the pipeline alone."""
+    import simulator.program.builder as builder
+    from simulator.program.ops import Send
+    p = job.plan
+    c = stage_costs(job)
+    stride = p.tp * p.cp * p.dp
+    tau = float(cm.p2p_time(c.p2p_bytes, job.cluster, stride))
+    extra = float(cm.p2p_time(2 * c.p2p_bytes, job.cluster, stride)) - tau
+    steps = []
+    for factor in (1.0, 2.0):
+        def scaled(factor=factor, **kw):
+            kw["nbytes"] = kw["nbytes"] * factor
+            return Send(**kw)
+        builder.Send = scaled
+        try:
+            steps.append(simulate(job, network="contention-free").step_time_s)
+        finally:
+            builder.Send = Send
+    return estimate(job).breakdown_s["pp_comm"] / tau, (steps[1] - steps[0]) / extra
+
+
+def plans_table() -> None:
+    """The doubled-send count of the plans docs/calibration.md §5.21 quotes."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+        __file__))), "tests"))
+    from test_zero_overlap import DSV3_8, MIXTRAL4
+    g = model_preset("gpt-18.4b")
+    rows = [(MIXTRAL4, "dgx-h100", 2, "pp=2,ep=4,zero=2,gbs=64"),
+            (g, "dgx-a100", 8, "tp=4,pp=2,dp=8,mbs=4,gbs=128,recompute=selective,sp=true"),
+            (g, "dgx-a100", 8, "tp=4,pp=4,dp=4,mbs=4,gbs=128,recompute=selective,sp=true"),
+            (DSV3_8, "hgx-h800", 2, "pp=4,ep=4,zero=1,gbs=32")]
+    print("\n| model | cluster | plan | estimate | simulation (sends doubled) |")
+    print("|---|---|---|---:|---:|")
+    for model, preset, nodes, plan in rows:
+        job = make_job(model, cluster_preset(preset, nodes), parse_plan(plan))
+        e, s = doubled_sends(job)
+        print(f"| {model.name} | {preset}:{nodes} | {plan} | {e:.2f} | {s:.2f} |")
+
+
 def main() -> int:
+    if "--plans" in sys.argv[1:]:
+        plans_table()
+        return 0
     print("| schedule | v | p | m | m·v | estimate | simulation |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for sched, v, pp, m in PLANS:
