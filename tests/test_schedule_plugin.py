@@ -110,8 +110,13 @@ def test_rules_come_from_the_defaults(toy):
 def test_estimate_simulate_and_bound(toy):
     j, ref = job(), job("1f1b")
     est, est_ref = estimate(j), estimate(ref)
-    # the same pipeline closed form, one more stashed micro-batch on every stage
-    assert est.step_time_s == est_ref.step_time_s
+    # the same pipeline closed form, one more stashed micro-batch on every stage; the
+    # default's two messages per round, 2(m + p - 1), where 1F1B charges its own path's, here
+    # the last stage's (the LM head): m + 2p - 3 (``OneFOneB.bottleneck_messages``,
+    # docs/calibration.md §5.21)
+    pp_comm, pp_ref = est.breakdown_s["pp_comm"], est_ref.breakdown_s["pp_comm"]
+    assert est.step_time_s - pp_comm == pytest.approx(est_ref.step_time_s - pp_ref, rel=1e-12)
+    assert pp_comm / pp_ref == pytest.approx(2 * (8 + 4 - 1) / (8 + 2 * 4 - 3), rel=1e-9)
     assert est.memory.activations > est_ref.memory.activations
     res = simulate(j)
     for stage, peak in enumerate(res.metrics["peak_activation_bytes"]):

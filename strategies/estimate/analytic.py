@@ -20,9 +20,12 @@ Model (per optimizer step, seconds):
   stage (``w_share``, at most the forward's and the input gradient's), ZB-H1's
   ``m·t_max + (t_sum − t_max)(1 − 2·w_share)``; DualPipeV's ``span_excess``
   (``strategies.schedules.dual``);
-* point-to-point: the schedule's ``exposed_messages``: two blocking exchanges per round,
-  ``2·(m + p − 1)`` (1F1B, ``exchange_rounds``); interleaved, one per step of rank 0's order,
-  ``m·v + w − 1`` (docs/calibration.md §5.14);
+* point-to-point: the schedule's ``exposed_messages``: by default two blocking exchanges per
+  round, ``2·(m + p − 1)`` (``exchange_rounds``); interleaved, one per step of rank 0's order,
+  ``m·v + w − 1`` (docs/calibration.md §5.14); 1F1B, the messages of the path through the kind
+  of rank that bounds the steady state, ``m + 2p − 3`` the last, ``2m + 2p − 5`` a middle one
+  (``bottleneck_messages``, the largest of the free span through that rank plus them;
+  docs/calibration.md §5.21);
 * data parallel: gradient reduce (all-reduce, or reduce-scatter + all-gather with the
   distributed optimizer / ZeRO), overlapped with the last micro-batch's backward only when
   ``overlap_grad_reduce`` (as Megatron-LM does), the last bucket always exposed; interleaved,
@@ -246,6 +249,26 @@ def degraded_view(cl: Cluster) -> Cluster:
                    inter_node_bandwidth=cl.inter_node_bandwidth / inter)
 
 
+def ranked_messages(sched: Any, mb: Any, pp: Any, v: Any, times: tuple[Any, Any, Any],
+                    t_sum: Any, t_p2p: Any, w_share: Any = 0.0, f_share: Any = 0.5) -> Any:
+    """Seconds the point-to-point messages add to the pipeline's span under a schedule whose
+    count depends on the kind of rank that bounds the steady state
+    (``Schedule.messages_by_rank``, 1F1B): the largest, over the first, a middle (``pp >= 3``)
+    and the last rank (``times``: their seconds per micro-batch), of the free span through
+    that rank (``pipeline_span`` with its time as the slowest) plus its path's messages
+    (``bottleneck_messages``) times ``t_p2p``, less the free span through the slowest; at
+    least the fewest messages (docs/calibration.md §5.21). Arrays over plans."""
+    t_max = np.maximum(np.maximum(times[0], times[2]), np.where(pp > 2, times[1], -np.inf))
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp)
+    paths = [np.where((k != 1) | (pp > 2), dispatch(
+        sched, "pipeline_span", mb, t_k, t_sum, v, w_share, f_share, pp)
+        + t_p2p * dispatch(sched, "bottleneck_messages", mb, pp, v, k), -np.inf)
+        for k, t_k in enumerate(times)]
+    fewest = t_p2p * np.min([dispatch(sched, "bottleneck_messages", mb, pp, v, k)
+                             for k in (0, 2)], axis=0)
+    return np.maximum(np.max(paths, axis=0) - pipe, fewest)
+
+
 def straggler_stages(stragglers, per_stage, pp, times, compute, t_max, t_sum):
     """``(t_max, t_sum)`` of the pipeline formula with straggling stages: the stage of GPU
     ``g`` is ``g // per_stage`` (pp is the outermost coordinate); its compute (``compute``:
@@ -394,7 +417,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
-    pp_exposed = np.where(pp > 1, t_p2p * dispatch(sched, "exposed_messages", mb, pp, v), 0.0)
+    # 1F1B (``Schedule.messages_by_rank``): a middle rank blocks on two exchanges per
+    # micro-batch, the end ranks on one, so the span with messages is the largest, over the
+    # kind of rank that bounds the steady state, of the free span through it and its path's
+    # messages (``bottleneck_messages``), at least the fewest messages
+    by_rank = attr_by_code(sched, "messages_by_rank").astype(bool) & (pp > 1)
+    ranked = ranked_messages(sched, mb, pp, v, (t_first, t_mid, t_last), t_sum, t_p2p, w_share,
+                             f_share) if np.any(by_rank) else 0.0
+    pp_exposed = np.where(pp > 1, np.where(by_rank, ranked, t_p2p * dispatch(
+        sched, "exposed_messages", mb, pp, v)), 0.0)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
@@ -621,5 +652,5 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
-        "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc,
+        "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,
     }

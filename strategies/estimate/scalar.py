@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.analytic import estimate_arrays, ranked_messages
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.schedules import get_schedule, head_rank
+from strategies.schedules import get_schedule, head_rank, schedule_code
 
 BREAKDOWN_KEYS = ("compute", "recompute", "tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm",
                   "bubble", "optimizer")
@@ -187,18 +187,41 @@ def _per_chunk(job: Job, r: dict[str, Any]) -> dict[str, Any]:
                                   p.microbatch_group_size, chunk_times=times)
         return span, m * max(sum(f + b for f, b, _ in row) for row in times)
 
-    return _corrected(job, r, makespan(_chunk_times(job, job.cluster.gpu)),
-                      makespan(_chunk_times(job)))
+    even, real = _chunk_times(job, job.cluster.gpu), _chunk_times(job)
+
+    def ranks(times) -> list[float]:
+        return [sum(f + b for f, b, _ in row) for row in times]
+    return _corrected(job, r, makespan(even), makespan(real),
+                      _messages_shift(job, r, ranks(even), ranks(real)))
+
+
+def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
+                    real: list[float]) -> float:
+    """Seconds the pipeline messages change by when the rank that bounds the steady state
+    is the real stages' rather than the even plan's (``even``/``real``: each rank's seconds
+    per micro-batch): ``analytic.ranked_messages`` of the real ranks less the even ones'
+    under a schedule with per-kind counts (1F1B, docs/calibration.md §5.21), else 0."""
+    p = job.plan
+    if p.pp < 2 or not get_schedule(p.schedule).messages_by_rank:
+        return 0.0
+    code = schedule_code(p.schedule)
+
+    def ranked(ts: list[float]) -> float:
+        kinds = (ts[0], max(ts[1:-1]) if p.pp > 2 else 0.0, ts[-1])
+        return float(ranked_messages(code, job.num_microbatches, p.pp, p.vpp, kinds, sum(ts),
+                                     float(r["p2p_time_s"])))
+    return ranked(real) - ranked(even)
 
 
 def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
-               real: tuple[float, float]) -> dict[str, Any]:
+               real: tuple[float, float], messages: float = 0.0) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
-    busiest rank) and bubble."""
+    busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``."""
     (span_e, busy_e), (span_u, busy_u) = even, real
-    step = float(r["step_time_s"]) - span_e + span_u
+    step = float(r["step_time_s"]) - span_e + span_u + messages
     out = dict(r)
+    out["pp_comm"] = float(r["pp_comm"]) + messages
     out["compute"] = float(r["compute"]) + busy_u - busy_e
     out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e)
     if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
@@ -226,8 +249,9 @@ def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
                                   p.microbatch_group_size, t_w=w[0], slowdown=slow)
         return span, m * max(x + y for x, y in zip(f, b))
 
-    return _corrected(job, r, makespan(*_stage_times(job, job.cluster.gpu)),
-                      makespan(*_stage_times(job)))
+    even, real = _stage_times(job, job.cluster.gpu), _stage_times(job)
+    return _corrected(job, r, makespan(*even), makespan(*real), _messages_shift(
+        job, r, [x + y for x, y in zip(*even[:2])], [x + y for x, y in zip(*real[:2])]))
 
 
 def by_chunk(job: Job) -> bool:

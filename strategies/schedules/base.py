@@ -22,7 +22,8 @@ docs/architecture.md, "Schedules: the plug-in interface"):
   ``peak_chunk_moment``), ``logits_stashed`` (the last stage
   keeps every micro-batch's logits until its backward);
 * **time**: ``fill_chunks`` (pieces a stage's work is cut into on the fill and drain),
-  ``pipeline_span``, ``exchange_rounds`` and ``exposed_messages`` (the analytic estimate),
+  ``pipeline_span``, ``exchange_rounds``, ``exposed_messages`` and ``bottleneck_messages``
+  (the analytic estimate),
   ``bubble_fraction``
   (the closed form), ``blocks_fwd_send``/``blocks_bwd_send`` and ``reduce_window_steps``
   (the lower bound), ``steady_state``/``period`` (extension from short runs);
@@ -373,6 +374,11 @@ class Schedule:
     #: ``no_sync``); False: each bucket as soon as its layers' backward ends (the DDP hooks)
     #: (compiler and estimate, ``analytic.grad_window_exposed``)
     reduces_chunk_after_backward: bool = False
+    #: the messages on the critical path depend on which kind of rank (first, middle, last)
+    #: bounds the steady state (``bottleneck_messages``; 1F1B, whose middle ranks block on
+    #: two exchanges per micro-batch and its end ranks on one); False: one count,
+    #: ``exposed_messages`` (estimate's ``pp_comm``)
+    messages_by_rank: bool = False
     #: False: plannable, but the default search leaves it out; ``--fix schedule=`` (and
     #: ``search --schedules all``) enumerate it with one chunk per rank
     in_default_search: bool = True
@@ -583,6 +589,12 @@ class Schedule:
         """Point-to-point messages on the critical path (each costs one message's time):
         two blocking exchanges per round, ``2·exchange_rounds``."""
         return 2 * self.exchange_rounds(m, pp, vpp)
+
+    def bottleneck_messages(self, m: Any, pp: Any, vpp: Any, rank: Any) -> Any:
+        """Point-to-point messages on the critical path when rank kind ``rank`` (0 the first,
+        1 a middle, 2 the last rank) is the slowest: ``exposed_messages`` for every kind
+        unless ``messages_by_rank``."""
+        return self.exposed_messages(m, pp, vpp) + 0 * np.asarray(rank, dtype=float)
 
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """Backward steps at most left on a rank once its first chunk's gradients are

@@ -25,7 +25,7 @@ count (two at least, for the send double buffer).
 """
 from __future__ import annotations
 
-from strategies.schedules.base import Step, register
+from strategies.schedules.base import Schedule, Step, register
 from strategies.schedules.exchanges import Boundary, add_exchange
 from strategies.schedules.one_f_one_b import OneFOneB
 
@@ -59,6 +59,11 @@ class DeepSpeed1F1B(OneFOneB):
 
     aliases = ("ds-1f1b",)
     blocking_sends = True
+    # the lock step's sequential blocking transfers are not 1F1B's batched exchanges: the
+    # default count, ``2·exchange_rounds``
+    messages_by_rank = False
+    exposed_messages = Schedule.exposed_messages
+    bottleneck_messages = Schedule.bottleneck_messages
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:

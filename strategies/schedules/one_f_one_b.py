@@ -17,6 +17,7 @@ class OneFOneB(Schedule):
 
     text_patterns = ("1f1b", "pipedream")
     figures_affine_from = 1
+    messages_by_rank = True
 
     def steps(self, stage: int, pp: int, m: int, vpp: int = 1,
               group_size: int | None = None) -> list[Step]:
@@ -44,6 +45,42 @@ class OneFOneB(Schedule):
 
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> Any:
         return np.minimum(pp - stage, m)
+
+    def bottleneck_messages(self, m: Any, pp: Any, vpp: Any, rank: Any) -> Any:
+        """Messages on the critical path (each one message's time) when rank kind ``rank``
+        (0 the first, 1 a middle, 2 the last rank) bounds the steady state, from ``actions``
+        (Megatron's exchanges, eager sends). The path carries micro-batch 0 up to the last
+        rank, back down to the slowest rank ``j``, runs ``j``'s own steady state, then takes
+        the last forward up and the last backward down to rank 0: one message per boundary
+        it crosses, one per exchange it passes on ``j`` (its own send). A middle rank runs
+        ``send_forward_recv_backward`` after each steady forward and
+        ``send_backward_recv_forward`` after each backward, two exchanges per micro-batch;
+        the end ranks one (rank 0 has nothing to send back, the last rank nothing forward):
+
+        * last rank: ``2(p − 1)`` crossings and ``m − 1`` exchanges: ``m + 2p − 3``;
+        * middle rank ``j`` (``p >= 3``; ``w = p − j − 1`` warm-up forwards):
+          ``4(p − 1) − 2j`` crossings and ``2(m − 1 − w) − 1`` exchanges: ``2m + 2p − 5``,
+          for every ``j``;
+        * first rank: ``4(p − 1)`` crossings and ``m − p − 1`` exchanges, ``m + 3p − 5``,
+          where ``m >= p``; with fewer micro-batches it runs no steady forward and the
+          path is a middle rank's: ``m + 2p − 5 + min(m, p)``;
+        * one micro-batch: ``2p − 2``, the one chain up and down.
+
+        Balanced stages expose the largest, the middle rank's (``exposed_messages``); the
+        simulation of a pipeline alone exposes exactly these counts
+        (``experiments/p2p_exchange_count.py``, docs/calibration.md §5.21)."""
+        m, pp, r = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, pp, rank)))
+        first = m + 2 * pp - 5 + np.minimum(m, pp)
+        mid = 2 * m + 2 * pp - 5
+        n = np.where(r == 0, first, np.where(r == 1, mid, m + 2 * pp - 3))
+        return np.where(m > 1, n, 2 * pp - 2)
+
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """Messages on the critical path of balanced stages: the largest of
+        ``bottleneck_messages``, a middle rank's ``2m + 2p − 5`` (``m >= 2``, ``p >= 3``);
+        ``m + 1`` with two ranks."""
+        pp = np.asarray(pp, dtype=float)
+        return self.bottleneck_messages(m, pp, vpp, np.where(pp >= 3, 1, 2))
 
     def actions(self, stage: int, pp: int, m: int, vpp: int = 1,
                 group_size: int | None = None) -> list:
