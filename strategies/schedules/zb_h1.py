@@ -96,7 +96,8 @@ class ZBH1(Schedule):
         1F1B's warm-up; the simulation of a pipeline alone exposes ``m + 2p − 3`` with the last
         rank slowest, ``2m + p + j − 3`` with middle rank ``j`` slowest (``m >= p``), whose
         largest, ``j = p − 2``, is this count, and at most it with the first rank slowest or
-        even stages (``experiments/p2p_exchange_count.py``, docs/calibration.md §5.22)."""
+        even stages, while a message is short against a stage's micro-batch
+        (``experiments/p2p_exchange_count.py``, docs/calibration.md §5.22)."""
         return get_schedule("1f1b").exposed_messages(m, pp, vpp)
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
