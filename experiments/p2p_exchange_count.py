@@ -23,8 +23,9 @@ the middle ones by less than the messages' difference, so the count is between t
 ``m + 2p − 3`` (last), ``2m + 2p − 5`` (middle), ``m + 2p − 5 + min(m, p)`` (first), ``2p − 2``
 at ``m = 1``. The estimate takes the largest of the three paths (``analytic.ranked_messages``),
 on an uneven layout with the real stages' times (``estimate.scalar._messages_shift``).
-The third table measures ZB-H1 and DeepSpeed's lock step, still charged ``2·(m + p − 1)``
-(docs/calibration.md §5.21, left open).
+The third table measures ZB-H1, charged 1F1B's balanced count ``2m + 2p − 5``
+(``ZBH1.exposed_messages``, docs/calibration.md §5.22), and DeepSpeed's lock step, still
+charged ``2·(m + p − 1)`` (§5.21, left open).
 
 ``--plans`` (a minute) counts instead the messages of a few plans with data and tensor
 parallelism, doubling every pipeline send's bytes (``doubled_sends``).
@@ -59,7 +60,7 @@ BANDWIDTHS = (300e9, 30e9)
 GRID_PP = (2, 3, 4, 6, 8)
 GRID_M = (1, 2, 3, 4, 8, 16)
 KINDS = (("first", 0), ("middle", 1), ("last", 2), ("even", None))
-#: schedules still charged ``2·(m + p − 1)``: (schedule, p, m, rank given one layer more)
+#: ZB-H1 and DeepSpeed's lock step: (schedule, p, m, rank given one layer more)
 OPEN = [(s, pp, m, None) for s in ("zb-h1", "deepspeed-1f1b") for pp in (2, 4, 8)
         for m in (8, 16)] + [("zb-h1", 8, 16, 0), ("zb-h1", 8, 16, 1), ("zb-h1", 8, 16, 2)]
 
@@ -158,7 +159,7 @@ def main() -> int:
                 e, s = counts("1f1b", 1, pp, m, layers(pp, k))
                 cf = "-" if k is None else f"{float(one.bottleneck_messages(m, pp, 1, k)):.0f}"
                 print(f"| {pp} | {m} | {name} | {cf} | {e:.2f} | {s:.2f} |")
-    print("\n| not derived | p | m | slowest rank | estimate | simulation 300/30 GB/s | "
+    print("\n| schedule | p | m | slowest rank | estimate | simulation 300/30 GB/s | "
           "simulation 10/3 GB/s |")
     print("|---|---:|---:|---|---:|---:|---:|")
     for sched, pp, m, k in OPEN:

@@ -89,6 +89,17 @@ class ZBH1(Schedule):
         ``W`` of the last ``B``'s own iteration follows it."""
         return np.minimum(np.asarray(stage, dtype=float) + 1, m)
 
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """Pipeline messages on the critical path: 1F1B's balanced count
+        (``OneFOneB.exposed_messages``: ``2m + 2p − 5``, ``m + 1`` with two ranks, ``2p − 2``
+        with one micro-batch). ZB-H1 exchanges around each step (``Schedule.actions``) but keeps
+        1F1B's warm-up; the simulation of a pipeline alone exposes ``m + 2p − 3`` with the last
+        rank slowest, ``2m + p + j − 3`` with middle rank ``j`` slowest (``m >= p``), whose
+        largest, ``j = p − 2``, is this count, and at most it with the first rank slowest or
+        even stages, while a message is short against a stage's micro-batch
+        (``experiments/p2p_exchange_count.py``, docs/calibration.md §5.22)."""
+        return get_schedule("1f1b").exposed_messages(m, pp, vpp)
+
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H1 schedule (Sea AI Lab's fork adds "
                     "--enable-zero-bubble); it will run 1F1B"]
