@@ -172,6 +172,15 @@ def moved_rows(before, after, digits: int = 1) -> tuple[dict, dict]:
     return fb, fa
 
 
+def print_totals(fb: dict, fa: dict, digits: int = 2) -> None:
+    """Print the all-runs line under a ``moved_rows`` table: runs, MAPE and mean signed error
+    before -> after, ``digits`` decimals."""
+    allb = [x for v in fb.values() for x in v]
+    alla = [x for v in fa.values() for x in v]
+    print(f"\nall: {len(allb)} runs; MAPE {mape(allb):.{digits}f} % -> {mape(alla):.{digits}f} %; "
+          f"mean {np.mean(allb):+.{digits}f} % -> {np.mean(alla):+.{digits}f} %")
+
+
 def part2(cases, mode: str) -> None:
     after = validate_cases(cases, simulate=False)
     orig, ct = _patched(mode)
@@ -190,10 +199,7 @@ def part2(cases, mode: str) -> None:
         if fb[f] != fa[f]:
             print(f"| {f} | {len(fb[f])} | {mape(fb[f]):.1f} % | {mape(fa[f]):.1f} % | "
                   f"{np.mean(fb[f]):+.1f} % | {np.mean(fa[f]):+.1f} % |")
-    allb = [x for v in fb.values() for x in v]
-    alla = [x for v in fa.values() for x in v]
-    print(f"\nall: {len(allb)} runs; MAPE {mape(allb):.2f} % -> {mape(alla):.2f} %; mean "
-          f"{np.mean(allb):+.2f} % -> {np.mean(alla):+.2f} %")
+    print_totals(fb, fa)
 
 
 def main(argv=None) -> int:

@@ -40,14 +40,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
+from simulator.studies.validate import load_cases, validate_cases  # noqa: E402
 from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.comm import transfer_latency  # noqa: E402
 from topologies.cluster import Cluster, cluster_preset  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nccl_ring_latency import hier_parts, moved_rows  # noqa: E402
+from nccl_ring_latency import hier_parts, moved_rows, print_totals  # noqa: E402
 
 NCCL_TREE_EFFICIENCY = 0.92     # tuning.cc v2.19.3-1 line 182: busBw*.92 for TREE
 MODEL = cm.collective_time      # the model's, kept while --whatif swaps the module's
@@ -105,13 +105,16 @@ def crossover(n, stride, cl: Cluster, eff: float) -> float:
     return float(S * (lr - lt) / extra) if extra > 0 else float("inf")
 
 
+def _dgx_h100() -> list[tuple[int, int, Cluster]]:
+    """``(nodes, GPUs, cluster)`` of the DGX H100 clusters the closed-form tables walk."""
+    return [(nodes, 8 * nodes, cluster_preset("dgx-h100", nodes)) for nodes in (2, 8, 64)]
+
+
 def part1() -> None:
     print("## All-reduce over the whole of `nodes` DGX H100 nodes (k 8, stride 1), us\n")
     print("| nodes | n | S | hierarchical (before §3.21) | ring (model) | tree e=1 | tree e=0.92 |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    for nodes in (2, 8, 64):
-        cl = cluster_preset("dgx-h100", nodes)
-        n = 8 * nodes
+    for nodes, n, cl in _dgx_h100():
         for S in (2 ** 20, 2 ** 24, 2 ** 28):
             h = sum(hier_parts("allreduce", S, n, 1, cl))
             r = sum(ring_parts(S, n, 1, cl))
@@ -121,9 +124,7 @@ def part1() -> None:
     print("\n## Crossover (ring = tree), MiB\n")
     print("| nodes | n | ring latency us | tree latency us | S* e=1 | S* e=0.92 |")
     print("| --- | --- | --- | --- | --- | --- |")
-    for nodes in (2, 8, 64):
-        cl = cluster_preset("dgx-h100", nodes)
-        n = 8 * nodes
+    for nodes, n, cl in _dgx_h100():
         _, lr = ring_parts(1.0, n, 1, cl)
         lt = tree_latency(n, 1, cl)
         print(f"| {nodes} | {n} | {lr * 1e6:.1f} | {lt * 1e6:.1f} | "
@@ -132,9 +133,7 @@ def part1() -> None:
     print("\n## NCCL's own model (Simple protocol tables, the model's bus bandwidth)\n")
     print("| nodes | n | busBw GB/s | tree picked for | 16 MiB ring / tree us |")
     print("| --- | --- | --- | --- | --- |")
-    for nodes in (2, 8, 64):
-        cl = cluster_preset("dgx-h100", nodes)
-        n = 8 * nodes
+    for nodes, n, cl in _dgx_h100():
         S = 2.0 ** 24
         bw, _ = ring_parts(S, n, 1, cl)
         bus = 2 * (n - 1) / n * S / bw
@@ -230,10 +229,7 @@ def part2(cases, eff: float) -> None:
     print("| row | plan | GPUs | ring | min(ring, tree) | moved |")
     print("| --- | --- | --- | --- | --- | --- |")
     fb, fa = moved_rows(before, after, digits=2)
-    allb = [x for v in fb.values() for x in v]
-    alla = [x for v in fa.values() for x in v]
-    print(f"\nall: {len(allb)} runs; MAPE {mape(allb):.3f} % -> {mape(alla):.3f} %; mean "
-          f"{np.mean(allb):+.3f} % -> {np.mean(alla):+.3f} %")
+    print_totals(fb, fa, digits=3)
 
 
 def main(argv=None) -> int:
