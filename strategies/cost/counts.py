@@ -546,6 +546,12 @@ def score_elements_per_gpu(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     return m.num_attention_heads * s * s * b / (tp * cp)
 
 
+def _unless_flash(flash: Num, per: Num) -> Num:
+    """``per`` where the plan runs the unfused attention path, 0 under FlashAttention (scalar
+    ``flash`` keeps a scalar)."""
+    return np.where(flash, 0.0, per) if np.ndim(flash) else (0.0 if flash else per)
+
+
 def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num,
                       bias_bytes: float = 0.0) -> Num:
     """HBM bytes of the unfused attention path (no FlashAttention), per GPU, forward:
@@ -553,16 +559,15 @@ def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num,
     per element where the stack adds a position bias into the score tensor
     (``FrameworkProfile.alibi_score_bytes`` for ALiBi). Zero with FlashAttention (scores stay
     on chip)."""
-    per = (SCORE_BYTES_FWD + bias_bytes) * score_elements_per_gpu(m, b, tp, cp)
-    return np.where(flash, 0.0, per) if np.ndim(flash) else (0.0 if flash else per)
+    return _unless_flash(flash, (SCORE_BYTES_FWD + bias_bytes)
+                         * score_elements_per_gpu(m, b, tp, cp))
 
 
 def softmax_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
     """HBM bytes of the unfused attention path's backward per GPU: ``SCORE_BYTES_BWD`` per
     score element (a bias added in the forward has no gradient: ALiBi's is a buffer). Zero
     with FlashAttention."""
-    per = SCORE_BYTES_BWD * score_elements_per_gpu(m, b, tp, cp)
-    return np.where(flash, 0.0, per) if np.ndim(flash) else (0.0 if flash else per)
+    return _unless_flash(flash, SCORE_BYTES_BWD * score_elements_per_gpu(m, b, tp, cp))
 
 
 # ----------------------------------------------------------------------- communication volumes
