@@ -136,17 +136,15 @@ def _patched(mode: str):
     members on each of several nodes timed by the former hierarchical rule
     (``hierarchical``) or by the flat ring's bandwidth with the hierarchical latency
     (``latency``)."""
-    orig = cm.collective_time
-
     def ct(kind, nbytes, n, stride, cluster, remote_scale=1.0):
-        base = orig(kind, nbytes, n, stride, cluster, remote_scale)
+        base = MODEL(kind, nbytes, n, stride, cluster, remote_scale)
         if kind not in ("allgather", "reduce_scatter"):
             return base
         hb, hl = hier_parts(kind, nbytes, n, stride, cluster)
         fb, fl = flat_parts(kind, nbytes, n, stride, cluster)
         new = (hb + hl) if mode == "hierarchical" else (fb + hl)
         return np.where(_flat_layout(n, stride, cluster), new, base)[()]
-    return orig, ct
+    return ct
 
 
 def family(case_id: str) -> str:
@@ -181,14 +179,19 @@ def print_totals(fb: dict, fa: dict, digits: int = 2) -> None:
           f"mean {np.mean(allb):+.{digits}f} % -> {np.mean(alla):+.{digits}f} %")
 
 
+def validate_with(cases, collective_time) -> list[dict]:
+    """``validate_cases`` (analytic) with ``comm.collective_time`` replaced by
+    ``collective_time`` for the call, the model's restored after it."""
+    cm.collective_time = collective_time
+    try:
+        return validate_cases(cases, simulate=False)
+    finally:
+        cm.collective_time = MODEL
+
+
 def part2(cases, mode: str) -> None:
     after = validate_cases(cases, simulate=False)
-    orig, ct = _patched(mode)
-    cm.collective_time = ct
-    try:
-        before = validate_cases(cases, simulate=False)
-    finally:
-        cm.collective_time = orig
+    before = validate_with(cases, _patched(mode))
     print(f"## Analytic error: what-if ({mode}) -> the model (NCCL's striped flat ring)\n")
     print("| row | plan | GPUs | what-if | model | moved |")
     print("| --- | --- | --- | --- | --- | --- |")

@@ -47,7 +47,7 @@ from strategies.cost.comm import transfer_latency  # noqa: E402
 from topologies.cluster import Cluster, cluster_preset  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from nccl_ring_latency import hier_parts, moved_rows, print_totals  # noqa: E402
+from nccl_ring_latency import hier_parts, moved_rows, print_totals, validate_with  # noqa: E402
 
 NCCL_TREE_EFFICIENCY = 0.92     # tuning.cc v2.19.3-1 line 182: busBw*.92 for TREE
 MODEL = cm.collective_time      # the model's, kept while --whatif swaps the module's
@@ -220,11 +220,7 @@ def part3(cases) -> None:
 
 def part2(cases, eff: float) -> None:
     before = validate_cases(cases, simulate=False)
-    cm.collective_time = _patched(eff)
-    try:
-        after = validate_cases(cases, simulate=False)
-    finally:
-        cm.collective_time = MODEL
+    after = validate_with(cases, _patched(eff))
     print(f"## Analytic error: the model (ring) -> all-reduce min(ring, tree), e = {eff}\n")
     print("| row | plan | GPUs | ring | min(ring, tree) | moved |")
     print("| --- | --- | --- | --- | --- | --- |")
