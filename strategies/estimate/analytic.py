@@ -583,10 +583,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
                              sc.copy_gap))
 
+    # (a call per layer, FSDP's unit: its share of the bandwidth and the ring's whole latency,
+    # as the simulator's gathers and reduce-scatters are; docs/calibration.md §5.26)
     def z3_exposed(k: int) -> Any:
-        z3_mb = 2 * t_ag_k[k] + t_rs_k[k]
+        units = np.maximum(n_k[k], 1)
+        t_ag_u, t_rs_u = (one_bucket(kind, nb, k, 1.0 / units)
+                          for kind, nb in (("allgather", sc.param_bytes), ("reduce_scatter", gb)))
         return np.where(sc.z3_fwd_n > 0, z3_tensor, sharded_exposed(
-            mb * z3_mb, pipe - slack[k], mb * (t_ag_k[k] + t_rs_k[k]) / np.maximum(lps, 1)))
+            mb * units * (2 * t_ag_u + t_rs_u), pipe - slack[k], mb * (t_ag_u + t_rs_u)))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
