@@ -27,8 +27,12 @@ follow ``(1 + σ·e(N_L))/(1 + σ·e(N_S))`` (``implied_sigma``). A finding only
 source gives σ for these GPUs (Sinha et al., SC'22, measured V100 and MI60), and the implied
 values differ by family and precision on the same machines (§5.26).
 
+Part 3 (``--sigma S``, repeatable) prints each file's analytic MAPE with every run's whole
+step scaled by ``1 + S·e(N)``: what a spread of ``S`` would do, had a source given one.
+
 Run:
     python experiments/scale_growth.py                          # all reference files
+    python experiments/scale_growth.py --sigma 0.01 --sigma 0.03
     python experiments/scale_growth.py --reference strategies/reference/data/dgxc_2505.json
 """
 from __future__ import annotations
@@ -179,16 +183,51 @@ def report(series: dict[tuple, list[dict]]) -> None:
               f"{100 * sigma:+.2f} |")
 
 
+def whatif_sigma(paths: Sequence[str | None], sigmas: Sequence[float]) -> None:
+    """Per reference file (and tier of ``published.json``), the analytic MAPE with every
+    run's whole step scaled by ``1 + σ·e(N)`` (N its GPU count): the most a persistent
+    per-GPU spread σ could add (it slows the compute; the step is mostly compute)."""
+    from simulator.studies.validate import mape, validate_cases
+    by: dict[tuple[str, float], list[float]] = defaultdict(list)
+    cache: dict[int, float] = {}
+    for path in paths:
+        name = os.path.basename(path or "published.json")
+        cases = [c for c in load_cases(path, tiers=None) if c.job is not None]
+        for c, r in zip(cases, validate_cases(cases, simulate=False)):
+            if r["analytic_error_pct"] is None:
+                continue
+            n = c.job.cluster.num_gpus
+            e = cache.setdefault(n, expected_max_normal(n))
+            for sg in sigmas:
+                err = 100.0 * (r["analytic_step_time_s"] * (1.0 + sg * e)
+                               - c.measured_step_s) / c.measured_step_s
+                by[(name, sg)].append(err)
+                if name == "published.json":
+                    by[(f"published.json tier {c.tier}", sg)].append(err)
+    print("\n## What-if: the whole step x (1 + sigma·e(N)), analytic MAPE per file\n")
+    print("| file | runs | " + " | ".join(f"sigma {100 * sg:g} %" for sg in sigmas) + " |")
+    print("| --- | --- | " + " | ".join("---" for _ in sigmas) + " |")
+    for name in sorted({k for k, _ in by}):
+        print(f"| {name} | {len(by[(name, sigmas[0])])} | "
+              + " | ".join(f"{mape(by[(name, sg)]):.2f} %" for sg in sigmas) + " |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reference", action="append", default=None,
                     help="a reference JSON (repeatable; default: every file of FILES)")
+    ap.add_argument("--sigma", action="append", type=float, default=None,
+                    help="what-if: scale every run's step by 1 + SIGMA·e(N) (repeatable; "
+                         "0.01 = 1 %%) and print each file's MAPE instead of the series")
     a = ap.parse_args(argv)
     data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "strategies", "reference", "data")
     paths = a.reference or [None if f == "published.json" else os.path.join(data, f)
                             for f in FILES]
-    report(rows(paths))
+    if a.sigma:
+        whatif_sigma(paths, [0.0] + [x for x in a.sigma if x != 0.0])
+    else:
+        report(rows(paths))
     return 0
 
 
