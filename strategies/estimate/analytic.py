@@ -570,7 +570,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # step's compute hides the stream's work; exposed at least: each forward's first layer
     # waits for its own gather, which follows the previous backward's last reduce-scatter
     # over the same links (the two share the NIC), and the step's last reduce-scatter
-    # follows the last backward: mb·(t_ag + t_rs)/layers
+    # follows the last backward: mb·(t_ag + t_rs) of one layer's calls
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
