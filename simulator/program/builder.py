@@ -535,11 +535,12 @@ class ProgramBuilder:
         """One blocking batched send/receive call; the next compute waits for all of it."""
         last, pp_group, cs = None, self.group["pp"], self.c
         # a synchronous engine's receive (DeepSpeed's ``p2p.recv``) is enqueued behind the
-        # rank's previous pass (NCCL's stream waits for the caller's), so a partner's blocking
-        # send cannot start under that pass (docs/calibration.md §5.28); eager exchanges keep
-        # their receives free (the message waits in the mailbox either way)
-        after = (self.last_compute,) if self.sched.blocking_sends and \
-            self.last_compute is not None else ()
+        # rank's previous pass and the collectives that close it (NCCL's stream waits for the
+        # caller's), so a partner's blocking send cannot start under them (docs/calibration.md
+        # §5.28); eager exchanges keep their receives free (the message waits in the mailbox
+        # either way)
+        after = tuple(x for x in (self.last_compute, *self.wait) if x is not None) \
+            if self.sched.blocking_sends else ()
         for d, i, c in x.sends:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
             dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
