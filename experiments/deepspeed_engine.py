@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """DeepSpeed's pipeline engine as MT-NLG and BLOOM ran it (docs/calibration.md §5.28).
 
-Run (about half a minute):
+Run (about a minute):
 
     python experiments/deepspeed_engine.py
 
