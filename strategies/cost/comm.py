@@ -127,9 +127,11 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
         # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
         # unevenly keep the one-port form at group_bandwidth's rate
         relay = pxn_relay(cluster)
-        # the slowest pair's route: across nodes, through a PXN relay first when k > 1
+        # the slowest pair's route: across nodes, through a PXN relay first, or forwarded
+        # over NVLink after (remote_scale != 1: all_to_all.two_level_time), when k > 1
+        hop = (relay | (np.asarray(remote_scale) != 1.0)) & (k > 1)
         lat2 = np.where(nodes > 1, cluster.inter_node_latency
-                        + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
+                        + np.where(hop, cluster.intra_node_latency, 0.0),
                         cluster.intra_node_latency)
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra,
                                                            _nic_rate(cluster), lat2, relay,
