@@ -36,6 +36,19 @@ Sources:
   900 GB/s per direction). V2's SM90 rows (EP 8x2, 8x4 on CX7) do not say which GPU, and are
   left out.
 
+* HybridEP (DeepEP branch ``hybrid-ep`` at 94a9f8f, ``docs/README_Hybrid-EP.md``, tables of
+  commit 7febc6e, February 2026; its ``tests/test_hybrid_ep.py`` counts bytes as DeepEP does,
+  ``tests/utils.py`` ``count_rdma_send_from_routing_map`` keeping the local node "to align
+  with the implementation in the DeepEP"): 4096 tokens per rank, hidden 7168, top-8 of 8
+  local experts per rank, uniform random routing (no group limit), "kernel only" times at the
+  largest SM count each table gives: H100 EP16/32/64 (16 SMs; IB GB/s; cluster ``dgx-h100``),
+  B200 EP8 (16 SMs; NVLink; ``dgx-b200``), GB200 EP8 and EP36 in one NVL72 rack (32 SMs;
+  ``gb200-nvl72``). The same tables' "Torch API" times (the call as a framework makes it: the
+  kernel, a device-to-device copy out of the buffer, a device synchronisation) are 0.6-0.8 of
+  the kernel-only bandwidth; the training rows' dispatcher pays those through the Python call
+  (priced elsewhere: ``counts.moe_permute_bytes``, ``MOE_SYNCS_FWD``), so the comparison here
+  is of the kernel with the links.
+
 Not compared: DeepEP's low-latency kernels (pure RDMA, 128 tokens, per-expert copies: inference
 decoding, not what the training rows run).
 """
@@ -55,16 +68,23 @@ FP8_FACTOR = 1 + 4 / 128        # bytes per value of DeepEP's FP8 tokens with th
 BF16 = 2.0
 LEGACY = "DeepEP V1, docs/legacy.md (H800)"
 V2 = "DeepEP V2, README (SM100)"
+HYBRID_H100 = "HybridEP, H100, 16 SMs"
+HYBRID_B200 = "HybridEP, B200, 16 SMs"
+HYBRID_GB200 = "HybridEP, GB200, 32 SMs"
+HYBRID_OPS = ("dispatch (FP8)", "dispatch (BF16)", "combine")
 
 
 @dataclass(frozen=True)
 class Case:
     """One published bandwidth: ``source``, ``op`` (dispatch / combine), cluster ``preset``
-    and ``ep`` ranks (8 per node), ``tokens`` per rank, ``hidden``, ``topk`` of ``experts``,
-    bytes per value ``bpe``, ``gbps`` (logical GB/s over ``link``)."""
+    (``units`` of it: nodes, or trays of a rack-scale preset) and ``ep`` ranks, ``tokens`` per
+    rank, ``hidden``, ``topk`` of ``experts``, bytes per value ``bpe``, ``gbps`` (logical GB/s
+    over ``link``); ``grouped``: DeepEP V1's internode test, routing to ``min(nodes, 4)``
+    groups of experts, one group per node."""
     source: str
     op: str
     preset: str
+    units: int
     ep: int
     tokens: int
     hidden: int
@@ -73,19 +93,36 @@ class Case:
     bpe: float
     gbps: float
     link: str
+    grouped: bool = False
+
+
+def _deepep_v1(op: str, ep: int, gbps: float, link: str) -> Case:
+    return Case(LEGACY, op, "hgx-h800", max(1, ep // 8), ep, 4096, 7168, 8, 256,
+                FP8_FACTOR if op == "dispatch" else BF16, gbps, link, grouped=ep > 8)
+
+
+def _hybrid(source: str, op: str, preset: str, units: int, ep: int, gbps: float,
+            link: str) -> Case:
+    bpe = FP8_FACTOR if op == "dispatch (FP8)" else BF16
+    return Case(source, op, preset, units, ep, 4096, 7168, 8, 8 * ep, bpe, gbps, link)
 
 
 CASES = (
-    Case(LEGACY, "dispatch", "hgx-h800", 8, 4096, 7168, 8, 256, FP8_FACTOR, 153, "NVLink"),
-    Case(LEGACY, "combine", "hgx-h800", 8, 4096, 7168, 8, 256, BF16, 158, "NVLink"),
-    Case(LEGACY, "dispatch", "hgx-h800", 16, 4096, 7168, 8, 256, FP8_FACTOR, 43, "RDMA"),
-    Case(LEGACY, "combine", "hgx-h800", 16, 4096, 7168, 8, 256, BF16, 43, "RDMA"),
-    Case(LEGACY, "dispatch", "hgx-h800", 32, 4096, 7168, 8, 256, FP8_FACTOR, 58, "RDMA"),
-    Case(LEGACY, "combine", "hgx-h800", 32, 4096, 7168, 8, 256, BF16, 57, "RDMA"),
-    Case(LEGACY, "dispatch", "hgx-h800", 64, 4096, 7168, 8, 256, FP8_FACTOR, 51, "RDMA"),
-    Case(LEGACY, "combine", "hgx-h800", 64, 4096, 7168, 8, 256, BF16, 50, "RDMA"),
-    Case(V2, "dispatch", "dgx-b200", 8, 8192, 7168, 8, 256, FP8_FACTOR, 726, "NVLink"),
-    Case(V2, "combine", "dgx-b200", 8, 8192, 7168, 8, 256, BF16, 740, "NVLink"),
+    _deepep_v1("dispatch", 8, 153, "NVLink"), _deepep_v1("combine", 8, 158, "NVLink"),
+    _deepep_v1("dispatch", 16, 43, "RDMA"), _deepep_v1("combine", 16, 43, "RDMA"),
+    _deepep_v1("dispatch", 32, 58, "RDMA"), _deepep_v1("combine", 32, 57, "RDMA"),
+    _deepep_v1("dispatch", 64, 51, "RDMA"), _deepep_v1("combine", 64, 50, "RDMA"),
+    Case(V2, "dispatch", "dgx-b200", 1, 8, 8192, 7168, 8, 256, FP8_FACTOR, 726, "NVLink"),
+    Case(V2, "combine", "dgx-b200", 1, 8, 8192, 7168, 8, 256, BF16, 740, "NVLink"),
+    *(_hybrid(HYBRID_H100, op, "dgx-h100", ep // 8, ep, g, "RDMA")
+      for ep, gs in ((16, (68.48, 71.71, 62.95)), (32, (55.35, 57.69, 57.46)),
+                     (64, (46.52, 49.97, 49.77)))
+      for op, g in zip(HYBRID_OPS, gs)),
+    *(_hybrid(HYBRID_B200, op, "dgx-b200", 1, 8, g, "NVLink")
+      for op, g in zip(HYBRID_OPS, (599.27, 734.95, 673.84))),
+    *(_hybrid(HYBRID_GB200, op, "gb200-nvl72", ep // 4, ep, g, "NVLink")
+      for ep, gs in ((8, (713.98, 764.03, 737.13)), (36, (489.27, 632.31, 596.99)))
+      for op, g in zip(HYBRID_OPS, gs)),
 )
 
 
@@ -105,25 +142,26 @@ class Row:
         return self.model_s / self.published_s
 
 
-def price(c: Case, gpus_per_node: int = 8) -> Row:
+def price(c: Case) -> Row:
     """The model's time of case ``c`` and the published one (module docstring)."""
-    nodes = max(1, c.ep // gpus_per_node)
-    groups = nodes if nodes > 1 else None          # DeepEP's test: groups = nodes
+    cl = cluster_preset(c.preset, c.units)
+    G = cl.gpus_per_node
+    nodes = max(1, c.ep // G)
+    groups = nodes if c.grouped else None          # DeepEP V1's internode test
+    top = min(nodes, 4) if c.grouped else None
     m = replace(model_preset("deepseek-v3"), hidden_size=c.hidden, num_experts=c.experts,
                 moe_router_topk=c.topk, moe_router_num_groups=groups,
-                moe_router_group_topk=min(nodes, 4) if groups else None)
-    cl = cluster_preset(c.preset, nodes)
-    byte_scale, remote = (float(x) for x in counts.ep_dedup(m, c.ep, 1, gpus_per_node, 1))
+                moe_router_group_topk=top)
+    byte_scale, remote = (float(x) for x in counts.ep_dedup(m, c.ep, 1, G, 1))
     nbytes = c.tokens * c.hidden * c.bpe * c.topk * byte_scale     # per rank, one per dest rank
     t = float(comm.collective_time("alltoall", nbytes, c.ep, 1, cl, remote))
     if nodes == 1:
         logical = nbytes
     else:
-        p_node = float(counts.expert_hit_probability(c.experts, c.topk, nodes, groups,
-                                                     min(nodes, 4)))
+        p_node = float(counts.expert_hit_probability(c.experts, c.topk, nodes, groups, top))
         logical = c.tokens * nodes * p_node * c.hidden * c.bpe
     # which port is busier (all_to_all.two_level_time's two terms, latency aside)
-    k = min(c.ep, gpus_per_node)
+    k = min(c.ep, G)
     b_in = cl.intra_node_bandwidth * comm.NVLINK_EFFICIENCY
     t_in = (k - 1) * nodes * nbytes / (c.ep * b_in)
     t_out = (c.ep - k) * remote * nbytes / (c.ep * float(comm._nic_rate(cl)))
