@@ -55,6 +55,7 @@ decoding, not what the training rows run).
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from dataclasses import dataclass, replace
 
@@ -142,8 +143,11 @@ class Row:
         return self.model_s / self.published_s
 
 
-def price(c: Case) -> Row:
-    """The model's time of case ``c`` and the published one (module docstring)."""
+def price(c: Case, nvlink_share: float | None = None) -> Row:
+    """The model's time of case ``c`` and the published one (module docstring);
+    ``nvlink_share``: the kernel's share of NVLink's rate (default the model's for DeepEP and
+    HybridEP, ``counts.ep_nvlink_share``; 1: NCCL's rate, the model before §5.27)."""
+    share = float(counts.ep_nvlink_share(1)) if nvlink_share is None else nvlink_share
     cl = cluster_preset(c.preset, c.units)
     G = cl.gpus_per_node
     nodes = max(1, c.ep // G)
@@ -154,7 +158,7 @@ def price(c: Case) -> Row:
                 moe_router_group_topk=top)
     byte_scale, remote = (float(x) for x in counts.ep_dedup(m, c.ep, 1, G, 1))
     nbytes = c.tokens * c.hidden * c.bpe * c.topk * byte_scale     # per rank, one per dest rank
-    t = float(comm.collective_time("alltoall", nbytes, c.ep, 1, cl, remote))
+    t = float(comm.collective_time("alltoall", nbytes, c.ep, 1, cl, remote, share))
     if nodes == 1:
         logical = nbytes
     else:
@@ -162,26 +166,38 @@ def price(c: Case) -> Row:
         logical = c.tokens * nodes * p_node * c.hidden * c.bpe
     # which port is busier (all_to_all.two_level_time's two terms, latency aside)
     k = min(c.ep, G)
-    b_in = cl.intra_node_bandwidth * comm.NVLINK_EFFICIENCY
+    b_in = cl.intra_node_bandwidth * comm.NVLINK_EFFICIENCY * share
     t_in = (k - 1) * nodes * nbytes / (c.ep * b_in)
     t_out = (c.ep - k) * remote * nbytes / (c.ep * float(comm._nic_rate(cl)))
     return Row(c, t, logical / (c.gbps * 1e9), logical / t / 1e9,
                "NVLink" if t_in >= t_out else "NIC")
 
 
-def rows() -> list[Row]:
-    return [price(c) for c in CASES]
+def rows(nvlink_share: float | None = None) -> list[Row]:
+    return [price(c, nvlink_share) for c in CASES]
+
+
+def bf16_nvlink_ratios() -> list[float]:
+    """Model time over published time at NCCL's NVLink rate (share 1) for the published
+    NVLink-bound cases in BF16 (every combine, HybridEP's BF16 dispatch): what
+    ``counts.EP_KERNEL_NVLINK_SHARE`` is the median of."""
+    return [r.ratio for r in rows(1.0)
+            if r.bound == "NVLink" and r.case.bpe == BF16]
 
 
 def main() -> None:
     print("| source | op | cluster | EP | published GB/s | model GB/s | published us | model us "
-          "| model / published time | model's busier port |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows():
+          "| model / published time | at NCCL's NVLink rate (before) | model's busier port |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r, r1 in zip(rows(), rows(1.0)):
         c = r.case
         print(f"| {c.source} | {c.op} | {c.preset} | {c.ep} | {c.gbps:g} ({c.link}) | "
               f"{r.model_gbps:.1f} | {r.published_s * 1e6:.0f} | {r.model_s * 1e6:.0f} | "
-              f"{r.ratio:.2f} | {r.bound} |")
+              f"{r.ratio:.2f} | {r1.ratio:.2f} | {r.bound} |")
+    ratios = sorted(bf16_nvlink_ratios())
+    print(f"\nBF16 NVLink-bound cases at share 1: model / published time "
+          f"{', '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f} "
+          f"(counts.EP_KERNEL_NVLINK_SHARE = {counts.EP_KERNEL_NVLINK_SHARE})")
 
 
 if __name__ == "__main__":
