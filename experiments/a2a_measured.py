@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The model's expert-parallel all-to-all beside DeepEP's published measurements.
+"""The model's expert-parallel all-to-all beside DeepEP's and HybridEP's published measurements.
 
 Run (under a second, analytic only):
 
@@ -9,8 +9,10 @@ For every published case, the model's time for one dispatch (or combine) alone o
 ``strategies.cost.comm.collective_time("alltoall", ...)`` (the function the estimate reads;
 the simulator runs the same phases, ``strategies.collectives.all_to_all``), with the bytes
 and the node share of ``strategies.cost.counts.ep_dedup`` for DeepEP's deduplicating kernels
-(dispatcher code 1), beside the time the publication implies: its "logical" bytes divided by
-its bandwidth. DeepEP's tests count (deepseek-ai/DeepEP at ebfe47e, ``tests/test_intranode.py``
+(dispatcher code 1) and their share of NVLink's rate (``counts.ep_nvlink_share``; a second
+column at NCCL's rate, share 1, the model before docs/calibration.md §5.27), beside the time
+the publication implies: its "logical" bytes divided by its bandwidth. The last line prints
+the BF16 NVLink-bound ratios at share 1 whose median ``counts.EP_KERNEL_NVLINK_SHARE`` is. DeepEP's tests count (deepseek-ai/DeepEP at ebfe47e, ``tests/test_intranode.py``
 and ``tests/test_internode.py``; at dd758ca, ``tests/elastic/test_ep.py``):
 
 * intranode (NVLink): the bytes a rank receives, one copy per (token, destination rank), its
