@@ -94,3 +94,17 @@ def test_every_recipe_names_a_known_container_once_per_key():
             for r in RECIPES + RECIPES_2511]
     assert len(keys) == len(set(keys))
     assert {r.container for r in RECIPES + RECIPES_2511} <= set(CONTAINERS)
+
+
+def test_the_expert_floor_table_adds_up():
+    """``experiments/moe_expert_floor.py``: each row's implied time is the model's layer time
+    plus the missed time, divided by E/ep per local expert; the B200 Qwen3-235B rows hold 16."""
+    from experiments.moe_expert_floor import floor_rows
+    rows = {r[0]: r for r in floor_rows()}
+    for rid in ("mbridge260401_qwen3235ba22b_b200_256_mxfp8",
+                "mbridge2511_qwen3_235b_b200_64_mxfp8"):
+        _, _, disp, graphs, mbs, local, layer, missed, implied, per, err = rows[rid]
+        assert local == 16 and mbs == 1 and graphs == "none" and disp.startswith("alltoall")
+        assert implied == pytest.approx(layer + missed, rel=1e-12)
+        assert per == pytest.approx(implied / 16, rel=1e-12) and err < 0
+    assert rows["mbridge2511_dsv3_b200_256_mxfp8"][5] == 32
