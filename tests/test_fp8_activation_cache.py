@@ -153,3 +153,21 @@ def test_deepseek_v3_report_plan_fits_but_its_end_ranks():
     without = replace(job, framework=replace(job.framework, fp8_activation_cache=False,
                                              optimizer_state_bytes=None))
     assert all(b.total > hbm for b in memory_by_stage(without))
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "1f1b"])
+def test_simulated_activation_peak_reads_the_cache(schedule):
+    """The simulator's activation track (``activation_memory_json``'s ``peak_bytes``) equals
+    ``memory_by_stage``'s activations on every rank with the cache, and is below the 16-bit
+    table's."""
+    from simulator.output.metrics_json import activation_memory_json
+    from simulator.simulate import simulate
+    job = _job("hai-llm", schedule=schedule)
+    stages = memory_by_stage(job)
+    rows = activation_memory_json(simulate(job), job)
+    assert rows
+    for r in rows:
+        assert r["peak_bytes"] == pytest.approx(stages[r["stage"]].activations, rel=1e-9), r
+    bf16 = memory_by_stage(replace(job, framework=replace(job.framework,
+                                                          fp8_activation_cache=False)))
+    assert all(a.activations < b.activations for a, b in zip(stages, bf16))
