@@ -125,7 +125,7 @@ class ProgramBuilder:
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
              label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
-             remote_scale: float = 1.0) -> int | None:
+             remote_scale: float = 1.0, nvlink_share: float = 1.0) -> int | None:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
@@ -134,7 +134,7 @@ class ProgramBuilder:
         return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
                          algorithm=algo, tag=tag or cat, category=cat, label=label,
                          repeat=float(repeat), microbatch=i, chunk=c, deps=deps,
-                         remote_scale=float(remote_scale))
+                         remote_scale=float(remote_scale), nvlink_share=float(nvlink_share))
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
@@ -197,7 +197,8 @@ class ProgramBuilder:
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
                                f"A2A ep {label}", i, c, deps=(rc,),
-                               remote_scale=cs.ep_remote_scale) if n_ep > 0 else None
+                               remote_scale=cs.ep_remote_scale,
+                               nvlink_share=cs.ep_nvlink_share) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
         split = self.split
@@ -248,7 +249,8 @@ class ProgramBuilder:
         # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
         for n, x in items:
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
-                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale)
+                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale,
+                           nvlink_share=cs.ep_nvlink_share)
             etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
             for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
                 ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
