@@ -196,8 +196,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     d = placement.dense_dp_group(tp, cp, dp)[0]
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
-    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype),
-             sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes)
+    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)
 
