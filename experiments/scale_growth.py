@@ -131,7 +131,8 @@ def series_key(case) -> tuple:
     per_replica = p.gbs / p.dp
     src = case.raw.get("source") or {}
     table = src.get("url") or src.get("table")      # a page per model, or a table per sweep
-    return (case.id.split("_")[0], str(table), j.model.name, j.cluster.gpu.name, j.dtype, j.framework.name,
+    return (case.id.split("_")[0], str(table), j.model.name, j.cluster.gpu.name, j.dtype,
+            j.framework.name,
             replace(p, dp=None, gbs=None, group_microbatches=None), per_replica,
             j.model.seq_length)
 
@@ -177,7 +178,8 @@ def report(series: dict[tuple, list[dict]]) -> None:
         d_l = b["L"] - a["L"]
         sigma = implied_sigma(ratio, a["gpus"], b["gpus"])
         print(f"| {a['id']} | {a['gpus']} -> {b['gpus']} | "
-              f"{(b['measured'] - a['measured']) * 1e3:+.0f} | {(b['model'] - a['model']) * 1e3:+.0f} | "
+              f"{(b['measured'] - a['measured']) * 1e3:+.0f} | "
+              f"{(b['model'] - a['model']) * 1e3:+.0f} | "
               f"{ratio:.4f} | {(b['lat_model'] - a['lat_model']) * 1e3:+.1f} | "
               f"{b['exposed'] * d_l * 1e3:+.1f} | {b['issued'] * d_l * 1e3:+.0f} | "
               f"{100 * sigma:+.2f} |")

@@ -37,7 +37,8 @@ def _z3(seq: int, gbs: int):
 def test_zero3_comm_bound_is_the_streams_total(gbs):
     """Comm >> compute (128 tokens): the data-parallel stream never waits, so the step is
     every micro-batch's forward gather, backward gather and reduce-scatter of each layer (a
-    call each, the ring's latency in every one) plus the optimizer, no layer counted twice (the estimate used to add one layer's 2·AG + RS)."""
+    call each, the ring's latency in every one) plus the optimizer, no layer counted twice
+    (the estimate used to add one layer's 2·AG + RS)."""
     job, ag, rs = _z3(128, gbs)
     e, s = estimate(job), simulate(job)
     mb = e.num_microbatches
@@ -51,8 +52,9 @@ def test_zero3_comm_bound_is_the_streams_total(gbs):
 def test_zero3_compute_bound_exposes_one_layer_per_microbatch(gbs):
     """Compute >> comm (8192 tokens): every forward's first layer waits for its gather behind
     the previous backward's last reduce-scatter, the last reduce-scatter follows the last
-    backward: compute + mb·(AG + RS) of one layer, a call each + optimizer. The simulation runs the first gather
-    beside the embedding's forward, so it is below by at most that (1e-3 relative)."""
+    backward: compute + mb·(AG + RS) of one layer (a call each) + optimizer. The simulation
+    runs the first gather beside the embedding's forward, so it is below by at most that (1e-3
+    relative)."""
     job, ag, rs = _z3(8192, gbs)
     e, s = estimate(job), simulate(job)
     mb = e.num_microbatches
