@@ -33,6 +33,7 @@ step scaled by ``1 + S·e(N)``: what a spread of ``S`` would do, had a source gi
 Run:
     python experiments/scale_growth.py                          # all reference files
     python experiments/scale_growth.py --sigma 0.01 --sigma 0.03
+    python experiments/scale_growth.py --simulate mosaic_mpt1b_h100ls_512gpu_seq2048_mb12
     python experiments/scale_growth.py --reference strategies/reference/data/dgxc_2505.json
 """
 from __future__ import annotations
@@ -214,6 +215,21 @@ def whatif_sigma(paths: Sequence[str | None], sigmas: Sequence[float]) -> None:
               + " | ".join(f"{mape(by[(name, sg)]):.2f} %" for sg in sigmas) + " |")
 
 
+def simulate_rows(paths: Sequence[str | None], ids: Sequence[str]) -> None:
+    """Measured, analytic and simulated seconds of the named runs (``evaluate_case``, the
+    validation's own simulation)."""
+    from simulator.studies.validate import evaluate_case
+    print("| run | measured | analytic | simulated | analytic vs simulated |")
+    print("| --- | --- | --- | --- | --- |")
+    for path in paths:
+        for case in load_cases(path, tiers=None):
+            if case.id in ids and case.job is not None:
+                r = evaluate_case(case, simulate=True)
+                a, s = r["analytic_step_time_s"], r["simulated_step_time_s"]
+                print(f"| {case.id} | {case.measured_step_s:.3f} | {a:.4f} | {s:.4f} | "
+                      f"{100 * (a - s) / s:+.2f} % |")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reference", action="append", default=None,
@@ -221,12 +237,17 @@ def main(argv=None) -> int:
     ap.add_argument("--sigma", action="append", type=float, default=None,
                     help="what-if: scale every run's step by 1 + SIGMA·e(N) (repeatable; "
                          "0.01 = 1 %%) and print each file's MAPE instead of the series")
+    ap.add_argument("--simulate", action="append", default=None, metavar="ID",
+                    help="print the named runs' measured, analytic and simulated step "
+                         "(repeatable) instead of the series")
     a = ap.parse_args(argv)
     data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "strategies", "reference", "data")
     paths = a.reference or [None if f == "published.json" else os.path.join(data, f)
                             for f in FILES]
-    if a.sigma:
+    if a.simulate:
+        simulate_rows(paths, a.simulate)
+    elif a.sigma:
         whatif_sigma(paths, [0.0] + [x for x in a.sigma if x != 0.0])
     else:
         report(rows(paths))
