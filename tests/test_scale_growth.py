@@ -68,3 +68,23 @@ def test_last_bucket_pays_the_rings_whole_latency(zero, passes):
         assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
         steps.append(e.step_time_s)
     assert steps[1] - steps[0] == pytest.approx(passes * (4 - 1) * d, rel=1e-9)
+
+
+@pytest.mark.parametrize("gbs", [16, 32])
+def test_zero3_pays_a_layer_calls_latency_per_microbatch(gbs):
+    """Compute-bound ZeRO-3 over the same 4 nodes: each micro-batch exposes its first layer's
+    gather and its last layer's reduce-scatter, a call each of one layer's parameters (FSDP's
+    unit), so raising the hop latency by d adds ``mb·2·(nodes - 1)·d`` (it used to add
+    ``1/layers`` of that)."""
+    m = replace(model_preset("llama3-8b"), num_layers=16, seq_length=8192)
+    base = cluster_preset("dgx-h100", 4)
+    d = 495e-6
+    steps, mb = [], 0
+    for lat in (base.inter_node_latency, base.inter_node_latency + d):
+        job = make_job(m, replace(base, inter_node_latency=lat),
+                       parse_plan(f"tp=2,pp=1,mbs=1,gbs={gbs},zero=3"))
+        e = estimate(job)
+        assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
+        steps.append(e.step_time_s)
+        mb = e.num_microbatches
+    assert steps[1] - steps[0] == pytest.approx(mb * 2 * (4 - 1) * d, rel=1e-9)
