@@ -24,12 +24,12 @@ LOOSE = {"nemo2504_llama3405b_gb200_128", "nemo2502_llama3405b_b200_128"}
 
 
 def test_schema_and_provenance():
-    assert len(ROWS) == 24
-    assert len({r["id"] for r in ROWS}) == 24
+    assert len(ROWS) == 25
+    assert len({r["id"] for r in ROWS}) == 25
     for r in ROWS:
         assert r["kind"] == "measured" and r["tier"] == 2
         assert r["release"] in ("25.02", "25.04", "25.07")
-        assert r["system"] in ("DGX-GB200", "DGX-B200")
+        assert r["system"] in ("DGX-GB200", "DGX-B200", "DGX-H100")
         src = r["source"]
         assert src["url"].startswith("https://docs.nvidia.com/nemo-framework/")
         assert "read 2026-11-28" in src["read"] and src["also"].startswith("model dimensions")
@@ -80,14 +80,14 @@ def test_every_row_resolves_or_says_why():
         want = r["plan"]["global_batch"] * r["model"]["seq_len"] / (
             me["tokens_per_s_per_gpu"] * r["hardware"]["n_gpus"])
         assert c.measured_step_s == pytest.approx(want, rel=1e-15)
-    assert evaluated == 20
+    assert evaluated == 21
 
 
 def test_breakdown_groups_cover_every_evaluated_row():
     from experiments.nemo_performance_25 import groups, rows
     recs = rows()
     ev = [r for r in recs if r["analytic_error_pct"] is not None]
-    assert len(ev) == 20
+    assert len(ev) == 21
     for key in ("release", "system", "family", "moe"):
-        assert sum(g[1] for g in groups(recs, key)) == 20
+        assert sum(g[1] for g in groups(recs, key)) == 21
     assert {r["moe"] for r in ev} == {True, False}
