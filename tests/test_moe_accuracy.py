@@ -210,16 +210,17 @@ def test_expert_dp_group_is_the_layouts(tp, cp, dp, ep, etp):
 
 def test_dp_parts_and_grad_shard_closed_forms():
     """``comm.dp_parts``: dense over dp ``tp·cp`` apart, experts over ``edp`` ``etp·ep``
-    apart (none without ep); ``grad_shard_params``: all of them, or with ZeRO >= 2 the dense
-    ``1/dp`` and the experts' ``1/edp``."""
+    apart (none without ep); ``grad_shard_params``: all of them without ZeRO, or with ZeRO
+    >= 1 (ZeRO-1: the optimizer's shard of the reduce-scattered gradients) the dense ``1/dp``
+    and the experts' ``1/edp``."""
     P, E = 7.0e9, 5.5e9
     assert comm.dp_parts(P, E, 2, 1, 8, 4, 1) == ((P - E, 8, 2), (E, 4.0, 4.0))
     (d, n, s), (e, _, _) = comm.dp_parts(P, E, 2, 1, 8, 1, 2)
     assert (d, n, s, e) == (P, 8, 2, 0.0)
-    for zero in (0, 1):
-        assert comm.grad_shard_params(P, E, 2, 1, 8, 4, 1, zero) == P
-    assert comm.grad_shard_params(P, E, 2, 1, 8, 4, 1, 2) == \
-        pytest.approx((P - E) / 8 + E / 4, rel=REL)
+    assert comm.grad_shard_params(P, E, 2, 1, 8, 4, 1, 0) == P
+    for zero in (1, 2):
+        assert comm.grad_shard_params(P, E, 2, 1, 8, 4, 1, zero) == \
+            pytest.approx((P - E) / 8 + E / 4, rel=REL)
     assert comm.grad_shard_params(P, E, 1, 1, 8, 8, 1, 3) == \
         pytest.approx((P - E) / 8 + E, rel=REL)                # edp = 1: every expert held once
     assert comm.grad_shard_params(P, E, 2, 1, 8, 1, 2, 2) == pytest.approx(P / 8, rel=REL)
