@@ -109,14 +109,15 @@ alltoall_time = all_to_all.time
 
 
 def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
-                    remote_scale: Num = 1.0) -> Num:
+                    remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): over ``k > 1`` members on each of
     several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
-    the share of its bytes between nodes, node-limited routing). Groups of a shape that is
+    the share of its bytes between nodes, node-limited routing; ``nvlink_share``: the share of
+    NVLink's rate its kernel reaches, ``counts.ep_nvlink_share``). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
@@ -127,13 +128,16 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
         # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
         # unevenly keep the one-port form at group_bandwidth's rate
         relay = pxn_relay(cluster)
-        # the slowest pair's route: across nodes, through a PXN relay first when k > 1
+        # the slowest pair's route: across nodes, through a PXN relay first, or forwarded
+        # over NVLink after (remote_scale != 1: all_to_all.two_level_time), when k > 1
+        hop = (relay | (np.asarray(remote_scale) != 1.0) | (np.asarray(nvlink_share) != 1.0)) \
+            & (k > 1)
         lat2 = np.where(nodes > 1, cluster.inter_node_latency
-                        + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
+                        + np.where(hop, cluster.intra_node_latency, 0.0),
                         cluster.intra_node_latency)
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra,
                                                            _nic_rate(cluster), lat2, relay,
-                                                           remote_scale),
+                                                           remote_scale, nvlink_share),
                         all_to_all.time(nbytes, n, bw, lat))[()]
     passes = PASSES[kind]
     algo = strided_algorithm(n, stride, G, kind)

@@ -356,7 +356,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # exposed only where it outlasts that compute (the share of the slowest rank's forwards
     # that are paired, from the order)
     etp = P.etp
-    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl, sc.ep_remote_scale) \
+    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl, sc.ep_remote_scale,
+                               sc.ep_nvlink_share) \
         + np.where(sc.etp_bytes > 0,
                    cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
                    + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl), 0.0)
