@@ -292,9 +292,12 @@ def render(a, argv, data, real, model, extra) -> str:
                        [[i] + [fmt(sims[s]["memory_by_stage"][i]["peak_gib"], 1)
                                for s in SCHEDULES]
                         for i in range(len(d["memory_by_stage"]))]), "",
-              "H800 holds 80 GB (74.5 GiB). The activation table is bf16 (docs/memory.md): "
-              "DeepSeek's FP8 caching of activations is not modelled, so these are upper "
-              "bounds for its recipe.", ""]
+              "\"over\": above the GPU's usable HBM (the H800 preset's 79.6 GiB; `fits`). "
+              "`--framework hai-llm` with `--dtype fp8-blockwise` caches the activations in "
+              "FP8 (E5M6 after the attention) and keeps BF16 Adam moments, as the report's "
+              "§3.3.3 states (docs/memory.md, docs/calibration.md §5.23); the end ranks hold "
+              "each copy's 4 layers of the padded model with the embedding, the head and the "
+              "MTP module.", ""]
     lines += ["## Timelines", ""]
     for s in SCHEDULES:
         lo, hi = sims[s]["window_s"]

@@ -536,6 +536,13 @@ class ProgramBuilder:
     def exchange(self, x: Exchange) -> None:
         """One blocking batched send/receive call; the next compute waits for all of it."""
         last, pp_group, cs = None, self.group["pp"], self.c
+        # a synchronous engine's receive (DeepSpeed's ``p2p.recv``) is enqueued behind the
+        # rank's previous pass and the collectives that close it (NCCL's stream waits for the
+        # caller's), so a partner's blocking send cannot start under them (docs/calibration.md
+        # §5.28); eager exchanges keep their receives free (the message waits in the mailbox
+        # either way)
+        after = tuple(x for x in (self.last_compute, *self.wait) if x is not None) \
+            if self.sched.blocking_sends else ()
         for d, i, c in x.sends:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
             dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
@@ -548,7 +555,7 @@ class ProgramBuilder:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
             src = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, False)]
             last = self._add(Recv, "pp-comm", src=src, tag=d, label=f"recv {what}",
-                             microbatch=i, chunk=c)
+                             microbatch=i, chunk=c, deps=after)
             # Megatron's scatter/gather: the received slices are all-gathered over the
             # tensor-parallel communicator, which serialises with the TP collectives
             g = self.coll("tp-comm", "allgather", "tp", cs.p2p_gather_bytes, 1.0, "pp_gather",
