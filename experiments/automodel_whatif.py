@@ -6,7 +6,8 @@ move them (docs/calibration.md §5.31). Analytic only, a second:
     python experiments/automodel_whatif.py
 
 Table 1: each row's measured and estimated step, its error and the estimate's exposed time by
-kind. Table 2: the error per model family. Table 3, what-ifs, each applied alone and then
+kind. Table 4: the estimate's peak memory (GiB) on the fullest pipeline stage, by part, and
+whether it fits the H100's 80 GB (every row ran). Table 2: the error per model family. Table 3, what-ifs, each applied alone and then
 together, none fitted: ``deepep``, DeepEP's per-node token deduplication for the expert
 all-to-all (``moe_dispatcher=deepep``, the dispatcher the table's kernels name; the torchtitan
 profile runs only ``alltoall``); ``fused``, Transformer Engine's fused RMSNorm in place of
@@ -113,6 +114,10 @@ def rows(path: str = DATA) -> list[dict]:
             continue
         rec = {"id": r["id"], "family": FAMILY.get(r["model"]["name"], r["model"]["name"]),
                "measured": c.measured_step_s, "breakdown": estimate(c.job).breakdown_s}
+        e = estimate(c.job)
+        rec["fits"] = bool(e.fits)
+        rec["memory"] = max((vars(m) for m in e.memory_by_stage),
+                            key=lambda m: sum(v for v in m.values() if isinstance(v, float)))
         for name, flags in VARIANTS:
             s = step_s(c.job, flags, int(r["plan"]["grad_accum"]))
             rec[name + "_s"] = s
@@ -145,6 +150,14 @@ def main() -> int:
         print(f"| {r['id']} | " + " | ".join(f"{r[k]:+.1f} %" for k in keys) + " |")
     print("| MAPE | " + " | ".join(
         f"{sum(abs(r[k]) for r in recs) / len(recs):.2f} %" for k in keys) + " |")
+    print()
+    print("| row | params | grads | optimizer | activations | other | total | fits |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for r in recs:
+        m = {k: v / 2**30 for k, v in r["memory"].items() if isinstance(v, float)}
+        print(f"| {r['id']} | " + " | ".join(f"{m[k]:.2f}" for k in (
+            "params", "grads", "optimizer", "activations", "other")) +
+            f" | {sum(m.values()):.2f} | {'yes' if r['fits'] else 'no'} |")
     return 0
 
 
