@@ -558,6 +558,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("analytic reference, not a measured run")
     if c.get("duplicate_of"):
         return skip(f"the same run as {c['duplicate_of']} (the entry's notes say why)")
+    if c.get("skip_reason"):        # recorded as printed, not evaluated (the entry says why)
+        return skip(str(c["skip_reason"]))
     n = _size(c["hardware"]["n_gpus"])
     if n is None:
         return skip("hardware.n_gpus not given")
