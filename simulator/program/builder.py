@@ -479,7 +479,7 @@ class ProgramBuilder:
         """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
         both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
         example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
-        (its share of them with ZeRO >= 2: the dense 1/dp, the routed experts' 1/edp,
+        (with ZeRO >= 1 the shard its optimizer steps: the dense 1/dp, the routed experts' 1/edp,
         ``comm.grad_shard_params``) over the two ranks, on the dp-comm stream."""
         pp_group = self.group["pp"]
         pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))

@@ -212,12 +212,19 @@ def dp_parts_sum(parts, cost) -> Num:
 
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                       etp: Num, zero: Num) -> Num:
-    """Parameters whose gradients one rank holds after the data-parallel reduction: all of
-    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/(dp·cp)`` share plus
-    the routed experts' ``1/edp`` share (``dp_parts``' groups). DualPipe's mirror all-reduce
-    sums these between the two ranks that hold the same stages. Vectorised."""
+    """Parameters whose reduced gradients one rank's optimizer reads after the data-parallel
+    reduction: all of the stage's (ZeRO-0), or with ZeRO >= 1 the dense ones' ``1/(dp·cp)``
+    share plus the routed experts' ``1/edp`` share (``dp_parts``' groups): ZeRO-2/3 shard the
+    gradients, and ZeRO-1's sharded optimizer steps only its shard of the reduce-scattered
+    gradients (ZeRO paper, P_os; Megatron's distributed optimizer). DualPipe's mirror
+    all-reduce sums these between the two ranks that hold the same stages: the two copies
+    are data-parallel replicas of the stage, reduced like any other (deepseek-ai/DualPipe
+    issue #22: "Optimizer is handled the same as other synchronous pipelines like 1F1B";
+    PiPPy's double pipe, pytorch/PiPPy#276: "corresponding stages ... synchronize gradients
+    using DDP"), so the pair adds what the optimizer reads, the shard each copy's
+    reduce-scatter over dp left, not the whole gradient. Vectorised."""
     (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
-    return np.where(np.asarray(zero) >= 2, d / n_d + e / n_e, params)[()]
+    return np.where(np.asarray(zero) >= 1, d / n_d + e / n_e, params)[()]
 
 
 def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,

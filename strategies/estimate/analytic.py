@@ -597,7 +597,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
-    # gradients each holds (with ZeRO >= 2 its dense 1/dp and expert 1/edp shares,
+    # gradients its optimizer steps (with ZeRO >= 1 its dense 1/dp and expert 1/edp shares,
     # ``comm.grad_shard_params``)
     G_pairs = np.where((pp - 1) * stride_pp >= G, G, 1)
     # the optimizer step and the stack's per-step passes over the gradient buffer and the
