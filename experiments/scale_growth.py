@@ -61,7 +61,7 @@ from strategies.collectives.select import strided_layout  # noqa: E402
 #: the reference files (``strategies/reference/data``) scanned by default
 FILES = ("published.json", "dgxc_2505.json", "nemo_performance_2407.json",
          "published_2026.json", "megatron_bridge_2604.json", "frontier_papers.json",
-         "nemo_performance_25.json",
+         "nemo_performance_25.json", "automodel_perf.json",
          "classic_papers.json")
 
 
