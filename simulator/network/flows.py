@@ -19,11 +19,13 @@ concurrent flows seen before are reused (the same result, not recomputed).
 from __future__ import annotations
 
 from functools import partial
+from heapq import heappush
 from typing import Callable, Hashable, Optional, Sequence
 
 import networkx as nx
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 Node = Hashable
 RouteFn = Callable[[nx.DiGraph, Node, Node], Sequence[Node]]
@@ -40,6 +42,30 @@ _TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated to
 # interleaved:6: 21,928 of 32,240 recomputations missed the slot-order key, 3,993 sets
 # distinct as multisets).
 _RATES_KEPT = 4096
+
+
+_min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
+_any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
+
+
+class QueueEntry:
+    """An entry of SimPy's queue that only calls back: what ``Environment.step`` and the
+    engine's loop read of an event (``callbacks``, ``_ok``), without an ``Event``'s
+    construction. ``call_at`` puts one where ``env.timeout(delay)`` would have gone, with the
+    same time, priority and sequence number, so the order of the queue is unchanged."""
+
+    __slots__ = ("callbacks",)
+    _ok = True
+
+    def __init__(self, callbacks: list) -> None:
+        self.callbacks = callbacks
+
+
+def call_at(env: simpy.Environment, delay: float, callback: Callable,
+            priority: int = NORMAL) -> None:
+    """``callback(entry)`` ``delay`` seconds from now: ``env.timeout(delay)`` with
+    ``callback`` as its only callback (``priority``: ``env.schedule``'s), one object fewer."""
+    heappush(env._queue, (env._now + delay, priority, next(env._eid), QueueEntry([callback])))
 
 
 def shortest_route(graph: nx.DiGraph, src: Node, dst: Node) -> list:
@@ -86,12 +112,12 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     while left:
         share.fill(np.inf)
         np.divide(np.maximum(spare, 0.0), count, out=share, where=count > 0)
-        level = share.min()
+        level = _min(share)
         saturated[:] = share <= level * (1.0 + _TIE_RTOL)
         # the live flows crossing a saturated link, in flow order: one vector pass over the
         # (flows, hops) matrix (a slice per saturated link was most of the time with hundreds
         # of flows and links saturating together, issue 17)
-        hit = np.flatnonzero(saturated[links].any(axis=1) & live)
+        hit = (_any_row(saturated[links]) & live).nonzero()[0]
         rates[hit], live[hit] = level, False
         left -= hit.size
         freed = np.bincount(links[hit].ravel(), minlength=nlinks)
@@ -215,13 +241,13 @@ class FlowNetwork:
         program, so the count of timeouts depends on the programs, not on which unrelated
         instants happen to be equal in floating point."""
         if share is None:
-            self.env.timeout(latency).callbacks.append(partial(self._start_flow, *flow))
+            call_at(self.env, latency, partial(self._start_flow, *flow))
             return
         key = (self.env._now + latency, share)   # the instant the timeout below fires at
         due = self._due.get(key)
         if due is None:
             due = self._due[key] = []
-            self.env.timeout(latency).callbacks.append(partial(self._start_due, key))
+            call_at(self.env, latency, partial(self._start_due, key))
         due.append(flow)
 
     def _start_due(self, key: tuple, _ev) -> None:
@@ -264,7 +290,7 @@ class FlowNetwork:
         self._dirty = True
         if not self._pending:
             self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_pending)
+            call_at(self.env, 0, self._on_pending)
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
@@ -306,7 +332,7 @@ class FlowNetwork:
         self._free += range(slots - 1, old - 1, -1)
 
     def _active_idx(self) -> np.ndarray:
-        return np.flatnonzero(self._active)
+        return self._active.nonzero()[0]
 
     def _route_of(self, links: np.ndarray) -> int:
         """The number of the route ``links`` (link indices in order), one per distinct route."""
@@ -333,7 +359,7 @@ class FlowNetwork:
         self._dirty = True
         if not self._pending:
             self._pending = True
-            self.env.timeout(0).callbacks.append(self._on_pending)
+            call_at(self.env, 0, self._on_pending)
 
     # -- event-driven core ---------------------------------------------------
     def _on_pending(self, _ev) -> None:
@@ -346,21 +372,24 @@ class FlowNetwork:
 
     def _settle(self) -> None:
         """Advance flows to now, finish those that are done, recompute if anything changed."""
-        now = self.env.now
-        idx = self._active_idx()
+        now = self.env._now
+        idx = self._active.nonzero()[0]
         if idx.size and now > self._last:
-            self._rem[idx] = np.maximum(self._rem[idx] - self._rate[idx] * (now - self._last), 0.0)
+            left = self._rem[idx] - self._rate[idx] * (now - self._last)
+            self._rem[idx] = np.maximum(left, 0.0, out=left)
         self._last = now
         done = idx[self._finish[idx] <= now * (1.0 + _FINISH_RTOL)]
         if done.size:
             self._complete(done)
-        if done.size or self._dirty:
             self._dirty = False
             self._recompute(now)
+        elif self._dirty:
+            self._dirty = False
+            self._recompute(now, idx)
 
     def _complete(self, done: np.ndarray) -> None:
         hops = self._links.shape[1]
-        np.add.at(self._delivered, self._links[done].ravel(), np.repeat(self._size[done], hops))
+        np.add.at(self._delivered, self._links[done].ravel(), self._size[done].repeat(hops))
         self._active[done] = False
         self._rem[done] = 0.0
         for slot in done.tolist():
@@ -370,10 +399,13 @@ class FlowNetwork:
             fin(tag)
         self.flows_completed += done.size
 
-    def _recompute(self, now: float) -> None:
+    def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
+        """New max-min rates of the active flows (``idx``: their slots, when the caller has
+        them) and the timeout of the first to end."""
         self.recomputations += 1
         self._generation += 1
-        idx = self._active_idx()
+        if idx is None:
+            idx = self._active.nonzero()[0]
         if not idx.size:
             return
         rno = self._rno[idx]
@@ -389,5 +421,4 @@ class FlowNetwork:
         left = self._rem[idx] / rates
         self._rate[idx] = rates
         self._finish[idx] = now + left
-        timer = self.env.timeout(float(left.min()))
-        timer.callbacks.append(partial(self._on_timer, self._generation))
+        call_at(self.env, float(_min(left)), partial(self._on_timer, self._generation))
