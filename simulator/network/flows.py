@@ -42,6 +42,7 @@ _TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated to
 # interleaved:6: 21,928 of 32,240 recomputations missed the slot-order key, 3,993 sets
 # distinct as multisets).
 _RATES_KEPT = 4096
+_DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
 
 
 _min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
@@ -172,6 +173,8 @@ class FlowNetwork:
         self._pending = False         # a same-instant update is already scheduled
         self._rates_seen: dict = {}   # active flows' sorted route numbers -> their rates
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
+        self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
+        self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
         self.flows_started = 0
         self.flows_completed = 0
@@ -271,11 +274,20 @@ class FlowNetwork:
                 self._grow(max(64, 2 * slots), self._links.shape[1])
             taken.append(free.pop())
         idx = np.array(taken)
-        self._links[idx] = self._pad
-        count = np.array(sizes)
-        first = np.cumsum(count) - count
-        cols = np.arange(first[-1] + count[-1]) - np.repeat(first, count)
-        self._links[np.repeat(idx, count), cols] = np.concatenate([f[0] for f in flows])
+        hops = self._links.shape[1]
+        if min(sizes) == max(sizes):   # routes of one length (the common case): one block
+            rows = np.array([f[0] for f in flows])
+            if sizes[0] == hops:
+                self._links[idx] = rows
+            else:
+                self._links[idx, sizes[0]:] = self._pad
+                self._links[idx, :sizes[0]] = rows
+        else:
+            self._links[idx] = self._pad
+            count = np.array(sizes)
+            first = np.cumsum(count) - count
+            cols = np.arange(first[-1] + count[-1]) - np.repeat(first, count)
+            self._links[np.repeat(idx, count), cols] = np.concatenate([f[0] for f in flows])
         nbytes = np.array([f[1] for f in flows], dtype=float)
         route_of = self._route_of
         self._rno[idx] = [route_of(f[0]) for f in flows]
@@ -294,6 +306,7 @@ class FlowNetwork:
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
+        self._deliver()
         carried = self._delivered.copy()
         idx = self._active_idx()
         if idx.size:
@@ -335,11 +348,16 @@ class FlowNetwork:
         return self._active.nonzero()[0]
 
     def _route_of(self, links: np.ndarray) -> int:
-        """The number of the route ``links`` (link indices in order), one per distinct route."""
+        """The number of the route ``links`` (link indices in order), one per distinct route;
+        looked up by the array's identity first (the routes' arrays are cached and reused)."""
+        hit = self._route_arrays.get(id(links))
+        if hit is not None and hit[0] is links:
+            return hit[1]
         key = links.tobytes()
         no = self._route_no.get(key)
         if no is None:
             no = self._route_no[key] = len(self._route_no)
+        self._route_arrays[id(links)] = (links, no)     # holds the array: its id stays its own
         return no
 
     def _start_flow(self, links: np.ndarray, nbytes: float, fin: Callable, tag, _ev) -> None:
@@ -388,8 +406,9 @@ class FlowNetwork:
             self._recompute(now, idx)
 
     def _complete(self, done: np.ndarray) -> None:
-        hops = self._links.shape[1]
-        np.add.at(self._delivered, self._links[done].ravel(), self._size[done].repeat(hops))
+        self._done_log.append((self._links[done], self._size[done]))
+        if len(self._done_log) >= _DONE_KEPT:
+            self._deliver()
         self._active[done] = False
         self._rem[done] = 0.0
         for slot in done.tolist():
@@ -398,6 +417,16 @@ class FlowNetwork:
             self._free.append(slot)
             fin(tag)
         self.flows_completed += done.size
+
+    def _deliver(self) -> None:
+        """Add the finished flows' bytes to their links, in the order they finished (one
+        unbuffered ``np.add.at``: the same sums, link by link, as one call per completion)."""
+        log = self._done_log
+        if log:
+            idx = np.concatenate([rows.ravel() for rows, _ in log])
+            vals = np.concatenate([size.repeat(rows.shape[1]) for rows, size in log])
+            np.add.at(self._delivered, idx, vals)
+            log.clear()
 
     def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
         """New max-min rates of the active flows (``idx``: their slots, when the caller has
