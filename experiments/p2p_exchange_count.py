@@ -24,8 +24,9 @@ the middle ones by less than the messages' difference, so the count is between t
 at ``m = 1``. The estimate takes the largest of the three paths (``analytic.ranked_messages``),
 on an uneven layout with the real stages' times (``estimate.scalar._messages_shift``).
 The third table measures ZB-H1, charged 1F1B's balanced count ``2m + 2p − 5``
-(``ZBH1.exposed_messages``, docs/calibration.md §5.22), and DeepSpeed's lock step, still
-charged ``2·(m + p − 1)`` (§5.21, left open).
+(``ZBH1.exposed_messages``, docs/calibration.md §5.22), and DeepSpeed's lock step, charged
+by the kind of rank that bounds it (``DeepSpeed1F1B.bottleneck_messages``, §5.28; its grid by
+kind: ``experiments/deepspeed_engine.py``).
 
 ``--plans`` (a minute) counts instead the messages of a few plans with data and tensor
 parallelism, doubling every pipeline send's bytes (``doubled_sends``).

@@ -420,6 +420,16 @@ class FrameworkProfile:
     #: per step, the copies reused by every micro-batch (Transformer Engine's
     #: ``is_first_microbatch`` under Megatron-Core)
     weight_cast_per_forward: bool = False
+    #: in a quantised precision, caches the activations its GEMMs' backward reads in that
+    #: precision instead of 16 bits (``strategies.memory.activations.cache_ratios``: every
+    #: Linear's input, the MoE's SwiGLU input, the attention output in E5M6; a pending weight
+    #: gradient's output gradients too). DeepSeek-V3 (arXiv 2412.19437 §3.3.3, "Low-Precision
+    #: Activation"); False: the 16-bit table (Transformer Engine's saved fp8 inputs are not
+    #: modelled, docs/memory.md)
+    fp8_activation_cache: bool = False
+    #: optimizer state bytes per parameter, where the stack states them (None:
+    #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
+    optimizer_state_bytes: float | None = None
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -944,6 +954,9 @@ HAI_LLM = replace(
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
     grouped_mlp_casts=False, quant_padding=False,
     precisions=("bf16", "fp8-blockwise"),
+    # DeepSeek-V3 report §3.3.3: activations cached in FP8 (E5M6 after the attention), the
+    # AdamW moments in BF16 beside the FP32 master weights: 4 + 2 + 2 bytes per parameter
+    fp8_activation_cache=True, optimizer_state_bytes=8.0,
     precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
                      "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "
                      "HAI-LLM's code is not public",

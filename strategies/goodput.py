@@ -96,13 +96,15 @@ def job_mtbf_s(num_gpus: int, num_nodes: int, mtbf_gpu_h: float = DEFAULT_MTBF_G
     return HOUR_S / rate
 
 
-def checkpoint_bytes(model: ModelSpec, system: SystemConfig | None = None) -> float:
+def checkpoint_bytes(model: ModelSpec, system: SystemConfig | None = None,
+                     optimizer_state_bytes: float | None = None) -> float:
     """Bytes of one full training checkpoint: every parameter once (data-parallel copies are
     written once) at the memory model's weight and optimizer-state bytes per parameter
-    (``SystemConfig.param_bytes + optimizer_state_bytes``: ``CKPT_BYTES_PER_PARAM`` with the
-    default system)."""
+    (``SystemConfig.param_bytes + optimizer_bytes(optimizer_state_bytes)``: the stack's
+    optimizer bytes where it states them, ``CKPT_BYTES_PER_PARAM`` with the default system
+    and stack)."""
     sy = get_system(system)
-    return float(model.num_params()) * (sy.param_bytes + sy.optimizer_state_bytes)
+    return float(model.num_params()) * (sy.param_bytes + sy.optimizer_bytes(optimizer_state_bytes))
 
 
 def checkpoint_write_s(nbytes: float, write_bandwidth: float) -> float:

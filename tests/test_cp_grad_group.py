@@ -53,11 +53,13 @@ def test_dpcp_groups_are_megatrons():
 
 
 def test_parts_and_shard_over_dp_times_cp():
-    """cp 2, dp 2, tp 2: the dense part goes over 4 ranks 2 apart; ZeRO-2 holds 1/4."""
+    """cp 2, dp 2, tp 2: the dense part goes over 4 ranks 2 apart; ZeRO-2 holds 1/4, and
+    ZeRO-1's optimizer reads 1/4 (its shard of the reduce-scattered gradients); ZeRO-0 all."""
     (d, n, s), (e, _, _) = cm.dp_parts(8e9, 0.0, 2, 2, 2, 1, 2)
     assert (d, n, s, e) == (8e9, 4.0, 2.0, 0.0)
     assert cm.grad_shard_params(8e9, 0.0, 2, 2, 2, 1, 2, 2) == 2e9
-    assert cm.grad_shard_params(8e9, 0.0, 2, 2, 2, 1, 2, 1) == 8e9
+    assert cm.grad_shard_params(8e9, 0.0, 2, 2, 2, 1, 2, 1) == 2e9
+    assert cm.grad_shard_params(8e9, 0.0, 2, 2, 2, 1, 2, 0) == 8e9
     # dp 1, cp 2: the cp ranks still hold copies to reduce
     assert bool(cm.has_dp_copies(8e9, 0.0, 2, 2, 1, 1, 2))
     assert not bool(cm.has_dp_copies(8e9, 0.0, 2, 1, 1, 1, 2))

@@ -29,6 +29,12 @@ def test_checkpoint_size_from_the_memory_model():
     m = model_preset("llama3-8b")
     assert gp.checkpoint_bytes(m) == m.num_params() * (PARAM_BYTES + OPTIMIZER_BYTES)
     assert gp.checkpoint_write_s(1e12, 2e9) == 500.0
+    # a stack that states its optimizer bytes (hai-llm: BF16 Adam moments, 8) writes those
+    from strategies.framework import get_profile
+    hai = get_profile("hai-llm").optimizer_state_bytes
+    assert hai == 8.0
+    assert gp.checkpoint_bytes(m, None, hai) == m.num_params() * (PARAM_BYTES + 8.0)
+    assert gp.checkpoint_bytes(m, None, None) == gp.checkpoint_bytes(m)
 
 
 def test_young_and_daly_closed_forms():

@@ -72,3 +72,27 @@ def test_report_runs_and_dualpipe_hides_all_to_all(tmp_path):
     # the padded model file reads back as the model the rows ran
     from strategies.hf_config import load_model_arg
     assert load_model_arg(str(out / "deepseek_v3_model.json")).num_layers == 8
+
+
+def test_report_and_validate_build_the_same_job():
+    """One source of truth: the report's default plan is the one ``validate`` builds for the
+    published run (node-limited routing from the entry's config.json, §3.2.3/§3.3.2's
+    recomputation), and the two estimates agree bit for bit (20.51 s before either moved:
+    validate had 22.24 s without the routing groups and the recomputation)."""
+    from experiments import report_deepseek as rd
+    from strategies.estimate.scalar import estimate
+    from strategies.hf_config import load_model_arg
+    from strategies.reference.cases import case_from_entry
+    entry, siblings = rd._entry()
+    case = case_from_entry(entry, siblings)
+    a = rd.parse_args([])
+    model, extra = rd.padded_model(load_model_arg(a.model), 16)
+    job = rd.job_of(model, a.cluster, rd.reference_plan(), "dualpipe", a.gbs, a.dtype,
+                    a.framework)
+    v = case.job
+    assert extra == 3 and v.model.num_layers == job.model.num_layers == 64
+    assert job.plan == v.plan and job.dtype == v.dtype and job.framework == v.framework
+    assert (v.model.moe_router_num_groups, v.model.moe_router_group_topk) == (8, 4)
+    assert v.plan.recompute_modules is not None and set(v.plan.recompute_modules) == {
+        "layernorm", "mla_up_proj", "moe_act"}
+    assert estimate(job).step_time_s == estimate(v).step_time_s

@@ -45,7 +45,8 @@ def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable)
     hop's inside a node), the flows the ``issuers`` start, the bytes of
     each flow."""
     out = []
-    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale):
+    for ph in phases_of(op.algorithm, op.kind, op.group, op.nbytes, node_of, op.remote_scale,
+                        op.nvlink_share):
         lat = ph.steps * max(net.latency(a, b) for a, b in ph.flows)
         if ph.local_steps:      # NCCL's ring: the steps that stay in a node, at their latency
             lat += ph.local_steps * max(net.latency(a, b) for a, b in ph.flows
@@ -73,7 +74,7 @@ class CollectiveRunner:
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
     def phases(self, op: Collective) -> list[RunPhase]:
-        key = (op.group, op.kind, op.algorithm, op.nbytes, op.remote_scale)
+        key = (op.group, op.kind, op.algorithm, op.nbytes, op.remote_scale, op.nvlink_share)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = plan_phases(self.net, op, self.issuers, self.node_of)
@@ -93,7 +94,8 @@ class CollectiveRunner:
             return
         # the same call (group, tag, algorithm, bytes, repeat) recurs thousands of times a
         # step: whether it runs in closed form, and its time and link loads, are worked out once
-        sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat, op.remote_scale)
+        sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat, op.remote_scale,
+               op.nvlink_share)
         closed = self._closed.get(sig, ())
         if closed == ():
             closed = self._closed[sig] = self._closed_form(op)

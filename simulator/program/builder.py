@@ -127,7 +127,7 @@ class ProgramBuilder:
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
              label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
-             remote_scale: float = 1.0) -> int | None:
+             remote_scale: float = 1.0, nvlink_share: float = 1.0) -> int | None:
         group = self.group[dim]
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
@@ -139,7 +139,7 @@ class ProgramBuilder:
         self.next_id += 1
         self.streams[stream].append(Collective(op_id, stream, kind, group, float(nbytes), algo,
                                                tag or cat, cat, label, float(repeat), i, c,
-                                               deps, float(remote_scale)))
+                                               deps, float(remote_scale), float(nvlink_share)))
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
@@ -203,7 +203,8 @@ class ProgramBuilder:
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
                                f"A2A ep {label}", i, c, deps=(rc,),
-                               remote_scale=cs.ep_remote_scale) if n_ep > 0 else None
+                               remote_scale=cs.ep_remote_scale,
+                               nvlink_share=cs.ep_nvlink_share) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
             self.tp_comm(n_tp, label, i, c, start, rc)
         split = self.split
@@ -254,7 +255,8 @@ class ProgramBuilder:
         # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
         for n, x in items:
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
-                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale)
+                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale,
+                           nvlink_share=cs.ep_nvlink_share)
             etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
             for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
                 ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
@@ -481,7 +483,7 @@ class ProgramBuilder:
         """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
         both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
         example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
-        (its share of them with ZeRO >= 2: the dense 1/dp, the routed experts' 1/edp,
+        (with ZeRO >= 1 the shard its optimizer steps: the dense 1/dp, the routed experts' 1/edp,
         ``comm.grad_shard_params``) over the two ranks, on the dp-comm stream."""
         pp_group = self.group["pp"]
         pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
@@ -540,6 +542,13 @@ class ProgramBuilder:
     def exchange(self, x: Exchange) -> None:
         """One blocking batched send/receive call; the next compute waits for all of it."""
         last, pp_group, cs = None, self.group["pp"], self.c
+        # a synchronous engine's receive (DeepSpeed's ``p2p.recv``) is enqueued behind the
+        # rank's previous pass and the collectives that close it (NCCL's stream waits for the
+        # caller's), so a partner's blocking send cannot start under them (docs/calibration.md
+        # §5.28); eager exchanges keep their receives free (the message waits in the mailbox
+        # either way)
+        after = tuple(x for x in (self.last_compute, *self.wait) if x is not None) \
+            if self.sched.blocking_sends else ()
         for d, i, c in x.sends:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
             dst = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, True)]
@@ -552,7 +561,7 @@ class ProgramBuilder:
             what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
             src = pp_group[self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d, False)]
             last = self._add(Recv, "pp-comm", src=src, tag=d, label=f"recv {what}",
-                             microbatch=i, chunk=c)
+                             microbatch=i, chunk=c, deps=after)
             # Megatron's scatter/gather: the received slices are all-gathered over the
             # tensor-parallel communicator, which serialises with the TP collectives
             g = self.coll("tp-comm", "allgather", "tp", cs.p2p_gather_bytes, 1.0, "pp_gather",

@@ -135,6 +135,7 @@ class Collective:
     chunk: int = -1
     deps: tuple[int, ...] = ()
     remote_scale: float = 1.0     # all-to-all: share of per-pair bytes between nodes
+    nvlink_share: float = 1.0     # all-to-all: share of NVLink's rate its kernel reaches
 
     def __post_init__(self) -> None:
         if self.kind not in COLLECTIVE_KINDS:

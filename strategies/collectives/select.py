@@ -98,10 +98,12 @@ def register(name: str, module) -> None:
 
 
 def phases_of(algorithm: str, kind: str, group: Sequence[int], nbytes: float,
-              node_of: Callable[[int], int], remote_scale: float = 1.0) -> list[Phase]:
+              node_of: Callable[[int], int], remote_scale: float = 1.0,
+              nvlink_share: float = 1.0) -> list[Phase]:
     """The phases of ``kind`` over ``group`` with ``algorithm`` (``ALGORITHMS``' keys);
     ``remote_scale``: the share of an all-to-all's per-pair bytes that crosses between nodes
-    (node-limited routing; only ``all_to_all`` takes it)."""
+    (node-limited routing), ``nvlink_share``: the share of the node fabric's rate its kernel
+    reaches (DeepEP, HybridEP); only ``all_to_all`` takes them."""
     if (kind == "alltoall" and algorithm in (RING, HIERARCHICAL)) or \
             (kind != "alltoall" and algorithm == ALL_TO_ALL):
         raise ValueError(f"collective kind={kind!r} with algorithm {algorithm!r}: all-to-all "
@@ -111,6 +113,9 @@ def phases_of(algorithm: str, kind: str, group: Sequence[int], nbytes: float,
     except KeyError:
         raise ValueError(f"collective algorithm {algorithm!r} is not known "
                          f"({', '.join(ALGORITHMS)})") from None
+    if nvlink_share != 1.0:
+        return module.phases(kind, group, nbytes, node_of, remote_scale=remote_scale,
+                             nvlink_share=nvlink_share)
     if remote_scale != 1.0:
         return module.phases(kind, group, nbytes, node_of, remote_scale=remote_scale)
     return module.phases(kind, group, nbytes, node_of)

@@ -109,14 +109,15 @@ alltoall_time = all_to_all.time
 
 
 def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
-                    remote_scale: Num = 1.0) -> Num:
+                    remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): over ``k > 1`` members on each of
     several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
-    the share of its bytes between nodes, node-limited routing). Groups of a shape that is
+    the share of its bytes between nodes, node-limited routing; ``nvlink_share``: the share of
+    NVLink's rate its kernel reaches, ``counts.ep_nvlink_share``). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
@@ -127,13 +128,16 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
         # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
         # unevenly keep the one-port form at group_bandwidth's rate
         relay = pxn_relay(cluster)
-        # the slowest pair's route: across nodes, through a PXN relay first when k > 1
+        # the slowest pair's route: across nodes, through a PXN relay first, or forwarded
+        # over NVLink after (remote_scale != 1: all_to_all.two_level_time), when k > 1
+        hop = (relay | (np.asarray(remote_scale) != 1.0) | (np.asarray(nvlink_share) != 1.0)) \
+            & (k > 1)
         lat2 = np.where(nodes > 1, cluster.inter_node_latency
-                        + np.where(relay & (k > 1), cluster.intra_node_latency, 0.0),
+                        + np.where(hop, cluster.intra_node_latency, 0.0),
                         cluster.intra_node_latency)
         return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra,
                                                            _nic_rate(cluster), lat2, relay,
-                                                           remote_scale),
+                                                           remote_scale, nvlink_share),
                         all_to_all.time(nbytes, n, bw, lat))[()]
     passes = PASSES[kind]
     algo = strided_algorithm(n, stride, G, kind)
@@ -208,12 +212,19 @@ def dp_parts_sum(parts, cost) -> Num:
 
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
                       etp: Num, zero: Num) -> Num:
-    """Parameters whose gradients one rank holds after the data-parallel reduction: all of
-    the stage's, or with ZeRO >= 2 (gradients sharded) the dense ones' ``1/(dp·cp)`` share plus
-    the routed experts' ``1/edp`` share (``dp_parts``' groups). DualPipe's mirror all-reduce
-    sums these between the two ranks that hold the same stages. Vectorised."""
+    """Parameters whose reduced gradients one rank's optimizer reads after the data-parallel
+    reduction: all of the stage's (ZeRO-0), or with ZeRO >= 1 the dense ones' ``1/(dp·cp)``
+    share plus the routed experts' ``1/edp`` share (``dp_parts``' groups): ZeRO-2/3 shard the
+    gradients, and ZeRO-1's sharded optimizer steps only its shard of the reduce-scattered
+    gradients (ZeRO paper, P_os; Megatron's distributed optimizer). DualPipe's mirror
+    all-reduce sums these between the two ranks that hold the same stages: the two copies
+    are data-parallel replicas of the stage, reduced like any other (deepseek-ai/DualPipe
+    issue #22: "Optimizer is handled the same as other synchronous pipelines like 1F1B";
+    PiPPy's double pipe, pytorch/PiPPy#276: "corresponding stages ... synchronize gradients
+    using DDP"), so the pair adds what the optimizer reads, the shard each copy's
+    reduce-scatter over dp left, not the whole gradient. Vectorised."""
     (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
-    return np.where(np.asarray(zero) >= 2, d / n_d + e / n_e, params)[()]
+    return np.where(np.asarray(zero) >= 1, d / n_d + e / n_e, params)[()]
 
 
 def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,

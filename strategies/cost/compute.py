@@ -88,7 +88,10 @@ OVERLAP_CLOCK_RATIO = 0.88
 # NVIDIA's measurement on GB200 with 64 experts and hidden size 128, so that the GPU work is
 # negligible, forward ~1.2 ms and backward ~2.1 ms (TransformerEngine issue #2897, "Reduce CPU
 # overhead in grouped MLP block", 2026-04-16: wgrad allocations, scale swizzles, tensor
-# clean-up and quantizer set-up, each per expert), taken per expert (/64)
+# clean-up and quantizer set-up, each per expert), taken per expert (/64). The figure is of
+# TE's fused grouped-MLP ops (``ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8`` and its backward, TE
+# PR #2769: one cuDNN grouped-GEMM kernel per fc), not of the unfused ``GroupedLinear`` module
+# the 25.11 / 26.04 rows run (6-18 launches per local expert, docs/calibration.md §5.29)
 EXPERT_HOST_S = (1.2e-3 / 64, 2.1e-3 / 64)
 
 

@@ -929,6 +929,27 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     return np.where(dedup, byte_scale, 1.0)[()], np.where(dedup, remote, base)[()]
 
 
+#: Share of NCCL's achievable NVLink rate (``comm.NVLINK_EFFICIENCY`` of the link: nccl-tests'
+#: bus bandwidth; NVIDIA's "effective NVLink bandwidth of 370GB/s" of 450 for collectives other
+#: than all-reduce, NVIDIA/nccl-tests issue #212) that DeepEP's and HybridEP's dispatch and
+#: combine kernels reach on NVLink, as their authors publish them: the median of the model's
+#: time over the published one at share 1, over every published NVLink-bound case in BF16
+#: (each combine and HybridEP's BF16 dispatch: DeepEP V1 on H800 EP8 0.87 and EP16's forwarding
+#: leg 0.77, V2 on B200 0.90, HybridEP on B200 0.90 / 0.82 and on GB200 NVL72 0.93 / 0.90 at
+#: EP8, 0.86 / 0.81 at EP36: median 0.865), ``python experiments/a2a_measured.py``,
+#: docs/calibration.md §5.27. Their FP8 dispatches (half the bytes, the same per-token work)
+#: reach less (0.67-0.89 at share 1); the model's tokens are 16-bit. Megatron's ``alltoall``
+#: dispatcher runs NCCL's all-to-all: share 1.
+EP_KERNEL_NVLINK_SHARE = 0.87
+
+
+def ep_nvlink_share(dispatcher: Num) -> Num:
+    """Share of the node fabric's achievable rate an expert all-to-all gets, by
+    ``plan.DISPATCHERS`` code: ``EP_KERNEL_NVLINK_SHARE`` for DeepEP and HybridEP (1, 2), 1
+    for NCCL's all-to-all (0). Vectorised."""
+    return np.where(np.asarray(dispatcher) > 0, EP_KERNEL_NVLINK_SHARE, 1.0)[()]
+
+
 def etp_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
                   load: Num = 1.0) -> Num:
     """Bytes of one expert tensor-parallel collective of the mean layer's forward, per GPU:

@@ -122,6 +122,7 @@ class StageCostArrays:
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
     ep_remote_scale: np.ndarray   # share of the all-to-all's bytes between nodes (node-limited)
+    ep_nvlink_share: np.ndarray   # share of NVLink's rate the dispatcher's kernel reaches
     p2p_bytes: np.ndarray         # one pipeline message (per GPU, per direction)
     p2p_gather_bytes: np.ndarray  # all-gather over tp after each receive (no SP), else 0
     layer_params: np.ndarray      # parameters of one layer on one GPU
@@ -204,6 +205,7 @@ class StageCosts:
     ep_bytes: float
     etp_bytes: float
     ep_remote_scale: float
+    ep_nvlink_share: float
     p2p_bytes: float
     p2p_gather_bytes: float
     layer_params: float
@@ -444,6 +446,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                                       load), 0.0)
         + zeros,
         ep_remote_scale=dedup_remote + zeros,
+        ep_nvlink_share=counts.ep_nvlink_share(P.moe_dispatcher) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
         layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
@@ -514,7 +517,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         cp_stall_fwd=f("cp_stall_fwd"), cp_stall_bwd=f("cp_stall_bwd"),
         cp_torch=bool(arrays.cp_torch),
         cp_bytes=f("cp_bytes"), ep_bytes=f("ep_bytes"), etp_bytes=f("etp_bytes"),
-        ep_remote_scale=f("ep_remote_scale"),
+        ep_remote_scale=f("ep_remote_scale"), ep_nvlink_share=f("ep_nvlink_share"),
         p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),

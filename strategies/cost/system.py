@@ -92,6 +92,12 @@ class SystemConfig:
             return float(self.grad_buffer_bytes)
         return 2.0 if dtype == "fp16" else 4.0
 
+    def optimizer_bytes(self, stated: float | None = None) -> float:
+        """Optimizer state bytes per parameter: the stack's where it states them
+        (``FrameworkProfile.optimizer_state_bytes``, e.g. DeepSeek-V3's BF16 moments, 8),
+        else ``optimizer_state_bytes`` (12). Read by the memory model and the checkpoint size."""
+        return self.optimizer_state_bytes if stated is None else float(stated)
+
     def step_grad_copy_bytes(self, dtype: str) -> float:
         """Bytes per parameter of the fp32 copy of the gradient made at the optimizer step:
         Megatron's fp16 optimizer casts each fp16 main gradient to the fp32 master's ``.grad``

@@ -356,7 +356,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # exposed only where it outlasts that compute (the share of the slowest rank's forwards
     # that are paired, from the order)
     etp = P.etp
-    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl, sc.ep_remote_scale) \
+    t_a2a = cm.collective_time("alltoall", sc.ep_bytes, ep, etp, cl, sc.ep_remote_scale,
+                               sc.ep_nvlink_share) \
         + np.where(sc.etp_bytes > 0,
                    cm.collective_time("allgather", sc.etp_bytes, etp, 1, cl)
                    + cm.collective_time("reduce_scatter", sc.etp_bytes, etp, 1, cl), 0.0)
@@ -582,7 +583,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
     # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
     # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
-    # gradients each holds (with ZeRO >= 2 its dense 1/dp and expert 1/edp shares,
+    # gradients its optimizer steps (with ZeRO >= 1 its dense 1/dp and expert 1/edp shares,
     # ``comm.grad_shard_params``)
     G_pairs = np.where((pp - 1) * stride_pp >= G, G, 1)
     # the optimizer step and the stack's per-step passes over the gradient buffer and the

@@ -445,7 +445,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
         # the dp stream after the last compute and the buckets, before the optimizer (its
         # floor at the fastest links: the pair may share a node)
-        # (the gradients each holds: ``comm.grad_shard_params``)
+        # (the gradients its optimizer steps: ``comm.grad_shard_params``)
         held = cm.grad_shard_params(params[kind], eparams[kind], tp, cp, dp, ep, P.etp, zero)
         mirror = np.where(mirrored, group_floor(gb * held, 2, 1, 2.0, cl), 0.0)
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag

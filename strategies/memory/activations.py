@@ -62,6 +62,7 @@ from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
 from strategies.schedules.base import peak_chunk_moment, peak_pair
+from topologies.precision import get_precision
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -76,9 +77,53 @@ TERM_KINDS = {
 }
 
 
-def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int) -> dict[str, float]:
+#: Bytes per element of the output projection's input (the attention's output) where a stack
+#: caches it in DeepSeek-V3's customised E5M6 format: 12 bits, in 1x128 tiles with one fp32
+#: scale each (arXiv 2412.19437 §3.3.3 "Low-Precision Activation" (1); the scale's storage is
+#: not stated: fp32 assumed, as the fp8 tiles' ``topologies.precision`` fp8-blockwise).
+E5M6_BYTES = 12 / 8 + 4 / 128
+
+
+def activation_cache_bytes(cached: bool, dtype: str) -> float | None:
+    """Bytes per element of a GEMM input a stack caches for the backward in low precision:
+    the precision's operand bytes (one row-wise copy with its scales: ``1 + 4/128`` for
+    fp8-blockwise's 1x128 tiles), where the stack caches them so
+    (``FrameworkProfile.fp8_activation_cache``) and ``dtype`` is quantised; None (the
+    16-bit table) otherwise. DeepSeek-V3, arXiv 2412.19437 §3.3.3: "cache activations in FP8
+    format for the backward pass of the Linear operator"."""
+    p = get_precision(dtype)
+    return float(p.operand_bytes) if cached and p.quantised else None
+
+
+def cache_ratios(model: ModelSpec, cache: float | None) -> dict[str, float]:
+    """Stored over 16-bit bytes of each stash term (``layer_activation_terms``' names; absent:
+    1) where GEMM inputs are cached at ``cache`` bytes per element (``activation_cache_bytes``;
+    None: ``{}``, every term 16-bit). DeepSeek-V3 §3.3.3: the inputs of every Linear in the
+    low format (QKV, fc1 with the MoE's dispatched tokens, fc2, MLA's normed latents), the
+    output projection's input in E5M6 (``E5M6_BYTES``), the SwiGLU inputs of MoE layers in
+    the low format (routed and shared experts; a dense layer's stays 16-bit), everything else
+    (norm inputs, Q, K, V, the rope key, the scores) 16-bit."""
+    if cache is None:
+        return {}
+    r = cache / 2.0
+    w = counts.mlp_part_widths(model)
+    tot = sum(w.values())
+    act_in = (w["dense_mlp"] + r * (w["routed_mlp"] + w["shared_mlp"])) / tot if tot else 1.0
+    out = {"qkv_input": r, "proj_input": E5M6_BYTES / 2.0, "fc1_input": r,
+           "activation_input": act_in, "fc2_input": r}
+    if model.is_mla:   # the latents after their norms are the up projections' inputs
+        lat = (model.q_lora_rank or 0) + model.kv_lora_rank
+        out["mla_latents"] = ((2 * lat * (1 + r) + 2 * model.qk_rope_head_dim)
+                              / (4 * lat + 2 * model.qk_rope_head_dim))
+    return out
+
+
+def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
+                           cache: float | None = None) -> dict[str, float]:
     """Bytes of each saved tensor of one transformer layer for one micro-batch, before any
     parallel split (see the module table). Sums to Korthikanti's ``sbh·(34 + 5as/h)`` for GPT.
+    ``cache``: GEMM inputs cached at that many bytes per element (``cache_ratios``; None: the
+    16-bit table).
 
     >>> from strategies.presets import model_preset
     >>> t = layer_activation_terms(model_preset("gpt3-175b"), 2048, 1)
@@ -92,7 +137,7 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     copies = model.mean_expert_copies()
     score = a * s * s * b
     drop = 1.0 if model.dropout else 0.0      # no dropout: no mask, no separate output
-    return {
+    out = {
         "ln1_input": 2 * sbh, "qkv_input": 2 * sbh, "q": 2 * sb * a * model.head_dim,
         "k_v": 2 * sb * model.kv_heads * (model.head_dim + model.v_dim),
         "softmax_output": 2 * score, "softmax_dropout_mask": score * drop,
@@ -105,6 +150,10 @@ def layer_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
         "mla_latents": (2 * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank)
                         + 2 * sb * model.qk_rope_head_dim) if model.is_mla else 0,
     }
+    if cache is None:
+        return out
+    ratio = cache_ratios(model, cache)
+    return {k: x * ratio.get(k, 1.0) for k, x in out.items()}
 
 
 def named_remat_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
@@ -169,7 +218,7 @@ WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latent
 
 
 def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                            sp=False, etp=None, load=1.0) -> tuple:
+                            sp=False, etp=None, load=1.0, cache=None) -> tuple:
     """``(as the table counts them, as they run)``: bytes per GPU and micro-batch of the mean
     layer's routed-expert tensors (numbers or numpy arrays). The table above counts the MoE
     layer's ``k`` token copies like a dense MLP's: the fc1 input ``2sbh·k`` split by ``t``
@@ -178,7 +227,9 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     tokens the dispatch (and the expert tensor-parallel all-gather) delivered:
     ``2sbh·k·etp/t`` on every GPU, SP or not; and the hottest expert-parallel rank holds
     ``load`` (``counts.moe_load``) times the mean of all three. Only the MoE layers' share.
-    The difference of the two is what ``memory.arrays`` adds to the table's stash."""
+    The difference of the two is what ``memory.arrays`` adds to the table's stash. ``cache``:
+    GEMM inputs cached in low precision (``cache_ratios``: the dispatched tokens, the MoE's
+    SwiGLU input and fc2's input all at ``cache`` bytes per element)."""
     if not model.is_moe:
         return 0.0, 0.0
     etp = tp if etp is None else etp
@@ -187,8 +238,9 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     share = model.num_moe_layers / model.num_layers
     inner = ((4 if model.gated else 2) + 2) * T * k * f / tp
     seq_div = np.where(sp, tp, 1.0) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
-    table = share * (2 * T * h * k / seq_div + inner)
-    real = share * load * (2 * T * h * k * etp / tp + inner)
+    r = 1.0 if cache is None else cache / 2.0
+    table = r * share * (2 * T * h * k / seq_div + inner)
+    real = r * share * load * (2 * T * h * k * etp / tp + inner)
     return table, real
 
 
@@ -208,7 +260,7 @@ def clamp_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=
 
 
 def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp, cp, sp,
-                            etp, load, rc, modules, clamp=False) -> tuple:
+                            etp, load, rc, modules, clamp=False, cache=None) -> tuple:
     """``(stashed, unrecomputed)``: what one layer's stash holds beyond the table for the
     routed experts (``routed_activation_bytes``: as they run minus as the table counts them),
     under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
@@ -220,7 +272,7 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
     output-discarding checkpoint runs the clamp without saving). The memory arrays and
     ``job_layer_activation_bytes`` read this one rule."""
     table, real = routed_activation_bytes(model, seq_len, micro_batch_size, tp, cp, sp, etp,
-                                          load)
+                                          load, cache)
     extra = real - table
     rc = np.asarray(rc)
     whole = (rc == 2) | (rc == 3)
@@ -243,13 +295,16 @@ def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, t
     return 2.0 * T * model.hidden_size * model.moe_router_topk * (1.0 + load)
 
 
-def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
-                      ) -> dict[str, tuple[float, str]]:
+def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
+                      cache: float | None = None) -> dict[str, tuple[float, str]]:
     """Bytes (before any parallel split) and split kind of each tensor a pending ``W`` of one
     layer keeps for one micro-batch: its GEMMs' inputs (the stash's own tensors,
     ``WGRAD_INPUTS``) and the gradients of their outputs (QKV: ``q`` and ``k_v``'s sizes,
     split by ``t``; the attention output projection and fc2: ``2sbh`` per expert copy, split
-    by ``t`` only with SP; fc1: the activation function's input, split by ``t``).
+    by ``t`` only with SP; fc1: the activation function's input, split by ``t``). ``cache``:
+    GEMM inputs cached in low precision (``cache_ratios``), and the output gradients kept at
+    ``cache`` bytes per element too: the weight-gradient GEMM reads them quantised
+    (DeepSeek-V3 §3.3, Figure 6: Wgrad takes FP8 inputs and FP8 output gradients).
 
     >>> from strategies.presets import model_preset
     >>> t = layer_wgrad_terms(model_preset("gpt3-175b"), 2048, 1)
@@ -257,17 +312,20 @@ def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     32.0
     """
     terms = layer_activation_terms(model, seq_len, micro_batch_size)
+    cached = terms if cache is None else layer_activation_terms(model, seq_len,
+                                                                micro_batch_size, cache)
+    g = 1.0 if cache is None else cache / 2.0
     sbh = seq_len * micro_batch_size * model.hidden_size
-    out = {name: (terms[name], TERM_KINDS[name]) for name in WGRAD_INPUTS}
-    out.update({"d_qkv_output": (terms["q"] + terms["k_v"], "tp"),
-                "d_proj_output": (2 * sbh, "seq"),
-                "d_fc1_output": (terms["activation_input"], "tp"),
-                "d_fc2_output": (2 * sbh * model.mean_expert_copies(), "seq")})
+    out = {name: (cached[name], TERM_KINDS[name]) for name in WGRAD_INPUTS}
+    out.update({"d_qkv_output": (g * (terms["q"] + terms["k_v"]), "tp"),
+                "d_proj_output": (g * 2 * sbh, "seq"),
+                "d_fc1_output": (g * terms["activation_input"], "tp"),
+                "d_fc2_output": (g * 2 * sbh * model.mean_expert_copies(), "seq")})
     return out
 
 
-def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
-                          ) -> dict[str, list[tuple[float, str]]]:
+def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
+                          cache: float | None = None) -> dict[str, list[tuple[float, str]]]:
     """Bytes (before any parallel split) and split kind of what each part of a layer
     (``strategies.cost.recompute.PARTS``) keeps for backward and a selective recomputation
     of it drops, for one micro-batch: shares of the module table's tensors.
@@ -278,56 +336,60 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int
     (``counts.mlp_part_widths``); ``routed_act`` the routed experts' fc2 input;
     ``routed_mlp`` their activation-fn input and the ``k - 1`` dispatched copies of the MoE
     input beyond the one kept; ``mla_up`` MLA's up-projected Q, K and V. Summed over the
-    MLP parts, the widths give the table's ``activation_input`` and ``fc2_input``.
+    MLP parts, the widths give the table's ``activation_input`` and ``fc2_input``. ``cache``:
+    each share at its term's cached bytes (``cache_ratios``: fc1 and fc2 inputs and the MoE
+    parts' activation inputs in low precision, a dense MLP's activation input 16-bit).
 
     >>> from strategies.presets import model_preset
     >>> t = part_activation_terms(model_preset("gpt3-175b"), 2048, 1)
     >>> sum(n for n, _ in t["dense_mlp"]) / (2048 * 12288)   # 8 + 8 (f = 4h)
     16.0
     """
-    terms = layer_activation_terms(model, seq_len, micro_batch_size)
+    terms = layer_activation_terms(model, seq_len, micro_batch_size, cache)
     sb = seq_len * micro_batch_size
     sbh = sb * model.hidden_size
     w = counts.mlp_part_widths(model)
     g = 4 if model.gated else 2
     moe_share = model.layer_shares().get("moe", 0.0)
     k = model.moe_router_topk if model.is_moe else 1
+    r = 1.0 if cache is None else cache / 2.0      # a GEMM input; an MoE's SwiGLU input
 
-    def mlp(width):
-        return [(g * sb * width, "tp"), (2 * sb * width, "tp")]
+    def mlp(width, act=1.0):
+        return [(act * g * sb * width, "tp"), (r * 2 * sb * width, "tp")]
 
     return {
         "scores": [(terms[n], "score") for n in ("softmax_output", "softmax_dropout_mask",
                                                  "attention_dropout_output")],
-        "norm_outputs": [(terms["qkv_input"], "seq"), (2 * sbh, "seq")],
+        "norm_outputs": [(terms["qkv_input"], "seq"), (r * 2 * sbh, "seq")],
         "dense_mlp": mlp(w["dense_mlp"]),
-        "routed_act": [(2 * sb * w["routed_mlp"], "tp")],
-        "routed_mlp": [(g * sb * w["routed_mlp"], "tp"),
-                       (2 * sbh * moe_share * (k - 1), "seq")],
-        "shared_mlp": mlp(w["shared_mlp"]),
+        "routed_act": [(r * 2 * sb * w["routed_mlp"], "tp")],
+        "routed_mlp": [(r * g * sb * w["routed_mlp"], "tp"),
+                       (r * 2 * sbh * moe_share * (k - 1), "seq")],
+        "shared_mlp": mlp(w["shared_mlp"], r),
         "mla_up": [(terms["q"], "tp"), (terms["k_v"], "tp")] if model.is_mla else [],
     }
 
 
-def part_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp) -> dict[str, object]:
+def part_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, cache=None) -> dict[str, object]:
     """Per GPU and micro-batch, the bytes of each part's ``part_activation_terms`` (split by
     ``tp`` as the stash is, ``/cp``; the score terms counted in full: callers drop them only
     where they are stored). Numbers or numpy arrays."""
     seq_div = np.where(sp, tp, 1.0)
     out = {}
-    for part, terms in part_activation_terms(model, seq_len, 1).items():
+    for part, terms in part_activation_terms(model, seq_len, 1, cache).items():
         out[part] = b * sum((n / (seq_div if kind == "seq" else tp) for n, kind in terms),
                             0.0) / cp
     return out
 
 
-def selective_dropped_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mask):
+def selective_dropped_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mask,
+                            cache=None):
     """``(dropped, rebuilt)`` bytes per GPU and micro-batch of one layer under selective
     recomputation of the modules in ``mask`` (``rc`` 1; arrays): the selected parts other
     than the scores (which the stash drops by kind, ``layer_activation_bytes``), and the
     largest of them, rebuilt at once in the layer's backward (the parts are redone one
-    after the other)."""
-    pb = part_bytes(model, seq_len, b, tp, sp, cp)
+    after the other). ``cache``: as ``part_activation_terms``."""
+    pb = part_bytes(model, seq_len, b, tp, sp, cp, cache)
     dropped, rebuilt = 0.0, 0.0
     for part in PARTS:
         if part == "scores":
@@ -338,26 +400,29 @@ def selective_dropped_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, m
 
 
 def layer_wgrad_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
-                      sp: bool = False, cp: int = 1) -> float:
+                      sp: bool = False, cp: int = 1, cache: float | None = None) -> float:
     """Bytes one layer's pending ``W`` keeps per GPU and micro-batch (``layer_wgrad_terms``
     split by ``tp`` as the stash is, ``/cp``); recomputation does not shrink it (the
     recomputed inputs stay until ``W``)."""
     seq_div = tp if sp else 1
     return sum(n / (seq_div if kind == "seq" else tp)
-               for n, kind in layer_wgrad_terms(model, seq_len, micro_batch_size).values()) / cp
+               for n, kind in layer_wgrad_terms(model, seq_len, micro_batch_size,
+                                                cache).values()) / cp
 
 
 def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int, tp: int = 1,
                            sp: bool = False, cp: int = 1, recompute: str = "none",
                            flash_attn: bool = True,
                            modules: tuple[str, ...] | None = None,
-                           remat_named: bool = False) -> float:
+                           remat_named: bool = False, cache: float | None = None) -> float:
     """Bytes one transformer layer keeps for backward, per GPU and micro-batch.
 
     ``recompute="full"`` gives the stored layer input only; the layer's working set during
     its recomputation is ``layer_activation_bytes(..., recompute="none")``. ``remat_named``
     (``FrameworkProfile.remat_named``): selective recomputation keeps what the JAX remat
     policy saves (``named_remat_bytes``) instead of the table less the selected parts.
+    ``cache``: GEMM inputs cached in low precision (``cache_ratios``; full and op
+    recomputation keep their 16-bit forms).
 
     >>> from strategies.presets import model_preset
     >>> m = model_preset("gpt3-175b")
@@ -372,7 +437,7 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
         return 2 * s * b * h / seq_div / cp
     if recompute == "op":
         return float(op_saved_bytes(model, s, b, tp, sp, cp))
-    terms = layer_activation_terms(model, s, b)
+    terms = layer_activation_terms(model, s, b, cache)
     rc = 1 if recompute == "selective" else 0
     mask = modules_mask(modules) if modules is not None else 0
     if rc and remat_named:
@@ -388,7 +453,8 @@ def layer_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size: int
             total += nbytes / tp
         else:
             total += nbytes / seq_div
-    return total / cp - float(selective_dropped_bytes(model, s, b, tp, sp, cp, rc, mask)[0])
+    return total / cp - float(selective_dropped_bytes(model, s, b, tp, sp, cp, rc, mask,
+                                                      cache)[0])
 
 
 def op_saved_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, sp=False, cp=1):
@@ -461,6 +527,11 @@ def _kind_mean(job: Job, stage: int, per_layer) -> float:
     return sum(n * per_layer(v) for v, n in kinds) / total if total else 0.0
 
 
+def job_activation_cache(job: Job) -> float | None:
+    """``activation_cache_bytes`` of the job's stack and precision."""
+    return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
+
+
 def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                                model: ModelSpec | None = None) -> float:
     """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides;
@@ -468,15 +539,16 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     p = job.plan
     rc = recompute or p.recompute
     mdl = job.model if model is None else model
+    cache = job_activation_cache(job)
     base = layer_activation_bytes(mdl, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
                                   rc, p.flash_attn, p.recompute_modules,
-                                  job.framework.remat_named)
+                                  job.framework.remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
     load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
     extra, _ = routed_stash_correction(mdl, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
                                        p.expert_tp, load, code, mods,
-                                       clamp=job.framework.eager_variants)
+                                       clamp=job.framework.eager_variants, cache=cache)
     return float(base + extra)
 
 
@@ -554,8 +626,8 @@ def _layers_bytes(job: Job, content: Mapping[str, int]) -> tuple[float, float]:
                     + kept_layers(lpc, n_rc, uni) * none / lpc)
     wgrad = 0.0
     if get_schedule(p.schedule).splits_backward:
-        wgrad = sum(n * layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp)
-                    for v, n in views)
+        wgrad = sum(n * layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                          job_activation_cache(job)) for v, n in views)
     return float(act), float(wgrad)
 
 
@@ -751,7 +823,8 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
         p = job.plan
         mask = modules_mask(p.recompute_modules) if p.recompute_modules is not None else 0
         nbytes += max(float(selective_dropped_bytes(v, job.seq_len, p.mbs, p.tp, p.sp,
-                                                    p.cp, 1, mask)[1]) for v in views)
+                                                    p.cp, 1, mask, job_activation_cache(job))[1])
+                      for v in views)
     elif job.plan.recompute == "op":          # what op did not save, rebuilt for one layer
         nbytes += max(max(job_layer_activation_bytes(job, "none", v)
                           - job_layer_activation_bytes(job, model=v), 0.0) for v in views)
@@ -767,7 +840,8 @@ def wgrad_bytes_per_chunk(job: Job, stage: int) -> float:
     if not get_schedule(p.schedule).splits_backward:
         return 0.0
     return layers_per_chunk(job, stage) * _kind_mean(
-        job, stage, lambda v: layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
+        job, stage, lambda v: layer_wgrad_bytes(v, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
+                                                job_activation_cache(job)))
 
 
 def stage_activation_bytes(job: Job, stage: int) -> float:

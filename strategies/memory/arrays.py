@@ -59,12 +59,13 @@ ORIGINS = ("layers", "embedding", "output", "recompute", "other")
 KINDS = ("params", "grads", "optimizer", "activations", "other")
 
 
-def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named=False):
+def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named=False, cache=None):
     """``activations.layer_activation_bytes`` over arrays (``rc``: 0 none, 1 selective, 2 full,
     3 op; ``mask``: the selective modules, ``strategies.cost.recompute``; ``remat_named``: a
-    JAX remat stack's selective stash, ``activations.named_remat_bytes``)."""
+    JAX remat stack's selective stash, ``activations.named_remat_bytes``; ``cache``: GEMM
+    inputs cached in low precision, ``activations.cache_ratios``)."""
     s = m.seq_length
-    terms = layer_activation_terms(m, s, 1)        # linear in the micro-batch size
+    terms = layer_activation_terms(m, s, 1, cache)  # linear in the micro-batch size
     kind_sum = {k: 0.0 for k in ("seq", "tp", "score")}
     for name, nbytes in terms.items():
         kind_sum[TERM_KINDS[name]] += nbytes
@@ -72,7 +73,7 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named=False
     keep_score = ~(flash | rcp.part_selected(rc, mask, "scores"))
     stored = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                   + np.where(keep_score, kind_sum["score"] / tp, 0.0)) / cp \
-        - selective_dropped_bytes(m, s, b, tp, sp, cp, rc, mask)[0]
+        - selective_dropped_bytes(m, s, b, tp, sp, cp, rc, mask, cache)[0]
     full = 2.0 * s * b * m.hidden_size / seq_div / cp
     none = b * (kind_sum["seq"] / seq_div + kind_sum["tp"] / tp
                 + np.where(flash, 0.0, kind_sum["score"] / tp)) / cp
@@ -82,10 +83,11 @@ def _layer_act(m: ModelSpec, b, tp, cp, sp, rc, flash, mask=0, remat_named=False
     return np.where(rc == 2, full, np.where(rc == 3, op, stored)), none
 
 
-def _layer_wgrad(m: ModelSpec, b, tp, cp, sp):
+def _layer_wgrad(m: ModelSpec, b, tp, cp, sp, cache=None):
     """``activations.layer_wgrad_bytes`` over arrays."""
-    seq = sum(n for n, k in layer_wgrad_terms(m, m.seq_length, 1).values() if k == "seq")
-    tpk = sum(n for n, k in layer_wgrad_terms(m, m.seq_length, 1).values() if k != "seq")
+    terms = layer_wgrad_terms(m, m.seq_length, 1, cache).values()
+    seq = sum(n for n, k in terms if k == "seq")
+    tpk = sum(n for n, k in terms if k != "seq")
     return b * (seq / np.where(sp, tp, 1.0) + tpk / tp) / cp
 
 
@@ -105,7 +107,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
-                            loss_bytes=None
+                            loss_bytes=None, act_cache=None, optimizer_bytes=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -136,7 +138,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
     ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head
     (``FrameworkProfile.loss.peak_bytes``; ``activations.output_bytes``; None: the default
-    stack's)."""
+    stack's). ``act_cache``: bytes per element of the activations the stack caches in low
+    precision (``activations.activation_cache_bytes``; None: the 16-bit table).
+    ``optimizer_bytes``: the stack's optimizer state bytes per parameter
+    (``FrameworkProfile.optimizer_state_bytes``; None: the system's)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -166,14 +171,14 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         if got is not None:
             return got
         act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules,
-                               remat_named)
+                               remat_named, act_cache)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
-                                                    P.recompute_modules, clamp)
+                                                    P.recompute_modules, clamp, act_cache)
         got = layer_bytes[view] = {
             "act": act + extra, "none": none + extra_none,
-            "wgrad": _layer_wgrad(view, b, tp, cp, sp),
+            "wgrad": _layer_wgrad(view, b, tp, cp, sp, act_cache),
             "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
-                                           P.recompute_modules)[1]}
+                                           P.recompute_modules, act_cache)[1]}
         return got
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load)
@@ -191,7 +196,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     d = placement.dense_dp_group(tp, cp, dp)[0]
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
-    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_state_bytes)
+    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
     per_dense = state_bytes_per_param(zero, d, *sizes)
     per_expert = state_bytes_per_param(zero, d_e, *sizes)
 
@@ -484,15 +489,17 @@ def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
 def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
                        in_flight=None, pending_w=None, clamp=False,
-                       remat_named=False, loss_bytes=None) -> np.ndarray:
+                       remat_named=False, loss_bytes=None, act_cache=None,
+                       optimizer_bytes=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
     with dense and MoE layers or MTP modules its layers by kind
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
-    ``clamp``, ``remat_named``: as ``memory_component_arrays``.
-    ``memory.scalar.memory_by_stage`` is this for one job's plan."""
+    ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``: as
+    ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this for one job's
+    plan."""
     P = as_plan_arrays(P)
     stage = np.asarray(stage) + np.zeros_like(P.pp)
     layers = None
@@ -504,12 +511,14 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
     return memory_component_arrays(m, P, stage, dtype, system, in_flight=in_flight,
                                    layers=layers, pending_w=pending_w, gpu=gpu,
                                    clamp=clamp, remat_named=remat_named,
-                                   loss_bytes=loss_bytes)[1]
+                                   loss_bytes=loss_bytes, act_cache=act_cache,
+                                   optimizer_bytes=optimizer_bytes)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
-                        gpu=None, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
+                        gpu=None, clamp=False, remat_named=False, loss_bytes=None,
+                        act_cache=None, optimizer_bytes=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -517,32 +526,37 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
     P = as_plan_arrays(P)
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
                               gpu, clamp=clamp, remat_named=remat_named,
-                              loss_bytes=loss_bytes)
+                              loss_bytes=loss_bytes, act_cache=act_cache,
+                              optimizer_bytes=optimizer_bytes)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
-                       clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
+                       clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
+                       optimizer_bytes=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
-    recomputation is a JAX remat policy (both: ``memory_component_arrays``).
+    recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``:
+    the stack's (all: ``memory_component_arrays``).
     A model of one layer kind: the first and the last rank, and where an uneven layout gives
     the middle ranks more layers, rank 1 (the middle rank with the most stashed
     micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
     every rank (the ranks hold different kinds, so no rank's total bounds another's)."""
     P = as_plan_arrays(P)
     if mixed_layers(m):
-        return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes)
+        return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
+                                    act_cache, optimizer_bytes)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
-                                          loss_bytes),
+                                          loss_bytes, act_cache, optimizer_bytes),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
-                                          loss_bytes))
+                                          loss_bytes, act_cache, optimizer_bytes))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu,
                                  clamp=clamp, remat_named=remat_named,
-                                 loss_bytes=loss_bytes)
+                                 loss_bytes=loss_bytes, act_cache=act_cache,
+                                 optimizer_bytes=optimizer_bytes)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -552,15 +566,18 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if np.any(every):
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
-            return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes)
+            return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
+                                    act_cache, optimizer_bytes)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
-                                                    clamp, remat_named, loss_bytes)
+                                                    clamp, remat_named, loss_bytes,
+                                                    act_cache, optimizer_bytes)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
-                     gpu, clamp=False, remat_named=False, loss_bytes=None) -> np.ndarray:
+                     gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
+                     optimizer_bytes=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -570,7 +587,7 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
         sub = _take(P, rows)
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
-            loss_bytes=loss_bytes))
+            loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes))
     return peak.reshape(np.shape(P.pp))
 
 

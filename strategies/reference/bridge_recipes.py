@@ -13,11 +13,17 @@ configs reproduce those rows' layouts, where v0.4.1's and the 2026-08 recipes di
 ``overlap_moe_expert_parallel_comm`` there). Read per config: the expert-parallel overlap,
 the token dispatcher (alltoall, DeepEP or HybridEP) and ``expert_tensor_parallel_size``.
 
-A config is applied to a row only when the row's model, GPU, GPU count, precision and
-stated layout (tp, pp, virtual stages, ep, micro-batch, global batch) are all the config's
-(``recipe_for``); a row no config fits (the 25.11 container's, whose v0.2 configs name other
-batches) keeps the stack's defaults. What is applied is stated with every case
-(``strategies.reference.cases``). Pure data.
+For the 25.11 container's rows: Megatron-Bridge v0.2.0 (tag, commit 7af9601c9da7,
+2025-11-26; the version ``docs/releases/software-versions.md`` names for NeMo Framework 25.11),
+``scripts/performance/configs/<family>/workload_base_configs.py`` and the model recipes under
+``src/megatron/bridge/recipes/``; most of that table's rows ran other batches or sizes than
+these configs name, so only the rows a config fits exactly take one (``RECIPES_2511``).
+
+A config is applied to a row only when the row's container (``MoeRecipe.container``, named in
+the row's ``source.table``), model, GPU, GPU count, precision and stated layout (tp, pp,
+virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
+config fits keeps the stack's defaults and whatever its own plan states. What is applied is
+stated with every case (``strategies.reference.cases``). Pure data.
 """
 from __future__ import annotations
 
@@ -59,8 +65,12 @@ class MoeRecipe:
     lines: str = ""
     pp_layout: str | None = None
     tp_comm_overlap: bool | None = None
+    container: str = "26.04"
 
     def __post_init__(self) -> None:
+        if self.container not in CONTAINERS:
+            raise SpecError("container", self.container,
+                            f"must be one of {', '.join(CONTAINERS)} ({self.source})")
         if self.dispatcher not in DISPATCHERS:
             raise SpecError("moe_flex_dispatcher_backend", self.dispatcher,
                             f"must be one of {', '.join(DISPATCHERS)} ({self.source})")
@@ -92,6 +102,9 @@ class MoeRecipe:
                                                                         or ())
 
 
+#: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
+#: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
+CONTAINERS = ("26.04", "25.11")
 #: ``cuda_graph_impl`` values Megatron-Core takes (``TransformerConfig.cuda_graph_impl``;
 #: None: the config leaves the recipe's default)
 CUDA_GRAPH_IMPLS = (None, "none", "local", "transformer_engine")
@@ -252,14 +265,36 @@ RECIPES: tuple[MoeRecipe, ...] = (
 )
 
 
+_REPO_2511 = "NVIDIA-NeMo/Megatron-Bridge@v0.2.0 (7af9601c9da7) "
+#: the 25.11 container's configs that fit a published row exactly (``RECIPES`` holds the
+#: 26.04 ones): DeepSeek-V3 on 256 B200 (pp16 ep8, mbs 1, gbs 2048), the table's "w/ MTP"
+#: run: ``DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG`` (``scripts/performance/configs/deepseek/
+#: workload_base_configs.py`` L63-74: recompute_modules=["mla_up_proj"], moe_a2a_overlap=
+#: False, no flex backend = Megatron's alltoall dispatcher, no cuda_graph_*), built by
+#: ``deepseek_llm_pretrain.py`` ``deepseek_v3_b200_config`` L120-144 with ``layout=None``,
+#: so the recipe's own ``layout_map[(16, 1)]`` (``src/megatron/bridge/recipes/deepseek/
+#: deepseek_v3.py`` L240: the embedding and 4 layers, 14 stages of 4, then 1 layer, the MTP
+#: module (``mtp_num_layers`` default 1, L174) and the loss) is the layout
+RECIPES_2511: tuple[MoeRecipe, ...] = (
+    MoeRecipe("deepseek-v3", "B200", 256, "mxfp8", (1, 16, 1, 8, 1, 2048), False, "alltoall",
+              _REPO_2511 + "scripts/performance/configs/deepseek/workload_base_configs.py "
+              "DEEPSEEK_V3_B200_FP8_MX_BASE_CONFIG", 1, ("mla_up_proj",), None, None,
+              "L63-74; no cuda_graph_*; deepseek_llm_pretrain.py L120-144 layout=None, "
+              "src/megatron/bridge/recipes/deepseek/deepseek_v3.py L240 layout_map[(16, 1)]",
+              _DS_L4, None, "25.11"),
+)
+
+
 def recipe_for(entry: dict) -> MoeRecipe | None:
-    """The config of a published entry (a NVIDIA Megatron-Bridge row of the 26.04.01
-    container), or None: the model, GPU, GPU count, precision and layout must all be the
-    config's."""
+    """The config of a published entry (a NVIDIA Megatron-Bridge row of the 26.04.01 or
+    the 25.11 container, ``CONTAINERS``), or None: the container, model, GPU, GPU count,
+    precision and layout must all be the config's."""
     src = entry.get("source") or {}
     if "megatron-bridge" not in str(src.get("ref") or "").lower():
         return None
-    if "26.04" not in str(src.get("table") or ""):
+    table = str(src.get("table") or "")
+    containers = [c for c in CONTAINERS if c in table]
+    if not containers:
         return None
     pl, hw = entry.get("plan") or {}, entry.get("hardware") or {}
     layout = tuple(int(pl.get(k) or d) for k, d in (
@@ -267,8 +302,9 @@ def recipe_for(entry: dict) -> MoeRecipe | None:
         ("global_batch", 0)))
     key = ((entry.get("model") or {}).get("name"), hw.get("gpu"), hw.get("n_gpus"),
            entry.get("precision"), layout)
-    for r in RECIPES:
-        if (r.model, r.gpu, r.n_gpus, r.precision, r.layout) == key:
+    for r in RECIPES + RECIPES_2511:
+        if r.container in containers and (r.model, r.gpu, r.n_gpus, r.precision,
+                                          r.layout) == key:
             return r
     return None
 

@@ -15,7 +15,7 @@ from strategies.errors import SpecError
 from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
-from strategies.plan import Plan
+from strategies.plan import Plan, parse_modules
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
@@ -379,6 +379,8 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     switches.update(_moe_options(c, fw, ep, notes))
     if recompute_kind(pl.get("recompute")) is None:
         switches.update(_remat_recipe(c, fw, notes))
+    if pl.get("recompute_modules") and recompute_kind(pl.get("recompute")) == "selective":
+        switches["recompute_modules"] = parse_modules(pl["recompute_modules"])
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
@@ -558,6 +560,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("analytic reference, not a measured run")
     if c.get("duplicate_of"):
         return skip(f"the same run as {c['duplicate_of']} (the entry's notes say why)")
+    if c.get("skip_reason"):        # recorded as printed, not evaluated (the entry says why)
+        return skip(str(c["skip_reason"]))
     n = _size(c["hardware"]["n_gpus"])
     if n is None:
         return skip("hardware.n_gpus not given")

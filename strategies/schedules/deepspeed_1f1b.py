@@ -13,19 +13,32 @@ output (``SendActivation``). So a forward's output leaves only when the stage st
 (``p2p.send`` is ``torch.distributed.send``, synchronous). Megatron's 1F1B, in contrast,
 sends a forward's output as soon as it is computed, batched with the next receive.
 
+The engine of MT-NLG (DeepSpeed 2021) and BLOOM (a 0.6-era fork) ran each step's two calls
+the other way round (``RecvActivation`` before ``SendGrad``, ``SendActivation`` before
+``RecvGrad``) until deepspeedai/DeepSpeed#2862 (March 2023) swapped them to stop a receive
+overwriting a buffer still in use; an exchange's two blocking transfers run back to back in
+either order, and the simulated message counts are identical (docs/calibration.md §5.28).
+
 What follows from it (played out by the simulator, not assumed): a rank exchanges with one
 neighbour at the start of every step; the pair meets once every two steps, each having run one
 forward and one backward in between, so with instant messages the lock step costs nothing:
 the step is 1F1B's ``(m + pp - 1)(t_F + t_B)`` (``tests/test_deepspeed_schedule.py``). With
-messages, each exchange is two sequential blocking transfers instead of Megatron's batched
-pair (docs/schedules.md, which also says what a message carries).
+messages, each exchange is two sequential blocking transfers issued after the rank's previous
+pass, so a middle rank waits four message times per micro-batch and an end rank two
+(``DeepSpeed1F1B.bottleneck_messages``; balanced stages: ``(m + pp - 1)(t_F + t_B) +
+(4m + 2pp - 8)·t_p2p``, ``tests/test_deepspeed_messages.py``; docs/schedules.md says what a
+message carries).
 
 Memory: ``num_pipe_buffers`` is ``max(2, min(pp - stage, m))`` activation buffers, 1F1B's
 count (two at least, for the send double buffer).
 """
 from __future__ import annotations
 
-from strategies.schedules.base import Schedule, Step, register
+from typing import Any
+
+import numpy as np
+
+from strategies.schedules.base import Step, register
 from strategies.schedules.exchanges import Boundary, add_exchange
 from strategies.schedules.one_f_one_b import OneFOneB
 
@@ -59,11 +72,43 @@ class DeepSpeed1F1B(OneFOneB):
 
     aliases = ("ds-1f1b",)
     blocking_sends = True
-    # the lock step's sequential blocking transfers are not 1F1B's batched exchanges: the
-    # default count, ``2·exchange_rounds``
-    messages_by_rank = False
-    exposed_messages = Schedule.exposed_messages
-    bottleneck_messages = Schedule.bottleneck_messages
+    # a middle rank blocks on two two-message exchanges per micro-batch, an end rank on one
+    # (``bottleneck_messages``)
+    messages_by_rank = True
+
+    def bottleneck_messages(self, m: Any, pp: Any, vpp: Any, rank: Any) -> Any:
+        """Messages on the critical path (each one message's time) when rank kind ``rank``
+        (0 the first, 1 a middle, 2 the last rank) bounds the steady state, from ``actions``
+        as the engine issues them: every exchange waits for the rank's previous pass (NCCL
+        enqueues a point-to-point call behind the work already on the caller's stream) and
+        each send for its receiver (``p2p.send`` is a synchronous ``dist.send``), so an
+        exchange of two messages takes two message times from the later partner's arrival.
+
+        Steady state (the max-plus cycle of the lock step): a middle rank exchanges two
+        messages with its left neighbour before each forward and two with its right one
+        before each backward, four per micro-batch; the first rank exchanges only at its
+        backward steps and the last only at its forward steps, two per micro-batch. Counts
+        (the simulation of the stream, ``experiments/p2p_exchange_count.py``, fourth table):
+
+        * last rank: ``p − 1`` crossings up, ``2(m − 1)`` on the rank, ``p − 1`` down:
+          ``2m + 2p − 4``;
+        * middle rank (``p >= 3``): ``4m + 2p − 8`` (``2m + 2p − 4`` at ``m = 1``);
+        * first rank: ``2m + 2p − 4 + 2·min(p − 2, m − 2)`` (``m >= 2``): the fill's
+          forwards each wait for a one-message exchange up to ``p − 2`` times more;
+        * two ranks: ``2m`` for every kind.
+
+        Balanced stages expose the largest, a middle rank's (``exposed_messages``)."""
+        m, pp, r = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (m, pp, rank)))
+        last = 2 * m + 2 * pp - 4
+        mid = np.where(pp >= 3, np.maximum(4 * m + 2 * pp - 8, last), last)
+        first = last + 2 * np.clip(np.minimum(pp - 2, m - 2), 0, None)
+        return np.where(r == 0, first, np.where(r == 1, mid, last))
+
+    def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
+        """Messages on the critical path of balanced stages: a middle rank's
+        ``4m + 2p − 8`` (``p >= 3``, ``m >= 2``); ``2m`` with two ranks."""
+        pp = np.asarray(pp, dtype=float)
+        return self.bottleneck_messages(m, pp, vpp, np.where(pp >= 3, 1, 2))
 
     def search_vpps(self, num_layers: int, max_vpp: int | None = None,
                     fixed_vpp: int | None = None) -> list[int]:
