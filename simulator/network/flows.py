@@ -172,7 +172,6 @@ class FlowNetwork:
         self._dirty = False           # a flow was added since the last recomputation
         self._pending = False         # a same-instant update is already scheduled
         self._rates_seen: dict = {}   # active flows' sorted route numbers -> their rates
-        self._rates_placed: dict = {}  # active flows' route numbers in slot order -> rates
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
@@ -439,21 +438,15 @@ class FlowNetwork:
         if not idx.size:
             return
         rno = self._rno[idx]
-        placed = rno.tobytes()                   # the routes in slot order: seen as they are?
-        rates = self._rates_placed.get(placed)
-        if rates is None:
-            order = rno.argsort(kind="stable")
-            key = rno[order].tobytes()
-            ranked = self._rates_seen.get(key)   # the rates of the flows in route order
-            if ranked is None:
-                ranked = max_min_rates(self._capacity, self._links[idx[order]])
-                if len(self._rates_seen) < _RATES_KEPT:
-                    self._rates_seen[key] = ranked
-            rates = np.empty(idx.size)
-            rates[order] = ranked
-            if len(self._rates_placed) < _RATES_KEPT:
-                rates.flags.writeable = False
-                self._rates_placed[placed] = rates
+        order = rno.argsort(kind="stable")
+        key = rno[order].tobytes()
+        ranked = self._rates_seen.get(key)       # the rates of the flows in route order
+        if ranked is None:
+            ranked = max_min_rates(self._capacity, self._links[idx[order]])
+            if len(self._rates_seen) < _RATES_KEPT:
+                self._rates_seen[key] = ranked
+        rates = np.empty(idx.size)
+        rates[order] = ranked
         left = self._rem[idx] / rates
         self._rate[idx] = rates
         self._finish[idx] = now + left
