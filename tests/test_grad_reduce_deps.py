@@ -58,7 +58,8 @@ def test_each_reduce_scatter_waits_for_its_backward(plan, label):
         assert len({p.id for p in producers}) == len(rs)
         for o, p in zip(rs, producers):
             assert o.microbatch == p.microbatch and o.label == f"RS z3 {p.label}"
-        assert sum(o.repeat for o in rs) == pytest.approx(mbs, rel=1e-12)
+        # (each a call of one layer's gradients: repeat 1, 1/LAYERS of the stage's bytes)
+        assert sum(o.repeat for o in rs) == pytest.approx(LAYERS * mbs, rel=1e-12)
     else:
         # every micro-batch: the LM head's, each layer's and the embedding's bucket
         assert len(rs) == (LAYERS + 2) * mbs

@@ -170,14 +170,17 @@ def test_compiled_costs_are_the_estimates_record(name, cluster, nodes, gbs, spli
                             assert op.nbytes == float(sc.p2p_gather_bytes[i])
                         elif "tied" in op.label:    # first <-> head stage, once per step
                             assert op.nbytes == float(sc.tied_bytes[i]) > 0
-                        elif "z3" in op.label:      # ZeRO-3: the whole stage, every micro-batch
-                            # (its routed experts over their expert-DP group: comm.dp_parts)
+                        elif "z3" in op.label:      # ZeRO-3: one layer's share per call
+                            # (FSDP's unit, calibration §5.26), the whole stage every
+                            # micro-batch; its routed experts over their expert-DP group
+                            # (comm.dp_parts)
                             (d, _, _), (e, _, _) = dp_parts(
                                 params, one.expert_params_by_stage[prog.stage], p.tp, p.cp,
                                 p.dp, p.ep, p.expert_tp)
                             k = float(e if op.label.endswith("experts") else d)
-                            assert op.nbytes in (pytest.approx(sc.param_bytes * k, rel=1e-12),
-                                                 pytest.approx(sc.grad_bytes * k, rel=1e-12))
+                            n = sum(job.layers_of_chunk(prog.stage, c) for c in range(p.vpp))
+                            assert op.nbytes in (pytest.approx(sc.param_bytes * k / n, rel=1e-12),
+                                                 pytest.approx(sc.grad_bytes * k / n, rel=1e-12))
                         else:                         # gradient buckets and parameter gathers
                             assert cat == "dp"
                             assert op.nbytes <= max(sc.grad_bytes, sc.param_bytes) * params

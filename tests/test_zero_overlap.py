@@ -27,21 +27,23 @@ def _z3(seq: int, gbs: int):
     job = make_job(_llama(seq), TWO, parse_plan(f"zero=3,mbs=1,gbs={gbs}"))
     c = stage_costs(job)
     params = c.params_by_stage[0]
-    ag = cm.collective_time("allgather", c.param_bytes * params, 2, 1, TWO)
-    rs = cm.collective_time("reduce_scatter", c.grad_bytes * params, 2, 1, TWO)
+    # one call per layer (FSDP's unit), each with the ring's whole latency (§5.26)
+    ag = cm.collective_time("allgather", c.param_bytes * params / 4, 2, 1, TWO)
+    rs = cm.collective_time("reduce_scatter", c.grad_bytes * params / 4, 2, 1, TWO)
     return job, float(ag), float(rs)
 
 
 @pytest.mark.parametrize("gbs", [2, 4])
 def test_zero3_comm_bound_is_the_streams_total(gbs):
     """Comm >> compute (128 tokens): the data-parallel stream never waits, so the step is
-    every micro-batch's forward gather, backward gather and reduce-scatter plus the
-    optimizer, no layer counted twice (the estimate used to add one layer's 2·AG + RS)."""
+    every micro-batch's forward gather, backward gather and reduce-scatter of each layer (a
+    call each, the ring's latency in every one) plus the optimizer, no layer counted twice
+    (the estimate used to add one layer's 2·AG + RS)."""
     job, ag, rs = _z3(128, gbs)
     e, s = estimate(job), simulate(job)
     mb = e.num_microbatches
-    assert mb * 2 * ag + e.breakdown_s["compute"] < mb * (2 * ag + rs)   # comm-bound indeed
-    closed = mb * (2 * ag + rs) + e.breakdown_s["optimizer"]
+    assert mb * 8 * ag + e.breakdown_s["compute"] < mb * 4 * (2 * ag + rs)   # comm-bound
+    closed = mb * 4 * (2 * ag + rs) + e.breakdown_s["optimizer"]
     assert e.step_time_s == pytest.approx(closed, rel=1e-9)
     assert s.step_time_s == pytest.approx(closed, rel=1e-9)
 
@@ -50,13 +52,14 @@ def test_zero3_comm_bound_is_the_streams_total(gbs):
 def test_zero3_compute_bound_exposes_one_layer_per_microbatch(gbs):
     """Compute >> comm (8192 tokens): every forward's first layer waits for its gather behind
     the previous backward's last reduce-scatter, the last reduce-scatter follows the last
-    backward: compute + mb·(AG + RS)/layers + optimizer. The simulation runs the first gather
-    beside the embedding's forward, so it is below by at most that (1e-3 relative)."""
+    backward: compute + mb·(AG + RS) of one layer (a call each) + optimizer. The simulation
+    runs the first gather beside the embedding's forward, so it is below by at most that (1e-3
+    relative)."""
     job, ag, rs = _z3(8192, gbs)
     e, s = estimate(job), simulate(job)
     mb = e.num_microbatches
-    assert e.breakdown_s["compute"] > mb * (2 * ag + rs)                 # compute-bound indeed
-    closed = e.breakdown_s["compute"] + mb * (ag + rs) / 4 + e.breakdown_s["optimizer"]
+    assert e.breakdown_s["compute"] > mb * 4 * (2 * ag + rs)             # compute-bound indeed
+    closed = e.breakdown_s["compute"] + mb * (ag + rs) + e.breakdown_s["optimizer"]
     assert e.step_time_s == pytest.approx(closed, rel=1e-9)
     assert s.step_time_s == pytest.approx(closed, rel=1e-3)
     assert s.step_time_s <= closed

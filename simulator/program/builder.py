@@ -305,10 +305,12 @@ class ProgramBuilder:
         L = self.stage_layers
         parts = self._dp_parts(self.stage_params)
         rest: list[int] = []          # the first layer's share blocks, the rest is returned
-        for share, out in ((1 / L, self.wait), ((L - 1) / L, rest)):
+        # one call per layer (FSDP's unit), each paying the ring's whole latency: ``calls``
+        # back to back of ``1/L`` of the stage's parameters (docs/calibration.md §5.26)
+        for calls, out in ((1, self.wait), (L - 1, rest)):
             for dim, k, suffix in parts:
-                op = self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k, share, "dp",
-                               f"AG z3 {label}{suffix}", i, tag="dp")
+                op = self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k / L, calls,
+                               "dp", f"AG z3 {label}{suffix}", i, tag="dp")
                 out += [op] if op is not None else []
         return rest
 
@@ -501,11 +503,13 @@ class ProgramBuilder:
         return self.p.zero == 3 and self.copies and self.c.z3_rs_n <= 0
 
     def _z3_rs(self, share: float, deps: tuple, label: str, i: int) -> None:
-        """One reduce-scatter of ``share`` of this stage's gradients (dense over dp, routed
-        experts over edp: ``_dp_parts``) after ``deps``."""
+        """The reduce-scatters of ``share`` of this stage's gradients (dense over dp, routed
+        experts over edp: ``_dp_parts``) after ``deps``: ``share·L`` calls of one layer's
+        (FSDP's unit), each paying the ring's whole latency."""
+        L = self.stage_layers
         for dim, k, suffix in self._dp_parts(self.stage_params):
-            self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k, share, "dp",
-                      f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+            self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k / L, share * L,
+                      "dp", f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
 
     def _z3_reduce_layers(self, nl: int, done: int, c: int, main: int | None, label: str,
                           i: int) -> None:

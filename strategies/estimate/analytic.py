@@ -476,11 +476,21 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     end_k = (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
     steps = dispatch(sched, "reduce_window_steps", pp, v)
 
+    # the bucket that nothing hides (the last gradient bucket, the first gathered) is a call of
+    # its own, as the simulator's buckets are: its ``share`` of rank kind ``k``'s parameters
+    # (x ``scale``) at the ring's whole per-call latency, not that share of one call's
+    # latency (docs/calibration.md §5.26)
+    def one_bucket(kind: str, nbytes: Any, k: int, share: Any, scale: Any = 1.0) -> Any:
+        return cm.dp_collective_time(kind, nbytes, pr_k[k] * scale * share,
+                                     pe_k[k] * scale * share, tp, cp, dp, ep, etp, cl)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         last = np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k])
-        ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd, t_ag_k[k] * last),
-                      t_ag_k[k])
+        t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
+                          one_bucket("reduce_scatter", gb, k, last))
+        ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
+                                      one_bucket("allgather", sc.param_bytes, k, last)), t_ag_k[k])
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
@@ -489,7 +499,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                 for kind in ("allreduce", "reduce_scatter")))
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
-                        np.maximum(t_grad - window_k[k], t_grad * last))
+                        np.maximum(t_grad - window_k[k], t_edge))
         return (np.where(ogr, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
@@ -503,8 +513,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     rs_mb_k = [np.where(mirrored, dp_time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
                for k in K]
     t_rs_mb = rs_mb_k[0]
-    edge_k = [rs_mb_k[k] * np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
-                                      / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
+    edge_k = [one_bucket("reduce_scatter", gb, k, np.minimum(1.0, np.maximum(
+        sc.bucket_params, emb_k[k]) / np.maximum(pr_k[k] * per_mb, 1.0)), per_mb) for k in K]
     # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
     # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the rank's compute
@@ -543,10 +553,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # stage's trailing W's reduce-scatters after its own end (``split_tail_exposed``)
     w_stage = (n_first * sc.layer_wgrad + sc.embedding_wgrad, n_mid * sc.layer_wgrad,
                n_last * sc.layer_wgrad + sc.head_wgrad)
-    edges = (t_rs_mb * np.minimum(1.0, np.maximum(sc.bucket_params, sc.embedding_params)
-                                  / (params * per_mb)),) + tuple(
-        r * np.minimum(1.0, sc.bucket_params / np.maximum(pr, 1.0))
-        for r, pr in zip(rs_stage[1:], (sc.params_mid, sc.params_last)))
+    edges = (edge_k[0],) + tuple(
+        one_bucket("reduce_scatter", gb, k, np.minimum(1.0, sc.bucket_params
+                                                        / np.maximum(pr_k[k], 1.0)))
+        for k in (1, 2))
     tail_split = np.where(split & (v == 1) & ~head_first, split_tail_exposed(
         pipe, t_first, t_mid, t_last, pp, mb, r_f, rs_stage, w_stage, trailing, edges),
         -np.inf)
@@ -561,7 +571,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # step's compute hides the stream's work; exposed at least: each forward's first layer
     # waits for its own gather, which follows the previous backward's last reduce-scatter
     # over the same links (the two share the NIC), and the step's last reduce-scatter
-    # follows the last backward: mb·(t_ag + t_rs)/layers
+    # follows the last backward: mb·(t_ag + t_rs) of one layer's calls
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
@@ -574,10 +584,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
                              sc.copy_gap))
 
+    # (a call per layer, FSDP's unit: its share of the bandwidth and the ring's whole latency,
+    # as the simulator's gathers and reduce-scatters are; docs/calibration.md §5.26)
     def z3_exposed(k: int) -> Any:
-        z3_mb = 2 * t_ag_k[k] + t_rs_k[k]
+        units = np.maximum(n_k[k], 1)
+        t_ag_u, t_rs_u = (one_bucket(kind, nb, k, 1.0 / units)
+                          for kind, nb in (("allgather", sc.param_bytes), ("reduce_scatter", gb)))
         return np.where(sc.z3_fwd_n > 0, z3_tensor, sharded_exposed(
-            mb * z3_mb, pipe - slack[k], mb * (t_ag_k[k] + t_rs_k[k]) / np.maximum(lps, 1)))
+            mb * units * (2 * t_ag_u + t_rs_u), pipe - slack[k], mb * (t_ag_u + t_rs_u)))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
