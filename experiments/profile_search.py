@@ -31,7 +31,9 @@ _TREE = (sys.argv[sys.argv.index("--tree") + 1] if "--tree" in sys.argv[:-1]
 sys.path.insert(0, _TREE)
 
 
-def _timed(spent: Counter, name: str, owner, attr: str) -> None:
+def timed(spent: Counter, name: str, owner, attr: str) -> None:
+    """Wrap ``owner.attr`` so that each call adds its process CPU seconds to ``spent[name]``
+    (also used by experiments/profile_simulate.py)."""
     f = getattr(owner, attr)
 
     def wrapper(*a, **k):
@@ -54,7 +56,7 @@ def profile() -> list:
                               ("engine setup", core.Engine, "__init__"),
                               ("engine setup", core.Engine, "start"), ("run", sim.engine, "run"),
                               ("simulate", sim, "simulate")):
-        _timed(spent, name, owner, attr)
+        timed(spent, name, owner, attr)
     sims = []
     figures = ext.simulate_figures
 
