@@ -247,10 +247,11 @@ def render(a, argv, data, real, model, extra) -> str:
               "over 8 nodes, tp 1, ZeRO-1, DualPipe; recomputation of RMSNorm, the MLA "
               "up-projections and the SwiGLU output, §3.3.2).", ""]
     if extra:
-        lines += [f"**Assumption: {extra} layers added.** DualPipe takes only the even split "
-                  f"(docs/layout.md, docs/schedules.md): `schedule=dualpipe` with "
-                  f"`--model {a.model}` exits 2 with `num_layers={real.num_layers}: must be "
-                  f"divisible by pp={pp}`. Both schedules here run `{model.name}` "
+        lines += [f"**Assumption: {extra} layers added.** `--model {a.model}` gives no even "
+                  f"split (`num_layers={real.num_layers}: must be divisible by pp={pp}` "
+                  "unless a layout names the per-stage layers: DualPipe takes an uneven "
+                  "layout, docs/layout.md; the real model on one is calibration §5.33). "
+                  f"Both schedules here run `{model.name}` "
                   f"(`{model_arg}`): every stage as the busiest stage of the uneven split, "
                   f"{model.num_layers // pp} layers each ({model.num_layers} decoder layers, the "
                   f"{extra} added ones MoE layers like the rest; the MTP module on the last "

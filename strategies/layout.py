@@ -379,9 +379,9 @@ def _build_layout(model: ModelSpec, pp: int, vpp: int, schedule: str, layout: st
     stages = plan_layout_stages(plan)
     if stages is not None:
         _check_against_model(stages, model, plan.layout, "layout")
-        return _mirror_even(model, plan, _place(list(stages), plan.schedule, pp, vpp, "layout"))
+        return _place(list(stages), plan.schedule, pp, vpp, "layout")
     counts, source = _counts(model, plan)
-    return _mirror_even(model, plan, _from_counts(model, plan, counts, source))
+    return _from_counts(model, plan, counts, source)
 
 
 def _from_counts(model: ModelSpec, plan, counts: list[int], source: str) -> PipelineLayout:
@@ -396,30 +396,6 @@ def _from_counts(model: ModelSpec, plan, counts: list[int], source: str) -> Pipe
             raise SpecError("num_layers", model.num_layers, f"the {source} split leaves "
                             f"virtual stage {i} empty (pp={pp}, vpp={vpp})")
     return _place([tuple(st) for st in out], plan.schedule, pp, vpp, source)
-
-
-def _mirror_even(model: ModelSpec, plan, lay: PipelineLayout) -> PipelineLayout:
-    """``lay``, or ``SpecError`` where the schedule is mirrored (DualPipe: rank ``r`` holds
-    stages ``r`` and ``pp-1-r``) and the layout is not the even split: the estimate's
-    per-stage times, the stash and the memory model count both copies as the same stage, so
-    a layout whose stages differ is not modelled (the even split of a model with dense and
-    MoE layers or MTP modules is: each copy's layers are read by kind)."""
-    if lay.source == "even" or not get_schedule(plan.schedule).mirrored or plan.pp < 2:
-        return lay
-    field = {"layout": "layout", "first/last": "first_stage_layers" if
-             plan.first_stage_layers is not None else "last_stage_layers",
-             "account": "account_embedding" if plan.account_embedding else "account_loss",
-             "layers_per_stage": "layers_per_stage"}[lay.source]
-    value = getattr(plan, field)
-    even = None
-    if model.num_layers % (plan.pp * plan.vpp) == 0:
-        even = _from_counts(model, plan, [model.num_layers // (plan.pp * plan.vpp)]
-                            * (plan.pp * plan.vpp), "even")
-    if even is None or even.stages != lay.stages:
-        raise SpecError(field, value, f"schedule={plan.schedule} holds stages r and pp-1-r "
-                        "on rank r: only the even split (num_layers / pp per stage, the "
-                        "embedding first, MTP modules and the loss last) is modelled for it")
-    return lay
 
 
 def chunk_kinds(model: ModelSpec, layout: PipelineLayout, rank: int,

@@ -278,8 +278,9 @@ def _check_layers_per_stage(p: Plan) -> None:
                         f"uneven stages take one model chunk per rank (vpp=1, not {p.vpp})")
     if get_schedule(p.schedule).mirrored:
         raise SpecError("layers_per_stage", "/".join(map(str, v)),
-                        f"schedule={p.schedule} holds stages r and pp-1-r on rank r: uneven "
-                        "stages are not modelled for it")
+                        f"schedule={p.schedule} holds stages r and pp-1-r on rank r, so "
+                        "per-rank GPU sizing does not apply; give the per-stage layers as "
+                        "layout= (e.g. 'Et*3|(t*4|)*14,t*2mL', docs/layout.md)")
 
 
 def _check_layout_fields(p: Plan) -> None:

@@ -20,7 +20,7 @@ import numpy as np
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, Plan
-from strategies.schedules import schedule_code
+from strategies.schedules import attr_by_code, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
 #: registration order, ``strategies.schedules.schedule_code``).
@@ -180,7 +180,11 @@ def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray,
     * ``account_slots``: ``k = (num_layers + 2)/(pp·vpp)`` slots per chunk, the embedding
       one of rank 0's first chunk's and the loss one of rank ``pp-1``'s last chunk's:
       ``pp·k·vpp/pp - 1`` layers on the end ranks, ``k·vpp`` on the middle ones;
-    * ``first/last_stage_layers`` ``f``, ``l``: the middle ranks share the rest evenly.
+    * ``first/last_stage_layers`` ``f``, ``l``: the middle ranks share the rest evenly;
+    * a mirrored schedule (DualPipe, ``pp > 1``: rank ``r`` holds stages ``r`` and
+      ``pp-1-r``): per copy, each end rank ``(f + l)/2`` (``cost.stage.copy_layers``), so
+      twice it is what the rank holds and it is the layers a micro-batch crosses there on
+      average.
 
     >>> pa = PlanArrays.from_plans([Plan(tp=1, pp=8, dp=1, gbs=8, vpp=8,
     ...                                  schedule="interleaved", account_embedding=True,
@@ -204,4 +208,7 @@ def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray,
     least = np.where(acc, k - 1, np.where(
         given, np.minimum(np.minimum(first, last), np.where(pp > 2, mid, first)) / v,
         np.floor(num_layers / (pp * v))))
+    mirrored = attr_by_code(P.schedule, "mirrored").astype(bool) & (pp > 1)
+    ends = (first + last) / 2
+    first, last = np.where(mirrored, ends, first), np.where(mirrored, ends, last)
     return first, mid, last, least, acc | given

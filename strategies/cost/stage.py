@@ -566,7 +566,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                                               p.gbs / (p.mbs * p.dp),
                                               RECOMPUTE_CODE[p.recompute]))
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
-                      + ct.weight_cast_time(layer_w * job.layers_of_stage(s), gpu, job.dtype,
+                      + ct.weight_cast_time(layer_w * copy_layers(job, s), gpu, job.dtype,
                                             sy) * casts) for s, (d, e) in enumerate(split))
     held = float(ct.accum_shard(copies, p.zero))
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
@@ -609,6 +609,22 @@ def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,
     return 2.0 - np.where((np.asarray(ep) > 1) & (shared_experts == 0), moe_share, 0.0)
 
 
+def copy_layers(job: Job, stage: int) -> float:
+    """Transformer layers of pipeline rank ``stage`` per copy: ``Job.layers_of_stage``, or
+    under a mirrored schedule (DualPipe, ``pp > 1``: the rank holds stages ``stage`` and
+    ``pp-1-stage``, each micro-batch crossing one of them) the mean of the two copies'
+    (equal under the even split; an uneven layout's copies differ), so that twice it is the
+    layers the rank holds (``counts.stage_params_split``'s ``mirrored``) and the micro-batches
+    times it the layers they cross (the weight casts)."""
+    p = job.plan
+    n = job.layers_of_stage(stage)
+    if get_schedule(p.schedule).mirrored and p.pp > 1:
+        other = job.layers_of_stage(p.pp - 1 - stage)
+        if other != n:
+            return (n + other) / 2
+    return n
+
+
 def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, float]:
     """``(dense, expert)`` parameters per GPU of pipeline rank ``stage``: its layers by kind
     (and its multi-token-prediction modules, with the copy of the embedding Megatron builds
@@ -622,7 +638,7 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
     kinds = {k for chunks in c.chunk_kinds for ch in chunks for k, _ in ch}
     if not (kinds & set(c.by_kind)):
         d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
-                                         layers=job.layers_of_stage(stage), head_stage=head_at,
+                                         layers=copy_layers(job, stage), head_stage=head_at,
                                          mirrored=mirrored, etp=p.expert_tp)
         return float(d), float(e)
     d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,

@@ -257,13 +257,13 @@ def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
 def by_chunk(job: Job) -> bool:
     """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
     ``_per_stage`` does not capture: a layout other than the even split with more than one
-    chunk per rank, or layers of more than one kind or multi-token prediction (the
+    chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
     ``_chunk_times``)."""
     from strategies.cost.stage import stage_costs
     p = job.plan
-    if p.vpp > 1 and not job.layout.uniform:
-        return True
+    if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
+        return True                         # DualPipe: rank r's copies, stages r and pp-1-r
     m = job.model
     if sum(1 for n in m.layer_counts().values() if n) < 2 and not m.num_nextn_predict_layers:
         return False                        # one kind of layer: no by_kind record
