@@ -11,11 +11,15 @@ same events is what a faster engine looks like.
 For a case of ``bench_simulate.py`` this runs the interpreter twice under valgrind: once up to
 the job (imports and ``make(case)``) and once through ``simulate(job)``; the difference is the
 simulation's. ``--tree DIR`` counts another checkout (e.g. ``git archive COMMIT | tar -x -C
-DIR``) with this harness. Prints figures; asserts nothing. Needs ``valgrind`` on the path; a
-run takes 30 to 60 times its native time (about 5 minutes for ``175b-full``).
+DIR``) with this harness. ``--plan PLAN`` counts a plan of the README's default job (GPT-3
+175B on 128 DGX A100, folded) instead of a case, e.g. one the default search simulates.
+Prints figures; asserts nothing. Needs ``valgrind`` on the path; a run takes 30 to 60 times
+its native time (about 5 minutes for ``175b-full``).
 
     python experiments/instructions_simulate.py --case 175b-full
     python experiments/instructions_simulate.py --case 175b-full --tree /tmp/before
+    python experiments/instructions_simulate.py --plan tp=4,pp=16,mbs=1,gbs=1536,\
+schedule=interleaved,vpp=6,sp=true,zero=1
 """
 from __future__ import annotations
 
@@ -30,12 +34,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _job_only(case: str, tree: str, simulate: bool) -> None:
+def _job_only(case: str, tree: str, simulate: bool, plan: str | None = None) -> None:
     """The measured program: imports and the job, and with ``simulate`` the simulation."""
     sys.path.insert(0, tree)
     sys.path.insert(0, str(Path(tree) / "experiments"))
-    from bench_simulate import make
-    job, fold = make(case)
+    if plan is None:
+        from bench_simulate import make
+        job, fold = make(case)
+    else:                     # a plan of the default job, as the search simulates it
+        from strategies.job import make_job
+        from strategies.plan import parse_plan
+        from strategies.presets import model_preset
+        from topologies.cluster import cluster_preset
+        job = make_job(model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128),
+                       parse_plan(plan))
+        fold = True
     if simulate:
         from simulator.simulate import simulate as run
         res = run(job, fold=fold)
@@ -43,11 +56,11 @@ def _job_only(case: str, tree: str, simulate: bool) -> None:
                           "step_time_s": res.step_time_s}))
 
 
-def count(case: str, tree: str, simulate: bool) -> tuple[int, str]:
+def count(case: str, tree: str, simulate: bool, plan: str | None = None) -> tuple[int, str]:
     """``(instructions, the program's last line of output)`` of one run under cachegrind."""
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, __file__, "--case", case, "--tree", tree, "--inner",
-           "run" if simulate else "job"]
+           "run" if simulate else "job"] + (["--plan", plan] if plan else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if found is None:
@@ -63,18 +76,20 @@ def main() -> None:
     ap.add_argument("--case", default="175b-full", choices=sorted(CASES))
     ap.add_argument("--tree", default=str(ROOT),
                     help="the checkout whose simulator is counted (default: this one)")
+    ap.add_argument("--plan", default=None,
+                    help="a plan of the default job (GPT-3 175B, dgx-a100:128) instead of --case")
     ap.add_argument("--inner", choices=("job", "run"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
-        _job_only(a.case, a.tree, a.inner == "run")
+        _job_only(a.case, a.tree, a.inner == "run", a.plan)
         return
     if not (Path(a.tree) / "simulator").is_dir():
         ap.error(f"--tree {a.tree!r}: not a checkout (no simulator/ in it)")
     if shutil.which("valgrind") is None:
         ap.error("valgrind is not on the path")
-    base, _ = count(a.case, a.tree, False)
-    full, out = count(a.case, a.tree, True)
-    print(f"{a.case} ({a.tree}): {full - base:,} instructions in simulate(job) "
+    base, _ = count(a.case, a.tree, False, a.plan)
+    full, out = count(a.case, a.tree, True, a.plan)
+    print(f"{a.plan or a.case} ({a.tree}): {full - base:,} instructions in simulate(job) "
           f"({full:,} in all, {base:,} for the imports and the job); {out}")
 
 

@@ -83,16 +83,10 @@ def phases(case: str, keep_gc: bool = False) -> None:
         from contextlib import nullcontext
         sim.paused_gc = core.paused_gc = nullcontext
 
-    def timed(name, owner, attr):
-        f = getattr(owner, attr)
+    from profile_search import timed as _timed
 
-        def wrapper(*a, **k):
-            c0 = time.process_time()
-            try:
-                return f(*a, **k)
-            finally:
-                spent[name] += time.process_time() - c0
-        setattr(owner, attr, wrapper)
+    def timed(name, owner, attr):
+        _timed(spent, name, owner, attr)
     timed("compile", sim, "compile_job")
     timed("metrics", sim, "derive_metrics")
     timed("engine setup", core.Engine, "__init__")

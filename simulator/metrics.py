@@ -31,42 +31,64 @@ PARAM_GATHER_PREFIX = "AG params"
 # ----------------------------------------------------------------------- interval algebra
 def union(intervals: Iterable[Interval]) -> list[Interval]:
     """Sorted, merged, non-empty intervals."""
-    out: list[list[float]] = []
-    for a, b in sorted(i for i in intervals if i[1] > i[0]):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
+    out: list[Interval] = []
+    ca = cb = 0.0
+    open_ = False
+    for a, b in sorted([i for i in intervals if i[1] > i[0]]):
+        if open_ and a <= cb:
+            if b > cb:                      # ``max(cb, b)``
+                cb = b
         else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
+            if open_:
+                out.append((ca, cb))
+            ca, cb, open_ = a, b, True
+    if open_:
+        out.append((ca, cb))
+    return out
 
 
 def intersect(x: list[Interval], y: list[Interval]) -> list[Interval]:
     """Intersection of two merged interval lists."""
-    out, i, j = [], 0, 0
-    while i < len(x) and j < len(y):
-        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+    out: list[Interval] = []
+    nx, ny = len(x), len(y)
+    if not nx or not ny:
+        return out
+    i = j = 0
+    xa, xb = x[0]
+    ya, yb = y[0]
+    while True:
+        a = ya if ya > xa else xa           # ``max(xa, ya)``
+        b = yb if yb < xb else xb           # ``min(xb, yb)``
         if b > a:
             out.append((a, b))
-        if x[i][1] < y[j][1]:
+        if xb < yb:
             i += 1
+            if i == nx:
+                return out
+            xa, xb = x[i]
         else:
             j += 1
-    return out
+            if j == ny:
+                return out
+            ya, yb = y[j]
 
 
 def subtract(x: list[Interval], y: list[Interval]) -> list[Interval]:
     """``x`` minus ``y`` (both merged and sorted); linear time."""
-    out, j = [], 0
+    out, j, ny = [], 0, len(y)
     for a, b in x:
         cur = a
-        while j < len(y) and y[j][1] <= cur:
+        while j < ny and y[j][1] <= cur:
             j += 1
         k = j
-        while k < len(y) and y[k][0] < b:
+        while k < ny:
             c, d = y[k]
+            if not c < b:
+                break
             if c > cur:
                 out.append((cur, c))
-            cur = max(cur, d)
+            if d > cur:                     # ``max(cur, d)``
+                cur = d
             k += 1
         if cur < b:
             out.append((cur, b))
@@ -74,7 +96,7 @@ def subtract(x: list[Interval], y: list[Interval]) -> list[Interval]:
 
 
 def measure(x: list[Interval]) -> float:
-    return sum(b - a for a, b in x)
+    return sum([b - a for a, b in x])
 
 
 # ----------------------------------------------------------------------- step time

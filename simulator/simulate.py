@@ -114,9 +114,10 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
     for r in sorted(programs):
         first_of_stage.setdefault(programs[r].stage, r)
     bubbles, idle, peaks, memory = [], [], [], {}
+    parts: dict[int, tuple] = {}       # rank -> its rank_breakdown (the critical rank's reused)
     for stage in range(job.plan.pp):
         rank = first_of_stage[stage]
-        part, _ = rank_breakdown(by_rank[rank], step)
+        part, _ = parts[rank] = rank_breakdown(by_rank[rank], step)
         bubbles.append(part["bubble"] / step if step > 0 else 0.0)
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
@@ -129,7 +130,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
                                       partners=programs[r].meta.get("paired_forwards", {}))
     for stage in range(job.plan.pp):
         peaks.append(max(b for _, b in memory[first_of_stage[stage]]))
-    breakdown, overlapped = rank_breakdown(by_rank[critical], step)
+    breakdown, overlapped = parts.get(critical) or rank_breakdown(by_rank[critical], step)
     link_bytes = net.link_bytes()
     bandwidth = {e: float(net.graph.edges[e]["bandwidth"]) for e in link_bytes}
     kind_of = {e: link_kind(*e) for e in link_bytes}

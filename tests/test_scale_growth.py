@@ -50,6 +50,25 @@ def test_implied_sigma_inverts_the_slowest_of_n_ratio(sigma):
     assert implied_sigma(ratio, 16, 2048) == pytest.approx(sigma, abs=1e-12)
 
 
+#: the extra network hop latency the two latency tests add (seconds)
+_HOP_D = 495e-6
+
+
+def _latency_step_delta(plan: str) -> tuple[float, int]:
+    """Compute-bound Llama-3-8B (16 layers, seq 8192) on 4 DGX H100 nodes: the estimate's
+    step at the preset's inter-node hop latency and at ``_HOP_D`` more; returns (the step's
+    growth in seconds, micro-batches)."""
+    m = replace(model_preset("llama3-8b"), num_layers=16, seq_length=8192)
+    base = cluster_preset("dgx-h100", 4)
+    steps, mb = [], 0
+    for lat in (base.inter_node_latency, base.inter_node_latency + _HOP_D):
+        e = estimate(make_job(m, replace(base, inter_node_latency=lat), parse_plan(plan)))
+        assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
+        steps.append(e.step_time_s)
+        mb = e.num_microbatches
+    return steps[1] - steps[0], mb
+
+
 @pytest.mark.parametrize("zero, passes", [(0, 2), (1, 2)])
 def test_last_bucket_pays_the_rings_whole_latency(zero, passes):
     """Compute-bound, overlapped data parallelism over 4 DGX H100 nodes (dp 16, 4 per node):
@@ -57,17 +76,8 @@ def test_last_bucket_pays_the_rings_whole_latency(zero, passes):
     latency by d adds the flat ring's ``(nodes - 1)·d`` per pass to the step: the all-reduce's
     two passes (ZeRO-0), or the reduce-scatter's and the parameter all-gather's (the
     distributed optimizer). It used to add only the bucket's share of it (0.12 here)."""
-    m = replace(model_preset("llama3-8b"), num_layers=16, seq_length=8192)
-    base = cluster_preset("dgx-h100", 4)
-    d = 495e-6
-    steps = []
-    for lat in (base.inter_node_latency, base.inter_node_latency + d):
-        job = make_job(m, replace(base, inter_node_latency=lat),
-                       parse_plan(f"tp=2,pp=1,mbs=1,gbs=16,zero={zero}"))
-        e = estimate(job)
-        assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
-        steps.append(e.step_time_s)
-    assert steps[1] - steps[0] == pytest.approx(passes * (4 - 1) * d, rel=1e-9)
+    extra, _ = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs=16,zero={zero}")
+    assert extra == pytest.approx(passes * (4 - 1) * _HOP_D, rel=1e-9)
 
 
 @pytest.mark.parametrize("gbs", [16, 32])
@@ -76,15 +86,5 @@ def test_zero3_pays_a_layer_calls_latency_per_microbatch(gbs):
     gather and its last layer's reduce-scatter, a call each of one layer's parameters (FSDP's
     unit), so raising the hop latency by d adds ``mb·2·(nodes - 1)·d`` (it used to add
     ``1/layers`` of that)."""
-    m = replace(model_preset("llama3-8b"), num_layers=16, seq_length=8192)
-    base = cluster_preset("dgx-h100", 4)
-    d = 495e-6
-    steps, mb = [], 0
-    for lat in (base.inter_node_latency, base.inter_node_latency + d):
-        job = make_job(m, replace(base, inter_node_latency=lat),
-                       parse_plan(f"tp=2,pp=1,mbs=1,gbs={gbs},zero=3"))
-        e = estimate(job)
-        assert e.breakdown_s["dp_comm"] < 0.1 * e.breakdown_s["compute"]   # compute-bound
-        steps.append(e.step_time_s)
-        mb = e.num_microbatches
-    assert steps[1] - steps[0] == pytest.approx(mb * 2 * (4 - 1) * d, rel=1e-9)
+    extra, mb = _latency_step_delta(f"tp=2,pp=1,mbs=1,gbs={gbs},zero=3")
+    assert extra == pytest.approx(mb * 2 * (4 - 1) * _HOP_D, rel=1e-9)

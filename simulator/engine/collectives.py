@@ -20,11 +20,14 @@ without touching the flow network: the result is the same, only cheaper.
 from __future__ import annotations
 
 from functools import partial
+from heapq import heappush
 from typing import Callable
 
 import numpy as np
+from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
+from simulator.network.flows import QueueEntry, call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -105,20 +108,20 @@ class CollectiveRunner:
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))
             if share is None:
-                self.env.timeout(total).callbacks.append(then)
+                call_at(self.env, total, then)
                 return
             key = (self.env._now + total, share)    # the instant the timeout fires at
             due = self._due.get(key)
             if due is None:
                 due = self._due[key] = []
-                self.env.timeout(total).callbacks.append(partial(self._end_due, key))
+                call_at(self.env, total, partial(self._end_due, key))
             due.append(then)
             return
         phases = self.phases(op)
         if not phases:
             then(None)
             return
-        self.env.process(self._run(op, phases, then))
+        _Run(self.net, op, phases, then)
 
     def _end_due(self, key: tuple, ev: object) -> None:
         """The closed-form collectives due at ``key`` (end time, share) end, in the order they
@@ -173,17 +176,6 @@ class CollectiveRunner:
             idx = self._links[id(ph)] = np.concatenate(parts) if parts else np.zeros(0, int)
         return idx
 
-    def _run(self, op: Collective, phases: list[RunPhase], then: Callable[[object], None]):
-        env, net = self.env, self.net
-        for lat, flows, nbytes in phases:
-            if lat > 0:
-                yield env.timeout(op.repeat * lat)
-            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
-            events = [net.flow(a, b, nb * op.repeat, op.tag) for (a, b), nb in zip(flows, sizes)]
-            if events:
-                yield env.all_of(events)
-        then(None)
-
     def _stepwise(self, op: Collective, then: Callable[[object], None]):
         reps = int(round(op.repeat))
         if abs(op.repeat - reps) > 1e-12:
@@ -191,3 +183,60 @@ class CollectiveRunner:
         for _ in range(reps):
             yield start_collective(self.net, STEPWISE[op.kind], op.group, op.nbytes, tag=op.tag)
         then(None)
+
+
+class _Run:
+    """One collective run over the flow network, phase after phase: each phase waits its
+    latency, starts its flows together and ends when the last one has. No SimPy process:
+    its queue entries are those the process ``for phase: yield timeout(latency); yield
+    all_of(flows)`` put there, at the same instants, priorities and places in the sequence
+    (its start, urgent; each latency; each flow's end; the phase's end once every flow's
+    end has been taken off the queue; the process's own end), so events keep their order
+    and every result its last digit; only the process, condition and event objects go."""
+
+    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left")
+
+    def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
+                 then: Callable[[object], None]) -> None:
+        self.net, self.env, self.op, self.phases, self.then = net, net.env, op, phases, then
+        self.k, self.waited, self.left = 0, False, 0
+        _enqueue(self.env, URGENT, self._step)        # the process's start
+
+    def _step(self, _entry: object = None) -> None:
+        """Run on from where the last wait ended, until the next wait or the end."""
+        env, op, phases = self.env, self.op, self.phases
+        while self.k < len(phases):
+            lat, flows, nbytes = phases[self.k]
+            if lat > 0 and not self.waited:
+                self.waited = True
+                call_at(env, op.repeat * lat, self._step)
+                return
+            self.waited = False
+            self.k += 1
+            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
+            start, landed = self.net.start_flow, self._landed
+            for (a, b), nb in zip(flows, sizes):
+                if not start(a, b, nb * op.repeat, op.tag, landed):
+                    landed(op.tag)            # nothing to move: ended at once
+            if flows:
+                self.left = len(flows)
+                return
+        self.then(None)
+        _enqueue(env, NORMAL, None)                   # the process's own end
+
+    def _landed(self, _tag: object) -> None:
+        """A flow's last byte landed: its end goes on the queue (an event's ``succeed``)."""
+        _enqueue(self.env, NORMAL, self._counted)
+
+    def _counted(self, _entry: object) -> None:
+        """A flow's end was taken off the queue; the last of the phase ends the phase (a
+        condition's ``succeed``)."""
+        self.left -= 1
+        if not self.left:
+            _enqueue(self.env, NORMAL, self._step)
+
+
+def _enqueue(env, priority: int, callback: Callable | None) -> None:
+    """An entry at the current instant (``env.schedule(event, priority)``)."""
+    heappush(env._queue, (env._now, priority, next(env._eid),
+                          QueueEntry([callback] if callback is not None else [])))

@@ -57,6 +57,10 @@ class NetworkBackend(Protocol):
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Move ``nbytes`` from now on, without the route latency."""
 
+    def start_flow(self, src: Node, dst: Node, nbytes: float, tag, fin: Callable) -> bool:
+        """``flow`` without an event: ``fin(tag)`` at the last byte; False when it moves
+        nothing (nothing started, ``fin`` never called)."""
+
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float | None:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they start together
         with nothing else on their links; None when only the flow model can tell."""

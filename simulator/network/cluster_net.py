@@ -87,8 +87,8 @@ class SimNetwork(FlowNetwork):
         self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
         self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
 
-    def _recompute(self, now: float) -> None:
-        super()._recompute(now)
+    def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
+        super()._recompute(now, idx)
         if not self.record_load:
             return
         idx = self._active_idx()
@@ -189,15 +189,22 @@ class SimNetwork(FlowNetwork):
     def flow(self, src: Node, dst: Node, nbytes: float, tag=None) -> simpy.Event:
         """Start a flow now, without the route latency; the event fires when it ends."""
         done = self.env.event()
+        if not self.start_flow(src, dst, nbytes, tag, done.succeed):
+            done.succeed(tag)
+        return done
+
+    def start_flow(self, src: Node, dst: Node, nbytes: float, tag, fin: Callable) -> bool:
+        """Start a flow now, without the route latency; ``fin(tag)`` is called when its last
+        byte lands. False (and nothing started) when it moves nothing."""
         links = self.links(src, dst)
         if nbytes <= 0 or links.size == 0:
-            return done.succeed(tag)
+            return False
         stripes = self.stripes(src, dst)
         if stripes is not None:
-            self._start_striped(stripes, float(nbytes), done.succeed, tag, None)
+            self._start_striped(stripes, float(nbytes), fin, tag, None)
         else:
-            self._start_flow(links, float(nbytes), done.succeed, tag, None)
-        return done
+            self._start_flow(links, float(nbytes), fin, tag, None)
+        return True
 
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:
         """Account ``nbytes`` on each of ``links`` (a transfer timed in closed form). Added

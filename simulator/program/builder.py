@@ -119,9 +119,11 @@ class ProgramBuilder:
         if seconds <= 0 and not force:
             return None
         deps, self.wait = tuple(self.wait), []
-        self.last_compute = self._add(Compute, "compute", seconds=float(seconds), kind=kind,
-                                      label=label, microbatch=i, chunk=c, deps=deps)
-        return self.last_compute
+        op_id = self.last_compute = self.next_id      # ``_add`` written out (positional)
+        self.next_id += 1
+        self.streams["compute"].append(Compute(op_id, "compute", float(seconds), kind, label,
+                                               i, c, deps))
+        return op_id
 
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
              label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
@@ -130,11 +132,15 @@ class ProgramBuilder:
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
         algo = self.layout.algorithm(group, kind)
-        deps = tuple(d for d in deps if d is not None)
-        return self._add(Collective, stream, kind=kind, group=group, nbytes=float(nbytes),
-                         algorithm=algo, tag=tag or cat, category=cat, label=label,
-                         repeat=float(repeat), microbatch=i, chunk=c, deps=deps,
-                         remote_scale=float(remote_scale), nvlink_share=float(nvlink_share))
+        deps = tuple(deps)
+        if None in deps:
+            deps = tuple([d for d in deps if d is not None])
+        op_id = self.next_id                          # ``_add`` written out (positional)
+        self.next_id += 1
+        self.streams[stream].append(Collective(op_id, stream, kind, group, float(nbytes), algo,
+                                               tag or cat, cat, label, float(repeat), i, c,
+                                               deps, float(remote_scale), float(nvlink_share)))
+        return op_id
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:

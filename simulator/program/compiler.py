@@ -153,6 +153,7 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
               for d in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp")}
     peers = dict(zip(layout.group("pp", t), layout.group("pp", rank)))
     shared = {} if shared is None else shared
+    moved_group: dict[int, tuple] = {}   # id of a template group (the template holds it) -> g
     streams = {}
     for name, ops in template.streams.items():
         new = []
@@ -161,9 +162,12 @@ def relabel(template: Program, rank: int, layout: Layout, shared: dict | None = 
             if kind is Compute:
                 new.append(op)
             elif kind is Collective:
-                g = groups.get(op.group)
-                if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp members
-                    g = tuple(peers[r] for r in op.group)
+                g = moved_group.get(id(op.group))
+                if g is None:
+                    g = groups.get(op.group)
+                    if g is None:   # the tied embedding's pair or DualPipe's mirror pair: pp
+                        g = tuple(peers[r] for r in op.group)    # members
+                    moved_group[id(op.group)] = g
                 key = (id(op), g)
                 moved = shared.get(key)
                 if moved is None:

@@ -587,6 +587,9 @@ def chunk_layers(c: StageCosts, stage: int, chunk: int, layers: int) -> list[tup
 
 def chunk_sum(items: list[tuple[int, Any]], f) -> float:
     """``sum(n * f(x))`` over ``chunk_layers`` items (``f``: a per-layer figure)."""
+    if len(items) == 1:                # the common case, without a generator (same sum)
+        n, x = items[0]
+        return 0 + n * f(x)
     return sum(n * f(x) for n, x in items)
 
 

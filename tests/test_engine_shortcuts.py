@@ -1,0 +1,168 @@
+"""The simulator's speed shortcuts compute exactly what the plain forms compute, bit for bit:
+max-min rates are the same for the same flows in any slot order (the rate cache keys a set of
+flows by its routes), a collective run without a SimPy process and flow timers without
+``Timeout`` objects put the same queue entries in the same order (records in order, event
+counts), the interval algebra of the metrics equals its plain form, and the ops' constructor
+builds the same frozen records."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from simpy.events import NORMAL
+
+import simulator.engine.collectives as collectives
+import simulator.network.flows as flows
+from simulator.metrics import intersect, measure, subtract, union
+from simulator.network.flows import max_min_rates
+from simulator.program.ops import Collective, Compute, Recv, Send
+from simulator.simulate import simulate
+from strategies.job import make_job
+from strategies.plan import parse_plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+
+# ----------------------------------------------------------------------- max-min rates
+def test_max_min_rates_do_not_depend_on_row_order_or_padding():
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        nlinks = int(rng.integers(2, 12))
+        cap = np.append(rng.choice([1.0, 2.0, 3.0, 1e9, 2.5e11 / 3], size=nlinks), np.inf)
+        nflows, hops = int(rng.integers(1, 20)), int(rng.integers(1, 5))
+        links = np.full((nflows, hops), nlinks, dtype=np.int64)
+        for f in range(nflows):                      # a route of 1..hops links, repeats allowed
+            n = int(rng.integers(1, hops + 1))
+            links[f, :n] = rng.integers(0, nlinks, size=n)
+        links[rng.integers(0, nflows, size=nflows // 2)] = links[0]   # flows on one route
+        perm = rng.permutation(nflows)
+        wider = np.full((nflows, hops + 2), nlinks, dtype=np.int64)
+        wider[:, :hops] = links[perm]
+        rates = max_min_rates(cap, links)
+        assert np.array_equal(max_min_rates(cap, wider), rates[perm])     # bit for bit
+
+
+# ----------------------------------------------------------------------- queue entries
+def _process_run(net, op, phases, then):
+    """The collective run as a SimPy process (what ``collectives._Run`` replaces)."""
+    env = net.env
+
+    def proc():
+        for lat, fl, nbytes in phases:
+            if lat > 0:
+                yield env.timeout(op.repeat * lat)
+            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(fl)
+            events = [net.flow(a, b, nb * op.repeat, op.tag) for (a, b), nb in zip(fl, sizes)]
+            if events:
+                yield env.all_of(events)
+        then(None)
+    env.process(proc())
+
+
+def _timeout_call_at(env, delay, callback, priority=NORMAL):
+    assert priority == NORMAL
+    env.timeout(delay).callbacks.append(callback)
+
+
+@pytest.mark.parametrize("model,cluster,nodes,plan,fold", [
+    ("gpt-1.7b", "dgx-a100", 3, "tp=1,pp=2,dp=12,gbs=48", False),      # a contended dp ring
+    ("mixtral-8x7b", "dgx-h100", 2, "tp=2,pp=2,ep=4,gbs=32", False),   # all-to-alls
+    ("gpt-1.7b", "dgx-a100", 4, "tp=2,pp=4,gbs=64,schedule=interleaved,vpp=2", True),
+])
+def test_runs_without_simpy_objects_keep_every_record_in_order(monkeypatch, model, cluster,
+                                                                nodes, plan, fold):
+    job = make_job(model_preset(model), cluster_preset(cluster, nodes), parse_plan(plan))
+    runs = []
+    real = collectives._Run
+    monkeypatch.setattr(collectives, "_Run", lambda *a: runs.append(1) or real(*a))
+    fast = simulate(job, fold=fold)
+    assert runs                                       # collectives did run over the flows
+    monkeypatch.setattr(collectives, "_Run", _process_run)
+    monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
+    monkeypatch.setattr(flows, "call_at", _timeout_call_at)
+    plain = simulate(job, fold=fold)
+    assert fast.records == plain.records              # the same records in the same order
+    assert (fast.events, fast.step_time_s) == (plain.events, plain.step_time_s)
+    assert fast.metrics == plain.metrics
+
+
+# ----------------------------------------------------------------------- interval algebra
+def _union(intervals):
+    out = []
+    for a, b in sorted(i for i in intervals if i[1] > i[0]):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _intersect(x, y):
+    out, i, j = [], 0, 0
+    while i < len(x) and j < len(y):
+        a, b = max(x[i][0], y[j][0]), min(x[i][1], y[j][1])
+        if b > a:
+            out.append((a, b))
+        if x[i][1] < y[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def _subtract(x, y):
+    out, j = [], 0
+    for a, b in x:
+        cur = a
+        while j < len(y) and y[j][1] <= cur:
+            j += 1
+        k = j
+        while k < len(y) and y[k][0] < b:
+            c, d = y[k]
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+            k += 1
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def test_interval_algebra_equals_its_plain_form():
+    rng = np.random.default_rng(5)
+
+    def intervals(n):        # coarse grid: shared ends, touching and empty intervals
+        starts = np.round(rng.uniform(0, 10, n), 1)
+        return [(float(a), float(a + d)) for a, d in zip(starts, np.round(rng.uniform(-1, 3, n), 1))]
+    for _ in range(300):
+        p, q = intervals(int(rng.integers(0, 30))), intervals(int(rng.integers(0, 30)))
+        x, y = union(p), union(q)
+        assert x == _union(p) and y == _union(q)
+        assert intersect(x, y) == _intersect(x, y)
+        assert intersect(x, [(0.0, 7.3)]) == _intersect(x, [(0.0, 7.3)])
+        assert subtract(x, y) == _subtract(x, y)
+        assert measure(x) == sum(b - a for a, b in x)
+
+
+# ----------------------------------------------------------------------- ops
+@pytest.mark.parametrize("cls,args", [
+    (Compute, (3, "compute", 1e-3, "forward", "F0.c0")),
+    (Send, (4, "pp-comm", 8, 1e6, "fwd")),
+    (Recv, (5, "pp-comm", 0, "fwd")),
+    (Collective, (6, "tp-comm", "allreduce", (0, 1), 2e6, "ring", "tp", "tp")),
+])
+def test_ops_build_the_same_frozen_records(cls, args):
+    names = [f.name for f in dataclasses.fields(cls)]
+    op = cls(*args)
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)[len(args):]}
+    assert dataclasses.asdict(op) == {**dict(zip(names, args)), **defaults}
+    assert cls(**dict(zip(names, args))) == op and hash(cls(*args)) == hash(op)
+    assert dataclasses.replace(op, deps=(1, 2)).deps == (1, 2)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        op.id = 0
+
+
+def test_collective_kind_is_still_checked():
+    with pytest.raises(ValueError, match="kind='bogus'"):
+        Collective(0, "tp-comm", "bogus", (0, 1), 1.0, "ring", "tp", "tp")
