@@ -430,6 +430,18 @@ class FrameworkProfile:
     #: optimizer state bytes per parameter, where the stack states them (None:
     #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
     optimizer_state_bytes: float | None = None
+    #: ZeRO-2/3 is PyTorch FSDP2 (``fully_shard``) over a model built in fp32 with
+    #: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, so the memory model
+    #: (``strategies.memory.arrays.state_bytes_per_param``, docs/memory.md "FSDP2") holds:
+    #: the fp32 shard is the optimizer's parameter (the master; no 16-bit shard: ZeRO-3
+    #: ``16/d`` bytes per parameter, not ``18/d``); the root module's parameters (embedding,
+    #: final norm, head) stay gathered from the forward to the backward under ZeRO-3 (FSDP2's
+    #: root is not resharded after forward); and under ``torch.distributed.pipelining``
+    #: (``pp > 1``) gradient sync is off for every micro-batch's backward, so each stage's
+    #: gradients accumulate unsharded in the reduce dtype (fp32) until one reduce-scatter
+    #: after the last backward. Memory only: the time model keeps its per-micro-batch
+    #: reduce-scatter (docs/calibration.md §3.22, §5.32)
+    fsdp2: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -845,6 +857,10 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # FSDP2 over the fp32 model (9dec370 train.py: meta init, model.to_empty, fp32;
+    # parallelisms/parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(bf16, fp32),
+    # reshard_after_forward=False under pp), docs/calibration.md §5.32
+    fsdp2=True,
     # torch.distributed.tensor.experimental.context_parallel (torchtitan
     # experimental.context_parallel_degree, Dec 2024); its Llama repeats K/V before SDPA
     cp_impl="torch", cp_kv_heads="query",

@@ -86,12 +86,14 @@ def test_loss_peak_is_the_stacks_bytes_per_logit():
                                   "tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,"
                                   "schedule=gpipe,recompute=full"])
 def test_arrays_equal_scalar_with_the_stacks_loss(plan):
-    """The search's array model, given the stack's loss bytes, is ``memory_by_stage``."""
+    """The search's array model, given the stack's loss bytes and FSDP2 state, is
+    ``memory_by_stage``."""
     job = _titan_job(plan)
     P = PlanArrays.from_plans([job.plan])
     for r, want in enumerate(memory_by_stage(job)):
         got = rank_memory_arrays(job.model, P, r, job.dtype, job.system, job.cluster.gpu,
-                                 loss_bytes=job.framework.loss.peak_bytes)[0]
+                                 loss_bytes=job.framework.loss.peak_bytes,
+                                 fsdp2=job.framework.fsdp2)[0]
         assert float(got) == pytest.approx(want.total, rel=1e-9), r
 
 

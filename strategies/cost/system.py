@@ -44,6 +44,10 @@ class SystemConfig:
     #: Optimizer state bytes per parameter: fp32 master weight + Adam m and v (4 + 4 + 4;
     #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
     optimizer_state_bytes: float = 12.0
+    #: Bytes of the fp32 master weight inside ``optimizer_state_bytes`` (4 of the 12). Where the
+    #: stack's sharded parameter is that master (PyTorch FSDP2 over a model built in fp32,
+    #: ``FrameworkProfile.fsdp2``) the memory model counts it under ``params``.
+    master_bytes: float = 4.0
     #: HBM bytes one Adam step moves per parameter it updates: fp32 master, m, v read and
     #: written (24), the fp32 gradient read (4) (apex/TE FusedAdam, torch fused AdamW). The
     #: 16-bit weights are written by a separate copy where the stack makes one

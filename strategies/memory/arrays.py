@@ -92,14 +92,30 @@ def _layer_wgrad(m: ModelSpec, b, tp, cp, sp, cache=None):
 
 
 def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
-                          optimizer_bytes: float):
+                          optimizer_bytes: float, fsdp2: bool = False, pp=1,
+                          master_bytes: float = 4.0):
     """(params, grads, optimizer) bytes per parameter with ``d`` data-parallel ranks sharing
     the states (arrays; ``memory.model_state_bytes_per_param`` is the checked scalar form):
-    optimizer states sharded from ZeRO 1, gradients from 2, parameters at 3."""
+    optimizer states sharded from ZeRO 1, gradients from 2, parameters at 3.
+
+    ``fsdp2`` (``FrameworkProfile.fsdp2``; ZeRO 2 and 3 only): the sharded parameter is the
+    fp32 master (``master_bytes`` of ``optimizer_bytes``), counted under params, and there
+    is no 16-bit shard: ZeRO-3 ``master/d`` params and ``(optimizer - master)/d`` optimizer
+    (``16/d`` in all, not ``18/d``); ZeRO-2 (parameters kept gathered) the 16-bit unsharded
+    copy beside it, ``param + master/d`` (the same total as without). With ``pp > 1`` the
+    gradients accumulate unsharded over the micro-batches (``torch.distributed.pipelining``
+    turns FSDP2's gradient sync off until the stage's last backward): ``grad`` bytes, not
+    ``grad/d``."""
     pb, gb, ob = param_bytes, grad_bytes, optimizer_bytes
     opt = np.where(zero >= 1, ob / d, float(ob))
     grads = np.where(zero >= 2, gb / d, float(gb))
     params = np.where(zero >= 3, pb / d, float(pb))
+    if fsdp2:
+        mb = master_bytes
+        fs = zero >= 2
+        opt = np.where(fs, (ob - mb) / d, opt)
+        params = np.where(zero >= 3, mb / d, np.where(fs, pb + mb / d, params))
+        grads = np.where(fs & (np.asarray(pp) > 1), float(gb), grads)
     return params, grads, opt
 
 
@@ -107,7 +123,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             dtype: str = "bf16", system: SystemConfig | None = None,
                             in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
-                            loss_bytes=None, act_cache=None, optimizer_bytes=None
+                            loss_bytes=None, act_cache=None, optimizer_bytes=None,
+                            fsdp2=False
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -141,7 +158,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stack's). ``act_cache``: bytes per element of the activations the stack caches in low
     precision (``activations.activation_cache_bytes``; None: the 16-bit table).
     ``optimizer_bytes``: the stack's optimizer state bytes per parameter
-    (``FrameworkProfile.optimizer_state_bytes``; None: the system's)."""
+    (``FrameworkProfile.optimizer_state_bytes``; None: the system's). ``fsdp2``: the
+    stack's ZeRO-2/3 is PyTorch FSDP2 (``FrameworkProfile.fsdp2``: the fp32 shard is the
+    master, the root module's parameters stay gathered under ZeRO-3, unsharded gradients
+    under pipelining; ``state_bytes_per_param``)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -197,16 +217,22 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
-    per_dense = state_bytes_per_param(zero, d, *sizes)
-    per_expert = state_bytes_per_param(zero, d_e, *sizes)
+    fs = dict(fsdp2=bool(fsdp2), pp=pp, master_bytes=sy.master_bytes)
+    per_dense = state_bytes_per_param(zero, d, *sizes, **fs)
+    per_expert = state_bytes_per_param(zero, d_e, *sizes, **fs)
+    # FSDP2's root module (embedding, final norm, head) is not resharded after forward: under
+    # ZeRO-3 its parameters are held gathered like ZeRO-2's (FSDPState._lazy_init sets the
+    # root group's post_forward_mesh_info to None)
+    per_root = (state_bytes_per_param(np.where(zero == 3, 2, zero), d, *sizes, **fs)
+                if fsdp2 else per_dense)
 
     # low precision: the cached quantised copies of the layers' GEMM weights, beside the
     # 16-bit weights (ZeRO-3 gathers a layer's weights and casts them per use: no cache)
     q_copy = np.where(zero == 3, 0.0, weight_copy_bytes(dtype, gpu))
 
-    def state(dense, expert=0.0, layer_weights=False):
-        out = {k: dense * pd + expert * pe for k, pd, pe in zip(KINDS[:3], per_dense,
-                                                                  per_expert)}
+    def state(dense, expert=0.0, layer_weights=False, root=False):
+        out = {k: dense * pd + expert * pe for k, pd, pe in zip(
+            KINDS[:3], per_root if root else per_dense, per_expert)}
         if layer_weights:
             out["params"] = out["params"] + q_copy * (dense + expert)
         return out
@@ -403,8 +429,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     zero_ = np.zeros_like(activations)
     parts = {"layers": dict(state(layer_dense, expert_params, True),
                             activations=layers_act),
-             "embedding": dict(state(emb_p), activations=n_in * emb_act),
-             "output": dict(state(head_p), activations=out_act),
+             "embedding": dict(state(emb_p, root=True), activations=n_in * emb_act),
+             "output": dict(state(head_p, root=True), activations=out_act),
              "recompute": dict(state(zero_), activations=rc_act),
              "other": {"params": zero_, "grads": step_copy, "optimizer": zero_,
                        "activations": zero_, "other": other}}
@@ -490,15 +516,15 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
                        in_flight=None, pending_w=None, clamp=False,
                        remat_named=False, loss_bytes=None, act_cache=None,
-                       optimizer_bytes=None) -> np.ndarray:
+                       optimizer_bytes=None, fsdp2=False) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
     with dense and MoE layers or MTP modules its layers by kind
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
-    ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``: as
-    ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this for one job's
+    ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
+    ``fsdp2``: as ``memory_component_arrays``. ``memory.scalar.memory_by_stage`` is this for one job's
     plan."""
     P = as_plan_arrays(P)
     stage = np.asarray(stage) + np.zeros_like(P.pp)
@@ -512,13 +538,13 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                                    layers=layers, pending_w=pending_w, gpu=gpu,
                                    clamp=clamp, remat_named=remat_named,
                                    loss_bytes=loss_bytes, act_cache=act_cache,
-                                   optimizer_bytes=optimizer_bytes)[1]
+                                   optimizer_bytes=optimizer_bytes, fsdp2=fsdp2)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
                         gpu=None, clamp=False, remat_named=False, loss_bytes=None,
-                        act_cache=None, optimizer_bytes=None) -> np.ndarray:
+                        act_cache=None, optimizer_bytes=None, fsdp2=False) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -527,13 +553,13 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
                               gpu, clamp=clamp, remat_named=remat_named,
                               loss_bytes=loss_bytes, act_cache=act_cache,
-                              optimizer_bytes=optimizer_bytes)
+                              optimizer_bytes=optimizer_bytes, fsdp2=fsdp2)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
                        clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
-                       optimizer_bytes=None) -> np.ndarray:
+                       optimizer_bytes=None, fsdp2=False) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``:
@@ -545,18 +571,18 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     P = as_plan_arrays(P)
     if mixed_layers(m):
         return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
-                                    act_cache, optimizer_bytes)
+                                    act_cache, optimizer_bytes, fsdp2)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
-                                          loss_bytes, act_cache, optimizer_bytes),
+                                          loss_bytes, act_cache, optimizer_bytes, fsdp2),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
-                                          loss_bytes, act_cache, optimizer_bytes))
+                                          loss_bytes, act_cache, optimizer_bytes, fsdp2))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
         mid = rank_memory_arrays(m, P, np.minimum(1, P.pp - 1), dtype, system, gpu,
                                  clamp=clamp, remat_named=remat_named,
                                  loss_bytes=loss_bytes, act_cache=act_cache,
-                                 optimizer_bytes=optimizer_bytes)
+                                 optimizer_bytes=optimizer_bytes, fsdp2=fsdp2)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -567,17 +593,17 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
             return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
-                                    act_cache, optimizer_bytes)
+                                    act_cache, optimizer_bytes, fsdp2)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
                                                     clamp, remat_named, loss_bytes,
-                                                    act_cache, optimizer_bytes)
+                                                    act_cache, optimizer_bytes, fsdp2)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
                      gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
-                     optimizer_bytes=None) -> np.ndarray:
+                     optimizer_bytes=None, fsdp2=False) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -587,7 +613,8 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
         sub = _take(P, rows)
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
-            loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes))
+            loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes,
+            fsdp2=fsdp2))
     return peak.reshape(np.shape(P.pp))
 
 

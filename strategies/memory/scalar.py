@@ -71,8 +71,8 @@ class MemoryBreakdown:
 def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = None,
                                 grad_bytes: float | None = None,
                                 optimizer_bytes: float | None = None, *, dtype: str = "bf16",
-                                system: SystemConfig | None = None
-                                ) -> tuple[float, float, float]:
+                                system: SystemConfig | None = None, fsdp2: bool = False,
+                                pp: int = 1) -> tuple[float, float, float]:
     """``(params, grads, optimizer)`` bytes per parameter on one GPU with ``dp`` data-parallel
     ranks sharing the states (``arrays.state_bytes_per_param``, checked). Bytes not given
     come from ``system`` (``param_bytes``, ``main_grad_bytes(dtype)``,
@@ -82,6 +82,9 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
     fp32 master weights + Adam m, v); zero 1: Megatron's distributed optimizer
     ``2 + 4 + 12/d``; zero 2: also gradients ``2 + 4/d + 12/d``; zero 3: also parameters
     ``(2 + 4 + 12)/d``. With ``grad_bytes=2`` these are the ZeRO paper's ``(2+2+K)Ψ`` forms.
+    ``fsdp2`` (``FrameworkProfile.fsdp2``, zero 2 and 3): the fp32 shard is the master,
+    zero 3 ``(4 + 4 + 8)/d``; zero 2 ``2 + 4/d``, ``4/d`` (``4`` with ``pp > 1``: unsharded
+    fp32 accumulation under pipelining), ``8/d``.
 
     >>> model_state_bytes_per_param(0, 64)
     (2.0, 4.0, 12.0)
@@ -96,8 +99,8 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
     param_bytes = sy.param_bytes if param_bytes is None else param_bytes
     grad_bytes = sy.main_grad_bytes(dtype) if grad_bytes is None else grad_bytes
     optimizer_bytes = sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes
-    return tuple(float(x) for x in arrays.state_bytes_per_param(zero, dp, param_bytes,
-                                                                 grad_bytes, optimizer_bytes))
+    return tuple(float(x) for x in arrays.state_bytes_per_param(
+        zero, dp, param_bytes, grad_bytes, optimizer_bytes, fsdp2, pp, sy.master_bytes))
 
 
 # ------------------------------------------------------------------ parameters per GPU
@@ -167,7 +170,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         content=content, gpu=job.cluster.gpu, clamp=job.framework.eager_variants,
         remat_named=job.framework.remat_named, loss_bytes=job.framework.loss.peak_bytes,
         act_cache=act.job_activation_cache(job),
-        optimizer_bytes=job.framework.optimizer_state_bytes)
+        optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2)
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 
