@@ -4,8 +4,6 @@ data-parallel group with context parallelism, torchtitan's ``dp_shard_cp`` mesh.
 for the estimate, the lower bound, the compiler and the memory model."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
@@ -130,58 +128,3 @@ def test_dp1_cp_ranks_reduce():
     assert e.breakdown_s["dp_comm"] == pytest.approx(float(want), **EXACT)
     assert want > 0
     assert s.metrics["breakdown_s"]["dp_comm"] == pytest.approx(float(want), rel=0.02)
-
-
-# ------------------------------------------------------------------ pipelined torchtitan
-TT_PP = "tp=2,pp=2,dp=2,mbs=1,gbs=8,zero=2,schedule=1f1b"
-
-
-def _tt(spec: str, framework: str = "torchtitan"):
-    return make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-h100", 1),
-                    parse_plan(spec), framework=framework)
-
-
-def test_pipelined_torchtitan_reduces_once():
-    """torchtitan, pp 2, ZeRO-2 (``FrameworkProfile.fsdp2``, ``framework.grad_sync_once``): the gradient path is
-    ZeRO-1's without overlap (``framework.grad_path``): the same exposed reduction, the
-    same gradient memory; the step differs from that plan's by FSDP2's copy-in pass, run
-    once per step (``compute.sharded_grad_pass_time``), exactly."""
-    from strategies.framework import grad_path
-    once = _tt(TT_PP)
-    z1 = replace(once, plan=replace(once.plan, zero=1, overlap_grad_reduce=False))
-    assert grad_path(once.framework.fsdp2, 2, 2, True) == (1, False)
-    e1, e0 = estimate(once), estimate(z1)
-    assert e1.breakdown_s["dp_comm"] == pytest.approx(e0.breakdown_s["dp_comm"], **EXACT)
-    sc = stage_costs(once)
-    copy_in = [ct.sharded_grad_pass_time(n, 2.0, once.cluster.gpu, once.dtype,
-                                         once.framework) for n in sc.params_by_stage]
-    assert min(copy_in) > 0
-    assert [a - b for a, b in zip(sc.passes_by_stage, stage_costs(z1).passes_by_stage)] \
-        == pytest.approx(copy_in, rel=1e-9)
-    m1, m0 = stage_memory(once, 0), stage_memory(z1, 0)
-    assert m1.grads == pytest.approx(m0.grads, **EXACT)
-    # without the rule the gradients would be the 1/(dp·cp) = 1/2 shard
-    off = replace(once, framework=replace(once.framework, fsdp2=False))
-    assert m1.grads == pytest.approx(2 * stage_memory(off, 0).grads, **EXACT)
-    assert estimate(off).step_time_s != e1.step_time_s
-
-
-def test_pipelined_torchtitan_simulation():
-    """The simulator reduce-scatters each gradient bucket once, after the stage's last
-    backward (no reduce-scatter inside the micro-batches), and agrees with the estimate."""
-    job = _tt(TT_PP)
-    sc = stage_costs(job)
-    prog = compile_job(job, ranks=[0])[0]
-    rs = [op for op in prog.streams["dp-comm"] if op.kind == "reduce_scatter"]
-    last_bwd = [op for op in prog.streams["compute"] if op.label.startswith("B")][-1]
-    assert rs and all(last_bwd.id in op.deps for op in rs)
-    assert sum(op.nbytes * op.repeat for op in rs) == pytest.approx(
-        sc.grad_bytes * sc.params_by_stage[0], rel=1e-12)
-    assert simulate(job).step_time_s == pytest.approx(estimate(job).step_time_s, rel=0.01)
-    # without a pipeline FSDP2 reduce-scatters every micro-batch (2 here), as before
-    flat = _tt("tp=2,pp=1,dp=4,mbs=1,gbs=8,zero=2")
-    sf = stage_costs(flat)
-    rs1 = [op for op in compile_job(flat, ranks=[0])[0].streams["dp-comm"]
-           if op.kind == "reduce_scatter"]
-    assert sum(op.nbytes * op.repeat for op in rs1) == pytest.approx(
-        2 * sf.grad_bytes * sf.params_by_stage[0], rel=1e-12)
