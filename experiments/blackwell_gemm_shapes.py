@@ -29,6 +29,11 @@ Table 3: the sustained clock. The one public B200 clock trace under back-to-back
 (flashinfer PR #2899) against the catalog's 0.814, and the power-rule ratios of the parts with
 no such trace.
 
+Table 4 (``--runs``): the GB200 rows of NeMo 25.x and DGX Cloud 25.05 as the model prices
+their layer GEMMs (``h100_gemm_shapes.run_shape_rows``): the FLOP share outside the regime
+Table 2 covers, the FLOP-weighted shape factor, and what Table 2d's fixed time per kernel
+would add to their GEMM time.
+
 ``--what-if``: the analytic error of every GB200 row of the four 2025-26 reference files with
 GB200 at B200's measured sustained ratio (0.814) instead of the power rule's 0.865, by
 replacing the catalog entry only (estimate, bound and simulator read the same entry).
@@ -226,12 +231,32 @@ def what_if_gb200(ratio: float = B200_SUSTAINED_RATIO) -> list[tuple]:
     return out
 
 
+def run_rows() -> list[tuple]:
+    """``(file, run, dtype, FLOP share outside the regime, shape factor, analytic error %,
+    share Table 2d's fixed time per kernel adds)`` of every GB200 row of NeMo 25.x and DGX
+    Cloud 25.05 (the fixed time of the row's rate: bf16, else fp8)."""
+    from experiments.h100_gemm_shapes import run_shape_rows
+    t0 = {d: t * 1e-6 for d, _n, _k, t, _r, _c in knee_fixed_rows()}
+    data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "strategies", "reference", "data")
+    out = []
+    for f in ("nemo_performance_25.json", "dgxc_2505.json"):
+        path = os.path.join(data, f)
+        by = {d: run_shape_rows(r"gb200", t0[d], path) for d in ("bf16", "fp8")}
+        for a, b in zip(by["bf16"], by["fp8"]):
+            r = a if a[2] in ("bf16", "fp16") else b
+            out.append((f, r[0], r[2], r[8], r[9], r[10], r[11]))
+    return out
+
+
 def _summary(vals: list[float]) -> str:
     return f"median {statistics.median(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", action="store_true",
+                    help="Table 4: the GB200 rows' GEMM shapes and the fixed time per kernel")
     ap.add_argument("--what-if", action="store_true",
                     help="GB200 rows with GB200 at B200's measured sustained ratio")
     args = ap.parse_args(argv)
@@ -279,6 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---:|---|")
     for p, r, s in clock_rows():
         print(f"| {p} | {r:.3f} | {s} |")
+
+    if args.runs:
+        print("\nTable 4: GB200 rows' layer GEMMs as the model prices them\n")
+        print("| file | run | dtype | FLOPs outside regime | shape factor | error | "
+              "fixed time adds |")
+        print("|---|---|---|---:|---:|---:|---:|")
+        for f, i, d, out_, sf, err, fx in run_rows():
+            print(f"| {f} | {i} | {d} | {out_:.3f} | {sf:.3f} | {err:+.1f} % | "
+                  f"{100 * fx:.1f} % |")
 
     if args.what_if:
         res = what_if_gb200()
