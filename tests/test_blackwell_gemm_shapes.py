@@ -98,7 +98,7 @@ def test_power_rule_parts_are_the_unmeasured_link():
 
 
 def test_gb200_rows_are_in_the_measured_regime():
-    """The dense GB200 rows of NeMo 25.x and DGX Cloud 25.05 spend at most 0.1 % of their GEMM
+    """The dense GB200 rows of NeMo 25.x and DGX Cloud 25.05 spend at most 0.2 % of their GEMM
     FLOPs outside the regime Table 2 measures (DeepSeek-V3's expert GEMMs excepted), so the
     shape comparison speaks for them; for those dense rows the fixed time per kernel adds at most
     8 % of GEMM time."""
@@ -106,6 +106,6 @@ def test_gb200_rows_are_in_the_measured_regime():
     assert len(rows) >= 40
     for f, run, dtype, outside, sf, err, fixed in rows:
         if "deepseek" not in run:
-            assert outside <= 0.001, run
+            assert outside <= 0.002, run
             assert 0 < fixed < 0.08, run
         assert 0.8 < sf < 1.0, run
