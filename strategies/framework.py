@@ -430,6 +430,10 @@ class FrameworkProfile:
     #: optimizer state bytes per parameter, where the stack states them (None:
     #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
     optimizer_state_bytes: float | None = None
+    #: bytes of the weight the optimizer updates (the master, inside ``optimizer_state_bytes``)
+    #: where the stack builds its model in 16 bits (None: ``SystemConfig.master_bytes``, fp32
+    #: 4): with ``fsdp2`` the memory model counts it under params (``stack_system``)
+    master_bytes: float | None = None
     #: ZeRO-2/3 is PyTorch FSDP2 (``fully_shard``) over a model built in fp32 with
     #: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, so the memory model
     #: (``strategies.memory.arrays.state_bytes_per_param``, docs/memory.md "FSDP2") holds:
@@ -480,6 +484,10 @@ class FrameworkProfile:
     #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
     #: refusal)
     precision_notes: tuple[tuple[str, str], ...] = ()
+
+    def optimizer_bytes_or(self, default: float) -> float:
+        """The stack's optimizer state bytes per parameter, else ``default``."""
+        return default if self.optimizer_state_bytes is None else float(self.optimizer_state_bytes)
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -560,6 +568,15 @@ class FrameworkProfile:
         if not self.precisions:
             raise SpecError("framework.precisions", self.precisions,
                             "must name at least one precision")
+        for field_name in ("optimizer_state_bytes", "master_bytes"):
+            val = getattr(self, field_name)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))
+                                    or not 0 < val < 100):
+                raise SpecError(f"framework.{field_name}", val,
+                                "must be bytes per parameter in (0, 100) or None")
+        if (self.master_bytes is not None and self.optimizer_bytes_or(12.0) < self.master_bytes):
+            raise SpecError("framework.master_bytes", self.master_bytes,
+                            "must not exceed optimizer_state_bytes (the master is one of them)")
         for name, _ in self.sharded_grad_sources:
             if name not in self.sharded_grad_passes:
                 raise SpecError("framework.sharded_grad_sources", name,
@@ -1018,14 +1035,72 @@ HAI_LLM = replace(
         for k in ("zero_grad", "scale_grad", "check_grad", "grad_norm", "param_copy",
                   "tied_reduce"))))
 
+#: NVIDIA-NeMo/Automodel at 89e3a9fdd (2025-10-06, the commit of its performance summary's MoE
+#: rows, docs/calibration.md §5.31, §5.38); every path below is under ``nemo_automodel/``
+AUTOMODEL_SOURCE = "NVIDIA-NeMo/Automodel 89e3a9fdd (2025-10-06)"
+
+AUTOMODEL = replace(
+    TORCHTITAN, name="automodel",
+    description="NeMo AutoModel's PyTorch path for MoE models (FSDP2 over a bf16-built model, "
+                "Transformer Engine linear/RMSNorm/attention, DeepEP, "
+                "torch.distributed.pipelining): no tensor or context parallelism",
+    # components/moe/parallelizer.py parallelize_model asserts "Tensor parallelism not
+    # supported for DeepSeek v3 model" and "Context parallelism not supported" (tp = cp = 1)
+    max_tp=1, context_parallel=False, sequence_parallel=False,
+    # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
+    # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
+    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False,
+    # components/distributed/pipelining/functional.py build_pipeline_schedule:
+    # torch.distributed.pipelining's get_schedule_class (torchtitan's set)
+    schedules=TORCHTITAN_SCHEDULES,
+    # apply_ac: ptd_checkpoint_wrapper per decoder block (full; its ignore_router policy keeps
+    # only the router's mm, read as full)
+    recompute=("none", "full"), recompute_note="apply_ac wraps whole decoder blocks "
+                                               "(ptd_checkpoint_wrapper): full only",
+    # components/moe/layers.py: backend.enable_deepep -> GroupedExpertsDeepEP with
+    # MoEFlexTokenDispatcher(moe_enable_deepep=True); without it GroupedExperts gathers the
+    # tokens over the EP group (DTensor full_tensor), a path not modelled: "alltoall" stands
+    # in for it
+    moe_dispatchers=("alltoall", "deepep"),
+    # TE's DotProductAttention (backend attn: te) is the chip's fused kernel
+    attention_kernel="native",
+    # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:
+    # dtype=get_dtype(config.torch_dtype, torch.bfloat16), initialize_weights(dtype=bf16)):
+    # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
+    # dtype: master 2 + m 2 + v 2 (docs/calibration.md §5.32, §5.38)
+    optimizer_state_bytes=6.0, master_bytes=2.0,
+    precisions=("bf16",),
+    precision_source="the benchmark configs' bf16 runs (model built in "
+                     "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
+                     "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)); fp8 not read",
+    precision_notes=(),
+    export="none",
+    default_sources=(
+        ("flash_attn", "Transformer Engine DotProductAttention (backend attn: te)"),
+        ("overlap_grad_reduce", "FSDP2 reduce-scatters each block's gradients in its "
+                                "post-backward hook"),
+        ("overlap_param_gather", "FSDP2 prefetches the next block's all-gather"),
+        ("tp_comm_overlap", "no tensor parallelism (moe/parallelizer.py asserts tp = 1)"),
+        ("recompute", "activation_checkpointing: false unless the config sets it")))
+
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
-                        PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
+                        PYTORCH_EAGER, JAX_XLA, HAI_LLM, AUTOMODEL)}
 ALIASES: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
                            "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
-                           "deepseek": "hai-llm"}
+                           "deepseek": "hai-llm", "nemo-automodel": "automodel"}
 DEFAULT = MEGATRON_CORE
+
+
+def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
+    """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
+    replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
+    it states one. The one rule the memory model (scalar and arrays) and the search read."""
+    from strategies.cost.system import get_system
+    sy = get_system(system)
+    mb = None if fw is None else fw.master_bytes
+    return sy if mb is None or mb == sy.master_bytes else replace(sy, master_bytes=float(mb))
 
 
 def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:

@@ -112,7 +112,8 @@ def test_committed_transcription_resolves():
             pl["global_batch"] * seq, rel=2e-3)
         c = case_from_entry(r, rows)
         assert c.job is not None, (r["id"], c.skipped)
-        assert c.job.framework.name == "torchtitan" and c.job.dtype == "bf16"
+        assert c.job.framework.name == "automodel" and c.job.dtype == "bf16"
+        assert c.job.plan.moe_dispatcher == "deepep"
         assert measured_step(r) == (me["step_time_s"], "step time as printed")
         p = c.job.plan
         assert (p.tp, p.pp, p.dp, p.cp, p.ep, p.mbs, p.gbs) == (
