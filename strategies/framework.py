@@ -331,6 +331,10 @@ class FrameworkProfile:
     #: whole mesh dimension, ``dp_shard`` = dp under ZeRO-2/3 and 1 under ZeRO-0; ``etp`` is 1
     #: or tp, asserted)
     ep_from_fsdp: bool = False
+    #: FSDP2's resharding follows pipelining, not the plan: ZeRO-3 without pipelining, ZeRO-2
+    #: (parameters kept gathered) with it (NeMo AutoModel 89e3a9fdd components/moe/
+    #: parallelizer.py apply_fsdp: ``fully_shard(..., reshard_after_forward=not pp_enabled)``)
+    zero_follows_pp: bool = False
     #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
@@ -1049,7 +1053,10 @@ AUTOMODEL = replace(
     max_tp=1, context_parallel=False, sequence_parallel=False,
     # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
     # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
-    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False,
+    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True,
+    # components/distributed/fsdp2.py FSDP2Manager: assert dp_size % ep_size == 0, the moe
+    # mesh (pp, ep_shard = dp/ep, ep) over the data-parallel ranks
+    ep_from_fsdp=False, ep_in_dp=True,
     # components/distributed/pipelining/functional.py build_pipeline_schedule:
     # torch.distributed.pipelining's get_schedule_class (torchtitan's set)
     schedules=TORCHTITAN_SCHEDULES,
@@ -1181,9 +1188,10 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
-    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``; sources on the fields). Reads
-    ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
-    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep`` and ``zero``."""
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``; sources
+    on the fields). Reads ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job
+    resolves it), ``etp`` (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``,
+    ``ep`` and ``zero``."""
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
@@ -1202,6 +1210,11 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "carves expert parallelism from the FSDP ranks: ep must "
                                     "divide dp_shard*cp (*tp when etp = 1), dp_shard = dp with "
                                     "zero=2/3 and 1 with zero=0 (parallel_dims.py)"))
+    if fw.zero_follows_pp:
+        rules.append(("zero", v.zero, zero == np.where(np.asarray(v.pp) > 1, 2, 3),
+                      lambda: who + "reshards FSDP2 after forward only without pipelining "
+                                    "(reshard_after_forward=not pp_enabled): zero=3 with "
+                                    "pp = 1, zero=2 with pp > 1"))
     if fw.microbatches_per_pp and getattr(v, "gbs", None) is not None:
         m = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp)
         pp = np.asarray(v.pp)

@@ -1,0 +1,115 @@
+"""The ``automodel`` stack profile (NeMo AutoModel's MoE path, docs/calibration.md §5.38): its
+defaults and limits from AutoModel's code, refusals naming stack, feature and rule (exit 2),
+and its bf16-built model state in closed form (``FrameworkProfile.master_bytes``,
+``framework.stack_system``) in the scalar memory model and the search's arrays alike."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.cli import main
+from strategies.errors import SpecError
+from strategies.framework import (AUTOMODEL, TORCHTITAN, check_plan, check_precision,
+                                  get_profile, plan_violations, stack_system)
+from strategies.job import make_job
+from strategies.memory import memory_by_stage
+from strategies.memory.arrays import peak_memory_arrays, state_bytes_per_param
+from strategies.plan import plan_from_mapping, plan_mapping
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+
+def _plan(fw, text: str):
+    return plan_from_mapping(plan_mapping(text), fw.plan_defaults())
+
+
+def test_profile_fields_from_automodel_code():
+    fw = get_profile("automodel")
+    assert fw is AUTOMODEL and get_profile("nemo-automodel") is AUTOMODEL
+    # FSDP2 over a bf16-built model: master 2 + Adam m 2 + v 2
+    assert fw.fsdp2 and fw.optimizer_state_bytes == 6.0 and fw.master_bytes == 2.0
+    assert "deepep" in fw.moe_dispatchers and fw.max_tp == 1 and not fw.context_parallel
+    assert fw.zero_stages == (2, 3) and fw.zero_follows_pp and fw.precisions == ("bf16",)
+    assert fw.attention_kernel == "native" and fw.recompute == ("none", "full")
+    # torchtitan keeps its fp32-built model (no master override)
+    assert TORCHTITAN.master_bytes is None and not TORCHTITAN.zero_follows_pp
+
+
+@pytest.mark.parametrize("plan,field", [
+    ("tp=2,zero=3", "tp"), ("cp=2,zero=3", "cp"), ("zero=1", "zero"),
+    ("zero=2", "zero"),                                   # pp = 1 reshards: ZeRO-3
+    ("pp=2,schedule=zb-h1,zero=2", "schedule"),           # not a pipelining schedule
+    ("zero=3,recompute=selective", "recompute"),
+    ("zero=3,dp=8,ep=16", "ep"),                          # ep must divide dp
+    ("zero=3,dp=8,ep=2,moe_dispatcher=hybridep", "moe_dispatcher"),
+])
+def test_refusals_name_stack_feature_rule(plan, field):
+    bad = plan_violations(AUTOMODEL, _plan(AUTOMODEL, plan))
+    assert bad and bad[0][0] == field
+    with pytest.raises(SpecError) as e:
+        check_plan(AUTOMODEL, _plan(AUTOMODEL, plan))
+    assert e.value.field == field and "automodel" in e.value.rule
+
+
+@pytest.mark.parametrize("plan", ["zero=3", "zero=3,dp=8,ep=8,moe_dispatcher=deepep",
+                                  "pp=2,schedule=interleaved,vpp=2,zero=2",
+                                  "pp=2,schedule=zb-v,zero=2,recompute=full"])
+def test_what_automodel_runs(plan):
+    assert plan_violations(AUTOMODEL, _plan(AUTOMODEL, plan)) == []
+
+
+def test_precision_refused():
+    with pytest.raises(SpecError) as e:
+        check_precision(AUTOMODEL, "fp8")
+    assert e.value.field == "dtype" and "automodel" in e.value.rule
+
+
+def test_cli_refusal_exit_2(capsys):
+    rc = main(["estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1",
+               "--plan", "tp=2,zero=3,gbs=64", "--framework", "automodel"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "Traceback" not in err
+    assert "automodel" in err and "tp" in err and "tensor parallelism" in err
+
+
+def test_stack_system_states_master_bytes():
+    assert stack_system(TORCHTITAN).master_bytes == 4.0
+    assert stack_system(AUTOMODEL).master_bytes == 2.0
+    with pytest.raises(SpecError):
+        replace(TORCHTITAN, master_bytes=8.0, optimizer_state_bytes=6.0)
+
+
+@pytest.mark.parametrize("d", [1, 8, 64, 256])
+def test_state_bytes_closed_forms(d):
+    """bf16-built FSDP2: ZeRO-3 ``2/d, 4/d, 4/d``; pipelined ZeRO-2 ``2 + 2/d, 4, 4/d``."""
+    sy = stack_system(AUTOMODEL)
+    sizes = (sy.param_bytes, sy.main_grad_bytes("bf16"), sy.optimizer_bytes(6.0))
+    p, g, o = state_bytes_per_param(np.array(3), d, *sizes, fsdp2=True, pp=1,
+                                    master_bytes=sy.master_bytes)
+    assert (float(p), float(g), float(o)) == pytest.approx((2 / d, 4 / d, 4 / d), rel=1e-12)
+    p, g, o = state_bytes_per_param(np.array(2), d, *sizes, fsdp2=True, pp=4,
+                                    master_bytes=sy.master_bytes)
+    assert (float(p), float(g), float(o)) == pytest.approx((2 + 2 / d, 4.0, 4 / d), rel=1e-12)
+
+
+def test_job_state_six_bytes_per_parameter_below_torchtitan():
+    """pp 1, ZeRO-3 over dp 8 on one rank holding every parameter ``N``: layers ``16/d`` ->
+    ``10/d``, the gathered root ``2 + 16/d`` -> ``2 + 10/d``: the state falls by ``6N/d``
+    exactly; the search's arrays read the same rule (peak equal to the scalar's)."""
+    m = replace(model_preset("llama3-8b"), seq_length=2048)
+    cl = cluster_preset("dgx-h100", 1)
+    got = {}
+    for fw in (TORCHTITAN, AUTOMODEL):
+        job = make_job(m, cl, _plan(fw, "zero=3,mbs=1,gbs=8,recompute=full"), framework=fw)
+        st = memory_by_stage(job)[0]
+        got[fw.name] = st.params + st.grads + st.optimizer
+        arr = peak_memory_arrays(m, PlanArrays.of_plan(job.plan), job.dtype,
+                                 stack_system(fw, job.system), cl.gpu,
+                                 loss_bytes=fw.loss.peak_bytes,
+                                 optimizer_bytes=fw.optimizer_state_bytes, fsdp2=fw.fsdp2)
+        assert float(np.ravel(arr)[0]) == pytest.approx(st.total, rel=1e-9)
+    n = float(m.num_params())
+    assert got["torchtitan"] - got["automodel"] == pytest.approx(6 * n / 8, rel=1e-12)
