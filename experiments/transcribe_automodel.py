@@ -17,7 +17,8 @@ commit and date. Rows the cost model cannot represent are skipped with the reaso
 
 The stack is recorded as ``framework: automodel`` (``strategies.framework.AUTOMODEL``,
 docs/calibration.md §5.38), and a row whose kernels name DeepEP states
-``moe_dispatcher: deepep`` (the benchmark configs' ``enable_deepep: true``). The plan facts the table does not print (activation
+``moe_dispatcher: deepep`` (the benchmark configs' ``enable_deepep: true``); every row states
+``moe_routing: contiguous`` (the configs' ``fake_balanced_gate: true``). The plan facts the table does not print (activation
 checkpointing, FSDP resharding) come from the benchmark configs and the parallelizer at the
 table's first commit (``CONFIGS``)."""
 from __future__ import annotations
@@ -200,6 +201,10 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
              "activation_checkpointing: true in the config (a checkpoint_wrapper per "
              "decoder block: full recomputation); experts by grouped_gemm's ops.gmm; "
              f"torch.optim.Adam. Kernels: {row['Kernel Optimizations']}.")
+    notes += (" moe_routing=contiguous: every benchmark config sets fake_balanced_gate: true "
+              "(examples/benchmark/configs/*.yaml line 74 at 89e3a9fdd), so "
+              "components/moe/layers.py FakeBalancedGate gives token t the experts t*k ... "
+              "t*k+k-1 (mod E).")
     if "hf" in cfg and cfg["hf"].get("num_nextn_predict_layers") == 0:
         notes += f" {_NO_MTP}."
     if _int(row["EP"]) is None:
@@ -225,7 +230,8 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
                  "grad_accum": ga, "fsdp": _int(row["FSDP"]),
                  "attn_impl": ATTN[cfg.get("attn", "te")],
                  **({"moe_dispatcher": "deepep"}
-                    if "deepep" in row["Kernel Optimizations"].lower() else {})},
+                    if "deepep" in row["Kernel Optimizations"].lower() else {}),
+                 "moe_routing": "contiguous"},
         "precision": "bf16",
         "measured": {"step_time_s": _number(row["Time per Global Step (s)"]),
                      "tokens_per_s_per_gpu": _number(row["Tokens/sec/GPU"]),

@@ -113,3 +113,58 @@ def test_job_state_six_bytes_per_parameter_below_torchtitan():
         assert float(np.ravel(arr)[0]) == pytest.approx(st.total, rel=1e-9)
     n = float(m.num_params())
     assert got["torchtitan"] - got["automodel"] == pytest.approx(6 * n / 8, rel=1e-12)
+
+
+def _brute_hit(E: int, k: int, u: int) -> float:
+    """The fake gate counted: token ``t`` takes experts ``t*k + j`` (mod E), ``j < k``; the
+    mean over one period of tokens of the units of ``E/u`` experts it reaches, over ``u``."""
+    from math import gcd
+    e, starts = E // u, [(t * k) % E for t in range(E // gcd(E, k))]
+    return sum(len({((s + j) % E) // e for j in range(k)}) for s in starts) / (len(starts) * u)
+
+
+@pytest.mark.parametrize("E,k,u,units_per_token", [
+    (256, 8, 64, 2.0),        # DeepSeek-V3, ep 64: 4 experts per rank, 8 consecutive
+    (256, 8, 8, 1.0),         # ... its 8 nodes of 32 experts: one node
+    (384, 8, 32, 4 / 3),      # Kimi K2, ep 32: 12 per rank, blocks at 0, 8, 16 span 1, 2, 1
+    (128, 8, 8, 1.0),         # Qwen3-30B-A3B, ep 8: 16 per rank
+    (32, 4, 8, 1.0),          # gpt-oss-20b, ep 8, top-4
+    (24, 8, 8, 10 / 3),       # 3 per rank: offsets 0, 1, 2 reach 3, 3, 4 ranks
+])
+def test_contiguous_routing_closed_form(E, k, u, units_per_token):
+    from strategies.cost.counts import contiguous_hit_probability as hit
+    assert hit(E, k, u) * u == pytest.approx(units_per_token, rel=1e-12)
+    assert hit(E, k, u) == pytest.approx(_brute_hit(E, k, u), rel=1e-12)
+    assert hit(E, k, 1) == 1.0
+
+
+@pytest.mark.parametrize("E,k,u", [(20, 3, 4), (20, 3, 10), (30, 4, 5), (12, 5, 3)])
+def test_contiguous_routing_without_k_dividing_e_counts(E, k, u):
+    from strategies.cost.counts import contiguous_hit_probability as hit
+    assert hit(E, k, u) == pytest.approx(_brute_hit(E, k, u), rel=1e-12)
+
+
+def test_deepep_copies_under_the_fake_gate():
+    """DeepSeek-V3 at ep 64 over 8 nodes of 8, DeepEP: a token reaches 2 ranks of 1 node, so
+    2 of the 8 copies (byte scale 1/4) and 1·7/8 remote nodes against 8·7/8 copies' 2·7/8
+    (remote scale 1/2), with the router's groups ignored (the gate does)."""
+    from strategies.cost.counts import ep_dedup
+    m = model_preset("deepseek-v3")
+    b, r = ep_dedup(m, 64, 1, 8, 1, routing=1)
+    assert (float(b), float(r)) == pytest.approx((0.25, 0.5), rel=1e-12)
+    # alltoall sends one copy per expert whatever the routing
+    assert ep_dedup(m, 64, 1, 8, 0, routing=1) == ep_dedup(m, 64, 1, 8, 0, routing=0)
+    # vectorised: one row per routing
+    bb, _ = ep_dedup(m, np.array([64.0, 64.0]), np.array([1.0, 1.0]), 8, np.array([1, 1]),
+                     routing=np.array([0, 1]))
+    assert float(bb[1]) == pytest.approx(0.25, rel=1e-12) and float(bb[0]) > 0.25
+
+
+def test_moe_routing_plan_field():
+    p = _plan(AUTOMODEL, "zero=3,moe_routing=contiguous")
+    assert p.moe_routing == "contiguous" and "contiguous" in p.short()
+    assert p.to_dict()["moe_routing"] == "contiguous"
+    assert int(PlanArrays.of_plan(replace(p, dp=8, gbs=8)).moe_routing) == 1
+    with pytest.raises(SpecError) as e:
+        _plan(AUTOMODEL, "zero=3,moe_routing=round-robin")
+    assert e.value.field == "moe_routing"
