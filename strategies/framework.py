@@ -1082,6 +1082,11 @@ AUTOMODEL = replace(
                      "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)); fp8 not read",
     precision_notes=(),
     export="none",
+    pipeline_split="module_fqns_per_model_part (components/distributed/pipelining/"
+                   "functional.py pipeline_model: any modules per stage); its default "
+                   "generate_hf_model_fqn_per_model_part gives the first num_layers % stages "
+                   "stages one layer more, the embedding to the first and norm and head to "
+                   "the last",
     default_sources=(
         ("flash_attn", "Transformer Engine DotProductAttention (backend attn: te)"),
         ("overlap_grad_reduce", "FSDP2 reduce-scatters each block's gradients in its "
