@@ -106,6 +106,7 @@ def test_job_state_six_bytes_per_parameter_below_torchtitan():
         job = make_job(m, cl, _plan(fw, "zero=3,mbs=1,gbs=8,recompute=full"), framework=fw)
         st = memory_by_stage(job)[0]
         got[fw.name] = st.params + st.grads + st.optimizer
+        got[fw.name + "/params"], got[fw.name + "/opt"] = st.params, st.optimizer
         arr = peak_memory_arrays(m, PlanArrays.of_plan(job.plan), job.dtype,
                                  stack_system(fw, job.system), cl.gpu,
                                  loss_bytes=fw.loss.peak_bytes,
@@ -113,6 +114,10 @@ def test_job_state_six_bytes_per_parameter_below_torchtitan():
         assert float(np.ravel(arr)[0]) == pytest.approx(st.total, rel=1e-9)
     n = float(m.num_params())
     assert got["torchtitan"] - got["automodel"] == pytest.approx(6 * n / 8, rel=1e-12)
+    # the bf16 shard is the master (params 4/d -> 2/d), m and v bf16 (optimizer 8/d -> 4/d)
+    assert got["torchtitan/params"] - got["automodel/params"] == pytest.approx(2 * n / 8,
+                                                                               rel=1e-12)
+    assert got["torchtitan/opt"] - got["automodel/opt"] == pytest.approx(4 * n / 8, rel=1e-12)
 
 
 def _brute_hit(E: int, k: int, u: int) -> float:
@@ -168,3 +173,20 @@ def test_moe_routing_plan_field():
     with pytest.raises(SpecError) as e:
         _plan(AUTOMODEL, "zero=3,moe_routing=round-robin")
     assert e.value.field == "moe_routing"
+
+
+def test_search_space_prunes_with_the_stacks_state():
+    """The search prunes with the same state as the scalar model: each kept plan's peak under
+    ``automodel`` (6 bytes of optimizer state, ZeRO set by pp) equals ``peak_memory`` of its
+    job. (The master's bytes move state between params and optimizer, not the total.)"""
+    from strategies.memory import peak_memory
+    from strategies.search.space import enumerate_space
+    m = replace(model_preset("llama3-8b"), seq_length=2048)
+    cl = cluster_preset("dgx-h100", 2)
+    sp = enumerate_space(m, cl, 64, framework=AUTOMODEL)
+    assert sp.size > 0
+    for i in range(0, sp.size, max(1, sp.size // 25)):
+        job = make_job(m, cl, sp.plan(i), framework=AUTOMODEL)
+        assert job.plan.zero == (3 if job.plan.pp == 1 else 2)
+        assert float(sp.peak_memory[i]) == pytest.approx(peak_memory(job)[1].total,
+                                                         rel=1e-9), sp.key(i)
