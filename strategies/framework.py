@@ -377,7 +377,8 @@ class FrameworkProfile:
     recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     #: the launch-settings exporter the stack is launched with (one of
-    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none, HAI-LLM's code is not public)
+    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none: HAI-LLM's code is not
+    #: public, NeMo AutoModel's YAML recipe has no exporter yet)
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
