@@ -441,13 +441,13 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     out = []
     for _, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
-            f = _gemm_unit(M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv, fixed=t0)
+            r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
+            f = _gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
             if not backward:
                 out.append((1.0, f, 1.0, None, None))
                 continue
-            out.append((1.0, f, 1.0,
-                        _gemm_unit(M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv, fixed=t0),
-                        _gemm_unit(K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv, fixed=t0)))
+            out.append((1.0, f, 1.0, _gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
+                        _gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
         f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=t0)
         if not backward:
