@@ -1,15 +1,12 @@
 #!/usr/bin/env python
-"""What-if for pipelined torchtitan (calibration §3.22, "Not done"): the four Llama 3.1 405B
-rows of December 2024 (tp 8, pp 8, FSDP2 over dp_shard·cp = 8) as the model runs them now
-(ZeRO-2: every micro-batch's gradients reduce-scattered into the 1/8 shard, overlapped) and
-with the gradient path of PyTorch pipelining's FSDP2 handling (gradient sync off for every
-backward, the stage's whole gradient reduce-scattered once after its last backward, the
-unsharded gradient accumulated in fp32 over the micro-batches). That path is costed here as
-the model's ZeRO-1 without overlapped reduction (``zero=1, overlap_grad_reduce=false``: the
-same unsharded fp32 gradient buffer, one reduce-scatter after the backward, the optimizer on
-the 1/8 shard, one parameter all-gather per step). A what-if, not the model: torchtitan does
-not offer ZeRO-1, FSDP2's copy-in pass then runs once per step (uncharged here), and the
-plan is replaced after validation.
+"""Pipelined torchtitan reduces its gradients once per step (docs/calibration.md §5.34): the
+torchtitan 405B rows run under ``torch.distributed.pipelining`` (tp 8, pp 8, FSDP2 ZeRO-2
+over dp·cp = 8): Table 6's four (``published.json``) and Table 5's two fp8 rows
+(``published_2026.json``), each as the model runs it (``framework.grad_path``: the stage's
+unsharded fp32 gradient reduce-scattered once after its last backward, FSDP2's copy-in once
+per step) and with the rule off (``fsdp2=False``: ZeRO-2's reduce-scatter every micro-batch,
+overlapped, the 1/8 gradient shard accumulated), with the exposed data-parallel time, the
+clock slowdown's share (compute) and the peak memory of each.
 
 Run (a few seconds):
 
@@ -28,25 +25,31 @@ from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.memory.scalar import peak_memory  # noqa: E402
 
 GIB = 2 ** 30
+FILES = (None, "strategies/reference/data/published_2026.json")
 
 
 def main() -> int:
-    print("| run | measured s | model s (err) | once per step s (err) | model GiB | once GiB |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for c in load_cases(tiers=None):
-        if not c.id.startswith("torchtitan_2412_405B") or c.job is None:
-            continue
-        once = dataclasses.replace(c.job, plan=dataclasses.replace(
-            c.job.plan, zero=1, overlap_grad_reduce=False))
-        t0, t1 = estimate(c.job).step_time_s, estimate(once).step_time_s
-        m0, m1 = peak_memory(c.job)[1].total / GIB, peak_memory(once)[1].total / GIB
-        meas = c.measured_step_s
+    print("| run | measured s | per micro-batch s (err) | once per step s (err) | "
+          "dp_comm s | compute s | peak GiB |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for path in FILES:
+        for c in load_cases(path, tiers=None):
+            if not c.id.lower().startswith("torchtitan_2412_405b") or c.job is None:
+                continue
+            off = dataclasses.replace(c.job, framework=dataclasses.replace(
+                c.job.framework, fsdp2=False))
+            e0, e1 = estimate(off), estimate(c.job)
+            meas = c.measured_step_s
 
-        def err(t: float) -> str:
-            return f"{100 * (t - meas) / meas:+.1f} %"
+            def err(t: float) -> str:
+                return f"{100 * (t - meas) / meas:+.1f} %"
 
-        print(f"| {c.id} | {meas:.3f} | {t0:.3f} ({err(t0)}) | {t1:.3f} ({err(t1)}) | "
-              f"{m0:.1f} | {m1:.1f} |")
+            b0, b1 = e0.breakdown_s, e1.breakdown_s
+            print(f"| {c.id} | {meas:.3f} | {e0.step_time_s:.3f} ({err(e0.step_time_s)}) | "
+                  f"{e1.step_time_s:.3f} ({err(e1.step_time_s)}) | "
+                  f"{b0['dp_comm']:.3f} → {b1['dp_comm']:.3f} | "
+                  f"{b0['compute']:.3f} → {b1['compute']:.3f} | "
+                  f"{peak_memory(c.job)[1].total / GIB:.1f} |")
     return 0
 
 

@@ -439,8 +439,9 @@ class FrameworkProfile:
     #: root is not resharded after forward); and under ``torch.distributed.pipelining``
     #: (``pp > 1``) gradient sync is off for every micro-batch's backward, so each stage's
     #: gradients accumulate unsharded in the reduce dtype (fp32) until one reduce-scatter
-    #: after the last backward. Memory only: the time model keeps its per-micro-batch
-    #: reduce-scatter (docs/calibration.md §3.22, §5.32)
+    #: after the last backward (``grad_sync_once``: the time model reduces those gradients
+    #: once per step too, ZeRO-1's path without overlap, ``grad_path``; docs/calibration.md
+    #: §3.22, §5.32, §5.34)
     fsdp2: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
@@ -608,6 +609,31 @@ def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
     z = np.asarray(zero)
     out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
     return bool(out) if out.ndim == 0 else out
+
+def grad_sync_once(fsdp2: Any, pp: Any, zero: Any) -> Any:
+    """True where the stack's ZeRO-2 is PyTorch FSDP2 (``FrameworkProfile.fsdp2``) run under
+    ``torch.distributed.pipelining`` (``pp > 1``, ZeRO-2: torchtitan's only pipelined
+    sharding, ``zero_with_pp``): ``_PipelineStageBase.backward_maybe_with_nosync``
+    (pytorch/pytorch#127946, in the 2024-12-23 nightly) turns FSDP2's gradient sync and
+    reshard-after-backward off for every backward and runs each parameter group's
+    ``post_backward`` after the stage's last one (#144535), so the unsharded gradients
+    accumulate in the reduce dtype and the stage is reduce-scattered once per step.
+    Vectorised; the one rule the memory model (``memory.arrays.state_bytes_per_param``), the
+    stage record, the estimate, the bound and the compiler read (docs/calibration.md §5.34)."""
+    return np.asarray(fsdp2, dtype=bool) & (np.asarray(pp) > 1) & (np.asarray(zero) == 2)
+
+
+def grad_path(fsdp2: Any, pp: Any, zero: Any, ogr: Any = True) -> tuple[Any, Any]:
+    """``(ZeRO stage, overlap_grad_reduce)`` the gradients are accumulated and reduced with:
+    the plan's, or where ``grad_sync_once`` holds, ZeRO-1's without overlap (an unsharded
+    gradient buffer every micro-batch adds into; one reduce-scatter into the shard after the
+    stage's last backward, not beside it). The optimizer shard and the parameter gathers are
+    the plan's. Vectorised (scalars in, scalars out)."""
+    on = grad_sync_once(fsdp2, pp, zero)
+    zg = np.where(on, 1, np.asarray(zero))
+    og = np.asarray(ogr, dtype=bool) & ~on
+    return (zg[()] if zg.ndim == 0 else zg), (bool(og) if og.ndim == 0 else og)
+
 
 #: HBM bytes per score element of Megatron-DeepSpeed's ALiBi (bigscience-workshop/
 #: Megatron-DeepSpeed ae6277f5, megatron/model/transformer.py ``ParallelAttention.forward``:

@@ -18,7 +18,7 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
-from strategies.framework import full_grad_reduce
+from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
 
@@ -73,8 +73,12 @@ class ProgramBuilder:
             self.edp_params = float(dp_parts(self.stage_params, self.stage_expert, p.tp, p.cp,
                                              p.dp, p.ep, p.expert_tp)[1][0])
         self.grad_sync = self.copies and p.zero < 3
+        # the ZeRO stage and overlap the gradients run with (``framework.grad_path``:
+        # pipelined torchtitan reduce-scatters once, after the stage's last backward)
+        self.zero_g, self.ogr_g = grad_path(job.framework.fsdp2, p.pp, p.zero,
+                                            p.overlap_grad_reduce)
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
-        self.every_mb = self.grad_sync and p.zero == 2
+        self.every_mb = self.grad_sync and self.zero_g == 2
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          len(self.chunk[c]),
                                          [x.layer_params for x in self.chunk[c]])
@@ -349,7 +353,7 @@ class ProgramBuilder:
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.final_mb[c]
-        live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
+        live = self.grad_sync and self.ogr_g and (final or self.every_mb)
         # a chunk reduced whole after its backward (``reduces_chunk_after_backward``): no
         # bucket starts inside it, all start with ``_launch`` after its last compute
         live_in = live and not (self.sched.reduces_chunk_after_backward and not self.every_mb)
@@ -426,7 +430,7 @@ class ProgramBuilder:
         label, vs, cs = f"W{i}.c{c}", self.vs(c, i), self.c
         plan = self.buckets[c]
         final = i == self.final_mb[c]
-        live = self.grad_sync and self.p.overlap_grad_reduce and (final or self.every_mb)
+        live = self.grad_sync and self.ogr_g and (final or self.every_mb)
         todo, pos = list(plan.buckets), 0
         if vs == self.last_vs:
             self.compute(cs.head_wgrad, "wgrad", label, i, c)

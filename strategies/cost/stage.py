@@ -42,7 +42,7 @@ from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile, get_profile
+from strategies.framework import FrameworkProfile, get_profile, grad_path, grad_sync_once
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
@@ -298,11 +298,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # the ranks holding a dense parameter's copies (dp·cp): its gradient reduction, its ZeRO
     # shard (``placement.dense_dp_group``)
     copies = placement.dense_dp_group(tp, cp, dp)[0]
+    # the ZeRO stage and overlap the gradients run with (pipelined torchtitan: ZeRO-1's
+    # without overlap, ``framework.grad_path``)
+    once = grad_sync_once(fw.fsdp2, pp, zero)
+    zero_g, ogr_g = grad_path(fw.fsdp2, pp, zero, P.overlap_grad_reduce)
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero,
-                               ct.dp_overlaps_whole_step(copies, mb, P.overlap_grad_reduce),
-                               paired)
-    shard_acc = ct.accum_shard(copies, zero)
+    slow = ct.overlap_slowdown(tp, tpo, cp, zero_g,
+                               ct.dp_overlaps_whole_step(copies, mb, ogr_g), paired)
+    shard_acc = ct.accum_shard(copies, zero_g)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
     dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
@@ -375,7 +378,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
     # the gradient buffer a GPU holds: all its parameters', the 1/(dp·cp) shard with ZeRO >= 2
+    # (reducing once per step, the stack's passes over the unsharded gradient run once, before
+    # that reduce-scatter: ``compute.sharded_grad_pass_time``, §3.14)
     passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
+              + np.where(once, ct.sharded_grad_pass_time(n, copies, gpu, dtype, fw, sy), 0.0)
               for k, n in params.items()}
 
     def full(x):
@@ -568,9 +574,12 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
                       + ct.weight_cast_time(layer_w * copy_layers(job, s), gpu, job.dtype,
                                             sy) * casts) for s, (d, e) in enumerate(split))
-    held = float(ct.accum_shard(copies, p.zero))
-    passes = tuple(float(steps.step_pass_time(n / held, n / shard, job.framework.step, gpu,
-                                              job.dtype, sy)) for n in params)
+    fw = job.framework
+    once = bool(grad_sync_once(fw.fsdp2, p.pp, p.zero))
+    held = float(ct.accum_shard(copies, grad_path(fw.fsdp2, p.pp, p.zero)[0]))
+    passes = tuple(float(steps.step_pass_time(n / held, n / shard, fw.step, gpu, job.dtype, sy)
+                         + (ct.sharded_grad_pass_time(n, copies, gpu, job.dtype, fw, sy)
+                            if once else 0.0)) for n in params)
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes,
                    expert_params_by_stage=tuple(e for _, e in split))
 

@@ -59,7 +59,7 @@ from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
+from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
@@ -325,6 +325,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     sched, rc, zero = P.schedule, P.recompute, P.zero
     sp, flash, ogr, opg, tpo = (P.sp, P.flash_attn, P.overlap_grad_reduce,
                                 P.overlap_param_gather, P.tp_comm_overlap)
+    # the ZeRO stage and overlap the gradients run with (``framework.grad_path``: FSDP2 under
+    # pipelining reduces once per step, after the stage's last backward, ZeRO-1's path
+    # without overlap; docs/calibration.md §5.34)
+    zero_g, ogr_g = grad_path(get_profile(framework).fsdp2, P.pp, zero, ogr)
     gpu, G = cl.gpu, cl.gpus_per_node
     L = m.num_layers
     mb = gbs / (b * dp)                                     # micro-batches per pipeline
@@ -509,7 +513,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
                         np.where(ends_k, mirror_over, np.maximum(t_grad - window_k[k], t_edge)))
-        return (np.where(ogr, over, t_grad), np.where(zero >= 1, ag, 0.0))
+        return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
@@ -623,7 +627,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         mirror = np.where(mirrored, cm.collective_time("allreduce", gb * held, 2, G_pairs, cl),
                           0.0)
         z2 = np.where(ogr, z2_over_k(k), np.where(mirrored, mb * rs_mb_k[k], -np.inf))
-        grad = np.where(zero == 2, z2, grad_ag[k][0])
+        grad = np.where(zero_g == 2, z2, grad_ag[k][0])
         dp_k = np.where(copies, np.where(zero == 3, z3_exposed(k), grad + ag_k[k]), 0.0) + mirror
         live = (k == 0) | ((k == 1) & (pp > 2)) | ((k == 2) & (pp > 1))
         # (a finite tail: ZeRO-2's stall without overlap is a path, below)
@@ -636,8 +640,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     def at_slowest(x: list) -> Any:
         return np.where(slowest == 0, x[0], np.where(slowest == 2, x[2], x[1]))
     after = [np.where(copies, ag_k[k], 0.0) + opt_k[k] for k in K]
-    sync_on = copies & (zero == 2) & ~ogr & ~mirrored
-    over_on = copies & (zero == 2) & ogr
+    sync_on = copies & (zero_g == 2) & ~ogr & ~mirrored
+    over_on = copies & (zero_g == 2) & ogr
     z2_split = z2_path == Z2_SPLIT
     candidates = [(tails[k], opt_k[k]) for k in K] + [
         (np.where(sync_on, z2_sync + np.where(z2_split, at_slowest(after), after[0]), -np.inf),

@@ -77,7 +77,7 @@ from strategies.cost.stage import (StageCostArrays, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
+from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
@@ -398,7 +398,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         slowest = [chunk_times(g.gpu, lpc_most, True) for g in real.groups]
         b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
         fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
-    post_steps = np.where(ogr, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
+    # the ZeRO stage and overlap the gradients run with (``framework.grad_path``: FSDP2 under
+    # pipelining reduces once per step, after the stage's last backward)
+    zero_g, ogr_g = grad_path(get_profile(framework).fsdp2, pp, zero, ogr)
+    post_steps = np.where(ogr_g, dispatch(sched, "reduce_window_steps", pp, v), 0.0)
     # a split backward (point 5): the weight gradients a stage runs after its last B overlap
     # that micro-batch's way back, and the stages in between pass on its B alone
     split = attr_by_code(sched, "splits_backward").astype(float)
@@ -460,7 +463,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
         z2 = nmb * dp_floor(gb * np.where(mirrored, 0.5, 1.0), kind, 1)
-        busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero == 2), z2, 0.0))
+        busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero_g == 2), z2, 0.0))
         return red, ag_tail, busy
 
     ogr_gather = P.overlap_param_gather
