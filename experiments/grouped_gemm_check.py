@@ -60,9 +60,13 @@ TILE_M = 128   # the M tile of the grouped kernels (DeepGEMM's contiguous-layout
 
 def model_tflops(gpu_name: str, dtype: str, groups: int, M: float, N: float, K: float) -> float:
     """TFLOP/s the cost model gives ``groups`` GEMMs ``(M x K) @ (K x N)`` in ``dtype`` on
-    ``gpu_name`` (``compute.gemms_time_fwd``, as a layer's routed experts are priced)."""
+    ``gpu_name`` (``compute.gemms_time_fwd``, as a layer's routed experts are priced), as one
+    grouped kernel, as DeepGEMM runs them: one fixed time per kernel
+    (``compute.gemm_fixed_s``) where the layer pricing, per expert GEMM as Transformer
+    Engine's ``GroupedLinear`` launches them (§5.29), counts ``groups``."""
     gpu = get_gpu(gpu_name)
-    t = ct.gemms_time_fwd([(groups, M, N, K, False)], 1, gpu, dtype)
+    t = ct.gemms_time_fwd([(groups, M, N, K, False)], 1, gpu, dtype) \
+        - (groups - 1) * ct.gemm_fixed_s(gpu)
     return 2.0 * groups * M * N * K / t / 1e12
 
 

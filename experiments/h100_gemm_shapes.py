@@ -137,8 +137,10 @@ KNEE_GRID = range(1, 2001)
 def model_tflops(gpu_name: str, dtype: str, b: int, m: float, n: float, k: float) -> float:
     """TFLOP/s the cost model gives ``b`` GEMMs ``(m x k) @ (k x n)`` in ``dtype`` on
     ``gpu_name`` (``compute.gemms_time_fwd`` at tp 1, no TP overlap, as a layer's GEMMs are
-    priced)."""
-    t = ct.gemms_time_fwd([(b, m, n, k, False)], 1, get_gpu(gpu_name), dtype)
+    priced), run as one batched kernel, as XLA's ``dot`` runs them: one fixed time per
+    kernel (``compute.gemm_fixed_s``) where the layer pricing counts ``b``."""
+    g = get_gpu(gpu_name)
+    t = ct.gemms_time_fwd([(b, m, n, k, False)], 1, g, dtype) - (b - 1) * ct.gemm_fixed_s(g)
     return 2.0 * b * m * n * k / t / 1e12
 
 

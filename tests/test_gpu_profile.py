@@ -60,9 +60,12 @@ def test_calibrate_cli_end_to_end_writes_the_fake_curve(tmp_path, capsys):
     for p in prof.gemm:     # every measured efficiency is the known curve's
         eff = p.flops / p.seconds / gpu.peak(p.dtype)
         assert eff == pytest.approx(fake.gemm_efficiency(p.dtype, p.m, p.n, p.k), rel=1e-12)
-        assert eff == pytest.approx(0.5 * gpu.gemm_efficiency(p.dtype) * compute._shape(p.m)
-                                    * compute._shape(p.n)
-                                    * p.k / (p.k + compute.k_knee(gpu, p.dtype)), rel=1e-12)
+        # the catalog's kernel time (rate, shape, K knee, the fixed time per kernel) over 0.5
+        work = 2.0 * p.m * p.n * p.k
+        t = (work / (gpu.peak(p.dtype) * gpu.gemm_efficiency(p.dtype) * compute._shape(p.m)
+                     * compute._shape(p.n) * p.k / (p.k + compute.k_knee(gpu, p.dtype)))
+             + compute.gemm_fixed_s(gpu)) / 0.5
+        assert eff == pytest.approx(work / t / gpu.peak(p.dtype), rel=1e-12)
     assert {(p.kernel, p.heads, p.seq) for p in prof.attention} == {
         (k, h, s) for k in ("native", "fa2") for h in (32, 16) for s in (4096, 8192)}
     for p in prof.attention:

@@ -28,7 +28,8 @@ def test_model_rate_is_the_routed_expert_pricing():
     eight = ct.gemms_time_fwd([(8, 4096, 7168, 2048, False)], 1, gpu, "fp8-blockwise")
     assert eight == pytest.approx(8 * one, rel=1e-14)
     r = ggc.model_tflops("H800-SXM5-80GB", "fp8-blockwise", 8, 4096, 7168, 2048)
-    assert r == pytest.approx(2.0 * 8 * 4096 * 7168 * 2048 / eight / 1e12, rel=1e-14)
+    one_kernel = eight - 7 * ct.gemm_fixed_s(gpu)       # DeepGEMM: one grouped kernel
+    assert r == pytest.approx(2.0 * 8 * 4096 * 7168 * 2048 / one_kernel / 1e12, rel=1e-14)
 
 
 def test_grouped_rows_within_fifteen_percent_of_deepgemm():
@@ -41,8 +42,11 @@ def test_grouped_rows_within_fifteen_percent_of_deepgemm():
         assert 0.85 < ratio < 1.15, (kind, g, M, N, K, meas, mod)
         if kind == "contiguous":
             assert ratio < 1.0
-    # the decode shapes (M 64 and 128 rows, one GEMM) are where the model is optimistic
-    assert all(r[7] > 1.0 for r in rows if r[0] == "dense" and r[2] <= 128)
+    # the decode shapes (M 64 and 128 rows, one GEMM) straddle the measurement once each
+    # kernel pays its fixed time (§5.37): optimistic by up to 21 %, pessimistic by up to 25 %
+    # (N 7168, K 2048: DeepGEMM's 6.4 us kernel hides its fixed time better than XLA's)
+    dec = [r[7] for r in rows if r[0] == "dense" and r[2] <= 128]
+    assert len(dec) == 12 and max(dec) > 1.1 and 0.75 < min(dec) < 0.8
 
 
 def test_reference_rows_need_rates_below_any_published_grouped_rate():

@@ -45,13 +45,17 @@ def test_excluded_fp8_points_exceed_the_dense_peak():
 def test_model_rate_is_flops_over_the_layer_pricing():
     gpu = get_gpu(hg.H100)
     t = ct.gemms_time_fwd([(4, 4096, 1024, 2048, False)], 1, gpu, "bf16")
+    t = t - 3 * ct.gemm_fixed_s(gpu)                    # one batched kernel, one fixed time
     assert hg.model_tflops(hg.H100, "bf16", 4, 4096, 1024, 2048) == \
         pytest.approx(2.0 * 4 * 4096 * 1024 * 2048 / t / 1e12, rel=1e-14)
-    # compute-bound, no waves on Hopper: the catalog's rate times the shape penalty
+    # compute-bound, no waves on Hopper: the catalog's rate times the shape penalty, plus the
+    # kernel's fixed time
     rate = gpu.peak("bf16") * gpu.matmul_efficiency
-    expect = rate * hg.shape_factor(4096, 1024, 2048, ct.k_knee(gpu, "bf16")) / 1e12
-    assert hg.model_tflops(hg.H100, "bf16", 1, 4096, 1024, 2048) == pytest.approx(expect,
-                                                                                  rel=1e-12)
+    work = 2.0 * 4096 * 1024 * 2048
+    t1 = work / (rate * hg.shape_factor(4096, 1024, 2048, ct.k_knee(gpu, "bf16"))) \
+        + ct.gemm_fixed_s(gpu)
+    assert hg.model_tflops(hg.H100, "bf16", 1, 4096, 1024, 2048) == pytest.approx(
+        work / t1 / 1e12, rel=1e-12)
 
 
 def test_rows_are_ratios_of_the_committed_points():
@@ -79,16 +83,17 @@ def test_tiles_and_regime_closed_forms():
 
 
 def test_shape_dependence_matches_in_the_training_regime():
-    """Where the output fills a wave of H100's SMs, K >= 1024 and the kernel runs 40 us or
-    more, the model's normalised rate is within 4 % of XLA's measured one: H100's thin-shape
-    penalty is not stronger than modelled there. The few shorter GEMMs are where the model is
-    optimistic (a fixed time per kernel, below)."""
+    """Where the output fills a wave of H100's SMs and K >= 1024, the model's normalised rate
+    (with the fixed time per kernel, ``compute.gemm_fixed_s``, §5.37) is within 11 % of
+    XLA's measured one and never above it by more than 2 %: the ~28 us GEMMs the model ran
+    more than 10 % too fast without the fixed time now match; the thin-N shapes of the b = 4
+    block are 2-10 % pessimistic (the catalog's smooth thin-shape penalty and the fixed time
+    both charge them)."""
     reg = hg.training_regime(hg.xla_rows())
     assert len(reg) == 21
-    long = [r for r in reg if 2.0 * r[0] * r[1] * r[2] * r[3] / (r[4] * 1e12) >= 40e-6]
-    assert len(long) == 18
-    assert all(0.96 < r[8] < 1.04 for r in long)
-    assert max(r[8] for r in reg) > 1.1        # the ~28 us GEMMs: the model is too fast
+    assert all(0.89 < r[8] < 1.02 for r in reg)
+    b1 = [r for r in reg if r[0] == 1]
+    assert len(b1) == 9 and all(0.95 < r[8] < 1.02 for r in b1)
 
 
 def test_fit_knee_recovers_a_synthetic_knee():

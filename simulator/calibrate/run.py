@@ -129,8 +129,9 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
             eff = [p.flops / p.seconds / peak for p in pts]
             row.update(efficiency_min=min(eff), efficiency_median=_median(eff),
                        efficiency_max=max(eff), catalog_large_gemm=gpu.gemm_efficiency(dtype),
-                       vs_model=_median([p.seconds / compute._gemm_compute(
-                           p.m, p.n, p.k, rate, kn, compute.gemm_waves(gpu)) for p in pts]))
+                       vs_model=_median([p.seconds / (compute._gemm_compute(
+                           p.m, p.n, p.k, rate, kn, compute.gemm_waves(gpu))
+                           + compute.gemm_fixed_s(gpu)) for p in pts]))
         out["gemm"][dtype] = row
     for kernel in sorted({p.kernel for p in profile.attention}):
         pts = profile.attention_points(kernel)

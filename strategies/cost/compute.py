@@ -13,6 +13,9 @@ The efficiency model (every constant and its source: docs/calibration.md):
   efficiency, each with K split into ``s`` slices whose fp32 partial sums a reduction moves
   through HBM), each at the share of the SMs' tile slots its thread blocks keep busy over
   their waves. A GEMM is never faster than its operands' HBM traffic allows (roofline).
+  Every GEMM kernel then pays a fixed time ``gemm_fixed_s`` (its launch on the GPU,
+  prologue, epilogue and tail, as a kernel's own duration measures them: XLA's public
+  matmul tables; the idle gap *between* kernels is ``framework.launch_gap_s``, apart).
   The backward runs the two GEMMs of each weight with their own shapes: data gradient
   ``(M, K, N)`` and weight gradient ``(K, N, M)`` whose output is the main gradient.
 * With TP communication overlap (Transformer Engine userbuffers) the forward GEMMs and the
@@ -93,6 +96,21 @@ OVERLAP_CLOCK_RATIO = 0.88
 # PR #2769: one cuDNN grouped-GEMM kernel per fc), not of the unfused ``GroupedLinear`` module
 # the 25.11 / 26.04 rows run (6-18 launches per local expert, docs/calibration.md §5.29)
 EXPERT_HOST_S = (1.2e-3 / 64, 2.1e-3 / 64)
+#: Seconds every GEMM kernel takes beyond the catalog's rate and shape model, by GPU
+#: generation (docs/calibration.md §5.37): the one free parameter of ``T = a·U + t0`` fitted
+#: in relative error (``experiments/gemm_fixed_time.py``, ``fit_fixed``) to XLA's public matmul
+#: tables (tensorflow a305421c, ``.../cost_model/matmul_interpolator_data.h``: one HLO ``dot``
+#: per entry, the median CUPTI *kernel* time, so no launch gap between kernels), ``U`` the
+#: model's time of the entry without this term and ``a`` the catalog's own sustained/burst
+#: ratio (efficiency over mamf-finder's burst fraction). ``sm_90``: H100 bf16 (75 entries);
+#: ``sm_100``: B200 bf16 and fp8 (46). Generations without a public table (Volta, Ampere,
+#: AMD) get 0.
+GEMM_FIXED_S = {"sm_90": 4.667235690559019e-06, "sm_100": 5.204273552009314e-06}
+#: the catalog parts of each generation in ``GEMM_FIXED_S``
+GEMM_GENERATION = {"H100-SXM5-80GB": "sm_90", "H800-SXM5-80GB": "sm_90",
+                   "H100-PCIe-80GB": "sm_90", "H100-96GB-500W": "sm_90",
+                   "H200-SXM-141GB": "sm_90", "B200-SXM-180GB": "sm_100",
+                   "B300-SXM-288GB": "sm_100", "GB200": "sm_100", "GB300": "sm_100"}
 
 
 @dataclass(frozen=True)
@@ -116,6 +134,13 @@ def k_knee(gpu: GPU, dtype: str) -> float:
     if not gpu.sm_count:
         return SHAPE_SCALE
     return SHAPE_SCALE * gpu.peak(dtype) / gpu.sm_count / REF_SM_RATE
+
+
+def gemm_fixed_s(gpu: GPU) -> float:
+    """Fixed seconds of one GEMM kernel on ``gpu`` (``GEMM_FIXED_S`` of its generation,
+    ``GEMM_GENERATION``; 0 for a part of no measured generation or a custom GPU)."""
+    gen = GEMM_GENERATION.get(gpu.name)
+    return GEMM_FIXED_S[gen] if gen is not None else 0.0
 
 
 # The kernel configurations a Volta/Ampere BLAS chooses from for one GEMM (``gemm_configs``):
@@ -284,27 +309,31 @@ def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
 def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float,
                 system: SystemConfig = DEFAULT_SYSTEM) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
-    wv = gemm_waves(gpu, system)
+    wv, t0 = gemm_waves(gpu, system), gemm_fixed_s(gpu)
     return measured.gemm_ratio(gpu, dtype,
-                               lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv))
+                               lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv) + t0)
 
 
 def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
-          ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
+          ratio: measured.GemmRatio | None = None, waves: Waves | None = None,
+          fixed: float = 0.0) -> Num:
     """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``, ``count`` times ``_gemm_unit``."""
-    return count * _gemm_unit(M, N, K, rate, hbm, esize, c_bytes, knee, ratio, waves)
+    return count * _gemm_unit(M, N, K, rate, hbm, esize, c_bytes, knee, ratio, waves, fixed)
 
 
 def _gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
                c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
-               ratio: measured.GemmRatio | None = None, waves: Waves | None = None) -> Num:
+               ratio: measured.GemmRatio | None = None, waves: Waves | None = None,
+               fixed: float = 0.0) -> Num:
     """Seconds of one GEMM ``(M x K) @ (K x N)``: the larger of the compute time at the
     shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
     chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
     ``_gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
-    ``c_bytes`` per output element, default ``esize``)."""
-    t_compute = _gemm_compute(M, N, K, rate, knee, waves)
+    ``c_bytes`` per output element, default ``esize``). The compute time includes the
+    kernel's ``fixed`` seconds (``gemm_fixed_s``: pipeline fill and drain, which a kernel
+    streaming its operands at the HBM rate hides) and is what a measured ``ratio`` scales."""
+    t_compute = _gemm_compute(M, N, K, rate, knee, waves) + fixed
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes
@@ -406,28 +435,28 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
     q, q16 = (_gemm_ratio(gpu, dtype, rate, kn, system),
                _gemm_ratio(gpu, "bf16", r16, kn16, system))
-    wv = gemm_waves(gpu, system)
+    wv, t0 = gemm_waves(gpu, system), gemm_fixed_s(gpu)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     out = []
     for _, M, N, K, row, *_ in gemms:
         if row is None:                                   # MoE router: bf16, not split
-            f = _gemm_unit(M, N, K, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)
+            r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
+            f = _gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
             if not backward:
                 out.append((1.0, f, 1.0, None, None))
                 continue
-            out.append((1.0, f, 1.0,
-                        _gemm_unit(M, K, N, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv),
-                        _gemm_unit(K, N, M, r16, hbm, 2.0, knee=kn16, ratio=q16, waves=wv)))
+            out.append((1.0, f, 1.0, _gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
+                        _gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
-        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv)
+        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=t0)
         if not backward:
             out.append((split, f, 1.0, None, None))
             continue
         s = split if row else 1.0
         out.append((split, f, s,
-                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv),
-                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv)))
+                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=t0),
+                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=t0)))
     return out
 
 
@@ -908,9 +937,10 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
     q, wv = _gemm_ratio(gpu, "bf16", rate, kn, system), gemm_waves(gpu, system)
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv)
-    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv) + w)
+    t0 = gemm_fixed_s(gpu)
+    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0)
+    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv, fixed=t0)
+    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0) + w)
     # the softmax cross-entropy's memory-bound passes over the logits, as the stack runs them
     # (``FrameworkProfile.loss``, ``framework.LossPasses``)
     ce_f, ce_b = (fw.loss.fwd_bytes * T * V / hbm, fw.loss.bwd_bytes * T * V / hbm)
