@@ -248,6 +248,31 @@ def _place(stages: list[tuple[str, ...]], schedule: str, pp: int, vpp: int,
 
 # ----------------------------------------------------------------------------- from a plan
 
+def layout_string_extremes(plan) -> tuple[float, float, float, float, float] | None:
+    """What the lower bound reads of a plan's layout string (None without one): ``(first,
+    mid, last, least, most)``, the transformer layers of pipeline rank 0, rank ``pp-2`` and
+    rank ``pp-1`` (all their chunks; a mirrored schedule, DualPipe: per copy, the mean of
+    the two stages the rank holds, ``plan_arrays.rank_layers``'s rule) and the fewest and
+    most layers any one virtual stage holds. The layout string alone says these (no model).
+
+    >>> from strategies.plan import Plan
+    >>> layout_string_extremes(Plan(pp=4, schedule="dualpipe", layout="Et*6|t*2|t*3|t*5L"))
+    (5.5, 2.5, 5.5, 2.0, 6.0)
+    """
+    stages = plan_layout_stages(plan)
+    if stages is None:
+        return None
+    pp, vpp = plan.pp, plan.vpp
+    lay = _place(list(stages), plan.schedule, pp, vpp, "layout")
+    per_rank = [lay.layers_of_stage(r) for r in range(pp)]
+    if get_schedule(plan.schedule).mirrored and pp > 1:
+        per_rank = [(per_rank[r] + per_rank[pp - 1 - r]) / 2 for r in range(pp)]
+    n = [st.count(LAYER) for st in stages]
+    return (float(per_rank[0]), float(per_rank[max(pp - 2, 0)]), float(per_rank[pp - 1]),
+            float(min(n)), float(max(n)))
+
+
+
 def plan_layout_stages(plan, field: str = "layout") -> tuple[tuple[str, ...], ...] | None:
     """The plan's layout string parsed and checked against its shape (``pp·vpp`` virtual
     stages, none empty); None when the plan gives none. The rules that need no model."""

@@ -37,7 +37,11 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
 #: layout).
 OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc")
 _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
-          "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers")
+          "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
+          "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
+#: ``PlanArrays`` fields read from a plan's layout string (``layout.layout_string_extremes``;
+#: NaN: none), in its order
+LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
 # expert fields the search space's columns may leave out: (PlanArrays field, short column,
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
@@ -89,6 +93,15 @@ class PlanArrays:
     first_stage_layers: np.ndarray = 0.0
     last_stage_layers: np.ndarray = 0.0
     account_slots: np.ndarray = False
+    # a layout string (``Plan.layout``; NaN: none), which no search column says: rank 0's,
+    # rank pp-2's and rank pp-1's layers (per copy under DualPipe) and the fewest and most a
+    # virtual stage holds (``layout.layout_string_extremes``); only the lower bound reads
+    # them (the estimate prices a job's own layout, ``estimate.scalar``)
+    layout_first: np.ndarray = np.nan
+    layout_mid: np.ndarray = np.nan
+    layout_last: np.ndarray = np.nan
+    layout_least: np.ndarray = np.nan
+    layout_most: np.ndarray = np.nan
 
     def __post_init__(self) -> None:
         for name, _, default in EXPERT_OPTIONAL:
@@ -113,8 +126,14 @@ class PlanArrays:
         col = {f.name: [] for f in fields(cls)}
         resolved = {"etp": "expert_tp", "moe_imbalance": "imbalance",
                     "moe_capacity_factor": "capacity_factor"}
+        from strategies.layout import layout_string_extremes
         for p in plans:
+            ext = layout_string_extremes(p) or (np.nan,) * len(LAYOUT_STRING)
+            for name, x in zip(LAYOUT_STRING, ext):
+                col[name].append(x)
             for name in col:
+                if name in LAYOUT_STRING:
+                    continue
                 if name == "account_slots":
                     col[name].append(bool(p.account_embedding and p.account_loss))
                     continue

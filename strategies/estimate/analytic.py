@@ -501,9 +501,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         t_c0 = np.where(full, *(cm.dp_collective_time(kind, gb, c0, pe_k[k] / v, tp, cp, dp,
                                                       ep, etp, cl)
                                 for kind in ("allreduce", "reduce_scatter")))
+        # DualPipe (``mirrored``; docs/calibration.md §5.36): the copy fed from the far end
+        # completes its gradients first, and its buckets reduce under what the rank still runs
+        # (an end rank: ``pp/2`` backwards of the other copy, B and W, ``reduce_window_steps``);
+        # the other copy's, about half the rank's, are produced by its last W (the weight
+        # gradients), so at least they less that W are exposed (the middle rank: as before)
+        ends_k = mirrored & (k != 1)
+        after = pp / 2 * window_k[k]
+        mirror_over = np.maximum(np.maximum(t_grad - window_k[k] - after, t_edge),
+                                 t_grad / 2 - n_k[k] * sc.layer_wgrad)
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
-                        np.maximum(t_grad - window_k[k], t_edge))
+                        np.where(ends_k, mirror_over, np.maximum(t_grad - window_k[k], t_edge)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
@@ -672,4 +681,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
         "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,
+        # one mean layer's expert all-to-all (one direction: dispatch and combine), its
+        # exposure in an overlapped pair (forward and backward) and before a recomputed
+        # backward, for the order with communication (``estimate.scalar._per_chunk``)
+        "ep_a2a_s": t_a2a, "ep_pair_s": paired, "ep_rc_s": sc.ep_per_layer_recompute * t_a2a,
+        "layer_comm_s": tp_layer + cp_layer,       # one layer's other exposed communication
     }

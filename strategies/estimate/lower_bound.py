@@ -60,7 +60,9 @@ before it, ``R(s)`` its gradient-reduction floor, ``post(s)`` at most the work l
 the first bucket can launch and ``A(s)`` its parameter all-gather tail, the step lasts at
 least, for every stage, ``chain_in(s) + max(T(s), T(s) - post(s) + R(s)) + opt(s) + A(s)``
 and ``chain_in(s) + T(s) + tail(s) + opt(0) + A(0)``. Middle stages are identical and their
-bounds grow with ``s``, so the first, the last and the second-to-last stage suffice. For
+bounds grow with ``s``, so the first, the last and the second-to-last stage suffice (a
+layout string, ``PlanArrays.layout_*``: those three ranks' own layers, any stage's fewest for
+what passes before them; docs/calibration.md §5.36). For
 balanced stages and free communication this is the closed form ``(m + p - 1)·(t_f + t_b)``
 of 1F1B (``m·t + (p-1)·t/v`` interleaved). The result is scaled by ``1 - SAFETY`` against
 floating-point reassociation.
@@ -236,12 +238,41 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     sy = get_system(system)
     real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
     gpu = cl.gpu
+    # a layout string (``PlanArrays.layout_*``, no search column): its ranks' own layers
+    # below; the stage-cost record of the ends from first/last-stage columns giving rank 0's
+    # and rank pp-1's layers (exact for a model of one kind, the parameters of a middle rank
+    # are not known there: its data-parallel and optimizer terms are left out)
+    lay_str = ~np.isnan(P.layout_first)
+    one_kind = LayerMix.of(m, P.ep) is None
+    if lay_str.any() and one_kind:
+        from dataclasses import replace
+
+        def given(x):       # 0 reads "not given": an end with no layer holds almost none
+            return np.where(lay_str, np.maximum(np.nan_to_num(x), 1e-9), 0.0)
+        P = replace(P, first_stage_layers=np.where(lay_str, given(P.layout_first),
+                                                   P.first_stage_layers),
+                    last_stage_layers=np.where(lay_str, given(P.layout_last),
+                                               P.last_stage_layers),
+                    account_slots=P.account_slots & ~lay_str)
+        costs = None
+    # whose parameters the record holds: a layout string's ends in a model of one kind; its
+    # middle rank pp-2 holds ``n`` layers where the record has the other middle ranks' mean
+    # ``n_rec``: its parameter-driven terms (data-parallel collectives, the mirror
+    # all-reduce, the optimizer and the step's passes, each at most affine in the layers
+    # with a non-negative constant) are scaled by min(1, n/n_rec), which only lowers them;
+    # in a model of several layer kinds (the record's content by kind is the even split's)
+    # they are left out
+    known = {"first": np.where(~lay_str | one_kind, 1.0, 0.0),
+             "last": np.where(~lay_str | one_kind, 1.0, 0.0)}
     sc = costs if costs is not None and real.uniform else \
         stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
     mix = LayerMix.of(m, P.ep)          # dense and MoE layers: each chunk by kind, see there
     if mix:
         lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
-        content = {k: even_stage_content_arrays(m, P.schedule, P.pp, P.vpp, r, *lay)
+        # (strict=False: a layout string's row need not split evenly; its content by kind
+        # is not read, see ``cheapest`` below)
+        content = {k: even_stage_content_arrays(m, P.schedule, P.pp, P.vpp, r, *lay,
+                                                strict=False)
                    for k, r in (("first", 0 * P.pp), ("mid", np.maximum(P.pp - 2, 0)),
                                 ("last", P.pp - 1))}
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
@@ -256,9 +287,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # chain, the fewest of any chunk for what crosses other ranks' chunks, the most for what
     # is subtracted (windows that hide work)
     n_first, n_mid, n_last, least, uneven = rank_layers(m.num_layers, P)
+    known["mid"] = np.where(lay_str, np.where(one_kind, np.minimum(
+        1.0, np.nan_to_num(P.layout_mid) / np.maximum(n_mid, 1e-12)), 0.0), 1.0)
+    # a layout string: its own ranks' layers (rank pp-2 as "mid"; the largest virtual stage
+    # times the chunks bounds every rank's layers from above)
+    n_first, n_mid, n_last = (np.where(lay_str, x, y) for x, y in (
+        (P.layout_first, n_first), (P.layout_mid, n_mid), (P.layout_last, n_last)))
+    least = np.where(lay_str, P.layout_least, least)
+    uneven = uneven | lay_str
     lpc = np.where(uneven, least, lpc)
     most_rank = np.maximum(np.maximum(n_first, n_last), np.where(pp > 2, n_mid, n_first))
-    lpc_most = np.where(uneven, np.ceil(most_rank / v), lpc)   # the largest chunk, at most
+    most_rank = np.where(lay_str, P.layout_most * v, most_rank)
+    lpc_most = np.where(lay_str, P.layout_most,
+                        np.where(uneven, np.ceil(most_rank / v), lpc))  # the largest chunk
     lps = np.where(uneven, most_rank, lps)
     own = {"first": np.where(uneven, n_first / v, lpc), "mid": np.where(uneven, n_mid / v, lpc),
            "last": np.where(uneven, n_last / v, lpc)}
@@ -337,8 +378,9 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         for k, nk in content.items():
             f_own = (nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
             b_own = (nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
-            blocks[k] = (np.where(mirrored, blocks[k][0], f_own),
-                         np.where(mirrored, blocks[k][1], b_own))
+            cheapest = mirrored | lay_str     # (a layout string: its kinds not read here)
+            blocks[k] = (np.where(cheapest, blocks[k][0], f_own),
+                         np.where(cheapest, blocks[k][1], b_own))
     T = {k: _chain(k, nmb, v, dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
                    fwd_blocks, bwd_blocks, send, single)
          for k in ("first", "last", "mid")}
@@ -451,8 +493,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # (the gradients its optimizer steps: ``comm.grad_shard_params``)
         held = cm.grad_shard_params(params[kind], eparams[kind], tp, cp, dp, ep, P.etp, zero)
         mirror = np.where(mirrored, group_floor(gb * held, 2, 1, 2.0, cl), 0.0)
+        ok = known[kind]
+        red, z3, ag, mirror, o = (np.where(ok > 0, ok * x, 0.0)
+                                  for x in (red, z3, ag, mirror, o))
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
-        down = chain_in + t - trail + tail + opt["first"] + ag0
+        down = chain_in + t - trail + tail + np.where(known["first"] > 0,
+                                                      opt["first"] + ag0, 0.0)
         return np.maximum(own, np.where(s >= 1, down, 0.0))
 
     bound = stage_bound("first", np.zeros_like(pp))

@@ -192,7 +192,57 @@ def _per_chunk(job: Job, r: dict[str, Any]) -> dict[str, Any]:
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
     return _corrected(job, r, makespan(even), makespan(real),
-                      _messages_shift(job, r, ranks(even), ranks(real)))
+                      _messages_shift(job, r, ranks(even), ranks(real)),
+                      _a2a_shift(job, r, even, real, lambda t: simulate_free_comm(
+                          p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
+                          chunk_times=t)))
+
+
+def _a2a_shift(job: Job, r: dict[str, Any], even, real, span) -> float:
+    """Seconds the exposed expert all-to-all changes by when an overlapped-pair schedule
+    (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
+    (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
+    step's exposed communication (a forward or backward alone: its layers' dispatch and
+    combine; in an ``F&B`` pair ``combined.pair_exposed`` per layer, half on each member; a
+    recomputed MoE layer's again before its backward; the layer's TP and CP communication,
+    half on each pass), in place of the even composition's (the slowest rank's all-to-all on
+    top of the even pipeline's fill: in the order the ranks that wait in the fill and drain
+    absorb part of it). Each chunk's MoE layers are counted by their expert bytes
+    (``cost.stage.chunk_layers``: a dense layer has none). 0 for other schedules, for the
+    even split and without expert parallelism. ``even``/``real``: ``_chunk_times`` of the even
+    split and of the layout; ``span(times)``: the order's makespan."""
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    if not sched.overlaps_pairs or job.layout.uniform or float(r.get("ep_a2a_s", 0.0)) <= 0:
+        return 0.0
+    from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
+    a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
+                                                  "layer_comm_s"))
+    c = stage_costs(job, job.cluster.gpu)
+    mean = max(c.ep_bytes, 1e-30)
+    mirrored = bool(sched.mirrored) and p.pp > 1
+
+    def counts(rank: int, ch: int) -> tuple[float, float]:
+        """The chunk's layers, and its MoE layers in mean layers (expert bytes / the mean's)."""
+        src = ((rank if ch == 0 else p.pp - 1 - rank), 0) if mirrored else (rank, ch)
+        items = chunk_layers(c, *src, job.layers_of_chunk(*src))
+        return chunk_sum(items, lambda x: 1.0), chunk_sum(items, lambda x: x.ep_bytes) / mean
+
+    times = []
+    for rk, row in enumerate(real):
+        out = []
+        for ch, (f, b, w) in enumerate(row):
+            n, e = counts(rk, ch)
+            o = n * other / 2
+            out.append((f, b, w, e * a2a + o, e * (a2a + rc) + o, e * pair / 2 + o,
+                        e * (pair / 2 + rc) + o))
+        times.append(out)
+    pipe = float(r["step_time_s"]) - float(r["pp_comm"]) - float(r["dp_comm"]) \
+        - float(r["optimizer"])
+    # the makespan with communication less the one without (the compute order, which
+    # ``_corrected`` puts in place of the even one) and less the even composition's excess
+    # over the even compute order
+    return span(times) - span(real) - (pipe - span(even))
 
 
 def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
@@ -214,16 +264,22 @@ def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
 
 
 def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
-               real: tuple[float, float], messages: float = 0.0) -> dict[str, Any]:
+               real: tuple[float, float], messages: float = 0.0,
+               a2a: float = 0.0) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
-    busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``."""
+    busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``, ``a2a``
+    (``_a2a_shift``) to ``ep_comm``."""
     (span_e, busy_e), (span_u, busy_u) = even, real
-    step = float(r["step_time_s"]) - span_e + span_u + messages
+    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a
     out = dict(r)
     out["pp_comm"] = float(r["pp_comm"]) + messages
+    # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
+    ep = max(float(r["ep_comm"]) + a2a, 0.0)
+    out["ep_comm"] = ep
     out["compute"] = float(r["compute"]) + busy_u - busy_e
-    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e)
+    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
+        + (float(r["ep_comm"]) + a2a - ep)
     if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
         out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
     scale = float(r["step_time_s"]) / step

@@ -129,8 +129,8 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
             if first[r] is None:
                 first[r] = start
             if chunk_times is not None:
-                free[r] = start + sum(_chunk_dur(chunk_times[r][st.chunk], st.kind, split)
-                                      for st in group)
+                free[r] = start + sum(_chunk_dur(chunk_times[r][st.chunk], st.kind, split,
+                                                 len(group) > 1) for st in group)
             elif len(group) == 1:
                 free[r] = start + dur[group[0].kind] * slow[r]
             else:
@@ -148,10 +148,15 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
 
 
-def _chunk_dur(times: Sequence[float], kind: str, split: bool) -> float:
-    """Seconds of one ``kind`` step of a chunk whose ``(F, B, W)`` are ``times``."""
-    f, b, w = times
-    return f if kind == "F" else w if kind == "W" else (b - w if split else b)
+def _chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:
+    """Seconds of one ``kind`` step of a chunk whose ``(F, B, W)`` are ``times``; with
+    ``(F, B, W, aF, aB, pF, pB)`` a forward or backward run alone adds ``aF``/``aB`` (its
+    exposed communication) and one in an overlapped group (``paired``) ``pF``/``pB``."""
+    f, b, w = times[:3]
+    t = f if kind == "F" else w if kind == "W" else (b - w if split else b)
+    if len(times) > 3 and kind != "W":
+        t += times[(5 if paired else 3) + (kind == "B")]
+    return t
 
 
 def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: float,
