@@ -1,41 +1,35 @@
 #!/usr/bin/env python
-"""What the AutoModel rows (strategies/reference/data/automodel_perf.json, held out) miss, and
-how far two stack differences from the ``torchtitan`` profile they are estimated under would
-move them (docs/calibration.md §5.31). Analytic only, a second:
+"""What the AutoModel rows (strategies/reference/data/automodel_perf.json, held out) miss
+under the ``automodel`` profile with the facts they state (DeepEP, ``moe_routing:
+contiguous``; docs/calibration.md §5.31, §5.38), and how far each stated fact and two
+unmodelled stack facts move them. Analytic only, a second:
 
     python experiments/automodel_whatif.py
 
 Table 1: each row's measured and estimated step, its error and the estimate's exposed time by
-kind. Table 4: the estimate's peak memory (GiB) on the fullest pipeline stage, by part, and
-whether it fits the H100's 80 GB (every row ran). Table 2: the error per model family. Table 3, what-ifs, each applied alone and then
-together, none fitted: ``deepep``, DeepEP's per-node token deduplication for the expert
-all-to-all (``moe_dispatcher=deepep``, the dispatcher the table's kernels name; the torchtitan
-profile runs only ``alltoall``); ``fused``, Transformer Engine's fused RMSNorm in place of
-eager elementwise kernels for the whole layer (``elementwise_kernels="fused"``, an upper bound
-on what TE's norm buys: AutoModel's residual adds, SwiGLU and routing stay eager PyTorch); ``gate``, DeepEP with the routing AutoModel's benchmark ran:
-``FakeBalancedGate`` (nemo_automodel/components/moe/layers.py at 89e3a9fdd) gives a micro-batch's
-token ``t`` the ``k`` consecutive experts ``t·k ... t·k + k - 1`` (mod ``E``), not ``k`` drawn at
-random, so a token reaches ``consecutive_hit_probability``'s ranks and nodes (one node and one
-or two ranks on every row here) instead of ``counts.expert_hit_probability``'s; ``flush``,
-one pipeline schedule per local batch: AutoModel's ``_run_train_optim_step``
-(recipes/llm/train_ft.py at 89e3a9fdd) runs ``schedule.step`` once for each of the ``GA``
-local batches of ``LBS`` micro-batches, each with its own fill and drain, then one optimizer
-step, estimated as ``GA`` steps of the global batch over ``GA`` less ``GA - 1`` optimizer
-steps (the plan has one schedule per step)."""
+kind. Table 2: the error per model family. Table 3, what-ifs, each applied alone and then
+together, none fitted: ``random``, the stated routing off (``moe_routing=random``: ``k``
+experts drawn at random, ``counts.expert_hit_probability``, instead of the benchmark's
+``FakeBalancedGate``, ``counts.contiguous_hit_probability``); ``alltoall``, NCCL's all-to-all
+in place of DeepEP (``moe_dispatcher=alltoall``); ``fused``, Transformer Engine's fused
+RMSNorm in place of eager elementwise kernels for the whole layer
+(``elementwise_kernels="fused"``, an upper bound on what TE's norm buys: AutoModel's residual
+adds, SwiGLU and routing stay eager PyTorch); ``flush``, one pipeline schedule per local
+batch: AutoModel's ``_run_train_optim_step`` (recipes/llm/train_ft.py at 89e3a9fdd) runs
+``schedule.step`` once for each of the ``GA`` local batches of ``LBS`` micro-batches, each
+with its own fill and drain, then one optimizer step, estimated as ``GA`` steps of the global
+batch over ``GA`` less ``GA - 1`` optimizer steps (the plan has one schedule per step; a
+limit of the profile, docs/calibration.md §5.38). Table 4: the estimate's peak memory (GiB)
+on the fullest pipeline stage, by part, and whether it fits the H100's 80 GB (every row
+ran)."""
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 from dataclasses import replace
-from math import gcd
-from typing import Iterator
-
-import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import strategies.cost.counts as counts  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
@@ -46,62 +40,33 @@ FAMILY = {"deepseek-v3": "DeepSeek-V3", "kimi-k2": "Kimi K2", "qwen3-30b-a3b": "
           "gpt-oss-20b": "gpt-oss-20b"}
 
 
-def consecutive_hit_probability(E: int, k: int, units, G=None, M=None):
-    """Chance that a token's experts include one of a unit's ``E/units`` consecutive experts
-    when token ``t`` takes experts ``t·k + j`` (mod ``E``), ``j < k``: the mean over the
-    ``E/gcd(E, k)`` distinct starting experts of the units the block touches, over
-    ``units``. (``G``, ``M``: the group-limited router's, which the fake gate ignores.)"""
-    def one(u: float) -> float:
-        u = int(u)
-        if u <= 1:
-            return 1.0
-        per = E // u
-        starts = [(t * k) % E for t in range(E // gcd(E, k))]
-        return sum(len({((s + j) % E) // per for j in range(k)}) for s in starts) / (
-            len(starts) * u)
-    return np.vectorize(one, otypes=[float])(np.asarray(units, dtype=float))[()]
-
-
-@contextlib.contextmanager
-def fake_gate_routing() -> Iterator[None]:
-    """Inside the block, ``counts.ep_dedup`` prices the fake gate's consecutive routing."""
-    saved = counts.expert_hit_probability
-    counts.expert_hit_probability = consecutive_hit_probability
-    try:
-        yield
-    finally:
-        counts.expert_hit_probability = saved
-
-
-def variant(job, deepep: bool, fused: bool):
-    """``job`` with DeepEP's dispatcher and/or fused elementwise kernels (what-ifs only)."""
+def variant(job, flags: tuple[str, ...]):
+    """``job`` with the what-ifs ``flags`` (``VARIANTS``) applied to its plan and stack."""
     fw, plan = job.framework, job.plan
-    if deepep:
-        fw = replace(fw, moe_dispatchers=tuple(dict.fromkeys(fw.moe_dispatchers + ("deepep",))))
-        plan = replace(plan, moe_dispatcher="deepep")
-    if fused:
+    if "random" in flags:
+        plan = replace(plan, moe_routing="random")
+    if "alltoall" in flags:
+        plan = replace(plan, moe_dispatcher="alltoall")
+    if "fused" in flags:
         fw = replace(fw, elementwise_kernels="fused")
     return replace(job, framework=fw, plan=plan)
 
 
-VARIANTS = (("base", ()), ("deepep", ("deepep",)), ("fused", ("fused",)),
-            ("gate", ("deepep", "gate")), ("flush", ("flush",)),
-            ("gate+flush", ("deepep", "gate", "flush")),
-            ("all four", ("deepep", "gate", "flush", "fused")))
+VARIANTS = (("base", ()), ("random", ("random",)), ("alltoall", ("alltoall",)),
+            ("random+alltoall", ("random", "alltoall")), ("fused", ("fused",)),
+            ("flush", ("flush",)), ("fused+flush", ("fused", "flush")))
 
 
 def step_s(job, flags: tuple[str, ...], ga: int) -> float:
     """The estimated step of ``job`` under the what-ifs ``flags`` (``VARIANTS``)."""
-    job = variant(job, "deepep" in flags, "fused" in flags)
-    gate = fake_gate_routing() if "gate" in flags else contextlib.nullcontext()
-    with gate:
-        if "flush" not in flags or ga == 1:
-            return estimate(job).step_time_s
-        local = make_job(job.model, job.cluster, replace(job.plan, gbs=job.plan.gbs // ga),
-                         seq_len=job.seq_len, dtype=job.dtype, framework=job.framework,
-                         system=job.system)
-        e = estimate(local)
-        return ga * e.step_time_s - (ga - 1) * e.breakdown_s["optimizer"]
+    job = variant(job, flags)
+    if "flush" not in flags or ga == 1:
+        return estimate(job).step_time_s
+    local = make_job(job.model, job.cluster, replace(job.plan, gbs=job.plan.gbs // ga),
+                     seq_len=job.seq_len, dtype=job.dtype, framework=job.framework,
+                     system=job.system)
+    e = estimate(local)
+    return ga * e.step_time_s - (ga - 1) * e.breakdown_s["optimizer"]
 
 
 def rows(path: str = DATA) -> list[dict]:

@@ -1,10 +1,10 @@
 #!/usr/bin/env python
 """FSDP2's model state (docs/calibration.md §5.32, ``FrameworkProfile.fsdp2``): each
 published torchtitan peak and each AutoModel row's peak with the rule off (``fsdp2=False``,
-the model before §5.32) and on (the torchtitan profile now), GiB, with the peak stage's
-parameters, gradients and optimizer state.
+the model before §5.32) and on (the row's profile: torchtitan, and the ``automodel`` profile,
+§5.38), GiB, with the peak stage's parameters, gradients and optimizer state.
 
-Two what-ifs, printed beside the model and not part of it:
+A what-if, printed beside the model and not part of it:
 
 * torchtitan 405B rows, the fp8 weights. The model keeps the 16-bit gathered weights and
   Transformer Engine's cached fp8 copies (2 B per weight on Hopper,
@@ -13,10 +13,13 @@ Two what-ifs, printed beside the model and not part of it:
   9dec370 sets ``enable_fsdp_float8_all_gather`` (the gathered weight is fp8, 1 B:
   ``fp8 gather``, the layers' parameters less ``3 B`` each); which one the Table 6 runs used
   is not published.
-* AutoModel rows, built in bf16 (``nemo_automodel/components/models/*/model.py``:
-  ``dtype=get_dtype(config.torch_dtype, torch.bfloat16)``, ``initialize_weights(dtype=
-  torch.bfloat16)``): the FSDP2 shard is a bf16 tensor, the optimizer's parameter, and
-  AdamW's m and v follow its dtype: ``SystemConfig(master_bytes=2, optimizer_state_bytes=6)``.
+
+The AutoModel rows, built in bf16 (``nemo_automodel/components/models/*/model.py``:
+``dtype=get_dtype(config.torch_dtype, torch.bfloat16)``, ``initialize_weights(dtype=
+torch.bfloat16)``: the FSDP2 shard is a bf16 tensor, the optimizer's parameter, and Adam's m
+and v follow its dtype), were a what-if here (``SystemConfig(master_bytes=2,
+optimizer_state_bytes=6)``); the ``automodel`` profile states them now
+(``FrameworkProfile.master_bytes``, ``optimizer_state_bytes``), and the rows are filed under it.
 
 Run (a few seconds):
 
@@ -83,12 +86,10 @@ def torchtitan_rows() -> None:
 
 
 def automodel_rows() -> None:
-    print("\n| row | fsdp2 off | fsdp2 on (torchtitan profile) | bf16-built what-if |")
-    print("| --- | ---: | ---: | ---: |")
+    print("\n| row | fsdp2 off | fsdp2 on (automodel profile: bf16-built) |")
+    print("| --- | ---: | ---: |")
     for r, job in _cases("automodel_perf.json", ""):
-        bf16 = replace(job, system=replace(job.system, master_bytes=2.0,
-                                           optimizer_state_bytes=6.0))
-        cols = [_peak(j) for j in (_off(job), job, bf16)]
+        cols = [_peak(j) for j in (_off(job), job)]
         print(f"| {r['id']} | " + " | ".join(f"{t:.2f} ({pgo})" for _, t, pgo in cols) + " |")
 
 

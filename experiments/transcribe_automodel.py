@@ -15,8 +15,10 @@ revision; a row whose figures changed keeps the earlier ones under ``history`` w
 commit and date. Rows the cost model cannot represent are skipped with the reason
 (``skip_reason``), printed and listed in docs/calibration.md §5.31.
 
-The stack is recorded as ``framework: torchtitan``, the closest profile (docs/calibration.md
-§5.31 says what differs). The plan facts the table does not print (activation
+The stack is recorded as ``framework: automodel`` (``strategies.framework.AUTOMODEL``,
+docs/calibration.md §5.38), and a row whose kernels name DeepEP states
+``moe_dispatcher: deepep`` (the benchmark configs' ``enable_deepep: true``); every row states
+``moe_routing: contiguous`` (the configs' ``fake_balanced_gate: true``). The plan facts the table does not print (activation
 checkpointing, FSDP resharding) come from the benchmark configs and the parallelizer at the
 table's first commit (``CONFIGS``)."""
 from __future__ import annotations
@@ -199,13 +201,17 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
              "activation_checkpointing: true in the config (a checkpoint_wrapper per "
              "decoder block: full recomputation); experts by grouped_gemm's ops.gmm; "
              f"torch.optim.Adam. Kernels: {row['Kernel Optimizations']}.")
+    notes += (" moe_routing=contiguous: every benchmark config sets fake_balanced_gate: true "
+              "(examples/benchmark/configs/*.yaml line 74 at 89e3a9fdd), so "
+              "components/moe/layers.py FakeBalancedGate gives token t the experts t*k ... "
+              "t*k+k-1 (mod E).")
     if "hf" in cfg and cfg["hf"].get("num_nextn_predict_layers") == 0:
         notes += f" {_NO_MTP}."
     if _int(row["EP"]) is None:
         notes += f" ep={ep}: {cfg['ep_why']}."
     return {
         "id": rid, "kind": "measured", "tier": 2,
-        "framework": "torchtitan",
+        "framework": "automodel",
         "source": {"ref": "NVIDIA-NeMo/Automodel performance summary (NeMo AutoModel, PyTorch "
                           "backend)",
                    "table": f"{_path_at(commit)} (DGX-H100, BF16), row as of commit "
@@ -222,7 +228,10 @@ def entry(row: dict[str, str], commit: str, date: str) -> dict[str, Any]:
                  "virtual_stages": vp or 1, "recompute": cfg["recompute"],
                  "sequence_parallel": False, "zero_stage": 3 if pp == 1 else 2,
                  "grad_accum": ga, "fsdp": _int(row["FSDP"]),
-                 "attn_impl": ATTN[cfg.get("attn", "te")]},
+                 "attn_impl": ATTN[cfg.get("attn", "te")],
+                 **({"moe_dispatcher": "deepep"}
+                    if "deepep" in row["Kernel Optimizations"].lower() else {}),
+                 "moe_routing": "contiguous"},
         "precision": "bf16",
         "measured": {"step_time_s": _number(row["Time per Global Step (s)"]),
                      "tokens_per_s_per_gpu": _number(row["Tokens/sec/GPU"]),

@@ -331,6 +331,10 @@ class FrameworkProfile:
     #: whole mesh dimension, ``dp_shard`` = dp under ZeRO-2/3 and 1 under ZeRO-0; ``etp`` is 1
     #: or tp, asserted)
     ep_from_fsdp: bool = False
+    #: FSDP2's resharding follows pipelining, not the plan: ZeRO-3 without pipelining, ZeRO-2
+    #: (parameters kept gathered) with it (NeMo AutoModel 89e3a9fdd components/moe/
+    #: parallelizer.py apply_fsdp: ``fully_shard(..., reshard_after_forward=not pp_enabled)``)
+    zero_follows_pp: bool = False
     #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
@@ -373,7 +377,8 @@ class FrameworkProfile:
     recompute_modules: tuple[str, ...] = ()
     aliases: tuple[str, ...] = ()
     #: the launch-settings exporter the stack is launched with (one of
-    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none, HAI-LLM's code is not public)
+    #: ``strategies.launch.EXPORTS``; ``"none"``: paraplan has none: HAI-LLM's code is not
+    #: public, NeMo AutoModel's YAML recipe has no exporter yet)
     export: str = "megatron"
     #: the stack's own implementation of a generic schedule name a plan gives
     #: (DeepSpeed's pipeline engine runs ``schedule=1f1b`` as its ``TrainSchedule``)
@@ -430,6 +435,10 @@ class FrameworkProfile:
     #: optimizer state bytes per parameter, where the stack states them (None:
     #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
     optimizer_state_bytes: float | None = None
+    #: bytes of the weight the optimizer updates (the master, inside ``optimizer_state_bytes``)
+    #: where the stack builds its model in 16 bits (None: ``SystemConfig.master_bytes``, fp32
+    #: 4): with ``fsdp2`` the memory model counts it under params (``stack_system``)
+    master_bytes: float | None = None
     #: ZeRO-2/3 is PyTorch FSDP2 (``fully_shard``) over a model built in fp32 with
     #: ``MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)``, so the memory model
     #: (``strategies.memory.arrays.state_bytes_per_param``, docs/memory.md "FSDP2") holds:
@@ -480,6 +489,10 @@ class FrameworkProfile:
     #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
     #: refusal)
     precision_notes: tuple[tuple[str, str], ...] = ()
+
+    def optimizer_bytes_or(self, default: float) -> float:
+        """The stack's optimizer state bytes per parameter, else ``default``."""
+        return default if self.optimizer_state_bytes is None else float(self.optimizer_state_bytes)
 
     def default_source(self, switch: str) -> str:
         """The source of the stack's default for plan switch ``switch`` ("" if none)."""
@@ -560,6 +573,15 @@ class FrameworkProfile:
         if not self.precisions:
             raise SpecError("framework.precisions", self.precisions,
                             "must name at least one precision")
+        for field_name in ("optimizer_state_bytes", "master_bytes"):
+            val = getattr(self, field_name)
+            if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))
+                                    or not 0 < val < 100):
+                raise SpecError(f"framework.{field_name}", val,
+                                "must be bytes per parameter in (0, 100) or None")
+        if (self.master_bytes is not None and self.optimizer_bytes_or(12.0) < self.master_bytes):
+            raise SpecError("framework.master_bytes", self.master_bytes,
+                            "must not exceed optimizer_state_bytes (the master is one of them)")
         for name, _ in self.sharded_grad_sources:
             if name not in self.sharded_grad_passes:
                 raise SpecError("framework.sharded_grad_sources", name,
@@ -1018,14 +1040,80 @@ HAI_LLM = replace(
         for k in ("zero_grad", "scale_grad", "check_grad", "grad_norm", "param_copy",
                   "tied_reduce"))))
 
+#: NVIDIA-NeMo/Automodel at 89e3a9fdd (2025-10-06, the commit of its performance summary's MoE
+#: rows, docs/calibration.md §5.31, §5.38); every path below is under ``nemo_automodel/``
+AUTOMODEL_SOURCE = "NVIDIA-NeMo/Automodel 89e3a9fdd (2025-10-06)"
+
+AUTOMODEL = replace(
+    TORCHTITAN, name="automodel",
+    description="NeMo AutoModel's PyTorch path for MoE models (FSDP2 over a bf16-built model, "
+                "Transformer Engine linear/RMSNorm/attention, DeepEP, "
+                "torch.distributed.pipelining): no tensor or context parallelism",
+    # components/moe/parallelizer.py parallelize_model asserts "Tensor parallelism not
+    # supported for DeepSeek v3 model" and "Context parallelism not supported" (tp = cp = 1)
+    max_tp=1, context_parallel=False, sequence_parallel=False,
+    # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
+    # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
+    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True,
+    # components/distributed/fsdp2.py FSDP2Manager: assert dp_size % ep_size == 0, the moe
+    # mesh (pp, ep_shard = dp/ep, ep) over the data-parallel ranks
+    ep_from_fsdp=False, ep_in_dp=True,
+    # components/distributed/pipelining/functional.py build_pipeline_schedule:
+    # torch.distributed.pipelining's get_schedule_class (torchtitan's set)
+    schedules=TORCHTITAN_SCHEDULES,
+    # apply_ac: ptd_checkpoint_wrapper per decoder block (full; its ignore_router policy keeps
+    # only the router's mm, read as full)
+    recompute=("none", "full"), recompute_note="apply_ac wraps whole decoder blocks "
+                                               "(ptd_checkpoint_wrapper): full only",
+    # components/moe/layers.py: backend.enable_deepep -> GroupedExpertsDeepEP with
+    # MoEFlexTokenDispatcher(moe_enable_deepep=True); without it GroupedExperts gathers the
+    # tokens over the EP group (DTensor full_tensor), a path not modelled: "alltoall" stands
+    # in for it
+    moe_dispatchers=("alltoall", "deepep"),
+    # TE's DotProductAttention (backend attn: te) is the chip's fused kernel
+    attention_kernel="native",
+    # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:
+    # dtype=get_dtype(config.torch_dtype, torch.bfloat16), initialize_weights(dtype=bf16)):
+    # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
+    # dtype: master 2 + m 2 + v 2 (docs/calibration.md §5.32, §5.38)
+    optimizer_state_bytes=6.0, master_bytes=2.0,
+    precisions=("bf16",),
+    precision_source="the benchmark configs' bf16 runs (model built in "
+                     "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
+                     "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)); fp8 not read",
+    precision_notes=(),
+    export="none",
+    pipeline_split="module_fqns_per_model_part (components/distributed/pipelining/"
+                   "functional.py pipeline_model: any modules per stage); its default "
+                   "generate_hf_model_fqn_per_model_part gives the first num_layers % stages "
+                   "stages one layer more, the embedding to the first and norm and head to "
+                   "the last",
+    default_sources=(
+        ("flash_attn", "Transformer Engine DotProductAttention (backend attn: te)"),
+        ("overlap_grad_reduce", "FSDP2 reduce-scatters each block's gradients in its "
+                                "post-backward hook"),
+        ("overlap_param_gather", "FSDP2 prefetches the next block's all-gather"),
+        ("tp_comm_overlap", "no tensor parallelism (moe/parallelizer.py asserts tp = 1)"),
+        ("recompute", "activation_checkpointing: false unless the config sets it")))
+
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
-                        PYTORCH_EAGER, JAX_XLA, HAI_LLM)}
+                        PYTORCH_EAGER, JAX_XLA, HAI_LLM, AUTOMODEL)}
 ALIASES: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
                            "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
-                           "deepseek": "hai-llm"}
+                           "deepseek": "hai-llm", "nemo-automodel": "automodel"}
 DEFAULT = MEGATRON_CORE
+
+
+def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
+    """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
+    replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
+    it states one. The one rule the memory model (scalar and arrays) and the search read."""
+    from strategies.cost.system import get_system
+    sy = get_system(system)
+    mb = None if fw is None else fw.master_bytes
+    return sy if mb is None or mb == sy.master_bytes else replace(sy, master_bytes=float(mb))
 
 
 def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
@@ -1106,9 +1194,10 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
-    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``; sources on the fields). Reads
-    ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
-    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep`` and ``zero``."""
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``; sources
+    on the fields). Reads ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job
+    resolves it), ``etp`` (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``,
+    ``ep`` and ``zero``."""
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
@@ -1127,6 +1216,11 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "carves expert parallelism from the FSDP ranks: ep must "
                                     "divide dp_shard*cp (*tp when etp = 1), dp_shard = dp with "
                                     "zero=2/3 and 1 with zero=0 (parallel_dims.py)"))
+    if fw.zero_follows_pp:
+        rules.append(("zero", v.zero, zero == np.where(np.asarray(v.pp) > 1, 2, 3),
+                      lambda: who + "reshards FSDP2 after forward only without pipelining "
+                                    "(reshard_after_forward=not pp_enabled): zero=3 with "
+                                    "pp = 1, zero=2 with pp > 1"))
     if fw.microbatches_per_pp and getattr(v, "gbs", None) is not None:
         m = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp)
         pp = np.asarray(v.pp)

@@ -22,6 +22,13 @@ RECOMPUTE = ("none", "selective", "full", "op")
 #: copy per destination rank in the node; between nodes one per destination node over RDMA,
 #: fanned out over NVLink there: ``strategies.cost.counts.ep_dedup``). Codes: their index.
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
+#: how the run's router spreads a token's ``k`` experts (plan ``moe_routing``; a fact of the
+#: run, not of the stack): ``random``, ``k`` distinct experts drawn uniformly (a trained
+#: router, Megatron-Core's ``moe_router_force_load_balancing``), or ``contiguous``, token ``t``
+#: of a micro-batch takes experts ``t·k ... t·k + k - 1`` (mod ``E``), NeMo AutoModel's
+#: benchmark ``FakeBalancedGate`` (``strategies.cost.counts.contiguous_hit_probability``).
+#: Codes: their index.
+ROUTINGS = ("random", "contiguous")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
@@ -74,6 +81,7 @@ class Plan:
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
     ep_overlap: bool = False
     moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
+    moe_routing: str = "random"             # one of ROUTINGS
     # the whole step replayed as one CUDA graph (Megatron-Core --cuda-graph-impl
     # full_iteration): no host launches or device-to-host synchronisations in it
     cuda_graph: bool = False
@@ -105,6 +113,9 @@ class Plan:
         if self.moe_dispatcher not in DISPATCHERS:
             raise SpecError("moe_dispatcher", self.moe_dispatcher,
                             f"must be one of {', '.join(DISPATCHERS)}")
+        if self.moe_routing not in ROUTINGS:
+            raise SpecError("moe_routing", self.moe_routing,
+                            f"must be one of {', '.join(ROUTINGS)}")
         if self.recompute not in RECOMPUTE:
             raise SpecError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE)}")
         _check_partial_recompute(self)
@@ -171,6 +182,8 @@ class Plan:
             parts.append("epo")
         if self.moe_dispatcher != "alltoall":
             parts.append(self.moe_dispatcher)
+        if self.moe_routing != "random":
+            parts.append(self.moe_routing)
         if self.cuda_graph:
             parts.append("cg")
         if self.zero:
@@ -359,7 +372,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap", "cuda_graph", "account_embedding", "account_loss"}
-_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher"}
+_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 

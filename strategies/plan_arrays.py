@@ -19,7 +19,7 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, Plan
+from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, ROUTINGS, Plan
 from strategies.schedules import attr_by_code, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -46,9 +46,10 @@ LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "l
 # the resolved value of a plan that names none; ``etp`` None means = tp)
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
                    ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
-                   ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False))
+                   ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False),
+                   ("moe_routing", "route", 0))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
-        "moe_dispatcher")
+        "moe_dispatcher", "moe_routing")
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +83,7 @@ class PlanArrays:
     ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
     moe_dispatcher: np.ndarray = None       # index in plan.DISPATCHERS (0: alltoall)
     cuda_graph: np.ndarray = None           # the step runs as one full-iteration CUDA graph
+    moe_routing: np.ndarray = None          # index in plan.ROUTINGS (0: random)
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -149,8 +151,9 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm`` optional: all layers, block, the default
-        modules; ``etp imb cf epo disp cg`` optional: tp, the default imbalance, no dropping, no
-        expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph)."""
+        modules; ``etp imb cf epo disp cg route`` optional: tp, the default imbalance, no
+        dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph,
+        random routing)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
@@ -178,6 +181,8 @@ def _code(name: str, v: Any) -> Any:
         return modules_mask(v) if v is not None else 0
     if name == "moe_dispatcher":
         return DISPATCHERS.index(v)
+    if name == "moe_routing":
+        return ROUTINGS.index(v)
     return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
                                        "last_stage_layers") else v
 

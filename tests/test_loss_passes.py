@@ -36,7 +36,7 @@ def test_which_stacks_run_it():
             # not read: the assumed passes (torchtitan's memory peak was read, §5.19)
             assert (fw.loss.fwd, fw.loss.bwd, fw.loss.source) == (
                 LossPasses().fwd, LossPasses().bwd, LossPasses().source), name
-            if name != "torchtitan":
+            if name not in ("torchtitan", "automodel"):   # automodel: torchtitan's, not read
                 assert fw.loss == LossPasses(), name
         assert fw.loss.source
     assert ds.peak_bytes == MEGATRON_CROSS_ENTROPY.peak_bytes == 6.0

@@ -46,7 +46,7 @@ def test_bytes_closed_form():
 def test_which_stacks_run_them():
     """Only the PyTorch stacks; every profile's passes are named and sourced."""
     runs = {n for n, p in PROFILES.items() if p.sharded_grad_passes}
-    assert runs == {"pytorch-eager", "torchtitan"}
+    assert runs == {"pytorch-eager", "torchtitan", "automodel"}   # automodel: FSDP2 as torchtitan
     for p in PROFILES.values():
         assert set(p.sharded_grad_passes) <= set(SHARDED_GRAD_PASSES)
         assert {k for k, _ in p.sharded_grad_sources} == set(p.sharded_grad_passes)

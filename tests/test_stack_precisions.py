@@ -26,13 +26,16 @@ from topologies.precision import DTYPES
 PLAN = "mbs=1,gbs=16,zero=0"
 #: per stack, one precision it lacks (every stack but the Megatron-Core ones lacks one)
 LACKS = {"megatron-lm-2021": "fp8", "megatron-deepspeed": "mxfp8", "torchtitan": "fp16",
-         "pytorch-eager": "fp8-current", "jax-xla": "fp8-blockwise", "hai-llm": "fp8"}
+         "pytorch-eager": "fp8-current", "jax-xla": "fp8-blockwise", "hai-llm": "fp8",
+         "automodel": "fp8"}
 
 
 def _job(fw: str | None, dtype: str, cluster: str = "dgx-b200"):
     plan = parse_plan(PLAN)
     if fw is not None:        # the stack's own attention kernel (Megatron-LM 2021 has no flash)
         plan = replace(plan, flash_attn=PROFILES[fw].default_flash_attn)
+        if PROFILES[fw].zero_follows_pp:      # AutoModel: ZeRO-3 without pipelining
+            plan = replace(plan, zero=3 if plan.pp == 1 else 2)
     return make_job(model_preset("llama3-8b"), cluster_preset(cluster, 1), plan,
                     dtype=dtype, framework=fw)
 

@@ -112,7 +112,8 @@ def test_committed_transcription_resolves():
             pl["global_batch"] * seq, rel=2e-3)
         c = case_from_entry(r, rows)
         assert c.job is not None, (r["id"], c.skipped)
-        assert c.job.framework.name == "torchtitan" and c.job.dtype == "bf16"
+        assert c.job.framework.name == "automodel" and c.job.dtype == "bf16"
+        assert c.job.plan.moe_dispatcher == "deepep" and c.job.plan.moe_routing == "contiguous"
         assert measured_step(r) == (me["step_time_s"], "step time as printed")
         p = c.job.plan
         assert (p.tp, p.pp, p.dp, p.cp, p.ep, p.mbs, p.gbs) == (
@@ -120,24 +121,3 @@ def test_committed_transcription_resolves():
             pl["global_batch"])
         assert p.recompute == "full" and p.zero == (3 if pl["pp"] == 1 else 2)
         assert p.vpp == pl["virtual_stages"]
-
-
-def test_fake_gate_routing_what_if():
-    """experiments/automodel_whatif.py: the fake gate's consecutive experts reach whole
-    blocks (closed forms), and the what-if's patch of the hit probability is scoped."""
-    import strategies.cost.counts as counts
-    from experiments.automodel_whatif import consecutive_hit_probability as hit
-    from experiments.automodel_whatif import fake_gate_routing
-
-    # DeepSeek-V3 at ep 64: 4 experts per rank, 8 consecutive -> exactly 2 ranks, 1 of 8 nodes
-    assert hit(256, 8, 64) * 64 == pytest.approx(2.0, rel=1e-15)
-    assert hit(256, 8, 8) * 8 == pytest.approx(1.0, rel=1e-15)
-    # Kimi K2 at ep 32: 12 experts per rank; blocks of 8 at multiples of 8 span 1, 2, 1 ranks
-    assert hit(384, 8, 32) * 32 == pytest.approx(4 / 3, rel=1e-15)
-    # one expert per token: a unit is hit with its share, as under random routing
-    assert hit(128, 1, 8) == pytest.approx(counts.expert_hit_probability(128, 1, 8), rel=1e-15)
-    assert hit(64, 8, 1) == 1.0
-    saved = counts.expert_hit_probability
-    with fake_gate_routing():
-        assert counts.expert_hit_probability is hit
-    assert counts.expert_hit_probability is saved

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from math import comb
+from math import comb, gcd
 
 import numpy as np
 
@@ -899,8 +899,32 @@ def expert_hit_probability(E: int, k: int, units: Num, G: int | None = None,
     return np.vectorize(one, otypes=[float])(arr)[()]
 
 
+def contiguous_hit_probability(E: int, k: int, units: Num) -> Num:
+    """Chance that a token's experts include one of a unit's (a rank's or a node's ``e = E/units``
+    consecutive experts) when token ``t`` takes the ``k`` consecutive experts ``t·k ...
+    t·k + k - 1`` (mod ``E``): NeMo AutoModel's benchmark ``FakeBalancedGate``
+    (``nemo_automodel/components/moe/layers.py`` at 89e3a9fdd: ``indices = arange(T·k).view(-1,
+    k) % E``; plan ``moe_routing=contiguous``). With ``k | E`` every block starts at a multiple
+    of ``k``, its offset inside a unit uniform over the multiples of ``g = gcd(k, e)``, and a
+    block of ``k`` meets ``1 + (k - g)/e`` units on average (the unit boundaries it crosses:
+    ``(k - g)/e``), so the chance is ``(1 + (k - g)/e)/units``; otherwise the mean over the
+    ``E/gcd(E, k)`` distinct starts, counted. Routing ignores expert groups (the gate does).
+    Vectorised over ``units`` (divisors of ``E``)."""
+    def one(u: float) -> float:
+        u = int(u)
+        if u <= 1:
+            return 1.0
+        e = E // u
+        if E % k == 0:
+            return (1 + (k - gcd(k, e)) / e) / u
+        starts = [(t * k) % E for t in range(E // gcd(E, k))]
+        return sum(len({((s + j) % E) // e for j in range(k)}) for s in starts) / (
+            len(starts) * u)
+    return np.vectorize(one, otypes=[float])(np.asarray(units, dtype=float))[()]
+
+
 def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
-             dispatcher: Num) -> tuple[Num, Num]:
+             dispatcher: Num, routing: Num = 0) -> tuple[Num, Num]:
     """``(byte_scale, remote_scale)`` of a dispatcher's all-to-all against Megatron's
     ``alltoall`` (``ep_alltoall_bytes_fwd``: one copy per token and expert, ``k``): DeepEP's
     normal kernels and HybridEP (``dispatcher`` code 1, 2) send a token once to each
@@ -909,7 +933,9 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     distinct ranks against ``k`` copies (``byte_scale``), and ``(N-1)·P_node`` remote nodes
     against ``k(N-1)/N`` remote copies, ``N`` the expert group's nodes (``remote_scale``,
     relative to the scaled bytes, as ``two_level_time`` takes it), ``P`` from
-    ``expert_hit_probability``. ``alltoall``: ``(1, ep_remote_scale)``. Vectorised."""
+    ``expert_hit_probability``, or where ``routing`` (``plan.ROUTINGS`` code) is 1
+    (``contiguous``) from ``contiguous_hit_probability``. ``alltoall``: ``(1,
+    ep_remote_scale)`` (one copy per expert whatever the routing). Vectorised."""
     ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)
     code = np.asarray(dispatcher)
     base = ep_remote_scale(m, ep, etp, gpus_per_node)
@@ -920,8 +946,13 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     per_node = np.maximum(1.0, np.minimum(ep, np.floor(gpus_per_node / etp)))
     nodes = np.maximum(1.0, ep / per_node)
     ok = (ep > 1) & (E % np.maximum(ep, 1) == 0)
-    p_rank = expert_hit_probability(E, k, np.where(ok, ep, 1.0), G, M)
-    p_node = expert_hit_probability(E, k, np.where(ok, nodes, 1.0), G, M)
+    ranks_u, nodes_u = np.where(ok, ep, 1.0), np.where(ok, nodes, 1.0)
+    contiguous = np.asarray(routing) == 1
+    p_rank = expert_hit_probability(E, k, ranks_u, G, M)
+    p_node = expert_hit_probability(E, k, nodes_u, G, M)
+    if np.any(contiguous):
+        p_rank = np.where(contiguous, contiguous_hit_probability(E, k, ranks_u), p_rank)
+        p_node = np.where(contiguous, contiguous_hit_probability(E, k, nodes_u), p_node)
     byte_scale = np.where(ok, ep * p_rank / k, 1.0)
     nic = np.where(nodes > 1, nodes * p_node / k, 1.0)
     dedup = (code > 0) & ok

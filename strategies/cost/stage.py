@@ -308,7 +308,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     shard_acc = ct.accum_shard(copies, zero_g)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
-    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher)
+    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher,
+                                                P.moe_routing)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,

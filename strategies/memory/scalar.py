@@ -28,6 +28,7 @@ import numpy as np
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
+from strategies.framework import stack_system
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.layout import mixed_layers, stage_content
@@ -162,7 +163,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
     by_chunk = [c is not None for c in per]
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
-        job.system, in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
+        stack_system(job.framework, job.system), in_flight=[n for n, _, _ in peaks], pending_w=[w for _, w, _ in peaks],
         stash_layers=([x if c else np.nan for (_, _, x), c in zip(peaks, by_chunk)]
                       if any(by_chunk) else None),
         # a multi-token-prediction module stashes about one layer's activations

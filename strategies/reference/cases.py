@@ -390,7 +390,8 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
 
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
     """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
-    (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.cuda_graph``: the
+    (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
+    ``plan.cuda_graph``: the
     whole step as one CUDA graph), else what the Megatron-Bridge recipe of its layout
     runs (``reference.bridge_recipes``), stated with the recipe's file; else the stack's
     defaults (etp = tp, no overlap)."""
@@ -403,6 +404,8 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = bool(pl["ep_overlap"])
     if pl.get("moe_dispatcher"):
         out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
+    if pl.get("moe_routing"):
+        out["moe_routing"] = str(pl["moe_routing"]).lower()
     if pl.get("cuda_graph") is not None:
         out["cuda_graph"] = bool(pl["cuda_graph"])
     r = recipe_for(c) if ep > 1 else None

@@ -26,7 +26,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, stack_mask
+from strategies.framework import FrameworkProfile, stack_mask, stack_system
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
 from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
                                        layer_costs, slot_vpps)
@@ -479,6 +479,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     optimizer_bytes = (framework or DEFAULT_FRAMEWORK).optimizer_state_bytes
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
+    # the master's bytes of a stack that builds its model in 16 bits (framework.stack_system)
+    system = stack_system(framework or DEFAULT_FRAMEWORK, system)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
