@@ -48,7 +48,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.h100_gemm_shapes import fit_knee, fit_knee_fixed, model_tflops  # noqa: E402
+from experiments.h100_gemm_shapes import (_summary, fit_knee, fit_knee_fixed,  # noqa: E402
+                                          model_tflops)
 from strategies.cost import compute as ct  # noqa: E402
 from topologies import gpus as gp  # noqa: E402
 from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu  # noqa: E402
@@ -247,10 +248,6 @@ def run_rows() -> list[tuple]:
             r = a if a[2] in ("bf16", "fp16") else b
             out.append((f, r[0], r[2], r[8], r[9], r[10], r[11]))
     return out
-
-
-def _summary(vals: list[float]) -> str:
-    return f"median {statistics.median(vals):.3f} [{min(vals):.3f}, {max(vals):.3f}]"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 
 from strategies.cost import counts
+from tests.memory_checks import assert_arrays_match_scalar
 from strategies.framework import get_profile
 from strategies.job import make_job
-from strategies.memory.arrays import rank_memory_arrays, state_bytes_per_param
-from strategies.memory.scalar import (memory_by_stage, memory_components,
+from strategies.memory.arrays import state_bytes_per_param
+from strategies.memory.scalar import (memory_components,
                                       model_state_bytes_per_param)
 from strategies.plan import parse_plan
-from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.search.space import enumerate_space
 from topologies.cluster import cluster_preset
@@ -99,12 +99,7 @@ def test_arrays_equal_scalar(plan):
     """The search's array model given the stack's ``fsdp2`` is ``memory_by_stage``."""
     job = _job(plan)
     assert job.framework.fsdp2
-    P = PlanArrays.from_plans([job.plan])
-    for r, want in enumerate(memory_by_stage(job)):
-        got = rank_memory_arrays(job.model, P, r, job.dtype, job.system, job.cluster.gpu,
-                                 loss_bytes=job.framework.loss.peak_bytes,
-                                 fsdp2=job.framework.fsdp2)[0]
-        assert float(got) == pytest.approx(want.total, rel=1e-9), r
+    assert_arrays_match_scalar(job)
 
 
 def test_only_torchtitan_runs_fsdp2():

@@ -16,12 +16,10 @@ from strategies.framework import LossPasses, get_profile
 from strategies.hf_config import model_from_hf
 from strategies.job import make_job
 from strategies.memory import activations as act
-from strategies.memory.arrays import rank_memory_arrays
-from strategies.memory.scalar import memory_by_stage
 from strategies.plan import parse_plan
-from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.errors import SpecError
+from tests.memory_checks import assert_arrays_match_scalar
 from topologies.cluster import cluster_preset
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -88,13 +86,7 @@ def test_loss_peak_is_the_stacks_bytes_per_logit():
 def test_arrays_equal_scalar_with_the_stacks_loss(plan):
     """The search's array model, given the stack's loss bytes and FSDP2 state, is
     ``memory_by_stage``."""
-    job = _titan_job(plan)
-    P = PlanArrays.from_plans([job.plan])
-    for r, want in enumerate(memory_by_stage(job)):
-        got = rank_memory_arrays(job.model, P, r, job.dtype, job.system, job.cluster.gpu,
-                                 loss_bytes=job.framework.loss.peak_bytes,
-                                 fsdp2=job.framework.fsdp2)[0]
-        assert float(got) == pytest.approx(want.total, rel=1e-9), r
+    assert_arrays_match_scalar(_titan_job(plan))
 
 
 def test_published_rows():
