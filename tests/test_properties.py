@@ -308,8 +308,16 @@ def test_free_comm_without_pipeline_equals_analytic_compute(job):
     optimizer time, exactly."""
     res, est = simulate(job, free_comm=True), estimate(job)
     b = est.breakdown_s
-    assert res.step_time_s == pytest.approx(b["compute"] + b["recompute"] + b["optimizer"],
-                                            rel=1e-9)
+    want = b["compute"] + b["recompute"] + b["optimizer"]
+    if job.cluster.uniform:
+        assert res.step_time_s == pytest.approx(want, rel=1e-9)
+    else:
+        # two GPU types whose ranks synchronise inside the layer (tp/cp groups across them):
+        # the simulated step sums each segment's slower rank, the estimate takes the slower
+        # type's whole compute (the larger sum); a kernel's fixed time (compute.gemm_fixed_s)
+        # can make a different type the slower one op by op on small GEMMs, so the sum of
+        # maxima is at least the max of sums and, on these shapes, within 1 % of it
+        assert want * (1 - 1e-9) <= res.step_time_s <= want * 1.01
 
 
 # ----------------------------------------------------------------- efficiency bounds

@@ -66,6 +66,7 @@ from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
+from topologies.gpus import GPU
 
 
 
@@ -306,18 +307,20 @@ RANK_FIELDS = tuple(f"{x}_{k}" for x in ("params", "expert_params", "optimizer",
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                     framework: FrameworkProfile | str | None = None,
                     system: SystemConfig | None = None,
-                    ranks: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                    ranks: Mapping[str, Any] | None = None,
+                    gpu: GPU | None = None) -> dict[str, Any]:
     """Score plans given as arrays: ``P`` is ``PlanArrays`` (or the search space's short
     columns ``tp pp dp cp ep mbs gbs vpp sched rc sp zero flash ogr opg tpo``).
     ``framework``: the software profile (``strategies.framework``; default Megatron-Core);
     ``system``: the policy constants (``strategies.cost.system``); ``ranks``: fields of the
     stage-cost record per kind of rank (``RANK_FIELDS``) that replace the plan columns' (the
-    scalar estimate's job layout, ``scalar.rank_fields``). Returns arrays of seconds
+    scalar estimate's job layout, ``scalar.rank_fields``); ``gpu``: the GPU type whose kernels
+    time the compute (default: the cluster's slowest by peak, ``Cluster.gpu``). Returns arrays of seconds
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
     cl = degraded_view(cl)
-    sc = stage_cost_arrays(m, cl, dtype, P, framework, system)
+    sc = stage_cost_arrays(m, cl, dtype, P, framework, system, gpu)
     if ranks:
         sc = replace(sc, **{k: v + 0 * getattr(sc, k) for k, v in ranks.items()})
     tp, pp, dp, cp, ep = P.tp, P.pp, P.dp, P.cp, P.ep
@@ -329,7 +332,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # pipelining reduces once per step, after the stage's last backward, ZeRO-1's path
     # without overlap; docs/calibration.md §5.34)
     zero_g, ogr_g = grad_path(get_profile(framework).fsdp2, P.pp, zero, ogr)
-    gpu, G = cl.gpu, cl.gpus_per_node
+    gpu, G = (cl.gpu if gpu is None else gpu), cl.gpus_per_node
     L = m.num_layers
     mb = gbs / (b * dp)                                     # micro-batches per pipeline
     lps = L / pp                                            # layers per pipeline rank

@@ -60,14 +60,15 @@ class Estimate:
         }
 
 
-def rank_fields(job: Job) -> dict[str, float]:
+def rank_fields(job: Job, gpu: Any = None) -> dict[str, float]:
     """``analytic.RANK_FIELDS`` of ``job``'s own layout (``cost.stage.stage_costs``: each
     rank's layers by kind, a layout string's or ``layers_per_stage``'s, its MTP modules, the
     embedding and the LM head where they are): rank 0, rank 1 (the middle kind: the middle
     rank nearest rank 0, ``analytic.rank_slack``) and rank ``pp-1``, which the even plan's
-    columns (``plan_arrays``) cannot say."""
+    columns (``plan_arrays``) cannot say; on ``gpu`` where given (default the cluster's slowest
+    by peak)."""
     from strategies.cost.stage import stage_costs
-    c, pp = stage_costs(job), job.plan.pp
+    c, pp = stage_costs(job, gpu), job.plan.pp
     out = {}
     for x, by in (("params", c.params_by_stage), ("expert_params", c.expert_params_by_stage),
                   ("optimizer", c.optimizer_by_stage), ("passes", c.passes_by_stage)):
@@ -91,16 +92,35 @@ def _by_group(job: Job) -> dict[str, Any]:
         alone = replace(p, gbs=p.group_microbatches[g] * p.mbs * p.dp, group_microbatches=None)
         r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework,
                             job.system)
-        parts.append((float(r["step_time_s"]) - float(r["optimizer"]), r, view, alone.gbs))
-    _, r, view, gbs = max(parts, key=lambda x: x[0])
-    opt = max(float(x[1]["optimizer"]) for x in parts)
-    step = float(r["step_time_s"]) - float(r["optimizer"]) + opt
+        parts.append((r, view, alone.gbs))
+    r, view, gbs = max(parts, key=lambda x: _before_optimizer(x[0]))
+    opt = max(float(x[0]["optimizer"]) for x in parts)
+    step = _before_optimizer(r) + opt
     # r's MFU counts that group's batch on its peak over its step; the job's on the summed peak
     scale = (view.mean_peak(job.dtype) / job.cluster.mean_peak(job.dtype) * p.gbs / gbs
              * float(r["step_time_s"]) / step)
     return {**r, "step_time_s": step, "optimizer": opt,
             "tokens_per_s": job.tokens_per_step / step, "mfu": float(r["mfu"]) * scale,
             "hfu": float(r["hfu"]) * scale}
+
+
+def _before_optimizer(r: dict[str, Any]) -> float:
+    """Seconds of an estimate's step before its optimizer (``step_time_s - optimizer``)."""
+    return float(r["step_time_s"]) - float(r["optimizer"])
+
+
+def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One step of ranks that run ``runs`` (estimates of the same plan on different GPU types)
+    side by side: the gradient reduction waits for the longest part before the optimizer,
+    the step for the longest optimizer after it (seconds); the rest, MFU rescaled, from the
+    run with the longest part before the optimizer."""
+    r = max(runs, key=_before_optimizer)
+    opt = max(float(x["optimizer"]) for x in runs)
+    step = _before_optimizer(r) + opt
+    scale = float(r["step_time_s"]) / step
+    return {**r, "step_time_s": step, "optimizer": opt, "mfu": float(r["mfu"]) * scale,
+            "hfu": float(r["hfu"]) * scale,
+            "tokens_per_s": float(r["tokens_per_s"]) * scale}
 
 
 def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list[float]]:
@@ -335,8 +355,18 @@ def estimate(job: Job) -> Estimate:
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:
-        arrays = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
-                                 job.framework, job.system, rank_fields(job))
+        # without pipelining every rank holds the whole model and the step waits for the
+        # slowest GPU type: on a mixed cluster each type's own kernel times (a kernel's fixed
+        # time can reverse the peak order on small GEMMs, compute.gemm_fixed_s), the longest
+        # longest before the optimizer, then the longest optimizer (the reduction in between
+        # waits for every rank: ``_synchronised``)
+        gpus = ([None] if job.cluster.uniform or p.pp > 1
+                else list({g.name: g for g in map(job.cluster.gpu_of_node,
+                                                  job.stage_nodes(0))}.values()))
+        runs = [estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                job.framework, job.system, rank_fields(job, g), g)
+                for g in gpus]
+        arrays = runs[0] if len(runs) == 1 else _synchronised(runs)
         if p.pp > 1 and (by_chunk(job) or (p.vpp > 1 and not job.cluster.uniform)):
             arrays = _per_chunk(job, arrays)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
