@@ -93,9 +93,8 @@ def _by_group(job: Job) -> dict[str, Any]:
         r = estimate_arrays(job.model, view, job.dtype, plan_arrays(alone), job.framework,
                             job.system)
         parts.append((r, view, alone.gbs))
-    r, view, gbs = max(parts, key=lambda x: _before_optimizer(x[0]))
-    opt = max(float(x[0]["optimizer"]) for x in parts)
-    step = _before_optimizer(r) + opt
+    i, step, opt = _synchronised_step([x[0] for x in parts])
+    r, view, gbs = parts[i]
     # r's MFU counts that group's batch on its peak over its step; the job's on the summed peak
     scale = (view.mean_peak(job.dtype) / job.cluster.mean_peak(job.dtype) * p.gbs / gbs
              * float(r["step_time_s"]) / step)
@@ -104,19 +103,23 @@ def _by_group(job: Job) -> dict[str, Any]:
             "hfu": float(r["hfu"]) * scale}
 
 
-def _before_optimizer(r: dict[str, Any]) -> float:
-    """Seconds of an estimate's step before its optimizer (``step_time_s - optimizer``)."""
-    return float(r["step_time_s"]) - float(r["optimizer"])
+def _synchronised_step(runs: list[dict[str, Any]]) -> tuple[int, float, float]:
+    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction:
+    the reduction waits for the longest part before the optimizer, the step for the longest
+    optimizer after it. Returns (the index of the run with the longest part before the
+    optimizer, the step, the optimizer; seconds)."""
+    before = [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs]
+    i = max(range(len(runs)), key=before.__getitem__)
+    opt = max(float(r["optimizer"]) for r in runs)
+    return i, before[i] + opt, opt
 
 
 def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One step of ranks that run ``runs`` (estimates of the same plan on different GPU types)
-    side by side: the gradient reduction waits for the longest part before the optimizer,
-    the step for the longest optimizer after it (seconds); the rest, MFU rescaled, from the
-    run with the longest part before the optimizer."""
-    r = max(runs, key=_before_optimizer)
-    opt = max(float(x["optimizer"]) for x in runs)
-    step = _before_optimizer(r) + opt
+    side by side (``_synchronised_step``); the rest, MFU rescaled, from the run with the
+    longest part before the optimizer."""
+    i, step, opt = _synchronised_step(runs)
+    r = runs[i]
     scale = float(r["step_time_s"]) / step
     return {**r, "step_time_s": step, "optimizer": opt, "mfu": float(r["mfu"]) * scale,
             "hfu": float(r["hfu"]) * scale,
@@ -357,9 +360,8 @@ def estimate(job: Job) -> Estimate:
     else:
         # without pipelining every rank holds the whole model and the step waits for the
         # slowest GPU type: on a mixed cluster each type's own kernel times (a kernel's fixed
-        # time can reverse the peak order on small GEMMs, compute.gemm_fixed_s), the longest
-        # longest before the optimizer, then the longest optimizer (the reduction in between
-        # waits for every rank: ``_synchronised``)
+        # time can reverse the peak order on small GEMMs, compute.gemm_fixed_s), combined as
+        # the ranks meet at the gradient reduction (``_synchronised``)
         gpus = ([None] if job.cluster.uniform or p.pp > 1
                 else list({g.name: g for g in map(job.cluster.gpu_of_node,
                                                   job.stage_nodes(0))}.values()))
