@@ -20,7 +20,7 @@ On one harness the measured/model ratio should be the same on every part if the 
 sustained rates are right relative to each other.
 
 Table 2: each part's sustained/burst ratio: the catalog's, the power rule's, and the harness's
-(through H100 and H200). GB200's first published harness run (driver 570.99) is listed to show
+(through H100 and H200). GB200's other published harness run (driver 570.99) is listed to show
 how much the software moved the figure.
 """
 from __future__ import annotations
@@ -42,8 +42,9 @@ SHAPES = (16384, 32768)
 #: mamf-finder's fp8 burst of the Grace-Blackwell parts (ml-engineering 744d01e: GB200 3615.6
 #: TFLOP/s; no GB300 row is published, so GB300 takes GB200's, as the catalog does)
 MAMF_FP8 = {"GB200": 3615.6, "GB300": 3615.6}
-#: the first version of Azure_Results/ND_GB200_v6_results.md (driver 570.99, CUDA 12.8), same
-#: harness and shapes: TFLOP/s at 16384 and 32768
+#: the other stored version of Azure_Results/ND_GB200_v6_results.md (driver 570.99, CUDA 12.8,
+#: fp8 only, fewer sections: by its content the earlier run), same harness and shapes: TFLOP/s
+#: at 16384 and 32768
 AZURE_GB200_FIRST = (2695.0, 2623.1)
 
 
@@ -59,7 +60,7 @@ def rate_rows() -> list[tuple]:
 
 def ratio_rows() -> list[tuple]:
     """``(part, catalog ratio, power-rule ratio, harness ratio, rule / harness - 1)`` of the
-    Grace-Blackwell parts, and GB200's first harness run."""
+    Grace-Blackwell parts, and GB200's other (driver 570.99) harness run."""
     out = []
     for part in ("GB200", "GB300"):
         g = get_gpu(part)

@@ -44,7 +44,7 @@ def test_power_rule_against_the_harness():
     assert rows["GB200"][4] > 0.10
     assert rows["GB200"][1] == pytest.approx(GB200_SUSTAINED_RATIO, rel=1e-12)
     assert harness_ratio("GB300", 3615.6) == pytest.approx(rows["GB300"][3], rel=1e-15)
-    # the earlier driver build of the same harness reads lower still: software moves the figure
+    # the other (driver 570.99) run of the same harness reads lower still: software moves the figure
     assert rows["GB200, driver 570.99"][3] < rows["GB200"][3]
 
 
