@@ -45,7 +45,7 @@ MAMF_FP8 = {"GB200": 3615.6, "GB300": 3615.6}
 #: the other stored version of Azure_Results/ND_GB200_v6_results.md (driver 570.99, CUDA 12.8,
 #: fp8 only, fewer sections: by its content the earlier run), same harness and shapes: TFLOP/s
 #: at 16384 and 32768
-AZURE_GB200_FIRST = (2695.0, 2623.1)
+AZURE_GB200_570_99 = (2695.0, 2623.1)
 
 
 def rate_rows() -> list[tuple]:
@@ -70,7 +70,7 @@ def ratio_rows() -> list[tuple]:
         out.append((part, cat, rule, h, rule / h - 1))
     first = statistics.mean(a / b * eff * HOPPER_FP8_PEAK / MAMF_FP8["GB200"]
                             for ref, eff in HOPPER_FP8.items()
-                            for a, b in zip(AZURE_GB200_FIRST, AZURE_FP8_SUSTAINED[ref]))
+                            for a, b in zip(AZURE_GB200_570_99, AZURE_FP8_SUSTAINED[ref]))
     rule = _sustained_ratio(1200, 148)
     out.append(("GB200, driver 570.99", GB200_SUSTAINED_RATIO, rule, first, rule / first - 1))
     return out
