@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.h100_gemm_shapes import model_tflops  # noqa: E402
-from topologies.gpus import (AZURE_FP8_SUSTAINED, GB200_SUSTAINED_RATIO,  # noqa: E402
+from topologies.gpus import (AZURE_FP8_SUSTAINED, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
                              HOPPER_FP8, HOPPER_FP8_PEAK, _sustained_ratio, get_gpu,
                              harness_ratio)
 
@@ -72,7 +72,7 @@ def ratio_rows() -> list[tuple]:
                             for ref, eff in HOPPER_FP8.items()
                             for a, b in zip(AZURE_GB200_570_99, AZURE_FP8_SUSTAINED[ref]))
     rule = _sustained_ratio(1200, 148)
-    out.append(("GB200, driver 570.99", GB200_SUSTAINED_RATIO, rule, first, rule / first - 1))
+    out.append(("GB200, driver 570.99", GB200_FP8_SUSTAINED_RATIO, rule, first, rule / first - 1))
     return out
 
 
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         rule = _sustained_ratio(1200, 148)
         res = what_if_gb200(rule)
         print(f"\nWhat-if: GB200 at the power rule's {rule:.3f} instead of the catalog's "
-              f"{GB200_SUSTAINED_RATIO:.3f}\n")
+              f"{GB200_FP8_SUSTAINED_RATIO:.3f}\n")
         print("| file | run | error now | error at the power rule |")
         print("|---|---|---:|---:|")
         for f, i, now, alt in res:

@@ -209,10 +209,10 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
 # clock (``_sustained_ratio``):
 #   B300  (160 SMs, 1100 W): 0.814 (1.1 · 148/160)^(1/3) = 0.819; bf16 MAMF 1769.0/2250,
 #         fp8 3353.3/4500 -> 0.64, 0.61
-#   GB200 (148 SMs, 1200 W, liquid-cooled): measured instead (§5.41): 0.759, the sustained fp8
-#         GEMM rate of one public harness (AZURE_FP8_SUSTAINED) through H100 and H200 over MAMF
-#         (the rule would give 0.814 · 1.2^(1/3) = 0.865, 14 % above it); bf16 MAMF
-#         1822.0/2500, fp8 3615.6/5000 -> 0.55, 0.55
+#   GB200 (148 SMs, 1200 W, liquid-cooled): bf16 the rule, 0.814 · 1.2^(1/3) = 0.865; fp8
+#         measured instead (§5.41): 0.759, the sustained fp8 GEMM rate of one public harness
+#         (AZURE_FP8_SUSTAINED) through H100 and H200 over MAMF (the rule is 14 % above it; the
+#         harness ran fp8 only); bf16 MAMF 1822.0/2500, fp8 3615.6/5000 -> 0.63, 0.55
 #   GB300 (160 SMs, 1400 W, liquid-cooled): 0.814 (1.4 · 148/160)^(1/3) = 0.887 (the same
 #         harness gives 0.872: the rule is kept, 1.8 % above it); no MAMF published: GB200's
 #         burst fractions (same 2.5/5 PFLOP/s datasheet rates) -> 0.65, 0.64
@@ -258,8 +258,9 @@ def harness_ratio(part: str, burst_tflops: float) -> float:
     return sum(vals) / len(vals)
 
 
-#: GB200's sustained/burst ratio, measured (the power rule gives 0.865 and is not used for it)
-GB200_SUSTAINED_RATIO = harness_ratio("GB200", 3615.6)
+#: GB200's sustained/burst ratio in fp8, measured (the power rule gives 0.865 and is not used
+#: for fp8); bf16 has no sustained measurement on a Grace-Blackwell part and keeps the rule
+GB200_FP8_SUSTAINED_RATIO = harness_ratio("GB200", 3615.6)
 
 # hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
 # GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
@@ -326,9 +327,9 @@ _CATALOG = [
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
        1769.0 / 2250 * _sustained_ratio(1100, 160), 0.55, aliases=("B300",),
        fp8_eff=3353.3 / 4500 * _sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
-    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * GB200_SUSTAINED_RATIO,
+    _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1200, 148),
        0.55, aliases=("GB200-NVL72", "B200-NVL72"),
-       fp8_eff=3615.6 / 5000 * GB200_SUSTAINED_RATIO, sms=148, fp4=10000, blocks=_BW,
+       fp8_eff=3615.6 / 5000 * GB200_FP8_SUSTAINED_RATIO, sms=148, fp4=10000, blocks=_BW,
        tdp=1200, src=_SRC["GB200"]),
     _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1400, 160),
        0.55, aliases=("GB300-NVL72", "B300-NVL72"),
