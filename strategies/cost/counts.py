@@ -134,9 +134,10 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
 def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                       kind: str | None = None, etp: Num | None = None,
                       load: Num = 1.0) -> list[tuple[str, tuple]]:
-    """Each with its part (``GEMM_PARTS``; the MLA up projections under ``attn``): the GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
-    recomputed by its op-level selective checkpointing (``recompute=op``):
-    ``(count, M, N, K, row_parallel, saved)``.
+    """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
+    recomputed by its op-level selective checkpointing (``recompute=op``), with its part
+    (``GEMM_PARTS``; MLA's up projections under ``attn``):
+    ``(part, (count, M, N, K, row_parallel, saved))``.
 
     torchtitan's policy (``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``):
     inside one layer's checkpoint, a counter numbers every ``mm``/``linear`` in forward order;
