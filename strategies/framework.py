@@ -264,6 +264,55 @@ MEGATRON_CROSS_ENTROPY = LossPasses(
                 "in the backward, 2 + 4 = 6 bytes per element")
 
 
+#: how a stack launches one grouped GEMM over a GPU's ``k`` local experts
+#: (``ExpertGemmLaunch.kind``)
+EXPERT_GEMM_KINDS = ("per_expert", "multi_stream", "fused")
+
+
+@dataclass(frozen=True)
+class ExpertGemmLaunch:
+    """How the stack launches one grouped expert GEMM (fc1 or fc2, forward, data or weight
+    gradient) over a GPU's ``k`` local experts, and so how many times that GEMM pays the
+    kernel's fixed time (``compute.gemm_fixed_s``; docs/calibration.md §5.42).
+
+    ``"per_expert"``: one kernel per expert, one after another on one stream: ``k`` fixed
+    times. ``"multi_stream"``: one kernel per expert, round-robin over ``streams`` CUDA streams
+    (expert ``i`` on stream ``i mod s``), the streams joined after the last: each stream runs
+    ``ceil(k/s)`` kernels in order, the streams side by side, so a kernel's fill, drain and
+    tail on one stream are covered by the others' work and the GEMM pays ``ceil(k/s)`` fixed
+    times. ``"fused"``: one kernel for every local expert (a grouped kernel): 1. ``source``:
+    where the stack's launch path is read."""
+
+    kind: str = "per_expert"
+    streams: int = 1
+    source: str = ("not read: one kernel per expert on one stream, the model's count of "
+                   "GEMMs (counts.layer_gemms)")
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXPERT_GEMM_KINDS:
+            raise SpecError("framework.expert_gemm_launch.kind", self.kind,
+                            f"must be one of {', '.join(EXPERT_GEMM_KINDS)}")
+        if isinstance(self.streams, bool) or not isinstance(self.streams, int) \
+                or self.streams < 1:
+            raise SpecError("framework.expert_gemm_launch.streams", self.streams,
+                            "must be an integer >= 1")
+        if self.kind != "multi_stream" and self.streams != 1:
+            raise SpecError("framework.expert_gemm_launch.streams", self.streams,
+                            f"must be 1 for kind {self.kind!r} (streams apply to "
+                            "'multi_stream')")
+
+    def fixed_times(self, local: Any) -> Any:
+        """Fixed times one grouped GEMM over ``local`` experts per GPU pays (``k`` =
+        ``local``, > 0; vectorised): ``k`` per expert, ``ceil(k/s)`` on ``s`` streams, 1
+        fused."""
+        k = np.asarray(local, dtype=float)
+        if self.kind == "fused":
+            out = np.ones_like(k)
+        else:
+            out = np.ceil(k / self.streams)
+        return out[()]
+
+
 @dataclass(frozen=True)
 class FrameworkProfile:
     """What a training stack does underneath a plan.
@@ -363,6 +412,9 @@ class FrameworkProfile:
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
     #: expert_pad_bytes``, ``compute.expert_pad_time``
     quant_padding: bool = False
+    #: how the stack launches a grouped expert GEMM over the local experts, hence the fixed
+    #: times it pays (``ExpertGemmLaunch``; ``compute.expert_fixed_share``)
+    expert_gemm_launch: ExpertGemmLaunch = ExpertGemmLaunch()
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -559,6 +611,9 @@ class FrameworkProfile:
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
+        if not isinstance(self.expert_gemm_launch, ExpertGemmLaunch):
+            raise SpecError("framework.expert_gemm_launch", self.expert_gemm_launch,
+                            "must be an ExpertGemmLaunch (kind, streams)")
         for name in self.sharded_grad_passes:
             if name not in SHARDED_GRAD_PASSES:
                 raise SpecError("framework.sharded_grad_passes", name,
@@ -769,6 +824,28 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
             ("tied_reduce", "PipelineEngine._exec_reduce_tied_grads (TrainSchedule's "
                             "ReduceTiedGrads, before ReduceGrads)"))))
 
+#: Transformer Engine's grouped GEMM (``GroupedLinear`` under Megatron-Core's ``TEGroupedMLP``):
+#: ``general_grouped_gemm`` -> ``te_general_grouped_gemm`` -> ``nvte_multi_tensor_gemm`` ->
+#: ``multi_stream_cublas_gemm``, one ``cublasLtMatmul`` per expert on compute stream
+#: ``i % num_streams``, ``num_compute_streams = 4`` a constant (TE v2.9 and v2.14
+#: ``common/gemm/cublaslt_gemm.cu``, ``common/util/multi_stream.cpp``); CUTLASS's grouped
+#: kernel only on Hopper with ``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, which no recipe read sets.
+#: The legacy ``GroupedMLP`` (``grouped_gemm``) launches the same way off sm_80
+#: (``GROUPED_MLP_GEMM``)
+TE_GROUPED_GEMM = ExpertGemmLaunch(
+    "multi_stream", 4,
+    "Transformer Engine v2.9/v2.14 multi_stream_cublas_gemm: one cuBLASLt GEMM per expert "
+    "round-robin on 4 compute streams (common/util/multi_stream.cpp num_compute_streams = 4)")
+#: fanshiqing/grouped_gemm v1.1.4 ``ops.gmm`` (NeMo AutoModel's ``GroupedExpertsDeepEP``,
+#: Megatron-Core's legacy ``GroupedMLP``): ``csrc/grouped_gemm.cu`` ``CublasGroupedGemm`` /
+#: ``CublasGroupedGemmVariableK``, one ``cublasGemmEx`` per expert on handle ``i %
+#: NUM_STREAM``, ``#define NUM_STREAM 4``, on every build but ``sm_80`` (its CUTLASS grouped
+#: kernel is compiled for ``GROUPED_GEMM_DEVICE_CAPABILITY == 80`` only: "Use cuBLAS for SM90")
+GROUPED_MLP_GEMM = ExpertGemmLaunch(
+    "multi_stream", 4,
+    "grouped_gemm v1.1.4 csrc/grouped_gemm.cu CublasGroupedGemm: one cublasGemmEx per expert "
+    "round-robin on NUM_STREAM = 4 streams off sm_80")
+
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
     description="Megatron-Core / NeMo 2023+ with Transformer Engine: fused kernels, "
@@ -777,7 +854,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
-    grouped_mlp_casts=True, quant_padding=True,
+    grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
@@ -905,6 +982,11 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # v0.2.2 models/moe/moe.py GroupedExperts(use_grouped_mm=True): torch._grouped_mm, one
+    # grouped kernel for all local experts (ATen's CUTLASS bf16bf16_grouped_mm) per GEMM
+    expert_gemm_launch=ExpertGemmLaunch(
+        "fused", 1, "torchtitan v0.2.2 models/moe/moe.py _run_experts_grouped_mm: "
+                    "torch._grouped_mm, one kernel for every local expert"),
     # FSDP2 over the fp32 model (9dec370 train.py: meta init, model.to_empty, fp32;
     # parallelisms/parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(bf16, fp32),
     # reshard_after_forward=False under pp), docs/calibration.md §5.32
@@ -1017,6 +1099,12 @@ HAI_LLM = replace(
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
     grouped_mlp_casts=False, quant_padding=False,
+    # DeepSeek on its released V3 training profile (deepseek-ai/profile-data issue #2,
+    # 2025-02-28): "we launch expert GEMMs (one kernel for one expert) on two streams
+    # interleavely", an earlier grouped GEMM than DeepGEMM's, kept for V3 training
+    expert_gemm_launch=ExpertGemmLaunch(
+        "multi_stream", 2, "deepseek-ai/profile-data issue #2 (DeepSeek, 2025-02-28): V3 "
+                           "training launches one kernel per expert on two streams"),
     precisions=("bf16", "fp8-blockwise"),
     # DeepSeek-V3 report §3.3.3: activations cached in FP8 (E5M6 after the attention), the
     # AdamW moments in BF16 beside the FP32 master weights: 4 + 2 + 2 bytes per parameter
@@ -1070,6 +1158,9 @@ AUTOMODEL = replace(
     # tokens over the EP group (DTensor full_tensor), a path not modelled: "alltoall" stands
     # in for it
     moe_dispatchers=("alltoall", "deepep"),
+    # GroupedExpertsDeepEP (components/moe/layers.py): grouped_gemm's ops.gmm, one cuBLAS
+    # GEMM per expert on 4 streams (the non-DeepEP GroupedExperts loops over its experts)
+    expert_gemm_launch=GROUPED_MLP_GEMM,
     # TE's DotProductAttention (backend attn: te) is the chip's fused kernel
     attention_kernel="native",
     # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:

@@ -127,9 +127,17 @@ def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                  kind: str | None = None, etp: Num | None = None,
                  load: Num = 1.0) -> list[tuple]:
+    """``op_sac_gemm_parts`` without the parts."""
+    return [g for _, g in op_sac_gemm_parts(m, b, tp, cp, ep, kind, etp, load)]
+
+
+def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                      kind: str | None = None, etp: Num | None = None,
+                      load: Num = 1.0) -> list[tuple[str, tuple]]:
     """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
-    recomputed by its op-level selective checkpointing (``recompute=op``):
-    ``(count, M, N, K, row_parallel, saved)``.
+    recomputed by its op-level selective checkpointing (``recompute=op``), with its part
+    (``GEMM_PARTS``; MLA's up projections under ``attn``):
+    ``(part, (count, M, N, K, row_parallel, saved))``.
 
     torchtitan's policy (``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``):
     inside one layer's checkpoint, a counter numbers every ``mm``/``linear`` in forward order;
@@ -145,7 +153,7 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     attn: list[tuple] = []
-    for name, k_in, n_out, split in m.attention_linears():
+    for name, k_in, n_out, split in m.attention_linears():  # part "attn"
         if name == "qkv":                    # torchtitan: wq, wk, wv
             a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
             attn += [(1, T, a * d / tp, k_in, False), (1, T, g * d / tp, k_in, False),
@@ -159,25 +167,26 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         ups = [(w, M, F / t, h, False)] * up           # w1 (and w3 when gated)
         return ups + [(w, M, h, F / t, True)]
 
-    out: list[tuple] = []
+    out: list[tuple[str, tuple]] = []
     shares = m.layer_shares(kind)
     for kind_, w in shares.items():
-        counted: list[tuple] = [(w * c, M, N, K, r) for c, M, N, K, r in attn]
+        counted = [("attn", (w * c, M, N, K, r)) for c, M, N, K, r in attn]
         uncounted: list[tuple] = []
         if kind_ == "dense":
-            counted += mlp(w, T, m.ffn_hidden_size)
+            counted += [("dense_mlp", g) for g in mlp(w, T, m.ffn_hidden_size)]
         else:
             local = m.num_experts / ep
             Me = expert_tokens(m, b, tp, cp, ep, etp, load)
-            counted.append((w, T, m.num_experts, h, None))
+            counted.append(("routed_mlp", (w, T, m.num_experts, h, None)))
             uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
                           mlp(w, Me, m.expert_ffn, tp if etp is None else etp)]
             if m.num_shared_experts:
-                counted += mlp(w, T, m.num_shared_experts * m.shared_ffn)
+                counted += [("shared_mlp", g)
+                            for g in mlp(w, T, m.num_shared_experts * m.shared_ffn)]
             if m.shared_expert_gate:
-                counted.append((w, T, 1, h, None))
-        out += [g + (i % 2 == 0,) for i, g in enumerate(counted)]
-        out += [g + (False,) for g in uncounted]
+                counted.append(("shared_mlp", (w, T, 1, h, None)))
+        out += [(p, g + (i % 2 == 0,)) for i, (p, g) in enumerate(counted)]
+        out += [("routed_mlp", g + (False,)) for g in uncounted]
     return out
 
 

@@ -316,7 +316,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
                        graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
