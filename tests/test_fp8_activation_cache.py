@@ -102,7 +102,8 @@ def test_array_model_equals_scalar_with_the_cache(schedule):
     job = _job("hai-llm", schedule=schedule)
     assert act.job_activation_cache(job) == FP8
     P = PlanArrays.from_plans([job.plan])
-    kw = dict(loss_bytes=job.framework.loss.peak_bytes, act_cache=FP8, optimizer_bytes=8.0)
+    kw = dict(loss_bytes=job.framework.loss.peak_bytes, act_cache=FP8, optimizer_bytes=8.0,
+              dispatch_bytes=act.job_dispatch_bytes(job))
     stages = [b.total for b in memory_by_stage(job)]
     for s, want in enumerate(stages):
         got = float(rank_memory_arrays(job.model, P, s, job.dtype, job.system,

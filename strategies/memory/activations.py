@@ -284,15 +284,18 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
 
 
 def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                             load=1.0):
+                             load=1.0, dispatch_bytes=counts.ACT_BYTES):
     """Transient bytes per GPU of one MoE layer's token permutation (numbers or arrays): the
-    dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies and the
-    combine's receive buffer of as many (the hottest rank's: ``load`` times), ``2`` bytes per
-    element, alive while the layer runs (not stashed). 0 for a dense model."""
+    dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies at
+    ``dispatch_bytes`` per element (``counts.dispatch_element_bytes``: 2, or a stack's FP8
+    dispatch with its scales) and the combine's receive buffer of as many (the hottest
+    rank's: ``load`` times) at ``2`` bytes, alive while the layer runs (not stashed):
+    ``2·T·h·k·(dispatch_bytes/2 + load)``. 0 for a dense model."""
     if not model.is_moe:
         return 0.0
     T = seq_len * micro_batch_size / (tp * cp)
-    return 2.0 * T * model.hidden_size * model.moe_router_topk * (1.0 + load)
+    return 2.0 * T * model.hidden_size * model.moe_router_topk \
+        * (dispatch_bytes / counts.ACT_BYTES + load)
 
 
 def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
@@ -530,6 +533,11 @@ def _kind_mean(job: Job, stage: int, per_layer) -> float:
 def job_activation_cache(job: Job) -> float | None:
     """``activation_cache_bytes`` of the job's stack and precision."""
     return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
+
+
+def job_dispatch_bytes(job: Job) -> float:
+    """``counts.dispatch_element_bytes`` of the job's stack and precision."""
+    return counts.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
 
 
 def job_layer_activation_bytes(job: Job, recompute: str | None = None,
