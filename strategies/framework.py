@@ -484,6 +484,15 @@ class FrameworkProfile:
     #: Activation"); False: the 16-bit table (Transformer Engine's saved fp8 inputs are not
     #: modelled, docs/memory.md)
     fp8_activation_cache: bool = False
+    #: in a quantised precision, dispatches the MoE's routed tokens in that precision with
+    #: their scales, the combine in 16 bits (``counts.dispatch_element_bytes``: the
+    #: all-to-all's bytes, the permutations' and the send buffer's). DeepSeek-V3 (arXiv
+    #: 2412.19437 §3.3.3, "Low-Precision Communication"); False: 16-bit tokens both ways
+    #: (Megatron-Core passes the hidden states to DeepEP's ``Buffer.dispatch`` as they are,
+    #: builds DeepEP V2's ``ElasticBuffer`` with ``use_fp8_dispatch=False`` and asserts
+    #: "HybridEP dispatcher does not support fp8 dispatch now":
+    #: ``megatron/core/transformer/moe/fused_a2a.py``)
+    fp8_dispatch: bool = False
     #: optimizer state bytes per parameter, where the stack states them (None:
     #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
     optimizer_state_bytes: float | None = None
@@ -1109,6 +1118,9 @@ HAI_LLM = replace(
     # DeepSeek-V3 report §3.3.3: activations cached in FP8 (E5M6 after the attention), the
     # AdamW moments in BF16 beside the FP32 master weights: 4 + 2 + 2 bytes per parameter
     fp8_activation_cache=True, optimizer_state_bytes=8.0,
+    # §3.3.3 "Low-Precision Communication": FP8 dispatch (DeepEP's 1x128 fp32 scales), BF16
+    # combine
+    fp8_dispatch=True,
     precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
                      "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "
                      "HAI-LLM's code is not public",

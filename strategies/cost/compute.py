@@ -684,10 +684,12 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
                      system: SystemConfig = DEFAULT_SYSTEM,
-                     etp: Num | None = None) -> tuple[Num, Num]:
+                     etp: Num | None = None,
+                     dispatch_bytes: float = costs.ACT_BYTES) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``costs.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
-    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp)
+    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp,
+                                    dispatch_bytes)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -855,7 +857,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     launch = launch_time(fw, gpu=gpu)
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
-    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
+                                costs.dispatch_element_bytes(fw.fp8_dispatch, dtype))
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
     q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
