@@ -105,3 +105,22 @@ def test_unfused_attention_closed_form_without_dropout(gpu, tp):
     # FlashAttention: no score bytes either way
     assert attention_time_fwd(m, 1, tp, 1, True, g, fw=MEGATRON_CORE) == \
         attention_time_fwd(replace(m, dropout=True), 1, tp, 1, True, g, fw=MEGATRON_CORE)
+
+
+def test_the_what_if_removes_and_restores_the_facts():
+    from experiments import dgxc_deepseek_facts as wf
+    rows, ds = _rows()
+    r = ds["dgxc2505_deepseek_v3_671b_gb200_128_bf16"]
+    assert wf.with_facts(r, len(wf.STEPS) - 1) == r          # every fact kept: the row itself
+    bare = wf.with_facts(r, 0)
+    assert not {"recompute_modules", "tp_comm_overlap", "first_stage_layers",
+                "last_stage_layers", "flash_attn"} & set(bare["plan"])
+    assert bare["model"]["hf_config"]["num_nextn_predict_layers"] == 0
+    assert r["plan"]["flash_attn"] is False                   # the row is not mutated
+    # the unfused attention is the only fact that lengthens the GB200 step by seconds
+    fused, unfused = (wf.step_s(wf.with_facts(r, k), rows) for k in (3, 4))
+    assert unfused - fused > 5.0
+    with wf.dropout_bytes_charged():
+        charged = wf.step_s(r, rows)
+    assert charged > unfused
+    assert counts.DROPOUT_SCORE_BYTES_FWD == counts.DROPOUT_SCORE_BYTES_BWD == 5.0   # restored
