@@ -547,6 +547,24 @@ SCORE_BYTES_FWD = 13.0
 #: saved softmax output and writes in place (2 + 2 + 2); QK^T's backward reads ``dS`` for
 #: ``dQ = dS·K`` and for ``dK = dS^T·Q`` (2 + 2). docs/calibration.md §3.25.
 SCORE_BYTES_BWD = 19.0
+#: The attention dropout's share of those bytes, forward (it reads the probabilities, writes
+#: them and its 1-byte mask: 2 + 2 + 1) and backward (reads ``dP`` and the mask, writes:
+#: 2 + 1 + 2). A model trained without dropout (``ModelSpec.dropout`` False) never spends
+#: them: ``F.dropout(x, p=0)`` returns ``x`` itself (PyTorch ``aten/src/ATen/native/
+#: Dropout.cpp``, ``_dropout_impl``), so AV reads the softmax output directly, as Transformer
+#: Engine's ``UnfusedDotProductAttention`` runs it (``torch.nn.Dropout(0.0)``). §5.44.
+DROPOUT_SCORE_BYTES_FWD = 5.0
+DROPOUT_SCORE_BYTES_BWD = 5.0
+
+
+def score_bytes(m: ModelSpec) -> tuple[float, float]:
+    """HBM bytes per score element of the unfused attention path, (forward, backward):
+    ``SCORE_BYTES_FWD``/``SCORE_BYTES_BWD``, less the dropout's share
+    (``DROPOUT_SCORE_BYTES_*``) for a model trained without dropout."""
+    if m.dropout:
+        return SCORE_BYTES_FWD, SCORE_BYTES_BWD
+    return (SCORE_BYTES_FWD - DROPOUT_SCORE_BYTES_FWD,
+            SCORE_BYTES_BWD - DROPOUT_SCORE_BYTES_BWD)
 
 
 def score_elements_per_gpu(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
@@ -565,19 +583,19 @@ def _unless_flash(flash: Num, per: Num) -> Num:
 def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num,
                       bias_bytes: float = 0.0) -> Num:
     """HBM bytes of the unfused attention path (no FlashAttention), per GPU, forward:
-    ``SCORE_BYTES_FWD`` per score element (``score_elements_per_gpu``), plus ``bias_bytes``
+    ``score_bytes(m)[0]`` per score element (``score_elements_per_gpu``), plus ``bias_bytes``
     per element where the stack adds a position bias into the score tensor
     (``FrameworkProfile.alibi_score_bytes`` for ALiBi). Zero with FlashAttention (scores stay
     on chip)."""
-    return _unless_flash(flash, (SCORE_BYTES_FWD + bias_bytes)
+    return _unless_flash(flash, (score_bytes(m)[0] + bias_bytes)
                          * score_elements_per_gpu(m, b, tp, cp))
 
 
 def softmax_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
-    """HBM bytes of the unfused attention path's backward per GPU: ``SCORE_BYTES_BWD`` per
+    """HBM bytes of the unfused attention path's backward per GPU: ``score_bytes(m)[1]`` per
     score element (a bias added in the forward has no gradient: ALiBi's is a buffer). Zero
     with FlashAttention."""
-    return _unless_flash(flash, SCORE_BYTES_BWD * score_elements_per_gpu(m, b, tp, cp))
+    return _unless_flash(flash, score_bytes(m)[1] * score_elements_per_gpu(m, b, tp, cp))
 
 
 # ----------------------------------------------------------------------- communication volumes

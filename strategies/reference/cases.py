@@ -268,6 +268,24 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
+def _stated_stages_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+                        fw: FrameworkProfile, notes: list[str]) -> Plan | None:
+    """The plan of a pipelined row that states its first and/or last stage's layer counts
+    (``plan.first_stage_layers``/``last_stage_layers``: Megatron's
+    ``--decoder-first/last-pipeline-num-layers``, NeMo's
+    ``num_layers_in_first/last_pipeline_stage``), run on the model's own layers with the rest
+    split evenly over the middle stages (``strategies.layout``); None where it states neither."""
+    pl = c.get("plan") or {}
+    stated = {f: _size(pl.get(f)) for f in ("first_stage_layers", "last_stage_layers")
+              if pl.get(f) is not None}
+    if not stated or sizes[1] == 1:
+        return None
+    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, notes), **stated)
+    notes.append(", ".join(f"{f}={v}" for f, v in stated.items())
+                 + " (stated: the recipe's uneven pipeline split)")
+    return plan
+
+
 def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
                         fw: FrameworkProfile, notes: list[str]) -> Plan | None:
     """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
@@ -595,7 +613,9 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
-        plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+        plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
+        if plan is None:
+            plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
         if plan is None:
             plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
