@@ -339,6 +339,11 @@ class FrameworkProfile:
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
     microbatches_per_pp: bool = False
+    #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
+    #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
+    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``)
+    pipeline_flushes: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -1077,6 +1082,10 @@ AUTOMODEL = replace(
     # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
     # dtype: master 2 + m 2 + v 2 (docs/calibration.md §5.32, §5.38)
     optimizer_state_bytes=6.0, master_bytes=2.0,
+    # recipes/llm/train_ft.py _run_train_optim_step, recipes/llm/benchmark.py run_benchmark:
+    # schedule.step() once per gradient-accumulation step of local_batch_size sequences
+    # (strategies.flushes, docs/calibration.md §5.43)
+    pipeline_flushes=True,
     precisions=("bf16",),
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
@@ -1227,6 +1236,11 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("pp", v.pp, (pp == 1) | (m % pp == 0),
                       lambda: who + "runs a number of pipeline micro-batches per step "
                                     "(gbs/(mbs*dp)) that is a multiple of pp"))
+    flushes = getattr(v, "flushes", 1)
+    if not fw.pipeline_flushes:
+        rules.append(("flushes", flushes, np.asarray(flushes) == 1,
+                      lambda: who + "runs one pipeline schedule over a step's micro-batches "
+                                    "(flushes=1)"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -1307,7 +1321,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            account_embedding=plan.account_embedding,
                            account_loss=plan.account_loss,
                            layers_per_stage_given=plan.layers_per_stage is not None,
-                           group_microbatches_given=plan.group_microbatches is not None)
+                           group_microbatches_given=plan.group_microbatches is not None,
+                           flushes=plan.flushes)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:
