@@ -104,3 +104,15 @@ def test_automodel_rows_state_their_flushes():
         pl = c["plan"]
         if pl["pp"] > 1:
             assert got[c["id"]] == pl["grad_accum"]     # the table's GA column
+
+
+def test_validate_simulates_one_flush_not_an_extension():
+    """``validate`` (``extended_step_time``) and the search (``simulate_figures``) never extend
+    a job with several flushes from short runs: they simulate one flush and compose it."""
+    from simulator.extend import can_extend, extended_step_time, simulate_figures
+    job = _job(tp=2, pp=2, gbs=64, flushes=2)
+    assert job.num_microbatches == 16 and can_extend(_job(tp=2, pp=2, gbs=64))
+    assert not can_extend(job)
+    t, how = extended_step_time(job)
+    assert how == "full" and t == simulate(job).step_time_s
+    assert simulate_figures(job)["step_time_s"] == t
