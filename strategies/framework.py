@@ -342,7 +342,9 @@ class FrameworkProfile:
     #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
     #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
     #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
-    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``)
+    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``). Such a
+    #: stack also needs at least ``pp`` micro-batches per flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``)
     pipeline_flushes: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
@@ -1203,10 +1205,11 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
-    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``; sources
-    on the fields). Reads ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job
-    resolves it), ``etp`` (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``,
-    ``ep`` and ``zero``."""
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``,
+    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``; sources on the fields). Reads ``dp``
+    (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
+    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep``, ``zero``, ``gbs``,
+    ``mbs`` and ``flushes`` (1 where the arrays have no such column)."""
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
@@ -1241,6 +1244,13 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("flushes", flushes, np.asarray(flushes) == 1,
                       lambda: who + "runs one pipeline schedule over a step's micro-batches "
                                     "(flushes=1)"))
+    elif getattr(v, "gbs", None) is not None:
+        per_flush = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp * np.asarray(flushes))
+        pp = np.asarray(v.pp)
+        rules.append(("pp", v.pp, (pp == 1) | (per_flush >= pp),
+                      lambda: who + "needs at least pp micro-batches per pipeline flush "
+                                    "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
+                                    "pp_microbatch_size >= pp_size, asserted)"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "

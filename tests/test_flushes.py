@@ -4,6 +4,7 @@ once per step, the stack and plan rules, and the AutoModel reference rows that s
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -82,6 +83,15 @@ def test_flush_rules():
         make_job(m, cl, plan, framework="megatron-core")
     job = make_job(m, cl, plan, framework="automodel")
     assert "flushes2" in job.plan.short()
+    # AutoModel asserts local_batch_size // pp_microbatch_size >= pp_size: 8/8 = 1 < 2
+    with pytest.raises(SpecError, match="pp=2: automodel needs at least pp micro-batches"):
+        make_job(m, cl, parse_plan("pp=2,ep=8,mbs=1,gbs=64,zero=2,flushes=8"),
+                 framework="automodel")
+    # the search's mask reads the same rule on its arrays (flushes = 1 there)
+    from strategies.framework import get_profile, stack_mask
+    from strategies.plan_arrays import PlanArrays
+    P = PlanArrays.from_plans([replace(plan, flushes=1, gbs=g, dp=8) for g in (8, 16, 64)])
+    assert stack_mask(get_profile("automodel"), P).tolist() == [False, True, True]
     assert parse_plan("pp=2,flushes=4").flushes == 4
 
 
