@@ -388,6 +388,13 @@ class FrameworkProfile:
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
     microbatches_per_pp: bool = False
+    #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
+    #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
+    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``). Such a
+    #: stack also needs at least ``pp`` micro-batches per flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``)
+    pipeline_flushes: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -1180,6 +1187,10 @@ AUTOMODEL = replace(
     # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
     # dtype: master 2 + m 2 + v 2 (docs/calibration.md §5.32, §5.38)
     optimizer_state_bytes=6.0, master_bytes=2.0,
+    # recipes/llm/train_ft.py _run_train_optim_step, recipes/llm/benchmark.py run_benchmark:
+    # schedule.step() once per gradient-accumulation step of local_batch_size sequences
+    # (strategies.flushes, docs/calibration.md §5.43)
+    pipeline_flushes=True,
     precisions=("bf16",),
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
@@ -1297,10 +1308,11 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
-    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``; sources
-    on the fields). Reads ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job
-    resolves it), ``etp`` (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``,
-    ``ep`` and ``zero``."""
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``,
+    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``; sources on the fields). Reads ``dp``
+    (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
+    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep``, ``zero``, ``gbs``,
+    ``mbs`` and ``flushes`` (1 where the arrays have no such column)."""
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
@@ -1330,6 +1342,18 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("pp", v.pp, (pp == 1) | (m % pp == 0),
                       lambda: who + "runs a number of pipeline micro-batches per step "
                                     "(gbs/(mbs*dp)) that is a multiple of pp"))
+    flushes = getattr(v, "flushes", 1)
+    if not fw.pipeline_flushes:
+        rules.append(("flushes", flushes, np.asarray(flushes) == 1,
+                      lambda: who + "runs one pipeline schedule over a step's micro-batches "
+                                    "(flushes=1)"))
+    elif getattr(v, "gbs", None) is not None:
+        per_flush = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp * np.asarray(flushes))
+        pp = np.asarray(v.pp)
+        rules.append(("pp", v.pp, (pp == 1) | (per_flush >= pp),
+                      lambda: who + "needs at least pp micro-batches per pipeline flush "
+                                    "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
+                                    "pp_microbatch_size >= pp_size, asserted)"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -1410,7 +1434,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            account_embedding=plan.account_embedding,
                            account_loss=plan.account_loss,
                            layers_per_stage_given=plan.layers_per_stage is not None,
-                           group_microbatches_given=plan.group_microbatches is not None)
+                           group_microbatches_given=plan.group_microbatches is not None,
+                           flushes=plan.flushes)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strategies.estimate.analytic import estimate_arrays, ranked_messages
+from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
@@ -349,12 +350,28 @@ def by_chunk(job: Job) -> bool:
     return bool(stage_costs(job).by_kind)
 
 
+def _flushed(job: Job, one: Estimate) -> Estimate:
+    """``job``'s estimate from that of one of its ``flushes`` (``strategies.flushes``): every
+    part ``k`` times but the optimizer; the same work per flush, so MFU/HFU and the bubble
+    fraction scale with ``k·T_1/T``; memory is one flush's."""
+    k = job.plan.flushes
+    step = flushed_step_s(one.step_time_s, one.breakdown_s["optimizer"], k)
+    scale = k * one.step_time_s / step
+    return Estimate(job=job, step_time_s=step, tokens_per_s=job.tokens_per_step / step,
+                    mfu=one.mfu * scale, hfu=one.hfu * scale,
+                    bubble_fraction=one.bubble_fraction * scale,
+                    breakdown_s=flushed_breakdown(one.breakdown_s, k), memory=one.memory,
+                    memory_by_stage=one.memory_by_stage, num_microbatches=job.num_microbatches)
+
+
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
     Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
     or GPU type (``_per_stage``)."""
     from strategies.memory.scalar import memory_by_stage
     p = job.plan
+    if p.flushes > 1:       # k pipeline flushes per step: one flush's estimate, composed
+        return _flushed(job, estimate(flush_job(job)))
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:

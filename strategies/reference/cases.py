@@ -402,8 +402,24 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
+    k = _flushes(fw, pp, gbs, dp, local)
+    if k > 1:
+        switches["flushes"] = k
+        notes.append(f"flushes={k}: {fw.name} runs its pipeline schedule once per local batch "
+                     f"of {local} (gbs/(local_batch_size*dp) = {gbs}/({local}*{dp}); "
+                     "strategies.flushes)")
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> int:
+    """Pipeline flushes per step of an entry (``strategies.flushes``): ``gbs / (local·dp)``
+    where the stack runs its schedule once per local batch and the entry states the local
+    batch; else 1."""
+    if not (fw.pipeline_flushes and pp > 1 and local):
+        return 1
+    per = int(local) * dp
+    return gbs // per if gbs % per == 0 else 1
 
 
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
