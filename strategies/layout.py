@@ -249,7 +249,8 @@ def _place(stages: list[tuple[str, ...]], schedule: str, pp: int, vpp: int,
 # ----------------------------------------------------------------------------- from a plan
 
 def layout_string_extremes(plan) -> tuple[float, float, float, float, float] | None:
-    """What the lower bound reads of a plan's layout string (None without one): ``(first,
+    """What the lower bound reads of a plan's layout string or ``layers_per_stage`` (None
+    without either): ``(first,
     mid, last, least, most)``, the transformer layers of pipeline rank 0, rank ``pp-2`` and
     rank ``pp-1`` (all their chunks; a mirrored schedule, DualPipe: per copy, the mean of
     the two stages the rank holds, ``plan_arrays.rank_layers``'s rule) and the fewest and
@@ -258,10 +259,20 @@ def layout_string_extremes(plan) -> tuple[float, float, float, float, float] | N
     >>> from strategies.plan import Plan
     >>> layout_string_extremes(Plan(pp=4, schedule="dualpipe", layout="Et*6|t*2|t*3|t*5L"))
     (5.5, 2.5, 5.5, 2.0, 6.0)
+
+    ``layers_per_stage`` (one chunk per rank, never mirrored: ``plan._check_layers_per_stage``)
+    is the layout string with those counts, read the same way:
+
+    >>> layout_string_extremes(Plan(pp=4, layers_per_stage=(3, 9, 1, 3)))
+    (3.0, 1.0, 3.0, 1.0, 9.0)
     """
     stages = plan_layout_stages(plan)
     if stages is None:
-        return None
+        lps = getattr(plan, "layers_per_stage", None)
+        if lps is None:
+            return None
+        return (float(lps[0]), float(lps[max(plan.pp - 2, 0)]), float(lps[plan.pp - 1]),
+                float(min(lps)), float(max(lps)))
     pp, vpp = plan.pp, plan.vpp
     lay = _place(list(stages), plan.schedule, pp, vpp, "layout")
     per_rank = [lay.layers_of_stage(r) for r in range(pp)]

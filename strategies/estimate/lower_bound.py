@@ -266,6 +266,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
              "last": np.where(~lay_str | one_kind, 1.0, 0.0)}
     sc = costs if costs is not None and real.uniform else \
         stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
+    # the stage-cost record on each GPU type present, each computed once; every figure the
+    # bound adds up is the least over those types (``fastest_of_each``), every window it
+    # subtracts the largest
+    types = [gpu] if real.uniform else list({repr(g.gpu): g.gpu for g in real.groups}.values())
+    recs = {repr(gpu): sc}
+
+    def record(g):
+        if repr(g) not in recs:
+            recs[repr(g)] = stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
+        return recs[repr(g)]
+
     mix = LayerMix.of(m, P.ep)          # dense and MoE layers: each chunk by kind, see there
     if mix:
         lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
@@ -327,7 +338,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         stage-cost record on ``g``; a model of several layer kinds (``LayerMix``): the
         ``chunks·lpc`` cheapest layers (``ceiling``: the dearest) over ``chunks`` chunks (a
         rank's chunks hold distinct layers)."""
-        r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
+        r = record(g)
         per = layer_blocks(r, ceiling)
         if mix:
             f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
@@ -339,7 +350,13 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
         return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
-    lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
+    def least_chunk(lpc=lpc, chunks=1.0):
+        """``chunk_times``' ``(head_f, head_b, emb, emb_b, f_blk, b_blk)`` at the fastest of
+        each GPU type present (``fastest_of_each``)."""
+        per = [chunk_times(g, lpc, chunks=chunks) for g in types]
+        return tuple(fastest_of_each([t[i] for t in per]) for i in range(1, 7))
+
+    head_f, head_b, emb, emb_b, f_blk, b_blk = least_chunk()
 
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
     # shard, ``placement.dense_dp_group``)
@@ -351,7 +368,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                "mid": sc.expert_params_mid}
     # (the optimizer and the stack's per-step passes, ``strategies.cost.step``, which the
     # simulator runs on the compute stream just before it)
-    opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
+    opt = {k: fastest_of_each([getattr(record(g), f"optimizer_{k}")
+                               + getattr(record(g), f"passes_{k}") for g in types])
            for k in ("first", "last", "mid")}
     # (a model of dense and MoE layers: the record holds each kind of rank's own layers by
     # kind, ``layout.even_stage_content_arrays``, both copies under DualPipe)
@@ -369,15 +387,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
             "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
-    blocks = {k: chunk_times(gpu, own[k], chunks=v)[5:7] for k in own}
+    blocks = {k: least_chunk(own[k], v)[4:6] for k in own}
     if mix:
         # each kind of stage's own layers by kind (``layout.even_stage_content``: the even
         # split, first/last-stage counts, slots; "mid" is rank pp-2, whose bound it feeds);
         # DualPipe's ranks hold two stages: the cheapest layers as above
-        per = layer_blocks(sc)
+        per_type = [layer_blocks(record(g)) for g in types]
         for k, nk in content.items():
-            f_own = (nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
-            b_own = (nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
+            f_own = fastest_of_each([(nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
+                                     for per in per_type])
+            b_own = fastest_of_each([(nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
+                                     for per in per_type])
             cheapest = mirrored | lay_str     # (a layout string: its kinds not read here)
             blocks[k] = (np.where(cheapest, blocks[k][0], f_own),
                          np.where(cheapest, blocks[k][1], b_own))
@@ -419,22 +439,24 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                                 wgrad(sc, lpc_most) + sc.head_wgrad),
                "mid": wgrad(sc, lpc_most)}
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
-        per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
-                          for g in real.groups]
-        w_chunk = {"first": np.max([wgrad(r, lpc) + r.embedding_wgrad
-                                    + np.where(head_first, r.head_wgrad, 0.0) for r in per_gpu],
-                                   axis=0),
-                   "last": np.max([np.where(head_first, wgrad(r, lpc),
-                                            wgrad(r, lpc) + r.head_wgrad)
+        per_gpu = [record(g) for g in types]
+        w_chunk = {"first": np.max([wgrad(r, lpc_most) + r.embedding_wgrad
+                                    + np.where(head_first, r.head_wgrad, 0.0)
+                                    for r in per_gpu], axis=0),
+                   "last": np.max([np.where(head_first, wgrad(r, lpc_most),
+                                            wgrad(r, lpc_most) + r.head_wgrad)
                                    for r in per_gpu], axis=0),
-                   "mid": np.max([wgrad(r, lpc) for r in per_gpu], axis=0)}
-    # the W of a middle stage (fastest GPU), subtracted from its backward below
-    w_pass = split * (lpc * sc.layer_wgrad if not mix else wgrad(sc, lpc))
+                   "mid": np.max([wgrad(r, lpc_most) for r in per_gpu], axis=0)}
+    # a middle stage's backward chunk less its W (split backward), at the fastest of each
+    b_pass = fastest_of_each([chunk_times(g)[6] - split * (
+        lpc * record(g).layer_wgrad if not mix else wgrad(record(g), lpc)) for g in types])
     if mix:   # per layer of each kind: forward, backward, backward less a split-off W
-        per = layer_blocks(sc)
-        kf, kb = (per[0][0], per[1][0]), (per[0][1], per[1][1])
-        kbw = tuple(per[i][1] - split * sc.by_kind[x].layer_wgrad
-                    for i, x in enumerate(("dense", "moe")))
+        kf, kb, kbw = [], [], []
+        for i, x in enumerate(("dense", "moe")):
+            per = [(layer_blocks(record(g))[i], record(g).by_kind[x]) for g in types]
+            kf.append(fastest_of_each([p[0] for p, _ in per]))
+            kb.append(fastest_of_each([p[1] for p, _ in per]))
+            kbw.append(fastest_of_each([p[1] - split * k.layer_wgrad for p, k in per]))
 
     gb = sc.grad_bytes
     full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
@@ -485,7 +507,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                             + mix.fill((s - 1) * lpc, *kbw), 0.0)
         else:
             chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
-            tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
+            tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_pass + send), 0.0)
         trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
         # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
         # the dp stream after the last compute and the buckets, before the optimizer (its
@@ -505,6 +527,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def fastest_of_each(per_type: list) -> np.ndarray:
+    """The least, plan by plan, of one figure (seconds) computed on each GPU type a mixed
+    cluster holds: every op of a step runs on one of them, so the sum of these minima over
+    the ops bounds any rank's chain from below. Not one type for all: the type of the highest
+    peak (``Cluster.fastest_gpu``) can be the slower on small kernels, whose time is set by a
+    GEMM's fixed time (``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
+    launch gap rather than the peak (docs/calibration.md §5.39). One type: its figure."""
+    out = per_type[0]
+    for x in per_type[1:]:
+        out = np.minimum(out, x)
+    return out
 
 
 def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, single):
