@@ -104,26 +104,21 @@ def _by_group(job: Job) -> dict[str, Any]:
 
 
 def _synchronised_step(runs: list[dict[str, Any]]) -> tuple[int, float, float]:
-    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction:
-    the reduction waits for the longest part before the optimizer, the step for the longest
-    optimizer after it. Returns (the index of the run with the longest part before the
-    optimizer, the step, the optimizer; seconds)."""
-    before = [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs]
-    i = max(range(len(runs)), key=before.__getitem__)
-    opt = max(float(r["optimizer"]) for r in runs)
-    return i, before[i] + opt, opt
+    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction
+    (``mixed.synchronised_step``). Returns (the index of the run with the longest part before
+    the optimizer, the step, the optimizer; seconds)."""
+    from strategies.estimate.mixed import synchronised_step
+    i, step, opt = synchronised_step(
+        [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs],
+        [float(r["optimizer"]) for r in runs])
+    return int(i), float(step), float(opt)
 
 
 def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One step of ranks that run ``runs`` (estimates of the same plan on different GPU types)
-    side by side (``_synchronised_step``); the rest, MFU rescaled, from the run with the
-    longest part before the optimizer."""
-    i, step, opt = _synchronised_step(runs)
-    r = runs[i]
-    scale = float(r["step_time_s"]) / step
-    return {**r, "step_time_s": step, "optimizer": opt, "mfu": float(r["mfu"]) * scale,
-            "hfu": float(r["hfu"]) * scale,
-            "tokens_per_s": float(r["tokens_per_s"]) * scale}
+    side by side (``mixed.synchronised_runs``, the search's arrays' rule)."""
+    from strategies.estimate.mixed import synchronised_runs
+    return synchronised_runs(runs)
 
 
 def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list[float]]:
