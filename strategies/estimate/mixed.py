@@ -15,7 +15,7 @@ those one plan at a time from the schedule, ``scalar._per_stage``, which the arr
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -63,6 +63,18 @@ def synchronised_runs(runs: list[Mapping[str, Any]]) -> dict[str, Any]:
     out.update({"step_time_s": step, "optimizer": opt},
                **{k: out[k] * scale for k in _RATES})
     return out
+
+
+def slowest_gpu(gpus, seconds: Callable[[Any], float]):
+    """The GPU type among ``gpus`` whose own ``seconds(gpu)`` for a piece of work (a pipeline
+    stage's chunks per micro-batch) is longest, the first on a tie: the one the ranks that
+    share that work wait for. Not the lowest peak: on small kernels the fixed GEMM time can
+    make the H100 slower than the A100 (docs/calibration.md §5.39)."""
+    gpus = list({g.name: g for g in gpus}.values())
+    if len(gpus) == 1:
+        return gpus[0]
+    t = [seconds(g) for g in gpus]
+    return gpus[max(range(len(gpus)), key=t.__getitem__)]
 
 
 def gpu_types(cl: Cluster) -> list:
