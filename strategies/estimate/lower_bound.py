@@ -333,13 +333,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                         rk.layer_bwd + rk.layer_recompute + c_b + n_rc * tau, rk.layer_fwd))
         return per
 
+    blocks_by_type = {}
+
+    def type_blocks(g):
+        """``layer_blocks`` of the record on GPU type ``g``, computed once."""
+        if repr(g) not in blocks_by_type:
+            blocks_by_type[repr(g)] = layer_blocks(record(g))
+        return blocks_by_type[repr(g)]
+
     def chunk_times(g, lpc=lpc, ceiling=False, chunks=1.0):
         """Per-chunk seconds on GPU type ``g`` with ``lpc`` layers a chunk, from the
         stage-cost record on ``g``; a model of several layer kinds (``LayerMix``): the
         ``chunks·lpc`` cheapest layers (``ceiling``: the dearest) over ``chunks`` chunks (a
         rank's chunks hold distinct layers)."""
         r = record(g)
-        per = layer_blocks(r, ceiling)
+        per = layer_blocks(r, True) if ceiling else type_blocks(g)
         if mix:
             f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
             b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
@@ -392,7 +400,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # each kind of stage's own layers by kind (``layout.even_stage_content``: the even
         # split, first/last-stage counts, slots; "mid" is rank pp-2, whose bound it feeds);
         # DualPipe's ranks hold two stages: the cheapest layers as above
-        per_type = [layer_blocks(record(g)) for g in types]
+        per_type = [type_blocks(g) for g in types]
         for k, nk in content.items():
             f_own = fastest_of_each([(nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
                                      for per in per_type])
@@ -453,7 +461,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     if mix:   # per layer of each kind: forward, backward, backward less a split-off W
         kf, kb, kbw = [], [], []
         for i, x in enumerate(("dense", "moe")):
-            per = [(layer_blocks(record(g))[i], record(g).by_kind[x]) for g in types]
+            per = [(type_blocks(g)[i], record(g).by_kind[x]) for g in types]
             kf.append(fastest_of_each([p[0] for p, _ in per]))
             kb.append(fastest_of_each([p[1] for p, _ in per]))
             kbw.append(fastest_of_each([p[1] - split * k.layer_wgrad for p, k in per]))
