@@ -101,6 +101,27 @@ def test_bound_below_simulation_on_random_mixed_clusters():
     assert np.median(ratios) > 0.9
 
 
+def _other_schedule_case(seed: int):
+    """A seeded toy case under interleaving, the zero-bubble schedules or DualPipe(V)."""
+    rng = random.Random(5000 + seed)
+    m = _toy(rng.choice([256, 512]), 8, rng.choice([256, 512]))
+    sched = rng.choice(["interleaved", "zb-h1", "zb-h2", "dualpipe", "zb-v", "dualpipev"])
+    pp, tp = rng.choice([2, 4]), rng.choice([1, 2])
+    plan = f"tp={tp},pp={pp},mbs=1,gbs={rng.choice([2, 4]) * 16 // tp},schedule={sched}"
+    plan += ",vpp=2" if sched == "interleaved" else ""
+    plan += ",zero=1" if rng.random() < 0.3 else ""
+    return m, mixed_cluster(rng.choice(PAIRS)), plan
+
+
+def test_bound_below_simulation_on_other_schedules_on_mixed_clusters():
+    """12 seeded toy cases of the chunked, zero-bubble and mirrored schedules on the same
+    mixed clusters: bound <= simulated step."""
+    for seed in range(12):
+        m, cl, plan = _other_schedule_case(seed)
+        bound, sim = _bound_and_sim(m, cl, plan)
+        assert bound <= sim, (seed, cl.name, plan, bound, sim)
+
+
 def test_bound_reads_layers_per_stage():
     """``layers_per_stage`` is the layout the bound reads (``layout_string_extremes``): the
     A100+B200 plan whose bound read the even 6/6 split (0.0599 s against 0.0493 s simulated)
