@@ -414,7 +414,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
          for k in ("first", "last", "mid")}
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
-                          chunk_times, params, shard, sy,
+                          lambda g, k, own=own: chunk_times(g, own[k], chunks=v),
+                          params, shard, sy,
                           lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first,
                                                           "mirrored": mirrored},
                                               sends_mid, fwd_blocks, bwd_blocks, send, single))
@@ -588,12 +589,12 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
                 sy: SystemConfig, chain) -> dict:
     """Per stage kind, ``(T, optimizer seconds)`` of the rank of that stage whose GPU type
     makes its own chain longest (a mixed cluster; stage ``s`` holds ranks ``s·n/pp`` to
-    ``(s+1)·n/pp - 1``). Every rank runs its own chain, so any one of the stage's ranks
-    bounds the step; both figures come from the same GPU type."""
+    ``(s+1)·n/pp - 1``; ``chunk_times(gpu, kind)``: that kind of stage's own chunks on
+    ``gpu``). Every rank runs its own chain, so any one of the stage's ranks bounds the step;
+    both figures come from the same GPU type."""
     ends = np.cumsum([g.num_nodes for g in cl.groups])
     G, per = cl.gpus_per_node, n / pp
     gpus = [g.gpu for g in cl.groups]
-    times = [chunk_times(g) for g in gpus]
     out = {}
     for kind, s in stages.items():
         s = np.maximum(s, 0.0)
@@ -602,7 +603,7 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
         best_t, best_o = 0.0, 0.0
         for gi, gpu in enumerate(gpus):
             on = (lo <= gi) & (gi <= hi)
-            _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = times[gi]
+            _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = chunk_times(gpu, kind)
             t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
                              "head_f": head_f, "head_b": head_b})
             o = getattr(rec, f"optimizer_{kind}") + getattr(rec, f"passes_{kind}")   # step work
