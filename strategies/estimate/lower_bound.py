@@ -300,6 +300,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     n_first, n_mid, n_last, least, uneven = rank_layers(m.num_layers, P)
     known["mid"] = np.where(lay_str, np.where(one_kind, np.minimum(
         1.0, np.nan_to_num(P.layout_mid) / np.maximum(n_mid, 1e-12)), 0.0), 1.0)
+    # a layout string's heaviest middle rank (``PlanArrays.layout_mid_most``) wherever it
+    # sits: priced as a middle rank at the least position one has (s = 1: the chain into a
+    # rank only grows with s), its own path only, its parameters as rank pp-2's record
+    heavy = lay_str & (pp >= 4) & ~np.isnan(P.layout_mid_most)
+    known["heavy"] = np.where(heavy & one_kind, np.minimum(
+        1.0, np.nan_to_num(P.layout_mid_most) / np.maximum(n_mid, 1e-12)), 0.0)
     # a layout string: its own ranks' layers (rank pp-2 as "mid"; the largest virtual stage
     # times the chunks bounds every rank's layers from above)
     n_first, n_mid, n_last = (np.where(lay_str, x, y) for x, y in (
@@ -314,6 +320,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     lps = np.where(uneven, most_rank, lps)
     own = {"first": np.where(uneven, n_first / v, lpc), "mid": np.where(uneven, n_mid / v, lpc),
            "last": np.where(uneven, n_last / v, lpc)}
+    own["heavy"] = np.where(heavy, np.nan_to_num(P.layout_mid_most) / v, own["mid"])
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3); in an
@@ -369,11 +376,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
     # shard, ``placement.dense_dp_group``)
     shard = np.where(zero >= 1, dense_dp_group(tp, cp, dp)[0], 1.0)
-    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
+    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid,
+              "heavy": sc.params_mid}
     # their routed experts' part, reduced over the expert-data-parallel group
     # (``comm.dp_collective_time``, the simulator's gradient buckets)
     eparams = {"first": sc.expert_params_first, "last": sc.expert_params_last,
-               "mid": sc.expert_params_mid}
+               "mid": sc.expert_params_mid, "heavy": sc.expert_params_mid}
     # (the optimizer and the stack's per-step passes, ``strategies.cost.step``, which the
     # simulator runs on the compute stream just before it)
     opt = {k: fastest_of_each([getattr(record(g), f"optimizer_{k}")
@@ -409,9 +417,11 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             cheapest = mirrored | lay_str     # (a layout string: its kinds not read here)
             blocks[k] = (np.where(cheapest, blocks[k][0], f_own),
                          np.where(cheapest, blocks[k][1], b_own))
-    T = {k: _chain(k, nmb, v, dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
+    T = {k: _chain(k if k != "heavy" else "mid", nmb, v,
+                   dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
                    fwd_blocks, bwd_blocks, send, single)
-         for k in ("first", "last", "mid")}
+         for k in ("first", "last", "mid", "heavy")}
+    opt["heavy"] = opt["mid"]           # (its GPU type not known: the least of each)
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
                           lambda g, k, own=own: chunk_times(g, own[k], chunks=v),
@@ -456,6 +466,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                                             wgrad(r, lpc_most) + r.head_wgrad)
                                    for r in per_gpu], axis=0),
                    "mid": np.max([wgrad(r, lpc_most) for r in per_gpu], axis=0)}
+    w_chunk["heavy"] = w_chunk["mid"]
     # a middle stage's backward chunk less its W (split backward), at the fastest of each
     b_pass = fastest_of_each([chunk_times(g)[6] - split * (
         lpc * record(g).layer_wgrad if not mix else wgrad(record(g), lpc)) for g in types])
@@ -501,9 +512,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     ogr_gather = P.overlap_param_gather
     terms = {k: dp_terms(k) for k in ("first", "last", "mid")}   # each kind's once
+    terms["heavy"] = terms["mid"]
     red0, ag0, z30 = terms["first"]
 
-    def stage_bound(kind, s):
+    def stage_bound(kind, s, own_only=False):
         red, ag, z3 = terms[kind]
         # DualPipe: a rank's first micro-batch enters at its nearer end, and its last
         # backward goes back to that end
@@ -530,11 +542,13 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
         down = chain_in + t - trail + tail + np.where(known["first"] > 0,
                                                       opt["first"] + ag0, 0.0)
-        return np.maximum(own, np.where(s >= 1, down, 0.0))
+        return own if own_only else np.maximum(own, np.where(s >= 1, down, 0.0))
 
     bound = stage_bound("first", np.zeros_like(pp))
     bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
+    if heavy.any():
+        bound = np.maximum(bound, np.where(heavy, stage_bound("heavy", 0 * pp + 1, True), 0.0))
     return bound * (1.0 - SAFETY)
 
 
