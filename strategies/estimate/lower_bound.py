@@ -61,8 +61,10 @@ the first bucket can launch and ``A(s)`` its parameter all-gather tail, the step
 least, for every stage, ``chain_in(s) + max(T(s), T(s) - post(s) + R(s)) + opt(s) + A(s)``
 and ``chain_in(s) + T(s) + tail(s) + opt(0) + A(0)``. Middle stages are identical and their
 bounds grow with ``s``, so the first, the last and the second-to-last stage suffice (a
-layout string, ``PlanArrays.layout_*``: those three ranks' own layers, any stage's fewest for
-what passes before them; docs/calibration.md §5.36). For
+layout string or ``layers_per_stage``, ``PlanArrays.layout_*``: those three ranks' own layers,
+any stage's fewest for what passes before them, docs/calibration.md §5.36; and the heaviest
+middle rank's own path at the least middle position, §5.39). On a mixed cluster every figure
+the bound adds up is the least over the GPU types present (``fastest_of_each``). For
 balanced stages and free communication this is the closed form ``(m + p - 1)·(t_f + t_b)``
 of 1F1B (``m·t + (p-1)·t/v`` interleaved). The result is scaled by ``1 - SAFETY`` against
 floating-point reassociation.
