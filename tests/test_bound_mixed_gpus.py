@@ -51,7 +51,8 @@ def _case(seed: int):
     pp = rng.choice([1, 2, 2, 4])
     tp = rng.choice([1, 2, 4]) if pp < 4 else rng.choice([1, 2])
     mbs = rng.choice([1, 2])
-    parts = [f"tp={tp}", f"pp={pp}", f"mbs={mbs}", f"gbs={rng.choice([8, 16]) * mbs * 16 // (tp * pp)}"]
+    gbs = rng.choice([8, 16]) * mbs * 16 // (tp * pp)
+    parts = [f"tp={tp}", f"pp={pp}", f"mbs={mbs}", f"gbs={gbs}"]
     if pp > 1:
         parts.append(f"schedule={rng.choice(['1f1b', 'gpipe', '1f1b'])}")
         if rng.random() < 0.6:

@@ -161,9 +161,10 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
     """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
     cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
     rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
-    first position and the LM head on the last; with ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in
-    every chunk on that GPU, the analytic model's assumption. DualPipe (``Schedule.mirrored``):
-    rank ``r``'s chunk 1 holds stage ``pp-1-r``'s layers (the layout's chunk 0 there)."""
+    first position and the LM head on the last; with ``even_on`` (a GPU)
+    ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
+    assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
+    ``pp-1-r``'s layers (the layout's chunk 0 there)."""
     from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
     from strategies.estimate.mixed import slowest_gpu
     p = job.plan
