@@ -105,74 +105,75 @@ def _by_group(job: Job) -> dict[str, Any]:
 
 
 def _synchronised_step(runs: list[dict[str, Any]]) -> tuple[int, float, float]:
-    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction:
-    the reduction waits for the longest part before the optimizer, the step for the longest
-    optimizer after it. Returns (the index of the run with the longest part before the
-    optimizer, the step, the optimizer; seconds)."""
-    before = [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs]
-    i = max(range(len(runs)), key=before.__getitem__)
-    opt = max(float(r["optimizer"]) for r in runs)
-    return i, before[i] + opt, opt
+    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction
+    (``mixed.synchronised_step``). Returns (the index of the run with the longest part before
+    the optimizer, the step, the optimizer; seconds)."""
+    from strategies.estimate.mixed import synchronised_step
+    i, step, opt = synchronised_step(
+        [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs],
+        [float(r["optimizer"]) for r in runs])
+    return int(i), float(step), float(opt)
 
 
 def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One step of ranks that run ``runs`` (estimates of the same plan on different GPU types)
-    side by side (``_synchronised_step``); the rest, MFU rescaled, from the run with the
-    longest part before the optimizer."""
-    i, step, opt = _synchronised_step(runs)
-    r = runs[i]
-    scale = float(r["step_time_s"]) / step
-    return {**r, "step_time_s": step, "optimizer": opt, "mfu": float(r["mfu"]) * scale,
-            "hfu": float(r["hfu"]) * scale,
-            "tokens_per_s": float(r["tokens_per_s"]) * scale}
+    side by side (``mixed.synchronised_runs``, the search's arrays' rule)."""
+    from strategies.estimate.mixed import synchronised_runs
+    return synchronised_runs(runs)
 
 
 def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list[float]]:
     """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
     seconds per micro-batch of each pipeline stage
-    from the shared cost record: its own layer count on its own GPU type (the slowest among
-    its ranks), or with ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every
-    stage, the analytic model's assumption."""
+    from the shared cost record: its own layer count on its own GPU type (of those among its
+    ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
+    ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
+    model's assumption."""
     from strategies.cost.stage import stage_costs
+    from strategies.estimate.mixed import slowest_gpu
     p, f, b, w = job.plan, [], [], []
     head_at = head_rank(p.schedule, p.pp, p.vpp)
-    for s in range(p.pp):
-        if even_on is None:
-            gpu = min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
-                      key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
-            n = job.layers_of_stage(s)
-        else:
-            gpu, n = even_on, job.model.num_layers / p.pp
+
+    def times(s: int, gpu, n: float) -> tuple[float, float, float]:
         c = stage_costs(job, gpu)
-        f.append(n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
-                 + (c.head_fwd if s == head_at else 0.0))
         # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
         bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
                else n * (c.layer_bwd + c.layer_recompute))
-        b.append(bwd + (c.embedding_bwd if s == 0 else 0.0)
-                 + (c.head_bwd if s == head_at else 0.0))
-        w.append(n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
-                 + (c.head_wgrad if s == head_at else 0.0))
+        return (n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
+                + (c.head_fwd if s == head_at else 0.0),
+                bwd + (c.embedding_bwd if s == 0 else 0.0)
+                + (c.head_bwd if s == head_at else 0.0),
+                n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
+                + (c.head_wgrad if s == head_at else 0.0))
+
+    for s in range(p.pp):
+        if even_on is None:
+            n = job.layers_of_stage(s)
+            gpu = slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+                              lambda g: sum(times(s, g, n)[:2]))
+        else:
+            gpu, n = even_on, job.model.num_layers / p.pp
+        for out, x in zip((f, b, w), times(s, gpu, n)):
+            out.append(x)
     return f, b, w
 
 
 def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]]]:
     """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
     cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
-    rank's GPU type (the slowest among its ranks), the embedding on the first position and
-    the LM head on the last; with ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in
-    every chunk on that GPU, the analytic model's assumption. DualPipe (``Schedule.mirrored``):
-    rank ``r``'s chunk 1 holds stage ``pp-1-r``'s layers (the layout's chunk 0 there)."""
+    rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
+    first position and the LM head on the last; with ``even_on`` (a GPU)
+    ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
+    assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
+    ``pp-1-r``'s layers (the layout's chunk 0 there)."""
     from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
+    from strategies.estimate.mixed import slowest_gpu
     p = job.plan
     sched = get_schedule(p.schedule)
     last = sched.num_virtual_stages(p.pp, p.vpp) - 1
     mirrored = bool(sched.mirrored) and p.pp > 1
-    out = []
-    for s in range(p.pp):
-        gpu = even_on if even_on is not None else min(
-            (job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
-            key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+
+    def row_on(s: int, gpu) -> list[tuple[float, float, float]]:
         c = stage_costs(job, gpu)
         row = []
         for ch in range(2 if mirrored else p.vpp):
@@ -194,7 +195,14 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
             w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)
                  + (c.head_wgrad if head else 0.0))
             row.append((f, b, w))
-        out.append(row)
+        return row
+
+    out = []
+    for s in range(p.pp):
+        gpu = even_on if even_on is not None else slowest_gpu(
+            map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+            lambda g: sum(f + b for f, b, _ in row_on(s, g)))
+        out.append(row_on(s, gpu))
     return out
 
 

@@ -21,9 +21,15 @@ from topologies.gpus import GPU
 
 
 def stage_gpu(job: Job, stage: int) -> GPU:
-    """The slowest GPU type among the ranks of pipeline stage ``stage`` (by bf16 peak)."""
-    return min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(stage)),
-               key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+    """The slowest GPU type among the ranks of pipeline stage ``stage``: the one whose layer
+    (forward + backward + recompute) takes longest (``estimate.mixed.slowest_gpu``; not the
+    lowest peak, docs/calibration.md §5.39)."""
+    from strategies.estimate.mixed import slowest_gpu
+
+    def layer(g: GPU) -> float:
+        c = stage_costs(job, g)
+        return c.layer_fwd + c.layer_bwd + c.layer_recompute
+    return slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(stage)), layer)
 
 
 def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
