@@ -518,8 +518,20 @@ class FrameworkProfile:
     #: gradients accumulate unsharded in the reduce dtype (fp32) until one reduce-scatter
     #: after the last backward (``grad_sync_once``: the time model reduces those gradients
     #: once per step too, ZeRO-1's path without overlap, ``grad_path``; docs/calibration.md
-    #: §3.22, §5.32, §5.34)
+    #: §3.22, §5.32, §5.34). PyTorch FSDP1 with ``MixedPrecision(param_dtype=bf16)`` over an
+    #: fp32 model (Composer) holds the same state: its sharded fp32 ``FlatParameter`` is the
+    #: optimizer's parameter, the bf16 shard ``_mp_shard`` is allocated for the all-gather and
+    #: freed after it (``torch/distributed/fsdp/_flat_param.py``
+    #: ``_use_low_precision_shard``/``_free_low_precision_sharded_param``), and the root's
+    #: parameters are not freed after forward (``_runtime_utils.py`` ``_post_forward_reshard``:
+    #: ``not state._is_root``); docs/calibration.md §5.46
     fsdp2: bool = False
+    #: the stack stores its weights in fp32 only and casts a transient 16-bit copy inside each
+    #: layer per use, at every ZeRO stage: the fp32 master is the one stored weight, no 16-bit
+    #: copy is model state (``SystemConfig.weight_copies`` 0, ``stack_system``; MaxText
+    #: ``configs/base.yml`` ``weight_dtype: float32`` beside ``dtype: bfloat16``, flax's
+    #: ``promote_dtype`` casting the kernel in each layer's call; docs/calibration.md §5.46)
+    master_only: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -653,6 +665,10 @@ class FrameworkProfile:
         if (self.master_bytes is not None and self.optimizer_bytes_or(12.0) < self.master_bytes):
             raise SpecError("framework.master_bytes", self.master_bytes,
                             "must not exceed optimizer_state_bytes (the master is one of them)")
+        if self.master_only and (self.fsdp2 or self.master_bytes is not None):
+            raise SpecError("framework.master_only", self.master_only,
+                            "must be False with fsdp2 or master_bytes (each states the "
+                            "stored weight another way)")
         for name, _ in self.sharded_grad_sources:
             if name not in self.sharded_grad_passes:
                 raise SpecError("framework.sharded_grad_sources", name,
@@ -933,6 +949,11 @@ PYTORCH_EAGER = FrameworkProfile(
                      "(composer/core/precision.py); amp_fp8 is Transformer Engine's "
                      "fp8_autocast with its default DelayedScaling recipe",
     pipeline_split="no pipeline parallelism",
+    # FSDP1 with Composer's MixedPrecision over an fp32 model: FSDP2's state layout (the fp32
+    # shard is the master, no persistent bf16 shard, the root kept gathered; the field's
+    # sources); with max_pp 1 its pipelined-gradient rule never applies. docs/calibration.md
+    # §5.46
+    fsdp2=True,
     sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
     sharded_grad_sources=(
         ("flat_grad_cat", "FSDP1 (PyTorch 2.1, torch/distributed/fsdp/_flat_param.py "
@@ -1072,6 +1093,8 @@ JAX_XLA = FrameworkProfile(
     tp_comm_overlap=False, export="maxtext", layouts=(),
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
     recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
+    # weight_dtype float32: the fp32 weights are the only stored copy (docs/calibration.md §5.46)
+    master_only=True,
     recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
                    "recomputed (strategies.remat_policies: selective with the modules "
                    "core_attn, layernorm, mlp)",
@@ -1223,10 +1246,13 @@ DEFAULT = MEGATRON_CORE
 def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
     """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
-    it states one. The one rule the memory model (scalar and arrays) and the search read."""
+    it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
+    (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays) and the search read."""
     from strategies.cost.system import get_system
     sy = get_system(system)
     mb = None if fw is None else fw.master_bytes
+    if fw is not None and fw.master_only and sy.weight_copies != 0.0:
+        sy = replace(sy, weight_copies=0.0)
     return sy if mb is None or mb == sy.master_bytes else replace(sy, master_bytes=float(mb))
 
 
