@@ -390,11 +390,15 @@ class FrameworkProfile:
     microbatches_per_pp: bool = False
     #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
     #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
-    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
-    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``). Such a
-    #: stack also needs at least ``pp`` micro-batches per flush (AutoModel 89e3a9fdd
-    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``)
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel; torchtitan since
+    #: 8570415c3, 2025-06-05, "Support gradient accumulation": ``train_step`` calls
+    #: ``forward_backward_step``, one ``pp_schedule.step()``, per gradient-accumulation step);
+    #: False: one schedule over the step's micro-batches (Megatron's ``forward_backward_func``)
     pipeline_flushes: bool = False
+    #: needs at least ``pp`` micro-batches per pipeline flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``;
+    #: torchtitan's ``build_pipeline_schedule`` only warns)
+    flush_needs_pp_microbatches: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -1024,6 +1028,12 @@ TORCHTITAN = replace(
     expert_gemm_launch=ExpertGemmLaunch(
         "fused", 1, "torchtitan v0.2.2 models/moe/moe.py _run_experts_grouped_mm: "
                     "torch._grouped_mm, one kernel for every local expert"),
+    # torchtitan 8570415c3 (2025-06-05) on, HEAD b5bcd76c6 trainer.py train_step: one
+    # pp_schedule.step() per gradient-accumulation step (global_batch_size / (local_batch_size
+    # · dp) of them, each over the local batch's micro-batches), the optimizer once after;
+    # 9dec370 (Dec 2024, the reference rows) had no accumulation: one step() per step
+    # (docs/calibration.md §5.46)
+    pipeline_flushes=True,
     # FSDP2 over the fp32 model (9dec370 train.py: meta init, model.to_empty, fp32;
     # parallelisms/parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(bf16, fp32),
     # reshard_after_forward=False under pp), docs/calibration.md §5.32
@@ -1212,8 +1222,9 @@ AUTOMODEL = replace(
     optimizer_state_bytes=6.0, master_bytes=2.0,
     # recipes/llm/train_ft.py _run_train_optim_step, recipes/llm/benchmark.py run_benchmark:
     # schedule.step() once per gradient-accumulation step of local_batch_size sequences
-    # (strategies.flushes, docs/calibration.md §5.43)
-    pipeline_flushes=True,
+    # (strategies.flushes, docs/calibration.md §5.43); train_ft.py asserts pp micro-batches
+    # per flush
+    pipeline_flushes=True, flush_needs_pp_microbatches=True,
     precisions=("bf16",),
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
@@ -1335,7 +1346,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
     (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``,
-    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``; sources on the fields). Reads ``dp``
+    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``, ``fw.flush_needs_pp_microbatches``;
+    sources on the fields). Reads ``dp``
     (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
     (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep``, ``zero``, ``gbs``,
     ``mbs`` and ``flushes`` (1 where the arrays have no such column)."""
@@ -1373,7 +1385,7 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("flushes", flushes, np.asarray(flushes) == 1,
                       lambda: who + "runs one pipeline schedule over a step's micro-batches "
                                     "(flushes=1)"))
-    elif getattr(v, "gbs", None) is not None:
+    elif fw.flush_needs_pp_microbatches and getattr(v, "gbs", None) is not None:
         per_flush = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp * np.asarray(flushes))
         pp = np.asarray(v.pp)
         rules.append(("pp", v.pp, (pp == 1) | (per_flush >= pp),
