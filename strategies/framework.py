@@ -1258,7 +1258,8 @@ def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
     """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
     it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
-    (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays) and the search read."""
+    (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays)
+    and the search read."""
     from strategies.cost.system import get_system
     sy = get_system(system)
     mb = None if fw is None else fw.master_bytes

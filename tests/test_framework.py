@@ -106,8 +106,9 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     unrestricted space is priced with the stack's own loss (``loss.peak_bytes``: what its
     cross-entropy holds at the head decides which plans fit) and optimizer state bytes
     (``optimizer_state_bytes``: hai-llm's bf16 moments), activation cache and FSDP2 state
-    (``fsdp2``, ``master_only``), and ZeRO-2 plans are dominated by a ZeRO-1 twin only where the stack runs
-    ZeRO-1 (``zero_stages``), as a space with no stack named is with the default stack's."""
+    (``fsdp2``, ``master_only``), and ZeRO-2 plans are dominated by a ZeRO-1 twin only where
+    the stack runs ZeRO-1 (``zero_stages``), as a space with no stack named is with the
+    default stack's."""
     import strategies.search.space as space_mod
     fw = get_profile(name)
     monkeypatch.setattr(space_mod, "DEFAULT_FRAMEWORK",
