@@ -251,10 +251,21 @@ def bridge_2606(repo: str) -> list[dict]:
                           "(dropless; the page's footnote). " if ep > 1 else "Dense model. ")
                 + "The 26.06 table has no column for Megatron's sharded data parallelism "
                   "(the 26.04.01 table's, 0 for these models there): zero_stage left to "
-                  "the stack's default; model config as the same model's rows of published_2026.json "
-                  "(its HF config.json). The 26.06.01 and 26.08 tables repeat these layouts "
-                  "for the MoE models at tokens/s within a few per cent (26.06.01 GPT-OSS "
-                  "flagged as a cuDNN regression); they are not transcribed again."})
+                  "the stack's default; model config as the same model's rows of "
+                  "published_2026.json (its HF config.json). The 26.06.01 and 26.08 tables "
+                  "repeat these layouts for the MoE models on GB300/GB200 at tokens/s within "
+                  "2.2 per cent (but 26.06.01 GPT-OSS, "
+                  "flagged as a cuDNN regression); they are not transcribed again. No "
+                  "config of Megatron-Bridge v0.5.0 (the 26.06 container's, docs/releases/"
+                  "software-versions.md) is applied (strategies/reference/bridge_recipes.py "
+                  "holds 26.04 and 25.11 only): token dispatcher, expert-parallel overlap, "
+                  "recompute modules and CUDA graphs are the stack's defaults."
+                + (" v0.5.0 scripts/performance/configs/deepseek/deepseek_workload_base_"
+                   "configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (L41-53) names "
+                   "pp_layout Et*4|(t*4|)*14tmL for pp 2 x vpp 8, which FP8_MX_V1/V2 inherit; "
+                   "the reader takes no layout from a row, and 61 layers + MTP do not "
+                   "divide over 16 chunks otherwise." if key == "deepseek-v3" and pp == 2
+                   else "")})
     return out
 
 
