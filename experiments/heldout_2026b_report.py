@@ -39,7 +39,7 @@ def same_layout_2604() -> list[tuple[dict, dict]]:
     def key(r: dict) -> tuple:
         pl = r["plan"]
         return (r["model"]["name"], r["hardware"]["gpu"], r["hardware"]["n_gpus"],
-                r["precision"], *(pl[k] for k in ("tp", "pp", "cp", "virtual_stages", "ep",
+                r["precision"].split()[0], *(pl[k] for k in ("tp", "pp", "cp", "virtual_stages", "ep",
                                                   "microbatch", "global_batch")))
     old = {key(r): r for r in load_reference(os.path.join(os.path.dirname(DATA),
                                                           "megatron_bridge_2604.json"))}

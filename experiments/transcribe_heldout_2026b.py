@@ -200,6 +200,85 @@ BRIDGE_SYS = {
 BRIDGE_PREC = {"BF16": "bf16", "FP8": "fp8", "MXFP8": "mxfp8", "NVFP4": "nvfp4"}
 
 
+#: NeMo Framework 26.06's Megatron-Bridge (docs/releases/software-versions.md)
+BRIDGE_TAG = "v0.5.0"
+BRIDGE_FILES = {"deepseek-v3": "deepseek/deepseek_workload_base_configs.py",
+                "gpt-oss-120b": "gpt_oss/gpt_oss_workload_base_configs.py",
+                "qwen3-30b-a3b": "qwen/qwen3_workload_base_configs.py",
+                "qwen3-235b-a22b": "qwen/qwen3_workload_base_configs.py"}
+BRIDGE_NAMES = {"deepseek-v3": "DEEPSEEK_V3", "gpt-oss-120b": "GPT_OSS_120B",
+                "qwen3-30b-a3b": "QWEN3_30B_A3B", "qwen3-235b-a22b": "QWEN3_235B_A22B"}
+#: the table's precision -> the config name's; "FP8" fits only a current-scaling (FP8_CS)
+#: config: the row then states current scaling
+BRIDGE_DTYPE = {"MXFP8": "FP8_MX", "BF16": "BF16", "NVFP4": "NVFP4", "FP8": "FP8_CS"}
+
+
+def bridge_configs(repo: str) -> dict[str, dict[str, object]]:
+    """Every ``WorkloadBaseConfig`` of the MoE models' performance configs at ``BRIDGE_TAG``
+    (``scripts/performance/configs/<family>/*_workload_base_configs.py``), by name: the files
+    are taken from the tag with ``git archive`` and imported as they are (their only import is
+    ``scripts/performance/utils/utils.py``, standard library only)."""
+    import dataclasses
+    import importlib
+    import io
+    import tarfile
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="mbridge_")
+    data = subprocess.run(["git", "-C", repo, "archive", BRIDGE_TAG, "scripts/performance/utils",
+                           "scripts/performance/configs"], capture_output=True, check=True).stdout
+    tarfile.open(fileobj=io.BytesIO(data)).extractall(tmp)
+    sys.path.insert(0, f"{tmp}/scripts/performance")
+    try:
+        utils = importlib.import_module("utils.utils")
+        out = {}
+        for f in sorted(set(BRIDGE_FILES.values())):
+            mod = importlib.import_module("configs." + f[:-3].replace("/", "."))
+            for name, v in vars(mod).items():
+                if isinstance(v, utils.WorkloadBaseConfig):
+                    out[name] = {**dataclasses.asdict(v), "file": f}
+        return out
+    finally:
+        sys.path.remove(f"{tmp}/scripts/performance")
+
+
+def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple) -> dict:
+    """The MoE switches of the ``BRIDGE_TAG`` config that fits a 26.06 row (model, system,
+    precision, GPUs, tp, pp, cp, vpp, ep, mbs, gbs all the config's; V2 before V1 before any
+    other variant), as plan fields with the config's name, or {} where none fits. Every MoE
+    row here has tp = 1, so the configs' expert_tensor_parallel_size 1 is the default."""
+    if key not in BRIDGE_NAMES or prec not in BRIDGE_DTYPE:
+        return {}
+    head = f"{BRIDGE_NAMES[key]}_PRETRAIN_CONFIG_{gpu}_{BRIDGE_DTYPE[prec]}_"
+    fit = []
+    for name, c in configs.items():
+        mine = (c["num_gpus"], c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"],
+                c["context_parallel_size"], c["virtual_pipeline_model_parallel_size"] or 1,
+                c["expert_model_parallel_size"], c["micro_batch_size"], c["global_batch_size"])
+        if name.startswith(head) and mine == layout:
+            fit.append((0 if name.endswith("_V2") else 1 if name.endswith("_V1") else 2, name))
+    if not fit:
+        return {}
+    name = min(fit)[1]
+    c = configs[name]
+    out = {"moe_dispatcher": c["moe_flex_dispatcher_backend"] or "alltoall",
+           "ep_overlap": bool(c["moe_a2a_overlap"]),
+           # Megatron-Core 0.18's cuda_graph_impl="full_iteration" captures the whole step
+           "cuda_graph": c["cuda_graph_impl"] == "full_iteration",
+           "recipe": f"NVIDIA-NeMo/Megatron-Bridge@{BRIDGE_TAG} scripts/performance/configs/"
+                     f"{c['file']} {name}"}
+    if c["recompute_modules"] == []:
+        out["recompute"] = "none"
+    elif c["recompute_modules"]:
+        out["recompute"] = "selective"
+        out["recompute_modules"] = "+".join(c["recompute_modules"])
+    if c["pp_layout"]:
+        out["pp_layout"] = c["pp_layout"]
+    out["recipe_other"] = (
+        f"cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope={c['cuda_graph_scope']}, "
+        f"cutedsl_fused_grouped_mlp={c['cutedsl_fused_grouped_mlp']}")
+    return out
+
+
 def bridge_2606(repo: str) -> list[dict]:
     """The '26.06 NeMo Container' pre-training tables (13 columns, no FSDP column)."""
     path = "docs/performance-summary-archive.md"
@@ -209,6 +288,7 @@ def bridge_2606(repo: str) -> list[dict]:
     sec = sec.split("### SFT Performance")[0]
     models = {r["model"]["name"]: r["model"]
               for r in json.load(open("strategies/reference/data/published_2026.json"))}
+    configs = bridge_configs(repo)
     out = []
     for block in sec.split("#### Model: ")[1:]:
         name = block.split("\n")[0].strip()
@@ -224,6 +304,9 @@ def bridge_2606(repo: str) -> list[dict]:
             vp = None if vp == "n/a" else int(vp)
             gpu, inter = BRIDGE_SYS[sysn]
             dp = n // (tp * pp * cp)
+            sw = bridge_switches(configs, key, sysn.split("-")[1], prec,
+                                 (n, tp, pp, cp, vp or 1, ep, mbs, gbs))
+            recipe, other = sw.pop("recipe", None), sw.pop("recipe_other", None)
             rid = (f"mbridge2606_{key.replace('.', '').replace('-', '')}_"
                    f"{gpu.split()[0].lower()}_{n}_{prec.lower()}")
             if any(r["id"] == rid for r in out):
@@ -241,8 +324,9 @@ def bridge_2606(repo: str) -> list[dict]:
                          "schedule": "interleaved 1F1B" if vp else "1F1B",
                          "virtual_stages": vp or 1, "recompute": None,
                          "sequence_parallel": None, "zero_stage": None,
-                         "grad_accum": gbs // (mbs * dp)},
-                "precision": BRIDGE_PREC[prec],
+                         "grad_accum": gbs // (mbs * dp), **sw},
+                "precision": ("fp8 (current scaling: the FP8_CS config)"
+                              if prec == "FP8" and recipe else BRIDGE_PREC[prec]),
                 "measured": {"tokens_per_s_per_gpu": int(tok),
                              "tflops_per_gpu": int(re.match(r"\d+", tfl).group())},
                 "derived": {"step_time_s": round(gbs * seq / (int(tok) * n), 4),
@@ -255,17 +339,20 @@ def bridge_2606(repo: str) -> list[dict]:
                   "published_2026.json (its HF config.json). The 26.06.01 and 26.08 tables "
                   "repeat these layouts for the MoE models on GB300/GB200 at tokens/s within "
                   "2.2 per cent (but 26.06.01 GPT-OSS, "
-                  "flagged as a cuDNN regression); they are not transcribed again. No "
-                  "config of Megatron-Bridge v0.5.0 (the 26.06 container's, docs/releases/"
-                  "software-versions.md) is applied (strategies/reference/bridge_recipes.py "
-                  "holds 26.04 and 25.11 only): token dispatcher, expert-parallel overlap, "
-                  "recompute modules and CUDA graphs are the stack's defaults."
-                + (" v0.5.0 scripts/performance/configs/deepseek/deepseek_workload_base_"
-                   "configs.py DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (L41-53) names "
-                   "pp_layout Et*4|(t*4|)*14tmL for pp 2 x vpp 8, which FP8_MX_V1/V2 inherit; "
-                   "the reader takes no layout from a row, and 61 layers + MTP do not "
-                   "divide over 16 chunks otherwise." if key == "deepseek-v3" and pp == 2
-                   else "")})
+                  "flagged as a cuDNN regression); they are not transcribed again. "
+                + (f"MoE switches (moe_dispatcher, ep_overlap, cuda_graph, recompute, "
+                   f"recompute_modules, pp_layout) from the config whose layout is the row's: "
+                   f"{recipe} (the Megatron-Bridge of NeMo 26.06, docs/releases/"
+                   f"software-versions.md; V2 before V1), read by importing the file at the "
+                   f"tag; cuda_graph_impl='full_iteration' read as the whole-step graph; not "
+                   f"modelled: {other}." if recipe else
+                   "No Megatron-Bridge v0.5.0 config is read for this row (the MoE models' "
+                   "configs only): recompute, overlaps and CUDA graphs are the stack's "
+                   "defaults.")
+                + (" The reader takes no pipeline layout from a row (only from "
+                   "strategies/reference/bridge_recipes.py, 26.04 and 25.11 configs), and 61 "
+                   "layers + MTP do not divide over pp 2 x vpp 8 = 16 chunks otherwise."
+                   if key == "deepseek-v3" and pp == 2 else "")})
     return out
 
 

@@ -119,13 +119,34 @@ def test_bridge_rows_model_flops_per_token_is_one_per_model() -> None:
         assert max(v) / min(v) < 1.01, (name, v)
 
 
-def test_bridge_rows_run_under_nemo_without_a_recipe() -> None:
-    """No Megatron-Bridge config of the 26.06 container is in ``bridge_recipes`` (26.04 and
-    25.11 only): the rows run on the stack's defaults, and say so in their assumptions."""
+def test_bridge_moe_rows_run_the_switches_their_release_config_states() -> None:
+    """The MoE rows state the token dispatcher, expert-parallel overlap, whole-step CUDA graph
+    and recomputation of the Megatron-Bridge v0.5.0 config that fits their layout (NeMo
+    26.06's, named in the notes); the reader runs them as stated under ``nemo``. The dense
+    rows state none and run on the stack's defaults."""
     for r in BRIDGE:
         if r["id"] in UNRUN:
             continue
+        pl = r["plan"]
         case = case_from_entry(r, ROWS)
-        assert case.job.framework.name == "nemo"
-        assert not any("the recipe's" in a for a in case.assumptions)
-        assert case.job.plan.zero in (0, 1)
+        p = case.job.plan
+        assert case.job.framework.name == "nemo" and p.zero in (0, 1)
+        if r["model"]["name"] == "llama3.1-405b":
+            assert "moe_dispatcher" not in pl and "No Megatron-Bridge v0.5.0 config" in r["notes"]
+            continue
+        assert "@v0.5.0 scripts/performance/configs/" in r["notes"]
+        assert (p.moe_dispatcher, p.ep_overlap, p.cuda_graph) == (
+            pl["moe_dispatcher"], pl["ep_overlap"], pl["cuda_graph"])
+        if pl.get("recompute") == "none":
+            assert p.recompute == "none"
+        if pl.get("recompute_modules"):
+            assert p.recompute == "selective"
+            assert "+".join(p.recompute_modules) == pl["recompute_modules"]
+    # the GB300/GB200 MXFP8 configs overlap the expert all-to-all and graph the whole step
+    gb = [r for r in BRIDGE if r["precision"] == "mxfp8" and "_gb" in r["id"]
+          and r["model"]["name"] != "llama3.1-405b"]
+    assert len(gb) == 9 and all(r["plan"]["ep_overlap"] and r["plan"]["cuda_graph"] for r in gb)
+    assert BY_ID["mbridge2606_qwen330ba3b_h100_16_fp8"]["precision"].startswith(
+        "fp8 (current scaling")
+    assert case_from_entry(BY_ID["mbridge2606_qwen330ba3b_h100_16_fp8"], ROWS).job.dtype == \
+        "fp8-current"
