@@ -35,12 +35,13 @@ def group(case_id: str) -> str:
 
 def same_layout_2604() -> list[tuple[dict, dict]]:
     """(26.04.01 row, 26.06 row) pairs of Megatron-Bridge rows with the same model, system,
-    GPU count, precision and layout (tp, pp, cp, vpp, ep, mbs, gbs)."""
+    GPU count, precision (its first word: "fp8" with or without the scaling) and layout (tp,
+    pp, cp, vpp, ep, mbs, gbs)."""
     def key(r: dict) -> tuple:
         pl = r["plan"]
+        sizes = ("tp", "pp", "cp", "virtual_stages", "ep", "microbatch", "global_batch")
         return (r["model"]["name"], r["hardware"]["gpu"], r["hardware"]["n_gpus"],
-                r["precision"].split()[0], *(pl[k] for k in ("tp", "pp", "cp", "virtual_stages", "ep",
-                                                  "microbatch", "global_batch")))
+                r["precision"].split()[0], *(pl[k] for k in sizes))
     old = {key(r): r for r in load_reference(os.path.join(os.path.dirname(DATA),
                                                           "megatron_bridge_2604.json"))}
     return [(old[key(r)], r) for r in load_reference(DATA)
