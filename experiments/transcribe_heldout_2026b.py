@@ -213,6 +213,14 @@ BRIDGE_NAMES = {"deepseek-v3": "DEEPSEEK_V3", "gpt-oss-120b": "GPT_OSS_120B",
 BRIDGE_DTYPE = {"MXFP8": "FP8_MX", "BF16": "BF16", "NVFP4": "NVFP4", "FP8": "FP8_CS"}
 
 
+#: DeepSeek-V3's layout where its config names none: the performance script
+#: (deepseek_llm_pretrain.py, "Recompute layout based on updated PP/VP sizes") calls
+#: set_deepseek_v3_pipeline_model_parallel_layout, whose layout_map (v0.5.0
+#: src/megatron/bridge/recipes/deepseek/deepseek_v3.py L71 and L75; last stage decoder + mtp +
+#: loss) reads in Megatron's layout grammar as below
+DSV3_LAYOUT_MAP = {(8, 1): ("Et*8|(t*8|)*6t*5mL", "L71"), (4, 4): ("Et*4|(t*4|)*14tmL", "L75")}
+
+
 def bridge_configs(repo: str) -> dict[str, dict[str, object]]:
     """Every ``WorkloadBaseConfig`` of the MoE models' performance configs at ``BRIDGE_TAG``
     (``scripts/performance/configs/<family>/*_workload_base_configs.py``), by name: the files
@@ -273,9 +281,15 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
         out["recompute_modules"] = "+".join(c["recompute_modules"])
     if c["pp_layout"]:
         out["pp_layout"] = c["pp_layout"]
+    elif key == "deepseek-v3" and (layout[2], layout[4]) in DSV3_LAYOUT_MAP:
+        out["pp_layout"], line = DSV3_LAYOUT_MAP[(layout[2], layout[4])]
+        out["recipe"] += (f" (no pp_layout: set_deepseek_v3_pipeline_model_parallel_layout's "
+                          f"map, src/megatron/bridge/recipes/deepseek/deepseek_v3.py {line})")
     out["recipe_other"] = (
-        f"cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope={c['cuda_graph_scope']}, "
-        f"cutedsl_fused_grouped_mlp={c['cutedsl_fused_grouped_mlp']}")
+        f"the config's cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope="
+        f"{c['cuda_graph_scope']} (only 'full_iteration' is the plan's cuda_graph; Transformer "
+        f"Engine's per-layer scopes are not modelled); cutedsl_fused_grouped_mlp="
+        f"{c['cutedsl_fused_grouped_mlp']} (not modelled)")
     return out
 
 
@@ -344,15 +358,13 @@ def bridge_2606(repo: str) -> list[dict]:
                    f"recompute_modules, pp_layout) from the config whose layout is the row's: "
                    f"{recipe} (the Megatron-Bridge of NeMo 26.06, docs/releases/"
                    f"software-versions.md; V2 before V1), read by importing the file at the "
-                   f"tag; cuda_graph_impl='full_iteration' read as the whole-step graph; not "
-                   f"modelled: {other}." if recipe else
+                   f"tag; {other}." if recipe else
                    "No Megatron-Bridge v0.5.0 config is read for this row (the MoE models' "
                    "configs only): recompute, overlaps and CUDA graphs are the stack's "
                    "defaults.")
-                + (" The reader takes no pipeline layout from a row (only from "
-                   "strategies/reference/bridge_recipes.py, 26.04 and 25.11 configs), and 61 "
-                   "layers + MTP do not divide over pp 2 x vpp 8 = 16 chunks otherwise."
-                   if key == "deepseek-v3" and pp == 2 else "")})
+                + (f" pp_layout {sw['pp_layout']}: the config's Megatron layout (61 layers, "
+                   "the MTP layer m and the loss L), which the reader runs as stated."
+                   if sw.get("pp_layout") else "")})
     return out
 
 

@@ -2,10 +2,12 @@
 §5.48): torchtitan's community benchmarks (async TP on Grand Teton H100s, June 2025; Trainy's
 H200 run, June 2025) and Megatron-Bridge's 26.06 container tables. The file loads, every row
 names its source and derives its step by the stated formula, every row the reader can run
-builds a job with the plan its source states, the rows it cannot run say why, and the
-transcription agrees with the sources' own redundant columns."""
+builds a job with the plan its source states (a stated pipeline layout included), the rows
+it cannot run say why, and the transcription agrees with the sources' own redundant
+columns."""
 from __future__ import annotations
 
+import copy
 import os
 from collections import defaultdict
 
@@ -24,11 +26,7 @@ BRIDGE = [r for r in ROWS if r["id"].startswith("mbridge2606_")]
 UNRUN = {"torchtitan_2506_70b_256gpu_fp8rw_tp": "rowwise",
          "torchtitan_2506_70b_256gpu_fp8rw_asynctp": "rowwise",
          "torchtitan_2506_8b_64gpu_fp8rw_tp": "rowwise",
-         "torchtitan_2506_8b_64gpu_fp8rw_asynctp": "rowwise",
-         # 61 layers + the MTP layer over pp 2 x vpp 8 chunks: the recipe's layout string
-         # (Megatron-Bridge v0.5.0) is not read from a row (docs/calibration.md §5.48)
-         "mbridge2606_deepseekv3_gb300_256_mxfp8": "must be divisible by pp*vpp",
-         "mbridge2606_deepseekv3_gb300_256_mxfp8_gbs15360": "must be divisible by pp*vpp"}
+         "torchtitan_2506_8b_64gpu_fp8rw_asynctp": "rowwise"}
 
 
 def test_file_loads_with_sources_and_the_stated_step_formula() -> None:
@@ -61,9 +59,9 @@ def test_every_runnable_row_builds_a_job_with_the_stated_plan() -> None:
         assert case.job.model.seq_length == r["model"]["seq_len"]
         assert case.measured_step_s == pytest.approx(r["derived"]["step_time_s"], rel=1e-4)
         built += 1
-    assert built == len(ROWS) - len(UNRUN) == 28
+    assert built == len(ROWS) - len(UNRUN) == 30
     cases = load_cases(DATA, tiers=None)
-    assert sum(c.job is not None for c in cases) == 28
+    assert sum(c.job is not None for c in cases) == 30
 
 
 @pytest.mark.parametrize("rid", [r["id"] for r in TITAN if r["id"] not in UNRUN])
@@ -142,6 +140,12 @@ def test_bridge_moe_rows_run_the_switches_their_release_config_states() -> None:
         if pl.get("recompute_modules"):
             assert p.recompute == "selective"
             assert "+".join(p.recompute_modules) == pl["recompute_modules"]
+        # DeepSeek-V3's layout: the config's, or the recipe map's for its (pp, vpp); 61
+        # decoder layers, the MTP layer and the loss, as stated
+        if r["model"]["name"] == "deepseek-v3":
+            assert p.layout == pl["pp_layout"] and "stated: plan.pp_layout" in " ".join(
+                case.assumptions)
+            assert case.job.model.num_layers == 61
     # the GB300/GB200 MXFP8 configs overlap the expert all-to-all and graph the whole step
     gb = [r for r in BRIDGE if r["precision"] == "mxfp8" and "_gb" in r["id"]
           and r["model"]["name"] != "llama3.1-405b"]
@@ -150,3 +154,16 @@ def test_bridge_moe_rows_run_the_switches_their_release_config_states() -> None:
         "fp8 (current scaling")
     assert case_from_entry(BY_ID["mbridge2606_qwen330ba3b_h100_16_fp8"], ROWS).job.dtype == \
         "fp8-current"
+
+
+def test_a_stated_pipeline_layout_is_run_or_refused_with_the_reason() -> None:
+    """``plan.pp_layout`` is what makes DeepSeek-V3's 61 layers + MTP run on pp 2 x vpp 8:
+    without it the row does not divide; a layout that does not fit the model is refused
+    with ``make_job``'s reason, never a crash."""
+    r = copy.deepcopy(BY_ID["mbridge2606_deepseekv3_gb300_256_mxfp8"])
+    assert case_from_entry(r, ROWS).job.plan.layout == "Et*4|(t*4|)*14tmL"
+    del r["plan"]["pp_layout"]
+    assert "must be divisible by pp*vpp" in case_from_entry(r, ROWS).skipped
+    r["plan"]["pp_layout"] = "Et*4|(t*4|)*13tmL"            # 15 chunks for pp*vpp = 16
+    bad = case_from_entry(r, ROWS)
+    assert bad.job is None and "layout" in bad.skipped
