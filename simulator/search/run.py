@@ -21,6 +21,7 @@ from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.kinds import with_kind_rows
 from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.framework import FrameworkProfile, check_precision, get_profile, plan_violations
 from strategies.job import make_job
@@ -90,6 +91,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                             "constraints (" + ", ".join(f"{r}: {n}" for r, n in
                                                         space.pruned.items() if n) + ")")
         analytic = estimate_arrays_mixed(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
+        # pipelined plans of a model that mixes kinds of layer: the scalar's stages by kind
+        analytic = with_kind_rows(m, cl, cfg.dtype, space.arrays, analytic, space.plan,
+                                  named, cfg.system)
         bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                        costs=analytic["stage_costs"])
         plans = Rows(space.size, space.plan)      # built as the search reads them

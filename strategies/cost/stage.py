@@ -420,7 +420,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         by_kind = {k: kind_arrays(m.of_kind(k)) for k in kinds}
     if m.num_nextn_predict_layers:
         k = "moe" if m.is_moe else "dense"
-        layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
+        # (a model of one kind with MTP too: its kind's record, which ``chunk_layers`` reads
+        # for the chunks' layers beside the MTP module; the mean layer has no expert split)
+        layer = by_kind.setdefault(k, by_kind.get(k) or kind_arrays(m.of_kind(k)))
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
@@ -477,6 +479,15 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
         copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
+
+
+def mixes_kinds(m: ModelSpec) -> bool:
+    """Whether ``m``'s layers are of more than one kind (dense and MoE layers, or a
+    multi-token-prediction module beside them): the record then has a ``by_kind`` entry per
+    kind and a pipeline's stages differ by the kinds they hold, which the plan columns' mean
+    layer cannot say (``estimate.scalar.by_chunk``, ``estimate.kinds``)."""
+    return sum(1 for n in m.layer_counts().values() if n) > 1 \
+        or bool(m.num_nextn_predict_layers)
 
 
 def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU, dtype: str,

@@ -348,12 +348,11 @@ def by_chunk(job: Job) -> bool:
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
     ``_chunk_times``)."""
-    from strategies.cost.stage import stage_costs
+    from strategies.cost.stage import mixes_kinds, stage_costs
     p = job.plan
     if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r
-    m = job.model
-    if sum(1 for n in m.layer_counts().values() if n) < 2 and not m.num_nextn_predict_layers:
+    if not mixes_kinds(job.model):
         return False                        # one kind of layer: no by_kind record
     return bool(stage_costs(job).by_kind)
 
@@ -377,9 +376,23 @@ def estimate(job: Job) -> Estimate:
     Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
     or GPU type (``_per_stage``)."""
     from strategies.memory.scalar import memory_by_stage
-    p = job.plan
-    if p.flushes > 1:       # k pipeline flushes per step: one flush's estimate, composed
+    if job.plan.flushes > 1:    # k pipeline flushes per step: one flush's estimate, composed
         return _flushed(job, estimate(flush_job(job)))
+    r = {k: float(v) for k, v in step_arrays(job).items() if k != "stage_costs"}  # the plan
+    stages = memory_by_stage(job)
+    peak = max(stages, key=lambda x: x.total)
+    return Estimate(job=job, step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],
+                    mfu=r["mfu"], hfu=r["hfu"], bubble_fraction=r["bubble_fraction"],
+                    breakdown_s={k: r[k] for k in BREAKDOWN_KEYS}, memory=peak,
+                    memory_by_stage=stages, num_microbatches=int(r["num_microbatches"]))
+
+
+def step_arrays(job: Job) -> dict[str, Any]:
+    """The analytic step of ``job`` (one flush) as ``analytic.estimate_arrays``' 0-d arrays,
+    corrected for its own layout, layer kinds and GPU types (``_by_group``, ``_per_chunk``,
+    ``_per_stage``): what ``estimate`` reports, and what the search's arrays read for the
+    plans their columns cannot price (``estimate.kinds``)."""
+    p = job.plan
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:
@@ -400,10 +413,4 @@ def estimate(job: Job) -> Estimate:
                                           or not job.layout.uniform
                                           or not job.cluster.uniform):
             arrays = _per_stage(job, arrays)
-    r = {k: float(v) for k, v in arrays.items() if k != "stage_costs"}   # the one plan
-    stages = memory_by_stage(job)
-    peak = max(stages, key=lambda x: x.total)
-    return Estimate(job=job, step_time_s=r["step_time_s"], tokens_per_s=r["tokens_per_s"],
-                    mfu=r["mfu"], hfu=r["hfu"], bubble_fraction=r["bubble_fraction"],
-                    breakdown_s={k: r[k] for k in BREAKDOWN_KEYS}, memory=peak,
-                    memory_by_stage=stages, num_microbatches=int(r["num_microbatches"]))
+    return arrays

@@ -1,0 +1,62 @@
+"""The search's analytic arrays for plans whose pipeline stages differ by the kinds of layer
+they hold: a model that mixes dense and MoE layers (``first_k_dense_replace``) or carries
+multi-token-prediction modules (``num_nextn_predict_layers``), pipelined (``pp > 1``).
+
+The plan columns price every stage as ``num_layers / pp`` mean layers
+(``analytic.estimate_arrays``), which is exact without pipelining but not where rank 0
+holds the dense layers and rank ``pp-1`` the MTP module: the scalar estimate then replaces
+the even pipeline's compute makespan by the free-communication order over each rank's own
+chunks (``scalar._per_chunk``, an event order per plan with no closed form). Those rows are
+priced here by the scalar's own path (``scalar.step_arrays``), one plan at a time, so the
+arrays and the scalar agree exactly (one source of truth; docs/calibration.md §5.51). Rows of
+a one-kind model, or without pipelining, keep the plan columns' figures bit for bit.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from strategies.cost.stage import mixes_kinds
+from strategies.cost.system import SystemConfig
+from strategies.framework import FrameworkProfile
+from strategies.model import ModelSpec
+from strategies.plan import Plan
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from topologies.cluster import Cluster
+
+
+def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
+    """Indices of the plans ``P`` whose stages the plan columns cannot price: ``m`` mixes
+    kinds of layer (``cost.stage.mixes_kinds``) and the plan is pipelined."""
+    pp = np.atleast_1d(as_plan_arrays(P).pp)
+    return np.flatnonzero(pp > 1) if mixes_kinds(m) else np.zeros(0, dtype=np.int64)
+
+
+def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
+                   analytic: Mapping[str, Any], plan_of: Callable[[int], Plan],
+                   framework: FrameworkProfile | str | None = None,
+                   system: SystemConfig | None = None) -> dict[str, Any]:
+    """``analytic`` (the arrays of the plans ``P``) with the rows of ``kind_rows`` replaced by
+    the scalar estimate's figures of those plans (``scalar.step_arrays`` of the job of
+    ``plan_of(i)``, made with ``framework`` and ``system`` as the search makes its jobs):
+    every per-plan array (seconds, ratios, counts); the stage-cost record is kept. Returns a
+    new dict; ``analytic`` is not changed."""
+    from strategies.estimate.scalar import step_arrays
+    from strategies.job import make_job
+    rows = kind_rows(m, P)
+    out = dict(analytic)
+    if rows.size == 0:
+        return out
+    shape = np.shape(analytic["step_time_s"])
+    keys = [k for k, v in analytic.items() if isinstance(v, np.ndarray) and v.shape == shape]
+    flat = {}
+    for k in keys:
+        out[k] = np.array(analytic[k], copy=True)
+        flat[k] = out[k].reshape(-1)            # a view: one plan's 0-d arrays too
+    for i in rows.tolist():
+        job = make_job(m, cl, plan_of(i), dtype=dtype, framework=framework, system=system)
+        r = step_arrays(job)
+        for k in keys:
+            flat[k][i] = r[k]
+    return out
