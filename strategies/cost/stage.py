@@ -426,7 +426,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
-    z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+    # (counted only where some plan gathers per tensor: none else, the same zeros)
+    z3 = (counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+          if np.any(per_tensor) else dict.fromkeys(Z3_FIELDS, 0.0))
     z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
 
     return StageCostArrays(
@@ -479,6 +481,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
         copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
+
+
+#: ``counts.zero3_tensor_gathers``' fields (the record's ``z3_*``)
+Z3_FIELDS = ("fwd_n", "fwd_params", "bwd_n", "bwd_params", "rs_n", "rs_params")
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
