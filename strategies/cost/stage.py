@@ -52,6 +52,10 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
+#: ``counts.zero3_tensor_gathers``' keys (``StageCostArrays.z3_*``)
+Z3_KEYS = ("fwd_n", "fwd_params", "bwd_n", "bwd_params", "rs_n", "rs_params")
+
+
 @dataclass(frozen=True, eq=False)
 class KindCostArrays:
     """One layer of one kind (``dense``, ``moe``) or one multi-token-prediction module
@@ -422,8 +426,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
-    z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
-    z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
+    if np.any(per_tensor):
+        z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+        z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
+    else:   # no plan gathers one tensor at a time: every count 0, without the tensor walk
+        #     (a loop over each layer's tensors, ~800 with DeepSeek-V3's 256 experts)
+        z3 = {k: np.where(per_tensor, 0.0, 0.0) + zeros for k in Z3_KEYS}
 
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
