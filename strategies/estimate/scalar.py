@@ -233,11 +233,20 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     from strategies.schedules.analysis import simulate_free_comm
     costs = costs or StageCostMemo(job)
     p, m = job.plan, job.num_microbatches
+    spans: dict[int, tuple[Any, float]] = {}    # id(times) -> (times, makespan): each once
+
+    def span(times) -> float:
+        """The order's makespan over ``times`` (the even split's and the layout's are read
+        again by ``_a2a_shift``: worked out once, the same numbers)."""
+        hit = spans.get(id(times))
+        if hit is None:
+            hit = spans[id(times)] = (times, simulate_free_comm(
+                p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
+                chunk_times=times))
+        return hit[1]
 
     def makespan(times) -> tuple[float, float]:
-        span = simulate_free_comm(p.schedule, p.pp, m, p.vpp, 0.0, 0.0,
-                                  p.microbatch_group_size, chunk_times=times)
-        return span, m * max(sum(f + b for f, b, _ in row) for row in times)
+        return span(times), m * max(sum(f + b for f, b, _ in row) for row in times)
 
     even, real = _chunk_times(job, job.cluster.gpu, costs), _chunk_times(job, None, costs)
 
@@ -245,9 +254,7 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
         return [sum(f + b for f, b, _ in row) for row in times]
     return _corrected(job, r, makespan(even), makespan(real),
                       _messages_shift(job, r, ranks(even), ranks(real)),
-                      _a2a_shift(job, r, even, real, lambda t: simulate_free_comm(
-                          p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
-                          chunk_times=t), costs))
+                      _a2a_shift(job, r, even, real, span, costs))
 
 
 def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
