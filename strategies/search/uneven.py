@@ -35,7 +35,9 @@ def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
     t, e = [], []
     for s in range(pp):
         gpu = stage_gpu(job, s)
-        c = by_gpu.setdefault(gpu.name, stage_costs(job, gpu))
+        c = by_gpu.get(gpu.name)
+        if c is None:                       # (setdefault would build the record every stage)
+            c = by_gpu[gpu.name] = stage_costs(job, gpu)
         t.append(c.layer_fwd + c.layer_bwd + c.layer_recompute)
         extra = 0.0
         if s == 0:
