@@ -93,12 +93,11 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     [3.0, 0.0]
     """
     sched = get_schedule(schedule)
-    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
+    programs = _rank_plans(sched, pp, m, vpp, group_size)
     split = sched.splits_backward
     k = max(sched.num_virtual_stages(pp, vpp) // pp, 1)
     dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
     t_group = (t_f + t_b if t_fb is None else t_fb) / k
-    last = sched.num_virtual_stages(pp, vpp) - 1
     slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
     if len(slow) != pp:
         raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
@@ -113,12 +112,7 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
         r = ready.pop()
         prog = programs[r]
         while pos[r] < len(prog):
-            group = prog[pos[r]]
-            keys, deps = [], []
-            for step in group:
-                vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
-                deps += [d for d in _deps(step, vstage, last) if d not in keys]
-                keys.append((step.kind, step.microbatch, vstage))
+            group, keys, deps = prog[pos[r]]
             missing = [d for d in deps if d not in done]
             if missing:
                 # each key has at most one dependent step on another rank (a W waits only for
@@ -146,6 +140,41 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
         raise RuntimeError(f"schedule {schedule!r} deadlocks on ranks {stuck} "
                            f"(pp={pp}, m={m}, vpp={vpp}, group_size={group_size})")
     return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
+
+
+# ``_rank_plans`` of each (schedule object, pp, m, vpp, group_size), the schedule held so that
+# its id stays its own; bounded, cleared when full
+_PLANS: dict[tuple, tuple] = {}
+_PLANS_KEPT = 256
+
+
+def _rank_plans(sched, pp: int, m: int, vpp: int, group_size: int | None
+                ) -> tuple[tuple[tuple[tuple[Step, ...], tuple, tuple], ...], ...]:
+    """Each rank's order for ``free_comm_ranks``: its groups (``_groups``), each with the keys
+    ``(kind, microbatch, position)`` its steps complete and those they wait on outside the
+    group (``_deps``). Times play no part: worked out once per order and kept (an estimate
+    runs the same order on the even split's times and on the layout's)."""
+    key = (id(sched), pp, m, vpp, group_size)
+    hit = _PLANS.get(key)
+    if hit is not None and hit[0] is sched:
+        return hit[1]
+    last = sched.num_virtual_stages(pp, vpp) - 1
+    plans = []
+    for r in range(pp):
+        rows = []
+        for group in _groups(sched.steps(r, pp, m, vpp, group_size)):
+            keys: list = []
+            deps: list = []
+            for step in group:
+                vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
+                deps += [d for d in _deps(step, vstage, last) if d not in keys]
+                keys.append((step.kind, step.microbatch, vstage))
+            rows.append((tuple(group), tuple(keys), tuple(deps)))
+        plans.append(tuple(rows))
+    if len(_PLANS) >= _PLANS_KEPT:
+        _PLANS.clear()
+    _PLANS[key] = (sched, tuple(plans))
+    return _PLANS[key][1]
 
 
 def _chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:
