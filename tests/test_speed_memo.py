@@ -110,3 +110,20 @@ def test_figures_only_is_the_full_metrics_figures(plan):
     for k, v in light.metrics.items():
         assert full.metrics[k] == v, k
     assert "activation_memory" in full.metrics and "activation_memory" not in light.metrics
+
+
+@pytest.mark.parametrize("schedule,pp,m,vpp", [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2),
+                                               ("zb-v", 4, 8, 2), ("dualpipe", 4, 8, 1)])
+def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vpp):
+    """``free_comm_ranks`` on the kept order gives what it gives on a freshly built one, for
+    other times too (the order holds no times)."""
+    from strategies.schedules import analysis
+    times = [(1.0, 2.0, 0.5), (1.3, 2.9, 0.7)]
+    analysis._PLANS.clear()
+    fresh = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times[:1]]
+    assert len(analysis._PLANS) == 1
+    kept = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times]
+    assert kept[0] == fresh[0]
+    analysis._PLANS.clear()
+    assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
+        == kept[1]
