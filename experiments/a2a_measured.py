@@ -67,8 +67,9 @@ from strategies.cost import comm, counts  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
-FP8_FACTOR = 1 + 4 / 128        # bytes per value of DeepEP's FP8 tokens with their scales
-BF16 = 2.0
+# bytes per value of DeepEP's FP8 tokens with their scales: the model's FP8 dispatch rule
+FP8_FACTOR = counts.dispatch_element_bytes(True, "fp8-blockwise")
+BF16 = float(counts.ACT_BYTES)
 LEGACY = "DeepEP V1, docs/legacy.md (H800)"
 V2 = "DeepEP V2, README (SM100)"
 HYBRID_H100 = "HybridEP, H100, 16 SMs"

@@ -14,12 +14,10 @@ experts drawn at random, ``counts.expert_hit_probability``, instead of the bench
 in place of DeepEP (``moe_dispatcher=alltoall``); ``fused``, Transformer Engine's fused
 RMSNorm in place of eager elementwise kernels for the whole layer
 (``elementwise_kernels="fused"``, an upper bound on what TE's norm buys: AutoModel's residual
-adds, SwiGLU and routing stay eager PyTorch); ``flush``, one pipeline schedule per local
-batch: AutoModel's ``_run_train_optim_step`` (recipes/llm/train_ft.py at 89e3a9fdd) runs
-``schedule.step`` once for each of the ``GA`` local batches of ``LBS`` micro-batches, each
-with its own fill and drain, then one optimizer step, estimated as ``GA`` steps of the global
-batch over ``GA`` less ``GA - 1`` optimizer steps (the plan has one schedule per step; a
-limit of the profile, docs/calibration.md §5.38). Table 4: the estimate's peak memory (GiB)
+adds, SwiGLU and routing stay eager PyTorch); ``one-flush``, the stated pipeline flushes off
+(``flushes=1``: one schedule over the step's micro-batches, where AutoModel's
+``_run_train_optim_step`` runs ``schedule.step`` once per local batch, ``flushes = GA``,
+``strategies.flushes``, docs/calibration.md §5.43). Table 4: the estimate's peak memory (GiB)
 on the fullest pipeline stage, by part, and whether it fits the H100's 80 GB (every row
 ran)."""
 from __future__ import annotations
@@ -31,7 +29,6 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.estimate.scalar import estimate  # noqa: E402
-from strategies.job import make_job  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "strategies",
@@ -49,24 +46,19 @@ def variant(job, flags: tuple[str, ...]):
         plan = replace(plan, moe_dispatcher="alltoall")
     if "fused" in flags:
         fw = replace(fw, elementwise_kernels="fused")
+    if "one-flush" in flags:
+        plan = replace(plan, flushes=1)
     return replace(job, framework=fw, plan=plan)
 
 
 VARIANTS = (("base", ()), ("random", ("random",)), ("alltoall", ("alltoall",)),
             ("random+alltoall", ("random", "alltoall")), ("fused", ("fused",)),
-            ("flush", ("flush",)), ("fused+flush", ("fused", "flush")))
+            ("one-flush", ("one-flush",)))
 
 
-def step_s(job, flags: tuple[str, ...], ga: int) -> float:
+def step_s(job, flags: tuple[str, ...]) -> float:
     """The estimated step of ``job`` under the what-ifs ``flags`` (``VARIANTS``)."""
-    job = variant(job, flags)
-    if "flush" not in flags or ga == 1:
-        return estimate(job).step_time_s
-    local = make_job(job.model, job.cluster, replace(job.plan, gbs=job.plan.gbs // ga),
-                     seq_len=job.seq_len, dtype=job.dtype, framework=job.framework,
-                     system=job.system)
-    e = estimate(local)
-    return ga * e.step_time_s - (ga - 1) * e.breakdown_s["optimizer"]
+    return estimate(variant(job, flags)).step_time_s
 
 
 def rows(path: str = DATA) -> list[dict]:
@@ -84,7 +76,7 @@ def rows(path: str = DATA) -> list[dict]:
         rec["memory"] = max((vars(m) for m in e.memory_by_stage),
                             key=lambda m: sum(v for v in m.values() if isinstance(v, float)))
         for name, flags in VARIANTS:
-            s = step_s(c.job, flags, int(r["plan"]["grad_accum"]))
+            s = step_s(c.job, flags)
             rec[name + "_s"] = s
             rec[name] = 100.0 * (s - c.measured_step_s) / c.measured_step_s
         out.append(rec)

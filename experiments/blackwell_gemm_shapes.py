@@ -52,7 +52,8 @@ from experiments.h100_gemm_shapes import (_summary, fit_knee, fit_knee_fixed,  #
                                           model_tflops)
 from strategies.cost import compute as ct  # noqa: E402
 from topologies import gpus as gp  # noqa: E402
-from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu  # noqa: E402
+from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
+                             _sustained_ratio, get_gpu)
 
 B200 = "B200-SXM-180GB"
 B300 = "B300-SXM-288GB"
@@ -186,10 +187,13 @@ def knee_fixed_rows() -> list[tuple]:
 
 def clock_rows() -> list[tuple]:
     """``(part, sustained/burst ratio, source)``: flashinfer's B200 trace, the catalog's B200
-    ratio, and the power rule's ratio of each other Blackwell part."""
+    and GB200 ratios (both measured), and the power rule's ratio of each other Blackwell part
+    (GB200's for comparison: the catalog does not use it, §5.41)."""
     boost, held = FLASHINFER_B200_CLOCKS
     out = [("B200 (flashinfer PR #2899 clock trace)", held / boost, "measured: clock"),
-           ("B200 (catalog: node MSMF / MAMF)", B200_SUSTAINED_RATIO, "catalog")]
+           ("B200 (catalog: node MSMF / MAMF)", B200_SUSTAINED_RATIO, "catalog"),
+           ("GB200 fp8, catalog (Azure cuBLASLt fp8 harness, §5.41)", GB200_FP8_SUSTAINED_RATIO,
+            "measured: sustained GEMM")]
     for name in ("B300-SXM-288GB", "GB200", "GB300"):
         g = get_gpu(name)
         out.append((f"{name} ({g.tdp_w:.0f} W, {g.sm_count} SMs)",
@@ -199,15 +203,15 @@ def clock_rows() -> list[tuple]:
 
 def what_if_gb200(ratio: float = B200_SUSTAINED_RATIO) -> list[tuple]:
     """Analytic error of every GB200 row of the 2025-26 reference files now and with GB200's
-    efficiencies at ``ratio`` instead of the power rule's, by replacing the catalog entry:
+    fp8 efficiency at ``ratio`` instead of the catalog's (``GB200_FP8_SUSTAINED_RATIO``, §5.41;
+    bf16 already reads the power rule), by replacing the catalog entry:
     ``(file, run, error now %, error with the ratio %)``."""
     from simulator.studies.validate import load_cases
     from strategies.estimate.scalar import estimate
 
     g = gp.GPUS[GB200]
-    scale = ratio / _sustained_ratio(g.tdp_w, g.sm_count)
-    alt = dataclasses.replace(g, matmul_efficiency=g.matmul_efficiency * scale,
-                              fp8_matmul_efficiency=g.fp8_matmul_efficiency * scale)
+    scale = ratio / GB200_FP8_SUSTAINED_RATIO
+    alt = dataclasses.replace(g, fp8_matmul_efficiency=g.fp8_matmul_efficiency * scale)
     data = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         "strategies", "reference", "data")
     out = []
@@ -314,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what_if:
         res = what_if_gb200()
         print(f"\nWhat-if: GB200 at B200's measured ratio {B200_SUSTAINED_RATIO:.3f} instead of "
-              f"the power rule's {_sustained_ratio(1200, 148):.3f}\n")
+              f"the catalog's {GB200_FP8_SUSTAINED_RATIO:.3f} (§5.41)\n")
         print("| file | run | error now | error at B200's ratio |")
         print("|---|---|---:|---:|")
         for f, i, now, alt in res:

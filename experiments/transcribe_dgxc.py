@@ -134,6 +134,27 @@ def fp8_note(tag: str, family: str) -> str:
             "default).")
 
 
+#: What NeMo's DeepSeek-V3 performance script ran (docs/calibration.md §5.44): the script at
+#: the commit the recipe's setup.sh checks out (``NEMO_COMMIT``), and the attention backend
+#: Transformer Engine picks for MLA's unequal head sizes (q/k 128 + 64 = 192, v 128).
+DS_NEMO = ("NVIDIA/NeMo@7a8f1cc7bc40 (deepseek_v3/pretraining/setup.sh line 54, NEMO_COMMIT) "
+           "scripts/performance/llm/pretrain_deepseek_v3.py")
+#: GPU -> (the launch.sh --recompute_modules, its line at v25.05.05)
+DS_RECOMPUTE = {"H100": ("mla_up_proj", 106), "GB200": ("core_attn", 119)}
+#: GPUs on which Transformer Engine runs MLA's attention unfused, and why
+DS_UNFUSED_ATTENTION = {
+    "GB200": "Transformer Engine's UnfusedDotProductAttention on sm100: FlashAttention is off "
+             "for head_dim_qk != head_dim_v (transformer_engine/pytorch/attention/"
+             "dot_product_attention/utils.py lines 475-479 at v2.3) and cuDNN's fused "
+             "attention has no backend on sm100 with a head dimension over 128 "
+             "(transformer_engine/common/fused_attn/fused_attn.cpp line 221 at v2.3, "
+             "`!(sm_arch_ >= 100 && (head_dim_qk > 128 || head_dim_v > 128))`), in every TE "
+             "release to v2.4 (NeMo v2.3.0's requirements/manifest.json pins bee4649c15a7, "
+             "2.2.0.dev0); TE #1797 (71c76b6ba205, 2025-06-13, first in v2.5) added d_qk 192 / "
+             "d_v 128 training on Blackwell, with cuDNN 9.11 or later. On H100 (sm90) cuDNN "
+             "takes head dimensions up to 256: fused"}
+
+
 HARDWARE = {
     "H100": {"gpu": "H100 SXM", "gpus_per_node": 8,
              "interconnect": "DGX H100 Reference Architecture (the repository README's "
@@ -347,11 +368,8 @@ def entry(tag: str, commit: str, path: str, fw_version: str, col: dict[str, Any]
         plan["zero_stage"] = 3
         notes.append("Megatron FSDP (README FSDP column).")
     if family == "deepseek_v3":
-        plan["recompute"] = "selective"
-        notes.append("launch.sh recomputes one module (--recompute_modules mla_up_proj on "
-                     "H100, core_attn on GB200): recorded as selective recomputation. "
-                     "Multi-token prediction is not set by launch.sh: none assumed.")
-    if ep > 1:
+        notes += _deepseek_facts(plan, mo, col["gpu"], pp)
+    elif ep > 1:
         notes.append("Dropless MoE; token balance among experts not stated.")
     if col["strong"]:
         notes.append("Strong scaling table (fixed GBS).")
@@ -377,6 +395,32 @@ def entry(tag: str, commit: str, path: str, fw_version: str, col: dict[str, Any]
         "precision": col["precision"],
         "measured": measured,
         "notes": " ".join(notes)}
+
+
+def _deepseek_facts(plan: dict[str, Any], mo: dict[str, Any], gpu: str, pp: int) -> list[str]:
+    """What NeMo's DeepSeek-V3 performance script ran (``DS_NEMO``), written into the row's
+    plan and model; returns the notes that cite it."""
+    rm, line = DS_RECOMPUTE[gpu]
+    plan["recompute"] = "selective"
+    plan["recompute_modules"] = [rm]
+    plan["tp_comm_overlap"] = False
+    mid = 64 // pp
+    plan["first_stage_layers"], plan["last_stage_layers"] = mid - 1, mid - 2
+    mo["hf_config"]["num_nextn_predict_layers"] = 1
+    notes = [f"Selective recomputation of {rm} (launch.sh line {line}, --recompute_modules).",
+             f"{DS_NEMO}: pretrain_recipe() (line 65) keeps its use_mtp=True default "
+             "(nemo/collections/llm/recipes/deepseek_v3.py line 62: mtp_num_layers=1, line 49), "
+             f"so one multi-token-prediction layer runs on the last stage; the first and last "
+             f"stages hold 64/pp - 1 = {mid - 1} and 64/pp - 2 = {mid - 2} layers (lines 74-77); "
+             "MegatronCommOverlapCallback(tp_comm_overlap=False) (lines 87-90); "
+             "MegatronTokenDropCallback (lines 40, 81) with its defaults, capacity factor 1.0 "
+             "and padding to capacity (nemo/lightning/pytorch/callbacks/moe_token_drop.py lines "
+             "38-39): every expert computes exactly its mean share, the balanced load."]
+    why = DS_UNFUSED_ATTENTION.get(gpu)
+    if why:
+        plan["flash_attn"] = False
+        notes.append(f"Attention unfused: {why}.")
+    return notes
 
 
 def _git(repo: str, *args: str) -> str:

@@ -53,9 +53,11 @@ def base(job: Job, figures: bool = True) -> int | None:
 
 
 def can_extend(job: Job, figures: bool = True) -> bool:
-    """Whether ``job``'s step may be simulated on two short runs and extended."""
+    """Whether ``job``'s step may be simulated on two short runs and extended (not with
+    several pipeline flushes: ``simulate`` runs one flush and composes the step,
+    ``strategies.flushes``)."""
     m, g, b = job.num_microbatches, period(job), base(job, figures)
-    return (job.plan.pp > 1 and job.plan.group_microbatches is None
+    return (job.plan.pp > 1 and job.plan.group_microbatches is None and job.plan.flushes == 1
             and get_schedule(job.plan.schedule).steady_state
             and b is not None and m % g == 0 and m >= SAVING * (2 * b + 1) * g)
 

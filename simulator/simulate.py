@@ -31,6 +31,7 @@ from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend,
 from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
 from strategies.cost import counts
+from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.cost.stage import StageCosts
 from strategies.cost.recompute import plan_share as rc_share
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
@@ -83,6 +84,10 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     computed after the run). ``free_comm`` and ``costs`` are test hooks (instant
     communication; a replaced cost table). Times in seconds.
     """
+    if job.plan.flushes > 1:    # k pipeline flushes per step: one flush simulated, composed
+        one = simulate(flush_job(job), fold, granularity, network=network, free_comm=free_comm,
+                       costs=costs, link_series=link_series)
+        return _flushed(one, job.plan.flushes)
     t0 = time.perf_counter()
     if network not in BACKENDS:
         raise SpecError("network", network, f"must be one of {', '.join(BACKENDS)}")
@@ -103,6 +108,26 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     res.step_time_s = res.metrics["step_time_s"]
     res.wall_s = time.perf_counter() - t0
     return res
+
+
+def _flushed(one: SimResult, k: int) -> SimResult:
+    """The result of ``k`` flushes from one flush's simulation (``strategies.flushes``): the
+    step, breakdown and exposed/overlapped communication ``k`` times but the critical rank's
+    optimizer; the bubble and idle fractions are ``k`` times one flush's time over the step.
+    Records, trace and activation series stay one flush's (``metrics["flushes"]``)."""
+    m = one.metrics
+    t1, opt = one.step_time_s, float(m["breakdown_s"]["optimizer"])
+    step = flushed_step_s(t1, opt, k)
+    scale = k * t1 / step if step > 0 else 0.0
+    m["breakdown_s"] = flushed_breakdown(m["breakdown_s"], k)
+    m.update({"step_time_s": step, "exposed_comm_s": k * m["exposed_comm_s"],
+              "overlapped_comm_s": k * m["overlapped_comm_s"],
+              "bubble_fraction_by_stage": [b * scale for b in m["bubble_fraction_by_stage"]],
+              "idle_fraction_by_stage": [f * scale for f in m["idle_fraction_by_stage"]],
+              "flushes": k})
+    m["bubble_fraction"] = max(m["bubble_fraction_by_stage"], default=0.0)
+    one.step_time_s = step
+    return one
 
 
 def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: NetworkBackend,

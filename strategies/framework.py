@@ -264,6 +264,55 @@ MEGATRON_CROSS_ENTROPY = LossPasses(
                 "in the backward, 2 + 4 = 6 bytes per element")
 
 
+#: how a stack launches one grouped GEMM over a GPU's ``k`` local experts
+#: (``ExpertGemmLaunch.kind``)
+EXPERT_GEMM_KINDS = ("per_expert", "multi_stream", "fused")
+
+
+@dataclass(frozen=True)
+class ExpertGemmLaunch:
+    """How the stack launches one grouped expert GEMM (fc1 or fc2, forward, data or weight
+    gradient) over a GPU's ``k`` local experts, and so how many times that GEMM pays the
+    kernel's fixed time (``compute.gemm_fixed_s``; docs/calibration.md §5.42).
+
+    ``"per_expert"``: one kernel per expert, one after another on one stream: ``k`` fixed
+    times. ``"multi_stream"``: one kernel per expert, round-robin over ``streams`` CUDA streams
+    (expert ``i`` on stream ``i mod s``), the streams joined after the last: each stream runs
+    ``ceil(k/s)`` kernels in order, the streams side by side, so a kernel's fill, drain and
+    tail on one stream are covered by the others' work and the GEMM pays ``ceil(k/s)`` fixed
+    times. ``"fused"``: one kernel for every local expert (a grouped kernel): 1. ``source``:
+    where the stack's launch path is read."""
+
+    kind: str = "per_expert"
+    streams: int = 1
+    source: str = ("not read: one kernel per expert on one stream, the model's count of "
+                   "GEMMs (counts.layer_gemms)")
+
+    def __post_init__(self) -> None:
+        if self.kind not in EXPERT_GEMM_KINDS:
+            raise SpecError("framework.expert_gemm_launch.kind", self.kind,
+                            f"must be one of {', '.join(EXPERT_GEMM_KINDS)}")
+        if isinstance(self.streams, bool) or not isinstance(self.streams, int) \
+                or self.streams < 1:
+            raise SpecError("framework.expert_gemm_launch.streams", self.streams,
+                            "must be an integer >= 1")
+        if self.kind != "multi_stream" and self.streams != 1:
+            raise SpecError("framework.expert_gemm_launch.streams", self.streams,
+                            f"must be 1 for kind {self.kind!r} (streams apply to "
+                            "'multi_stream')")
+
+    def fixed_times(self, local: Any) -> Any:
+        """Fixed times one grouped GEMM over ``local`` experts per GPU pays (``k`` =
+        ``local``, > 0; vectorised): ``k`` per expert, ``ceil(k/s)`` on ``s`` streams, 1
+        fused."""
+        k = np.asarray(local, dtype=float)
+        if self.kind == "fused":
+            out = np.ones_like(k)
+        else:
+            out = np.ceil(k / self.streams)
+        return out[()]
+
+
 @dataclass(frozen=True)
 class FrameworkProfile:
     """What a training stack does underneath a plan.
@@ -339,6 +388,13 @@ class FrameworkProfile:
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
     microbatches_per_pp: bool = False
+    #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
+    #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
+    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``). Such a
+    #: stack also needs at least ``pp`` micro-batches per flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``)
+    pipeline_flushes: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -363,6 +419,9 @@ class FrameworkProfile:
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
     #: expert_pad_bytes``, ``compute.expert_pad_time``
     quant_padding: bool = False
+    #: how the stack launches a grouped expert GEMM over the local experts, hence the fixed
+    #: times it pays (``ExpertGemmLaunch``; ``compute.expert_fixed_share``)
+    expert_gemm_launch: ExpertGemmLaunch = ExpertGemmLaunch()
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -432,6 +491,15 @@ class FrameworkProfile:
     #: Activation"); False: the 16-bit table (Transformer Engine's saved fp8 inputs are not
     #: modelled, docs/memory.md)
     fp8_activation_cache: bool = False
+    #: in a quantised precision, dispatches the MoE's routed tokens in that precision with
+    #: their scales, the combine in 16 bits (``counts.dispatch_element_bytes``: the
+    #: all-to-all's bytes, the permutations' and the send buffer's). DeepSeek-V3 (arXiv
+    #: 2412.19437 §3.3.3, "Low-Precision Communication"); False: 16-bit tokens both ways
+    #: (Megatron-Core passes the hidden states to DeepEP's ``Buffer.dispatch`` as they are,
+    #: builds DeepEP V2's ``ElasticBuffer`` with ``use_fp8_dispatch=False`` and asserts
+    #: "HybridEP dispatcher does not support fp8 dispatch now":
+    #: ``megatron/core/transformer/moe/fused_a2a.py``)
+    fp8_dispatch: bool = False
     #: optimizer state bytes per parameter, where the stack states them (None:
     #: ``SystemConfig.optimizer_state_bytes``, fp32 master and Adam moments, 12)
     optimizer_state_bytes: float | None = None
@@ -559,6 +627,9 @@ class FrameworkProfile:
         if not 0 <= self.launch_gap_s < 1e-3:
             raise SpecError("framework.launch_gap_s", self.launch_gap_s,
                             "must be in [0, 1 ms) seconds")
+        if not isinstance(self.expert_gemm_launch, ExpertGemmLaunch):
+            raise SpecError("framework.expert_gemm_launch", self.expert_gemm_launch,
+                            "must be an ExpertGemmLaunch (kind, streams)")
         for name in self.sharded_grad_passes:
             if name not in SHARDED_GRAD_PASSES:
                 raise SpecError("framework.sharded_grad_passes", name,
@@ -769,6 +840,28 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
             ("tied_reduce", "PipelineEngine._exec_reduce_tied_grads (TrainSchedule's "
                             "ReduceTiedGrads, before ReduceGrads)"))))
 
+#: Transformer Engine's grouped GEMM (``GroupedLinear`` under Megatron-Core's ``TEGroupedMLP``):
+#: ``general_grouped_gemm`` -> ``te_general_grouped_gemm`` -> ``nvte_multi_tensor_gemm`` ->
+#: ``multi_stream_cublas_gemm``, one ``cublasLtMatmul`` per expert on compute stream
+#: ``i % num_streams``, ``num_compute_streams = 4`` a constant (TE v2.9 and v2.14
+#: ``common/gemm/cublaslt_gemm.cu``, ``common/util/multi_stream.cpp``); CUTLASS's grouped
+#: kernel only on Hopper with ``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, which no recipe read sets.
+#: The legacy ``GroupedMLP`` (``grouped_gemm``) launches the same way off sm_80
+#: (``GROUPED_MLP_GEMM``)
+TE_GROUPED_GEMM = ExpertGemmLaunch(
+    "multi_stream", 4,
+    "Transformer Engine v2.9/v2.14 multi_stream_cublas_gemm: one cuBLASLt GEMM per expert "
+    "round-robin on 4 compute streams (common/util/multi_stream.cpp num_compute_streams = 4)")
+#: fanshiqing/grouped_gemm v1.1.4 ``ops.gmm`` (NeMo AutoModel's ``GroupedExpertsDeepEP``,
+#: Megatron-Core's legacy ``GroupedMLP``): ``csrc/grouped_gemm.cu`` ``CublasGroupedGemm`` /
+#: ``CublasGroupedGemmVariableK``, one ``cublasGemmEx`` per expert on handle ``i %
+#: NUM_STREAM``, ``#define NUM_STREAM 4``, on every build but ``sm_80`` (its CUTLASS grouped
+#: kernel is compiled for ``GROUPED_GEMM_DEVICE_CAPABILITY == 80`` only: "Use cuBLAS for SM90")
+GROUPED_MLP_GEMM = ExpertGemmLaunch(
+    "multi_stream", 4,
+    "grouped_gemm v1.1.4 csrc/grouped_gemm.cu CublasGroupedGemm: one cublasGemmEx per expert "
+    "round-robin on NUM_STREAM = 4 streams off sm_80")
+
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
     description="Megatron-Core / NeMo 2023+ with Transformer Engine: fused kernels, "
@@ -777,7 +870,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
-    grouped_mlp_casts=True, quant_padding=True,
+    grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
@@ -905,6 +998,11 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # v0.2.2 models/moe/moe.py GroupedExperts(use_grouped_mm=True): torch._grouped_mm, one
+    # grouped kernel for all local experts (ATen's CUTLASS bf16bf16_grouped_mm) per GEMM
+    expert_gemm_launch=ExpertGemmLaunch(
+        "fused", 1, "torchtitan v0.2.2 models/moe/moe.py _run_experts_grouped_mm: "
+                    "torch._grouped_mm, one kernel for every local expert"),
     # FSDP2 over the fp32 model (9dec370 train.py: meta init, model.to_empty, fp32;
     # parallelisms/parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(bf16, fp32),
     # reshard_after_forward=False under pp), docs/calibration.md §5.32
@@ -1017,10 +1115,19 @@ HAI_LLM = replace(
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
     grouped_mlp_casts=False, quant_padding=False,
+    # DeepSeek on its released V3 training profile (deepseek-ai/profile-data issue #2,
+    # 2025-02-28): "we launch expert GEMMs (one kernel for one expert) on two streams
+    # interleavely", an earlier grouped GEMM than DeepGEMM's, kept for V3 training
+    expert_gemm_launch=ExpertGemmLaunch(
+        "multi_stream", 2, "deepseek-ai/profile-data issue #2 (DeepSeek, 2025-02-28): V3 "
+                           "training launches one kernel per expert on two streams"),
     precisions=("bf16", "fp8-blockwise"),
     # DeepSeek-V3 report §3.3.3: activations cached in FP8 (E5M6 after the attention), the
     # AdamW moments in BF16 beside the FP32 master weights: 4 + 2 + 2 bytes per parameter
     fp8_activation_cache=True, optimizer_state_bytes=8.0,
+    # §3.3.3 "Low-Precision Communication": FP8 dispatch (DeepEP's 1x128 fp32 scales), BF16
+    # combine
+    fp8_dispatch=True,
     precision_source="DeepSeek-V2 report (BF16 training) and DeepSeek-V3 report §3.3: "
                      "fine-grained FP8 (1x128 activation tiles, 128x128 weight blocks); "
                      "HAI-LLM's code is not public",
@@ -1070,6 +1177,9 @@ AUTOMODEL = replace(
     # tokens over the EP group (DTensor full_tensor), a path not modelled: "alltoall" stands
     # in for it
     moe_dispatchers=("alltoall", "deepep"),
+    # GroupedExpertsDeepEP (components/moe/layers.py): grouped_gemm's ops.gmm, one cuBLAS
+    # GEMM per expert on 4 streams (the non-DeepEP GroupedExperts loops over its experts)
+    expert_gemm_launch=GROUPED_MLP_GEMM,
     # TE's DotProductAttention (backend attn: te) is the chip's fused kernel
     attention_kernel="native",
     # bf16-built model (components/models/{deepseek_v3,qwen3_moe}/model.py:
@@ -1077,6 +1187,10 @@ AUTOMODEL = replace(
     # FSDP2's shard is bf16 and is the parameter torch.optim.Adam updates; m and v follow its
     # dtype: master 2 + m 2 + v 2 (docs/calibration.md §5.32, §5.38)
     optimizer_state_bytes=6.0, master_bytes=2.0,
+    # recipes/llm/train_ft.py _run_train_optim_step, recipes/llm/benchmark.py run_benchmark:
+    # schedule.step() once per gradient-accumulation step of local_batch_size sequences
+    # (strategies.flushes, docs/calibration.md §5.43)
+    pipeline_flushes=True,
     precisions=("bf16",),
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
@@ -1194,10 +1308,11 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
-    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``; sources
-    on the fields). Reads ``dp`` (an unresolved plan's ``None`` reads as 1: checked once a Job
-    resolves it), ``etp`` (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``,
-    ``ep`` and ``zero``."""
+    (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``,
+    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``; sources on the fields). Reads ``dp``
+    (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
+    (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep``, ``zero``, ``gbs``,
+    ``mbs`` and ``flushes`` (1 where the arrays have no such column)."""
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
@@ -1227,6 +1342,18 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("pp", v.pp, (pp == 1) | (m % pp == 0),
                       lambda: who + "runs a number of pipeline micro-batches per step "
                                     "(gbs/(mbs*dp)) that is a multiple of pp"))
+    flushes = getattr(v, "flushes", 1)
+    if not fw.pipeline_flushes:
+        rules.append(("flushes", flushes, np.asarray(flushes) == 1,
+                      lambda: who + "runs one pipeline schedule over a step's micro-batches "
+                                    "(flushes=1)"))
+    elif getattr(v, "gbs", None) is not None:
+        per_flush = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp * np.asarray(flushes))
+        pp = np.asarray(v.pp)
+        rules.append(("pp", v.pp, (pp == 1) | (per_flush >= pp),
+                      lambda: who + "needs at least pp micro-batches per pipeline flush "
+                                    "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
+                                    "pp_microbatch_size >= pp_size, asserted)"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -1307,7 +1434,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            account_embedding=plan.account_embedding,
                            account_loss=plan.account_loss,
                            layers_per_stage_given=plan.layers_per_stage is not None,
-                           group_microbatches_given=plan.group_microbatches is not None)
+                           group_microbatches_given=plan.group_microbatches is not None,
+                           flushes=plan.flushes)
 
 
 def plan_violations(fw: FrameworkProfile, plan: "Plan") -> list[tuple[str, object, str]]:

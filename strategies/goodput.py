@@ -41,7 +41,8 @@ from typing import Any
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
+from strategies.cost.system import SystemConfig
+from strategies.framework import FrameworkProfile, get_profile, stack_system
 from strategies.model import ModelSpec
 from topologies.limits import check_int, check_number
 
@@ -72,9 +73,7 @@ DEFAULT_RESTART_S = 600.0
 MAX_SEGMENT_MTBFS = 500.0
 #: the Monte-Carlo sampler draws failures one by one: at most this many expected per run
 MAX_SAMPLED_FAILURES = 100_000
-#: bytes per parameter in a checkpoint: bf16 weights + fp32 master weights and Adam m, v
-#: (``SystemConfig.param_bytes + optimizer_state_bytes`` of the default system)
-CKPT_BYTES_PER_PARAM = DEFAULT_SYSTEM.param_bytes + DEFAULT_SYSTEM.optimizer_state_bytes
+
 
 
 
@@ -96,15 +95,37 @@ def job_mtbf_s(num_gpus: int, num_nodes: int, mtbf_gpu_h: float = DEFAULT_MTBF_G
     return HOUR_S / rate
 
 
-def checkpoint_bytes(model: ModelSpec, system: SystemConfig | None = None,
-                     optimizer_state_bytes: float | None = None) -> float:
+def checkpoint_bytes_per_param(framework: FrameworkProfile | str | None = None,
+                               system: SystemConfig | None = None) -> float:
+    """Bytes per parameter of one training checkpoint under stack ``framework``: the
+    persistent model state the memory model counts, once. It is read off
+    ``memory.scalar.model_state_bytes_per_param`` at ZeRO-3 with one rank (a fully sharded
+    job holds exactly one copy of each persistent state over its ranks, no replica), with the
+    stack's facts as memory reads them (``stack_system``, ``optimizer_state_bytes``,
+    ``fsdp2``): ``params + optimizer``; gradients are not saved. Megatron-Core's distributed
+    checkpoint: bf16 weights + fp32 master + Adam m, v, ``2 + 12 = 14``; torchtitan (FSDP2
+    over an fp32 model, DCP): the fp32 sharded parameter is the master, ``4 + 8 = 12`` (no
+    16-bit copy: the gathered bf16 weights are transient); NeMo AutoModel (a bf16-built model,
+    safetensors model + DCP optimizer): ``2 + 2 + 2 = 6``; HAI-LLM (BF16 moments): ``2 + 8``
+    (docs/calibration.md §5.43).
+
+    >>> [checkpoint_bytes_per_param(s) for s in ("megatron-core", "torchtitan", "automodel",
+    ...                                           "hai-llm")]
+    [14.0, 12.0, 6.0, 10.0]
+    """
+    from strategies.memory.scalar import model_state_bytes_per_param
+    fw = get_profile(framework)
+    params, _grads, optimizer = model_state_bytes_per_param(
+        3, 1, optimizer_bytes=fw.optimizer_state_bytes, system=stack_system(fw, system),
+        fsdp2=fw.fsdp2)
+    return params + optimizer
+
+
+def checkpoint_bytes(model: ModelSpec, framework: FrameworkProfile | str | None = None,
+                     system: SystemConfig | None = None) -> float:
     """Bytes of one full training checkpoint: every parameter once (data-parallel copies are
-    written once) at the memory model's weight and optimizer-state bytes per parameter
-    (``SystemConfig.param_bytes + optimizer_bytes(optimizer_state_bytes)``: the stack's
-    optimizer bytes where it states them, ``CKPT_BYTES_PER_PARAM`` with the default system
-    and stack)."""
-    sy = get_system(system)
-    return float(model.num_params()) * (sy.param_bytes + sy.optimizer_bytes(optimizer_state_bytes))
+    written once) at ``checkpoint_bytes_per_param`` of the stack."""
+    return float(model.num_params()) * checkpoint_bytes_per_param(framework, system)
 
 
 def checkpoint_write_s(nbytes: float, write_bandwidth: float) -> float:

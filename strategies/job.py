@@ -139,6 +139,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("gbs", gbs, f"must be a multiple of mbs*dp = {plan.mbs}*{dp} = {plan.mbs * dp}")
     else:
         counts = [gbs // (plan.mbs * dp)]
+    if plan.flushes > 1:
+        counts = [_per_flush(plan, counts)]
     for m in counts:
         get_schedule(plan.schedule).check(plan.pp, m, plan.vpp, plan.microbatch_group_size)
     if framework is not None:
@@ -146,6 +148,21 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     else:       # the combined 1F1B's own limits hold whatever stack runs it
         raise_first(ep_overlap_rules(fw, plan_view(plan)))
     return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
+
+
+def _per_flush(plan: Plan, counts: list[int]) -> int:
+    """Micro-batches per pipeline flush of a plan with ``flushes`` > 1 (``strategies.flushes``):
+    pipelined, one count for every replica, and a whole number per flush."""
+    k = plan.flushes
+    if plan.pp == 1:
+        raise SpecError("flushes", k, "needs pipeline parallelism (pp > 1): without it the "
+                        "local batches are plain gradient accumulation (flushes=1)")
+    if plan.group_microbatches is not None:
+        raise SpecError("flushes", k, "is not combined with group_microbatches")
+    if counts[0] % k:
+        raise SpecError("flushes", k, f"must divide the {counts[0]} micro-batches per "
+                        f"pipeline (gbs/(mbs*dp))")
+    return counts[0] // k
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

@@ -96,9 +96,13 @@ class Plan:
     recompute_layers: int | None = None      # full: layers recomputed per chunk (None: all)
     recompute_method: str | None = None      # full with recompute_layers: block (default) or uniform
     recompute_modules: tuple[str, ...] | None = None   # selective: Megatron-Core's modules
+    # pipeline schedules run per optimizer step, each over gbs/(mbs·dp·flushes) micro-batches
+    # and each paying its own fill and drain (torch.distributed.pipelining's schedule.step()
+    # per local batch: ``strategies.flushes``)
+    flushes: int = 1
 
     def __post_init__(self) -> None:
-        for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
+        for f in ("tp", "pp", "cp", "ep", "mbs", "vpp", "flushes"):
             _pos_int(f, getattr(self, f))
         for f in ("dp", "gbs", "microbatch_group_size", "etp"):
             if getattr(self, f) is not None:
@@ -199,6 +203,8 @@ class Plan:
                          f"last{self.last_stage_layers or '-'}")
         if self.account_embedding or self.account_loss:
             parts.append("slots" + "+E" * self.account_embedding + "+L" * self.account_loss)
+        if self.flushes > 1:
+            parts.append(f"flushes{self.flushes}")
         return " ".join(parts)
 
 
@@ -376,7 +382,8 @@ _STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_rou
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 
-_LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vpp": MAX_VPP}
+_LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vpp": MAX_VPP,
+           "flushes": MAX_GBS}
 
 
 def _pos_int(name: str, v: Any) -> None:

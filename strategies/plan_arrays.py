@@ -38,7 +38,8 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
 OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc")
 _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
           "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
-          "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
+          "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most",
+          "layout_mid_most")
 #: ``PlanArrays`` fields read from a plan's layout string (``layout.layout_string_extremes``;
 #: NaN: none), in its order
 LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
@@ -102,6 +103,8 @@ class PlanArrays:
     layout_last: np.ndarray = np.nan
     layout_least: np.ndarray = np.nan
     layout_most: np.ndarray = np.nan
+    # ... and the most layers of any middle rank (``layout.layout_middle_most``; NaN: none)
+    layout_mid_most: np.ndarray = np.nan
 
     def __post_init__(self) -> None:
         for name, _, default in EXPERT_OPTIONAL:
@@ -126,13 +129,14 @@ class PlanArrays:
         col = {f.name: [] for f in fields(cls)}
         resolved = {"etp": "expert_tp", "moe_imbalance": "imbalance",
                     "moe_capacity_factor": "capacity_factor"}
-        from strategies.layout import layout_string_extremes
+        from strategies.layout import layout_middle_most, layout_string_extremes
         for p in plans:
             ext = layout_string_extremes(p) or (np.nan,) * len(LAYOUT_STRING)
             for name, x in zip(LAYOUT_STRING, ext):
                 col[name].append(x)
+            col["layout_mid_most"].append(layout_middle_most(p))
             for name in col:
-                if name in LAYOUT_STRING:
+                if name in LAYOUT_STRING or name == "layout_mid_most":
                     continue
                 if name == "account_slots":
                     col[name].append(bool(p.account_embedding and p.account_loss))

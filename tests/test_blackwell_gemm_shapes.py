@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from experiments import blackwell_gemm_shapes as bw
-from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu
+from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO, _sustained_ratio,
+                             get_gpu)
 
 SIZES = (256, 512, 1024, 2048, 4096)
 
@@ -28,12 +29,15 @@ def test_xla_points_are_the_declared_grid_below_peak():
 
 def test_catalog_burst_fractions_are_the_mamf_rows():
     """Each Blackwell catalog efficiency is its mamf-finder burst fraction times its sustained
-    ratio: to the digit for B300 and GB200 (computed from the rows), within the 2-digit rounding
-    for B200 (0.63, 0.62)."""
+    ratio: to the digit for B300 (power rule) and GB200 (fp8 measured, §5.41; bf16 the rule), within the 2-digit
+    rounding for B200 (0.63, 0.62)."""
     for g, dtype, *_rest, sus in bw.mamf_rows():
-        if g.startswith(("B300", "GB200")):
+        if g.startswith("B300"):
             gpu = get_gpu(g)
             assert sus == pytest.approx(_sustained_ratio(gpu.tdp_w, gpu.sm_count), rel=1e-12)
+        elif g.startswith("GB200"):
+            want = GB200_FP8_SUSTAINED_RATIO if dtype == "fp8" else _sustained_ratio(1200, 148)
+            assert sus == pytest.approx(want, rel=1e-12)
         elif g.startswith("B200"):
             assert sus == pytest.approx(B200_SUSTAINED_RATIO, rel=0.005)
 
@@ -89,10 +93,11 @@ def test_fit_recovers_a_synthetic_law():
 
 
 def test_power_rule_parts_are_the_unmeasured_link():
-    """The parts without a clock trace sit above B200's measured ratio by the power rule only:
-    GB200 0.865, GB300 0.888 (the one link §5.35 could not check)."""
+    """The power rule's ratios (GB200 0.865, GB300 0.888), the link §5.35 could not check; the
+    catalog's GB200 fp8 now reads the measured 0.759 instead (§5.41)."""
     rows = {p.split(" (")[0]: (r, s) for p, r, s in bw.clock_rows()}
     assert rows["GB200"][0] == pytest.approx(B200_SUSTAINED_RATIO * 1.2 ** (1 / 3), rel=1e-12)
+    assert rows["GB200 fp8, catalog"] == (GB200_FP8_SUSTAINED_RATIO, "measured: sustained GEMM")
     assert all(s == "power rule (not measured)" for k, (r, s) in rows.items()
                if k in ("GB200", "GB300", "B300-SXM-288GB"))
 

@@ -42,8 +42,8 @@ def test_fp8_cached_moe_layer_closed_form():
     recomputation (report §3.2.3, §3.3.3), s = 4096, b = 1, t = 1, per token: the norm inputs
     2h each in bf16, the attention output in E5M6, the k - 1 dispatched copies beyond the
     recomputed norm's (fp8), the SwiGLU inputs of routed and shared experts (fp8), the
-    shared expert's fc2 input (fp8), the latents before their norms (bf16) and after (fp8)
-    and the rope key (bf16)."""
+    shared expert's fc2 input (fp8), the latents before their norms (bf16; after them: the
+    up projections' inputs, recomputed with them, §5.40) and the rope key (bf16)."""
     m = _moe()
     s = 4096
     h, k, fe, fs = m.hidden_size, m.moe_router_topk, m.expert_ffn, m.num_shared_experts * m.shared_ffn
@@ -54,7 +54,7 @@ def test_fp8_cached_moe_layer_closed_form():
                  + 2 * h * (k - 1) * r                              # dispatched copies
                  + 4 * (k * fe + fs) * r                            # SwiGLU inputs
                  + 2 * fs * r                                       # shared fc2 input
-                 + 2 * lat + 2 * lat * r + 2 * m.qk_rope_head_dim)  # MLA latents, rope key
+                 + 2 * lat + 2 * m.qk_rope_head_dim)                # MLA latents, rope key
     got = act.layer_activation_bytes(m, s, 1, recompute="selective", modules=MODS, cache=FP8)
     assert got == pytest.approx(s * per_token, rel=1e-12)
     bf16 = act.layer_activation_bytes(m, s, 1, recompute="selective", modules=MODS)
@@ -102,7 +102,8 @@ def test_array_model_equals_scalar_with_the_cache(schedule):
     job = _job("hai-llm", schedule=schedule)
     assert act.job_activation_cache(job) == FP8
     P = PlanArrays.from_plans([job.plan])
-    kw = dict(loss_bytes=job.framework.loss.peak_bytes, act_cache=FP8, optimizer_bytes=8.0)
+    kw = dict(loss_bytes=job.framework.loss.peak_bytes, act_cache=FP8, optimizer_bytes=8.0,
+              dispatch_bytes=act.job_dispatch_bytes(job))
     stages = [b.total for b in memory_by_stage(job)]
     for s, want in enumerate(stages):
         got = float(rank_memory_arrays(job.model, P, s, job.dtype, job.system,

@@ -136,9 +136,9 @@ def test_power_rule_of_the_blackwell_parts():
     assert _sustained_ratio(1000, 148) == B200_SUSTAINED_RATIO == 1421 / 1745
     assert _sustained_ratio(1200, 148) == pytest.approx(1421 / 1745 * 1.2 ** (1 / 3), rel=1e-15)
     assert _sustained_ratio(1e5, 148) == 1.0                 # never above the burst clock
-    gb200 = get_gpu("GB200")
-    assert gb200.fp8_matmul_efficiency == pytest.approx(3615.6 / 5000 * 1421 / 1745
-                                                        * 1.2 ** (1 / 3), rel=1e-15)
+    gb300 = get_gpu("GB300")   # GB200 reads its measured ratio instead (§5.41)
+    assert gb300.fp8_matmul_efficiency == pytest.approx(3615.6 / 5000 * 1421 / 1745
+                                                        * (1.4 * 148 / 160) ** (1 / 3), rel=1e-15)
     # more power per SM, a higher sustained clock: GB300 > GB200 > B200 (per SM and watt)
     assert _sustained_ratio(1400, 160) > _sustained_ratio(1200, 148) > B200_SUSTAINED_RATIO
 

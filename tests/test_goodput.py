@@ -10,7 +10,13 @@ import pytest
 from simulator.cli.main import main
 from strategies import goodput as gp
 from strategies.errors import SpecError
+from strategies.cost import counts
+from strategies.framework import PROFILES, get_profile
+from strategies.job import make_job
+from strategies.memory.scalar import MemoryBreakdown, memory_components
+from strategies.plan import parse_plan
 from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
 
 
 def test_llama3_defaults_reproduce_the_reported_failure_rate():
@@ -30,11 +36,14 @@ def test_checkpoint_size_from_the_memory_model():
     assert gp.checkpoint_bytes(m) == m.num_params() * (PARAM_BYTES + OPTIMIZER_BYTES)
     assert gp.checkpoint_write_s(1e12, 2e9) == 500.0
     # a stack that states its optimizer bytes (hai-llm: BF16 Adam moments, 8) writes those
-    from strategies.framework import get_profile
-    hai = get_profile("hai-llm").optimizer_state_bytes
-    assert hai == 8.0
-    assert gp.checkpoint_bytes(m, None, hai) == m.num_params() * (PARAM_BYTES + 8.0)
-    assert gp.checkpoint_bytes(m, None, None) == gp.checkpoint_bytes(m)
+    hai = get_profile("hai-llm")
+    assert hai.optimizer_state_bytes == 8.0
+    assert gp.checkpoint_bytes(m, hai) == m.num_params() * (PARAM_BYTES + 8.0)
+    assert gp.checkpoint_bytes(m, None, None) == gp.checkpoint_bytes(m, "megatron-core")
+    # the policy constants move it: fp32 weights (param_bytes 4) add 2 bytes per parameter
+    from dataclasses import replace
+    fp32 = replace(DEFAULT_SYSTEM, param_bytes=4.0)
+    assert gp.checkpoint_bytes(m, None, fp32) == m.num_params() * (4.0 + OPTIMIZER_BYTES)
 
 
 def test_young_and_daly_closed_forms():
@@ -188,3 +197,35 @@ def test_cluster_file_storage_bandwidth(tmp_path, capsys):
     (tmp_path / "d.yaml").write_text("preset: dgx-a100\nstorage_write_GBps: 0\n")
     assert main([*argv[:4], str(tmp_path / "d.yaml"), *argv[5:]]) == 2
     assert "storage_write_GBps" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "qwen3-30b-a3b"])
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_checkpoint_holds_the_model_state_memory_counts(name, preset):
+    """A checkpoint is one copy of the persistent state memory counts (docs/calibration.md
+    §5.43): summed over the ranks of a ZeRO-3 job (ZeRO-1 where the stack has no ZeRO-3: its
+    replicated weights once, the optimizer shards on every rank), params + optimizer. The two
+    documented differences: gradients are not saved, and under FSDP2 neither is the root
+    module's gathered 16-bit copy (embedding, final norm, head: held unsharded from the
+    forward to the backward on every rank, transient)."""
+    fw = get_profile(name)
+    m, cl = model_preset(preset), cluster_preset("dgx-h100", 1)
+    zero = 3 if 3 in fw.zero_stages else max(fw.zero_stages)
+    plan = parse_plan(f"mbs=1,gbs=64,zero={zero},flash_attn={str(fw.default_flash_attn).lower()}")
+    job = make_job(m, cl, plan, framework=name)
+    d = job.plan.dp
+    assert d == 8 and zero >= 1
+    parts = memory_components(job, 0)
+    mem = sum(parts.values(), MemoryBreakdown())
+    held = mem.params * (d if zero == 3 else 1) + mem.optimizer * d
+    root = 0.0
+    if fw.fsdp2:
+        root_params = counts.embedding_params_per_gpu(m, 1) + counts.head_params_per_gpu(m, 1, 1, True)
+        root = d * job.system.param_bytes * root_params
+    ckpt = gp.checkpoint_bytes(m, name)
+    assert ckpt == pytest.approx(held - root, rel=1e-12)
+    assert ckpt == m.num_params() * gp.checkpoint_bytes_per_param(fw)
+    # the stacks' stated facts: Megatron-Core 2 + 12, torchtitan's fp32 master is the parameter
+    # 4 + 8, AutoModel's bf16-built model 2 + 2 + 2, HAI-LLM's BF16 moments 2 + 4 + 2 + 2
+    expected = {"torchtitan": 12.0, "automodel": 6.0, "hai-llm": 10.0}.get(name, 14.0)
+    assert gp.checkpoint_bytes_per_param(name) == expected

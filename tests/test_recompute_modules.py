@@ -72,7 +72,10 @@ def test_saved_bytes_per_module_are_its_terms(case):
                     + 2 * sbh * moe * (k - 1) / sq),
             "shared_experts": (g + 2) * sb * w["shared_mlp"] / t,
             "mla_up_proj": (2 * sb * m.num_attention_heads * m.head_dim
-                            + 2 * sb * m.kv_heads * (m.head_dim + m.v_dim)) / t}
+                            + 2 * sb * m.kv_heads * (m.head_dim + m.v_dim)) / t
+            # the latents after their norms, fused into the up projections (Megatron-Core's
+            # TELayerNormColumnParallelLinear): redone from the latents before them
+            + 2 * sb * ((m.q_lora_rank or 0) + (m.kv_lora_rank or 0)) / sq}
     # the moe module also drops what the routed tensors hold beyond the table as they run
     # (expert parallelism: the dispatched fc1 input on every GPU, activations.
     # routed_activation_bytes)

@@ -147,7 +147,9 @@ class Cluster:
 
     @property
     def gpu(self) -> GPU:
-        """The slowest GPU type (by bf16 peak): the one a synchronous step waits for."""
+        """The GPU type of the lowest bf16 peak: the type the analytic arrays and the memory
+        model price by default. Which type a step waits for depends on the work (a small GEMM
+        can run slower on a type of higher peak): ``strategies.estimate.mixed.slowest_gpu``."""
         return min((g.gpu for g in self.groups), key=lambda x: (x.peak("bf16"), x.hbm_bytes))
 
     @property
@@ -160,13 +162,15 @@ class Cluster:
 
     @property
     def fastest_gpu(self) -> GPU:
-        """The fastest GPU type (by bf16 peak): what a lower bound on a step may assume."""
+        """The GPU type of the highest bf16 peak (``fastest_view``'s). Not the fastest at
+        every op: the lower bound takes each op's least over the types present
+        (``strategies.estimate.lower_bound.fastest_of_each``)."""
         return max((g.gpu for g in self.groups), key=lambda x: (x.peak("bf16"), x.hbm_bytes))
 
     def fastest_view(self) -> "Cluster":
-        """This cluster with every node holding the fastest GPU type and the fastest links of
-        any group: what a lower bound on a mixed cluster's step may assume (itself when
-        uniform)."""
+        """This cluster with every node holding ``fastest_gpu`` and the fastest links of any
+        group: the links a lower bound on a mixed cluster's step may assume (itself when
+        uniform; its compute per op is the least over the types, not this type's)."""
         if self.uniform:
             return self
         fast = self.fastest_gpu

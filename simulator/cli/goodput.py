@@ -137,7 +137,7 @@ def run(args: argparse.Namespace) -> int:
     cl = job.cluster
     rep = gp.goodput_report(
         step, tokens, job.tokens_per_step, cl.num_gpus, cl.num_nodes,
-        gp.checkpoint_bytes(job.model, job.system, job.framework.optimizer_state_bytes),
+        gp.checkpoint_bytes(job.model, job.framework, job.system),
         mtbf_gpu_h=args.mtbf_gpu_h,
         mtbf_node_h=args.mtbf_node_h,
         ckpt_bw=args.ckpt_bw * 1e9 if args.ckpt_bw is not None else cl.storage_write_bandwidth,

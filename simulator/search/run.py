@@ -21,6 +21,7 @@ from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.framework import FrameworkProfile, check_precision, get_profile, plan_violations
 from strategies.job import make_job
 from strategies.model import ModelSpec
@@ -88,7 +89,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             raise SpecError("search", f"{m.name} on {cl.name}", "no plan passes the "
                             "constraints (" + ", ".join(f"{r}: {n}" for r, n in
                                                         space.pruned.items() if n) + ")")
-        analytic = estimate_arrays(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
+        analytic = estimate_arrays_mixed(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
         bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                        costs=analytic["stage_costs"])
         plans = Rows(space.size, space.plan)      # built as the search reads them

@@ -402,24 +402,50 @@ def _tp_split(tp: Num, tpo: Num) -> Num:
 
 def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                   tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM,
-                  etp: Num | None = None, load: Num = 1.0) -> Num:
+                  etp: Num | None = None, load: Num = 1.0,
+                  fw: FrameworkProfile = DEFAULT) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
-    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``."""
-    return gemms_time_fwd(_linears(m, b, tp, cp, ep, etp, load), tp, gpu, dtype, tpo, system)
+    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``; ``fw``: the
+    stack's launches of the grouped expert GEMMs (``fixed_shares``)."""
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    return gemms_time_fwd([g for _, g in parts], tp, gpu, dtype, tpo, system,
+                          fixed_shares(parts, m, ep, fw))
 
 
 def gemms_time_fwd(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
-                   system: SystemConfig = DEFAULT_SYSTEM) -> Num:
+                   system: SystemConfig = DEFAULT_SYSTEM,
+                   shares: list[Num] | None = None) -> Num:
     """Forward seconds of ``gemms``, ``(count, M, N, K, row_parallel, ...)`` as
     ``costs.layer_gemms`` lists them (``row_parallel`` None: the bf16 router), each priced
-    by ``gemm_units``."""
+    by ``gemm_units`` (``shares``: its fixed-time shares, ``fixed_shares``; None: 1 each)."""
     return units_time_fwd([g[0] for g in gemms],
-                          gemm_units(gemms, tp, gpu, dtype, tpo, system=system, backward=False))
+                          gemm_units(gemms, tp, gpu, dtype, tpo, system=system, backward=False,
+                                     shares=shares))
+
+
+def expert_fixed_share(m: ModelSpec, ep: Num, fw: FrameworkProfile = DEFAULT) -> Num:
+    """Share of ``gemm_fixed_s`` one routed expert's GEMM pays on stack ``fw``: the fixed times
+    a grouped GEMM over the ``k = E/ep`` local experts pays (``fw.expert_gemm_launch``,
+    ``ExpertGemmLaunch.fixed_times``: ``k``, ``ceil(k/s)`` or 1) over ``k``, the GEMMs the
+    model counts (``counts.layer_gemms``: ``E/ep`` per grouped GEMM); 1 for a dense model."""
+    if not m.is_moe:
+        return 1.0
+    local = m.num_experts / np.asarray(ep, dtype=float)
+    return (fw.expert_gemm_launch.fixed_times(local) / local)[()]
+
+
+def fixed_shares(parts: list[tuple[str, tuple]], m: ModelSpec, ep: Num,
+                 fw: FrameworkProfile = DEFAULT) -> list[Num]:
+    """Per entry of ``parts`` (``counts.layer_gemm_parts``' or ``op_sac_gemm_parts``'), the
+    share of ``gemm_fixed_s`` each of its GEMMs pays (``gemm_units``' ``shares``): the routed
+    experts' ``expert_fixed_share``, every other GEMM (the router too) 1."""
+    share = expert_fixed_share(m, ep, fw)
+    return [share if part == "routed_mlp" and g[4] is not None else 1.0 for part, g in parts]
 
 
 def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                fw: FrameworkProfile = DEFAULT, system: SystemConfig = DEFAULT_SYSTEM,
-               backward: bool = True) -> list[tuple]:
+               backward: bool = True, shares: list[Num] | None = None) -> list[tuple]:
     """The price of one GEMM of each shape of ``gemms`` (``costs.layer_gemms``' tuples), apart
     from its ``count``: ``(pieces, fwd, dgrad_pieces, dgrad, wgrad)``: the forward runs as
     ``pieces`` GEMMs of ``fwd`` seconds (``tp`` pieces of ``M/tp`` rows under TP overlap; the
@@ -428,7 +454,9 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     gradient ``(K, N, M)`` as one of ``wgrad`` seconds, whose output is the main gradient:
     read and written in fp32 when the framework fuses the accumulation into the GEMM, else
     written once in 16 bits (the separate add is ``grad_accum_time``). ``backward`` False:
-    the forward's alone (``dgrad``, ``wgrad`` None). The one pricing of a layer's GEMMs that
+    the forward's alone (``dgrad``, ``wgrad`` None). ``shares``: per entry, the share of the
+    kernel's fixed time ``gemm_fixed_s`` each GEMM pays (``fixed_shares``: a grouped expert
+    GEMM's launches over its experts); None: 1 each. The one pricing of a layer's GEMMs that
     ``units_time_fwd``/``units_time_bwd`` sum for any count."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
@@ -439,7 +467,8 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     out = []
-    for _, M, N, K, row, *_ in gemms:
+    for i, (_, M, N, K, row, *_) in enumerate(gemms):
+        f0 = t0 if shares is None else t0 * shares[i]
         if row is None:                                   # MoE router: bf16, not split
             r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
             f = _gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
@@ -449,14 +478,14 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
             out.append((1.0, f, 1.0, _gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
                         _gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
-        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=t0)
+        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0)
         if not backward:
             out.append((split, f, 1.0, None, None))
             continue
         s = split if row else 1.0
         out.append((split, f, s,
-                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=t0),
-                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=t0)))
+                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0),
+                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0)))
     return out
 
 
@@ -493,17 +522,20 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     separate add is ``grad_accum_time``). The first element is both GEMMs summed in the
     order ``gemm_time_bwd`` always summed them; the second the weight-gradient GEMMs alone
     (the ``W`` pass of a schedule that splits the backward)."""
-    return gemms_time_bwd_split(_linears(m, b, tp, cp, ep, etp, load), tp, gpu, dtype, tpo,
-                                fw, system)
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    return gemms_time_bwd_split([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
+                                fixed_shares(parts, m, ep, fw))
 
 
 def gemms_time_bwd_split(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
                          fw: FrameworkProfile = DEFAULT,
-                         system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                         system: SystemConfig = DEFAULT_SYSTEM,
+                         shares: list[Num] | None = None) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of ``gemms`` (``costs.layer_gemms``' tuples),
-    each priced as ``gemm_time_bwd_split`` describes (``gemm_units``)."""
+    each priced as ``gemm_time_bwd_split`` describes (``gemm_units``; ``shares``: its
+    fixed-time shares, ``fixed_shares``; None: 1 each)."""
     return units_time_bwd([g[0] for g in gemms], gemm_units(gemms, tp, gpu, dtype, tpo, fw,
-                                                            system))
+                                                            system, shares=shares))
 
 
 def gemm_time_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -652,10 +684,12 @@ def launch_time(fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None) -> float
 def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
                      system: SystemConfig = DEFAULT_SYSTEM,
-                     etp: Num | None = None) -> tuple[Num, Num]:
+                     etp: Num | None = None,
+                     dispatch_bytes: float = costs.ACT_BYTES) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``costs.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
-    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp)
+    f, bw = costs.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp,
+                                    dispatch_bytes)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -763,7 +797,9 @@ def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, 
     own = costs.layer_gemm_parts(m, b, tp, cp, ep, "moe", etp, load)
     counts = [own[i][1][0] for i in routed(own)]
     if priced is None:
-        units = gemm_units([own[i][1] for i in routed(own)], tp, gpu, dtype, tpo, fw, system)
+        sh = fixed_shares(own, m, ep, fw)
+        units = gemm_units([own[i][1] for i in routed(own)], tp, gpu, dtype, tpo, fw, system,
+                           shares=[sh[i] for i in routed(own)])
     else:
         units = [priced[1][i] for i in routed(priced[0])]
     g_f = slow * units_time_fwd(counts, units) + (permute[0] + bias[0]) / share
@@ -803,7 +839,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     (``gather_copy_out_time``) in the pass, in ``B`` for the backward."""
     # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
     parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
-    units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system)
+    units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
+                       shares=fixed_shares(parts, m, ep, fw))
     counts = [g[0] for _, g in parts]
     g_f = slow * units_time_fwd(counts, units)
     g_b, g_w = units_time_bwd(counts, units)
@@ -820,7 +857,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     launch = launch_time(fw, gpu=gpu)
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
-    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp)
+    p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
+                                costs.dispatch_element_bytes(fw.fp8_dispatch, dtype))
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
     q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
@@ -845,10 +883,11 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # op (torchtitan's SAC): the GEMMs its policy does not save and every memory-bound kernel
     # between them (norms, rotary, activation function, residual adds), each relaunched; the
     # saved GEMMs and the attention kernel are not rerun
-    gemms = costs.op_sac_gemms(m, b, tp, cp, ep, etp=etp, load=load)
-    rerun = [g for g in gemms if not g[-1]]
-    kernels = max(fw.kernels_per_layer - (len(gemms) - len(rerun)) - 1, 0)
-    op = (slow * gemms_time_fwd(rerun, tp, gpu, dtype, tpo, system) + e
+    op_parts = costs.op_sac_gemm_parts(m, b, tp, cp, ep, etp=etp, load=load)
+    rerun = [(p, g) for p, g in op_parts if not g[-1]]
+    kernels = max(fw.kernels_per_layer - (len(op_parts) - len(rerun)) - 1, 0)
+    op = (slow * gemms_time_fwd([g for _, g in rerun], tp, gpu, dtype, tpo, system,
+                                fixed_shares(rerun, m, ep, fw)) + e
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
     full = fwd - gco - stop
@@ -894,7 +933,7 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     if priced is None:
         gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
         units = gemm_units([x for _, x in gemms], tp, gpu, dtype, tpo, system=system,
-                           backward=False)
+                           backward=False, shares=fixed_shares(gemms, m, ep, fw))
     else:
         gemms, units = priced
 

@@ -21,6 +21,7 @@ import numpy as np
 from strategies.cost import recompute as rcp
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS  # noqa: F401  (codes of ep_dedup's dispatcher)
+from topologies.precision import get_precision
 
 Num = Any  # float or np.ndarray
 
@@ -127,9 +128,17 @@ def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                  kind: str | None = None, etp: Num | None = None,
                  load: Num = 1.0) -> list[tuple]:
+    """``op_sac_gemm_parts`` without the parts."""
+    return [g for _, g in op_sac_gemm_parts(m, b, tp, cp, ep, kind, etp, load)]
+
+
+def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                      kind: str | None = None, etp: Num | None = None,
+                      load: Num = 1.0) -> list[tuple[str, tuple]]:
     """The GEMMs of one layer on one GPU in torchtitan's forward order, each flagged as saved or
-    recomputed by its op-level selective checkpointing (``recompute=op``):
-    ``(count, M, N, K, row_parallel, saved)``.
+    recomputed by its op-level selective checkpointing (``recompute=op``), with its part
+    (``GEMM_PARTS``; MLA's up projections under ``attn``):
+    ``(part, (count, M, N, K, row_parallel, saved))``.
 
     torchtitan's policy (``torchtitan/distributed/activation_checkpoint.py``, ``SelectiveAC``):
     inside one layer's checkpoint, a counter numbers every ``mm``/``linear`` in forward order;
@@ -145,7 +154,7 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     attn: list[tuple] = []
-    for name, k_in, n_out, split in m.attention_linears():
+    for name, k_in, n_out, split in m.attention_linears():  # part "attn"
         if name == "qkv":                    # torchtitan: wq, wk, wv
             a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
             attn += [(1, T, a * d / tp, k_in, False), (1, T, g * d / tp, k_in, False),
@@ -159,25 +168,26 @@ def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         ups = [(w, M, F / t, h, False)] * up           # w1 (and w3 when gated)
         return ups + [(w, M, h, F / t, True)]
 
-    out: list[tuple] = []
+    out: list[tuple[str, tuple]] = []
     shares = m.layer_shares(kind)
     for kind_, w in shares.items():
-        counted: list[tuple] = [(w * c, M, N, K, r) for c, M, N, K, r in attn]
+        counted = [("attn", (w * c, M, N, K, r)) for c, M, N, K, r in attn]
         uncounted: list[tuple] = []
         if kind_ == "dense":
-            counted += mlp(w, T, m.ffn_hidden_size)
+            counted += [("dense_mlp", g) for g in mlp(w, T, m.ffn_hidden_size)]
         else:
             local = m.num_experts / ep
             Me = expert_tokens(m, b, tp, cp, ep, etp, load)
-            counted.append((w, T, m.num_experts, h, None))
+            counted.append(("routed_mlp", (w, T, m.num_experts, h, None)))
             uncounted += [(c * local, M, N, K, r) for c, M, N, K, r in
                           mlp(w, Me, m.expert_ffn, tp if etp is None else etp)]
             if m.num_shared_experts:
-                counted += mlp(w, T, m.num_shared_experts * m.shared_ffn)
+                counted += [("shared_mlp", g)
+                            for g in mlp(w, T, m.num_shared_experts * m.shared_ffn)]
             if m.shared_expert_gate:
-                counted.append((w, T, 1, h, None))
-        out += [g + (i % 2 == 0,) for i, g in enumerate(counted)]
-        out += [g + (False,) for g in uncounted]
+                counted.append(("shared_mlp", (w, T, 1, h, None)))
+        out += [(p, g + (i % 2 == 0,)) for i, (p, g) in enumerate(counted)]
+        out += [("routed_mlp", g + (False,)) for g in uncounted]
     return out
 
 
@@ -537,6 +547,24 @@ SCORE_BYTES_FWD = 13.0
 #: saved softmax output and writes in place (2 + 2 + 2); QK^T's backward reads ``dS`` for
 #: ``dQ = dS·K`` and for ``dK = dS^T·Q`` (2 + 2). docs/calibration.md §3.25.
 SCORE_BYTES_BWD = 19.0
+#: The attention dropout's share of those bytes, forward (it reads the probabilities, writes
+#: them and its 1-byte mask: 2 + 2 + 1) and backward (reads ``dP`` and the mask, writes:
+#: 2 + 1 + 2). A model trained without dropout (``ModelSpec.dropout`` False) never spends
+#: them: ``F.dropout(x, p=0)`` returns ``x`` itself (PyTorch ``aten/src/ATen/native/
+#: Dropout.cpp``, ``_dropout_impl``), so AV reads the softmax output directly, as Transformer
+#: Engine's ``UnfusedDotProductAttention`` runs it (``torch.nn.Dropout(0.0)``). §5.44.
+DROPOUT_SCORE_BYTES_FWD = 5.0
+DROPOUT_SCORE_BYTES_BWD = 5.0
+
+
+def score_bytes(m: ModelSpec) -> tuple[float, float]:
+    """HBM bytes per score element of the unfused attention path, (forward, backward):
+    ``SCORE_BYTES_FWD``/``SCORE_BYTES_BWD``, less the dropout's share
+    (``DROPOUT_SCORE_BYTES_*``) for a model trained without dropout."""
+    if m.dropout:
+        return SCORE_BYTES_FWD, SCORE_BYTES_BWD
+    return (SCORE_BYTES_FWD - DROPOUT_SCORE_BYTES_FWD,
+            SCORE_BYTES_BWD - DROPOUT_SCORE_BYTES_BWD)
 
 
 def score_elements_per_gpu(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
@@ -555,19 +583,19 @@ def _unless_flash(flash: Num, per: Num) -> Num:
 def softmax_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num,
                       bias_bytes: float = 0.0) -> Num:
     """HBM bytes of the unfused attention path (no FlashAttention), per GPU, forward:
-    ``SCORE_BYTES_FWD`` per score element (``score_elements_per_gpu``), plus ``bias_bytes``
+    ``score_bytes(m)[0]`` per score element (``score_elements_per_gpu``), plus ``bias_bytes``
     per element where the stack adds a position bias into the score tensor
     (``FrameworkProfile.alibi_score_bytes`` for ALiBi). Zero with FlashAttention (scores stay
     on chip)."""
-    return _unless_flash(flash, (SCORE_BYTES_FWD + bias_bytes)
+    return _unless_flash(flash, (score_bytes(m)[0] + bias_bytes)
                          * score_elements_per_gpu(m, b, tp, cp))
 
 
 def softmax_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num) -> Num:
-    """HBM bytes of the unfused attention path's backward per GPU: ``SCORE_BYTES_BWD`` per
+    """HBM bytes of the unfused attention path's backward per GPU: ``score_bytes(m)[1]`` per
     score element (a bias added in the forward has no gradient: ALiBi's is a buffer). Zero
     with FlashAttention."""
-    return _unless_flash(flash, SCORE_BYTES_BWD * score_elements_per_gpu(m, b, tp, cp))
+    return _unless_flash(flash, score_bytes(m)[1] * score_elements_per_gpu(m, b, tp, cp))
 
 
 # ----------------------------------------------------------------------- communication volumes
@@ -605,11 +633,34 @@ def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv")
 
 def routed_token_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> Num:
     """Bytes of the routed token copies one GPU sends into one MoE layer's dispatch (and
-    receives back in its combine), per micro-batch: its ``T/tp`` tokens (sequence parallel,
-    as Megatron-Core runs MoE under tensor parallelism), each a hidden vector for each of its
-    ``topk`` experts, ``load`` times the mean for the hottest rank (``moe_load``)."""
+    receives back in its combine), per micro-batch, in 16 bits: its ``T/tp`` tokens (sequence
+    parallel, as Megatron-Core runs MoE under tensor parallelism), each a hidden vector for
+    each of its ``topk`` experts, ``load`` times the mean for the hottest rank
+    (``moe_load``). A dispatch in a low format moves ``dispatch_bytes/ACT_BYTES`` of it
+    (``dispatch_element_bytes``)."""
     return ACT_BYTES * tokens_per_gpu(b, m.seq_length, cp) / tp * m.hidden_size \
         * m.moe_router_topk * load
+
+
+def dispatch_element_bytes(fp8_dispatch: bool, dtype: str) -> float:
+    """Bytes per element of the tokens an expert-parallel dispatch moves: the precision's
+    operand bytes (one row-wise copy with its scales: ``1 + 4/128`` for fp8-blockwise, one
+    fp32 scale per 128 channels of a token) where the stack dispatches in its low format
+    (``FrameworkProfile.fp8_dispatch``) and ``dtype`` is quantised; else ``ACT_BYTES``.
+    The combine, and the combine-direction all-to-all of the backward, stay 16-bit; the
+    backward's dispatch-direction all-to-all (the output gradients sent to the experts) is
+    quantised like the forward's dispatch. Sources: DeepSeek-V3 (arXiv 2412.19437 §3.3.3
+    "Low-Precision Communication": the activations before the MoE up-projections quantised
+    to FP8 and then dispatched, the same for the activation gradients before the MoE
+    down-projections, both combines kept in BF16); DeepEP's ``Buffer.dispatch`` takes
+    ``(x: [tokens, hidden] float8_e4m3fn, scales: [tokens, hidden // 128] float)``
+    (deepseek-ai/DeepEP ``deep_ep/buffer.py`` at ebfe47e). The one rule the all-to-all's
+    bytes (``ep_alltoall_bytes_fwd``), the permutations' HBM bytes (``moe_permute_bytes``)
+    and the memory model's send buffer (``activations.permutation_buffer_bytes``) read."""
+    if not fp8_dispatch:
+        return float(ACT_BYTES)
+    p = get_precision(dtype)
+    return float(p.operand_bytes) if p.quantised else float(ACT_BYTES)
 
 
 #: Device-to-host synchronisations one MoE layer's forward makes in Megatron-Core's dropless
@@ -636,7 +687,8 @@ MOE_SYNC_HOST_OPS = (1, 0, 0)
 
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
                       dispatcher: Num = 0, dedup: Num = 1.0,
-                      etp: Num | None = None) -> tuple[Num, Num]:
+                      etp: Num | None = None,
+                      dispatch_bytes: float = ACT_BYTES) -> tuple[Num, Num]:
     """HBM bytes ``(forward, backward)`` per GPU of the token permutations of the mean
     layer's MoE part (its share of the layers), as Megatron-Core's token dispatchers run them
     (``megatron/core/transformer/moe/token_dispatcher.py``, ``moe_utils.permute``/``unpermute``).
@@ -660,7 +712,12 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
       Megatron-Bridge's performance scripts) and unpermutes before the combine (read ``R``,
       write ``dedup·R``).
 
-    The backward of a permutation is the inverse permutation: the same bytes. Vectorised."""
+    ``dispatch_bytes`` (``dispatch_element_bytes``): the tokens between the permutation before
+    the dispatch and the expert GEMM move at that width (``s = dispatch_bytes/ACT_BYTES`` of
+    the 16-bit bytes: the local permute and the sort after the dispatch, the receiver's
+    permute), the experts' outputs back to the combine at 16 bits. The backward of a
+    permutation is the inverse permutation: the same bytes (its dispatch-direction gradients
+    quantised as the forward's dispatch, DeepSeek-V3 §3.3.3). Vectorised."""
     if not m.is_moe:
         z = 0.0 * np.asarray(ep, dtype=float)
         return z[()], z[()]
@@ -672,8 +729,9 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
     code = np.asarray(dispatcher)
     sort = np.where((np.asarray(ep) > 1) & (m.num_experts / np.asarray(ep, dtype=float) > 1),
                     4 * R * etp, 0.0)
-    a2a = 2 * R0 + R0 + R0 / k + sort
-    deep = (dedup * R + R) + (R + dedup * R)
+    q = dispatch_bytes / ACT_BYTES           # 1.0 in 16 bits: the same arithmetic
+    a2a = 2 * R0 * q + R0 + R0 / k + sort * (q + 1) / 2
+    deep = (dedup * R + R) * q + (R + dedup * R)
     fwd = np.where(code > 0, deep, a2a)
     return (share * fwd)[()], (share * fwd)[()]
 
@@ -833,18 +891,22 @@ def eager_variant_kernels(m: ModelSpec, rope: bool = True) -> tuple[float, float
 
 
 def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
-                          load: Num = 1.0) -> Num:
+                          load: Num = 1.0, dispatch_bytes: float = ACT_BYTES) -> Num:
     """Bytes per GPU of the expert all-to-alls of one forward of the mean layer, as Megatron-
     Core's alltoall token dispatcher runs them: the dispatch and the combine, each an
     all-to-all whose per-member buffer is ``routed_token_bytes`` (the member's own share
     included: the all-to-all's closed form takes ``(ep-1)/ep`` of it onto the wire); the
-    backward runs the same two. Only MoE layers (their share of the layers) exchange tokens;
-    0 with ``ep = 1``."""
+    backward runs the same two. ``dispatch_bytes`` (``dispatch_element_bytes``): the
+    dispatch's bytes per element, the combine's 16 bits: ``(dispatch_bytes/ACT_BYTES + 1)``
+    routed buffers (2 in 16 bits; the backward's pair likewise, one quantised and one
+    16-bit). Only MoE layers (their share of the layers) exchange tokens; 0 with
+    ``ep = 1``."""
     if not m.is_moe:
         return 0.0 * ep
     moe_share = m.num_moe_layers / m.num_layers
     return np.where(np.asarray(ep) > 1,
-                    2 * routed_token_bytes(m, b, tp, cp, load) * moe_share, 0.0)[()]
+                    (dispatch_bytes / ACT_BYTES + 1) * routed_token_bytes(m, b, tp, cp, load)
+                    * moe_share, 0.0)[()]
 
 
 def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
@@ -969,8 +1031,9 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
 #: leg 0.77, V2 on B200 0.90, HybridEP on B200 0.90 / 0.82 and on GB200 NVL72 0.93 / 0.90 at
 #: EP8, 0.86 / 0.81 at EP36: median 0.865), ``python experiments/a2a_measured.py``,
 #: docs/calibration.md §5.27. Their FP8 dispatches (half the bytes, the same per-token work)
-#: reach less (0.67-0.89 at share 1); the model's tokens are 16-bit. Megatron's ``alltoall``
-#: dispatcher runs NCCL's all-to-all: share 1.
+#: reach less (0.67-0.89 at share 1); a stack that dispatches in FP8 (``dispatch_element_bytes``,
+#: §5.40) is priced at its bytes with this share. Megatron's ``alltoall`` dispatcher runs
+#: NCCL's all-to-all: share 1.
 EP_KERNEL_NVLINK_SHARE = 0.87
 
 

@@ -314,13 +314,15 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # node; Megatron's alltoall one per expert)
     dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher,
                                                 P.moe_routing)
+    # the dispatch's bytes per element (the stack's FP8 dispatch; the combine 16-bit)
+    disp = counts.dispatch_element_bytes(fw.fp8_dispatch, dtype)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
                        graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
@@ -411,7 +413,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             layer_fwd=full(ltk.fwd), layer_bwd=full(ltk.bwd), layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
             attn_bwd=full(ak_b),
-            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load)
+            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load, disp)
                               * dedup_bytes, 0.0)
             + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
             layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)))
@@ -455,7 +457,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load)
+        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
                           * dedup_bytes, 0.0) + zeros,
         etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
                                                                       load), 0.0)

@@ -61,8 +61,10 @@ the first bucket can launch and ``A(s)`` its parameter all-gather tail, the step
 least, for every stage, ``chain_in(s) + max(T(s), T(s) - post(s) + R(s)) + opt(s) + A(s)``
 and ``chain_in(s) + T(s) + tail(s) + opt(0) + A(0)``. Middle stages are identical and their
 bounds grow with ``s``, so the first, the last and the second-to-last stage suffice (a
-layout string, ``PlanArrays.layout_*``: those three ranks' own layers, any stage's fewest for
-what passes before them; docs/calibration.md §5.36). For
+layout string or ``layers_per_stage``, ``PlanArrays.layout_*``: those three ranks' own layers,
+any stage's fewest for what passes before them, docs/calibration.md §5.36; and the heaviest
+middle rank's own path at the least middle position, §5.39). On a mixed cluster every figure
+the bound adds up is the least over the GPU types present (``fastest_of_each``). For
 balanced stages and free communication this is the closed form ``(m + p - 1)·(t_f + t_b)``
 of 1F1B (``m·t + (p-1)·t/v`` interleaved). The result is scaled by ``1 - SAFETY`` against
 floating-point reassociation.
@@ -266,6 +268,17 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
              "last": np.where(~lay_str | one_kind, 1.0, 0.0)}
     sc = costs if costs is not None and real.uniform else \
         stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=gpu)
+    # the stage-cost record on each GPU type present, each computed once; every figure the
+    # bound adds up is the least over those types (``fastest_of_each``), every window it
+    # subtracts the largest
+    types = [gpu] if real.uniform else list({repr(g.gpu): g.gpu for g in real.groups}.values())
+    recs = {repr(gpu): sc}
+
+    def record(g):
+        if repr(g) not in recs:
+            recs[repr(g)] = stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
+        return recs[repr(g)]
+
     mix = LayerMix.of(m, P.ep)          # dense and MoE layers: each chunk by kind, see there
     if mix:
         lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
@@ -289,6 +302,12 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     n_first, n_mid, n_last, least, uneven = rank_layers(m.num_layers, P)
     known["mid"] = np.where(lay_str, np.where(one_kind, np.minimum(
         1.0, np.nan_to_num(P.layout_mid) / np.maximum(n_mid, 1e-12)), 0.0), 1.0)
+    # a layout string's heaviest middle rank (``PlanArrays.layout_mid_most``) wherever it
+    # sits: priced as a middle rank at the least position one has (s = 1: the chain into a
+    # rank only grows with s), its own path only, its parameters as rank pp-2's record
+    heavy = lay_str & (pp >= 4) & ~np.isnan(P.layout_mid_most)
+    known["heavy"] = np.where(heavy & one_kind, np.minimum(
+        1.0, np.nan_to_num(P.layout_mid_most) / np.maximum(n_mid, 1e-12)), 0.0)
     # a layout string: its own ranks' layers (rank pp-2 as "mid"; the largest virtual stage
     # times the chunks bounds every rank's layers from above)
     n_first, n_mid, n_last = (np.where(lay_str, x, y) for x, y in (
@@ -303,6 +322,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     lps = np.where(uneven, most_rank, lps)
     own = {"first": np.where(uneven, n_first / v, lpc), "mid": np.where(uneven, n_mid / v, lpc),
            "last": np.where(uneven, n_last / v, lpc)}
+    own["heavy"] = np.where(heavy, np.nan_to_num(P.layout_mid_most) / v, own["mid"])
     single = pp == 1
 
     # compute and blocking communication per chunk and micro-batch (points 1-3); in an
@@ -322,13 +342,21 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                         rk.layer_bwd + rk.layer_recompute + c_b + n_rc * tau, rk.layer_fwd))
         return per
 
+    blocks_by_type = {}
+
+    def type_blocks(g):
+        """``layer_blocks`` of the record on GPU type ``g``, computed once."""
+        if repr(g) not in blocks_by_type:
+            blocks_by_type[repr(g)] = layer_blocks(record(g))
+        return blocks_by_type[repr(g)]
+
     def chunk_times(g, lpc=lpc, ceiling=False, chunks=1.0):
         """Per-chunk seconds on GPU type ``g`` with ``lpc`` layers a chunk, from the
         stage-cost record on ``g``; a model of several layer kinds (``LayerMix``): the
         ``chunks·lpc`` cheapest layers (``ceiling``: the dearest) over ``chunks`` chunks (a
         rank's chunks hold distinct layers)."""
-        r = sc if g == gpu else stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g)
-        per = layer_blocks(r, ceiling)
+        r = record(g)
+        per = layer_blocks(r, True) if ceiling else type_blocks(g)
         if mix:
             f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
             b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
@@ -339,19 +367,27 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
         return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
-    lt, head_f, head_b, emb, emb_b, f_blk, b_blk, _ = chunk_times(gpu)
+    def least_chunk(lpc=lpc, chunks=1.0):
+        """``chunk_times``' ``(head_f, head_b, emb, emb_b, f_blk, b_blk)`` at the fastest of
+        each GPU type present (``fastest_of_each``)."""
+        per = [chunk_times(g, lpc, chunks=chunks) for g in types]
+        return tuple(fastest_of_each([t[i] for t in per]) for i in range(1, 7))
+
+    head_f, head_b, emb, emb_b, f_blk, b_blk = least_chunk()
 
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
     # shard, ``placement.dense_dp_group``)
     shard = np.where(zero >= 1, dense_dp_group(tp, cp, dp)[0], 1.0)
-    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid}
+    params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid,
+              "heavy": sc.params_mid}
     # their routed experts' part, reduced over the expert-data-parallel group
     # (``comm.dp_collective_time``, the simulator's gradient buckets)
     eparams = {"first": sc.expert_params_first, "last": sc.expert_params_last,
-               "mid": sc.expert_params_mid}
+               "mid": sc.expert_params_mid, "heavy": sc.expert_params_mid}
     # (the optimizer and the stack's per-step passes, ``strategies.cost.step``, which the
     # simulator runs on the compute stream just before it)
-    opt = {k: getattr(sc, f"optimizer_{k}") + getattr(sc, f"passes_{k}")
+    opt = {k: fastest_of_each([getattr(record(g), f"optimizer_{k}")
+                               + getattr(record(g), f"passes_{k}") for g in types])
            for k in ("first", "last", "mid")}
     # (a model of dense and MoE layers: the record holds each kind of rank's own layers by
     # kind, ``layout.even_stage_content_arrays``, both copies under DualPipe)
@@ -369,24 +405,29 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     mirrored = attr_by_code(sched, "mirrored").astype(bool) & ~single          # DualPipe
     here = {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b, "head_f": head_f,
             "head_b": head_b, "head_first": head_first, "mirrored": mirrored}
-    blocks = {k: chunk_times(gpu, own[k], chunks=v)[5:7] for k in own}
+    blocks = {k: least_chunk(own[k], v)[4:6] for k in own}
     if mix:
         # each kind of stage's own layers by kind (``layout.even_stage_content``: the even
         # split, first/last-stage counts, slots; "mid" is rank pp-2, whose bound it feeds);
         # DualPipe's ranks hold two stages: the cheapest layers as above
-        per = layer_blocks(sc)
+        per_type = [type_blocks(g) for g in types]
         for k, nk in content.items():
-            f_own = (nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
-            b_own = (nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
+            f_own = fastest_of_each([(nk["dense"] * per[0][0] + nk["moe"] * per[1][0]) / v
+                                     for per in per_type])
+            b_own = fastest_of_each([(nk["dense"] * per[0][1] + nk["moe"] * per[1][1]) / v
+                                     for per in per_type])
             cheapest = mirrored | lay_str     # (a layout string: its kinds not read here)
             blocks[k] = (np.where(cheapest, blocks[k][0], f_own),
                          np.where(cheapest, blocks[k][1], b_own))
-    T = {k: _chain(k, nmb, v, dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
+    T = {k: _chain(k if k != "heavy" else "mid", nmb, v,
+                   dict(here, f_blk=blocks[k][0], b_blk=blocks[k][1]), sends_mid,
                    fwd_blocks, bwd_blocks, send, single)
-         for k in ("first", "last", "mid")}
+         for k in ("first", "last", "mid", "heavy")}
+    opt["heavy"] = opt["mid"]           # (its GPU type not known: the least of each)
     if not real.uniform:          # a mixed cluster: each stage's own chain on its own GPUs
         own = _own_chains(real, n, pp, {"first": 0.0 * pp, "last": pp - 1.0, "mid": pp - 2.0},
-                          chunk_times, params, shard, sy,
+                          lambda g, k, own=own: chunk_times(g, own[k], chunks=v),
+                          params, shard, sy,
                           lambda k, c: _chain(k, nmb, v, {**c, "head_first": head_first,
                                                           "mirrored": mirrored},
                                               sends_mid, fwd_blocks, bwd_blocks, send, single))
@@ -419,22 +460,25 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                                 wgrad(sc, lpc_most) + sc.head_wgrad),
                "mid": wgrad(sc, lpc_most)}
     if not real.uniform:   # the longest W on any GPU type (the chains T are per GPU type)
-        per_gpu = [sc] + [stage_cost_arrays(m, cl, dtype, P, framework, sy, gpu=g.gpu)
-                          for g in real.groups]
-        w_chunk = {"first": np.max([wgrad(r, lpc) + r.embedding_wgrad
-                                    + np.where(head_first, r.head_wgrad, 0.0) for r in per_gpu],
-                                   axis=0),
-                   "last": np.max([np.where(head_first, wgrad(r, lpc),
-                                            wgrad(r, lpc) + r.head_wgrad)
+        per_gpu = [record(g) for g in types]
+        w_chunk = {"first": np.max([wgrad(r, lpc_most) + r.embedding_wgrad
+                                    + np.where(head_first, r.head_wgrad, 0.0)
+                                    for r in per_gpu], axis=0),
+                   "last": np.max([np.where(head_first, wgrad(r, lpc_most),
+                                            wgrad(r, lpc_most) + r.head_wgrad)
                                    for r in per_gpu], axis=0),
-                   "mid": np.max([wgrad(r, lpc) for r in per_gpu], axis=0)}
-    # the W of a middle stage (fastest GPU), subtracted from its backward below
-    w_pass = split * (lpc * sc.layer_wgrad if not mix else wgrad(sc, lpc))
+                   "mid": np.max([wgrad(r, lpc_most) for r in per_gpu], axis=0)}
+    w_chunk["heavy"] = w_chunk["mid"]
+    # a middle stage's backward chunk less its W (split backward), at the fastest of each
+    b_pass = fastest_of_each([chunk_times(g)[6] - split * (
+        lpc * record(g).layer_wgrad if not mix else wgrad(record(g), lpc)) for g in types])
     if mix:   # per layer of each kind: forward, backward, backward less a split-off W
-        per = layer_blocks(sc)
-        kf, kb = (per[0][0], per[1][0]), (per[0][1], per[1][1])
-        kbw = tuple(per[i][1] - split * sc.by_kind[x].layer_wgrad
-                    for i, x in enumerate(("dense", "moe")))
+        kf, kb, kbw = [], [], []
+        for i, x in enumerate(("dense", "moe")):
+            per = [(type_blocks(g)[i], record(g).by_kind[x]) for g in types]
+            kf.append(fastest_of_each([p[0] for p, _ in per]))
+            kb.append(fastest_of_each([p[1] for p, _ in per]))
+            kbw.append(fastest_of_each([p[1] - split * k.layer_wgrad for p, k in per]))
 
     gb = sc.grad_bytes
     full = full_grad_reduce(get_profile(framework), dtype, zero)   # all-reduce, not RS
@@ -470,9 +514,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     ogr_gather = P.overlap_param_gather
     terms = {k: dp_terms(k) for k in ("first", "last", "mid")}   # each kind's once
+    terms["heavy"] = terms["mid"]
     red0, ag0, z30 = terms["first"]
 
-    def stage_bound(kind, s):
+    def stage_bound(kind, s, own_only=False):
         red, ag, z3 = terms[kind]
         # DualPipe: a rank's first micro-batch enters at its nearer end, and its last
         # backward goes back to that end
@@ -485,7 +530,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
                             + mix.fill((s - 1) * lpc, *kbw), 0.0)
         else:
             chain_in = np.where(s >= 1, f_blk + emb + (s - 1) * f_blk + s * send, 0.0)
-            tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_blk - w_pass + send), 0.0)
+            tail = np.where(s >= 1, b_blk + emb_b + (s - 1) * (b_pass + send), 0.0)
         trail = split * dispatch(sched, "trailing_w_steps", s, pp, nmb) * w_chunk[kind]
         # DualPipe: the all-reduce of the two copies' gradients with the mirror rank runs on
         # the dp stream after the last compute and the buckets, before the optimizer (its
@@ -499,12 +544,27 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         own = chain_in + np.maximum(np.maximum(t, pre + red), z3) + mirror + o + ag
         down = chain_in + t - trail + tail + np.where(known["first"] > 0,
                                                       opt["first"] + ag0, 0.0)
-        return np.maximum(own, np.where(s >= 1, down, 0.0))
+        return own if own_only else np.maximum(own, np.where(s >= 1, down, 0.0))
 
     bound = stage_bound("first", np.zeros_like(pp))
     bound = np.maximum(bound, np.where(pp >= 2, stage_bound("last", pp - 1), 0.0))
     bound = np.maximum(bound, np.where(pp >= 3, stage_bound("mid", pp - 2), 0.0))
+    if heavy.any():
+        bound = np.maximum(bound, np.where(heavy, stage_bound("heavy", 0 * pp + 1, True), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def fastest_of_each(per_type: list) -> np.ndarray:
+    """The least, plan by plan, of one figure (seconds) computed on each GPU type a mixed
+    cluster holds: every op of a step runs on one of them, so the sum of these minima over
+    the ops bounds any rank's chain from below. Not one type for all: the type of the highest
+    peak (``Cluster.fastest_gpu``) can be the slower on small kernels, whose time is set by a
+    GEMM's fixed time (``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
+    launch gap rather than the peak (docs/calibration.md §5.39). One type: its figure."""
+    out = per_type[0]
+    for x in per_type[1:]:
+        out = np.minimum(out, x)
+    return out
 
 
 def _chain(kind: str, nmb, v, c: dict, sends_mid, fwd_blocks, bwd_blocks, send, single):
@@ -545,12 +605,12 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
                 sy: SystemConfig, chain) -> dict:
     """Per stage kind, ``(T, optimizer seconds)`` of the rank of that stage whose GPU type
     makes its own chain longest (a mixed cluster; stage ``s`` holds ranks ``s·n/pp`` to
-    ``(s+1)·n/pp - 1``). Every rank runs its own chain, so any one of the stage's ranks
-    bounds the step; both figures come from the same GPU type."""
+    ``(s+1)·n/pp - 1``; ``chunk_times(gpu, kind)``: that kind of stage's own chunks on
+    ``gpu``). Every rank runs its own chain, so any one of the stage's ranks bounds the step;
+    both figures come from the same GPU type."""
     ends = np.cumsum([g.num_nodes for g in cl.groups])
     G, per = cl.gpus_per_node, n / pp
     gpus = [g.gpu for g in cl.groups]
-    times = [chunk_times(g) for g in gpus]
     out = {}
     for kind, s in stages.items():
         s = np.maximum(s, 0.0)
@@ -559,7 +619,7 @@ def _own_chains(cl: Cluster, n, pp, stages: dict, chunk_times, params: dict, sha
         best_t, best_o = 0.0, 0.0
         for gi, gpu in enumerate(gpus):
             on = (lo <= gi) & (gi <= hi)
-            _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = times[gi]
+            _, head_f, head_b, emb, emb_b, f_blk, b_blk, rec = chunk_times(gpu, kind)
             t = chain(kind, {"f_blk": f_blk, "b_blk": b_blk, "emb": emb, "emb_b": emb_b,
                              "head_f": head_f, "head_b": head_b})
             o = getattr(rec, f"optimizer_{kind}") + getattr(rec, f"passes_{kind}")   # step work

@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strategies.estimate.analytic import estimate_arrays, ranked_messages
+from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
@@ -126,55 +127,57 @@ def _by_group(job: Job) -> dict[str, Any]:
 
 
 def _synchronised_step(runs: list[dict[str, Any]]) -> tuple[int, float, float]:
-    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction:
-    the reduction waits for the longest part before the optimizer, the step for the longest
-    optimizer after it. Returns (the index of the run with the longest part before the
-    optimizer, the step, the optimizer; seconds)."""
-    before = [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs]
-    i = max(range(len(runs)), key=before.__getitem__)
-    opt = max(float(r["optimizer"]) for r in runs)
-    return i, before[i] + opt, opt
+    """Ranks that run ``runs`` (estimates) side by side and meet at the gradient reduction
+    (``mixed.synchronised_step``). Returns (the index of the run with the longest part before
+    the optimizer, the step, the optimizer; seconds)."""
+    from strategies.estimate.mixed import synchronised_step
+    i, step, opt = synchronised_step(
+        [float(r["step_time_s"]) - float(r["optimizer"]) for r in runs],
+        [float(r["optimizer"]) for r in runs])
+    return int(i), float(step), float(opt)
 
 
 def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One step of ranks that run ``runs`` (estimates of the same plan on different GPU types)
-    side by side (``_synchronised_step``); the rest, MFU rescaled, from the run with the
-    longest part before the optimizer."""
-    i, step, opt = _synchronised_step(runs)
-    r = runs[i]
-    scale = float(r["step_time_s"]) / step
-    return {**r, "step_time_s": step, "optimizer": opt, "mfu": float(r["mfu"]) * scale,
-            "hfu": float(r["hfu"]) * scale,
-            "tokens_per_s": float(r["tokens_per_s"]) * scale}
+    side by side (``mixed.synchronised_runs``, the search's arrays' rule)."""
+    from strategies.estimate.mixed import synchronised_runs
+    return synchronised_runs(runs)
 
 
 def _stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
                  ) -> tuple[list[float], list[float], list[float]]:
     """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
     seconds per micro-batch of each pipeline stage
-    from the shared cost record: its own layer count on its own GPU type (the slowest among
-    its ranks), or with ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every
-    stage, the analytic model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
+    from the shared cost record: its own layer count on its own GPU type (of those among its
+    ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
+    ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
+    model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
+    from strategies.estimate.mixed import slowest_gpu
     costs = costs or StageCostMemo(job)
     p, f, b, w = job.plan, [], [], []
     head_at = head_rank(p.schedule, p.pp, p.vpp)
-    for s in range(p.pp):
-        if even_on is None:
-            gpu = min((job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
-                      key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
-            n = job.layers_of_stage(s)
-        else:
-            gpu, n = even_on, job.model.num_layers / p.pp
+
+    def times(s: int, gpu, n: float) -> tuple[float, float, float]:
         c = costs(gpu)
-        f.append(n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
-                 + (c.head_fwd if s == head_at else 0.0))
         # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
         bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
                else n * (c.layer_bwd + c.layer_recompute))
-        b.append(bwd + (c.embedding_bwd if s == 0 else 0.0)
-                 + (c.head_bwd if s == head_at else 0.0))
-        w.append(n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
-                 + (c.head_wgrad if s == head_at else 0.0))
+        return (n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
+                + (c.head_fwd if s == head_at else 0.0),
+                bwd + (c.embedding_bwd if s == 0 else 0.0)
+                + (c.head_bwd if s == head_at else 0.0),
+                n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
+                + (c.head_wgrad if s == head_at else 0.0))
+
+    for s in range(p.pp):
+        if even_on is None:
+            n = job.layers_of_stage(s)
+            gpu = slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+                              lambda g: sum(times(s, g, n)[:2]))
+        else:
+            gpu, n = even_on, job.model.num_layers / p.pp
+        for out, x in zip((f, b, w), times(s, gpu, n)):
+            out.append(x)
     return f, b, w
 
 
@@ -182,22 +185,21 @@ def _chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
                  ) -> list[list[tuple[float, float, float]]]:
     """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
     cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
-    rank's GPU type (the slowest among its ranks), the embedding on the first position and
-    the LM head on the last; with ``even_on`` (a GPU) ``num_layers / (pp·vpp)`` mean layers in
-    every chunk on that GPU, the analytic model's assumption. DualPipe (``Schedule.mirrored``):
-    rank ``r``'s chunk 1 holds stage ``pp-1-r``'s layers (the layout's chunk 0 there).
-    ``costs``: the estimate's ``StageCostMemo``."""
+    rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
+    first position and the LM head on the last; with ``even_on`` (a GPU)
+    ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
+    assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
+    ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the estimate's
+    ``StageCostMemo``."""
     from strategies.cost.stage import chunk_layers, chunk_sum
+    from strategies.estimate.mixed import slowest_gpu
     costs = costs or StageCostMemo(job)
     p = job.plan
     sched = get_schedule(p.schedule)
     last = sched.num_virtual_stages(p.pp, p.vpp) - 1
     mirrored = bool(sched.mirrored) and p.pp > 1
-    out = []
-    for s in range(p.pp):
-        gpu = even_on if even_on is not None else min(
-            (job.cluster.gpu_of_node(n) for n in job.stage_nodes(s)),
-            key=lambda g: (g.peak("bf16"), g.hbm_bandwidth))
+
+    def row_on(s: int, gpu) -> list[tuple[float, float, float]]:
         c = costs(gpu)
         row = []
         for ch in range(2 if mirrored else p.vpp):
@@ -219,7 +221,14 @@ def _chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
             w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)
                  + (c.head_wgrad if head else 0.0))
             row.append((f, b, w))
-        out.append(row)
+        return row
+
+    out = []
+    for s in range(p.pp):
+        gpu = even_on if even_on is not None else slowest_gpu(
+            map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+            lambda g: sum(f + b for f, b, _ in row_on(s, g)))
+        out.append(row_on(s, gpu))
     return out
 
 
@@ -388,12 +397,28 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     return bool((costs or StageCostMemo(job))().by_kind)
 
 
+def _flushed(job: Job, one: Estimate) -> Estimate:
+    """``job``'s estimate from that of one of its ``flushes`` (``strategies.flushes``): every
+    part ``k`` times but the optimizer; the same work per flush, so MFU/HFU and the bubble
+    fraction scale with ``k·T_1/T``; memory is one flush's."""
+    k = job.plan.flushes
+    step = flushed_step_s(one.step_time_s, one.breakdown_s["optimizer"], k)
+    scale = k * one.step_time_s / step
+    return Estimate(job=job, step_time_s=step, tokens_per_s=job.tokens_per_step / step,
+                    mfu=one.mfu * scale, hfu=one.hfu * scale,
+                    bubble_fraction=one.bubble_fraction * scale,
+                    breakdown_s=flushed_breakdown(one.breakdown_s, k), memory=one.memory,
+                    memory_by_stage=one.memory_by_stage, num_microbatches=job.num_microbatches)
+
+
 def estimate(job: Job) -> Estimate:
     """Analytic estimate of ``job`` (microseconds of work; see strategies.estimate.analytic).
     Heterogeneous work: ``group_microbatches`` (``_by_group``); stages that differ in layers
     or GPU type (``_per_stage``)."""
     from strategies.memory.scalar import memory_by_stage
     p = job.plan
+    if p.flushes > 1:       # k pipeline flushes per step: one flush's estimate, composed
+        return _flushed(job, estimate(flush_job(job)))
     costs = StageCostMemo(job)          # each GPU type's stage costs, once per estimate
     if p.group_microbatches is not None:
         arrays = _by_group(job)

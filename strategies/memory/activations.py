@@ -284,15 +284,18 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
 
 
 def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                             load=1.0):
+                             load=1.0, dispatch_bytes=counts.ACT_BYTES):
     """Transient bytes per GPU of one MoE layer's token permutation (numbers or arrays): the
-    dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies and the
-    combine's receive buffer of as many (the hottest rank's: ``load`` times), ``2`` bytes per
-    element, alive while the layer runs (not stashed). 0 for a dense model."""
+    dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies at
+    ``dispatch_bytes`` per element (``counts.dispatch_element_bytes``: 2, or a stack's FP8
+    dispatch with its scales) and the combine's receive buffer of as many (the hottest
+    rank's: ``load`` times) at ``2`` bytes, alive while the layer runs (not stashed):
+    ``2·T·h·k·(dispatch_bytes/2 + load)``. 0 for a dense model."""
     if not model.is_moe:
         return 0.0
     T = seq_len * micro_batch_size / (tp * cp)
-    return 2.0 * T * model.hidden_size * model.moe_router_topk * (1.0 + load)
+    return 2.0 * T * model.hidden_size * model.moe_router_topk \
+        * (dispatch_bytes / counts.ACT_BYTES + load)
 
 
 def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
@@ -335,7 +338,15 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
     input (``4sb·w`` gated, else ``2sb·w``) and fc2 input (``2sb·w``) of their width ``w``
     (``counts.mlp_part_widths``); ``routed_act`` the routed experts' fc2 input;
     ``routed_mlp`` their activation-fn input and the ``k - 1`` dispatched copies of the MoE
-    input beyond the one kept; ``mla_up`` MLA's up-projected Q, K and V. Summed over the
+    input beyond the one kept; ``mla_up`` MLA's up-projected Q, K and V and the latents
+    after their RMSNorms (the up projections' inputs, ``2sb·(r_q + r_kv)``), redone from the
+    latents before them: Megatron-Core's MLA spec fuses those norms into the up projections
+    (``linear_q_up_proj``/``linear_kv_up_proj`` are ``TELayerNormColumnParallelLinear`` with
+    ``q_layernorm``/``kv_layernorm`` ``IdentityOp`` where ``qk_layernorm``,
+    ``models/gpt/gpt_layer_specs.py``), so ``mla_up_proj``'s output-discarding checkpoint
+    of ``qkv_up_proj_and_rope_apply`` (``multi_latent_attention.py``) keeps only its
+    pre-norm inputs; DeepSeek-V3 recomputes "all RMSNorm operations and MLA
+    up-projections" (arXiv 2412.19437 §3.2.3). Summed over the
     MLP parts, the widths give the table's ``activation_input`` and ``fc2_input``. ``cache``:
     each share at its term's cached bytes (``cache_ratios``: fc1 and fc2 inputs and the MoE
     parts' activation inputs in low precision, a dense MLP's activation input 16-bit).
@@ -366,7 +377,9 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
         "routed_mlp": [(r * g * sb * w["routed_mlp"], "tp"),
                        (r * 2 * sbh * moe_share * (k - 1), "seq")],
         "shared_mlp": mlp(w["shared_mlp"], r),
-        "mla_up": [(terms["q"], "tp"), (terms["k_v"], "tp")] if model.is_mla else [],
+        "mla_up": ([(terms["q"], "tp"), (terms["k_v"], "tp"),
+                    (r * 2 * sb * ((model.q_lora_rank or 0) + model.kv_lora_rank), "seq")]
+                   if model.is_mla else []),
     }
 
 
@@ -530,6 +543,11 @@ def _kind_mean(job: Job, stage: int, per_layer) -> float:
 def job_activation_cache(job: Job) -> float | None:
     """``activation_cache_bytes`` of the job's stack and precision."""
     return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
+
+
+def job_dispatch_bytes(job: Job) -> float:
+    """``counts.dispatch_element_bytes`` of the job's stack and precision."""
+    return counts.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
 
 
 def job_layer_activation_bytes(job: Job, recompute: str | None = None,

@@ -268,6 +268,24 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
+def _stated_stages_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+                        fw: FrameworkProfile, notes: list[str]) -> Plan | None:
+    """The plan of a pipelined row that states its first and/or last stage's layer counts
+    (``plan.first_stage_layers``/``last_stage_layers``: Megatron's
+    ``--decoder-first/last-pipeline-num-layers``, NeMo's
+    ``num_layers_in_first/last_pipeline_stage``), run on the model's own layers with the rest
+    split evenly over the middle stages (``strategies.layout``); None where it states neither."""
+    pl = c.get("plan") or {}
+    stated = {f: _size(pl.get(f)) for f in ("first_stage_layers", "last_stage_layers")
+              if pl.get(f) is not None}
+    if not stated or sizes[1] == 1:
+        return None
+    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, notes), **stated)
+    notes.append(", ".join(f"{f}={v}" for f, v in stated.items())
+                 + " (stated: the recipe's uneven pipeline split)")
+    return plan
+
+
 def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
                         fw: FrameworkProfile, notes: list[str]) -> Plan | None:
     """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
@@ -384,8 +402,24 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
+    k = _flushes(fw, pp, gbs, dp, local)
+    if k > 1:
+        switches["flushes"] = k
+        notes.append(f"flushes={k}: {fw.name} runs its pipeline schedule once per local batch "
+                     f"of {local} (gbs/(local_batch_size*dp) = {gbs}/({local}*{dp}); "
+                     "strategies.flushes)")
     return Plan(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, mbs=mbs, gbs=gbs, schedule=sched, vpp=vpp,
                 recompute=rec, sp=bool(sp), zero=int(zero), **switches)
+
+
+def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> int:
+    """Pipeline flushes per step of an entry (``strategies.flushes``): ``gbs / (local·dp)``
+    where the stack runs its schedule once per local batch and the entry states the local
+    batch; else 1."""
+    if not (fw.pipeline_flushes and pp > 1 and local):
+        return 1
+    per = int(local) * dp
+    return gbs // per if gbs % per == 0 else 1
 
 
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
@@ -595,7 +629,9 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
-        plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+        plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
+        if plan is None:
+            plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
         if plan is None:
             plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:

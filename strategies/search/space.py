@@ -32,6 +32,7 @@ from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_
                                        layer_costs, slot_vpps)
 from strategies.cost.recompute import METHODS, MODULES, has_module
 from strategies.cost.system import SystemConfig
+from strategies.cost.counts import dispatch_element_bytes
 from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
@@ -417,14 +418,16 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
                      gpu: GPU | None = None, clamp: bool = False,
                      remat_named: bool = False, loss_bytes: float | None = None,
                      act_cache: float | None = None,
-                     optimizer_bytes: float | None = None, fsdp2: bool = False) -> np.ndarray:
+                     optimizer_bytes: float | None = None, fsdp2: bool = False,
+                     dispatch_bytes: float | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
     ``gpu``: the chip, as the memory rule reads it (fp8 weight copies); ``clamp``: the stack
     runs gpt-oss's eager clamp, ``remat_named`` a JAX remat policy; ``loss_bytes``,
-    ``act_cache``, ``optimizer_bytes``, ``fsdp2`` the stack's (``memory.arrays``).
+    ``act_cache``, ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes`` the stack's
+    (``memory.arrays``).
     Returns the updated peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
@@ -442,7 +445,7 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
         pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named,
-                                loss_bytes, act_cache, optimizer_bytes, fsdp2)
+                                loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -477,6 +480,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     act_cache = activation_cache_bytes((framework or DEFAULT_FRAMEWORK).fp8_activation_cache,
                                        dtype)
     optimizer_bytes = (framework or DEFAULT_FRAMEWORK).optimizer_state_bytes
+    # the MoE dispatch's bytes per element, its send buffer (counts.dispatch_element_bytes)
+    dispatch_bytes = dispatch_element_bytes((framework or DEFAULT_FRAMEWORK).fp8_dispatch, dtype)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (framework.stack_system)
@@ -500,7 +505,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
     peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named,
-                               loss_bytes, act_cache, optimizer_bytes, fsdp2)
+                               loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
             if len(c["tp"])
             else np.zeros(0))
     ok = peak <= limit
@@ -515,12 +520,13 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     if len(z2) and 1 in (framework or DEFAULT_FRAMEWORK).zero_stages:
         ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp,
                                     remat_named, loss_bytes, act_cache,
-                                    optimizer_bytes, fsdp2) > limit
+                                    optimizer_bytes, fsdp2, dispatch_bytes) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
         c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
     if framework is None or "block" in framework.recompute_methods:
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
-                                remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2)
+                                remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
+                                dispatch_bytes)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
