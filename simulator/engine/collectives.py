@@ -215,9 +215,13 @@ class _Run:
             self.k += 1
             sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
             start, landed = self.net.start_flow, self._landed
-            for (a, b), nb in zip(flows, sizes):
-                if not start(a, b, nb * op.repeat, op.tag, landed):
-                    landed(op.tag)            # nothing to move: ended at once
+            many = getattr(self.net, "start_flows", None) if len(flows) > 1 else None
+            if many is not None:        # the same starts, together (``SimNetwork.start_flows``)
+                many(flows, [nb * op.repeat for nb in sizes], op.tag, landed)
+            else:
+                for (a, b), nb in zip(flows, sizes):
+                    if not start(a, b, nb * op.repeat, op.tag, landed):
+                        landed(op.tag)            # nothing to move: ended at once
             if flows:
                 self.left = len(flows)
                 return

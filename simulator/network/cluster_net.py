@@ -206,6 +206,31 @@ class SimNetwork(FlowNetwork):
             self._start_flow(links, float(nbytes), fin, tag, None)
         return True
 
+    def start_flows(self, pairs: Sequence[tuple[Node, Node]], sizes: Sequence[float], tag,
+                    fin: Callable) -> None:
+        """``start_flow(src, dst, nbytes, tag, fin)`` for each of ``pairs`` (``sizes``: their
+        bytes) in order, ``fin(tag)`` called at once for one that moves nothing (what the
+        callers of ``start_flow`` do): the flows between two such (or a striped one) start
+        together (``_start_flows``: the same slots, route numbers and queue entries as one
+        by one; a collective phase of an expert all-to-all starts thousands)."""
+        batch: list = []
+        links_of, planes = self.links, self._planes
+        for (src, dst), nbytes in zip(pairs, sizes):
+            links = links_of(src, dst)
+            stripes = self.stripes(src, dst) if planes else None
+            if nbytes <= 0 or links.size == 0 or stripes is not None:
+                if batch:
+                    self._start_flows(batch)
+                    batch = []
+                if nbytes <= 0 or links.size == 0:
+                    fin(tag)
+                else:
+                    self._start_striped(stripes, float(nbytes), fin, tag, None)
+                continue
+            batch.append((links, float(nbytes), fin, tag))
+        if batch:
+            self._start_flows(batch)
+
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:
         """Account ``nbytes`` on each of ``links`` (a transfer timed in closed form). Added
         to the per-link totals when they are read, in the order counted (the same sums)."""
