@@ -86,7 +86,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     """
     if job.plan.flushes > 1:    # k pipeline flushes per step: one flush simulated, composed
         one = simulate(flush_job(job), fold, granularity, network=network, free_comm=free_comm,
-                       costs=costs, link_series=link_series)
+                       costs=costs, link_series=link_series, figures_only=figures_only)
         return _flushed(one, job.plan.flushes)
     t0 = time.perf_counter()
     if network not in BACKENDS:

@@ -100,7 +100,7 @@ def test_zero3_columns_without_a_per_tensor_plan_are_the_walks_zeros():
 
 
 @pytest.mark.parametrize("plan", ["tp=2,pp=2,gbs=64,schedule=interleaved,vpp=2",
-                                  "tp=2,pp=2,ep=4,gbs=32"])
+                                  "tp=2,pp=2,ep=4,gbs=32", "tp=2,pp=2,gbs=64,flushes=2"])
 def test_figures_only_is_the_full_metrics_figures(plan):
     model = "mixtral-8x7b" if "ep=" in plan else "gpt-1.7b"
     job = make_job(model_preset(model), cluster_preset("dgx-h100", 2), parse_plan(plan))
