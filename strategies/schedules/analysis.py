@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from functools import lru_cache
+from typing import Any, Callable, Sequence
 
 from strategies.errors import SpecError
-from strategies.schedules.base import Step, get_schedule, peak_pending_w, peak_stash
+from strategies.schedules.base import (Schedule, Step, get_schedule, peak_pending_w,
+                                       peak_stash)
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
-           "RankSpan", "simulate_free_comm"]
+           "RankSpan", "simulate_free_comm", "free_comm_order", "replay_free_comm"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -93,21 +95,46 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     [3.0, 0.0]
     """
     sched = get_schedule(schedule)
-    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
     split = sched.splits_backward
     k = max(sched.num_virtual_stages(pp, vpp) // pp, 1)
     dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
     t_group = (t_f + t_b if t_fb is None else t_fb) / k
-    last = sched.num_virtual_stages(pp, vpp) - 1
     slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
     if len(slow) != pp:
         raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
-    done: dict[tuple[str, int, int], float] = {}
+
+    def seconds(r: int, group: tuple[tuple[str, int], ...]) -> float:
+        if chunk_times is not None:
+            return sum(_chunk_dur(chunk_times[r][c], kind, split, len(group) > 1)
+                       for kind, c in group)
+        if len(group) == 1:
+            return dur[group[0][0]] * slow[r]
+        return t_group * slow[r]
+    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size), pp,
+                                        seconds, max)
+    return [RankSpan(first[r] or 0.0, end[r], busy[r]) for r in range(pp)]
+
+
+#: one step (or overlapped group) of a free-communication run: its rank, its members'
+#: ``(kind, chunk)`` and the indices of the earlier events it waits for
+Event = tuple[int, tuple[tuple[str, int], ...], tuple[int, ...]]
+
+
+@lru_cache(maxsize=128)
+def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
+                    group_size: int | None = None) -> tuple[Event, ...]:
+    """The events of ``sched``'s order on ``pp`` ranks, ``m`` micro-batches, in an order in
+    which every event comes after those it waits for (``_deps``: the same pass at the
+    neighbouring position of the micro-batch's path; a group waits for all its members'
+    outside dependencies). The order depends on the schedule alone, not on the seconds, so
+    one order serves every plan of the same ``(schedule, pp, m, vpp, group_size)``
+    (``replay_free_comm``). Raises ``RuntimeError`` on deadlock."""
+    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
+    last = sched.num_virtual_stages(pp, vpp) - 1
+    done: dict[tuple[str, int, int], int] = {}
     waiting: dict[tuple[str, int, int], int] = {}
     pos = [0] * pp
-    free = [0.0] * pp
-    first = [None] * pp
-    busy = [0.0] * pp
+    events: list[Event] = []
     ready = list(range(pp))
     while ready:
         r = ready.pop()
@@ -125,27 +152,42 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
                 # its own rank's B, which the order runs first)
                 waiting[missing[0]] = r
                 break
-            start = max([free[r]] + [done[d] for d in deps])
-            if first[r] is None:
-                first[r] = start
-            if chunk_times is not None:
-                free[r] = start + sum(_chunk_dur(chunk_times[r][st.chunk], st.kind, split,
-                                                 len(group) > 1) for st in group)
-            elif len(group) == 1:
-                free[r] = start + dur[group[0].kind] * slow[r]
-            else:
-                free[r] = start + t_group * slow[r]
-            busy[r] += free[r] - start
+            events.append((r, tuple((st.kind, st.chunk) for st in group),
+                           tuple(dict.fromkeys(done[d] for d in deps))))
             pos[r] += 1
             for key in keys:
-                done[key] = free[r]
+                done[key] = len(events) - 1
                 if key in waiting:
                     ready.append(waiting.pop(key))
     stuck = [r for r in range(pp) if pos[r] < len(programs[r])]
     if stuck:
-        raise RuntimeError(f"schedule {schedule!r} deadlocks on ranks {stuck} "
+        raise RuntimeError(f"schedule {sched.name!r} deadlocks on ranks {stuck} "
                            f"(pp={pp}, m={m}, vpp={vpp}, group_size={group_size})")
-    return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
+    return tuple(events)
+
+
+def replay_free_comm(order: Sequence[Event], pp: int,
+                     seconds: Callable[[int, tuple[tuple[str, int], ...]], Any],
+                     latest: Callable[[Any, Any], Any] = max) -> tuple[list, list, list]:
+    """Each rank's first start, last end and busy seconds when ``order``
+    (``free_comm_order``) runs with free communication: an event starts when its rank is
+    free and the events it waits for have ended, and lasts ``seconds(rank, members)``.
+    ``latest``: the later of two times (``max``; ``numpy.maximum`` to run many plans at
+    once, the seconds then arrays over plans: the same operations, value for value)."""
+    free: list[Any] = [0.0] * pp
+    first: list[Any] = [None] * pp
+    busy: list[Any] = [0.0] * pp
+    ends: list[Any] = []
+    for r, group, deps in order:
+        start = free[r]
+        for d in deps:
+            start = latest(start, ends[d])
+        if first[r] is None:
+            first[r] = start
+        free[r] = start + seconds(r, group)
+        busy[r] = busy[r] + (free[r] - start)
+        ends.append(free[r])
+    return first, free, busy
 
 
 def _chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:
