@@ -9,15 +9,17 @@ makespan by the real stages': both from the schedule's order with free communica
 backward is longest (``mixed.slowest_gpu``). Which types a stage holds is known from the rank
 placement (pp outermost: stage ``s`` is ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp − 1``,
 ``Job.stage_nodes``), and the order depends on ``(schedule, pp, m, vpp)`` only
-(``analysis.free_comm_order``), so the plans that share those are replayed together with
-their seconds as arrays (``analysis.replay_free_comm`` with ``numpy.maximum``): the same
-operations on the same numbers as the scalar estimate, plan by plan.
+(``analysis.free_comm_order``), so the plans that share those are replayed together, level
+by level of the order's dependency graph, with their seconds as arrays
+(``analysis.free_comm_makespans``): the same operations on the same numbers as the scalar
+estimate, plan by plan.
 
 Covered: models of one kind of layer (the stage-cost record without ``by_kind``) on their
 even split, the search's plans on a mixed cluster (it proposes no uneven layouts there), one
 chunk per rank (``_per_stage``) or several (``_per_chunk``), the default micro-batch group
-size. Models whose stages hold layers of several kinds (dense and MoE, multi-token
-prediction) keep the even run on ``Cluster.gpu``.
+size. Plans with another layout (``layers_per_stage``, a layout string, first/last stage
+layers: the arrays carry only its extremes) and models whose stages hold layers of several
+kinds (dense and MoE, multi-token prediction) keep the even run on ``Cluster.gpu``.
 """
 from __future__ import annotations
 
@@ -28,8 +30,8 @@ import numpy as np
 
 from strategies.estimate.analytic import ranked_messages
 from strategies.model import ModelSpec
-from strategies.plan_arrays import PlanArrays
-from strategies.schedules.analysis import _chunk_dur, free_comm_order, replay_free_comm
+from strategies.plan_arrays import PlanArrays, rank_layers
+from strategies.schedules.analysis import _chunk_dur, free_comm_makespans, free_comm_order
 from strategies.schedules.base import schedule_of_code
 from topologies.cluster import Cluster
 
@@ -145,7 +147,10 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
     scalar's ``stage_costs(job, gpu)``, plan by plan). Returns the arrays that change."""
     size = np.shape(base["step_time_s"])[0] if np.ndim(base["step_time_s"]) else 1
     pp_all = np.broadcast_to(np.asarray(P.pp), (size,)).astype(np.int64)
-    keep = np.flatnonzero(pp_all > 1)
+    # (a layout other than the even split: the arrays carry its extremes only, and the
+    # scalar estimate prices it from the even plan's columns; kept as ``base``)
+    uneven = rank_layers(m.num_layers, P)[4] | ~np.isnan(np.asarray(P.layout_first, float))
+    keep = np.flatnonzero((pp_all > 1) & ~np.broadcast_to(uneven, (size,)))
     keys = ("step_time_s", "pp_comm", "ep_comm", "compute", "bubble", "mfu", "hfu",
             "tokens_per_s", "bubble_fraction", "p2p_time_s")
     out = {k: np.array(np.broadcast_to(np.asarray(base[k], dtype=float), (size,)))
@@ -181,7 +186,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
             split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, 1, None)
 
-            def span(times):
+            def timing(times):
                 f, b, w = (list(x) for x in zip(*times))
                 slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
                 dur = {"F": f[0] / k, "B": (b[0] - w[0] if split else b[0]) / k,
@@ -190,9 +195,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
 
                 def seconds(r, members):
                     return (dur[members[0][0]] if len(members) == 1 else group) * slow[r]
-                _, ends, _ = replay_free_comm(order, pp, seconds, np.maximum)
-                return (np.maximum.reduce(ends),
-                        mb * np.maximum.reduce([x + y for x, y in zip(f, b)]))
+                return seconds, mb * np.maximum.reduce([x + y for x, y in zip(f, b)])
             ranks_e = [x + y for x, y, _ in even]
             ranks_u = [x + y for x, y, _ in real]
         else:
@@ -219,18 +222,22 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
             split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, vpp, None)
 
-            def span(times):
+            def timing(times):
                 def seconds(r, members):
                     return sum(_chunk_dur(times[r][c], kind, split, len(members) > 1)
                                for kind, c in members)
-                _, ends, _ = replay_free_comm(order, pp, seconds, np.maximum)
-                return (np.maximum.reduce(ends),
-                        mb * np.maximum.reduce([sum(f + b for f, b, _ in rw) for rw in times]))
+                return seconds, mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
+                                                        for rw in times])
             ranks_e = [sum(f + b for f, b, _ in rw) for rw in even]
             ranks_u = [sum(f + b for f, b, _ in rw) for rw in real]
         r = {k: out[k][idx] for k in keys}
         msg = _messages(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
-        fixed = corrected(r, span(even), span(real), msg, tokens[idx])
+        # the even and the real stages in one replay of the order
+        (sec_e, busy_e), (sec_u, busy_u) = timing(even), timing(real)
+        n = idx.size
+        spans = free_comm_makespans(order, lambda q, g: np.concatenate(
+            [np.broadcast_to(sec_e(q, g), (n,)), np.broadcast_to(sec_u(q, g), (n,))]), 2 * n)
+        fixed = corrected(r, (spans[:n], busy_e), (spans[n:], busy_u), msg, tokens[idx])
         for k in keys:
             out[k][idx] = fixed[k]
     return out
