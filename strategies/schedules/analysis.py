@@ -198,12 +198,18 @@ def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
                 q = producer.get(d, -1)
                 if q not in ps and q != e:
                     ps.append(q)
-            late = next((q for q in ps if q < 0 or not done[q]), None)
+            late, top = None, -1
+            for q in ps:
+                if q < 0 or not done[q]:
+                    late = q
+                    break
+                if level[q] > top:
+                    top = level[q]
             if late is not None:
                 if late >= 0:
                     waiting.setdefault(late, []).append(r)
                 break
-            level[e] = 1 + max([level[q] for q in ps]) if ps else 0
+            level[e] = top + 1
             preds[e] = ps
             done[e] = True
             pos[r] += 1
@@ -261,7 +267,7 @@ def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], 
     ends = np.zeros((len(order.rank) + 1, size))
     b = order.bounds
     for lo, hi in zip(b[:-1], b[1:]):
-        ends[lo:hi] = ends[order.preds[lo:hi]].max(axis=1) + dur[lo:hi]
+        ends[lo:hi] = np.maximum.reduce(ends[order.preds[lo:hi]], axis=1) + dur[lo:hi]
     return ends[:-1].max(axis=0)
 
 
