@@ -119,3 +119,12 @@ def test_uneven_layouts_keep_the_even_run():
     P = PlanArrays.from_plans([job.plan])
     a, b = (f(m, cl, "bf16", P) for f in (estimate_arrays_mixed, estimate_arrays))
     assert float(a["step_time_s"][0]) == float(b["step_time_s"][0])
+
+
+def test_one_plan_as_zero_d_arrays():
+    """``PlanArrays.of_plan`` (0-d columns) gives 0-d results, the scalar estimate's step."""
+    m, cl = toy(), mixed_cluster("dgx-h100:1+dgx-a100:1")
+    job = make_job(m, cl, parse_plan("tp=2,pp=4,mbs=1,gbs=32,schedule=1f1b"))
+    a = estimate_arrays_mixed(m, cl, "bf16", PlanArrays.of_plan(job.plan))
+    assert np.shape(a["step_time_s"]) == ()
+    assert float(a["step_time_s"]) == pytest.approx(estimate(job).step_time_s, rel=1e-12)

@@ -117,5 +117,5 @@ def estimate_arrays_mixed(m: ModelSpec, cl: Cluster, dtype: str,
             m, cl, dtype, P, framework, system, g)) for g, r in zip(gpu_types(cl), runs)}
         piped = pipelined_mixed(m, cl, P, base, costs)
         for k, v in piped.items():
-            out[k] = np.where(single, out[k], v)
+            out[k] = np.where(single, out[k], v.reshape(np.shape(out[k])))
     return out

@@ -78,7 +78,8 @@ def stage_types(cl: Cluster, P: PlanArrays, idx: np.ndarray, s: int) -> list:
     """``(GPU, holds)`` for each node group of ``cl`` in node order: whether plans ``idx``'s
     stage ``s`` holds nodes of it (``Job.stage_nodes``)."""
     G = cl.gpus_per_node
-    per = (np.asarray(P.tp) * np.asarray(P.cp) * np.asarray(P.dp))[idx].astype(np.int64)
+    per = np.ravel(np.asarray(P.tp) * np.asarray(P.cp) * np.asarray(P.dp))
+    per = per[idx if per.size > 1 else np.zeros_like(idx)].astype(np.int64)
     lo, hi = s * per // G, ((s + 1) * per - 1) // G
     out, at = [], 0
     for g in cl.groups:
