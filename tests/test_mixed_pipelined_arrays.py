@@ -128,3 +128,17 @@ def test_one_plan_as_zero_d_arrays():
     a = estimate_arrays_mixed(m, cl, "bf16", PlanArrays.of_plan(job.plan))
     assert np.shape(a["step_time_s"]) == ()
     assert float(a["step_time_s"]) == pytest.approx(estimate(job).step_time_s, rel=1e-12)
+
+
+def test_with_a_straggler_and_a_degraded_nic():
+    """Faults: the stage costs the scalar reads are the cluster's own (not the degraded
+    view the arrays' collectives read)."""
+    from topologies.faults import Faults
+    m = toy()
+    cl = mixed_cluster("dgx-h100:1+dgx-a100:1").with_faults(Faults.from_texts(["3=1.5"],
+                                                                              ["nic:2=2"]))
+    for text in ("tp=2,pp=4,mbs=1,gbs=32,schedule=1f1b",
+                 "tp=1,pp=4,vpp=2,mbs=1,gbs=32,schedule=interleaved"):
+        job = make_job(m, cl, parse_plan(text))
+        a = estimate_arrays_mixed(m, cl, "bf16", PlanArrays.from_plans([job.plan]))
+        assert float(a["step_time_s"][0]) == pytest.approx(estimate(job).step_time_s, rel=1e-12)
