@@ -119,12 +119,12 @@ def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vp
     other times too (the order holds no times)."""
     from strategies.schedules import analysis
     times = [(1.0, 2.0, 0.5), (1.3, 2.9, 0.7)]
-    analysis._PLANS.clear()
+    analysis.free_comm_order.cache_clear()
     fresh = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times[:1]]
-    assert len(analysis._PLANS) == 1
+    assert analysis.free_comm_order.cache_info().currsize == 1
     kept = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times]
     assert kept[0] == fresh[0]
-    analysis._PLANS.clear()
+    analysis.free_comm_order.cache_clear()
     assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
         == kept[1]
 
