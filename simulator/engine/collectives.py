@@ -27,7 +27,7 @@ import numpy as np
 from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
-from simulator.network.flows import QueueEntry, call_at
+from simulator.network.flows import QueueEntry, _min, call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -194,12 +194,13 @@ class _Run:
     end has been taken off the queue; the process's own end), so events keep their order
     and every result its last digit; only the process, condition and event objects go."""
 
-    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left")
+    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks")
 
     def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
                  then: Callable[[object], None]) -> None:
         self.net, self.env, self.op, self.phases, self.then = net, net.env, op, phases, then
         self.k, self.waited, self.left = 0, False, 0
+        self.blocks = hasattr(net, "flow_block")      # the flows backend's one-block start
         _enqueue(self.env, URGENT, self._step)        # the process's start
 
     def _step(self, _entry: object = None) -> None:
@@ -213,11 +214,24 @@ class _Run:
                 return
             self.waited = False
             self.k += 1
-            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
-            start, landed = self.net.start_flow, self._landed
-            for (a, b), nb in zip(flows, sizes):
-                if not start(a, b, nb * op.repeat, op.tag, landed):
-                    landed(op.tag)            # nothing to move: ended at once
+            block = self.net.flow_block(flows) if self.blocks else None
+            if block is not None:         # every flow moves bytes: all started as one block
+                if isinstance(nbytes, tuple):
+                    sized = np.array(nbytes) * op.repeat
+                    if not _min(sized) > 0:
+                        block = None
+                else:
+                    sized = nbytes * op.repeat
+                    if not sized > 0:
+                        block = None
+            if block is not None:
+                self.net.start_block(block, sized, self._landed, op.tag)
+            else:
+                sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
+                start, landed = self.net.start_flow, self._landed
+                for (a, b), nb in zip(flows, sizes):
+                    if not start(a, b, nb * op.repeat, op.tag, landed):
+                        landed(op.tag)            # nothing to move: ended at once
             if flows:
                 self.left = len(flows)
                 return

@@ -95,6 +95,12 @@ class ContentionFreeNetwork(SimNetwork):
         for links, nbytes, fin, tag in flows:
             self._start_flow(links, nbytes, fin, tag, None)
 
+    def start_block(self, block, nbytes, fin: Callable, tag) -> None:
+        """``SimNetwork.start_block`` flow by flow (each at its own bottleneck's rate)."""
+        sizes = nbytes if isinstance(nbytes, np.ndarray) else (nbytes,) * block.size
+        for links, nb in zip(block.links, sizes):
+            self._start_flow(links, float(nb), fin, tag, None)
+
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
         max-min fairly among themselves and with nothing else: never None."""

@@ -145,6 +145,32 @@ def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable],
     return done, None
 
 
+class FlowBlock:
+    """Flows that start together again and again (a collective's phase), prepared once for
+    ``FlowNetwork.start_block``: their link-index arrays in order, stacked into one block when
+    their routes have one length, and their route numbers (filled by the network on first
+    use)."""
+
+    __slots__ = ("links", "size", "hops", "rows", "flat", "cols", "counts", "rno")
+
+    def __init__(self, links: Sequence[np.ndarray]) -> None:
+        self.links, self.size = list(links), len(links)
+        sizes = [x.size for x in self.links]
+        self.hops = max(sizes)
+        self.rno = None
+        self.rows = self.flat = self.cols = self.counts = None
+        if min(sizes) == self.hops:
+            self.rows = np.array(self.links, dtype=np.int64)
+        else:
+            self.counts = np.array(sizes)
+            first = np.cumsum(self.counts) - self.counts
+            self.cols = np.arange(int(self.counts.sum())) - np.repeat(first, self.counts)
+            self.flat = np.concatenate(self.links)
+
+    def flat_rows(self, idx: np.ndarray) -> np.ndarray:
+        return np.repeat(idx, self.counts)
+
+
 class FlowNetwork:
     """Flow-level network over a directed graph whose edges carry ``bandwidth``
     (bytes/s, > 0) and ``latency`` (seconds, >= 0).
@@ -298,6 +324,58 @@ class FlowNetwork:
         fins, tags = self._fins, self._tags
         for slot, (_, _, fin, tag) in zip(taken, flows):
             fins[slot], tags[slot] = fin, tag
+        self.flows_started += k
+        self._dirty = True
+        if not self._pending:
+            self._pending = True
+            call_at(self.env, 0, self._on_pending)
+
+    def start_block(self, block: "FlowBlock", nbytes, fin: Callable, tag) -> None:
+        """Start ``block``'s flows now (``nbytes``: bytes of every flow, or an array with one
+        per flow, each > 0), each calling ``fin(tag)`` at its last byte: ``_start_flow`` for
+        each in order, the same slots, with one array operation per column of the flow table
+        (a collective's phase, issue 17: an all-to-all starts thousands of flows at once)."""
+        k = block.size
+        if k == 1:
+            nb = nbytes[0] if isinstance(nbytes, np.ndarray) else nbytes
+            self._start_flow(block.links[0], float(nb), fin, tag, None)
+            return
+        slots, hops = self._links.shape
+        if block.hops > hops:
+            self._grow(slots, block.hops)
+        free = self._free
+        if len(free) >= k:             # the slots ``_start_flow`` would take one by one
+            taken = free[-k:][::-1]
+            del free[-k:]
+        else:
+            taken = []
+            for _ in range(k):
+                if not free:
+                    slots = self._links.shape[0]
+                    self._grow(max(64, 2 * slots), self._links.shape[1])
+                taken.append(free.pop())
+        idx = np.array(taken)
+        hops = self._links.shape[1]
+        if block.rows is not None:     # routes of one length (the common case): one block
+            if block.hops == hops:
+                self._links[idx] = block.rows
+            else:
+                self._links[idx, block.hops:] = self._pad
+                self._links[idx, :block.hops] = block.rows
+        else:
+            self._links[idx] = self._pad
+            self._links[block.flat_rows(idx), block.cols] = block.flat
+        if block.rno is None:
+            block.rno = np.array([self._route_of(x) for x in block.links], dtype=np.int64)
+        self._rno[idx] = block.rno
+        self._size[idx] = nbytes
+        self._rem[idx] = nbytes
+        self._rate[idx], self._finish[idx] = 0.0, np.inf
+        self._active[idx] = True
+        fins, tags = self._fins, self._tags
+        for slot in taken:
+            fins[slot] = fin
+            tags[slot] = tag
         self.flows_started += k
         self._dirty = True
         if not self._pending:
