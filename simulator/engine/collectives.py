@@ -214,6 +214,7 @@ class _Run:
                 return
             self.waited = False
             self.k += 1
+            self.left = len(flows)
             block = self.net.flow_block(flows) if self.blocks else None
             if block is not None:         # every flow moves bytes: all started as one block
                 if isinstance(nbytes, tuple):
@@ -233,21 +234,28 @@ class _Run:
                     if not start(a, b, nb * op.repeat, op.tag, landed):
                         landed(op.tag)            # nothing to move: ended at once
             if flows:
-                self.left = len(flows)
                 return
         self.then(None)
         _enqueue(env, NORMAL, None)                   # the process's own end
 
     def _landed(self, _tag: object) -> None:
-        """A flow's last byte landed: its end goes on the queue (an event's ``succeed``)."""
-        _enqueue(self.env, NORMAL, self._counted)
+        """A flow's last byte landed. The process put its end on the queue (an event's
+        ``succeed``) and, when the last of the phase's ends was taken off, the phase's end (a
+        condition's ``succeed``). Only the last flow's end does anything when taken off, and
+        it is taken off after every other one (the latest time, the latest in the sequence),
+        so only it goes on the queue, where and when the process put it; the others are
+        counted (``FlowNetwork.quiet_events``, added to the run's events) and dropped: the
+        same order of everything else, without an entry per flow (an all-to-all's
+        thousands)."""
+        self.left -= 1
+        if self.left:
+            self.net.quiet_events += 1
+        else:
+            _enqueue(self.env, NORMAL, self._counted)
 
     def _counted(self, _entry: object) -> None:
-        """A flow's end was taken off the queue; the last of the phase ends the phase (a
-        condition's ``succeed``)."""
-        self.left -= 1
-        if not self.left:
-            _enqueue(self.env, NORMAL, self._step)
+        """The phase's last flow's end was taken off the queue: the phase ends."""
+        _enqueue(self.env, NORMAL, self._step)
 
 
 def _enqueue(env, priority: int, callback: Callable | None) -> None:

@@ -202,6 +202,7 @@ class FlowNetwork:
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
+        self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
         self.flows_started = 0
         self.flows_completed = 0
 
