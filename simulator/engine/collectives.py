@@ -226,7 +226,7 @@ class _Run:
                     if not sized > 0:
                         block = None
             if block is not None:
-                self.net.start_block(block, sized, self._landed, op.tag)
+                self.net.start_block(block, sized, self._block_landed, op.tag)
             else:
                 sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
                 start, landed = self.net.start_flow, self._landed
@@ -252,6 +252,12 @@ class _Run:
             self.net.quiet_events += 1
         else:
             _enqueue(self.env, NORMAL, self._counted)
+
+    def _block_landed(self, _tag: object) -> None:
+        """The last flow of the phase's block landed (``start_block``, which counted the
+        others' ends in ``quiet_events``): ``_landed`` of the last flow."""
+        self.left = 0
+        _enqueue(self.env, NORMAL, self._counted)
 
     def _counted(self, _entry: object) -> None:
         """The phase's last flow's end was taken off the queue: the phase ends."""

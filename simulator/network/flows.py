@@ -19,6 +19,7 @@ concurrent flows seen before are reused (the same result, not recomputed).
 from __future__ import annotations
 
 from functools import partial
+from operator import itemgetter
 from heapq import heappush
 from typing import Callable, Hashable, Optional, Sequence
 
@@ -47,6 +48,8 @@ _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their li
 
 _min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
+_any = np.logical_or.reduce
+_first = itemgetter(0)
 
 
 class QueueEntry:
@@ -333,9 +336,12 @@ class FlowNetwork:
 
     def start_block(self, block: "FlowBlock", nbytes, fin: Callable, tag) -> None:
         """Start ``block``'s flows now (``nbytes``: bytes of every flow, or an array with one
-        per flow, each > 0), each calling ``fin(tag)`` at its last byte: ``_start_flow`` for
-        each in order, the same slots, with one array operation per column of the flow table
-        (a collective's phase, issue 17: an all-to-all starts thousands of flows at once)."""
+        per flow, each > 0): ``_start_flow`` for each in order, the same slots, with one array
+        operation per column of the flow table (a collective's phase, issue 17: an all-to-all
+        starts thousands of flows at once). ``fin(tag)`` is called once, when the last of them
+        lands, at the place in the completions the last one's ``fin`` had; the other flows'
+        ends are counted in ``quiet_events`` (each was an event of the phase's process, whose
+        only effect was to count down to that last one: ``collectives._Run``)."""
         k = block.size
         if k == 1:
             nb = nbytes[0] if isinstance(nbytes, np.ndarray) else nbytes
@@ -373,10 +379,9 @@ class FlowNetwork:
         self._rem[idx] = nbytes
         self._rate[idx], self._finish[idx] = 0.0, np.inf
         self._active[idx] = True
-        fins, tags = self._fins, self._tags
-        for slot in taken:
-            fins[slot] = fin
-            tags[slot] = tag
+        self._block_no += 1
+        self._grp[idx] = self._block_no
+        self._blocks_live[self._block_no] = [fin, tag, k]
         self.flows_started += k
         self._dirty = True
         if not self._pending:
@@ -397,8 +402,9 @@ class FlowNetwork:
 
     def active_flows(self) -> list:
         """``(tag, rate bytes/s, remaining bytes)`` of each active flow, in slot order."""
-        return [(self._tags[i], float(self._rate[i]), float(self._rem[i]))
-                for i in self._active_idx()]
+        blocks, grp = self._blocks_live, self._grp
+        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(self._rate[i]),
+                 float(self._rem[i])) for i in self._active_idx()]
 
     # -- flow table ----------------------------------------------------------
     def _init_table(self) -> None:
@@ -407,6 +413,11 @@ class FlowNetwork:
         self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
         self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
         self._active = np.zeros(0, dtype=bool)
+        # a slot started by ``start_block``: its block's number (0: a flow of its own, whose
+        # ``fin`` and ``tag`` are in ``_fins``/``_tags``); a block's [fin, tag, flows left]
+        self._grp = np.zeros(0, dtype=np.int64)
+        self._blocks_live: dict[int, list] = {}
+        self._block_no = 0
         self._fins: list = []
         self._tags: list = []
         self._free: list = []
@@ -416,7 +427,7 @@ class FlowNetwork:
         links = np.full((slots, hops), self._pad, dtype=np.int64)
         links[:old, :old_hops] = self._links
         self._links = links
-        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active"):
+        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
         self._fins += [None] * (slots - old)
@@ -490,12 +501,52 @@ class FlowNetwork:
             self._deliver()
         self._active[done] = False
         self._rem[done] = 0.0
-        for slot in done.tolist():
-            fin, tag = self._fins[slot], self._tags[slot]
-            self._fins[slot] = self._tags[slot] = None
-            self._free.append(slot)
-            fin(tag)
+        grp = self._grp[done]
+        if _any(grp):
+            self._grp[done] = 0
+            self._complete_blocks(done.tolist(), grp)
+        else:
+            for slot in done.tolist():
+                fin, tag = self._fins[slot], self._tags[slot]
+                self._fins[slot] = self._tags[slot] = None
+                self._free.append(slot)
+                fin(tag)
         self.flows_completed += done.size
+
+    def _complete_blocks(self, done: list, grp: np.ndarray) -> None:
+        """``_complete``'s loop when some of the ``done`` slots belong to blocks
+        (``start_block``): the same calls in the same order, and the same slots freed in the
+        same order around them, but a block's flows call nothing until its last one lands
+        (counted, not called: one Python step per block, not per flow)."""
+        calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
+        last = len(done) - 1
+        ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+        blocks = self._blocks_live
+        for g, f, c in zip(ids.tolist(), first.tolist(), counts.tolist()):
+            if not g:
+                continue
+            entry = blocks[g]
+            entry[2] -= c
+            if entry[2]:
+                self.quiet_events += c
+            else:                      # its last flow: called where it sits in ``done``
+                self.quiet_events += c - 1
+                del blocks[g]
+                calls.append((last - f, entry))
+        calls.sort(key=_first)
+        fins, tags, free = self._fins, self._tags, self._free
+        prev = 0
+        for pos, entry in calls:
+            free.extend(done[prev:pos + 1])
+            prev = pos + 1
+            if entry is None:
+                slot = done[pos]
+                fin, tag = fins[slot], tags[slot]
+                fins[slot] = tags[slot] = None
+            else:
+                fin, tag = entry[0], entry[1]
+            fin(tag)
+        free.extend(done[prev:])
 
     def _deliver(self) -> None:
         """Add the finished flows' bytes to their links, in the order they finished (one
