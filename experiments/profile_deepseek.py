@@ -20,6 +20,7 @@ import os
 import pstats
 import sys
 import time
+from collections import Counter
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -54,8 +55,18 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=30)
     ap.add_argument("--dump", default=None, help="write the cProfile stats here")
     a = ap.parse_args()
+    import simulator.simulate as sim
     from simulator.simulate import simulate
     job = build(a.cluster, a.gbs, a.schedule, a.plan_ep)
+    spent: Counter = Counter()
+    if not a.profile:            # CPU seconds by phase (profile_simulate.py's split)
+        from simulator.engine import core
+        from profile_search import timed
+        timed(spent, "compile", sim, "compile_job")
+        timed(spent, "metrics", sim, "derive_metrics")
+        timed(spent, "engine setup", core.Engine, "__init__")
+        timed(spent, "engine setup", core.Engine, "start")
+        timed(spent, "run", sim.engine, "run")
     prof = cProfile.Profile() if a.profile else None
     c0, t0 = time.process_time(), time.perf_counter()
     if prof:
@@ -67,6 +78,10 @@ def main() -> None:
     print(f"{a.schedule} gbs {a.gbs} on {a.cluster}: step {res.step_time_s!r} s, "
           f"{res.events:,} queue entries, {len(res.records):,} records, {cpu:.2f} CPU s, "
           f"{wall:.2f} s wall, digest {digest(res)}")
+    if spent:
+        spent["event loop"] = spent.pop("run") - spent["engine setup"]
+        spent["other"] = cpu - sum(spent.values())
+        print("  CPU s: " + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()))
     if prof:
         st = pstats.Stats(prof)
         if a.dump:
