@@ -200,7 +200,8 @@ class FlowNetwork:
         self._generation = 0          # bumps when a newer completion timeout supersedes
         self._dirty = False           # a flow was added since the last recomputation
         self._pending = False         # a same-instant update is already scheduled
-        self._rates_seen: dict = {}   # active flows' sorted route numbers -> their rates
+        self._rates_seen: dict = {}   # active flows' sorted route numbers -> rate per route
+        self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
@@ -568,15 +569,25 @@ class FlowNetwork:
         if not idx.size:
             return
         rno = self._rno[idx]
-        order = rno.argsort(kind="stable")
-        key = rno[order].tobytes()
-        ranked = self._rates_seen.get(key)       # the rates of the flows in route order
-        if ranked is None:
-            ranked = max_min_rates(self._capacity, self._links[idx[order]])
+        ranked = np.sort(rno)
+        key = ranked.tobytes()
+        hit = self._rates_seen.get(key)     # (route numbers, the rate of a flow on each)
+        if hit is None:
+            order = rno.argsort(kind="stable")
+            rates = max_min_rates(self._capacity, self._links[idx[order]])
+            # flows on one route cross the same links, so progressive filling freezes them in
+            # the same round at the same level: one rate per route, the first flow's
+            first = np.empty(ranked.size, dtype=bool)
+            first[0] = True
+            np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
+            hit = (ranked[first], rates[first])
             if len(self._rates_seen) < _RATES_KEPT:
-                self._rates_seen[key] = ranked
-        rates = np.empty(idx.size)
-        rates[order] = ranked
+                self._rates_seen[key] = hit
+        scratch = self._scratch
+        if scratch.size < len(self._route_no):
+            scratch = self._scratch = np.empty(2 * len(self._route_no))
+        scratch[hit[0]] = hit[1]
+        rates = scratch[rno]                # each flow its route's rate (no sort, no scatter)
         left = self._rem[idx] / rates
         self._rate[idx] = rates
         self._finish[idx] = now + left
