@@ -316,21 +316,26 @@ def main(argv: list[str] | None = None) -> int:
                   f"{100 * fx:.1f} % |")
 
     if args.what_if:
-        res = what_if_gb200()
         print(f"\nWhat-if: GB200 at B200's measured ratio {B200_SUSTAINED_RATIO:.3f} instead of "
               f"the catalog's {GB200_FP8_SUSTAINED_RATIO:.3f} (§5.41)\n")
-        print("| file | run | error now | error at B200's ratio |")
-        print("|---|---|---:|---:|")
-        for f, i, now, alt in res:
-            print(f"| {f} | {i} | {now:+.1f} % | {alt:+.1f} % |")
-        for f in sorted({r[0] for r in res}):
-            rs = [r for r in res if r[0] == f]
-            print(f"\n{f}: {len(rs)} GB200 rows, MAPE "
-                  f"{statistics.mean(abs(r[2]) for r in rs):.2f} -> "
-                  f"{statistics.mean(abs(r[3]) for r in rs):.2f} %, mean signed "
-                  f"{statistics.mean(r[2] for r in rs):+.2f} -> "
-                  f"{statistics.mean(r[3] for r in rs):+.2f} %")
+        print_what_if(what_if_gb200(), "B200's ratio")
     return 0
+
+
+def print_what_if(res: list[tuple], label: str) -> None:
+    """Print ``what_if_gb200``'s rows and each file's MAPE and mean signed error, now and at
+    the alternative ratio (``label``)."""
+    print(f"| file | run | error now | error at {label} |")
+    print("|---|---|---:|---:|")
+    for f, i, now, alt in res:
+        print(f"| {f} | {i} | {now:+.1f} % | {alt:+.1f} % |")
+    for f in sorted({r[0] for r in res}):
+        rs = [r for r in res if r[0] == f]
+        print(f"\n{f}: {len(rs)} GB200 rows, MAPE "
+              f"{statistics.mean(abs(r[2]) for r in rs):.2f} % ({label} "
+              f"{statistics.mean(abs(r[3]) for r in rs):.2f} %), mean signed "
+              f"{statistics.mean(r[2] for r in rs):+.2f} % ({label} "
+              f"{statistics.mean(r[3] for r in rs):+.2f} %)")
 
 
 if __name__ == "__main__":

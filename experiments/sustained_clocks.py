@@ -95,22 +95,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {part} | {cat:.3f} | {rule:.3f} | {h:.3f} | {100 * err:+.1f} % |")
 
     if args.what_if:
-        from experiments.blackwell_gemm_shapes import what_if_gb200
+        from experiments.blackwell_gemm_shapes import print_what_if, what_if_gb200
         rule = _sustained_ratio(1200, 148)
-        res = what_if_gb200(rule)
         print(f"\nWhat-if: GB200 at the power rule's {rule:.3f} instead of the catalog's "
               f"{GB200_FP8_SUSTAINED_RATIO:.3f}\n")
-        print("| file | run | error now | error at the power rule |")
-        print("|---|---|---:|---:|")
-        for f, i, now, alt in res:
-            print(f"| {f} | {i} | {now:+.1f} % | {alt:+.1f} % |")
-        for f in sorted({r[0] for r in res}):
-            rs = [r for r in res if r[0] == f]
-            print(f"\n{f}: {len(rs)} GB200 rows, MAPE "
-                  f"{statistics.mean(abs(r[2]) for r in rs):.2f} % (power rule "
-                  f"{statistics.mean(abs(r[3]) for r in rs):.2f} %), mean signed "
-                  f"{statistics.mean(r[2] for r in rs):+.2f} % (power rule "
-                  f"{statistics.mean(r[3] for r in rs):+.2f} %)")
+        print_what_if(what_if_gb200(rule), "the power rule")
     return 0
 
 

@@ -40,8 +40,9 @@ def test_host_bound_closed_form():
     their difference (forward: the GEMMs; backward: data and weight gradients)."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
     f, b = ct.moe_host_time(m, **_kw(1, 1))
-    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16")
-    g_b = ct.gemms_time_bwd_split(_routed(m, 1, 1), 1, H100, "bf16")[0]
+    sh = [ct.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
+    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
+    g_b = ct.gemms_time_bwd_split(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)[0]
     h_f, h_b = 128 * ct.EXPERT_HOST_S[0], 128 * ct.EXPERT_HOST_S[1]
     assert h_f > g_f and h_b > g_b           # the host-bound regime
     assert f == pytest.approx(h_f - g_f, rel=1e-12)
@@ -64,7 +65,8 @@ def test_bias_path_host_operators_and_mean_layer_share():
     m = model_preset("gpt-oss-120b").of_kind("moe")
     f, b = ct.moe_host_time(m, **_kw(1, 1))
     kf, kb = counts.expert_bias_kernels(m, 1)
-    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16")
+    sh = [ct.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
+    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
     e = m.num_experts
     assert f == pytest.approx(max(e * ct.EXPERT_HOST_S[0] + kf * HOST_PATH_S - g_f, 0.0),
                               rel=1e-12)
