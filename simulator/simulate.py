@@ -109,7 +109,8 @@ def _flushed(one: SimResult, k: int) -> SimResult:
     """The result of ``k`` flushes from one flush's simulation (``strategies.flushes``): the
     step, breakdown and exposed/overlapped communication ``k`` times but the critical rank's
     optimizer; the bubble and idle fractions are ``k`` times one flush's time over the step.
-    Records, trace and activation series stay one flush's (``metrics["flushes"]``)."""
+    Records and activation series stay one flush's (``metrics["flushes"]``); the trace, the
+    timeline and the JSON series lay out all ``k`` (``simulator.output.flush_view``)."""
     m = one.metrics
     t1, opt = one.step_time_s, float(m["breakdown_s"]["optimizer"])
     step = flushed_step_s(t1, opt, k)

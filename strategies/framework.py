@@ -390,11 +390,15 @@ class FrameworkProfile:
     microbatches_per_pp: bool = False
     #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
     #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
-    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel); False: one
-    #: schedule over the step's micro-batches (Megatron's ``forward_backward_func``). Such a
-    #: stack also needs at least ``pp`` micro-batches per flush (AutoModel 89e3a9fdd
-    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``)
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel; torchtitan since
+    #: 8570415c3, 2025-06-05, "Support gradient accumulation": ``train_step`` calls
+    #: ``forward_backward_step``, one ``pp_schedule.step()``, per gradient-accumulation step);
+    #: False: one schedule over the step's micro-batches (Megatron's ``forward_backward_func``)
     pipeline_flushes: bool = False
+    #: needs at least ``pp`` micro-batches per pipeline flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``;
+    #: torchtitan's ``build_pipeline_schedule`` only warns)
+    flush_needs_pp_microbatches: bool = False
     #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
     #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
     ep_in_dp: bool = False
@@ -518,8 +522,20 @@ class FrameworkProfile:
     #: gradients accumulate unsharded in the reduce dtype (fp32) until one reduce-scatter
     #: after the last backward (``grad_sync_once``: the time model reduces those gradients
     #: once per step too, ZeRO-1's path without overlap, ``grad_path``; docs/calibration.md
-    #: §3.22, §5.32, §5.34)
+    #: §3.22, §5.32, §5.34). PyTorch FSDP1 with ``MixedPrecision(param_dtype=bf16)`` over an
+    #: fp32 model (Composer) holds the same state: its sharded fp32 ``FlatParameter`` is the
+    #: optimizer's parameter, the bf16 shard ``_mp_shard`` is allocated for the all-gather and
+    #: freed after it (``torch/distributed/fsdp/_flat_param.py``
+    #: ``_use_low_precision_shard``/``_free_low_precision_sharded_param``), and the root's
+    #: parameters are not freed after forward (``_runtime_utils.py`` ``_post_forward_reshard``:
+    #: ``not state._is_root``); docs/calibration.md §5.46
     fsdp2: bool = False
+    #: the stack stores its weights in fp32 only and casts a transient 16-bit copy inside each
+    #: layer per use, at every ZeRO stage: the fp32 master is the one stored weight, no 16-bit
+    #: copy is model state (``SystemConfig.weight_copies`` 0, ``stack_system``; MaxText
+    #: ``configs/base.yml`` ``weight_dtype: float32`` beside ``dtype: bfloat16``, flax's
+    #: ``promote_dtype`` casting the kernel in each layer's call; docs/calibration.md §5.46)
+    master_only: bool = False
     #: the passes over each micro-batch's *unsharded* 16-bit weight gradient that the stack's
     #: sharded data parallelism (ZeRO >= 2 with dp > 1) runs before and around the gradient
     #: reduce-scatter (``SHARDED_GRAD_PASSES``; bytes: ``compute.sharded_grad_pass_bytes``);
@@ -653,6 +669,10 @@ class FrameworkProfile:
         if (self.master_bytes is not None and self.optimizer_bytes_or(12.0) < self.master_bytes):
             raise SpecError("framework.master_bytes", self.master_bytes,
                             "must not exceed optimizer_state_bytes (the master is one of them)")
+        if self.master_only and (self.fsdp2 or self.master_bytes is not None):
+            raise SpecError("framework.master_only", self.master_only,
+                            "must be False with fsdp2 or master_bytes (each states the "
+                            "stored weight another way)")
         for name, _ in self.sharded_grad_sources:
             if name not in self.sharded_grad_passes:
                 raise SpecError("framework.sharded_grad_sources", name,
@@ -933,6 +953,11 @@ PYTORCH_EAGER = FrameworkProfile(
                      "(composer/core/precision.py); amp_fp8 is Transformer Engine's "
                      "fp8_autocast with its default DelayedScaling recipe",
     pipeline_split="no pipeline parallelism",
+    # FSDP1 with Composer's MixedPrecision over an fp32 model: FSDP2's state layout (the fp32
+    # shard is the master, no persistent bf16 shard, the root kept gathered; the field's
+    # sources); with max_pp 1 its pipelined-gradient rule never applies. docs/calibration.md
+    # §5.46
+    fsdp2=True,
     sharded_grad_passes=("flat_grad_cat", "reduce_cast", "predivide"),
     sharded_grad_sources=(
         ("flat_grad_cat", "FSDP1 (PyTorch 2.1, torch/distributed/fsdp/_flat_param.py "
@@ -1003,6 +1028,12 @@ TORCHTITAN = replace(
     expert_gemm_launch=ExpertGemmLaunch(
         "fused", 1, "torchtitan v0.2.2 models/moe/moe.py _run_experts_grouped_mm: "
                     "torch._grouped_mm, one kernel for every local expert"),
+    # torchtitan 8570415c3 (2025-06-05) on, HEAD b5bcd76c6 trainer.py train_step: one
+    # pp_schedule.step() per gradient-accumulation step (global_batch_size / (local_batch_size
+    # · dp) of them, each over the local batch's micro-batches), the optimizer once after;
+    # 9dec370 (Dec 2024, the reference rows) had no accumulation: one step() per step
+    # (docs/calibration.md §5.46)
+    pipeline_flushes=True,
     # FSDP2 over the fp32 model (9dec370 train.py: meta init, model.to_empty, fp32;
     # parallelisms/parallelize_llama.py apply_fsdp: MixedPrecisionPolicy(bf16, fp32),
     # reshard_after_forward=False under pp), docs/calibration.md §5.32
@@ -1072,6 +1103,8 @@ JAX_XLA = FrameworkProfile(
     tp_comm_overlap=False, export="maxtext", layouts=(),
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
     recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
+    # weight_dtype float32: the fp32 weights are the only stored copy (docs/calibration.md §5.46)
+    master_only=True,
     recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
                    "recomputed (strategies.remat_policies: selective with the modules "
                    "core_attn, layernorm, mlp)",
@@ -1189,8 +1222,9 @@ AUTOMODEL = replace(
     optimizer_state_bytes=6.0, master_bytes=2.0,
     # recipes/llm/train_ft.py _run_train_optim_step, recipes/llm/benchmark.py run_benchmark:
     # schedule.step() once per gradient-accumulation step of local_batch_size sequences
-    # (strategies.flushes, docs/calibration.md §5.43)
-    pipeline_flushes=True,
+    # (strategies.flushes, docs/calibration.md §5.43); train_ft.py asserts pp micro-batches
+    # per flush
+    pipeline_flushes=True, flush_needs_pp_microbatches=True,
     precisions=("bf16",),
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
@@ -1223,10 +1257,14 @@ DEFAULT = MEGATRON_CORE
 def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
     """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
-    it states one. The one rule the memory model (scalar and arrays) and the search read."""
+    it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
+    (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays)
+    and the search read."""
     from strategies.cost.system import get_system
     sy = get_system(system)
     mb = None if fw is None else fw.master_bytes
+    if fw is not None and fw.master_only and sy.weight_copies != 0.0:
+        sy = replace(sy, weight_copies=0.0)
     return sy if mb is None or mb == sy.master_bytes else replace(sy, master_bytes=float(mb))
 
 
@@ -1309,7 +1347,8 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """How stack ``fw``'s data parallelism combines with the other dimensions
     (``fw.ddp_sole``, ``fw.ep_from_fsdp``, ``fw.ep_in_dp``, ``fw.zero_follows_pp``,
-    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``; sources on the fields). Reads ``dp``
+    ``fw.microbatches_per_pp``, ``fw.pipeline_flushes``, ``fw.flush_needs_pp_microbatches``;
+    sources on the fields). Reads ``dp``
     (an unresolved plan's ``None`` reads as 1: checked once a Job resolves it), ``etp``
     (resolved: tp when the plan names none), ``tp``, ``pp``, ``cp``, ``ep``, ``zero``, ``gbs``,
     ``mbs`` and ``flushes`` (1 where the arrays have no such column)."""
@@ -1347,7 +1386,7 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         rules.append(("flushes", flushes, np.asarray(flushes) == 1,
                       lambda: who + "runs one pipeline schedule over a step's micro-batches "
                                     "(flushes=1)"))
-    elif getattr(v, "gbs", None) is not None:
+    elif fw.flush_needs_pp_microbatches and getattr(v, "gbs", None) is not None:
         per_flush = np.asarray(v.gbs) // (np.asarray(v.mbs) * dp * np.asarray(flushes))
         pp = np.asarray(v.pp)
         rules.append(("pp", v.pp, (pp == 1) | (per_flush >= pp),

@@ -105,13 +105,15 @@ def checkpoint_bytes_per_param(framework: FrameworkProfile | str | None = None,
     ``fsdp2``): ``params + optimizer``; gradients are not saved. Megatron-Core's distributed
     checkpoint: bf16 weights + fp32 master + Adam m, v, ``2 + 12 = 14``; torchtitan (FSDP2
     over an fp32 model, DCP): the fp32 sharded parameter is the master, ``4 + 8 = 12`` (no
-    16-bit copy: the gathered bf16 weights are transient); NeMo AutoModel (a bf16-built model,
-    safetensors model + DCP optimizer): ``2 + 2 + 2 = 6``; HAI-LLM (BF16 moments): ``2 + 8``
-    (docs/calibration.md §5.43).
+    16-bit copy: the gathered bf16 weights are transient); Composer (FSDP1 over an fp32 model,
+    the same state) ``4 + 8 = 12``; MaxText (fp32 weights only, ``master_only``; Orbax saves
+    params and opt_state) ``0 + 12 = 12``; NeMo AutoModel (a bf16-built model, safetensors
+    model + DCP optimizer): ``2 + 2 + 2 = 6``; HAI-LLM (BF16 moments): ``2 + 8``
+    (docs/calibration.md §5.43, §5.46).
 
     >>> [checkpoint_bytes_per_param(s) for s in ("megatron-core", "torchtitan", "automodel",
-    ...                                           "hai-llm")]
-    [14.0, 12.0, 6.0, 10.0]
+    ...                                           "hai-llm", "pytorch-eager", "jax-xla")]
+    [14.0, 12.0, 6.0, 10.0, 12.0, 12.0]
     """
     from strategies.memory.scalar import model_state_bytes_per_param
     fw = get_profile(framework)

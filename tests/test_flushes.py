@@ -116,6 +116,49 @@ def test_automodel_rows_state_their_flushes():
             assert got[c["id"]] == pl["grad_accum"]     # the table's GA column
 
 
+def test_torchtitan_runs_flushes_without_automodels_assert():
+    """torchtitan since 8570415c3 (2025-06-05) calls ``pp_schedule.step()`` once per
+    gradient-accumulation step (docs/calibration.md §5.46): it accepts ``flushes``, and
+    with fewer than pp micro-batches per flush it only warns (``build_pipeline_schedule``)."""
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    job = make_job(m, cl, parse_plan("tp=2,pp=4,dp=2,mbs=1,gbs=32,zero=2,flushes=2"),
+                   framework="torchtitan")
+    assert job.plan.flushes == 2
+    # 32/(1·2·8) = 2 micro-batches per flush < pp = 4: run (AutoModel refuses it)
+    plan = parse_plan("tp=2,pp=4,dp=2,mbs=1,gbs=32,zero=2,flushes=8")
+    assert make_job(m, cl, plan, framework="torchtitan").plan.flushes == 8
+    with pytest.raises(SpecError, match="megatron-core runs one pipeline schedule"):
+        make_job(m, cl, plan, framework="megatron-core")
+
+
+def test_torchtitan_rows_state_one_flush_and_ga_would_state_more():
+    """The torchtitan rows (torchtitan 9dec370, December 2024: no gradient accumulation, one
+    ``pp_schedule.step()`` per step) give ``gbs = local_batch_size · dp``: one flush each;
+    an entry with twice the global batch would hold two."""
+    import json
+    here = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")
+    n = 0
+    for name in ("published.json", "published_2026.json"):
+        rows = load_reference(os.path.join(here, name))
+        for c in rows:
+            if "torchtitan" not in c["id"] or c["plan"].get("pp", 1) == 1:
+                continue
+            try:
+                case = case_from_entry(c, rows)
+            except SpecError:
+                continue
+            if case is None or case.job is None or case.job.framework.name != "torchtitan":
+                continue
+            assert case.job.plan.flushes == 1, c["id"]
+            n += 1
+            pl = c["plan"]
+            if pl.get("local_batch_size") and pl.get("global_batch"):
+                twice = json.loads(json.dumps(c))
+                twice["plan"]["global_batch"] = 2 * pl["global_batch"]
+                assert case_from_entry(twice, rows).job.plan.flushes == 2, c["id"]
+    assert n >= 4
+
+
 def test_validate_simulates_one_flush_not_an_extension():
     """``validate`` (``extended_step_time``) and the search (``simulate_figures``) never extend
     a job with several flushes from short runs: they simulate one flush and compose it."""

@@ -102,10 +102,45 @@ def test_arrays_equal_scalar(plan):
     assert_arrays_match_scalar(job)
 
 
-def test_only_torchtitan_runs_fsdp2():
-    assert get_profile("torchtitan").fsdp2
-    for name in ("megatron-core", "pytorch-eager", "jax-xla", "hai-llm", "megatron-deepspeed"):
+def test_which_stacks_hold_fsdp2_state():
+    """FSDP2 (torchtitan, AutoModel) and Composer's FSDP1 over an fp32 model hold the fp32
+    shard as the master (docs/calibration.md §5.46); Megatron, DeepSpeed, HAI-LLM and XLA
+    do not."""
+    for name in ("torchtitan", "automodel", "pytorch-eager"):
+        assert get_profile(name).fsdp2, name
+    for name in ("megatron-core", "jax-xla", "hai-llm", "megatron-deepspeed"):
         assert not get_profile(name).fsdp2, name
+
+
+@pytest.mark.parametrize("name,zero,expected", [
+    # Composer FSDP1 FULL_SHARD: fp32 shard 4 + fp32 grad 4 + Adam 8, over d (was 18/d)
+    ("pytorch-eager", 3, (4 / 8, 4 / 8, 8 / 8)),
+    # SHARD_GRAD_OP: the gathered bf16 weights held from forward to backward beside it
+    ("pytorch-eager", 2, (2 + 4 / 8, 4 / 8, 8 / 8)),
+    # DDP under autocast: the bf16 casts are saved for the backward, Megatron's 2 + 4 + 12
+    ("pytorch-eager", 0, (2.0, 4.0, 12.0)),
+    # MaxText: fp32 weights only (weight_dtype float32), cast per use: 16/d and 16 (was 18)
+    ("jax-xla", 3, (0.0, 4 / 8, 12 / 8)),
+    ("jax-xla", 0, (0.0, 4.0, 12.0)),
+    ("megatron-core", 3, (2 / 8, 4 / 8, 12 / 8)),
+])
+def test_model_state_per_profile(name, zero, expected):
+    """Bytes per parameter of each stack's model state at dp 8 (the rule the memory model,
+    the search's arrays and the checkpoint size read, ``stack_system``)."""
+    from strategies.framework import stack_system
+    from strategies.memory.scalar import model_state_bytes_per_param
+    fw = get_profile(name)
+    got = model_state_bytes_per_param(zero, 8, optimizer_bytes=fw.optimizer_state_bytes,
+                                      system=stack_system(fw), fsdp2=fw.fsdp2)
+    assert got == pytest.approx(expected, rel=1e-15)
+
+
+def test_master_only_is_one_statement():
+    """``master_only`` and ``fsdp2``/``master_bytes`` state the stored weight two ways:
+    refused together, with the field named."""
+    from strategies.errors import SpecError
+    with pytest.raises(SpecError, match="master_only"):
+        replace(get_profile("torchtitan"), master_only=True)
 
 
 def test_search_keeps_pipelined_zero2_without_zero1():

@@ -52,8 +52,10 @@ def _exposed_per_moe_layer() -> tuple[float, float]:
               if part == "routed_mlp" and g[4] is not None]
     p_f, p_b = ct.moe_permute_time(m, b, tp, cp, ep, gpu, load, 0, dedup, etp=tp)
     x_f, x_b = ct.expert_bias_time(m, b, tp, cp, ep, gpu, load, tp, fw)
-    g_f = slow * ct.gemms_time_fwd(routed, tp, gpu, "bf16") + p_f + x_f
-    g_b = slow * ct.gemms_time_bwd_split(routed, tp, gpu, "bf16", False, fw)[0] + p_b + x_b
+    sh = [ct.expert_fixed_share(m, ep, fw)] * len(routed)    # the stack's launches (§5.42)
+    g_f = slow * ct.gemms_time_fwd(routed, tp, gpu, "bf16", shares=sh) + p_f + x_f
+    g_b = slow * ct.gemms_time_bwd_split(routed, tp, gpu, "bf16", False, fw,
+                                         shares=sh)[0] + p_b + x_b
     local = m.num_experts / ep
     return (max(0.0, local * ct.EXPERT_HOST_S[0] - float(g_f)),
             max(0.0, local * ct.EXPERT_HOST_S[1] - float(g_b)))

@@ -17,6 +17,7 @@ from simulator.output.metrics_json import activation_memory_json
 from simulator.simulate import simulate
 from simulator.studies.validate import load_cases
 from strategies.cost.recompute import modules_mask
+from strategies.framework import stack_system
 from strategies.job import make_job
 from strategies.memory import activations as act
 from strategies.memory.arrays import rank_memory_arrays
@@ -109,7 +110,9 @@ def test_estimate_array_simulator_agree(text):
         assert r["peak_bytes"] == pytest.approx(stages[r["stage"]].activations, rel=1e-9), r
     P = PlanArrays.from_plans([job.plan])
     for s, want in enumerate(stages):
-        got = rank_memory_arrays(job.model, P, s, job.dtype, job.system, job.cluster.gpu,
+        # the stack's system as memory reads it (fp32 weights only, ``stack_system``)
+        got = rank_memory_arrays(job.model, P, s, job.dtype,
+                                 stack_system(job.framework, job.system), job.cluster.gpu,
                                  remat_named=True,
                                  loss_bytes=job.framework.loss.peak_bytes)[0]
         assert float(got) == pytest.approx(want.total, rel=1e-9), s

@@ -8,7 +8,10 @@ first-in first-out per (source, destination) pair). Records that overlap on one 
 without nesting (a send and a receive in flight together) would be dropped by Perfetto,
 so they go to an extra lane of that stream: thread ``"rank 3 · pp-comm #2"``.
 
-The output is deterministic: two exports of the same result are byte-identical.
+A step of several pipeline flushes (``metrics["flushes"]``) shows all of them
+(``flush_view.all_flushes``; ``otherData.metrics.flush_period_s``), so the events span the
+reported step time. The output is deterministic: two exports of the same result are
+byte-identical.
 
 >>> from simulator.result import Record, SimResult
 >>> rec = Record(0, "compute", "forward", "F0.c0", 0, 0, 0.0, 1e-3, chunk=0)
@@ -29,6 +32,7 @@ import uuid
 from collections import defaultdict, deque
 from typing import Any, Iterator
 
+from simulator.output.flush_view import all_flushes
 from simulator.result import STREAMS, Record, SimResult
 from topologies.gpus import GIB
 
@@ -207,6 +211,7 @@ def to_chrome_trace(result: SimResult, ranks_per_node: int = 8, title: str = "")
     """The result as a Chrome Trace Event Format object (``{"traceEvents": [...], ...}``)."""
     if ranks_per_node < 1:
         raise ValueError(f"ranks_per_node must be >= 1, got {ranks_per_node}")
+    result = all_flushes(result)        # every pipeline flush of the step (flush_view)
     records = list(result.records)
     lanes = _assign_lanes(records)
     tids, meta = _threads(records, lanes, ranks_per_node)

@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from simulator.metrics import step_peak
+from simulator.output.flush_view import all_flushes
 from simulator.result import SimResult
 
 
 def link_utilisation_json(result: SimResult) -> dict[str, Any]:
     """``busiest``: the top links by bytes (``link``, ``kind``, ``bytes``, ``utilisation`` over
     the step, and with link series ``peak_utilisation``, ``peak_at_s``, ``series`` as
-    ``[[t, fraction], …]`` steps); ``by_kind``: per link class (``metrics.link_classes``)."""
-    m = result.metrics
+    ``[[t, fraction], …]`` steps, over every pipeline flush, ``flush_view``); ``by_kind``: per
+    link class (``metrics.link_classes``)."""
+    m = all_flushes(result).metrics
     series = m.get("link_series", {})
     rows = []
     for row in m["link_utilisation"]:
@@ -32,8 +34,9 @@ def activation_memory_json(result: SimResult, job) -> list[dict[str, Any]]:
     and ``peak_at_s`` (the stashed activations' peak and when it is first reached),
     ``transient_bytes`` (held one micro-batch at a time on top), ``peak_bytes`` (their sum,
     which is ``memory_by_stage``'s activations for the stage) and ``series`` (``[[t, bytes],
-    …]`` of the stash, steps)."""
+    …]`` of the stash, steps, over every pipeline flush, ``flush_view``)."""
     from strategies.memory.activations import transient_activation_bytes
+    result = all_flushes(result)
     stage_of = {r.rank: r.stage for r in result.records}
     out = []
     for rank, series in sorted(result.metrics["activation_memory"].items()):

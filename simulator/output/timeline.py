@@ -4,7 +4,8 @@ One row per rank (rank 0 on top); with several streams, thin sub-rows per stream
 coloured by ``Record.kind`` from a fixed palette; the compute row's background is white with
 a light hatch, so pipeline bubbles (idle compute) show as hatched gaps. Forward/backward
 bars carry their micro-batch number when there is room. ``.png`` or ``.svg``, written
-atomically; any other extension is refused before anything is drawn.
+atomically; any other extension is refused before anything is drawn. A step of several
+pipeline flushes draws all of them (``flush_view.all_flushes``).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from typing import Iterable, Sequence
 
 from simulator.result import KINDS, STREAMS, Record, SimResult
 from simulator.output.chrome_trace import atomic_path
+from simulator.output.flush_view import all_flushes
 
 PALETTE = {
     "forward": "#4C78A8", "backward": "#F58518", "wgrad": "#FFBF79", "recompute": "#B279A2",
@@ -251,6 +253,7 @@ def draw_comparison(results: Sequence[tuple[str, SimResult]], path: str | os.Pat
     if not results:
         raise ValueError("draw_comparison needs at least one (name, SimResult)")
     streams = None if streams is None else tuple(streams)
+    results = [(name, all_flushes(res)) for name, res in results]
     layouts = [_layout(res, max_ranks, streams) for _, res in results]
     import matplotlib
 
@@ -320,6 +323,7 @@ def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",
     time (needs ``simulate(..., link_series=True)``), ``comm`` draws every stream.
     """
     detail = check_detail(detail)
+    result = all_flushes(result)        # every pipeline flush of the step (flush_view)
     extra = []
     if "memory" in detail:
         extra.append((3.0, lambda ax, scale, span: _memory_panel(ax, result, scale, span)))

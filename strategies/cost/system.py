@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from strategies.errors import SpecError
 from topologies.gpus import GIB
 
-_FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation")
+_FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies")
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,11 @@ class SystemConfig:
     #: stack's sharded parameter is that master (PyTorch FSDP2 over a model built in fp32,
     #: ``FrameworkProfile.fsdp2``) the memory model counts it under ``params``.
     master_bytes: float = 4.0
+    #: Copies of the 16-bit weight (``param_bytes``) the memory model keeps beside the fp32
+    #: master as model state: 1 (Megatron's bf16 ``params``); 0 where the stack stores only the
+    #: fp32 master and casts a transient 16-bit copy inside each layer per use (MaxText
+    #: ``weight_dtype: float32``, ``FrameworkProfile.master_only``, set by ``stack_system``).
+    weight_copies: float = 1.0
     #: HBM bytes one Adam step moves per parameter it updates: fp32 master, m, v read and
     #: written (24), the fp32 gradient read (4) (apex/TE FusedAdam, torch fused AdamW). The
     #: 16-bit weights are written by a separate copy where the stack makes one

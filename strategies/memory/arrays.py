@@ -94,7 +94,7 @@ def _layer_wgrad(m: ModelSpec, b, tp, cp, sp, cache=None):
 
 def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
                           optimizer_bytes: float, fsdp2: bool = False, pp=1,
-                          master_bytes: float = 4.0):
+                          master_bytes: float = 4.0, weight_copies: float = 1.0):
     """(params, grads, optimizer) bytes per parameter with ``d`` data-parallel ranks sharing
     the states (arrays; ``memory.model_state_bytes_per_param`` is the checked scalar form):
     optimizer states sharded from ZeRO 1, gradients from 2, parameters at 3.
@@ -106,8 +106,10 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
     copy beside it, ``param + master/d`` (the same total as without). With ``pp > 1`` the
     gradients accumulate unsharded over the micro-batches (``torch.distributed.pipelining``
     turns FSDP2's gradient sync off until the stage's last backward): ``grad`` bytes, not
-    ``grad/d``."""
-    pb, gb, ob = param_bytes, grad_bytes, optimizer_bytes
+    ``grad/d``. ``weight_copies`` (``SystemConfig.weight_copies``): the stored 16-bit
+    weight copies, 0 where the fp32 master (counted in ``optimizer``) is the only stored
+    weight (MaxText: ``2 + 4 + 12 = 18`` becomes ``0 + 4 + 12 = 16``)."""
+    pb, gb, ob = param_bytes * weight_copies, grad_bytes, optimizer_bytes
     opt = np.where(zero >= 1, ob / d, float(ob))
     grads = np.where(zero >= 2, gb / d, float(gb))
     params = np.where(zero >= 3, pb / d, float(pb))
@@ -222,7 +224,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
-    fs = dict(fsdp2=bool(fsdp2), pp=pp, master_bytes=sy.master_bytes)
+    fs = dict(fsdp2=bool(fsdp2), pp=pp, master_bytes=sy.master_bytes,
+              weight_copies=sy.weight_copies)
     per_dense = state_bytes_per_param(zero, d, *sizes, **fs)
     per_expert = state_bytes_per_param(zero, d_e, *sizes, **fs)
     # FSDP2's root module (embedding, final norm, head) is not resharded after forward: under

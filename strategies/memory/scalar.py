@@ -101,7 +101,8 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
     grad_bytes = sy.main_grad_bytes(dtype) if grad_bytes is None else grad_bytes
     optimizer_bytes = sy.optimizer_state_bytes if optimizer_bytes is None else optimizer_bytes
     return tuple(float(x) for x in arrays.state_bytes_per_param(
-        zero, dp, param_bytes, grad_bytes, optimizer_bytes, fsdp2, pp, sy.master_bytes))
+        zero, dp, param_bytes, grad_bytes, optimizer_bytes, fsdp2, pp, sy.master_bytes,
+        sy.weight_copies))
 
 
 # ------------------------------------------------------------------ parameters per GPU

@@ -291,14 +291,22 @@ def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
     """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
     recipe_for``) names its pipeline layout (``MoeRecipe.pp_layout``, Megatron's layout
     grammar), run with that layout on the model's own layers, stated with the recipe's file
-    (a layout that does not resolve on the model skips the row, ``make_job``'s reason); None
-    where no recipe applies, it names none or the row states its own (the caller then
-    balances the layers)."""
+    (a layout that does not resolve on the model skips the row, ``make_job``'s reason); a
+    row that states its own (``plan.pp_layout``, its source in the row's notes) runs with
+    that one; None where neither applies (the caller then balances the layers)."""
     pl = c.get("plan") or {}
+    own = pl.get("pp_layout") if sizes[1] > 1 else None
+    if own:
+        trial: list[str] = []
+        plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=str(own))
+        notes += trial
+        notes.append(f"pipeline layout {own} (stated: plan.pp_layout; the row's notes name "
+                     "its source)")
+        return plan
     r = recipe_for(c) if sizes[1] > 1 and sizes[4] > 1 else None
     if r is None or not r.pp_layout or pl.get("layout") or pl.get("pp_layout"):
         return None
-    trial: list[str] = []
+    trial = []
     plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=r.pp_layout)
     notes += trial
     notes.append(f"pipeline layout {r.pp_layout} (the recipe's pipeline_model_parallel_layout: "
