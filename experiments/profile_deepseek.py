@@ -53,6 +53,8 @@ def main() -> None:
     ap.add_argument("--plan-ep", type=int, default=None, help="replace the plan's ep")
     ap.add_argument("--profile", action="store_true", help="run under cProfile")
     ap.add_argument("--top", type=int, default=30)
+    ap.add_argument("--link-series", action="store_true",
+                    help="record each link's load over time, as paraplan simulate does")
     ap.add_argument("--dump", default=None, help="write the cProfile stats here")
     a = ap.parse_args()
     import simulator.simulate as sim
@@ -71,7 +73,7 @@ def main() -> None:
     c0, t0 = time.process_time(), time.perf_counter()
     if prof:
         prof.enable()
-    res = simulate(job)
+    res = simulate(job, link_series=a.link_series)
     if prof:
         prof.disable()
     cpu, wall = time.process_time() - c0, time.perf_counter() - t0
