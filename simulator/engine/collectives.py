@@ -190,9 +190,11 @@ class _Run:
     latency, starts its flows together and ends when the last one has. No SimPy process:
     its queue entries are those the process ``for phase: yield timeout(latency); yield
     all_of(flows)`` put there, at the same instants, priorities and places in the sequence
-    (its start, urgent; each latency; each flow's end; the phase's end once every flow's
-    end has been taken off the queue; the process's own end), so events keep their order
-    and every result its last digit; only the process, condition and event objects go."""
+    (its start, urgent; each latency; the phase's last flow's end; the phase's end once that
+    has been taken off the queue; the process's own end), so events keep their order and
+    every result its last digit; only the process, condition and event objects go, and the
+    other flows' ends, which only counted down to the last one (``_landed``; still counted
+    in the run's events)."""
 
     __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks")
 
