@@ -127,33 +127,3 @@ def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vp
     analysis.free_comm_order.cache_clear()
     assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
         == kept[1]
-
-
-@pytest.mark.parametrize("backend,planes", [("flows", 1), ("flows", 2), ("contention-free", 1)])
-def test_start_flows_together_is_one_by_one(backend, planes):
-    """``SimNetwork.start_flows`` (a collective phase's flows at once) against
-    ``start_flow`` for each: the same ends, in the same order, at the same instants, the same
-    bytes per link, with a flow that moves nothing (ended at once) among them."""
-    from dataclasses import replace as dreplace
-    from simulator.network.backend import new_network
-    from topologies.graph import build_graph
-    from topologies.routing import route
-    graph = build_graph(dreplace(cluster_preset("dgx-h100", 2), planes=planes))
-    pairs = [(0, 9), (1, 8), (2, 2), (3, 12), (0, 1), (4, 13), (5, 6), (7, 15)]
-    sizes = [1e8, 2e8, 5e7, 3e8, 0.0, 1e8, 4e7, 2.5e8]
-
-    def run(together: bool):
-        net = new_network(graph, route, backend=backend)
-        ends = []
-
-        def fin(tag):
-            ends.append((tag, net.env.now))
-        if together:
-            net.start_flows(pairs, sizes, "t", fin)
-        else:
-            for (a, b), n in zip(pairs, sizes):
-                if not net.start_flow(a, b, n, "t", fin):
-                    fin("t")
-        net.env.run()
-        return ends, net.link_bytes()
-    assert run(True) == run(False)
