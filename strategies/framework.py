@@ -1056,10 +1056,13 @@ TORCHTITAN = replace(
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
     # async TP (docs/calibration.md §5.50): torchtitan 820504e (the asyncTP benchmark's commit)
-    # sets torch._inductor.config._micro_pipeline_tp and enable_symm_mem_for_group over the
-    # TP mesh and refuses async TP without compile; HEAD b5bcd76c6 config/configs.py
-    # CompileConfig: "Async TP requires 'model' in --compile.components and --compile.enable",
-    # enable_async_tensor_parallel defaults to False
+    # models/llama3/parallelize_llama.py: TP always shards the norms as SequenceParallel, the
+    # attention and feed-forward inputs all-gathered once (Shard(1) -> Replicate) for wq, wk,
+    # wv and w1, w3; with enable_async_tp it sets torch._inductor.config._micro_pipeline_tp
+    # and enable_symm_mem_for_group over the TP mesh, and raises "Async TP requires
+    # --training.compile" without compile; HEAD b5bcd76c6 config/configs.py CompileConfig
+    # raises the same ("Async TP requires 'model' in --compile.components and
+    # --compile.enable"); enable_async_tensor_parallel defaults to False
     tp_comm_overlap=True, tp_overlap="async-tp", tp_overlap_bwd_exposed=0.5,
     default_sources=tuple((k, v) if k != "tp_comm_overlap" else (
         "tp_comm_overlap", "async TP is off unless --compile.enable_async_tensor_parallel "
