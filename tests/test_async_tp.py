@@ -125,3 +125,19 @@ def test_simulator_and_bound_read_the_same_share() -> None:
     # deterministic: the same job simulates to the same step, bit for bit
     job = _job(TORCHTITAN, True, 2, 4096)
     assert simulate(job).step_time_s == simulate(job).step_time_s
+
+
+def test_torchtitan_export_turns_async_tp_and_compile_on() -> None:
+    tomllib = pytest.importorskip("tomllib")
+    from strategies.launch import export
+    from strategies.plan import parse_plan
+    m, cl = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2)
+    for tpo in (True, False):
+        job = make_job(m, cl, parse_plan(f"tp=8,sp=true,mbs=1,gbs=64,zero=3,"
+                                         f"tp_comm_overlap={str(tpo).lower()}"),
+                       framework="torchtitan")
+        text, notes = export("torchtitan", job)
+        cfg = tomllib.loads(text)
+        assert cfg["parallelism"]["enable_async_tensor_parallel"] is tpo
+        assert cfg["compile"] == {"enable": tpo}
+        assert any("async TP" in n for n in notes) is tpo
