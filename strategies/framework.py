@@ -378,7 +378,8 @@ class FrameworkProfile:
     tp_overlap: str = "userbuffers"
     #: share of a layer's backward TP collectives (``tp_per_layer_bwd``, all-reduce
     #: equivalents) that TP overlap leaves exposed: 0, every one pipelined with its GEMM
-    #: (Transformer Engine's userbuffers: the dgrad reduce-scatter overlaps too); 0.5 under
+    #: (Transformer Engine's ``LayerNormLinear`` runs QKV and fc1 as one GEMM each and
+    #: overlaps its dgrad reduce-scatter: ``ub_overlap_rs_dgrad``, ``ub_bulk_wgrad``); 0.5 under
     #: async TP, whose pass fuses a reduce-scatter only when its input is one matmul's output
     #: (``_find_producer_matmul``: ``mm``, ``_scaled_mm`` or ``reshape(mm(reshape))``), and
     #: the backward's reduce-scatter of a sequence-parallel input's gradient is the sum of the
