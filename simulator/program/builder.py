@@ -158,18 +158,23 @@ class ProgramBuilder:
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
-    def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
-        """``n`` tensor-parallel collectives closing a block (blocking unless overlapped)."""
+    def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int,
+                exposed: float = 0.0) -> None:
+        """``n`` tensor-parallel collectives closing a block (blocking unless overlapped;
+        with overlap, the share ``exposed`` of them blocking whole: a backward's
+        ``StageCosts.tp_overlap_bwd_exposed``)."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
         kinds, tag = _TP_KINDS[bool(self.p.sp)], _TP_TAG
         last = None
         if self.p.tp_comm_overlap:
             k = self.c.tp_overlap_chunks
+            whole = n * exposed
+            n = n - whole if exposed > 0 else n
             for kd in kinds:
                 self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n * (1 - 1 / k), "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
-            n = n / k
+            n = n / k + whole if exposed > 0 else n / k
         for kd in kinds:
             last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main,)) or last
@@ -284,7 +289,8 @@ class ProgramBuilder:
             if ep is not None:
                 (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
-        self.tp_comm(n_tp, label, i, c, start, main)
+        self.tp_comm(n_tp, label, i, c, start, main,
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed)
         return main
 
     # ------------------------------------------------------------------ passes

@@ -147,6 +147,7 @@ class StageCostArrays:
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
     bucket_params: float          # Megatron DDP bucket size
     tp_overlap_chunks: int
+    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
     # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
     # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
@@ -218,6 +219,7 @@ class StageCosts:
     grad_bytes: float
     bucket_params: float
     tp_overlap_chunks: int
+    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
@@ -480,6 +482,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
+        tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
         cp_exposed_fraction=float(sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
@@ -540,6 +543,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         embedding_params=f("embedding_params"), head_params=f("head_params"),
         grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
         tp_overlap_chunks=arrays.tp_overlap_chunks,
+        tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
         expert_params_by_stage=tuple(stage("expert_params", s) for s in range(pp)),
