@@ -8,6 +8,7 @@ Run (about a minute on a quiet 2-core machine, every case simulated contention-f
     python experiments/bound_mixed_gpus.py              # all four families, default counts
     python experiments/bound_mixed_gpus.py --family moe --cases 20
     python experiments/bound_mixed_gpus.py --arrays     # the search's arrays vs the scalar
+    python experiments/bound_mixed_gpus.py --arrays --cost   # their profiled cost
 
 For each family of cases: how many, how many bounds above the simulated step, the largest
 bound/simulated ratio, and the median ratio of the even and of the uneven plans. Families:
@@ -17,7 +18,8 @@ so a stage can span both), ``schedules`` (interleaving, ZB-H1/H2, ZB-V, DualPipe
 ``moe`` (8 experts, top 2, 0-2 dense first layers, ep 1/2/4). ``tests/test_bound_mixed_gpus.py``
 runs the first cases of each generator. ``--arrays``: on three mixed search spaces, the
 largest difference between the search's analytic step and the scalar estimate, for the plans
-without pipelining and for the pipelined ones.
+without pipelining and for the pipelined ones, and on the seeded even pipelined cases
+(§5.39, §5.45); ``--arrays --cost``: cProfile of the mixed example's scoring.
 """
 from __future__ import annotations
 
@@ -174,6 +176,73 @@ def arrays_vs_scalar(model: str, cluster: str, rows: int = 80) -> tuple[float, f
     return worst[0], worst[1]
 
 
+def arrays_cases() -> dict[tuple[str, str], list]:
+    """The even pipelined plans among the seeded cases of each family (``layers_per_stage``
+    plans and MoE toys with dense first layers apart: the arrays keep the even run there):
+    ``{(family, schedule): [cases, largest |plain arrays/scalar - 1|, largest
+    |estimate_arrays_mixed/scalar - 1|]}``, the plain arrays being every stage on
+    ``Cluster.gpu`` with even work (what the search scored them with before §5.45)."""
+    from strategies.errors import SpecError
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.estimate.mixed import estimate_arrays_mixed
+    from strategies.estimate.scalar import estimate
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from strategies.plan_arrays import PlanArrays
+    out: dict[tuple[str, str], list] = {}
+    for name, (gen, count) in FAMILIES.items():
+        for seed in range(count):
+            m, cl, plan = gen(seed)
+            if "layers_per_stage" in plan or getattr(m, "first_k_dense_replace", 0):
+                continue
+            try:
+                job = make_job(m, cl, parse_plan(plan))
+            except SpecError:
+                continue
+            if job.plan.pp == 1:
+                continue
+            P = PlanArrays.from_plans([job.plan])
+            e = estimate(job).step_time_s
+            row = out.setdefault((name, job.plan.schedule), [0, 0.0, 0.0])
+            row[0] += 1
+            for k, f in ((1, estimate_arrays), (2, estimate_arrays_mixed)):
+                a = float(f(m, cl, job.dtype, P, job.framework)["step_time_s"][0])
+                row[k] = max(row[k], abs(a / e - 1))
+    return out
+
+
+def arrays_cost() -> None:
+    """The search's scoring of the mixed example space (Llama 3 8B, 32 H100 + 32 A100, batch
+    256): cProfile function calls and time of ``estimate_arrays_mixed`` against the plain
+    ``estimate_arrays`` in the same process, the first call (the schedules' orders built)
+    and a second (cached)."""
+    import cProfile
+    import pstats
+    import time
+
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.estimate.mixed import estimate_arrays_mixed
+    from strategies.search.space import SpaceOptions, enumerate_space
+    from topologies.cluster import parse_cluster_arg
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    m = model_preset("llama3-8b")
+    cl = parse_cluster_arg(os.path.join(root, "docs/examples/mixed-h100-a100.yaml"))
+    sp = enumerate_space(m, cl, 256, SpaceOptions())
+    print(f"{sp.size} plans, {int((sp.arrays.pp > 1).sum())} pipelined")
+    for run in ("first", "second"):
+        t = time.perf_counter()
+        estimate_arrays(m, cl, "bf16", sp.arrays)
+        plain = time.perf_counter() - t
+        pr = cProfile.Profile()
+        t = time.perf_counter()
+        pr.enable()
+        estimate_arrays_mixed(m, cl, "bf16", sp.arrays)
+        pr.disable()
+        mixed = time.perf_counter() - t
+        print(f"{run} call: {pstats.Stats(pr).total_calls} function calls, "
+              f"{mixed / plain:.1f}x the plain arrays' time (profiled)")
+
+
 def main(argv: list[str] | None = None) -> int:
     import numpy as np
 
@@ -184,13 +253,23 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", action="store_true", help="one line per case")
     ap.add_argument("--arrays", action="store_true",
                     help="the search's arrays against the scalar estimate instead")
+    ap.add_argument("--cost", action="store_true",
+                    help="with --arrays: the profiled cost of the mixed example's scores")
     a = ap.parse_args(argv)
+    if a.arrays and a.cost:
+        arrays_cost()
+        return 0
     if a.arrays:
         print("| model | cluster | largest |arrays/scalar - 1|, pp 1 | pipelined |")
         print("| --- | --- | ---: | ---: |")
         for model, cluster in ARRAY_SPACES:
             one, piped = arrays_vs_scalar(model, cluster)
-            print(f"| {model} | {cluster} | {one:.2e} | {piped:.3f} |")
+            print(f"| {model} | {cluster} | {one:.2e} | {piped:.2e} |")
+        print()
+        print("| family | schedule | even pipelined cases | plain arrays | mixed arrays |")
+        print("| --- | --- | ---: | ---: | ---: |")
+        for (fam, sched), (n, plain, mixed) in sorted(arrays_cases().items()):
+            print(f"| {fam} | {sched} | {n} | {plain:.3f} | {mixed:.2e} |")
         return 0
     print("| family | cases | bound > simulated | largest ratio | median even | median uneven |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")

@@ -8,12 +8,15 @@ ops at one instant are recorded may change, each stream's own order may not), th
 bubbles), ``simulate --json`` without ``events`` and ``wall_s``, and the Chrome trace's events
 (sorted). ``SimResult.events`` (the SimPy queue entries) is printed, not compared. ``--big``
 also compares the unfolded GPT-3 175B / 1,024-GPU step (a hash of its sorted records and of
-its metrics). Each checkout runs in its own process. Prints one line per plan; exits 1 when a
-plan differs.
+its metrics). ``--deepseek GBS`` also compares DeepSeek-V3 on 2,048 H800 under DualPipe
+(``report_deepseek.py``'s job at GBS sequences, with the link series the CLI's ``simulate``
+records: hashes of its records in order, metrics, JSON and sorted Chrome trace events). Each
+checkout runs in its own process. Prints one line per plan; exits 1 when a plan differs.
 
     git archive 9e4c414 | tar -x -C /tmp/before
     python experiments/compare_outputs.py --tree /tmp/before
     python experiments/compare_outputs.py --tree /tmp/before --big
+    python experiments/compare_outputs.py --tree /tmp/before --deepseek 4096
 """
 from __future__ import annotations
 
@@ -70,7 +73,11 @@ def _digest(res, job) -> dict:
             "trace": sorted(json.dumps(e, sort_keys=True) for e in trace["traceEvents"])}
 
 
-def _inner(tree: str, out: str, big: bool) -> None:
+def _hash(x) -> str:
+    return hashlib.sha256(x.encode() if isinstance(x, str) else repr(x).encode()).hexdigest()
+
+
+def _inner(tree: str, out: str, big: bool, deepseek: int = 0) -> None:
     sys.path.insert(0, tree)
     sys.path.insert(0, str(Path(tree) / "experiments"))
     from simulator.simulate import simulate
@@ -92,6 +99,17 @@ def _inner(tree: str, out: str, big: bool) -> None:
                      "metrics": hashlib.sha256(json.dumps(res.metrics, sort_keys=True,
                                                           default=repr).encode()).hexdigest(),
                      "json": "", "trace": ""})
+    if deepseek:
+        from report_deepseek import job_of, padded_model, reference_plan
+        from strategies.hf_config import load_model_arg
+        model, _ = padded_model(load_model_arg("deepseek-v3"), 16)
+        job = job_of(model, "hgx-h800:256", reference_plan(), "dualpipe", deepseek,
+                     "fp8-blockwise", "hai-llm")
+        res = simulate(job, link_series=True)
+        d = _digest(res, job)
+        rows.append({"step": d["step"], "events": d["events"], "records": _hash(res.records),
+                     "metrics": _hash(d["metrics"]), "json": _hash(d["json"]),
+                     "trace": _hash("\n".join(d["trace"]))})
     with open(out, "wb") as f:
         pickle.dump(rows, f)
 
@@ -100,10 +118,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tree", required=True, help="the other checkout (git archive | tar -x)")
     ap.add_argument("--big", action="store_true", help="also the unfolded 175B / 1,024-GPU step")
+    ap.add_argument("--deepseek", type=int, default=0, metavar="GBS",
+                    help="also DeepSeek-V3 on 2,048 H800, DualPipe, at GBS sequences")
     ap.add_argument("--inner", nargs=2, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
-        _inner(a.inner[0], a.inner[1], a.big)
+        _inner(a.inner[0], a.inner[1], a.big, a.deepseek)
         return
     if not (Path(a.tree) / "simulator").is_dir():
         ap.error(f"--tree {a.tree!r}: not a checkout (no simulator/ in it)")
@@ -112,11 +132,13 @@ def main() -> None:
         for n, tree in enumerate((a.tree, str(ROOT))):
             out = str(Path(tmp) / f"{n}.pkl")
             subprocess.run([sys.executable, __file__, "--tree", a.tree, "--inner", tree, out]
-                           + (["--big"] if a.big else []), check=True)
+                           + (["--big"] if a.big else [])
+                           + (["--deepseek", str(a.deepseek)] if a.deepseek else []), check=True)
             with open(out, "rb") as f:
                 got.append(pickle.load(f))
-    names = [f"{m} {c}:{n} {p} {kw}" for m, c, n, p, kw in PLANS] + (["175b-full"] if a.big
-                                                                     else [])
+    names = [f"{m} {c}:{n} {p} {kw}" for m, c, n, p, kw in PLANS] + (
+        ["175b-full"] if a.big else []) + ([f"deepseek-v3 dualpipe gbs {a.deepseek} "
+                                            "(records in order)"] if a.deepseek else [])
     same = True
     for name, x, y in zip(names, *got):
         diff = [k for k in KEYS if x[k] != y[k]]

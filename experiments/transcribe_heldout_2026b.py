@@ -68,6 +68,11 @@ COMPILE_NOTE = ("torch.compile ran (the source states it); the torchtitan profil
                 "compiled run did not make. Recorded under plan.compile, not in techniques, as "
                 "published_2026.json's torchtitan rows are, so the row is estimated.")
 
+ASYNC_NOTE = ("plan.tp_comm_overlap=true is async TP: the torchtitan profile runs TP overlap as "
+              "PyTorch's micro-pipelined TP (strategies/framework.py TORCHTITAN "
+              "tp_overlap='async-tp', the backward's summed-dgrad reduce-scatters unfused: "
+              "tp_overlap_bwd_exposed; docs/calibration.md §5.50). ")
+
 
 def torchtitan_async_tp(repo: str) -> list[dict]:
     path = "benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md"
@@ -129,7 +134,7 @@ def torchtitan_async_tp(repo: str) -> list[dict]:
                         "shards the norms as sequence parallel. Async TP "
                         "(parallelism.enable_async_tensor_parallel) is 'only effective when "
                         "compile is enabled' (config_manager.py at 820504e). "
-                        + COMPILE_NOTE)}
+                        + (ASYNC_NOTE if tag == "asynctp" else "") + COMPILE_NOTE)}
                 if q == "fp8rw":
                     row["skip_reason"] = (
                         "float8 rowwise scaling (torchao Float8LinearRecipeName.ROWWISE) is not "

@@ -139,7 +139,8 @@ def simulate_figures(job: Job, exact: bool = False) -> dict[str, Any]:
     micro-batches and extended when ``can_extend`` (unless ``exact``), else in full."""
     from simulator.simulate import simulate
     if exact or not can_extend(job):
-        return finish(step_figures(simulate(job)), "full")
+        return finish(step_figures(simulate(job, figures_only=True)), "full")
     m, g, b = job.num_microbatches, period(job), base(job)
-    short = [step_figures(simulate(with_microbatches(job, k * g))) for k in (b, b + 1)]
+    short = [step_figures(simulate(with_microbatches(job, k * g), figures_only=True))
+             for k in (b, b + 1)]
     return finish(extend_figures(*short, m, g, b), how(job))

@@ -67,7 +67,8 @@ def check_simulable(job: Job) -> None:
 
 def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
              network: str = DEFAULT_BACKEND, free_comm: bool = False,
-             costs: StageCosts | None = None, link_series: bool = False) -> SimResult:
+             costs: StageCosts | None = None, link_series: bool = False,
+             figures_only: bool = False) -> SimResult:
     """Simulate one optimizer step of ``job`` event by event.
 
     ``fold``: simulate one representative per symmetry class (``simulator.fold``; exact,
@@ -76,12 +77,16 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
     share links max-min fairly; ``contention-free``: every flow at its bottleneck link's full
     bandwidth; see ``simulator.network.backend``). ``link_series``: also record each link's
     load over time (``metrics["link_series"]``, ``metrics["link_classes"]``; the ``flows``
-    backend only). ``free_comm`` and ``costs`` are test hooks (instant communication; a
-    replaced cost table). Times in seconds.
+    backend only). ``figures_only``: derive only the step figures the search reads
+    (``simulator.extend.step_figures``: step, breakdown, exposed and overlapped communication,
+    bubble and idle fractions by stage, critical rank, rank ends), not the activation memory
+    and link metrics (the same run and the same figures, bit for bit; the metrics are
+    computed after the run). ``free_comm`` and ``costs`` are test hooks (instant
+    communication; a replaced cost table). Times in seconds.
     """
     if job.plan.flushes > 1:    # k pipeline flushes per step: one flush simulated, composed
         one = simulate(flush_job(job), fold, granularity, network=network, free_comm=free_comm,
-                       costs=costs, link_series=link_series)
+                       costs=costs, link_series=link_series, figures_only=figures_only)
         return _flushed(one, job.plan.flushes)
     t0 = time.perf_counter()
     if network not in BACKENDS:
@@ -96,7 +101,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
                           else None, network, record_load=link_series)
         res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
                          rank_map=spec.rank_map())
-        res.metrics = derive_metrics(res, job, programs, net, spec)
+        res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
     res.metrics["network"] = network
     if len(job.cluster.groups) > 1:     # a mixed cluster: the GPU type of each simulated rank
         res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name for r in programs}
@@ -127,8 +132,10 @@ def _flushed(one: SimResult, k: int) -> SimResult:
 
 
 def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: NetworkBackend,
-                   spec: FoldSpec) -> dict[str, Any]:
-    """The metrics of ``SimResult.metrics`` (see the module docstrings of metrics)."""
+                   spec: FoldSpec, figures_only: bool = False) -> dict[str, Any]:
+    """The metrics of ``SimResult.metrics`` (see the module docstrings of metrics);
+    ``figures_only``: the step figures alone (``simulate``), without the activation memory
+    and the link metrics."""
     metas = {r: p.meta for r, p in programs.items()}
     ends = rank_ends(res.records, metas)
     step = max(ends.values(), default=0.0)
@@ -147,6 +154,14 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
         bubbles.append(part["bubble"] / step if step > 0 else 0.0)
         busy = part["compute"] + part["recompute"] + part["optimizer"]
         idle.append((step - busy) / step if step > 0 else 0.0)
+    breakdown, overlapped = parts.get(critical) or rank_breakdown(by_rank[critical], step)
+    figures = {
+        "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
+        "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
+        "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
+        "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle}
+    if figures_only:
+        return {**figures, "fold_note": spec.note, "rank_ends_s": ends}
     per_stage: dict[int, tuple[float, float]] = {}     # the same for every rank of a stage
     for r in sorted(programs):
         stage = programs[r].stage
@@ -156,7 +171,6 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
                                       partners=programs[r].meta.get("paired_forwards", {}))
     for stage in range(job.plan.pp):
         peaks.append(max(b for _, b in memory[first_of_stage[stage]]))
-    breakdown, overlapped = parts.get(critical) or rank_breakdown(by_rank[critical], step)
     link_bytes = net.link_bytes()
     bandwidth = {e: float(net.graph.edges[e]["bandwidth"]) for e in link_bytes}
     kind_of = {e: link_kind(*e) for e in link_bytes}
@@ -172,11 +186,7 @@ def derive_metrics(res: SimResult, job: Job, programs: dict[int, Program], net: 
                                  for e in keep},
                  "link_classes": link_classes(link_bytes, bandwidth, kind_of, step, util)}
     return {
-        "step_time_s": step, "critical_rank": critical, "engine_end_s": res.step_time_s,
-        "breakdown_s": breakdown, "exposed_comm_s": sum(breakdown[k] for k in PRIORITY),
-        "overlapped_comm_s": overlapped, "bubble_fraction_by_stage": bubbles,
-        "bubble_fraction": max(bubbles, default=0.0), "idle_fraction_by_stage": idle,
-        "peak_activation_bytes": peaks, "activation_memory": memory,
+        **figures, "peak_activation_bytes": peaks, "activation_memory": memory,
         "link_utilisation": top_links(link_bytes, bandwidth, step, TOP_LINKS, kind_of),
         "degraded_links": degraded_links(net, link_bytes, step),
         **links, "fold_note": spec.note, "rank_ends_s": ends,

@@ -46,7 +46,9 @@ Sources (details and numbers in docs/calibration.md):
   (``TORCHTITAN_SCHEDULE_NAMES``), FSDP2 (ZeRO-3, or ZeRO-2-like with
   ``reshard_after_forward=False``) or DDP (only as the sole parallelism, ``ddp_sole``), TP
   with sequence parallelism, context and expert parallelism (carved from the FSDP ranks,
-  ``ep_from_fsdp``); no TP communication overlap without ``torch.compile`` (async TP); its
+  ``ep_from_fsdp``); TP communication overlap is PyTorch's async TP (``tp_overlap``
+  ``"async-tp"``: ``--compile.enable_async_tensor_parallel``, which needs ``torch.compile``
+  and sequence parallelism; docs/calibration.md §5.50); its
   op-level selective activation checkpointing (``recompute=op``, ``SelectiveAC`` in
   ``torchtitan/distributed/activation_checkpoint.py``) is its alone, and its selective modes
   (``op`` or every N-th layer) have no Megatron attention-core recomputation
@@ -364,6 +366,27 @@ class FrameworkProfile:
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
+    #: how the stack overlaps TP communication with the GEMMs (plan ``tp_comm_overlap``):
+    #: ``"userbuffers"``, Transformer Engine's (Megatron-Core ``--tp-comm-overlap``), or
+    #: ``"async-tp"``, PyTorch's micro-pipelined TP (``torch/_inductor/fx_passes/
+    #: micro_pipeline_tp.py`` rewrites ``all_gather -> mm`` into ``symm_mem.
+    #: fused_all_gather_matmul`` and ``mm -> reduce_scatter`` into ``fused_matmul_reduce_
+    #: scatter``, one chunk per TP rank copied over symmetric memory with ``copy_``, a copy
+    #: engine's ``cudaMemcpyAsync``: no SMs taken). Async TP exists only in the compiled graph
+    #: and between sequence-parallel collectives: ``stack_rules`` refuses it without ``sp``
+    #: (``TP_OVERLAP_IMPLS``; docs/calibration.md §5.50)
+    tp_overlap: str = "userbuffers"
+    #: share of a layer's backward TP collectives (``tp_per_layer_bwd``, all-reduce
+    #: equivalents) that TP overlap leaves exposed: 0, every one pipelined with its GEMM
+    #: (Transformer Engine's ``LayerNormLinear`` runs QKV and fc1 as one GEMM each and
+    #: overlaps its dgrad reduce-scatter: ``ub_overlap_rs_dgrad``, ``ub_bulk_wgrad``); 0.5 under
+    #: async TP, whose pass fuses a reduce-scatter only when its input is one matmul's output
+    #: (``_find_producer_matmul``: ``mm``, ``_scaled_mm`` or ``reshape(mm(reshape))``), and
+    #: the backward's reduce-scatter of a sequence-parallel input's gradient is the sum of the
+    #: dgrads of the layers that read it (wq + wk + wv, w1 + w3): its two reduce-scatters of
+    #: the backward's two all-gathers and two reduce-scatters run as plain collectives. The
+    #: one statement the estimate, the bound and the simulator read (``StageCosts``)
+    tp_overlap_bwd_exposed: float = 0.0
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
     #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
@@ -614,6 +637,14 @@ class FrameworkProfile:
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
+        if self.tp_overlap not in TP_OVERLAP_IMPLS:
+            raise SpecError("framework.tp_overlap", self.tp_overlap,
+                            f"must be one of {', '.join(TP_OVERLAP_IMPLS)}")
+        if isinstance(self.tp_overlap_bwd_exposed, bool) or \
+                not isinstance(self.tp_overlap_bwd_exposed, (int, float)) or \
+                not 0 <= self.tp_overlap_bwd_exposed <= 1:
+            raise SpecError("framework.tp_overlap_bwd_exposed", self.tp_overlap_bwd_exposed,
+                            "must be a share in [0, 1]")
         if self.cp_impl not in CP_IMPLS:
             raise SpecError("framework.cp_impl", self.cp_impl,
                             f"must be one of {', '.join(CP_IMPLS)}")
@@ -683,6 +714,8 @@ class FrameworkProfile:
 ZERO3_GATHERS = ("bucketed", "per-tensor")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, PyTorch's context_parallel
 CP_IMPLS = ("ring", "torch")
+#: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
+TP_OVERLAP_IMPLS = ("userbuffers", "async-tp")
 #: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
 #: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
 #: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
@@ -1023,6 +1056,20 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # async TP (docs/calibration.md §5.50): torchtitan 820504e (the asyncTP benchmark's commit)
+    # models/llama3/parallelize_llama.py: TP always shards the norms as SequenceParallel, the
+    # attention and feed-forward inputs all-gathered once (Shard(1) -> Replicate) for wq, wk,
+    # wv and w1, w3; with enable_async_tp it sets torch._inductor.config._micro_pipeline_tp
+    # and enable_symm_mem_for_group over the TP mesh, and raises "Async TP requires
+    # --training.compile" without compile; HEAD b5bcd76c6 config/configs.py CompileConfig
+    # raises the same ("Async TP requires 'model' in --compile.components and
+    # --compile.enable"); enable_async_tensor_parallel defaults to False
+    tp_comm_overlap=True, tp_overlap="async-tp", tp_overlap_bwd_exposed=0.5,
+    default_sources=tuple((k, v) if k != "tp_comm_overlap" else (
+        "tp_comm_overlap", "async TP is off unless --compile.enable_async_tensor_parallel "
+                           "(config/configs.py CompileConfig, default False); it needs "
+                           "torch.compile")
+        for k, v in PYTORCH_EAGER.default_sources),
     # v0.2.2 models/moe/moe.py GroupedExperts(use_grouped_mm=True): torch._grouped_mm, one
     # grouped kernel for all local experts (ATen's CUTLASS bf16bf16_grouped_mm) per GEMM
     expert_gemm_launch=ExpertGemmLaunch(
@@ -1192,6 +1239,7 @@ AUTOMODEL = replace(
     # components/moe/parallelizer.py parallelize_model asserts "Tensor parallelism not
     # supported for DeepSeek v3 model" and "Context parallelism not supported" (tp = cp = 1)
     max_tp=1, context_parallel=False, sequence_parallel=False,
+    tp_comm_overlap=False, tp_overlap="userbuffers", tp_overlap_bwd_exposed=0.0,
     # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
     # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
     zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True,
@@ -1330,6 +1378,14 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
     rules += data_parallel_rules(fw, v)
+    if fw.tp_overlap == "async-tp":
+        rules.append(("tp_comm_overlap", v.tp_comm_overlap,
+                      ~np.asarray(v.tp_comm_overlap, bool) | (np.asarray(v.tp) == 1)
+                      | np.asarray(v.sp, bool),
+                      lambda: who + "runs TP overlap as async TP, which fuses sequence-"
+                                    "parallel all-gathers and reduce-scatters with their "
+                                    "matmuls: needs sp=true with tp > 1 (and torch.compile, "
+                                    "--compile.enable_async_tensor_parallel)"))
     groups = getattr(v, "group_microbatches_given", False)   # PlanArrays: none
     rules.append(("group_microbatches", groups, ~np.asarray(groups, bool) | fw.group_microbatches,
                   lambda: who + "gives every data-parallel replica the same batch "

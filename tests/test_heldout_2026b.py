@@ -73,9 +73,10 @@ def test_torchtitan_rows_run_under_torchtitan_with_their_switches(rid: str) -> N
     assert p.recompute == ("full" if r["plan"]["recompute"] == "full" else "op")
     assert job.dtype == ("fp8-current" if "fp8" in rid else "bf16")
     assert p.sp == (p.tp > 1)
-    # the stated async TP is taken as stated, and the eager torchtitan profile cannot run it
-    # (async TP needs torch.compile): vanilla and async rows build the same plan
-    assert not p.tp_comm_overlap
+    # the stated async TP is taken as stated: torchtitan runs plan tp_comm_overlap as async TP
+    # (docs/calibration.md §5.50), the vanilla rows without it
+    assert p.tp_comm_overlap == rid.endswith("_asynctp") == bool(r["plan"].get("tp_comm_overlap"))
+    assert job.framework.tp_overlap == "async-tp"
     assert r["plan"]["compile"] is True and "torch.compile" in r["notes"]
     assert "compile" not in r["plan"]["techniques"].lower()
 

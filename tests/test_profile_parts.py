@@ -38,3 +38,14 @@ def test_the_innermost_part_wins():
     assert _part("Engine._send (simulator/engine/core.py:420)",
                  "FlowNetwork.transfer (simulator/network/flows.py:180)").startswith(
                      "flow network")
+
+
+def test_a_collective_phase_is_the_flow_network():
+    """A phase's flows started as one block, and the phase's run, count as the flow network
+    (a stream finished inside them is still finishing)."""
+    assert _part("_Run._step (simulator/engine/collectives.py:206)",
+                 "FlowNetwork.start_block (simulator/network/flows.py:338)").startswith(
+                     "flow network")
+    assert _part("_Run._step (simulator/engine/collectives.py:206)",
+                 "_Rendezvous.fire (simulator/engine/core.py:110)").startswith(
+                     "engine finishing")

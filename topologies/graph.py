@@ -58,13 +58,14 @@ named link that is not in the graph is refused (``SpecError``).
 from __future__ import annotations
 
 import math
-from typing import Callable, Hashable
-
-import networkx as nx
+from typing import TYPE_CHECKING, Callable, Hashable
 
 from topologies.cluster import Cluster
 from topologies.errors import SpecError
 from topologies.routing import fabric_hop_share
+
+if TYPE_CHECKING:       # networkx is imported where a graph is built (``build_graph``): the
+    import networkx as nx   # CLI's checks and the analytic model start without it
 
 Node = Hashable
 Link = tuple  # (u, v, bandwidth bytes/s, latency s): one physical link, both directions
@@ -278,6 +279,7 @@ def build_graph(cluster: Cluster, spines_per_rail: int = 1) -> nx.DiGraph:
     inter = get_builder("inter", cluster.inter_node_topology)
     n, g = cluster.num_nodes, cluster.gpus_per_node
     dims = torus_dims(n) if cluster.inter_node_topology == "torus" else (n,)
+    import networkx as nx
     graph = nx.DiGraph(name=cluster.name, num_nodes=n, gpus_per_node=g, rails=rails(cluster),
                        nodes_per_leaf=cluster.nodes_per_leaf, spines_per_rail=spines_per_rail,
                        intra_topology=cluster.intra_node_topology,

@@ -51,12 +51,14 @@ import numbers
 import weakref
 import zlib
 from collections import OrderedDict
-from typing import Callable, Hashable, Sequence
+from typing import TYPE_CHECKING, Callable, Hashable, Sequence
 
-import networkx as nx
 import numpy as np
 
 from topologies.planes import plane_shares
+
+if TYPE_CHECKING:       # networkx is imported where a route is computed: the analytic
+    import networkx as nx   # model reads this module's rate rules without it (CLI start-up)
 
 Node = Hashable
 CACHE_SIZE = 1 << 20  # routes kept per graph
@@ -171,6 +173,7 @@ def _compute(graph: nx.DiGraph, src: Node, dst: Node) -> list[Node]:
             path = fn(meta, int(src), int(dst)) if fn else None
         if path is not None:
             return path
+    import networkx as nx
     return nx.shortest_path(graph, src, dst)
 
 

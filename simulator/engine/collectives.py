@@ -27,7 +27,7 @@ import numpy as np
 from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
-from simulator.network.flows import QueueEntry, call_at
+from simulator.network.flows import QueueEntry, _min, call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -190,16 +190,19 @@ class _Run:
     latency, starts its flows together and ends when the last one has. No SimPy process:
     its queue entries are those the process ``for phase: yield timeout(latency); yield
     all_of(flows)`` put there, at the same instants, priorities and places in the sequence
-    (its start, urgent; each latency; each flow's end; the phase's end once every flow's
-    end has been taken off the queue; the process's own end), so events keep their order
-    and every result its last digit; only the process, condition and event objects go."""
+    (its start, urgent; each latency; the phase's last flow's end; the phase's end once that
+    has been taken off the queue; the process's own end), so events keep their order and
+    every result its last digit; only the process, condition and event objects go, and the
+    other flows' ends, which only counted down to the last one (``_landed``; still counted
+    in the run's events)."""
 
-    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left")
+    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks")
 
     def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
                  then: Callable[[object], None]) -> None:
         self.net, self.env, self.op, self.phases, self.then = net, net.env, op, phases, then
         self.k, self.waited, self.left = 0, False, 0
+        self.blocks = hasattr(net, "flow_block")      # the flows backend's one-block start
         _enqueue(self.env, URGENT, self._step)        # the process's start
 
     def _step(self, _entry: object = None) -> None:
@@ -213,27 +216,54 @@ class _Run:
                 return
             self.waited = False
             self.k += 1
-            sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
-            start, landed = self.net.start_flow, self._landed
-            for (a, b), nb in zip(flows, sizes):
-                if not start(a, b, nb * op.repeat, op.tag, landed):
-                    landed(op.tag)            # nothing to move: ended at once
+            self.left = len(flows)
+            block = self.net.flow_block(flows) if self.blocks else None
+            if block is not None:         # every flow moves bytes: all started as one block
+                if isinstance(nbytes, tuple):
+                    sized = np.array(nbytes) * op.repeat
+                    if not _min(sized) > 0:
+                        block = None
+                else:
+                    sized = nbytes * op.repeat
+                    if not sized > 0:
+                        block = None
+            if block is not None:
+                self.net.start_block(block, sized, self._block_landed, op.tag)
+            else:
+                sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)
+                start, landed = self.net.start_flow, self._landed
+                for (a, b), nb in zip(flows, sizes):
+                    if not start(a, b, nb * op.repeat, op.tag, landed):
+                        landed(op.tag)            # nothing to move: ended at once
             if flows:
-                self.left = len(flows)
                 return
         self.then(None)
         _enqueue(env, NORMAL, None)                   # the process's own end
 
     def _landed(self, _tag: object) -> None:
-        """A flow's last byte landed: its end goes on the queue (an event's ``succeed``)."""
+        """A flow's last byte landed. The process put its end on the queue (an event's
+        ``succeed``) and, when the last of the phase's ends was taken off, the phase's end (a
+        condition's ``succeed``). Only the last flow's end does anything when taken off, and
+        it is taken off after every other one (the latest time, the latest in the sequence),
+        so only it goes on the queue, where and when the process put it; the others are
+        counted (``FlowNetwork.quiet_events``, added to the run's events) and dropped: the
+        same order of everything else, without an entry per flow (an all-to-all's
+        thousands)."""
+        self.left -= 1
+        if self.left:
+            self.net.quiet_events += 1
+        else:
+            _enqueue(self.env, NORMAL, self._counted)
+
+    def _block_landed(self, _tag: object) -> None:
+        """The last flow of the phase's block landed (``start_block``, which counted the
+        others' ends in ``quiet_events``): ``_landed`` of the last flow."""
+        self.left = 0
         _enqueue(self.env, NORMAL, self._counted)
 
     def _counted(self, _entry: object) -> None:
-        """A flow's end was taken off the queue; the last of the phase ends the phase (a
-        condition's ``succeed``)."""
-        self.left -= 1
-        if not self.left:
-            _enqueue(self.env, NORMAL, self._step)
+        """The phase's last flow's end was taken off the queue: the phase ends."""
+        _enqueue(self.env, NORMAL, self._step)
 
 
 def _enqueue(env, priority: int, callback: Callable | None) -> None:

@@ -618,7 +618,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     with paused_gc():                 # the collector would walk every record (gc_pause)
         eng = Engine(programs, net, free_comm, node_of, record)
         eng.start()
-        steps = eng._loop()
+        steps = eng._loop() + getattr(net, "quiet_events", 0)
     eng.check_finished()
     eng.close()
     end = max(map(_END, eng.records), default=0.0)

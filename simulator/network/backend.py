@@ -95,6 +95,21 @@ class ContentionFreeNetwork(SimNetwork):
         for links, nbytes, fin, tag in flows:
             self._start_flow(links, nbytes, fin, tag, None)
 
+    def start_block(self, block, nbytes, fin: Callable, tag) -> None:
+        """``SimNetwork.start_block`` flow by flow (each at its own bottleneck's rate):
+        ``fin(tag)`` when the last one lands, the others' ends counted in ``quiet_events``."""
+        sizes = nbytes if isinstance(nbytes, np.ndarray) else (nbytes,) * block.size
+        left = [block.size]
+
+        def one_done(_tag) -> None:
+            left[0] -= 1
+            if left[0]:
+                self.quiet_events += 1
+            else:
+                fin(tag)
+        for links, nb in zip(block.links, sizes):
+            self._start_flow(links, float(nb), one_done, tag, None)
+
     def solo_seconds(self, flows: Sequence[tuple[Node, Node]], nbytes: float) -> float:
         """Seconds until the last of ``flows`` (``nbytes`` each) ends when they share links
         max-min fairly among themselves and with nothing else: never None."""

@@ -27,7 +27,7 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.network.flows import FlowNetwork, transfer_ends
+from simulator.network.flows import FlowBlock, FlowNetwork, transfer_ends
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.routing import plane_routes
 
@@ -86,6 +86,7 @@ class SimNetwork(FlowNetwork):
         self._solo_patterns: dict = {}   # key -> [(t0, t1, link indices, bytes/s)] from start
         self._striped: dict = {}     # (src, dst) -> ((link indices, share), ...) or None
         self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
+        self._blocks: dict = {}      # id of a list of flows -> (the list, its FlowBlock)
 
     def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
         super()._recompute(now, idx)
@@ -205,6 +206,21 @@ class SimNetwork(FlowNetwork):
         else:
             self._start_flow(links, float(nbytes), fin, tag, None)
         return True
+
+    def flow_block(self, flows: Sequence[tuple[Node, Node]]) -> FlowBlock | None:
+        """``flows`` (pairs ``(src, dst)``) prepared for ``start_block``, worked out once per
+        list (a collective's phase, kept by the caller); None when one of them is striped
+        over planes or moves nothing (same rank), which ``start_flow`` treats one by one."""
+        hit = self._blocks.get(id(flows))
+        if hit is not None and hit[0] is flows:
+            return hit[1]
+        block = None
+        if flows and not any(a == b or self.stripes(a, b) is not None for a, b in flows):
+            links = [self.route(a, b)[1] for a, b in flows]
+            if all(x.size for x in links):
+                block = FlowBlock(links)
+        self._blocks[id(flows)] = (flows, block)     # holds the list: its id stays its own
+        return block
 
     def count_solo(self, links: np.ndarray, nbytes: float) -> None:
         """Account ``nbytes`` on each of ``links`` (a transfer timed in closed form). Added

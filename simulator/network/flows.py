@@ -19,6 +19,7 @@ concurrent flows seen before are reused (the same result, not recomputed).
 from __future__ import annotations
 
 from functools import partial
+from operator import itemgetter
 from heapq import heappush
 from typing import Callable, Hashable, Optional, Sequence
 
@@ -47,6 +48,8 @@ _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their li
 
 _min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
+_any = np.logical_or.reduce
+_first = itemgetter(0)
 
 
 class QueueEntry:
@@ -145,6 +148,32 @@ def transfer_ends(env: simpy.Environment, tag, then: Optional[Callable],
     return done, None
 
 
+class FlowBlock:
+    """Flows that start together again and again (a collective's phase), prepared once for
+    ``FlowNetwork.start_block``: their link-index arrays in order, stacked into one block when
+    their routes have one length, and their route numbers (filled by the network on first
+    use)."""
+
+    __slots__ = ("links", "size", "hops", "rows", "flat", "cols", "counts", "rno")
+
+    def __init__(self, links: Sequence[np.ndarray]) -> None:
+        self.links, self.size = list(links), len(links)
+        sizes = [x.size for x in self.links]
+        self.hops = max(sizes)
+        self.rno = None
+        self.rows = self.flat = self.cols = self.counts = None
+        if min(sizes) == self.hops:
+            self.rows = np.array(self.links, dtype=np.int64)
+        else:
+            self.counts = np.array(sizes)
+            first = np.cumsum(self.counts) - self.counts
+            self.cols = np.arange(int(self.counts.sum())) - np.repeat(first, self.counts)
+            self.flat = np.concatenate(self.links)
+
+    def flat_rows(self, idx: np.ndarray) -> np.ndarray:
+        return np.repeat(idx, self.counts)
+
+
 class FlowNetwork:
     """Flow-level network over a directed graph whose edges carry ``bandwidth``
     (bytes/s, > 0) and ``latency`` (seconds, >= 0).
@@ -171,11 +200,13 @@ class FlowNetwork:
         self._generation = 0          # bumps when a newer completion timeout supersedes
         self._dirty = False           # a flow was added since the last recomputation
         self._pending = False         # a same-instant update is already scheduled
-        self._rates_seen: dict = {}   # active flows' sorted route numbers -> their rates
+        self._rates_seen: dict = {}   # active flows' sorted route numbers -> rate per route
+        self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
+        self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
         self.flows_started = 0
         self.flows_completed = 0
 
@@ -304,6 +335,60 @@ class FlowNetwork:
             self._pending = True
             call_at(self.env, 0, self._on_pending)
 
+    def start_block(self, block: "FlowBlock", nbytes, fin: Callable, tag) -> None:
+        """Start ``block``'s flows now (``nbytes``: bytes of every flow, or an array with one
+        per flow, each > 0): ``_start_flow`` for each in order, the same slots, with one array
+        operation per column of the flow table (a collective's phase, issue 17: an all-to-all
+        starts thousands of flows at once). ``fin(tag)`` is called once, when the last of them
+        lands, at the place in the completions the last one's ``fin`` had; the other flows'
+        ends are counted in ``quiet_events`` (each was an event of the phase's process, whose
+        only effect was to count down to that last one: ``collectives._Run``)."""
+        k = block.size
+        if k == 1:
+            nb = nbytes[0] if isinstance(nbytes, np.ndarray) else nbytes
+            self._start_flow(block.links[0], float(nb), fin, tag, None)
+            return
+        slots, hops = self._links.shape
+        if block.hops > hops:
+            self._grow(slots, block.hops)
+        free = self._free
+        if len(free) >= k:             # the slots ``_start_flow`` would take one by one
+            taken = free[-k:][::-1]
+            del free[-k:]
+        else:
+            taken = []
+            for _ in range(k):
+                if not free:
+                    slots = self._links.shape[0]
+                    self._grow(max(64, 2 * slots), self._links.shape[1])
+                taken.append(free.pop())
+        idx = np.array(taken)
+        hops = self._links.shape[1]
+        if block.rows is not None:     # routes of one length (the common case): one block
+            if block.hops == hops:
+                self._links[idx] = block.rows
+            else:
+                self._links[idx, block.hops:] = self._pad
+                self._links[idx, :block.hops] = block.rows
+        else:
+            self._links[idx] = self._pad
+            self._links[block.flat_rows(idx), block.cols] = block.flat
+        if block.rno is None:
+            block.rno = np.array([self._route_of(x) for x in block.links], dtype=np.int64)
+        self._rno[idx] = block.rno
+        self._size[idx] = nbytes
+        self._rem[idx] = nbytes
+        self._rate[idx], self._finish[idx] = 0.0, np.inf
+        self._active[idx] = True
+        self._block_no += 1
+        self._grp[idx] = self._block_no
+        self._blocks_live[self._block_no] = [fin, tag, k]
+        self.flows_started += k
+        self._dirty = True
+        if not self._pending:
+            self._pending = True
+            call_at(self.env, 0, self._on_pending)
+
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
         self._deliver()
@@ -318,8 +403,9 @@ class FlowNetwork:
 
     def active_flows(self) -> list:
         """``(tag, rate bytes/s, remaining bytes)`` of each active flow, in slot order."""
-        return [(self._tags[i], float(self._rate[i]), float(self._rem[i]))
-                for i in self._active_idx()]
+        blocks, grp = self._blocks_live, self._grp
+        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(self._rate[i]),
+                 float(self._rem[i])) for i in self._active_idx()]
 
     # -- flow table ----------------------------------------------------------
     def _init_table(self) -> None:
@@ -328,6 +414,11 @@ class FlowNetwork:
         self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
         self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
         self._active = np.zeros(0, dtype=bool)
+        # a slot started by ``start_block``: its block's number (0: a flow of its own, whose
+        # ``fin`` and ``tag`` are in ``_fins``/``_tags``); a block's [fin, tag, flows left]
+        self._grp = np.zeros(0, dtype=np.int64)
+        self._blocks_live: dict[int, list] = {}
+        self._block_no = 0
         self._fins: list = []
         self._tags: list = []
         self._free: list = []
@@ -337,7 +428,7 @@ class FlowNetwork:
         links = np.full((slots, hops), self._pad, dtype=np.int64)
         links[:old, :old_hops] = self._links
         self._links = links
-        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active"):
+        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
         self._fins += [None] * (slots - old)
@@ -411,12 +502,52 @@ class FlowNetwork:
             self._deliver()
         self._active[done] = False
         self._rem[done] = 0.0
-        for slot in done.tolist():
-            fin, tag = self._fins[slot], self._tags[slot]
-            self._fins[slot] = self._tags[slot] = None
-            self._free.append(slot)
-            fin(tag)
+        grp = self._grp[done]
+        if _any(grp):
+            self._grp[done] = 0
+            self._complete_blocks(done.tolist(), grp)
+        else:
+            for slot in done.tolist():
+                fin, tag = self._fins[slot], self._tags[slot]
+                self._fins[slot] = self._tags[slot] = None
+                self._free.append(slot)
+                fin(tag)
         self.flows_completed += done.size
+
+    def _complete_blocks(self, done: list, grp: np.ndarray) -> None:
+        """``_complete``'s loop when some of the ``done`` slots belong to blocks
+        (``start_block``): the same calls in the same order, and the same slots freed in the
+        same order around them, but a block's flows call nothing until its last one lands
+        (counted, not called: one Python step per block, not per flow)."""
+        calls = [(p, None) for p in (grp == 0).nonzero()[0].tolist()]
+        last = len(done) - 1
+        ids, first, counts = np.unique(grp[::-1], return_index=True, return_counts=True)
+        blocks = self._blocks_live
+        for g, f, c in zip(ids.tolist(), first.tolist(), counts.tolist()):
+            if not g:
+                continue
+            entry = blocks[g]
+            entry[2] -= c
+            if entry[2]:
+                self.quiet_events += c
+            else:                      # its last flow: called where it sits in ``done``
+                self.quiet_events += c - 1
+                del blocks[g]
+                calls.append((last - f, entry))
+        calls.sort(key=_first)
+        fins, tags, free = self._fins, self._tags, self._free
+        prev = 0
+        for pos, entry in calls:
+            free.extend(done[prev:pos + 1])
+            prev = pos + 1
+            if entry is None:
+                slot = done[pos]
+                fin, tag = fins[slot], tags[slot]
+                fins[slot] = tags[slot] = None
+            else:
+                fin, tag = entry[0], entry[1]
+            fin(tag)
+        free.extend(done[prev:])
 
     def _deliver(self) -> None:
         """Add the finished flows' bytes to their links, in the order they finished (one
@@ -438,15 +569,25 @@ class FlowNetwork:
         if not idx.size:
             return
         rno = self._rno[idx]
-        order = rno.argsort(kind="stable")
-        key = rno[order].tobytes()
-        ranked = self._rates_seen.get(key)       # the rates of the flows in route order
-        if ranked is None:
-            ranked = max_min_rates(self._capacity, self._links[idx[order]])
+        ranked = np.sort(rno)
+        key = ranked.tobytes()
+        hit = self._rates_seen.get(key)     # (route numbers, the rate of a flow on each)
+        if hit is None:
+            order = rno.argsort(kind="stable")
+            rates = max_min_rates(self._capacity, self._links[idx[order]])
+            # flows on one route cross the same links, so progressive filling freezes them in
+            # the same round at the same level: one rate per route, the first flow's
+            first = np.empty(ranked.size, dtype=bool)
+            first[0] = True
+            np.not_equal(ranked[1:], ranked[:-1], out=first[1:])
+            hit = (ranked[first], rates[first])
             if len(self._rates_seen) < _RATES_KEPT:
-                self._rates_seen[key] = ranked
-        rates = np.empty(idx.size)
-        rates[order] = ranked
+                self._rates_seen[key] = hit
+        scratch = self._scratch
+        if scratch.size < len(self._route_no):
+            scratch = self._scratch = np.empty(2 * len(self._route_no))
+        scratch[hit[0]] = hit[1]
+        rates = scratch[rno]                # each flow its route's rate (no sort, no scatter)
         left = self._rem[idx] / rates
         self._rate[idx] = rates
         self._finish[idx] = now + left

@@ -22,6 +22,10 @@ from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
 
+_TP_KINDS = {False: ("allreduce",), True: ("reduce_scatter", "allgather")}   # by sp
+_TP_TAG = {"allreduce": "AR", "reduce_scatter": "RS", "allgather": "AG"}
+
+
 class ProgramBuilder:
     """Builds the ``Program`` of one rank; ``layout`` gives its groups (see compiler)."""
 
@@ -98,6 +102,13 @@ class ProgramBuilder:
         # (``simulator.metrics.activation_series``: the pair's forward is stashed as its
         # partner's stash is freed, the memory model's rule, ``schedules.base.stash_frontier``)
         self.paired: dict[str, str] = {}
+        # ``segments`` of each (chunk, counts, direction): the same runs every micro-batch
+        self._segments: dict[tuple, list[list[tuple]]] = {}
+        # an all-to-all or an etp collective can close a block: some layer has expert bytes
+        # and its ep or etp group more than one rank (else every one of ``_close_block``'s
+        # MoE collectives is empty, ``coll`` returns None for each)
+        self._moe = (len(self.group["ep"]) > 1 or len(self.group["etp"]) > 1) and any(
+            not x.ep_bytes <= 0 for c in chunks for x in self.chunk[c])
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -147,19 +158,23 @@ class ProgramBuilder:
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
-    def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int) -> None:
-        """``n`` tensor-parallel collectives closing a block (blocking unless overlapped)."""
+    def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int,
+                exposed: float = 0.0) -> None:
+        """``n`` tensor-parallel collectives closing a block (blocking unless overlapped;
+        with overlap, the share ``exposed`` of them blocking whole: a backward's
+        ``StageCosts.tp_overlap_bwd_exposed``)."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
-        kinds = ("reduce_scatter", "allgather") if self.p.sp else ("allreduce",)
-        tag = {"allreduce": "AR", "reduce_scatter": "RS", "allgather": "AG"}
+        kinds, tag = _TP_KINDS[bool(self.p.sp)], _TP_TAG
         last = None
         if self.p.tp_comm_overlap:
             k = self.c.tp_overlap_chunks
+            whole = n * exposed
+            n = n - whole if exposed > 0 else n
             for kd in kinds:
                 self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n * (1 - 1 / k), "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
-            n = n / k
+            n = n / k + whole if exposed > 0 else n / k
         for kd in kinds:
             last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main,)) or last
@@ -168,7 +183,12 @@ class ProgramBuilder:
 
     def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
         """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
-        backward order for a backward), each piece as ``(count, per-layer record)`` runs."""
+        backward order for a backward), each piece as ``(count, per-layer record)`` runs.
+        Worked out once per builder (the callers read it, never change it)."""
+        key = (c, tuple(counts), backward)
+        hit = self._segments.get(key)
+        if hit is not None:
+            return hit
         layers = self.chunk[c][::-1] if backward else self.chunk[c]
         out, pos = [], 0
         for n in counts:
@@ -180,6 +200,7 @@ class ProgramBuilder:
                     runs.append([1, x])
             out.append([tuple(r) for r in runs])
             pos += n
+        self._segments[key] = out
         return out
 
     def pieces(self, c: int, backward: bool, by_layer: bool = False) -> list[list[tuple]]:
@@ -252,12 +273,12 @@ class ProgramBuilder:
                      start: tuple, main: int) -> int:
         """The collectives that close a layer block after its compute ``main``: MoE
         all-to-alls and the tensor-parallel collectives."""
-        cs, nl = self.c, sum(n for n, _ in items)
+        cs, nl = self.c, sum([n for n, _ in items])
         # MoE, each kind's layers (none for a dense layer): dispatch and combine all-to-alls
         # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
         # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
         # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
-        for n, x in items:
+        for n, x in (items if self._moe else ()):
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
                            i, c, deps=(main,), remote_scale=cs.ep_remote_scale,
                            nvlink_share=cs.ep_nvlink_share)
@@ -268,7 +289,8 @@ class ProgramBuilder:
             if ep is not None:
                 (self.wait if self.hidden is None else self.hidden).append(ep)
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
-        self.tp_comm(n_tp, label, i, c, start, main)
+        self.tp_comm(n_tp, label, i, c, start, main,
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed)
         return main
 
     # ------------------------------------------------------------------ passes

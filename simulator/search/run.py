@@ -198,7 +198,7 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
     micro-batches in proportion to their GPUs' speed (``group_microbatches``); the first
     ``UNEVEN_CANDIDATES`` distinct variants whose every stage fits its GPUs' memory, with
     their peak memory (bytes). A heuristic beside the exact search: the analytic score
-    assumes even work on the slowest GPU."""
+    prices even work, each pipeline stage on its own GPU type (``estimate_arrays_mixed``)."""
     from strategies.memory.scalar import memory_by_stage, stage_hbm_bytes
     from strategies.search.uneven import balanced_microbatches, balanced_plan
     out: list[tuple[Plan, float]] = []

@@ -52,6 +52,10 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
+#: ``counts.zero3_tensor_gathers``' keys (``StageCostArrays.z3_*``)
+Z3_KEYS = ("fwd_n", "fwd_params", "bwd_n", "bwd_params", "rs_n", "rs_params")
+
+
 @dataclass(frozen=True, eq=False)
 class KindCostArrays:
     """One layer of one kind (``dense``, ``moe``) or one multi-token-prediction module
@@ -143,6 +147,7 @@ class StageCostArrays:
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
     bucket_params: float          # Megatron DDP bucket size
     tp_overlap_chunks: int
+    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
     # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
     # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
@@ -214,6 +219,7 @@ class StageCosts:
     grad_bytes: float
     bucket_params: float
     tp_overlap_chunks: int
+    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
     param_bytes: float
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
@@ -426,10 +432,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
-    # (counted only where some plan gathers per tensor: none else, the same zeros)
-    z3 = (counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
-          if np.any(per_tensor) else dict.fromkeys(Z3_FIELDS, 0.0))
-    z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
+    if np.any(per_tensor):
+        z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+        z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
+    else:   # no plan gathers one tensor at a time: every count 0, without the tensor walk
+        #     (a loop over each layer's tensors, ~800 with DeepSeek-V3's 256 experts)
+        z3 = {k: np.where(per_tensor, 0.0, 0.0) + zeros for k in Z3_KEYS}
 
     return StageCostArrays(
         layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
@@ -476,15 +484,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
+        tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
         cp_exposed_fraction=float(sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
         copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
-
-
-#: ``counts.zero3_tensor_gathers``' fields (the record's ``z3_*``)
-Z3_FIELDS = ("fwd_n", "fwd_params", "bwd_n", "bwd_params", "rs_n", "rs_params")
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -549,6 +554,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         embedding_params=f("embedding_params"), head_params=f("head_params"),
         grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
         tp_overlap_chunks=arrays.tp_overlap_chunks,
+        tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
         expert_params_by_stage=tuple(stage("expert_params", s) for s in range(pp)),

@@ -343,9 +343,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
-    tp_hidden = np.maximum(tp_raw - (3 + np.where(rc == 2, sc.tp_per_layer_recompute / 2, 0.0))
+    # with overlap, the stack's unfused share of the backward's collectives stays exposed
+    # (``FrameworkProfile.tp_overlap_bwd_exposed``: async TP's summed-dgrad reduce-scatters)
+    tp_out = sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd * t_ar
+    tp_hidden = np.maximum(tp_raw - tp_out
+                           - (3 + np.where(rc == 2, sc.tp_per_layer_recompute / 2, 0.0))
                            * sc.gemm_fwd,
-                           tp_raw / sc.tp_overlap_chunks)
+                           (tp_raw - tp_out) / sc.tp_overlap_chunks) + tp_out
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # context parallel ring attention, overlapped with the attention blocks it feeds
     t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)

@@ -151,8 +151,11 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
 def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     """Blocking seconds per layer: (forward, backward, one TP collective)."""
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
-    tau = group_floor(sc.tp_bytes, tp, 1, 2, cl)
-    tau = tau * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
+    tau_raw = group_floor(sc.tp_bytes, tp, 1, 2, cl)
+    tau = tau_raw * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
+    # the backward's share TP overlap leaves unfused blocks whole (tp_overlap_bwd_exposed)
+    s = sc.tp_overlap_bwd_exposed
+    tau_b = s * tau_raw + (1 - s) * tau
     # the bytes leaving a member are at least (ep-1)/ep of its buffer times the share of a
     # pair's bytes that crosses between nodes (node-limited routing: ep_remote_scale <= 1)
     a2a = np.where(ep > 1, min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
@@ -165,7 +168,7 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
         cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
-            np.maximum(n_b * tau, np.maximum(a2a, cp_b)), tau)
+            np.maximum(n_b * tau_b, np.maximum(a2a, cp_b)), tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):

@@ -10,8 +10,9 @@ type on small GEMMs (docs/calibration.md §5.39).
 
 ``estimate_arrays_mixed`` scores the search's plans as the scalar estimate prices each one:
 without pipelining (``pp = 1``, every rank holds the whole model) each GPU type's own run,
-synchronised; pipelined plans keep the run on ``Cluster.gpu`` (the scalar estimate corrects
-those one plan at a time from the schedule, ``scalar._per_stage``, which the arrays do not).
+synchronised; pipelined plans the run on ``Cluster.gpu`` with its compute makespan replaced by
+the real stages', each on the type it waits for (``mixed_stages.pipelined_mixed``, the scalar
+``_per_stage``/``_per_chunk`` as arrays; models of one kind of layer).
 """
 from __future__ import annotations
 
@@ -103,4 +104,18 @@ def estimate_arrays_mixed(m: ModelSpec, cl: Cluster, dtype: str,
     for k, v in sync.items():
         if isinstance(v, np.ndarray) and v.shape == np.shape(base["step_time_s"]):
             out[k] = np.where(single, v, base[k])
+    sc = base["stage_costs"]
+    if not sc.by_kind and not np.all(single):
+        # pipelined: each stage on the GPU type it waits for (``mixed_stages``); the stage
+        # costs of each type as the scalar estimate reads them (``cost.stage.stage_costs``:
+        # the cluster as given, not its degraded view)
+        from strategies.cost.stage import stage_cost_arrays
+        from strategies.estimate.analytic import degraded_view
+        from strategies.estimate.mixed_stages import pipelined_mixed
+        same = degraded_view(cl) is cl
+        costs = {g.name: (r["stage_costs"] if same else stage_cost_arrays(
+            m, cl, dtype, P, framework, system, g)) for g, r in zip(gpu_types(cl), runs)}
+        piped = pipelined_mixed(m, cl, P, base, costs)
+        for k, v in piped.items():
+            out[k] = np.where(single, out[k], v.reshape(np.shape(out[k])))
     return out

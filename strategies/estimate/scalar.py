@@ -61,15 +61,37 @@ class Estimate:
         }
 
 
-def rank_fields(job: Job, gpu: Any = None) -> dict[str, float]:
+class StageCostMemo:
+    """``cost.stage.stage_costs(job, gpu)`` of one job, computed once per GPU type and kept
+    for the rest of one estimate (the rank fields, the per-stage and per-chunk makespans and
+    the all-to-all shift all read it, a pipelined estimate once per stage and GPU before).
+    ``stage_costs`` is a pure function of the job and the GPU, so the answer is the same
+    object, bit for bit, as a fresh call's. Keyed by the GPU object (``gpu=None``: the
+    cluster's slowest, as ``stage_costs``); the memo holds the GPU so its id stays its own."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self._by_gpu: dict[int, tuple[Any, Any]] = {}
+
+    def __call__(self, gpu: Any = None) -> Any:
+        """The stage-cost record of the memo's job on ``gpu`` (default the cluster's slowest)."""
+        gpu = self.job.cluster.gpu if gpu is None else gpu
+        hit = self._by_gpu.get(id(gpu))
+        if hit is None:
+            from strategies.cost.stage import stage_costs
+            hit = self._by_gpu[id(gpu)] = (gpu, stage_costs(self.job, gpu))
+        return hit[1]
+
+
+def rank_fields(job: Job, gpu: Any = None,
+                costs: StageCostMemo | None = None) -> dict[str, float]:
     """``analytic.RANK_FIELDS`` of ``job``'s own layout (``cost.stage.stage_costs``: each
     rank's layers by kind, a layout string's or ``layers_per_stage``'s, its MTP modules, the
     embedding and the LM head where they are): rank 0, rank 1 (the middle kind: the middle
     rank nearest rank 0, ``analytic.rank_slack``) and rank ``pp-1``, which the even plan's
     columns (``plan_arrays``) cannot say; on ``gpu`` where given (default the cluster's slowest
-    by peak)."""
-    from strategies.cost.stage import stage_costs
-    c, pp = stage_costs(job, gpu), job.plan.pp
+    by peak). ``costs``: the estimate's ``StageCostMemo`` of ``job`` (default a fresh one)."""
+    c, pp = (costs or StageCostMemo(job))(gpu), job.plan.pp
     out = {}
     for x, by in (("params", c.params_by_stage), ("expert_params", c.expert_params_by_stage),
                   ("optimizer", c.optimizer_by_stage), ("passes", c.passes_by_stage)):
@@ -122,20 +144,21 @@ def _synchronised(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return synchronised_runs(runs)
 
 
-def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list[float]]:
+def _stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> tuple[list[float], list[float], list[float]]:
     """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
     seconds per micro-batch of each pipeline stage
     from the shared cost record: its own layer count on its own GPU type (of those among its
     ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
     ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
-    model's assumption."""
-    from strategies.cost.stage import stage_costs
+    model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.estimate.mixed import slowest_gpu
+    costs = costs or StageCostMemo(job)
     p, f, b, w = job.plan, [], [], []
     head_at = head_rank(p.schedule, p.pp, p.vpp)
 
     def times(s: int, gpu, n: float) -> tuple[float, float, float]:
-        c = stage_costs(job, gpu)
+        c = costs(gpu)
         # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
         bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
                else n * (c.layer_bwd + c.layer_recompute))
@@ -158,23 +181,26 @@ def _stage_times(job: Job, even_on=None) -> tuple[list[float], list[float], list
     return f, b, w
 
 
-def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]]]:
+def _chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> list[list[tuple[float, float, float]]]:
     """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
     cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
     rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
     first position and the LM head on the last; with ``even_on`` (a GPU)
     ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
     assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
-    ``pp-1-r``'s layers (the layout's chunk 0 there)."""
-    from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
+    ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the estimate's
+    ``StageCostMemo``."""
+    from strategies.cost.stage import chunk_layers, chunk_sum
     from strategies.estimate.mixed import slowest_gpu
+    costs = costs or StageCostMemo(job)
     p = job.plan
     sched = get_schedule(p.schedule)
     last = sched.num_virtual_stages(p.pp, p.vpp) - 1
     mirrored = bool(sched.mirrored) and p.pp > 1
 
     def row_on(s: int, gpu) -> list[tuple[float, float, float]]:
-        c = stage_costs(job, gpu)
+        c = costs(gpu)
         row = []
         for ch in range(2 if mirrored else p.vpp):
             src = ((s if ch == 0 else p.pp - 1 - s), 0) if mirrored else (s, ch)
@@ -206,31 +232,42 @@ def _chunk_times(job: Job, even_on=None) -> list[list[tuple[float, float, float]
     return out
 
 
-def _per_chunk(job: Job, r: dict[str, Any]) -> dict[str, Any]:
+def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
+               ) -> dict[str, Any]:
     """A pipeline whose chunks differ (a layout with uneven chunks, interleaved or not; dense
     and MoE layers; multi-token prediction): ``_per_stage``'s correction with the makespans
     of the free-communication simulation over each rank's chunks (``_chunk_times``: the
-    even split's mean layers against the layers each chunk holds)."""
+    even split's mean layers against the layers each chunk holds). ``costs``: the estimate's
+    ``StageCostMemo``."""
     from strategies.schedules.analysis import simulate_free_comm
+    costs = costs or StageCostMemo(job)
     p, m = job.plan, job.num_microbatches
+    spans: dict[int, tuple[Any, float]] = {}    # id(times) -> (times, makespan): each once
+
+    def span(times) -> float:
+        """The order's makespan over ``times`` (the even split's and the layout's are read
+        again by ``_a2a_shift``: worked out once, the same numbers)."""
+        hit = spans.get(id(times))
+        if hit is None:
+            hit = spans[id(times)] = (times, simulate_free_comm(
+                p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
+                chunk_times=times))
+        return hit[1]
 
     def makespan(times) -> tuple[float, float]:
-        span = simulate_free_comm(p.schedule, p.pp, m, p.vpp, 0.0, 0.0,
-                                  p.microbatch_group_size, chunk_times=times)
-        return span, m * max(sum(f + b for f, b, _ in row) for row in times)
+        return span(times), m * max(sum(f + b for f, b, _ in row) for row in times)
 
-    even, real = _chunk_times(job, job.cluster.gpu), _chunk_times(job)
+    even, real = _chunk_times(job, job.cluster.gpu, costs), _chunk_times(job, None, costs)
 
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
     return _corrected(job, r, makespan(even), makespan(real),
                       _messages_shift(job, r, ranks(even), ranks(real)),
-                      _a2a_shift(job, r, even, real, lambda t: simulate_free_comm(
-                          p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
-                          chunk_times=t)))
+                      _a2a_shift(job, r, even, real, span, costs))
 
 
-def _a2a_shift(job: Job, r: dict[str, Any], even, real, span) -> float:
+def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
+               costs: StageCostMemo | None = None) -> float:
     """Seconds the exposed expert all-to-all changes by when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
@@ -242,15 +279,16 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span) -> float:
     absorb part of it). Each chunk's MoE layers are counted by their expert bytes
     (``cost.stage.chunk_layers``: a dense layer has none). 0 for other schedules, for the
     even split and without expert parallelism. ``even``/``real``: ``_chunk_times`` of the even
-    split and of the layout; ``span(times)``: the order's makespan."""
+    split and of the layout; ``span(times)``: the order's makespan; ``costs``: the
+    estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
     if not sched.overlaps_pairs or job.layout.uniform or float(r.get("ep_a2a_s", 0.0)) <= 0:
         return 0.0
-    from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
+    from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
-    c = stage_costs(job, job.cluster.gpu)
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
     mean = max(c.ep_bytes, 1e-30)
     mirrored = bool(sched.mirrored) and p.pp > 1
 
@@ -321,14 +359,16 @@ def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
     return out
 
 
-def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
+def _per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
+               ) -> dict[str, Any]:
     """A pipeline whose stages differ (``layers_per_stage``, or stages on different GPU types):
     the analytic step of the even plan on the slowest GPU, with its compute makespan replaced
     by that of the real stages. Both makespans come from the schedule with free communication
     (``schedules.analysis.simulate_free_comm``; stage ``s`` at ``slowdown_s`` times stage 0's
     step), the rest of the analytic step (communication, optimizer) kept; the difference goes
-    to compute (busiest stage) and bubble."""
+    to compute (busiest stage) and bubble. ``costs``: the estimate's ``StageCostMemo``."""
     from strategies.schedules.analysis import simulate_free_comm
+    costs = costs or StageCostMemo(job)
     p, m = job.plan, job.num_microbatches
 
     def makespan(f: list[float], b: list[float], w: list[float]) -> tuple[float, float]:
@@ -337,24 +377,24 @@ def _per_stage(job: Job, r: dict[str, Any]) -> dict[str, Any]:
                                   p.microbatch_group_size, t_w=w[0], slowdown=slow)
         return span, m * max(x + y for x, y in zip(f, b))
 
-    even, real = _stage_times(job, job.cluster.gpu), _stage_times(job)
+    even, real = _stage_times(job, job.cluster.gpu, costs), _stage_times(job, None, costs)
     return _corrected(job, r, makespan(*even), makespan(*real), _messages_shift(
         job, r, [x + y for x, y in zip(*even[:2])], [x + y for x, y in zip(*real[:2])]))
 
 
-def by_chunk(job: Job) -> bool:
+def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
     ``_per_stage`` does not capture: a layout other than the even split with more than one
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
-    ``_chunk_times``)."""
-    from strategies.cost.stage import mixes_kinds, stage_costs
+    ``_chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
+    from strategies.cost.stage import mixes_kinds
     p = job.plan
     if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r
     if not mixes_kinds(job.model):
         return False                        # one kind of layer: no by_kind record
-    return bool(stage_costs(job).by_kind)
+    return bool((costs or StageCostMemo(job))().by_kind)
 
 
 def _flushed(job: Job, one: Estimate) -> Estimate:
@@ -393,6 +433,7 @@ def step_arrays(job: Job) -> dict[str, Any]:
     ``_per_stage``): what ``estimate`` reports, and what the search's arrays read for the
     plans their columns cannot price (``estimate.kinds``)."""
     p = job.plan
+    costs = StageCostMemo(job)          # each GPU type's stage costs, once per estimate
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:
@@ -404,13 +445,13 @@ def step_arrays(job: Job) -> dict[str, Any]:
                 else list({g.name: g for g in map(job.cluster.gpu_of_node,
                                                   job.stage_nodes(0))}.values()))
         runs = [estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
-                                job.framework, job.system, rank_fields(job, g), g)
+                                job.framework, job.system, rank_fields(job, g, costs), g)
                 for g in gpus]
         arrays = runs[0] if len(runs) == 1 else _synchronised(runs)
-        if p.pp > 1 and (by_chunk(job) or (p.vpp > 1 and not job.cluster.uniform)):
-            arrays = _per_chunk(job, arrays)
+        if p.pp > 1 and (by_chunk(job, costs) or (p.vpp > 1 and not job.cluster.uniform)):
+            arrays = _per_chunk(job, arrays, costs)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
                                           or not job.layout.uniform
                                           or not job.cluster.uniform):
-            arrays = _per_stage(job, arrays)
+            arrays = _per_stage(job, arrays, costs)
     return arrays

@@ -130,7 +130,11 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
         _refuse(f"--dtype {job.dtype}: torchtitan {RELEASE}: {RELEASE_LACKS}")
     par = _data_parallel(job, notes)
     par["tensor_parallel_degree"] = p.tp
-    par["enable_async_tensor_parallel"] = False   # needs torch.compile; the profile is eager
+    # plan tp_comm_overlap is async TP (docs/calibration.md §5.50); v0.2.2 distributed/
+    # tensor_parallel.py raises "Async TP requires 'model' in --compile.components and
+    # --compile.enable" without compile ([compile] components default ["model", "loss"])
+    async_tp = bool(p.tp_comm_overlap and p.tp > 1)
+    par["enable_async_tensor_parallel"] = async_tp
     par["context_parallel_degree"] = p.cp
     par["pipeline_parallel_degree"] = p.pp
     training, micro = _batch(job)
@@ -162,7 +166,11 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     sections["training"] = training
     sections["parallelism"] = par
     sections["activation_checkpoint"] = _recompute(job)
-    sections["compile"] = {"enable": False}   # the profile is eager PyTorch
+    sections["compile"] = {"enable": async_tp}   # the profile prices eager PyTorch
+    if async_tp:
+        notes.append("tp_comm_overlap=true: async TP ([parallelism] "
+                     "enable_async_tensor_parallel), which needs [compile] enable = true; the "
+                     "estimate still prices eager elementwise kernels (calibration.md §5.50)")
     if quant is not None:
         sections[quant[0]] = dict(quant[1])
     notes.append(f"torchtitan {RELEASE} job config (--job.config_file); set [model] name and "

@@ -2,13 +2,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from functools import lru_cache
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from strategies.errors import SpecError
-from strategies.schedules.base import Step, get_schedule, peak_pending_w, peak_stash
+from strategies.schedules.base import (Schedule, Step, get_schedule, peak_pending_w,
+                                       peak_stash)
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
-           "RankSpan", "simulate_free_comm"]
+           "RankSpan", "simulate_free_comm", "free_comm_order", "replay_free_comm",
+           "free_comm_makespans", "FreeCommOrder"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -93,59 +98,177 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     [3.0, 0.0]
     """
     sched = get_schedule(schedule)
-    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
     split = sched.splits_backward
     k = max(sched.num_virtual_stages(pp, vpp) // pp, 1)
     dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
     t_group = (t_f + t_b if t_fb is None else t_fb) / k
-    last = sched.num_virtual_stages(pp, vpp) - 1
     slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
     if len(slow) != pp:
         raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
-    done: dict[tuple[str, int, int], float] = {}
-    waiting: dict[tuple[str, int, int], int] = {}
-    pos = [0] * pp
-    free = [0.0] * pp
-    first = [None] * pp
-    busy = [0.0] * pp
-    ready = list(range(pp))
-    while ready:
-        r = ready.pop()
-        prog = programs[r]
-        while pos[r] < len(prog):
-            group = prog[pos[r]]
+
+    def seconds(r: int, group: Members) -> float:
+        if chunk_times is not None:
+            return sum(_chunk_dur(chunk_times[r][c], kind, split, len(group) > 1)
+                       for kind, c in group)
+        if len(group) == 1:
+            return dur[group[0][0]] * slow[r]
+        return t_group * slow[r]
+    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size), pp,
+                                        seconds)
+    return [RankSpan(first[r] or 0.0, end[r], busy[r]) for r in range(pp)]
+
+
+#: the members of one step (or overlapped group) of a free-communication run: ``(kind, chunk)``
+Members = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class FreeCommOrder:
+    """A schedule's order as the dependency graph of its events (a step, or an overlapped
+    group of steps, of one rank), sorted by level: an event's level is one more than the
+    largest of its predecessors' (the rank's previous event and the steps it waits for), so
+    the events of one level are independent and every event comes after its predecessors.
+
+    ``rank[i]``, ``sig[i]`` (an index into ``sigs``, the distinct ``(rank, members)``: an
+    event's seconds depend on these alone) and ``preds[i]`` (its predecessors, padded with
+    ``len(rank)``: an end at 0, the time every rank is first free) of event ``i``;
+    ``bounds``: the first event of each level, and ``len(rank)``."""
+
+    rank: np.ndarray
+    sig: np.ndarray
+    sigs: tuple[tuple[int, Members], ...]
+    preds: np.ndarray
+    bounds: tuple[int, ...]
+
+
+@lru_cache(maxsize=128)
+def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
+                    group_size: int | None = None) -> FreeCommOrder:
+    """``sched``'s order on ``pp`` ranks and ``m`` micro-batches as a ``FreeCommOrder``: each
+    event waits for its rank's previous one and for ``_deps`` of its steps (the same pass at
+    the neighbouring position of the micro-batch's path; a group for all its members'
+    outside dependencies). The order depends on the schedule alone, not on the seconds, so
+    one order serves every plan of the same ``(schedule, pp, m, vpp, group_size)``
+    (``replay_free_comm``, ``free_comm_makespans``). Raises ``RuntimeError`` on deadlock."""
+    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
+    last = sched.num_virtual_stages(pp, vpp) - 1
+    off = [0]
+    for prog in programs:
+        off.append(off[-1] + len(prog))
+    n = off[-1]
+    producer: dict[tuple[str, int, int], int] = {}
+    wants: list = [None] * n
+    sig_of: list = [0] * n
+    sigs: dict[tuple[int, Members], int] = {}
+    vstage_of = sched.virtual_stage
+    for r, prog in enumerate(programs):
+        for i, group in enumerate(prog):
+            e = off[r] + i
+            if len(group) == 1:            # (the common case, without the lists below)
+                st = group[0]
+                vstage = vstage_of(r, st.chunk, pp, vpp, st.microbatch)
+                producer[(st.kind, st.microbatch, vstage)] = e
+                wants[e] = _deps(st, vstage, last)
+                sig_of[e] = sigs.setdefault((r, ((st.kind, st.chunk),)), len(sigs))
+                continue
             keys, deps = [], []
             for step in group:
                 vstage = sched.virtual_stage(r, step.chunk, pp, vpp, step.microbatch)
                 deps += [d for d in _deps(step, vstage, last) if d not in keys]
                 keys.append((step.kind, step.microbatch, vstage))
-            missing = [d for d in deps if d not in done]
-            if missing:
-                # each key has at most one dependent step on another rank (a W waits only for
-                # its own rank's B, which the order runs first)
-                waiting[missing[0]] = r
-                break
-            start = max([free[r]] + [done[d] for d in deps])
-            if first[r] is None:
-                first[r] = start
-            if chunk_times is not None:
-                free[r] = start + sum(_chunk_dur(chunk_times[r][st.chunk], st.kind, split,
-                                                 len(group) > 1) for st in group)
-            elif len(group) == 1:
-                free[r] = start + dur[group[0].kind] * slow[r]
-            else:
-                free[r] = start + t_group * slow[r]
-            busy[r] += free[r] - start
-            pos[r] += 1
             for key in keys:
-                done[key] = free[r]
-                if key in waiting:
-                    ready.append(waiting.pop(key))
-    stuck = [r for r in range(pp) if pos[r] < len(programs[r])]
+                producer[key] = e
+            wants[e] = deps
+            sig_of[e] = sigs.setdefault((r, tuple((st.kind, st.chunk) for st in group)),
+                                        len(sigs))
+    # each rank in its order, an event once its predecessors have a level (the original
+    # free-communication run, without the seconds)
+    level = [0] * n
+    preds: list = [None] * n
+    done = [False] * n
+    waiting: dict[int, list] = {}
+    pos = off[:-1]
+    ready = list(range(pp))
+    while ready:
+        r = ready.pop()
+        while pos[r] < off[r + 1]:
+            e = pos[r]
+            ps = [e - 1] if e > off[r] else []
+            for d in wants[e]:
+                q = producer.get(d, -1)
+                if q not in ps and q != e:
+                    ps.append(q)
+            late, top = None, -1
+            for q in ps:
+                if q < 0 or not done[q]:
+                    late = q
+                    break
+                if level[q] > top:
+                    top = level[q]
+            if late is not None:
+                if late >= 0:
+                    waiting.setdefault(late, []).append(r)
+                break
+            level[e] = top + 1
+            preds[e] = ps
+            done[e] = True
+            pos[r] += 1
+            if e in waiting:
+                ready.extend(waiting.pop(e))
+    stuck = [r for r in range(pp) if pos[r] < off[r + 1]]
     if stuck:
-        raise RuntimeError(f"schedule {schedule!r} deadlocks on ranks {stuck} "
+        raise RuntimeError(f"schedule {sched.name!r} deadlocks on ranks {stuck} "
                            f"(pp={pp}, m={m}, vpp={vpp}, group_size={group_size})")
-    return [RankSpan(first[r] or 0.0, free[r], busy[r]) for r in range(pp)]
+    rank = np.repeat(np.arange(pp), np.diff(off))
+    lv = np.array(level, dtype=np.int64)
+    order = np.lexsort((rank, lv))
+    where = np.empty(n + 1, dtype=np.int64)
+    where[order], where[n] = np.arange(n), n
+    width = max([1] + [len(p) for p in preds])
+    mat = np.full((n, width), n, dtype=np.int64)
+    for e, ps in enumerate(preds):
+        mat[e, :len(ps)] = ps
+    lv = lv[order]
+    bounds = tuple(np.flatnonzero(np.r_[True, lv[1:] != lv[:-1]]).tolist()) + (n,)
+    return FreeCommOrder(rank[order], np.array(sig_of, dtype=np.int64)[order], tuple(sigs),
+                         where[mat[order]], bounds)
+
+
+def replay_free_comm(order: FreeCommOrder, pp: int,
+                     seconds: Callable[[int, Members], float]) -> tuple[list, list, list]:
+    """Each rank's first start, last end and busy seconds when ``order``
+    (``free_comm_order``) runs with free communication: an event starts when its rank is
+    free and the events it waits for have ended, and lasts ``seconds(rank, members)``."""
+    dur = [seconds(r, g) for r, g in order.sigs]
+    free: list[float] = [0.0] * pp
+    first: list[Any] = [None] * pp
+    busy: list[float] = [0.0] * pp
+    ends: list[float] = [0.0] * (len(order.rank) + 1)
+    for e, (r, k, ps) in enumerate(zip(order.rank.tolist(), order.sig.tolist(),
+                                       order.preds.tolist())):
+        start = max([ends[q] for q in ps])
+        if first[r] is None:
+            first[r] = start
+        free[r] = start + dur[k]
+        busy[r] += free[r] - start
+        ends[e] = free[r]
+    return first, free, busy
+
+
+def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], Any],
+                        size: int) -> np.ndarray:
+    """The makespan (``simulate_free_comm``) of ``size`` runs of ``order`` at once, their
+    seconds ``seconds(rank, members)`` arrays of ``size``: level by level, each event's end
+    its predecessors' latest plus its own seconds, the scalar replay's operations value for
+    value."""
+    table = np.stack([np.broadcast_to(np.asarray(seconds(r, g), dtype=float), (size,))
+                      for r, g in order.sigs])
+    dur = table[order.sig]
+    ends = np.zeros((len(order.rank) + 1, size))
+    b = order.bounds
+    for lo, hi in zip(b[:-1], b[1:]):
+        ends[lo:hi] = np.maximum.reduce(ends[order.preds[lo:hi]], axis=1) + dur[lo:hi]
+    return ends[:-1].max(axis=0)
 
 
 def _chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:

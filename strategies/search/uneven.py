@@ -20,14 +20,17 @@ from strategies.plan import Plan
 from topologies.gpus import GPU
 
 
-def stage_gpu(job: Job, stage: int) -> GPU:
+def stage_gpu(job: Job, stage: int, costs=None) -> GPU:
     """The slowest GPU type among the ranks of pipeline stage ``stage``: the one whose layer
     (forward + backward + recompute) takes longest (``estimate.mixed.slowest_gpu``; not the
-    lowest peak, docs/calibration.md §5.39)."""
+    lowest peak, docs/calibration.md §5.39). ``costs``: a ``StageCostMemo`` of ``job`` to read
+    the records from (default a fresh one)."""
     from strategies.estimate.mixed import slowest_gpu
+    from strategies.estimate.scalar import StageCostMemo
+    costs = costs or StageCostMemo(job)
 
     def layer(g: GPU) -> float:
-        c = stage_costs(job, g)
+        c = costs(g)
         return c.layer_fwd + c.layer_bwd + c.layer_recompute
     return slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(stage)), layer)
 
@@ -36,12 +39,12 @@ def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
     """``(t_s, e_s)`` per stage: one layer's forward + backward + recompute seconds per
     micro-batch on the stage's GPU, and its fixed extra (embedding on the first stage, LM head
     and loss on the last), from the shared cost record (``strategies.cost.stage``)."""
+    from strategies.estimate.scalar import StageCostMemo
     pp = job.plan.pp
-    by_gpu: dict[str, object] = {}
+    costs = StageCostMemo(job)      # each GPU type's record once (the stages' GPU choice too)
     t, e = [], []
     for s in range(pp):
-        gpu = stage_gpu(job, s)
-        c = by_gpu.setdefault(gpu.name, stage_costs(job, gpu))
+        c = costs(stage_gpu(job, s, costs))
         t.append(c.layer_fwd + c.layer_bwd + c.layer_recompute)
         extra = 0.0
         if s == 0:

@@ -1,0 +1,244 @@
+"""Pipelined plans on a mixed cluster, as arrays over plans: each stage's seconds on the GPU
+type it waits for, and the pipeline composed from them as the scalar estimate composes one
+plan (``scalar._per_stage`` / ``scalar._per_chunk``, docs/calibration.md §5.45).
+
+The analytic arrays time every stage on ``Cluster.gpu`` with ``num_layers / pp`` layers. Where
+the stages lie on different GPU types the scalar estimate replaces that pipeline's compute
+makespan by the real stages': both from the schedule's order with free communication
+(``schedules.analysis``), stage ``s`` on the type among its ranks whose own forward +
+backward is longest (``mixed.slowest_gpu``). Which types a stage holds is known from the rank
+placement (pp outermost: stage ``s`` is ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp − 1``,
+``Job.stage_nodes``), and the order depends on ``(schedule, pp, m, vpp)`` only
+(``analysis.free_comm_order``), so the plans that share those are replayed together, level
+by level of the order's dependency graph, with their seconds as arrays
+(``analysis.free_comm_makespans``): the same operations on the same numbers as the scalar
+estimate, plan by plan.
+
+Covered: models of one kind of layer (the stage-cost record without ``by_kind``) on their
+even split, the search's plans on a mixed cluster (it proposes no uneven layouts there), one
+chunk per rank (``_per_stage``) or several (``_per_chunk``), the default micro-batch group
+size. Plans with another layout (``layers_per_stage``, a layout string, first/last stage
+layers: the arrays carry only its extremes) and models whose stages hold layers of several
+kinds (dense and MoE, multi-token prediction) keep the even run on ``Cluster.gpu``.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import numpy as np
+
+from strategies.estimate.analytic import ranked_messages
+from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, rank_layers
+from strategies.schedules.analysis import _chunk_dur, free_comm_makespans, free_comm_order
+from strategies.schedules.base import schedule_of_code
+from topologies.cluster import Cluster
+
+#: the stage-cost fields a stage's forward, backward and weight gradient read
+_FIELDS = {"lf": "layer_fwd", "lb": "layer_bwd", "lr": "layer_recompute", "lw": "layer_wgrad",
+           "ef": "embedding_fwd", "eb": "embedding_bwd", "ew": "embedding_wgrad",
+           "hf": "head_fwd", "hb": "head_bwd", "hw": "head_wgrad", "cap": "recompute_cap",
+           "each": "layer_recompute_each"}
+
+
+def _rows(sc: Any, idx: np.ndarray, n: int) -> SimpleNamespace:
+    """The stage-cost fields of plans ``idx`` (of ``n``) of the record ``sc``."""
+    return SimpleNamespace(**{k: np.broadcast_to(np.asarray(getattr(sc, f), dtype=float),
+                                                 (n,))[idx] for k, f in _FIELDS.items()})
+
+
+def _recompute(c: SimpleNamespace, nl: Any) -> Any:
+    """``StageCosts.chunk_recompute(nl)`` seconds under block partial recomputation
+    (``recompute_cap`` > 0): ``min(nl, N)·nl/nl`` layers at one layer's cost each."""
+    return np.minimum(nl, c.cap) * nl / nl * c.each
+
+
+def stage_seconds(c: SimpleNamespace, n: float, vpp: int, emb: bool, head: bool) -> tuple:
+    """``scalar._stage_times``'s forward, backward (+ recomputation) and ``W`` seconds per
+    micro-batch of a stage of ``n`` layers (``vpp`` chunks), with the embedding (``emb``)
+    and the LM head (``head``): arrays over plans."""
+    bwd = np.where(c.cap > 0, n * c.lb + vpp * _recompute(c, n / vpp), n * (c.lb + c.lr))
+    return (n * c.lf + (c.ef if emb else 0.0) + (c.hf if head else 0.0),
+            bwd + (c.eb if emb else 0.0) + (c.hb if head else 0.0),
+            n * c.lw + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
+
+
+def chunk_seconds(c: SimpleNamespace, n: float, emb: bool, head: bool) -> tuple:
+    """``scalar._chunk_times``'s ``(F, B + recompute, W)`` of a chunk of ``n`` layers of one
+    kind: arrays over plans."""
+    b = np.where(c.cap > 0, (0 + n * c.lb) + (0 + _recompute(c, 0 + n * 1.0)),
+                 0 + n * (c.lb + c.lr))
+    b = b + ((c.eb if emb else 0.0) + (c.hb if head else 0.0))
+    return ((0 + n * c.lf) + (c.ef if emb else 0.0) + (c.hf if head else 0.0), b,
+            (0 + n * c.lw) + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
+
+
+def stage_types(cl: Cluster, P: PlanArrays, idx: np.ndarray, s: int) -> list:
+    """``(GPU, holds)`` for each node group of ``cl`` in node order: whether plans ``idx``'s
+    stage ``s`` holds nodes of it (``Job.stage_nodes``)."""
+    G = cl.gpus_per_node
+    per = np.ravel(np.asarray(P.tp) * np.asarray(P.cp) * np.asarray(P.dp))
+    per = per[idx if per.size > 1 else np.zeros_like(idx)].astype(np.int64)
+    lo, hi = s * per // G, ((s + 1) * per - 1) // G
+    out, at = [], 0
+    for g in cl.groups:
+        out.append((g.gpu, (lo < at + g.num_nodes) & (hi >= at)))
+        at += g.num_nodes
+    return out
+
+
+def _slowest(cands: list) -> tuple:
+    """Of ``(holds, seconds tuple, key)`` in node order, plan by plan, the seconds of the one
+    with the largest key among those held, the first on a tie (``mixed.slowest_gpu``)."""
+    best, key = None, None
+    for holds, secs, k in cands:
+        if best is None:
+            best = tuple(np.where(holds, x, np.nan) for x in secs)
+            key = np.where(holds, k, -np.inf)
+            continue
+        take = holds & (k > key)
+        best = tuple(np.where(take, x, y) for x, y in zip(secs, best))
+        key = np.where(take, k, key)
+    return best
+
+
+def corrected(r: Mapping[str, Any], even: tuple, real: tuple, messages: Any,
+              tokens: Any) -> dict[str, Any]:
+    """``scalar._corrected`` as arrays (no all-to-all shift): the step ``r`` with the even
+    pipeline's compute makespan and busy time replaced by the real ones, the difference to
+    compute and bubble, ``messages`` to ``pp_comm``; ``tokens`` per step."""
+    (span_e, busy_e), (span_u, busy_u) = even, real
+    step = r["step_time_s"] - span_e + span_u + messages + 0.0
+    out = dict(r)
+    out["pp_comm"] = r["pp_comm"] + messages
+    ep = np.maximum(r["ep_comm"] + 0.0, 0.0)
+    out["ep_comm"] = ep
+    compute = r["compute"] + busy_u - busy_e
+    bubble = r["bubble"] + (span_u - busy_u) - (span_e - busy_e) + (r["ep_comm"] + 0.0 - ep)
+    neg = bubble < 0.0
+    out["compute"] = np.where(neg, compute + bubble, compute)
+    out["bubble"] = np.where(neg, 0.0, bubble)
+    scale = r["step_time_s"] / step
+    out.update({"step_time_s": step, "tokens_per_s": tokens / step, "mfu": r["mfu"] * scale,
+                "hfu": r["hfu"] * scale, "bubble_fraction": out["bubble"] / step})
+    return out
+
+
+def _messages(code: int, m: int, pp: int, vpp: int, p2p: Any, even: list, real: list) -> Any:
+    """``scalar._messages_shift`` as arrays: ``even``/``real`` each rank's seconds."""
+    sched = schedule_of_code(code)
+    if pp < 2 or not sched.messages_by_rank:
+        return 0.0
+    n = np.shape(p2p)
+
+    def ranked(ts: list) -> Any:
+        mid = np.maximum.reduce(ts[1:-1]) if pp > 2 else 0.0
+        return ranked_messages(np.full(n, code), np.full(n, m), np.full(n, pp),
+                               np.full(n, vpp), (ts[0], mid, ts[-1]), sum(ts), p2p)
+    return ranked(real) - ranked(even)
+
+
+def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str, Any],
+                    costs: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """The analytic arrays ``base`` (every stage on ``Cluster.gpu``, even work) of the plans
+    ``P`` with the pipelined ones' compute makespan replaced by their real stages', as
+    ``scalar._per_stage`` (one chunk per rank) and ``scalar._per_chunk`` price one plan on
+    a mixed cluster. ``costs``: the stage-cost record of each GPU type by name (the
+    scalar's ``stage_costs(job, gpu)``, plan by plan). Returns the arrays that change."""
+    size = np.shape(base["step_time_s"])[0] if np.ndim(base["step_time_s"]) else 1
+    pp_all = np.broadcast_to(np.asarray(P.pp), (size,)).astype(np.int64)
+    # (a layout other than the even split: the arrays carry its extremes only, and the
+    # scalar estimate prices it from the even plan's columns; kept as ``base``)
+    uneven = rank_layers(m.num_layers, P)[4] | ~np.isnan(np.asarray(P.layout_first, float))
+    keep = np.flatnonzero((pp_all > 1) & ~np.broadcast_to(uneven, (size,)))
+    keys = ("step_time_s", "pp_comm", "ep_comm", "compute", "bubble", "mfu", "hfu",
+            "tokens_per_s", "bubble_fraction", "p2p_time_s")
+    out = {k: np.array(np.broadcast_to(np.asarray(base[k], dtype=float), (size,)))
+           for k in keys}
+    if keep.size == 0:
+        return out
+    cols = np.stack([np.broadcast_to(np.asarray(x), (size,)).astype(np.int64)[keep]
+                     for x in (P.schedule, P.pp, P.vpp, np.asarray(P.gbs)
+                               // (np.asarray(P.mbs) * np.asarray(P.dp)))], axis=1)
+    uniq, inv = np.unique(cols, axis=0, return_inverse=True)
+    tokens = np.broadcast_to(np.asarray(P.gbs), (size,)) * m.seq_length
+    L = m.num_layers
+    for j, (code, pp, vpp, mb) in enumerate(uniq.tolist()):
+        idx = keep[inv.reshape(-1) == j]
+        sched = schedule_of_code(code)
+        rows = {name: _rows(sc, idx, size) for name, sc in costs.items()}
+        even_c = rows[cl.gpu.name]
+        if vpp == 1:
+            head_at = int(sched.ends(pp, vpp)[1])
+
+            def stage(c, s, n):
+                return stage_seconds(c, n, vpp, s == 0, s == head_at)
+            n_real = L / pp               # the even split's layers per stage
+            even = [stage(even_c, s, L / pp) for s in range(pp)]
+            real = []
+            for s in range(pp):
+                cands = []
+                for gpu, holds in stage_types(cl, P, idx, s):
+                    secs = stage(rows[gpu.name], s, n_real)
+                    cands.append((holds, secs, secs[0] + secs[1]))
+                real.append(_slowest(cands))
+            k = max(sched.num_virtual_stages(pp, 1) // pp, 1)
+            split = sched.splits_backward
+            order = free_comm_order(sched, pp, mb, 1, None)
+
+            def timing(times):
+                f, b, w = (list(x) for x in zip(*times))
+                slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
+                dur = {"F": f[0] / k, "B": (b[0] - w[0] if split else b[0]) / k,
+                       "W": w[0] / k}
+                group = (f[0] + b[0]) / k
+
+                def seconds(r, members):
+                    return (dur[members[0][0]] if len(members) == 1 else group) * slow[r]
+                return seconds, mb * np.maximum.reduce([x + y for x, y in zip(f, b)])
+            ranks_e = [x + y for x, y, _ in even]
+            ranks_u = [x + y for x, y, _ in real]
+        else:
+            last = sched.num_virtual_stages(pp, vpp) - 1
+            mirrored = bool(sched.mirrored)
+            n_chunk = L / (pp * vpp)
+
+            def row(c, s):
+                out_row = []
+                for ch in range(2 if mirrored else vpp):
+                    vs = sched.virtual_stage(s, ch, pp, vpp, 0)
+                    out_row.append(chunk_seconds(c, n_chunk, vs == 0, vs == last))
+                return out_row
+            even = [row(even_c, s) for s in range(pp)]
+            real = []
+            for s in range(pp):
+                cands = []
+                for gpu, holds in stage_types(cl, P, idx, s):
+                    r_ = row(rows[gpu.name], s)
+                    cands.append((holds, tuple(x for t in r_ for x in t),
+                                  sum(f + b for f, b, _ in r_)))
+                flat = _slowest(cands)
+                real.append([flat[3 * i:3 * i + 3] for i in range(len(flat) // 3)])
+            split = sched.splits_backward
+            order = free_comm_order(sched, pp, mb, vpp, None)
+
+            def timing(times):
+                def seconds(r, members):
+                    return sum(_chunk_dur(times[r][c], kind, split, len(members) > 1)
+                               for kind, c in members)
+                return seconds, mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
+                                                        for rw in times])
+            ranks_e = [sum(f + b for f, b, _ in rw) for rw in even]
+            ranks_u = [sum(f + b for f, b, _ in rw) for rw in real]
+        r = {k: out[k][idx] for k in keys}
+        msg = _messages(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
+        # the even and the real stages in one replay of the order
+        (sec_e, busy_e), (sec_u, busy_u) = timing(even), timing(real)
+        n = idx.size
+        spans = free_comm_makespans(order, lambda q, g: np.concatenate(
+            [np.broadcast_to(sec_e(q, g), (n,)), np.broadcast_to(sec_u(q, g), (n,))]), 2 * n)
+        fixed = corrected(r, (spans[:n], busy_e), (spans[n:], busy_u), msg, tokens[idx])
+        for k in keys:
+            out[k][idx] = fixed[k]
+    return out

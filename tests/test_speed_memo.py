@@ -1,0 +1,129 @@
+"""Work done once that was done many times: the answers are the ones the repeated work gave,
+bit for bit (docs/reports/speed.md; the speed branch's commits give the figures).
+
+- ``estimate`` builds each GPU type's stage-cost record once (``scalar.StageCostMemo``);
+- ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object;
+- ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
+- the search's simulations derive only the figures they report (``figures_only``).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import strategies.cost.stage as stage_mod
+from simulator.simulate import simulate
+from strategies.cost import comm
+from strategies.cost.stage import stage_cost_arrays, stage_costs
+from strategies.estimate.scalar import StageCostMemo, estimate
+from strategies.job import make_job
+from strategies.plan import Plan, parse_plan
+from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+
+
+def _dualpipe_uneven():
+    """DeepSeek-V3's 61 layers on 16 stages (first stage 1 layer): per-chunk makespans,
+    the all-to-all shift, every stage's record read."""
+    return make_job(model_preset("deepseek-v3"), cluster_preset("dgx-h100", 256),
+                    parse_plan("tp=1,pp=16,ep=64,mbs=1,gbs=4096,schedule=dualpipe,"
+                               "first_stage_layers=1"))
+
+
+def test_estimate_builds_the_stage_cost_record_once_per_gpu_type(monkeypatch):
+    job = _dualpipe_uneven()
+    want = estimate(job).to_json()
+    calls = []
+    real = stage_mod.stage_costs
+
+    def counted(j, gpu=None):
+        calls.append(gpu)
+        return real(j, gpu)
+    monkeypatch.setattr(stage_mod, "stage_costs", counted)
+    got = estimate(job).to_json()
+    assert len(calls) == 1                   # one GPU type; 16 stages, even and real splits
+    assert got == want
+
+
+def test_stage_cost_memo_answers_as_stage_costs():
+    job = make_job(model_preset("llama3-8b"), cluster_preset("dgx-h100", 2),
+                   Plan(tp=2, pp=4, dp=2, gbs=32))
+    memo = StageCostMemo(job)
+    assert memo() is memo(job.cluster.gpu)   # None is the cluster's (slowest) GPU
+    assert memo() == stage_costs(job)
+
+
+@pytest.mark.parametrize("kind,nbytes,n,stride", [
+    ("allreduce", 1e9, 8, 1), ("allreduce", 3.5e8, 16, 8), ("allgather", 2e8, 32, 4),
+    ("reduce_scatter", 7e7, 12, 8), ("alltoall", 1e8, 16, 1), ("allreduce", 0.0, 64, 8),
+])
+def test_collective_time_kept_is_a_fresh_calls_answer(kind, nbytes, n, stride):
+    cl = cluster_preset("dgx-a100", 8)
+    fresh = comm._collective_time(kind, nbytes, n, stride, cl)
+    first = comm.collective_time(kind, nbytes, n, stride, cl)
+    again = comm.collective_time(kind, nbytes, n, stride, cl)
+    assert type(first) is type(fresh) is type(again)
+    assert float(first).hex() == float(fresh).hex() == float(again).hex()
+    # the vectorised form, one entry per call, is never kept and agrees entry by entry
+    arr = comm.collective_time(kind, np.array([nbytes, 2 * nbytes]), n, stride, cl)
+    assert arr[0] == fresh
+    # another cluster object (a spec replaced) is priced afresh
+    other = cluster_preset("dgx-h100", 8)
+    assert comm.collective_time(kind, nbytes, n, stride, other) == \
+        comm._collective_time(kind, nbytes, n, stride, other)
+
+
+def test_collective_time_key_tells_values_and_types_apart():
+    assert comm._exact(0.0) != comm._exact(-0.0)
+    assert comm._exact(8) != comm._exact(8.0)
+    assert comm._exact(np.int64(8)) != comm._exact(8)
+    assert comm._exact(np.array(1.0)) is None       # arrays are not kept
+
+
+def test_zero3_columns_without_a_per_tensor_plan_are_the_walks_zeros():
+    """A batch that mixes a per-tensor ZeRO-3 plan with others gives each plan what it gives
+    alone: the skipped walk (no per-tensor plan) and the walk masked by plan agree."""
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 4)
+    z3 = Plan(tp=1, pp=1, dp=32, mbs=1, gbs=64, zero=3, recompute="full", flash_attn=False,
+              tp_comm_overlap=False)
+    z1 = Plan(tp=1, pp=1, dp=32, mbs=1, gbs=64, zero=1, recompute="full", flash_attn=False,
+              tp_comm_overlap=False)
+    both = stage_cost_arrays(m, cl, "bf16", PlanArrays.from_plans([z3, z1]),
+                             "megatron-deepspeed")
+    alone = stage_cost_arrays(m, cl, "bf16", PlanArrays.from_plans([z1]), "megatron-deepspeed")
+    for k in stage_mod.Z3_KEYS:
+        col = getattr(both, f"z3_{k}")
+        assert col[0] > 0 and col[1] == 0.0
+        assert getattr(alone, f"z3_{k}").shape == (1,)
+        assert getattr(alone, f"z3_{k}")[0] == col[1]
+
+
+@pytest.mark.parametrize("plan", ["tp=2,pp=2,gbs=64,schedule=interleaved,vpp=2",
+                                  "tp=2,pp=2,ep=4,gbs=32", "tp=2,pp=2,gbs=64,flushes=2"])
+def test_figures_only_is_the_full_metrics_figures(plan):
+    model = "mixtral-8x7b" if "ep=" in plan else "gpt-1.7b"
+    job = make_job(model_preset(model), cluster_preset("dgx-h100", 2), parse_plan(plan))
+    full, light = simulate(job), simulate(job, figures_only=True)
+    assert light.step_time_s == full.step_time_s and light.events == full.events
+    assert light.records == full.records
+    for k, v in light.metrics.items():
+        assert full.metrics[k] == v, k
+    assert "activation_memory" in full.metrics and "activation_memory" not in light.metrics
+
+
+@pytest.mark.parametrize("schedule,pp,m,vpp", [("1f1b", 4, 8, 1), ("interleaved", 4, 8, 2),
+                                               ("zb-v", 4, 8, 2), ("dualpipe", 4, 8, 1)])
+def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vpp):
+    """``free_comm_ranks`` on the kept order gives what it gives on a freshly built one, for
+    other times too (the order holds no times)."""
+    from strategies.schedules import analysis
+    times = [(1.0, 2.0, 0.5), (1.3, 2.9, 0.7)]
+    analysis.free_comm_order.cache_clear()
+    fresh = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times[:1]]
+    assert analysis.free_comm_order.cache_info().currsize == 1
+    kept = [analysis.free_comm_ranks(schedule, pp, m, vpp, f, b, None, w) for f, b, w in times]
+    assert kept[0] == fresh[0]
+    analysis.free_comm_order.cache_clear()
+    assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
+        == kept[1]
