@@ -13,6 +13,7 @@ a one-kind model, or without pipelining, keep the plan columns' figures bit for 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -42,7 +43,8 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
     ``plan_of(i)``, made with ``framework`` and ``system`` as the search makes its jobs):
     every per-plan array (seconds, ratios, counts); the stage-cost record is kept. Returns a
     new dict; ``analytic`` is not changed."""
-    from strategies.estimate.scalar import step_arrays
+    from strategies.estimate.analytic import RANK_FIELDS, estimate_arrays
+    from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays
     from strategies.job import make_job
     rows = kind_rows(m, P)
     out = dict(analytic)
@@ -54,9 +56,22 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
     for k in keys:
         out[k] = np.array(analytic[k], copy=True)
         flat[k] = out[k].reshape(-1)            # a view: one plan's 0-d arrays too
-    for i in rows.tolist():
-        job = make_job(m, cl, plan_of(i), dtype=dtype, framework=framework, system=system)
-        r = step_arrays(job)
+    jobs = [make_job(m, cl, plan_of(i), dtype=dtype, framework=framework, system=system)
+            for i in rows.tolist()]
+    memos = [StageCostMemo(j) for j in jobs]
+    # the scalar's uncorrected runs of all these plans at once (its even plan's columns,
+    # ``scalar.plan_arrays``, and each job's own rank fields: ``scalar.step_arrays``'
+    # ``base``), then each plan corrected by its own layout
+    ranks = [rank_fields(j, None, c) for j, c in zip(jobs, memos)]
+    n = len(jobs)
+    even = replace(PlanArrays.from_plans([j.plan for j in jobs]), first_stage_layers=np.zeros(n),
+                   last_stage_layers=np.zeros(n), account_slots=np.zeros(n, dtype=bool))
+    base = estimate_arrays(m, cl, dtype, even, jobs[0].framework, jobs[0].system,
+                           {f: np.array([r[f] for r in ranks]) for f in RANK_FIELDS})
+    for x, (i, job, memo) in enumerate(zip(rows.tolist(), jobs, memos)):
+        one = {k: (v[x] if isinstance(v, np.ndarray) and v.shape == (n,) else v)
+               for k, v in base.items()}
+        r = step_arrays(job, memo, one)
         for k in keys:
             flat[k][i] = r[k]
     return out

@@ -427,13 +427,17 @@ def estimate(job: Job) -> Estimate:
                     memory_by_stage=stages, num_microbatches=int(r["num_microbatches"]))
 
 
-def step_arrays(job: Job) -> dict[str, Any]:
+def step_arrays(job: Job, costs: StageCostMemo | None = None,
+                base: dict[str, Any] | None = None) -> dict[str, Any]:
     """The analytic step of ``job`` (one flush) as ``analytic.estimate_arrays``' 0-d arrays,
     corrected for its own layout, layer kinds and GPU types (``_by_group``, ``_per_chunk``,
     ``_per_stage``): what ``estimate`` reports, and what the search's arrays read for the
-    plans their columns cannot price (``estimate.kinds``)."""
+    plans their columns cannot price (``estimate.kinds``). ``costs``: a ``StageCostMemo`` of
+    ``job``; ``base``: a pipelined plan's uncorrected run, ``estimate_arrays`` of
+    ``plan_arrays(plan)`` with ``rank_fields(job)`` on ``Cluster.gpu``, where the caller
+    computed it (the search, over many plans at once)."""
     p = job.plan
-    costs = StageCostMemo(job)          # each GPU type's stage costs, once per estimate
+    costs = costs or StageCostMemo(job)  # each GPU type's stage costs, once per estimate
     if p.group_microbatches is not None:
         arrays = _by_group(job)
     else:
@@ -444,9 +448,9 @@ def step_arrays(job: Job) -> dict[str, Any]:
         gpus = ([None] if job.cluster.uniform or p.pp > 1
                 else list({g.name: g for g in map(job.cluster.gpu_of_node,
                                                   job.stage_nodes(0))}.values()))
-        runs = [estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
-                                job.framework, job.system, rank_fields(job, g, costs), g)
-                for g in gpus]
+        runs = [base] if base is not None and p.pp > 1 else [
+            estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p), job.framework,
+                            job.system, rank_fields(job, g, costs), g) for g in gpus]
         arrays = runs[0] if len(runs) == 1 else _synchronised(runs)
         if p.pp > 1 and (by_chunk(job, costs) or (p.vpp > 1 and not job.cluster.uniform)):
             arrays = _per_chunk(job, arrays, costs)
