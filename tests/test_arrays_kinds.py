@@ -148,3 +148,35 @@ def test_search_rows_of_a_mixed_kind_model():
         e = estimate(make_job(m, cl, sp.plan(i)))
         assert a["step_time_s"][n] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)
     assert raw["step_time_s"].shape == (sp.size,)
+
+
+def test_only_prices_the_rows_asked():
+    """``only``: the rows asked get the same figures as when every row is priced; the others
+    keep the plan columns' (the search prices just the rows its report shows)."""
+    m = toy(random.Random(4), 3, 1)
+    cl = cluster_preset("dgx-h100", 1)
+    sp = enumerate_space(m, cl, 32, SpaceOptions(max_mbs=1, max_vpp=2))
+    rows = kind_rows(m, sp.arrays)[:8]
+    P = PlanArrays.from_columns(sp.subset(rows))
+    raw = estimate_arrays(m, cl, "bf16", P)
+    full = with_kind_rows(m, cl, "bf16", P, raw, lambda i: sp.plan(int(rows[i])))
+    part = with_kind_rows(m, cl, "bf16", P, raw, lambda i: sp.plan(int(rows[i])), only={1, 5})
+    for i in range(rows.size):
+        want = full if i in (1, 5) else raw
+        assert part["step_time_s"][i] == want["step_time_s"][i]
+
+
+def test_search_report_shows_the_scalar_figure():
+    """A search of a toy with dense first layers and MTP (one DGX H100): every reported
+    plan's ``analytic_step_time_s`` is the scalar estimate's of that plan."""
+    from simulator.search.run import SearchConfig, run_search
+    m = toy(random.Random(3), 2, 1)
+    cl = cluster_preset("dgx-h100", 1)
+    rep = run_search(SearchConfig(model=m, cluster=cl, gbs=32, k=3, workers=1,
+                                  options=SpaceOptions(max_mbs=1, max_vpp=2,
+                                                       fixed={"tp": 1, "pp": 2})))
+    rows = rep["plans"] + [rep["recommended"]]
+    assert all(r["plan"]["pp"] == 2 for r in rows)
+    for r in rows:
+        e = estimate(make_job(m, cl, parse_plan(r["key"])))
+        assert r["analytic_step_time_s"] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)

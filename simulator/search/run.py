@@ -73,6 +73,12 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             return variants[i - base][0]
         return plans[i] if i >= 0 else refs[-i - 1][1]
 
+    def kind_priced(analytic: dict, only=None) -> dict:
+        """Pipelined plans of a model that mixes kinds of layer: the analytic figures the
+        scalar estimate gives them (its stages by kind, ``estimate.kinds``)."""
+        return with_kind_rows(m, cl, cfg.dtype, space.arrays, analytic, space.plan, named,
+                              cfg.system, only)
+
     def key_of(i: int) -> str:
         if i >= base:
             return plan_key(variants[i - base][0])
@@ -91,9 +97,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                             "constraints (" + ", ".join(f"{r}: {n}" for r, n in
                                                         space.pruned.items() if n) + ")")
         analytic = estimate_arrays_mixed(m, cl, cfg.dtype, space.arrays, fw, cfg.system)
-        # pipelined plans of a model that mixes kinds of layer: the scalar's stages by kind
-        analytic = with_kind_rows(m, cl, cfg.dtype, space.arrays, analytic, space.plan,
-                                  named, cfg.system)
+        if not cl.uniform:      # the heterogeneity-aware variants order every row by it
+            analytic = kind_priced(analytic)
         bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                        costs=analytic["stage_costs"])
         plans = Rows(space.size, space.plan)      # built as the search reads them
@@ -145,6 +150,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             import sys
             sys.stderr.write("\n")
     res = ex.results
+    if cl.uniform:      # the rows the report shows (each row's figures are its own)
+        analytic = kind_priced(analytic, set(out.ranked) | {out.pick})
     report = {
         "inputs": _inputs(cfg, space),
         "plans": [_row(cfg, space, analytic, bounds, plans, res, i, out.ranked[0], n + 1)

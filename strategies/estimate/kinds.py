@@ -14,7 +14,7 @@ a one-kind model, or without pipelining, keep the plan columns' figures bit for 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -37,16 +37,21 @@ def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
 def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                    analytic: Mapping[str, Any], plan_of: Callable[[int], Plan],
                    framework: FrameworkProfile | str | None = None,
-                   system: SystemConfig | None = None) -> dict[str, Any]:
+                   system: SystemConfig | None = None,
+                   only: Iterable[int] | None = None) -> dict[str, Any]:
     """``analytic`` (the arrays of the plans ``P``) with the rows of ``kind_rows`` replaced by
     the scalar estimate's figures of those plans (``scalar.step_arrays`` of the job of
     ``plan_of(i)``, made with ``framework`` and ``system`` as the search makes its jobs):
-    every per-plan array (seconds, ratios, counts); the stage-cost record is kept. Returns a
-    new dict; ``analytic`` is not changed."""
+    every per-plan array (seconds, ratios, counts); the stage-cost record is kept. ``only``:
+    just those of these rows (the ones a report shows; each row's figures are its own, the
+    same whichever others are priced with it). Returns a new dict; ``analytic`` is not
+    changed."""
     from strategies.estimate.analytic import RANK_FIELDS, estimate_arrays
     from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays
     from strategies.job import make_job
     rows = kind_rows(m, P)
+    if only is not None:
+        rows = np.intersect1d(rows, np.fromiter(only, dtype=np.int64))
     out = dict(analytic)
     if rows.size == 0:
         return out
