@@ -20,8 +20,7 @@ from topologies.cluster import cluster_preset
 
 def _cases(n: int = 4, seed: int = 52) -> list[tuple[int, int, str]]:
     """Seeded (dense first layers 1-3, pp, first/last stage layers) of 16-layer MoE models
-    (0 dense layers with an uneven split fails in ``cost.stage.stage_params_split`` before
-    and after §5.52: a separate fault, reported)."""
+    (0 dense layers: ``test_all_moe_layers_with_mtp_on_uneven_stages``)."""
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -61,3 +60,24 @@ def test_dgxc_deepseek_h100_estimate_meets_its_simulation(rid):
     job = replace(job, plan=replace(job.plan, gbs=job.plan.gbs // 8))
     err = estimate(job).step_time_s / simulate(job, network="contention-free").step_time_s - 1
     assert 0 <= err <= 0.02, err
+
+
+def test_all_moe_layers_with_mtp_on_uneven_stages():
+    """No dense first layer, one MTP module, uneven 1F1B stages: the stages' parameters read
+    the mean layer's expert part beside the MTP record (this raised AttributeError before), the
+    middle ranks' equal the closed form of ``counts.stage_params_split``, and the estimate
+    meets the contention-free simulation within 1 %."""
+    from strategies.cost import counts
+    from strategies.cost.stage import stage_costs, stage_params_split
+    model = replace(model_preset("deepseek-v3"), name="ds-small", num_layers=16,
+                    first_k_dense_replace=0, vocab_size=32000, seq_length=512)
+    plan = parse_plan("tp=1,pp=4,ep=4,mbs=1,gbs=128,schedule=1f1b,"
+                      "first_stage_layers=3,last_stage_layers=5")
+    job = make_job(model, cluster_preset("dgx-h100", 2), plan)
+    c = stage_costs(job)
+    for st in (0, 1, 2):             # no MTP module on these ranks
+        want = counts.stage_params_split(job.model, 1, 4, 4, st,
+                                         layers=job.layers_of_stage(st), head_stage=3)
+        assert stage_params_split(job, c, st) == (float(want[0]), float(want[1]))
+    err = estimate(job).step_time_s / simulate(job, network="contention-free").step_time_s - 1
+    assert abs(err) <= 0.01, err
