@@ -679,12 +679,18 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
     d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
                                      mirrored=mirrored, etp=p.expert_tp)
     dense, expert = float(d), float(e)
+    # a kind's record carries its expert part; the mean layer (``c``, a one-kind model's
+    # layers beside its MTP modules) the model's per-layer split
+    mean_e = float(counts.layer_params_split(m, p.tp, p.ep, p.expert_tp)[1])
+
+    def expert_of(x: Any) -> float:
+        return x.expert_params if x is not c else mean_e
     copies = (stage, p.pp - 1 - stage) if mirrored else (stage,)
     for s in copies:
         for ch in range(p.vpp):
             items = chunk_layers(c, s, ch, 0)
-            expert += chunk_sum(items, lambda x: x.expert_params)
-            dense += chunk_sum(items, lambda x: x.layer_params - x.expert_params)
+            expert += chunk_sum(items, expert_of)
+            dense += chunk_sum(items, lambda x: x.layer_params - expert_of(x))
     has_embedding = stage == 0 or (mirrored and stage == p.pp - 1)
     mtp = sum(job.layout.mtp_of_stage(s) for s in copies)
     dense += float(counts.mtp_embedding_copy_params(m, p.tp, mtp, has_embedding))

@@ -277,18 +277,29 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     half on each pass), in place of the even composition's (the slowest rank's all-to-all on
     top of the even pipeline's fill: in the order the ranks that wait in the fill and drain
     absorb part of it). Each chunk's MoE layers are counted by their expert bytes
-    (``cost.stage.chunk_layers``: a dense layer has none). 0 for other schedules, for the
-    even split and without expert parallelism. ``even``/``real``: ``_chunk_times`` of the even
-    split and of the layout; ``span(times)``: the order's makespan; ``costs``: the
+    (``cost.stage.chunk_layers``: a dense layer has none). The same order with each step's
+    own communication for a schedule of one chunk per rank without pairs (1F1B) whose stages
+    differ in layers or kinds (§5.52: dense first layers, MTP). 0 for interleaved and
+    ``ep_overlap`` plans, for the even split of one kind and without expert parallelism.
+    ``even``/``real``: ``_chunk_times`` of the even split and of the layout; ``span(times)``: the order's makespan; ``costs``: the
     estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
-    if not sched.overlaps_pairs or job.layout.uniform or float(r.get("ep_a2a_s", 0.0)) <= 0:
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    if float(r.get("ep_a2a_s", 0.0)) <= 0:
+        return 0.0
+    if sched.overlaps_pairs and job.layout.uniform:
+        return 0.0
+    # one chunk per rank, no paired overlap (1F1B and the like, §5.52): each stage's own
+    # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
+    # them; interleaving and Megatron's combined 1F1B (``ep_overlap``) keep the even
+    # composition (not checked against the simulation yet)
+    if not sched.overlaps_pairs and (p.vpp > 1 or p.ep_overlap
+                                     or (job.layout.uniform and not c.by_kind)):
         return 0.0
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
-    c = (costs or StageCostMemo(job))(job.cluster.gpu)
     mean = max(c.ep_bytes, 1e-30)
     mirrored = bool(sched.mirrored) and p.pp > 1
 
