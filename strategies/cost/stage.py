@@ -426,9 +426,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         by_kind = {k: kind_arrays(m.of_kind(k)) for k in kinds}
     if m.num_nextn_predict_layers:
         k = "moe" if m.is_moe else "dense"
-        # (a model of one kind with MTP too: its kind's record, which ``chunk_layers`` reads
-        # for the chunks' layers beside the MTP module; the mean layer has no expert split)
-        layer = by_kind.setdefault(k, by_kind.get(k) or kind_arrays(m.of_kind(k)))
+        layer = by_kind.get(k) or kind_arrays(m.of_kind(k))
         by_kind["mtp"] = mtp_arrays(m, layer, b, tp, cp, ep, tpo, gpu, dtype, slow, sy,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
