@@ -110,8 +110,8 @@ def test_one_kind_models_unchanged():
 
 def test_mtp_on_a_one_kind_model_prices():
     """An MoE model without dense layers but with an MTP module (and a dense one with MTP):
-    the stage-cost record holds its kind's entry beside the MTP's, so the per-rank
-    parameters are priced (the record once lacked it and the estimate raised)."""
+    priced, and the arrays equal the scalar (the per-rank parameters of such a model once
+    raised, ``cost.stage.stage_params_split``)."""
     rng = random.Random(2)
     for moe in (True, False):
         m = toy(rng, 0, 1)
