@@ -159,10 +159,11 @@ class ProgramBuilder:
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int,
-                exposed: float = 0.0) -> None:
+                exposed: float = 0.0, after: int | None = None) -> None:
         """``n`` tensor-parallel collectives closing a block (blocking unless overlapped;
         with overlap, the share ``exposed`` of them blocking whole: a backward's
-        ``StageCosts.tp_overlap_bwd_exposed``)."""
+        ``StageCosts.tp_overlap_bwd_exposed``). The blocking ones start after ``main`` and
+        ``after`` (the block's expert all-to-all: ``_close_block``)."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
         kinds, tag = _TP_KINDS[bool(self.p.sp)], _TP_TAG
@@ -177,7 +178,7 @@ class ProgramBuilder:
             n = n / k + whole if exposed > 0 else n / k
         for kd in kinds:
             last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
-                             f"{tag[kd]} tp {label}", i, c, deps=(main,)) or last
+                             f"{tag[kd]} tp {label}", i, c, deps=(main, after)) or last
         if last is not None:
             self.wait.append(last)
 
@@ -224,6 +225,7 @@ class ProgramBuilder:
             # kind's share at its own layer's cost; otherwise each kind's own recomputation
             secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
             rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
+            a2a = None
             for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
                 share = n_ep if n == nl else n_ep * n / nl
                 ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
@@ -231,7 +233,9 @@ class ProgramBuilder:
                                remote_scale=cs.ep_remote_scale,
                                nvlink_share=cs.ep_nvlink_share) if n_ep > 0 else None
                 self.wait += [ep] if ep is not None else []
-            self.tp_comm(n_tp, label, i, c, start, rc)
+                a2a = ep if ep is not None else a2a
+            # its TP collectives after its all-to-all, in sequence (``_close_block``)
+            self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
@@ -278,6 +282,7 @@ class ProgramBuilder:
         # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
         # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
         # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
+        moe = None
         for n, x in (items if self._moe else ()):
             ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
                            i, c, deps=(main,), remote_scale=cs.ep_remote_scale,
@@ -288,9 +293,18 @@ class ProgramBuilder:
                                i, c, deps=(main,)) or ep
             if ep is not None:
                 (self.wait if self.hidden is None else self.hidden).append(ep)
+                moe = ep
+        # A layer's blocking TP collectives and its all-to-all are data-dependent, so they
+        # run one after the other: Megatron-Core's MoE layer routes the reduce-scattered
+        # (SP) or all-reduced attention output, dispatches, and combines before the next
+        # layer's all-gather (moe/moe_layer.py ``MoELayer.forward``: router_and_preprocess
+        # -> dispatch -> routed_experts_compute -> combine; the backward reverses it). The
+        # exception: an overlapped pair's all-to-all (``hidden``), which its partner's
+        # compute hides (DualPipe, ep_overlap's combined 1F1B); docs/calibration.md §5.53
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
         self.tp_comm(n_tp, label, i, c, start, main,
-                     0.0 if fwd else cs.tp_overlap_bwd_exposed)
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed,
+                     after=moe if self.hidden is None else None)
         return main
 
     # ------------------------------------------------------------------ passes
