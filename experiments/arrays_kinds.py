@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import argparse
 import random
-from dataclasses import replace
 
+from experiments.bound_mixed_gpus import toy_moe
 from strategies.errors import SpecError
 from strategies.estimate import scalar as S
 from strategies.estimate.analytic import estimate_arrays
@@ -23,7 +23,6 @@ from strategies.estimate.kinds import with_kind_rows
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
-from strategies.presets import model_preset
 from strategies.schedules.analysis import simulate_free_comm
 from topologies.cluster import cluster_preset
 
@@ -31,15 +30,7 @@ from topologies.cluster import cluster_preset
 def case(seed: int):
     """One seeded toy model and plan (a string)."""
     rng = random.Random(7000 + seed)
-    base = model_preset(rng.choice(["qwen3-30b-a3b", "mixtral-8x7b"]))
-    h = rng.choice([256, 512])
-    m = replace(base, name="toy-moe", num_layers=rng.choice([8, 12]), hidden_size=h,
-                num_attention_heads=8, num_query_groups=4,
-                kv_channels=None if base.kv_channels is None else 64, ffn_hidden_size=4 * h,
-                moe_ffn_hidden_size=rng.choice([128, 256, 512]), num_experts=8,
-                moe_router_topk=2, vocab_size=8192, seq_length=rng.choice([256, 512]),
-                first_k_dense_replace=rng.choice([0, 1, 2, 3]),
-                num_nextn_predict_layers=rng.choice([0, 1]))
+    m = toy_moe(rng, dense=(0, 1, 2, 3), mtp=(0, 1))
     pp, ep, tp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4, 8]), rng.choice([1, 2])
     parts = [f"tp={tp}", f"pp={pp}", f"ep={ep}", f"mbs={rng.choice([1, 2])}",
              f"gbs={rng.choice([4, 8]) * (16 // (tp * pp)) * 2}"]

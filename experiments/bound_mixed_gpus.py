@@ -107,17 +107,25 @@ def schedules_case(seed: int):
     return m, mixed_cluster(rng.choice(PAIRS)), plan
 
 
+def toy_moe(rng: random.Random, dense: tuple = (0, 1, 2), mtp: tuple = ()):
+    """A seeded toy mixture of experts (Qwen3's or Mixtral's layer, 8 experts, top 2, 8 or 12
+    layers, ``dense`` the choices of dense first layers, ``mtp`` of MTP modules: none drawn
+    when empty), drawing from ``rng`` in a fixed order."""
+    base = model_preset(rng.choice(["qwen3-30b-a3b", "mixtral-8x7b"]))
+    h = rng.choice([256, 512])
+    return replace(base, name="toy-moe", num_layers=rng.choice([8, 12]), hidden_size=h,
+                   num_attention_heads=8, num_query_groups=4,
+                   kv_channels=None if base.kv_channels is None else 64, ffn_hidden_size=4 * h,
+                   moe_ffn_hidden_size=rng.choice([128, 256, 512]), num_experts=8,
+                   moe_router_topk=2, vocab_size=8192, seq_length=rng.choice([256, 512]),
+                   first_k_dense_replace=rng.choice(list(dense)),
+                   **({"num_nextn_predict_layers": rng.choice(list(mtp))} if mtp else {}))
+
+
 def moe_case(seed: int):
     """A toy mixture of experts (8 experts, top 2; 0-2 dense first layers)."""
     rng = random.Random(9000 + seed)
-    base = model_preset(rng.choice(["qwen3-30b-a3b", "mixtral-8x7b"]))
-    h = rng.choice([256, 512])
-    m = replace(base, name="toy-moe", num_layers=rng.choice([8, 12]), hidden_size=h,
-                num_attention_heads=8, num_query_groups=4,
-                kv_channels=None if base.kv_channels is None else 64, ffn_hidden_size=4 * h,
-                moe_ffn_hidden_size=rng.choice([128, 256, 512]), num_experts=8,
-                moe_router_topk=2, vocab_size=8192, seq_length=rng.choice([256, 512]),
-                first_k_dense_replace=rng.choice([0, 1, 2]))
+    m = toy_moe(rng, dense=(0, 1, 2))
     cl = mixed_cluster(rng.choice(PAIRS))
     pp, ep, tp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
     parts = [f"tp={tp}", f"pp={pp}", f"ep={ep}", "mbs=1",

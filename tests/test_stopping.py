@@ -26,7 +26,9 @@ from topologies.cluster import cluster_preset
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 # The README's default search (GPT-3 175B, 1,024 GPUs): each simulation takes seconds.
-ARGS = ["search", "--workers", "2", "--json", "--reference", "none"]
+# --top 40: enough simulations that the search is still running when the signal comes, on
+# a fast machine too (the default top 5 can finish between the first result and the signal)
+ARGS = ["search", "--workers", "2", "--json", "--reference", "none", "--top", "40"]
 
 
 def _stat(pid: int) -> tuple[str, int, int] | None:

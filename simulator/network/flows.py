@@ -287,6 +287,21 @@ class FlowNetwork:
     def _start_due(self, key: tuple, _ev) -> None:
         self._start_flows(self._due.pop(key))
 
+    def _take_slots(self, k: int) -> list:
+        """The ``k`` slots of the flow table that ``_start_flow`` would take one by one (the
+        free list's last first, the table grown when it runs out)."""
+        free = self._free
+        if len(free) >= k:
+            taken = free[-k:][::-1]
+            del free[-k:]
+        else:
+            taken = []
+            for _ in range(k):
+                if not free:
+                    self._grow(max(64, 2 * self._links.shape[0]), self._links.shape[1])
+                taken.append(free.pop())
+        return taken
+
     def _start_flows(self, flows: list) -> None:
         """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:
         the same slots, with one array operation per column of the flow table for all."""
@@ -298,12 +313,7 @@ class FlowNetwork:
         slots, hops = self._links.shape
         if max(sizes) > hops:
             self._grow(slots, max(sizes))
-        free, taken = self._free, []
-        for _ in range(k):             # the slots ``_start_flow`` would take one by one
-            if not free:
-                slots = self._links.shape[0]
-                self._grow(max(64, 2 * slots), self._links.shape[1])
-            taken.append(free.pop())
+        taken = self._take_slots(k)
         idx = np.array(taken)
         hops = self._links.shape[1]
         if min(sizes) == max(sizes):   # routes of one length (the common case): one block
@@ -351,17 +361,7 @@ class FlowNetwork:
         slots, hops = self._links.shape
         if block.hops > hops:
             self._grow(slots, block.hops)
-        free = self._free
-        if len(free) >= k:             # the slots ``_start_flow`` would take one by one
-            taken = free[-k:][::-1]
-            del free[-k:]
-        else:
-            taken = []
-            for _ in range(k):
-                if not free:
-                    slots = self._links.shape[0]
-                    self._grow(max(64, 2 * slots), self._links.shape[1])
-                taken.append(free.pop())
+        taken = self._take_slots(k)
         idx = np.array(taken)
         hops = self._links.shape[1]
         if block.rows is not None:     # routes of one length (the common case): one block
