@@ -184,31 +184,38 @@ def arrays_vs_scalar(model: str, cluster: str, rows: int = 80) -> tuple[float, f
     return worst[0], worst[1]
 
 
+def even_pipelined_jobs(gen, count: int):
+    """``(model, cluster, job)`` of the even pipelined plans among ``gen``'s first ``count``
+    seeded cases (``layers_per_stage`` plans, MoE toys with dense first layers and plans a
+    rule refuses left out)."""
+    from strategies.errors import SpecError
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    for seed in range(count):
+        m, cl, plan = gen(seed)
+        if "layers_per_stage" in plan or getattr(m, "first_k_dense_replace", 0):
+            continue
+        try:
+            job = make_job(m, cl, parse_plan(plan))
+        except SpecError:
+            continue
+        if job.plan.pp > 1:
+            yield m, cl, job
+
+
 def arrays_cases() -> dict[tuple[str, str], list]:
     """The even pipelined plans among the seeded cases of each family (``layers_per_stage``
     plans and MoE toys with dense first layers apart: the arrays keep the even run there):
     ``{(family, schedule): [cases, largest |plain arrays/scalar - 1|, largest
     |estimate_arrays_mixed/scalar - 1|]}``, the plain arrays being every stage on
     ``Cluster.gpu`` with even work (what the search scored them with before §5.45)."""
-    from strategies.errors import SpecError
     from strategies.estimate.analytic import estimate_arrays
     from strategies.estimate.mixed import estimate_arrays_mixed
     from strategies.estimate.scalar import estimate
-    from strategies.job import make_job
-    from strategies.plan import parse_plan
     from strategies.plan_arrays import PlanArrays
     out: dict[tuple[str, str], list] = {}
     for name, (gen, count) in FAMILIES.items():
-        for seed in range(count):
-            m, cl, plan = gen(seed)
-            if "layers_per_stage" in plan or getattr(m, "first_k_dense_replace", 0):
-                continue
-            try:
-                job = make_job(m, cl, parse_plan(plan))
-            except SpecError:
-                continue
-            if job.plan.pp == 1:
-                continue
+        for m, cl, job in even_pipelined_jobs(gen, count):
             P = PlanArrays.from_plans([job.plan])
             e = estimate(job).step_time_s
             row = out.setdefault((name, job.plan.schedule), [0, 0.0, 0.0])

@@ -11,8 +11,8 @@ import random
 import numpy as np
 import pytest
 
-from experiments.bound_mixed_gpus import dense_case, moe_case, schedules_case, spanning_case, toy
-from strategies.errors import SpecError
+from experiments.bound_mixed_gpus import (dense_case, even_pipelined_jobs, moe_case, schedules_case,
+                                          spanning_case, toy)
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.estimate.scalar import estimate
@@ -33,16 +33,8 @@ def _seeded_jobs():
     layer: the MoE cases without dense first layers)."""
     gens = ((dense_case, 60), (spanning_case, 25), (schedules_case, 40), (moe_case, 40))
     for gen, n in gens:
-        for seed in range(n):
-            m, cl, text = gen(seed)
-            if "layers_per_stage" in text or getattr(m, "first_k_dense_replace", 0):
-                continue
-            try:
-                job = make_job(m, cl, parse_plan(text))
-            except SpecError:
-                continue
-            if job.plan.pp > 1:
-                yield job
+        for _m, _cl, job in even_pipelined_jobs(gen, n):
+            yield job
 
 
 def test_pipelined_arrays_equal_scalar_on_seeded_mixed_plans():
