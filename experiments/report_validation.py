@@ -6,8 +6,9 @@ Runs ``paraplan validate --json --plot …`` and writes ``validation.md``, ``val
     python experiments/report_validation.py                  # docs/reports/
     python experiments/report_validation.py --reference my_runs.json --out /tmp/r
 
-It also evaluates the held-out references (``--also``; analytic only, as
-``paraplan validate --reference FILE --no-sim``) and tabulates them per model and per GPU:
+It also evaluates the held-out references (``--also``), analytically and simulated, as
+``paraplan validate --reference FILE --jobs N`` does (``--no-held-out-sim``: analytic only, as
+``--no-sim``), and tabulates them per model and per GPU:
 the 2025-26 MoE and rack-scale runs issue 14 and 18 are judged on, and the frontier-scale
 papers' runs (NVIDIA's NeMo 24.07 performance summary; Llama 3 405B on 8-16K H100,
 MegaScale's Megatron-LM baseline on 256-12,288 A100, docs/calibration.md §5.16).
@@ -91,41 +92,73 @@ def render(out: dict[str, Any], command: str, validate_cmd: str) -> str:
     return "\n".join(parts)
 
 
-def _mape(rows: list[dict[str, Any]]) -> list[Any]:
-    errs = [abs(r["analytic_error_pct"]) for r in rows]
-    signed = [r["analytic_error_pct"] for r in rows]
-    return [len(rows), fmt(sum(errs) / len(errs), 1, " %"), fmt(sum(signed) / len(signed), 1, " %"),
-            fmt(max(errs), 1, " %")]
+def _mape(rows: list[dict[str, Any]], key: str = "analytic_error_pct") -> list[Any]:
+    """Runs, MAPE, mean signed and worst error of ``key`` over ``rows`` ("-" where none)."""
+    signed = [r[key] for r in rows if r[key] is not None]
+    if not signed:
+        return [0, "-", "-", "-"]
+    errs = [abs(e) for e in signed]
+    return [len(signed), fmt(sum(errs) / len(errs), 1, " %"),
+            fmt(sum(signed) / len(signed), 1, " %"), fmt(max(errs), 1, " %")]
 
 
-def render_also(outs: list[dict[str, Any]]) -> str:
-    """The held-out references, analytic: MAPE per model and per cluster, then every run."""
-    parts = ["", "## Held-out references (analytic)", "",
+def _summary(name: str, part: dict[str, Any]) -> str:
+    if not part["cases"]:
+        return f"{name}: not run"
+    return (f"{name} {part['cases']} runs: MAPE {fmt(part['mape_pct'], 2, ' %')}, mean signed "
+            f"{fmt(part['mean_error_pct'], 2, ' %')}, worst {fmt(part['max_abs_error_pct'], 1, ' %')}")
+
+
+def render_also(outs: list[dict[str, Any]], simulated: bool = True) -> str:
+    """The held-out references: MAPE per model and per cluster (analytic, and simulated when
+    ``simulated``), then every run."""
+    how = ("`paraplan validate --reference FILE --jobs N`: analytic and simulated"
+           if simulated else "`paraplan validate --reference FILE --no-sim`: analytic only")
+    parts = ["", "## Held-out references (" + ("analytic and simulated" if simulated
+                                                else "analytic") + ")", "",
              "MoE models, the B200/B300/GB200/GB300 generation, NVIDIA's NeMo 24.07 "
              "performance summary, DGX Cloud benchmarking's 2025 recipes, frontier-scale "
              "papers' runs (Llama 3, MegaScale) and classic ones (MT-NLG, GLM-130B, "
-             "BloombergGPT), all held out, evaluated analytically "
-             "(`paraplan validate --reference FILE --no-sim`). Same columns as above; "
+             f"BloombergGPT), all held out, evaluated as {how}. Same columns as above; "
              "negative means predicted faster than measured.", ""]
+    if simulated:
+        parts += ["A run the simulator cannot run says why in the simulation column "
+                  "(\"not simulated: ...\"); it has an analytic error only and is left out "
+                  "of the simulated MAPE.", ""]
     for out in outs:
         rows = [r for r in out["cases"] if r["plan"] is not None]
         skipped = [r for r in out["cases"] if r["plan"] is None]
-        an = out["analytic"]
-        parts += [f"### `{out['reference']}`", "",
-                  f"{an['cases']} runs: MAPE {fmt(an['mape_pct'], 2, ' %')}, mean signed "
-                  f"{fmt(an['mean_error_pct'], 2, ' %')}, worst {fmt(an['max_abs_error_pct'], 1, ' %')}.",
-                  ""]
+        parts += [f"### `{out['reference']}`", "", _summary("Analytic", out["analytic"]) + "."]
+        if simulated:
+            parts += ["", _summary("Simulated", out["simulated"]) + "."]
+        parts.append("")
         for key, title in (("model", "model"), ("cluster", "cluster")):
             groups: dict[str, list[dict[str, Any]]] = {}
             for r in rows:
                 groups.setdefault(str(r[key]), []).append(r)
-            parts += [md_table([title, "runs", "MAPE", "mean signed", "worst"],
-                               [[k, *_mape(v)] for k, v in sorted(groups.items())]), ""]
-        parts += [md_table(["run", "plan", "GPUs", "dtype", "measured s", "analytic s", "error"],
-                           [[r["id"], r["plan"], r["gpus"], r["dtype"],
-                             fmt(r["measured_step_s"], 3), fmt(r["analytic_step_time_s"], 3),
-                             fmt(r["analytic_error_pct"], 1, " %")] for r in rows],
-                           align="llrlrrr"), ""]
+            heads = [title, "runs", "MAPE", "mean signed", "worst"]
+            if simulated:
+                heads = [title, "runs", "analytic MAPE", "mean signed", "worst",
+                         "simulated runs", "simulated MAPE", "mean signed", "worst"]
+            parts += [md_table(heads, [[k, *_mape(v)] + (_mape(v, "simulated_error_pct")
+                                                         if simulated else [])
+                                       for k, v in sorted(groups.items())]), ""]
+        if simulated:
+            parts += [md_table(["run", "plan", "GPUs", "dtype", "measured s", "analytic s",
+                                "error", "simulated s", "error", "simulation"],
+                               [[r["id"], r["plan"], r["gpus"], r["dtype"],
+                                 fmt(r["measured_step_s"], 3), fmt(r["analytic_step_time_s"], 3),
+                                 fmt(r["analytic_error_pct"], 1, " %"),
+                                 fmt(r["simulated_step_time_s"], 3),
+                                 fmt(r["simulated_error_pct"], 1, " %"), r["sim_method"] or "-"]
+                                for r in rows], align="llrlrrrrrl"), ""]
+        else:
+            parts += [md_table(["run", "plan", "GPUs", "dtype", "measured s", "analytic s",
+                                "error"],
+                               [[r["id"], r["plan"], r["gpus"], r["dtype"],
+                                 fmt(r["measured_step_s"], 3), fmt(r["analytic_step_time_s"], 3),
+                                 fmt(r["analytic_error_pct"], 1, " %")] for r in rows],
+                               align="llrlrrr"), ""]
         parts += [f"Skipped ({len(skipped)}): "
                   + ("; ".join(f"`{r['id']}`: {r['skipped']}" for r in skipped) or "none"), ""]
     return "\n".join(parts)
@@ -139,16 +172,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=None)
     ap.add_argument("--no-sim", action="store_true")
     ap.add_argument("--also", nargs="*", default=list(ALSO),
-                    help="further reference files, evaluated analytically (default: the held-out ones)")
+                    help="further reference files (default: the held-out ones)")
+    ap.add_argument("--held-out-sim", action=argparse.BooleanOptionalAction, default=True,
+                    help="simulate the --also files too (default on; --no-held-out-sim: "
+                         "analytic only, seconds instead of minutes; --no-sim implies it)")
     a = ap.parse_args(argv)
+    held_out_sim = a.held_out_sim and not a.no_sim
     argv = list(sys.argv[1:] if argv is None else argv)
     with ReportWriter(a.out) as w:
         out = paraplan(paraplan_args(a, w.path(f"{NAME}.png")))
         shown = ["paraplan", *paraplan_args(a, rel(os.path.join(a.out, f"{NAME}.png")), False)]
-        also = [paraplan(["validate", "--reference", f, "--no-sim"]) for f in a.also]
+        also = [paraplan(["validate", "--reference", f,
+                          *((["--jobs", str(a.jobs)] if a.jobs else []) if held_out_sim
+                            else ["--no-sim"])]) for f in a.also]
         w.json(f"{NAME}.json", {**out, "also": also})
         w.text(f"{NAME}.md", render(out, this_command("report_validation.py", argv),
-                                    " ".join(shown)) + render_also(also))
+                                    " ".join(shown)) + render_also(also, held_out_sim))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

@@ -22,7 +22,7 @@ def test_validation_report(tmp_path):
     ref.write_text(json.dumps(ENTRIES))
     out = tmp_path / "r"
     assert report_validation.main(["--reference", str(ref), "--out", str(out),
-                                   "--jobs", "1"]) == 0
+                                   "--jobs", "1", "--also", str(ref)]) == 0
     md = (out / "validation.md").read_text()
     data = json.loads((out / "validation.json").read_text())
     assert "python experiments/report_validation.py" in md
@@ -30,6 +30,30 @@ def test_validation_report(tmp_path):
     assert f"{data['analytic']['mape_pct']:.2f} %" in md
     assert f"{data['simulated']['mape_pct']:.2f} %" in md
     assert "tiny_broken" in md and (out / "validation.png").stat().st_size > 10_000
+    # The held-out file is simulated too (tiers all: the tier-2 run counts), with its own
+    # simulated MAPE and each run's simulated seconds, error and method.
+    (held,) = data["also"]
+    sim = held["simulated"]
+    assert sim["cases"] == 4 and held["analytic"]["cases"] == 4
+    assert "## Held-out references (analytic and simulated)" in md
+    assert (f"Simulated {sim['cases']} runs: MAPE {sim['mape_pct']:.2f} %, mean signed "
+            f"{sim['mean_error_pct']:.2f} %, worst {sim['max_abs_error_pct']:.1f} %.") in md
+    row = next(r for r in held["cases"] if r["id"] == "tiny_tier2")
+    assert (f"| {row['simulated_step_time_s']:.3f} | {row['simulated_error_pct']:.1f} % | "
+            f"{row['sim_method']} |") in md
+    first = md
+    # Same inputs, same page, bit for bit, apart from the wall-time line.
+    assert report_validation.main(["--reference", str(ref), "--out", str(out),
+                                   "--jobs", "1", "--also", str(ref)]) == 0
+    strip = lambda t: [ln for ln in t.splitlines() if not ln.startswith("Wall time")]  # noqa: E731
+    assert strip((out / "validation.md").read_text()) == strip(first)
+    # --no-held-out-sim: the held-out file analytic only.
+    assert report_validation.main(["--reference", str(ref), "--out", str(out), "--jobs", "1",
+                                   "--also", str(ref), "--no-held-out-sim"]) == 0
+    md = (out / "validation.md").read_text()
+    held = json.loads((out / "validation.json").read_text())["also"][0]
+    assert held["simulated"]["cases"] == 0 and held["analytic"]["cases"] == 4
+    assert "## Held-out references (analytic)" in md and "Simulated 4 runs" not in md
     _no_temporaries(out)
 
 
