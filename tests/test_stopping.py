@@ -69,11 +69,19 @@ def wait_for(cond, timeout: float, step: float = 0.05) -> bool:
     return cond()
 
 
+def _default_hangup() -> None:
+    """In the child: SIGHUP at its default, whatever the test runner inherited (under
+    ``nohup`` it is ignored, and the command rightly keeps it ignored: ``stop_on_signals``)."""
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def start_search(results: Path) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "simulator.cli", *ARGS, "--results",
                              str(results)], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_default_hangup)
     ok = wait_for(lambda: len(children(proc.pid)) >= 2 and results.exists()
                   and results.stat().st_size > 0, 90)
     if not ok:
