@@ -62,6 +62,19 @@ def _split(rng: random.Random, layers: int, pp: int) -> str:
                                                                    cuts + [layers]))
 
 
+def _pipelined_text(rng: random.Random, parts: list, layers: int, pp: int,
+                    schedules: list, p_split: float) -> str:
+    """``parts`` joined as a plan, with (``pp > 1``) a schedule drawn from ``schedules`` and,
+    with probability ``p_split``, an uneven split; ZeRO-1 with probability 0.3."""
+    if pp > 1:
+        parts.append(f"schedule={rng.choice(schedules)}")
+        if rng.random() < p_split:
+            parts.append(_split(rng, layers, pp))
+    if rng.random() < 0.3:
+        parts.append("zero=1")
+    return ",".join(parts)
+
+
 def dense_case(seed: int):
     """``(model, cluster, plan text)``: one node of each of two GPU types."""
     rng = random.Random(seed)
@@ -72,13 +85,7 @@ def dense_case(seed: int):
     mbs = rng.choice([1, 2])
     gbs = rng.choice([8, 16]) * mbs * 16 // (tp * pp)
     parts = [f"tp={tp}", f"pp={pp}", f"mbs={mbs}", f"gbs={gbs}"]
-    if pp > 1:
-        parts.append(f"schedule={rng.choice(['1f1b', 'gpipe', '1f1b'])}")
-        if rng.random() < 0.6:
-            parts.append(_split(rng, m.num_layers, pp))
-    if rng.random() < 0.3:
-        parts.append("zero=1")
-    return m, cl, ",".join(parts)
+    return m, cl, _pipelined_text(rng, parts, m.num_layers, pp, ["1f1b", "gpipe", "1f1b"], 0.6)
 
 
 def spanning_case(seed: int):
@@ -130,13 +137,7 @@ def moe_case(seed: int):
     pp, ep, tp = rng.choice([1, 2, 4]), rng.choice([1, 2, 4]), rng.choice([1, 2])
     parts = [f"tp={tp}", f"pp={pp}", f"ep={ep}", "mbs=1",
              f"gbs={rng.choice([4, 8]) * (16 // (tp * pp))}"]
-    if pp > 1:
-        parts.append(f"schedule={rng.choice(['1f1b', 'gpipe', 'zb-h1'])}")
-        if rng.random() < 0.5:
-            parts.append(_split(rng, m.num_layers, pp))
-    if rng.random() < 0.3:
-        parts.append("zero=1")
-    return m, cl, ",".join(parts)
+    return m, cl, _pipelined_text(rng, parts, m.num_layers, pp, ["1f1b", "gpipe", "zb-h1"], 0.5)
 
 
 FAMILIES = {"dense": (dense_case, 230), "spanning": (spanning_case, 40),
