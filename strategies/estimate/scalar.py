@@ -286,11 +286,11 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
-    c = (costs or StageCostMemo(job))(job.cluster.gpu)
     if float(r.get("ep_a2a_s", 0.0)) <= 0:
         return 0.0
     if sched.overlaps_pairs and job.layout.uniform:
         return 0.0
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
