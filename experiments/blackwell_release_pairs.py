@@ -32,8 +32,8 @@ def harness_gb300_over_gb200() -> float:
 
 def pair_rows(files: tuple[str, ...] = FILES) -> list[tuple]:
     """``(file, GB200 run, dtype, measured GB200/GB300 step ratio, model's ratio,
-    GB200 plan, GB300 plan)`` (plans as text: tp, pp, vp, gbs) of every run whose id names gb200 and has a
-    gb300 twin (same id with gb300) in the same file; analytic estimate."""
+    GB200 plan, GB300 plan)`` (plans as text: tp, pp, vp, gbs) of every run whose id names
+    gb200 and has a gb300 twin (same id with gb300) in the same file; analytic estimate."""
     from simulator.studies.validate import load_cases
     from strategies.estimate.scalar import estimate
 
@@ -47,8 +47,8 @@ def pair_rows(files: tuple[str, ...] = FILES) -> list[tuple]:
             twin = cases.get(cid.replace("gb200", "gb300"))
             if "gb200" not in cid or twin is None:
                 continue
-            plans = [f"tp{x.job.plan.tp} pp{x.job.plan.pp} vp{x.job.plan.vpp} gbs{x.job.plan.gbs}"
-                     for x in (c, twin)]
+            plans = [f"tp{p.tp} pp{p.pp} vp{p.vpp} gbs{p.gbs}"
+                     for p in (c.job.plan, twin.job.plan)]
             out.append((f, cid, c.job.dtype,
                         c.measured_step_s / twin.measured_step_s,
                         estimate(c.job).step_time_s / estimate(twin.job).step_time_s,
@@ -60,13 +60,15 @@ def main() -> int:
     h = harness_gb300_over_gb200()
     print(f"Azure harness, fp8, GB300 (CUDA 13.0) / GB200 (CUDA 12.8): {h:.3f}\n")
     rows = pair_rows()
-    print("| file | GB200 run | dtype | measured GB200/GB300 | model GB200/GB300 | plans GB200 ; GB300 |")
+    print("| file | GB200 run | dtype | measured GB200/GB300 | model GB200/GB300 "
+          "| plans GB200 ; GB300 |")
     print("|---|---|---|---:|---:|---|")
     for f, cid, d, meas, model, p2, p3 in rows:
         print(f"| {f} | {cid} | {d} | {meas:.3f} | {model:.3f} | {p2} ; {p3} |")
     fp8 = [r for r in rows if r[2] in ("fp8", "fp8-current", "mxfp8")]
-    print(f"\nfp8/mxfp8 pairs: {len(fp8)}; measured ratio mean {statistics.mean(r[3] for r in fp8):.3f} "
-          f"(min {min(r[3] for r in fp8):.3f}); model mean {statistics.mean(r[4] for r in fp8):.3f}; "
+    meas, model = [r[3] for r in fp8], [r[4] for r in fp8]
+    print(f"\nfp8/mxfp8 pairs: {len(fp8)}; measured ratio mean {statistics.mean(meas):.3f} "
+          f"(min {min(meas):.3f}); model mean {statistics.mean(model):.3f}; "
           f"pairs whose measured ratio is below the harness's {h:.3f}: "
           f"{sum(r[3] < h for r in fp8)}")
     return 0
