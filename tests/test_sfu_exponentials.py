@@ -100,3 +100,24 @@ def test_yaml_key_round_trip_and_validation():
         with pytest.raises(SpecError) as e:
             gpu_from_mapping({**d, "exp_tera_per_s": bad})
         assert "gpu.exp_tera_per_s" in str(e.value)
+
+
+def test_pairs_experiment_model_ratio_is_the_closed_form():
+    """experiments/sfu_attention_pairs.py's model column: GB200/GB300 time of a fused pass,
+    1 / (1 - w·n·(1/R0 - 1/R1)/t) with t the catalog time and n = F/(2(d_qk + d_v))."""
+    import importlib.util
+    import pathlib
+    path = pathlib.Path(__file__).parent.parent / "experiments" / "sfu_attention_pairs.py"
+    spec = importlib.util.spec_from_file_location("sfu_attention_pairs", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    g = get_gpu("GB200")
+    dx = 1 / ATTN_EXP_REF_RATE - 1 / BLACKWELL_ULTRA_EXP_RATE
+    for dq, dv in ((128, 128), (192, 128), (64, 64)):
+        per_flop = 1 / (g.peak("bf16") * g.attention_efficiency)   # catalog s per FLOP
+        share = dx / (2 * (dq + dv)) / per_flop
+        assert mod.model_ratio(dq, dv, False) == pytest.approx(
+            1 / (1 - compute.EXP_EXPOSED_FWD * share), rel=1e-12)
+        bwd = compute.FLASH_BWD_FACTOR / compute.FLASH_BWD_EFFICIENCY
+        assert mod.model_ratio(dq, dv, True) == pytest.approx(
+            1 / (1 - compute.EXP_EXPOSED_BWD * share / bwd), rel=1e-12)
