@@ -166,6 +166,17 @@ def summary(gpu: str, source: str, lo: int = 8192) -> tuple[float, float]:
             st.median(r.bwd_tflops / r.fwd_tflops for r in rs))
 
 
+def consistency() -> dict[tuple[str, int], tuple[float, float]]:
+    """(GPU, seq) -> measured over model speed (forward, backward) of the cuDNN causal
+    head-dim-128 GQA shape: the catalog's error per chip at the same kernel and shape."""
+    out = {}
+    for r in BENCHMARKS:
+        if r.source.startswith("cudnn") and r.causal and r.dqk == r.dv == 128:
+            x = fractions(r)
+            out[(r.gpu, r.seq)] = (x["meas_fwd"] / x["model_fwd"], x["meas_bwd"] / x["model_bwd"])
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.parse_args()
@@ -188,6 +199,14 @@ def main() -> None:
               f"catalog's convention (catalog attention_efficiency {g.attention_efficiency}), "
               f"backward/forward {ratio:.3f} (FLASH_BWD_EFFICIENCY "
               f"{compute.FLASH_BWD_EFFICIENCY})")
+    c = consistency()
+    gpus = (H2, G2, G3)
+    print("\nmeasured / model speed, cuDNN, causal, head dim 128 (forward; backward):")
+    print("| seq | " + " | ".join(gpus) + " |")
+    print("| ---: |" + " --- |" * len(gpus))
+    for s in sorted({k[1] for k in c}):
+        print(f"| {s} | " + " | ".join(f"{c[(g, s)][0]:.3f}; {c[(g, s)][1]:.3f}" for g in gpus)
+              + " |")
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"  {k}: {v}")
