@@ -177,6 +177,24 @@ def consistency() -> dict[tuple[str, int], tuple[float, float]]:
     return out
 
 
+def knee_fit(gpu: str, source: str) -> tuple[float, float, float]:
+    """Least-squares fit of the cuDNN causal head-dim-128 forward fractions of ``gpu`` (catalog
+    convention) to ``E·L/(L + L0)``, ``L`` the mean key blocks per 128-row query block the
+    causal kernel visits, ``(n + 1)/2``: (E, L0 in blocks, largest relative residual). L0 is
+    scanned over 0.05-block steps up to 20; for each, E is the linear least-squares value."""
+    pts = [(((r.seq + 127) // 128 + 1) / 2, kernel_convention_fwd(r)) for r in BENCHMARKS
+           if r.gpu == gpu and r.source == source and r.causal and r.dqk == r.dv == 128]
+    best = None
+    for i in range(401):
+        l0 = 0.05 * i
+        g = [L / (L + l0) for L, _ in pts]
+        e = sum(gi * y for gi, (_, y) in zip(g, pts)) / sum(gi * gi for gi in g)
+        sse = sum((e * gi - y) ** 2 for gi, (_, y) in zip(g, pts))
+        if best is None or sse < best[0]:
+            best = (sse, e, l0, max(abs(e * gi / y - 1) for gi, (_, y) in zip(g, pts)))
+    return best[1], best[2], best[3]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.parse_args()
@@ -207,6 +225,14 @@ def main() -> None:
     for s in sorted({k[1] for k in c}):
         print(f"| {s} | " + " | ".join(f"{c[(g, s)][0]:.3f}; {c[(g, s)][1]:.3f}" for g in gpus)
               + " |")
+    print("\nsequence knee (lead, not in the model): causal head dim 128 forward = "
+          "E·L/(L + L0), L = mean key blocks per query block")
+    for gpu, src in ((H2, "cudnn919-h200"), (G2, "cudnn922-gb200"), (G3, "cudnn922-gb300")):
+        e, l0, worst = knee_fit(gpu, src)
+        g = get_gpu(gpu)
+        print(f"  {gpu}: E {e:.3f}, L0 {l0:.2f} blocks ({l0 * 128:.0f} keys), worst residual "
+              f"{100 * worst:.1f} %; bf16 rate per SM {g.peak('bf16') / g.sm_count / 1e12:.2f} "
+              f"TFLOP/s")
     print("\nSources:")
     for k, v in SOURCES.items():
         print(f"  {k}: {v}")

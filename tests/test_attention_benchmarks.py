@@ -124,3 +124,16 @@ def test_catalog_attention_fields_in_range():
         assert 0 < g.attention_efficiency <= 1
         assert g.fa2_attention_efficiency is None or 0 < g.fa2_attention_efficiency <= 1
         assert np.isfinite(g.flash_efficiency("fa2"))
+
+
+def test_sequence_knee_fits_every_chip():
+    """The lead of §5.65: E·L/(L + L0) reproduces every cuDNN causal head-dim-128 forward
+    point within 6 % with a knee of 2.5-4.5 key blocks on H200, GB200 and GB300, and the
+    asymptote over the catalog value is within 5 % on H200 and GB200."""
+    ratios = []
+    for gpu, src in (("H200-SXM-141GB", "cudnn919-h200"), ("GB200", "cudnn922-gb200"),
+                     ("GB300", "cudnn922-gb300")):
+        e, l0, worst = ab.knee_fit(gpu, src)
+        assert worst < 0.06 and 2.5 <= l0 <= 4.5, (gpu, e, l0, worst)
+        ratios.append(e / get_gpu(gpu).attention_efficiency)
+    assert abs(ratios[1] / ratios[0] - 1) < 0.05
