@@ -74,3 +74,16 @@ def test_estimate_charges_a_pp2_interleaved_exchange_the_rules_serial_sum():
     assert pp_comm == pytest.approx(n * float(ps.call_time(t, ALL4, 2, batched=True)),
                                     rel=1e-12)
     assert pp_comm < n * 4 * t      # the lead's four serial transfers are not what runs
+
+
+def test_simulated_pp2_exchange_exposes_the_rules_serial_sum():
+    """A pp = 2 interleaved pipeline alone on NVLink (``experiments/p2p_exchange_count``): the
+    simulated step grows by the exposed exchanges times one call's serial transfers (1) per
+    message time, not four times that."""
+    import sys
+    sys.path.insert(0, "experiments")
+    from p2p_exchange_count import counts
+    n = float(get_schedule("interleaved").exposed_messages(8, 2, 2))
+    _, s = counts("interleaved", 2, 2, 8)
+    assert s == pytest.approx(n * ps.serial_transfers(FWD, 2), abs=0.1)
+    assert s < n * ps.serial_transfers(ALL4, 2)
