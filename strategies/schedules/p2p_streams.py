@@ -9,7 +9,8 @@ The facts, read from the code (nothing fitted):
   communicator and the stream ``ncclStreams_[key]`` of ``key = getKeySendRecv(rank, peer)``,
   the pair ``low:high``; inside ``batch_isend_irecv`` (``ncclActiveGroupCounter_ > 0``) every
   op takes the device's key and the group is one NCCL launch. The streams belong to the
-  process-group object, so two groups never share one.
+  process-group object, so two groups never share one. Megatron initialises lazily (no
+  ``device_id`` to ``init_process_group``), so the pair key is the one that runs.
 * Megatron-Core ``p2p_communication._p2p_ops`` (``batch_p2p_comm`` false): even pipeline
   ranks issue ``send_next, recv_prev, send_prev, recv_next``, odd ranks ``recv_prev,
   send_next, recv_next, send_prev``; with a pipeline group of two ranks the even ranks' sends
