@@ -30,6 +30,10 @@ Table 5: every Qwen3-30B-A3B row of the two files: micro-batch, tokens per micro
 whether the plan graphs the whole step, and the miss per MoE layer and micro-batch
 (``experiments/moe_residuals.residual_rows``): a miss that does not grow with the tokens is a
 cost per layer call, not per token.
+
+Table 6 (a lead not landed): the Llama rows whose table cell says FP8 (26.04.01 and 26.06) ran
+the harness's ``*_FP8_CS_*`` configs too; their error as read (delayed scaling) and as they
+would be read with current scaling.
 """
 from __future__ import annotations
 
@@ -218,6 +222,10 @@ def main() -> None:
           f"(+{a2a * (t - 1):.3f}); the row misses "
           f"{row_table()[0][-1]:.3f} ms.")
     main_qwen30()
+    print("\n| Llama row, table cell FP8 | error as read (delayed) | read as current scaling |"
+          "\n|---|---|---|")
+    for rid, a, b in llama_fp8_rows():
+        print(f"| {rid} | {a:+.1f} % | {b:+.1f} % |")
 
 
 def qwen30_rows() -> list[tuple]:
@@ -241,6 +249,24 @@ def main_qwen30() -> None:
     for rid, gpu, dt, mbs, tok, g, err, miss in qwen30_rows():
         print(f"| {rid} | {gpu} | {dt} | {mbs} | {tok} | {'yes' if g else 'no'} | {err:+.1f} % "
               f"| {miss:.2f} |")
+
+
+def llama_fp8_rows() -> list[tuple[str, float, float]]:
+    """``(id, error % as read, error % read as current scaling)`` of the plain-FP8 Llama rows
+    of ``ROWS``' files."""
+    out = []
+    for path, _ in ROWS:
+        rows = load_reference(DATA + path)
+        for e in rows:
+            if e.get("precision") != "fp8" or "llama" not in e["id"]:
+                continue
+            case = case_from_entry(e, rows)
+            cur = copy.deepcopy(e)
+            cur["precision"] = "fp8 (current scaling)"
+            m = case.measured_step_s
+            out.append((e["id"], 100 * (estimate(case.job).step_time_s / m - 1),
+                        100 * (estimate(case_from_entry(cur, rows).job).step_time_s / m - 1)))
+    return out
 
 
 if __name__ == "__main__":
