@@ -115,7 +115,8 @@ def test_zero_for_16_bits_block_scaling_and_other_stacks():
 def _job(fw="megatron-core", dtype="fp8"):
     m = replace(LLAMA, name="llama-8l", num_layers=8)
     return make_job(m, cluster_preset("dgx-h100", 4),
-                    Plan(tp=2, pp=2, dp=8, mbs=1, gbs=64, vpp=2, schedule="interleaved"), dtype=dtype, framework=fw)
+                    Plan(tp=2, pp=2, dp=8, mbs=1, gbs=64, vpp=2, schedule="interleaved"),
+                    dtype=dtype, framework=fw)
 
 
 def test_stage_record_estimate_and_simulation_read_the_rule():

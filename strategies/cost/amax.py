@@ -38,7 +38,8 @@ Only stacks that run TE's modules under Megatron-Core's autocast do this
 Priced as ``comm.small_allreduce_time`` each (the tree for a buffer of kilobytes over
 several nodes), blocking the compute stream: the stage record's layer passes carry it as
 seconds per mean layer and micro-batch. Not modelled: the full recomputation's second
-forward (TE skips its amax update there), the ``torch.cat`` and the fused update kernel.
+forward (whether its autocast exit reduces again: not read), the ``torch.cat`` and the
+fused update kernel (two launches per reduction).
 """
 from __future__ import annotations
 
