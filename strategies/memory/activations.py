@@ -61,7 +61,7 @@ from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
-from strategies.schedules.base import peak_chunk_moment, peak_pair
+from strategies.schedules.base import order_figure, peak_chunk_moment, peak_pair
 from topologies.precision import get_precision
 
 if TYPE_CHECKING:
@@ -698,15 +698,20 @@ def _stash_at_peak(job: Job, stage: int, per) -> tuple[int, int, float]:
     callers that also branch on it)."""
     p, m = job.plan, job.num_microbatches
     sched = get_schedule(p.schedule).for_job(job)
+    # an order that depends on the job's times only (``for_job`` binds them) or a micro-batch
+    # group is derived afresh; any other is read from the orders' memo (``order_figure``)
+    memo = sched is get_schedule(p.schedule) and p.microbatch_group_size is None
     if per is None:
-        front = sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+        front = (order_figure(sched, "stash_frontier")(stage, p.pp, m, p.vpp) if memo else
+                 sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size))
         a, wb = chunk_layer_activation_bytes(job, stage), wgrad_bytes_per_chunk(job, stage)
         n, w = front[0] if len(front) == 1 else peak_pair(
             front, activation_bytes_per_chunk(job, stage), wb)
         return n, w, n * a + w * wb
     acts, wgrads = per
     extra = _entry_extra_bytes(job, stage)
-    moments = sched.chunk_stash_moments(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    moments = (order_figure(sched, "chunk_stash_moments")(stage, p.pp, m, p.vpp) if memo else
+               sched.chunk_stash_moments(stage, p.pp, m, p.vpp, p.microbatch_group_size))
     ns, ws = peak_chunk_moment(moments, [a + extra for a in acts], wgrads)
     layers = sum(k * a for k, a in zip(ns, acts)) + sum(k * x for k, x in zip(ws, wgrads))
     return sum(ns), sum(ws), float(layers)
