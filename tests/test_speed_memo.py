@@ -78,7 +78,27 @@ def test_collective_time_key_tells_values_and_types_apart():
     assert comm._exact(0.0) != comm._exact(-0.0)
     assert comm._exact(8) != comm._exact(8.0)
     assert comm._exact(np.int64(8)) != comm._exact(8)
-    assert comm._exact(np.array(1.0)) is None       # arrays are not kept
+    assert comm._exact(np.array([1.0])) is None     # arrays are not kept
+    # 0-d arrays (np.where's answers: dp_parts' ranks and strides) are, by dtype and value
+    assert comm._exact(np.array(8)) == comm._exact(np.array(8))
+    assert comm._exact(np.array(8)) != comm._exact(np.array(8.0))
+    assert comm._exact(np.array(8.0)) != comm._exact(8.0)
+    assert comm._exact(np.array(8.0)) != comm._exact(np.float64(8.0))
+    assert comm._exact(np.array(0.0)) != comm._exact(np.array(-0.0))
+    assert comm._exact(np.array(8, dtype=np.int32)) != comm._exact(np.array(8))
+    assert comm._exact(np.array(True)) is None
+
+
+@pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),
+                                      (np.array(4), np.array(1.0))])
+def test_collective_time_of_0d_arrays_is_the_fresh_answer(n, stride):
+    cl = cluster_preset("dgx-h100", 4)
+    for kind in ("allreduce", "reduce_scatter", "allgather", "alltoall"):
+        first = comm.collective_time(kind, 3e8, n, stride, cl)
+        again = comm.collective_time(kind, 3e8, n, stride, cl)
+        fresh = comm._collective_time(kind, 3e8, n, stride, cl)
+        assert again is first                        # kept
+        assert type(first) is type(fresh) and first == fresh
 
 
 def test_zero3_columns_without_a_per_tensor_plan_are_the_walks_zeros():

@@ -113,7 +113,8 @@ alltoall_time = all_to_all.time
 # buckets, the ZeRO passes, the bound's floors), each a dozen numpy calls on 0-d arrays
 # (validate_published --tiers all --no-sim: 16,362 calls, 4,626 distinct). Kept by the
 # cluster's id with the cluster itself (a frozen spec: its id stays its own while kept)
-# and each argument's type and exact value (``float.hex``: -0.0 is not 0.0); the answer
+# and each argument's type (a 0-d array's dtype too) and exact value (``float.hex``: -0.0
+# is not 0.0); the answer
 # is an immutable numpy scalar, the same object a fresh call would equal bit for bit.
 _SCALAR_TIMES: dict[tuple, tuple[Cluster, Num]] = {}
 _SCALAR_KEPT = 8192
@@ -128,6 +129,9 @@ def _exact(x) -> tuple | None:
         return (t, float.hex(float(x)))
     if t in _INTS:
         return (t, int(x))
+    if t is np.ndarray and x.ndim == 0 and x.dtype.kind in "fi":  # a 0-d array (np.where's)
+        v = x[()]
+        return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
     return None
 
 
