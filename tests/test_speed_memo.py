@@ -147,3 +147,29 @@ def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vp
     analysis.free_comm_order.cache_clear()
     assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
         == kept[1]
+
+
+@pytest.mark.parametrize("schedule,pp,m,vpp", [("interleaved", 4, 8, 2), ("zb-v", 4, 8, 2),
+                                               ("dualpipe", 4, 8, 1), ("1f1b", 3, 6, 1)])
+def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp, m, vpp):
+    """``replay_free_comm`` (its per-order event lists and the two-predecessor max) gives
+    what ``max`` over each event's predecessors gives, ties of 0.0 and -0.0 included."""
+    from strategies.schedules import get_schedule
+    from strategies.schedules.analysis import free_comm_order, replay_free_comm
+    order = free_comm_order(get_schedule(schedule), pp, m, vpp)
+    rng = np.random.default_rng(7)
+    secs = {sig: float(rng.choice([0.0, -0.0, 0.5, 1.0, rng.random()]))
+            for sig in order.sigs}
+    got = replay_free_comm(order, pp, lambda r, g: secs[(r, g)])
+    dur = [secs[sig] for sig in order.sigs]
+    free, first, busy = [0.0] * pp, [None] * pp, [0.0] * pp
+    ends = [0.0] * (len(order.rank) + 1)
+    for e, (r, k, ps) in enumerate(zip(order.rank.tolist(), order.sig.tolist(),
+                                       order.preds.tolist())):
+        start = max([ends[q] for q in ps])
+        first[r] = start if first[r] is None else first[r]
+        free[r] = start + dur[k]
+        busy[r] += free[r] - start
+        ends[e] = free[r]
+    want = (first, free, busy)
+    assert [[x.hex() for x in v] for v in got] == [[x.hex() for x in v] for v in want]
