@@ -173,3 +173,18 @@ def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp,
         ends[e] = free[r]
     want = (first, free, busy)
     assert [[x.hex() for x in v] for v in got] == [[x.hex() for x in v] for v in want]
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
+def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
+    """``comm._hop_relays`` of 0-d offsets is kept per cluster object; the kept answer is a
+    copy (a caller's array is its own) equal to the vectorised one."""
+    cl = cluster_preset(preset, 4)
+    offs = [(s, -(k - 1) * s) for s in (1, 2, 4, 8) for k in (1, 2, 4)]
+    batch = comm._hop_relays(cl, (np.array([a for a, _ in offs]),
+                                  np.array([b for _, b in offs])))
+    for i, o in enumerate(offs):
+        first = comm._hop_relays(cl, o)
+        again = comm._hop_relays(cl, o)
+        assert first.shape == () and again is not first
+        assert bool(first) == bool(again) == bool(batch[i])
