@@ -35,6 +35,8 @@ from topologies.precision import PRECISIONS
     ("mxfp8", 2, False, 2 + 2 * (1 + 1 / 32)),
     ("mxfp8", 2, True, 2 * (1 + 1 / 32) - 2),
     ("nvfp4", 2, False, 2 + 2 + 2 * (0.5 + 1 / 16)),
+    # TE runs the norm/activation unfused under RHT: its own amax pass and the cast's read
+    ("nvfp4", 2, True, 2 + 2 + 2 * (0.5 + 1 / 16)),
 ])
 def test_cast_bytes_per_element(dtype, copies, fused, nbytes):
     assert PRECISIONS[dtype].cast_bytes(copies, fused) == pytest.approx(nbytes, abs=1e-15)
@@ -183,3 +185,25 @@ def test_cli_runs_blockwise_fp8():
                           "tp=2,pp=1,gbs=16", "--dtype", "fp8-blockwise"],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "fp8" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_nvfp4_producer_cannot_fuse_the_post_hadamard_amax():
+    """TE's NVFP4 recipe (RHT on, post-RHT amax) runs norms and activations unfused, so a
+    layer's nvfp4 casts cost every cast element the unfused bytes, whichever kernel
+    produced it: (forward, backward) = (all forward elements, all backward elements) x
+    (amax read 2 + cast read 2 + two copies of 1/2 + 1/16 B)."""
+    from dataclasses import replace
+    m, gpu = model_preset("llama3-70b"), get_gpu("GB300")
+    p = PRECISIONS["nvfp4"]
+    assert not p.producer_amax and PRECISIONS["fp8-current"].producer_amax
+    per = 2 + 2 + 2 * (0.5 + 1 / 16)
+    for sp in (False, True):
+        (ff, fu), (bf, bu) = quantise.layer_cast_elements(m, 1, 4, 1, sp)
+        assert ff > 0 and bf > 0                      # the layer has producer-fused tensors
+        f, b = quantise.layer_cast_bytes(m, 1, 4, 1, sp, gpu, "nvfp4")
+        assert f == pytest.approx((ff + fu) * per, rel=1e-15)
+        assert b == pytest.approx((bf + bu) * per, rel=1e-15)
+    # a recipe whose producer could compute the amax (RHT off) would save the amax read only
+    fusable = replace(p, producer_amax=True)
+    assert p.cast_bytes(2, True) - fusable.cast_bytes(2, True) == 2.0
+    assert fusable.cast_bytes(2, False) == p.cast_bytes(2, False)

@@ -8,6 +8,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost.stage import stage_costs
@@ -128,7 +129,8 @@ def test_dense_model_unchanged():
 def test_stage_record_reads_the_plan_dispatcher():
     """The stage-cost record (estimate, bound and simulator read it) prices the plan's
     dispatcher: Qwen3-30B-A3B on 8 GPUs, the alltoall layer is slower than HybridEP's by the
-    passes and, in the forward, the host path after its sync; for a dense model the dispatcher field changes nothing."""
+    passes and, in the forward, the host path after its sync, and by its count all-gather
+    and probabilities' all-to-alls; for a dense model the dispatcher field changes nothing."""
     m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("dgx-b200", 1)
     runs = {d: stage_costs(make_job(m, cl, Plan(tp=1, pp=1, dp=8, ep=8, mbs=B, gbs=64,
                                                 moe_dispatcher=d), dtype="bf16"))
@@ -139,9 +141,12 @@ def test_stage_record_reads_the_plan_dispatcher():
     fw = get_profile(None)
     sync = ct.moe_sync_time(m, fw, cl.gpu, 0) - ct.moe_sync_time(m, fw, cl.gpu, 2)
     assert sync > 0                      # the alltoall's Python operator after its sync
+    # the alltoall's count all-gather and probabilities' all-to-alls (§5.58)
+    mf, mb = cm.dispatcher_metadata_time(m, B, 1, 1, 8, 1, 0, cl)
+    assert mf > 0 and mb > 0
     assert runs["alltoall"].layer_fwd - runs["hybridep"].layer_fwd == pytest.approx(
-        pf + sync, rel=1e-9)
-    assert runs["alltoall"].layer_bwd - runs["hybridep"].layer_bwd == pytest.approx(pb,
-                                                                                   rel=1e-9)
+        pf + sync + mf, rel=1e-9)
+    assert runs["alltoall"].layer_bwd - runs["hybridep"].layer_bwd == pytest.approx(
+        pb + mb, rel=1e-9)
     d = model_preset("llama3-8b")
     assert np.isclose(counts.moe_permute_bytes(d, 1, 1, 1, 1)[0], 0.0)

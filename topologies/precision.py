@@ -22,12 +22,30 @@ One row per name a public run uses. Units: bytes per element.
   column-wise copy, as ``fp8-blockwise``.
 - ``nvfp4``: E2M1 values in 16-element blocks with an E4M3 scale and a per-tensor FP32 scale
   (TE ``NVFP4BlockScaling``): fp4 rate, operands 1/2 + 1/16 B; the per-tensor scale needs a
-  global amax first (as current scaling), then the two block-scaled copies.
+  global amax first (as current scaling), then the two block-scaled copies. The recipe's
+  defaults (which Megatron-Core's ``get_fp4_recipe`` keeps: ``NVFP4BlockScaling()``) run all
+  three GEMMs of every linear layer in NVFP4, with a random Hadamard transform (16 x 16) on
+  the column-wise copies of inputs and gradients (the weight gradient's operands), 16 x 16
+  2D blocks for weights and stochastic rounding for gradients. The column-wise scale is
+  that of the *transformed* tensor (``with_post_rht_amax``), so no norm or activation kernel
+  computes it in passing: TE then runs them unfused (``Impl::UNFUSED`` in
+  ``pytorch/csrc/extensions/normalization.cpp`` and ``activation.cpp`` whenever
+  ``with_rht && with_post_rht_amax``), writing bf16, and the quantizer reads it twice, once
+  in ``nvte_hadamard_transform_amax`` (both amaxes in one pass) and once in
+  ``nvte_quantize_with_hadamard_transform`` (row-wise and RHT column-wise copies in one
+  kernel; ``pytorch/csrc/quantizer.cpp``, ``NVFP4Quantizer::quantize_impl``): a tensor a
+  producer would have fused costs as much as one cast by a kernel of its own
+  (``Precision.producer_amax`` False). The Hadamard product (16 multiply-adds per element,
+  on the tensor cores in the fused kernel) and the rounding's random bits add no HBM
+  traffic and are not timed.
 
 Per element cast, a quantisation moves (``Precision.cast_bytes``): the amax read pass where
 the recipe needs one and no producer computes it (2 B), the bf16 read (2 B) and
 ``copies x operand_bytes`` written; fused into the producing kernel it moves
-``copies x operand_bytes - 2`` more than that kernel's bf16 output. ``copies`` is 2 for
+``copies x operand_bytes - 2`` more than that kernel's bf16 output (where the recipe needs an
+amax pass, the producer computes the amax and a cast kernel reads its bf16 output: 2 B + the
+copies; where the producer cannot compute the amax, nvfp4's Hadamard-transformed one, the
+amax pass too: the unfused bytes). ``copies`` is 2 for
 block-scaled formats, and for per-tensor fp8 on GPUs whose fp8 tensor cores take only the
 "TN" layout (Hopper: the weight gradient needs transposed copies; TE's
 ``non_tn_fp8_gemm_supported`` is true from compute capability 10, Blackwell), else 1
@@ -36,9 +54,13 @@ tensors of a layer.
 
 Block-scaled formats need tensor cores that apply the block scales in the MMA (Blackwell's
 ``tcgen05`` block-scaled MMA; CDNA 4's MX instructions): a GPU lists the ones it has in
-``GPU.block_formats`` and is refused any other. NVFP4 recipes keep a few layers (the last
-ones) in BF16 and add random Hadamard transforms to weight-gradient inputs; neither is
-modelled: every GEMM of every layer runs at the fp4 rate (an upper bound on the speed-up).
+``GPU.block_formats`` and is refused any other. Megatron-Core can keep the first and last
+layers of an fp4 run in BF16 (``--first-last-layers-bf16`` with ``--num-layers-at-start-in-bf16``
+/ ``--num-layers-at-end-in-bf16``, ``megatron/core/fp4_utils.py`` ``get_fp4_context``); that
+is not modelled (every GEMM of every layer runs at the fp4 rate), and the public rows do not
+use it: Megatron-Bridge's ``bf16_with_nvfp4_mixed`` (which its performance recipes take,
+``perf_recipes/_common.py`` ``_perf_precision("nvfp4")``) leaves ``first_last_layers_bf16``
+at its default False (only ``nemotron_3_super_bf16_with_nvfp4_mixed`` sets 14 end layers).
 Sources: NVIDIA Transformer Engine user guide (``transformer_engine.common.recipe``);
 OCP Microscaling Formats (MX) v1.0 specification; NVIDIA, "Pretraining Large Language
 Models with NVFP4" (arXiv 2509.25149).
@@ -57,7 +79,9 @@ class Precision:
     ``"delayed"``, ``"current"`` (per-tensor) or ``"block"`` (a scale per block along K);
     ``block_format``: the block-scaled format the tensor cores must support (None: none
     needed); ``megatron``: the Megatron-LM flags that select it; ``amax_pass``: the recipe
-    needs the amax of the whole tensor before it casts any element."""
+    needs the amax of the whole tensor before it casts any element; ``producer_amax``: a
+    norm or activation kernel can compute that amax in passing (False for nvfp4, whose
+    column-wise amax is of the Hadamard-transformed tensor; module doc)."""
 
     name: str
     rate: str
@@ -66,6 +90,7 @@ class Precision:
     block_format: str | None
     megatron: tuple[str, ...]
     amax_pass: bool = False
+    producer_amax: bool = True
 
     @property
     def quantised(self) -> bool:
@@ -92,13 +117,15 @@ class Precision:
         norm or activation kernel writes the copies instead of its bf16 output (``copies x
         operand_bytes - 2``), unless the recipe needs the whole tensor's amax first, in which
         case the producer computes the amax in passing and a cast kernel still reads its
-        bf16 output (2 + the copies). 0 for 16-bit precisions."""
+        bf16 output (2 + the copies), or, where the producer cannot compute it
+        (``producer_amax`` False), the unfused bytes. 0 for 16-bit precisions."""
         if not self.quantised:
             return 0.0
         written = copies * self.operand_bytes
-        if fused:
+        amax = 2.0 if self.amax_pass else 0.0
+        if fused and not (self.amax_pass and not self.producer_amax):
             return 2.0 + written if self.amax_pass else written - 2.0
-        return (2.0 if self.amax_pass else 0.0) + 2.0 + written
+        return amax + 2.0 + written
 
 
 _P = Precision
@@ -115,7 +142,8 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     _P("mxfp8", "fp8", 1.0 + 1 / 32, "block", "mxfp8",
        ("--bf16", "--fp8-format e4m3", "--fp8-recipe mxfp8")),
     _P("nvfp4", "fp4", 0.5 + 1 / 16, "block", "nvfp4",
-       ("--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"), amax_pass=True),
+       ("--bf16", "--fp4-format e2m1", "--fp4-recipe nvfp4"), amax_pass=True,
+       producer_amax=False),
 )}
 DTYPES = tuple(PRECISIONS)
 BLOCK_FORMATS = ("mxfp8", "mxfp4", "nvfp4")

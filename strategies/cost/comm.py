@@ -36,6 +36,7 @@ import numpy as np
 from strategies import placement
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
+from strategies.cost import counts
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -210,6 +211,36 @@ def _collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Clust
                              relay)
     striped = uniform & (nodes > 1) & (k > 1)
     return np.where((algo == RING) & striped, flat, ring.time(passes, nbytes, n, bw, lat))[()]
+
+
+def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
+                             dispatcher: Num, cluster: Cluster,
+                             load: Num = 1.0) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` per mean layer of the small blocking collectives that
+    Megatron-Core's ``alltoall`` token dispatcher (``dispatcher`` code 0, ``plan.DISPATCHERS``)
+    runs on the compute stream besides the tokens' dispatch and combine
+    (``counts.dispatcher_metadata_bytes``): forward, the ring all-gather of the tokens per
+    expert over the ``etp·ep`` consecutive ranks of ``tp_ep_group`` (the device-to-host copy
+    the dispatcher synchronises on waits for it) and the router probabilities' all-to-all
+    over the ``ep`` ranks ``etp`` apart; backward, the probabilities' gradient all-to-all.
+    Each priced by ``collective_time`` (latency-bound: a few hundred bytes to KB). DeepEP and
+    HybridEP (codes 1, 2) exchange counts and probabilities inside their dispatch kernels:
+    0; 0 with ``ep = 1`` and for a dense model. The MoE layers' share of the mean layer.
+    Vectorised."""
+    code = np.asarray(dispatcher)
+    ep_a = np.asarray(ep, dtype=float)
+    on = (code == 0) & (ep_a > 1)
+    if not m.is_moe or not np.any(on):
+        z = 0.0 * (ep_a + code)
+        return z[()], z[()]
+    share = m.layer_shares().get("moe", 0.0)
+    etp_a = np.asarray(etp, dtype=float)
+    c_bytes, p_bytes = counts.dispatcher_metadata_bytes(m, b, tp, cp, ep, etp, load)
+    gather = collective_time("allgather", c_bytes, etp_a * ep_a, 1, cluster)
+    probs = collective_time("alltoall", p_bytes, ep, etp, cluster)
+    fwd = np.where(on, share * (gather + probs), 0.0)
+    bwd = np.where(on, share * probs, 0.0)
+    return fwd[()], bwd[()]
 
 
 def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,

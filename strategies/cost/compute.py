@@ -708,6 +708,17 @@ def expert_pad_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str
     return f / hbm, bw / hbm
 
 
+def expert_quantise_time(m: ModelSpec, ep: Num, gpu: GPU, dtype: str,
+                         fw: FrameworkProfile = DEFAULT) -> tuple[Num, Num]:
+    """GPU idle seconds ``(forward, backward)`` of the mean layer's per-expert quantisation
+    launches (``quantise.expert_quantise_kernels`` on a stack that runs Transformer Engine's
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``) at one launch gap each; their bytes are
+    ``cast_time``'s."""
+    k_f, k_b = quantise.expert_quantise_kernels(m, ep, dtype, fw.grouped_mlp_casts)
+    gap = measured.launch_gap(gpu, fw.launch_gap_s)
+    return k_f * gap, k_b * gap
+
+
 def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
                      system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
@@ -862,7 +873,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
     q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
-    p_f, p_b = p_f + q_f, p_b + q_b
+    # and TE's per-expert quantisation launches (split_quantize), with them for the same reason
+    k_f, k_b = expert_quantise_time(m, ep, gpu, dtype, fw)
+    p_f, p_b = p_f + q_f + k_f, p_b + q_b + k_b
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)

@@ -909,6 +909,37 @@ def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                     * moe_share, 0.0)[()]
 
 
+#: Bytes of one token count Megatron-Core's alltoall dispatcher all-gathers (``preprocess``:
+#: ``routing_map.sum(dim=0).long()``, int64) and bytes of one routed copy's router probability it
+#: sends in its second all-to-all (``token_dispatch``: ``all_to_all(ep_group, permuted_probs,
+#: ...)``), in the router's dtype: the input's 16 bits, since the Megatron-Bridge v0.4.2
+#: gpt-oss and Qwen3-MoE bridges set no ``moe_router_dtype`` (only ``qwen3_next_bridge.py``
+#: L75 sets ``fp32``)
+MOE_COUNT_BYTES = 8
+MOE_PROB_BYTES = ACT_BYTES
+
+
+def dispatcher_metadata_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                              etp: Num | None = None, load: Num = 1.0) -> tuple[Num, Num]:
+    """``(counts, probs)`` bytes per GPU of one MoE layer's small collectives that Megatron-
+    Core's ``alltoall`` token dispatcher runs besides the tokens' dispatch and combine
+    (``megatron/core/transformer/moe/token_dispatcher.py``, ``core_v0.17.0``,
+    ``MoEAlltoAllTokenDispatcher``): ``counts``, the all-gather of every rank's tokens per
+    expert over the ``etp·ep`` ranks of ``tp_ep_group`` (``preprocess`` L541-543,
+    ``gather_from_sequence_parallel_region``), the whole gathered buffer ``etp·ep·E``
+    counts of ``MOE_COUNT_BYTES`` (the ring all-gather's ``nbytes``); ``probs``, the router
+    probabilities of the rank's routed copies (``routed_token_bytes`` over the hidden size:
+    one ``MOE_PROB_BYTES`` value per copy), each rank's all-to-all buffer over the ``ep``
+    group (``token_dispatch`` L672-676, its gradient's all-to-all in the backward). Per MoE
+    layer (not the mean layer's share). Vectorised."""
+    etp = tp if etp is None else etp
+    n = np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
+    counts = n * m.num_experts * MOE_COUNT_BYTES
+    probs = routed_token_bytes(m, b, tp, cp, load) / (ACT_BYTES * m.hidden_size) \
+        * MOE_PROB_BYTES
+    return counts[()], np.asarray(probs, dtype=float)[()]
+
+
 def ep_remote_scale(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int) -> Num:
     """Share of the all-to-all's per-pair bytes that crosses between nodes, 1 unless the
     router is node-limited. DeepSeek-V3 (technical report, arXiv:2412.19437, "node-limited

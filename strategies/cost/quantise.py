@@ -59,6 +59,22 @@ of block formats and of Hopper's TN-only fp8 GEMMs). Not modelled: delayed scali
 history and scale update (one multi-tensor kernel and one small all-reduce per micro-batch,
 microseconds) and current scaling's per-tensor amax all-reduce over tp (a few bytes each).
 
+Kernels (``expert_quantise_kernels``): on a stack that runs its experts through TE's
+``GroupedLinear`` (``routed_unfused``), each cast of a grouped GEMM's operand is one
+``tex.split_quantize`` over the ``k = E/ep`` local experts' token splits. TE's
+``multi_tensor_quantize_impl`` (``pytorch/csrc/extensions/cast.cpp``, the 2025 and 2026
+sources alike) launches one fused ``nvte_multi_cast_transpose`` for all ``k`` splits only
+when every quantiser is delayed-scaling fp8 (``Float8Quantizer``) with both copies; any
+other recipe quantises the splits one at a time: per-tensor current scaling three kernels
+per split (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax``,
+``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``), fp8 block scaling one
+(``nvte_quantize_v2``, into a bulk allocation). The launches beyond the single one of the
+fused path are each a kernel boundary the GPU idles at (``compute.expert_quantise_time``).
+MXFP8 is left out: the 2026 sources add a grouped MXFP8 quantise kernel
+(``common/cast/dispatch/quantize_grouped.cuh``, ``mxfp8::quantize_grouped``), and which path
+each container's ``GroupedLinear`` takes is not read; nvfp4 has a grouped path of its own
+(``split_quantize_nvfp4_impl``).
+
 Units: bytes, per GPU. Every function broadcasts over numpy arrays of plan fields.
 """
 from __future__ import annotations
@@ -157,3 +173,28 @@ def weight_cast_bytes(weights: Num, gpu: GPU, dtype: str) -> Num:
     written, the amax pass where the recipe needs one); 0 in 16 bits."""
     p = get_precision(dtype)
     return weights * p.cast_bytes(gpu.cast_copies(dtype), False)
+
+
+#: kernels TE's ``split_quantize`` launches per local expert for one cast of a grouped
+#: expert GEMM's operand, by precision (module doc, ``multi_tensor_quantize_impl``): absent
+#: from the map, one fused kernel for all experts (delayed-scaling fp8) or not modelled
+#: (mxfp8 and nvfp4, which have grouped paths: module doc)
+SPLIT_QUANTIZE_KERNELS: dict[str, int] = {"fp8-current": 3, "fp8-blockwise": 1}
+
+
+def expert_quantise_kernels(m: ModelSpec, ep: Num, dtype: str,
+                            routed_unfused: bool = False) -> tuple[Num, Num]:
+    """Kernels ``(forward, backward)`` the mean layer's routed-expert casts launch beyond one
+    per cast, on a stack that runs ``GroupedLinear`` (``routed_unfused``; else 0): per MoE
+    layer and pass two casts (forward: fc1's permuted input and fc2's input; backward: fc2's
+    and fc1's incoming gradients), each ``n·k - 1`` extra launches for ``k = E/ep`` local
+    experts and ``n = SPLIT_QUANTIZE_KERNELS[dtype]``; 0 for delayed scaling (one fused
+    kernel), 16 bits, a dense model. Times the MoE layers' share. Vectorised."""
+    n = SPLIT_QUANTIZE_KERNELS.get(dtype, 0)
+    share = m.layer_shares().get("moe", 0.0) if m.is_moe else 0.0
+    if not (routed_unfused and n and share):
+        z = 0.0 * np.asarray(ep, dtype=float)
+        return z[()], z[()]
+    local = m.num_experts / np.asarray(ep, dtype=float)
+    per_pass = share * 2.0 * (n * local - 1.0)
+    return per_pass[()], per_pass[()]

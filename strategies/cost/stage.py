@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies import placement
+from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
@@ -323,6 +324,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
                        graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
+    # the alltoall dispatcher's blocking count all-gather and probabilities' all-to-alls
+    # (``comm.dispatcher_metadata_time``), on the compute stream: in the layer's passes
+    md_f, md_b = cm.dispatcher_metadata_time(m, b, tp, cp, ep, etp, P.moe_dispatcher, cl, load)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -411,8 +415,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
+        mk_f, mk_b = cm.dispatcher_metadata_time(mk, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
+                                                 load)
         return KindCostArrays(
-            layer_fwd=full(ltk.fwd), layer_bwd=full(ltk.bwd), layer_wgrad=full(ltk.wgrad),
+            layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b), layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
             attn_bwd=full(ak_b),
             ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load, disp)
@@ -438,7 +444,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         z3 = {k: np.where(per_tensor, 0.0, 0.0) + zeros for k in Z3_KEYS}
 
     return StageCostArrays(
-        layer_fwd=full(lt.fwd), layer_bwd=full(lt.bwd),
+        layer_fwd=full(lt.fwd + md_f), layer_bwd=full(lt.bwd + md_b),
         layer_recompute=full(share * lt.recompute),
         recompute_cap=full(cap), layer_recompute_each=full(np.where(cap > 0, lt.recompute, 0.0)),
         # the MoE dispatch and combine again: full recompute (its share of the layers) and the

@@ -433,7 +433,7 @@ def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> in
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
     """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
     (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
-    ``plan.cuda_graph``: the
+    ``plan.moe_capacity_factor``, ``plan.cuda_graph``: the
     whole step as one CUDA graph), else what the Megatron-Bridge recipe of its layout
     runs (``reference.bridge_recipes``), stated with the recipe's file; else the stack's
     defaults (etp = tp, no overlap)."""
@@ -450,6 +450,8 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["moe_routing"] = str(pl["moe_routing"]).lower()
     if pl.get("cuda_graph") is not None:
         out["cuda_graph"] = bool(pl["cuda_graph"])
+    if pl.get("moe_capacity_factor") is not None:   # token dropping the recipe states
+        out["moe_capacity_factor"] = float(pl["moe_capacity_factor"])
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         return out

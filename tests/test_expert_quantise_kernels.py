@@ -1,0 +1,99 @@
+"""Per-expert quantisation launches of Transformer Engine's ``GroupedLinear``
+(``quantise.expert_quantise_kernels``, ``compute.expert_quantise_time``; docs/calibration.md
+§5.59): ``split_quantize`` runs one fused cast-transpose over every local expert for
+delayed-scaling fp8, and ``n`` kernels per expert otherwise (current scaling 3: amax, scale,
+cast). Closed forms to floating-point precision; delayed scaling, 16 bits, dense models and
+stacks without ``GroupedLinear`` unchanged bit for bit; the estimate's and the simulator's
+stage record carry the same seconds."""
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from simulator.simulate import simulate
+from strategies.cost import compute as ct
+from strategies.cost import measured, quantise
+from strategies.cost.stage import stage_costs
+from strategies.framework import get_profile
+from strategies.job import make_job
+from strategies.plan import Plan
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
+from topologies.gpus import get_gpu
+
+QWEN = model_preset("qwen3-30b-a3b")                      # 128 experts, every layer MoE
+
+
+def test_current_scaling_closed_form_and_vectorised():
+    ep = np.array([1, 2, 8, 16, 128])
+    f, b = quantise.expert_quantise_kernels(QWEN, ep, "fp8-current", True)
+    k = 128 / ep
+    want = 2 * (3 * k - 1)                                 # two casts a pass, 3 kernels/expert
+    np.testing.assert_array_equal(f, want)
+    np.testing.assert_array_equal(b, want)
+    for i, e in enumerate(ep):                             # scalar = array, bit for bit
+        assert quantise.expert_quantise_kernels(QWEN, int(e), "fp8-current", True) == \
+            (want[i], want[i])
+
+
+def test_kernels_of_E_experts_are_E_times_one_experts_less_the_fused_launch():
+    one = quantise.SPLIT_QUANTIZE_KERNELS["fp8-current"] * 2      # per pass, one expert
+    for ep in (1, 4, 32):
+        k = QWEN.num_experts // ep
+        f, _ = quantise.expert_quantise_kernels(QWEN, ep, "fp8-current", True)
+        assert f + 2 == k * one                            # + the two launches already counted
+
+
+def test_delayed_bf16_dense_and_fused_stacks_add_nothing():
+    for dtype in ("fp8", "fp8-delayed", "bf16", "mxfp8", "nvfp4"):
+        assert quantise.expert_quantise_kernels(QWEN, 8, dtype, True) == (0.0, 0.0)
+    assert quantise.expert_quantise_kernels(QWEN, 8, "fp8-current", False) == (0.0, 0.0)
+    dense = model_preset("llama3-8b")
+    assert quantise.expert_quantise_kernels(dense, 1, "fp8-current", True) == (0.0, 0.0)
+
+
+def test_moe_share_scales_the_mean_layer():
+    d = model_preset("deepseek-v3")                        # 3 dense layers of 61
+    share = d.layer_shares()["moe"]
+    f, _ = quantise.expert_quantise_kernels(d, 32, "fp8-blockwise", True)
+    assert f == pytest.approx(share * 2 * (d.num_experts / 32 - 1), rel=1e-15)
+
+
+def test_time_is_kernels_times_the_launch_gap_and_layer_time_carries_it():
+    gpu, mc = get_gpu("H100"), get_profile("megatron-core")
+    k_f, k_b = quantise.expert_quantise_kernels(QWEN, 16, "fp8-current", True)
+    gap = measured.launch_gap(gpu, mc.launch_gap_s)
+    assert ct.expert_quantise_time(QWEN, 16, gpu, "fp8-current", mc) == (k_f * gap, k_b * gap)
+    assert ct.expert_quantise_time(QWEN, 16, gpu, "fp8-current",
+                                   replace(mc, grouped_mlp_casts=False)) == (0.0, 0.0)
+    kw = dict(b=1, tp=1, cp=1, ep=16, sp=False, flash=True, recompute=0, gpu=gpu,
+              dtype="fp8-current", dispatcher=0, graphed=True, fw=mc)
+    on = ct.layer_time(QWEN, **kw)
+    saved = dict(quantise.SPLIT_QUANTIZE_KERNELS)
+    try:
+        quantise.SPLIT_QUANTIZE_KERNELS.clear()
+        off = ct.layer_time(QWEN, **kw)
+    finally:
+        quantise.SPLIT_QUANTIZE_KERNELS.update(saved)
+    assert on.fwd - off.fwd == pytest.approx(k_f * gap, rel=1e-9)
+    assert on.bwd - off.bwd == pytest.approx(k_b * gap, rel=1e-9)
+    assert ct.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd == \
+        ct.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd     # deterministic
+
+
+def test_stage_record_and_simulation_read_the_rule():
+    m = replace(QWEN, name="qwen3-4l", num_layers=4)
+    job = make_job(m, cluster_preset("dgx-h100", 1),
+                   Plan(tp=1, pp=1, dp=8, ep=8, mbs=1, gbs=16), dtype="fp8-current",
+                   framework="megatron-core")
+    gap = measured.launch_gap(job.cluster.gpu, job.framework.launch_gap_s)
+    k_f, _ = quantise.expert_quantise_kernels(m, 8, "fp8-current", True)
+    on_sc, on_sim = stage_costs(job), simulate(job).step_time_s
+    saved = dict(quantise.SPLIT_QUANTIZE_KERNELS)
+    try:
+        quantise.SPLIT_QUANTIZE_KERNELS.clear()
+        off_sc, off_sim = stage_costs(job), simulate(job).step_time_s
+    finally:
+        quantise.SPLIT_QUANTIZE_KERNELS.update(saved)
+    assert float(on_sc.layer_fwd - off_sc.layer_fwd) == pytest.approx(k_f * gap, rel=1e-6)
+    assert on_sim > off_sim
