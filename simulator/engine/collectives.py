@@ -27,7 +27,7 @@ import numpy as np
 from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
-from simulator.network.flows import QueueEntry, _min, call_at
+from simulator.network.flows import _min, call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -191,19 +191,36 @@ class _Run:
     its queue entries are those the process ``for phase: yield timeout(latency); yield
     all_of(flows)`` put there, at the same instants, priorities and places in the sequence
     (its start, urgent; each latency; the phase's last flow's end; the phase's end once that
-    has been taken off the queue; the process's own end), so events keep their order and
-    every result its last digit; only the process, condition and event objects go, and the
-    other flows' ends, which only counted down to the last one (``_landed``; still counted
-    in the run's events)."""
+    has been taken off the queue), so events keep their order and every result its last digit;
+    only the process, condition and event objects go, and the other flows' ends, which only
+    counted down to the last one (``_landed``; still counted in the run's events), and the
+    process's own end, which nothing waits on (counted, not queued).
 
-    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks")
+    The run is itself its queue entries' item (no ``QueueEntry``, callback list or bound
+    method per entry): the engine's loop (``simulator.engine.core``) calls ``resume`` when it
+    takes one off. A run has at most one entry on the queue at a time; ``counting`` says
+    that entry is its phase's last flow's end (the next one is the phase's end)."""
+
+    __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks",
+                 "counting")
 
     def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
                  then: Callable[[object], None]) -> None:
         self.net, self.env, self.op, self.phases, self.then = net, net.env, op, phases, then
-        self.k, self.waited, self.left = 0, False, 0
+        self.k, self.waited, self.left, self.counting = 0, False, 0, False
         self.blocks = hasattr(net, "flow_block")      # the flows backend's one-block start
-        _enqueue(self.env, URGENT, self._step)        # the process's start
+        env = self.env
+        heappush(env._queue, (env._now, URGENT, next(env._eid), self))   # the process's start
+
+    def resume(self) -> None:
+        """Its queue entry was taken off: the phase's last flow's end puts the phase's end on
+        the queue (``_counted``); any other entry runs the run on (``_step``)."""
+        if self.counting:
+            self.counting = False
+            env = self.env
+            heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+        else:
+            self._step()
 
     def _step(self, _entry: object = None) -> None:
         """Run on from where the last wait ended, until the next wait or the end."""
@@ -212,7 +229,7 @@ class _Run:
             lat, flows, nbytes = phases[self.k]
             if lat > 0 and not self.waited:
                 self.waited = True
-                call_at(env, op.repeat * lat, self._step)
+                heappush(env._queue, (env._now + op.repeat * lat, NORMAL, next(env._eid), self))
                 return
             self.waited = False
             self.k += 1
@@ -238,7 +255,7 @@ class _Run:
             if flows:
                 return
         self.then(None)
-        _enqueue(env, NORMAL, None)                   # the process's own end
+        self.net.quiet_events += 1                    # the process's own end: nothing waits on it
 
     def _landed(self, _tag: object) -> None:
         """A flow's last byte landed. The process put its end on the queue (an event's
@@ -253,20 +270,17 @@ class _Run:
         if self.left:
             self.net.quiet_events += 1
         else:
-            _enqueue(self.env, NORMAL, self._counted)
+            self._counted_next()
 
     def _block_landed(self, _tag: object) -> None:
         """The last flow of the phase's block landed (``start_block``, which counted the
         others' ends in ``quiet_events``): ``_landed`` of the last flow."""
         self.left = 0
-        _enqueue(self.env, NORMAL, self._counted)
+        self._counted_next()
 
-    def _counted(self, _entry: object) -> None:
-        """The phase's last flow's end was taken off the queue: the phase ends."""
-        _enqueue(self.env, NORMAL, self._step)
-
-
-def _enqueue(env, priority: int, callback: Callable | None) -> None:
-    """An entry at the current instant (``env.schedule(event, priority)``)."""
-    heappush(env._queue, (env._now, priority, next(env._eid),
-                          QueueEntry([callback] if callback is not None else [])))
+    def _counted_next(self) -> None:
+        """The phase's last flow's end goes on the queue; when it is taken off (``resume``)
+        the phase's end goes on it."""
+        self.counting = True
+        env = self.env
+        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
