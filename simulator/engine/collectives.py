@@ -69,7 +69,8 @@ class CollectiveRunner:
         self._plans: dict = {}
         self._solo: dict = {}
         self._links: dict = {}
-        self._closed: dict = {}      # call signature -> (seconds, link loads) or None
+        self._closed: dict = {}      # call signature -> ((seconds, link loads, phases) or None,
+        #                              its phases)
         self._due: dict[tuple, list] = {}   # closed-form collectives' ends: (end time, share)
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
@@ -96,9 +97,10 @@ class CollectiveRunner:
         # step: whether it runs in closed form, and its time and link loads, are worked out once
         sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat, op.remote_scale,
                op.nvlink_share)
-        closed = self._closed.get(sig, ())
-        if closed == ():
-            closed = self._closed[sig] = self._closed_form(op)
+        hit = self._closed.get(sig)
+        if hit is None:                 # (closed form or None, the phases): one look-up a call
+            hit = self._closed[sig] = (self._closed_form(op), self.phases(op))
+        closed, phases = hit
         if closed is not None:
             total, loads, phases = closed
             count = self.net.count_solo
@@ -117,7 +119,6 @@ class CollectiveRunner:
                 call_at(self.env, total, partial(self._end_due, key))
             due.append(then)
             return
-        phases = self.phases(op)
         if not phases:
             then(None)
             return

@@ -483,6 +483,12 @@ class Engine:
         that call (the n-th of the channel on every member), started when the last simulated
         member arrives (and fired before this returns if it takes no time)."""
         rank, chan = st.rank, st.chan[i]
+        expected = self.members[chan]
+        if expected == 1:              # the only simulated member (folded): it starts now
+            inst = _Rendezvous(1, op)
+            inst.arrived, inst.go = 1, self.env._now
+            self.runner.start(op, inst.fire, (st.cls, i))
+            return inst
         seq = self.cseq
         k = chan * self.span + rank
         n = seq.get(k, 0)
@@ -490,7 +496,7 @@ class Engine:
         key = n * self.nchan + chan
         inst = self.meet.get(key)
         if inst is None:
-            inst = self.meet[key] = _Rendezvous(self.members[chan], op)
+            inst = self.meet[key] = _Rendezvous(expected, op)
         elif inst.op is not op and (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (
                 op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
