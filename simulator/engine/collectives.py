@@ -199,8 +199,12 @@ class _Run:
 
     The run is itself its queue entries' item (no ``QueueEntry``, callback list or bound
     method per entry): the engine's loop (``simulator.engine.core``) calls ``resume`` when it
-    takes one off. A run has at most one entry on the queue at a time; ``counting`` says
-    that entry is its phase's last flow's end (the next one is the phase's end)."""
+    takes one off. An entry due now (its start, urgent; a phase's end and the entry before
+    it) goes in the engine's lane of its priority (``env.lanes``: first in, first out, with
+    its sequence number) instead of SimPy's heap; the loop takes the lanes and the heap in
+    the one order of (time, priority, sequence number), so nothing moves. A run has at most
+    one entry queued at a time; ``counting`` says that entry is its phase's last flow's end
+    (the next one is the phase's end)."""
 
     __slots__ = ("net", "env", "op", "phases", "then", "k", "waited", "left", "blocks",
                  "counting")
@@ -211,7 +215,7 @@ class _Run:
         self.k, self.waited, self.left, self.counting = 0, False, 0, False
         self.blocks = hasattr(net, "flow_block")      # the flows backend's one-block start
         env = self.env
-        heappush(env._queue, (env._now, URGENT, next(env._eid), self))   # the process's start
+        env.lanes[URGENT].append((next(env._eid), self))    # the process's start, urgent now
 
     def resume(self) -> None:
         """Its queue entry was taken off: the phase's last flow's end puts the phase's end on
@@ -219,7 +223,7 @@ class _Run:
         if self.counting:
             self.counting = False
             env = self.env
-            heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+            env.lanes[NORMAL].append((next(env._eid), self))
         else:
             self._step()
 
@@ -284,4 +288,4 @@ class _Run:
         the phase's end goes on it."""
         self.counting = True
         env = self.env
-        heappush(env._queue, (env._now, NORMAL, next(env._eid), self))
+        env.lanes[NORMAL].append((next(env._eid), self))

@@ -264,6 +264,9 @@ class Engine:
         if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
         self.ready: deque[_Stream] = deque()
+        # entries due now that only this loop takes (collective runs): per priority (SimPy's
+        # URGENT 0, NORMAL 1) (sequence number, run) in the order queued (``_loop``)
+        self.lanes = net.env.lanes = (deque(), deque())
 
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
@@ -302,6 +305,7 @@ class Engine:
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
         seq = self.seq
+        urgent, normal = self.lanes
         popleft, pop, push = ready.popleft, heappop, heappush
         ends: dict[tuple, list[_Stream]] = {}      # (time, class, op) -> streams ending then
         records = self.records if self.record else None
@@ -379,7 +383,14 @@ class Engine:
                                     ready.append(other)
                     i += 1
                 st.idx = i
-            if not queue:
+            if urgent or normal:   # an entry due now in a lane, unless the heap's comes first
+                lane = urgent if urgent else normal
+                head = lane[0][0]
+                if not queue or (now, 0 if lane is urgent else 1, head) < queue[0]:
+                    steps += 1
+                    lane.popleft()[1].resume()
+                    continue
+            elif not queue:
                 return steps
             now, _, _, ev = pop(queue)
             env._now = now
