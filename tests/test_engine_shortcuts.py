@@ -87,6 +87,81 @@ def test_runs_without_simpy_objects_keep_every_record_in_order(monkeypatch, mode
     assert fast.metrics == plain.metrics
 
 
+def test_lanes_keep_simpy_order_beside_urgent_heap_entries(monkeypatch):
+    """A collective run's entries due now wait in the engine's lanes, merged with SimPy's heap
+    in (time, priority, sequence) order: beside a ``ring_stepwise`` collective (a SimPy
+    process, whose start is an urgent heap entry at the same instant) and two contending ring
+    collectives started together, every record comes in the order the plain SimPy process
+    gives, with the same event count."""
+    import simpy
+
+    from simulator.engine.core import run
+    from simulator.network.cluster_net import SimNetwork
+    from simulator.program.ops import Program
+    from topologies.graph import build_graph
+    from topologies.routing import route
+    graph = build_graph(cluster_preset("dgx-a100", 1))
+    group = (0, 1, 2, 3)
+
+    def coll(i, stream, tag, algo, nbytes, deps=()):
+        return Collective(i, stream, "allreduce", group, nbytes, algo, tag, "tp",
+                          f"{tag} {i}", deps=deps)
+
+    def progs():
+        return {r: Program(r, 0, {
+            "compute": (Compute(0, "compute", 1e-4 * (r + 1), "forward", "F0"),
+                        Compute(1, "compute", 2e-4, "forward", "F1", deps=(3,))),
+            "a-comm": (coll(2, "a-comm", "sw", "ring_stepwise", 4e6),
+                       coll(5, "a-comm", "tp", "ring", 8e6, deps=(0,))),
+            "b-comm": (coll(3, "b-comm", "tp", "ring", 2e6),
+                       coll(4, "b-comm", "dp", "ring", 6e6, deps=(0,))),
+            "c-comm": (coll(6, "c-comm", "sw2", "ring_stepwise", 1e6),)})
+            for r in group}
+
+    def once():
+        return run(progs(), net=SimNetwork(simpy.Environment(), graph, route))
+    runs = []
+    real = collectives._Run
+    monkeypatch.setattr(collectives, "_Run", lambda *a: runs.append(1) or real(*a))
+    fast = once()
+    assert len(runs) >= 2                             # contending rings ran over the flows
+    monkeypatch.setattr(collectives, "_Run", _process_run)
+    monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
+    monkeypatch.setattr(flows, "call_at", _timeout_call_at)
+    plain = once()
+    assert fast.records == plain.records
+    assert (fast.events, fast.step_time_s) == (plain.events, plain.step_time_s)
+
+
+def test_lanes_merge_with_the_heap_in_simpy_order(monkeypatch):
+    """The loop takes a lane's entry (here two collective runs' starts, urgent, due at 0) and
+    the heap's in SimPy's order: an urgent heap entry queued before them goes first, a normal
+    one at the same instant after them."""
+    import simpy
+    from simpy.events import URGENT
+
+    from simulator.engine.core import run
+    from simulator.network.cluster_net import SimNetwork
+    from simulator.program.ops import Program
+    from topologies.graph import build_graph
+    from topologies.routing import route
+    net = SimNetwork(simpy.Environment(), build_graph(cluster_preset("dgx-a100", 1)), route)
+    seen = []
+    urgent = net.env.event()
+    urgent._ok, urgent._value = True, None
+    urgent.callbacks.append(lambda _e: seen.append("urgent heap"))
+    net.env.schedule(urgent, URGENT)
+    net.env.timeout(0).callbacks.append(lambda _e: seen.append("normal heap"))
+    resume = collectives._Run.resume
+    monkeypatch.setattr(collectives._Run, "resume",
+                        lambda self: seen.append("run") or resume(self))
+    progs = {r: Program(r, 0, {  # two channels on the same links: both run over the flows
+        s: (Collective(0, s, "allreduce", (0, 1), 8e6, "ring", s, "tp", s),)
+        for s in ("a-comm", "b-comm")}) for r in (0, 1)}
+    run(progs, net=net)
+    assert seen[:4] == ["urgent heap", "run", "run", "normal heap"]
+
+
 # ----------------------------------------------------------------------- interval algebra
 def _union(intervals):
     out = []
