@@ -92,6 +92,13 @@ class MoeRecipe:
                                 f"chunks, one per '|'-separated stage ({self.source})")
 
     @property
+    def current_scaling(self) -> bool:
+        """Whether the config is one of the harness's FP8 current-scaling configs (``*_FP8_CS_*``,
+        the only non-block FP8 recipe it runs, ``FP8_CS_SOURCE``): a row whose precision says
+        plain ``fp8`` then ran current scaling, not delayed scaling."""
+        return "_FP8_CS_" in self.source
+
+    @property
     def full_iteration_graph(self) -> bool:
         """Whether the config captures the whole training step in one CUDA graph (what the
         plan's ``cuda_graph`` switch means): Megatron-Core's ``full_iteration`` scope under
@@ -102,6 +109,15 @@ class MoeRecipe:
                                                                         or ())
 
 
+#: What a table's "FP8" ran: Megatron-Bridge's performance harness takes ``--compute_dtype`` in
+#: ``bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4`` (no delayed-scaling recipe) and builds "fp8_cs" as
+#: ``bf16_with_fp8_current_scaling_mixed()`` with ``first_last_layers_bf16 = False``; the
+#: configs a plain-FP8 row fits are its ``*_FP8_CS_*`` ones (``MoeRecipe.current_scaling``)
+FP8_CS_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/performance/"
+                 "utils/precision.py get_precision_config('fp8_cs'): "
+                 "bf16_with_fp8_current_scaling_mixed, first_last_layers_bf16=False; "
+                 "argument_parser.py --compute_dtype choices bf16/fp8_cs/fp8_mx/fp8_sc/nvfp4, "
+                 "no delayed scaling")
 #: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
 #: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
 CONTAINERS = ("26.04", "25.11")

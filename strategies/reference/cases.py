@@ -19,16 +19,17 @@ from strategies.plan import Plan, parse_modules
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
-from strategies.reference.text import (attention_kernel, bf16_optimizer, framework_name,
-                                        gpu_preset, intra_node_gbps, launch_blocking,
+from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
+                                        framework_name, gpu_preset, intra_node_gbps,
+                                        launch_blocking,
                                         model_family, parse_inter_node, recompute_kind,
                                         schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
 from strategies.cost.system import SystemConfig
 from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
-from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, grad_reduce_in_fp32,
-                                                  recipe_for)
+from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
+                                                  grad_reduce_in_fp32, recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -575,6 +576,24 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
+def _with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` running the context-parallel exchange the entry's
+    ``plan.cp_comm_type`` names (``reference.text.cp_comm_type``: the ring or the exposed K/V
+    all-gather), said so; an exchange the model has no form for keeps the stack's, said so, as
+    does PyTorch's ``context_parallel`` (``cp_impl`` "torch": its own all-gather rotater,
+    ``strategies.cost.ring_attention``)."""
+    said = pl.get("cp_comm_type")
+    if not said:
+        return fw
+    impl = cp_comm_type(said)
+    if impl is None or not fw.context_parallel or fw.cp_impl == "torch":
+        notes.append(f"cp exchange {fw.cp_impl} ({fw.name} default; cp_comm_type {said!r} "
+                     "not modelled)")
+        return fw
+    notes.append(f"cp exchange {impl} (stated: {said})")
+    return replace(fw, cp_impl=impl)
+
+
 def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with the optimizer the entry's ``plan.optimizer`` states (DeepSpeed's
     BF16_Optimizer or not: ``FrameworkProfile.bf16_optimizer``) and under the launch
@@ -632,12 +651,18 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip(f"does not resolve: {e}")
     notes += cn
     dtype = _dtype(c)
+    recipe = recipe_for(c)
+    if dtype == "fp8" and recipe is not None and recipe.current_scaling:
+        dtype = "fp8-current"
+        notes.append(f"precision fp8 with current scaling (the row's config "
+                     f"{recipe.source.split()[-1]}: {FP8_CS_SOURCE})")
     if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
+    fw = _with_stated_cp(_with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl,
+                                          notes), pl, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
