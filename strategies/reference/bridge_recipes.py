@@ -118,6 +118,21 @@ FP8_CS_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/perf
                  "bf16_with_fp8_current_scaling_mixed, first_last_layers_bf16=False; "
                  "argument_parser.py --compute_dtype choices bf16/fp8_cs/fp8_mx/fp8_sc/nvfp4, "
                  "no delayed scaling")
+#: the containers whose published tables came from a harness with no delayed-scaling recipe
+#: (Megatron-Bridge v0.4.2 for 26.04(.01), v0.5.0 for 26.06; ``FP8_CS_SOURCE``): a plain "FP8"
+#: cell of theirs ran current scaling, whether or not the recipe table holds the row's config
+FP8_CS_CONTAINERS = ("26.04", "26.06")
+
+
+def harness_fp8_is_current(row: dict) -> bool:
+    """Whether ``row`` (a reference entry) is a Megatron-Bridge performance-table row of a
+    container in ``FP8_CS_CONTAINERS``, whose plain "FP8" is current scaling."""
+    src = row.get("source") or {}
+    table = str(src.get("table", ""))
+    return (src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge"
+            and any(f"({c}" in table for c in FP8_CS_CONTAINERS))
+
+
 #: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
 #: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
 CONTAINERS = ("26.04", "25.11")
