@@ -27,7 +27,10 @@ from strategies.reference.measured import global_batch, measured_step, seq_len, 
 from strategies.cost.system import SystemConfig
 from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
-from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, grad_reduce_in_fp32,
+from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, LLAMA_FP8_SOURCE,
+                                                 LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                                 llama_fp8_current, llama_switches,
+                                                 grad_reduce_in_fp32,
                                                   recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
@@ -593,6 +596,22 @@ def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framew
     return with_launch_blocking(fw)
 
 
+def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
+    """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
+    (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
+    parameter gather, under NVFP4), each replacing the stack default's note; a switch the
+    entry's plan states itself is kept."""
+    pl = c.get("plan") or {}
+    said = {k: v for k, v in llama_switches(c).items() if not isinstance(pl.get(k), bool)}
+    if not said:
+        return plan
+    notes[:] = [n for n in notes if not n.startswith(tuple(f"{k}=" for k in said))]
+    for k, v in said.items():
+        cite = LLAMA_NVFP4_SOURCE if k == "tp_comm_overlap" else LLAMA_NVFP4_PG_SOURCE
+        notes.append(f"{k}={str(v).lower()} (the Llama scripts' NVFP4 setting: {cite})")
+    return replace(plan, **said)
+
+
 def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     """Build the Job for one published entry, or say why not (``siblings``: the other entries
     of its reference file, read only for what the entry's source states elsewhere)."""
@@ -632,6 +651,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip(f"does not resolve: {e}")
     notes += cn
     dtype = _dtype(c)
+    if dtype == "fp8" and llama_fp8_current(c):
+        dtype = "fp8-current"
+        notes.append(f"fp8 with current scaling: the table's FP8 is the scripts' FP8_CS "
+                     f"({LLAMA_FP8_SOURCE})")
     if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
@@ -649,6 +672,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
+    plan = _llama_recipe_switches(c, plan, notes)
     notes.append(f"framework {fw.name} ({fw.description})"
                  + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None
