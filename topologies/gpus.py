@@ -10,6 +10,11 @@ Stas Bekman's public ``mamf-finder`` measurements (ml-engineering, compute/accel
 ``attention_efficiency`` is the fraction of the 16-bit peak a fused (Flash) attention kernel
 reaches on long causal sequences. Each value is a property of the chip measured with
 microbenchmarks, never a fit to a training run; docs/calibration.md gives every source.
+``exp_rate``: the special-function units' exponential rate (``MUFU.EX2``, exponentials/s)
+where the catalog's ``attention_efficiency`` was not measured on the chip itself but taken
+from the Blackwell parts (``ATTN_EXP_REF_RATE``): the attention kernel's exposed exponentials
+then run at this rate instead (``exp_seconds_offset``, ``strategies.cost.compute``); ``None``
+elsewhere (the chip's own efficiency already holds its exponentials).
 ``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
 the chip runs natively; ``fp8_tn_only``: its fp8 tensor cores take both operands K-major
 only ("TN"; Hopper), so per-tensor fp8 needs transposed copies for the gradient GEMMs
@@ -41,6 +46,16 @@ GIB = 1024**3
 GB = 1e9
 
 RATES = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")  # keys of GPU.peak_flops
+#: exponentials/s of the special-function units (SFU ``MUFU.EX2``) of the Blackwell parts
+#: (B200, GB200) the catalog's Blackwell ``attention_efficiency`` (0.55, shared by B300 and
+#: GB300) describes: 5 TeraExponentials/s, NVIDIA, "Inside NVIDIA Blackwell Ultra: The Chip
+#: Powering the AI Factory Era" (developer.nvidia.com/blog, Aug 2025), per-GPU table
+#: ("Attention acceleration (SFU EX2)": Blackwell 5, Blackwell Ultra 10.7); NVIDIA's
+#: ``exp2`` microbenchmark ("Making Softmax More Efficient with NVIDIA Blackwell Ultra")
+#: measures 4,943 Gop/s on GB200 and 10,024 on GB300 (FP32)
+ATTN_EXP_REF_RATE = 5e12
+BLACKWELL_ULTRA_EXP_RATE = 10.7e12   # the same table's Blackwell Ultra (B300, GB300) rate
+MAX_EXP_RATE = 1e15                  # largest exponential rate accepted (exponentials/s)
 
 
 @dataclass(frozen=True)
@@ -66,6 +81,7 @@ class GPU:
     profile: GpuProfile | None = None
     fp8_tn_only: bool = False
     wave_tile: tuple[int, int] | None = None
+    exp_rate: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -97,6 +113,11 @@ class GPU:
                                 f"must be among {', '.join(BLOCK_FORMATS)}")
         if self.tdp_w is not None and not 0 < self.tdp_w <= 1e5:
             raise SpecError("gpu.tdp_w", self.tdp_w, "must be in (0, 100000] W")
+        if self.exp_rate is not None and not (
+                isinstance(self.exp_rate, (int, float)) and not isinstance(self.exp_rate, bool)
+                and 0 < self.exp_rate <= MAX_EXP_RATE):
+            raise SpecError("gpu.exp_rate", self.exp_rate,
+                            f"must be in (0, {MAX_EXP_RATE:g}] exponentials/s")
         if self.wave_tile is not None:
             wt = self.wave_tile
             if not (isinstance(wt, tuple) and len(wt) == 2
@@ -161,6 +182,15 @@ class GPU:
             return self.fa2_attention_efficiency
         return self.attention_efficiency
 
+    def exp_seconds_offset(self) -> float:
+        """Seconds per exponential this chip's special-function units take beyond the rate the
+        Blackwell ``attention_efficiency`` describes: ``1/exp_rate - 1/ATTN_EXP_REF_RATE``
+        (negative on a faster SFU: Blackwell Ultra -5.35e-14 s); 0.0 where ``exp_rate`` is
+        unset or equal to the reference."""
+        if self.exp_rate is None:
+            return 0.0
+        return 1.0 / self.exp_rate - 1.0 / ATTN_EXP_REF_RATE
+
     @property
     def hbm_gib(self) -> float:
         return self.hbm_bytes / GIB
@@ -171,7 +201,8 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
        aliases: tuple[str, ...] = (), fp8_eff: float | None = None,
        fa2: float | None = None, sms: int | None = None, fp4: float | None = None,
        blocks: tuple[str, ...] = (), tdp: float | None = None, src: str = "",
-       tn_only: bool = False, wave: tuple[int, int] | None = None) -> GPU:
+       tn_only: bool = False, wave: tuple[int, int] | None = None,
+       exp: float | None = None) -> GPU:
     peaks = {"fp32": fp32 * TERA, "bf16": bf16 * TERA, "fp16": bf16 * TERA}
     if tf32:
         peaks["tf32"] = tf32 * TERA
@@ -180,7 +211,7 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
     if fp4:
         peaks["fp4"] = fp4 * TERA
     return GPU(name, peaks, hbm_gib * GIB, hbm_tbps * 1e12, eff, attn, vendor, aliases, fp8_eff,
-               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only, wave_tile=wave)
+               fa2, sms, blocks, tdp, src, fp8_tn_only=tn_only, wave_tile=wave, exp_rate=exp)
 
 
 # Datasheet values (dense). hbm_gib is the usable capacity the driver reports.
@@ -323,18 +354,20 @@ _CATALOG = [
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
        fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
-       fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"]),
+       fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"],
+       exp=ATTN_EXP_REF_RATE),
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
        1769.0 / 2250 * _sustained_ratio(1100, 160), 0.55, aliases=("B300",),
-       fp8_eff=3353.3 / 4500 * _sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"]),
+       fp8_eff=3353.3 / 4500 * _sustained_ratio(1100, 160), sms=160, fp4=13500, blocks=_BW, tdp=1100, src=_SRC["B300"],
+       exp=BLACKWELL_ULTRA_EXP_RATE),
     _g("GB200", 80, 1250, 2500, 5000, 186.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1200, 148),
        0.55, aliases=("GB200-NVL72", "B200-NVL72"),
        fp8_eff=3615.6 / 5000 * GB200_FP8_SUSTAINED_RATIO, sms=148, fp4=10000, blocks=_BW,
-       tdp=1200, src=_SRC["GB200"]),
+       tdp=1200, src=_SRC["GB200"], exp=ATTN_EXP_REF_RATE),
     _g("GB300", 80, 1250, 2500, 5000, 279.0, 8.0, 1822.0 / 2500 * _sustained_ratio(1400, 160),
        0.55, aliases=("GB300-NVL72", "B300-NVL72"),
        fp8_eff=3615.6 / 5000 * _sustained_ratio(1400, 160), sms=160, fp4=15000, blocks=_BW,
-       tdp=1400, src=_SRC["GB300"]),
+       tdp=1400, src=_SRC["GB300"], exp=BLACKWELL_ULTRA_EXP_RATE),
     _g("MI300X", 163.4, 653.7, 1307.4, 2614.9, 192.0, 5.3, 0.51, 0.40, vendor="amd",
        aliases=("MI300X-192GB",), sms=304, tdp=750),
     _g("MI325X", 163.4, 653.7, 1307.4, 2614.9, 256.0, 6.0, 0.60, 0.40, vendor="amd",
@@ -360,7 +393,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     """A custom GPU from a YAML mapping: name, bf16_tflops, [fp8_tflops, fp4_tflops,
     fp32_tflops, tf32_tflops], hbm_gib, hbm_tbps, [matmul_efficiency, attention_efficiency,
     fp8_matmul_efficiency, fa2_attention_efficiency, sm_count, vendor, block_formats, tdp_w,
-    fp8_tn_only, wave_tile].
+    fp8_tn_only, wave_tile, exp_tera_per_s (the SFU exponential rate, TeraExponentials/s;
+    ``GPU.exp_rate``)].
 
     With ``profile: FILE`` (a ``topologies.gpu_profile`` file, relative to ``base_dir``): the
     GPU named by ``name`` (a catalog name), by the profile's own ``gpu:`` when ``name`` is
@@ -370,7 +404,7 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
     allowed = {"name", "bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
                "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
                "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "vendor",
-               "block_formats", "tdp_w", "fp8_tn_only", "wave_tile"}
+               "block_formats", "tdp_w", "fp8_tn_only", "wave_tile", "exp_tera_per_s"}
     unknown = sorted(str(k) for k in set(d) - allowed)
     if unknown:
         raise SpecError("gpu", unknown[0], f"unknown key; allowed: {', '.join(sorted(allowed))}")
@@ -379,11 +413,13 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
             raise SpecError(f"gpu.{req}", None, "is required for a custom GPU")
     hi = {"hbm_gib": MAX_HBM_GIB, "hbm_tbps": MAX_HBM_TBPS, "matmul_efficiency": 1.0,
           "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
-          "fa2_attention_efficiency": 1.0, "sm_count": 4096, "tdp_w": 1e5}
+          "fa2_attention_efficiency": 1.0, "sm_count": 4096, "tdp_w": 1e5,
+          "exp_tera_per_s": MAX_EXP_RATE / TERA}
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
               "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
-              "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "tdp_w"):
+              "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "tdp_w",
+              "exp_tera_per_s"):
         if k in d:
             nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True)
     if "sm_count" in nums and not float(nums["sm_count"]).is_integer():
@@ -416,7 +452,8 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
               fa2=nums.get("fa2_attention_efficiency"),
               sms=int(nums["sm_count"]) if "sm_count" in nums else None,
               fp4=nums.get("fp4_tflops"), blocks=blocks, tdp=nums.get("tdp_w"),
-              tn_only=tn_only, wave=wave)
+              tn_only=tn_only, wave=wave,
+              exp=nums["exp_tera_per_s"] * TERA if "exp_tera_per_s" in nums else None)
 
 
 def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
@@ -469,4 +506,6 @@ def gpu_to_mapping(gpu: GPU) -> str | dict:
         d["fp8_tn_only"] = True
     if gpu.wave_tile is not None:
         d["wave_tile"] = list(gpu.wave_tile)
+    if gpu.exp_rate is not None:
+        d["exp_tera_per_s"] = gpu.exp_rate / TERA
     return d

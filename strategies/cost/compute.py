@@ -73,6 +73,18 @@ FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recom
 # against two, dQ accumulated with atomics): FlashAttention-2 on A100, head dim 128, causal,
 # 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
 FLASH_BWD_EFFICIENCY = 0.8
+# Exposed fraction of the fused attention kernel's exponential time (special-function units,
+# ``MUFU.EX2``, ``GPU.exp_rate``), forward and backward: the share of the exponentials' time
+# that is not hidden under the kernel's GEMMs. The forward's ping-pong pipeline (cuDNN,
+# FlashAttention-4) runs one tile's softmax under the other tile's GEMMs; the backward
+# recomputes P = exp(S - LSE) on the path to its dP/dS GEMMs. Measured from public kernel
+# timings, the same cuDNN (9.22, cudnn-frontend 1.21.1) on GB200 (5 TeraExponentials/s) and
+# GB300 (10.7): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/*/gb{200,300}
+# (bf16, 85 shapes, head dims 128, 192/128, 256; sequence 2k-75k): the time saved over the
+# exponentials' time saved, (t200 - t300) / (n·(1/5e12 - 1/10.7e12)), median 0.505 forward
+# (45 shapes, 0.30-1.15) and 1.06 backward (40 shapes, 0.37-2.30): docs/calibration.md §5.60
+EXP_EXPOSED_FWD = 0.5
+EXP_EXPOSED_BWD = 1.0
 GRAD_BYTES_16 = 2.0       # a weight gradient as the GEMM writes it (bf16/fp16)
 #: FSDP2's all-gather copy-out per unsharded parameter: ``foreach_all_gather_copy_out``
 #: (torch/distributed/_composable/fsdp/_fsdp_collectives.py) splits the gathered bf16 buffer
@@ -614,8 +626,12 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
     """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
     compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
-    runs, ``GPU.flash_efficiency``, and with PyTorch's context parallelism the HBM passes
-    around each ring step, ``ring_attention.merge_bytes_fwd``/``accum_bytes_bwd``)."""
+    runs, ``GPU.flash_efficiency``; on a chip whose special-function units run exponentials
+    at another rate than the one its efficiency describes, ``GPU.exp_seconds_offset``, the
+    fused kernel's exposed exponentials, ``EXP_EXPOSED_FWD``/``_BWD`` of
+    ``costs.attn_exponentials_fwd``, at the chip's own rate; and with PyTorch's context
+    parallelism the HBM passes around each ring step, ``ring_attention.merge_bytes_fwd``/
+    ``accum_bytes_bwd``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -627,6 +643,10 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     if q is not None:   # a measured profile: its time over the model's at this kernel length
         seq, heads = m.seq_length / cp, m.num_attention_heads / tp
         t_flash, t_flash_b = t_flash * q[0](seq, heads), t_flash_b * q[1](seq, heads)
+    elif gpu.exp_seconds_offset():   # SFU faster/slower than the efficiency's reference
+        t_exp = slow * costs.attn_exponentials_fwd(m, b, tp, cp) * gpu.exp_seconds_offset()
+        t_flash = t_flash + EXP_EXPOSED_FWD * t_exp
+        t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
     f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False, windows=False)
     # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV) over the whole
     # score square (a window only masks it)

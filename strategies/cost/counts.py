@@ -279,6 +279,14 @@ def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num
         per * (skip if causal_skip else full)
 
 
+def attn_exponentials_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+    """Exponentials per GPU of the mean layer's fused (Flash) attention forward: one per score
+    element the causal kernel computes, ``b·a/(t·c)`` times ``mean_score_elements(m,
+    "kernel")`` (``attn_core_flops_fwd`` with causal skipping over its ``2·(d_qk + d_v)`` FLOPs
+    per element); the backward recomputes each once more (``P = exp(S - LSE)``)."""
+    return b * m.num_attention_heads / (tp * cp) * mean_score_elements(m, "kernel")
+
+
 def executed_flops_per_step(m: ModelSpec, gbs: Num, flash: Num, recompute: Num,
                             share: Num = 1.0, modules: Num = 0,
                             early_stop: bool = False, flash_rerun: bool = False) -> Num:
