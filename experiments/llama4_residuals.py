@@ -21,6 +21,9 @@ transfers are separate ``isend``/``irecv`` calls (``_p2p_ops`` in
 with pp = 2 all four go to or come from the one peer. The column shows the step if the four
 ran one after another on the critical path (the exposed messages times 4) instead of
 together (times 1): an upper bound, since ``overlap_p2p_comm`` hides part of them.
+The code rules the lead out (docs/calibration.md §5.63, ``strategies/schedules/p2p_streams.py``):
+with pp = 2 Megatron-Core sends each direction over its own process group, so the four never
+share one stream; the column is kept as the what-if it was.
 """
 from __future__ import annotations
 

@@ -1,0 +1,48 @@
+"""Analytic MAPE and worst row of every reference file that ships
+(``strategies/reference/data/*.json`` but the schedule studies), each through
+``paraplan validate --no-sim``; ``--rows SUBSTR`` also lists each row whose id contains
+SUBSTR with its measured and estimated step (seconds). About 15 s.
+
+    python experiments/reference_mape.py [--rows SUBSTR]
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def file_rows(path: str) -> list[dict]:
+    """The validated, not skipped, cases of one reference file (all tiers)."""
+    args = [sys.executable, "-m", "simulator.cli", "validate", "--reference", path,
+            "--no-sim", "--json", "--tiers", "all"]
+    out = subprocess.run(args, capture_output=True, text=True, cwd=ROOT, check=True)
+    return [c for c in json.loads(out.stdout)["cases"] if not c.get("skipped")]
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=None, help="list the rows whose id contains this text")
+    a = ap.parse_args(argv)
+    for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
+        if "schedule_studies" in f:
+            continue
+        rows = file_rows(f)
+        errs = [c["analytic_error_pct"] for c in rows]
+        mape = sum(abs(e) for e in errs) / max(1, len(errs))
+        worst = max(errs, key=abs) if errs else 0.0
+        print(f"{os.path.basename(f):28} runs {len(errs):4d}  MAPE {mape:6.2f} %  "
+              f"worst {worst:+7.1f} %")
+        for c in rows:
+            if a.rows and a.rows in c["id"]:
+                print(f"    {c['id']:60} meas {c['measured_step_s']:9.3f} "
+                      f"est {c['analytic_step_time_s']:9.3f} {c['analytic_error_pct']:+6.1f} %")
+
+
+if __name__ == "__main__":
+    main()
