@@ -23,7 +23,9 @@ A config is applied to a row only when the row's container (``MoeRecipe.containe
 the row's ``source.table``), model, GPU, GPU count, precision and stated layout (tp, pp,
 virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
 config fits keeps the stack's defaults and whatever its own plan states. What is applied is
-stated with every case (``strategies.reference.cases``). Pure data.
+stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 405B rows of the
+26.04.01 and 26.06 tables take the Llama scripts' precision and overlap settings instead
+(``llama_fp8_current``, ``llama_switches``). Pure data.
 """
 from __future__ import annotations
 
