@@ -348,8 +348,10 @@ class FrameworkProfile:
     context_parallel: bool = True
     #: how the stack runs context parallelism: ``"ring"``, Transformer Engine's p2p ring
     #: (K/V sends hidden under the attention core, ``SystemConfig.cp_exposed_fraction``
-    #: exposed), or ``"torch"``, PyTorch's ``context_parallel`` (all-gather rotater, fp32
-    #: merges and dK/dV ring: ``strategies.cost.ring_attention``)
+    #: exposed), ``"allgather"``, K/V all-gathered before the attention core and their
+    #: gradients reduce-scattered after it, exposed (``cp_exposed_fraction``), or
+    #: ``"torch"``, PyTorch's ``context_parallel`` (all-gather rotater, fp32 merges and
+    #: dK/dV ring: ``strategies.cost.ring_attention``)
     cp_impl: str = "ring"
     #: heads of the K/V block a context-parallel rank sends (``counts.sent_kv_heads``):
     #: ``"kv"``, the model's KV heads, or ``"query"`` where the model repeats K and V to every
@@ -712,8 +714,21 @@ class FrameworkProfile:
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
-#: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, PyTorch's context_parallel
-CP_IMPLS = ("ring", "torch")
+#: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
+#: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
+CP_IMPLS = ("ring", "allgather", "torch")
+
+
+def cp_exposed_fraction(cp_impl: str, overlapped: float) -> float:
+    """Share of a context-parallel layer's K/V collectives left exposed: all of them under
+    ``"allgather"`` (Megatron-Core ``TransformerConfig.cp_comm_type``: "all_gather: All-gather
+    to get full sequence of KV before attention. The all-gather is not async, and cannot be
+    overlapped"; Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, "KV all-gather between
+    CP ranks is exposed", gathers K/V in the forward, again in the backward, and reduce-scatters
+    dK/dV: the ring's three passes, ``analytic`` ``t_cp``; Dubey et al. 2024 §3.3.2: "the
+    all-gather communication latency is exposed in the critical path"), else ``overlapped``
+    (``SystemConfig.cp_exposed_fraction``: the ring's tail after its last attention block)."""
+    return 1.0 if cp_impl == "allgather" else float(overlapped)
 #: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
 TP_OVERLAP_IMPLS = ("userbuffers", "async-tp")
 #: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel

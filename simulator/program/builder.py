@@ -243,6 +243,18 @@ class ProgramBuilder:
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
+            if cs.cp_exposed_fraction >= 1:     # all-gather CP: K/V gathered before the
+                # attention core (forward and backward), dK/dV reduce-scattered after it
+                pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
+                                f"CP {label}", i, c,
+                                deps=(other,) if other is not None else start)
+                self.wait += [pre] if pre is not None else []
+                main = self.compute(attn, kind, label, i, c, force=True)
+                if not fwd:
+                    tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
+                                     f"CP {label}", i, c, deps=(main,))
+                    self.wait += [tail] if tail is not None else []
+                return self._close_block(fwd, items, label, i, c, start, main)
             main = self.compute(attn, kind, label, i, c, force=True)
             if cs.cp_torch:     # the waits sit inside the attention, before what closes it
                 end = self.torch_ring(fwd, nl, label, i, c, other, start)

@@ -43,7 +43,8 @@ from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import step as steps
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile, get_profile, grad_path, grad_sync_once
+from strategies.framework import (FrameworkProfile, cp_exposed_fraction, get_profile, grad_path,
+                                  grad_sync_once)
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
@@ -489,7 +490,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
         bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
         tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
-        cp_exposed_fraction=float(sy.cp_exposed_fraction),
+        cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],

@@ -19,8 +19,9 @@ from strategies.plan import Plan, parse_modules
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
-from strategies.reference.text import (attention_kernel, bf16_optimizer, framework_name,
-                                        gpu_preset, intra_node_gbps, launch_blocking,
+from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
+                                        framework_name, gpu_preset, intra_node_gbps,
+                                        launch_blocking,
                                         model_family, parse_inter_node, recompute_kind,
                                         schedule_kind, vocab_from_notes)
 from strategies.reference.measured import global_batch, measured_step, seq_len, utilisation_step
@@ -578,6 +579,24 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
+def _with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` running the context-parallel exchange the entry's
+    ``plan.cp_comm_type`` names (``reference.text.cp_comm_type``: the ring or the exposed K/V
+    all-gather), said so; an exchange the model has no form for keeps the stack's, said so, as
+    does PyTorch's ``context_parallel`` (``cp_impl`` "torch": its own all-gather rotater,
+    ``strategies.cost.ring_attention``)."""
+    said = pl.get("cp_comm_type")
+    if not said:
+        return fw
+    impl = cp_comm_type(said)
+    if impl is None or not fw.context_parallel or fw.cp_impl == "torch":
+        notes.append(f"cp exchange {fw.cp_impl} ({fw.name} default; cp_comm_type {said!r} "
+                     "not modelled)")
+        return fw
+    notes.append(f"cp exchange {impl} (stated: {said})")
+    return replace(fw, cp_impl=impl)
+
+
 def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with the optimizer the entry's ``plan.optimizer`` states (DeepSpeed's
     BF16_Optimizer or not: ``FrameworkProfile.bf16_optimizer``) and under the launch
@@ -660,7 +679,8 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = _with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl, notes)
+    fw = _with_stated_cp(_with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl,
+                                          notes), pl, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
