@@ -33,8 +33,9 @@ B2604, B2606 = "megatron_bridge_2604.json", "heldout_2026b.json"
 def test_table_fp8_runs_current_scaling(name, rid):
     c = case_from_entry(_row(name, rid))
     assert c.job.dtype == "fp8-current"
-    said = [a for a in c.assumptions if a.startswith("fp8 with current scaling")]
+    said = [a for a in c.assumptions if a.startswith("precision fp8 with current scaling")]
     assert len(said) == 1 and "FP8_CS" in said[0] and "get_precision_config" in said[0]
+    assert "llama31_workload_base_configs" in said[0] or "llama3{,1}" in said[0]
 
 
 @pytest.mark.parametrize("name,rid,pg", [

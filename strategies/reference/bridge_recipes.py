@@ -94,6 +94,13 @@ class MoeRecipe:
                                 f"chunks, one per '|'-separated stage ({self.source})")
 
     @property
+    def current_scaling(self) -> bool:
+        """Whether the config is one of the harness's FP8 current-scaling configs (``*_FP8_CS_*``,
+        the only non-block FP8 recipe it runs, ``FP8_CS_SOURCE``): a row whose precision says
+        plain ``fp8`` then ran current scaling, not delayed scaling."""
+        return "_FP8_CS_" in self.source
+
+    @property
     def full_iteration_graph(self) -> bool:
         """Whether the config captures the whole training step in one CUDA graph (what the
         plan's ``cuda_graph`` switch means): Megatron-Core's ``full_iteration`` scope under
@@ -104,6 +111,15 @@ class MoeRecipe:
                                                                         or ())
 
 
+#: What a table's "FP8" ran: Megatron-Bridge's performance harness takes ``--compute_dtype`` in
+#: ``bf16, fp8_cs, fp8_mx, fp8_sc, nvfp4`` (no delayed-scaling recipe) and builds "fp8_cs" as
+#: ``bf16_with_fp8_current_scaling_mixed()`` with ``first_last_layers_bf16 = False``; the
+#: configs a plain-FP8 row fits are its ``*_FP8_CS_*`` ones (``MoeRecipe.current_scaling``)
+FP8_CS_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/performance/"
+                 "utils/precision.py get_precision_config('fp8_cs'): "
+                 "bf16_with_fp8_current_scaling_mixed, first_last_layers_bf16=False; "
+                 "argument_parser.py --compute_dtype choices bf16/fp8_cs/fp8_mx/fp8_sc/nvfp4, "
+                 "no delayed scaling")
 #: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
 #: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
 CONTAINERS = ("26.04", "25.11")
@@ -344,16 +360,14 @@ LLAMA_MODELS = ("llama3-70b", "llama3.1-405b")
 #: ``src/megatron/bridge/perf_recipes/llama/``, the commit the 26.06 rows cite), which state
 #: both rules alike
 LLAMA_CONTAINERS = ("26.04", "26.06")
-#: The tables' "FP8" is current scaling: the scripts' precisions are ``bf16``, ``fp8_cs``,
-#: ``fp8_mx``, ``fp8_sc`` and ``nvfp4`` (``utils/precision.py`` ``get_precision_config``), and
-#: the Llama 3 70B and 3.1 405B configs name only ``FP8_CS`` and ``FP8_MX``
-#: (``llama3_workload_base_configs.py``, ``llama31_workload_base_configs.py``; a precision
-#: without a config is an error, ``utils/utils.py`` ``get_workload_base_config``); the 26.08
-#: recipes likewise name ``fp8cs`` and ``fp8mx`` only
+#: The tables' "FP8" is current scaling: the harness runs no delayed-scaling recipe
+#: (``FP8_CS_SOURCE``) and the Llama 3 70B and 3.1 405B configs name only ``FP8_CS`` and
+#: ``FP8_MX`` (``llama3_workload_base_configs.py``, ``llama31_workload_base_configs.py``; a
+#: precision without a config is an error, ``utils/utils.py`` ``get_workload_base_config``);
+#: the 26.08 recipes likewise name ``fp8cs`` and ``fp8mx`` only
 LLAMA_FP8_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.4.2 (c810129341a8) scripts/performance/"
-                    "utils/precision.py get_precision_config and configs/llama/"
-                    "llama3{,1}_workload_base_configs.py (FP8_CS and FP8_MX configs only); "
-                    "067f987df03b src/megatron/bridge/perf_recipes/llama/*/llama3{,1}.py "
+                    "configs/llama/llama3{,1}_workload_base_configs.py; 067f987df03b "
+                    "src/megatron/bridge/perf_recipes/llama/*/llama3{,1}.py "
                     "(_perf_precision('fp8_cs'))")
 #: NVFP4 runs without TP communication overlap: ``cfg.comm_overlap.tp_comm_overlap = False if
 #: precision == "nvfp4"`` in every Llama 3 70B / 3.1 405B pretrain function of v0.4.2's

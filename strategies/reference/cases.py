@@ -28,11 +28,11 @@ from strategies.reference.measured import global_batch, measured_step, seq_len, 
 from strategies.cost.system import SystemConfig
 from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
-from strategies.reference.bridge_recipes import (GRAD_REDUCE_SOURCE, LLAMA_FP8_SOURCE,
-                                                 LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
+                                                 LLAMA_FP8_SOURCE, LLAMA_NVFP4_PG_SOURCE,
+                                                 LLAMA_NVFP4_SOURCE, grad_reduce_in_fp32,
                                                  llama_fp8_current, llama_switches,
-                                                 grad_reduce_in_fp32,
-                                                  recipe_for)
+                                                 recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -670,10 +670,15 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip(f"does not resolve: {e}")
     notes += cn
     dtype = _dtype(c)
-    if dtype == "fp8" and llama_fp8_current(c):
+    recipe = recipe_for(c)
+    if dtype == "fp8" and recipe is not None and recipe.current_scaling:
         dtype = "fp8-current"
-        notes.append(f"fp8 with current scaling: the table's FP8 is the scripts' FP8_CS "
-                     f"({LLAMA_FP8_SOURCE})")
+        notes.append(f"precision fp8 with current scaling (the row's config "
+                     f"{recipe.source.split()[-1]}: {FP8_CS_SOURCE})")
+    elif dtype == "fp8" and llama_fp8_current(c):
+        dtype = "fp8-current"
+        notes.append(f"precision fp8 with current scaling (the Llama configs are FP8_CS and "
+                     f"FP8_MX only: {LLAMA_FP8_SOURCE}; {FP8_CS_SOURCE})")
     if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
