@@ -75,10 +75,9 @@ def ring_parts(nbytes, n, stride, cl: Cluster):
 
 def tree_latency(n, stride, cl: Cluster):
     """NCCL's tree latency with the cluster's latencies: ``2((k-1)·lat_in +
-    log2i(nodes)·lat_out)``; the tree's hops between nodes join GPUs of one rail (no relay)."""
-    _, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
-    lat_out = transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, False)
-    return 2 * ((k - 1) * cl.intra_node_latency + log2i(nodes) * lat_out)
+    log2i(nodes)·lat_out)``; the tree's hops between nodes join GPUs of one rail (no relay).
+    The model's own form, ``comm.tree_latency`` (docs/calibration.md §5.64)."""
+    return cm.tree_latency(n, stride, cl)
 
 
 def tree_time(nbytes, n, stride, cl: Cluster, eff: float):

@@ -443,6 +443,10 @@ class FrameworkProfile:
     #: passes of their own (``quantise.layer_cast_elements``' ``routed_unfused``); False: the
     #: activation kernels write them quantised (fused)
     grouped_mlp_casts: bool = False
+    #: runs Transformer Engine's modules under Megatron-Core's ``fp8_autocast`` (amax group
+    #: tp·cp·dp): per-tensor fp8 scaling all-reduces amaxes on the compute stream
+    #: (``strategies.cost.amax``; docs/calibration.md §5.64)
+    te_amax_reduction: bool = False
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
@@ -939,6 +943,7 @@ MEGATRON_CORE = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
+    te_amax_reduction=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY,
     default_sources=(
@@ -1209,7 +1214,7 @@ HAI_LLM = replace(
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
-    grouped_mlp_casts=False, quant_padding=False,
+    grouped_mlp_casts=False, quant_padding=False, te_amax_reduction=False,
     # DeepSeek on its released V3 training profile (deepseek-ai/profile-data issue #2,
     # 2025-02-28): "we launch expert GEMMs (one kernel for one expert) on two streams
     # interleavely", an earlier grouped GEMM than DeepGEMM's, kept for V3 training

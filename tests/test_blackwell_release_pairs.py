@@ -30,7 +30,6 @@ def test_pairs_of_megatron_bridge_2604():
     want = step["mbridge260401_llama31405b_gb200_256_fp8"] / \
         step["mbridge260401_llama31405b_gb300_256_fp8"]
     assert r[3] == pytest.approx(want, rel=1e-3)
-    # the table's FP8 is the scripts' FP8_CS (current scaling, §5.61)
     assert r[2] == "fp8-current" and r[5].startswith("tp4 pp16") and r[6].startswith("tp4 pp8")
     # the finding (§5.55): on one release GB300/GB200 reads above the harness's CUDA 12.8/13.0
     # ratio, and the model's ratio is below the measured one

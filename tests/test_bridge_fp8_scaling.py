@@ -59,6 +59,7 @@ def test_a_config_that_is_not_current_scaling_keeps_the_reading(monkeypatch) -> 
     other = replace(r, source=r.source.replace("_FP8_CS_", "_FP8_DS_"))
     assert not other.current_scaling
     monkeypatch.setattr(cases, "recipe_for", lambda c: other)
+    monkeypatch.setattr(cases, "harness_fp8_is_current", lambda c: False)
     c = case_from_entry(row, BRIDGE)
     assert c.job.dtype == "fp8"
     assert not any(a.startswith("precision fp8 with current") for a in c.assumptions)
@@ -70,3 +71,20 @@ def test_a_stated_precision_is_not_overridden() -> None:
         row = BY_ID[rid]
         assert recipe_for(row) is not None
         assert case_from_entry(row, BRIDGE).job.dtype == row["precision"]
+
+
+def test_a_plain_fp8_cell_of_the_2026_harness_tables_is_current_scaling() -> None:
+    """The 26.04/26.06 tables came from a harness with no delayed-scaling recipe, so their
+    dense "FP8" rows (no recipe-table config) read as current scaling too, and say why; a
+    25.11 row or a row of another source is not touched by this rule."""
+    from strategies.reference.bridge_recipes import harness_fp8_is_current
+    dense = [r for r in BRIDGE if "llama" in r["id"] and r["precision"] == "fp8"]
+    assert len(dense) == 6
+    for r in dense:
+        c = case_from_entry(r, BRIDGE)
+        assert c.job.dtype == "fp8-current", r["id"]
+        assert any("no delayed-scaling recipe" in a for a in c.assumptions), r["id"]
+    assert not harness_fp8_is_current({"source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
+                                                  "table": "docs/performance-summary.md "
+                                                           "(25.11 NeMo container)"}})
+    assert not harness_fp8_is_current({"source": {"ref": "NVIDIA NeMo", "table": "(26.04)"}})

@@ -1,7 +1,7 @@
 """What Megatron-Bridge's Llama performance scripts set for the Llama 3 70B / 3.1 405B rows of
-its 26.04.01 and 26.06 tables (``strategies.reference.bridge_recipes``: ``llama_fp8_current``,
-``llama_switches``; docs/calibration.md §5.61): the table's "FP8" runs with current scaling,
-NVFP4 runs without TP communication overlap (and 405B on GB200 without the overlapped
+its 26.04.01 and 26.06 tables (``strategies.reference.bridge_recipes``: ``llama_switches``;
+docs/calibration.md §5.61): the table's "FP8" runs with current scaling (the harness rule,
+``harness_fp8_is_current``, §5.64), NVFP4 runs without TP communication overlap (and 405B on GB200 without the overlapped
 parameter gather); each said once with its file; no other row moves."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from strategies.reference.bridge_recipes import llama_fp8_current, llama_switches
+from strategies.reference.bridge_recipes import harness_fp8_is_current, llama_switches
 from strategies.reference.cases import case_from_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")
@@ -34,8 +34,7 @@ def test_table_fp8_runs_current_scaling(name, rid):
     c = case_from_entry(_row(name, rid))
     assert c.job.dtype == "fp8-current"
     said = [a for a in c.assumptions if a.startswith("precision fp8 with current scaling")]
-    assert len(said) == 1 and "FP8_CS" in said[0] and "get_precision_config" in said[0]
-    assert "llama31_workload_base_configs" in said[0] or "llama3{,1}" in said[0]
+    assert len(said) == 1 and "get_precision_config" in said[0]
 
 
 @pytest.mark.parametrize("name,rid,pg", [
@@ -71,12 +70,12 @@ def test_other_rows_untouched():
     """The DGX Cloud 405B fp8 row (another source), the 25.11 row (which states current
     scaling) and a Bridge MoE row keep their reading."""
     dgxc = _row("dgxc_2505.json", "dgxc2505_llama31_405b_gb200_128_fp8")
-    assert not llama_fp8_current(dgxc) and not llama_switches(dgxc)
+    assert not harness_fp8_is_current(dgxc) and not llama_switches(dgxc)
     assert case_from_entry(dgxc).job.dtype == "fp8"
     cs = _row("published_2026.json", "mbridge2511_llama405b_gb200_256_fp8cs")
-    assert not llama_fp8_current(cs) and case_from_entry(cs).job.dtype == "fp8-current"
+    assert not llama_switches(cs) and case_from_entry(cs).job.dtype == "fp8-current"
     moe = _row(B2604, "mbridge260401_qwen330ba3b_h100_16_fp8")
-    assert not llama_fp8_current(moe) and not llama_switches(moe)
+    assert not llama_switches(moe)
 
 
 def test_stated_switch_wins():

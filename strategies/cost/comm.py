@@ -53,11 +53,21 @@ def _hop_relays(cluster: Cluster, offsets) -> np.ndarray:
     G = cluster.gpus_per_node
     rails = min(cluster.nics_per_node, G)
     offsets = np.broadcast_arrays(*(np.asarray(o, dtype=np.int64) for o in offsets))
+    key = None
+    if offsets[0].ndim == 0:         # one hop's answer, kept (_SCALAR_TIMES' rule: by id)
+        key = (id(cluster),) + tuple(int(o) for o in offsets)
+        hit = _SCALAR_RELAYS.get(key)
+        if hit is not None and hit[0] is cluster:
+            return hit[1].copy()
     local = np.arange(G).reshape((G,) + (1,) * offsets[0].ndim)
     out = np.zeros(offsets[0].shape, dtype=bool)
     for off in offsets:
         dst = np.mod(local + off, G)
         out = out | np.any(relays(cluster.inter_node_topology, rails, local, dst), axis=0)
+    if key is not None:
+        if len(_SCALAR_RELAYS) >= _SCALAR_KEPT:
+            _SCALAR_RELAYS.clear()
+        _SCALAR_RELAYS[key] = (cluster, out.copy())
     return out
 
 
@@ -114,9 +124,11 @@ alltoall_time = all_to_all.time
 # buckets, the ZeRO passes, the bound's floors), each a dozen numpy calls on 0-d arrays
 # (validate_published --tiers all --no-sim: 16,362 calls, 4,626 distinct). Kept by the
 # cluster's id with the cluster itself (a frozen spec: its id stays its own while kept)
-# and each argument's type and exact value (``float.hex``: -0.0 is not 0.0); the answer
+# and each argument's type (a 0-d array's dtype too) and exact value (``float.hex``: -0.0
+# is not 0.0); the answer
 # is an immutable numpy scalar, the same object a fresh call would equal bit for bit.
 _SCALAR_TIMES: dict[tuple, tuple[Cluster, Num]] = {}
+_SCALAR_RELAYS: dict[tuple, tuple[Cluster, np.ndarray]] = {}     # _hop_relays of 0-d offsets
 _SCALAR_KEPT = 8192
 _FLOATS = (float, np.float64)
 _INTS = (int, np.int64)
@@ -129,6 +141,9 @@ def _exact(x) -> tuple | None:
         return (t, float.hex(float(x)))
     if t in _INTS:
         return (t, int(x))
+    if t is np.ndarray and x.ndim == 0 and x.dtype.kind in "fi":  # a 0-d array (np.where's)
+        v = x[()]
+        return (t, x.dtype.str, float.hex(float(v)) if x.dtype.kind == "f" else int(v))
     return None
 
 
@@ -379,3 +394,36 @@ def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
     own = count * collective_time(kind, per, n, stride, cluster)
     return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap) - own,
                       0.0)[()]
+
+
+def tree_latency(n: Num, stride: Num, cluster: Cluster) -> Num:
+    """Latency seconds of NCCL's tree all-reduce over ``n`` ranks ``stride`` apart with the
+    cluster's per-hop latencies: intra-node chains of the ``k`` local members and a double
+    binary tree between the nodes, ``2((k-1)·lat_in + log2i(nodes)·lat_out)`` (NVIDIA/nccl
+    ``src/graph/tuning.cc`` ``ncclTopoTuneModel``, tag v2.19.3-1; ``log2i`` = floor(log2));
+    the tree's hops between nodes join GPUs of one rail (no relay). docs/calibration.md
+    §3.21 (nccltree), §5.64. Vectorised."""
+    _, k, nodes = strided_layout(n, stride, cluster.gpus_per_node)
+    lat_out = transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency, True,
+                               False)
+    log2i = np.floor(np.log2(np.maximum(np.asarray(nodes, dtype=float), 1.0)))
+    return 2 * ((np.asarray(k) - 1) * cluster.intra_node_latency + log2i * lat_out)
+
+
+def small_allreduce_time(nbytes: Num, n: Num, stride: Num, cluster: Cluster) -> Num:
+    """Seconds of an all-reduce of a latency-bound buffer (bytes to kilobytes: amaxes, norms)
+    over ``n`` ranks ``stride`` apart: the lesser of ``collective_time``'s ring and NCCL's
+    tree, for groups laid out alike over several nodes (one latency per hop for both, the
+    tree at the ring's bus bandwidth: ``bw·n/(n-1) + tree_latency``; docs/calibration.md
+    §3.21 nccltree states why the model keeps the ring for the gradient buckets, where the
+    crossover is not sure; for a few kilobytes over ``nodes > 1`` the tree's
+    ``log2(nodes)`` network latencies beat the ring's ``2(nodes-1)`` at any efficiency).
+    0 for ``n < 2``. Vectorised."""
+    ring_t = collective_time("allreduce", nbytes, n, stride, cluster)
+    ring_lat = collective_time("allreduce", 0.0, n, stride, cluster)
+    nf = np.asarray(n, dtype=float)
+    tree_t = (ring_t - ring_lat) * nf / np.maximum(nf - 1.0, 1.0) \
+        + tree_latency(n, stride, cluster)
+    uniform, _, nodes = strided_layout(n, stride, cluster.gpus_per_node)
+    tree_ok = uniform & (nodes > 1)
+    return np.where(nf > 1, np.where(tree_ok, np.minimum(ring_t, tree_t), ring_t), 0.0)[()]

@@ -35,6 +35,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies import placement
+from strategies.cost import amax
 from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
@@ -328,6 +329,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # the alltoall dispatcher's blocking count all-gather and probabilities' all-to-alls
     # (``comm.dispatcher_metadata_time``), on the compute stream: in the layer's passes
     md_f, md_b = cm.dispatcher_metadata_time(m, b, tp, cp, ep, etp, P.moe_dispatcher, cl, load)
+    # Transformer Engine's amax all-reduces (per chunk pass with delayed scaling, per layer
+    # with current scaling; ``amax.amax_reduction_time``), on the compute stream too
+    lpc = m.num_layers / (pp * P.vpp)
+    am_f, am_b = amax.amax_reduction_time(m, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
+    md_f, md_b = md_f + am_f, md_b + am_b
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -418,6 +424,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         mk_f, mk_b = cm.dispatcher_metadata_time(mk, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
                                                  load)
+        ka_f, ka_b = amax.amax_reduction_time(mk, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
+        mk_f, mk_b = mk_f + ka_f, mk_b + ka_b
         return KindCostArrays(
             layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b), layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),

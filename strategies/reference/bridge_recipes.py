@@ -24,8 +24,8 @@ the row's ``source.table``), model, GPU, GPU count, precision and stated layout 
 virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
 config fits keeps the stack's defaults and whatever its own plan states. What is applied is
 stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 405B rows of the
-26.04.01 and 26.06 tables take the Llama scripts' precision and overlap settings instead
-(``llama_fp8_current``, ``llama_switches``). Pure data.
+26.04.01 and 26.06 tables take the Llama scripts' NVFP4 overlap settings instead
+(``llama_switches``). Pure data.
 """
 from __future__ import annotations
 
@@ -120,6 +120,21 @@ FP8_CS_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/perf
                  "bf16_with_fp8_current_scaling_mixed, first_last_layers_bf16=False; "
                  "argument_parser.py --compute_dtype choices bf16/fp8_cs/fp8_mx/fp8_sc/nvfp4, "
                  "no delayed scaling")
+#: the containers whose published tables came from a harness with no delayed-scaling recipe
+#: (Megatron-Bridge v0.4.2 for 26.04(.01), v0.5.0 for 26.06; ``FP8_CS_SOURCE``): a plain "FP8"
+#: cell of theirs ran current scaling, whether or not the recipe table holds the row's config
+FP8_CS_CONTAINERS = ("26.04", "26.06")
+
+
+def harness_fp8_is_current(row: dict) -> bool:
+    """Whether ``row`` (a reference entry) is a Megatron-Bridge performance-table row of a
+    container in ``FP8_CS_CONTAINERS``, whose plain "FP8" is current scaling."""
+    src = row.get("source") or {}
+    table = str(src.get("table", ""))
+    return (src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge"
+            and any(f"({c}" in table for c in FP8_CS_CONTAINERS))
+
+
 #: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
 #: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
 CONTAINERS = ("26.04", "25.11")
@@ -353,22 +368,13 @@ def grad_reduce_in_fp32(entry: dict) -> bool | None:
 
 
 #: The Llama models of Megatron-Bridge's performance tables whose scripts
-#: ``LLAMA_FP8_SOURCE`` and ``LLAMA_NVFP4_SOURCE`` read
+#: ``LLAMA_NVFP4_SOURCE`` reads
 LLAMA_MODELS = ("llama3-70b", "llama3.1-405b")
 #: The containers whose Llama rows those scripts produced: 26.04(.01) from v0.4.2's
 #: ``scripts/performance``; 26.06 between v0.4.2 and the 26.08 flat recipes (067f987df03b
 #: ``src/megatron/bridge/perf_recipes/llama/``, the commit the 26.06 rows cite), which state
-#: both rules alike
+#: the rule alike
 LLAMA_CONTAINERS = ("26.04", "26.06")
-#: The tables' "FP8" is current scaling: the harness runs no delayed-scaling recipe
-#: (``FP8_CS_SOURCE``) and the Llama 3 70B and 3.1 405B configs name only ``FP8_CS`` and
-#: ``FP8_MX`` (``llama3_workload_base_configs.py``, ``llama31_workload_base_configs.py``; a
-#: precision without a config is an error, ``utils/utils.py`` ``get_workload_base_config``);
-#: the 26.08 recipes likewise name ``fp8cs`` and ``fp8mx`` only
-LLAMA_FP8_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.4.2 (c810129341a8) scripts/performance/"
-                    "configs/llama/llama3{,1}_workload_base_configs.py; 067f987df03b "
-                    "src/megatron/bridge/perf_recipes/llama/*/llama3{,1}.py "
-                    "(_perf_precision('fp8_cs'))")
 #: NVFP4 runs without TP communication overlap: ``cfg.comm_overlap.tp_comm_overlap = False if
 #: precision == "nvfp4"`` in every Llama 3 70B / 3.1 405B pretrain function of v0.4.2's
 #: ``llama3_llm_pretrain.py`` and ``llama31_llm_pretrain.py``, and in the 26.08 recipes'
@@ -392,12 +398,6 @@ def _llama_row(entry: dict) -> bool:
     table = str(src.get("table") or "")
     name = (entry.get("model") or {}).get("name")
     return name in LLAMA_MODELS and any(c in table for c in LLAMA_CONTAINERS)
-
-
-def llama_fp8_current(entry: dict) -> bool:
-    """True for a Llama row of Megatron-Bridge's 26.04 / 26.06 tables whose precision reads
-    plain "fp8": the scripts ran it with current scaling (``LLAMA_FP8_SOURCE``)."""
-    return _llama_row(entry) and str(entry.get("precision") or "").strip().lower() == "fp8"
 
 
 def llama_switches(entry: dict) -> dict[str, bool]:

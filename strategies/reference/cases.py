@@ -29,10 +29,9 @@ from strategies.cost.system import SystemConfig
 from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
 from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
-                                                 LLAMA_FP8_SOURCE, LLAMA_NVFP4_PG_SOURCE,
-                                                 LLAMA_NVFP4_SOURCE, grad_reduce_in_fp32,
-                                                 llama_fp8_current, llama_switches,
-                                                 recipe_for)
+                                                 LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                                 grad_reduce_in_fp32, harness_fp8_is_current,
+                                                 llama_switches, recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -675,10 +674,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         dtype = "fp8-current"
         notes.append(f"precision fp8 with current scaling (the row's config "
                      f"{recipe.source.split()[-1]}: {FP8_CS_SOURCE})")
-    elif dtype == "fp8" and llama_fp8_current(c):
+    elif dtype == "fp8" and harness_fp8_is_current(c):
         dtype = "fp8-current"
-        notes.append(f"precision fp8 with current scaling (the Llama configs are FP8_CS and "
-                     f"FP8_MX only: {LLAMA_FP8_SOURCE}; {FP8_CS_SOURCE})")
+        notes.append(f"precision fp8 with current scaling (the table's harness has no "
+                     f"delayed-scaling recipe: {FP8_CS_SOURCE})")
     if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
