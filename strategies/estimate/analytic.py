@@ -241,17 +241,24 @@ def path_p2p_times(sched: Any, pp: Any, v: Any, stride: Any, nbytes: Any,
                    cl: Cluster) -> np.ndarray:
     """One pipeline message's seconds per plan: ``comm.path_p2p_time`` over the hops of the
     plan's schedule (``Schedule.path_hops``), once per distinct ``(schedule, pp, vpp,
-    stride)``; ``p2p_time`` where ``pp < 2``."""
+    stride)`` whose pipeline spans nodes with stages closer than a node or not whole nodes
+    apart; elsewhere every hop is alike and ``p2p_time(stride)`` is that price."""
     code, pp, v, stride, nb = np.broadcast_arrays(*(np.asarray(x) for x in (
         sched, pp, v, stride, nbytes)))
-    out = np.zeros(code.shape)
-    keys = np.stack([a.ravel().astype(np.int64) for a in (code, pp, v, stride)], axis=1)
+    G = cl.gpus_per_node
+    # every hop alike (the pipeline in one node, or stages whole nodes apart): one hop's price
+    out = np.array(cm.p2p_time(nb, cl, stride), dtype=float, copy=True).reshape(code.shape)
+    mixed = ((pp > 1) & (stride * pp > G) & (stride % G != 0)).ravel()
+    if not mixed.any():
+        return out[()] if out.ndim else out
+    keys = np.stack([a.ravel()[mixed].astype(np.int64) for a in (code, pp, v, stride)], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     flat, nbf = out.reshape(-1), nb.reshape(-1)
+    where = np.flatnonzero(mixed)
     table = schedules()
     for i, (c, p, vv, st) in enumerate(uniq):
-        sel = inv.reshape(-1) == i
-        hops = table[c].path_hops(int(p), max(int(vv), 1)) if p > 1 else ()
+        sel = where[inv.reshape(-1) == i]
+        hops = table[c].path_hops(int(p), max(int(vv), 1))
         flat[sel] = cm.path_p2p_time(nbf[sel], cl, int(st), hops)
     return out[()] if out.ndim else out
 
