@@ -15,7 +15,8 @@ worst rank). GPT 1.7B with 48 layers and a 1,024-token vocabulary on two DGX H10
 stages 2 GPUs apart (``tp 2, dp 1``), so the pipeline spans both nodes. ``--row`` gives a
 reference row's step per micro-batch at ``g`` and ``2g`` micro-batches with free
 communication, contention-free and on flows, and the estimate's, and the exposed
-communication per micro-batch of the contention-free run's breakdown and the estimate's.
+communication per micro-batch of the contention-free run's breakdown and the estimate's
+(a schedule that is not extended, DualPipe's or GPipe's: the whole step and its breakdown).
 """
 from __future__ import annotations
 
@@ -89,6 +90,17 @@ def row(spec: str) -> None:
     name, rid = spec.split(":")
     rows = load_reference(f"strategies/reference/data/{name}.json")
     job = case_from_entry(next(r for r in rows if r["id"] == rid), rows).job
+    if not ex.can_extend(job, figures=False):        # GPipe, DualPipe: the whole step once
+        e = estimate(job)
+        free = simulate(job, free_comm=True, figures_only=True)
+        cf = simulate(job, network="contention-free", figures_only=True)
+        flows = simulate(job, figures_only=True)
+        print(f"m={job.num_microbatches}: free {free.step_time_s:.4f} contention-free "
+              f"{cf.step_time_s:.4f} flows {flows.step_time_s:.4f} estimate {e.step_time_s:.4f} s")
+        for key in e.breakdown_s:
+            print(f"  {key}: free {free.metrics['breakdown_s'][key]:.4f} contention-free "
+                  f"{cf.metrics['breakdown_s'][key]:.4f} estimate {e.breakdown_s[key]:.4f} s")
+        return
     g = ex.period(job)
     out, parts = {}, {}
     for k in (1, 2):
