@@ -414,6 +414,8 @@ def _coerce(key: str, value: Any) -> Any:
         return value.strip()
     if value is None and key in ("first_stage_layers", "last_stage_layers"):
         return None
+    if key in _STRS and value is None and key != "recompute_method":
+        raise SpecError(key, value, "must be a string (give a value or leave the key out)")
     if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
