@@ -78,7 +78,27 @@ def test_collective_time_key_tells_values_and_types_apart():
     assert comm._exact(0.0) != comm._exact(-0.0)
     assert comm._exact(8) != comm._exact(8.0)
     assert comm._exact(np.int64(8)) != comm._exact(8)
-    assert comm._exact(np.array(1.0)) is None       # arrays are not kept
+    assert comm._exact(np.array([1.0])) is None     # arrays are not kept
+    # 0-d arrays (np.where's answers: dp_parts' ranks and strides) are, by dtype and value
+    assert comm._exact(np.array(8)) == comm._exact(np.array(8))
+    assert comm._exact(np.array(8)) != comm._exact(np.array(8.0))
+    assert comm._exact(np.array(8.0)) != comm._exact(8.0)
+    assert comm._exact(np.array(8.0)) != comm._exact(np.float64(8.0))
+    assert comm._exact(np.array(0.0)) != comm._exact(np.array(-0.0))
+    assert comm._exact(np.array(8, dtype=np.int32)) != comm._exact(np.array(8))
+    assert comm._exact(np.array(True)) is None
+
+
+@pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),
+                                      (np.array(4), np.array(1.0))])
+def test_collective_time_of_0d_arrays_is_the_fresh_answer(n, stride):
+    cl = cluster_preset("dgx-h100", 4)
+    for kind in ("allreduce", "reduce_scatter", "allgather", "alltoall"):
+        first = comm.collective_time(kind, 3e8, n, stride, cl)
+        again = comm.collective_time(kind, 3e8, n, stride, cl)
+        fresh = comm._collective_time(kind, 3e8, n, stride, cl)
+        assert again is first                        # kept
+        assert type(first) is type(fresh) and first == fresh
 
 
 def test_zero3_columns_without_a_per_tensor_plan_are_the_walks_zeros():
@@ -127,3 +147,45 @@ def test_free_comm_order_kept_is_the_order_worked_out_afresh(schedule, pp, m, vp
     analysis.free_comm_order.cache_clear()
     assert analysis.free_comm_ranks(schedule, pp, m, vpp, *times[1][:2], None, times[1][2]) \
         == kept[1]
+
+
+@pytest.mark.parametrize("schedule,pp,m,vpp", [("interleaved", 4, 8, 2), ("zb-v", 4, 8, 2),
+                                               ("dualpipe", 4, 8, 1), ("1f1b", 3, 6, 1)])
+def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp, m, vpp):
+    """``replay_free_comm`` (its per-order event lists and the two-predecessor max) gives
+    what ``max`` over each event's predecessors gives, ties of 0.0 and -0.0 included."""
+    from strategies.schedules import get_schedule
+    from strategies.schedules.analysis import free_comm_order, replay_free_comm
+    order = free_comm_order(get_schedule(schedule), pp, m, vpp)
+    rng = np.random.default_rng(7)
+    secs = {sig: float(rng.choice([0.0, -0.0, 0.5, 1.0, rng.random()]))
+            for sig in order.sigs}
+    got = replay_free_comm(order, pp, lambda r, g: secs[(r, g)])
+    dur = [secs[sig] for sig in order.sigs]
+    free, first, busy = [0.0] * pp, [None] * pp, [0.0] * pp
+    ends = [0.0] * (len(order.rank) + 1)
+    for e, (r, k, ps) in enumerate(zip(order.rank.tolist(), order.sig.tolist(),
+                                       order.preds.tolist())):
+        start = max([ends[q] for q in ps])
+        first[r] = start if first[r] is None else first[r]
+        free[r] = start + dur[k]
+        busy[r] += free[r] - start
+        ends[e] = free[r]
+    want = (first, free, busy)
+    assert [[x.hex() for x in v] for v in got] == [[x.hex() for x in v] for v in want]
+
+
+@pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
+def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
+    """``comm._hop_relays`` of 0-d offsets is kept per cluster object; the kept answer has the
+    fresh answer's type (a numpy bool) and value, and equals the vectorised one."""
+    cl = cluster_preset(preset, 4)
+    offs = [(s, -(k - 1) * s) for s in (1, 2, 4, 8) for k in (1, 2, 4)]
+    batch = comm._hop_relays(cl, (np.array([a for a, _ in offs]),
+                                  np.array([b for _, b in offs])))
+    for i, o in enumerate(offs):
+        comm._SCALAR_RELAYS.clear()
+        first = comm._hop_relays(cl, o)
+        again = comm._hop_relays(cl, o)
+        assert type(first) is type(again) and np.shape(first) == ()
+        assert bool(first) == bool(again) == bool(batch[i])

@@ -48,6 +48,7 @@ dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale wi
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
@@ -61,7 +62,7 @@ from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule, head_rank
-from strategies.schedules.base import peak_chunk_moment, peak_pair
+from strategies.schedules.base import order_figure, peak_chunk_moment, peak_pair
 from topologies.precision import get_precision
 
 if TYPE_CHECKING:
@@ -554,19 +555,28 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                                model: ModelSpec | None = None) -> float:
     """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides;
     ``model``: a layer-kind view of the job's model, ``stash_kinds``)."""
-    p = job.plan
-    rc = recompute or p.recompute
-    mdl = job.model if model is None else model
-    cache = job_activation_cache(job)
-    base = layer_activation_bytes(mdl, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                  rc, p.flash_attn, p.recompute_modules,
-                                  job.framework.remat_named, cache)
+    p, fw = job.plan, job.framework
+    return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
+                        p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
+                        fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
+                        p.capacity_factor, p.expert_tp, fw.eager_variants)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: int, rc: str,
+                 flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
+                 cache: float | None, ep: int, imbalance: float, capacity_factor: float,
+                 expert_tp: int | None, clamp: bool) -> float:
+    """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
+    frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
+    per stage and chunk)."""
+    base = layer_activation_bytes(mdl, seq_len, mbs, tp, sp, cp, rc, flash_attn,
+                                  recompute_modules, remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
-    mods = modules_mask(p.recompute_modules) if p.recompute_modules else 0
-    load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
-    extra, _ = routed_stash_correction(mdl, job.seq_len, p.mbs, p.tp, p.cp, p.sp,
-                                       p.expert_tp, load, code, mods,
-                                       clamp=job.framework.eager_variants, cache=cache)
+    mods = modules_mask(recompute_modules) if recompute_modules else 0
+    load = counts.moe_load(ep, imbalance, capacity_factor)
+    extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
+                                       mods, clamp=clamp, cache=cache)
     return float(base + extra)
 
 
@@ -698,15 +708,20 @@ def _stash_at_peak(job: Job, stage: int, per) -> tuple[int, int, float]:
     callers that also branch on it)."""
     p, m = job.plan, job.num_microbatches
     sched = get_schedule(p.schedule).for_job(job)
+    # an order that depends on the job's times only (``for_job`` binds them) or a micro-batch
+    # group is derived afresh; any other is read from the orders' memo (``order_figure``)
+    memo = sched is get_schedule(p.schedule) and p.microbatch_group_size is None
     if per is None:
-        front = sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+        front = (order_figure(sched, "stash_frontier")(stage, p.pp, m, p.vpp) if memo else
+                 sched.stash_frontier(stage, p.pp, m, p.vpp, p.microbatch_group_size))
         a, wb = chunk_layer_activation_bytes(job, stage), wgrad_bytes_per_chunk(job, stage)
         n, w = front[0] if len(front) == 1 else peak_pair(
             front, activation_bytes_per_chunk(job, stage), wb)
         return n, w, n * a + w * wb
     acts, wgrads = per
     extra = _entry_extra_bytes(job, stage)
-    moments = sched.chunk_stash_moments(stage, p.pp, m, p.vpp, p.microbatch_group_size)
+    moments = (order_figure(sched, "chunk_stash_moments")(stage, p.pp, m, p.vpp) if memo else
+               sched.chunk_stash_moments(stage, p.pp, m, p.vpp, p.microbatch_group_size))
     ns, ws = peak_chunk_moment(moments, [a + extra for a in acts], wgrads)
     layers = sum(k * a for k, a in zip(ns, acts)) + sum(k * x for k, x in zip(ws, wgrads))
     return sum(ns), sum(ws), float(layers)

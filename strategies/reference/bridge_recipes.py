@@ -23,7 +23,9 @@ A config is applied to a row only when the row's container (``MoeRecipe.containe
 the row's ``source.table``), model, GPU, GPU count, precision and stated layout (tp, pp,
 virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
 config fits keeps the stack's defaults and whatever its own plan states. What is applied is
-stated with every case (``strategies.reference.cases``). Pure data.
+stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 405B rows of the
+26.04.01 and 26.06 tables take the Llama scripts' NVFP4 overlap settings instead
+(``llama_switches``). Pure data.
 """
 from __future__ import annotations
 
@@ -363,3 +365,50 @@ def grad_reduce_in_fp32(entry: dict) -> bool | None:
         return None
     table = str(src.get("table") or "")
     return False if any(c in table for c in GRAD_REDUCE_CONTAINERS) else None
+
+
+#: The Llama models of Megatron-Bridge's performance tables whose scripts
+#: ``LLAMA_NVFP4_SOURCE`` reads
+LLAMA_MODELS = ("llama3-70b", "llama3.1-405b")
+#: The containers whose Llama rows those scripts produced: 26.04(.01) from v0.4.2's
+#: ``scripts/performance``; 26.06 between v0.4.2 and the 26.08 flat recipes (067f987df03b
+#: ``src/megatron/bridge/perf_recipes/llama/``, the commit the 26.06 rows cite), which state
+#: the rule alike
+LLAMA_CONTAINERS = ("26.04", "26.06")
+#: NVFP4 runs without TP communication overlap: ``cfg.comm_overlap.tp_comm_overlap = False if
+#: precision == "nvfp4"`` in every Llama 3 70B / 3.1 405B pretrain function of v0.4.2's
+#: ``llama3_llm_pretrain.py`` and ``llama31_llm_pretrain.py``, and in the 26.08 recipes'
+#: nvfp4 configs; the 405B GB200 nvfp4 V2 config also turns the overlapped parameter gather
+#: off (``disable_param_gather_overlap``, Megatron-Bridge PR #3713, "WAR ... to avoid OOM")
+LLAMA_NVFP4_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.4.2 (c810129341a8) scripts/performance/"
+                      "configs/llama/llama3{,1}_llm_pretrain.py: tp_comm_overlap = False if "
+                      "precision == 'nvfp4'; 067f987df03b src/megatron/bridge/perf_recipes/"
+                      "llama/*/llama3{,1}.py nvfp4 configs")
+LLAMA_NVFP4_PG_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.4.2 scripts/performance/configs/llama/"
+                         "llama31_llm_pretrain.py llama31_405b_pretrain_config_gb200: "
+                         "disable_param_gather_overlap for nvfp4 v2 (PR #3713)")
+
+
+def _llama_row(entry: dict) -> bool:
+    """Whether ``entry`` is a Llama row (``LLAMA_MODELS``) of a ``LLAMA_CONTAINERS`` table of
+    NVIDIA's Megatron-Bridge."""
+    src = entry.get("source") or {}
+    if "megatron-bridge" not in str(src.get("ref") or "").lower():
+        return False
+    table = str(src.get("table") or "")
+    name = (entry.get("model") or {}).get("name")
+    return name in LLAMA_MODELS and any(c in table for c in LLAMA_CONTAINERS)
+
+
+def llama_switches(entry: dict) -> dict[str, bool]:
+    """The overlap switches the Llama scripts set against the stack's defaults for ``entry``
+    (a Llama row of Megatron-Bridge's 26.04 / 26.06 tables): under NVFP4 no TP communication
+    overlap (``LLAMA_NVFP4_SOURCE``) and, for 405B on GB200, no overlapped parameter gather
+    (``LLAMA_NVFP4_PG_SOURCE``); {} for any other entry."""
+    if not _llama_row(entry) or "nvfp4" not in str(entry.get("precision") or "").lower():
+        return {}
+    out = {"tp_comm_overlap": False}
+    if (entry.get("model") or {}).get("name") == "llama3.1-405b" and \
+            (entry.get("hardware") or {}).get("gpu") == "GB200":
+        out["overlap_param_gather"] = False
+    return out

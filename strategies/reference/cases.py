@@ -29,8 +29,9 @@ from strategies.cost.system import SystemConfig
 from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
 from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
-                                                  grad_reduce_in_fp32,
-                                                  harness_fp8_is_current, recipe_for)
+                                                 LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                                 grad_reduce_in_fp32, harness_fp8_is_current,
+                                                 llama_switches, recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -613,6 +614,22 @@ def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framew
     return with_launch_blocking(fw)
 
 
+def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
+    """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
+    (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
+    parameter gather, under NVFP4), each replacing the stack default's note; a switch the
+    entry's plan states itself is kept."""
+    pl = c.get("plan") or {}
+    said = {k: v for k, v in llama_switches(c).items() if not isinstance(pl.get(k), bool)}
+    if not said:
+        return plan
+    notes[:] = [n for n in notes if not n.startswith(tuple(f"{k}=" for k in said))]
+    for k, v in said.items():
+        cite = LLAMA_NVFP4_SOURCE if k == "tp_comm_overlap" else LLAMA_NVFP4_PG_SOURCE
+        notes.append(f"{k}={str(v).lower()} (the Llama scripts' NVFP4 setting: {cite})")
+    return replace(plan, **said)
+
+
 def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     """Build the Job for one published entry, or say why not (``siblings``: the other entries
     of its reference file, read only for what the entry's source states elsewhere)."""
@@ -679,6 +696,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
+    plan = _llama_recipe_switches(c, plan, notes)
     notes.append(f"framework {fw.name} ({fw.description})"
                  + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -140,6 +140,12 @@ class FreeCommOrder:
     preds: np.ndarray
     bounds: tuple[int, ...]
 
+    @cached_property
+    def events(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """``(rank, sig, preds)`` of each event as Python ints, in order (what the scalar
+        replay walks; built once per order, which ``free_comm_order`` keeps)."""
+        return list(zip(self.rank.tolist(), self.sig.tolist(), map(tuple, self.preds.tolist())))
+
 
 @lru_cache(maxsize=128)
 def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
@@ -244,9 +250,12 @@ def replay_free_comm(order: FreeCommOrder, pp: int,
     first: list[Any] = [None] * pp
     busy: list[float] = [0.0] * pp
     ends: list[float] = [0.0] * (len(order.rank) + 1)
-    for e, (r, k, ps) in enumerate(zip(order.rank.tolist(), order.sig.tolist(),
-                                       order.preds.tolist())):
-        start = max([ends[q] for q in ps])
+    for e, (r, k, ps) in enumerate(order.events):
+        if len(ps) == 2:            # max([x, y]) as max computes it: y only where y > x
+            x, y = ends[ps[0]], ends[ps[1]]
+            start = y if y > x else x
+        else:
+            start = max([ends[q] for q in ps])
         if first[r] is None:
             first[r] = start
         free[r] = start + dur[k]

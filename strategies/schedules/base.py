@@ -288,7 +288,7 @@ _ORDER_FIGURES: dict[tuple, float] = {}
 _ORDER_FIGURES_MAX = 1 << 18
 
 
-def _order_figure(sched: "Schedule", figure: str) -> Callable[[int, int, int, int], float]:
+def order_figure(sched: "Schedule", figure: str) -> Callable[[int, int, int, int], float]:
     """``sched.<figure>(stage, pp, m, vpp)`` (a count, share or ``stash_frontier`` read from
     the order), memoised."""
     method = getattr(sched, figure)
@@ -516,14 +516,14 @@ class Schedule:
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
         distinct ``(stage, pp, m, vpp)``."""
-        return _per_distinct(_order_figure(self, "in_flight"), stage, pp, m, vpp)
+        return _per_distinct(order_figure(self, "in_flight"), stage, pp, m, vpp)
 
     def pending_weight_grads_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``pending_weight_grads`` over arrays (default group size): zeros unless the
         backward is split, else once per distinct ``(stage, pp, m, vpp)``."""
         if not self.splits_backward:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(_order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
+        return _per_distinct(order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
 
     def stash_frontier(self, stage: int, pp: int, m: int, vpp: int = 1,
                        group_size: int | None = None) -> tuple[tuple[int, int], ...]:
@@ -553,7 +553,7 @@ class Schedule:
         keys, inv, shape = _distinct(stage, pp, m, vpp)
         if not keys:
             return np.zeros((1,) + shape), np.zeros((1,) + shape)
-        fn = _order_figure(self, "stash_frontier")
+        fn = order_figure(self, "stash_frontier")
         fronts = [fn(*k) for k in keys]
         depth = max((len(f) for f in fronts), default=1)
         table = np.array([list(f) + [f[0]] * (depth - len(f)) for f in fronts],
@@ -637,7 +637,7 @@ class Schedule:
         """``overlapped_share`` over arrays, once per distinct ``(stage, pp, m, vpp)``."""
         if not self.overlaps_pairs:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(_order_figure(self, "overlapped_share"), stage, pp, m, vpp)
+        return _per_distinct(order_figure(self, "overlapped_share"), stage, pp, m, vpp)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""
