@@ -43,6 +43,7 @@ from simulator.simulate import simulate  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
+from strategies.framework import get_profile  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.plan import parse_plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
@@ -79,17 +80,23 @@ def layers(pp: int, rank: int | None) -> str:
 
 
 def counts(sched: str, v: int, pp: int, m: int, extra: str = "",
-           bandwidths: tuple[float, float] = BANDWIDTHS, model=None) -> tuple[float, float]:
+           bandwidths: tuple[float, float] = BANDWIDTHS, model=None,
+           blocking: bool = True) -> tuple[float, float]:
     """(estimate, simulation): exposed messages per step of the plan (``extra``: more plan
     fields), the step's change between the two NVLink ``bandwidths`` (bytes/s) over that of
-    one message's time."""
+    one message's time. ``blocking``: Megatron-Core with blocking batched calls
+    (``overlap_p2p_comm`` off, the order these counts were first measured in); False: its
+    default, interleaving with ``overlap_p2p_comm`` (docs/calibration.md §5.68)."""
+    fw = get_profile("megatron-core")
+    fw = dataclasses.replace(fw, overlap_p2p_comm=False) if blocking else fw
     out = []
     for bw in bandwidths:
         cl = dataclasses.replace(cluster_preset("dgx-a100", 1), intra_node_bandwidth=bw,
                                  gpus_per_node=pp)
         plan = f"tp=1,pp={pp},dp=1,mbs=1,gbs={m},schedule={sched}" + (f",vpp={v}" if v > 1
                                                                       else "") + extra
-        job = make_job(MODEL if model is None else model, cl, parse_plan(plan))
+        job = make_job(MODEL if model is None else model, cl, parse_plan(plan),
+                       framework=fw)
         tau = float(cm.p2p_time(stage_costs(job).p2p_bytes, cl, 1))
         out.append((estimate(job).step_time_s, simulate(job).step_time_s, tau))
     (e1, s1, t1), (e2, s2, t2) = out

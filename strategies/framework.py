@@ -429,6 +429,14 @@ class FrameworkProfile:
     ep_in_dp: bool = False
     #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
     ep_overlap: bool = False
+    #: runs the interleaved schedule with ``overlap_p2p_comm``: each steady pipeline call is
+    #: issued after a pass and waited for just before the next pass of the same kind, its
+    #: transfers lone ops on NCCL's per-peer streams (``strategies.schedules.p2p_streams``;
+    #: docs/calibration.md §5.63, §5.68). Megatron-LM ``arguments.py``: ``overlap_p2p_comm``
+    #: on by default, off without virtual stages, ``batch_p2p_comm = not overlap_p2p_comm``;
+    #: NeMo's ``MegatronCommOverlapCallback`` sets it when vp > 1. False: blocking batched
+    #: calls (Megatron-LM 2021's ``batch_isend_irecv``, no such option; torch pipelining)
+    overlap_p2p_comm: bool = False
     #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
     moe_dispatchers: tuple[str, ...] = ("alltoall",)
     #: runs Megatron-Core's model code for a clamped gated activation (the clamp and cat in
@@ -953,6 +961,7 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True,

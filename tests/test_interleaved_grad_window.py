@@ -116,14 +116,16 @@ def test_estimate_reads_the_interleaved_window(nic_gbps, v):
                                          (12.5, 2)])
 def test_estimate_agrees_with_contention_free_simulation(nic_gbps, v):
     """Estimate and the contention-free simulation (every transfer at its closed-form time) of
-    the same interleaved plans within 0.5 % (before §5.14 the estimate was 1.9-5.6 % above even
-    the simulation with contention on the 12.5 GB/s plans). With contention the simulation is
+    the same interleaved plans within 0.55 % (before §5.14 the estimate was 1.9-5.6 % above even
+    the simulation with contention on the 12.5 GB/s plans; 12.5 GB/s v 8: +0.46 % with blocking
+    calls, +0.50 % with Megatron-Core's ``overlap_p2p_comm``, §5.68, which takes 12.8 ms off
+    both and leaves the same absolute gap within 0.05 ms). With contention the simulation is
     0.8-3.9 % slower: the cool-down's reduce-scatters share the NICs with its pipeline
     messages (10.7-11.5 ms against 8.5 ms alone at 12.5 GB/s and v 8), which the estimate does
     not see (docs/calibration.md §5.14)."""
     job = _job(v, nic_gbps)
     e, s = estimate(job), simulate(job, network="contention-free")
-    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.005)
+    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0055)
 
 
 def test_megatron_core_119b_estimate_meets_its_simulation():

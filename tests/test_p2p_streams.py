@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from strategies.estimate.scalar import estimate, step_arrays
+from strategies.framework import get_profile
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
@@ -65,8 +66,11 @@ def test_estimate_charges_a_pp2_interleaved_exchange_the_rules_serial_sum():
     times one call's stream time under the rule (one message: ``p2p_time_s``), to floating
     point; the simulation exposes the same count (``tests/test_interleaved_grad_window``)."""
     model = replace(model_preset("llama3-8b"), num_layers=16, seq_length=2048)
-    job = make_job(model, cluster_preset("dgx-h100", 4), parse_plan(
-        "tp=2,pp=2,dp=8,mbs=1,gbs=32,schedule=interleaved,vpp=2,zero=1,sp=true"))
+    plan = parse_plan("tp=2,pp=2,dp=8,mbs=1,gbs=32,schedule=interleaved,vpp=2,zero=1,sp=true")
+    core = get_profile("megatron-core")
+    # blocking batched calls (``overlap_p2p_comm`` off)
+    job = make_job(model, cluster_preset("dgx-h100", 4), plan,
+                   framework=replace(core, overlap_p2p_comm=False))
     t = float(step_arrays(job)["p2p_time_s"])
     n = float(get_schedule("interleaved").exposed_messages(job.num_microbatches, 2, 2))
     pp_comm = estimate(job).breakdown_s["pp_comm"]
@@ -74,6 +78,10 @@ def test_estimate_charges_a_pp2_interleaved_exchange_the_rules_serial_sum():
     assert pp_comm == pytest.approx(n * float(ps.call_time(t, ALL4, 2, batched=True)),
                                     rel=1e-12)
     assert pp_comm < n * 4 * t      # the lead's four serial transfers are not what runs
+    # Megatron-Core's default, ``overlap_p2p_comm`` (§5.68): the fill's and the drain's chain
+    job = make_job(model, cluster_preset("dgx-h100", 4), plan, framework=core)
+    assert estimate(job).breakdown_s["pp_comm"] == pytest.approx(
+        2 * (2 * 2 - 1) * float(ps.call_time(t, FWD, 2)), rel=1e-12)
 
 
 def test_simulated_pp2_exchange_exposes_the_rules_serial_sum():

@@ -16,6 +16,7 @@ from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
+from strategies.schedules.p2p_streams import stream_of
 from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.framework import full_grad_reduce, grad_path
@@ -63,6 +64,8 @@ class ProgramBuilder:
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
+        # the receives of ``overlap_p2p_comm`` calls not yet waited for, by direction
+        self.received: dict[str, list] = {}
         # some parameter here has copies to reduce with: dp > 1, or routed experts whose
         # expert-data-parallel group holds more than one rank (``comm.has_dp_copies``)
         # this stage's parameters and routed-expert parameters, read once (``_dp_parts``,
@@ -596,7 +599,11 @@ class ProgramBuilder:
 
     # ------------------------------------------------------------------ pipeline
     def exchange(self, x: Exchange) -> None:
-        """One blocking batched send/receive call; the next compute waits for all of it."""
+        """One blocking batched send/receive call; the next compute waits for all of it
+        (an ``overlapped`` call: ``overlapped_exchange``)."""
+        if x.overlapped:
+            self.overlapped_exchange(x)
+            return
         last, pp_group, cs = None, self.group["pp"], self.c
         # a synchronous engine's receive (DeepSpeed's ``p2p.recv``) is enqueued behind the
         # rank's previous pass and the collectives that close it (NCCL's stream waits for the
@@ -624,6 +631,43 @@ class ProgramBuilder:
                           f"AG p2p {what}", i, c, deps=(last,), tag="tp")
             gathers += [g] if g is not None else []
         self.wait += ([last] if last is not None else []) + gathers
+
+    def overlapped_exchange(self, x: Exchange) -> None:
+        """One ``overlap_p2p_comm`` call (docs/calibration.md §5.68): each transfer a lone op
+        on its NCCL stream (``p2p_streams.stream_of``: with pp = 2 a rank's sends on one, its
+        receives on another; with pp > 2 one per neighbour), the sends after the pass that
+        produced them, the receives posted now; no compute waits for the call here: a
+        receive (and its tensor-parallel gather) is waited for just before the next pass of
+        its kind (``take_received``)."""
+        pp_group, pp, vpp = self.group["pp"], self.p.pp, self.p.vpp
+        for d, i, c in x.sends:
+            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
+            side = "next" if d == "fwd" else "prev"
+            dst = pp_group[self.sched.peer(self.stage, c, i, pp, vpp, d, True)]
+            name = f"pp-comm {stream_of(('send', side), pp)}"
+            self.streams.setdefault(name, [])
+            self._add(Send, name, dst=dst,
+                      nbytes=self.c.p2p_bytes, tag=d, label=f"send {what}", microbatch=i,
+                      chunk=c, deps=tuple(y for y in self.produced[(what[0], i, c)]
+                                          if y is not None))
+        for d, i, c in x.recvs:
+            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
+            side = "prev" if d == "fwd" else "next"
+            src = pp_group[self.sched.peer(self.stage, c, i, pp, vpp, d, False)]
+            name = f"pp-comm {stream_of(('recv', side), pp)}"
+            self.streams.setdefault(name, [])
+            r = self._add(Recv, name, src=src, tag=d,
+                          label=f"recv {what}", microbatch=i, chunk=c, deps=())
+            self.received.setdefault(d, []).append((r, what, i, c))
+
+    def take_received(self, d: str) -> None:
+        """The next pass of kind ``d`` (``"fwd"``, ``"bwd"``) waits for the receives of
+        the ``overlap_p2p_comm`` calls posted since the last one (each with Megatron's
+        scatter/gather over the tensor-parallel communicator, issued here)."""
+        for r, what, i, c in self.received.pop(d, ()):
+            g = self.coll("tp-comm", "allgather", "tp", self.c.p2p_gather_bytes, 1.0,
+                          "pp_gather", f"AG p2p {what}", i, c, deps=(r,), tag="tp")
+            self.wait += [r] + ([g] if g is not None else [])
 
     def overlapped(self, group: list[Step]) -> None:
         """An overlapped group (``Step.overlap``; DualPipe's ``F& B& W``, a forward and a
@@ -693,10 +737,12 @@ class ProgramBuilder:
             elif isinstance(a, Exchange):
                 self.exchange(a)
             elif isinstance(a, Step) and a.kind == "F":
+                self.take_received("fwd")
                 self.forward(a.microbatch, a.chunk)
             elif isinstance(a, Step) and a.kind == "W":
                 self.wgrad(a.microbatch, a.chunk)
             else:
+                self.take_received("bwd")
                 self.backward(a.microbatch, a.chunk)
 
     def finish(self) -> Program:

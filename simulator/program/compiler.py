@@ -86,8 +86,12 @@ def compile_rank(job: Job, costs: StageCosts, layout: Layout, rank: int,
         return b.finish()
     # the schedule as this job runs it (ZB-1p/ZB-2p order with the job's times: one order
     # for all ranks, from the cost record of the cluster's slowest GPU)
-    b.run(get_schedule(p.schedule).for_job(job).actions(b.stage, p.pp, b.m, p.vpp,
-                                                         p.microbatch_group_size))
+    sched = get_schedule(p.schedule).for_job(job)
+    if job.framework.overlap_p2p_comm and sched.overlaps_p2p and p.pp > 1:
+        # Megatron-Core's overlap_p2p_comm calls (docs/calibration.md §5.68)
+        b.run(sched.overlapped_actions(b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size))
+        return b.finish()
+    b.run(sched.actions(b.stage, p.pp, b.m, p.vpp, p.microbatch_group_size))
     return b.finish()
 
 

@@ -464,6 +464,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                              f_share) if np.any(by_rank) else 0.0
     pp_exposed = np.where(pp > 1, np.where(by_rank, ranked, t_p2p * dispatch(
         sched, "exposed_messages", mb, pp, v)), 0.0)
+    # a stack with ``overlap_p2p_comm`` (Megatron-Core's interleaved schedule): only the
+    # fill's and the drain's chain stays exposed, each steady call what outlasts the pass
+    # of the other kind (a chunk's forward, the shorter) run before it is waited for
+    # (``Interleaved.overlapped_p2p_time``; docs/calibration.md §5.68)
+    ov = attr_by_code(sched, "overlaps_p2p").astype(bool) & (pp > 1) & bool(
+        get_profile(framework).overlap_p2p_comm)
+    if np.any(ov):
+        pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
+                                           lps / v * sc.layer_fwd), pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the

@@ -402,6 +402,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # stage sends no backward output and the last no forward output
     fwd_blocks = attr_by_code(sched, "blocks_fwd_send").astype(float)
     bwd_blocks = attr_by_code(sched, "blocks_bwd_send").astype(float)
+    # with ``overlap_p2p_comm`` (Megatron-Core's interleaving) no send blocks: a call's
+    # receive is waited for only before the next pass of its kind (docs/calibration.md §5.68)
+    if get_profile(framework).overlap_p2p_comm:
+        bwd_blocks = np.where(attr_by_code(sched, "overlaps_p2p").astype(bool), 0.0, bwd_blocks)
     per_mb = v * (f_blk + b_blk)
     sends_mid = nmb * v * (fwd_blocks + bwd_blocks)
     head_first = (dispatch(sched, "head_rank_array", pp, v) == 0) & ~single   # a V

@@ -351,6 +351,9 @@ class Schedule:
     #: a send waits until the receiver posts its receive (a rendezvous, as synchronous
     #: ``torch.distributed.send`` calls do); else it starts at once (eager)
     blocking_sends: bool = False
+    #: runs Megatron's ``overlap_p2p_comm`` calls where the stack does
+    #: (``FrameworkProfile.overlap_p2p_comm``; ``overlapped_actions``, docs/calibration.md §5.68)
+    overlaps_p2p: bool = False
     #: whether a forward's (backward's) output send blocks the next step (lower bound)
     blocks_fwd_send: bool = True
     blocks_bwd_send: bool = True
@@ -596,6 +599,13 @@ class Schedule:
     def exchange_rounds(self, m: Any, pp: Any, vpp: Any) -> Any:
         """Point-to-point exchange rounds on the critical path: ``m·fill + pp - 1``."""
         return m * self.fill_chunks(vpp) + pp - 1
+
+    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any) -> Any:
+        """Seconds of pipeline messages exposed under ``overlap_p2p_comm`` (``t`` one
+        message, ``hiding`` the pass that runs before a steady call is waited for): a
+        schedule without overlapped calls (``overlaps_p2p`` False) blocks on each,
+        ``t·exposed_messages``."""
+        return np.asarray(t, dtype=float) * self.exposed_messages(m, pp, vpp)
 
     def exposed_messages(self, m: Any, pp: Any, vpp: Any) -> Any:
         """Point-to-point messages on the critical path (each costs one message's time):

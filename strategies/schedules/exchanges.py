@@ -27,10 +27,15 @@ Msg = tuple[str, int, int]   # (direction "fwd"/"bwd", microbatch, chunk on this
 
 @dataclass(frozen=True)
 class Exchange:
-    """One blocking batched call: ``sends`` then ``recvs`` (messages named on this rank)."""
+    """One blocking batched call: ``sends`` then ``recvs`` (messages named on this rank).
+    ``overlapped``: an ``overlap_p2p_comm`` call instead (Megatron-Core's interleaved
+    schedule): lone transfers on NCCL's per-peer streams (``p2p_streams.stream_of``), each
+    receive waited for only just before the next pass of its kind (docs/calibration.md
+    §5.68)."""
 
     sends: tuple[Msg, ...] = ()
     recvs: tuple[Msg, ...] = ()
+    overlapped: bool = False
 
     def __str__(self) -> str:
         parts = [" ".join(f"send {d} {i}.{c}" for d, i, c in self.sends),
@@ -74,10 +79,11 @@ class Boundary:
         return (("bwd", s.microbatch, s.chunk),) if ok else ()
 
 
-def add_exchange(out: list, sends: tuple = (), recvs: tuple = ()) -> None:
-    """Append ``Exchange(sends, recvs)`` unless both are empty."""
+def add_exchange(out: list, sends: tuple = (), recvs: tuple = (),
+                 overlapped: bool = False) -> None:
+    """Append ``Exchange(sends, recvs, overlapped)`` unless both are empty."""
     if sends or recvs:
-        out.append(Exchange(tuple(sends), tuple(recvs)))
+        out.append(Exchange(tuple(sends), tuple(recvs), overlapped))
 
 
 def split_passes(steps: list[Step]) -> tuple[list[Step], list[Step]]:
@@ -105,10 +111,15 @@ def around_each_step(steps: list[Step], ring: Boundary) -> list:
 
 
 def pipeline_actions(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
-                     group_size: int | None = None, ep_overlap: bool = False) -> list:
+                     group_size: int | None = None, ep_overlap: bool = False,
+                     overlap_p2p: bool = False) -> list:
     """The steps of ``schedule`` on ``stage`` with the exchanges it issues; ``ep_overlap``:
-    Megatron-Core's combined 1F1B order (``strategies.schedules.combined``)."""
+    Megatron-Core's combined 1F1B order (``strategies.schedules.combined``); ``overlap_p2p``:
+    the stack runs ``overlap_p2p_comm`` (only schedules with ``overlaps_p2p`` change)."""
     if ep_overlap:
         from strategies.schedules.combined import combined_actions
         return combined_actions(schedule, stage, pp, m, vpp, group_size)
-    return get_schedule(schedule).actions(stage, pp, m, vpp, group_size)
+    sched = get_schedule(schedule)
+    if overlap_p2p and sched.overlaps_p2p and pp > 1:
+        return sched.overlapped_actions(stage, pp, m, vpp, group_size)
+    return sched.actions(stage, pp, m, vpp, group_size)

@@ -26,6 +26,7 @@ class Interleaved(Schedule):
     default_vpp = 2
     uses_group = True
     blocks_fwd_send = False
+    overlaps_p2p = True
     #: ``backward_step_helper`` launches ``config.grad_sync_func[chunk]`` after the backward
     #: of the chunk's last micro-batch (Megatron-Core core_r0.8.0
     #: ``megatron/core/pipeline_parallel/schedules.py``)
@@ -118,6 +119,50 @@ class Interleaved(Schedule):
             add_exchange(out, ring.send_out(bwd[k]), ring.recv_in(nxt_b))
         return out
 
+    def overlapped_actions(self, stage: int, pp: int, m: int, vpp: int = 1,
+                           group_size: int | None = None) -> list:
+        """Megatron-Core's order with ``overlap_p2p_comm`` (``schedules.
+        forward_backward_pipelining_with_interleaving``): after each forward one
+        ``send_forward_recv_forward`` (its output, the next forward's input), after the last
+        warm-up forward a ``recv_backward``, after each backward one
+        ``send_backward_recv_backward``; every call ``Exchange.overlapped`` (its receive waited
+        for just before the next pass of the same kind).
+
+        >>> [str(a) for a in get_schedule("interleaved").overlapped_actions(1, 2, 2, 2)][:5]
+        ['X(recv fwd 0.0)', 'F0.c0', 'X(send fwd 0.0 | recv fwd 1.0)', 'F1.c0', \
+'X(send fwd 1.0 | recv fwd 0.1)']
+        """
+        steps = self.steps(stage, pp, m, vpp, group_size)
+        w = self.num_warmup(stage, pp, m, vpp, group_size)
+        ring = Boundary(self, stage, pp, vpp)
+        fwd, bwd = split_passes(steps)
+        total, out = len(fwd), []
+        rem = total - w
+
+        def call(sends: tuple = (), recvs: tuple = ()) -> None:
+            add_exchange(out, sends, recvs, overlapped=True)
+
+        def after_f(k: int) -> None:
+            call(ring.send_out(fwd[k]), ring.recv_in(fwd[k + 1] if k + 1 < total else None))
+
+        def after_b(k: int) -> None:
+            call(ring.send_out(bwd[k]), ring.recv_in(bwd[k + 1] if k + 1 < total else None))
+
+        call(recvs=ring.recv_in(fwd[0]))
+        for k in range(w):
+            out.append(fwd[k])
+            after_f(k)
+        call(recvs=ring.recv_in(bwd[0]))
+        for k in range(rem):
+            out.append(fwd[w + k])
+            after_f(w + k)
+            out.append(bwd[k])
+            after_b(k)
+        for k in range(rem, total):
+            out.append(bwd[k])
+            after_b(k)
+        return out
+
     # ------------------------------------------------------------------ memory and time
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 1,
                   group_size: int | None = None) -> int:
@@ -143,6 +188,20 @@ class Interleaved(Schedule):
         ``tests/test_interleaved_grad_window.py``)."""
         m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
         return m * vpp + 2 * (pp - 1) + (vpp - 1) * pp - 1
+
+    def overlapped_p2p_time(self, m: Any, pp: Any, vpp: Any, t: Any, hiding: Any) -> Any:
+        """``overlap_p2p_comm`` (``overlapped_actions``; docs/calibration.md §5.68): the
+        chain of one micro-batch's forward through the ``pp·v`` virtual stages and of the
+        last one's backward back, ``2(pp·v − 1)`` messages, has nothing to hide under (the
+        fill and the drain); each of the other exchanges the blocking order charges
+        (``exposed_messages`` less the chain) leaves what outlasts the pass run before its
+        wait, ``p2p_streams.overlapped_exposed(t, hiding)`` (0 where every pass outlasts a
+        message: the step is then the compute span plus the chain, as simulated)."""
+        from strategies.schedules.p2p_streams import overlapped_exposed
+        m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
+        chain = 2 * (pp * vpp - 1)
+        steady = np.maximum(self.exposed_messages(m, pp, vpp) - chain, 0.0)
+        return np.asarray(t, dtype=float) * chain + steady * overlapped_exposed(t, hiding)
 
     def reduce_window_steps(self, pp: Any, vpp: Any) -> Any:
         """After the last backward of chunk ``vpp-1`` come ``(vpp-1)·pp`` more backwards."""
