@@ -1315,7 +1315,8 @@ AUTOMODEL = replace(
         ("tp_comm_overlap", "no tensor parallelism (moe/parallelizer.py asserts tp = 1)"),
         ("recompute", "activation_checkpointing: false unless the config sets it")))
 
-#: the suffix of a stack's torch.compile variant (``compiled``): ``torchtitan-compile``
+#: the suffix of a stack's torch.compile variant (``compiled``): ``torchtitan-compile``, which
+#: ``get_profile`` resolves (a variant of a stack, so not one of ``PROFILES``)
 COMPILE_SUFFIX = "-compile"
 #: kernels one compiled torchtitan block launches per forward: attention_norm, wq, wk, wv,
 #: rotary q, rotary k with repeat_kv, repeat_kv v, SDPA, wo, add + ffn_norm, w1, w3,
@@ -1347,7 +1348,7 @@ TORCHTITAN_COMPILE = compiled(TORCHTITAN)
 
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
-                        TORCHTITAN_COMPILE, PYTORCH_EAGER, JAX_XLA, HAI_LLM, AUTOMODEL)}
+                        PYTORCH_EAGER, JAX_XLA, HAI_LLM, AUTOMODEL)}
 ALIASES: dict[str, str] = {"megatron": "megatron-core", "megatron-bridge": "nemo",
                            "megatron-lm": "megatron-lm-2021", "deepspeed": "megatron-deepspeed",
                            "composer": "pytorch-eager", "maxtext": "jax-xla", "fsdp": "pytorch-eager",
@@ -1377,6 +1378,8 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
         return name
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
+    if key == TORCHTITAN_COMPILE.name:      # a variant of a stack, not a stack of its own
+        return TORCHTITAN_COMPILE
     if key not in PROFILES and key.endswith(COMPILE_SUFFIX):
         base = key[:-len(COMPILE_SUFFIX)]
         base = ALIASES.get(base, base)
