@@ -127,7 +127,7 @@ Sources (details and numbers in docs/calibration.md):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
@@ -716,6 +716,18 @@ class FrameworkProfile:
                 raise SpecError("framework.sharded_grad_sources", name,
                                 "must name one of the profile's sharded_grad_passes "
                                 f"({', '.join(self.sharded_grad_passes) or 'none'})")
+        for f in fields(self):      # every switch is a bool (1, "yes" are not)
+            if f.type == "bool" and not isinstance(getattr(self, f.name), bool):
+                raise SpecError(f"framework.{f.name}", getattr(self, f.name),
+                                "must be true or false")
+        known = schedule_names()
+        for name in self.schedules:
+            if name not in known:
+                raise SpecError("framework.schedules", name, f"must be one of {', '.join(known)}")
+        for name in self.moe_dispatchers:
+            if name not in DISPATCHERS:
+                raise SpecError("framework.moe_dispatchers", name,
+                                f"must be one of {', '.join(DISPATCHERS)}")
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")

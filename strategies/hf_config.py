@@ -204,6 +204,11 @@ def _llama_like(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     return args
 
 
+#: DeepSeek's ``topk_method`` values (modeling_deepseek.py MoEGate: V2's ``greedy`` and
+#: ``group_limited_greedy``, V3's ``noaux_tc``).
+DEEPSEEK_TOPK_METHODS = ("greedy", "group_limited_greedy", "noaux_tc")
+
+
 def _deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
     """deepseek_v2 / deepseek_v3: MLA, shared experts, dense first layers, MTP (v3)."""
     read = _READ_COMMON | {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size",
@@ -221,6 +226,9 @@ def _deepseek(cfg: Mapping[str, Any], mt: str) -> dict[str, Any]:
         raise SpecError("moe_layer_freq", cfg["moe_layer_freq"], "DeepSeek's MoE layer "
                         "frequency other than 1 is not modelled")
     topk_method = cfg.get("topk_method")
+    if topk_method is not None and topk_method not in DEEPSEEK_TOPK_METHODS:
+        raise SpecError("topk_method", topk_method, f"must be one of "
+                        f"{', '.join(DEEPSEEK_TOPK_METHODS)} (DeepSeek's routers)")
     # group-limited routing (V2's group_limited_greedy, V3's noaux_tc): a token's experts come
     # from at most topk_group of n_group groups (DeepSeek-V3 maps a group to a node)
     groups = _int(cfg, "n_group", 1)
@@ -375,7 +383,35 @@ def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:
         args = _gpt_oss(cfg, mt)
     else:
         args = _llama_like(cfg, mt)
-    return ModelSpec(name=name, **args)
+    try:
+        return ModelSpec(name=name, **args)
+    except SpecError as e:
+        raise _in_config_terms(e, cfg) from None
+
+
+#: ModelSpec fields the config.json gives under another name (the first key present is the
+#: one named): a rule the model breaks is reported on the key the user wrote.
+_HF_KEYS: dict[str, tuple[str, ...]] = {
+    "moe_router_num_groups": ("n_group",),
+    "moe_router_group_topk": ("topk_group",),
+    "moe_router_topk": ("num_experts_per_tok", "experts_per_token"),
+    "num_experts": ("n_routed_experts", "num_local_experts", "num_experts"),
+    "first_k_dense_replace": ("first_k_dense_replace", "interleave_moe_layer_step",
+                              "decoder_sparse_step", "moe_layer_freq"),
+    "num_shared_experts": ("n_shared_experts",),
+    "moe_ffn_hidden_size": ("moe_intermediate_size",),
+    "num_query_groups": ("num_key_value_heads",),
+    "num_layers": ("num_hidden_layers",),
+}
+
+
+def _in_config_terms(e: SpecError, cfg: Mapping[str, Any]) -> SpecError:
+    """``e`` renamed to the config.json key that set the field (the model's own name kept in
+    the rule), or ``e`` itself when the config names the field as the model does."""
+    key = next((k for k in _HF_KEYS.get(e.field, ()) if k in cfg), None)
+    if key is None or key == e.field:
+        return e
+    return SpecError(key, cfg[key], f"{e.rule} (the model's {e.field}={e.value})")
 
 
 def load_model_arg(text: str) -> ModelSpec:

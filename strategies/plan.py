@@ -222,7 +222,7 @@ def _check_moe_factors(p: Plan) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0.0:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
-        check_number("moe_capacity_factor", float(v), 0.0, MAX_MOE_FACTOR)
+        check_number("moe_capacity_factor", float(v), 0.0, MAX_MOE_FACTOR, lo_open=True)
 def _check_partial_recompute(p: Plan) -> None:
     """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
     (Megatron's ``--recompute-granularity full``), the method only with a layer count;
@@ -414,6 +414,8 @@ def _coerce(key: str, value: Any) -> Any:
         return value.strip()
     if value is None and key in ("first_stage_layers", "last_stage_layers"):
         return None
+    if key in _STRS and value is None and key != "recompute_method":
+        raise SpecError(key, value, "must be a string (give a value or leave the key out)")
     if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")

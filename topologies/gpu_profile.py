@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from topologies.errors import SpecError
-from topologies.limits import check_name
+from topologies.limits import check_name, text_hint
 
 SCHEMA = "paraplan-gpu-profile/1"
 GEMM_DTYPES = ("bf16", "fp16", "fp8", "tf32", "fp32")
@@ -174,7 +174,8 @@ def _int(field_: str, v: Any) -> int:
 def _seconds(field_: str, v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1e9 \
             or not math.isfinite(v):
-        raise SpecError(field_, v, "must be a finite time > 0 seconds (a rate must be > 0)")
+        raise SpecError(field_, v, "must be a finite time > 0 seconds (a rate must be > 0)"
+                        + text_hint(v))
     return float(v)
 
 
@@ -295,6 +296,9 @@ def load_gpu_profile(path: str, base_dir: str | None = None) -> GpuProfile:
     """Read a profile file (YAML, or JSON by its ``.json`` extension); a relative ``path`` is
     taken from ``base_dir`` (the folder of the cluster file naming it) when given."""
     from topologies.yaml_io import load_mapping_file
+    if not isinstance(path, str) or not path.strip():
+        raise SpecError("gpu.profile", path, "must be a file path (text): a paraplan "
+                        "calibrate profile, YAML or JSON")
     path = check_name("gpu.profile", path, max_len=4096)
     if base_dir and not os.path.isabs(path):
         path = os.path.join(base_dir, path)

@@ -464,7 +464,13 @@ def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
         if name is None:
             raise SpecError("gpu.profile", prof.path, "names no GPU (no gpu: key in the file); "
                             "give gpu: {name: GPU, profile: FILE}")
-        base = get_gpu(check_name("gpu.name", name))
+        try:
+            base = get_gpu(check_name("gpu.name", name))
+        except SpecError as e:
+            if "name" in rest:
+                raise
+            raise SpecError("gpu.profile", prof.path, f"names gpu: {prof.gpu}, not a catalog "
+                            f"GPU ({e.rule}); give gpu: {{name: GPU, profile: FILE}}") from None
         if "name" in rest and prof.gpu is not None and prof.gpu.lower() in _ALIASES \
                 and GPUS[_ALIASES[prof.gpu.lower()]].name != base.name:
             raise SpecError("gpu.profile", prof.path, f"was measured on {prof.gpu}, not on "

@@ -67,7 +67,7 @@ def check_number(name: str, v: Any, lo: float = 0.0, hi: float | None = None,
     ``lo_open``) and ``v <= hi``; returns it as a float."""
     op = ">" if lo_open else ">="
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise SpecError(name, v, f"must be a finite number {op} {lo}")
+        raise SpecError(name, v, f"must be a finite number {op} {lo}" + text_hint(v))
     try:
         f = float(v)
     except OverflowError:
@@ -77,6 +77,19 @@ def check_number(name: str, v: Any, lo: float = 0.0, hi: float | None = None,
     if hi is not None and f > hi:
         raise SpecError(name, v, f"must be a number <= {hi:g} (a sanity limit)")
     return f
+
+
+def text_hint(v: Any) -> str:
+    """Why a number written in a YAML file can arrive as text: YAML 1.1 (PyYAML) reads
+    ``1e9`` and ``5e-6`` (no dot in the mantissa) as strings, ``1.0e9`` as a number."""
+    if not isinstance(v, str):
+        return ""
+    try:
+        float(v)
+    except ValueError:
+        return ""
+    return " (it was read as text: YAML takes an exponent as a number only with a dot and a " \
+           "sign, e.g. 1.0e+9; or it was quoted)"
 
 
 def parse_int_text(name: str, text: Any) -> int:

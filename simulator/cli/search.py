@@ -121,6 +121,8 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
                         schedules=args.schedules,
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
+    framework = resolve_framework(args, plan_framework(args.plan))
+    check_fixed_for_stack(opts.fixed, framework)
     return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
                         exact=args.exact,
@@ -129,7 +131,18 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
                         resume=args.resume,
                         progress=args.progress or (sys.stderr.isatty() and not args.json),
                         references=references(args, model.name, cluster.num_gpus),
-                        framework=resolve_framework(args, plan_framework(args.plan)))
+                        framework=framework)
+
+
+def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
+    """A fixed schedule or recomputation the named stack does not run is refused before the
+    search (else every plan is pruned and the search says only "no plan passes")."""
+    if fw is None:
+        return
+    for key, runs in (("schedule", fw.schedules), ("recompute", fw.recompute)):
+        if key in fixed and fixed[key] not in runs:
+            raise CliError("--fix", f"{key}={fixed[key]}", f"{fw.name} runs {key} "
+                           f"{', '.join(runs)} (choose another --framework or another value)")
 
 
 def plan_framework(text: str | None) -> Any:

@@ -89,9 +89,11 @@ def run_whatif(cfg: WhatifConfig) -> dict[str, Any]:
         rows[j], ran = _variant_row(cfg, vs[j], refs)
         sims += ran
     if not any(r["feasible"] for r in rows):
-        raise SpecError("--vary", "; ".join(f"{v.label}: {r['error']}"
-                                            for v, r in zip(vs, rows))[:300],
-                        "no variant has a feasible plan")
+        errors = [r["error"] for r in rows]
+        why = (errors[0] if len(set(errors)) == 1 else
+               "; ".join(f"{v.label}: {e}" for v, e in zip(vs, errors)))
+        raise SpecError("--vary", ", ".join(v.label for v in vs)[:200],
+                        f"no variant has a feasible plan: {why[:600]}")
     checks, warnings = _monotone(vs, rows, pairs)
     for j, r in enumerate(rows):
         r["bandwidth_monotone"] = checks["by_row"][j]

@@ -364,6 +364,42 @@ def p2p_time(nbytes: Num, cluster: Cluster, stride: Num) -> Num:
     return (nbytes / np.where(crosses, across, intra) + lat)[()]
 
 
+def path_p2p_time(nbytes: Num, cluster: Cluster, stride: int,
+                  hops: tuple[tuple[int, int], ...]) -> Num:
+    """Seconds of one point-to-point message on a pipeline's critical path: the mean over
+    the hops next to the worst rank (its one or two neighbours on the path,
+    ``Schedule.path_hops``: ``(stage, next stage)`` pairs), each hop priced by ``p2p_time``
+    at its own distance: inside a node when both ranks are in one, else between nodes (the
+    relay when the two GPUs sit on different rails). Pipeline stage ``s`` holds ranks
+    ``s·stride + o``; the slowest pipeline (offset ``o``) counts. Where the pipeline spans
+    several nodes with stages closer than a node (``stride < gpus_per_node``: 4 stages of
+    tp 4 × dp 4 per 64-GPU NVLink domain), a rank next to a node boundary sends and
+    receives each steady-state micro-batch once across it and once inside its node (1F1B's
+    two exchanges, interleaved's batched exchange waiting on both neighbours), so its
+    messages cost ``(t_across + t_inside) / 2`` each; ``p2p_time(stride)`` where every hop
+    is alike. Vectorised over ``nbytes``."""
+    G = cluster.gpus_per_node
+    if not hops:
+        return np.asarray(p2p_time(nbytes, cluster, stride))[()]
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
+    for a, b in hops:                       # a pair of ranks once, the path's direction
+        pairs.setdefault((min(a, b), max(a, b)), (a, b))
+    o = np.arange(min(stride, G))
+    t_in = np.asarray(p2p_time(nbytes, cluster, 0))
+    times = {}
+    for key, (a, b) in pairs.items():
+        across = ((a * stride + o) // G != (b * stride + o) // G).reshape(
+            (-1,) + (1,) * t_in.ndim)
+        t_x = np.asarray(p2p_time(nbytes, cluster, G + (b - a) * stride % G))
+        times[key] = np.where(across, t_x, t_in)            # (pipeline, ...)
+    worst = None
+    for r in {x for k in pairs for x in k}:
+        own = [t for k, t in times.items() if r in k]
+        mean = sum(own) / len(own)
+        worst = mean if worst is None else np.maximum(worst, mean)
+    return worst.max(axis=0)[()]
+
+
 def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
                     copy_gap: float) -> Num:
     """Seconds of ``count`` all-gathers (or reduce-scatters) run one after another, one per

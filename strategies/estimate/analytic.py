@@ -63,7 +63,7 @@ from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
-from strategies.schedules import attr_by_code, dispatch
+from strategies.schedules import attr_by_code, dispatch, schedules
 from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
@@ -235,6 +235,32 @@ def rank_of_max(t: tuple, pp: Any) -> Any:
     t_first, t_mid, t_last = t
     t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
     return np.where(t_max == t_first, 0, np.where(t_max == t_last, 2, 1))
+
+
+def path_p2p_times(sched: Any, pp: Any, v: Any, stride: Any, nbytes: Any,
+                   cl: Cluster) -> np.ndarray:
+    """One pipeline message's seconds per plan: ``comm.path_p2p_time`` over the hops of the
+    plan's schedule (``Schedule.path_hops``), once per distinct ``(schedule, pp, vpp,
+    stride)`` whose pipeline spans nodes with stages closer than a node or not whole nodes
+    apart; elsewhere every hop is alike and ``p2p_time(stride)`` is that price."""
+    code, pp, v, stride, nb = np.broadcast_arrays(*(np.asarray(x) for x in (
+        sched, pp, v, stride, nbytes)))
+    G = cl.gpus_per_node
+    # every hop alike (the pipeline in one node, or stages whole nodes apart): one hop's price
+    out = np.array(cm.p2p_time(nb, cl, stride), dtype=float, copy=True).reshape(code.shape)
+    mixed = ((pp > 1) & (stride * pp > G) & (stride % G != 0)).ravel()
+    if not mixed.any():
+        return out[()] if out.ndim else out
+    keys = np.stack([a.ravel()[mixed].astype(np.int64) for a in (code, pp, v, stride)], axis=1)
+    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
+    flat, nbf = out.reshape(-1), nb.reshape(-1)
+    where = np.flatnonzero(mixed)
+    table = schedules()
+    for i, (c, p, vv, st) in enumerate(uniq):
+        sel = where[inv.reshape(-1) == i]
+        hops = table[c].path_hops(int(p), max(int(vv), 1))
+        flat[sel] = cm.path_p2p_time(nbf[sel], cl, int(st), hops)
+    return out[()] if out.ndim else out
 
 
 def degraded_view(cl: Cluster) -> Cluster:
@@ -426,7 +452,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
-    t_p2p = cm.p2p_time(sc.p2p_bytes, cl, stride_pp) + np.where(
+    t_p2p = path_p2p_times(sched, pp, v, stride_pp, sc.p2p_bytes, cl) + np.where(
         sc.p2p_gather_bytes > 0, cm.collective_time("allgather", sc.p2p_gather_bytes, tp, 1, cl),
         0.0)
     # 1F1B (``Schedule.messages_by_rank``): a middle rank blocks on two exchanges per

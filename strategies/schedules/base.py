@@ -436,6 +436,18 @@ class Schedule:
         ``virtual_stage``)."""
         return position % pp, position // pp
 
+    def path_hops(self, pp: int, vpp: int) -> tuple[tuple[int, int], ...]:
+        """``(rank, next rank)`` of every message on a micro-batch's forward path (its
+        backward crosses the same hops the other way): consecutive positions on different
+        ranks (``rank_chunk``; the interleaved ring's wrap from rank ``pp-1`` to rank 0
+        included, a V's turn on one rank not).
+
+        >>> get_schedule("interleaved").path_hops(2, 2)
+        ((0, 1), (1, 0), (0, 1))
+        """
+        ranks = [self.rank_chunk(p, pp, vpp)[0] for p in range(self.num_virtual_stages(pp, vpp))]
+        return tuple((a, b) for a, b in zip(ranks, ranks[1:]) if a != b)
+
     def ends(self, pp: int, vpp: int, microbatch: int = 0) -> tuple[int, int]:
         """Ranks holding the first position (the embedding) and the last (the LM head and
         the loss): ``(0, pp - 1)`` on the ring, ``(0, 0)`` on a V."""
