@@ -14,7 +14,8 @@ Two kinds of evidence, each row with its plan:
    (the peak less the model's allowances: the fixed ``other`` and the fragmentation fraction
    of the activations, ``SystemConfig``).
 
-Rows the case builder skips (torch.compile runs: Inductor decides what is saved) and the
+Rows the case builder skips, torch.compile runs (Inductor decides what is saved; the case
+builder prices their time compiled, docs/calibration.md §5.69, their memory as eager) and the
 file's ``excluded`` rows are listed, not compared.
 
 3. ``--refused``: every reference file's runs the model says do not fit (they ran), with the
@@ -102,6 +103,11 @@ def measured_rows() -> list[dict[str, Any]]:
             case = case_from_entry(r, rows)
             if case.job is None:
                 row["skipped"] = case.skipped
+                out.append(row)
+                continue
+            if case.job.framework.elementwise_kernels == "compiled":   # §5.69: time only
+                row["skipped"] = ("torch.compile: Inductor decides what is saved; the memory "
+                                  "model is the eager one")
                 out.append(row)
                 continue
             row.update(_model_row(case.job))

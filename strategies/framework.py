@@ -360,7 +360,8 @@ class FrameworkProfile:
     #: the memory-bound kernels of a layer (``counts.elementwise_bytes_fwd``): ``"fused"``,
     #: Megatron's fused norm, bias-dropout-add, activation and rotary kernels, or ``"eager"``,
     #: the model's own eager PyTorch ops (torchtitan's Llama without torch.compile:
-    #: ``counts.eager_elementwise_bytes_fwd``)
+    #: ``counts.eager_elementwise_bytes_fwd``), or ``"compiled"``, the same ops under
+    #: torch.compile (``counts.compiled_elementwise_bytes_fwd``; ``compiled``)
     elementwise_kernels: str = "fused"
     #: each ZeRO-3 all-gather is copied out of the gathered buffer into the parameters on the
     #: compute stream (FSDP2's per-parameter sharding: ``compute.gather_copy_out_time``)
@@ -662,9 +663,9 @@ class FrameworkProfile:
         if self.cp_impl not in CP_IMPLS:
             raise SpecError("framework.cp_impl", self.cp_impl,
                             f"must be one of {', '.join(CP_IMPLS)}")
-        if self.elementwise_kernels not in ("fused", "eager"):
+        if self.elementwise_kernels not in ELEMENTWISE_KERNELS:
             raise SpecError("framework.elementwise_kernels", self.elementwise_kernels,
-                            "must be 'fused' or 'eager'")
+                            f"must be one of {', '.join(ELEMENTWISE_KERNELS)}")
         if self.cp_kv_heads not in ("kv", "query"):
             raise SpecError("framework.cp_kv_heads", self.cp_kv_heads,
                             "must be 'kv' or 'query'")
@@ -741,6 +742,8 @@ ZERO3_GATHERS = ("bucketed", "per-tensor")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")
+#: the stacks' elementwise kernels (``FrameworkProfile.elementwise_kernels``)
+ELEMENTWISE_KERNELS = ("fused", "eager", "compiled")
 
 
 def cp_exposed_fraction(cp_impl: str, overlapped: float) -> float:
@@ -1333,6 +1336,37 @@ AUTOMODEL = replace(
         ("tp_comm_overlap", "no tensor parallelism (moe/parallelizer.py asserts tp = 1)"),
         ("recompute", "activation_checkpointing: false unless the config sets it")))
 
+#: the suffix of a stack's torch.compile variant (``compiled``): ``torchtitan-compile``, which
+#: ``get_profile`` resolves (a variant of a stack, so not one of ``PROFILES``)
+COMPILE_SUFFIX = "-compile"
+#: kernels one compiled torchtitan block launches per forward: attention_norm, wq, wk, wv,
+#: rotary q, rotary k with repeat_kv, repeat_kv v, SDPA, wo, add + ffn_norm, w1, w3,
+#: silu * mul, w2, add (docs/calibration.md §5.69)
+COMPILED_KERNELS_PER_LAYER = 15
+
+
+def compiled(fw: FrameworkProfile) -> FrameworkProfile:
+    """Stack ``fw`` with its model under torch.compile (torchtitan's ``--compile.enable``,
+    ``components`` model and loss): the elementwise work of ``counts.
+    compiled_elementwise_bytes_fwd`` in ``COMPILED_KERNELS_PER_LAYER`` kernels per layer;
+    the quantisation casts keep ``quantise``'s rule (docs/calibration.md §5.69). SpecError
+    for a stack with no such switch."""
+    if fw.name == TORCHTITAN.name:
+        return replace(
+            fw, name=fw.name + COMPILE_SUFFIX, elementwise_kernels="compiled",
+            kernels_per_layer=COMPILED_KERNELS_PER_LAYER,
+            description="torchtitan with torch.compile (--compile.enable, model per "
+                        "TransformerBlock): inductor-fused elementwise kernels, FSDP2, "
+                        "torch.distributed.pipelining schedules")
+    if fw.name.endswith(COMPILE_SUFFIX):
+        return fw
+    raise SpecError("framework", fw.name + COMPILE_SUFFIX,
+                    f"torch.compile is a switch of torchtitan only (--compile.enable); "
+                    f"{fw.name} has none")
+
+
+TORCHTITAN_COMPILE = compiled(TORCHTITAN)
+
 PROFILES: dict[str, FrameworkProfile] = {
     p.name: p for p in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, TORCHTITAN,
                         PYTORCH_EAGER, JAX_XLA, HAI_LLM, AUTOMODEL)}
@@ -1365,6 +1399,13 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
         return name
     key = str(name).strip().lower()
     key = ALIASES.get(key, key)
+    if key == TORCHTITAN_COMPILE.name:      # a variant of a stack, not a stack of its own
+        return TORCHTITAN_COMPILE
+    if key not in PROFILES and key.endswith(COMPILE_SUFFIX):
+        base = key[:-len(COMPILE_SUFFIX)]
+        base = ALIASES.get(base, base)
+        if base in PROFILES:
+            return compiled(PROFILES[base])
     if key not in PROFILES:
         raise SpecError("framework", name, f"unknown framework; known: {', '.join(PROFILES)} "
                         f"(aliases: {', '.join(ALIASES)})")

@@ -65,7 +65,7 @@ def test_profiles_and_layer_time():
 
 def test_bad_kernels_named():
     with pytest.raises(SpecError, match="elementwise_kernels"):
-        replace(TORCHTITAN, elementwise_kernels="compiled")
+        replace(TORCHTITAN, elementwise_kernels="inductor")
 
 
 def test_fsdp2_gather_copy_out():

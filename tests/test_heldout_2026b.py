@@ -69,7 +69,8 @@ def test_torchtitan_rows_run_under_torchtitan_with_their_switches(rid: str) -> N
     r = BY_ID[rid]
     case = case_from_entry(r, ROWS)
     job, p = case.job, case.job.plan
-    assert job.framework.name == "torchtitan" and p.zero == 3 and p.schedule
+    # the rows state torch.compile (plan.compile): the compiled profile (calibration.md §5.69)
+    assert job.framework.name == "torchtitan-compile" and p.zero == 3 and p.schedule
     assert p.recompute == ("full" if r["plan"]["recompute"] == "full" else "op")
     assert job.dtype == ("fp8-current" if "fp8" in rid else "bf16")
     assert p.sp == (p.tp > 1)

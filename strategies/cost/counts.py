@@ -461,10 +461,13 @@ def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
     work is replicated on every tensor-parallel rank; with it, divided by t.
     ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
-    PyTorch ops instead, ``eager_elementwise_bytes_fwd``.
+    PyTorch ops instead, ``eager_elementwise_bytes_fwd``; ``kernels="compiled"``: the same
+    model under torch.compile, ``compiled_elementwise_bytes_fwd``.
     """
     if kernels == "eager":
         return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
+    if kernels == "compiled":
+        return compiled_elementwise_bytes_fwd(m, b, tp, cp, sp)
     T = tokens_per_gpu(b, m.seq_length, cp)
     h = m.hidden_size
     # the 1-byte mask only where the model trains with dropout (ModelSpec.dropout: with
@@ -509,6 +512,50 @@ def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num)
     repeat = 2 * 2 * (g + a) * m.head_dim * T / tp if (g < a and not m.is_mla) else 0.0
     act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
     return per_h / _seq_shard(tp, sp) + rope + repeat + act
+
+
+#: HBM bytes per hidden element of one torch.compile'd torchtitan block's norm and residual
+#: kernels (``TransformerBlock.forward``: ``h = x + attention(attention_norm(x))``, ``out = h +
+#: feed_forward(ffn_norm(h))``, compiled per block by ``apply_compile``): inductor makes one
+#: Triton kernel per fusible region and leaves the matmuls and SDPA to cuBLAS and the flash
+#: kernel, so the fp32 upcasts stay in registers and what is left is each region's bf16 reads
+#: and writes. ``attention_norm``: read x, write its output (2 + 2); the first residual add
+#: fused into ``ffn_norm``'s kernel: read x and the attention output, write h (kept for the
+#: second add and the backward) and the norm's output (2 + 2 + 2 + 2); the second add, the
+#: block graph's last op after the w2 matmul (no epilogue fusion into cuBLAS by default):
+#: 2 + 2 + 2. docs/calibration.md §5.69.
+COMPILED_NORM_ADD_BYTES = 4.0 + 8.0 + 6.0
+#: per element of the MLP intermediate: ``silu(w1(x)) * w3(x)`` one kernel, read both, write
+#: the product (2 + 2 + 2); an ungated activation reads and writes (2 + 2).
+COMPILED_SWIGLU_BYTES = 6.0
+COMPILED_ACT_BYTES = 4.0
+
+
+def compiled_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's memory-bound forward kernels, per GPU, as torchtitan's Llama
+    block runs them under torch.compile (``--compile.enable``, ``apply_compile`` per
+    ``TransformerBlock``; docs/calibration.md §5.69): the norms and residual adds
+    (``COMPILED_NORM_ADD_BYTES`` over ``h``, divided by ``t`` with sequence parallelism);
+    rotary embedding on q, read and write (2 + 2 B over ``a·d``); on k, fused with
+    ``repeat_kv``'s copy where ``g < a`` (read ``g·d``, write ``a·d``, else 2 + 2 over
+    ``g·d``); v's ``repeat_kv`` copy where ``g < a`` (read ``g·d``, write ``a·d``); the MLP
+    activation (``COMPILED_SWIGLU_BYTES`` over ``F``); per token, times the GPU's tokens. An
+    MLA model's rotary is counted as ``elementwise_bytes_fwd``'s (read and write its rope
+    width), with no repeat."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    per_h = COMPILED_NORM_ADD_BYTES * m.hidden_size * T
+    a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
+    if m.is_mla:
+        qkv = 2 * 2 * rope_width(m) if m.position_embedding == "rope" else 0.0
+    else:
+        rope = m.position_embedding == "rope"
+        q = 2 * 2 * a * d if rope else 0.0
+        if g < a:       # k (rotated in the same kernel when rope) and v, repeated to a heads
+            qkv = q + 2 * 2 * (g + a) * d
+        else:
+            qkv = q + (2 * 2 * g * d if rope else 0.0)
+    act = (COMPILED_SWIGLU_BYTES if m.gated else COMPILED_ACT_BYTES) * m.mean_mlp_width()
+    return per_h / _seq_shard(tp, sp) + (qkv + act) * T / tp
 
 
 def _seq_shard(tp: Num, sp: Num) -> Num:

@@ -166,11 +166,15 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     sections["training"] = training
     sections["parallelism"] = par
     sections["activation_checkpoint"] = _recompute(job)
-    sections["compile"] = {"enable": async_tp}   # the profile prices eager PyTorch
-    if async_tp:
+    # the torchtitan-compile profile (strategies.framework.compiled) prices the compiled
+    # block; components default ["model", "loss"] (v0.2.2 config/job_config.py Compile)
+    on = job.framework.elementwise_kernels == "compiled"
+    sections["compile"] = {"enable": async_tp or on}
+    if async_tp and not on:
         notes.append("tp_comm_overlap=true: async TP ([parallelism] "
                      "enable_async_tensor_parallel), which needs [compile] enable = true; the "
-                     "estimate still prices eager elementwise kernels (calibration.md §5.50)")
+                     "estimate still prices eager elementwise kernels (calibration.md §5.50; "
+                     "--framework torchtitan-compile prices the compiled ones, §5.69)")
     if quant is not None:
         sections[quant[0]] = dict(quant[1])
     notes.append(f"torchtitan {RELEASE} job config (--job.config_file); set [model] name and "

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, get_profile
+from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_modules
@@ -557,6 +557,20 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
     return out
 
 
+def stated_compile(c: dict) -> str | None:
+    """Where entry ``c`` states that its run used torch.compile, the statement (its
+    ``plan.compile`` true, or "compile" in its plan's ``techniques``, its precision or its
+    id); None where it does not."""
+    pl = c.get("plan") or {}
+    if pl.get("compile") is True:
+        return "plan.compile true"
+    for where, text in (("plan.techniques", pl.get("techniques")),
+                        ("precision", c.get("precision")), ("id", c.get("id"))):
+        if isinstance(text, str) and "compile" in text.lower():
+            return f"{where} {text!r}"
+    return None
+
+
 def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
     names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
@@ -650,8 +664,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if n is None:
         return skip("hardware.n_gpus not given")
     sizes = _parallel_sizes(pl, n)
-    if "compile" in f"{c['id']} {pl.get('techniques', '')}".lower():
-        return skip("torch.compile kernel fusion is not modelled")
+    said_compile = stated_compile(c)
     if sizes is None:
         return skip("tp/pp not given")
     partition = str(pl.get("pp_partition") or "")
@@ -685,6 +698,13 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = _with_stated_cp(_with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl,
                                           notes), pl, notes)
+    if said_compile is not None:
+        try:
+            fw = compiled(fw)
+        except SpecError:
+            return skip(f"torch.compile kernel fusion is not modelled for {fw.name}")
+        notes.append(f"torch.compile: {fw.name}'s inductor-fused elementwise kernels "
+                     f"(docs/calibration.md §5.69; stated: {said_compile})")
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
