@@ -87,8 +87,10 @@ def counts(sched: str, v: int, pp: int, m: int, extra: str = "",
     one message's time. ``blocking``: Megatron-Core with blocking batched calls
     (``overlap_p2p_comm`` off, the order these counts were first measured in); False: its
     default, interleaving with ``overlap_p2p_comm`` (docs/calibration.md §5.68)."""
-    fw = get_profile("megatron-core")
-    fw = dataclasses.replace(fw, overlap_p2p_comm=False) if blocking else fw
+    fw = None    # other schedules: no stack's limits, as the counts were first measured
+    if sched == "interleaved":
+        fw = get_profile("megatron-core")
+        fw = dataclasses.replace(fw, overlap_p2p_comm=False) if blocking else fw
     out = []
     for bw in bandwidths:
         cl = dataclasses.replace(cluster_preset("dgx-a100", 1), intra_node_bandwidth=bw,
