@@ -285,7 +285,22 @@ class FlowNetwork:
         due.append(flow)
 
     def _start_due(self, key: tuple, _ev) -> None:
+        """The flows due at ``key``'s instant start. Their rate recomputation is the zero-delay
+        entry ``_start_flow`` queues, unless that entry would be the very next one taken (no
+        recomputation queued yet, the engine's same-instant lanes empty, SimPy's next entry
+        later): then it runs here, the same recomputation at the same point of the run, one
+        queue entry fewer (a latency that ends at an instant of its own, e.g. a pipeline
+        send on its own NCCL stream, §5.68)."""
+        env = self.env
+        queue, lanes = env._queue, getattr(env, "lanes", None)
+        if self._pending or (queue and queue[0][0] <= env._now) or \
+                (lanes is not None and (lanes[0] or lanes[1])):
+            self._start_flows(self._due.pop(key))
+            return
+        self._pending = True           # no entry: ``_settle`` runs now, as that entry would
         self._start_flows(self._due.pop(key))
+        self._pending = False
+        self._settle()
 
     def _take_slots(self, k: int) -> list:
         """The ``k`` slots of the flow table that ``_start_flow`` would take one by one (the
