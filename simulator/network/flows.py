@@ -584,7 +584,8 @@ class FlowNetwork:
         if not idx.size:
             return
         rno = self._rno[idx]
-        ranked = np.sort(rno)
+        ranked = rno.copy()                 # ``np.sort(rno)`` without its Python wrapper
+        ranked.sort()
         key = ranked.tobytes()
         hit = self._rates_seen.get(key)     # (route numbers, the rate of a flow on each)
         if hit is None:
@@ -606,4 +607,6 @@ class FlowNetwork:
         left = self._rem[idx] / rates
         self._rate[idx] = rates
         self._finish[idx] = now + left
-        call_at(self.env, float(_min(left)), partial(self._on_timer, self._generation))
+        env = self.env                      # ``call_at`` written out (one call per recomputation)
+        heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
+                              QueueEntry([partial(self._on_timer, self._generation)])))
