@@ -197,7 +197,9 @@ class FlowNetwork:
         self._delivered = np.zeros(len(self.edges) + 1)   # bytes of finished flows
         self._init_table()
         self._last = env.now          # time the flows were last advanced to
-        self._generation = 0          # bumps when a newer completion timeout supersedes
+        # the queue entry of the completion timeout now due (None once it fired); a newer one
+        # supersedes it by emptying its callbacks: it stays in the queue and calls nothing
+        self._timer: Optional[QueueEntry] = None
         self._dirty = False           # a flow was added since the last recomputation
         self._pending = False         # a same-instant update is already scheduled
         self._rates_seen: dict = {}   # active flows' sorted route numbers -> rate per route
@@ -490,9 +492,9 @@ class FlowNetwork:
         self._pending = False
         self._settle()
 
-    def _on_timer(self, generation: int, _ev) -> None:
-        if generation == self._generation:
-            self._settle()
+    def _on_timer(self, _ev) -> None:
+        self._timer = None
+        self._settle()
 
     def _settle(self) -> None:
         """Advance flows to now, finish those that are done, recompute if anything changed."""
@@ -578,7 +580,10 @@ class FlowNetwork:
         """New max-min rates of the active flows (``idx``: their slots, when the caller has
         them) and the timeout of the first to end."""
         self.recomputations += 1
-        self._generation += 1
+        timer = self._timer
+        if timer is not None:               # superseded: its entry calls nothing when taken
+            timer.callbacks = []
+            self._timer = None
         if idx is None:
             idx = self._active.nonzero()[0]
         if not idx.size:
@@ -608,5 +613,6 @@ class FlowNetwork:
         self._rate[idx] = rates
         self._finish[idx] = now + left
         env = self.env                      # ``call_at`` written out (one call per recomputation)
+        self._timer = timer = QueueEntry([self._on_timer])
         heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
-                              QueueEntry([partial(self._on_timer, self._generation)])))
+                              timer))
