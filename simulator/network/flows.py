@@ -203,6 +203,9 @@ class FlowNetwork:
         self._dirty = False           # a flow was added since the last recomputation
         self._pending = False         # a same-instant update is already scheduled
         self._rates_seen: dict = {}   # active flows' sorted route numbers -> rate per route
+        # the active flows' route numbers in slot order -> each one's rate (``_rates_seen``'s,
+        # the same values: a step repeats the same flows in the same slots again and again)
+        self._rates_by_slot: dict = {}
         self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
@@ -589,6 +592,23 @@ class FlowNetwork:
         if not idx.size:
             return
         rno = self._rno[idx]
+        by_slot = rno.tobytes()             # the routes in slot order: their rates, if seen
+        rates = self._rates_by_slot.get(by_slot)
+        if rates is None:
+            rates = self._rates_of(idx, rno)
+            if len(self._rates_by_slot) < _RATES_KEPT:
+                self._rates_by_slot[by_slot] = rates
+        left = self._rem[idx] / rates
+        self._rate[idx] = rates
+        self._finish[idx] = now + left
+        env = self.env                      # ``call_at`` written out (one call per recomputation)
+        self._timer = timer = QueueEntry([self._on_timer])
+        heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
+                              timer))
+
+    def _rates_of(self, idx: np.ndarray, rno: np.ndarray) -> np.ndarray:
+        """The max-min rate (bytes/s) of each active flow (slots ``idx``, route numbers
+        ``rno``): looked up by the routes as a multiset (``_rates_seen``), computed on a miss."""
         ranked = rno.copy()                 # ``np.sort(rno)`` without its Python wrapper
         ranked.sort()
         key = ranked.tobytes()
@@ -608,11 +628,4 @@ class FlowNetwork:
         if scratch.size < len(self._route_no):
             scratch = self._scratch = np.empty(2 * len(self._route_no))
         scratch[hit[0]] = hit[1]
-        rates = scratch[rno]                # each flow its route's rate (no sort, no scatter)
-        left = self._rem[idx] / rates
-        self._rate[idx] = rates
-        self._finish[idx] = now + left
-        env = self.env                      # ``call_at`` written out (one call per recomputation)
-        self._timer = timer = QueueEntry([self._on_timer])
-        heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
-                              timer))
+        return scratch[rno]                 # each flow its route's rate (no sort, no scatter)
