@@ -15,39 +15,28 @@ blocking (``overlap_p2p_comm=False``: ``Interleaved.exposed_messages`` exchanges
 from __future__ import annotations
 
 import dataclasses
-import glob
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.pp_streams import pipelined_cases  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
-
-FILES = sorted(f for f in glob.glob("strategies/reference/data/*.json")
-               if "schedule_studies" not in f)
 
 
 def rows() -> list[tuple]:
     """``(file, id, framework, pp, v, error %, blocking error %)`` of every interleaved row
     that runs on a stack with ``overlap_p2p_comm``."""
     out = []
-    for path in FILES:
-        for entry in load_reference(path):
-            try:
-                case = case_from_entry(entry)
-            except Exception:       # a row the reader skips (reported by validate)
-                continue
-            job = case.job
-            if job is None or case.measured_step_s is None or job.plan.pp < 2 \
-                    or job.plan.schedule != "interleaved" or not job.framework.overlap_p2p_comm:
-                continue
-            blocking = dataclasses.replace(job, framework=dataclasses.replace(
-                job.framework, overlap_p2p_comm=False))
-            err = 100 * (estimate(job).step_time_s / case.measured_step_s - 1)
-            was = 100 * (estimate(blocking).step_time_s / case.measured_step_s - 1)
-            out.append((os.path.basename(path), entry["id"], job.framework.name, job.plan.pp,
-                        job.plan.vpp, err, was))
+    for path, entry, case, job in pipelined_cases():
+        if job.plan.schedule != "interleaved" or not job.framework.overlap_p2p_comm:
+            continue
+        blocking = dataclasses.replace(job, framework=dataclasses.replace(
+            job.framework, overlap_p2p_comm=False))
+        err = 100 * (estimate(job).step_time_s / case.measured_step_s - 1)
+        was = 100 * (estimate(blocking).step_time_s / case.measured_step_s - 1)
+        out.append((os.path.basename(path), entry["id"], job.framework.name, job.plan.pp,
+                    job.plan.vpp, err, was))
     return out
 
 

@@ -35,11 +35,9 @@ FILES = sorted(f for f in glob.glob("strategies/reference/data/*.json")
                if "schedule_studies" not in f)
 
 
-def rows(only_pp: int | None = None) -> list[tuple]:
-    """``(file, id, framework, schedule, pp, v, error %, t ms, exposed exchanges, serial
-    per stream (code), serial (lead), F ms, B ms, exposed per steady call ms or None,
-    what-if error % or None)`` of every pipelined row that runs."""
-    out = []
+def pipelined_cases():
+    """``(path, entry, case, job)`` of every reference row that the reader runs, has a
+    measured step and a pipeline (pp >= 2)."""
     for path in FILES:
         for entry in load_reference(path):
             try:
@@ -49,34 +47,43 @@ def rows(only_pp: int | None = None) -> list[tuple]:
             job = case.job
             if job is None or case.measured_step_s is None or job.plan.pp < 2:
                 continue
-            p = job.plan
-            if only_pp is not None and p.pp != only_pp:
-                continue
-            est = estimate(job)
-            r = step_arrays(job)
-            t = float(r["p2p_time_s"])
-            sc = r["stage_costs"]
-            per_chunk = job.model.num_layers / (p.pp * p.vpp)
-            f = per_chunk * float(sc.layer_fwd)
-            b = per_chunk * float(sc.layer_bwd + sc.layer_recompute)
-            pp_comm = est.breakdown_s["pp_comm"]
-            inter = p.schedule == "interleaved"
-            call = ps.SEND_FORWARD_RECV_FORWARD if inter else \
-                ps.SEND_FORWARD_BACKWARD_RECV_FORWARD_BACKWARD
-            code = ps.serial_transfers(call, p.pp, batched=not inter)
-            lead = 4 if p.pp == 2 else code
-            err = 100 * (est.step_time_s / case.measured_step_s - 1)
-            exp_call = whatif = None
-            if inter:
-                t_call = float(ps.call_time(t, call, p.pp))
-                exp_call = 1e3 * max(float(ps.overlapped_exposed(t_call, b)),
-                                     float(ps.overlapped_exposed(t_call, f)))
-                fill = 2 * (p.pp - 1) + (p.vpp - 1) * p.pp
-                step = est.step_time_s - pp_comm + min(pp_comm, fill * t)
-                whatif = 100 * (step / case.measured_step_s - 1)
-            out.append((os.path.basename(path), entry["id"], job.framework.name, p.schedule,
-                        p.pp, p.vpp, err, 1e3 * t, pp_comm / t if t > 0 else 0.0, code, lead,
-                        1e3 * f, 1e3 * b, exp_call, whatif))
+            yield path, entry, case, job
+
+
+def rows(only_pp: int | None = None) -> list[tuple]:
+    """``(file, id, framework, schedule, pp, v, error %, t ms, exposed exchanges, serial
+    per stream (code), serial (lead), F ms, B ms, exposed per steady call ms or None,
+    what-if error % or None)`` of every pipelined row that runs."""
+    out = []
+    for path, entry, case, job in pipelined_cases():
+        p = job.plan
+        if only_pp is not None and p.pp != only_pp:
+            continue
+        est = estimate(job)
+        r = step_arrays(job)
+        t = float(r["p2p_time_s"])
+        sc = r["stage_costs"]
+        per_chunk = job.model.num_layers / (p.pp * p.vpp)
+        f = per_chunk * float(sc.layer_fwd)
+        b = per_chunk * float(sc.layer_bwd + sc.layer_recompute)
+        pp_comm = est.breakdown_s["pp_comm"]
+        inter = p.schedule == "interleaved"
+        call = ps.SEND_FORWARD_RECV_FORWARD if inter else \
+            ps.SEND_FORWARD_BACKWARD_RECV_FORWARD_BACKWARD
+        code = ps.serial_transfers(call, p.pp, batched=not inter)
+        lead = 4 if p.pp == 2 else code
+        err = 100 * (est.step_time_s / case.measured_step_s - 1)
+        exp_call = whatif = None
+        if inter:
+            t_call = float(ps.call_time(t, call, p.pp))
+            exp_call = 1e3 * max(float(ps.overlapped_exposed(t_call, b)),
+                                 float(ps.overlapped_exposed(t_call, f)))
+            fill = 2 * (p.pp - 1) + (p.vpp - 1) * p.pp
+            step = est.step_time_s - pp_comm + min(pp_comm, fill * t)
+            whatif = 100 * (step / case.measured_step_s - 1)
+        out.append((os.path.basename(path), entry["id"], job.framework.name, p.schedule,
+                    p.pp, p.vpp, err, 1e3 * t, pp_comm / t if t > 0 else 0.0, code, lead,
+                    1e3 * f, 1e3 * b, exp_call, whatif))
     return out
 
 
