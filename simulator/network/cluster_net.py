@@ -88,10 +88,23 @@ class SimNetwork(FlowNetwork):
         self._planes = graph.graph.get("planes", 1) > 1 and route_fn is not None
         self._blocks: dict = {}      # id of a list of flows -> (the list, its FlowBlock)
 
+    @property
+    def record_load(self) -> bool:
+        return self._record_load
+
+    @record_load.setter
+    def record_load(self, on: bool) -> None:
+        """Without the load log the flow network's own ``_recompute`` runs, not the override
+        below (one Python frame fewer per rate recomputation)."""
+        self._record_load = on
+        if on:
+            self.__dict__.pop("_recompute", None)
+        else:
+            self._recompute = super()._recompute
+
     def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
+        """``FlowNetwork._recompute``, then the links whose load changed (``record_load``)."""
         super()._recompute(now, idx)
-        if not self.record_load:
-            return
         idx = self._active_idx()
         load = np.bincount(self._links[idx].ravel(), minlength=len(self._load),
                            weights=np.repeat(self._rate[idx], self._links.shape[1]))
