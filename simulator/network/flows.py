@@ -477,8 +477,12 @@ class FlowNetwork:
         if not self._free or links.size > hops:
             self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
         slot = self._free.pop()
-        self._links[slot] = self._pad
-        self._links[slot, :links.size] = links
+        table = self._links
+        if links.size == table.shape[1]:    # a route as long as the table's rows: one write
+            table[slot] = links
+        else:
+            table[slot] = self._pad
+            table[slot, :links.size] = links
         self._size[slot] = self._rem[slot] = nbytes
         self._rno[slot] = self._route_of(links)
         self._rate[slot], self._finish[slot] = 0.0, np.inf
