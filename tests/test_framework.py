@@ -226,7 +226,8 @@ def test_compare_follows_the_named_stack(capsys):
 def test_presets_lists_the_stacks(capsys):
     d = run_json(capsys, "presets")
     rows = {f["name"]: f for f in d["frameworks"]}
-    assert set(rows) == set(PROFILES)
+    assert set(rows) == set(PROFILES) | {"torchtitan-compile"}   # and the compile switch
+    assert rows["torchtitan-compile"]["schedules"] == rows["torchtitan"]["schedules"]
     assert rows["megatron-deepspeed"]["schedules"] == ["deepspeed-1f1b"]
     assert rows["megatron-deepspeed"]["zero_with_pp"] == 1
     assert rows["megatron-deepspeed"]["layouts"] == ["slots"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli.common import add_json, emit_json, table
-from strategies.framework import ALIASES, PROFILES
+from strategies.framework import ALIASES, PROFILES, TORCHTITAN_COMPILE
 from strategies.presets import MODEL_PRESETS
 from topologies.cluster import preset_description, preset_names
 from topologies.gpus import GPUS
@@ -32,7 +32,9 @@ def run(args: argparse.Namespace) -> int:
              "hbm_gib": g.hbm_bytes / 2**30, "hbm_tb_s": g.hbm_bandwidth / 1e12}
             for g in GPUS.values()]
     clusters = [{"name": n, "description": preset_description(n)} for n in preset_names()]
-    frameworks = [_framework_row(f) for f in PROFILES.values()]
+    # each stack, then torchtitan's torch.compile variant (``--framework torchtitan-compile``,
+    # a switch of that stack, not a profile of its own)
+    frameworks = [_framework_row(f) for f in (*PROFILES.values(), TORCHTITAN_COMPILE)]
     if args.json:
         emit_json({"models": models, "gpus": gpus, "clusters": clusters,
                    "frameworks": frameworks})
