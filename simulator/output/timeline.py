@@ -63,7 +63,10 @@ def _layout(result: SimResult, max_ranks: int, streams: Iterable[str] | None) ->
         raise ValueError(f"max_ranks must be >= 1, got {max_ranks}")
     present = {r.stream for r in result.records}
     order = list(STREAMS) + sorted(present - set(STREAMS))
-    wanted = order if streams is None else list(dict.fromkeys(streams))
+    # a stream named by its base takes its lanes too: ``pp-comm`` shows the overlapped
+    # pipeline calls' NCCL streams ``pp-comm out``/``in``/``next``/``prev`` (calibration §5.68)
+    wanted = order if streams is None else list(dict.fromkeys(
+        x for s in streams for x in (s, *sorted(q for q in present if q.startswith(s + " ")))))
     shown = [s for s in wanted if s in present] or [wanted[0] if wanted else "compute"]
     ranks = sorted({r.rank for r in result.records} | set(result.simulated_ranks))
     picked = _pick(ranks, max_ranks)
