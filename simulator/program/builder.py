@@ -639,26 +639,29 @@ class ProgramBuilder:
         produced them, the receives posted now; no compute waits for the call here: a
         receive (and its tensor-parallel gather) is waited for just before the next pass of
         its kind (``take_received``)."""
-        pp_group, pp, vpp = self.group["pp"], self.p.pp, self.p.vpp
         for d, i, c in x.sends:
-            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
-            side = "next" if d == "fwd" else "prev"
-            dst = pp_group[self.sched.peer(self.stage, c, i, pp, vpp, d, True)]
-            name = f"pp-comm {stream_of(('send', side), pp)}"
-            self.streams.setdefault(name, [])
+            what, dst, name = self._overlapped_lane("send", d, i, c)
             self._add(Send, name, dst=dst,
                       nbytes=self.c.p2p_bytes, tag=d, label=f"send {what}", microbatch=i,
                       chunk=c, deps=tuple(y for y in self.produced[(what[0], i, c)]
                                           if y is not None))
         for d, i, c in x.recvs:
-            what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
-            side = "prev" if d == "fwd" else "next"
-            src = pp_group[self.sched.peer(self.stage, c, i, pp, vpp, d, False)]
-            name = f"pp-comm {stream_of(('recv', side), pp)}"
-            self.streams.setdefault(name, [])
+            what, src, name = self._overlapped_lane("recv", d, i, c)
             r = self._add(Recv, name, src=src, tag=d,
                           label=f"recv {what}", microbatch=i, chunk=c, deps=())
             self.received.setdefault(d, []).append((r, what, i, c))
+
+    def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[str, int, str]:
+        """``(pass label, peer rank, stream)`` of one transfer (``kind`` ``"send"`` or
+        ``"recv"``) of an overlapped call: a forward's output goes to the next stage and a
+        backward's to the previous one, each on its ``p2p_streams.stream_of`` lane."""
+        what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
+        side = "next" if (d == "fwd") == (kind == "send") else "prev"
+        peer = self.group["pp"][self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d,
+                                                kind == "send")]
+        name = f"pp-comm {stream_of((kind, side), self.p.pp)}"
+        self.streams.setdefault(name, [])
+        return what, peer, name
 
     def take_received(self, d: str) -> None:
         """The next pass of kind ``d`` (``"fwd"``, ``"bwd"``) waits for the receives of

@@ -9,6 +9,7 @@ import numpy as np
 from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
                                        raise_first, register, warmup_steady_cooldown)
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
+from strategies.schedules.p2p_streams import overlapped_exposed
 
 
 @register("interleaved")
@@ -197,7 +198,6 @@ class Interleaved(Schedule):
         (``exposed_messages`` less the chain) leaves what outlasts the pass run before its
         wait, ``p2p_streams.overlapped_exposed(t, hiding)`` (0 where every pass outlasts a
         message: the step is then the compute span plus the chain, as simulated)."""
-        from strategies.schedules.p2p_streams import overlapped_exposed
         m, pp, vpp = (np.asarray(x, dtype=float) for x in (m, pp, vpp))
         chain = 2 * (pp * vpp - 1)
         steady = np.maximum(self.exposed_messages(m, pp, vpp) - chain, 0.0)
