@@ -326,14 +326,19 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
                        graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
-    # the alltoall dispatcher's blocking count all-gather and probabilities' all-to-alls
-    # (``comm.dispatcher_metadata_time``), on the compute stream: in the layer's passes
-    md_f, md_b = cm.dispatcher_metadata_time(m, b, tp, cp, ep, etp, P.moe_dispatcher, cl, load)
-    # Transformer Engine's amax all-reduces (per chunk pass with delayed scaling, per layer
-    # with current scaling; ``amax.amax_reduction_time``), on the compute stream too
     lpc = m.num_layers / (pp * P.vpp)
-    am_f, am_b = amax.amax_reduction_time(m, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
-    md_f, md_b = md_f + am_f, md_b + am_b
+
+    def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
+        """(forward, backward) seconds per mean layer of ``mm`` of the small collectives that
+        block the compute stream: the alltoall dispatcher's count all-gather and
+        probabilities' all-to-alls (``comm.dispatcher_metadata_time``) and Transformer
+        Engine's amax all-reduces (``amax.amax_reduction_time``)."""
+        d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
+                                               load)
+        r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
+        return d_f + r_f, d_b + r_b
+
+    md_f, md_b = blocking_small(m)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
     g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
@@ -422,12 +427,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
-        mk_f, mk_b = cm.dispatcher_metadata_time(mk, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
-                                                 load)
-        ka_f, ka_b = amax.amax_reduction_time(mk, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
-        mk_f, mk_b = mk_f + ka_f, mk_b + ka_b
+        mk_f, mk_b = blocking_small(mk)
         return KindCostArrays(
-            layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b), layer_wgrad=full(ltk.wgrad),
+            layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b),
+            layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
             attn_bwd=full(ak_b),
             ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load, disp)
