@@ -683,14 +683,14 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     notes += cn
     dtype = _dtype(c)
     recipe = recipe_for(c)
-    if dtype == "fp8" and recipe is not None and recipe.current_scaling:
+    # the harness's plain FP8 is current scaling: said by the row's config where the recipe
+    # table holds it, else by the table's container (``harness_fp8_is_current``)
+    cs_config = recipe is not None and recipe.current_scaling
+    if dtype == "fp8" and (cs_config or harness_fp8_is_current(c)):
         dtype = "fp8-current"
-        notes.append(f"precision fp8 with current scaling (the row's config "
-                     f"{recipe.source.split()[-1]}: {FP8_CS_SOURCE})")
-    elif dtype == "fp8" and harness_fp8_is_current(c):
-        dtype = "fp8-current"
-        notes.append(f"precision fp8 with current scaling (the table's harness has no "
-                     f"delayed-scaling recipe: {FP8_CS_SOURCE})")
+        why = (f"the row's config {recipe.source.split()[-1]}" if cs_config
+               else "the table's harness has no delayed-scaling recipe")
+        notes.append(f"precision fp8 with current scaling ({why}: {FP8_CS_SOURCE})")
     if step is None:        # from a utilisation: the model's own FLOPs, before any balancing
         step, how = utilisation_step(c, model, cluster, dtype, gbs)
         base.update(measured_step_s=step, how_measured=how)
