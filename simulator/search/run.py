@@ -28,7 +28,8 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.search.recommend import Without, complexity, explain
+from strategies.search.recommend import (Without, complexity, expert_choice,
+                                         expert_sentence, explain)
 from strategies.search.bound_ordered import bound_ordered_search
 from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
 from topologies.cluster import Cluster
@@ -324,7 +325,10 @@ def _row(cfg, space, analytic, bounds, plans, res, i, best_i, rank) -> dict[str,
 def _plan_dict(p: Plan) -> dict[str, Any]:
     keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "schedule", "vpp", "recompute", "sp",
             "zero")
-    return {k: getattr(p, k) for k in keys}
+    out = {k: getattr(p, k) for k in keys}
+    if p.etp is not None:       # expert tensor parallelism other than tp (a mixture of experts)
+        out["etp"] = p.etp
+    return out
 
 
 def _without(cfg, space, bounds, plans, keys, res, needed: set,
@@ -358,6 +362,9 @@ def _recommended(cfg, space, analytic, bounds, plans, keys, res, out) -> dict[st
                          cfg.tolerance, cfg.cluster.gpus_per_node,
                          _without(cfg, space, bounds, plans, keys, res, set(out.needed), p))
     row["within_tolerance"] = len(out.pool)
+    if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
+        row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)
+        row["why"].append(expert_sentence(row["expert"]))
     return row
 
 
