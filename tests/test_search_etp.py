@@ -25,7 +25,8 @@ from strategies.estimate.scalar import estimate
 from strategies.job import check_plan_against_model, expert_plan_ok, make_job
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.memory.scalar import peak_memory
-from strategies.plan import Plan, parse_plan
+from strategies.framework import get_profile
+from strategies.plan import Plan, parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.search.space import (FIX_KEYS, SWITCH_KEYS, SpaceOptions, _axes, _factorizations,
@@ -139,6 +140,20 @@ def test_fix_is_carried_and_round_trips(key, text, value):
     plain = Plan(**{**p.to_dict(), key: None if key == "etp" else Plan().__getattribute__(key)})
     if plain != p:
         assert plan_key(plain) != plan_key(p)
+
+
+def test_a_named_stacks_default_switch_stays_out_of_the_key():
+    """Keys leave out a named stack's default switches (megatron-core: TP overlap on), as
+    ``row_job`` reads them back with the stack's defaults; a fixed other value is in it."""
+    fw = get_profile("megatron-core")
+    cl = cluster_preset("dgx-h100", 2)
+    for text, inkey in (("", False), ("tp_comm_overlap=false", True)):
+        sp = enumerate_space(MOE, cl, 256, SpaceOptions(max_mbs=1, layouts=False,
+                                                        fixed=parse_fix(text)), framework=fw)
+        i = sp.size - 1
+        key, p = sp.key(i), sp.plan(i)
+        assert ("tp_comm_overlap" in key) == inkey and p.tp_comm_overlap == (not inkey)
+        assert plan_from_mapping(plan_mapping(key), fw.plan_defaults()) == p
 
 
 @pytest.mark.parametrize("argv,words", [

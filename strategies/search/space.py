@@ -128,6 +128,9 @@ class Space:
     raw: int
     peak_memory: np.ndarray
     memory_limit: float
+    #: the named stack's switch defaults (``FrameworkProfile.plan_defaults``), which keys
+    #: leave out (``plan_key``)
+    switch_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -142,7 +145,7 @@ class Space:
         return plan_of(self.cols, i)
 
     def key(self, i: int) -> str:
-        return plan_key(self.plan(i))
+        return plan_key(self.plan(i), self.switch_defaults)
 
     def subset(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         return {k: v[idx] for k, v in self.cols.items()}
@@ -172,8 +175,10 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 account_embedding=acc, account_loss=acc)
 
 
-def plan_key(plan: Plan) -> str:
-    """Canonical key of a resolved plan (``parse_plan`` reads it back)."""
+def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
+    """Canonical key of a resolved plan (``parse_plan`` reads it back; a switch of
+    ``defaults``, a named stack's ``plan_defaults``, is left out where the plan has that value,
+    and ``plan_from_mapping(..., defaults)`` reads it back)."""
     return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
             f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
             f"sp={str(plan.sp).lower()},zero={plan.zero}"
@@ -189,17 +194,17 @@ def plan_key(plan: Plan) -> str:
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
                       if getattr(plan, k) is not None)
-            + _switch_key(plan))
+            + _switch_key(plan, defaults or {}))
 
 
-def _switch_key(plan: Plan) -> str:
+def _switch_key(plan: Plan, defaults: Mapping[str, Any]) -> str:
     """The key's tail for ``etp`` (where it is not ``tp``) and the ``SWITCH_KEYS`` whose value
     is not ``Plan``'s default: two plans that differ only in them have different keys (a
     results file's ``--resume`` never mixes them), and ``parse_plan`` reads them back."""
     out = f",etp={plan.etp}" if plan.etp is not None and plan.etp != plan.tp else ""
     for k in SWITCH_KEYS:
         v = getattr(plan, k)
-        if v != _PLAN_DEFAULTS[k]:
+        if v != defaults.get(k, _PLAN_DEFAULTS[k]):
             out += f",{k}=" + (str(v).lower() if isinstance(v, bool) else f"{v}")
     return out
 
@@ -634,4 +639,5 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
                                 dispatch_bytes)
-    return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
+    return Space(model, cluster, gbs, c, pruned, raw, peak, limit,
+                 framework.plan_defaults() if framework is not None else {})
