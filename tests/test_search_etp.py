@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -140,6 +141,22 @@ def test_fix_is_carried_and_round_trips(key, text, value):
     plain = Plan(**{**p.to_dict(), key: None if key == "etp" else Plan().__getattribute__(key)})
     if plain != p:
         assert plan_key(plain) != plan_key(p)
+
+
+def test_recommendation_names_the_expert_choice(capsys):
+    """The search's JSON ``recommended.expert`` and last ``why`` sentence (a fixed, small
+    search: 5 plans, 1 simulated)."""
+    argv = ["search", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100:1", "--global-batch",
+            "32", "--fix", "tp=2,pp=1,etp=1,mbs=1,zero=1,sp=true", "--top", "1",
+            "--workers", "1", "--reference", "none", "--json"]
+    assert main(argv) == 0
+    rec = json.loads(capsys.readouterr().out)["recommended"]
+    assert rec["expert"] == {"ep": 8, "etp": 1, "edp": 1, "experts_per_rank": 16,
+                             "a2a_nodes": 1, "a2a": "within a node"}
+    assert ",etp=1" in rec["key"] and rec["plan"]["etp"] == 1
+    assert rec["why"][-1].startswith("expert parallelism: ep 8, 16 experts per rank, each "
+                                     "expert whole on its rank (etp 1)")
+    assert "within a node" in rec["why"][-1]
 
 
 def test_a_named_stacks_default_switch_stays_out_of_the_key():

@@ -115,5 +115,6 @@ def expert_sentence(c: dict) -> str:
     where = ("within a node (NVLink)" if c["a2a"] == "within a node" else
              f"across nodes (each expert-parallel group spans {c['a2a_nodes']} nodes)")
     return (f"expert parallelism: ep {c['ep']}, {c['experts_per_rank']} experts per rank, "
-            f"{split}, {c['edp']} expert-data-parallel copies; the expert all-to-all runs "
+            f"{split}, {c['edp']} expert-data-parallel cop{'y' if c['edp'] == 1 else 'ies'}; "
+            f"the expert all-to-all runs "
             f"{where}")
