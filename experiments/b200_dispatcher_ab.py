@@ -10,7 +10,9 @@ Table 1, term by term: the B200 rows that run Megatron's ``alltoall`` dispatcher
 8-GPU NVLink node per expert group), the B200 row that runs DeepEP at ep 32, and their GB200
 and B300 counterparts: measured and estimated step, the estimate's exposed terms
 (``estimate(...).breakdown_s``) and the time missed per MoE layer and micro-batch on the
-busiest rank, ``(measured - estimated) / (micro-batches x MoE layers per rank)``.
+busiest rank, ``(measured - estimated) / (micro-batches x MoE layers per rank)``. Its last two
+rows are the 26.04 table's DeepSeek-V3 B200 and B300 runs at pp 16, ep 8 with HybridEP
+(``ROWS_2604_DS``), the layout the 25.11 B200 row ran with the alltoall dispatcher.
 
 Table 2, the A/B: NVIDIA's 26.04 and 26.04.01 tables (Megatron-Bridge
 ``docs/performance-summary-archive.md`` at commit 067f987df03b, "## 26.04 NeMo Container" and
@@ -70,6 +72,17 @@ ROWS_2604 = (
 #: (entry of that layout, measured throughput ratio HybridEP / alltoall); the issue gives no
 #: batch or step, so the ratio is set beside the model's on the entry's own batch
 RATIO_1731 = ("mbridge2511_dsv3_b200_256_mxfp8", 1.08)
+#: the 26.04 table's DeepSeek-V3 B200 and B300 rows (same archive, "## 26.04 NeMo Container",
+#: "Model: DeepSeekV3": MXFP8, 256 GPUs, gbs 4096, mbs 1, tp 1, pp 16, no VP, ep 8), whose v0.4.0
+#: configs ran HybridEP (``bridge_recipes.RECIPES_2604``): (26.04.01 entry of the GPU,
+#: tokens/s/GPU in 26.04); the entry's plan is set to the 26.04 layout (``DS_2604_PLAN``)
+ROWS_2604_DS = (
+    ("mbridge260401_deepseekv3_b200_256_mxfp8", 2815),
+    ("mbridge260401_deepseekv3_b300_256_mxfp8", 3131),
+)
+DS_2604_PLAN = {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 8, "microbatch": 1,
+                "global_batch": 4096, "schedule": "1F1B", "virtual_stages": 1,
+                "grad_accum": 256}
 TABLE_2604 = "docs/performance-summary-archive.md (26.04 NeMo container), commit 067f987df03b"
 B300_AB = "mbridge260401_qwen3235ba22b_b300_256_mxfp8"
 B200_ROW = "mbridge260401_qwen3235ba22b_b200_256_mxfp8"
@@ -83,13 +96,26 @@ def _layers_per_rank(job) -> float:
     return job.model.num_moe_layers / job.plan.pp
 
 
-def decompose(entries: dict[str, dict] | None = None) -> list[tuple]:
-    """``(id, GPU, dispatcher, ep, mbs, measured s, estimated s, error %, compute, ep_comm,
-    bubble, other exposed s, missed ms per MoE layer and micro-batch)`` of ``DECOMPOSE``."""
+def ds_2604(entries: dict[str, dict] | None = None) -> list[dict]:
+    """The 26.04 DeepSeek-V3 entries of ``ROWS_2604_DS`` (``entry_2604`` with ``DS_2604_PLAN``)."""
     entries = entries or _entries()
     out = []
-    for rid, _ in DECOMPOSE:
-        case = case_from_entry(entries[rid])
+    for rid, tokens in ROWS_2604_DS:
+        e = entry_2604(entries[rid], tokens)
+        e["plan"] = dict(e["plan"], **DS_2604_PLAN)
+        out.append(e)
+    return out
+
+
+def decompose(entries: dict[str, dict] | None = None) -> list[tuple]:
+    """``(id, GPU, dispatcher, ep, mbs, measured s, estimated s, error %, compute, ep_comm,
+    bubble, other exposed s, missed ms per MoE layer and micro-batch)`` of ``DECOMPOSE``, then
+    of the 26.04 DeepSeek-V3 rows (``ds_2604``)."""
+    entries = entries or _entries()
+    out = []
+    for e in [entries[rid] for rid, _ in DECOMPOSE] + ds_2604(entries):
+        rid = e["id"]
+        case = case_from_entry(e)
         job, est = case.job, estimate(case.job)
         b = est.breakdown_s
         other = sum(v for k, v in b.items() if k not in ("compute", "ep_comm", "bubble"))

@@ -63,7 +63,7 @@ def test_the_other_26_04_configs_are_the_26_04_01_ones():
               "etp", "recompute_modules", "cuda_graph_impl", "cuda_graph_scope", "pp_layout",
               "tp_comm_overlap")
     twins = {(r.model, r.gpu, r.n_gpus, r.precision, r.layout): r for r in RECIPES}
-    same = [r for r in RECIPES_2604 if r.gpu != "B300"]
+    same = [r for r in RECIPES_2604 if r.model == "qwen3-235b-a22b" and r.gpu != "B300"]
     assert {r.gpu for r in same} == {"GB300", "GB200", "H100 SXM"}
     for r in same:
         t = twins[(r.model, r.gpu, r.n_gpus, r.precision, r.layout)]
@@ -111,3 +111,16 @@ def test_the_leads_are_sized_in_closed_form(entries):
 
 def test_the_printout_is_deterministic():
     assert AB.main() == AB.main()
+
+
+def test_the_26_04_deepseek_rows_take_v040s_hybridep_config(entries):
+    """DeepSeek-V3 on 256 B200/B300 in 26.04 ran pp 16, ep 8 with HybridEP, mla_up_proj
+    recomputed and the recipe's layout with the MTP module (v0.4.0); the 26.04.01 rows keep
+    v0.4.2's configs."""
+    for e in AB.ds_2604(entries):
+        r = recipe_for(e)
+        assert r is not None and r.container == "26.04" and r.dispatcher == "hybridep"
+        p = case_from_entry(e).job.plan
+        assert (p.pp, p.ep, p.mbs, p.gbs, p.moe_dispatcher) == (16, 8, 1, 4096, "hybridep")
+        assert p.layout == "Et*4|(t*4|)*14tmL" and p.recompute_modules == ("mla_up_proj",)
+    assert recipe_for(entries["mbridge260401_deepseekv3_b200_256_mxfp8"]).dispatcher == "deepep"

@@ -21,11 +21,13 @@ these configs name, so only the rows a config fits exactly take one (``RECIPES_2
 
 For the 26.04 container's rows (not 26.04.01): Megatron-Bridge v0.4.0 (the version
 ``docs/releases/software-versions.md`` names for NeMo Framework 26.04), whose Qwen3-235B-A22B
-configs differ from v0.4.2's only in B300's token dispatcher (``RECIPES_2604``).
+configs differ from v0.4.2's only in B300's token dispatcher, and whose DeepSeek-V3 B200/B300
+MXFP8 configs ran pp 16, ep 8 with HybridEP (``RECIPES_2604``).
 
 A config is applied to a row only when the row's container (``MoeRecipe.container``, the
-``(<container> NeMo container)`` its ``source.table`` names, ``table_container``), model, GPU, GPU count, precision and stated layout (tp, pp,
-virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
+``(<container> NeMo container)`` its ``source.table`` names, ``table_container``), model,
+GPU, GPU count, precision and stated layout (tp, pp, virtual stages, ep, micro-batch, global
+batch) are all the config's (``recipe_for``); a row no
 config fits keeps the stack's defaults and whatever its own plan states. What is applied is
 stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 405B rows of the
 26.04.01 and 26.06 tables take the Llama scripts' NVFP4 overlap settings instead
@@ -334,10 +336,10 @@ RECIPES_2511: tuple[MoeRecipe, ...] = (
 
 
 _REPO_2604 = "NVIDIA-NeMo/Megatron-Bridge@v0.4.0 "
-#: the 26.04 container's Qwen3-235B-A22B configs (Megatron-Bridge v0.4.0, NeMo Framework 26.04,
-#: ``docs/releases/software-versions.md``). ``git diff v0.4.0 v0.4.2 --
-#: scripts/performance/configs/qwen/`` changes one thing: B300's configs gain
-#: ``moe_flex_dispatcher_backend="hybridep"`` (``qwen3_workload_base_configs.py``
+#: the 26.04 container's Qwen3-235B-A22B configs and DeepSeek-V3's B200/B300 MXFP8 ones
+#: (Megatron-Bridge v0.4.0, NeMo Framework 26.04, ``docs/releases/software-versions.md``).
+#: ``git diff v0.4.0 v0.4.2 -- scripts/performance/configs/qwen/`` changes one thing: B300's
+#: configs gain ``moe_flex_dispatcher_backend="hybridep"`` (``qwen3_workload_base_configs.py``
 #: B300_{BF16,FP8_CS}_V1) and ``qwen3_235b_a22b_pretrain_config_b300`` sets
 #: ``moe_token_dispatcher_type = "flex"`` (v0.4.0 L117: ``"alltoall"``; PR #3490, "Use HybridEP
 #: flex dispatcher for Qwen3 235B B300 perf configs"). So the GB300, GB200 and H100 configs are
@@ -356,6 +358,17 @@ RECIPES_2604: tuple[MoeRecipe, ...] = tuple(
               "B300_FP8_CS_V1 L122-129 (no moe_flex_dispatcher_backend), B300_FP8_CS_V2 "
               "L237-242 (mbs 2); qwen/qwen3_llm_pretrain.py L117 moe_token_dispatcher_type="
               "'alltoall'; no cuda_graph_*", None, None, "26.04"),
+) + tuple(
+    # DeepSeek-V3 on 256 B200/B300 in 26.04: pp 16, ep 8, mbs 1, gbs 4096, HybridEP, no overlap,
+    # mla_up_proj recomputed, no CUDA graph, the recipe's layout_map[(16, 1)] with the MTP
+    # module (v0.4.0 deepseek_llm_pretrain.py L185-214 for B200, alike for B300; recipes/
+    # deepseek/deepseek_v3.py L42); v0.4.2 moved both GPUs' MXFP8 configs to other layouts
+    MoeRecipe("deepseek-v3", gpu, 256, "mxfp8", (1, 16, 1, 8, 1, 4096), False, "hybridep",
+              _REPO_2604 + "scripts/performance/configs/" + _DS
+              + f" DEEPSEEK_V3_PRETRAIN_CONFIG_{gpu}_FP8_MX_V2", 1, ("mla_up_proj",), None, None,
+              lines + "; FP8_MX_V2 = FP8_CS_V2 = V2; no cuda_graph_*", _DS_L4, None, "26.04")
+    for gpu, lines in (("B200", "B200_V1 L110-118, B200_V2 L195-198 (gbs 4096)"),
+                       ("B300", "B300_V1 L94-102, B300_V2 L180-183 (gbs 4096)"))
 )
 
 
