@@ -28,6 +28,10 @@ config (``recipe_for``).
 Table 2b: the only other public same-layout dispatcher A/B on an 8-GPU node found, a ratio
 (``RATIO_1731``).
 
+Table 2c: the rate the model gives NCCL inside an H100 and a B200 node beside NCCL's own
+topology constant for the link (``NCCL_NVLINK``), the only public NCCL figure for B200's NVLink
+found (no public ``alltoall_perf`` on 8 B200 was).
+
 Table 3, the B300 A/B's leftover (the measured alltoall/HybridEP ratio less the model's) as
 each lead would have to be to explain it all, and what that lead, so sized, would move on the
 B200 row (same dispatcher, node and layout, micro-batch 1). Both are printed bounds, not
@@ -83,6 +87,12 @@ ROWS_2604_DS = (
 DS_2604_PLAN = {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 8, "microbatch": 1,
                 "global_batch": 4096, "schedule": "1F1B", "virtual_stages": 1,
                 "grad_accum": 256}
+#: NCCL's own NVLink rate per link and generation (NVIDIA/nccl ``src/graph/topo.h``:
+#: ``SM90_NVLINK_BW 20.6``, ``SM100_NVLINK_BW 40.1`` GB/s, which NVIDIA/nccl issue #1807 quotes
+#: for v2.27 with its B200 log line "maxBw 721.8"), times the 18 NVLinks of an H100 or B200 (NVIDIA
+#: H100 and DGX B200 datasheets): (cluster preset, GB/s per link)
+NCCL_NVLINK = (("dgx-h100", 20.6), ("dgx-b200", 40.1))
+NVLINKS_PER_GPU = 18
 TABLE_2604 = "docs/performance-summary-archive.md (26.04 NeMo container), commit 067f987df03b"
 B300_AB = "mbridge260401_qwen3235ba22b_b300_256_mxfp8"
 B200_ROW = "mbridge260401_qwen3235ba22b_b200_256_mxfp8"
@@ -164,6 +174,16 @@ def ratio_1731(entries: dict[str, dict] | None = None) -> tuple[str, float, floa
     return rid, measured, a, a / h
 
 
+def nvlink_rates() -> list[tuple[str, float, float]]:
+    """``(cluster, model GB/s, NCCL GB/s)``: the rate the model gives NCCL's collectives inside
+    a node (``intra_node_bandwidth x comm.NVLINK_EFFICIENCY``, what an 8-GPU alltoall reaches as
+    bus bandwidth) beside NCCL's topology constant times the GPU's links (``NCCL_NVLINK``)."""
+    from strategies.cost.comm import NVLINK_EFFICIENCY
+    from topologies.cluster import cluster_preset
+    return [(name, cluster_preset(name).intra_node_bandwidth * NVLINK_EFFICIENCY / 1e9,
+             per_link * NVLINKS_PER_GPU) for name, per_link in NCCL_NVLINK]
+
+
 def leads(entries: dict[str, dict] | None = None) -> dict[str, float]:
     """The B300 A/B's leftover and the two leads sized to it (module docstring, table 3):
     ``gap_s`` (measured alltoall step less the HybridEP one, less the model's difference),
@@ -208,6 +228,10 @@ def main() -> str:
     lines += ["", "| issue #1731, B200 TP1-PP16-VP1-EP8 | measured HybridEP/alltoall throughput | "
               "estimated alltoall s (the entry's batch) | estimated ratio |", "|---|---:|---:|---:|",
               f"| {rid} | {measured:.3f} | {a:.2f} | {ratio:.3f} |"]
+    lines += ["", "| cluster | model NVLink rate for NCCL's collectives GB/s | NCCL topo.h per link x "
+              f"{NVLINKS_PER_GPU} links GB/s | model / NCCL |", "|---|---:|---:|---:|"]
+    for name, model, nccl in nvlink_rates():
+        lines.append(f"| {name} | {model:.1f} | {nccl:.1f} | {model / nccl:.3f} |")
     d = leads(entries)
     lines += ["", "| B300 A/B leftover s | as ms per MoE layer and micro-batch | as a share of "
               "the modelled NCCL all-to-all rate | B200 row estimate s | + that time | at that "
