@@ -32,6 +32,10 @@ Table 2c: the rate the model gives NCCL inside an H100 and a B200 node beside NC
 topology constant for the link (``NCCL_NVLINK``), the only public NCCL figure for B200's NVLink
 found (no public ``alltoall_perf`` on 8 B200 was).
 
+Table 2d: the expert-parallel overlap measured with and without on 8-GPU nodes with the
+alltoall dispatcher (``OVERLAP_RUNS``: NVIDIA-NeMo/Megatron-Bridge PR #1760's B200 pair, the
+26.02.01 and 26.04 tables' B300 runs), beside the model.
+
 Table 3, the B300 A/B's leftover (the measured alltoall/HybridEP ratio less the model's) as
 each lead would have to be to explain it all, and what that lead, so sized, would move on the
 B200 row (same dispatcher, node and layout, micro-batch 1). Both are printed bounds, not
@@ -93,8 +97,28 @@ DS_2604_PLAN = {"tp": 1, "pp": 16, "dp": 16, "cp": 1, "ep": 8, "microbatch": 1,
 #: H100 and DGX B200 datasheets): (cluster preset, GB/s per link)
 NCCL_NVLINK = (("dgx-h100", 20.6), ("dgx-b200", 40.1))
 NVLINKS_PER_GPU = 18
-TABLE_2604 = "docs/performance-summary-archive.md (26.04 NeMo container), commit 067f987df03b"
 B300_AB = "mbridge260401_qwen3235ba22b_b300_256_mxfp8"
+#: EP-overlap pairs, measured with and without ``moe_a2a_overlap`` on 8-GPU nodes with the
+#: alltoall dispatcher: (label, base entry, 26.04 tokens/s/GPU or None, plan fields, measured s,
+#: source). A B300 run is built on the 26.04 entry (``entry_2604``): the 26.04 run is that row;
+#: the 26.02.01 run (Megatron-Bridge v0.3.0's B300 V2 config: pp 8, vp 4, ep 8, mbs 1,
+#: ``moe_a2a_overlap=True``, no flex backend) fits no config the reader holds, so its plan
+#: states the dispatcher and the overlap, and it keeps the container's bf16 gradient reduction,
+#: which v0.3.0 sets too (``qwen/qwen3_llm_pretrain.py`` L41-42)
+OVERLAP_RUNS = (
+    ("B200 64 GPUs, overlap + vp 2 (the 25.11 row)", "mbridge2511_qwen3_235b_b200_64_mxfp8",
+     None, {}, 20.1, "PR #1760: 20.1 s"),
+    ("B200 64 GPUs, no overlap, no vp", "mbridge2511_qwen3_235b_b200_64_mxfp8", None,
+     {"virtual_stages": 1, "schedule": "1F1B", "ep_overlap": False}, 16.9,
+     "PR #1760: 16.9 s"),
+    ("B300 256 GPUs, overlap + vp 4, mbs 1 (26.02.01)", B300_AB, 2644,
+     {"virtual_stages": 4, "schedule": "interleaved 1F1B", "microbatch": 1, "grad_accum": 256,
+      "ep_overlap": True, "moe_dispatcher": "alltoall"}, 8192 * 4096 / (2644 * 256),
+     "26.02.01 table: 2644 tokens/s/GPU"),
+    ("B300 256 GPUs, no overlap, mbs 2 (26.04)", B300_AB, 4865, {},
+     8192 * 4096 / (4865 * 256), "26.04 table: 4865 tokens/s/GPU"),
+)
+TABLE_2604 = "docs/performance-summary-archive.md (26.04 NeMo container), commit 067f987df03b"
 B200_ROW = "mbridge260401_qwen3235ba22b_b200_256_mxfp8"
 
 
@@ -184,6 +208,19 @@ def nvlink_rates() -> list[tuple[str, float, float]]:
              per_link * NVLINKS_PER_GPU) for name, per_link in NCCL_NVLINK]
 
 
+def overlap_runs(entries: dict[str, dict] | None = None) -> list[tuple[str, float, float, str]]:
+    """``(label, measured s, estimated s, source)`` of ``OVERLAP_RUNS``: the base entry (its
+    26.04 row where tokens are given) with the plan fields set and the source's step."""
+    entries = entries or _entries()
+    out = []
+    for label, rid, tokens, fields, measured, source in OVERLAP_RUNS:
+        e = copy.deepcopy(entries[rid]) if tokens is None else entry_2604(entries[rid], tokens)
+        e["plan"] = dict(e["plan"], **fields)
+        e["measured"], e["derived"] = {}, {"step_time_s": measured}
+        out.append((label, measured, estimate(case_from_entry(e).job).step_time_s, source))
+    return out
+
+
 def leads(entries: dict[str, dict] | None = None) -> dict[str, float]:
     """The B300 A/B's leftover and the two leads sized to it (module docstring, table 3):
     ``gap_s`` (measured alltoall step less the HybridEP one, less the model's difference),
@@ -232,6 +269,10 @@ def main() -> str:
               f"{NVLINKS_PER_GPU} links GB/s | model / NCCL |", "|---|---:|---:|---:|"]
     for name, model, nccl in nvlink_rates():
         lines.append(f"| {name} | {model:.1f} | {nccl:.1f} | {model / nccl:.3f} |")
+    lines += ["", "| EP overlap pair (alltoall dispatcher) | measured s | estimated s | source |",
+              "|---|---:|---:|---|"]
+    for label, measured, est, source in overlap_runs(entries):
+        lines.append(f"| {label} | {measured:.2f} | {est:.2f} | {source} |")
     d = leads(entries)
     lines += ["", "| B300 A/B leftover s | as ms per MoE layer and micro-batch | as a share of "
               "the modelled NCCL all-to-all rate | B200 row estimate s | + that time | at that "
