@@ -101,8 +101,9 @@ B300_AB = "mbridge260401_qwen3235ba22b_b300_256_mxfp8"
 #: EP-overlap pairs, measured with and without ``moe_a2a_overlap`` on 8-GPU nodes with the
 #: alltoall dispatcher: (label, base entry, 26.04 tokens/s/GPU or None, plan fields, measured s,
 #: source). A B300 run is built on the 26.04 entry (``entry_2604``): the 26.04 run is that row;
-#: the 26.02.01 run (Megatron-Bridge v0.3.0's B300 V2 config: pp 8, vp 4, ep 8, mbs 1,
-#: ``moe_a2a_overlap=True``, no flex backend) fits no config the reader holds, so its plan
+#: the 26.02.01 run (its table's VP 4 is Megatron-Bridge v0.3.0's B300 V2 config, pp 8, vp 4,
+#: ep 8, mbs 1, no flex backend, whose ``moe_a2a_overlap=True`` is assumed with it: v0.3.1's
+#: has neither VP nor overlap) fits no config the reader holds, so its plan
 #: states the dispatcher and the overlap, and it keeps the container's bf16 gradient reduction,
 #: which v0.3.0 sets too (``qwen/qwen3_llm_pretrain.py`` L41-42)
 OVERLAP_RUNS = (
