@@ -23,10 +23,11 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import compute
 from strategies.estimate import estimate
-from strategies.estimate.lower_bound import group_floor
+from strategies.estimate.lower_bound import group_floor, step_time_lower_bound
 from strategies.framework import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
+from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
@@ -126,6 +127,19 @@ def test_a_mixed_cluster_keeps_the_network_model():
     assert cm.profile_of(mixed) is None
     assert cm.collective_time("allreduce", 2**26, 8, 1, mixed) == \
         cm.collective_time("allreduce", 2**26, 8, 1, BASE)
+
+
+@pytest.mark.parametrize("plan", ["tp=8,mbs=1,gbs=4", "tp=4,dp=2,mbs=1,gbs=4,sp=true",
+                                  "tp=2,pp=2,dp=2,mbs=1,gbs=8", "dp=8,mbs=1,gbs=8,zero=1",
+                                  "tp=2,dp=4,mbs=1,gbs=8,zero=3"])
+def test_the_bound_stays_below_the_simulation_with_a_profile(plan):
+    """The search's exactness: the lower bound of a plan on one profiled node (collectives
+    faster than the model where latency-bound, ratios < 1) stays below its simulation."""
+    job = make_job(MODEL, replace(PROF, groups=(replace(PROF.groups[0], num_nodes=1),)),
+                   parse_plan(plan))
+    bound = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                        PlanArrays.from_plans([job.plan]), job.framework)[0])
+    assert bound <= simulate(job).step_time_s
 
 
 def test_the_lower_bound_stays_below():
@@ -252,3 +266,47 @@ def test_the_report_says_which_collectives_were_read(tmp_path, capsys):
     job = make_job(MODEL, replace(PROF, groups=(replace(PROF.groups[0], num_nodes=1),)),
                    parse_plan("tp=8,mbs=1,gbs=2"))
     assert got == pytest.approx(estimate(job).step_time_s, rel=1e-12)
+
+
+# --- the pair paths and DeepSpeed's per-tensor rings ----------------------------------------
+
+PROF2 = _profiled(BASE, gpus=2)           # a two-GPU machine's measurements
+
+
+def test_the_tied_pair_reads_two_gpu_measurements():
+    """The tied embedding's all-reduce between the first and last stage (``pair_time``):
+    within a node it costs the fake's time on 2 GPUs; across nodes the network model."""
+    for size in COLLECTIVE_SIZES:
+        s = nccl_buffer_bytes(size, 2)
+        assert float(cm.pair_time("allreduce", s, True, PROF2)) == pytest.approx(
+            _fake_seconds("allreduce", s, 2), rel=REL)
+        assert cm.pair_time("allreduce", s, False, PROF2) == \
+            cm.pair_time("allreduce", s, False, BASE)
+
+
+def test_tied_pair_simulated_moves_as_the_estimate():
+    """pp = 2 on two GPUs of one node with tied embeddings: the only collective is the tied
+    pair's all-reduce, exposed at the step's end in both; the profile moves the simulated
+    step by the estimate's seconds."""
+    m = replace(model_preset("gpt-1.7b"), tie_word_embeddings=True)   # 0.1-1 GiB of gradient
+    one = lambda cl: replace(cl, groups=(replace(cl.groups[0], num_nodes=1),),  # noqa: E731
+                             gpus_per_node=2, nics_per_node=2)
+    d = {}
+    for name, cl in (("base", BASE), ("prof", PROF2)):
+        job = make_job(m, one(cl), parse_plan("pp=2,mbs=1,gbs=2"))
+        d[name] = (estimate(job).step_time_s, simulate(job).step_time_s)
+    moved = d["prof"][0] - d["base"][0]
+    assert abs(moved) > 1e-6
+    assert d["prof"][1] - d["base"][1] == pytest.approx(moved, rel=1e-9)
+
+
+def test_per_tensor_rings_within_a_node_read_the_measurement():
+    """DeepSpeed's per-tensor ZeRO-3 rings (``per_tensor_time``) within a node: each ring the
+    measured time, so the simulator's excess over its measured calls is the copies alone."""
+    count, nbytes, gap = 12.0, 12 * 2.0**22, 1e-6
+    for kind in ("allgather", "reduce_scatter"):
+        t = float(cm.per_tensor_time(count, nbytes, 8, 1, PROF, gap, kind))
+        assert t == pytest.approx(count * _fake_seconds(kind, 2.0**22, 8) + count * 8 * gap,
+                                  rel=REL)
+        assert float(cm.per_tensor_excess(kind, count, nbytes, 8, 1, PROF, gap)) == \
+            pytest.approx(count * 8 * gap, rel=1e-9)

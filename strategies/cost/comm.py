@@ -476,7 +476,7 @@ def path_p2p_time(nbytes: Num, cluster: Cluster, stride: int,
 
 
 def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
-                    copy_gap: float) -> Num:
+                    copy_gap: float, kind: str = "allgather") -> Num:
     """Seconds of ``count`` all-gathers (or reduce-scatters) run one after another, one per
     parameter tensor, ``nbytes`` gathered in all per rank, over ``n`` ranks ``stride`` apart,
     as DeepSpeed's 2021 ZeRO-3 runs them through ``torch.distributed`` (the tensor-list
@@ -486,11 +486,16 @@ def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Clust
     ``ProcessGroupNCCL`` copies the flat buffer to, or from, each of the ``n`` list entries).
     The simulator runs the same ring ``count`` times back to back (``repeat``) and the copies
     as compute. NCCL orders the flat ring so that its hops between nodes stay on one rail
-    (``rail_aligned``: no relay). Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
+    (``rail_aligned``: no relay). A GPU profile's measured ``kind`` (``allgather`` or
+    ``reduce_scatter``) scales each ring within a node (``measured_scale``). Vectorised; 0
+    where ``count`` is 0 or ``n < 2``."""
     bw, lat = group_bandwidth(cluster, n, stride, rail_aligned=True)
     per = nbytes / np.maximum(count, 1)
-    return np.where((count > 0) & (n > 1),
-                    count * ring.time(1, per, n, bw, lat) + count * n * copy_gap, 0.0)[()]
+    one = ring.time(1, per, n, bw, lat)
+    if _measured_table(cluster) is not None:
+        one = one * measured_scale(kind, per, n, in_one_node(n, stride, cluster.gpus_per_node),
+                                   cluster)
+    return np.where((count > 0) & (n > 1), count * one + count * n * copy_gap, 0.0)[()]
 
 
 def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
@@ -503,7 +508,7 @@ def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
     ``per_tensor_time``; clipped at 0. Vectorised."""
     per = nbytes / np.maximum(count, 1)
     own = count * collective_time(kind, per, n, stride, cluster)
-    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap) - own,
+    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap, kind) - own,
                       0.0)[()]
 
 
