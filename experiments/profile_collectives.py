@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> None:
     print("| op | GPUs | bytes | measured (us) | model (us) | measured / model |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for c in sorted(prof.collectives, key=lambda c: (c.op, c.gpus, c.bytes)):
-        model_s = float(cm._catalog_time(COLLECTIVE_KINDS[c.op], float(c.bytes), c.gpus, 1,
-                                         base))
+        model_s = float(cm.collective_time(COLLECTIVE_KINDS[c.op], float(c.bytes), c.gpus, 1,
+                                           base))       # (no profile: the network model)
         print(f"| {c.op} | {c.gpus} | {c.bytes:,} | {c.seconds * 1e6:.1f} | "
               f"{model_s * 1e6:.1f} | {c.seconds / model_s:.3f} |")
     print(f"\nTable 2: {args.model} on one node of {base.name}, catalog vs profiled "

@@ -24,6 +24,10 @@ same rail (no relay); the striped ring's hop to member ``j+1`` of the next node 
 crosses node boundaries elsewhere (``mixed``) and a pipeline hop between GPUs of different
 local indices relay.
 
+A GPU profile's measured NCCL collectives (``paraplan calibrate``) scale the time of a
+collective whose group lies within one node by measured over modelled seconds
+(``measured_scale``; docs/calibration.md §5.71); between nodes the model above stays.
+
 Closed forms (nccl-tests PERFORMANCE.md): all-reduce ``2(n-1)/n · S/B``, reduce-scatter and
 all-gather ``(n-1)/n · S/B``, with S the per-rank buffer in bytes; they are the ``time`` of
 ``strategies.collectives.ring`` and ``.all_to_all``, the definitions the simulator's engine runs
