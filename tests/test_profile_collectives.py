@@ -33,7 +33,6 @@ from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
 from topologies.gpu_profile import nccl_buffer_bytes, profile_to_mapping
 from topologies.graph import build_graph
-from topologies.gpus import get_gpu
 from topologies.routing import route
 
 MODEL = model_preset("llama3-8b")
