@@ -16,7 +16,6 @@ from dataclasses import replace
 
 import pytest
 import simpy
-import yaml
 
 from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
 from simulator.calibrate.backend import fake_collective_seconds

@@ -89,7 +89,8 @@ def _rank_main(target: Callable[..., Any], rank: int, n: int, init: str, parent_
 
 def stop(procs: list) -> None:
     """Terminate every process of ``procs`` still alive, SIGKILL those alive after
-    ``GRACE_S``, and reap them all."""
+    ``GRACE_S``, and reap them all (a process never started is skipped)."""
+    procs = [p for p in procs if p.pid is not None]
     for p in procs:
         if p.is_alive():
             p.terminate()
