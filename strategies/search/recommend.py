@@ -5,8 +5,7 @@ dimensions, then no interleaving, then a lower ZeRO stage, then no cross-node te
 parallelism, then speed (``complexity``). ``explain`` says what the recommendation gives up
 against the fastest plan, and what dropping each dimension it keeps would cost.
 
->>> from strategies.placement import expert_sizes, groups
-from strategies.plan import Plan
+>>> from strategies.plan import Plan
 >>> complexity(Plan(tp=8, pp=8, dp=16, schedule="interleaved", vpp=3, zero=1), 8)
 (3, 1, 1, 0)
 """
