@@ -79,7 +79,8 @@ SCHEDULE_SETS = ("default", "all")
 #: simulator read each from the plan
 SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap": "tpo",
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
-               "moe_capacity_factor": "cf"}
+               "moe_capacity_factor": "cf", "flash_attn": "flash",
+               "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg"}
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
             "moe_capacity_factor")
