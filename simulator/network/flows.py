@@ -354,7 +354,6 @@ class FlowNetwork:
         self._rno[idx] = [route_of(f[0]) for f in flows]
         self._size[idx] = nbytes
         self._rem[idx] = nbytes
-        self._rate[idx], self._finish[idx] = 0.0, np.inf
         self._active[idx] = True
         fins, tags = self._fins, self._tags
         for slot, (_, _, fin, tag) in zip(taken, flows):
@@ -398,7 +397,6 @@ class FlowNetwork:
         self._rno[idx] = block.rno
         self._size[idx] = nbytes
         self._rem[idx] = nbytes
-        self._rate[idx], self._finish[idx] = 0.0, np.inf
         self._active[idx] = True
         self._block_no += 1
         self._grp[idx] = self._block_no
@@ -416,7 +414,8 @@ class FlowNetwork:
         idx = self._active_idx()
         if idx.size:
             dt = self.env.now - self._last
-            moved = self._size[idx] - np.maximum(self._rem[idx] - self._rate[idx] * dt, 0.0)
+            moved = self._size[idx] - np.maximum(self._rem[idx] - self._slot_rates()[idx] * dt,
+                                                 0.0)
             hops = self._links.shape[1]
             np.add.at(carried, self._links[idx].ravel(), np.repeat(moved, hops))
         return {e: float(carried[i]) for i, e in enumerate(self.edges)}
@@ -424,14 +423,22 @@ class FlowNetwork:
     def active_flows(self) -> list:
         """``(tag, rate bytes/s, remaining bytes)`` of each active flow, in slot order."""
         blocks, grp = self._blocks_live, self._grp
-        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(self._rate[i]),
+        rate = self._slot_rates()
+        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(rate[i]),
                  float(self._rem[i])) for i in self._active_idx()]
 
     # -- flow table ----------------------------------------------------------
     def _init_table(self) -> None:
         """Flow slots: per-slot arrays, a link-index matrix padded with ``_pad``."""
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
-        self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
+        self._size, self._rem = np.zeros(0), np.zeros(0)
+        # the rates of the last recomputation: (the slots it rated, each one's rate bytes/s,
+        # each one's finish time s), and the first of those finish times (the timer's time).
+        # Flows started since have no rate yet (0: they move nothing) and never finish before
+        # the next recomputation; flows end only in ``_settle``, which recomputes at once, so
+        # the slots rated are always active.
+        self._cur = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+        self._first = np.inf
         self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
         self._active = np.zeros(0, dtype=bool)
         # a slot started by ``start_block``: its block's number (0: a flow of its own, whose
@@ -448,7 +455,7 @@ class FlowNetwork:
         links = np.full((slots, hops), self._pad, dtype=np.int64)
         links[:old, :old_hops] = self._links
         self._links = links
-        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active", "_grp"):
+        for name in ("_size", "_rem", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
         self._fins += [None] * (slots - old)
@@ -457,6 +464,13 @@ class FlowNetwork:
 
     def _active_idx(self) -> np.ndarray:
         return self._active.nonzero()[0]
+
+    def _slot_rates(self) -> np.ndarray:
+        """Each slot's rate (bytes/s) as the last recomputation set it (0 for a flow started
+        since, and for a free slot)."""
+        rate = np.zeros(self._active.size)
+        rate[self._cur[0]] = self._cur[1]
+        return rate
 
     def _route_of(self, links: np.ndarray) -> int:
         """The number of the route ``links`` (link indices in order), one per distinct route;
@@ -485,7 +499,6 @@ class FlowNetwork:
             table[slot, :links.size] = links
         self._size[slot] = self._rem[slot] = nbytes
         self._rno[slot] = self._route_of(links)
-        self._rate[slot], self._finish[slot] = 0.0, np.inf
         self._active[slot] = True
         self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
@@ -506,26 +519,28 @@ class FlowNetwork:
     def _settle(self) -> None:
         """Advance flows to now, finish those that are done, recompute if anything changed."""
         now = self.env._now
-        idx = self._active.nonzero()[0]
+        # only the flows rated at the last recomputation move (a flow started since has rate
+        # 0: ``rem - 0 * dt`` is ``rem``) and only they can be done (the others' finish is
+        # infinite); none is when the first finish is later (``_first``, the least of them)
+        idx, rate, finish = self._cur
         if idx.size and now > self._last:
-            left = self._rem[idx] - self._rate[idx] * (now - self._last)
+            left = self._rem[idx] - rate * (now - self._last)
             self._rem[idx] = np.maximum(left, 0.0, out=left)
         self._last = now
-        done = idx[self._finish[idx] <= now * (1.0 + _FINISH_RTOL)]
-        if done.size:
-            self._complete(done)
+        limit = now * (1.0 + _FINISH_RTOL)
+        if self._first <= limit:
+            self._complete(idx[finish <= limit])
             self._dirty = False
             self._recompute(now)
         elif self._dirty:
             self._dirty = False
-            self._recompute(now, idx)
+            self._recompute(now)
 
     def _complete(self, done: np.ndarray) -> None:
         self._done_log.append((self._links[done], self._size[done]))
         if len(self._done_log) >= _DONE_KEPT:
             self._deliver()
         self._active[done] = False
-        self._rem[done] = 0.0
         grp = self._grp[done]
         if _any(grp):
             self._grp[done] = 0
@@ -594,6 +609,7 @@ class FlowNetwork:
         if idx is None:
             idx = self._active.nonzero()[0]
         if not idx.size:
+            self._cur, self._first = (idx, np.zeros(0), np.zeros(0)), np.inf
             return
         rno = self._rno[idx]
         by_slot = rno.tobytes()             # the routes in slot order: their rates, if seen
@@ -603,12 +619,13 @@ class FlowNetwork:
             if len(self._rates_by_slot) < _RATES_KEPT:
                 self._rates_by_slot[by_slot] = rates
         left = self._rem[idx] / rates
-        self._rate[idx] = rates
-        self._finish[idx] = now + left
+        # ``rates`` may be a cached array: kept, never written to. The first finish is the
+        # least of ``now + left`` (rounding to nearest is monotonic: fl(now + min) = min fl)
         env = self.env                      # ``call_at`` written out (one call per recomputation)
+        self._first = first = env._now + float(_min(left))
+        self._cur = (idx, rates, now + left)
         self._timer = timer = QueueEntry([self._on_timer])
-        heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
-                              timer))
+        heappush(env._queue, (first, NORMAL, next(env._eid), timer))
 
     def _rates_of(self, idx: np.ndarray, rno: np.ndarray) -> np.ndarray:
         """The max-min rate (bytes/s) of each active flow (slots ``idx``, route numbers
