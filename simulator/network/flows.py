@@ -50,6 +50,7 @@ _min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
 _count = np.count_nonzero   # truthy as ``np.logical_or.reduce`` of ints, without a ufunc reduction
 _first = itemgetter(0)
+_ZERO = np.zeros(())          # 0.0 as an array: ``np.maximum(a, _ZERO)`` skips converting a float
 
 
 class QueueEntry:
@@ -433,11 +434,12 @@ class FlowNetwork:
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
         self._size, self._rem = np.zeros(0), np.zeros(0)
         # the rates of the last recomputation: (the slots it rated, each one's rate bytes/s,
-        # each one's finish time s), and the first of those finish times (the timer's time).
+        # each one's seconds left then, the time then), and the first of the finish times
+        # ``then + left`` (the timer's time; the others are added up only when it has come).
         # Flows started since have no rate yet (0: they move nothing) and never finish before
         # the next recomputation; flows end only in ``_settle``, which recomputes at once, so
         # the slots rated are always active.
-        self._cur = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+        self._cur = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), 0.0)
         self._first = np.inf
         self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
         self._active = np.zeros(0, dtype=bool)
@@ -522,14 +524,14 @@ class FlowNetwork:
         # only the flows rated at the last recomputation move (a flow started since has rate
         # 0: ``rem - 0 * dt`` is ``rem``) and only they can be done (the others' finish is
         # infinite); none is when the first finish is later (``_first``, the least of them)
-        idx, rate, finish = self._cur
+        idx, rate, secs, then = self._cur
         if idx.size and now > self._last:
             left = self._rem[idx] - rate * (now - self._last)
-            self._rem[idx] = np.maximum(left, 0.0, out=left)
+            self._rem[idx] = np.maximum(left, _ZERO, out=left)
         self._last = now
         limit = now * (1.0 + _FINISH_RTOL)
         if self._first <= limit:
-            self._complete(idx[finish <= limit])
+            self._complete(idx[then + secs <= limit])
             self._dirty = False
             self._recompute(now)
         elif self._dirty:
@@ -593,8 +595,11 @@ class FlowNetwork:
         unbuffered ``np.add.at``: the same sums, link by link, as one call per completion)."""
         log = self._done_log
         if log:
+            # each flow's bytes once per column of its row, in the same order (one repeat)
             idx = np.concatenate([rows.ravel() for rows, _ in log])
-            vals = np.concatenate([size.repeat(rows.shape[1]) for rows, size in log])
+            width = np.repeat([rows.shape[1] for rows, _ in log],
+                              [rows.shape[0] for rows, _ in log])
+            vals = np.concatenate([size for _, size in log]).repeat(width)
             np.add.at(self._delivered, idx, vals)
             log.clear()
 
@@ -609,7 +614,7 @@ class FlowNetwork:
         if idx is None:
             idx = self._active.nonzero()[0]
         if not idx.size:
-            self._cur, self._first = (idx, np.zeros(0), np.zeros(0)), np.inf
+            self._cur, self._first = (idx, np.zeros(0), np.zeros(0), now), np.inf
             return
         rno = self._rno[idx]
         by_slot = rno.tobytes()             # the routes in slot order: their rates, if seen
@@ -625,7 +630,7 @@ class FlowNetwork:
         # the least by ``argmin``: the value ``np.minimum.reduce`` gives (NaN included), without
         # a ufunc reduction (several times cheaper on a few flows)
         self._first = first = env._now + left.item(left.argmin())
-        self._cur = (idx, rates, now + left)
+        self._cur = (idx, rates, left, now)
         self._timer = timer = QueueEntry([self._on_timer])
         heappush(env._queue, (first, NORMAL, next(env._eid), timer))
 
