@@ -543,8 +543,9 @@ class FlowNetwork:
         if len(self._done_log) >= _DONE_KEPT:
             self._deliver()
         self._active[done] = False
-        grp = self._grp[done]
-        if _count(grp):
+        # a block's slots keep its number until they end: with no block live, every slot's is 0
+        grp = self._grp[done] if self._blocks_live else None
+        if grp is not None and _count(grp):
             self._grp[done] = 0
             self._complete_blocks(done.tolist(), grp)
         else:
