@@ -210,6 +210,7 @@ class FlowNetwork:
         self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
+        self._padded: dict = {}       # route number -> its row padded to the table's width
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
         self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
@@ -457,6 +458,8 @@ class FlowNetwork:
         links = np.full((slots, hops), self._pad, dtype=np.int64)
         links[:old, :old_hops] = self._links
         self._links = links
+        if hops != old_hops:
+            self._padded.clear()
         for name in ("_size", "_rem", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
@@ -494,13 +497,17 @@ class FlowNetwork:
             self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
         slot = self._free.pop()
         table = self._links
+        no = self._route_of(links)
         if links.size == table.shape[1]:    # a route as long as the table's rows: one write
             table[slot] = links
-        else:
-            table[slot] = self._pad
-            table[slot, :links.size] = links
+        else:                               # its row padded to the table's width, kept
+            row = self._padded.get(no)
+            if row is None:
+                row = self._padded[no] = np.full(table.shape[1], self._pad, dtype=np.int64)
+                row[:links.size] = links
+            table[slot] = row
         self._size[slot] = self._rem[slot] = nbytes
-        self._rno[slot] = self._route_of(links)
+        self._rno[slot] = no
         self._active[slot] = True
         self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
