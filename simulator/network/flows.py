@@ -211,6 +211,7 @@ class FlowNetwork:
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
         self._padded: dict = {}       # route number -> its row padded to the table's width
+        self._x, self._y = np.empty(()), np.empty(())   # ``_settle``'s scalars as 0-d arrays
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
         self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
@@ -532,13 +533,16 @@ class FlowNetwork:
         # 0: ``rem - 0 * dt`` is ``rem``) and only they can be done (the others' finish is
         # infinite); none is when the first finish is later (``_first``, the least of them)
         idx, rate, secs, then = self._cur
+        x, y = self._x, self._y             # 0-d scratch arrays: no float converted per call
         if idx.size and now > self._last:
-            left = self._rem[idx] - rate * (now - self._last)
+            x[()] = now - self._last
+            left = self._rem[idx] - rate * x
             self._rem[idx] = np.maximum(left, _ZERO, out=left)
         self._last = now
         limit = now * (1.0 + _FINISH_RTOL)
         if self._first <= limit:
-            self._complete(idx[then + secs <= limit])
+            x[()], y[()] = then, limit
+            self._complete(idx[secs + x <= y])
             self._dirty = False
             self._recompute(now)
         elif self._dirty:
