@@ -635,12 +635,11 @@ class FlowNetwork:
             rates = self._rates_of(idx, rno)
             if len(self._rates_by_slot) < _RATES_KEPT:
                 self._rates_by_slot[by_slot] = rates
-        left = self._rem[idx] / rates
-        # ``rates`` may be a cached array: kept, never written to. The first finish is the
-        # least of ``now + left`` (rounding to nearest is monotonic: fl(now + min) = min fl)
+        left = self._rem[idx] / rates       # ``rates`` may be a cached array: never written to
         env = self.env                      # ``call_at`` written out (one call per recomputation)
-        # the least by ``argmin``: the value ``np.minimum.reduce`` gives (NaN included), without
-        # a ufunc reduction (several times cheaper on a few flows)
+        # the first finish: the least of ``now + left`` (rounding to nearest is monotonic), by
+        # ``argmin`` (the value ``np.minimum.reduce`` gives, NaN included, without a ufunc
+        # reduction: several times cheaper on a few flows)
         self._first = first = env._now + left.item(left.argmin())
         self._cur = (idx, rates, left, now)
         self._timer = timer = QueueEntry([self._on_timer])
