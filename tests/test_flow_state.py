@@ -1,14 +1,16 @@
 """The flow network's state between rate recomputations (``simulator.network.flows``): the
 last recomputation's rates, seconds left and first finish (``FlowNetwork._cur``,
 ``FlowNetwork._first``), read instead of per-slot rate and finish arrays, and the finished
-flows' bytes added to their links in one call when the table's rows changed width."""
+flows' bytes added to their links in one call when the table's rows changed width, and
+flows started together (``_start_flows``) as if started one by one."""
 from __future__ import annotations
 
 import networkx as nx
 import numpy as np
+import pytest
 import simpy
 
-from simulator.network.flows import FlowNetwork, max_min_rates
+from simulator.network.flows import _FEW, FlowNetwork, max_min_rates
 
 
 def _line(n: int, bw: float = 1e9) -> nx.DiGraph:
@@ -78,3 +80,32 @@ def test_finished_bytes_on_rows_of_two_widths_are_the_sums_in_finishing_order():
         for hop in zip(nodes[:-1], nodes[1:]):
             want[hop] += nbytes
     assert net.link_bytes() == want
+
+
+@pytest.mark.parametrize("k", [3, 12])
+def test_flows_started_together_are_the_flows_started_one_by_one(k):
+    # ``_start_flows``: up to ``_FEW`` flows one by one, more with one array write per column;
+    # either way the same slots, table and arrivals as ``_start_flow`` for each in order
+    assert (k <= _FEW) == (k == 3)
+    pairs = [(a, b) for a in range(5) for b in range(5) if a != b][:k]
+    nets, ends = [], []
+    for together in (True, False):
+        env = simpy.Environment()
+        net = FlowNetwork(env, _line(5))
+        got = []
+        flows = [(net.route(a, b)[1], 1e7 * (1 + n % 4) / 3, lambda t: got.append((t, env.now)),
+                  n) for n, (a, b) in enumerate(pairs)]
+        net._start_flow(net.route(0, 1)[1], 5e6, lambda t: got.append((t, env.now)), "first", None)
+        if together:
+            net._start_flows(flows)
+        else:
+            for flow in flows:
+                net._start_flow(*flow, None)
+        nets.append(net)
+        env.run()
+        ends.append(got)
+    one, two = nets
+    for name in ("_links", "_rno", "_size", "_active"):
+        assert np.array_equal(getattr(one, name), getattr(two, name)), name
+    assert one._free == two._free and ends[0] == ends[1] and len(ends[0]) == k + 1
+    assert one.link_bytes() == two.link_bytes()

@@ -43,6 +43,7 @@ _TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated to
 # interleaved:6: 21,928 of 32,240 recomputations missed the slot-order key, 3,993 sets
 # distinct as multisets).
 _RATES_KEPT = 4096
+_FEW = 8               # up to this many flows started together go in one by one (``_start_flows``)
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
 
 
@@ -327,10 +328,12 @@ class FlowNetwork:
 
     def _start_flows(self, flows: list) -> None:
         """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:
-        the same slots, with one array operation per column of the flow table for all."""
+        the same slots, with one array operation per column of the flow table for all (up to
+        ``_FEW`` flows, ``_start_flow`` itself: cheaper than building the arrays)."""
         k = len(flows)
-        if k == 1:
-            self._start_flow(*flows[0], None)
+        if k <= _FEW:
+            for flow in flows:
+                self._start_flow(*flow, None)
             return
         sizes = [f[0].size for f in flows]
         slots, hops = self._links.shape
