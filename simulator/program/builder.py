@@ -18,7 +18,7 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.schedules.p2p_streams import stream_of
 from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
-from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
+from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum, sp_regather_pieces
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -185,6 +185,32 @@ class ProgramBuilder:
         if last is not None:
             self.wait.append(last)
 
+    def regather(self, nl: float, secs: float, label: str, i: int, c: int,
+                 start: tuple) -> float:
+        """Sequence parallelism's backward re-gathers of ``nl`` mean layers
+        (``cost.stage.sp_regather_pieces``): per kind, the all-gathers on the tp-comm stream
+        beside the data-gradient GEMMs they were issued before, a compute op carved out of
+        the block's ``secs``; the next compute waits for both, so each exposes
+        ``max(0, all-gather - dgrad)`` on a contention-free network
+        (``cost.stage.sp_regather_exposed``) and contends for the links on the flows one.
+        Returns the seconds carved out."""
+        cs, carved = self.c, 0.0
+        deps = start + ((self.last_compute,) if self.last_compute is not None else ())
+        for share, dgrad in sp_regather_pieces(cs):
+            n = nl * share
+            if n <= 0:
+                continue
+            d = min(n * dgrad, secs - carved)
+            ag = self.coll("tp-comm", "allgather", "tp", cs.rg_bytes, n, "tp",
+                           f"AG tp re-gather {label}", i, c, deps=deps)
+            if ag is None:
+                return carved
+            op = self.compute(d, "backward", label, i, c, force=True)
+            carved += d
+            self.wait.append(ag)
+            deps = (op,)
+        return carved
+
     def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
         """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
         backward order for a backward), each piece as ``(count, per-layer record)`` runs.
@@ -243,6 +269,8 @@ class ProgramBuilder:
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
         start = tuple(self.wait)
+        if not fwd and cs.rg_bytes > 0:
+            secs -= self.regather(nl, secs, label, i, c, start)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
