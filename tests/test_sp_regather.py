@@ -178,6 +178,21 @@ def test_flows_network_contends_and_is_deterministic() -> None:
     assert regathers and all(r.stream.startswith("tp-comm") for r in regathers)
 
 
+def test_hidden_regathers_are_not_compiled() -> None:
+    """Where every re-gather is shorter than its GEMM (tp 4: QKV's dgrad outlasts the gather)
+    nothing is exposed and nothing is compiled: the program and the step are the ones without
+    the rule, bit for bit."""
+    job = _job("tp=4,pp=1,mbs=1,gbs=4,sp=true")
+    c = stage_costs(job)
+    t_ag = float(cm.collective_time("allgather", c.rg_bytes, 4, 1, job.cluster))
+    assert 0 < t_ag < min(c.rg_attn, c.rg_dense)
+    off = replace(job, framework=OFF)
+    a, b = simulate(job, fold=False), simulate(off, fold=False)
+    assert a.step_time_s == b.step_time_s
+    assert len(a.by_rank(0)) == len(b.by_rank(0))
+    assert estimate(job).step_time_s == estimate(off).step_time_s
+
+
 def test_profile_field_is_checked() -> None:
     with pytest.raises(SpecError, match="sp_regather"):
         replace(MEGATRON_CORE, sp_regather=1)
