@@ -14,6 +14,7 @@ from strategies.cost.compute import (FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR, _ge
                                      gemm_fixed_s, gemm_waves, k_knee)
 from strategies.cost.measured import attention_flops_fwd
 from strategies.errors import SpecError
+from topologies.gpu_profile import nccl_buffer_bytes
 from topologies.gpus import GPU, get_gpu
 
 BACKENDS = ("torch", "fake")
@@ -112,6 +113,7 @@ class FakeBackend:
         for op in ops:
             factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
             for s in sizes:
+                s = nccl_buffer_bytes(s, n)        # the torch backend's buffer
                 out[(op, s)] = s * factor / self.bus_bandwidth
         return out
 

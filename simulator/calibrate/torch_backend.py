@@ -22,6 +22,7 @@ import tempfile
 from typing import Callable
 
 from strategies.errors import SpecError
+from topologies.gpu_profile import nccl_buffer_bytes
 
 SAMPLE_S = 2e-3
 WARMUP = 5
@@ -212,7 +213,7 @@ def _collective_worker(rank: int, n: int, init: str, ops, sizes, queue, warmup: 
         out: dict = {}
         for op in ops:
             for size in sizes:
-                numel = max(n, size // 2 // n * n)            # bf16, divisible by n
+                numel = nccl_buffer_bytes(size, n) // 2       # bf16, divisible by n
                 big = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
                 small = torch.randn(numel // n, device="cuda", dtype=torch.bfloat16)
                 other = torch.empty_like(big)
