@@ -198,3 +198,30 @@ def test_profile_field_is_checked() -> None:
         replace(MEGATRON_CORE, sp_regather=1)
     assert MEGATRON_CORE.sp_regather and not TORCHTITAN.sp_regather
     assert np.all(np.asarray(sp_regather_exposed(0.0, stage_costs(_job()))) == 0.0)
+
+
+def test_a_measured_profile_moves_estimate_and_simulation_alike() -> None:
+    """With a GPU profile's measured collectives (§5.71: the fake backend's NCCL at 360 GB/s
+    bus bandwidth) the re-gather's seconds are the measured ones in the estimate, the bound
+    and the simulator (the op's repeat): the step difference still agrees to 1e-9."""
+    from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
+    from strategies.cost import compute
+    from strategies.framework import LAUNCH_GAP_S
+    m = replace(model_preset("llama3-8b"), num_layers=4)
+    fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+                       launch_gap=LAUNCH_GAP_S, count=8, bus_bandwidth=360e9)
+    spec = CalibrationSpec(models=(m,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",))
+    base = cluster_preset("dgx-h100", 1)
+    gpu = replace(base.gpu, profile=calibrate(fake, spec))
+    cl = replace(base, groups=tuple(replace(g, gpu=gpu) for g in base.groups))
+    plan = parse_plan("tp=8,pp=1,mbs=1,gbs=4,sp=true")
+    on, off = (make_job(m, cl, plan, framework=fw) for fw in (MEGATRON_CORE, OFF))
+    c = stage_costs(on)
+    t_ag = float(cm.collective_time("allgather", c.rg_bytes, 8, 1, cl))
+    assert t_ag != pytest.approx(float(cm.collective_time("allgather", c.rg_bytes, 8, 1, base)),
+                                 rel=1e-6)                   # the profile is read
+    d_est = estimate(on).step_time_s - estimate(off).step_time_s
+    d_sim = (simulate(on, network="contention-free").step_time_s
+             - simulate(off, network="contention-free").step_time_s)
+    assert d_est > 0 and d_sim == pytest.approx(d_est, rel=1e-9)
+    assert _bound(on) <= simulate(on, network="contention-free").step_time_s * (1 + 1e-9)
