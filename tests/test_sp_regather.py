@@ -146,8 +146,9 @@ def test_moe_layers_regather_attention_and_shared_experts_only() -> None:
     m = model_preset("deepseek-v3")
     dk = counts.layer_gemm_parts(m, 1, 2, 1, 8)
     assert any(p == "shared_mlp" for p, _ in dk)
-    d = stage_costs(make_job(replace(m, num_layers=4, first_k_dense_replace=1, num_nextn_predict_layers=0), cluster_preset(
-        "dgx-h100", 2), parse_plan("tp=2,pp=1,mbs=1,gbs=8,sp=true,ep=8,etp=1")))
+    m4 = replace(m, num_layers=4, first_k_dense_replace=1, num_nextn_predict_layers=0)
+    d = stage_costs(make_job(m4, cluster_preset("dgx-h100", 2),
+                             parse_plan("tp=2,pp=1,mbs=1,gbs=8,sp=true,ep=8,etp=1")))
     assert d.rg_dense_n == pytest.approx(0.25) and d.rg_shared_n == pytest.approx(0.75)
     assert d.rg_shared > 0 and d.rg_dense > d.rg_shared
 
@@ -205,10 +206,9 @@ def test_a_measured_profile_moves_estimate_and_simulation_alike() -> None:
     bus bandwidth) the re-gather's seconds are the measured ones in the estimate, the bound
     and the simulator (the op's repeat): the step difference still agrees to 1e-9."""
     from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
-    from strategies.cost import compute
     from strategies.framework import LAUNCH_GAP_S
     m = replace(model_preset("llama3-8b"), num_layers=4)
-    fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+    fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=ct.HBM_EFFICIENCY,
                        launch_gap=LAUNCH_GAP_S, count=8, bus_bandwidth=360e9)
     spec = CalibrationSpec(models=(m,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",))
     base = cluster_preset("dgx-h100", 1)
