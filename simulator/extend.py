@@ -13,8 +13,13 @@ The step time is affine from ``m = g`` on. How it splits into parts is affine fr
 ``m = g`` is all warm-up and cool-down (no steady state), which puts its step time on the
 line but not its breakdown, so those figures are extended from ``2g`` and ``3g``.
 
-GPipe queues every forward first (no steady state) and is never extended; nor is a job
-whose ``m`` is not a multiple of ``g``, nor one where the two short runs would simulate more
+GPipe queues every forward first (no steady state) and is never extended; nor is an
+interleaved job whose ranks hold unequal layers (``uneven_chunks``: first/last-stage counts,
+a layout string, ``layers_per_stage``, layer slots): its ranks drift apart for many periods
+before they settle (Qwen3-30B-A3B, ``tp=1,pp=2,dp=16,mbs=1,interleaved,vpp=2,first 26,last
+22`` on 4 DGX H100: each micro-batch adds 0.15493 s up to ``m = 28``, 0.15665 s after, so
+the extension from 4 and 6 gave 21.567 s where the full 96 give 22.775 s; with ``ep=8``
+15.065 against 15.181 s); nor is a job whose ``m`` is not a multiple of ``g``, nor one where the two short runs would simulate more
 than ``1/SAVING`` of its micro-batches: ``m < SAVING · (2·base + 1) · g``. A run's cost is
 a fixed part (building the programs and the network, warm-up, cool-down, the optimizer)
 plus a part per micro-batch, and two short runs pay the fixed part twice: measured on the
@@ -52,13 +57,23 @@ def base(job: Job, figures: bool = True) -> int | None:
     return get_schedule(job.plan.schedule).figures_affine_from if figures else 1
 
 
+def uneven_chunks(job: Job) -> bool:
+    """Whether ``job`` interleaves chunks (vpp > 1) whose layers differ from rank to rank
+    (an uneven layout: first/last-stage counts, a layout string, ``layers_per_stage``, the
+    embedding or loss as a layer slot)."""
+    p = job.plan
+    return p.vpp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None
+                          or p.layout is not None or p.layers_per_stage is not None
+                          or p.account_embedding or p.account_loss)
+
+
 def can_extend(job: Job, figures: bool = True) -> bool:
     """Whether ``job``'s step may be simulated on two short runs and extended (not with
     several pipeline flushes: ``simulate`` runs one flush and composes the step,
     ``strategies.flushes``)."""
     m, g, b = job.num_microbatches, period(job), base(job, figures)
     return (job.plan.pp > 1 and job.plan.group_microbatches is None and job.plan.flushes == 1
-            and get_schedule(job.plan.schedule).steady_state
+            and get_schedule(job.plan.schedule).steady_state and not uneven_chunks(job)
             and b is not None and m % g == 0 and m >= SAVING * (2 * b + 1) * g)
 
 

@@ -160,19 +160,51 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
     return np.where(n > 1, t, 0.0)
 
 
-def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
-    """Blocking seconds per layer: (forward, backward, one TP collective)."""
+def a2a_floor(cl: Cluster, nbytes, n, stride, remote_scale):
+    """Least seconds of one all-to-all of ``nbytes`` per member over ``n`` ranks ``stride``
+    apart (the expert group: ``ep`` ranks ``etp`` apart, ``placement.groups``), from what
+    every member must move over links of its own: at least ``(n-1)/n`` of its buffer times
+    the share between nodes (``remote_scale`` ``r`` <= 1 of the per-pair bytes where the
+    router is node-limited) through all its links at once (``egress_rate_cap``); and where
+    the groups are laid out alike on every node (``select.strided_layout``: ``k`` members on
+    each of ``nodes`` nodes, at the same local indices), the ``(k-1)/n`` of it bound for its
+    node peers over its node-fabric link and the ``(n-k)/n·r`` bound for other nodes over
+    its GPU-NIC link. A flow between nodes leaves the source node by one GPU-NIC link: the
+    member's own, or (PXN, a rail topology) that of the source node's GPU with the
+    destination's local index, another member of the group (``topologies.routing``); a
+    forwarded all-to-all sends between nodes to the member of its own position only
+    (``all_to_all.phases``). Every member moves the same, so the busiest GPU-NIC link of a
+    node carries at least ``(n-k)/n·r·nbytes`` (``all_to_all.two_level_time``'s NIC term at
+    the link's achievable rate). Plus the least route latency; 0 for ``n < 2``. Vectorised."""
+    n = np.asarray(n, dtype=float)
+    uniform, k, nodes = colls.select.strided_layout(n, stride, cl.gpus_per_node)
+    r = np.asarray(remote_scale, dtype=float)
+    any_link = (n - 1) / np.maximum(n, 1) * nbytes * np.minimum(r, 1.0) / egress_rate_cap(cl)
+    fabric = np.where(uniform, (k - 1) / np.maximum(n, 1) * nbytes
+                      / (cl.intra_node_bandwidth * cm.NVLINK_EFFICIENCY), 0.0)
+    nic = np.where(uniform & (nodes > 1), (n - k) / np.maximum(n, 1) * nbytes * r
+                   / (cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY), 0.0)
+    t = min_route_latency(cl) + np.maximum(any_link, np.maximum(fabric, nic))
+    return np.where(n > 1, t * cm.measured_least(cl, "alltoall"), 0.0)
+
+
+def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo):
+    """Blocking seconds per layer: (forward, backward, one TP collective). A MoE layer's
+    all-to-all, then its expert-TP all-gather and reduce-scatter (the ep-comm stream, after
+    the block's compute), then its blocking TP collectives (which wait for the last of them:
+    ``ProgramBuilder._close_block``, docs/calibration.md §5.53) run in sequence; the tail of
+    the ring-attention traffic beside them."""
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau_raw = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau_raw * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
     # the backward's share TP overlap leaves unfused blocks whole (tp_overlap_bwd_exposed)
     s = sc.tp_overlap_bwd_exposed
     tau_b = s * tau_raw + (1 - s) * tau
-    # the bytes leaving a member are at least (ep-1)/ep of its buffer times the share of a
-    # pair's bytes that crosses between nodes (node-limited routing: ep_remote_scale <= 1)
-    a2a = np.where(ep > 1, (min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
-                            * np.minimum(sc.ep_remote_scale, 1.0) / egress_rate_cap(cl))
-                   * cm.measured_least(cl, "alltoall"), 0.0)
+    moe = (ep > 1) & (sc.ep_bytes > 0)
+    a2a = np.where(moe, a2a_floor(cl, sc.ep_bytes, ep, etp, sc.ep_remote_scale), 0.0)
+    # expert TP: one all-gather and one reduce-scatter over the etp consecutive ranks
+    etp_c = np.where(moe & (etp > 1) & (sc.etp_bytes > 0),
+                     2 * group_floor(sc.etp_bytes, etp, 1, 1, cl), 0.0)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
@@ -184,8 +216,8 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
     rg = sp_regather_exposed(np.where(sc.rg_bytes > 0, group_floor(sc.rg_bytes, tp, 1, 1, cl),
                                       0.0), sc)
-    return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
-            np.maximum(n_b * tau_b, np.maximum(a2a, cp_b)) + rg, tau)
+    return (np.maximum(n_f * tau + a2a + etp_c, cp_f),
+            np.maximum(n_b * tau_b + a2a + etp_c, cp_b) + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
@@ -356,7 +388,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         kind (the mean layer for a model of one kind) from the record ``r``."""
         per = []
         for rk in (mix.records(r, ceiling) if mix else [r]):
-            c_f, c_b, tau = _block_comm(cl, rk, tp, cp, np.where(paired, 1, ep), tpo)
+            c_f, c_b, tau = _block_comm(cl, rk, tp, cp, np.where(paired, 1, ep), P.etp,
+                                        tpo)
             n_rc = np.where(rk.layer_recompute > 0, rk.tp_per_layer_recompute, 0.0)
             per.append((rk.layer_fwd + c_f,
                         rk.layer_bwd + rk.layer_recompute + c_b + n_rc * tau, rk.layer_fwd))
