@@ -14,14 +14,17 @@ The step time is affine from ``m = g`` on. How it splits into parts is affine fr
 line but not its breakdown, so those figures are extended from ``2g`` and ``3g``.
 
 GPipe queues every forward first (no steady state) and is never extended; nor is an
-interleaved job whose ranks hold unequal layers (``uneven_chunks``: first/last-stage counts,
-a layout string, ``layers_per_stage``, layer slots): its ranks drift apart for many periods
-before they settle (Qwen3-30B-A3B, ``tp=1,pp=2,dp=16,mbs=1,interleaved,vpp=2,first 26,last
-22`` on 4 DGX H100: each micro-batch adds 0.15493 s up to ``m = 28``, 0.15665 s after, so
-the extension from 4 and 6 gave 21.567 s where the full 96 give 22.775 s; with ``ep=8``
-15.065 against 15.181 s); nor is a job whose ``m`` is not a multiple of ``g``, nor one where the two short runs would simulate more
-than ``1/SAVING`` of its micro-batches: ``m < SAVING · (2·base + 1) · g``. A run's cost is
-a fixed part (building the programs and the network, warm-up, cool-down, the optimizer)
+interleaved job whose ranks hold unequal layer counts (``uneven_chunks``: first/last-stage
+counts, a layout string, ``layers_per_stage``): its ranks drift apart for many periods
+before they settle (Qwen3-30B-A3B, ``tp=1,pp=2,dp=16,ep=8,mbs=1,interleaved,vpp=2,first 26,
+last 22`` on 4 DGX H100: each micro-batch adds 0.15493 s up to ``m = 28``, 0.15665 s after,
+so the extension from 4 and 6 gave 15.065 s where the full 96 give 15.181 s; without ep
+21.567 against 22.775 s). The embedding and loss as layer slots keep equal slots a chunk
+and are extended (Qwen3-235B-A22B's
+``tp=2,pp=8,dp=8,ep=8,etp=1,interleaved,vpp=4,slots+E+L`` on 16 DGX H100: to 1e-13 of the
+full run). Nor is a job whose ``m`` is not a multiple of ``g``, nor one where the two short
+runs would simulate more than ``1/SAVING`` of its micro-batches: ``m < SAVING · (2·base + 1) · g``.
+A run's cost is a fixed part (building the programs and the network, warm-up, cool-down, the optimizer)
 plus a part per micro-batch, and two short runs pay the fixed part twice: measured on the
 GPT-3 175B search's plans (CPU seconds, ``docs/simulator.md``), an interleaved pipeline
 with ``m = 6g`` costs more extended than in full, one with ``m = 12g`` half as much.
@@ -58,13 +61,11 @@ def base(job: Job, figures: bool = True) -> int | None:
 
 
 def uneven_chunks(job: Job) -> bool:
-    """Whether ``job`` interleaves chunks (vpp > 1) whose layers differ from rank to rank
-    (an uneven layout: first/last-stage counts, a layout string, ``layers_per_stage``, the
-    embedding or loss as a layer slot)."""
+    """Whether ``job`` interleaves chunks (vpp > 1) whose layer counts differ from rank to
+    rank (first/last-stage counts, a layout string, ``layers_per_stage``)."""
     p = job.plan
     return p.vpp > 1 and (p.first_stage_layers is not None or p.last_stage_layers is not None
-                          or p.layout is not None or p.layers_per_stage is not None
-                          or p.account_embedding or p.account_loss)
+                          or p.layout is not None or p.layers_per_stage is not None)
 
 
 def can_extend(job: Job, figures: bool = True) -> bool:
