@@ -76,6 +76,7 @@ class Command:
     where: list[str] = field(default_factory=list)   # "docs/cli.md:42"
     expect: int = 0                             # the exit status the doc shows
     shown_error: str | None = None              # the error line the doc shows, if any
+    shown_output: list[str] = field(default_factory=list)  # lines the doc quotes it prints
     inline: bool = False                        # only shown as an inline code span
     skip: str | None = None                     # the reason it is not run
     benchmarks: bool = False                    # run benchmarks and profiles too
@@ -186,6 +187,8 @@ def extract(files: list[str], benchmarks: bool = False) -> list[Command]:
             lines = f.read().split("\n")
         prose: list[str] = []
         prose_start = 1
+        last: Command | None = None              # the one command of the last shell block
+        quoted = 0                               # output blocks quoted after it
         i = 0
         while i < len(lines):
             m = _FENCE.match(lines[i])
@@ -198,15 +201,27 @@ def extract(files: list[str], benchmarks: bool = False) -> list[Command]:
             for span, ln in _inline_commands("\n".join(prose), prose_start):
                 add(span, f"{path}:{ln}", 0, None, True)
             before = " ".join(prose[-3:])
-            prose = []
+            prose_block, prose = prose, []
             fence, lang, start = m.group(2), m.group(3).lower(), i + 1
             j = i + 1
             while j < len(lines) and not lines[j].strip().startswith(fence):
                 j += 1
-            if lang in SHELL_LANGS or lang == "":
-                for cmd, ln, expect, err in _block_commands(path, start, lang,
-                                                            lines[i + 1:j], before):
-                    add(cmd, f"{path}:{ln}", expect, err, False)
+            body = lines[i + 1:j]
+            got = (_block_commands(path, start, lang, body, before)
+                   if lang in SHELL_LANGS or lang == "" else [])
+            for cmd, ln, expect, err in got:
+                add(cmd, f"{path}:{ln}", expect, err, False)
+            if got or lang in SHELL_LANGS:
+                last = found[got[0][0]] if len(got) == 1 else None
+                quoted = 0
+            elif (last is not None and quoted < 2 and lang in ("", "toml", "yaml")
+                  and sum(1 for p in prose_block if p.strip()) <= 4
+                  and not any(_PLACEHOLDER_OUT.search(b) or _DIAGRAM.search(b) for b in body)):
+                # a literal output block right after a one-command block: what it prints
+                last.shown_output += [b.strip() for b in body if b.strip()]
+                quoted += 1
+            else:
+                last = None
             i = j + 1
             prose_start = i + 1
         for span, ln in _inline_commands("\n".join(prose), prose_start):
@@ -222,6 +237,7 @@ def extract(files: list[str], benchmarks: bool = False) -> list[Command]:
     return cmds
 
 
+_PLACEHOLDER_OUT = re.compile(r"…|\.\.\.|<-")       # a schematic output block
 _PLACEHOLDER = re.compile(r"…|\.\.\.|<[^>]*>|^\[|\]$")
 
 
@@ -377,6 +393,11 @@ def run_one(c: Command, tmp: str, written: dict[str, str], timeout: float) -> Re
         if len(got) != 1 or got[0].strip() != c.shown_error:
             return Result(c, "fail", rc, secs,
                           f"the doc shows {c.shown_error!r}, it prints {err.strip()!r}")
+    printed = {ln.strip() for ln in both.splitlines()}
+    missing = [ln for ln in c.shown_output if ln not in printed and ln not in both]
+    if missing:
+        return Result(c, "fail", rc, secs, f"the doc quotes {len(c.shown_output)} output "
+                      f"lines, {len(missing)} not printed, first: {missing[0]!r}")
     return Result(c, "pass", rc, secs, first)
 
 
