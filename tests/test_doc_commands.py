@@ -12,7 +12,8 @@ import tempfile
 
 import pytest
 
-from experiments.doc_commands import ROOT, _argv, _parse_error, doc_files, extract, run_one
+from experiments.doc_commands import (ROOT, Command, _argv, _parse_error, doc_files, extract,
+                                      run_one)
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +82,17 @@ def test_fast_doc_commands_run(commands):
         # outputs went to the temporary folder, not the checkout
         assert written and all(v.startswith(tmp) for v in written.values())
         assert any(os.path.exists(v) for v in written.values())
+
+
+@pytest.mark.slow
+def test_a_command_that_does_not_print_what_the_doc_quotes_fails():
+    with tempfile.TemporaryDirectory() as tmp:
+        ok = Command("paraplan presets", where=["x.md:1"], shown_output=["Models"])
+        assert run_one(ok, tmp, {}, timeout=60).status == "pass"
+        bad = Command("paraplan presets", where=["x.md:1"], shown_output=["no such line"])
+        r = run_one(bad, tmp, {}, timeout=60)
+        assert r.status == "fail" and "no such line" in r.error
+        refused = Command("paraplan estimate --model no-such-model --cluster dgx-a100:1 "
+                          "--plan gbs=8", where=["x.md:1"])
+        r = run_one(refused, tmp, {}, timeout=60)          # exit 2 where the doc shows 0
+        assert r.status == "fail" and r.exit == 2 and "no-such-model" in r.error
