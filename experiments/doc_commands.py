@@ -280,7 +280,7 @@ def skip_reason(c: Command) -> str | None:
     for k, w in enumerate(words):
         prev = words[k - 1] if k else ""
         if _PLACEHOLDER.search(w) or (len(w) > 1 and w.isupper() and w.isalpha()) or (
-                prev in ("--model", "--cluster", "--plan") and re.fullmatch(r"[A-Z]", w)):
+                prev.startswith("--") and re.fullmatch(r"[A-Z]", w)):   # --case C
             return f"placeholder ({w})"
     if "--backend" in words and words[words.index("--backend") + 1:][:1] == ["ray"]:
         return "needs Ray (--backend ray)"

@@ -25,6 +25,12 @@ def test_every_command_runs_or_is_skipped_with_a_reason(commands):
     assert len(commands) > 50
     for c in commands:
         assert c.where and all(":" in w for w in c.where)
+        words = c.text.split()
+        script = next((w for w in words if w.startswith("experiments/")), None)
+        if script:      # run or not, the script exists and defines every flag shown
+            with open(os.path.join(ROOT, script), encoding="utf-8") as f:
+                src = f.read()
+            assert all(f'"{w}"' in src for w in words if w.startswith("--")), c.text
         if c.skip:
             assert c.skip.strip(), c.text
             continue
