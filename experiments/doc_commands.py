@@ -288,8 +288,9 @@ def skip_reason(c: Command) -> str | None:
     if argv[:4] == ["python", "-m", "simulator.cli", "calibrate"] and not (
             "--backend" in words and words[words.index("--backend") + 1:][:1] == ["fake"]):
         return "needs PyTorch and a GPU (calibrate on the real backend; --backend fake runs)"
-    if any(f in words for f in ("--tree", "--before-tree", "--other")):
-        return "needs another checkout (--tree)"
+    tree = next((f for f in ("--tree", "--before-tree", "--other") if f in words), None)
+    if tree:
+        return f"needs another checkout ({tree})"
     if "--spy" in words:
         return "needs a py-spy profile to read (--spy)"
     script = next((w for w in words if w.startswith("experiments/")), "")
