@@ -13,7 +13,8 @@ runs them one at a time from the repository root, each under ``nice -n 10`` and 
   subcommand and its arguments, or ``python experiments/X.py ...``. A span that names only a
   subcommand (`` `paraplan search` ``) is a name, not a command, and is not extracted; a span
   that names a flag without the rest of the line (`` `paraplan simulate --json` ``) is
-  skipped as a fragment when the real parser refuses it.
+  skipped as a fragment when the real parser refuses it. A leading ``time`` or
+  ``/usr/bin/time`` is dropped.
 
 docs/calibration.md and docs/reports/*.md are not read: they quote hundreds of experiment
 commands, many of them minutes long (the reports' own scripts regenerate those pages).
@@ -65,6 +66,7 @@ OUTPUT_FLAGS = {"--out", "--csv", "--results", "--save-plan", "--save-top", "--t
 # Subcommands that need --model (a span without one names a flag, it is not a command).
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _DIAGRAM = re.compile(r"[\u2500-\u25ff]")      # box drawing and arrows: a diagram
+_TIMER = re.compile(r"^(?:/usr/bin/)?time (?:-v )?")   # `time paraplan search`: the command
 _REFUSED = re.compile(r"\bexit(?:s| status)? 2\b|\brefused\b", re.I)
 
 
@@ -131,6 +133,7 @@ def _block_commands(path: str, start: int, lang: str, lines: list[str],
             raw = raw[:-1].rstrip() + " " + lines[i].strip()
         i += 1
         cmd, comment = _strip_comment(raw)
+        cmd = _TIMER.sub("", cmd)
         if not cmd or (not shell and not _is_command(cmd)) or (prompts and not dollar):
             continue
         if _DIAGRAM.search(cmd) or re.match(r"paraplan [\w-]+:", cmd):
@@ -154,7 +157,7 @@ def _inline_commands(text: str, first_line: int) -> list[tuple[str, int]]:
     """Whole commands among the inline code spans of a stretch of prose."""
     out = []
     for m in re.finditer(r"(?<!`)`([^`]+)`(?!`)", text):
-        span = " ".join(m.group(1).split())
+        span = _TIMER.sub("", " ".join(m.group(1).split()))
         if not _is_command(span) or re.match(r"paraplan [\w-]+:", span):
             continue                             # prose, or a printed error line
         words = span.split()
