@@ -63,7 +63,6 @@ SHELL_LANGS = {"bash", "sh", "shell", "console"}
 # Flags whose value is a path the command writes.
 OUTPUT_FLAGS = {"--out", "--csv", "--results", "--save-plan", "--save-top", "--trace",
                 "--timeline", "--plot", "--sweep"}
-# Subcommands that need --model (a span without one names a flag, it is not a command).
 _FENCE = re.compile(r"^(\s*)(```+|~~~+)\s*([\w+-]*)")
 _DIAGRAM = re.compile(r"[\u2500-\u25ff]")      # box drawing and arrows: a diagram
 _TIMER = re.compile(r"^(?:/usr/bin/)?time (?:-v )?")   # `time paraplan search`: the command
@@ -115,7 +114,7 @@ def _strip_comment(line: str) -> tuple[str, str]:
     return line.rstrip(), ""
 
 
-def _block_commands(path: str, start: int, lang: str, lines: list[str],
+def _block_commands(start: int, lang: str, lines: list[str],
                     before: str) -> list[tuple[str, int, int, str | None]]:
     """(command, line number, expected exit, shown error) of one fenced block."""
     out: list[tuple[str, int, int, str | None]] = []
@@ -210,7 +209,7 @@ def extract(files: list[str], benchmarks: bool = False) -> list[Command]:
             while j < len(lines) and not lines[j].strip().startswith(fence):
                 j += 1
             body = lines[i + 1:j]
-            got = (_block_commands(path, start, lang, body, before)
+            got = (_block_commands(start, lang, body, before)
                    if lang in SHELL_LANGS or lang == "" else [])
             for cmd, ln, expect, err in got:
                 add(cmd, f"{path}:{ln}", expect, err, False)
@@ -230,13 +229,11 @@ def extract(files: list[str], benchmarks: bool = False) -> list[Command]:
         for span, ln in _inline_commands("\n".join(prose), prose_start):
             add(span, f"{path}:{ln}", 0, None, True)
     cmds = list(found.values())
-    for c in cmds:
-        words = c.text.split()
-        WRITTEN_BY_DOCS.update(words[k + 1] for k, w in enumerate(words[:-1])
-                               if w in OUTPUT_FLAGS)
+    outputs = {w[k + 1] for w in (c.text.split() for c in cmds)
+               for k in range(len(w) - 1) if w[k] in OUTPUT_FLAGS}
     for c in cmds:
         c.benchmarks = benchmarks
-        c.skip = skip_reason(c)
+        c.skip = skip_reason(c, outputs)
     return cmds
 
 
@@ -265,12 +262,9 @@ def _parse_error(words: list[str]) -> str | None:
     return None
 
 
-# Files an earlier shown command writes (``search --save-plan best.yaml``), filled by extract.
-WRITTEN_BY_DOCS: set[str] = set()
-
-
-def skip_reason(c: Command) -> str | None:
-    """Why ``c`` is not run (None: it runs)."""
+def skip_reason(c: Command, outputs: set[str] = frozenset()) -> str | None:
+    """Why ``c`` is not run (None: it runs); ``outputs``: the files shown commands write
+    (``search --save-plan best.yaml``), which a later command may read."""
     t = c.text
     if re.search(r"\bpip install\b", t):
         return "installs packages (pip install)"
@@ -302,7 +296,7 @@ def skip_reason(c: Command) -> str | None:
         return "benchmark or profile (minutes of CPU; --benchmarks runs it)"
     for flag in ("--model", "--cluster", "--plan"):
         val = words[words.index(flag) + 1] if flag in words[:-1] else ""
-        if (val.endswith((".yaml", ".yml", ".json")) and val not in WRITTEN_BY_DOCS
+        if (val.endswith((".yaml", ".yml", ".json")) and val not in outputs
                 and not os.path.exists(os.path.join(ROOT, val))):
             return f"reads a file the reader writes ({flag} {val})"
     if c.inline and argv[:3] == ["python", "-m", "simulator.cli"]:
