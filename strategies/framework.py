@@ -1345,16 +1345,34 @@ COMPILE_SUFFIX = "-compile"
 COMPILED_KERNELS_PER_LAYER = 15
 
 
+#: torchtitan's loss under torch.compile (docs/calibration.md §5.74): since bbb1b616e
+#: (2025-04-02) ``components/loss.py`` ``build_cross_entropy_loss`` wraps ``cross_entropy_loss``
+#: (``F.cross_entropy(pred.flatten(0, 1).float(), labels)``) in ``torch.compile`` when the
+#: model is compiled (e7c0cae, 2025-06; HEAD with ``"loss" in compile.components``). AOTAutograd's
+#: min-cut partitioner (torch/_functorch/partitioners.py: ``aten.to``, ``sub``, ``exp``,
+#: ``log`` recomputable, reductions' small outputs saved) keeps the 16-bit logits (2 bytes per
+#: element) and the rows' max and log-sum-exp, not an fp32 copy; the fused backward writes the
+#: gradient in the logits' dtype (2): 4 bytes per logit element at the peak. Memory only: the
+#: time passes stay ``LossPasses``' assumption. Before bbb1b616e (9dec370, Dec 2024) the loss
+#: ran eager ("TODO: compiling loss function causes CUDA errors"): ``TORCHTITAN.loss``'s 12.
+TORCHTITAN_COMPILED_LOSS = replace(TORCHTITAN.loss, peak_bytes=4.0, peak_source=(
+    "torchtitan bbb1b616e+ (2025-04) components/loss.py build_cross_entropy_loss: "
+    "torch.compile(cross_entropy_loss) with the model; the min-cut partitioner saves the "
+    "16-bit logits (2) and row statistics, the fused backward writes the 16-bit gradient (2): "
+    "4 bytes per element"))
+
+
 def compiled(fw: FrameworkProfile) -> FrameworkProfile:
     """Stack ``fw`` with its model under torch.compile (torchtitan's ``--compile.enable``,
     ``components`` model and loss): the elementwise work of ``counts.
     compiled_elementwise_bytes_fwd`` in ``COMPILED_KERNELS_PER_LAYER`` kernels per layer;
-    the quantisation casts keep ``quantise``'s rule (docs/calibration.md §5.69). SpecError
+    the quantisation casts keep ``quantise``'s rule (docs/calibration.md §5.69); the loss
+    compiled with the model (``TORCHTITAN_COMPILED_LOSS``, its memory, §5.74). SpecError
     for a stack with no such switch."""
     if fw.name == TORCHTITAN.name:
         return replace(
             fw, name=fw.name + COMPILE_SUFFIX, elementwise_kernels="compiled",
-            kernels_per_layer=COMPILED_KERNELS_PER_LAYER,
+            kernels_per_layer=COMPILED_KERNELS_PER_LAYER, loss=TORCHTITAN_COMPILED_LOSS,
             description="torchtitan with torch.compile (--compile.enable, model per "
                         "TransformerBlock): inductor-fused elementwise kernels, FSDP2, "
                         "torch.distributed.pipelining schedules")
