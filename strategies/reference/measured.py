@@ -145,10 +145,12 @@ GIB = 2 ** 30
 TORCHTITAN_MEMORY = ("torchtitan's logged peak: the caching allocator's max reserved bytes "
                      "(torchtitan metrics.py DeviceMemoryMonitor, "
                      "memory_stats()['reserved_bytes.all.peak'] / 2**30, GiB)")
-BLOOM_MEMORY = ("BigScience's 'Mem' column, unit not stated: taken as nvidia-smi's used memory "
-                "in binary units (chronicles-prequel.md reads GPU memory with nvidia-smi in MiB, "
-                "'cuda kernels (1271MiB)', and writes '80GB' for a full 80 GiB A100), so GiB; "
-                "it holds the CUDA context and the allocator's reserve as well as the tensors")
+BLOOM_MEMORY = ("BigScience's 'Mem' column, nvidia-smi's used memory on the first node "
+                "(chronicles-prequel.md: 'getting the memory snapshot with: pdsh -w "
+                "jean-zay-iam01 ... nvidia-smi'; 'max memory used by the first (last) nodes'), "
+                "unit not stated: taken as GiB (nvidia-smi prints MiB; the page writes '80GB' "
+                "for a full 80 GiB A100); it holds the CUDA context ('cuda kernels (1271MiB)') "
+                "and the caching allocator's reserve as well as the tensors")
 
 
 def measured_memory_gib(c: dict) -> tuple[float | None, str]:
