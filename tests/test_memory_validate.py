@@ -106,33 +106,80 @@ def _job(fw, plan="tp=1,pp=1,dp=8,mbs=2,gbs=16,zero=3,recompute=op"):
 
 def test_compiled_loss_closed_form():
     """torchtitan's loss compiled with the model holds 4 bytes per logit element (the 16-bit
-    logits and their 16-bit gradient) where its eager loss holds 12: ``8·s·b·V/t`` fewer on
-    the rank holding the head, nothing else moved; the time passes are unchanged."""
+    logits and their 16-bit gradient) where its eager loss holds 12 (16 under TP):
+    ``8·s·b·V/t`` (``12·s·b·V/t``) fewer on the rank holding the head, nothing else moved; the
+    time passes are unchanged."""
     assert TORCHTITAN_COMPILE.loss is TORCHTITAN_COMPILED_LOSS
     assert TORCHTITAN_COMPILED_LOSS.peak_bytes == 4.0 and TORCHTITAN.loss.peak_bytes == 12.0
     assert (TORCHTITAN_COMPILED_LOSS.fwd, TORCHTITAN_COMPILED_LOSS.bwd) == \
         (TORCHTITAN.loss.fwd, TORCHTITAN.loss.bwd)
-    for plan, tp in (("tp=1,pp=1,dp=8,mbs=2,gbs=16,zero=3,recompute=op", 1),
-                     ("tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b", 2)):
+    # eager: 12 at tp 1, loss_parallel's 16 at tp > 1 (test_loss_parallel_closed_form)
+    for plan, tp, fewer in (("tp=1,pp=1,dp=8,mbs=2,gbs=16,zero=3,recompute=op", 1, 8),
+                            ("tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b", 2, 12)):
         comp = _job(TORCHTITAN_COMPILE, plan)
         eager = replace(comp, framework=replace(comp.framework, loss=TORCHTITAN.loss))
         s, b, v = comp.seq_len, comp.plan.mbs, comp.model.vocab_size
         last = comp.plan.pp - 1
         got = (act.transient_activation_bytes(eager, last)
                - act.transient_activation_bytes(comp, last))
-        assert got == pytest.approx(8 * s * b * v / tp, rel=1e-12)
+        assert got == pytest.approx(fewer * s * b * v / tp, rel=1e-12)
         if comp.plan.pp > 1:
             assert act.transient_activation_bytes(eager, 0) == \
                 act.transient_activation_bytes(comp, 0)
         assert estimate(eager).step_time_s == estimate(comp).step_time_s
 
 
+def test_loss_parallel_closed_form():
+    """torchtitan's eager loss under TP runs loss_parallel's DTensor handlers: 16 bytes per
+    logit element (saved fp32 log_softmax, zeros_like, their sum with exp, the product), 4 more
+    than the unsharded 12: ``4·s·b·V/t`` on the rank holding the head; at tp 1 nothing moves;
+    ``peak_bytes_at`` reads numbers and arrays alike; the step time is unchanged."""
+    import numpy as np
+    assert TORCHTITAN.loss.peak_bytes_at(1) == 12.0 and TORCHTITAN.loss.peak_bytes_at(8) == 16.0
+    assert list(TORCHTITAN.loss.peak_bytes_at(np.array([1, 2, 8]))) == [12.0, 16.0, 16.0]
+    assert TORCHTITAN_COMPILED_LOSS.peak_bytes_at(8) == 4.0
+    from strategies.framework import LossPasses
+    with pytest.raises(Exception, match="peak_bytes_sharded"):
+        LossPasses(peak_bytes_sharded=1.0)
+    for plan, tp in (("tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b", 2),
+                     ("tp=8,sp=true,pp=1,dp=1,mbs=1,gbs=8,zero=3,recompute=full", 8)):
+        job = _job(TORCHTITAN, plan)
+        flat = replace(job, framework=replace(job.framework, loss=replace(
+            TORCHTITAN.loss, peak_bytes_sharded=None)))
+        s, b, v = job.seq_len, job.plan.mbs, job.model.vocab_size
+        last = job.plan.pp - 1
+        got = act.transient_activation_bytes(job, last) - act.transient_activation_bytes(flat, last)
+        assert got == pytest.approx(4 * s * b * v / tp, rel=1e-12)
+        assert estimate(job).step_time_s == estimate(flat).step_time_s
+    one = _job(TORCHTITAN)
+    flat = replace(one, framework=replace(one.framework, loss=replace(
+        TORCHTITAN.loss, peak_bytes_sharded=None)))
+    assert act.transient_activation_bytes(one, 0) == act.transient_activation_bytes(flat, 0)
+
+
+@pytest.mark.parametrize("fw", [TORCHTITAN_COMPILE, TORCHTITAN])
 @pytest.mark.parametrize("plan", ["tp=1,pp=1,dp=8,mbs=2,gbs=16,zero=3,recompute=op",
-                                  "tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b"])
-def test_compiled_loss_arrays_equal_scalar(plan):
-    """The search prunes with the same bytes: its arrays, given the compiled stack's loss
-    bytes, are ``memory_by_stage``."""
-    assert_arrays_match_scalar(_job(TORCHTITAN_COMPILE, plan))
+                                  "tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b",
+                                  "tp=8,sp=true,pp=1,dp=1,mbs=1,gbs=8,zero=3,recompute=full"])
+def test_loss_arrays_equal_scalar(plan, fw):
+    """The search prunes with the same bytes: its arrays, given the stack's loss (its figure
+    at each tp), are ``memory_by_stage``, compiled and eager, with and without TP."""
+    assert_arrays_match_scalar(_job(fw, plan))
+
+
+def test_search_reads_the_loss_at_each_tp():
+    """The search's pruning passes the stack's loss to the arrays: a torchtitan space's peaks
+    equal the scalar model's for its plans with tp > 1 (loss_parallel's 16 bytes)."""
+    from strategies.search.space import enumerate_space
+    m = replace(model_preset("llama3.1-8b"), seq_length=8192)
+    cluster = cluster_preset("dgx-h100", 1)
+    space = enumerate_space(m, cluster, 16, framework=TORCHTITAN)
+    rows = [i for i in range(space.size) if space.cols["tp"][i] > 1][:6]
+    assert rows
+    for i in rows:
+        job = make_job(m, cluster, space.plan(i), framework=TORCHTITAN)
+        assert float(space.peak_memory[i]) == pytest.approx(peak_memory(job)[1].total,
+                                                            rel=1e-9)
 
 
 def test_reader_dates_the_loss():
