@@ -79,7 +79,8 @@ def test_compile_off_is_the_eager_profile_unchanged():
     assert differ == {"name", "description", "elementwise_kernels", "kernels_per_layer",
                       "loss"}
     assert TORCHTITAN_COMPILE.loss == dataclasses.replace(
-        TORCHTITAN.loss, peak_bytes=4.0, peak_source=TORCHTITAN_COMPILE.loss.peak_source)
+        TORCHTITAN.loss, peak_bytes=4.0, peak_source=TORCHTITAN_COMPILE.loss.peak_source,
+        peak_bytes_sharded=None, peak_sharded_source="")
     assert get_profile("torchtitan-compile") is TORCHTITAN_COMPILE
     assert "torchtitan-compile" not in PROFILES        # a variant, not a stack of its own
     assert compiled(TORCHTITAN_COMPILE) is TORCHTITAN_COMPILE
