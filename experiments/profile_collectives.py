@@ -5,6 +5,7 @@ Run (a few seconds):
 
     python experiments/profile_collectives.py                       # the fake backend's profile
     python experiments/profile_collectives.py --profile h100.yaml   # a measured one
+    python experiments/profile_collectives.py --coll-gpus 2,4,8     # the fake on 2, 4, 8 GPUs
 
 Table 1: per op, GPU count and buffer size (nccl-tests' count) of the profile, the measured
 seconds, the seconds the cluster's network model gives the same collective within one node
@@ -14,8 +15,9 @@ the model by at that size (docs/calibration.md §5.71).
 Table 2: the analytic and simulated step of a few plans on one node of the cluster, with the
 catalog GPU and with the profiled one. Without ``--profile`` the profile is the fake
 backend's (``simulator.calibrate.backend.FakeBackend``: collectives at 360 GB/s bus
-bandwidth on 8 GPUs, everything else exactly the catalog's curve), so Table 2's difference is
-the collectives' alone.
+bandwidth, everything else exactly the catalog's curve), so Table 2's difference is the
+collectives' alone. Its collectives are measured on the group sizes ``--coll-gpus`` names
+(default 8, the whole machine: §5.71's figures; calibrate's own default is 2,4,8, §7.1).
 """
 from __future__ import annotations
 
@@ -43,11 +45,13 @@ PLANS = ("tp=8,mbs=1,gbs=8", "tp=8,mbs=1,gbs=8,sp=true", "tp=4,dp=2,mbs=1,gbs=8,
          "tp=2,dp=4,mbs=1,gbs=8,zero=1", "dp=8,mbs=1,gbs=8,zero=1")
 
 
-def fake_profile(model):
-    """The fake backend's profile on 8 GPUs: the catalog's curve, collectives at 360 GB/s."""
+def fake_profile(model, coll_gpus: tuple[int, ...] = (8,)):
+    """The fake backend's profile on 8 GPUs: the catalog's curve, collectives at 360 GB/s
+    on groups of ``coll_gpus`` GPUs."""
     fb = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
                      launch_gap=LAUNCH_GAP_S, count=8)
-    spec = CalibrationSpec(models=(model,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",))
+    spec = CalibrationSpec(models=(model,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",),
+                           coll_gpus=coll_gpus)
     return calibrate(fb, spec)
 
 
@@ -56,9 +60,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--profile", default=None, help="a paraplan calibrate profile (YAML/JSON)")
     ap.add_argument("--cluster", default="dgx-h100", help="cluster preset (one node is used)")
     ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--coll-gpus", default="8", help="the fake's group sizes (default 8)")
     args = ap.parse_args(argv)
     model = model_preset(args.model)
-    prof = load_gpu_profile(args.profile) if args.profile else fake_profile(model)
+    groups = tuple(int(g) for g in args.coll_gpus.split(","))
+    prof = load_gpu_profile(args.profile) if args.profile else fake_profile(model, groups)
     base = cluster_preset(args.cluster, 1)
     gpu = replace(base.gpu, profile=prof)
     profiled = replace(base, groups=(replace(base.groups[0], gpu=gpu),))

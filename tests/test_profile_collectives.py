@@ -53,13 +53,14 @@ def _fake_seconds(kind: str, nbytes: float, n: int) -> float:
     return nbytes * KINDS[kind] * (n - 1) / n / BUS
 
 
-def _profiled(cl, gpus: int = 8):
-    gpu = replace(cl.gpu, profile=calibrate(_fake(gpus), SPEC))
+def _profiled(cl, gpus: int = 8, spec: CalibrationSpec = SPEC):
+    gpu = replace(cl.gpu, profile=calibrate(_fake(gpus), spec))
     return replace(cl, groups=tuple(replace(g, gpu=gpu) for g in cl.groups))
 
 
 BASE = cluster_preset("dgx-h100", 2)
-PROF = _profiled(BASE)
+PROF = _profiled(BASE)                        # collectives on 2, 4 and 8 GPUs (the default)
+PROF_8 = _profiled(BASE, spec=replace(SPEC, coll_gpus=(8,)))
 
 
 # --- the estimate's closed form -----------------------------------------------------------
@@ -97,11 +98,13 @@ def test_between_sizes_the_ratio_is_log_linear(kind):
 def test_outside_what_was_measured_the_network_model(kind):
     """Below or above the measured sizes, over a GPU count not measured, across nodes, and
     an all-to-all by DeepEP's kernels (not NCCL): the cluster's model (ratio 1)."""
-    for s, n, stride, share in [(2**19, 8, 1, 1.0), (2**31, 8, 1, 1.0), (2**26, 4, 1, 1.0),
-                                (2**26, 8, 2, 1.0), (2**26, 16, 1, 1.0),
-                                (2**26, 2, 8, 1.0)]:
+    for s, n, stride, share in [(2**19, 8, 1, 1.0), (2**31, 8, 1, 1.0), (2**26, 8, 2, 1.0),
+                                (2**26, 16, 1, 1.0), (2**26, 2, 8, 1.0)]:
         assert cm.collective_time(kind, s, n, stride, PROF) == \
             cm.collective_time(kind, s, n, stride, BASE)
+    for n in (2, 4):                      # measured on the 8 GPUs only: 2 and 4 keep the model
+        assert cm.collective_time(kind, 2**26, n, 1, PROF_8) == \
+            cm.collective_time(kind, 2**26, n, 1, BASE)
     assert cm.collective_time("alltoall", 2**26, 8, 1, PROF, nvlink_share=0.9) == \
         cm.collective_time("alltoall", 2**26, 8, 1, BASE, nvlink_share=0.9)
 
@@ -257,7 +260,7 @@ def test_the_report_says_which_collectives_were_read(tmp_path, capsys):
     assert main([*args, "--cluster", str(tmp_path / "c.yaml")]) == 0
     out = capsys.readouterr().out
     assert ("collectives read within a node: all_gather, all_reduce, all_to_all, "
-            "reduce_scatter on 8 GPUs, 1-1024 MiB (between nodes: the network model)") in out
+            "reduce_scatter on 2, 4, 8 GPUs, 1-1024 MiB (between nodes: the network model)") in out
     # the estimate through the file is the closed form's: the in-node TP collectives moved
     assert main([*args, "--cluster", str(tmp_path / "c.yaml"), "--json"]) == 0
     import json

@@ -26,10 +26,13 @@ def collectives_read(cl: Cluster) -> str:
         sizes.setdefault((c.op, c.gpus), []).append(c.bytes)
     same: dict = {}                    # ops measured over the same GPUs and sizes together
     for (op, g), b in sizes.items():
-        same.setdefault((g, min(b), max(b)), []).append(op)
+        same.setdefault((g, f"{min(b) / 2**20:g}-{max(b) / 2**20:g} MiB"), []).append(op)
+    groups: dict = {}                  # then the GPU counts with the same ops and sizes
+    for (g, mib), ops in same.items():
+        groups.setdefault((", ".join(ops), mib), []).append(str(g))
     return "collectives read within a node: " + "; ".join(
-        f"{', '.join(ops)} on {g} GPUs, {lo / 2**20:g}-{hi / 2**20:g} MiB"
-        for (g, lo, hi), ops in same.items()) + " (between nodes: the network model)"
+        f"{ops} on {', '.join(gs)} GPUs, {mib}" for (ops, mib), gs in groups.items()
+    ) + " (between nodes: the network model)"
 
 
 def register(sub) -> None:
