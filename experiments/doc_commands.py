@@ -291,6 +291,8 @@ def skip_reason(c: Command, outputs: set[str] = frozenset()) -> str | None:
     if "--spy" in words:
         return "needs a py-spy profile to read (--spy)"
     script = next((w for w in words if w.startswith("experiments/")), "")
+    if script == "experiments/doc_commands.py":
+        return "this runner itself"
     if re.match(r"experiments/(bench_|profile_|instructions_|ab_engine|report_speed)",
                 script) and not c.benchmarks:
         return "benchmark or profile (minutes of CPU; --benchmarks runs it)"
