@@ -272,8 +272,6 @@ def skip_reason(c: Command, outputs: set[str] = frozenset()) -> str | None:
     t = c.text
     if re.search(r"\bpip install\b", t):
         return "installs packages (pip install)"
-    if re.search(r"(^|\s)(&&|\|\|?|;|>|<)(\s|$)", t):
-        return "shell pipeline"
     try:
         words = shlex.split(t)
     except ValueError as e:
@@ -283,6 +281,8 @@ def skip_reason(c: Command, outputs: set[str] = frozenset()) -> str | None:
         if _PLACEHOLDER.search(w) or (len(w) > 1 and w.isupper() and w.isalpha()) or (
                 prev.startswith("--") and re.fullmatch(r"[A-Z]", w)):   # --case C
             return f"placeholder ({w})"
+    if re.search(r"(^|\s)(&&|\|\|?|;|>|<)(\s|$)", t):
+        return "shell pipeline"
     if "--backend" in words and words[words.index("--backend") + 1:][:1] == ["ray"]:
         return "needs Ray (--backend ray)"
     argv = _argv(t)
