@@ -153,7 +153,7 @@ def test_moe_load_is_imbalance_capped_by_capacity():
 
 def test_imbalance_scales_the_all_to_all_and_the_expert_compute():
     cl = cluster_preset("hgx-h800", 2)
-    base = make_job(QWEN, cl, parse_plan("ep=16,gbs=16"))
+    base = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1"))   # balanced
     hot = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1.5"))
     capped = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1.5,"
                                            "moe_capacity_factor=1.2"))
