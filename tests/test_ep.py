@@ -177,7 +177,7 @@ def test_expert_parameters_shard_over_etp_ep():
 
 def test_etp_adds_its_collectives_to_the_record():
     cl = cluster_preset("hgx-h800", 2)
-    j = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=2,sp=true,gbs=16"))
+    j = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=2,sp=true,gbs=16,moe_imbalance=1"))
     c = stage_costs(j)
     assert c.etp_bytes == pytest.approx(2 * counts.routed_token_bytes(QWEN, 1, 2, 1), rel=REL)
     j1 = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=1,sp=true,gbs=16"))
