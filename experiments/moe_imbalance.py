@@ -41,8 +41,10 @@ REGIMES = (
      "dropless (utils/overrides.py L292-296)", "50 (overrides.py L45)",
      "scripts/performance/configs/{deepseek,qwen,gpt_oss}/*_llm_pretrain.py L45/L44/L36"),
     ("Megatron-Bridge 26.06 (heldout_2026b.json)",
-     "yes (the table's footnote; perf_recipes/*/common.py at 067f987)", "mock", "n/a",
-     "dropless", "50", "src/megatron/bridge/perf_recipes/{deepseek,qwen,gpt_oss}/"),
+     "yes (the table's footnote; the recipes at 067f987, Aug 2026, after the table)", "mock",
+     "n/a", "dropless", "50", "src/megatron/bridge/perf_recipes/deepseek/common.py L37, "
+     "qwen/<gpu>/qwen3_moe.py, gpt_oss/<gpu>/gpt_oss.py (gpt_oss/common.py L93 turns it "
+     "off for the legacy 20B defaults only)"),
     ("NeMo 2 performance scripts (25.02-25.07: Mixtral, Llama 4 rows of "
      "nemo_performance_25.json)", "no", "mock (MockDataModule)",
      "aux loss from random initialisation (Mixtral moe_aux_loss_coeff 0.01, "
