@@ -48,11 +48,20 @@ REGIMES = (
     ("NeMo 2 performance scripts (25.02-25.07: Mixtral, Llama 4 rows of "
      "nemo_performance_25.json)", "no", "mock (MockDataModule)",
      "aux loss from random initialisation (Mixtral moe_aux_loss_coeff 0.01, "
-     "nemo/collections/llm/gpt/model/mixtral.py L60)", "dropless", "100 (--max_steps default)",
-     "github:NVIDIA/NeMo v2.3.0 scripts/performance/llm/pretrain_mixtral_8x7b.py"),
-    ("NeMo 2 DeepSeek-V3 script", "H100 only (flex/DeepEP); Blackwell: alltoall with "
-     "token drop", "mock", "n/a on H100", "token drop on Blackwell", "100",
-     "NeMo scripts/performance/llm/pretrain_deepseek_v3.py L76-89 (HEAD 8cfedd7)"),
+     "nemo/collections/llm/gpt/model/mixtral.py L60)",
+     "token drop at capacity 1.0, padded to capacity (performance_mode=True: "
+     "MegatronTokenDropCallback): every expert runs its mean share, ι = 1",
+     "100 (--max_steps default)",
+     "github:NVIDIA/NeMo v2.3.0 scripts/performance/llm/pretrain_mixtral_8x7b.py L52; "
+     "recipes/mixtral_8x7b.py L226; lightning/pytorch/callbacks/moe_token_drop.py L36-49"),
+    ("DGX Cloud 25.04/25.05 (Grok-1, DeepSeek-V3, Llama 4 rows of dgxc_2505.json)", "no",
+     "mock", "aux loss (Grok-1 yaml moe_aux_loss_coeff 0.01)",
+     "token drop at capacity 1.0, padded: ι = 1", "as launched",
+     "grok1/cfg/grok1_314b.yaml L53-54 (v25.04.02); NeMo 6f2c6fd pretrain_grok1_314b.py "
+     "L212/L300; NeMo 7a8f1cc pretrain_deepseek_v3.py L40, L80-81 (USE_TOKEN_DROP)"),
+    ("NeMo 2 DeepSeek-V3 script at HEAD 8cfedd7 (after the rows)", "H100 only (flex/DeepEP)",
+     "mock", "n/a on H100", "token drop on Blackwell (USE_TOKEN_DROP)", "100",
+     "NeMo scripts/performance/llm/pretrain_deepseek_v3.py L76-89"),
     ("DeepSeek-V3 technical report (deepseekv3_report_h800_2048)", "no",
      "real (14.8T tokens)", "aux-loss-free bias (update speed 0.001) + sequence-wise "
      "aux loss 0.0001", "no token dropping", "the whole run",
