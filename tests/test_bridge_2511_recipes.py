@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 
 from strategies.errors import SpecError
-from strategies.reference.bridge_recipes import CONTAINERS, RECIPES, RECIPES_2511, recipe_for
+from strategies.reference.bridge_recipes import (CONTAINERS, RECIPES, RECIPES_2511,
+                                                 RECIPES_2604, recipe_for)
 from strategies.reference.cases import case_from_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")
@@ -49,7 +50,7 @@ def test_a_config_fits_only_its_own_containers_rows():
                                   "(26.04.01 NeMo container)"))
     assert recipe_for(moved) is None
     r26 = _row(REF_2604, "mbridge260401_deepseekv3_b200_256_mxfp8")
-    assert recipe_for(r26) is not None and recipe_for(r26).container == "26.04"
+    assert recipe_for(r26) is not None and recipe_for(r26).container == "26.04.01"
     relabelled = dict(r26, source=dict(r26["source"], table="docs/performance-summary.md "
                                        "(25.11 NeMo container)"))
     assert recipe_for(relabelled) is None
@@ -90,10 +91,10 @@ def test_a_bad_container_is_refused():
 
 
 def test_every_recipe_names_a_known_container_once_per_key():
-    keys = [(r.container, r.model, r.gpu, r.n_gpus, r.precision, r.layout)
-            for r in RECIPES + RECIPES_2511]
+    every = RECIPES + RECIPES_2604 + RECIPES_2511
+    keys = [(r.container, r.model, r.gpu, r.n_gpus, r.precision, r.layout) for r in every]
     assert len(keys) == len(set(keys))
-    assert {r.container for r in RECIPES + RECIPES_2511} <= set(CONTAINERS)
+    assert {r.container for r in every} <= set(CONTAINERS)
 
 
 def test_the_expert_floor_table_adds_up():

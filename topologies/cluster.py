@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from topologies.errors import SpecError
 from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
+from topologies.gpu_profile import check_node
 from topologies.planes import check_planes
 from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
@@ -90,6 +91,9 @@ class Cluster:
                     check_number(f"node_groups.{name}", getattr(g, name), 0.0,
                                  MAX_BANDWIDTH_BPS, lo_open=True)
         _positive_int("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE)
+        for g in self.groups:
+            if g.gpu.profile is not None:
+                check_node(g.gpu.profile, self.gpus_per_node)
         total = sum(g.num_nodes for g in self.groups) * self.gpus_per_node
         if total > MAX_GPUS:
             raise SpecError("num_gpus", total, f"must be <= {MAX_GPUS:,} (a sanity limit)")

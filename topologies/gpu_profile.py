@@ -249,9 +249,13 @@ def profile_from_mapping(d: Any, path: str = "") -> GpuProfile:
         n = _int(f"{f}.gpus", e["gpus"])
         if n < 2:
             raise SpecError(f"{f}.gpus", n, "a collective needs at least 2 GPUs")
-        coll.append(CollectivePoint(_choice(f"{f}.op", e["op"], COLLECTIVE_OPS), n,
-                                    _int(f"{f}.bytes", e["bytes"]),
-                                    _seconds(f"{f}.seconds", e["seconds"])))
+        op = _choice(f"{f}.op", e["op"], COLLECTIVE_OPS)
+        nbytes = _int(f"{f}.bytes", e["bytes"])
+        if op != "all_reduce" and nbytes % n:
+            raise SpecError(f"{f}.bytes", nbytes, f"must be a multiple of gpus={n}: "
+                            f"nccl-tests counts {op}'s whole buffer, {n} equal shares (one "
+                            "per GPU)")
+        coll.append(CollectivePoint(op, n, nbytes, _seconds(f"{f}.seconds", e["seconds"])))
     gap = d.get("launch_gap_s")
     if gap is not None:
         gap = _seconds("profile.launch_gap_s", gap)
@@ -290,6 +294,25 @@ def profile_to_mapping(p: GpuProfile) -> dict:
     d["collectives"] = [{"op": c.op, "gpus": c.gpus, "bytes": c.bytes, "seconds": c.seconds}
                         for c in p.collectives]
     return d
+
+
+def nccl_buffer_bytes(size: int, gpus: int, element_bytes: int = 2) -> int:
+    """The buffer calibrate measures for a nominal ``size`` in bytes over ``gpus`` GPUs:
+    ``size`` rounded down to whole elements (bf16: 2 bytes) divisible by ``gpus``, at least
+    one element per GPU (nccl-tests' convention: an all-gather's, reduce-scatter's or
+    all-to-all's buffer holds ``gpus`` equal shares)."""
+    return max(gpus, size // element_bytes // gpus * gpus) * element_bytes
+
+
+def check_node(profile: GpuProfile, gpus_per_node: int, field_: str = "gpu.profile") -> None:
+    """Refuse a profile whose collectives ran on more GPUs than a node of the cluster holds:
+    calibrate measures the GPUs of one machine, and the cost model reads a measurement for
+    groups within one node (``strategies.cost.comm.measured_scale``)."""
+    for i, c in enumerate(profile.collectives):
+        if c.gpus > gpus_per_node:
+            raise SpecError(f"{field_}.collectives[{i}].gpus", c.gpus,
+                            f"must be <= the cluster's gpus_per_node={gpus_per_node} (a "
+                            "profile's collectives are measured within one node)")
 
 
 def load_gpu_profile(path: str, base_dir: str | None = None) -> GpuProfile:

@@ -14,6 +14,7 @@ from strategies.cost.compute import (FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR, _ge
                                      gemm_fixed_s, gemm_waves, k_knee)
 from strategies.cost.measured import attention_flops_fwd
 from strategies.errors import SpecError
+from topologies.gpu_profile import nccl_buffer_bytes
 from topologies.gpus import GPU, get_gpu
 
 BACKENDS = ("torch", "fake")
@@ -40,9 +41,13 @@ class Backend(Protocol):
     def launch_gap_seconds(self) -> float:
         """Time per kernel of a chain of dependent near-empty kernels."""
 
-    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...]
-                           ) -> dict[tuple[str, int], float]:
-        """Each NCCL ``op`` of each size (bytes per GPU) over all the machine's GPUs."""
+    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...],
+                           groups: tuple[int, ...]) -> dict[tuple[str, int, int], float]:
+        """Each NCCL ``op`` of each nominal size (bytes) over each group size ``g`` of
+        ``groups`` (dividing the machine's GPUs): ``(op, g, bytes) -> seconds``, ``bytes``
+        the buffer measured (``nccl_buffer_bytes(size, g)``), the group the consecutive
+        ranks ``0 .. g-1`` (placement's tp group; the machine's other groups of ``g`` run
+        the same op at the same time)."""
 
 
 MEMORY_KERNELS = ("copy", "add", "layernorm")
@@ -53,8 +58,12 @@ class FakeBackend:
     """Deterministic timings from a known curve: GEMMs at ``gemm_scale`` times the catalog's
     modelled rate of the shape (``GPU.gemm_efficiency`` with the thin-shape penalty), fused
     attention at ``attention_scale`` times the catalog's (backward as the catalog's ratio),
-    memory kernels at ``hbm_fraction`` of the datasheet bandwidth, collectives at
-    ``bus_bandwidth`` bytes/s of nccl-tests' bus bandwidth over ``count`` GPUs."""
+    memory kernels at ``hbm_fraction`` of the datasheet bandwidth, collectives
+    (``fake_collective_seconds``) at ``bus_bandwidth`` bytes/s of nccl-tests' bus bandwidth
+    plus ``latency`` seconds per ring step, on any group of its ``count`` GPUs.
+    ``processes``: answer the collectives from ``count`` spawned rank processes
+    (``simulator.calibrate.ranks``, the torch backend's machinery; same figures), each
+    sleeping ``hold_s`` seconds first (so a test can signal the parent while they run)."""
 
     gpu_name: str = "H100"
     gemm_scale: float = 0.5
@@ -63,6 +72,9 @@ class FakeBackend:
     launch_gap: float = 4e-6
     count: int = 1
     bus_bandwidth: float = 360e9
+    latency: float = 0.0
+    processes: bool = False
+    hold_s: float = 0.0
 
     @property
     def gpu(self) -> GPU:
@@ -105,15 +117,38 @@ class FakeBackend:
     def launch_gap_seconds(self) -> float:
         return self.launch_gap
 
-    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...]
-                           ) -> dict[tuple[str, int], float]:
-        n = self.count
-        out = {}
+    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...],
+                           groups: tuple[int, ...]) -> dict[tuple[str, int, int], float]:
+        args = (self.bus_bandwidth, self.latency, ops, sizes, groups)
+        if not self.processes:
+            return fake_collective_seconds(*args)
+        from simulator.calibrate.ranks import run_ranks
+        return run_ranks(self.count, _fake_rank, (args, self.hold_s))
+
+
+def fake_collective_seconds(bus_bandwidth: float, latency: float, ops: tuple[str, ...],
+                            sizes: tuple[int, ...], groups: tuple[int, ...]
+                            ) -> dict[tuple[str, int, int], float]:
+    """The fake's curve (``Backend.collective_seconds``' answer): over ``g`` GPUs, the
+    buffer (``nccl_buffer_bytes``, the torch backend's) times nccl-tests' bus factor
+    (``2(g-1)/g`` all-reduce, ``(g-1)/g`` the others) over ``bus_bandwidth``, plus
+    ``latency`` per step of a ring (``2(g-1)`` all-reduce, ``g-1`` the others)."""
+    out = {}
+    for g in groups:
         for op in ops:
-            factor = 2.0 * (n - 1) / n if op == "all_reduce" else (n - 1) / n
+            steps = 2.0 * (g - 1) if op == "all_reduce" else float(g - 1)
             for s in sizes:
-                out[(op, s)] = s * factor / self.bus_bandwidth
-        return out
+                s = nccl_buffer_bytes(s, g)
+                out[(op, g, s)] = s * (steps / g) / bus_bandwidth + steps * latency
+    return out
+
+
+def _fake_rank(rank: int, n: int, init: str, args: tuple, hold_s: float
+               ) -> dict[tuple[str, int, int], float] | None:
+    """One rank process of the fake: sleeps ``hold_s``, rank 0 answers the curve."""
+    import time
+    time.sleep(hold_s)
+    return fake_collective_seconds(*args) if rank == 0 else None
 
 
 def get_backend(name: str, gpu: str | None = None, gpus: int = 1) -> Backend:

@@ -7,8 +7,13 @@ its three passes (forward ``(M, N, K)``, data gradient ``(M, K, N)``, weight gra
 ``(K, N, M)``), for every model, tensor-parallel degree and micro-batch size asked, in bf16
 and, where the GPU has it, fp8. Attention: every sequence length and per-GPU head count
 (the model's heads over each tp) with the model's head dimension, batch 1, causal. Memory:
-``copy``, ``add`` and ``layernorm`` over ``MEMORY_SIZES``. Collectives over ``COLLECTIVE_SIZES``
-when the machine has more than one GPU.
+``copy``, ``add`` and ``layernorm`` over ``MEMORY_SIZES``. Collectives, when the machine has
+more than one GPU: every op of ``COLLECTIVE_OPS`` (the all-to-all of expert parallelism too)
+over ``COLLECTIVE_SIZES`` on every group size the cost model reads within a node
+(``collective_groups``: by default each power of two from 2 that divides the GPU count, and
+the count), each group the consecutive ranks placement gives a tp group
+(``strategies.placement``; ``strategies.cost.comm.measured_scale`` reads a size for every
+group of that many GPUs within one node).
 """
 from __future__ import annotations
 
@@ -16,6 +21,7 @@ from dataclasses import dataclass
 
 from simulator.calibrate.backend import MEMORY_KERNELS, Backend
 from strategies.cost.compute import _linears
+from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.gpu_profile import COLLECTIVE_OPS, SCHEMA, GpuProfile, profile_from_mapping
 
@@ -34,6 +40,29 @@ class CalibrationSpec:
     mbs: tuple[int, ...] = (1, 2)
     seqs: tuple[int, ...] = (1024, 2048, 4096, 8192, 16384)
     dtypes: tuple[str, ...] = ("bf16", "fp8")
+    coll_gpus: tuple[int, ...] | None = None
+
+
+def collective_groups(count: int, asked: tuple[int, ...] | None = None,
+                      field: str = "coll_gpus") -> tuple[int, ...]:
+    """The group sizes (GPUs) whose collectives to measure on a machine of ``count`` GPUs,
+    ascending: ``asked``, each refused (``SpecError`` naming ``field``) unless ``2 <= g <=
+    count`` and ``g`` divides ``count`` (the machine's GPUs tile into groups of ``g``
+    consecutive ranks, as placement lays a node's tp groups); by default every power of
+    two from 2 dividing ``count``, and ``count`` itself (none on one GPU)."""
+    if asked is None:
+        return tuple(sorted({g for g in (2**p for p in range(1, count.bit_length()))
+                             if count % g == 0} | ({count} if count > 1 else set())))
+    for g in asked:
+        if isinstance(g, bool) or not isinstance(g, int) or g < 2:
+            raise SpecError(field, g, "must be an integer >= 2 (a collective's group of GPUs)")
+        if g > count:
+            raise SpecError(field, g, f"must be <= the machine's GPU count {count} (groups "
+                            "within the machine measured)")
+        if count % g:
+            raise SpecError(field, g, f"must divide the machine's GPU count {count} (its GPUs "
+                            f"tile into groups of {g} consecutive ranks)")
+    return tuple(sorted(set(asked)))
 
 
 def gemm_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
@@ -74,6 +103,7 @@ def calibrate(backend: Backend, spec: CalibrationSpec, gpu: str | None = None) -
     """Run the sweep on ``backend``; the profile it measured (``gpu``: the catalog name to
     record, default the backend's guess). Every value passes the profile file's checks."""
     info = backend.describe()
+    groups = collective_groups(info["count"], spec.coll_gpus)    # refused before measuring
     d: dict = {"schema": SCHEMA, "device": info["device"], "backend": info.get("backend", ""),
                "software": dict(info.get("software", {}))}
     if gpu or info.get("gpu"):
@@ -98,10 +128,10 @@ def calibrate(backend: Backend, spec: CalibrationSpec, gpu: str | None = None) -
                    for k in MEMORY_KERNELS for n in MEMORY_SIZES]
     d["launch_gap_s"] = backend.launch_gap_seconds()
     d["collectives"] = []
-    if info["count"] > 1:
-        times = backend.collective_seconds(COLLECTIVE_OPS, COLLECTIVE_SIZES)
-        d["collectives"] = [{"op": op, "gpus": info["count"], "bytes": n, "seconds": t}
-                            for (op, n), t in sorted(times.items())]
+    if groups:
+        times = backend.collective_seconds(COLLECTIVE_OPS, COLLECTIVE_SIZES, groups)
+        d["collectives"] = [{"op": op, "gpus": g, "bytes": n, "seconds": t}
+                            for (op, g, n), t in sorted(times.items())]
     return profile_from_mapping(d)
 
 
@@ -115,7 +145,8 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
     """What the profile says against the catalog model of ``gpu`` (a ``GPU``; None: the
     measured figures only). Efficiencies are fractions of the datasheet peak; ``vs_model``:
     median of measured over modelled seconds at the same shapes (> 1: the chip is slower
-    than the catalog says)."""
+    than the catalog says); ``collectives``: per op, per group size (GPUs), the best
+    bus bandwidth measured (bytes/s)."""
     from strategies.cost import compute
     from strategies.cost.measured import attention_flops_fwd
     out: dict = {"gpu": profile.gpu, "device": profile.device, "backend": profile.backend,
@@ -151,6 +182,9 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
             out["hbm"].update(catalog_Bps=gpu.hbm_bandwidth * compute.HBM_EFFICIENCY,
                               fraction_of_datasheet=profile.hbm_bandwidth / gpu.hbm_bandwidth)
     out["launch_gap_s"] = profile.launch_gap_s
-    out["collectives"] = {op: max(c.bus_bandwidth for c in profile.collectives if c.op == op)
+    out["collectives"] = {op: {g: max(c.bus_bandwidth for c in profile.collectives
+                                      if (c.op, c.gpus) == (op, g))
+                               for g in sorted({c.gpus for c in profile.collectives
+                                                if c.op == op})}
                           for op in sorted({c.op for c in profile.collectives})}
     return out

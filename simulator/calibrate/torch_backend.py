@@ -11,17 +11,18 @@ run from L2). GEMMs: ``torch.matmul`` in bf16/fp16/fp32/tf32 and ``torch._scaled
 ``torch.nn.attention.sdpa_kernel``: ``FLASH_ATTENTION`` is FlashAttention-2 (``"fa2"``, and
 ``"native"`` before Hopper), ``CUDNN_ATTENTION`` the cuDNN fused kernel (``"native"`` on
 Hopper and later). The backward is ``torch.autograd.grad`` of the output. Launch gap: the time
-per kernel of a chain of 1-element in-place adds. Collectives: one process per GPU (spawned),
-NCCL through ``torch.distributed``, rank 0's times.
+per kernel of a chain of 1-element in-place adds. Collectives: one process per GPU
+(``simulator.calibrate.ranks``: spawned, each dying with the parent), NCCL through
+``torch.distributed`` on each group size asked (groups of consecutive ranks), rank 0's times.
+Untested on hardware: no GPU was lent while this was written (docs/calibration.md §7).
 """
 from __future__ import annotations
 
-import os
 import statistics
-import tempfile
 from typing import Callable
 
 from strategies.errors import SpecError
+from topologies.gpu_profile import nccl_buffer_bytes
 
 SAMPLE_S = 2e-3
 WARMUP = 5
@@ -180,62 +181,56 @@ class TorchBackend:
         x = t.zeros(1, device=self.dev)
         return self._time(lambda: x.add_(1.0))
 
-    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...]
-                           ) -> dict[tuple[str, int], float]:
-        import torch.multiprocessing as mp
+    def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...],
+                           groups: tuple[int, ...]) -> dict[tuple[str, int, int], float]:
+        from simulator.calibrate.ranks import run_ranks
         n = self.torch.cuda.device_count()
-        ctx = mp.get_context("spawn")
-        queue = ctx.SimpleQueue()
-        with tempfile.TemporaryDirectory() as d:
-            init = "file://" + os.path.join(d, "rendezvous")
-            procs = [ctx.Process(target=_collective_worker,
-                                 args=(r, n, init, ops, sizes, queue, self.warmup, self.reps))
-                     for r in range(n)]
-            for p in procs:
-                p.start()
-            result = queue.get()
-            for p in procs:
-                p.join()
-        if isinstance(result, str):
-            raise SpecError("collectives", "nccl", f"measuring failed: {result}")
-        return result
+        return run_ranks(n, _collective_worker, (ops, sizes, groups, self.warmup, self.reps))
 
 
-def _collective_worker(rank: int, n: int, init: str, ops, sizes, queue, warmup: int,
-                       reps: int) -> None:
-    """One rank: every op and size, CUDA-event timed between barriers; rank 0 reports."""
+def _collective_worker(rank: int, n: int, init: str, ops, sizes, groups, warmup: int,
+                       reps: int) -> dict | None:
+    """One rank (``simulator.calibrate.ranks.run_ranks``): for each group size ``g``, the
+    machine's GPUs cut into groups of ``g`` consecutive ranks (``new_subgroups``: placement's
+    tp groups; ``g = n``: the whole machine), every group running each op and size at the
+    same time, CUDA-event timed between barriers of all the ranks; rank 0 (group ``0 ..
+    g-1``) answers. The process group is destroyed whatever happens."""
     import torch
     import torch.distributed as dist
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", init_method=init, rank=rank, world_size=n)
     try:
-        torch.cuda.set_device(rank)
-        dist.init_process_group("nccl", init_method=init, rank=rank, world_size=n)
         out: dict = {}
-        for op in ops:
-            for size in sizes:
-                numel = max(n, size // 2 // n * n)            # bf16, divisible by n
-                big = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
-                small = torch.randn(numel // n, device="cuda", dtype=torch.bfloat16)
-                other = torch.empty_like(big)
-                call = {"all_reduce": lambda: dist.all_reduce(big),
-                        "all_gather": lambda: dist.all_gather_into_tensor(big, small),
-                        "reduce_scatter": lambda: dist.reduce_scatter_tensor(small, big),
-                        "all_to_all": lambda: dist.all_to_all_single(other, big)}[op]
-                for _ in range(warmup):
-                    call()
-                samples = []
-                for _ in range(reps):
-                    dist.barrier()
-                    s = torch.cuda.Event(enable_timing=True)
-                    e = torch.cuda.Event(enable_timing=True)
-                    s.record()
-                    call()
-                    e.record()
-                    e.synchronize()
-                    samples.append(s.elapsed_time(e) / 1e3)
-                out[(op, numel * 2)] = statistics.median(samples)
+        for g in groups:
+            group = None if g == n else dist.new_subgroups(group_size=g)[0]
+            for op in ops:
+                for size in sizes:
+                    numel = nccl_buffer_bytes(size, g) // 2       # bf16, divisible by g
+                    big = torch.randn(numel, device="cuda", dtype=torch.bfloat16)
+                    small = torch.randn(numel // g, device="cuda", dtype=torch.bfloat16)
+                    other = torch.empty_like(big)
+                    call = {"all_reduce": lambda: dist.all_reduce(big, group=group),
+                            "all_gather": lambda: dist.all_gather_into_tensor(
+                                big, small, group=group),
+                            "reduce_scatter": lambda: dist.reduce_scatter_tensor(
+                                small, big, group=group),
+                            "all_to_all": lambda: dist.all_to_all_single(
+                                other, big, group=group)}[op]
+                    for _ in range(warmup):
+                        call()
+                    samples = []
+                    for _ in range(reps):
+                        dist.barrier()
+                        s = torch.cuda.Event(enable_timing=True)
+                        e = torch.cuda.Event(enable_timing=True)
+                        s.record()
+                        call()
+                        e.record()
+                        e.synchronize()
+                        samples.append(s.elapsed_time(e) / 1e3)
+                    out[(op, g, numel * 2)] = statistics.median(samples)
+                    del big, small, other
+            torch.cuda.empty_cache()
+        return out if rank == 0 else None
+    finally:
         dist.destroy_process_group()
-        if rank == 0:
-            queue.put(out)
-    except Exception as e:  # noqa: BLE001 - reported to the parent as one line
-        if rank == 0:
-            queue.put(f"{type(e).__name__}: {e}")

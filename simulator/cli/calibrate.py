@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 
 from simulator.calibrate.backend import BACKENDS, get_backend
-from simulator.calibrate.run import CalibrationSpec, calibrate, summarize
+from simulator.calibrate.run import CalibrationSpec, calibrate, collective_groups, summarize
 from simulator.cli.common import (CliError, Once, add_json, atomic_write_text, check_output,
                                   emit_json, table)
 from strategies.hf_config import load_model_arg
@@ -31,6 +32,11 @@ def register(sub) -> None:
                    "device name; the fake backend imitates it, default H100)")
     p.add_argument("--gpus", default="1", action=Once, metavar="N",
                    help="fake backend only: GPUs it pretends to have (collectives when > 1)")
+    p.add_argument("--coll-gpus", default=None, action=Once, metavar="LIST",
+                   help="group sizes (GPUs) whose NCCL collectives to measure, each >= 2 and "
+                   "dividing the machine's GPU count; each group is consecutive ranks, as "
+                   "placement lays tp groups (default: every power of two from 2 dividing "
+                   "the count, and the count: 2,4,8 on 8 GPUs)")
     p.add_argument("--model", action="append", default=None, metavar="M",
                    help="a model whose layer shapes to time (repeatable; default "
                    + ", ".join(DEFAULT_MODELS) + ")")
@@ -65,11 +71,21 @@ def run(args: argparse.Namespace) -> int:
                        "visible GPU)")
     if args.gpu is not None:
         get_gpu(args.gpu)   # an unknown name is refused before any measuring
+    coll = None
+    if args.coll_gpus is not None:
+        items = [t.strip() for t in str(args.coll_gpus).split(",")]
+        if any(not t for t in items):
+            raise CliError("--coll-gpus", args.coll_gpus, "must be a comma-separated list of "
+                           "integers >= 2")
+        coll = tuple(parse_int_text("--coll-gpus", t) for t in items)
     spec = CalibrationSpec(
         models=tuple(load_model_arg(m) for m in (args.model or DEFAULT_MODELS)),
         tps=_ints("--tp", args.tp, 1024), mbs=_ints("--mbs", args.mbs, 1024),
         seqs=_ints("--seqs", args.seqs, MAX_SEQ), dtypes=dtypes)
     backend = get_backend(args.backend, args.gpu, gpus)
+    # the machine's GPU count is known now: every group size is checked before measuring
+    spec = replace(spec, coll_gpus=collective_groups(backend.describe()["count"], coll,
+                                                     "--coll-gpus"))
     profile = calibrate(backend, spec, gpu=get_gpu(args.gpu).name if args.gpu else None)
     mapping = profile_to_mapping(profile)
     if args.out.lower().endswith(".json"):
@@ -118,5 +134,9 @@ def _print(s: dict) -> None:
                  f"({h['fraction_of_datasheet']:.3f} of the datasheet)" if "catalog_Bps" in h
                  else ""))
     print(f"launch gap: {_f(s['launch_gap_s'] and s['launch_gap_s'] * 1e6, '{:.2f}')} us")
-    for op, bw in s["collectives"].items():
-        print(f"{op}: best bus bandwidth {bw / 1e9:.1f} GB/s")
+    if s["collectives"]:
+        print("\nNCCL collectives (best bus bandwidth, GB/s; each group of consecutive ranks)")
+        gs = sorted({int(g) for per in s["collectives"].values() for g in per})
+        print(table(["op", *(f"{g} GPUs" for g in gs)],
+                    [[op, *(_f(per.get(g) and per[g] / 1e9, "{:.1f}") for g in gs)]
+                     for op, per in s["collectives"].items()]))

@@ -7,8 +7,32 @@ from typing import Any
 from simulator.cli.common import (add_json, add_plan_inputs, emit_json, fmt_s, resolve_job,
                                   table)
 from simulator.cli.launch_export import add_export, export_settings
+from strategies.cost import comm as cm
 from strategies.estimate.scalar import estimate
 from strategies.memory.scalar import memory_by_origin_json
+from topologies.cluster import Cluster
+
+
+def collectives_read(cl: Cluster) -> str:
+    """Which of the GPU profile's measured collectives the cost model reads
+    (``strategies.cost.comm.measured_scale``: groups within one node of the measured size)."""
+    prof = cm.profile_of(cl)
+    if prof is None:
+        return "its collectives not read (the node groups carry different profiles)"
+    if not prof.collectives:
+        return "no collectives measured (network model)"
+    sizes: dict = {}
+    for c in prof.collectives:
+        sizes.setdefault((c.op, c.gpus), []).append(c.bytes)
+    same: dict = {}                    # ops measured over the same GPUs and sizes together
+    for (op, g), b in sizes.items():
+        same.setdefault((g, f"{min(b) / 2**20:g}-{max(b) / 2**20:g} MiB"), []).append(op)
+    groups: dict = {}                  # then the GPU counts with the same ops and sizes
+    for (g, mib), ops in same.items():
+        groups.setdefault((", ".join(ops), mib), []).append(str(g))
+    return "collectives read within a node: " + "; ".join(
+        f"{ops} on {', '.join(gs)} GPUs, {mib}" for (ops, mib), gs in groups.items()
+    ) + " (between nodes: the network model)"
 
 
 def register(sub) -> None:
@@ -64,8 +88,8 @@ def render(out: dict[str, Any], job, title: str) -> str:
                if cl.planes > 1 else
                ["network rail-only (no spine; cross-rail traffic relayed over NVLink)"]
                if cl.inter_node_topology == "rail_only" else []),
-             *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)"]
-               if cl.gpu.profile is not None else []),
+             *([f"GPU profile {cl.gpu.profile.path} (measured, calibration.md §7)",
+                f"        {collectives_read(cl)}"] if cl.gpu.profile is not None else []),
              "",
              f"step time       {fmt_s(out['step_time_s'])}",
              f"tokens/s        {out['tokens_per_s']:,.0f}",

@@ -17,7 +17,9 @@ from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
 from strategies.schedules.p2p_streams import stream_of
-from strategies.cost.comm import dp_parts, grad_shard_params, has_dp_copies, per_tensor_excess
+from strategies import placement
+from strategies.cost.comm import (dp_parts, grad_shard_params, has_dp_copies, in_one_node,
+                                  measured_scale, per_tensor_excess, profile_of)
 from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
@@ -34,6 +36,11 @@ class ProgramBuilder:
         p = job.plan
         self.p, self.c, self.rank, self.gran = p, costs, rank, granularity
         self.cluster = job.cluster
+        # ``comm.measured_scale`` applies (a GPU profile with collectives): each collective
+        # op repeats that many times the calls, so that alone on the wire it takes the
+        # estimate's measured seconds
+        self.profiled = profile_of(job.cluster) is not None \
+            and bool(profile_of(job.cluster).collectives)
         # ZeRO-0 and DeepSpeed's BF16_Optimizer all-reduce the gradients (no reduce-scatter)
         self.full_grad_reduce = full_grad_reduce(job.framework, job.dtype, p.zero)
         self.stage = layout.stage(rank)
@@ -150,6 +157,14 @@ class ProgramBuilder:
         if len(group) < 2 or nbytes <= 0 or repeat <= 0:
             return None
         algo = self.layout.algorithm(group, kind)
+        if self.profiled:           # a GPU profile's measured collectives (within a node)
+            G = self.cluster.gpus_per_node
+            # the estimate's rule for the group: the tied pair is in one node only when the
+            # whole job is (``pair_time``'s caller), the others by placement's layout
+            in_node = placement.world_size(self.p) <= G if dim == "tied" else \
+                in_one_node(len(group), group[1] - group[0], G)
+            repeat = repeat * float(measured_scale(kind, nbytes, len(group), in_node,
+                                                   self.cluster, nvlink_share))
         deps = tuple(deps)
         if None in deps:
             deps = tuple([d for d in deps if d is not None])
@@ -547,9 +562,16 @@ class ProgramBuilder:
         p = self.p
         nbytes = self.c.grad_bytes * float(grad_shard_params(
             self.stage_params, self.stage_expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
+        # a measured profile: the estimate's group (``analytic``: stride 1 when the
+        # pipeline's ends share a node, ``(pp-1)·stride < G``, else G)
+        G = self.cluster.gpus_per_node
+        spread = (p.pp - 1) * (placement.world_size(p) // p.pp) >= G
+        scale = float(measured_scale("allreduce", nbytes, 2, in_one_node(2, G if spread else 1,
+                                                                         G), self.cluster)) \
+            if self.profiled else 1.0
         self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
                   algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
-                  category="dp", label="AR mirror copies", repeat=1.0,
+                  category="dp", label="AR mirror copies", repeat=scale,
                   deps=(self.last_compute,))
 
     def _z3_layered(self) -> bool:

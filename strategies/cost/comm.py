@@ -24,6 +24,10 @@ same rail (no relay); the striped ring's hop to member ``j+1`` of the next node 
 crosses node boundaries elsewhere (``mixed``) and a pipeline hop between GPUs of different
 local indices relay.
 
+A GPU profile's measured NCCL collectives (``paraplan calibrate``) scale the time of a
+collective whose group lies within one node by measured over modelled seconds
+(``measured_scale``; docs/calibration.md §5.71); between nodes the model above stays.
+
 Closed forms (nccl-tests PERFORMANCE.md): all-reduce ``2(n-1)/n · S/B``, reduce-scatter and
 all-gather ``(n-1)/n · S/B``, with S the per-rank buffer in bytes; they are the ``time`` of
 ``strategies.collectives.ring`` and ``.all_to_all``, the definitions the simulator's engine runs
@@ -36,7 +40,7 @@ import numpy as np
 from strategies import placement
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
-from strategies.cost import counts
+from strategies.cost import counts, measured
 from strategies.cost.counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -167,6 +171,80 @@ def collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluste
 
 def _collective_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
                      remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
+    """``_catalog_time`` times ``measured_scale`` (the GPU profile's measured collectives,
+    for groups within one node: ``in_one_node``). Vectorised."""
+    t = _catalog_time(kind, nbytes, n, stride, cluster, remote_scale, nvlink_share)
+    if _measured_table(cluster) is None:
+        return t
+    scale = measured_scale(kind, nbytes, n, in_one_node(n, stride, cluster.gpus_per_node),
+                           cluster, nvlink_share)
+    return (t * scale)[()]
+
+
+def in_one_node(n: Num, stride: Num, gpus_per_node: int) -> Num:
+    """True where every group of ``n`` ranks ``stride`` apart (placement's layout,
+    ``strategies.collectives.select.strided_layout``) lies within one node. Vectorised."""
+    uniform, _, nodes = strided_layout(n, stride, gpus_per_node)
+    return (uniform & (nodes == 1))[()]
+
+
+# the GPU profile's collective ratios (``strategies.cost.measured.collective_table``) of a
+# cluster, kept by its id with the cluster itself (``_SCALAR_TIMES``' rule)
+_MEASURED: dict[int, tuple[Cluster, object]] = {}
+
+
+def profile_of(cluster: Cluster):
+    """The GPU profile every node group's GPU carries (``topologies.gpu_profile``), else
+    None: a cluster mixing GPUs measured differently (or not at all) keeps the network
+    model for its collectives."""
+    profs = [g.gpu.profile for g in cluster.groups]
+    first = profs[0]
+    return first if first is not None and all(p == first for p in profs[1:]) else None
+
+
+def _measured_table(cluster: Cluster):
+    hit = _MEASURED.get(id(cluster))
+    if hit is not None and hit[0] is cluster:
+        return hit[1]
+    table = measured.collective_table(
+        profile_of(cluster),
+        lambda kind, nbytes, gpus: _catalog_time(kind, nbytes, gpus, 1, cluster))
+    if len(_MEASURED) >= _SCALAR_KEPT:
+        _MEASURED.clear()
+    _MEASURED[id(cluster)] = (cluster, table)
+    return table
+
+
+def measured_scale(kind: str, nbytes: Num, n: Num, in_node: Num, cluster: Cluster,
+                   nvlink_share: Num = 1.0) -> Num:
+    """Measured over modelled seconds of collective ``kind`` of ``nbytes`` per rank over
+    ``n`` ranks (``strategies.cost.measured.collective_ratio`` of the cluster's GPU profile:
+    NCCL measured on ``n`` GPUs of one node, interpolated in log bytes) where ``in_node``
+    (the group lies within one node) and the collective is NCCL's (``nvlink_share == 1``:
+    DeepEP's and HybridEP's kernels are not what calibrate measured); 1 elsewhere, between
+    nodes (calibrate measures one machine: never the network), and without a profile. The
+    one rule the estimate (``collective_time``, ``pair_time``), the lower bound and the
+    simulator (``ProgramBuilder.coll``: the op's ``repeat``, so that alone on the wire it
+    takes this times the model's seconds) read. Vectorised."""
+    table = _measured_table(cluster)
+    if table is None:
+        return 1.0
+    r = measured.collective_ratio(table, kind, nbytes, n)
+    on = np.asarray(in_node) & (np.asarray(nvlink_share) == 1.0)
+    return np.where(on, r, 1.0)[()]
+
+
+def measured_least(cluster: Cluster, kind: str) -> float:
+    """The least of ``measured_scale`` over every size and group of collective ``kind``:
+    ``min(1, least measured ratio)`` (the interpolation stays between measured ratios and
+    is 1 elsewhere); 1 without a profile. A lower bound's factor."""
+    table = _measured_table(cluster)
+    ratios = [r for (k, _), (_, ys) in (table or {}).items() if k == kind for r in ys]
+    return min([1.0, *ratios])
+
+
+def _catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
+                  remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
     """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
     ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
     picks for such groups (the compiler's rule): over ``k > 1`` members on each of
@@ -346,7 +424,8 @@ def pair_time(kind: str, nbytes: Num, in_node: Num, cluster: Cluster) -> Num:
     lat = np.where(in_node, cluster.intra_node_latency,
                    transfer_latency(cluster.intra_node_latency, cluster.inter_node_latency,
                                     True, False))
-    return ring.time(PASSES[kind], nbytes, 2, bw, lat)
+    return (ring.time(PASSES[kind], nbytes, 2, bw, lat)
+            * measured_scale(kind, nbytes, 2, in_node, cluster))[()]
 
 
 def p2p_time(nbytes: Num, cluster: Cluster, stride: Num) -> Num:
@@ -401,7 +480,7 @@ def path_p2p_time(nbytes: Num, cluster: Cluster, stride: int,
 
 
 def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
-                    copy_gap: float) -> Num:
+                    copy_gap: float, kind: str = "allgather") -> Num:
     """Seconds of ``count`` all-gathers (or reduce-scatters) run one after another, one per
     parameter tensor, ``nbytes`` gathered in all per rank, over ``n`` ranks ``stride`` apart,
     as DeepSpeed's 2021 ZeRO-3 runs them through ``torch.distributed`` (the tensor-list
@@ -411,11 +490,16 @@ def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Clust
     ``ProcessGroupNCCL`` copies the flat buffer to, or from, each of the ``n`` list entries).
     The simulator runs the same ring ``count`` times back to back (``repeat``) and the copies
     as compute. NCCL orders the flat ring so that its hops between nodes stay on one rail
-    (``rail_aligned``: no relay). Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
+    (``rail_aligned``: no relay). A GPU profile's measured ``kind`` (``allgather`` or
+    ``reduce_scatter``) scales each ring within a node (``measured_scale``). Vectorised; 0
+    where ``count`` is 0 or ``n < 2``."""
     bw, lat = group_bandwidth(cluster, n, stride, rail_aligned=True)
     per = nbytes / np.maximum(count, 1)
-    return np.where((count > 0) & (n > 1),
-                    count * ring.time(1, per, n, bw, lat) + count * n * copy_gap, 0.0)[()]
+    one = ring.time(1, per, n, bw, lat)
+    if _measured_table(cluster) is not None:
+        one = one * measured_scale(kind, per, n, in_one_node(n, stride, cluster.gpus_per_node),
+                                   cluster)
+    return np.where((count > 0) & (n > 1), count * one + count * n * copy_gap, 0.0)[()]
 
 
 def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
@@ -428,7 +512,7 @@ def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
     ``per_tensor_time``; clipped at 0. Vectorised."""
     per = nbytes / np.maximum(count, 1)
     own = count * collective_time(kind, per, n, stride, cluster)
-    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap) - own,
+    return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap, kind) - own,
                       0.0)[()]
 
 

@@ -17,6 +17,9 @@ the neighbouring measurements.
 * Memory-bound kernels: the profile's usable HBM bandwidth (``GpuProfile.hbm_bandwidth``)
   replaces the catalog's ``hbm_bandwidth · HBM_EFFICIENCY``.
 * Launch gap: the profile's ``launch_gap_s`` replaces the framework's.
+* Collectives: per NCCL op and GPU count, over the buffer's bytes (nccl-tests' count), for
+  collectives whose group lies within one node (``strategies.cost.comm.measured_scale``;
+  calibrate measures on one machine, so the network between nodes is never measured).
 """
 from __future__ import annotations
 
@@ -25,7 +28,7 @@ from typing import Callable
 import numpy as np
 
 from strategies.cost.counts import Num, causal_fraction
-from topologies.gpu_profile import AttentionPoint
+from topologies.gpu_profile import AttentionPoint, GpuProfile
 from topologies.gpus import GPU
 
 GemmRatio = Callable[[Num, Num, Num], Num]
@@ -132,3 +135,45 @@ def launch_gap(gpu: GPU | None, default_s: float) -> float:
     if gpu is not None and gpu.profile is not None and gpu.profile.launch_gap_s is not None:
         return gpu.profile.launch_gap_s
     return default_s
+
+
+# the profile's NCCL op names (``topologies.gpu_profile.COLLECTIVE_OPS``) as the cost model's
+# collective kinds (``strategies.collectives.KINDS``)
+COLLECTIVE_KINDS = {"all_reduce": "allreduce", "all_gather": "allgather",
+                    "reduce_scatter": "reduce_scatter", "all_to_all": "alltoall"}
+
+#: per ``(kind, gpus)``: the measured buffer sizes (bytes, nccl-tests' count) and the ratio
+#: of measured over modelled seconds at each
+CollectiveTable = dict[tuple[str, int], tuple[list[float], list[float]]]
+
+
+def collective_table(profile: GpuProfile | None,
+                     catalog_seconds: Callable[[str, float, int], float]
+                     ) -> CollectiveTable | None:
+    """Measured over modelled seconds of each of ``profile``'s collectives, grouped by
+    kind and GPU count; None without a profile or collectives. ``catalog_seconds(kind,
+    nbytes, gpus)``: the network model's seconds of that collective over ``gpus`` GPUs of
+    one node (stride 1), ``nbytes`` as nccl-tests counts it (the model's count too:
+    ``strategies.collectives.ring``)."""
+    if profile is None or not profile.collectives:
+        return None
+    out: CollectiveTable = {}
+    for p in profile.collectives:
+        kind = COLLECTIVE_KINDS[p.op]
+        xs, ys = out.setdefault((kind, p.gpus), ([], []))
+        xs.append(float(p.bytes))
+        ys.append(p.seconds / float(catalog_seconds(kind, float(p.bytes), p.gpus)))
+    return out
+
+
+def collective_ratio(table: CollectiveTable, kind: str, nbytes: Num, n: Num) -> Num:
+    """Measured over modelled seconds of collective ``kind`` of ``nbytes`` over ``n`` GPUs
+    of one node: the ratios measured on ``n`` GPUs interpolated linearly in ``log(nbytes)``
+    (a measured size: its own ratio), 1 outside the measured sizes and for a GPU count not
+    measured (the model's figure). Vectorised."""
+    nb, na = np.broadcast_arrays(np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float))
+    r = np.ones(nb.shape)
+    for (k, g), (xs, ys) in table.items():
+        if k == kind and np.any(na == g):
+            r = np.where(na == g, np.where(np.isnan(v := interp_log(xs, ys, nb)), 1.0, v), r)
+    return r[()]

@@ -637,7 +637,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            * (sc.z3_fwd_params + sc.z3_bwd_params), n_dp, stride_dp, cl,
                            sc.copy_gap)
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
-                             sc.copy_gap))
+                             sc.copy_gap, "reduce_scatter"))
 
     # (a call per layer, FSDP's unit: its share of the bandwidth and the ring's whole latency,
     # as the simulator's gathers and reduce-scatters are; docs/calibration.md §5.26)

@@ -18,6 +18,9 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    least ``min(intra_node_latency, inter_node_latency)``. ``group_floor`` turns this into the
    least time of a ring collective given where its members sit (placement
    ``tp-cp-dp-pp``: tp ranks consecutive, cp strided by tp, dp by tp·cp, stages by N/pp).
+   A GPU profile's measured collectives (``comm.measured_scale``: within a node, the
+   model's seconds times a measured ratio, which the simulator's op repeats) scale those
+   floors by the ratio where it is below 1 (the all-to-all's by the least measured).
 3. **What blocks the compute stream.** Without ``tp_comm_overlap`` the TP collectives of a
    block start after its compute and the next compute op waits for them; so does the expert
    all-to-all and the tail of the ring-attention traffic (whose main part runs beside the
@@ -145,6 +148,15 @@ def group_floor(nbytes, n, stride, passes, cl: Cluster):
                         colls.ring.time(p, nbytes, n, np.where(nodes > 1, nic, B), lat),
                         p * (n - 1) / np.maximum(n, 1) * nbytes / B))
     t = np.where(np.asarray(passes) == 2, floor("allreduce"), floor("reduce_scatter"))
+    if cm.profile_of(cl) is not None:
+        # a GPU profile's measured collectives within a node (``comm.measured_scale``) may
+        # run faster than the model: the floor times the least of the kinds' ratios (<= 1)
+        one = uniform & (nodes == 1)
+        r1 = np.minimum(cm.measured_scale("reduce_scatter", nbytes, n, one, cl),
+                        cm.measured_scale("allgather", nbytes, n, one, cl))
+        r = np.where(np.asarray(passes) == 2,
+                     cm.measured_scale("allreduce", nbytes, n, one, cl), r1)
+        t = t * np.minimum(r, 1.0)
     return np.where(n > 1, t, 0.0)
 
 
@@ -158,8 +170,9 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     tau_b = s * tau_raw + (1 - s) * tau
     # the bytes leaving a member are at least (ep-1)/ep of its buffer times the share of a
     # pair's bytes that crosses between nodes (node-limited routing: ep_remote_scale <= 1)
-    a2a = np.where(ep > 1, min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
-                   * np.minimum(sc.ep_remote_scale, 1.0) / egress_rate_cap(cl), 0.0)
+    a2a = np.where(ep > 1, (min_route_latency(cl) + (ep - 1) / ep * sc.ep_bytes
+                            * np.minimum(sc.ep_remote_scale, 1.0) / egress_rate_cap(cl))
+                   * cm.measured_least(cl, "alltoall"), 0.0)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
     f = sc.cp_exposed_fraction
     cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)

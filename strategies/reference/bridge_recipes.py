@@ -19,9 +19,15 @@ For the 25.11 container's rows: Megatron-Bridge v0.2.0 (tag, commit 7af9601c9da7
 ``src/megatron/bridge/recipes/``; most of that table's rows ran other batches or sizes than
 these configs name, so only the rows a config fits exactly take one (``RECIPES_2511``).
 
-A config is applied to a row only when the row's container (``MoeRecipe.container``, named in
-the row's ``source.table``), model, GPU, GPU count, precision and stated layout (tp, pp,
-virtual stages, ep, micro-batch, global batch) are all the config's (``recipe_for``); a row no
+For the 26.04 container's rows (not 26.04.01): Megatron-Bridge v0.4.0 (the version
+``docs/releases/software-versions.md`` names for NeMo Framework 26.04), whose Qwen3-235B-A22B
+configs differ from v0.4.2's only in B300's token dispatcher, and whose DeepSeek-V3 B200/B300
+MXFP8 configs ran pp 16, ep 8 with HybridEP (``RECIPES_2604``).
+
+A config is applied to a row only when the row's container (``MoeRecipe.container``, the
+``(<container> NeMo container)`` its ``source.table`` names, ``table_container``), model,
+GPU, GPU count, precision and stated layout (tp, pp, virtual stages, ep, micro-batch, global
+batch) are all the config's (``recipe_for``); a row no
 config fits keeps the stack's defaults and whatever its own plan states. What is applied is
 stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 405B rows of the
 26.04.01 and 26.06 tables take the Llama scripts' NVFP4 overlap settings instead
@@ -29,7 +35,8 @@ stated with every case (``strategies.reference.cases``). The Llama 3 70B / 3.1 4
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.errors import SpecError
@@ -67,7 +74,7 @@ class MoeRecipe:
     lines: str = ""
     pp_layout: str | None = None
     tp_comm_overlap: bool | None = None
-    container: str = "26.04"
+    container: str = "26.04.01"
 
     def __post_init__(self) -> None:
         if self.container not in CONTAINERS:
@@ -136,8 +143,18 @@ def harness_fp8_is_current(row: dict) -> bool:
 
 
 #: the NeMo containers whose published rows a config may fit, as the rows' ``source.table``
-#: names them: 26.04(.01) from Megatron-Bridge v0.4.2, 25.11 from v0.2.0
-CONTAINERS = ("26.04", "25.11")
+#: names them (``table_container``): 26.04.01 from Megatron-Bridge v0.4.2, 26.04 from v0.4.0,
+#: 25.11 from v0.2.0. 26.04 and 26.04.01 are two releases with their own tables and configs
+#: (Qwen3-235B-A22B on B300 ran Megatron's alltoall dispatcher in 26.04, HybridEP in 26.04.01)
+CONTAINERS = ("26.04.01", "26.04", "25.11")
+_CONTAINER = re.compile(r"\((\d\d\.\d\d(?:\.\d\d)?) NeMo container\)")
+
+
+def table_container(table: str) -> str | None:
+    """The NeMo container a Megatron-Bridge table names, ``"(26.04.01 NeMo container)"`` ->
+    ``"26.04.01"``; None where it names none. Exact: a 26.04 table is not a 26.04.01 one."""
+    found = _CONTAINER.search(table or "")
+    return found.group(1) if found else None
 #: ``cuda_graph_impl`` values Megatron-Core takes (``TransformerConfig.cuda_graph_impl``;
 #: None: the config leaves the recipe's default)
 CUDA_GRAPH_IMPLS = (None, "none", "local", "transformer_engine")
@@ -318,16 +335,52 @@ RECIPES_2511: tuple[MoeRecipe, ...] = (
 )
 
 
+_REPO_2604 = "NVIDIA-NeMo/Megatron-Bridge@v0.4.0 "
+#: the 26.04 container's Qwen3-235B-A22B configs and DeepSeek-V3's B200/B300 MXFP8 ones
+#: (Megatron-Bridge v0.4.0, NeMo Framework 26.04, ``docs/releases/software-versions.md``).
+#: ``git diff v0.4.0 v0.4.2 -- scripts/performance/configs/qwen/`` changes one thing: B300's
+#: configs gain ``moe_flex_dispatcher_backend="hybridep"`` (``qwen3_workload_base_configs.py``
+#: B300_{BF16,FP8_CS}_V1) and ``qwen3_235b_a22b_pretrain_config_b300`` sets
+#: ``moe_token_dispatcher_type = "flex"`` (v0.4.0 L117: ``"alltoall"``; PR #3490, "Use HybridEP
+#: flex dispatcher for Qwen3 235B B300 perf configs"). So the GB300, GB200 and H100 configs are
+#: v0.4.2's, and B300's ran Megatron's alltoall dispatcher (no flex backend:
+#: ``utils/overrides.py`` ``set_workload_base_configs`` then sets "alltoall")
+_QW_2604_SAME = ("GB300", "GB200", "H100 SXM")
+RECIPES_2604: tuple[MoeRecipe, ...] = tuple(
+    replace(r, container="26.04", source=r.source.replace(_REPO, _REPO_2604 + "scripts/"
+                                                         "performance/configs/"),
+            lines=r.lines + " (v0.4.2 lines; the config identical in v0.4.0)")
+    for r in RECIPES if r.model == "qwen3-235b-a22b" and r.gpu in _QW_2604_SAME
+) + (
+    MoeRecipe("qwen3-235b-a22b", "B300", 256, "mxfp8", (1, 8, 1, 8, 2, 8192), False,
+              "alltoall", _REPO_2604 + "scripts/performance/configs/" + _QW
+              + " QWEN3_235B_A22B_PRETRAIN_CONFIG_B300_FP8_MX_V2", 1, _QW_RC, None, None,
+              "B300_FP8_CS_V1 L122-129 (no moe_flex_dispatcher_backend), B300_FP8_CS_V2 "
+              "L237-242 (mbs 2); qwen/qwen3_llm_pretrain.py L117 moe_token_dispatcher_type="
+              "'alltoall'; no cuda_graph_*", None, None, "26.04"),
+) + tuple(
+    # DeepSeek-V3 on 256 B200/B300 in 26.04: pp 16, ep 8, mbs 1, gbs 4096, HybridEP, no overlap,
+    # mla_up_proj recomputed, no CUDA graph, the recipe's layout_map[(16, 1)] with the MTP
+    # module (v0.4.0 deepseek_llm_pretrain.py L185-214 for B200, alike for B300; recipes/
+    # deepseek/deepseek_v3.py L42); v0.4.2 moved both GPUs' MXFP8 configs to other layouts
+    MoeRecipe("deepseek-v3", gpu, 256, "mxfp8", (1, 16, 1, 8, 1, 4096), False, "hybridep",
+              _REPO_2604 + "scripts/performance/configs/" + _DS
+              + f" DEEPSEEK_V3_PRETRAIN_CONFIG_{gpu}_FP8_MX_V2", 1, ("mla_up_proj",), None, None,
+              lines + "; FP8_MX_V2 = FP8_CS_V2 = V2; no cuda_graph_*", _DS_L4, None, "26.04")
+    for gpu, lines in (("B200", "B200_V1 L110-118, B200_V2 L195-198 (gbs 4096)"),
+                       ("B300", "B300_V1 L94-102, B300_V2 L180-183 (gbs 4096)"))
+)
+
+
 def recipe_for(entry: dict) -> MoeRecipe | None:
-    """The config of a published entry (a NVIDIA Megatron-Bridge row of the 26.04.01 or
-    the 25.11 container, ``CONTAINERS``), or None: the container, model, GPU, GPU count,
+    """The config of a published entry (a NVIDIA Megatron-Bridge row of the 26.04.01, 26.04
+    or 25.11 container, ``CONTAINERS``), or None: the container, model, GPU, GPU count,
     precision and layout must all be the config's."""
     src = entry.get("source") or {}
     if "megatron-bridge" not in str(src.get("ref") or "").lower():
         return None
-    table = str(src.get("table") or "")
-    containers = [c for c in CONTAINERS if c in table]
-    if not containers:
+    container = table_container(str(src.get("table") or ""))
+    if container not in CONTAINERS:
         return None
     pl, hw = entry.get("plan") or {}, entry.get("hardware") or {}
     layout = tuple(int(pl.get(k) or d) for k, d in (
@@ -335,9 +388,9 @@ def recipe_for(entry: dict) -> MoeRecipe | None:
         ("global_batch", 0)))
     key = ((entry.get("model") or {}).get("name"), hw.get("gpu"), hw.get("n_gpus"),
            entry.get("precision"), layout)
-    for r in RECIPES + RECIPES_2511:
-        if r.container in containers and (r.model, r.gpu, r.n_gpus, r.precision,
-                                          r.layout) == key:
+    for r in RECIPES + RECIPES_2604 + RECIPES_2511:
+        if r.container == container and (r.model, r.gpu, r.n_gpus, r.precision,
+                                         r.layout) == key:
             return r
     return None
 
