@@ -2,9 +2,10 @@
 the plan's ``moe_imbalance``): what the reference runs did, the published measurements, and
 what ``strategies.moe_balance`` derives from them (docs/calibration.md §5.73).
 
-    python experiments/moe_imbalance.py
+    python experiments/moe_imbalance.py [--validate]
 
-Prints four tables: (1) each stack's routing regime as its benchmark scripts set it;
+Prints four tables (``--validate`` a fifth: each reference file's MoE rows, those whose
+plan has ``ep``, analytic MAPE and mean signed error, ``simulator.cli validate --no-sim``): (1) each stack's routing regime as its benchmark scripts set it;
 (2) the published load measurements, per expert or per rank, with the training stage;
 (3) the per-rank imbalance the model derives for the reference families' expert-parallel
 layouts (sampling under forced balancing; the loss-free and auxiliary-loss skews per rank;
@@ -12,8 +13,11 @@ the default); (4) each reference MoE row's imbalance as the reader sets it.
 """
 from __future__ import annotations
 
+import argparse
 import glob
+import json
 import os
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -135,7 +139,30 @@ def reference_rows() -> list[tuple]:
     return out
 
 
+def validate_rows() -> list[tuple]:
+    """Per reference file: its MoE rows (plans with ``ep``), their analytic MAPE and mean
+    signed error (``python -m simulator.cli validate --reference FILE --no-sim --json``)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
+        r = subprocess.run([sys.executable, "-m", "simulator.cli", "validate", "--reference",
+                            path, "--no-sim", "--json"], cwd=ROOT, capture_output=True,
+                           text=True)
+        if r.returncode:
+            continue
+        errs = [c["analytic_error_pct"] for c in json.loads(r.stdout)["cases"]
+                if c["analytic_error_pct"] is not None and " ep" in " " + c["plan"]]
+        if errs:
+            out.append((os.path.basename(path), len(errs),
+                        f"{sum(map(abs, errs)) / len(errs):.2f} %",
+                        f"{sum(errs) / len(errs):+.2f} %"))
+    return out
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--validate", action="store_true",
+                    help="also each reference file's MoE rows' analytic MAPE and signed error")
+    args = ap.parse_args()
     print("## What the runs did\n")
     print(md(list(REGIMES), ("stack (rows)", "forced balancing", "data",
                              "learning router's balancing", "token dropping", "steps",
@@ -152,6 +179,10 @@ def main() -> None:
                              "default ι")))
     print("\n## The reference rows (python experiments/moe_imbalance.py)\n")
     print(md(reference_rows(), ("file", "row", "ep", "mbs", "router", "ι")))
+    if args.validate:
+        print("\n## The MoE rows' analytic error (python experiments/moe_imbalance.py "
+              "--validate)\n")
+        print(md(validate_rows(), ("file", "MoE rows", "MAPE", "mean signed error")))
 
 
 if __name__ == "__main__":
