@@ -5,7 +5,8 @@ what ``strategies.moe_balance`` derives from them (docs/calibration.md §5.73).
     python experiments/moe_imbalance.py [--validate]
 
 Prints four tables (``--validate`` a fifth: each reference file's MoE rows, those whose
-plan has ``ep``, analytic MAPE and mean signed error, ``simulator.cli validate --no-sim``): (1) each stack's routing regime as its benchmark scripts set it;
+plan has ``ep``, analytic MAPE and mean signed error, ``simulator.cli validate --no-sim``):
+(1) each stack's routing regime as its benchmark scripts set it;
 (2) the published load measurements, per expert or per rank, with the training stage;
 (3) the per-rank imbalance the model derives for the reference families' expert-parallel
 layouts (sampling under forced balancing; the loss-free and auxiliary-loss skews per rank;
