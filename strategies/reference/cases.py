@@ -679,11 +679,16 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
         return replace(plan, moe_imbalance=imb)
     if plan.moe_routing in BALANCED_ROUTINGS:
         return plan
-    imb = float(counts.moe_load(plan.ep, plan.imbalance, plan.capacity_factor, model, plan.mbs,
-                                plan.tp, plan.cp, plan.expert_tp))
-    notes.append(f"moe_imbalance by the default rule ({imb:.4f}: a trained router balanced "
-                 "without an auxiliary loss, sampling plus Wang et al. 2024's MaxVio_global "
-                 "0.04 per expert; strategies.moe_balance.default_imbalance)")
+    rule = float(counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
+                                 plan.tp, plan.cp, plan.expert_tp))
+    if plan.capacity_factor < rule:
+        notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
+                     f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
+                     f"imbalance {rule:.4f} (counts.moe_load)")
+    else:
+        notes.append(f"moe_imbalance by the default rule ({rule:.4f}: a trained router "
+                     "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "
+                     "MaxVio_global 0.04 per expert; strategies.moe_balance.default_imbalance)")
     return plan
 
 
