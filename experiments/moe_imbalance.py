@@ -121,7 +121,11 @@ def layout_rows() -> list[tuple]:
 
 def reference_rows() -> list[tuple]:
     """Each reference MoE row with ``ep > 1``: its router as the row says, the imbalance the
-    reader resolves (``counts.moe_load``)."""
+    reader resolves (``counts.moe_load``), and its analytic step over the same row's at
+    ``moe_imbalance = 1`` (balanced)."""
+    from dataclasses import replace
+
+    from strategies.estimate.scalar import estimate
     out = []
     for path in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
         try:
@@ -136,7 +140,10 @@ def reference_rows() -> list[tuple]:
             load = float(counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp,
                                          p.cp, p.expert_tp))
             kind = (r.get("plan") or {}).get("moe_balance") or "trained (default)"
-            out.append((os.path.basename(path), r["id"], p.ep, p.mbs, kind, f"{load:.4f}"))
+            one = replace(c.job, plan=replace(p, moe_imbalance=1.0))
+            step = estimate(c.job).step_time_s / estimate(one).step_time_s - 1
+            out.append((os.path.basename(path), r["id"], p.ep, p.mbs, kind, f"{load:.4f}",
+                        f"{100 * step:+.2f} %"))
     return out
 
 
@@ -179,7 +186,8 @@ def main() -> None:
                              "forced: sampling ι", "loss-free skew", "aux-loss skew (1B / 3B)",
                              "default ι")))
     print("\n## The reference rows (python experiments/moe_imbalance.py)\n")
-    print(md(reference_rows(), ("file", "row", "ep", "mbs", "router", "ι")))
+    print(md(reference_rows(), ("file", "row", "ep", "mbs", "router", "ι",
+                                "step vs ι = 1")))
     if args.validate:
         print("\n## The MoE rows' analytic error (python experiments/moe_imbalance.py "
               "--validate)\n")
