@@ -390,6 +390,16 @@ class FrameworkProfile:
     #: the backward's two all-gathers and two reduce-scatters run as plain collectives. The
     #: one statement the estimate, the bound and the simulator read (``StageCosts``)
     tp_overlap_bwd_exposed: float = 0.0
+    #: under sequence parallelism each column-parallel linear saves the local shard of the
+    #: input it all-gathered and all-gathers it again in the backward for its weight
+    #: gradient, issued before and overlapped with its data-gradient GEMM (Megatron-Core
+    #: ``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication``,
+    #: Transformer Engine ``layernorm_linear.py``/``layernorm_mlp.py``/``linear.py``
+    #: ``ln_out_needs_gather``, ``gather_along_first_dim(..., async_op=True)``; Korthikanti
+    #: et al. 2022 §4.2.2). False: the stack saves the gathered input (PyTorch's DTensor
+    #: ``ColwiseParallel``: the matmul keeps the all-gather's output; XLA decides).
+    #: ``cost.stage.sp_regather_exposed`` (docs/calibration.md §5.70)
+    sp_regather: bool = True
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
     #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
@@ -682,6 +692,8 @@ class FrameworkProfile:
         if not self.zero3_reuse_params >= 0:
             raise SpecError("framework.zero3_reuse_params", self.zero3_reuse_params,
                             "must be a number of parameters >= 0")
+        if not isinstance(self.sp_regather, bool):
+            raise SpecError("framework.sp_regather", self.sp_regather, "must be true or false")
         for way in self.layouts:
             if way not in LAYOUT_WAYS:
                 raise SpecError("framework.layouts", way,
@@ -1024,6 +1036,9 @@ PYTORCH_EAGER = FrameworkProfile(
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
+    # DTensor's ColwiseParallel: the matmul saves the all-gathered input, no re-gather
+    # (torchtitan and NeMo AutoModel inherit it)
+    sp_regather=False,
     recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     precisions=("bf16", "fp16", "fp8", "fp8-delayed"),
     precision_source="Composer's precision amp_bf16, amp_fp16 or amp_fp8 "
@@ -1192,6 +1207,7 @@ JAX_XLA = FrameworkProfile(
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
+    sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
     recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
     # weight_dtype float32: the fp32 weights are the only stored copy (docs/calibration.md §5.46)

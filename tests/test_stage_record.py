@@ -11,8 +11,9 @@ import pytest
 
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Recv, Send
-from strategies.cost.stage import StageCostArrays, stage_cost_arrays, stage_costs, stage_costs_at
-from strategies.cost.comm import dp_parts
+from strategies.cost.stage import (StageCostArrays, sp_regather_pieces, stage_cost_arrays,
+                                   stage_costs, stage_costs_at)
+from strategies.cost.comm import collective_time, dp_parts
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.job import make_job
@@ -82,8 +83,18 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
         rc.update(one.chunk_recompute(nl, n)[0]   # block partial recompute: per chunk
                   for n in sizes if n >= nl)
         wg.add(nl * g["layer_wgrad"])
+        # SP's re-gathers that outlast their data-gradient GEMMs: those GEMMs carved out of
+        # the backward block first (``ProgramBuilder.regather``), the rest after them
+        carved = 0.0
+        if one.rg_bytes > 0 and p.tp > 1:
+            t_ag = float(collective_time("allgather", one.rg_bytes, p.tp, 1, job.cluster))
+            for share, dgrad in sp_regather_pieces(one):
+                if share > 0 and dgrad < t_ag:
+                    carved += nl * share * dgrad
+            if carved > 0:
+                bwd.add(carved)
         for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
-                                (nl * layer_b, nl * g["attn_bwd"], bwd)):
+                                (nl * layer_b - carved, nl * g["attn_bwd"], bwd)):
             if p.cp > 1:
                 out.update({secs - attn, attn})
             else:

@@ -31,7 +31,10 @@ def test_one_moe_layer_runs_compute_a2a_then_tp_in_sequence(pass_):
     the next compute starts after the last, so the block lasts the sum of the four."""
     res = simulate(_job(), network="contention-free", fold=False)
     recs = sorted(res.by_rank(0), key=lambda r: (r.start, r.end))
-    main = next(r for r in recs if r.label == pass_ and r.kind in ("forward", "backward"))
+    # the block's main compute: its last record (a backward first runs the data-gradient
+    # GEMMs beside SP's re-gathers, docs/calibration.md §5.70)
+    main = max((r for r in recs if r.label == pass_ and r.kind in ("forward", "backward")),
+               key=lambda r: r.end)
     a2a = next(r for r in recs if r.label == f"A2A ep {pass_}")
     rs = next(r for r in recs if r.label == f"RS tp {pass_}")
     ag = next(r for r in recs if r.label == f"AG tp {pass_}")

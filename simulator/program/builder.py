@@ -18,9 +18,9 @@ from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, S
 from strategies.schedules.exchanges import Exchange
 from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
-from strategies.cost.comm import (dp_parts, grad_shard_params, has_dp_copies, in_one_node,
-                                  measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum
+from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
+                                  in_one_node, measured_scale, per_tensor_excess, profile_of)
+from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum, sp_regather_pieces
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -119,6 +119,10 @@ class ProgramBuilder:
         # MoE collectives is empty, ``coll`` returns None for each)
         self._moe = (len(self.group["ep"]) > 1 or len(self.group["etp"]) > 1) and any(
             not x.ep_bytes <= 0 for c in chunks for x in self.chunk[c])
+        # one SP re-gather's contention-free seconds, as the estimate prices it (0: none)
+        self.t_regather = float(collective_time("allgather", costs.rg_bytes, p.tp, 1,
+                                                self.cluster)) \
+            if costs.rg_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -200,6 +204,37 @@ class ProgramBuilder:
         if last is not None:
             self.wait.append(last)
 
+    def regather(self, nl: float, secs: float, label: str, i: int, c: int,
+                 start: tuple) -> float:
+        """Sequence parallelism's backward re-gathers of ``nl`` mean layers
+        (``cost.stage.sp_regather_pieces``) that outlast the data-gradient GEMM they were
+        issued before, ``t_ag`` their contention-free all-gather time (the estimate's): one
+        all-gather of all their bytes on the tp-comm stream beside a compute op of those
+        GEMMs, carved out of the block's ``secs``; the rest of the block waits for both, so
+        they expose ``sum(share·(t_ag - dgrad))`` on a contention-free network
+        (``cost.stage.sp_regather_exposed``) and more where the flows slow the gather. The
+        re-gathers their GEMM hides are not compiled (no exposure, and their link load is
+        left out: every one compiled added 39 % events to GPT-3 175B's folded step for a
+        step equal to 3e-15; docs/calibration.md §5.70). Returns the seconds carved out."""
+        cs = self.c
+        t_ag = self.t_regather
+        n = d = 0.0
+        for share, dgrad in sp_regather_pieces(cs):
+            if share > 0 and dgrad < t_ag:
+                n += nl * share
+                d += nl * share * dgrad
+        if n <= 0:
+            return 0.0
+        deps = start + ((self.last_compute,) if self.last_compute is not None else ())
+        ag = self.coll("tp-comm", "allgather", "tp", cs.rg_bytes, n, "tp",
+                       f"AG tp re-gather {label}", i, c, deps=deps)
+        if ag is None:
+            return 0.0
+        d = min(d, secs)
+        self.compute(d, "backward", label, i, c, force=True)
+        self.wait.append(ag)
+        return d
+
     def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
         """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
         backward order for a backward), each piece as ``(count, per-layer record)`` runs.
@@ -258,6 +293,8 @@ class ProgramBuilder:
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
         start = tuple(self.wait)
+        if not fwd and self.t_regather > 0:
+            secs -= self.regather(nl, secs, label, i, c, start)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)

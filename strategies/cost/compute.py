@@ -133,6 +133,35 @@ class LayerTime:
     bwd: Num
     recompute: Num   # extra forward work redone in the backward (selective or full)
     wgrad: Num = 0.0  # the weight-gradient part of ``bwd`` (its GEMMs + their accumulation)
+    #: the data-gradient GEMMs each sequence-parallel re-gather of the backward overlaps
+    #: (``regather_dgrad``): ``(share of the mean layer, seconds)`` per kind of re-gather
+    regather: tuple = ()
+
+
+def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+                   slow: Num = 1.0) -> tuple[tuple[Num, Num], ...]:
+    """The data-gradient GEMMs the backward's sequence-parallel re-gathers overlap, one
+    ``(share, seconds)`` per kind of re-gather of the mean layer: the attention's (share 1:
+    its column-parallel linears, QKV or MLA's up projections, that read the gathered input),
+    the dense MLP's fc1 (share: the dense layers') and the shared experts' fc1 (the MoE
+    layers' share when the model has shared experts). A re-gather of the routed experts'
+    input does not exist: the token dispatcher gathers it (``gather_from_sequence_parallel_
+    region``, whose backward is a reduce-scatter) and the experts keep the gathered tokens.
+    ``parts``/``units``: ``counts.layer_gemm_parts`` and their ``gemm_units`` prices (the
+    column-parallel data gradient runs as one GEMM: ``pieces`` 1); ``slow``: the overlap
+    clock factor the layer's GEMMs run at (``overlap_slowdown``)."""
+    linears = m.attention_linears()
+    attn = 0.0
+    for (_, _, _, split), (_, g), (_, _, pieces, d, _) in zip(linears, parts, units):
+        if split == "col":
+            attn = attn + g[0] * pieces * d
+    dense, dense_n, shared, shared_n = 0.0, 0.0, 0.0, 0.0
+    for (part, g), (_, _, pieces, d, _) in zip(parts[len(linears):], units[len(linears):]):
+        if g[4] is False and part == "dense_mlp":
+            dense, dense_n = pieces * d, g[0]
+        elif g[4] is False and part == "shared_mlp":
+            shared, shared_n = pieces * d, g[0]
+    return ((1.0, slow * attn), (dense_n, slow * dense), (shared_n, slow * shared))
 
 
 def _shape(d: Num) -> Num:
@@ -926,7 +955,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     full = fwd - gco - stop
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
-    return LayerTime(fwd, bwd, rc, g_w + acc)
+    return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

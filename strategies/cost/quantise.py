@@ -145,11 +145,20 @@ def tp_collective_bytes_factor(dtype: str, sp: Num) -> Num:
     scalings for block formats) and half are bf16 reduce-scatters, so ``(2 + gathered)/4``;
     1 otherwise. Ring all-gather and reduce-scatter times are the same affine function of
     the bytes, so four collectives of the mean size take exactly the time of the two pairs."""
+    return np.where(sp, (1.0 + tp_allgather_bytes_factor(dtype, sp)) / 2.0, 1.0)
+
+
+def tp_allgather_bytes_factor(dtype: str, sp: Num) -> Num:
+    """Bytes of one sequence-parallel all-gather relative to its bf16 size: ``gathered/2``
+    in a quantised precision (``gathered`` bytes per element: one copy for per-tensor
+    scaling, both scalings for block formats; Transformer Engine gathers the quantised
+    norm output, ``layernorm_linear.py`` ``gather_along_first_dim(..., quantizer=)``, and
+    its backward re-gathers the saved quantised shard the same way), 1 otherwise."""
     p = get_precision(dtype)
     if not p.quantised:
         return np.where(sp, 1.0, 1.0)
     gathered = (2 if p.block_scaled else 1) * p.operand_bytes
-    return np.where(sp, (2.0 + gathered) / 4.0, 1.0)
+    return np.where(sp, gathered / 2.0, 1.0)
 
 
 def weight_copy_bytes(dtype: str, gpu: GPU | None = None) -> float:

@@ -183,6 +183,17 @@ class StageCostArrays:
     expert_params_first: np.ndarray = 0.0
     expert_params_mid: np.ndarray = 0.0
     expert_params_last: np.ndarray = 0.0
+    # sequence parallelism's backward re-gathers (``FrameworkProfile.sp_regather``): the bytes
+    # of one (the forward all-gather's; 0 where none runs) and, per kind of re-gather, the
+    # mean layer's share of it and the data-gradient GEMM seconds it overlaps
+    # (``compute.regather_dgrad``: attention, dense fc1, shared experts' fc1);
+    # ``sp_regather_exposed`` prices them
+    rg_bytes: np.ndarray = 0.0
+    rg_attn: np.ndarray = 0.0
+    rg_dense_n: np.ndarray = 0.0
+    rg_dense: np.ndarray = 0.0
+    rg_shared_n: np.ndarray = 0.0
+    rg_shared: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -249,6 +260,12 @@ class StageCosts:
     layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
     # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
     expert_params_by_stage: tuple[float, ...] = ()
+    rg_bytes: float = 0.0               # SP backward re-gathers (StageCostArrays)
+    rg_attn: float = 0.0
+    rg_dense_n: float = 0.0
+    rg_dense: float = 0.0
+    rg_shared_n: float = 0.0
+    rg_shared: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -505,7 +522,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
-        copy_gap=float(fw.launch_gap_s), by_kind=by_kind)
+        copy_gap=float(fw.launch_gap_s), by_kind=by_kind,
+        # SP's backward re-gathers: the forward all-gather's bytes again, on stacks that save
+        # the local shard (``FrameworkProfile.sp_regather``)
+        rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, counts.tp_comm_bytes_fwd(m, b, cp)
+                          * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
+        rg_attn=full(lt.regather[0][1]), rg_dense_n=full(lt.regather[1][0]),
+        rg_dense=full(lt.regather[1][1]), rg_shared_n=full(lt.regather[2][0]),
+        rg_shared=full(lt.regather[2][1]))
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -577,6 +601,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
         tied_bytes=f("tied_bytes"),
+        rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_dense_n=f("rg_dense_n"),
+        rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -648,6 +674,32 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
     """Parameters per GPU of pipeline rank ``stage`` (``stage_params_split``, summed)."""
     dense, expert = stage_params_split(job, c, stage)
     return dense + expert
+
+
+def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any], ...]:
+    """``(share, seconds)`` of each kind of sequence-parallel re-gather of one mean layer's
+    backward (``x``: a ``StageCostArrays`` or ``StageCosts``): each re-gathers the saved
+    shard of a column-parallel linear's input (the ``rg_bytes`` of the forward's all-gather)
+    beside the data-gradient GEMM of ``seconds`` it was issued before; the attention's once
+    per layer, the dense MLP's and the shared experts' on their share of the layers."""
+    return ((1.0, x.rg_attn), (x.rg_dense_n, x.rg_dense), (x.rg_shared_n, x.rg_shared))
+
+
+def sp_regather_exposed(t_ag: counts.Num, x: Any) -> counts.Num:
+    """Seconds per mean layer's backward the sequence-parallel re-gathers keep the compute
+    stream waiting: each all-gather of ``t_ag`` seconds runs beside the data-gradient GEMM
+    it was issued before (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication.
+    backward``: ``all_gather(async_op=True)``, ``grad_output.matmul(weight)``,
+    ``handle.wait()``, then the weight gradient; Transformer Engine the same with
+    ``gather_along_first_dim(async_op=True)``, or its userbuffers bulk overlap
+    ``ub_bulk_dgrad`` under TP overlap), so it exposes ``max(0, t_ag - dgrad)``, summed over
+    ``sp_regather_pieces`` by share. 0 where ``t_ag`` is 0 (no re-gather). The one rule the
+    estimate and the lower bound read; the simulator compiles the same pieces
+    (``simulator.program.builder``). docs/calibration.md §5.70."""
+    out = 0.0
+    for share, dgrad in sp_regather_pieces(x):
+        out = out + share * np.maximum(t_ag - dgrad, 0.0)
+    return out
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

@@ -57,7 +57,7 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import stage_cost_arrays
+from strategies.cost.stage import sp_regather_exposed, stage_cost_arrays
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -377,6 +377,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            * sc.gemm_fwd,
                            (tp_raw - tp_out) / sc.tp_overlap_chunks) + tp_out
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
+    # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
+    # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
+    t_rg = np.where(sc.rg_bytes > 0, cm.collective_time("allgather", sc.rg_bytes, tp, 1, cl),
+                    0.0)
+    tp_layer = tp_layer + sp_regather_exposed(t_rg, sc)
     # context parallel ring attention, overlapped with the attention blocks it feeds
     t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
     a_f, a_b = sc.attn_fwd, sc.attn_bwd

@@ -80,7 +80,7 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, stage_cost_arrays,
+from strategies.cost.stage import (StageCostArrays, sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
@@ -180,8 +180,12 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, tpo):
     if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
         cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
+    # SP's backward re-gathers stall the compute stream inside the block, before what closes
+    # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
+    rg = sp_regather_exposed(np.where(sc.rg_bytes > 0, group_floor(sc.rg_bytes, tp, 1, 1, cl),
+                                      0.0), sc)
     return (np.maximum(n_f * tau, np.maximum(a2a, cp_f)),
-            np.maximum(n_b * tau_b, np.maximum(a2a, cp_b)), tau)
+            np.maximum(n_b * tau_b, np.maximum(a2a, cp_b)) + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
