@@ -574,7 +574,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                   recompute_modules, remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(recompute_modules) if recompute_modules else 0
-    load = counts.moe_load(ep, imbalance, capacity_factor)
+    load = counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
                                        mods, clamp=clamp, cache=cache)
     return float(base + extra)
@@ -844,7 +844,7 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
         # less the fp32 logits a schedule that stashes them counts in its entries
         p = job.plan
         nbytes += float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                     job.framework.loss.peak_bytes))
+                                     job.framework.loss.peak_bytes_at(p.tp)))
         if get_schedule(p.schedule).logits_stashed:
             nbytes -= output_activation_bytes(job)
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds

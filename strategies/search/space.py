@@ -28,7 +28,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import (FrameworkProfile, ep_overlap_rules, stack_mask,
+from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
                                   stack_system)
 from strategies.job import expert_plan_ok
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
@@ -527,7 +527,7 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
                      gpu: GPU | None = None, clamp: bool = False,
-                     remat_named: bool = False, loss_bytes: float | None = None,
+                     remat_named: bool = False, loss_bytes: LossPasses | None = None,
                      act_cache: float | None = None,
                      optimizer_bytes: float | None = None, fsdp2: bool = False,
                      dispatch_bytes: float | None = None) -> np.ndarray:
@@ -586,7 +586,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     # a JAX remat policy's selective stash (memory.activations.named_remat_bytes)
     remat_named = bool((framework or DEFAULT_FRAMEWORK).remat_named)
     # what the stack's cross-entropy holds per logit element (memory.activations.output_bytes)
-    loss_bytes = float((framework or DEFAULT_FRAMEWORK).loss.peak_bytes)
+    loss_bytes = (framework or DEFAULT_FRAMEWORK).loss      # its peak_bytes_at(tp) per plan
     # activations cached in low precision, the optimizer's state bytes (memory.arrays)
     act_cache = activation_cache_bytes((framework or DEFAULT_FRAMEWORK).fp8_activation_cache,
                                        dtype)
