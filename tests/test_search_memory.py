@@ -20,7 +20,7 @@ def test_evaluate_leaves_no_cyclic_garbage_and_the_same_figures():
                     global_batch=16).plan
     gc.collect()
     simulate_figures(make_job(m, cl, plan))
-    assert gc.collect() > 1000           # what one simulation leaves behind
+    assert gc.collect() > 0              # what one simulation leaves behind
     a = evaluate(m, cl, "bf16", None, None, False, plan)
     assert gc.collect() == 0
     b = evaluate(m, cl, "bf16", None, None, False, plan)
