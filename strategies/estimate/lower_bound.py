@@ -27,8 +27,10 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    attention core and must finish first); not the all-to-all of a schedule that overlaps
    pairs (``Schedule.overlaps_pairs``: DualPipe's ``F&B``; Megatron's combined 1F1B with
    ``ep_overlap``), which may hide under the
-   partner's compute. These three run on separate streams: a block
-   lasts at least its compute plus the largest of them. A pipeline exchange is blocking: the
+   partner's compute. The all-to-all, the expert-TP collectives and the
+   blocking TP collectives run one after the other (``a2a_floor`` bounds the first per
+   link), the ring-attention tail beside them: a block lasts at least its compute plus the
+   larger of the two. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
    send placed right after the step that produced it adds its transfer to the chain (every
    send with GPipe and 1F1B; with interleaving the backward ones, as a forward's output
