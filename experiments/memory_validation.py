@@ -5,7 +5,8 @@ Two kinds of evidence, each row with its plan:
 1. ``measured``: the reference rows that print a per-GPU peak (``measured.memory_gb`` or
    ``memory_gib`` in ``strategies/reference/data/published.json`` and ``published_2026.json``:
    torchtitan's December 2024 tables, max reserved GiB over the GPUs; BigScience's BLOOM
-   prototype runs, "per-GPU memory as logged", its unit not stated). The model's peak is
+   prototype runs, nvidia-smi's used memory, its unit not stated: read in GiB, and every unit
+   normalised, by ``strategies.reference.measured.measured_memory_gib``). The model's peak is
    ``strategies.memory.scalar.peak_memory`` of the row's job (``reference.cases``), the
    same function ``estimate``, the search's pruning (its array form) and the simulator read.
 2. ``statements``: a source saying a plan ran (``experiments/memory_validation.json``: Llama 3
@@ -39,6 +40,7 @@ sys.path.insert(0, ROOT)
 
 from strategies.memory.scalar import peak_memory                           # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference      # noqa: E402
+from strategies.reference.measured import measured_memory_gib               # noqa: E402
 
 DATA = os.path.join(ROOT, "strategies", "reference", "data")
 STATEMENTS = os.path.join(ROOT, "experiments", "memory_validation.json")
@@ -88,13 +90,10 @@ def measured_rows() -> list[dict[str, Any]]:
     for name in MEASURED_FILES:
         rows = load_reference(os.path.join(DATA, name))
         for r in rows:
-            m = r.get("measured") or {}
-            value = m.get("memory_gib", m.get("memory_gb"))
+            value, unit = measured_memory_gib(r)    # the reader's units (§5.74)
             if value is None:
                 continue
-            row = {"id": r["id"], "file": name, "published_gib": float(value),
-                   "unit": m.get("memory_unit") or ("GiB" if "memory_gib" in m else
-                                                    "GB as printed (unit not stated)"),
+            row = {"id": r["id"], "file": name, "published_gib": value, "unit": unit,
                    "source": f"{r['source'].get('ref')}, {r['source'].get('table')}"}
             if any(f == name and r["id"].startswith(p) for f, p in prefixes):
                 row["skipped"] = "excluded (experiments/memory_validation.json)"

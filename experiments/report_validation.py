@@ -22,6 +22,7 @@ from typing import Any, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from strategies.cost.system import DEFAULT_SYSTEM                               # noqa: E402
 from experiments._report import (DEFAULT_OUT, ReportWriter, fmt, header, md_table,  # noqa: E402
                                  paraplan, rel, this_command)
 
@@ -164,6 +165,41 @@ def render_also(outs: list[dict[str, Any]], simulated: bool = True) -> str:
     return "\n".join(parts)
 
 
+def render_memory(outs: list[dict[str, Any]]) -> str:
+    """Peak memory per GPU of every run that prints one (``paraplan validate``'s
+    ``measured_memory_gib``, ``estimated_memory_gib``: the estimate's peak stage,
+    ``memory_error_pct``), per reference file, with each file's memory MAPE; "" where no run
+    prints one (docs/calibration.md §5.74)."""
+    parts: list[str] = []
+    for out in outs:
+        rows = [r for r in out["cases"] if r["plan"] is not None
+                and r.get("memory_error_pct") is not None]
+        if not rows:
+            continue
+        parts += [f"### `{out['reference']}`", "",
+                  _summary("Memory", out.get("memory") or {"cases": 0}) + ".", "",
+                  md_table(["run", "plan", "measured GiB", "estimated GiB", "error", "torch.compile"],
+                           [[r["id"], r["plan"], fmt(r["measured_memory_gib"], 1),
+                             fmt(r["estimated_memory_gib"], 1),
+                             fmt(r["memory_error_pct"], 1, " %"),
+                             "yes" if "torch.compile run" in (r["memory_how_measured"] or "")
+                             else "no"] for r in rows], align="llrrrl"), ""]
+    if not parts:
+        return ""
+    return "\n".join(["", "## Peak memory per GPU", "",
+                      "Runs whose source prints a peak memory per GPU, against the estimate's "
+                      "peak stage (`memory.peak_gib`: the tensors plus the model's allowances, "
+                      f"{DEFAULT_SYSTEM.fixed_other_bytes / 2 ** 30:g} GiB fixed and "
+                      f"{DEFAULT_SYSTEM.fragmentation:.0%} of the activations for "
+                      "fragmentation, `SystemConfig`). What each "
+                      "figure measures (`paraplan validate --verbose`): torchtitan logs the "
+                      "caching allocator's max reserved bytes; BigScience's BLOOM prequel "
+                      "figures are taken as nvidia-smi's used memory, in GiB. The reserve "
+                      "above the allocations is not modelled beyond those allowances. "
+                      "torch.compile runs: the model's layers save what eager autograd saves.",
+                      "", *parts])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=str(DEFAULT_OUT), help="folder (default docs/reports)")
@@ -187,7 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                             else ["--no-sim"])]) for f in a.also]
         w.json(f"{NAME}.json", {**out, "also": also})
         w.text(f"{NAME}.md", render(out, this_command("report_validation.py", argv),
-                                    " ".join(shown)) + render_also(also, held_out_sim))
+                                    " ".join(shown)) + render_also(also, held_out_sim)
+               + render_memory([out, *also]))
         for f in w.commit():
             print(f"wrote {rel(f)}")
     return 0

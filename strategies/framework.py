@@ -214,17 +214,34 @@ class LossPasses:
     #: the stack's code was not read. docs/calibration.md §5.19.
     peak_bytes: float = 4.0
     peak_source: str = "assumed: the fp32 logits alone (Megatron's estimator)"
+    #: bytes per logit element at the peak where the stack computes the loss over logits
+    #: sharded on the vocabulary (tp > 1) by another code path (torchtitan's
+    #: ``loss_parallel``, docs/calibration.md §5.74); None: ``peak_bytes`` at every tp
+    peak_bytes_sharded: float | None = None
+    peak_sharded_source: str = ""
 
     def __post_init__(self) -> None:
-        b = self.peak_bytes
-        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 2 <= b < 100:
-            raise SpecError("framework.loss.peak_bytes", b,
-                            "must be bytes per logit element in [2, 100)")
+        for name in ("peak_bytes", "peak_bytes_sharded"):
+            b = getattr(self, name)
+            if name == "peak_bytes_sharded" and b is None:
+                continue
+            if isinstance(b, bool) or not isinstance(b, (int, float)) or not 2 <= b < 100:
+                raise SpecError(f"framework.loss.{name}", b,
+                                "must be bytes per logit element in [2, 100)")
         for where, passes in (("fwd", self.fwd), ("bwd", self.bwd)):
             for name, b in passes:
                 if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0 < b < 100:
                     raise SpecError(f"framework.loss.{where}", f"{name}: {b}",
                                     "must be bytes per logit element in (0, 100)")
+
+    def peak_bytes_at(self, tp):
+        """Bytes per logit element at the loss's peak at tensor-parallel size ``tp`` (a
+        number, or an array per plan): ``peak_bytes_sharded`` where ``tp > 1`` and the stack
+        states one, else ``peak_bytes``. The one rule the scalar and array memory read."""
+        if self.peak_bytes_sharded is None:
+            return self.peak_bytes
+        out = np.where(np.asarray(tp) > 1, self.peak_bytes_sharded, self.peak_bytes)
+        return float(out) if out.ndim == 0 else out
 
     @property
     def fwd_bytes(self) -> float:
@@ -1202,7 +1219,16 @@ TORCHTITAN = replace(
         ".float(), labels.flatten(0, 1)), eager (loss_fn compile commented out), `del pred` "
         "before loss.backward(): forward 16-bit logits 2 + fp32 copy 4 + log_softmax output 4 "
         "= 10; backward saved log_softmax output 4 + nll_loss's fp32 gradient 4 + "
-        "log_softmax_backward's fp32 result 4 = 12 bytes per element")),
+        "log_softmax_backward's fp32 result 4 = 12 bytes per element"),
+        # tp > 1: train.py runs the loss under loss_parallel (enable_loss_parallel = not
+        # training.disable_loss_parallel, default on), DTensor's custom handlers in
+        # torch/distributed/tensor/parallel/loss.py on the vocabulary-sharded fp32 logits
+        peak_bytes_sharded=16.0, peak_sharded_source=(
+            "torchtitan 9dec370 train.py train_context(enable_loss_parallel) with tp > 1: "
+            "torch/distributed/tensor/parallel/loss.py _nll_loss_and_log_softmax_backward "
+            "holds the saved fp32 log_softmax output x 4, grad_input = zeros_like(x) 4, and "
+            "(grad_input + exp(x)) 4 while its product with grad_output 4 is written: 16 bytes "
+            "per element (forward: 16-bit logits 2 + fp32 copy 4 + shifted 4 + result 4 = 14)")),
     sharded_grad_passes=("reduce_copy_in",),
     sharded_grad_sources=(
         ("reduce_copy_in", "FSDP2 foreach_reduce (torch/distributed/_composable/fsdp/"
@@ -1386,16 +1412,36 @@ COMPILE_SUFFIX = "-compile"
 COMPILED_KERNELS_PER_LAYER = 15
 
 
+#: torchtitan's loss under torch.compile (docs/calibration.md §5.74): since bbb1b616e
+#: (2025-04-02) ``components/loss.py`` ``build_cross_entropy_loss`` wraps ``cross_entropy_loss``
+#: (``F.cross_entropy(pred.flatten(0, 1).float(), labels)``) in ``torch.compile`` when the
+#: model is compiled (e7c0cae, 2025-06; HEAD with ``"loss" in compile.components``). AOTAutograd's
+#: min-cut partitioner (torch/_functorch/partitioners.py: ``aten.to``, ``sub``, ``exp``,
+#: ``log`` recomputable, reductions' small outputs saved) keeps the 16-bit logits (2 bytes per
+#: element) and the rows' max and log-sum-exp, not an fp32 copy; the fused backward writes the
+#: gradient in the logits' dtype (2): 4 bytes per logit element at the peak. Memory only: the
+#: time passes stay ``LossPasses``' assumption. Before bbb1b616e (9dec370, Dec 2024) the loss
+#: ran eager ("TODO: compiling loss function causes CUDA errors"): ``TORCHTITAN.loss``'s 12.
+TORCHTITAN_COMPILED_LOSS = replace(TORCHTITAN.loss, peak_bytes=4.0, peak_bytes_sharded=None,
+                                   peak_sharded_source="", peak_source=(
+    "torchtitan bbb1b616e+ (2025-04) components/loss.py build_cross_entropy_loss: "
+    "torch.compile(cross_entropy_loss) with the model; the min-cut partitioner saves the "
+    "16-bit logits (2) and row statistics, the fused backward writes the 16-bit gradient (2): "
+    "4 bytes per element; with tp > 1 (loss_parallel's DTensor handlers traced) not read, "
+    "taken as the same 4"))
+
+
 def compiled(fw: FrameworkProfile) -> FrameworkProfile:
     """Stack ``fw`` with its model under torch.compile (torchtitan's ``--compile.enable``,
     ``components`` model and loss): the elementwise work of ``counts.
     compiled_elementwise_bytes_fwd`` in ``COMPILED_KERNELS_PER_LAYER`` kernels per layer;
-    the quantisation casts keep ``quantise``'s rule (docs/calibration.md §5.69). SpecError
+    the quantisation casts keep ``quantise``'s rule (docs/calibration.md §5.69); the loss
+    compiled with the model (``TORCHTITAN_COMPILED_LOSS``, its memory, §5.74). SpecError
     for a stack with no such switch."""
     if fw.name == TORCHTITAN.name:
         return replace(
             fw, name=fw.name + COMPILE_SUFFIX, elementwise_kernels="compiled",
-            kernels_per_layer=COMPILED_KERNELS_PER_LAYER,
+            kernels_per_layer=COMPILED_KERNELS_PER_LAYER, loss=TORCHTITAN_COMPILED_LOSS,
             description="torchtitan with torch.compile (--compile.enable, model per "
                         "TransformerBlock): inductor-fused elementwise kernels, FSDP2, "
                         "torch.distributed.pipelining schedules")

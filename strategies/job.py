@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
@@ -204,18 +205,41 @@ def check_expert_plan(model: ModelSpec, plan: Plan) -> None:
             raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
     if not model.is_moe:
         return
-    if model.expert_ffn % etp:
+    if not expert_width_fits(model, etp):
         raise SpecError("etp", etp, f"must divide the expert width moe_ffn_hidden_size="
                         f"{model.expert_ffn} (expert tensor parallelism splits it)")
     if plan.dp is not None:
         ranks = plan.tp * plan.cp * plan.dp
-        if ranks % (etp * plan.ep):
+        if not expert_groups_fit(plan.tp, plan.cp, plan.dp, plan.ep, etp):
             what = "ep" if plan.etp is None else "etp"
             raise SpecError(what, getattr(plan, what) if what == "ep" else etp,
                             f"etp*ep = {etp}*{plan.ep} = {etp * plan.ep} must divide the ranks "
                             f"of a pipeline stage, tp*cp*dp = {plan.tp}*{plan.cp}*{plan.dp} = "
                             f"{ranks} (expert groups are cut from them; the rest is expert "
                             "data parallelism)")
+
+
+def expert_width_fits(model: ModelSpec, etp: Any) -> Any:
+    """``etp`` divides the expert width ``moe_ffn_hidden_size`` (ints or arrays)."""
+    return model.expert_ffn % etp == 0
+
+
+def expert_groups_fit(tp: Any, cp: Any, dp: Any, ep: Any, etp: Any) -> Any:
+    """``etp·ep`` divides ``tp·cp·dp``, the ranks of a pipeline stage (ints or arrays):
+    Megatron-Core's ``parallel_state`` cuts the expert groups from them."""
+    return (tp * cp * dp) % (etp * ep) == 0
+
+
+def expert_plan_ok(model: ModelSpec, tp: Any, cp: Any, dp: Any, ep: Any, etp: Any) -> Any:
+    """The expert rules of ``check_plan_against_model`` and ``check_expert_plan`` over arrays
+    (resolved ``etp``; the search's ``ep`` rule): a dense model has ``ep = 1`` and ``etp = tp``;
+    an MoE model has ``ep | num_experts``, ``etp | moe_ffn_hidden_size`` and
+    ``etp·ep | tp·cp·dp``. The checks above read the same two helpers, so a plan this keeps
+    passes them and one it drops fails them (tests/test_search_etp.py)."""
+    if not model.is_moe:
+        return (ep == 1) & (etp == tp)
+    return ((model.num_experts % ep == 0) & expert_width_fits(model, etp)
+            & expert_groups_fit(tp, cp, dp, ep, etp))
 
 
 def _check_recompute_against_model(model: ModelSpec, plan: Plan,

@@ -166,11 +166,12 @@ class PlanArrays:
                    **extra)
 
     def to_columns(self) -> dict[str, np.ndarray]:
-        """The search space's short columns (integers and booleans)."""
+        """The search space's short columns (integers and booleans), ``etp`` (resolved) among
+        them as in every space; the other expert columns are left out (their defaults)."""
         n = np.shape(self.tp)
         return {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
                         else (getattr(self, name) + np.zeros(n)).astype(np.int64))
-                for name, short in SHORT.items()}
+                for name, short in (*SHORT.items(), ("etp", "etp"))}
 
 
 def _code(name: str, v: Any) -> Any:

@@ -315,7 +315,9 @@ CASES = [
     ("search-bad-capacity-no-plan-file", ["search", *MOE, "--plan", "{d}/p.yaml",
                                           "--save-plan", "{d}/best.yaml"],
      {"p.yaml": "ep: 8\ngbs: 16\nmoe_capacity_factor: -1\n"},
-     ["--plan='moe_capacity_factor'", "not a key a search can fix"]),
+     ["--plan='moe_capacity_factor=-1'", "must be a number > 0"]),
+    ("search-unknown-plan-key", ["search", *MOE, "--plan", "ep=8,gbs=16,flushes=2"], {},
+     ["--plan='flushes'", "not a key a search can fix"]),
     ("calibrate-bad-tp-no-profile", ["calibrate", "--backend", "fake", "--out", "{d}/gpu.yaml",
                                      "--tp", "0"], {}, ["--tp=0", ">= 1"]),
 ]

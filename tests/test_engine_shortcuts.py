@@ -44,8 +44,9 @@ def test_max_min_rates_do_not_depend_on_row_order_or_padding():
 
 
 # ----------------------------------------------------------------------- queue entries
-def _process_run(net, op, phases, then):
-    """The collective run as a SimPy process (what ``collectives._Run`` replaces)."""
+def _process_run(net, op, phases, then, blocks=None):
+    """The collective run as a SimPy process (what ``collectives._Run`` replaces; flow by
+    flow, so its phases' prepared blocks are not read)."""
     env = net.env
 
     def proc():

@@ -127,7 +127,8 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
         # The same activation memory and redundancy rules as the unnamed space (FlashAttention
         # on): the named space is the unnamed one less what the stack cannot run.
         # The op-level recompute (torchtitan's) is searched only under a stack that runs it.
-        runnable = {plan_key(_switched(free.plan(i), fw)) for i in range(free.size)
+        runnable = {plan_key(_switched(free.plan(i), fw), fw.plan_defaults())
+                    for i in range(free.size)
                     if not plan_violations(fw, _switched(free.plan(i), fw))}
         op = {k for k in named_keys if "recompute=op," in k}
         assert bool(op) == ("op" in fw.recompute)

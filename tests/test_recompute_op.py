@@ -193,10 +193,12 @@ def test_recompute_component_is_what_op_did_not_save():
     assert want > 0
     assert memory_components(job, 0)["recompute"].activations == pytest.approx(want, rel=1e-12)
     # 1F1B: the last stage's loss, one micro-batch at a time, at what torchtitan's eager
-    # cross-entropy holds per logit element (12 bytes: docs/calibration.md §5.19)
+    # cross-entropy holds per logit element (12 bytes: docs/calibration.md §5.19; 16 under
+    # TP, loss_parallel's DTensor handlers: §5.74)
     p = job.plan
-    logits = float(act.output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp, 12.0))
+    logits = float(act.output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp, 16.0))
     assert job.framework.loss.peak_bytes == 12.0
+    assert job.framework.loss.peak_bytes_at(p.tp) == 16.0
     assert act.transient_activation_bytes(job, 0) == pytest.approx(want + logits, rel=1e-12)
 
 

@@ -70,12 +70,17 @@ def test_layer_time_reads_the_compiled_count():
 
 def test_compile_off_is_the_eager_profile_unchanged():
     """The variant differs from torchtitan only in its name, description, elementwise
-    kernels and kernel count; torchtitan itself stays eager."""
+    kernels, kernel count and its loss's peak bytes (the loss compiled with the model,
+    docs/calibration.md §5.74); torchtitan itself stays eager."""
     assert TORCHTITAN.elementwise_kernels == "eager" and TORCHTITAN.kernels_per_layer == 30
     assert get_profile("torchtitan") is TORCHTITAN
     differ = {f.name for f in dataclasses.fields(TORCHTITAN)
               if getattr(TORCHTITAN, f.name) != getattr(TORCHTITAN_COMPILE, f.name)}
-    assert differ == {"name", "description", "elementwise_kernels", "kernels_per_layer"}
+    assert differ == {"name", "description", "elementwise_kernels", "kernels_per_layer",
+                      "loss"}
+    assert TORCHTITAN_COMPILE.loss == dataclasses.replace(
+        TORCHTITAN.loss, peak_bytes=4.0, peak_source=TORCHTITAN_COMPILE.loss.peak_source,
+        peak_bytes_sharded=None, peak_sharded_source="")
     assert get_profile("torchtitan-compile") is TORCHTITAN_COMPILE
     assert "torchtitan-compile" not in PROFILES        # a variant, not a stack of its own
     assert compiled(TORCHTITAN_COMPILE) is TORCHTITAN_COMPILE

@@ -23,7 +23,9 @@ from strategies.plan import _ALIAS as PLAN_ALIASES
 from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
-from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
+from strategies.framework import plan_view, stack_rules
+from strategies.plan import Plan
+from strategies.search.space import FIX_KEYS, SWITCH_KEYS, SpaceOptions, parse_fix
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
 
@@ -143,6 +145,15 @@ def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
         if key in fixed and fixed[key] not in runs:
             raise CliError("--fix", f"{key}={fixed[key]}", f"{fw.name} runs {key} "
                            f"{', '.join(runs)} (choose another --framework or another value)")
+    # a fixed switch the stack lacks (ep_overlap, cuda_graph, a dispatcher): its own rule in
+    # ``framework.stack_rules``, read on a plan that carries only the fixed switches
+    switches = {k: v for k, v in fixed.items() if k in SWITCH_KEYS}
+    if switches:
+        for key, _, ok, why in stack_rules(fw, plan_view(Plan(**switches))):
+            rule = why()
+            if key in switches and not bool(ok) and rule.startswith(f"{fw.name} "):
+                raise CliError("--fix", f"{key}={str(switches[key]).lower()}", rule +
+                               " (choose another --framework or another value)")
 
 
 def plan_framework(text: str | None) -> Any:

@@ -106,15 +106,29 @@ def _sec(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
 
+def _gib(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
 def render(out: dict, verbose: bool = False) -> str:
     rows = [r for r in out["cases"] if r["plan"] is not None]
-    lines = [f"Published runs ({out['reference']}, tiers {out['tiers']}): seconds per step",
-             table(["case", "plan", "GPUs", "measured", "analytic", "error", "simulated",
-                    "error"],
-                   [[r["id"], r["plan"], r["gpus"], _sec(r["measured_step_s"]),
-                     _sec(r["analytic_step_time_s"]), _err(r["analytic_error_pct"]),
-                     _sec(r["simulated_step_time_s"]), _err(r["simulated_error_pct"])]
-                    for r in rows], align="llrrrrrr"),
+    memory = any(r.get("measured_memory_gib") is not None for r in rows)
+    head = ["case", "plan", "GPUs", "measured", "analytic", "error", "simulated", "error"]
+    if memory:      # GiB per GPU, shown only where some run prints its peak
+        head += ["mem meas", "mem est", "error"]
+
+    def cells(r: dict) -> list:
+        c = [r["id"], r["plan"], r["gpus"], _sec(r["measured_step_s"]),
+             _sec(r["analytic_step_time_s"]), _err(r["analytic_error_pct"]),
+             _sec(r["simulated_step_time_s"]), _err(r["simulated_error_pct"])]
+        if memory:
+            measured = r.get("measured_memory_gib")
+            c += [_gib(measured), _gib(r.get("estimated_memory_gib") if measured else None),
+                  _err(r.get("memory_error_pct"))]
+        return c
+    lines = [f"Published runs ({out['reference']}, tiers {out['tiers']}): seconds per step"
+             + ("; peak memory per GPU, GiB" if memory else ""),
+             table(head, [cells(r) for r in rows], align="llr" + "r" * (len(head) - 3)),
              ""]
     for name in ("analytic", "simulated"):
         part = out[name]
@@ -125,6 +139,12 @@ def render(out: dict, verbose: bool = False) -> str:
         lines.append(f"{name:<9}  MAPE {part['mape_pct']:.2f} % over {part['cases']} runs "
                      f"(mean signed {part['mean_error_pct']:+.2f} %, worst "
                      f"{part['max_abs_error_pct']:.1f} %)")
+    part = out.get("memory") or {}
+    if part.get("mape_pct") is not None:
+        lines.append(f"{'memory':<9}  MAPE {part['mape_pct']:.2f} % over {part['cases']} runs "
+                     f"that print a peak (mean signed {part['mean_error_pct']:+.2f} %, worst "
+                     f"{part['max_abs_error_pct']:.1f} %; the model's peak stage against the "
+                     "printed peak, --verbose says what each measures)")
     lines.append(f"{out['skipped']} cases skipped; {out['wall_s']:.1f} s"
                  + ("" if verbose else " (--verbose lists them and every assumption)"))
     if verbose:
@@ -133,6 +153,8 @@ def render(out: dict, verbose: bool = False) -> str:
                 lines.append(f"  skipped {r['id']}: {r['skipped']}")
             else:
                 sim = f"; simulation {r['sim_method']}" if r["sim_method"] else ""
-                lines.append(f"  {r['id']}: {r['how_measured']}{sim}; "
+                mem = (f"; memory {r['memory_how_measured']}" if r.get("memory_how_measured")
+                       else "")
+                lines.append(f"  {r['id']}: {r['how_measured']}{sim}{mem}; "
                              + "; ".join(r["assumptions"]))
     return "\n".join(lines)

@@ -70,7 +70,7 @@ class CollectiveRunner:
         self._solo: dict = {}
         self._links: dict = {}
         self._closed: dict = {}      # call signature -> ((seconds, link loads, phases) or None,
-        #                              its phases)
+        #                              its phases, each phase's one-block start or None)
         self._due: dict[tuple, list] = {}   # closed-form collectives' ends: (end time, share)
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
 
@@ -98,9 +98,12 @@ class CollectiveRunner:
         sig = (op.group, op.tag, op.kind, op.algorithm, op.nbytes, op.repeat, op.remote_scale,
                op.nvlink_share)
         hit = self._closed.get(sig)
-        if hit is None:                 # (closed form or None, the phases): one look-up a call
-            hit = self._closed[sig] = (self._closed_form(op), self.phases(op))
-        closed, phases = hit
+        if hit is None:                 # (closed form or None, the phases, their block starts):
+            closed = self._closed_form(op)      # one look-up a call
+            phases = self.phases(op)
+            hit = self._closed[sig] = (closed, phases,
+                                       None if closed is not None else self._blocks(op, phases))
+        closed, phases, blocks = hit
         if closed is not None:
             total, loads, phases = closed
             count = self.net.count_solo
@@ -122,7 +125,28 @@ class CollectiveRunner:
         if not phases:
             then(None)
             return
-        _Run(self.net, op, phases, then)
+        _Run(self.net, op, phases, then, blocks)
+
+    def _blocks(self, op: Collective, phases: list[RunPhase]) -> list | None:
+        """Per phase, ``(FlowBlock, bytes of each flow)`` when the flows backend can start all
+        its flows as one block (``start_block``: every flow moves bytes), else ``(None, None)``;
+        None when the backend has no blocks. Worked out once per call signature."""
+        if not hasattr(self.net, "flow_block"):
+            return None
+        out = []
+        for _, flows, nbytes in phases:
+            block, sized = self.net.flow_block(flows), None
+            if block is not None:
+                if isinstance(nbytes, tuple):
+                    sized = np.array(nbytes) * op.repeat
+                    if not _min(sized) > 0:
+                        block = None
+                else:
+                    sized = nbytes * op.repeat
+                    if not sized > 0:
+                        block = None
+            out.append((block, sized) if block is not None else (None, None))
+        return out
 
     def _end_due(self, key: tuple, ev: object) -> None:
         """The closed-form collectives due at ``key`` (end time, share) end, in the order they
@@ -210,10 +234,10 @@ class _Run:
                  "counting")
 
     def __init__(self, net: NetworkBackend, op: Collective, phases: list[RunPhase],
-                 then: Callable[[object], None]) -> None:
+                 then: Callable[[object], None], blocks: list | None = None) -> None:
         self.net, self.env, self.op, self.phases, self.then = net, net.env, op, phases, then
         self.k, self.waited, self.left, self.counting = 0, False, 0, False
-        self.blocks = hasattr(net, "flow_block")      # the flows backend's one-block start
+        self.blocks = blocks          # per phase (block, bytes) or (None, None): ``_blocks``
         env = self.env
         env.lanes[URGENT].append((next(env._eid), self))    # the process's start, urgent now
 
@@ -237,19 +261,10 @@ class _Run:
                 heappush(env._queue, (env._now + op.repeat * lat, NORMAL, next(env._eid), self))
                 return
             self.waited = False
+            block, sized = self.blocks[self.k] if self.blocks is not None else (None, None)
             self.k += 1
             self.left = len(flows)
-            block = self.net.flow_block(flows) if self.blocks else None
             if block is not None:         # every flow moves bytes: all started as one block
-                if isinstance(nbytes, tuple):
-                    sized = np.array(nbytes) * op.repeat
-                    if not _min(sized) > 0:
-                        block = None
-                else:
-                    sized = nbytes * op.repeat
-                    if not sized > 0:
-                        block = None
-            if block is not None:
                 self.net.start_block(block, sized, self._block_landed, op.tag)
             else:
                 sizes = nbytes if isinstance(nbytes, tuple) else (nbytes,) * len(flows)

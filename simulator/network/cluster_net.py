@@ -105,9 +105,9 @@ class SimNetwork(FlowNetwork):
     def _recompute(self, now: float, idx: Optional[np.ndarray] = None) -> None:
         """``FlowNetwork._recompute``, then the links whose load changed (``record_load``)."""
         super()._recompute(now, idx)
-        idx = self._active_idx()
+        idx, rate = self._cur[:2]            # every active flow, just rated
         load = np.bincount(self._links[idx].ravel(), minlength=len(self._load),
-                           weights=np.repeat(self._rate[idx], self._links.shape[1]))
+                           weights=np.repeat(rate, self._links.shape[1]))
         load[-1] = 0.0
         changed = np.flatnonzero(load != self._load)
         if changed.size:

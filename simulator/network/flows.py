@@ -43,13 +43,15 @@ _TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated to
 # interleaved:6: 21,928 of 32,240 recomputations missed the slot-order key, 3,993 sets
 # distinct as multisets).
 _RATES_KEPT = 4096
+_FEW = 8               # up to this many flows started together go in one by one (``_start_flows``)
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
 
 
 _min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
-_any = np.logical_or.reduce
+_count = np.count_nonzero   # truthy as ``np.logical_or.reduce`` of ints, without a ufunc reduction
 _first = itemgetter(0)
+_ZERO = np.zeros(())          # 0.0 as an array: ``np.maximum(a, _ZERO)`` skips converting a float
 
 
 class QueueEntry:
@@ -116,7 +118,7 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     while left:
         share.fill(np.inf)
         np.divide(np.maximum(spare, 0.0), count, out=share, where=count > 0)
-        level = _min(share)
+        level = share[share.argmin()]     # ``share.min()`` without a ufunc reduction
         saturated[:] = share <= level * (1.0 + _TIE_RTOL)
         # the live flows crossing a saturated link, in flow order: one vector pass over the
         # (flows, hops) matrix (a slice per saturated link was most of the time with hundreds
@@ -209,6 +211,8 @@ class FlowNetwork:
         self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
+        self._padded: dict = {}       # route number -> its row padded to the table's width
+        self._x, self._y = np.empty(()), np.empty(())   # ``_settle``'s scalars as 0-d arrays
         self._done_log: list = []     # (link rows, bytes) of finished flows not yet delivered
         self.recomputations = 0
         self.quiet_events = 0       # events counted without a queue entry (collectives._Run)
@@ -324,10 +328,12 @@ class FlowNetwork:
 
     def _start_flows(self, flows: list) -> None:
         """``_start_flow`` for each of ``flows`` (``(links, nbytes, fin, tag)``), in order:
-        the same slots, with one array operation per column of the flow table for all."""
+        the same slots, with one array operation per column of the flow table for all (up to
+        ``_FEW`` flows, ``_start_flow`` itself: cheaper than building the arrays)."""
         k = len(flows)
-        if k == 1:
-            self._start_flow(*flows[0], None)
+        if k <= _FEW:
+            for flow in flows:
+                self._start_flow(*flow, None)
             return
         sizes = [f[0].size for f in flows]
         slots, hops = self._links.shape
@@ -354,7 +360,6 @@ class FlowNetwork:
         self._rno[idx] = [route_of(f[0]) for f in flows]
         self._size[idx] = nbytes
         self._rem[idx] = nbytes
-        self._rate[idx], self._finish[idx] = 0.0, np.inf
         self._active[idx] = True
         fins, tags = self._fins, self._tags
         for slot, (_, _, fin, tag) in zip(taken, flows):
@@ -398,7 +403,6 @@ class FlowNetwork:
         self._rno[idx] = block.rno
         self._size[idx] = nbytes
         self._rem[idx] = nbytes
-        self._rate[idx], self._finish[idx] = 0.0, np.inf
         self._active[idx] = True
         self._block_no += 1
         self._grp[idx] = self._block_no
@@ -416,7 +420,8 @@ class FlowNetwork:
         idx = self._active_idx()
         if idx.size:
             dt = self.env.now - self._last
-            moved = self._size[idx] - np.maximum(self._rem[idx] - self._rate[idx] * dt, 0.0)
+            moved = self._size[idx] - np.maximum(self._rem[idx] - self._slot_rates()[idx] * dt,
+                                                 0.0)
             hops = self._links.shape[1]
             np.add.at(carried, self._links[idx].ravel(), np.repeat(moved, hops))
         return {e: float(carried[i]) for i, e in enumerate(self.edges)}
@@ -424,14 +429,23 @@ class FlowNetwork:
     def active_flows(self) -> list:
         """``(tag, rate bytes/s, remaining bytes)`` of each active flow, in slot order."""
         blocks, grp = self._blocks_live, self._grp
-        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(self._rate[i]),
+        rate = self._slot_rates()
+        return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(rate[i]),
                  float(self._rem[i])) for i in self._active_idx()]
 
     # -- flow table ----------------------------------------------------------
     def _init_table(self) -> None:
         """Flow slots: per-slot arrays, a link-index matrix padded with ``_pad``."""
         self._links = np.full((0, 1), self._pad, dtype=np.int64)
-        self._size, self._rem, self._rate, self._finish = (np.zeros(0) for _ in range(4))
+        self._size, self._rem = np.zeros(0), np.zeros(0)
+        # the rates of the last recomputation: (the slots it rated, each one's rate bytes/s,
+        # each one's seconds left then, the time then), and the first of the finish times
+        # ``then + left`` (the timer's time; the others are added up only when it has come).
+        # Flows started since have no rate yet (0: they move nothing) and never finish before
+        # the next recomputation; flows end only in ``_settle``, which recomputes at once, so
+        # the slots rated are always active.
+        self._cur = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), 0.0)
+        self._first = np.inf
         self._rno = np.zeros(0, dtype=np.int64)      # each slot's route number (``_route_of``)
         self._active = np.zeros(0, dtype=bool)
         # a slot started by ``start_block``: its block's number (0: a flow of its own, whose
@@ -448,7 +462,9 @@ class FlowNetwork:
         links = np.full((slots, hops), self._pad, dtype=np.int64)
         links[:old, :old_hops] = self._links
         self._links = links
-        for name in ("_size", "_rem", "_rate", "_finish", "_rno", "_active", "_grp"):
+        if hops != old_hops:
+            self._padded.clear()
+        for name in ("_size", "_rem", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
         self._fins += [None] * (slots - old)
@@ -457,6 +473,13 @@ class FlowNetwork:
 
     def _active_idx(self) -> np.ndarray:
         return self._active.nonzero()[0]
+
+    def _slot_rates(self) -> np.ndarray:
+        """Each slot's rate (bytes/s) as the last recomputation set it (0 for a flow started
+        since, and for a free slot)."""
+        rate = np.zeros(self._active.size)
+        rate[self._cur[0]] = self._cur[1]
+        return rate
 
     def _route_of(self, links: np.ndarray) -> int:
         """The number of the route ``links`` (link indices in order), one per distinct route;
@@ -478,14 +501,17 @@ class FlowNetwork:
             self._grow(slots if self._free else max(64, 2 * slots), max(links.size, hops))
         slot = self._free.pop()
         table = self._links
+        no = self._route_of(links)
         if links.size == table.shape[1]:    # a route as long as the table's rows: one write
             table[slot] = links
-        else:
-            table[slot] = self._pad
-            table[slot, :links.size] = links
+        else:                               # its row padded to the table's width, kept
+            row = self._padded.get(no)
+            if row is None:
+                row = self._padded[no] = np.full(table.shape[1], self._pad, dtype=np.int64)
+                row[:links.size] = links
+            table[slot] = row
         self._size[slot] = self._rem[slot] = nbytes
-        self._rno[slot] = self._route_of(links)
-        self._rate[slot], self._finish[slot] = 0.0, np.inf
+        self._rno[slot] = no
         self._active[slot] = True
         self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
@@ -506,28 +532,34 @@ class FlowNetwork:
     def _settle(self) -> None:
         """Advance flows to now, finish those that are done, recompute if anything changed."""
         now = self.env._now
-        idx = self._active.nonzero()[0]
+        # only the flows rated at the last recomputation move (a flow started since has rate
+        # 0: ``rem - 0 * dt`` is ``rem``) and only they can be done (the others' finish is
+        # infinite); none is when the first finish is later (``_first``, the least of them)
+        idx, rate, secs, then = self._cur
+        x, y = self._x, self._y             # 0-d scratch arrays: no float converted per call
         if idx.size and now > self._last:
-            left = self._rem[idx] - self._rate[idx] * (now - self._last)
-            self._rem[idx] = np.maximum(left, 0.0, out=left)
+            x[()] = now - self._last
+            left = self._rem[idx] - rate * x
+            self._rem[idx] = np.maximum(left, _ZERO, out=left)
         self._last = now
-        done = idx[self._finish[idx] <= now * (1.0 + _FINISH_RTOL)]
-        if done.size:
-            self._complete(done)
+        limit = now * (1.0 + _FINISH_RTOL)
+        if self._first <= limit:
+            x[()], y[()] = then, limit
+            self._complete(idx[secs + x <= y])
             self._dirty = False
             self._recompute(now)
         elif self._dirty:
             self._dirty = False
-            self._recompute(now, idx)
+            self._recompute(now)
 
     def _complete(self, done: np.ndarray) -> None:
         self._done_log.append((self._links[done], self._size[done]))
         if len(self._done_log) >= _DONE_KEPT:
             self._deliver()
         self._active[done] = False
-        self._rem[done] = 0.0
-        grp = self._grp[done]
-        if _any(grp):
+        # a block's slots keep its number until they end: with no block live, every slot's is 0
+        grp = self._grp[done] if self._blocks_live else None
+        if grp is not None and _count(grp):
             self._grp[done] = 0
             self._complete_blocks(done.tolist(), grp)
         else:
@@ -578,8 +610,11 @@ class FlowNetwork:
         unbuffered ``np.add.at``: the same sums, link by link, as one call per completion)."""
         log = self._done_log
         if log:
+            # each flow's bytes once per column of its row, in the same order (one repeat)
             idx = np.concatenate([rows.ravel() for rows, _ in log])
-            vals = np.concatenate([size.repeat(rows.shape[1]) for rows, size in log])
+            width = np.repeat([rows.shape[1] for rows, _ in log],
+                              [rows.shape[0] for rows, _ in log])
+            vals = np.concatenate([size for _, size in log]).repeat(width)
             np.add.at(self._delivered, idx, vals)
             log.clear()
 
@@ -594,6 +629,7 @@ class FlowNetwork:
         if idx is None:
             idx = self._active.nonzero()[0]
         if not idx.size:
+            self._cur, self._first = (idx, np.zeros(0), np.zeros(0), now), np.inf
             return
         rno = self._rno[idx]
         by_slot = rno.tobytes()             # the routes in slot order: their rates, if seen
@@ -602,13 +638,15 @@ class FlowNetwork:
             rates = self._rates_of(idx, rno)
             if len(self._rates_by_slot) < _RATES_KEPT:
                 self._rates_by_slot[by_slot] = rates
-        left = self._rem[idx] / rates
-        self._rate[idx] = rates
-        self._finish[idx] = now + left
+        left = self._rem[idx] / rates       # ``rates`` may be a cached array: never written to
         env = self.env                      # ``call_at`` written out (one call per recomputation)
+        # the first finish: the least of ``now + left`` (rounding to nearest is monotonic), by
+        # ``argmin`` (the value ``np.minimum.reduce`` gives, NaN included, without a ufunc
+        # reduction: several times cheaper on a few flows)
+        self._first = first = env._now + left.item(left.argmin())
+        self._cur = (idx, rates, left, now)
         self._timer = timer = QueueEntry([self._on_timer])
-        heappush(env._queue, (env._now + float(_min(left)), NORMAL, next(env._eid),
-                              timer))
+        heappush(env._queue, (first, NORMAL, next(env._eid), timer))
 
     def _rates_of(self, idx: np.ndarray, rno: np.ndarray) -> np.ndarray:
         """The max-min rate (bytes/s) of each active flow (slots ``idx``, route numbers

@@ -28,7 +28,8 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.search.recommend import Without, complexity, explain
+from strategies.search.recommend import (Without, complexity, expert_choice,
+                                         expert_sentence, explain)
 from strategies.search.bound_ordered import bound_ordered_search
 from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
 from topologies.cluster import Cluster
@@ -65,6 +66,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     m, cl = cfg.model, cfg.cluster
     fw, named = get_profile(cfg.framework), cfg.framework
+    sw = _switch_defaults(cfg)
     if named is not None:       # a precision the stack lacks: refused before any plan
         check_precision(fw, cfg.dtype)
 
@@ -81,8 +83,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
 
     def key_of(i: int) -> str:
         if i >= base:
-            return plan_key(variants[i - base][0])
-        return keys[i] if i >= 0 else plan_key(refs[-i - 1][1])
+            return plan_key(variants[i - base][0], sw)
+        return keys[i] if i >= 0 else plan_key(refs[-i - 1][1], sw)
 
     # the workers start (fork, imports; Ray's start-up) while this process scores the space
     inner = make_executor(cfg.backend, cfg.workers,
@@ -102,7 +104,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         bounds = step_time_lower_bound(m, cl, cfg.dtype, space.arrays, fw, cfg.system,
                                        costs=analytic["stage_costs"])
         plans = Rows(space.size, space.plan)      # built as the search reads them
-        keys = Rows(space.size, lambda i: plan_key(plans[i]))
+        keys = Rows(space.size, lambda i: plan_key(plans[i], sw))
         refs = [_resolve_ref(cfg, label, p) for label, p in cfg.references]
         refs = [r for r in refs if r is not None]
         # a mixed cluster: heterogeneity-aware variants, simulated after the exact search
@@ -139,8 +141,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         ex.finish()
         known = {keys[i]: i for i in out.needed}
         for j, (_, p) in enumerate(refs):     # a plan the search needed: the search's figures
-            if plan_key(p) in known:
-                ex.results[-j - 1] = ex.results[known[plan_key(p)]]
+            if plan_key(p, sw) in known:
+                ex.results[-j - 1] = ex.results[known[plan_key(p, sw)]]
         ex.close()
     except BaseException:           # an error or a stop signal: end the workers now
         (ex or inner).close(abort=True)
@@ -174,6 +176,12 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     if not cl.uniform:
         report["uneven"] = _uneven_rows(cfg, variants, res, base, res[out.ranked[0]])
     return report
+
+
+def _switch_defaults(cfg: SearchConfig) -> dict[str, Any] | None:
+    """The switches a row's key leaves out: the named stack's defaults (``row_job`` reads
+    them back), or None (``Plan``'s)."""
+    return cfg.framework.plan_defaults() if cfg.framework is not None else None
 
 
 class Rows(Sequence):
@@ -210,6 +218,7 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
     from strategies.search.uneven import balanced_microbatches, balanced_plan
     out: list[tuple[Plan, float]] = []
     seen: set[str] = set()
+    sw = _switch_defaults(cfg)
     limit = 1.0 - cfg.options.headroom
     for i in np.argsort(analytic["step_time_s"], kind="stable").tolist():
         if len(out) >= UNEVEN_CANDIDATES:
@@ -217,11 +226,11 @@ def _uneven_variants(cfg: SearchConfig, space, analytic) -> list[tuple[Plan, flo
         job = make_job(cfg.model, cfg.cluster, space.plan(i), dtype=cfg.dtype,
                        framework=cfg.framework)
         for plan in (balanced_plan(job, cfg.options.headroom), balanced_microbatches(job)):
-            if plan is None or plan_key(plan) in seen or len(out) >= UNEVEN_CANDIDATES:
+            if plan is None or plan_key(plan, sw) in seen or len(out) >= UNEVEN_CANDIDATES:
                 continue
             if cfg.framework is not None and plan_violations(cfg.framework, plan):
                 continue        # a per-rank layer count the named stack cannot give
-            seen.add(plan_key(plan))
+            seen.add(plan_key(plan, sw))
             bjob = make_job(cfg.model, cfg.cluster, plan, dtype=cfg.dtype,
                             framework=cfg.framework)
             stages = memory_by_stage(bjob)
@@ -239,8 +248,8 @@ def _uneven_rows(cfg: SearchConfig, variants: list, res: dict, base: int,
         r = res[base + j]
         extra = {k: list(getattr(plan, k)) for k in ("layers_per_stage", "group_microbatches")
                  if getattr(plan, k) is not None}
-        row = {"plan": {**_plan_dict(plan), **extra}, "key": plan_key(plan),
-               "label": plan.short()}
+        row = {"plan": {**_plan_dict(plan), **extra},
+               "key": plan_key(plan, _switch_defaults(cfg)), "label": plan.short()}
         row.update(_figures(cfg, plan, r))
         row.update({"memory": {"peak_gib": peak / GIB},
                     "vs_best": r["step_time_s"] / best["step_time_s"] - 1})
@@ -312,7 +321,8 @@ def _reasons(r: dict, best: dict, rank: int) -> list[str]:
 
 def _row(cfg, space, analytic, bounds, plans, res, i, best_i, rank) -> dict[str, Any]:
     p, r = plans[i], res[i]
-    row = {"rank": rank, "plan": _plan_dict(p), "key": plan_key(p), "label": p.short()}
+    row = {"rank": rank, "plan": _plan_dict(p), "key": plan_key(p, _switch_defaults(cfg)),
+           "label": p.short()}
     row.update(_figures(cfg, p, r))
     row.update({"memory": {"peak_gib": float(space.peak_memory[i]) / GIB},
                 "analytic_step_time_s": float(analytic["step_time_s"][i]),
@@ -324,7 +334,10 @@ def _row(cfg, space, analytic, bounds, plans, res, i, best_i, rank) -> dict[str,
 def _plan_dict(p: Plan) -> dict[str, Any]:
     keys = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "schedule", "vpp", "recompute", "sp",
             "zero")
-    return {k: getattr(p, k) for k in keys}
+    out = {k: getattr(p, k) for k in keys}
+    if p.etp is not None:       # expert tensor parallelism other than tp (a mixture of experts)
+        out["etp"] = p.etp
+    return out
 
 
 def _without(cfg, space, bounds, plans, keys, res, needed: set,
@@ -358,6 +371,9 @@ def _recommended(cfg, space, analytic, bounds, plans, keys, res, out) -> dict[st
                          cfg.tolerance, cfg.cluster.gpus_per_node,
                          _without(cfg, space, bounds, plans, keys, res, set(out.needed), p))
     row["within_tolerance"] = len(out.pool)
+    if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
+        row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)
+        row["why"].append(expert_sentence(row["expert"]))
     return row
 
 
@@ -365,7 +381,8 @@ def _ref_row(cfg, label: str, p: Plan, r: dict, best: dict) -> dict[str, Any]:
     from strategies.memory.scalar import peak_memory
     job = make_job(cfg.model, cfg.cluster, p, dtype=cfg.dtype, framework=cfg.framework,
                    system=cfg.system)
-    row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p), "short": p.short()}
+    row = {"label": label, "plan": _plan_dict(p), "key": plan_key(p, _switch_defaults(cfg)),
+           "short": p.short()}
     row.update(_figures(cfg, p, r))
     row["memory"] = {"peak_gib": peak_memory(job)[1].total / GIB}
     row["vs_best"] = r["step_time_s"] / best["step_time_s"] - 1

@@ -28,6 +28,7 @@ from simulator.workers import process_pool, terminate_pool
 from strategies.errors import SpecError
 from strategies.job import Job
 from strategies.reference.cases import DATA, Case, case_from_entry, load_reference
+from strategies.reference.measured import measured_memory_gib
 
 
 
@@ -82,6 +83,9 @@ def evaluate_case(case: Case, simulate: bool = True, exact: bool = False) -> dic
                            "analytic_error_pct": None, "simulated_step_time_s": None,
                            "simulated_error_pct": None, "sim_method": None, "sim_wall_s": None,
                            "assumptions": list(case.assumptions)}
+    mem, mem_how = measured_memory_gib(case.raw)
+    row.update(measured_memory_gib=mem, memory_how_measured=mem_how or None,
+               estimated_memory_gib=None, memory_error_pct=None)
     job = case.job
     if job is None:
         return row
@@ -92,6 +96,11 @@ def evaluate_case(case: Case, simulate: bool = True, exact: bool = False) -> dic
                num_microbatches=job.num_microbatches,
                analytic_step_time_s=est.step_time_s,
                analytic_error_pct=_pct(est.step_time_s, case.measured_step_s))
+    peak = est.memory.total / 2 ** 30   # the peak stage: what "max over GPUs" measures
+    row.update(estimated_memory_gib=peak, memory_error_pct=_pct(peak, mem))
+    if mem is not None and job.framework.elementwise_kernels == "compiled":
+        row["memory_how_measured"] += ("; torch.compile run: the model's memory is eager "
+                                       "autograd's saved tensors (Inductor chooses its own)")
     if simulate:
         t0 = time.perf_counter()
         try:
@@ -154,15 +163,18 @@ def mape(errors_pct: Iterable[float | None]) -> float | None:
 
 def summarize(rows: Sequence[dict[str, Any]], simulate: bool = True) -> dict[str, Any]:
     """The JSON of ``paraplan validate``: ``analytic`` and ``simulated`` (each with
-    ``mape_pct``, ``cases`` counted and ``max_abs_error_pct``) and ``cases`` (the rows)."""
+    ``mape_pct``, ``cases`` counted and ``max_abs_error_pct``), ``memory`` (the same over the
+    rows that print a peak memory, ``memory_error_pct``; ``mape_pct`` None where none does)
+    and ``cases`` (the rows)."""
     def part(key: str) -> dict[str, Any]:
-        errs = [r[key] for r in rows if r[key] is not None]
+        errs = [r[key] for r in rows if r.get(key) is not None]
         return {"mape_pct": mape(errs), "cases": len(errs),
                 "max_abs_error_pct": max((abs(e) for e in errs), default=None),
                 "mean_error_pct": sum(errs) / len(errs) if errs else None}
     return {"analytic": part("analytic_error_pct"),
             "simulated": part("simulated_error_pct") if simulate else
             {"mape_pct": None, "cases": 0, "max_abs_error_pct": None, "mean_error_pct": None},
+            "memory": part("memory_error_pct"),
             "evaluated": sum(r["plan"] is not None for r in rows),
             "skipped": sum(r["plan"] is None for r in rows),
             "cases": list(rows)}

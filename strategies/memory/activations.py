@@ -844,7 +844,7 @@ def transient_activation_bytes(job: Job, stage: int) -> float:
         # less the fp32 logits a schedule that stashes them counts in its entries
         p = job.plan
         nbytes += float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp,
-                                     job.framework.loss.peak_bytes))
+                                     job.framework.loss.peak_bytes_at(p.tp)))
         if get_schedule(p.schedule).logits_stashed:
             nbytes -= output_activation_bytes(job)
     views = [v for v, _ in job_stash_kinds(job, stage)]   # the largest kind held rebuilds

@@ -157,9 +157,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``).
     ``remat_named``: the stack's selective recomputation is a JAX remat policy
     (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
-    ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head
-    (``FrameworkProfile.loss.peak_bytes``; ``activations.output_bytes``; None: the default
-    stack's). ``act_cache``: bytes per element of the activations the stack caches in low
+    ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head,
+    or the stack's ``FrameworkProfile.loss`` (its ``peak_bytes_at(tp)`` per plan: a stack whose
+    sharded-vocabulary loss holds other bytes, §5.74); ``activations.output_bytes``; None: the
+    default stack's. ``act_cache``: bytes per element of the activations the stack caches in low
     precision (``activations.activation_cache_bytes``; None: the 16-bit table).
     ``optimizer_bytes``: the stack's optimizer state bytes per parameter
     (``FrameworkProfile.optimizer_state_bytes``; None: the system's). ``fsdp2``: the
@@ -253,7 +254,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # stack's cross-entropy, activations.transient_activation_bytes)
     if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
         from strategies.framework import DEFAULT as _DEFAULT_FRAMEWORK
-        loss_bytes = _DEFAULT_FRAMEWORK.loss.peak_bytes
+        loss_bytes = _DEFAULT_FRAMEWORK.loss
+    if hasattr(loss_bytes, "peak_bytes_at"):    # the stack's LossPasses: its figure at each tp
+        loss_bytes = loss_bytes.peak_bytes_at(tp)
     loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
     stashed = attr_by_code(sched, "logits_stashed")
     # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs

@@ -170,7 +170,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
         content=content, gpu=job.cluster.gpu, clamp=job.framework.eager_variants,
-        remat_named=job.framework.remat_named, loss_bytes=job.framework.loss.peak_bytes,
+        remat_named=job.framework.remat_named, loss_bytes=job.framework.loss,
         act_cache=act.job_activation_cache(job),
         optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,
         dispatch_bytes=act.job_dispatch_bytes(job))

@@ -571,6 +571,37 @@ def stated_compile(c: dict) -> str | None:
     return None
 
 
+#: torchtitan's benchmark files carry their month in the name (``llama3_h100_202412_…``,
+#: ``asyncTP_llama3_h100_2025-06_…``)
+_BENCH_MONTH = re.compile(r"benchmarks/\S*?(20\d\d)-?(0[1-9]|1[0-2])[_.]")
+#: the month torchtitan began compiling the loss with the model (bbb1b616e, 2025-04-02;
+#: before it, e8977b007 2024-12-18 to d1f62be73: "TODO: compiling loss function causes CUDA
+#: errors, turning off for now")
+TORCHTITAN_LOSS_COMPILED_FROM = (2025, 4)
+
+
+def _with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
+    """A compiled torchtitan run dated (its benchmark file's month) before torchtitan
+    compiled the loss keeps the eager loss's memory (``TORCHTITAN.loss``, 12 bytes per logit
+    element) instead of the compiled one's (4, ``framework.TORCHTITAN_COMPILED_LOSS``), said
+    in ``notes``; undated runs and other stacks are left as they are (docs/calibration.md
+    §5.74)."""
+    from strategies.framework import TORCHTITAN
+    src = c.get("source") or {}
+    found = _BENCH_MONTH.search(f"{src.get('ref', '')} {src.get('table', '')}")
+    if found is None or fw.loss is TORCHTITAN.loss or not fw.name.startswith(TORCHTITAN.name):
+        return fw
+    month = (int(found.group(1)), int(found.group(2)))
+    if month >= TORCHTITAN_LOSS_COMPILED_FROM:
+        notes.append(f"loss compiled with the model (benchmark of {month[0]}-{month[1]:02d}: "
+                     f"{fw.loss.peak_bytes:g} bytes per logit element at its peak)")
+        return fw
+    notes.append(f"loss eager under torch.compile (benchmark of {month[0]}-{month[1]:02d}, "
+                 "before torchtitan bbb1b616e 2025-04 compiled it: "
+                 f"{TORCHTITAN.loss.peak_bytes:g} bytes per logit element at its peak)")
+    return replace(fw, loss=TORCHTITAN.loss)
+
+
 def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
     names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
@@ -705,6 +736,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             return skip(f"torch.compile kernel fusion is not modelled for {fw.name}")
         notes.append(f"torch.compile: {fw.name}'s inductor-fused elementwise kernels "
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
+        fw = _with_loss_of_its_date(c, fw, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:

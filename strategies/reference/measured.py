@@ -137,3 +137,46 @@ def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
         return (flops / (n * peak * me["mfu"]),
                 f"model FLOPs (costs) / (GPUs × {peak / 1e12:.0f} TFLOP/s × MFU)")
     return None, ""
+
+
+GIB = 2 ** 30
+
+# What each source's memory figure measures, read from its code or text (docs/calibration.md §5.74).
+TORCHTITAN_MEMORY = ("torchtitan's logged peak: the caching allocator's max reserved bytes "
+                     "(torchtitan metrics.py DeviceMemoryMonitor, "
+                     "memory_stats()['reserved_bytes.all.peak'] / 2**30, GiB)")
+BLOOM_MEMORY = ("BigScience's 'Mem' column, nvidia-smi's used memory on the first node "
+                "(chronicles-prequel.md: 'getting the memory snapshot with: pdsh -w "
+                "jean-zay-iam01 ... nvidia-smi'; 'max memory used by the first (last) nodes'), "
+                "unit not stated: taken as GiB (nvidia-smi prints MiB; the page writes '80GB' "
+                "for a full 80 GiB A100); it holds the CUDA context ('cuda kernels (1271MiB)') "
+                "and the caching allocator's reserve as well as the tensors")
+
+
+def measured_memory_gib(c: dict) -> tuple[float | None, str]:
+    """The peak memory per GPU entry ``c`` prints, in GiB (2**30 bytes), and how it was read
+    (the unit and what it measures); ``(None, "")`` when it prints none.
+
+    ``measured.memory_gib`` is GiB; ``measured.memory_gb`` is read in the unit its
+    ``memory_unit`` states (``GiB…`` binary, ``GB…`` decimal, 1e9 bytes); with no unit, the
+    source's unit as stated in ``BLOOM_MEMORY`` (BigScience) or GiB otherwise (nvidia-smi and
+    PyTorch's allocator both report binary multiples), said in the returned text."""
+    me = c.get("measured") or {}
+    ref = str((c.get("source") or {}).get("ref", "")).lower()
+    what = TORCHTITAN_MEMORY if "torchtitan" in ref else ""
+    gib = _positive(me.get("memory_gib"))
+    if gib is not None:
+        return gib, "GiB as printed" + (f"; {what}" if what else "")
+    gb = _positive(me.get("memory_gb"))
+    if gb is None:
+        return None, ""
+    unit = str(me.get("memory_unit") or "").strip()
+    if unit.lower().startswith("gib"):
+        return gb, f"{unit} as printed" + (f"; {what}" if what else "")
+    if unit.lower().startswith("gb"):
+        return gb * 1e9 / GIB, f"{unit} (1e9 bytes) in GiB" + (f"; {what}" if what else "")
+    if unit:
+        return None, f"memory_unit {unit!r} not read (GiB or GB)"
+    if "bigscience" in ref:
+        return gb, BLOOM_MEMORY
+    return gb, "unit not stated: taken as GiB (nvidia-smi and PyTorch report binary multiples)"

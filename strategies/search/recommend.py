@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strategies.placement import expert_sizes, groups
 from strategies.plan import Plan
 
 DIM_NAMES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
@@ -87,3 +88,32 @@ def explain(pick: Plan, pick_s: float, best: Plan, best_s: float, tolerance: flo
             why.append(f"{name}: every plan without it is at least {_pct(w.seconds, pick_s)} "
                        f"slower (lower bound {w.seconds:.3f} s)")
     return why
+
+
+def expert_choice(plan: Plan, gpus_per_node: int, num_experts: int) -> dict:
+    """The expert-parallel choice of a resolved plan of a mixture of experts: ``ep``, ``etp``
+    and the expert-data-parallel copies ``edp`` (``placement.expert_sizes``), the experts each
+    rank holds, and where the expert all-to-all runs: the most nodes any expert-parallel group
+    spans (``placement.groups(plan, "ep")``, node of rank ``r`` is ``r // gpus_per_node``):
+    1 is within a node (NVLink), more is across nodes (the scale-out network)."""
+    etp, ep, edp = expert_sizes(plan)
+    nodes = max(len({r // gpus_per_node for r in g}) for g in groups(plan, "ep")) \
+        if ep > 1 else 1
+    return {"ep": ep, "etp": etp, "edp": edp, "experts_per_rank": num_experts // ep,
+            "a2a_nodes": nodes,
+            "a2a": "none" if ep == 1 else "within a node" if nodes == 1 else "across nodes"}
+
+
+def expert_sentence(c: dict) -> str:
+    """``expert_choice`` in words (the recommendation's ``why``)."""
+    split = ("each expert whole on its rank (etp 1)" if c["etp"] == 1 else
+             f"each expert split over etp {c['etp']} ranks")
+    if c["ep"] == 1:
+        return (f"expert parallelism: none (ep 1): every rank holds all "
+                f"{c['experts_per_rank']} experts, {split}, so no expert all-to-all")
+    where = ("within a node (NVLink)" if c["a2a"] == "within a node" else
+             f"across nodes (each expert-parallel group spans {c['a2a_nodes']} nodes)")
+    return (f"expert parallelism: ep {c['ep']}, {c['experts_per_rank']} experts per rank, "
+            f"{split}, {c['edp']} expert-data-parallel cop{'y' if c['edp'] == 1 else 'ies'}; "
+            f"the expert all-to-all runs "
+            f"{where}")

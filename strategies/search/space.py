@@ -1,8 +1,10 @@
 """The plan space of one job, its constraints, and what each constraint prunes. Pure numpy.
 
 The raw space is the product of: every ``(tp, pp, cp, dp)`` whose product is the GPU count
-(``ep`` is carved out of ``dp·cp``, as Megatron-LM does, over the divisors of the expert
-count), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
+(on a mixture of experts, ``etp`` over the divisors of ``tp`` that divide the expert width,
+and ``ep`` over the divisors of the expert count, the ``etp·ep`` expert ranks cut from the
+``tp·cp·dp`` ranks of a pipeline stage, as Megatron-Core does: ``strategies.job.
+expert_plan_ok``), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
 ``interleaved`` with every ``vpp >= 2`` that divides the layer count, recomputation
 ``none/selective/full``, SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
 breaks, in the order of ``RULES``, so the counts add up to the raw size minus the survivors.
@@ -26,7 +28,9 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import FrameworkProfile, stack_mask, stack_system
+from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
+                                  stack_system)
+from strategies.job import expert_plan_ok
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
 from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
                                        layer_costs, slot_vpps)
@@ -36,7 +40,7 @@ from strategies.cost.counts import dispatch_element_bytes
 from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import Plan
+from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, chunked_names
@@ -50,7 +54,8 @@ RULES: tuple[tuple[str, str], ...] = (
     ("tp_heads", "tp does not divide the attention heads or the KV heads"),
     ("pp_layers", "pp does not divide the layers"),
     ("cp_seq", "2*cp does not divide the sequence length"),
-    ("ep", "ep needs an MoE model, must divide the experts and dp*cp"),
+    ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
+           "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
     ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
     ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
     ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
@@ -69,9 +74,21 @@ RULES: tuple[tuple[str, str], ...] = (
 )
 #: the values of ``SpaceOptions.schedules`` (``--schedules``)
 SCHEDULE_SETS = ("default", "all")
-FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "mbs", "schedule", "vpp", "recompute", "sp", "zero")
-COLUMNS = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "sched", "rc", "sp", "zero",
-           "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc")
+#: the single-value plan fields ``--fix`` carries into every candidate, with their short
+#: column (``plan_arrays.EXPERT_OPTIONAL``, ``SHORT``): the estimate, the bound and the
+#: simulator read each from the plan
+SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap": "tpo",
+               "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
+               "moe_capacity_factor": "cf", "flash_attn": "flash",
+               "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg"}
+#: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
+MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
+            "moe_capacity_factor")
+FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute", "sp",
+            "zero", *SWITCH_KEYS)
+COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
+           "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
+           "disp", "epo", "cg", "route", "imb", "cf")
 
 
 @dataclass(frozen=True)
@@ -112,6 +129,9 @@ class Space:
     raw: int
     peak_memory: np.ndarray
     memory_limit: float
+    #: the named stack's switch defaults (``FrameworkProfile.plan_defaults``), which keys
+    #: leave out (``plan_key``)
+    switch_defaults: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def size(self) -> int:
@@ -126,7 +146,7 @@ class Space:
         return plan_of(self.cols, i)
 
     def key(self, i: int) -> str:
-        return plan_key(self.plan(i))
+        return plan_key(self.plan(i), self.switch_defaults)
 
     def subset(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         return {k: v[idx] for k, v in self.cols.items()}
@@ -136,7 +156,15 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     """The resolved ``Plan`` of row ``i``."""
     c = {k: cols[k][i].item() for k in COLUMNS if k in cols}
     lf, ll, acc = int(c.get("lf", 0)), int(c.get("ll", 0)), bool(c.get("acc", False))
-    return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"], mbs=c["mbs"],
+    etp = int(c.get("etp", c["tp"]))
+    cf = float(c.get("cf", np.inf))
+    return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"],
+                etp=None if etp == c["tp"] else etp,
+                moe_dispatcher=DISPATCHERS[int(c.get("disp", 0))],
+                ep_overlap=bool(c.get("epo", False)), cuda_graph=bool(c.get("cg", False)),
+                moe_routing=ROUTINGS[int(c.get("route", 0))],
+                moe_imbalance=float(c["imb"]) if "imb" in c else None,
+                moe_capacity_factor=None if np.isinf(cf) else cf, mbs=c["mbs"],
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
@@ -148,8 +176,10 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 account_embedding=acc, account_loss=acc)
 
 
-def plan_key(plan: Plan) -> str:
-    """Canonical key of a resolved plan (``parse_plan`` reads it back)."""
+def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
+    """Canonical key of a resolved plan (``parse_plan`` reads it back; a switch of
+    ``defaults``, a named stack's ``plan_defaults``, is left out where the plan has that value,
+    and ``plan_from_mapping(..., defaults)`` reads it back)."""
     return (f"tp={plan.tp},pp={plan.pp},dp={plan.dp},cp={plan.cp},ep={plan.ep},mbs={plan.mbs},"
             f"gbs={plan.gbs},schedule={plan.schedule},vpp={plan.vpp},recompute={plan.recompute},"
             f"sp={str(plan.sp).lower()},zero={plan.zero}"
@@ -164,7 +194,23 @@ def plan_key(plan: Plan) -> str:
                       if getattr(plan, k))
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
-                      if getattr(plan, k) is not None))
+                      if getattr(plan, k) is not None)
+            + _switch_key(plan, defaults or {}))
+
+
+def _switch_key(plan: Plan, defaults: Mapping[str, Any]) -> str:
+    """The key's tail for ``etp`` (where it is not ``tp``) and the ``SWITCH_KEYS`` whose value
+    is not ``Plan``'s default: two plans that differ only in them have different keys (a
+    results file's ``--resume`` never mixes them), and ``parse_plan`` reads them back."""
+    out = f",etp={plan.etp}" if plan.etp is not None and plan.etp != plan.tp else ""
+    for k in SWITCH_KEYS:
+        v = getattr(plan, k)
+        if v != defaults.get(k, _PLAN_DEFAULTS[k]):
+            out += f",{k}=" + (str(v).lower() if isinstance(v, bool) else f"{v}")
+    return out
+
+
+_PLAN_DEFAULTS = {k: getattr(Plan(), k) for k in SWITCH_KEYS}
 
 
 def columns_from_plans(plans: Iterable[Plan]) -> dict[str, np.ndarray]:
@@ -206,6 +252,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
             out[key] = value in ("true", "1", "on", "yes")
+        elif key in SWITCH_KEYS:
+            out[key] = _fix_switch(key, value)
         else:
             out[key] = _fix_int(key, value)
             if key == "zero" and out[key] > 3:
@@ -216,6 +264,18 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", f"vpp={out['vpp']}",
                         f"vpp >= 2 needs schedule={' or '.join(chunked)}")
     return out
+
+
+def _fix_switch(key: str, value: str) -> Any:
+    """A ``SWITCH_KEYS`` value, coerced and checked by ``Plan`` itself (one rule: the field,
+    the value and the rule ``Plan`` states, e.g. ``moe_dispatcher`` one of
+    ``plan.DISPATCHERS``)."""
+    try:
+        v = _coerce(key, value)
+        Plan(**{key: v})
+    except SpecError as e:
+        raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
+    return v
 
 
 def _fix_int(key: str, value: str) -> int:
@@ -237,6 +297,32 @@ def _factorizations(n: int) -> np.ndarray:
     rows = [(t, p, c, n // (t * p * c)) for t in _divisors(n) for p in _divisors(n // t)
             for c in _divisors(n // (t * p))]
     return np.array(rows, dtype=np.int64)
+
+
+def _with_etp(fac: np.ndarray, model: ModelSpec, fixed: Mapping[str, Any]) -> np.ndarray:
+    """``fac``'s rows with a fifth column, ``etp``: ``tp`` on a dense model (one row each, the
+    order kept); on a mixture of experts each row once per ``etp`` among the divisors of
+    ``tp`` that divide the expert width (Megatron-Core's ``expert_tensor_parallel_size``:
+    ``etp = 1`` keeps every expert whole on its rank, DeepSeek-V3's and Megatron-Bridge's
+    MoE recipes), ``etp = tp`` first, then the rest in descending order; ``--fix etp=`` keeps
+    that value only (the rule ``ep`` refuses it where the width does not allow it). A ``tp``
+    the ``tp_heads`` rule refuses keeps one row (``etp = tp``): the space does not grow by
+    plans pruned anyway."""
+    if not model.is_moe:
+        return np.column_stack([fac, fac[:, 0]])
+    heads, kv = model.num_attention_heads, model.kv_heads
+    rows = []
+    for r in fac.tolist():
+        tp = r[0]
+        if "etp" in fixed:
+            etps = [fixed["etp"]]
+        elif heads % tp or kv % tp:
+            etps = [tp]
+        else:
+            etps = [tp] + [d for d in reversed(_divisors(tp))
+                           if d != tp and model.expert_ffn % d == 0]
+        rows += [r + [e] for e in etps]
+    return np.array(rows, dtype=np.int64).reshape(-1, 5)
 
 
 def solved_per_job(sched) -> bool:
@@ -265,6 +351,11 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
              for v in (sc.fixed_search_vpps if fx.get("schedule") == sc.name
                        or (every and not solved_per_job(sc))
                        else sc.search_vpps)(model.num_layers, opts.max_vpp, fx.get("vpp"))]
+    if not model.is_moe:          # job.check_expert_plan's rule, before any plan is built
+        for k in MOE_KEYS:
+            if k != "etp" and k in fx and fx[k] != _PLAN_DEFAULTS[k]:
+                raise SpecError("--fix", f"{k}={fx[k]}", f"{k} applies to mixture-of-experts "
+                                f"layers; {model.name} is dense")
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
         eps.append(fx["ep"])
@@ -272,7 +363,7 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
     rc = [0, 1, 2] + ([RECOMPUTE_CODE["op"]] if fx.get("recompute") == "op" or (
         framework is not None and "op" in framework.recompute) else [])
     return {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
-            "zero": [0, 1, 2, 3]}
+            "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
 
 
 def _layout_axis(model: ModelSpec, cluster: Cluster, ax: dict, opts: SpaceOptions
@@ -302,7 +393,7 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
              opts: SpaceOptions, framework: FrameworkProfile | None = None,
              costs: LayerCosts | None = None) -> dict[str, np.ndarray]:
     ax = _axes(model, cluster, opts, framework)
-    fac = _factorizations(n)
+    fac = _with_etp(_factorizations(n), model, opts.fixed)
     cols = _grid(fac, ax, ax["sched"], gbs, framework)
     for k in ("lf", "ll"):
         cols[k] = np.zeros(len(cols["tp"]), dtype=np.int64)
@@ -333,16 +424,19 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
                         np.array(ax["zero"]), indexing="ij")
     fi, ep, mbs, si, rc, sp, zero = (g.ravel() for g in grids)
     cols = {"tp": fac[fi, 0], "pp": fac[fi, 1], "cp": fac[fi, 2], "dp": fac[fi, 3], "ep": ep,
+            "etp": fac[fi, 4],
             "mbs": mbs, "gbs": np.full(fi.shape, gbs, dtype=np.int64), "sched": sched[si, 0],
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
-    for k, v in _switches(framework).items():
-        cols[k] = np.full(fi.shape, v, dtype=bool)
+    for k, v in _switches(framework, ax["switches"]).items():
+        cols[k] = np.full(fi.shape, v)
     return cols
 
 
 def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
     ok = np.ones(len(c["tp"]), dtype=bool)
     for k, v in fixed.items():
+        if k in SWITCH_KEYS:        # carried by every row (``_switches``)
+            continue
         if k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
@@ -358,13 +452,27 @@ def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.n
     return stack_mask(fw, c)
 
 
-def _switches(fw: FrameworkProfile | None) -> dict[str, bool]:
+def _switches(fw: FrameworkProfile | None,
+              fixed: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The plan switches every searched plan carries: the named stack's defaults, or (no stack
-    named) FlashAttention and the DP overlaps on, TP overlap off."""
+    named) FlashAttention and the DP overlaps on, TP overlap off; then the ``SWITCH_KEYS``
+    ``--fix`` gives (``fixed``, by short column, coded as ``PlanArrays`` codes them)."""
     if fw is None:
-        return {"flash": True, "ogr": True, "opg": True, "tpo": False}
-    return {"flash": fw.default_flash_attn, "ogr": fw.default_overlap_grad_reduce,
-            "opg": fw.default_overlap_param_gather, "tpo": fw.default_tp_comm_overlap}
+        out: dict[str, Any] = {"flash": True, "ogr": True, "opg": True, "tpo": False}
+    else:
+        out = {"flash": fw.default_flash_attn, "ogr": fw.default_overlap_grad_reduce,
+               "opg": fw.default_overlap_param_gather, "tpo": fw.default_tp_comm_overlap}
+    return {**out, **(fixed or {})}
+
+
+def _switch_columns(fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``SWITCH_KEYS`` of ``fixed`` as short columns' values (``_switches``)."""
+    out: dict[str, Any] = {}
+    for k, v in fixed.items():
+        if k in SWITCH_KEYS:
+            out[SWITCH_KEYS[k]] = (DISPATCHERS.index(v) if k == "moe_dispatcher" else
+                                   ROUTINGS.index(v) if k == "moe_routing" else v)
+    return out
 
 
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
@@ -373,9 +481,12 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     heads, kv = model.num_attention_heads, model.kv_heads
 
     def ep_ok(c):
-        if not model.is_moe:
-            return c["ep"] == 1
-        return (model.num_experts % c["ep"] == 0) & ((c["dp"] * c["cp"]) % c["ep"] == 0)
+        ok = expert_plan_ok(model, c["tp"], c["cp"], c["dp"], c["ep"], c["etp"])
+        if "epo" in c:      # the combined 1F1B's own limits, whatever stack runs it (make_job)
+            P = PlanArrays.from_columns(c)
+            for _, _, rule_ok, _ in ep_overlap_rules(DEFAULT_FRAMEWORK, P):
+                ok = ok & np.broadcast_to(rule_ok, ok.shape)
+        return ok
 
     def cross(c):
         tp = c["tp"]
@@ -416,7 +527,7 @@ def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
 def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarray,
                      limit: float, dtype: str, system: SystemConfig | None,
                      gpu: GPU | None = None, clamp: bool = False,
-                     remat_named: bool = False, loss_bytes: float | None = None,
+                     remat_named: bool = False, loss_bytes: LossPasses | None = None,
                      act_cache: float | None = None,
                      optimizer_bytes: float | None = None, fsdp2: bool = False,
                      dispatch_bytes: float | None = None) -> np.ndarray:
@@ -475,7 +586,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     # a JAX remat policy's selective stash (memory.activations.named_remat_bytes)
     remat_named = bool((framework or DEFAULT_FRAMEWORK).remat_named)
     # what the stack's cross-entropy holds per logit element (memory.activations.output_bytes)
-    loss_bytes = float((framework or DEFAULT_FRAMEWORK).loss.peak_bytes)
+    loss_bytes = (framework or DEFAULT_FRAMEWORK).loss      # its peak_bytes_at(tp) per plan
     # activations cached in low precision, the optimizer's state bytes (memory.arrays)
     act_cache = activation_cache_bytes((framework or DEFAULT_FRAMEWORK).fp8_activation_cache,
                                        dtype)
@@ -529,4 +640,5 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
                                 dispatch_bytes)
-    return Space(model, cluster, gbs, c, pruned, raw, peak, limit)
+    return Space(model, cluster, gbs, c, pruned, raw, peak, limit,
+                 framework.plan_defaults() if framework is not None else {})
