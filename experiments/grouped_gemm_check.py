@@ -97,7 +97,8 @@ def row_rows(path: str = BRIDGE_2604) -> list[tuple]:
         if job is None or not job.model.is_moe or entry["id"] not in missed:
             continue
         m, p, gpu = job.model, job.plan, job.cluster.gpu
-        load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor)
+        load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
+                               p.expert_tp)
         parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, load)
         routed = [g for part, g in parts if part == "routed_mlp" and g[4] is not None]
         tpo = p.tp_comm_overlap

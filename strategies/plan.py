@@ -46,11 +46,17 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "account_for_embedding_in_pipeline_split": "account_embedding",
           "account_for_loss_in_pipeline_split": "account_loss"}
 
-#: The routing imbalance a plan that names none gets: the hottest expert-parallel rank's
-#: routed-token load over the mean (``moe_imbalance``). 1.0 is perfect balance: no published
-#: per-rank measurement of a training run has been adopted yet (docs/models.md, "Expert
-#: parallelism as it runs"), so the default adds no imbalance and a plan states its own.
-DEFAULT_MOE_IMBALANCE = 1.0
+#: The routing imbalance a plan that names none gets (the hottest expert-parallel rank's
+#: routed-token load over the mean, ``moe_imbalance``): NaN, "by the rule", which
+#: ``strategies.cost.counts.moe_load`` resolves with the model and the micro-batch's shape to
+#: ``strategies.moe_balance.default_imbalance`` (a trained router balanced without an
+#: auxiliary loss: the sampling of a finite micro-batch plus the published lasting skew,
+#: docs/models.md "Expert parallelism as it runs", docs/calibration.md §5.73). One object, so
+#: memoised functions keyed on it hit.
+DEFAULT_MOE_IMBALANCE = float("nan")
+#: routings balanced by construction (``contiguous``: every rank's share exact to a token),
+#: whose default imbalance is 1 rather than the rule
+BALANCED_ROUTINGS = ("contiguous",)
 MAX_MOE_FACTOR = 1024.0   # sanity bound on moe_imbalance and moe_capacity_factor
 
 
@@ -146,8 +152,12 @@ class Plan:
 
     @property
     def imbalance(self) -> float:
-        """``moe_imbalance``, or ``DEFAULT_MOE_IMBALANCE`` when the plan names none."""
-        return DEFAULT_MOE_IMBALANCE if self.moe_imbalance is None else float(self.moe_imbalance)
+        """``moe_imbalance``; when the plan names none, 1 under a routing balanced by
+        construction (``BALANCED_ROUTINGS``), else ``DEFAULT_MOE_IMBALANCE`` (NaN: the default
+        rule, resolved by ``counts.moe_load``)."""
+        if self.moe_imbalance is not None:
+            return float(self.moe_imbalance)
+        return 1.0 if self.moe_routing in BALANCED_ROUTINGS else DEFAULT_MOE_IMBALANCE
 
     @property
     def capacity_factor(self) -> float:

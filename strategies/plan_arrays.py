@@ -19,7 +19,7 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import DEFAULT_MOE_IMBALANCE, DISPATCHERS, ROUTINGS, Plan
+from strategies.plan import BALANCED_ROUTINGS, DEFAULT_MOE_IMBALANCE, DISPATCHERS, ROUTINGS, Plan
 from strategies.schedules import attr_by_code, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -115,6 +115,12 @@ class PlanArrays:
             v = getattr(self, f.name)
             kind = float if f.name in _FLOAT else np.int64 if f.name in _INT else bool
             object.__setattr__(self, f.name, np.asarray(v, dtype=kind))
+        # a routing balanced by construction takes 1 where no imbalance is named (Plan.imbalance)
+        even = np.isin(self.moe_routing, [ROUTINGS.index(r) for r in BALANCED_ROUTINGS])
+        if np.any(even & np.isnan(self.moe_imbalance)):
+            object.__setattr__(self, "moe_imbalance",
+                               np.where(even & np.isnan(self.moe_imbalance), 1.0,
+                                        self.moe_imbalance))
 
     def __len__(self) -> int:
         return int(np.size(self.tp))

@@ -153,7 +153,7 @@ def test_moe_load_is_imbalance_capped_by_capacity():
 
 def test_imbalance_scales_the_all_to_all_and_the_expert_compute():
     cl = cluster_preset("hgx-h800", 2)
-    base = make_job(QWEN, cl, parse_plan("ep=16,gbs=16"))
+    base = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1"))   # balanced
     hot = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1.5"))
     capped = make_job(QWEN, cl, parse_plan("ep=16,gbs=16,moe_imbalance=1.5,"
                                            "moe_capacity_factor=1.2"))
@@ -177,7 +177,7 @@ def test_expert_parameters_shard_over_etp_ep():
 
 def test_etp_adds_its_collectives_to_the_record():
     cl = cluster_preset("hgx-h800", 2)
-    j = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=2,sp=true,gbs=16"))
+    j = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=2,sp=true,gbs=16,moe_imbalance=1"))
     c = stage_costs(j)
     assert c.etp_bytes == pytest.approx(2 * counts.routed_token_bytes(QWEN, 1, 2, 1), rel=REL)
     j1 = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=1,sp=true,gbs=16"))

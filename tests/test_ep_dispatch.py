@@ -65,10 +65,12 @@ def test_deepep_node_bytes_equal_the_formula(ep, disp):
     one per destination rank, ``ep·P_rank/k`` of Megatron's per-expert copies."""
     m = model_preset("deepseek-v3")
     cl = cluster_preset("dgx-h100", 32)
-    plan = Plan(tp=1, pp=1, ep=ep, dp=256, mbs=1, gbs=256, moe_dispatcher=disp)
+    plan = Plan(tp=1, pp=1, ep=ep, dp=256, mbs=1, gbs=256, moe_dispatcher=disp,
+                moe_imbalance=1.0)                # balanced: the closed form
     job = make_job(m, cl, plan)
     c = stage_costs(job)
-    a2a = stage_costs(make_job(m, cl, Plan(tp=1, pp=1, ep=ep, dp=256, mbs=1, gbs=256)))
+    a2a = stage_costs(make_job(m, cl, Plan(tp=1, pp=1, ep=ep, dp=256, mbs=1, gbs=256,
+                                           moe_imbalance=1.0)))
     N = ep // 8
     T, h = m.seq_length, m.hidden_size
     share = m.num_moe_layers / m.num_layers

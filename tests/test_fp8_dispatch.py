@@ -112,7 +112,9 @@ def test_time_reads_the_rule_and_the_bf16_stack_is_unchanged():
               cluster=("hgx-h800", 32))
     c = stage_costs(mc)
     m = mc.model
-    want = 2 * counts.routed_token_bytes(m, 1, 1, 1, counts.moe_load(32)) \
+    p = mc.plan          # the default imbalance: the rule (strategies.moe_balance)
+    load = counts.moe_load(32, p.imbalance, p.capacity_factor, m, 1, 1, 1)
+    want = 2 * counts.routed_token_bytes(m, 1, 1, 1, load) \
         * (m.num_moe_layers / m.num_layers)
     assert c.ep_bytes == want
 

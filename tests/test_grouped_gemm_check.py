@@ -50,10 +50,11 @@ def test_grouped_rows_within_fifteen_percent_of_deepgemm():
 
 
 def test_reference_rows_need_rates_below_any_published_grouped_rate():
-    """Every routed-expert M of the MoE reference rows is a multiple of 128 (no per-group
-    tile waste), and for the Qwen3-30B-A3B and gpt-oss rows the routed GEMMs would have to
-    run below 35 % of the dtype's peak to absorb the whole miss, under the lowest share any
-    DeepGEMM grouped shape reaches on H800 (815 of 1979 TFLOP/s, 41 %)."""
+    """Every routed-expert M of the MoE reference rows is the hottest rank's (forced
+    balancing's sampling imbalance times a balanced M that is a multiple of 128: a tile
+    remainder under 128/M), and for the Qwen3-30B-A3B and gpt-oss rows the routed GEMMs
+    would have to run below 35 % of the dtype's peak to absorb the whole miss, under the
+    lowest share any DeepGEMM grouped shape reaches on H800 (815 of 1979 TFLOP/s, 41 %)."""
     peak = get_gpu(ggc.DEEPGEMM_GPU).peak(ggc.DEEPGEMM_DTYPE) / 1e12
     floor = min(r[5] for r in ggc.kernel_rows() if r[0] != "dense") / peak
     assert floor == pytest.approx(815 / 1978.9, rel=1e-3)
@@ -62,6 +63,6 @@ def test_reference_rows_need_rates_below_any_published_grouped_rate():
     small = [r for r in rows if "qwen330" in r[0] or "gptoss" in r[0]]
     assert len(small) == 10
     for r in rows:
-        assert r[11] == 0.0, r[0]
+        assert 0.0 <= r[11] < 128 / r[4], r[0]
     for r in small:
         assert not math.isnan(r[10]) and r[10] < 0.35 < floor, (r[0], r[10])

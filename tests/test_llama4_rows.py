@@ -55,8 +55,10 @@ def test_recipe_token_dropping_is_read():
     e = copy.deepcopy(MAVERICK[0])
     del e["plan"]["moe_capacity_factor"]
     assert case_from_entry(e).job.plan.moe_capacity_factor is None
-    for e in _rows("dgxc2505_grok1"):                            # its recipe names none
-        assert case_from_entry(e).job.plan.moe_capacity_factor is None
+    # Grok-1's pinned NeMo 6f2c6fd pretrain_grok1_314b.py builds its recipe with
+    # performance_mode=True (L300), which adds MegatronTokenDropCallback (L212): capacity 1.0
+    for e in _rows("dgxc2505_grok1"):
+        assert case_from_entry(e).job.plan.moe_capacity_factor == 1.0
 
 
 def test_chunk_of_the_sequence_is_global_attention():

@@ -71,7 +71,7 @@ def test_mean_layer_share_and_vectorised():
 
 def _job(disp: str):
     m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("dgx-b200", 1)
-    plan = Plan(tp=1, pp=1, dp=8, ep=8, mbs=2, gbs=32, moe_dispatcher=disp)
+    plan = Plan(tp=1, pp=1, dp=8, ep=8, mbs=2, gbs=32, moe_dispatcher=disp, moe_imbalance=1.0)
     return make_job(m, cl, plan, dtype="bf16")
 
 

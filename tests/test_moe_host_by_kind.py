@@ -46,7 +46,8 @@ def _exposed_per_moe_layer() -> tuple[float, float]:
     fw, gpu, m = get_profile(None), CLUSTER.gpu, MODEL.of_kind("moe")
     b, tp, cp, ep = PLAN.mbs, PLAN.tp, PLAN.cp, PLAN.ep
     slow = float(stage_cost_arrays(MODEL, CLUSTER, "bf16", P).slowdown[0])
-    load = counts.moe_load(ep, P.moe_imbalance[0], P.moe_capacity_factor[0])
+    load = counts.moe_load(ep, P.moe_imbalance[0], P.moe_capacity_factor[0], MODEL, b, tp, cp,
+                          PLAN.expert_tp)
     dedup, _ = counts.ep_dedup(m, ep, tp, CLUSTER.gpus_per_node, 0)
     routed = [g for part, g in counts.layer_gemm_parts(m, b, tp, cp, ep, "moe", tp, load)
               if part == "routed_mlp" and g[4] is not None]

@@ -133,7 +133,8 @@ def test_stage_record_reads_the_plan_dispatcher():
     and probabilities' all-to-alls; for a dense model the dispatcher field changes nothing."""
     m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("dgx-b200", 1)
     runs = {d: stage_costs(make_job(m, cl, Plan(tp=1, pp=1, dp=8, ep=8, mbs=B, gbs=64,
-                                                moe_dispatcher=d), dtype="bf16"))
+                                                moe_dispatcher=d, moe_imbalance=1.0),
+                                           dtype="bf16"))
             for d in ("alltoall", "hybridep")}
     dd = counts.ep_dedup(m, 8, 1, cl.gpus_per_node, 2)[0]
     a, h = (ct.moe_permute_time(m, B, 1, 1, 8, cl.gpu, 1.0, c, dd) for c in (0, 2))

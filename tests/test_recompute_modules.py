@@ -81,7 +81,8 @@ def test_saved_bytes_per_module_are_its_terms(case):
     # routed_activation_bytes)
     table, real = act.routed_activation_bytes(m, s, p.mbs, p.tp, p.cp, p.sp, p.expert_tp,
                                               counts.moe_load(p.ep, p.imbalance,
-                                                              p.capacity_factor))
+                                                              p.capacity_factor, m, p.mbs,
+                                                              p.tp, p.cp, p.expert_tp))
     want["moe"] = want["moe"] + (real - table) * p.cp
     a0 = act.job_layer_activation_bytes(none)
     for mod in APPLIES[case]:

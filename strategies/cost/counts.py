@@ -20,6 +20,7 @@ import numpy as np
 
 from strategies.cost import recompute as rcp
 from strategies.model import ModelSpec
+from strategies.moe_balance import default_imbalance
 from strategies.plan import DISPATCHERS  # noqa: F401  (codes of ep_dedup's dispatcher)
 from topologies.precision import get_precision
 
@@ -33,13 +34,23 @@ def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     return b * s / cp
 
 
-def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf) -> Num:
+def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf,
+             m: ModelSpec | None = None, b: Num = 1, tp: Num = 1, cp: Num = 1,
+             etp: Num | None = None) -> Num:
     """Routed tokens of the hottest expert-parallel rank over the mean (the pace of its expert
     GEMMs and of its all-to-all): ``moe_imbalance`` where ``ep > 1`` (with every expert on
     one rank there is no hottest rank), capped by ``moe_capacity_factor``, beyond which an
     expert drops its tokens (Megatron's token dropping: an expert takes at most
-    ``capacity_factor`` times its mean share). Vectorised."""
-    return np.minimum(np.where(np.asarray(ep) > 1, imbalance, 1.0), capacity_factor)[()]
+    ``capacity_factor`` times its mean share). An imbalance of NaN (a plan that names none,
+    ``plan.DEFAULT_MOE_IMBALANCE``) is ``moe_balance.default_imbalance`` of the model ``m``
+    and the micro-batch's shape (``b``, ``tp``, ``cp``, ``etp``). Vectorised."""
+    imb = np.asarray(imbalance, dtype=float)
+    if np.isnan(imb).any():
+        if m is None:
+            raise ValueError("moe_load: the default imbalance (NaN) needs the model and the "
+                             "micro-batch's shape (m, b, tp, cp, etp)")
+        imb = np.where(np.isnan(imb), default_imbalance(m, b, tp, cp, ep, etp), imb)
+    return np.minimum(np.where(np.asarray(ep) > 1, imb, 1.0), capacity_factor)[()]
 
 
 def expert_tokens(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,

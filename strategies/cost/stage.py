@@ -333,7 +333,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
     etp = P.etp
-    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
     # the ranks holding a dense parameter's copies (dp·cp): its gradient reduction, its ZeRO

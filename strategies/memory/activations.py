@@ -574,7 +574,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                   recompute_modules, remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(recompute_modules) if recompute_modules else 0
-    load = counts.moe_load(ep, imbalance, capacity_factor)
+    load = counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
                                        mods, clamp=clamp, cache=cache)
     return float(base + extra)

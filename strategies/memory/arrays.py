@@ -183,7 +183,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     end = (stage == 0) | (stage == pp - 1)
     is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
-    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor)
+    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp)
 
     layer_bytes: dict[ModelSpec, dict] = {}
 

@@ -15,7 +15,9 @@ from strategies.errors import SpecError
 from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
-from strategies.plan import Plan, parse_modules
+from strategies.cost import counts
+from strategies.moe_balance import forced_imbalance
+from strategies.plan import BALANCED_ROUTINGS, Plan, parse_modules
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
@@ -675,6 +677,52 @@ def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
     return replace(plan, **said)
 
 
+#: the row's ``plan.moe_balance`` values: ``forced``, Megatron-Core's
+#: ``moe_router_force_load_balancing`` (random router logits, "for benchmark"), which every
+#: Megatron-Bridge performance config sets (v0.2.0 and v0.4.2
+#: ``scripts/performance/configs/{deepseek,qwen3|qwen,gpt_oss}/*_llm_pretrain.py``;
+#: ``utils/overrides.py``: on unless ``--use_tokendrop``); ``trained``, a router that
+#: learns (the plan's default rule, ``strategies.moe_balance.default_imbalance``)
+BALANCE_KINDS = ("forced", "trained")
+
+
+def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) -> Plan:
+    """The hottest expert-parallel rank's load of an MoE row with ``ep > 1``: what the row
+    states (``moe_imbalance``), else by its router (``plan.moe_balance``,
+    ``BALANCE_KINDS``): forced balancing's sampling imbalance
+    (``moe_balance.forced_imbalance``), else the plan's default rule; each noted."""
+    pl = c.get("plan") or {}
+    kind = pl.get("moe_balance")
+    if kind is not None and kind not in BALANCE_KINDS:
+        raise SpecError("plan.moe_balance", kind, f"must be one of {', '.join(BALANCE_KINDS)}")
+    if not model.is_moe or plan.ep <= 1:
+        return plan
+    if pl.get("moe_imbalance") is not None:
+        notes.append(f"moe_imbalance={float(pl['moe_imbalance'])} (stated by the entry)")
+        return replace(plan, moe_imbalance=float(pl["moe_imbalance"]))
+    if kind == "forced":
+        imb = float(forced_imbalance(model, plan.mbs, plan.tp, plan.cp, plan.ep,
+                                     plan.expert_tp))
+        notes.append(f"moe_imbalance={imb:.4f}: the benchmark force-balances its router "
+                     "(moe_router_force_load_balancing: random logits), so the hottest rank "
+                     f"carries the sampling excess of uniform routing over ep={plan.ep} "
+                     "(strategies.moe_balance.forced_imbalance; docs/calibration.md §5.73)")
+        return replace(plan, moe_imbalance=imb)
+    if plan.moe_routing in BALANCED_ROUTINGS:
+        return plan
+    rule = float(counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
+                                 plan.tp, plan.cp, plan.expert_tp))
+    if plan.capacity_factor < rule:
+        notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
+                     f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
+                     f"imbalance {rule:.4f} (counts.moe_load)")
+    else:
+        notes.append(f"moe_imbalance by the default rule ({rule:.4f}: a trained router "
+                     "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "
+                     "MaxVio_global 0.04 per expert; strategies.moe_balance.default_imbalance)")
+    return plan
+
+
 def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     """Build the Job for one published entry, or say why not (``siblings``: the other entries
     of its reference file, read only for what the entry's source states elsewhere)."""
@@ -749,6 +797,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
     plan = _llama_recipe_switches(c, plan, notes)
+    try:
+        plan = _routing_balance(c, model, plan, notes)
+    except SpecError as e:
+        return skip(f"plan does not resolve: {e}")
     notes.append(f"framework {fw.name} ({fw.description})"
                  + (" (stated by the entry)" if c.get("framework") is not None else ""))
     system = None
