@@ -417,6 +417,18 @@ class FrameworkProfile:
     #: ``ColwiseParallel``: the matmul keeps the all-gather's output; XLA decides).
     #: ``cost.stage.sp_regather_exposed`` (docs/calibration.md §5.70)
     sp_regather: bool = True
+    #: which tensor-parallel backward paths reduce a column-parallel linear's data gradient
+    #: asynchronously while its weight-gradient GEMM runs, waiting only before returning:
+    #: ``"all"`` (the reduce-scatter under SP and the all-reduce without: Megatron-Core
+    #: ``tensor_parallel/layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.
+    #: backward``, Transformer Engine ``linear.py``/``layernorm_linear.py``/
+    #: ``layernorm_mlp.py``, ``async_op=True``), ``"sp"`` (only the SP reduce-scatter:
+    #: Megatron-LM's April 2022 SP code, whose non-SP async all-reduce came in September 2021,
+    #: after the 2021 runs; NVIDIA/Megatron-LM 16c90445e7) or ``"none"`` (blocking: BigScience's
+    #: Megatron-DeepSpeed ``ColumnParallelLinear``; DTensor's ``ColwiseParallel`` redistributes
+    #: the input gradient after the matmul's backward has computed both GEMMs; XLA not read).
+    #: ``cost.stage.dgrad_reduce_hidden`` (docs/calibration.md §5.75)
+    dgrad_overlap: str = "all"
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
     #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
@@ -711,6 +723,9 @@ class FrameworkProfile:
                             "must be a number of parameters >= 0")
         if not isinstance(self.sp_regather, bool):
             raise SpecError("framework.sp_regather", self.sp_regather, "must be true or false")
+        if self.dgrad_overlap not in DGRAD_OVERLAPS:
+            raise SpecError("framework.dgrad_overlap", self.dgrad_overlap,
+                            f"must be one of {', '.join(DGRAD_OVERLAPS)}")
         for way in self.layouts:
             if way not in LAYOUT_WAYS:
                 raise SpecError("framework.layouts", way,
@@ -768,6 +783,8 @@ class FrameworkProfile:
 
 
 ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: ``FrameworkProfile.dgrad_overlap``'s values
+DGRAD_OVERLAPS = ("all", "sp", "none")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")
@@ -886,6 +903,9 @@ MEGATRON_LM_2021 = FrameworkProfile(
     zero_stages=(0, 1), zero_with_pp=1, context_parallel=False, expert_parallel=False,
     tp_comm_overlap=False, flash_attn=False, recompute_methods=("block", "uniform"),
     recompute_modules=("core_attn",), loss=MEGATRON_CROSS_ENTROPY,
+    # Korthikanti et al.'s SP code reduce-scatters the input gradient beside the weight
+    # gradient; Narayanan et al.'s April 2021 code all-reduced it blocking
+    dgrad_overlap="sp",
     precisions=("fp16", "bf16"),
     precision_source="Megatron-LM v2-v3 --fp16 / --bf16 (megatron/arguments.py, apex "
                      "mixed precision with megatron/optimizer's loss scaler)",
@@ -928,6 +948,9 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
+    # ColumnParallelLinear's backward all-reduces the input gradient blocking
+    # (copy_to_tensor_model_parallel_region; bigscience-workshop/Megatron-DeepSpeed)
+    dgrad_overlap="none",
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",), bf16_optimizer=True, loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
     alibi_score_bytes=ALIBI_BADDBMM_BYTES,
@@ -1054,8 +1077,9 @@ PYTORCH_EAGER = FrameworkProfile(
     group_microbatches=False,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     # DTensor's ColwiseParallel: the matmul saves the all-gathered input, no re-gather
-    # (torchtitan and NeMo AutoModel inherit it)
-    sp_regather=False,
+    # (torchtitan and NeMo AutoModel inherit it); its input gradient is redistributed after
+    # the matmul's backward computed both GEMMs: nothing beside the reduction
+    sp_regather=False, dgrad_overlap="none",
     recompute=("none", "full"), export="llm-foundry", recompute_early_stop=True, layouts=(),
     precisions=("bf16", "fp16", "fp8", "fp8-delayed"),
     precision_source="Composer's precision amp_bf16, amp_fp16 or amp_fp8 "
@@ -1234,6 +1258,7 @@ JAX_XLA = FrameworkProfile(
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled
+    dgrad_overlap="none",   # nor what it overlaps: not read
     recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
     recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
     # weight_dtype float32: the fp32 weights are the only stored copy (docs/calibration.md §5.46)

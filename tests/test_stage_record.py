@@ -11,8 +11,9 @@ import pytest
 
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Recv, Send
-from strategies.cost.stage import (StageCostArrays, sp_regather_pieces, stage_cost_arrays,
-                                   stage_costs, stage_costs_at)
+from strategies.cost.stage import (StageCostArrays, dgrad_reduce_pieces, dgrad_reduce_time,
+                                   sp_regather_pieces, stage_cost_arrays, stage_costs,
+                                   stage_costs_at)
 from strategies.cost.comm import collective_time, dp_parts
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
@@ -93,8 +94,21 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
                     carved += nl * share * dgrad
             if carved > 0:
                 bwd.add(carved)
+        # the column-parallel data gradients' reductions that outlast their weight-gradient
+        # GEMMs: those GEMMs carved out of the rest (``ProgramBuilder.reduce_split``)
+        rest = nl * layer_b - carved
+        if one.rd_bytes > 0 and p.tp > 1:
+            t_red = float(dgrad_reduce_time(one, p.tp, bool(p.sp), job.cluster))
+            d = 0.0
+            for share, wgrad in dgrad_reduce_pieces(one):
+                if share > 0 and wgrad < t_red:
+                    d += nl * share * wgrad
+            d = min(d, rest)
+            if d > 0:
+                bwd.add(d)
+            rest -= d
         for secs, attn, out in ((nl * g["layer_fwd"], nl * g["attn_fwd"], fwd),
-                                (nl * layer_b - carved, nl * g["attn_bwd"], bwd)):
+                                (rest, nl * g["attn_bwd"], bwd)):
             if p.cp > 1:
                 out.update({secs - attn, attn})
             else:

@@ -20,7 +20,8 @@ from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
 from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import StageCosts, chunk_layers, chunk_sum, sp_regather_pieces
+from strategies.cost.stage import (StageCosts, chunk_layers, chunk_sum, dgrad_reduce_pieces,
+                                  dgrad_reduce_time, sp_regather_pieces)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -123,6 +124,13 @@ class ProgramBuilder:
         self.t_regather = float(collective_time("allgather", costs.rg_bytes, p.tp, 1,
                                                 self.cluster)) \
             if costs.rg_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
+        # one column-parallel data gradient's asynchronous reduction, contention-free, as
+        # the estimate prices it (0: blocking, ``cost.stage.dgrad_reduce_hidden``)
+        self.t_reduce = float(dgrad_reduce_time(costs, p.tp, bool(p.sp), self.cluster)) \
+            if costs.rd_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
+        # the pending block's reductions: (carved weight-gradient seconds, reductions
+        # compiled beside them, reductions taken out of the blocking ones)
+        self._reduce: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -181,11 +189,12 @@ class ProgramBuilder:
 
     # ------------------------------------------------------------------ layer blocks
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int,
-                exposed: float = 0.0, after: int | None = None) -> None:
+                exposed: float = 0.0, after: int | None = None, less: float = 0.0) -> None:
         """``n`` tensor-parallel collectives closing a block (blocking unless overlapped;
         with overlap, the share ``exposed`` of them blocking whole: a backward's
         ``StageCosts.tp_overlap_bwd_exposed``). The blocking ones start after ``main`` and
-        ``after`` (the block's expert all-to-all: ``_close_block``)."""
+        ``after`` (the block's expert all-to-all: ``_close_block``). ``less``: reductions of
+        them that ran beside the weight gradients (``reduce_split``), not compiled here."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
         kinds, tag = _TP_KINDS[bool(self.p.sp)], _TP_TAG
@@ -198,6 +207,20 @@ class ProgramBuilder:
                 self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n * (1 - 1 / k), "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
             n = n / k + whole if exposed > 0 else n / k
+        if less > 0:
+            # ``less`` of the reductions ran beside the weight gradients (``reduce_split``):
+            # under SP the rest are bf16 reduce-scatters of ``rd_bytes`` and the gathers
+            # carry the remainder of the pair's bytes (``tp_bytes`` is the pair's mean;
+            # ring all-gather and reduce-scatter times are one affine function of bytes)
+            rd = self.c.rd_bytes
+            ops = ((("reduce_scatter", rd, n - less), ("allgather", 2 * self.c.tp_bytes - rd, n))
+                   if self.p.sp else (("allreduce", self.c.tp_bytes, n - less),))
+            for kd, nbytes, rep in ops:
+                last = self.coll("tp-comm", kd, "tp", nbytes, rep, "tp", f"{tag[kd]} tp {label}",
+                                 i, c, deps=(main, after)) or last
+            if last is not None:
+                self.wait.append(last)
+            return
         for kd in kinds:
             last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main, after)) or last
@@ -233,6 +256,30 @@ class ProgramBuilder:
         d = min(d, secs)
         self.compute(d, "backward", label, i, c, force=True)
         self.wait.append(ag)
+        return d
+
+    def reduce_split(self, nl: float, secs: float) -> float:
+        """The column-parallel data gradients' reductions of ``nl`` mean layers' backward
+        (``cost.stage.dgrad_reduce_pieces``), each started before its weight-gradient GEMM
+        and waited for after it: those that outlast their GEMM are compiled as one
+        reduction on the tp-comm stream beside a compute op of those GEMMs carved out of
+        the block's ``secs`` (``_close_block`` places both after the block, before its
+        blocking collectives), so they expose ``sum(share·(t_red - wgrad))`` on a
+        contention-free network (``cost.stage.dgrad_reduce_hidden``); those their GEMM
+        hides are taken out of the blocking collectives and not compiled (no exposure,
+        their link load left out, as ``regather``'s). Returns the seconds carved out."""
+        t = self.t_reduce
+        n = d = hid = 0.0
+        for share, wgrad in dgrad_reduce_pieces(self.c):
+            if share <= 0:
+                continue
+            if wgrad < t:
+                n += nl * share
+                d += nl * share * wgrad
+            else:
+                hid += nl * share
+        d = min(d, secs)
+        self._reduce = (d, n, hid)
         return d
 
     def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
@@ -295,6 +342,8 @@ class ProgramBuilder:
         start = tuple(self.wait)
         if not fwd and self.t_regather > 0:
             secs -= self.regather(nl, secs, label, i, c, start)
+        if not fwd and self.t_reduce > 0:
+            secs -= self.reduce_split(nl, secs)
         if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
             attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
             other = self.compute(secs - attn, kind, label, i, c)
@@ -369,9 +418,23 @@ class ProgramBuilder:
         # exception: an overlapped pair's all-to-all (``hidden``), which its partner's
         # compute hides (DualPipe, ep_overlap's combined 1F1B); docs/calibration.md §5.53
         n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
+        after = moe if self.hidden is None else None
+        less = 0.0
+        if not fwd and self.t_reduce > 0:
+            d, n, hid = self._reduce
+            self._reduce = (0.0, 0.0, 0.0)
+            less = n + hid
+            if n > 0:
+                # the weight-gradient GEMMs after the block's compute (and its all-to-all),
+                # their reductions beside them; what comes next waits for both
+                red = self.coll("tp-comm", "reduce_scatter" if self.p.sp else "allreduce",
+                                "tp", cs.rd_bytes, n, "tp", f"RD tp {label}", i, c,
+                                deps=(main, after))
+                saved, self.wait = self.wait, [after] if after is not None else []
+                self.compute(d, "backward", label, i, c, force=True)
+                self.wait = saved + ([red] if red is not None else [])
         self.tp_comm(n_tp, label, i, c, start, main,
-                     0.0 if fwd else cs.tp_overlap_bwd_exposed,
-                     after=moe if self.hidden is None else None)
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less)
         return main
 
     # ------------------------------------------------------------------ passes

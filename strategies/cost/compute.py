@@ -136,6 +136,32 @@ class LayerTime:
     #: the data-gradient GEMMs each sequence-parallel re-gather of the backward overlaps
     #: (``regather_dgrad``): ``(share of the mean layer, seconds)`` per kind of re-gather
     regather: tuple = ()
+    #: the weight-gradient GEMMs of the column-parallel linears (``column_wgrad``): seconds
+    #: of the attention's, the dense fc1's and the shared experts' fc1's, each the window
+    #: its data gradient's asynchronous reduction runs in (shares: ``regather``'s)
+    col_wgrad: tuple = ()
+
+
+def column_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+                 slow: Num = 1.0) -> tuple[Num, Num, Num]:
+    """Seconds of the weight-gradient GEMMs of one layer's column-parallel linears:
+    ``(attention, dense fc1, shared experts' fc1)``, the attention's summed over its column
+    linears (QKV, or MLA's up projections), each fc1 one GEMM (its share of the layers is
+    ``regather_dgrad``'s). Each runs while its linear's data gradient is reduced across tp
+    (``cost.stage.dgrad_reduce_hidden``). ``parts``/``units``: as ``regather_dgrad``;
+    ``slow``: the overlap clock factor."""
+    linears = m.attention_linears()
+    attn = 0.0
+    for (_, _, _, split), (_, g), u in zip(linears, parts, units):
+        if split == "col":
+            attn = attn + g[0] * u[4]
+    dense, shared = 0.0, 0.0
+    for (part, g), u in zip(parts[len(linears):], units[len(linears):]):
+        if g[4] is False and part == "dense_mlp":
+            dense = u[4]
+        elif g[4] is False and part == "shared_mlp":
+            shared = u[4]
+    return (slow * attn, slow * dense, slow * shared)
 
 
 def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
@@ -955,7 +981,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     full = fwd - gco - stop
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
-    return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow))
+    return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),
+                     column_wgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

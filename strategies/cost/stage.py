@@ -37,6 +37,7 @@ import numpy as np
 from strategies import placement
 from strategies.cost import amax
 from strategies.cost import comm as cm
+from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise
@@ -194,6 +195,16 @@ class StageCostArrays:
     rg_dense: np.ndarray = 0.0
     rg_shared_n: np.ndarray = 0.0
     rg_shared: np.ndarray = 0.0
+    # the column-parallel linears' data-gradient reductions run beside their weight-gradient
+    # GEMMs (``FrameworkProfile.dgrad_overlap``): the bytes of one (a bf16 reduce-scatter
+    # under SP, an all-reduce without; 0 where none overlaps: no such stack path, TP
+    # overlap, a split backward) and the weight-gradient seconds of each piece
+    # (``compute.column_wgrad``; shares ``rg_dense_n``/``rg_shared_n``);
+    # ``dgrad_reduce_hidden`` prices them
+    rd_bytes: np.ndarray = 0.0
+    rd_attn: np.ndarray = 0.0
+    rd_dense: np.ndarray = 0.0
+    rd_shared: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -266,6 +277,10 @@ class StageCosts:
     rg_dense: float = 0.0
     rg_shared_n: float = 0.0
     rg_shared: float = 0.0
+    rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
+    rd_attn: float = 0.0
+    rd_dense: float = 0.0
+    rd_shared: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -529,7 +544,16 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                           * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
         rg_attn=full(lt.regather[0][1]), rg_dense_n=full(lt.regather[1][0]),
         rg_dense=full(lt.regather[1][1]), rg_shared_n=full(lt.regather[2][0]),
-        rg_shared=full(lt.regather[2][1]))
+        rg_shared=full(lt.regather[2][1]),
+        # the column-parallel data gradients' reductions, asynchronous beside the weight
+        # gradient where the stack's path does it and the backward is whole (a split one
+        # defers the weight gradient; TP overlap prices its own, ``tp_overlap_bwd_exposed``)
+        rd_bytes=np.where((tp > 1) & ~np.asarray(tpo, dtype=bool)
+                          & ~attr_by_code(P.schedule, "splits_backward").astype(bool)
+                          & ((fw.dgrad_overlap == "all") | ((fw.dgrad_overlap == "sp") & sp)),
+                          counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+        rd_attn=full(lt.col_wgrad[0]), rd_dense=full(lt.col_wgrad[1]),
+        rd_shared=full(lt.col_wgrad[2]))
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -603,6 +627,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tied_bytes=f("tied_bytes"),
         rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
+        rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_dense=f("rd_dense"),
+        rd_shared=f("rd_shared"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -699,6 +725,43 @@ def sp_regather_exposed(t_ag: counts.Num, x: Any) -> counts.Num:
     out = 0.0
     for share, dgrad in sp_regather_pieces(x):
         out = out + share * np.maximum(t_ag - dgrad, 0.0)
+    return out
+
+
+def dgrad_reduce_pieces(x: Any) -> tuple[tuple[Any, Any], ...]:
+    """``(share, seconds)`` of each column-parallel linear of one mean layer whose data
+    gradient is reduced across tp beside its weight-gradient GEMM of ``seconds`` (``x``: a
+    ``StageCostArrays`` or ``StageCosts``): the attention's once per layer, the dense MLP's
+    fc1 and the shared experts' fc1 on their share of the layers (``sp_regather_pieces``'
+    shares)."""
+    return ((1.0, x.rd_attn), (x.rg_dense_n, x.rd_dense), (x.rg_shared_n, x.rd_shared))
+
+
+def dgrad_reduce_time(x: Any, tp: counts.Num, sp: counts.Num, cl: Cluster) -> counts.Num:
+    """Contention-free seconds of one column-parallel data gradient's reduction across
+    ``tp``: a reduce-scatter of ``x.rd_bytes`` under SP (``sp``), an all-reduce without; 0
+    where ``rd_bytes`` is 0 (no asynchronous reduction)."""
+    rd = x.rd_bytes
+    t = np.where(sp, cm.collective_time("reduce_scatter", rd, tp, 1, cl),
+                 cm.collective_time("allreduce", rd, tp, 1, cl))
+    return np.where(np.asarray(rd) > 0, t, 0.0)
+
+
+def dgrad_reduce_hidden(t_red: counts.Num, x: Any) -> counts.Num:
+    """Seconds per mean layer's backward of the tensor-parallel collectives the weight
+    gradient hides: a column-parallel linear's backward computes its data gradient, starts
+    its reduction (reduce-scatter under SP, all-reduce without) with ``async_op=True``,
+    runs the weight-gradient GEMM and only then waits (Megatron-Core ``tensor_parallel/
+    layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``; Transformer
+    Engine ``linear.py``, ``layernorm_linear.py``, ``layernorm_mlp.py``), so of a reduction
+    of ``t_red`` seconds ``min(t_red, wgrad)`` is hidden, summed over
+    ``dgrad_reduce_pieces`` by share; exposed ``max(0, t_red - wgrad)``. 0 where ``t_red``
+    is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower bound read;
+    the simulator compiles the same pieces (``simulator.program.builder``).
+    docs/calibration.md §5.75."""
+    out = 0.0
+    for share, wgrad in dgrad_reduce_pieces(x):
+        out = out + share * np.minimum(t_red, wgrad)
     return out
 
 

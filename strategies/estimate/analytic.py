@@ -57,7 +57,8 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import sp_regather_exposed, stage_cost_arrays
+from strategies.cost.stage import (dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
+                                  stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -382,6 +383,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_rg = np.where(sc.rg_bytes > 0, cm.collective_time("allgather", sc.rg_bytes, tp, 1, cl),
                     0.0)
     tp_layer = tp_layer + sp_regather_exposed(t_rg, sc)
+    # the column-parallel data gradients' reductions beside their weight-gradient GEMMs
+    # (``cost.stage.dgrad_reduce_hidden``, §5.75): a bf16 reduce-scatter under SP, an
+    # all-reduce without
+    tp_layer = tp_layer - dgrad_reduce_hidden(dgrad_reduce_time(sc, tp, sp, cl), sc)
     # context parallel ring attention, overlapped with the attention blocks it feeds
     t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
     a_f, a_b = sc.attn_fwd, sc.attn_bwd

@@ -82,7 +82,7 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, sp_regather_exposed, stage_cost_arrays,
+from strategies.cost.stage import (StageCostArrays, dgrad_reduce_hidden, sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
@@ -190,12 +190,15 @@ def a2a_floor(cl: Cluster, nbytes, n, stride, remote_scale):
     return np.where(n > 1, t * cm.measured_least(cl, "alltoall"), 0.0)
 
 
-def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo):
-    """Blocking seconds per layer: (forward, backward, one TP collective). A MoE layer's
-    all-to-all, then its expert-TP all-gather and reduce-scatter (the ep-comm stream, after
-    the block's compute), then its blocking TP collectives (which wait for the last of them:
-    ``ProgramBuilder._close_block``, docs/calibration.md §5.53) run in sequence; the tail of
-    the ring-attention traffic beside them."""
+def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False,
+                hide: bool = True):
+    """Blocking seconds per layer: (forward, backward, one TP collective). ``sp``: sequence
+    parallelism (the data gradients' reductions are reduce-scatters); ``hide``: subtract
+    what the weight gradients hide of them (False for the dearest layers, an upper figure).
+    A MoE layer's all-to-all, then its expert-TP all-gather and reduce-scatter (the ep-comm
+    stream, after the block's compute), then its blocking TP collectives (which wait for the
+    last of them: ``ProgramBuilder._close_block``, docs/calibration.md §5.53) run in
+    sequence; the tail of the ring-attention traffic beside them."""
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau_raw = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau_raw * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
@@ -218,8 +221,16 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo):
     # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
     rg = sp_regather_exposed(np.where(sc.rg_bytes > 0, group_floor(sc.rg_bytes, tp, 1, 1, cl),
                                       0.0), sc)
+    # the column-parallel data gradients' reductions the weight gradients hide, at most
+    # their floor each (``dgrad_reduce_hidden``; rd_bytes 0 under TP overlap)
+    tp_b = n_b * tau_b
+    if hide:
+        rd = sc.rd_bytes
+        t_red = np.where(rd > 0, np.where(sp, group_floor(rd, tp, 1, 1, cl),
+                                          group_floor(rd, tp, 1, 2, cl)), 0.0)
+        tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
     return (np.maximum(n_f * tau + a2a + etp_c, cp_f),
-            np.maximum(n_b * tau_b + a2a + etp_c, cp_b) + rg, tau)
+            np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
@@ -390,8 +401,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         kind (the mean layer for a model of one kind) from the record ``r``."""
         per = []
         for rk in (mix.records(r, ceiling) if mix else [r]):
-            c_f, c_b, tau = _block_comm(cl, rk, tp, cp, np.where(paired, 1, ep), P.etp,
-                                        tpo)
+            c_f, c_b, tau = _block_comm(cl, rk, tp, cp, np.where(paired, 1, ep), P.etp, tpo,
+                                        P.sp, hide=not ceiling)
             n_rc = np.where(rk.layer_recompute > 0, rk.tp_per_layer_recompute, 0.0)
             per.append((rk.layer_fwd + c_f,
                         rk.layer_bwd + rk.layer_recompute + c_b + n_rc * tau, rk.layer_fwd))
