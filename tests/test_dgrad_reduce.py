@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import pytest
 
 from simulator.simulate import simulate
@@ -18,38 +17,16 @@ from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost.stage import dgrad_reduce_hidden, dgrad_reduce_time, stage_costs
-from strategies.estimate.analytic import estimate_arrays
-from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
 from strategies.framework import (MEGATRON_CORE, MEGATRON_DEEPSPEED, MEGATRON_LM_2021,
                                   TORCHTITAN)
-from strategies.job import make_job
-from strategies.plan import parse_plan
-from strategies.plan_arrays import PlanArrays
-from strategies.presets import model_preset
-from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
+from tests.tp_backward_checks import bound, layer_comm, tp_job
 
 OFF = replace(MEGATRON_CORE, dgrad_overlap="none")
 
 
-def _job(spec: str = "tp=8,pp=1,mbs=1,gbs=4,sp=true", model: str = "llama3-8b",
-         layers: int = 4, fw=MEGATRON_CORE, dtype: str = "bf16", nodes: int = 1):
-    m = replace(model_preset(model), num_layers=layers)
-    return make_job(m, cluster_preset("dgx-h100", nodes), parse_plan(spec), framework=fw,
-                    dtype=dtype)
-
-
-def _layer_comm(job) -> float:
-    r = estimate_arrays(job.model, job.cluster, job.dtype, PlanArrays.of_plan(job.plan),
-                        job.framework)
-    return float(np.ravel(r["layer_comm_s"])[0])
-
-
-def _bound(job) -> float:
-    return float(np.ravel(step_time_lower_bound(job.model, job.cluster, job.dtype,
-                                                PlanArrays.of_plan(job.plan),
-                                                job.framework))[0])
+_job, _layer_comm, _bound = tp_job, layer_comm, bound
 
 
 @pytest.mark.parametrize("sp,kind", [(True, "reduce_scatter"), (False, "allreduce")])
