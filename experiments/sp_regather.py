@@ -43,7 +43,9 @@ def sp_rows(path: str) -> list[tuple[str, int, float, float, float, str]]:
         if c.rg_bytes <= 0:
             continue
         t = float(cm.collective_time("allgather", c.rg_bytes, job.plan.tp, 1, job.cluster))
-        out.append((r["id"], job.plan.tp, t, c.rg_attn, float(sp_regather_exposed(t, c)),
+        out.append((r["id"], job.plan.tp, t, c.rg_attn, float(sp_regather_exposed(
+            lambda w: cm.collective_time("allgather", c.rg_bytes * w, job.plan.tp, 1,
+                                         job.cluster), c)),
                     f"{job.framework.name} on {job.cluster.gpu.name}"))
     return out
 

@@ -50,7 +50,8 @@ def test_closed_form_of_one_layer(sp: bool, kind: str) -> None:
     t_red = float(cm.collective_time(kind, c.rd_bytes, 8, 1, job.cluster))
     assert float(dgrad_reduce_time(c, 8, sp, job.cluster)) == pytest.approx(t_red, rel=1e-15)
     want = min(t_red, c.rd_attn) + min(t_red, c.rd_dense)
-    assert float(dgrad_reduce_hidden(t_red, c)) == pytest.approx(want, rel=1e-15)
+    assert float(dgrad_reduce_hidden(lambda w: dgrad_reduce_time(c, 8, sp, job.cluster, w), c)
+                 ) == pytest.approx(want, rel=1e-15)
     off = replace(job, framework=OFF)
     assert stage_costs(off).rd_bytes == 0.0
     assert _layer_comm(off) - _layer_comm(job) == pytest.approx(want, rel=1e-9)

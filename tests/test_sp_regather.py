@@ -56,7 +56,9 @@ def test_closed_form_of_one_layer(dtype: str, factor: float) -> None:
     assert c.rg_dense == pytest.approx(slow * fc1[3], rel=1e-15)
     t_ag = float(cm.collective_time("allgather", c.rg_bytes, 8, 1, job.cluster))
     want = max(0.0, t_ag - c.rg_attn) + max(0.0, t_ag - c.rg_dense)
-    assert float(sp_regather_exposed(t_ag, c)) == pytest.approx(want, rel=1e-15)
+    assert float(sp_regather_exposed(
+        lambda w: cm.collective_time("allgather", c.rg_bytes * w, 8, 1, job.cluster), c)
+    ) == pytest.approx(want, rel=1e-15)
     if dtype == "bf16":       # here the gather outlasts QKV's dgrad, not fc1's
         assert c.rg_attn < t_ag < c.rg_dense
     off = replace(job, framework=OFF)
@@ -124,7 +126,7 @@ def test_moe_layers_regather_attention_and_shared_experts_only() -> None:
     c = stage_costs(_job("tp=2,pp=1,mbs=1,gbs=4,sp=true,ep=2,etp=1", "qwen3-30b-a3b"))
     assert c.rg_attn > 0 and (c.rg_dense_n, c.rg_shared_n) == (0.0, 0.0)
     pieces = sp_regather_pieces(c)
-    assert [s for s, _ in pieces] == [1.0, 0.0, 0.0]
+    assert [s for s, _, _ in pieces] == [1.0, 0.0, 0.0]
     m = model_preset("deepseek-v3")
     dk = counts.layer_gemm_parts(m, 1, 2, 1, 8)
     assert any(p == "shared_mlp" for p, _ in dk)
@@ -180,7 +182,7 @@ def test_profile_field_is_checked() -> None:
     with pytest.raises(SpecError, match="sp_regather"):
         replace(MEGATRON_CORE, sp_regather=1)
     assert MEGATRON_CORE.sp_regather and not TORCHTITAN.sp_regather
-    assert np.all(np.asarray(sp_regather_exposed(0.0, stage_costs(_job()))) == 0.0)
+    assert np.all(np.asarray(sp_regather_exposed(lambda w: 0.0, stage_costs(_job()))) == 0.0)
 
 
 def test_a_measured_profile_moves_estimate_and_simulation_alike() -> None:

@@ -88,8 +88,9 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
         # the backward block first (``ProgramBuilder.regather``), the rest after them
         carved = 0.0
         if one.rg_bytes > 0 and p.tp > 1:
-            t_ag = float(collective_time("allgather", one.rg_bytes, p.tp, 1, job.cluster))
-            for share, dgrad in sp_regather_pieces(one):
+            for share, width, dgrad in sp_regather_pieces(one):
+                t_ag = float(collective_time("allgather", one.rg_bytes * width, p.tp, 1,
+                                             job.cluster))
                 if share > 0 and dgrad < t_ag:
                     carved += nl * share * dgrad
             if carved > 0:
@@ -98,11 +99,12 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
         # GEMMs: those GEMMs carved out of the rest (``ProgramBuilder.reduce_split``)
         rest = nl * layer_b - carved
         if one.rd_bytes > 0 and p.tp > 1:
-            t_red = float(dgrad_reduce_time(one, p.tp, bool(p.sp), job.cluster))
             d = 0.0
-            for share, wgrad in dgrad_reduce_pieces(one):
-                if share > 0 and wgrad < t_red:
-                    d += nl * share * wgrad
+            for share, pieces in dgrad_reduce_pieces(one):
+                for width, wgrad in pieces:
+                    t_red = float(dgrad_reduce_time(one, p.tp, bool(p.sp), job.cluster, width))
+                    if share > 0 and wgrad < t_red:
+                        d += nl * share * wgrad
             d = min(d, rest)
             if d > 0:
                 bwd.add(d)

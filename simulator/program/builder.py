@@ -130,7 +130,8 @@ class ProgramBuilder:
             if costs.rd_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
         # the pending block's reductions: (carved weight-gradient seconds, reductions
         # compiled beside them, reductions taken out of the blocking ones)
-        self._reduce: tuple[float, float, float] = (0.0, 0.0, 0.0)
+        self._reduce: tuple[float, dict, float] = (0.0, {}, 0.0)
+        self._piece_s: dict[tuple[str, float], float] = {}     # ``_piece_time``
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -238,25 +239,42 @@ class ProgramBuilder:
         (``cost.stage.sp_regather_exposed``) and more where the flows slow the gather. The
         re-gathers their GEMM hides are not compiled (no exposure, and their link load is
         left out: every one compiled added 39 % events to GPT-3 175B's folded step for a
-        step equal to 3e-15; docs/calibration.md §5.70). Returns the seconds carved out."""
+        step equal to 3e-15; docs/calibration.md §5.70). Pieces of another width (MLA's up
+        projections' latents, §5.76) are compiled as their own all-gather, one per width.
+        Returns the seconds carved out."""
         cs = self.c
-        t_ag = self.t_regather
-        n = d = 0.0
-        for share, dgrad in sp_regather_pieces(cs):
+        counts: dict[float, float] = {}     # re-gathers compiled, by width (§5.76)
+        d = 0.0
+        for share, width, dgrad in sp_regather_pieces(cs):
+            t_ag = self.t_regather if width == 1.0 else self._piece_time("ag", width)
             if share > 0 and dgrad < t_ag:
-                n += nl * share
+                counts[width] = counts.get(width, 0.0) + nl * share
                 d += nl * share * dgrad
-        if n <= 0:
+        if not counts:
             return 0.0
         deps = start + ((self.last_compute,) if self.last_compute is not None else ())
-        ag = self.coll("tp-comm", "allgather", "tp", cs.rg_bytes, n, "tp",
-                       f"AG tp re-gather {label}", i, c, deps=deps)
-        if ag is None:
+        ags = [ag for width, n in counts.items()
+               if (ag := self.coll("tp-comm", "allgather", "tp", cs.rg_bytes * width, n, "tp",
+                                   f"AG tp re-gather {label}", i, c, deps=deps)) is not None]
+        if not ags:
             return 0.0
         d = min(d, secs)
         self.compute(d, "backward", label, i, c, force=True)
-        self.wait.append(ag)
+        self.wait += ags
         return d
+
+    def _piece_time(self, kind: str, width: float) -> float:
+        """Contention-free seconds of a re-gather (``kind`` "ag") or data-gradient reduction
+        ("rd") of ``width`` times the hidden-width bytes (MLA's up projections, §5.76), as
+        the estimate prices it; worked out once per builder."""
+        key = (kind, width)
+        t = self._piece_s.get(key)
+        if t is None:
+            t = float(collective_time("allgather", self.c.rg_bytes * width, self.p.tp, 1,
+                                      self.cluster)) if kind == "ag" else \
+                float(dgrad_reduce_time(self.c, self.p.tp, bool(self.p.sp), self.cluster, width))
+            self._piece_s[key] = t
+        return t
 
     def reduce_split(self, nl: float, secs: float) -> float:
         """The column-parallel data gradients' reductions of ``nl`` mean layers' backward
@@ -267,19 +285,29 @@ class ProgramBuilder:
         blocking collectives), so they expose ``sum(share·(t_red - wgrad))`` on a
         contention-free network (``cost.stage.dgrad_reduce_hidden``); those their GEMM
         hides are taken out of the blocking collectives and not compiled (no exposure,
-        their link load left out, as ``regather``'s). Returns the seconds carved out."""
-        t = self.t_reduce
-        n = d = hid = 0.0
-        for share, wgrad in dgrad_reduce_pieces(self.c):
+        their link load left out, as ``regather``'s). The counted hidden-width collective of
+        each piece's group leaves the blocking ones; MLA's attention runs it as its up
+        projections' two narrower reductions, each compiled at its own width (§5.76).
+        Returns the seconds carved out."""
+        counts: dict[float, float] = {}     # reductions compiled, by width (§5.76)
+        d = n = hid = 0.0
+        for share, pieces in dgrad_reduce_pieces(self.c):
             if share <= 0:
                 continue
-            if wgrad < t:
+            run = False
+            for width, wgrad in pieces:
+                t = self.t_reduce if width == 1.0 else self._piece_time("rd", width)
+                if wgrad < t:
+                    counts[width] = counts.get(width, 0.0) + nl * share
+                    d += nl * share * wgrad
+                    run = True
+            # the counted collective leaves the blocking ones: run as these pieces instead
+            if run:
                 n += nl * share
-                d += nl * share * wgrad
             else:
                 hid += nl * share
         d = min(d, secs)
-        self._reduce = (d, n, hid)
+        self._reduce = (d, counts, n + hid)
         return d
 
     def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
@@ -421,18 +449,19 @@ class ProgramBuilder:
         after = moe if self.hidden is None else None
         less = 0.0
         if not fwd and self.t_reduce > 0:
-            d, n, hid = self._reduce
-            self._reduce = (0.0, 0.0, 0.0)
-            less = n + hid
-            if n > 0:
+            d, counts, less = self._reduce
+            self._reduce = (0.0, {}, 0.0)
+            if counts:
                 # the weight-gradient GEMMs after the block's compute (and its all-to-all),
-                # their reductions beside them; what comes next waits for both
-                red = self.coll("tp-comm", "reduce_scatter" if self.p.sp else "allreduce",
-                                "tp", cs.rd_bytes, n, "tp", f"RD tp {label}", i, c,
-                                deps=(main, after))
+                # their reductions beside them (one per width); what comes next waits for both
+                reds = [red for width, n in counts.items()
+                        if (red := self.coll("tp-comm", "reduce_scatter" if self.p.sp
+                                             else "allreduce", "tp", cs.rd_bytes * width, n,
+                                             "tp", f"RD tp {label}", i, c,
+                                             deps=(main, after))) is not None]
                 saved, self.wait = self.wait, [after] if after is not None else []
                 self.compute(d, "backward", label, i, c, force=True)
-                self.wait = saved + ([red] if red is not None else [])
+                self.wait = saved + reds
         self.tp_comm(n_tp, label, i, c, start, main,
                      0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less)
         return main

@@ -134,60 +134,76 @@ class LayerTime:
     recompute: Num   # extra forward work redone in the backward (selective or full)
     wgrad: Num = 0.0  # the weight-gradient part of ``bwd`` (its GEMMs + their accumulation)
     #: the data-gradient GEMMs each sequence-parallel re-gather of the backward overlaps
-    #: (``regather_dgrad``): ``(share of the mean layer, seconds)`` per kind of re-gather
+    #: (``regather_dgrad``): ``(share of the mean layer, seconds)`` per re-gather, the
+    #: attention's one per column linear (``attention_column_widths``), then fc1's two
     regather: tuple = ()
     #: the weight-gradient GEMMs of the column-parallel linears (``column_wgrad``): seconds
-    #: of the attention's, the dense fc1's and the shared experts' fc1's, each the window
-    #: its data gradient's asynchronous reduction runs in (shares: ``regather``'s)
+    #: of the attention's (one per column linear), the dense fc1's and the shared experts'
+    #: fc1's, each the window its data gradient's asynchronous reduction runs in (shares:
+    #: ``regather``'s)
     col_wgrad: tuple = ()
 
 
+def attention_column_widths(m: ModelSpec) -> tuple[float, ...]:
+    """Input width of each column-parallel linear of one attention block, as a share of the
+    hidden size: what its backward re-gathers under SP and what its data gradient reduces
+    across tp is that input (``b·s·width·h`` elements). QKV (or MLA's ``linear_q_proj``)
+    reads the hidden state, 1.0; MLA's up projections read the latents,
+    ``q_lora_rank/h`` and ``kv_lora_rank/h`` (Megatron-Core ``transformer/
+    multi_latent_attention.py``: the down projections are ``TELinear`` with
+    ``parallel_mode="duplicated"``, the up projections column-parallel with
+    ``gather_output=False``; docs/calibration.md §5.76)."""
+    h = m.hidden_size
+    return tuple(i / h for _, i, _, split in m.attention_linears() if split == "col")
+
+
 def column_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
-                 slow: Num = 1.0) -> tuple[Num, Num, Num]:
+                 slow: Num = 1.0) -> tuple[Num, ...]:
     """Seconds of the weight-gradient GEMMs of one layer's column-parallel linears:
-    ``(attention, dense fc1, shared experts' fc1)``, the attention's summed over its column
-    linears (QKV, or MLA's up projections), each fc1 one GEMM (its share of the layers is
-    ``regather_dgrad``'s). Each runs while its linear's data gradient is reduced across tp
-    (``cost.stage.dgrad_reduce_hidden``). ``parts``/``units``: as ``regather_dgrad``;
-    ``slow``: the overlap clock factor."""
+    ``(attention's, dense fc1, shared experts' fc1)``, the attention's one per column
+    linear (QKV; MLA's ``q_proj`` or ``q_up`` and ``kv_up``, ``attention_column_widths``),
+    each fc1 one GEMM (its share of the layers is ``regather_dgrad``'s). Each runs while its
+    linear's data gradient is reduced across tp (``cost.stage.dgrad_reduce_hidden``).
+    ``parts``/``units``: as ``regather_dgrad``; ``slow``: the overlap clock factor."""
     linears = m.attention_linears()
-    attn = 0.0
+    attn = []
     for (_, _, _, split), (_, g), u in zip(linears, parts, units):
         if split == "col":
-            attn = attn + g[0] * u[4]
+            attn.append(slow * (g[0] * u[4]))
     dense, shared = 0.0, 0.0
     for (part, g), u in zip(parts[len(linears):], units[len(linears):]):
         if g[4] is False and part == "dense_mlp":
             dense = u[4]
         elif g[4] is False and part == "shared_mlp":
             shared = u[4]
-    return (slow * attn, slow * dense, slow * shared)
+    return (*attn, slow * dense, slow * shared)
 
 
 def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
                    slow: Num = 1.0) -> tuple[tuple[Num, Num], ...]:
     """The data-gradient GEMMs the backward's sequence-parallel re-gathers overlap, one
-    ``(share, seconds)`` per kind of re-gather of the mean layer: the attention's (share 1:
-    its column-parallel linears, QKV or MLA's up projections, that read the gathered input),
-    the dense MLP's fc1 (share: the dense layers') and the shared experts' fc1 (the MoE
-    layers' share when the model has shared experts). A re-gather of the routed experts'
+    ``(share, seconds)`` per re-gather of the mean layer: the attention's (share 1 each: one
+    per column-parallel linear, QKV, or MLA's ``q_proj``/``q_up`` and ``kv_up``, each
+    re-gathering its own input, ``attention_column_widths``), the dense MLP's fc1 (share:
+    the dense layers') and the shared experts' fc1 (the MoE layers' share when the model has
+    shared experts). A re-gather of the routed experts'
     input does not exist: the token dispatcher gathers it (``gather_from_sequence_parallel_
     region``, whose backward is a reduce-scatter) and the experts keep the gathered tokens.
     ``parts``/``units``: ``counts.layer_gemm_parts`` and their ``gemm_units`` prices (the
     column-parallel data gradient runs as one GEMM: ``pieces`` 1); ``slow``: the overlap
     clock factor the layer's GEMMs run at (``overlap_slowdown``)."""
     linears = m.attention_linears()
-    attn = 0.0
+    attn = []
     for (_, _, _, split), (_, g), (_, _, pieces, d, _) in zip(linears, parts, units):
         if split == "col":
-            attn = attn + g[0] * pieces * d
+            attn.append((1.0, slow * (g[0] * pieces * d)))
     dense, dense_n, shared, shared_n = 0.0, 0.0, 0.0, 0.0
     for (part, g), (_, _, pieces, d, _) in zip(parts[len(linears):], units[len(linears):]):
         if g[4] is False and part == "dense_mlp":
             dense, dense_n = pieces * d, g[0]
         elif g[4] is False and part == "shared_mlp":
             shared, shared_n = pieces * d, g[0]
-    return ((1.0, slow * attn), (dense_n, slow * dense), (shared_n, slow * shared))
+    return (*attn, (dense_n, slow * dense), (shared_n, slow * shared))
 
 
 def _shape(d: Num) -> Num:

@@ -30,7 +30,7 @@ Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; p
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -191,6 +191,7 @@ class StageCostArrays:
     # ``sp_regather_exposed`` prices them
     rg_bytes: np.ndarray = 0.0
     rg_attn: np.ndarray = 0.0
+    rg_attn2: np.ndarray = 0.0    # MLA's second column linear (kv_up); 0 without MLA
     rg_dense_n: np.ndarray = 0.0
     rg_dense: np.ndarray = 0.0
     rg_shared_n: np.ndarray = 0.0
@@ -203,6 +204,12 @@ class StageCostArrays:
     # ``dgrad_reduce_hidden`` prices them
     rd_bytes: np.ndarray = 0.0
     rd_attn: np.ndarray = 0.0
+    rd_attn2: np.ndarray = 0.0
+    # the input width of the attention's column linears over the hidden size
+    # (``compute.attention_column_widths``): what the two pieces above re-gather and reduce
+    # is ``width`` times ``rg_bytes``/``rd_bytes`` (1 and 0 without MLA)
+    attn_w: float = 1.0
+    attn_w2: float = 0.0
     rd_dense: np.ndarray = 0.0
     rd_shared: np.ndarray = 0.0
 
@@ -273,14 +280,18 @@ class StageCosts:
     expert_params_by_stage: tuple[float, ...] = ()
     rg_bytes: float = 0.0               # SP backward re-gathers (StageCostArrays)
     rg_attn: float = 0.0
+    rg_attn2: float = 0.0
     rg_dense_n: float = 0.0
     rg_dense: float = 0.0
     rg_shared_n: float = 0.0
     rg_shared: float = 0.0
     rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
     rd_attn: float = 0.0
+    rd_attn2: float = 0.0
     rd_dense: float = 0.0
     rd_shared: float = 0.0
+    attn_w: float = 1.0                 # (StageCostArrays)
+    attn_w2: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -444,6 +455,8 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def full(x):
         return np.asarray(x, dtype=float) + zeros
 
+    widths = ct.attention_column_widths(m)
+
     # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
     # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
     share = rcp.plan_share(m.num_layers, P)
@@ -542,9 +555,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         # the local shard (``FrameworkProfile.sp_regather``)
         rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, counts.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
-        rg_attn=full(lt.regather[0][1]), rg_dense_n=full(lt.regather[1][0]),
-        rg_dense=full(lt.regather[1][1]), rg_shared_n=full(lt.regather[2][0]),
-        rg_shared=full(lt.regather[2][1]),
+        rg_attn=full(lt.regather[0][1]),
+        rg_attn2=full(lt.regather[1][1] if len(lt.regather) > 3 else 0.0),
+        rg_dense_n=full(lt.regather[-2][0]),
+        rg_dense=full(lt.regather[-2][1]), rg_shared_n=full(lt.regather[-1][0]),
+        rg_shared=full(lt.regather[-1][1]),
         # the column-parallel data gradients' reductions, asynchronous beside the weight
         # gradient where the stack's path does it and the backward is whole (a split one
         # defers the weight gradient; TP overlap prices its own, ``tp_overlap_bwd_exposed``)
@@ -552,8 +567,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                           & ~attr_by_code(P.schedule, "splits_backward").astype(bool)
                           & ((fw.dgrad_overlap == "all") | ((fw.dgrad_overlap == "sp") & sp)),
                           counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
-        rd_attn=full(lt.col_wgrad[0]), rd_dense=full(lt.col_wgrad[1]),
-        rd_shared=full(lt.col_wgrad[2]))
+        rd_attn=full(lt.col_wgrad[0]),
+        rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
+        rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
+        attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -625,10 +642,12 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
         tied_bytes=f("tied_bytes"),
-        rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_dense_n=f("rg_dense_n"),
+        rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_attn2=f("rg_attn2"),
+        rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
-        rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_dense=f("rd_dense"),
-        rd_shared=f("rd_shared"),
+        rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
+        rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
+        attn_w2=float(arrays.attn_w2),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -702,66 +721,86 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
     return dense + expert
 
 
-def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any], ...]:
-    """``(share, seconds)`` of each kind of sequence-parallel re-gather of one mean layer's
+def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
+    """``(share, width, seconds)`` of each sequence-parallel re-gather of one mean layer's
     backward (``x``: a ``StageCostArrays`` or ``StageCosts``): each re-gathers the saved
-    shard of a column-parallel linear's input (the ``rg_bytes`` of the forward's all-gather)
-    beside the data-gradient GEMM of ``seconds`` it was issued before; the attention's once
-    per layer, the dense MLP's and the shared experts' on their share of the layers."""
-    return ((1.0, x.rg_attn), (x.rg_dense_n, x.rg_dense), (x.rg_shared_n, x.rg_shared))
+    shard of a column-parallel linear's input, ``width`` times the ``rg_bytes`` of the
+    forward's hidden-width all-gather, beside the data-gradient GEMM of ``seconds`` it was
+    issued before; the attention's once per layer per column linear (QKV: width 1; MLA's
+    up projections: their latents' widths, ``compute.attention_column_widths``, §5.76), the
+    dense MLP's and the shared experts' fc1 on their share of the layers. A piece of width
+    0 does not exist (no second attention column linear without MLA) and is left out."""
+    out = ((1.0, x.attn_w, x.rg_attn), (1.0, x.attn_w2, x.rg_attn2),
+           (x.rg_dense_n, 1.0, x.rg_dense), (x.rg_shared_n, 1.0, x.rg_shared))
+    return tuple(p for p in out if p[1] > 0)
 
 
-def sp_regather_exposed(t_ag: counts.Num, x: Any) -> counts.Num:
+def sp_regather_exposed(t_ag: Callable[[float], counts.Num], x: Any) -> counts.Num:
     """Seconds per mean layer's backward the sequence-parallel re-gathers keep the compute
-    stream waiting: each all-gather of ``t_ag`` seconds runs beside the data-gradient GEMM
+    stream waiting: each all-gather runs beside the data-gradient GEMM
     it was issued before (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication.
     backward``: ``all_gather(async_op=True)``, ``grad_output.matmul(weight)``,
     ``handle.wait()``, then the weight gradient; Transformer Engine the same with
     ``gather_along_first_dim(async_op=True)``, or its userbuffers bulk overlap
-    ``ub_bulk_dgrad`` under TP overlap), so it exposes ``max(0, t_ag - dgrad)``, summed over
-    ``sp_regather_pieces`` by share. 0 where ``t_ag`` is 0 (no re-gather). The one rule the
-    estimate and the lower bound read; the simulator compiles the same pieces
-    (``simulator.program.builder``). docs/calibration.md §5.70."""
+    ``ub_bulk_dgrad`` under TP overlap), so it exposes ``max(0, t_ag(width) - dgrad)``,
+    summed over ``sp_regather_pieces`` by share; ``t_ag(width)``: the seconds of the
+    all-gather of ``width`` times ``rg_bytes`` (0 where ``rg_bytes`` is 0: no re-gather).
+    The one rule the estimate and the lower bound read; the simulator compiles the same
+    pieces (``simulator.program.builder``). docs/calibration.md §5.70, §5.76."""
     out = 0.0
-    for share, dgrad in sp_regather_pieces(x):
-        out = out + share * np.maximum(t_ag - dgrad, 0.0)
+    for share, width, dgrad in sp_regather_pieces(x):
+        out = out + share * np.maximum(t_ag(width) - dgrad, 0.0)
     return out
 
 
-def dgrad_reduce_pieces(x: Any) -> tuple[tuple[Any, Any], ...]:
-    """``(share, seconds)`` of each column-parallel linear of one mean layer whose data
-    gradient is reduced across tp beside its weight-gradient GEMM of ``seconds`` (``x``: a
-    ``StageCostArrays`` or ``StageCosts``): the attention's once per layer, the dense MLP's
-    fc1 and the shared experts' fc1 on their share of the layers (``sp_regather_pieces``'
-    shares)."""
-    return ((1.0, x.rd_attn), (x.rg_dense_n, x.rd_dense), (x.rg_shared_n, x.rd_shared))
+def dgrad_reduce_pieces(x: Any) -> tuple[tuple[Any, tuple[tuple[Any, Any], ...]], ...]:
+    """``(share, ((width, seconds), ...))`` of each tensor-parallel collective of one mean
+    layer's backward the column-parallel data-gradient reductions replace (``x``: a
+    ``StageCostArrays`` or ``StageCosts``): the attention's (once per layer) and the dense
+    MLP's and the shared experts' fc1 (on their share of the layers, ``sp_regather_pieces``'
+    shares). Each of its linears reduces ``width`` times ``rd_bytes`` (the hidden-width
+    collective the layer's TP term counts) beside its weight-gradient GEMM of ``seconds``:
+    one linear of width 1 (QKV, fc1), or MLA's two up projections of their latents' widths
+    (``compute.attention_column_widths``, §5.76)."""
+    attn = tuple(p for p in ((x.attn_w, x.rd_attn), (x.attn_w2, x.rd_attn2)) if p[0] > 0)
+    return ((1.0, attn), (x.rg_dense_n, ((1.0, x.rd_dense),)),
+            (x.rg_shared_n, ((1.0, x.rd_shared),)))
 
 
-def dgrad_reduce_time(x: Any, tp: counts.Num, sp: counts.Num, cl: Cluster) -> counts.Num:
+def dgrad_reduce_time(x: Any, tp: counts.Num, sp: counts.Num, cl: Cluster,
+                      width: float = 1.0) -> counts.Num:
     """Contention-free seconds of one column-parallel data gradient's reduction across
-    ``tp``: a reduce-scatter of ``x.rd_bytes`` under SP (``sp``), an all-reduce without; 0
-    where ``rd_bytes`` is 0 (no asynchronous reduction)."""
-    rd = x.rd_bytes
+    ``tp``: a reduce-scatter of ``width`` times ``x.rd_bytes`` under SP (``sp``), an
+    all-reduce without; 0 where ``rd_bytes`` is 0 (no asynchronous reduction)."""
+    rd = x.rd_bytes * width
     t = np.where(sp, cm.collective_time("reduce_scatter", rd, tp, 1, cl),
                  cm.collective_time("allreduce", rd, tp, 1, cl))
     return np.where(np.asarray(rd) > 0, t, 0.0)
 
 
-def dgrad_reduce_hidden(t_red: counts.Num, x: Any) -> counts.Num:
+def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.Num:
     """Seconds per mean layer's backward of the tensor-parallel collectives the weight
     gradient hides: a column-parallel linear's backward computes its data gradient, starts
     its reduction (reduce-scatter under SP, all-reduce without) with ``async_op=True``,
     runs the weight-gradient GEMM and only then waits (Megatron-Core ``tensor_parallel/
     layers.py`` ``LinearWithGradAccumulationAndAsyncCommunication.backward``; Transformer
     Engine ``linear.py``, ``layernorm_linear.py``, ``layernorm_mlp.py``), so of a reduction
-    of ``t_red`` seconds ``min(t_red, wgrad)`` is hidden, summed over
-    ``dgrad_reduce_pieces`` by share; exposed ``max(0, t_red - wgrad)``. 0 where ``t_red``
-    is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower bound read;
-    the simulator compiles the same pieces (``simulator.program.builder``).
-    docs/calibration.md §5.75."""
+    of ``t_red(width)`` seconds ``min(t_red(width), wgrad)`` is hidden, summed over
+    ``dgrad_reduce_pieces`` by share; exposed ``max(0, t_red(width) - wgrad)``. Where a
+    counted hidden-width collective (``t_red(1)``) is run as reductions of other widths
+    (MLA's up projections, §5.76) the difference ``t_red(1) - sum t_red(width)`` is
+    hidden too (it is not run), so the exposed remainder is the pieces' own. 0 where
+    ``t_red`` is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower
+    bound read; the simulator compiles the same pieces (``simulator.program.builder``).
+    docs/calibration.md §5.75, §5.76."""
     out = 0.0
-    for share, wgrad in dgrad_reduce_pieces(x):
-        out = out + share * np.minimum(t_red, wgrad)
+    for share, pieces in dgrad_reduce_pieces(x):
+        hid, run = 0.0, 0.0
+        for width, wgrad in pieces:
+            t = t_red(width)
+            hid, run = hid + np.minimum(t, wgrad), run + t
+        # the counted collective less what the pieces run: 0 exactly for one of width 1
+        out = out + share * (hid + (t_red(1.0) - run))
     return out
 
 

@@ -380,13 +380,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
-    t_rg = np.where(sc.rg_bytes > 0, cm.collective_time("allgather", sc.rg_bytes, tp, 1, cl),
-                    0.0)
-    tp_layer = tp_layer + sp_regather_exposed(t_rg, sc)
+    tp_layer = tp_layer + sp_regather_exposed(
+        lambda w: np.where(sc.rg_bytes > 0, cm.collective_time("allgather", sc.rg_bytes * w,
+                                                               tp, 1, cl), 0.0), sc)
     # the column-parallel data gradients' reductions beside their weight-gradient GEMMs
     # (``cost.stage.dgrad_reduce_hidden``, §5.75): a bf16 reduce-scatter under SP, an
     # all-reduce without
-    tp_layer = tp_layer - dgrad_reduce_hidden(dgrad_reduce_time(sc, tp, sp, cl), sc)
+    tp_layer = tp_layer - dgrad_reduce_hidden(lambda w: dgrad_reduce_time(sc, tp, sp, cl, w), sc)
     # context parallel ring attention, overlapped with the attention blocks it feeds
     t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
     a_f, a_b = sc.attn_fwd, sc.attn_bwd

@@ -219,15 +219,17 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     # SP's backward re-gathers stall the compute stream inside the block, before what closes
     # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
-    rg = sp_regather_exposed(np.where(sc.rg_bytes > 0, group_floor(sc.rg_bytes, tp, 1, 1, cl),
-                                      0.0), sc)
+    rg = sp_regather_exposed(lambda w: np.where(sc.rg_bytes > 0, group_floor(
+        sc.rg_bytes * w, tp, 1, 1, cl), 0.0), sc)
     # the column-parallel data gradients' reductions the weight gradients hide, at most
     # their floor each (``dgrad_reduce_hidden``; rd_bytes 0 under TP overlap)
     tp_b = n_b * tau_b
     if hide:
         rd = sc.rd_bytes
-        t_red = np.where(rd > 0, np.where(sp, group_floor(rd, tp, 1, 1, cl),
-                                          group_floor(rd, tp, 1, 2, cl)), 0.0)
+
+        def t_red(w: float) -> np.ndarray:
+            return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
+                                             group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
     return (np.maximum(n_f * tau + a2a + etp_c, cp_f),
             np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
