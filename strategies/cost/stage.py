@@ -721,6 +721,17 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
     return dense + expert
 
 
+def _per_width(t: Callable[[float], counts.Num]) -> Callable[[float], counts.Num]:
+    """``t`` worked out once per width (the rules below ask for width 1 several times)."""
+    seen: dict[float, counts.Num] = {}
+
+    def once(width: float) -> counts.Num:
+        if width not in seen:
+            seen[width] = t(width)
+        return seen[width]
+    return once
+
+
 def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
     """``(share, width, seconds)`` of each sequence-parallel re-gather of one mean layer's
     backward (``x``: a ``StageCostArrays`` or ``StageCosts``): each re-gathers the saved
@@ -747,9 +758,9 @@ def sp_regather_exposed(t_ag: Callable[[float], counts.Num], x: Any) -> counts.N
     all-gather of ``width`` times ``rg_bytes`` (0 where ``rg_bytes`` is 0: no re-gather).
     The one rule the estimate and the lower bound read; the simulator compiles the same
     pieces (``simulator.program.builder``). docs/calibration.md §5.70, §5.76."""
-    out = 0.0
+    out, t = 0.0, _per_width(t_ag)
     for share, width, dgrad in sp_regather_pieces(x):
-        out = out + share * np.maximum(t_ag(width) - dgrad, 0.0)
+        out = out + share * np.maximum(t(width) - dgrad, 0.0)
     return out
 
 
@@ -793,7 +804,7 @@ def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.
     ``t_red`` is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower
     bound read; the simulator compiles the same pieces (``simulator.program.builder``).
     docs/calibration.md §5.75, §5.76."""
-    out = 0.0
+    out, t_red = 0.0, _per_width(t_red)
     for share, pieces in dgrad_reduce_pieces(x):
         hid, run = 0.0, 0.0
         for width, wgrad in pieces:
