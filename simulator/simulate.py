@@ -99,9 +99,12 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         graph = cluster_graph(job)
         net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
                           else None, network, record_load=link_series)
-        res = engine.run(programs, net=net, free_comm=free_comm, num_ranks=len(spec.rep_of),
-                         rank_map=spec.rank_map())
-        res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
+        try:
+            res = engine.run(programs, net=net, free_comm=free_comm,
+                             num_ranks=len(spec.rep_of), rank_map=spec.rank_map())
+            res.metrics = derive_metrics(res, job, programs, net, spec, figures_only)
+        finally:
+            net.close()         # its reference cycles, else garbage for the collector
     res.metrics["network"] = network
     if len(job.cluster.groups) > 1:     # a mixed cluster: the GPU type of each simulated rank
         res.metrics["rank_gpus"] = {r: job.cluster.gpu_of_rank(r).name for r in programs}

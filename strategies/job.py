@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any
+from typing import Any, Iterable
 
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
@@ -255,11 +255,18 @@ def _check_recompute_against_model(model: ModelSpec, plan: Plan,
             raise SpecError("recompute_layers", n, f"must be at most the {lpc} layers of the "
                             f"largest model chunk (layout {layout.text}, pp={plan.pp}, "
                             f"vpp={plan.vpp})")
+    check_modules_against_model(model, plan.recompute_modules or ())
+
+
+def check_modules_against_model(model: ModelSpec, modules: Iterable[str]) -> None:
+    """Each selective ``recompute_modules`` entry present in ``model`` (MoE modules need an
+    MoE model, shared experts need them, ``mla_up_proj`` needs MLA, ``mlp`` dense MLP layers);
+    ``SpecError`` naming the module otherwise (read by ``make_job`` and a search's ``--fix``)."""
     need = {"moe_act": (model.is_moe, "an MoE model"), "moe": (model.is_moe, "an MoE model"),
             "shared_experts": (model.num_shared_experts > 0, "shared experts"),
             "mla_up_proj": (model.is_mla, "multi-latent attention"),
             "mlp": (model.num_moe_layers < model.num_layers, "dense MLP layers")}
-    for mod in plan.recompute_modules or ():
+    for mod in modules:
         ok, what = need.get(mod, (True, ""))
         if not ok:
             raise SpecError("recompute_modules", mod, f"needs {what}; {model.name} has none")

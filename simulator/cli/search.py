@@ -20,7 +20,7 @@ from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import _ALIAS as PLAN_ALIASES
-from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
+from strategies.plan import parse_modules, parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.framework import plan_view, stack_rules
@@ -147,12 +147,20 @@ def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
                            f"{', '.join(runs)} (choose another --framework or another value)")
     # a fixed switch the stack lacks (ep_overlap, cuda_graph, a dispatcher): its own rule in
     # ``framework.stack_rules``, read on a plan that carries only the fixed switches
-    switches = {k: v for k, v in fixed.items() if k in SWITCH_KEYS}
+    # (recompute_modules likewise, on a selective plan: the modules the stack recomputes)
+    switches = {k: v for k, v in fixed.items() if k in SWITCH_KEYS or k == "recompute_modules"}
+    if "recompute_modules" in switches and "selective" not in fw.recompute:
+        raise CliError("--fix", "recompute_modules=" + "+".join(switches["recompute_modules"]),
+                       f"needs recompute=selective; {fw.name} runs recompute "
+                       f"{', '.join(fw.recompute)} (choose another --framework or another value)")
     if switches:
-        for key, _, ok, why in stack_rules(fw, plan_view(Plan(**switches))):
+        sel = {"recompute": "selective"} if "recompute_modules" in switches else {}
+        for key, _, ok, why in stack_rules(fw, plan_view(Plan(**switches, **sel))):
             rule = why()
             if key in switches and not bool(ok) and rule.startswith(f"{fw.name} "):
-                raise CliError("--fix", f"{key}={str(switches[key]).lower()}", rule +
+                v = switches[key]
+                text = "+".join(v) if isinstance(v, tuple) else str(v).lower()
+                raise CliError("--fix", f"{key}={text}", rule +
                                " (choose another --framework or another value)")
 
 
@@ -209,6 +217,11 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
         seen.add(key)
         if key == "gbs":
             gbs = check_int("gbs", parse_int_text("gbs", value), 1, MAX_GBS)
+        elif key == "recompute_modules":     # a YAML list or names joined by , + or /
+            try:
+                fixed.append(f"{key}=" + "+".join(parse_modules(value)))
+            except SpecError as e:
+                raise CliError("--plan", e.value, e.rule) from None
         elif key in FIX_KEYS:
             value = ("true" if value else "false") if isinstance(value, bool) else str(value)
             fixed.append(f"{key}={value.strip()}")

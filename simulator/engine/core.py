@@ -632,7 +632,8 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
     transfer instant (test hook). Raises ``DeadlockError`` if ops are left waiting.
     """
     t0 = time.perf_counter()
-    if net is None:
+    own = net is None                 # a network of its own, closed with the run
+    if own:
         net = SimNetwork(simpy.Environment(), graph, route_fn, link_map)
     if node_of is None:
         per_node = net.graph.graph.get("gpus_per_node", 1)
@@ -641,8 +642,12 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         eng = Engine(programs, net, free_comm, node_of, record)
         eng.start()
         steps = eng._loop() + getattr(net, "quiet_events", 0)
-    eng.check_finished()
-    eng.close()
+    try:
+        eng.check_finished()
+    finally:                          # also on a deadlock: no cycles left for the collector
+        eng.close()
+        if own:
+            net.close()
     end = max(map(_END, eng.records), default=0.0)
     n = num_ranks if num_ranks is not None else len(programs)
     rank_map = rank_map or {r: [r] for r in programs}

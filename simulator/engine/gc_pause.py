@@ -11,9 +11,9 @@ after it. Restoring it does not let the next collection walk what the run alloca
 that survived the pause is moved straight to the oldest generation (``gc.freeze`` then
 ``gc.unfreeze``), where it is walked only by a full collection, as if it had survived the young
 ones. Those walked the whole result once (about 0.5 s of CPU on the unfolded 175B step, issue
-17) and freed nothing: the engine breaks its own reference cycles when a run ends
-(``simulator.engine.core.run``), so what a run leaves behind is freed by reference counting
-as soon as the caller drops it. Results do not depend on it (the collector never changes
+17) and freed nothing: the engine and the network break their own reference cycles when a
+run ends (``simulator.engine.core.run``, ``FlowNetwork.close``), so what a run leaves behind is
+freed by reference counting as soon as the caller drops it. Results do not depend on it (the collector never changes
 values), only the time.
 """
 from __future__ import annotations

@@ -433,6 +433,22 @@ class FlowNetwork:
         return [(blocks[grp[i]][1] if grp[i] else self._tags[i], float(rate[i]),
                  float(self._rem[i])) for i in self._active_idx()]
 
+    def close(self) -> None:
+        """Break the reference cycles a finished run leaves, so that reference counting frees
+        the network and its SimPy environment as soon as the caller drops them (the cyclic
+        collector is paused during a run and seldom walks what it leaves: ``gc_pause``). They
+        are the environment's queue (the superseded completion timeouts, whose callbacks are
+        this network's bound methods), the environment's own bound event classes (SimPy's
+        ``BoundClass.bind_early`` stores ``env.timeout`` and the like on ``env``) and
+        ``SimNetwork``'s bound ``_recompute`` on itself. Read-only queries (``link_bytes``,
+        routes, logs) still answer; nothing can run on the network after it."""
+        env = self.env
+        env._queue.clear()
+        for name, value in list(vars(env).items()):
+            if getattr(value, "__self__", None) is env:
+                delattr(env, name)
+        self.__dict__.pop("_recompute", None)
+
     # -- flow table ----------------------------------------------------------
     def _init_table(self) -> None:
         """Flow slots: per-slot arrays, a link-index matrix padded with ``_pad``."""

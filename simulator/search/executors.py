@@ -17,7 +17,6 @@ nothing finished is lost, nothing is simulated twice.
 """
 from __future__ import annotations
 
-import gc
 import hashlib
 from dataclasses import asdict
 import json
@@ -44,7 +43,9 @@ def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | No
     reports: ``step_time_s``, ``bubble_fraction``, ``exposed_comm_s``,
     ``overlapped_comm_s``, ``breakdown_s``, ``events``, ``wall_s`` and ``method``. Long
     pipelines are simulated on two short runs and extended (``simulator.extend``; the same
-    figures to ~1e-12) unless ``exact``."""
+    figures to ~1e-12) unless ``exact``. A run leaves no cyclic garbage (the engine and the
+    network break their cycles: ``FlowNetwork.close``), so a worker collects nothing here and
+    its memory stays flat (tests/test_search_memory.py)."""
     from simulator.extend import simulate_figures
     try:
         return simulate_figures(make_job(model, cluster, plan, dtype=dtype,
@@ -52,14 +53,6 @@ def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | No
     except Exception as e:
         raise RuntimeError(f"simulating {plan.short()} of {model.name} on {cluster.name} "
                            f"failed: {type(e).__name__}: {e}") from e
-    finally:
-        # a run leaves some cyclic garbage (Qwen3-235B-A22B, a 374,160-event 1F1B plan on 16
-        # DGX H100: about 19,000 objects, 11-17 MB), which ``gc_pause`` promotes to the oldest
-        # generation, whose full collection seldom comes: a worker grew 12 MB a simulation
-        # (70 -> 172 MB over nine; a search of 103 reached 1.7 GB, one of 256 GPUs 8 GB).
-        # Collected after each simulation it stays at 74 MB, for 0.04 CPU s a simulation
-        # (tests/test_search_memory.py). Values never depend on it.
-        gc.collect()
 
 
 # ----------------------------------------------------------------------- in this process

@@ -6,7 +6,8 @@ and ``ep`` over the divisors of the expert count, the ``etp·ep`` expert ranks c
 ``tp·cp·dp`` ranks of a pipeline stage, as Megatron-Core does: ``strategies.job.
 expert_plan_ok``), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
 ``interleaved`` with every ``vpp >= 2`` that divides the layer count, recomputation
-``none/selective/full``, SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
+``none/selective/full`` (``--fix recompute_modules=`` keeps selective with those modules),
+SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
 breaks, in the order of ``RULES``, so the counts add up to the raw size minus the survivors.
 
 >>> from strategies.presets import model_preset
@@ -30,17 +31,17 @@ from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
                                   stack_system)
-from strategies.job import expert_plan_ok
+from strategies.job import check_modules_against_model, expert_plan_ok
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
 from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
                                        layer_costs, slot_vpps)
-from strategies.cost.recompute import METHODS, MODULES, has_module
+from strategies.cost.recompute import METHODS, MODULES, has_module, modules_mask
 from strategies.cost.system import SystemConfig
 from strategies.cost.counts import dispatch_element_bytes
 from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce
+from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, parse_modules
 from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
                                   schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, chunked_names
@@ -84,8 +85,8 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap":
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
             "moe_capacity_factor")
-FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute", "sp",
-            "zero", *SWITCH_KEYS)
+FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
+            "recompute_modules", "sp", "zero", *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
            "disp", "epo", "cg", "route", "imb", "cf")
@@ -248,6 +249,8 @@ def parse_fix(text: str | None) -> dict[str, Any]:
                 raise SpecError("--fix", item, f"recompute must be one of "
                                 f"{', '.join(RECOMPUTE_CODE)}")
             out[key] = value
+        elif key == "recompute_modules":
+            out[key] = _fix_modules(value)
         elif key == "sp":
             if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
                 raise SpecError("--fix", item, "sp must be true or false")
@@ -258,6 +261,10 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             out[key] = _fix_int(key, value)
             if key == "zero" and out[key] > 3:
                 raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
+    if "recompute_modules" in out and out.get("recompute", "selective") != "selective":
+        raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
+                        "needs recompute=selective (Megatron's --recompute-granularity "
+                        f"selective), not recompute={out['recompute']}")
     chunked = chunked_names()
     if out.get("vpp", 1) >= 2 and chunked and \
             not get_schedule(out.setdefault("schedule", chunked[0])).chunked:
@@ -276,6 +283,18 @@ def _fix_switch(key: str, value: str) -> Any:
     except SpecError as e:
         raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
     return v
+
+
+def _fix_modules(value: str) -> tuple[str, ...]:
+    """``recompute_modules=core_attn+mlp`` (``+`` or ``/`` between names: ``,`` separates
+    ``--fix`` items): the names checked by ``Plan`` (known, at least one), in ``MODULES``
+    order as ``plan_key`` writes them. Only selective plans carry them (``_fixed_mask``)."""
+    try:
+        return Plan(recompute="selective", recompute_modules=parse_modules(value)
+                    ).recompute_modules
+    except SpecError as e:
+        raise SpecError("--fix", f"recompute_modules={e.value}",
+                        f"recompute_modules {e.rule}") from None
 
 
 def _fix_int(key: str, value: str) -> int:
@@ -356,14 +375,22 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
             if k != "etp" and k in fx and fx[k] != _PLAN_DEFAULTS[k]:
                 raise SpecError("--fix", f"{k}={fx[k]}", f"{k} applies to mixture-of-experts "
                                 f"layers; {model.name} is dense")
+    if "recompute_modules" in fx:  # job.check_modules_against_model's rule, before any plan
+        try:
+            check_modules_against_model(model, fx["recompute_modules"])
+        except SpecError as e:
+            raise SpecError("--fix", f"recompute_modules={e.value}", e.rule) from None
     eps = _divisors(model.num_experts) if model.is_moe else [1]
     if "ep" in fx and fx["ep"] not in eps:
         eps.append(fx["ep"])
     # op-level recompute (torchtitan's) only where the named stack runs it or --fix names it
     rc = [0, 1, 2] + ([RECOMPUTE_CODE["op"]] if fx.get("recompute") == "op" or (
         framework is not None and "op" in framework.recompute) else [])
-    return {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
-            "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
+    ax = {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
+          "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
+    if "recompute_modules" in fx:
+        ax["rcm"] = modules_mask(fx["recompute_modules"])
+    return ax
 
 
 def _layout_axis(model: ModelSpec, cluster: Cluster, ax: dict, opts: SpaceOptions
@@ -429,6 +456,8 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
     for k, v in _switches(framework, ax["switches"]).items():
         cols[k] = np.full(fi.shape, v)
+    if "rcm" in ax:     # --fix recompute_modules: carried by the selective rows only
+        cols["rcm"] = np.where(rc == RECOMPUTE_CODE["selective"], ax["rcm"], 0)
     return cols
 
 
@@ -437,7 +466,9 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
     for k, v in fixed.items():
         if k in SWITCH_KEYS:        # carried by every row (``_switches``)
             continue
-        if k == "schedule":
+        if k == "recompute_modules":      # the modules of a selective plan (``_grid``)
+            ok &= c["rc"] == RECOMPUTE_CODE["selective"]
+        elif k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
             ok &= c["rc"] == RECOMPUTE_CODE[v]
@@ -494,9 +525,14 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     default = schedule_code(DEFAULT_SCHEDULE)
 
+    core = modules_mask(("core_attn",))
+
     def redundant(c):
+        # selective recompute of core_attn alone (the default modules) with FlashAttention
+        scores_only = (c["rcm"] == 0) | (c["rcm"] == core) if "rcm" in c else True
         return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
-            & ~((c["pp"] == 1) & (c["sched"] != default)) & ~((c["rc"] == 1) & c["flash"])
+            & ~((c["pp"] == 1) & (c["sched"] != default)) \
+            & ~((c["rc"] == 1) & c["flash"] & scores_only)
 
     return (
         ("fixed", lambda c: _fixed_mask(c, opts.fixed)),
@@ -634,8 +670,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
                                     optimizer_bytes, fsdp2, dispatch_bytes) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
-    for k in ("rcl", "rcu", "rcm"):        # every layer / block / default modules
-        c[k] = np.zeros(len(c["tp"]), dtype=np.int64)
+    for k in ("rcl", "rcu", "rcm"):        # every layer / block / default (or fixed) modules
+        c.setdefault(k, np.zeros(len(c["tp"]), dtype=np.int64))
     if framework is None or "block" in framework.recompute_methods:
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
