@@ -120,18 +120,18 @@ class ProgramBuilder:
         # MoE collectives is empty, ``coll`` returns None for each)
         self._moe = (len(self.group["ep"]) > 1 or len(self.group["etp"]) > 1) and any(
             not x.ep_bytes <= 0 for c in chunks for x in self.chunk[c])
+        self._piece_s: dict[tuple[str, float], float] = {}     # ``_piece_time``
+        tp_group = len(self.group["tp"]) > 1
         # one SP re-gather's contention-free seconds, as the estimate prices it (0: none)
-        self.t_regather = float(collective_time("allgather", costs.rg_bytes, p.tp, 1,
-                                                self.cluster)) \
-            if costs.rg_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
+        self.t_regather = self._piece_time("ag", 1.0) if costs.rg_bytes > 0 and tp_group \
+            else 0.0
         # one column-parallel data gradient's asynchronous reduction, contention-free, as
         # the estimate prices it (0: blocking, ``cost.stage.dgrad_reduce_hidden``)
-        self.t_reduce = float(dgrad_reduce_time(costs, p.tp, bool(p.sp), self.cluster)) \
-            if costs.rd_bytes > 0 and len(self.group["tp"]) > 1 else 0.0
+        self.t_reduce = self._piece_time("rd", 1.0) if costs.rd_bytes > 0 and tp_group \
+            else 0.0
         # the pending block's reductions: (carved weight-gradient seconds, reductions
         # compiled beside them, reductions taken out of the blocking ones)
         self._reduce: tuple[float, dict, float] = (0.0, {}, 0.0)
-        self._piece_s: dict[tuple[str, float], float] = {}     # ``_piece_time``
 
     def _source(self, c: int) -> tuple[int, int]:
         """``(stage, chunk)`` of the layout whose layers this rank's chunk ``c`` holds: its
@@ -246,7 +246,7 @@ class ProgramBuilder:
         counts: dict[float, float] = {}     # re-gathers compiled, by width (§5.76)
         d = 0.0
         for share, width, dgrad in sp_regather_pieces(cs):
-            t_ag = self.t_regather if width == 1.0 else self._piece_time("ag", width)
+            t_ag = self._piece_time("ag", width)
             if share > 0 and dgrad < t_ag:
                 counts[width] = counts.get(width, 0.0) + nl * share
                 d += nl * share * dgrad
@@ -265,8 +265,8 @@ class ProgramBuilder:
 
     def _piece_time(self, kind: str, width: float) -> float:
         """Contention-free seconds of a re-gather (``kind`` "ag") or data-gradient reduction
-        ("rd") of ``width`` times the hidden-width bytes (MLA's up projections, §5.76), as
-        the estimate prices it; worked out once per builder."""
+        ("rd") of ``width`` times the hidden-width bytes (1: QKV, fc1; MLA's up projections'
+        latents, §5.76), as the estimate prices it; worked out once per builder."""
         key = (kind, width)
         t = self._piece_s.get(key)
         if t is None:
@@ -296,7 +296,7 @@ class ProgramBuilder:
                 continue
             run = False
             for width, wgrad in pieces:
-                t = self.t_reduce if width == 1.0 else self._piece_time("rd", width)
+                t = self._piece_time("rd", width)
                 if wgrad < t:
                     counts[width] = counts.get(width, 0.0) + nl * share
                     d += nl * share * wgrad

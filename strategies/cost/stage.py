@@ -37,7 +37,6 @@ import numpy as np
 from strategies import placement
 from strategies.cost import amax
 from strategies.cost import comm as cm
-from strategies.cost import comm as cm
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost import quantise

@@ -82,8 +82,8 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, dgrad_reduce_hidden, sp_regather_exposed, stage_cost_arrays,
-                                   tp_collectives_per_layer)
+from strategies.cost.stage import (StageCostArrays, dgrad_reduce_hidden, sp_regather_exposed,
+                                   stage_cost_arrays, tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
