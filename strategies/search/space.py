@@ -318,6 +318,12 @@ def _factorizations(n: int) -> np.ndarray:
     return np.array(rows, dtype=np.int64)
 
 
+def tp_divides_heads(model: ModelSpec, tp):
+    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads.
+    Vectorised."""
+    return (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+
+
 def _with_etp(fac: np.ndarray, model: ModelSpec, fixed: Mapping[str, Any]) -> np.ndarray:
     """``fac``'s rows with a fifth column, ``etp``: ``tp`` on a dense model (one row each, the
     order kept); on a mixture of experts each row once per ``etp`` among the divisors of
@@ -329,13 +335,12 @@ def _with_etp(fac: np.ndarray, model: ModelSpec, fixed: Mapping[str, Any]) -> np
     plans pruned anyway."""
     if not model.is_moe:
         return np.column_stack([fac, fac[:, 0]])
-    heads, kv = model.num_attention_heads, model.kv_heads
     rows = []
     for r in fac.tolist():
         tp = r[0]
         if "etp" in fixed:
             etps = [fixed["etp"]]
-        elif heads % tp or kv % tp:
+        elif not tp_divides_heads(model, tp):
             etps = [tp]
         else:
             etps = [tp] + [d for d in reversed(_divisors(tp))
@@ -509,7 +514,6 @@ def _switch_columns(fixed: Mapping[str, Any]) -> dict[str, Any]:
 def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
     """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
     s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
-    heads, kv = model.num_attention_heads, model.kv_heads
 
     def ep_ok(c):
         ok = expert_plan_ok(model, c["tp"], c["cp"], c["dp"], c["ep"], c["etp"])
@@ -536,7 +540,7 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     return (
         ("fixed", lambda c: _fixed_mask(c, opts.fixed)),
-        ("tp_heads", lambda c: (heads % c["tp"] == 0) & (kv % c["tp"] == 0)),
+        ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
         ("pp_layers", lambda c: (L % c["pp"] == 0) | _uneven(c)),
         ("cp_seq", lambda c: (c["cp"] == 1) | (s % (2 * c["cp"]) == 0)),
         ("ep", ep_ok),
