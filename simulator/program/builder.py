@@ -861,7 +861,9 @@ class ProgramBuilder:
         stream. The weight gradients run after both; the pair's point-to-point messages leave
         once the whole pair has run, in one exchange after the group (deepseek-ai/DualPipe
         posts them after ``_forward_backward_compute_chunk`` and waits for them with the next
-        step's receives), which is the model of DeepSeek's ``F&B`` bubble."""
+        step's receives), which is the model of DeepSeek's ``F&B`` bubble. Megatron's
+        combined pair with expert all-to-alls runs in its own sub-layer order instead
+        (``combined_pair``)."""
         passes = [s for s in group if s.kind != "W"]
         partner = next((s for s in passes if s.kind == "B"), None)
         if partner is not None:
