@@ -211,6 +211,10 @@ class StageCostArrays:
     attn_w2: float = 0.0
     rd_dense: np.ndarray = 0.0
     rd_shared: np.ndarray = 0.0
+    # the bytes of one hidden-width TP all-gather (the quantised norm output under SP in low
+    # precision, ``tp_bytes`` otherwise; 0 with tp 1): with ``tp_bytes`` the one record
+    # ``tp_kind_bytes`` reads each kind's bytes from (MLA's latent collectives, §5.81)
+    tp_ag_bytes: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -291,6 +295,7 @@ class StageCosts:
     rd_shared: float = 0.0
     attn_w: float = 1.0                 # (StageCostArrays)
     attn_w2: float = 0.0
+    tp_ag_bytes: float = 0.0            # (StageCostArrays)
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -569,7 +574,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_attn=full(lt.col_wgrad[0]),
         rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
-        attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0)
+        attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
+        tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+                             * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -646,7 +653,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
-        attn_w2=float(arrays.attn_w2),
+        attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -811,6 +818,59 @@ def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.
             hid, run = hid + np.minimum(t, wgrad), run + t
         # the counted collective less what the pieces run: 0 exactly for one of width 1
         out = out + share * (hid + (t_red(1.0) - run))
+    return out
+
+
+def tp_kind_bytes(x: Any, kind: str) -> counts.Num:
+    """Bytes of one hidden-width tensor-parallel collective of ``kind`` (``x``: a
+    ``StageCostArrays`` or ``StageCosts``): an all-gather ``tp_ag_bytes`` (the quantised
+    norm output under SP in low precision), a reduce-scatter the rest of the pair's
+    ``2·tp_bytes`` (bf16), an all-reduce ``tp_bytes``."""
+    if kind == "allgather":
+        return x.tp_ag_bytes
+    if kind == "reduce_scatter":
+        return 2 * x.tp_bytes - x.tp_ag_bytes
+    return x.tp_bytes
+
+
+def attn_tp_swap(x: Any, sp: bool, fwd: bool) -> tuple[str, tuple[float, ...]] | None:
+    """The attention's column-side tensor-parallel collective of one pass that runs at other
+    widths than the hidden one the layer's TP term counts: ``(kind, widths)``, or None where
+    it runs at the hidden width or not at all. Megatron-Core's MLA (``transformer/
+    multi_latent_attention.py``, NVIDIA/Megatron-LM d98e8a64 and core_v0.14-v0.17: the
+    down projections ``TELinear`` with ``parallel_mode="duplicated"``, no tp group; the up
+    projections column-parallel, ``gather_output=False``) feeds its column-parallel linears
+    the latents, so under SP the forward all-gathers ``q_lora_rank`` and ``kv_lora_rank``
+    elements per token (each up projection's own sequence-parallel gather, Transformer
+    Engine ``linear.py``/``layernorm_linear.py``) instead of the hidden state, and the
+    backward reduces their data gradients at the same widths (a reduce-scatter under SP,
+    an all-reduce without, ``compute.attention_column_widths``). Without SP the forward's
+    column side has no collective (``copy_to_tensor_model_parallel_region`` is the
+    identity). The row side (``linear_proj``: the forward's reduce-scatter or all-reduce,
+    the backward's all-gather) stays at the hidden width. The backward's asynchronous
+    reductions (``dgrad_reduce_hidden``) already run at these widths; this is the
+    blocking path's. docs/calibration.md §5.81."""
+    widths = tuple(w for w in (x.attn_w, x.attn_w2) if w > 0)
+    if widths == (1.0,) or (fwd and not sp):
+        return None
+    return ("allgather" if fwd else "reduce_scatter" if sp else "allreduce"), widths
+
+
+def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
+                  fwd: bool) -> counts.Num:
+    """Seconds per mean layer and pass the attention's column-side collective takes less
+    than the hidden-width one counted (``attn_tp_swap``): ``t(kind, B) - sum t(kind, w·B)``,
+    ``B`` its hidden-width bytes (``tp_kind_bytes``), ``t(kind, nbytes)`` a collective's
+    seconds; 0 (exactly) without a swap. The one rule the estimate and the lower bound read;
+    the simulator compiles the same pieces (``simulator.program.builder.tp_comm``)."""
+    swap = attn_tp_swap(x, sp, fwd)
+    if swap is None:
+        return 0.0
+    kind, widths = swap
+    nb = tp_kind_bytes(x, kind)
+    out = t(kind, nb)
+    for w in widths:
+        out = out - t(kind, w * nb)
     return out
 
 
