@@ -151,3 +151,29 @@ def test_dense_layers_compile_as_before() -> None:
     for fwd in (True, False):
         assert b._tp_ops(3.0, 1.5, fwd) == [("reduce_scatter", c.tp_bytes, 3.0),
                                             ("allgather", c.tp_bytes, 3.0)]
+
+
+@pytest.mark.parametrize("sp", [True, False])
+def test_recomputed_up_projections_gather_again(sp: bool) -> None:
+    """Selective ``mla_up_proj`` recomputation reruns each up projection's forward, its SP
+    all-gather of the latent included (``CheckpointWithoutOutput`` over
+    ``qkv_up_proj_and_rope_apply``): against ``core_attn`` (no TP collective rerun) the
+    layer's TP seconds grow by exactly ``t_ag(2T·1536) + t_ag(2T·512)`` under SP and not at
+    all without; the estimate and the contention-free simulation move by the same seconds
+    to 1e-9, and the lower bound stays below the simulation."""
+    base = _plan(4, sp, ",recompute=selective,recompute_modules=")
+    up, attn = _mla(base + "mla_up_proj"), _mla(base + "core_attn")
+    c = stage_costs(up)
+    assert c.tp_attn_rc == (1.0 if sp else 0.0) and stage_costs(attn).tp_attn_rc == 0.0
+
+    def t_ag(n: float) -> float:
+        return float(cm.collective_time("allgather", n, 4, 1, up.cluster))
+    want = t_ag(2 * T * 1536) + t_ag(2 * T * 512) if sp else 0.0
+    assert float(stage.attn_rc_gathers(lambda k, n: cm.collective_time(k, n, 4, 1, up.cluster),
+                                       c)) == pytest.approx(want, rel=1e-15)
+    assert layer_comm(up) - layer_comm(attn) == pytest.approx(want, rel=1e-9, abs=1e-15)
+    e = estimate(up).step_time_s - estimate(attn).step_time_s
+    s_up = simulate(up, network="contention-free").step_time_s
+    s = s_up - simulate(attn, network="contention-free").step_time_s
+    assert s == pytest.approx(e, rel=1e-9)
+    assert bound(up) <= s_up * (1 + 1e-9)

@@ -259,6 +259,20 @@ class ProgramBuilder:
         if last is not None:
             self.wait.append(last)
 
+    def rc_gathers(self, nl: float, label: str, i: int, c: int, rc: int | None,
+                   after: int | None) -> None:
+        """The all-gathers MLA's recomputed up projections run again over ``nl`` mean
+        layers (``cost.stage.attn_rc_gathers``): one per column linear at its latent's
+        width, blocking, after the recomputation (and its all-to-all)."""
+        cs = self.c
+        for w in (cs.attn_w, cs.attn_w2):
+            if w > 0:
+                ag = self.coll("tp-comm", "allgather", "tp", w * cs.tp_ag_bytes,
+                               nl * cs.tp_attn_rc, "tp", f"AG tp recompute {label}", i, c,
+                               deps=(rc, after))
+                if ag is not None:
+                    self.wait.append(ag)
+
     def regather(self, nl: float, secs: float, label: str, i: int, c: int,
                  start: tuple) -> float:
         """Sequence parallelism's backward re-gathers of ``nl`` mean layers
@@ -395,6 +409,8 @@ class ProgramBuilder:
                 a2a = ep if ep is not None else a2a
             # its TP collectives after its all-to-all, in sequence (``_close_block``)
             self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
+            if cs.tp_attn_rc > 0:   # MLA's recomputed up projections' gathers (§5.81)
+                self.rc_gathers(nl, label, i, c, rc, a2a)
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))

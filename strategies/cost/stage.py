@@ -215,6 +215,9 @@ class StageCostArrays:
     # precision, ``tp_bytes`` otherwise; 0 with tp 1): with ``tp_bytes`` the one record
     # ``tp_kind_bytes`` reads each kind's bytes from (MLA's latent collectives, §5.81)
     tp_ag_bytes: np.ndarray = 0.0
+    # MLA's up projections' forward rerun in the backward per mean layer (selective
+    # ``mla_up_proj`` recomputation under SP: each re-gathers its latent, ``attn_rc_gathers``)
+    tp_attn_rc: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -296,6 +299,7 @@ class StageCosts:
     attn_w: float = 1.0                 # (StageCostArrays)
     attn_w2: float = 0.0
     tp_ag_bytes: float = 0.0            # (StageCostArrays)
+    tp_attn_rc: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -576,7 +580,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
         attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
         tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
-                             * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros)
+                             * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
+        tp_attn_rc=np.where((tp > 1) & sp & m.is_mla
+                            & rcp.part_selected(rc, P.recompute_modules, "mla_up"), 1.0, 0.0)
+        + zeros)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -654,6 +661,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
+        tp_attn_rc=f("tp_attn_rc"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -872,6 +880,23 @@ def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
     for w in widths:
         out = out - t(kind, w * nb)
     return out
+
+
+def attn_rc_gathers(t: Callable[[str, counts.Num], counts.Num], x: Any) -> counts.Num:
+    """Seconds per mean layer's backward of the all-gathers MLA's recomputed up projections
+    run again: Megatron-Core's ``mla_up_proj`` recomputation (``multi_latent_attention.py``
+    ``recompute_up_proj``: ``CheckpointWithoutOutput`` over ``qkv_up_proj_and_rope_apply``,
+    whose inputs are the latents' sequence shards under SP, core_v0.12 and core_v0.17) reruns
+    each up projection's forward, its sequence-parallel all-gather included, before the
+    attention's backward: ``tp_attn_rc`` times ``sum t("allgather", w·tp_ag_bytes)`` over the
+    column linears' widths (``compute.attention_column_widths``). 0 where nothing is
+    recomputed that way. The estimate reads it; the simulator compiles the same gathers
+    after the recomputation (``ProgramBuilder.block``). docs/calibration.md §5.81."""
+    out = 0.0
+    for w in (x.attn_w, x.attn_w2):
+        if w > 0:
+            out = out + t("allgather", w * x.tp_ag_bytes)
+    return x.tp_attn_rc * out
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

@@ -57,8 +57,8 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (attn_tp_saved, dgrad_reduce_hidden, dgrad_reduce_time,
-                                   sp_regather_exposed, stage_cost_arrays)
+from strategies.cost.stage import (attn_rc_gathers, attn_tp_saved, dgrad_reduce_hidden,
+                                   dgrad_reduce_time, sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -393,6 +393,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            * sc.gemm_fwd,
                            (tp_raw - tp_out) / sc.tp_overlap_chunks) + tp_out
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
+    # MLA's recomputed up projections gather their latents again (``mla_up_proj`` under SP,
+    # ``cost.stage.attn_rc_gathers``, §5.81), blocking
+    if np.any(sc.tp_attn_rc > 0):
+        tp_layer = tp_layer + attn_rc_gathers(
+            lambda kind, nbytes: cm.collective_time(kind, nbytes, tp, 1, cl), sc)
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(
