@@ -43,9 +43,10 @@ def main() -> None:
                 return float(cm.collective_time(kind, nbytes, tp, 1, job.cluster))
             swap = attn_tp_swap(c, True, True)
             hid = t("allgather", tp_kind_bytes(c, "allgather"))
-            pieces = [t("allgather", w * tp_kind_bytes(c, "allgather")) for w in swap[1]]
+            pieces = " + ".join(f"{t('allgather', w * tp_kind_bytes(c, 'allgather')) * 1e6:.1f}"
+                                for w in swap[1])
             print(f"{r['id']:48s} tp {tp} sp {sp!s:5s} "
-                  f"AG hidden {hid * 1e6:7.1f} latents {' + '.join(f'{p * 1e6:.1f}' for p in pieces)}"
+                  f"AG hidden {hid * 1e6:7.1f} latents {pieces}"
                   f"  saved fwd {float(attn_tp_saved(t, c, sp, True)) * 1e6:6.1f}"
                   f" bwd-blocking {float(attn_tp_saved(t, c, sp, False)) * 1e6:6.1f}"
                   f" (async: {c.rd_bytes > 0})")
