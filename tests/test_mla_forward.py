@@ -177,3 +177,23 @@ def test_recomputed_up_projections_gather_again(sp: bool) -> None:
     s = s_up - simulate(attn, network="contention-free").step_time_s
     assert s == pytest.approx(e, rel=1e-9)
     assert bound(up) <= s_up * (1 + 1e-9)
+
+
+def test_arrays_mix_plans_as_one_by_one() -> None:
+    """The vectorised estimate over plans that differ in tp, SP, the stack's reduction path
+    and the recomputed modules gives each plan's own figure (the rule's ``np.where`` picks
+    per plan): the step of each equals the one-plan estimate bit for bit."""
+    import numpy as np
+
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.plan_arrays import PlanArrays
+    specs = [_plan(4, True), _plan(4, False), _plan(2, True, ",tp_comm_overlap=true"),
+             _plan(4, True, ",recompute=selective,recompute_modules=mla_up_proj"),
+             "tp=1,pp=1,dp=8,ep=8,mbs=1,gbs=8"]
+    jobs = [_mla(s) for s in specs]
+    m, cl = jobs[0].model, jobs[0].cluster
+    many = estimate_arrays(m, cl, "bf16", PlanArrays.from_plans([j.plan for j in jobs]),
+                           MEGATRON_CORE)
+    for k, j in enumerate(jobs):
+        one = estimate_arrays(m, cl, "bf16", PlanArrays.of_plan(j.plan), MEGATRON_CORE)
+        assert float(np.ravel(many["step_time_s"])[k]) == float(np.ravel(one["step_time_s"])[0])
