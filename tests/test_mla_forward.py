@@ -197,3 +197,40 @@ def test_arrays_mix_plans_as_one_by_one() -> None:
     for k, j in enumerate(jobs):
         one = estimate_arrays(m, cl, "bf16", PlanArrays.of_plan(j.plan), MEGATRON_CORE)
         assert float(np.ravel(many["step_time_s"])[k]) == float(np.ravel(one["step_time_s"])[0])
+
+
+@pytest.fixture
+def rope_off(monkeypatch):
+    """MLA's rope key collective switched off in both readers."""
+    def off() -> None:
+        monkeypatch.setattr(stage, "attn_rope_bytes", lambda x: 0.0 * x.tp_rope_w)
+        monkeypatch.setattr(builder, "attn_rope_bytes", lambda x: 0.0)
+    return off
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("sp", [True, False])
+def test_rope_key_gathered_on_its_own(tp: int, sp: bool, rope_off) -> None:
+    """Under SP the rope key (64 bf16 elements per token) is all-gathered in the forward and
+    reduce-scattered in the backward on its own (``gather_from_sequence_parallel_region``),
+    in fp8 too: the layer's TP seconds carry exactly ``t_ag(2T·64) + t_rs(2T·64)``, nothing
+    without SP; the estimate and the contention-free simulation agree on it to 1e-9."""
+    job = _mla(_plan(tp, sp))
+    c = stage_costs(job)
+    assert c.tp_rope_w == (64 / 7168 if sp else 0.0)
+    assert stage.attn_rope_bytes(c) == pytest.approx(2 * T * 64 if sp else 0.0, rel=1e-15)
+    if sp:
+        fp8 = stage_costs(replace(job, dtype="fp8"))
+        assert stage.attn_rope_bytes(fp8) == pytest.approx(2 * T * 64, rel=1e-15)
+
+    def t(kind: str, n: float) -> float:
+        return float(cm.collective_time(kind, n, tp, 1, job.cluster))
+    want = t("allgather", 2 * T * 64) + t("reduce_scatter", 2 * T * 64) if sp else 0.0
+    on = layer_comm(job)
+    e_on, s_on = estimate(job).step_time_s, simulate(job, network="contention-free").step_time_s
+    rope_off()
+    assert on - layer_comm(job) == pytest.approx(want, rel=1e-9, abs=1e-15)
+    e = e_on - estimate(job).step_time_s
+    s = s_on - simulate(job, network="contention-free").step_time_s
+    assert s == pytest.approx(e, rel=1e-9, abs=1e-15)
+    assert (e > 0) == sp

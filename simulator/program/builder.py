@@ -20,9 +20,9 @@ from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
 from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import (StageCosts, attn_tp_swap, chunk_layers, chunk_sum,
-                                  dgrad_reduce_pieces, dgrad_reduce_time, sp_regather_pieces,
-                                  tp_kind_bytes)
+from strategies.cost.stage import (StageCosts, attn_rope_bytes, attn_tp_swap, chunk_layers,
+                                  chunk_sum, dgrad_reduce_pieces, dgrad_reduce_time,
+                                  sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -512,6 +512,13 @@ class ProgramBuilder:
         self.tp_comm(n_tp, label, i, c, start, main,
                      0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
                      attn=nl, fwd=fwd)
+        rope_b = attn_rope_bytes(cs) if cs.tp_rope_w > 0 else 0.0
+        if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
+            kd = "allgather" if fwd else "reduce_scatter"
+            rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
+                             f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
+            if rope is not None:
+                self.wait.append(rope)
         return main
 
     # ------------------------------------------------------------------ passes

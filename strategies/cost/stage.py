@@ -218,6 +218,9 @@ class StageCostArrays:
     # MLA's up projections' forward rerun in the backward per mean layer (selective
     # ``mla_up_proj`` recomputation under SP: each re-gathers its latent, ``attn_rc_gathers``)
     tp_attn_rc: np.ndarray = 0.0
+    # MLA's rope key under SP: its width over the hidden size (0 elsewhere), gathered in the
+    # forward and reduce-scattered in the backward on its own (``attn_rope_time``)
+    tp_rope_w: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -300,6 +303,7 @@ class StageCosts:
     attn_w2: float = 0.0
     tp_ag_bytes: float = 0.0            # (StageCostArrays)
     tp_attn_rc: float = 0.0
+    tp_rope_w: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -583,7 +587,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                              * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_attn_rc=np.where((tp > 1) & sp & m.is_mla
                             & rcp.part_selected(rc, P.recompute_modules, "mla_up"), 1.0, 0.0)
-        + zeros)
+        + zeros,
+        tp_rope_w=np.where((tp > 1) & sp & m.is_mla,
+                           (m.qk_rope_head_dim or 0) / m.hidden_size, 0.0) + zeros)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -661,7 +667,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
-        tp_attn_rc=f("tp_attn_rc"),
+        tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -897,6 +903,27 @@ def attn_rc_gathers(t: Callable[[str, counts.Num], counts.Num], x: Any) -> count
         if w > 0:
             out = out + t("allgather", w * x.tp_ag_bytes)
     return x.tp_attn_rc * out
+
+
+def attn_rope_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
+                   fwd: bool) -> counts.Num:
+    """Seconds per mean layer and pass of MLA's rope key collective under SP: the
+    down projection's rope part is the rank's sequence shard, gathered on its own
+    (``multi_latent_attention.py`` ``gather_from_sequence_parallel_region(k_pos_emb)``,
+    core_v0.17.1 line 640, core_v0.12.0 line 419: an all-gather forward, a reduce-scatter
+    backward, both blocking Megatron mappings outside Transformer Engine's TP overlap) of
+    ``qk_rope_head_dim`` bf16 elements per token: ``t(kind, tp_rope_w·B)``, ``B`` the
+    hidden-width reduce-scatter's bf16 bytes. 0 without MLA, SP or tp. The estimate reads
+    it; the simulator compiles the same collective closing each block
+    (``ProgramBuilder._close_block``). docs/calibration.md §5.81."""
+    nb = attn_rope_bytes(x)
+    return np.where(np.asarray(nb) > 0, t("allgather" if fwd else "reduce_scatter", nb), 0.0)
+
+
+def attn_rope_bytes(x: Any) -> counts.Num:
+    """Bytes of MLA's rope key collective under SP (``attn_rope_time``): ``tp_rope_w``
+    times the hidden-width bf16 reduce-scatter's; 0 where there is none."""
+    return x.tp_rope_w * tp_kind_bytes(x, "reduce_scatter")
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

@@ -57,8 +57,9 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (attn_rc_gathers, attn_tp_saved, dgrad_reduce_hidden,
-                                   dgrad_reduce_time, sp_regather_exposed, stage_cost_arrays)
+from strategies.cost.stage import (attn_rc_gathers, attn_rope_time, attn_tp_saved,
+                                   dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
+                                   stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -398,6 +399,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     if np.any(sc.tp_attn_rc > 0):
         tp_layer = tp_layer + attn_rc_gathers(
             lambda kind, nbytes: cm.collective_time(kind, nbytes, tp, 1, cl), sc)
+    # and its rope key's own gather (forward) and reduce-scatter (backward) under SP
+    # (``cost.stage.attn_rope_time``), blocking
+    if np.any(sc.tp_rope_w > 0):
+        def t_rope(kind: str, nbytes):
+            return cm.collective_time(kind, np.where(nbytes > 0, nbytes, 1.0), tp, 1, cl)
+        tp_layer = tp_layer + attn_rope_time(t_rope, sc, True) + attn_rope_time(t_rope, sc,
+                                                                                False)
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(
