@@ -5,6 +5,8 @@ the same GEMM (docs/calibration.md §5.79).
 Run (a second or two, analytic only):
 
     python experiments/gemm_shapes_measured.py            # Markdown tables on stdout
+    python experiments/gemm_shapes_measured.py --what-if  # + every reference row under
+                                                          #   the two leads (a minute or two)
 
 Every point of ``SOURCES`` (one public table each: GPU, dtype, library and conditions, where it
 was read) is priced by ``compute.gemms_time_fwd`` of one entry ``(b, M, N, K)`` at tp 1 without
@@ -32,11 +34,24 @@ the one-tile-per-SM count of a persistent kernel): below one wave, one to two, t
 Table 6: the K knee (``compute.k_knee`` of the source's GPU and dtype, patched there only)
 that best reproduces each source's points at one wave or more (``fit_knee``: least squares on
 the log of the norm ratio, grid ``KNEE_GRID``), beside the catalog's scaled knee.
+
+``--what-if`` (nothing in the model changes; ``compute`` is patched inside the run only):
+every row of every reference file (``strategies/reference/data``, the schedule studies
+aside), analytic, (a) with each generation's K knee scaled by what its newest tables fit
+(``WHAT_IF_KNEE_SOURCES``: ``k_knee`` times fitted/catalog, by generation and rate key), (b)
+with every GEMM below one wave (``waves`` < 1, on the row's GPU) slowed by its generation's
+median sub-wave norm ratio (``subwave_penalty``), an upper-end reading of the measured
+shortfall since the tables' sub-wave kernels are short. Per file: MAPE and mean signed
+error; and the H100 runs of §3.13's lead against their control
+(``h100_gemm_shapes.DEFICIT_RUNS``, ``CONTROL_RUNS``).
 """
 from __future__ import annotations
 
+import argparse
+import glob
 import math
 import os
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -248,6 +263,106 @@ def fit_knee(src: Source) -> tuple[int, float, float, int]:
     return best, math.sqrt(err(best)[0] / n), math.sqrt(e0 / n), n
 
 
+#: the table each generation's knee what-if reads, by rate key: XLA's (sm_90 bf16, sm_100
+#: bf16 and fp8) and, for Hopper fp8, tilelang's faster version (per-tensor fp8 like the
+#: catalog's ``fp8`` rate; DeepGEMM's tables are block-scaled)
+WHAT_IF_KNEE_SOURCES = {("sm_90", "bf16"): "xla-sm90-bf16", ("sm_90", "fp8"): "tilelang-h800-fp8-b",
+                        ("sm_100", "bf16"): "xla-sm100-bf16", ("sm_100", "fp8"): "xla-sm100-fp8"}
+
+
+def knee_factors() -> dict:
+    """``{(generation, rate key): fitted knee / catalog knee}`` of ``WHAT_IF_KNEE_SOURCES``."""
+    src = {s.name: s for s in SOURCES}
+    out = {}
+    for key, name in WHAT_IF_KNEE_SOURCES.items():
+        s = src[name]
+        out[key] = fit_knee(s)[0] / ct.k_knee(get_gpu(s.gpu), s.dtype)
+    return out
+
+
+def subwave_penalty() -> dict:
+    """``{generation: median norm ratio of its points below one wave}`` (every source)."""
+    rs = rows()
+    out = {}
+    for gen in ("sm_90", "sm_100"):
+        sub = [r.norm_ratio for r in rs if ct.GEMM_GENERATION.get(r.gpu) == gen and r.waves < 1]
+        out[gen] = statistics.median(sub)
+    return out
+
+
+def what_if(paths: list[str] | None = None) -> list[tuple]:
+    """``(file, id, GPU, error now %, with the fitted knees %, with the sub-wave penalty %)``
+    of every analytic reference row (``--what-if``)."""
+    import numpy as np
+
+    from simulator.studies.validate import load_cases
+    from strategies.estimate.scalar import estimate
+
+    kf, pen = knee_factors(), subwave_penalty()
+    orig_knee, orig_compute = ct.k_knee, ct._gemm_compute
+
+    def knee(gpu, dtype):
+        gen = ct.GEMM_GENERATION.get(gpu.name)
+        return orig_knee(gpu, dtype) * kf.get((gen, gpu.rate_key(dtype)), 1.0)
+
+    state = {"sms": None, "pen": 1.0}
+
+    def compute(M, N, K, rate, knee_, waves_=None):
+        t = orig_compute(M, N, K, rate, knee_, waves_)
+        if state["sms"] is None:
+            return t
+        u = np.ceil(np.asarray(M, dtype=float) / WAVE_TILE[0]) \
+            * np.ceil(np.asarray(N, dtype=float) / WAVE_TILE[1]) / state["sms"]
+        return t * np.where(u < 1, state["pen"], 1.0)
+
+    if paths is None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        paths = sorted(p for p in glob.glob(os.path.join(root, "strategies/reference/data/*.json"))
+                       if "schedule_studies" not in p)
+    out = []
+    for path in paths:
+        for c in load_cases(path, tiers=None):
+            if c.job is None or c.measured_step_s is None:
+                continue
+            gpu = c.job.cluster.groups[0].gpu
+            now = estimate(c.job).step_time_s
+            with patched(ct, "k_knee", knee):
+                a = estimate(c.job).step_time_s
+            gen = ct.GEMM_GENERATION.get(gpu.name)
+            state.update(sms=gpu.sm_count if gen else None, pen=pen.get(gen, 1.0))
+            with patched(ct, "_gemm_compute", compute):
+                b = estimate(c.job).step_time_s
+            state.update(sms=None)
+            m = c.measured_step_s
+            out.append((os.path.basename(path), c.id, gpu.name, 100 * (now / m - 1),
+                        100 * (a / m - 1), 100 * (b / m - 1)))
+    return out
+
+
+def print_what_if(res: list[tuple]) -> None:
+    """Per file and for §3.13's lead and control: MAPE and mean signed error, now and under
+    each what-if."""
+    from experiments.h100_gemm_shapes import CONTROL_RUNS, DEFICIT_RUNS
+
+    kf, pen = knee_factors(), subwave_penalty()
+    print("\nTable 7. What-if (analytic): (a) knees x " + ", ".join(
+        f"{g} {k} {f:.2f}" for (g, k), f in kf.items()) + "; (b) sub-wave GEMMs x " + ", ".join(
+        f"{g} {p:.3f}" for g, p in pen.items()) + "\n")
+    print("| rows | runs | MAPE now | (a) knees | (b) sub-wave | mean signed now | (a) | (b) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    groups = by_key(res, lambda r: r[0])
+    groups["§3.13 lead (H100, no pipelining)"] = [r for r in res if re.search(DEFICIT_RUNS, r[1])]
+    groups["§3.13 control (NeMo 24.11, pipelined)"] = [r for r in res
+                                                      if re.search(CONTROL_RUNS, r[1])]
+    for name, g in groups.items():
+        if not g:
+            continue
+        mape = [statistics.fmean(abs(r[i]) for r in g) for i in (3, 4, 5)]
+        sgn = [statistics.fmean(r[i] for r in g) for i in (3, 4, 5)]
+        print(f"| {name} | {len(g)} | {mape[0]:.2f} % | {mape[1]:.2f} % | {mape[2]:.2f} % | "
+              f"{sgn[0]:+.2f} % | {sgn[1]:+.2f} % | {sgn[2]:+.2f} % |")
+
+
 def _summary_table(groups: dict, head: str) -> None:
     print(f"| {head} | points | norm ratio median | min | max | geo. mean | model / measured "
           f"median |")
@@ -258,7 +373,11 @@ def _summary_table(groups: dict, head: str) -> None:
         print(f"| {label} | {n} | {med:.3f} | {lo:.3f} | {hi:.3f} | {geo:.3f} | {ab:.3f} |")
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--what-if", action="store_true",
+                    help="also every reference row under the two leads (a minute or two)")
+    args = ap.parse_args(argv)
     rs = rows()
     print("Table 1. Sources\n")
     print("| source | GPU (catalog) | dtype | library, conditions | where | points | best "
@@ -299,6 +418,8 @@ def main() -> int:
         cat = ct.k_knee(get_gpu(src.gpu), src.dtype)
         print(f"| {src.name} | {src.gpu} / {src.dtype} | {n} | {cat:.0f} | {rms0:.3f} | "
               f"{knee} | {rms:.3f} | {knee / cat:.2f} |")
+    if args.what_if:
+        print_what_if(what_if())
     return 0
 
 

@@ -97,8 +97,30 @@ def test_fit_knee_recovers_the_model_knee():
 
 
 def test_deterministic(capsys):
-    gm.main()
+    gm.main([])
     a = capsys.readouterr().out
-    gm.main()
+    gm.main([])
     assert capsys.readouterr().out == a
     assert "Table 6" in a
+
+
+def test_what_if_patches_inside_the_run_only():
+    """The what-if prices every analytic row of a file three ways and leaves ``compute`` as
+    it was; the knee what-if moves the H100 rows (NeMo 24.07, H100), the unpatched column
+    is the estimate's own error."""
+    import os
+
+    from simulator.studies.validate import load_cases
+    from strategies.estimate.scalar import estimate
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(root, "strategies/reference/data/nemo_performance_2407.json")
+    k0, c0 = ct.k_knee, ct._gemm_compute
+    res = gm.what_if([path])
+    assert ct.k_knee is k0 and ct._gemm_compute is c0
+    cases = [c for c in load_cases(path, tiers=None)
+             if c.job is not None and c.measured_step_s is not None]
+    assert len(res) == len(cases) == 12
+    for r, c in zip(res, cases):
+        assert r[3] == 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
+    assert any(abs(r[4] - r[3]) > 0.01 for r in res)
