@@ -41,8 +41,8 @@ aside), analytic, (a) with each generation's K knee scaled by what its newest ta
 (``WHAT_IF_KNEE_SOURCES``: ``k_knee`` times fitted/catalog, by generation and rate key), (b)
 with every GEMM below one wave (``waves`` < 1, on the row's GPU) slowed by its generation's
 median sub-wave norm ratio (``subwave_penalty``), an upper-end reading of the measured
-shortfall since the tables' sub-wave kernels are short. Per file: MAPE and mean signed
-error; and the H100 runs of §3.13's lead against their control
+shortfall since the tables' sub-wave kernels are short. Per file and per GPU: MAPE and mean
+signed error; and the H100 runs of §3.13's lead against their control
 (``h100_gemm_shapes.DEFICIT_RUNS``, ``CONTROL_RUNS``).
 """
 from __future__ import annotations
@@ -340,7 +340,7 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
 
 
 def print_what_if(res: list[tuple]) -> None:
-    """Per file and for §3.13's lead and control: MAPE and mean signed error, now and under
+    """Per file, per GPU, and for §3.13's lead and control: MAPE and mean signed error, now and under
     each what-if."""
     from experiments.h100_gemm_shapes import CONTROL_RUNS, DEFICIT_RUNS
 
@@ -351,6 +351,7 @@ def print_what_if(res: list[tuple]) -> None:
     print("| rows | runs | MAPE now | (a) knees | (b) sub-wave | mean signed now | (a) | (b) |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     groups = by_key(res, lambda r: r[0])
+    groups.update(by_key(sorted(res, key=lambda r: r[2]), lambda r: f"GPU {r[2]}"))
     groups["§3.13 lead (H100, no pipelining)"] = [r for r in res if re.search(DEFICIT_RUNS, r[1])]
     groups["§3.13 control (NeMo 24.11, pipelined)"] = [r for r in res
                                                       if re.search(CONTROL_RUNS, r[1])]
