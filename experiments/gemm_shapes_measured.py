@@ -31,6 +31,11 @@ count, median and range of the norm ratio, the median absolute ratio.
 Table 5: the same by wave (``waves``: the output's ``WAVE_TILE`` tiles over the GPU's SMs,
 the one-tile-per-SM count of a persistent kernel): below one wave, one to two, two or more.
 
+Table 5b: the same points with the Ampere kernel-choice rule (§3.15.1: the fastest of
+``compute.gemm_configs``' tiles x split-K at their wave occupancy) switched on for these
+chips (``compute.gemm_waves`` patched to ``AMPERE_CHECK_TILE``): does it account for the
+sub-wave shortfall? (a check; the catalog keeps ``wave_tile`` None on Hopper/Blackwell)
+
 Table 6: the K knee (``compute.k_knee`` of the source's GPU and dtype, patched there only)
 that best reproduces each source's points at one wave or more (``fit_knee``: least squares on
 the log of the norm ratio, grid ``KNEE_GRID``), beside the catalog's scaled knee.
@@ -72,6 +77,7 @@ SHORT_K = 1024    # a reduction below this (output not thin): "short-K"
 #: and sm100 defaults: 128 rows x 256 columns per SM; rows of M, columns of N), for ``waves``
 WAVE_TILE = (128, 256)
 KNEE_GRID = range(40, 2001, 10)
+AMPERE_CHECK_TILE = (256, 128)   # the Ampere wave tile (topologies.gpus AMPERE_WAVE_TILE)
 
 #: tile-ai/tilelang ``benchmark/matmul_fp8/README.md``, "FP8 Matmul Benchmark (8192x8192)":
 #: ``benchmark_matmul.py``'s autotuned fp8 GEMM (e4m3, no block scales) at M = N = 8192 on
@@ -238,6 +244,19 @@ def by_key(rs: list[Row], key) -> dict:
     for r in rs:
         out.setdefault(key(r), []).append(r)
     return out
+
+
+def rows_with_ampere_waves() -> list[Row]:
+    """``rows()`` with ``compute.gemm_waves`` giving every catalog Hopper/Blackwell part
+    (``compute.GEMM_GENERATION``) ``AMPERE_CHECK_TILE`` waves over its SMs (Table 5b)."""
+    orig = ct.gemm_waves
+
+    def waves_(gpu, system=ct.DEFAULT_SYSTEM):
+        if gpu.wave_tile is None and gpu.sm_count and gpu.name in ct.GEMM_GENERATION:
+            return ct.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, ct.usable_hbm(gpu, system))
+        return orig(gpu, system)
+    with patched(ct, "gemm_waves", waves_):
+        return rows()
 
 
 def fit_knee(src: Source) -> tuple[int, float, float, int]:
@@ -408,6 +427,12 @@ def main(argv: list[str] | None = None) -> int:
           f"tiles over the SMs)\n")
     worder = {"sub-wave": 0, "1-2 waves": 1, ">= 2 waves": 2}
     groups = by_key(sorted(rs, key=lambda r: (r.gpu, r.dtype, worder[wave_class(r.waves)])),
+                    lambda r: (r.gpu, r.dtype, wave_class(r.waves)))
+    _summary_table(groups, "GPU / dtype / waves")
+    print("\nTable 5b. The same with the Ampere kernel-choice rule (tiles x split-K x "
+          "waves) switched on for Hopper/Blackwell (a check)\n")
+    ra = rows_with_ampere_waves()
+    groups = by_key(sorted(ra, key=lambda r: (r.gpu, r.dtype, worder[wave_class(r.waves)])),
                     lambda r: (r.gpu, r.dtype, wave_class(r.waves)))
     _summary_table(groups, "GPU / dtype / waves")
     print("\nTable 6. The K knee each source implies at one wave or more\n")
