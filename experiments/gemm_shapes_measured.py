@@ -46,8 +46,10 @@ aside), analytic, (a) with each generation's K knee scaled by what its newest ta
 (``WHAT_IF_KNEE_SOURCES``: ``k_knee`` times fitted/catalog, by generation and rate key), (b)
 with every GEMM below one wave (``waves`` < 1, on the row's GPU) slowed by its generation's
 median sub-wave norm ratio (``subwave_penalty``), an upper-end reading of the measured
-shortfall since the tables' sub-wave kernels are short. Per file and per GPU: MAPE and mean
-signed error; and the H100 runs of §3.13's lead against their control
+shortfall since the tables' sub-wave kernels are short, (c) with the Ampere kernel-choice
+rule of Table 5b on the Blackwell parts only (``compute.gemm_waves`` patched for generation
+``sm_100``), where Table 5b finds it closes most of the sub-wave shortfall. Per file and per
+GPU: MAPE and mean signed error; and the H100 runs of §3.13's lead against their control
 (``h100_gemm_shapes.DEFICIT_RUNS``, ``CONTROL_RUNS``).
 """
 from __future__ import annotations
@@ -310,15 +312,22 @@ def subwave_penalty() -> dict:
 
 
 def what_if(paths: list[str] | None = None) -> list[tuple]:
-    """``(file, id, GPU, error now %, with the fitted knees %, with the sub-wave penalty %)``
-    of every analytic reference row (``--what-if``)."""
+    """``(file, id, GPU, error now %, with the fitted knees %, with the sub-wave penalty %,
+    with the Ampere kernel-choice rule on sm_100 %)`` of every analytic reference row
+    (``--what-if``)."""
     import numpy as np
 
     from simulator.studies.validate import load_cases
     from strategies.estimate.scalar import estimate
 
     kf, pen = knee_factors(), subwave_penalty()
-    orig_knee, orig_compute = ct.k_knee, ct._gemm_compute
+    orig_knee, orig_compute, orig_waves = ct.k_knee, ct._gemm_compute, ct.gemm_waves
+
+    def blackwell_waves(gpu, system=ct.DEFAULT_SYSTEM):
+        if gpu.wave_tile is None and gpu.sm_count \
+                and ct.GEMM_GENERATION.get(gpu.name) == "sm_100":
+            return ct.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, ct.usable_hbm(gpu, system))
+        return orig_waves(gpu, system)
 
     def knee(gpu, dtype):
         gen = ct.GEMM_GENERATION.get(gpu.name)
@@ -352,9 +361,11 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
             with patched(ct, "_gemm_compute", compute):
                 b = estimate(c.job).step_time_s
             state.update(sms=None)
+            with patched(ct, "gemm_waves", blackwell_waves):
+                w = estimate(c.job).step_time_s
             m = c.measured_step_s
             out.append((os.path.basename(path), c.id, gpu.name, 100 * (now / m - 1),
-                        100 * (a / m - 1), 100 * (b / m - 1)))
+                        100 * (a / m - 1), 100 * (b / m - 1), 100 * (w / m - 1)))
     return out
 
 
@@ -366,9 +377,11 @@ def print_what_if(res: list[tuple]) -> None:
     kf, pen = knee_factors(), subwave_penalty()
     print("\nTable 7. What-if (analytic): (a) knees x " + ", ".join(
         f"{g} {k} {f:.2f}" for (g, k), f in kf.items()) + "; (b) sub-wave GEMMs x " + ", ".join(
-        f"{g} {p:.3f}" for g, p in pen.items()) + "\n")
-    print("| rows | runs | MAPE now | (a) knees | (b) sub-wave | mean signed now | (a) | (b) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+        f"{g} {p:.3f}" for g, p in pen.items()) + "; (c) the Ampere kernel-choice rule on "
+        "sm_100\n")
+    print("| rows | runs | MAPE now | (a) knees | (b) sub-wave | (c) sm_100 waves | "
+          "mean signed now | (a) | (b) | (c) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     groups = by_key(res, lambda r: r[0])
     groups.update(by_key(sorted(res, key=lambda r: r[2]), lambda r: f"GPU {r[2]}"))
     groups["§3.13 lead (H100, no pipelining)"] = [r for r in res if re.search(DEFICIT_RUNS, r[1])]
@@ -377,10 +390,10 @@ def print_what_if(res: list[tuple]) -> None:
     for name, g in groups.items():
         if not g:
             continue
-        mape = [statistics.fmean(abs(r[i]) for r in g) for i in (3, 4, 5)]
-        sgn = [statistics.fmean(r[i] for r in g) for i in (3, 4, 5)]
-        print(f"| {name} | {len(g)} | {mape[0]:.2f} % | {mape[1]:.2f} % | {mape[2]:.2f} % | "
-              f"{sgn[0]:+.2f} % | {sgn[1]:+.2f} % | {sgn[2]:+.2f} % |")
+        mape = [statistics.fmean(abs(r[i]) for r in g) for i in (3, 4, 5, 6)]
+        sgn = [statistics.fmean(r[i] for r in g) for i in (3, 4, 5, 6)]
+        print(f"| {name} | {len(g)} | " + " | ".join(f"{x:.2f} %" for x in mape) + " | "
+              + " | ".join(f"{x:+.2f} %" for x in sgn) + " |")
 
 
 def _summary_table(groups: dict, head: str) -> None:

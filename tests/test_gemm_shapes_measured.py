@@ -115,12 +115,13 @@ def test_what_if_patches_inside_the_run_only():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.path.join(root, "strategies/reference/data/nemo_performance_2407.json")
-    k0, c0 = ct.k_knee, ct._gemm_compute
+    k0, c0, w0 = ct.k_knee, ct._gemm_compute, ct.gemm_waves
     res = gm.what_if([path])
-    assert ct.k_knee is k0 and ct._gemm_compute is c0
+    assert ct.k_knee is k0 and ct._gemm_compute is c0 and ct.gemm_waves is w0
     cases = [c for c in load_cases(path, tiers=None)
              if c.job is not None and c.measured_step_s is not None]
     assert len(res) == len(cases) == 12
     for r, c in zip(res, cases):
         assert r[3] == 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
     assert any(abs(r[4] - r[3]) > 0.01 for r in res)
+    assert all(r[6] == r[3] for r in res)      # H100 rows: the sm_100 rule leaves them
