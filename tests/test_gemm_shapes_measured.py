@@ -124,4 +124,4 @@ def test_what_if_patches_inside_the_run_only():
     for r, c in zip(res, cases):
         assert r[3] == 100 * (estimate(c.job).step_time_s / c.measured_step_s - 1)
     assert any(abs(r[4] - r[3]) > 0.01 for r in res)
-    assert all(r[6] == r[3] for r in res)      # H100 rows: the sm_100 rule leaves them
+    assert all(r[6] == r[3] == r[7] for r in res)   # H100 rows: the sm_100 rules leave them
