@@ -45,9 +45,11 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm as cm  # noqa: E402
+from strategies.cost import counts  # noqa: E402
 from strategies.cost.compute import moe_sync_time  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
+from strategies.launch_blocking import HOST_PATH_S  # noqa: E402
 from strategies.plan import DISPATCHERS  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 from topologies.cluster import Cluster  # noqa: E402
@@ -183,6 +185,14 @@ def rows() -> list[dict]:
     return out
 
 
+def sync_host_path_s(dispatcher: str) -> float:
+    """Host seconds per MoE layer forward the model puts on the GPU's path after the
+    dispatcher's device-to-host sync (``compute.moe_sync_time`` less its launch gaps):
+    ``MOE_SYNCS_FWD`` syncs, each ``MOE_SYNC_HOST_OPS`` operators of ``HOST_PATH_S``."""
+    ops = counts.MOE_SYNC_HOST_OPS[DISPATCHERS.index(dispatcher)]
+    return counts.MOE_SYNCS_FWD * ops * HOST_PATH_S
+
+
 def _target(r: dict) -> bool:
     return r["id"].startswith(TARGETS)
 
@@ -196,7 +206,7 @@ def candidates(rs: list[dict], wi: list[tuple]) -> list[tuple[str, str, str, str
     def span(vals, fmt="{:.2f}"):
         return f"{fmt.format(min(vals))}..{fmt.format(max(vals))}"
 
-    host_now = [r["sync"] * (GRACE_HOST_RATIO - 1.0) for r in tg]
+    host_now = [sync_host_path_s(r["dispatcher"]) * (GRACE_HOST_RATIO - 1.0) for r in tg]
     paths = [r["miss"] / GRACE_LINEAR_HOST_S for r in tg]
     need = [r["rate_needed"] / 1e9 for r in tg]
     ctl_fit = [r for r in gb_ctl if r["dispatcher"] == "alltoall" and r["ep"] >= 32]

@@ -96,3 +96,10 @@ def test_tables_are_deterministic() -> None:
         outs.append(buf.getvalue())
     assert outs[0] == outs[1]
     assert "Table 3b" in outs[0] and "targets (Maverick, DeepSeek-V3; 25.04.01)" in outs[0]
+
+
+def test_grace_ratio_and_sync_host_path_are_their_closed_forms() -> None:
+    from strategies.launch_blocking import HOST_PATH_S
+    assert g.GRACE_HOST_RATIO == 37.08e-6 / 13.48e-6
+    assert g.sync_host_path_s("alltoall") == HOST_PATH_S
+    assert g.sync_host_path_s("deepep") == 0.0 and g.sync_host_path_s("hybridep") == 0.0
