@@ -235,7 +235,8 @@ def candidates(rs: list[dict], wi: list[tuple]) -> list[tuple[str, str, str, str
         ("all-to-all rate the miss needs (GB/s per GPU)", span(need, "{:.0f}"),
          "; ".join(f"{r['id'].split('_')[1]} ep{r['ep']} {1e3 * r['miss']:+.2f} ms"
                    for r in ctl_fit),
-         "25.11's alltoall dispatcher at ep 32/64 on GB200 fits: not the fabric"),
+         "25.11's DeepSeek-V3 / Qwen3-235B run the same dispatcher at ep 32/64 on GB200 "
+         "and fit; gpt-oss misses as much on B200 and H100 (§5.58): not the fabric"),
         ("CUDA graphs off (ms)", "0 (the model is eager for every row)", "Grok-1: on, "
          "not priced", "graph savings are not modelled, so 'off' adds nothing"),
         ("GEMM rate (power, clocks): fp8/bf16 miss against fp8/bf16 layer",
