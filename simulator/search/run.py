@@ -337,6 +337,10 @@ def _plan_dict(p: Plan) -> dict[str, Any]:
     out = {k: getattr(p, k) for k in keys}
     if p.etp is not None:       # expert tensor parallelism other than tp (a mixture of experts)
         out["etp"] = p.etp
+    if p.flushes != 1:          # pipeline flushes per step (strategies.flushes)
+        out["flushes"] = p.flushes
+    if p.microbatch_group_size is not None:     # the interleaved group other than pp
+        out["microbatch_group_size"] = p.microbatch_group_size
     return out
 
 

@@ -42,9 +42,11 @@ from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, parse_modules
-from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
+from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
+                                  schedule_code,
                                   schedule_names, schedule_of_code, schedules)
-from strategies.schedules.base import Schedule, chunked_names
+from strategies.flushes import flush_rules
+from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
 from topologies.cluster import Cluster, fits_nvlink_domain
 from topologies.gpus import GPU
 
@@ -86,10 +88,11 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap":
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
             "moe_capacity_factor")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
-            "recompute_modules", "sp", "zero", *SWITCH_KEYS)
+            "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size",
+            *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "cg", "route", "imb", "cf")
+           "disp", "epo", "cg", "route", "imb", "cf", "fl", "mgs")
 
 
 @dataclass(frozen=True)
@@ -168,6 +171,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 moe_capacity_factor=None if np.isinf(cf) else cf, mbs=c["mbs"],
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
+                flushes=int(c.get("fl", 1)),
+                microbatch_group_size=int(c.get("mgs", 0)) or None,
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
                 overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]),
                 recompute_layers=int(c["rcl"]) or None,
@@ -196,6 +201,9 @@ def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
                       if getattr(plan, k) is not None)
+            + (f",flushes={plan.flushes}" if plan.flushes != 1 else "")
+            + (f",microbatch_group_size={plan.microbatch_group_size}"
+               if plan.microbatch_group_size is not None else "")
             + _switch_key(plan, defaults or {}))
 
 
@@ -261,6 +269,11 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             out[key] = _fix_int(key, value)
             if key == "zero" and out[key] > 3:
                 raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
+    if "microbatch_group_size" in out and "schedule" in out and \
+            not get_schedule(out["schedule"]).uses_group:
+        raise SpecError("--fix", f"microbatch_group_size={out['microbatch_group_size']}",
+                        f"only applies to schedule={' or '.join(grouped_names())}, not "
+                        f"{out['schedule']}")
     if "recompute_modules" in out and out.get("recompute", "selective") != "selective":
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
@@ -395,6 +408,10 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
           "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
     if "recompute_modules" in fx:
         ax["rcm"] = modules_mask(fx["recompute_modules"])
+    if "flushes" in fx:
+        ax["fl"] = fx["flushes"]
+    if "microbatch_group_size" in fx:
+        ax["mgs"] = fx["microbatch_group_size"]
     return ax
 
 
@@ -463,6 +480,11 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
         cols[k] = np.full(fi.shape, v)
     if "rcm" in ax:     # --fix recompute_modules: carried by the selective rows only
         cols["rcm"] = np.where(rc == RECOMPUTE_CODE["selective"], ax["rcm"], 0)
+    # --fix flushes: on every row (``flush_rules`` prunes those that cannot flush); --fix
+    # microbatch_group_size: on the rows of a schedule that takes a group (the rest pruned)
+    cols["fl"] = np.full(fi.shape, ax.get("fl", 1), dtype=np.int64)
+    cols["mgs"] = np.where(attr_by_code(cols["sched"], "uses_group").astype(bool),
+                           ax.get("mgs", 0), 0).astype(np.int64)
     return cols
 
 
@@ -473,6 +495,10 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
             continue
         if k == "recompute_modules":      # the modules of a selective plan (``_grid``)
             ok &= c["rc"] == RECOMPUTE_CODE["selective"]
+        elif k == "flushes":              # carried by every row (``_grid``)
+            continue
+        elif k == "microbatch_group_size":    # a schedule that takes a group (``_grid``)
+            ok &= c["mgs"] == int(v)
         elif k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
@@ -553,10 +579,22 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
 
 def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
-    """pp*vpp divides the layers and each plan's schedule accepts it (``Schedule.valid``)."""
+    """pp*vpp divides the layers, the flushes divide the micro-batches (``flushes.
+    flush_rules``, the rule ``make_job`` raises) and each plan's schedule accepts one flush's
+    micro-batches (``Schedule.valid``; a named micro-batch group: the schedule's ``rules``
+    with it, as ``make_job`` checks them)."""
     pp, v = c["pp"], c["vpp"]
     m = c["gbs"] // (c["mbs"] * c["dp"])
-    return ((L % (pp * v) == 0) | _uneven(c)) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
+    k = c.get("fl", np.ones_like(pp))
+    ok = ((L % (pp * v) == 0) | _uneven(c)) & all_ok(flush_rules(pp, m, k))
+    m = m // np.maximum(k, 1)
+    g = c.get("mgs", np.zeros_like(pp))
+    valid = dispatch(c["sched"], "valid", pp, m, v) > 0
+    for code in np.unique(c["sched"][g > 0]).tolist():
+        sel = (g > 0) & (c["sched"] == code)
+        valid[sel] = np.broadcast_to(all_ok(schedule_of_code(code).rules(
+            pp[sel], m[sel], v[sel], g[sel])), (int(sel.sum()),))
+    return ok & valid
 
 
 def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -651,7 +689,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         if reason == "zero3_pp":
             keep("framework", _framework_ok(c, framework))
     keep("schedule", _schedule_ok(c, model.num_layers))
-    m = c["gbs"] // (c["mbs"] * c["dp"])
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])         # per pipeline flush
     bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
     keep("bubble", bubble <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
