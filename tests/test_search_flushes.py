@@ -209,3 +209,31 @@ def test_bad_values_exit_2(capsys, argv, words):
     assert "Traceback" not in err
     for w in words:
         assert w in err, err
+
+
+def test_mixed_kind_rows_price_as_their_plans():
+    """A model of dense first layers, MoE layers and an MTP module (the rows the search prices
+    by the scalar's own path, ``estimate.kinds``): with flushes and a group, the arrays equal
+    the scalar estimate of each plan to 1e-12."""
+    import random
+
+    from strategies.estimate.kinds import with_kind_rows
+    from tests.test_arrays_kinds import toy
+    m = toy(random.Random(5107), 2, 1)
+    cl = cluster_preset("dgx-h100", 2)
+    texts = ["tp=2,pp=2,ep=4,mbs=1,gbs=64,flushes=2",
+             "tp=1,pp=4,ep=2,mbs=1,gbs=64,schedule=gpipe,flushes=4",
+             "tp=1,pp=2,ep=8,mbs=2,gbs=128,schedule=interleaved,vpp=2,microbatch_group_size=4,"
+             "flushes=2",
+             "tp=2,pp=4,ep=2,mbs=1,gbs=64,schedule=interleaved,vpp=2,microbatch_group_size=8"]
+    jobs = [make_job(m, cl, parse_plan(t)) for t in texts]
+    P = PlanArrays.from_plans([j.plan for j in jobs])
+    a = with_kind_rows(m, cl, "bf16", P, estimate_arrays(m, cl, "bf16", P),
+                       lambda i: jobs[i].plan)
+    peaks = peak_memory_arrays(m, P, "bf16", None, cl.gpu)
+    for i, j in enumerate(jobs):
+        e = estimate(j)
+        assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-12, abs=0), texts[i]
+        for k in BREAKDOWN_KEYS:
+            assert a[k][i] == pytest.approx(e.breakdown_s[k], rel=1e-12, abs=1e-15)
+        assert peaks[i] == pytest.approx(e.memory.total, rel=1e-12, abs=0), texts[i]
