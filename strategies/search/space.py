@@ -597,6 +597,79 @@ def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
     return ok & valid
 
 
+def _bubble(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The schedule's closed-form bubble fraction of one pipeline flush (``bubble`` rule)."""
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])
+    return dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
+
+
+def _least_group(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The micro-batch group of each row (``mgs``; 0: the default, ``pp``): a row of a
+    schedule that takes one (interleaved) whose micro-batches per flush ``m`` the default
+    group refuses (``m`` not a multiple of ``pp``) takes the least group ``g > pp`` its rules
+    accept (``m >= g`` and ``m % g`` 0 or ``>= pp``; ``g = m`` always does where ``m >= pp``):
+    Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``. A larger group
+    runs more warm-up forwards, so it stashes more (``Schedule.in_flight``) and leaves the
+    free-communication span unchanged: the least one is the one to run. Other rows keep
+    theirs."""
+    g = c["mgs"].copy()
+    pp = c["pp"]
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])
+    need = np.flatnonzero(attr_by_code(c["sched"], "uses_group").astype(bool) & (g == 0)
+                          & (pp > 1) & (m % pp != 0) & (m > pp))
+    if not need.size:
+        return g
+    p, mm = pp[need], m[need]
+    best = mm.copy()                        # g = m: one group
+    for cand in range(int(p.min()) + 1, int(mm.max())):
+        hit = (cand > p) & (cand < best) & ((mm % cand == 0) | (mm % cand >= p))
+        best = np.where(hit, cand, best)
+    g[need] = best
+    return g
+
+
+def _fewest_flushes(c: dict[str, np.ndarray], peak: np.ndarray, limit: float, memory,
+                    L: int, fw: FrameworkProfile, max_bubble: float,
+                    regroup: bool = True) -> np.ndarray:
+    """Give each pipelined row that does not fit with one flush the fewest pipeline flushes
+    per step (``flushes``, a power of two as the micro-batch sizes) that fit, under a stack
+    that runs several (``FrameworkProfile.pipeline_flushes``: torchtitan, NeMo AutoModel, whose
+    ``local_batch_size`` sets them): one flush's memory holds ``m/k`` micro-batches, and each
+    flush pays its own fill and drain, so ``k`` flushes are never faster than one
+    (``strategies.flushes``) and are only worth it where one does not fit. The rows change in
+    place (the space does not grow), each checked by the rules a flushed plan obeys
+    (``_schedule_ok``, the stack's, the bubble). ``memory``: columns -> peak bytes. Returns the
+    updated peaks. ``regroup``: the micro-batch group is the least for one flush's count
+    (``_least_group``; False: a group fixed with ``--fix``)."""
+    rows = np.flatnonzero((peak > limit) & (c["pp"] > 1) & (c["fl"] == 1))
+    if not rows.size:
+        return peak
+    peak = peak.copy()
+    m = c["gbs"][rows] // (c["mbs"][rows] * c["dp"][rows])
+    left = np.ones(rows.size, dtype=bool)
+    k = 2
+    while left.any() and k <= int(m[left].max()):
+        pick = np.flatnonzero(left & (m % k == 0))
+        if pick.size:
+            idx = rows[pick]
+            trial = {key: v[idx] for key, v in c.items()}
+            trial["fl"] = np.full(idx.size, k, dtype=np.int64)
+            if regroup:
+                trial["mgs"] = _least_group({**trial, "mgs": trial["mgs"] * 0})
+            ok = (_schedule_ok(trial, L) & _framework_ok(trial, fw)
+                  & (_bubble(trial) <= max_bubble + 1e-12))
+            sub = np.flatnonzero(ok)
+            if sub.size:
+                pk = memory({key: v[sub] for key, v in trial.items()})
+                fit = sub[pk <= limit]
+                c["fl"][idx[fit]] = k
+                c["mgs"][idx[fit]] = trial["mgs"][fit]
+                peak[idx[fit]] = pk[pk <= limit]
+                left[pick[fit]] = False
+        k *= 2
+    return peak
+
+
 def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
     """Rows that carry an uneven layout (``strategies.search.layouts``)."""
     return (c["lf"] > 0) | (c["ll"] > 0) | c["acc"]
@@ -688,15 +761,20 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         keep(reason, rule(c))
         if reason == "zero3_pp":
             keep("framework", _framework_ok(c, framework))
+    if "microbatch_group_size" not in opts.fixed:
+        c["mgs"] = _least_group(c)
     keep("schedule", _schedule_ok(c, model.num_layers))
-    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])         # per pipeline flush
-    bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
-    keep("bubble", bubble <= opts.max_bubble + 1e-12)
+    keep("bubble", _bubble(c) <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named,
-                               loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
-            if len(c["tp"])
-            else np.zeros(0))
+
+    def memory(cols: dict[str, np.ndarray]) -> np.ndarray:
+        return peak_memory_arrays(model, cols, dtype, system, cluster.gpu, clamp, remat_named,
+                                  loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+    peak = memory(c) if len(c["tp"]) else np.zeros(0)
+    if (framework is not None and framework.pipeline_flushes and "flushes" not in opts.fixed
+            and len(c["tp"])):
+        peak = _fewest_flushes(c, peak, limit, memory, model.num_layers, framework,
+                               opts.max_bubble, "microbatch_group_size" not in opts.fixed)
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
