@@ -237,3 +237,62 @@ def test_mixed_kind_rows_price_as_their_plans():
         for k in BREAKDOWN_KEYS:
             assert a[k][i] == pytest.approx(e.breakdown_s[k], rel=1e-12, abs=1e-15)
         assert peaks[i] == pytest.approx(e.memory.total, rel=1e-12, abs=0), texts[i]
+
+
+def test_least_group_where_the_default_refuses():
+    """An interleaved row whose micro-batches are not a multiple of pp takes the least group
+    ``g > pp`` the schedule's rules accept (``space._least_group``), every smaller one refused;
+    the recommendation says so."""
+    from strategies.schedules import get_schedule
+    from strategies.schedules.base import all_ok
+    sp = _space("schedule=interleaved,pp=8", gbs=36)
+    assert sp.size
+    inter = get_schedule("interleaved")
+    for i in range(sp.size):
+        p = sp.plan(i)
+        m = p.gbs // (p.mbs * p.dp)
+        assert m % p.pp and p.microbatch_group_size is not None
+        g = p.microbatch_group_size
+        assert all_ok(inter.rules(p.pp, m, p.vpp, g))
+        assert not any(all_ok(inter.rules(p.pp, m, p.vpp, x)) for x in range(p.pp, g))
+        make_job(DENSE, CL, p)
+    # a multiple of pp keeps the default group
+    sp = _space("schedule=interleaved", gbs=64)
+    assert (sp.cols["mgs"] == 0).all()
+
+
+def test_fewest_flushes_that_fit_under_a_flushing_stack():
+    """Under torchtitan (``pipeline_flushes``) a pipelined row that does not fit with one
+    flush takes the fewest (a power of two) that fit: it fits, and with half as many it does
+    not fit or a rule refuses it; megatron-core, which runs one flush, has none."""
+    from dataclasses import replace
+
+    from strategies.framework import get_profile
+    from strategies.plan import Plan
+    fw = get_profile("torchtitan")
+    sp = enumerate_space(DENSE, CL, 48, SpaceOptions(max_mbs=2, layouts=False), framework=fw)
+    rows = np.flatnonzero(sp.cols["fl"] > 1)
+    assert rows.size
+    for i in rows[:: max(1, rows.size // 8)].tolist():
+        p = sp.plan(i)
+        job = make_job(DENSE, CL, p, framework=fw)
+        assert estimate(job).memory.total <= sp.memory_limit
+        fewer = replace(p, flushes=p.flushes // 2) if p.flushes > 2 else replace(p, flushes=1)
+        try:
+            half = make_job(DENSE, CL, fewer, framework=fw)
+        except SpecError:
+            continue
+        assert estimate(half).memory.total > sp.memory_limit
+    assert not (enumerate_space(DENSE, CL, 48, SpaceOptions(max_mbs=2, layouts=False),
+                                framework=get_profile("megatron-core")).cols["fl"] > 1).any()
+    assert Plan().flushes == 1
+
+
+def test_the_recommendation_says_why(capsys):
+    code, out, _ = _search(capsys, "--global-batch", "36", "--fix",
+                           "schedule=interleaved,pp=8,vpp=4", "--json")
+    assert code == 0
+    rec = json.loads(out)["recommended"]
+    assert rec["plan"]["microbatch_group_size"] == 9
+    assert any(w.startswith("micro-batch group (microbatch_group_size 9): 36 micro-batches")
+               for w in rec["why"])
