@@ -7,7 +7,10 @@ and ``ep`` over the divisors of the expert count, the ``etp·ep`` expert ranks c
 expert_plan_ok``), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
 ``interleaved`` with every ``vpp >= 2`` that divides the layer count, recomputation
 ``none/selective/full`` (``--fix recompute_modules=`` keeps selective with those modules),
-SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
+SP off/on and ZeRO 0–3; one pipeline flush per step and the schedule's default micro-batch
+group, unless ``--fix`` gives them or a row needs them (``_least_group``: an interleaved row
+whose micro-batches are not a multiple of ``pp``; ``_fewest_flushes``: under a stack that
+flushes, a row that does not fit with one flush). Each plan is pruned by the *first* rule it
 breaks, in the order of ``RULES``, so the counts add up to the raw size minus the survivors.
 
 >>> from strategies.presets import model_preset
@@ -27,6 +30,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.flushes import flush_rules
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
@@ -43,9 +47,7 @@ from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, parse_modules
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
-                                  schedule_code,
-                                  schedule_names, schedule_of_code, schedules)
-from strategies.flushes import flush_rules
+                                  schedule_code, schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
 from topologies.cluster import Cluster, fits_nvlink_domain
 from topologies.gpus import GPU
