@@ -6,6 +6,7 @@ import pytest
 
 from experiments import blackwell_gemm_shapes as bw
 from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO, _sustained_ratio,
+                             sm100_fp8_ratio,
                              get_gpu)
 
 SIZES = (256, 512, 1024, 2048, 4096)
@@ -30,7 +31,7 @@ def test_xla_points_are_the_declared_grid_below_peak():
 def test_catalog_burst_fractions_are_the_mamf_rows():
     """Each Blackwell catalog efficiency is its mamf-finder burst fraction times its sustained
     ratio: to the digit for B300 (power rule) and GB200 (fp8 measured, §5.41; bf16 the rule), within the 2-digit
-    rounding for B200 (0.63, 0.62)."""
+    rounding for B200 bf16 (0.63); B200 fp8 to the digit (GB200's fp8 ratio carried, §5.77)."""
     for g, dtype, *_rest, sus in bw.mamf_rows():
         if g.startswith("B300"):
             gpu = get_gpu(g)
@@ -38,21 +39,28 @@ def test_catalog_burst_fractions_are_the_mamf_rows():
         elif g.startswith("GB200"):
             want = GB200_FP8_SUSTAINED_RATIO if dtype == "fp8" else _sustained_ratio(1200, 148)
             assert sus == pytest.approx(want, rel=1e-12)
+        elif g.startswith("B200") and dtype == "fp8":     # GB200's fp8 ratio carried, §5.77
+            assert sus == pytest.approx(sm100_fp8_ratio(1000, 148), rel=1e-12)
         elif g.startswith("B200"):
             assert sus == pytest.approx(B200_SUSTAINED_RATIO, rel=0.005)
 
 
 def test_b200_sustained_clock_matches_the_public_trace():
     """B200's sustained/burst ratio (node MSMF / MAMF) is within 2 % of flashinfer PR #2899's
-    B200 clock trace (1580 of 1965 MHz at ~1000 W); its large-GEMM rate is within 2 % of MAMF
-    times that clock ratio, bf16 and fp8."""
+    B200 clock trace (1580 of 1965 MHz at ~1000 W); its bf16 large-GEMM rate is within 2 % of
+    MAMF times that clock ratio. The trace is of a bf16 kernel (FA4): fp8 reads GB200's measured
+    fp8 ratio carried to 1000 W (§5.77), below it."""
     boost, held = bw.FLASHINFER_B200_CLOCKS
     assert B200_SUSTAINED_RATIO == pytest.approx(held / boost, rel=0.02)
     g = get_gpu(bw.B200)
     for gpu, dtype, _m, _n, _k, mamf, *_ in bw.MAMF_BEST:
         if gpu == bw.B200:
             rate = g.peak(dtype) * g.gemm_efficiency(dtype) / 1e12
-            assert rate == pytest.approx(mamf * held / boost, rel=0.02)
+            if dtype == "fp8":
+                assert rate == pytest.approx(mamf * sm100_fp8_ratio(1000, 148), rel=1e-12)
+                assert rate < mamf * held / boost
+            else:
+                assert rate == pytest.approx(mamf * held / boost, rel=0.02)
 
 
 def test_xla_sm100_long_kernels_have_the_model_shape_dependence():

@@ -168,7 +168,8 @@ class GPU:
 
     def gemm_efficiency(self, dtype: str) -> float:
         """Sustained fraction of ``peak(dtype)`` that large GEMMs reach (see the module doc);
-        fp4 GEMMs, never measured in public, take the fp8 fraction."""
+        fp4 GEMMs take the fp8 fraction (the one public sustained fp4 harness, Azure's, is
+        compared, not adopted: docs/calibration.md §5.77)."""
         if self.rate_key(dtype) in ("fp8", "fp4") and self.fp8_matmul_efficiency is not None:
             return self.fp8_matmul_efficiency
         return self.matmul_efficiency
@@ -226,7 +227,9 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
 #   H200       0.75  as H100 (measured directly: node MSMF 755, slowest 727-745);
 #                    fp8 MAMF 1453.4/1979 = 0.734 * 745/834 -> 0.66
 #   B200       0.63  node MSMF of 8 x B200: median 1439, slowest 1421 -> 1421/2250 = 0.632;
-#                    fp8 MAMF 3432.5/4500 = 0.763 * 1421/1745 -> 0.62
+#                    fp8 MAMF 3432.5/4500 = 0.763 times GB200's measured fp8 ratio carried to
+#                    1000 W by the power rule, 0.759 (1000/1200)^(1/3) = 0.714 -> 0.545
+#                    (``sm100_fp8_ratio``, §5.77; until §5.77 the bf16 ratio 0.814 -> 0.62)
 #   MI300X     0.51  MAMF 668.4/1307.4 = 0.511 (the card sits at its 750 W cap from the first
 #                    kernel, so sustained = burst)
 #   H100 PCIe  0.62  MAMF 499.5/756 = 0.661 (mag-/gpu_benchmark mamf table) * 745/794.5
@@ -254,11 +257,13 @@ def _g(name: str, fp32: float, tf32: float | None, bf16: float, fp8: float | Non
 B200_SUSTAINED_RATIO = 1421 / 1745   # node MSMF / MAMF of 8 x B200 at 1000 W (148 SMs)
 
 
-def _sustained_ratio(tdp_w: float, sms: int) -> float:
+def _sustained_ratio(tdp_w: float, sms: int, ref_ratio: float = B200_SUSTAINED_RATIO,
+                     ref_tdp_w: float = 1000, ref_sms: int = 148) -> float:
     """Sustained-over-burst GEMM clock of a Blackwell part at ``tdp_w`` watts over ``sms`` SMs:
-    B200's measured ratio times the cube root of the power per SM relative to B200's, at
-    most 1 (the burst clock)."""
-    return min(1.0, B200_SUSTAINED_RATIO * (tdp_w / sms / (1000 / 148)) ** (1 / 3))
+    a measured part's ratio (``ref_ratio`` at ``ref_tdp_w`` W over ``ref_sms`` SMs; default
+    B200's bf16 node MSMF / MAMF at 1000 W, 148 SMs) times the cube root of the power per SM
+    relative to that part's, at most 1 (the burst clock)."""
+    return min(1.0, ref_ratio * (tdp_w / sms / (ref_tdp_w / ref_sms)) ** (1 / 3))
 
 
 # Sustained fp8 GEMM rates of four parts measured with one harness (docs/calibration.md §5.41):
@@ -292,6 +297,18 @@ def harness_ratio(part: str, burst_tflops: float) -> float:
 #: GB200's sustained/burst ratio in fp8, measured (the power rule gives 0.865 and is not used
 #: for fp8); bf16 has no sustained measurement on a Grace-Blackwell part and keeps the rule
 GB200_FP8_SUSTAINED_RATIO = harness_ratio("GB200", 3615.6)
+#: mamf-finder's fp8 burst of B200 (ml-engineering 744d01e, torch 2.7.1+cu128), TFLOP/s
+B200_FP8_MAMF = 3432.5
+
+
+def sm100_fp8_ratio(tdp_w: float, sms: int) -> float:
+    """Sustained-over-burst fp8 GEMM clock of a GB100-die (sm_100) part at ``tdp_w`` W over
+    ``sms`` SMs: GB200's measured fp8 ratio (``GB200_FP8_SUSTAINED_RATIO``, 1200 W, 148 SMs)
+    carried by the power rule (``_sustained_ratio``), docs/calibration.md §5.77. B200 (1000 W):
+    0.759 · (1000/1200)^(1/3) = 0.714, not B200's bf16 ratio 0.814: the one sm_100 fp8
+    measurement sits 12 % below the bf16 rule at 1200 W, and B200 is the same die and kernels
+    at less power per SM, so its fp8 GEMMs cannot sustain more than GB200's."""
+    return _sustained_ratio(tdp_w, sms, GB200_FP8_SUSTAINED_RATIO, 1200, 148)
 
 # hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
 # GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
@@ -354,7 +371,7 @@ _CATALOG = [
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
        fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
     _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
-       fp8_eff=0.62, sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"],
+       fp8_eff=B200_FP8_MAMF / 4500 * sm100_fp8_ratio(1000, 148), sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"],
        exp=ATTN_EXP_REF_RATE),
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
        1769.0 / 2250 * _sustained_ratio(1100, 160), 0.55, aliases=("B300",),

@@ -363,11 +363,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                 P.moe_routing)
     # the dispatch's bytes per element (the stack's FP8 dispatch; the combine 16-bit)
     disp = counts.dispatch_element_bytes(fw.fp8_dispatch, dtype)
+    n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
+                                    ep, m.num_shared_experts)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
+                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                       tp_pairs=n_tp)
     lpc = m.num_layers / (pp * P.vpp)
 
     def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
@@ -395,8 +398,6 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
-    n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
-                                    ep, m.num_shared_experts)
     shard = np.where(zero >= 1, copies, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
@@ -468,7 +469,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
                             system=sy, etp=etp, load=load, modules=P.recompute_modules,
                             dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
+                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                            tp_pairs=tp_collectives_per_layer(
+                                mk.num_moe_layers / mk.num_layers if mk.is_moe else 0.0, ep,
+                                mk.num_shared_experts))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         mk_f, mk_b = blocking_small(mk)

@@ -1,0 +1,52 @@
+"""experiments/pp1_residuals.py (docs/calibration.md §5.78): its rows are the estimate's, each
+form of the miss is the closed form it names, and the same job published by two releases
+is found and priced once."""
+from __future__ import annotations
+
+import math
+
+from experiments import pp1_residuals as r
+from simulator.studies.validate import load_cases
+from strategies.estimate import estimate
+
+RECS = r.rows()
+
+
+def test_rows_are_the_estimates_and_the_named_rows_are_there() -> None:
+    ids = {x["id"]: x for x in RECS}
+    for rid in ("nemo2407_gpt3_5b_64gpu", "nemo2407_llama2_7b_8gpu", "nemo2407_nemotron_8b_64gpu",
+                "nemo2407_gpt3_20b_64gpu", "nemo2407_llama3_8b_8gpu",
+                "megatron_core_h100_weak_1.7B", "nemo2504_nemotron15b_gb200_64",
+                "dgxc2504_nemotron_15b_h100_2048_fp8"):
+        assert ids[rid]["pp"] == 1
+    # no B200 row, no MoE row, no other stack
+    assert not any(x["gpu"].startswith("B200") for x in RECS)
+    assert not any(x["id"].startswith(("narayanan", "torchtitan", "mbridge")) for x in RECS)
+    c = next(c for c in load_cases("strategies/reference/data/nemo_performance_2407.json",
+                                   tiers=None) if c.id == "nemo2407_gpt3_5b_64gpu")
+    x = ids["nemo2407_gpt3_5b_64gpu"]
+    assert x["est"] == estimate(c.job).step_time_s
+    assert math.isclose(x["miss"], c.measured_step_s - x["est"], rel_tol=1e-12)
+    assert x["m"] == 8 and x["tokens"] == 2048 * 2048 / 64
+
+
+def test_each_form_is_its_closed_form() -> None:
+    x = {"miss": 0.12, "m": 4, "params": 3e9, "tokens": 16384.0, "miss_pct": 5.0}
+    got = dict((name, f(x)) for name, f in r.FORMS)
+    assert math.isclose(got["per step (ms)"], 120.0, rel_tol=1e-12)
+    assert math.isclose(got["per micro-batch (ms)"], 30.0, rel_tol=1e-12)
+    assert math.isclose(got["per 1e9 parameters per GPU (ms)"], 40.0, rel_tol=1e-12)
+    assert math.isclose(got["per 1e3 tokens per GPU (ms)"], 120.0 / 16.384, rel_tol=1e-12)
+    assert got["rate: share of the measured step (%)"] == 5.0
+
+
+def test_the_same_job_in_two_releases_is_one_estimate() -> None:
+    pairs = r.same_plan_pairs(RECS)
+    llama = next(g for g in pairs if any(x["id"] == "nemo2407_llama3_8b_8gpu" for x in g))
+    assert {x["id"] for x in llama} == {"nemo2407_llama3_8b_8gpu",
+                                        "dgxc2504_llama31_8b_h100_8_fp8"}
+    # one job, one estimate; two measurements that differ by more than 10 %
+    assert llama[0]["est"] == llama[1]["est"]
+    assert abs(llama[0]["meas"] / llama[1]["meas"] - 1) > 0.10
+    for g in pairs:
+        assert len({x["source"] for x in g}) > 1 and len({x["est"] for x in g}) == 1
