@@ -20,9 +20,9 @@ from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
 from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import (StageCosts, attn_rope_bytes, attn_tp_swap, chunk_layers,
-                                  chunk_sum, dgrad_reduce_pieces, dgrad_reduce_time,
-                                  sp_regather_pieces, tp_kind_bytes)
+from strategies.cost.stage import (StageCosts, attn_down_ops, attn_rope_bytes, attn_tp_swap,
+                                  chunk_layers, chunk_sum, dgrad_reduce_pieces,
+                                  dgrad_reduce_time, sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -519,6 +519,14 @@ class ProgramBuilder:
                              f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
             if rope is not None:
                 self.wait.append(rope)
+        # MLA's column-parallel down projections' own collectives, blocking
+        # (``attn_down_ops``, §5.85): each closing the block after the layer's others
+        for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd):
+            if nb > 0:
+                dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
+                               f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+                if dn is not None:
+                    self.wait.append(dn)
         return main
 
     # ------------------------------------------------------------------ passes

@@ -57,9 +57,9 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (attn_rc_gathers, attn_rope_time, attn_tp_saved,
-                                   dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
-                                   stage_cost_arrays)
+from strategies.cost.stage import (attn_down_time, attn_rc_gathers, attn_rope_time,
+                                   attn_tp_saved, dgrad_reduce_hidden, dgrad_reduce_time,
+                                   sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -406,6 +406,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
             return cm.collective_time(kind, np.where(nbytes > 0, nbytes, 1.0), tp, 1, cl)
         tp_layer = tp_layer + attn_rope_time(t_rope, sc, True) + attn_rope_time(t_rope, sc,
                                                                                 False)
+    # and, where the stack runs its down projections column-parallel (Megatron-Core
+    # 0.12-0.13), their own gathers and reductions (``cost.stage.attn_down_time``, §5.85),
+    # blocking
+    if np.any(sc.tp_down > 0):
+        def t_down(kind: str, nbytes):
+            return cm.collective_time(kind, nbytes, tp, 1, cl)
+        tp_layer = tp_layer + np.where(
+            sp, attn_down_time(t_down, sc, True, True) + attn_down_time(t_down, sc, True, False),
+            attn_down_time(t_down, sc, False, True) + attn_down_time(t_down, sc, False, False))
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(

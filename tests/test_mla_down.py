@@ -1,0 +1,114 @@
+"""MLA's column-parallel down projections of Megatron-Core core_v0.12.0-v0.13.1
+(docs/calibration.md §5.85): ``linear_q_down_proj``/``linear_kv_down_proj`` are
+``TEColumnParallelLinear`` (1c425a8313, 2025-02-24, until 720c8b40d8 2025-07-29 made them
+``TELinear`` again), so under SP each all-gathers the hidden state, its output is gathered over
+tp (``gather_from_tensor_model_parallel_region``) and re-split (``scatter_to_sequence_parallel_
+region``, whose backward all-gathers), and each reduces its input gradient at the hidden width.
+A stack fact (``FrameworkProfile.mla_down_proj``), priced in one rule
+(``cost.stage.attn_down_ops``) the estimate reads and the simulator's builder compiles."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.simulate import simulate
+from strategies.cost import comm as cm
+from strategies.cost.stage import attn_down_ops, stage_costs
+from topologies.errors import SpecError
+from strategies.estimate.scalar import estimate
+from strategies.framework import MEGATRON_CORE
+from tests.test_mla_forward import NO_RD, T, _plan
+from tests.test_mla_reduce import _mla
+from tests.tp_backward_checks import bound, layer_comm, tp_job
+
+COL = replace(MEGATRON_CORE, mla_down_proj="column")
+COL_NO_RD = replace(NO_RD, mla_down_proj="column")
+H = 7168
+
+
+def _closed_form(tp: int, sp: bool, cl) -> float:
+    """Seconds per layer (forward + backward) the column layout adds over the replicated one:
+    under SP two hidden-width all-gathers, the latents' tp gathers (1536 and 512 + 64) and
+    less the rope key's own gather in the forward; two hidden-width reduce-scatters, the
+    re-splits' gathers (1536 and 512) and less the rope key's reduce-scatter in the backward.
+    Without SP the two tp gathers and two hidden-width all-reduces."""
+    def t(kind: str, elems: float) -> float:
+        return float(cm.collective_time(kind, 2 * T * elems, tp, 1, cl))
+    if not sp:
+        return t("allgather", 1536) + t("allgather", 576) + 2 * t("allreduce", H)
+    fwd = 2 * t("allgather", H) + t("allgather", 1536) + t("allgather", 576) \
+        - t("allgather", 64)
+    bwd = 2 * t("reduce_scatter", H) + t("allgather", 1536) + t("allgather", 512) \
+        - t("reduce_scatter", 64)
+    return fwd + bwd
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("sp", [True, False])
+def test_ops_follow_the_code(tp: int, sp: bool) -> None:
+    """The collectives per pass, their kinds and bytes (bf16, ``2·T·width``); none in the
+    replicated layout; the rope key rides inside the kv gather (no own collective)."""
+    col, rep = stage_costs(_mla(_plan(tp, sp), fw=COL)), stage_costs(_mla(_plan(tp, sp)))
+    for fwd in (True, False):
+        assert attn_down_ops(rep, sp, fwd) == ()
+    assert col.tp_rope_w == 0.0 and rep.tp_rope_w == (64 / H if sp else 0.0)
+    got = {fwd: [(k, pytest.approx(b / (2 * T), rel=1e-12)) for k, b in
+                 attn_down_ops(col, sp, fwd)] for fwd in (True, False)}
+    if sp:
+        assert got[True] == [("allgather", H)] * 2 + [("allgather", 1536), ("allgather", 576)]
+        assert got[False] == [("reduce_scatter", H)] * 2 + [("allgather", 1536),
+                                                            ("allgather", 512)]
+    else:
+        assert got[True] == [("allgather", 1536), ("allgather", 576)]
+        assert got[False] == [("allreduce", H)] * 2
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize("sp", [True, False])
+@pytest.mark.parametrize("fws", [(MEGATRON_CORE, COL), (NO_RD, COL_NO_RD)],
+                         ids=["async", "blocking"])
+def test_closed_form_and_simulation(tp: int, sp: bool, fws) -> None:
+    """The layer's TP seconds move by exactly the closed form; the estimate and the
+    contention-free simulation move by the same seconds to 1e-9; the lower bound stays
+    below the simulation."""
+    rep, col = (_mla(_plan(tp, sp), fw=fw) for fw in fws)
+    want = _closed_form(tp, sp, rep.cluster)
+    assert want > 0
+    assert layer_comm(col) - layer_comm(rep) == pytest.approx(want, rel=1e-9)
+    e = estimate(col).step_time_s - estimate(rep).step_time_s
+    s_col = simulate(col, network="contention-free").step_time_s
+    s = s_col - simulate(rep, network="contention-free").step_time_s
+    assert e > 0 and s == pytest.approx(e, rel=1e-9)
+    assert bound(col) <= s_col * (1 + 1e-9)
+
+
+def test_without_query_latent_and_pipeline() -> None:
+    """Without ``q_lora_rank`` one down projection (kv) runs column-parallel; with pp 2
+    the estimate and the contention-free simulation still move by the same seconds."""
+    rep, col = (_mla(_plan(4, True), q_lora=False, fw=fw) for fw in (MEGATRON_CORE, COL))
+    c = stage_costs(col)
+    assert [k for k, _ in attn_down_ops(c, True, True)] == ["allgather", "allgather"]
+    assert [k for k, _ in attn_down_ops(c, True, False)] == ["reduce_scatter", "allgather"]
+    for a, b in ((rep, col), (_mla("tp=4,pp=2,mbs=1,gbs=4,sp=true"),
+                              _mla("tp=4,pp=2,mbs=1,gbs=4,sp=true", fw=COL))):
+        e = estimate(b).step_time_s - estimate(a).step_time_s
+        s = (simulate(b, network="contention-free").step_time_s
+             - simulate(a, network="contention-free").step_time_s)
+        assert e > 0 and s == pytest.approx(e, rel=1e-9)
+
+
+def test_other_jobs_bit_identical() -> None:
+    """A model without MLA, and MLA at tp 1, are priced bit for bit as before."""
+    dense = "tp=4,pp=1,dp=2,mbs=1,gbs=8,sp=true"
+    a, b = tp_job(dense), tp_job(dense, fw=COL)
+    assert estimate(b).step_time_s == estimate(a).step_time_s
+    assert (simulate(b, network="contention-free").step_time_s
+            == simulate(a, network="contention-free").step_time_s)
+    one = "tp=1,pp=1,dp=8,ep=8,mbs=1,gbs=8"
+    assert estimate(_mla(one, fw=COL)).step_time_s == estimate(_mla(one)).step_time_s
+
+
+def test_bad_layout_named() -> None:
+    with pytest.raises(SpecError, match="mla_down_proj"):
+        replace(MEGATRON_CORE, mla_down_proj="row")
