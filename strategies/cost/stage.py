@@ -228,6 +228,10 @@ class StageCostArrays:
     tp_down: np.ndarray = 0.0
     down_q_w: float = 0.0
     down_kv_w: float = 0.0
+    # MLA's layers whose forward full recomputation reruns, per mean layer (its share of
+    # the layers under ``recompute="full"``, tp > 1; else 0): their forward's own gathers
+    # (the rope key's, the column-parallel down projections') rerun (``attn_full_rc_ops``)
+    tp_attn_full_rc: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -314,6 +318,7 @@ class StageCosts:
     tp_down: float = 0.0                # (StageCostArrays)
     down_q_w: float = 0.0
     down_kv_w: float = 0.0
+    tp_attn_full_rc: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -607,6 +612,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                            (m.qk_rope_head_dim or 0) / m.hidden_size, 0.0) + zeros,
         tp_down=np.where((tp > 1) & m.is_mla & (fw.mla_down_proj == "column"), 1.0, 0.0)
         + zeros,
+        tp_attn_full_rc=np.where((tp > 1) & m.is_mla & (rc == 2), share, 0.0) + zeros,
         down_q_w=(m.q_lora_rank or 0) / m.hidden_size if m.is_mla else 0.0,
         down_kv_w=((m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)) / m.hidden_size
         if m.is_mla else 0.0)
@@ -689,6 +695,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
         tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"), tp_down=f("tp_down"),
         down_q_w=float(arrays.down_q_w), down_kv_w=float(arrays.down_kv_w),
+        tp_attn_full_rc=f("tp_attn_full_rc"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -1003,6 +1010,30 @@ def attn_down_time(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
         out = out + np.where(np.asarray(nb) > 0, t(kind, np.where(np.asarray(nb) > 0, nb, 1.0)),
                              0.0)
     return out
+
+
+def attn_full_rc_ops(x: Any, sp: bool) -> tuple[tuple[str, counts.Num], ...]:
+    """``(kind, bytes)`` of the blocking collectives of MLA's attention forward that full
+    recomputation reruns per recomputed layer, beyond the layer's hidden-width TP pair the
+    recompute count already holds: the rope key's own all-gather under SP
+    (``attn_rope_time``) and the column-parallel down projections' forward collectives
+    (``attn_down_ops``). Megatron-Core's full recomputation (``tensor_parallel/random.py``
+    ``CheckpointFunction``) reruns the whole layer's forward, these included. Per layer
+    recomputed; ``tp_attn_full_rc`` says how many per mean layer. docs/calibration.md §5.85."""
+    rope = attn_rope_bytes(x) if sp else 0.0
+    ops = (("allgather", rope),) if np.any(np.asarray(rope) > 0) else ()
+    return ops + attn_down_ops(x, sp, True)
+
+
+def attn_full_rc_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
+                      sp: bool) -> counts.Num:
+    """Seconds per mean layer's backward of ``attn_full_rc_ops``: ``tp_attn_full_rc`` times
+    their sum (0 where a collective has no bytes)."""
+    out = 0.0
+    for kind, nb in attn_full_rc_ops(x, sp):
+        out = out + np.where(np.asarray(nb) > 0, t(kind, np.where(np.asarray(nb) > 0, nb, 1.0)),
+                             0.0)
+    return x.tp_attn_full_rc * out
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

@@ -57,9 +57,9 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (attn_down_time, attn_rc_gathers, attn_rope_time,
-                                   attn_tp_saved, dgrad_reduce_hidden, dgrad_reduce_time,
-                                   sp_regather_exposed, stage_cost_arrays)
+from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
+                                   attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
+                                   dgrad_reduce_time, sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -415,6 +415,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         tp_layer = tp_layer + np.where(
             sp, attn_down_time(t_down, sc, True, True) + attn_down_time(t_down, sc, True, False),
             attn_down_time(t_down, sc, False, True) + attn_down_time(t_down, sc, False, False))
+    # full recomputation reruns the attention forward's own gathers: the rope key's and the
+    # column-parallel down projections' (``cost.stage.attn_full_rc_time``, §5.85), blocking
+    if np.any(sc.tp_attn_full_rc > 0):
+        def t_rc(kind: str, nbytes):
+            return cm.collective_time(kind, nbytes, tp, 1, cl)
+        tp_layer = tp_layer + np.where(sp, attn_full_rc_time(t_rc, sc, True),
+                                       attn_full_rc_time(t_rc, sc, False))
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(
