@@ -180,3 +180,33 @@ def test_full_recompute_reruns_the_forward_gathers(fw, sp: bool, monkeypatch) ->
     s = s_on - simulate(full, network="contention-free").step_time_s
     assert s == pytest.approx(e, rel=1e-9, abs=1e-15)
     assert (e > 0) == (want > 0)
+
+
+@pytest.mark.parametrize("fw", [MEGATRON_CORE, COL], ids=["replicated", "column"])
+@pytest.mark.parametrize("spec", [_plan(4, True), _plan(2, True),
+                                  "tp=4,pp=2,mbs=1,gbs=4,sp=true"])
+def test_sp_marked_gradients_all_reduced_once_per_step(fw, spec: str, monkeypatch) -> None:
+    """Under SP the replicated down projections' and the latent norms' gradients (the norms'
+    only with column-parallel down projections) are all-reduced over tp once per step, in
+    fp32 main-gradient bytes: the step grows by exactly one all-reduce of the stage's
+    layers' bytes in the estimate and in the contention-free simulation (to 1e-9); nothing
+    without SP."""
+    job = _mla(spec, fw=fw)
+    p = job.plan
+    c = stage_costs(job)
+    per_layer = 7168 * (1536 + 576) + 1536 + 512 if fw is MEGATRON_CORE else 1536 + 512
+    assert c.tp_rep_grad_bytes == 4 * per_layer
+    assert stage_costs(_mla(_plan(4, False), fw=fw)).tp_rep_grad_bytes == 0.0
+    layers = 4 // p.pp
+    want = float(cm.collective_time("allreduce", 4 * per_layer * layers, p.tp, 1, job.cluster))
+    e_on = estimate(job).step_time_s
+    s_on = simulate(job, network="contention-free").step_time_s
+    assert bound(job) <= s_on * (1 + 1e-9)
+    monkeypatch.setattr(stage, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
+    monkeypatch.setattr(builder, "sp_grad_allreduce_bytes", lambda x, n: 0.0)
+    import strategies.estimate.analytic as analytic
+    monkeypatch.setattr(analytic, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
+    e = e_on - estimate(job).step_time_s
+    s = s_on - simulate(job, network="contention-free").step_time_s
+    assert e == pytest.approx(want, rel=1e-9)
+    assert s == pytest.approx(e, rel=1e-9)

@@ -22,8 +22,8 @@ from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, 
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
 from strategies.cost.stage import (StageCosts, attn_down_ops, attn_full_rc_ops,
                                   attn_rope_bytes, attn_tp_swap, chunk_layers, chunk_sum,
-                                  dgrad_reduce_pieces, dgrad_reduce_time, sp_regather_pieces,
-                                  tp_kind_bytes)
+                                  dgrad_reduce_pieces, dgrad_reduce_time,
+                                  sp_grad_allreduce_bytes, sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -991,6 +991,14 @@ class ProgramBuilder:
         if self.grad_sync or (self.p.zero == 3 and self.copies) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
+        # MLA's sequence-parallel-marked replicated gradients over tp, after the reduction
+        # (``cost.stage.sp_grad_allreduce_bytes``, §5.85)
+        dp_ops = self.streams["dp-comm"]
+        rep = self.coll("dp-comm", "allreduce", "tp",
+                        sp_grad_allreduce_bytes(self.c, self.stage_layers), 1.0, "dp",
+                        "SP-marked grads tp all-reduce",
+                        deps=(self.last_compute, dp_ops[-1].id if dp_ops else None), tag="dp")
+        self.wait += [rep] if rep is not None else []
         # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction
         dp_ops = self.streams["dp-comm"]
         tied = self.coll("dp-comm", "allreduce", "tied", self.c.tied_bytes, 1.0, "dp",

@@ -232,6 +232,9 @@ class StageCostArrays:
     # the layers under ``recompute="full"``, tp > 1; else 0): their forward's own gathers
     # (the rope key's, the column-parallel down projections') rerun (``attn_full_rc_ops``)
     tp_attn_full_rc: np.ndarray = 0.0
+    # bytes per layer of the gradients of MLA's tp-replicated, sequence-parallel-marked
+    # parameters, all-reduced over tp once per step (``sp_grad_allreduce_bytes``)
+    tp_rep_grad_bytes: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -319,6 +322,7 @@ class StageCosts:
     down_q_w: float = 0.0
     down_kv_w: float = 0.0
     tp_attn_full_rc: float = 0.0
+    tp_rep_grad_bytes: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -613,6 +617,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_down=np.where((tp > 1) & m.is_mla & (fw.mla_down_proj == "column"), 1.0, 0.0)
         + zeros,
         tp_attn_full_rc=np.where((tp > 1) & m.is_mla & (rc == 2), share, 0.0) + zeros,
+        # the replicated down projections (and the latents' norms; with column-parallel
+        # down projections the norms only) under SP, in main-gradient bytes
+        tp_rep_grad_bytes=np.where((tp > 1) & sp & m.is_mla, sy.main_grad_bytes(dtype) * (
+            m.tp_replicated_params() if fw.mla_down_proj == "replicated"
+            else (m.q_lora_rank or 0) + (m.kv_lora_rank or 0)), 0.0) + zeros,
         down_q_w=(m.q_lora_rank or 0) / m.hidden_size if m.is_mla else 0.0,
         down_kv_w=((m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)) / m.hidden_size
         if m.is_mla else 0.0)
@@ -695,7 +704,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
         tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"), tp_down=f("tp_down"),
         down_q_w=float(arrays.down_q_w), down_kv_w=float(arrays.down_kv_w),
-        tp_attn_full_rc=f("tp_attn_full_rc"),
+        tp_attn_full_rc=f("tp_attn_full_rc"), tp_rep_grad_bytes=f("tp_rep_grad_bytes"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -1034,6 +1043,20 @@ def attn_full_rc_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
         out = out + np.where(np.asarray(nb) > 0, t(kind, np.where(np.asarray(nb) > 0, nb, 1.0)),
                              0.0)
     return x.tp_attn_full_rc * out
+
+
+def sp_grad_allreduce_bytes(x: Any, layers: counts.Num) -> counts.Num:
+    """Bytes of the once-per-step tensor-parallel all-reduce of the sequence-parallel-marked
+    gradients of ``layers`` MLA layers (``tp_rep_grad_bytes`` each). Under SP a rank's
+    replicated down projections and latent norms see only its sequence shard, so Megatron-
+    Core marks them ``sequence_parallel`` (``extensions/transformer_engine.py`` ``TELinear``
+    ``parallel_mode="duplicated"``, core_v0.14.0 line 378) and ``finalize_model_grads``
+    sums them over tp in one coalesced all-reduce after the data-parallel gradient sync
+    (``_allreduce_non_tensor_model_parallel_grads``, core_v0.14.0 lines 298-372, called at
+    line 440), blocking, before the optimizer step; with column-parallel down projections
+    (core 0.12-0.13) only the latent norms. The other layer norms' (every model's under SP)
+    are not counted. docs/calibration.md §5.85."""
+    return layers * x.tp_rep_grad_bytes
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

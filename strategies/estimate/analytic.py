@@ -59,7 +59,8 @@ from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
-                                   dgrad_reduce_time, sp_regather_exposed, stage_cost_arrays)
+                                   dgrad_reduce_time, sp_grad_allreduce_bytes,
+                                   sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -759,6 +760,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
         "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
     dp_exposed = dp_exposed + t_tied
+    # MLA's sequence-parallel-marked replicated gradients, all-reduced over tp once per step
+    # after the data-parallel sync (``cost.stage.sp_grad_allreduce_bytes``, §5.85): the
+    # stage holding the most layers
+    if np.any(sc.tp_rep_grad_bytes > 0):
+        rep = sp_grad_allreduce_bytes(sc, np.maximum(np.maximum(n_first, n_mid), n_last))
+        dp_exposed = dp_exposed + np.where(rep > 0, cm.collective_time(
+            "allreduce", np.where(rep > 0, rep, 1.0), tp, 1, cl), 0.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)
