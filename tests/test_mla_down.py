@@ -141,9 +141,10 @@ def test_reader_sets_the_layout_from_the_container() -> None:
     assert not any(a.startswith("MLA down") for a in llama.assumptions)
     bridge = [case_from_entry(r) for r in load_reference(
         os.path.join(here, "megatron_bridge_2604.json")) if "deepseek" in r["id"].lower()]
+    assert bridge and all(case.job is not None for case in bridge)
     for case in bridge:
-        if case.job is not None:
-            assert case.job.framework.mla_down_proj == "replicated"
+        assert case.job.framework.mla_down_proj == "replicated"
+        assert any("NeMo 26.04 container: Megatron-Core 0.17" in a for a in case.assumptions)
 
 
 @pytest.mark.parametrize("fw", [MEGATRON_CORE, COL], ids=["replicated", "column"])
