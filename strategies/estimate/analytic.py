@@ -63,6 +63,7 @@ from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_ga
                                    sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
+from strategies.flushes import flushed_arrays
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
@@ -358,6 +359,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
+    if np.any(P.flushes != 1):  # k pipeline flushes per step: one flush's arrays, composed
+        from strategies.estimate.scalar import BREAKDOWN_KEYS
+        one = estimate_arrays(m, cl, dtype, replace(P, gbs=P.gbs / P.flushes,
+                                                    flushes=np.ones_like(P.flushes)),
+                              framework, system, ranks, gpu)
+        return flushed_arrays(one, P.flushes, BREAKDOWN_KEYS)
     cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system, gpu)
     if ranks:
