@@ -456,6 +456,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         return np.asarray(x, dtype=float) + zeros
 
     widths = ct.attention_column_widths(m)
+    ag_w = quantise.tp_allgather_bytes_factor(dtype, sp)   # an all-gather's bytes over bf16
 
     # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
     # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
@@ -518,10 +519,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=n_tp + zeros, tp_per_layer_bwd=n_tp + zeros,
-        # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
-        # (all-reduces without SP) are not in the save list, the reduce-scatters are
+        # full: the layer's forward collectives again, less the MLP's reduce-scatter where
+        # the checkpoint stops early; op (torchtitan): its all-gathers (all-reduces without
+        # SP), the reduce-scatters' outputs are saved (``recompute.tp_rerun``, §5.84);
         # selective mlp: the collective closing the dense MLP, on its share of the layers
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), n_tp * share, np.where(
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), rcp.tp_rerun(
+            rc, n_tp, sp, ag_w / (1.0 + ag_w), fw.recompute_early_stop) * share, np.where(
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
