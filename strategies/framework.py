@@ -510,6 +510,11 @@ class FrameworkProfile:
     #: tp·cp·dp): per-tensor fp8 scaling all-reduces amaxes on the compute stream
     #: (``strategies.cost.amax``; docs/calibration.md §5.64)
     te_amax_reduction: bool = False
+    #: tensorwise dynamic float8 under TP runs torchao's ``Float8ColwiseParallel``/
+    #: ``Float8RowwiseParallel``/``PrepareFloat8ModuleInput``: each cast of a sharded DTensor
+    #: (``tensor_to_amax``'s ``torch.max(torch.abs(x))`` of a ``Shard`` placement) all-reduces
+    #: its amax over the TP group (``strategies.cost.amax``; docs/calibration.md §5.84)
+    torchao_float8_tp: bool = False
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
@@ -1215,6 +1220,8 @@ TORCHTITAN = replace(
     # the embedding's and the output's TP collectives and loss_parallel's all-reduces
     # (9dec370 / 2887250bb apply_tp; torch/distributed/tensor/parallel/loss.py), §5.84
     tp_end_collectives=True,
+    # torchtitan apply_tp with float8 tensorwise: torchao's Float8 TP styles (§5.84)
+    torchao_float8_tp=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

@@ -381,7 +381,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         Engine's amax all-reduces (``amax.amax_reduction_time``)."""
         d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
                                                load)
-        r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
+        r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl, rc)
         return d_f + r_f, d_b + r_b
 
     md_f, md_b = blocking_small(m)
