@@ -396,7 +396,7 @@ class FrameworkProfile:
     #: and the vocabulary-parallel loss's three fp32 all-reduces (torchtitan's
     #: ``tok_embeddings``/``output`` plan and ``loss_parallel``; ``cost.tp_ends``,
     #: docs/calibration.md §5.84); False: unpriced (Megatron runs analogous ones, read as
-    #: before, §6)
+    #: before, §5.84)
     tp_end_collectives: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True

@@ -25,7 +25,7 @@ next op (the first block reads the embedding's output; the loss reads the logits
 are priced on the compute stream of their stage, as the estimate, the lower bound and the
 simulator read ``embedding_*`` and ``head_*``. Megatron's vocab-parallel embedding and output
 layer run analogous collectives that the model does not price (``FrameworkProfile.
-tp_end_collectives`` False there: its rows are read as before, docs/calibration.md §6).
+tp_end_collectives`` False there: its rows are read as before, docs/calibration.md §5.84).
 """
 from __future__ import annotations
 
