@@ -82,8 +82,9 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, dgrad_reduce_hidden, sp_regather_exposed,
-                                   stage_cost_arrays, tp_collectives_per_layer)
+from strategies.cost.stage import (StageCostArrays, attn_tp_saved, dgrad_reduce_hidden,
+                                   sp_regather_exposed, stage_cost_arrays,
+                                   tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
@@ -217,13 +218,24 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
         cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
+    # MLA's attention runs its column-side collective at its latents' widths
+    # (``attn_tp_saved``, §5.81): the forward's all-gather under SP, the backward's
+    # reduction where it is blocking, at the collectives' floors and TP overlap's share
+    # (not for the dearest layers' upper figure, ``hide`` False)
+    def t_floor(kind: str, nbytes):
+        return group_floor(nbytes, tp, 1, 2 if kind == "allreduce" else 1, cl)
+    saved_f = np.where(tp > 1, np.where(sp, attn_tp_saved(t_floor, sc, True, True), 0.0), 0.0)
+    saved_b = np.where((tp > 1) & (sc.rd_bytes <= 0),
+                       np.where(sp, attn_tp_saved(t_floor, sc, True, False),
+                                attn_tp_saved(t_floor, sc, False, False)), 0.0)
+    over = np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0) * (1.0 if hide else 0.0)
     # SP's backward re-gathers stall the compute stream inside the block, before what closes
     # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
     rg = sp_regather_exposed(lambda w: np.where(sc.rg_bytes > 0, group_floor(
         sc.rg_bytes * w, tp, 1, 1, cl), 0.0), sc)
     # the column-parallel data gradients' reductions the weight gradients hide, at most
     # their floor each (``dgrad_reduce_hidden``; rd_bytes 0 under TP overlap)
-    tp_b = n_b * tau_b
+    tp_b = np.maximum(n_b * tau_b - (s * hide + (1 - s) * over) * saved_b, 0.0)
     if hide:
         rd = sc.rd_bytes
 
@@ -231,7 +243,7 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(n_f * tau + a2a + etp_c, cp_f),
+    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c, cp_f),
             np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
 
 
@@ -304,6 +316,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     ``estimate_arrays(...)["stage_costs"]``, used on a uniform cluster only), else computed
     here from the same arguments."""
     P = as_plan_arrays(P)
+    if np.any(P.flushes != 1):
+        return _flushed_bound(m, cl, dtype, P, framework, system, costs)
     sy = get_system(system)
     real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
     gpu = cl.gpu
@@ -624,6 +638,28 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     if heavy.any():
         bound = np.maximum(bound, np.where(heavy, stage_bound("heavy", 0 * pp + 1, True), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def _flushed_bound(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays,
+                   framework: FrameworkProfile | str | None, system: SystemConfig | None,
+                   costs: StageCostArrays | None) -> np.ndarray:
+    """The bound of plans of ``k`` pipeline flushes (``strategies.flushes``): the simulator
+    runs one flush of ``gbs/k`` and composes ``T(k) = k·T_1 − (k−1)·t_opt``, ``t_opt`` the
+    critical rank's optimizer. With ``B_1 ≤ T_1`` one flush's bound and ``O`` the longest
+    optimizer and per-step passes of any rank on any GPU type present (the stage-cost
+    record's, which the simulator runs; ``t_opt ≤ O``), ``T(k) ≥ k·B_1 − (k−1)·O``, and
+    ``T(k) ≥ T_1 ≥ B_1`` (``T_1 ≥ t_opt``): the larger of the two. Seconds."""
+    from dataclasses import replace
+    k = P.flushes
+    one = replace(P, gbs=P.gbs / k, flushes=np.ones_like(k))
+    b1 = step_time_lower_bound(m, cl, dtype, one, framework, system, costs)
+    types = [cl.gpu] if cl.uniform else list({repr(g.gpu): g.gpu for g in cl.groups}.values())
+    recs = [costs if costs is not None and cl.uniform else
+            stage_cost_arrays(m, cl.fastest_view(), dtype, one, framework,
+                              get_system(system), gpu=g) for g in types]
+    most = np.maximum.reduce([getattr(r, f"optimizer_{x}") + getattr(r, f"passes_{x}")
+                              for r in recs for x in ("first", "mid", "last")])
+    return np.where(k == 1, b1, np.maximum(b1, k * b1 - (k - 1) * most))
 
 
 def fastest_of_each(per_type: list) -> np.ndarray:
