@@ -125,7 +125,7 @@ class StageCostArrays:
     #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per mean layer: 2 forward (fewer with EP, below)
     tp_per_layer_bwd: np.ndarray  # 2 backward
-    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation (mean per layer)
+    tp_per_layer_recompute: np.ndarray  # rerun by full or op recomputation (recompute.tp_rerun)
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
