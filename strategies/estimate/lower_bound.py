@@ -82,8 +82,8 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, attn_tp_saved, dgrad_reduce_hidden,
-                                   sp_regather_exposed, stage_cost_arrays,
+from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_saved,
+                                   dgrad_reduce_hidden, sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
@@ -243,8 +243,16 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c, cp_f),
-            np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
+    # MLA's column-parallel down projections' own collectives (``attn_down_time``, §5.85),
+    # blocking after the block, at their floors (the lower figure only)
+    dn_f, dn_b = 0.0, 0.0
+    if hide and np.any(sc.tp_down > 0):
+        dn_f = np.where(sp, attn_down_time(t_floor, sc, True, True),
+                        attn_down_time(t_floor, sc, False, True))
+        dn_b = np.where(sp, attn_down_time(t_floor, sc, True, False),
+                        attn_down_time(t_floor, sc, False, False))
+    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f, cp_f),
+            np.maximum(tp_b + a2a + etp_c + dn_b, cp_b) + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
