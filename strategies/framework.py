@@ -395,8 +395,9 @@ class FrameworkProfile:
     #: (forward) and all-gather (backward), the output layer's all-gather and reduce-scatter
     #: and the vocabulary-parallel loss's three fp32 all-reduces (torchtitan's
     #: ``tok_embeddings``/``output`` plan and ``loss_parallel``; ``cost.tp_ends``,
-    #: docs/calibration.md §5.84); False: unpriced (Megatron runs analogous ones, read as
-    #: before, §5.84)
+    #: docs/calibration.md §5.84; Megatron's ``VocabParallelEmbedding``, vocabulary-parallel
+    #: output layer and ``vocab_parallel_cross_entropy``, §5.88); False: unpriced (stacks
+    #: whose code is not read: JAX/XLA, plain PyTorch)
     tp_end_collectives: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True
@@ -939,6 +940,7 @@ MEGATRON_LM_2021 = FrameworkProfile(
     # Korthikanti et al.'s SP code reduce-scatters the input gradient beside the weight
     # gradient; Narayanan et al.'s April 2021 code all-reduced it blocking
     dgrad_overlap="sp",
+    tp_end_collectives=True,   # §5.88
     precisions=("fp16", "bf16"),
     precision_source="Megatron-LM v2-v3 --fp16 / --bf16 (megatron/arguments.py, apex "
                      "mixed precision with megatron/optimizer's loss scaler)",
@@ -984,6 +986,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     # ColumnParallelLinear's backward all-reduces the input gradient blocking
     # (copy_to_tensor_model_parallel_region; bigscience-workshop/Megatron-DeepSpeed)
     dgrad_overlap="none",
+    tp_end_collectives=True,   # §5.88
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",), bf16_optimizer=True, loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
     alibi_score_bytes=ALIBI_BADDBMM_BYTES,
@@ -1054,7 +1057,7 @@ MEGATRON_CORE = FrameworkProfile(
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
-    loss=MEGATRON_CROSS_ENTROPY,
+    loss=MEGATRON_CROSS_ENTROPY, tp_end_collectives=True,   # §5.88
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),

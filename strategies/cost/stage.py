@@ -423,8 +423,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
-    # the embedding's and the output's TP collectives, blocking on their stage (§5.84)
-    end_ef, end_eb, end_hf, end_hb = tp_ends.tp_end_times(m, b, tp, cp, sp, gpu, cl, fw, sy)
+    # the embedding's and the output's TP collectives on their stage (§5.84, §5.88): the
+    # output's backward reduction hides under its weight-gradient GEMM where asynchronous
+    end_ef, end_eb, end_hf, end_hb = tp_ends.tp_end_times(m, b, tp, cp, sp, gpu, cl, fw, sy,
+                                                          head_w)
     emb_f, emb_b = emb_f + end_ef, emb_b + end_eb
     head_f, head_b = head_f + end_hf, head_b + end_hb
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \

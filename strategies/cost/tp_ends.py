@@ -23,9 +23,32 @@ tp_layout_copy_time``'s rule, §5.80); torchtitan compiles the blocks only
 (``apply_compile``), so these copies run eager whatever ``--compile``. Every one blocks the
 next op (the first block reads the embedding's output; the loss reads the logits), so they
 are priced on the compute stream of their stage, as the estimate, the lower bound and the
-simulator read ``embedding_*`` and ``head_*``. Megatron's vocab-parallel embedding and output
-layer run analogous collectives that the model does not price (``FrameworkProfile.
-tp_end_collectives`` False there: its rows are read as before, docs/calibration.md §5.84).
+simulator read ``embedding_*`` and ``head_*``.
+
+Megatron's stacks (docs/calibration.md §5.88) run the same collectives in ``[s, b, h]``
+(gathers along dim 0: no copy):
+
+* ``VocabParallelEmbedding.forward`` (Megatron-Core ``tensor_parallel/layers.py``; Megatron-LM
+  2021 and BigScience's Megatron-DeepSpeed ``mpu/layers.py``): the partial lookups
+  reduce-scattered to the sequence shard where ``LanguageModelEmbedding.
+  reduce_scatter_embeddings`` (SP and no learned absolute positions:
+  ``models/common/embeddings/language_model_embedding.py``), else all-reduced
+  (``reduce_from_tensor_model_parallel_region``); under SP with learned positions the sum is
+  then split (``scatter_to_sequence_parallel_region``), whose backward all-gathers the
+  gradient, as the reduce-scatter's does; without SP the backward communicates nothing;
+* the output layer, a ``ColumnParallelLinear`` over the vocabulary (``gpt_model.py``
+  ``output_layer``; 2021's ``parallel_lm_logits``): under SP its input all-gathered (forward)
+  and the data gradient reduce-scattered (backward); without SP its input's backward
+  all-reduce (``copy_to_tensor_model_parallel_region``, or the linear's ``allreduce_dgrad``).
+  The backward reduction is issued ``async_op=True`` before the weight-gradient GEMM where
+  ``FrameworkProfile.dgrad_overlap`` says so (``cost.stage.dgrad_reduce_hidden``'s rule,
+  §5.75), so only ``max(0, t - wgrad)`` is exposed; blocking elsewhere;
+* ``vocab_parallel_cross_entropy`` (``tensor_parallel/cross_entropy.py``): three fp32
+  all-reduces over tp of one element per token (the logits' max, the predicted logit, the
+  sum of exponentials), as ``loss_parallel``'s.
+
+The same rule reads torchtitan's DTensor plan without SP (``Replicate`` inputs: the
+embedding's partial sums all-reduced, the output's input gradient all-reduced, blocking).
 """
 from __future__ import annotations
 
@@ -46,23 +69,36 @@ LOSS_ELEMENT_BYTES = 4.0   # fp32 (the loss upcasts the logits)
 
 
 def tp_end_times(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, cl: Cluster,
-                 fw: FrameworkProfile,
-                 system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num, Num, Num]:
+                 fw: FrameworkProfile, system: SystemConfig = DEFAULT_SYSTEM,
+                 head_wgrad: Num = 0.0) -> tuple[Num, Num, Num, Num]:
     """(embedding forward, embedding backward, output forward, output backward) seconds per
     micro-batch of the TP collectives outside the blocks (module doc) where the stack runs
-    them and the model prices them (``fw.tp_end_collectives``, tp > 1, sequence parallel):
-    with ``x = b·s·h·2/cp`` bytes (``counts.tp_comm_bytes_fwd``) and ``c`` one copy of it
-    (read + write at the usable HBM rate, where ``fw.tp_seq_dim_copies``), the embedding's
-    ``RS(x) + c`` forward and ``AG(x) + c`` backward, the output's ``AG(x) + c`` forward
-    plus the loss's three fp32 all-reduces of ``b·s/cp`` elements, and ``RS(x) + c``
-    backward (``comm.collective_time`` over the tp group; ``comm.small_allreduce_time`` for
-    the loss's). 0 elsewhere. Vectorised."""
-    on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & fw.tp_end_collectives
+    them and the model prices them (``fw.tp_end_collectives``, tp > 1): with
+    ``x = b·s·h·2/cp`` bytes (``counts.tp_comm_bytes_fwd``) and ``c`` one copy of it (read +
+    write at the usable HBM rate, where ``fw.tp_seq_dim_copies``), under sequence
+    parallelism the embedding's ``RS(x) + c`` forward (``AR(x)`` with learned absolute
+    positions, Megatron's reduce-then-split) and ``AG(x) + c`` backward, the output's
+    ``AG(x) + c`` forward and ``RS(x) + c`` backward; without it the embedding's ``AR(x)``
+    forward and the output's ``AR(x)`` backward; plus the loss's three fp32 all-reduces of
+    ``b·s/cp`` elements in the output's forward (``comm.collective_time`` over the tp group;
+    ``comm.small_allreduce_time`` for the loss's). The output's backward reduction hides
+    under ``head_wgrad`` seconds (the output layer's weight-gradient GEMM) where the stack
+    issues it asynchronously (``fw.dgrad_overlap``: ``"all"``; ``"sp"`` under SP only):
+    ``max(0, t - head_wgrad)``. 0 elsewhere. Vectorised."""
+    tp_on = (np.asarray(tp) > 1) & fw.tp_end_collectives
+    seq = np.asarray(sp, dtype=bool)
     x = counts.tp_comm_bytes_fwd(m, b, cp)
     copy = 2.0 * x / usable_hbm(gpu, system) * fw.tp_seq_dim_copies
     rs = cm.collective_time("reduce_scatter", x, tp, 1, cl) + copy
     ag = cm.collective_time("allgather", x, tp, 1, cl) + copy
+    ar = cm.collective_time("allreduce", x, tp, 1, cl)
     tokens = counts.tokens_per_gpu(b, m.seq_length, cp)
     loss = LOSS_ALLREDUCES * cm.small_allreduce_time(LOSS_ELEMENT_BYTES * tokens, tp, 1, cl)
-    return (np.where(on, rs, 0.0), np.where(on, ag, 0.0), np.where(on, ag + loss, 0.0),
-            np.where(on, rs, 0.0))
+    emb_f = np.where(seq, ar if m.position_embedding == "learned" else rs, ar)
+    emb_b = np.where(seq, ag, 0.0)
+    red = np.where(seq, rs, ar)
+    hides = (fw.dgrad_overlap == "all") | ((fw.dgrad_overlap == "sp") & seq)
+    head_b = np.where(hides, np.maximum(red - head_wgrad, 0.0), red)
+    head_f = np.where(seq, ag, 0.0) + loss
+    return (np.where(tp_on, emb_f, 0.0), np.where(tp_on, emb_b, 0.0),
+            np.where(tp_on, head_f, 0.0), np.where(tp_on, head_b, 0.0))
