@@ -29,9 +29,11 @@ def _pair(spec: str, fw=TORCHTITAN_COMPILE, dtype: str = "bf16", nodes: int = 1)
 
 def test_profile_facts() -> None:
     assert TORCHTITAN.tp_end_collectives and TORCHTITAN_COMPILE.tp_end_collectives
-    for fw in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, PYTORCH_EAGER,
-               JAX_XLA, HAI_LLM):
+    for fw in (PYTORCH_EAGER, JAX_XLA):
         assert not fw.tp_end_collectives, fw.name
+    # Megatron's stacks since §5.88 (tests/test_tp_ends_megatron.py)
+    for fw in (MEGATRON_CORE, NEMO, MEGATRON_LM_2021, MEGATRON_DEEPSPEED, HAI_LLM):
+        assert fw.tp_end_collectives, fw.name
     with pytest.raises(SpecError, match="framework.tp_end_collectives"):
         replace(TORCHTITAN, tp_end_collectives=1)
 
@@ -70,16 +72,27 @@ def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> Non
     assert bound(on) <= s_on * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("spec", ["tp=8,pp=1,mbs=2,gbs=4,sp=false,zero=0",
-                                  "tp=1,pp=1,mbs=2,gbs=16,zero=3"])
-def test_nothing_without_sequence_parallel_tp(spec: str) -> None:
-    on, off = _pair(spec)
+def test_nothing_without_tp() -> None:
+    on, off = _pair("tp=1,pp=1,mbs=2,gbs=16,zero=3")
     assert estimate(on).step_time_s == estimate(off).step_time_s
+
+
+def test_replicated_plan_without_sequence_parallel() -> None:
+    """Without SP (``Replicate`` layouts, §5.88's rule): the embedding's all-reduce forward,
+    the output's blocking input-gradient all-reduce backward, the loss's three; no copies."""
+    mbs, mb = 2, 2
+    on, off = _pair(f"tp=8,pp=1,mbs={mbs},gbs={mbs * mb},sp=false,zero=0")
+    m, cl = on.model, on.cluster
+    x = 2 * mbs * m.seq_length * m.hidden_size
+    ar = float(cm.collective_time("allreduce", x, 8, 1, cl))
+    loss = 3 * float(cm.small_allreduce_time(4.0 * mbs * m.seq_length, 8, 1, cl))
+    got = estimate(on).step_time_s - estimate(off).step_time_s
+    assert got == pytest.approx(mb * (2 * ar + loss), rel=1e-9)
 
 
 def test_zero_on_other_stacks() -> None:
     job = tp_job("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0", layers=LAYERS)
-    for fw in (MEGATRON_CORE, NEMO, PYTORCH_EAGER, JAX_XLA):
+    for fw in (PYTORCH_EAGER, JAX_XLA):
         out = tp_ends.tp_end_times(job.model, 2, 8, 1, True, job.cluster.gpu, job.cluster, fw)
         assert all(float(np.asarray(v)) == 0.0 for v in out)
 
