@@ -399,6 +399,13 @@ class FrameworkProfile:
     #: output layer and ``vocab_parallel_cross_entropy``, §5.88); False: unpriced (stacks
     #: whose code is not read: JAX/XLA, plain PyTorch)
     tp_end_collectives: bool = False
+    #: fp32 elements per token of each all-reduce over tp of the vocabulary-parallel loss's
+    #: forward (``cost.tp_ends``): ``(1, 1, 1)`` the max, the target logit and the sum of
+    #: exponentials apart (Megatron's ``_VocabParallelCrossEntropy``, torchtitan's
+    #: ``loss_parallel``); ``(1, 2)`` Megatron's fused path (``cross_entropy_loss_fusion``,
+    #: ``core/fusions/fused_cross_entropy.py``: the target logit and the sum concatenated
+    #: into one all-reduce; NeMo 2's model configs). docs/calibration.md §5.88
+    tp_loss_allreduces: tuple[int, ...] = (1, 1, 1)
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -717,6 +724,11 @@ class FrameworkProfile:
                 not 0 <= self.alibi_score_bytes < 100:
             raise SpecError("framework.alibi_score_bytes", self.alibi_score_bytes,
                             "must be bytes per score element in [0, 100)")
+        if not (isinstance(self.tp_loss_allreduces, tuple) and all(
+                isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                for n in self.tp_loss_allreduces)):
+            raise SpecError("framework.tp_loss_allreduces", self.tp_loss_allreduces,
+                            "must be a tuple of integers >= 1 (fp32 elements per token)")
         if self.attention_kernel not in ("native", "fa2"):
             raise SpecError("framework.attention_kernel", self.attention_kernel,
                             "must be 'native' or 'fa2'")
@@ -1089,6 +1101,9 @@ NEMO = replace(
     # nemo/collections/llm/gpt/model/): Megatron's jit-fused path, whose passes depend on what
     # the fuser merges and are not counted here, so the assumed three passes each way are kept
     loss=LossPasses(),
+    # ... and its tp all-reduces are the max and the concatenated [target logit, sum of
+    # exponentials] (core/fusions/fused_cross_entropy.py, §5.88)
+    tp_loss_allreduces=(1, 2),
     description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
                 "and defaults, gradients averaged in the data-parallel collective "
                 "(average_in_collective=True: no 1/dp scaling pass)",

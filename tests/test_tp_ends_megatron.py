@@ -12,6 +12,7 @@ import pytest
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import tp_ends
+from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.estimate.analytic import estimate_arrays
 from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
@@ -123,3 +124,19 @@ def test_tp1_bit_identical(fw) -> None:
     assert estimate(on).step_time_s == estimate(off).step_time_s
     assert simulate(on, network="contention-free").step_time_s == \
         simulate(off, network="contention-free").step_time_s
+
+
+def test_fused_loss_allreduces() -> None:
+    """NeMo 2's fused cross-entropy: the max, then [target logit, sum of exponentials] in one
+    all-reduce of two fp32 elements per token; a bad count is refused naming the field."""
+    job = tp_job("tp=8,pp=1,mbs=2,gbs=8,sp=true", layers=LAYERS, fw=NEMO)
+    unfused = tp_job("tp=8,pp=1,mbs=2,gbs=8,sp=true", layers=LAYERS,
+                     fw=replace(NEMO, tp_loss_allreduces=(1, 1, 1)))
+    T, cl = 2 * job.model.seq_length, job.cluster
+    ar = [float(cm.small_allreduce_time(4.0 * n * T, 8, 1, cl)) for n in (1, 2)]
+    got = _times(job, 8, True)[2] - _times(unfused, 8, True)[2]
+    assert got == pytest.approx(ar[1] - 2 * ar[0], rel=1e-9, abs=1e-15)
+    assert _times(job, 8, True)[2] < _times(unfused, 8, True)[2]
+    for bad in ((0,), (1, True), [1, 1]):
+        with pytest.raises(SpecError, match="framework.tp_loss_allreduces"):
+            replace(NEMO, tp_loss_allreduces=bad)

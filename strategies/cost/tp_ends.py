@@ -45,7 +45,9 @@ Megatron's stacks (docs/calibration.md §5.88) run the same collectives in ``[s,
   §5.75), so only ``max(0, t - wgrad)`` is exposed; blocking elsewhere;
 * ``vocab_parallel_cross_entropy`` (``tensor_parallel/cross_entropy.py``): three fp32
   all-reduces over tp of one element per token (the logits' max, the predicted logit, the
-  sum of exponentials), as ``loss_parallel``'s.
+  sum of exponentials), as ``loss_parallel``'s; the fused path (``cross_entropy_loss_fusion``,
+  ``core/fusions/fused_cross_entropy.py``, NeMo 2's configs) concatenates the last two into
+  one all-reduce of two elements per token (``FrameworkProfile.tp_loss_allreduces``).
 
 The same rule reads torchtitan's DTensor plan without SP (``Replicate`` inputs: the
 embedding's partial sums all-reduced, the output's input gradient all-reduced, blocking).
@@ -64,7 +66,6 @@ from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
-LOSS_ALLREDUCES = 3        # loss_parallel: max, sum of exponentials, target logit
 LOSS_ELEMENT_BYTES = 4.0   # fp32 (the loss upcasts the logits)
 
 
@@ -79,8 +80,8 @@ def tp_end_times(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, cl: 
     parallelism the embedding's ``RS(x) + c`` forward (``AR(x)`` with learned absolute
     positions, Megatron's reduce-then-split) and ``AG(x) + c`` backward, the output's
     ``AG(x) + c`` forward and ``RS(x) + c`` backward; without it the embedding's ``AR(x)``
-    forward and the output's ``AR(x)`` backward; plus the loss's three fp32 all-reduces of
-    ``b·s/cp`` elements in the output's forward (``comm.collective_time`` over the tp group;
+    forward and the output's ``AR(x)`` backward; plus the loss's fp32 all-reduces of
+    ``n·b·s/cp`` elements each (``n`` in ``fw.tp_loss_allreduces``) in the output's forward (``comm.collective_time`` over the tp group;
     ``comm.small_allreduce_time`` for the loss's). The output's backward reduction hides
     under ``head_wgrad`` seconds (the output layer's weight-gradient GEMM) where the stack
     issues it asynchronously (``fw.dgrad_overlap``: ``"all"``; ``"sp"`` under SP only):
@@ -93,7 +94,8 @@ def tp_end_times(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, cl: 
     ag = cm.collective_time("allgather", x, tp, 1, cl) + copy
     ar = cm.collective_time("allreduce", x, tp, 1, cl)
     tokens = counts.tokens_per_gpu(b, m.seq_length, cp)
-    loss = LOSS_ALLREDUCES * cm.small_allreduce_time(LOSS_ELEMENT_BYTES * tokens, tp, 1, cl)
+    loss = sum(cm.small_allreduce_time(n * LOSS_ELEMENT_BYTES * tokens, tp, 1, cl)
+               for n in fw.tp_loss_allreduces)
     emb_f = np.where(seq, ar if m.position_embedding == "learned" else rs, ar)
     emb_b = np.where(seq, ag, 0.0)
     red = np.where(seq, rs, ar)
