@@ -22,7 +22,11 @@ from strategies.estimate.scalar import estimate
 from strategies.framework import MEGATRON_CORE
 from tests.tp_backward_checks import tp_job
 
-OFF = replace(MEGATRON_CORE, dgrad_overlap="none")
+# the ends' TP collectives (§5.88) off: priced, the embedding's backward all-gather lengthens
+# the tail past this small layer's bucket and the gap closes (overrun 0); the mechanism is
+# shown without them
+ASYNC = replace(MEGATRON_CORE, tp_end_collectives=False)
+OFF = replace(ASYNC, dgrad_overlap="none")
 SPEC = "tp=4,pp=1,dp=2,mbs=1,gbs=4,sp=true"       # overlap_grad_reduce on (the default)
 
 
@@ -39,7 +43,7 @@ def _tail(job):
     return res.step_time_s, buckets[-2], buckets[-1], end
 
 
-@pytest.mark.parametrize("fw", [MEGATRON_CORE, OFF], ids=["async", "blocking"])
+@pytest.mark.parametrize("fw", [ASYNC, OFF], ids=["async", "blocking"])
 def test_gap_is_the_penultimate_buckets_overrun(fw) -> None:
     """The simulation's step exceeds the estimate by exactly the penultimate bucket's
     overrun past the backward's end (1e-9), and that overrun is the bucket's seconds less
