@@ -585,8 +585,6 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         base.pop("network", None)
     merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
     topology, planes = network_from_mapping(merged)
-    if planes > 1:
-        check_planes(planes, float(merged["inter_node_gbps"]), "network.planes")
     if "node_groups" in d:
         merged.pop("gpu", None)
         merged.pop("nodes", None)
@@ -609,6 +607,17 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         "oversubscription": check_number("oversubscription", merged.get("oversubscription", 1.0),
                                          1.0, MAX_OVERSUBSCRIPTION),
     }
+    if planes > 1:   # on the checked rates (a missing or malformed one is refused above)
+        check_planes(planes, num["inter_node_gbps"], "network.planes")
+        for i, g in enumerate(merged.get("node_groups") or ()):
+            if "inter_node_gbps" in g:    # a group's own NICs split over the same planes
+                gbps = check_number(f"node_groups[{i}].inter_node_gbps", g["inter_node_gbps"],
+                                    0.0, MAX_BANDWIDTH_BPS * 8 / 1e9, lo_open=True)
+                try:
+                    check_planes(planes, gbps, "network.planes")
+                except SpecError as e:
+                    raise SpecError(f"node_groups[{i}].inter_node_gbps", g["inter_node_gbps"],
+                                    f"with network.planes={planes}: {e.rule}") from None
     return Cluster(
         name=check_name("name", merged.get("name", "custom")), groups=groups,
         gpus_per_node=merged["gpus_per_node"],
