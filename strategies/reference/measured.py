@@ -6,6 +6,8 @@ not say enough.
 """
 from __future__ import annotations
 
+import math
+
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -15,18 +17,30 @@ def _dims(mo: dict) -> tuple[float, float, float, float] | None:
     value: never multiplied, so a string cannot turn into a huge repetition)."""
     out = []
     for k in ("layers", "hidden", "seq_len", "vocab"):
-        v = mo.get(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        v = _positive(mo.get(k))
+        if v is None:
             return None
-        out.append(float(v))
+        out.append(v)
     return tuple(out)
 
 
 def _positive(v) -> float | None:
-    """A printed figure as a positive number, else None (text, a flag, zero, negative)."""
+    """A printed figure as a positive finite number, else None (text, a flag, zero, negative,
+    an integer too large for a float)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
         return None
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _section(c: dict, key: str) -> dict:
+    """Entry ``c``'s ``key`` section (``measured``, ``source``): a mapping, or empty when it is
+    absent or not a mapping (a malformed entry reads as one that prints nothing)."""
+    v = c.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def _eq3_flops(mo: dict, gbs: int) -> float:
@@ -161,8 +175,8 @@ def measured_memory_gib(c: dict) -> tuple[float | None, str]:
     ``memory_unit`` states (``GiB…`` binary, ``GB…`` decimal, 1e9 bytes); with no unit, the
     source's unit as stated in ``BLOOM_MEMORY`` (BigScience) or GiB otherwise (nvidia-smi and
     PyTorch's allocator both report binary multiples), said in the returned text."""
-    me = c.get("measured") or {}
-    ref = str((c.get("source") or {}).get("ref", "")).lower()
+    me = _section(c, "measured")
+    ref = str(_section(c, "source").get("ref", "")).lower()
     what = TORCHTITAN_MEMORY if "torchtitan" in ref else ""
     gib = _positive(me.get("memory_gib"))
     if gib is not None:
