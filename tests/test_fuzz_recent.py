@@ -509,9 +509,11 @@ def test_validate_malformed_reference(ref):
     rc, out, _ = cli(["validate", "--reference", path, "--no-sim", "--json"], outputs=(plot,))
     if rc == 0:
         r = json.loads(out)
-        for row in r.get("rows", []):
-            est = row.get("estimated_s") or row.get("analytic_s")
-            assert est is None or (math.isfinite(est) and est > 0), row
+        for row in r["cases"]:
+            for k in ("analytic_step_time_s", "measured_step_s", "estimated_memory_gib",
+                      "measured_memory_gib"):
+                v = row.get(k)
+                assert v is None or (math.isfinite(v) and v > 0), (k, row)
 
 
 # ----------------------------------------------------------------- HF MoE configs
@@ -685,3 +687,162 @@ def test_cli_mutated_commands(which, data):
     if argv[0] == "search" and "qwen3-30b-a3b" in argv:
         return
     cli(argv, tuple(outputs))
+
+
+# ----------------------------------------------------------------- the bugs found, one each
+
+def _refusal(fn, *args, **kw) -> SpecError:
+    with pytest.raises(SpecError) as e:
+        fn(*args, **kw)
+    assert "\n" not in str(e.value)
+    return e.value
+
+
+def test_found_profile_non_text_keys():
+    """A YAML profile with a number as a key (``7: x``) was a KeyError ('7')."""
+    e = _refusal(profile_from_mapping, {**SMALL_PROFILE, 7: None})
+    assert e.field == "profile.7" and "unknown key" in e.rule
+    gemm = [{**SMALL_PROFILE["gemm"][0], 3: 1}]
+    e = _refusal(profile_from_mapping, {**SMALL_PROFILE, "gemm": gemm})
+    assert e.field == "profile.gemm[0].3" and "unknown key" in e.rule
+
+
+@pytest.mark.parametrize("gbps", [None, "fast", [400], float("nan"), 10 ** 400, "missing"])
+def test_found_planes_on_a_bad_nic_rate(gbps):
+    """``network: {kind: multi_plane}`` split ``float(inter_node_gbps)`` before the rate was
+    checked: KeyError (missing), ValueError (text, NaN), TypeError (a list, null),
+    OverflowError (10**400)."""
+    d = {**CLUSTER_BASE, "network": {"kind": "multi_plane", "planes": 2}}
+    if gbps == "missing":
+        d.pop("inter_node_gbps")
+    else:
+        d["inter_node_gbps"] = gbps
+    assert _refusal(cluster_from_mapping, d).field == "inter_node_gbps"
+
+
+def test_found_planes_on_a_node_groups_own_rate():
+    """A node group's own ``inter_node_gbps`` split over the planes was not checked: 30 Gb/s
+    over 2 planes (15 Gb/s ports, below the 25 Gb/s rule) was accepted."""
+    groups = [{"gpu": "H100", "nodes": 1, "inter_node_gbps": 30}, {"gpu": "A100", "nodes": 1}]
+    d = {k: v for k, v in CLUSTER_BASE.items() if k not in ("gpu", "nodes")}
+    d.update(node_groups=groups, network={"kind": "multi_plane", "planes": 2})
+    e = _refusal(cluster_from_mapping, d)
+    assert e.field == "node_groups[0].inter_node_gbps" and "at least 25" in e.rule
+    groups[0]["inter_node_gbps"] = 800          # 2 x 400 Gb/s ports: fine
+    assert cluster_from_mapping(d).planes == 2
+
+
+@pytest.mark.parametrize("key,value", [("inter_node_gbps", 5e-324), ("intra_node_GBps", 1e-300),
+                                       ("storage_write_GBps", 1e-30)])
+def test_found_vanishing_bandwidths(key, value):
+    """5e-324 Gb/s between nodes passed ``> 0`` and made a step of -inf seconds; a floor
+    far below any link (1 kB/s) refuses it."""
+    e = _refusal(cluster_from_mapping, {**CLUSTER_BASE, key: value})
+    assert e.field == key and "sanity limit" in e.rule
+    assert cluster_from_mapping({**CLUSTER_BASE, key: 1.0}).num_gpus == 16   # 1 GB/s: fine
+
+
+@pytest.mark.parametrize("key", ["bf16_tflops", "hbm_tbps", "matmul_efficiency",
+                                 "attention_efficiency", "exp_tera_per_s"])
+def test_found_vanishing_gpu_rates(key):
+    """A custom GPU's rate or efficiency of 5e-324 passed ``> 0`` and made a NaN step."""
+    from topologies.gpus import gpu_from_mapping
+    gpu = {"name": "X", "bf16_tflops": 900, "hbm_gib": 80, "hbm_tbps": 3.3, key: 5e-324}
+    e = _refusal(gpu_from_mapping, gpu)
+    assert e.field == f"gpu.{key}" and "sanity limit" in e.rule
+
+
+def test_found_profile_gemm_faster_than_the_peak(tmp_path):
+    """A profile GEMM timed at 10^-12 s (5 x 10^5 TFLOP/s on an H100) was read as a ratio of
+    ~0 to the catalog: the compute time vanished. A GEMM above the dense peak is refused;
+    calibrate's own (fake) profile passes."""
+    d = copy.deepcopy(SMALL_PROFILE)
+    d["gemm"][0]["seconds"] = 1e-12
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(d), encoding="utf-8")
+    (tmp_path / "c.yaml").write_text(_cluster_yaml("{profile: p.yaml}"), encoding="utf-8")
+    rc, _, err = cli(["estimate", "--model", "llama3-8b", "--cluster", str(tmp_path / "c.yaml"),
+                      "--plan", "tp=8,gbs=8"])
+    assert rc == 2 and "gpu.profile.gemm[0].seconds=1e-12" in err and "dense peak" in err
+    d["gemm"][0]["seconds"] = 2.4e-4            # 573 TFLOP/s: below the 989 peak
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(d), encoding="utf-8")
+    assert cli(["estimate", "--model", "llama3-8b", "--cluster", str(tmp_path / "c.yaml"),
+                "--plan", "tp=8,gbs=8"])[0] == 0
+
+
+@example({"moe_capacity_factor": 10 ** 400})
+@example({"moe_imbalance": 10 ** 400})
+@given(st.just({"moe_imbalance": 10 ** 30}))
+@fuzz(1)
+def test_found_huge_moe_factors(d):
+    """``moe_capacity_factor: 10**400`` in YAML was an OverflowError (``float()``)."""
+    assert _refusal(plan_from_mapping, d).field in d
+    assert _refusal(Plan, **d).field in d
+
+
+def _calibrate(tmp_path, *flags: str) -> tuple[int, str, str]:
+    return cli(["calibrate", "--backend", "fake", "--out", str(tmp_path / "g.yaml"), "--json",
+                "--model", "llama3-8b", "--mbs", "1", "--seqs", "1024", *flags],
+               outputs=(str(tmp_path / "g.yaml"),))
+
+
+def test_found_calibrate_arguments(tmp_path):
+    """``--dtypes fp8,fp8`` measured fp8 twice and failed after measuring on the profile's
+    own duplicate rule (``profile.gemm[14]``); ``--gpus 2,4`` ran as 2; a sweep that times no
+    GEMM (``--gpu A100 --dtypes fp8``, ``--tp 3`` on 32 heads) failed after measuring with
+    ``profile.gemm=[]``. Now: measured once; refused before measuring, naming the flag."""
+    rc, out, _ = _calibrate(tmp_path, "--tp", "1", "--dtypes", "fp8,fp8")
+    assert rc == 0 and json.loads(out)["gemm"]["fp8"]["shapes"] > 0
+    for flags, words in ((("--tp", "1", "--gpus", "2,4"), "--gpus='2,4'"),
+                         (("--tp", "1", "--gpu", "A100", "--dtypes", "fp8"),
+                          "--dtypes='fp8': fake A100-SXM4-80GB runs none"),
+                         (("--tp", "3"), "--tp='3': no tensor-parallel degree divides")):
+        rc, _, err = _calibrate(tmp_path, *flags)
+        assert rc == 2 and words in err, err
+
+
+def _validate_one(tmp_path, entry: dict) -> dict:
+    (tmp_path / "r.json").write_text(json.dumps([entry]), encoding="utf-8")
+    rc, out, err = cli(["validate", "--reference", str(tmp_path / "r.json"), "--no-sim",
+                        "--json"])
+    assert rc == 0, err
+    return json.loads(out)["cases"][0]
+
+
+def test_found_reference_entries(tmp_path):
+    """A reference entry with a 10**400 model size (OverflowError in the measured FLOP
+    count), ``measured: true`` (AttributeError reading its memory) or ``virtual_stages: "4"``
+    (text, silently read as not given and the chunk count inferred): each row is skipped with
+    its reason or read without the malformed section, never a traceback."""
+    e0 = copy.deepcopy(REF_ENTRIES[0])
+    row = _validate_one(tmp_path, {**e0, "model": {**e0["model"], "hidden": 10 ** 400}})
+    assert row["id"] == e0["id"]
+    row = _validate_one(tmp_path, {**e0, "measured": True})
+    assert row["measured_memory_gib"] is None
+    row = _validate_one(tmp_path, {**e0, "plan": {**e0["plan"], "virtual_stages": "4"}})
+    assert "virtual_stages='4'" in row["skipped"]
+
+
+# ------------------------------------------------- found, not fixed here (another branch's)
+
+@pytest.mark.xfail(strict=True, reason="strategies/search/space.py _fix_int (searchflush's "
+                   "file): int() without the plan's limits; OverflowError past int64")
+def test_known_fix_vpp_overflow(tmp_path):
+    rc, _, err = cli(["search", *H100, "--global-batch", "16", "--fix",
+                      "vpp=99999999999999999999", "--json"])
+    assert rc == 2 and "vpp" in err
+
+
+@pytest.mark.xfail(strict=True, reason="strategies/search/space.py _fix_int (searchflush's "
+                   "file): int() reads non-ASCII digits and '_' (docs/robustness.md: ASCII)")
+@pytest.mark.parametrize("text", ["tp=\u0668", "tp=1_0", "cp=99999999999999999999999"])
+def test_known_fix_int_bugs(text):
+    from strategies.search.space import parse_fix
+    _refusal(parse_fix, text)
+
+
+@pytest.mark.xfail(strict=True, reason="strategies/estimate/analytic.py: the tail rank's slack "
+                   "exceeds its reduction and the estimate books the difference as dp_comm")
+def test_known_negative_dp_comm():
+    job = make_job(_model("qwen3-30b-a3b"), parse_cluster_arg("dgx-h100:2"),
+                   parse_plan("ep=4,pp=2,gbs=32,first_stage_layers=1"))
+    assert estimate(job).breakdown_s["dp_comm"] >= 0

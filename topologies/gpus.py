@@ -33,7 +33,7 @@ them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Amp
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from topologies.errors import SpecError
 from topologies.gpu_profile import GpuProfile, load_gpu_profile
@@ -503,7 +503,24 @@ def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
                             f"{base.name} (a profile applies to the GPU it measured)")
     else:
         base = gpu_from_mapping(rest)
+    check_profile_peaks(prof, base)
     return replace(base, profile=prof)
+
+
+def check_profile_peaks(prof: Any, gpu: GPU, field: str = "gpu.profile") -> None:
+    """Refuse a profile GEMM that ran faster than ``gpu``'s dense peak for its precision
+    (``2·m·n·k / seconds > peak``): a datasheet peak is the tensor cores' rate at the highest
+    clock, which no measurement exceeds (a 10^-12 s GEMM made the compute time vanish and
+    went unnoticed). Points in a precision the GPU lacks are not read (``gemm_ratio``)."""
+    for i, p in enumerate(prof.gemm):
+        if not gpu.supports(p.dtype):
+            continue
+        peak = gpu.peak(p.dtype)
+        if p.flops / p.seconds > peak:
+            raise SpecError(f"{field}.gemm[{i}].seconds", p.seconds,
+                            f"a {p.dtype} GEMM {p.m}x{p.n}x{p.k} in that time runs "
+                            f"{p.flops / p.seconds / 1e12:.4g} TFLOP/s, above {gpu.name}'s "
+                            f"dense peak {peak / 1e12:.4g} TFLOP/s (no measurement beats it)")
 
 
 def gpu_to_mapping(gpu: GPU) -> str | dict:
