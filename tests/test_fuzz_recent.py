@@ -810,9 +810,10 @@ def _validate_one(tmp_path, entry: dict) -> dict:
 
 def test_found_reference_entries(tmp_path):
     """A reference entry with a 10**400 model size (OverflowError in the measured FLOP
-    count), ``measured: true`` (AttributeError reading its memory) or ``virtual_stages: "4"``
-    (text, silently read as not given and the chunk count inferred): each row is skipped with
-    its reason or read without the malformed section, never a traceback."""
+    count), ``measured: true`` (AttributeError reading its memory), ``virtual_stages: "4"``
+    (text, silently read as not given and the chunk count inferred) or a negative sequence
+    length (a negative measured step): each row is skipped with its reason or read without
+    the malformed section, never a traceback or a negative time."""
     e0 = copy.deepcopy(REF_ENTRIES[0])
     row = _validate_one(tmp_path, {**e0, "model": {**e0["model"], "hidden": 10 ** 400}})
     assert row["id"] == e0["id"]
@@ -820,6 +821,11 @@ def test_found_reference_entries(tmp_path):
     assert row["measured_memory_gib"] is None
     row = _validate_one(tmp_path, {**e0, "plan": {**e0["plan"], "virtual_stages": "4"}})
     assert "virtual_stages='4'" in row["skipped"]
+    # a negative sequence length made a measured step of -4e17 s; a fractional batch was cut
+    row = _validate_one(tmp_path, {**e0, "model": {**e0["model"], "seq_len": -10 ** 20}})
+    assert row["measured_step_s"] is None and "model.seq_len" in row["skipped"]
+    row = _validate_one(tmp_path, {**e0, "plan": {**e0["plan"], "global_batch": 4096.5}})
+    assert row["measured_step_s"] is None and "plan.global_batch=4096.5" in row["skipped"]
 
 
 # ------------------------------------------------- found, not fixed here (another branch's)

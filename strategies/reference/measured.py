@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -34,6 +35,15 @@ def _positive(v) -> float | None:
     except OverflowError:
         return None
     return f if math.isfinite(f) else None
+
+
+def _count(field: str, v) -> int:
+    """A count an entry prints (sequences, tokens, ranks) as a positive integer; SpecError
+    otherwise (a negative or fractional batch made a negative or truncated step time; the
+    case is skipped with the reason)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(field, v, "must be a positive integer")
+    return v
 
 
 def _section(c: dict, key: str) -> dict:
@@ -75,9 +85,10 @@ def global_batch(c: dict) -> int | None:
     ``local_batch_size`` times the data-parallel size."""
     pl = c.get("plan") or {}
     if pl.get("global_batch"):
-        return int(pl["global_batch"])
+        return _count("plan.global_batch", pl["global_batch"])
     if pl.get("local_batch_size") and pl.get("dp"):
-        return int(pl["local_batch_size"]) * int(pl["dp"])
+        return _count("plan.local_batch_size", pl["local_batch_size"]) * \
+            _count("plan.dp", pl["dp"])
     return None
 
 
@@ -86,7 +97,7 @@ def seq_len(c: dict) -> tuple[int | None, list[str]]:
     (torchtitan's default, 8192)."""
     mo = c.get("model") or {}
     if mo.get("seq_len"):
-        return int(mo["seq_len"]), []
+        return _count("model.seq_len", mo["seq_len"]), []
     if "torchtitan" in str((c.get("source") or {}).get("ref", "")).lower():
         return 8192, ["seq_len=8192 (torchtitan default; source does not say)"]
     return None, []
