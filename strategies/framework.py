@@ -383,6 +383,14 @@ class FrameworkProfile:
     #: each ZeRO-3 all-gather is copied out of the gathered buffer into the parameters on the
     #: compute stream (FSDP2's per-parameter sharding: ``compute.gather_copy_out_time``)
     gather_copy_out: bool = False
+    #: the sequence-parallel collectives gather and scatter the activations of ``[b, s, h]``
+    #: along the sequence, dim 1 (torchtitan's ``Shard(1)`` TP plan before its batch fold,
+    #: 73aed7f6c, 2026-08), so each runs a full-tensor ``cat`` on the compute stream:
+    #: after an all-gather, before a reduce-scatter (PyTorch ``_functional_collectives.py``
+    #: ``all_gather_tensor``/``reduce_scatter_tensor`` with ``gather_dim``/``scatter_dim``
+    #: != 0); Megatron's ``[s, b, h]`` gathers along dim 0, no copy.
+    #: ``compute.tp_layout_copy_time`` (docs/calibration.md §5.80)
+    tp_seq_dim_copies: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -1191,6 +1199,12 @@ TORCHTITAN = replace(
     # models/llama/model.py and models/norms.py run as eager ops (no torch.compile)
     elementwise_kernels="eager",
     gather_copy_out=True,
+    # 9dec370 and 2887250bb models/llama3/infra/parallelize.py apply_tp: the blocks' inputs
+    # and outputs Shard(1) of [bs, seqlen, dim] (its own note: "we can accelerate Sequence
+    # Parallel by folding (and unfolding) the batch dimension and the sequence dimension",
+    # pull #437: "an extra aten.cat after each collective"); the fold landed in 73aed7f6c
+    # (#4121, 2026-08-20), after every reference row (docs/calibration.md §5.80)
+    tp_seq_dim_copies=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

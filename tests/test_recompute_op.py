@@ -11,7 +11,8 @@ import pytest
 
 from simulator.cli.main import main
 from strategies.cost import counts
-from strategies.cost.compute import elementwise_time_fwd, gemms_time_fwd, layer_time
+from strategies.cost.compute import (elementwise_time_fwd, gemms_time_fwd, layer_time,
+                                     usable_hbm)
 from strategies.errors import SpecError
 from strategies.framework import MEGATRON_CORE, TORCHTITAN, check_plan
 from topologies.gpus import get_gpu
@@ -108,7 +109,9 @@ def test_recompute_time_between_none_and_full(m):
     rc = {k: layer_time(m, recompute=c, **kw).recompute for k, c in RECOMPUTE_CODE.items()}
     assert rc["none"] == 0.0 == rc["selective"]           # FlashAttention: nothing to redo
     assert 0.0 < rc["op"] < rc["full"]
-    # exactly: the unsaved GEMMs' time plus the layer's elementwise kernels, relaunched
+    # exactly: the unsaved GEMMs' time plus the layer's elementwise kernels, relaunched, and
+    # the two all-gathers' sequence-dim copies (not in the save list; read + write of the
+    # bf16 b·s·h tensor each, docs/calibration.md §5.80)
     gemms = counts.op_sac_gemms(m, 1, 8, 1, 1)
     unsaved = [g for g in gemms if not g[-1]]
     # every kernel of the layer but the saved GEMMs and the attention kernel is relaunched
@@ -116,7 +119,8 @@ def test_recompute_time_between_none_and_full(m):
     want = (gemms_time_fwd(unsaved, 8, gpu, "bf16")
             + elementwise_time_fwd(m, 1, 8, 1, True, gpu, "bf16",
                                    kernels=TORCHTITAN.elementwise_kernels)
-            + relaunched * TORCHTITAN.launch_gap_s)
+            + relaunched * TORCHTITAN.launch_gap_s
+            + 2 * 2 * 2 * m.seq_length * m.hidden_size / usable_hbm(gpu))
     assert rc["op"] == pytest.approx(want, rel=1e-15)
     # vectorised over the code, as the search calls it
     arr = layer_time(m, recompute=np.array([0, 1, 2, 3]), **kw).recompute

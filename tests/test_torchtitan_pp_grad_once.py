@@ -122,7 +122,8 @@ def test_table5_rows_as_the_source_states():
     """torchtitan's Table 5 (405B, 512 GPUs, fp8): full activation checkpointing, local
     batch 32 in pp = 8 micro-batches of 4 (9dec370's default), 400 Gb/s per GPU; compiled
     (the rows' precision text states torch.compile, docs/calibration.md §5.69), the estimate
-    15-17 % below each measured step (-15.5 / -16.0 %; -8.0 / -8.6 % eager before)."""
+    11-13 % below each measured step with the sequence-dim TP copies (§5.80: -11.8 / -12.3 %;
+    -15.5 / -16.0 % before them, -8.0 / -8.6 % eager)."""
     cases = {c.id: c for c in load_cases("strategies/reference/data/published_2026.json",
                                          tiers=None)
              if c.id.startswith("torchtitan_2412_405b_512_fp8")}
@@ -133,4 +134,4 @@ def test_table5_rows_as_the_source_states():
         assert c.job.cluster.to_dict()["inter_node_gbps"] == 400
         assert c.job.framework.name == "torchtitan-compile"
         t = estimate(c.job).step_time_s
-        assert -0.17 < (t - c.measured_step_s) / c.measured_step_s < -0.15
+        assert -0.13 < (t - c.measured_step_s) / c.measured_step_s < -0.11

@@ -20,8 +20,9 @@ from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
 from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import (StageCosts, chunk_layers, chunk_sum, dgrad_reduce_pieces,
-                                  dgrad_reduce_time, sp_regather_pieces)
+from strategies.cost.stage import (StageCosts, attn_rope_bytes, attn_tp_swap, chunk_layers,
+                                  chunk_sum, dgrad_reduce_pieces, dgrad_reduce_time,
+                                  sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -189,23 +190,53 @@ class ProgramBuilder:
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
+    def _tp_ops(self, n: float, attn: float, fwd: bool) -> list[tuple[str, float, float]]:
+        """``(kind, bytes, repeat)`` of ``n`` tensor-parallel collectives (or SP pairs), of
+        which ``attn`` are the attention's: where its column side runs at other widths
+        (``cost.stage.attn_tp_swap``: MLA's latents; the backward only where its reduction
+        is blocking, ``rd_bytes`` 0) each of those is compiled at its own width, and under
+        SP its pair's partner carries the rest of ``2·tp_bytes`` (ring all-gather and
+        reduce-scatter times are one affine function of bytes), so a contention-free network
+        gives the estimate's ``attn_tp_saved`` less (§5.81)."""
+        cs, sp = self.c, bool(self.p.sp)
+        kinds = _TP_KINDS[sp]
+        swap = attn_tp_swap(cs, sp, fwd) if attn > 0 and (fwd or cs.rd_bytes <= 0) else None
+        if swap is None:
+            return [(kd, cs.tp_bytes, n) for kd in kinds]
+        kind, widths = swap
+        nb = tp_kind_bytes(cs, kind)
+        ops = []
+        for kd in kinds:
+            if kd == kind:
+                ops += [(kd, cs.tp_bytes, n - attn)] + [(kd, w * nb, attn) for w in widths]
+            elif 2 * cs.tp_bytes - nb == cs.tp_bytes:
+                ops.append((kd, cs.tp_bytes, n))
+            else:
+                ops += [(kd, cs.tp_bytes, n - attn), (kd, 2 * cs.tp_bytes - nb, attn)]
+        return ops
+
     def tp_comm(self, n: float, label: str, i: int, c: int, start: tuple, main: int,
-                exposed: float = 0.0, after: int | None = None, less: float = 0.0) -> None:
+                exposed: float = 0.0, after: int | None = None, less: float = 0.0,
+                attn: float = 0.0, fwd: bool = True) -> None:
         """``n`` tensor-parallel collectives closing a block (blocking unless overlapped;
         with overlap, the share ``exposed`` of them blocking whole: a backward's
         ``StageCosts.tp_overlap_bwd_exposed``). The blocking ones start after ``main`` and
         ``after`` (the block's expert all-to-all: ``_close_block``). ``less``: reductions of
-        them that ran beside the weight gradients (``reduce_split``), not compiled here."""
+        them that ran beside the weight gradients (``reduce_split``), not compiled here.
+        ``attn``: how many of them are the attention's, in a forward (``fwd``) or backward
+        pass (``_tp_ops``)."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
-        kinds, tag = _TP_KINDS[bool(self.p.sp)], _TP_TAG
+        tag = _TP_TAG
         last = None
+        share = attn / n
         if self.p.tp_comm_overlap:
             k = self.c.tp_overlap_chunks
             whole = n * exposed
             n = n - whole if exposed > 0 else n
-            for kd in kinds:
-                self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n * (1 - 1 / k), "tp",
+            m = n * (1 - 1 / k)
+            for kd, nbytes, rep in self._tp_ops(m, m * share, fwd):
+                self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
             n = n / k + whole if exposed > 0 else n / k
         if less > 0:
@@ -222,11 +253,25 @@ class ProgramBuilder:
             if last is not None:
                 self.wait.append(last)
             return
-        for kd in kinds:
-            last = self.coll("tp-comm", kd, "tp", self.c.tp_bytes, n, "tp",
+        for kd, nbytes, rep in self._tp_ops(n, n * share, fwd):
+            last = self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main, after)) or last
         if last is not None:
             self.wait.append(last)
+
+    def rc_gathers(self, nl: float, label: str, i: int, c: int, rc: int | None,
+                   after: int | None) -> None:
+        """The all-gathers MLA's recomputed up projections run again over ``nl`` mean
+        layers (``cost.stage.attn_rc_gathers``): one per column linear at its latent's
+        width, blocking, after the recomputation (and its all-to-all)."""
+        cs = self.c
+        for w in (cs.attn_w, cs.attn_w2):
+            if w > 0:
+                ag = self.coll("tp-comm", "allgather", "tp", w * cs.tp_ag_bytes,
+                               nl * cs.tp_attn_rc, "tp", f"AG tp recompute {label}", i, c,
+                               deps=(rc, after))
+                if ag is not None:
+                    self.wait.append(ag)
 
     def regather(self, nl: float, secs: float, label: str, i: int, c: int,
                  start: tuple) -> float:
@@ -364,6 +409,8 @@ class ProgramBuilder:
                 a2a = ep if ep is not None else a2a
             # its TP collectives after its all-to-all, in sequence (``_close_block``)
             self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
+            if cs.tp_attn_rc > 0:   # MLA's recomputed up projections' gathers (§5.81)
+                self.rc_gathers(nl, label, i, c, rc, a2a)
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
@@ -463,7 +510,15 @@ class ProgramBuilder:
                 self.compute(d, "backward", label, i, c, force=True)
                 self.wait = saved + reds
         self.tp_comm(n_tp, label, i, c, start, main,
-                     0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less)
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
+                     attn=nl, fwd=fwd)
+        rope_b = attn_rope_bytes(cs) if cs.tp_rope_w > 0 else 0.0
+        if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
+            kd = "allgather" if fwd else "reduce_scatter"
+            rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
+                             f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
+            if rope is not None:
+                self.wait.append(rope)
         return main
 
     # ------------------------------------------------------------------ passes

@@ -668,6 +668,40 @@ def gather_copy_out_time(params: Num, gathered: Num, gpu: GPU, fw: FrameworkProf
     return params * GATHER_COPY_OUT_BYTES / usable_hbm(gpu, system) * on
 
 
+def tp_layout_copy_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num,
+                        pairs: Num, gpu: GPU, dtype: str, fw: FrameworkProfile = DEFAULT,
+                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num, Num, Num]:
+    """(forward, backward, op rerun, full rerun) seconds per layer and micro-batch of the
+    full-tensor copies a stack whose sequence-parallel collectives run along the sequence
+    dim of ``[b, s, h]`` (``fw.tp_seq_dim_copies``: torchtitan's ``Shard(1)`` plan) runs on
+    the compute stream, at the usable HBM bandwidth: PyTorch's functional collectives
+    gather along dim 0 and ``torch.cat(torch.chunk(out, tp, dim=0), dim=1)`` the result, and
+    ``torch.cat(torch.chunk(x, tp, dim=1))`` a reduce-scatter's input first, each a read and
+    a write of the gathered tensor (``counts.tp_comm_bytes_fwd``; an all-gather's at its
+    element size, ``quantise.tp_allgather_bytes_factor``: torchao's float8 TP gathers fp8).
+    ``pairs`` all-gather + reduce-scatter pairs per pass (``stage.tp_collectives_per_layer``).
+    Forward: each pair's two copies; backward: the gradients' all-gathers' copies, and the
+    data gradients' reduce-scatters' only eager (compiled, the ``cat`` of the dgrads' sum
+    is that sum's own pointwise kernel, ``fw.elementwise_kernels == "compiled"``). Op-level
+    recomputation reruns the forward's all-gathers' copies (its save list keeps the
+    reduce-scatters' outputs); full recomputation the forward's, less the MLP's
+    reduce-scatter (``pairs - 1`` of them) where the checkpoint stops early
+    (``fw.recompute_early_stop``: nothing the backward needs reads that output). 0 without
+    SP, tp = 1, on other stacks, and under async TP (``tpo``: Inductor's micro-pipeline
+    pass lays the fused matmuls' operands out for the gather/scatter dim,
+    ``restride_A_shard_for_fused_all_gather_matmul``).
+    docs/calibration.md §5.80."""
+    on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) \
+        & ~np.asarray(tpo, dtype=bool) & fw.tp_seq_dim_copies
+    x = 2.0 * costs.tp_comm_bytes_fwd(m, b, cp) / usable_hbm(gpu, system)   # read + write
+    ag = x * quantise.tp_allgather_bytes_factor(dtype, sp) * on       # one copy each
+    rs = x * on
+    last = np.maximum(np.asarray(pairs, dtype=float) - 1.0, 0.0) * fw.recompute_early_stop
+    fwd = pairs * (ag + rs)
+    return (fwd, pairs * ag + (0.0 if fw.elementwise_kernels == "compiled" else pairs * rs),
+            pairs * ag, fwd - last * rs)
+
+
 def sharded_grad_pass_time(params: Num, shard: Num, gpu: GPU, dtype: str,
                            fw: FrameworkProfile = DEFAULT,
                            system: SystemConfig = DEFAULT_SYSTEM) -> Num:
@@ -917,7 +951,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                fw: FrameworkProfile = DEFAULT, slow: Num = 1.0, shard: Num = 1.0,
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
-               dedup: Num = 1.0, graphed: Num = False, gathered: Num = False) -> LayerTime:
+               dedup: Num = 1.0, graphed: Num = False, gathered: Num = False,
+               tp_pairs: Num = 2.0) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -938,7 +973,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     synchronisations left (``moe_host_time``, ``moe_sync_time`` 0); else the expert path's
     host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
     dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
-    (``gather_copy_out_time``) in the pass, in ``B`` for the backward."""
+    (``gather_copy_out_time``) in the pass, in ``B`` for the backward. ``tp_pairs``: the
+    layer's tensor-parallel collective pairs per pass (``stage.tp_collectives_per_layer``),
+    whose sequence-dim layout copies (``tp_layout_copy_time``) run in the pass, in ``B``."""
     # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
     parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
@@ -959,6 +996,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     launch = launch_time(fw, gpu=gpu)
     # ZeRO-3 gathers the layer before its forward and again before its backward
     gco = gather_copy_out_time(layer_w, gathered, gpu, fw, system)
+    # the sequence-dim collectives' layout copies (torchtitan's Shard(1) plan)
+    y_f, y_b, y_op, y_full = tp_layout_copy_time(m, b, tp, cp, sp, tpo, tp_pairs, gpu,
+                                                 dtype, fw, system)
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
                                 costs.dispatch_element_bytes(fw.fp8_dispatch, dtype))
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
@@ -970,12 +1010,12 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
     sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
-    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco
+    bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,
                              permute=(p_f, p_b), bias=(x_f, x_b), graphed=graphed,
                              priced=(parts, units))
-    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco
+    fwd = g_f + a_f + e + launch + p_f + x_f + v_f + sync + h_f + gco + y_f
     bwd = bwd0 + h_b
     # the last GEMM an early-stopping checkpoint does not rerun: priced once, read by the
     # selective and the full recomputation below
@@ -991,10 +1031,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rerun = [(p, g) for p, g in op_parts if not g[-1]]
     kernels = max(fw.kernels_per_layer - (len(op_parts) - len(rerun)) - 1, 0)
     op = (slow * gemms_time_fwd([g for _, g in rerun], tp, gpu, dtype, tpo, system,
-                                fixed_shares(rerun, m, ep, fw)) + e
+                                fixed_shares(rerun, m, ep, fw)) + e + y_op
           + kernels * measured.launch_gap(gpu, fw.launch_gap_s))
     # full: the whole forward again, less the last GEMM when the stack's checkpoint stops early
-    full = fwd - gco - stop
+    full = fwd - gco - stop - (y_f - y_full)
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),

@@ -211,6 +211,16 @@ class StageCostArrays:
     attn_w2: float = 0.0
     rd_dense: np.ndarray = 0.0
     rd_shared: np.ndarray = 0.0
+    # the bytes of one hidden-width TP all-gather (the quantised norm output under SP in low
+    # precision, ``tp_bytes`` otherwise; 0 with tp 1): with ``tp_bytes`` the one record
+    # ``tp_kind_bytes`` reads each kind's bytes from (MLA's latent collectives, §5.81)
+    tp_ag_bytes: np.ndarray = 0.0
+    # MLA's up projections' forward rerun in the backward per mean layer (selective
+    # ``mla_up_proj`` recomputation under SP: each re-gathers its latent, ``attn_rc_gathers``)
+    tp_attn_rc: np.ndarray = 0.0
+    # MLA's rope key under SP: its width over the hidden size (0 elsewhere), gathered in the
+    # forward and reduce-scattered in the backward on its own (``attn_rope_time``)
+    tp_rope_w: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -291,6 +301,9 @@ class StageCosts:
     rd_shared: float = 0.0
     attn_w: float = 1.0                 # (StageCostArrays)
     attn_w2: float = 0.0
+    tp_ag_bytes: float = 0.0            # (StageCostArrays)
+    tp_attn_rc: float = 0.0
+    tp_rope_w: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -363,11 +376,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                 P.moe_routing)
     # the dispatch's bytes per element (the stack's FP8 dispatch; the combine 16-bit)
     disp = counts.dispatch_element_bytes(fw.fp8_dispatch, dtype)
+    n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
+                                    ep, m.num_shared_experts)
     lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
                        dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
                        etp=etp, load=load, modules=P.recompute_modules,
                        dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
+                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                       tp_pairs=n_tp)
     lpc = m.num_layers / (pp * P.vpp)
 
     def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
@@ -395,8 +411,6 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
     p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
-    n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
-                                    ep, m.num_shared_experts)
     shard = np.where(zero >= 1, copies, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
     shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
@@ -468,7 +482,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                             gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
                             system=sy, etp=etp, load=load, modules=P.recompute_modules,
                             dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1))
+                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                            tp_pairs=tp_collectives_per_layer(
+                                mk.num_moe_layers / mk.num_layers if mk.is_moe else 0.0, ep,
+                                mk.num_shared_experts))
         ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
         mk_f, mk_b = blocking_small(mk)
@@ -569,7 +586,14 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_attn=full(lt.col_wgrad[0]),
         rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
-        attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0)
+        attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
+        tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+                             * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
+        tp_attn_rc=np.where((tp > 1) & sp & m.is_mla
+                            & rcp.part_selected(rc, P.recompute_modules, "mla_up"), 1.0, 0.0)
+        + zeros,
+        tp_rope_w=np.where((tp > 1) & sp & m.is_mla,
+                           (m.qk_rope_head_dim or 0) / m.hidden_size, 0.0) + zeros)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -646,7 +670,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
-        attn_w2=float(arrays.attn_w2),
+        attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
+        tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -812,6 +837,97 @@ def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.
         # the counted collective less what the pieces run: 0 exactly for one of width 1
         out = out + share * (hid + (t_red(1.0) - run))
     return out
+
+
+def tp_kind_bytes(x: Any, kind: str) -> counts.Num:
+    """Bytes of one hidden-width tensor-parallel collective of ``kind`` (``x``: a
+    ``StageCostArrays`` or ``StageCosts``): an all-gather ``tp_ag_bytes`` (the quantised
+    norm output under SP in low precision), a reduce-scatter the rest of the pair's
+    ``2·tp_bytes`` (bf16), an all-reduce ``tp_bytes``."""
+    if kind == "allgather":
+        return x.tp_ag_bytes
+    if kind == "reduce_scatter":
+        return 2 * x.tp_bytes - x.tp_ag_bytes
+    return x.tp_bytes
+
+
+def attn_tp_swap(x: Any, sp: bool, fwd: bool) -> tuple[str, tuple[float, ...]] | None:
+    """The attention's column-side tensor-parallel collective of one pass that runs at other
+    widths than the hidden one the layer's TP term counts: ``(kind, widths)``, or None where
+    it runs at the hidden width or not at all. Megatron-Core's MLA (``transformer/
+    multi_latent_attention.py``, NVIDIA/Megatron-LM d98e8a64 and core_v0.14-v0.17: the
+    down projections ``TELinear`` with ``parallel_mode="duplicated"``, no tp group; the up
+    projections column-parallel, ``gather_output=False``) feeds its column-parallel linears
+    the latents, so under SP the forward all-gathers ``q_lora_rank`` and ``kv_lora_rank``
+    elements per token (each up projection's own sequence-parallel gather, Transformer
+    Engine ``linear.py``/``layernorm_linear.py``) instead of the hidden state, and the
+    backward reduces their data gradients at the same widths (a reduce-scatter under SP,
+    an all-reduce without, ``compute.attention_column_widths``). Without SP the forward's
+    column side has no collective (``copy_to_tensor_model_parallel_region`` is the
+    identity). The row side (``linear_proj``: the forward's reduce-scatter or all-reduce,
+    the backward's all-gather) stays at the hidden width. The backward's asynchronous
+    reductions (``dgrad_reduce_hidden``) already run at these widths; this is the
+    blocking path's. docs/calibration.md §5.81."""
+    widths = tuple(w for w in (x.attn_w, x.attn_w2) if w > 0)
+    if widths == (1.0,) or (fwd and not sp):
+        return None
+    return ("allgather" if fwd else "reduce_scatter" if sp else "allreduce"), widths
+
+
+def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
+                  fwd: bool) -> counts.Num:
+    """Seconds per mean layer and pass the attention's column-side collective takes less
+    than the hidden-width one counted (``attn_tp_swap``): ``t(kind, B) - sum t(kind, w·B)``,
+    ``B`` its hidden-width bytes (``tp_kind_bytes``), ``t(kind, nbytes)`` a collective's
+    seconds; 0 (exactly) without a swap. The one rule the estimate and the lower bound read;
+    the simulator compiles the same pieces (``simulator.program.builder.tp_comm``)."""
+    swap = attn_tp_swap(x, sp, fwd)
+    if swap is None:
+        return 0.0
+    kind, widths = swap
+    nb = tp_kind_bytes(x, kind)
+    out = t(kind, nb)
+    for w in widths:
+        out = out - t(kind, w * nb)
+    return out
+
+
+def attn_rc_gathers(t: Callable[[str, counts.Num], counts.Num], x: Any) -> counts.Num:
+    """Seconds per mean layer's backward of the all-gathers MLA's recomputed up projections
+    run again: Megatron-Core's ``mla_up_proj`` recomputation (``multi_latent_attention.py``
+    ``recompute_up_proj``: ``CheckpointWithoutOutput`` over ``qkv_up_proj_and_rope_apply``,
+    whose inputs are the latents' sequence shards under SP, core_v0.12 and core_v0.17) reruns
+    each up projection's forward, its sequence-parallel all-gather included, before the
+    attention's backward: ``tp_attn_rc`` times ``sum t("allgather", w·tp_ag_bytes)`` over the
+    column linears' widths (``compute.attention_column_widths``). 0 where nothing is
+    recomputed that way. The estimate reads it; the simulator compiles the same gathers
+    after the recomputation (``ProgramBuilder.block``). docs/calibration.md §5.81."""
+    out = 0.0
+    for w in (x.attn_w, x.attn_w2):
+        if w > 0:
+            out = out + t("allgather", w * x.tp_ag_bytes)
+    return x.tp_attn_rc * out
+
+
+def attn_rope_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
+                   fwd: bool) -> counts.Num:
+    """Seconds per mean layer and pass of MLA's rope key collective under SP: the
+    down projection's rope part is the rank's sequence shard, gathered on its own
+    (``multi_latent_attention.py`` ``gather_from_sequence_parallel_region(k_pos_emb)``,
+    core_v0.17.1 line 640, core_v0.12.0 line 419: an all-gather forward, a reduce-scatter
+    backward, both blocking Megatron mappings outside Transformer Engine's TP overlap) of
+    ``qk_rope_head_dim`` bf16 elements per token: ``t(kind, tp_rope_w·B)``, ``B`` the
+    hidden-width reduce-scatter's bf16 bytes. 0 without MLA, SP or tp. The estimate reads
+    it; the simulator compiles the same collective closing each block
+    (``ProgramBuilder._close_block``). docs/calibration.md §5.81."""
+    nb = attn_rope_bytes(x)
+    return np.where(np.asarray(nb) > 0, t("allgather" if fwd else "reduce_scatter", nb), 0.0)
+
+
+def attn_rope_bytes(x: Any) -> counts.Num:
+    """Bytes of MLA's rope key collective under SP (``attn_rope_time``): ``tp_rope_w``
+    times the hidden-width bf16 reduce-scatter's; 0 where there is none."""
+    return x.tp_rope_w * tp_kind_bytes(x, "reduce_scatter")
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

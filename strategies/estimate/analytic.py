@@ -57,8 +57,9 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
-                                  stage_cost_arrays)
+from strategies.cost.stage import (attn_rc_gathers, attn_rope_time, attn_tp_saved,
+                                   dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
+                                   stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
 from strategies.model import ModelSpec
@@ -331,6 +332,16 @@ RANK_FIELDS = tuple(f"{x}_{k}" for x in ("params", "expert_params", "optimizer",
                     for k in ("first", "mid", "last"))
 
 
+def _attn_saved(sc, tp, sp, cl: Cluster):
+    """``cost.stage.attn_tp_saved`` of the forward and of the blocking backward (where no
+    asynchronous reduction runs, ``rd_bytes`` 0) per plan, at contention-free times."""
+    def t(kind: str, nbytes):
+        return cm.collective_time(kind, nbytes, tp, 1, cl)
+    fwd, bwd = (np.where(sp, attn_tp_saved(t, sc, True, f), attn_tp_saved(t, sc, False, f))
+                for f in (True, False))
+    return fwd + np.where(sc.rd_bytes > 0, 0.0, bwd)
+
+
 def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],
                     framework: FrameworkProfile | str | None = None,
                     system: SystemConfig | None = None,
@@ -370,6 +381,11 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
+    # MLA's attention runs its column-side collective at its latents' widths: the forward's
+    # all-gather under SP, the backward's reduction where it is blocking (the asynchronous
+    # one is ``dgrad_reduce_hidden``'s); 0 for any other attention (``cost.stage.attn_tp_saved``,
+    # §5.81)
+    tp_raw = tp_raw - np.where(tp > 1, _attn_saved(sc, tp, sp, cl), 0.0)
     # with overlap, the stack's unfused share of the backward's collectives stays exposed
     # (``FrameworkProfile.tp_overlap_bwd_exposed``: async TP's summed-dgrad reduce-scatters)
     tp_out = sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd * t_ar
@@ -378,6 +394,18 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                            * sc.gemm_fwd,
                            (tp_raw - tp_out) / sc.tp_overlap_chunks) + tp_out
     tp_layer = np.where(tpo, tp_hidden, tp_raw)
+    # MLA's recomputed up projections gather their latents again (``mla_up_proj`` under SP,
+    # ``cost.stage.attn_rc_gathers``, §5.81), blocking
+    if np.any(sc.tp_attn_rc > 0):
+        tp_layer = tp_layer + attn_rc_gathers(
+            lambda kind, nbytes: cm.collective_time(kind, nbytes, tp, 1, cl), sc)
+    # and its rope key's own gather (forward) and reduce-scatter (backward) under SP
+    # (``cost.stage.attn_rope_time``), blocking
+    if np.any(sc.tp_rope_w > 0):
+        def t_rope(kind: str, nbytes):
+            return cm.collective_time(kind, np.where(nbytes > 0, nbytes, 1.0), tp, 1, cl)
+        tp_layer = tp_layer + attn_rope_time(t_rope, sc, True) + attn_rope_time(t_rope, sc,
+                                                                                False)
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(

@@ -82,8 +82,9 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, dgrad_reduce_hidden, sp_regather_exposed,
-                                   stage_cost_arrays, tp_collectives_per_layer)
+from strategies.cost.stage import (StageCostArrays, attn_tp_saved, dgrad_reduce_hidden,
+                                   sp_regather_exposed, stage_cost_arrays,
+                                   tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
@@ -217,13 +218,24 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
         cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
+    # MLA's attention runs its column-side collective at its latents' widths
+    # (``attn_tp_saved``, §5.81): the forward's all-gather under SP, the backward's
+    # reduction where it is blocking, at the collectives' floors and TP overlap's share
+    # (not for the dearest layers' upper figure, ``hide`` False)
+    def t_floor(kind: str, nbytes):
+        return group_floor(nbytes, tp, 1, 2 if kind == "allreduce" else 1, cl)
+    saved_f = np.where(tp > 1, np.where(sp, attn_tp_saved(t_floor, sc, True, True), 0.0), 0.0)
+    saved_b = np.where((tp > 1) & (sc.rd_bytes <= 0),
+                       np.where(sp, attn_tp_saved(t_floor, sc, True, False),
+                                attn_tp_saved(t_floor, sc, False, False)), 0.0)
+    over = np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0) * (1.0 if hide else 0.0)
     # SP's backward re-gathers stall the compute stream inside the block, before what closes
     # it: at least their exposure at the all-gather's floor (``sp_regather_exposed``)
     rg = sp_regather_exposed(lambda w: np.where(sc.rg_bytes > 0, group_floor(
         sc.rg_bytes * w, tp, 1, 1, cl), 0.0), sc)
     # the column-parallel data gradients' reductions the weight gradients hide, at most
     # their floor each (``dgrad_reduce_hidden``; rd_bytes 0 under TP overlap)
-    tp_b = n_b * tau_b
+    tp_b = np.maximum(n_b * tau_b - (s * hide + (1 - s) * over) * saved_b, 0.0)
     if hide:
         rd = sc.rd_bytes
 
@@ -231,7 +243,7 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(n_f * tau + a2a + etp_c, cp_f),
+    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c, cp_f),
             np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
 
 

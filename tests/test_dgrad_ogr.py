@@ -1,0 +1,77 @@
+"""Why the estimate and the contention-free simulation part under ``overlap_grad_reduce``
+when the data gradients' reductions run beside the weight gradients (docs/calibration.md
+§5.75's named gap, §5.81): not the network (the simulation is contention-free) nor the
+tp-comm stream's order, but the data-parallel stream's queue. The gradient buckets are
+reduced one after another on the dp-comm stream, each as soon as its layers' gradients are
+complete (``simulator.program.grad_buckets``: here one bucket per layer, the embedding's
+last). The estimate's exposed reduction is ``max(t_grad - window, t_edge)``: the whole
+reduction past the backward's compute, or the last bucket alone. Hiding the reductions
+shortens what follows the first layer's gradients (its blocking TP collectives and the
+embedding's backward) below that layer's bucket, so the bucket overruns the backward and
+delays the last one by the overrun, which neither term holds."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.simulate import simulate
+from strategies.cost import comm as cm
+from strategies.cost.stage import stage_costs
+from strategies.estimate.scalar import estimate
+from strategies.framework import MEGATRON_CORE
+from tests.tp_backward_checks import tp_job
+
+OFF = replace(MEGATRON_CORE, dgrad_overlap="none")
+SPEC = "tp=4,pp=1,dp=2,mbs=1,gbs=4,sp=true"       # overlap_grad_reduce on (the default)
+
+
+def _tail(job):
+    """(the simulation's records of rank 0's last two gradient buckets, the end of its
+    backward's last compute op)."""
+    res = simulate(job, network="contention-free")
+    recs = [r for r in res.records if r.rank == 0]
+    buckets = sorted((r for r in recs if r.stream == "dp-comm" and "dp bucket" in r.label),
+                     key=lambda r: r.start)
+    end = max(r.end for r in recs if r.stream == "compute" and r.kind in ("backward",
+                                                                           "embedding")
+              and r.label.startswith("B"))
+    return res.step_time_s, buckets[-2], buckets[-1], end
+
+
+@pytest.mark.parametrize("fw", [MEGATRON_CORE, OFF], ids=["async", "blocking"])
+def test_gap_is_the_penultimate_buckets_overrun(fw) -> None:
+    """The simulation's step exceeds the estimate by exactly the penultimate bucket's
+    overrun past the backward's end (1e-9), and that overrun is the bucket's seconds less
+    what follows the first layer's backward compute: its blocking TP all-gathers (the
+    reduce-scatters run beside the weight gradients, §5.75) and the embedding's backward.
+    Blocking, the reduce-scatter is in that tail too, the bucket is hidden, and the two
+    agree."""
+    job = tp_job(SPEC, fw=fw)
+    c = stage_costs(job)
+    step, prev, last, end = _tail(job)
+    e = estimate(job).step_time_s
+    overrun = max(0.0, prev.end - end)
+    assert last.start == pytest.approx(max(end, prev.end), abs=1e-12)
+    assert step - e == pytest.approx(overrun, rel=1e-9, abs=1e-12)
+    t_ag = float(cm.collective_time("allgather", c.tp_bytes, 4, 1, job.cluster))
+    t_rs = float(cm.collective_time("reduce_scatter", c.tp_bytes, 4, 1, job.cluster))
+    # the layer's two pairs (attention, MLP): two all-gathers, and blocking two reduce-scatters
+    tail = 2 * t_ag + c.embedding_bwd + (2 * t_rs if fw is OFF else 0.0)
+    assert overrun == pytest.approx(max(0.0, (prev.end - prev.start) - tail), rel=1e-9,
+                                    abs=1e-12)
+    if fw is OFF:
+        assert overrun == 0.0
+    else:
+        assert overrun > 0.0
+
+
+def test_without_grad_overlap_the_two_agree() -> None:
+    """With ``overlap_grad_reduce=false`` every bucket runs after the backward: the rule moves
+    the estimate and the simulation by the same seconds (tests/test_dgrad_reduce.py)."""
+    spec = SPEC + ",overlap_grad_reduce=false"
+    on, off = tp_job(spec), tp_job(spec, fw=OFF)
+    e = estimate(on).step_time_s - estimate(off).step_time_s
+    s = (simulate(on, network="contention-free").step_time_s
+         - simulate(off, network="contention-free").step_time_s)
+    assert e < 0 and s == pytest.approx(e, rel=1e-9)
