@@ -852,3 +852,43 @@ def test_known_negative_dp_comm():
     job = make_job(_model("qwen3-30b-a3b"), parse_cluster_arg("dgx-h100:2"),
                    parse_plan("ep=4,pp=2,gbs=32,first_stage_layers=1"))
     assert estimate(job).breakdown_s["dp_comm"] >= 0
+
+
+# ----------------------------------------------------------------- saved plan files
+
+SAVED_PLAN = {"tp": 2, "pp": 4, "dp": 1, "cp": 1, "ep": 1, "mbs": 1, "gbs": 16,
+              "schedule": "interleaved", "vpp": 2, "recompute": "selective", "sp": True,
+              "zero": 1, "recompute_modules": ["core_attn", "mlp"],
+              "microbatch_group_size": 4, "framework": "megatron-core",
+              "found_for": {"model": "llama3-8b", "cluster": "dgx-h100:1", "gpus": 8,
+                            "global_batch": 16, "seq_len": 8192, "dtype": "bf16",
+                            "step_time_s": 2.0}}
+
+
+@fuzz(150)
+@given(st.data(), st.sampled_from(["p.yaml", "p.json"]),
+       st.sampled_from(["estimate", "estimate", "compare"]))
+def test_saved_plan_files_mutated(data, name, command):
+    """A plan file as ``search --save-plan`` writes it (a framework and a ``found_for``
+    record), mutated, through ``--plan FILE``: 0 (a differing ``found_for`` only warns) or 2
+    with one line."""
+    d = copy.deepcopy(SAVED_PLAN)
+    for _ in range(data.draw(st.integers(1, 3))):
+        target = d["found_for"] if (isinstance(d.get("found_for"), dict)
+                                    and data.draw(st.booleans())) else d
+        key = data.draw(st.sampled_from(sorted(target, key=str) + ["extra", "layout",
+                                                                   "flushes"]))
+        if data.draw(st.integers(0, 3)) == 0:
+            target.pop(key, None)
+        else:
+            target[key] = data.draw(NASTY | st.sampled_from(
+                ["torchtitan", "nemo", "llama3-70b", "dgx-a100:1", 4, 32, "fp8", "1f1b",
+                 "Et*8|t*8|t*8|t*8L", ["mlp"], "full"]))
+    path = os.path.join(_DIR, name)
+    try:
+        text = json.dumps(d) if name.endswith(".json") else yaml.safe_dump(d)
+    except (ValueError, TypeError, OverflowError):
+        return
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    cli([command, *H100, "--plan", path, "--json"])
