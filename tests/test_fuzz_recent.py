@@ -892,3 +892,13 @@ def test_saved_plan_files_mutated(data, name, command):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     cli([command, *H100, "--plan", path, "--json"])
+
+
+def test_found_search_plan_file_value_with_commas(tmp_path):
+    """``search --plan FILE`` joined the file's values with ',' for ``parse_fix``: a value
+    ``"alltoall,tp=8"`` fixed tp=8 too (``estimate`` refuses the same file)."""
+    (tmp_path / "p.yaml").write_text('gbs: 16\nmoe_dispatcher: "alltoall,tp=8"\n',
+                                     encoding="utf-8")
+    for command in ("search", "estimate"):
+        rc, _, err = cli([command, *H100, "--plan", str(tmp_path / "p.yaml"), "--json"])
+        assert rc == 2 and "moe_dispatcher" in err and "alltoall,tp=8" in err, err
