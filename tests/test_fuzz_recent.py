@@ -902,3 +902,22 @@ def test_found_search_plan_file_value_with_commas(tmp_path):
     for command in ("search", "estimate"):
         rc, _, err = cli([command, *H100, "--plan", str(tmp_path / "p.yaml"), "--json"])
         assert rc == 2 and "moe_dispatcher" in err and "alltoall,tp=8" in err, err
+
+
+def test_found_exports_of_flushes():
+    """A plan with flushes=2 (no --framework) was exported as one flush: Megatron-LM's and
+    DeepSpeed's launches silently, torchtitan's with ``local_batch_size`` = the whole step's
+    micro-batches (no accumulation loop). Megatron and DeepSpeed now refuse it; torchtitan's
+    local batch is one flush's (its accumulation loop runs the flushes)."""
+    rc, _, err = cli(["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32,flushes=2", "--export",
+                      "megatron"])
+    assert rc == 2 and "flushes=2" in err and "Megatron-LM runs one pipeline schedule" in err
+    rc, _, err = cli(["estimate", *H100, "--plan", "pp=4,dp=2,gbs=32,flushes=2", "--export",
+                      "deepspeed"])
+    assert rc == 2 and "flushes=2" in err and "use --export megatron" not in err, err
+    rc, out, _ = cli(["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32,flushes=2", "--export",
+                      "torchtitan"])
+    assert rc == 0 and "local_batch_size = 16\n" in out and "global_batch_size = 32\n" in out
+    rc, out, _ = cli(["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32", "--export",
+                      "torchtitan"])
+    assert rc == 0 and "local_batch_size = 32\n" in out
