@@ -69,6 +69,11 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes
+    if p.microbatch_group_size is not None:   # interleaved only (the schedule's own rule)
+        a.append("--microbatch-group-size-per-virtual-pipeline-stage "
+                 f"{p.microbatch_group_size}")
+    if p.cuda_graph:   # the whole step as one graph (framework.FrameworkProfile.cuda_graph)
+        a.append("--cuda-graph-impl full_iteration")
     if p.sp:
         a.append("--sequence-parallel")
     if p.recompute == "full":   # every layer alone: uniform groups of 1 (strategies.cost.recompute)

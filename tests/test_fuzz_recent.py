@@ -921,3 +921,17 @@ def test_found_exports_of_flushes():
     rc, out, _ = cli(["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32", "--export",
                       "torchtitan"])
     assert rc == 0 and "local_batch_size = 32\n" in out
+
+
+def test_found_megatron_export_keeps_group_size_and_graph():
+    """``--export megatron`` dropped ``microbatch_group_size`` (Megatron-Core's default group
+    is pp: another schedule than the one costed) and ``cuda_graph`` (the host time the
+    estimate removed would be paid)."""
+    rc, out, _ = cli(["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32,schedule=interleaved,"
+                      "vpp=2,microbatch_group_size=8", "--export", "megatron"])
+    assert rc == 0 and "--microbatch-group-size-per-virtual-pipeline-stage 8" in out
+    rc, out, _ = cli(["estimate", *H100, "--plan", "tp=8,gbs=16,cuda_graph=true", "--export",
+                      "megatron"])
+    assert rc == 0 and "--cuda-graph-impl full_iteration" in out
+    rc, out, _ = cli(["estimate", *H100, "--plan", "tp=8,gbs=16", "--export", "megatron"])
+    assert rc == 0 and "--cuda-graph-impl" not in out and "--microbatch-group-size" not in out
