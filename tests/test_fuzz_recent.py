@@ -650,13 +650,18 @@ BASE_COMMANDS = [
     ["whatif", *H100, "--global-batch", "16", "--vary", "nodes=1,2", "--plot", "@w.png"],
     ["search", *H100, "--global-batch", "16", "--fix", "tp=8,recompute_modules=core_attn",
      "--save-plan", "@best.yaml"],
+    ["estimate", *H100, "--plan", "tp=2,pp=4,gbs=32,schedule=interleaved,vpp=2", "--export",
+     "megatron"],
+    ["estimate", *MOE, "--plan", "ep=8,zero=3,gbs=16", "--export", "torchtitan",
+     "--framework", "torchtitan"],
 ]
 ARG_JUNK = ["0", "-1", "nan", "inf", "x", "", "2", "3", "interleaved:0", "flushes=0",
             "layout=E|L", "etp=3", "recompute_modules=moe", "moe_capacity_factor=nan",
             "ep_overlap=maybe", "--framework", "torchtitan", "nope", "--dtype", "nvfp4",
             "--json", "dgx-h100:0", "1e3", "megatron-core", "schedule=dualpipe", "mbs=3",
             "microbatch_group_size=3", "cuda_graph=true", "moe_routing=contiguous",
-            "--straggler", "0=2", "--degrade", "nic:0=2"]
+            "--straggler", "0=2", "--degrade", "nic:0=2", "--export", "deepspeed", "maxtext",
+            "llm-foundry", "flushes=2", "layout=Et*4|(t*4|)*6,t*4L", "first_stage_layers=2"]
 
 
 @fuzz(150)
