@@ -196,7 +196,7 @@ def test_the_cli_search_carries_them(capsys):
     (["--fix", "flushes=2", "--framework", "megatron-core"],
      ["--fix='flushes=2'", "megatron-core runs one pipeline schedule over a step's "
       "micro-batches (flushes=1)"]),
-    (["--fix", "flushes=0"], ["--fix='flushes=0'", "must be >= 1"]),
+    (["--fix", "flushes=0"], ["--fix='flushes=0'", "must be an integer >= 1"]),
     (["--fix", "schedule=1f1b,microbatch_group_size=8"],
      ["--fix='microbatch_group_size=8'", "only applies to schedule=interleaved, not 1f1b"]),
     (["--plan", "microbatch_group_size=4,gbs=64", "--framework", "hai-llm"],

@@ -779,6 +779,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         dp_exposed = dp_exposed + np.where(rep > 0, cm.collective_time(
             "allreduce", np.where(rep > 0, rep, 1.0), tp, 1, cl), 0.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
+    # a tail shorter than its optimizer (every rank's slack larger than its reduction: an
+    # uneven pipeline's short stage) hides part of that optimizer behind the pipeline: the
+    # breakdown shows the optimizer's exposed part and no negative communication (the step,
+    # their sum, is unchanged)
+    hidden = np.minimum(dp_exposed, 0.0)
+    dp_exposed, t_opt = dp_exposed - hidden, t_opt + hidden
 
     # breakdown on the slowest stage (exposed seconds per step)
     share = lps * mb
