@@ -7,7 +7,9 @@ stage layer counts), a deterministic sample of them (every ``n``-th), and prints
 gap of the step time of
 
 * ``raw``: the plan columns' arrays (``estimate_arrays_mixed``: each rank priced by its own
-  layer count, the even pipeline's order), what the search reported before;
+  layer count, the even pipeline's order), what the search reported before for a one-kind
+  model (Llama 3.1 405B, Qwen3-235B-A22B; DeepSeek-V3 mixes kinds of layer, so its rows went
+  through the scalar's path already);
 * ``search``: the arrays the search reports (``estimate.kinds.with_kind_rows``: the rows it
   cannot price by columns go through the scalar's own path, ``scalar.step_arrays``),
 
