@@ -341,3 +341,23 @@ def test_the_recommendation_says_why(capsys):
     assert rec["plan"]["microbatch_group_size"] == 9
     assert any(w.startswith("micro-batch group (microbatch_group_size 9): 36 micro-batches")
                for w in rec["why"])
+
+
+def test_search_report_shows_the_scalar_figure_of_uneven_rows():
+    """A search of a one-kind model whose even split is refused (14 layers on pp 4: the
+    layouts' rows only, docs/search.md "Uneven pipeline layouts"): every reported plan's
+    ``analytic_step_time_s`` is the scalar estimate's of that plan."""
+    from dataclasses import replace
+
+    from simulator.search.run import SearchConfig, run_search
+    m = replace(DENSE, name="llama-14l", num_layers=14)
+    rep = run_search(SearchConfig(model=m, cluster=CL, gbs=32, k=3, workers=1,
+                                  options=SpaceOptions(max_mbs=1, max_vpp=2,
+                                                       fixed={"tp": 1, "pp": 4})))
+    rows = rep["plans"] + [rep["recommended"]]
+    for r in rows:
+        p = parse_plan(r["key"])
+        assert p.pp == 4 and (p.first_stage_layers or p.last_stage_layers
+                              or p.account_embedding or p.account_loss), r["key"]
+        e = estimate(make_job(m, CL, p))
+        assert r["analytic_step_time_s"] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)
