@@ -21,12 +21,62 @@ repeats (``ONCE_PER_STEP``). docs/calibration.md §5.43.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-from strategies.job import Job
+import numpy as np
+
+if TYPE_CHECKING:
+    from strategies.job import Job
 
 #: breakdown parts that run once per optimizer step, whatever the flushes
 ONCE_PER_STEP = ("optimizer",)
+
+
+#: the per-step figures of an estimate's arrays that ``flushed_arrays`` composes besides the
+#: breakdown (``scalar.BREAKDOWN_KEYS``): the step, and those that scale with ``k·T_1/T``
+RATE_KEYS = ("tokens_per_s", "mfu", "hfu", "bubble_fraction")
+
+
+def flush_rules(pp: Any, m: Any, k: Any, grouped: Any = False) -> list:
+    """The rules on ``flushes`` ``k`` of plans with ``pp`` pipeline ranks and ``m``
+    micro-batches per pipeline and step (``gbs/(mbs·dp)``), as ``(field, value, ok, why)``
+    (``schedules.base.Rule``; scalars or arrays): the one rule ``make_job`` raises and the
+    search's mask applies. ``grouped``: the plan gives ``group_microbatches``."""
+    ka, pp, ma = np.asarray(k), np.asarray(pp), np.asarray(m)
+    one = ka == 1
+    return [("flushes", k, one | (pp > 1),
+             lambda: "needs pipeline parallelism (pp > 1): without it the local batches are "
+                     "plain gradient accumulation (flushes=1)"),
+            ("flushes", k, one | ~np.asarray(grouped, bool),
+             lambda: "is not combined with group_microbatches"),
+            ("flushes", k, one | (ma % np.maximum(ka, 1) == 0),
+             lambda: f"must divide the {m} micro-batches per pipeline (gbs/(mbs*dp))")]
+
+
+def flushed_arrays(one: Mapping[str, Any], k: Any, breakdown: tuple[str, ...]
+                   ) -> dict[str, Any]:
+    """An estimate's arrays (``analytic.estimate_arrays``) of plans of ``k`` flushes (an array
+    or a number) from those of one flush, as ``estimate.scalar`` composes one plan: the step
+    ``flushed_step_s``, the ``breakdown`` keys ``flushed_breakdown``'s way, ``RATE_KEYS``
+    times ``k·T_1/T``, ``num_microbatches`` ``k`` times; every other entry (per-layer and
+    per-message seconds, the stage-cost record) one flush's. Where ``k`` is 1 the figures
+    are one flush's bit for bit."""
+    k = np.asarray(k, dtype=float)
+    t1 = np.asarray(one["step_time_s"], dtype=float)
+    opt = np.asarray(one["optimizer"], dtype=float)
+    step = np.where(k == 1, t1, flushed_step_s(t1, opt, k))
+    scale = k * t1 / np.where(step > 0, step, 1.0)
+    out = dict(one)
+    for key in breakdown:
+        if key not in ONCE_PER_STEP:
+            out[key] = np.where(k == 1, one[key], k * np.asarray(one[key], dtype=float))
+    for key in RATE_KEYS:
+        out[key] = np.where(k == 1, one[key], np.asarray(one[key], dtype=float) * scale)
+    out["step_time_s"] = step
+    if "num_microbatches" in one:
+        out["num_microbatches"] = np.where(k == 1, one["num_microbatches"],
+                                           k * np.asarray(one["num_microbatches"]))
+    return out
 
 
 def flush_job(job: Job) -> Job:

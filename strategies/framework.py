@@ -476,6 +476,14 @@ class FrameworkProfile:
     #: the input gradient after the matmul's backward has computed both GEMMs; XLA not read).
     #: ``cost.stage.dgrad_reduce_hidden`` (docs/calibration.md §5.75)
     dgrad_overlap: str = "all"
+    #: how tensor parallelism runs MLA's down projections (``linear_q_down_proj``,
+    #: ``linear_kv_down_proj``): ``"replicated"`` (Megatron-Core core_v0.14 on, 720c8b40d8
+    #: 2025-07-29, and before 1c425a8313: ``TELinear`` with ``parallel_mode="duplicated"``,
+    #: no tp collective per micro-batch) or ``"column"`` (core_v0.12.0-v0.13.1, from
+    #: 1c425a8313 2025-02-24 "Use TEColumnParallelLinear instead of TELinear in MLA down
+    #: proj layers": each all-gathers the hidden state under SP and its latents are gathered
+    #: over tp and re-split; ``cost.stage.attn_down_ops``, docs/calibration.md §5.85)
+    mla_down_proj: str = "replicated"
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
     #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
@@ -775,6 +783,9 @@ class FrameworkProfile:
         if self.dgrad_overlap not in DGRAD_OVERLAPS:
             raise SpecError("framework.dgrad_overlap", self.dgrad_overlap,
                             f"must be one of {', '.join(DGRAD_OVERLAPS)}")
+        if self.mla_down_proj not in MLA_DOWN_PROJS:
+            raise SpecError("framework.mla_down_proj", self.mla_down_proj,
+                            f"must be one of {', '.join(MLA_DOWN_PROJS)}")
         for way in self.layouts:
             if way not in LAYOUT_WAYS:
                 raise SpecError("framework.layouts", way,
@@ -834,6 +845,8 @@ class FrameworkProfile:
 ZERO3_GATHERS = ("bucketed", "per-tensor")
 #: ``FrameworkProfile.dgrad_overlap``'s values
 DGRAD_OVERLAPS = ("all", "sp", "none")
+#: ``FrameworkProfile.mla_down_proj``'s values
+MLA_DOWN_PROJS = ("replicated", "column")
 #: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
 #: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
 CP_IMPLS = ("ring", "allgather", "torch")

@@ -13,6 +13,7 @@ from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
+from strategies.flushes import flush_rules
 from strategies.schedules.base import raise_first
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
@@ -153,17 +154,11 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
 
 def _per_flush(plan: Plan, counts: list[int]) -> int:
     """Micro-batches per pipeline flush of a plan with ``flushes`` > 1 (``strategies.flushes``):
-    pipelined, one count for every replica, and a whole number per flush."""
-    k = plan.flushes
-    if plan.pp == 1:
-        raise SpecError("flushes", k, "needs pipeline parallelism (pp > 1): without it the "
-                        "local batches are plain gradient accumulation (flushes=1)")
-    if plan.group_microbatches is not None:
-        raise SpecError("flushes", k, "is not combined with group_microbatches")
-    if counts[0] % k:
-        raise SpecError("flushes", k, f"must divide the {counts[0]} micro-batches per "
-                        f"pipeline (gbs/(mbs*dp))")
-    return counts[0] // k
+    pipelined, one count for every replica, and a whole number per flush
+    (``flushes.flush_rules``, the rule the search's mask applies)."""
+    raise_first(flush_rules(plan.pp, counts[0], plan.flushes,
+                            plan.group_microbatches is not None))
+    return counts[0] // plan.flushes
 
 
 def check_plan_against_model(model: ModelSpec, plan: Plan) -> None:

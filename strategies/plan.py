@@ -213,6 +213,8 @@ class Plan:
                          f"last{self.last_stage_layers or '-'}")
         if self.account_embedding or self.account_loss:
             parts.append("slots" + "+E" * self.account_embedding + "+L" * self.account_loss)
+        if self.microbatch_group_size is not None:
+            parts.append(f"group{self.microbatch_group_size}")
         if self.flushes > 1:
             parts.append(f"flushes{self.flushes}")
         return " ".join(parts)

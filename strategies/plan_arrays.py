@@ -32,14 +32,15 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
          "flash_attn": "flash", "overlap_grad_reduce": "ogr",
          "overlap_param_gather": "opg", "tp_comm_overlap": "tpo",
          "recompute_layers": "rcl", "recompute_method": "rcu", "recompute_modules": "rcm",
-         "first_stage_layers": "lf", "last_stage_layers": "ll", "account_slots": "acc"}
+         "first_stage_layers": "lf", "last_stage_layers": "ll", "account_slots": "acc",
+         "flushes": "fl", "microbatch_group_size": "mgs"}
 #: Columns a mapping may leave out (0: all layers / block / the default modules; no uneven
-#: layout).
-OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc")
+#: layout; one pipeline flush per step; the schedule's default micro-batch group).
+OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc", "fl", "mgs")
 _FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
           "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
           "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most",
-          "layout_mid_most")
+          "layout_mid_most", "flushes", "microbatch_group_size")
 #: ``PlanArrays`` fields read from a plan's layout string (``layout.layout_string_extremes``;
 #: NaN: none), in its order
 LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "layout_most")
@@ -59,8 +60,10 @@ class PlanArrays:
     ``schedule`` and ``recompute`` as ``schedule_code``/``RECOMPUTE_CODE`` integers, ``zero``
     as an integer, switches as booleans; partial recomputation (``strategies.cost.recompute``)
     as ``recompute_layers`` (0: every layer), ``recompute_method`` (``METHOD_CODE``) and
-    ``recompute_modules`` (a ``MODULES`` bit mask, 0: the default ``core_attn``). Built with
-    ``from_plans``/``from_columns``."""
+    ``recompute_modules`` (a ``MODULES`` bit mask, 0: the default ``core_attn``); pipeline
+    ``flushes`` per step (``strategies.flushes``: every figure is one flush's of
+    ``gbs/flushes``, composed) and Megatron's ``microbatch_group_size`` (0: the schedule's
+    default, ``pp``). Built with ``from_plans``/``from_columns``."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -94,6 +97,8 @@ class PlanArrays:
     first_stage_layers: np.ndarray = 0.0
     last_stage_layers: np.ndarray = 0.0
     account_slots: np.ndarray = False
+    flushes: np.ndarray = 1.0               # pipeline flushes per optimizer step
+    microbatch_group_size: np.ndarray = 0.0  # interleaved micro-batch group (0: pp)
     # a layout string (``Plan.layout``; NaN: none), which no search column says: rank 0's,
     # rank pp-2's and rank pp-1's layers (per copy under DualPipe) and the fewest and most a
     # virtual stage holds (``layout.layout_string_extremes``); only the lower bound reads
@@ -160,8 +165,8 @@ class PlanArrays:
     @classmethod
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
-        zero flash ogr opg tpo``; ``rcl rcu rcm`` optional: all layers, block, the default
-        modules; ``etp imb cf epo disp cg route`` optional: tp, the default imbalance, no
+        zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
+        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route`` optional: tp, the default imbalance, no
         dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph,
         random routing)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
@@ -195,7 +200,7 @@ def _code(name: str, v: Any) -> Any:
     if name == "moe_routing":
         return ROUTINGS.index(v)
     return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
-                                       "last_stage_layers") else v
+                                       "last_stage_layers", "microbatch_group_size") else v
 
 
 def as_plan_arrays(plans: PlanArrays | Mapping[str, Any]) -> PlanArrays:

@@ -316,8 +316,9 @@ CASES = [
                                           "--save-plan", "{d}/best.yaml"],
      {"p.yaml": "ep: 8\ngbs: 16\nmoe_capacity_factor: -1\n"},
      ["--plan='moe_capacity_factor=-1'", "must be a number > 0"]),
-    ("search-unknown-plan-key", ["search", *MOE, "--plan", "ep=8,gbs=16,flushes=2"], {},
-     ["--plan='flushes'", "not a key a search can fix"]),
+    ("search-unknown-plan-key", ["search", *MOE, "--plan",
+                                 "ep=8,gbs=16,group_microbatches=8/8"], {},
+     ["--plan='group_microbatches'", "not a key a search can fix"]),
     ("calibrate-bad-tp-no-profile", ["calibrate", "--backend", "fake", "--out", "{d}/gpu.yaml",
                                      "--tp", "0"], {}, ["--tp=0", ">= 1"]),
 ]

@@ -398,7 +398,8 @@ def test_search_takes_the_shared_plan_input(capsys, tmp_path):
     assert rep2["inputs"]["fixed"] == {"tp": 2, "sp": True}
     assert {p["plan"]["sp"] for p in rep2["plans"]} == {True}
     for bad, words in ((["--plan", "tp=2,gbs=16", "--global-batch", "32"], ["--global-batch"]),
-                       (["--plan", "flushes=2,gbs=16"], ["--plan", "flushes"]),
+                       (["--plan", "layers_per_stage=48/48,gbs=16"],
+                        ["--plan", "layers_per_stage", "not a key a search can fix"]),
                        (["--plan", "tp=2,gbs=16", "--fix", "tp=4"], ["--plan", "tp=2", "--fix"])):
         rc, out, err = run(capsys, "search", *GPT, *bad)
         assert rc == 2 and out == "" and err.count("\n") == 1, err

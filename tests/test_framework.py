@@ -132,9 +132,13 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
                     if not plan_violations(fw, _switched(free.plan(i), fw))}
         op = {k for k in named_keys if "recompute=op," in k}
         assert bool(op) == ("op" in fw.recompute)
-        assert named_keys - op == runnable
+        # A stack that runs several pipeline flushes gives a row that does not fit with one
+        # the fewest that fit (``space._fewest_flushes``): rows the unnamed space pruned.
+        flushed = {k for k in named_keys if ",flushes=" in k}
+        assert not flushed or fw.pipeline_flushes
+        assert named_keys - op - flushed == runnable
         if "block" in fw.recompute_methods:
-            assert named_keys - op <= free_keys
+            assert named_keys - op - flushed <= free_keys
     for i in range(named.size):
         p = named.plan(i)
         assert plan_violations(fw, p) == []

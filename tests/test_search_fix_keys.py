@@ -8,8 +8,7 @@
 * selective recompute of more than ``core_attn`` is not "redundant" with FlashAttention;
 * bad values exit 2 naming field, value and rule (a module the model or the stack lacks,
   a recompute mode other than selective, a stack with no selective recompute);
-* ``flushes`` and ``microbatch_group_size`` stay refused: the arrays the search scores (and
-  its bound) do not read them (``PlanArrays`` has no such field).
+* (``flushes`` and ``microbatch_group_size``: tests/test_search_flushes.py).
 """
 from __future__ import annotations
 
@@ -43,7 +42,6 @@ def test_parse_fix_reads_modules_in_module_order():
     assert parse_fix("recompute=selective,recompute_modules=layernorm/mlp") == \
         {"recompute": "selective", "recompute_modules": ("layernorm", "mlp")}
     assert "recompute_modules" in FIX_KEYS
-    assert "flushes" not in FIX_KEYS and "microbatch_group_size" not in FIX_KEYS
 
 
 def test_fixed_modules_are_carried_and_round_trip():
@@ -116,9 +114,6 @@ def test_the_cli_search_carries_the_modules(capsys):
      ["recompute_modules=mlp", "megatron-lm-2021 recomputes the modules core_attn"]),
     (["--fix", "recompute_modules=mlp", "--framework", "pytorch-eager"],
      ["recompute_modules=mlp", "needs recompute=selective; pytorch-eager runs recompute"]),
-    (["--plan", "flushes=2,gbs=64"], ["--plan", "flushes", "not a key a search can fix"]),
-    (["--plan", "microbatch_group_size=4,gbs=64"],
-     ["--plan", "microbatch_group_size", "not a key a search can fix"]),
 ])
 def test_bad_values_exit_2(capsys, argv, words):
     assert main(["search", "--model", "llama3-8b", "--cluster", "dgx-h100:1", *argv]) == 2

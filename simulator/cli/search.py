@@ -26,6 +26,7 @@ from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record
 from strategies.framework import plan_view, stack_rules
 from strategies.plan import Plan
 from strategies.search.space import FIX_KEYS, SWITCH_KEYS, SpaceOptions, parse_fix
+from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
 
@@ -148,7 +149,15 @@ def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
     # a fixed switch the stack lacks (ep_overlap, cuda_graph, a dispatcher): its own rule in
     # ``framework.stack_rules``, read on a plan that carries only the fixed switches
     # (recompute_modules likewise, on a selective plan: the modules the stack recomputes)
-    switches = {k: v for k, v in fixed.items() if k in SWITCH_KEYS or k == "recompute_modules"}
+    # a micro-batch group needs a schedule that takes one (interleaved) among the stack's
+    grouped = [n for n in fw.schedules if get_schedule(n).uses_group]
+    if "microbatch_group_size" in fixed and not grouped:
+        raise CliError("--fix", f"microbatch_group_size={fixed['microbatch_group_size']}",
+                       f"{fw.name} runs schedule {', '.join(fw.schedules)}, none of which takes "
+                       "a micro-batch group (choose another --framework or another value)")
+    # (flushes likewise: a stack that runs one pipeline schedule per step refuses flushes > 1)
+    switches = {k: v for k, v in fixed.items()
+                if k in SWITCH_KEYS or k in ("recompute_modules", "flushes")}
     if "recompute_modules" in switches and "selective" not in fw.recompute:
         raise CliError("--fix", "recompute_modules=" + "+".join(switches["recompute_modules"]),
                        f"needs recompute=selective; {fw.name} runs recompute "

@@ -20,9 +20,10 @@ from strategies.schedules.p2p_streams import stream_of
 from strategies import placement
 from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, has_dp_copies,
                                   in_one_node, measured_scale, per_tensor_excess, profile_of)
-from strategies.cost.stage import (StageCosts, attn_rope_bytes, attn_tp_swap, chunk_layers,
-                                  chunk_sum, dgrad_reduce_pieces, dgrad_reduce_time,
-                                  sp_regather_pieces, tp_kind_bytes)
+from strategies.cost.stage import (StageCosts, attn_down_ops, attn_full_rc_ops,
+                                  attn_rope_bytes, attn_tp_swap, chunk_layers, chunk_sum,
+                                  dgrad_reduce_pieces, dgrad_reduce_time,
+                                  sp_grad_allreduce_bytes, sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
@@ -273,6 +274,23 @@ class ProgramBuilder:
                 if ag is not None:
                     self.wait.append(ag)
 
+    def full_rc_ops(self, nl: float, n_tp: float, label: str, i: int, c: int,
+                    rc: int | None, after: int | None) -> None:
+        """The blocking collectives of MLA's attention forward that full recomputation reruns
+        (``cost.stage.attn_full_rc_ops``) over the recomputed layers of ``nl``: the mean
+        layer's share (``tp_attn_full_rc``), or under block partial recomputation the layers
+        ``chunk_recompute_comm`` counts (its ``n_tp``, two per layer), after the rerun's TP
+        collectives."""
+        cs = self.c
+        layers = n_tp / 2 if cs.recompute_cap > 0 else nl * cs.tp_attn_full_rc
+        for kd, nb in attn_full_rc_ops(cs, bool(self.p.sp)):
+            if nb > 0:
+                op = self.coll("tp-comm", kd, "tp", nb, layers, "tp",
+                               f"{_TP_TAG[kd]} tp recompute attn {label}", i, c,
+                               deps=(rc, after))
+                if op is not None:
+                    self.wait.append(op)
+
     def regather(self, nl: float, secs: float, label: str, i: int, c: int,
                  start: tuple) -> float:
         """Sequence parallelism's backward re-gathers of ``nl`` mean layers
@@ -411,6 +429,8 @@ class ProgramBuilder:
             self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
             if cs.tp_attn_rc > 0:   # MLA's recomputed up projections' gathers (§5.81)
                 self.rc_gathers(nl, label, i, c, rc, a2a)
+            if cs.tp_attn_full_rc > 0:  # full recompute's rerun MLA gathers (§5.85)
+                self.full_rc_ops(nl, n_tp, label, i, c, rc, a2a)
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
@@ -519,6 +539,14 @@ class ProgramBuilder:
                              f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
             if rope is not None:
                 self.wait.append(rope)
+        # MLA's column-parallel down projections' own collectives, blocking
+        # (``attn_down_ops``, §5.85): each closing the block after the layer's others
+        for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd):
+            if nb > 0:
+                dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
+                               f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+                if dn is not None:
+                    self.wait.append(dn)
         return main
 
     # ------------------------------------------------------------------ passes
@@ -963,6 +991,14 @@ class ProgramBuilder:
         if self.grad_sync or (self.p.zero == 3 and self.copies) or self.mirrored:
             dp_ops = self.streams["dp-comm"]
             self.wait += [dp_ops[-1].id] if dp_ops else []
+        # MLA's sequence-parallel-marked replicated gradients over tp, after the reduction
+        # (``cost.stage.sp_grad_allreduce_bytes``, §5.85)
+        dp_ops = self.streams["dp-comm"]
+        rep = self.coll("dp-comm", "allreduce", "tp",
+                        sp_grad_allreduce_bytes(self.c, self.stage_layers), 1.0, "dp",
+                        "SP-marked grads tp all-reduce",
+                        deps=(self.last_compute, dp_ops[-1].id if dp_ops else None), tag="dp")
+        self.wait += [rep] if rep is not None else []
         # the tied word embedding's gradient, first stage <-> the LM head's, after the reduction
         dp_ops = self.streams["dp-comm"]
         tied = self.coll("dp-comm", "allreduce", "tied", self.c.tied_bytes, 1.0, "dp",

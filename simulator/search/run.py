@@ -28,8 +28,8 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
-from strategies.search.recommend import (Without, complexity, expert_choice,
-                                         expert_sentence, explain)
+from strategies.search.recommend import (Without, batching_sentences, complexity,
+                                         expert_choice, expert_sentence, explain)
 from strategies.search.bound_ordered import bound_ordered_search
 from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
 from topologies.cluster import Cluster
@@ -337,6 +337,10 @@ def _plan_dict(p: Plan) -> dict[str, Any]:
     out = {k: getattr(p, k) for k in keys}
     if p.etp is not None:       # expert tensor parallelism other than tp (a mixture of experts)
         out["etp"] = p.etp
+    if p.flushes != 1:          # pipeline flushes per step (strategies.flushes)
+        out["flushes"] = p.flushes
+    if p.microbatch_group_size is not None:     # the interleaved group other than pp
+        out["microbatch_group_size"] = p.microbatch_group_size
     return out
 
 
@@ -370,6 +374,7 @@ def _recommended(cfg, space, analytic, bounds, plans, keys, res, out) -> dict[st
     row["why"] = explain(p, res[pick]["step_time_s"], plans[best], res[best]["step_time_s"],
                          cfg.tolerance, cfg.cluster.gpus_per_node,
                          _without(cfg, space, bounds, plans, keys, res, set(out.needed), p))
+    row["why"] += batching_sentences(p, cfg.options.fixed)
     row["within_tolerance"] = len(out.pool)
     if cfg.model.is_moe:        # the expert-parallel choice, named (recommend.expert_choice)
         row["expert"] = expert_choice(p, cfg.cluster.gpus_per_node, cfg.model.num_experts)

@@ -221,6 +221,20 @@ class StageCostArrays:
     # MLA's rope key under SP: its width over the hidden size (0 elsewhere), gathered in the
     # forward and reduce-scattered in the backward on its own (``attn_rope_time``)
     tp_rope_w: np.ndarray = 0.0
+    # MLA's down projections column-parallel (``FrameworkProfile.mla_down_proj`` "column",
+    # tp > 1): 1, else 0; their outputs' widths over the hidden size (``q_lora_rank``, 0
+    # without a query down projection; ``kv_lora_rank + qk_rope_head_dim``), what the
+    # forward gathers over tp (``attn_down_ops``)
+    tp_down: np.ndarray = 0.0
+    down_q_w: float = 0.0
+    down_kv_w: float = 0.0
+    # MLA's layers whose forward full recomputation reruns, per mean layer (its share of
+    # the layers under ``recompute="full"``, tp > 1; else 0): their forward's own gathers
+    # (the rope key's, the column-parallel down projections') rerun (``attn_full_rc_ops``)
+    tp_attn_full_rc: np.ndarray = 0.0
+    # bytes per layer of the gradients of MLA's tp-replicated, sequence-parallel-marked
+    # parameters, all-reduced over tp once per step (``sp_grad_allreduce_bytes``)
+    tp_rep_grad_bytes: np.ndarray = 0.0
 
     def __len__(self) -> int:
         return int(np.size(self.layer_fwd))
@@ -304,6 +318,11 @@ class StageCosts:
     tp_ag_bytes: float = 0.0            # (StageCostArrays)
     tp_attn_rc: float = 0.0
     tp_rope_w: float = 0.0
+    tp_down: float = 0.0                # (StageCostArrays)
+    down_q_w: float = 0.0
+    down_kv_w: float = 0.0
+    tp_attn_full_rc: float = 0.0
+    tp_rep_grad_bytes: float = 0.0
 
     def chunk_recompute(self, nl: float, chunk: float | None = None,
                         items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
@@ -594,8 +613,20 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_attn_rc=np.where((tp > 1) & sp & m.is_mla
                             & rcp.part_selected(rc, P.recompute_modules, "mla_up"), 1.0, 0.0)
         + zeros,
-        tp_rope_w=np.where((tp > 1) & sp & m.is_mla,
-                           (m.qk_rope_head_dim or 0) / m.hidden_size, 0.0) + zeros)
+        # (column-parallel down projections gather the rope key inside the kv latent)
+        tp_rope_w=np.where((tp > 1) & sp & m.is_mla & (fw.mla_down_proj != "column"),
+                           (m.qk_rope_head_dim or 0) / m.hidden_size, 0.0) + zeros,
+        tp_down=np.where((tp > 1) & m.is_mla & (fw.mla_down_proj == "column"), 1.0, 0.0)
+        + zeros,
+        tp_attn_full_rc=np.where((tp > 1) & m.is_mla & (rc == 2), share, 0.0) + zeros,
+        # the replicated down projections (and the latents' norms; with column-parallel
+        # down projections the norms only) under SP, in main-gradient bytes
+        tp_rep_grad_bytes=np.where((tp > 1) & sp & m.is_mla, sy.main_grad_bytes(dtype) * (
+            m.tp_replicated_params() if fw.mla_down_proj == "replicated"
+            else (m.q_lora_rank or 0) + (m.kv_lora_rank or 0)), 0.0) + zeros,
+        down_q_w=(m.q_lora_rank or 0) / m.hidden_size if m.is_mla else 0.0,
+        down_kv_w=((m.kv_lora_rank or 0) + (m.qk_rope_head_dim or 0)) / m.hidden_size
+        if m.is_mla else 0.0)
 
 
 def mixes_kinds(m: ModelSpec) -> bool:
@@ -673,7 +704,9 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
-        tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"),
+        tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"), tp_down=f("tp_down"),
+        down_q_w=float(arrays.down_q_w), down_kv_w=float(arrays.down_kv_w),
+        tp_attn_full_rc=f("tp_attn_full_rc"), tp_rep_grad_bytes=f("tp_rep_grad_bytes"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
         copy_gap=arrays.copy_gap,
@@ -930,6 +963,102 @@ def attn_rope_bytes(x: Any) -> counts.Num:
     """Bytes of MLA's rope key collective under SP (``attn_rope_time``): ``tp_rope_w``
     times the hidden-width bf16 reduce-scatter's; 0 where there is none."""
     return x.tp_rope_w * tp_kind_bytes(x, "reduce_scatter")
+
+
+def attn_down_ops(x: Any, sp: bool, fwd: bool) -> tuple[tuple[str, counts.Num], ...]:
+    """``(kind, bytes)`` of each tensor-parallel collective per mean layer and pass that
+    MLA's column-parallel down projections add to what the layer's TP term, §5.81's latent
+    widths (``attn_tp_swap``) and its rope key (``attn_rope_time``) count; () where the
+    down projections are replicated (``tp_down`` 0: Megatron-Core core_v0.14 on). Megatron-
+    Core core_v0.12.0-v0.13.1 (``transformer/multi_latent_attention.py``
+    ``get_query_key_value_tensors``, core_v0.12.0 lines 374-421; ``models/gpt/
+    gpt_layer_specs.py`` lines 117-123: ``TEColumnParallelLinear``) runs, per layer:
+
+    * under SP, forward: each down projection all-gathers the hidden state's sequence
+      shards itself (Transformer Engine's column-parallel input gather, ``tp_ag_bytes``:
+      quantised in low precision like the QKV's); ``gather_from_tensor_model_parallel_
+      region`` then all-gathers each output over tp (``q_lora_rank`` and ``kv_lora_rank +
+      qk_rope_head_dim`` elements per token, bf16) before ``scatter_to_sequence_parallel_
+      region`` re-splits the sequence (no collective). The rope key is cut from the gathered
+      full-sequence output, so it has no gather of its own (``tp_rope_w`` 0);
+    * under SP, backward: each down projection reduce-scatters its input gradient at the
+      hidden width (bf16); each re-split's backward all-gathers the latent gradient
+      (``q_lora_rank`` and ``kv_lora_rank``; the tp gather's backward is a split, no
+      collective) and no rope reduce-scatter runs;
+    * without SP: the forward's two tp gathers of the outputs; the backward's all-reduce of
+      each down projection's input gradient at the hidden width.
+
+    All are priced blocking. Where the stack reduces a column-parallel data gradient beside
+    its weight-gradient GEMM (``FrameworkProfile.dgrad_overlap``) the down projections'
+    reductions would hide behind their small weight gradients: not modelled (an upper
+    figure), nor their backward re-gathers of the hidden state (``sp_regather``). The one
+    rule the estimate reads and the simulator compiles (``ProgramBuilder._close_block``);
+    docs/calibration.md §5.85."""
+    on = x.tp_down
+    if not np.any(np.asarray(on) > 0):
+        return ()
+    bf = on * tp_kind_bytes(x, "reduce_scatter")        # bf16 hidden-width bytes
+    n = 2 if x.down_q_w > 0 else 1
+    outs = tuple(w for w in (x.down_q_w, x.down_kv_w) if w > 0)
+    if fwd:
+        gathers = tuple(("allgather", w * bf) for w in outs)
+        return ((("allgather", on * x.tp_ag_bytes),) * n + gathers) if sp else gathers
+    if sp:
+        # the re-splits' backward gathers: the query latent and the kv latent (no rope;
+        # ``attn_w2`` is ``kv_up``'s input width, ``kv_lora_rank/h``, with or without a
+        # query down projection)
+        lat = tuple(w for w in (x.down_q_w, x.attn_w2) if w > 0)
+        return (("reduce_scatter", bf),) * n + tuple(("allgather", w * bf) for w in lat)
+    return (("allreduce", on * x.tp_bytes),) * n
+
+
+def attn_down_time(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
+                   fwd: bool) -> counts.Num:
+    """Seconds per mean layer and pass of ``attn_down_ops``: ``sum t(kind, bytes)``, 0
+    where a collective has no bytes (replicated down projections, tp 1)."""
+    out = 0.0
+    for kind, nb in attn_down_ops(x, sp, fwd):
+        out = out + np.where(np.asarray(nb) > 0, t(kind, np.where(np.asarray(nb) > 0, nb, 1.0)),
+                             0.0)
+    return out
+
+
+def attn_full_rc_ops(x: Any, sp: bool) -> tuple[tuple[str, counts.Num], ...]:
+    """``(kind, bytes)`` of the blocking collectives of MLA's attention forward that full
+    recomputation reruns per recomputed layer, beyond the layer's hidden-width TP pair the
+    recompute count already holds: the rope key's own all-gather under SP
+    (``attn_rope_time``) and the column-parallel down projections' forward collectives
+    (``attn_down_ops``). Megatron-Core's full recomputation (``tensor_parallel/random.py``
+    ``CheckpointFunction``) reruns the whole layer's forward, these included. Per layer
+    recomputed; ``tp_attn_full_rc`` says how many per mean layer. docs/calibration.md §5.85."""
+    rope = attn_rope_bytes(x) if sp else 0.0
+    ops = (("allgather", rope),) if np.any(np.asarray(rope) > 0) else ()
+    return ops + attn_down_ops(x, sp, True)
+
+
+def attn_full_rc_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
+                      sp: bool) -> counts.Num:
+    """Seconds per mean layer's backward of ``attn_full_rc_ops``: ``tp_attn_full_rc`` times
+    their sum (0 where a collective has no bytes)."""
+    out = 0.0
+    for kind, nb in attn_full_rc_ops(x, sp):
+        out = out + np.where(np.asarray(nb) > 0, t(kind, np.where(np.asarray(nb) > 0, nb, 1.0)),
+                             0.0)
+    return x.tp_attn_full_rc * out
+
+
+def sp_grad_allreduce_bytes(x: Any, layers: counts.Num) -> counts.Num:
+    """Bytes of the once-per-step tensor-parallel all-reduce of the sequence-parallel-marked
+    gradients of ``layers`` MLA layers (``tp_rep_grad_bytes`` each). Under SP a rank's
+    replicated down projections and latent norms see only its sequence shard, so Megatron-
+    Core marks them ``sequence_parallel`` (``extensions/transformer_engine.py`` ``TELinear``
+    ``parallel_mode="duplicated"``, core_v0.14.0 line 378) and ``finalize_model_grads``
+    sums them over tp in one coalesced all-reduce after the data-parallel gradient sync
+    (``_allreduce_non_tensor_model_parallel_grads``, core_v0.14.0 lines 298-372, called at
+    line 440), blocking, before the optimizer step; with column-parallel down projections
+    (core 0.12-0.13) only the latent norms. The other layer norms' (every model's under SP)
+    are not counted. docs/calibration.md §5.85."""
+    return layers * x.tp_rep_grad_bytes
 
 
 def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,

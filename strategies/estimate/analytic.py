@@ -57,11 +57,13 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
-from strategies.cost.stage import (attn_rc_gathers, attn_rope_time, attn_tp_saved,
-                                   dgrad_reduce_hidden, dgrad_reduce_time, sp_regather_exposed,
-                                   stage_cost_arrays)
+from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
+                                   attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
+                                   dgrad_reduce_time, sp_grad_allreduce_bytes,
+                                   sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
+from strategies.flushes import flushed_arrays
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
@@ -357,6 +359,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
+    if np.any(P.flushes != 1):  # k pipeline flushes per step: one flush's arrays, composed
+        from strategies.estimate.scalar import BREAKDOWN_KEYS
+        one = estimate_arrays(m, cl, dtype, replace(P, gbs=P.gbs / P.flushes,
+                                                    flushes=np.ones_like(P.flushes)),
+                              framework, system, ranks, gpu)
+        return flushed_arrays(one, P.flushes, BREAKDOWN_KEYS)
     cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system, gpu)
     if ranks:
@@ -406,6 +414,22 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
             return cm.collective_time(kind, np.where(nbytes > 0, nbytes, 1.0), tp, 1, cl)
         tp_layer = tp_layer + attn_rope_time(t_rope, sc, True) + attn_rope_time(t_rope, sc,
                                                                                 False)
+    # and, where the stack runs its down projections column-parallel (Megatron-Core
+    # 0.12-0.13), their own gathers and reductions (``cost.stage.attn_down_time``, §5.85),
+    # blocking
+    if np.any(sc.tp_down > 0):
+        def t_down(kind: str, nbytes):
+            return cm.collective_time(kind, nbytes, tp, 1, cl)
+        tp_layer = tp_layer + np.where(
+            sp, attn_down_time(t_down, sc, True, True) + attn_down_time(t_down, sc, True, False),
+            attn_down_time(t_down, sc, False, True) + attn_down_time(t_down, sc, False, False))
+    # full recomputation reruns the attention forward's own gathers: the rope key's and the
+    # column-parallel down projections' (``cost.stage.attn_full_rc_time``, §5.85), blocking
+    if np.any(sc.tp_attn_full_rc > 0):
+        def t_rc(kind: str, nbytes):
+            return cm.collective_time(kind, nbytes, tp, 1, cl)
+        tp_layer = tp_layer + np.where(sp, attn_full_rc_time(t_rc, sc, True),
+                                       attn_full_rc_time(t_rc, sc, False))
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(
@@ -755,6 +779,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
         "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
     dp_exposed = dp_exposed + t_tied
+    # MLA's sequence-parallel-marked replicated gradients, all-reduced over tp once per step
+    # after the data-parallel sync (``cost.stage.sp_grad_allreduce_bytes``, §5.85): the
+    # stage holding the most layers
+    if np.any(sc.tp_rep_grad_bytes > 0):
+        rep = sp_grad_allreduce_bytes(sc, np.maximum(np.maximum(n_first, n_mid), n_last))
+        dp_exposed = dp_exposed + np.where(rep > 0, cm.collective_time(
+            "allreduce", np.where(rep > 0, rep, 1.0), tp, 1, cl), 0.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
 
     # breakdown on the slowest stage (exposed seconds per step)

@@ -61,8 +61,12 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
     for k in keys:
         out[k] = np.array(analytic[k], copy=True)
         flat[k] = out[k].reshape(-1)            # a view: one plan's 0-d arrays too
-    jobs = [make_job(m, cl, plan_of(i), dtype=dtype, framework=framework, system=system)
-            for i in rows.tolist()]
+    from strategies.estimate.scalar import BREAKDOWN_KEYS
+    from strategies.flushes import flush_job, flushed_arrays
+    # a plan of k pipeline flushes: one flush's figures, composed (``strategies.flushes``)
+    whole = [make_job(m, cl, plan_of(i), dtype=dtype, framework=framework, system=system)
+             for i in rows.tolist()]
+    jobs = [flush_job(j) for j in whole]
     memos = [StageCostMemo(j) for j in jobs]
     # the scalar's uncorrected runs of all these plans at once (its even plan's columns,
     # ``scalar.plan_arrays``, and each job's own rank fields: ``scalar.step_arrays``'
@@ -77,6 +81,8 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
         one = {k: (v[x] if isinstance(v, np.ndarray) and v.shape == (n,) else v)
                for k, v in base.items()}
         r = step_arrays(job, memo, one)
+        if whole[x].plan.flushes > 1:
+            r = flushed_arrays(r, whole[x].plan.flushes, BREAKDOWN_KEYS)
         for k in keys:
             flat[k][i] = r[k]
     return out

@@ -82,8 +82,8 @@ import numpy as np
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
-from strategies.cost.stage import (StageCostArrays, attn_tp_saved, dgrad_reduce_hidden,
-                                   sp_regather_exposed, stage_cost_arrays,
+from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_saved,
+                                   dgrad_reduce_hidden, sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
@@ -243,8 +243,16 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c, cp_f),
-            np.maximum(tp_b + a2a + etp_c, cp_b) + rg, tau)
+    # MLA's column-parallel down projections' own collectives (``attn_down_time``, §5.85),
+    # blocking after the block, at their floors (the lower figure only)
+    dn_f, dn_b = 0.0, 0.0
+    if hide and np.any(sc.tp_down > 0):
+        dn_f = np.where(sp, attn_down_time(t_floor, sc, True, True),
+                        attn_down_time(t_floor, sc, False, True))
+        dn_b = np.where(sp, attn_down_time(t_floor, sc, True, False),
+                        attn_down_time(t_floor, sc, False, False))
+    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f, cp_f),
+            np.maximum(tp_b + a2a + etp_c + dn_b, cp_b) + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):
@@ -316,6 +324,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     ``estimate_arrays(...)["stage_costs"]``, used on a uniform cluster only), else computed
     here from the same arguments."""
     P = as_plan_arrays(P)
+    if np.any(P.flushes != 1):
+        return _flushed_bound(m, cl, dtype, P, framework, system, costs)
     sy = get_system(system)
     real, cl = cl, cl.fastest_view()   # mixed cluster: links and upstream stages at the fastest
     gpu = cl.gpu
@@ -636,6 +646,28 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     if heavy.any():
         bound = np.maximum(bound, np.where(heavy, stage_bound("heavy", 0 * pp + 1, True), 0.0))
     return bound * (1.0 - SAFETY)
+
+
+def _flushed_bound(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays,
+                   framework: FrameworkProfile | str | None, system: SystemConfig | None,
+                   costs: StageCostArrays | None) -> np.ndarray:
+    """The bound of plans of ``k`` pipeline flushes (``strategies.flushes``): the simulator
+    runs one flush of ``gbs/k`` and composes ``T(k) = k·T_1 − (k−1)·t_opt``, ``t_opt`` the
+    critical rank's optimizer. With ``B_1 ≤ T_1`` one flush's bound and ``O`` the longest
+    optimizer and per-step passes of any rank on any GPU type present (the stage-cost
+    record's, which the simulator runs; ``t_opt ≤ O``), ``T(k) ≥ k·B_1 − (k−1)·O``, and
+    ``T(k) ≥ T_1 ≥ B_1`` (``T_1 ≥ t_opt``): the larger of the two. Seconds."""
+    from dataclasses import replace
+    k = P.flushes
+    one = replace(P, gbs=P.gbs / k, flushes=np.ones_like(k))
+    b1 = step_time_lower_bound(m, cl, dtype, one, framework, system, costs)
+    types = [cl.gpu] if cl.uniform else list({repr(g.gpu): g.gpu for g in cl.groups}.values())
+    recs = [costs if costs is not None and cl.uniform else
+            stage_cost_arrays(m, cl.fastest_view(), dtype, one, framework,
+                              get_system(system), gpu=g) for g in types]
+    most = np.maximum.reduce([getattr(r, f"optimizer_{x}") + getattr(r, f"passes_{x}")
+                              for r in recs for x in ("first", "mid", "last")])
+    return np.where(k == 1, b1, np.maximum(b1, k * b1 - (k - 1) * most))
 
 
 def fastest_of_each(per_type: list) -> np.ndarray:

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from strategies.estimate.analytic import estimate_arrays, ranked_messages
-from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
+from strategies.flushes import flush_job, flushed_arrays
 from strategies.job import Job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
@@ -414,15 +414,16 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
 
 def _flushed(job: Job, one: Estimate) -> Estimate:
     """``job``'s estimate from that of one of its ``flushes`` (``strategies.flushes``): every
-    part ``k`` times but the optimizer; the same work per flush, so MFU/HFU and the bubble
-    fraction scale with ``k·T_1/T``; memory is one flush's."""
-    k = job.plan.flushes
-    step = flushed_step_s(one.step_time_s, one.breakdown_s["optimizer"], k)
-    scale = k * one.step_time_s / step
-    return Estimate(job=job, step_time_s=step, tokens_per_s=job.tokens_per_step / step,
-                    mfu=one.mfu * scale, hfu=one.hfu * scale,
-                    bubble_fraction=one.bubble_fraction * scale,
-                    breakdown_s=flushed_breakdown(one.breakdown_s, k), memory=one.memory,
+    part ``k`` times but the optimizer; the same work per flush, so MFU/HFU, tokens/s and the
+    bubble fraction scale with ``k·T_1/T`` (``flushes.flushed_arrays``, the rule the search's
+    arrays compose with); memory is one flush's."""
+    r = flushed_arrays({"step_time_s": one.step_time_s, "tokens_per_s": one.tokens_per_s,
+                        "mfu": one.mfu, "hfu": one.hfu, "bubble_fraction": one.bubble_fraction,
+                        **one.breakdown_s}, job.plan.flushes, BREAKDOWN_KEYS)
+    return Estimate(job=job, step_time_s=float(r["step_time_s"]),
+                    tokens_per_s=float(r["tokens_per_s"]), mfu=float(r["mfu"]),
+                    hfu=float(r["hfu"]), bubble_fraction=float(r["bubble_fraction"]),
+                    breakdown_s={k: float(r[k]) for k in BREAKDOWN_KEYS}, memory=one.memory,
                     memory_by_stage=one.memory_by_stage, num_microbatches=job.num_microbatches)
 
 

@@ -706,7 +706,9 @@ def stash_at_peak(job: Job, stage: int) -> tuple[int, int, float]:
 def _stash_at_peak(job: Job, stage: int, per) -> tuple[int, int, float]:
     """``stash_at_peak`` given the rank's ``chunk_stash`` ``per`` (computed once by the
     callers that also branch on it)."""
-    p, m = job.plan, job.num_microbatches
+    # (one pipeline flush's micro-batches: a step of ``flushes`` runs the order once per
+    # flush, ``strategies.flushes``)
+    p, m = job.plan, job.num_microbatches // job.plan.flushes
     sched = get_schedule(p.schedule).for_job(job)
     # an order that depends on the job's times only (``for_job`` binds them) or a micro-batch
     # group is derived afresh; any other is read from the orders' memo (``order_figure``)

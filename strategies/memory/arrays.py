@@ -174,7 +174,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
     sched, rc, zero = P.schedule, P.recompute, P.zero
     sp, flash = P.sp, P.flash_attn
-    nmb = P.gbs // (b * dp)
+    # micro-batches per pipeline flush (``strategies.flushes``: memory is one flush's) and
+    # the interleaved micro-batch group (0: the default, ``pp``)
+    nmb = P.gbs // (b * dp * P.flushes)
+    grp = P.microbatch_group_size
     stage = np.asarray(stage) + np.zeros_like(pp)
     is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
     # DualPipe (``Schedule.mirrored``): rank r holds stages r and pp-1-r, both end ranks the
@@ -306,7 +309,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         ``w_chunk`` per pending weight gradient; the first, most stashed, on a tie)."""
         if in_flight is not None and pending_w is not None:
             return np.asarray(in_flight, dtype=float), np.asarray(pending_w, dtype=float)
-        n_k, w_k = _stash_frontier(sched, stage, pp, nmb, v)
+        n_k, w_k = _stash_frontier(sched, stage, pp, nmb, v, grp)
         per_entry = chunk_act + emb_act + np.where(is_last & stashed, out_one, 0.0)
         pick = np.argmax(n_k * per_entry + w_k * w_chunk, axis=0)
         n = np.take_along_axis(n_k, pick[None], axis=0)[0]
@@ -366,7 +369,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             return n_in, n_w, mean
         extra = sub(emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean))
         n2, w2, l2 = _own_chunk_peak(sub(sched), sub(stage), sub(pp), sub(nmb), sub(v), acts,
-                                     wgs, extra, differ)
+                                     wgs, extra, differ, sub(grp + np.zeros_like(pp)))
         if pick is not None:        # back onto every plan: the others keep the mean chunk's
             out = [np.zeros(mean.shape, dtype=x.dtype) for x in (differ, n2, w2, l2)]
             for o, x in zip(out, (differ, n2, w2, l2)):
@@ -454,17 +457,31 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     return parts, total
 
 
-def _stash_frontier(sched, stage, pp, m, v) -> tuple[np.ndarray, np.ndarray]:
+def _stash_frontier(sched, stage, pp, m, v, group=0) -> tuple[np.ndarray, np.ndarray]:
     """``Schedule.stash_frontier_array`` of each plan's schedule (by code): ``(stashed,
-    pending)`` of shape ``(K,) + plans``, each plan's pairs padded with its first."""
+    pending)`` of shape ``(K,) + plans``, each plan's pairs padded with its first. ``group``:
+    each plan's micro-batch group (0: the default); a plan that names one reads its order's
+    ``Schedule.stash_frontier`` once per distinct ``(code, stage, pp, m, vpp, group)``."""
     arrs = np.broadcast_arrays(np.asarray(sched, dtype=np.int64), *(np.asarray(a) for a in
-                                                                     (stage, pp, m, v)))
-    c, rest = arrs[0], arrs[1:]
+                                                                     (stage, pp, m, v, group)))
+    c, rest, g = arrs[0], arrs[1:5], arrs[5]
     got = {}
     for code in np.unique(c):
-        sel = c == code
-        got[int(code)] = (sel, schedule_of_code(code).stash_frontier_array(
-            *(a[sel] for a in rest)))
+        sel = (c == code) & (g == 0)
+        if np.any(sel):
+            got[(int(code), 0)] = (sel, schedule_of_code(code).stash_frontier_array(
+                *(a[sel] for a in rest)))
+    named = np.flatnonzero(np.ravel(g) > 0)
+    if named.size:
+        flat = [np.ravel(a) for a in (c, *rest, g)]
+        keys = np.stack([f[named].astype(np.int64) for f in flat], axis=1)
+        for key in np.unique(keys, axis=0).tolist():
+            sel = np.all(np.stack([f == x for f, x in zip(flat, key)]), axis=0).reshape(c.shape)
+            code, stage_k, pp_k, m_k, v_k, g_k = key
+            front = schedule_of_code(code).stash_frontier(stage_k, pp_k, m_k, v_k, g_k)
+            k_sel = int(sel.sum())
+            got[tuple(key)] = (sel, (np.array([[n] * k_sel for n, _ in front], dtype=float),
+                                     np.array([[w] * k_sel for _, w in front], dtype=float)))
     depth = max((f[0].shape[0] for _, f in got.values()), default=1)
     n = np.zeros((depth,) + c.shape)
     w = np.zeros((depth,) + c.shape)
@@ -480,34 +497,35 @@ def _stash_frontier(sched, stage, pp, m, v) -> tuple[np.ndarray, np.ndarray]:
 _CHUNK_MOMENTS: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
 
 
-def _chunk_moments(code: int, stage: int, pp: int, m: int, v: int
+def _chunk_moments(code: int, stage: int, pp: int, m: int, v: int, group: int = 0
                    ) -> tuple[np.ndarray, np.ndarray]:
-    key = (code, stage, pp, m, v)
+    key = (code, stage, pp, m, v, group)
     got = _CHUNK_MOMENTS.get(key)
     if got is None:
         if len(_CHUNK_MOMENTS) >= 1 << 14:
             _CHUNK_MOMENTS.clear()
-        mo = schedule_of_code(code).chunk_stash_moments(stage, pp, m, v)
+        mo = schedule_of_code(code).chunk_stash_moments(stage, pp, m, v, group or None)
         got = _CHUNK_MOMENTS[key] = (np.array([n for n, _ in mo], dtype=float),
                                      np.array([w for _, w in mo], dtype=float))
     return got
 
 
-def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel
+def _own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel, group=0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(stashed, pending, layers' bytes)`` of each plan in ``sel`` at the order's per-chunk
     moment with the most bytes (``schedules.base.peak_chunk_moment``: ``acts[c] + extra``
     per stashed entry of chunk ``c``, ``wgs[c]`` per pending ``W``; the first on a tie);
-    zeros elsewhere. ``acts``, ``wgs``: ``(C,) + plans``; once per distinct order."""
-    cols = np.broadcast_arrays(*(np.asarray(a) for a in (sched, stage, pp, m, v, sel)))
+    zeros elsewhere. ``acts``, ``wgs``: ``(C,) + plans``; ``group``: the micro-batch group
+    (0: the default); once per distinct order."""
+    cols = np.broadcast_arrays(*(np.asarray(a) for a in (sched, stage, pp, m, v, group, sel)))
     shape = cols[0].shape
     flat = [np.ravel(c) for c in cols]
     a2 = acts.reshape(acts.shape[0], -1)
     w2 = wgs.reshape(wgs.shape[0], -1)
     e2 = np.ravel(extra + np.zeros(shape))
     out = [np.zeros(len(flat[0])) for _ in range(3)]
-    rows = np.flatnonzero(flat[5])
-    keys = np.stack([f[rows].astype(np.int64) for f in flat[:5]], axis=1)
+    rows = np.flatnonzero(flat[6])
+    keys = np.stack([f[rows].astype(np.int64) for f in flat[:6]], axis=1)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     inv = np.ravel(inv)
     for j, key in enumerate(uniq.tolist()):

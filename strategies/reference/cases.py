@@ -604,6 +604,47 @@ def _with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> F
     return replace(fw, loss=TORCHTITAN.loss)
 
 
+#: the Megatron-Core release each NeMo container ships, by the container's year and month:
+#: 25.04 (25.04.01, 25.04.02) core_r0.12 (the dgxc-benchmarking v25.05.05 DeepSeek-V3 rows,
+#: docs/calibration.md §5.44, §5.81: core_v0.12.0 tagged 2025-05-06), 25.11 core 0.15 and
+#: 26.04 core 0.17 (§5.7: the containers' Megatron-Bridge ``pyproject.toml``)
+NEMO_CONTAINER_MCORE: dict[str, tuple[int, int]] = {"25.04": (0, 12), "25.11": (0, 15),
+                                                    "26.04": (0, 17)}
+#: a NeMo container as a row's source or notes name it: ``nvcr.io/nvidia/nemo:25.04.01``,
+#: ``NeMo 25.04.01 container``, ``(26.04.01 NeMo container)``
+_NEMO_CONTAINER = re.compile(r"nemo:(\d\d\.\d\d)|nemo (\d\d\.\d\d)(?:\.\d\d)? container"
+                             r"|\((\d\d\.\d\d)(?:\.\d\d)? nemo container\)", re.IGNORECASE)
+
+
+def mla_down_layout(mcore: tuple[int, int]) -> str:
+    """``FrameworkProfile.mla_down_proj`` of a Megatron-Core release: ``"column"`` from
+    core_v0.12.0 to v0.13.1 (NVIDIA/Megatron-LM 1c425a8313, 2025-02-24, is in core_v0.12.0
+    and v0.13.1, 720c8b40d8 of 2025-07-29 first in core_v0.14.0), else ``"replicated"``."""
+    return "column" if (0, 12) <= tuple(mcore) < (0, 14) else "replicated"
+
+
+def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
+                     notes: list[str]) -> FrameworkProfile:
+    """A Megatron-Core stack's MLA down projections as the row's NeMo container ran them
+    (``NEMO_CONTAINER_MCORE``, ``mla_down_layout``), said in ``notes``; rows without MLA,
+    on other stacks or naming no known container keep the profile's (docs/calibration.md
+    §5.85)."""
+    if not model.is_mla or fw.name not in ("nemo", "megatron-core"):
+        return fw
+    src = c.get("source") or {}
+    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also"))
+    found = _NEMO_CONTAINER.search(f"{text} {c.get('notes') or ''}")
+    tag = found and next(g for g in found.groups() if g)
+    if tag not in NEMO_CONTAINER_MCORE:
+        return fw
+    v = NEMO_CONTAINER_MCORE[tag]
+    layout = mla_down_layout(v)
+    notes.append(f"MLA down projections {layout} (NeMo {tag} container: Megatron-Core "
+                 f"{v[0]}.{v[1]}; column-parallel in core_v0.12.0-v0.13.1, 1c425a8313 to "
+                 "720c8b40d8)")
+    return replace(fw, mla_down_proj=layout)
+
+
 def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
     names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
@@ -785,6 +826,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         notes.append(f"torch.compile: {fw.name}'s inductor-fused elementwise kernels "
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
         fw = _with_loss_of_its_date(c, fw, notes)
+    fw = _with_mla_layout(c, fw, model, notes)
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:

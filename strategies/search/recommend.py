@@ -12,6 +12,7 @@ against the fastest plan, and what dropping each dimension it keeps would cost.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from strategies.placement import expert_sizes, groups
 from strategies.plan import Plan
@@ -88,6 +89,26 @@ def explain(pick: Plan, pick_s: float, best: Plan, best_s: float, tolerance: flo
             why.append(f"{name}: every plan without it is at least {_pct(w.seconds, pick_s)} "
                        f"slower (lower bound {w.seconds:.3f} s)")
     return why
+
+
+def batching_sentences(plan: Plan, fixed: Mapping[str, Any]) -> list[str]:
+    """Sentences for the pipeline flushes and the micro-batch group the space chose for
+    ``plan`` (``space._fewest_flushes``, ``space._least_group``; none where ``--fix`` gave
+    them or they are the defaults)."""
+    out = []
+    m = plan.gbs // (plan.mbs * plan.dp)
+    if plan.flushes > 1 and "flushes" not in fixed:
+        out.append(f"pipeline flushes (flushes {plan.flushes}): the fewest (a power of two) "
+                   f"with which this plan fits in memory, {m // plan.flushes} of its {m} "
+                   "micro-batches per pipeline held at once; each flush pays its own fill and "
+                   "drain, so fewer would be faster but do not fit")
+    g = plan.microbatch_group_size
+    if g is not None and "microbatch_group_size" not in fixed:
+        out.append(f"micro-batch group (microbatch_group_size {g}): {m // plan.flushes} "
+                   f"micro-batches per flush are not a multiple of pp={plan.pp}, so the "
+                   f"default group (pp) cannot run them; {g} is the least group the "
+                   "interleaved schedule accepts")
+    return out
 
 
 def expert_choice(plan: Plan, gpus_per_node: int, num_experts: int) -> dict:

@@ -7,7 +7,10 @@ and ``ep`` over the divisors of the expert count, the ``etp·ep`` expert ranks c
 expert_plan_ok``), micro-batch sizes ``1, 2, 4, … max_mbs``, schedules ``gpipe``, ``1f1b`` and
 ``interleaved`` with every ``vpp >= 2`` that divides the layer count, recomputation
 ``none/selective/full`` (``--fix recompute_modules=`` keeps selective with those modules),
-SP off/on and ZeRO 0–3. Each plan is pruned by the *first* rule it
+SP off/on and ZeRO 0–3; one pipeline flush per step and the schedule's default micro-batch
+group, unless ``--fix`` gives them or a row needs them (``_least_group``: an interleaved row
+whose micro-batches are not a multiple of ``pp``; ``_fewest_flushes``: under a stack that
+flushes, a row that does not fit with one flush). Each plan is pruned by the *first* rule it
 breaks, in the order of ``RULES``, so the counts add up to the raw size minus the survivors.
 
 >>> from strategies.presets import model_preset
@@ -27,6 +30,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.flushes import flush_rules
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
@@ -42,9 +46,9 @@ from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, parse_modules
-from strategies.schedules import (DEFAULT_SCHEDULE, dispatch, get_schedule, schedule_code,
-                                  schedule_names, schedule_of_code, schedules)
-from strategies.schedules.base import Schedule, chunked_names
+from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
+                                  schedule_code, schedule_names, schedule_of_code, schedules)
+from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
 from topologies.cluster import Cluster, fits_nvlink_domain
 from topologies.gpus import GPU
 
@@ -86,10 +90,11 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap":
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
             "moe_capacity_factor")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
-            "recompute_modules", "sp", "zero", *SWITCH_KEYS)
+            "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size",
+            *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "cg", "route", "imb", "cf")
+           "disp", "epo", "cg", "route", "imb", "cf", "fl", "mgs")
 
 
 @dataclass(frozen=True)
@@ -168,6 +173,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 moe_capacity_factor=None if np.isinf(cf) else cf, mbs=c["mbs"],
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
+                flushes=int(c.get("fl", 1)),
+                microbatch_group_size=int(c.get("mgs", 0)) or None,
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
                 overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]),
                 recompute_layers=int(c["rcl"]) or None,
@@ -196,6 +203,9 @@ def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
             + "".join(f",{k}=" + "/".join(map(str, getattr(plan, k)))
                       for k in ("layers_per_stage", "group_microbatches")
                       if getattr(plan, k) is not None)
+            + (f",flushes={plan.flushes}" if plan.flushes != 1 else "")
+            + (f",microbatch_group_size={plan.microbatch_group_size}"
+               if plan.microbatch_group_size is not None else "")
             + _switch_key(plan, defaults or {}))
 
 
@@ -261,6 +271,11 @@ def parse_fix(text: str | None) -> dict[str, Any]:
             out[key] = _fix_int(key, value)
             if key == "zero" and out[key] > 3:
                 raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
+    if "microbatch_group_size" in out and "schedule" in out and \
+            not get_schedule(out["schedule"]).uses_group:
+        raise SpecError("--fix", f"microbatch_group_size={out['microbatch_group_size']}",
+                        f"only applies to schedule={' or '.join(grouped_names())}, not "
+                        f"{out['schedule']}")
     if "recompute_modules" in out and out.get("recompute", "selective") != "selective":
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
@@ -395,6 +410,10 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
           "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
     if "recompute_modules" in fx:
         ax["rcm"] = modules_mask(fx["recompute_modules"])
+    if "flushes" in fx:
+        ax["fl"] = fx["flushes"]
+    if "microbatch_group_size" in fx:
+        ax["mgs"] = fx["microbatch_group_size"]
     return ax
 
 
@@ -463,6 +482,11 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
         cols[k] = np.full(fi.shape, v)
     if "rcm" in ax:     # --fix recompute_modules: carried by the selective rows only
         cols["rcm"] = np.where(rc == RECOMPUTE_CODE["selective"], ax["rcm"], 0)
+    # --fix flushes: on every row (``flush_rules`` prunes those that cannot flush); --fix
+    # microbatch_group_size: on the rows of a schedule that takes a group (the rest pruned)
+    cols["fl"] = np.full(fi.shape, ax.get("fl", 1), dtype=np.int64)
+    cols["mgs"] = np.where(attr_by_code(cols["sched"], "uses_group").astype(bool),
+                           ax.get("mgs", 0), 0).astype(np.int64)
     return cols
 
 
@@ -473,6 +497,10 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
             continue
         if k == "recompute_modules":      # the modules of a selective plan (``_grid``)
             ok &= c["rc"] == RECOMPUTE_CODE["selective"]
+        elif k == "flushes":              # carried by every row (``_grid``)
+            continue
+        elif k == "microbatch_group_size":    # a schedule that takes a group (``_grid``)
+            ok &= c["mgs"] == int(v)
         elif k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":
@@ -553,10 +581,95 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
 
 def _schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
-    """pp*vpp divides the layers and each plan's schedule accepts it (``Schedule.valid``)."""
+    """pp*vpp divides the layers, the flushes divide the micro-batches (``flushes.
+    flush_rules``, the rule ``make_job`` raises) and each plan's schedule accepts one flush's
+    micro-batches (``Schedule.valid``; a named micro-batch group: the schedule's ``rules``
+    with it, as ``make_job`` checks them)."""
     pp, v = c["pp"], c["vpp"]
     m = c["gbs"] // (c["mbs"] * c["dp"])
-    return ((L % (pp * v) == 0) | _uneven(c)) & (dispatch(c["sched"], "valid", pp, m, v) > 0)
+    k = c.get("fl", np.ones_like(pp))
+    ok = ((L % (pp * v) == 0) | _uneven(c)) & all_ok(flush_rules(pp, m, k))
+    m = m // np.maximum(k, 1)
+    g = c.get("mgs", np.zeros_like(pp))
+    valid = dispatch(c["sched"], "valid", pp, m, v) > 0
+    for code in np.unique(c["sched"][g > 0]).tolist():
+        sel = (g > 0) & (c["sched"] == code)
+        valid[sel] = np.broadcast_to(all_ok(schedule_of_code(code).rules(
+            pp[sel], m[sel], v[sel], g[sel])), (int(sel.sum()),))
+    return ok & valid
+
+
+def _bubble(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The schedule's closed-form bubble fraction of one pipeline flush (``bubble`` rule)."""
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])
+    return dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
+
+
+def _least_group(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The micro-batch group of each row (``mgs``; 0: the default, ``pp``): a row of a
+    schedule that takes one (interleaved) whose micro-batches per flush ``m`` the default
+    group refuses (``m`` not a multiple of ``pp``) takes the least group ``g > pp`` its rules
+    accept (``m >= g`` and ``m % g`` 0 or ``>= pp``; ``g = m`` always does where ``m >= pp``):
+    Megatron-Core's ``--microbatch-group-size-per-virtual-pipeline-stage``. A larger group
+    runs more warm-up forwards, so it stashes more (``Schedule.in_flight``) and leaves the
+    free-communication span unchanged: the least one is the one to run. Other rows keep
+    theirs."""
+    g = c["mgs"].copy()
+    pp = c["pp"]
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])
+    need = np.flatnonzero(attr_by_code(c["sched"], "uses_group").astype(bool) & (g == 0)
+                          & (pp > 1) & (m % pp != 0) & (m > pp))
+    if not need.size:
+        return g
+    p, mm = pp[need], m[need]
+    best = mm.copy()                        # g = m: one group
+    for cand in range(int(p.min()) + 1, int(mm.max())):
+        hit = (cand > p) & (cand < best) & ((mm % cand == 0) | (mm % cand >= p))
+        best = np.where(hit, cand, best)
+    g[need] = best
+    return g
+
+
+def _fewest_flushes(c: dict[str, np.ndarray], peak: np.ndarray, limit: float, memory,
+                    L: int, fw: FrameworkProfile, max_bubble: float,
+                    regroup: bool = True) -> np.ndarray:
+    """Give each pipelined row that does not fit with one flush the fewest pipeline flushes
+    per step (``flushes``, a power of two as the micro-batch sizes) that fit, under a stack
+    that runs several (``FrameworkProfile.pipeline_flushes``: torchtitan, NeMo AutoModel, whose
+    ``local_batch_size`` sets them): one flush's memory holds ``m/k`` micro-batches, and each
+    flush pays its own fill and drain, so ``k`` flushes are never faster than one
+    (``strategies.flushes``) and are only worth it where one does not fit. The rows change in
+    place (the space does not grow), each checked by the rules a flushed plan obeys
+    (``_schedule_ok``, the stack's, the bubble). ``memory``: columns -> peak bytes. Returns the
+    updated peaks. ``regroup``: the micro-batch group is the least for one flush's count
+    (``_least_group``; False: a group fixed with ``--fix``)."""
+    rows = np.flatnonzero((peak > limit) & (c["pp"] > 1) & (c["fl"] == 1))
+    if not rows.size:
+        return peak
+    peak = peak.copy()
+    m = c["gbs"][rows] // (c["mbs"][rows] * c["dp"][rows])
+    left = np.ones(rows.size, dtype=bool)
+    k = 2
+    while left.any() and k <= int(m[left].max()):
+        pick = np.flatnonzero(left & (m % k == 0))
+        if pick.size:
+            idx = rows[pick]
+            trial = {key: v[idx] for key, v in c.items()}
+            trial["fl"] = np.full(idx.size, k, dtype=np.int64)
+            if regroup:
+                trial["mgs"] = _least_group({**trial, "mgs": trial["mgs"] * 0})
+            ok = (_schedule_ok(trial, L) & _framework_ok(trial, fw)
+                  & (_bubble(trial) <= max_bubble + 1e-12))
+            sub = np.flatnonzero(ok)
+            if sub.size:
+                pk = memory({key: v[sub] for key, v in trial.items()})
+                fit = sub[pk <= limit]
+                c["fl"][idx[fit]] = k
+                c["mgs"][idx[fit]] = trial["mgs"][fit]
+                peak[idx[fit]] = pk[pk <= limit]
+                left[pick[fit]] = False
+        k *= 2
+    return peak
 
 
 def _uneven(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -650,15 +763,20 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
         keep(reason, rule(c))
         if reason == "zero3_pp":
             keep("framework", _framework_ok(c, framework))
+    if "microbatch_group_size" not in opts.fixed:
+        c["mgs"] = _least_group(c)
     keep("schedule", _schedule_ok(c, model.num_layers))
-    m = c["gbs"] // (c["mbs"] * c["dp"])
-    bubble = dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
-    keep("bubble", bubble <= opts.max_bubble + 1e-12)
+    keep("bubble", _bubble(c) <= opts.max_bubble + 1e-12)
     limit = opts.memory_limit(cluster)
-    peak = (peak_memory_arrays(model, c, dtype, system, cluster.gpu, clamp, remat_named,
-                               loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
-            if len(c["tp"])
-            else np.zeros(0))
+
+    def memory(cols: dict[str, np.ndarray]) -> np.ndarray:
+        return peak_memory_arrays(model, cols, dtype, system, cluster.gpu, clamp, remat_named,
+                                  loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+    peak = memory(c) if len(c["tp"]) else np.zeros(0)
+    if (framework is not None and framework.pipeline_flushes and "flushes" not in opts.fixed
+            and len(c["tp"])):
+        peak = _fewest_flushes(c, peak, limit, memory, model.num_layers, framework,
+                               opts.max_bubble, "microbatch_group_size" not in opts.fixed)
     ok = peak <= limit
     keep("memory", ok)
     peak = peak[ok]
