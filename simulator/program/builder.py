@@ -111,6 +111,10 @@ class ProgramBuilder:
         # inside an overlapped pair: where a pass's expert all-to-all goes (its own next
         # compute waits for it, the partner's does not); None: ``wait``, as everywhere else
         self.hidden: list | None = None
+        # inside a combined-1F1B pair (``ep_overlap``): the backward's expert all-to-all of
+        # each layer was issued ahead of its compute (``overlapped``), so ``_close_block``
+        # issues none after it
+        self.lead_a2a = False
         # each overlapped forward's partner backward (labels), for the activation track
         # (``simulator.metrics.activation_series``: the pair's forward is stashed as its
         # partner's stash is freed, the memory model's rule, ``schedules.base.stash_frontier``)
@@ -494,15 +498,8 @@ class ProgramBuilder:
         # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
         # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
         moe = None
-        for n, x in (items if self._moe else ()):
-            ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
-                           i, c, deps=(main,), remote_scale=cs.ep_remote_scale,
-                           nvlink_share=cs.ep_nvlink_share)
-            etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
-            for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
-                ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
-                               i, c, deps=(main,)) or ep
-            if ep is not None:
+        if self._moe and (fwd or not self.lead_a2a):
+            for ep in self.moe_colls(items, label, i, c, (main,)):
                 (self.wait if self.hidden is None else self.hidden).append(ep)
                 moe = ep
         # A layer's blocking TP collectives and its all-to-all are data-dependent, so they
@@ -548,6 +545,26 @@ class ProgramBuilder:
                 if dn is not None:
                     self.wait.append(dn)
         return main
+
+    def moe_colls(self, items: list[tuple], label: str, i: int, c: int,
+                  deps: tuple) -> list[int]:
+        """The MoE collectives of the layers ``items`` after ``deps``, each kind's on the
+        ep-comm stream: dispatch and combine all-to-alls (``ep_bytes`` holds both) and, with
+        expert tensor parallelism, the all-gather of the dispatched tokens and the
+        reduce-scatter of the expert outputs over the etp group (the mean layer's
+        ``etp_bytes`` in the kind's proportion); returns each kind's last op."""
+        cs, out = self.c, []
+        for n, x in items:
+            ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
+                           i, c, deps=deps, remote_scale=cs.ep_remote_scale,
+                           nvlink_share=cs.ep_nvlink_share)
+            etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
+            for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
+                ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
+                               i, c, deps=deps) or ep
+            if ep is not None:
+                out.append(ep)
+        return out
 
     # ------------------------------------------------------------------ passes
     def _per_tensor(self, kind: str, count: float, nbytes: float, label: str, i: int,
@@ -600,12 +617,15 @@ class ProgramBuilder:
         for _ in self._forward_blocks(i, c):
             pass
 
-    def _forward_blocks(self, i: int, c: int, by_layer: bool = False):
+    def _forward_blocks(self, i: int, c: int, by_layer: bool = False, lead: bool = False):
         """The forward of micro-batch ``i``, chunk ``c``, yielding after each layer block
-        (one layer each with ``by_layer``)."""
+        (one layer each with ``by_layer``; ``lead``: once more before the first, after the
+        embedding)."""
         label, vs = f"F{i}.c{c}", self.vs(c, i)
         if vs == 0:
             self.compute(self.c.embedding_fwd, "embedding", label, i, c)
+        if lead:
+            yield
         rest = self._z3(label, i)
         for items in self.pieces(c, False, by_layer):
             self.block(True, items, label, i, c)
@@ -625,9 +645,10 @@ class ProgramBuilder:
         for _ in self._backward_blocks(i, c):
             pass
 
-    def _backward_blocks(self, i: int, c: int, by_layer: bool = False):
+    def _backward_blocks(self, i: int, c: int, by_layer: bool = False, lead: bool = False):
         """The whole backward of micro-batch ``i``, chunk ``c``, yielding after each layer
-        block (one layer each with ``by_layer``: Megatron's combined 1F1B pairs it whole)."""
+        block (one layer each with ``by_layer``: Megatron's combined 1F1B pairs it whole;
+        ``lead``: once more before the first, after the LM head)."""
         label, vs = f"B{i}.c{c}", self.vs(c, i)
         plan = self.buckets[c]
         final = i == self.final_mb[c]
@@ -638,7 +659,13 @@ class ProgramBuilder:
         todo = list(plan.buckets)
         pos = 0
         if vs == self.last_vs:
+            if self.p.ep_overlap:       # the loss needs the forward's output, whose last
+                # all-to-all a combined pair leaves to its message (``combined_pair``)
+                self.wait += [x for x in self.produced.get(("F", i, c), ()) if x is not None
+                              and x not in self.wait]
             self.compute(self.c.head_bwd, "lm_head", label, i, c)
+        if lead:
+            yield
         if plan.head:
             pos = 1
             todo = self._launch(todo, pos, live_in, final)
@@ -917,7 +944,9 @@ class ProgramBuilder:
         stream. The weight gradients run after both; the pair's point-to-point messages leave
         once the whole pair has run, in one exchange after the group (deepseek-ai/DualPipe
         posts them after ``_forward_backward_compute_chunk`` and waits for them with the next
-        step's receives), which is the model of DeepSeek's ``F&B`` bubble."""
+        step's receives), which is the model of DeepSeek's ``F&B`` bubble. Megatron's
+        combined pair with expert all-to-alls runs in its own sub-layer order instead
+        (``combined_pair``)."""
         passes = [s for s in group if s.kind != "W"]
         partner = next((s for s in passes if s.kind == "B"), None)
         if partner is not None:
@@ -926,13 +955,23 @@ class ProgramBuilder:
                     self.paired[f"F{s.microbatch}.c{s.chunk}"] = \
                         f"B{partner.microbatch}.c{partner.chunk}"
         gens = {}
+        # Megatron's combined 1F1B with expert all-to-alls: its own sub-layer order
+        # (``combined_pair``)
+        combined = (partner is not None and not self.split and self._moe and len(passes) == 2
+                    and passes[0].kind == "F")
         for s in passes:
             if s.kind == "F":
-                gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True)
+                gens[s] = self._forward_blocks(s.microbatch, s.chunk, by_layer=True,
+                                               lead=combined)
             elif self.split:
                 gens[s] = self._input_grad_blocks(s.microbatch, s.chunk, by_layer=True)
             else:       # Megatron's combined 1F1B: the whole backward is the partner
-                gens[s] = self._backward_blocks(s.microbatch, s.chunk, by_layer=True)
+                gens[s] = self._backward_blocks(s.microbatch, s.chunk, by_layer=True,
+                                                lead=combined)
+        if combined:
+            self.combined_pair(passes[0], partner, gens)
+            self._pair_outputs(group, [partner])
+            return
         own: dict[Step, list] = {s: [] for s in passes}
         live = list(passes)
         while live:
@@ -954,6 +993,10 @@ class ProgramBuilder:
                     own[s] += left
                 finally:
                     self.hidden = None
+        self._pair_outputs(group, passes)
+
+    def _pair_outputs(self, group: list[Step], passes: list[Step]) -> None:
+        """The end of an overlapped group: its weight gradients, then its outputs leave."""
         for s in group:
             if s.kind == "W":
                 self.wgrad(s.microbatch, s.chunk)
@@ -962,6 +1005,68 @@ class ProgramBuilder:
         for s in passes:        # the outputs leave once the whole pair has run
             key = (s.kind, s.microbatch, s.chunk)
             self.produced[key] = self.produced[key] + (self.last_compute,)
+
+    def combined_pair(self, f: Step, b: Step, gens: dict) -> None:
+        """Megatron-Core's combined 1F1B pair in its own sub-layer order (Megatron-LM
+        d98e8a64 ``models/common/model_chunk_schedule_plan.py``: ``TransformerModelChunk
+        SchedulePlan.run`` runs the forward's embedding and the backward's LM head first,
+        then layer pairs; ``TransformerLayerSchedulePlan.run`` per pair: comm stream
+        ``combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd`` beside compute
+        ``attention_fwd | mlp_bwd, mlp_fwd | attention_bwd``). With a layer's all-to-alls
+        lumped, the backward layer's runs ahead of its compute, beside the forward layer's
+        compute, and the forward layer's after its compute, beside the backward layer's:
+        each exposed only by what outlasts that compute (``combined.pair_exposed``), and
+        no pass ends on an all-to-all of its own. Layers left over when one pass is
+        longer run alone, their all-to-alls exposed. The forward's output leaves when the
+        forward ends (``post_forward`` runs on the communication stream after the forward's
+        last op, "overlapped with the pre_dispatch backward"), the backward's when the pair
+        ends (``post_backward`` on the compute stream)."""
+        inputs = tuple(self.wait)
+        label = f"B{b.microbatch}.c{b.chunk}"
+        layers = self.pieces(b.chunk, True, by_layer=True)
+        next(gens[f])               # the embedding (first virtual stage)
+        mark = self.last_compute
+        next(gens[b])               # the LM head's backward (last virtual stage)
+        b_last = (self.last_compute,) if self.last_compute != mark else inputs
+        own: list = []
+        live_f = live_b = True
+        k, f_last = 0, mark
+        while live_f or live_b:
+            lead = self.moe_colls(layers[k], label, b.microbatch, b.chunk, b_last) \
+                if live_b and k < len(layers) else []
+            if live_f:
+                mine, own = own, []
+                self.wait += mine
+                self.hidden = own
+                before = self.last_compute
+                try:
+                    next(gens[f])
+                    f_last = self.last_compute
+                except StopIteration:
+                    # the forward ended: its output (``produced``) waits for its own last
+                    # compute (the partner's ran since) and its last all-to-all, which no
+                    # compute of the partner waits for
+                    live_f = False
+                    left = [x for x in mine if x in self.wait]
+                    self.wait = [x for x in self.wait if x not in left]
+                    key = ("F", f.microbatch, f.chunk)
+                    done = self.produced[key]
+                    if self.last_compute == before:     # no LM head ran after the layers
+                        done = (f_last,) + done[1:]
+                    self.produced[key] = done + tuple(x for x in left + own if x not in done)
+                finally:
+                    self.hidden = None
+            if live_b:
+                self.wait += lead
+                self.lead_a2a = True
+                try:
+                    next(gens[b])
+                    b_last = (self.last_compute,)
+                except StopIteration:
+                    live_b = False
+                finally:
+                    self.lead_a2a = False
+            k += 1
 
     def run(self, actions: list) -> None:
         group: list[Step] = []

@@ -68,7 +68,8 @@ from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, schedules
-from strategies.schedules.combined import ep_overlap_share_array, pair_exposed
+from strategies.schedules.combined import (ep_overlap_share_array, pair_exposed,
+                                           pair_message_hiding)
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -385,7 +386,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # the layers each rank holds (an uneven layout: rank_layers; else lps on each)
     n_first, n_mid, n_last, _, _ = rank_layers(L, P)
 
-    # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
+    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``)
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar
@@ -529,12 +530,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # a stack with ``overlap_p2p_comm`` (Megatron-Core's interleaved schedule): only the
     # fill's and the drain's chain stays exposed, each steady call what outlasts the pass
     # of the other kind (a chunk's forward, the shorter) run before it is waited for
-    # (``Interleaved.overlapped_p2p_time``; docs/calibration.md §5.68)
+    # (``Interleaved.overlapped_p2p_time``; docs/calibration.md §5.68); none under
+    # Megatron-Core's combined 1F1B, whose steady pairs wait for their neighbours' current
+    # pairs (``combined.pair_message_hiding``, §5.82)
     ov = attr_by_code(sched, "overlaps_p2p").astype(bool) & (pp > 1) & bool(
         get_profile(framework).overlap_p2p_comm)
     if np.any(ov):
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
-                                           lps / v * sc.layer_fwd), pp_exposed)
+                                           pair_message_hiding(lps / v * sc.layer_fwd,
+                                                               P.ep_overlap)), pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the

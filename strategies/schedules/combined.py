@@ -38,6 +38,20 @@ def pair_exposed(t_comm: Any, fwd: Any, bwd: Any) -> Any:
     return np.maximum(0.0, t_comm - bwd) + np.maximum(0.0, t_comm - fwd)
 
 
+def pair_message_hiding(hiding: Any, on: Any) -> Any:
+    """Seconds of compute that hide one steady pipeline call's transfer: ``hiding`` (the
+    pass of the other kind run before the call is waited for, ``overlap_p2p_comm``), 0 where
+    Megatron-Core's combined 1F1B runs (``on``): a steady pair's backward output leaves when
+    the pair ends (``post_backward`` on the compute stream after the last layer's attention
+    backward; Megatron-LM d98e8a64 ``models/common/model_chunk_schedule_plan.py``) and the
+    peer's next pair waits for it before its first layer (``pre_backward``), while that peer
+    ran its own pair meanwhile: with interleaving a rank's next pair needs its neighbour's
+    current pair's outputs, so each steady call is exposed whole (docs/calibration.md
+    §5.82; the delayed weight gradient of the pair's first layer, which Megatron runs beside
+    that transfer, is not modelled)."""
+    return np.where(np.asarray(on, dtype=bool), 0.0, hiding)
+
+
 #: schedules whose steady state Megatron-Core's combined 1F1B pairs when ``pp > 1``
 COMBINED_SCHEDULES = ("interleaved",)
 
