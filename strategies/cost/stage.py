@@ -46,7 +46,7 @@ from strategies.cost import step as steps
 from strategies.cost import tp_ends
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import (FrameworkProfile, cp_exposed_fraction, get_profile, grad_path,
-                                  grad_sync_once)
+                                  grad_sync_once, stack_system)
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
@@ -149,7 +149,7 @@ class StageCostArrays:
     tied_bytes: np.ndarray        # tied embedding gradient all-reduced first <-> last stage
     grad_bytes: float             # bytes per gradient element reduced over dp
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
-    bucket_params: float          # Megatron DDP bucket size
+    bucket_params: np.ndarray     # DP gradient bucket, parameters (SystemConfig.dp_bucket_params)
     tp_overlap_chunks: int
     tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
@@ -587,7 +587,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tied_bytes=np.where(mirrored, 0.0,
                             steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
-        bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
+        # the stack's bucket rule at each plan's dp (docs/calibration.md §5.86)
+        bucket_params=stack_system(fw, sy).dp_bucket_params(dp) + zeros,
+        tp_overlap_chunks=int(sy.tp_overlap_chunks),
         tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
@@ -695,7 +697,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),
-        grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
+        grad_bytes=arrays.grad_bytes, bucket_params=f("bucket_params"),
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,

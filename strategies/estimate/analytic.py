@@ -571,6 +571,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     emb_k = (sc.embedding_params, 0.0, np.where(mirrored, sc.embedding_params, 0.0))
     window_k = [n_k[k] * (sc.layer_bwd + sc.layer_recompute) for k in K]   # its last backward
     window = window_k[0]
+    # the first bucket is launched only once it is full (Megatron's greedy buckets in backward
+    # order, ``grad_buckets.chunk_buckets``): the LM head where the rank holds it (one chunk a
+    # rank, the last rank; rank 0 at pp 1), then whole layers of ``layer_params`` each up to
+    # ``bucket_params``; the backward of those layers hides none of the queue
+    # (docs/calibration.md §5.86). ``lead_k``: seconds of the last backward before it launches
+    head_k = [np.where((pp == 1) & (k == 0) | (pp > 1) & (k == 2), sc.head_params, 0.0)
+              for k in K]
+    lead_k = [np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
+                                         / np.maximum(sc.layer_params, 1.0)))
+              * (sc.layer_bwd + sc.layer_recompute) for k in K]
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
@@ -620,7 +630,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                  t_grad / 2 - n_k[k] * sc.layer_wgrad)
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
-                        np.where(ends_k, mirror_over, np.maximum(t_grad - window_k[k], t_edge)))
+                        np.where(ends_k, mirror_over,
+                                 np.maximum(t_grad - window_k[k]
+                                            + np.where(v == 1, lead_k[k], 0.0), t_edge)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
