@@ -14,7 +14,7 @@ size: torchao's float8 TP gathers fp8) and contention-free seconds (``comm.colle
 what the model prices: ``tp_per_layer_*`` all-reduce equivalents (one all-gather + one
 reduce-scatter each), the layer's exposed TP seconds (``layer_comm_s``, with async TP what its
 rule leaves exposed) and the sequence-dim layout copies (``compute.tp_layout_copy_time``). Then
-per step the collectives outside the blocks the model does not price (the embedding's
+per step the collectives outside the blocks (priced since §5.84, ``cost.tp_ends``: the embedding's
 ``RowwiseParallel(output_layouts=Shard(1))`` reduce-scatter, the output projection's
 ``ColwiseParallel(input_layouts=Shard(1))`` all-gather, and their backward pair), and the
 estimate's error. Reads the rows as ``paraplan validate`` does (``simulator.studies.validate``).
@@ -86,7 +86,7 @@ def row_terms(case) -> dict:
         "code_ms": 1e3 * code_s, "priced_ms": 1e3 * (n_f + n_b + n_rc) * t_ar,
         "exposed_ms": 1e3 * _f(r["layer_comm_s"]),
         "copy_ms": 1e3 * _f(y[0] + y[1] + rc_copy),
-        "outside_ms": 1e3 * mb * (t_rs + t_ag16 + t_ag16 + t_rs),   # per step, not priced
+        "outside_ms": 1e3 * mb * (t_rs + t_ag16 + t_ag16 + t_rs),   # per step (cost.tp_ends)
         "copies_step_s": lps * mb * _f(y[0] + y[1] + rc_copy),
         # the collectives priced beyond the code's, per step (before any overlap)
         "over_step_s": lps * mb * ((n_f + n_b + n_rc) * t_ar - code_s),
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     print("per layer and micro-batch: code = the collectives torchtitan's plan runs (fwd + bwd "
           "+ recompute, AG and RS each), priced = all-reduce equivalents the model charges; "
           "ms contention-free; copies = sequence-dim layout copies (§5.80); outside = the "
-          "embedding's and output's TP collectives per step, not priced")
+          "embedding's and output's TP collectives per step (priced, §5.84)")
     head = (f"{'row':46s} {'stack':18s} {'dtype':11s} {'rc':4s} {'async':5s} {'MB':>7s} "
             f"{'AGel':>4s} {'code':>7s} {'priced':>7s} {'code ms':>8s} {'priced':>7s} "
             f"{'exposed':>7s} {'copies':>7s} {'outside':>7s} {'copies/step':>11s} "

@@ -391,6 +391,13 @@ class FrameworkProfile:
     #: != 0); Megatron's ``[s, b, h]`` gathers along dim 0, no copy.
     #: ``compute.tp_layout_copy_time`` (docs/calibration.md §5.80)
     tp_seq_dim_copies: bool = False
+    #: the TP collectives outside the blocks are priced: the embedding's reduce-scatter
+    #: (forward) and all-gather (backward), the output layer's all-gather and reduce-scatter
+    #: and the vocabulary-parallel loss's three fp32 all-reduces (torchtitan's
+    #: ``tok_embeddings``/``output`` plan and ``loss_parallel``; ``cost.tp_ends``,
+    #: docs/calibration.md §5.84); False: unpriced (Megatron runs analogous ones, read as
+    #: before, §5.84)
+    tp_end_collectives: bool = False
     expert_parallel: bool = True
     sequence_parallel: bool = True
     tp_comm_overlap: bool = True
@@ -511,6 +518,11 @@ class FrameworkProfile:
     #: tp·cp·dp): per-tensor fp8 scaling all-reduces amaxes on the compute stream
     #: (``strategies.cost.amax``; docs/calibration.md §5.64)
     te_amax_reduction: bool = False
+    #: tensorwise dynamic float8 under TP runs torchao's ``Float8ColwiseParallel``/
+    #: ``Float8RowwiseParallel``/``PrepareFloat8ModuleInput``: each cast of a sharded DTensor
+    #: (``tensor_to_amax``'s ``torch.max(torch.abs(x))`` of a ``Shard`` placement) all-reduces
+    #: its amax over the TP group (``strategies.cost.amax``; docs/calibration.md §5.84)
+    torchao_float8_tp: bool = False
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
@@ -1218,6 +1230,11 @@ TORCHTITAN = replace(
     # pull #437: "an extra aten.cat after each collective"); the fold landed in 73aed7f6c
     # (#4121, 2026-08-20), after every reference row (docs/calibration.md §5.80)
     tp_seq_dim_copies=True,
+    # the embedding's and the output's TP collectives and loss_parallel's all-reduces
+    # (9dec370 / 2887250bb apply_tp; torch/distributed/tensor/parallel/loss.py), §5.84
+    tp_end_collectives=True,
+    # torchtitan apply_tp with float8 tensorwise: torchao's Float8 TP styles (§5.84)
+    torchao_float8_tp=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "

@@ -107,6 +107,8 @@ def test_zero_for_16_bits_block_scaling_and_other_stacks():
         assert amax.amax_reduction_time(LLAMA, 10.0, 4, 1, 4, 1, 1, dtype, MC, cl) == (0.0, 0.0)
     for fw in ("jax-xla", "torchtitan", "pytorch-eager", "hai-llm"):
         for dtype in ("fp8", "fp8-current"):
+            if fw == "torchtitan" and dtype == "fp8-current":
+                continue    # torchao's float8 TP: tests/test_torchao_amax.py (§5.84)
             assert amax.amax_reduction_time(LLAMA, 10.0, 4, 1, 4, 1, 1, dtype,
                                             get_profile(fw), cl) == (0.0, 0.0)
     assert get_profile("nemo").te_amax_reduction

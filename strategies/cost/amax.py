@@ -34,7 +34,24 @@ projection's and fc2's output gradients); an MoE layer's routed experts reduce n
 parallelism or with ``tp = 1``; block-scaled recipes (amax per block) reduce nothing.
 
 Only stacks that run TE's modules under Megatron-Core's autocast do this
-(``FrameworkProfile.te_amax_reduction``); XLA and torchao compute their scales otherwise.
+(``FrameworkProfile.te_amax_reduction``); XLA computes its scales otherwise.
+
+torchao's tensorwise dynamic float8 under TP (``FrameworkProfile.torchao_float8_tp``:
+torchtitan's ``apply_tp`` with ``Float8ColwiseParallel``/``Float8RowwiseParallel``/
+``PrepareFloat8ModuleInput``, ``torchao/float8/float8_tensor_parallel.py``; the reference
+rows' ``fp8-current``) is the same physics with other counts: ``tensor_to_amax``
+(``float8_utils.py``) takes ``torch.max(torch.abs(x))`` of a DTensor, which for a ``Shard``
+placement is a ``Partial(max)`` the scale's arithmetic all-reduces over the TP mesh before
+the cast (a 4-byte all-reduce the compute stream waits for). Per layer and micro-batch:
+forward, the attention's and the feed-forward's ``Shard(1)`` inputs (cast before their fp8
+all-gathers; ``wq``/``wk``/``wv``/``w1``/``w3`` then find them already cast) and ``wo``'s and
+``w2``'s ``Shard(-1)`` inputs: 4; backward, each linear's output gradient
+(``_NoopFwToFloat8BwDynamic`` in the styles' ``_prepare_output_fn``: ``Shard(-1)`` for the five
+column-parallel ones, ``Shard(1)`` for ``wo`` and ``w2``): 7; recomputation (full, or op
+SAC, whose ``_save_list`` keeps ``abs``/``max`` but not the all-reduce the cast reads) the
+forward's 4 again, in the backward. A MoE layer counts its attention's (2, 4, 2) only. The
+weights' casts are not counted (FSDP2's float8 all-gather with
+``precompute_float8_dynamic_scale_for_fsdp`` computes them once per step; not read per row).
 Priced as ``comm.small_allreduce_time`` each (the tree for a buffer of kilobytes over
 several nodes), blocking the compute stream: the stage record's layer passes carry it as
 seconds per mean layer and micro-batch. Not modelled: the full recomputation's second
@@ -76,9 +93,23 @@ def tp_amax_reductions(m: ModelSpec) -> float:
     return 2.0 - moe * (0.0 if m.num_shared_experts else 1.0)
 
 
+#: torchao's float8 TP amax all-reduces per layer and micro-batch (module doc): the
+#: attention's and the feed-forward's (forward, backward)
+TORCHAO_ATTN_CASTS = (2, 4)
+TORCHAO_MLP_CASTS = (2, 3)
+
+
+def torchao_tp_amax_reductions(m: ModelSpec) -> tuple[float, float]:
+    """(forward, backward) torchao float8 TP amax all-reduces per mean layer: the
+    attention's and, in dense layers, the feed-forward's (``TORCHAO_*_CASTS``)."""
+    dense = 1.0 - (m.num_moe_layers / m.num_layers if m.is_moe else 0.0)
+    return (TORCHAO_ATTN_CASTS[0] + dense * TORCHAO_MLP_CASTS[0],
+            TORCHAO_ATTN_CASTS[1] + dense * TORCHAO_MLP_CASTS[1])
+
+
 def amax_reduction_time(m: ModelSpec, layers_per_chunk: Num, tp: Num, cp: Num, dp: Num,
                         ep: Num, sp: Num, dtype: str, fw: FrameworkProfile,
-                        cl: Cluster) -> tuple[Num, Num]:
+                        cl: Cluster, recompute: Num = 0) -> tuple[Num, Num]:
     """(forward, backward) seconds per mean layer and micro-batch of the amax all-reduces
     (module doc) on a rank of a plan with ``layers_per_chunk`` layers in each model chunk
     (``num_layers/(pp·vpp)``): delayed scaling's one per chunk pass over the tp·cp·dp ranks
@@ -86,6 +117,14 @@ def amax_reduction_time(m: ModelSpec, layers_per_chunk: Num, tp: Num, cp: Num, d
     current scaling's per layer over tp. (0, 0) for 16 bits, block scaling and stacks
     without TE's autocast. Vectorised."""
     prec = get_precision(dtype)
+    if fw.torchao_float8_tp and prec.amax_pass and not prec.block_scaled:
+        # torchao's float8 TP (module doc); ``recompute`` a plan_arrays.RECOMPUTE_CODE: full
+        # (2) and op (3) rerun the forward's in the backward
+        on = (np.asarray(tp) > 1) & (np.asarray(sp) > 0)
+        n_f, n_b = torchao_tp_amax_reductions(m)
+        rerun = np.isin(np.asarray(recompute), (2, 3)) * n_f
+        t = np.where(on, cm.small_allreduce_time(AMAX_BYTES, tp, 1, cl), 0.0)
+        return (n_f * t)[()], ((n_b + rerun) * t)[()]
     if not (fw.te_amax_reduction and prec.quantised):
         return 0.0, 0.0
     if prec.scaling == "delayed":

@@ -715,7 +715,7 @@ def tp_layout_copy_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Nu
     x = 2.0 * costs.tp_comm_bytes_fwd(m, b, cp) / usable_hbm(gpu, system)   # read + write
     ag = x * quantise.tp_allgather_bytes_factor(dtype, sp) * on       # one copy each
     rs = x * on
-    last = np.maximum(np.asarray(pairs, dtype=float) - 1.0, 0.0) * fw.recompute_early_stop
+    last = rcp.stopped_collectives(pairs, fw.recompute_early_stop)
     fwd = pairs * (ag + rs)
     return (fwd, pairs * ag + (0.0 if fw.elementwise_kernels == "compiled" else pairs * rs),
             pairs * ag, fwd - last * rs)

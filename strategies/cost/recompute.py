@@ -131,3 +131,41 @@ def plan_share(num_layers: int, P) -> Num:
     ``recompute=full`` plan runs (1 for every other mode)."""
     return recomputed_share(num_layers / (P.pp * P.vpp), P.recompute_layers,
                             P.recompute_method == METHOD_CODE["uniform"], P.recompute == 2)
+
+
+def stopped_collectives(pairs: Num, early_stop: Num) -> Num:
+    """Tensor-parallel collectives per layer a full recomputation that stops early does not
+    rerun: the one closing the dense MLP (its down projection's reduce-scatter, or
+    all-reduce without sequence parallelism), ``max(pairs - 1, 0)`` where ``early_stop``
+    (``FrameworkProfile.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops at
+    the down projection's saved input, JAX's remat dead-code-eliminates its output; nothing
+    the backward reads comes after it), else 0. ``pairs``: the layer's collective pairs
+    (``stage.tp_collectives_per_layer``; 1 in a MoE layer under EP without shared experts,
+    whose MLP has none). The sequence-dim copies (``compute.tp_layout_copy_time``) and the
+    collectives (``tp_rerun``) read it. docs/calibration.md §5.80, §5.84."""
+    return np.maximum(np.asarray(pairs, dtype=float) - 1.0, 0.0) * early_stop
+
+
+def tp_rerun(rc: Num, pairs: Num, sp: Num, ag_share: Num, early_stop: Num) -> Num:
+    """All-reduce equivalents of tensor-parallel traffic one layer's recomputation reruns
+    (the unit of ``StageCostArrays.tp_per_layer_*``: one all-gather + one reduce-scatter, or
+    one all-reduce without sequence parallelism), for ``rc`` a ``plan_arrays.RECOMPUTE_CODE``
+    of full (2) or op (3); other codes get full's figure (the caller selects).
+
+    * full: the forward's ``pairs`` less ``stopped_collectives`` reduce-scatters (each
+      ``1 - ag_share`` of an equivalent under SP, a whole all-reduce without); without early
+      stop (Megatron's and DeepSpeed's reentrant checkpoint) exactly ``pairs``.
+    * op (torchtitan's ``SelectiveAC`` op mode, ``activation_checkpoint.py`` ``_save_list``:
+      ``aten.mm`` (every second one recomputed), the SDPA kernels,
+      ``_c10d_functional.reduce_scatter_tensor``, ``abs``/``max``): the reduce-scatters'
+      outputs are saved, so only the all-gathers rerun, ``pairs · ag_share``; without SP the
+      all-reduces are not in the list and all ``pairs`` rerun.
+
+    ``ag_share``: an all-gather's share of an equivalent, ``g / (1 + g)`` for ``g`` its bytes
+    over the reduce-scatter's (``quantise.tp_allgather_bytes_factor``: ½ in 16 bits, ⅓ for
+    fp8 all-gathers beside bf16 reduce-scatters), so that its bandwidth term is exact
+    (``tp_bytes`` is the pair's mean). docs/calibration.md §5.84."""
+    pairs = np.asarray(pairs, dtype=float)
+    full = pairs - stopped_collectives(pairs, early_stop) * np.where(sp, 1.0 - ag_share, 1.0)
+    op = pairs * np.where(sp, ag_share, 1.0)
+    return np.where(np.asarray(rc) == 3, op, full)

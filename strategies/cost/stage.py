@@ -43,6 +43,7 @@ from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost import step as steps
+from strategies.cost import tp_ends
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import (FrameworkProfile, cp_exposed_fraction, get_profile, grad_path,
                                   grad_sync_once)
@@ -124,7 +125,7 @@ class StageCostArrays:
     #                               under SP in low precision, quantise)
     tp_per_layer_fwd: np.ndarray  # collectives per mean layer: 2 forward (fewer with EP, below)
     tp_per_layer_bwd: np.ndarray  # 2 backward
-    tp_per_layer_recompute: np.ndarray  # 2 more with full or op recomputation (mean per layer)
+    tp_per_layer_recompute: np.ndarray  # rerun by full or op recomputation (recompute.tp_rerun)
     cp_bytes: np.ndarray          # ring-attention buffer per layer forward (x2 backward)
     ep_bytes: np.ndarray          # MoE all-to-all bytes per layer forward (same backward)
     etp_bytes: np.ndarray         # one expert-TP all-gather / reduce-scatter per layer forward
@@ -418,7 +419,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         Engine's amax all-reduces (``amax.amax_reduction_time``)."""
         d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
                                                load)
-        r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl)
+        r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl, rc)
         return d_f + r_f, d_b + r_b
 
     md_f, md_b = blocking_small(m)
@@ -428,6 +429,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
     emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
+    # the embedding's and the output's TP collectives, blocking on their stage (§5.84)
+    end_ef, end_eb, end_hf, end_hb = tp_ends.tp_end_times(m, b, tp, cp, sp, gpu, cl, fw, sy)
+    emb_f, emb_b = emb_f + end_ef, emb_b + end_eb
+    head_f, head_b = head_f + end_hf, head_b + end_hb
     cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \
         / np.maximum(cp - 1.0, 1.0)
     torch_cp = fw.cp_impl == "torch"
@@ -494,6 +499,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         return np.asarray(x, dtype=float) + zeros
 
     widths = ct.attention_column_widths(m)
+    ag_w = quantise.tp_allgather_bytes_factor(dtype, sp)   # an all-gather's bytes over bf16
 
     # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
     # on the mean chunk of l/(p·v) layers (strategies.cost.recompute)
@@ -556,10 +562,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=n_tp + zeros, tp_per_layer_bwd=n_tp + zeros,
-        # full: the layer's 2 forward collectives again; op (torchtitan): its 2 all-gathers
-        # (all-reduces without SP) are not in the save list, the reduce-scatters are
+        # full: the layer's forward collectives again, less the MLP's reduce-scatter where
+        # the checkpoint stops early; op (torchtitan): its all-gathers (all-reduces without
+        # SP), the reduce-scatters' outputs are saved (``recompute.tp_rerun``, §5.84);
         # selective mlp: the collective closing the dense MLP, on its share of the layers
-        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), n_tp * share, np.where(
+        tp_per_layer_recompute=np.where((rc == 2) | (rc == 3), rcp.tp_rerun(
+            rc, n_tp, sp, ag_w / (1.0 + ag_w), fw.recompute_early_stop) * share, np.where(
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,

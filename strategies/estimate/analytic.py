@@ -386,7 +386,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # the layers each rank holds (an uneven layout: rank_layers; else lps on each)
     n_first, n_mid, n_last, _, _ = rank_layers(L, P)
 
-    # tensor parallel: 2 collectives fwd, 2 bwd, 2 more in a full recompute
+    # tensor parallel: 2 collectives fwd, 2 bwd, the recomputation's (``recompute.tp_rerun``)
     t_ar = cm.collective_time("allreduce", sc.tp_bytes, tp, 1, cl)
     n_tp = sc.tp_per_layer_fwd + sc.tp_per_layer_bwd + sc.tp_per_layer_recompute
     tp_raw = n_tp * t_ar

@@ -162,13 +162,17 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
     pipeline overlap, as the chunked schedule (interleaving; the smallest valid chunk count
     when none is given); else the default."""
     kind = schedule_kind(pl.get("schedule"))
+    v = pl.get("virtual_stages")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        # refused, not read as "not given" (the chunks would be inferred, the stated figure lost)
+        raise SpecError("virtual_stages", v, "must be an integer >= 1 (model chunks per "
+                        "pipeline rank) or null")
     if pp == 1:
         return DEFAULT_SCHEDULE, 1, []
     named = get_schedule(kind) if kind else None
     chunked = named if named is not None and named.chunked else chunked_default()
     plain = named is not None and not named.chunked and kind != DEFAULT_SCHEDULE
-    v = pl.get("virtual_stages")
-    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and not plain and chunked:
+    if v is not None and v > 1 and not plain and chunked:
         return chunked.name, v, [] if named is chunked else [
             f"{chunked.name} (virtual_stages={v} given)"]
     if plain:
@@ -538,6 +542,11 @@ _STATED = {"overlap_grad_reduce": "--overlap-grad-reduce",
            "tp_comm_overlap": "--tp-comm-overlap", "flash_attn": "flash"}
 
 
+#: async TP named in a plan's techniques (lower case): "tp(async)", "asynctp", "async tp",
+#: "async-tp"
+_ASYNC_TP = re.compile(r"tp\s*\(\s*async\s*\)|async[\s_-]*tp")
+
+
 def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> dict[str, bool]:
     """FlashAttention and the overlap switches of an entry: what the source states (its
     ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
@@ -562,6 +571,15 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
         if said and getattr(fw, switch, True) and (tp_sp or switch != "tp_comm_overlap"):
             out[switch] = True
             continue
+        # a stack whose TP overlap is PyTorch's async TP: its techniques or precision naming
+        # it ("TP(async)", "AsyncTP", "async TP") state the switch (docs/calibration.md §5.84)
+        async_tp = stated_async_tp(c) if switch == "tp_comm_overlap" \
+            and fw.tp_overlap == "async-tp" else None
+        if async_tp and getattr(fw, switch, True) and tp_sp:
+            notes.append(f"tp_comm_overlap=true (stated: {async_tp}; {fw.name}'s TP overlap "
+                         f"is async TP, docs/calibration.md §5.50, §5.84)")
+            out[switch] = True
+            continue
         value = default and (tp_sp or switch != "tp_comm_overlap")
         why = fw.default_source(switch) or "not stated"
         if default and not value:
@@ -569,6 +587,17 @@ def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> d
         notes.append(f"{switch}={str(value).lower()} ({fw.name} default: {why})")
         out[switch] = value
     return out
+
+
+def stated_async_tp(c: dict) -> str | None:
+    """Where entry ``c`` states that its run used async TP, the statement (``_ASYNC_TP`` in
+    its plan's ``techniques`` or its precision); None where it does not."""
+    pl = c.get("plan") or {}
+    for where, text in (("plan.techniques", pl.get("techniques")),
+                        ("precision", c.get("precision"))):
+        if isinstance(text, str) and _ASYNC_TP.search(text.lower()):
+            return f"{where} {text!r}"
+    return None
 
 
 def stated_compile(c: dict) -> str | None:
