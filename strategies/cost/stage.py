@@ -205,6 +205,11 @@ class StageCostArrays:
     rd_bytes: np.ndarray = 0.0
     rd_attn: np.ndarray = 0.0
     rd_attn2: np.ndarray = 0.0
+    # the attention block's weight-gradient seconds of the mean layer
+    # (``compute.attention_wgrad``): Megatron-Core's ``delay_wgrad_compute`` runs a combined
+    # pair's last backward layer's after the pair's backward message is posted
+    # (``combined.pair_message_hiding``, the builder's ``combined_pair``; §5.87)
+    dw_attn: np.ndarray = 0.0
     # the input width of the attention's column linears over the hidden size
     # (``compute.attention_column_widths``): what the two pieces above re-gather and reduce
     # is ``width`` times ``rg_bytes``/``rd_bytes`` (1 and 0 without MLA)
@@ -312,6 +317,7 @@ class StageCosts:
     rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
     rd_attn: float = 0.0
     rd_attn2: float = 0.0
+    dw_attn: float = 0.0                # (StageCostArrays)
     rd_dense: float = 0.0
     rd_shared: float = 0.0
     attn_w: float = 1.0                 # (StageCostArrays)
@@ -615,6 +621,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_attn=full(lt.col_wgrad[0]),
         rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
+        dw_attn=full(lt.attn_wgrad),
         attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
         tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                              * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
@@ -710,6 +717,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
+        dw_attn=f("dw_attn"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
         tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"), tp_down=f("tp_down"),

@@ -532,13 +532,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # of the other kind (a chunk's forward, the shorter) run before it is waited for
     # (``Interleaved.overlapped_p2p_time``; docs/calibration.md §5.68); none under
     # Megatron-Core's combined 1F1B, whose steady pairs wait for their neighbours' current
-    # pairs (``combined.pair_message_hiding``, §5.82)
+    # pairs, each call hidden only by the delayed attention weight gradient
+    # (``combined.pair_message_hiding``, §5.82, §5.87)
     ov = attr_by_code(sched, "overlaps_p2p").astype(bool) & (pp > 1) & bool(
         get_profile(framework).overlap_p2p_comm)
     if np.any(ov):
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
                                            pair_message_hiding(lps / v * sc.layer_fwd,
-                                                               P.ep_overlap)), pp_exposed)
+                                                               P.ep_overlap, sc.dw_attn)),
+                              pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
