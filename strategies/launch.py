@@ -46,6 +46,10 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     """Megatron-LM launch arguments (a ``torchrun … pretrain_gpt.py`` line)."""
     p, m, cl = job.plan, job.model, job.cluster
     notes: list[str] = []
+    if p.flushes > 1:     # the launch would run one flush: not the step that was costed
+        raise SpecError("--export", "megatron", f"cannot express this plan: flushes="
+                        f"{p.flushes}: Megatron-LM runs one pipeline schedule over a step's "
+                        "micro-batches (flushes=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
     a += _uneven_megatron_args(job)
@@ -65,6 +69,11 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes
+    if p.microbatch_group_size is not None:   # interleaved only (the schedule's own rule)
+        a.append("--microbatch-group-size-per-virtual-pipeline-stage "
+                 f"{p.microbatch_group_size}")
+    if p.cuda_graph:   # the whole step as one graph (framework.FrameworkProfile.cuda_graph)
+        a.append("--cuda-graph-impl full_iteration")
     if p.sp:
         a.append("--sequence-parallel")
     if p.recompute == "full":   # every layer alone: uniform groups of 1 (strategies.cost.recompute)
@@ -216,6 +225,10 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
         _refuse("this exporter writes DeepSpeed's uniform pipeline partition and equal "
                 "micro-batch counts per replica (no layers_per_stage, group_microbatches)")
     from strategies.framework import MEGATRON_DEEPSPEED, plan_violations, precision_rule
+    if p.flushes > 1:   # (Megatron-LM cannot either: no "use --export megatron" here)
+        raise SpecError("--export", "deepspeed", f"cannot express this plan: flushes="
+                        f"{p.flushes}: DeepSpeed's pipeline engine runs one schedule over a "
+                        "train batch's micro-batches (flushes=1)")
     for field, value, rule in plan_violations(MEGATRON_DEEPSPEED, p):
         if field in ("layout", "first_stage_layers", "last_stage_layers"):
             _refuse(f"{field}={value!r}: {rule}")

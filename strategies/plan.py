@@ -228,13 +228,13 @@ def _check_moe_factors(p: Plan) -> None:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 1.0:
             raise SpecError("moe_imbalance", v, "must be a number >= 1 (the hottest expert-"
                             "parallel rank's routed tokens over the mean; 1 = balanced)")
-        check_number("moe_imbalance", float(v), 1.0, MAX_MOE_FACTOR)
+        check_number("moe_imbalance", v, 1.0, MAX_MOE_FACTOR)
     if p.moe_capacity_factor is not None:
         v = p.moe_capacity_factor
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0.0:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
-        check_number("moe_capacity_factor", float(v), 0.0, MAX_MOE_FACTOR, lo_open=True)
+        check_number("moe_capacity_factor", v, 0.0, MAX_MOE_FACTOR, lo_open=True)
 def _check_partial_recompute(p: Plan) -> None:
     """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
     (Megatron's ``--recompute-granularity full``), the method only with a layer count;
@@ -452,14 +452,16 @@ def _parse_float(key: str, value: Any) -> float:
     """A finite number from YAML or text (``1.3``, ``2``); SpecError naming ``key``."""
     if isinstance(value, bool):
         raise SpecError(key, value, "must be a number")
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            v = float(value.strip())
-        except ValueError:
-            raise SpecError(key, value, "must be a number") from None
-        return v
+    try:
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            return float(value.strip())
+    except ValueError:
+        raise SpecError(key, value, "must be a number") from None
+    except OverflowError:    # an integer beyond a float (10**400 in YAML)
+        raise SpecError(key, value, f"must be a number <= {MAX_MOE_FACTOR:g} (a sanity "
+                        "limit)") from None
     raise SpecError(key, value, "must be a number")
 
 

@@ -20,7 +20,7 @@ from topologies.faults import Faults, faults_from_mapping
 from topologies.gpus import GPU, get_gpu, gpu_from_mapping, gpu_to_mapping
 from topologies.gpu_profile import check_node
 from topologies.planes import check_planes
-from topologies.limits import (MAX_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
+from topologies.limits import (MAX_BANDWIDTH_BPS, MIN_BANDWIDTH_BPS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LATENCY_S,
                                MAX_NODES, MAX_OVERSUBSCRIPTION, check_int, check_name,
                                check_number, parse_int_text)
 
@@ -89,7 +89,7 @@ class Cluster:
             for name in ("intra_node_bandwidth", "inter_node_bandwidth"):
                 if getattr(g, name) is not None:
                     check_number(f"node_groups.{name}", getattr(g, name), 0.0,
-                                 MAX_BANDWIDTH_BPS, lo_open=True)
+                                 MAX_BANDWIDTH_BPS, lo_open=True, sane_lo=MIN_BANDWIDTH_BPS)
         _positive_int("gpus_per_node", self.gpus_per_node, MAX_GPUS_PER_NODE)
         for g in self.groups:
             if g.gpu.profile is not None:
@@ -100,7 +100,8 @@ class Cluster:
         _positive_int("nics_per_node", self.nics_per_node, MAX_GPUS_PER_NODE)
         _positive_int("nodes_per_leaf", self.nodes_per_leaf)
         for name in ("intra_node_bandwidth", "inter_node_bandwidth"):
-            check_number(name, getattr(self, name), 0.0, MAX_BANDWIDTH_BPS, lo_open=True)
+            check_number(name, getattr(self, name), 0.0, MAX_BANDWIDTH_BPS, lo_open=True,
+                         sane_lo=MIN_BANDWIDTH_BPS)
         for name in ("intra_node_latency", "inter_node_latency"):
             check_number(name, getattr(self, name), 0.0, MAX_LATENCY_S)
         check_number("oversubscription", self.oversubscription, 1.0, MAX_OVERSUBSCRIPTION)
@@ -124,7 +125,7 @@ class Cluster:
                             f"{' or '.join(RAIL_ONLY_INTRA)})")
         if self.storage_write_bandwidth is not None:
             check_number("storage_write_bandwidth", self.storage_write_bandwidth, 0.0,
-                         MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True)
+                         MAX_BANDWIDTH_BPS * MAX_GPUS, lo_open=True, sane_lo=MIN_BANDWIDTH_BPS)
         if not isinstance(self.faults, Faults):
             raise SpecError("faults", self.faults, "must be a Faults (topologies.faults)")
         self.faults.check_against(total, self.num_nodes, self.gpus_per_node, self.planes)
@@ -585,8 +586,6 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         base.pop("network", None)
     merged = {**base, **{k: v for k, v in d.items() if k != "preset"}}
     topology, planes = network_from_mapping(merged)
-    if planes > 1:
-        check_planes(planes, float(merged["inter_node_gbps"]), "network.planes")
     if "node_groups" in d:
         merged.pop("gpu", None)
         merged.pop("nodes", None)
@@ -597,9 +596,11 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
     # file units, checked before they are converted (10**400 GB/s must not overflow)
     num = {
         "intra_node_GBps": check_number("intra_node_GBps", merged["intra_node_GBps"], 0.0,
-                                        MAX_BANDWIDTH_BPS / 1e9, lo_open=True),
+                                        MAX_BANDWIDTH_BPS / 1e9, lo_open=True,
+                                        sane_lo=MIN_BANDWIDTH_BPS / 1e9),
         "inter_node_gbps": check_number("inter_node_gbps", merged["inter_node_gbps"], 0.0,
-                                        MAX_BANDWIDTH_BPS * 8 / 1e9, lo_open=True),
+                                        MAX_BANDWIDTH_BPS * 8 / 1e9, lo_open=True,
+                                        sane_lo=MIN_BANDWIDTH_BPS * 8 / 1e9),
         "intra_node_latency_us": check_number(
             "intra_node_latency_us", merged.get("intra_node_latency_us", INTRA_LATENCY_S * 1e6),
             0.0, MAX_LATENCY_S * 1e6),
@@ -609,6 +610,16 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         "oversubscription": check_number("oversubscription", merged.get("oversubscription", 1.0),
                                          1.0, MAX_OVERSUBSCRIPTION),
     }
+    if planes > 1:   # on the checked rates (a missing or malformed one is refused above)
+        check_planes(planes, num["inter_node_gbps"], "network.planes")
+        for i, g in enumerate(merged.get("node_groups") or ()):
+            if "inter_node_gbps" in g:    # a group's own NICs split over the same planes
+                gbps = float(g["inter_node_gbps"])      # checked by _groups
+                try:
+                    check_planes(planes, gbps, "network.planes")
+                except SpecError as e:
+                    raise SpecError(f"node_groups[{i}].inter_node_gbps", g["inter_node_gbps"],
+                                    f"with network.planes={planes}: {e.rule}") from None
     return Cluster(
         name=check_name("name", merged.get("name", "custom")), groups=groups,
         gpus_per_node=merged["gpus_per_node"],
@@ -624,7 +635,8 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
         faults=faults_from_mapping(merged.get("faults")),
         storage_write_bandwidth=None if merged.get("storage_write_GBps") is None else check_number(
             "storage_write_GBps", merged["storage_write_GBps"], 0.0,
-            MAX_BANDWIDTH_BPS * MAX_GPUS / 1e9, lo_open=True) * 1e9,
+            MAX_BANDWIDTH_BPS * MAX_GPUS / 1e9, lo_open=True,
+            sane_lo=MIN_BANDWIDTH_BPS / 1e9) * 1e9,
         source="yaml",
         gpus_per_tray=merged.get("gpus_per_tray"),
         nvlink_domain_gpus=merged.get("nvlink_domain_gpus"))
@@ -684,9 +696,10 @@ def _groups(d: Mapping[str, Any], base_dir: str | None = None) -> tuple[NodeGrou
                 raise SpecError(f"node_groups[{i}]", g, "must be a mapping with keys gpu and "
                                 "nodes (and optionally intra_node_GBps, inter_node_gbps)")
             _positive_int(f"node_groups[{i}].nodes", g["nodes"])
-            bw = {k: check_number(f"node_groups[{i}].{k}", g[k], 0.0, hi, lo_open=True)
-                  for k, hi in (("intra_node_GBps", MAX_BANDWIDTH_BPS / 1e9),
-                                ("inter_node_gbps", MAX_BANDWIDTH_BPS * 8 / 1e9)) if k in g}
+            bw = {k: check_number(f"node_groups[{i}].{k}", g[k], 0.0, hi * scale, lo_open=True,
+                                  sane_lo=MIN_BANDWIDTH_BPS * scale)
+                  for k, hi, scale in (("intra_node_GBps", MAX_BANDWIDTH_BPS, 1e-9),
+                                       ("inter_node_gbps", MAX_BANDWIDTH_BPS, 8e-9)) if k in g}
             out.append(NodeGroup(
                 _gpu(g["gpu"], base_dir), g["nodes"],
                 bw["intra_node_GBps"] * 1e9 if "intra_node_GBps" in bw else None,

@@ -193,9 +193,9 @@ def _entries(d: Mapping, key: str, required: tuple[str, ...], optional: tuple[st
         f = f"profile.{key}[{i}]"
         if not isinstance(e, Mapping):
             raise SpecError(f, e, "must be a mapping")
-        unknown = sorted(str(k) for k in set(e) - set(required) - set(optional))
-        if unknown:
-            raise SpecError(f"{f}.{unknown[0]}", e[unknown[0]],
+        unknown = _unknown_key(e, required + optional)
+        if unknown is not None:
+            raise SpecError(f"{f}.{unknown}", e[unknown],
                             f"unknown key; allowed: {', '.join(required + optional)}")
         for r in required:
             if r not in e:
@@ -203,6 +203,13 @@ def _entries(d: Mapping, key: str, required: tuple[str, ...], optional: tuple[st
                                 f"one of {', '.join(required)})")
         out.append((f, e))
     return out
+
+
+def _unknown_key(d: Mapping, allowed: tuple[str, ...]) -> Any:
+    """The first key of ``d`` (by its text) not in ``allowed``, as the mapping holds it (a
+    YAML key may be a number: ``7: x``), or None."""
+    unknown = sorted((k for k in d if k not in allowed), key=str)
+    return unknown[0] if unknown else None
 
 
 def _choice(field_: str, v: Any, allowed: tuple[str, ...]) -> str:
@@ -219,9 +226,9 @@ def profile_from_mapping(d: Any, path: str = "") -> GpuProfile:
     """A ``GpuProfile`` from the file's mapping (schema in the module doc)."""
     if not isinstance(d, Mapping):
         raise SpecError("profile", type(d).__name__, "a GPU profile file must hold a mapping")
-    unknown = sorted(str(k) for k in set(d) - set(_TOP))
-    if unknown:
-        raise SpecError(f"profile.{unknown[0]}", d[unknown[0]],
+    unknown = _unknown_key(d, _TOP)
+    if unknown is not None:
+        raise SpecError(f"profile.{unknown}", d[unknown],
                         f"unknown key; allowed: {', '.join(_TOP)}")
     if d.get("schema") != SCHEMA:
         raise SpecError("profile.schema", d.get("schema"), f"must be {SCHEMA!r}")

@@ -33,11 +33,12 @@ them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Amp
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from topologies.errors import SpecError
 from topologies.gpu_profile import GpuProfile, load_gpu_profile
-from topologies.limits import MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, check_name, check_number
+from topologies.limits import (MAX_HBM_GIB, MAX_HBM_TBPS, MAX_TFLOPS, MIN_FRACTION, MIN_HBM_TBPS,
+                               MIN_TFLOPS, check_name, check_number)
 from topologies.precision import BLOCK_FORMATS, PRECISIONS
 
 TERA = 1e12
@@ -432,13 +433,21 @@ def gpu_from_mapping(d: Mapping, base_dir: str | None = None) -> GPU:
           "attention_efficiency": 1.0, "fp8_matmul_efficiency": 1.0,
           "fa2_attention_efficiency": 1.0, "sm_count": 4096, "tdp_w": 1e5,
           "exp_tera_per_s": MAX_EXP_RATE / TERA}
+    # sanity floors on the rates whose reciprocals the cost model takes (a TFLOP/s, TB/s or
+    # efficiency of 5e-324 made a step of NaN seconds)
+    floor = {"hbm_tbps": MIN_HBM_TBPS, "matmul_efficiency": MIN_FRACTION,
+             "attention_efficiency": MIN_FRACTION, "fp8_matmul_efficiency": MIN_FRACTION,
+             "fa2_attention_efficiency": MIN_FRACTION, "exp_tera_per_s": MIN_TFLOPS,
+             **{k: MIN_TFLOPS for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops",
+                                        "fp32_tflops", "tf32_tflops")}}
     nums = {}
     for k in ("bf16_tflops", "fp8_tflops", "fp4_tflops", "fp32_tflops", "tf32_tflops",
               "hbm_gib", "hbm_tbps", "matmul_efficiency", "attention_efficiency",
               "fp8_matmul_efficiency", "fa2_attention_efficiency", "sm_count", "tdp_w",
               "exp_tera_per_s"):
         if k in d:
-            nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True)
+            nums[k] = check_number(f"gpu.{k}", d[k], 0.0, hi.get(k, MAX_TFLOPS), lo_open=True,
+                                   sane_lo=floor.get(k))
     if "sm_count" in nums and not float(nums["sm_count"]).is_integer():
         raise SpecError("gpu.sm_count", d["sm_count"], "must be an integer > 0")
     blocks = d.get("block_formats", [])
@@ -494,7 +503,24 @@ def _with_profile(d: Mapping, base_dir: str | None) -> GPU:
                             f"{base.name} (a profile applies to the GPU it measured)")
     else:
         base = gpu_from_mapping(rest)
+    check_profile_peaks(prof, base)
     return replace(base, profile=prof)
+
+
+def check_profile_peaks(prof: Any, gpu: GPU, field: str = "gpu.profile") -> None:
+    """Refuse a profile GEMM that ran faster than ``gpu``'s dense peak for its precision
+    (``2·m·n·k / seconds > peak``): a datasheet peak is the tensor cores' rate at the highest
+    clock, which no measurement exceeds (a 10^-12 s GEMM made the compute time vanish and
+    went unnoticed). Points in a precision the GPU lacks are not read (``gemm_ratio``)."""
+    for i, p in enumerate(prof.gemm):
+        if not gpu.supports(p.dtype):
+            continue
+        peak = gpu.peak(p.dtype)
+        if p.flops / p.seconds > peak:
+            raise SpecError(f"{field}.gemm[{i}].seconds", p.seconds,
+                            f"a {p.dtype} GEMM {p.m}x{p.n}x{p.k} in that time runs "
+                            f"{p.flops / p.seconds / 1e12:.4g} TFLOP/s, above {gpu.name}'s "
+                            f"dense peak {peak / 1e12:.4g} TFLOP/s (no measurement beats it)")
 
 
 def gpu_to_mapping(gpu: GPU) -> str | dict:

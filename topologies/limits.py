@@ -29,6 +29,12 @@ MAX_GPUS = 1 << 20                 # 1,048,576 GPUs in one cluster
 MAX_GPUS_PER_NODE = 1024
 MAX_NODES = MAX_GPUS
 MAX_BANDWIDTH_BPS = 1e15           # 1 PB/s per link (bytes/s)
+# the floors: far below any link or chip (a 1 kB/s link is a 1980s modem) and far above the
+# rates whose reciprocals overflow a float (5e-324 Gb/s made a step of -inf seconds)
+MIN_BANDWIDTH_BPS = 1e3            # 1 kB/s per link (bytes/s)
+MIN_TFLOPS = 1e-6                  # 1 MFLOP/s per GPU
+MIN_HBM_TBPS = 1e-9                # 1 kB/s of memory bandwidth
+MIN_FRACTION = 1e-6                # an efficiency, a fraction of a peak
 MAX_LATENCY_S = 1.0
 MAX_OVERSUBSCRIPTION = 1024.0
 MAX_TFLOPS = 1e6                   # 1 EFLOP/s per GPU
@@ -62,9 +68,10 @@ def check_int(name: str, v: Any, lo: int = 1, hi: int | None = None) -> int:
 
 
 def check_number(name: str, v: Any, lo: float = 0.0, hi: float | None = None,
-                 lo_open: bool = False) -> float:
+                 lo_open: bool = False, sane_lo: float | None = None) -> float:
     """``v`` must be a finite int or float (not a bool) with ``lo <= v`` (``lo < v`` when
-    ``lo_open``) and ``v <= hi``; returns it as a float."""
+    ``lo_open``), ``v <= hi`` and ``v >= sane_lo`` (a sanity floor: a rate so small its
+    reciprocal overflows); returns it as a float."""
     op = ">" if lo_open else ">="
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise SpecError(name, v, f"must be a finite number {op} {lo}" + text_hint(v))
@@ -76,6 +83,8 @@ def check_number(name: str, v: Any, lo: float = 0.0, hi: float | None = None,
         raise SpecError(name, v, f"must be a finite number {op} {lo}")
     if hi is not None and f > hi:
         raise SpecError(name, v, f"must be a number <= {hi:g} (a sanity limit)")
+    if sane_lo is not None and f < sane_lo:
+        raise SpecError(name, v, f"must be a number >= {sane_lo:g} (a sanity limit)")
     return f
 
 

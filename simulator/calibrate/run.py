@@ -18,6 +18,7 @@ group of that many GPUs within one node).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Mapping
 
 from simulator.calibrate.backend import MEMORY_KERNELS, Backend
 from strategies.cost.compute import _linears
@@ -99,11 +100,32 @@ def attention_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
     return list(out)
 
 
-def calibrate(backend: Backend, spec: CalibrationSpec, gpu: str | None = None) -> GpuProfile:
+def check_measurable(spec: CalibrationSpec, info: Mapping[str, Any],
+                     flags: Mapping[str, str] | None = None) -> None:
+    """Refuse, before measuring, a sweep that would time no GEMM: none of ``spec.dtypes``
+    runs on the device (``info["dtypes"]``), or no tensor-parallel degree of ``spec.tps``
+    divides a model's heads (``gemm_shapes``). ``flags``: the name each spec field is given
+    by in the refusal (the CLI's flags), default the field's own."""
+    name = {"dtypes": "dtypes", "tps": "tps", **(flags or {})}
+    if not any(d in info["dtypes"] for d in spec.dtypes):
+        raise SpecError(name["dtypes"], ",".join(spec.dtypes),
+                        f"{info['device']} runs none of these GEMM precisions (it runs "
+                        f"{', '.join(info['dtypes'])})")
+    if not gemm_shapes(spec):
+        raise SpecError(name["tps"], ",".join(map(str, spec.tps)),
+                        "no tensor-parallel degree divides the attention heads (and KV heads) "
+                        "of " + ", ".join(f"{m.name} ({m.num_attention_heads} heads)"
+                                          for m in spec.models) + ": no GEMM shape to time")
+
+
+def calibrate(backend: Backend, spec: CalibrationSpec, gpu: str | None = None,
+              flags: Mapping[str, str] | None = None) -> GpuProfile:
     """Run the sweep on ``backend``; the profile it measured (``gpu``: the catalog name to
-    record, default the backend's guess). Every value passes the profile file's checks."""
+    record, default the backend's guess). Every value passes the profile file's checks.
+    ``flags``: the names of the spec's fields in a refusal (``check_measurable``)."""
     info = backend.describe()
     groups = collective_groups(info["count"], spec.coll_gpus)    # refused before measuring
+    check_measurable(spec, info, flags)
     d: dict = {"schema": SCHEMA, "device": info["device"], "backend": info.get("backend", ""),
                "software": dict(info.get("software", {}))}
     if gpu or info.get("gpu"):

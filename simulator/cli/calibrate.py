@@ -61,11 +61,16 @@ def _ints(flag: str, text: str, hi: int) -> tuple[int, ...]:
 
 def run(args: argparse.Namespace) -> int:
     check_output(args.out, "--out", (".yaml", ".yml", ".json"))
-    dtypes = tuple(t.strip() for t in args.dtypes.split(","))
+    # a precision named twice is measured once (as --tp's and --mbs's repeats)
+    dtypes = tuple(dict.fromkeys(t.strip() for t in args.dtypes.split(",")))
     for d in dtypes:
         if d not in GEMM_DTYPES:
             raise CliError("--dtypes", d, f"must be among {', '.join(GEMM_DTYPES)}")
-    gpus = _ints("--gpus", args.gpus, 1024)[0]
+    gpus = _ints("--gpus", args.gpus, 1024)
+    if len(gpus) != 1:
+        raise CliError("--gpus", args.gpus, "must be one integer >= 1 (the GPUs the fake "
+                       "backend pretends to have)")
+    gpus = gpus[0]
     if gpus > 1 and args.backend != "fake":
         raise CliError("--gpus", gpus, "is for the fake backend only (torch uses every "
                        "visible GPU)")
@@ -86,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     # the machine's GPU count is known now: every group size is checked before measuring
     spec = replace(spec, coll_gpus=collective_groups(backend.describe()["count"], coll,
                                                      "--coll-gpus"))
-    profile = calibrate(backend, spec, gpu=get_gpu(args.gpu).name if args.gpu else None)
+    profile = calibrate(backend, spec, gpu=get_gpu(args.gpu).name if args.gpu else None,
+                        flags={"dtypes": "--dtypes", "tps": "--tp"})
     mapping = profile_to_mapping(profile)
     if args.out.lower().endswith(".json"):
         text = json.dumps(mapping, indent=1) + "\n"

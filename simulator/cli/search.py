@@ -233,6 +233,9 @@ def plan_fix(text: str | None) -> tuple[dict[str, Any], int | None]:
                 raise CliError("--plan", e.value, e.rule) from None
         elif key in FIX_KEYS:
             value = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if "," in value:    # a file's value: joined below, its commas would add keys
+                raise CliError("--plan", f"{raw.strip()}={value}", f"{key} takes one value "
+                               "(no ',')")
             fixed.append(f"{key}={value.strip()}")
         else:
             raise CliError("--plan", raw.strip(), "is not a key a search can fix; keys: gbs, "

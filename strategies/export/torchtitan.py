@@ -91,8 +91,10 @@ def _data_parallel(job: Job, notes: list[str]) -> dict:
 def _batch(job: Job) -> tuple[dict, dict]:
     """``[training]`` batch keys and the pipeline micro-batch keys."""
     p = job.plan
-    if p.pp > 1:   # one step's micro-batches run through the schedule: no accumulation loop
-        return ({"local_batch_size": job.num_microbatches * p.mbs, "global_batch_size": p.gbs},
+    if p.pp > 1:   # each flush's micro-batches run through the schedule as one local batch;
+        # torchtitan's accumulation loop runs the flushes (global / (local · dp) of them)
+        return ({"local_batch_size": job.num_microbatches // p.flushes * p.mbs,
+                 "global_batch_size": p.gbs},
                 {"pipeline_parallel_microbatch_size": p.mbs})
     return {"local_batch_size": p.mbs, "global_batch_size": p.gbs}, {}
 

@@ -162,13 +162,17 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
     pipeline overlap, as the chunked schedule (interleaving; the smallest valid chunk count
     when none is given); else the default."""
     kind = schedule_kind(pl.get("schedule"))
+    v = pl.get("virtual_stages")
+    if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+        # refused, not read as "not given" (the chunks would be inferred, the stated figure lost)
+        raise SpecError("virtual_stages", v, "must be an integer >= 1 (model chunks per "
+                        "pipeline rank) or null")
     if pp == 1:
         return DEFAULT_SCHEDULE, 1, []
     named = get_schedule(kind) if kind else None
     chunked = named if named is not None and named.chunked else chunked_default()
     plain = named is not None and not named.chunked and kind != DEFAULT_SCHEDULE
-    v = pl.get("virtual_stages")
-    if isinstance(v, int) and not isinstance(v, bool) and v > 1 and not plain and chunked:
+    if v is not None and v > 1 and not plain and chunked:
         return chunked.name, v, [] if named is chunked else [
             f"{chunked.name} (virtual_stages={v} given)"]
     if plain:

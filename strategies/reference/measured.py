@@ -6,6 +6,9 @@ not say enough.
 """
 from __future__ import annotations
 
+import math
+
+from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -15,18 +18,39 @@ def _dims(mo: dict) -> tuple[float, float, float, float] | None:
     value: never multiplied, so a string cannot turn into a huge repetition)."""
     out = []
     for k in ("layers", "hidden", "seq_len", "vocab"):
-        v = mo.get(k)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+        v = _positive(mo.get(k))
+        if v is None:
             return None
-        out.append(float(v))
+        out.append(v)
     return tuple(out)
 
 
 def _positive(v) -> float | None:
-    """A printed figure as a positive number, else None (text, a flag, zero, negative)."""
+    """A printed figure as a positive finite number, else None (text, a flag, zero, negative,
+    an integer too large for a float)."""
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
         return None
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _count(field: str, v) -> int:
+    """A count an entry prints (sequences, tokens, ranks) as a positive integer; SpecError
+    otherwise (a negative or fractional batch made a negative or truncated step time; the
+    case is skipped with the reason)."""
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError(field, v, "must be a positive integer")
+    return v
+
+
+def _section(c: dict, key: str) -> dict:
+    """Entry ``c``'s ``key`` section (``measured``, ``source``): a mapping, or empty when it is
+    absent or not a mapping (a malformed entry reads as one that prints nothing)."""
+    v = c.get(key)
+    return v if isinstance(v, dict) else {}
 
 
 def _eq3_flops(mo: dict, gbs: int) -> float:
@@ -61,9 +85,10 @@ def global_batch(c: dict) -> int | None:
     ``local_batch_size`` times the data-parallel size."""
     pl = c.get("plan") or {}
     if pl.get("global_batch"):
-        return int(pl["global_batch"])
+        return _count("plan.global_batch", pl["global_batch"])
     if pl.get("local_batch_size") and pl.get("dp"):
-        return int(pl["local_batch_size"]) * int(pl["dp"])
+        return _count("plan.local_batch_size", pl["local_batch_size"]) * \
+            _count("plan.dp", pl["dp"])
     return None
 
 
@@ -72,7 +97,7 @@ def seq_len(c: dict) -> tuple[int | None, list[str]]:
     (torchtitan's default, 8192)."""
     mo = c.get("model") or {}
     if mo.get("seq_len"):
-        return int(mo["seq_len"]), []
+        return _count("model.seq_len", mo["seq_len"]), []
     if "torchtitan" in str((c.get("source") or {}).get("ref", "")).lower():
         return 8192, ["seq_len=8192 (torchtitan default; source does not say)"]
     return None, []
@@ -161,8 +186,8 @@ def measured_memory_gib(c: dict) -> tuple[float | None, str]:
     ``memory_unit`` states (``GiB…`` binary, ``GB…`` decimal, 1e9 bytes); with no unit, the
     source's unit as stated in ``BLOOM_MEMORY`` (BigScience) or GiB otherwise (nvidia-smi and
     PyTorch's allocator both report binary multiples), said in the returned text."""
-    me = c.get("measured") or {}
-    ref = str((c.get("source") or {}).get("ref", "")).lower()
+    me = _section(c, "measured")
+    ref = str(_section(c, "source").get("ref", "")).lower()
     what = TORCHTITAN_MEMORY if "torchtitan" in ref else ""
     gib = _positive(me.get("memory_gib"))
     if gib is not None:
