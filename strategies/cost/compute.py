@@ -806,8 +806,10 @@ def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: 
     """(forward, backward) seconds of one layer's quantisation per micro-batch
     (``quantise.layer_cast_bytes`` over the usable HBM bandwidth, the routed experts'
     activation casts in passes of their own where the stack runs Transformer Engine's
-    ``GroupedLinear``, ``fw.grouped_mlp_casts``); 0 in 16 bits."""
-    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts)
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``; torchao's float8 TP transposing its gathered
+    fp8 tensors in the backward, ``fw.torchao_float8_tp``); 0 in 16 bits."""
+    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts,
+                                      fw.torchao_float8_tp)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
