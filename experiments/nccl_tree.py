@@ -188,10 +188,10 @@ def _patched(eff: float):
 
 def part3(cases) -> None:
     """The rows whose gradients are all-reduced (``framework.full_grad_reduce``) over a group
-    spanning several nodes: one Megatron DDP bucket (``SystemConfig.bucket_params``
+    spanning several nodes: one Megatron DDP bucket (``SystemConfig.dp_bucket_params``
     parameters x ``main_grad_bytes``) by ring and by tree (e = 0.92), and the whole stage's
     gradient as the estimate prices it (one collective)."""
-    from strategies.framework import full_grad_reduce, get_profile
+    from strategies.framework import full_grad_reduce, get_profile, stack_system
     print("## Rows with a full gradient all-reduce over several nodes (dense dp·cp group)\n")
     print("| row | n | k | nodes | bucket MiB | ring us | tree us | picked |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -208,7 +208,8 @@ def part3(cases) -> None:
         if not applies(n, stride, cl):
             continue
         _, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
-        S = job.system.bucket_params * job.system.main_grad_bytes(job.dtype)
+        S = stack_system(job.framework, job.system).dp_bucket_params(p.dp) \
+            * job.system.main_grad_bytes(job.dtype)
         r = sum(ring_parts(S, n, stride, cl))
         t = tree_time(S, n, stride, cl, NCCL_TREE_EFFICIENCY)
         seen += 1

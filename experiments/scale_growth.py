@@ -111,7 +111,7 @@ def calls_per_step(job) -> tuple[float, float]:
     layers = job.model.num_layers / p.pp
     if p.zero == 3:
         return 3.0 * layers * mb, 2.0 * mb
-    buckets = math.ceil(params / job.system.bucket_params)
+    buckets = math.ceil(params / c.bucket_params)   # the stack's bucket (§5.86)
     if full_grad_reduce(job.framework, job.dtype, p.zero):
         return float(buckets), 1.0
     return 2.0 * buckets, 2.0

@@ -134,6 +134,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from strategies.errors import SpecError
+from strategies.cost.system import MCORE_BUCKET_FLOOR, MCORE_BUCKET_PER_DP
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.plan import DISPATCHERS, RECOMPUTE
@@ -285,6 +286,44 @@ MEGATRON_CROSS_ENTROPY = LossPasses(
 
 #: how a stack launches one grouped GEMM over a GPU's ``k`` local experts
 #: (``ExpertGemmLaunch.kind``)
+@dataclass(frozen=True)
+class BucketRule:
+    """The stack's data-parallel gradient bucket: ``max(floor_params, per_dp_params x dp)``
+    parameters (``SystemConfig.dp_bucket_params`` applies it; ``stack_system`` installs it;
+    a job's ``SystemConfig.bucket_params`` > 0 overrides it). docs/calibration.md §5.86.
+
+    >>> NEMO_BUCKET.floor_params == 128 * 1024 ** 2, MCORE_BUCKET.per_dp_params
+    (True, 1000000.0)
+    """
+
+    floor_params: float
+    per_dp_params: float = 0.0
+    source: str = ""
+
+
+#: Megatron-Core DDP's default (``bucket_size`` None): ``max(40000000, 1000000 * dp)``,
+#: megatron/core/distributed/distributed_data_parallel.py, unchanged core_r0.8.0-core_v0.17.0
+MCORE_BUCKET = BucketRule(MCORE_BUCKET_FLOOR, MCORE_BUCKET_PER_DP,
+                          "megatron/core/distributed/distributed_data_parallel.py: bucket_size = "
+                          "max(40000000, 1000000 * get_data_parallel_world_size())")
+#: NeMo 2 (``MegatronCommOverlapCallback._get_optimizer_overlap_cfgs``, v2.0.0-v2.5) and
+#: Megatron-Bridge (``training/comm_overlap.py``, the same method) set ``bucket_size = 128 *
+#: 1024 * 1024`` whenever dp > 1 (at dp = 1 nothing is reduced)
+NEMO_BUCKET = BucketRule(128.0 * 1024 ** 2, 0.0,
+                         "nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py and "
+                         "Megatron-Bridge training/comm_overlap.py: "
+                         "comm_overlap_cfg.bucket_size = 128 * 1024 * 1024 if dp > 1")
+#: DeepSpeed ZeRO-1/2 ``reduce_bucket_size``, default 5e8 elements
+#: (deepspeed/runtime/zero/config.py ``reduce_bucket_size: int = Field(pp_int(5e8), ge=0)``)
+DEEPSPEED_BUCKET = BucketRule(5e8, 0.0, "deepspeed/runtime/zero/config.py: "
+                                        "reduce_bucket_size default 5e8 elements")
+#: stacks whose gradient bucketing the model does not take from their code (Megatron-LM 2021's
+#: contiguous buffer, FSDP's per-module units, XLA's combiner, HAI-LLM's unpublished code):
+#: the model's former single size, 40M parameters, kept so their figures do not move
+MODEL_BUCKET = BucketRule(MCORE_BUCKET_FLOOR, 0.0,
+                          "not from the stack's code: the model's 40M-parameter default")
+
+
 EXPERT_GEMM_KINDS = ("per_expert", "multi_stream", "fused")
 
 
@@ -643,6 +682,8 @@ class FrameworkProfile:
     #: parameters are not freed after forward (``_runtime_utils.py`` ``_post_forward_reshard``:
     #: ``not state._is_root``); docs/calibration.md §5.46
     fsdp2: bool = False
+    #: the data-parallel gradient bucket rule (``BucketRule``; docs/calibration.md §5.86)
+    dp_bucket: BucketRule = MCORE_BUCKET
     #: the stack stores its weights in fp32 only and casts a transient 16-bit copy inside each
     #: layer per use, at every ZeRO stage: the fp32 master is the one stored weight, no 16-bit
     #: copy is model state (``SystemConfig.weight_copies`` 0, ``stack_system``; MaxText
@@ -940,7 +981,7 @@ MEGATRON_DEEPSPEED_CROSS_ENTROPY = replace(
            "passes")
 
 MEGATRON_LM_2021 = FrameworkProfile(
-    name="megatron-lm-2021",
+    name="megatron-lm-2021", dp_bucket=MODEL_BUCKET,
     description="Megatron-LM v2-v3 (Narayanan et al. 2021, Korthikanti et al. 2022): apex fused "
                 "kernels, unfused softmax, blocking communication, main_grad.add_ per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=20, launch_gap_s=LAUNCH_GAP_S,
@@ -985,7 +1026,7 @@ MEGATRON_LM_2021 = FrameworkProfile(
                             "first and last stages"))))
 
 MEGATRON_DEEPSPEED = FrameworkProfile(
-    name="megatron-deepspeed",
+    name="megatron-deepspeed", dp_bucket=DEEPSPEED_BUCKET,
     description="Megatron-DeepSpeed (BLOOM, 2021-22 DeepSpeed-Megatron runs): Megatron's tensor "
                 "parallelism under DeepSpeed's pipeline engine and ZeRO-1, main_grad.add_ per "
                 "micro-batch",
@@ -1096,7 +1137,7 @@ MEGATRON_CORE = FrameworkProfile(
                         "embedding group (first and last stage)"))))
 
 NEMO = replace(
-    MEGATRON_CORE, name="nemo",
+    MEGATRON_CORE, name="nemo", dp_bucket=NEMO_BUCKET,
     # NeMo 2's model configs set cross_entropy_loss_fusion=True (GPTConfig, NemotronConfig in
     # nemo/collections/llm/gpt/model/): Megatron's jit-fused path, whose passes depend on what
     # the fuser merges and are not counted here, so the assumed three passes each way are kept
@@ -1118,7 +1159,7 @@ NEMO = replace(
         for k, v in MEGATRON_CORE.step.sources)))
 
 PYTORCH_EAGER = FrameworkProfile(
-    name="pytorch-eager",
+    name="pytorch-eager", dp_bucket=MODEL_BUCKET,
     description="PyTorch eager with FSDP or DDP (MosaicML Composer, torchtitan without compile): "
                 "FlashAttention, unfused elementwise kernels, AccumulateGrad per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=30, launch_gap_s=LAUNCH_GAP_S,
@@ -1309,7 +1350,7 @@ TORCHTITAN = replace(
                           "_foreach_div_ 2, _foreach_add_(eps) 2, _foreach_addcdiv_ 4"),)))
 
 JAX_XLA = FrameworkProfile(
-    name="jax-xla",
+    name="jax-xla", dp_bucket=MODEL_BUCKET,
     description="JAX/XLA (MaxText, PAXML): compiler-fused elementwise work, FSDP-style "
                 "sharding, gradients accumulated by a separate fused add",
     grad_accum_fusion=False, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
@@ -1358,6 +1399,7 @@ JAX_XLA = FrameworkProfile(
 
 HAI_LLM = replace(
     MEGATRON_CORE, name="hai-llm", loss=LossPasses(),   # HAI-LLM's code is not public
+    dp_bucket=MODEL_BUCKET,
     description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
@@ -1527,13 +1569,19 @@ DEFAULT = MEGATRON_CORE
 
 
 def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
-    """The system constants as stack ``fw``'s memory reads them: ``SystemConfig.master_bytes``
+    """The system constants as stack ``fw``'s costs read them: its bucket rule
+    (``FrameworkProfile.dp_bucket``, where ``SystemConfig.bucket_params`` does not override
+    it); ``SystemConfig.master_bytes``
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
     it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
     (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays)
     and the search read."""
     from strategies.cost.system import get_system
     sy = get_system(system)
+    if fw is not None and (sy.bucket_floor_params, sy.bucket_per_dp_params) != (
+            fw.dp_bucket.floor_params, fw.dp_bucket.per_dp_params):
+        sy = replace(sy, bucket_floor_params=float(fw.dp_bucket.floor_params),
+                     bucket_per_dp_params=float(fw.dp_bucket.per_dp_params))
     mb = None if fw is None else fw.master_bytes
     if fw is not None and fw.master_only and sy.weight_copies != 0.0:
         sy = replace(sy, weight_copies=0.0)

@@ -30,7 +30,7 @@ from strategies.errors import SpecError
 from strategies.export.llm_foundry import llm_foundry_config
 from strategies.export.maxtext import maxtext_config
 from strategies.export.torchtitan import torchtitan_config
-from strategies.framework import FrameworkProfile
+from strategies.framework import FrameworkProfile, stack_system
 from strategies.job import Job
 from strategies.schedules import get_schedule
 from topologies.precision import get_precision
@@ -259,7 +259,10 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
         "gradient_accumulation_steps": job.num_microbatches,
         "bf16" if job.dtype == "bf16" else "fp16": {"enabled": True},
         "zero_optimization": {"stage": p.zero, "overlap_comm": p.overlap_grad_reduce,
-                              "contiguous_gradients": True, "reduce_bucket_size": int(job.system.bucket_params)},
+                              "contiguous_gradients": True,
+                              # the bucket the job was priced with (its stack's rule, §5.86)
+                              "reduce_bucket_size": int(stack_system(
+                                  job.framework, job.system).dp_bucket_params(p.dp))},
     }
     if p.tp > 1:
         cfg["tensor_parallel"] = {"autotp_size": p.tp}

@@ -398,8 +398,13 @@ _LIMITS = {"mbs": MAX_MBS, "gbs": MAX_GBS, "microbatch_group_size": MAX_GBS, "vp
            "flushes": MAX_GBS}
 
 
+def int_limit(name: str) -> int:
+    """The sanity upper limit of integer plan field ``name`` (``MAX_GPUS`` unless listed)."""
+    return _LIMITS.get(name, MAX_GPUS)
+
+
 def _pos_int(name: str, v: Any) -> None:
-    check_int(name, v, 1, _LIMITS.get(name, MAX_GPUS))
+    check_int(name, v, 1, int_limit(name))
 
 
 def _coerce(key: str, value: Any) -> Any:

@@ -106,7 +106,7 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     unrestricted space is priced with the stack's own loss (``loss.peak_bytes``: what its
     cross-entropy holds at the head decides which plans fit) and optimizer state bytes
     (``optimizer_state_bytes``: hai-llm's bf16 moments), activation cache and FSDP2 state
-    (``fsdp2``, ``master_only``), and ZeRO-2 plans are dominated by a ZeRO-1 twin only where
+    (``fsdp2``, ``master_only``), gradient bucket (``dp_bucket``: ZeRO-2/3 buffers), and ZeRO-2 plans are dominated by a ZeRO-1 twin only where
     the stack runs ZeRO-1 (``zero_stages``), as a space with no stack named is with the
     default stack's."""
     import strategies.search.space as space_mod
@@ -116,7 +116,7 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
                                 optimizer_state_bytes=fw.optimizer_state_bytes,
                                 fp8_activation_cache=fw.fp8_activation_cache,
                                 fsdp2=fw.fsdp2, master_only=fw.master_only,
-                                zero_stages=fw.zero_stages))
+                                zero_stages=fw.zero_stages, dp_bucket=fw.dp_bucket))
     m, cl = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 2)
     free = enumerate_space(m, cl, 64)
     named = enumerate_space(m, cl, 64, framework=fw)

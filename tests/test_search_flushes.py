@@ -82,23 +82,68 @@ def test_candidates_price_as_their_plans(fix):
         assert sp.peak_memory[i] == pytest.approx(peaks[i], rel=1e-12, abs=0)
 
 
-def test_uneven_layouts_compose_one_flush():
-    """The search's uneven-layout rows (priced by their ranks' layers, ``rank_layers``, not
-    by the scalar's per-chunk order: docs/search.md) with flushes and a group: the step is
-    the one-flush row's composed, the peak memory the scalar model's of the plan."""
-    from dataclasses import replace
-    sp = _space("flushes=2,microbatch_group_size=8", layouts=True)
-    rows = np.flatnonzero((sp.cols["lf"] > 0) | (sp.cols["ll"] > 0) | sp.cols["acc"])
+def _uneven_rows(m, sp) -> np.ndarray:
+    from strategies.plan_arrays import rank_layers
+    return np.flatnonzero(rank_layers(m.num_layers, sp.arrays)[4] & (sp.arrays.pp > 1))
+
+
+@pytest.mark.parametrize("fix", ["flushes=2,microbatch_group_size=8",
+                                 "flushes=2,schedule=1f1b", "schedule=interleaved",
+                                 "schedule=1f1b"])
+def test_uneven_layouts_price_as_their_plans(fix):
+    """The search's uneven-layout rows (first/last stage layers, slots) of a one-kind model,
+    interleaved and 1F1B, with and without flushes and a group: the search's arrays
+    (``estimate.kinds.with_kind_rows`` of ``estimate_arrays_mixed``, what ``run_search``
+    reports) and the peak memory equal the scalar ``estimate`` of each plan to 1e-12
+    (docs/search.md "Uneven pipeline layouts"); the even rows keep the columns' figures."""
+    from strategies.estimate.kinds import kind_rows, with_kind_rows
+    from strategies.estimate.mixed import estimate_arrays_mixed
+    sp = _space(fix, layouts=True)
+    rows = _uneven_rows(DENSE, sp)
     assert rows.size
+    assert np.array_equal(kind_rows(DENSE, sp.arrays), rows)
     P = sp.arrays
-    a = estimate_arrays(DENSE, CL, "bf16", P)
-    one = estimate_arrays(DENSE, CL, "bf16", replace(P, gbs=P.gbs / 2, flushes=1.0 + 0 * P.gbs))
-    assert np.array_equal(a["step_time_s"], 2 * (one["step_time_s"] - one["optimizer"])
-                          + one["optimizer"])
+    raw = estimate_arrays_mixed(DENSE, CL, "bf16", P)
+    a = with_kind_rows(DENSE, CL, "bf16", P, raw, sp.plan)
+    even = np.setdiff1d(np.arange(sp.size), rows)
+    assert np.array_equal(a["step_time_s"][even], raw["step_time_s"][even])
     peaks = peak_memory_arrays(DENSE, P, "bf16", None, CL.gpu)
-    for i in rows[:: max(1, rows.size // 5)].tolist():
+    for i in rows.tolist():
         e = estimate(make_job(DENSE, CL, sp.plan(i)))
+        assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-12, abs=0), i
+        for k in ("mfu", "hfu", "tokens_per_s", "bubble_fraction"):
+            assert a[k][i] == pytest.approx(getattr(e, k), rel=1e-12, abs=0)
+        for k in BREAKDOWN_KEYS:
+            assert a[k][i] == pytest.approx(e.breakdown_s[k], rel=1e-12, abs=1e-15)
         assert peaks[i] == pytest.approx(e.memory.total, rel=1e-12, abs=0)
+
+
+def test_uneven_layouts_of_mixed_kinds_price_as_their_plans():
+    """A model of dense first layers, MoE layers and an MTP module: its uneven-layout rows
+    (with flushes) in the search's arrays equal the scalar estimate of each plan to 1e-12."""
+    import random
+
+    from strategies.estimate.kinds import with_kind_rows
+    from strategies.estimate.mixed import estimate_arrays_mixed
+    from tests.test_arrays_kinds import toy
+    m = toy(random.Random(5107), 2, 1)
+    cl = cluster_preset("dgx-h100", 2)
+    checked = 0
+    for fix in ("flushes=2", "schedule=interleaved"):
+        sp = enumerate_space(m, cl, 64, SpaceOptions(max_mbs=2, fixed=parse_fix(fix),
+                                                     layouts=True))
+        rows = _uneven_rows(m, sp)
+        rows = rows[:: max(1, rows.size // 6)]
+        a = with_kind_rows(m, cl, "bf16", sp.arrays,
+                           estimate_arrays_mixed(m, cl, "bf16", sp.arrays), sp.plan,
+                           only=rows.tolist())
+        for i in rows.tolist():
+            e = estimate(make_job(m, cl, sp.plan(i)))
+            assert a["step_time_s"][i] == pytest.approx(e.step_time_s, rel=1e-12, abs=0), i
+            for k in BREAKDOWN_KEYS:
+                assert a[k][i] == pytest.approx(e.breakdown_s[k], rel=1e-12, abs=1e-15)
+            checked += 1
+    assert checked
 
 
 def test_flushes_compose_one_flush_and_cost_time():
@@ -196,7 +241,7 @@ def test_the_cli_search_carries_them(capsys):
     (["--fix", "flushes=2", "--framework", "megatron-core"],
      ["--fix='flushes=2'", "megatron-core runs one pipeline schedule over a step's "
       "micro-batches (flushes=1)"]),
-    (["--fix", "flushes=0"], ["--fix='flushes=0'", "must be >= 1"]),
+    (["--fix", "flushes=0"], ["--fix='flushes=0'", "must be an integer >= 1"]),
     (["--fix", "schedule=1f1b,microbatch_group_size=8"],
      ["--fix='microbatch_group_size=8'", "only applies to schedule=interleaved, not 1f1b"]),
     (["--plan", "microbatch_group_size=4,gbs=64", "--framework", "hai-llm"],
@@ -296,3 +341,23 @@ def test_the_recommendation_says_why(capsys):
     assert rec["plan"]["microbatch_group_size"] == 9
     assert any(w.startswith("micro-batch group (microbatch_group_size 9): 36 micro-batches")
                for w in rec["why"])
+
+
+def test_search_report_shows_the_scalar_figure_of_uneven_rows():
+    """A search of a one-kind model whose even split is refused (14 layers on pp 4: the
+    layouts' rows only, docs/search.md "Uneven pipeline layouts"): every reported plan's
+    ``analytic_step_time_s`` is the scalar estimate's of that plan."""
+    from dataclasses import replace
+
+    from simulator.search.run import SearchConfig, run_search
+    m = replace(DENSE, name="llama-14l", num_layers=14)
+    rep = run_search(SearchConfig(model=m, cluster=CL, gbs=32, k=3, workers=1,
+                                  options=SpaceOptions(max_mbs=1, max_vpp=2,
+                                                       fixed={"tp": 1, "pp": 4})))
+    rows = rep["plans"] + [rep["recommended"]]
+    for r in rows:
+        p = parse_plan(r["key"])
+        assert p.pp == 4 and (p.first_stage_layers or p.last_stage_layers
+                              or p.account_embedding or p.account_loss), r["key"]
+        e = estimate(make_job(m, CL, p))
+        assert r["analytic_step_time_s"] == pytest.approx(e.step_time_s, rel=1e-12, abs=0)

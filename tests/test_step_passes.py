@@ -157,8 +157,10 @@ def test_nemo_averages_in_the_collective():
     assert nemo.step.scale_grad is False and mc.step.scale_grad is True
     # (and the cross-entropy: NeMo's configs turn Megatron's fused path on, whose passes are
     # not counted, so nemo keeps the assumed ones: framework.LossPasses, calibration.md §3.20)
-    same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss"}
+    # (and the DDP bucket: NeMo's comm-overlap callback sets 128 Mi, docs/calibration.md §5.86)
+    same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket"}
     assert all(getattr(mc, k) == getattr(nemo, k) for k in same)
+    assert nemo.dp_bucket.floor_params == 128 * 1024 ** 2
     assert replace(nemo.step, scale_grad=True, sources=()) == replace(mc.step, sources=())
     assert "average_in_collective" in dict(nemo.step.sources)["scale_grad"]
     job_mc, job_nemo = _tied_job("megatron-core"), _tied_job("nemo")

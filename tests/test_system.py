@@ -28,7 +28,9 @@ def job(plan: str, system=None, dtype="bf16"):
 def test_default_is_the_module_default():
     j = job("tp=2,pp=2")
     assert j.system is DEFAULT_SYSTEM and "system" not in j.to_dict()
-    assert stage_costs(j).bucket_params == DEFAULT_SYSTEM.bucket_params == 40e6
+    # no override: the default stack's (Megatron-Core's) rule at the plan's dp, 40M below dp 40
+    assert DEFAULT_SYSTEM.bucket_params == 0.0
+    assert stage_costs(j).bucket_params == DEFAULT_SYSTEM.dp_bucket_params(j.plan.dp) == 40e6
 
 
 def test_hbm_efficiency_scales_every_memory_bound_time():

@@ -115,6 +115,10 @@ class ProgramBuilder:
         # each layer was issued ahead of its compute (``overlapped``), so ``_close_block``
         # issues none after it
         self.lead_a2a = False
+        # seconds the next backward block leaves out of its compute: a combined pair's last
+        # backward layer's attention weight gradient, which ``delay_wgrad_compute`` runs
+        # after the pair's backward message is posted (``combined_pair``, §5.87)
+        self.defer_dw = 0.0
         # each overlapped forward's partner backward (labels), for the activation track
         # (``simulator.metrics.activation_series``: the pair's forward is stashed as its
         # partner's stash is freed, the memory model's rule, ``schedules.base.stash_frontier``)
@@ -438,6 +442,8 @@ class ProgramBuilder:
         split = self.split
         secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
                          (lambda x: x.layer_bwd - split * x.layer_wgrad))
+        if not fwd and self.defer_dw > 0:
+            secs, self.defer_dw = secs - self.defer_dw, 0.0
         start = tuple(self.wait)
         if not fwd and self.t_regather > 0:
             secs -= self.regather(nl, secs, label, i, c, start)
@@ -969,8 +975,12 @@ class ProgramBuilder:
                 gens[s] = self._backward_blocks(s.microbatch, s.chunk, by_layer=True,
                                                 lead=combined)
         if combined:
-            self.combined_pair(passes[0], partner, gens)
+            dw = self.combined_pair(passes[0], partner, gens)
             self._pair_outputs(group, [partner])
+            # ``delay_wgrad_compute``: the last backward layer's attention weight gradient
+            # after the backward's output is posted, beside its transfer (§5.87)
+            self.compute(dw, "wgrad", f"W{partner.microbatch}.c{partner.chunk}",
+                         partner.microbatch, partner.chunk)
             return
         own: dict[Step, list] = {s: [] for s in passes}
         live = list(passes)
@@ -1006,7 +1016,7 @@ class ProgramBuilder:
             key = (s.kind, s.microbatch, s.chunk)
             self.produced[key] = self.produced[key] + (self.last_compute,)
 
-    def combined_pair(self, f: Step, b: Step, gens: dict) -> None:
+    def combined_pair(self, f: Step, b: Step, gens: dict) -> float:
         """Megatron-Core's combined 1F1B pair in its own sub-layer order (Megatron-LM
         d98e8a64 ``models/common/model_chunk_schedule_plan.py``: ``TransformerModelChunk
         SchedulePlan.run`` runs the forward's embedding and the backward's LM head first,
@@ -1020,8 +1030,13 @@ class ProgramBuilder:
         longer run alone, their all-to-alls exposed. The forward's output leaves when the
         forward ends (``post_forward`` runs on the communication stream after the forward's
         last op, "overlapped with the pre_dispatch backward"), the backward's when the pair
-        ends (``post_backward`` on the compute stream)."""
+        ends (``post_backward`` on the compute stream). With pipelining the backward's last
+        layer leaves its attention weight gradient (``dw_attn``, Megatron-Bridge's
+        ``delay_wgrad_compute``) to run after that message is posted
+        (``b_layer.pre_dispatch_computation.backward_dw()`` after ``post_backward``): the
+        seconds returned, which the caller runs once the outputs are recorded (§5.87)."""
         inputs = tuple(self.wait)
+        dw = self.c.dw_attn if self.p.pp > 1 else 0.0
         label = f"B{b.microbatch}.c{b.chunk}"
         layers = self.pieces(b.chunk, True, by_layer=True)
         next(gens[f])               # the embedding (first virtual stage)
@@ -1059,6 +1074,7 @@ class ProgramBuilder:
             if live_b:
                 self.wait += lead
                 self.lead_a2a = True
+                self.defer_dw = dw if k == len(layers) - 1 else 0.0
                 try:
                     next(gens[b])
                     b_last = (self.last_compute,)
@@ -1066,7 +1082,9 @@ class ProgramBuilder:
                     live_b = False
                 finally:
                     self.lead_a2a = False
+                    self.defer_dw = 0.0
             k += 1
+        return dw if layers else 0.0
 
     def run(self, actions: list) -> None:
         group: list[Step] = []

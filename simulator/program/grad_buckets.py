@@ -2,7 +2,8 @@
 
 Parameters are registered in backward order (the output layer first, then the layers from
 last to first, then the embedding); a bucket is closed as soon as it holds at least
-``bucket_params`` parameters (40M, Megatron's ``ddp_bucket_size``). A layer is one item here
+``bucket_params`` parameters (the stack's rule at the plan's dp, ``SystemConfig.dp_bucket_params``:
+Megatron-Core ``max(40M, 1M x dp)``, NeMo 2 128 Mi; docs/calibration.md §5.86). A layer is one item here
 (its tensors are never split across buckets in this model). Units: parameters.
 
 >>> from types import SimpleNamespace as NS

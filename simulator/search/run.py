@@ -76,8 +76,9 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         return plans[i] if i >= 0 else refs[-i - 1][1]
 
     def kind_priced(analytic: dict, only=None) -> dict:
-        """Pipelined plans of a model that mixes kinds of layer: the analytic figures the
-        scalar estimate gives them (its stages by kind, ``estimate.kinds``)."""
+        """Pipelined plans of a model that mixes kinds of layer, or of an uneven layout: the
+        analytic figures the scalar estimate gives them (its stages by kind and by their own
+        chunks, ``estimate.kinds``)."""
         return with_kind_rows(m, cl, cfg.dtype, space.arrays, analytic, space.plan, named,
                               cfg.system, only)
 

@@ -142,6 +142,10 @@ class LayerTime:
     #: fc1's, each the window its data gradient's asynchronous reduction runs in (shares:
     #: ``regather``'s)
     col_wgrad: tuple = ()
+    #: the attention block's weight-gradient GEMMs (every attention linear, ``attention_
+    #: wgrad``): what Megatron-Core's ``delay_wgrad_compute`` defers from a combined pair's
+    #: last backward layer (``strategies.schedules.combined.pair_message_hiding``)
+    attn_wgrad: Num = 0.0
 
 
 def attention_column_widths(m: ModelSpec) -> tuple[float, ...]:
@@ -177,6 +181,21 @@ def column_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple
         elif g[4] is False and part == "shared_mlp":
             shared = u[4]
     return (*attn, slow * dense, slow * shared)
+
+
+def attention_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+                    slow: Num = 1.0) -> Num:
+    """Seconds of the weight-gradient GEMMs of one layer's attention block, every attention
+    linear (``ModelSpec.attention_linears``: QKV or MLA's projections, the output
+    projection): Megatron-Core's ``pre_dispatch_computation.backward_dw`` (the attention
+    sub-module's TE linears with ``delay_wgrad_compute``; Megatron-LM d98e8a64
+    ``models/common/model_chunk_schedule_plan.py``). The accumulation into the main gradient
+    stays with the layer (``LayerTime.wgrad``). ``parts``/``units``: as ``column_wgrad``;
+    ``slow``: the overlap clock factor."""
+    t = 0.0
+    for _, (_, g), u in zip(m.attention_linears(), parts, units):
+        t = t + g[0] * u[4]
+    return slow * t
 
 
 def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
@@ -787,8 +806,10 @@ def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: 
     """(forward, backward) seconds of one layer's quantisation per micro-batch
     (``quantise.layer_cast_bytes`` over the usable HBM bandwidth, the routed experts'
     activation casts in passes of their own where the stack runs Transformer Engine's
-    ``GroupedLinear``, ``fw.grouped_mlp_casts``); 0 in 16 bits."""
-    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts)
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``; torchao's float8 TP transposing its gathered
+    fp8 tensors in the backward, ``fw.torchao_float8_tp``); 0 in 16 bits."""
+    f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts,
+                                      fw.torchao_float8_tp)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -1038,7 +1059,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),
-                     column_wgrad(m, parts, units, slow))
+                     column_wgrad(m, parts, units, slow), attention_wgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

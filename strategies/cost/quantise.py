@@ -128,14 +128,58 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
 
 
 def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
-                     dtype: str, routed_unfused: Num = False) -> tuple[Num, Num]:
+                     dtype: str, routed_unfused: Num = False,
+                     gathered_transposes: bool = False) -> tuple[Num, Num]:
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
     (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` as
-    there); 0 in 16 bits."""
+    there; ``gathered_transposes``: torchao's float8 TP, ``gathered_transpose_bytes`` added
+    to the backward); 0 in 16 bits."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
     (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
-    return ff * fused + fu * unfused, bf * fused + bu * unfused
+    bwd = bf * fused + bu * unfused
+    if gathered_transposes:
+        bwd = bwd + gathered_transpose_bytes(m, b, tp, cp, sp, gpu, dtype)
+    return ff * fused + fu * unfused, bwd
+
+
+#: tensors torchao's float8 TP styles all-gather in fp8 per mean layer and micro-batch, each
+#: ``T x h`` once gathered: (attention, dense feed-forward) = (its normed input, gathered by
+#: ``PrepareFloat8ModuleInput`` before wq/wk/wv or w1/w3; the output gradient of wo or w2,
+#: cast by ``Float8RowwiseParallel``'s ``_NoopFwToFloat8BwDynamic`` before the backward of
+#: its reduce-scatter gathers it)
+TORCHAO_GATHERED = (2.0, 2.0)
+
+
+def gathered_transpose_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """Elements (once gathered, ``T·h`` each) of the fp8 tensors torchao's float8 TP styles
+    all-gather over tp per mean layer and micro-batch (``TORCHAO_GATHERED``; a MoE layer
+    counts its attention's); 0 without sequence parallelism or with ``tp = 1``."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    dense = 1.0 - (m.num_moe_layers / m.num_layers if m.is_moe else 0.0)
+    n = TORCHAO_GATHERED[0] + dense * TORCHAO_GATHERED[1]
+    on = (np.asarray(tp) > 1) & (np.asarray(sp) > 0)
+    return np.where(on, n * T * m.hidden_size, 0.0)[()]
+
+
+def gathered_transpose_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
+                             dtype: str) -> Num:
+    """Backward HBM bytes per mean layer and micro-batch that torchao's float8 TP adds to
+    ``layer_cast_elements``' casts: the weight-gradient ``_scaled_mm`` reads each gathered
+    fp8 tensor transposed, and ``float8_mm``'s operand preparation (torchao
+    ``float8_ops.py`` ``preprocess_addmm``: ``a.contiguous()`` for the transposed output
+    gradient, ``b.t().contiguous().t()`` for the input) copies it after the gather at its
+    full ``T·h`` size, a read and a write of ``operand_bytes`` each; the cast before the
+    gather writes one copy of the local ``T·h/tp`` shard, not the ``copies − 1`` transposed
+    ones ``cast_bytes`` charges there. Per gathered element ``operand_bytes·(2 − (copies −
+    1)/tp)``; 0 in 16 bits, for block formats (torchao's MX path is another code) and where
+    nothing is gathered (``gathered_transpose_elements``)."""
+    p = get_precision(dtype)
+    if not p.quantised or p.block_scaled:
+        return 0.0
+    c = gpu.cast_copies(dtype)
+    e = gathered_transpose_elements(m, b, tp, cp, sp)
+    return e * p.operand_bytes * (2.0 - (c - 1) / np.asarray(tp, dtype=float))
 
 
 def tp_collective_bytes_factor(dtype: str, sp: Num) -> Num:

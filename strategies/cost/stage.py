@@ -46,7 +46,7 @@ from strategies.cost import step as steps
 from strategies.cost import tp_ends
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import (FrameworkProfile, cp_exposed_fraction, get_profile, grad_path,
-                                  grad_sync_once)
+                                  grad_sync_once, stack_system)
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
@@ -149,7 +149,7 @@ class StageCostArrays:
     tied_bytes: np.ndarray        # tied embedding gradient all-reduced first <-> last stage
     grad_bytes: float             # bytes per gradient element reduced over dp
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
-    bucket_params: float          # Megatron DDP bucket size
+    bucket_params: np.ndarray     # DP gradient bucket, parameters (SystemConfig.dp_bucket_params)
     tp_overlap_chunks: int
     tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
     cp_exposed_fraction: float
@@ -205,6 +205,11 @@ class StageCostArrays:
     rd_bytes: np.ndarray = 0.0
     rd_attn: np.ndarray = 0.0
     rd_attn2: np.ndarray = 0.0
+    # the attention block's weight-gradient seconds of the mean layer
+    # (``compute.attention_wgrad``): Megatron-Core's ``delay_wgrad_compute`` runs a combined
+    # pair's last backward layer's after the pair's backward message is posted
+    # (``combined.pair_message_hiding``, the builder's ``combined_pair``; §5.87)
+    dw_attn: np.ndarray = 0.0
     # the input width of the attention's column linears over the hidden size
     # (``compute.attention_column_widths``): what the two pieces above re-gather and reduce
     # is ``width`` times ``rg_bytes``/``rd_bytes`` (1 and 0 without MLA)
@@ -312,6 +317,7 @@ class StageCosts:
     rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
     rd_attn: float = 0.0
     rd_attn2: float = 0.0
+    dw_attn: float = 0.0                # (StageCostArrays)
     rd_dense: float = 0.0
     rd_shared: float = 0.0
     attn_w: float = 1.0                 # (StageCostArrays)
@@ -589,7 +595,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tied_bytes=np.where(mirrored, 0.0,
                             steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
-        bucket_params=float(sy.bucket_params), tp_overlap_chunks=int(sy.tp_overlap_chunks),
+        # the stack's bucket rule at each plan's dp (docs/calibration.md §5.86)
+        bucket_params=stack_system(fw, sy).dp_bucket_params(dp) + zeros,
+        tp_overlap_chunks=int(sy.tp_overlap_chunks),
         tp_overlap_bwd_exposed=float(fw.tp_overlap_bwd_exposed),
         cp_exposed_fraction=cp_exposed_fraction(fw.cp_impl, sy.cp_exposed_fraction),
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
@@ -615,6 +623,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_attn=full(lt.col_wgrad[0]),
         rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
+        dw_attn=full(lt.attn_wgrad),
         attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
         tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
                              * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
@@ -697,7 +706,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         p2p_bytes=f("p2p_bytes"),
         p2p_gather_bytes=f("p2p_gather_bytes"), layer_params=f("layer_params"),
         embedding_params=f("embedding_params"), head_params=f("head_params"),
-        grad_bytes=arrays.grad_bytes, bucket_params=arrays.bucket_params,
+        grad_bytes=arrays.grad_bytes, bucket_params=f("bucket_params"),
         tp_overlap_chunks=arrays.tp_overlap_chunks,
         tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
@@ -710,6 +719,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
+        dw_attn=f("dw_attn"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),
         attn_w2=float(arrays.attn_w2), tp_ag_bytes=f("tp_ag_bytes"),
         tp_attn_rc=f("tp_attn_rc"), tp_rope_w=f("tp_rope_w"), tp_down=f("tp_down"),

@@ -6,9 +6,11 @@ One frozen record instead of module globals, so that a study can vary a constant
 monkeypatching. ``DEFAULT_SYSTEM`` is what every entry point uses when none is given.
 docs/calibration.md §3.2 lists each field with its source.
 
->>> DEFAULT_SYSTEM.bucket_params, DEFAULT_SYSTEM.main_grad_bytes("bf16"), \
-DEFAULT_SYSTEM.main_grad_bytes("fp16")
-(40000000.0, 4.0, 2.0)
+>>> DEFAULT_SYSTEM.dp_bucket_params(8), DEFAULT_SYSTEM.dp_bucket_params(64), \
+DEFAULT_SYSTEM.main_grad_bytes("bf16"), DEFAULT_SYSTEM.main_grad_bytes("fp16")
+(40000000.0, 64000000.0, 4.0, 2.0)
+>>> SystemConfig(bucket_params=25e6).dp_bucket_params(512)
+25000000.0
 >>> SystemConfig(cp_exposed_fraction=1.5)
 Traceback (most recent call last):
 ...
@@ -17,21 +19,37 @@ topologies.errors.SpecError: cp_exposed_fraction=1.5: must be in [0, 1]
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
 
 from strategies.errors import SpecError
 from topologies.gpus import GIB
 
 _FRACTIONS = ("cp_exposed_fraction", "hbm_efficiency", "fragmentation", "weight_copies")
 
+#: Megatron-Core DDP's default gradient bucket, parameters: ``bucket_size = max(40000000,
+#: 1000000 * dp)`` when ``DistributedDataParallelConfig.bucket_size`` is None
+#: (megatron/core/distributed/distributed_data_parallel.py, the same at core_r0.8.0 through
+#: core_v0.17.0; dp: ``get_data_parallel_world_size()``, without context parallelism).
+#: ``FrameworkProfile.dp_bucket`` of ``megatron-core`` (docs/calibration.md §5.86).
+MCORE_BUCKET_FLOOR = 40e6
+MCORE_BUCKET_PER_DP = 1e6
+
 
 @dataclass(frozen=True)
 class SystemConfig:
     """Policy constants (bytes, parameters, fractions); each field's source beside it."""
 
-    #: Megatron DDP gradient bucket, parameters: ``ddp_bucket_size`` defaults to
-    #: ``max(40M, 1M x dp)`` (megatron/core/distributed/distributed_data_parallel.py); the
-    #: 40M floor is used for every dp.
-    bucket_params: float = 40e6
+    #: Data-parallel gradient bucket, parameters, as an override: 0 (default) the stack's
+    #: rule (``bucket_floor_params``/``bucket_per_dp_params`` below, which ``stack_system``
+    #: sets from ``FrameworkProfile.dp_bucket``); > 0 this size at every dp (a job's
+    #: ``--ddp-bucket-size``/``reduce_bucket_size``). Read through ``dp_bucket_params``.
+    bucket_params: float = 0.0
+    #: The bucket rule in force, ``max(floor, per_dp x dp)`` parameters: Megatron-Core's
+    #: unless ``framework.stack_system`` gives the stack's (docs/calibration.md §5.86).
+    bucket_floor_params: float = MCORE_BUCKET_FLOOR
+    bucket_per_dp_params: float = MCORE_BUCKET_PER_DP
     #: Share of one layer's ring-attention (CP) traffic that stays exposed after the
     #: attention core it overlaps with (at least the last of the ``c-1`` ring steps).
     cp_exposed_fraction: float = 0.1
@@ -84,11 +102,23 @@ class SystemConfig:
             raise SpecError("hbm_efficiency", self.hbm_efficiency, "must be > 0")
         if self.tp_overlap_chunks < 1 or int(self.tp_overlap_chunks) != self.tp_overlap_chunks:
             raise SpecError("tp_overlap_chunks", self.tp_overlap_chunks, "must be an integer >= 1")
-        if self.bucket_params <= 0:
-            raise SpecError("bucket_params", self.bucket_params, "must be > 0")
+        if self.bucket_floor_params <= 0:
+            raise SpecError("bucket_floor_params", self.bucket_floor_params, "must be > 0")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")
+
+    def dp_bucket_params(self, dp: Any) -> Any:
+        """Parameters of one data-parallel gradient bucket at data-parallel size ``dp`` (an int
+        or an array of plans): ``bucket_params`` where set, else ``max(bucket_floor_params,
+        bucket_per_dp_params x dp)``. The one rule the estimate (scalar and arrays, via the
+        stage costs), the lower bound, the simulator's buckets, the memory model's ZeRO-2/3
+        buffers and the DeepSpeed export read."""
+        if self.bucket_params > 0:
+            return float(self.bucket_params) if np.ndim(dp) == 0 else \
+                np.full(np.shape(dp), float(self.bucket_params))
+        out = np.maximum(self.bucket_floor_params, self.bucket_per_dp_params * np.asarray(dp, float))
+        return float(out) if np.ndim(out) == 0 else out
 
     def main_grad_bytes(self, dtype: str) -> float:
         """Bytes of one element of the gradient buffer micro-batches accumulate into and data

@@ -532,13 +532,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # of the other kind (a chunk's forward, the shorter) run before it is waited for
     # (``Interleaved.overlapped_p2p_time``; docs/calibration.md §5.68); none under
     # Megatron-Core's combined 1F1B, whose steady pairs wait for their neighbours' current
-    # pairs (``combined.pair_message_hiding``, §5.82)
+    # pairs, each call hidden only by the delayed attention weight gradient
+    # (``combined.pair_message_hiding``, §5.82, §5.87)
     ov = attr_by_code(sched, "overlaps_p2p").astype(bool) & (pp > 1) & bool(
         get_profile(framework).overlap_p2p_comm)
     if np.any(ov):
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
                                            pair_message_hiding(lps / v * sc.layer_fwd,
-                                                               P.ep_overlap)), pp_exposed)
+                                                               P.ep_overlap, sc.dw_attn)),
+                              pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
     # parameters' gradients (the stage-cost record's ``params_*``/``expert_params_*``: the
@@ -571,6 +573,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     emb_k = (sc.embedding_params, 0.0, np.where(mirrored, sc.embedding_params, 0.0))
     window_k = [n_k[k] * (sc.layer_bwd + sc.layer_recompute) for k in K]   # its last backward
     window = window_k[0]
+    # the first bucket is launched only once it is full (Megatron's greedy buckets in backward
+    # order, ``grad_buckets.chunk_buckets``): the LM head where the rank holds it (one chunk a
+    # rank, the last rank; rank 0 at pp 1), then whole layers of ``layer_params`` each up to
+    # ``bucket_params``; the backward of those layers hides none of the queue
+    # (docs/calibration.md §5.86). ``lead_k``: seconds of the last backward before it launches
+    head_k = [np.where((pp == 1) & (k == 0) | (pp > 1) & (k == 2), sc.head_params, 0.0)
+              for k in K]
+    lead_k = [np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
+                                         / np.maximum(sc.layer_params, 1.0)))
+              * (sc.layer_bwd + sc.layer_recompute) for k in K]
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
@@ -620,7 +632,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                  t_grad / 2 - n_k[k] * sc.layer_wgrad)
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
-                        np.where(ends_k, mirror_over, np.maximum(t_grad - window_k[k], t_edge)))
+                        np.where(ends_k, mirror_over,
+                                 np.maximum(t_grad - window_k[k]
+                                            + np.where(v == 1, lead_k[k], 0.0), t_edge)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
@@ -779,6 +793,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         dp_exposed = dp_exposed + np.where(rep > 0, cm.collective_time(
             "allreduce", np.where(rep > 0, rep, 1.0), tp, 1, cl), 0.0)
     step = pipe + pp_exposed + dp_exposed + t_opt
+    # a tail shorter than its optimizer (every rank's slack larger than its reduction: an
+    # uneven pipeline's short stage) hides part of that optimizer behind the pipeline: the
+    # breakdown shows the optimizer's exposed part and no negative communication (the step,
+    # their sum, is unchanged)
+    hidden = np.minimum(dp_exposed, 0.0)
+    dp_exposed, t_opt = dp_exposed - hidden, t_opt + hidden
 
     # breakdown on the slowest stage (exposed seconds per step)
     share = lps * mb

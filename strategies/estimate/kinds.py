@@ -1,6 +1,8 @@
 """The search's analytic arrays for plans whose pipeline stages differ by the kinds of layer
 they hold: a model that mixes dense and MoE layers (``first_k_dense_replace``) or carries
-multi-token-prediction modules (``num_nextn_predict_layers``), pipelined (``pp > 1``).
+multi-token-prediction modules (``num_nextn_predict_layers``), pipelined (``pp > 1``); and
+for pipelined plans of an uneven layout (the search's ``layouts`` rows: slots, first/last
+stage layer counts), whose ranks hold unequal chunks.
 
 The plan columns price every stage as ``num_layers / pp`` mean layers
 (``analytic.estimate_arrays``), which is exact without pipelining but not where rank 0
@@ -8,8 +10,13 @@ holds the dense layers and rank ``pp-1`` the MTP module: the scalar estimate the
 the even pipeline's compute makespan by the free-communication order over each rank's own
 chunks (``scalar._per_chunk``, an event order per plan with no closed form). Those rows are
 priced here by the scalar's own path (``scalar.step_arrays``), one plan at a time, so the
-arrays and the scalar agree exactly (one source of truth; docs/calibration.md §5.51). Rows of
-a one-kind model, or without pipelining, keep the plan columns' figures bit for bit.
+arrays and the scalar agree exactly (one source of truth; docs/calibration.md §5.51). An
+uneven layout's rows likewise: the columns price each rank by its own layer count
+(``plan_arrays.rank_layers``) in the even pipeline's order, the scalar by the order over the
+real chunks (``scalar._per_chunk``/``_per_stage``) and its ``base`` run with the job's own
+rank fields; the search reads the scalar's (docs/search.md "Uneven pipeline layouts"). Rows
+of an even layout of a one-kind model, or without pipelining, keep the plan columns'
+figures bit for bit.
 """
 from __future__ import annotations
 
@@ -23,15 +30,21 @@ from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
-from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from topologies.cluster import Cluster
 
 
 def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
-    """Indices of the plans ``P`` whose stages the plan columns cannot price: ``m`` mixes
-    kinds of layer (``cost.stage.mixes_kinds``) and the plan is pipelined."""
-    pp = np.atleast_1d(as_plan_arrays(P).pp)
-    return np.flatnonzero(pp > 1) if mixes_kinds(m) else np.zeros(0, dtype=np.int64)
+    """Indices of the plans ``P`` whose stages the plan columns cannot price: pipelined
+    (``pp > 1``) plans where ``m`` mixes kinds of layer (``cost.stage.mixes_kinds``) or the
+    plan's layout is uneven (``plan_arrays.rank_layers``' flag: slots, first/last stage
+    layer counts), whose step the scalar prices by each rank's own chunks in the schedule's
+    order (``scalar._per_chunk``/``_per_stage``; docs/search.md "Uneven pipeline layouts")."""
+    P = as_plan_arrays(P)
+    pp = np.atleast_1d(P.pp)
+    if mixes_kinds(m):
+        return np.flatnonzero(pp > 1)
+    return np.flatnonzero((pp > 1) & np.atleast_1d(rank_layers(m.num_layers, P)[4]))
 
 
 def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mapping[str, Any],

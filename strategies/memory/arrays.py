@@ -430,7 +430,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         layer_dense = held * dense_l
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),
-                       2 * np.minimum(sy.bucket_params, params_here) * sy.main_grad_bytes(dtype)
+                       2 * np.minimum(sy.dp_bucket_params(dp), params_here)
+                       * sy.main_grad_bytes(dtype)
                        + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm

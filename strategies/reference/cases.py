@@ -439,6 +439,13 @@ def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> in
     return gbs // per if gbs % per == 0 else 1
 
 
+#: what the overlap runs with (§5.87): Megatron-Bridge's harness turns both on together
+_DELAY_WGRAD = ("delay_wgrad_compute=true (with the overlap, as Megatron-Bridge's "
+                "scripts/performance set_workload_base_configs -> "
+                "_set_moe_a2a_overlap_overrides runs it: a combined pair's last attention "
+                "weight gradient runs after its backward message is posted)")
+
+
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
     """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
     (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
@@ -461,6 +468,9 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["cuda_graph"] = bool(pl["cuda_graph"])
     if pl.get("moe_capacity_factor") is not None:   # token dropping the recipe states
         out["moe_capacity_factor"] = float(pl["moe_capacity_factor"])
+    stated = bool(out.get("ep_overlap"))
+    if stated:
+        notes.append(_DELAY_WGRAD)
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         return out
@@ -471,6 +481,8 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
+    if out.get("ep_overlap") and not stated:
+        notes.append(_DELAY_WGRAD)
     mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
     if recompute_kind(pl.get("recompute")) is None and mods and \
             set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:

@@ -38,18 +38,25 @@ def pair_exposed(t_comm: Any, fwd: Any, bwd: Any) -> Any:
     return np.maximum(0.0, t_comm - bwd) + np.maximum(0.0, t_comm - fwd)
 
 
-def pair_message_hiding(hiding: Any, on: Any) -> Any:
+def pair_message_hiding(hiding: Any, on: Any, delayed: Any = 0.0) -> Any:
     """Seconds of compute that hide one steady pipeline call's transfer: ``hiding`` (the
-    pass of the other kind run before the call is waited for, ``overlap_p2p_comm``), 0 where
-    Megatron-Core's combined 1F1B runs (``on``): a steady pair's backward output leaves when
-    the pair ends (``post_backward`` on the compute stream after the last layer's attention
-    backward; Megatron-LM d98e8a64 ``models/common/model_chunk_schedule_plan.py``) and the
-    peer's next pair waits for it before its first layer (``pre_backward``), while that peer
-    ran its own pair meanwhile: with interleaving a rank's next pair needs its neighbour's
-    current pair's outputs, so each steady call is exposed whole (docs/calibration.md
-    §5.82; the delayed weight gradient of the pair's first layer, which Megatron runs beside
-    that transfer, is not modelled)."""
-    return np.where(np.asarray(on, dtype=bool), 0.0, hiding)
+    pass of the other kind run before the call is waited for, ``overlap_p2p_comm``) where
+    Megatron-Core's combined 1F1B does not run; where it runs (``on``) only ``delayed``, the
+    weight gradient of the pair's last backward layer's attention that
+    ``delay_wgrad_compute`` leaves to run after the call is posted (``dw_attn``).
+
+    A steady pair's backward output leaves when its backward's layers end
+    (``post_backward`` on the compute stream after the last layer's attention backward;
+    Megatron-LM d98e8a64 ``models/common/model_chunk_schedule_plan.py``
+    ``TransformerModelChunkSchedulePlan.run``, "so the p2p comm could be overlapped with the
+    wgrad of pre_dispatch backward"), then ``b_layer.pre_dispatch_computation.backward_dw()``
+    runs the deferred weight gradient; the peer's next pair waits for the output before its
+    first layer (``pre_backward``), while that peer ran its own pair meanwhile: with
+    interleaving a rank's next pair needs its neighbour's current pair's outputs, so
+    nothing else hides the call (docs/calibration.md §5.82, §5.87). Megatron-Bridge's
+    performance configs turn ``delay_wgrad_compute`` on with the overlap
+    (``_set_moe_a2a_overlap_overrides``)."""
+    return np.where(np.asarray(on, dtype=bool), delayed, hiding)
 
 
 #: schedules whose steady state Megatron-Core's combined 1F1B pairs when ``pp > 1``

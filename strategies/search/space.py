@@ -30,6 +30,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.errors import SpecError
+from topologies.limits import check_int, parse_int_text
 from strategies.flushes import flush_rules
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
@@ -45,7 +46,7 @@ from strategies.cost.counts import dispatch_element_bytes
 from strategies.memory.activations import activation_cache_bytes
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, parse_modules
+from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, int_limit, parse_modules
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
@@ -313,12 +314,14 @@ def _fix_modules(value: str) -> tuple[str, ...]:
 
 
 def _fix_int(key: str, value: str) -> int:
+    """An integer ``--fix`` value, read as ``Plan`` reads it (ASCII digits only,
+    ``limits.parse_int_text``) and held to the plan's own range for that field
+    (``plan.int_limit``; ``zero`` 0-3 is checked by the caller)."""
     try:
-        v = int(value)
-    except ValueError:
-        raise SpecError("--fix", f"{key}={value}", "must be an integer") from None
-    if v < (0 if key == "zero" else 1):
-        raise SpecError("--fix", f"{key}={value}", "must be >= 1" if key != "zero" else ">= 0")
+        v = parse_int_text(key, value)
+        check_int(key, v, 0 if key == "zero" else 1, int_limit(key))
+    except SpecError as e:
+        raise SpecError("--fix", f"{key}={value}", e.rule) from None
     return v
 
 
