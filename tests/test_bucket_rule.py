@@ -94,14 +94,15 @@ def test_estimate_waits_for_the_first_bucket(fw, g):
 
 @pytest.mark.parametrize("fw", ["megatron-core", "nemo"])
 def test_estimate_meets_the_contention_free_simulation(fw):
-    """Estimate and contention-free simulation of the plan within 0.2 % (+0.16 % Megatron-Core,
-    +0.19 % NeMo; without the first bucket's wait -1.20 % and -2.65 %): the simulation's
+    """Estimate and contention-free simulation of the plan within 0.25 % (+0.18 % Megatron-Core,
+    +0.21 % NeMo with the ends' TP collectives, §5.88; +0.16 % and +0.19 % without them;
+    without the first bucket's wait -1.20 % and -2.65 %): the simulation's
     first bucket starts after ``g`` layers' backward, and its queue ends the sum of the
     buckets' calls after it; what is left is the SP re-gathers and the embedding's backward
     inside the simulated window and each bucket's own call latency (§5.86)."""
     j = _job(fw)
     e, s = estimate(j), simulate(j, network="contention-free")
-    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.002)
+    assert e.step_time_s == pytest.approx(s.step_time_s, rel=0.0025)
     recs = s.by_rank(0)
     buckets = sorted((x for x in recs if x.stream == "dp-comm"), key=lambda x: x.start)
     assert len(buckets) == (5 if fw == "megatron-core" else 3)   # 4 layers by g, + the embedding

@@ -158,7 +158,9 @@ def test_nemo_averages_in_the_collective():
     # (and the cross-entropy: NeMo's configs turn Megatron's fused path on, whose passes are
     # not counted, so nemo keeps the assumed ones: framework.LossPasses, calibration.md §3.20)
     # (and the DDP bucket: NeMo's comm-overlap callback sets 128 Mi, docs/calibration.md §5.86)
-    same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket"}
+    # (and the loss's tp all-reduces: the fused path concatenates two, §5.88)
+    same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket",
+                                           "tp_loss_allreduces"}
     assert all(getattr(mc, k) == getattr(nemo, k) for k in same)
     assert nemo.dp_bucket.floor_params == 128 * 1024 ** 2
     assert replace(nemo.step, scale_grad=True, sources=()) == replace(mc.step, sources=())
