@@ -11,7 +11,6 @@ Contention-free collective times, microseconds; steps in seconds.
 from __future__ import annotations
 
 import glob
-import json
 import os
 import sys
 from dataclasses import replace
@@ -22,45 +21,36 @@ sys.path.insert(0, ROOT)
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.stage import (attn_down_time, attn_rope_time,  # noqa: E402
                                    sp_grad_allreduce_bytes, stage_costs)
-from strategies.errors import SpecError  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
-from strategies.reference.cases import case_from_entry  # noqa: E402
+from strategies.reference.cases import reference_cases  # noqa: E402
 
 
 def main() -> None:
-    for f in sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json"))):
-        with open(f) as fh:
-            rows = json.load(fh)
-        if not isinstance(rows, list):
+    files = sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json")))
+    for case in reference_cases(files):
+        job = getattr(case, "job", None)
+        if job is None or job.plan.tp < 2 or not job.model.kv_lora_rank:
             continue
-        for r in rows:
-            try:
-                case = case_from_entry(r, rows)
-            except (SpecError, ValueError, KeyError):
-                continue
-            job = getattr(case, "job", None)
-            if job is None or job.plan.tp < 2 or not job.model.kv_lora_rank:
-                continue
-            tp, sp, cl = job.plan.tp, bool(job.plan.sp), job.cluster
+        tp, sp, cl = job.plan.tp, bool(job.plan.sp), job.cluster
 
-            def t(kind: str, nbytes: float) -> float:
-                return float(cm.collective_time(kind, nbytes, tp, 1, cl))
-            layout = job.framework.mla_down_proj
-            col = replace(job, framework=replace(job.framework, mla_down_proj="column"))
-            rep = replace(job, framework=replace(job.framework, mla_down_proj="replicated"))
-            cc, cr = stage_costs(col), stage_costs(rep)
-            layers = max(job.layers_of_stage(s) for s in range(job.plan.pp))
-            print(f"{case.id}  tp {tp} sp {sp}  read as {layout}")
-            print(f"    column adds fwd {float(attn_down_time(t, cc, sp, True)) * 1e6:7.1f}"
-                  f"  bwd {float(attn_down_time(t, cc, sp, False)) * 1e6:7.1f}"
-                  f"  less the rope pair {float(attn_rope_time(t, cr, True)) * 1e6:.1f}"
-                  f" + {float(attn_rope_time(t, cr, False)) * 1e6:.1f}")
-            for name, c in (("replicated", cr), ("column", cc)):
-                nb = float(sp_grad_allreduce_bytes(c, layers))
-                print(f"    {name:10s} per-step tp all-reduce {nb / 1e6:8.2f} MB "
-                      f"{t('allreduce', nb) * 1e3 if nb > 0 else 0.0:7.3f} ms")
-            print(f"    step: replicated {estimate(rep).step_time_s:.3f} s, column "
-                  f"{estimate(col).step_time_s:.3f} s, measured {case.measured_step_s:.3f} s")
+        def t(kind: str, nbytes: float) -> float:
+            return float(cm.collective_time(kind, nbytes, tp, 1, cl))
+        layout = job.framework.mla_down_proj
+        col = replace(job, framework=replace(job.framework, mla_down_proj="column"))
+        rep = replace(job, framework=replace(job.framework, mla_down_proj="replicated"))
+        cc, cr = stage_costs(col), stage_costs(rep)
+        layers = max(job.layers_of_stage(s) for s in range(job.plan.pp))
+        print(f"{case.id}  tp {tp} sp {sp}  read as {layout}")
+        print(f"    column adds fwd {float(attn_down_time(t, cc, sp, True)) * 1e6:7.1f}"
+              f"  bwd {float(attn_down_time(t, cc, sp, False)) * 1e6:7.1f}"
+              f"  less the rope pair {float(attn_rope_time(t, cr, True)) * 1e6:.1f}"
+              f" + {float(attn_rope_time(t, cr, False)) * 1e6:.1f}")
+        for name, c in (("replicated", cr), ("column", cc)):
+            nb = float(sp_grad_allreduce_bytes(c, layers))
+            print(f"    {name:10s} per-step tp all-reduce {nb / 1e6:8.2f} MB "
+                  f"{t('allreduce', nb) * 1e3 if nb > 0 else 0.0:7.3f} ms")
+        print(f"    step: replicated {estimate(rep).step_time_s:.3f} s, column "
+              f"{estimate(col).step_time_s:.3f} s, measured {case.measured_step_s:.3f} s")
 
 
 if __name__ == "__main__":

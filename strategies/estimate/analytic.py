@@ -578,6 +578,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # rank, the last rank; rank 0 at pp 1), then whole layers of ``layer_params`` each up to
     # ``bucket_params``; the backward of those layers hides none of the queue
     # (docs/calibration.md §5.86). ``lead_k``: seconds of the last backward before it launches
+    # (not under DualPipe, ``mirrored``: a rank's two copies complete their gradients at
+    # different times, so its first full bucket is not the last backward's first layers)
     head_k = [np.where((pp == 1) & (k == 0) | (pp > 1) & (k == 2), sc.head_params, 0.0)
               for k in K]
     lead_k = [np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
@@ -634,7 +636,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                                      steps),
                         np.where(ends_k, mirror_over,
                                  np.maximum(t_grad - window_k[k]
-                                            + np.where(v == 1, lead_k[k], 0.0), t_edge)))
+                                            + np.where((v == 1) & ~mirrored, lead_k[k], 0.0),
+                                            t_edge)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from strategies.errors import SpecError
 from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile
@@ -803,6 +803,23 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
                      "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "
                      "MaxVio_global 0.04 per expert; strategies.moe_balance.default_imbalance)")
     return plan
+
+
+def reference_cases(paths: Sequence[str]) -> Iterator[Case]:
+    """Every case of the reference files ``paths`` (JSON lists; a file that is not a list is
+    skipped), in file then row order; a row the reader refuses (``SpecError``, a missing or
+    malformed field) is skipped, as ``validate`` skips it."""
+    import json
+    for path in paths:
+        with open(path) as fh:
+            rows = json.load(fh)
+        if not isinstance(rows, list):
+            continue
+        for r in rows:
+            try:
+                yield case_from_entry(r, rows)
+            except (SpecError, ValueError, KeyError):
+                continue
 
 
 def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
