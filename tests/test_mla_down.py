@@ -14,6 +14,7 @@ import pytest
 
 import simulator.program.builder as builder
 import strategies.cost.stage as stage
+from strategies.cost import tp_collectives
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import attn_down_ops, stage_costs
@@ -175,6 +176,7 @@ def test_full_recompute_reruns_the_forward_gathers(fw, sp: bool, monkeypatch) ->
     s_on = simulate(full, network="contention-free").step_time_s
     assert bound(full) <= s_on * (1 + 1e-9)
     monkeypatch.setattr(stage, "attn_full_rc_ops", lambda x, sp: ())
+    monkeypatch.setattr(tp_collectives, "attn_full_rc_ops", lambda x, sp: ())
     monkeypatch.setattr(builder, "attn_full_rc_ops", lambda x, sp: ())
     assert on - layer_comm(full) == pytest.approx(want, rel=1e-9, abs=1e-15)
     e = e_on - estimate(full).step_time_s
@@ -204,6 +206,7 @@ def test_sp_marked_gradients_all_reduced_once_per_step(fw, spec: str, monkeypatc
     s_on = simulate(job, network="contention-free").step_time_s
     assert bound(job) <= s_on * (1 + 1e-9)
     monkeypatch.setattr(stage, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
+    monkeypatch.setattr(tp_collectives, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
     monkeypatch.setattr(builder, "sp_grad_allreduce_bytes", lambda x, n: 0.0)
     import strategies.estimate.analytic as analytic
     monkeypatch.setattr(analytic, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)

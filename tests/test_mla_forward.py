@@ -15,6 +15,7 @@ import pytest
 
 import simulator.program.builder as builder
 import strategies.cost.stage as stage
+from strategies.cost import tp_collectives
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import attn_tp_saved, attn_tp_swap, stage_costs, tp_kind_bytes
@@ -40,6 +41,7 @@ def rule_off(monkeypatch):
     collective at the hidden width (main before §5.81)."""
     def off() -> None:
         monkeypatch.setattr(stage, "attn_tp_swap", lambda x, sp, fwd: None)
+        monkeypatch.setattr(tp_collectives, "attn_tp_swap", lambda x, sp, fwd: None)
         monkeypatch.setattr(builder, "attn_tp_swap", lambda x, sp, fwd: None)
     return off
 
@@ -204,6 +206,7 @@ def rope_off(monkeypatch):
     """MLA's rope key collective switched off in both readers."""
     def off() -> None:
         monkeypatch.setattr(stage, "attn_rope_bytes", lambda x: 0.0 * x.tp_rope_w)
+        monkeypatch.setattr(tp_collectives, "attn_rope_bytes", lambda x: 0.0 * x.tp_rope_w)
         monkeypatch.setattr(builder, "attn_rope_bytes", lambda x: 0.0)
     return off
 
