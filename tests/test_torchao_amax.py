@@ -2,28 +2,23 @@
 of a sharded DTensor all-reduces its 4-byte amax over the TP group, per layer and
 micro-batch 4 forward, 7 backward and, recomputed, the forward's 4 again; the same
 ``comm.small_allreduce_time`` as Transformer Engine's current-scaling reductions (§5.64)."""
-from dataclasses import replace
-
 import numpy as np
 import pytest
 
-from simulator.simulate import simulate
 from strategies.cost import amax, quantise
 from strategies.cost import compute as ct
 from strategies.cost import comm as cm
 from strategies.estimate import estimate
 from strategies.framework import MEGATRON_CORE, NEMO, TORCHTITAN, TORCHTITAN_COMPILE
 from strategies.presets import model_preset
-from tests.tp_backward_checks import bound, tp_job
+from tests.tp_backward_checks import assert_moves_with_simulation, switch_pair
 from topologies.cluster import cluster_preset
 
 LAYERS = 4
 
 
 def _pair(spec: str, fw=TORCHTITAN_COMPILE, dtype: str = "fp8-current", nodes: int = 1):
-    return (tp_job(spec, layers=LAYERS, fw=fw, dtype=dtype, nodes=nodes),
-            tp_job(spec, layers=LAYERS, fw=replace(fw, torchao_float8_tp=False), dtype=dtype,
-                   nodes=nodes))
+    return switch_pair(spec, fw, "torchao_float8_tp", dtype, nodes, LAYERS)
 
 
 def test_profile_facts_and_counts() -> None:
@@ -72,12 +67,7 @@ def test_closed_form_of_the_step(rc: str) -> None:
     ("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0,recompute=op", 1),
     ("tp=8,pp=2,mbs=1,gbs=8,sp=true,zero=0,recompute=full,schedule=1f1b", 2)])
 def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> None:
-    on, off = _pair(spec, nodes=nodes)
-    e = estimate(on).step_time_s - estimate(off).step_time_s
-    s_on = simulate(on, network="contention-free").step_time_s
-    s = s_on - simulate(off, network="contention-free").step_time_s
-    assert e > 0 and s == pytest.approx(e, rel=1e-9)
-    assert bound(on) <= s_on * (1 + 1e-9)
+    s_on = assert_moves_with_simulation(*_pair(spec, nodes=nodes))
 
 
 def test_megatron_current_scaling_unchanged() -> None:

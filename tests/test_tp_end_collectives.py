@@ -7,24 +7,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import compute as ct
-from strategies.cost import counts, tp_ends
+from strategies.cost import tp_ends
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
                                   MEGATRON_LM_2021, NEMO, PYTORCH_EAGER, TORCHTITAN,
                                   TORCHTITAN_COMPILE)
-from tests.tp_backward_checks import bound, tp_job
+from tests.tp_backward_checks import assert_moves_with_simulation, switch_pair, tp_job
 
 LAYERS = 4
 
 
 def _pair(spec: str, fw=TORCHTITAN_COMPILE, dtype: str = "bf16", nodes: int = 1):
-    return (tp_job(spec, layers=LAYERS, fw=fw, dtype=dtype, nodes=nodes),
-            tp_job(spec, layers=LAYERS, fw=replace(fw, tp_end_collectives=False),
-                   dtype=dtype, nodes=nodes))
+    return switch_pair(spec, fw, "tp_end_collectives", dtype, nodes, LAYERS)
 
 
 def test_profile_facts() -> None:
@@ -64,12 +61,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
     ("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0,recompute=op", 1),
     ("tp=8,pp=2,mbs=1,gbs=8,sp=true,zero=0,recompute=full,schedule=1f1b", 2)])
 def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> None:
-    on, off = _pair(spec, nodes=nodes)
-    e = estimate(on).step_time_s - estimate(off).step_time_s
-    s_on = simulate(on, network="contention-free").step_time_s
-    s = s_on - simulate(off, network="contention-free").step_time_s
-    assert e > 0 and s == pytest.approx(e, rel=1e-9)
-    assert bound(on) <= s_on * (1 + 1e-9)
+    s_on = assert_moves_with_simulation(*_pair(spec, nodes=nodes))
 
 
 def test_nothing_without_tp() -> None:

@@ -14,7 +14,7 @@ from strategies.estimate import estimate
 from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
                                   MEGATRON_LM_2021, NEMO, PYTORCH_EAGER, TORCHTITAN,
                                   TORCHTITAN_COMPILE)
-from tests.tp_backward_checks import bound, tp_job
+from tests.tp_backward_checks import assert_moves_with_simulation, switch_pair, tp_job
 
 LAYERS = 4
 
@@ -25,8 +25,7 @@ def _off(fw):
 
 def _pair(spec: str, fw=TORCHTITAN_COMPILE, dtype: str = "bf16", nodes: int = 1):
     """The job on the stack ``fw`` and on the same stack without the copies."""
-    return (tp_job(spec, layers=LAYERS, fw=fw, dtype=dtype, nodes=nodes),
-            tp_job(spec, layers=LAYERS, fw=_off(fw), dtype=dtype, nodes=nodes))
+    return switch_pair(spec, fw, "tp_seq_dim_copies", dtype, nodes, LAYERS)
 
 
 def test_profile_facts() -> None:
@@ -75,11 +74,7 @@ def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> Non
     """The estimate and the contention-free simulation move by the same seconds (the copies
     are compute-stream work both read from the stage costs); the bound stays below."""
     on, off = _pair(spec, nodes=nodes)
-    e = estimate(on).step_time_s - estimate(off).step_time_s
-    s_on = simulate(on, network="contention-free").step_time_s
-    s = s_on - simulate(off, network="contention-free").step_time_s
-    assert e > 0 and s == pytest.approx(e, rel=1e-9)
-    assert bound(on) <= s_on * (1 + 1e-9)
+    s_on = assert_moves_with_simulation(on, off)
     assert simulate(on, network="contention-free").step_time_s == s_on   # deterministic
 
 

@@ -7,7 +7,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from simulator.simulate import simulate
 from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.scalar import estimate
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.framework import MEGATRON_CORE
 from strategies.job import make_job
@@ -37,3 +39,25 @@ def bound(job) -> float:
     return float(np.ravel(step_time_lower_bound(job.model, job.cluster, job.dtype,
                                                 PlanArrays.of_plan(job.plan),
                                                 job.framework))[0])
+
+
+def switch_pair(spec: str, fw, switch: str, dtype: str = "bf16", nodes: int = 1,
+                layers: int = 4):
+    """``tp_job`` of ``spec`` on stack ``fw`` and on the same stack with its profile field
+    ``switch`` off: the rule under test on and off, all else equal."""
+    return (tp_job(spec, layers=layers, fw=fw, dtype=dtype, nodes=nodes),
+            tp_job(spec, layers=layers, fw=replace(fw, **{switch: False}), dtype=dtype,
+                   nodes=nodes))
+
+
+def assert_moves_with_simulation(on, off) -> float:
+    """The rule adds time, and the estimate and the contention-free simulation move by the
+    same seconds (to 1e-9); the lower bound stays below the simulation of ``on``. Returns
+    that simulated step (seconds)."""
+    import pytest
+    e = estimate(on).step_time_s - estimate(off).step_time_s
+    s_on = simulate(on, network="contention-free").step_time_s
+    s = s_on - simulate(off, network="contention-free").step_time_s
+    assert e > 0 and s == pytest.approx(e, rel=1e-9)
+    assert bound(on) <= s_on * (1 + 1e-9)
+    return s_on
