@@ -10,7 +10,6 @@ Contention-free collective times, microseconds; steps in seconds.
 """
 from __future__ import annotations
 
-import glob
 import os
 import sys
 from dataclasses import replace
@@ -26,8 +25,7 @@ from strategies.reference.cases import reference_cases  # noqa: E402
 
 
 def main() -> None:
-    files = sorted(glob.glob(os.path.join(ROOT, "strategies/reference/data/*.json")))
-    for case in reference_cases(files):
+    for case in reference_cases():
         job = getattr(case, "job", None)
         if job is None or job.plan.tp < 2 or not job.model.kv_lora_rank:
             continue

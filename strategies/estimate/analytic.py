@@ -335,11 +335,10 @@ RANK_FIELDS = tuple(f"{x}_{k}" for x in ("params", "expert_params", "optimizer",
                     for k in ("first", "mid", "last"))
 
 
-def _attn_saved(sc, tp, sp, cl: Cluster):
+def _attn_saved(sc, sp, t):
     """``cost.stage.attn_tp_saved`` of the forward and of the blocking backward (where no
-    asynchronous reduction runs, ``rd_bytes`` 0) per plan, at contention-free times."""
-    def t(kind: str, nbytes):
-        return cm.collective_time(kind, nbytes, tp, 1, cl)
+    asynchronous reduction runs, ``rd_bytes`` 0) per plan; ``t(kind, bytes)`` the tp group's
+    contention-free collective seconds."""
     fwd, bwd = (np.where(sp, attn_tp_saved(t, sc, True, f), attn_tp_saved(t, sc, False, f))
                 for f in (True, False))
     return fwd + np.where(sc.rd_bytes > 0, 0.0, bwd)
@@ -394,7 +393,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # all-gather under SP, the backward's reduction where it is blocking (the asynchronous
     # one is ``dgrad_reduce_hidden``'s); 0 for any other attention (``cost.stage.attn_tp_saved``,
     # §5.81)
-    tp_raw = tp_raw - np.where(tp > 1, _attn_saved(sc, tp, sp, cl), 0.0)
+    def t_tp(kind: str, nbytes):
+        """Contention-free seconds of collective ``kind`` of ``nbytes`` over the tp group."""
+        return cm.collective_time(kind, nbytes, tp, 1, cl)
+    tp_raw = tp_raw - np.where(tp > 1, _attn_saved(sc, sp, t_tp), 0.0)
     # with overlap, the stack's unfused share of the backward's collectives stays exposed
     # (``FrameworkProfile.tp_overlap_bwd_exposed``: async TP's summed-dgrad reduce-scatters)
     tp_out = sc.tp_overlap_bwd_exposed * sc.tp_per_layer_bwd * t_ar
@@ -406,8 +408,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # MLA's recomputed up projections gather their latents again (``mla_up_proj`` under SP,
     # ``cost.stage.attn_rc_gathers``, §5.81), blocking
     if np.any(sc.tp_attn_rc > 0):
-        tp_layer = tp_layer + attn_rc_gathers(
-            lambda kind, nbytes: cm.collective_time(kind, nbytes, tp, 1, cl), sc)
+        tp_layer = tp_layer + attn_rc_gathers(t_tp, sc)
     # and its rope key's own gather (forward) and reduce-scatter (backward) under SP
     # (``cost.stage.attn_rope_time``), blocking
     if np.any(sc.tp_rope_w > 0):
@@ -419,18 +420,14 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # 0.12-0.13), their own gathers and reductions (``cost.stage.attn_down_time``, §5.85),
     # blocking
     if np.any(sc.tp_down > 0):
-        def t_down(kind: str, nbytes):
-            return cm.collective_time(kind, nbytes, tp, 1, cl)
         tp_layer = tp_layer + np.where(
-            sp, attn_down_time(t_down, sc, True, True) + attn_down_time(t_down, sc, True, False),
-            attn_down_time(t_down, sc, False, True) + attn_down_time(t_down, sc, False, False))
+            sp, attn_down_time(t_tp, sc, True, True) + attn_down_time(t_tp, sc, True, False),
+            attn_down_time(t_tp, sc, False, True) + attn_down_time(t_tp, sc, False, False))
     # full recomputation reruns the attention forward's own gathers: the rope key's and the
     # column-parallel down projections' (``cost.stage.attn_full_rc_time``, §5.85), blocking
     if np.any(sc.tp_attn_full_rc > 0):
-        def t_rc(kind: str, nbytes):
-            return cm.collective_time(kind, nbytes, tp, 1, cl)
-        tp_layer = tp_layer + np.where(sp, attn_full_rc_time(t_rc, sc, True),
-                                       attn_full_rc_time(t_rc, sc, False))
+        tp_layer = tp_layer + np.where(sp, attn_full_rc_time(t_tp, sc, True),
+                                       attn_full_rc_time(t_tp, sc, False))
     # sequence parallelism's backward re-gathers, each beside the data-gradient GEMM it was
     # issued before, TP overlap or not (``cost.stage.sp_regather_exposed``, §5.70)
     tp_layer = tp_layer + sp_regather_exposed(

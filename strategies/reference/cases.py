@@ -805,11 +805,15 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
     return plan
 
 
-def reference_cases(paths: Sequence[str]) -> Iterator[Case]:
-    """Every case of the reference files ``paths`` (JSON lists; a file that is not a list is
-    skipped), in file then row order; a row the reader refuses (``SpecError``, a missing or
-    malformed field) is skipped, as ``validate`` skips it."""
+def reference_cases(paths: Sequence[str] | None = None) -> Iterator[Case]:
+    """Every case of the reference files ``paths`` (default: every file of the shipped
+    reference data, in name order; JSON lists, a file that is not a list is skipped), in file
+    then row order; a row the reader refuses (``SpecError``, a missing or malformed field) is
+    skipped, as ``validate`` skips it."""
+    import glob
     import json
+    if paths is None:
+        paths = sorted(glob.glob(os.path.join(os.path.dirname(DATA), "*.json")))
     for path in paths:
         with open(path) as fh:
             rows = json.load(fh)
