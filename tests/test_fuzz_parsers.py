@@ -17,11 +17,12 @@ import os
 import tempfile
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from simulator.cli.main import main
 from strategies.errors import SpecError
+from tests.fuzz_profile import fuzz
 from strategies.estimate.scalar import estimate
 from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
@@ -30,17 +31,6 @@ from strategies.plan import _ALIAS, Plan, parse_plan, plan_from_mapping
 from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset, parse_cluster_arg
 from topologies.gpus import gpu_from_mapping
 from topologies.yaml_io import load_cluster_file
-
-# CI: the same examples every run. PARAPLAN_HYPOTHESIS_SCALE=k runs k times as many, and
-# PARAPLAN_HYPOTHESIS_RANDOM=1 new ones each time (for hunting bugs locally).
-_SCALE = int(os.environ.get("PARAPLAN_HYPOTHESIS_SCALE", "1"))
-_COMMON = dict(derandomize=os.environ.get("PARAPLAN_HYPOTHESIS_RANDOM") != "1", deadline=None,
-               database=None, print_blob=False, suppress_health_check=list(HealthCheck))
-
-
-def fuzz(n: int):
-    """The fixed profile: ``n`` derandomized examples."""
-    return settings(max_examples=n * _SCALE, **_COMMON)
 
 
 def clean(fn, *args, **kw):

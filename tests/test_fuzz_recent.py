@@ -25,7 +25,7 @@ import tempfile
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from simulator.cli.main import main
@@ -38,16 +38,8 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan, plan_from_mapping
 from strategies.presets import model_preset
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
+from tests.fuzz_profile import fuzz
 from topologies.gpu_profile import profile_from_mapping, profile_to_mapping
-
-_SCALE = int(os.environ.get("PARAPLAN_HYPOTHESIS_SCALE", "1"))
-_COMMON = dict(derandomize=os.environ.get("PARAPLAN_HYPOTHESIS_RANDOM") != "1", deadline=None,
-               database=None, print_blob=False, suppress_health_check=list(HealthCheck))
-
-
-def fuzz(n: int):
-    """The fixed profile: ``n`` derandomized examples."""
-    return settings(max_examples=n * _SCALE, **_COMMON)
 
 
 def clean(fn, *args, **kw):
