@@ -7,6 +7,8 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+from strategies.errors import SpecError
+
 SCALE = int(os.environ.get("PARAPLAN_HYPOTHESIS_SCALE", "1"))
 COMMON = dict(derandomize=os.environ.get("PARAPLAN_HYPOTHESIS_RANDOM") != "1", deadline=None,
               database=None, print_blob=False, suppress_health_check=list(HealthCheck))
@@ -15,3 +17,15 @@ COMMON = dict(derandomize=os.environ.get("PARAPLAN_HYPOTHESIS_RANDOM") != "1", d
 def fuzz(n: int):
     """The fixed profile: ``n`` derandomized examples (times ``SCALE``)."""
     return settings(max_examples=n * SCALE, **COMMON)
+
+
+def clean(fn, *args, **kw):
+    """``fn(*args)``, or None when it refuses with a clean SpecError (one short line naming a
+    field and a rule). Any other exception fails the test: it would be a traceback."""
+    try:
+        return fn(*args, **kw)
+    except SpecError as e:
+        msg = str(e)
+        assert "\n" not in msg and 0 < len(msg) < 2000, msg
+        assert e.field and e.rule, msg
+        return None

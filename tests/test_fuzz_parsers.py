@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from simulator.cli.main import main
 from strategies.errors import SpecError
-from tests.fuzz_profile import fuzz
+from tests.fuzz_profile import clean, fuzz
 from strategies.estimate.scalar import estimate
 from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
@@ -31,18 +31,6 @@ from strategies.plan import _ALIAS, Plan, parse_plan, plan_from_mapping
 from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset, parse_cluster_arg
 from topologies.gpus import gpu_from_mapping
 from topologies.yaml_io import load_cluster_file
-
-
-def clean(fn, *args, **kw):
-    """``fn(*args)``, or None when it refuses with a clean SpecError (one short line that
-    names a field). Any other exception fails the test: it would be a traceback."""
-    try:
-        return fn(*args, **kw)
-    except SpecError as e:
-        msg = str(e)
-        assert "\n" not in msg and 0 < len(msg) < 2000, msg
-        assert e.field and e.rule, msg
-        return None
 
 
 # ----------------------------------------------------------------- value strategies

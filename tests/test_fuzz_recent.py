@@ -38,20 +38,8 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan, plan_from_mapping
 from strategies.presets import model_preset
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
-from tests.fuzz_profile import fuzz
+from tests.fuzz_profile import clean, fuzz
 from topologies.gpu_profile import profile_from_mapping, profile_to_mapping
-
-
-def clean(fn, *args, **kw):
-    """``fn(*args)``, or None when it refuses with a clean SpecError (one short line naming a
-    field and a rule). Any other exception fails the test: it would be a traceback."""
-    try:
-        return fn(*args, **kw)
-    except SpecError as e:
-        msg = str(e)
-        assert "\n" not in msg and 0 < len(msg) < 2000, msg
-        assert e.field and e.rule, msg
-        return None
 
 
 _DIR = tempfile.mkdtemp(prefix="paraplan-fuzz-recent-")

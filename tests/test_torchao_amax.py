@@ -11,7 +11,7 @@ from strategies.cost import comm as cm
 from strategies.estimate import estimate
 from strategies.framework import MEGATRON_CORE, NEMO, TORCHTITAN, TORCHTITAN_COMPILE
 from strategies.presets import model_preset
-from tests.tp_backward_checks import assert_moves_with_simulation, switch_pair
+from tests.tp_backward_checks import SIM_CASES, assert_moves_with_simulation, switch_pair
 from topologies.cluster import cluster_preset
 
 LAYERS = 4
@@ -63,9 +63,7 @@ def test_closed_form_of_the_step(rc: str) -> None:
     assert got == pytest.approx(mb * LAYERS * ((11 + r) * t + x), rel=1e-9)
 
 
-@pytest.mark.parametrize("spec,nodes", [
-    ("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0,recompute=op", 1),
-    ("tp=8,pp=2,mbs=1,gbs=8,sp=true,zero=0,recompute=full,schedule=1f1b", 2)])
+@pytest.mark.parametrize("spec,nodes", SIM_CASES)
 def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> None:
     s_on = assert_moves_with_simulation(*_pair(spec, nodes=nodes))
 

@@ -15,7 +15,7 @@ from strategies.estimate import estimate
 from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
                                   MEGATRON_LM_2021, NEMO, PYTORCH_EAGER, TORCHTITAN,
                                   TORCHTITAN_COMPILE)
-from tests.tp_backward_checks import assert_moves_with_simulation, switch_pair, tp_job
+from tests.tp_backward_checks import SIM_CASES, assert_moves_with_simulation, switch_pair, tp_job
 
 LAYERS = 4
 
@@ -57,9 +57,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
     assert want > 0
 
 
-@pytest.mark.parametrize("spec,nodes", [
-    ("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0,recompute=op", 1),
-    ("tp=8,pp=2,mbs=1,gbs=8,sp=true,zero=0,recompute=full,schedule=1f1b", 2)])
+@pytest.mark.parametrize("spec,nodes", SIM_CASES)
 def test_estimate_meets_contention_free_simulation(spec: str, nodes: int) -> None:
     s_on = assert_moves_with_simulation(*_pair(spec, nodes=nodes))
 

@@ -50,6 +50,12 @@ def switch_pair(spec: str, fw, switch: str, dtype: str = "bf16", nodes: int = 1,
                    nodes=nodes))
 
 
+#: (plan, DGX H100 nodes) on which a TP rule's estimate and contention-free simulation are
+#: compared: one pipeline with op-level recompute, two stages across nodes with full recompute
+SIM_CASES = [("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0,recompute=op", 1),
+             ("tp=8,pp=2,mbs=1,gbs=8,sp=true,zero=0,recompute=full,schedule=1f1b", 2)]
+
+
 def assert_moves_with_simulation(on, off) -> float:
     """The rule adds time, and the estimate and the contention-free simulation move by the
     same seconds (to 1e-9); the lower bound stays below the simulation of ``on``. Returns
