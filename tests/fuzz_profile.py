@@ -3,6 +3,8 @@ CI: the same examples every run. PARAPLAN_HYPOTHESIS_SCALE=k runs k times as man
 PARAPLAN_HYPOTHESIS_RANDOM=1 new ones each time (for hunting bugs locally)."""
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 
 from hypothesis import HealthCheck, settings
@@ -29,3 +31,16 @@ def clean(fn, *args, **kw):
         assert "\n" not in msg and 0 < len(msg) < 2000, msg
         assert e.field and e.rule, msg
         return None
+
+
+def run_cli(argv: list[str]) -> tuple[int, str, str]:
+    """``paraplan argv`` in this process: (exit code, stdout, stderr); argparse's
+    ``--help``/``--version`` exit is returned as a code."""
+    from simulator.cli.main import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main(argv)
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()

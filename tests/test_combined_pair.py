@@ -3,7 +3,6 @@
 all-to-all of its own) and the estimate charges each steady pipeline call whole, as the
 simulation runs it: both are ``S + k·t`` in the message time ``t``, ``k`` the schedule's
 ``exposed_messages``, to 1e-9."""
-from dataclasses import replace
 
 import pytest
 
@@ -13,23 +12,13 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
-from strategies.job import make_job
-from strategies.plan import parse_plan
-from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from strategies.schedules import get_schedule
+from tests.ep_overlap_jobs import pair_job
 from strategies.schedules.combined import pair_message_hiding
-from topologies.cluster import cluster_preset
 
 
-def _job(pp: int, v: int, m: int, bw: float = 50e9):
-    """Mixtral 8x7B's layer, two per chunk, ep 8 inside each 8-GPU node, one stage per node:
-    every pipeline message crosses the nodes at ``bw`` bytes/s, nothing else does."""
-    model = replace(model_preset("mixtral-8x7b"), num_layers=pp * v * 2, seq_length=1024)
-    plan = parse_plan(f"tp=1,pp={pp},dp=8,ep=8,mbs=1,gbs={8 * m},schedule=interleaved,"
-                      f"vpp={v},zero=1,ep_overlap=true")
-    return make_job(model, replace(cluster_preset("dgx-h100", pp), inter_node_bandwidth=bw),
-                    plan)
+_job = pair_job
 
 
 @pytest.mark.parametrize("pp,v,m,gap", [(2, 2, 4, 0.0076), (2, 4, 8, 0.0028),

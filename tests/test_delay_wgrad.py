@@ -19,19 +19,13 @@ from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule
+from tests.ep_overlap_jobs import pair_job
 from strategies.schedules.combined import pair_message_hiding
 from topologies.cluster import cluster_preset
 from topologies.gpus import get_gpu
 
 
-def _job(pp: int, v: int, m: int, bw: float, epo: bool = True):
-    """Mixtral 8x7B's layer, two per chunk, ep 8 inside each 8-GPU node, one stage per node:
-    every pipeline message crosses the nodes at ``bw`` bytes/s, nothing else does."""
-    model = replace(model_preset("mixtral-8x7b"), num_layers=pp * v * 2, seq_length=1024)
-    plan = parse_plan(f"tp=1,pp={pp},dp=8,ep=8,mbs=1,gbs={8 * m},schedule=interleaved,"
-                      f"vpp={v},zero=1,ep_overlap={str(epo).lower()}")
-    return make_job(model, replace(cluster_preset("dgx-h100", pp), inter_node_bandwidth=bw),
-                    plan)
+_job = pair_job
 
 
 def test_hiding_is_the_delayed_weight_gradient_under_the_combined_order():

@@ -9,8 +9,6 @@ NaN/inf, negatives, booleans where integers are expected, unicode, nested lists.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import os
@@ -20,15 +18,14 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from simulator.cli.main import main
 from strategies.errors import SpecError
-from tests.fuzz_profile import clean, fuzz
+from tests.fuzz_profile import clean, fuzz, run_cli
 from strategies.estimate.scalar import estimate
 from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
 from strategies.model import FIELDS, ModelSpec, model_from_mapping
 from strategies.plan import _ALIAS, Plan, parse_plan, plan_from_mapping
-from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset, parse_cluster_arg
+from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
 from topologies.gpus import gpu_from_mapping
 from topologies.yaml_io import load_cluster_file
 
@@ -454,14 +451,7 @@ def test_jobs_are_valid_or_refused(plan, cluster, dtype, gbs, model):
     assert all(math.isfinite(v) and v >= 0 for v in est.breakdown_s.values())
 
 
-def _cli(argv: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as e:   # argparse's --help/--version
-            rc = e.code
-    return rc, out.getvalue(), err.getvalue()
+_cli = run_cli
 
 
 @fuzz(150)

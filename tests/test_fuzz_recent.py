@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import io
 import json
 import math
 import os
@@ -28,7 +27,6 @@ import yaml
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from simulator.cli.main import main
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
 from strategies.framework import PROFILES, get_profile
@@ -38,7 +36,7 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan, plan_from_mapping
 from strategies.presets import model_preset
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
-from tests.fuzz_profile import clean, fuzz
+from tests.fuzz_profile import clean, fuzz, run_cli
 from topologies.gpu_profile import profile_from_mapping, profile_to_mapping
 
 
@@ -51,20 +49,14 @@ def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
     for o in outputs:
         with contextlib.suppress(FileNotFoundError):
             os.remove(o)
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            rc = main(argv)
-        except SystemExit as e:   # argparse's --help/--version
-            rc = e.code
-    e = err.getvalue()
+    rc, out, e = run_cli(argv)
     assert rc in (0, 2), (rc, argv, e[-3000:])
     assert "Traceback" not in e, e[-3000:]
     if rc == 2:
         assert e.startswith("paraplan") and e.count("\n") == 1, (argv, e)
         left = [o for o in outputs if os.path.exists(o)]
         assert not left, (argv, e, left)
-    return rc, out.getvalue(), e
+    return rc, out, e
 
 
 # ----------------------------------------------------------------- values
