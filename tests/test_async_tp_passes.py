@@ -1,7 +1,8 @@
 """Async TP's own HBM passes on the compute stream (docs/calibration.md §5.94,
 ``cost.async_tp.fused_pass_time``): each fused all-gather copies the local shard into its
 symmetric buffer before the first matmul, each fused reduce-scatter sums the ``tp`` partials
-after the last; the estimate and the contention-free simulation read both from the stage
+after the last, and in 16 bits the weight gradients copy the gathered tensors out of the
+fused op's layout; the estimate and the contention-free simulation read them from the stage
 costs."""
 from dataclasses import replace
 
@@ -26,22 +27,27 @@ def _pair(spec: str, fw=TORCHTITAN_COMPILE, dtype: str = "bf16", nodes: int = 1)
                    nodes=nodes))
 
 
-@pytest.mark.parametrize("tp,dtype,early", [(8, "bf16", True), (4, "fp8-current", True),
-                                            (2, "bf16", False)])
-def test_pass_seconds_closed_form(tp: int, dtype: str, early: bool) -> None:
+@pytest.mark.parametrize("tp,dtype,early,mbs", [(8, "bf16", True, 2),
+                                                (4, "fp8-current", True, 2),
+                                                (2, "bf16", False, 3), (8, "bf16", True, 1)])
+def test_pass_seconds_closed_form(tp: int, dtype: str, early: bool, mbs: int) -> None:
     """``2·S·g/tp`` per all-gather, ``S·(1 + 1/tp)`` per reduce-scatter, ``S = 2·b·s·h``
     bytes over ``hbm``, ``g`` the gather's element share (½ for torchao's fp8 gathers);
-    forward ``pairs`` of each, backward and op rerun ``pairs`` all-gathers, full rerun the
-    forward less one reduce-scatter where the checkpoint stops early."""
+    forward ``pairs`` of each, backward ``pairs`` all-gathers and, in 16 bits with ``b > 1``,
+    ``2·pairs`` copies of ``2·S`` (the gathered tensors the weight gradients reshape), op
+    rerun ``pairs`` all-gathers, full rerun the forward less one reduce-scatter where the
+    checkpoint stops early."""
     job = tp_job("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0", layers=LAYERS)
     m, hbm, pairs = job.model, 2.0e12, 2.0
     fw = replace(TORCHTITAN_COMPILE, recompute_early_stop=early)
-    f, b, op, full = async_tp.fused_pass_time(m, 2, tp, 1, True, True, pairs, dtype, fw, hbm)
-    s = 2 * 2 * m.seq_length * m.hidden_size / hbm
+    f, b, op, full = async_tp.fused_pass_time(m, mbs, tp, 1, True, True, pairs, dtype, fw,
+                                              hbm)
+    s = 2 * mbs * m.seq_length * m.hidden_size / hbm
     g = 0.5 if dtype.startswith("fp8") else 1.0
     ag, rs = 2 * s * g / tp, s * (1 + 1 / tp)
+    layout = 2 * s if (mbs > 1 and g == 1.0) else 0.0
     assert float(f) == pytest.approx(pairs * (ag + rs), rel=1e-12)
-    assert float(b) == pytest.approx(pairs * ag, rel=1e-12)
+    assert float(b) == pytest.approx(pairs * ag + 2 * pairs * layout, rel=1e-12)
     assert float(op) == pytest.approx(pairs * ag, rel=1e-12)
     assert float(full) == pytest.approx(pairs * (ag + rs) - (rs if early else 0.0), rel=1e-12)
 
@@ -72,7 +78,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
     s = 2 * mbs * m.seq_length * m.hidden_size / ct.usable_hbm(on.cluster.gpu)
     g = 0.5 if dtype.startswith("fp8") else 1.0
     ag, rs = 2 * s * g / 8, s * (1 + 1 / 8)
-    f, b = 2 * (ag + rs), 2 * ag
+    f, b = 2 * (ag + rs), 2 * ag + (4 * 2 * s if g == 1.0 else 0.0)   # mbs 2: layout copies
     r = {"none": 0.0, "op": 2 * ag, "full": f - rs}[rc]   # torchtitan's checkpoint stops early
     want = mb * LAYERS * (f + b + r)
     got = estimate(on).step_time_s - estimate(off).step_time_s

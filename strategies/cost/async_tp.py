@@ -23,6 +23,17 @@ NCCL collective it replaces did not put on the compute stream:
   (bf16: ``_scaled_mm`` writes bf16 too). NCCL's reduce-scatter does this sum inside its
   kernel, which the vanilla rows already price in the collective's time.
 
+* **the gathered tensor's layout**: the fused all-gather returns the gathered tensor as
+  ``unflatten(A_flat)``, a ``movedim`` view of the ``[s, b, h]`` buffer it filled (the
+  op's ``Meta`` fallback states the same strides). The pass hands that tensor to every other
+  consumer (``ag_res_node.replace_all_uses_with(new_ag_node)``); its only consumer besides
+  the fused matmuls is the weight gradient, ``mm(grad_2d.t(), A_2d)``, whose
+  ``reshape(A, [b·s, h])`` is not a view of those strides when ``b > 1``: Inductor copies
+  the gathered tensor, ``2·S`` bytes, once per fused all-gather in the backward graph (the
+  recomputed inputs' two, the output gradients' two). In 16 bits only: torchao's float8
+  weight gradient copies each gathered fp8 operand for ``_scaled_mm`` anyway
+  (``quantise.gathered_transpose_bytes``, §5.89), a copy that writes any layout.
+
 Which collectives the pass fuses is §5.84's reading: per layer and micro-batch the
 forward's ``pairs`` all-gathers and ``pairs`` reduce-scatters, the backward's ``pairs``
 output-gradient all-gathers (its summed-dgrad reduce-scatters stay NCCL collectives,
@@ -40,6 +51,7 @@ from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
+from topologies.precision import get_precision
 
 
 def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, pairs: Num,
@@ -49,15 +61,18 @@ def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, p
     TP's compute-stream HBM passes (module docstring) at ``hbm`` usable bytes/s: per fused
     all-gather ``2·S_ag/tp``, per fused reduce-scatter ``S·(1 + 1/tp)``, ``S`` the
     activation's bytes (``counts.tp_comm_bytes_fwd``), ``S_ag`` at the gather's element size
-    (``quantise.tp_allgather_bytes_factor``). 0 unless TP overlap runs as async TP
-    (``fw.tp_overlap == "async-tp"``, ``tpo``, ``sp``, ``tp > 1``). ``pairs``: the layer's
-    collective pairs (``stage.tp_collectives_per_layer``)."""
+    (``quantise.tp_allgather_bytes_factor``); in the backward, in 16 bits with ``b > 1``,
+    ``2·pairs`` copies of ``2·S`` (the gathered tensors the weight gradients reshape). 0
+    unless TP overlap runs as async TP (``fw.tp_overlap == "async-tp"``, ``tpo``, ``sp``,
+    ``tp > 1``). ``pairs``: the layer's collective pairs (``stage.tp_collectives_per_layer``);
+    ``b``: sequences per micro-batch."""
     on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & np.asarray(tpo, dtype=bool) \
         & (fw.tp_overlap == "async-tp")
     tp = np.asarray(tp, dtype=float)
     s = costs.tp_comm_bytes_fwd(m, b, cp) / hbm
     ag = 2.0 * s * quantise.tp_allgather_bytes_factor(dtype, sp) / tp * on
     rs = s * (1.0 + 1.0 / tp) * on
+    layout = 2.0 * s * (np.asarray(b) > 1) * (not get_precision(dtype).quantised) * on
     last = rcp.stopped_collectives(pairs, fw.recompute_early_stop)
     fwd = pairs * (ag + rs)
-    return fwd, pairs * ag, pairs * ag, fwd - last * rs
+    return fwd, pairs * (ag + 2.0 * layout), pairs * ag, fwd - last * rs
