@@ -34,9 +34,9 @@ import sys
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import numpy as np  # noqa: E402
-
+from async_tp_windows import _f, exposed  # noqa: E402  (the per-op reading, one place)
 from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import compute as ct  # noqa: E402
@@ -53,15 +53,6 @@ POST = [("torchtitan_2506_70b_256gpu_bf16_tp", 12, 5629, 4724, 0.0839),
         ("torchtitan_2506_70b_256gpu_bf16_tp", 4, 1937, 1610, 0.0829),
         ("torchtitan_2506_8b_64gpu_bf16_tp", 12, 880, 678, 0.0801),
         ("torchtitan_2506_8b_64gpu_bf16_tp", 8, 597, 464, 0.0736)]
-
-
-def _f(x) -> float:
-    return float(np.ravel(x)[0])
-
-
-def exposed(c: float, g: float, tp: int) -> float:
-    """A fused collective of ``c`` seconds beside its own matmuls of ``g`` seconds."""
-    return max(c - g * (tp - 1) / tp, 0.0)
 
 
 def with_batch(job, b: int, tpo: bool):
