@@ -153,17 +153,19 @@ def test_search_keeps_pipelined_zero2_without_zero1():
     assert any(sp.plan(i).pp > 1 and sp.plan(i).zero == 2 for i in range(sp.size))
 
 
-def test_torchtitan_405b_rows_within_ten_percent():
-    """The four pipelined Llama 3.1 405B rows (tp 8, pp 8, FSDP2 over dp·cp = 8, max reserved
-    GiB) were 25-33 % low without the unsharded fp32 gradients; with them every row is within
-    10 % of its published peak (experiments/memory_validation.py)."""
+def test_torchtitan_405b_rows_skipped_as_compiled():
+    """The four pipelined Llama 3.1 405B rows (Table 6: tp 8, pp 8, FSDP2 over dp·cp = 8) were
+    within 10 % of their published peaks read eagerly; Table 6's title states torch.compile,
+    Float8 and AsyncTP, which the rows now carry (docs/calibration.md §5.94), so the memory
+    check skips them as it skips every compiled run (experiments/memory_validation.py:
+    Inductor decides what is saved)."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
         __file__))), "experiments"))
     import memory_validation as mv
-    rows = {r["id"]: r for r in mv.measured_rows() if "skipped" not in r}
+    rows = {r["id"]: r for r in mv.measured_rows()}
     ids = [k for k in rows if k.startswith("torchtitan_2412_405B_t6_")]
     assert len(ids) == 4
     for k in ids:
-        assert abs(rows[k]["error_pct"]) < 10.0, rows[k]
+        assert rows[k]["skipped"].startswith("torch.compile"), rows[k]

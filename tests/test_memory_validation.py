@@ -92,10 +92,12 @@ def test_arrays_equal_scalar_with_the_stacks_loss(plan):
 def test_published_rows():
     """Every compared row names its source and plan; the torchtitan 8B FSDP rows (eager,
     max reserved GiB) are now within 10 % below the reported figure: the allocator reserves
-    at least what is allocated (they were 25 and 32 % low before the loss's buffers)."""
+    at least what is allocated (they were 25 and 32 % low before the loss's buffers). Ten
+    rows compared: the Dec 2024 Table 6 rows are compiled (their title states torch.compile,
+    docs/calibration.md §5.94) and skipped with the other compiled runs."""
     rows = mv.measured_rows()
     compared = [r for r in rows if "skipped" not in r]
-    assert len(compared) >= 14
+    assert len(compared) >= 10
     for r in compared:
         assert r["source"] and r["plan"] and r["published_gib"] > 0
         assert np.isfinite(r["error_pct"])

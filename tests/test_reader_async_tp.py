@@ -1,6 +1,7 @@
 """The reference reader states torchtitan's async TP where a row's techniques or precision
 name it (docs/calibration.md §5.84): the Dec 2024 benchmark's Table 4 "2D + AsyncTP" and
-Table 5 "... + AsyncTP" rows ran it."""
+Table 5 "... + AsyncTP" rows ran it, and so did Table 6's ("4D parallelism ... + torch.compile +
+Float8 + AsyncTP + 1F1B", §5.94)."""
 import copy
 
 import pytest
@@ -21,9 +22,12 @@ def test_stated_async_tp(text: str, said: bool) -> None:
 
 
 def test_rows_read_with_async_tp() -> None:
+    # Table 6's title states "+ torch.compile + Float8 + AsyncTP + 1F1B": its four CP rows
+    # are transcribed with it (docs/calibration.md §5.94)
     on = {"torchtitan_2412_70B_t4_2d_asynctp", "torchtitan_2412_405B_t5_1f1b",
           "torchtitan_2412_405B_t5_interleaved", "torchtitan_2412_405b_512_fp8_1f1b",
-          "torchtitan_2412_405b_512_fp8_interleaved"}
+          "torchtitan_2412_405b_512_fp8_interleaved"} \
+        | {f"torchtitan_2412_405B_t6_cp{n}" for n in (1, 2, 4, 8)}
     seen = set()
     for name in ("published.json", "published_2026.json"):
         for c in load_cases(DATA + name, tiers=None):

@@ -122,11 +122,12 @@ def test_table5_rows_as_the_source_states():
     """torchtitan's Table 5 (405B, 512 GPUs, fp8): full activation checkpointing, local
     batch 32 in pp = 8 micro-batches of 4 (9dec370's default), 400 Gb/s per GPU; compiled
     (the rows' precision text states torch.compile, docs/calibration.md §5.69), the estimate
-    14.5-16 % below each measured step with the sequence-dim TP copies (§5.80: -11.8 / -12.3 %;
+    12-14 % below each measured step with the sequence-dim TP copies (§5.80: -11.8 / -12.3 %;
     -15.5 / -16.0 % before them, -8.0 / -8.6 % eager), full AC's recomputed TP collectives
     as the checkpoint reruns them, the embedding's and output's TP collectives and the async
     TP the rows' precision states (§5.84: -15.1 / -15.4 %), torchao's transposed copies of
-    the gathered fp8 tensors (§5.89: -13.9 / -14.3 %)."""
+    the gathered fp8 tensors (§5.89: -13.9 / -14.3 %), async TP's shard copies and partial
+    sums (§5.94: -12.7 / -13.1 %)."""
     cases = {c.id: c for c in load_cases("strategies/reference/data/published_2026.json",
                                          tiers=None)
              if c.id.startswith("torchtitan_2412_405b_512_fp8")}
@@ -137,5 +138,5 @@ def test_table5_rows_as_the_source_states():
         assert c.job.cluster.to_dict()["inter_node_gbps"] == 400
         assert c.job.framework.name == "torchtitan-compile"
         t = estimate(c.job).step_time_s
-        assert -0.15 < (t - c.measured_step_s) / c.measured_step_s < -0.135
+        assert -0.14 < (t - c.measured_step_s) / c.measured_step_s < -0.12
         assert c.job.plan.tp_comm_overlap   # 'async TP' in the precision (§5.84)

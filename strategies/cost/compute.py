@@ -46,6 +46,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from strategies.cost import async_tp
 from strategies.cost import counts as costs
 from strategies.cost import measured
 from strategies.cost import quantise
@@ -996,7 +997,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
     (``gather_copy_out_time``) in the pass, in ``B`` for the backward. ``tp_pairs``: the
     layer's tensor-parallel collective pairs per pass (``stage.tp_collectives_per_layer``),
-    whose sequence-dim layout copies (``tp_layout_copy_time``) run in the pass, in ``B``."""
+    whose sequence-dim layout copies (``tp_layout_copy_time``), or under async TP the fused
+    ops' own HBM passes (``async_tp.fused_pass_time``), run in the pass, in ``B``."""
     # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
     parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
@@ -1020,6 +1022,10 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     # the sequence-dim collectives' layout copies (torchtitan's Shard(1) plan)
     y_f, y_b, y_op, y_full = tp_layout_copy_time(m, b, tp, cp, sp, tpo, tp_pairs, gpu,
                                                  dtype, fw, system)
+    # async TP's own passes in their place (the shard's copy-in, the partial sums)
+    z_f, z_b, z_op, z_full = async_tp.fused_pass_time(m, b, tp, cp, sp, tpo, tp_pairs, dtype,
+                                                      fw, usable_hbm(gpu, system))
+    y_f, y_b, y_op, y_full = y_f + z_f, y_b + z_b, y_op + z_op, y_full + z_full
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
                                 costs.dispatch_element_bytes(fw.fp8_dispatch, dtype))
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
