@@ -53,7 +53,11 @@ def test_candidates_are_their_closed_forms(jobs):
             _t(job, "allgather", aux) + _t(job, "reduce_scatter", aux), rel=1e-12)
         assert got["  (the same, whole, were no dgrad beside them)"] == pytest.approx(
             2 * ag, rel=1e-12)
-        assert 0 < got["down projections' re-gathers exposed, max(0, AG - dgrad)"] < 2 * ag
+        # priced (§5.97): each re-gather beside the model's down-projection dgrad GEMM
+        assert got["down projections' re-gathers exposed (priced §5.97)"] == pytest.approx(
+            max(0.0, ag - c.rg_down_q) + max(0.0, ag - c.rg_down_kv), rel=1e-12)
+        assert 0 <= got["  the same beside the code's shorter dgrad GEMM, less the priced"] \
+            < 2 * ag
         assert got["shared expert's AG + RS on the side stream (forward)"] == pytest.approx(
             -(ag + rs), rel=1e-12)
         assert -2 * rs <= got["down projections' reduce-scatters hidden by their wgrad"] < 0
@@ -78,7 +82,7 @@ def test_unpriced_costs_are_a_small_share_of_the_miss(jobs):
         layers = max(job.layers_of_stage(s) for s in range(job.plan.pp))
         mb = job.plan.gbs // (job.plan.mbs * job.plan.dp)
         cands = d.candidates(job, layers, mb)
-        plus = sum(s for n, sg, s in cands if sg == "+" and not n.startswith("  "))
+        plus = sum(s for _, sg, s in cands if sg == "+")
         minus = sum(s for _, sg, s in cands if sg == "-")
         miss = (r["measured"]["step_time_s"] - estimate(job).step_time_s) \
             / layer_microbatches(r)

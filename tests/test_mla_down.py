@@ -30,12 +30,14 @@ COL_NO_RD = replace(NO_RD, mla_down_proj="column")
 H = 7168
 
 
-def _closed_form(tp: int, sp: bool, cl) -> float:
+def _closed_form(tp: int, sp: bool, cl, dgrads: tuple[float, ...] = ()) -> float:
     """Seconds per layer (forward + backward) the column layout adds over the replicated one:
     under SP two hidden-width all-gathers, the latents' tp gathers (1536 and 512 + 64) and
     less the rope key's own gather in the forward; two hidden-width reduce-scatters, the
-    re-splits' gathers (1536 and 512) and less the rope key's reduce-scatter in the backward.
-    Without SP the two tp gathers and two hidden-width all-reduces."""
+    re-splits' gathers (1536 and 512) and less the rope key's reduce-scatter in the backward,
+    and each down projection's re-gather of the hidden state beside its data-gradient GEMM of
+    ``dgrads`` seconds, ``max(0, t_ag(H) - dgrad)`` (§5.97). Without SP the two tp gathers and
+    two hidden-width all-reduces."""
     def t(kind: str, elems: float) -> float:
         return float(cm.collective_time(kind, 2 * T * elems, tp, 1, cl))
     if not sp:
@@ -43,7 +45,7 @@ def _closed_form(tp: int, sp: bool, cl) -> float:
     fwd = 2 * t("allgather", H) + t("allgather", 1536) + t("allgather", 576) \
         - t("allgather", 64)
     bwd = 2 * t("reduce_scatter", H) + t("allgather", 1536) + t("allgather", 512) \
-        - t("reduce_scatter", 64)
+        - t("reduce_scatter", 64) + sum(max(0.0, t("allgather", H) - d) for d in dgrads)
     return fwd + bwd
 
 
@@ -76,7 +78,8 @@ def test_closed_form_and_simulation(tp: int, sp: bool, fws) -> None:
     contention-free simulation move by the same seconds to 1e-9; the lower bound grows (the
     collectives at their floors) and stays below the simulation."""
     rep, col = (_mla(_plan(tp, sp), fw=fw) for fw in fws)
-    want = _closed_form(tp, sp, rep.cluster)
+    c = stage_costs(col)
+    want = _closed_form(tp, sp, rep.cluster, (c.rg_down_q, c.rg_down_kv))
     assert want > 0
     assert layer_comm(col) - layer_comm(rep) == pytest.approx(want, rel=1e-9)
     e = estimate(col).step_time_s - estimate(rep).step_time_s
