@@ -30,12 +30,14 @@ COL_NO_RD = replace(NO_RD, mla_down_proj="column")
 H = 7168
 
 
-def _closed_form(tp: int, sp: bool, cl) -> float:
+def _closed_form(tp: int, sp: bool, cl, dgrads: tuple[float, ...] = ()) -> float:
     """Seconds per layer (forward + backward) the column layout adds over the replicated one:
     under SP two hidden-width all-gathers, the latents' tp gathers (1536 and 512 + 64) and
     less the rope key's own gather in the forward; two hidden-width reduce-scatters, the
-    re-splits' gathers (1536 and 512) and less the rope key's reduce-scatter in the backward.
-    Without SP the two tp gathers and two hidden-width all-reduces."""
+    re-splits' gathers (1536 and 512) and less the rope key's reduce-scatter in the backward,
+    and each down projection's re-gather of the hidden state beside its data-gradient GEMM of
+    ``dgrads`` seconds, ``max(0, t_ag(H) - dgrad)`` (§5.97). Without SP the two tp gathers and
+    two hidden-width all-reduces."""
     def t(kind: str, elems: float) -> float:
         return float(cm.collective_time(kind, 2 * T * elems, tp, 1, cl))
     if not sp:
@@ -43,7 +45,7 @@ def _closed_form(tp: int, sp: bool, cl) -> float:
     fwd = 2 * t("allgather", H) + t("allgather", 1536) + t("allgather", 576) \
         - t("allgather", 64)
     bwd = 2 * t("reduce_scatter", H) + t("allgather", 1536) + t("allgather", 512) \
-        - t("reduce_scatter", 64)
+        - t("reduce_scatter", 64) + sum(max(0.0, t("allgather", H) - d) for d in dgrads)
     return fwd + bwd
 
 
@@ -76,7 +78,8 @@ def test_closed_form_and_simulation(tp: int, sp: bool, fws) -> None:
     contention-free simulation move by the same seconds to 1e-9; the lower bound grows (the
     collectives at their floors) and stays below the simulation."""
     rep, col = (_mla(_plan(tp, sp), fw=fw) for fw in fws)
-    want = _closed_form(tp, sp, rep.cluster)
+    c = stage_costs(col)
+    want = _closed_form(tp, sp, rep.cluster, (c.rg_down_q, c.rg_down_kv))
     assert want > 0
     assert layer_comm(col) - layer_comm(rep) == pytest.approx(want, rel=1e-9)
     e = estimate(col).step_time_s - estimate(rep).step_time_s
@@ -214,3 +217,40 @@ def test_sp_marked_gradients_all_reduced_once_per_step(fw, spec: str, monkeypatc
     s = s_on - simulate(job, network="contention-free").step_time_s
     assert e == pytest.approx(want, rel=1e-9)
     assert s == pytest.approx(e, rel=1e-9)
+
+
+def test_regather_pieces_and_arrays() -> None:
+    """§5.97: under SP the column layout adds two re-gathers of width 1 beside the down
+    projections' data-gradient GEMMs, priced as ``gemm_units`` prices those GEMMs (``T`` rows,
+    ``w`` wide, ``H`` deep); none in the replicated layout, none without a query latent for q;
+    the vectorised estimate over mixed column plans equals each plan's own bit for bit."""
+    import numpy as np
+
+    from strategies.cost import compute, counts
+    from strategies.cost.stage import sp_regather_pieces
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.plan_arrays import PlanArrays
+    job = _mla(_plan(2, True), fw=COL)
+    c, p = stage_costs(job), job.plan
+    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp)
+    units = compute.gemm_units([g for _, g in parts], p.tp, job.cluster.gpu, "bf16",
+                               fw=COL, system=job.system,
+                               shares=compute.fixed_shares(parts, job.model, p.ep, COL))
+    want = [g[0] * u[2] * u[3] for (_, g), u, (_, _, _, s) in
+            zip(parts, units, job.model.attention_linears()) if s == "rep"]
+    assert [g[1:4] for (_, g), (_, _, _, s) in zip(parts, job.model.attention_linears())
+            if s == "rep"] == [(T, 1536, H), (T, 576, H)]
+    assert (c.rg_down_q, c.rg_down_kv) == pytest.approx(tuple(want), rel=1e-12)
+    assert sp_regather_pieces(c)[-2:] == ((1.0, 1.0, c.rg_down_q), (1.0, 1.0, c.rg_down_kv))
+    rep = stage_costs(_mla(_plan(2, True)))
+    assert (rep.rg_down_qw, rep.rg_down_kvw) == (0.0, 0.0)
+    assert len(sp_regather_pieces(rep)) == len(sp_regather_pieces(c)) - 2
+    noq = stage_costs(_mla(_plan(2, True), q_lora=False, fw=COL))
+    assert (noq.rg_down_qw, noq.rg_down_kvw, noq.rg_down_q) == (0.0, 1.0, 0.0)
+    specs = [_plan(4, True), _plan(4, False), _plan(2, True), "tp=1,pp=1,dp=8,ep=8,mbs=1,gbs=8"]
+    jobs = [_mla(s, fw=COL) for s in specs]
+    m, cl = jobs[0].model, jobs[0].cluster
+    many = estimate_arrays(m, cl, "bf16", PlanArrays.from_plans([j.plan for j in jobs]), COL)
+    for k, j in enumerate(jobs):
+        one = estimate_arrays(m, cl, "bf16", PlanArrays.of_plan(j.plan), COL)
+        assert float(np.ravel(many["step_time_s"])[k]) == float(np.ravel(one["step_time_s"])[0])

@@ -147,6 +147,10 @@ class LayerTime:
     #: wgrad``): what Megatron-Core's ``delay_wgrad_compute`` defers from a combined pair's
     #: last backward layer (``strategies.schedules.combined.pair_message_hiding``)
     attn_wgrad: Num = 0.0
+    #: the data-gradient GEMM seconds of MLA's down projections, ``(q, kv)`` (``down_dgrad``):
+    #: what each one's backward re-gather runs beside where the stack makes them
+    #: column-parallel (``FrameworkProfile.mla_down_proj``)
+    down_dgrad: tuple = (0.0, 0.0)
 
 
 def attention_column_widths(m: ModelSpec) -> tuple[float, ...]:
@@ -197,6 +201,23 @@ def attention_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tu
     for _, (_, g), u in zip(m.attention_linears(), parts, units):
         t = t + g[0] * u[4]
     return slow * t
+
+
+def down_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+               slow: Num = 1.0) -> tuple[Num, Num]:
+    """Seconds of the data-gradient GEMMs of MLA's down projections, ``(q, kv)`` (0 for one
+    that does not exist: no MLA, no query latent): the attention linears
+    ``ModelSpec.attention_linears`` marks ``"rep"``, priced as ``layer_gemm_parts`` prices
+    them (``T`` rows at the full width on each rank). Under SP a column-parallel down
+    projection (Megatron-Core core_v0.12-v0.13) re-gathers its hidden-state input beside this
+    GEMM (``tp_collectives.sp_regather_pieces``). ``parts``/``units``: as
+    ``regather_dgrad``; ``slow``: the overlap clock factor."""
+    rep = [slow * (g[0] * pieces * d)
+           for (_, _, _, split), (_, g), (_, _, pieces, d, _)
+           in zip(m.attention_linears(), parts, units) if split == "rep"]
+    if not rep:
+        return 0.0, 0.0
+    return (rep[0], rep[1]) if len(rep) > 1 else (0.0, rep[0])
 
 
 def regather_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
@@ -1065,7 +1086,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rc = np.where(recompute == 2, full, np.where(recompute == 1, sel,
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),
-                     column_wgrad(m, parts, units, slow), attention_wgrad(m, parts, units, slow))
+                     column_wgrad(m, parts, units, slow), attention_wgrad(m, parts, units, slow),
+                     down_dgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

@@ -214,6 +214,13 @@ class StageCostArrays:
     rg_dense: np.ndarray = 0.0
     rg_shared_n: np.ndarray = 0.0
     rg_shared: np.ndarray = 0.0
+    # MLA's column-parallel down projections (core 0.12-0.13) re-gather their hidden-state
+    # input too: the width of each (1 where that layout runs the projection, else 0) and its
+    # data-gradient GEMM seconds (``compute.down_dgrad``), ``sp_regather_pieces``
+    rg_down_qw: float = 0.0
+    rg_down_kvw: float = 0.0
+    rg_down_q: np.ndarray = 0.0
+    rg_down_kv: np.ndarray = 0.0
     # the column-parallel linears' data-gradient reductions run beside their weight-gradient
     # GEMMs (``FrameworkProfile.dgrad_overlap``): the bytes of one (a bf16 reduce-scatter
     # under SP, an all-reduce without; 0 where none overlaps: no such stack path, TP
@@ -332,6 +339,10 @@ class StageCosts:
     rg_dense: float = 0.0
     rg_shared_n: float = 0.0
     rg_shared: float = 0.0
+    rg_down_qw: float = 0.0             # column down projections' re-gathers (StageCostArrays)
+    rg_down_kvw: float = 0.0
+    rg_down_q: float = 0.0
+    rg_down_kv: float = 0.0
     rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
     rd_attn: float = 0.0
     rd_attn2: float = 0.0
@@ -631,6 +642,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rg_dense_n=full(lt.regather[-2][0]),
         rg_dense=full(lt.regather[-2][1]), rg_shared_n=full(lt.regather[-1][0]),
         rg_shared=full(lt.regather[-1][1]),
+        rg_down_qw=1.0 if m.is_mla and m.q_lora_rank and fw.mla_down_proj == "column" else 0.0,
+        rg_down_kvw=1.0 if m.is_mla and fw.mla_down_proj == "column" else 0.0,
+        rg_down_q=full(lt.down_dgrad[0]), rg_down_kv=full(lt.down_dgrad[1]),
         # the column-parallel data gradients' reductions, asynchronous beside the weight
         # gradient where the stack's path does it and the backward is whole (a split one
         # defers the weight gradient; TP overlap prices its own, ``tp_overlap_bwd_exposed``)
@@ -736,6 +750,8 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_bytes=f("rg_bytes"), rg_attn=f("rg_attn"), rg_attn2=f("rg_attn2"),
         rg_dense_n=f("rg_dense_n"),
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
+        rg_down_qw=float(arrays.rg_down_qw), rg_down_kvw=float(arrays.rg_down_kvw),
+        rg_down_q=f("rg_down_q"), rg_down_kv=f("rg_down_kv"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         dw_attn=f("dw_attn"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),

@@ -37,10 +37,15 @@ def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
     forward's hidden-width all-gather, beside the data-gradient GEMM of ``seconds`` it was
     issued before; the attention's once per layer per column linear (QKV: width 1; MLA's
     up projections: their latents' widths, ``compute.attention_column_widths``, §5.76), the
-    dense MLP's and the shared experts' fc1 on their share of the layers. A piece of width
-    0 does not exist (no second attention column linear without MLA) and is left out."""
+    dense MLP's and the shared experts' fc1 on their share of the layers, then MLA's
+    column-parallel down projections (Megatron-Core core_v0.12-v0.13, ``TEColumnParallel
+    Linear`` over the hidden state, ``attn_down_ops``): each re-gathers the hidden state,
+    width 1, beside its own data-gradient GEMM (``compute.down_dgrad``), once per layer
+    (docs/calibration.md §5.97). A piece of width 0 does not exist (no second attention
+    column linear without MLA, no column-parallel down projection) and is left out."""
     out = ((1.0, x.attn_w, x.rg_attn), (1.0, x.attn_w2, x.rg_attn2),
-           (x.rg_dense_n, 1.0, x.rg_dense), (x.rg_shared_n, 1.0, x.rg_shared))
+           (x.rg_dense_n, 1.0, x.rg_dense), (x.rg_shared_n, 1.0, x.rg_shared),
+           (1.0, x.rg_down_qw, x.rg_down_q), (1.0, x.rg_down_kvw, x.rg_down_kv))
     return tuple(p for p in out if p[1] > 0)
 
 
