@@ -41,6 +41,7 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from experiments.gemm_in_situ import implied_factor  # noqa: E402
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm, measured  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -85,17 +86,7 @@ def implied_hbm(job: Job, measured_s: float, lo: float = 0.05, hi: float = 20.0,
                 tol: float = 1e-3) -> float | None:
     """The factor on the HBM bandwidth at which ``estimate(job)`` takes ``measured_s``
     seconds (bisection; None when no factor in ``[lo, hi]`` reaches it)."""
-    def step(x: float) -> float:
-        return estimate(with_hbm_scale(job, x)).step_time_s
-    if step(hi) > measured_s or step(lo) < measured_s:
-        return None
-    while hi - lo > tol:
-        mid = 0.5 * (lo + hi)
-        if step(mid) > measured_s:
-            lo = mid
-        else:
-            hi = mid
-    return 0.5 * (lo + hi)
+    return implied_factor(with_hbm_scale, job, measured_s, lo, hi, tol)
 
 
 def optimizer_launch_s(job: Job) -> float:
