@@ -22,6 +22,7 @@ import os
 import re
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -59,9 +60,16 @@ def implied_scale(job: Job, measured_s: float, lo: float = 0.05,
     hi = min(1 / max(f for n in job.cluster.groups
                      for f in (n.gpu.matmul_efficiency, n.gpu.fp8_matmul_efficiency or 0)),
              4.0)
+    return implied_factor(with_gemm_scale, job, measured_s, lo, hi, tol)
 
+
+def implied_factor(scaled: Callable[[Job, float], Job], job: Job, measured_s: float,
+                   lo: float, hi: float, tol: float) -> float | None:
+    """The factor ``x`` in ``[lo, hi]`` at which ``estimate(scaled(job, x))`` takes
+    ``measured_s`` seconds per step, the step falling as ``x`` grows (bisection to ``tol``;
+    None when no factor in the range reaches it)."""
     def step(x: float) -> float:
-        return estimate(with_gemm_scale(job, x)).step_time_s
+        return estimate(scaled(job, x)).step_time_s
     if step(hi) > measured_s or step(lo) < measured_s:
         return None
     while hi - lo > tol:

@@ -910,6 +910,44 @@ LAUNCH_GAP_S = 3e-6   # seconds of GPU idle per kernel boundary (see the module 
 #: Composer's DecoupledAdamW without weight decay, and torch's foreach AdamW with it, both 20
 #: (the sources list each kernel); one fused kernel moves 7 (``SystemConfig.adam_step_bytes``)
 COMPOSER_ADAMW_ELEMENTS = 20.0
+
+#: The cross-entropy of llm-foundry's MPT under Composer, as each micro-batch runs it over the
+#: 16-bit logits (docs/calibration.md §5.96). The training loss is flash-attn's fused
+#: ``CrossEntropyLoss`` (``ComposerMPTCausalLM``'s default ``loss_fn: fused_crossentropy``,
+#: llm-foundry v0.3.0 ``llmfoundry/models/mpt/modeling_mpt.py``; the ``.[gpu]`` extra installs
+#: flash-attn 1.0.9's ``xentropy_cuda_lib``, ``csrc/xentropy/xentropy_kernel.cu``): its forward
+#: reads each row twice (max and sum, then the sum of exponentials) and writes one loss and
+#: one log-sum-exp per row, its backward reads the logits and writes their gradient. After
+#: every micro-batch's backward Composer updates the model's train metrics on the same logits
+#: (``Trainer._train_microbatch`` -> ``_eval_train_metrics``, composer v0.16.4 and v0.17.2,
+#: under the run's autocast): ``LanguageCrossEntropy`` and ``LanguagePerplexity``
+#: (``composer/metrics/nlp.py``), each ``torch.nn.CrossEntropyLoss(reduction='sum')`` unfused:
+#: autocast runs ``cross_entropy`` in fp32 (PyTorch 2.1 amp docs, "CUDA Ops that can autocast
+#: to float32"), so the logits are cast (read 2, write 4) and ``log_softmax`` runs PyTorch
+#: 2.1's ``cunn_SoftMaxForward`` (a 50k-wide fp32 row does not fit the 48 KB of shared memory
+#: per block: max, sum of exponentials and the write each read the row, 3 x 4 + 4); the
+#: ``nll_loss`` gather reads one element per row (not charged). The metric passes run outside
+#: autograd after the backward and are charged with the forward. The 2024 large-scale sweep
+#: installed ``.[gpu-flash2]`` (flash-attn 2.4.2), whose Triton loss reads a row of at most
+#: 64K once in the forward (2 bytes, not 4): the 2 bytes more charged here are stated, not
+#: split per row.
+COMPOSER_CROSS_ENTROPY = LossPasses(
+    fwd=(("flash-attn 1.0.9 xentropy forward: max and sum, then sum of exponentials: "
+          "read 2 twice", 4.0),
+         ("LanguageCrossEntropy (after the backward): autocast's fp32 cast, read 2, write 4",
+          6.0),
+         ("LanguageCrossEntropy: fp32 log_softmax, cunn_SoftMaxForward: read 4 three "
+          "times, write 4", 16.0),
+         ("LanguagePerplexity (after the backward): autocast's fp32 cast, read 2, write 4",
+          6.0),
+         ("LanguagePerplexity: fp32 log_softmax, cunn_SoftMaxForward: read 4 three times, "
+          "write 4", 16.0)),
+    bwd=(("flash-attn 1.0.9 xentropy backward: read 2, write the 16-bit gradient 2", 4.0),),
+    source="llm-foundry v0.3.0 ComposerMPTCausalLM (loss_fn fused_crossentropy; train "
+           "metrics LanguageCrossEntropy, LanguagePerplexity); flash-attn v1.0.9 "
+           "csrc/xentropy/xentropy_kernel.cu; composer v0.16.4 trainer.py "
+           "_eval_train_metrics, metrics/nlp.py; PyTorch 2.1 SoftMax.cu cunn_SoftMaxForward "
+           "and the amp docs' fp32 list (cross_entropy)")
 TORCH_FOREACH_ADAMW_ELEMENTS = 20.0
 #: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
 #: ``hp_grad.add_(lp.grad.to(fp32))``: the cast reads 2 and writes a 4-byte temporary, the add
@@ -1163,6 +1201,7 @@ PYTORCH_EAGER = FrameworkProfile(
     description="PyTorch eager with FSDP or DDP (MosaicML Composer, torchtitan without compile): "
                 "FlashAttention, unfused elementwise kernels, AccumulateGrad per micro-batch",
     grad_accum_fusion=False, kernels_per_layer=30, launch_gap_s=LAUNCH_GAP_S,
+    loss=COMPOSER_CROSS_ENTROPY,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,

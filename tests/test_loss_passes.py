@@ -10,8 +10,9 @@ import pytest
 
 from strategies.cost.compute import lm_head_time_split, usable_hbm
 from strategies.errors import SpecError
-from strategies.framework import (MEGATRON_CORE, MEGATRON_CROSS_ENTROPY, MEGATRON_DEEPSPEED,
-                                  MEGATRON_LM_2021, PROFILES, LossPasses)
+from strategies.framework import (COMPOSER_CROSS_ENTROPY, MEGATRON_CORE, MEGATRON_CROSS_ENTROPY,
+                                  MEGATRON_DEEPSPEED, MEGATRON_LM_2021, PROFILES, PYTORCH_EAGER,
+                                  LossPasses)
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 
@@ -31,8 +32,12 @@ def test_which_stacks_run_it():
     ds = MEGATRON_DEEPSPEED.loss
     assert (ds.fwd, ds.bwd) == (MEGATRON_CROSS_ENTROPY.fwd, MEGATRON_CROSS_ENTROPY.bwd)
     assert "Megatron-DeepSpeed" in ds.source
+    # Composer's MPT runs flash-attn's fused loss and two unfused train metrics (§5.96,
+    # tests/test_composer_loss.py)
+    assert PYTORCH_EAGER.loss is COMPOSER_CROSS_ENTROPY
     for name, fw in PROFILES.items():
-        if name not in ("megatron-core", "megatron-lm-2021", "megatron-deepspeed"):
+        if name not in ("megatron-core", "megatron-lm-2021", "megatron-deepspeed",
+                        "pytorch-eager"):
             # not read: the assumed passes (torchtitan's memory peak was read, §5.19)
             assert (fw.loss.fwd, fw.loss.bwd, fw.loss.source) == (
                 LossPasses().fwd, LossPasses().bwd, LossPasses().source), name
