@@ -22,8 +22,8 @@ expert-parallel overlap and full-iteration CUDA graphs, ``src/megatron/bridge/pe
 precision, ep, micro-batch, dispatcher and overlap stated in its plan. The stack captures the
 whole step in one CUDA graph there, so no host launch or sync is left in it, and TE's fused
 grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``) quantises the routed activation inside the
-GEMM, with no host split sizes for TE's per-expert padding copies (estimated with
-``grouped_mlp_casts`` and ``quant_padding`` off, docs/calibration.md §5.17).
+GEMM, with no host split sizes for TE's per-expert padding copies (estimated with the
+reader's rule for it, ``framework.with_fused_grouped_mlp``: docs/calibration.md §5.17, §5.90).
 
 Table 4: NVIDIA's eager / partial-graph A/B on the Qwen3-30B-A3B H100 layout (Megatron-Bridge
 ``docs/training/cuda-graphs.md`` at commit 067f987df03b, "Representative Validation
