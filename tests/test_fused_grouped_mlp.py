@@ -124,3 +124,12 @@ def test_estimate_and_simulation_move_together():
     d_sim = simulated_step_time(a)[0] - simulated_step_time(b)[0]
     assert d_est > 0
     assert d_sim == pytest.approx(d_est, rel=1e-9)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0.0, [True]])
+def test_a_non_boolean_statement_skips_the_row_naming_the_field(value):
+    e = copy.deepcopy(_rows()["mbridge2606_qwen330ba3b_gb300_8_mxfp8"])
+    e["plan"]["fused_grouped_mlp"] = value
+    case = case_from_entry(e)
+    assert case.job is None
+    assert "plan.fused_grouped_mlp" in case.skipped and "true or false" in case.skipped

@@ -750,8 +750,12 @@ def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
     where the entry's ``plan.fused_grouped_mlp`` says its config ran it (Megatron-Bridge's
     ``cutedsl_fused_grouped_mlp``; ``framework.with_fused_grouped_mlp``), said so; TE's
     fused op is MXFP8's, so another precision, or a stack without Megatron-Core's
-    ``TEGroupedMLP``, keeps the stack's experts, said so."""
-    if not pl.get("fused_grouped_mlp"):
+    ``TEGroupedMLP``, keeps the stack's experts, said so. SpecError for a value that is
+    not a boolean."""
+    said = pl.get("fused_grouped_mlp")
+    if said is not None and not isinstance(said, bool):
+        raise SpecError("plan.fused_grouped_mlp", said, "must be true or false")
+    if not said:
         return fw
     if dtype != "mxfp8" or not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
         notes.append(f"fused_grouped_mlp stated but not modelled ({fw.name}, {dtype}: "
@@ -910,7 +914,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
         fw = _with_loss_of_its_date(c, fw, notes)
     fw = _with_mla_layout(c, fw, model, notes)
-    fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
+    try:
+        fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
+    except SpecError as e:
+        return skip(f"plan does not resolve: {e}")
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
