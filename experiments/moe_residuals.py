@@ -22,8 +22,8 @@ expert-parallel overlap and full-iteration CUDA graphs, ``src/megatron/bridge/pe
 precision, ep, micro-batch, dispatcher and overlap stated in its plan. The stack captures the
 whole step in one CUDA graph there, so no host launch or sync is left in it, and TE's fused
 grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``) quantises the routed activation inside the
-GEMM, with no host split sizes for TE's per-expert padding copies (estimated with
-``grouped_mlp_casts`` and ``quant_padding`` off, docs/calibration.md §5.17).
+GEMM, with no host split sizes for TE's per-expert padding copies (estimated with the
+reader's rule for it, ``framework.with_fused_grouped_mlp``: docs/calibration.md §5.17, §5.90).
 
 Table 4: NVIDIA's eager / partial-graph A/B on the Qwen3-30B-A3B H100 layout (Megatron-Bridge
 ``docs/training/cuda-graphs.md`` at commit 067f987df03b, "Representative Validation
@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
+from strategies.framework import with_fused_grouped_mlp  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
 FILES = ("strategies/reference/data/megatron_bridge_2604.json",
@@ -149,13 +150,12 @@ def rows_2608(fused_2608: bool = True) -> list[tuple]:
         e["measured"] = {"tokens_per_s_per_gpu": tok}
         e["derived"] = {"step_time_s": gbs * 4096 / (tok * n)}
         case = case_from_entry(e)
-        # 26.08 runs TE's op fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP (the perf recipes'
-        # _enable_cutedsl_fused_grouped_mlp): GroupGemm + Activation + Quantize writes fc2's
-        # input quantised, so the routed activation casts are fused there; and the sync-free
-        # path inside a full-iteration graph has no host split sizes for TE's Fp8Padding
-        # (m_splits: List[int]), so no padding copies (docs/calibration.md §5.17)
-        job = replace(case.job, framework=replace(case.job.framework, grouped_mlp_casts=False,
-                                                  quant_padding=not fused_2608))
+        # 26.08 runs TE's fused grouped MLP (the perf recipes' cutedsl_fused_grouped_mlp):
+        # the one rule the reader applies to a row that states it (framework.
+        # with_fused_grouped_mlp, docs/calibration.md §5.90); fused_2608 False keeps the
+        # 26.04 stack's quantisation padding copies (§5.17)
+        fw = with_fused_grouped_mlp(case.job.framework)
+        job = replace(case.job, framework=fw if fused_2608 else replace(fw, quant_padding=True))
         est = estimate(job)
         out.append((rid, ep, mbs, case.measured_step_s, est.step_time_s,
                     100 * (est.step_time_s / case.measured_step_s - 1)))

@@ -578,6 +578,11 @@ class FrameworkProfile:
     #: how the stack launches a grouped expert GEMM over the local experts, hence the fixed
     #: times it pays (``ExpertGemmLaunch``; ``compute.expert_fixed_share``)
     expert_gemm_launch: ExpertGemmLaunch = ExpertGemmLaunch()
+    #: runs the routed experts through Transformer Engine's fused grouped MLP
+    #: (``with_fused_grouped_mlp``): fc1, the gated activation with its clamp and the
+    #: routing-probability scale, and fc2 in cuDNN grouped kernels, so no eager clamp
+    #: (``runs_eager_clamp``)
+    fused_grouped_mlp: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -1136,6 +1141,17 @@ GROUPED_MLP_GEMM = ExpertGemmLaunch(
     "grouped_gemm v1.1.4 csrc/grouped_gemm.cu CublasGroupedGemm: one cublasGemmEx per expert "
     "round-robin on NUM_STREAM = 4 streams off sm_80")
 
+#: Transformer Engine 2.16's fused grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1`` under
+#: its op fuser): ``ops/fused/forward_grouped_mlp.py`` ``ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8``
+#: runs fc1 with the GLU (SwiGLU or the clamped quick-GEGLU) and the probability scale in one
+#: cuDNN ``grouped_gemm_glu`` kernel and fc2 in one ``grouped_gemm_quant``, for every local
+#: expert at once (``backward_grouped_mlp.py`` likewise)
+TE_FUSED_GROUPED_MLP = ExpertGemmLaunch(
+    "fused", 1,
+    "Transformer Engine v2.16 ops/fused/forward_grouped_mlp.py and backward_grouped_mlp.py: "
+    "one cuDNN grouped GEMM kernel (grouped_gemm_glu / grouped_gemm_quant) per fc for all "
+    "local experts")
+
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
     description="Megatron-Core / NeMo 2023+ with Transformer Engine: fused kernels, "
@@ -1593,6 +1609,36 @@ def compiled(fw: FrameworkProfile) -> FrameworkProfile:
     raise SpecError("framework", fw.name + COMPILE_SUFFIX,
                     f"torch.compile is a switch of torchtitan only (--compile.enable); "
                     f"{fw.name} has none")
+
+
+def with_fused_grouped_mlp(fw: FrameworkProfile) -> FrameworkProfile:
+    """Stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP
+    (Megatron-Bridge's ``cutedsl_fused_grouped_mlp``: ``use_transformer_engine_op_fuser`` and
+    ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``, ``scripts/performance/utils/overrides.py`` and
+    ``perf_plugins.py`` at v0.5.0; Megatron-Core 0.18 ``TEGroupedMLP._fused_forward``; an
+    MXFP8 path on compute capability 10, ``TE_FUSED_GROUPED_MLP``): the GLU kernel writes
+    fc2's input quantised and the backward's dGLU fc1's ``dY``, so no cast passes of their
+    own (``grouped_mlp_casts`` off; NVIDIA's "separate quantization pass", quantise's module
+    doc); no ``Fp8Padding`` copies (``quant_padding`` off: HybridEP pads in its dispatch,
+    Megatron-Core 0.18 ``moe_utils.skip_routed_expert_padding``, and the router pads
+    otherwise under a full-iteration graph); one kernel per grouped GEMM; the activation's
+    clamp inside the kernel (``runs_eager_clamp`` False). SpecError for a stack that does
+    not run Megatron-Core's ``TEGroupedMLP`` (``grouped_mlp_casts``)."""
+    if fw.fused_grouped_mlp:
+        return fw
+    if not fw.grouped_mlp_casts:
+        raise SpecError("framework", fw.name,
+                        "Transformer Engine's fused grouped MLP replaces Megatron-Core's "
+                        "TEGroupedMLP; this stack does not run it")
+    return replace(fw, grouped_mlp_casts=False, quant_padding=False,
+                   expert_gemm_launch=TE_FUSED_GROUPED_MLP, fused_grouped_mlp=True)
+
+
+def runs_eager_clamp(fw: FrameworkProfile) -> bool:
+    """Whether stack ``fw`` runs gpt-oss's activation clamp as eager kernels of its own
+    (``eager_variants``, ``compute.eager_variant_time``, its stash in the memory model):
+    not inside Transformer Engine's fused grouped MLP (``fused_grouped_mlp``)."""
+    return bool(fw.eager_variants and not fw.fused_grouped_mlp)
 
 
 TORCHTITAN_COMPILE = compiled(TORCHTITAN)

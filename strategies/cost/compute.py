@@ -54,7 +54,8 @@ from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
+from strategies.framework import (BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, runs_eager_clamp,
+                                  uses_bf16_optimizer)
 from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -910,12 +911,16 @@ def eager_variant_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, load: N
     (``costs.rope_unfused_bytes``) over the usable HBM bandwidth, plus a launch gap per
     kernel (``costs.eager_variant_kernels``); 0 for a model with neither, or another stack.
     ``rope`` False: the clamp's alone (what a selective recomputation of the routed
-    activation reruns, ``selective_time``)."""
+    activation reruns, ``selective_time``). The clamp is not charged where the stack runs it
+    inside Transformer Engine's fused grouped MLP (``framework.runs_eager_clamp``)."""
     cf, cb = costs.clamp_bytes(m, b, tp, cp, load)
     rf, rb = costs.rope_unfused_bytes(m, b, tp, cp) if rope else (0.0, 0.0)
     kf, kb = costs.eager_variant_kernels(m, rope)
     hbm, gap = usable_hbm(gpu, system), measured.launch_gap(gpu, fw.launch_gap_s)
     on = 1.0 if fw.eager_variants else 0.0
+    if on and not runs_eager_clamp(fw):         # the RoPE's alone
+        cl_f, cl_b = costs.eager_variant_kernels(m, False)
+        return rf / hbm + (kf - cl_f) * gap, rb / hbm + (kb - cl_b) * gap
     return on * ((cf + rf) / hbm + kf * gap), on * ((cb + rb) / hbm + kb * gap)
 
 

@@ -58,6 +58,7 @@ from strategies.cost.counts import op_sac_gemms
 from strategies.cost.recompute import (DEFAULT_MODULES, PARTS, checkpoint_inputs, has_module,
                                        kept_layers, modules_mask, part_selected, rebuilt_layers)
 from strategies.errors import SpecError
+from strategies.framework import runs_eager_clamp
 from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
@@ -267,8 +268,8 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
     under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
     with none. Nothing where the layer is recomputed whole (full, op) or the ``moe`` module
     redoes the routed MLP; ``moe_act`` leaves the fc1 input, the only part that differs at
-    ``load = 1``. ``clamp``: the stack runs gpt-oss's eager clamp (``FrameworkProfile.
-    eager_variants``), whose saved inputs (``clamp_activation_bytes``) the stash also holds
+    ``load = 1``. ``clamp``: the stack runs gpt-oss's eager clamp (``framework.
+    runs_eager_clamp``), whose saved inputs (``clamp_activation_bytes``) the stash also holds
     unless the layer is recomputed whole or ``moe_act``/``moe`` reruns the activation (its
     output-discarding checkpoint runs the clamp without saving). The memory arrays and
     ``job_layer_activation_bytes`` read this one rule."""
@@ -559,7 +560,7 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
-                        p.capacity_factor, p.expert_tp, fw.eager_variants)
+                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw))
 
 
 @lru_cache(maxsize=4096, typed=True)

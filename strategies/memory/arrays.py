@@ -153,8 +153,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     ``stash_layers``: the transformer layers' stash and pending ``W`` bytes at the peak per
     plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
     different bytes (``activations.stash_at_peak``, each entry at its own chunk's).
-    ``clamp``: the stack runs gpt-oss's eager activation clamp (``FrameworkProfile.
-    eager_variants``; its saved inputs: ``activations.clamp_activation_bytes``).
+    ``clamp``: the stack runs gpt-oss's eager activation clamp (``framework.
+    runs_eager_clamp``; its saved inputs: ``activations.clamp_activation_bytes``).
     ``remat_named``: the stack's selective recomputation is a JAX remat policy
     (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
     ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head,

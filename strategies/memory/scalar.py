@@ -28,7 +28,7 @@ import numpy as np
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
-from strategies.framework import stack_system
+from strategies.framework import runs_eager_clamp, stack_system
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.layout import mixed_layers, stage_content
@@ -169,7 +169,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
                       if any(by_chunk) else None),
         # a multi-token-prediction module stashes about one layer's activations
         layers=[act.stashed_layers(job, s) for s in stages],
-        content=content, gpu=job.cluster.gpu, clamp=job.framework.eager_variants,
+        content=content, gpu=job.cluster.gpu, clamp=runs_eager_clamp(job.framework),
         remat_named=job.framework.remat_named, loss_bytes=job.framework.loss,
         act_cache=act.job_activation_cache(job),
         optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,

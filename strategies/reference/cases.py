@@ -12,7 +12,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile
+from strategies.framework import (MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile,
+                                  with_fused_grouped_mlp)
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.cost import counts
@@ -743,6 +744,30 @@ def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framew
     return with_launch_blocking(fw)
 
 
+def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
+                             notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP
+    where the entry's ``plan.fused_grouped_mlp`` says its config ran it (Megatron-Bridge's
+    ``cutedsl_fused_grouped_mlp``; ``framework.with_fused_grouped_mlp``), said so; TE's
+    fused op is MXFP8's, so another precision, or a stack without Megatron-Core's
+    ``TEGroupedMLP``, keeps the stack's experts, said so. SpecError for a value that is
+    not a boolean."""
+    said = pl.get("fused_grouped_mlp")
+    if said is not None and not isinstance(said, bool):
+        raise SpecError("plan.fused_grouped_mlp", said, "must be true or false")
+    if not said:
+        return fw
+    if dtype != "mxfp8" or not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
+        notes.append(f"fused_grouped_mlp stated but not modelled ({fw.name}, {dtype}: "
+                     "Transformer Engine's fused grouped MLP is an MXFP8 op replacing "
+                     "Megatron-Core's TEGroupedMLP)")
+        return fw
+    notes.append("routed experts in Transformer Engine's fused grouped MLP (stated: "
+                 "fused_grouped_mlp): no separate activation casts, no Fp8Padding copies, one "
+                 "kernel per grouped GEMM, the clamp inside it (docs/calibration.md §5.90)")
+    return with_fused_grouped_mlp(fw)
+
+
 def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
     """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
     (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
@@ -889,6 +914,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
         fw = _with_loss_of_its_date(c, fw, notes)
     fw = _with_mla_layout(c, fw, model, notes)
+    try:
+        fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
+    except SpecError as e:
+        return skip(f"plan does not resolve: {e}")
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
         plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:

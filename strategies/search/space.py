@@ -34,6 +34,7 @@ from topologies.limits import check_int, parse_int_text
 from strategies.flushes import flush_rules
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
+from strategies.framework import runs_eager_clamp
 from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
                                   stack_system)
 from strategies.job import check_modules_against_model, expert_plan_ok
@@ -738,7 +739,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     costs = (layer_costs(model, cluster, dtype, framework, system)
              if cluster.uniform and opts.layouts else None)
     # the stack's eager activation clamp (gpt-oss) stashes its inputs (memory.arrays)
-    clamp = bool((framework or DEFAULT_FRAMEWORK).eager_variants)
+    clamp = runs_eager_clamp(framework or DEFAULT_FRAMEWORK)
     # a JAX remat policy's selective stash (memory.activations.named_remat_bytes)
     remat_named = bool((framework or DEFAULT_FRAMEWORK).remat_named)
     # what the stack's cross-entropy holds per logit element (memory.activations.output_bytes)
