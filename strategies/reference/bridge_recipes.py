@@ -409,15 +409,76 @@ GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2 and v0.4.2 (c810129341
 GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.08")
 
 
+#: NeMo 2's performance scripts, which produced the NeMo Framework performance summary's
+#: 25.02, 25.04 and 25.07 tables (NeMo v2.2.0, v2.3.0, v2.4.0; the rules below read the same
+#: in all three): an FP8 run sets ``grad_reduce_in_fp32 = False`` (v2.2.0
+#: ``scripts/llm/performance/pretrain_*.py``, every script; v2.3.0
+#: ``scripts/performance/utils.py`` ``set_primary_perf_configs``; v2.4.0
+#: ``scripts/performance/helpers.py`` ``set_precision_configs``) and builds its precision with
+#: ``bf16_with_fp8_mixed`` (delayed) or ``bf16_with_fp8_current_scaling_mixed``, both
+#: ``fp8_param_gather = True`` (v2.2.0: ``fp8_params = True``, which the plugin turns into
+#: ``fp8_param_gather``; ``nemo/collections/llm/recipes/precision/mixed_precision.py``)
+NEMO_PERF_SOURCE = ("NVIDIA/NeMo v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0 "
+                    "scripts/performance/utils.py set_primary_perf_configs, v2.4.0 "
+                    "scripts/performance/helpers.py set_precision_configs: FP8 runs "
+                    "grad_reduce_in_fp32 = False, bf16_with_fp8_mixed / "
+                    "bf16_with_fp8_current_scaling_mixed with fp8_param_gather = True")
+NEMO_PERF_CONTAINERS = ("25.02", "25.04", "25.07")
+#: Megatron-Bridge's per-tensor FP8 precisions keep FP8 weights and all-gather them as such:
+#: ``bf16_with_fp8_delayed_scaling_mixed`` and ``bf16_with_fp8_current_scaling_mixed`` set
+#: ``fp8_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py`` at v0.2.2,
+#: v0.4.2 and v0.5.0); MXFP8 sets it too but, with ``reuse_grad_buf_for_mxfp8_param_ag``,
+#: gathers the 16-bit weights into the gradient buffer and quantises after (Megatron-Core
+#: ``param_and_grad_buffer.py`` ``_post_param_sync``), and NVFP4 sets it False
+FP8_PARAM_GATHER_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2, v0.5.0 src/megatron/"
+                           "bridge/training/mixed_precision.py: fp8_param_gather = True for "
+                           "delayed and current scaling; Megatron-Core param_and_grad_buffer.py"
+                           " group_params_for_buffers: FP8-stored parameters in a uint8 buffer")
+#: the Megatron-Bridge containers whose published rows those precisions produced
+FP8_PARAM_GATHER_CONTAINERS = ("25.11", "26.04", "26.06")
+#: the job dtypes whose weights Transformer Engine stores per-tensor FP8 (one byte each)
+PER_TENSOR_FP8 = ("fp8", "fp8-current")
+
+
+def nemo_perf_row(entry: dict) -> bool:
+    """Whether ``entry`` is a row of the NeMo Framework performance summary's tables of the
+    ``NEMO_PERF_CONTAINERS`` containers (``NEMO_PERF_SOURCE``)."""
+    src = entry.get("source") or {}
+    table = str(src.get("table") or "")
+    return (str(src.get("ref") or "") == "NVIDIA NeMo Framework performance summary"
+            and any(f"Container: NeMo {c}" in table for c in NEMO_PERF_CONTAINERS))
+
+
 def grad_reduce_in_fp32(entry: dict) -> bool | None:
     """False for a published row of NVIDIA's Megatron-Bridge performance tables of the
-    ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``); None (the stack's
+    ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``) and for an FP8 row of the
+    NeMo performance summary's 25.02-25.07 tables (``NEMO_PERF_SOURCE``); None (the stack's
     default) for any other entry."""
     src = entry.get("source") or {}
+    if nemo_perf_row(entry) and "fp8" in str(entry.get("precision") or "").lower():
+        return False
     if "megatron-bridge" not in str(src.get("ref") or "").lower():
         return None
     table = str(src.get("table") or "")
     return False if any(c in table for c in GRAD_REDUCE_CONTAINERS) else None
+
+
+def fp8_param_gather(entry: dict, dtype: str) -> str | None:
+    """The source by which ``entry``'s run all-gathered its weights in FP8 after the optimizer
+    (one byte per quantised weight, ``SystemConfig.param_gather_bytes``): a per-tensor FP8
+    ``dtype`` (``PER_TENSOR_FP8``) on a NeMo 25.02-25.07 performance row
+    (``NEMO_PERF_SOURCE``) or a Megatron-Bridge performance row of the
+    ``FP8_PARAM_GATHER_CONTAINERS`` (``FP8_PARAM_GATHER_SOURCE``); None otherwise."""
+    if dtype not in PER_TENSOR_FP8:
+        return None
+    if nemo_perf_row(entry):
+        return NEMO_PERF_SOURCE
+    src = entry.get("source") or {}
+    table = str(src.get("table") or "")
+    if (src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge"
+            and any(f"({c}" in table for c in FP8_PARAM_GATHER_CONTAINERS)):
+        return FP8_PARAM_GATHER_SOURCE
+    return None
 
 
 #: The Llama models of Megatron-Bridge's performance tables whose scripts
