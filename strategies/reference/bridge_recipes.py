@@ -427,17 +427,22 @@ NEMO_PERF_CONTAINERS = ("25.02", "25.04", "25.07")
 #: Megatron-Bridge's per-tensor FP8 precisions keep FP8 weights and all-gather them as such:
 #: ``bf16_with_fp8_delayed_scaling_mixed`` and ``bf16_with_fp8_current_scaling_mixed`` set
 #: ``fp8_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py`` at v0.2.2,
-#: v0.4.2 and v0.5.0); MXFP8 sets it too but, with ``reuse_grad_buf_for_mxfp8_param_ag``,
+#: v0.4.2 and v0.5.0), ``bf16_with_nvfp4_mixed`` ``fp4_param_gather = True`` (v0.4.2, v0.5.0);
+#: MXFP8 sets ``fp8_param_gather`` too but, with ``reuse_grad_buf_for_mxfp8_param_ag``,
 #: gathers the 16-bit weights into the gradient buffer and quantises after (Megatron-Core
-#: ``param_and_grad_buffer.py`` ``_post_param_sync``), and NVFP4 sets it False
-FP8_PARAM_GATHER_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2, v0.5.0 src/megatron/"
-                           "bridge/training/mixed_precision.py: fp8_param_gather = True for "
-                           "delayed and current scaling; Megatron-Core param_and_grad_buffer.py"
-                           " group_params_for_buffers: FP8-stored parameters in a uint8 buffer")
+#: ``param_and_grad_buffer.py`` ``_post_param_sync``). Megatron-Core (the submodule of
+#: Bridge v0.4.2, 2edffadb528e, ``param_and_grad_buffer.py``) keeps FP8 weights in a uint8
+#: buffer and NVFP4 weights packed two to a byte, "for storage/communication"
+PARAM_GATHER_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2, v0.5.0 src/megatron/"
+                       "bridge/training/mixed_precision.py: fp8_param_gather = True for delayed "
+                       "and current scaling, fp4_param_gather = True for NVFP4; Megatron-Core "
+                       "2edffadb528e param_and_grad_buffer.py: FP8 weights in a uint8 buffer, "
+                       "NVFP4 packed two per byte")
 #: the Megatron-Bridge containers whose published rows those precisions produced
-FP8_PARAM_GATHER_CONTAINERS = ("25.11", "26.04", "26.06")
-#: the job dtypes whose weights Transformer Engine stores per-tensor FP8 (one byte each)
-PER_TENSOR_FP8 = ("fp8", "fp8-current")
+PARAM_GATHER_CONTAINERS = ("25.11", "26.04", "26.06")
+#: bytes per quantised weight the gather moves, by job dtype: per-tensor FP8 one byte, NVFP4
+#: half a byte (its block scales are not in the parameter buffer)
+GATHER_BYTES = {"fp8": 1.0, "fp8-current": 1.0, "nvfp4": 0.5}
 
 
 def nemo_perf_row(entry: dict) -> bool:
@@ -463,21 +468,25 @@ def grad_reduce_in_fp32(entry: dict) -> bool | None:
     return False if any(c in table for c in GRAD_REDUCE_CONTAINERS) else None
 
 
-def fp8_param_gather(entry: dict, dtype: str) -> str | None:
-    """The source by which ``entry``'s run all-gathered its weights in FP8 after the optimizer
-    (one byte per quantised weight, ``SystemConfig.param_gather_bytes``): a per-tensor FP8
-    ``dtype`` (``PER_TENSOR_FP8``) on a NeMo 25.02-25.07 performance row
-    (``NEMO_PERF_SOURCE``) or a Megatron-Bridge performance row of the
-    ``FP8_PARAM_GATHER_CONTAINERS`` (``FP8_PARAM_GATHER_SOURCE``); None otherwise."""
-    if dtype not in PER_TENSOR_FP8:
+def quantised_param_gather(entry: dict, dtype: str) -> tuple[float, str] | None:
+    """``(bytes per quantised weight, source)`` of the all-gather after the optimizer where
+    ``entry``'s run kept its weights quantised (``SystemConfig.param_gather_bytes``,
+    ``GATHER_BYTES``): a per-tensor FP8 ``dtype`` on a NeMo 25.02-25.07 performance row
+    (``NEMO_PERF_SOURCE``), per-tensor FP8 or NVFP4 on a Megatron-Bridge performance row of
+    the ``PARAM_GATHER_CONTAINERS`` (``PARAM_GATHER_SOURCE``); None otherwise."""
+    if dtype not in GATHER_BYTES:
+        return None
+    # (NVFP4 on the Llama configs only: v0.4.2's DeepSeek-V3 and Nemotron-H configs turn
+    # ``fp4_param_gather`` off)
+    if dtype == "nvfp4" and (entry.get("model") or {}).get("name") not in LLAMA_MODELS:
         return None
     if nemo_perf_row(entry):
-        return NEMO_PERF_SOURCE
+        return (GATHER_BYTES[dtype], NEMO_PERF_SOURCE) if dtype != "nvfp4" else None
     src = entry.get("source") or {}
     table = str(src.get("table") or "")
     if (src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge"
-            and any(f"({c}" in table for c in FP8_PARAM_GATHER_CONTAINERS)):
-        return FP8_PARAM_GATHER_SOURCE
+            and any(f"({c}" in table for c in PARAM_GATHER_CONTAINERS)):
+        return GATHER_BYTES[dtype], PARAM_GATHER_SOURCE
     return None
 
 

@@ -1,18 +1,19 @@
 #!/usr/bin/env python
-"""NVIDIA's performance scripts reduce gradients in bf16 and all-gather FP8 weights in FP8
-(docs/calibration.md §5.95): each reference row the reader now gives either fact, its analytic
-estimate without both, with the bf16 gradients only, and with both (the reader's), and the
-data-parallel seconds the estimate leaves exposed.
+"""NVIDIA's performance scripts reduce gradients in bf16 and all-gather quantised weights at their
+stored width (docs/calibration.md §5.95): each reference row the reader now gives either fact,
+its analytic estimate without both, with the bf16 gradients only, and with both (the
+reader's), and the data-parallel seconds the estimate leaves exposed.
 
 NeMo 2's performance scripts (the NeMo 25.02-25.07 performance tables) run FP8 with
 ``grad_reduce_in_fp32 = False`` and ``fp8_param_gather = True``; Megatron-Bridge's per-tensor
-FP8 precisions (25.11-26.06 tables) set ``fp8_param_gather = True`` (their bf16 gradients
-were already read, §5.61). Megatron-Core keeps FP8-stored weights in a uint8 parameter
-buffer, so the distributed optimizer's all-gather moves one byte per quantised weight
-(``strategies.reference.bridge_recipes``: ``NEMO_PERF_SOURCE``, ``FP8_PARAM_GATHER_SOURCE``).
+FP8 precisions (25.11-26.06 tables) set ``fp8_param_gather = True`` and its NVFP4 one
+``fp4_param_gather = True`` (their bf16 gradients were already read, §5.61). Megatron-Core
+keeps FP8 weights in a uint8 parameter buffer and NVFP4 weights packed two per byte, so the
+distributed optimizer's all-gather moves one byte (half a byte) per quantised weight
+(``strategies.reference.bridge_recipes``: ``NEMO_PERF_SOURCE``, ``PARAM_GATHER_SOURCE``).
 
-    python experiments/fp8_param_gather.py            # every row that moves (seconds)
-    python experiments/fp8_param_gather.py --sim ID   # also the simulator for row ID
+    python experiments/quantised_param_gather.py            # every row that moves (seconds)
+    python experiments/quantised_param_gather.py --sim ID   # also the simulator for row ID
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""FP8 weights all-gathered in FP8 (``SystemConfig.param_gather_bytes``, docs/calibration.md
-§5.95): the gathered width per rank, the estimate and the simulator moving together, and the
-reader's per-row facts (NeMo 25.02-25.07 and Megatron-Bridge performance rows)."""
+"""Quantised weights all-gathered at their stored width (``SystemConfig.param_gather_bytes``,
+docs/calibration.md §5.95): the gathered width per rank, the estimate and the simulator moving
+together, and the reader's per-row facts (NeMo 25.02-25.07 and Megatron-Bridge rows)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -83,7 +83,7 @@ def cases():
     ("nemo2507_llama31405b_gb200_128", 0.0, 2.0),      # Megatron FSDP: no FP8 gather
     ("mbridge260401_llama31405b_gb200_256_fp8", 1.0, 2.0),
     ("mbridge260401_llama31405b_gb200_256_mxfp8", 0.0, 2.0),   # gathered in bf16
-    ("mbridge260401_llama31405b_gb200_256_nvfp4", 0.0, 2.0),   # fp8_param_gather False
+    ("mbridge260401_llama31405b_gb200_256_nvfp4", 0.5, 2.0),   # packed two per byte
     ("dgxc2505_llama31_405b_gb200_128_fp8", 0.0, 4.0),         # not these scripts' tables
 ])
 def test_reader_facts(cases, rid, gather, grad):
