@@ -4,7 +4,8 @@ stored width (docs/calibration.md §5.95): each reference row the reader now giv
 its analytic estimate without both, with the bf16 gradients only, and with both (the
 reader's), and the data-parallel seconds the estimate leaves exposed.
 
-NeMo 2's performance scripts (the NeMo 25.02-25.07 performance tables) run FP8 with
+NeMo 2's performance scripts (the NeMo 25.02-25.07 performance tables and the NeMo 2 rows of
+dgxc-benchmarking v25.04.02 / v25.05.05) run FP8 with
 ``grad_reduce_in_fp32 = False`` and ``fp8_param_gather = True``; Megatron-Bridge's per-tensor
 FP8 precisions (25.11-26.06 tables) set ``fp8_param_gather = True`` and its NVFP4 one
 ``fp4_param_gather = True`` (their bf16 gradients were already read, §5.61). Megatron-Core

@@ -84,7 +84,10 @@ def cases():
     ("mbridge260401_llama31405b_gb200_256_fp8", 1.0, 2.0),
     ("mbridge260401_llama31405b_gb200_256_mxfp8", 0.0, 2.0),   # gathered in bf16
     ("mbridge260401_llama31405b_gb200_256_nvfp4", 0.5, 2.0),   # packed two per byte
-    ("dgxc2505_llama31_405b_gb200_128_fp8", 0.0, 4.0),         # not these scripts' tables
+    ("dgxc2505_llama31_405b_gb200_128_fp8", 1.0, 2.0),         # dgxc v25.05.05: NeMo 25.04
+    ("dgxc2504_nemotron_340b_h100_256_fp8", 1.0, 2.0),         # dgxc v25.04.02: d2b21556
+    ("dgxc2504_grok1_314b_proxy_h100_32_fp8", 0.0, 4.0),       # NeMo 1, fp8_params false
+    ("dgxc2505_llama31_405b_gb200_128_bf16", 0.0, 4.0),        # bf16: the stack default
 ])
 def test_reader_facts(cases, rid, gather, grad):
     sy = cases[rid].job.system

@@ -411,19 +411,28 @@ GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.08")
 
 #: NeMo 2's performance scripts, which produced the NeMo Framework performance summary's
 #: 25.02, 25.04 and 25.07 tables (NeMo v2.2.0, v2.3.0, v2.4.0; the rules below read the same
-#: in all three): an FP8 run sets ``grad_reduce_in_fp32 = False`` (v2.2.0
+#: in all three, and at d2b21556, the commit dgxc-benchmarking v25.04.02 pins): an FP8 run sets ``grad_reduce_in_fp32 = False`` (v2.2.0
 #: ``scripts/llm/performance/pretrain_*.py``, every script; v2.3.0
 #: ``scripts/performance/utils.py`` ``set_primary_perf_configs``; v2.4.0
 #: ``scripts/performance/helpers.py`` ``set_precision_configs``) and builds its precision with
 #: ``bf16_with_fp8_mixed`` (delayed) or ``bf16_with_fp8_current_scaling_mixed``, both
 #: ``fp8_param_gather = True`` (v2.2.0: ``fp8_params = True``, which the plugin turns into
 #: ``fp8_param_gather``; ``nemo/collections/llm/recipes/precision/mixed_precision.py``)
-NEMO_PERF_SOURCE = ("NVIDIA/NeMo v2.2.0 scripts/llm/performance/pretrain_*.py, v2.3.0 "
+NEMO_PERF_SOURCE = ("NVIDIA/NeMo v2.2.0 scripts/llm/performance/pretrain_*.py, d2b21556, v2.3.0 "
                     "scripts/performance/utils.py set_primary_perf_configs, v2.4.0 "
                     "scripts/performance/helpers.py set_precision_configs: FP8 runs "
                     "grad_reduce_in_fp32 = False, bf16_with_fp8_mixed / "
                     "bf16_with_fp8_current_scaling_mixed with fp8_param_gather = True")
 NEMO_PERF_CONTAINERS = ("25.02", "25.04", "25.07")
+#: NVIDIA/dgxc-benchmarking's NeMo 2 recipes, which ran those scripts: v25.05.05's
+#: ``{llama3.1,nemotron,grok1,llama4}/launch.sh`` run NeMo 25.04's
+#: ``scripts.performance.llm.pretrain_*``; v25.04.02's ``nemotron/launch.sh`` NeMo d2b21556's
+#: (25.02.01) and ``llama3.1/pretrain_llama31.py`` its own copy (``bf16_with_fp8_mixed``,
+#: ``grad_reduce_in_fp32 = False``); not v25.04.02's Grok-1, a NeMo 1 (24.12) run with
+#: ``fp8_params: false``. Each a ``source.table`` prefix of ``dgxc_2505.json``
+DGXC_NEMO2_TABLES = ("llama3.1/README.md @v25.05.05", "nemotron/README.md @v25.05.05",
+                     "grok1/README.md @v25.05.05", "llama4/README.md @v25.05.05",
+                     "llama3.1/README.md @v25.04.02", "nemotron/README.md @v25.04.02")
 #: Megatron-Bridge's per-tensor FP8 precisions keep FP8 weights and all-gather them as such:
 #: ``bf16_with_fp8_delayed_scaling_mixed`` and ``bf16_with_fp8_current_scaling_mixed`` set
 #: ``fp8_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py`` at v0.2.2,
@@ -446,11 +455,14 @@ GATHER_BYTES = {"fp8": 1.0, "fp8-current": 1.0, "nvfp4": 0.5}
 
 
 def nemo_perf_row(entry: dict) -> bool:
-    """Whether ``entry`` is a row of the NeMo Framework performance summary's tables of the
-    ``NEMO_PERF_CONTAINERS`` containers (``NEMO_PERF_SOURCE``)."""
+    """Whether ``entry`` is a row NeMo 2's performance scripts produced
+    (``NEMO_PERF_SOURCE``): the NeMo Framework performance summary's tables of the
+    ``NEMO_PERF_CONTAINERS`` containers, or a ``DGXC_NEMO2_TABLES`` row."""
     src = entry.get("source") or {}
-    table = str(src.get("table") or "")
-    return (str(src.get("ref") or "") == "NVIDIA NeMo Framework performance summary"
+    table, ref = str(src.get("table") or ""), str(src.get("ref") or "")
+    if ref == "NVIDIA/dgxc-benchmarking (NeMo)":
+        return table.startswith(DGXC_NEMO2_TABLES)
+    return (ref == "NVIDIA NeMo Framework performance summary"
             and any(f"Container: NeMo {c}" in table for c in NEMO_PERF_CONTAINERS))
 
 
