@@ -141,10 +141,12 @@ def table2(recs: list[dict[str, Any]]) -> str:
 
 def same_plan_pairs(recs: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     """Groups of rows from different publications with the same job: model shape (layers,
-    hidden, FFN, vocabulary, sequence), global batch, GPU, precision, GPU count and plan."""
+    hidden, FFN, vocabulary, sequence), global batch, GPU, precision, GPU count, plan and the
+    stack's stated policy constants (``Job.system``: gradient and gathered-weight bytes)."""
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for r in recs:
-        groups.setdefault((r["shape"], r["gpu"], r["dtype"], r["gpus"], r["plan"]), []).append(r)
+        groups.setdefault((r["shape"], r["gpu"], r["dtype"], r["gpus"], r["plan"],
+                           r["job"].system), []).append(r)
     return [g for g in groups.values() if len({r["source"] for r in g}) > 1]
 
 

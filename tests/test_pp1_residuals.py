@@ -42,11 +42,16 @@ def test_each_form_is_its_closed_form() -> None:
 
 def test_the_same_job_in_two_releases_is_one_estimate() -> None:
     pairs = r.same_plan_pairs(RECS)
-    llama = next(g for g in pairs if any(x["id"] == "nemo2407_llama3_8b_8gpu" for x in g))
-    assert {x["id"] for x in llama} == {"nemo2407_llama3_8b_8gpu",
-                                        "dgxc2504_llama31_8b_h100_8_fp8"}
-    # one job, one estimate; two measurements that differ by more than 10 %
-    assert llama[0]["est"] == llama[1]["est"]
-    assert abs(llama[0]["meas"] / llama[1]["meas"] - 1) > 0.10
+    big = next(g for g in pairs if any(x["id"] == "dgxc2504_nemotron_340b_h100_2048_bf16"
+                                       for x in g))
+    assert {x["id"] for x in big} == {"dgxc_nemo2411_nemotron4_340B_bf16_2048gpu",
+                                      "dgxc2504_nemotron_340b_h100_2048_bf16"}
+    # one job, one estimate; two measurements that differ by more than 8 %
+    assert big[0]["est"] == big[1]["est"]
+    assert abs(big[0]["meas"] / big[1]["meas"] - 1) > 0.08
+    # NeMo 24.07's Llama 3 8B and dgxc-benchmarking 25.04.02's are two jobs: the latter's
+    # script reduces bf16 gradients and gathers FP8 weights (docs/calibration.md §5.95)
+    assert not any({"nemo2407_llama3_8b_8gpu", "dgxc2504_llama31_8b_h100_8_fp8"}
+                   <= {x["id"] for x in g} for g in pairs)
     for g in pairs:
         assert len({x["source"] for x in g}) > 1 and len({x["est"] for x in g}) == 1

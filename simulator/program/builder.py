@@ -1134,9 +1134,12 @@ class ProgramBuilder:
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
                            force=True)
         if self.grad_sync and self.p.zero >= 1:
+            # each bucket at the stage's mean gathered width (``stage.gather_width``)
+            width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
+                     else self.c.param_bytes)
             for n, params in enumerate(self.reduced):
                 for dim, k, suffix in self._dp_parts(params):
-                    if self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k, 1.0, "dp",
+                    if self.coll("dp-comm", "allgather", dim, width * k, 1.0, "dp",
                                  f"{PARAM_GATHER_PREFIX} bucket {n}{suffix}", deps=(opt,),
                                  tag="dp") is not None:
                         self.n_param_gathers += 1

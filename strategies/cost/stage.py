@@ -167,6 +167,11 @@ class StageCostArrays:
     tied_bytes: np.ndarray        # tied embedding gradient all-reduced first <-> last stage
     grad_bytes: float             # bytes per gradient element reduced over dp
     param_bytes: float            # bytes per parameter all-gathered over dp (ZeRO)
+    # mean bytes per parameter of each kind of rank's all-gather after the optimizer
+    # (``gather_width``: the quantised weights at ``SystemConfig.gather_bytes``)
+    gather_first: np.ndarray
+    gather_mid: np.ndarray
+    gather_last: np.ndarray
     bucket_params: np.ndarray     # DP gradient bucket, parameters (SystemConfig.dp_bucket_params)
     tp_overlap_chunks: int
     tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
@@ -311,6 +316,9 @@ class StageCosts:
     params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
     optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
     passes_by_stage: tuple[float, ...] = ()  # per-step passes (strategies.cost.step), seconds
+    # mean bytes per parameter of each stage's all-gather after the optimizer
+    # (``gather_width``); empty: ``param_bytes``
+    gather_by_stage: tuple[float, ...] = ()
     tied_bytes: float = 0.0                # tied embedding gradient, first <-> head stage
     z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
     z3_fwd_params: float = 0.0
@@ -514,6 +522,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         return tuple(np.where(known, o, e) for o, e in zip(own, mean))
     split = {k: params_split(k, s) for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
+    # the embedding and the LM head each kind of rank holds (never quantised)
+    ends = {k: counts.stage_params_split(m, tp, ep, pp, s, layers=0, head_stage=head_at,
+                                         mirrored=mirrored, etp=etp)[0]
+            for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
                                  gpu, dtype, sy) \
         * quantise.weight_cast_passes(fw.weight_cast_per_forward, mb, rc)
@@ -624,6 +636,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         tied_bytes=np.where(mirrored, 0.0,
                             steps.tied_grad_bytes(m, tp, pp, head_at, fw.step, dtype, sy)) + zeros,
         grad_bytes=sy.main_grad_bytes(dtype), param_bytes=float(sy.param_bytes),
+        **{f"gather_{k}": gather_width(params[k], ends[k], sy) + zeros for k in params},
         # the stack's bucket rule at each plan's dp (docs/calibration.md §5.86)
         bucket_params=stack_system(fw, sy).dp_bucket_params(dp) + zeros,
         tp_overlap_chunks=int(sy.tp_overlap_chunks),
@@ -710,6 +723,19 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
         layer_recompute_each=layer.layer_recompute_each)
 
 
+def gather_width(params: Any, ends: Any, sy: SystemConfig) -> Any:
+    """Mean bytes per parameter of a rank's data-parallel all-gather after the optimizer:
+    its ``params`` less the embedding and LM head it holds (``ends``, never quantised) at
+    ``sy.gather_bytes()``, ``ends`` at ``sy.param_bytes``; ``param_bytes`` itself where the
+    stack states no narrower gather. Vectorised."""
+    pb, g = float(sy.param_bytes), sy.gather_bytes()
+    if g == pb:
+        return np.full(np.shape(params), pb)[()]
+    p = np.asarray(params, dtype=float)
+    e = np.minimum(np.asarray(ends, dtype=float), p)
+    return np.where(p > 0, (g * (p - e) + pb * e) / np.maximum(p, 1e-30), g)[()]
+
+
 def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
     """Entry ``i`` (a plan with ``pp`` stages) of ``arrays`` as a ``StageCosts`` record."""
     def f(name: str) -> float:
@@ -743,6 +769,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_overlap_bwd_exposed=arrays.tp_overlap_bwd_exposed,
         cp_exposed_fraction=arrays.cp_exposed_fraction, param_bytes=arrays.param_bytes,
         params_by_stage=tuple(stage("params", s) for s in range(pp)),
+        gather_by_stage=tuple(stage("gather", s) for s in range(pp)),
         expert_params_by_stage=tuple(stage("expert_params", s) for s in range(pp)),
         optimizer_by_stage=tuple(stage("optimizer", s) for s in range(pp)),
         passes_by_stage=tuple(stage("passes", s) for s in range(pp)),
@@ -804,8 +831,13 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     passes = tuple(float(steps.step_pass_time(n / held, n / shard, fw.step, gpu, job.dtype, sy)
                          + (ct.sharded_grad_pass_time(n, copies, gpu, job.dtype, fw, sy)
                             if once else 0.0)) for n in params)
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
+    mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
+    gather = tuple(float(gather_width(n, counts.stage_params_split(
+        job.model, p.tp, p.ep, p.pp, s, layers=0, head_stage=head_at, mirrored=mirrored,
+        etp=p.expert_tp)[0], sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes,
-                   expert_params_by_stage=tuple(e for _, e in split))
+                   expert_params_by_stage=tuple(e for _, e in split), gather_by_stage=gather)
 
 
 def chunk_layers(c: StageCosts, stage: int, chunk: int, layers: int) -> list[tuple[int, Any]]:

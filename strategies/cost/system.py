@@ -59,6 +59,14 @@ class SystemConfig:
     #: Bytes of one model parameter (bf16/fp16 weights) as stored and all-gathered after the
     #: optimizer with the distributed optimizer / ZeRO (Megatron ``params_dtype``).
     param_bytes: float = 2.0
+    #: Bytes per quantised weight the data-parallel parameter all-gather after the optimizer
+    #: moves (ZeRO-1/2, the distributed optimizer), when the stack states it: 1 where
+    #: Megatron-Core keeps per-tensor FP8 weights (``fp8_param_gather``: the parameter
+    #: buffer's dtype is uint8 for FP8-stored parameters, ``param_and_grad_buffer.py``
+    #: ``group_params_for_buffers``); the embedding and the LM head, never FP8, stay at
+    #: ``param_bytes``. 0 (default): ``param_bytes`` (``gather_bytes``). ZeRO-3's per-layer
+    #: gathers are not affected. docs/calibration.md §5.95.
+    param_gather_bytes: float = 0.0
     #: Optimizer state bytes per parameter: fp32 master weight + Adam m and v (4 + 4 + 4;
     #: Megatron ``theoretical_memory_usage``'s 18 = 2 + 4 + 12).
     optimizer_state_bytes: float = 12.0
@@ -119,6 +127,11 @@ class SystemConfig:
                 np.full(np.shape(dp), float(self.bucket_params))
         out = np.maximum(self.bucket_floor_params, self.bucket_per_dp_params * np.asarray(dp, float))
         return float(out) if np.ndim(out) == 0 else out
+
+    def gather_bytes(self) -> float:
+        """Bytes per quantised weight of the parameter all-gather after the optimizer:
+        ``param_gather_bytes`` where set, else ``param_bytes``."""
+        return float(self.param_gather_bytes or self.param_bytes)
 
     def main_grad_bytes(self, dtype: str) -> float:
         """Bytes of one element of the gradient buffer micro-batches accumulate into and data

@@ -559,7 +559,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     K = range(3)
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
     t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
-    t_ag_k = [dp_time("allgather", sc.param_bytes, k) for k in K]
+    # the parameter all-gather after the optimizer: each kind of rank's mean width
+    # (``stage.gather_width``: FP8-stored weights at one byte under ``fp8_param_gather``)
+    gw_k = (sc.gather_first, sc.gather_mid, sc.gather_last)
+    t_ag_k = [dp_time("allgather", gw_k[k], k) for k in K]
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
     # optimizer (``framework.full_grad_reduce``)
     full = full_grad_reduce(get_profile(framework), dtype, zero)
@@ -613,7 +616,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
                           one_bucket("reduce_scatter", gb, k, last))
         ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
-                                      one_bucket("allgather", sc.param_bytes, k, last)), t_ag_k[k])
+                                      one_bucket("allgather", gw_k[k], k, last)), t_ag_k[k])
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)

@@ -595,7 +595,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         sync = copies & (zero < 3)
         red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
         red = np.where(sync, red, 0.0)
-        ag = np.where(sync & (zero >= 1), dp_floor(sc.param_bytes, kind, 1), 0.0)
+        ag = np.where(sync & (zero >= 1), dp_floor(getattr(sc, f"gather_{kind}"), kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)

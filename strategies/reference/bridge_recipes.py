@@ -409,15 +409,97 @@ GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2 and v0.4.2 (c810129341
 GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.08")
 
 
+#: NeMo 2's performance scripts, which produced the NeMo Framework performance summary's
+#: 25.02, 25.04 and 25.07 tables (NeMo v2.2.0, v2.3.0, v2.4.0; the rules below read the same
+#: in all three, and at d2b21556, the commit dgxc-benchmarking v25.04.02 pins): an FP8 run sets ``grad_reduce_in_fp32 = False`` (v2.2.0
+#: ``scripts/llm/performance/pretrain_*.py``, every script; v2.3.0
+#: ``scripts/performance/utils.py`` ``set_primary_perf_configs``; v2.4.0
+#: ``scripts/performance/helpers.py`` ``set_precision_configs``) and builds its precision with
+#: ``bf16_with_fp8_mixed`` (delayed) or ``bf16_with_fp8_current_scaling_mixed``, both
+#: ``fp8_param_gather = True`` (v2.2.0: ``fp8_params = True``, which the plugin turns into
+#: ``fp8_param_gather``; ``nemo/collections/llm/recipes/precision/mixed_precision.py``)
+NEMO_PERF_SOURCE = ("NVIDIA/NeMo v2.2.0 scripts/llm/performance/pretrain_*.py, d2b21556, v2.3.0 "
+                    "scripts/performance/utils.py set_primary_perf_configs, v2.4.0 "
+                    "scripts/performance/helpers.py set_precision_configs: FP8 runs "
+                    "grad_reduce_in_fp32 = False, bf16_with_fp8_mixed / "
+                    "bf16_with_fp8_current_scaling_mixed with fp8_param_gather = True")
+NEMO_PERF_CONTAINERS = ("25.02", "25.04", "25.07")
+#: NVIDIA/dgxc-benchmarking's NeMo 2 recipes, which ran those scripts: v25.05.05's
+#: ``{llama3.1,nemotron,grok1,llama4}/launch.sh`` run NeMo 25.04's
+#: ``scripts.performance.llm.pretrain_*``; v25.04.02's ``nemotron/launch.sh`` NeMo d2b21556's
+#: (25.02.01) and ``llama3.1/pretrain_llama31.py`` its own copy (``bf16_with_fp8_mixed``,
+#: ``grad_reduce_in_fp32 = False``); not v25.04.02's Grok-1, a NeMo 1 (24.12) run with
+#: ``fp8_params: false``. Each a ``source.table`` prefix of ``dgxc_2505.json``
+DGXC_NEMO2_TABLES = ("llama3.1/README.md @v25.05.05", "nemotron/README.md @v25.05.05",
+                     "grok1/README.md @v25.05.05", "llama4/README.md @v25.05.05",
+                     "llama3.1/README.md @v25.04.02", "nemotron/README.md @v25.04.02")
+#: Megatron-Bridge's per-tensor FP8 precisions keep FP8 weights and all-gather them as such:
+#: ``bf16_with_fp8_delayed_scaling_mixed`` and ``bf16_with_fp8_current_scaling_mixed`` set
+#: ``fp8_param_gather = True`` (``src/megatron/bridge/training/mixed_precision.py`` at v0.2.2,
+#: v0.4.2 and v0.5.0), ``bf16_with_nvfp4_mixed`` ``fp4_param_gather = True`` (v0.4.2, v0.5.0);
+#: MXFP8 sets ``fp8_param_gather`` too but, with ``reuse_grad_buf_for_mxfp8_param_ag``,
+#: gathers the 16-bit weights into the gradient buffer and quantises after (Megatron-Core
+#: ``param_and_grad_buffer.py`` ``_post_param_sync``). Megatron-Core (the submodule of
+#: Bridge v0.4.2, 2edffadb528e, ``param_and_grad_buffer.py``) keeps FP8 weights in a uint8
+#: buffer and NVFP4 weights packed two to a byte, "for storage/communication"
+PARAM_GATHER_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2, v0.5.0 src/megatron/"
+                       "bridge/training/mixed_precision.py: fp8_param_gather = True for delayed "
+                       "and current scaling, fp4_param_gather = True for NVFP4; Megatron-Core "
+                       "2edffadb528e param_and_grad_buffer.py: FP8 weights in a uint8 buffer, "
+                       "NVFP4 packed two per byte")
+#: the Megatron-Bridge containers whose published rows those precisions produced
+PARAM_GATHER_CONTAINERS = ("25.11", "26.04", "26.06")
+#: bytes per quantised weight the gather moves, by job dtype: per-tensor FP8 one byte, NVFP4
+#: half a byte (its block scales are not in the parameter buffer)
+GATHER_BYTES = {"fp8": 1.0, "fp8-current": 1.0, "nvfp4": 0.5}
+
+
+def nemo_perf_row(entry: dict) -> bool:
+    """Whether ``entry`` is a row NeMo 2's performance scripts produced
+    (``NEMO_PERF_SOURCE``): the NeMo Framework performance summary's tables of the
+    ``NEMO_PERF_CONTAINERS`` containers, or a ``DGXC_NEMO2_TABLES`` row."""
+    src = entry.get("source") or {}
+    table, ref = str(src.get("table") or ""), str(src.get("ref") or "")
+    if ref == "NVIDIA/dgxc-benchmarking (NeMo)":
+        return table.startswith(DGXC_NEMO2_TABLES)
+    return (ref == "NVIDIA NeMo Framework performance summary"
+            and any(f"Container: NeMo {c}" in table for c in NEMO_PERF_CONTAINERS))
+
+
 def grad_reduce_in_fp32(entry: dict) -> bool | None:
     """False for a published row of NVIDIA's Megatron-Bridge performance tables of the
-    ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``); None (the stack's
+    ``GRAD_REDUCE_CONTAINERS`` containers (``GRAD_REDUCE_SOURCE``) and for an FP8 row of the
+    NeMo performance summary's 25.02-25.07 tables (``NEMO_PERF_SOURCE``); None (the stack's
     default) for any other entry."""
     src = entry.get("source") or {}
+    if nemo_perf_row(entry) and "fp8" in str(entry.get("precision") or "").lower():
+        return False
     if "megatron-bridge" not in str(src.get("ref") or "").lower():
         return None
     table = str(src.get("table") or "")
     return False if any(c in table for c in GRAD_REDUCE_CONTAINERS) else None
+
+
+def quantised_param_gather(entry: dict, dtype: str) -> tuple[float, str] | None:
+    """``(bytes per quantised weight, source)`` of the all-gather after the optimizer where
+    ``entry``'s run kept its weights quantised (``SystemConfig.param_gather_bytes``,
+    ``GATHER_BYTES``): a per-tensor FP8 ``dtype`` on a NeMo 25.02-25.07 performance row
+    (``NEMO_PERF_SOURCE``), per-tensor FP8 or NVFP4 on a Megatron-Bridge performance row of
+    the ``PARAM_GATHER_CONTAINERS`` (``PARAM_GATHER_SOURCE``); None otherwise."""
+    if dtype not in GATHER_BYTES:
+        return None
+    # (NVFP4 on the Llama configs only: v0.4.2's DeepSeek-V3 and Nemotron-H configs turn
+    # ``fp4_param_gather`` off)
+    if dtype == "nvfp4" and (entry.get("model") or {}).get("name") not in LLAMA_MODELS:
+        return None
+    if nemo_perf_row(entry):
+        return (GATHER_BYTES[dtype], NEMO_PERF_SOURCE) if dtype != "nvfp4" else None
+    src = entry.get("source") or {}
+    table = str(src.get("table") or "")
+    if (src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge"
+            and any(f"({c}" in table for c in PARAM_GATHER_CONTAINERS)):
+        return GATHER_BYTES[dtype], PARAM_GATHER_SOURCE
+    return None
 
 
 #: The Llama models of Megatron-Bridge's performance tables whose scripts

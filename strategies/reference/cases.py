@@ -33,8 +33,9 @@ from strategies.reference.jax_recipes import remat_recipe
 from strategies.remat_policies import recompute_of
 from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
                                                  LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                                 NEMO_PERF_SOURCE, quantised_param_gather,
                                                  grad_reduce_in_fp32, harness_fp8_is_current,
-                                                 llama_switches, recipe_for)
+                                                 llama_switches, nemo_perf_row, recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 
@@ -939,7 +940,15 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     system = None
     if grad_reduce_in_fp32(c) is False:
         system = SystemConfig(grad_buffer_bytes=2.0)
-        notes.append(f"gradients accumulated and reduced in bf16 ({GRAD_REDUCE_SOURCE})")
+        notes.append("gradients accumulated and reduced in bf16 ("
+                     + (NEMO_PERF_SOURCE if nemo_perf_row(c) else GRAD_REDUCE_SOURCE) + ")")
+    # (not under ZeRO-3, which gathers per layer: NeMo's scripts turn the FP8 gather off with
+    # Megatron FSDP, v2.3.0 ``scripts/performance/utils.py``)
+    q_ag = quantised_param_gather(c, dtype) if plan.zero < 3 else None
+    if q_ag is not None:
+        system = replace(system or SystemConfig(), param_gather_bytes=q_ag[0])
+        notes.append(f"quantised weights all-gathered after the optimizer, {q_ag[0]:g} byte "
+                     f"each ({q_ag[1]})")
     try:
         job = make_job(model, cluster, plan, dtype=dtype, framework=fw, system=system)
     except SpecError as e:
