@@ -1042,7 +1042,12 @@ class ProgramBuilder:
         next(gens[f])               # the embedding (first virtual stage)
         mark = self.last_compute
         next(gens[b])               # the LM head's backward (last virtual stage)
-        b_last = (self.last_compute,) if self.last_compute != mark else inputs
+        # the backward's first all-to-all waits for all the compute queued before it (the
+        # plan's event is recorded on the compute stream after the embedding and the LM
+        # head: ``b_schedule_plan.record_current_stream()``), the previous pass's deferred
+        # weight gradient included (§5.91)
+        b_last = tuple(x for x in (self.last_compute, *inputs) if x is not None) \
+            if self.last_compute == mark else (self.last_compute,)
         own: list = []
         live_f = live_b = True
         k, f_last = 0, mark
