@@ -115,3 +115,49 @@ def test_reference_rows_meet_their_contention_free_simulation(ref, row, was):
     s = simulate(job, network="contention-free").step_time_s
     assert abs(s / e - 1) < 0.01
     assert abs(s / e - 1) < abs(was) / 3
+
+
+@pytest.mark.parametrize("bw", [400e9, 200e9, 50e9])
+def test_overlap_without_delayed_weight_gradient(bw):
+    """``delay_wgrad=false`` (Megatron-LM's CLI default; Megatron-Bridge's harness turns it
+    on with the overlap): the pair's last attention weight gradient runs before its
+    backward message is posted, so each steady call hides nothing. Estimate and
+    contention-free simulation each grow by ``steady·min(t, dw_attn)`` to 1e-9 (message
+    28, 52, 191 µs against a 168 µs weight gradient); the export names the flag only
+    when it is on."""
+    from strategies.job import make_job
+    from strategies.estimate.scalar import estimate
+    from strategies.cost.stage import stage_costs
+    from strategies.launch import megatron_args
+    from strategies.schedules import get_schedule
+    on = pair_job(2, 2, 4, bw)
+    off = make_job(on.model, on.cluster, replace(on.plan, delay_wgrad=False))
+    c = stage_costs(on)
+    t = float(cm.p2p_time(c.p2p_bytes, on.cluster, on.cluster.gpus_per_node))
+    steady = float(get_schedule("interleaved").exposed_messages(4, 2, 2)) - 2 * (2 * 2 - 1)
+    want = steady * min(t, c.dw_attn)
+    assert estimate(off).step_time_s - estimate(on).step_time_s == pytest.approx(want, rel=1e-9)
+    s_on, s_off = (simulate(j, network="contention-free").step_time_s for j in (on, off))
+    assert s_off - s_on == pytest.approx(want, rel=1e-9)
+    assert "--delay-wgrad-compute" in megatron_args(on)[0]
+    assert "--delay-wgrad-compute" not in megatron_args(off)[0]
+    assert "--overlap-moe-expert-parallel-comm" in megatron_args(off)[0]
+
+
+def test_delay_wgrad_switch_parses_and_searches():
+    """The switch by its name and Megatron's, in the plan's short form, and through the
+    search's columns (``--fix delay_wgrad=false``)."""
+    import numpy as np
+    from strategies.plan import parse_plan
+    from strategies.search.space import columns_from_plans, parse_fix, plan_of
+    p = parse_plan("tp=1,pp=2,dp=8,ep=8,gbs=64,schedule=interleaved,vpp=2,"
+                   "overlap_moe_expert_parallel_comm=true,delay_wgrad_compute=false")
+    assert p.ep_overlap and not p.delay_wgrad and "epo nodw" in p.short()
+    assert parse_plan("ep=8,ep_overlap=true").delay_wgrad
+    assert parse_fix("ep_overlap=true,delay_wgrad=false") == {"ep_overlap": True,
+                                                              "delay_wgrad": False}
+    cols = columns_from_plans([p])
+    assert plan_of(cols, 0).delay_wgrad is True         # the column left out: its default
+    cols.update(epo=np.array([True]), dw=np.array([False]))
+    back = plan_of(cols, 0)
+    assert back.ep_overlap and back.delay_wgrad is False

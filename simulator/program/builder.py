@@ -1036,7 +1036,7 @@ class ProgramBuilder:
         (``b_layer.pre_dispatch_computation.backward_dw()`` after ``post_backward``): the
         seconds returned, which the caller runs once the outputs are recorded (§5.87)."""
         inputs = tuple(self.wait)
-        dw = self.c.dw_attn if self.p.pp > 1 else 0.0
+        dw = self.c.dw_attn if self.p.pp > 1 and self.p.delay_wgrad else 0.0
         label = f"B{b.microbatch}.c{b.chunk}"
         layers = self.pieces(b.chunk, True, by_layer=True)
         next(gens[f])               # the embedding (first virtual stage)

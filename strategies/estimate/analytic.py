@@ -540,7 +540,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     if np.any(ov):
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
                                            pair_message_hiding(lps / v * sc.layer_fwd,
-                                                               P.ep_overlap, sc.dw_attn)),
+                                                               P.ep_overlap,
+                                                               sc.dw_attn * P.delay_wgrad)),
                               pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
