@@ -39,6 +39,7 @@ def main(m: int, zero: str | None = None) -> None:
     print("| row | estimate s | simulated s | sim/est − 1 | without messages: estimate s "
           "| simulated s | sim/est − 1 | messages: estimate s | simulated s |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    notes: list[str] = []
     for name, rid in ROWS:
         data = load_reference(f"strategies/reference/data/{name}.json")
         job = with_microbatches(case_from_entry(next(e for e in data if e["id"] == rid),
@@ -53,6 +54,25 @@ def main(m: int, zero: str | None = None) -> None:
         print(f"| `{rid}` | {e:.5f} | {s:.5f} | {100 * (s / e - 1):+.2f} % | {e0:.5f} | "
               f"{s0:.5f} | {100 * (s0 / e0 - 1):+.2f} % | {e - e0:.5f} | {s - s0:.5f} |",
               flush=True)
+        notes.append(hop_line(job, c))
+    print()
+    for line in notes:
+        print(line)
+
+
+def hop_line(job, c) -> str:
+    """One message's seconds inside a node, the path's mean (``comm.path_p2p_time`` over the
+    schedule's hops, what the estimate charges each message) and the delayed attention
+    weight gradient that hides a steady call (``dw_attn``)."""
+    from strategies.cost import comm as cm
+    from strategies.schedules import get_schedule
+    p = job.plan
+    stride = p.tp * p.cp * p.dp
+    hops = get_schedule(p.schedule).path_hops(p.pp, p.vpp)
+    inside = float(cm.p2p_time(c.p2p_bytes, job.cluster, 0))
+    path = float(cm.path_p2p_time(c.p2p_bytes, job.cluster, stride, hops))
+    return (f"{job.plan.short()}: one message inside a node {inside * 1e3:.4f} ms, the path's "
+            f"mean {path * 1e3:.4f} ms, dw_attn {c.dw_attn * 1e3:.4f} ms")
 
 
 if __name__ == "__main__":
