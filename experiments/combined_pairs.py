@@ -6,6 +6,7 @@ Run (about a minute):
 
     python experiments/combined_pairs.py
     python experiments/combined_pairs.py --files heldout_2026b --contention-free
+    python experiments/combined_pairs.py --contention-free --unpipelined
 
 For every row of the given reference files whose job runs the combined order with
 pipelining: the measured step, the estimate, the simulated step as ``validate`` obtains it
@@ -30,7 +31,7 @@ from strategies.reference.cases import case_from_entry, load_reference  # noqa: 
 FILES = ("heldout_2026b", "megatron_bridge_2604", "published_2026")
 
 
-def rows(files: tuple[str, ...], contention_free: bool) -> None:
+def rows(files: tuple[str, ...], contention_free: bool, unpipelined: bool = False) -> None:
     print("| row | plan | measured s | estimate s (err) | simulated s (err) | sim/est − 1 |")
     print("| --- | --- | ---: | ---: | ---: | ---: |")
     for name in files:
@@ -38,7 +39,7 @@ def rows(files: tuple[str, ...], contention_free: bool) -> None:
         for entry in data:
             case = case_from_entry(entry, data)
             job = case.job
-            if job is None or not (job.plan.ep_overlap and job.plan.pp > 1):
+            if job is None or not job.plan.ep_overlap or (job.plan.pp > 1) == unpipelined:
                 continue
             e = estimate(job).step_time_s
             if contention_free:
@@ -59,5 +60,7 @@ if __name__ == "__main__":
                     help="comma-separated reference files (without .json)")
     ap.add_argument("--contention-free", action="store_true",
                     help="simulate on the contention-free backend")
+    ap.add_argument("--unpipelined", action="store_true",
+                    help="the rows that run the combined order without pipelining instead")
     a = ap.parse_args()
-    rows(tuple(f for f in a.files.split(",") if f), a.contention_free)
+    rows(tuple(f for f in a.files.split(",") if f), a.contention_free, a.unpipelined)

@@ -66,6 +66,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
               f"--moe-flex-dispatcher-backend {p.moe_dispatcher}"]
     if p.ep_overlap:
         a.append("--overlap-moe-expert-parallel-comm")   # Megatron-Core's combined 1F1B
+        if p.delay_wgrad:       # a pair's last attention weight gradient after its message
+            a.append("--delay-wgrad-compute")
     sched_args, sched_notes = get_schedule(p.schedule).megatron_args(job)
     a += sched_args
     notes += sched_notes

@@ -37,6 +37,7 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "expert_tensor_parallel_size": "etp",
           "moe_expert_capacity_factor": "moe_capacity_factor",
           "overlap_moe_expert_parallel_comm": "ep_overlap",
+          "delay_wgrad_compute": "delay_wgrad",
           # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
           "pipeline_layout": "layout", "pipeline_model_parallel_layout": "layout",
           "decoder_first_pipeline_num_layers": "first_stage_layers",
@@ -86,6 +87,11 @@ class Plan:
     # Megatron-Core's combined 1F1B (--overlap-moe-expert-parallel-comm): one micro-batch's
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
     ep_overlap: bool = False
+    # with ep_overlap: Megatron-Core's --delay-wgrad-compute (a pair's last attention weight
+    # gradient after its backward message is posted, §5.87); Megatron-Bridge's performance
+    # harness turns it on with the overlap, Megatron-LM's CLI leaves it off. No effect
+    # without ep_overlap (Megatron requires the overlap for it)
+    delay_wgrad: bool = True
     moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
     moe_routing: str = "random"             # one of ROUTINGS
     # the whole step replayed as one CUDA graph (Megatron-Core --cuda-graph-impl
@@ -193,7 +199,7 @@ class Plan:
         if self.sp:
             parts.append("sp")
         if self.ep_overlap:
-            parts.append("epo")
+            parts.append("epo" if self.delay_wgrad else "epo nodw")
         if self.moe_dispatcher != "alltoall":
             parts.append(self.moe_dispatcher)
         if self.moe_routing != "random":
@@ -389,7 +395,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-          "ep_overlap", "cuda_graph", "account_embedding", "account_loss"}
+          "ep_overlap", "delay_wgrad", "cuda_graph", "account_embedding", "account_loss"}
 _STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 

@@ -1036,13 +1036,18 @@ class ProgramBuilder:
         (``b_layer.pre_dispatch_computation.backward_dw()`` after ``post_backward``): the
         seconds returned, which the caller runs once the outputs are recorded (§5.87)."""
         inputs = tuple(self.wait)
-        dw = self.c.dw_attn if self.p.pp > 1 else 0.0
+        dw = self.c.dw_attn if self.p.pp > 1 and self.p.delay_wgrad else 0.0
         label = f"B{b.microbatch}.c{b.chunk}"
         layers = self.pieces(b.chunk, True, by_layer=True)
         next(gens[f])               # the embedding (first virtual stage)
         mark = self.last_compute
         next(gens[b])               # the LM head's backward (last virtual stage)
-        b_last = (self.last_compute,) if self.last_compute != mark else inputs
+        # the backward's first all-to-all waits for all the compute queued before it (the
+        # plan's event is recorded on the compute stream after the embedding and the LM
+        # head: ``b_schedule_plan.record_current_stream()``), the previous pass's deferred
+        # weight gradient included (§5.91)
+        b_last = tuple(x for x in (self.last_compute, *inputs) if x is not None) \
+            if self.last_compute == mark else (self.last_compute,)
         own: list = []
         live_f = live_b = True
         k, f_last = 0, mark

@@ -68,7 +68,7 @@ from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, schedules
-from strategies.schedules.combined import (ep_overlap_share_array, pair_exposed,
+from strategies.schedules.combined import (lone_passes_exposed, pair_exposed,
                                            pair_message_hiding)
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
@@ -463,8 +463,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     split = attr_by_code(sched, "splits_backward").astype(bool)
     partner = sc.layer_bwd - np.where(split, sc.layer_wgrad, 0.0) + sc.layer_recompute
     paired = pair_exposed(t_a2a, sc.layer_fwd, partner)
-    q = np.where(P.ep_overlap, ep_overlap_share_array(sched, 0 * pp, pp, mb, v, P.ep_overlap),
+    # (DualPipe: the share of the slowest rank's forwards that are paired; Megatron's
+    # combined 1F1B: every pass paired, and the fill's lone forwards and the drain's lone
+    # backwards on the critical path once, ``combined.lone_passes_exposed``, §5.91)
+    q = np.where(P.ep_overlap, 1.0,
                  dispatch(sched, "overlapped_share_array", 0 * pp, pp, mb, v))
+    lone = np.where(P.ep_overlap, lone_passes_exposed(L, t_a2a, paired), 0.0)
     # a recomputed MoE layer runs its all-to-all again before its backward (exposed)
     ep_layer = (1 - q) * 2 * t_a2a + q * paired + sc.ep_per_layer_recompute * t_a2a
 
@@ -507,8 +511,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     fill = np.where(t_fill > 0, t_fill, 1.0)
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
     f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
-    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp)
-    bubble = pipe - mb * t_max
+    pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp) + lone
+    bubble = pipe - lone - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)
     stride_pp = tp * cp * dp
@@ -536,7 +540,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     if np.any(ov):
         pp_exposed = np.where(ov, dispatch(sched, "overlapped_p2p_time", mb, pp, v, t_p2p,
                                            pair_message_hiding(lps / v * sc.layer_fwd,
-                                                               P.ep_overlap, sc.dw_attn)),
+                                                               P.ep_overlap,
+                                                               sc.dw_attn * P.delay_wgrad)),
                               pp_exposed)
 
     # data parallel: each kind of rank (first, middle = rank 1, last) reduces its own
@@ -814,9 +819,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
                          P.recompute_modules, get_profile(framework).recompute_early_stop,
                          get_profile(framework).recompute_flash_fwd),
-        "bubble_fraction": (pipe - mb * t_min) / step,
+        "bubble_fraction": (pipe - lone - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
-        "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer,
+        "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer + lone,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
         "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,
         # one mean layer's expert all-to-all (one direction: dispatch and combine), its

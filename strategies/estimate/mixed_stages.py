@@ -10,7 +10,8 @@ backward is longest (``mixed.slowest_gpu``). Which types a stage holds is known 
 placement (pp outermost: stage ``s`` is ranks ``s·tp·cp·dp`` to ``(s+1)·tp·cp·dp − 1``,
 ``Job.stage_nodes``), and the order depends on ``(schedule, pp, m, vpp)`` only
 (``analysis.free_comm_order``), so the plans that share those are replayed together, level
-by level of the order's dependency graph, with their seconds as arrays
+by level of the order's dependency graph (Megatron-Core's combined 1F1B order for the
+``ep_overlap`` plans, ``combined.combined_steps``), with their seconds as arrays
 (``analysis.free_comm_makespans``): the same operations on the same numbers as the scalar
 estimate, plan by plan.
 
@@ -160,11 +161,12 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
         return out
     cols = np.stack([np.broadcast_to(np.asarray(x), (size,)).astype(np.int64)[keep]
                      for x in (P.schedule, P.pp, P.vpp, np.asarray(P.gbs)
-                               // (np.asarray(P.mbs) * np.asarray(P.dp)))], axis=1)
+                               // (np.asarray(P.mbs) * np.asarray(P.dp)), P.ep_overlap)],
+                    axis=1)
     uniq, inv = np.unique(cols, axis=0, return_inverse=True)
     tokens = np.broadcast_to(np.asarray(P.gbs), (size,)) * m.seq_length
     L = m.num_layers
-    for j, (code, pp, vpp, mb) in enumerate(uniq.tolist()):
+    for j, (code, pp, vpp, mb, combined) in enumerate(uniq.tolist()):
         idx = keep[inv.reshape(-1) == j]
         sched = schedule_of_code(code)
         rows = {name: _rows(sc, idx, size) for name, sc in costs.items()}
@@ -185,7 +187,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                 real.append(_slowest(cands))
             k = max(sched.num_virtual_stages(pp, 1) // pp, 1)
             split = sched.splits_backward
-            order = free_comm_order(sched, pp, mb, 1, None)
+            order = free_comm_order(sched, pp, mb, 1, None, bool(combined))
 
             def timing(times):
                 f, b, w = (list(x) for x in zip(*times))
@@ -221,7 +223,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                 flat = _slowest(cands)
                 real.append([flat[3 * i:3 * i + 3] for i in range(len(flat) // 3)])
             split = sched.splits_backward
-            order = free_comm_order(sched, pp, mb, vpp, None)
+            order = free_comm_order(sched, pp, mb, vpp, None, bool(combined))
 
             def timing(times):
                 def seconds(r, members):

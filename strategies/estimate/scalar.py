@@ -244,14 +244,15 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
     p, m = job.plan, job.num_microbatches
     spans: dict[int, tuple[Any, float]] = {}    # id(times) -> (times, makespan): each once
 
-    def span(times) -> float:
+    def span(times, pairs=None) -> float:
         """The order's makespan over ``times`` (the even split's and the layout's are read
-        again by ``_a2a_shift``: worked out once, the same numbers)."""
+        again by ``_a2a_shift``: worked out once, the same numbers); ``pairs``: the seconds
+        of each overlapped pair (``analysis.free_comm_ranks``' ``pair_seconds``)."""
         hit = spans.get(id(times))
         if hit is None:
             hit = spans[id(times)] = (times, simulate_free_comm(
                 p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
-                chunk_times=times))
+                chunk_times=times, combined=bool(p.ep_overlap), pair_seconds=pairs))
         return hit[1]
 
     def makespan(times) -> tuple[float, float]:
@@ -288,9 +289,12 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     sched = get_schedule(p.schedule)
     if float(r.get("ep_a2a_s", 0.0)) <= 0:
         return 0.0
-    if sched.overlaps_pairs and job.layout.uniform:
-        return 0.0
+    # an order with pairs: DualPipe's ``F&B``, Megatron-Core's combined 1F1B (``ep_overlap``,
+    # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
+    pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    if pairs and job.layout.uniform and (sched.overlaps_pairs or not c.by_kind):
+        return 0.0
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -298,8 +302,7 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # +4.7 %), as do the zero-bubble orders (``splits_backward``: the W steps fill the drain;
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
-    if not sched.overlaps_pairs and (p.ep_overlap or sched.splits_backward
-                                     or (job.layout.uniform and not c.by_kind)):
+    if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
         return 0.0
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
@@ -327,7 +330,50 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # the makespan with communication less the one without (the compute order, which
     # ``_corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
-    return span(times) - span(real) - (pipe - span(even))
+    pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
+    return span(times, pairs) - span(real) - (pipe - span(even))
+
+
+def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
+                    other: float):
+    """``pair_seconds`` of Megatron-Core's combined 1F1B pairs on ``job``'s layout: a pair
+    of rank ``r``'s forward of chunk ``a`` and backward of chunk ``b`` runs both chunks'
+    compute, their layers' other communication (``other`` per layer, half on each pass),
+    the backward's recomputed all-to-alls (``rc`` per MoE layer) and, layer by layer, the
+    forward's layer ``i`` beside the backward's layer ``n_b − 1 − i``: the backward
+    layer's all-to-all exposed by what outlasts the forward layer's compute, the forward
+    layer's by what outlasts the backward layer's; the layers one pass has beyond the
+    other's run alone, each all-to-all exposed whole (Megatron-LM d98e8a64
+    ``TransformerModelChunkSchedulePlan.run``: ``min(f_num_layers, b_num_layers)``
+    overlapped layers, then the rest; §5.91). Each layer's all-to-all is the mean layer's
+    ``a2a`` scaled by its expert bytes (a dense layer has none). With one kind of layer
+    and equal chunks: ``n·combined.pair_exposed`` per pair, the analytic rule."""
+    from strategies.cost.stage import chunk_layers
+    p = job.plan
+    mean = max(c.ep_bytes, 1e-30)
+    layers: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+
+    def of(rank: int, ch: int) -> list[tuple[float, float, float]]:
+        """``(forward, backward + recompute, all-to-all)`` seconds of each layer, in order."""
+        key = (rank, ch)
+        if key not in layers:
+            items = chunk_layers(c, rank, ch, job.layers_of_chunk(rank, ch))
+            layers[key] = [(x.layer_fwd, x.layer_bwd + x.layer_recompute,
+                            a2a * x.ep_bytes / mean)
+                           for n, x in items for _ in range(int(round(n)))]
+        return layers[key]
+
+    def seconds(rank: int, group) -> float:
+        (_, a), (_, b) = group
+        fl, bl = of(rank, a), of(rank, b)[::-1]
+        k = min(len(fl), len(bl))
+        exposed = sum(max(0.0, tb - ff) + max(0.0, tf - bb)
+                      for (ff, _, tf), (_, bb, tb) in zip(fl[:k], bl[:k]))
+        exposed += sum(x[2] for x in fl[k:]) + sum(x[2] for x in bl[k:])
+        e_b = sum(x[2] for x in bl) / max(a2a, 1e-30)
+        return (times[rank][a][0] + times[rank][b][1] + (len(fl) + len(bl)) * other / 2
+                + e_b * rc + exposed)
+    return seconds
 
 
 def _messages_shift(job: Job, r: dict[str, Any], even: list[float],

@@ -10,6 +10,7 @@ import numpy as np
 from strategies.errors import SpecError
 from strategies.schedules.base import (Schedule, Step, get_schedule, peak_pending_w,
                                        peak_stash)
+from strategies.schedules.combined import combined_steps
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
            "RankSpan", "simulate_free_comm", "free_comm_order", "replay_free_comm",
@@ -72,7 +73,9 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
                     group_size: int | None = None, t_w: float = 0.0,
                     t_fb: float | None = None,
                     slowdown: Sequence[float] | None = None,
-                    chunk_times: Sequence[Sequence[Sequence[float]]] | None = None
+                    chunk_times: Sequence[Sequence[Sequence[float]]] | None = None,
+                    combined: bool = False,
+                    pair_seconds: Callable[[int, Members], float] | None = None
                     ) -> list[RankSpan]:
     """Each rank's span when all ``pp`` ranks run ``schedule`` with free communication.
 
@@ -92,6 +95,10 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     (stages and chunks that hold different layers, ``strategies.layout``); given, it replaces
     ``t_f``/``t_b``/``t_w``/``slowdown`` (``B`` is the whole backward, of which ``W`` is run
     apart by a schedule that splits it; an overlapped group lasts its members' sum).
+    ``combined``: the order of Megatron-Core's combined 1F1B (``ep_overlap``,
+    ``schedules.combined.combined_steps``) in place of the schedule's own;
+    ``pair_seconds(rank, members)``: the seconds of each overlapped group, given (default
+    as above).
     Runs in O(total steps); raises ``RuntimeError`` on deadlock.
 
     >>> [r.bubble for r in free_comm_ranks("1f1b", 2, 2, 1, 1.0, 2.0)]
@@ -107,14 +114,16 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
         raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
 
     def seconds(r: int, group: Members) -> float:
+        if pair_seconds is not None and len(group) > 1:
+            return pair_seconds(r, group)
         if chunk_times is not None:
             return sum(_chunk_dur(chunk_times[r][c], kind, split, len(group) > 1)
                        for kind, c in group)
         if len(group) == 1:
             return dur[group[0][0]] * slow[r]
         return t_group * slow[r]
-    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size), pp,
-                                        seconds)
+    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size,
+                                                        combined), pp, seconds)
     return [RankSpan(first[r] or 0.0, end[r], busy[r]) for r in range(pp)]
 
 
@@ -149,14 +158,17 @@ class FreeCommOrder:
 
 @lru_cache(maxsize=128)
 def free_comm_order(sched: Schedule, pp: int, m: int, vpp: int,
-                    group_size: int | None = None) -> FreeCommOrder:
+                    group_size: int | None = None, combined: bool = False) -> FreeCommOrder:
     """``sched``'s order on ``pp`` ranks and ``m`` micro-batches as a ``FreeCommOrder``: each
     event waits for its rank's previous one and for ``_deps`` of its steps (the same pass at
     the neighbouring position of the micro-batch's path; a group for all its members'
     outside dependencies). The order depends on the schedule alone, not on the seconds, so
     one order serves every plan of the same ``(schedule, pp, m, vpp, group_size)``
-    (``replay_free_comm``, ``free_comm_makespans``). Raises ``RuntimeError`` on deadlock."""
-    programs = [_groups(sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
+    (``replay_free_comm``, ``free_comm_makespans``); ``combined``: Megatron-Core's combined
+    1F1B order of the schedule (``combined.combined_steps``: one more warm-up forward, each
+    steady forward paired with the backward after it). Raises ``RuntimeError`` on deadlock."""
+    programs = [_groups(combined_steps(sched.name, r, pp, m, vpp, group_size) if combined
+                        else sched.steps(r, pp, m, vpp, group_size)) for r in range(pp)]
     last = sched.num_virtual_stages(pp, vpp) - 1
     off = [0]
     for prog in programs:
@@ -295,8 +307,9 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
                        group_size: int | None = None, t_w: float = 0.0,
                        t_fb: float | None = None,
                        slowdown: Sequence[float] | None = None,
-                       chunk_times: Sequence[Sequence[Sequence[float]]] | None = None
-                       ) -> float:
+                       chunk_times: Sequence[Sequence[Sequence[float]]] | None = None,
+                       combined: bool = False,
+                       pair_seconds: Callable[[int, Members], float] | None = None) -> float:
     """Makespan in seconds of all ``pp`` ranks running ``schedule`` with free communication:
     the latest end of ``free_comm_ranks`` (same arguments).
 
@@ -304,4 +317,5 @@ def simulate_free_comm(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b
     33.0
     """
     return max(r.end for r in free_comm_ranks(schedule, pp, m, vpp, t_f, t_b, group_size,
-                                              t_w, t_fb, slowdown, chunk_times))
+                                              t_w, t_fb, slowdown, chunk_times, combined,
+                                              pair_seconds))

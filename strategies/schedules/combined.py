@@ -14,8 +14,8 @@ compute (``megatron/core/pipeline_parallel/combined_1f1b.py``). Two orders exist
   each steady-state F-B pair one combined step, Megatron's exchanges around it.
 
 Paired steps carry ``Step.overlap`` (the mechanism DualPipe's ``F&B`` uses): the simulator's
-builder runs them as an overlapped group and the estimate counts the share of paired
-forwards on this order (``ep_overlap_share``). Which plans may turn it on is a stack limit
+builder runs them as an overlapped group; the estimate prices every pass paired and the
+lone passes on the critical path once (``lone_passes_exposed``). Which plans may turn it on is a stack limit
 (``strategies.framework.stack_rules``). Pure; no SimPy.
 
 >>> " ".join(s.label for s in combined_steps("1f1b", 0, 1, 3))
@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from strategies.schedules.base import Step, _per_distinct, get_schedule
+from strategies.schedules.base import Step, get_schedule
 
 def pair_exposed(t_comm: Any, fwd: Any, bwd: Any) -> Any:
     """Seconds one layer's expert communication adds to an overlapped pair: the forward's
@@ -113,20 +113,21 @@ def ep_overlap_share(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -
     return sum(s.overlap for s in fwd) / max(len(fwd), 1)
 
 
-def ep_overlap_share_array(sched_code: Any, stage: Any, pp: Any, m: Any, vpp: Any,
-                           on: Any) -> np.ndarray:
-    """``ep_overlap_share`` over plan arrays (``sched_code``: ``schedule_code``), 0 where
-    ``on`` is false; once per distinct ``(schedule, stage, pp, m, vpp)``."""
-    from strategies.schedules import schedule_of_code
-    code, s, p, mm, v, o = np.broadcast_arrays(*(np.asarray(x) for x in
-                                                 (sched_code, stage, pp, m, vpp, on)))
-    out = np.zeros(code.shape)
-    if not o.astype(bool).any():
-        return out
-    sel = o.astype(bool)
-    for c in np.unique(code[sel]):
-        hit = sel & (code == c)
-        name = schedule_of_code(int(c)).name
-        out[hit] = _per_distinct(lambda st, pq, mq, vq: ep_overlap_share(name, st, pq, mq, vq),
-                                 s[hit], p[hit], mm[hit], v[hit])
-    return out
+def lone_passes_exposed(layers: Any, t_comm: Any, paired: Any) -> Any:
+    """Seconds the combined order's lone passes add to its step beyond running every pass
+    paired: ``layers·(2·t_comm − paired)`` (``layers``: the model's transformer layers,
+    ``t_comm`` one layer's expert all-to-all of a pass, ``paired`` its ``pair_exposed``).
+
+    On the critical path of the combined order with equal stages, the first micro-batch's
+    forward crosses every virtual stage alone (the warm-up, Megatron's
+    ``forward_backward_helper_wrapper(f_virtual_microbatch_id=k)`` with no backward: each
+    layer's dispatch and combine before the next layer, and ``wait_current_stream`` at the
+    pass's end), and the last one's backward crosses them back alone (the cool-down); every
+    other slot of the path is a pair. The span is ``(m·v + pp − 1)·(F + B + P) +
+    layers·(2t − P)`` per chunk's ``F``, ``B`` and pair exposure ``P``, whatever the rank's
+    own warm-up count (rank 0's ``2(pp − 1) + (v − 1)·pp + 1`` lone forwards are partly in
+    its fill bubble): the contention-free simulation to 1e-12 (tests/test_ep_overlap_lone.py,
+    docs/calibration.md §5.91). Without pipelining the first forward and the last backward
+    are the lone ones: the same rule."""
+    return np.asarray(layers, dtype=float) * (2.0 * np.asarray(t_comm, dtype=float)
+                                              - np.asarray(paired, dtype=float))

@@ -84,19 +84,20 @@ SCHEDULE_SETS = ("default", "all")
 #: the single-value plan fields ``--fix`` carries into every candidate, with their short
 #: column (``plan_arrays.EXPERT_OPTIONAL``, ``SHORT``): the estimate, the bound and the
 #: simulator read each from the plan
-SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "tp_comm_overlap": "tpo",
+SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw",
+               "tp_comm_overlap": "tpo",
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
                "moe_capacity_factor": "cf", "flash_attn": "flash",
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg"}
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
-MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "moe_routing", "moe_imbalance",
-            "moe_capacity_factor")
+MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
+            "moe_imbalance", "moe_capacity_factor")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size",
             *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "cg", "route", "imb", "cf", "fl", "mgs")
+           "disp", "epo", "dw", "cg", "route", "imb", "cf", "fl", "mgs")
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"],
                 etp=None if etp == c["tp"] else etp,
                 moe_dispatcher=DISPATCHERS[int(c.get("disp", 0))],
-                ep_overlap=bool(c.get("epo", False)), cuda_graph=bool(c.get("cg", False)),
+                ep_overlap=bool(c.get("epo", False)), delay_wgrad=bool(c.get("dw", True)),
+                cuda_graph=bool(c.get("cg", False)),
                 moe_routing=ROUTINGS[int(c.get("route", 0))],
                 moe_imbalance=float(c["imb"]) if "imb" in c else None,
                 moe_capacity_factor=None if np.isinf(cf) else cf, mbs=c["mbs"],
