@@ -87,6 +87,7 @@ def _free_costs(job, f=1e-3, b=2e-3):
                    head_fwd=0.0, head_bwd=0.0, head_wgrad=0.0,
                    optimizer_by_stage=(0.0,) * job.plan.pp,
                    passes_by_stage=(0.0,) * job.plan.pp, grad_bytes=0.0, param_bytes=0.0,
+                   gather_by_stage=(0.0,) * job.plan.pp,
                    layer_fwd=f, layer_bwd=b, layer_recompute=0.0, layer_wgrad=0.0,
                    tp_bytes=0.0)
 
