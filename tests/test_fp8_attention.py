@@ -186,3 +186,22 @@ def test_26_06_rows_reduce_gradients_in_bf16():
     assert all(grad_reduce_in_fp32(r) is False for r in bridge)
     assert all(grad_reduce_in_fp32(r) is None for r in rows.values()
                if r["id"].startswith("torchtitan"))
+
+
+def test_the_plan_switch_applies_the_rule_and_refuses_what_it_cannot_run():
+    from strategies.job import make_job
+    from strategies.plan import Plan
+    from topologies.cluster import cluster_preset
+    cl = cluster_preset("dgx-b200", 1)
+    plan = Plan(ep=8, mbs=1, gbs=16, fp8_attention=True)
+    job = make_job(QWEN, cl, plan, dtype="mxfp8")
+    off = make_job(QWEN, cl, dataclasses.replace(plan, fp8_attention=False), dtype="mxfp8")
+    assert job.framework == with_fp8_attention(off.framework, "mxfp8", B200)
+    assert "fp8a" in job.plan.short() and "fp8a" not in off.plan.short()
+    with pytest.raises(SpecError) as e:
+        make_job(QWEN, cl, plan, dtype="bf16")
+    assert e.value.field == "fp8_attention" and e.value.value == "bf16"
+    with pytest.raises(SpecError) as e:
+        make_job(model_preset("llama3-8b"), cl, Plan(mbs=1, gbs=16, fp8_attention=True),
+                 dtype="mxfp8", framework="torchtitan")
+    assert e.value.field == "fp8_attention" and e.value.value == "torchtitan"
