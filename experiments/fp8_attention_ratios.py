@@ -12,10 +12,14 @@ time ratio.
 
     python experiments/fp8_attention_ratios.py [CUDNN_FRONTEND_GIT_DIR]
     python experiments/fp8_attention_ratios.py --table [CUDNN_FRONTEND_GIT_DIR]
+    python experiments/fp8_attention_ratios.py --rows
 
 ``--table``: the MXFP8 figures the cost model reads (``strategies.cost.fp8_attention.RATIOS``,
 docs/calibration.md §5.98): per chip and head-dim class, the BF16 / MXFP8 time at each
-sequence length of the causal (``top_left``) shapes, non-deterministic backward. The argument is a cudnn-frontend clone or bare git directory (default: the mirror
+sequence length of the causal (``top_left``) shapes, non-deterministic backward. ``--rows``:
+the held-out rows whose config runs FP8 attention (``plan.fp8_attention``), the attention
+core's forward/backward ms per layer and micro-batch in BF16 and in MXFP8 (casts included),
+and the analytic step with and without it. The argument is a cudnn-frontend clone or bare git directory (default: the mirror
 ``/work/.mirror/NVIDIA+cudnn-frontend/repo``); its HEAD is read with ``git show``.
 """
 from __future__ import annotations
@@ -81,7 +85,38 @@ def mxfp8_table(repo: str) -> dict[tuple[str, str], tuple[tuple[float, ...], ...
     return out
 
 
+def rows_report() -> None:
+    """Print ``--rows`` (see the module doc)."""
+    import dataclasses
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from strategies.cost import compute as ct
+    from strategies.estimate import estimate
+    from strategies.reference.cases import case_from_entry, load_reference
+    print("| row | measured s | attention fwd / bwd ms per layer, BF16 -> MXFP8 "
+          "| analytic s without -> with | error without -> with |")
+    print("|---|---|---|---|---|")
+    for e in load_reference("strategies/reference/data/heldout_2026b.json"):
+        if (e.get("plan") or {}).get("fp8_attention") is not True:
+            continue
+        case = case_from_entry(e)
+        job = case.job
+        off = dataclasses.replace(job, framework=dataclasses.replace(job.framework,
+                                                                     fp8_attention=False))
+        m, p, gpu = job.model, job.plan, job.cluster.gpu
+        a = [ct.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, fw=j.framework)
+             for j in (off, job)]
+        t0, t1 = estimate(off).step_time_s, estimate(job).step_time_s
+        meas = case.measured_step_s
+        print(f"| {e['id']} | {meas:.3f} | {a[0][0] * 1e3:.2f} / {a[0][1] * 1e3:.2f} -> "
+              f"{a[1][0] * 1e3:.2f} / {a[1][1] * 1e3:.2f} | {t0:.3f} -> {t1:.3f} | "
+              f"{(t0 / meas - 1) * 100:+.1f} -> {(t1 / meas - 1) * 100:+.1f} % |")
+
+
 def main(argv: list[str]) -> int:
+    if "--rows" in argv:
+        rows_report()
+        return 0
     table = "--table" in argv
     argv = [a for a in argv if a != "--table"]
     repo = argv[0] if argv else "/work/.mirror/NVIDIA+cudnn-frontend/repo"
