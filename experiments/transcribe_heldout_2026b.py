@@ -279,6 +279,8 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
            "cuda_graph": c["cuda_graph_impl"] == "full_iteration",
            # TE's fused grouped MLP (docs/calibration.md §5.90)
            "fused_grouped_mlp": bool(c["cutedsl_fused_grouped_mlp"]),
+           # TE's FP8 (under MXFP8: MXFP8) fused attention (docs/calibration.md §5.98)
+           "fp8_attention": bool(c["fp8_dot_product_attention"]),
            "recipe": f"NVIDIA-NeMo/Megatron-Bridge@{BRIDGE_TAG} scripts/performance/configs/"
                      f"{c['file']} {name}"}
     if c["recompute_modules"] == []:
@@ -296,7 +298,9 @@ def bridge_switches(configs: dict, key: str, gpu: str, prec: str, layout: tuple)
         f"the config's cuda_graph_impl={c['cuda_graph_impl']}, cuda_graph_scope="
         f"{c['cuda_graph_scope']} (only 'full_iteration' is the plan's cuda_graph; Transformer "
         f"Engine's per-layer scopes are not modelled); cutedsl_fused_grouped_mlp="
-        f"{c['cutedsl_fused_grouped_mlp']} (the plan's fused_grouped_mlp)")
+        f"{c['cutedsl_fused_grouped_mlp']} (the plan's fused_grouped_mlp); "
+        f"fp8_dot_product_attention={c['fp8_dot_product_attention']} (the plan's "
+        f"fp8_attention)")
     return out
 
 
@@ -361,8 +365,8 @@ def bridge_2606(repo: str) -> list[dict]:
                   "repeat these layouts for the MoE models on GB300/GB200 at tokens/s within "
                   "2.2 per cent (but 26.06.01 GPT-OSS, "
                   "flagged as a cuDNN regression); they are not transcribed again. "
-                + (f"MoE switches (moe_dispatcher, ep_overlap, cuda_graph, fused_grouped_mlp, recompute, "
-                   f"recompute_modules, pp_layout) from the config whose layout is the row's: "
+                + (f"MoE switches (moe_dispatcher, ep_overlap, cuda_graph, fused_grouped_mlp, "
+                   f"fp8_attention, recompute, recompute_modules, pp_layout) from the config whose layout is the row's: "
                    f"{recipe} (the Megatron-Bridge of NeMo 26.06, docs/releases/"
                    f"software-versions.md; V2 before V1), read by importing the file at the "
                    f"tag; {other}." if recipe else

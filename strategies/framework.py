@@ -145,6 +145,7 @@ from topologies.precision import DTYPES
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
+    from topologies.gpus import GPU
 
 #: the ways a plan gives an uneven pipeline layout (docs/layout.md): Megatron's layout string
 #: (plan ``layout``), the first/last stage's layer counts (``first_stage_layers``,
@@ -583,6 +584,10 @@ class FrameworkProfile:
     #: routing-probability scale, and fc2 in cuDNN grouped kernels, so no eager clamp
     #: (``runs_eager_clamp``)
     fused_grouped_mlp: bool = False
+    #: runs the attention core in Transformer Engine's MXFP8 fused attention (``with_fp8_
+    #: attention``; Megatron-Core's ``fp8_dot_product_attention``): ``strategies.cost.
+    #: fp8_attention`` prices the kernel and its casts
+    fp8_attention: bool = False
     #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
     #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
     cuda_graph: bool = False
@@ -1632,6 +1637,28 @@ def with_fused_grouped_mlp(fw: FrameworkProfile) -> FrameworkProfile:
                         "TEGroupedMLP; this stack does not run it")
     return replace(fw, grouped_mlp_casts=False, quant_padding=False,
                    expert_gemm_launch=TE_FUSED_GROUPED_MLP, fused_grouped_mlp=True)
+
+
+def with_fp8_attention(fw: FrameworkProfile, dtype: str, gpu: "GPU") -> FrameworkProfile:
+    """Stack ``fw`` with its attention core in Transformer Engine's FP8 fused attention
+    (Megatron-Core's ``fp8_dot_product_attention``, TE's ``fp8_dpa``) as job precision
+    ``dtype`` runs it on ``gpu``: only MXFP8 is modelled (TE 2.16 runs MXFP8 attention
+    under the MXFP8 recipe, cuDNN's fused kernel on sm 100 with cuDNN >= 9.21, TE
+    ``attention/dot_product_attention/utils.py`` ``get_attention_backend``), on the Blackwell
+    chips the public cuDNN timings cover (``strategies.cost.fp8_attention.chip_class``);
+    docs/calibration.md §5.98. SpecError naming the field, value and rule otherwise: a stack
+    without Transformer Engine's attention (``grouped_mlp_casts``: Megatron-Core with TE)."""
+    from strategies.cost.fp8_attention import chip_class
+    if dtype != "mxfp8":
+        raise SpecError("fp8_attention", dtype, "FP8 attention is modelled under the MXFP8 "
+                        "recipe only (TE's MXFP8 fused attention); needs dtype mxfp8")
+    if not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
+        raise SpecError("fp8_attention", fw.name, "FP8 attention is Transformer Engine's "
+                        "fp8_dpa under Megatron-Core; this stack does not run it")
+    if chip_class(gpu) is None:
+        raise SpecError("fp8_attention", gpu.name, "MXFP8 attention runs on sm 100 "
+                        "(B200/GB200, B300/GB300) only, where the cuDNN timings are public")
+    return replace(fw, fp8_attention=True)
 
 
 def runs_eager_clamp(fw: FrameworkProfile) -> bool:

@@ -8,7 +8,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import (FrameworkProfile, check_plan, check_precision,
-                                  ep_overlap_rules, get_profile, plan_view)
+                                  ep_overlap_rules, get_profile, plan_view, with_fp8_attention)
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -149,6 +149,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         check_plan(fw, plan)
     else:       # the combined 1F1B's own limits hold whatever stack runs it
         raise_first(ep_overlap_rules(fw, plan_view(plan)))
+    if plan.fp8_attention:   # refused with field, value and rule where a chip cannot run it
+        for g in cluster.groups:
+            fw = with_fp8_attention(fw, dtype, g.gpu)
     return Job(model, cluster, plan, dtype, fw, framework is not None, sy)
 
 

@@ -97,6 +97,9 @@ class Plan:
     # the whole step replayed as one CUDA graph (Megatron-Core --cuda-graph-impl
     # full_iteration): no host launches or device-to-host synchronisations in it
     cuda_graph: bool = False
+    # the attention core in Transformer Engine's MXFP8 fused attention (Megatron-Core
+    # fp8_dot_product_attention; strategies.framework.with_fp8_attention, docs/calibration.md §5.98)
+    fp8_attention: bool = False
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -206,6 +209,8 @@ class Plan:
             parts.append(self.moe_routing)
         if self.cuda_graph:
             parts.append("cg")
+        if self.fp8_attention:
+            parts.append("fp8a")
         if self.zero:
             parts.append(f"z{self.zero}")
         if self.layers_per_stage is not None:
@@ -395,7 +400,8 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
-          "ep_overlap", "delay_wgrad", "cuda_graph", "account_embedding", "account_loss"}
+          "ep_overlap", "delay_wgrad", "cuda_graph", "fp8_attention", "account_embedding",
+          "account_loss"}
 _STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 

@@ -48,6 +48,7 @@ import numpy as np
 
 from strategies.cost import async_tp
 from strategies.cost import counts as costs
+from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
@@ -778,7 +779,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     fused kernel's exposed exponentials, ``EXP_EXPOSED_FWD``/``_BWD`` of
     ``costs.attn_exponentials_fwd``, at the chip's own rate; and with PyTorch's context
     parallelism the HBM passes around each ring step, ``ring_attention.merge_bytes_fwd``/
-    ``accum_bytes_bwd``)."""
+    ``accum_bytes_bwd``; under ``fw.fp8_attention`` the fused kernel in MXFP8,
+    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = costs.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -794,6 +796,10 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
         t_exp = slow * costs.attn_exponentials_fwd(m, b, tp, cp) * gpu.exp_seconds_offset()
         t_flash = t_flash + EXP_EXPOSED_FWD * t_exp
         t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
+    if fw.fp8_attention:   # TE's MXFP8 fused attention: cuDNN's measured ratios, its casts
+        k_f, k_b = fp8a.time_factors(m, gpu, m.seq_length / cp)
+        c_f, c_b = fp8a.cast_bytes(m, b, tp, cp)
+        t_flash, t_flash_b = t_flash * k_f + c_f / hbm, t_flash_b * k_b + c_b / hbm
     f_full = costs.attn_core_flops_fwd(m, b, tp, cp, False, windows=False)
     # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV) over the whole
     # score square (a window only masks it)

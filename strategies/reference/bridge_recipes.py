@@ -399,14 +399,16 @@ def recipe_for(entry: dict) -> MoeRecipe | None:
 #: ``*_llm_pretrain.py`` of the model families in the reference sets
 #: ``cfg.mixed_precision.grad_reduce_in_fp32 = False`` and ``cfg.ddp.grad_reduce_in_fp32 =
 #: False`` (so the DDP gradient buffer, its accumulation and its data-parallel reduction are
-#: bf16), in the v0.2.2 scripts the 25.11 container's rows were run with and in v0.4.2's;
-#: the 26.08 recipes (``src/megatron/bridge/perf_recipes/_common.py`` at 067f987df03b) too
-GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2 and v0.4.2 (c810129341a8) "
+#: bf16), in the v0.2.2 scripts the 25.11 container's rows were run with, in v0.4.2's and in
+#: v0.5.0's (the 26.06 container's: ``set_{llama3,qwen3,deepseek_v3,gpt_oss}_common_configs``
+#: and the Llama 3.1 script, docs/calibration.md §5.98); the 26.08 recipes
+#: (``src/megatron/bridge/perf_recipes/_common.py`` at 067f987df03b) too
+GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2 (c810129341a8) and v0.5.0 "
                       "scripts/performance/configs/{llama3,llama31,llama,qwen3,qwen,deepseek,"
                       "gpt_oss}/*_llm_pretrain.py, 067f987df03b src/megatron/bridge/"
                       "perf_recipes/_common.py: grad_reduce_in_fp32 = False")
 #: the containers whose published rows those scripts produced
-GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.08")
+GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.06", "26.08")
 
 
 #: NeMo 2's performance scripts, which produced the NeMo Framework performance summary's

@@ -13,7 +13,7 @@ from typing import Any, Iterator, Sequence
 
 from strategies.errors import SpecError
 from strategies.framework import (MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile,
-                                  with_fused_grouped_mlp)
+                                  with_fp8_attention, with_fused_grouped_mlp)
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.cost import counts
@@ -38,6 +38,7 @@ from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOUR
                                                  llama_switches, nemo_perf_row, recipe_for)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
+from topologies.gpus import GPU
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
 
@@ -769,6 +770,29 @@ def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
     return with_fused_grouped_mlp(fw)
 
 
+def _with_stated_fp8_attention(fw: FrameworkProfile, pl: dict, dtype: str, gpu: GPU,
+                               notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` with its attention core in Transformer Engine's MXFP8 fused attention
+    where the entry's ``plan.fp8_attention`` says its config ran it (Megatron-Bridge's
+    ``fp8_dot_product_attention``; ``framework.with_fp8_attention``), said so; a precision,
+    stack or chip the rule refuses keeps BF16 attention, said so. SpecError for a value that
+    is not a boolean."""
+    said = pl.get("fp8_attention")
+    if said is not None and not isinstance(said, bool):
+        raise SpecError("plan.fp8_attention", said, "must be true or false")
+    if not said:
+        return fw
+    try:
+        fw = with_fp8_attention(fw, dtype, gpu)
+    except SpecError as e:
+        notes.append(f"fp8_attention stated but not modelled ({e})")
+        return fw
+    notes.append("attention core in Transformer Engine's MXFP8 fused attention (stated: "
+                 "fp8_attention): cuDNN's BF16/MXFP8 time ratios and the Q/K/V and dO casts "
+                 "(docs/calibration.md §5.98)")
+    return fw
+
+
 def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
     """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
     (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
@@ -917,6 +941,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     fw = _with_mla_layout(c, fw, model, notes)
     try:
         fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
+        fw = _with_stated_fp8_attention(fw, pl, dtype, cluster.gpu, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
