@@ -222,7 +222,8 @@ def test_sp_marked_gradients_all_reduced_once_per_step(fw, spec: str, monkeypatc
 def test_regather_pieces_and_arrays() -> None:
     """§5.97: under SP the column layout adds two re-gathers of width 1 beside the down
     projections' data-gradient GEMMs, priced as ``gemm_units`` prices those GEMMs (``T`` rows,
-    ``w`` wide, ``H`` deep); none in the replicated layout, none without a query latent for q;
+    ``w/tp`` wide, ``H`` deep: the column-parallel shape, §5.99); none in the replicated
+    layout, none without a query latent for q;
     the vectorised estimate over mixed column plans equals each plan's own bit for bit."""
     import numpy as np
 
@@ -232,14 +233,15 @@ def test_regather_pieces_and_arrays() -> None:
     from strategies.plan_arrays import PlanArrays
     job = _mla(_plan(2, True), fw=COL)
     c, p = stage_costs(job), job.plan
-    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp)
+    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
+                                    whole=compute.whole_split(p.tp, p.sp, COL))
     units = compute.gemm_units([g for _, g in parts], p.tp, job.cluster.gpu, "bf16",
                                fw=COL, system=job.system,
                                shares=compute.fixed_shares(parts, job.model, p.ep, COL))
     want = [g[0] * u[2] * u[3] for (_, g), u, (_, _, _, s) in
             zip(parts, units, job.model.attention_linears()) if s == "rep"]
     assert [g[1:4] for (_, g), (_, _, _, s) in zip(parts, job.model.attention_linears())
-            if s == "rep"] == [(T, 1536, H), (T, 576, H)]
+            if s == "rep"] == [(T, 1536 / 2, H), (T, 576 / 2, H)]
     assert (c.rg_down_q, c.rg_down_kv) == pytest.approx(tuple(want), rel=1e-12)
     assert sp_regather_pieces(c)[-2:] == ((1.0, 1.0, c.rg_down_q), (1.0, 1.0, c.rg_down_kv))
     rep = stage_costs(_mla(_plan(2, True)))

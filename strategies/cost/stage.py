@@ -461,7 +461,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
 
     md_f, md_b = blocking_small(m)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
