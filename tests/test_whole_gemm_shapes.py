@@ -144,3 +144,53 @@ def test_estimate_and_simulation_move_together(tp: int, fws) -> None:
         - simulate(off, network="contention-free").step_time_s
     assert e < 0
     assert s == pytest.approx(e, rel=1e-9)
+
+
+def _a100(job):
+    """``job`` on one DGX A100 (slower GEMMs, NVLink 3: the down projections' weight
+    gradients outlast their reductions at tp 2, where on the H100 they do not)."""
+    from strategies.job import make_job
+    from topologies.cluster import cluster_preset
+    return make_job(job.model, cluster_preset("dgx-a100", 1), job.plan,
+                    framework=job.framework, dtype="bf16")
+
+
+@pytest.mark.parametrize("on_a100", [False, True], ids=["h100", "a100"])
+@pytest.mark.parametrize("sp", [True, False])
+def test_down_reductions_beside_their_wgrad(on_a100: bool, sp: bool) -> None:
+    """§5.99: the column-parallel down projections' input-gradient reductions run beside
+    their weight-gradient GEMMs (``rd_down_q``/``rd_down_kv``: the ``(768, 7168)`` and
+    ``(288, 7168)`` weight gradients over ``T`` rows at tp 2, the record's clock factor):
+    ``down_reduce_hidden`` is ``sum min(t_red(H), wgrad)``, none in the replicated layout or
+    where the stack reduces blocking; the estimate and the contention-free simulation move by
+    the same seconds from the replicated layout (1e-9) where the pieces are exposed (H100;
+    A100 without SP) and where the query one is hidden (A100 under SP)."""
+    from strategies.cost.stage import (dgrad_reduce_time, down_reduce_hidden,
+                                       down_reduce_pieces)
+    from tests.test_mla_down import COL_NO_RD
+    col, rep = _mla(_plan(2, sp), fw=COL), _mla(_plan(2, sp))
+    if on_a100:
+        col, rep = _a100(col), _a100(rep)
+    c, p = stage_costs(col), col.plan
+    parts = counts.layer_gemm_parts(col.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
+                                    1.0, compute.whole_split(p.tp, p.sp, COL))
+    units = compute.gemm_units([g for _, g in parts], p.tp, col.cluster.gpu, "bf16", False,
+                               COL, col.system,
+                               shares=compute.fixed_shares(parts, col.model, p.ep, COL))
+    slow = _arrays(col)[0]
+    assert [g[1:4] for _, g in parts[:4:2]] == [(T, 768, H), (T, 288, H)]
+    assert (c.rd_down_q, c.rd_down_kv) == pytest.approx(
+        (slow * units[0][4], slow * units[2][4]), rel=1e-12)
+    assert down_reduce_pieces(c) == (c.rd_down_q, c.rd_down_kv)
+    assert down_reduce_pieces(stage_costs(rep)) == ()
+    t = float(dgrad_reduce_time(c, 2, sp, col.cluster, 1.0))
+    got = float(down_reduce_hidden(lambda w: dgrad_reduce_time(c, 2, sp, col.cluster, w), c))
+    assert got == pytest.approx(min(t, c.rd_down_q) + min(t, c.rd_down_kv), rel=1e-12)
+    assert (c.rd_down_q >= t) == (on_a100 and sp)     # the all-reduce is twice as long
+    blocking = stage_costs(replace(col, framework=COL_NO_RD))
+    assert float(down_reduce_hidden(
+        lambda w: dgrad_reduce_time(blocking, 2, sp, col.cluster, w), blocking)) == 0.0
+    e = estimate(col).step_time_s - estimate(rep).step_time_s
+    s = simulate(col, network="contention-free").step_time_s \
+        - simulate(rep, network="contention-free").step_time_s
+    assert s == pytest.approx(e, rel=1e-9)

@@ -152,6 +152,10 @@ class LayerTime:
     #: what each one's backward re-gather runs beside where the stack makes them
     #: column-parallel (``FrameworkProfile.mla_down_proj``)
     down_dgrad: tuple = (0.0, 0.0)
+    #: the weight-gradient GEMM seconds of MLA's down projections, ``(q, kv)``
+    #: (``down_wgrad``): what each column-parallel one's input-gradient reduction runs
+    #: beside (``tp_collectives.down_reduce_hidden``, §5.99)
+    down_wgrad: tuple = (0.0, 0.0)
 
 
 def attention_column_widths(m: ModelSpec) -> tuple[float, ...]:
@@ -217,6 +221,22 @@ def down_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
     rep = [slow * (g[0] * pieces * d)
            for (_, _, _, split), (_, g), (_, _, pieces, d, _)
            in zip(m.attention_linears(), parts, units) if split == "rep"]
+    if not rep:
+        return 0.0, 0.0
+    return (rep[0], rep[1]) if len(rep) > 1 else (0.0, rep[0])
+
+
+def down_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+               slow: Num = 1.0) -> tuple[Num, Num]:
+    """Seconds of the weight-gradient GEMMs of MLA's down projections, ``(q, kv)``, at the
+    shapes ``layer_gemm_parts`` gives them (0 for one that does not exist), as
+    ``down_dgrad`` finds them. A column-parallel down projection (Megatron-Core
+    core_v0.12-v0.13, ``TEColumnParallelLinear``) starts its input gradient's reduction
+    before this GEMM and waits after it (``tp_collectives.down_reduce_hidden``, §5.99).
+    ``slow``: the overlap clock factor."""
+    rep = [slow * (g[0] * w)
+           for (_, _, _, split), (_, g), (*_, w) in zip(m.attention_linears(), parts, units)
+           if split == "rep"]
     if not rep:
         return 0.0, 0.0
     return (rep[0], rep[1]) if len(rep) > 1 else (0.0, rep[0])
@@ -1104,7 +1124,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),
                      column_wgrad(m, parts, units, slow), attention_wgrad(m, parts, units, slow),
-                     down_dgrad(m, parts, units, slow))
+                     down_dgrad(m, parts, units, slow), down_wgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
