@@ -79,7 +79,8 @@ def moe_layer(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, floa
     m, p, cl, fw, sy = job.model, job.plan, job.cluster, job.framework, job.system
     gpu = cl.gpu
     etp = p.expert_tp
-    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", etp, 1.0)
+    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", etp, 1.0,
+                                    compute.whole_split(p.tp, p.sp, fw))
     out: dict[str, float] = {}
     for name, g in parts:
         t = float(compute.gemms_time_fwd([g], p.tp, gpu, job.dtype, False, sy,
@@ -110,10 +111,12 @@ def needed_rate(layer: dict[str, float], miss_s: float) -> float:
 def router_fp32_extra(row: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[float, float]:
     """Seconds per MoE layer and micro-batch the router GEMM (forward + the backward's two)
     would add at the FP32 and at the TF32 rate over the model's 16-bit one (peak x the GPU's
-    ``matmul_efficiency``; NeMo's script sets ``moe_router_dtype='fp32'``)."""
+    ``matmul_efficiency``; NeMo's script sets ``moe_router_dtype='fp32'``), on the rows the
+    model prices it (the rank's sequence shard under SP, §5.99: ``compute.whole_split``)."""
     job = case_from_entry(row, rows).job
     m, p, gpu = job.model, job.plan, job.cluster.gpu
-    T = counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp)
+    T = counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp) \
+        / compute.whole_split(p.tp, p.sp, job.framework)[0]
     flops = 3 * 2.0 * T * m.hidden_size * m.num_experts
 
     def at(dtype: str) -> float:

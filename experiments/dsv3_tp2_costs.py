@@ -14,8 +14,9 @@ in the model.
 Table 2, per row, one MoE layer and micro-batch (contention-free microseconds at the row's
 tp; ``comm.collective_time``, the estimate's): each candidate the brief names, read in
 core_v0.12.0, with its sign (+ the model misses a cost, - the model charges one that does not
-run, 0 none runs or it is priced). Then the sum of the unpriced positive ones against the miss.
-Nothing is fitted and no cost changes.
+run, 0 none runs or it is priced: §5.99 prices the down projections' and the router's shapes
+and the down projections' reductions beside their weight gradients, each shown with what it
+moved). Then the sum of the unpriced positive ones against the miss. Nothing is fitted.
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import compute, counts  # noqa: E402
 from strategies.cost.stage import (attn_down_time, attn_rc_gathers,  # noqa: E402
+                                   dgrad_reduce_time, down_reduce_hidden,
                                    sp_grad_allreduce_bytes, stage_costs, tp_kind_bytes)
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry  # noqa: E402
@@ -62,23 +64,20 @@ def _priced(job: Any, parts: list[tuple[str, tuple]]
 
 
 def replicated_gemms(job: Any) -> tuple[list[tuple[str, tuple]], list[tuple[str, tuple]]]:
-    """(the GEMMs the model runs whole on every tp rank, the same at the shape Megatron-Core
-    0.12 runs under SP): MLA's down projections (``ModelSpec.attention_linears`` marked
-    ``"rep"``; ``counts.layer_gemm_parts`` prices them ``T x w x h``) are column-parallel in
-    core 0.12-0.13 (``T x w/tp x h``), and the router runs on the rank's sequence shard
-    (``T/tp x E x h``: ``MoELayer.forward`` routes the SP shard, ``router.py`` ``gating``)."""
+    """(the GEMMs the model ran whole on every tp rank before §5.99, ``T x w x h``, the same
+    at the shape Megatron-Core 0.12 runs under SP, which the model prices since §5.99,
+    ``compute.whole_split``): MLA's down projections (``ModelSpec.attention_linears`` marked
+    ``"rep"``) are column-parallel in core 0.12-0.13 (``T x w/tp x h``), and the router runs
+    on the rank's sequence shard (``T/tp x E x h``: ``MoELayer.forward`` routes the SP shard,
+    ``router.py`` ``gating``)."""
     m, p = job.model, job.plan
-    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0)
+    args = (m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0)
+    before = counts.layer_gemm_parts(*args)
+    now = counts.layer_gemm_parts(*args, compute.whole_split(p.tp, p.sp, job.framework))
     splits = [s for _, _, _, s in m.attention_linears()]
-    have, want = [], []
-    for i, (part, g) in enumerate(parts):
-        if i < len(splits) and splits[i] == "rep":
-            have.append((part, g))
-            want.append((part, (g[0], g[1], g[2] / p.tp, g[3], g[4])))
-        elif g[4] is None:                        # the router
-            have.append((part, g))
-            want.append((part, (g[0], g[1] / p.tp, g[2], g[3], g[4])))
-    return have, want
+    pick = [i for i, (_, g) in enumerate(before)
+            if (i < len(splits) and splits[i] == "rep") or g[4] is None]
+    return [before[i] for i in pick], [now[i] for i in pick]
 
 
 def candidates(job: Any, layers: int, microbatches: int) -> list[tuple[str, str, float]]:
@@ -104,32 +103,34 @@ def candidates(job: Any, layers: int, microbatches: int) -> list[tuple[str, str,
     out.append((f"seq_aux_loss probs AG + RS ({aux / 1e6:.2f} MB)", "+",
                 t("allgather", aux) + t("reduce_scatter", aux)))
     # 3. column down projections' backward re-gathers of the hidden state (TE's SP input
-    #    re-gather beside its dgrad GEMM, §5.70): priced since §5.97 (``sp_regather_pieces``,
-    #    beside the model's dgrad GEMM, ``T x w x h``); the code's GEMM (``T x w/tp x h``) is
-    #    shorter and hides less: the rest is unpriced
+    #    re-gather beside its dgrad GEMM, §5.70): priced since §5.97 (``sp_regather_pieces``),
+    #    beside the code's dgrad GEMM (``T x w/tp x h``) since §5.99; the model's GEMM before
+    #    §5.99 (``T x w x h``) was longer and hid more
     have, want = replicated_gemms(job)
     dg = _priced(job, [q for q in want if q[1][4] is not None])[0] if x.tp_down > 0 and sp \
         else []
+    dg0 = _priced(job, [q for q in have if q[1][4] is not None])[0] if dg else []
     model = [d_ for w_, d_ in ((x.rg_down_qw, x.rg_down_q), (x.rg_down_kvw, x.rg_down_kv))
              if w_ > 0 and x.rg_bytes > 0]
     priced = sum(max(0.0, ag_h - d_) for d_ in model)
-    out.append(("down projections' re-gathers exposed (priced §5.97)", "0", priced))
-    out.append(("  the same beside the code's shorter dgrad GEMM, less the priced", "+",
-                sum(max(0.0, ag_h - d_) for d_ in dg) - priced))
+    out.append(("down projections' re-gathers exposed (priced §5.97, §5.99)", "0", priced))
+    out.append(("  the same, less beside the model's dgrad GEMM before §5.99", "0",
+                priced - sum(max(0.0, ag_h - d_) for d_ in dg0)))
     out.append(("  (the same, whole, were no dgrad beside them)", "0", len(dg) * ag_h))
-    # 3a. the column down projections' input-gradient reduce-scatters (§5.85 prices them
+    # 3a. the column down projections' input-gradient reduce-scatters (§5.85 priced them
     #     blocking) start async before their weight-gradient GEMM (TE ``linear.py``
-    #     backward, as §5.75's rule for every column linear): the model over-charges what
-    #     that GEMM hides, min(t_rs, wgrad) each
-    wg = _priced(job, [q for q in want if q[1][4] is not None])[2] \
-        if x.tp_down > 0 and sp and job.framework.dgrad_overlap != "none" else []
-    out.append(("down projections' reduce-scatters hidden by their wgrad", "-",
-                -sum(min(rs_h, w) for w in wg)))
-    # 3b. the model prices the down projections and the router whole (T rows, full width)
-    #     on each rank; the code runs T x w/tp (column) and T/tp rows (the router)
-    for name, keep in (("down projections", lambda q: q[1][4] is not None),
-                       ("router", lambda q: q[1][4] is None)):
-        out.append((f"{name}' GEMMs fwd + bwd at the code's shape, less the model's", "-",
+    #     backward, as §5.75's rule for every column linear): what that GEMM hides,
+    #     min(t_rs, wgrad) each, is priced since §5.99 (``down_reduce_hidden``)
+    red = (lambda w: dgrad_reduce_time(x, tp, sp, cl, w))
+    out.append(("down projections' reduce-scatters hidden by their wgrad (priced §5.99)", "0",
+                -float(down_reduce_hidden(red, x))))
+    # 3b. the model priced the down projections and the router whole (T rows, full width)
+    #     on each rank before §5.99; the code runs T x w/tp (column) and T/tp rows (the
+    #     router), which the model prices since
+    for name, keep in (("down projections'", lambda q: q[1][4] is not None),
+                       ("router's", lambda q: q[1][4] is None)):
+        out.append((f"{name} GEMMs fwd + bwd at the code's shape, less the whole ones "
+                    "(priced §5.99)", "0",
                     _priced(job, [q for q in want if keep(q)])[1]
                     - _priced(job, [q for q in have if keep(q)])[1]))
     # 4. per-step all-reduce over tp of the SP-marked gradients core 0.12 sums
@@ -157,6 +158,27 @@ def candidates(job: Any, layers: int, microbatches: int) -> list[tuple[str, str,
     # 7. TP comm overlap: MegatronCommOverlapCallback(tp_comm_overlap=False)
     out.append((f"TP comm overlap (tp_comm_overlap {p.tp_comm_overlap})", "0", 0.0))
     return out
+
+
+def shared_side_stream(job: Any) -> tuple[float, float]:
+    """(the shared expert's SP all-gather + reduce-scatter, its forward GEMMs), seconds per
+    MoE layer and micro-batch forward, contention-free and as the model prices them
+    (``comm.collective_time``; ``compute.gemms_time_fwd`` at the shapes of
+    ``compute.whole_split``): what ``moe_shared_expert_overlap``'s side stream runs beside
+    the dispatch -> experts -> combine path (core_v0.12.0 ``token_dispatcher.py`` lines
+    512-656), at most what it would take off the forward (§5.99, not priced)."""
+    m, p, cl = job.model, job.plan, job.cluster
+    c = stage_costs(job)
+    coll = float(cm.collective_time("allgather", tp_kind_bytes(c, "allgather"), p.tp, 1, cl)
+                 + cm.collective_time("reduce_scatter", tp_kind_bytes(c, "reduce_scatter"),
+                                      p.tp, 1, cl))
+    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0,
+                                    compute.whole_split(p.tp, p.sp, job.framework))
+    shared = [(n, g) for n, g in parts if n == "shared_mlp"]
+    gemm = float(compute.gemms_time_fwd([g for _, g in shared], p.tp, cl.gpu, job.dtype, False,
+                                        job.system,
+                                        compute.fixed_shares(shared, m, p.ep, job.framework)))
+    return coll, gemm
 
 
 def main() -> int:
@@ -195,6 +217,11 @@ def main() -> int:
         print(f"\nunpriced costs (+): {1e6 * plus:.1f} µs, over-charges (-): {1e6 * minus:.1f} "
               f"µs, net {1e6 * (plus + minus):+.1f} µs against a miss of {miss:.0f} µs "
               f"({100 * 1e6 * plus / miss:.2f} % and {100 * 1e6 * (plus + minus) / miss:+.2f} %)")
+        coll, gemm = shared_side_stream(job)
+        print(f"shared expert's side stream (moe_shared_expert_overlap, not priced), forward: "
+              f"AG + RS {1e6 * coll:.1f} µs + GEMMs {1e6 * gemm:.1f} µs = "
+              f"{1e6 * (coll + gemm):.1f} µs at most, {100 * 1e6 * (coll + gemm) / miss:.2f} % "
+              "of the miss, in the direction away from it")
     return 0
 
 

@@ -500,6 +500,20 @@ class FrameworkProfile:
     #: proj layers": each all-gathers the hidden state under SP and its latents are gathered
     #: over tp and re-split; ``cost.stage.attn_down_ops``, docs/calibration.md §5.85)
     mla_down_proj: str = "replicated"
+    #: under sequence parallelism the GEMMs tensor parallelism leaves whole (the MoE router,
+    #: Qwen2-MoE's shared-expert gate, MLA's replicated down projections) run on the rank's
+    #: sequence shard, ``T/tp`` rows: Megatron-Core hands the MoE layer and the attention the
+    #: SP shard (``moe/router.py`` ``TopKRouter.gating``: ``linear(input, weight)`` on the
+    #: shard, the weight ``sequence_parallel``-marked; ``moe/shared_experts.py`` the gate on
+    #: the layer's input; ``transformer/multi_latent_attention.py`` ``linear_q_down_proj``/
+    #: ``linear_kv_down_proj`` as ``TELinear(parallel_mode="duplicated")`` on ``[s/TP, b,
+    #: h]``, core_v0.12.0 lines 378-380, core_v0.14.0 on). False: on all ``T`` rows, the
+    #: input gathered first (torchtitan v0.2.2 ``models/deepseek_v3/infra/parallelize.py``:
+    #: the attention's input ``Replicate()``, ``wq_a``/``wkv_a`` ``NoParallel``;
+    #: ``models/llama4/infra/parallelize.py`` ``apply_moe_ep_tp``: the MoE input
+    #: ``Replicate()``, "replicate computation for the router"). ``counts.whole_gemm_split``
+    #: (docs/calibration.md §5.99)
+    sp_shard_whole_gemms: bool = False
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
     #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
@@ -1170,6 +1184,7 @@ MEGATRON_CORE = FrameworkProfile(
     te_amax_reduction=True,
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY, tp_end_collectives=True,   # §5.88
+    sp_shard_whole_gemms=True,                              # §5.99
     default_sources=(
         ("flash_attn", "Transformer Engine's fused attention (Megatron-Core "
                        "--attention-backend auto, NeMo 2 recipes)"),

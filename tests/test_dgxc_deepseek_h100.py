@@ -78,7 +78,7 @@ def test_router_fp32_closed_form(rows):
     r = ds["dgxc2505_deepseek_v3_671b_h100_512_bf16"]
     job = case_from_entry(r, allrows).job
     g = job.cluster.gpu
-    flops = 3 * 2.0 * 4096 * 7168 * 256
+    flops = 3 * 2.0 * 4096 / 2 * 7168 * 256       # the SP shard's rows at tp 2 (§5.99)
     f32, t32 = dh.router_fp32_extra(r, allrows)
     eff = g.matmul_efficiency
     assert f32 == pytest.approx(flops / (g.peak_flops["fp32"] * eff)

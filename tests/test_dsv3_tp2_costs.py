@@ -1,7 +1,8 @@
 """DeepSeek-V3 at tp 2 in DGX Cloud 25.05 (docs/calibration.md §5.97): the tensor-parallel
 costs Megatron-Core 0.12 runs on these rows, as experiments/dsv3_tp2_costs.py prices them with
 the model's functions: each figure is its closed form, the plan facts are the launcher's, and
-the unpriced costs are a small share of the miss (a finding: no cost changes)."""
+the unpriced costs are a small share of the miss (a finding; §5.99 then priced the shapes and
+the down projections' reductions beside their weight gradients)."""
 from __future__ import annotations
 
 import pytest
@@ -53,19 +54,27 @@ def test_candidates_are_their_closed_forms(jobs):
             _t(job, "allgather", aux) + _t(job, "reduce_scatter", aux), rel=1e-12)
         assert got["  (the same, whole, were no dgrad beside them)"] == pytest.approx(
             2 * ag, rel=1e-12)
-        # priced (§5.97): each re-gather beside the model's down-projection dgrad GEMM
-        assert got["down projections' re-gathers exposed (priced §5.97)"] == pytest.approx(
-            max(0.0, ag - c.rg_down_q) + max(0.0, ag - c.rg_down_kv), rel=1e-12)
-        assert 0 <= got["  the same beside the code's shorter dgrad GEMM, less the priced"] \
-            < 2 * ag
+        # priced (§5.97, §5.99): each re-gather beside the down projection's dgrad GEMM at
+        # the code's shape, shorter than the whole one before §5.99 (more exposed)
+        assert got["down projections' re-gathers exposed (priced §5.97, §5.99)"] == \
+            pytest.approx(max(0.0, ag - c.rg_down_q) + max(0.0, ag - c.rg_down_kv), rel=1e-12)
+        assert 0 <= got["  the same, less beside the model's dgrad GEMM before §5.99"] < 2 * ag
         assert got["shared expert's AG + RS on the side stream (forward)"] == pytest.approx(
             -(ag + rs), rel=1e-12)
-        assert -2 * rs <= got["down projections' reduce-scatters hidden by their wgrad"] < 0
+        # priced (§5.99): min(t_rs, wgrad) of each down projection hidden
+        assert got["down projections' reduce-scatters hidden by their wgrad (priced §5.99)"] \
+            == pytest.approx(-(min(rs, c.rd_down_q) + min(rs, c.rd_down_kv)), rel=1e-12)
+        assert -2 * rs <= got[
+            "down projections' reduce-scatters hidden by their wgrad (priced §5.99)"] < 0
+        for name in ("down projections'", "router's"):
+            assert got[f"{name} GEMMs fwd + bwd at the code's shape, less the whole ones "
+                       "(priced §5.99)"] < 0
 
 
 def test_replicated_gemms_at_the_codes_shape(jobs):
-    """The two down projections at ``N/tp`` (1536/2, 576/2) and the router at ``T/tp`` rows;
-    the code's shapes cost less than the model's (half the FLOPs at tp 2)."""
+    """The two down projections at ``N/tp`` (1536/2, 576/2) and the router at ``T/tp`` rows,
+    as the model prices them since §5.99; the code's shapes cost less than the whole ones
+    (half the FLOPs at tp 2)."""
     r, job = jobs["dgxc2505_deepseek_v3_671b_h100_512_bf16"]
     have, want = d.replicated_gemms(job)
     assert [g[1:4] for _, g in have] == [(T, 1536, H), (T, 576, H), (T, E, H)]
@@ -95,3 +104,22 @@ def test_tp1_keeps_the_gpus(jobs):
     one = d.tp1_job(job)
     assert (one.plan.tp, one.plan.sp) == (1, False)
     assert one.plan.tp * one.plan.dp * one.plan.pp == job.plan.tp * job.plan.dp * job.plan.pp
+
+
+def test_shared_side_stream_upper_figure(jobs):
+    """The side stream's forward: the shared expert's AG + RS (table 2's figure, negated) and
+    its forward GEMMs (``(T, 2·2048/2, H)`` and ``(T, H, 2048/2)`` at tp 2), both positive."""
+    from strategies.cost import compute, counts
+    r, job = jobs["dgxc2505_deepseek_v3_671b_h100_512_bf16"]
+    c, p = stage_costs(job), job.plan
+    coll, gemm = d.shared_side_stream(job)
+    ag = _t(job, "allgather", float(tp_kind_bytes(c, "allgather")))
+    rs = _t(job, "reduce_scatter", float(tp_kind_bytes(c, "reduce_scatter")))
+    assert coll == pytest.approx(ag + rs, rel=1e-12)
+    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp,
+                                    1.0, compute.whole_split(p.tp, p.sp, job.framework))
+    shared = [g for n, g in parts if n == "shared_mlp"]
+    assert [g[1:4] for g in shared] == [(T, 2048, H), (T, H, 1024)]
+    assert gemm == pytest.approx(float(compute.gemms_time_fwd(
+        shared, 2, job.cluster.gpu, job.dtype, False, job.system)), rel=1e-12)
+    assert coll > 0 and gemm > 0

@@ -280,7 +280,8 @@ def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
         # the record prices the hottest expert-parallel rank's routed tokens (counts.moe_load)
         load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
                                p.cp, p.expert_tp)
-        w = ct.gemm_time_bwd_split(*args, p.expert_tp, load)[1]
+        # (at the stack's SP shapes of the GEMMs tensor parallelism leaves whole, §5.99)
+        w = ct.gemm_time_bwd_split(*args, p.expert_tp, load, sp=p.sp)[1]
         slow = float(ct.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero,
                                          ct.dp_overlaps_whole_step(p.dp, job.num_microbatches,
                                                                    p.overlap_grad_reduce)))

@@ -23,6 +23,7 @@ from strategies.cost.comm import (collective_time, dp_parts, grad_shard_params, 
 from strategies.cost.stage import (StageCosts, attn_down_ops, attn_full_rc_ops,
                                   attn_rope_bytes, attn_tp_swap, chunk_layers, chunk_sum,
                                   dgrad_reduce_pieces, dgrad_reduce_time,
+                                  down_reduce_pieces,
                                   sp_grad_allreduce_bytes, sp_regather_pieces, tp_kind_bytes)
 from strategies.framework import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
@@ -359,7 +360,9 @@ class ProgramBuilder:
         their link load left out, as ``regather``'s). The counted hidden-width collective of
         each piece's group leaves the blocking ones; MLA's attention runs it as its up
         projections' two narrower reductions, each compiled at its own width (§5.76).
-        Returns the seconds carved out."""
+        MLA's column-parallel down projections' input-gradient reductions
+        (``cost.stage.down_reduce_pieces``) join them at the hidden width, each beside its
+        own weight gradient (§5.99). Returns the seconds carved out."""
         counts: dict[float, float] = {}     # reductions compiled, by width (§5.76)
         d = n = hid = 0.0
         for share, pieces in dgrad_reduce_pieces(self.c):
@@ -377,6 +380,16 @@ class ProgramBuilder:
                 n += nl * share
             else:
                 hid += nl * share
+        # MLA's column-parallel down projections' input-gradient reductions, each beside its
+        # own weight gradient (``cost.stage.down_reduce_hidden``, §5.99): those that outlast
+        # it compiled with the rest; all leave ``attn_down_ops``' blocking ones
+        # (``_close_block``)
+        if self.c.tp_down > 0:
+            t = self._piece_time("rd", 1.0)
+            for wgrad in down_reduce_pieces(self.c):
+                if wgrad < t:
+                    counts[1.0] = counts.get(1.0, 0.0) + nl
+                    d += nl * wgrad
         d = min(d, secs)
         self._reduce = (d, counts, n + hid)
         return d
@@ -543,8 +556,13 @@ class ProgramBuilder:
             if rope is not None:
                 self.wait.append(rope)
         # MLA's column-parallel down projections' own collectives, blocking
-        # (``attn_down_ops``, §5.85): each closing the block after the layer's others
+        # (``attn_down_ops``, §5.85): each closing the block after the layer's others; in
+        # the backward their input-gradient reductions ran beside their weight gradients
+        # where those are asynchronous (``reduce_split``, §5.99)
+        async_rd = not fwd and self.t_reduce > 0
         for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd):
+            if async_rd and kd in ("reduce_scatter", "allreduce"):
+                continue
             if nb > 0:
                 dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
                                f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))

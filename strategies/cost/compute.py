@@ -153,6 +153,10 @@ class LayerTime:
     #: what each one's backward re-gather runs beside where the stack makes them
     #: column-parallel (``FrameworkProfile.mla_down_proj``)
     down_dgrad: tuple = (0.0, 0.0)
+    #: the weight-gradient GEMM seconds of MLA's down projections, ``(q, kv)``
+    #: (``down_wgrad``): what each column-parallel one's input-gradient reduction runs
+    #: beside (``tp_collectives.down_reduce_hidden``, §5.99)
+    down_wgrad: tuple = (0.0, 0.0)
 
 
 def attention_column_widths(m: ModelSpec) -> tuple[float, ...]:
@@ -210,13 +214,30 @@ def down_dgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
     """Seconds of the data-gradient GEMMs of MLA's down projections, ``(q, kv)`` (0 for one
     that does not exist: no MLA, no query latent): the attention linears
     ``ModelSpec.attention_linears`` marks ``"rep"``, priced as ``layer_gemm_parts`` prices
-    them (``T`` rows at the full width on each rank). Under SP a column-parallel down
+    them at the stack's shapes (``whole_split``: ``T`` rows at ``w/tp`` column-parallel,
+    §5.99). Under SP a column-parallel down
     projection (Megatron-Core core_v0.12-v0.13) re-gathers its hidden-state input beside this
     GEMM (``tp_collectives.sp_regather_pieces``). ``parts``/``units``: as
     ``regather_dgrad``; ``slow``: the overlap clock factor."""
     rep = [slow * (g[0] * pieces * d)
            for (_, _, _, split), (_, g), (_, _, pieces, d, _)
            in zip(m.attention_linears(), parts, units) if split == "rep"]
+    if not rep:
+        return 0.0, 0.0
+    return (rep[0], rep[1]) if len(rep) > 1 else (0.0, rep[0])
+
+
+def down_wgrad(m: ModelSpec, parts: list[tuple[str, tuple]], units: list[tuple],
+               slow: Num = 1.0) -> tuple[Num, Num]:
+    """Seconds of the weight-gradient GEMMs of MLA's down projections, ``(q, kv)``, at the
+    shapes ``layer_gemm_parts`` gives them (0 for one that does not exist), as
+    ``down_dgrad`` finds them. A column-parallel down projection (Megatron-Core
+    core_v0.12-v0.13, ``TEColumnParallelLinear``) starts its input gradient's reduction
+    before this GEMM and waits after it (``tp_collectives.down_reduce_hidden``, §5.99).
+    ``slow``: the overlap clock factor."""
+    rep = [slow * (g[0] * w)
+           for (_, _, _, split), (_, g), (*_, w) in zip(m.attention_linears(), parts, units)
+           if split == "rep"]
     if not rep:
         return 0.0, 0.0
     return (rep[0], rep[1]) if len(rep) > 1 else (0.0, rep[0])
@@ -467,6 +488,15 @@ def _gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
     return np.maximum(t_compute, t_memory)
 
 
+def whole_split(tp: Num, sp: Num, fw: FrameworkProfile = DEFAULT) -> tuple[Num, Num]:
+    """``counts.whole_gemm_split`` of stack ``fw`` (``FrameworkProfile.sp_shard_whole_gemms``,
+    ``mla_down_proj``) at ``tp`` and ``sp``: the ``whole`` argument of
+    ``counts.layer_gemm_parts`` every layer-time sum here passes (docs/calibration.md
+    §5.99)."""
+    return costs.whole_gemm_split(tp, sp, fw.sp_shard_whole_gemms,
+                                  fw.mla_down_proj == "column")
+
+
 def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
              load: Num = 1.0) -> list[tuple]:
     """The GEMMs of the mean layer on one GPU (``costs.layer_gemms``): the routed experts'
@@ -529,11 +559,12 @@ def _tp_split(tp: Num, tpo: Num) -> Num:
 def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                   tpo: Num = False, system: SystemConfig = DEFAULT_SYSTEM,
                   etp: Num | None = None, load: Num = 1.0,
-                  fw: FrameworkProfile = DEFAULT) -> Num:
+                  fw: FrameworkProfile = DEFAULT, sp: Num = False) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
     GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``; ``fw``: the
-    stack's launches of the grouped expert GEMMs (``fixed_shares``)."""
-    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    stack's launches of the grouped expert GEMMs (``fixed_shares``) and, with ``sp``, its
+    shapes of the GEMMs tensor parallelism leaves whole (``whole_split``)."""
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     return gemms_time_fwd([g for _, g in parts], tp, gpu, dtype, tpo, system,
                           fixed_shares(parts, m, ep, fw))
 
@@ -639,7 +670,7 @@ def units_time_bwd(counts: list[Num], units: list[tuple]) -> tuple[Num, Num]:
 def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
                         tpo: Num = False, fw: FrameworkProfile = DEFAULT,
                         system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
-                        load: Num = 1.0) -> tuple[Num, Num]:
+                        load: Num = 1.0, sp: Num = False) -> tuple[Num, Num]:
     """(all, weight-gradient) backward seconds of the dense GEMMs of one layer: the data
     gradient ``(M, K, N)`` (split into ``tp`` pieces for the row-parallel weights under TP
     overlap, whose incoming gradient is all-gathered piece by piece) and the weight gradient
@@ -647,8 +678,8 @@ def gemm_time_bwd_split(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GP
     framework fuses the accumulation into the GEMM, else written once in 16 bits (the
     separate add is ``grad_accum_time``). The first element is both GEMMs summed in the
     order ``gemm_time_bwd`` always summed them; the second the weight-gradient GEMMs alone
-    (the ``W`` pass of a schedule that splits the backward)."""
-    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    (the ``W`` pass of a schedule that splits the backward). ``sp``: ``whole_split``."""
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     return gemms_time_bwd_split([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
                                 fixed_shares(parts, m, ep, fw))
 
@@ -1031,8 +1062,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     layer's tensor-parallel collective pairs per pass (``stage.tp_collectives_per_layer``),
     whose sequence-dim layout copies (``tp_layout_copy_time``), or under async TP the fused
     ops' own HBM passes (``async_tp.fused_pass_time``), run in the pass, in ``B``."""
-    # the mean layer's GEMMs (``_linears``), each shape priced once for every sum below
-    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+    # the mean layer's GEMMs (``_linears``) at the stack's shapes of the GEMMs tensor
+    # parallelism leaves whole (``whole_split``), each shape priced once for every sum below
+    parts = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,
                        shares=fixed_shares(parts, m, ep, fw))
     counts = [g[0] for _, g in parts]
@@ -1098,7 +1130,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                                                 np.where(recompute == 3, op, 0.0)))
     return LayerTime(fwd, bwd, rc, g_w + acc, regather_dgrad(m, parts, units, slow),
                      column_wgrad(m, parts, units, slow), attention_wgrad(m, parts, units, slow),
-                     down_dgrad(m, parts, units, slow))
+                     down_dgrad(m, parts, units, slow), down_wgrad(m, parts, units, slow))
 
 
 def early_stop_saving(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,
@@ -1136,7 +1168,8 @@ def selective_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, 
     hbm = usable_hbm(gpu, system)
     widths = costs.mlp_part_widths(m)
     if priced is None:
-        gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load)
+        gemms = costs.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load,
+                                       whole_split(tp, sp, fw))
         units = gemm_units([x for _, x in gemms], tp, gpu, dtype, tpo, system=system,
                            backward=False, shares=fixed_shares(gemms, m, ep, fw))
     else:

@@ -88,23 +88,49 @@ def layer_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
 GEMM_PARTS = ("attn", "mla_up", "dense_mlp", "routed_mlp", "shared_mlp")
 
 
+def whole_gemm_split(tp: Num, sp: Num, shard_rows: bool, down_column: bool
+                     ) -> tuple[Num, Num]:
+    """``(rows, cols)``: what divides the shape of the GEMMs tensor parallelism leaves whole
+    (``ModelSpec.attention_linears``' ``"rep"``: MLA's down projections; the router and a
+    shared-expert gate, ``row_parallel`` None) on one rank. ``rows``: ``tp`` where the stack
+    runs them on the rank's sequence shard under SP (``shard_rows``,
+    ``FrameworkProfile.sp_shard_whole_gemms``; ``sp``), else 1. ``cols``: ``tp`` where MLA's
+    down projections are column-parallel (``down_column``, ``FrameworkProfile.mla_down_proj``
+    "column": ``T`` gathered rows, ``w/tp`` outputs), else 1; a column-parallel down
+    projection takes its rows whole (its input all-gathered), so ``layer_gemm_parts``
+    divides its rows by ``rows`` only where ``cols`` is 1. Vectorised."""
+    t = np.asarray(tp, dtype=float)
+    rows = np.where(np.logical_and(shard_rows, sp) & (t > 1), t, 1.0)
+    cols = np.where(np.logical_and(down_column, t > 1), t, 1.0)
+    return rows[()], cols[()]
+
+
 def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                      kind: str | None = None, etp: Num | None = None,
-                     load: Num = 1.0) -> list[tuple[str, tuple]]:
+                     load: Num = 1.0, whole: tuple[Num, Num] = (1.0, 1.0)
+                     ) -> list[tuple[str, tuple]]:
     """``layer_gemms`` in order, each with its part (``GEMM_PARTS``): the attention's
     linears (``mla_up``: MLA's ``q_up`` and ``kv_up``), the dense MLP, the routed experts
     (over ``etp``, ``load`` times the mean rows) with their router, the shared experts with
-    their gate."""
+    their gate. ``whole``: ``whole_gemm_split``'s ``(rows, cols)`` of the GEMMs tensor
+    parallelism leaves whole: MLA's down projections ``(T/rows, w, h)``, or ``(T, w/cols,
+    h)`` column-parallel; the router and the gate ``T/rows`` rows. (1, 1): every rank runs
+    them on all ``T`` rows at the full width."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     etp = tp if etp is None else etp
+    rows, cols = whole
+    T_rep = T / np.where(np.asarray(cols) > 1, 1.0, rows)[()]
+    T_gate = T / rows
     out: list[tuple[str, tuple]] = []
     for name, k_in, n_out, split in m.attention_linears():
         part = "mla_up" if name in ("q_up", "kv_up") else "attn"
         if split == "row":
             out.append((part, (1, T, n_out, k_in / tp, True)))
+        elif split == "col":
+            out.append((part, (1, T, n_out / tp, k_in, False)))
         else:
-            out.append((part, (1, T, n_out / tp if split == "col" else n_out, k_in, False)))
+            out.append((part, (1, T_rep, n_out / cols, k_in, False)))
     for kind_, w in m.layer_shares(kind).items():
         if kind_ == "dense":
             F = m.ffn_hidden_size
@@ -115,13 +141,13 @@ def layer_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
         Me = expert_tokens(m, b, tp, cp, ep, etp, load)
         out += [("routed_mlp", (w * local, Me, up * F / etp, h, False)),
                 ("routed_mlp", (w * local, Me, h, F / etp, True)),
-                ("routed_mlp", (w, T, m.num_experts, h, None))]
+                ("routed_mlp", (w, T_gate, m.num_experts, h, None))]
         if m.num_shared_experts:
             Fs = m.num_shared_experts * m.shared_ffn
             out += [("shared_mlp", (w, T, up * Fs / tp, h, False)),
                     ("shared_mlp", (w, T, h, Fs / tp, True))]
         if m.shared_expert_gate:
-            out.append(("shared_mlp", (w, T, 1, h, None)))
+            out.append(("shared_mlp", (w, T_gate, 1, h, None)))
     return out
 
 

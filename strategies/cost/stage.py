@@ -51,6 +51,8 @@ from strategies.cost.tp_collectives import (  # noqa: F401 (re-exported: callers
     dgrad_reduce_pieces,
     dgrad_reduce_time,
     dgrad_reduce_hidden,
+    down_reduce_pieces,
+    down_reduce_hidden,
     tp_kind_bytes,
     attn_tp_swap,
     attn_tp_saved,
@@ -226,6 +228,11 @@ class StageCostArrays:
     rg_down_kvw: float = 0.0
     rg_down_q: np.ndarray = 0.0
     rg_down_kv: np.ndarray = 0.0
+    # their weight-gradient GEMMs' seconds (``compute.down_wgrad``): what each one's
+    # input-gradient reduction runs beside where it is asynchronous (``rd_bytes`` > 0,
+    # ``down_reduce_hidden``, §5.99)
+    rd_down_q: np.ndarray = 0.0
+    rd_down_kv: np.ndarray = 0.0
     # the column-parallel linears' data-gradient reductions run beside their weight-gradient
     # GEMMs (``FrameworkProfile.dgrad_overlap``): the bytes of one (a bf16 reduce-scatter
     # under SP, an all-reduce without; 0 where none overlaps: no such stack path, TP
@@ -351,6 +358,8 @@ class StageCosts:
     rg_down_kvw: float = 0.0
     rg_down_q: float = 0.0
     rg_down_kv: float = 0.0
+    rd_down_q: float = 0.0              # their weight gradients (StageCostArrays)
+    rd_down_kv: float = 0.0
     rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
     rd_attn: float = 0.0
     rd_attn2: float = 0.0
@@ -461,7 +470,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
 
     md_f, md_b = blocking_small(m)
     a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw)
+    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
     head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
                                                    shard_acc, sy)
     emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
@@ -658,6 +667,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rg_down_qw=1.0 if m.is_mla and m.q_lora_rank and fw.mla_down_proj == "column" else 0.0,
         rg_down_kvw=1.0 if m.is_mla and fw.mla_down_proj == "column" else 0.0,
         rg_down_q=full(lt.down_dgrad[0]), rg_down_kv=full(lt.down_dgrad[1]),
+        rd_down_q=full(lt.down_wgrad[0]), rd_down_kv=full(lt.down_wgrad[1]),
         # the column-parallel data gradients' reductions, asynchronous beside the weight
         # gradient where the stack's path does it and the backward is whole (a split one
         # defers the weight gradient; TP overlap prices its own, ``tp_overlap_bwd_exposed``)
@@ -779,6 +789,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         rg_dense=f("rg_dense"), rg_shared_n=f("rg_shared_n"), rg_shared=f("rg_shared"),
         rg_down_qw=float(arrays.rg_down_qw), rg_down_kvw=float(arrays.rg_down_kvw),
         rg_down_q=f("rg_down_q"), rg_down_kv=f("rg_down_kv"),
+        rd_down_q=f("rd_down_q"), rd_down_kv=f("rd_down_kv"),
         rd_bytes=f("rd_bytes"), rd_attn=f("rd_attn"), rd_attn2=f("rd_attn2"),
         dw_attn=f("dw_attn"),
         rd_dense=f("rd_dense"), rd_shared=f("rd_shared"), attn_w=float(arrays.attn_w),

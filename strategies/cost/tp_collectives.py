@@ -3,8 +3,8 @@ the stack's code moves and where it runs: sequence parallelism's backward re-gat
 data-gradient GEMMs (docs/calibration.md §5.70), the column-parallel data-gradient reductions
 beside the weight-gradient GEMMs (§5.75), and multi-head latent attention's collectives at
 its latents' widths, its rope key's own pair, its recomputed and column-parallel down
-projections' gathers and its once-per-step replicated-gradient all-reduce (§5.76, §5.81,
-§5.85). Each rule reads a stage-cost record ``x`` (``stage.StageCosts`` or
+projections' gathers, the latter's reductions beside their weight gradients and its
+once-per-step replicated-gradient all-reduce (§5.76, §5.81, §5.85, §5.99). Each rule reads a stage-cost record ``x`` (``stage.StageCosts`` or
 ``stage.StageCostArrays``: the fields named in each docstring) and a collective-time function
 ``t``; the estimate (scalar and arrays), the lower bound and the simulator's program builder
 all call these. Seconds; bytes."""
@@ -232,11 +232,12 @@ def attn_down_ops(x: Any, sp: bool, fwd: bool) -> tuple[tuple[str, counts.Num], 
     * without SP: the forward's two tp gathers of the outputs; the backward's all-reduce of
       each down projection's input gradient at the hidden width.
 
-    All are priced blocking. Where the stack reduces a column-parallel data gradient beside
-    its weight-gradient GEMM (``FrameworkProfile.dgrad_overlap``) the down projections'
-    reductions would hide behind their small weight gradients: not modelled (an upper
-    figure), nor their backward re-gathers of the hidden state (``sp_regather``). The one
-    rule the estimate reads and the simulator compiles (``ProgramBuilder._close_block``);
+    All are listed blocking. Where the stack reduces a column-parallel data gradient beside
+    its weight-gradient GEMM (``rd_bytes`` > 0, ``FrameworkProfile.dgrad_overlap``) the
+    backward's input-gradient reductions (the first one or two) run beside the down
+    projections' weight gradients instead (``down_reduce_hidden``, §5.99); their backward
+    re-gathers of the hidden state are ``sp_regather_pieces``' (§5.97). The one rule the
+    estimate reads and the simulator compiles (``ProgramBuilder._close_block``);
     docs/calibration.md §5.85."""
     on = x.tp_down
     if not np.any(np.asarray(on) > 0):
@@ -254,6 +255,39 @@ def attn_down_ops(x: Any, sp: bool, fwd: bool) -> tuple[tuple[str, counts.Num], 
         lat = tuple(w for w in (x.down_q_w, x.attn_w2) if w > 0)
         return (("reduce_scatter", bf),) * n + tuple(("allgather", w * bf) for w in lat)
     return (("allreduce", on * x.tp_bytes),) * n
+
+
+def down_reduce_pieces(x: Any) -> tuple[Any, ...]:
+    """The weight-gradient GEMM seconds (``rd_down_q``, ``rd_down_kv``) of each of MLA's
+    column-parallel down projections (``rg_down_qw``/``rg_down_kvw`` 1: the query one where a
+    query latent exists, the kv one) beside which its input gradient's reduction runs, per
+    mean layer (``x``: a ``StageCostArrays`` or ``StageCosts``); () with replicated down
+    projections."""
+    return tuple(w for on, w in ((x.rg_down_qw, x.rd_down_q), (x.rg_down_kvw, x.rd_down_kv))
+                 if on > 0)
+
+
+def down_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.Num:
+    """Seconds per mean layer's backward of the column-parallel down projections'
+    input-gradient reductions (``attn_down_ops``' backward reduce-scatters under SP,
+    all-reduces without: the hidden width, ``t_red(1)`` seconds each) that their
+    weight-gradient GEMMs hide. Megatron-Core core_v0.12-v0.13 runs them as
+    ``TEColumnParallelLinear`` (Transformer Engine ``module/linear.py`` ``_Linear.backward``:
+    the data-gradient GEMM, its reduce-scatter, or all-reduce, started with
+    ``async_op=True``, the weight-gradient GEMM, then the wait), as every column-parallel
+    linear of §5.75, so each exposes ``max(0, t_red(1) - wgrad)`` and ``min(t_red(1),
+    wgrad)`` is hidden, summed over ``down_reduce_pieces``, ``tp_down`` times (0 at tp 1).
+    0 where ``t_red`` is 0 (``rd_bytes`` 0: TP overlap, a split backward, a blocking stack).
+    The one rule the estimate and the lower bound subtract from ``attn_down_time``; the
+    simulator compiles the same pieces (``ProgramBuilder.reduce_split``).
+    docs/calibration.md §5.99."""
+    pieces = down_reduce_pieces(x)
+    if not pieces:
+        return 0.0
+    t, out = t_red(1.0), 0.0
+    for wgrad in pieces:
+        out = out + np.minimum(t, wgrad)
+    return x.tp_down * out
 
 
 def attn_down_time(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,

@@ -59,7 +59,8 @@ from strategies.cost import counts as costs
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
-                                   dgrad_reduce_time, sp_grad_allreduce_bytes,
+                                   dgrad_reduce_time, down_reduce_hidden,
+                                   sp_grad_allreduce_bytes,
                                    sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
 from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
@@ -418,11 +419,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                                                                 False)
     # and, where the stack runs its down projections column-parallel (Megatron-Core
     # 0.12-0.13), their own gathers and reductions (``cost.stage.attn_down_time``, §5.85),
-    # blocking
+    # blocking, less what their weight gradients hide of the input-gradient reductions
+    # (``cost.stage.down_reduce_hidden``, §5.99)
     if np.any(sc.tp_down > 0):
         tp_layer = tp_layer + np.where(
             sp, attn_down_time(t_tp, sc, True, True) + attn_down_time(t_tp, sc, True, False),
-            attn_down_time(t_tp, sc, False, True) + attn_down_time(t_tp, sc, False, False))
+            attn_down_time(t_tp, sc, False, True) + attn_down_time(t_tp, sc, False, False)) \
+            - down_reduce_hidden(lambda w: dgrad_reduce_time(sc, tp, sp, cl, w), sc)
     # full recomputation reruns the attention forward's own gathers: the rope key's and the
     # column-parallel down projections' (``cost.stage.attn_full_rc_time``, §5.85), blocking
     if np.any(sc.tp_attn_full_rc > 0):

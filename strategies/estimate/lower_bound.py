@@ -83,7 +83,8 @@ import numpy as np
 from strategies import collectives as colls
 from strategies.cost import comm as cm
 from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_saved,
-                                   dgrad_reduce_hidden, sp_regather_exposed, stage_cost_arrays,
+                                   dgrad_reduce_hidden, down_reduce_hidden,
+                                   sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
@@ -251,6 +252,9 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
                         attn_down_time(t_floor, sc, False, True))
         dn_b = np.where(sp, attn_down_time(t_floor, sc, True, False),
                         attn_down_time(t_floor, sc, False, False))
+        # less the input-gradient reductions their weight gradients hide, at the floor
+        # (``down_reduce_hidden``, §5.99; ``t_red`` 0 where blocking)
+        dn_b = np.maximum(dn_b - down_reduce_hidden(t_red, sc), 0.0)
     return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f, cp_f),
             np.maximum(tp_b + a2a + etp_c + dn_b, cp_b) + rg, tau)
 
