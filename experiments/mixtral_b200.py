@@ -11,7 +11,8 @@ Table 1: the three model pairs that NVIDIA ran at tp 1, pp 1 on both DGX-B200 (N
 FP8 delayed scaling) and DGX-GB200 (NeMo 25.04, FP8 current scaling): measured and estimated
 steps, each row's error, the measured B200/GB200 step ratio and the model's, and the ratio
 of the two rows' compute factors (Table 4): the part of the B200 row's miss its GB200 twin
-does not share. Whether the script captured per-layer CUDA graphs (Megatron-Core ``enable_cuda_graph``) is read from
+does not share. Whether the script captured per-layer CUDA graphs (Megatron-Core
+``enable_cuda_graph``) is read from
 NVIDIA/NeMo: v2.2.0 ``scripts/llm/performance/pretrain_{llama3_8b,nemotron4_15b,
 mixtral_8x7b}.py`` (``enable_cuda_graph = bool(args.gpu.lower() in [...])``: ``[]`` for Llama 3
 8B, ``["b200"]`` for the other two) and v2.3.0 ``scripts/performance/recommended_model_configs/
