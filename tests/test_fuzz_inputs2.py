@@ -1,0 +1,62 @@
+"""Fuzzing of the commands and inputs tests/test_fuzz_recent.py does not reach: ``whatif``
+(``--vary`` axes, prices, the space flags), ``compare`` (``--schedules``, the sweep),
+``goodput`` and ``sensitivity`` numbers, ``--straggler``/``--degrade`` and the cluster
+file's ``faults:``, mixed clusters (``a:N+b:M`` and ``node_groups:``), plan files with every
+key (``framework:`` too) and ``--export``.
+
+The rule: any input either works (exit 0) or exits 2 with one line on stderr naming field,
+value and rule; never a traceback, never a hang, never an output file left behind after a
+refusal, the same answer twice. Derandomized (tests/fuzz_profile.py): a few seconds by
+default, ``PARAPLAN_HYPOTHESIS_SCALE=k`` runs k times as many examples and
+``PARAPLAN_HYPOTHESIS_RANDOM=1`` new ones each run.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+
+import pytest
+
+from tests.fuzz_profile import run_cli
+
+BASE = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16"]
+
+
+def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """``main(argv)`` in-process: exit 0, or 2 with one line on stderr, never a traceback;
+    after a refusal none of ``outputs`` (paths) exists."""
+    for o in outputs:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(o)
+    rc, out, e = run_cli(argv)
+    assert rc in (0, 2), (rc, argv, e[-3000:])
+    assert "Traceback" not in e, e[-3000:]
+    if rc == 2:
+        assert e.startswith("paraplan") and e.count("\n") == 1, (argv, e)
+        left = [o for o in outputs if os.path.exists(o)]
+        assert not left, (argv, e, left)
+    return rc, out, e
+
+
+# ----------------------------------------------------------------- found by the fuzzing
+
+@pytest.mark.parametrize("command", ["search", "whatif"])
+@pytest.mark.parametrize("n", ["99999999999999999999", "100000", "257"])
+def test_found_workers_sanity_limit(command, n):
+    """``--workers 10**20`` overflowed a C int in the process pool (a traceback) and
+    ``--workers 100000`` forked thousands of processes: at most MAX_WORKERS (256)."""
+    extra = ["--vary", "nodes=1"] if command == "whatif" else []
+    rc, _, e = cli([command, *BASE, *extra, "--fix", "tp=1,pp=1", "--workers", n])
+    assert rc == 2 and "--workers" in e and "256" in e, e
+
+
+def test_found_workers_limit_in_the_library():
+    from simulator.search.executors import make_executor
+    from simulator.workers import MAX_WORKERS, default_workers, process_pool
+    from strategies.errors import SpecError
+    assert 1 <= default_workers() <= MAX_WORKERS
+    for bad in (0, MAX_WORKERS + 1, 10 ** 20):
+        with pytest.raises(SpecError, match="workers"):
+            make_executor("local", bad, (), lambda i: None)
+        with pytest.raises(SpecError, match="workers"):
+            process_pool(bad)
