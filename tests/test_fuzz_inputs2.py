@@ -60,3 +60,30 @@ def test_found_workers_limit_in_the_library():
             make_executor("local", bad, (), lambda i: None)
         with pytest.raises(SpecError, match="workers"):
             process_pool(bad)
+
+
+GOODPUT = ["goodput", *BASE, "--plan", "tp=1,mbs=1", "--analytic"]
+
+
+@pytest.mark.parametrize("extra,field", [
+    (["--tokens", "1e18", "--mtbf-gpu-h", "1e-300"], "checkpoint_interval_s"),
+    (["--tokens", "1e9", "--interval-s", "1e-300"], "checkpoint_interval_s"),
+    (["--tokens", "1e18", "--mtbf-gpu-h", "1", "--restart-s", "1e308"], "restart_s")])
+def test_found_goodput_overflows(extra, field):
+    """A Daly interval of 1e-298 s (MTBF 1e-300 h) made ``work / interval`` infinite and
+    ``math.ceil`` raised OverflowError; a restart of 1e308 s made the expected wall time and
+    GPU-hours ``inf`` (printed, and ``Infinity`` in the JSON)."""
+    rc, _, e = cli([*GOODPUT, *extra])
+    assert rc == 2 and field in e, e
+
+
+def test_found_goodput_segments_exact():
+    from strategies import goodput as gp
+    from strategies.errors import SpecError
+    assert gp.full_segments(10.0, 3.0) == 3 and gp.full_segments(9.0, 3.0) == 2
+    assert gp.full_segments(0.0, 3.0) == 0
+    assert gp.full_segments(float(gp.MAX_SEGMENTS), 1.0) == gp.MAX_SEGMENTS - 1
+    with pytest.raises(SpecError, match="checkpoint_interval_s"):
+        gp.full_segments(float(gp.MAX_SEGMENTS) * 2, 1.0)
+    with pytest.raises(SpecError, match="restart_s"):
+        gp.expected_run_s(1e6, 1e3, 10.0, 450.0, 1e308)
