@@ -87,3 +87,27 @@ def test_found_goodput_segments_exact():
         gp.full_segments(float(gp.MAX_SEGMENTS) * 2, 1.0)
     with pytest.raises(SpecError, match="restart_s"):
         gp.expected_run_s(1e6, 1e3, 10.0, 450.0, 1e308)
+
+
+COMPARE = ["compare", *BASE, "--plan", "pp=2,mbs=1"]
+
+
+@pytest.mark.parametrize("counts", ["1_0", "\uff12", "0x8", "1e1", "0", "4097"])
+def test_found_sweep_counts_ascii(tmp_path, counts):
+    """``--sweep-microbatches`` read ``int()``: "1_0" and a full-width "２" were sweeps of 10
+    and 2 micro-batches (every other integer input refuses them: parse_int_text)."""
+    out = str(tmp_path / "s.svg")
+    rc, _, e = cli([*COMPARE, "--sweep", out, "--sweep-microbatches", counts], outputs=(out,))
+    assert rc == 2 and "--sweep-microbatches" in e, e
+
+
+def test_found_sweep_counts_without_sweep():
+    """``--sweep-microbatches`` without ``--sweep`` was dropped without a word."""
+    rc, _, e = cli([*COMPARE, "--sweep-microbatches", "4,8"])
+    assert rc == 2 and "--sweep-microbatches" in e and "--sweep" in e, e
+
+
+def test_sweep_counts_parsed():
+    from simulator.cli.compare import parse_counts
+    assert parse_counts(" 8, 4,4 ,", 2) == [4, 8]
+    assert parse_counts(None, 2) == [2, 4, 8, 16]
