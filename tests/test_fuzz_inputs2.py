@@ -142,3 +142,18 @@ def test_found_degrade_spellings_name_one_link(tmp_path):
         assert r["inputs"]["cluster"]["faults"] == {"degrade": {"nic:0": 2.0}}
         steps.add(r["step_time_s"])
     assert len(steps) == 1
+
+
+@pytest.mark.parametrize("text", ["dgx-h100:1+dgx-b300-2plane:1", "dgx-b300-2plane:1+dgx-h100:1"])
+def test_found_mixed_cluster_planes_by_order(text):
+    """A ``+`` cluster took the first term's network planes: ``dgx-h100:1+dgx-b300-2plane:1``
+    had one plane and the same groups the other way round two. One fabric joins the groups,
+    so its planes (and topology) are shared like the node shape."""
+    from strategies.errors import SpecError
+    from topologies.cluster import parse_cluster_arg
+    with pytest.raises(SpecError, match="planes"):
+        parse_cluster_arg(text)
+    rc, _, e = cli(["estimate", "--model", "gpt-1.7b", "--cluster", text, "--global-batch",
+                    "16", "--plan", "tp=2,pp=2,mbs=1"])
+    assert rc == 2 and "planes=" in e, e
+    assert parse_cluster_arg("dgx-b300-2plane:1+dgx-b300-2plane:1").planes == 2

@@ -515,7 +515,8 @@ def mixed_cluster(text: str) -> Cluster:
     """``PRESET:NODES+PRESET:NODES...`` (``dgx-h100:4+dgx-a100:4``): one node group per term,
     each with its preset's GPU and links; the cluster-wide links (what the analytic collective
     costs read) are the slowest group's. The presets must share the node shape (GPUs and NICs
-    per node, NVLink topology); rack-scale presets are refused."""
+    per node, NVLink topology) and the scale-out network (its topology and planes: one fabric
+    joins the groups); rack-scale presets are refused."""
     terms = [t.strip() for t in text.split("+")]
     parts = []
     for t in terms:
@@ -525,11 +526,12 @@ def mixed_cluster(text: str) -> Cluster:
         parts.append(c)
     first = parts[0]
     for t, c in zip(terms[1:], parts[1:]):
-        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology"):
+        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology",
+                     "inter_node_topology", "planes"):
             if getattr(c, attr) != getattr(first, attr):
                 raise SpecError("cluster", text, f"{t} has {attr}={getattr(c, attr)} but "
                                 f"{terms[0]} has {getattr(first, attr)}; the node groups of "
-                                "one cluster share the node shape")
+                                "one cluster share the node shape and the network")
     groups = tuple(NodeGroup(c.groups[0].gpu, c.groups[0].num_nodes, c.intra_node_bandwidth,
                              c.inter_node_bandwidth) for c in parts)
     return replace(first, name="+".join(c.name for c in parts), groups=groups,
