@@ -13,13 +13,21 @@ default, ``PARAPLAN_HYPOTHESIS_SCALE=k`` runs k times as many examples and
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
+import tempfile
 
 import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tests.fuzz_profile import run_cli
+from strategies.framework import PROFILES
+from tests.fuzz_profile import fuzz, run_cli
 
 BASE = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16"]
+GOODPUT = ["goodput", *BASE, "--plan", "tp=1,mbs=1", "--analytic"]
 
 
 def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
@@ -36,6 +44,263 @@ def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
         left = [o for o in outputs if os.path.exists(o)]
         assert not left, (argv, e, left)
     return rc, out, e
+
+
+_DIR = tempfile.mkdtemp(prefix="paraplan-fuzz-inputs2-")
+
+# ----------------------------------------------------------------- values
+
+#: numbers as typed on a command line: valid, edge, absurd, not numbers at all
+NUM_TEXT = st.sampled_from(
+    ["0", "-1", "1", "2", "3", "8", "64", "1.5", "0.5", "-0", "1e3", "1e-300", "5e-324",
+     "1e308", "1e400", "nan", "inf", "-inf", "", " ", "x", "9" * 30, "true", "0x10", "1_0",
+     "\uff12", "None", "1,2", "=", "+2", " 4 "])
+#: values in a YAML/JSON file
+NASTY = st.sampled_from([None, True, False, 0, -1, 1, 2, 3, 8, 10 ** 30, 2 ** 63, 1.5,
+                         float("nan"), float("inf"), -0.0, 5e-324, 1e308, "8", "", "x", "nan",
+                         "1e3", [], {}, [1], {"a": 1}])
+
+
+def _one_line_or_ok(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str]:
+    rc, out, _ = cli(argv, outputs)
+    if rc == 0 and "--json" in argv:
+        json.loads(out, parse_constant=lambda c: pytest.fail(f"{c} in the JSON: {argv}"))
+    return rc, out
+
+
+# ----------------------------------------------------------------- whatif
+
+WHATIF_KEYS = ["cluster", "gpu", "nodes", "inter_node_gbps", "intra_node_GBps",
+               "oversubscription", "nics_per_node", "straggler", "network", "failed_planes",
+               "global_batch", "seq_len", "unknown"]
+WHATIF_VALUES = st.one_of(NUM_TEXT, st.sampled_from(
+    ["dgx-h100", "dgx-a100:2", "dgx-h100:1+dgx-a100:1", "gb200-nvl72", "H100-SXM5-80GB",
+     "GB200", "MI300X", "foo", "multi-plane:2", "multi-plane:1", "multi-plane:99",
+     "fat_tree", "rail_fat_tree", "torus"]))
+
+
+@fuzz(25)
+@given(st.sampled_from(WHATIF_KEYS), st.lists(WHATIF_VALUES, min_size=1, max_size=2),
+       st.sampled_from([[], ["--gpu-hour-cost"], ["--network-prices"], ["--power"],
+                        ["--memory-limit"], ["--max-bubble"], ["--max-mbs"], ["--max-vpp"],
+                        ["--workers"]]), NUM_TEXT, st.booleans())
+def test_whatif_vary_and_flags(key, values, flag, value, as_json):
+    argv = ["whatif", *BASE, "--vary", f"{key}={','.join(values)}", "--fix", "tp=1,pp=1",
+            "--workers", "1"]
+    if flag == ["--workers"]:
+        argv = argv[:-2]
+    if flag == ["--network-prices"]:
+        argv += ["--network-prices", f"switch={value},optic_200={value}"]
+    elif flag == ["--power"]:
+        argv += ["--power"]
+    elif flag:
+        argv += [flag[0], value]
+    rc, out = _one_line_or_ok(argv + (["--json"] if as_json else []))
+    if rc == 0 and as_json:
+        for row in json.loads(out)["rows"]:
+            st_s = row.get("step_time_s")
+            assert st_s is None or (math.isfinite(st_s) and st_s > 0), row
+
+
+# ----------------------------------------------------------------- compare
+
+SCHEDULE_ITEMS = st.sampled_from(
+    ["gpipe", "1f1b", "zb-h1", "zb-h2", "deepspeed-1f1b", "dualpipe", "zb-1p", "zb-2p",
+     "interleaved", "zb-v", "dualpipev", "interleaved:", "zb-v:", "dualpipev:", "", " ",
+     "1F1B", "foo"])
+
+
+@fuzz(30)
+@given(st.lists(st.tuples(SCHEDULE_ITEMS, st.one_of(st.just(""), NUM_TEXT)), min_size=1,
+                max_size=3),
+       st.sampled_from(["pp=2,mbs=1", "pp=4,mbs=1", "tp=2,pp=2,mbs=1,vpp=2",
+                        "pp=2,mbs=1,layers_per_stage=20/4", "pp=2,mbs=1,flushes=2",
+                        "pp=2,mbs=2,layout=Et*12|t*12L", "pp=3,mbs=1"]),
+       st.one_of(st.none(), NUM_TEXT), st.booleans())
+def test_compare_schedules(items, plan, ranks, as_json):
+    text = ",".join(f"{a}{b}" if a.endswith(":") else a for a, b in items)
+    argv = ["compare", *BASE, "--plan", plan, "--schedules", text]
+    if ranks is not None:
+        argv += ["--timeline-ranks", ranks]
+    rc, out = _one_line_or_ok(argv + (["--json"] if as_json else []))
+    if rc == 0 and as_json:
+        rows = json.loads(out)["rows"]
+        assert any(r.get("valid", True) for r in rows)
+        for r in rows:
+            if r.get("valid", True):
+                assert math.isfinite(r["step_time_s"]) and r["step_time_s"] > 0, r
+
+
+# ----------------------------------------------------------------- goodput, sensitivity
+
+GOODPUT_FLAGS = ["--mtbf-gpu-h", "--mtbf-node-h", "--ckpt-bw", "--restart-s", "--interval-s",
+                 "--monte-carlo", "--seed"]
+
+
+@fuzz(60)
+@given(st.one_of(NUM_TEXT, st.sampled_from(["1e9", "15e12", "1e18", "1e19", "2048"])),
+       st.dictionaries(st.sampled_from(GOODPUT_FLAGS), NUM_TEXT, max_size=3))
+def test_goodput_numbers(tokens, flags):
+    argv = [*GOODPUT, "--json", "--tokens", tokens]
+    for k, v in flags.items():
+        argv += [k, v]
+    rc, out = _one_line_or_ok(argv)
+    if rc == 0:
+        r = json.loads(out)
+        g = r.get("goodput", r)
+        for k in ("expected_wall_s", "expected_gpu_hours", "goodput_fraction"):
+            if k in g:
+                assert math.isfinite(g[k]) and g[k] >= 0, (k, g)
+
+
+@fuzz(20)
+@given(st.dictionaries(st.sampled_from(["--factor", "--link-factor", "--rows"]), NUM_TEXT,
+                       max_size=2))
+def test_sensitivity_numbers(flags):
+    argv = ["sensitivity", *BASE, "--plan", "tp=2,pp=2,mbs=1", "--json"]
+    for k, v in flags.items():
+        argv += [k, v]
+    _one_line_or_ok(argv)
+
+
+# ----------------------------------------------------------------- faults
+
+LINK_HEADS = st.sampled_from(["nic:", "node:", "plane:", "", "gpu:", "nvswitch:", "leaf:",
+                              "spine:", "nic:0.", "3-nvswitch:", "nvswitch:0-", "0-",
+                              "nic:1.3-leaf:"])
+
+
+@fuzz(60)
+@given(st.lists(st.tuples(st.sampled_from(["--straggler", "--degrade"]), LINK_HEADS,
+                          NUM_TEXT, NUM_TEXT), min_size=1, max_size=3),
+       st.sampled_from(["dgx-a100:1", "dgx-a100:2", "dgx-b300-2plane:2",
+                        "dgx-h100:1+dgx-a100:1"]),
+       st.sampled_from(["estimate", "simulate"]))
+def test_fault_flags(faults, cluster, command):
+    argv = [command, "--model", "gpt-1.7b", "--cluster", cluster, "--global-batch", "16",
+            "--plan", "tp=2,pp=2,mbs=1", "--json"]
+    for flag, head, key, factor in faults:
+        argv += [flag, f"{key}={factor}" if flag == "--straggler" else f"{head}{key}={factor}"]
+    rc, out = _one_line_or_ok(argv)
+    if rc == 0:
+        assert json.loads(out)["step_time_s"] > 0
+
+
+# ----------------------------------------------------------------- cluster and plan files
+
+CLUSTER = dict(name="c", gpu="A100-SXM4-80GB", nodes=2, gpus_per_node=8, intra_node_GBps=300,
+               inter_node_gbps=200, nics_per_node=8, intra_node_topology="switch",
+               inter_node_topology="rail_fat_tree",
+               faults={"stragglers": {3: 1.5}, "degrade": {"nic:0": 2}})
+GROUPS = [dict(gpu="H100-SXM5-80GB", nodes=1, intra_node_GBps=450, inter_node_gbps=400),
+          dict(gpu="A100-SXM4-80GB", nodes=1)]
+CLUSTER_KEYS = sorted(CLUSTER) + ["node_groups", "storage_write_GBps", "oversubscription",
+                                  "network", "preset", "extra"]
+PLAN = dict(tp=2, pp=2, mbs=1, gbs=16, sp=True, zero=1, schedule="1f1b", vpp=1,
+            recompute="none", cp=1, ep=1, layers_per_stage="12/12", framework="megatron-core")
+PLAN_KEYS = sorted(PLAN) + ["flushes", "etp", "moe_dispatcher", "group_microbatches",
+                            "layout", "first_stage_layers", "microbatch_group_size", "extra"]
+
+
+def _mutate(d: dict, keys: list[str], data) -> dict:
+    d = json.loads(json.dumps(d))
+    for _ in range(data.draw(st.integers(1, 3))):
+        k = data.draw(st.sampled_from(keys))
+        if data.draw(st.integers(0, 4)) == 0:
+            d.pop(k, None)
+        else:
+            d[k] = data.draw(NASTY)
+    return d
+
+
+def _write(d: object, name: str, as_json: bool) -> str:
+    path = os.path.join(_DIR, name + (".json" if as_json else ".yaml"))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(json.dumps(d, allow_nan=True) if as_json else yaml.safe_dump(d))
+    return path
+
+
+@fuzz(60)
+@given(st.data(), st.booleans(), st.sampled_from(["estimate", "simulate", "sensitivity",
+                                                  "goodput"]))
+def test_cluster_files_faults_and_groups(data, as_json, command):
+    base = dict(CLUSTER)
+    if data.draw(st.booleans()):
+        base = {k: v for k, v in base.items() if k not in ("gpu", "nodes")}
+        base["node_groups"] = json.loads(json.dumps(GROUPS))
+    d = _mutate(base, CLUSTER_KEYS, data)
+    for sec in ("faults", "node_groups"):
+        v = d.get(sec)
+        if isinstance(v, dict) and data.draw(st.booleans()):
+            sub = v.get(data.draw(st.sampled_from(["stragglers", "degrade"])))
+            if isinstance(sub, dict):
+                sub[data.draw(st.sampled_from([0, 15, 16, -1, "nic:00", "node:1", "0-1",
+                                               "nvswitch:0-3", "x"]))] = data.draw(NASTY)
+        if isinstance(v, list) and v and isinstance(v[0], dict):
+            v[data.draw(st.integers(0, len(v) - 1))][data.draw(st.sampled_from(
+                ["gpu", "nodes", "intra_node_GBps", "inter_node_gbps", "gpus_per_node",
+                 "extra"]))] = data.draw(NASTY)
+    try:
+        path = _write(d, "cluster", as_json)
+    except (ValueError, TypeError, OverflowError, yaml.YAMLError):
+        return
+    argv = [command, "--model", "gpt-1.7b", "--cluster", path, "--global-batch", "16",
+            "--plan", data.draw(st.sampled_from(["tp=2,pp=2,mbs=1",
+                                                 "tp=1,pp=2,mbs=1,layers_per_stage=20/4",
+                                                 "tp=8,mbs=1,group_microbatches=1/1"])),
+            "--json"]
+    if command == "goodput":
+        argv += ["--tokens", "1e9", "--analytic"]
+    _one_line_or_ok(argv)
+
+
+@fuzz(60)
+@given(st.data(), st.booleans(),
+       st.sampled_from(["estimate", "simulate", "compare", "goodput", "whatif"]))
+def test_plan_files_every_key(data, as_json, command):
+    d = _mutate(PLAN, PLAN_KEYS, data)
+    if data.draw(st.booleans()):
+        d["framework"] = data.draw(st.sampled_from(sorted(PROFILES) + ["foo", "", 1]))
+    try:
+        path = _write(d, "plan", as_json)
+    except (ValueError, TypeError, OverflowError, yaml.YAMLError):
+        return
+    argv = [command, "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--plan", path]
+    if command == "goodput":
+        argv += ["--tokens", "1e9", "--analytic"]
+    if command == "whatif":
+        argv += ["--vary", "inter_node_gbps=100,200", "--workers", "1"]
+    _one_line_or_ok(argv)
+
+
+# ----------------------------------------------------------------- --export
+
+EXPORT_PLANS = ["tp=2,pp=2,mbs=1", "tp=2,pp=2,vpp=2,mbs=1,schedule=interleaved",
+                "tp=1,pp=2,mbs=1,layers_per_stage=20/4", "tp=2,pp=4,mbs=1,schedule=zb-h1",
+                "tp=2,ep=4,mbs=1", "tp=1,pp=2,schedule=dualpipev,mbs=1", "zero=3,mbs=1",
+                "tp=2,cp=2,mbs=1", "tp=2,pp=2,mbs=1,recompute=selective,"
+                "recompute_modules=core_attn+mlp", "tp=2,pp=2,mbs=1,flushes=2",
+                "tp=2,pp=2,mbs=1,layout=Et*12|t*12L", "tp=2,mbs=1,etp=2,ep=2",
+                "tp=8,mbs=1,group_microbatches=1/1", "zero=2,mbs=2", "tp=2,mbs=1,sp=true"]
+
+
+@fuzz(60)
+@given(st.sampled_from(["gpt-1.7b", "mixtral-8x7b", "llama3-8b", "qwen3-30b-a3b"]),
+       st.sampled_from(EXPORT_PLANS),
+       st.sampled_from(["dgx-h100:1", "dgx-h100:1+dgx-a100:1", "dgx-b200:1"]),
+       st.sampled_from(["megatron", "deepspeed", "torchtitan", "maxtext", "llm-foundry"]),
+       st.one_of(st.none(), st.sampled_from(sorted(PROFILES))),
+       st.sampled_from(["bf16", "fp8", "mxfp8", "fp16"]))
+def test_exports(model, plan, cluster, kind, framework, dtype):
+    argv = ["estimate", "--model", model, "--cluster", cluster, "--global-batch", "16",
+            "--plan", plan, "--export", kind, "--dtype", dtype, "--json"]
+    if framework:
+        argv += ["--framework", framework]
+    rc, out = _one_line_or_ok(argv)
+    if rc == 0:
+        r = json.loads(out)
+        assert r["export"]["kind"] == kind and r["export"]["text"].strip()
+        assert run_cli(argv)[1] == out        # the same answer twice
 
 
 # ----------------------------------------------------------------- found by the fuzzing
@@ -61,8 +326,6 @@ def test_found_workers_limit_in_the_library():
         with pytest.raises(SpecError, match="workers"):
             process_pool(bad)
 
-
-GOODPUT = ["goodput", *BASE, "--plan", "tp=1,mbs=1", "--analytic"]
 
 
 @pytest.mark.parametrize("extra,field", [
