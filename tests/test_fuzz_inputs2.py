@@ -420,3 +420,42 @@ def test_found_mixed_cluster_planes_by_order(text):
                     "16", "--plan", "tp=2,pp=2,mbs=1"])
     assert rc == 2 and "planes=" in e, e
     assert parse_cluster_arg("dgx-b300-2plane:1+dgx-b300-2plane:1").planes == 2
+
+
+def test_found_whatif_bandwidths_on_a_mixed_cluster():
+    """``--vary inter_node_gbps=10,400`` (and ``intra_node_GBps``) changed only the
+    cluster-wide rates, which a mixed cluster's simulator ignores for each node group's own
+    links: 0.189 s at 10 and at 400 Gb/s. Now every group's link takes the varied value."""
+    from simulator.studies.whatif_variants import apply_cluster
+    from topologies.cluster import parse_cluster_arg
+    mixed = parse_cluster_arg("dgx-h100:1+dgx-a100:1")
+    c = apply_cluster(mixed, "inter_node_gbps", 123.0)
+    assert c.inter_node_bandwidth == 123.0 * 1e9 / 8
+    assert all(g.inter_node_bandwidth is None for g in c.groups)
+    assert [g.intra_node_bandwidth for g in c.groups] == \
+        [g.intra_node_bandwidth for g in mixed.groups]
+    c = apply_cluster(mixed, "intra_node_GBps", 77.0)
+    assert c.intra_node_bandwidth == 77e9 and all(g.intra_node_bandwidth is None
+                                                  for g in c.groups)
+    rc, out, e = cli(["whatif", "--model", "gpt-1.7b", "--cluster", "dgx-h100:1+dgx-a100:1",
+                      "--global-batch", "16", "--vary", "intra_node_GBps=10,450",
+                      "--fix", "tp=1,pp=1,zero=0,mbs=1", "--workers", "1", "--json"])
+    assert rc == 0, e
+    steps = [r["step_time_s"] for r in json.loads(out)["rows"]]
+    assert steps[0] > 2 * steps[1], steps
+
+
+def test_found_resized_cluster_keeps_group_links():
+    """``Cluster.with_nodes`` (``--vary nodes``) and ``--vary gpu`` rebuilt the node group and
+    dropped its own link rates (a one-group ``node_groups:`` file)."""
+    from dataclasses import replace
+    from simulator.studies.whatif_variants import apply_cluster
+    from topologies.cluster import parse_cluster_arg
+    base = parse_cluster_arg("dgx-a100:1")
+    one = replace(base, groups=(replace(base.groups[0], intra_node_bandwidth=1e11,
+                                        inter_node_bandwidth=2e10),))
+    for c in (one.with_nodes(3), apply_cluster(one, "nodes", 3),
+              apply_cluster(one, "gpu", "H100-SXM5-80GB")):
+        assert (c.groups[0].intra_node_bandwidth, c.groups[0].inter_node_bandwidth) == \
+            (1e11, 2e10)
+    assert one.with_nodes(3).num_nodes == 3

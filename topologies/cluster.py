@@ -305,7 +305,7 @@ class Cluster:
             raise SpecError("nodes", num_nodes, "cannot resize a heterogeneous cluster; edit its YAML")
         count = num_nodes * self.gpus_per_node // self.gpus_per_host \
             if self.source in _RACKS else num_nodes
-        return replace(self, groups=(NodeGroup(self.groups[0].gpu, num_nodes),),
+        return replace(self, groups=(replace(self.groups[0], num_nodes=num_nodes),),
                        name=f"{self.name.split(':')[0]}:{count}")
 
     def to_dict(self) -> dict[str, Any]:
