@@ -459,3 +459,19 @@ def test_found_resized_cluster_keeps_group_links():
         assert (c.groups[0].intra_node_bandwidth, c.groups[0].inter_node_bandwidth) == \
             (1e11, 2e10)
     assert one.with_nodes(3).num_nodes == 3
+
+
+def test_found_whatif_planes_split_every_groups_nic(tmp_path):
+    """``--vary network=multi-plane:16`` checked the split of the cluster-wide NIC only
+    (400 Gb/s: 25 Gb/s ports) and ran a node group's 100 Gb/s NIC as 6.25 Gb/s ports, which
+    the same cluster file with ``network: {planes: 16}`` refuses."""
+    f = tmp_path / "mixed.yaml"
+    f.write_text(yaml.safe_dump(dict(
+        name="m", gpus_per_node=8, intra_node_GBps=300, inter_node_gbps=400, nics_per_node=8,
+        intra_node_topology="switch", inter_node_topology="rail_fat_tree",
+        node_groups=[dict(gpu="H100-SXM5-80GB", nodes=1, inter_node_gbps=400),
+                     dict(gpu="A100-SXM4-80GB", nodes=1, inter_node_gbps=100)])))
+    rc, _, e = cli(["whatif", "--model", "gpt-1.7b", "--cluster", str(f), "--global-batch",
+                    "16", "--vary", "network=multi-plane:16", "--fix", "tp=8,mbs=1",
+                    "--workers", "1"])
+    assert rc == 2 and "100 Gb/s" in e and "6.25" in e, e

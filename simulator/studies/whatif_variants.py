@@ -204,7 +204,9 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
             return cluster.with_faults(Faults(((STRAGGLER_GPU, float(value)),)))
         if key == "network":
             topology, planes = network_of(str(value))
-            check_planes(planes, cluster.inter_node_bandwidth * 8 / 1e9)
+            for bw in sorted({cluster.inter_node_bandwidth} | {
+                    g.inter_node_bandwidth for g in cluster.groups} - {None}):
+                check_planes(planes, bw * 8 / 1e9)   # every NIC splits into the planes
             return replace(cluster, inter_node_topology=topology, planes=planes)
         if key == "failed_planes":
             k = int(value)
