@@ -294,8 +294,11 @@ class Cluster:
 
     @property
     def inter_node_bandwidth_per_gpu(self) -> float:
-        """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription."""
-        return self.nics_per_node * self.inter_node_bandwidth / self.gpus_per_node
+        """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription: of the
+        NICs a GPU uses, at most one each (``topologies.graph.rails``: NICs beyond the GPU
+        count carry no training traffic in the simulator either)."""
+        return min(self.nics_per_node, self.gpus_per_node) * self.inter_node_bandwidth \
+            / self.gpus_per_node
 
     def with_nodes(self, num_nodes: int) -> "Cluster":
         """The same cluster with ``num_nodes`` nodes (NVLink domains); a rack-scale preset's
