@@ -496,3 +496,24 @@ def test_found_nics_beyond_the_gpus(nics):
     a = estimate(make_job(m, base, p, global_batch=16))
     b = estimate(make_job(m, more, p, global_batch=16))
     assert a.step_time_s == b.step_time_s
+
+
+def test_found_whatif_straggler_over_a_given_one():
+    """``--vary straggler=1,1.5 --straggler 0=2``: each variant replaced GPU 0's factor, so
+    the flag was lost without a word (the ``straggler=1`` row was the healthy cluster)."""
+    rc, _, e = cli(["whatif", *BASE, "--fix", "tp=1,pp=1", "--workers", "1",
+                    "--vary", "straggler=1,1.5", "--straggler", "0=2"])
+    assert rc == 2 and "already a straggler" in e, e
+    rc, _, e = cli(["whatif", *BASE, "--fix", "tp=1,pp=1", "--workers", "1",
+                    "--vary", "straggler=1.5", "--straggler", "1=2"])
+    assert rc == 0, e
+
+
+def test_found_whatif_multi_plane_named_twice():
+    """``network=multi-plane,multi-plane:2`` ran the same network twice (every other key
+    refuses a value given twice: ``nodes=1,01``)."""
+    from simulator.studies.whatif_variants import parse_vary
+    rc, _, e = cli(["whatif", *BASE, "--fix", "tp=1,pp=1", "--workers", "1",
+                    "--vary", "network=multi-plane,multi-plane:2"])
+    assert rc == 2 and "given twice" in e, e
+    assert parse_vary(["network=multi-plane"]) == [("network", ["multi-plane:2"])]

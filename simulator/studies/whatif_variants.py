@@ -130,7 +130,7 @@ def _network_value(text: str) -> str:
                 raise SpecError("--vary network", text, f"multi-plane:N needs N planes, an "
                                 f"integer in 2..{MAX_PLANES}") from None
             return f"multi-plane:{k}"
-        return t
+        return "multi-plane:2" if t == "multi-plane" else t   # one name per network
     raise SpecError("--vary network", text, f"must be one of {', '.join(NETWORKS)} or "
                                             "multi-plane:N (N >= 2 planes)")
 
@@ -201,6 +201,11 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
         if key == "nics_per_node":
             return replace(cluster, nics_per_node=int(value))
         if key == "straggler":
+            if cluster.faults.straggler_factor(STRAGGLER_GPU) != 1.0:
+                raise SpecError("--vary straggler", value, f"GPU {STRAGGLER_GPU} is already a "
+                                f"straggler ({cluster.faults.straggler_factor(STRAGGLER_GPU):g}"
+                                ", --straggler or the cluster file's faults:): vary it or give "
+                                "it, not both")
             return cluster.with_faults(Faults(((STRAGGLER_GPU, float(value)),)))
         if key == "network":
             topology, planes = network_of(str(value))
