@@ -522,3 +522,21 @@ def test_found_whatif_multi_plane_named_twice():
                     "--vary", "network=multi-plane,multi-plane:2"])
     assert rc == 2 and "given twice" in e, e
     assert parse_vary(["network=multi-plane"]) == [("network", ["multi-plane:2"])]
+
+
+def test_found_whatif_price_and_power_of_a_mixed_cluster():
+    """``--gpu-hour-cost`` and ``--power`` priced every GPU of a mixed cluster as
+    ``Cluster.gpu`` (the lowest peak: 16 x A100 at 400 W for 8 H100 + 8 A100); now each type
+    counts its own GPUs (550 W per GPU on average; USD 3 at 4 and 2)."""
+    from simulator.studies.prices import price_of
+    from simulator.studies.whatif import per_gpu_mean
+    from topologies.cluster import parse_cluster_arg
+    mixed = parse_cluster_arg("dgx-h100:1+dgx-a100:3")
+    tdp = {g.name: g.tdp_w for g, _ in mixed.gpu_counts()}
+    assert per_gpu_mean(mixed, lambda g: g.tdp_w) == \
+        (8 * tdp["H100-SXM5-80GB"] + 24 * tdp["A100-SXM4-80GB"]) / 32
+    prices = {"H100-SXM5-80GB": 4.0, "A100-SXM4-80GB": 2.0}
+    assert per_gpu_mean(mixed, lambda g: price_of(prices, g.name)) == (8 * 4 + 24 * 2) / 32
+    assert per_gpu_mean(mixed, lambda g: price_of({"H100-SXM5-80GB": 4.0}, g.name)) is None
+    one = parse_cluster_arg("dgx-a100:3")
+    assert per_gpu_mean(one, lambda g: price_of(2.1, g.name)) == 2.1      # exactly

@@ -173,7 +173,7 @@ def render(rep: dict[str, Any]) -> str:
         out.append(f"\ncost assumes {price:g} USD per GPU-hour (every GPU of the "
                    "variant's cluster, for the whole step)")
     elif cost:
-        gpus = sorted({r["job"]["gpu"] for r in rep["rows"]})
+        gpus = sorted({g for r in rep["rows"] for g in r["job"]["gpu_types"]})
         out.append("\ncost per GPU-hour (USD, every GPU of the variant's cluster for the whole "
                    "step): " + "; ".join(
                        f"{g} {price[g]:g}" + (f" ({PRICE_SOURCES[g][1]})"
