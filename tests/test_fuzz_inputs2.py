@@ -540,3 +540,15 @@ def test_found_whatif_price_and_power_of_a_mixed_cluster():
     assert per_gpu_mean(mixed, lambda g: price_of({"H100-SXM5-80GB": 4.0}, g.name)) is None
     one = parse_cluster_arg("dgx-a100:3")
     assert per_gpu_mean(one, lambda g: price_of(2.1, g.name)) == 2.1      # exactly
+
+
+@pytest.mark.parametrize("flag,text", [
+    ("--gpu-hour-cost", "H100=2,H100-SXM5-80GB=3"), ("--gpu-hour-cost", "A100=1,A100=1"),
+    ("--network-prices", "switch=1000,switch=2000"),
+    ("--network-prices", "optic_400=5, optic_400=6")])
+def test_found_prices_given_twice(flag, text):
+    """``--gpu-hour-cost H100=2,H100-SXM5-80GB=3`` (one GPU under its alias and its name) and
+    ``--network-prices switch=1000,switch=2000`` kept the last price without a word."""
+    rc, _, e = cli(["whatif", *BASE, "--fix", "tp=1,pp=1", "--workers", "1",
+                    "--vary", "nodes=1", flag, text])
+    assert rc == 2 and "given twice" in e, e
