@@ -12,7 +12,6 @@ default, ``PARAPLAN_HYPOTHESIS_SCALE=k`` runs k times as many examples and
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -24,26 +23,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from strategies.framework import PROFILES
-from tests.fuzz_profile import fuzz, run_cli
+from tests.fuzz_profile import cli, fuzz, run_cli
 
 BASE = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16"]
 GOODPUT = ["goodput", *BASE, "--plan", "tp=1,mbs=1", "--analytic"]
-
-
-def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
-    """``main(argv)`` in-process: exit 0, or 2 with one line on stderr, never a traceback;
-    after a refusal none of ``outputs`` (paths) exists."""
-    for o in outputs:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(o)
-    rc, out, e = run_cli(argv)
-    assert rc in (0, 2), (rc, argv, e[-3000:])
-    assert "Traceback" not in e, e[-3000:]
-    if rc == 2:
-        assert e.startswith("paraplan") and e.count("\n") == 1, (argv, e)
-        left = [o for o in outputs if os.path.exists(o)]
-        assert not left, (argv, e, left)
-    return rc, out, e
 
 
 _DIR = tempfile.mkdtemp(prefix="paraplan-fuzz-inputs2-")
