@@ -29,6 +29,14 @@ POLL_S = 0.5
 GRACE_S = 2.0
 #: The signals that stop a command, by name (SIGHUP does not exist on Windows).
 STOP_SIGNALS = tuple(s for s in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, s))
+#: Most worker processes (or Ray tasks in flight) one command may ask for: a sanity limit
+#: (``--workers 100000`` once forked thousands of processes; ``10**20`` overflowed a C int).
+MAX_WORKERS = 256
+
+
+def default_workers() -> int:
+    """Workers when none is asked for: every core, at most ``MAX_WORKERS``."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
 
 
 class Stopped(KeyboardInterrupt):
@@ -113,8 +121,11 @@ def _init(parent_pid: int, initializer: Callable[..., None] | None, initargs: tu
 
 def process_pool(workers: int, initializer: Callable[..., None] | None = None,
                  initargs: tuple = ()) -> ProcessPoolExecutor:
-    """A pool of ``workers`` processes (fork where available) that watch this process."""
+    """A pool of ``workers`` processes (fork where available) that watch this process;
+    ``workers`` in ``[1, MAX_WORKERS]``, else a SpecError."""
     import multiprocessing as mp
+    from topologies.limits import check_int
+    check_int("workers", workers, 1, MAX_WORKERS)
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context(method),
                                initializer=_init, initargs=(os.getpid(), initializer, initargs))

@@ -73,6 +73,9 @@ DEFAULT_RESTART_S = 600.0
 MAX_SEGMENT_MTBFS = 500.0
 #: the Monte-Carlo sampler draws failures one by one: at most this many expected per run
 MAX_SAMPLED_FAILURES = 100_000
+#: a run cut into more checkpoint segments than this is refused (a sanity limit: a
+#: checkpoint every 1e-300 s made ``work / interval`` infinite, and ``ceil`` raised)
+MAX_SEGMENTS = 10 ** 12
 
 
 
@@ -177,15 +180,31 @@ def goodput_fraction(interval: float, delta: float, mtbf: float, restart: float)
     return tau / expected_segment_s(tau, delta, mtbf, restart)
 
 
+def full_segments(work: float, interval: float) -> int:
+    """Full checkpoint segments of ``interval`` compute seconds in a run of ``work`` (the
+    last, partial one not counted): ``ceil(work / interval) − 1``, at most ``MAX_SEGMENTS``."""
+    w, tau = check_number("work_s", work, 0.0), _pos("checkpoint_interval_s", interval)
+    n = w / tau
+    if n > MAX_SEGMENTS:
+        raise SpecError("checkpoint_interval_s", tau, f"cuts {w:.6g} s of compute into "
+                        f"{n:.3g} segments; at most {MAX_SEGMENTS:.0e} (a sanity limit)")
+    return max(math.ceil(n) - 1, 0)
+
+
 def expected_run_s(work: float, interval: float, delta: float, mtbf: float,
                    restart: float) -> float:
     """Expected wall seconds of a whole run of ``work`` compute seconds: ``k`` full segments
-    of ``interval`` and a last one of the rest, each closed by a checkpoint."""
+    of ``interval`` and a last one of the rest, each closed by a checkpoint; a SpecError when
+    it overflows a float."""
     w, tau = check_number("work_s", work, 0.0), _pos("checkpoint_interval_s", interval)
-    full = max(math.ceil(w / tau) - 1, 0)
+    full = full_segments(w, tau)
     last = w - full * tau
-    return full * expected_segment_s(tau, delta, mtbf, restart) + \
+    wall = full * expected_segment_s(tau, delta, mtbf, restart) + \
         expected_segment_s(last, delta, mtbf, restart)
+    if not math.isfinite(wall):
+        raise SpecError("restart_s", restart, f"with a job MTBF of {mtbf:.3g} s, the expected "
+                        "wall time overflows a float (no run lasts that long)")
+    return wall
 
 
 def sample_run_s(work: float, interval: float, delta: float, mtbf: float, restart: float,
@@ -197,7 +216,7 @@ def sample_run_s(work: float, interval: float, delta: float, mtbf: float, restar
     m, d = _pos("job_mtbf_s", mtbf), check_number("checkpoint_write_s", delta, 0.0)
     r = check_number("restart_s", restart, 0.0)
     check_int("monte_carlo", runs, 1, 10_000_000)
-    full = max(math.ceil(w / tau) - 1, 0)
+    full = full_segments(w, tau)
     s_full, s_last = tau + d, (w - full * tau) + d
     expected = _expected_failures(w, tau, d, m)
     if expected > MAX_SAMPLED_FAILURES:
@@ -273,7 +292,7 @@ def goodput_report(step_time_s: float, tokens: int, tokens_per_step: int, num_gp
 
 def _expected_failures(work: float, tau: float, delta: float, m: float) -> float:
     """Expected failures over the run: ``exp(s/M) − 1`` per segment."""
-    full = max(math.ceil(work / tau) - 1, 0)
+    full = full_segments(work, tau)
     return full * math.expm1(min((tau + delta) / m, MAX_SEGMENT_MTBFS)) + \
         math.expm1(min((work - full * tau + delta) / m, MAX_SEGMENT_MTBFS))
 

@@ -1,4 +1,5 @@
-"""The fuzz tests' one hypothesis profile (tests/test_fuzz_parsers.py, tests/test_fuzz_recent.py).
+"""The fuzz tests' one hypothesis profile (tests/test_fuzz_parsers.py, tests/test_fuzz_recent.py,
+tests/test_fuzz_inputs2.py).
 CI: the same examples every run. PARAPLAN_HYPOTHESIS_SCALE=k runs k times as many, and
 PARAPLAN_HYPOTHESIS_RANDOM=1 new ones each time (for hunting bugs locally)."""
 from __future__ import annotations
@@ -44,3 +45,19 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
         except SystemExit as e:
             rc = e.code
     return rc, out.getvalue(), err.getvalue()
+
+
+def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
+    """``run_cli(argv)`` held to the input rule: exit 0, or 2 with one line on stderr, never a
+    traceback; after a refusal none of ``outputs`` (paths) exists."""
+    for o in outputs:
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(o)
+    rc, out, e = run_cli(argv)
+    assert rc in (0, 2), (rc, argv, e[-3000:])
+    assert "Traceback" not in e, e[-3000:]
+    if rc == 2:
+        assert e.startswith("paraplan") and e.count("\n") == 1, (argv, e)
+        left = [o for o in outputs if os.path.exists(o)]
+        assert not left, (argv, e, left)
+    return rc, out, e

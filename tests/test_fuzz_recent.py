@@ -15,7 +15,6 @@ runs k times as many, ``PARAPLAN_HYPOTHESIS_RANDOM=1`` new ones each run).
 """
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import math
@@ -36,27 +35,11 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan, plan_from_mapping
 from strategies.presets import model_preset
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
-from tests.fuzz_profile import clean, fuzz, run_cli
+from tests.fuzz_profile import clean, cli, fuzz
 from topologies.gpu_profile import profile_from_mapping, profile_to_mapping
 
 
 _DIR = tempfile.mkdtemp(prefix="paraplan-fuzz-recent-")
-
-
-def cli(argv: list[str], outputs: tuple[str, ...] = ()) -> tuple[int, str, str]:
-    """``main(argv)`` in-process: exit 0, or 2 with one line on stderr, never a traceback;
-    after a refusal none of ``outputs`` (paths) exists."""
-    for o in outputs:
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(o)
-    rc, out, e = run_cli(argv)
-    assert rc in (0, 2), (rc, argv, e[-3000:])
-    assert "Traceback" not in e, e[-3000:]
-    if rc == 2:
-        assert e.startswith("paraplan") and e.count("\n") == 1, (argv, e)
-        left = [o for o in outputs if os.path.exists(o)]
-        assert not left, (argv, e, left)
-    return rc, out, e
 
 
 # ----------------------------------------------------------------- values

@@ -294,8 +294,11 @@ class Cluster:
 
     @property
     def inter_node_bandwidth_per_gpu(self) -> float:
-        """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription."""
-        return self.nics_per_node * self.inter_node_bandwidth / self.gpus_per_node
+        """Bytes/s of NIC bandwidth per GPU (per direction), before oversubscription: of the
+        NICs a GPU uses, at most one each (``topologies.graph.rails``: NICs beyond the GPU
+        count carry no training traffic in the simulator either)."""
+        return min(self.nics_per_node, self.gpus_per_node) * self.inter_node_bandwidth \
+            / self.gpus_per_node
 
     def with_nodes(self, num_nodes: int) -> "Cluster":
         """The same cluster with ``num_nodes`` nodes (NVLink domains); a rack-scale preset's
@@ -305,7 +308,7 @@ class Cluster:
             raise SpecError("nodes", num_nodes, "cannot resize a heterogeneous cluster; edit its YAML")
         count = num_nodes * self.gpus_per_node // self.gpus_per_host \
             if self.source in _RACKS else num_nodes
-        return replace(self, groups=(NodeGroup(self.groups[0].gpu, num_nodes),),
+        return replace(self, groups=(replace(self.groups[0], num_nodes=num_nodes),),
                        name=f"{self.name.split(':')[0]}:{count}")
 
     def to_dict(self) -> dict[str, Any]:
@@ -515,7 +518,8 @@ def mixed_cluster(text: str) -> Cluster:
     """``PRESET:NODES+PRESET:NODES...`` (``dgx-h100:4+dgx-a100:4``): one node group per term,
     each with its preset's GPU and links; the cluster-wide links (what the analytic collective
     costs read) are the slowest group's. The presets must share the node shape (GPUs and NICs
-    per node, NVLink topology); rack-scale presets are refused."""
+    per node, NVLink topology) and the scale-out network (its topology and planes: one fabric
+    joins the groups); rack-scale presets are refused."""
     terms = [t.strip() for t in text.split("+")]
     parts = []
     for t in terms:
@@ -525,11 +529,12 @@ def mixed_cluster(text: str) -> Cluster:
         parts.append(c)
     first = parts[0]
     for t, c in zip(terms[1:], parts[1:]):
-        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology"):
+        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology",
+                     "inter_node_topology", "planes"):
             if getattr(c, attr) != getattr(first, attr):
                 raise SpecError("cluster", text, f"{t} has {attr}={getattr(c, attr)} but "
                                 f"{terms[0]} has {getattr(first, attr)}; the node groups of "
-                                "one cluster share the node shape")
+                                "one cluster share the node shape and the network")
     groups = tuple(NodeGroup(c.groups[0].gpu, c.groups[0].num_nodes, c.intra_node_bandwidth,
                              c.inter_node_bandwidth) for c in parts)
     return replace(first, name="+".join(c.name for c in parts), groups=groups,

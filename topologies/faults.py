@@ -89,20 +89,31 @@ class LinkSpec:
     ends: tuple
 
 
+def _end_text(end: Any) -> str:
+    """The canonical name of a graph node ``parse_link_node`` returns."""
+    if isinstance(end, int):
+        return str(end)
+    return f"{end[0]}:" + ".".join(str(x) for x in end[1:])
+
+
 def parse_link(text: Any) -> LinkSpec:
-    """``nic:G``, ``node:N`` or ``A-B`` (see the module docstring)."""
+    """``nic:G``, ``node:N`` or ``A-B`` (see the module docstring). ``text`` is canonical:
+    integers as plain digits, ``gpu:G`` as ``G`` and a link's ends in sorted order (every
+    link is duplex), so that one link has one name (``nic:00`` is ``nic:0``, ``nvswitch:0-3``
+    is ``3-nvswitch:0``) and an entry replaces or repeats another whatever its spelling."""
     if not isinstance(text, (str, int)) or isinstance(text, bool):
         raise SpecError("--degrade", text, "a link must be nic:G, node:N or A-B")
     s = str(text).strip()
     head, colon, rest = s.partition(":")
     if "-" not in s and colon and head in ("nic", "node", "plane") and "." not in rest:
-        return LinkSpec(s, head, (parse_int_text(f"--degrade {head}", rest),))
+        n = parse_int_text(f"--degrade {head}", rest)
+        return LinkSpec(f"{head}:{n}", head, (n,))
     a, dash, b = s.partition("-")
     if not dash:
         raise SpecError("--degrade", s, "a link must be nic:G, node:N or A-B "
                                         "(e.g. 3-nvswitch:0, nic:1.3-leaf:3.0)")
-    ends = (parse_link_node(a), parse_link_node(b))
-    return LinkSpec(s, "link", ends)
+    ends = tuple(sorted((parse_link_node(a), parse_link_node(b)), key=_end_text))
+    return LinkSpec("-".join(_end_text(e) for e in ends), "link", ends)
 
 
 def _split(field: str, text: Any) -> tuple[str, str]:

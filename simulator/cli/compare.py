@@ -15,6 +15,8 @@ import argparse
 from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emit_json, fmt_s,
                               positive_int, resolve_job, resolve_plan, table)
 from simulator.cli.common import check_output
+from strategies.errors import SpecError
+from topologies.limits import parse_int_text
 from simulator.studies.compare_schedules import (DEFAULT_SCHEDULES, bubble_sweep, check_pipelined,
                                         compare, default_sweep_microbatches, draw_sweep,
                                         parse_schedules, schedules_rule, sweep_agreement)
@@ -45,11 +47,14 @@ def register(sub) -> None:
 
 
 def parse_counts(text: str | None, pp: int) -> list[int]:
+    """The sweep's micro-batch counts: comma-separated ASCII integers in 1..4096 (sorted,
+    duplicates merged), or the default ``pp, 2pp, 4pp, 8pp``."""
     if text is None:
         return default_sweep_microbatches(pp)
     try:
-        counts = sorted({int(t) for t in text.split(",") if t.strip()})
-    except ValueError:
+        counts = sorted({parse_int_text("--sweep-microbatches", t) for t in text.split(",")
+                         if t.strip()})
+    except SpecError:
         raise CliError("--sweep-microbatches", text, "must be comma-separated integers") from None
     if not counts or counts[0] < 1 or counts[-1] > 4096:
         raise CliError("--sweep-microbatches", text, "must name counts between 1 and 4096")
@@ -62,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     choices = parse_schedules(args.schedules)
     plan, fw = resolve_plan(args)
     check_pipelined(plan)
+    if args.sweep_microbatches is not None and not args.sweep:
+        raise CliError("--sweep-microbatches", args.sweep_microbatches,
+                       "sets the counts of --sweep F.png: give --sweep too")
     counts = parse_counts(args.sweep_microbatches, plan.pp) if args.sweep else None
     # The plan's own schedule is replaced; resolve the job as 1F1B (always valid) first.
     base = resolve_job(args, plan=plan_1f1b(plan), framework=fw)

@@ -10,6 +10,7 @@ import os
 import sys
 from typing import Any
 
+from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
                               positive_int, resolve_cluster, resolve_framework, resolve_model,
@@ -87,7 +88,7 @@ def register(sub) -> None:
                    help="also simulate this plan and print it beside the result (repeat; "
                         "'none' for no reference; default: the published plan, if known)")
     e = p.add_argument_group("execution")
-    e.add_argument("--workers", action=Once, type=positive_int("--workers"), default=None,
+    e.add_argument("--workers", action=Once, type=positive_int("--workers", MAX_WORKERS), default=None,
                    metavar="N",
                    help="parallel simulations (default: all cores)")
     e.add_argument("--backend", action=Once, choices=("local", "ray"), default="local",
@@ -129,7 +130,7 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
     return SearchConfig(model=model, cluster=cluster, gbs=gbs, dtype=dtype, options=opts,
                         k=args.top, tolerance=args.tolerance / 100, exhaustive=args.exhaustive,
                         exact=args.exact,
-                        workers=args.workers or os.cpu_count() or 1, backend=args.backend,
+                        workers=args.workers or default_workers(), backend=args.backend,
                         ray_address=args.ray_address, results=args.results,
                         resume=args.resume,
                         progress=args.progress or (sys.stderr.isatty() and not args.json),

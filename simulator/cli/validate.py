@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from simulator.workers import MAX_WORKERS
 from simulator.cli.common import CliError, Once, add_json, emit_json, positive_int, table
 from simulator.studies.validate import default_jobs, draw_parity, load_cases, summarize, validate_cases
 
@@ -35,7 +36,7 @@ def register(sub) -> None:
     p.add_argument("--no-sim", action="store_true", help="analytic only (a second, not minutes)")
     p.add_argument("--exact", action="store_true",
                    help="simulate every micro-batch (no extension from two short runs)")
-    p.add_argument("--jobs", type=positive_int("--jobs", 256), default=None, metavar="N",
+    p.add_argument("--jobs", type=positive_int("--jobs", MAX_WORKERS), default=None, metavar="N",
                    help="simulate on N local processes (default: the CPU count, at most 8)")
     p.add_argument("--verbose", action="store_true",
                    help="list skipped cases and each case's assumptions")

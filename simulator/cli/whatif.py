@@ -11,10 +11,10 @@ million training tokens. Step time never rises when only bandwidth rises; the ru
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
+from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype, check_output,
                               emit_json, fmt_s, positive_float, positive_int, resolve_cluster,
                               resolve_framework, resolve_model, table)
@@ -73,7 +73,7 @@ def register(sub) -> None:
     g.add_argument("--exhaustive", action="store_true",
                    help="simulate every feasible plan of every variant (slow; a check)")
     e = p.add_argument_group("execution and output")
-    e.add_argument("--workers", action=Once, type=positive_int("--workers"), default=None,
+    e.add_argument("--workers", action=Once, type=positive_int("--workers", MAX_WORKERS), default=None,
                    help="parallel simulations within a variant's search (default: all cores)")
     e.add_argument("--progress", action="store_true", help="one line per variant on stderr "
                    "(default: only when stderr is a terminal)")
@@ -102,7 +102,7 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
                                        else parse_prices(args.gpu_hour_cost)),
                         network_prices=parse_network_prices(args.network_prices),
                         power=args.power, exhaustive=args.exhaustive,
-                        workers=args.workers or os.cpu_count() or 1,
+                        workers=args.workers or default_workers(),
                         progress=args.progress or (sys.stderr.isatty() and not args.json))
 
 
@@ -173,7 +173,7 @@ def render(rep: dict[str, Any]) -> str:
         out.append(f"\ncost assumes {price:g} USD per GPU-hour (every GPU of the "
                    "variant's cluster, for the whole step)")
     elif cost:
-        gpus = sorted({r["job"]["gpu"] for r in rep["rows"]})
+        gpus = sorted({g for r in rep["rows"] for g in r["job"]["gpu_types"]})
         out.append("\ncost per GPU-hour (USD, every GPU of the variant's cluster for the whole "
                    "step): " + "; ".join(
                        f"{g} {price[g]:g}" + (f" ({PRICE_SOURCES[g][1]})"

@@ -31,9 +31,10 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.plan import Plan
-from simulator.workers import process_pool, terminate_pool
+from simulator.workers import MAX_WORKERS, process_pool, terminate_pool
 from topologies.cluster import Cluster
 from topologies.gpu_profile import profile_to_mapping
+from topologies.limits import check_int
 
 
 def evaluate(model: ModelSpec, cluster: Cluster, dtype: str, framework: str | None,
@@ -379,7 +380,9 @@ class Backfill:
 
 def make_executor(backend: str, workers: int, ctx: tuple, plan_of: Callable[[int], Plan],
                   ray_address: str | None = None):
-    """``local`` (in this process when ``workers`` is 1) or ``ray``."""
+    """``local`` (in this process when ``workers`` is 1) or ``ray``; ``workers`` in
+    ``[1, MAX_WORKERS]``."""
+    check_int("workers", workers, 1, MAX_WORKERS)
     if backend == "ray":
         return RayPool(ctx, plan_of, workers, ray_address)
     if backend != "local":

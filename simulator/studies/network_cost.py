@@ -31,6 +31,7 @@ def parse_network_prices(text: str | None) -> dict[str, float]:
     if text is None:
         return out
     keys = ("switch", "switch_tbps", *(f"optic_{s}" for s in _OPTIC_SPEEDS))
+    given: set[str] = set()
     for item in str(text).split(","):
         key, eq, value = item.partition("=")
         key = key.strip()
@@ -41,6 +42,9 @@ def parse_network_prices(text: str | None) -> dict[str, float]:
             v = float(value)
         except ValueError:
             raise SpecError(f"--network-prices {key}", value, "must be a number > 0") from None
+        if key in given:
+            raise SpecError("--network-prices", item.strip(), f"{key} is given twice")
+        given.add(key)
         hi = 1e3 if key == "switch_tbps" else MAX_PART_PRICE
         out[key] = check_number(f"--network-prices {key}", v, 0.0, hi, lo_open=True)
     return out

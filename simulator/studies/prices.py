@@ -49,7 +49,7 @@ def parse_prices(text: str) -> float | dict[str, float]:
             raise SpecError("--gpu-hour-cost", text, "must be USD per GPU-hour (a number > 0), "
                             "'default' or GPU=USD,... ") from None
         return check_number("--gpu-hour-cost", v, 0.0, MAX_PRICE, lo_open=True)
-    out = dict(DEFAULT_PRICES)
+    out, given = dict(DEFAULT_PRICES), set()
     for item in t.split(","):
         name, _, value = item.partition("=")
         try:
@@ -58,6 +58,9 @@ def parse_prices(text: str) -> float | dict[str, float]:
         except (SpecError, ValueError):
             raise SpecError("--gpu-hour-cost", item, "each entry must be GPU=USD with a catalog "
                             "GPU and a number > 0") from None
+        if gpu in given:             # H100=2,H100-SXM5-80GB=3: one GPU, two prices
+            raise SpecError("--gpu-hour-cost", item, f"{gpu} is given twice")
+        given.add(gpu)
         out[gpu] = check_number(f"--gpu-hour-cost {gpu}", v, 0.0, MAX_PRICE, lo_open=True)
     return out
 

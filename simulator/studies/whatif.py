@@ -32,7 +32,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from simulator.search.run import SearchConfig, run_search
 from simulator.studies.network_cost import network_cost
@@ -44,7 +44,8 @@ from strategies.errors import SpecError
 from strategies.framework import FrameworkProfile, check_precision, get_profile
 from strategies.plan import parse_plan
 from strategies.search.space import SpaceOptions
-from topologies.gpus import GIB
+from topologies.cluster import Cluster
+from topologies.gpus import GIB, GPU
 
 #: step time of a variant with more bandwidth may exceed the other's by this factor at most
 #: (float noise of the simulator's event times)
@@ -121,7 +122,8 @@ def _inputs(cfg: WhatifConfig) -> dict[str, Any]:
 
 def _job(v: Variant) -> dict[str, Any]:
     c = v.cluster
-    return {"model": v.model.name, "cluster": c.name, "gpu": c.gpu.name, "gpus": c.num_gpus,
+    return {"model": v.model.name, "cluster": c.name, "gpu": c.gpu.name,
+            "gpu_types": [gpu.name for gpu, _ in c.gpu_counts()], "gpus": c.num_gpus,
             "nodes": c.num_nodes, "nvlink_domain": c.describe_domain(),
             "global_batch": v.global_batch, "seq_len": v.model.seq_length,
             "tokens_per_step": tokens_per_step(v),
@@ -140,7 +142,7 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
     row: dict[str, Any] = dict(v.values)
     row["variant"] = v.label
     row["job"] = _job(v)
-    price = price_of(cfg.gpu_hour_cost, v.cluster.gpu.name)
+    price = per_gpu_mean(v.cluster, lambda gpu: price_of(cfg.gpu_hour_cost, gpu.name))
     row["gpu_hour_cost"] = price
     row["network_parts"] = network_cost(v.cluster, cfg.network_prices)
     if v.error is not None:
@@ -174,12 +176,24 @@ def _variant_row(cfg: WhatifConfig, v: Variant,
         "breakdown_s": best["breakdown_s"], "best_from": src,
         "space": dict(rep["space"]), "simulated": rep["evaluated"]["simulated"],
     })
-    tdp = v.cluster.gpu.tdp_w if cfg.power else None
+    tdp = per_gpu_mean(v.cluster, lambda gpu: gpu.tdp_w) if cfg.power else None
     row["power_w_per_gpu"] = tdp
     row["energy_kwh_per_million_tokens"] = (
         None if tdp is None else energy_per_million_tokens(tdp, v.cluster.num_gpus, step,
                                                            tokens_per_step(v)))
     return row, rep["execution"]["simulations_run"]
+
+
+def per_gpu_mean(cluster: Cluster, value: Callable[[GPU], float | None]) -> float | None:
+    """The mean of ``value(gpu)`` over every GPU of ``cluster`` (a price per GPU-hour, a TDP
+    in watts): on a mixed cluster each type counts its GPUs; None if a type has no value."""
+    counts = cluster.gpu_counts()
+    values = [value(gpu) for gpu, _ in counts]
+    if any(x is None for x in values):
+        return None
+    if len(counts) == 1:           # one type: exactly its value
+        return values[0]
+    return sum(x * n for x, (_, n) in zip(values, counts)) / cluster.num_gpus
 
 
 def _monotone(vs: list[Variant], rows: list[dict[str, Any]],

@@ -7,8 +7,8 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 | ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) | ``dgx-h100``, ``gb200-nvl72``, … |
 | ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
 | ``nodes`` | the node count | integers |
-| ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction | numbers > 0 |
-| ``intra_node_GBps`` | one GPU's NVLink/NVSwitch bandwidth, GB/s per direction | numbers > 0 |
+| ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction (every node group's) | numbers > 0 |
+| ``intra_node_GBps`` | one GPU's NVLink/NVSwitch bandwidth, GB/s per direction (every node group's) | numbers > 0 |
 | ``oversubscription`` | leaf-switch downlink:uplink ratio | numbers >= 1 |
 | ``nics_per_node`` | NICs per node | integers |
 | ``straggler`` | GPU 0 computes this many times slower (``topologies.faults``) | numbers >= 1 |
@@ -39,7 +39,7 @@ from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from topologies.cluster import Cluster, NodeGroup, cluster_for_gpus, cluster_preset
+from topologies.cluster import Cluster, cluster_for_gpus, cluster_preset
 from topologies.faults import MAX_FACTOR, Faults
 from topologies.planes import MAX_PLANES, check_planes
 from topologies.gpus import get_gpu
@@ -130,7 +130,7 @@ def _network_value(text: str) -> str:
                 raise SpecError("--vary network", text, f"multi-plane:N needs N planes, an "
                                 f"integer in 2..{MAX_PLANES}") from None
             return f"multi-plane:{k}"
-        return t
+        return "multi-plane:2" if t == "multi-plane" else t   # one name per network
     raise SpecError("--vary network", text, f"must be one of {', '.join(NETWORKS)} or "
                                             "multi-plane:N (N >= 2 planes)")
 
@@ -189,21 +189,29 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
             if len(cluster.groups) != 1:
                 raise SpecError("gpu", value, "cannot change the GPU of a cluster with "
                                               "several GPU types")
-            return replace(cluster, groups=(NodeGroup(get_gpu(value),
-                                                      cluster.groups[0].num_nodes),))
-        if key == "inter_node_gbps":
-            return replace(cluster, inter_node_bandwidth=float(value) * 1e9 / 8)
-        if key == "intra_node_GBps":
-            return replace(cluster, intra_node_bandwidth=float(value) * 1e9)
+            return replace(cluster, groups=(replace(cluster.groups[0], gpu=get_gpu(value)),))
+        if key == "inter_node_gbps":   # every NIC: node groups' own rates give way to it
+            return replace(cluster, inter_node_bandwidth=float(value) * 1e9 / 8, groups=tuple(
+                replace(g, inter_node_bandwidth=None) for g in cluster.groups))
+        if key == "intra_node_GBps":   # every GPU's NVLink, in every node group
+            return replace(cluster, intra_node_bandwidth=float(value) * 1e9, groups=tuple(
+                replace(g, intra_node_bandwidth=None) for g in cluster.groups))
         if key == "oversubscription":
             return replace(cluster, oversubscription=float(value))
         if key == "nics_per_node":
             return replace(cluster, nics_per_node=int(value))
         if key == "straggler":
+            if cluster.faults.straggler_factor(STRAGGLER_GPU) != 1.0:
+                raise SpecError("--vary straggler", value, f"GPU {STRAGGLER_GPU} is already a "
+                                f"straggler ({cluster.faults.straggler_factor(STRAGGLER_GPU):g}"
+                                ", --straggler or the cluster file's faults:): vary it or give "
+                                "it, not both")
             return cluster.with_faults(Faults(((STRAGGLER_GPU, float(value)),)))
         if key == "network":
             topology, planes = network_of(str(value))
-            check_planes(planes, cluster.inter_node_bandwidth * 8 / 1e9)
+            for bw in sorted({cluster.inter_node_bandwidth} | {
+                    g.inter_node_bandwidth for g in cluster.groups} - {None}):
+                check_planes(planes, bw * 8 / 1e9)   # every NIC splits into the planes
             return replace(cluster, inter_node_topology=topology, planes=planes)
         if key == "failed_planes":
             k = int(value)
