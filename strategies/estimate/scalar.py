@@ -261,9 +261,11 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
+    shift = _a2a_shift(job, r, even, real, span, costs)
+    ep = float(r.get("ep_a2a_s", 0.0)) > 0     # the order's shift: expert communication
     return _corrected(job, r, makespan(even), makespan(real),
                       _messages_shift(job, r, ranks(even), ranks(real)),
-                      _a2a_shift(job, r, even, real, span, costs))
+                      shift if ep else 0.0, 0.0 if ep else shift)
 
 
 def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
@@ -286,8 +288,6 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
-    if float(r.get("ep_a2a_s", 0.0)) <= 0:
-        return 0.0
     if sched.overlaps_pairs and job.layout.uniform:
         return 0.0
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
@@ -350,13 +350,14 @@ def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
 
 def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
                real: tuple[float, float], messages: float = 0.0,
-               a2a: float = 0.0) -> dict[str, Any]:
+               a2a: float = 0.0, order: float = 0.0) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
     busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``, ``a2a``
-    (``_a2a_shift``) to ``ep_comm``."""
+    (``_a2a_shift`` with expert parallelism) to ``ep_comm``, ``order`` (``_a2a_shift``
+    without: the layers' own communication in the real order) to bubble."""
     (span_e, busy_e), (span_u, busy_u) = even, real
-    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a
+    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a + order
     out = dict(r)
     out["pp_comm"] = float(r["pp_comm"]) + messages
     # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
@@ -364,7 +365,7 @@ def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
     out["ep_comm"] = ep
     out["compute"] = float(r["compute"]) + busy_u - busy_e
     out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
-        + (float(r["ep_comm"]) + a2a - ep)
+        + (float(r["ep_comm"]) + a2a - ep) + order
     if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
         out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
     scale = float(r["step_time_s"]) / step
