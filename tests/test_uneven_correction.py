@@ -74,19 +74,22 @@ def test_pipeline_part_is_the_free_order(spec):
         s.step_time_s - s.metrics["breakdown_s"]["optimizer"], rel=1e-12)
 
 
-@fuzz(40)
+@fuzz(60)
 @given(pp=st.sampled_from([2, 4]), vpp=st.sampled_from([1, 2, 3]), k=st.integers(1, 2),
        tp=st.sampled_from([1, 2, 4, 8]), sp=st.booleans(), m=st.sampled_from([1, 2, 3]),
-       slots=st.sampled_from(["E", "L", "EL"]))
-def test_time_added_to_an_end_stage_never_shortens_the_step(pp, vpp, k, tp, sp, m, slots):
+       slots=st.sampled_from(["E", "L", "EL"]), zero=st.sampled_from([0, 2]))
+def test_time_added_to_an_end_stage_never_shortens_the_step(pp, vpp, k, tp, sp, m, slots,
+                                                            zero):
     """Monotonicity: the embedding's and the loss's stages get longer along the chain (no end
     collectives; §5.88's with one, three, five loss all-reduces per token), the other stages
     unchanged: the estimate never gets shorter (interleaved: ``_per_chunk``; 1F1B with the
-    slots: ``_per_stage``). Before §5.93, 168 of this grid's 840 plans that build got
-    shorter, by up to 0.83 ms (``experiments/uneven_correction.py``)."""
+    slots: ``_per_stage``); with ZeRO-2 and dp > 1 the reduce-scatters hide under the real
+    pipeline (``scalar._real_tail``). Before §5.93, 168 of this grid's 840 plans that build
+    got shorter, by up to 0.83 ms (``python -m experiments.uneven_correction --grid``)."""
     layers = pp * vpp * k - len(slots)
     nodes, dp = max(1, tp * pp // 8), max(1, 8 // (tp * pp))    # a whole number of nodes
-    spec = (f"tp={tp},pp={pp},vpp={vpp},gbs={m * pp * dp},mbs=1,zero=0,sp={str(sp).lower()},"
+    spec = (f"tp={tp},pp={pp},vpp={vpp},gbs={m * pp * dp},mbs=1,zero={zero},"
+            f"sp={str(sp).lower()},"
             f"schedule={'interleaved' if vpp > 1 else '1f1b'},"
             f"account_embedding={str('E' in slots).lower()},"
             f"account_loss={str('L' in slots).lower()}")

@@ -470,9 +470,32 @@ def step_arrays(job: Job, costs: StageCostMemo | None = None,
                             job.system, rank_fields(job, g, costs), g) for g in gpus]
         arrays = runs[0] if len(runs) == 1 else _synchronised(runs)
         if p.pp > 1 and (by_chunk(job, costs) or (p.vpp > 1 and not job.cluster.uniform)):
-            arrays = _per_chunk(job, arrays, costs)
+            arrays = _real_tail(job, arrays, _per_chunk(job, arrays, costs), costs)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
                                           or not job.layout.uniform
                                           or not job.cluster.uniform):
-            arrays = _per_stage(job, arrays, costs)
+            arrays = _real_tail(job, arrays, _per_stage(job, arrays, costs), costs)
     return arrays
+
+
+def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
+               costs: StageCostMemo) -> dict[str, Any]:
+    """``out`` (the corrected step of ``r``, the even plan's run) with the data-parallel tail
+    after the pipeline (``dp_comm`` + ``optimizer``) of the real pipeline's length: ``r``'s
+    tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
+    and ZeRO-3's windows), which time added to the end stages lengthens more than the real
+    chunks' order does (docs/calibration.md §5.93). The same run with that span
+    (``estimate_arrays``' ``pipe_span``); a mixed cluster keeps ``r``'s tail."""
+    if not job.cluster.uniform:
+        return out
+    tail = float(r["dp_comm"]) + float(r["optimizer"])
+    pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
+    again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+                            job.framework, job.system, rank_fields(job, None, costs),
+                            pipe_span=pipe)
+    dp, opt = float(again["dp_comm"]), float(again["optimizer"])
+    step = pipe + float(out["pp_comm"]) + dp + opt
+    scale = float(out["step_time_s"]) / step
+    return {**out, "dp_comm": dp, "optimizer": opt, "step_time_s": step,
+            "tokens_per_s": job.tokens_per_step / step, "mfu": float(out["mfu"]) * scale,
+            "hfu": float(out["hfu"]) * scale, "bubble_fraction": float(out["bubble"]) / step}
