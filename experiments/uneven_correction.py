@@ -91,7 +91,7 @@ def grid(zero: int = 0) -> None:
             shorter += 1
             worst = min(worst, drop)
     print(f"{built} plans built; {shorter} get shorter along the chain "
-          f"(largest drop {-worst * 1e3:.3f} ms)")
+          f"(largest drop {abs(worst) * 1e3:.3f} ms)")
 
 
 def main() -> None:

@@ -261,16 +261,22 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
-    shift = _a2a_shift(job, r, even, real, span, costs)
-    ep = float(r.get("ep_a2a_s", 0.0)) > 0     # the order's shift: expert communication
+    shift, held = _a2a_shift(job, r, even, real, span, costs)
+    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
+        return _corrected(job, r, makespan(even), makespan(real),
+                          _messages_shift(job, r, ranks(even), ranks(real)), shift)
+    # the busiest real rank's layers run the layers' own communication (``r``'s is the even
+    # rank's num_layers/pp); the rest of the order's shift is bubble
+    scale = 1.0 if held is None or get_schedule(p.schedule).mirrored \
+        else held / (job.model.num_layers / p.pp)
     return _corrected(job, r, makespan(even), makespan(real),
-                      _messages_shift(job, r, ranks(even), ranks(real)),
-                      shift if ep else 0.0, 0.0 if ep else shift)
+                      _messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale)
 
 
 def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
-               costs: StageCostMemo | None = None) -> float:
-    """Seconds the exposed expert all-to-all changes by when an overlapped-pair schedule
+               costs: StageCostMemo | None = None) -> tuple[float, float | None]:
+    """(Seconds, the busiest real rank's layers or None where 0): the seconds the exposed
+    expert all-to-all changes by when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
     step's exposed communication (a forward or backward alone: its layers' dispatch and
@@ -282,14 +288,15 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     (``cost.stage.chunk_layers``: a dense layer has none). The same order with each step's
     own communication for a schedule without pairs (1F1B, §5.52; interleaved, §5.54) whose
     stages or chunks differ in layers or kinds (dense first layers, MTP). 0 for ``ep_overlap``
-    and zero-bubble (``splits_backward``) plans, for the even split of one kind and without
-    expert parallelism.
-    ``even``/``real``: ``_chunk_times`` of the even split and of the layout; ``span(times)``: the order's makespan; ``costs``: the
-    estimate's ``StageCostMemo``."""
+    and zero-bubble (``splits_backward``) plans and for the even split of one kind; without
+    expert parallelism the same order with the layers' TP and CP communication alone (an
+    uneven layout, docs/calibration.md §5.93).
+    ``even``/``real``: ``_chunk_times`` of the even split and of the layout; ``span(times)``:
+    the order's makespan; ``costs``: the estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
     if sched.overlaps_pairs and job.layout.uniform:
-        return 0.0
+        return 0.0, None
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
@@ -300,7 +307,7 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # tests/test_zero_overlap.py)
     if not sched.overlaps_pairs and (p.ep_overlap or sched.splits_backward
                                      or (job.layout.uniform and not c.by_kind)):
-        return 0.0
+        return 0.0, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -313,9 +320,10 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
         items = chunk_layers(c, *src, job.layers_of_chunk(*src))
         return chunk_sum(items, lambda x: 1.0), chunk_sum(items, lambda x: x.ep_bytes) / mean
 
-    times = []
+    times, layers = [], []
     for rk, row in enumerate(real):
         out = []
+        layers.append(sum(counts(rk, ch)[0] for ch in range(len(row))))
         for ch, (f, b, w) in enumerate(row):
             n, e = counts(rk, ch)
             o = n * other / 2
@@ -327,7 +335,8 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # the makespan with communication less the one without (the compute order, which
     # ``_corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
-    return span(times) - span(real) - (pipe - span(even))
+    busiest = max(range(len(real)), key=lambda k: sum(f + b for f, b, _ in real[k]))
+    return span(times) - span(real) - (pipe - span(even)), layers[busiest]
 
 
 def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
@@ -350,12 +359,14 @@ def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
 
 def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
                real: tuple[float, float], messages: float = 0.0,
-               a2a: float = 0.0, order: float = 0.0) -> dict[str, Any]:
+               a2a: float = 0.0, order: float = 0.0,
+               comm_scale: float = 1.0) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
     busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``, ``a2a``
     (``_a2a_shift`` with expert parallelism) to ``ep_comm``, ``order`` (``_a2a_shift``
-    without: the layers' own communication in the real order) to bubble."""
+    without: the layers' own communication in the real order) to bubble, less the part of it
+    that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times ``comm_scale``)."""
     (span_e, busy_e), (span_u, busy_u) = even, real
     step = float(r["step_time_s"]) - span_e + span_u + messages + a2a + order
     out = dict(r)
@@ -366,6 +377,9 @@ def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
     out["compute"] = float(r["compute"]) + busy_u - busy_e
     out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
         + (float(r["ep_comm"]) + a2a - ep) + order
+    for k in ("tp_comm", "cp_comm"):
+        out[k] = float(r[k]) * comm_scale
+        out["bubble"] -= out[k] - float(r[k])
     if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
         out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
     scale = float(r["step_time_s"]) / step
