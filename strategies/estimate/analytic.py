@@ -349,14 +349,17 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                     framework: FrameworkProfile | str | None = None,
                     system: SystemConfig | None = None,
                     ranks: Mapping[str, Any] | None = None,
-                    gpu: GPU | None = None) -> dict[str, Any]:
+                    gpu: GPU | None = None, pipe_span: Any = None) -> dict[str, Any]:
     """Score plans given as arrays: ``P`` is ``PlanArrays`` (or the search space's short
     columns ``tp pp dp cp ep mbs gbs vpp sched rc sp zero flash ogr opg tpo``).
     ``framework``: the software profile (``strategies.framework``; default Megatron-Core);
     ``system``: the policy constants (``strategies.cost.system``); ``ranks``: fields of the
     stage-cost record per kind of rank (``RANK_FIELDS``) that replace the plan columns' (the
     scalar estimate's job layout, ``scalar.rank_fields``); ``gpu``: the GPU type whose kernels
-    time the compute (default: the cluster's slowest by peak, ``Cluster.gpu``). Returns arrays of seconds
+    time the compute (default: the cluster's slowest by peak, ``Cluster.gpu``); ``pipe_span``:
+    the pipeline's seconds in place of the schedule's closed form (the scalar estimate's
+    uneven layouts: the real chunks' order, ``scalar._real_tail``), which the data-parallel
+    windows under the pipeline then read. Returns arrays of seconds
     and ratios, and under ``"stage_costs"`` the ``StageCostArrays`` record they were read
     from (the one the compiler reads)."""
     P = as_plan_arrays(P)
@@ -364,7 +367,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         from strategies.estimate.scalar import BREAKDOWN_KEYS
         one = estimate_arrays(m, cl, dtype, replace(P, gbs=P.gbs / P.flushes,
                                                     flushes=np.ones_like(P.flushes)),
-                              framework, system, ranks, gpu)
+                              framework, system, ranks, gpu, pipe_span)
         return flushed_arrays(one, P.flushes, BREAKDOWN_KEYS)
     cl = degraded_view(cl)
     sc = stage_cost_arrays(m, cl, dtype, P, framework, system, gpu)
@@ -515,6 +518,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
     f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp) + lone
+    if pipe_span is not None:
+        pipe = pipe_span + 0 * pipe      # the real pipeline's span, its lone passes included
     bubble = pipe - lone - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)

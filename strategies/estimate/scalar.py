@@ -262,14 +262,22 @@ def _per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
 
     def ranks(times) -> list[float]:
         return [sum(f + b for f, b, _ in row) for row in times]
+    shift, held = _a2a_shift(job, r, even, real, span, costs)
+    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
+        return _corrected(job, r, makespan(even), makespan(real),
+                          _messages_shift(job, r, ranks(even), ranks(real)), shift)
+    # the busiest real rank's layers run the layers' own communication (``r``'s is the even
+    # rank's num_layers/pp); the rest of the order's shift is bubble
+    scale = 1.0 if held is None or get_schedule(p.schedule).mirrored \
+        else held / (job.model.num_layers / p.pp)
     return _corrected(job, r, makespan(even), makespan(real),
-                      _messages_shift(job, r, ranks(even), ranks(real)),
-                      _a2a_shift(job, r, even, real, span, costs))
+                      _messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale)
 
 
 def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
-               costs: StageCostMemo | None = None) -> float:
-    """Seconds the exposed expert all-to-all changes by when an overlapped-pair schedule
+               costs: StageCostMemo | None = None) -> tuple[float, float | None]:
+    """(Seconds, the busiest real rank's layers or None where 0): the seconds the exposed
+    expert all-to-all changes by when an overlapped-pair schedule
     (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
     (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
     step's exposed communication (a forward or backward alone: its layers' dispatch and
@@ -280,21 +288,21 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     absorb part of it). Each chunk's MoE layers are counted by their expert bytes
     (``cost.stage.chunk_layers``: a dense layer has none). The same order with each step's
     own communication for a schedule without pairs (1F1B, §5.52; interleaved, §5.54) whose
-    stages or chunks differ in layers or kinds (dense first layers, MTP). 0 for ``ep_overlap``
-    and zero-bubble (``splits_backward``) plans, for the even split of one kind and without
-    expert parallelism.
-    ``even``/``real``: ``_chunk_times`` of the even split and of the layout; ``span(times)``: the order's makespan; ``costs``: the
-    estimate's ``StageCostMemo``."""
+    stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
+    combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
+    (``splits_backward``) plans and for the even split of one kind; without
+    expert parallelism the same order with the layers' TP and CP communication alone (an
+    uneven layout, docs/calibration.md §5.93).
+    ``even``/``real``: ``_chunk_times`` of the even split and of the layout; ``span(times)``:
+    the order's makespan; ``costs``: the estimate's ``StageCostMemo``."""
     p = job.plan
     sched = get_schedule(p.schedule)
-    if float(r.get("ep_a2a_s", 0.0)) <= 0:
-        return 0.0
     # an order with pairs: DualPipe's ``F&B``, Megatron-Core's combined 1F1B (``ep_overlap``,
     # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
     pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
     c = (costs or StageCostMemo(job))(job.cluster.gpu)
     if pairs and job.layout.uniform and (sched.overlaps_pairs or not c.by_kind):
-        return 0.0
+        return 0.0, None
     # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
     # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
     # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
@@ -303,7 +311,7 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
     # tests/test_zero_overlap.py)
     if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
-        return 0.0
+        return 0.0, None
     from strategies.cost.stage import chunk_layers, chunk_sum
     a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
                                                   "layer_comm_s"))
@@ -316,9 +324,10 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
         items = chunk_layers(c, *src, job.layers_of_chunk(*src))
         return chunk_sum(items, lambda x: 1.0), chunk_sum(items, lambda x: x.ep_bytes) / mean
 
-    times = []
+    times, layers = [], []
     for rk, row in enumerate(real):
         out = []
+        layers.append(sum(counts(rk, ch)[0] for ch in range(len(row))))
         for ch, (f, b, w) in enumerate(row):
             n, e = counts(rk, ch)
             o = n * other / 2
@@ -331,7 +340,8 @@ def _a2a_shift(job: Job, r: dict[str, Any], even, real, span,
     # ``_corrected`` puts in place of the even one) and less the even composition's excess
     # over the even compute order
     pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
-    return span(times, pairs) - span(real) - (pipe - span(even))
+    busiest = max(range(len(real)), key=lambda k: sum(f + b for f, b, _ in real[k]))
+    return span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest]
 
 
 def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
@@ -396,13 +406,16 @@ def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
 
 def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
                real: tuple[float, float], messages: float = 0.0,
-               a2a: float = 0.0) -> dict[str, Any]:
+               a2a: float = 0.0, order: float = 0.0,
+               comm_scale: float = 1.0) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
     busiest rank) and bubble; ``messages`` (``_messages_shift``) to ``pp_comm``, ``a2a``
-    (``_a2a_shift``) to ``ep_comm``."""
+    (``_a2a_shift`` with expert parallelism) to ``ep_comm``, ``order`` (``_a2a_shift``
+    without: the layers' own communication in the real order) to bubble, less the part of it
+    that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times ``comm_scale``)."""
     (span_e, busy_e), (span_u, busy_u) = even, real
-    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a
+    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a + order
     out = dict(r)
     out["pp_comm"] = float(r["pp_comm"]) + messages
     # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
@@ -410,7 +423,10 @@ def _corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
     out["ep_comm"] = ep
     out["compute"] = float(r["compute"]) + busy_u - busy_e
     out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
-        + (float(r["ep_comm"]) + a2a - ep)
+        + (float(r["ep_comm"]) + a2a - ep) + order
+    for k in ("tp_comm", "cp_comm"):
+        out[k] = float(r[k]) * comm_scale
+        out["bubble"] -= out[k] - float(r[k])
     if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
         out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
     scale = float(r["step_time_s"]) / step
@@ -515,9 +531,32 @@ def step_arrays(job: Job, costs: StageCostMemo | None = None,
                             job.system, rank_fields(job, g, costs), g) for g in gpus]
         arrays = runs[0] if len(runs) == 1 else _synchronised(runs)
         if p.pp > 1 and (by_chunk(job, costs) or (p.vpp > 1 and not job.cluster.uniform)):
-            arrays = _per_chunk(job, arrays, costs)
+            arrays = _real_tail(job, arrays, _per_chunk(job, arrays, costs), costs)
         elif p.pp > 1 and p.vpp == 1 and (p.layers_per_stage is not None
                                           or not job.layout.uniform
                                           or not job.cluster.uniform):
-            arrays = _per_stage(job, arrays, costs)
+            arrays = _real_tail(job, arrays, _per_stage(job, arrays, costs), costs)
     return arrays
+
+
+def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
+               costs: StageCostMemo) -> dict[str, Any]:
+    """``out`` (the corrected step of ``r``, the even plan's run) with the data-parallel tail
+    after the pipeline (``dp_comm`` + ``optimizer``) of the real pipeline's length: ``r``'s
+    tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
+    and ZeRO-3's windows), which time added to the end stages lengthens more than the real
+    chunks' order does (docs/calibration.md §5.93). The same run with that span
+    (``estimate_arrays``' ``pipe_span``); a mixed cluster keeps ``r``'s tail."""
+    if not job.cluster.uniform:
+        return out
+    tail = float(r["dp_comm"]) + float(r["optimizer"])
+    pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
+    again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+                            job.framework, job.system, rank_fields(job, None, costs),
+                            pipe_span=pipe)
+    dp, opt = float(again["dp_comm"]), float(again["optimizer"])
+    step = pipe + float(out["pp_comm"]) + dp + opt
+    scale = float(out["step_time_s"]) / step
+    return {**out, "dp_comm": dp, "optimizer": opt, "step_time_s": step,
+            "tokens_per_s": job.tokens_per_step / step, "mfu": float(out["mfu"]) * scale,
+            "hfu": float(out["hfu"]) * scale, "bubble_fraction": float(out["bubble"]) / step}
