@@ -111,3 +111,30 @@ def test_reader_where_the_source_is_silent_or_states_it():
     wrong = {**base, "plan": {**base["plan"], "ep_overlap": False, "delay_wgrad": True}}
     case = case_from_entry(wrong)
     assert case.job is None and "delay_wgrad" in case.skipped and "ep_overlap" in case.skipped
+
+
+def _rows_2608():
+    from experiments.moe_residuals import ROWS_2608
+    return ROWS_2608
+
+
+@pytest.mark.parametrize("row", _rows_2608(), ids=lambda r: r[0])
+def test_2608_rows_read_their_recipes_switches_through_the_reader(row):
+    """``moe_residuals`` Table 2: each 26.08 recipe's ``fp8_dot_product_attention`` and
+    ``delay_wgrad_compute`` reach the job through the reader's own rules (§5.98, §5.101),
+    and the attention's precision moves the estimate (one pipeline stage: the deferred
+    weight gradient hides nothing there, so ``delay_wgrad`` does not)."""
+    from experiments.moe_residuals import entry_2608
+    case = case_from_entry(entry_2608(row))
+    job = case.job
+    assert job.framework.fp8_attention and job.plan.ep_overlap and job.plan.delay_wgrad
+    assert any("(stated: fp8_attention)" in a for a in case.assumptions)
+    assert "delay_wgrad_compute=true (stated)" in case.assumptions
+    e = entry_2608(row)
+    e["plan"]["fp8_attention"] = False
+    bf16_attn = case_from_entry(e).job
+    assert not bf16_attn.framework.fp8_attention
+    assert estimate(bf16_attn).step_time_s != estimate(job).step_time_s
+    assert job.plan.pp == 1
+    no_dw = replace(job, plan=replace(job.plan, delay_wgrad=False))
+    assert estimate(no_dw).step_time_s == estimate(job).step_time_s
