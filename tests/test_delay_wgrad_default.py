@@ -138,3 +138,15 @@ def test_2608_rows_read_their_recipes_switches_through_the_reader(row):
     assert job.plan.pp == 1
     no_dw = replace(job, plan=replace(job.plan, delay_wgrad=False))
     assert estimate(no_dw).step_time_s == estimate(job).step_time_s
+
+
+def test_the_harness_rows_priced_both_ways():
+    """``experiments/delay_wgrad_rows.py``: every overlap row of the three files states it
+    on from the harness; off (Megatron-Core's default) costs the pipelined rows time and the
+    unpipelined ones none (nothing to hide a deferred weight gradient behind)."""
+    from experiments.delay_wgrad_rows import rows
+    got = rows()
+    assert len(got) >= 10
+    for f, rid, pp, dw, why, m, stated, other in got:
+        assert dw and why.startswith("the harness turns it on")
+        assert (other > stated) if pp > 1 else (other == stated)
