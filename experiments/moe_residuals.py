@@ -19,7 +19,9 @@ Table 2: the same models, GPUs and layouts as NVIDIA ran them in the 26.08 NeMo 
 (Megatron-Bridge ``docs/performance-summary.md`` at commit 067f987df03b: MXFP8, HybridEP, the
 expert-parallel overlap and full-iteration CUDA graphs, ``src/megatron/bridge/perf_recipes/
 {qwen,gpt_oss}/``), estimated from the 26.04 entry of the same model and GPU with the 26.08
-precision, ep, micro-batch, dispatcher and overlap stated in its plan. The stack captures the
+precision, ep, micro-batch, dispatcher, overlap, ``delay_wgrad_compute`` and
+``fp8_dot_product_attention`` of its recipe stated in its plan (``PLAN_2608``), which the
+reader applies with the rules it applies to the 26.06 rows (§5.98, §5.101). The stack captures the
 whole step in one CUDA graph there, so no host launch or sync is left in it, and TE's fused
 grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``) quantises the routed activation inside the
 GEMM, with no host split sizes for TE's per-expert padding copies (estimated with the
@@ -53,13 +55,26 @@ FILES = ("strategies/reference/data/megatron_bridge_2604.json",
 BRIDGE_2604 = FILES[0]
 #: 26.08 NeMo container rows (Megatron-Bridge docs/performance-summary.md, commit
 #: 067f987df03b): (26.04 entry of the same model and GPU, ep, micro-batch, global batch,
-#: tokens/s/GPU), MXFP8, sequence 4096
+#: tokens/s/GPU, the recipe that ran it), MXFP8, sequence 4096
 ROWS_2608 = (
-    ("mbridge260401_qwen330ba3b_gb300_8_mxfp8", 8, 8, 512, 44544),
-    ("mbridge260401_qwen330ba3b_gb200_8_mxfp8", 8, 4, 512, 39936),
-    ("mbridge260401_gptoss120b_gb300_64_bf16", 16, 4, 1280, 33024),
-    ("mbridge260401_gptoss120b_gb200_64_bf16", 64, 4, 1280, 28672),
+    ("mbridge260401_qwen330ba3b_gb300_8_mxfp8", 8, 8, 512, 44544,
+     "qwen/gb300/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb300_fp8mx_config"),
+    ("mbridge260401_qwen330ba3b_gb200_8_mxfp8", 8, 4, 512, 39936,
+     "qwen/gb200/qwen3_moe.py qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config"),
+    ("mbridge260401_gptoss120b_gb300_64_bf16", 16, 4, 1280, 33024,
+     "gpt_oss/gb300/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb300_fp8mx_config"),
+    ("mbridge260401_gptoss120b_gb200_64_bf16", 64, 4, 1280, 28672,
+     "gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config"),
 )
+#: what every ``ROWS_2608`` recipe sets, stated in the row's plan for the reader to apply
+#: (its rules, not a copy: ``cases._with_stated_fp8_attention``, docs/calibration.md §5.98,
+#: and ``cases._delay_wgrad``, §5.101): ``fp8_dot_product_attention = True`` and
+#: ``CommOverlapConfig(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)``
+#: (067f987df03b ``src/megatron/bridge/perf_recipes/qwen/common.py``
+#: ``_enable_hybridep_full_iteration_mxfp8``, ``gpt_oss/common.py``
+#: ``_apply_gpt_oss_120b_full_iter_fp8mx_configs``, which each recipe calls)
+PLAN_2608 = {"precision": "mxfp8", "moe_dispatcher": "hybridep", "ep_overlap": True,
+             "delay_wgrad": True, "cuda_graph": True, "fp8_attention": True}
 
 
 def residual_rows(path: str) -> list[tuple]:
@@ -135,21 +150,28 @@ def row_graph_ab() -> tuple:
             1e3 * (eager - est.step_time_s) / (est.num_microbatches * per_rank))
 
 
+def entry_2608(row: tuple) -> dict:
+    """The reference entry of one ``ROWS_2608`` row: its 26.04 entry with the 26.08 layout,
+    measurement and ``PLAN_2608`` stated in its plan."""
+    rid, ep, mbs, gbs, tok, recipe = row
+    e = copy.deepcopy({x["id"]: x for x in load_reference(BRIDGE_2604)}[rid])
+    n = e["hardware"]["n_gpus"]
+    sw = {k: v for k, v in PLAN_2608.items() if k != "precision"}
+    e["precision"] = PLAN_2608["precision"]
+    e["plan"].update(ep=ep, microbatch=mbs, global_batch=gbs, grad_accum=None, **sw)
+    e["source"]["table"] = ("docs/performance-summary.md (26.08 NeMo container); "
+                            f"src/megatron/bridge/perf_recipes/{recipe}")
+    e["measured"] = {"tokens_per_s_per_gpu": tok}
+    e["derived"] = {"step_time_s": gbs * 4096 / (tok * n)}
+    return e
+
+
 def rows_2608(fused_2608: bool = True) -> list[tuple]:
     """``(26.04 id, ep, mbs, measured s, estimated s, error %)`` of ``ROWS_2608``;
     ``fused_2608`` False: with the 26.04 stack's quantisation padding copies kept."""
-    base = {e["id"]: e for e in load_reference(BRIDGE_2604)}
     out = []
-    for rid, ep, mbs, gbs, tok in ROWS_2608:
-        e = copy.deepcopy(base[rid])
-        n = e["hardware"]["n_gpus"]
-        e["precision"] = "mxfp8"
-        e["plan"].update(ep=ep, microbatch=mbs, global_batch=gbs, grad_accum=None,
-                         moe_dispatcher="hybridep", ep_overlap=True, cuda_graph=True)
-        e["source"]["table"] = "docs/performance-summary.md (26.08 NeMo container)"
-        e["measured"] = {"tokens_per_s_per_gpu": tok}
-        e["derived"] = {"step_time_s": gbs * 4096 / (tok * n)}
-        case = case_from_entry(e)
+    for row in ROWS_2608:
+        case = case_from_entry(entry_2608(row))
         # 26.08 runs TE's fused grouped MLP (the perf recipes' cutedsl_fused_grouped_mlp):
         # the one rule the reader applies to a row that states it (framework.
         # with_fused_grouped_mlp, docs/calibration.md §5.90); fused_2608 False keeps the
@@ -157,7 +179,7 @@ def rows_2608(fused_2608: bool = True) -> list[tuple]:
         fw = with_fused_grouped_mlp(case.job.framework)
         job = replace(case.job, framework=fw if fused_2608 else replace(fw, quant_padding=True))
         est = estimate(job)
-        out.append((rid, ep, mbs, case.measured_step_s, est.step_time_s,
+        out.append((row[0], row[1], row[2], case.measured_step_s, est.step_time_s,
                     100 * (est.step_time_s / case.measured_step_s - 1)))
     return out
 
@@ -177,8 +199,9 @@ def main() -> None:
         for fam, n, err in family_rows(path):
             print(f"| {os.path.basename(path)} | {fam} | {n} | {err:.2f} % |")
     print()
-    print("| 26.04 entry, as run in 26.08 (MXFP8, HybridEP, EP overlap, full-iteration CUDA "
-          "graph) | ep | mbs | measured s | estimated s | error |")
+    print("| 26.04 entry, as run in 26.08 (MXFP8, HybridEP, EP overlap with delayed weight "
+          "gradients, full-iteration CUDA graph, MXFP8 attention) | ep | mbs | measured s | "
+          "estimated s | error |")
     print("|---|---|---|---|---|---|")
     for r in rows_2608():
         print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.2f} | {r[4]:.2f} | {r[5]:+.1f} % |")

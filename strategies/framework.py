@@ -1895,7 +1895,8 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     ``TransformerConfig.__post_init__`` asserts: expert parallelism (``ep > 1``); with
     ``pp > 1`` a virtual pipeline (the interleaved schedule); no full recomputation. Its
     default is off (``overlap_moe_expert_parallel_comm=False``); stacks without it refuse it.
-    Megatron-Core also refuses ``moe`` among the recompute modules."""
+    Megatron-Core also refuses ``moe`` among the recompute modules, and ``delay_wgrad``
+    (``delay_wgrad_compute``, default off) without the overlap."""
     from strategies.schedules.combined import COMBINED_SCHEDULES
     on = np.asarray(v.ep_overlap, bool)
     who = f"{fw.name} "
@@ -1912,7 +1913,10 @@ def ep_overlap_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
          lambda: "Megatron-Core refuses full recomputation with the combined 1F1B"),
         ("ep_overlap", v.ep_overlap,
          ~on | ((np.asarray(v.recompute_modules) & modules_mask(("moe",))) == 0),
-         lambda: "Megatron-Core refuses the moe recompute module with the combined 1F1B")]
+         lambda: "Megatron-Core refuses the moe recompute module with the combined 1F1B"),
+        ("delay_wgrad", v.delay_wgrad, ~np.asarray(v.delay_wgrad, bool) | on,
+         lambda: "delay_wgrad_compute needs ep_overlap=true (Megatron-Core's "
+                 "TransformerConfig asserts overlap_moe_expert_parallel_comm for it)")]
 
 
 def plan_view(plan: "Plan") -> SimpleNamespace:
@@ -1927,7 +1931,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            recompute_layers=plan.recompute_layers or 0,
                            recompute_method=METHOD_CODE.get(plan.recompute_method, 0),
                            recompute_modules=modules_mask(plan.recompute_modules or ()),
-                           ep_overlap=plan.ep_overlap, cuda_graph=plan.cuda_graph,
+                           ep_overlap=plan.ep_overlap, delay_wgrad=plan.delay_wgrad,
+                           cuda_graph=plan.cuda_graph,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
                            layout_string=plan.layout is not None,
                            first_stage_layers=plan.first_stage_layers or 0,

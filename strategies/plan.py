@@ -88,10 +88,11 @@ class Plan:
     # forward and another's backward run as an overlapped pair (strategies.schedules.combined)
     ep_overlap: bool = False
     # with ep_overlap: Megatron-Core's --delay-wgrad-compute (a pair's last attention weight
-    # gradient after its backward message is posted, §5.87); Megatron-Bridge's performance
-    # harness turns it on with the overlap, Megatron-LM's CLI leaves it off. No effect
-    # without ep_overlap (Megatron requires the overlap for it)
-    delay_wgrad: bool = True
+    # gradient after its backward message is posted, §5.87). Off by default, as Megatron-Core
+    # (model_parallel_config.py delay_wgrad_compute: bool = False; Megatron-Bridge's
+    # performance harness turns it on with the overlap: docs/calibration.md §5.101). Refused
+    # without ep_overlap (TransformerConfig.__post_init__ asserts the overlap for it)
+    delay_wgrad: bool = False
     moe_dispatcher: str = "alltoall"        # one of DISPATCHERS
     moe_routing: str = "random"             # one of ROUTINGS
     # the whole step replayed as one CUDA graph (Megatron-Core --cuda-graph-impl
@@ -202,7 +203,7 @@ class Plan:
         if self.sp:
             parts.append("sp")
         if self.ep_overlap:
-            parts.append("epo" if self.delay_wgrad else "epo nodw")
+            parts.append("epo+dw" if self.delay_wgrad else "epo")
         if self.moe_dispatcher != "alltoall":
             parts.append(self.moe_dispatcher)
         if self.moe_routing != "random":

@@ -49,7 +49,7 @@ LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "l
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
                    ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
                    ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False),
-                   ("moe_routing", "route", 0), ("delay_wgrad", "dw", True))
+                   ("moe_routing", "route", 0), ("delay_wgrad", "dw", False))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
         "moe_dispatcher", "moe_routing")
 

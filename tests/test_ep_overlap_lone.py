@@ -119,7 +119,7 @@ def test_reference_rows_meet_their_contention_free_simulation(ref, row, was):
 
 @pytest.mark.parametrize("bw", [400e9, 200e9, 50e9])
 def test_overlap_without_delayed_weight_gradient(bw):
-    """``delay_wgrad=false`` (Megatron-LM's CLI default; Megatron-Bridge's harness turns it
+    """``delay_wgrad=false`` (Megatron-Core's default; Megatron-Bridge's harness turns it
     on with the overlap): the pair's last attention weight gradient runs before its
     backward message is posted, so each steady call hides nothing. Estimate and
     contention-free simulation each grow by ``steady·min(t, dw_attn)`` to 1e-9 (message
@@ -152,12 +152,13 @@ def test_delay_wgrad_switch_parses_and_searches():
     from strategies.search.space import columns_from_plans, parse_fix, plan_of
     p = parse_plan("tp=1,pp=2,dp=8,ep=8,gbs=64,schedule=interleaved,vpp=2,"
                    "overlap_moe_expert_parallel_comm=true,delay_wgrad_compute=false")
-    assert p.ep_overlap and not p.delay_wgrad and "epo nodw" in p.short()
-    assert parse_plan("ep=8,ep_overlap=true").delay_wgrad
+    assert p.ep_overlap and not p.delay_wgrad and p.short().endswith(" epo")
+    assert not parse_plan("ep=8,ep_overlap=true").delay_wgrad     # Megatron-Core's default
+    assert "epo+dw" in parse_plan("ep=8,ep_overlap=true,delay_wgrad=true").short()
     assert parse_fix("ep_overlap=true,delay_wgrad=false") == {"ep_overlap": True,
                                                               "delay_wgrad": False}
     cols = columns_from_plans([p])
-    assert plan_of(cols, 0).delay_wgrad is True         # the column left out: its default
+    assert plan_of(cols, 0).delay_wgrad is False        # the column left out: its default
     cols.update(epo=np.array([True]), dw=np.array([False]))
     back = plan_of(cols, 0)
     assert back.ep_overlap and back.delay_wgrad is False

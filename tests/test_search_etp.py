@@ -114,7 +114,8 @@ def test_fixed_search_finds_the_qwen3_235b_h100_shape():
 
 
 FIXES = [("etp", "1", 1), ("moe_dispatcher", "deepep", "deepep"),
-         ("ep_overlap", "true", True), ("tp_comm_overlap", "true", True),
+         ("ep_overlap", "true", True), ("delay_wgrad", "false", False),
+         ("tp_comm_overlap", "true", True),
          ("cuda_graph", "true", True), ("moe_routing", "contiguous", "contiguous"),
          ("moe_imbalance", "1.25", 1.25), ("moe_capacity_factor", "1.5", 1.5),
          ("flash_attn", "false", False), ("overlap_grad_reduce", "false", False),

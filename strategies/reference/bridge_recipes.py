@@ -411,6 +411,39 @@ GRAD_REDUCE_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.2, v0.4.2 (c810129341a8)
 GRAD_REDUCE_CONTAINERS = ("25.11", "26.04", "26.06", "26.08")
 
 
+#: Megatron-Bridge's performance harness turns ``delay_wgrad_compute`` on whenever it turns
+#: the expert-parallel overlap on, and never otherwise: v0.2.0 (the 25.11 container's)
+#: ``scripts/performance/utils/helpers.py`` ``set_moe_a2a_overlap_overrides``, v0.4.0 (26.04),
+#: v0.4.2 (26.04.01) and v0.5.0 (26.06) ``scripts/performance/utils/overrides.py``
+#: ``_set_moe_a2a_overlap_overrides`` (each config's ``moe_a2a_overlap``). Bridge's own
+#: ``CommOverlapConfig`` leaves it off (``src/megatron/bridge/training/comm_overlap.py``
+#: ``_get_model_comm_overlap_cfgs``), as Megatron-Core does (``model_parallel_config.py``
+#: ``delay_wgrad_compute: bool = False``). The 26.08 recipes set it per recipe
+#: (``src/megatron/bridge/perf_recipes/`` at 067f987df03b: on with the overlap in
+#: ``qwen/common.py`` ``_enable_hybridep_full_iteration_mxfp8`` and ``gpt_oss/common.py``,
+#: off with it in ``qwen/h100/qwen3_moe.py`` L41-42), so no container-wide rule holds there
+DELAY_WGRAD_SOURCE = ("NVIDIA-NeMo/Megatron-Bridge v0.2.0 scripts/performance/utils/helpers.py "
+                      "set_moe_a2a_overlap_overrides, v0.4.0 / v0.4.2 (c810129341a8) / v0.5.0 "
+                      "scripts/performance/utils/overrides.py _set_moe_a2a_overlap_overrides: "
+                      "overlap_moe_expert_parallel_comm = True and delay_wgrad_compute = True "
+                      "together")
+#: the containers whose published rows that harness produced
+DELAY_WGRAD_CONTAINERS = ("25.11", "26.04", "26.06")
+
+
+def harness_delay_wgrad(entry: dict) -> str | None:
+    """``DELAY_WGRAD_SOURCE`` where ``entry`` is a row of NVIDIA's Megatron-Bridge
+    performance tables of the ``DELAY_WGRAD_CONTAINERS`` (26.04 covers 26.04.01), whose
+    harness ran ``delay_wgrad_compute`` exactly where it ran the expert-parallel overlap;
+    None for any other entry (its source is silent)."""
+    src = entry.get("source") or {}
+    table = str(src.get("table") or "")
+    if src.get("ref") == "NVIDIA-NeMo/Megatron-Bridge" and any(
+            f"({c}" in table for c in DELAY_WGRAD_CONTAINERS):
+        return DELAY_WGRAD_SOURCE
+    return None
+
+
 #: NeMo 2's performance scripts, which produced the NeMo Framework performance summary's
 #: 25.02, 25.04 and 25.07 tables (NeMo v2.2.0, v2.3.0, v2.4.0; the rules below read the same
 #: in all three, and at d2b21556, the commit dgxc-benchmarking v25.04.02 pins): an FP8 run sets ``grad_reduce_in_fp32 = False`` (v2.2.0

@@ -35,7 +35,8 @@ from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOUR
                                                  LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
                                                  NEMO_PERF_SOURCE, quantised_param_gather,
                                                  grad_reduce_in_fp32, harness_fp8_is_current,
-                                                 llama_switches, nemo_perf_row, recipe_for)
+                                                 llama_switches, nemo_perf_row, recipe_for,
+                                                 harness_delay_wgrad)
 from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
                                 preset_unit_gpus)
 from topologies.gpus import GPU
@@ -442,11 +443,32 @@ def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> in
     return gbs // per if gbs % per == 0 else 1
 
 
-#: what the overlap runs with (§5.87): Megatron-Bridge's harness turns both on together
-_DELAY_WGRAD = ("delay_wgrad_compute=true (with the overlap, as Megatron-Bridge's "
-                "scripts/performance set_workload_base_configs -> "
-                "_set_moe_a2a_overlap_overrides runs it: a combined pair's last attention "
-                "weight gradient runs after its backward message is posted)")
+def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
+    """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
+    with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,
+    with the overlap on, what the Megatron-Bridge harness of its table ran
+    (``bridge_recipes.harness_delay_wgrad``: on with the overlap); else, with the overlap on,
+    the stack's default (off: Megatron-Core ``model_parallel_config.py``), an assumption.
+    Without the overlap nothing is said unless stated (a stated ``true`` is refused by the
+    plan's rule: Megatron-Core asserts the overlap for it)."""
+    pl = c.get("plan") or {}
+    said = next((pl[k] for k in ("delay_wgrad", "delay_wgrad_compute") if pl.get(k) is not None),
+                None)
+    if said is not None:
+        if not isinstance(said, bool):
+            raise SpecError("plan.delay_wgrad", said, "must be true or false")
+        out["delay_wgrad"] = said
+        notes.append(f"delay_wgrad_compute={str(said).lower()} (stated)")
+        return
+    if not out.get("ep_overlap"):
+        return
+    cite = harness_delay_wgrad(c)
+    out["delay_wgrad"] = cite is not None
+    notes.append(f"delay_wgrad_compute=true (the harness turns it on with the overlap: {cite}; "
+                 "a combined pair's last attention weight gradient runs after its backward "
+                 "message is posted)" if cite else
+                 "delay_wgrad_compute=false (not stated; Megatron-Core's default, "
+                 "model_parallel_config.py delay_wgrad_compute: bool = False)")
 
 
 def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
@@ -471,11 +493,9 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["cuda_graph"] = bool(pl["cuda_graph"])
     if pl.get("moe_capacity_factor") is not None:   # token dropping the recipe states
         out["moe_capacity_factor"] = float(pl["moe_capacity_factor"])
-    stated = bool(out.get("ep_overlap"))
-    if stated:
-        notes.append(_DELAY_WGRAD)
     r = recipe_for(c) if ep > 1 else None
     if r is None:
+        _delay_wgrad(c, out, notes)
         return out
     if "etp" not in out and r.etp is not None:
         out["etp"] = r.etp
@@ -484,8 +504,7 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
-    if out.get("ep_overlap") and not stated:
-        notes.append(_DELAY_WGRAD)
+    _delay_wgrad(c, out, notes)
     mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
     if recompute_kind(pl.get("recompute")) is None and mods and \
             set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:

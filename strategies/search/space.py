@@ -170,7 +170,7 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"],
                 etp=None if etp == c["tp"] else etp,
                 moe_dispatcher=DISPATCHERS[int(c.get("disp", 0))],
-                ep_overlap=bool(c.get("epo", False)), delay_wgrad=bool(c.get("dw", True)),
+                ep_overlap=bool(c.get("epo", False)), delay_wgrad=bool(c.get("dw", False)),
                 cuda_graph=bool(c.get("cg", False)),
                 moe_routing=ROUTINGS[int(c.get("route", 0))],
                 moe_imbalance=float(c["imb"]) if "imb" in c else None,
@@ -469,7 +469,21 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
         extra = {k: v[has] for k, v in extra.items()}
         extra.update(lf=lf[has], ll=ll[has], acc=acc[has])
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
-    return cols
+    return _both_delay_wgrad(cols, ax["switches"])
+
+
+def _both_delay_wgrad(cols: dict[str, np.ndarray], switches: Mapping[str, Any]
+                      ) -> dict[str, np.ndarray]:
+    """``cols`` twice, with ``delay_wgrad`` off then on, where ``--fix ep_overlap=true`` leaves
+    ``delay_wgrad`` free: Megatron-Core runs the overlap with or without it (default off,
+    ``--delay-wgrad-compute`` on), and the estimate prices each (docs/calibration.md §5.101);
+    ``cols`` unchanged otherwise (``delay_wgrad`` is refused without the overlap)."""
+    if not switches.get("epo") or "dw" in switches:
+        return cols
+    n = len(cols["tp"])
+    out = {k: np.concatenate([v, v]) for k, v in cols.items()}
+    out["dw"] = np.repeat(np.array([False, True]), n)
+    return out
 
 
 def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
@@ -551,7 +565,8 @@ def _rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
 
     def ep_ok(c):
         ok = expert_plan_ok(model, c["tp"], c["cp"], c["dp"], c["ep"], c["etp"])
-        if "epo" in c:      # the combined 1F1B's own limits, whatever stack runs it (make_job)
+        if "epo" in c or "dw" in c:     # the combined 1F1B's own limits, whatever stack runs
+            # it (make_job)
             P = PlanArrays.from_columns(c)
             for _, _, rule_ok, _ in ep_overlap_rules(DEFAULT_FRAMEWORK, P):
                 ok = ok & np.broadcast_to(rule_ok, ok.shape)
