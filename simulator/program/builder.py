@@ -12,6 +12,8 @@ durations and bytes come from ``StageCosts``. Units: seconds, bytes.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
@@ -131,6 +133,9 @@ class ProgramBuilder:
         self._moe = (len(self.group["ep"]) > 1 or len(self.group["etp"]) > 1) and any(
             not x.ep_bytes <= 0 for c in chunks for x in self.chunk[c])
         self._piece_s: dict[tuple[str, float], float] = {}     # ``_piece_time``
+        # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
+        # builder (``_once``): pure functions of the costs and the plan, read per block
+        self._memo: dict[tuple, Any] = {}
         tp_group = len(self.group["tp"]) > 1
         # one SP re-gather's contention-free seconds, as the estimate prices it (0: none)
         self.t_regather = self._piece_time("ag", 1.0) if costs.rg_bytes > 0 and tp_group \
@@ -199,6 +204,15 @@ class ProgramBuilder:
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
+    def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, worked out once per builder under ``key`` (``make`` must be a pure
+        function of ``self.c`` and the plan: the same value every block)."""
+        memo = self._memo
+        if key in memo:
+            return memo[key]
+        out = memo[key] = make()
+        return out
+
     def _tp_ops(self, n: float, attn: float, fwd: bool) -> list[tuple[str, float, float]]:
         """``(kind, bytes, repeat)`` of ``n`` tensor-parallel collectives (or SP pairs), of
         which ``attn`` are the attention's: where its column side runs at other widths
@@ -244,7 +258,8 @@ class ProgramBuilder:
             whole = n * exposed
             n = n - whole if exposed > 0 else n
             m = n * (1 - 1 / k)
-            for kd, nbytes, rep in self._tp_ops(m, m * share, fwd):
+            for kd, nbytes, rep in self._once(("tp_ops", m, m * share, fwd),
+                                              lambda: self._tp_ops(m, m * share, fwd)):
                 self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
             n = n / k + whole if exposed > 0 else n / k
@@ -262,7 +277,8 @@ class ProgramBuilder:
             if last is not None:
                 self.wait.append(last)
             return
-        for kd, nbytes, rep in self._tp_ops(n, n * share, fwd):
+        for kd, nbytes, rep in self._once(("tp_ops", n, n * share, fwd),
+                                          lambda: self._tp_ops(n, n * share, fwd)):
             last = self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main, after)) or last
         if last is not None:
@@ -316,7 +332,7 @@ class ProgramBuilder:
         cs = self.c
         counts: dict[float, float] = {}     # re-gathers compiled, by width (§5.76)
         d = 0.0
-        for share, width, dgrad in sp_regather_pieces(cs):
+        for share, width, dgrad in self._once(("regather",), lambda: sp_regather_pieces(cs)):
             t_ag = self._piece_time("ag", width)
             if share > 0 and dgrad < t_ag:
                 counts[width] = counts.get(width, 0.0) + nl * share
@@ -362,7 +378,7 @@ class ProgramBuilder:
         Returns the seconds carved out."""
         counts: dict[float, float] = {}     # reductions compiled, by width (§5.76)
         d = n = hid = 0.0
-        for share, pieces in dgrad_reduce_pieces(self.c):
+        for share, pieces in self._once(("reduce",), lambda: dgrad_reduce_pieces(self.c)):
             if share <= 0:
                 continue
             run = False
@@ -544,12 +560,13 @@ class ProgramBuilder:
                 self.wait.append(rope)
         # MLA's column-parallel down projections' own collectives, blocking
         # (``attn_down_ops``, §5.85): each closing the block after the layer's others
-        for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd):
-            if nb > 0:
-                dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
-                               f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
-                if dn is not None:
-                    self.wait.append(dn)
+        down = self._once(("down", fwd), lambda: tuple(
+            (kd, nb) for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd) if nb > 0))
+        for kd, nb in down:
+            dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
+                           f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+            if dn is not None:
+                self.wait.append(dn)
         return main
 
     def moe_colls(self, items: list[tuple], label: str, i: int, c: int,
