@@ -136,6 +136,11 @@ class ProgramBuilder:
         # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
         # builder (``_once``): pure functions of the costs and the plan, read per block
         self._memo: dict[tuple, Any] = {}
+        # MLA's rope key bytes under SP and its down projections' collectives, by direction
+        # (``_close_block``; none without MLA)
+        self._rope_b = attn_rope_bytes(costs) if costs.tp_rope_w > 0 else 0.0
+        self._down = {fwd: tuple((kd, nb) for kd, nb in attn_down_ops(costs, bool(p.sp), fwd)
+                                 if nb > 0) for fwd in (True, False)}
         tp_group = len(self.group["tp"]) > 1
         # one SP re-gather's contention-free seconds, as the estimate prices it (0: none)
         self.t_regather = self._piece_time("ag", 1.0) if costs.rg_bytes > 0 and tp_group \
@@ -551,7 +556,7 @@ class ProgramBuilder:
         self.tp_comm(n_tp, label, i, c, start, main,
                      0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
                      attn=nl, fwd=fwd)
-        rope_b = attn_rope_bytes(cs) if cs.tp_rope_w > 0 else 0.0
+        rope_b = self._rope_b
         if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
             kd = "allgather" if fwd else "reduce_scatter"
             rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
@@ -560,9 +565,7 @@ class ProgramBuilder:
                 self.wait.append(rope)
         # MLA's column-parallel down projections' own collectives, blocking
         # (``attn_down_ops``, §5.85): each closing the block after the layer's others
-        down = self._once(("down", fwd), lambda: tuple(
-            (kd, nb) for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd) if nb > 0))
-        for kd, nb in down:
+        for kd, nb in self._down[fwd]:
             dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
                            f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
             if dn is not None:
