@@ -136,6 +136,7 @@ class ProgramBuilder:
         # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
         # builder (``_once``): pure functions of the costs and the plan, read per block
         self._memo: dict[tuple, Any] = {}
+        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams
         # MLA's rope key bytes under SP and its down projections' collectives, by direction
         # (``_close_block``; none without MLA)
         self._rope_b = attn_rope_bytes(costs) if costs.tp_rope_w > 0 else 0.0
@@ -926,16 +927,19 @@ class ProgramBuilder:
         produced them, the receives posted now; no compute waits for the call here: a
         receive (and its tensor-parallel gather) is waited for just before the next pass of
         its kind (``take_received``)."""
+        streams = self.streams      # ``_add`` written out (positional, as ``coll``)
         for d, i, c in x.sends:
             what, dst, name = self._overlapped_lane("send", d, i, c)
-            self._add(Send, name, dst=dst,
-                      nbytes=self.c.p2p_bytes, tag=d, label=f"send {what}", microbatch=i,
-                      chunk=c, deps=tuple(y for y in self.produced[(what[0], i, c)]
-                                          if y is not None))
+            op_id = self.next_id
+            self.next_id += 1
+            streams[name].append(Send(op_id, name, dst, self.c.p2p_bytes, d, f"send {what}", i,
+                                      c, tuple(y for y in self.produced[(what[0], i, c)]
+                                               if y is not None)))
         for d, i, c in x.recvs:
             what, src, name = self._overlapped_lane("recv", d, i, c)
-            r = self._add(Recv, name, src=src, tag=d,
-                          label=f"recv {what}", microbatch=i, chunk=c, deps=())
+            r = self.next_id
+            self.next_id += 1
+            streams[name].append(Recv(r, name, src, d, f"recv {what}", i, c, ()))
             self.received.setdefault(d, []).append((r, what, i, c))
 
     def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[str, int, str]:
@@ -946,8 +950,10 @@ class ProgramBuilder:
         side = "next" if (d == "fwd") == (kind == "send") else "prev"
         peer = self.group["pp"][self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d,
                                                 kind == "send")]
-        name = f"pp-comm {stream_of((kind, side), self.p.pp)}"
-        self.streams.setdefault(name, [])
+        name = self._lanes.get((kind, side))
+        if name is None:        # the lane's stream, created at its first transfer
+            name = self._lanes[(kind, side)] = f"pp-comm {stream_of((kind, side), self.p.pp)}"
+            self.streams.setdefault(name, [])
         return what, peer, name
 
     def take_received(self, d: str) -> None:
