@@ -12,6 +12,8 @@ durations and bytes come from ``StageCosts``. Units: seconds, bytes.
 """
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from simulator.program.grad_buckets import bucket_segments, chunk_buckets
 from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
@@ -132,6 +134,15 @@ class ProgramBuilder:
         self._moe = (len(self.group["ep"]) > 1 or len(self.group["etp"]) > 1) and any(
             not x.ep_bytes <= 0 for c in chunks for x in self.chunk[c])
         self._piece_s: dict[tuple[str, float], float] = {}     # ``_piece_time``
+        # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
+        # builder (``_once``): pure functions of the costs and the plan, read per block
+        self._memo: dict[tuple, Any] = {}
+        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams
+        # MLA's rope key bytes under SP and its down projections' collectives, by direction
+        # (``_close_block``; none without MLA)
+        self._rope_b = attn_rope_bytes(costs) if costs.tp_rope_w > 0 else 0.0
+        self._down = {fwd: tuple((kd, nb) for kd, nb in attn_down_ops(costs, bool(p.sp), fwd)
+                                 if nb > 0) for fwd in (True, False)}
         tp_group = len(self.group["tp"]) > 1
         # one SP re-gather's contention-free seconds, as the estimate prices it (0: none)
         self.t_regather = self._piece_time("ag", 1.0) if costs.rg_bytes > 0 and tp_group \
@@ -200,6 +211,15 @@ class ProgramBuilder:
         return op_id
 
     # ------------------------------------------------------------------ layer blocks
+    def _once(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """``make()``, worked out once per builder under ``key`` (``make`` must be a pure
+        function of ``self.c`` and the plan: the same value every block)."""
+        memo = self._memo
+        if key in memo:
+            return memo[key]
+        out = memo[key] = make()
+        return out
+
     def _tp_ops(self, n: float, attn: float, fwd: bool) -> list[tuple[str, float, float]]:
         """``(kind, bytes, repeat)`` of ``n`` tensor-parallel collectives (or SP pairs), of
         which ``attn`` are the attention's: where its column side runs at other widths
@@ -245,7 +265,8 @@ class ProgramBuilder:
             whole = n * exposed
             n = n - whole if exposed > 0 else n
             m = n * (1 - 1 / k)
-            for kd, nbytes, rep in self._tp_ops(m, m * share, fwd):
+            for kd, nbytes, rep in self._once(("tp_ops", m, m * share, fwd),
+                                              lambda: self._tp_ops(m, m * share, fwd)):
                 self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                           f"{tag[kd]} tp {label}", i, c, deps=start)
             n = n / k + whole if exposed > 0 else n / k
@@ -263,7 +284,8 @@ class ProgramBuilder:
             if last is not None:
                 self.wait.append(last)
             return
-        for kd, nbytes, rep in self._tp_ops(n, n * share, fwd):
+        for kd, nbytes, rep in self._once(("tp_ops", n, n * share, fwd),
+                                          lambda: self._tp_ops(n, n * share, fwd)):
             last = self.coll("tp-comm", kd, "tp", nbytes, rep, "tp",
                              f"{tag[kd]} tp {label}", i, c, deps=(main, after)) or last
         if last is not None:
@@ -317,7 +339,7 @@ class ProgramBuilder:
         cs = self.c
         counts: dict[float, float] = {}     # re-gathers compiled, by width (§5.76)
         d = 0.0
-        for share, width, dgrad in sp_regather_pieces(cs):
+        for share, width, dgrad in self._once(("regather",), lambda: sp_regather_pieces(cs)):
             t_ag = self._piece_time("ag", width)
             if share > 0 and dgrad < t_ag:
                 counts[width] = counts.get(width, 0.0) + nl * share
@@ -365,7 +387,7 @@ class ProgramBuilder:
         own weight gradient (§5.99). Returns the seconds carved out."""
         counts: dict[float, float] = {}     # reductions compiled, by width (§5.76)
         d = n = hid = 0.0
-        for share, pieces in dgrad_reduce_pieces(self.c):
+        for share, pieces in self._once(("reduce",), lambda: dgrad_reduce_pieces(self.c)):
             if share <= 0:
                 continue
             run = False
@@ -386,7 +408,7 @@ class ProgramBuilder:
         # (``_close_block``)
         if self.c.tp_down > 0:
             t = self._piece_time("rd", 1.0)
-            for wgrad in down_reduce_pieces(self.c):
+            for wgrad in self._once(("down_reduce",), lambda: down_reduce_pieces(self.c)):
                 if wgrad < t:
                     counts[1.0] = counts.get(1.0, 0.0) + nl
                     d += nl * wgrad
@@ -548,7 +570,7 @@ class ProgramBuilder:
         self.tp_comm(n_tp, label, i, c, start, main,
                      0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
                      attn=nl, fwd=fwd)
-        rope_b = attn_rope_bytes(cs) if cs.tp_rope_w > 0 else 0.0
+        rope_b = self._rope_b
         if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
             kd = "allgather" if fwd else "reduce_scatter"
             rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
@@ -560,14 +582,13 @@ class ProgramBuilder:
         # the backward their input-gradient reductions ran beside their weight gradients
         # where those are asynchronous (``reduce_split``, §5.99)
         async_rd = not fwd and self.t_reduce > 0
-        for kd, nb in attn_down_ops(cs, bool(self.p.sp), fwd):
+        for kd, nb in self._down[fwd]:
             if async_rd and kd in ("reduce_scatter", "allreduce"):
                 continue
-            if nb > 0:
-                dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
-                               f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
-                if dn is not None:
-                    self.wait.append(dn)
+            dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
+                           f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+            if dn is not None:
+                self.wait.append(dn)
         return main
 
     def moe_colls(self, items: list[tuple], label: str, i: int, c: int,
@@ -924,16 +945,19 @@ class ProgramBuilder:
         produced them, the receives posted now; no compute waits for the call here: a
         receive (and its tensor-parallel gather) is waited for just before the next pass of
         its kind (``take_received``)."""
+        streams = self.streams      # ``_add`` written out (positional, as ``coll``)
         for d, i, c in x.sends:
             what, dst, name = self._overlapped_lane("send", d, i, c)
-            self._add(Send, name, dst=dst,
-                      nbytes=self.c.p2p_bytes, tag=d, label=f"send {what}", microbatch=i,
-                      chunk=c, deps=tuple(y for y in self.produced[(what[0], i, c)]
-                                          if y is not None))
+            op_id = self.next_id
+            self.next_id += 1
+            streams[name].append(Send(op_id, name, dst, self.c.p2p_bytes, d, f"send {what}", i,
+                                      c, tuple(y for y in self.produced[(what[0], i, c)]
+                                               if y is not None)))
         for d, i, c in x.recvs:
             what, src, name = self._overlapped_lane("recv", d, i, c)
-            r = self._add(Recv, name, src=src, tag=d,
-                          label=f"recv {what}", microbatch=i, chunk=c, deps=())
+            r = self.next_id
+            self.next_id += 1
+            streams[name].append(Recv(r, name, src, d, f"recv {what}", i, c, ()))
             self.received.setdefault(d, []).append((r, what, i, c))
 
     def _overlapped_lane(self, kind: str, d: str, i: int, c: int) -> tuple[str, int, str]:
@@ -944,8 +968,10 @@ class ProgramBuilder:
         side = "next" if (d == "fwd") == (kind == "send") else "prev"
         peer = self.group["pp"][self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d,
                                                 kind == "send")]
-        name = f"pp-comm {stream_of((kind, side), self.p.pp)}"
-        self.streams.setdefault(name, [])
+        name = self._lanes.get((kind, side))
+        if name is None:        # the lane's stream, created at its first transfer
+            name = self._lanes[(kind, side)] = f"pp-comm {stream_of((kind, side), self.p.pp)}"
+            self.streams.setdefault(name, [])
         return what, peer, name
 
     def take_received(self, d: str) -> None:
