@@ -26,7 +26,8 @@ from topologies.cluster import cluster_preset  # noqa: E402
 MODEL = replace(model_preset("llama3-8b"), num_layers=16, seq_length=256, vocab_size=2048)
 PLANS = ("tp=2,pp=2,dp=8,mbs=1,gbs=16,zero=1,sp=true",
          "tp=2,pp=2,dp=8,mbs=1,gbs=32,zero=1,sp=true,schedule=interleaved,vpp=2",
-         "tp=2,pp=4,dp=4,mbs=1,gbs=16,zero=1,sp=true")
+         "tp=2,pp=4,dp=4,mbs=1,gbs=16,zero=1,sp=true",
+         "tp=2,pp=4,dp=4,mbs=1,gbs=16,zero=1,sp=true,layers_per_stage=3/5/5/3")
 
 
 def stack(name: str, rule: bool):

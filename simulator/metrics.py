@@ -26,9 +26,6 @@ COMM_KINDS = {"pp_send": "pp_comm", "pp_recv": "pp_comm", "pp_gather": "pp_comm"
               "tp": "tp_comm", "cp": "cp_comm", "ep": "ep_comm", "dp": "dp_comm"}
 PRIORITY = ("pp_comm", "tp_comm", "cp_comm", "ep_comm", "dp_comm")
 PARAM_GATHER_PREFIX = "AG params"
-#: label suffix of a data-parallel collective's routed-expert part (the builder's
-#: ``_dp_parts``): the same bucket as the dense part without it
-EXPERT_SUFFIX = " experts"
 
 
 # ----------------------------------------------------------------------- interval algebra
@@ -106,8 +103,7 @@ def measure(x: list[Interval]) -> float:
 def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]:
     """When each rank's step ends (seconds). With ``overlap_param_gather`` the parameter
     all-gathers after the optimizer count only for the part that exceeds the next step's first
-    forward (``fwd_window_s``), and at least one bucket's share (a bucket's dense and expert
-    gathers together), as the analytic model does."""
+    forward (``fwd_window_s``), and at least one bucket's share, as the analytic model does."""
     end: dict[int, float] = defaultdict(float)
     ag: dict[int, list[Record]] = defaultdict(list)
     gathers = PARAM_GATHER_PREFIX
@@ -123,10 +119,7 @@ def rank_ends(records: list[Record], metas: dict[int, dict]) -> dict[int, float]
         t0, t1 = min(r.start for r in recs), max(r.end for r in recs)
         if meta.get("overlap_param_gather", False):
             dur = t1 - t0
-            # one bucket's share: a bucket's dense and expert gathers count as one (the first
-            # forward waits for both parts of its bucket, §5.92)
-            buckets = len({r.label.removesuffix(EXPERT_SUFFIX) for r in recs})
-            t1 = t0 + max(dur - meta.get("fwd_window_s", 0.0), dur / buckets)
+            t1 = t0 + max(dur - meta.get("fwd_window_s", 0.0), dur / len(recs))
         end[rank] = max(end[rank], t1)
     return dict(end)
 

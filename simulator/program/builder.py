@@ -13,7 +13,7 @@ durations and bytes come from ``StageCosts``. Units: seconds, bytes.
 from __future__ import annotations
 
 from simulator.program.grad_buckets import bucket_segments, chunk_buckets
-from simulator.metrics import EXPERT_SUFFIX, PARAM_GATHER_PREFIX
+from simulator.metrics import PARAM_GATHER_PREFIX
 from simulator.program.ops import STREAMS, Collective, Compute, Program, Recv, Send
 from strategies.schedules.exchanges import Exchange
 from strategies.schedules.p2p_streams import stream_of
@@ -789,7 +789,7 @@ class ProgramBuilder:
         if self.edp_params <= 0:     # no stage parameters, or none over the experts' group
             return [("dpcp", params, "")]
         e = params * self.edp_params / self.stage_params
-        return [("dpcp", params - e, ""), ("edp", e, EXPERT_SUFFIX)]
+        return [("dpcp", params - e, ""), ("edp", e, " experts")]
 
     def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
         kind = "allreduce" if self.full_grad_reduce else "reduce_scatter"
