@@ -99,9 +99,14 @@ class ProgramBuilder:
                                             p.overlap_grad_reduce)
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and self.zero_g == 2
+        # the stack's bucketing by pipeline rank and chunk (``BucketRule.chunk_bucketed``:
+        # Megatron-Core cuts only rank 0's first chunk into buckets, §5.92)
+        rule = job.framework.dp_bucket
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          len(self.chunk[c]),
-                                         [x.layer_params for x in self.chunk[c]])
+                                         [x.layer_params for x in self.chunk[c]],
+                                         rule.chunk_bucketed(self.stage, c, self.mirrored,
+                                                             self.every_mb))
                         for c in chunks}
         # the last micro-batch through each chunk (its backward completes the gradients)
         self.final_mb = {c: self.m - 2 + c if self.mirrored else self.m - 1 for c in chunks}

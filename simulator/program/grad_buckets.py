@@ -13,6 +13,8 @@ Megatron-Core ``max(40M, 1M x dp)``, NeMo 2 128 Mi; docs/calibration.md §5.86).
 ((1, 60000000.0), (3, 60000000.0), (4, 50000000.0))
 >>> bucket_segments(b, 4, split=True, per_layer=False)
 [2, 2]
+>>> chunk_buckets(costs, first=True, last=False, layers=4, bucketed=False).buckets
+((4, 170000000.0),)
 """
 from __future__ import annotations
 
@@ -43,17 +45,19 @@ def greedy_buckets(items: list[float], size: float) -> tuple[tuple[int, float], 
 
 
 def chunk_buckets(costs, first: bool, last: bool, layers: int,
-                  params: list[float] | None = None) -> ChunkBuckets:
+                  params: list[float] | None = None, bucketed: bool = True) -> ChunkBuckets:
     """Buckets of one model chunk of ``layers`` layers; ``first``/``last``: the chunk is the
     first (holds the embedding) or the last (the output layer) position of the pipeline;
     ``params``: each layer's parameters in forward order (default ``costs.layer_params``
-    each, the mean layer)."""
+    each, the mean layer); ``bucketed`` False: the whole chunk is one bucket
+    (``BucketRule.chunk_bucketed``: Megatron-Core's ranks and chunks past the first)."""
     head = last and costs.head_params > 0
     emb = first and costs.embedding_params > 0
     own = [costs.layer_params] * layers if params is None else list(params)[::-1]
     items = ([costs.head_params] if head else []) + own \
         + ([costs.embedding_params] if emb else [])
-    return ChunkBuckets(head, emb, greedy_buckets(items, costs.bucket_params))
+    return ChunkBuckets(head, emb, greedy_buckets(
+        items, costs.bucket_params if bucketed else float("inf")))
 
 
 def bucket_segments(plan: ChunkBuckets, layers: int, split: bool, per_layer: bool) -> list[int]:

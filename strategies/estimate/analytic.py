@@ -595,9 +595,17 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # different times, so its first full bucket is not the last backward's first layers)
     head_k = [np.where((pp == 1) & (k == 0) | (pp > 1) & (k == 2), sc.head_params, 0.0)
               for k in K]
-    lead_k = [np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
-                                         / np.maximum(sc.layer_params, 1.0)))
-              * (sc.layer_bwd + sc.layer_recompute) for k in K]
+    # Megatron-Core cuts only pipeline rank 0's first chunk into buckets
+    # (``BucketRule.chunk_bucketed``, §5.92): every other rank's chunk is one bucket, so its
+    # first bucket is its whole last backward, and its last one its chunk (``whole_k``: that
+    # share of the rank's parameters, 0 where the size rule applies)
+    rule = get_profile(framework).dp_bucket
+    whole_k = [0.0 * pp if k == 0 else rule.whole_share(pp, v, mirrored, zero_g == 2)
+               for k in K]
+    lead_k = [np.where(whole_k[k] > 0, window_k[k],
+                       np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
+                                                  / np.maximum(sc.layer_params, 1.0)))
+                       * (sc.layer_bwd + sc.layer_recompute)) for k in K]
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
@@ -625,7 +633,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
 
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
-        last = np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k])
+        last = np.where(whole_k[k] > 0, whole_k[k],
+                        np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
                           one_bucket("reduce_scatter", gb, k, last))
         ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
@@ -832,6 +841,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer + lone,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
         "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,
+        # each kind of rank's compute end before the pipeline's (``rank_slack``), which its
+        # data-parallel tail runs into
+        **{f"slack_{x}_s": slack[k] for k, x in enumerate(("first", "mid", "last"))},
         # one mean layer's expert all-to-all (one direction: dispatch and combine), its
         # exposure in an overlapped pair (forward and backward) and before a recomputed
         # backward, for the order with communication (``estimate.scalar._per_chunk``)
