@@ -546,8 +546,11 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
     and ZeRO-3's windows), which time added to the end stages lengthens more than the real
     chunks' order does (docs/calibration.md §5.93). The same run with that span
-    (``estimate_arrays``' ``pipe_span``); a mixed cluster keeps ``r``'s tail."""
-    if not job.cluster.uniform:
+    (``estimate_arrays``' ``pipe_span``); a mixed cluster, a plan with expert all-to-all and
+    a zero-bubble order keep ``r``'s tail (§5.93's real order is not theirs: their pipeline
+    part keeps the even composition's shift, and its span is not the one the windows read)."""
+    if (not job.cluster.uniform or float(r.get("ep_a2a_s", 0.0)) > 0
+            or get_schedule(job.plan.schedule).splits_backward):
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
