@@ -61,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)     # the parser check imports simulator.cli from this checkout
 
 PREFIXES = ("paraplan ", "python -m simulator.cli ", "python experiments/")
 SHELL_LANGS = {"bash", "sh", "shell", "console"}

@@ -102,3 +102,18 @@ def test_a_command_that_does_not_print_what_the_doc_quotes_fails():
                           "--plan gbs=8", where=["x.md:1"])
         r = run_one(refused, tmp, {}, timeout=60)          # exit 2 where the doc shows 0
         assert r.status == "fail" and r.exit == 2 and "no-such-model" in r.error
+
+
+def test_the_runner_runs_as_a_script_without_pythonpath():
+    # `python experiments/doc_commands.py --list` puts experiments/ first on sys.path, not
+    # the checkout; the parser check imports simulator.cli, so the script adds the checkout.
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    with tempfile.TemporaryDirectory() as tmp:
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "experiments", "doc_commands.py"),
+                            "--list"], cwd=tmp, env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Traceback" not in r.stderr
+    assert "paraplan presets" in r.stdout and "fragment" in r.stdout   # the parser ran
