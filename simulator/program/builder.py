@@ -100,12 +100,14 @@ class ProgramBuilder:
         # ZeRO-2 shards the gradients: every micro-batch's are reduce-scattered into the shard
         self.every_mb = self.grad_sync and self.zero_g == 2
         # the stack's bucketing by pipeline rank and chunk (``BucketRule.chunk_bucketed``:
-        # Megatron-Core cuts only rank 0's first chunk into buckets, §5.92)
+        # Megatron-Core cuts only rank 0's first chunk into buckets, §5.92; DualPipe's copies
+        # and a split backward, which Megatron-Core does not run, keep the size rule)
         rule = job.framework.dp_bucket
         self.buckets = {c: chunk_buckets(costs, self.vs(c) == 0, self.vs(c) == self.last_vs,
                                          len(self.chunk[c]),
                                          [x.layer_params for x in self.chunk[c]],
-                                         rule.chunk_bucketed(self.stage, c, self.mirrored,
+                                         rule.chunk_bucketed(self.stage, c, self.mirrored
+                                                             or bool(self.sched.splits_backward),
                                                              self.every_mb))
                         for c in chunks}
         # the last micro-batch through each chunk (its backward completes the gradients)

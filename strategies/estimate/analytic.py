@@ -599,8 +599,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (``BucketRule.chunk_bucketed``, §5.92): every other rank's chunk is one bucket, so its
     # first bucket is its whole last backward, and its last one its chunk (``whole_k``: that
     # share of the rank's parameters, 0 where the size rule applies)
+    # (a split backward, which Megatron-Core does not run, keeps the size rule, as DualPipe)
     rule = get_profile(framework).dp_bucket
-    whole_k = [0.0 * pp if k == 0 else rule.whole_share(pp, v, mirrored, zero_g == 2)
+    own = mirrored | attr_by_code(sched, "splits_backward").astype(bool)
+    whole_k = [0.0 * pp if k == 0 else rule.whole_share(pp, v, own, zero_g == 2)
                for k in K]
     lead_k = [np.where(whole_k[k] > 0, window_k[k],
                        np.minimum(n_k[k], np.ceil(np.maximum(sc.bucket_params - head_k[k], 0.0)
