@@ -227,6 +227,10 @@ def test_a_failing_rank_is_reported():
 
 
 SCRIPT = textwrap.dedent("""
+    import signal
+    # Python's own SIGINT handler, whatever the test runner inherited: a shell that starts
+    # a job in the background without job control ignores SIGINT, and so would this child
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
     from strategies.presets import model_preset
     spec = CalibrationSpec(models=(model_preset("gpt-1.7b"),), tps=(1,), mbs=(1,), seqs=(2048,),
