@@ -443,6 +443,15 @@ def _flushes(fw: FrameworkProfile, pp: int, gbs: int, dp: int, local: Any) -> in
     return gbs // per if gbs % per == 0 else 1
 
 
+def _stated_bool(pl: dict, *keys: str) -> bool | None:
+    """The boolean an entry's plan ``pl`` states under the first of ``keys`` it sets (None:
+    not stated); SpecError naming ``plan.<keys[0]>`` for a value that is not a boolean."""
+    said = next((pl[k] for k in keys if pl.get(k) is not None), None)
+    if said is not None and not isinstance(said, bool):
+        raise SpecError(f"plan.{keys[0]}", said, "must be true or false")
+    return said
+
+
 def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
     with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,
@@ -452,11 +461,8 @@ def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     Without the overlap nothing is said unless stated (a stated ``true`` is refused by the
     plan's rule: Megatron-Core asserts the overlap for it)."""
     pl = c.get("plan") or {}
-    said = next((pl[k] for k in ("delay_wgrad", "delay_wgrad_compute") if pl.get(k) is not None),
-                None)
+    said = _stated_bool(pl, "delay_wgrad", "delay_wgrad_compute")
     if said is not None:
-        if not isinstance(said, bool):
-            raise SpecError("plan.delay_wgrad", said, "must be true or false")
         out["delay_wgrad"] = said
         notes.append(f"delay_wgrad_compute={str(said).lower()} (stated)")
         return
@@ -773,9 +779,7 @@ def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
     fused op is MXFP8's, so another precision, or a stack without Megatron-Core's
     ``TEGroupedMLP``, keeps the stack's experts, said so. SpecError for a value that is
     not a boolean."""
-    said = pl.get("fused_grouped_mlp")
-    if said is not None and not isinstance(said, bool):
-        raise SpecError("plan.fused_grouped_mlp", said, "must be true or false")
+    said = _stated_bool(pl, "fused_grouped_mlp")
     if not said:
         return fw
     if dtype != "mxfp8" or not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
@@ -796,9 +800,7 @@ def _with_stated_fp8_attention(fw: FrameworkProfile, pl: dict, dtype: str, gpu: 
     ``fp8_dot_product_attention``; ``framework.with_fp8_attention``), said so; a precision,
     stack or chip the rule refuses keeps BF16 attention, said so. SpecError for a value that
     is not a boolean."""
-    said = pl.get("fp8_attention")
-    if said is not None and not isinstance(said, bool):
-        raise SpecError("plan.fp8_attention", said, "must be true or false")
+    said = _stated_bool(pl, "fp8_attention")
     if not said:
         return fw
     try:
