@@ -111,7 +111,7 @@ def doubled_sends(job) -> tuple[float, float]:
     every pipeline send (the compiler's ``Send`` ops; nothing else changes) on the
     contention-free network: a plan with data parallelism and tensor parallelism, where the
     bandwidth cannot be changed for the pipeline alone."""
-    import simulator.program.builder as builder
+    import simulator.program.pipeline_p2p as pipeline_p2p
     from simulator.program.ops import Send
     p = job.plan
     c = stage_costs(job)
@@ -123,11 +123,11 @@ def doubled_sends(job) -> tuple[float, float]:
         def scaled(factor=factor, **kw):
             kw["nbytes"] = kw["nbytes"] * factor
             return Send(**kw)
-        builder.Send = scaled
+        pipeline_p2p.Send = scaled
         try:
             steps.append(simulate(job, network="contention-free").step_time_s)
         finally:
-            builder.Send = Send
+            pipeline_p2p.Send = Send
     return estimate(job).breakdown_s["pp_comm"] / tau, (steps[1] - steps[0]) / extra
 
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 import simulator.program.builder as builder
+import simulator.program.tensor_parallel as tensor_parallel
 import strategies.cost.stage as stage
 from strategies.cost import tp_collectives
 from simulator.simulate import simulate
@@ -188,7 +189,7 @@ def test_full_recompute_reruns_the_forward_gathers(fw, sp: bool, monkeypatch) ->
     assert bound(full) <= s_on * (1 + 1e-9)
     monkeypatch.setattr(stage, "attn_full_rc_ops", lambda x, sp: ())
     monkeypatch.setattr(tp_collectives, "attn_full_rc_ops", lambda x, sp: ())
-    monkeypatch.setattr(builder, "attn_full_rc_ops", lambda x, sp: ())
+    monkeypatch.setattr(tensor_parallel, "attn_full_rc_ops", lambda x, sp: ())
     assert on - layer_comm(full) == pytest.approx(want, rel=1e-9, abs=1e-15)
     e = e_on - estimate(full).step_time_s
     s = s_on - simulate(full, network="contention-free").step_time_s

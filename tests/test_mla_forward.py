@@ -6,7 +6,7 @@ under SP the forward all-gathers the ``q_lora_rank`` and ``kv_lora_rank`` latent
 projection's own gather) instead of the hidden state, and the backward reduces their data
 gradients at those widths; the row side (``linear_proj``) stays at the hidden width. One rule
 (``cost.stage.attn_tp_swap``/``attn_tp_saved``) read by the estimate, the lower bound and the
-simulator's program builder (``_tp_ops``)."""
+simulator's program builder (``tensor_parallel._tp_ops``)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -14,6 +14,7 @@ from dataclasses import replace
 import pytest
 
 import simulator.program.builder as builder
+import simulator.program.tensor_parallel as tensor_parallel
 import strategies.cost.stage as stage
 from strategies.cost import tp_collectives
 from simulator.simulate import simulate
@@ -42,7 +43,7 @@ def rule_off(monkeypatch):
     def off() -> None:
         monkeypatch.setattr(stage, "attn_tp_swap", lambda x, sp, fwd: None)
         monkeypatch.setattr(tp_collectives, "attn_tp_swap", lambda x, sp, fwd: None)
-        monkeypatch.setattr(builder, "attn_tp_swap", lambda x, sp, fwd: None)
+        monkeypatch.setattr(tensor_parallel, "attn_tp_swap", lambda x, sp, fwd: None)
     return off
 
 

@@ -1,5 +1,6 @@
 """What each rank runs: the op IR (``ops``), the compiler from a job to per-rank programs
-(``compiler``, ``builder``) and the gradient buckets (``grad_buckets``). No SimPy here."""
+(``compiler``, ``builder`` and its mixins) and the gradient buckets (``grad_buckets``). No
+SimPy here."""
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 

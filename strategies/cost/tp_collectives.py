@@ -105,7 +105,7 @@ def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.
     (MLA's up projections, §5.76) the difference ``t_red(1) - sum t_red(width)`` is
     hidden too (it is not run), so the exposed remainder is the pieces' own. 0 where
     ``t_red`` is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower
-    bound read; the simulator compiles the same pieces (``simulator.program.builder``).
+    bound read; the simulator compiles the same pieces (``simulator.program.tensor_parallel``).
     docs/calibration.md §5.75, §5.76."""
     out, t_red = 0.0, _per_width(t_red)
     for share, pieces in dgrad_reduce_pieces(x):
@@ -159,7 +159,7 @@ def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
     than the hidden-width one counted (``attn_tp_swap``): ``t(kind, B) - sum t(kind, w·B)``,
     ``B`` its hidden-width bytes (``tp_kind_bytes``), ``t(kind, nbytes)`` a collective's
     seconds; 0 (exactly) without a swap. The one rule the estimate and the lower bound read;
-    the simulator compiles the same pieces (``simulator.program.builder.tp_comm``)."""
+    the simulator compiles the same pieces (``simulator.program.tensor_parallel.tp_comm``)."""
     swap = attn_tp_swap(x, sp, fwd)
     if swap is None:
         return 0.0

@@ -1,0 +1,174 @@
+"""``DataParallelOps``: the data-parallel collectives of
+``simulator.program.builder.ProgramBuilder`` (a mixin: the builder holds the state): the
+gradient buckets' reductions (dense over dp·cp, routed experts over their expert-data-parallel
+group), DualPipe's mirror all-reduce, and ZeRO-3's per-layer or per-tensor gathers and
+reduce-scatters. Units: seconds, bytes.
+"""
+from __future__ import annotations
+
+from simulator.program.ops import Collective, Compute
+from strategies import placement
+from strategies.cost.comm import grad_shard_params, in_one_node, measured_scale, per_tensor_excess
+
+
+class DataParallelOps:
+    """``ProgramBuilder``'s data-parallel collectives (reads the builder's state)."""
+
+    def _per_tensor(self, kind: str, count: float, nbytes: float, label: str, i: int,
+                    deps: tuple = ()) -> None:
+        """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
+        group's collective back to back, then what each call costs beyond it (the flat ring's
+        extra latency steps, the copies: ``comm.per_tensor_excess``) on the communication
+        stream; the next compute waits for all of it. Alone on the wire:
+        ``comm.per_tensor_time``, the estimate's charge."""
+        name = "AG" if kind == "allgather" else "RS"
+        ring = self.coll("dp-comm", kind, "dpcp", nbytes / count, count, "dp",
+                         f"{name} z3 tensors {label}", i, deps=deps, tag="dp")
+        group = self.group["dpcp"]
+        dp = len(group)
+        stride = (group[1] - group[0]) if dp > 1 else 1
+        extra = float(per_tensor_excess(kind, count, nbytes, dp, stride, self.cluster,
+                                        self.c.copy_gap))
+        copies = self._add(Compute, "dp-comm", seconds=extra, kind="dp",
+                           label=f"calls z3 {label}", microbatch=i, chunk=-1,
+                           deps=(ring,) if ring is not None else ())
+        self.wait.append(copies)
+
+    def _z3(self, label: str, i: int, fwd: bool = True) -> list[int]:
+        """ZeRO-3: gather this stage's parameters, the first layer's share blocking (the
+        dense over dp, the routed experts over their expert-data-parallel group:
+        ``_dp_parts``); returns the gathers of the rest. A per-tensor stack gathers every
+        tensor of the pass before its compute."""
+        if self.p.zero != 3 or not self.copies:
+            return []
+        if self.c.z3_fwd_n > 0:
+            n, params = ((self.c.z3_fwd_n, self.c.z3_fwd_params) if fwd
+                         else (self.c.z3_bwd_n, self.c.z3_bwd_params))
+            if n > 0:
+                self._per_tensor("allgather", n, self.c.param_bytes * params, label, i,
+                                 deps=(self.last_compute,))
+            return []
+        L = self.stage_layers
+        parts = self._dp_parts(self.stage_params)
+        rest: list[int] = []          # the first layer's share blocks, the rest is returned
+        # one call per layer (FSDP's unit), each paying the ring's whole latency: ``calls``
+        # back to back of ``1/L`` of the stage's parameters (docs/calibration.md §5.26)
+        for calls, out in ((1, self.wait), (L - 1, rest)):
+            for dim, k, suffix in parts:
+                op = self.coll("dp-comm", "allgather", dim, self.c.param_bytes * k / L, calls,
+                               "dp", f"AG z3 {label}{suffix}", i, tag="dp")
+                out += [op] if op is not None else []
+        return rest
+
+    def _close_grads(self, todo: list, final: bool, label: str, i: int, z3: bool,
+                     c: int) -> None:
+        """After the last gradient work of micro-batch ``i``: the buckets not reduced live
+        wait for the end of the schedule (last micro-batch) or, with ZeRO-2 without overlap,
+        are reduced now; ZeRO-3 reduce-scatters the gradients."""
+        if final and self.grad_sync:
+            self.pending_buckets += todo
+        elif self.every_mb and todo:
+            # ZeRO-2 without overlap: reduced at the end of the backward, the next compute waits
+            for _, params in todo:
+                self._grad_reduce(params, deps=(self.last_compute,), record=False)
+            self.wait.append(self.streams["dp-comm"][-1].id)
+        if z3:
+            self._z3_reduce(label, i, c)
+
+    def _launch(self, todo: list, pos: int, live: bool, record: bool = True) -> list:
+        """Reduce the buckets complete once ``pos`` items are done (when reducing live);
+        ``record``: these are the step's last reductions (their parameters are gathered after
+        the optimizer)."""
+        while live and todo and todo[0][0] < pos:
+            self._grad_reduce(todo.pop(0)[1], deps=(self.last_compute,), record=record)
+        return todo
+
+    def _dp_parts(self, params: float) -> list[tuple[str, float, str]]:
+        """``(group, parameters, label suffix)`` of a data-parallel collective over ``params``
+        of this stage's parameters (a gradient bucket, ZeRO-3's gathers and reduce-scatters):
+        the routed experts' share goes over the expert-data-parallel group and the rest over
+        the dp·cp ranks that hold the dense copies (group ``dpcp``, ``comm.dp_parts``, the
+        estimate's and the bound's rule); a group of one rank (no expert replica) is skipped
+        by ``coll``."""
+        if self.edp_params <= 0:     # no stage parameters, or none over the experts' group
+            return [("dpcp", params, "")]
+        e = params * self.edp_params / self.stage_params
+        return [("dpcp", params - e, ""), ("edp", e, " experts")]
+
+    def _grad_reduce(self, params: float, deps: tuple, record: bool = True) -> None:
+        kind = "allreduce" if self.full_grad_reduce else "reduce_scatter"
+        name = "AR" if self.full_grad_reduce else "RS"
+        label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
+        for dim, n, suffix in self._dp_parts(params):
+            self.coll("dp-comm", kind, dim, self.c.grad_bytes * n, 1.0, "dp", label + suffix,
+                      deps=deps, tag="dp")
+        if record:
+            self.reduced.append(params)
+
+    def _mirror_reduce(self) -> None:
+        """DualPipe: ranks ``r`` and ``pp-1-r`` hold the same two stages, so the gradients of
+        both copies are summed between them before the optimizer (deepseek-ai/DualPipe's
+        example adds each rank's mirror's gradients): one all-reduce of this rank's gradients
+        (with ZeRO >= 1 the shard its optimizer steps: the dense 1/dp, the routed experts' 1/edp,
+        ``comm.grad_shard_params``) over the two ranks, on the dp-comm stream."""
+        pp_group = self.group["pp"]
+        pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
+        p = self.p
+        nbytes = self.c.grad_bytes * float(grad_shard_params(
+            self.stage_params, self.stage_expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
+        # a measured profile: the estimate's group (``analytic``: stride 1 when the
+        # pipeline's ends share a node, ``(pp-1)·stride < G``, else G)
+        G = self.cluster.gpus_per_node
+        spread = (p.pp - 1) * (placement.world_size(p) // p.pp) >= G
+        scale = float(measured_scale("allreduce", nbytes, 2, in_one_node(2, G if spread else 1,
+                                                                         G), self.cluster)) \
+            if self.profiled else 1.0
+        self._add(Collective, "dp-comm", kind="allreduce", group=pair, nbytes=float(nbytes),
+                  algorithm=self.layout.algorithm(pair, "allreduce"), tag="mirror",
+                  category="dp", label="AR mirror copies", repeat=scale,
+                  deps=(self.last_compute,))
+
+    def _z3_layered(self) -> bool:
+        """ZeRO-3 reduce-scatters layer by layer (not one tensor at a time): the backward
+        runs one layer per compute op so that each layer's reduce-scatter waits for it."""
+        return self.p.zero == 3 and self.copies and self.c.z3_rs_n <= 0
+
+    def _z3_rs(self, share: float, deps: tuple, label: str, i: int) -> None:
+        """The reduce-scatters of ``share`` of this stage's gradients (dense over dp, routed
+        experts over edp: ``_dp_parts``) after ``deps``: ``share·L`` calls of one layer's
+        (FSDP's unit), each paying the ring's whole latency."""
+        L = self.stage_layers
+        for dim, k, suffix in self._dp_parts(self.stage_params):
+            self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k / L, share * L,
+                      "dp", f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+
+    def _z3_reduce_layers(self, nl: int, done: int, c: int, main: int | None, label: str,
+                          i: int) -> None:
+        """ZeRO-3: the reduce-scatter of the ``nl`` layers whose backward (or ``W``) compute
+        ``main`` just produced their gradients, ``done`` layers of chunk ``c`` so far
+        (PyTorch FSDP's post-backward hook per unit, DeepSpeed ZeRO-3's per-parameter
+        reduce hook: a unit's gradients are reduce-scattered once its backward ends). The
+        chunk's last layer is left to ``_z3_reduce`` (after the embedding's backward), so
+        the stage's ``(L-1)/L`` share is spread over the chunk's other layers and ``1/L``
+        is exposed, the estimate's rule (``sharded_exposed``)."""
+        n = len(self.chunk[c])
+        if n <= 1:
+            return
+        own = min(nl, n - 1 - (done - nl))          # this piece's layers but the chunk's last
+        if own > 0:
+            L = self.stage_layers
+            self._z3_rs((L - 1) / L * own / (n - 1), (main,), label, i)
+
+    def _z3_reduce(self, label: str, i: int, c: int) -> None:
+        """ZeRO-3 after the pass's last gradient compute: one tensor at a time, or the
+        stage's last layer's ``1/L`` share (the others went layer by layer:
+        ``_z3_reduce_layers``; all ``(L-1)/L`` here when the chunk is one layer)."""
+        if self.c.z3_rs_n > 0:
+            self._per_tensor("reduce_scatter", self.c.z3_rs_n,
+                             self.c.grad_bytes * self.c.z3_rs_params, label, i,
+                             deps=(self.last_compute,))
+            return
+        L = self.stage_layers
+        if len(self.chunk[c]) <= 1 and L > 1:
+            self._z3_rs((L - 1) / L, (self.last_compute,), label, i)
+        self._z3_rs(1 / L, (self.last_compute,), label, i)

@@ -1,0 +1,209 @@
+"""``LayerBlocks``: a layer block of ``simulator.program.builder.ProgramBuilder`` (a mixin:
+the builder holds the state): the chunk cut into blocks (a whole chunk, or one layer), each
+block's compute with its recomputation, CP ring or all-gather attention traffic, and the
+blocking collectives that close it (expert all-to-alls and etp collectives, then the
+tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, bytes.
+"""
+from __future__ import annotations
+
+from simulator.program.tensor_parallel import _TP_TAG
+from strategies.cost.stage import chunk_sum
+
+
+class LayerBlocks:
+    """``ProgramBuilder``'s layer blocks (reads the builder's state)."""
+
+    def segments(self, c: int, counts: list[int], backward: bool) -> list[list[tuple]]:
+        """Chunk ``c``'s layers cut into pieces of ``counts`` layers (in forward order, or
+        backward order for a backward), each piece as ``(count, per-layer record)`` runs.
+        Worked out once per builder (the callers read it, never change it)."""
+        key = (c, tuple(counts), backward)
+        hit = self._segments.get(key)
+        if hit is not None:
+            return hit
+        layers = self.chunk[c][::-1] if backward else self.chunk[c]
+        out, pos = [], 0
+        for n in counts:
+            runs: list[list] = []
+            for x in layers[pos:pos + n]:
+                if runs and runs[-1][1] is x:
+                    runs[-1][0] += 1
+                else:
+                    runs.append([1, x])
+            out.append([tuple(r) for r in runs])
+            pos += n
+        self._segments[key] = out
+        return out
+
+    def pieces(self, c: int, backward: bool, by_layer: bool = False) -> list[list[tuple]]:
+        """Chunk ``c`` as one piece, or one per layer (``granularity="layer"``, or
+        ``by_layer``: an overlapped pair's passes, interleaved layer by layer)."""
+        n = len(self.chunk[c])
+        return self.segments(c, [1] * n if by_layer or self.gran == "layer" else [n],
+                             backward)
+
+    def block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int) -> int:
+        """Compute of the layers ``items`` (``(count, per-layer record)`` runs) with their
+        communication; returns the main compute id. The backward is the whole pass, or its
+        input-gradient part ``B`` when the schedule splits the backward (its ``W`` is
+        ``wgrad``)."""
+        cs, kind = self.c, "forward" if fwd else "backward"
+        nl = sum(n for n, _ in items)
+        rc_s = chunk_sum(items, lambda x: x.layer_recompute)
+        if not fwd and rc_s > 0:
+            start = tuple(self.wait)
+            # main's block partial recompute charges the chunk's min(N, n) layers, each
+            # kind's share at its own layer's cost; otherwise each kind's own recomputation
+            secs, n_tp, n_ep = cs.chunk_recompute_comm(nl, len(self.chunk[c]), items)
+            rc = self.compute(secs if cs.recompute_cap > 0 else rc_s, "recompute", label, i, c)
+            a2a = None
+            for n, x in items:      # the recomputed forward's all-to-all, each kind's bytes
+                share = n_ep if n == nl else n_ep * n / nl
+                ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, share, "ep",
+                               f"A2A ep {label}", i, c, deps=(rc,),
+                               remote_scale=cs.ep_remote_scale,
+                               nvlink_share=cs.ep_nvlink_share) if n_ep > 0 else None
+                self.wait += [ep] if ep is not None else []
+                a2a = ep if ep is not None else a2a
+            # its TP collectives after its all-to-all, in sequence (``_close_block``)
+            self.tp_comm(n_tp, label, i, c, start, rc, after=a2a)
+            if cs.tp_attn_rc > 0:   # MLA's recomputed up projections' gathers (§5.81)
+                self.rc_gathers(nl, label, i, c, rc, a2a)
+            if cs.tp_attn_full_rc > 0:  # full recompute's rerun MLA gathers (§5.85)
+                self.full_rc_ops(nl, n_tp, label, i, c, rc, a2a)
+        split = self.split
+        secs = chunk_sum(items, (lambda x: x.layer_fwd) if fwd else
+                         (lambda x: x.layer_bwd - split * x.layer_wgrad))
+        if not fwd and self.defer_dw > 0:
+            secs, self.defer_dw = secs - self.defer_dw, 0.0
+        start = tuple(self.wait)
+        if not fwd and self.t_regather > 0:
+            secs -= self.regather(nl, secs, label, i, c, start)
+        if not fwd and self.t_reduce > 0:
+            secs -= self.reduce_split(nl, secs)
+        if len(self.group["cp"]) > 1 and cs.cp_bytes > 0:
+            attn = chunk_sum(items, (lambda x: x.attn_fwd) if fwd else (lambda x: x.attn_bwd))
+            other = self.compute(secs - attn, kind, label, i, c)
+            if cs.cp_exposed_fraction >= 1:     # all-gather CP: K/V gathered before the
+                # attention core (forward and backward), dK/dV reduce-scattered after it
+                pre = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
+                                f"CP {label}", i, c,
+                                deps=(other,) if other is not None else start)
+                self.wait += [pre] if pre is not None else []
+                main = self.compute(attn, kind, label, i, c, force=True)
+                if not fwd:
+                    tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
+                                     f"CP {label}", i, c, deps=(main,))
+                    self.wait += [tail] if tail is not None else []
+                return self._close_block(fwd, items, label, i, c, start, main)
+            main = self.compute(attn, kind, label, i, c, force=True)
+            if cs.cp_torch:     # the waits sit inside the attention, before what closes it
+                end = self.torch_ring(fwd, nl, label, i, c, other, start)
+                self._close_block(fwd, items, label, i, c, start, main if end is None else end)
+                return main
+            vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
+            self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
+                      f"CP {label}", i, c, deps=(other,) if other is not None else start)
+            tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * f, "cp",
+                             f"CP {label}", i, c, deps=(main,))
+            self.wait += [tail] if tail is not None else []
+        else:
+            main = self.compute(secs, kind, label, i, c, force=True)
+        return self._close_block(fwd, items, label, i, c, start, main)
+
+    def torch_ring(self, fwd: bool, nl: float, label: str, i: int, c: int, other,
+                   start) -> int | None:
+        """PyTorch's ring attention over ``nl`` layers (``StageCosts.cp_torch``): its traffic
+        on the cp-comm stream beside the attention (the K/V all-gather; in the backward the
+        all-gather again, the fp32 dK/dV ring, ``2c/(c-1)`` all-gathers' worth, and with full
+        recomputation the rerun forward's gather), and its waits on the network
+        (``cp_stall_fwd``/``cp_stall_bwd``, ``ring_attention.torch_ring_stalls``) on the
+        compute stream, as the estimate charges them; returns that op (None without a wait)."""
+        cs, n = self.c, len(self.group["cp"])
+        vol = 1.0 if fwd else 1.0 + 2.0 * n / (n - 1) + (self.p.recompute == "full")
+        self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl * vol, "cp", f"CP {label}",
+                  i, c, deps=(other,) if other is not None else start)
+        return self.compute(nl * (cs.cp_stall_fwd if fwd else cs.cp_stall_bwd), "cp",
+                            f"CP wait {label}", i, c)
+
+    def _close_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
+                     start: tuple, main: int) -> int:
+        """The collectives that close a layer block after its compute ``main``: MoE
+        all-to-alls and the tensor-parallel collectives."""
+        cs, nl = self.c, sum([n for n, _ in items])
+        # MoE, each kind's layers (none for a dense layer): dispatch and combine all-to-alls
+        # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
+        # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
+        # (the mean layer's etp_bytes in the kind's proportion), all on the ep-comm stream
+        moe = None
+        if self._moe and (fwd or not self.lead_a2a):
+            for ep in self.moe_colls(items, label, i, c, (main,)):
+                (self.wait if self.hidden is None else self.hidden).append(ep)
+                moe = ep
+        # A layer's blocking TP collectives and its all-to-all are data-dependent, so they
+        # run one after the other: Megatron-Core's MoE layer routes the reduce-scattered
+        # (SP) or all-reduced attention output, dispatches, and combines before the next
+        # layer's all-gather (moe/moe_layer.py ``MoELayer.forward``: router_and_preprocess
+        # -> dispatch -> routed_experts_compute -> combine; the backward reverses it). The
+        # exception: an overlapped pair's all-to-all (``hidden``), which its partner's
+        # compute hides (DualPipe, ep_overlap's combined 1F1B); docs/calibration.md §5.53
+        n_tp = nl * (cs.tp_per_layer_fwd if fwd else cs.tp_per_layer_bwd)
+        after = moe if self.hidden is None else None
+        less = 0.0
+        if not fwd and self.t_reduce > 0:
+            d, counts, less = self._reduce
+            self._reduce = (0.0, {}, 0.0)
+            if counts:
+                # the weight-gradient GEMMs after the block's compute (and its all-to-all),
+                # their reductions beside them (one per width); what comes next waits for both
+                reds = [red for width, n in counts.items()
+                        if (red := self.coll("tp-comm", "reduce_scatter" if self.p.sp
+                                             else "allreduce", "tp", cs.rd_bytes * width, n,
+                                             "tp", f"RD tp {label}", i, c,
+                                             deps=(main, after))) is not None]
+                saved, self.wait = self.wait, [after] if after is not None else []
+                self.compute(d, "backward", label, i, c, force=True)
+                self.wait = saved + reds
+        self.tp_comm(n_tp, label, i, c, start, main,
+                     0.0 if fwd else cs.tp_overlap_bwd_exposed, after=after, less=less,
+                     attn=nl, fwd=fwd)
+        rope_b = self._rope_b
+        if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
+            kd = "allgather" if fwd else "reduce_scatter"
+            rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
+                             f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
+            if rope is not None:
+                self.wait.append(rope)
+        # MLA's column-parallel down projections' own collectives, blocking
+        # (``attn_down_ops``, §5.85): each closing the block after the layer's others; in
+        # the backward their input-gradient reductions ran beside their weight gradients
+        # where those are asynchronous (``reduce_split``, §5.99)
+        async_rd = not fwd and self.t_reduce > 0
+        for kd, nb in self._down[fwd]:
+            if async_rd and kd in ("reduce_scatter", "allreduce"):
+                continue
+            dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
+                           f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+            if dn is not None:
+                self.wait.append(dn)
+        return main
+
+    def moe_colls(self, items: list[tuple], label: str, i: int, c: int,
+                  deps: tuple) -> list[int]:
+        """The MoE collectives of the layers ``items`` after ``deps``, each kind's on the
+        ep-comm stream: dispatch and combine all-to-alls (``ep_bytes`` holds both) and, with
+        expert tensor parallelism, the all-gather of the dispatched tokens and the
+        reduce-scatter of the expert outputs over the etp group (the mean layer's
+        ``etp_bytes`` in the kind's proportion); returns each kind's last op."""
+        cs, out = self.c, []
+        for n, x in items:
+            ep = self.coll("ep-comm", "alltoall", "ep", x.ep_bytes, n, "ep", f"A2A ep {label}",
+                           i, c, deps=deps, remote_scale=cs.ep_remote_scale,
+                           nvlink_share=cs.ep_nvlink_share)
+            etp_bytes = cs.etp_bytes * x.ep_bytes / cs.ep_bytes if cs.ep_bytes > 0 else 0.0
+            for kd, tag in (("allgather", "AG"), ("reduce_scatter", "RS")):
+                ep = self.coll("ep-comm", kd, "etp", etp_bytes, n, "ep", f"{tag} etp {label}",
+                               i, c, deps=deps) or ep
+            if ep is not None:
+                out.append(ep)
+        return out
