@@ -67,8 +67,8 @@ ROWS_2608 = (
      "gpt_oss/gb200/gpt_oss.py gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config"),
 )
 #: what every ``ROWS_2608`` recipe sets, stated in the row's plan for the reader to apply
-#: (its rules, not a copy: ``cases._with_stated_fp8_attention``, docs/calibration.md §5.98,
-#: and ``cases._delay_wgrad``, §5.101): ``fp8_dot_product_attention = True`` and
+#: (its rules, not a copy: ``entry_stack._with_stated_fp8_attention``, docs/calibration.md
+#: §5.98, and ``stated_switches._delay_wgrad``, §5.101): ``fp8_dot_product_attention = True`` and
 #: ``CommOverlapConfig(overlap_moe_expert_parallel_comm=True, delay_wgrad_compute=True)``
 #: (067f987df03b ``src/megatron/bridge/perf_recipes/qwen/common.py``
 #: ``_enable_hybridep_full_iteration_mxfp8``, ``gpt_oss/common.py``

@@ -76,9 +76,9 @@ def measured_reference() -> dict[str, Any]:
 
 def padded_model(model, pp: int):
     """``model`` with every stage as the busiest of its uneven split (``ceil(layers/pp)``
-    layers each; validate's rule, ``strategies.reference.cases``): the even split DualPipe
+    layers each; validate's rule, ``strategies.reference.plan_reading``): the even split DualPipe
     needs. ``(model, layers added)``."""
-    from strategies.reference.cases import _balanced_layers
+    from strategies.reference.plan_reading import _balanced_layers
     padded = _balanced_layers(model, pp, [])
     extra = padded.num_layers - model.num_layers
     return (replace(padded, name=f"{model.name}-pad{padded.num_layers}") if extra else padded,

@@ -9,7 +9,7 @@ Run:
 Uses ``simulator.studies.validate`` (the code behind ``paraplan validate``): the same cases, jobs,
 assumptions and simulation method. A *family* is a run's id without its scale suffix (GPU
 count, sequence length, micro-batch size); a *framework* is the software profile the case
-was given (``strategies.reference.cases.framework_of``).
+was given (``strategies.reference.entry_stack.framework_of``).
 """
 from __future__ import annotations
 

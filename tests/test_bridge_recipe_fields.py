@@ -65,11 +65,11 @@ def test_recipe_fields_reach_the_plan(rid, mods, scope):
 def test_a_full_iteration_scope_turns_the_switch_on(monkeypatch):
     """Megatron-Core's full_iteration scope under its local implementation is what the plan's
     ``cuda_graph`` means: a recipe that sets it turns the switch on."""
-    import strategies.reference.cases as cases
+    import strategies.reference.recipe_options as recipe_options
     row = _row("mbridge260401_qwen330ba3b_gb300_8_mxfp8")
     full = replace(recipe_for(row), cuda_graph_impl="local", cuda_graph_scope=("full_iteration",))
     assert full.full_iteration_graph
-    monkeypatch.setattr(cases, "recipe_for", lambda entry: full)
+    monkeypatch.setattr(recipe_options, "recipe_for", lambda entry: full)
     c = case_from_entry(row)
     assert c.job.plan.cuda_graph is True
     assert any(a.startswith("cuda_graph=true") for a in c.assumptions)

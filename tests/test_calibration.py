@@ -19,7 +19,7 @@ from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PROF
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset
-from strategies.reference.cases import framework_of
+from strategies.reference.entry_stack import framework_of
 from topologies.cluster import NodeGroup, cluster_preset
 from topologies.gpus import GPUS, gpu_from_mapping
 

@@ -15,7 +15,7 @@ from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.reference.cases import _dtype
+from strategies.reference.entry_specs import _dtype
 from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
 from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu, gpu_from_mapping, \

@@ -136,8 +136,8 @@ def test_reader_sets_the_layout_from_the_container() -> None:
     without MLA is left as it is."""
     import os
 
-    from strategies.reference.cases import (DATA, case_from_entry, load_reference,
-                                            mla_down_layout)
+    from strategies.reference.cases import DATA, case_from_entry, load_reference
+    from strategies.reference.entry_stack import mla_down_layout
     assert [mla_down_layout(v) for v in ((0, 11), (0, 12), (0, 13), (0, 14), (0, 17))] == [
         "replicated", "column", "column", "replicated", "replicated"]
     here = os.path.dirname(DATA)

@@ -189,7 +189,8 @@ def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
 
 
 def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
-    from strategies.reference.cases import _dtype, case_from_entry
+    from strategies.reference.cases import case_from_entry
+    from strategies.reference.entry_specs import _dtype
     entry = {"id": "gb200_405b", "kind": "measured", "tier": 1,
              "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
                         "table": "docs/performance-summary.md (25.11 NeMo container)"},

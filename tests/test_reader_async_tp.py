@@ -7,7 +7,8 @@ import copy
 import pytest
 
 from simulator.studies.validate import load_cases
-from strategies.reference.cases import case_from_entry, load_reference, stated_async_tp
+from strategies.reference.cases import case_from_entry, load_reference
+from strategies.reference.stated_switches import stated_async_tp
 
 DATA = "strategies/reference/data/"
 

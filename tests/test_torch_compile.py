@@ -18,7 +18,8 @@ from strategies.errors import SpecError
 from strategies.framework import (COMPILED_KERNELS_PER_LAYER, PROFILES, TORCHTITAN,
                                   TORCHTITAN_COMPILE, compiled, get_profile)
 from strategies.presets import model_preset
-from strategies.reference.cases import case_from_entry, load_reference, stated_compile
+from strategies.reference.cases import case_from_entry, load_reference
+from strategies.reference.stated_switches import stated_compile
 from topologies.gpus import get_gpu
 
 L8 = replace(model_preset("llama3-8b"), seq_length=8192)

@@ -1,0 +1,150 @@
+"""The model, cluster and precision of a published entry, for the reference reader
+(``strategies.reference.cases``): the model mapping with what its source leaves out filled
+(sequence length, vocabulary from its notes or a sibling entry), the ``ModelSpec``, the
+cluster its hardware text names and the ``--dtype`` its precision text names.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from typing import Sequence
+
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from strategies.reference.measured import seq_len
+from strategies.reference.text import (gpu_preset, intra_node_gbps, model_family,
+                                        parse_inter_node, vocab_from_notes)
+from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
+                                preset_unit_gpus)
+
+
+def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
+    """The ModelSpec of an entry: its ``hf_config`` (a HuggingFace config.json) where it has
+    one, else its dimensions, the family its name implies and, for a
+    mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
+    routed top-2 (said in ``notes``)."""
+    name = mo.get("name") or c["id"]
+    if isinstance(mo.get("hf_config"), dict):     # the model's own config.json: every field read
+        from strategies.hf_config import model_from_hf
+        model = model_from_hf(mo["hf_config"], name=name)
+        if mo.get("seq_len"):
+            model = replace(model, seq_length=int(mo["seq_len"]))
+        notes.append(f"model from the entry's config.json ({mo['hf_config'].get('model_type')})")
+        return model
+    h, a = mo["hidden"], mo.get("heads")
+    kv = mo.get("kv_heads")
+    fam = model_family(name)
+    if a is None and "nemotron" in name.lower():
+        a, kv = (96 if h == 18432 else 48), 8
+    ffn = mo.get("ffn_hidden") or 4 * h
+    experts = int(mo.get("num_experts") or mo.get("experts") or mo.get("moe_experts") or 1)
+    topk = int(mo.get("top_k") or mo.get("experts_per_token") or mo.get("moe_top_k")
+               or mo.get("router_topk") or 1)
+    named = re.search(r"\b(\d+)\s*x\s*\d+(?:\.\d+)?\s*b\b", str(name).lower())
+    if experts == 1 and named and int(named.group(1)) > 1:
+        experts, topk = int(named.group(1)), 2
+        notes.append(f"{experts} experts, top-2 routing (from the name {name!r}; not stated)")
+    moe_ffn = mo.get("moe_ffn_hidden") or mo.get("expert_ffn_hidden")
+    return ModelSpec(name=name, num_layers=mo["layers"], hidden_size=h, num_attention_heads=a,
+                     ffn_hidden_size=ffn, vocab_size=mo["vocab"], seq_length=mo["seq_len"],
+                     num_query_groups=kv, num_experts=experts, moe_ffn_hidden_size=moe_ffn,
+                     moe_router_topk=min(topk, experts), **fam)
+
+
+def _cluster(c: dict) -> tuple[Cluster, list[str]]:
+    """The cluster of a published run: the GPU its text names, in the node preset of that GPU,
+    with the inter-node links the interconnect text states (else the preset's, said so)."""
+    hw = c["hardware"]
+    gpu_text, n, inter = hw["gpu"], hw["n_gpus"], str(hw.get("interconnect") or "")
+    per = min(int(hw.get("gpus_per_node") or 8), n)     # a run on part of one node
+    nodes = max(1, n // per)
+    found = gpu_preset(gpu_text)
+    if found is None:
+        raise SpecError("hardware.gpu", gpu_text, "is not a GPU of the catalog (paraplan presets)")
+    gpu, preset = found
+    notes: list[str] = []
+    tray = preset_unit_gpus(preset) if preset else 8
+    if preset in RACK_PRESETS and n % tray == 0:
+        cl = cluster_preset(preset, n // tray)
+        notes.append(f"{preset}: {cl.describe_domain()} (trays spread evenly over racks; "
+                     f"the source's gpus_per_node={hw.get('gpus_per_node')} not used)")
+        return cl, notes
+    links = parse_inter_node(inter, per)
+    if preset is not None and per == 8:
+        base = cluster_preset(preset, 1).to_dict()
+        intra = base["intra_node_GBps"]
+    else:
+        base = {}
+        intra = intra_node_gbps(gpu, gpu_text) or (
+            cluster_preset(preset, 1).to_dict()["intra_node_GBps"] if preset else 300.0)
+    if links is None:
+        nics, gbps = base.get("nics_per_node", per), base.get("inter_node_gbps", 200.0)
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (interconnect not stated)")
+    else:
+        nics, gbps = links
+        notes.append(f"{nics} x {gbps:g} Gb/s inter-node links (read from: {inter[:60]})")
+    spec = {"name": preset or gpu.lower(), "gpu": gpu, "nodes": nodes, "gpus_per_node": per,
+            "intra_node_GBps": intra, "nics_per_node": int(nics), "inter_node_gbps": float(gbps)}
+    if base.get("intra_node_topology"):
+        spec["intra_node_topology"] = base["intra_node_topology"]
+    return cluster_from_mapping(spec), notes
+
+
+def _dtype(c: dict) -> str:
+    """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
+    scaling (``fp8-current``), fp8 with block-wise scaling (``fp8-blockwise``: DeepSeek-V3's
+    1x128 / 128x128 tiles), other fp8 (delayed scaling), fp16, else bf16."""
+    prec = str(c.get("precision") or "").lower()
+    if "nvfp4" in prec:
+        return "nvfp4"
+    if "mxfp8" in prec:
+        return "mxfp8"
+    if "fp8" in c["id"].lower() or "fp8" in prec or "float8" in prec:
+        if "current" in prec:
+            return "fp8-current"
+        blockwise = ("blockwise", "block-wise", "fine-grained", "deepseek")
+        return "fp8-blockwise" if any(w in prec for w in blockwise) else "fp8"
+    return "fp16" if "fp16" in prec else "bf16"
+
+
+def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
+    """The entry's model mapping with the sequence length and vocabulary its source leaves
+    out filled where they can be (each assumption appended to ``notes``). A vocabulary the
+    entry's own notes do not state is read from a sibling entry (``siblings``) of the same
+    source document (``source.ref``) and the same model name that states it, in its model
+    mapping or its notes."""
+    mo = dict(c.get("model") or {})
+    seq, sn = seq_len(c)
+    notes += sn
+    if not mo.get("seq_len") and seq:
+        mo["seq_len"] = seq
+    if not mo.get("vocab"):
+        vocab = vocab_from_notes(c.get("notes"))
+        if vocab:
+            mo["vocab"] = vocab
+            notes.append(f"vocab={vocab} (read from the source's notes)")
+    if not mo.get("vocab"):
+        found = _sibling_vocab(c, siblings)
+        if found:
+            mo["vocab"], other = found
+            notes.append(f"vocab={mo['vocab']} (stated for the same model by {other}, "
+                         "the same source document)")
+    return mo
+
+
+def _sibling_vocab(c: dict, siblings: Sequence[dict]) -> tuple[int, str] | None:
+    """``(vocab, id)`` of the first other entry of ``c``'s source document (``source.ref``)
+    and model name whose model mapping or notes state a vocabulary, or None."""
+    ref = (c.get("source") or {}).get("ref")
+    name = (c.get("model") or {}).get("name")
+    if not ref or not name:
+        return None
+    for o in siblings:
+        if (not isinstance(o, dict) or o is c or o.get("id") == c.get("id")
+                or (o.get("source") or {}).get("ref") != ref
+                or (o.get("model") or {}).get("name") != name):
+            continue
+        vocab = (o.get("model") or {}).get("vocab") or vocab_from_notes(o.get("notes"))
+        if vocab:
+            return int(vocab), str(o.get("id"))
+    return None

@@ -1,0 +1,170 @@
+"""Plan options a published entry's recipe or router gives, for the reference reader
+(``strategies.reference.cases``): MoE options (stated, else the Megatron-Bridge recipe's),
+a JAX recipe's recomputation, the Llama scripts' NVFP4 switches and the hottest
+expert-parallel rank's load; each said in the entry's notes with its source.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from strategies.cost import counts
+from strategies.errors import SpecError
+from strategies.framework import FrameworkProfile
+from strategies.model import ModelSpec
+from strategies.moe_balance import forced_imbalance
+from strategies.plan import BALANCED_ROUTINGS, Plan
+from strategies.reference.bridge_recipes import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                                 llama_switches, recipe_for)
+from strategies.reference.entry_specs import _dtype
+from strategies.reference.jax_recipes import remat_recipe
+from strategies.reference.stated_switches import _delay_wgrad, _size
+from strategies.reference.text import recompute_kind
+from strategies.remat_policies import recompute_of
+
+
+def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
+    """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
+    (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
+    ``plan.moe_capacity_factor``, ``plan.cuda_graph``: the
+    whole step as one CUDA graph), else what the Megatron-Bridge recipe of its layout
+    runs (``reference.bridge_recipes``), stated with the recipe's file; else the stack's
+    defaults (etp = tp, no overlap)."""
+    pl = c.get("plan") or {}
+    out: dict = {}
+    etp = _size(pl.get("etp"))
+    if etp is not None:
+        out["etp"] = etp
+    if pl.get("ep_overlap") is not None:
+        out["ep_overlap"] = bool(pl["ep_overlap"])
+    if pl.get("moe_dispatcher"):
+        out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
+    if pl.get("moe_routing"):
+        out["moe_routing"] = str(pl["moe_routing"]).lower()
+    if pl.get("cuda_graph") is not None:
+        out["cuda_graph"] = bool(pl["cuda_graph"])
+    if pl.get("moe_capacity_factor") is not None:   # token dropping the recipe states
+        out["moe_capacity_factor"] = float(pl["moe_capacity_factor"])
+    r = recipe_for(c) if ep > 1 else None
+    if r is None:
+        _delay_wgrad(c, out, notes)
+        return out
+    if "etp" not in out and r.etp is not None:
+        out["etp"] = r.etp
+        notes.append(f"etp={r.etp} (the recipe's expert_tensor_parallel_size: {r.source})")
+    if "ep_overlap" not in out and fw.ep_overlap:
+        out["ep_overlap"] = r.ep_overlap
+        notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
+                     f"overlap_moe_expert_parallel_comm: {r.source})")
+    _delay_wgrad(c, out, notes)
+    mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
+    if recompute_kind(pl.get("recompute")) is None and mods and \
+            set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:
+        out["recompute_modules"] = mods
+        notes.append(f"recompute=selective, recompute_modules={'+'.join(mods)} (the recipe's "
+                     f"recompute_modules: {cite})")
+    elif recompute_kind(pl.get("recompute")) is None and mods == ():
+        out["recompute"] = "none"
+        notes.append(f"recompute=none (the recipe's recompute_granularity=None, no "
+                     f"recompute_modules: {cite})")
+    said_tp = "--tp-comm-overlap" in str(pl.get("overlap") or "").lower()
+    if r.tp_comm_overlap is not None and not said_tp:
+        out["tp_comm_overlap"] = r.tp_comm_overlap
+        notes[:] = [n for n in notes if not n.startswith("tp_comm_overlap=")]
+        notes.append(f"tp_comm_overlap={str(r.tp_comm_overlap).lower()} (the recipe's "
+                     f"CommOverlapConfig: {cite})")
+    if "cuda_graph" not in out and fw.cuda_graph:
+        out["cuda_graph"] = r.full_iteration_graph
+        if r.full_iteration_graph:
+            notes.append(f"cuda_graph=true (the recipe's full-iteration CUDA graph: {cite})")
+        elif r.cuda_graph_impl in (None, "none") or not r.cuda_graph_scope:
+            notes.append(f"cuda_graph=false (the recipe names no CUDA graph: {cite})")
+        else:
+            notes.append(f"cuda_graph=false: the recipe's cuda_graph_impl={r.cuda_graph_impl}, "
+                         f"cuda_graph_scope={'+'.join(r.cuda_graph_scope)} graphs parts of "
+                         "each layer, not the whole iteration the plan's switch means; the "
+                         "partial graphs' saved launches are not modelled "
+                         f"({cite})")
+    if "moe_dispatcher" not in out and r.dispatcher in fw.moe_dispatchers:
+        out["moe_dispatcher"] = r.dispatcher
+        notes.append(f"moe_dispatcher={r.dispatcher} (the recipe's token dispatcher: "
+                     f"{r.source})")
+    return out
+
+
+def _remat_recipe(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
+    """The recomputation a JAX run's recipe states (``reference.jax_recipes``: the MaxText
+    policy's saved tensors, mapped by ``strategies.remat_policies.recompute_of``), replacing
+    the stack default's note; {} when no recipe is known or the stack cannot run it."""
+    found = remat_recipe(c, _dtype(c))
+    if found is None:
+        return {}
+    saved, cite = found
+    rec, mods = recompute_of(saved)
+    if rec not in fw.recompute or not set(mods) <= set(fw.recompute_modules):
+        return {}
+    notes[:] = [n for n in notes if not n.startswith("recompute=")]
+    notes.append(f"recompute={rec}" + (f", recompute_modules={'+'.join(mods)}" if mods else "")
+                 + f" (the recipe saves {'+'.join(saved)}, the rest is recomputed: {cite})")
+    return {"recompute": rec, **({"recompute_modules": mods} if mods else {})}
+
+
+def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
+    """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
+    (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
+    parameter gather, under NVFP4), each replacing the stack default's note; a switch the
+    entry's plan states itself is kept."""
+    pl = c.get("plan") or {}
+    said = {k: v for k, v in llama_switches(c).items() if not isinstance(pl.get(k), bool)}
+    if not said:
+        return plan
+    notes[:] = [n for n in notes if not n.startswith(tuple(f"{k}=" for k in said))]
+    for k, v in said.items():
+        cite = LLAMA_NVFP4_SOURCE if k == "tp_comm_overlap" else LLAMA_NVFP4_PG_SOURCE
+        notes.append(f"{k}={str(v).lower()} (the Llama scripts' NVFP4 setting: {cite})")
+    return replace(plan, **said)
+
+
+#: the row's ``plan.moe_balance`` values: ``forced``, Megatron-Core's
+#: ``moe_router_force_load_balancing`` (random router logits, "for benchmark"), which every
+#: Megatron-Bridge performance config sets (v0.2.0 and v0.4.2
+#: ``scripts/performance/configs/{deepseek,qwen3|qwen,gpt_oss}/*_llm_pretrain.py``;
+#: ``utils/overrides.py``: on unless ``--use_tokendrop``); ``trained``, a router that
+#: learns (the plan's default rule, ``strategies.moe_balance.default_imbalance``)
+BALANCE_KINDS = ("forced", "trained")
+
+
+def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) -> Plan:
+    """The hottest expert-parallel rank's load of an MoE row with ``ep > 1``: what the row
+    states (``moe_imbalance``), else by its router (``plan.moe_balance``,
+    ``BALANCE_KINDS``): forced balancing's sampling imbalance
+    (``moe_balance.forced_imbalance``), else the plan's default rule; each noted."""
+    pl = c.get("plan") or {}
+    kind = pl.get("moe_balance")
+    if kind is not None and kind not in BALANCE_KINDS:
+        raise SpecError("plan.moe_balance", kind, f"must be one of {', '.join(BALANCE_KINDS)}")
+    if not model.is_moe or plan.ep <= 1:
+        return plan
+    if pl.get("moe_imbalance") is not None:
+        notes.append(f"moe_imbalance={float(pl['moe_imbalance'])} (stated by the entry)")
+        return replace(plan, moe_imbalance=float(pl["moe_imbalance"]))
+    if kind == "forced":
+        imb = float(forced_imbalance(model, plan.mbs, plan.tp, plan.cp, plan.ep,
+                                     plan.expert_tp))
+        notes.append(f"moe_imbalance={imb:.4f}: the benchmark force-balances its router "
+                     "(moe_router_force_load_balancing: random logits), so the hottest rank "
+                     f"carries the sampling excess of uniform routing over ep={plan.ep} "
+                     "(strategies.moe_balance.forced_imbalance; docs/calibration.md §5.73)")
+        return replace(plan, moe_imbalance=imb)
+    if plan.moe_routing in BALANCED_ROUTINGS:
+        return plan
+    rule = float(counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
+                                 plan.tp, plan.cp, plan.expert_tp))
+    if plan.capacity_factor < rule:
+        notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
+                     f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
+                     f"imbalance {rule:.4f} (counts.moe_load)")
+    else:
+        notes.append(f"moe_imbalance by the default rule ({rule:.4f}: a trained router "
+                     "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "
+                     "MaxVio_global 0.04 per expert; strategies.moe_balance.default_imbalance)")
+    return plan

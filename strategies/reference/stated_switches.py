@@ -1,0 +1,135 @@
+"""What an entry's plan states in so many words, read for the reference reader
+(``strategies.reference.cases``): a parallel size, a boolean switch, the overlap switches and
+FlashAttention (stated, else the stack's default, said so), async TP, torch.compile and
+Megatron-Core's ``delay_wgrad_compute``.
+"""
+from __future__ import annotations
+
+import re
+
+from strategies.errors import SpecError
+from strategies.framework import FrameworkProfile
+from strategies.reference.bridge_recipes import harness_delay_wgrad
+
+
+def _size(v) -> int | None:
+    """A parallel size as a positive integer (None when absent); anything else is refused
+    before it is multiplied."""
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise SpecError("plan", v, "parallel sizes must be positive integers")
+    return v
+
+
+def _stated_bool(pl: dict, *keys: str) -> bool | None:
+    """The boolean an entry's plan ``pl`` states under the first of ``keys`` it sets (None:
+    not stated); SpecError naming ``plan.<keys[0]>`` for a value that is not a boolean."""
+    said = next((pl[k] for k in keys if pl.get(k) is not None), None)
+    if said is not None and not isinstance(said, bool):
+        raise SpecError(f"plan.{keys[0]}", said, "must be true or false")
+    return said
+
+
+def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
+    """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
+    with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,
+    with the overlap on, what the Megatron-Bridge harness of its table ran
+    (``bridge_recipes.harness_delay_wgrad``: on with the overlap); else, with the overlap on,
+    the stack's default (off: Megatron-Core ``model_parallel_config.py``), an assumption.
+    Without the overlap nothing is said unless stated (a stated ``true`` is refused by the
+    plan's rule: Megatron-Core asserts the overlap for it)."""
+    pl = c.get("plan") or {}
+    said = _stated_bool(pl, "delay_wgrad", "delay_wgrad_compute")
+    if said is not None:
+        out["delay_wgrad"] = said
+        notes.append(f"delay_wgrad_compute={str(said).lower()} (stated)")
+        return
+    if not out.get("ep_overlap"):
+        return
+    cite = harness_delay_wgrad(c)
+    out["delay_wgrad"] = cite is not None
+    notes.append(f"delay_wgrad_compute=true (the harness turns it on with the overlap: {cite}; "
+                 "a combined pair's last attention weight gradient runs after its backward "
+                 "message is posted)" if cite else
+                 "delay_wgrad_compute=false (not stated; Megatron-Core's default, "
+                 "model_parallel_config.py delay_wgrad_compute: bool = False)")
+
+
+#: a switch a source states: the Megatron flag in the entry's ``overlap`` field, or for
+#: FlashAttention the word in its techniques or notes
+_STATED = {"overlap_grad_reduce": "--overlap-grad-reduce",
+           "overlap_param_gather": "--overlap-param-gather",
+           "tp_comm_overlap": "--tp-comm-overlap", "flash_attn": "flash"}
+
+
+#: async TP named in a plan's techniques (lower case): "tp(async)", "asynctp", "async tp",
+#: "async-tp"
+_ASYNC_TP = re.compile(r"tp\s*\(\s*async\s*\)|async[\s_-]*tp")
+
+
+def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> dict[str, bool]:
+    """FlashAttention and the overlap switches of an entry: what the source states (its
+    ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
+    default, stated as an assumption with the default's source
+    (``FrameworkProfile.default_sources``). A switch the entry's plan states as a boolean
+    field of its own name (``plan.tp_comm_overlap: false``: a source that lists the overlap
+    as something the run did not have) is taken as stated, on only where the stack can run it.
+    TP overlap needs TP with sequence parallelism (Transformer Engine's userbuffers)."""
+    pl = c.get("plan") or {}
+    flags = str(pl.get("overlap") or "").lower()
+    words = f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()
+    out = {}
+    for switch, default in fw.plan_defaults().items():
+        if isinstance(pl.get(switch), bool):
+            value = pl[switch] and getattr(fw, switch, True) and (
+                tp_sp or switch != "tp_comm_overlap")
+            notes.append(f"{switch}={str(value).lower()} "
+                         f"(stated: plan.{switch}={str(pl[switch]).lower()})")
+            out[switch] = value
+            continue
+        said = _STATED[switch] in (words if switch == "flash_attn" else flags)
+        if said and getattr(fw, switch, True) and (tp_sp or switch != "tp_comm_overlap"):
+            out[switch] = True
+            continue
+        # a stack whose TP overlap is PyTorch's async TP: its techniques or precision naming
+        # it ("TP(async)", "AsyncTP", "async TP") state the switch (docs/calibration.md §5.84)
+        async_tp = stated_async_tp(c) if switch == "tp_comm_overlap" \
+            and fw.tp_overlap == "async-tp" else None
+        if async_tp and getattr(fw, switch, True) and tp_sp:
+            notes.append(f"tp_comm_overlap=true (stated: {async_tp}; {fw.name}'s TP overlap "
+                         f"is async TP, docs/calibration.md §5.50, §5.84)")
+            out[switch] = True
+            continue
+        value = default and (tp_sp or switch != "tp_comm_overlap")
+        why = fw.default_source(switch) or "not stated"
+        if default and not value:
+            why = "the stack's default needs tp > 1 with sequence parallelism"
+        notes.append(f"{switch}={str(value).lower()} ({fw.name} default: {why})")
+        out[switch] = value
+    return out
+
+
+def stated_async_tp(c: dict) -> str | None:
+    """Where entry ``c`` states that its run used async TP, the statement (``_ASYNC_TP`` in
+    its plan's ``techniques`` or its precision); None where it does not."""
+    pl = c.get("plan") or {}
+    for where, text in (("plan.techniques", pl.get("techniques")),
+                        ("precision", c.get("precision"))):
+        if isinstance(text, str) and _ASYNC_TP.search(text.lower()):
+            return f"{where} {text!r}"
+    return None
+
+
+def stated_compile(c: dict) -> str | None:
+    """Where entry ``c`` states that its run used torch.compile, the statement (its
+    ``plan.compile`` true, or "compile" in its plan's ``techniques``, its precision or its
+    id); None where it does not."""
+    pl = c.get("plan") or {}
+    if pl.get("compile") is True:
+        return "plan.compile true"
+    for where, text in (("plan.techniques", pl.get("techniques")),
+                        ("precision", c.get("precision")), ("id", c.get("id"))):
+        if isinstance(text, str) and "compile" in text.lower():
+            return f"{where} {text!r}"
+    return None
