@@ -45,6 +45,8 @@ checkpointing, ``recompute=op``) stores what its policy saves: ``op_saved_bytes`
 (including ``s²``, whose query side is sharded) is divided by ``c``. MoE: each token is
 dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale with ``k``
 (expert parallelism does not change the per-rank average; router logits are neglected).
+Under Transformer Engine's fused grouped MLP the routed copies keep fc1's and fc2's inputs
+in MXFP8 (``routed_token_saved_bytes``; docs/calibration.md §5.103).
 """
 from __future__ import annotations
 
@@ -219,8 +221,38 @@ def named_remat_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, mask):
 WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latents")
 
 
+def fused_mlp_input_bytes(fused: bool, dtype: str) -> float | None:
+    """Bytes per element at which Transformer Engine's fused grouped MLP
+    (``FrameworkProfile.fused_grouped_mlp``) saves fc1's and fc2's inputs for the backward:
+    the precision's operand bytes (one column-wise MXFP8 copy, an E8M0 scale per 32
+    elements: ``1 + 1/32``) where the stack runs it and ``dtype`` is MXFP8 (TE v2.16
+    ``ops/_common.fuse_grouped_mlp_ops`` fuses under the MXFP8 recipe only); None (the
+    unfused path, ``routed_token_saved_bytes``' 16-bit table) otherwise."""
+    p = get_precision(dtype)
+    return float(p.operand_bytes) if fused and p.block_format == "mxfp8" else None
+
+
+def routed_token_saved_bytes(model: ModelSpec, fused: float | None = None
+                             ) -> tuple[float, float, float]:
+    """``(fc1 input, activation-function input, fc2 input)``: bytes one routed token copy
+    (one of its ``k`` experts) saves for the backward in the expert MLP, before any split.
+    Unfused (``fused`` None): the module table's 16-bit ``2h``, ``4·F_e`` gated (``2·F_e``
+    otherwise) and ``2·F_e``. Under Transformer Engine's fused grouped MLP (``fused``: its
+    saved inputs' bytes per element, ``fused_mlp_input_bytes``): TE v2.16
+    ``ops/fused/forward_grouped_mlp.py`` (``ForwardGroupedMLP_CuTeGEMMSwiGLU_MXFP8``) saves
+    fc1's MXFP8 input and the kernel's quantised fc2 input with their row-wise copies
+    dropped (the column-wise ones, what the weight gradients read), and the GLU's input as
+    the kernel's bf16 ``c_tensor``: ``q·h``, ``4·F_e``, ``q·F_e``. The routing
+    probabilities both paths save (4 B per copy) are neglected, as in the table."""
+    h, f = model.hidden_size, model.expert_ffn
+    act = (4 if model.gated else 2) * f
+    if fused is None:
+        return 2.0 * h, float(act), 2.0 * f
+    return fused * h, float(act), fused * f
+
+
 def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                            sp=False, etp=None, load=1.0, cache=None) -> tuple:
+                            sp=False, etp=None, load=1.0, cache=None, fused=None) -> tuple:
     """``(as the table counts them, as they run)``: bytes per GPU and micro-batch of the mean
     layer's routed-expert tensors (numbers or numpy arrays). The table above counts the MoE
     layer's ``k`` token copies like a dense MLP's: the fc1 input ``2sbh·k`` split by ``t``
@@ -231,18 +263,27 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     ``load`` (``counts.moe_load``) times the mean of all three. Only the MoE layers' share.
     The difference of the two is what ``memory.arrays`` adds to the table's stash. ``cache``:
     GEMM inputs cached in low precision (``cache_ratios``: the dispatched tokens, the MoE's
-    SwiGLU input and fc2's input all at ``cache`` bytes per element)."""
+    SwiGLU input and fc2's input all at ``cache`` bytes per element). ``fused``: the stack
+    runs Transformer Engine's fused grouped MLP (``fused_mlp_input_bytes``): as they run,
+    each routed copy saves ``routed_token_saved_bytes(model, fused)``."""
     if not model.is_moe:
         return 0.0, 0.0
     etp = tp if etp is None else etp
     T = seq_len * micro_batch_size / cp
-    h, k, f = model.hidden_size, model.moe_router_topk, model.expert_ffn
+    k = model.moe_router_topk
     share = model.num_moe_layers / model.num_layers
-    inner = ((4 if model.gated else 2) + 2) * T * k * f / tp
     seq_div = np.where(sp, tp, 1.0) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
     r = 1.0 if cache is None else cache / 2.0
-    table = r * share * (2 * T * h * k / seq_div + inner)
-    real = r * share * load * (2 * T * h * k * etp / tp + inner)
+
+    def saved(x1, act, x2):          # the copies' bytes: fc1's input, then the MLP's inner
+        return T * k * x1, T * k * (act + x2) / tp
+
+    fc1, inner = saved(*routed_token_saved_bytes(model))
+    table = r * share * (fc1 / seq_div + inner)
+    if fused is not None:
+        fc1, inner = saved(*routed_token_saved_bytes(model, fused))
+        r = 1.0
+    real = r * share * load * (fc1 * etp / tp + inner)
     return table, real
 
 
@@ -262,7 +303,8 @@ def clamp_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=
 
 
 def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp, cp, sp,
-                            etp, load, rc, modules, clamp=False, cache=None) -> tuple:
+                            etp, load, rc, modules, clamp=False, cache=None,
+                            fused=None) -> tuple:
     """``(stashed, unrecomputed)``: what one layer's stash holds beyond the table for the
     routed experts (``routed_activation_bytes``: as they run minus as the table counts them),
     under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
@@ -271,10 +313,12 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
     ``load = 1``. ``clamp``: the stack runs gpt-oss's eager clamp (``framework.
     runs_eager_clamp``), whose saved inputs (``clamp_activation_bytes``) the stash also holds
     unless the layer is recomputed whole or ``moe_act``/``moe`` reruns the activation (its
-    output-discarding checkpoint runs the clamp without saving). The memory arrays and
+    output-discarding checkpoint runs the clamp without saving). ``fused``: the stack runs
+    Transformer Engine's fused grouped MLP (``fused_mlp_input_bytes``; its saved tensors as
+    ``routed_token_saved_bytes`` counts them). The memory arrays and
     ``job_layer_activation_bytes`` read this one rule."""
     table, real = routed_activation_bytes(model, seq_len, micro_batch_size, tp, cp, sp, etp,
-                                          load, cache)
+                                          load, cache, fused)
     extra = real - table
     rc = np.asarray(rc)
     whole = (rc == 2) | (rc == 3)
@@ -547,6 +591,11 @@ def job_activation_cache(job: Job) -> float | None:
     return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
 
 
+def job_fused_mlp_bytes(job: Job) -> float | None:
+    """``fused_mlp_input_bytes`` of the job's stack and precision."""
+    return fused_mlp_input_bytes(job.framework.fused_grouped_mlp, job.dtype)
+
+
 def job_dispatch_bytes(job: Job) -> float:
     """``counts.dispatch_element_bytes`` of the job's stack and precision."""
     return counts.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
@@ -560,14 +609,15 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
-                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw))
+                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
+                        job_fused_mlp_bytes(job))
 
 
 @lru_cache(maxsize=4096, typed=True)
 def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: int, rc: str,
                  flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
-                 expert_tp: int | None, clamp: bool) -> float:
+                 expert_tp: int | None, clamp: bool, fused: float | None = None) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -577,7 +627,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     mods = modules_mask(recompute_modules) if recompute_modules else 0
     load = counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
-                                       mods, clamp=clamp, cache=cache)
+                                       mods, clamp=clamp, cache=cache, fused=fused)
     return float(base + extra)
 
 
