@@ -45,6 +45,9 @@ checkpointing, ``recompute=op``) stores what its policy saves: ``op_saved_bytes`
 (including ``s²``, whose query side is sharded) is divided by ``c``. MoE: each token is
 dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale with ``k``
 (expert parallelism does not change the per-rank average; router logits are neglected).
+Where Transformer Engine runs the routed experts in MXFP8 (``GroupedLinear`` or the fused
+grouped MLP) the routed copies keep fc1's and fc2's inputs as column-wise MXFP8 copies
+(``routed_token_saved_bytes``, ``expert_input_bytes``; docs/calibration.md §5.103).
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ from strategies.cost.counts import op_sac_gemms
 from strategies.cost.recompute import (DEFAULT_MODULES, PARTS, checkpoint_inputs, has_module,
                                        kept_layers, modules_mask, part_selected, rebuilt_layers)
 from strategies.errors import SpecError
-from strategies.framework import runs_eager_clamp
+from strategies.framework import FrameworkProfile, runs_eager_clamp
 from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec
@@ -219,8 +222,48 @@ def named_remat_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, mask):
 WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latents")
 
 
+def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
+    """Bytes per element at which Transformer Engine's grouped expert GEMMs save fc1's and
+    fc2's inputs for the backward: the precision's operand bytes (one column-wise MXFP8 copy,
+    an E8M0 scale per 32 elements: ``1 + 1/32``) where the stack runs the routed experts
+    through TE (``te_experts``: ``runs_te_experts``) and ``dtype`` is MXFP8; None (the
+    16-bit table of ``routed_token_saved_bytes``) otherwise. The same on both TE paths
+    (docs/calibration.md §5.103): the unfused ``GroupedLinear`` (TE v2.9, v2.14, v2.16
+    ``module/grouped_linear.py``: each quantised input ``update_usage(rowwise_usage=False,
+    columnwise_usage=True)`` before ``save_for_backward``) and the fused grouped MLP (TE
+    v2.16 ``ops/fused/forward_grouped_mlp.py``, the row-wise data and scales set to None)."""
+    p = get_precision(dtype)
+    return float(p.operand_bytes) if te_experts and p.block_format == "mxfp8" else None
+
+
+def runs_te_experts(fw: FrameworkProfile) -> bool:
+    """The stack runs the routed experts through Transformer Engine: Megatron-Core's
+    ``TEGroupedMLP`` (``grouped_mlp_casts``) or TE's fused grouped MLP
+    (``fused_grouped_mlp``)."""
+    return bool(fw.grouped_mlp_casts or fw.fused_grouped_mlp)
+
+
+def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None
+                             ) -> tuple[float, float, float]:
+    """``(fc1 input, activation-function input, fc2 input)``: bytes one routed token copy
+    (one of its ``k`` experts) saves for the backward in the expert MLP, before any split.
+    ``expert_input`` None: the module table's 16-bit ``2h``, ``4·F_e`` gated (``2·F_e``
+    otherwise) and ``2·F_e``. Otherwise the GEMM inputs at ``expert_input`` bytes per
+    element (``expert_input_bytes``: the column-wise MXFP8 copies Transformer Engine keeps)
+    and the activation function's input in bf16 (Megatron-Core's ``WeightedSwiGLUFunction``
+    input, the fused kernel's ``c_tensor``): ``q·h``, ``4·F_e``, ``q·F_e``. The routing
+    probabilities both paths save (4 B per copy) and the unfused path's ``Fp8Padding`` rows
+    (each local expert padded to a multiple of 32 rows) are neglected, as in the table."""
+    h, f = model.hidden_size, model.expert_ffn
+    act = (4 if model.gated else 2) * f
+    if expert_input is None:
+        return 2.0 * h, float(act), 2.0 * f
+    return expert_input * h, float(act), expert_input * f
+
+
 def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                            sp=False, etp=None, load=1.0, cache=None) -> tuple:
+                            sp=False, etp=None, load=1.0, cache=None, expert_input=None,
+                            parts=(1.0, 1.0, 1.0)) -> tuple:
     """``(as the table counts them, as they run)``: bytes per GPU and micro-batch of the mean
     layer's routed-expert tensors (numbers or numpy arrays). The table above counts the MoE
     layer's ``k`` token copies like a dense MLP's: the fc1 input ``2sbh·k`` split by ``t``
@@ -231,18 +274,30 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     ``load`` (``counts.moe_load``) times the mean of all three. Only the MoE layers' share.
     The difference of the two is what ``memory.arrays`` adds to the table's stash. ``cache``:
     GEMM inputs cached in low precision (``cache_ratios``: the dispatched tokens, the MoE's
-    SwiGLU input and fc2's input all at ``cache`` bytes per element)."""
+    SwiGLU input and fc2's input all at ``cache`` bytes per element). ``expert_input``: as
+    they run, each routed copy saves ``routed_token_saved_bytes(model, expert_input)``
+    (``expert_input_bytes``). ``parts``: a weight (1 or 0) for each of the three tensors
+    (fc1 input, activation input, fc2 input): ``routed_stash_correction`` reads fc2's
+    alone."""
     if not model.is_moe:
         return 0.0, 0.0
     etp = tp if etp is None else etp
     T = seq_len * micro_batch_size / cp
-    h, k, f = model.hidden_size, model.moe_router_topk, model.expert_ffn
+    k = model.moe_router_topk
     share = model.num_moe_layers / model.num_layers
-    inner = ((4 if model.gated else 2) + 2) * T * k * f / tp
     seq_div = np.where(sp, tp, 1.0) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
     r = 1.0 if cache is None else cache / 2.0
-    table = r * share * (2 * T * h * k / seq_div + inner)
-    real = r * share * load * (2 * T * h * k * etp / tp + inner)
+
+    def saved(x1, act, x2):          # the copies' bytes: fc1's input, then the MLP's inner
+        return (T * k * x1 * parts[0],
+                T * k * (act * parts[1] + x2 * parts[2]) / tp)
+
+    fc1, inner = saved(*routed_token_saved_bytes(model))
+    table = r * share * (fc1 / seq_div + inner)
+    if expert_input is not None:
+        fc1, inner = saved(*routed_token_saved_bytes(model, expert_input))
+        r = 1.0
+    real = r * share * load * (fc1 * etp / tp + inner)
     return table, real
 
 
@@ -262,27 +317,34 @@ def clamp_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=
 
 
 def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp, cp, sp,
-                            etp, load, rc, modules, clamp=False, cache=None) -> tuple:
+                            etp, load, rc, modules, clamp=False, cache=None,
+                            expert_input=None) -> tuple:
     """``(stashed, unrecomputed)``: what one layer's stash holds beyond the table for the
     routed experts (``routed_activation_bytes``: as they run minus as the table counts them),
     under recomputation ``rc`` (``RECOMPUTE_CODE``) with the selective ``modules`` mask, and
     with none. Nothing where the layer is recomputed whole (full, op) or the ``moe`` module
-    redoes the routed MLP; ``moe_act`` leaves the fc1 input, the only part that differs at
-    ``load = 1``. ``clamp``: the stack runs gpt-oss's eager clamp (``framework.
+    redoes the routed MLP; ``moe_act`` leaves all but fc2's input (Megatron-Core's
+    output-discarding checkpoint frees the activation's output, fc2's saved input, at every
+    ``load``; under fp8 fc2 saves that original input, ``set_save_original_input``).
+    ``clamp``: the stack runs gpt-oss's eager clamp (``framework.
     runs_eager_clamp``), whose saved inputs (``clamp_activation_bytes``) the stash also holds
     unless the layer is recomputed whole or ``moe_act``/``moe`` reruns the activation (its
-    output-discarding checkpoint runs the clamp without saving). The memory arrays and
-    ``job_layer_activation_bytes`` read this one rule."""
-    table, real = routed_activation_bytes(model, seq_len, micro_batch_size, tp, cp, sp, etp,
-                                          load, cache)
+    output-discarding checkpoint runs the clamp without saving). ``expert_input``: the
+    routed GEMMs' saved inputs' bytes per element (``expert_input_bytes``). The memory
+    arrays and ``job_layer_activation_bytes`` read this one rule."""
+    args = (model, seq_len, micro_batch_size, tp, cp, sp, etp, load, cache, expert_input)
+    table, real = routed_activation_bytes(*args)
     extra = real - table
+    fc2_table, fc2_real = routed_activation_bytes(*args, parts=(0.0, 0.0, 1.0))
     rc = np.asarray(rc)
     whole = (rc == 2) | (rc == 3)
     dropped = whole | part_selected(rc, modules, "routed_mlp")
+    act_dropped = part_selected(rc, modules, "routed_act")
+    stashed = np.where(act_dropped, extra - (fc2_real - fc2_table), extra)
     cl = np.where(clamp, clamp_activation_bytes(model, seq_len, micro_batch_size, tp, cp,
                                                 load), 0.0)
-    cl_dropped = dropped | part_selected(rc, modules, "routed_act")
-    return (np.where(dropped, 0.0, extra) + np.where(cl_dropped, 0.0, cl))[()], extra + cl
+    cl_dropped = dropped | act_dropped
+    return (np.where(dropped, 0.0, stashed) + np.where(cl_dropped, 0.0, cl))[()], extra + cl
 
 
 def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
@@ -547,6 +609,11 @@ def job_activation_cache(job: Job) -> float | None:
     return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
 
 
+def job_expert_input_bytes(job: Job) -> float | None:
+    """``expert_input_bytes`` of the job's stack and precision."""
+    return expert_input_bytes(runs_te_experts(job.framework), job.dtype)
+
+
 def job_dispatch_bytes(job: Job) -> float:
     """``counts.dispatch_element_bytes`` of the job's stack and precision."""
     return counts.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
@@ -560,14 +627,16 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
     return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
-                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw))
+                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
+                        job_expert_input_bytes(job))
 
 
 @lru_cache(maxsize=4096, typed=True)
 def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: int, rc: str,
                  flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
-                 expert_tp: int | None, clamp: bool) -> float:
+                 expert_tp: int | None, clamp: bool, expert_input: float | None = None
+                 ) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -577,7 +646,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     mods = modules_mask(recompute_modules) if recompute_modules else 0
     load = counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
-                                       mods, clamp=clamp, cache=cache)
+                                       mods, clamp=clamp, cache=cache,
+                                       expert_input=expert_input)
     return float(base + extra)
 
 

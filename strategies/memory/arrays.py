@@ -128,7 +128,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
-                            fsdp2=False, dispatch_bytes=None
+                            fsdp2=False, dispatch_bytes=None, expert_input=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -168,7 +168,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     master, the root module's parameters stay gathered under ZeRO-3, unsharded gradients
     under pipelining; ``state_bytes_per_param``). ``dispatch_bytes``: bytes per element of the
     stack's MoE dispatch (``counts.dispatch_element_bytes``; None: 16-bit), its send
-    buffer's (``activations.permutation_buffer_bytes``)."""
+    buffer's (``activations.permutation_buffer_bytes``). ``expert_input``: bytes per element
+    at which the stack's routed experts save fc1's and fc2's inputs
+    (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8;
+    None: the 16-bit table)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -203,7 +206,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         act, none = _layer_act(view, b, tp, cp, sp, rc, flash, P.recompute_modules,
                                remat_named, act_cache)
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
-                                                    P.recompute_modules, clamp, act_cache)
+                                                    P.recompute_modules, clamp, act_cache,
+                                                    expert_input)
         got = layer_bytes[view] = {
             "act": act + extra, "none": none + extra_none,
             "wgrad": _layer_wgrad(view, b, tp, cp, sp, act_cache),
@@ -546,7 +550,8 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        dtype: str = "bf16", system: SystemConfig | None = None, gpu=None,
                        in_flight=None, pending_w=None, clamp=False,
                        remat_named=False, loss_bytes=None, act_cache=None,
-                       optimizer_bytes=None, fsdp2=False, dispatch_bytes=None) -> np.ndarray:
+                       optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
+                       expert_input=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -554,7 +559,7 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
     (``layout.even_stage_content``). ``in_flight``/``pending_w``: as
     ``memory_component_arrays`` (default: the schedule's counts at the default group size).
     ``clamp``, ``remat_named``, ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
-    ``fsdp2``, ``dispatch_bytes``: as ``memory_component_arrays``.
+    ``fsdp2``, ``dispatch_bytes``, ``expert_input``: as ``memory_component_arrays``.
     ``memory.scalar.memory_by_stage`` is this for one job's
     plan."""
     P = as_plan_arrays(P)
@@ -570,34 +575,37 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                                    clamp=clamp, remat_named=remat_named,
                                    loss_bytes=loss_bytes, act_cache=act_cache,
                                    optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
-                                   dispatch_bytes=dispatch_bytes)[1]
+                                   dispatch_bytes=dispatch_bytes,
+                                   expert_input=expert_input)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
                         gpu=None, clamp=False, remat_named=False, loss_bytes=None,
                         act_cache=None, optimizer_bytes=None, fsdp2=False,
-                        dispatch_bytes=None) -> np.ndarray:
+                        dispatch_bytes=None, expert_input=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
-    ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``, ``remat_named``: as there)."""
+    ``rank_memory_arrays`` of rank 0 or ``pp - 1`` (``clamp``, ``remat_named``, …: as there)."""
     P = as_plan_arrays(P)
     return rank_memory_arrays(m, P, P.pp - 1 if last else np.zeros_like(P.pp), dtype, system,
                               gpu, clamp=clamp, remat_named=remat_named,
                               loss_bytes=loss_bytes, act_cache=act_cache,
                               optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
-                              dispatch_bytes=dispatch_bytes)
+                              dispatch_bytes=dispatch_bytes, expert_input=expert_input)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
                        clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
-                       optimizer_bytes=None, fsdp2=False, dispatch_bytes=None) -> np.ndarray:
+                       optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
+                       expert_input=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
-    ``fsdp2``, ``dispatch_bytes``: the stack's (all: ``memory_component_arrays``).
+    ``fsdp2``, ``dispatch_bytes``, ``expert_input``: the stack's (all:
+    ``memory_component_arrays``).
     A model of one layer kind: the first and the last rank, and where an uneven layout gives
     the middle ranks more layers, rank 1 (the middle rank with the most stashed
     micro-batches; module docstring). A model with dense and MoE layers or MTP modules:
@@ -605,13 +613,14 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     P = as_plan_arrays(P)
     if mixed_layers(m):
         return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
-                                    act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+                                    act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
+                                    expert_input)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes),
+                                          dispatch_bytes, expert_input),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes))
+                                          dispatch_bytes, expert_input))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
@@ -619,7 +628,7 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                                  clamp=clamp, remat_named=remat_named,
                                  loss_bytes=loss_bytes, act_cache=act_cache,
                                  optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
-                                 dispatch_bytes=dispatch_bytes)
+                                 dispatch_bytes=dispatch_bytes, expert_input=expert_input)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -630,18 +639,20 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         peak = np.array(peak, dtype=float)
         if peak.ndim == 0:
             return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
-                                    act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+                                    act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
+                                    expert_input)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
                                                     clamp, remat_named, loss_bytes,
                                                     act_cache, optimizer_bytes, fsdp2,
-                                                    dispatch_bytes)
+                                                    dispatch_bytes, expert_input)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
                      gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
-                     optimizer_bytes=None, fsdp2=False, dispatch_bytes=None) -> np.ndarray:
+                     optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
+                     expert_input=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -652,7 +663,7 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
             loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes,
-            fsdp2=fsdp2, dispatch_bytes=dispatch_bytes))
+            fsdp2=fsdp2, dispatch_bytes=dispatch_bytes, expert_input=expert_input))
     return peak.reshape(np.shape(P.pp))
 
 

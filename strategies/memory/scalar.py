@@ -173,7 +173,8 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         remat_named=job.framework.remat_named, loss_bytes=job.framework.loss,
         act_cache=act.job_activation_cache(job),
         optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,
-        dispatch_bytes=act.job_dispatch_bytes(job))
+        dispatch_bytes=act.job_dispatch_bytes(job),
+        expert_input=act.job_expert_input_bytes(job))
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

@@ -44,7 +44,8 @@ from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_
 from strategies.cost.recompute import METHODS, MODULES, has_module, modules_mask
 from strategies.cost.system import SystemConfig
 from strategies.cost.counts import dispatch_element_bytes
-from strategies.memory.activations import activation_cache_bytes
+from strategies.memory.activations import (activation_cache_bytes, expert_input_bytes,
+                                           runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, int_limit, parse_modules
@@ -704,15 +705,16 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
                      remat_named: bool = False, loss_bytes: LossPasses | None = None,
                      act_cache: float | None = None,
                      optimizer_bytes: float | None = None, fsdp2: bool = False,
-                     dispatch_bytes: float | None = None) -> np.ndarray:
+                     dispatch_bytes: float | None = None,
+                     expert_input: float | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
     ``gpu``: the chip, as the memory rule reads it (fp8 weight copies); ``clamp``: the stack
     runs gpt-oss's eager clamp, ``remat_named`` a JAX remat policy; ``loss_bytes``,
-    ``act_cache``, ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes`` the stack's
-    (``memory.arrays``).
+    ``act_cache``, ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input`` the
+    stack's (``memory.arrays``).
     Returns the updated peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
@@ -730,7 +732,8 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub["rcl"] = mid
         sub["rcu"] = np.zeros_like(mid)
         pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named,
-                                loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+                                loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
+                                expert_input)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -767,6 +770,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     optimizer_bytes = (framework or DEFAULT_FRAMEWORK).optimizer_state_bytes
     # the MoE dispatch's bytes per element, its send buffer (counts.dispatch_element_bytes)
     dispatch_bytes = dispatch_element_bytes((framework or DEFAULT_FRAMEWORK).fp8_dispatch, dtype)
+    # the routed experts' saved GEMM inputs (memory.activations.expert_input_bytes)
+    expert_input = expert_input_bytes(runs_te_experts(framework or DEFAULT_FRAMEWORK), dtype)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (framework.stack_system)
@@ -792,7 +797,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
 
     def memory(cols: dict[str, np.ndarray]) -> np.ndarray:
         return peak_memory_arrays(model, cols, dtype, system, cluster.gpu, clamp, remat_named,
-                                  loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes)
+                                  loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
+                                  expert_input)
     peak = memory(c) if len(c["tp"]) else np.zeros(0)
     if (framework is not None and framework.pipeline_flushes and "flushes" not in opts.fixed
             and len(c["tp"])):
@@ -810,7 +816,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     if len(z2) and 1 in (framework or DEFAULT_FRAMEWORK).zero_stages:
         ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp,
                                     remat_named, loss_bytes, act_cache,
-                                    optimizer_bytes, fsdp2, dispatch_bytes) > limit
+                                    optimizer_bytes, fsdp2, dispatch_bytes,
+                                    expert_input) > limit
     keep("zero2_dominated", ok)
     peak = peak[ok]
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default (or fixed) modules
@@ -818,6 +825,6 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     if framework is None or "block" in framework.recompute_methods:
         peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                dispatch_bytes)
+                                dispatch_bytes, expert_input)
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit,
                  framework.plan_defaults() if framework is not None else {})
