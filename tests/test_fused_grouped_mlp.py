@@ -1,5 +1,5 @@
-"""Transformer Engine's fused grouped MLP (``framework.with_fused_grouped_mlp``,
-``framework.runs_eager_clamp``; docs/calibration.md §5.90): what a stack running it no longer
+"""Transformer Engine's fused grouped MLP (``variants.with_fused_grouped_mlp``,
+``variants.runs_eager_clamp``; docs/calibration.md §5.90): what a stack running it no longer
 pays (the routed activation's own cast passes, TE's ``Fp8Padding`` copies, a fixed time per
 expert GEMM, gpt-oss's eager clamp), and the reader applying it to the rows whose config
 states it (``plan.fused_grouped_mlp``)."""
@@ -14,8 +14,10 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import (DEFAULT, LAUNCH_GAP_S, TE_FUSED_GROUPED_MLP, get_profile,
-                                  runs_eager_clamp, with_fused_grouped_mlp)
+from strategies.framework import DEFAULT, get_profile
+from strategies.stacks.expert_gemm import TE_FUSED_GROUPED_MLP
+from strategies.stacks.profile import LAUNCH_GAP_S
+from strategies.stacks.variants import runs_eager_clamp, with_fused_grouped_mlp
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from topologies.gpus import get_gpu

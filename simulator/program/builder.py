@@ -27,7 +27,7 @@ from strategies.cost.stage import (StageCosts, attn_down_ops, attn_full_rc_ops,
                                   dgrad_reduce_pieces, dgrad_reduce_time,
                                   down_reduce_pieces,
                                   sp_grad_allreduce_bytes, sp_regather_pieces, tp_kind_bytes)
-from strategies.framework import full_grad_reduce, grad_path
+from strategies.stacks.comm_rules import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 
 

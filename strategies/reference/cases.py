@@ -12,8 +12,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Iterator, Sequence
 
 from strategies.errors import SpecError
-from strategies.framework import (MEGATRON_LM_2021, FrameworkProfile, compiled, get_profile,
-                                  with_fp8_attention, with_fused_grouped_mlp)
+from strategies.framework import get_profile
+from strategies.stacks.megatron import MEGATRON_LM_2021
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import compiled, with_fp8_attention, with_fused_grouped_mlp
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
 from strategies.cost import counts
@@ -657,7 +659,7 @@ def _with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> F
     element) instead of the compiled one's (4, ``framework.TORCHTITAN_COMPILED_LOSS``), said
     in ``notes``; undated runs and other stacks are left as they are (docs/calibration.md
     §5.74)."""
-    from strategies.framework import TORCHTITAN
+    from strategies.stacks.pytorch import TORCHTITAN
     src = c.get("source") or {}
     found = _BENCH_MONTH.search(f"{src.get('ref', '')} {src.get('table', '')}")
     if found is None or fw.loss is TORCHTITAN.loss or not fw.name.startswith(TORCHTITAN.name):
