@@ -176,7 +176,7 @@ def rows_2608(fused_2608: bool = True) -> list[tuple]:
         # the one rule the reader applies to a row that states it (framework.
         # with_fused_grouped_mlp, docs/calibration.md §5.90); fused_2608 False keeps the
         # 26.04 stack's quantisation padding copies (§5.17)
-        fw = with_fused_grouped_mlp(case.job.framework)
+        fw = with_fused_grouped_mlp(case.job.framework, case.job.dtype)
         job = replace(case.job, framework=fw if fused_2608 else replace(fw, quant_padding=True))
         est = estimate(job)
         out.append((row[0], row[1], row[2], case.measured_step_s, est.step_time_s,

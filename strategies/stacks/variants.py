@@ -63,7 +63,7 @@ def compiled(fw: FrameworkProfile) -> FrameworkProfile:
                     f"{fw.name} has none")
 
 
-def with_fused_grouped_mlp(fw: FrameworkProfile) -> FrameworkProfile:
+def with_fused_grouped_mlp(fw: FrameworkProfile, dtype: str) -> FrameworkProfile:
     """Stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP
     (Megatron-Bridge's ``cutedsl_fused_grouped_mlp``: ``use_transformer_engine_op_fuser`` and
     ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``, ``scripts/performance/utils/overrides.py`` and
@@ -74,12 +74,18 @@ def with_fused_grouped_mlp(fw: FrameworkProfile) -> FrameworkProfile:
     doc); no ``Fp8Padding`` copies (``quant_padding`` off: HybridEP pads in its dispatch,
     Megatron-Core 0.18 ``moe_utils.skip_routed_expert_padding``, and the router pads
     otherwise under a full-iteration graph); one kernel per grouped GEMM; the activation's
-    clamp inside the kernel (``runs_eager_clamp`` False). SpecError for a stack that does
-    not run Megatron-Core's ``TEGroupedMLP`` (``grouped_mlp_casts``)."""
+    clamp inside the kernel (``runs_eager_clamp`` False). As job precision ``dtype`` runs
+    it: SpecError naming the field, value and rule for a precision other than MXFP8 (TE's
+    fused op is its MXFP8 path) or a stack that does not run Megatron-Core's
+    ``TEGroupedMLP`` (``grouped_mlp_casts``); the reference reader states the refusal."""
+    if dtype != "mxfp8":
+        raise SpecError("fused_grouped_mlp", dtype,
+                        "Transformer Engine's fused grouped MLP is modelled under the MXFP8 "
+                        "recipe only (its cuDNN grouped kernels); needs dtype mxfp8")
     if fw.fused_grouped_mlp:
         return fw
     if not fw.grouped_mlp_casts:
-        raise SpecError("framework", fw.name,
+        raise SpecError("fused_grouped_mlp", fw.name,
                         "Transformer Engine's fused grouped MLP replaces Megatron-Core's "
                         "TEGroupedMLP; this stack does not run it")
     return replace(fw, grouped_mlp_casts=False, quant_padding=False,
