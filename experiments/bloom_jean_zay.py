@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm                                       # noqa: E402
 from strategies.estimate import estimate                                # noqa: E402
-from strategies.framework import MEGATRON_DEEPSPEED                     # noqa: E402
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED                     # noqa: E402
 from strategies.job import make_job                                     # noqa: E402
 from strategies.launch_blocking import with_launch_blocking             # noqa: E402
 from strategies.model import model_from_mapping                         # noqa: E402

@@ -22,7 +22,7 @@ the model's compute time of one group's GEMM without the fixed term (``compute._
 at the catalog rate; the GEMMs are compute-bound: their HBM time is under half of ``U``),
 ``a`` the catalog's sustained/burst ratio (a short benchmark runs at the burst clock),
 ``t0 = compute.gemm_fixed_s`` and ``n`` the fixed times one grouped GEMM pays
-(``framework.ExpertGemmLaunch.fixed_times``): ``g`` per expert on one stream, ``ceil(g/4)``
+(``expert_gemm.ExpertGemmLaunch.fixed_times``): ``g`` per expert on one stream, ``ceil(g/4)``
 on TE's 4 streams, 1 fused.
 """
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.gemm_fixed_time import sustained_over_burst  # noqa: E402
 from strategies.cost import compute as ct  # noqa: E402
-from strategies.framework import ExpertGemmLaunch  # noqa: E402
+from strategies.stacks.expert_gemm import ExpertGemmLaunch  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
 GPU = "H100-SXM5-80GB"

@@ -9,7 +9,7 @@ Run (a few seconds, analytic only):
 
 Table 1, per pair: measured step of each row and their ratio; the estimate of each, the
 26.06 row with and without Transformer Engine's fused grouped MLP its config runs
-(``plan.fused_grouped_mlp``, ``framework.with_fused_grouped_mlp``), and the ratios; the time
+(``plan.fused_grouped_mlp``, ``variants.with_fused_grouped_mlp``), and the ratios; the time
 each row misses per MoE layer and micro-batch on the busiest rank (``moe_residuals``'
 ``(measured - estimated) / (micro-batches x MoE layers per rank)``), and the eager row's miss
 beyond the 26.06 row's. Pairs whose 26.06 config is eager too (no full-iteration graph, no EP

@@ -25,7 +25,7 @@ reader applies with the rules it applies to the 26.06 rows (§5.98, §5.101). Th
 whole step in one CUDA graph there, so no host launch or sync is left in it, and TE's fused
 grouped MLP (``NVTE_CUTEDSL_FUSED_GROUPED_MLP``) quantises the routed activation inside the
 GEMM, with no host split sizes for TE's per-expert padding copies (estimated with the
-reader's rule for it, ``framework.with_fused_grouped_mlp``: docs/calibration.md §5.17, §5.90).
+reader's rule for it, ``variants.with_fused_grouped_mlp``: docs/calibration.md §5.17, §5.90).
 
 Table 4: NVIDIA's eager / partial-graph A/B on the Qwen3-30B-A3B H100 layout (Megatron-Bridge
 ``docs/training/cuda-graphs.md`` at commit 067f987df03b, "Representative Validation
@@ -47,7 +47,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.framework import with_fused_grouped_mlp  # noqa: E402
+from strategies.stacks.variants import with_fused_grouped_mlp  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
 FILES = ("strategies/reference/data/megatron_bridge_2604.json",
@@ -176,7 +176,7 @@ def rows_2608(fused_2608: bool = True) -> list[tuple]:
         # the one rule the reader applies to a row that states it (framework.
         # with_fused_grouped_mlp, docs/calibration.md §5.90); fused_2608 False keeps the
         # 26.04 stack's quantisation padding copies (§5.17)
-        fw = with_fused_grouped_mlp(case.job.framework)
+        fw = with_fused_grouped_mlp(case.job.framework, case.job.dtype)
         job = replace(case.job, framework=fw if fused_2608 else replace(fw, quant_padding=True))
         est = estimate(job)
         out.append((row[0], row[1], row[2], case.measured_step_s, est.step_time_s,

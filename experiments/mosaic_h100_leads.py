@@ -45,7 +45,7 @@ from experiments.gemm_in_situ import implied_factor  # noqa: E402
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm, measured  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
-from strategies.framework import LossPasses  # noqa: E402
+from strategies.stacks.passes import LossPasses  # noqa: E402
 from strategies.job import Job  # noqa: E402
 
 #: kernels per weight tensor of Composer's ``DecoupledAdamW.adamw`` loop (composer v0.16.4

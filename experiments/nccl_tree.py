@@ -187,11 +187,13 @@ def _patched(eff: float):
 
 
 def part3(cases) -> None:
-    """The rows whose gradients are all-reduced (``framework.full_grad_reduce``) over a group
+    """The rows whose gradients are all-reduced (``comm_rules.full_grad_reduce``) over a group
     spanning several nodes: one Megatron DDP bucket (``SystemConfig.dp_bucket_params``
     parameters x ``main_grad_bytes``) by ring and by tree (e = 0.92), and the whole stage's
     gradient as the estimate prices it (one collective)."""
-    from strategies.framework import full_grad_reduce, get_profile, stack_system
+    from strategies.framework import get_profile
+    from strategies.stacks.comm_rules import full_grad_reduce
+    from strategies.stacks.profile import stack_system
     print("## Rows with a full gradient all-reduce over several nodes (dense dp·cp group)\n")
     print("| row | n | k | nodes | bucket MiB | ring us | tree us | picked |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -56,7 +56,7 @@ from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm, counts, quantise  # noqa: E402
 from strategies.cost import compute as ct  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.framework import JAX_XLA  # noqa: E402
+from strategies.stacks.jax_xla import JAX_XLA  # noqa: E402
 from strategies.job import Job, make_job  # noqa: E402
 from strategies.plan import parse_plan  # noqa: E402
 from strategies.plan_arrays import RECOMPUTE_CODE  # noqa: E402

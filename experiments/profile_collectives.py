@@ -34,7 +34,7 @@ from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import compute  # noqa: E402
 from strategies.cost.measured import COLLECTIVE_KINDS  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.framework import LAUNCH_GAP_S  # noqa: E402
+from strategies.stacks.profile import LAUNCH_GAP_S  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.plan import parse_plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402

@@ -55,7 +55,7 @@ from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
-from strategies.framework import full_grad_reduce  # noqa: E402
+from strategies.stacks.comm_rules import full_grad_reduce  # noqa: E402
 from strategies.collectives.select import strided_layout  # noqa: E402
 
 #: the reference files (``strategies/reference/data``) scanned by default

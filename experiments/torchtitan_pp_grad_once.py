@@ -2,7 +2,7 @@
 """Pipelined torchtitan reduces its gradients once per step (docs/calibration.md §5.34): the
 torchtitan 405B rows run under ``torch.distributed.pipelining`` (tp 8, pp 8, FSDP2 ZeRO-2
 over dp·cp = 8): Table 6's four (``published.json``) and Table 5's two fp8 rows
-(``published_2026.json``), each as the model runs it (``framework.grad_path``: the stage's
+(``published_2026.json``), each as the model runs it (``comm_rules.grad_path``: the stage's
 unsharded fp32 gradient reduce-scattered once after its last backward, FSDP2's copy-in once
 per step) and with the rule off (``fsdp2=False``: ZeRO-2's reduce-scatter every micro-batch,
 overlapped, the 1/8 gradient shard accumulated), with the exposed data-parallel time, the

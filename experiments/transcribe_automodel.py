@@ -15,7 +15,7 @@ revision; a row whose figures changed keeps the earlier ones under ``history`` w
 commit and date. Rows the cost model cannot represent are skipped with the reason
 (``skip_reason``), printed and listed in docs/calibration.md §5.31.
 
-The stack is recorded as ``framework: automodel`` (``strategies.framework.AUTOMODEL``,
+The stack is recorded as ``framework: automodel`` (``strategies.stacks.pytorch.AUTOMODEL``,
 docs/calibration.md §5.38), and a row whose kernels name DeepEP states
 ``moe_dispatcher: deepep`` (the benchmark configs' ``enable_deepep: true``); every row states
 ``moe_routing: contiguous`` (the configs' ``fake_balanced_gate: true``). The plan facts the table does not print (activation

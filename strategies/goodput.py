@@ -42,7 +42,8 @@ import numpy as np
 
 from strategies.errors import SpecError
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile, get_profile, stack_system
+from strategies.framework import get_profile
+from strategies.stacks.profile import FrameworkProfile, stack_system
 from strategies.model import ModelSpec
 from topologies.limits import check_int, check_number
 

@@ -7,8 +7,10 @@ from typing import Any, Iterable
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import (FrameworkProfile, check_plan, check_precision,
-                                  ep_overlap_rules, get_profile, plan_view, with_fp8_attention)
+from strategies.framework import get_profile
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.rules import check_plan, check_precision, ep_overlap_rules, plan_view
+from strategies.stacks.variants import with_fp8_attention
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -104,7 +106,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
              system: SystemConfig | None = None) -> Job:
     """Resolve ``dp`` and ``gbs`` and check every cross rule; raises SpecError naming the rule.
     ``framework``: a profile or its name; a named stack refuses the plan features it lacks
-    (``strategies.framework.check_plan``). ``None``: no stack named, Megatron-Core's costs and
+    (``strategies.stacks.rules.check_plan``). ``None``: no stack named, Megatron-Core's costs and
     any plan (the textbook schedules, GPipe included, stay open to studies). ``system``: the
     policy constants (default ``DEFAULT_SYSTEM``)."""
     fw = get_profile(framework)

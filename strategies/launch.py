@@ -30,7 +30,7 @@ from strategies.errors import SpecError
 from strategies.export.llm_foundry import llm_foundry_config
 from strategies.export.maxtext import maxtext_config
 from strategies.export.torchtitan import torchtitan_config
-from strategies.framework import FrameworkProfile, stack_system
+from strategies.stacks.profile import FrameworkProfile, stack_system
 from strategies.job import Job
 from strategies.schedules import get_schedule
 from topologies.precision import get_precision
@@ -74,7 +74,7 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
     if p.microbatch_group_size is not None:   # interleaved only (the schedule's own rule)
         a.append("--microbatch-group-size-per-virtual-pipeline-stage "
                  f"{p.microbatch_group_size}")
-    if p.cuda_graph:   # the whole step as one graph (framework.FrameworkProfile.cuda_graph)
+    if p.cuda_graph:   # the whole step as one graph (FrameworkProfile.cuda_graph)
         a.append("--cuda-graph-impl full_iteration")
     if p.sp:
         a.append("--sequence-parallel")
@@ -226,7 +226,8 @@ def deepspeed_config(job: Job) -> tuple[str, list[str]]:
     if p.layers_per_stage is not None or p.group_microbatches is not None:
         _refuse("this exporter writes DeepSpeed's uniform pipeline partition and equal "
                 "micro-batch counts per replica (no layers_per_stage, group_microbatches)")
-    from strategies.framework import MEGATRON_DEEPSPEED, plan_violations, precision_rule
+    from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+    from strategies.stacks.rules import plan_violations, precision_rule
     if p.flushes > 1:   # (Megatron-LM cannot either: no "use --export megatron" here)
         raise SpecError("--export", "deepspeed", f"cannot express this plan: flushes="
                         f"{p.flushes}: DeepSpeed's pipeline engine runs one schedule over a "

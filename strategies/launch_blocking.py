@@ -4,7 +4,7 @@ With ``CUDA_LAUNCH_BLOCKING=1`` every CUDA call returns only once the GPU has fi
 the host cannot queue work ahead: between two kernels the GPU waits for the whole host-side
 path of the next operator (Python, the PyTorch dispatcher and autograd, the launch itself, the
 return from the synchronisation). That time replaces the asynchronous launch gap
-(``framework.LAUNCH_GAP_S``) at every kernel boundary; the cost model already charges one gap
+(``profile.LAUNCH_GAP_S``) at every kernel boundary; the cost model already charges one gap
 per boundary (``FrameworkProfile.kernels_per_layer`` per layer forward, twice in the
 backward, ``strategies.cost.compute.launch_time``), so a run with synchronous launches is its
 stack's profile with ``launch_gap_s = SYNC_LAUNCH_GAP_S`` (``with_launch_blocking``).
@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from strategies.framework import LAUNCH_GAP_S, MEGATRON_DEEPSPEED, FrameworkProfile
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 
 
 @dataclass(frozen=True)

@@ -99,7 +99,8 @@ class Plan:
     # full_iteration): no host launches or device-to-host synchronisations in it
     cuda_graph: bool = False
     # the attention core in Transformer Engine's MXFP8 fused attention (Megatron-Core
-    # fp8_dot_product_attention; strategies.framework.with_fp8_attention, docs/calibration.md §5.98)
+    # fp8_dot_product_attention; strategies.stacks.variants.with_fp8_attention,
+    # docs/calibration.md §5.98)
     fp8_attention: bool = False
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)

@@ -62,7 +62,7 @@ def found_for(job, step_time_s: float | None = None) -> dict[str, Any]:
 def plan_file_text(plan: Plan, path: str, record: Mapping[str, Any] | None = None,
                    framework=None) -> str:
     """The text of a plan file for ``path`` (JSON for ``.json``, YAML otherwise);
-    ``framework``: the named software stack (``strategies.framework.FrameworkProfile``), whose
+    ``framework``: the named software stack (``strategies.stacks.profile.FrameworkProfile``), whose
     name the file keeps and whose switches are the defaults."""
     data: dict[str, Any] = plan_to_mapping(plan, framework.plan_defaults() if framework
                                            else None)

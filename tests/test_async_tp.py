@@ -12,8 +12,10 @@ from strategies.cost import comm as cm
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.lower_bound import step_time_lower_bound
-from strategies.framework import (AUTOMODEL, MEGATRON_CORE, PYTORCH_EAGER, TORCHTITAN,
-                                  TP_OVERLAP_IMPLS, plan_violations)
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.profile_fields import TP_OVERLAP_IMPLS
+from strategies.stacks.pytorch import AUTOMODEL, PYTORCH_EAGER, TORCHTITAN
+from strategies.stacks.rules import plan_violations
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays

@@ -13,7 +13,9 @@ from simulator.simulate import simulate
 from strategies.cost import async_tp
 from strategies.cost import compute as ct
 from strategies.estimate import estimate
-from strategies.framework import MEGATRON_CORE, TORCHTITAN, TORCHTITAN_COMPILE
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from tests.tp_backward_checks import SIM_CASES, assert_moves_with_simulation, tp_job
 
 LAYERS = 4

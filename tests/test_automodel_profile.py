@@ -1,7 +1,7 @@
 """The ``automodel`` stack profile (NeMo AutoModel's MoE path, docs/calibration.md §5.38): its
 defaults and limits from AutoModel's code, refusals naming stack, feature and rule (exit 2),
 and its bf16-built model state in closed form (``FrameworkProfile.master_bytes``,
-``framework.stack_system``) in the scalar memory model and the search's arrays alike."""
+``profile.stack_system``) in the scalar memory model and the search's arrays alike."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,8 +11,10 @@ import pytest
 
 from simulator.cli import main
 from strategies.errors import SpecError
-from strategies.framework import (AUTOMODEL, TORCHTITAN, check_plan, check_precision,
-                                  get_profile, plan_violations, stack_system)
+from strategies.framework import get_profile
+from strategies.stacks.profile import stack_system
+from strategies.stacks.pytorch import AUTOMODEL, TORCHTITAN
+from strategies.stacks.rules import check_plan, check_precision, plan_violations
 from strategies.job import make_job
 from strategies.memory import memory_by_stage
 from strategies.memory.arrays import peak_memory_arrays, state_bytes_per_param

@@ -19,7 +19,8 @@ import pytest
 
 from simulator.cli.main import main
 from strategies.errors import SpecError
-from strategies.framework import ExpertGemmLaunch, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.expert_gemm import ExpertGemmLaunch
 from strategies.hf_config import model_from_hf
 from strategies.plan import plan_from_mapping
 from topologies.gpus import gpu_from_mapping

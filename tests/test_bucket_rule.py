@@ -15,7 +15,8 @@ from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.cost.system import SystemConfig
 from strategies.estimate.scalar import estimate
-from strategies.framework import get_profile, stack_system
+from strategies.framework import get_profile
+from strategies.stacks.profile import stack_system
 from strategies.job import make_job
 from strategies.memory.arrays import memory_component_arrays
 from strategies.plan import parse_plan

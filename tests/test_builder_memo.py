@@ -7,7 +7,7 @@ import pytest
 
 import simulator.program.builder as builder
 from simulator.program.compiler import compile_job
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.test_mla_reduce import NO_SP, SP, _mla
 from tests.tp_backward_checks import tp_job
 

@@ -29,7 +29,8 @@ from strategies.cost import comm as cm
 from strategies.cost import compute
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import LAUNCH_GAP_S, MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

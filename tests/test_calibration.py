@@ -14,8 +14,10 @@ from simulator.studies.validate import evaluate_case, load_cases, mape, summariz
 from strategies.cost import compute as ct
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.estimate.scalar import estimate
-from strategies.framework import (JAX_XLA, MEGATRON_CORE, MEGATRON_LM_2021, PROFILES,
-                                  PYTORCH_EAGER, get_profile)
+from strategies.framework import PROFILES, get_profile
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.megatron import MEGATRON_CORE, MEGATRON_LM_2021
+from strategies.stacks.pytorch import PYTORCH_EAGER
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset

@@ -1,4 +1,4 @@
-"""Composer's cross-entropy for llm-foundry's MPT (``framework.COMPOSER_CROSS_ENTROPY``,
+"""Composer's cross-entropy for llm-foundry's MPT (``passes.COMPOSER_CROSS_ENTROPY``,
 docs/calibration.md §5.96): flash-attn 1.0.9's fused loss (4 bytes per logit element each
 way) and, after every micro-batch's backward, the two unfused fp32 train metrics (22 bytes
 each); the LM head, the analytic step and the simulated step grow by exactly the extra bytes
@@ -13,8 +13,8 @@ from simulator.studies.validate import load_cases, simulated_step_time
 from strategies.cost import counts
 from strategies.cost.compute import lm_head_time_split, usable_hbm
 from strategies.estimate.scalar import estimate
-from strategies.framework import (COMPOSER_CROSS_ENTROPY, PYTORCH_EAGER, TORCHTITAN,
-                                  LossPasses)
+from strategies.stacks.passes import COMPOSER_CROSS_ENTROPY, LossPasses
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

@@ -1,7 +1,7 @@
 """All-gather context parallelism (``FrameworkProfile.cp_impl == "allgather"``; Megatron-Core's
 ``cp_comm_type="all_gather"``, Llama 3's CP, Dubey et al. 2024 §3.3.2): the same K/V
 collectives as the p2p ring, none hidden under the attention core. One rule
-(``framework.cp_exposed_fraction``) read by the estimate, the lower bound and the simulator
+(``comm_rules.cp_exposed_fraction``) read by the estimate, the lower bound and the simulator
 through the stage costs; the reader takes it from an entry's ``plan.cp_comm_type``
 (docs/calibration.md §5.62)."""
 from __future__ import annotations
@@ -17,8 +17,10 @@ from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
-from strategies.framework import (CP_IMPLS, MEGATRON_CORE, FrameworkProfile,
-                                  cp_exposed_fraction)
+from strategies.stacks.comm_rules import cp_exposed_fraction
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.profile_fields import CP_IMPLS
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays

@@ -72,7 +72,7 @@ def test_deepspeed_rows_have_no_sequence_parallelism():
 def test_sync_launch_gap_closed_form():
     """BigScience's A/B (80 GPUs, 200B, TP=8 PP=10, MBS=1, GBS=512: 97.20 vs 91.04 TFLOP/s;
     844.81 s at 98.87 TFLOP/s for GBS=2048) over (512 + 9) slots x 8 layers x 4 x 20 kernels."""
-    from strategies.framework import LAUNCH_GAP_S
+    from strategies.stacks.profile import LAUNCH_GAP_S
     from strategies.launch_blocking import JZ_AB, SYNC_LAUNCH_GAP_S, sync_launch_gap_s
     t_async = 844.81 * (512 / 2048) * 98.87 / 97.20
     extra = t_async * (97.20 / 91.04 - 1.0)
@@ -163,7 +163,7 @@ def test_bf16_optimizer_accumulation_bytes():
     """hp_grad.add_(lp.grad.to(fp32)): 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter and
     micro-batch, against Megatron's main_grad add (4 + 2 + 4 = 10); fp16 runs keep the latter."""
     from strategies.cost.compute import grad_accum_time, usable_hbm
-    from strategies.framework import BF16_ACCUM_BYTES
+    from strategies.stacks.deepspeed import BF16_ACCUM_BYTES
     gpu = cluster_preset("dgx-a100", 1).gpu
     ds = get_profile("megatron-deepspeed")
     assert BF16_ACCUM_BYTES == 2 + 4 + 4 + 4 + 4
@@ -226,7 +226,7 @@ def test_bf16_optimizer_text():
 
 
 def test_full_grad_reduce_rule():
-    from strategies.framework import full_grad_reduce
+    from strategies.stacks.comm_rules import full_grad_reduce
     ds, lm = get_profile("megatron-deepspeed"), get_profile("megatron-lm-2021")
     assert full_grad_reduce(ds, "bf16", 0) and full_grad_reduce(ds, "bf16", 1)
     assert not full_grad_reduce(ds, "fp16", 1) and not full_grad_reduce(lm, "bf16", 1)

@@ -19,7 +19,7 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.tp_backward_checks import tp_job
 
 # the ends' TP collectives (§5.88) off: priced, the embedding's backward all-gather lengthens

@@ -18,8 +18,9 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost.stage import dgrad_reduce_hidden, dgrad_reduce_time, stage_costs
 from strategies.estimate.scalar import estimate
-from strategies.framework import (MEGATRON_CORE, MEGATRON_DEEPSPEED, MEGATRON_LM_2021,
-                                  TORCHTITAN)
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.megatron import MEGATRON_CORE, MEGATRON_LM_2021
+from strategies.stacks.pytorch import TORCHTITAN
 from topologies.errors import SpecError
 from tests.tp_backward_checks import bound, layer_comm, tp_job
 

@@ -15,7 +15,7 @@ import pytest
 from experiments import transcribe_dgxc as td
 from strategies.cost import counts
 from strategies.cost.compute import attention_time_fwd, usable_hbm
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from topologies.gpus import get_gpu

@@ -10,7 +10,8 @@ import pytest
 from strategies.cost import counts
 from strategies.cost.compute import layer_time
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_CORE, PYTORCH_EAGER, TORCHTITAN
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

@@ -2,7 +2,7 @@
 
 Composer's ``DecoupledAdamW`` and torch's foreach ``AdamW`` (torchtitan) stream 20 fp32
 elements per parameter (each kernel reads and writes whole tensors); a fused kernel moves 7
-(``SystemConfig.adam_step_bytes`` = 28 bytes). ``strategies.framework.StepPasses``.
+(``SystemConfig.adam_step_bytes`` = 28 bytes). ``strategies.stacks.passes.StepPasses``.
 """
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from strategies.cost.compute import optimizer_time, usable_hbm
 from strategies.cost.stage import stage_costs
 from strategies.cost.system import DEFAULT_SYSTEM
 from strategies.errors import SpecError
-from strategies.framework import (COMPOSER_ADAMW_ELEMENTS, MEGATRON_CORE, PROFILES,
-                                  PYTORCH_EAGER, TORCHTITAN, StepPasses)
+from strategies.framework import PROFILES
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.passes import COMPOSER_ADAMW_ELEMENTS, StepPasses
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from strategies.errors import SpecError
-from strategies.framework import DEFAULT_SWITCHES, MEGATRON_CORE, PROFILES
+from strategies.framework import PROFILES
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.profile_fields import DEFAULT_SWITCHES
 from strategies.reference.cases import case_from_entry
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "strategies" / "reference" / "data"

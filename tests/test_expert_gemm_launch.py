@@ -1,5 +1,5 @@
 """How a stack launches a grouped expert GEMM and the fixed times it pays
-(``framework.ExpertGemmLaunch``, ``compute.expert_fixed_share``; docs/calibration.md §5.42)."""
+(``expert_gemm.ExpertGemmLaunch``, ``compute.expert_fixed_share``; docs/calibration.md §5.42)."""
 from __future__ import annotations
 
 import math
@@ -11,7 +11,9 @@ import pytest
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.errors import SpecError
-from strategies.framework import (MEGATRON_CORE, PROFILES, ExpertGemmLaunch)
+from strategies.framework import PROFILES
+from strategies.stacks.expert_gemm import ExpertGemmLaunch
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

@@ -88,7 +88,8 @@ def test_flush_rules():
         make_job(m, cl, parse_plan("pp=2,ep=8,mbs=1,gbs=64,zero=2,flushes=8"),
                  framework="automodel")
     # the search's mask reads the same rule on its arrays (flushes = 1 there)
-    from strategies.framework import get_profile, stack_mask
+    from strategies.framework import get_profile
+    from strategies.stacks.rules import stack_mask
     from strategies.plan_arrays import PlanArrays
     P = PlanArrays.from_plans([replace(plan, flushes=1, gbs=g, dp=8) for g in (8, 16, 64)])
     assert stack_mask(get_profile("automodel"), P).tolist() == [False, True, True]

@@ -1,5 +1,5 @@
 """Transformer Engine's MXFP8 fused attention (``strategies.cost.fp8_attention``,
-``framework.with_fp8_attention``; docs/calibration.md §5.98): cuDNN's measured BF16/MXFP8 time
+``variants.with_fp8_attention``; docs/calibration.md §5.98): cuDNN's measured BF16/MXFP8 time
 ratios on the attention core, its Q/K/V and dO casts, the refusals, the reader's rows, the
 estimate and the simulator moving together; and the 26.06 rows' bf16 gradient reduction."""
 from __future__ import annotations
@@ -17,7 +17,8 @@ from strategies.cost import counts
 from strategies.cost import fp8_attention as fa
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import DEFAULT, get_profile, with_fp8_attention
+from strategies.framework import DEFAULT, get_profile
+from strategies.stacks.variants import with_fp8_attention
 from strategies.presets import model_preset
 from strategies.reference.bridge_recipes import grad_reduce_in_fp32
 from strategies.reference.cases import case_from_entry, load_reference

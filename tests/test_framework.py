@@ -10,8 +10,11 @@ import pytest
 
 from simulator.cli.main import main
 from strategies.errors import SpecError
-from strategies.framework import (ALIASES, MEGATRON_CORE, MEGATRON_DEEPSPEED, PROFILES,
-                                  TORCHTITAN, check_plan, get_profile, plan_violations)
+from strategies.framework import ALIASES, PROFILES, get_profile
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.rules import check_plan, plan_violations
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan, plan_from_mapping, plan_mapping
 from strategies.presets import model_preset
@@ -244,7 +247,7 @@ def test_presets_lists_the_stacks(capsys):
 def test_deepspeed_profile_costs_like_the_2021_stack():
     """Same kernels and gradient handling as Megatron-LM 2021 (its pipeline engine is not yet
     modelled apart: issue 15 item 2)."""
-    from strategies.framework import MEGATRON_LM_2021
+    from strategies.stacks.megatron import MEGATRON_LM_2021
     for f in ("grad_accum_fusion", "kernels_per_layer", "launch_gap_s", "attention_kernel"):
         assert getattr(MEGATRON_DEEPSPEED, f) == getattr(MEGATRON_LM_2021, f)
     assert np.isfinite(MEGATRON_DEEPSPEED.launch_gap_s)
@@ -253,7 +256,7 @@ def test_deepspeed_profile_costs_like_the_2021_stack():
 def test_torchtitan_runs_exactly_the_pipelining_schedules_it_has():
     """torch.distributed.pipelining's get_schedule_class names GPipe, 1F1B, Interleaved1F1B,
     LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble and DualPipeV; five are ours."""
-    from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+    from strategies.stacks.pytorch import TORCHTITAN_SCHEDULE_NAMES
     assert TORCHTITAN.schedules == ("gpipe", "1f1b", "interleaved", "zb-v", "dualpipev")
     assert dict(TORCHTITAN_SCHEDULE_NAMES)["zb-v"] == "ZBVZeroBubble"
     fw = TORCHTITAN

@@ -127,7 +127,7 @@ def test_which_stacks_hold_fsdp2_state():
 def test_model_state_per_profile(name, zero, expected):
     """Bytes per parameter of each stack's model state at dp 8 (the rule the memory model,
     the search's arrays and the checkpoint size read, ``stack_system``)."""
-    from strategies.framework import stack_system
+    from strategies.stacks.profile import stack_system
     from strategies.memory.scalar import model_state_bytes_per_param
     fw = get_profile(name)
     got = model_state_bytes_per_param(zero, 8, optimizer_bytes=fw.optimizer_state_bytes,

@@ -1,5 +1,5 @@
-"""Transformer Engine's fused grouped MLP (``framework.with_fused_grouped_mlp``,
-``framework.runs_eager_clamp``; docs/calibration.md §5.90): what a stack running it no longer
+"""Transformer Engine's fused grouped MLP (``variants.with_fused_grouped_mlp``,
+``variants.runs_eager_clamp``; docs/calibration.md §5.90): what a stack running it no longer
 pays (the routed activation's own cast passes, TE's ``Fp8Padding`` copies, a fixed time per
 expert GEMM, gpt-oss's eager clamp), and the reader applying it to the rows whose config
 states it (``plan.fused_grouped_mlp``)."""
@@ -14,8 +14,10 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import (DEFAULT, LAUNCH_GAP_S, TE_FUSED_GROUPED_MLP, get_profile,
-                                  runs_eager_clamp, with_fused_grouped_mlp)
+from strategies.framework import DEFAULT, get_profile
+from strategies.stacks.expert_gemm import TE_FUSED_GROUPED_MLP
+from strategies.stacks.profile import LAUNCH_GAP_S
+from strategies.stacks.variants import runs_eager_clamp, with_fused_grouped_mlp
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from topologies.gpus import get_gpu
@@ -24,7 +26,7 @@ REL = 1e-12
 GPT_OSS = model_preset("gpt-oss-120b")
 B200 = get_gpu("B200-SXM-180GB")
 HELDOUT = "strategies/reference/data/heldout_2026b.json"
-FUSED = with_fused_grouped_mlp(DEFAULT)
+FUSED = with_fused_grouped_mlp(DEFAULT, "mxfp8")
 
 
 def _rows() -> dict:
@@ -39,16 +41,17 @@ def test_the_fused_stack_switches_off_what_the_kernel_fuses():
     assert FUSED.expert_gemm_launch.fixed_times(16) == 1.0
     assert DEFAULT.expert_gemm_launch.fixed_times(16) == 4.0       # TE's 4 streams
     assert FUSED.eager_variants and not runs_eager_clamp(FUSED)     # the RoPE stays eager
-    assert with_fused_grouped_mlp(FUSED) == FUSED                   # idempotent
-    assert with_fused_grouped_mlp(get_profile("nemo")).fused_grouped_mlp
+    assert with_fused_grouped_mlp(FUSED, "mxfp8") == FUSED          # idempotent
+    assert with_fused_grouped_mlp(get_profile("nemo"), "mxfp8").fused_grouped_mlp
 
 
 @pytest.mark.parametrize("name", ["torchtitan", "pytorch-eager", "jax-xla", "automodel"])
 def test_stacks_without_te_grouped_mlp_refuse_it(name):
     fw = get_profile(name)
     with pytest.raises(SpecError) as e:
-        with_fused_grouped_mlp(fw)
-    assert e.value.field == "framework" and e.value.value == fw.name
+        with_fused_grouped_mlp(fw, "mxfp8")
+    assert e.value.field == "fused_grouped_mlp" and e.value.value == fw.name
+    assert "TEGroupedMLP" in e.value.rule
     assert not runs_eager_clamp(fw)
 
 
@@ -91,6 +94,24 @@ def test_a_stated_fused_mlp_outside_mxfp8_is_said_and_not_modelled():
     case = case_from_entry(e)
     assert not case.job.framework.fused_grouped_mlp and case.job.framework.grouped_mlp_casts
     assert any(n.startswith("fused_grouped_mlp stated but not modelled") for n in case.assumptions)
+    # the note is the stack rule's own refusal: the reader holds no copy of the rule
+    with pytest.raises(SpecError) as e:
+        with_fused_grouped_mlp(case.job.framework, case.job.dtype)
+    assert any(str(e.value) in n for n in case.assumptions)
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8", "fp8-blockwise", "nvfp4"])
+def test_a_precision_other_than_mxfp8_is_refused_with_field_value_and_rule(dtype):
+    """TE's fused grouped MLP is its MXFP8 path: any other precision is refused by the rule
+    beside the switch (as ``with_fp8_attention`` refuses one), naming the field, the value
+    and the rule, on a stack that runs it at MXFP8 and on one already switched."""
+    for fw in (DEFAULT, FUSED):
+        with pytest.raises(ValueError) as e:
+            with_fused_grouped_mlp(fw, dtype)
+        assert isinstance(e.value, SpecError)
+        assert e.value.field == "fused_grouped_mlp" and e.value.value == dtype
+        assert "needs dtype mxfp8" in e.value.rule
+        assert str(e.value).startswith(f"fused_grouped_mlp={dtype!r}: ")
 
 
 def test_the_reader_s_job_is_the_stack_rule_applied_and_runs_faster():
@@ -102,7 +123,8 @@ def test_the_reader_s_job_is_the_stack_rule_applied_and_runs_faster():
     off["plan"]["fused_grouped_mlp"] = False
     unfused = case_from_entry(off).job
     assert not unfused.framework.fused_grouped_mlp
-    again = dataclasses.replace(unfused, framework=with_fused_grouped_mlp(unfused.framework))
+    again = dataclasses.replace(unfused, framework=with_fused_grouped_mlp(unfused.framework,
+                                                                        unfused.dtype))
     assert estimate(again).step_time_s == estimate(fused).step_time_s
     assert estimate(fused).step_time_s < estimate(unfused).step_time_s
 
@@ -119,7 +141,7 @@ def test_estimate_and_simulation_move_together():
     cl = cluster_preset("dgx-b200", 1)
     plan = Plan(ep=8, mbs=1, gbs=16, moe_dispatcher="hybridep")
     a = make_job(m, cl, plan, dtype="mxfp8")
-    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework))
+    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework, a.dtype))
     d_est = estimate(a).step_time_s - estimate(b).step_time_s
     d_sim = simulated_step_time(a)[0] - simulated_step_time(b)[0]
     assert d_est > 0

@@ -11,7 +11,8 @@ import dataclasses
 import pytest
 
 from strategies.cost import counts
-from strategies.framework import get_profile, with_fused_grouped_mlp
+from strategies.framework import get_profile
+from strategies.stacks.variants import with_fused_grouped_mlp
 from strategies.job import make_job
 from strategies.memory import activations as act
 from strategies.memory.arrays import peak_memory_arrays, rank_memory_arrays
@@ -30,7 +31,9 @@ def _jobs(pp=1, dtype="mxfp8", imbalance=None):
     plan = Plan(pp=pp, ep=8 // pp, mbs=1, gbs=16, moe_dispatcher="hybridep",
                 moe_imbalance=imbalance)
     a = make_job(QWEN, cluster_preset("dgx-b200", 1), plan, dtype=dtype)
-    return a, dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework))
+    # the fused stack as the rule builds it for MXFP8, also under another job precision (the
+    # memory rule must then fall back to the unfused bytes)
+    return a, dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework, "mxfp8"))
 
 
 def test_saved_bytes_for_both_te_paths_in_mxfp8_only():
@@ -99,7 +102,7 @@ def test_fused_and_unfused_mxfp8_differ_only_by_the_eager_clamp():
     m = model_preset("gpt-oss-120b")
     plan = Plan(pp=1, ep=8, mbs=1, gbs=16, moe_dispatcher="hybridep")
     a = make_job(m, cluster_preset("dgx-b200", 1), plan, dtype="mxfp8")
-    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework))
+    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework, a.dtype))
     load, T = _load(a), a.seq_len
     want = (m.num_moe_layers / m.num_layers) * load * 4 * T * m.moe_router_topk * m.expert_ffn
     got = act.job_layer_activation_bytes(a) - act.job_layer_activation_bytes(b)

@@ -22,7 +22,8 @@ import pytest
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.errors import SpecError
-from strategies.framework import DEFAULT, LAUNCH_GAP_S, get_profile
+from strategies.framework import DEFAULT, get_profile
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.hf_config import model_from_hf
 from strategies.model import ModelSpec, yarn_attention_factor
 from strategies.presets import model_preset

@@ -17,7 +17,7 @@ from simulator.cli.main import main
 from strategies.cost import compute
 from strategies.cost import measured
 from strategies.estimate import estimate
-from strategies.framework import LAUNCH_GAP_S
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

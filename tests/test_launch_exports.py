@@ -12,7 +12,8 @@ import yaml
 from simulator.cli.main import build_parser, main
 from strategies.errors import SpecError
 from strategies.export.maxtext import mesh_split
-from strategies.framework import PROFILES, TORCHTITAN_SCHEDULE_NAMES
+from strategies.framework import PROFILES
+from strategies.stacks.pytorch import TORCHTITAN_SCHEDULE_NAMES
 from strategies.job import make_job
 from strategies.launch import EXPORTS, check_export, export
 from strategies.plan import parse_plan

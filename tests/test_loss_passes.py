@@ -1,4 +1,4 @@
-"""The cross-entropy's passes over the logits as each stack runs them (``framework.LossPasses``,
+"""The cross-entropy's passes over the logits as each stack runs them (``passes.LossPasses``,
 docs/calibration.md §3.20): Megatron's unfused vocab-parallel cross-entropy streams 38 bytes
 per logit element forward and 14 backward; the LM head's time grows by exactly the extra bytes
 over the usable HBM bandwidth, and only on the stacks whose code was read."""
@@ -10,9 +10,11 @@ import pytest
 
 from strategies.cost.compute import lm_head_time_split, usable_hbm
 from strategies.errors import SpecError
-from strategies.framework import (COMPOSER_CROSS_ENTROPY, MEGATRON_CORE, MEGATRON_CROSS_ENTROPY,
-                                  MEGATRON_DEEPSPEED, MEGATRON_LM_2021, PROFILES, PYTORCH_EAGER,
-                                  LossPasses)
+from strategies.framework import PROFILES
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.megatron import MEGATRON_CORE, MEGATRON_LM_2021
+from strategies.stacks.passes import COMPOSER_CROSS_ENTROPY, MEGATRON_CROSS_ENTROPY, LossPasses
+from strategies.stacks.pytorch import PYTORCH_EAGER
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

@@ -19,7 +19,8 @@ from strategies.cost.compute import (attention_time_fwd, early_stop_saving, gemm
 from strategies.cost.counts import early_stop_gemms
 from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
-from strategies.framework import JAX_XLA, MEGATRON_CORE
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.launch import export
 from strategies.plan import parse_plan

@@ -14,8 +14,8 @@ from simulator.cli.main import main
 from simulator.cli.validate import render
 from simulator.studies.validate import mape, summarize, validate_cases
 from strategies.estimate.scalar import estimate
-from strategies.framework import (TORCHTITAN, TORCHTITAN_COMPILE, TORCHTITAN_COMPILED_LOSS,
-                                  compiled)
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.variants import TORCHTITAN_COMPILE, TORCHTITAN_COMPILED_LOSS, compiled
 from strategies.job import make_job
 from strategies.memory import activations as act
 from strategies.memory.scalar import peak_memory
@@ -138,7 +138,7 @@ def test_loss_parallel_closed_form():
     assert TORCHTITAN.loss.peak_bytes_at(1) == 12.0 and TORCHTITAN.loss.peak_bytes_at(8) == 16.0
     assert list(TORCHTITAN.loss.peak_bytes_at(np.array([1, 2, 8]))) == [12.0, 16.0, 16.0]
     assert TORCHTITAN_COMPILED_LOSS.peak_bytes_at(8) == 4.0
-    from strategies.framework import LossPasses
+    from strategies.stacks.passes import LossPasses
     with pytest.raises(Exception, match="peak_bytes_sharded"):
         LossPasses(peak_bytes_sharded=1.0)
     for plan, tp in (("tp=2,sp=true,pp=2,dp=2,mbs=1,gbs=16,zero=2,schedule=1f1b", 2),

@@ -12,7 +12,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.framework import LossPasses, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.passes import LossPasses
 from strategies.hf_config import model_from_hf
 from strategies.job import make_job
 from strategies.memory import activations as act

@@ -21,7 +21,7 @@ from strategies.cost import comm as cm
 from strategies.cost.stage import attn_down_ops, stage_costs
 from topologies.errors import SpecError
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.test_mla_forward import NO_RD, T, _plan
 from tests.test_mla_reduce import _mla
 from tests.tp_backward_checks import bound, layer_comm, tp_job

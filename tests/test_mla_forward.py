@@ -21,7 +21,7 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import attn_tp_saved, attn_tp_swap, stage_costs, tp_kind_bytes
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.test_mla_reduce import _mla
 from tests.tp_backward_checks import bound, layer_comm, tp_job
 

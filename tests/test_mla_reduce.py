@@ -21,7 +21,7 @@ from strategies.cost.stage import (dgrad_reduce_hidden, dgrad_reduce_pieces,
                                    dgrad_reduce_time, sp_regather_exposed,
                                    sp_regather_pieces, stage_costs)
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

@@ -22,7 +22,7 @@ from strategies.cost import comm, counts
 from strategies.cost import compute as ct
 from strategies.cost.stage import stage_cost_arrays, stage_costs, stage_params_split
 from strategies.estimate import estimate
-from strategies.framework import LAUNCH_GAP_S
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays

@@ -13,9 +13,10 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import get_profile, plan_violations
+from strategies.framework import get_profile
+from strategies.stacks.rules import plan_violations
 from strategies.job import make_job
-from strategies.framework import LAUNCH_GAP_S
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.launch_blocking import HOST_PATH_S, SYNC_LAUNCH_GAP_S
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset

@@ -13,7 +13,8 @@ import pytest
 from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.estimate import estimate
-from strategies.framework import LAUNCH_GAP_S, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.launch_blocking import HOST_PATH_S, SYNC_LAUNCH_GAP_S
 from strategies.plan import DISPATCHERS, Plan

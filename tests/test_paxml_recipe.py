@@ -9,7 +9,8 @@ import pytest
 from strategies.cost import compute as ct
 from strategies.cost import counts, quantise
 from strategies.cost.stage import stage_cost_arrays, stage_costs
-from strategies.framework import JAX_XLA, MEGATRON_CORE
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays

@@ -24,7 +24,7 @@ from strategies.cost import comm as cm
 from strategies.cost import compute
 from strategies.estimate import estimate
 from strategies.estimate.lower_bound import group_floor, step_time_lower_bound
-from strategies.framework import LAUNCH_GAP_S
+from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays

@@ -14,7 +14,8 @@ import pytest
 from strategies.cost import counts
 from strategies.cost.compute import early_stop_saving, gemms_time_fwd, layer_time
 from strategies.cost.counts import early_stop_gemms
-from strategies.framework import PROFILES, PYTORCH_EAGER, TORCHTITAN, get_profile
+from strategies.framework import PROFILES, get_profile
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

@@ -14,7 +14,9 @@ from strategies.cost import counts
 from strategies.cost.compute import (elementwise_time_fwd, gemms_time_fwd, layer_time,
                                      usable_hbm)
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_CORE, TORCHTITAN, check_plan
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.rules import check_plan
 from topologies.gpus import get_gpu
 from strategies.memory.activations import layer_activation_bytes, op_saved_bytes
 from strategies.memory.arrays import _layer_act

@@ -88,7 +88,8 @@ def test_schedule_names_in_source_text(text: str, name: str) -> None:
 
 
 def test_hai_llm_refuses_tensor_parallelism() -> None:
-    from strategies.framework import get_profile, plan_violations
+    from strategies.framework import get_profile
+    from strategies.stacks.rules import plan_violations
     from strategies.plan import parse_plan
     fw = get_profile("deepseek")
     assert fw.name == "hai-llm"

@@ -17,7 +17,7 @@ from simulator.output.metrics_json import activation_memory_json
 from simulator.simulate import simulate
 from simulator.studies.validate import load_cases
 from strategies.cost.recompute import modules_mask
-from strategies.framework import stack_system
+from strategies.stacks.profile import stack_system
 from strategies.job import make_job
 from strategies.memory import activations as act
 from strategies.memory.arrays import rank_memory_arrays

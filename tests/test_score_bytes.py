@@ -12,8 +12,9 @@ import pytest
 from strategies.cost import counts
 from strategies.cost.compute import attention_time_fwd, layer_time, usable_hbm
 from strategies.errors import SpecError
-from strategies.framework import (ALIBI_BADDBMM_BYTES, MEGATRON_CORE, MEGATRON_DEEPSPEED,
-                                  MEGATRON_LM_2021, PROFILES)
+from strategies.framework import PROFILES
+from strategies.stacks.deepspeed import ALIBI_BADDBMM_BYTES, MEGATRON_DEEPSPEED
+from strategies.stacks.megatron import MEGATRON_CORE, MEGATRON_LM_2021
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
 

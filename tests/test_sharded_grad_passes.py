@@ -5,7 +5,7 @@ reduction) runs, every micro-batch and over each unit's whole gradient (not its 
 the flat-gradient concatenation of its split views, the cast to fp32 and the pre-divide before
 the reduce-scatter: 4 + 6 + 8 = 18 bytes per weight. FSDP2 (torchtitan) copies and casts the
 gradients into its reduce-scatter input once: 6 bytes. Megatron-Core and XLA run none
-(``strategies.framework.FrameworkProfile.sharded_grad_passes``, docs/calibration.md §3.14).
+(``strategies.stacks.profile.FrameworkProfile.sharded_grad_passes``, docs/calibration.md §3.14).
 """
 from __future__ import annotations
 
@@ -21,8 +21,10 @@ from strategies.cost.compute import (accum_shard, embedding_time_bwd, layer_time
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
-from strategies.framework import (MEGATRON_CORE, PROFILES, PYTORCH_EAGER, SHARDED_GRAD_PASSES,
-                                  TORCHTITAN)
+from strategies.framework import PROFILES
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.profile_fields import SHARDED_GRAD_PASSES
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.presets import model_preset
 from simulator.studies.validate import load_cases, simulated_step_time
 from topologies.gpus import get_gpu

@@ -18,7 +18,8 @@ from strategies.cost import compute as ct
 from strategies.cost import counts
 from strategies.cost.stage import sp_regather_exposed, sp_regather_pieces, stage_costs
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE, TORCHTITAN
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import TORCHTITAN
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
@@ -190,7 +191,7 @@ def test_a_measured_profile_moves_estimate_and_simulation_alike() -> None:
     bus bandwidth) the re-gather's seconds are the measured ones in the estimate, the bound
     and the simulator (the op's repeat): the step difference still agrees to 1e-9."""
     from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
-    from strategies.framework import LAUNCH_GAP_S
+    from strategies.stacks.profile import LAUNCH_GAP_S
     m = replace(model_preset("llama3-8b"), num_layers=4)
     fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=ct.HBM_EFFICIENCY,
                        launch_gap=LAUNCH_GAP_S, count=8, bus_bandwidth=360e9)

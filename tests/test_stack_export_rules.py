@@ -1,4 +1,4 @@
-"""A stack's limits live in its profile (``strategies.framework.stack_rules``): what an
+"""A stack's limits live in its profile (``strategies.stacks.rules.stack_rules``): what an
 exporter cannot express because the stack cannot run it is refused by the profile, so
 ``estimate --framework`` refuses it (exit 2, one line) and the search never proposes it.
 Issue 15: "search never proposes what the stack cannot run"."""
@@ -8,7 +8,9 @@ import pytest
 
 from simulator.cli.main import main
 from strategies.export.maxtext import REMAT
-from strategies.framework import JAX_XLA, PROFILES, TORCHTITAN
+from strategies.framework import PROFILES
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.pytorch import TORCHTITAN
 from strategies.job import make_job
 from strategies.launch import export
 from strategies.plan import parse_plan

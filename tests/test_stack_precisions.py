@@ -1,5 +1,5 @@
 """The precisions a stack runs (issue 15): ``FrameworkProfile.precisions`` read by one rule
-(``strategies.framework.precision_rule`` / ``check_precision``). A named stack refuses a
+(``strategies.stacks.rules.precision_rule`` / ``check_precision``). A named stack refuses a
 ``--dtype`` it lacks before any work in estimate, simulate, compare and search (exit 2, one
 line naming the dtype, the stack and what it runs; whatif too), accepts the ones it has; the exporters'
 dtype refusals are the profile's words; ``paraplan presets`` lists each profile's precisions.
@@ -13,8 +13,11 @@ import pytest
 
 from simulator.cli.main import main
 from strategies.errors import SpecError
-from strategies.framework import (JAX_XLA, MEGATRON_DEEPSPEED, PROFILES, PYTORCH_EAGER,
-                                  TORCHTITAN, check_precision, precision_rule)
+from strategies.framework import PROFILES
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
+from strategies.stacks.rules import check_precision, precision_rule
 from strategies.job import make_job
 from strategies.launch import export
 from strategies.plan import parse_plan

@@ -1,4 +1,4 @@
-"""Stack limits: one rule list (``framework.stack_rules``) read for one plan and as a mask."""
+"""Stack limits: one rule list (``rules.stack_rules``) read for one plan and as a mask."""
 import itertools
 from dataclasses import replace
 
@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from strategies.errors import SpecError
-from strategies.framework import (LAYOUT_WAYS, PROFILES, plan_violations, plan_view,
-                                  stack_mask, stack_rules)
+from strategies.framework import PROFILES
+from strategies.stacks.profile_fields import LAYOUT_WAYS
+from strategies.stacks.rules import plan_view, plan_violations, stack_mask, stack_rules
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
@@ -61,7 +62,7 @@ def test_no_stack_named_runs_everything():
     assert stack_mask(None, PlanArrays.from_plans(PLANS)).all()
 
 
-# --- pipeline layouts (``FrameworkProfile.layouts``, ``framework.layout_rules``) -----------
+# --- pipeline layouts (``FrameworkProfile.layouts``, ``rules.layout_rules``) -----------
 
 LAYOUT_PLANS = [Plan(tp=1, pp=2, dp=2, mbs=1, gbs=64, **kw) for kw in (
     {}, {"first_stage_layers": 10, "last_stage_layers": 14}, {"first_stage_layers": 10},

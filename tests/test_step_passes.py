@@ -15,7 +15,8 @@ from strategies.cost.stage import stage_costs
 from strategies.cost.step import buffer_pass_bytes, shard_pass_bytes, step_pass_time
 from strategies.cost.system import DEFAULT_SYSTEM
 from strategies.estimate import estimate
-from strategies.framework import StepPasses, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.passes import StepPasses
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset
@@ -156,7 +157,7 @@ def test_nemo_averages_in_the_collective():
     mc, nemo = get_profile("megatron-core"), get_profile("nemo")
     assert nemo.step.scale_grad is False and mc.step.scale_grad is True
     # (and the cross-entropy: NeMo's configs turn Megatron's fused path on, whose passes are
-    # not counted, so nemo keeps the assumed ones: framework.LossPasses, calibration.md §3.20)
+    # not counted, so nemo keeps the assumed ones: passes.LossPasses, calibration.md §3.20)
     # (and the DDP bucket: NeMo's comm-overlap callback sets 128 Mi, docs/calibration.md §5.86)
     # (and the loss's tp all-reduces: the fused path concatenates two, §5.88)
     same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket",

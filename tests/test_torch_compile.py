@@ -15,8 +15,9 @@ from simulator.cli.main import main
 from strategies.cost import counts
 from strategies.cost.compute import layer_time, usable_hbm
 from strategies.errors import SpecError
-from strategies.framework import (COMPILED_KERNELS_PER_LAYER, PROFILES, TORCHTITAN,
-                                  TORCHTITAN_COMPILE, compiled, get_profile)
+from strategies.framework import PROFILES, get_profile
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.variants import COMPILED_KERNELS_PER_LAYER, TORCHTITAN_COMPILE, compiled
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from strategies.reference.stated_switches import stated_compile

@@ -14,7 +14,8 @@ from strategies.cost import ring_attention as ring
 from strategies.cost.compute import attention_time_fwd
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_CORE, TORCHTITAN
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.pytorch import TORCHTITAN
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

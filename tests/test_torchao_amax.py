@@ -9,7 +9,9 @@ from strategies.cost import amax, quantise
 from strategies.cost import compute as ct
 from strategies.cost import comm as cm
 from strategies.estimate import estimate
-from strategies.framework import MEGATRON_CORE, NEMO, TORCHTITAN, TORCHTITAN_COMPILE
+from strategies.stacks.megatron import MEGATRON_CORE, NEMO
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from strategies.presets import model_preset
 from tests.tp_backward_checks import SIM_CASES, assert_moves_with_simulation, switch_pair
 from topologies.cluster import cluster_preset

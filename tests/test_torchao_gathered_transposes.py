@@ -11,7 +11,8 @@ from simulator.simulate import simulate
 from strategies.cost import compute as ct
 from strategies.cost import quantise
 from strategies.estimate import estimate
-from strategies.framework import MEGATRON_CORE, TORCHTITAN_COMPILE
+from strategies.stacks.megatron import MEGATRON_CORE
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from strategies.presets import model_preset
 from tests.tp_backward_checks import bound, tp_job
 from topologies.gpus import get_gpu

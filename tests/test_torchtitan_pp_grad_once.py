@@ -1,7 +1,7 @@
 """Pipelined torchtitan reduces its gradients once per step (docs/calibration.md §5.34):
 FSDP2 under ``torch.distributed.pipelining`` (``FrameworkProfile.fsdp2``, pp > 1, ZeRO-2)
 accumulates the unsharded fp32 gradient over the micro-batches and reduce-scatters the stage
-once after its last backward. One rule (``framework.grad_sync_once``) read by the memory
+once after its last backward. One rule (``comm_rules.grad_sync_once``) read by the memory
 model, the stage record, the estimate, the lower bound and the compiler."""
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.cost.system import DEFAULT_SYSTEM
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
-from strategies.framework import get_profile, grad_path, grad_sync_once
+from strategies.framework import get_profile
+from strategies.stacks.comm_rules import grad_path, grad_sync_once
 from strategies.job import make_job
 from strategies.memory.arrays import state_bytes_per_param
 from strategies.memory.scalar import stage_memory

@@ -10,7 +10,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset

@@ -15,8 +15,10 @@ from strategies.cost import tp_ends
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.estimate.analytic import estimate_arrays
-from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
-                                  MEGATRON_LM_2021, NEMO, PYTORCH_EAGER)
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.megatron import HAI_LLM, MEGATRON_CORE, MEGATRON_LM_2021, NEMO
+from strategies.stacks.pytorch import PYTORCH_EAGER
 from strategies.plan_arrays import PlanArrays
 from tests.tp_backward_checks import bound, tp_job
 

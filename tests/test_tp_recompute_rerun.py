@@ -13,7 +13,9 @@ from strategies.cost import counts
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_costs
 from strategies.estimate import estimate
-from strategies.framework import MEGATRON_CORE, NEMO, TORCHTITAN, TORCHTITAN_COMPILE
+from strategies.stacks.megatron import MEGATRON_CORE, NEMO
+from strategies.stacks.pytorch import TORCHTITAN
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from tests.tp_backward_checks import bound, tp_job
 
 LAYERS = 4

@@ -11,9 +11,11 @@ from simulator.simulate import simulate
 from strategies.cost import compute as ct
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import (HAI_LLM, JAX_XLA, MEGATRON_CORE, MEGATRON_DEEPSPEED,
-                                  MEGATRON_LM_2021, NEMO, PYTORCH_EAGER, TORCHTITAN,
-                                  TORCHTITAN_COMPILE)
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.megatron import HAI_LLM, MEGATRON_CORE, MEGATRON_LM_2021, NEMO
+from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from tests.tp_backward_checks import SIM_CASES, assert_moves_with_simulation, switch_pair, tp_job
 
 LAYERS = 4

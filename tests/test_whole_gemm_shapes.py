@@ -16,7 +16,9 @@ from simulator.simulate import simulate
 from strategies.cost import compute, counts
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE, NEMO, TORCHTITAN, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.megatron import MEGATRON_CORE, NEMO
+from strategies.stacks.pytorch import TORCHTITAN
 from tests.test_mla_forward import T, _plan
 from tests.test_mla_reduce import _mla
 

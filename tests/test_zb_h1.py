@@ -17,7 +17,7 @@ from simulator.simulate import simulate
 from simulator.studies.compare_schedules import parse_schedules, plan_with
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.memory.scalar import memory_by_stage
 from strategies.errors import SpecError

@@ -8,7 +8,8 @@ from strategies.collectives import ring
 from strategies.cost import comm, counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
-from strategies.framework import MEGATRON_DEEPSPEED, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
 from strategies.job import make_job
 from strategies.plan import Plan
 from strategies.presets import model_preset

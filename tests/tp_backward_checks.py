@@ -11,7 +11,7 @@ from simulator.simulate import simulate
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.scalar import estimate
 from strategies.estimate.lower_bound import step_time_lower_bound
-from strategies.framework import MEGATRON_CORE
+from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays

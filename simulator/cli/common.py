@@ -11,7 +11,8 @@ from typing import Any, Iterable, Sequence
 
 from strategies.errors import SpecError
 from strategies.hf_config import load_model_arg
-from strategies.framework import PROFILES, FrameworkProfile, get_profile
+from strategies.framework import PROFILES, get_profile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
 from strategies.memory.scalar import check_fits
@@ -173,7 +174,7 @@ def resolve_plan(args: argparse.Namespace) -> tuple[Plan, FrameworkProfile | Non
 def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
                 framework: FrameworkProfile | None = None) -> Job:
     """Model, cluster and plan from the shared flags, checked against each other (and against
-    the named stack's limits, ``strategies.framework.check_plan``)."""
+    the named stack's limits, ``strategies.stacks.rules.check_plan``)."""
     model = resolve_model(args)
     cluster = resolve_cluster(args)
     if plan is None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli.common import add_json, emit_json, table
-from strategies.framework import ALIASES, PROFILES, TORCHTITAN_COMPILE
+from strategies.framework import ALIASES, PROFILES
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from strategies.presets import MODEL_PRESETS
 from topologies.cluster import preset_description, preset_names
 from topologies.gpus import GPUS

@@ -24,7 +24,7 @@ from strategies.plan import _ALIAS as PLAN_ALIASES
 from strategies.plan import parse_modules, parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
-from strategies.framework import plan_view, stack_rules
+from strategies.stacks.rules import plan_view, stack_rules
 from strategies.plan import Plan
 from strategies.search.space import FIX_KEYS, SWITCH_KEYS, SpaceOptions, parse_fix
 from strategies.schedules import get_schedule
@@ -148,7 +148,7 @@ def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
             raise CliError("--fix", f"{key}={fixed[key]}", f"{fw.name} runs {key} "
                            f"{', '.join(runs)} (choose another --framework or another value)")
     # a fixed switch the stack lacks (ep_overlap, cuda_graph, a dispatcher): its own rule in
-    # ``framework.stack_rules``, read on a plan that carries only the fixed switches
+    # ``rules.stack_rules``, read on a plan that carries only the fixed switches
     # (recompute_modules likewise, on a selective plan: the modules the stack recomputes)
     # a micro-batch group needs a schedule that takes one (interleaved) among the stack's
     grouped = [n for n in fw.schedules if get_schedule(n).uses_group]

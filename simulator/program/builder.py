@@ -33,7 +33,7 @@ from strategies import placement
 from strategies.cost.comm import dp_parts, has_dp_copies, in_one_node, measured_scale, profile_of
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
-from strategies.framework import full_grad_reduce, grad_path
+from strategies.stacks.comm_rules import full_grad_reduce, grad_path
 from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
 

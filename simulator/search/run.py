@@ -23,7 +23,9 @@ from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.kinds import with_kind_rows
 from strategies.estimate.mixed import estimate_arrays_mixed
-from strategies.framework import FrameworkProfile, check_precision, get_profile, plan_violations
+from strategies.framework import get_profile
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.rules import check_precision, plan_violations
 from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan

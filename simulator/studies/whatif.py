@@ -41,7 +41,9 @@ from simulator.studies.whatif_variants import (KEYS, Variant, cost_per_million_t
                                                dominated_pairs, energy_per_million_tokens,
                                                search_order, tokens_per_step)
 from strategies.errors import SpecError
-from strategies.framework import FrameworkProfile, check_precision, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.rules import check_precision
 from strategies.plan import parse_plan
 from strategies.search.space import SpaceOptions
 from topologies.cluster import Cluster

@@ -64,7 +64,7 @@ import numpy as np
 
 from strategies.cost import comm as cm
 from strategies.cost.counts import Num
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 from topologies.precision import get_precision

@@ -49,7 +49,7 @@ from strategies.cost import counts as costs
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost.counts import Num
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.precision import get_precision
 

@@ -55,8 +55,11 @@ from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import (BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, runs_eager_clamp,
-                                  uses_bf16_optimizer)
+from strategies.framework import DEFAULT
+from strategies.stacks.comm_rules import uses_bf16_optimizer
+from strategies.stacks.deepspeed import BF16_ACCUM_BYTES
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import runs_eager_clamp
 from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

@@ -65,8 +65,9 @@ from strategies.cost.tp_collectives import (  # noqa: F401 (re-exported: callers
     attn_full_rc_time,
     sp_grad_allreduce_bytes)
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import (FrameworkProfile, cp_exposed_fraction, get_profile, grad_path,
-                                  grad_sync_once, stack_system)
+from strategies.framework import get_profile
+from strategies.stacks.comm_rules import cp_exposed_fraction, grad_path, grad_sync_once
+from strategies.stacks.profile import FrameworkProfile, stack_system
 from strategies.job import Job
 from strategies.layout import chunk_kinds, even_stage_content_arrays, mixed_layers
 from strategies.model import ModelSpec
@@ -435,7 +436,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # shard (``placement.dense_dp_group``)
     copies = placement.dense_dp_group(tp, cp, dp)[0]
     # the ZeRO stage and overlap the gradients run with (pipelined torchtitan: ZeRO-1's
-    # without overlap, ``framework.grad_path``)
+    # without overlap, ``comm_rules.grad_path``)
     once = grad_sync_once(fw.fsdp2, pp, zero)
     zero_g, ogr_g = grad_path(fw.fsdp2, pp, zero, P.overlap_grad_reduce)
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))

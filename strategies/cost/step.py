@@ -16,7 +16,7 @@ bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
 Adam's own update is ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``).
 
->>> from strategies.framework import StepPasses
+>>> from strategies.stacks.passes import StepPasses
 >>> buffer_pass_bytes(StepPasses(), 4.0), shard_pass_bytes(StepPasses(), 4.0, 2.0)
 (16.0, 10.0)
 """
@@ -27,7 +27,7 @@ import numpy as np
 from strategies.cost.compute import usable_hbm
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import StepPasses
+from strategies.stacks.passes import StepPasses
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 

@@ -47,7 +47,7 @@ class SystemConfig:
     #: ``--ddp-bucket-size``/``reduce_bucket_size``). Read through ``dp_bucket_params``.
     bucket_params: float = 0.0
     #: The bucket rule in force, ``max(floor, per_dp x dp)`` parameters: Megatron-Core's
-    #: unless ``framework.stack_system`` gives the stack's (docs/calibration.md §5.86).
+    #: unless ``profile.stack_system`` gives the stack's (docs/calibration.md §5.86).
     bucket_floor_params: float = MCORE_BUCKET_FLOOR
     bucket_per_dp_params: float = MCORE_BUCKET_PER_DP
     #: Share of one layer's ring-attention (CP) traffic that stays exposed after the

@@ -61,7 +61,7 @@ from strategies.cost import counts
 from strategies.cost.compute import usable_hbm
 from strategies.cost.counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 from topologies.gpus import GPU

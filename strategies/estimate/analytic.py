@@ -63,7 +63,9 @@ from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_ga
                                    sp_grad_allreduce_bytes,
                                    sp_regather_exposed, stage_cost_arrays)
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
+from strategies.framework import get_profile
+from strategies.stacks.comm_rules import full_grad_reduce, grad_path
+from strategies.stacks.profile import FrameworkProfile
 from strategies.flushes import flushed_arrays
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
@@ -378,7 +380,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     sched, rc, zero = P.schedule, P.recompute, P.zero
     sp, flash, ogr, opg, tpo = (P.sp, P.flash_attn, P.overlap_grad_reduce,
                                 P.overlap_param_gather, P.tp_comm_overlap)
-    # the ZeRO stage and overlap the gradients run with (``framework.grad_path``: FSDP2 under
+    # the ZeRO stage and overlap the gradients run with (``comm_rules.grad_path``: FSDP2 under
     # pipelining reduces once per step, after the stage's last backward, ZeRO-1's path
     # without overlap; docs/calibration.md §5.34)
     zero_g, ogr_g = grad_path(get_profile(framework).fsdp2, P.pp, zero, ogr)
@@ -577,7 +579,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     gw_k = (sc.gather_first, sc.gather_mid, sc.gather_last)
     t_ag_k = [dp_time("allgather", gw_k[k], k) for k in K]
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
-    # optimizer (``framework.full_grad_reduce``)
+    # optimizer (``comm_rules.full_grad_reduce``)
     full = full_grad_reduce(get_profile(framework), dtype, zero)
     # the embedding's gradient is complete only when the backward ends (and its weights are the
     # first the next forward needs), so its bucket is never overlapped: the exposed share is the

@@ -27,7 +27,7 @@ import numpy as np
 
 from strategies.cost.stage import mixes_kinds
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers

@@ -88,7 +88,9 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    tp_collectives_per_layer)
 from strategies.cost import compute as ct
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import FrameworkProfile, full_grad_reduce, get_profile, grad_path
+from strategies.framework import get_profile
+from strategies.stacks.comm_rules import full_grad_reduce, grad_path
+from strategies.stacks.profile import FrameworkProfile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
 from strategies.placement import dense_dp_group
@@ -539,7 +541,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         slowest = [chunk_times(g.gpu, lpc_most, True) for g in real.groups]
         b_max = np.max([t[6] + t[4] + t[2] for t in slowest], axis=0)
         fwd_layer = np.max([t[0].fwd for t in slowest], axis=0)
-    # the ZeRO stage and overlap the gradients run with (``framework.grad_path``: FSDP2 under
+    # the ZeRO stage and overlap the gradients run with (``comm_rules.grad_path``: FSDP2 under
     # pipelining reduces once per step, after the stage's last backward)
     zero_g, ogr_g = grad_path(get_profile(framework).fsdp2, pp, zero, ogr)
     post_steps = np.where(ogr_g, dispatch(sched, "reduce_window_steps", pp, v), 0.0)

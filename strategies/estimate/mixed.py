@@ -22,7 +22,7 @@ import numpy as np
 
 from strategies.cost.system import SystemConfig
 from strategies.estimate.analytic import estimate_arrays
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from topologies.cluster import Cluster

@@ -17,7 +17,8 @@ from __future__ import annotations
 import yaml
 
 from strategies.errors import SpecError
-from strategies.framework import PYTORCH_EAGER, plan_violations, precision_rule
+from strategies.stacks.pytorch import PYTORCH_EAGER
+from strategies.stacks.rules import plan_violations, precision_rule
 from strategies.job import Job
 
 #: Composer ``precision`` of our precisions

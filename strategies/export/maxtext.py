@@ -29,7 +29,8 @@ from math import gcd
 import yaml
 
 from strategies.errors import SpecError
-from strategies.framework import JAX_XLA, plan_violations, precision_rule
+from strategies.stacks.jax_xla import JAX_XLA
+from strategies.stacks.rules import plan_violations, precision_rule
 from strategies.job import Job
 from strategies.remat_policies import custom_policy
 

@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from strategies.errors import SpecError
 from strategies.export.toml import dumps
-from strategies.framework import (TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES, plan_violations,
-                                  precision_rule)
+from strategies.stacks.pytorch import TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES
+from strategies.stacks.rules import plan_violations, precision_rule
 from strategies.job import Job
 from strategies.layout import EMBEDDING, LAYER, LOSS, MTP
 
@@ -168,7 +168,7 @@ def torchtitan_config(job: Job) -> tuple[str, list[str]]:
     sections["training"] = training
     sections["parallelism"] = par
     sections["activation_checkpoint"] = _recompute(job)
-    # the torchtitan-compile profile (strategies.framework.compiled) prices the compiled
+    # the torchtitan-compile profile (strategies.stacks.variants.compiled) prices the compiled
     # block; components default ["model", "loss"] (v0.2.2 config/job_config.py Compile)
     on = job.framework.elementwise_kernels == "compiled"
     sections["compile"] = {"enable": async_tp or on}

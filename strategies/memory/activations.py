@@ -61,7 +61,8 @@ from strategies.cost.counts import op_sac_gemms
 from strategies.cost.recompute import (DEFAULT_MODULES, PARTS, checkpoint_inputs, has_module,
                                        kept_layers, modules_mask, part_selected, rebuilt_layers)
 from strategies.errors import SpecError
-from strategies.framework import FrameworkProfile, runs_eager_clamp
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import runs_eager_clamp
 from strategies.remat_policies import NEVER_READ, RECOMPUTED_WITH
 from strategies.layout import mixed_layers, order_chunk_kinds, stage_content
 from strategies.model import ModelSpec

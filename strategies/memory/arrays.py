@@ -45,7 +45,7 @@ from strategies.layout import (even_chunks_content_arrays, even_stage_content_ar
 from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
-from strategies.framework import grad_sync_once
+from strategies.stacks.comm_rules import grad_sync_once
 from strategies.memory.activations import (TERM_KINDS, embedding_bytes, layer_activation_terms,
                                           layer_wgrad_terms, output_bytes,
                                           named_remat_bytes, op_saved_bytes,
@@ -118,7 +118,7 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
         fs = zero >= 2
         opt = np.where(fs, (ob - mb) / d, opt)
         params = np.where(zero >= 3, mb / d, np.where(fs, pb + mb / d, params))
-        # the one rule the time model reads too (``framework.grad_sync_once``)
+        # the one rule the time model reads too (``comm_rules.grad_sync_once``)
         grads = np.where(grad_sync_once(True, pp, zero), float(gb), grads)
     return params, grads, opt
 

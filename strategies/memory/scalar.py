@@ -28,7 +28,8 @@ import numpy as np
 from strategies.cost import counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
-from strategies.framework import runs_eager_clamp, stack_system
+from strategies.stacks.profile import stack_system
+from strategies.stacks.variants import runs_eager_clamp
 from strategies.memory import activations as act
 from strategies.memory import arrays
 from strategies.layout import mixed_layers, stage_content

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Sequence
 
 from strategies.cost.system import SystemConfig
 from strategies.errors import SpecError
-from strategies.framework import compiled
+from strategies.stacks.variants import compiled
 from strategies.job import Job, make_job
 from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
                                                  NEMO_PERF_SOURCE, grad_reduce_in_fp32,

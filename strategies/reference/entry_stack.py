@@ -11,8 +11,10 @@ import re
 from dataclasses import replace
 
 from strategies.errors import SpecError
-from strategies.framework import (MEGATRON_LM_2021, FrameworkProfile, get_profile,
-                                  with_fp8_attention, with_fused_grouped_mlp)
+from strategies.framework import get_profile
+from strategies.stacks.megatron import MEGATRON_LM_2021
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import with_fp8_attention, with_fused_grouped_mlp
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.model import ModelSpec
 from strategies.reference.stated_switches import _stated_bool
@@ -60,7 +62,7 @@ def _with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> F
     element) instead of the compiled one's (4, ``framework.TORCHTITAN_COMPILED_LOSS``), said
     in ``notes``; undated runs and other stacks are left as they are (docs/calibration.md
     §5.74)."""
-    from strategies.framework import TORCHTITAN
+    from strategies.stacks.pytorch import TORCHTITAN
     src = c.get("source") or {}
     found = _BENCH_MONTH.search(f"{src.get('ref', '')} {src.get('table', '')}")
     if found is None or fw.loss is TORCHTITAN.loss or not fw.name.startswith(TORCHTITAN.name):
@@ -180,22 +182,21 @@ def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
                              notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP
     where the entry's ``plan.fused_grouped_mlp`` says its config ran it (Megatron-Bridge's
-    ``cutedsl_fused_grouped_mlp``; ``framework.with_fused_grouped_mlp``), said so; TE's
-    fused op is MXFP8's, so another precision, or a stack without Megatron-Core's
-    ``TEGroupedMLP``, keeps the stack's experts, said so. SpecError for a value that is
-    not a boolean."""
+    ``cutedsl_fused_grouped_mlp``; ``variants.with_fused_grouped_mlp``), said so; a
+    precision or stack the rule refuses keeps the stack's experts, said so. SpecError for a
+    value that is not a boolean."""
     said = _stated_bool(pl, "fused_grouped_mlp")
     if not said:
         return fw
-    if dtype != "mxfp8" or not (fw.grouped_mlp_casts or fw.fused_grouped_mlp):
-        notes.append(f"fused_grouped_mlp stated but not modelled ({fw.name}, {dtype}: "
-                     "Transformer Engine's fused grouped MLP is an MXFP8 op replacing "
-                     "Megatron-Core's TEGroupedMLP)")
+    try:
+        fused = with_fused_grouped_mlp(fw, dtype)
+    except SpecError as e:
+        notes.append(f"fused_grouped_mlp stated but not modelled ({e})")
         return fw
     notes.append("routed experts in Transformer Engine's fused grouped MLP (stated: "
                  "fused_grouped_mlp): no separate activation casts, no Fp8Padding copies, one "
                  "kernel per grouped GEMM, the clamp inside it (docs/calibration.md §5.90)")
-    return with_fused_grouped_mlp(fw)
+    return fused
 
 
 def _with_stated_fp8_attention(fw: FrameworkProfile, pl: dict, dtype: str, gpu: GPU,

@@ -11,7 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from strategies.errors import SpecError
-from strategies.framework import MEGATRON_LM_2021, FrameworkProfile
+from strategies.stacks.megatron import MEGATRON_LM_2021
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_modules
 from strategies.reference.bridge_recipes import recipe_for

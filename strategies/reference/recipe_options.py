@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from strategies.cost import counts
 from strategies.errors import SpecError
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.moe_balance import forced_imbalance
 from strategies.plan import BALANCED_ROUTINGS, Plan

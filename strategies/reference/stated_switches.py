@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 from strategies.errors import SpecError
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.reference.bridge_recipes import harness_delay_wgrad
 
 

@@ -16,7 +16,7 @@ compute (``megatron/core/pipeline_parallel/combined_1f1b.py``). Two orders exist
 Paired steps carry ``Step.overlap`` (the mechanism DualPipe's ``F&B`` uses): the simulator's
 builder runs them as an overlapped group; the estimate prices every pass paired and the
 lone passes on the critical path once (``lone_passes_exposed``). Which plans may turn it on is a stack limit
-(``strategies.framework.stack_rules``). Pure; no SimPy.
+(``strategies.stacks.rules.stack_rules``). Pure; no SimPy.
 
 >>> " ".join(s.label for s in combined_steps("1f1b", 0, 1, 3))
 'F0.c0 F1.c0& B0.c0 F2.c0& B1.c0 B2.c0'

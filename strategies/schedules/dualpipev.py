@@ -101,7 +101,7 @@ class DualPipeV(VShape):
         return [2] if fixed_vpp in (None, 2) and (max_vpp is None or max_vpp >= 2) else []
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
-        from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+        from strategies.stacks.pytorch import TORCHTITAN_SCHEDULE_NAMES
         titan = dict(TORCHTITAN_SCHEDULE_NAMES)[self.name]
         return [], ["Megatron-LM has no DualPipeV schedule (torchtitan: "
                     f"pipeline_parallel_schedule={titan}); it will run 1F1B"]

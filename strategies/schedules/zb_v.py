@@ -120,7 +120,7 @@ class ZBV(VShape):
         return m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w) / 2
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
-        from strategies.framework import TORCHTITAN_SCHEDULE_NAMES
+        from strategies.stacks.pytorch import TORCHTITAN_SCHEDULE_NAMES
         titan = dict(TORCHTITAN_SCHEDULE_NAMES)[self.name]
         return [], ["Megatron-LM has no ZB-V schedule (Sea AI Lab's fork: "
                     "--zero-bubble-v-schedule; torchtitan: "

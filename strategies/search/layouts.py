@@ -27,7 +27,7 @@ import numpy as np
 
 from strategies.cost.stage import stage_cost_arrays
 from strategies.cost.system import SystemConfig
-from strategies.framework import FrameworkProfile
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules import DEFAULT_SCHEDULE, schedule_code

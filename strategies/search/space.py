@@ -34,9 +34,10 @@ from topologies.limits import check_int, parse_int_text
 from strategies.flushes import flush_rules
 from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
-from strategies.framework import runs_eager_clamp
-from strategies.framework import (FrameworkProfile, LossPasses, ep_overlap_rules, stack_mask,
-                                  stack_system)
+from strategies.stacks.passes import LossPasses
+from strategies.stacks.profile import FrameworkProfile, stack_system
+from strategies.stacks.rules import ep_overlap_rules, stack_mask
+from strategies.stacks.variants import runs_eager_clamp
 from strategies.job import check_modules_against_model, expert_plan_ok
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
 from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_layout,
@@ -532,7 +533,7 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
 
 
 def _framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
-    """What stack ``fw`` can run: ``strategies.framework.stack_mask``, the rule list
+    """What stack ``fw`` can run: ``strategies.stacks.rules.stack_mask``, the rule list
     ``plan_violations`` reads for one plan; every plan when no stack is named."""
     return stack_mask(fw, c)
 
@@ -774,7 +775,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     expert_input = expert_input_bytes(runs_te_experts(framework or DEFAULT_FRAMEWORK), dtype)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
-    # the master's bytes of a stack that builds its model in 16 bits (framework.stack_system)
+    # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)
     system = stack_system(framework or DEFAULT_FRAMEWORK, system)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])

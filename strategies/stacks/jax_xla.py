@@ -1,0 +1,54 @@
+"""The JAX/XLA stack's profile (``JAX_XLA``: MaxText, PAXML)."""
+from __future__ import annotations
+
+from strategies.stacks.buckets import MODEL_BUCKET
+from strategies.stacks.passes import StepPasses
+from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
+
+JAX_XLA = FrameworkProfile(
+    name="jax-xla", dp_bucket=MODEL_BUCKET,
+    description="JAX/XLA (MaxText, PAXML): compiler-fused elementwise work, FSDP-style "
+                "sharding, gradients accumulated by a separate fused add",
+    grad_accum_fusion=False, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
+    default_flash_attn=True, default_overlap_grad_reduce=True,
+    default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
+    schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    microbatches_per_pp=True,
+    group_microbatches=False,
+    tp_comm_overlap=False, export="maxtext", layouts=(),
+    sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled
+    dgrad_overlap="none",   # nor what it overlaps: not read
+    recompute_modules=("core_attn", "layernorm", "mlp"), recompute_early_stop=True,
+    recompute_flash_fwd=True, remat_named=True, weight_cast_per_forward=True,
+    # weight_dtype float32: the fp32 weights are the only stored copy (docs/calibration.md §5.46)
+    master_only=True,
+    recompute_note="MaxText's remat policies are full, or named tensors saved and the rest "
+                   "recomputed (strategies.remat_policies: selective with the modules "
+                   "core_attn, layernorm, mlp)",
+    precisions=("bf16", "fp16", "fp8", "fp8-delayed", "fp8-current", "mxfp8", "nvfp4"),
+    precision_source="MaxText dtype bfloat16 or float16 (configs/base.yml) and quantization "
+                     "te_fp8_delayedscaling, te_fp8_currentscaling, te_mxfp8, te_nvfp4 "
+                     "(Transformer Engine recipes through JAX, layers/quantizations.py)",
+    precision_notes=(("fp8-blockwise", "MaxText's quantization has no Transformer Engine "
+                                       "blockwise (1x128/128x128) recipe"),),
+    pipeline_split="MaxText's Pipeline vmaps one stage body over the stages: every stage builds "
+                   "num_layers_per_pipeline_stage layers, the embedding and the head outside "
+                   "the pipeline",
+    default_sources=(
+        ("flash_attn", "cuDNN fused attention through XLA (MaxText attention: "
+                       "cudnn_flash_te in its GPU configs)"),
+        ("overlap_grad_reduce", "XLA's latency-hiding scheduler overlaps the gradient "
+                                "reduce-scatters with the backward"),
+        ("overlap_param_gather", "XLA's latency-hiding scheduler overlaps the FSDP "
+                                 "all-gathers with compute"),
+        ("tp_comm_overlap", "no Transformer Engine userbuffers overlap"),
+        ("recompute", "MaxText remat_policy: 'full' (configs/base.yml); Praxis "
+                      "checkpoint_policy SAVE_NOTHING")),
+    step=StepPasses(
+        zero_grad=False, scale_grad=False, check_grad=False, param_copy=False,
+        tied_reduce=False,
+        sources=(
+            ("zero_grad", "functional accumulation: no buffer to zero"),
+            ("grad_norm", "optax.clip_by_global_norm (MaxText gradient_clipping_threshold); "
+                          "the multiply is fused by XLA into the update"),
+            ("param_copy", "fp32 weights cast inside the fused layers"))))

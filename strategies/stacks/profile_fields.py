@@ -1,0 +1,169 @@
+"""The values a ``FrameworkProfile`` field may take, and the check of every field
+(``check_profile``, run by the profile's ``__post_init__``): SpecError naming
+``framework.<field>``, the value and the rule."""
+from __future__ import annotations
+
+from dataclasses import fields
+from typing import TYPE_CHECKING
+
+from strategies.errors import SpecError
+from strategies.plan import DISPATCHERS, RECOMPUTE
+from strategies.schedules import schedule_names
+from strategies.stacks.expert_gemm import ExpertGemmLaunch
+from topologies.precision import DTYPES
+
+if TYPE_CHECKING:
+    from strategies.stacks.profile import FrameworkProfile
+
+#: the ways a plan gives an uneven pipeline layout (docs/layout.md): Megatron's layout string
+#: (plan ``layout``), the first/last stage's layer counts (``first_stage_layers``,
+#: ``last_stage_layers``), the embedding and the loss as layer slots (``account_embedding``,
+#: ``account_loss``), any count per rank (``layers_per_stage``, docs/heterogeneous.md)
+LAYOUT_WAYS = ("string", "first_last", "slots", "per_stage")
+ZERO3_GATHERS = ("bucketed", "per-tensor")
+#: ``FrameworkProfile.dgrad_overlap``'s values
+DGRAD_OVERLAPS = ("all", "sp", "none")
+#: ``FrameworkProfile.mla_down_proj``'s values
+MLA_DOWN_PROJS = ("replicated", "column")
+#: ``FrameworkProfile.cp_impl``: Transformer Engine's p2p ring, its K/V all-gather (Megatron-Core
+#: ``cp_comm_type="all_gather"``; Llama 3's CP), PyTorch's context_parallel
+CP_IMPLS = ("ring", "allgather", "torch")
+#: the stacks' elementwise kernels (``FrameworkProfile.elementwise_kernels``)
+ELEMENTWISE_KERNELS = ("fused", "eager", "compiled")
+#: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
+TP_OVERLAP_IMPLS = ("userbuffers", "async-tp")
+#: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
+#: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
+#: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
+#: (``SystemConfig.main_grad_bytes``); HBM bytes each (``compute.sharded_grad_pass_bytes``):
+#: ``flat_grad_cat`` (FSDP1's FlatParameter: the per-weight gradients concatenated into the
+#: flat gradient by the backward of the ``split`` that made the views: read a, write a),
+#: ``reduce_cast`` (the 16-bit gradient cast to the reduce dtype: read a, write g; none when
+#: g == a), ``predivide`` (``grad.div_(gradient_predivide_factor)`` before the reduce-scatter:
+#: read g, write g), ``reduce_copy_in`` (FSDP2's ``foreach_reduce_scatter_copy_in``: every
+#: gradient copied, and cast, into the reduce-scatter input: read a, write g)
+SHARDED_GRAD_PASSES = ("flat_grad_cat", "reduce_cast", "predivide", "reduce_copy_in")
+#: the plan switches a profile gives defaults for (``FrameworkProfile.default_*``)
+DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
+                    "tp_comm_overlap", "recompute")
+
+
+def check_profile(fw: "FrameworkProfile") -> None:
+    """Refuse a profile field outside its values: SpecError naming ``framework.<field>``."""
+    if not fw.name:
+        raise SpecError("framework.name", fw.name, "must be a non-empty string")
+    if not (isinstance(fw.kernels_per_layer, int) and fw.kernels_per_layer >= 0):
+        raise SpecError("framework.kernels_per_layer", fw.kernels_per_layer,
+                        "must be an integer >= 0")
+    if fw.default_recompute not in RECOMPUTE:
+        raise SpecError("framework.default_recompute", fw.default_recompute,
+                        f"must be one of {', '.join(RECOMPUTE)}")
+    for r in fw.recompute:
+        if r not in RECOMPUTE:
+            raise SpecError("framework.recompute", r, f"must be one of {', '.join(RECOMPUTE)}")
+    if isinstance(fw.alibi_score_bytes, bool) or \
+            not isinstance(fw.alibi_score_bytes, (int, float)) or \
+            not 0 <= fw.alibi_score_bytes < 100:
+        raise SpecError("framework.alibi_score_bytes", fw.alibi_score_bytes,
+                        "must be bytes per score element in [0, 100)")
+    if not (isinstance(fw.tp_loss_allreduces, tuple) and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1
+            for n in fw.tp_loss_allreduces)):
+        raise SpecError("framework.tp_loss_allreduces", fw.tp_loss_allreduces,
+                        "must be a tuple of integers >= 1 (fp32 elements per token)")
+    if fw.attention_kernel not in ("native", "fa2"):
+        raise SpecError("framework.attention_kernel", fw.attention_kernel,
+                        "must be 'native' or 'fa2'")
+    if fw.tp_overlap not in TP_OVERLAP_IMPLS:
+        raise SpecError("framework.tp_overlap", fw.tp_overlap,
+                        f"must be one of {', '.join(TP_OVERLAP_IMPLS)}")
+    if isinstance(fw.tp_overlap_bwd_exposed, bool) or \
+            not isinstance(fw.tp_overlap_bwd_exposed, (int, float)) or \
+            not 0 <= fw.tp_overlap_bwd_exposed <= 1:
+        raise SpecError("framework.tp_overlap_bwd_exposed", fw.tp_overlap_bwd_exposed,
+                        "must be a share in [0, 1]")
+    if fw.cp_impl not in CP_IMPLS:
+        raise SpecError("framework.cp_impl", fw.cp_impl,
+                        f"must be one of {', '.join(CP_IMPLS)}")
+    if fw.elementwise_kernels not in ELEMENTWISE_KERNELS:
+        raise SpecError("framework.elementwise_kernels", fw.elementwise_kernels,
+                        f"must be one of {', '.join(ELEMENTWISE_KERNELS)}")
+    if fw.cp_kv_heads not in ("kv", "query"):
+        raise SpecError("framework.cp_kv_heads", fw.cp_kv_heads,
+                        "must be 'kv' or 'query'")
+    if fw.default_recompute not in fw.recompute:
+        raise SpecError("framework.default_recompute", fw.default_recompute,
+                        f"must be one of the stack's recompute modes {fw.recompute}")
+    for switch, _ in fw.default_sources:
+        if switch not in DEFAULT_SWITCHES:
+            raise SpecError("framework.default_sources", switch,
+                            f"must name one of {', '.join(DEFAULT_SWITCHES)}")
+    if fw.zero3_gather not in ZERO3_GATHERS:
+        raise SpecError("framework.zero3_gather", fw.zero3_gather,
+                        f"must be one of {', '.join(ZERO3_GATHERS)}")
+    if not fw.zero3_reuse_params >= 0:
+        raise SpecError("framework.zero3_reuse_params", fw.zero3_reuse_params,
+                        "must be a number of parameters >= 0")
+    if not isinstance(fw.sp_regather, bool):
+        raise SpecError("framework.sp_regather", fw.sp_regather, "must be true or false")
+    if fw.dgrad_overlap not in DGRAD_OVERLAPS:
+        raise SpecError("framework.dgrad_overlap", fw.dgrad_overlap,
+                        f"must be one of {', '.join(DGRAD_OVERLAPS)}")
+    if fw.mla_down_proj not in MLA_DOWN_PROJS:
+        raise SpecError("framework.mla_down_proj", fw.mla_down_proj,
+                        f"must be one of {', '.join(MLA_DOWN_PROJS)}")
+    for way in fw.layouts:
+        if way not in LAYOUT_WAYS:
+            raise SpecError("framework.layouts", way,
+                            f"must be one of {', '.join(LAYOUT_WAYS)}")
+    if not 0 <= fw.launch_gap_s < 1e-3:
+        raise SpecError("framework.launch_gap_s", fw.launch_gap_s,
+                        "must be in [0, 1 ms) seconds")
+    if not isinstance(fw.expert_gemm_launch, ExpertGemmLaunch):
+        raise SpecError("framework.expert_gemm_launch", fw.expert_gemm_launch,
+                        "must be an ExpertGemmLaunch (kind, streams)")
+    for name in fw.sharded_grad_passes:
+        if name not in SHARDED_GRAD_PASSES:
+            raise SpecError("framework.sharded_grad_passes", name,
+                            f"must be one of {', '.join(SHARDED_GRAD_PASSES)}")
+    if len(set(fw.sharded_grad_passes)) != len(fw.sharded_grad_passes):
+        raise SpecError("framework.sharded_grad_passes", fw.sharded_grad_passes,
+                        "must name each pass at most once")
+    for name in fw.precisions + tuple(d for d, _ in fw.precision_notes):
+        if name not in DTYPES:
+            raise SpecError("framework.precisions", name,
+                            f"must be one of {', '.join(DTYPES)}")
+    if not fw.precisions:
+        raise SpecError("framework.precisions", fw.precisions,
+                        "must name at least one precision")
+    for field_name in ("optimizer_state_bytes", "master_bytes"):
+        val = getattr(fw, field_name)
+        if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))
+                                or not 0 < val < 100):
+            raise SpecError(f"framework.{field_name}", val,
+                            "must be bytes per parameter in (0, 100) or None")
+    if (fw.master_bytes is not None and fw.optimizer_bytes_or(12.0) < fw.master_bytes):
+        raise SpecError("framework.master_bytes", fw.master_bytes,
+                        "must not exceed optimizer_state_bytes (the master is one of them)")
+    if fw.master_only and (fw.fsdp2 or fw.master_bytes is not None):
+        raise SpecError("framework.master_only", fw.master_only,
+                        "must be False with fsdp2 or master_bytes (each states the "
+                        "stored weight another way)")
+    for name, _ in fw.sharded_grad_sources:
+        if name not in fw.sharded_grad_passes:
+            raise SpecError("framework.sharded_grad_sources", name,
+                            "must name one of the profile's sharded_grad_passes "
+                            f"({', '.join(fw.sharded_grad_passes) or 'none'})")
+    for f in fields(fw):      # every switch is a bool (1, "yes" are not)
+        if f.type == "bool" and not isinstance(getattr(fw, f.name), bool):
+            raise SpecError(f"framework.{f.name}", getattr(fw, f.name),
+                            "must be true or false")
+    known = schedule_names()
+    for name in fw.schedules:
+        if name not in known:
+            raise SpecError("framework.schedules", name, f"must be one of {', '.join(known)}")
+    for name in fw.moe_dispatchers:
+        if name not in DISPATCHERS:
+            raise SpecError("framework.moe_dispatchers", name,
+                            f"must be one of {', '.join(DISPATCHERS)}")
+
