@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import estimate_arrays, ranked_messages
+from strategies.estimate.analytic import estimate_arrays, ranked_messages, tail_reads_span
 from strategies.flushes import flush_job, flushed_arrays
 from strategies.job import Job
 from strategies.plan import Plan
@@ -546,17 +546,23 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
     and ZeRO-3's windows), which time added to the end stages lengthens more than the real
     chunks' order does (docs/calibration.md §5.93). The same run with that span
-    (``estimate_arrays``' ``pipe_span``); a mixed cluster, a plan with expert all-to-all and
-    a zero-bubble order keep ``r``'s tail (§5.93's real order is not theirs: their pipeline
-    part keeps the even composition's shift, and its span is not the one the windows read)."""
+    (``estimate_arrays``' ``pipe_span``), only where the tail reads the span
+    (``analytic.tail_reads_span``; elsewhere ``r``'s tail is that run's, bit for bit). A
+    mixed cluster, a plan with expert all-to-all and a split backward (zero-bubble,
+    DualPipe) keep ``r``'s tail: their pipeline part keeps the even composition's shift, and
+    a real span beside the even stages' own ends (``analytic.split_tail_exposed``) is not
+    the real order's (§5.93, §5.102: ``python experiments/uneven_tail_gaps.py``)."""
+    p = job.plan
     if (not job.cluster.uniform or float(r.get("ep_a2a_s", 0.0)) > 0
-            or get_schedule(job.plan.schedule).splits_backward):
+            or get_schedule(p.schedule).splits_backward):
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
-    again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
-                            job.framework, job.system, rank_fields(job, None, costs),
-                            pipe_span=pipe)
+    again = r
+    if tail_reads_span(job.framework, p.pp, p.zero, p.overlap_grad_reduce):
+        again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                job.framework, job.system, rank_fields(job, None, costs),
+                                pipe_span=pipe)
     dp, opt = float(again["dp_comm"]), float(again["optimizer"])
     step = pipe + float(out["pp_comm"]) + dp + opt
     scale = float(out["step_time_s"]) / step

@@ -1,0 +1,137 @@
+"""Uneven pipeline layouts and mixed clusters: the scalar estimate against the
+contention-free simulation of the same job, plan by plan (docs/calibration.md §5.93,
+§5.102): zero-bubble orders, DualPipe, MoE with expert parallelism (with and without
+``ep_overlap``), a mixed H100+A100 cluster, ZeRO-1/2/3.
+
+    python experiments/uneven_tail_gaps.py            # about 30 plans
+    python experiments/uneven_tail_gaps.py --only zb  # the rows whose name holds "zb"
+
+Columns: the estimate, the simulation (``network="contention-free"``), est/sim − 1, and the
+estimate's data-parallel tail (``dp_comm`` + ``optimizer``). Seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from dataclasses import replace
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: Llama 3 8B cut to 16 layers, DeepSeek-V3's layer at 8 layers (one dense first)
+DENSE_LAYERS, MOE_LAYERS = 16, 8
+UNEVEN = "first_stage_layers=2,last_stage_layers=6"       # pp 4 over 16 layers: 2/4/4/6
+SLOTS = "account_embedding=true,account_loss=true"
+
+#: (name, model kind, cluster, plan)
+PLANS: list[tuple[str, str, str, str]] = []
+for z in (1, 2):     # (ZeRO-3 does not combine with pipelining)
+    PLANS += [
+        (f"zb-h1 pp4 uneven z{z}", "dense", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=zb-h1,{UNEVEN}"),
+        (f"zb-h1 pp4 slots z{z}", "dense14", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=zb-h1,{SLOTS}"),
+        (f"zb-v pp2 uneven z{z}", "dense", "dgx-h100:1",
+         f"pp=2,dp=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=zb-v,"
+         "first_stage_layers=6,last_stage_layers=10"),
+        (f"zb-v pp2 slots z{z}", "dense14", "dgx-h100:1",
+         f"pp=2,dp=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=zb-v,{SLOTS}"),
+        (f"1f1b pp4 uneven z{z} (covered)", "dense", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},{UNEVEN}"),
+        (f"dualpipe pp4 uneven z{z}", "dense", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,{UNEVEN}"),
+        (f"dualpipe pp4 reversed z{z}", "dense", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,"
+         "first_stage_layers=6,last_stage_layers=2"),
+        (f"dualpipe pp4 slots z{z}", "dense14", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,{SLOTS}"),
+        (f"dualpipe pp2 uneven gbs32 z{z}", "dense", "dgx-h100:1",
+         f"pp=2,dp=4,mbs=1,gbs=32,zero={z},schedule=dualpipe,"
+         "first_stage_layers=6,last_stage_layers=10"),
+        (f"dualpipev pp4 uneven z{z}", "dense", "dgx-h100:1",
+         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipev,{UNEVEN}"),
+        (f"moe 1f1b pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=2,dp=8,ep=8,mbs=1,gbs=32,zero={z},first_stage_layers=3,last_stage_layers=5"),
+        (f"moe interleaved pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=2,dp=8,ep=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,"
+         "first_stage_layers=2,last_stage_layers=6"),
+        (f"moe ep_overlap pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=2,dp=8,ep=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,ep_overlap=true,"
+         "first_stage_layers=2,last_stage_layers=6"),
+        (f"moe dualpipe pp4 ep8 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=4,dp=4,ep=4,mbs=1,gbs=32,zero={z},schedule=dualpipe,"
+         "first_stage_layers=1,last_stage_layers=3"),
+        (f"moe zb-h1 pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=2,dp=8,ep=8,mbs=1,gbs=32,zero={z},schedule=zb-h1,"
+         "first_stage_layers=3,last_stage_layers=5"),
+        (f"mixed h100+a100 1f1b pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
+         f"pp=2,dp=8,mbs=1,gbs=32,zero={z},first_stage_layers=6,last_stage_layers=10"),
+        (f"mixed h100+a100 1f1b pp2 even z{z}", "dense", "dgx-h100:1+dgx-a100:1",
+         f"pp=2,dp=8,mbs=1,gbs=32,zero={z}"),
+        (f"mixed h100+a100 interleaved pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
+         f"pp=2,dp=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,"
+         "first_stage_layers=6,last_stage_layers=10"),
+        (f"mixed h100+a100 zb-h1 pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
+         f"pp=2,dp=8,mbs=1,gbs=32,zero={z},schedule=zb-h1,"
+         "first_stage_layers=6,last_stage_layers=10"),
+    ]
+PLANS += [  # ZeRO-3 without a pipeline: every stage even, no uneven tail (the control)
+    ("no pp zero3 (control)", "dense", "dgx-h100:1", "dp=8,mbs=1,gbs=16,zero=3"),
+    ("mixed h100+a100 no pp zero3", "dense", "dgx-h100:1+dgx-a100:1",
+     "dp=16,mbs=1,gbs=32,zero=3")]
+
+
+def model_of(kind: str):
+    """The cut model of ``kind`` (``dense``/``dense14``: Llama 3 8B; ``moe``: DeepSeek-V3's
+    layer)."""
+    from strategies.presets import model_preset
+    if kind.startswith("dense"):      # dense14: two layers fewer, for the embedding/loss slots
+        return replace(model_preset("llama3-8b"), seq_length=2048,
+                       num_layers=DENSE_LAYERS - (2 if kind == "dense14" else 0))
+    return replace(model_preset("deepseek-v3"), num_layers=MOE_LAYERS, first_k_dense_replace=1,
+                   num_nextn_predict_layers=0, seq_length=1024)
+
+
+def job_of(kind: str, cluster: str, plan: str):
+    """The job of one row (bf16)."""
+    from strategies.job import make_job
+    from strategies.plan import parse_plan
+    from topologies.cluster import parse_cluster_arg
+    return make_job(model_of(kind), parse_cluster_arg(cluster), parse_plan(plan), dtype="bf16")
+
+
+def row(kind: str, cluster: str, plan: str) -> tuple[float, float, float] | str:
+    """(estimate, contention-free simulation, estimate's dp tail) seconds, or why not."""
+    from simulator.simulate import simulate
+    from strategies.errors import SpecError
+    from strategies.estimate.scalar import estimate
+    try:
+        job = job_of(kind, cluster, plan)
+        e = estimate(job)
+        s = simulate(job, network="contention-free")
+    except SpecError as err:
+        return f"refused: {err}"
+    return (e.step_time_s, s.step_time_s,
+            e.breakdown_s["dp_comm"] + e.breakdown_s["optimizer"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default="", help="rows whose name contains this text")
+    a = ap.parse_args(argv)
+    print("| plan | est s | sim s | est/sim − 1 | est tail s |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, kind, cluster, plan in PLANS:
+        if a.only not in name:
+            continue
+        r = row(kind, cluster, plan)
+        if isinstance(r, str):
+            print(f"| {name} | {r[:90]} | | | |")
+            continue
+        est, sim, tail = r
+        print(f"| {name} | {est:.6f} | {sim:.6f} | {est / sim - 1:+.4%} | {tail:.6f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
