@@ -21,7 +21,8 @@ from dataclasses import replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: Llama 3 8B cut to 16 layers, DeepSeek-V3's layer at 8 layers (one dense first)
+#: Llama 3 8B cut to 16 layers, DeepSeek-V3's layer at 8 layers (one dense first),
+#: Mixtral 8x7B at 8 layers
 DENSE_LAYERS, MOE_LAYERS = 16, 8
 UNEVEN = "first_stage_layers=2,last_stage_layers=6"       # pp 4 over 16 layers: 2/4/4/6
 SLOTS = "account_embedding=true,account_loss=true"
@@ -66,8 +67,25 @@ for z in (1, 2):     # (ZeRO-3 does not combine with pipelining)
          "first_stage_layers=1,last_stage_layers=3"),
         (f"moe 1f1b pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
          f"pp=4,ep=2,mbs=1,gbs=32,zero={z}"),
+        (f"moe 1f1b pp4 ep2 uneven z{z}", "moe", "hgx-h800:2",
+         f"pp=4,ep=2,mbs=1,gbs=32,zero={z},first_stage_layers=1,last_stage_layers=3"),
+        (f"moe 1f1b pp4 ep2 reversed z{z}", "moe", "hgx-h800:2",
+         f"pp=4,ep=2,mbs=1,gbs=32,zero={z},first_stage_layers=3,last_stage_layers=1"),
+        (f"moe interleaved pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
+         f"pp=4,ep=2,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved"),
+        (f"moe ep_overlap pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
+         f"pp=4,ep=2,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,ep_overlap=true"),
+        (f"moe interleaved pp4 ep4 dense-first z{z}", "moe", "hgx-h800:2",
+         f"pp=4,ep=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved"),
         (f"moe zb-h1 pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
          f"pp=4,ep=2,mbs=1,gbs=32,zero={z},schedule=zb-h1"),
+        (f"mixtral 1f1b pp2 ep4 uneven z{z}", "mixtral", "dgx-h100:2",
+         f"pp=2,ep=4,mbs=1,gbs=64,zero={z},first_stage_layers=2,last_stage_layers=6"),
+        (f"mixtral 1f1b pp2 ep2 uneven z{z}", "mixtral", "dgx-h100:2",
+         f"pp=2,ep=2,mbs=1,gbs=64,zero={z},first_stage_layers=6,last_stage_layers=2"),
+        (f"mixtral interleaved pp2 ep4 uneven z{z}", "mixtral", "dgx-h100:2",
+         f"pp=2,ep=4,vpp=2,mbs=1,gbs=64,zero={z},schedule=interleaved,"
+         "first_stage_layers=2,last_stage_layers=6"),
         (f"moe zb-h1 pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
          f"pp=2,dp=8,ep=8,mbs=1,gbs=32,zero={z},schedule=zb-h1,"
          "first_stage_layers=3,last_stage_layers=5"),
@@ -92,6 +110,9 @@ def model_of(kind: str):
     """The cut model of ``kind`` (``dense``/``dense14``: Llama 3 8B; ``moe``: DeepSeek-V3's
     layer)."""
     from strategies.presets import model_preset
+    if kind == "mixtral":            # every layer MoE (DeepSeek-V3's first is dense)
+        return replace(model_preset("mixtral-8x7b"), num_layers=8,
+                       seq_length=1024)
     if kind.startswith("dense"):      # dense14: two layers fewer, for the embedding/loss slots
         return replace(model_preset("llama3-8b"), seq_length=2048,
                        num_layers=DENSE_LAYERS - (2 if kind == "dense14" else 0))

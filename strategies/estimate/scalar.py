@@ -553,8 +553,7 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     a real span beside the even stages' own ends (``analytic.split_tail_exposed``) is not
     the real order's (§5.93, §5.102: ``python experiments/uneven_tail_gaps.py``)."""
     p = job.plan
-    if (not job.cluster.uniform or float(r.get("ep_a2a_s", 0.0)) > 0
-            or get_schedule(p.schedule).splits_backward):
+    if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
