@@ -3,7 +3,7 @@ contention-free simulation of the same job, plan by plan (docs/calibration.md §
 §5.102): zero-bubble orders, DualPipe, MoE with expert parallelism (with and without
 ``ep_overlap``), a mixed H100+A100 cluster, ZeRO-1/2/3.
 
-    python experiments/uneven_tail_gaps.py            # about 30 plans
+    python experiments/uneven_tail_gaps.py            # 60 plans, about 10 s
     python experiments/uneven_tail_gaps.py --only zb  # the rows whose name holds "zb"
 
 Columns: the estimate, the simulation (``network="contention-free"``), est/sim − 1, the
@@ -24,82 +24,66 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: Llama 3 8B cut to 16 layers, DeepSeek-V3's layer at 8 layers (one dense first),
 #: Mixtral 8x7B at 8 layers
 DENSE_LAYERS, MOE_LAYERS = 16, 8
-UNEVEN = "first_stage_layers=2,last_stage_layers=6"       # pp 4 over 16 layers: 2/4/4/6
+U4 = "first_stage_layers=2,last_stage_layers=6"          # pp 4 over 16 layers: 2/4/4/6
+U2 = "first_stage_layers=6,last_stage_layers=10"         # pp 2 over 16 layers
 SLOTS = "account_embedding=true,account_loss=true"
+IL = "vpp=2,schedule=interleaved"
+
+#: name | model kind | cluster | plan without its ZeRO stage (each row run with ZeRO-1 and 2;
+#: ZeRO-3 does not combine with pipelining); U4/U2/SLOTS/IL as above
+TABLE = f"""
+zb-h1 pp4 uneven | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=zb-h1,{U4}
+zb-h1 pp4 slots | dense14 | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=zb-h1,{SLOTS}
+zb-v pp2 uneven | dense | dgx-h100:1 | pp=2,dp=4,vpp=2,mbs=1,gbs=32,schedule=zb-v,{U2}
+zb-v pp2 slots | dense14 | dgx-h100:1 | pp=2,dp=4,vpp=2,mbs=1,gbs=32,schedule=zb-v,{SLOTS}
+1f1b pp4 uneven (covered) | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,{U4}
+dualpipe pp4 uneven | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipe,{U4}
+dualpipe pp4 reversed | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipe,\
+first_stage_layers=6,last_stage_layers=2
+dualpipe pp4 slots | dense14 | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipe,{SLOTS}
+dualpipe pp2 uneven gbs32 | dense | dgx-h100:1 | pp=2,dp=4,mbs=1,gbs=32,schedule=dualpipe,{U2}
+dualpipev pp4 uneven | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipev,{U4}
+moe 1f1b pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,\
+first_stage_layers=3,last_stage_layers=5
+moe interleaved pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,{IL},\
+first_stage_layers=2,last_stage_layers=6
+moe ep_overlap pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,{IL},\
+ep_overlap=true,first_stage_layers=2,last_stage_layers=6
+moe dualpipe pp4 ep8 uneven | moe | hgx-h800:2 | pp=4,dp=4,ep=4,mbs=1,gbs=32,\
+schedule=dualpipe,first_stage_layers=1,last_stage_layers=3
+moe 1f1b pp4 ep2 dense-first | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32
+moe 1f1b pp4 ep2 uneven | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32,\
+first_stage_layers=1,last_stage_layers=3
+moe 1f1b pp4 ep2 reversed | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32,\
+first_stage_layers=3,last_stage_layers=1
+moe interleaved pp4 ep2 dense-first | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32,{IL}
+moe ep_overlap pp4 ep2 dense-first | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32,{IL},\
+ep_overlap=true
+moe interleaved pp4 ep4 dense-first | moe | hgx-h800:2 | pp=4,ep=4,mbs=1,gbs=32,{IL}
+moe zb-h1 pp4 ep2 dense-first | moe | hgx-h800:2 | pp=4,ep=2,mbs=1,gbs=32,schedule=zb-h1
+mixtral 1f1b pp2 ep4 uneven | mixtral | dgx-h100:2 | pp=2,ep=4,mbs=1,gbs=64,\
+first_stage_layers=2,last_stage_layers=6
+mixtral 1f1b pp2 ep2 uneven | mixtral | dgx-h100:2 | pp=2,ep=2,mbs=1,gbs=64,\
+first_stage_layers=6,last_stage_layers=2
+mixtral interleaved pp2 ep4 uneven | mixtral | dgx-h100:2 | pp=2,ep=4,mbs=1,gbs=64,{IL},\
+first_stage_layers=2,last_stage_layers=6
+moe zb-h1 pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,schedule=zb-h1,\
+first_stage_layers=3,last_stage_layers=5
+mixed h100+a100 1f1b pp2 uneven | dense | dgx-h100:1+dgx-a100:1 | pp=2,dp=8,mbs=1,gbs=32,{U2}
+mixed h100+a100 1f1b pp2 even | dense | dgx-h100:1+dgx-a100:1 | pp=2,dp=8,mbs=1,gbs=32
+mixed h100+a100 interleaved pp2 uneven | dense | dgx-h100:1+dgx-a100:1 | pp=2,dp=8,mbs=1,\
+gbs=32,{IL},{U2}
+mixed h100+a100 zb-h1 pp2 uneven | dense | dgx-h100:1+dgx-a100:1 | pp=2,dp=8,mbs=1,gbs=32,\
+schedule=zb-h1,{U2}
+"""
 
 #: (name, model kind, cluster, plan)
-PLANS: list[tuple[str, str, str, str]] = []
-for z in (1, 2):     # (ZeRO-3 does not combine with pipelining)
-    PLANS += [
-        (f"zb-h1 pp4 uneven z{z}", "dense", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=zb-h1,{UNEVEN}"),
-        (f"zb-h1 pp4 slots z{z}", "dense14", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=zb-h1,{SLOTS}"),
-        (f"zb-v pp2 uneven z{z}", "dense", "dgx-h100:1",
-         f"pp=2,dp=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=zb-v,"
-         "first_stage_layers=6,last_stage_layers=10"),
-        (f"zb-v pp2 slots z{z}", "dense14", "dgx-h100:1",
-         f"pp=2,dp=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=zb-v,{SLOTS}"),
-        (f"1f1b pp4 uneven z{z} (covered)", "dense", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},{UNEVEN}"),
-        (f"dualpipe pp4 uneven z{z}", "dense", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,{UNEVEN}"),
-        (f"dualpipe pp4 reversed z{z}", "dense", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,"
-         "first_stage_layers=6,last_stage_layers=2"),
-        (f"dualpipe pp4 slots z{z}", "dense14", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipe,{SLOTS}"),
-        (f"dualpipe pp2 uneven gbs32 z{z}", "dense", "dgx-h100:1",
-         f"pp=2,dp=4,mbs=1,gbs=32,zero={z},schedule=dualpipe,"
-         "first_stage_layers=6,last_stage_layers=10"),
-        (f"dualpipev pp4 uneven z{z}", "dense", "dgx-h100:1",
-         f"pp=4,dp=2,mbs=1,gbs=16,zero={z},schedule=dualpipev,{UNEVEN}"),
-        (f"moe 1f1b pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=2,dp=8,ep=8,mbs=1,gbs=32,zero={z},first_stage_layers=3,last_stage_layers=5"),
-        (f"moe interleaved pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=2,dp=8,ep=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,"
-         "first_stage_layers=2,last_stage_layers=6"),
-        (f"moe ep_overlap pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=2,dp=8,ep=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,ep_overlap=true,"
-         "first_stage_layers=2,last_stage_layers=6"),
-        (f"moe dualpipe pp4 ep8 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=4,dp=4,ep=4,mbs=1,gbs=32,zero={z},schedule=dualpipe,"
-         "first_stage_layers=1,last_stage_layers=3"),
-        (f"moe 1f1b pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,mbs=1,gbs=32,zero={z}"),
-        (f"moe 1f1b pp4 ep2 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,mbs=1,gbs=32,zero={z},first_stage_layers=1,last_stage_layers=3"),
-        (f"moe 1f1b pp4 ep2 reversed z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,mbs=1,gbs=32,zero={z},first_stage_layers=3,last_stage_layers=1"),
-        (f"moe interleaved pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved"),
-        (f"moe ep_overlap pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,ep_overlap=true"),
-        (f"moe interleaved pp4 ep4 dense-first z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=4,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved"),
-        (f"moe zb-h1 pp4 ep2 dense-first z{z}", "moe", "hgx-h800:2",
-         f"pp=4,ep=2,mbs=1,gbs=32,zero={z},schedule=zb-h1"),
-        (f"mixtral 1f1b pp2 ep4 uneven z{z}", "mixtral", "dgx-h100:2",
-         f"pp=2,ep=4,mbs=1,gbs=64,zero={z},first_stage_layers=2,last_stage_layers=6"),
-        (f"mixtral 1f1b pp2 ep2 uneven z{z}", "mixtral", "dgx-h100:2",
-         f"pp=2,ep=2,mbs=1,gbs=64,zero={z},first_stage_layers=6,last_stage_layers=2"),
-        (f"mixtral interleaved pp2 ep4 uneven z{z}", "mixtral", "dgx-h100:2",
-         f"pp=2,ep=4,vpp=2,mbs=1,gbs=64,zero={z},schedule=interleaved,"
-         "first_stage_layers=2,last_stage_layers=6"),
-        (f"moe zb-h1 pp2 ep8 uneven z{z}", "moe", "hgx-h800:2",
-         f"pp=2,dp=8,ep=8,mbs=1,gbs=32,zero={z},schedule=zb-h1,"
-         "first_stage_layers=3,last_stage_layers=5"),
-        (f"mixed h100+a100 1f1b pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
-         f"pp=2,dp=8,mbs=1,gbs=32,zero={z},first_stage_layers=6,last_stage_layers=10"),
-        (f"mixed h100+a100 1f1b pp2 even z{z}", "dense", "dgx-h100:1+dgx-a100:1",
-         f"pp=2,dp=8,mbs=1,gbs=32,zero={z}"),
-        (f"mixed h100+a100 interleaved pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
-         f"pp=2,dp=8,vpp=2,mbs=1,gbs=32,zero={z},schedule=interleaved,"
-         "first_stage_layers=6,last_stage_layers=10"),
-        (f"mixed h100+a100 zb-h1 pp2 uneven z{z}", "dense", "dgx-h100:1+dgx-a100:1",
-         f"pp=2,dp=8,mbs=1,gbs=32,zero={z},schedule=zb-h1,"
-         "first_stage_layers=6,last_stage_layers=10"),
-    ]
+PLANS: list[tuple[str, str, str, str]] = [
+    (f"{name} z{z}", kind, cluster, f"{plan},zero={z}")
+    for z in (1, 2)
+    for name, kind, cluster, plan in (
+        [x.strip() for x in line.split("|")]
+        for line in TABLE.replace("\\\n", "").strip().splitlines())]
 PLANS += [  # ZeRO-3 without a pipeline: every stage even, no uneven tail (the control)
     ("no pp zero3 (control)", "dense", "dgx-h100:1", "dp=8,mbs=1,gbs=16,zero=3"),
     ("mixed h100+a100 no pp zero3", "dense", "dgx-h100:1+dgx-a100:1",
