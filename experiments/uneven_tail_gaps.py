@@ -5,6 +5,8 @@ contention-free simulation of the same job, plan by plan (docs/calibration.md §
 
     python experiments/uneven_tail_gaps.py            # 60 plans, about 10 s
     python experiments/uneven_tail_gaps.py --only zb  # the rows whose name holds "zb"
+    python experiments/uneven_tail_gaps.py --time 15  # ms per scalar step (step_arrays),
+                                                      # best of 15, by ZeRO stage
 
 Columns: the estimate, the simulation (``network="contention-free"``), est/sim − 1, the
 estimate's data-parallel tail (``dp_comm`` + ``optimizer``), and est/sim − 1 had the tail
@@ -144,10 +146,36 @@ def row(kind: str, cluster: str, plan: str) -> tuple[float, float, float, float]
             e.breakdown_s["dp_comm"] + e.breakdown_s["optimizer"], real)
 
 
+def timing(repeat: int, only: str = "") -> dict[str, float]:
+    """Milliseconds per ``scalar.step_arrays`` of the pipelined single-GPU-type rows (the
+    ones ``_real_tail`` may re-run), by ZeRO stage: the best of ``repeat`` passes."""
+    import time
+
+    from strategies.estimate.scalar import step_arrays
+    out = {}
+    for z in (1, 2):
+        jobs = [job_of(k, c, p) for n, k, c, p in PLANS
+                if only in n and n.endswith(f"z{z}") and "+" not in c]
+        best = float("inf")
+        for _ in range(repeat):
+            t = time.perf_counter()
+            for j in jobs:
+                step_arrays(j)
+            best = min(best, (time.perf_counter() - t) / len(jobs))
+        out[f"zero={z} ({len(jobs)} plans)"] = best * 1e3
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default="", help="rows whose name contains this text")
+    ap.add_argument("--time", type=int, default=0, metavar="N",
+                    help="time the scalar step instead, best of N passes")
     a = ap.parse_args(argv)
+    if a.time > 0:
+        for k, ms in timing(a.time, a.only).items():
+            print(f"{k}: {ms:.2f} ms per step_arrays")
+        return 0
     print("| plan | est s | sim s | est/sim − 1 | est tail s | real-span tail: est/sim − 1 |")
     print("| --- | --- | --- | --- | --- | --- |")
     for name, kind, cluster, plan in PLANS:
