@@ -12,7 +12,9 @@ Columns: the estimate, the simulation (``network="contention-free"``), est/sim �
 estimate's data-parallel tail (``dp_comm`` + ``optimizer``), and est/sim − 1 had the tail
 been §5.93's real one (``estimate_arrays`` again with the estimate's own pipeline part as
 ``pipe_span``: what ``scalar._real_tail`` does where it applies, so equal to the estimate
-there). Seconds.
+there), and the search's lower bound over the simulation
+(``lower_bound.step_time_lower_bound`` of the plan's columns; above 1 the search could prune
+the plan wrongly). Seconds.
 """
 from __future__ import annotations
 
@@ -129,9 +131,18 @@ def with_real_span(job) -> float:
     return pipe + pp_comm + float(again["dp_comm"]) + float(again["optimizer"])
 
 
-def row(kind: str, cluster: str, plan: str) -> tuple[float, float, float, float] | str:
+def bound_of(job) -> float:
+    """The search's lower bound of ``job``'s plan (its columns, the layout's), seconds."""
+    from strategies.estimate.lower_bound import step_time_lower_bound
+    from strategies.search.space import columns_from_plans
+    return float(step_time_lower_bound(job.model, job.cluster, job.dtype,
+                                       columns_from_plans([job.plan]))[0])
+
+
+def row(kind: str, cluster: str, plan: str
+        ) -> tuple[float, float, float, float, float] | str:
     """(estimate, contention-free simulation, estimate's dp tail, the estimate with §5.93's
-    real tail) seconds, or why not."""
+    real tail, the search's lower bound) seconds, or why not."""
     from simulator.simulate import simulate
     from strategies.errors import SpecError
     from strategies.estimate.scalar import estimate
@@ -143,7 +154,7 @@ def row(kind: str, cluster: str, plan: str) -> tuple[float, float, float, float]
         return f"refused: {err}"
     real = with_real_span(job) if job.plan.pp > 1 else e.step_time_s
     return (e.step_time_s, s.step_time_s,
-            e.breakdown_s["dp_comm"] + e.breakdown_s["optimizer"], real)
+            e.breakdown_s["dp_comm"] + e.breakdown_s["optimizer"], real, bound_of(job))
 
 
 def timing(repeat: int, only: str = "") -> dict[str, float]:
@@ -176,18 +187,19 @@ def main(argv: list[str] | None = None) -> int:
         for k, ms in timing(a.time, a.only).items():
             print(f"{k}: {ms:.2f} ms per step_arrays")
         return 0
-    print("| plan | est s | sim s | est/sim − 1 | est tail s | real-span tail: est/sim − 1 |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("| plan | est s | sim s | est/sim − 1 | est tail s | real-span tail: est/sim − 1 "
+          "| bound/sim |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, kind, cluster, plan in PLANS:
         if a.only not in name:
             continue
         r = row(kind, cluster, plan)
         if isinstance(r, str):
-            print(f"| {name} | {r[:90]} | | | | |")
+            print(f"| {name} | {r[:90]} | | | | | |")
             continue
-        est, sim, tail, real = r
+        est, sim, tail, real, bound = r
         print(f"| {name} | {est:.6f} | {sim:.6f} | {est / sim - 1:+.4%} | {tail:.6f} "
-              f"| {real / sim - 1:+.4%} |")
+              f"| {real / sim - 1:+.4%} | {bound / sim:.4f} |")
     return 0
 
 
