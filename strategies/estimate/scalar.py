@@ -549,12 +549,11 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     (``estimate_arrays``' ``pipe_span``), only where the tail reads the span
     (``analytic.tail_reads_span``; elsewhere ``r``'s tail is that run's, bit for bit), with
     expert all-to-all too (against the contention-free simulation ZeRO-2's gap then meets
-    ZeRO-1's, §5.102). A split backward
-    (zero-bubble, DualPipe) keeps ``r``'s tail: its ZeRO-2 tail is the slowest stage's own
-    end less the span (``analytic.split_tail_exposed``), and the even stages' end beside the
-    real span is no order's; a mixed cluster keeps it too (its arrays form,
-    ``mixed_stages.corrected``, reads the even run; no plan measured moves). §5.93, §5.102:
-    ``python experiments/uneven_tail_gaps.py``."""
+    ZeRO-1's, §5.102). A split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its
+    ZeRO-2 tail is the slowest stage's own end less the span (``analytic.split_tail_exposed``),
+    and the even stages' end beside the real span is no order's; a mixed cluster keeps it
+    too (its arrays form, ``mixed_stages.corrected``, reads the even run; no plan measured
+    moves). §5.93, §5.102: ``python experiments/uneven_tail_gaps.py``."""
     p = job.plan
     if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
         return out
