@@ -78,6 +78,18 @@ from topologies.gpus import GPU
 
 
 
+def tail_reads_span(framework: FrameworkProfile | str | None, pp: Any, zero: Any,
+                    ogr: Any) -> bool:
+    """Whether ``estimate_arrays``' data-parallel tail reads the pipeline's span (``pipe``,
+    which ``pipe_span`` replaces): ZeRO-2's reduce-scatters (on the gradient path,
+    ``framework.grad_path``: their window under the pipeline, their stall without overlap,
+    ZB-H1's trailing ones) and ZeRO-3's gathers do; ZeRO-0/1's reduction runs under each
+    rank's own last backward, and its tail reads only the stages' seconds. Scalars or
+    arrays in; True where any plan's does."""
+    zero_g, _ = grad_path(get_profile(framework).fsdp2, pp, zero, ogr)
+    return bool(np.any((np.asarray(zero_g) == 2) | (np.asarray(zero) == 3)))
+
+
 def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     """Exposed seconds of ZeRO-2/3's per-micro-batch data-parallel traffic (the one rule the
     estimate's scalar and array forms read): ``work`` seconds of collectives queued on the
@@ -520,8 +532,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
     f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp) + lone
-    if pipe_span is not None:
-        pipe = pipe_span + 0 * pipe      # the real pipeline's span, its lone passes included
+    if pipe_span is not None:           # the real pipeline's span, its lone passes included
+        pipe = np.full_like(pipe, pipe_span, dtype=float)
     bubble = pipe - lone - mb * t_max
 
     # pipeline point-to-point (scatter/gather over the tp ranks' NICs, then an NVLink all-gather)

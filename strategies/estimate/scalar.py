@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import estimate_arrays, ranked_messages
+from strategies.estimate.analytic import estimate_arrays, ranked_messages, tail_reads_span
 from strategies.flushes import flush_job, flushed_arrays
 from strategies.job import Job
 from strategies.plan import Plan
@@ -546,17 +546,24 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
     and ZeRO-3's windows), which time added to the end stages lengthens more than the real
     chunks' order does (docs/calibration.md §5.93). The same run with that span
-    (``estimate_arrays``' ``pipe_span``); a mixed cluster, a plan with expert all-to-all and
-    a zero-bubble order keep ``r``'s tail (§5.93's real order is not theirs: their pipeline
-    part keeps the even composition's shift, and its span is not the one the windows read)."""
-    if (not job.cluster.uniform or float(r.get("ep_a2a_s", 0.0)) > 0
-            or get_schedule(job.plan.schedule).splits_backward):
+    (``estimate_arrays``' ``pipe_span``), only where the tail reads the span
+    (``analytic.tail_reads_span``; elsewhere ``r``'s tail is that run's, bit for bit), with
+    expert all-to-all too (against the contention-free simulation ZeRO-2's gap then meets
+    ZeRO-1's, §5.102). A split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its
+    ZeRO-2 tail is the slowest stage's own end less the span (``analytic.split_tail_exposed``),
+    and the even stages' end beside the real span is no order's; a mixed cluster keeps it
+    too (its arrays form, ``mixed_stages.corrected``, reads the even run; no plan measured
+    moves). §5.93, §5.102: ``python experiments/uneven_tail_gaps.py``."""
+    p = job.plan
+    if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
-    again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
-                            job.framework, job.system, rank_fields(job, None, costs),
-                            pipe_span=pipe)
+    again = r
+    if tail_reads_span(job.framework, p.pp, p.zero, p.overlap_grad_reduce):
+        again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+                                job.framework, job.system, rank_fields(job, None, costs),
+                                pipe_span=pipe)
     dp, opt = float(again["dp_comm"]), float(again["optimizer"])
     step = pipe + float(out["pp_comm"]) + dp + opt
     scale = float(out["step_time_s"]) / step
