@@ -7,7 +7,6 @@ simulator's activation track reading the same rule, bf16 and fp8-blockwise uncha
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import pytest
 
@@ -15,11 +14,10 @@ from strategies.cost import counts
 from strategies.framework import with_fused_grouped_mlp
 from strategies.job import make_job
 from strategies.memory import activations as act
-from strategies.memory.arrays import peak_memory_arrays, rank_memory_arrays
-from strategies.memory.scalar import memory_by_stage, peak_memory
+from strategies.memory.scalar import memory_by_stage
 from strategies.plan import Plan
-from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
+from tests.memory_checks import assert_arrays_equal_scalar, assert_search_equals_scalar
 from topologies.cluster import cluster_preset
 
 QWEN = model_preset("qwen3-30b-a3b")
@@ -93,41 +91,17 @@ def test_fused_flag_outside_mxfp8_is_the_unfused_path():
 
 
 @pytest.mark.parametrize("pp", [1, 2])
-@pytest.mark.parametrize("dtype", ["fp8", "fp8-current"])
+@pytest.mark.parametrize("dtype", PER_TENSOR)
 def test_array_model_equals_scalar(dtype, pp):
     """``rank_memory_arrays``/``peak_memory_arrays`` given ``expert_input`` 1 equal
     ``memory_by_stage`` on every rank and at the peak; below the bf16 job's activations."""
-    b = _job(dtype, pp=pp)
-    c = make_job(QWEN, b.cluster, b.plan, dtype="bf16", framework=b.framework)
-    P = PlanArrays.from_plans([b.plan])
-    kw = dict(loss_bytes=b.framework.loss, dispatch_bytes=act.job_dispatch_bytes(b))
-    q = act.job_expert_input_bytes(b)
-    stages, ref = memory_by_stage(b), memory_by_stage(c)
-    for s in range(pp):
-        got = float(rank_memory_arrays(b.model, P, s, b.dtype, b.system, b.cluster.gpu,
-                                       expert_input=q, **kw)[0])
-        assert got == pytest.approx(stages[s].total, rel=1e-12), s
-        assert stages[s].activations < ref[s].activations
-    peak = float(peak_memory_arrays(b.model, P, b.dtype, b.system, b.cluster.gpu,
-                                    expert_input=q, **kw)[0])
-    assert peak == pytest.approx(max(x.total for x in stages), rel=1e-12)
+    assert_arrays_equal_scalar(_job(dtype, pp=pp), 1.0)
 
 
 def test_search_space_reads_the_rule():
     """The search's memory prune for Megatron-Core in fp8-current on H100 equals
     ``peak_memory`` of each sampled plan's job."""
-    from strategies.search.space import SpaceOptions, enumerate_space
-    cl = cluster_preset("dgx-h100", 1)
-    sp = enumerate_space(QWEN, cl, 16, SpaceOptions(memory_limit_bytes=math.inf,
-                                                    max_bubble=1e9), dtype="fp8-current")
-    assert sp.size > 0
-    checked = 0
-    for i in range(0, sp.size, max(1, sp.size // 25)):
-        job = make_job(QWEN, cl, sp.plan(i), dtype="fp8-current")
-        assert act.job_expert_input_bytes(job) == 1.0
-        assert sp.peak_memory[i] == pytest.approx(peak_memory(job)[1].total, rel=1e-12)
-        checked += 1
-    assert checked >= 10
+    assert_search_equals_scalar(QWEN, cluster_preset("dgx-h100", 1), "fp8-current", 1.0)
 
 
 def test_simulated_activation_peak_reads_the_rule():
