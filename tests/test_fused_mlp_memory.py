@@ -15,11 +15,10 @@ from strategies.framework import get_profile
 from strategies.stacks.variants import with_fused_grouped_mlp
 from strategies.job import make_job
 from strategies.memory import activations as act
-from strategies.memory.arrays import peak_memory_arrays, rank_memory_arrays
 from strategies.memory.scalar import memory_by_stage
 from strategies.plan import Plan
-from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
+from tests.memory_checks import assert_arrays_equal_scalar, assert_search_equals_scalar
 from topologies.cluster import cluster_preset
 
 MX = 1 + 1 / 32                  # MXFP8: 1 B per element + one E8M0 scale per 32
@@ -135,41 +134,13 @@ def test_array_model_equals_scalar(pp):
     ``memory_by_stage`` of the fused and the unfused MXFP8 job on every rank; without it,
     the bf16 job's (larger)."""
     for b in _jobs(pp):
-        c = make_job(QWEN, b.cluster, b.plan, dtype="bf16", framework=b.framework)
-        P = PlanArrays.from_plans([b.plan])
-        kw = dict(loss_bytes=b.framework.loss, dispatch_bytes=act.job_dispatch_bytes(b))
-        mx, bf = memory_by_stage(b), memory_by_stage(c)
-        for s in range(pp):
-            got = float(rank_memory_arrays(b.model, P, s, b.dtype, b.system, b.cluster.gpu,
-                                           expert_input=MX, **kw)[0])
-            assert got == pytest.approx(mx[s].total, rel=1e-12), s
-            off = float(rank_memory_arrays(c.model, P, s, c.dtype, c.system, c.cluster.gpu,
-                                           **kw)[0])
-            assert off == pytest.approx(bf[s].total, rel=1e-12), s
-            assert mx[s].activations < bf[s].activations
-        peak = float(peak_memory_arrays(b.model, P, b.dtype, b.system, b.cluster.gpu,
-                                        expert_input=MX, **kw)[0])
-        assert peak == pytest.approx(max(x.total for x in mx), rel=1e-12)
+        assert_arrays_equal_scalar(b, MX)
 
 
 def test_search_space_reads_the_rule():
     """The search's memory prune for Megatron-Core in MXFP8 (the unfused TE path) equals
     ``peak_memory`` of each plan's job."""
-    import math
-    from strategies.memory.scalar import peak_memory
-    from strategies.search.space import SpaceOptions, enumerate_space
-    cl = cluster_preset("dgx-b200", 1)
-    sp = enumerate_space(QWEN, cl, 16, SpaceOptions(memory_limit_bytes=math.inf,
-                                                    max_bubble=1e9), dtype="mxfp8")
-    assert sp.size > 0
-    idx = range(0, sp.size, max(1, sp.size // 25))
-    moe_rows = 0
-    for i in idx:
-        job = make_job(QWEN, cl, sp.plan(i), dtype="mxfp8")
-        assert act.job_expert_input_bytes(job) == MX
-        assert sp.peak_memory[i] == pytest.approx(peak_memory(job)[1].total, rel=1e-12)
-        moe_rows += 1
-    assert moe_rows >= 10
+    assert_search_equals_scalar(QWEN, cluster_preset("dgx-b200", 1), "mxfp8", MX)
 
 
 def test_simulated_activation_peak_reads_the_rule():

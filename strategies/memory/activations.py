@@ -46,8 +46,9 @@ checkpointing, ``recompute=op``) stores what its policy saves: ``op_saved_bytes`
 dispatched to ``k`` experts, so the fc1 input and the MLP intermediates scale with ``k``
 (expert parallelism does not change the per-rank average; router logits are neglected).
 Where Transformer Engine runs the routed experts in MXFP8 (``GroupedLinear`` or the fused
-grouped MLP) the routed copies keep fc1's and fc2's inputs as column-wise MXFP8 copies
-(``routed_token_saved_bytes``, ``expert_input_bytes``; docs/calibration.md §5.103).
+grouped MLP) or per-tensor fp8 (``GroupedLinear``) the routed copies keep fc1's and fc2's
+inputs as one quantised copy each (``routed_token_saved_bytes``, ``expert_input_bytes``;
+docs/calibration.md §5.103).
 """
 from __future__ import annotations
 
@@ -223,18 +224,30 @@ def named_remat_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, mask):
 WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latents")
 
 
+#: The per-tensor fp8 scalings (``topologies.precision.Precision.scaling``): TE's
+#: ``Float8Tensor``, whose saved inputs keep one 1-byte copy (``expert_input_bytes``).
+PER_TENSOR_SCALING = ("delayed", "current")
+
+
 def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
     """Bytes per element at which Transformer Engine's grouped expert GEMMs save fc1's and
-    fc2's inputs for the backward: the precision's operand bytes (one column-wise MXFP8 copy,
-    an E8M0 scale per 32 elements: ``1 + 1/32``) where the stack runs the routed experts
-    through TE (``te_experts``: ``runs_te_experts``) and ``dtype`` is MXFP8; None (the
-    16-bit table of ``routed_token_saved_bytes``) otherwise. The same on both TE paths
-    (docs/calibration.md §5.103): the unfused ``GroupedLinear`` (TE v2.9, v2.14, v2.16
-    ``module/grouped_linear.py``: each quantised input ``update_usage(rowwise_usage=False,
-    columnwise_usage=True)`` before ``save_for_backward``) and the fused grouped MLP (TE
-    v2.16 ``ops/fused/forward_grouped_mlp.py``, the row-wise data and scales set to None)."""
+    fc2's inputs for the backward: the precision's operand bytes where the stack runs the
+    routed experts through TE (``te_experts``: ``runs_te_experts``) and ``dtype`` is MXFP8
+    (one column-wise copy, an E8M0 scale per 32 elements: ``1 + 1/32``) or per-tensor fp8
+    (delayed or current scaling, TE's ``Float8Tensor``: one 1-byte copy, the transpose on
+    Hopper, the data on Blackwell; its one fp32 scale per tensor neglected: ``1``); None
+    (the 16-bit table of ``routed_token_saved_bytes``) otherwise (fp8-blockwise and nvfp4
+    not read). The same on both TE paths (docs/calibration.md §5.103): the unfused
+    ``GroupedLinear`` (TE v2.3 to v2.16 ``module/grouped_linear.py``: each quantised input
+    ``update_usage(rowwise_usage=False, columnwise_usage=True)`` before
+    ``save_for_backward``; TE 1.x saves either the fp8 data or its transpose) and the fused
+    grouped MLP (MXFP8 only; TE v2.16 ``ops/fused/forward_grouped_mlp.py``, the row-wise
+    data and scales set to None). TE v2.0 to v2.2 saved per-tensor fp8 inputs with both
+    copies on Hopper (2 B, the table's bytes); the profiles carry no TE version, so the
+    rule reads TE's behaviour before and after those releases."""
     p = get_precision(dtype)
-    return float(p.operand_bytes) if te_experts and p.block_format == "mxfp8" else None
+    kept = p.block_format == "mxfp8" or p.scaling in PER_TENSOR_SCALING
+    return float(p.operand_bytes) if te_experts and kept else None
 
 
 def runs_te_experts(fw: FrameworkProfile) -> bool:
@@ -250,7 +263,7 @@ def routed_token_saved_bytes(model: ModelSpec, expert_input: float | None = None
     (one of its ``k`` experts) saves for the backward in the expert MLP, before any split.
     ``expert_input`` None: the module table's 16-bit ``2h``, ``4·F_e`` gated (``2·F_e``
     otherwise) and ``2·F_e``. Otherwise the GEMM inputs at ``expert_input`` bytes per
-    element (``expert_input_bytes``: the column-wise MXFP8 copies Transformer Engine keeps)
+    element (``expert_input_bytes``: the one quantised copy Transformer Engine keeps)
     and the activation function's input in bf16 (Megatron-Core's ``WeightedSwiGLUFunction``
     input, the fused kernel's ``c_tensor``): ``q·h``, ``4·F_e``, ``q·F_e``. The routing
     probabilities both paths save (4 B per copy) and the unfused path's ``Fp8Padding`` rows

@@ -170,8 +170,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stack's MoE dispatch (``counts.dispatch_element_bytes``; None: 16-bit), its send
     buffer's (``activations.permutation_buffer_bytes``). ``expert_input``: bytes per element
     at which the stack's routed experts save fc1's and fc2's inputs
-    (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8;
-    None: the 16-bit table)."""
+    (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
+    per-tensor fp8; None: the 16-bit table)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
