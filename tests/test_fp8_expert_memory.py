@@ -11,7 +11,7 @@ import dataclasses
 import pytest
 
 from strategies.cost import counts
-from strategies.framework import with_fused_grouped_mlp
+from strategies.stacks.variants import with_fused_grouped_mlp
 from strategies.job import make_job
 from strategies.memory import activations as act
 from strategies.memory.scalar import memory_by_stage
@@ -86,7 +86,7 @@ def test_fused_flag_outside_mxfp8_is_the_unfused_path():
     """TE fuses the grouped MLP only under MXFP8: a fused stack in per-tensor fp8 saves what
     the unfused one does, to the bit."""
     a = _job("fp8")
-    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework))
+    b = dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework, "mxfp8"))  # the MXFP8 stack, run in fp8
     assert act.job_layer_activation_bytes(a) == act.job_layer_activation_bytes(b)
 
 
