@@ -261,7 +261,18 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
         return [(label, parse_plan(text)) for label, text in REFERENCES.get((model, gpus), [])]
     if [r.strip().lower() for r in args.reference] == ["none"]:
         return []
-    return [(f"--reference {text}", parse_plan(text)) for text in args.reference]
+    out: list = []
+    for text in args.reference:
+        if text.strip().lower() == "none":
+            raise CliError("--reference", text, "'none' (no reference) cannot be given with a "
+                                                "reference plan")
+        plan = parse_plan(text)
+        twin = next((t for t, p in out if p == plan), None)
+        if twin is not None:
+            raise CliError("--reference", text, f"the same plan as {twin}: each reference "
+                                                "plan is given once")
+        out.append((f"--reference {text}", plan))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
