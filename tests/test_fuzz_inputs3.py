@@ -8,6 +8,7 @@ line on stderr naming the field, the value and the rule, no traceback, no output
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import yaml
@@ -81,3 +82,107 @@ def test_search_reference_repeated(refs, word):
     for r in refs:
         argv += ["--reference", r]
     refused(argv, "--reference=", word)
+
+
+# ----------------------------------------------------------------- output paths
+
+SIM = ["simulate", *BASE, "--plan", "tp=1,mbs=1"]
+
+
+@pytest.mark.parametrize("flag,name", [("--trace", "a" * 250 + ".json"),
+                                       ("--trace", "a\x00b.json"),
+                                       ("--timeline", "b" * 250 + ".svg")])
+def test_output_name_that_cannot_be_written(tmp_path, flag, name):
+    """A 254-character file name (its temporary sibling is longer than NAME_MAX) and a NUL
+    byte passed the up-front check and failed after the simulation: OSError/ValueError
+    tracebacks. Now the check creates the temporary file an atomic write starts with."""
+    out = str(tmp_path / name)
+    refused([*SIM, flag, out], f"{flag}=", "cannot be written")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv,flag", [
+    (["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1", "--csv"], "--csv"),
+    (["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1", "--results"],
+     "--results")])
+def test_output_path_ending_with_a_separator(tmp_path, argv, flag):
+    """``--csv DIR/x.csv/`` (no extension rule) passed the check and ``os.replace`` failed
+    after the search: NotADirectoryError (IsADirectoryError for ``--results``)."""
+    refused([*argv, str(tmp_path / "x.csv") + os.sep], f"{flag}=", "must name a file")
+    refused([*argv, ""], f"{flag}=", "must name a file")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_output_folder_root_may_not_write(tmp_path, monkeypatch):
+    """``os.access`` says yes to root in ``/proc`` and ``/sys`` (and on a read-only mount):
+    the write failed after the work with a traceback. The probe's own failure is the error."""
+    import builtins
+    real = builtins.open
+
+    def deny(path, mode="r", *a, **k):
+        if "x" in mode and str(path).startswith(str(tmp_path)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, mode, *a, **k)
+    monkeypatch.setattr(builtins, "open", deny)
+    out = str(tmp_path / "t.json")
+    refused([*SIM, "--trace", out], "--trace=", "cannot be written (Permission denied)")
+    refused(["search", *BASE, "--fix", "tp=1,pp=1,mbs=1,zero=0", "--workers", "1",
+             "--save-top", str(tmp_path)], "--save-top=", str(tmp_path), "Permission denied")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_probe_leaves_nothing(tmp_path):
+    from simulator.cli.common import check_output
+    check_output(str(tmp_path / "ok.json"), "--trace", (".json",))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------- validate --reference
+
+_HELD = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data",
+                     "heldout_2026b.json")
+
+
+def _entry(**plan) -> dict:
+    with open(_HELD, encoding="utf-8") as f:
+        e = next(e for e in json.load(f) if e["id"] == "mbridge2606_qwen330ba3b_b300_8_mxfp8")
+    e["plan"].update(plan)
+    return e
+
+
+def _skipped(tmp_path, entry: dict) -> str:
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps([entry]))
+    rc, out, e = cli(["validate", "--reference", str(path), "--no-sim", "--json"])
+    assert rc == 0, e
+    (case,) = json.loads(out)["cases"]
+    return case["skipped"]
+
+
+@pytest.mark.parametrize("key,value,rule", [
+    ("ep_overlap", "false", "must be true or false"), ("ep_overlap", 1, "must be true or false"),
+    ("cuda_graph", "no", "must be true or false"), ("cuda_graph", [1], "must be true or false"),
+    ("moe_capacity_factor", True, "must be a number"),
+    ("moe_capacity_factor", "1.5", "must be a number"),
+    ("moe_imbalance", True, "must be a number"), ("moe_imbalance", "x", "must be a number"),
+    ("attn_impl", True, "must be a text"), ("attn_impl", 2, "must be a text")])
+def test_reference_entry_switches(tmp_path, key, value, rule):
+    """A reference entry's ``plan.ep_overlap: "false"`` (and ``cuda_graph``) was read by
+    ``bool()``: the overlap on; ``moe_capacity_factor: true`` was a factor of 1.0; a text
+    number a "malformed entry (ValueError ...)" naming no field; ``attn_impl: true`` was
+    ignored. A malformed entry is a skipped case (``simulator.studies.validate``), its reason
+    naming the field, the value and the rule."""
+    why = _skipped(tmp_path, _entry(**{key: value}))
+    assert f"plan.{key}={value!r}" in why and rule in why, why
+
+
+def test_reference_entry_switches_still_read(tmp_path):
+    from simulator.studies.validate import load_cases
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps([_entry(ep_overlap=False, cuda_graph=False,
+                                       moe_capacity_factor=2, moe_imbalance=1.5)]))
+    (case,) = load_cases(str(path), None)
+    assert not case.skipped, case.skipped
+    p = case.job.plan
+    assert (p.ep_overlap, p.cuda_graph, p.moe_capacity_factor, p.moe_imbalance) == \
+        (False, False, 2.0, 1.5)

@@ -12,7 +12,7 @@ from typing import Any
 
 from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
-                              check_dtype, check_output, emit_json, fmt_s, positive_float,
+                              check_dtype, check_output, emit_json, fmt_s, positive_float, probe_write,
                               positive_int, resolve_cluster, resolve_framework, resolve_model,
                               table, warn)
 from simulator.cli.launch_export import add_export, export_settings
@@ -331,6 +331,7 @@ def check_folder(path: str | None, flag: str) -> None:
         raise CliError(flag, path, "must be an existing folder")
     if not os.access(path, os.W_OK):
         raise CliError(flag, path, "folder is not writable")
+    probe_write(os.path.join(path, "rank-1.yaml"), flag, path)
 
 
 def to_csv(report: dict[str, Any]) -> str:
