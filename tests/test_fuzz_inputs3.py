@@ -186,3 +186,89 @@ def test_reference_entry_switches_still_read(tmp_path):
     p = case.job.plan
     assert (p.ep_overlap, p.cuda_graph, p.moe_capacity_factor, p.moe_imbalance) == \
         (False, False, 2.0, 1.5)
+
+
+# ----------------------------------------------------------------- plan files: framework
+
+@pytest.mark.parametrize("command", ["estimate", "search"])
+def test_plan_file_names_framework_twice(tmp_path, command):
+    """A plan file with ``framework: deepspeed`` and ``Framework: megatron-core``: estimate
+    said ``plan='framework': unknown key`` (the key it does read) and search took the first
+    one without a word. One key names the stack."""
+    f = tmp_path / "p.yaml"
+    f.write_text("tp: 1\nmbs: 1\nframework: deepspeed\nFramework: megatron-core\n")
+    argv = [command, *BASE, "--plan", str(f)]
+    if command == "search":
+        argv += ["--fix", "pp=1,zero=0", "--workers", "1"]
+    refused(argv, "plan='framework, Framework'", "framework given twice")
+    refused(["estimate", *BASE, "--plan", "tp=1,Framework=deepspeed,framework=megatron"],
+            "framework given twice")
+
+
+def test_plan_file_framework_key_spelling(tmp_path):
+    """`` Framework :`` names the stack as ``framework:`` does (estimate, read_plan_file)."""
+    from strategies.plan_file import read_plan_file
+    f = tmp_path / "p.yaml"
+    f.write_text('tp: 1\nmbs: 1\n" Framework ": deepspeed\n')
+    rc, out, e = cli(["estimate", *BASE, "--plan", str(f), "--json"])
+    assert rc == 0, e
+    assert json.loads(out)["inputs"]["framework"] == "megatron-deepspeed"
+    assert read_plan_file(str(f))[0].tp == 1
+
+
+# ----------------------------------------------------------------- config.json of MoE types
+
+MOE_CFGS = {
+    "deepseek_v3": dict(model_type="deepseek_v3", num_hidden_layers=4, hidden_size=256,
+                        num_attention_heads=8, num_key_value_heads=8, intermediate_size=1024,
+                        vocab_size=1000, max_position_embeddings=4096, n_routed_experts=8,
+                        num_experts_per_tok=2, moe_intermediate_size=128, kv_lora_rank=64,
+                        qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32,
+                        q_lora_rank=None, first_k_dense_replace=1, n_shared_experts=1),
+    "qwen3_moe": dict(model_type="qwen3_moe", num_hidden_layers=4, hidden_size=256,
+                      num_attention_heads=8, num_key_value_heads=4, head_dim=64,
+                      intermediate_size=1024, moe_intermediate_size=128, num_experts=8,
+                      num_experts_per_tok=2, vocab_size=1000),
+    "gpt_oss": dict(model_type="gpt_oss", num_hidden_layers=4, hidden_size=256,
+                    num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+                    intermediate_size=256, num_local_experts=8, num_experts_per_tok=2,
+                    vocab_size=1000, sliding_window=128,
+                    layer_types=["sliding_attention", "full_attention"] * 2),
+    "llama4_text": dict(model_type="llama4_text", num_hidden_layers=4, hidden_size=256,
+                        num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                        intermediate_size=1024, vocab_size=1000, num_local_experts=4,
+                        num_experts_per_tok=1, intermediate_size_mlp=512),
+}
+
+
+@pytest.mark.parametrize("mt,key,default", [
+    ("deepseek_v3", "n_shared_experts", "1"), ("deepseek_v3", "first_k_dense_replace", "3"),
+    ("deepseek_v3", "q_lora_rank", "1536"), ("qwen3_moe", "num_key_value_heads", "4"),
+    ("gpt_oss", "head_dim", "64"), ("gpt_oss", "num_key_value_heads", "8"),
+    ("gpt_oss", "layer_types", "alternating"), ("llama4_text", "intermediate_size_mlp", "16384"),
+    ("llama4_text", "num_key_value_heads", "8"), ("llama4_text", "head_dim", "128")])
+def test_moe_config_field_missing(tmp_path, mt, key, default):
+    """A config.json without ``first_k_dense_replace`` built DeepSeek-V3 with no dense layer
+    and no shared expert (``n_shared_experts``), where transformers' DeepseekV3Config builds 3
+    and 1; a Qwen3-MoE without ``num_key_value_heads`` had a K/V head per query head
+    (transformers: 4); gpt-oss and Llama 4 likewise for head_dim, the K/V heads, the dense
+    MLP and the window pattern. A missing one is refused, naming transformers' default."""
+    from strategies.hf_config import model_from_hf
+    cfg = dict(MOE_CFGS[mt])
+    assert model_from_hf(cfg).num_layers == 4          # the whole config is valid
+    del cfg[key]
+    f = tmp_path / "config.json"
+    f.write_text(json.dumps(cfg))
+    refused(["estimate", "--model", str(f), "--cluster", "dgx-a100:1", "--global-batch", "16",
+             "--plan", "tp=1,mbs=1"], f"{key}=None", f"required in a {mt} config.json",
+            default)
+
+
+@pytest.mark.parametrize("mt,key", [("deepseek_v3", "q_lora_rank"), ("gpt_oss", "head_dim"),
+                                    ("gpt_oss", "num_key_value_heads"),
+                                    ("llama4_text", "head_dim")])
+def test_moe_config_null_read_as_transformers(mt, key):
+    """Null where transformers reads null too (no Q compression, head_dim = hidden/heads, a
+    K/V head per query head) is still accepted."""
+    from strategies.hf_config import model_from_hf
+    model_from_hf({**MOE_CFGS[mt], key: None})
