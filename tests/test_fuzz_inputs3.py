@@ -272,3 +272,25 @@ def test_moe_config_null_read_as_transformers(mt, key):
     K/V head per query head) is still accepted."""
     from strategies.hf_config import model_from_hf
     model_from_hf({**MOE_CFGS[mt], key: None})
+
+
+# ----------------------------------------------------------------- GPU profile files
+
+def test_profile_memory_faster_than_the_datasheet(tmp_path):
+    """A profile copying 1 GiB in 1 ns (10^6 TB/s on an A100 of 2.039 TB/s) was accepted and
+    its bandwidth read as the usable HBM rate: 0.208 s a step against 0.287 s. As the GEMMs
+    faster than the dense peak (``check_profile_peaks``), it is refused."""
+    prof = tmp_path / "p.yaml"
+    prof.write_text("schema: paraplan-gpu-profile/1\ngpu: A100-SXM4-80GB\nbackend: fake\n"
+                    "gemm: [{dtype: bf16, m: 2048, n: 2048, k: 2048, seconds: 2.0e-4}]\n"
+                    "memory: [{kernel: copy, bytes: 1073741824, seconds: 1.0e-9}]\n")
+    c = tmp_path / "c.yaml"
+    c.write_text(f"name: c\ngpu: {{profile: {prof}}}\nnodes: 1\ngpus_per_node: 8\n"
+                 "intra_node_GBps: 300\ninter_node_gbps: 200\nnics_per_node: 8\n"
+                 "intra_node_topology: switch\ninter_node_topology: rail_fat_tree\n")
+    argv = ["estimate", "--model", "gpt-1.7b", "--cluster", str(c), "--global-batch", "16",
+            "--plan", "tp=1,mbs=1"]
+    refused(argv, "gpu.profile.memory=", "TB/s", "datasheet 2.039 TB/s")
+    # at the datasheet rate exactly it is read
+    prof.write_text(prof.read_text().replace("1.0e-9", repr(1073741824 / 2.039e12)))
+    assert cli(argv)[0] == 0
