@@ -294,3 +294,22 @@ def test_profile_memory_faster_than_the_datasheet(tmp_path):
     # at the datasheet rate exactly it is read
     prof.write_text(prof.read_text().replace("1.0e-9", repr(1073741824 / 2.039e12)))
     assert cli(argv)[0] == 0
+
+
+@pytest.mark.parametrize("tier", [True, "1", 1.0, 0, -1, None])
+def test_reference_entry_tier(tmp_path, tier):
+    """``tier: true`` ran as tier 1 (``True in (1,)``), as did ``1.0``; ``"1"``, 0, -1 and
+    null were tiers no ``--tiers`` names (only ``all`` ran them). The tier picks the cases,
+    so the file is refused before any runs."""
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps([{**_entry(), "tier": tier}]))
+    refused(["validate", "--reference", str(path), "--no-sim", "--tiers", "all"],
+            f"reference[0].tier={tier!r}", "integer >= 1")
+
+
+def test_reference_case_id_twice(tmp_path):
+    """Two entries with one id both ran: the case counted twice in the MAPE."""
+    path = tmp_path / "ref.json"
+    path.write_text(json.dumps([_entry(), _entry()]))
+    refused(["validate", "--reference", str(path), "--no-sim"], "reference[1].id=",
+            "given twice")
