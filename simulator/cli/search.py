@@ -12,9 +12,9 @@ from typing import Any
 
 from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
-                              check_dtype, check_output, emit_json, fmt_s, positive_float, probe_write,
-                              positive_int, resolve_cluster, resolve_framework, resolve_model,
-                              table, warn)
+                              check_dtype, check_output, emit_json, fmt_s, positive_float,
+                              positive_int, probe_write, resolve_cluster, resolve_framework,
+                              resolve_model, table, warn)
 from simulator.cli.launch_export import add_export, export_settings
 from strategies.launch import check_export
 from simulator.search.run import SearchConfig, run_search

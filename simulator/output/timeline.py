@@ -310,7 +310,8 @@ def check_detail(items: Iterable[str]) -> tuple[str, ...]:
     for i in items:
         name = str(i).strip().lower()
         if not name:
-            raise ValueError(f"an item is empty; give comma-separated items of {', '.join(DETAILS)}")
+            raise ValueError("an item is empty; give comma-separated items of "
+                             + ", ".join(DETAILS))
         if name not in DETAILS:
             raise ValueError(f"unknown timeline detail {name!r}; valid: {', '.join(DETAILS)}")
         if name in out:
