@@ -295,3 +295,22 @@ def test_reference_case_id_twice(tmp_path):
     path.write_text(json.dumps([_entry(), _entry()]))
     refused(["validate", "--reference", str(path), "--no-sim"], "reference[1].id=",
             "given twice")
+
+
+def test_whatif_cluster_keeps_the_faults():
+    """``--vary cluster=dgx-h100 --straggler 0=4``: the preset swap built a healthy cluster,
+    the straggler (and every ``--degrade``) lost without a word. They stay; one the preset
+    lacks (a NIC on one NVL72 rack, a plane on one plane) is refused."""
+    from simulator.studies.whatif_variants import apply_cluster
+    from topologies.cluster import parse_cluster_arg
+    from topologies.faults import Faults
+    c = parse_cluster_arg("dgx-a100:2").with_faults(Faults.from_texts(["0=4"], ["nic:3=2"]))
+    assert apply_cluster(c, "cluster", "dgx-h100").faults == c.faults
+    refused(["whatif", "--model", "gpt-1.7b", "--cluster", "dgx-a100:2", "--global-batch",
+             "16", "--fix", "tp=1,pp=1", "--workers", "1",
+             "--vary", "cluster=dgx-h100,gb200-nvl72", "--degrade", "nic:3=2"],
+            "--vary cluster='gb200-nvl72'", "single-node cluster has no NICs")
+    refused(["whatif", "--model", "gpt-1.7b", "--cluster", "dgx-b300-2plane:2",
+             "--global-batch", "16", "--fix", "tp=8,pp=1", "--workers", "1",
+             "--vary", "cluster=dgx-h100", "--degrade", "plane:1=2"],
+            "--vary cluster='dgx-h100'", "needs a multi-plane network")

@@ -4,7 +4,7 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 
 | key | changes | values |
 | --- | --- | --- |
-| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) | ``dgx-h100``, ``gb200-nvl72``, … |
+| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) and the faults (``--straggler``, ``--degrade``: one the preset lacks is refused) | ``dgx-h100``, ``gb200-nvl72``, … |
 | ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
 | ``nodes`` | the node count | integers |
 | ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction (every node group's) | numbers > 0 |
@@ -181,8 +181,8 @@ def parse_vary(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
 def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
     """``cluster`` with one property changed (``value`` in the key's file units)."""
     try:
-        if key == "cluster":
-            return cluster_for_gpus(str(value), cluster.num_gpus)
+        if key == "cluster":   # the preset's nodes, with the faults given (--straggler, ...)
+            return cluster_for_gpus(str(value), cluster.num_gpus).with_faults(cluster.faults)
         if key == "nodes":
             return cluster.with_nodes(int(value))
         if key == "gpu":
