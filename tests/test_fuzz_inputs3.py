@@ -314,3 +314,16 @@ def test_whatif_cluster_keeps_the_faults():
              "--global-batch", "16", "--fix", "tp=8,pp=1", "--workers", "1",
              "--vary", "cluster=dgx-h100", "--degrade", "plane:1=2"],
             "--vary cluster='dgx-h100'", "needs a multi-plane network")
+
+
+@pytest.mark.parametrize("given,vary,flag", [
+    (["--plan", "tp=1,pp=1,mbs=1,gbs=16"], "global_batch=32,64", "--plan gbs=16"),
+    (["--global-batch", "16", "--fix", "tp=1,pp=1"], "global_batch=32", "--global-batch=16"),
+    (["--seq-len", "1024", "--fix", "tp=1,pp=1"], "seq_len=2048", "--seq-len=1024")])
+def test_whatif_batch_or_sequence_given_and_varied(given, vary, flag):
+    """``--plan gbs=16 --vary global_batch=32,64`` ran 32 and 64 and reported the base's
+    global batch as 16: each variant replaced the value given without a word (as
+    ``--straggler`` with ``--vary straggler`` did, test_fuzz_inputs2)."""
+    refused(["whatif", "--model", "gpt-1.7b", "--cluster", "dgx-a100:1", *given,
+             "--vary", vary, "--workers", "1"],
+            f"--vary {vary.split('=')[0]}=", f"also given ({flag})", "not both")
