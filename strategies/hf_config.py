@@ -343,6 +343,30 @@ def _gpt_oss_variants(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+#: Fields of a model type whose transformers default (its ``configuration_<type>.py`` at
+#: transformers 4.57-5.x) is not what an absent field reads here: an absent one is refused, not
+#: guessed. ``(transformers' default, whether null is read as transformers reads it)``.
+_ABSENT_DIFFERS: dict[str, dict[str, tuple[Any, bool]]] = {
+    "deepseek_v3": {"n_shared_experts": (1, False), "first_k_dense_replace": (3, False),
+                    "q_lora_rank": (1536, True)},
+    "qwen3_moe": {"num_key_value_heads": (4, False)},
+    "gpt_oss": {"head_dim": (64, True), "num_key_value_heads": (8, True),
+                "layer_types": ("sliding/full alternating", False)},
+    "llama4_text": {"intermediate_size_mlp": (16384, False), "num_key_value_heads": (8, True),
+                    "head_dim": (128, True)},
+}
+
+
+def _check_stated(cfg: Mapping[str, Any], mt: str) -> None:
+    """Refuse a field of ``_ABSENT_DIFFERS`` that ``cfg`` leaves out (or nulls where null is
+    not read as transformers reads it)."""
+    for key, (default, null_ok) in _ABSENT_DIFFERS.get(mt, {}).items():
+        if key not in cfg or (cfg[key] is None and not null_ok):
+            raise SpecError(key, cfg.get(key), f"is required in a {mt} config.json: "
+                            f"transformers' default ({default}) is not what a missing field "
+                            "reads here, so write its value")
+
+
 def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:
     """Map a HuggingFace config mapping onto a ModelSpec."""
     if not isinstance(cfg, Mapping):
@@ -383,6 +407,7 @@ def model_from_hf(cfg: Mapping[str, Any], name: str = "hf") -> ModelSpec:
         args = _gpt_oss(cfg, mt)
     else:
         args = _llama_like(cfg, mt)
+    _check_stated(cfg, "llama4_text" if mt == "llama4" else mt)   # after the type's own checks
     try:
         return ModelSpec(name=name, **args)
     except SpecError as e:

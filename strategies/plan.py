@@ -534,7 +534,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
     """The raw ``key -> value`` mapping of a plan string or a YAML/JSON plan file (a file's
     ``found_for`` record checked and left out: ``strategies.plan_file``)."""
     text = str(text).strip()
-    from strategies.plan_file import is_plan_file, read_plan_mapping
+    from strategies.plan_file import is_plan_file, one_framework_key, read_plan_mapping
     if is_plan_file(text):
         return read_plan_mapping(text)[0]
     d: dict[str, str] = {}
@@ -553,7 +553,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
         d[key.strip()] = value.strip()
         canon = _ALIAS.get(key.strip().lower(), key.strip().lower())
         last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
-    return d
+    return one_framework_key(d)
 
 
 _LIST_KEYS = {"recompute_modules"}

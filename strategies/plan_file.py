@@ -119,7 +119,19 @@ def read_plan_mapping(path: str) -> tuple[dict[str, Any], dict[str, Any] | None]
     if data is not None and not isinstance(data, Mapping):
         raise SpecError("plan", path, f"the file must hold a mapping of plan keys, "
                         f"not a {type(data).__name__}")
-    return split_found_for({} if data is None else data)
+    keys, record = split_found_for({} if data is None else data)
+    return one_framework_key(keys), record
+
+
+def one_framework_key(keys: Mapping[Any, Any]) -> dict[Any, Any]:
+    """``keys`` with its ``framework`` key (any case, any spaces around it) spelled
+    ``framework``; SpecError when two keys name it (``framework`` and ``Framework``: which
+    stack was meant?)."""
+    named = [k for k in keys if str(k).strip().lower() == "framework"]
+    if len(named) > 1:
+        raise SpecError("plan", ", ".join(str(k) for k in named),
+                        "framework given twice (one key names the stack)")
+    return {("framework" if named and k == named[0] else k): v for k, v in keys.items()}
 
 
 def read_plan_file(path: str) -> tuple[Plan, dict[str, Any] | None]:

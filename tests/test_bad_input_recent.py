@@ -38,7 +38,7 @@ DSV3 = dict(model_type="deepseek_v3", num_hidden_layers=4, hidden_size=256,
             first_k_dense_replace=1, num_nextn_predict_layers=1, n_shared_experts=1,
             n_group=1, topk_group=1)
 LLAMA4 = dict(model_type="llama4_text", num_hidden_layers=4, hidden_size=256,
-              num_attention_heads=8, num_key_value_heads=4, intermediate_size=1024,
+              num_attention_heads=8, num_key_value_heads=4, head_dim=32, intermediate_size=1024,
               vocab_size=1000, max_position_embeddings=4096, num_local_experts=4,
               num_experts_per_tok=1, intermediate_size_mlp=512, interleave_moe_layer_step=2,
               attention_chunk_size=1024, no_rope_layer_interval=4)

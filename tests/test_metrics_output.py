@@ -182,7 +182,9 @@ def test_timeline_detail_panels(tmp_path):
     assert "utilisation" not in plain.read_text()
     with pytest.raises(ValueError, match="valid: memory, links, comm"):
         check_detail(["memory", "bogus"])
-    assert check_detail([" Memory", "memory", "links"]) == ("memory", "links")
+    assert check_detail([" Memory", "links"]) == ("memory", "links")
+    with pytest.raises(ValueError, match="given twice"):
+        check_detail([" Memory", "memory", "links"])
     assert set(DETAILS) == {"memory", "links", "comm"}
 
 

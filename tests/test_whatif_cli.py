@@ -157,12 +157,16 @@ def test_duplicate_axis_and_bad_flags_exit_2(capsys):
 
 
 def test_infeasible_variant_is_a_row_and_all_infeasible_is_an_error(capsys):
-    rep = run_json(capsys, "--vary", "global_batch=16,12", "--fix", "dp=16")
-    ok, bad = rep["rows"]
+    unbatched = [a for i, a in enumerate(SMALL) if i not in (5, 6)]   # no --global-batch:
+    assert "--global-batch" not in unbatched               # it and --vary global_batch clash
+    rc = main([*unbatched, "--vary", "global_batch=16,12", "--fix", "dp=16", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    ok, bad = json.loads(out)["rows"]
     assert ok["feasible"] and ok["plan"]["dp"] == 16
     assert bad["feasible"] is False and bad["step_time_s"] is None and "batch" in bad["error"]
-    rc, out, err = run(capsys, "--vary", "global_batch=12", "--fix", "dp=16")
-    assert rc == 2 and "no variant has a feasible plan" in err
+    rc = main([*unbatched, "--vary", "global_batch=12", "--fix", "dp=16"])
+    assert rc == 2 and "no variant has a feasible plan" in capsys.readouterr().err
 
 
 def test_deterministic_whatever_the_worker_count(capsys):

@@ -511,7 +511,15 @@ def check_profile_peaks(prof: Any, gpu: GPU, field: str = "gpu.profile") -> None
     """Refuse a profile GEMM that ran faster than ``gpu``'s dense peak for its precision
     (``2·m·n·k / seconds > peak``): a datasheet peak is the tensor cores' rate at the highest
     clock, which no measurement exceeds (a 10^-12 s GEMM made the compute time vanish and
-    went unnoticed). Points in a precision the GPU lacks are not read (``gemm_ratio``)."""
+    went unnoticed). Points in a precision the GPU lacks are not read (``gemm_ratio``).
+    Likewise the usable HBM bandwidth the memory kernels give (``GpuProfile.hbm_bandwidth``,
+    the one the cost model reads) above the datasheet's: no copy outruns the DRAM."""
+    bw = prof.hbm_bandwidth
+    if bw is not None and bw > gpu.hbm_bandwidth:
+        raise SpecError(f"{field}.memory", f"{bw / 1e12:.4g} TB/s",
+                        f"the memory kernels' usable HBM bandwidth (median of the large "
+                        f"copies) is above {gpu.name}'s datasheet {gpu.hbm_bandwidth / 1e12:.4g} "
+                        "TB/s (no measurement beats it)")
     for i, p in enumerate(prof.gemm):
         if not gpu.supports(p.dtype):
             continue

@@ -231,6 +231,8 @@ def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> Non
     stem, ext = os.path.splitext(os.path.basename(path))
     if exts and (ext.lower() not in exts or not stem.strip()):
         raise CliError(flag, path, f"must be a file name ending with {' or '.join(exts)}")
+    if not (stem + ext).strip():
+        raise CliError(flag, path, "must name a file, not a folder")
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise CliError(flag, path, f"folder {folder} does not exist")
@@ -238,6 +240,24 @@ def check_output(path: str | None, flag: str, exts: tuple[str, ...] = ()) -> Non
         raise CliError(flag, path, "is a folder")
     if not os.access(folder, os.W_OK):
         raise CliError(flag, path, f"folder {folder} is not writable")
+    probe_write(path, flag)
+
+
+def probe_write(path: str, flag: str, shown: str | None = None) -> None:
+    """Create and remove the temporary file an atomic write of ``path`` starts with
+    (``chrome_trace.temp_path``): ``os.access`` says yes to root in ``/proc`` or on a
+    read-only mount, and knows nothing of a name too long or a NUL byte in it. The error
+    names ``shown`` (default ``path``)."""
+    from simulator.output.chrome_trace import temp_path
+    try:
+        tmp = temp_path(path)
+        with open(tmp, "x", encoding="utf-8"):
+            pass
+        os.remove(tmp)
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+        raise CliError(flag, path if shown is None else shown,
+                       f"cannot be written ({why})") from None
 
 
 def atomic_write_text(path: str, text: str) -> None:

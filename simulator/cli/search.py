@@ -13,8 +13,8 @@ from typing import Any
 from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, atomic_write_text,
                               check_dtype, check_output, emit_json, fmt_s, positive_float,
-                              positive_int, resolve_cluster, resolve_framework, resolve_model,
-                              table, warn)
+                              positive_int, probe_write, resolve_cluster, resolve_framework,
+                              resolve_model, table, warn)
 from simulator.cli.launch_export import add_export, export_settings
 from strategies.launch import check_export
 from simulator.search.run import SearchConfig, run_search
@@ -261,7 +261,18 @@ def references(args: argparse.Namespace, model: str, gpus: int) -> list:
         return [(label, parse_plan(text)) for label, text in REFERENCES.get((model, gpus), [])]
     if [r.strip().lower() for r in args.reference] == ["none"]:
         return []
-    return [(f"--reference {text}", parse_plan(text)) for text in args.reference]
+    out: list = []
+    for text in args.reference:
+        if text.strip().lower() == "none":
+            raise CliError("--reference", text, "'none' (no reference) cannot be given with a "
+                                                "reference plan")
+        plan = parse_plan(text)
+        twin = next((t for t, p in out if p == plan), None)
+        if twin is not None:
+            raise CliError("--reference", text, f"the same plan as {twin}: each reference "
+                                                "plan is given once")
+        out.append((f"--reference {text}", plan))
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -320,6 +331,7 @@ def check_folder(path: str | None, flag: str) -> None:
         raise CliError(flag, path, "must be an existing folder")
     if not os.access(path, os.W_OK):
         raise CliError(flag, path, "folder is not writable")
+    probe_write(os.path.join(path, "rank-1.yaml"), flag, path)
 
 
 def to_csv(report: dict[str, Any]) -> str:

@@ -14,6 +14,8 @@ import time
 from simulator.workers import MAX_WORKERS
 from simulator.cli.common import CliError, Once, add_json, emit_json, positive_int, table
 from simulator.studies.validate import default_jobs, draw_parity, load_cases, summarize, validate_cases
+from strategies.errors import SpecError
+from topologies.limits import parse_int_text
 
 
 def register(sub) -> None:
@@ -48,13 +50,16 @@ def parse_tiers(text: str) -> tuple[int, ...] | None:
     """``"1,2"`` → ``(1, 2)``; ``"all"`` → None (every tier)."""
     if text.strip().lower() == "all":
         return None
+    items = text.split(",")
     try:
-        tiers = tuple(sorted({int(t) for t in text.split(",") if t.strip()}))
-    except ValueError:
+        tiers = [parse_int_text("--tiers", t) for t in items]
+    except SpecError:
         raise CliError("--tiers", text, "must be comma-separated integers (1,2) or 'all'") from None
-    if not tiers or min(tiers) < 1:
-        raise CliError("--tiers", text, "must name at least one tier >= 1")
-    return tiers
+    if min(tiers) < 1:
+        raise CliError("--tiers", text, "must name tiers >= 1")
+    if len(set(tiers)) != len(tiers):
+        raise CliError("--tiers", text, "a tier is given twice")
+    return tuple(sorted(tiers))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,10 +15,10 @@ import sys
 from typing import Any
 
 from simulator.workers import MAX_WORKERS, default_workers
-from simulator.cli.common import (Once, add_json, add_model_cluster, check_dtype, check_output,
-                              emit_json, fmt_s, positive_float, positive_int, resolve_cluster,
-                              resolve_framework, resolve_model, table)
-from simulator.cli.search import fixed_plan_and_batch, merge_fixed, plan_framework
+from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
+                              check_output, emit_json, fmt_s, positive_float, positive_int,
+                              resolve_cluster, resolve_framework, resolve_model, table)
+from simulator.cli.search import fixed_plan_and_batch, merge_fixed, plan_fix, plan_framework
 from simulator.studies.network_cost import parse_network_prices
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
@@ -83,8 +83,23 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
+def given_and_varied(args: argparse.Namespace, vary: list[tuple[str, list[Any]]]) -> None:
+    """Refuse a job property both given (``--global-batch`` or the plan's ``gbs``,
+    ``--seq-len``) and varied: every variant would replace the value given without a word."""
+    given = {"global_batch": ("--global-batch", args.global_batch),
+             "seq_len": ("--seq-len", args.seq_len)}
+    if args.plan is not None and plan_fix(args.plan)[1] is not None:
+        given["global_batch"] = ("--plan gbs", plan_fix(args.plan)[1])
+    for key, values in vary:
+        flag, value = given.get(key, (None, None))
+        if value is not None:
+            raise CliError(f"--vary {key}", ",".join(map(str, values)),
+                           f"{key} is also given ({flag}={value}): vary it or give it, not both")
+
+
 def config_from_args(args: argparse.Namespace) -> WhatifConfig:
     vary = parse_vary(args.vary)
+    given_and_varied(args, vary)
     model, cluster = resolve_model(args), resolve_cluster(args)
     dtype = check_dtype(args.dtype)
     plan_fixed, gbs = fixed_plan_and_batch(args, model, cluster, dtype)

@@ -230,15 +230,22 @@ def dumps_chrome_trace(result: SimResult, ranks_per_node: int = 8, title: str = 
                       separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def temp_path(path: str | os.PathLike) -> str:
+    """A fresh temporary name in ``path``'s folder (``.NAME.PID.HEX.tmpEXT``) that
+    ``atomic_path`` writes before it replaces ``path``."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    base, ext = os.path.splitext(os.path.basename(path))
+    # A fresh name (not mkstemp) so that the file gets the usual permissions.
+    return os.path.join(folder, f".{base}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp{ext}")
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[str]:
     """Yield a temporary path in ``path``'s folder; on success it replaces ``path`` in one
     step (``os.replace``), on failure it is removed and ``path`` is left untouched."""
     path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    base, ext = os.path.splitext(os.path.basename(path))
-    # A fresh name (not mkstemp) so that the file gets the usual permissions.
-    tmp = os.path.join(folder, f".{base}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp{ext}")
+    tmp = temp_path(path)
     try:
         yield tmp
         os.replace(tmp, path)

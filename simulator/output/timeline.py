@@ -304,12 +304,20 @@ def _draw_panels(results: Sequence[tuple[str, SimResult]], layouts: list[_Layout
 
 
 def check_detail(items: Iterable[str]) -> tuple[str, ...]:
-    """``items`` checked against ``DETAILS`` (``ValueError`` naming the valid ones)."""
-    items = tuple(dict.fromkeys(i.strip().lower() for i in items if i.strip()))
-    bad = [i for i in items if i not in DETAILS]
-    if bad:
-        raise ValueError(f"unknown timeline detail {bad[0]!r}; valid: {', '.join(DETAILS)}")
-    return items
+    """``items`` checked against ``DETAILS``, case-insensitive (``ValueError`` naming the valid
+    ones); an empty item or one given twice is refused (a typo, not a choice)."""
+    out: list[str] = []
+    for i in items:
+        name = str(i).strip().lower()
+        if not name:
+            raise ValueError("an item is empty; give comma-separated items of "
+                             + ", ".join(DETAILS))
+        if name not in DETAILS:
+            raise ValueError(f"unknown timeline detail {name!r}; valid: {', '.join(DETAILS)}")
+        if name in out:
+            raise ValueError(f"timeline detail {name!r} is given twice")
+        out.append(name)
+    return tuple(out)
 
 
 def draw_timeline(result: SimResult, path: str | os.PathLike, title: str = "",

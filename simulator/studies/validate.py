@@ -37,12 +37,20 @@ def load_cases(path: str | None = None, tiers: Sequence[int] | None = (1,)) -> l
     resolve (a missing key, a value out of range) becomes a skipped case with the reason,
     never a crash; a file that is not a list of mappings is a ``SpecError``."""
     data = load_reference(path)
-    out = []
+    out, seen = [], set()
     for i, entry in enumerate(data):
         if not isinstance(entry, dict):
             raise SpecError("reference", f"{path or DATA}[{i}]",
                             f"each case must be a mapping, not a {type(entry).__name__}")
-        if tiers is not None and entry.get("tier", 3) not in tiers:
+        tier = entry.get("tier", 3)   # it picks the cases to run: checked before any is run
+        if isinstance(tier, bool) or not isinstance(tier, int) or tier < 1:
+            raise SpecError(f"reference[{i}].tier", tier, "must be an integer >= 1 (absent: 3)")
+        if entry.get("id") is not None:
+            if str(entry["id"]) in seen:
+                raise SpecError(f"reference[{i}].id", entry["id"], "a case id is given twice "
+                                "(each case once: a repeat would count twice in the MAPE)")
+            seen.add(str(entry["id"]))
+        if tiers is not None and tier not in tiers:
             continue
         out.append(_case(entry, i, data))
     return out

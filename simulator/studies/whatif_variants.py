@@ -4,7 +4,7 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 
 | key | changes | values |
 | --- | --- | --- |
-| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) | ``dgx-h100``, ``gb200-nvl72``, … |
+| ``cluster`` | the preset, keeping the GPU count (nodes, or trays of a rack-scale preset, follow) and the faults (``--straggler``, ``--degrade``: one the preset lacks is refused) | ``dgx-h100``, ``gb200-nvl72``, … |
 | ``gpu`` | the GPU chip only (network unchanged) | a catalog name (``H100``, ``H200``) |
 | ``nodes`` | the node count | integers |
 | ``inter_node_gbps`` | one NIC's bandwidth, Gb/s per direction (every node group's) | numbers > 0 |
@@ -13,7 +13,7 @@ Pure functions; ``cmd_whatif`` runs a plan search per variant. Keys (``--vary KE
 | ``nics_per_node`` | NICs per node | integers |
 | ``straggler`` | GPU 0 computes this many times slower (``topologies.faults``) | numbers >= 1 |
 | ``network`` | the scale-out network (docs/clusters.md) | ``rail-fat-tree``, ``fat-tree``, ``rail-only``, ``multi-plane`` (2 planes of a rail fat tree), ``multi-plane:N`` |
-| ``failed_planes`` | planes ``0..N-1`` of a multi-plane network failed (``plane:P`` degraded by ``MAX_FACTOR``) | integers >= 0 (a variant with no plane left has no feasible plan) |
+| ``failed_planes`` | planes ``0..N-1`` of a multi-plane network failed (``plane:P`` degraded by ``MAX_FACTOR``); a plane already degraded (``--degrade plane:P``) among them is refused, one above them stays degraded | integers >= 0 (a variant with no plane left has no feasible plan) |
 | ``global_batch`` | sequences per step | integers |
 | ``seq_len`` | tokens per sequence | integers |
 
@@ -181,8 +181,8 @@ def parse_vary(items: Sequence[str]) -> list[tuple[str, list[Any]]]:
 def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
     """``cluster`` with one property changed (``value`` in the key's file units)."""
     try:
-        if key == "cluster":
-            return cluster_for_gpus(str(value), cluster.num_gpus)
+        if key == "cluster":   # the preset's nodes, with the faults given (--straggler, ...)
+            return cluster_for_gpus(str(value), cluster.num_gpus).with_faults(cluster.faults)
         if key == "nodes":
             return cluster.with_nodes(int(value))
         if key == "gpu":
@@ -221,6 +221,13 @@ def apply_cluster(cluster: Cluster, key: str, value: Any) -> Cluster:
                 raise Unrunnable("failed_planes", k, f"the network has {cluster.planes} "
                                  f"plane(s): with {k} failed no path is left between NVLink "
                                  "domains")
+            given = sorted(spec.ends[0] for spec, _ in cluster.faults.links()
+                           if spec.kind == "plane" and spec.ends[0] < k)
+            if given:   # the variant's failure would replace the degrade given
+                raise SpecError("--vary failed_planes", value, f"fails planes 0..{k - 1} but "
+                                f"plane:{given[0]} is already degraded (--degrade or the "
+                                "cluster file's faults:): vary the failed planes or degrade "
+                                "them, not both (a degraded plane above them composes)")
             return cluster.with_faults(Faults((), tuple(sorted(
                 (f"plane:{p}", MAX_FACTOR) for p in range(k)))))
     except Unrunnable:

@@ -17,7 +17,7 @@ from strategies.reference.bridge_recipes import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NV
                                                  llama_switches, recipe_for)
 from strategies.reference.entry_specs import _dtype
 from strategies.reference.jax_recipes import remat_recipe
-from strategies.reference.stated_switches import _delay_wgrad, _size
+from strategies.reference.stated_switches import _delay_wgrad, _size, _stated_bool, _stated_number
 from strategies.reference.text import recompute_kind
 from strategies.remat_policies import recompute_of
 
@@ -34,16 +34,16 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
     etp = _size(pl.get("etp"))
     if etp is not None:
         out["etp"] = etp
-    if pl.get("ep_overlap") is not None:
-        out["ep_overlap"] = bool(pl["ep_overlap"])
+    if _stated_bool(pl, "ep_overlap") is not None:
+        out["ep_overlap"] = pl["ep_overlap"]
     if pl.get("moe_dispatcher"):
         out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
     if pl.get("moe_routing"):
         out["moe_routing"] = str(pl["moe_routing"]).lower()
-    if pl.get("cuda_graph") is not None:
-        out["cuda_graph"] = bool(pl["cuda_graph"])
-    if pl.get("moe_capacity_factor") is not None:   # token dropping the recipe states
-        out["moe_capacity_factor"] = float(pl["moe_capacity_factor"])
+    if _stated_bool(pl, "cuda_graph") is not None:
+        out["cuda_graph"] = pl["cuda_graph"]
+    if _stated_number(pl, "moe_capacity_factor") is not None:   # token dropping stated
+        out["moe_capacity_factor"] = _stated_number(pl, "moe_capacity_factor")
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         _delay_wgrad(c, out, notes)
@@ -144,9 +144,9 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
         raise SpecError("plan.moe_balance", kind, f"must be one of {', '.join(BALANCE_KINDS)}")
     if not model.is_moe or plan.ep <= 1:
         return plan
-    if pl.get("moe_imbalance") is not None:
-        notes.append(f"moe_imbalance={float(pl['moe_imbalance'])} (stated by the entry)")
-        return replace(plan, moe_imbalance=float(pl["moe_imbalance"]))
+    if _stated_number(pl, "moe_imbalance") is not None:
+        notes.append(f"moe_imbalance={_stated_number(pl, 'moe_imbalance')} (stated by the entry)")
+        return replace(plan, moe_imbalance=_stated_number(pl, "moe_imbalance"))
     if kind == "forced":
         imb = float(forced_imbalance(model, plan.mbs, plan.tp, plan.cp, plan.ep,
                                      plan.expert_tp))

@@ -31,6 +31,15 @@ def _stated_bool(pl: dict, *keys: str) -> bool | None:
     return said
 
 
+def _stated_number(pl: dict, key: str) -> float | None:
+    """The number an entry's plan ``pl`` states under ``key`` (None: not stated); SpecError
+    naming ``plan.<key>`` for a boolean or a text (the plan checks the range)."""
+    said = pl.get(key)
+    if said is not None and (isinstance(said, bool) or not isinstance(said, (int, float))):
+        raise SpecError(f"plan.{key}", said, "must be a number")
+    return None if said is None else float(said)
+
+
 def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
     with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,

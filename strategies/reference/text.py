@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 
+from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, schedules
 
 # (words that must all appear in the lower-cased GPU text, catalog name, cluster preset or None)
@@ -204,8 +205,11 @@ def cp_comm_type(value) -> str | None:
 
 def attention_kernel(value) -> str | None:
     """The fused attention kernel (``"native"``, ``"fa2"``, ``"fa1"``) a free-text attention
-    field names (``_ATTN_KERNELS``), or None when it names none."""
-    t = str(value or "").strip().lower()
+    field names (``_ATTN_KERNELS``), or None when it names none; SpecError naming
+    ``plan.attn_impl`` for a value that is not a text."""
+    if value is not None and not isinstance(value, str):
+        raise SpecError("plan.attn_impl", value, "must be a text naming the attention kernel")
+    t = (value or "").strip().lower()
     for words, kernel in _ATTN_KERNELS:
         if words in t:
             return kernel
