@@ -43,6 +43,48 @@ def test_max_min_rates_do_not_depend_on_row_order_or_padding():
         assert np.array_equal(max_min_rates(cap, wider), rates[perm])     # bit for bit
 
 
+def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
+    """The plain form: progressive filling over every link of the network (``max_min_rates``
+    works on the links the flows cross only)."""
+    nlinks, pad = capacity.shape[0], capacity.shape[0] - 1
+    count = np.bincount(links.ravel(), minlength=nlinks)
+    count[pad] = 0
+    rates, spare = np.zeros(links.shape[0]), capacity.astype(float)
+    live, left = np.ones(links.shape[0], dtype=bool), links.shape[0]
+    while left:
+        share = np.full(nlinks, np.inf)
+        np.divide(np.maximum(spare, 0.0), count, out=share, where=count > 0)
+        level = share.min()
+        hit = (np.any((share <= level * (1.0 + flows._TIE_RTOL))[links], axis=1)
+               & live).nonzero()[0]
+        rates[hit], live[hit] = level, False
+        left -= hit.size
+        freed = np.bincount(links[hit].ravel(), minlength=nlinks)
+        freed[pad] = 0
+        spare -= freed * level
+        count -= freed
+    return rates
+
+
+def test_max_min_rates_on_the_crossed_links_equal_the_plain_form():
+    """Few flows over a large network (most links unused, the padding link used or not,
+    links crossed twice, levels tied across links): the same rates, bit for bit."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        nlinks = int(rng.integers(2, 400))
+        cap = np.append(rng.choice([1.0, 3.0, 1e9, 2.5e11 / 3, 1.2e11, 2.5e10], size=nlinks),
+                        np.inf)
+        nflows, hops = int(rng.integers(1, 30)), int(rng.integers(1, 7))
+        links = np.full((nflows, hops), nlinks, dtype=np.int64)
+        pool = rng.integers(0, nlinks, size=int(rng.integers(1, 12)))   # a few links shared
+        for f in range(nflows):
+            n = int(rng.integers(1, hops + 1))
+            links[f, :n] = rng.choice(pool, size=n)
+        got, want = max_min_rates(cap, links), _max_min_rates_every_link(cap, links)
+        assert got.tobytes() == want.tobytes()
+    assert max_min_rates(np.array([2.0, np.inf]), np.array([[1], [1]])).tolist() == [np.inf] * 2
+
+
 # ----------------------------------------------------------------------- queue entries
 def _process_run(net, op, phases, then, blocks=None):
     """The collective run as a SimPy process (what ``collectives._Run`` replaces; flow by
