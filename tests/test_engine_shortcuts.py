@@ -43,26 +43,34 @@ def test_max_min_rates_do_not_depend_on_row_order_or_padding():
         assert np.array_equal(max_min_rates(cap, wider), rates[perm])     # bit for bit
 
 
-def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
-    """The plain form: progressive filling over every link of the network (``max_min_rates``
-    works on the links the flows cross only)."""
-    nlinks, pad = capacity.shape[0], capacity.shape[0] - 1
-    count = np.bincount(links.ravel(), minlength=nlinks)
-    count[pad] = 0
-    rates, spare = np.zeros(links.shape[0]), capacity.astype(float)
-    live, left = np.ones(links.shape[0], dtype=bool), links.shape[0]
-    while left:
-        share = np.full(nlinks, np.inf)
-        np.divide(np.maximum(spare, 0.0), count, out=share, where=count > 0)
-        level = share.min()
-        hit = (np.any((share <= level * (1.0 + flows._TIE_RTOL))[links], axis=1)
-               & live).nonzero()[0]
-        rates[hit], live[hit] = level, False
-        left -= hit.size
-        freed = np.bincount(links[hit].ravel(), minlength=nlinks)
-        freed[pad] = 0
-        spare -= freed * level
-        count -= freed
+def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> list:
+    """The plain form, in Python floats: progressive filling over every link of the network
+    (``max_min_rates`` works on the links the flows cross only); a link crossed twice by one
+    flow counts it twice, the padding link (the last) counts no flow."""
+    pad = len(capacity) - 1
+    rows = [[int(l) for l in row if l != pad] for row in links]
+    spare = [float(c) for c in capacity]
+    count = [0] * len(capacity)
+    for row in rows:
+        for l in row:
+            count[l] += 1
+    rates, live = [0.0] * len(rows), set(range(len(rows)))
+    while live:
+        share = [max(s, 0.0) / n if n > 0 else np.inf for s, n in zip(spare, count)]
+        level = min(share)
+        full = {l for l, x in enumerate(share) if x <= level * (1.0 + flows._TIE_RTOL)}
+        hit = sorted(f for f in live if full.intersection(rows[f]) or (pad in full and
+                                                                       len(rows[f]) < links.shape[1]))
+        freed = [0] * len(capacity)
+        for f in hit:
+            rates[f] = level
+            live.discard(f)
+            for l in rows[f]:
+                freed[l] += 1
+        for l, n in enumerate(freed):       # a link's frozen flows' share at once
+            if n:
+                count[l] -= n
+                spare[l] -= n * level
     return rates
 
 
@@ -81,7 +89,7 @@ def test_max_min_rates_on_the_crossed_links_equal_the_plain_form():
             n = int(rng.integers(1, hops + 1))
             links[f, :n] = rng.choice(pool, size=n)
         got, want = max_min_rates(cap, links), _max_min_rates_every_link(cap, links)
-        assert got.tobytes() == want.tobytes()
+        assert got.tolist() == want
     assert max_min_rates(np.array([2.0, np.inf]), np.array([[1], [1]])).tolist() == [np.inf] * 2
 
 
