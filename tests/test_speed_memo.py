@@ -216,3 +216,22 @@ def test_hop_relays_by_residue_equal_the_gpu_by_plan_form(nics, topology):
         comm._SCALAR_RELAYS.clear()
         got = comm._hop_relays(cl, (np.int64(o),))
         assert np.shape(got) == () and bool(got) == bool(plain(np.array([o]))[0])
+
+
+def test_strided_layout_kept_answers_are_the_fresh_ones():
+    """``select.strided_layout`` keeps its answers by its arguments' bytes: a repeated call
+    gives the computed answer bit for bit (arrays and 0-d alike, the same types), and an
+    answer the caller writes to does not change the kept one."""
+    from strategies.collectives import select
+    rng = np.random.default_rng(2)
+    n = rng.choice([1, 2, 4, 8, 16, 32], size=500).astype(float)
+    stride = rng.choice([1, 2, 4, 8, 64, 128], size=500)
+    for args in ((n, stride, 8), (4, 2, 8), (16.0, 8, 4), (n, 16, 8)):
+        select._LAYOUTS.clear()
+        fresh = select._strided_layout(np.asarray(args[0], dtype=float),
+                                       np.asarray(args[1], dtype=float), args[2])
+        first = select.strided_layout(*args)
+        first[1][...] = -1.0                          # the caller's copy, written to
+        again = select.strided_layout(*args)
+        for a, b in zip(fresh, again):
+            assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()
