@@ -43,6 +43,56 @@ def test_max_min_rates_do_not_depend_on_row_order_or_padding():
         assert np.array_equal(max_min_rates(cap, wider), rates[perm])     # bit for bit
 
 
+def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> list:
+    """The plain form, in Python floats: progressive filling over every link of the network
+    (``max_min_rates`` works on the links the flows cross only); a link crossed twice by one
+    flow counts it twice, the padding link (the last) counts no flow."""
+    pad = len(capacity) - 1
+    rows = [[int(l) for l in row if l != pad] for row in links]
+    spare = [float(c) for c in capacity]
+    count = [0] * len(capacity)
+    for row in rows:
+        for l in row:
+            count[l] += 1
+    rates, live = [0.0] * len(rows), set(range(len(rows)))
+    while live:
+        share = [max(s, 0.0) / n if n > 0 else np.inf for s, n in zip(spare, count)]
+        level = min(share)
+        full = {l for l, x in enumerate(share) if x <= level * (1.0 + flows._TIE_RTOL)}
+        hit = sorted(f for f in live if full.intersection(rows[f]) or (pad in full and
+                                                                       len(rows[f]) < links.shape[1]))
+        freed = [0] * len(capacity)
+        for f in hit:
+            rates[f] = level
+            live.discard(f)
+            for l in rows[f]:
+                freed[l] += 1
+        for l, n in enumerate(freed):       # a link's frozen flows' share at once
+            if n:
+                count[l] -= n
+                spare[l] -= n * level
+    return rates
+
+
+def test_max_min_rates_on_the_crossed_links_equal_the_plain_form():
+    """Few flows over a large network (most links unused, the padding link used or not,
+    links crossed twice, levels tied across links): the same rates, bit for bit."""
+    rng = np.random.default_rng(11)
+    for _ in range(300):
+        nlinks = int(rng.integers(2, 400))
+        cap = np.append(rng.choice([1.0, 3.0, 1e9, 2.5e11 / 3, 1.2e11, 2.5e10], size=nlinks),
+                        np.inf)
+        nflows, hops = int(rng.integers(1, 30)), int(rng.integers(1, 7))
+        links = np.full((nflows, hops), nlinks, dtype=np.int64)
+        pool = rng.integers(0, nlinks, size=int(rng.integers(1, 12)))   # a few links shared
+        for f in range(nflows):
+            n = int(rng.integers(1, hops + 1))
+            links[f, :n] = rng.choice(pool, size=n)
+        got, want = max_min_rates(cap, links), _max_min_rates_every_link(cap, links)
+        assert got.tolist() == want
+    assert max_min_rates(np.array([2.0, np.inf]), np.array([[1], [1]])).tolist() == [np.inf] * 2
+
+
 # ----------------------------------------------------------------------- queue entries
 def _process_run(net, op, phases, then, blocks=None):
     """The collective run as a SimPy process (what ``collectives._Run`` replaces; flow by

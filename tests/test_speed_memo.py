@@ -189,3 +189,49 @@ def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
         again = comm._hop_relays(cl, o)
         assert type(first) is type(again) and np.shape(first) == ()
         assert bool(first) == bool(again) == bool(batch[i])
+
+
+@pytest.mark.parametrize("nics,topology", [(8, "rail_fat_tree"), (4, "rail_fat_tree"),
+                                           (3, "rail_only"), (2, "fat_tree")])
+def test_hop_relays_by_residue_equal_the_gpu_by_plan_form(nics, topology):
+    """``comm._hop_relays`` looks each offset's answer up by its residue mod the node: the
+    same answer as checking every source GPU of every plan (``routing.relays``), for negative
+    and large offsets, one or two offset arrays, 0-d offsets included."""
+    from dataclasses import replace
+    from topologies.routing import relays
+    cl = replace(cluster_preset("dgx-h100", 4), nics_per_node=nics,
+                 inter_node_topology=topology)
+    G, rails = cl.gpus_per_node, min(nics, cl.gpus_per_node)
+    rng = np.random.default_rng(5)
+    a, b = rng.integers(-40, 40, size=200), rng.integers(-3 * G, 5 * G, size=200)
+    local = np.arange(G)[:, None]
+
+    def plain(*offs):
+        return np.logical_or.reduce([np.any(relays(topology, rails, local,
+                                                   np.mod(local + o, G)), axis=0)
+                                     for o in offs])
+    assert np.array_equal(comm._hop_relays(cl, (a,)), plain(a))
+    assert np.array_equal(comm._hop_relays(cl, (a, b)), plain(a, b))
+    for o in (0, 3, -5, 17):
+        comm._SCALAR_RELAYS.clear()
+        got = comm._hop_relays(cl, (np.int64(o),))
+        assert np.shape(got) == () and bool(got) == bool(plain(np.array([o]))[0])
+
+
+def test_strided_layout_kept_answers_are_the_fresh_ones():
+    """``select.strided_layout`` keeps its answers by its arguments' bytes: a repeated call
+    gives the computed answer bit for bit (arrays and 0-d alike, the same types), and an
+    answer the caller writes to does not change the kept one."""
+    from strategies.collectives import select
+    rng = np.random.default_rng(2)
+    n = rng.choice([1, 2, 4, 8, 16, 32], size=500).astype(float)
+    stride = rng.choice([1, 2, 4, 8, 64, 128], size=500)
+    for args in ((n, stride, 8), (4, 2, 8), (16.0, 8, 4), (n, 16, 8)):
+        select._LAYOUTS.clear()
+        fresh = select._strided_layout(np.asarray(args[0], dtype=float),
+                                       np.asarray(args[1], dtype=float), args[2])
+        first = select.strided_layout(*args)
+        first[1][...] = -1.0                          # the caller's copy, written to
+        again = select.strided_layout(*args)
+        for a, b in zip(fresh, again):
+            assert type(a) is type(b) and np.asarray(a).tobytes() == np.asarray(b).tobytes()

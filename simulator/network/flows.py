@@ -43,6 +43,12 @@ _TIE_RTOL = 1e-12      # links whose fair shares differ by less are saturated to
 # interleaved:6: 21,928 of 32,240 recomputations missed the slot-order key, 3,993 sets
 # distinct as multisets).
 _RATES_KEPT = 4096
+# The same rates by the flows' routes in slot order (``_rates_by_slot``, one dict look-up; a
+# miss re-keys by multiset, ``_rates_of``) are kept up to this many bytes of keys and rates
+# (8 bytes a flow each): the orders of a long step outnumber its multisets (GPT-3 175B, tp4
+# pp16 interleaved:6: 11,482 orders, 3,619 multisets; a cap of 4,096 orders left 42,292 of
+# 86,401 recomputations to re-key), and an all-to-all's thousands of flows make a key large.
+_BY_SLOT_BYTES = 64 << 20
 _FEW = 8               # up to this many flows started together go in one by one (``_start_flows``)
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
 
@@ -108,11 +114,20 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
     >>> max_min_rates(cap, np.array([[0, 1], [0, 2], [1, 2]])).tolist()
     [0.5, 0.5, 1.5]
     """
-    nlinks, pad = capacity.shape[0], capacity.shape[0] - 1
+    # only the links the flows cross (and the padding link, last) take part: the rounds then
+    # work on those few, not on every link of the network (thousands); the same values link
+    # by link, so the same rates bit for bit
+    count = np.bincount(links.ravel(), minlength=capacity.shape[0])  # flows per link
+    count[-1] = 1                             # the padding link kept (its count set to 0)
+    used = count.nonzero()[0]                 # in index order: the padding link last
+    local = np.empty(capacity.shape[0], dtype=np.int64)
+    local[used] = np.arange(used.size)
+    links = local[links]
+    count = count[used]
+    nlinks, pad = used.size, used.size - 1
     nflows = links.shape[0]
-    count = np.bincount(links.ravel(), minlength=nlinks)  # live flows per link
     count[pad] = 0
-    rates, spare = np.zeros(nflows), capacity.astype(float)
+    rates, spare = np.zeros(nflows), capacity[used].astype(float, copy=False)
     live, share, left = np.ones(nflows, dtype=bool), np.empty(nlinks), nflows
     saturated = np.zeros(nlinks, dtype=bool)
     while left:
@@ -208,6 +223,7 @@ class FlowNetwork:
         # the active flows' route numbers in slot order -> each one's rate (``_rates_seen``'s,
         # the same values: a step repeats the same flows in the same slots again and again)
         self._rates_by_slot: dict = {}
+        self._by_slot_room = _BY_SLOT_BYTES   # bytes ``_rates_by_slot`` may still take
         self._scratch = np.empty(0)   # a rate per route number, filled from ``_rates_seen``
         self._route_no: dict = {}     # a flow's link indices (bytes) -> its route number
         self._route_arrays: dict = {}   # id of a links array -> (the array, its route number)
@@ -652,7 +668,9 @@ class FlowNetwork:
         rates = self._rates_by_slot.get(by_slot)
         if rates is None:
             rates = self._rates_of(idx, rno)
-            if len(self._rates_by_slot) < _RATES_KEPT:
+            room = self._by_slot_room - 2 * len(by_slot)
+            if room >= 0:
+                self._by_slot_room = room
                 self._rates_by_slot[by_slot] = rates
         left = self._rem[idx] / rates       # ``rates`` may be a cached array: never written to
         env = self.env                      # ``call_at`` written out (one call per recomputation)

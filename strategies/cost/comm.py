@@ -63,11 +63,14 @@ def _hop_relays(cluster: Cluster, offsets) -> np.ndarray:
         hit = _SCALAR_RELAYS.get(key)
         if hit is not None and hit[0] is cluster:
             return hit[1].copy()
-    local = np.arange(G).reshape((G,) + (1,) * offsets[0].ndim)
+    # the answer depends on the offset mod the node only: one row per residue, then a look-up
+    # per offset (not a (GPUs per node, plans) matrix per offset)
+    local = np.arange(G)
+    per = np.any(relays(cluster.inter_node_topology, rails, local[:, None],
+                        np.mod(local[:, None] + local, G)), axis=0)
     out = np.zeros(offsets[0].shape, dtype=bool)
     for off in offsets:
-        dst = np.mod(local + off, G)
-        out = out | np.any(relays(cluster.inter_node_topology, rails, local, dst), axis=0)
+        np.logical_or(out, per[np.mod(off, G)], out=out)
     if key is not None:
         if len(_SCALAR_RELAYS) >= _SCALAR_KEPT:
             _SCALAR_RELAYS.clear()

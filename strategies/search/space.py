@@ -784,7 +784,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     def keep(reason: str, ok: np.ndarray) -> None:
         nonlocal c
         pruned[reason] = int((~ok).sum())
-        c = {k: v[ok] for k, v in c.items()}
+        if pruned[reason] or np.ndim(ok) != 1:    # a rule that keeps every row copies nothing
+            c = {k: v[ok] for k, v in c.items()}
 
     for reason, rule in _rules(model, cluster, opts):
         keep(reason, rule(c))
