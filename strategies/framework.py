@@ -432,6 +432,9 @@ class FrameworkProfile:
     schedules: tuple[str, ...] = ("1f1b", "interleaved")
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_with_pp: int = 3
+    # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
+    # profiles); () none
+    hybrid_zero: tuple[int, ...] = ()
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
@@ -1210,6 +1213,8 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R)
+    hybrid_zero=(1,),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
@@ -1274,6 +1279,8 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
+    # FSDP ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2, FSDP2's 2-D mesh (HSDP)
+    hybrid_zero=(2, 3),
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     # DTensor's ColwiseParallel: the matmul saves the all-gathered input, no re-gather
     # (torchtitan and NeMo AutoModel inherit it); its input gradient is redistributed after
@@ -1464,6 +1471,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    hybrid_zero=(3,),        # MaxText's ici_fsdp x dcn_data_parallelism meshes
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
@@ -1511,6 +1519,7 @@ HAI_LLM = replace(
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
+    hybrid_zero=(),
     context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)
@@ -1564,7 +1573,7 @@ AUTOMODEL = replace(
     tp_comm_overlap=False, tp_overlap="userbuffers", tp_overlap_bwd_exposed=0.0,
     # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
     # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
-    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True,
+    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True, hybrid_zero=(),
     # components/distributed/fsdp2.py FSDP2Manager: assert dp_size % ep_size == 0, the moe
     # mesh (pp, ep_shard = dp/ep, ep) over the data-parallel ranks
     ep_from_fsdp=False, ep_in_dp=True,
@@ -1887,6 +1896,10 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "needs at least pp micro-batches per pipeline flush "
                                     "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
                                     "pp_microbatch_size >= pp_size, asserted)"))
+    dps = np.asarray(getattr(v, "dp_shard", dp))
+    rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | np.isin(
+        zero, fw.hybrid_zero), lambda: who + "runs hybrid sharding (dp_shard < dp) "
+        + (f"with zero in {fw.hybrid_zero}" if fw.hybrid_zero else "not at all")))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -1956,6 +1969,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
     not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
                            dp=plan.dp if plan.dp is not None else 1, etp=plan.expert_tp,
+                           dp_shard=plan.dp_shard if plan.dp_shard is not None else
+                           (plan.dp if plan.dp is not None else 1),
                            gbs=plan.gbs, mbs=plan.mbs,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],

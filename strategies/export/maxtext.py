@@ -18,7 +18,8 @@ recomputation of named modules is ``custom``, ``strategies.remat_policies``) and
 parallelism is carved from the data-parallel ranks).
 
 Plan -> mesh axes: ``tp`` -> tensor, ``cp`` -> context, ``ep`` -> expert, ``dp / ep`` -> fsdp
-(ZeRO-3) or data (ZeRO-0), ``pp`` -> stage. Each is split into its ICI (within an NVLink domain)
+(ZeRO-3) or data (ZeRO-0), with hybrid sharding (``dp_shard``) ``dp_shard`` -> fsdp and
+``dp / dp_shard`` -> data, ``pp`` -> stage. Each is split into its ICI (within an NVLink domain)
 and DCN (across) factors by walking the dimensions innermost first, as paraplan places ranks
 (``strategies.placement``: tp, cp, dp with its ep blocks innermost, pp).
 """
@@ -39,7 +40,7 @@ QUANTISE = {"bf16": "", "fp8": "te_fp8_delayedscaling", "fp8-delayed": "te_fp8_d
 #: MaxText ``remat_policy`` of each plan recomputation
 REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
 #: the mesh axes a plan fills, innermost first (placement order)
-AXES = ("tensor", "context", "expert", "dp", "pipeline")
+AXES = ("tensor", "context", "expert", "dp", "replica", "pipeline")
 
 
 def _refuse(why: str) -> None:
@@ -52,13 +53,14 @@ def mesh_split(sizes: dict[str, int], domain: int) -> dict[str, tuple[int, int]]
     axes do not tile the domains exactly (a group half in, half out of a node).
 
     >>> mesh_split({"tensor": 8, "context": 1, "expert": 1, "dp": 4, "pipeline": 2}, 8)
-    {'tensor': (8, 1), 'context': (1, 1), 'expert': (1, 1), 'dp': (1, 4), 'pipeline': (1, 2)}
+    {'tensor': (8, 1), 'context': (1, 1), 'expert': (1, 1), 'dp': (1, 4), 'replica': (1, 1), \
+'pipeline': (1, 2)}
     >>> mesh_split({"tensor": 2, "context": 1, "expert": 1, "dp": 16, "pipeline": 1}, 8)["dp"]
     (4, 4)
     """
     left, out = domain, {}
     for axis in AXES:
-        n = sizes[axis]
+        n = sizes.get(axis, 1)
         ici = gcd(n, left)
         if ici < min(n, left):
             _refuse(f"the {axis} axis ({n}) does not tile NVLink domains of {domain} GPUs "
@@ -134,8 +136,10 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
         _refuse(f"{m.num_layers} layers over pp={p.pp}: MaxText's pipeline gives every stage "
                 "the same number of layers")
     # ep | dp: the profile's rule (JAX_XLA.ep_in_dp)
-    sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.dp // p.ep,
-             "pipeline": p.pp}
+    # hybrid sharding (dp_shard): the fsdp axis over a shard group, the data axis over the
+    # replicas, outside it (ep is refused with dp_shard: Plan)
+    sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.shard_dp // p.ep,
+             "replica": p.dp // p.shard_dp, "pipeline": p.pp}
     split = mesh_split(sizes, cl.gpus_per_node)
     dp_axis = "fsdp" if p.zero == 3 else "data"
     other = "data" if dp_axis == "fsdp" else "fsdp"
@@ -145,7 +149,7 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     cfg.update(_batch(job))
     for level, i in (("ici", 0), ("dcn", 1)):
         cfg[f"{level}_{dp_axis}_parallelism"] = split["dp"][i]
-        cfg[f"{level}_{other}_parallelism"] = 1
+        cfg[f"{level}_{other}_parallelism"] = split["replica"][i]
         for axis in ("tensor", "context", "expert", "pipeline"):
             cfg[f"{level}_{axis}_parallelism"] = split[axis][i]
     if p.pp > 1:
