@@ -167,3 +167,25 @@ def test_without_hybrid_bit_for_bit():
     a = _job("tp=1,dp=8,pp=1,mbs=1,gbs=8,zero=1,dp_shard=8")
     b = _job("tp=1,dp=8,pp=1,mbs=1,gbs=8,zero=1")
     assert estimate(a).step_time_s == estimate(b).step_time_s
+
+
+def test_reader_states_the_recipes_hybrid_mesh():
+    """The DGX Cloud JAX rows (``reference.jax_recipes.FSDP_GROUPS``): MaxText Llama 2 70B's
+    table headers give FSDP=64/128/256/128/128/128 at 64..2,048 GPUs, PaxML's configure.sh
+    FSDP over 128 GPUs; the reader gives the plan that shard group, stated with the source,
+    and none where the group is all the GPUs."""
+    from simulator.studies.validate import load_cases
+    cases = {c.id: c for c in load_cases(tiers=(2, 3))
+             if c.id.startswith(("dgxc_maxtext_llama2_70B_bf16", "dgxc_paxml_gpt3"))}
+    want = {"dgxc_maxtext_llama2_70B_bf16_256gpu": None,
+            "dgxc_maxtext_llama2_70B_bf16_512gpu": 128,
+            "dgxc_maxtext_llama2_70B_bf16_2048gpu": 128,
+            "dgxc_paxml_gpt3_175B_fp8_128gpu": None,
+            "dgxc_paxml_gpt3_175B_fp8_2048gpu": 128}
+    for cid, shard in want.items():
+        c = cases[cid]
+        assert c.job.plan.dp_shard == shard, cid
+        said = [a for a in c.assumptions if a.startswith("dp_shard=")]
+        assert len(said) == (shard is not None), cid
+        if shard is not None:
+            assert "dgxc-benchmarking" in said[0] and f"{c.job.plan.dp // 128} data" in said[0]

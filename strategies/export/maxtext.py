@@ -53,14 +53,13 @@ def mesh_split(sizes: dict[str, int], domain: int) -> dict[str, tuple[int, int]]
     axes do not tile the domains exactly (a group half in, half out of a node).
 
     >>> mesh_split({"tensor": 8, "context": 1, "expert": 1, "dp": 4, "pipeline": 2}, 8)
-    {'tensor': (8, 1), 'context': (1, 1), 'expert': (1, 1), 'dp': (1, 4), 'replica': (1, 1), \
-'pipeline': (1, 2)}
+    {'tensor': (8, 1), 'context': (1, 1), 'expert': (1, 1), 'dp': (1, 4), 'pipeline': (1, 2)}
     >>> mesh_split({"tensor": 2, "context": 1, "expert": 1, "dp": 16, "pipeline": 1}, 8)["dp"]
     (4, 4)
     """
     left, out = domain, {}
-    for axis in AXES:
-        n = sizes.get(axis, 1)
+    for axis in (a for a in AXES if a in sizes):
+        n = sizes[axis]
         ici = gcd(n, left)
         if ici < min(n, left):
             _refuse(f"the {axis} axis ({n}) does not tile NVLink domains of {domain} GPUs "
