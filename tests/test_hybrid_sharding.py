@@ -189,3 +189,14 @@ def test_reader_states_the_recipes_hybrid_mesh():
         assert len(said) == (shard is not None), cid
         if shard is not None:
             assert "dgxc-benchmarking" in said[0] and f"{c.job.plan.dp // 128} data" in said[0]
+
+
+def test_search_fix_and_plan_key():
+    """``--fix dp_shard=N`` is a checked field; a hybrid plan's key reads back as itself."""
+    from strategies.search.space import parse_fix, plan_key
+    assert parse_fix("dp_shard=4") == {"dp_shard": 4}
+    with pytest.raises(SpecError, match="--fix"):
+        parse_fix("dp_shard=0")
+    p = Plan(tp=1, pp=1, dp=8, mbs=1, gbs=8, zero=1, dp_shard=4)
+    assert parse_plan(plan_key(p)) == p
+    assert "dp_shard" not in plan_key(Plan(tp=1, pp=1, dp=8, mbs=1, gbs=8, zero=1))
