@@ -1898,8 +1898,9 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                                     "pp_microbatch_size >= pp_size, asserted)"))
     dps = np.asarray(getattr(v, "dp_shard", dp))
     rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | np.isin(
-        zero, fw.hybrid_zero), lambda: who + "runs hybrid sharding (dp_shard < dp) "
-        + (f"with zero in {fw.hybrid_zero}" if fw.hybrid_zero else "not at all")))
+        zero, fw.hybrid_zero), lambda: who + (
+            f"runs hybrid sharding (dp_shard < dp) only with zero in {fw.hybrid_zero}"
+            if fw.hybrid_zero else "does not run hybrid sharding (dp_shard < dp)")))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "

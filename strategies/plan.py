@@ -495,7 +495,8 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in {"dp", "dp_shard", "gbs", "microbatch_group_size", "etp", "recompute_layers",
+    if value is None and key in {"dp", "dp_shard", "gbs", "microbatch_group_size", "etp",
+                                 "recompute_layers",
                                  "recompute_method"} | _FLOATS:
         return None
     if key in _FLOATS:
