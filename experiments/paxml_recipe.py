@@ -16,7 +16,8 @@ casts), its peak memory, and three readings that are not the model:
 * ``fp32 AG``: the what-if §3.23 left open (``param_bytes=4``), refuted by the same sources;
 * ``+ replica AR``: the estimate plus the hybrid mesh's all-reduce of each GPU's 1/128
   gradient shard over the ``n/128`` replicas (``FSDP_GROUP``), in bf16, as if fully exposed:
-  an upper bound on what the mesh adds to the step (the model shards over all ``n``).
+  an upper bound on what the mesh adds to the step (the model now reads the mesh, plan
+  ``dp_shard``, and prices this all-reduce behind compute: docs/calibration.md §5.104).
 
 Also per row: ``casts_s``, the weight-quantisation term inside ``optimizer_s`` (§3.23,
 ``compute.weight_cast_time`` x ``quantise.weight_cast_passes``: the whole model's weights,

@@ -131,7 +131,7 @@ def _canonical(rows: np.ndarray, as_set: bool) -> set[tuple[int, ...]]:
 
 def _maps_groups(job: Job, perm: np.ndarray) -> bool:
     """Does ``perm`` map every group onto a group, keeping ring order (ep: as sets)?"""
-    for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp"):
+    for dim in ("tp", "cp", "dp", "ep", "etp", "edp", "dpcp", "dprep"):
         groups = np.asarray(placement.groups(job.plan, dim))
         if groups.shape[1] == 1:
             continue

@@ -88,6 +88,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
             a.append("--recompute-modules " + " ".join(p.recompute_modules))
     if p.zero >= 1:
         a.append("--use-distributed-optimizer")
+        if p.dp_shard is not None:     # hybrid sharding: the optimizer over dp_shard·cp
+            a.append(f"--num-distributed-optimizer-instances {p.dp // p.dp_shard}")
     if p.zero >= 2:   # Megatron-FSDP (v1 runs on the distributed optimizer), docs/user-guide/
         # features/megatron_fsdp.md and parallelism-guide.md: optim_grads is ZeRO-2,
         # optim_grads_params ZeRO-3; its checkpoints are fsdp_dtensor

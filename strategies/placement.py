@@ -40,7 +40,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 
 DIMS = ("tp", "cp", "dp", "pp")
-GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dpcp")
+GROUP_DIMS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "dpcp", "dprep")
 DEFAULT_ORDER = "tp-cp-dp-pp"
 
 
@@ -101,20 +101,31 @@ def _grid(plan: Plan, order: str) -> tuple[np.ndarray, list[str]]:
 
 
 def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
-    """The communication groups of ``dim`` (tp, cp, dp, pp, ep, etp, edp or dpcp): lists of
-    global ranks, each ordered by rank in that dimension, the groups ordered by their first
-    rank. They partition all ranks. ``dpcp`` is the group that holds a dense parameter's
-    copies (``dense_dp_group``): the ``cp·dp`` ranks of one tp and pp coordinate, cp and dp
-    flattened as ``order`` nests them."""
+    """The communication groups of ``dim`` (tp, cp, dp, pp, ep, etp, edp, dpcp or dprep):
+    lists of global ranks, each ordered by rank in that dimension, the groups ordered by their
+    first rank. They partition all ranks. ``dpcp`` is the group a dense parameter's ZeRO
+    shard spans (``dense_dp_group``): the ``cp·dp_shard`` ranks of one tp, pp and replica
+    coordinate, cp and dp flattened as ``order`` nests them; ``dprep`` the ``dp/dp_shard``
+    ranks that hold the same shard (``replica_group``; one rank each without hybrid
+    sharding). A data-parallel rank ``d`` is shard ``d mod dp_shard`` of replica
+    ``d // dp_shard`` (torchtitan's mesh ``dp_replicate`` outside ``dp_shard``, Megatron-Core's
+    consecutive distributed-optimizer instances)."""
     if dim not in GROUP_DIMS:
         raise SpecError("dim", dim, f"must be one of {', '.join(GROUP_DIMS)}")
     grid, dims = _grid(plan, order)
     if dim in ("ep", "etp", "edp"):
         return _expert_groups(plan, grid, dims, dim, order)
-    if dim == "dpcp":       # cp and dp flattened, the outer of the two first
-        inner = [dims.index(d) for d in dims if d in ("cp", "dp")]
+    if dim in ("dpcp", "dprep"):
         size = sizes(plan)
-        arr = np.moveaxis(grid, inner, [-2, -1]).reshape(-1, size["cp"] * size["dp"])
+        s = plan.shard_dp
+        a = dims.index("dp")            # the dp axis split into (replica, shard), shard inner
+        grid = grid.reshape(grid.shape[:a] + (size["dp"] // s, s) + grid.shape[a + 1:])
+        dims = dims[:a] + ["rep", "dp"] + dims[a + 1:]
+        if dim == "dprep":
+            rows = np.moveaxis(grid, dims.index("rep"), -1).reshape(-1, size["dp"] // s)
+            return sorted(rows.tolist())
+        inner = [dims.index(d) for d in dims if d in ("cp", "dp")]  # the outer of the two first
+        arr = np.moveaxis(grid, inner, [-2, -1]).reshape(-1, size["cp"] * s)
         return sorted(arr.tolist())
     rows = np.moveaxis(grid, dims.index(dim), -1).reshape(-1, grid.shape[dims.index(dim)])
     return sorted(rows.tolist())
@@ -135,7 +146,9 @@ def expert_sizes(plan: Plan) -> tuple[int, int, int]:
 
 def dense_dp_group(tp, cp, dp):
     """``(size, stride)`` of the group that holds the copies of one dense (not routed-expert)
-    parameter: the ``dp·cp`` ranks of a pipeline stage with the same tensor-parallel rank,
+    parameter, or with hybrid sharding the group its ZeRO shard spans (``dp`` given as the
+    plan's ``shard_dp``: ``dp_shard``; the replicas: ``replica_group``): the ``dp·cp`` ranks
+    of a pipeline stage with the same tensor-parallel rank,
     ``tp`` apart in rank order (``tp-cp-dp-pp``: cp and dp are the two dimensions after tp;
     the layout ``groups(plan, "dpcp")`` builds). The cp ranks hold the same weights and see
     different chunks of the sequence, so their gradients are summed too: Megatron-Core's
@@ -148,6 +161,18 @@ def dense_dp_group(tp, cp, dp):
     optimizer and the memory model). Vectorised."""
     size = np.asarray(dp, dtype=float) * np.asarray(cp, dtype=float)
     return size[()], (np.asarray(tp, dtype=float) + 0 * size)[()]
+
+
+def replica_group(tp, cp, dp, dp_shard):
+    """``(size, stride)`` of the group of ranks that hold the same ZeRO shard of a dense
+    parameter under hybrid sharding (``groups(plan, "dprep")``): the ``dp/dp_shard`` replicas,
+    ``tp·cp·dp_shard`` ranks apart (``tp-cp-dp-pp``). They all-reduce their shard of the
+    reduce-scattered gradients (FSDP's HSDP; Megatron-Core's all-reduce across
+    distributed-optimizer instances): ``strategies.cost.comm.dp_collective_time``. Size 1
+    without hybrid sharding (``dp_shard = dp``). Vectorised."""
+    shard = np.asarray(dp_shard, dtype=float)
+    size = np.asarray(dp, dtype=float) / shard
+    return size[()], (np.asarray(tp, dtype=float) * cp * shard)[()]
 
 
 def expert_dp_group(tp, cp, dp, ep, etp):

@@ -34,6 +34,8 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
           "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
           "sequence_parallel": "sp", "zero_stage": "zero",
+          # torchtitan's FSDP degree under HSDP (docs/cli.md "Hybrid sharding")
+          "data_parallel_shard_degree": "dp_shard",
           "expert_tensor_parallel_size": "etp",
           "moe_expert_capacity_factor": "moe_capacity_factor",
           "overlap_moe_expert_parallel_comm": "ep_overlap",
@@ -80,6 +82,10 @@ class Plan:
     recompute: str = "none"
     sp: bool = False
     zero: int = 0
+    # hybrid sharding (FSDP's HSDP, Megatron-Core's --num-distributed-optimizer-instances
+    # dp/dp_shard, MaxText's ICI fsdp x DCN data): the ZeRO states sharded over dp_shard·cp
+    # ranks, replicated over the dp/dp_shard groups (None: over the whole dp, no replicas)
+    dp_shard: int | None = None
     flash_attn: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
@@ -121,7 +127,7 @@ class Plan:
     def __post_init__(self) -> None:
         for f in ("tp", "pp", "cp", "ep", "mbs", "vpp", "flushes"):
             _pos_int(f, getattr(self, f))
-        for f in ("dp", "gbs", "microbatch_group_size", "etp"):
+        for f in ("dp", "gbs", "microbatch_group_size", "etp", "dp_shard"):
             if getattr(self, f) is not None:
                 _pos_int(f, getattr(self, f))
         _check_moe_factors(self)
@@ -151,6 +157,7 @@ class Plan:
         if self.group_microbatches is not None:
             _check_group_microbatches(self)
         _check_layout_fields(self)
+        _check_dp_shard(self)
         if self.zero == 3 and self.pp > 1:
             raise SpecError("zero", 3, f"ZeRO-3 shards parameters across data parallelism and "
                             f"is not combined with pipeline parallelism (pp={self.pp}); use zero<=1")
@@ -174,6 +181,12 @@ class Plan:
     def capacity_factor(self) -> float:
         """``moe_capacity_factor``; infinity (no token dropping) when the plan names none."""
         return float("inf") if self.moe_capacity_factor is None else float(self.moe_capacity_factor)
+
+    @property
+    def shard_dp(self) -> int | None:
+        """The data-parallel ranks a ZeRO shard spans (times ``cp``): ``dp_shard``, or the
+        whole ``dp`` when the plan names none."""
+        return self.dp if self.dp_shard is None else self.dp_shard
 
     @property
     def model_parallel(self) -> int:
@@ -215,6 +228,8 @@ class Plan:
             parts.append("fp8a")
         if self.zero:
             parts.append(f"z{self.zero}")
+        if self.dp_shard is not None:
+            parts.append(f"shard{self.dp_shard}")
         if self.layers_per_stage is not None:
             parts.append("L" + "/".join(map(str, self.layers_per_stage)))
         if self.group_microbatches is not None:
@@ -248,6 +263,36 @@ def _check_moe_factors(p: Plan) -> None:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
         check_number("moe_capacity_factor", v, 0.0, MAX_MOE_FACTOR, lo_open=True)
+def _check_dp_shard(p: Plan) -> None:
+    """Hybrid sharding (``dp_shard``): the ZeRO states sharded over ``dp_shard·cp`` ranks
+    (torchtitan's ``dp_shard_cp`` mesh), replicated across ``dp/dp_shard`` groups, so
+    ``dp_shard`` divides ``dp``, needs ``zero >= 1`` (zero 0 shards nothing) and at least two
+    ranks to shard over (``dp_shard·cp >= 2``); routed experts (``ep > 1``) and per-group
+    micro-batch counts are not modelled with it. ``dp_shard = dp`` is the plan without it
+    (stored as None, so the two spell one plan)."""
+    s = p.dp_shard
+    if s is None:
+        return
+    if p.dp is not None:
+        if p.dp % s:
+            raise SpecError("dp_shard", s, f"must divide dp={p.dp} (the shards' groups are "
+                            "cut from the data-parallel ranks)")
+        if s == p.dp:
+            object.__setattr__(p, "dp_shard", None)
+            return
+    if p.zero < 1:
+        raise SpecError("dp_shard", s, "needs zero >= 1 (hybrid sharding shards the "
+                        "optimizer state; with zero=0 every rank holds all of it)")
+    if s * p.cp < 2:
+        raise SpecError("dp_shard", s, f"dp_shard*cp = {s}*{p.cp} must be >= 2 (a shard "
+                        "group of one rank shards nothing; use zero=0)")
+    if p.ep > 1:
+        raise SpecError("dp_shard", s, f"not modelled with expert parallelism (ep={p.ep}): "
+                        "leave dp_shard out")
+    if p.group_microbatches is not None:
+        raise SpecError("dp_shard", s, "not modelled with group_microbatches")
+
+
 def _check_partial_recompute(p: Plan) -> None:
     """``recompute_layers`` (>= 1) and ``recompute_method`` only with ``recompute=full``
     (Megatron's ``--recompute-granularity full``), the method only with a layer count;
@@ -451,7 +496,8 @@ def _coerce(key: str, value: Any) -> Any:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
-    if value is None and key in {"dp", "gbs", "microbatch_group_size", "etp", "recompute_layers",
+    if value is None and key in {"dp", "dp_shard", "gbs", "microbatch_group_size", "etp",
+                                 "recompute_layers",
                                  "recompute_method"} | _FLOATS:
         return None
     if key in _FLOATS:

@@ -37,7 +37,7 @@ SHORT = {"tp": "tp", "pp": "pp", "dp": "dp", "cp": "cp", "ep": "ep", "mbs": "mbs
 #: Columns a mapping may leave out (0: all layers / block / the default modules; no uneven
 #: layout; one pipeline flush per step; the schedule's default micro-batch group).
 OPTIONAL = ("rcl", "rcu", "rcm", "lf", "ll", "acc", "fl", "mgs")
-_FLOAT = ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
+_FLOAT = ("tp", "pp", "dp", "dp_shard", "cp", "ep", "mbs", "gbs", "vpp", "recompute_layers", "etp",
           "moe_imbalance", "moe_capacity_factor", "first_stage_layers", "last_stage_layers",
           "layout_first", "layout_mid", "layout_last", "layout_least", "layout_most",
           "layout_mid_most", "flushes", "microbatch_group_size")
@@ -111,8 +111,13 @@ class PlanArrays:
     layout_most: np.ndarray = np.nan
     # ... and the most layers of any middle rank (``layout.layout_middle_most``; NaN: none)
     layout_mid_most: np.ndarray = np.nan
+    # hybrid sharding: the data-parallel ranks a ZeRO shard spans (``Plan.shard_dp``;
+    # resolved: dp, no replicas; short column ``dps``, optional)
+    dp_shard: np.ndarray = None
 
     def __post_init__(self) -> None:
+        if self.dp_shard is None:
+            object.__setattr__(self, "dp_shard", self.dp)
         for name, _, default in EXPERT_OPTIONAL:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, self.tp if default is None
@@ -140,7 +145,7 @@ class PlanArrays:
                 raise SpecError("plan", p, "must be resolved (dp and gbs set; see make_job)")
         col = {f.name: [] for f in fields(cls)}
         resolved = {"etp": "expert_tp", "moe_imbalance": "imbalance",
-                    "moe_capacity_factor": "capacity_factor"}
+                    "moe_capacity_factor": "capacity_factor", "dp_shard": "shard_dp"}
         from strategies.layout import layout_middle_most, layout_string_extremes
         for p in plans:
             ext = layout_string_extremes(p) or (np.nan,) * len(LAYOUT_STRING)
@@ -174,6 +179,8 @@ class PlanArrays:
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")
         extra = {name: cols[short] for name, short, _ in EXPERT_OPTIONAL if short in cols}
+        if "dps" in cols:
+            extra["dp_shard"] = cols["dps"]
         return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols},
                    **extra)
 

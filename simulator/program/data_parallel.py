@@ -100,8 +100,10 @@ class DataParallelOps:
         name = "AR" if self.full_grad_reduce else "RS"
         label = f"{name} dp bucket {len(self.reduced)}" if record else f"{name} dp shard"
         for dim, n, suffix in self._dp_parts(params):
-            self.coll("dp-comm", kind, dim, self.c.grad_bytes * n, 1.0, "dp", label + suffix,
-                      deps=deps, tag="dp")
+            op = self.coll("dp-comm", kind, dim, self.c.grad_bytes * n, 1.0, "dp",
+                           label + suffix, deps=deps, tag="dp")
+            if dim == "dpcp" and kind == "reduce_scatter":
+                self._replica_reduce(self.c.grad_bytes * n, 1.0, label, op)
         if record:
             self.reduced.append(params)
 
@@ -115,7 +117,8 @@ class DataParallelOps:
         pair = tuple(sorted((pp_group[self.stage], pp_group[self.p.pp - 1 - self.stage])))
         p = self.p
         nbytes = self.c.grad_bytes * float(grad_shard_params(
-            self.stage_params, self.stage_expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero))
+            self.stage_params, self.stage_expert, p.tp, p.cp, p.dp, p.ep, p.expert_tp, p.zero,
+            p.shard_dp))
         # a measured profile: the estimate's group (``analytic``: stride 1 when the
         # pipeline's ends share a node, ``(pp-1)·stride < G``, else G)
         G = self.cluster.gpus_per_node
@@ -139,8 +142,21 @@ class DataParallelOps:
         (FSDP's unit), each paying the ring's whole latency."""
         L = self.stage_layers
         for dim, k, suffix in self._dp_parts(self.stage_params):
-            self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k / L, share * L,
-                      "dp", f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+            op = self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k / L,
+                           share * L, "dp", f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
+            if dim == "dpcp":
+                self._replica_reduce(self.c.grad_bytes * k / L, share * L, f"z3 {label}", op, i)
+
+    def _replica_reduce(self, nbytes: float, repeat: float, label: str, rs: int | None,
+                        i: int = -1) -> None:
+        """Hybrid sharding: after a gradient reduce-scatter of ``nbytes`` per rank over the
+        shard group (``dpcp``), the all-reduce of the rank's ``1/len(dpcp)`` share over the
+        ranks that hold the same shard (``dprep``: FSDP's HSDP, Megatron-Core's all-reduce
+        across distributed-optimizer instances; ``comm.replica_time``, the estimate's
+        charge), ``repeat`` calls on the dp stream after it; none with one replica."""
+        n = len(self.group["dpcp"])
+        self.coll("dp-comm", "allreduce", "dprep", nbytes / n, repeat, "dp",
+                  f"AR replicas {label}", i, deps=(rs,) if rs is not None else (), tag="dp")
 
     def _z3_reduce_layers(self, nl: int, done: int, c: int, main: int | None, label: str,
                           i: int) -> None:

@@ -325,7 +325,8 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
 
 
 def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
-             etp: Num) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
+             etp: Num, shard: Num | None = None
+             ) -> tuple[tuple[Num, Num, Num], tuple[Num, Num, Num]]:
     """The two data-parallel collectives over a stage's ``params`` parameters, as
     ``((dense parameters, ranks, stride), (expert parameters, ranks, stride))``: the dense
     ``params - expert_params`` over the group that holds their copies
@@ -338,11 +339,13 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
     The one rule for every collective over data-parallel copies: the gradient reduction,
     the parameter gathers after the optimizer, ZeRO-3's gathers and reduce-scatters
     (``dp_collective_time``, the lower bound, ``ProgramBuilder._dp_parts``) and the shard a
-    rank holds (``grad_shard_params``). Vectorised."""
+    rank holds (``grad_shard_params``). ``shard``: the plan's ``shard_dp`` (hybrid sharding,
+    ``Plan.dp_shard``): the dense group is then the ``shard·cp`` ranks a ZeRO shard spans,
+    the replicas' all-reduce added by ``dp_collective_time``. Vectorised."""
     moe = (np.asarray(ep, dtype=float) > 1) & (np.asarray(expert_params, dtype=float) > 0)
     e = np.where(moe, expert_params, 0.0)
     edp, stride = placement.expert_dp_group(tp, cp, dp, ep, etp)
-    ddp, d_stride = placement.dense_dp_group(tp, cp, dp)
+    ddp, d_stride = placement.dense_dp_group(tp, cp, dp if shard is None else shard)
     return ((params - e)[()], ddp, d_stride), (e[()], edp, stride)
 
 
@@ -379,7 +382,7 @@ def dp_parts_sum(parts, cost) -> Num:
 
 
 def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
-                      etp: Num, zero: Num) -> Num:
+                      etp: Num, zero: Num, shard: Num | None = None) -> Num:
     """Parameters whose reduced gradients one rank's optimizer reads after the data-parallel
     reduction: all of the stage's (ZeRO-0), or with ZeRO >= 1 the dense ones' ``1/(dp·cp)``
     share plus the routed experts' ``1/edp`` share (``dp_parts``' groups): ZeRO-2/3 shard the
@@ -390,21 +393,48 @@ def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num
     issue #22: "Optimizer is handled the same as other synchronous pipelines like 1F1B";
     PiPPy's double pipe, pytorch/PiPPy#276: "corresponding stages ... synchronize gradients
     using DDP"), so the pair adds what the optimizer reads, the shard each copy's
-    reduce-scatter over dp left, not the whole gradient. Vectorised."""
-    (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
+    reduce-scatter over dp left, not the whole gradient. With hybrid sharding (``shard``,
+    ``dp_parts``) the dense share is ``1/(shard·cp)``. Vectorised."""
+    (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp, shard)
     return np.where(np.asarray(zero) >= 1, d / n_d + e / n_e, params)[()]
 
 
 def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,
                        tp: Num, cp: Num, dp: Num, ep: Num, etp: Num,
-                       cluster: Cluster) -> Num:
+                       cluster: Cluster, shard: Num | None = None) -> Num:
     """Seconds of the data-parallel collective ``kind`` over a stage's gradients (or
     parameters) of ``bytes_per_param`` bytes each, alone on its links: ``dp_parts``' dense
     collective over dp·cp, then its routed experts' over their expert-data-parallel group (none
-    where that group is one rank: each expert held once). Vectorised."""
-    parts = dp_parts(params, expert_params, tp, cp, dp, ep, etp)
-    return np.asarray(dp_parts_sum(parts, lambda p, n, s: collective_time(
-        kind, bytes_per_param * p, n, s, cluster)))[()]
+    where that group is one rank: each expert held once). With hybrid sharding (``shard <
+    dp``, the plan's ``shard_dp``) the gathers and reduce-scatters run over the ``shard·cp``
+    ranks of a shard group and a gradient reduce-scatter is followed by the all-reduce of
+    each rank's ``1/(shard·cp)`` share over its ``dp/shard`` replicas
+    (``placement.replica_group``; FSDP's HSDP, Megatron-Core's distributed-optimizer
+    instances); an all-reduce (ZeRO-0's, never hybrid) spans every copy. Vectorised."""
+    if kind == "allreduce":
+        shard = None
+    parts = dp_parts(params, expert_params, tp, cp, dp, ep, etp, shard)
+    t = np.asarray(dp_parts_sum(parts, lambda p, n, s: collective_time(
+        kind, bytes_per_param * p, n, s, cluster)))
+    if kind == "reduce_scatter" and shard is not None:
+        t = t + replica_time(bytes_per_param, parts, tp, cp, dp, shard, cluster)
+    return t[()]
+
+
+def replica_time(bytes_per_param: Num, parts, tp: Num, cp: Num, dp: Num, shard: Num,
+                 cluster: Cluster) -> Num:
+    """Seconds of hybrid sharding's all-reduce across replicas after a gradient
+    reduce-scatter (``dp_collective_time``): each rank's ``1/(shard·cp)`` share of
+    ``dp_parts``' dense gradients over the ``dp/shard`` ranks that hold the same shard
+    (``placement.replica_group``); 0 where there is one replica. Vectorised."""
+    (d, n_d, _), _ = parts
+    n_r, s_r = placement.replica_group(tp, cp, dp, shard)
+    on = np.asarray(n_r) > 1
+    if not np.any(on):
+        return (0.0 * np.asarray(n_r))[()]
+    t = collective_time("allreduce", bytes_per_param * d / n_d, np.where(on, n_r, 2.0),
+                        np.where(on, s_r, 1.0), cluster)
+    return np.where(on, t, 0.0)[()]
 
 
 def pxn_relay(cluster: Cluster) -> bool:

@@ -432,9 +432,10 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
-    # the ranks holding a dense parameter's copies (dp·cp): its gradient reduction, its ZeRO
-    # shard (``placement.dense_dp_group``)
-    copies = placement.dense_dp_group(tp, cp, dp)[0]
+    # the ranks holding a dense parameter's copies (dp·cp), or with hybrid sharding those its
+    # ZeRO shard spans (dp_shard·cp): its gradient reduction, its ZeRO shard
+    # (``placement.dense_dp_group``)
+    copies = placement.dense_dp_group(tp, cp, P.dp_shard)[0]
     # the ZeRO stage and overlap the gradients run with (pipelined torchtitan: ZeRO-1's
     # without overlap, ``comm_rules.grad_path``)
     once = grad_sync_once(fw.fsdp2, pp, zero)
@@ -825,7 +826,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     rec = replace(rec, chunk_kinds=kinds)
     split = tuple(stage_params_split(job, rec, s) for s in range(p.pp))
     params = tuple(d + e for d, e in split)
-    copies = float(placement.dense_dp_group(p.tp, p.cp, p.dp)[0])
+    copies = float(placement.dense_dp_group(p.tp, p.cp, p.shard_dp)[0])
     shard = copies if p.zero >= 1 else 1.0
     # expert states are sharded over the expert-data-parallel group
     shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \

@@ -388,6 +388,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     if ranks:
         sc = replace(sc, **{k: v + 0 * getattr(sc, k) for k, v in ranks.items()})
     tp, pp, dp, cp, ep = P.tp, P.pp, P.dp, P.cp, P.ep
+    dps = P.dp_shard            # the ranks a ZeRO shard spans (hybrid sharding; else dp)
     b, gbs, v = P.mbs, P.gbs, P.vpp
     sched, rc, zero = P.schedule, P.recompute, P.zero
     sp, flash, ogr, opg, tpo = (P.sp, P.flash_attn, P.overlap_grad_reduce,
@@ -581,7 +582,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (the routed experts' share over the expert-data-parallel group, ``dp_collective_time``)
 
     def dp_time(kind: str, nbytes: Any, k: int) -> Any:
-        return cm.dp_collective_time(kind, nbytes, pr_k[k], pe_k[k], tp, cp, dp, ep, etp, cl)
+        return cm.dp_collective_time(kind, nbytes, pr_k[k], pe_k[k], tp, cp, dp, ep, etp, cl,
+                                     dps)
 
     K = range(3)
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
@@ -645,7 +647,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # latency (docs/calibration.md §5.26)
     def one_bucket(kind: str, nbytes: Any, k: int, share: Any, scale: Any = 1.0) -> Any:
         return cm.dp_collective_time(kind, nbytes, pr_k[k] * scale * share,
-                                     pe_k[k] * scale * share, tp, cp, dp, ep, etp, cl)
+                                     pe_k[k] * scale * share, tp, cp, dp, ep, etp, cl, dps)
 
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
@@ -659,7 +661,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # LM head is in the last rank's chunk v-1)
         c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
         t_c0 = np.where(full, *(cm.dp_collective_time(kind, gb, c0, pe_k[k] / v, tp, cp, dp,
-                                                      ep, etp, cl)
+                                                      ep, etp, cl, dps)
                                 for kind in ("allreduce", "reduce_scatter")))
         # DualPipe (``mirrored``; docs/calibration.md §5.36): the copy fed from the far end
         # completes its gradients first, and its buckets reduce under what the rank still runs
@@ -715,7 +717,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # rank 0's chunk 0 (interleaved): the embedding's gradients and 1/v of its layers'
     emb_p = np.minimum(sc.embedding_params, params)
     rs_c0 = cm.dp_collective_time("reduce_scatter", gb, emb_p + (params - emb_p) / v, pe / v,
-                                  tp, cp, dp, ep, etp, cl)
+                                  tp, cp, dp, ep, etp, cl, dps)
     trailing = tuple(dispatch(sched, "trailing_w_steps", s, pp, mb)
                      for s in (0 * pp, np.maximum(pp - 2, 0), pp - 1))
     z2_path = np.where(split, np.where(v == 1, Z2_SPLIT, Z2_BUSY),
@@ -752,7 +754,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
     # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
     # (over the dense parameters' copies, ``placement.dense_dp_group``)
-    n_dp, stride_dp = dense_dp_group(tp, cp, dp)
+    n_dp, stride_dp = dense_dp_group(tp, cp, dps)
     z3_tensor = mb * (
         cm.per_tensor_time(sc.z3_fwd_n + sc.z3_bwd_n, sc.param_bytes
                            * (sc.z3_fwd_params + sc.z3_bwd_params), n_dp, stride_dp, cl,
@@ -786,7 +788,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # overlap, ``z2_sync_exposed``; ZB-H1's and interleaving's tails) are measured from its end
     tails = []
     for k in K:
-        held = cm.grad_shard_params(pr_k[k], pe_k[k], tp, cp, dp, ep, etp, zero)
+        held = cm.grad_shard_params(pr_k[k], pe_k[k], tp, cp, dp, ep, etp, zero, dps)
         mirror = np.where(mirrored, cm.collective_time("allreduce", gb * held, 2, G_pairs, cl),
                           0.0)
         z2 = np.where(ogr, z2_over_k(k), np.where(mirrored, mb * rs_mb_k[k], -np.inf))

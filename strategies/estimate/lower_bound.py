@@ -93,6 +93,7 @@ from strategies.stacks.comm_rules import full_grad_reduce, grad_path
 from strategies.stacks.profile import FrameworkProfile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
+from strategies import placement
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -473,7 +474,7 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
 
     # parameters and optimizer by stage (the stage-cost record; ZeRO >= 1: the 1/(dp·cp)
     # shard, ``placement.dense_dp_group``)
-    shard = np.where(zero >= 1, dense_dp_group(tp, cp, dp)[0], 1.0)
+    shard = np.where(zero >= 1, dense_dp_group(tp, cp, P.dp_shard)[0], 1.0)
     params = {"first": sc.params_first, "last": sc.params_last, "mid": sc.params_mid,
               "heavy": sc.params_mid}
     # their routed experts' part, reduced over the expert-data-parallel group
@@ -593,27 +594,37 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # (``comm.dp_parts``: every data-parallel collective, ZeRO-3's included)
 
     # each kind's groups once (every floor below and the mirror's shard read them)
-    parts = {k: cm.dp_parts(params[k], eparams[k], tp, cp, dp, ep, P.etp)
+    parts = {k: cm.dp_parts(params[k], eparams[k], tp, cp, dp, ep, P.etp, P.dp_shard)
              for k in ("first", "last", "mid")}
+    # hybrid sharding: each gradient reduce-scatter's all-reduce of the rank's dense share
+    # over its replicas (``comm.replica_time``; 0 with one replica)
+    n_rep, s_rep = placement.replica_group(tp, cp, dp, P.dp_shard)
 
     def dp_floor(nbytes_per, kind, passes):
         return cm.dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
             nbytes_per * p, n, s, passes, cl))
 
+    def rep_floor(nbytes_per, kind):
+        (d, n_d, _), _ = parts[kind]
+        return group_floor(nbytes_per * d / n_d, n_rep, s_rep, 2.0, cl)
+
     def dp_terms(kind):
         # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
         copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
-        red = dp_floor(gb, kind, np.where(full, 2.0, 1.0))
+        red = dp_floor(gb, kind, np.where(full, 2.0, 1.0)) + np.where(
+            full, 0.0, rep_floor(gb, kind))
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), dp_floor(getattr(sc, f"gather_{kind}"), kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1))
+        z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1)
+                        + rep_floor(gb, kind))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
-        z2 = nmb * dp_floor(gb * np.where(mirrored, 0.5, 1.0), kind, 1)
+        half = np.where(mirrored, 0.5, 1.0)
+        z2 = nmb * (dp_floor(gb * half, kind, 1) + rep_floor(gb * half, kind))
         busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero_g == 2), z2, 0.0))
         return red, ag_tail, busy
 
@@ -642,7 +653,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # the dp stream after the last compute and the buckets, before the optimizer (its
         # floor at the fastest links: the pair may share a node)
         # (the gradients its optimizer steps: ``comm.grad_shard_params``)
-        held = cm.grad_shard_params(params[kind], eparams[kind], tp, cp, dp, ep, P.etp, zero)
+        held = cm.grad_shard_params(params[kind], eparams[kind], tp, cp, dp, ep, P.etp, zero,
+                                    P.dp_shard)
         mirror = np.where(mirrored, group_floor(gb * held, 2, 1, 2.0, cl), 0.0)
         ok = known[kind]
         red, z3, ag, mirror, o = (np.where(ok > 0, ok * x, 0.0)

@@ -18,7 +18,8 @@ recomputation of named modules is ``custom``, ``strategies.remat_policies``) and
 parallelism is carved from the data-parallel ranks).
 
 Plan -> mesh axes: ``tp`` -> tensor, ``cp`` -> context, ``ep`` -> expert, ``dp / ep`` -> fsdp
-(ZeRO-3) or data (ZeRO-0), ``pp`` -> stage. Each is split into its ICI (within an NVLink domain)
+(ZeRO-3) or data (ZeRO-0), with hybrid sharding (``dp_shard``) ``dp_shard`` -> fsdp and
+``dp / dp_shard`` -> data, ``pp`` -> stage. Each is split into its ICI (within an NVLink domain)
 and DCN (across) factors by walking the dimensions innermost first, as paraplan places ranks
 (``strategies.placement``: tp, cp, dp with its ep blocks innermost, pp).
 """
@@ -40,7 +41,7 @@ QUANTISE = {"bf16": "", "fp8": "te_fp8_delayedscaling", "fp8-delayed": "te_fp8_d
 #: MaxText ``remat_policy`` of each plan recomputation
 REMAT = {"none": "minimal_with_context", "selective": "minimal", "full": "full"}
 #: the mesh axes a plan fills, innermost first (placement order)
-AXES = ("tensor", "context", "expert", "dp", "pipeline")
+AXES = ("tensor", "context", "expert", "dp", "replica", "pipeline")
 
 
 def _refuse(why: str) -> None:
@@ -58,7 +59,7 @@ def mesh_split(sizes: dict[str, int], domain: int) -> dict[str, tuple[int, int]]
     (4, 4)
     """
     left, out = domain, {}
-    for axis in AXES:
+    for axis in (a for a in AXES if a in sizes):
         n = sizes[axis]
         ici = gcd(n, left)
         if ici < min(n, left):
@@ -135,8 +136,10 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
         _refuse(f"{m.num_layers} layers over pp={p.pp}: MaxText's pipeline gives every stage "
                 "the same number of layers")
     # ep | dp: the profile's rule (JAX_XLA.ep_in_dp)
-    sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.dp // p.ep,
-             "pipeline": p.pp}
+    # hybrid sharding (dp_shard): the fsdp axis over a shard group, the data axis over the
+    # replicas, outside it (ep is refused with dp_shard: Plan)
+    sizes = {"tensor": p.tp, "context": p.cp, "expert": p.ep, "dp": p.shard_dp // p.ep,
+             "replica": p.dp // p.shard_dp, "pipeline": p.pp}
     split = mesh_split(sizes, cl.gpus_per_node)
     dp_axis = "fsdp" if p.zero == 3 else "data"
     other = "data" if dp_axis == "fsdp" else "fsdp"
@@ -146,7 +149,7 @@ def maxtext_config(job: Job) -> tuple[str, list[str]]:
     cfg.update(_batch(job))
     for level, i in (("ici", 0), ("dcn", 1)):
         cfg[f"{level}_{dp_axis}_parallelism"] = split["dp"][i]
-        cfg[f"{level}_{other}_parallelism"] = 1
+        cfg[f"{level}_{other}_parallelism"] = split["replica"][i]
         for axis in ("tensor", "context", "expert", "pipeline"):
             cfg[f"{level}_{axis}_parallelism"] = split[axis][i]
     if p.pp > 1:

@@ -78,7 +78,9 @@ def model_parts(job: Job) -> list[list[str]]:
 def _data_parallel(job: Job, notes: list[str]) -> dict:
     p = job.plan
     if p.zero in (2, 3):
-        return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp,
+        # hybrid sharding (plan dp_shard): HSDP, FSDP over dp_shard·cp, replicas outside
+        return {"data_parallel_replicate_degree": p.dp // p.shard_dp,
+                "data_parallel_shard_degree": p.shard_dp,
                 "fsdp_reshard_after_forward": "always" if p.zero == 3 else "never"}
     # DDP beside tp or pp: the profile refuses it (FrameworkProfile.ddp_sole)
     if p.cp > 1:

@@ -220,15 +220,16 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     seq_div = np.where(sp, tp, 1.0)
 
     # parameters held here (strategies.cost.counts) and their states, sharded over the ranks
-    # holding their copies: d = dp·cp (``placement.dense_dp_group``, the step-time model's
-    # rule), the routed experts over their expert-data-parallel group
+    # holding their copies: d = dp·cp, or with hybrid sharding dp_shard·cp
+    # (``placement.dense_dp_group``, the step-time model's rule), the routed experts over
+    # their expert-data-parallel group
     etp = P.etp
     dense_l, expert_l = counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
     emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
     head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
-    d = placement.dense_dp_group(tp, cp, dp)[0]
+    d = placement.dense_dp_group(tp, cp, P.dp_shard)[0]
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))

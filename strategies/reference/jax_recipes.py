@@ -19,6 +19,12 @@ MaxText's ``qkv_proj`` and ``out_proj``; its fused attention's output and statis
 ``context`` (``jax/fused_attn.py``), not saved, so the attention forward reruns.
 ``strategies.remat_policies.recompute_of`` turns the saved tensors into the plan's
 recomputation.
+
+Both suites run a hybrid mesh (``fsdp_group``): ZeRO-3 over an FSDP group of GPUs, pure data
+parallelism across the groups (the plan's ``dp_shard``). MaxText: the README's table headers
+give each column's ``FSDP=`` (64/128/256/128/128/128 at 64-2,048 GPUs). PaxML:
+``paxml/configure.sh`` sets ``FSDP=16`` nodes and ``DP=nodes/16`` (``DCN_MESH_SHAPE=[DP,16,1]``,
+``ICI_MESH_SHAPE=[1,8,1]``): FSDP over 128 GPUs (docs/calibration.md §3.23).
 """
 from __future__ import annotations
 
@@ -41,6 +47,31 @@ RECIPES: dict[tuple[str, str, str], tuple[tuple[str, ...], str]] = {
     ("NVIDIA/dgxc-benchmarking", "paxml/README_175b.md @v24.11.1", "fp8"):
         (("qkv_proj", "out_proj"), _PAX),
 }
+
+
+#: (source ref, table prefix) -> (FSDP group size by the run's GPU count, where it is stated)
+FSDP_GROUPS: dict[tuple[str, str], tuple[dict[int, int], str]] = {
+    ("NVIDIA/dgxc-benchmarking", "maxtext/README_70b.md @v24.11.1"):
+        ({64: 64, 128: 128, 256: 256, 512: 128, 1024: 128, 2048: 128},
+         "NVIDIA/dgxc-benchmarking maxtext/README_70b.md @v24.11.1, the table headers "
+         "'FSDP=64/128/256/128/128/128' at 64..2,048 GPUs; the rest pure data parallelism"),
+    ("NVIDIA/dgxc-benchmarking", "paxml/README_175b.md @v24.11.1"):
+        ({n: 128 for n in (128, 256, 512, 1024, 2048)},
+         "NVIDIA/dgxc-benchmarking paxml/configure.sh @v24.11.1: FSDP=16 nodes x "
+         "ICI_MESH_SHAPE=[1,8,1], DP=nodes/16 replicas (DCN_MESH_SHAPE=[DP,16,1])"),
+}
+
+
+def fsdp_group(entry: dict[str, Any]) -> tuple[int, str] | None:
+    """``(GPUs in one FSDP group, source)`` of a published JAX run whose recipe states a hybrid
+    mesh (``FSDP_GROUPS``), or None."""
+    src = entry.get("source") or {}
+    ref, table = str(src.get("ref") or ""), str(src.get("table") or "")
+    n = (entry.get("hardware") or {}).get("n_gpus")
+    for (r, t), (sizes, cite) in FSDP_GROUPS.items():
+        if ref == r and table.startswith(t) and n in sizes:
+            return sizes[n], cite
+    return None
 
 
 def remat_recipe(entry: dict[str, Any], dtype: str) -> tuple[tuple[str, ...], str] | None:

@@ -16,7 +16,7 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_modules
 from strategies.reference.bridge_recipes import recipe_for
-from strategies.reference.recipe_options import _moe_options, _remat_recipe
+from strategies.reference.recipe_options import _hybrid_mesh, _moe_options, _remat_recipe
 from strategies.reference.stated_switches import _size, _switches
 from strategies.reference.text import recompute_kind, schedule_kind
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
@@ -216,6 +216,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
+    switches.update(_hybrid_mesh(c, fw, tp, cp, dp, int(zero), notes))
     k = _flushes(fw, pp, gbs, dp, local)
     if k > 1:
         switches["flushes"] = k

@@ -16,7 +16,7 @@ from strategies.plan import BALANCED_ROUTINGS, Plan
 from strategies.reference.bridge_recipes import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
                                                  llama_switches, recipe_for)
 from strategies.reference.entry_specs import _dtype
-from strategies.reference.jax_recipes import remat_recipe
+from strategies.reference.jax_recipes import fsdp_group, remat_recipe
 from strategies.reference.stated_switches import _delay_wgrad, _size, _stated_bool, _stated_number
 from strategies.reference.text import recompute_kind
 from strategies.remat_policies import recompute_of
@@ -106,6 +106,24 @@ def _remat_recipe(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
     notes.append(f"recompute={rec}" + (f", recompute_modules={'+'.join(mods)}" if mods else "")
                  + f" (the recipe saves {'+'.join(saved)}, the rest is recomputed: {cite})")
     return {"recompute": rec, **({"recompute_modules": mods} if mods else {})}
+
+
+def _hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero: int,
+                 notes: list[str]) -> dict:
+    """The hybrid sharding a JAX run's recipe states (``reference.jax_recipes.fsdp_group``:
+    ZeRO-3 over an FSDP group of GPUs, replicas across): ``dp_shard`` = the group's GPUs over
+    ``tp·cp``, stated with its source; {} when the recipe states none, the group is the whole
+    dp, or the stack cannot run it (``FrameworkProfile.hybrid_zero``)."""
+    found = fsdp_group(c)
+    if found is None or zero not in fw.hybrid_zero:
+        return {}
+    gpus, cite = found
+    shard = gpus // (tp * cp)
+    if shard >= dp or dp % shard or gpus % (tp * cp):
+        return {}
+    notes.append(f"dp_shard={shard}: ZeRO-3 over FSDP groups of {gpus} GPUs, {dp // shard} "
+                 f"data-parallel replicas ({cite})")
+    return {"dp_shard": shard}
 
 
 def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:

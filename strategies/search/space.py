@@ -95,11 +95,11 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
             "moe_imbalance", "moe_capacity_factor")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
-            "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size",
+            "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
             *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "dw", "cg", "route", "imb", "cf", "fl", "mgs")
+           "disp", "epo", "dw", "cg", "route", "imb", "cf", "fl", "mgs", "dps")
 
 
 @dataclass(frozen=True)
@@ -181,6 +181,7 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
                 flushes=int(c.get("fl", 1)),
                 microbatch_group_size=int(c.get("mgs", 0)) or None,
+                dp_shard=int(c["dps"]) if int(c.get("dps", c["dp"])) != c["dp"] else None,
                 flash_attn=bool(c["flash"]), overlap_grad_reduce=bool(c["ogr"]),
                 overlap_param_gather=bool(c["opg"]), tp_comm_overlap=bool(c["tpo"]),
                 recompute_layers=int(c["rcl"]) or None,
@@ -212,6 +213,7 @@ def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:
             + (f",flushes={plan.flushes}" if plan.flushes != 1 else "")
             + (f",microbatch_group_size={plan.microbatch_group_size}"
                if plan.microbatch_group_size is not None else "")
+            + (f",dp_shard={plan.dp_shard}" if plan.dp_shard is not None else "")
             + _switch_key(plan, defaults or {}))
 
 
@@ -422,6 +424,8 @@ def _axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
         ax["fl"] = fx["flushes"]
     if "microbatch_group_size" in fx:
         ax["mgs"] = fx["microbatch_group_size"]
+    if "dp_shard" in fx:
+        ax["dps"] = fx["dp_shard"]
     return ax
 
 
@@ -509,6 +513,8 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
     cols["fl"] = np.full(fi.shape, ax.get("fl", 1), dtype=np.int64)
     cols["mgs"] = np.where(attr_by_code(cols["sched"], "uses_group").astype(bool),
                            ax.get("mgs", 0), 0).astype(np.int64)
+    if "dps" in ax:     # --fix dp_shard: the rows it divides (``_fixed_mask`` prunes the rest)
+        cols["dps"] = np.where(cols["dp"] % ax["dps"] == 0, ax["dps"], cols["dp"])
     return cols
 
 
@@ -523,6 +529,10 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
             continue
         elif k == "microbatch_group_size":    # a schedule that takes a group (``_grid``)
             ok &= c["mgs"] == int(v)
+        elif k == "dp_shard":     # the rows ``Plan`` takes it on (``plan._check_dp_shard``)
+            flat = c["dp"] == int(v)
+            ok &= (c["dp"] % int(v) == 0) & (flat | ((c["zero"] >= 1) & (c["ep"] == 1)
+                                                     & (int(v) * c["cp"] >= 2)))
         elif k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":

@@ -13,6 +13,7 @@ JAX_XLA = FrameworkProfile(
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
+    hybrid_zero=(3,),        # MaxText's ici_fsdp x dcn_data_parallelism meshes
     microbatches_per_pp=True,
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),

@@ -64,6 +64,8 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
+    # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R)
+    hybrid_zero=(1,),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
@@ -125,6 +127,7 @@ HAI_LLM = replace(
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",
     default_tp_comm_overlap=False, default_recompute="none",
     schedules=("1f1b", "zb-h1", "dualpipe"), zero_stages=(0, 1), zero_with_pp=1, max_tp=1,
+    hybrid_zero=(),
     context_parallel=False, tp_comm_overlap=False, ep_overlap=False,
     # report §3.2.2: a token crosses IB once per destination node, then NVLink to its GPUs
     # (node-deduplicated dispatch, the design DeepSeek released as DeepEP)

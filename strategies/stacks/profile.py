@@ -43,6 +43,9 @@ class FrameworkProfile:
     schedules: tuple[str, ...] = ("1f1b", "interleaved")
     zero_stages: tuple[int, ...] = (0, 1, 2, 3)
     zero_with_pp: int = 3
+    # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
+    # profiles); () none
+    hybrid_zero: tuple[int, ...] = ()
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True

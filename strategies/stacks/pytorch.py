@@ -22,6 +22,8 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
+    # FSDP ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2, FSDP2's 2-D mesh (HSDP)
+    hybrid_zero=(2, 3),
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     # DTensor's ColwiseParallel: the matmul saves the all-gathered input, no re-gather
     # (torchtitan and NeMo AutoModel inherit it); its input gradient is redistributed after
@@ -219,7 +221,7 @@ AUTOMODEL = replace(
     tp_comm_overlap=False, tp_overlap="userbuffers", tp_overlap_bwd_exposed=0.0,
     # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
     # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
-    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True,
+    zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True, hybrid_zero=(),
     # components/distributed/fsdp2.py FSDP2Manager: assert dp_size % ep_size == 0, the moe
     # mesh (pp, ep_shard = dp/ep, ep) over the data-parallel ranks
     ep_from_fsdp=False, ep_in_dp=True,

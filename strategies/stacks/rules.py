@@ -192,6 +192,11 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "needs at least pp micro-batches per pipeline flush "
                                     "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
                                     "pp_microbatch_size >= pp_size, asserted)"))
+    dps = np.asarray(getattr(v, "dp_shard", dp))
+    rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | np.isin(
+        zero, fw.hybrid_zero), lambda: who + (
+            f"runs hybrid sharding (dp_shard < dp) only with zero in {fw.hybrid_zero}"
+            if fw.hybrid_zero else "does not run hybrid sharding (dp_shard < dp)")))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
@@ -261,6 +266,8 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
     not: an unresolved ``dp`` reads as 1, an unresolved ``gbs`` skips the rules on it)."""
     return SimpleNamespace(tp=plan.tp, pp=plan.pp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
                            dp=plan.dp if plan.dp is not None else 1, etp=plan.expert_tp,
+                           dp_shard=plan.dp_shard if plan.dp_shard is not None else
+                           (plan.dp if plan.dp is not None else 1),
                            gbs=plan.gbs, mbs=plan.mbs,
                            zero=plan.zero, schedule=schedule_code(plan.schedule),
                            recompute=RECOMPUTE_CODE[plan.recompute],
