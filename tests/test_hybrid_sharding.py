@@ -19,7 +19,8 @@ from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
-from strategies.framework import check_plan, get_profile
+from strategies.framework import get_profile
+from strategies.stacks.rules import check_plan
 from strategies.memory.scalar import stage_memory
 from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
