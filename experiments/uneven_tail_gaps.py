@@ -3,7 +3,7 @@ contention-free simulation of the same job, plan by plan (docs/calibration.md §
 §5.102): zero-bubble orders, DualPipe, MoE with expert parallelism (with and without
 ``ep_overlap``), a mixed H100+A100 cluster, ZeRO-1/2/3.
 
-    python experiments/uneven_tail_gaps.py            # 60 plans, about 10 s
+    python experiments/uneven_tail_gaps.py            # 62 plans, about 20 s
     python experiments/uneven_tail_gaps.py --only zb  # the rows whose name holds "zb"
     python experiments/uneven_tail_gaps.py --time 15  # ms per scalar step (step_arrays),
                                                       # best of 15, by ZeRO stage
@@ -48,6 +48,8 @@ first_stage_layers=6,last_stage_layers=2
 dualpipe pp4 slots | dense14 | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipe,{SLOTS}
 dualpipe pp2 uneven gbs32 | dense | dgx-h100:1 | pp=2,dp=4,mbs=1,gbs=32,schedule=dualpipe,{U2}
 dualpipev pp4 uneven | dense | dgx-h100:1 | pp=4,dp=2,mbs=1,gbs=16,schedule=dualpipev,{U4}
+dualpipev pp2 slots | dense14 | dgx-h100:1 | pp=2,dp=4,vpp=2,mbs=1,gbs=32,schedule=dualpipev,\
+{SLOTS}
 moe 1f1b pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,\
 first_stage_layers=3,last_stage_layers=5
 moe interleaved pp2 ep8 uneven | moe | hgx-h800:2 | pp=2,dp=8,ep=8,mbs=1,gbs=32,{IL},\
