@@ -20,7 +20,7 @@ import numpy as np
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
 from strategies.plan import BALANCED_ROUTINGS, DEFAULT_MOE_IMBALANCE, DISPATCHERS, ROUTINGS, Plan
-from strategies.schedules import attr_by_code, schedule_code
+from strategies.schedules import attr_by_code, dispatch, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
 #: registration order, ``strategies.schedules.schedule_code``).
@@ -226,8 +226,10 @@ def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray,
 
     * even: ``num_layers / pp`` on every rank, ``floor(num_layers / (pp·vpp))`` per chunk;
     * ``account_slots``: ``k = (num_layers + 2)/(pp·vpp)`` slots per chunk, the embedding
-      one of rank 0's first chunk's and the loss one of rank ``pp-1``'s last chunk's:
-      ``pp·k·vpp/pp - 1`` layers on the end ranks, ``k·vpp`` on the middle ones;
+      one of rank 0's first chunk's and the loss one of the last virtual stage's, on the
+      rank holding the LM head (``Schedule.head_rank_array``): ``k·vpp - 1`` layers on each
+      end rank of the ring, ``k·vpp`` on the middle ones; on a V (head on rank 0) ``k·vpp - 2``
+      on rank 0 and ``k·vpp`` on every other rank;
     * ``first/last_stage_layers`` ``f``, ``l``: the middle ranks share the rest evenly;
     * a mirrored schedule (DualPipe, ``pp > 1``: rank ``r`` holds stages ``r`` and
       ``pp-1-r``): per copy, each end rank ``(f + l)/2`` (``cost.stage.copy_layers``), so
@@ -250,8 +252,10 @@ def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray,
                                   - np.where(la > 0, la, 0.0)) / np.maximum(pp - ends, 1), even)
     f_eff = np.where(f > 0, f, mid_fl)          # an end not given is a middle rank
     l_eff = np.where(la > 0, la, mid_fl)
-    first = np.where(acc, k * v - 1, np.where(given, f_eff, even))
-    last = np.where(acc, k * v - 1, np.where(given, l_eff, even))
+    # a V (ZB-V, DualPipeV): the loss slot on rank 0 beside the embedding's
+    v_head = (dispatch(P.schedule, "head_rank_array", pp, v) == 0) & (pp > 1)
+    first = np.where(acc, k * v - 1 - v_head, np.where(given, f_eff, even))
+    last = np.where(acc, k * v - 1 + v_head, np.where(given, l_eff, even))
     mid = np.where(acc, k * v, np.where(given, mid_fl, even))
     least = np.where(acc, k - 1, np.where(
         given, np.minimum(np.minimum(first, last), np.where(pp > 2, mid, first)) / v,
