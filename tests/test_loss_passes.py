@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from strategies.cost.compute import lm_head_time_split, usable_hbm
+from strategies.cost.embedding_head_time import lm_head_time_split
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.errors import SpecError
 from strategies.framework import (COMPOSER_CROSS_ENTROPY, MEGATRON_CORE, MEGATRON_CROSS_ENTROPY,
                                   MEGATRON_DEEPSPEED, MEGATRON_LM_2021, PROFILES, PYTORCH_EAGER,

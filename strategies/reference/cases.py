@@ -16,7 +16,7 @@ from strategies.framework import (MEGATRON_LM_2021, FrameworkProfile, compiled, 
                                   with_fp8_attention, with_fused_grouped_mlp)
 from strategies.job import Job, make_job
 from strategies.model import ModelSpec
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.moe_balance import forced_imbalance
 from strategies.plan import BALANCED_ROUTINGS, Plan, parse_modules
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
@@ -863,12 +863,12 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
         return replace(plan, moe_imbalance=imb)
     if plan.moe_routing in BALANCED_ROUTINGS:
         return plan
-    rule = float(counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
-                                 plan.tp, plan.cp, plan.expert_tp))
+    rule = float(token_counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
+                                       plan.tp, plan.cp, plan.expert_tp))
     if plan.capacity_factor < rule:
         notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
                      f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
-                     f"imbalance {rule:.4f} (counts.moe_load)")
+                     f"imbalance {rule:.4f} (token_counts.moe_load)")
     else:
         notes.append(f"moe_imbalance by the default rule ({rule:.4f}: a trained router "
                      "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "
