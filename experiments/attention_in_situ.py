@@ -48,8 +48,8 @@ def row(case) -> tuple[tuple[str, ...], float, float] | None:
         p.tp, p.tp_comm_overlap, p.cp, p.zero,
         overlap_clock.dp_overlaps_whole_step(p.dp, mb, p.overlap_grad_reduce)))
     attn = slow * m.num_layers * mb * (passes * fwd + bwd)
-    flops = m.num_layers * mb * (passes + 2.5) * attention_counts.attn_core_flops_fwd(m, p.mbs, p.tp,
-                                                                                      p.cp, True)
+    flops = m.num_layers * mb * (passes + 2.5) \
+        * attention_counts.attn_core_flops_fwd(m, p.mbs, p.tp, p.cp, True)
     left = case.measured_step_s - (step - attn)
     implied = flops / left if left > 0 else float("nan")
     modelled = flops / (attn / slow)

@@ -74,20 +74,25 @@ ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "no overlap clock penalty": lambda: patched_cost(overlap_clock, "OVERLAP_CLOCK_RATIO", 1.0),
     "no separate gradient accumulation": lambda: patched_cost(grad_time, "grad_accum_time",
                                                               lambda params, *a, **k: 0.0 * params),
-    "no kernel launch gaps": lambda: patched_cost(elementwise_time, "launch_time", lambda fw=None, gpu=None: 0.0),
-    "no M/tp split under TP overlap": lambda: patched_cost(gemm_time, "_tp_split", lambda tp, tpo: 1.0),
-    "K knee = 64 on every chip": lambda: patched_cost(gemm_kernel, "k_knee", lambda gpu, dtype: gemm_kernel.SHAPE_SCALE),
+    "no kernel launch gaps": lambda: patched_cost(elementwise_time, "launch_time",
+                                                  lambda fw=None, gpu=None: 0.0),
+    "no M/tp split under TP overlap": lambda: patched_cost(gemm_time, "_tp_split",
+                                                           lambda tp, tpo: 1.0),
+    "K knee = 64 on every chip": lambda: patched_cost(gemm_kernel, "k_knee",
+                                                      lambda gpu, dtype: gemm_kernel.SHAPE_SCALE),
     "FlashAttention-2 at the native rate": lambda: patched(
         GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
-    "no GEMM wave quantisation": lambda: patched_cost(gemm_kernel, "gemm_waves", lambda gpu, system=None: None),
+    "no GEMM wave quantisation": lambda: patched_cost(gemm_kernel, "gemm_waves",
+                                                      lambda gpu, system=None: None),
     "GEMM waves with the kernel choice on every chip": lambda: patched_cost(
         gemm_kernel, "gemm_waves", lambda gpu, system=DEFAULT_SYSTEM: gemm_kernel.Waves(
             gpu.sm_count, *AMPERE_WAVE_TILE, hbm_rate.usable_hbm(gpu, system))
         if gpu.sm_count else None),
     "GEMM waves, 256x128 tile only (no tile or split-K choice)": lambda: patched_cost(
-        gemm_kernel, "gemm_configs", lambda w: (gemm_kernel.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),)),
+        gemm_kernel, "gemm_configs",
+        lambda w: (gemm_kernel.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),)),
     "GEMM tile choice, no split-K": lambda: patched_cost(gemm_kernel, "SPLIT_K", (1,)),
     "GEMM tile choice, every tile at efficiency 1": lambda: patched_cost(
         gemm_kernel, "tile_efficiency", lambda tm, tn: 1.0),

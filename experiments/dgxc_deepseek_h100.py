@@ -87,7 +87,8 @@ def moe_layer(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, floa
                                            gemm_time.fixed_shares([(name, g)], m, p.ep, fw)))
         key = "router" if g[-1] is None else name
         out[f"gemm_{key}"] = out.get(f"gemm_{key}", 0.0) + t
-    a_f, a_b = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, p.flash_attn, gpu, 1.0, fw, sy)
+    a_f, a_b = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, p.flash_attn, gpu, 1.0, fw,
+                                                 sy)
     out["attn_core_fwd"], out["attn_core_bwd"] = float(a_f), float(a_b)
     moe = stage_costs(job).by_kind["moe"]
     out["layer_fwd"], out["layer_bwd"] = moe.layer_fwd, moe.layer_bwd

@@ -92,7 +92,8 @@ def main() -> int:
         r0, r1 = residual(pts, 0.0), residual(pts, t0)
         a = "/".join(f"{sustained_over_burst(n, d):.3f}" for _, n, d in tables)
         lo, hi = min(p[0] for p in pts), max(p[0] for p in pts)
-        print(f"| {gen} | {len(pts)} | {a} | {t0 * 1e6:.3f} | {gemm_kernel.GEMM_FIXED_S[gen] * 1e6:.3f} "
+        print(f"| {gen} | {len(pts)} | {a} | {t0 * 1e6:.3f} | "
+              f"{gemm_kernel.GEMM_FIXED_S[gen] * 1e6:.3f} "
               f"| {r0[0]:.3f} | {r1[0]:.3f} | {r1[1]:+.3f} | {r1[2]:.3f} | "
               f"{lo * 1e6:.1f}-{hi * 1e6:.1f} |")
     print("\nTable 2: a free (check): per table\n")
@@ -112,9 +113,11 @@ def _table_points(table: tuple, name: str, dtype: str) -> list[tuple]:
     """``points``' ``(T, U, a)`` of one ``table`` priced on ``name`` in ``dtype``."""
     g = get_gpu(name)
     a = sustained_over_burst(name, dtype)
-    rate, kn, wv = gemm_time._rates(g, dtype)[0], gemm_kernel.k_knee(g, dtype), gemm_kernel.gemm_waves(g)
+    rate, kn = gemm_time._rates(g, dtype)[0], gemm_kernel.k_knee(g, dtype)
+    wv = gemm_kernel.gemm_waves(g)
     return [(2.0 * b * m * n * k / (v * 1e12),
-             b * float(gemm_kernel._gemm_compute(m, n, k, rate, kn, wv)), a) for b, m, n, k, v in table]
+             b * float(gemm_kernel._gemm_compute(m, n, k, rate, kn, wv)), a)
+            for b, m, n, k, v in table]
 
 
 if __name__ == "__main__":

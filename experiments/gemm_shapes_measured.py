@@ -257,7 +257,8 @@ def rows_with_ampere_waves() -> list[Row]:
 
     def waves_(gpu, system=DEFAULT_SYSTEM):
         if gpu.wave_tile is None and gpu.sm_count and gpu.name in gemm_kernel.GEMM_GENERATION:
-            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, hbm_rate.usable_hbm(gpu, system))
+            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE,
+                                     hbm_rate.usable_hbm(gpu, system))
         return orig(gpu, system)
     with patched_cost(gemm_kernel, "gemm_waves", waves_):
         return rows()
@@ -308,7 +309,8 @@ def subwave_penalty() -> dict:
     rs = rows()
     out = {}
     for gen in ("sm_90", "sm_100"):
-        sub = [r.norm_ratio for r in rs if gemm_kernel.GEMM_GENERATION.get(r.gpu) == gen and r.waves < 1]
+        sub = [r.norm_ratio for r in rs
+               if gemm_kernel.GEMM_GENERATION.get(r.gpu) == gen and r.waves < 1]
         out[gen] = statistics.median(sub)
     return out
 
@@ -323,12 +325,14 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
     from strategies.estimate.scalar import estimate
 
     kf, pen = knee_factors(), subwave_penalty()
-    orig_knee, orig_compute, orig_waves = gemm_kernel.k_knee, gemm_kernel._gemm_compute, gemm_kernel.gemm_waves
+    orig_knee, orig_compute, orig_waves = (gemm_kernel.k_knee, gemm_kernel._gemm_compute,
+                                           gemm_kernel.gemm_waves)
 
     def blackwell_waves(gpu, system=DEFAULT_SYSTEM):
         if gpu.wave_tile is None and gpu.sm_count \
                 and gemm_kernel.GEMM_GENERATION.get(gpu.name) == "sm_100":
-            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, hbm_rate.usable_hbm(gpu, system))
+            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE,
+                                     hbm_rate.usable_hbm(gpu, system))
         return orig_waves(gpu, system)
 
     def knee(gpu, dtype):

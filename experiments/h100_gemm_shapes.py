@@ -140,7 +140,8 @@ def model_tflops(gpu_name: str, dtype: str, b: int, m: float, n: float, k: float
     priced), run as one batched kernel, as XLA's ``dot`` runs them: one fixed time per
     kernel (``gemm_kernel.gemm_fixed_s``) where the layer pricing counts ``b``."""
     g = get_gpu(gpu_name)
-    t = gemm_time.gemms_time_fwd([(b, m, n, k, False)], 1, g, dtype) - (b - 1) * gemm_kernel.gemm_fixed_s(g)
+    t = gemm_time.gemms_time_fwd([(b, m, n, k, False)], 1, g, dtype) \
+        - (b - 1) * gemm_kernel.gemm_fixed_s(g)
     return 2.0 * b * m * n * k / t / 1e12
 
 

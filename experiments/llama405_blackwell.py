@@ -52,7 +52,8 @@ def _slow(job) -> float:
     P = job.plan
     mb = P.gbs / (P.mbs * P.dp)
     whole = overlap_clock.dp_overlaps_whole_step(P.dp * P.cp, mb, P.overlap_grad_reduce)
-    return float(overlap_clock.overlap_slowdown(P.tp, P.tp_comm_overlap, P.cp, P.zero, whole, False))
+    return float(overlap_clock.overlap_slowdown(P.tp, P.tp_comm_overlap, P.cp, P.zero, whole,
+                                                False))
 
 
 def layer_parts(job) -> dict[str, float]:
@@ -66,15 +67,18 @@ def layer_parts(job) -> dict[str, float]:
     units = gemm_time.gemm_units([g for _, g in parts], P.tp, gpu, dt, P.tp_comm_overlap, fw, sy,
                                  shares=gemm_time.fixed_shares(parts, m, 1, fw))
     n = [g[0] for _, g in parts]
-    a_f, a_b = attention_time.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, gpu, slow, fw, sy)
+    a_f, a_b = attention_time.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, gpu, slow,
+                                                 fw, sy)
     c_f, c_b = elementwise_time.cast_time(m, P.mbs, P.tp, P.cp, P.sp, gpu, dt, sy, fw)
-    e = elementwise_bytes.elementwise_bytes_fwd(m, P.mbs, P.tp, P.cp, P.sp, fw.elementwise_kernels) \
+    e = elementwise_bytes.elementwise_bytes_fwd(m, P.mbs, P.tp, P.cp, P.sp,
+                                                fw.elementwise_kernels) \
         / hbm_rate.usable_hbm(gpu, sy)
     shard = grad_time.accum_shard(P.dp * P.cp, P.zero)
     lt = layer_time.layer_time(m, b=P.mbs, tp=P.tp, cp=P.cp, ep=1, sp=P.sp, flash=P.flash_attn,
-                               recompute=0, gpu=gpu, dtype=dt, tpo=P.tp_comm_overlap, fw=fw, slow=slow,
-                               shard=shard, system=sy)
-    return {"gemm": slow * (gemm_time.units_time_fwd(n, units) + gemm_time.units_time_bwd(n, units)[0]),
+                               recompute=0, gpu=gpu, dtype=dt, tpo=P.tp_comm_overlap, fw=fw,
+                               slow=slow, shard=shard, system=sy)
+    return {"gemm": slow * (gemm_time.units_time_fwd(n, units)
+                            + gemm_time.units_time_bwd(n, units)[0]),
             "attention": a_f + a_b, "casts": c_f + c_b, "elementwise": 3 * e,
             "launch": 3 * elementwise_time.launch_time(fw, gpu=gpu),
             "accumulation": float(lt.wgrad - slow * gemm_time.units_time_bwd(n, units)[1]),

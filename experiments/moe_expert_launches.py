@@ -30,8 +30,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.moe_residuals import FILES, residual_rows  # noqa: E402
-from strategies.cost.moe_time import EXPERT_HOST_S  # noqa: E402
 from strategies.cost.moe_bytes import EXPERT_BIAS_KERNELS  # noqa: E402
+from strategies.cost.moe_time import EXPERT_HOST_S  # noqa: E402
 from strategies.reference.bridge_recipes import recipe_for  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 

@@ -112,13 +112,15 @@ def replica_allreduce_s(job: Job, fsdp: int = FSDP_GROUP,
 
 
 def casts_s(job: Job) -> float:
-    """Seconds of the weight quantisation the model charges per step (``elementwise_time.weight_cast_time``
-    over the layers' weights, times ``quantise.weight_cast_passes``)."""
+    """Seconds of the weight quantisation the model charges per step
+    (``elementwise_time.weight_cast_time`` over the layers' weights, times
+    ``quantise.weight_cast_passes``)."""
     m, p = job.model, job.plan
     w = param_counts.layer_params_per_gpu(m, p.tp, p.ep) * m.num_layers / p.pp
     passes = quantise.weight_cast_passes(job.framework.weight_cast_per_forward,
                                          p.gbs / (p.mbs * p.dp), RECOMPUTE_CODE[p.recompute])
-    return float(elementwise_time.weight_cast_time(w, job.cluster.gpu, job.dtype, job.system) * passes)
+    return float(elementwise_time.weight_cast_time(w, job.cluster.gpu, job.dtype, job.system)
+                 * passes)
 
 
 def pax_memory_bytes(job: Job, activations: float, fsdp: int = FSDP_GROUP) -> float:

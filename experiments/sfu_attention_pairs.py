@@ -56,7 +56,8 @@ def model_ratio(dqk: int, dv: int, backward: bool) -> float:
         m = dataclasses.replace(model_preset("llama3-70b"), kv_channels=dqk)
     if (m.head_dim, m.v_dim) != (dqk, dv):
         raise SystemExit(f"no preset with head dims {dqk}/{dv}")
-    t = {g: attention_time.attention_time_fwd(m, 1, 1, 1, True, get_gpu(g)) for g in ("GB200", "GB300")}
+    t = {g: attention_time.attention_time_fwd(m, 1, 1, 1, True, get_gpu(g))
+         for g in ("GB200", "GB300")}
     i = 1 if backward else 0
     return float(t["GB200"][i] / t["GB300"][i])
 
@@ -70,7 +71,8 @@ def main() -> None:
     for g2, g3 in read_pairs(a.cudnn_frontend):
         t2, t3 = float(g2["time_ms"]) * 1e-3, float(g3["time_ms"]) * 1e-3
         dq, dv, p = int(g2["head_dim_qk"]), int(g2["head_dim_vo"]), g2["profile_pass"]
-        flops = float(g2["tflops"]) * 1e12 * t2 / (attention_time.FLASH_BWD_FACTOR if p == "bwd" else 1)
+        flops = float(g2["tflops"]) * 1e12 * t2 \
+            / (attention_time.FLASH_BWD_FACTOR if p == "bwd" else 1)
         n = flops / (2 * (dq + dv))
         win = "window" if g2["sliding_window_size"] else "full"
         g = groups.setdefault((g2["config_name"], dq, dv, win, p), ([], []))

@@ -55,7 +55,8 @@ def test_attention_only_op_closed_form(gpu, seq):
         * attention_counts.causal_fraction(seq)
     eff = g.attention_efficiency
     assert float(f) == pytest.approx(flops / (eff * g.peak("bf16")), rel=1e-12)
-    assert float(bw) == pytest.approx(attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY
+    assert float(bw) == pytest.approx(attention_time.FLASH_BWD_FACTOR
+                                      / attention_time.FLASH_BWD_EFFICIENCY
                                       * flops / (eff * g.peak("bf16")), rel=1e-12)
     for causal in (True, False):
         r = ab.Bench("t", gpu, "native", b, m.num_attention_heads, 128, 128, causal, seq,
@@ -63,7 +64,8 @@ def test_attention_only_op_closed_form(gpu, seq):
         x = ab.fractions(r)
         want = eff * (0.5 / attention_counts.causal_fraction(seq) if causal else 1.0)
         assert x["model_fwd"] == pytest.approx(want, rel=1e-12)
-        assert x["model_bwd"] == pytest.approx(want * attention_time.FLASH_BWD_EFFICIENCY, rel=1e-12)
+        assert x["model_bwd"] == pytest.approx(want * attention_time.FLASH_BWD_EFFICIENCY,
+                                               rel=1e-12)
 
 
 def test_transcribed_figures_are_fractions_of_peak_and_sourced():

@@ -88,8 +88,8 @@ def test_the_kernel_sets_the_attention_time_in_closed_form():
 
 
 def test_an_elementwise_pass_is_its_bytes_over_usable_bandwidth():
-    """Memory-bound kernels: bytes (``elementwise_bytes.elementwise_bytes_fwd``) / (HBM x 0.85), on A100
-    and H100 alike: the chips' times differ by exactly their bandwidth ratio."""
+    """Memory-bound kernels: bytes (``elementwise_bytes.elementwise_bytes_fwd``) / (HBM x 0.85),
+    on A100 and H100 alike: the chips' times differ by exactly their bandwidth ratio."""
     e = _entry("mosaic_mpt1b_h100_8gpu_seq512_mb56")
     m = case_from_entry(e).job.model
     a100, h100 = get_gpu("A100-SXM4-80GB"), get_gpu("H100-SXM5-80GB")

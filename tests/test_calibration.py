@@ -185,7 +185,8 @@ def test_unfused_gradient_accumulation_costs_per_microbatch():
 
 
 def test_overlap_clock_penalty_only_with_continuous_overlap():
-    slow = overlap_clock.overlap_slowdown(np.array([1, 4, 4, 1, 1]), np.array([True, True, False, False, False]),
+    slow = overlap_clock.overlap_slowdown(np.array([1, 4, 4, 1, 1]),
+                                          np.array([True, True, False, False, False]),
                                           np.array([1, 1, 1, 2, 1]), np.array([0, 1, 1, 0, 3]))
     r = 1 / overlap_clock.OVERLAP_CLOCK_RATIO
     assert list(slow) == [1.0, r, 1.0, r, r]
@@ -242,7 +243,8 @@ def test_k_knee_scales_with_the_sm_rate():
     a100, h100 = GPUS["A100-SXM4-80GB"], GPUS["H100-SXM5-80GB"]
     assert gemm_kernel.k_knee(a100, "bf16") == pytest.approx(gemm_kernel.SHAPE_SCALE)
     assert gemm_kernel.k_knee(h100, "bf16") == pytest.approx(64 * (989.4 / 132) / (312 / 108))
-    assert gemm_kernel.k_knee(h100, "fp8") == pytest.approx(2 * gemm_kernel.k_knee(h100, "bf16"), rel=1e-3)
+    assert gemm_kernel.k_knee(h100, "fp8") == pytest.approx(2 * gemm_kernel.k_knee(h100, "bf16"),
+                                                            rel=1e-3)
     custom = gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "hbm_gib": 80, "hbm_tbps": 3})
     assert custom.sm_count is None and gemm_kernel.k_knee(custom, "bf16") == gemm_kernel.SHAPE_SCALE
 

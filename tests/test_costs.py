@@ -70,7 +70,8 @@ def test_palm_6n_rule():
     l, h, s, V = 96, 12288, 2048, 51200
     m = gpt(l, h, 96, V, s)
     N = 12 * l * h * h + V * h
-    assert flop_counts.model_flops_per_step(m, 1) / s == pytest.approx(6 * N + 12 * l * h * s, rel=1e-12)
+    assert flop_counts.model_flops_per_step(m, 1) / s == pytest.approx(6 * N + 12 * l * h * s,
+                                                                       rel=1e-12)
     assert (6 * 175e9 + 12 * 96 * 96 * 128 * 2048) == pytest.approx(1.079e12, rel=1e-3)
 
 
@@ -108,15 +109,18 @@ def test_causal_fraction_and_executed_attention():
     """A causal FlashAttention kernel computes the lower triangle of 128x128 blocks with the
     diagonal blocks in full; never more than the square."""
     assert attention_counts.causal_fraction(2048) == pytest.approx(0.5 + 64 / 2048, rel=1e-15)
-    assert attention_counts.causal_fraction(64) == 1.0 and attention_counts.causal_fraction(128) == 1.0
+    assert attention_counts.causal_fraction(64) == 1.0
+    assert attention_counts.causal_fraction(128) == 1.0
     m = gpt(24, 2304, 24)
     full = attention_counts.attn_core_flops_fwd(m, 1, 1, 1, False)
     assert full == 4 * 2048 * 2048 * 2304
-    assert attention_counts.attn_core_flops_fwd(m, 1, 1, 1, True) == pytest.approx(full * (0.5 + 64 / 2048))
+    assert attention_counts.attn_core_flops_fwd(m, 1, 1, 1, True) == pytest.approx(
+        full * (0.5 + 64 / 2048))
     # executed FLOPs without recompute and without FlashAttention are the model FLOPs
     assert flop_counts.executed_flops_per_step(m, 8, False, 0) == pytest.approx(
         flop_counts.model_flops_per_step(m, 8), rel=1e-12)
-    assert flop_counts.executed_flops_per_step(m, 8, True, 0) < flop_counts.model_flops_per_step(m, 8)
+    assert flop_counts.executed_flops_per_step(m, 8, True, 0) \
+        < flop_counts.model_flops_per_step(m, 8)
 
 
 @pytest.mark.parametrize("p,m,v", [(12, 128, 1), (8, 64, 1), (8, 64, 12), (4, 8, 2), (35, 280, 3)])
@@ -181,7 +185,8 @@ def test_stage_params_sum_to_the_model(m, tp, ep, pp):
         assert param_counts.expert_params(m) == want_e
     tied = m.vocab_size * m.hidden_size if m.tie_word_embeddings and pp > 1 else 0
     want = (m.num_params() - experts + tied) / tp + experts / (tp * (ep if m.is_moe else 1))
-    got = sum(param_counts.stage_params_per_gpu(m, tp, ep if m.is_moe else 1, pp, s) for s in range(pp))
+    got = sum(param_counts.stage_params_per_gpu(m, tp, ep if m.is_moe else 1, pp, s)
+              for s in range(pp))
     assert got == pytest.approx(want, rel=1e-14)
     # the array form gives the same per stage as the scalar one
     import numpy as np

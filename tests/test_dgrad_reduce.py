@@ -40,7 +40,8 @@ def test_closed_form_of_one_layer(sp: bool, kind: str) -> None:
     assert c.rd_bytes == pytest.approx(T * h * 2, rel=1e-15)
     parts = gemm_shapes.layer_gemm_parts(m, 1, 8, 1, 1)
     units = gemm_time.gemm_units([g for _, g in parts], 8, job.cluster.gpu, "bf16", False,
-                                 MEGATRON_CORE, shares=gemm_time.fixed_shares(parts, m, 1, MEGATRON_CORE))
+                                 MEGATRON_CORE,
+                                 shares=gemm_time.fixed_shares(parts, m, 1, MEGATRON_CORE))
     qkv = [u for (p, g), u in zip(parts, units) if p == "attn" and g[4] is False][0]
     fc1 = [u for (p, g), u in zip(parts, units) if p == "dense_mlp" and g[4] is False][0]
     slow = float(overlap_clock.overlap_slowdown(8, False, 1, 0))

@@ -73,7 +73,8 @@ def test_two_copies_parameters_and_memory_by_kind():
     d, e = param_counts.layer_params_split(m.of_kind("dense"), 2, 4)
     dm, em = param_counts.layer_params_split(m.of_kind("moe"), 2, 4)
     dmt, emt = param_counts.mtp_params_split(m, 2, 4)
-    emb, head = param_counts.embedding_params_per_gpu(m, 2), param_counts.head_params_per_gpu(m, 2, 2)
+    emb = param_counts.embedding_params_per_gpu(m, 2)
+    head = param_counts.head_params_per_gpu(m, 2, 2)
     want = emb + head + 2 * (d + e) + 6 * (dm + em) + dmt + emt
     assert c.params_by_stage[0] == pytest.approx(want, rel=1e-14)
     assert c.params_by_stage[1] == pytest.approx(want, rel=1e-14)

@@ -113,7 +113,8 @@ def test_both_copies_parameters_closed_form():
     assert estimate(a).step_time_s == estimate(b).step_time_s
     c = stage_costs(a)
     lp = param_counts.layer_params_per_gpu(DENSE16, 1, 1)
-    ends = param_counts.embedding_params_per_gpu(DENSE16, 1) + param_counts.head_params_per_gpu(DENSE16, 1, 4)
+    ends = param_counts.embedding_params_per_gpu(DENSE16, 1) \
+        + param_counts.head_params_per_gpu(DENSE16, 1, 4)
     assert c.params_by_stage[0] == pytest.approx(8 * lp + ends, rel=1e-12)
     assert c.params_by_stage[1] == pytest.approx(8 * lp, rel=1e-12)
     assert c.params_by_stage[0] == c.params_by_stage[3]

@@ -26,7 +26,8 @@ def test_llama8b_bytes_per_token_closed_form():
     T = 8192
     assert elementwise_bytes.eager_elementwise_bytes_fwd(L8, 1, 1, 1, False) == 610304 * T
     assert elementwise_bytes.elementwise_bytes_fwd(L8, 1, 1, 1, False) == 188416 * T
-    assert elementwise_bytes.elementwise_bytes_fwd(replace(L8, dropout=True), 1, 1, 1, False) == 196608 * T
+    assert elementwise_bytes.elementwise_bytes_fwd(replace(L8, dropout=True), 1, 1, 1, False) \
+        == 196608 * T
     assert elementwise_bytes.elementwise_bytes_fwd(L8, 1, 1, 1, False, "eager") == 610304 * T
 
 

@@ -225,9 +225,9 @@ def test_node_limited_routing_scale():
     m = model_preset("deepseek-v3")
     assert (m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk) == (8, 4, 8)
     assert ep_dispatch.ep_remote_scale(m, 64, 1, 8) == 0.5
-    assert ep_dispatch.ep_remote_scale(m, 32, 1, 8) == 1.0         # 4 nodes: groups != nodes
-    assert ep_dispatch.ep_remote_scale(m, 32, 2, 8) == 0.5         # etp 2: 32 ranks 2 apart, 8 nodes
-    assert ep_dispatch.ep_remote_scale(QWEN, 64, 1, 8) == 1.0      # not group-limited
+    assert ep_dispatch.ep_remote_scale(m, 32, 1, 8) == 1.0     # 4 nodes: groups != nodes
+    assert ep_dispatch.ep_remote_scale(m, 32, 2, 8) == 0.5     # etp 2: 32 ranks 2 apart, 8 nodes
+    assert ep_dispatch.ep_remote_scale(QWEN, 64, 1, 8) == 1.0  # not group-limited
 
 
 @pytest.mark.parametrize("backend", ["flows", "contention-free"])

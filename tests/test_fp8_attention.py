@@ -61,7 +61,8 @@ def test_windowed_layers_weigh_in_by_their_kernel_blocks():
     s, L, nw = GPT_OSS.seq_length, GPT_OSS.num_layers, GPT_OSS.num_windowed_layers
     assert 0 < nw < L
     full = attention_counts.score_elements(s, None, mode="kernel") * (L - nw)
-    win = attention_counts.score_elements(s, GPT_OSS.sliding_window, GPT_OSS.window_kind, "kernel") * nw
+    win = attention_counts.score_elements(s, GPT_OSS.sliding_window, GPT_OSS.window_kind,
+                                          "kernel") * nw
     w = win / (full + win)
     f, b = fa.time_factors(GPT_OSS, GB200, 4096)
     assert f == pytest.approx((1 - w) / 1.199 + w / 1.000, rel=REL)

@@ -86,7 +86,8 @@ def test_zero3_root_gathered_closed_form():
     lay = parts["layers"]
     assert (lay.params, lay.grads, lay.optimizer) == pytest.approx(
         (4 * n / d, 4 * n / d, 8 * n / d), **EXACT)
-    root = param_counts.embedding_params_per_gpu(m, 1) + param_counts.head_params_per_gpu(m, 1, 1, True)
+    root = param_counts.embedding_params_per_gpu(m, 1) \
+        + param_counts.head_params_per_gpu(m, 1, 1, True)
     state = sum(parts[o].model_state for o in ("embedding", "output"))
     assert state == pytest.approx(root * (2 + 16 / d), **EXACT)
 

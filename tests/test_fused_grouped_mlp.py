@@ -67,7 +67,8 @@ def test_fused_stack_drops_exactly_the_clamp_and_keeps_the_rope():
     assert ef - f == pytest.approx(cf / hbm + cf_k * LAUNCH_GAP_S, rel=1e-9)
     assert eb - b == pytest.approx(cb / hbm + cb_k * LAUNCH_GAP_S, rel=1e-9)
     # a selective recomputation of the activation reruns no eager clamp either
-    assert elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED, rope=False) == (0.0, 0.0)
+    assert elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED,
+                                               rope=False) == (0.0, 0.0)
 
 
 def test_reader_applies_the_stated_fused_mlp():

@@ -54,7 +54,8 @@ def test_compute_bound_gemm_time_goes_as_the_inverse_of_the_factor(scale):
     job = _case("mosaic_mpt7b_h100_8gpu_seq2048_mb6").job
     m, gpu = job.model, job.cluster.groups[0].gpu
     slow = with_gemm_scale(job, scale).cluster.groups[0].gpu
-    fixed = sum(g[0] for g in gemm_shapes.layer_gemms(m, 6, 1, 1, 1)) * gemm_kernel.gemm_fixed_s(gpu)
+    fixed = sum(g[0] for g in gemm_shapes.layer_gemms(m, 6, 1, 1, 1)) \
+        * gemm_kernel.gemm_fixed_s(gpu)
     assert fixed > 0
     t0 = gemm_time.gemm_time_fwd(m, 6, 1, 1, 1, gpu, "bf16") - fixed
     t1 = gemm_time.gemm_time_fwd(m, 6, 1, 1, 1, slow, "bf16") - fixed

@@ -117,7 +117,8 @@ def test_what_if_patches_inside_the_run_only():
     path = os.path.join(root, "strategies/reference/data/nemo_performance_2407.json")
     k0, c0, w0 = gemm_kernel.k_knee, gemm_kernel._gemm_compute, gemm_kernel.gemm_waves
     res = gm.what_if([path])
-    assert gemm_kernel.k_knee is k0 and gemm_kernel._gemm_compute is c0 and gemm_kernel.gemm_waves is w0
+    assert gemm_kernel.k_knee is k0 and gemm_kernel._gemm_compute is c0 \
+        and gemm_kernel.gemm_waves is w0
     cases = [c for c in load_cases(path, tiers=None)
              if c.job is not None and c.measured_step_s is not None]
     assert len(res) == len(cases) == 12

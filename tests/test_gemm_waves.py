@@ -91,8 +91,8 @@ def _config_time(M, N, K, rate, kn, w, tm, tn, s):
     ks = K / s
     units = np.ceil(M / tm) * np.ceil(N / tn) * s
     occ = units / (np.ceil(units / w.slots) * w.slots)
-    return (2.0 * M * N * K / (rate * gemm_kernel.tile_efficiency(tm, tn) * gemm_kernel._shape(M) * gemm_kernel._shape(N)
-                               * (ks / (ks + kn)) * occ)
+    return (2.0 * M * N * K / (rate * gemm_kernel.tile_efficiency(tm, tn) * gemm_kernel._shape(M)
+                               * gemm_kernel._shape(N) * (ks / (ks + kn)) * occ)
             + gemm_kernel.split_k_bytes(M, N, s) / w.hbm)
 
 
@@ -104,7 +104,8 @@ def test_small_output_deep_k_splits_k_with_its_reduction():
     rate = A100.peak("bf16") * A100.matmul_efficiency
     M, N, K = 1024.0, 1024.0, 8192.0
     ks = K / 3
-    exact = (2 * M * N * K / (rate * gemm_kernel._shape(M) * gemm_kernel._shape(N) * (ks / (ks + kn)) * (96 / 108))
+    exact = (2 * M * N * K / (rate * gemm_kernel._shape(M) * gemm_kernel._shape(N)
+                              * (ks / (ks + kn)) * (96 / 108))
              + 2 * 3 * M * N * 4 / w.hbm)
     t = gemm_kernel._gemm_compute(M, N, K, rate, kn, w)
     assert t == pytest.approx(exact, rel=1e-14)
@@ -123,8 +124,8 @@ def test_mid_output_picks_the_smaller_tile_not_a_split():
     w, kn = gemm_kernel.gemm_waves(A100), gemm_kernel.k_knee(A100, "bf16")
     rate = A100.peak("bf16") * A100.matmul_efficiency
     M, N, K = 2048.0, 1024.0, 4096.0
-    exact = 2 * M * N * K / (rate * gemm_kernel.tile_efficiency(128, 64) * gemm_kernel._shape(M) * gemm_kernel._shape(N)
-                             * (K / (K + kn)) * (256 / 324))
+    exact = 2 * M * N * K / (rate * gemm_kernel.tile_efficiency(128, 64) * gemm_kernel._shape(M)
+                             * gemm_kernel._shape(N) * (K / (K + kn)) * (256 / 324))
     assert gemm_kernel._gemm_compute(M, N, K, rate, kn, w) == pytest.approx(exact, rel=1e-14)
     assert gemm_kernel._gemm_compute(M, N, K, rate, kn, w) < _config_time(M, N, K, rate, kn, w,
                                                                           256, 128, 1)
@@ -186,7 +187,8 @@ def test_scalar_and_array_forms_agree():
     assert arr.shape == (2, 2)
     assert gemm_kernel._gemm_compute(np.zeros((0,)), 1024.0, 1024.0, rate, kn, w).shape == (0,)
     # repeated shapes are priced once and given back in place
-    rep = gemm_kernel._gemm_compute(np.array([1024.0, 2048.0, 1024.0]), np.array([1024.0, 1024.0, 1024.0]),
+    rep = gemm_kernel._gemm_compute(np.array([1024.0, 2048.0, 1024.0]),
+                                    np.array([1024.0, 1024.0, 1024.0]),
                                     np.array([8192.0, 4096.0, 8192.0]), rate, kn, w)
     assert rep[0] == rep[2] == gemm_kernel._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
     assert rep[1] == gemm_kernel._gemm_compute(2048.0, 1024.0, 4096.0, rate, kn, w)

@@ -113,8 +113,9 @@ def test_eager_variant_time_is_bytes_over_hbm_plus_launch_gaps():
 
 
 def _layer(m, fw=DEFAULT, recompute=0, modules=0):
-    return layer_time.layer_time(m, b=2, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=recompute,
-                                 gpu=H100, dtype="bf16", fw=fw, modules=modules)
+    return layer_time.layer_time(m, b=2, tp=1, cp=1, ep=8, sp=False, flash=True,
+                                 recompute=recompute, gpu=H100, dtype="bf16", fw=fw,
+                                 modules=modules)
 
 
 def test_layer_time_adds_exactly_the_variant_time():

@@ -70,12 +70,15 @@ def test_cast_time_charges_the_unfused_bytes_by_stack(dtype):
     p, c = PRECISIONS[dtype], gpu.cast_copies(dtype)
     extra = p.cast_bytes(c, False) - p.cast_bytes(c, True)   # per element moved out of the kernel
     hbm = hbm_rate.usable_hbm(gpu)
-    mc_f, mc_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype, fw=get_profile("megatron-core"))
-    hai_f, hai_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype, fw=get_profile("hai-llm"))
+    mc_f, mc_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype,
+                                            fw=get_profile("megatron-core"))
+    hai_f, hai_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype,
+                                              fw=get_profile("hai-llm"))
     assert get_profile("nemo").grouped_mlp_casts and not get_profile("hai-llm").grouped_mlp_casts
     assert mc_f - hai_f == pytest.approx(f_act * extra / hbm, rel=1e-12)
     assert mc_b - hai_b == pytest.approx(2 * f_act * extra / hbm, rel=1e-12)
-    assert elementwise_time.cast_time(m, b, 1, 1, False, gpu, "bf16", fw=get_profile("nemo")) == (0.0, 0.0)
+    assert elementwise_time.cast_time(m, b, 1, 1, False, gpu, "bf16",
+                                      fw=get_profile("nemo")) == (0.0, 0.0)
 
 
 def test_layer_time_carries_the_cast_in_forward_and_backward():
@@ -83,9 +86,10 @@ def test_layer_time_carries_the_cast_in_forward_and_backward():
     kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=gpu,
               dtype="mxfp8")
     mc = layer_time.layer_time(m, fw=get_profile("megatron-core"), **kw)
-    base = layer_time.layer_time(m, fw=replace(get_profile("megatron-core"), grouped_mlp_casts=False),
-                                 **kw)
-    c1 = elementwise_time.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("megatron-core"))
+    base = layer_time.layer_time(
+        m, fw=replace(get_profile("megatron-core"), grouped_mlp_casts=False), **kw)
+    c1 = elementwise_time.cast_time(m, 4, 1, 1, False, gpu, "mxfp8",
+                                    fw=get_profile("megatron-core"))
     c0 = elementwise_time.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("hai-llm"))
     assert mc.fwd - base.fwd == pytest.approx(c1[0] - c0[0], rel=1e-9)
     assert mc.bwd - base.bwd == pytest.approx(c1[1] - c0[1], rel=1e-9)
@@ -115,7 +119,8 @@ def test_expert_pad_time_by_stack_and_precision():
     assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo) == \
         pytest.approx((f / hbm, bw / hbm), rel=1e-15)
     assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "bf16", fw=nemo) == (0.0, 0.0)
-    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=get_profile("hai-llm")) == (0.0, 0.0)
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8",
+                                    fw=get_profile("hai-llm")) == (0.0, 0.0)
 
 
 def test_layer_time_carries_the_padding():
@@ -130,5 +135,6 @@ def test_layer_time_carries_the_padding():
     assert on.bwd - off.bwd == pytest.approx(q_b, rel=1e-9)
     # full recomputation reruns the forward's padding
     full_on = layer_time.layer_time(m, fw=mc, **{**kw, "recompute": 2}).recompute
-    full_off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False), **{**kw, "recompute": 2})
+    full_off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False),
+                                     **{**kw, "recompute": 2})
     assert full_on - full_off.recompute == pytest.approx(q_f, rel=1e-9)

@@ -44,7 +44,7 @@ def test_excluded_fp8_points_exceed_the_dense_peak():
 def test_model_rate_is_flops_over_the_layer_pricing():
     gpu = get_gpu(hg.H100)
     t = gemm_time.gemms_time_fwd([(4, 4096, 1024, 2048, False)], 1, gpu, "bf16")
-    t = t - 3 * gemm_kernel.gemm_fixed_s(gpu)                    # one batched kernel, one fixed time
+    t = t - 3 * gemm_kernel.gemm_fixed_s(gpu)       # one batched kernel, one fixed time
     assert hg.model_tflops(hg.H100, "bf16", 4, 4096, 1024, 2048) == \
         pytest.approx(2.0 * 4 * 4096 * 1024 * 2048 / t / 1e12, rel=1e-14)
     # compute-bound, no waves on Hopper: the catalog's rate times the shape penalty, plus the

@@ -15,9 +15,9 @@ import yaml
 
 from strategies.cost import attention_counts, flop_counts
 from strategies.cost.attention_time import attention_time_fwd
+from strategies.cost.gemm_shapes import early_stop_gemms
 from strategies.cost.gemm_time import gemms_time_fwd
 from strategies.cost.layer_time import early_stop_saving, layer_time, selective_time
-from strategies.cost.gemm_shapes import early_stop_gemms
 from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
 from strategies.framework import JAX_XLA, MEGATRON_CORE

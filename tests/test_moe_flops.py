@@ -25,13 +25,15 @@ def test_mla_gemm_flops_per_token_closed_form():
     dense_mlp, expert = 2 * 3 * h * 18432, 2 * 3 * h * 2048
     moe_mlp = 8 * expert + expert + 2 * h * 256          # top-8, one shared, the router
     s = m.seq_length
-    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "dense") / s == pytest.approx(mla + dense_mlp, rel=REL)
-    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "moe") / s == pytest.approx(mla + moe_mlp, rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "dense") / s == pytest.approx(mla + dense_mlp,
+                                                                                rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "moe") / s == pytest.approx(mla + moe_mlp,
+                                                                              rel=REL)
     mean = (3 * (mla + dense_mlp) + 58 * (mla + moe_mlp)) / 61
     assert flop_counts.gemm_flops_fwd(m, 1, 1, 1) / s == pytest.approx(mean, rel=REL)
     # the attention core: QK^T over 192 dims, AV over 128, on the full square
-    assert attention_counts.attn_core_flops_per_token(m) == pytest.approx(61 * 2 * a * (192 + 128) * s,
-                                                                          rel=REL)
+    assert attention_counts.attn_core_flops_per_token(m) == pytest.approx(
+        61 * 2 * a * (192 + 128) * s, rel=REL)
     # MLA's tensor parallelism: the down projections stay whole on every rank
     tp = 8
     per_gpu = (2 * (h * 1536 + h * 576) + 2 * (1536 * a * 192 + 512 * a * 256 + a * 128 * h) / tp
@@ -105,16 +107,19 @@ def test_gemm_flops_are_twice_the_active_matmul_weights(name):
 def test_score_elements_closed_forms():
     s = 4096
     for mode in ("square", "causal", "kernel"):   # a window of at least s is full attention
-        assert attention_counts.score_elements(s, s, "sliding", mode) == attention_counts.score_elements(s, None,
-                                                                                    mode=mode)
-    assert attention_counts.score_elements(s, None, mode="kernel") == s * s * attention_counts.causal_fraction(s)
+        assert attention_counts.score_elements(s, s, "sliding", mode) \
+            == attention_counts.score_elements(s, None, mode=mode)
+    assert attention_counts.score_elements(s, None, mode="kernel") \
+        == s * s * attention_counts.causal_fraction(s)
     assert attention_counts.score_elements(s, 128, mode="square") == s * s - (s - 128) ** 2
-    assert attention_counts.score_elements(s, 128, mode="causal") == sum(min(i + 1, 128) for i in range(s))
+    assert attention_counts.score_elements(s, 128, mode="causal") \
+        == sum(min(i + 1, 128) for i in range(s))
     # 32 query blocks, each reaching back 2 key blocks (its own and the previous): 1 + 31·2
     assert attention_counts.score_elements(s, 128, mode="kernel") == s * s * 63 / 32 ** 2
     # W = 129 still fits 2 blocks back (row 128i reaches key 128i - 128); W = 130 needs 3
     assert attention_counts.score_elements(s, 129, mode="kernel") == s * s * 63 / 32 ** 2
-    assert attention_counts.score_elements(s, 130, mode="kernel") == s * s * (1 + 2 + 30 * 3) / 32 ** 2
+    assert attention_counts.score_elements(s, 130, mode="kernel") \
+        == s * s * (1 + 2 + 30 * 3) / 32 ** 2
     c = 1024                                       # chunked: 4 chunks attending within
     assert attention_counts.score_elements(s, c, "chunked", "square") == 4 * c * c
     assert attention_counts.score_elements(s, c, "chunked", "causal") == 4 * c * (c + 1) / 2
@@ -128,8 +133,8 @@ def test_gpt_oss_attention_is_the_mean_of_its_full_and_windowed_layers():
     want = 2 * a * 2 * d * (18 * full + 18 * band) / 36
     assert attention_counts.attn_core_flops_fwd(m, 1, 1, 1, False) == pytest.approx(want, rel=REL)
     dense = ModelSpec("x", 36, 2880, 64, 2880, 201088, 4096, 8, "swiglu", kv_channels=64)
-    assert attention_counts.attn_core_flops_fwd(dense, 1, 1, 1, False) == pytest.approx(4 * a * d * full,
-                                                                               rel=REL)
+    assert attention_counts.attn_core_flops_fwd(dense, 1, 1, 1, False) == pytest.approx(
+        4 * a * d * full, rel=REL)
 
 
 def test_mean_layer_sums_to_the_model():
@@ -138,7 +143,8 @@ def test_mean_layer_sums_to_the_model():
     m = model_preset("deepseek-v3")
     L = m.num_layers
     assert m.layer_params() * L == pytest.approx(m.layers_params(), rel=REL)
-    assert param_counts.layer_params_per_gpu(m, 1, 1) * L == pytest.approx(m.layers_params(), rel=REL)
+    assert param_counts.layer_params_per_gpu(m, 1, 1) * L == pytest.approx(m.layers_params(),
+                                                                           rel=REL)
     exp = m.expert_params_per_layer() * L
     assert exp == pytest.approx(58 * 256 * 3 * 7168 * 2048, rel=REL)
     # ep shards the routed experts only; tp leaves MLA's down projections whole
@@ -146,7 +152,8 @@ def test_mean_layer_sums_to_the_model():
     want = (m.layers_params() - exp - L * rep) / 4 + L * rep + exp / (4 * 16)
     assert param_counts.layer_params_per_gpu(m, 4, 16) * L == pytest.approx(want, rel=REL)
     one_moe = ep_dispatch.ep_alltoall_bytes_fwd(replace_layers(m), 1, 1, 1, 8)
-    assert ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, 8) * L == pytest.approx(58 * one_moe, rel=REL)
+    assert ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, 8) * L == pytest.approx(58 * one_moe,
+                                                                                 rel=REL)
 
 
 def replace_layers(m: ModelSpec) -> ModelSpec:

@@ -19,7 +19,8 @@ def test_cast_part_closed_form_and_zero_in_bf16():
     m, p, gpu = job.model, job.plan, job.cluster.gpu
     p8, c = PRECISIONS["mxfp8"], gpu.cast_copies("mxfp8")
     elems = 3 * p.mbs * m.seq_length * m.moe_router_topk * m.expert_ffn
-    want = 1e3 * elems * (p8.cast_bytes(c, False) - p8.cast_bytes(c, True)) / hbm_rate.usable_hbm(gpu)
+    want = 1e3 * elems * (p8.cast_bytes(c, False) - p8.cast_bytes(c, True)) \
+        / hbm_rate.usable_hbm(gpu)
     parts = fb.removable_ms(job)
     assert parts["casts"] == pytest.approx(want, rel=1e-12)
     assert all(v >= 0 for v in parts.values())

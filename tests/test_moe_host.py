@@ -39,7 +39,8 @@ def test_host_bound_closed_form():
     their difference (forward: the GEMMs; backward: data and weight gradients)."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
     f, b = moe_time.moe_host_time(m, **_kw(1, 1))
-    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
+    # the default stack's launches
+    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))
     g_f = gemm_time.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
     g_b = gemm_time.gemms_time_bwd_split(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)[0]
     h_f, h_b = 128 * moe_time.EXPERT_HOST_S[0], 128 * moe_time.EXPERT_HOST_S[1]
@@ -64,7 +65,8 @@ def test_bias_path_host_operators_and_mean_layer_share():
     m = model_preset("gpt-oss-120b").of_kind("moe")
     f, b = moe_time.moe_host_time(m, **_kw(1, 1))
     kf, kb = moe_bytes.expert_bias_kernels(m, 1)
-    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
+    # the default stack's launches
+    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))
     g_f = gemm_time.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
     e = m.num_experts
     assert f == pytest.approx(max(e * moe_time.EXPERT_HOST_S[0] + kf * HOST_PATH_S - g_f, 0.0),

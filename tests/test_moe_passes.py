@@ -94,12 +94,14 @@ def test_layer_time_adds_exactly_the_passes_and_the_sync():
         assert pf > 0
         base = (gemm_time.gemm_time_fwd(m, B, TP, CP, 8, g, "bf16")
                 + attention_time.attention_time_fwd(m, B, TP, CP, True, g, 1.0, fw)[0]
-                + elementwise_bytes.elementwise_bytes_fwd(m, B, TP, CP, False) / hbm_rate.usable_hbm(g)
+                + elementwise_bytes.elementwise_bytes_fwd(m, B, TP, CP, False)
+                / hbm_rate.usable_hbm(g)
                 + elementwise_time.launch_time(fw, gpu=g))
         assert t.fwd == pytest.approx(base + pf + moe_time.moe_sync_time(m, fw, g, code), rel=1e-12)
         t0 = layer_time.layer_time(m, dispatcher=code, dedup=0.5,
                                    fw=dataclasses.replace(fw, launch_gap_s=0.0), **kw)
-        assert t.bwd - t0.bwd == pytest.approx(2 * elementwise_time.launch_time(fw, gpu=g), rel=1e-9)
+        assert t.bwd - t0.bwd == pytest.approx(2 * elementwise_time.launch_time(fw, gpu=g),
+                                               rel=1e-9)
         assert t.fwd - t0.fwd == pytest.approx(elementwise_time.launch_time(fw, gpu=g)
                                                + fw.launch_gap_s, rel=1e-9)
     a2a = layer_time.layer_time(m, dispatcher=0, **kw)

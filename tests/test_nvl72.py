@@ -169,13 +169,13 @@ def test_gemm_rate_and_operand_bytes_follow_the_precision(dtype):
 def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
     m = model_preset("llama3-8b")
     gpu = get_gpu("B200")
-    t = {d: layer_time.layer_time(m, b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0, gpu=gpu,
-                                  dtype=d).fwd
+    t = {d: layer_time.layer_time(m, b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0,
+                                  gpu=gpu, dtype=d).fwd
          for d in ("bf16", "fp8", "fp8-current", "mxfp8", "nvfp4")}
     assert t["nvfp4"] < t["fp8"] < t["bf16"]
     assert t["fp8"] < t["fp8-current"] and t["fp8"] < t["mxfp8"]
-    e = {d: elementwise_time.elementwise_time_fwd(m, 1, 1, 1, False, gpu, d) for d in ("bf16", "fp8",
-                                                                        "fp8-current")}
+    e = {d: elementwise_time.elementwise_time_fwd(m, 1, 1, 1, False, gpu, d)
+         for d in ("bf16", "fp8", "fp8-current")}
     # B200 (per-tensor fp8: one copy): inputs a norm or the activation writes (QKV and fc1:
     # h each, fc2: F) cost 1 - 2 B (fp8 written instead of bf16), the output projection's
     # (a·d = h) a cast kernel, 2 + 1 B; current scaling adds the cast's bf16 read (2 + 1) to

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from strategies.cost import flop_counts, gemm_shapes
+from strategies.cost.gemm_shapes import early_stop_gemms
 from strategies.cost.gemm_time import gemms_time_fwd
 from strategies.cost.layer_time import early_stop_saving, layer_time
-from strategies.cost.gemm_shapes import early_stop_gemms
 from strategies.framework import PROFILES, PYTORCH_EAGER, TORCHTITAN, get_profile
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu

@@ -38,7 +38,8 @@ def test_doubled_sfu_moves_attention_by_the_exposed_exponentials(model, b, tp, c
     peak = ref.peak("bf16") * ref.attention_efficiency
     t_cat = slow * attention_counts.attn_core_flops_fwd(m, b, tp, cp, True) / peak
     assert float(f0) == pytest.approx(t_cat, rel=1e-12)
-    assert float(f1 / f0) == pytest.approx(1 - attention_time.EXP_EXPOSED_FWD * saved / t_cat, rel=1e-12)
+    assert float(f1 / f0) == pytest.approx(1 - attention_time.EXP_EXPOSED_FWD * saved / t_cat,
+                                           rel=1e-12)
 
 
 def test_exponential_count_is_the_flops_over_flops_per_score():

@@ -281,9 +281,10 @@ def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
                                      p.cp, p.expert_tp)
         # (at the stack's SP shapes of the GEMMs tensor parallelism leaves whole, §5.99)
         w = gemm_time.gemm_time_bwd_split(*args, p.expert_tp, load, sp=p.sp)[1]
-        slow = float(overlap_clock.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero,
-                                                    overlap_clock.dp_overlaps_whole_step(p.dp, job.num_microbatches,
-                                                                                         p.overlap_grad_reduce)))
-        acc = grad_time.grad_accum_time(param_counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
-                                        / float(grad_time.accum_shard(p.dp, p.zero)), gpu, job.dtype, fw, sy)
+        whole = overlap_clock.dp_overlaps_whole_step(p.dp, job.num_microbatches,
+                                                     p.overlap_grad_reduce)
+        slow = float(overlap_clock.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero, whole))
+        layer_w = param_counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
+        acc = grad_time.grad_accum_time(layer_w / float(grad_time.accum_shard(p.dp, p.zero)), gpu,
+                                        job.dtype, fw, sy)
         assert c.layer_wgrad == pytest.approx(slow * w + acc, rel=1e-12)

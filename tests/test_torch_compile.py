@@ -64,7 +64,8 @@ def test_layer_time_reads_the_compiled_count():
     eager = layer_time(L8, fw=TORCHTITAN, **kw)
     comp = layer_time(L8, fw=TORCHTITAN_COMPILE, **kw)
     less = (elementwise_bytes.eager_elementwise_bytes_fwd(L8, 2, 1, 1, False)
-            - elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 2, 1, 1, False)) / usable_hbm(gpu)
+            - elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 2, 1, 1, False)) \
+        / usable_hbm(gpu)
     gaps = (TORCHTITAN.kernels_per_layer - COMPILED_KERNELS_PER_LAYER) * TORCHTITAN.launch_gap_s
     assert eager.fwd - comp.fwd == pytest.approx(less + gaps, rel=1e-9)
     assert eager.bwd - comp.bwd == pytest.approx(2 * less + 2 * gaps, rel=1e-9)

@@ -94,6 +94,6 @@ def test_no_copies_where_no_sequence_dim_collective(spec: str) -> None:
 def test_copy_time_is_zero_on_other_stacks() -> None:
     job = tp_job("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0", layers=LAYERS)
     for fw in (MEGATRON_CORE, NEMO, PYTORCH_EAGER):
-        out = elementwise_time.tp_layout_copy_time(job.model, 2, 8, 1, True, False, 2.0, job.cluster.gpu,
-                                                   "bf16", fw)
+        out = elementwise_time.tp_layout_copy_time(job.model, 2, 8, 1, True, False, 2.0,
+                                                   job.cluster.gpu, "bf16", fw)
         assert all(float(np.asarray(v)) == 0.0 for v in out)

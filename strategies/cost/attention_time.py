@@ -11,10 +11,10 @@ from strategies.cost import attention_counts
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
-from strategies.cost.token_counts import Num
 from strategies.cost.gemm_kernel import _shape
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

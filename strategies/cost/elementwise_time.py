@@ -13,9 +13,9 @@ from strategies.cost import comm_bytes, elementwise_bytes
 from strategies.cost import measured
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
-from strategies.cost.token_counts import Num
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile, runs_eager_clamp
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

@@ -3,11 +3,11 @@ layer and the cross-entropy on the last. Vectorised."""
 from __future__ import annotations
 
 from strategies.cost import param_counts, token_counts
-from strategies.cost.token_counts import Num
 from strategies.cost.gemm_kernel import _gemm, _gemm_ratio, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.grad_time import GRAD_BYTES_16, grad_accum_time, sharded_grad_pass_time
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

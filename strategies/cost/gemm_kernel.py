@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from strategies.cost import measured
-from strategies.cost.token_counts import Num
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from topologies.gpus import GPU
 
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import gemm_shapes
-from strategies.cost.token_counts import Num
 from strategies.cost.gemm_kernel import _gemm_ratio, _gemm_unit, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.grad_time import GRAD_BYTES_16
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

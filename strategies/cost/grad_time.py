@@ -9,9 +9,9 @@ import numpy as np
 
 from strategies.cost import param_counts
 from strategies.cost import measured
-from strategies.cost.token_counts import Num
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import BF16_ACCUM_BYTES, DEFAULT, FrameworkProfile, uses_bf16_optimizer
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

@@ -15,7 +15,6 @@ from strategies.cost import elementwise_bytes, gemm_shapes, moe_bytes, param_cou
 from strategies.cost import measured
 from strategies.cost import recompute as rcp
 from strategies.cost.attention_time import attention_time_fwd
-from strategies.cost.token_counts import Num
 from strategies.cost.elementwise_time import (cast_time, eager_variant_time, launch_time,
                                               tp_layout_copy_time)
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd, units_time_bwd,
@@ -26,6 +25,7 @@ from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.moe_time import (expert_bias_time, expert_pad_time, expert_quantise_time,
                                       moe_host_time, moe_permute_time, moe_sync_time)
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

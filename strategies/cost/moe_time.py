@@ -9,10 +9,10 @@ import numpy as np
 from strategies.cost import gemm_shapes, moe_bytes, token_counts
 from strategies.cost import measured
 from strategies.cost import quantise
-from strategies.cost.token_counts import Num
 from strategies.cost.gemm_time import fixed_shares, gemm_units, units_time_bwd, units_time_fwd
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT, FrameworkProfile
 from strategies.launch_blocking import HOST_PATH_S
 from strategies.model import ModelSpec

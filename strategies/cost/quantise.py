@@ -93,7 +93,7 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
-    in all (``costs.layer_gemms``' balanced routing). ``routed_unfused``: the routed
+    in all (``gemm_shapes.layer_gemms``' balanced routing). ``routed_unfused``: the routed
     experts' activation output (fc2's input) and activation gradient (fc1's ``dY``) are cast
     by kernels of their own (module doc, ``GroupedLinear``), not by the activation."""
     T = tokens_per_gpu(b, m.seq_length, cp)

@@ -25,8 +25,8 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost.hbm_rate import usable_hbm
-from strategies.cost.token_counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import StepPasses
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

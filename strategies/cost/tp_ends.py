@@ -59,8 +59,8 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import comm_bytes, token_counts
 from strategies.cost.hbm_rate import usable_hbm
-from strategies.cost.token_counts import Num
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.framework import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
