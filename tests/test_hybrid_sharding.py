@@ -14,7 +14,7 @@ from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies import placement
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
+from strategies.cost import grad_time
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -146,8 +146,8 @@ def test_memory_and_optimizer_read_the_shard_group():
     assert mh.optimizer == pytest.approx(m0.optimizer / 4, **EXACT)
     sh, s0 = stage_costs(h), stage_costs(z0)
     gpu = h.cluster.gpu
-    assert sh.optimizer_by_stage[0] - ct.optimizer_time(sh.params_by_stage[0] / 4, gpu) \
-        == pytest.approx(s0.optimizer_by_stage[0] - ct.optimizer_time(s0.params_by_stage[0],
+    assert sh.optimizer_by_stage[0] - grad_time.optimizer_time(sh.params_by_stage[0] / 4, gpu) \
+        == pytest.approx(s0.optimizer_by_stage[0] - grad_time.optimizer_time(s0.params_by_stage[0],
                                                                       gpu), rel=1e-9)
     h3 = _job("tp=1,dp=8,pp=1,mbs=1,gbs=8,zero=3,dp_shard=2")
     f3 = _job("tp=1,dp=8,pp=1,mbs=1,gbs=8,zero=3")

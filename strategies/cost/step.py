@@ -4,17 +4,17 @@ the tied word embedding's gradient all-reduced between the first and the last pi
 stage. docs/formulas.md §10.
 
 Each pass is a memory-bound kernel that streams a whole buffer once: its time is its bytes
-over the GPU's usable HBM bandwidth (``compute.usable_hbm``), nothing else. Bytes per
+over the GPU's usable HBM bandwidth (``hbm_rate.usable_hbm``), nothing else. Bytes per
 parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``: 4 with
 bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
 * over the gradient buffer the GPU holds (every parameter of its stage; the ``1/dp`` shard
-  with ZeRO >= 2, ``compute.accum_shard``): ``zero_grad`` g
+  with ZeRO >= 2, ``grad_time.accum_shard``): ``zero_grad`` g
   (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
 * over the parameters it updates (``1/dp`` of them with ZeRO >= 1): ``grad_norm`` g (read),
   ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit weight written).
 
-Adam's own update is ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``).
+Adam's own update is ``SystemConfig.adam_step_bytes`` (``grad_time.optimizer_time``).
 
 >>> from strategies.stacks.passes import StepPasses
 >>> buffer_pass_bytes(StepPasses(), 4.0), shard_pass_bytes(StepPasses(), 4.0, 2.0)
@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost.compute import usable_hbm
-from strategies.cost.counts import Num
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.stacks.passes import StepPasses
 from strategies.model import ModelSpec
 from topologies.gpus import GPU

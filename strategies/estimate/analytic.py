@@ -8,7 +8,7 @@ Model (per optimizer step, seconds):
 
 * stage time per micro-batch ``t_s`` = layers on the stage × (forward + backward + recompute +
   exposed TP/CP/EP communication) + the embedding on the first stage and the LM head on the last;
-  the compute comes from ``strategies.cost.compute`` (sustained GEMM efficiency, shape
+  the compute comes from ``strategies.cost.layer_time`` (sustained GEMM efficiency, shape
   penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
   ``strategies.framework`` profile, the clock penalty of overlapped communication; every
   constant and its source: docs/calibration.md);
@@ -41,10 +41,10 @@ Model (per optimizer step, seconds):
   buffer and the optimizer shard (``strategies.cost.step``).
 
 MFU counts the model FLOPs of docs/formulas.md §2b (the attention square in full, the published
-convention); HFU the same plus the recomputed forward (``costs.hardware_flops_per_step``), as
+convention); HFU the same plus the recomputed forward (``flop_counts.hardware_flops_per_step``), as
 docs/cli.md defines it, so HFU >= MFU, equal without recomputation. Both are conventions: with
 FlashAttention skipping causal blocks the hardware executes fewer FLOPs
-(``costs.executed_flops_per_step``, at most peak · step time by construction), so at very long
+(``flop_counts.executed_flops_per_step``, at most peak · step time by construction), so at very long
 sequences either may exceed 1.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import counts as costs
+from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
@@ -752,7 +752,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # follows the last backward: mb·(t_ag + t_rs) of one layer's calls
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
-    # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
+    # so none hides behind compute (``param_counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
     # (over the dense parameters' copies, ``placement.dense_dp_group``)
     n_dp, stride_dp = dense_dp_group(tp, cp, dps)
     z3_tensor = mb * (
@@ -850,10 +850,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": costs.mfu(m, gbs, step, n, peak),
-        "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
-                         P.recompute_modules, get_profile(framework).recompute_early_stop,
-                         get_profile(framework).recompute_flash_fwd),
+        "mfu": flop_counts.mfu(m, gbs, step, n, peak),
+        "hfu": flop_counts.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
+                               P.recompute_modules, get_profile(framework).recompute_early_stop,
+                               get_profile(framework).recompute_flash_fwd),
         "bubble_fraction": (pipe - lone - mb * t_min) / step,
         "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer + lone,

@@ -86,7 +86,7 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    dgrad_reduce_hidden, down_reduce_hidden,
                                    sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
-from strategies.cost import compute as ct
+from strategies.cost import layer_time
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -458,10 +458,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
             b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
             pick = np.maximum if ceiling else np.minimum
-            lt = ct.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
+            lt = layer_time.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
         else:
             f_blk, b_blk = lpc * per[0][0], lpc * per[0][1]
-            lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
+            lt = layer_time.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
         return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
     def least_chunk(lpc=lpc, chunks=1.0):
@@ -699,7 +699,7 @@ def fastest_of_each(per_type: list) -> np.ndarray:
     cluster holds: every op of a step runs on one of them, so the sum of these minima over
     the ops bounds any rank's chain from below. Not one type for all: the type of the highest
     peak (``Cluster.fastest_gpu``) can be the slower on small kernels, whose time is set by a
-    GEMM's fixed time (``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
+    GEMM's fixed time (``cost.gemm_kernel.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
     launch gap rather than the peak (docs/calibration.md §5.39). One type: its figure."""
     out = per_type[0]
     for x in per_type[1:]:

@@ -44,7 +44,7 @@ from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_
                                        layer_costs, slot_vpps)
 from strategies.cost.recompute import METHODS, MODULES, has_module, modules_mask
 from strategies.cost.system import SystemConfig
-from strategies.cost.counts import dispatch_element_bytes
+from strategies.cost.moe_bytes import dispatch_element_bytes
 from strategies.memory.activations import (activation_cache_bytes, expert_input_bytes,
                                            runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
@@ -779,7 +779,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     act_cache = activation_cache_bytes((framework or DEFAULT_FRAMEWORK).fp8_activation_cache,
                                        dtype)
     optimizer_bytes = (framework or DEFAULT_FRAMEWORK).optimizer_state_bytes
-    # the MoE dispatch's bytes per element, its send buffer (counts.dispatch_element_bytes)
+    # the MoE dispatch's bytes per element, its send buffer (moe_bytes.dispatch_element_bytes)
     dispatch_bytes = dispatch_element_bytes((framework or DEFAULT_FRAMEWORK).fp8_dispatch, dtype)
     # the routed experts' saved GEMM inputs (memory.activations.expert_input_bytes)
     expert_input = expert_input_bytes(runs_te_experts(framework or DEFAULT_FRAMEWORK), dtype)

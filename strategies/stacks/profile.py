@@ -271,7 +271,7 @@ class FrameworkProfile:
     #: how ZeRO-3 gathers parameters: ``"bucketed"`` (a layer's worth at a time, prefetched
     #: behind compute: Megatron-FSDP, FSDP, XLA) or ``"per-tensor"`` (one host-synchronous
     #: all-gather per parameter tensor and one reduce-scatter per gradient, exposed:
-    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.counts.zero3_tensor_gathers``)
+    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.param_counts.zero3_tensor_gathers``)
     zero3_gather: str = "bucketed"
     #: parameters used between two uses of a tensor below which a per-tensor stack keeps it
     #: gathered (DeepSpeed ``stage3_max_reuse_distance``, default 1e9)
