@@ -228,8 +228,15 @@ WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latent
 #: ``Float8Tensor``, whose saved inputs keep one 1-byte copy (``expert_input_bytes``).
 PER_TENSOR_SCALING = ("delayed", "current")
 
+#: The Transformer Engine releases ``[from, to)`` whose ``GroupedLinear`` saves its per-tensor
+#: fp8 inputs as quantised, row- and column-wise (v2.0 to v2.2: both copies where the chip
+#: allocates the transpose; TE 4c9626e7e, first in v2.3, saves the column-wise copy alone;
+#: TE 1.x one copy; docs/calibration.md §5.103 "Extension (teversion)")
+TE_BOTH_COPIES = ((2, 0), (2, 3))
 
-def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
+
+def expert_input_bytes(te_experts: bool, dtype: str, te_version: tuple[int, int] | None = None,
+                       tn_only: bool = False) -> float | None:
     """Bytes per element at which Transformer Engine's grouped expert GEMMs save fc1's and
     fc2's inputs for the backward: the precision's operand bytes where the stack runs the
     routed experts through TE (``te_experts``: ``runs_te_experts``) and ``dtype`` is MXFP8
@@ -242,12 +249,20 @@ def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
     ``update_usage(rowwise_usage=False, columnwise_usage=True)`` before
     ``save_for_backward``; TE 1.x saves either the fp8 data or its transpose) and the fused
     grouped MLP (MXFP8 only; TE v2.16 ``ops/fused/forward_grouped_mlp.py``, the row-wise
-    data and scales set to None). TE v2.0 to v2.2 saved per-tensor fp8 inputs with both
-    copies on Hopper (2 B, the table's bytes); the profiles carry no TE version, so the
-    rule reads TE's behaviour before and after those releases."""
+    data and scales set to None). Per-tensor fp8 under a ``te_version`` in
+    ``TE_BOTH_COPIES`` (v2.0 to v2.2) saves the data and, where the chip's fp8 GEMMs are TN
+    only (``tn_only``: ``GPU.fp8_tn_only``, Hopper), the transpose: ``Precision.copies``
+    times the operand bytes (2 on Hopper, 1 on Blackwell). ``te_version`` None (not stated)
+    reads TE >= 2.3."""
     p = get_precision(dtype)
     kept = p.block_format == "mxfp8" or p.scaling in PER_TENSOR_SCALING
-    return float(p.operand_bytes) if te_experts and kept else None
+    if not (te_experts and kept):
+        return None
+    lo, hi = TE_BOTH_COPIES
+    if p.scaling in PER_TENSOR_SCALING and te_version is not None and \
+            lo <= tuple(te_version) < hi:
+        return float(p.copies(tn_only) * p.operand_bytes)
+    return float(p.operand_bytes)
 
 
 def runs_te_experts(fw: FrameworkProfile) -> bool:
@@ -625,8 +640,11 @@ def job_activation_cache(job: Job) -> float | None:
 
 
 def job_expert_input_bytes(job: Job) -> float | None:
-    """``expert_input_bytes`` of the job's stack and precision."""
-    return expert_input_bytes(runs_te_experts(job.framework), job.dtype)
+    """``expert_input_bytes`` of the job's stack (its experts, its Transformer Engine
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
+    fw = job.framework
+    return expert_input_bytes(runs_te_experts(fw), job.dtype, fw.te_version,
+                              job.cluster.gpu.fp8_tn_only)
 
 
 def job_dispatch_bytes(job: Job) -> float:

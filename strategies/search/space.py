@@ -782,7 +782,9 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     # the MoE dispatch's bytes per element, its send buffer (moe_bytes.dispatch_element_bytes)
     dispatch_bytes = dispatch_element_bytes((framework or DEFAULT_FRAMEWORK).fp8_dispatch, dtype)
     # the routed experts' saved GEMM inputs (memory.activations.expert_input_bytes)
-    expert_input = expert_input_bytes(runs_te_experts(framework or DEFAULT_FRAMEWORK), dtype)
+    stack = framework or DEFAULT_FRAMEWORK
+    expert_input = expert_input_bytes(runs_te_experts(stack), dtype, stack.te_version,
+                                      cluster.gpu.fp8_tn_only)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)

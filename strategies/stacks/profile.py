@@ -146,6 +146,11 @@ class FrameworkProfile:
     #: proj layers": each all-gathers the hidden state under SP and its latents are gathered
     #: over tp and re-split; ``cost.stage.attn_down_ops``, docs/calibration.md §5.85)
     mla_down_proj: str = "replicated"
+    #: the Transformer Engine release ``(major, minor)`` the stack ran, where a reader knows it
+    #: (``reference.entry_stack.NEMO_CONTAINER_TE``: a row's NeMo container); None: not
+    #: stated, read as TE >= 2.3. ``memory.activations.expert_input_bytes`` reads it (what
+    #: TE's grouped experts save under per-tensor fp8, docs/calibration.md §5.103)
+    te_version: tuple[int, int] | None = None
     #: under sequence parallelism the GEMMs tensor parallelism leaves whole (the MoE router,
     #: Qwen2-MoE's shared-expert gate, MLA's replicated down projections) run on the rank's
     #: sequence shard, ``T/tp`` rows: Megatron-Core hands the MoE layer and the attention the
