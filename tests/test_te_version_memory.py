@@ -11,7 +11,7 @@ import dataclasses
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.memory import activations as act
@@ -89,7 +89,7 @@ def test_hopper_te22_stash_is_the_bf16_table_to_the_bit(dtype, imbalance):
     assert act.job_layer_activation_bytes(job) == act.job_layer_activation_bytes(ref)
     new = dataclasses.replace(job, framework=MEGATRON_CORE)
     p = job.plan
-    load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, QWEN, p.mbs, p.tp, p.cp,
+    load = token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, QWEN, p.mbs, p.tp, p.cp,
                            p.expert_tp)
     want = load * job.seq_len * p.mbs * QWEN.moe_router_topk * (QWEN.hidden_size
                                                                  + QWEN.expert_ffn)
@@ -144,7 +144,7 @@ def test_two_h100_rows_per_token_bytes_and_layer_closed_form(rid):
     assert act.routed_token_saved_bytes(m, q) == act.routed_token_saved_bytes(m)
     new = dataclasses.replace(job, framework=dataclasses.replace(job.framework,
                                                                  te_version=None))
-    load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
+    load = token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
                            p.expert_tp)
     etp = p.tp if p.expert_tp is None else p.expert_tp
     T = job.seq_len * p.mbs / p.cp
