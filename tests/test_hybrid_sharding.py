@@ -19,11 +19,14 @@ from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
+from strategies.job import make_job
 from strategies.framework import get_profile
 from strategies.stacks.rules import check_plan
 from strategies.memory.scalar import stage_memory
 from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
+from strategies.presets import model_preset
+from topologies.cluster import cluster_preset
 # the gpt-1.7b / DGX H100 jobs of the dp·cp group's tests (one helper)
 from tests.test_cp_grad_group import EXACT, NO_OVERLAP, _job
 
@@ -195,3 +198,44 @@ def test_search_fix_and_plan_key():
     p = Plan(tp=1, pp=1, dp=8, mbs=1, gbs=8, zero=1, dp_shard=4)
     assert parse_plan(plan_key(p)) == p
     assert "dp_shard" not in plan_key(Plan(tp=1, pp=1, dp=8, mbs=1, gbs=8, zero=1))
+
+
+def _titan(spec: str):
+    return make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-h100", 4), parse_plan(spec),
+                    framework="torchtitan")
+
+
+@pytest.mark.parametrize("spec", ["mbs=1,gbs=64", "mbs=4,gbs=512"])
+def test_fsdp_replica_all_reduce_on_its_own_lane(spec):
+    """torchtitan (FSDP2's HSDP: ``all_reduce_stream``, ``replica_stream``), ZeRO-3 in shard
+    groups of a node across 4 nodes: the replicas' all-reduces run on a lane of their own,
+    so only the step's last one waits; the estimate's dp_comm is the closed form
+    ``mb·(AG_u + RS_u) + AR_u`` of one layer's collectives (AG, RS over the node's 8 ranks,
+    AR of the 1/8 share over the 4 replicas 8 apart), and hybrid sharding adds the same
+    seconds to the estimate as to the contention-free simulation, to 1e-9 s."""
+    plan = f"tp=1,pp=1,zero=3,{spec}"
+    flat, hyb = _titan(plan), _titan(plan + ",dp_shard=8")
+    prog = compile_job(hyb, ranks=[0])[0]
+    ar = [op for op in prog.streams["dp-comm replicas"] if op.label.startswith("AR replicas")]
+    assert ar and {op.group for op in ar} == {(0, 8, 16, 24)}
+    assert not any(op.label.startswith("AR replicas") for op in prog.streams["dp-comm"])
+    sc, cl = stage_costs(hyb), hyb.cluster
+    mb, L = hyb.plan.gbs // (hyb.plan.mbs * hyb.plan.dp), hyb.model.num_layers
+    P = sc.params_by_stage[0]
+    ag = cm.collective_time("allgather", sc.param_bytes * P / L, 8, 1, cl)
+    rs = cm.collective_time("reduce_scatter", sc.grad_bytes * P / L, 8, 1, cl)
+    rep = cm.collective_time("allreduce", sc.grad_bytes * P / L / 8, 4, 8, cl)
+    e_h, e_f = estimate(hyb), estimate(flat)
+    assert e_h.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + rs) + rep), **EXACT)
+    s_h, s_f = (simulate(j, network="contention-free") for j in (hyb, flat))
+    d_est = e_h.breakdown_s["dp_comm"] - e_f.breakdown_s["dp_comm"]
+    d_sim = s_h.metrics["breakdown_s"]["dp_comm"] - s_f.metrics["breakdown_s"]["dp_comm"]
+    assert d_est == pytest.approx(d_sim, abs=1e-9)
+    lb = step_time_lower_bound(hyb.model, cl, hyb.dtype, PlanArrays.from_plans([hyb.plan]),
+                               "torchtitan")
+    assert float(np.asarray(lb).ravel()[0]) <= min(s_h.step_time_s, e_h.step_time_s)
+    # Megatron-Core's one communication stream (RS then AR per bucket): the dp stream
+    mc = _job("tp=1,dp=8,pp=1,mbs=1,gbs=8,zero=1,dp_shard=4")
+    ops = compile_job(mc, ranks=[0])[0].streams
+    assert any(op.label.startswith("AR replicas") for op in ops["dp-comm"])
+    assert not ops.get("dp-comm replicas")
