@@ -239,3 +239,27 @@ def test_fsdp_replica_all_reduce_on_its_own_lane(spec):
     ops = compile_job(mc, ranks=[0])[0].streams
     assert any(op.label.startswith("AR replicas") for op in ops["dp-comm"])
     assert not ops.get("dp-comm replicas")
+
+
+def test_search_hybrid_adds_node_shard_rows_only_when_asked():
+    """``search --hybrid`` (``SpaceOptions.hybrid``): the default space has no hybrid rows;
+    with the flag torchtitan's space keeps every default row and adds twins whose shard
+    group is one node (``dp_shard = 8/(tp·cp)``) or two, at its ZeRO 2 and 3 only; a stack
+    without hybrid sharding (hai-llm) searches the same rows either way."""
+    from strategies.search.space import SpaceOptions, enumerate_space
+    m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-h100", 4)
+    fw = get_profile("torchtitan")
+    flat = enumerate_space(m, cl, 64, SpaceOptions(), fw)
+    hyb = enumerate_space(m, cl, 64, SpaceOptions(hybrid=True), fw)
+    assert "dps" not in flat.cols
+    c = hyb.cols
+    twin = c["dps"] != c["dp"]
+    assert twin.any() and int((~twin).sum()) == len(flat.cols["tp"])
+    tc = c["tp"][twin] * c["cp"][twin]
+    assert set((c["dps"][twin] * tc).tolist()) == {8, 16}        # one node or two
+    assert set(c["zero"][twin].tolist()) <= {2, 3} and (c["ep"][twin] == 1).all()
+    assert (c["dp"][twin] % c["dps"][twin] == 0).all() and (c["dps"][twin] < c["dp"][twin]).all()
+    hai = get_profile("hai-llm")
+    a = enumerate_space(m, cl, 64, SpaceOptions(), hai)
+    b = enumerate_space(m, cl, 64, SpaceOptions(hybrid=True), hai)
+    assert len(a.cols["tp"]) == len(b.cols["tp"]) and (b.cols["dps"] == b.cols["dp"]).all()
