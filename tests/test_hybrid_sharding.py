@@ -263,3 +263,31 @@ def test_search_hybrid_adds_node_shard_rows_only_when_asked():
     a = enumerate_space(m, cl, 64, SpaceOptions(), hai)
     b = enumerate_space(m, cl, 64, SpaceOptions(hybrid=True), hai)
     assert len(a.cols["tp"]) == len(b.cols["tp"]) and (b.cols["dps"] == b.cols["dp"]).all()
+
+
+def test_serial_lane_queues_a_comm_bound_backward():
+    """jax-xla (the replicas' all-reduce after each reduce-scatter on one stream), ZeRO-3 in
+    node shard groups over 4 nodes, one sequence per micro-batch: each layer's RS + AR
+    (``t``) outlasts its backward ``b``, so every micro-batch's queue leaves ``(L−1)·(t−b)``
+    after its backward on top of the last layer's: the estimate's dp_comm is the closed form
+    ``mb·(AG_u + t + (L−1)·(t − b))``, and the contention-free simulation agrees within 1 %
+    (it was 21 % below before the queue was priced)."""
+    job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-h100", 4),
+                   parse_plan("tp=1,pp=1,mbs=1,gbs=64,zero=3,dp_shard=8"), framework="jax-xla")
+    sc, cl = stage_costs(job), job.cluster
+    mb, L = 2, job.model.num_layers
+    P = sc.params_by_stage[0]
+    ag = cm.collective_time("allgather", sc.param_bytes * P / L, 8, 1, cl)
+    t = (cm.collective_time("reduce_scatter", sc.grad_bytes * P / L, 8, 1, cl)
+         + cm.collective_time("allreduce", sc.grad_bytes * P / L / 8, 4, 8, cl))
+    b = sc.layer_bwd + sc.layer_recompute
+    assert t > b
+    e = estimate(job)
+    assert e.breakdown_s["dp_comm"] == pytest.approx(float(mb * (ag + t + (L - 1) * (t - b))),
+                                                     **EXACT)
+    s = simulate(job, network="contention-free")
+    assert e.breakdown_s["dp_comm"] == pytest.approx(s.metrics["breakdown_s"]["dp_comm"],
+                                                     rel=0.01)
+    lb = step_time_lower_bound(job.model, cl, job.dtype, PlanArrays.from_plans([job.plan]),
+                               "jax-xla")
+    assert float(np.asarray(lb).ravel()[0]) <= min(s.step_time_s, e.step_time_s)

@@ -794,9 +794,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # (with the replicas' all-reduces on their own lane, ``replica_stream``, only the
         # step's last waits: the next forward's first gather follows the reduce-scatter)
         rep_u = rep_bucket(k, 1.0 / units)
+        # a backward whose layers reduce slower than they compute queues its reduce-scatters
+        # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
+        b_u = sc.layer_bwd + sc.layer_recompute
+        queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
-            mb * (t_ag_u + t_rs_u) - own_lane * (mb - 1) * rep_u, own_lane))
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * (mb - 1) * rep_u, own_lane))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
