@@ -104,6 +104,17 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
+def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any) -> Any:
+    """``sharded_exposed`` where ``replicas`` of the ``work`` seconds are hybrid sharding's
+    all-reduces across replicas: with ``own_lane`` (``FrameworkProfile.replica_stream``,
+    PyTorch FSDP's HSDP) they run on a stream of their own, so each of the two streams must
+    fit under the ``window``: ``max(work − replicas − window, replicas − window, edge)``;
+    else they queue on the data-parallel stream with the rest (Megatron-Core)."""
+    sep = np.maximum(sharded_exposed(np.asarray(work) - replicas, window, edge),
+                     np.asarray(replicas) - window)
+    return np.where(own_lane, sep, sharded_exposed(work, window, edge))
+
+
 #: the paths of ZeRO-2's stall without overlap that a schedule adds to the slowest stage's
 #: (``z2_sync_exposed``'s ``path``): none (ZB-V, DualPipe), the gradient's way
 #: back (one chunk per rank: 1F1B, GPipe), the drain and rank 0's cool-down (interleaved),
@@ -649,8 +660,19 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         return cm.dp_collective_time(kind, nbytes, pr_k[k] * scale * share,
                                      pe_k[k] * scale * share, tp, cp, dp, ep, etp, cl, dps)
 
+    # hybrid sharding: the replicas' all-reduce inside a reduce-scatter's seconds (``share``
+    # of rank kind ``k``'s gradients, ``comm.replica_time``) and the lane it runs on
+    own_lane = bool(get_profile(framework).replica_stream)
+
+    def rep_bucket(k: int, share: Any, nbytes: Any = gb) -> Any:
+        if dps is None:
+            return 0.0
+        return cm.replica_time(nbytes, cm.dp_parts(pr_k[k] * share, pe_k[k] * share, tp, cp,
+                                                   dp, ep, etp, dps), tp, cp, dp, dps, cl)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
+        rep = np.where(full, 0.0, rep_bucket(k, 1.0))
         last = np.where(whole_k[k] > 0, whole_k[k],
                         np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
@@ -675,9 +697,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
                         np.where(ends_k, mirror_over,
-                                 np.maximum(t_grad - window_k[k]
-                                            + np.where((v == 1) & ~mirrored, lead_k[k], 0.0),
-                                            t_edge)))
+                                 lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
+                                                                 lead_k[k], 0.0),
+                                               rep, window_k[k], t_edge, own_lane)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
@@ -710,7 +732,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         first_bwd = r_f * t_sum + np.where(
             head_first, 0.0, ((1 - r_f) * (t_sum - below[k]) - window_k[k]) / v)
         z2_window = np.where(under_fwd, pipe - slack[k] - first_bwd, mb * window_k[k])
-        return sharded_exposed(mb * rs_mb_k[k], z2_window, edge_k[k])
+        return lanes_exposed(mb * rs_mb_k[k], mb * rep_bucket(k, 1.0, gb * per_mb), z2_window,
+                             edge_k[k], own_lane)
     # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
     # backward (``z2_sync_exposed``); each stage's own from its parameters
     rs_stage = (t_rs_mb, t_rs_k[1], t_rs_k[2])
@@ -768,8 +791,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         units = np.maximum(n_k[k], 1)
         t_ag_u, t_rs_u = (one_bucket(kind, nb, k, 1.0 / units)
                           for kind, nb in (("allgather", sc.param_bytes), ("reduce_scatter", gb)))
-        return np.where(sc.z3_fwd_n > 0, z3_tensor, sharded_exposed(
-            mb * units * (2 * t_ag_u + t_rs_u), pipe - slack[k], mb * (t_ag_u + t_rs_u)))
+        # (with the replicas' all-reduces on their own lane, ``replica_stream``, only the
+        # step's last waits: the next forward's first gather follows the reduce-scatter)
+        rep_u = rep_bucket(k, 1.0 / units)
+        # a backward whose layers reduce slower than they compute queues its reduce-scatters
+        # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
+        b_u = sc.layer_bwd + sc.layer_recompute
+        queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
+        return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
+            mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * (mb - 1) * rep_u, own_lane))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two

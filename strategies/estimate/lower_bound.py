@@ -600,6 +600,14 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # over its replicas (``comm.replica_time``; 0 with one replica)
     n_rep, s_rep = placement.replica_group(tp, cp, dp, P.dp_shard)
 
+    # the busy seconds of the dp stream's ``work`` and the replicas' ``rep``: their sum on
+    # one stream, the larger where the replicas have a lane of their own
+    # (``FrameworkProfile.replica_stream``, the simulator's ``replica_lane``)
+    own_lane = bool(get_profile(framework).replica_stream)
+
+    def lanes(work, rep):
+        return np.maximum(work, rep) if own_lane else work + rep
+
     def dp_floor(nbytes_per, kind, passes):
         return cm.dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
             nbytes_per * p, n, s, passes, cl))
@@ -612,19 +620,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
         copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
-        red = dp_floor(gb, kind, np.where(full, 2.0, 1.0)) + np.where(
-            full, 0.0, rep_floor(gb, kind))
+        red = lanes(dp_floor(gb, kind, np.where(full, 2.0, 1.0)),
+                    np.where(full, 0.0, rep_floor(gb, kind)))
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), dp_floor(getattr(sc, f"gather_{kind}"), kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1)
-                        + rep_floor(gb, kind))
+        z3 = nmb * v * lanes(2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1),
+                             rep_floor(gb, kind))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
         half = np.where(mirrored, 0.5, 1.0)
-        z2 = nmb * (dp_floor(gb * half, kind, 1) + rep_floor(gb * half, kind))
+        z2 = nmb * lanes(dp_floor(gb * half, kind, 1), rep_floor(gb * half, kind))
         busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero_g == 2), z2, 0.0))
         return red, ag_tail, busy
 

@@ -46,6 +46,12 @@ class FrameworkProfile:
     # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
     # profiles); () none
     hybrid_zero: tuple[int, ...] = ()
+    #: hybrid sharding's all-reduce across replicas runs on a stream of its own, beside the
+    #: gathers and reduce-scatters (PyTorch FSDP2 ``FSDPCommContext.all_reduce_stream``, FSDP1
+    #: ``_all_reduce_stream`` under HYBRID_SHARD: "run the HSDP all-reduces concurrently with
+    #: all-gather/reduce-scatter"); False: after each reduce-scatter on the same stream
+    #: (Megatron-Core's ``communication_stream``, RS then AR per bucket). ``replica_lane``
+    replica_stream: bool = False
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
