@@ -122,6 +122,14 @@ def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: An
 Z2_BUSY, Z2_BACK, Z2_COOLDOWN, Z2_SPLIT = 0, 1, 2, 3
 
 
+def slowest_rank(t_first: Any, t_mid: Any, t_last: Any, pp: Any) -> Any:
+    """Seconds per micro-batch of the slowest kind of rank: the first, the last and, with
+    ``pp > 2``, a middle one (an uneven layout's middle ranks may hold the most layers,
+    ``plan_arrays.rank_layers``); the one rule every closed form here reads. Arrays over
+    plans; seconds."""
+    return np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+
+
 def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last: Any,
                     rs: tuple, t_b0: Any, mb: Any, pp: Any, path: Any, v: Any = 1,
                     r_f: Any = 0.0, rs_c0: Any = 0.0, trailing: tuple = (1, 1, 1)) -> Any:
@@ -169,10 +177,10 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
       stage dearer by the LM head: its own end, ``fill + m·t'_k − pipe``).
     """
     rs_first, rs_mid, rs_last = rs
-    t_max0 = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max0 = slowest_rank(t_first, t_mid, t_last, pp)
     t_sum0 = t_first + t_last + (pp - 2) * t_mid
     first, mid, last = t_first + rs_first, t_mid + rs_mid, t_last + rs_last
-    t_max = np.maximum(np.maximum(first, last), np.where(pp > 2, mid, 0.0))
+    t_max = slowest_rank(first, mid, last, pp)
     rs_max = np.where(t_max == first, rs_first, np.where(t_max == last, rs_last, rs_mid))
     t_sum = first + last + (pp - 2) * mid
     busy = np.where(pp > 1, (mb - 1) * rs_max + rs_first, mb * rs_first)
@@ -223,7 +231,7 @@ def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any
     pipeline ``pipe``. ``rs``/``w``/``trailing``/``edge``: (first, middle, last) rank's
     reduce-scatter per micro-batch, ``W`` seconds, trailing ``W`` count and last bucket's
     seconds. Arrays over plans; seconds."""
-    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max = slowest_rank(t_first, t_mid, t_last, pp)
     t_sum = t_first + t_last + (pp - 2) * t_mid
 
     def at_k(x: tuple) -> Any:
@@ -264,7 +272,7 @@ def rank_of_max(t: tuple, pp: Any) -> Any:
     on a tie; the middle only with ``pp > 2``), as ``z2_sync_exposed`` picks the slowest
     stage. Arrays over plans."""
     t_first, t_mid, t_last = t
-    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max = slowest_rank(t_first, t_mid, t_last, pp)
     return np.where(t_max == t_first, 0, np.where(t_max == t_last, 2, 1))
 
 
@@ -316,7 +324,7 @@ def ranked_messages(sched: Any, mb: Any, pp: Any, v: Any, times: tuple[Any, Any,
     that rank (``pipeline_span`` with its time as the slowest) plus its path's messages
     (``bottleneck_messages``) times ``t_p2p``, less the free span through the slowest; at
     least the fewest messages (docs/calibration.md §5.21). Arrays over plans."""
-    t_max = np.maximum(np.maximum(times[0], times[2]), np.where(pp > 2, times[1], -np.inf))
+    t_max = slowest_rank(*times, pp)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp)
     paths = [np.where((k != 1) | (pp > 2), dispatch(
         sched, "pipeline_span", mb, t_k, t_sum, v, w_share, f_share, pp)
@@ -519,7 +527,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_first = np.where(mirrored, t_mid + (emb + head_f + head_b) / 2, t_first)
     t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
-    t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
+    t_max = np.where(single, t_first + head_f + head_b,
+                     slowest_rank(t_first, t_mid, t_last, pp))
     t_min = np.where(single, t_max, np.where(pp > 2, np.minimum(t_mid, np.minimum(
         t_first, t_last)), np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
@@ -874,8 +883,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     hidden = np.minimum(dp_exposed, 0.0)
     dp_exposed, t_opt = dp_exposed - hidden, t_opt + hidden
 
-    # breakdown on the slowest stage (exposed seconds per step)
-    share = lps * mb
+    # breakdown on the slowest stage (exposed seconds per step): its own layers (an uneven
+    # layout's may be a middle rank's), the embedding/LM head beyond them as compute
+    n_slow = at_slowest(n_k)
+    share = n_slow * mb
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
@@ -886,7 +897,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
                                P.recompute_modules, get_profile(framework).recompute_early_stop,
                                get_profile(framework).recompute_flash_fwd),
         "bubble_fraction": (pipe - lone - mb * t_min) / step,
-        "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
+        "compute": share * comp_layer + mb * (t_max - n_slow * per_layer),
+        "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer + lone,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
         "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,
