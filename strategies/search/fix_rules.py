@@ -10,9 +10,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.cost.recompute import modules_mask
 from strategies.plan import DISPATCHERS, Plan
-from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.plan_arrays import RECOMPUTE_CODE, _code
 from strategies.schedules import schedule_code, schedule_names
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import ep_overlap_rules, plan_view, stack_rules
@@ -21,19 +20,6 @@ from strategies.stacks.rules import ep_overlap_rules, plan_view, stack_rules
 #: size), the switches both ways, every schedule, recomputation, ZeRO stage and dispatcher
 _SIZES = ("tp", "pp", "cp", "ep", "dp")
 _BOOLS = ("sp", "tp_comm_overlap", "flash_attn", "ep_overlap", "delay_wgrad", "cuda_graph")
-
-
-def _coded(key: str, value: Any) -> Any:
-    """A fixed value as ``plan_view`` codes it."""
-    if key == "schedule":
-        return schedule_code(value)
-    if key == "recompute":
-        return RECOMPUTE_CODE[value]
-    if key == "recompute_modules":
-        return modules_mask(value)
-    if key == "moe_dispatcher":
-        return DISPATCHERS.index(value)
-    return value
 
 
 def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
@@ -55,7 +41,7 @@ def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
     axes["moe_dispatcher"] = list(range(len(DISPATCHERS)))
     for k, v in fixed.items():
         if k in axes or k in base:
-            axes[k] = [_coded(k, v)]
+            axes[k] = [_code(k, v)]
     names = list(axes)
     grids = np.meshgrid(*(np.asarray(axes[k], dtype=bool if k in _BOOLS else np.int64)
                           for k in names), indexing="ij", copy=False)
