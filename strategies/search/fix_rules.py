@@ -10,41 +10,41 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.plan import DISPATCHERS, Plan
+from strategies.plan import Plan
 from strategies.plan_arrays import RECOMPUTE_CODE, _code
 from strategies.schedules import schedule_code, schedule_names
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import ep_overlap_rules, plan_view, stack_rules
 
-#: the fields the grid varies where ``--fix`` leaves them free: sizes (1, 2 and every fixed
-#: size), the switches both ways, every schedule, recomputation, ZeRO stage and dispatcher
-_SIZES = ("tp", "pp", "cp", "ep", "dp")
-_BOOLS = ("sp", "tp_comm_overlap", "flash_attn", "ep_overlap", "delay_wgrad", "cuda_graph")
+#: the switches the grid takes both ways where ``--fix`` leaves them free (a rule reads them
+#: with other fields); the others (TP overlap, FlashAttention, CUDA graph, the dispatcher)
+#: stay at the value every stack runs (off, alltoall): only their own feature rules read them
+_BOOLS = ("sp", "ep_overlap", "delay_wgrad")
 
 
 def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
     """Every combination of the free fields' candidates, the fixed ones as given, the rest at
     ``Plan``'s defaults (``plan_view``), as arrays; the batch left unresolved (``gbs`` None:
-    the rules on it are the search's, per batch)."""
+    the rules on it are the search's, per batch). Sizes: 1 and 2 (a rule asks ``== 1`` or
+    ``> 1``), ``tp`` also the fixed ``etp`` and ``dp`` the multiples the rules ask of it (the
+    fixed ``ep``, ``dp_shard`` and their least common multiple)."""
     base = vars(plan_view(Plan()))
     base.update({"etp": None})
-    sizes = sorted({1, 2, *(int(v) for k, v in fixed.items()
-                            if k in (*_SIZES, "etp", "dp_shard") and not isinstance(v, bool))})
-    axes: dict[str, list] = {}
-    for k in _SIZES:
-        axes[k] = sizes
+    want = [int(fixed[k]) for k in ("ep", "dp_shard") if k in fixed]
+    axes: dict[str, list] = {k: [1, 2] for k in ("tp", "pp", "cp", "ep")}
+    axes["tp"] = sorted({1, 2, *([int(fixed["etp"])] if "etp" in fixed else [])})
+    axes["dp"] = sorted({1, 2, *want, int(np.lcm.reduce(want)) if want else 1})
     for k in _BOOLS:
         axes[k] = [False, True]
     axes["zero"] = [0, 1, 2, 3]
     axes["schedule"] = [schedule_code(n) for n in schedule_names()]
     axes["recompute"] = list(RECOMPUTE_CODE.values())
-    axes["moe_dispatcher"] = list(range(len(DISPATCHERS)))
     for k, v in fixed.items():
         if k in axes or k in base:
             axes[k] = [_code(k, v)]
     names = list(axes)
-    grids = np.meshgrid(*(np.asarray(axes[k], dtype=bool if k in _BOOLS else np.int64)
-                          for k in names), indexing="ij", copy=False)
+    grids = np.meshgrid(*(np.asarray(axes[k], dtype=bool if isinstance(axes[k][0], bool)
+                                     else np.int64) for k in names), indexing="ij", copy=False)
     cols = dict(base)
     cols.update({k: g.ravel() for k, g in zip(names, grids)})
     if cols["etp"] is None:      # expert TP as Megatron resolves it: tp
