@@ -9,7 +9,8 @@ from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import get_profile
 from strategies.stacks.profile import FrameworkProfile
-from strategies.stacks.rules import check_plan, check_precision, ep_overlap_rules, plan_view
+from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
+                                     stack_tp_overlap)
 from strategies.stacks.variants import with_fp8_attention
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
@@ -113,6 +114,9 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     sy = get_system(system)
     if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
         plan = replace(plan, schedule=fw.schedule_for(plan.schedule))
+    if framework is not None:   # TP overlap the stack turns off (NeMo without sp)
+        plan = replace(plan, tp_comm_overlap=stack_tp_overlap(fw, plan.tp, plan.sp,
+                                                              plan.tp_comm_overlap))
     if dtype not in DTYPES:
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     if framework is not None:  # a precision the stack lacks, before any work

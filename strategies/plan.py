@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
+import numpy as np
+
 from strategies.cost.recompute import DEFAULT_MODULES, METHODS, MODULES
 from strategies.errors import SpecError
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
@@ -530,6 +532,18 @@ def _parse_float(key: str, value: Any) -> float:
     raise SpecError(key, value, "must be a number")
 
 
+def tp_overlap_default(default: Any, tp: Any, sp: Any) -> Any:
+    """A stack's default TP communication overlap (``FrameworkProfile.
+    default_tp_comm_overlap``) as a plan of ``tp`` and ``sp`` takes it: on only with ``tp > 1``
+    and sequence parallelism, where the stacks run it (Megatron-LM ``arguments.py`` asserts
+    ``--sequence-parallel`` for ``--tp-comm-overlap``; NeMo's ``MegatronCommOverlapCallback``
+    and Megatron-Bridge's ``CommOverlapConfig`` turn it off with TP < 2 or without SP). Scalars
+    or arrays (the search's columns). The one rule ``plan_from_mapping``, the search and the
+    keys read."""
+    on = np.logical_and(default, np.logical_and(np.asarray(tp) > 1, np.asarray(sp, bool)))
+    return bool(on) if np.ndim(on) == 0 else on
+
+
 def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None = None) -> Plan:
     """A Plan from a mapping (YAML or parsed string); Megatron's long names are accepted.
     ``defaults``: values for keys the mapping does not give (a software stack's switches)."""
@@ -546,6 +560,8 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
             raise SpecError("plan", raw, "key given twice")
         args[key] = _coerce(key, value)
     for key, value in (defaults or {}).items():
+        if key == "tp_comm_overlap" and key not in args:
+            value = tp_overlap_default(value, args.get("tp", 1), args.get("sp", False))
         args.setdefault(key, value)
     sched = str(args.get("schedule", ""))
     name, colon, chunks = sched.partition(":")

@@ -17,7 +17,7 @@ from dataclasses import fields
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.plan import Plan
+from strategies.plan import Plan, tp_overlap_default
 
 FOUND_FOR = "found_for"
 #: ``found_for`` keys; those compared against the job a plan is read for come first.
@@ -37,6 +37,8 @@ def plan_to_mapping(plan: Plan, defaults: Mapping[str, Any] | None = None) -> di
     for f in fields(Plan):
         v = getattr(plan, f.name)
         default = (defaults or {}).get(f.name, f.default)
+        if f.name == "tp_comm_overlap":
+            default = tp_overlap_default(default, plan.tp, plan.sp)
         if f.name not in out and v is not None and v != default:
             out[f.name] = v
     return out

@@ -1,7 +1,7 @@
 """torchtitan's async TP (docs/calibration.md §5.50): plan ``tp_comm_overlap`` on the torchtitan
 profile is PyTorch's micro-pipelined TP, priced by the one TP-overlap rule, with the backward's
 unfused share (``FrameworkProfile.tp_overlap_bwd_exposed``) blocking whole; refused without
-sequence parallelism."""
+sequence parallelism (as Megatron-Core's userbuffers overlap is: tests/test_tp_overlap_sp.py)."""
 from dataclasses import replace
 
 import numpy as np
@@ -58,8 +58,10 @@ def test_async_tp_needs_sequence_parallelism() -> None:
     assert plan_violations(TORCHTITAN, replace(bad, sp=True)) == []
     assert plan_violations(TORCHTITAN, replace(bad, tp=1)) == []      # a no-op without TP
     assert plan_violations(TORCHTITAN, replace(bad, tp_comm_overlap=False)) == []
-    # the rule is async TP's: Megatron-Core's stack rules are unchanged
-    assert plan_violations(MEGATRON_CORE, bad) == []
+    # Megatron-Core refuses it too (Megatron-LM's arguments.py), naming its own overlap
+    # (tests/test_tp_overlap_sp.py); only the reason differs
+    (field, _, why), = plan_violations(MEGATRON_CORE, bad)
+    assert field == "tp_comm_overlap" and "userbuffers" in why and "async TP" not in why
 
 
 def test_cli_refuses_async_tp_without_sp(capsys) -> None:

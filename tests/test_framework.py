@@ -145,8 +145,8 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
     for i in range(named.size):
         p = named.plan(i)
         assert plan_violations(fw, p) == []
-        assert (p.flash_attn, p.tp_comm_overlap) == (fw.default_flash_attn,
-                                                     fw.default_tp_comm_overlap)
+        assert (p.flash_attn, p.tp_comm_overlap) == (
+            fw.default_flash_attn, fw.default_tp_comm_overlap and p.tp > 1 and p.sp)
 
 
 def _switched(p: Plan, fw) -> Plan:
@@ -154,7 +154,9 @@ def _switched(p: Plan, fw) -> Plan:
     full-recompute plan (``recompute_layers``, block) dropped where the stack has no block
     method: its space keeps such a plan at every layer."""
     from dataclasses import replace
+    from strategies.plan import tp_overlap_default
     d = fw.plan_defaults()
+    d["tp_comm_overlap"] = tp_overlap_default(d["tp_comm_overlap"], p.tp, p.sp)  # with sp only
     if "block" not in fw.recompute_methods:
         d.update(recompute_layers=None, recompute_method=None)
     return replace(p, **d)
@@ -182,9 +184,13 @@ def test_cli_framework_in_every_report(capsys):
 
 
 def test_named_stack_switch_defaults_apply_to_unset_keys(capsys):
-    """Megatron-Core turns TP communication overlap on; a plan that sets it wins."""
-    on = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16", "--framework", "nemo")
+    """Megatron-Core turns TP communication overlap on where it runs (tp > 1 with sp); a plan
+    that sets it wins."""
+    on = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16,sp=true", "--framework",
+                  "nemo")
     assert on["inputs"]["plan"]["tp_comm_overlap"] is True
+    no_sp = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16", "--framework", "nemo")
+    assert no_sp["inputs"]["plan"]["tp_comm_overlap"] is False
     off = run_json(capsys, "estimate", *SMALL, "--plan", "tp=8,gbs=16,tp_comm_overlap=false",
                    "--framework", "nemo")
     assert off["inputs"]["plan"]["tp_comm_overlap"] is False

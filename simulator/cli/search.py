@@ -24,9 +24,8 @@ from strategies.plan import _ALIAS as PLAN_ALIASES
 from strategies.plan import parse_modules, parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
-from strategies.stacks.rules import plan_view, stack_rules
-from strategies.plan import Plan
-from strategies.search.space import FIX_KEYS, SWITCH_KEYS, SpaceOptions, parse_fix
+from strategies.search.fix_rules import fixed_contradictions
+from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
 from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text
@@ -143,39 +142,36 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
 
 
 def check_fixed_for_stack(fixed: dict[str, Any], fw: Any) -> None:
-    """A fixed schedule or recomputation the named stack does not run is refused before the
-    search (else every plan is pruned and the search says only "no plan passes")."""
-    if fw is None:
-        return
-    for key, runs in (("schedule", fw.schedules), ("recompute", fw.recompute)):
-        if key in fixed and fixed[key] not in runs:
-            raise CliError("--fix", f"{key}={fixed[key]}", f"{fw.name} runs {key} "
-                           f"{', '.join(runs)} (choose another --framework or another value)")
-    # a fixed switch the stack lacks (ep_overlap, cuda_graph, a dispatcher): its own rule in
-    # ``rules.stack_rules``, read on a plan that carries only the fixed switches
-    # (recompute_modules likewise, on a selective plan: the modules the stack recomputes)
-    # a micro-batch group needs a schedule that takes one (interleaved) among the stack's
-    grouped = [n for n in fw.schedules if get_schedule(n).uses_group]
-    if "microbatch_group_size" in fixed and not grouped:
-        raise CliError("--fix", f"microbatch_group_size={fixed['microbatch_group_size']}",
-                       f"{fw.name} runs schedule {', '.join(fw.schedules)}, none of which takes "
-                       "a micro-batch group (choose another --framework or another value)")
-    # (flushes likewise: a stack that runs one pipeline schedule per step refuses flushes > 1)
-    switches = {k: v for k, v in fixed.items()
-                if k in SWITCH_KEYS or k in ("recompute_modules", "flushes")}
-    if "recompute_modules" in switches and "selective" not in fw.recompute:
-        raise CliError("--fix", "recompute_modules=" + "+".join(switches["recompute_modules"]),
-                       f"needs recompute=selective; {fw.name} runs recompute "
-                       f"{', '.join(fw.recompute)} (choose another --framework or another value)")
-    if switches:
-        sel = {"recompute": "selective"} if "recompute_modules" in switches else {}
-        for key, _, ok, why in stack_rules(fw, plan_view(Plan(**switches, **sel))):
-            rule = why()
-            if key in switches and not bool(ok) and rule.startswith(f"{fw.name} "):
-                v = switches[key]
-                text = "+".join(v) if isinstance(v, tuple) else str(v).lower()
-                raise CliError("--fix", f"{key}={text}", rule +
-                               " (choose another --framework or another value)")
+    """Fixed values no plan can run are refused before the search (else every plan is pruned
+    and the search says only "no plan passes"): a schedule or recomputation the named stack
+    does not run, and any stack rule the fixed values break whatever the free fields are
+    (``strategies.search.fix_rules``: a switch the stack lacks, a contradiction among the
+    fixed values such as ``delay_wgrad=true`` with ``ep_overlap=false``)."""
+    if fw is not None:
+        for key, runs in (("schedule", fw.schedules), ("recompute", fw.recompute)):
+            if key in fixed and fixed[key] not in runs:
+                raise CliError("--fix", f"{key}={fixed[key]}", f"{fw.name} runs {key} "
+                               f"{', '.join(runs)} (choose another --framework or another "
+                               "value)")
+        # a micro-batch group needs a schedule that takes one (interleaved) among the stack's
+        grouped = [n for n in fw.schedules if get_schedule(n).uses_group]
+        if "microbatch_group_size" in fixed and not grouped:
+            raise CliError("--fix", f"microbatch_group_size={fixed['microbatch_group_size']}",
+                           f"{fw.name} runs schedule {', '.join(fw.schedules)}, none of which "
+                           "takes a micro-batch group (choose another --framework or another "
+                           "value)")
+        if "recompute_modules" in fixed and "selective" not in fw.recompute:
+            raise CliError("--fix", "recompute_modules=" + "+".join(fixed["recompute_modules"]),
+                           f"needs recompute=selective; {fw.name} runs recompute "
+                           f"{', '.join(fw.recompute)} (choose another --framework or another "
+                           "value)")
+    for given, rule in fixed_contradictions(fw, fixed)[:1]:
+        text = ",".join(f"{k}=" + ("+".join(v) if isinstance(v, tuple) else
+                                   str(v).lower() if isinstance(v, bool) else str(v))
+                        for k, v in given.items())
+        raise CliError("--fix", text, rule + (" (choose another --framework or another value)"
+                                              if fw is not None else
+                                              " (change one of the fixed values)"))
 
 
 def plan_framework(text: str | None) -> Any:

@@ -36,7 +36,7 @@ from strategies.plan_arrays import PlanArrays
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.stacks.passes import LossPasses
 from strategies.stacks.profile import FrameworkProfile, stack_system
-from strategies.stacks.rules import ep_overlap_rules, stack_mask
+from strategies.stacks.rules import ep_overlap_rules, stack_mask, stack_tp_overlap
 from strategies.stacks.variants import runs_eager_clamp
 from strategies.job import check_modules_against_model, expert_plan_ok
 from strategies.plan_arrays import RECOMPUTE_CODE, rank_layers
@@ -49,7 +49,8 @@ from strategies.memory.activations import (activation_cache_bytes, expert_input_
                                            runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import DISPATCHERS, ROUTINGS, Plan, _coerce, int_limit, parse_modules
+from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, _coerce, int_limit, parse_modules,
+                             tp_overlap_default)
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
@@ -227,7 +228,10 @@ def _switch_key(plan: Plan, defaults: Mapping[str, Any]) -> str:
     out = f",etp={plan.etp}" if plan.etp is not None and plan.etp != plan.tp else ""
     for k in SWITCH_KEYS:
         v = getattr(plan, k)
-        if v != defaults.get(k, _PLAN_DEFAULTS[k]):
+        default = defaults.get(k, _PLAN_DEFAULTS[k])
+        if k == "tp_comm_overlap":
+            default = tp_overlap_default(default, plan.tp, plan.sp)
+        if v != default:
             out += f",{k}=" + (str(v).lower() if isinstance(v, bool) else f"{v}")
     return out
 
@@ -539,6 +543,10 @@ def _grid(fac: np.ndarray, ax: dict, sched_axis: list, gbs: int,
             "vpp": sched[si, 1], "rc": rc, "sp": sp.astype(bool), "zero": zero}
     for k, v in _switches(framework, ax["switches"]).items():
         cols[k] = np.full(fi.shape, v)
+    if "tpo" not in ax["switches"]:     # the stack's default, where it runs (tp > 1 with sp)
+        cols["tpo"] = tp_overlap_default(cols["tpo"], cols["tp"], cols["sp"])
+    if framework is not None:           # where the stack turns it off (NeMo, no sp)
+        cols["tpo"] = stack_tp_overlap(framework, cols["tp"], cols["sp"], cols["tpo"])
     if "rcm" in ax:     # --fix recompute_modules: carried by the selective rows only
         cols["rcm"] = np.where(rc == RECOMPUTE_CODE["selective"], ax["rcm"], 0)
     # --fix flushes: on every row (``flush_rules`` prunes those that cannot flush); --fix

@@ -107,6 +107,11 @@ NEMO = replace(
     # ... and its tp all-reduces are the max and the concatenated [target logit, sum of
     # exponentials] (core/fusions/fused_cross_entropy.py, §5.88)
     tp_loss_allreduces=(1, 2),
+    # MegatronCommOverlapCallback (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py)
+    # and Megatron-Bridge's CommOverlapConfig (megatron/bridge/training/comm_overlap.py) warn
+    # "Disabling tensor parallel communication overlap due to sequence_parallel=False" and
+    # turn it off, where Megatron-LM's arguments.py refuses it
+    tp_overlap_without_sp="disabled",
     description="NeMo 2 / Megatron-Bridge recipes on Megatron-Core: Megatron-Core's kernels "
                 "and defaults, gradients averaged in the data-parallel collective "
                 "(average_in_collective=True: no 1/dp scaling pass)",

@@ -111,6 +111,15 @@ class FrameworkProfile:
     #: and between sequence-parallel collectives: ``stack_rules`` refuses it without ``sp``
     #: (``TP_OVERLAP_IMPLS``; docs/calibration.md §5.50)
     tp_overlap: str = "userbuffers"
+    #: what the stack does with TP overlap asked for with ``tp > 1`` and no sequence
+    #: parallelism (``TP_OVERLAP_WITHOUT_SP``): ``"refused"`` (Megatron-LM
+    #: ``megatron/training/arguments.py`` ``validate_args`` asserts ``--sequence-parallel``
+    #: for ``--tp-comm-overlap``; async TP exists only between SP collectives): ``stack_rules``
+    #: refuses it; ``"disabled"`` (NeMo 2's ``MegatronCommOverlapCallback`` and
+    #: Megatron-Bridge's ``CommOverlapConfig`` log a warning and set ``tp_comm_overlap=False``):
+    #: the plan runs without it (``rules.stack_tp_overlap``). The stacks' default overlap holds
+    #: only with sp either way (``plan.tp_overlap_default``)
+    tp_overlap_without_sp: str = "refused"
     #: share of a layer's backward TP collectives (``tp_per_layer_bwd``, all-reduce
     #: equivalents) that TP overlap leaves exposed: 0, every one pipelined with its GEMM
     #: (Transformer Engine's ``LayerNormLinear`` runs QKV and fc1 as one GEMM each and

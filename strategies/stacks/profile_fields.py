@@ -32,6 +32,8 @@ CP_IMPLS = ("ring", "allgather", "torch")
 ELEMENTWISE_KERNELS = ("fused", "eager", "compiled")
 #: ``FrameworkProfile.tp_overlap``: Transformer Engine's userbuffers, PyTorch's async TP
 TP_OVERLAP_IMPLS = ("userbuffers", "async-tp")
+#: ``FrameworkProfile.tp_overlap_without_sp``: TP overlap without SP refused, or turned off
+TP_OVERLAP_WITHOUT_SP = ("refused", "disabled")
 #: passes over a micro-batch's unsharded gradient of ``p`` elements that a sharded data-parallel
 #: stack may run besides the reduce-scatter (``FrameworkProfile.sharded_grad_passes``), with
 #: ``a`` the bytes of a 16-bit gradient element and ``g`` the reduce dtype's
@@ -77,6 +79,9 @@ def check_profile(fw: "FrameworkProfile") -> None:
     if fw.tp_overlap not in TP_OVERLAP_IMPLS:
         raise SpecError("framework.tp_overlap", fw.tp_overlap,
                         f"must be one of {', '.join(TP_OVERLAP_IMPLS)}")
+    if fw.tp_overlap_without_sp not in TP_OVERLAP_WITHOUT_SP:
+        raise SpecError("framework.tp_overlap_without_sp", fw.tp_overlap_without_sp,
+                        f"must be one of {', '.join(TP_OVERLAP_WITHOUT_SP)}")
     if isinstance(fw.tp_overlap_bwd_exposed, bool) or \
             not isinstance(fw.tp_overlap_bwd_exposed, (int, float)) or \
             not 0 <= fw.tp_overlap_bwd_exposed <= 1:

@@ -121,14 +121,11 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   lambda: who + (f"recomputes the modules {', '.join(fw.recompute_modules)}"
                                  if fw.recompute_modules else "has no per-module recomputation")))
     rules += data_parallel_rules(fw, v)
-    if fw.tp_overlap == "async-tp":
+    if fw.tp_comm_overlap and fw.tp_overlap_without_sp == "refused":
         rules.append(("tp_comm_overlap", v.tp_comm_overlap,
                       ~np.asarray(v.tp_comm_overlap, bool) | (np.asarray(v.tp) == 1)
                       | np.asarray(v.sp, bool),
-                      lambda: who + "runs TP overlap as async TP, which fuses sequence-"
-                                    "parallel all-gathers and reduce-scatters with their "
-                                    "matmuls: needs sp=true with tp > 1 (and torch.compile, "
-                                    "--compile.enable_async_tensor_parallel)"))
+                      lambda: who + _TP_OVERLAP_NEEDS_SP[fw.tp_overlap]))
     groups = getattr(v, "group_microbatches_given", False)   # PlanArrays: none
     rules.append(("group_microbatches", groups, ~np.asarray(groups, bool) | fw.group_microbatches,
                   lambda: who + "gives every data-parallel replica the same batch "
@@ -141,6 +138,30 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
     return rules
+
+
+#: why a stack that refuses TP overlap without sequence parallelism does, by its TP overlap
+#: (``FrameworkProfile.tp_overlap``, ``tp_overlap_without_sp``)
+_TP_OVERLAP_NEEDS_SP = {
+    "async-tp": "runs TP overlap as async TP, which fuses sequence-parallel all-gathers and "
+                "reduce-scatters with their matmuls: needs sp=true with tp > 1 (and "
+                "torch.compile, --compile.enable_async_tensor_parallel)",
+    "userbuffers": "runs TP overlap as Transformer Engine's userbuffers, which pipeline the "
+                   "sequence-parallel all-gathers and reduce-scatters with their GEMMs: needs "
+                   "sp=true with tp > 1 (Megatron-LM's arguments.py asserts "
+                   "--sequence-parallel for --tp-comm-overlap)"}
+
+
+def stack_tp_overlap(fw: FrameworkProfile, tp: Any, sp: Any, tpo: Any) -> Any:
+    """Plan switch ``tp_comm_overlap`` as stack ``fw`` runs it: off with ``tp > 1`` and no
+    sequence parallelism where the stack turns it off (``fw.tp_overlap_without_sp ==
+    "disabled"``: NeMo, Megatron-Bridge), as given elsewhere (refused there by
+    ``stack_rules``, or a no-op with ``tp = 1``). Scalars or arrays; ``make_job`` and the
+    search read it."""
+    if fw.tp_overlap_without_sp != "disabled":
+        return tpo
+    on = np.logical_and(tpo, (np.asarray(tp) == 1) | np.asarray(sp, bool))
+    return bool(on) if np.ndim(on) == 0 else on
 
 
 def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
