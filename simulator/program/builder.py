@@ -151,7 +151,8 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
         # builder (``_once``): pure functions of the costs and the plan, read per block
         self._memo: dict[tuple, Any] = {}
-        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams
+        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams, by
+        # (send or recv, direction)
         self._coll_to: dict[tuple[str, str], tuple] = {}   # ``coll``: (group, algorithm)
         self._stamps: dict[tuple, Any] = {}     # ``block_memo``: each block shape's ops
         # MLA's rope key bytes under SP and its down projections' collectives, by direction
