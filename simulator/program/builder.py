@@ -14,7 +14,8 @@ The builder's parts, each a mixin of ``ProgramBuilder`` in its own module: the t
 collectives (``tensor_parallel``), layer blocks with their CP and expert traffic
 (``layer_blocks``), the passes (``passes``), the data-parallel collectives and ZeRO-3
 (``data_parallel``), the pipeline's transfers (``pipeline_p2p``), overlapped pairs
-(``overlapped_pairs``) and the blocks stamped per micro-batch (``block_memo``); here the state, the op primitives, the action loop and the step's end.
+(``overlapped_pairs``) and the blocks stamped per micro-batch (``block_memo``); here the
+state, the op primitives, the action loop and the step's end.
 """
 from __future__ import annotations
 
