@@ -13,14 +13,16 @@ durations and bytes come from ``StageCosts``. Units: seconds, bytes.
 The builder's parts, each a mixin of ``ProgramBuilder`` in its own module: the tensor-parallel
 collectives (``tensor_parallel``), layer blocks with their CP and expert traffic
 (``layer_blocks``), the passes (``passes``), the data-parallel collectives and ZeRO-3
-(``data_parallel``), the pipeline's transfers (``pipeline_p2p``) and overlapped pairs
-(``overlapped_pairs``); here the state, the op primitives, the action loop and the step's end.
+(``data_parallel``), the pipeline's transfers (``pipeline_p2p``), overlapped pairs
+(``overlapped_pairs``) and the blocks stamped per micro-batch (``block_memo``); here the
+state, the op primitives, the action loop and the step's end.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from simulator.metrics import PARAM_GATHER_PREFIX
+from simulator.program.block_memo import BlockMemo
 from simulator.program.data_parallel import DataParallelOps, replica_lane
 from simulator.program.grad_buckets import chunk_buckets
 from simulator.program.layer_blocks import LayerBlocks
@@ -38,7 +40,7 @@ from strategies.schedules import Step, get_schedule, head_rank
 from strategies.schedules.exchanges import Exchange
 
 
-class ProgramBuilder(TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
+class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
                      PipelineTransfers, OverlappedPairs):
     """Builds the ``Program`` of one rank; ``layout`` gives its groups (see compiler)."""
 
@@ -150,7 +152,10 @@ class ProgramBuilder(TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
         # what the cost rules of ``self.c`` (frozen) give each block, worked out once per
         # builder (``_once``): pure functions of the costs and the plan, read per block
         self._memo: dict[tuple, Any] = {}
-        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams
+        self._lanes: dict[tuple[str, str], str] = {}    # ``_overlapped_lane``'s streams, by
+        # (send or recv, direction)
+        self._coll_to: dict[tuple[str, str], tuple] = {}   # ``coll``: (group, algorithm)
+        self._stamps: dict[tuple, Any] = {}     # ``block_memo``: each block shape's ops
         # MLA's rope key bytes under SP and its down projections' collectives, by direction
         # (``_close_block``; none without MLA)
         self._rope_b = attn_rope_bytes(costs) if costs.tp_rope_w > 0 else 0.0
@@ -201,10 +206,18 @@ class ProgramBuilder(TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
     def coll(self, stream: str, kind: str, dim: str, nbytes: float, repeat: float, cat: str,
              label: str, i: int = -1, c: int = -1, deps=(), tag: str | None = None,
              remote_scale: float = 1.0, nvlink_share: float = 1.0) -> int | None:
-        group = self.group[dim]
-        if len(group) < 2 or nbytes <= 0 or repeat <= 0:
+        if nbytes <= 0 or repeat <= 0:
             return None
-        algo = self.layout.algorithm(group, kind)
+        # the group of ``dim`` and its algorithm for ``kind`` (None: a group of one rank,
+        # no collective), worked out once per builder: both are fixed for its rank
+        hit = self._coll_to.get((dim, kind))
+        if hit is None:
+            group = self.group[dim]
+            hit = self._coll_to[(dim, kind)] = (
+                group, self.layout.algorithm(group, kind) if len(group) > 1 else None)
+        group, algo = hit
+        if algo is None:
+            return None
         if self.profiled:           # a GPU profile's measured collectives (within a node)
             G = self.cluster.gpus_per_node
             # the estimate's rule for the group: the tied pair is in one node only when the

@@ -42,7 +42,8 @@ class LayerBlocks:
         return self.segments(c, [1] * n if by_layer or self.gran == "layer" else [n],
                              backward)
 
-    def block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int) -> int:
+    def _build_block(self, fwd: bool, items: list[tuple], label: str, i: int,
+                     c: int) -> int:
         """Compute of the layers ``items`` (``(count, per-layer record)`` runs) with their
         communication; returns the main compute id. The backward is the whole pass, or its
         input-gradient part ``B`` when the schedule splits the backward (its ``W`` is

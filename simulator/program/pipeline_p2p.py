@@ -74,13 +74,13 @@ class PipelineTransfers:
         """``(pass label, peer rank, stream)`` of one transfer (``kind`` ``"send"`` or
         ``"recv"``) of an overlapped call: a forward's output goes to the next stage and a
         backward's to the previous one, each on its ``p2p_streams.stream_of`` lane."""
-        what = ("F" if d == "fwd" else "B") + f"{i}.c{c}"
-        side = "next" if (d == "fwd") == (kind == "send") else "prev"
+        what = f"{'F' if d == 'fwd' else 'B'}{i}.c{c}"
         peer = self.group["pp"][self.sched.peer(self.stage, c, i, self.p.pp, self.p.vpp, d,
                                                 kind == "send")]
-        name = self._lanes.get((kind, side))
+        name = self._lanes.get((kind, d))
         if name is None:        # the lane's stream, created at its first transfer
-            name = self._lanes[(kind, side)] = f"pp-comm {stream_of((kind, side), self.p.pp)}"
+            side = "next" if (d == "fwd") == (kind == "send") else "prev"
+            name = self._lanes[(kind, d)] = f"pp-comm {stream_of((kind, side), self.p.pp)}"
             self.streams.setdefault(name, [])
         return what, peer, name
 
