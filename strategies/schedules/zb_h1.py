@@ -24,6 +24,7 @@ import numpy as np
 
 from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, raise_first,
                                        register)
+from strategies.schedules.chain import chain_span
 
 
 @register("zb-h1")
@@ -81,8 +82,10 @@ class ZBH1(Schedule):
                       w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """``m·t_max + (t_sum - t_max)(1 - 2·w_share)``: 1F1B's span with each stage's
         share of the fill and drain shortened by ``W`` twice (``bubble_fraction``; equal to
-        it for balanced stages, ``t_sum = pp·t_max``)."""
-        return m * t_max + (t_sum - t_max) * (1 - 2 * np.asarray(w_share, dtype=float))
+        it for balanced stages, ``t_sum = pp·t_max``), or ``chain.chain_span`` where larger
+        (``m < pp``: too few micro-batches to fill the pipeline)."""
+        steady = m * t_max + (t_sum - t_max) * (1 - 2 * np.asarray(w_share, dtype=float))
+        return np.maximum(steady, chain_span(m, t_max, t_sum, w_share))
 
     def trailing_w_steps(self, stage: Any, pp: Any, m: Any) -> Any:
         """``min(stage + 1, m)``: ``W`` lags its ``B`` by ``stage`` micro-batches, and the

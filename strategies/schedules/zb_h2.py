@@ -26,6 +26,7 @@ import numpy as np
 
 from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, raise_first,
                                        register)
+from strategies.schedules.chain import chain_span
 
 
 @register("zb-h2")
@@ -93,9 +94,11 @@ class ZBH2(Schedule):
                       w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
         """One iteration's makespan: ``m·t_max + (t_sum - t_max)·max(f_share, 1 - 3·w_share)``,
         the ``(pp-1)·max(T_F, T_F + T_B - 2T_W)`` over the ideal of ``bubble_fraction``'s
-        docstring for balanced stages (``f_share = T_F/(T_F + T_B + T_W)``)."""
+        docstring for balanced stages (``f_share = T_F/(T_F + T_B + T_W)``), or
+        ``chain.chain_span`` where larger (``m < 2pp - 1``: the fill's forwards run out)."""
         w = np.asarray(w_share, dtype=float)
-        return m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w)
+        steady = m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w)
+        return np.maximum(steady, chain_span(m, t_max, t_sum, w))
 
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H2 schedule (Sea AI Lab's fork searches a ZB-2p "
