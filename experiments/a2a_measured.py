@@ -8,12 +8,13 @@ Run (under a second, analytic only):
 For every published case, the model's time for one dispatch (or combine) alone on its links,
 ``strategies.cost.comm.collective_time("alltoall", ...)`` (the function the estimate reads;
 the simulator runs the same phases, ``strategies.collectives.all_to_all``), with the bytes
-and the node share of ``strategies.cost.counts.ep_dedup`` for DeepEP's deduplicating kernels
-(dispatcher code 1) and their share of NVLink's rate (``counts.ep_nvlink_share``; a second
+and the node share of ``strategies.cost.ep_dispatch.ep_dedup`` for DeepEP's deduplicating kernels
+(dispatcher code 1) and their share of NVLink's rate (``ep_dispatch.ep_nvlink_share``; a second
 column at NCCL's rate, share 1, the model before docs/calibration.md §5.27), beside the time
 the publication implies: its "logical" bytes divided by its bandwidth. The last line prints
-the BF16 NVLink-bound ratios at share 1 whose median ``counts.EP_KERNEL_NVLINK_SHARE`` is. DeepEP's tests count (deepseek-ai/DeepEP at ebfe47e, ``tests/test_intranode.py``
-and ``tests/test_internode.py``; at dd758ca, ``tests/elastic/test_ep.py``):
+the BF16 NVLink-bound ratios at share 1 whose median ``ep_dispatch.EP_KERNEL_NVLINK_SHARE`` is.
+DeepEP's tests count (deepseek-ai/DeepEP at ebfe47e, ``tests/test_intranode.py`` and
+``tests/test_internode.py``; at dd758ca, ``tests/elastic/test_ep.py``):
 
 * intranode (NVLink): the bytes a rank receives, one copy per (token, destination rank), its
   own share included, ``recv_x.numel()``;
@@ -23,7 +24,7 @@ and ``tests/test_internode.py``; at dd758ca, ``tests/elastic/test_ep.py``):
 in FP8 with one FP32 scale per 128 values (``fp8_factor = (1 + 4/128)/2`` of BF16) for the
 dispatch, BF16 for the combine. Routing is uniform over the experts (random scores), on
 ``min(nodes, 4)`` of the nodes (groups = nodes) in the internode test. The expectation of those
-counts under uniform routing is ``counts.expert_hit_probability``'s, the one the model uses.
+counts under uniform routing is ``ep_dispatch.expert_hit_probability``'s, the one the model uses.
 
 Sources:
 
@@ -48,7 +49,7 @@ Sources:
   ``gb200-nvl72``). The same tables' "Torch API" times (the call as a framework makes it: the
   kernel, a device-to-device copy out of the buffer, a device synchronisation) are 0.6-0.8 of
   the kernel-only bandwidth; the training rows' dispatcher pays those through the Python call
-  (priced elsewhere: ``counts.moe_permute_bytes``, ``MOE_SYNCS_FWD``), so the comparison here
+  (priced elsewhere: ``moe_bytes.moe_permute_bytes``, ``MOE_SYNCS_FWD``), so the comparison here
   is of the kernel with the links.
 
 Not compared: DeepEP's low-latency kernels (pure RDMA, 128 tokens, per-expert copies: inference
@@ -63,13 +64,13 @@ from dataclasses import dataclass, replace
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import comm, counts  # noqa: E402
+from strategies.cost import comm, ep_dispatch, moe_bytes, token_counts  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
 # bytes per value of DeepEP's FP8 tokens with their scales: the model's FP8 dispatch rule
-FP8_FACTOR = counts.dispatch_element_bytes(True, "fp8-blockwise")
-BF16 = float(counts.ACT_BYTES)
+FP8_FACTOR = moe_bytes.dispatch_element_bytes(True, "fp8-blockwise")
+BF16 = float(token_counts.ACT_BYTES)
 LEGACY = "DeepEP V1, docs/legacy.md (H800)"
 V2 = "DeepEP V2, README (SM100)"
 HYBRID_H100 = "HybridEP, H100, 16 SMs"
@@ -149,8 +150,8 @@ class Row:
 def price(c: Case, nvlink_share: float | None = None) -> Row:
     """The model's time of case ``c`` and the published one (module docstring);
     ``nvlink_share``: the kernel's share of NVLink's rate (default the model's for DeepEP and
-    HybridEP, ``counts.ep_nvlink_share``; 1: NCCL's rate, the model before §5.27)."""
-    share = float(counts.ep_nvlink_share(1)) if nvlink_share is None else nvlink_share
+    HybridEP, ``ep_dispatch.ep_nvlink_share``; 1: NCCL's rate, the model before §5.27)."""
+    share = float(ep_dispatch.ep_nvlink_share(1)) if nvlink_share is None else nvlink_share
     cl = cluster_preset(c.preset, c.units)
     G = cl.gpus_per_node
     nodes = max(1, c.ep // G)
@@ -159,13 +160,13 @@ def price(c: Case, nvlink_share: float | None = None) -> Row:
     m = replace(model_preset("deepseek-v3"), hidden_size=c.hidden, num_experts=c.experts,
                 moe_router_topk=c.topk, moe_router_num_groups=groups,
                 moe_router_group_topk=top)
-    byte_scale, remote = (float(x) for x in counts.ep_dedup(m, c.ep, 1, G, 1))
+    byte_scale, remote = (float(x) for x in ep_dispatch.ep_dedup(m, c.ep, 1, G, 1))
     nbytes = c.tokens * c.hidden * c.bpe * c.topk * byte_scale     # per rank, one per dest rank
     t = float(comm.collective_time("alltoall", nbytes, c.ep, 1, cl, remote, share))
     if nodes == 1:
         logical = nbytes
     else:
-        p_node = float(counts.expert_hit_probability(c.experts, c.topk, nodes, groups, top))
+        p_node = float(ep_dispatch.expert_hit_probability(c.experts, c.topk, nodes, groups, top))
         logical = c.tokens * nodes * p_node * c.hidden * c.bpe
     # which port is busier (all_to_all.two_level_time's two terms, latency aside)
     k = min(c.ep, G)
@@ -183,7 +184,7 @@ def rows(nvlink_share: float | None = None) -> list[Row]:
 def bf16_nvlink_ratios() -> list[float]:
     """Model time over published time at NCCL's NVLink rate (share 1) for the published
     NVLink-bound cases in BF16 (every combine, HybridEP's BF16 dispatch): what
-    ``counts.EP_KERNEL_NVLINK_SHARE`` is the median of."""
+    ``ep_dispatch.EP_KERNEL_NVLINK_SHARE`` is the median of."""
     return [r.ratio for r in rows(1.0)
             if r.bound == "NVLink" and r.case.bpe == BF16]
 
@@ -200,7 +201,7 @@ def main() -> None:
     ratios = sorted(bf16_nvlink_ratios())
     print(f"\nBF16 NVLink-bound cases at share 1: model / published time "
           f"{', '.join(f'{x:.3f}' for x in ratios)}; median {statistics.median(ratios):.3f} "
-          f"(counts.EP_KERNEL_NVLINK_SHARE = {counts.EP_KERNEL_NVLINK_SHARE})")
+          f"(ep_dispatch.EP_KERNEL_NVLINK_SHARE = {ep_dispatch.EP_KERNEL_NVLINK_SHARE})")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ AC, its rerun's): the backward's own TP collectives gain little.
 
 The model's side, per layer and micro-batch, read from the heldout_2026b rows of the same stack
 and machine (torchtitan June 2025, Grand Teton H100 96 GB, TP 8, compiled): the forward's
-compute (``compute.layer_time``, which under async TP holds the split GEMMs and
+compute (``layer_time.layer_time``, which under async TP holds the split GEMMs and
 ``async_tp.fused_pass_time``'s passes, without under plain TP the sequence-dim copies), plus
 its TP collectives: all four whole without overlap, and with async TP each fused collective
 beside its own matmuls (``experiments/async_tp_windows.py``'s per-op reading: a collective of
@@ -39,8 +39,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from async_tp_windows import _f, exposed  # noqa: E402  (the per-op reading, one place)
 from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts, quantise  # noqa: E402
+from strategies.cost import comm_bytes, gemm_shapes, gemm_time, layer_time  # noqa: E402
+from strategies.cost import overlap_clock  # noqa: E402
+from strategies.cost import quantise  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 
@@ -69,17 +70,17 @@ def forward_ms(job) -> tuple[float, float, float]:
     m, cl, p, fw = job.model, job.cluster, job.plan, job.framework
     tp, b, tpo = p.tp, p.mbs, p.tp_comm_overlap
     rc = {"none": 0, "selective": 1, "full": 2, "op": 3}[p.recompute]
-    slow = ct.overlap_slowdown(tp, tpo, p.cp, p.zero, False)
-    lt = ct.layer_time(m, b=b, tp=tp, cp=p.cp, ep=1, sp=p.sp, flash=True, recompute=rc,
-                       gpu=cl.gpu, dtype=job.dtype, tpo=tpo, fw=fw, slow=slow,
-                       system=job.system, gathered=(p.zero == 3) & (p.dp > 1))
-    x = _f(counts.tp_comm_bytes_fwd(m, b, p.cp))
+    slow = overlap_clock.overlap_slowdown(tp, tpo, p.cp, p.zero, False)
+    lt = layer_time.layer_time(m, b=b, tp=tp, cp=p.cp, ep=1, sp=p.sp, flash=True, recompute=rc,
+                               gpu=cl.gpu, dtype=job.dtype, tpo=tpo, fw=fw, slow=slow,
+                               system=job.system, gathered=(p.zero == 3) & (p.dp > 1))
+    x = _f(comm_bytes.tp_comm_bytes_fwd(m, b, p.cp))
     ag = _f(cm.collective_time("allgather", x * _f(quantise.tp_allgather_bytes_factor(
         job.dtype, True)), tp, 1, cl))
     rs = _f(cm.collective_time("reduce_scatter", x, tp, 1, cl))
     if tpo:
-        parts = counts.layer_gemm_parts(m, b, tp, p.cp, 1)
-        g = [_f(ct.gemms_time_fwd([y], tp, cl.gpu, job.dtype, True, job.system))
+        parts = gemm_shapes.layer_gemm_parts(m, b, tp, p.cp, 1)
+        g = [_f(gemm_time.gemms_time_fwd([y], tp, cl.gpu, job.dtype, True, job.system))
              for _, y in parts]
         comm = exposed(ag, g[0], tp) + exposed(rs, g[1], tp) + exposed(ag, g[2], tp) \
             + exposed(rs, g[3], tp)

@@ -33,8 +33,8 @@ import numpy as np  # noqa: E402
 
 from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts, quantise  # noqa: E402
+from strategies.cost import comm_bytes, gemm_shapes, gemm_time  # noqa: E402
+from strategies.cost import quantise  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
 from strategies.estimate.scalar import plan_arrays  # noqa: E402
 
@@ -55,10 +55,10 @@ def row(case) -> dict:
     j = case.job
     m, cl, p = j.model, j.cluster, j.plan
     tp, b = p.tp, p.mbs
-    parts = counts.layer_gemm_parts(m, b, tp, p.cp, p.ep)
-    g = [_f(ct.gemms_time_fwd([x], tp, cl.gpu, j.dtype, True, j.system)) for _, x in parts]
+    parts = gemm_shapes.layer_gemm_parts(m, b, tp, p.cp, p.ep)
+    g = [_f(gemm_time.gemms_time_fwd([x], tp, cl.gpu, j.dtype, True, j.system)) for _, x in parts]
     qkv, wo, w13, w2 = g[0], g[1], g[2], g[3]
-    x = _f(counts.tp_comm_bytes_fwd(m, b, p.cp))
+    x = _f(comm_bytes.tp_comm_bytes_fwd(m, b, p.cp))
     ag = _f(cm.collective_time("allgather", x * _f(quantise.tp_allgather_bytes_factor(
         j.dtype, True)), tp, 1, cl))
     rs = _f(cm.collective_time("reduce_scatter", x, tp, 1, cl))

@@ -1,14 +1,15 @@
 """Fused attention kernel speed per GPU and shape: public kernel benchmarks against the cost
-model (``GPU.attention_efficiency``, ``compute.attention_time_fwd``; docs/calibration.md §5.65).
+model (``GPU.attention_efficiency``, ``attention_time.attention_time_fwd``; docs/calibration.md
+§5.65).
 
 Every figure below is transcribed by hand from the public source named with it (nothing is read
 from a data file). FLOPs follow the benchmarks' own convention, which both sources share:
 forward ``2·b·a·s²·(d_qk + d_v)``, halved under a causal mask (exactly ``s²/2``, not the
 kernel's diagonal blocks), backward 2.5x the forward (recomputed QK^T). The fraction of peak is
 that TFLOP/s over the chip's dense bf16 peak (``topologies.gpus``). The model column is the
-same convention over ``compute.attention_time_fwd``'s seconds for the shape (batch ``b``,
+same convention over ``attention_time.attention_time_fwd``'s seconds for the shape (batch ``b``,
 ``a`` query heads, ``tp = cp = 1``), which charges the causal kernel's 128x128 blocks
-(``counts.causal_fraction``) at ``flash_efficiency`` of the peak, the backward
+(``attention_counts.causal_fraction``) at ``flash_efficiency`` of the peak, the backward
 ``FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY`` times the forward, plus the exposed exponentials
 where the SFU rate differs (GB300). A full (no-mask) shape is the model's causal time scaled
 by the full square over the causal blocks (``model_seconds``).
@@ -26,7 +27,7 @@ from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import compute, counts  # noqa: E402
+from strategies.cost import attention_counts, attention_time  # noqa: E402
 from strategies.framework import DEFAULT  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
@@ -112,7 +113,7 @@ BENCHMARKS: list[Bench] = [
 def bench_flops(r: Bench) -> tuple[float, float]:
     """(forward, backward) FLOPs of a benchmark shape in the benchmarks' convention."""
     f = 2.0 * r.b * r.heads * r.seq * r.seq * (r.dqk + r.dv) * (0.5 if r.causal else 1.0)
-    return f, compute.FLASH_BWD_FACTOR * f
+    return f, attention_time.FLASH_BWD_FACTOR * f
 
 
 def shape_model(r: Bench):
@@ -134,8 +135,8 @@ def model_seconds(r: Bench) -> tuple[float, float]:
     (causal), times ``s² / (s²·causal_fraction(s))`` for a full mask."""
     m = shape_model(r)
     fw = dataclasses.replace(DEFAULT, attention_kernel=r.kernel)
-    f, bw = compute.attention_time_fwd(m, r.b, 1, 1, True, get_gpu(r.gpu), fw=fw)
-    scale = 1.0 if r.causal else 1.0 / counts.causal_fraction(r.seq)
+    f, bw = attention_time.attention_time_fwd(m, r.b, 1, 1, True, get_gpu(r.gpu), fw=fw)
+    scale = 1.0 if r.causal else 1.0 / attention_counts.causal_fraction(r.seq)
     return float(f) * scale, float(bw) * scale
 
 
@@ -151,8 +152,9 @@ def fractions(r: Bench) -> dict[str, float | None]:
 
 def kernel_convention_fwd(r: Bench) -> float:
     """The measured forward fraction of peak in the catalog's convention (the causal kernel's
-    128x128 blocks, ``counts.causal_fraction``), comparable with ``attention_efficiency``."""
-    cf = counts.causal_fraction(r.seq) if r.causal else 1.0
+    128x128 blocks, ``attention_counts.causal_fraction``), comparable with
+    ``attention_efficiency``."""
+    cf = attention_counts.causal_fraction(r.seq) if r.causal else 1.0
     return r.fwd_tflops * 1e12 / get_gpu(r.gpu).peak("bf16") * cf / (0.5 if r.causal else 1.0)
 
 
@@ -216,7 +218,7 @@ def main() -> None:
         print(f"{gpu} ({src}): head dim 128, causal, seq >= 8k: forward {f:.3f} of peak in the "
               f"catalog's convention (catalog attention_efficiency {g.attention_efficiency}), "
               f"backward/forward {ratio:.3f} (FLASH_BWD_EFFICIENCY "
-              f"{compute.FLASH_BWD_EFFICIENCY})")
+              f"{attention_time.FLASH_BWD_EFFICIENCY})")
     c = consistency()
     gpus = (H2, G2, G3)
     print("\nmeasured / model speed, cuDNN, causal, head dim 128 (forward; backward):")

@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.validate_published import family  # noqa: E402
 from simulator.studies.validate import load_cases, mape  # noqa: E402
-from strategies.cost import compute, counts  # noqa: E402
+from strategies.cost import attention_counts, attention_time, overlap_clock  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.text import attention_kernel  # noqa: E402
 
@@ -42,14 +42,14 @@ def row(case) -> tuple[tuple[str, ...], float, float] | None:
     gpu = j.cluster.groups[0].gpu
     step = estimate(j).step_time_s
     mb = j.num_microbatches
-    fwd, bwd = compute.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, 1.0, fw, j.system)
+    fwd, bwd = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, 1.0, fw, j.system)
     passes = 2 if p.recompute == "full" else 1
-    slow = float(compute.overlap_slowdown(
+    slow = float(overlap_clock.overlap_slowdown(
         p.tp, p.tp_comm_overlap, p.cp, p.zero,
-        compute.dp_overlaps_whole_step(p.dp, mb, p.overlap_grad_reduce)))
+        overlap_clock.dp_overlaps_whole_step(p.dp, mb, p.overlap_grad_reduce)))
     attn = slow * m.num_layers * mb * (passes * fwd + bwd)
-    flops = m.num_layers * mb * (passes + 2.5) * counts.attn_core_flops_fwd(m, p.mbs, p.tp,
-                                                                            p.cp, True)
+    flops = m.num_layers * mb * (passes + 2.5) \
+        * attention_counts.attn_core_flops_fwd(m, p.mbs, p.tp, p.cp, True)
     left = case.measured_step_s - (step - attn)
     implied = flops / left if left > 0 else float("nan")
     modelled = flops / (attn / slow)

@@ -9,8 +9,8 @@ unmodelled stack facts move them. Analytic only, a second:
 Table 1: each row's measured and estimated step, its error and the estimate's exposed time by
 kind. Table 2: the error per model family. Table 3, what-ifs, each applied alone and then
 together, none fitted: ``random``, the stated routing off (``moe_routing=random``: ``k``
-experts drawn at random, ``counts.expert_hit_probability``, instead of the benchmark's
-``FakeBalancedGate``, ``counts.contiguous_hit_probability``); ``alltoall``, NCCL's all-to-all
+experts drawn at random, ``ep_dispatch.expert_hit_probability``, instead of the benchmark's
+``FakeBalancedGate``, ``ep_dispatch.contiguous_hit_probability``); ``alltoall``, NCCL's all-to-all
 in place of DeepEP (``moe_dispatcher=alltoall``); ``fused``, Transformer Engine's fused
 RMSNorm in place of eager elementwise kernels for the whole layer
 (``elementwise_kernels="fused"``, an upper bound on what TE's norm buys: AutoModel's residual

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.h100_gemm_shapes import (_summary, fit_knee, fit_knee_fixed,  # noqa: E402
                                           model_tflops)
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import gemm_kernel  # noqa: E402
 from topologies import gpus as gp  # noqa: E402
 from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
                              _sustained_ratio, get_gpu)
@@ -167,7 +167,7 @@ def knee_rows() -> list[tuple]:
         sweep = [(m, n, k, v) for b, m, n, k, v in pts if m == 4096 and n == REF_NK]
         ref = next(p for p in sweep if p[2] == REF_NK)
         out.append((f"XLA sm_100 {dtype}, m=4096 n=4096, k 256-4096", fit_knee(sweep, ref),
-                    ct.k_knee(get_gpu(B200), dtype)))
+                    gemm_kernel.k_knee(get_gpu(B200), dtype)))
     return out
 
 
@@ -181,7 +181,7 @@ def knee_fixed_rows() -> list[tuple]:
         sweep = [p for p in pts if p[2] == REF_NK]
         knee, t0, rate = fit_knee_fixed(sweep)
         out.append((dtype, len(sweep), knee, t0 * 1e6, rate / 1e12,
-                    ct.k_knee(get_gpu(B200), dtype)))
+                    gemm_kernel.k_knee(get_gpu(B200), dtype)))
     return out
 
 

@@ -20,7 +20,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.cli.validate import parse_tiers  # noqa: E402
 from simulator.studies.validate import load_cases, mape, validate_cases  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import elementwise_time, gemm_kernel, gemm_time, grad_time  # noqa: E402
+from strategies.cost import hbm_rate, overlap_clock  # noqa: E402
+from strategies.cost.system import DEFAULT_SYSTEM  # noqa: E402
 from topologies.gpus import AMPERE_WAVE_TILE, GPU  # noqa: E402
 
 # catalog values before this calibration (burst-level GEMM efficiency)
@@ -41,6 +43,24 @@ def patched(obj, name: str, value) -> Iterator[None]:
         setattr(obj, name, old)
 
 
+def cost_holders(module, name: str) -> list:
+    """The modules of ``strategies.cost`` that hold ``module.name``: ``module`` and those that
+    import the same object by name (each reads it from its own namespace)."""
+    obj = getattr(module, name)
+    return [m for k, m in sorted(sys.modules.items())
+            if k.startswith("strategies.cost.") and vars(m).get(name) is obj]
+
+
+@contextlib.contextmanager
+def patched_cost(module, name: str, value) -> Iterator[None]:
+    """``patched`` in every module of ``cost_holders(module, name)``, so that every caller of
+    the cost model sees ``value``."""
+    with contextlib.ExitStack() as stack:
+        for m in cost_holders(module, name):
+            stack.enter_context(patched(m, name, value))
+        yield
+
+
 def gemm_table(table: dict[str, float]) -> Callable:
     orig = GPU.gemm_efficiency
 
@@ -51,28 +71,33 @@ def gemm_table(table: dict[str, float]) -> Callable:
 
 ABLATIONS: dict[str, Callable[[], contextlib.AbstractContextManager]] = {
     "full model": contextlib.nullcontext,
-    "no overlap clock penalty": lambda: patched(ct, "OVERLAP_CLOCK_RATIO", 1.0),
-    "no separate gradient accumulation": lambda: patched(ct, "grad_accum_time",
-                                                         lambda params, *a, **k: 0.0 * params),
-    "no kernel launch gaps": lambda: patched(ct, "launch_time", lambda fw=None, gpu=None: 0.0),
-    "no M/tp split under TP overlap": lambda: patched(ct, "_tp_split", lambda tp, tpo: 1.0),
-    "K knee = 64 on every chip": lambda: patched(ct, "k_knee", lambda gpu, dtype: ct.SHAPE_SCALE),
+    "no overlap clock penalty": lambda: patched_cost(overlap_clock, "OVERLAP_CLOCK_RATIO", 1.0),
+    "no separate gradient accumulation": lambda: patched_cost(grad_time, "grad_accum_time",
+                                                              lambda params, *a, **k: 0.0 * params),
+    "no kernel launch gaps": lambda: patched_cost(elementwise_time, "launch_time",
+                                                  lambda fw=None, gpu=None: 0.0),
+    "no M/tp split under TP overlap": lambda: patched_cost(gemm_time, "_tp_split",
+                                                           lambda tp, tpo: 1.0),
+    "K knee = 64 on every chip": lambda: patched_cost(gemm_kernel, "k_knee",
+                                                      lambda gpu, dtype: gemm_kernel.SHAPE_SCALE),
     "FlashAttention-2 at the native rate": lambda: patched(
         GPU, "flash_efficiency", lambda self, kernel="native": self.attention_efficiency),
     "GEMM efficiency = MAMF (burst)": lambda: patched(GPU, "gemm_efficiency", gemm_table(MAMF)),
     "GEMM efficiency = old catalog": lambda: patched(GPU, "gemm_efficiency", gemm_table(OLD_GEMM)),
-    "no GEMM wave quantisation": lambda: patched(ct, "gemm_waves", lambda gpu, system=None: None),
-    "GEMM waves with the kernel choice on every chip": lambda: patched(
-        ct, "gemm_waves", lambda gpu, system=ct.DEFAULT_SYSTEM: ct.Waves(
-            gpu.sm_count, *AMPERE_WAVE_TILE, ct.usable_hbm(gpu, system))
+    "no GEMM wave quantisation": lambda: patched_cost(gemm_kernel, "gemm_waves",
+                                                      lambda gpu, system=None: None),
+    "GEMM waves with the kernel choice on every chip": lambda: patched_cost(
+        gemm_kernel, "gemm_waves", lambda gpu, system=DEFAULT_SYSTEM: gemm_kernel.Waves(
+            gpu.sm_count, *AMPERE_WAVE_TILE, hbm_rate.usable_hbm(gpu, system))
         if gpu.sm_count else None),
-    "GEMM waves, 256x128 tile only (no tile or split-K choice)": lambda: patched(
-        ct, "gemm_configs", lambda w: (ct.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),)),
-    "GEMM tile choice, no split-K": lambda: patched(ct, "SPLIT_K", (1,)),
-    "GEMM tile choice, every tile at efficiency 1": lambda: patched(
-        ct, "tile_efficiency", lambda tm, tn: 1.0),
-    "GEMM split-K without its reduction traffic": lambda: patched(
-        ct, "split_k_bytes", lambda M, N, s: 0.0 * s),
+    "GEMM waves, 256x128 tile only (no tile or split-K choice)": lambda: patched_cost(
+        gemm_kernel, "gemm_configs",
+        lambda w: (gemm_kernel.GemmConfig(w.tile_m, w.tile_n, 1, 1.0),)),
+    "GEMM tile choice, no split-K": lambda: patched_cost(gemm_kernel, "SPLIT_K", (1,)),
+    "GEMM tile choice, every tile at efficiency 1": lambda: patched_cost(
+        gemm_kernel, "tile_efficiency", lambda tm, tn: 1.0),
+    "GEMM split-K without its reduction traffic": lambda: patched_cost(
+        gemm_kernel, "split_k_bytes", lambda M, N, s: 0.0 * s),
 }
 
 

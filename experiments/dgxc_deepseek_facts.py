@@ -32,7 +32,7 @@ from typing import Any, Iterator
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import counts  # noqa: E402
+from strategies.cost import attention_counts  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
@@ -61,12 +61,12 @@ def with_facts(row: dict[str, Any], upto: int) -> dict[str, Any]:
 @contextlib.contextmanager
 def dropout_bytes_charged() -> Iterator[None]:
     """The unfused path charging the dropout's score bytes to a model without dropout."""
-    saved = counts.DROPOUT_SCORE_BYTES_FWD, counts.DROPOUT_SCORE_BYTES_BWD
-    counts.DROPOUT_SCORE_BYTES_FWD = counts.DROPOUT_SCORE_BYTES_BWD = 0.0
+    saved = attention_counts.DROPOUT_SCORE_BYTES_FWD, attention_counts.DROPOUT_SCORE_BYTES_BWD
+    attention_counts.DROPOUT_SCORE_BYTES_FWD = attention_counts.DROPOUT_SCORE_BYTES_BWD = 0.0
     try:
         yield
     finally:
-        counts.DROPOUT_SCORE_BYTES_FWD, counts.DROPOUT_SCORE_BYTES_BWD = saved
+        attention_counts.DROPOUT_SCORE_BYTES_FWD, attention_counts.DROPOUT_SCORE_BYTES_BWD = saved
 
 
 def step_s(row: dict[str, Any], rows: list[dict[str, Any]]) -> float:

@@ -12,7 +12,7 @@ simulated step (``simulator.studies.validate.simulated_step_time``, folded) and 
 one.
 
 Table 2, one MoE layer and micro-batch of each GPU's rows as the model prices it: the forward
-GEMMs by part (``counts.layer_gemm_parts``, ``compute.gemms_time_fwd``), the core attention,
+GEMMs by part (``gemm_shapes.layer_gemm_parts``, ``gemm_time.gemms_time_fwd``), the core attention,
 the permutations, the layer's forward and backward (``stage_costs``), and the four
 all-to-alls (dispatch and combine, forward and backward: ``comm.collective_time``, the
 estimate's), with the NIC rate each all-to-all would need to hold the measured miss alone.
@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.collectives import all_to_all  # noqa: E402
-from strategies.cost import comm, compute, counts  # noqa: E402
+from strategies.cost import attention_time, comm, gemm_shapes, gemm_time, token_counts  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
@@ -79,15 +79,16 @@ def moe_layer(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, floa
     m, p, cl, fw, sy = job.model, job.plan, job.cluster, job.framework, job.system
     gpu = cl.gpu
     etp = p.expert_tp
-    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", etp, 1.0,
-                                    compute.whole_split(p.tp, p.sp, fw))
+    parts = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", etp, 1.0,
+                                         gemm_time.whole_split(p.tp, p.sp, fw))
     out: dict[str, float] = {}
     for name, g in parts:
-        t = float(compute.gemms_time_fwd([g], p.tp, gpu, job.dtype, False, sy,
-                                         compute.fixed_shares([(name, g)], m, p.ep, fw)))
+        t = float(gemm_time.gemms_time_fwd([g], p.tp, gpu, job.dtype, False, sy,
+                                           gemm_time.fixed_shares([(name, g)], m, p.ep, fw)))
         key = "router" if g[-1] is None else name
         out[f"gemm_{key}"] = out.get(f"gemm_{key}", 0.0) + t
-    a_f, a_b = compute.attention_time_fwd(m, p.mbs, p.tp, p.cp, p.flash_attn, gpu, 1.0, fw, sy)
+    a_f, a_b = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, p.flash_attn, gpu, 1.0, fw,
+                                                 sy)
     out["attn_core_fwd"], out["attn_core_bwd"] = float(a_f), float(a_b)
     moe = stage_costs(job).by_kind["moe"]
     out["layer_fwd"], out["layer_bwd"] = moe.layer_fwd, moe.layer_bwd
@@ -112,11 +113,11 @@ def router_fp32_extra(row: dict[str, Any], rows: list[dict[str, Any]]) -> tuple[
     """Seconds per MoE layer and micro-batch the router GEMM (forward + the backward's two)
     would add at the FP32 and at the TF32 rate over the model's 16-bit one (peak x the GPU's
     ``matmul_efficiency``; NeMo's script sets ``moe_router_dtype='fp32'``), on the rows the
-    model prices it (the rank's sequence shard under SP, §5.99: ``compute.whole_split``)."""
+    model prices it (the rank's sequence shard under SP, §5.99: ``gemm_time.whole_split``)."""
     job = case_from_entry(row, rows).job
     m, p, gpu = job.model, job.plan, job.cluster.gpu
-    T = counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp) \
-        / compute.whole_split(p.tp, p.sp, job.framework)[0]
+    T = token_counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp) \
+        / gemm_time.whole_split(p.tp, p.sp, job.framework)[0]
     flops = 3 * 2.0 * T * m.hidden_size * m.num_experts
 
     def at(dtype: str) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import compute, counts  # noqa: E402
+from strategies.cost import gemm_shapes, gemm_time, token_counts  # noqa: E402
 from strategies.cost.stage import (attn_down_time, attn_rc_gathers,  # noqa: E402
                                    dgrad_reduce_time, down_reduce_hidden,
                                    sp_grad_allreduce_bytes, stage_costs, tp_kind_bytes)
@@ -50,30 +50,30 @@ def tp1_job(job: Any) -> Any:
 def _priced(job: Any, parts: list[tuple[str, tuple]]
             ) -> tuple[list[float], float, list[float]]:
     """(each GEMM's data-gradient seconds, the forward + backward seconds of all, each one's
-    weight-gradient seconds) of ``parts`` as the model prices them (``compute.gemm_units``;
+    weight-gradient seconds) of ``parts`` as the model prices them (``gemm_time.gemm_units``;
     ``units_time_fwd``/``_bwd``)."""
     m, p, cl = job.model, job.plan, job.cluster
-    units = compute.gemm_units([g for _, g in parts], p.tp, cl.gpu, job.dtype, False,
-                               job.framework, job.system,
-                               shares=compute.fixed_shares(parts, m, p.ep, job.framework))
+    units = gemm_time.gemm_units([g for _, g in parts], p.tp, cl.gpu, job.dtype, False,
+                                 job.framework, job.system,
+                                 shares=gemm_time.fixed_shares(parts, m, p.ep, job.framework))
     n = [g[0] for _, g in parts]
     dgrad = [float(g[0] * pieces * d) for (_, g), (_, _, pieces, d, _) in zip(parts, units)]
     wgrad = [float(g[0] * w) for (_, g), (*_, w) in zip(parts, units)]
-    return dgrad, float(compute.units_time_fwd(n, units)
-                        + compute.units_time_bwd(n, units)[0]), wgrad
+    return dgrad, float(gemm_time.units_time_fwd(n, units)
+                        + gemm_time.units_time_bwd(n, units)[0]), wgrad
 
 
 def replicated_gemms(job: Any) -> tuple[list[tuple[str, tuple]], list[tuple[str, tuple]]]:
     """(the GEMMs the model ran whole on every tp rank before §5.99, ``T x w x h``, the same
     at the shape Megatron-Core 0.12 runs under SP, which the model prices since §5.99,
-    ``compute.whole_split``): MLA's down projections (``ModelSpec.attention_linears`` marked
+    ``gemm_time.whole_split``): MLA's down projections (``ModelSpec.attention_linears`` marked
     ``"rep"``) are column-parallel in core 0.12-0.13 (``T x w/tp x h``), and the router runs
     on the rank's sequence shard (``T/tp x E x h``: ``MoELayer.forward`` routes the SP shard,
     ``router.py`` ``gating``)."""
     m, p = job.model, job.plan
     args = (m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0)
-    before = counts.layer_gemm_parts(*args)
-    now = counts.layer_gemm_parts(*args, compute.whole_split(p.tp, p.sp, job.framework))
+    before = gemm_shapes.layer_gemm_parts(*args)
+    now = gemm_shapes.layer_gemm_parts(*args, gemm_time.whole_split(p.tp, p.sp, job.framework))
     splits = [s for _, _, _, s in m.attention_linears()]
     pick = [i for i, (_, g) in enumerate(before)
             if (i < len(splits) and splits[i] == "rep") or g[4] is None]
@@ -89,7 +89,7 @@ def candidates(job: Any, layers: int, microbatches: int) -> list[tuple[str, str,
 
     def t(kind: str, nb: float) -> float:
         return float(cm.collective_time(kind, nb, tp, 1, cl))
-    T = float(counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp))
+    T = float(token_counts.tokens_per_gpu(p.mbs, m.seq_length, p.cp))
     ag_h, rs_h = t("allgather", tp_kind_bytes(x, "allgather")), \
         t("reduce_scatter", tp_kind_bytes(x, "reduce_scatter"))
     out: list[tuple[str, str, float]] = []
@@ -163,8 +163,8 @@ def candidates(job: Any, layers: int, microbatches: int) -> list[tuple[str, str,
 def shared_side_stream(job: Any) -> tuple[float, float]:
     """(the shared expert's SP all-gather + reduce-scatter, its forward GEMMs), seconds per
     MoE layer and micro-batch forward, contention-free and as the model prices them
-    (``comm.collective_time``; ``compute.gemms_time_fwd`` at the shapes of
-    ``compute.whole_split``): what ``moe_shared_expert_overlap``'s side stream runs beside
+    (``comm.collective_time``; ``gemm_time.gemms_time_fwd`` at the shapes of
+    ``gemm_time.whole_split``): what ``moe_shared_expert_overlap``'s side stream runs beside
     the dispatch -> experts -> combine path (core_v0.12.0 ``token_dispatcher.py`` lines
     512-656), at most what it would take off the forward (§5.99, not priced)."""
     m, p, cl = job.model, job.plan, job.cluster
@@ -172,12 +172,12 @@ def shared_side_stream(job: Any) -> tuple[float, float]:
     coll = float(cm.collective_time("allgather", tp_kind_bytes(c, "allgather"), p.tp, 1, cl)
                  + cm.collective_time("reduce_scatter", tp_kind_bytes(c, "reduce_scatter"),
                                       p.tp, 1, cl))
-    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0,
-                                    compute.whole_split(p.tp, p.sp, job.framework))
+    parts = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0,
+                                         gemm_time.whole_split(p.tp, p.sp, job.framework))
     shared = [(n, g) for n, g in parts if n == "shared_mlp"]
-    gemm = float(compute.gemms_time_fwd([g for _, g in shared], p.tp, cl.gpu, job.dtype, False,
-                                        job.system,
-                                        compute.fixed_shares(shared, m, p.ep, job.framework)))
+    gemm = float(gemm_time.gemms_time_fwd([g for _, g in shared], p.tp, cl.gpu, job.dtype, False,
+                                          job.system,
+                                          gemm_time.fixed_shares(shared, m, p.ep, job.framework)))
     return coll, gemm
 
 

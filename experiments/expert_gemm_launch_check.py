@@ -18,10 +18,10 @@ read as the total, every measured time (11.6-20.5 us) falls below even the one-l
 (18.9-26.0 us), which no kernel does.
 
 Each row is priced as §5.37 fits XLA's tables (``gemm_fixed_time``): ``a·g·U + n·t0``, ``U``
-the model's compute time of one group's GEMM without the fixed term (``compute._gemm_compute``
+the model's compute time of one group's GEMM without the fixed term (``gemm_kernel._gemm_compute``
 at the catalog rate; the GEMMs are compute-bound: their HBM time is under half of ``U``),
 ``a`` the catalog's sustained/burst ratio (a short benchmark runs at the burst clock),
-``t0 = compute.gemm_fixed_s`` and ``n`` the fixed times one grouped GEMM pays
+``t0 = gemm_kernel.gemm_fixed_s`` and ``n`` the fixed times one grouped GEMM pays
 (``expert_gemm.ExpertGemmLaunch.fixed_times``): ``g`` per expert on one stream, ``ceil(g/4)``
 on TE's 4 streams, 1 fused.
 """
@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.gemm_fixed_time import sustained_over_burst  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import gemm_kernel, gemm_time  # noqa: E402
 from strategies.stacks.expert_gemm import ExpertGemmLaunch  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
@@ -53,10 +53,10 @@ def modelled_s(g: int, m: int, n: int, k: int, launch: ExpertGemmLaunch,
     """Seconds of one grouped GEMM of ``g`` groups ``(m x k) @ (k x n)`` in bf16 on
     ``gpu_name`` under ``launch``: ``a·g·U + fixed_times(g)·t0`` (module docstring)."""
     gpu = get_gpu(gpu_name)
-    rate, kn = ct._rates(gpu, "bf16")[0], ct.k_knee(gpu, "bf16")
-    U = float(ct._gemm_compute(m, n, k, rate, kn, ct.gemm_waves(gpu)))
+    rate, kn = gemm_time._rates(gpu, "bf16")[0], gemm_kernel.k_knee(gpu, "bf16")
+    U = float(gemm_kernel._gemm_compute(m, n, k, rate, kn, gemm_kernel.gemm_waves(gpu)))
     a = sustained_over_burst(gpu_name, "bf16")
-    return a * g * U + float(launch.fixed_times(g)) * ct.gemm_fixed_s(gpu)
+    return a * g * U + float(launch.fixed_times(g)) * gemm_kernel.gemm_fixed_s(gpu)
 
 
 def measured_s(g: int, m: int, n: int, k: int, tflops: float) -> float:

@@ -90,7 +90,7 @@ def rows_report() -> None:
     import dataclasses
     import os
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from strategies.cost import compute as ct
+    from strategies.cost import attention_time
     from strategies.estimate import estimate
     from strategies.reference.cases import case_from_entry, load_reference
     print("| row | measured s | attention fwd / bwd ms per layer, BF16 -> MXFP8 "
@@ -104,7 +104,7 @@ def rows_report() -> None:
         off = dataclasses.replace(job, framework=dataclasses.replace(job.framework,
                                                                      fp8_attention=False))
         m, p, gpu = job.model, job.plan, job.cluster.gpu
-        a = [ct.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, fw=j.framework)
+        a = [attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, fw=j.framework)
              for j in (off, job)]
         t0, t1 = estimate(off).step_time_s, estimate(job).step_time_s
         meas = case.measured_step_s

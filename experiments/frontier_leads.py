@@ -18,7 +18,7 @@ Four tables, all analytic (``strategies.estimate.scalar.estimate``):
    layer and micro-batch (``comm.collective_time`` over the ``cp`` ranks ``tp`` apart).
 4. ``convention``: the Llama rows' measured step under the FLOP count the paper cites (PaLM's
    ``6N + 12LHQT``, the attention square in full, as torchtitan's ``get_num_flop_per_token``
-   counts) and under the causal count (``counts.training_flops_per_token(causal=True)``).
+   counts) and under the causal count (``flop_counts.training_flops_per_token(causal=True)``).
 5. ``memory``: the estimated peak of each Llama row (Meta trained 8K without recomputation).
 6. ``Table 3``: what each of MegaScale's optimizations saved per step at 256 GPUs and batch
    256 (the step at each MFU, from the baseline row's measured step).
@@ -39,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm as cm                                      # noqa: E402
-from strategies.cost.counts import training_flops_per_token                 # noqa: E402
+from strategies.cost.flop_counts import training_flops_per_token  # noqa: E402
 from strategies.estimate.scalar import estimate                             # noqa: E402
 from strategies.job import Job, make_job                                    # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference      # noqa: E402

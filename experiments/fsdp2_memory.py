@@ -34,7 +34,7 @@ from dataclasses import replace
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from strategies.cost import counts                                          # noqa: E402
+from strategies.cost import param_counts  # noqa: E402
 from strategies.memory.scalar import memory_components, peak_memory         # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference      # noqa: E402
 
@@ -76,7 +76,7 @@ def torchtitan_rows() -> None:
         if job.dtype != "bf16":
             extra[0] = f"{_peak(replace(job, dtype='bf16'))[1]:.1f}"
             p = job.plan
-            dense, expert = counts.layer_params_split(job.model, p.tp, p.ep, p.etp)
+            dense, expert = param_counts.layer_params_split(job.model, p.tp, p.ep, p.etp)
             layers = memory_components(job, s)["layers"]
             held = (dense + expert) * job.layers_of_stage(s) if hasattr(
                 job, "layers_of_stage") else layers.params

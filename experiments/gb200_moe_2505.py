@@ -21,7 +21,7 @@ terms and the public measurement named:
 
 * the Grace host (TE issue #2053: a ``Linear`` forward's host path 37.08 µs on GB200 against
   13.48 µs on an H100 DGX's Xeon 8480C, ``GRACE_HOST_RATIO``) applied to the host terms the
-  model has on these rows (the dispatcher sync's host path, ``compute.moe_sync_time``);
+  model has on these rows (the dispatcher sync's host path, ``moe_time.moe_sync_time``);
 * the host-bound reading: how many such host paths the miss equals (``M`` / 37.08 µs);
 * the drop-and-pad dispatcher's missing sync (the model still charges ``moe_sync_time``);
 * the all-to-all rate (``W/(A+M)`` against the rows that ran the same dispatcher on GB200 and
@@ -45,8 +45,8 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import counts  # noqa: E402
-from strategies.cost.compute import moe_sync_time  # noqa: E402
+from strategies.cost import moe_bytes  # noqa: E402
+from strategies.cost.moe_time import moe_sync_time  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.launch_blocking import HOST_PATH_S  # noqa: E402
@@ -187,10 +187,10 @@ def rows() -> list[dict]:
 
 def sync_host_path_s(dispatcher: str) -> float:
     """Host seconds per MoE layer forward the model puts on the GPU's path after the
-    dispatcher's device-to-host sync (``compute.moe_sync_time`` less its launch gaps):
+    dispatcher's device-to-host sync (``moe_time.moe_sync_time`` less its launch gaps):
     ``MOE_SYNCS_FWD`` syncs, each ``MOE_SYNC_HOST_OPS`` operators of ``HOST_PATH_S``."""
-    ops = counts.MOE_SYNC_HOST_OPS[DISPATCHERS.index(dispatcher)]
-    return counts.MOE_SYNCS_FWD * ops * HOST_PATH_S
+    ops = moe_bytes.MOE_SYNC_HOST_OPS[DISPATCHERS.index(dispatcher)]
+    return moe_bytes.MOE_SYNCS_FWD * ops * HOST_PATH_S
 
 
 def _target(r: dict) -> bool:

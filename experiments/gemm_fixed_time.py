@@ -11,7 +11,7 @@ transcribed in ``h100_gemm_shapes.XLA_SM90_BF16`` and ``blackwell_gemm_shapes.XL
 hold the median CUPTI *kernel* duration of one HLO ``dot`` per entry: the kernel's own time,
 without the host or the idle gap between kernels (``framework.launch_gap_s``). Each entry's
 time ``T`` is set against ``U``, the model's compute time of that GEMM without the fixed
-term (``compute._gemm_compute`` at the catalog rate, ``b`` times: smooth shape penalty, K
+term (``gemm_kernel._gemm_compute`` at the catalog rate, ``b`` times: smooth shape penalty, K
 knee), in the law ``T = a·U + t0``. ``a`` is not free: it is the catalog's own
 sustained/burst ratio (the catalog efficiency over mamf-finder's burst fraction of the same
 part and dtype, ``blackwell_gemm_shapes.MAMF_BEST``), since XLA's short solo kernels run at
@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.blackwell_gemm_shapes import (MAMF_BEST, XLA_SM100_BF16,  # noqa: E402
                                                XLA_SM100_FP8)
 from experiments.h100_gemm_shapes import XLA_SM90_BF16  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import gemm_kernel, gemm_time  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
 #: (generation, [(table, GPU it is priced on, dtype)]) of each fit
@@ -92,7 +92,8 @@ def main() -> int:
         r0, r1 = residual(pts, 0.0), residual(pts, t0)
         a = "/".join(f"{sustained_over_burst(n, d):.3f}" for _, n, d in tables)
         lo, hi = min(p[0] for p in pts), max(p[0] for p in pts)
-        print(f"| {gen} | {len(pts)} | {a} | {t0 * 1e6:.3f} | {ct.GEMM_FIXED_S[gen] * 1e6:.3f} "
+        print(f"| {gen} | {len(pts)} | {a} | {t0 * 1e6:.3f} | "
+              f"{gemm_kernel.GEMM_FIXED_S[gen] * 1e6:.3f} "
               f"| {r0[0]:.3f} | {r1[0]:.3f} | {r1[1]:+.3f} | {r1[2]:.3f} | "
               f"{lo * 1e6:.1f}-{hi * 1e6:.1f} |")
     print("\nTable 2: a free (check): per table\n")
@@ -112,9 +113,11 @@ def _table_points(table: tuple, name: str, dtype: str) -> list[tuple]:
     """``points``' ``(T, U, a)`` of one ``table`` priced on ``name`` in ``dtype``."""
     g = get_gpu(name)
     a = sustained_over_burst(name, dtype)
-    rate, kn, wv = ct._rates(g, dtype)[0], ct.k_knee(g, dtype), ct.gemm_waves(g)
+    rate, kn = gemm_time._rates(g, dtype)[0], gemm_kernel.k_knee(g, dtype)
+    wv = gemm_kernel.gemm_waves(g)
     return [(2.0 * b * m * n * k / (v * 1e12),
-             b * float(ct._gemm_compute(m, n, k, rate, kn, wv)), a) for b, m, n, k, v in table]
+             b * float(gemm_kernel._gemm_compute(m, n, k, rate, kn, wv)), a)
+            for b, m, n, k, v in table]
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 For each run whose id matches ``--match``: the analytic step time and error, and the factor on
 the catalog's sustained GEMM fractions (``GPU.matmul_efficiency``, and
-``fp8_matmul_efficiency`` for fp8 GEMMs; the shape penalties of ``strategies.cost.compute``
+``fp8_matmul_efficiency`` for fp8 GEMMs; the shape penalties of ``strategies.cost.gemm_kernel``
 still apply on top) at which the analytic estimate equals the measured step, found by
 bisection on the run's own job with only those fields of its GPU changed (``implied eff``:
 that factor times the bf16 fraction). A run whose GEMMs ran on the previous generation's instruction

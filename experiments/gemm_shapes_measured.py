@@ -9,9 +9,9 @@ Run (a second or two, analytic only):
                                                           #   the two leads (a minute or two)
 
 Every point of ``SOURCES`` (one public table each: GPU, dtype, library and conditions, where it
-was read) is priced by ``compute.gemms_time_fwd`` of one entry ``(b, M, N, K)`` at tp 1 without
+was read) is priced by ``gemm_time.gemms_time_fwd`` of one entry ``(b, M, N, K)`` at tp 1 without
 TP overlap, the very function the estimate, the lower bound and the simulator price a layer's
-GEMMs with (``compute.gemm_units`` -> ``_gemm_unit``: catalog rate, shape penalty, K knee,
+GEMMs with (``gemm_time.gemm_units`` -> ``_gemm_unit``: catalog rate, shape penalty, K knee,
 fixed time per kernel, HBM roofline); ``b > 1`` (XLA's batched ``dot``) is one kernel, so the
 model's ``b`` fixed times are cut to one.
 
@@ -32,11 +32,11 @@ Table 5: the same by wave (``waves``: the output's ``WAVE_TILE`` tiles over the 
 the one-tile-per-SM count of a persistent kernel): below one wave, one to two, two or more.
 
 Table 5b: the same points with the Ampere kernel-choice rule (§3.15.1: the fastest of
-``compute.gemm_configs``' tiles x split-K at their wave occupancy) switched on for these
-chips (``compute.gemm_waves`` patched to ``AMPERE_CHECK_TILE``): does it account for the
+``gemm_kernel.gemm_configs``' tiles x split-K at their wave occupancy) switched on for these
+chips (``gemm_kernel.gemm_waves`` patched to ``AMPERE_CHECK_TILE``): does it account for the
 sub-wave shortfall? (a check; the catalog keeps ``wave_tile`` None on Hopper/Blackwell)
 
-Table 6: the K knee (``compute.k_knee`` of the source's GPU and dtype, patched there only)
+Table 6: the K knee (``gemm_kernel.k_knee`` of the source's GPU and dtype, patched there only)
 that best reproduces each source's points at one wave or more (``fit_knee``: least squares on
 the log of the norm ratio, grid ``KNEE_GRID``), beside the catalog's scaled knee.
 
@@ -47,7 +47,7 @@ aside), analytic, (a) with each generation's K knee scaled by what its newest ta
 with every GEMM below one wave (``waves`` < 1, on the row's GPU) slowed by its generation's
 median sub-wave norm ratio (``subwave_penalty``), an upper-end reading of the measured
 shortfall since the tables' sub-wave kernels are short, (c) with the Ampere kernel-choice
-rule of Table 5b on the Blackwell parts only (``compute.gemm_waves`` patched for generation
+rule of Table 5b on the Blackwell parts only (``gemm_kernel.gemm_waves`` patched for generation
 ``sm_100``), where Table 5b finds it closes most of the sub-wave shortfall, and (d) the same
 on the GEMMs below one wave only (the rest priced as now): what of (c)'s move is sub-wave.
 Per file and per GPU: MAPE and mean signed error; and the H100 runs of §3.13's lead against their control
@@ -66,11 +66,12 @@ from dataclasses import dataclass
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.calibration_ablation import patched  # noqa: E402
+from experiments.calibration_ablation import patched_cost  # noqa: E402
 from experiments.blackwell_gemm_shapes import B200, XLA_SM100_BF16, XLA_SM100_FP8  # noqa: E402
 from experiments.grouped_gemm_check import DEEPGEMM_H800  # noqa: E402
 from experiments.h100_gemm_shapes import H100, XLA_SM90_BF16  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import gemm_kernel, gemm_time, hbm_rate  # noqa: E402
+from strategies.cost.system import DEFAULT_SYSTEM  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
 H800 = "H800-SXM5-80GB"
@@ -159,10 +160,10 @@ SOURCES = (
 
 def model_seconds(gpu_name: str, dtype: str, b: int, M: float, N: float, K: float) -> float:
     """Seconds the cost model gives ``b`` GEMMs ``(M x K) @ (K x N)`` run as one kernel:
-    ``compute.gemms_time_fwd`` (tp 1, no TP overlap) less ``(b - 1)`` fixed times."""
+    ``gemm_time.gemms_time_fwd`` (tp 1, no TP overlap) less ``(b - 1)`` fixed times."""
     gpu = get_gpu(gpu_name)
-    return float(ct.gemms_time_fwd([(b, M, N, K, False)], 1, gpu, dtype)
-                 - (b - 1) * ct.gemm_fixed_s(gpu))
+    return float(gemm_time.gemms_time_fwd([(b, M, N, K, False)], 1, gpu, dtype)
+                 - (b - 1) * gemm_kernel.gemm_fixed_s(gpu))
 
 
 def shape_class(M: float, N: float, K: float) -> str:
@@ -250,24 +251,25 @@ def by_key(rs: list[Row], key) -> dict:
 
 
 def rows_with_ampere_waves() -> list[Row]:
-    """``rows()`` with ``compute.gemm_waves`` giving every catalog Hopper/Blackwell part
-    (``compute.GEMM_GENERATION``) ``AMPERE_CHECK_TILE`` waves over its SMs (Table 5b)."""
-    orig = ct.gemm_waves
+    """``rows()`` with ``gemm_kernel.gemm_waves`` giving every catalog Hopper/Blackwell part
+    (``gemm_kernel.GEMM_GENERATION``) ``AMPERE_CHECK_TILE`` waves over its SMs (Table 5b)."""
+    orig = gemm_kernel.gemm_waves
 
-    def waves_(gpu, system=ct.DEFAULT_SYSTEM):
-        if gpu.wave_tile is None and gpu.sm_count and gpu.name in ct.GEMM_GENERATION:
-            return ct.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, ct.usable_hbm(gpu, system))
+    def waves_(gpu, system=DEFAULT_SYSTEM):
+        if gpu.wave_tile is None and gpu.sm_count and gpu.name in gemm_kernel.GEMM_GENERATION:
+            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE,
+                                     hbm_rate.usable_hbm(gpu, system))
         return orig(gpu, system)
-    with patched(ct, "gemm_waves", waves_):
+    with patched_cost(gemm_kernel, "gemm_waves", waves_):
         return rows()
 
 
 def fit_knee(src: Source) -> tuple[int, float, float, int]:
     """``(knee, rms log norm ratio there, rms at the catalog's knee, points)``: the knee of
-    ``src``'s GPU and dtype (``compute.k_knee`` patched for that GPU's rate key alone) of
+    ``src``'s GPU and dtype (``gemm_kernel.k_knee`` patched for that GPU's rate key alone) of
     ``KNEE_GRID`` minimising the squared log norm ratio over ``src``'s points at one wave or
     more."""
-    orig = ct.k_knee
+    orig = gemm_kernel.k_knee
     gpu0 = get_gpu(src.gpu)
     key = gpu0.rate_key(src.dtype)
 
@@ -276,7 +278,7 @@ def fit_knee(src: Source) -> tuple[int, float, float, int]:
             if knee is not None and gpu.name == gpu0.name and gpu.rate_key(dtype) == key:
                 return float(knee)
             return orig(gpu, dtype)
-        with patched(ct, "k_knee", kk):
+        with patched_cost(gemm_kernel, "k_knee", kk):
             rs = [r for r in rows((src,)) if r.waves >= 1]
         return sum(math.log(r.norm_ratio) ** 2 for r in rs), len(rs)
 
@@ -298,7 +300,7 @@ def knee_factors() -> dict:
     out = {}
     for key, name in WHAT_IF_KNEE_SOURCES.items():
         s = src[name]
-        out[key] = fit_knee(s)[0] / ct.k_knee(get_gpu(s.gpu), s.dtype)
+        out[key] = fit_knee(s)[0] / gemm_kernel.k_knee(get_gpu(s.gpu), s.dtype)
     return out
 
 
@@ -307,7 +309,8 @@ def subwave_penalty() -> dict:
     rs = rows()
     out = {}
     for gen in ("sm_90", "sm_100"):
-        sub = [r.norm_ratio for r in rs if ct.GEMM_GENERATION.get(r.gpu) == gen and r.waves < 1]
+        sub = [r.norm_ratio for r in rs
+               if gemm_kernel.GEMM_GENERATION.get(r.gpu) == gen and r.waves < 1]
         out[gen] = statistics.median(sub)
     return out
 
@@ -322,16 +325,18 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
     from strategies.estimate.scalar import estimate
 
     kf, pen = knee_factors(), subwave_penalty()
-    orig_knee, orig_compute, orig_waves = ct.k_knee, ct._gemm_compute, ct.gemm_waves
+    orig_knee, orig_compute, orig_waves = (gemm_kernel.k_knee, gemm_kernel._gemm_compute,
+                                           gemm_kernel.gemm_waves)
 
-    def blackwell_waves(gpu, system=ct.DEFAULT_SYSTEM):
+    def blackwell_waves(gpu, system=DEFAULT_SYSTEM):
         if gpu.wave_tile is None and gpu.sm_count \
-                and ct.GEMM_GENERATION.get(gpu.name) == "sm_100":
-            return ct.Waves(gpu.sm_count, *AMPERE_CHECK_TILE, ct.usable_hbm(gpu, system))
+                and gemm_kernel.GEMM_GENERATION.get(gpu.name) == "sm_100":
+            return gemm_kernel.Waves(gpu.sm_count, *AMPERE_CHECK_TILE,
+                                     hbm_rate.usable_hbm(gpu, system))
         return orig_waves(gpu, system)
 
     def knee(gpu, dtype):
-        gen = ct.GEMM_GENERATION.get(gpu.name)
+        gen = gemm_kernel.GEMM_GENERATION.get(gpu.name)
         return orig_knee(gpu, dtype) * kf.get((gen, gpu.rate_key(dtype)), 1.0)
 
     state = {"sms": None, "pen": 1.0, "waves": None}
@@ -360,18 +365,18 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
                 continue
             gpu = c.job.cluster.groups[0].gpu
             now = estimate(c.job).step_time_s
-            with patched(ct, "k_knee", knee):
+            with patched_cost(gemm_kernel, "k_knee", knee):
                 a = estimate(c.job).step_time_s
-            gen = ct.GEMM_GENERATION.get(gpu.name)
+            gen = gemm_kernel.GEMM_GENERATION.get(gpu.name)
             state.update(sms=gpu.sm_count if gen else None, pen=pen.get(gen, 1.0))
-            with patched(ct, "_gemm_compute", compute):
+            with patched_cost(gemm_kernel, "_gemm_compute", compute):
                 b = estimate(c.job).step_time_s
             state.update(sms=None)
-            with patched(ct, "gemm_waves", blackwell_waves):
+            with patched_cost(gemm_kernel, "gemm_waves", blackwell_waves):
                 w = estimate(c.job).step_time_s
             bw = blackwell_waves(gpu) if gen == "sm_100" else None
             state.update(sms=gpu.sm_count if bw else None, waves=bw)
-            with patched(ct, "_gemm_compute", compute):
+            with patched_cost(gemm_kernel, "_gemm_compute", compute):
                 d = estimate(c.job).step_time_s
             state.update(sms=None, waves=None)
             m = c.measured_step_s
@@ -432,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         b = best(s)
         print(f"| {s.name} | {s.gpu} | {s.dtype} | {s.library} | {s.where} | {len(s.points)} | "
               f"{b[0]}x{b[1]}x{b[2]}x{b[3]} |")
-    print("\nTable 2. Every point beside the model (compute.gemms_time_fwd), normalised to its "
+    print("\nTable 2. Every point beside the model (gemm_time.gemms_time_fwd), normalised to its "
           "source's best shape\n")
     print("| source | b | M | N | K | class | kernel us | measured TFLOP/s | model TFLOP/s | "
           "model / measured | measured norm | model norm | norm ratio |")
@@ -466,7 +471,7 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for src in SOURCES:
         knee, rms, rms0, n = fit_knee(src)
-        cat = ct.k_knee(get_gpu(src.gpu), src.dtype)
+        cat = gemm_kernel.k_knee(get_gpu(src.gpu), src.dtype)
         print(f"| {src.name} | {src.gpu} / {src.dtype} | {n} | {cat:.0f} | {rms0:.3f} | "
               f"{knee} | {rms:.3f} | {knee / cat:.2f} |")
     if args.what_if:

@@ -10,12 +10,12 @@ Table 1: DeepGEMM's published rates on H800 SXM5 (FP8 with 1x128 / 128x128 scali
 12.8; README "Performance" at commit 327ec92, 2025-04-09: its normal GEMMs and its M-grouped
 GEMMs for MoE, contiguous and masked layouts, at DeepSeek-V3's shapes) beside the rate the
 cost model gives the same GEMMs: ``groups`` GEMMs of ``(M, N, K)`` priced by
-``compute.gemms_time_fwd``, the very function that prices a layer's routed experts (``E/ep``
-GEMMs of ``counts.expert_tokens`` rows each), in ``fp8-blockwise`` on ``H800-SXM5-80GB``.
+``gemm_time.gemms_time_fwd``, the very function that prices a layer's routed experts (``E/ep``
+GEMMs of ``token_counts.expert_tokens`` rows each), in ``fp8-blockwise`` on ``H800-SXM5-80GB``.
 
 Table 2: for every MoE row of ``megatron_bridge_2604.json`` and ``published_2026.json``, the routed experts' GEMMs as the
 model runs them (per-group ``M``, the forward shapes), the model's time for them per MoE layer
-and micro-batch (forward, data and weight gradients; ``compute.gemms_time_fwd`` /
+and micro-batch (forward, data and weight gradients; ``gemm_time.gemms_time_fwd`` /
 ``gemms_time_bwd_split`` at the plan's ``tp``, ``etp``, TP overlap and routing load, without the
 overlap clock factor), its rate, the time the estimate misses per MoE layer and micro-batch
 (``moe_residuals.residual_rows``), and the rate the routed GEMMs would have to run at for
@@ -31,8 +31,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.moe_residuals import BRIDGE_2604, FILES, residual_rows  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts  # noqa: E402
+from strategies.cost import gemm_kernel, gemm_shapes, gemm_time, token_counts  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
@@ -60,13 +59,13 @@ TILE_M = 128   # the M tile of the grouped kernels (DeepGEMM's contiguous-layout
 
 def model_tflops(gpu_name: str, dtype: str, groups: int, M: float, N: float, K: float) -> float:
     """TFLOP/s the cost model gives ``groups`` GEMMs ``(M x K) @ (K x N)`` in ``dtype`` on
-    ``gpu_name`` (``compute.gemms_time_fwd``, as a layer's routed experts are priced), as one
+    ``gpu_name`` (``gemm_time.gemms_time_fwd``, as a layer's routed experts are priced), as one
     grouped kernel, as DeepGEMM runs them: one fixed time per kernel
-    (``compute.gemm_fixed_s``) where the layer pricing, per expert GEMM as Transformer
+    (``gemm_kernel.gemm_fixed_s``) where the layer pricing, per expert GEMM as Transformer
     Engine's ``GroupedLinear`` launches them (§5.29), counts ``groups``."""
     gpu = get_gpu(gpu_name)
-    t = ct.gemms_time_fwd([(groups, M, N, K, False)], 1, gpu, dtype) \
-        - (groups - 1) * ct.gemm_fixed_s(gpu)
+    t = gemm_time.gemms_time_fwd([(groups, M, N, K, False)], 1, gpu, dtype) \
+        - (groups - 1) * gemm_kernel.gemm_fixed_s(gpu)
     return 2.0 * groups * M * N * K / t / 1e12
 
 
@@ -97,13 +96,13 @@ def row_rows(path: str = BRIDGE_2604) -> list[tuple]:
         if job is None or not job.model.is_moe or entry["id"] not in missed:
             continue
         m, p, gpu = job.model, job.plan, job.cluster.gpu
-        load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
-                               p.expert_tp)
-        parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, load)
+        load = token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
+                                     p.expert_tp)
+        parts = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, load)
         routed = [g for part, g in parts if part == "routed_mlp" and g[4] is not None]
         tpo = p.tp_comm_overlap
-        t = ct.gemms_time_fwd(routed, p.tp, gpu, job.dtype, tpo) \
-            + ct.gemms_time_bwd_split(routed, p.tp, gpu, job.dtype, tpo, job.framework)[0]
+        t = gemm_time.gemms_time_fwd(routed, p.tp, gpu, job.dtype, tpo) \
+            + gemm_time.gemms_time_bwd_split(routed, p.tp, gpu, job.dtype, tpo, job.framework)[0]
         flops = 3 * sum(2.0 * c * M * N * K for c, M, N, K, _ in routed)
         miss = missed[entry["id"]] * 1e-3
         need = flops / (t + miss) if miss > 0 else float("nan")   # nan: estimate too slow

@@ -8,13 +8,13 @@ Run (a second, analytic only):
     python experiments/h100_gemm_shapes.py --what-if    # + H100 rows under the measured knee
 
 The lead: H100 runs without pipelining imply 0.59-0.92 of the catalog's GEMM rate while the
-A100 rows of the same stacks are right, and H100's K knee (``compute.k_knee``: A100's 64
+A100 rows of the same stacks are right, and H100's K knee (``gemm_kernel.k_knee``: A100's 64
 scaled by the per-SM tensor rate, 166 bf16 / 332 fp8) is a scaling argument. If H100's thin
 shapes were slower than modelled, a public shape sweep would show it.
 
 Table 1: XLA's matmul performance table for ``sm_90`` (``XLA_SM90_BF16``), bf16, every
 ``(b, m, n, k)`` with ``m`` in {2048, 4096}, ``n, k`` in {256 .. 4096}. The model's rate is
-``compute.gemms_time_fwd`` of ``b`` GEMMs ``(m, n, k)`` on ``H100-SXM5-80GB`` (the function
+``gemm_time.gemms_time_fwd`` of ``b`` GEMMs ``(m, n, k)`` on ``H100-SXM5-80GB`` (the function
 that prices a layer's GEMMs). XLA times one kernel at the boost clock; the catalog is the
 sustained clock (``GPU.matmul_efficiency``, MSMF), so absolute rates differ by about the
 sustained/burst ratio and the shape dependence is compared *normalised*: each rate over the
@@ -43,7 +43,7 @@ share of GEMM FLOPs outside the regime Table 1 covers (``in_regime``), the model
 shape factor, and what the fitted fixed time per kernel would add.
 
 ``--what-if``: the analytic error of every H100-class run with the fitted knees in place of the
-catalog's (bf16: the joint fit; fp8: DeepGEMM's sweep), by patching ``compute.k_knee`` only.
+catalog's (bf16: the joint fit; fp8: DeepGEMM's sweep), by patching ``gemm_kernel.k_knee`` only.
 """
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from experiments.calibration_ablation import patched  # noqa: E402
+from experiments.calibration_ablation import patched_cost  # noqa: E402
 from experiments.grouped_gemm_check import DEEPGEMM_DTYPE, DEEPGEMM_GPU, DEEPGEMM_H800  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import gemm_kernel, gemm_time  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
 H100 = "H100-SXM5-80GB"
@@ -136,11 +136,12 @@ KNEE_GRID = range(1, 2001)
 
 def model_tflops(gpu_name: str, dtype: str, b: int, m: float, n: float, k: float) -> float:
     """TFLOP/s the cost model gives ``b`` GEMMs ``(m x k) @ (k x n)`` in ``dtype`` on
-    ``gpu_name`` (``compute.gemms_time_fwd`` at tp 1, no TP overlap, as a layer's GEMMs are
+    ``gpu_name`` (``gemm_time.gemms_time_fwd`` at tp 1, no TP overlap, as a layer's GEMMs are
     priced), run as one batched kernel, as XLA's ``dot`` runs them: one fixed time per
-    kernel (``compute.gemm_fixed_s``) where the layer pricing counts ``b``."""
+    kernel (``gemm_kernel.gemm_fixed_s``) where the layer pricing counts ``b``."""
     g = get_gpu(gpu_name)
-    t = ct.gemms_time_fwd([(b, m, n, k, False)], 1, g, dtype) - (b - 1) * ct.gemm_fixed_s(g)
+    t = gemm_time.gemms_time_fwd([(b, m, n, k, False)], 1, g, dtype) \
+        - (b - 1) * gemm_kernel.gemm_fixed_s(g)
     return 2.0 * b * m * n * k / t / 1e12
 
 
@@ -176,8 +177,8 @@ def training_regime(rows: list[tuple]) -> list[tuple]:
 
 
 def shape_factor(M: float, N: float, K: float, knee: float) -> float:
-    """The model's shape penalty ``s(M)·s(N)·K/(K + knee)`` (``compute._shape``)."""
-    return ct._shape(M) * ct._shape(N) * K / (K + knee)
+    """The model's shape penalty ``s(M)·s(N)·K/(K + knee)`` (``gemm_kernel._shape``)."""
+    return gemm_kernel._shape(M) * gemm_kernel._shape(N) * K / (K + knee)
 
 
 def fit_knee(points: list[tuple], ref: tuple) -> int:
@@ -231,12 +232,12 @@ def knee_rows() -> list[tuple]:
                if (bb, mm) == (b, m) and n == REF_NK]
         ref = next(p for p in pts if p[2] == REF_NK)
         out.append((f"XLA sm_90 bf16, b={b} m={m} n={REF_NK}, k 256-4096", fit_knee(pts, ref),
-                    ct.k_knee(get_gpu(H100), "bf16")))
+                    gemm_kernel.k_knee(get_gpu(H100), "bf16")))
     dg = [(M, N, K, v) for kind, g, M, N, K, v in DEEPGEMM_H800
           if kind == "dense" and M == DEEPGEMM_M]
     ref = next(p for p in dg if (p[1], p[2]) == DEEPGEMM_REF)
     out.append((f"DeepGEMM H800 fp8 dense, M={DEEPGEMM_M}, (N, K) as published", fit_knee(dg, ref),
-                ct.k_knee(get_gpu(DEEPGEMM_GPU), DEEPGEMM_DTYPE)))
+                gemm_kernel.k_knee(get_gpu(DEEPGEMM_GPU), DEEPGEMM_DTYPE)))
     return out
 
 
@@ -274,7 +275,7 @@ def what_if_knee(knee: float, rate: str = "bf16", match: str = "h100") -> list[t
     from simulator.studies.validate import load_cases
     from strategies.estimate.scalar import estimate
 
-    orig = ct.k_knee
+    orig = gemm_kernel.k_knee
     keys = ("bf16", "fp16") if rate == "bf16" else ("fp8",)
 
     def patched_knee(gpu, dtype):
@@ -289,7 +290,7 @@ def what_if_knee(knee: float, rate: str = "bf16", match: str = "h100") -> list[t
         if match not in c.job.cluster.groups[0].gpu.name.lower():
             continue
         now = estimate(c.job).step_time_s
-        with patched(ct, "k_knee", patched_knee):
+        with patched_cost(gemm_kernel, "k_knee", patched_knee):
             alt = estimate(c.job).step_time_s
         out.append((c.id, 100 * (now / c.measured_step_s - 1), 100 * (alt / c.measured_step_s - 1)))
     return out
@@ -328,13 +329,13 @@ SHAPE_GROUPS = (("lead", None, DEFICIT_RUNS), ("lead, NeMo 24.07 pp = 1", NEMO24
 
 def layer_shapes(job) -> list[tuple]:
     """The GEMMs of ``job``'s mean layer on one GPU, forward and backward, as the model
-    prices them (``counts.layer_gemms`` cut by ``compute.gemm_units``' TP-overlap pieces):
+    prices them (``gemm_shapes.layer_gemms`` cut by ``gemm_time.gemm_units``' TP-overlap pieces):
     ``(count, rows, cols, reduction)``: forward ``(M, N, K)``, data gradient ``(M, K, N)``,
     weight gradient ``(K, N, M)``."""
-    from strategies.cost import counts
+    from strategies.cost import gemm_shapes
     m, p, gpu = job.model, job.plan, job.cluster.groups[0].gpu
-    gemms = counts.layer_gemms(m, p.mbs, p.tp, p.cp, p.ep)
-    units = ct.gemm_units(gemms, p.tp, gpu, job.dtype, p.tp_comm_overlap)
+    gemms = gemm_shapes.layer_gemms(m, p.mbs, p.tp, p.cp, p.ep)
+    units = gemm_time.gemm_units(gemms, p.tp, gpu, job.dtype, p.tp_comm_overlap)
     out = []
     for (c, M, N, K, *_), (pieces, _f, dpieces, _d, _w) in zip(gemms, units):
         out += [(c * pieces, M / pieces, N, K), (c * dpieces, M / dpieces, K, N), (c, K, N, M)]
@@ -357,7 +358,7 @@ def run_shape_rows(pattern: str, fixed_s: float = 0.0,
         if c.job is None or c.measured_step_s is None or not re.search(pattern, c.id):
             continue
         job, gpu = c.job, c.job.cluster.groups[0].gpu
-        knee = ct.k_knee(gpu, job.dtype)
+        knee = gemm_kernel.k_knee(gpu, job.dtype)
         shapes = layer_shapes(job)
         flops = [2.0 * n * r * co * k for n, r, co, k in shapes]
         total = sum(flops)
@@ -366,7 +367,7 @@ def run_shape_rows(pattern: str, fixed_s: float = 0.0,
         factor = sum(f * shape_factor(r, co, k, knee) for f, (n, r, co, k) in zip(flops, shapes)) \
             / total
         err = 100 * (estimate(job).step_time_s / c.measured_step_s - 1)
-        t = sum(ct.gemms_time_fwd([(n, r, co, k, False)], 1, gpu, job.dtype)
+        t = sum(gemm_time.gemms_time_fwd([(n, r, co, k, False)], 1, gpu, job.dtype)
                 for n, r, co, k in shapes)
         fixed = fixed_s * sum(n for n, *_ in shapes) / t
         out.append((c.id, gpu.name, job.dtype, job.model.hidden_size, job.plan.tp,
@@ -447,11 +448,11 @@ def main(argv: list[str] | None = None) -> int:
         h100 = get_gpu(H100)
         _print_what_if(what_if_knee(knee, "bf16"),
                        f"What if: H100-class bf16 GEMMs with the knee {knee} (the joint fit "
-                       f"above) instead of {ct.k_knee(h100, 'bf16'):.0f}")
+                       f"above) instead of {gemm_kernel.k_knee(h100, 'bf16'):.0f}")
         fp8 = next(k for name, k, _ in knee_rows() if name.startswith("DeepGEMM"))
         _print_what_if(what_if_knee(fp8, "fp8"),
                        f"What if: H100-class fp8 GEMMs with the knee {fp8} (DeepGEMM's "
-                       f"blockwise sweep) instead of {ct.k_knee(h100, 'fp8'):.0f}")
+                       f"blockwise sweep) instead of {gemm_kernel.k_knee(h100, 'fp8'):.0f}")
     return 0
 
 

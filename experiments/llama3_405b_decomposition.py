@@ -38,8 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies import placement                                            # noqa: E402
 from strategies.cost import comm as cm                                      # noqa: E402
-from strategies.cost import counts                                          # noqa: E402
-from strategies.cost.counts import causal_fraction, score_elements          # noqa: E402
+from strategies.cost import param_counts  # noqa: E402
+from strategies.cost.attention_counts import causal_fraction, score_elements  # noqa: E402
 from strategies.cost.stage import stage_costs                               # noqa: E402
 from strategies.estimate.scalar import estimate                             # noqa: E402
 from strategies.job import Job, make_job                                    # noqa: E402
@@ -51,7 +51,7 @@ IDS = ("llama3_405b_8192gpu_seq8k", "llama3_405b_16384gpu_seq8k",
        "llama3_405b_16384gpu_seq128k")
 #: Meta's RoCE cluster (§3.3.1): pods of 3,072 GPUs at full bisection, 1:7 above them
 POD_GPUS, AGG_OVERSUBSCRIPTION = 3072, 7
-BLOCK = 128      # the causal kernel's tile (counts.causal_fraction)
+BLOCK = 128      # the causal kernel's tile (attention_counts.causal_fraction)
 
 
 def _rows() -> list[dict]:
@@ -193,7 +193,7 @@ def eight_k(rows: list[dict]) -> dict[str, Any]:
         # one layer slot's fp32 gradient reduce-scatter over the model's DP group
         size, apart = placement.dense_dp_group(p.tp, p.cp, p.dp)
         rs = float(cm.collective_time(
-            "reduce_scatter", counts.layer_params_per_gpu(j.model, p.tp, p.ep, p.expert_tp)
+            "reduce_scatter", param_counts.layer_params_per_gpu(j.model, p.tp, p.ep, p.expert_tp)
             * j.system.main_grad_bytes(j.dtype), size, apart, j.cluster))
         span = p.dp * stride
         out["rows"].append({"id": rid, "M": j.num_microbatches, "dp": p.dp,

@@ -15,8 +15,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts as costs  # noqa: E402
+from strategies.cost import attention_time, elementwise_bytes, elementwise_time  # noqa: E402
+from strategies.cost import flop_counts, gemm_shapes, gemm_time, grad_time, hbm_rate  # noqa: E402
+from strategies.cost import layer_time, overlap_clock  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import Case, case_from_entry, load_reference  # noqa: E402
 
@@ -50,35 +51,39 @@ def cases() -> dict[str, Case]:
 def _slow(job) -> float:
     P = job.plan
     mb = P.gbs / (P.mbs * P.dp)
-    whole = ct.dp_overlaps_whole_step(P.dp * P.cp, mb, P.overlap_grad_reduce)
-    return float(ct.overlap_slowdown(P.tp, P.tp_comm_overlap, P.cp, P.zero, whole, False))
+    whole = overlap_clock.dp_overlaps_whole_step(P.dp * P.cp, mb, P.overlap_grad_reduce)
+    return float(overlap_clock.overlap_slowdown(P.tp, P.tp_comm_overlap, P.cp, P.zero, whole,
+                                                False))
 
 
 def layer_parts(job) -> dict[str, float]:
-    """Seconds of one dense layer and micro-batch by kernel class, as ``compute.layer_time``
+    """Seconds of one dense layer and micro-batch by kernel class, as ``layer_time.layer_time``
     prices them (GEMMs with the overlap clock factor, attention, casts, memory-bound
     elementwise, launch gaps; the weight-gradient accumulation is fused, 0); ``total`` is
     ``layer_time``'s fwd + bwd itself."""
     P, m, gpu, fw, dt = job.plan, job.model, job.cluster.gpu, job.framework, job.dtype
     sy, slow = job.system, _slow(job)
-    parts = costs.layer_gemm_parts(m, P.mbs, P.tp, P.cp, 1, None, None, 1.0)
-    units = ct.gemm_units([g for _, g in parts], P.tp, gpu, dt, P.tp_comm_overlap, fw, sy,
-                          shares=ct.fixed_shares(parts, m, 1, fw))
+    parts = gemm_shapes.layer_gemm_parts(m, P.mbs, P.tp, P.cp, 1, None, None, 1.0)
+    units = gemm_time.gemm_units([g for _, g in parts], P.tp, gpu, dt, P.tp_comm_overlap, fw, sy,
+                                 shares=gemm_time.fixed_shares(parts, m, 1, fw))
     n = [g[0] for _, g in parts]
-    a_f, a_b = ct.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, gpu, slow, fw, sy)
-    c_f, c_b = ct.cast_time(m, P.mbs, P.tp, P.cp, P.sp, gpu, dt, sy, fw)
-    e = costs.elementwise_bytes_fwd(m, P.mbs, P.tp, P.cp, P.sp, fw.elementwise_kernels) \
-        / ct.usable_hbm(gpu, sy)
-    shard = ct.accum_shard(P.dp * P.cp, P.zero)
-    lt = ct.layer_time(m, b=P.mbs, tp=P.tp, cp=P.cp, ep=1, sp=P.sp, flash=P.flash_attn,
-                       recompute=0, gpu=gpu, dtype=dt, tpo=P.tp_comm_overlap, fw=fw, slow=slow,
-                       shard=shard, system=sy)
-    return {"gemm": slow * (ct.units_time_fwd(n, units) + ct.units_time_bwd(n, units)[0]),
+    a_f, a_b = attention_time.attention_time_fwd(m, P.mbs, P.tp, P.cp, P.flash_attn, gpu, slow,
+                                                 fw, sy)
+    c_f, c_b = elementwise_time.cast_time(m, P.mbs, P.tp, P.cp, P.sp, gpu, dt, sy, fw)
+    e = elementwise_bytes.elementwise_bytes_fwd(m, P.mbs, P.tp, P.cp, P.sp,
+                                                fw.elementwise_kernels) \
+        / hbm_rate.usable_hbm(gpu, sy)
+    shard = grad_time.accum_shard(P.dp * P.cp, P.zero)
+    lt = layer_time.layer_time(m, b=P.mbs, tp=P.tp, cp=P.cp, ep=1, sp=P.sp, flash=P.flash_attn,
+                               recompute=0, gpu=gpu, dtype=dt, tpo=P.tp_comm_overlap, fw=fw,
+                               slow=slow, shard=shard, system=sy)
+    return {"gemm": slow * (gemm_time.units_time_fwd(n, units)
+                            + gemm_time.units_time_bwd(n, units)[0]),
             "attention": a_f + a_b, "casts": c_f + c_b, "elementwise": 3 * e,
-            "launch": 3 * ct.launch_time(fw, gpu=gpu),
-            "accumulation": float(lt.wgrad - slow * ct.units_time_bwd(n, units)[1]),
+            "launch": 3 * elementwise_time.launch_time(fw, gpu=gpu),
+            "accumulation": float(lt.wgrad - slow * gemm_time.units_time_bwd(n, units)[1]),
             "total": float(lt.fwd + lt.bwd),
-            "gemm_flops": 3 * float(costs.gemm_flops_fwd(m, P.mbs, P.tp, P.cp)), "slow": slow}
+            "gemm_flops": 3 * float(flop_counts.gemm_flops_fwd(m, P.mbs, P.tp, P.cp)), "slow": slow}
 
 
 def measured_layer(c: Case) -> tuple[float, float, float]:

@@ -6,7 +6,7 @@ Run:
 
 Per row: measured and estimated step time, the exposed data-parallel communication, the
 estimated peak memory; per precision: one layer's forward, backward and recomputation and
-its fp8 casts (one micro-batch of 2 x 4096 tokens on one H100, ``strategies.cost.compute``).
+its fp8 casts (one micro-batch of 2 x 4096 tokens on one H100, ``strategies.cost.layer_time``).
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.studies.validate import load_cases  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import elementwise_time, layer_time  # noqa: E402
 from strategies.cost.recompute import modules_mask  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 
@@ -36,9 +36,9 @@ def main() -> None:
     print("\nper layer, one micro-batch (ms): dtype  forward  backward  recompute  "
           "cast_fwd  cast_bwd")
     for dtype in ("bf16", "fp8"):
-        lt = ct.layer_time(m, b=p.mbs, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=1,
-                           gpu=gpu, dtype=dtype, fw=fw, modules=mask)
-        cf, cb = ct.cast_time(m, p.mbs, 1, 1, False, gpu, dtype)
+        lt = layer_time.layer_time(m, b=p.mbs, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=1,
+                                   gpu=gpu, dtype=dtype, fw=fw, modules=mask)
+        cf, cb = elementwise_time.cast_time(m, p.mbs, 1, 1, False, gpu, dtype)
         print(f"{dtype}  {lt.fwd * 1e3:.1f}  {lt.bwd * 1e3:.1f}  {lt.recompute * 1e3:.1f}  "
               f"{cf * 1e3:.2f}  {cb * 1e3:.2f}")
 

@@ -30,8 +30,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.moe_residuals import FILES, residual_rows  # noqa: E402
-from strategies.cost.compute import EXPERT_HOST_S  # noqa: E402
-from strategies.cost.counts import EXPERT_BIAS_KERNELS  # noqa: E402
+from strategies.cost.moe_bytes import EXPERT_BIAS_KERNELS  # noqa: E402
+from strategies.cost.moe_time import EXPERT_HOST_S  # noqa: E402
 from strategies.reference.bridge_recipes import recipe_for  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
@@ -83,7 +83,7 @@ def host_cpu(gpu_name: str) -> str:
 def launches_per_expert(dtype: str, bias: bool = False) -> int:
     """Kernel launches per local expert, per MoE layer and micro-batch (``LAUNCHES``), plus
     Megatron-Core's per-expert output-bias path for experts with biases
-    (``counts.EXPERT_BIAS_KERNELS``, gpt-oss)."""
+    (``moe_bytes.EXPERT_BIAS_KERNELS``, gpt-oss)."""
     if dtype not in LAUNCHES:
         raise ValueError(f"dtype: {dtype!r} has no launch count; expected one of "
                          f"{sorted(LAUNCHES)}")

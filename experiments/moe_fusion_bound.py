@@ -15,7 +15,7 @@ and micro-batch of each 26.04 / 25.11 MoE row, everything the model charges that
 removes: the routed experts' activation function (forward, and its backward at twice the
 forward's bytes, ``layer_time``; gpt-oss's eager clamp with it), the routed activation casts
 (``quantise``'s ``routed_unfused`` part, 0 in bf16), TE's per-expert quantisation padding
-copies (``compute.expert_pad_time``, 0 in bf16), the token permutations, and the host
+copies (``moe_time.expert_pad_time``, 0 in bf16), the token permutations, and the host
 time the model exposes (the dispatcher's sync, ``moe_sync_time``, and the expert path's host
 launches, ``moe_host_time``), beside the time the row still misses: "removable / missed"
 below 1 means that even pricing these parts at twice their bandwidth cost would not close the
@@ -37,8 +37,7 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.moe_residuals import FILES, ROWS_2608, residual_rows, rows_2608  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts  # noqa: E402
+from strategies.cost import elementwise_bytes, elementwise_time, hbm_rate, moe_time  # noqa: E402
 from strategies.plan import DISPATCHERS  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 from topologies.precision import get_precision  # noqa: E402
@@ -50,20 +49,20 @@ def removable_ms(job) -> dict[str, float]:
     m, p, gpu, fw, dtype = job.model, job.plan, job.cluster.gpu, job.framework, job.dtype
     b, tp, cp, ep = p.mbs, p.tp, p.cp, p.ep
     share = m.layer_shares()["moe"]
-    hbm = ct.usable_hbm(gpu)
+    hbm = hbm_rate.usable_hbm(gpu)
     width = m.moe_router_topk * m.expert_ffn
-    act = 3 * counts.activation_fn_bytes_fwd(m, b, tp, cp, width) / hbm
-    clamp = sum(ct.eager_variant_time(m, b, tp, cp, gpu, 1.0, fw, rope=False)) / share
+    act = 3 * elementwise_bytes.activation_fn_bytes_fwd(m, b, tp, cp, width) / hbm
+    clamp = sum(elementwise_time.eager_variant_time(m, b, tp, cp, gpu, 1.0, fw, rope=False)) / share
     prec, copies = get_precision(dtype), gpu.cast_copies(dtype)
     T = b * m.seq_length / cp
     elems = 3 * T * width / tp                      # fc2's input and fc1's gated dY
     cast = elems * (prec.cast_bytes(copies, False) - prec.cast_bytes(copies, True)) / hbm \
         if fw.grouped_mlp_casts else 0.0
     code = DISPATCHERS.index(p.moe_dispatcher)
-    perm = sum(ct.moe_permute_time(m, b, tp, cp, ep, gpu, 1.0, code)) / share
-    pad = sum(ct.expert_pad_time(m, b, tp, cp, gpu, dtype, fw=fw)) / share
-    sync = ct.moe_sync_time(m, fw, gpu, code) / share
-    host = sum(ct.moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, fw=fw)) \
+    perm = sum(moe_time.moe_permute_time(m, b, tp, cp, ep, gpu, 1.0, code)) / share
+    pad = sum(moe_time.expert_pad_time(m, b, tp, cp, gpu, dtype, fw=fw)) / share
+    sync = moe_time.moe_sync_time(m, fw, gpu, code) / share
+    host = sum(moe_time.moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, fw=fw)) \
         / share
     return {k: 1e3 * float(v) for k, v in (("activation", act + clamp), ("casts", cast),
                                            ("padding", pad), ("permute", perm),

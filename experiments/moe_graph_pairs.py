@@ -22,7 +22,7 @@ forward on that host class (TransformerEngine issue #2053): what a per-launch ho
 after the dispatcher's synchronisation would have to be to explain it.
 
 Table 3 (``--host``, about a minute): the model's own host rule for the expert path
-(``compute.moe_host_time``: exposed ``max(0, host - GPU)`` per MoE layer and pass) with each
+(``moe_time.moe_host_time``: exposed ``max(0, host - GPU)`` per MoE layer and pass) with each
 launch of the unfused path (``moe_expert_launches.LAUNCHES``) charged one PyTorch ``Linear``
 forward's host time on the row's host class, instead of ``EXPERT_HOST_S``: every MoE row of
 ``moe_residuals.FILES``, its error as the model stands and under that charge. A what-if, not
@@ -40,7 +40,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from experiments.moe_expert_launches import (LAUNCHES, TORCH_LINEAR_HOST_S,  # noqa: E402
                                              host_cpu, launches_per_expert)
 from experiments.moe_residuals import FILES  # noqa: E402
-from strategies.cost import compute  # noqa: E402
+from strategies.cost import moe_time  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
 
@@ -95,13 +95,13 @@ def pair_rows() -> list[dict]:
 
 @contextmanager
 def _expert_host(fwd_s: float, bwd_s: float):
-    """``compute.EXPERT_HOST_S`` set to ``(fwd_s, bwd_s)`` inside the block, restored after."""
-    kept = compute.EXPERT_HOST_S
-    compute.EXPERT_HOST_S = (fwd_s, bwd_s)
+    """``moe_time.EXPERT_HOST_S`` set to ``(fwd_s, bwd_s)`` inside the block, restored after."""
+    kept = moe_time.EXPERT_HOST_S
+    moe_time.EXPERT_HOST_S = (fwd_s, bwd_s)
     try:
         yield
     finally:
-        compute.EXPERT_HOST_S = kept
+        moe_time.EXPERT_HOST_S = kept
 
 
 def host_whatif_rows() -> list[tuple[str, float, float]]:

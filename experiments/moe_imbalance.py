@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import counts  # noqa: E402
+from strategies.cost import token_counts  # noqa: E402
 from strategies.moe_balance import (AUX_LOSS_MAXVIO_GLOBAL, LOSS_FREE_MAXVIO_GLOBAL,  # noqa: E402
                                     default_imbalance, forced_imbalance, rank_skew)
 from strategies.presets import model_preset  # noqa: E402
@@ -121,7 +121,7 @@ def layout_rows() -> list[tuple]:
 
 def reference_rows() -> list[tuple]:
     """Each reference MoE row with ``ep > 1``: its router as the row says, the imbalance the
-    reader resolves (``counts.moe_load``), and its analytic step over the same row's at
+    reader resolves (``token_counts.moe_load``), and its analytic step over the same row's at
     ``moe_imbalance = 1`` (balanced)."""
     from dataclasses import replace
 
@@ -137,8 +137,8 @@ def reference_rows() -> list[tuple]:
             if c.job is None or not c.job.model.is_moe or c.job.plan.ep <= 1:
                 continue
             p, m = c.job.plan, c.job.model
-            load = float(counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp,
-                                         p.cp, p.expert_tp))
+            load = float(token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp,
+                                               p.cp, p.expert_tp))
             kind = (r.get("plan") or {}).get("moe_balance") or "trained (default)"
             one = replace(c.job, plan=replace(p, moe_imbalance=1.0))
             step = estimate(c.job).step_time_s / estimate(one).step_time_s - 1

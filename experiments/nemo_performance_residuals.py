@@ -12,7 +12,7 @@ GEMM rate (``estimate.analytic``: ``step = pipe + pp_exposed + dp_exposed + t_op
 
 Table 2: the same grouped by model family, by pp = 1 / pp > 1 and by hidden size.
 
-``--knee-factor F`` (a what-if, not the model): every GPU's K knee (``compute.k_knee``)
+``--knee-factor F`` (a what-if, not the model): every GPU's K knee (``gemm_kernel.k_knee``)
 times F, its sustained GEMM fractions raised so that a GEMM of K = ``KNEE_PIVOT_K`` runs at
 the same rate as before (the catalog's fractions are large-GEMM measurements), then the
 analytic error of every evaluated row of ``--files``: MAPE and mean per file, and each row of
@@ -33,7 +33,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from dataclasses import replace  # noqa: E402
 
-import strategies.cost.compute as compute  # noqa: E402
+from strategies.cost import gemm_kernel  # noqa: E402
 from experiments._report import md_table  # noqa: E402
 from experiments.gemm_in_situ import implied_scale  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -94,14 +94,14 @@ def _group(recs: list[dict[str, Any]], key) -> list[list[str]]:
 
 @contextlib.contextmanager
 def knee_scaled(factor: float):
-    """Within the block, ``compute.k_knee`` returns ``factor`` times its value (a what-if;
+    """Within the block, ``gemm_kernel.k_knee`` returns ``factor`` times its value (a what-if;
     restored on exit)."""
-    orig = compute.k_knee
-    compute.k_knee = lambda gpu, dtype: factor * orig(gpu, dtype)
+    orig = gemm_kernel.k_knee
+    gemm_kernel.k_knee = lambda gpu, dtype: factor * orig(gpu, dtype)
     try:
         yield orig
     finally:
-        compute.k_knee = orig
+        gemm_kernel.k_knee = orig
 
 
 def knee_what_if(path: str, factor: float) -> dict[str, float]:

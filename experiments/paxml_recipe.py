@@ -20,7 +20,7 @@ casts), its peak memory, and three readings that are not the model:
   ``dp_shard``, and prices this all-reduce behind compute: docs/calibration.md §5.104).
 
 Also per row: ``casts_s``, the weight-quantisation term inside ``optimizer_s`` (§3.23,
-``compute.weight_cast_time`` x ``quantise.weight_cast_passes``: the whole model's weights,
+``elementwise_time.weight_cast_time`` x ``quantise.weight_cast_passes``: the whole model's weights,
 twice per step), and ``Pax GB``, memory as Pax holds the states under its mesh: fp32 weights
 (the master copy; Praxis computes in ``fprop_dtype`` bf16), Adam's two fp32 moments and the
 fp32 gradients, ``PAX_STATE_BYTES`` per parameter of the ``1/FSDP_GROUP`` shard, plus the
@@ -54,8 +54,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.gemm_in_situ import implied_scale  # noqa: E402
 from simulator.studies.validate import load_cases  # noqa: E402
-from strategies.cost import comm, counts, quantise  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
+from strategies.cost import comm, elementwise_time, param_counts, quantise  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.stacks.jax_xla import JAX_XLA  # noqa: E402
 from strategies.job import Job, make_job  # noqa: E402
@@ -97,8 +96,8 @@ JAX_TOOLBOX_VOCAB = 50257
 def model_params(job: Job) -> float:
     """Parameters of the whole model: every layer's and the embedding's (tp 1)."""
     m = job.model
-    return float(counts.layer_params_per_gpu(m, 1, 1) * m.num_layers
-                 + counts.embedding_params_per_gpu(m, 1))
+    return float(param_counts.layer_params_per_gpu(m, 1, 1) * m.num_layers
+                 + param_counts.embedding_params_per_gpu(m, 1))
 
 
 def replica_allreduce_s(job: Job, fsdp: int = FSDP_GROUP,
@@ -114,13 +113,15 @@ def replica_allreduce_s(job: Job, fsdp: int = FSDP_GROUP,
 
 
 def casts_s(job: Job) -> float:
-    """Seconds of the weight quantisation the model charges per step (``compute.weight_cast_time``
-    over the layers' weights, times ``quantise.weight_cast_passes``)."""
+    """Seconds of the weight quantisation the model charges per step
+    (``elementwise_time.weight_cast_time`` over the layers' weights, times
+    ``quantise.weight_cast_passes``)."""
     m, p = job.model, job.plan
-    w = counts.layer_params_per_gpu(m, p.tp, p.ep) * m.num_layers / p.pp
+    w = param_counts.layer_params_per_gpu(m, p.tp, p.ep) * m.num_layers / p.pp
     passes = quantise.weight_cast_passes(job.framework.weight_cast_per_forward,
                                          p.gbs / (p.mbs * p.dp), RECOMPUTE_CODE[p.recompute])
-    return float(ct.weight_cast_time(w, job.cluster.gpu, job.dtype, job.system) * passes)
+    return float(elementwise_time.weight_cast_time(w, job.cluster.gpu, job.dtype, job.system)
+                 * passes)
 
 
 def pax_memory_bytes(job: Job, activations: float, fsdp: int = FSDP_GROUP) -> float:

@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import compute  # noqa: E402
+from strategies.cost import hbm_rate  # noqa: E402
 from strategies.cost.measured import COLLECTIVE_KINDS  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.stacks.profile import LAUNCH_GAP_S  # noqa: E402
@@ -48,7 +48,7 @@ PLANS = ("tp=8,mbs=1,gbs=8", "tp=8,mbs=1,gbs=8,sp=true", "tp=4,dp=2,mbs=1,gbs=8,
 def fake_profile(model, coll_gpus: tuple[int, ...] = (8,)):
     """The fake backend's profile on 8 GPUs: the catalog's curve, collectives at 360 GB/s
     on groups of ``coll_gpus`` GPUs."""
-    fb = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+    fb = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=hbm_rate.HBM_EFFICIENCY,
                      launch_gap=LAUNCH_GAP_S, count=8)
     spec = CalibrationSpec(models=(model,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",),
                            coll_gpus=coll_gpus)

@@ -11,9 +11,9 @@ scaling, HybridEP; ``megatron_bridge_2604.json`` 26.04.01 and ``heldout_2026b.js
 measured and estimated, per MoE layer and micro-batch (48 MoE layers, 64 micro-batches).
 
 Table 2: the estimate's parts of one MoE layer and micro-batch (forward + backward, the
-stage-cost record's ``layer_time`` terms, read by wrapping ``strategies.cost.compute``'s
-functions while ``stage_costs`` runs; the expert all-to-all from the estimate's
-``ep_comm``; the output layer, embedding, DP and optimizer spread over the layers).
+stage-cost record's ``layer_time`` terms, read by wrapping the functions
+``strategies.cost.layer_time`` sums while ``stage_costs`` runs; the expert all-to-all from the
+estimate's ``ep_comm``; the output layer, embedding, DP and optimizer spread over the layers).
 
 Table 3: NVIDIA's eager A/B on the same layout (Megatron-Bridge ``docs/training/
 cuda-graphs.md`` at 067f987df03b: bf16, Megatron's alltoall dispatcher, 41.36 s) against the
@@ -46,9 +46,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 
-import strategies.cost.compute as compute  # noqa: E402
 from experiments import a2a_measured  # noqa: E402
+from experiments.calibration_ablation import cost_holders  # noqa: E402
 from experiments.moe_residuals import residual_rows  # noqa: E402
+from strategies.cost import layer_time  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
@@ -63,8 +64,9 @@ EAGER_BF16_ALLTOALL_S = 41.36
 #: (op, "Torch API", "Kernel Only"); the ops as a2a_measured.HYBRID_OPS names them
 HYBRID_H100_EP16 = (("dispatch (FP8)", 48.26, 68.48), ("dispatch (BF16)", 54.47, 71.71),
                     ("combine", 53.35, 62.95))
-#: the layer_time terms recorded (strategies.cost.compute), each (forward, backward) or one
-#: forward value (launch_time: the backward is twice it; moe_sync_time: forward only)
+#: the layer_time terms recorded (``strategies.cost.layer_time`` imports each by name; wrapped
+#: in every module that holds it, ``cost_holders``), each (forward, backward) or one forward
+#: value (launch_time: the backward is twice it; moe_sync_time: forward only)
 TERMS = ("units_time_fwd", "units_time_bwd", "attention_time_fwd", "cast_time",
          "moe_permute_time", "expert_pad_time", "expert_quantise_time", "moe_sync_time",
          "moe_host_time", "launch_time")
@@ -75,7 +77,7 @@ def recording():
     """Wrap ``TERMS`` so the first value each returns while ``stage_costs`` runs is kept (the
     mean layer's ``layer_time`` call, the first to use each); restored on exit."""
     seen: dict[str, object] = {}
-    saved = {n: getattr(compute, n) for n in TERMS}
+    saved = [(m, n, getattr(m, n)) for n in TERMS for m in cost_holders(layer_time, n)]
 
     def wrap(name, f):
         def g(*a, **k):
@@ -84,12 +86,12 @@ def recording():
             return r
         return g
     try:
-        for n, f in saved.items():
-            setattr(compute, n, wrap(n, f))
+        for m, n, f in saved:
+            setattr(m, n, wrap(n, f))
         yield seen
     finally:
-        for n, f in saved.items():
-            setattr(compute, n, f)
+        for m, n, f in saved:
+            setattr(m, n, f)
 
 
 def _s(x) -> float:

@@ -7,7 +7,7 @@ gb200|gb300/*.csv``; give a checkout with ``--cudnn-frontend DIR``, nothing is c
 pairs the same shapes, and prints per model family and pass: the measured GB200/GB300 time
 ratio, the exposed fraction it implies, ``(t200 - t300) / (n·(1/R200 - 1/R300))`` with ``n``
 one exponential per computed score element and ``R`` the SFU rates of ``topologies.gpus``,
-and the ratio the cost model gives for that head dimension (``compute.attention_time_fwd``).
+and the ratio the cost model gives for that head dimension (``attention_time.attention_time_fwd``).
 
     python experiments/sfu_attention_pairs.py --cudnn-frontend /path/to/cudnn-frontend
 """
@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from strategies.cost import compute  # noqa: E402
+from strategies.cost import attention_time  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.gpus import get_gpu  # noqa: E402
 
@@ -56,7 +56,8 @@ def model_ratio(dqk: int, dv: int, backward: bool) -> float:
         m = dataclasses.replace(model_preset("llama3-70b"), kv_channels=dqk)
     if (m.head_dim, m.v_dim) != (dqk, dv):
         raise SystemExit(f"no preset with head dims {dqk}/{dv}")
-    t = {g: compute.attention_time_fwd(m, 1, 1, 1, True, get_gpu(g)) for g in ("GB200", "GB300")}
+    t = {g: attention_time.attention_time_fwd(m, 1, 1, 1, True, get_gpu(g))
+         for g in ("GB200", "GB300")}
     i = 1 if backward else 0
     return float(t["GB200"][i] / t["GB300"][i])
 
@@ -70,7 +71,8 @@ def main() -> None:
     for g2, g3 in read_pairs(a.cudnn_frontend):
         t2, t3 = float(g2["time_ms"]) * 1e-3, float(g3["time_ms"]) * 1e-3
         dq, dv, p = int(g2["head_dim_qk"]), int(g2["head_dim_vo"]), g2["profile_pass"]
-        flops = float(g2["tflops"]) * 1e12 * t2 / (compute.FLASH_BWD_FACTOR if p == "bwd" else 1)
+        flops = float(g2["tflops"]) * 1e12 * t2 \
+            / (attention_time.FLASH_BWD_FACTOR if p == "bwd" else 1)
         n = flops / (2 * (dq + dv))
         win = "window" if g2["sliding_window_size"] else "full"
         g = groups.setdefault((g2["config_name"], dq, dv, win, p), ([], []))
@@ -88,7 +90,7 @@ def main() -> None:
               for x in o]
         print(f"{p}: {len(om)} full-attention shapes, exposed fraction median {st.median(om):.3f}"
               f" (range {min(om):.2f}-{max(om):.2f}); model EXP_EXPOSED_{p.upper()[:3]} = "
-              f"{compute.EXP_EXPOSED_FWD if p == 'fwd' else compute.EXP_EXPOSED_BWD}")
+              f"{attention_time.EXP_EXPOSED_FWD if p == 'fwd' else attention_time.EXP_EXPOSED_BWD}")
 
 
 if __name__ == "__main__":

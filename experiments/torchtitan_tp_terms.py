@@ -9,15 +9,16 @@ Per row, one layer and one micro-batch: each collective of torchtitan's TP plan
 (``models/llama3/infra/parallelize.py`` ``apply_tp`` at 2887250bb, the same plan at 9dec370:
 ``SequenceParallel`` norms, ``PrepareModuleInput`` ``Shard(1) -> Replicate`` before attention and
 the feed-forward, ``ColwiseParallel`` wq/wk/wv/w1/w3, ``RowwiseParallel(output_layouts=Shard(1))``
-wo/w2), by pass, with its bytes per GPU (``counts.tp_comm_bytes_fwd`` at the collective's element
-size: torchao's float8 TP gathers fp8) and contention-free seconds (``comm.collective_time``), and
-what the model prices: ``tp_per_layer_*`` all-reduce equivalents (one all-gather + one
-reduce-scatter each), the layer's exposed TP seconds (``layer_comm_s``, with async TP what its
-rule leaves exposed) and the sequence-dim layout copies (``compute.tp_layout_copy_time``). Then
-per step the collectives outside the blocks (priced since §5.84, ``cost.tp_ends``: the embedding's
-``RowwiseParallel(output_layouts=Shard(1))`` reduce-scatter, the output projection's
-``ColwiseParallel(input_layouts=Shard(1))`` all-gather, and their backward pair), and the
-estimate's error. Reads the rows as ``paraplan validate`` does (``simulator.studies.validate``).
+wo/w2), by pass, with its bytes per GPU (``comm_bytes.tp_comm_bytes_fwd`` at the collective's
+element size: torchao's float8 TP gathers fp8) and contention-free seconds
+(``comm.collective_time``), and what the model prices: ``tp_per_layer_*`` all-reduce equivalents
+(one all-gather + one reduce-scatter each), the layer's exposed TP seconds (``layer_comm_s``, with
+async TP what its rule leaves exposed) and the sequence-dim layout copies
+(``elementwise_time.tp_layout_copy_time``). Then per step the collectives outside the blocks (priced
+since §5.84, ``cost.tp_ends``: the embedding's ``RowwiseParallel(output_layouts=Shard(1))``
+reduce-scatter, the output projection's ``ColwiseParallel(input_layouts=Shard(1))`` all-gather, and
+their backward pair), and the estimate's error. Reads the rows as ``paraplan validate`` does
+(``simulator.studies.validate``).
 """
 from __future__ import annotations
 
@@ -32,8 +33,8 @@ import numpy as np  # noqa: E402
 
 from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import compute as ct  # noqa: E402
-from strategies.cost import counts, quantise  # noqa: E402
+from strategies.cost import comm_bytes, elementwise_time  # noqa: E402
+from strategies.cost import quantise  # noqa: E402
 from strategies.estimate import estimate  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
 from strategies.estimate.scalar import plan_arrays  # noqa: E402
@@ -55,7 +56,7 @@ def row_terms(case) -> dict:
     tp, b, cp = p.tp, p.mbs, p.cp
     r = estimate_arrays(m, cl, job.dtype, plan_arrays(p), fw)
     sc = r["stage_costs"]
-    x = _f(counts.tp_comm_bytes_fwd(m, b, cp))                 # bf16 b·s·h/cp per GPU
+    x = _f(comm_bytes.tp_comm_bytes_fwd(m, b, cp))                 # bf16 b·s·h/cp per GPU
     g = _f(quantise.tp_allgather_bytes_factor(job.dtype, p.sp))
     t_ag = _f(cm.collective_time("allgather", x * g, tp, 1, cl))
     t_ag16 = _f(cm.collective_time("allgather", x, tp, 1, cl))
@@ -72,8 +73,8 @@ def row_terms(case) -> dict:
                                                                         (0.0, 0.0))
     code_s = (n_f + n_b + n_ag_rc) * t_ag + (n_f + n_b + n_rs_rc) * t_rs
     pairs = n_f
-    y = ct.tp_layout_copy_time(m, b, tp, cp, p.sp, p.tp_comm_overlap, pairs, cl.gpu,
-                               job.dtype, fw, job.system)
+    y = elementwise_time.tp_layout_copy_time(m, b, tp, cp, p.sp, p.tp_comm_overlap, pairs, cl.gpu,
+                                             job.dtype, fw, job.system)
     rc_copy = {"full": y[3], "op": y[2]}.get(p.recompute, 0.0)
     mb = p.gbs / (b * p.dp)
     lps = m.num_layers / p.pp

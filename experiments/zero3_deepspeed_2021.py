@@ -11,7 +11,7 @@ Table 1, for the six ``narayanan2021_t2_zero3_*`` rows of ``published.json`` (GP
 measured step, the estimate, the model's compute (the step less its ZeRO-3 traffic), the model's
 ZeRO-3 traffic (``strategies.estimate.analytic``'s per-tensor term, ``comm.per_tensor_time``),
 the time the measurement leaves after the model's compute, and both per collective call (the
-gathers and reduce-scatters that ``counts.zero3_tensor_gathers`` counts). A missed cost per
+gathers and reduce-scatters that ``param_counts.zero3_tensor_gathers`` counts). A missed cost per
 call that is the same for both models points at latency or host time; one that grows with the
 tensor (530B's weights are 2.8x 175B's) points at bytes.
 
@@ -56,7 +56,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost import counts  # noqa: E402
+from strategies.cost import param_counts  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 
 PERSISTENCE_THRESHOLD = 1e5     # DeepSpeed stage3_param_persistence_threshold default (elements)
@@ -73,8 +73,8 @@ def grad_buckets(m, bucket: float = REDUCE_BUCKET) -> list[float]:
     if not m.tie_word_embeddings:
         order.append(float(m.lm_head_params()))
     order += [float(h)] * (2 if m.norm == "layernorm" else 1)
-    order += [float(t) for t in reversed(counts.layer_param_tensors(m))] * m.num_layers
-    order.append(float(counts.embedding_params_per_gpu(m, 1)))
+    order += [float(t) for t in reversed(param_counts.layer_param_tensors(m))] * m.num_layers
+    order.append(float(param_counts.embedding_params_per_gpu(m, 1)))
     out, cur = [], 0.0
     for t in order:
         if cur and cur + t > bucket:
@@ -85,15 +85,15 @@ def grad_buckets(m, bucket: float = REDUCE_BUCKET) -> list[float]:
 
 
 def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
-    """``counts.zero3_tensor_gathers`` with the tensors under ``persist`` elements left out of
+    """``param_counts.zero3_tensor_gathers`` with the tensors under ``persist`` elements left out of
     the gathers (their gradients' reduce-scatters kept)."""
-    rs = counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
+    rs = param_counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
     if not persist:
         return rs
-    whole = counts.layer_param_tensors(m)
-    with mock.patch.object(counts, "layer_param_tensors",
+    whole = param_counts.layer_param_tensors(m)
+    with mock.patch.object(param_counts, "layer_param_tensors",
                            lambda mm: tuple(t for t in whole if t >= persist)):
-        ag = counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
+        ag = param_counts.zero3_tensor_gathers(m, 1, 1, 1, full_recompute, reuse)
     # the final norm (hidden-size tensors) is under it too; the embeddings and the head are not
     if m.hidden_size < persist:
         norm_n = 2 if m.norm == "layernorm" else 1

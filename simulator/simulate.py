@@ -30,7 +30,7 @@ from simulator.result import SimResult
 from simulator.network.backend import BACKENDS, DEFAULT_BACKEND, NetworkBackend, new_network
 from simulator.network.cluster_net import LINK_KINDS, SimNetwork, link_kind
 from strategies.errors import SpecError
-from strategies.cost import counts
+from strategies.cost import flop_counts
 from strategies.flushes import flush_job, flushed_breakdown, flushed_step_s
 from strategies.cost.stage import StageCosts
 from strategies.cost.recompute import plan_share as rc_share
@@ -222,12 +222,12 @@ def to_json(result: SimResult, job: Job) -> dict[str, Any]:
     rc = RECOMPUTE_CODE[p.recompute]
     out.update({
         "step_time_s": step, "tokens_per_s": job.tokens_per_step / step if step > 0 else 0.0,
-        "mfu": float(counts.mfu(job.model, p.gbs, step, n, peak)) if step > 0 else 0.0,
-        "hfu": float(counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak,
-                                rc_share(job.model.num_layers, PlanArrays.of_plan(p)),
-                                PlanArrays.of_plan(p).recompute_modules,
-                                job.framework.recompute_early_stop,
-                                job.framework.recompute_flash_fwd))
+        "mfu": float(flop_counts.mfu(job.model, p.gbs, step, n, peak)) if step > 0 else 0.0,
+        "hfu": float(flop_counts.hfu(job.model, p.gbs, p.flash_attn, rc, step, n, peak,
+                                     rc_share(job.model.num_layers, PlanArrays.of_plan(p)),
+                                     PlanArrays.of_plan(p).recompute_modules,
+                                     job.framework.recompute_early_stop,
+                                     job.framework.recompute_flash_fwd))
         if step > 0 else 0.0,
         "bubble_fraction": m["bubble_fraction"],
         "breakdown_s": {k: float(m["breakdown_s"][k]) for k in BREAKDOWN_KEYS},

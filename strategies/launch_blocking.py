@@ -6,8 +6,8 @@ path of the next operator (Python, the PyTorch dispatcher and autograd, the laun
 return from the synchronisation). That time replaces the asynchronous launch gap
 (``profile.LAUNCH_GAP_S``) at every kernel boundary; the cost model already charges one gap
 per boundary (``FrameworkProfile.kernels_per_layer`` per layer forward, twice in the
-backward, ``strategies.cost.compute.launch_time``), so a run with synchronous launches is its
-stack's profile with ``launch_gap_s = SYNC_LAUNCH_GAP_S`` (``with_launch_blocking``).
+backward, ``strategies.cost.elementwise_time.launch_time``), so a run with synchronous launches is
+its stack's profile with ``launch_gap_s = SYNC_LAUNCH_GAP_S`` (``with_launch_blocking``).
 
 Source of the figure (docs/calibration.md §3.12): BigScience ran every large Jean Zay job with
 ``CUDA_LAUNCH_BLOCKING=1`` because NCCL hung without it (``bigscience-workshop/bigscience``
@@ -92,7 +92,7 @@ SYNC_LAUNCH_GAP_S = sync_launch_gap_s()
 #: seconds of the host's own path per kernel it launches (Python, the PyTorch dispatcher and
 #: autograd, the launch, 43.6e-6): what synchronous launches add per kernel boundary over the
 #: asynchronous gap, ``SYNC_LAUNCH_GAP_S - LAUNCH_GAP_S``. Read where the GPU waits for the
-#: host kernel by kernel (``strategies.cost.compute.moe_host_time``).
+#: host kernel by kernel (``strategies.cost.moe_time.moe_host_time``).
 HOST_PATH_S = SYNC_LAUNCH_GAP_S - LAUNCH_GAP_S
 
 

@@ -128,7 +128,7 @@ def forced_imbalance(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     """Expected load of the hottest of ``ep`` expert-parallel ranks over the mean when tokens
     are routed uniformly at random (Megatron-Core's ``moe_router_force_load_balancing``):
     ``1 + e_ep·sqrt(N·var X)/(sqrt(1 − 1/ep)·N·E[X])`` with ``N = (b·s/c)·ep·etp/t`` tokens
-    in the expert group's micro-batch (``counts.expert_tokens``: each rank's mean is
+    in the expert group's micro-batch (``token_counts.expert_tokens``: each rank's mean is
     ``N·k/ep``) and ``X`` a token's copies to one rank (``rank_copy_moments``). 1 where
     ``ep = 1`` or the model is dense. Vectorised."""
     etp = tp if etp is None else etp

@@ -20,13 +20,13 @@ RECOMPUTE = ("none", "selective", "full", "op")
 #: token dispatchers (plan ``moe_dispatcher``): Megatron-Core's ``alltoall`` (one copy per
 #: token and chosen expert) and its ``flex`` dispatcher's backends DeepEP and HybridEP (one
 #: copy per destination rank in the node; between nodes one per destination node over RDMA,
-#: fanned out over NVLink there: ``strategies.cost.counts.ep_dedup``). Codes: their index.
+#: fanned out over NVLink there: ``strategies.cost.ep_dispatch.ep_dedup``). Codes: their index.
 DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: how the run's router spreads a token's ``k`` experts (plan ``moe_routing``; a fact of the
 #: run, not of the stack): ``random``, ``k`` distinct experts drawn uniformly (a trained
 #: router, Megatron-Core's ``moe_router_force_load_balancing``), or ``contiguous``, token ``t``
 #: of a micro-batch takes experts ``t·k ... t·k + k - 1`` (mod ``E``), NeMo AutoModel's
-#: benchmark ``FakeBalancedGate`` (``strategies.cost.counts.contiguous_hit_probability``).
+#: benchmark ``FakeBalancedGate`` (``strategies.cost.ep_dispatch.contiguous_hit_probability``).
 #: Codes: their index.
 ROUTINGS = ("random", "contiguous")
 _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
@@ -51,7 +51,7 @@ _ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "p
 
 #: The routing imbalance a plan that names none gets (the hottest expert-parallel rank's
 #: routed-token load over the mean, ``moe_imbalance``): NaN, "by the rule", which
-#: ``strategies.cost.counts.moe_load`` resolves with the model and the micro-batch's shape to
+#: ``strategies.cost.token_counts.moe_load`` resolves with the model and the micro-batch's shape to
 #: ``strategies.moe_balance.default_imbalance`` (a trained router balanced without an
 #: auxiliary loss: the sampling of a finite micro-batch plus the published lasting skew,
 #: docs/models.md "Expert parallelism as it runs", docs/calibration.md §5.73). One object, so
@@ -172,7 +172,7 @@ class Plan:
     def imbalance(self) -> float:
         """``moe_imbalance``; when the plan names none, 1 under a routing balanced by
         construction (``BALANCED_ROUTINGS``), else ``DEFAULT_MOE_IMBALANCE`` (NaN: the default
-        rule, resolved by ``counts.moe_load``)."""
+        rule, resolved by ``token_counts.moe_load``)."""
         if self.moe_imbalance is not None:
             return float(self.moe_imbalance)
         return 1.0 if self.moe_routing in BALANCED_ROUTINGS else DEFAULT_MOE_IMBALANCE

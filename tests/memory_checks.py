@@ -49,16 +49,18 @@ def assert_arrays_equal_scalar(job: Job, expert_input: float) -> None:
 
 
 def assert_search_equals_scalar(model: ModelSpec, cluster: Cluster, dtype: str,
-                                expert_input: float) -> None:
-    """The search's memory prune (Megatron-Core, ``dtype``) equals ``peak_memory`` of at
-    least 10 sampled plans' jobs (1e-12), each priced at ``expert_input``."""
+                                expert_input: float, framework=None) -> None:
+    """The search's memory prune (``framework``, default Megatron-Core; ``dtype``) equals
+    ``peak_memory`` of at least 10 sampled plans' jobs (1e-12), each priced at
+    ``expert_input``."""
     from strategies.search.space import SpaceOptions, enumerate_space
     sp = enumerate_space(model, cluster, 16, SpaceOptions(memory_limit_bytes=math.inf,
-                                                         max_bubble=1e9), dtype=dtype)
+                                                         max_bubble=1e9),
+                         framework=framework, dtype=dtype)
     assert sp.size > 0
     checked = 0
     for i in range(0, sp.size, max(1, sp.size // 25)):
-        job = make_job(model, cluster, sp.plan(i), dtype=dtype)
+        job = make_job(model, cluster, sp.plan(i), dtype=dtype, framework=framework)
         assert act.job_expert_input_bytes(job) == expert_input
         assert sp.peak_memory[i] == pytest.approx(peak_memory(job)[1].total, rel=1e-12)
         checked += 1

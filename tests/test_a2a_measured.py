@@ -9,7 +9,7 @@ import pytest
 
 from experiments.a2a_measured import BF16, CASES, bf16_nvlink_ratios, price, rows
 from strategies.collectives import all_to_all
-from strategies.cost import counts
+from strategies.cost import ep_dispatch
 
 
 def _nodes(r) -> int:
@@ -59,14 +59,14 @@ def test_nvlink_bound_fp8_dispatches_are_no_slower_in_the_model():
 
 
 def test_kernel_share_is_the_median_of_the_published_bf16_cases():
-    """``counts.EP_KERNEL_NVLINK_SHARE`` is the median (to two decimals) of the BF16
+    """``ep_dispatch.EP_KERNEL_NVLINK_SHARE`` is the median (to two decimals) of the BF16
     NVLink-bound cases' model/published time at share 1; DeepEP and HybridEP get it,
     Megatron's NCCL all-to-all does not."""
     med = statistics.median(bf16_nvlink_ratios())
-    assert abs(counts.EP_KERNEL_NVLINK_SHARE - med) <= 0.005
-    assert float(counts.ep_nvlink_share(0)) == 1.0
-    assert float(counts.ep_nvlink_share(1)) == float(counts.ep_nvlink_share(2)) \
-        == counts.EP_KERNEL_NVLINK_SHARE
+    assert abs(ep_dispatch.EP_KERNEL_NVLINK_SHARE - med) <= 0.005
+    assert float(ep_dispatch.ep_nvlink_share(0)) == 1.0
+    assert float(ep_dispatch.ep_nvlink_share(1)) == float(ep_dispatch.ep_nvlink_share(2)) \
+        == ep_dispatch.EP_KERNEL_NVLINK_SHARE
 
 
 def test_published_times_follow_deepeps_byte_counts():
@@ -114,7 +114,7 @@ def test_engine_runs_the_kernel_share_as_the_closed_form(group, k, r, backend):
     from topologies.graph import build_graph
     from topologies.routing import route
     H800 = cluster_preset("hgx-h800", 4)
-    s, S, n = counts.EP_KERNEL_NVLINK_SHARE, 64e6, len(group)
+    s, S, n = ep_dispatch.EP_KERNEL_NVLINK_SHARE, 64e6, len(group)
     algo = colls.algorithm_for("alltoall", group, 8)
     progs = {x: Program(x, 0, {"s": (Collective(0, "s", "alltoall", tuple(group), S, algo, "t",
                                                 "ep", "c", remote_scale=r, nvlink_share=s),)})

@@ -11,7 +11,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import async_tp
-from strategies.cost import compute as ct
+from strategies.cost import hbm_rate
 from strategies.estimate import estimate
 from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.stacks.pytorch import TORCHTITAN
@@ -77,7 +77,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
     on, off = _pair(f"tp=8,pp=1,mbs={mbs},gbs={mbs * mb},sp=true,zero=0,recompute={rc},"
                     "tp_comm_overlap=true", fw, dtype)
     m = on.model
-    s = 2 * mbs * m.seq_length * m.hidden_size / ct.usable_hbm(on.cluster.gpu)
+    s = 2 * mbs * m.seq_length * m.hidden_size / hbm_rate.usable_hbm(on.cluster.gpu)
     g = 0.5 if dtype.startswith("fp8") else 1.0
     ag, rs = 2 * s * g / 8, s * (1 + 1 / 8)
     f, b = 2 * (ag + rs), 2 * ag + (4 * 2 * s if g == 1.0 else 0.0)   # mbs 2: layout copies

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from strategies.cost import compute, counts
+from strategies.cost import attention_counts, attention_time
 from strategies.framework import DEFAULT
 from strategies.presets import model_preset
 from topologies.errors import SpecError
@@ -27,7 +27,7 @@ def test_model_column_is_attention_time_fwd(r):
     model fraction of peak is the benchmark FLOPs over them (to 1e-12)."""
     m = ab.shape_model(r)
     fw = dataclasses.replace(DEFAULT, attention_kernel=r.kernel)
-    f, b = compute.attention_time_fwd(m, r.b, 1, 1, True, get_gpu(r.gpu), fw=fw)
+    f, b = attention_time.attention_time_fwd(m, r.b, 1, 1, True, get_gpu(r.gpu), fw=fw)
     tf, tb = ab.model_seconds(r)
     assert tf == pytest.approx(float(f), rel=1e-12)
     assert tb == pytest.approx(float(b), rel=1e-12)
@@ -50,20 +50,22 @@ def test_attention_only_op_closed_form(gpu, seq):
     assert g.exp_seconds_offset() == 0.0
     m = dataclasses.replace(model_preset("llama3-70b"), seq_length=seq)
     b, tp = 2, 4
-    f, bw = compute.attention_time_fwd(m, b, tp, 1, True, g)
+    f, bw = attention_time.attention_time_fwd(m, b, tp, 1, True, g)
     flops = 2 * b * (m.num_attention_heads / tp) * (m.head_dim + m.v_dim) * seq * seq \
-        * counts.causal_fraction(seq)
+        * attention_counts.causal_fraction(seq)
     eff = g.attention_efficiency
     assert float(f) == pytest.approx(flops / (eff * g.peak("bf16")), rel=1e-12)
-    assert float(bw) == pytest.approx(compute.FLASH_BWD_FACTOR / compute.FLASH_BWD_EFFICIENCY
+    assert float(bw) == pytest.approx(attention_time.FLASH_BWD_FACTOR
+                                      / attention_time.FLASH_BWD_EFFICIENCY
                                       * flops / (eff * g.peak("bf16")), rel=1e-12)
     for causal in (True, False):
         r = ab.Bench("t", gpu, "native", b, m.num_attention_heads, 128, 128, causal, seq,
                      1.0, 1.0)
         x = ab.fractions(r)
-        want = eff * (0.5 / counts.causal_fraction(seq) if causal else 1.0)
+        want = eff * (0.5 / attention_counts.causal_fraction(seq) if causal else 1.0)
         assert x["model_fwd"] == pytest.approx(want, rel=1e-12)
-        assert x["model_bwd"] == pytest.approx(want * compute.FLASH_BWD_EFFICIENCY, rel=1e-12)
+        assert x["model_bwd"] == pytest.approx(want * attention_time.FLASH_BWD_EFFICIENCY,
+                                               rel=1e-12)
 
 
 def test_transcribed_figures_are_fractions_of_peak_and_sourced():
@@ -93,7 +95,7 @@ def test_backward_over_forward_near_flash_bwd_efficiency():
     for gpu, src in (("H200-SXM-141GB", "cudnn919-h200"), ("GB200", "cudnn922-gb200"),
                      ("GB300", "cudnn922-gb300")):
         _, ratio = ab.summary(gpu, src)
-        assert abs(ratio - compute.FLASH_BWD_EFFICIENCY) < 0.05, (gpu, ratio)
+        assert abs(ratio - attention_time.FLASH_BWD_EFFICIENCY) < 0.05, (gpu, ratio)
 
 
 def test_experiment_is_deterministic():

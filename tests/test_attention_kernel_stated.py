@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.cost import compute, counts
+from strategies.cost import attention_counts, attention_time, elementwise_bytes, elementwise_time
 from strategies.reference.cases import case_from_entry
 from strategies.reference.text import attention_kernel
 from topologies.gpus import get_gpu
@@ -80,25 +80,25 @@ def test_the_kernel_sets_the_attention_time_in_closed_form():
     e["plan"].pop("attn_impl")
     native = case_from_entry(e).job
     gpu, m, b = fa2.cluster.groups[0].gpu, fa2.model, fa2.plan.mbs
-    f = counts.attn_core_flops_fwd(m, b, 1, 1, True)
+    f = attention_counts.attn_core_flops_fwd(m, b, 1, 1, True)
     for job, eff in ((fa2, gpu.fa2_attention_efficiency), (native, gpu.attention_efficiency)):
-        fwd, bwd = compute.attention_time_fwd(m, b, 1, 1, True, gpu, 1.0, job.framework)
+        fwd, bwd = attention_time.attention_time_fwd(m, b, 1, 1, True, gpu, 1.0, job.framework)
         assert fwd == pytest.approx(f / (gpu.peak("bf16") * eff), rel=1e-12)
         assert bwd == pytest.approx(2.5 * fwd / 0.8, rel=1e-12)
 
 
 def test_an_elementwise_pass_is_its_bytes_over_usable_bandwidth():
-    """Memory-bound kernels: bytes (``counts.elementwise_bytes_fwd``) / (HBM x 0.85), on A100
-    and H100 alike: the chips' times differ by exactly their bandwidth ratio."""
+    """Memory-bound kernels: bytes (``elementwise_bytes.elementwise_bytes_fwd``) / (HBM x 0.85),
+    on A100 and H100 alike: the chips' times differ by exactly their bandwidth ratio."""
     e = _entry("mosaic_mpt1b_h100_8gpu_seq512_mb56")
     m = case_from_entry(e).job.model
     a100, h100 = get_gpu("A100-SXM4-80GB"), get_gpu("H100-SXM5-80GB")
-    nbytes = counts.elementwise_bytes_fwd(m, 56, 1, 1, False)
+    nbytes = elementwise_bytes.elementwise_bytes_fwd(m, 56, 1, 1, False)
     for gpu in (a100, h100):
-        t = compute.elementwise_time_fwd(m, 56, 1, 1, False, gpu, "bf16")
+        t = elementwise_time.elementwise_time_fwd(m, 56, 1, 1, False, gpu, "bf16")
         assert t == pytest.approx(nbytes / (gpu.hbm_bandwidth * 0.85), rel=1e-12)
-    ratio = (compute.elementwise_time_fwd(m, 56, 1, 1, False, a100, "bf16")
-             / compute.elementwise_time_fwd(m, 56, 1, 1, False, h100, "bf16"))
+    ratio = (elementwise_time.elementwise_time_fwd(m, 56, 1, 1, False, a100, "bf16")
+             / elementwise_time.elementwise_time_fwd(m, 56, 1, 1, False, h100, "bf16"))
     assert ratio == pytest.approx(3.35 / 2.039, rel=1e-12)
 
 

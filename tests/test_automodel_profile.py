@@ -139,7 +139,7 @@ def _brute_hit(E: int, k: int, u: int) -> float:
     (24, 8, 8, 10 / 3),       # 3 per rank: offsets 0, 1, 2 reach 3, 3, 4 ranks
 ])
 def test_contiguous_routing_closed_form(E, k, u, units_per_token):
-    from strategies.cost.counts import contiguous_hit_probability as hit
+    from strategies.cost.ep_dispatch import contiguous_hit_probability as hit
     assert hit(E, k, u) * u == pytest.approx(units_per_token, rel=1e-12)
     assert hit(E, k, u) == pytest.approx(_brute_hit(E, k, u), rel=1e-12)
     assert hit(E, k, 1) == 1.0
@@ -147,7 +147,7 @@ def test_contiguous_routing_closed_form(E, k, u, units_per_token):
 
 @pytest.mark.parametrize("E,k,u", [(20, 3, 4), (20, 3, 10), (30, 4, 5), (12, 5, 3)])
 def test_contiguous_routing_without_k_dividing_e_counts(E, k, u):
-    from strategies.cost.counts import contiguous_hit_probability as hit
+    from strategies.cost.ep_dispatch import contiguous_hit_probability as hit
     assert hit(E, k, u) == pytest.approx(_brute_hit(E, k, u), rel=1e-12)
 
 
@@ -155,7 +155,7 @@ def test_deepep_copies_under_the_fake_gate():
     """DeepSeek-V3 at ep 64 over 8 nodes of 8, DeepEP: a token reaches 2 ranks of 1 node, so
     2 of the 8 copies (byte scale 1/4) and 1·7/8 remote nodes against 8·7/8 copies' 2·7/8
     (remote scale 1/2), with the router's groups ignored (the gate does)."""
-    from strategies.cost.counts import ep_dedup
+    from strategies.cost.ep_dispatch import ep_dedup
     m = model_preset("deepseek-v3")
     b, r = ep_dedup(m, 64, 1, 8, 1, routing=1)
     assert (float(b), float(r)) == pytest.approx((0.25, 0.5), rel=1e-12)

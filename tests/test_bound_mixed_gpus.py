@@ -1,6 +1,6 @@
 """The lower bound and the analytic arrays on mixed clusters where the GPU type of the highest
 peak is not the fastest at every op (docs/calibration.md §5.39): a GEMM's fixed time
-(``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100, 5.2 us on Blackwell) makes an
+(``cost.gemm_kernel.gemm_fixed_s``: none on A100, 4.7 us on H100, 5.2 us on Blackwell) makes an
 A100 or an H100 beat a faster-peaked GPU on small GEMMs. Checked: the bound never exceeds the
 simulated step (contention-free, itself below the flows backend) on seeded random small
 mixed clusters, toy models, even and uneven ``layers_per_stage`` plans; the bound reads

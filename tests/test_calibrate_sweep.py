@@ -26,7 +26,7 @@ from simulator.network.cluster_net import SimNetwork
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Program
 from strategies.cost import comm as cm
-from strategies.cost import compute
+from strategies.cost import hbm_rate
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.stacks.megatron import MEGATRON_CORE
@@ -50,7 +50,7 @@ OP = {"allreduce": "all_reduce", "allgather": "all_gather", "reduce_scatter": "r
 
 def _fake(gpus: int = 8, **kw) -> FakeBackend:
     """The catalog's curve but the collectives: ``BUS`` bus bandwidth, ``LAT`` per ring step."""
-    return FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+    return FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=hbm_rate.HBM_EFFICIENCY,
                        launch_gap=LAUNCH_GAP_S, count=gpus, bus_bandwidth=BUS, latency=LAT, **kw)
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.studies.validate import evaluate_case, load_cases, mape, summarize, validate_cases
-from strategies.cost import compute as ct
+from strategies.cost import attention_time, gemm_kernel, gemm_time, overlap_clock
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.estimate.scalar import estimate
 from strategies.framework import PROFILES, get_profile
@@ -108,7 +108,7 @@ def test_efficiencies_are_fractions():
         for dtype in gpu.peak_flops:
             assert 0 < gpu.gemm_efficiency(dtype) <= 1, (gpu.name, dtype)
         assert 0 < gpu.attention_efficiency <= 1
-    assert 0 < DEFAULT_SYSTEM.hbm_efficiency <= 1 and 0 < ct.OVERLAP_CLOCK_RATIO <= 1
+    assert 0 < DEFAULT_SYSTEM.hbm_efficiency <= 1 and 0 < overlap_clock.OVERLAP_CLOCK_RATIO <= 1
     for fw in PROFILES.values():
         assert 0 <= fw.launch_gap_s < 1e-4 and fw.kernels_per_layer >= 0
 
@@ -187,19 +187,20 @@ def test_unfused_gradient_accumulation_costs_per_microbatch():
 
 
 def test_overlap_clock_penalty_only_with_continuous_overlap():
-    slow = ct.overlap_slowdown(np.array([1, 4, 4, 1, 1]), np.array([True, True, False, False, False]),
-                               np.array([1, 1, 1, 2, 1]), np.array([0, 1, 1, 0, 3]))
-    r = 1 / ct.OVERLAP_CLOCK_RATIO
+    slow = overlap_clock.overlap_slowdown(np.array([1, 4, 4, 1, 1]),
+                                          np.array([True, True, False, False, False]),
+                                          np.array([1, 1, 1, 2, 1]), np.array([0, 1, 1, 0, 3]))
+    r = 1 / overlap_clock.OVERLAP_CLOCK_RATIO
     assert list(slow) == [1.0, r, 1.0, r, r]
 
 
 def test_tp_overlap_splits_gemms_along_m():
     m, gpu = model_preset("gpt3-175b"), GPUS["H100-SXM5-80GB"]
-    whole = ct.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", False)
-    split = ct.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", True)
+    whole = gemm_time.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", False)
+    split = gemm_time.gemm_time_fwd(m, 1, 4, 1, 1, gpu, "bf16", True)
     assert split > whole
-    assert ct.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", True) == \
-        ct.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", False)
+    assert gemm_time.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", True) == \
+        gemm_time.gemm_time_fwd(m, 1, 1, 1, 1, gpu, "bf16", False)
 
 
 def test_reference_runs_get_their_framework():
@@ -235,18 +236,19 @@ def test_flashattention2_is_slower_only_on_hopper():
     m = model_preset("mpt-7b")
     for name, slower in (("H100-SXM5-80GB", True), ("A100-SXM4-80GB", False)):
         g = GPUS[name]
-        fa2 = ct.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, PYTORCH_EAGER)[0]
-        native = ct.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, MEGATRON_CORE)[0]
+        fa2 = attention_time.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, PYTORCH_EAGER)[0]
+        native = attention_time.attention_time_fwd(m, 4, 1, 1, True, g, 1.0, MEGATRON_CORE)[0]
         assert (fa2 > native) if slower else (fa2 == native), name
 
 
 def test_k_knee_scales_with_the_sm_rate():
     a100, h100 = GPUS["A100-SXM4-80GB"], GPUS["H100-SXM5-80GB"]
-    assert ct.k_knee(a100, "bf16") == pytest.approx(ct.SHAPE_SCALE)
-    assert ct.k_knee(h100, "bf16") == pytest.approx(64 * (989.4 / 132) / (312 / 108))
-    assert ct.k_knee(h100, "fp8") == pytest.approx(2 * ct.k_knee(h100, "bf16"), rel=1e-3)
+    assert gemm_kernel.k_knee(a100, "bf16") == pytest.approx(gemm_kernel.SHAPE_SCALE)
+    assert gemm_kernel.k_knee(h100, "bf16") == pytest.approx(64 * (989.4 / 132) / (312 / 108))
+    assert gemm_kernel.k_knee(h100, "fp8") == pytest.approx(2 * gemm_kernel.k_knee(h100, "bf16"),
+                                                            rel=1e-3)
     custom = gpu_from_mapping({"name": "x", "bf16_tflops": 1000, "hbm_gib": 80, "hbm_tbps": 3})
-    assert custom.sm_count is None and ct.k_knee(custom, "bf16") == ct.SHAPE_SCALE
+    assert custom.sm_count is None and gemm_kernel.k_knee(custom, "bf16") == gemm_kernel.SHAPE_SCALE
 
 
 def test_custom_gpu_fa2_and_sm_count_round_trip():

@@ -51,7 +51,7 @@ def _kind_wgrad(job, kind: str) -> float:
 def test_two_rank_v_closed_form():
     """ZB-V on 2 ranks, 4 layers (1 dense, 3 MoE) and one MTP module: rank 0 holds chunk 0
     = the dense layer and chunk 1 = the last MoE layer and the MTP module (an MoE layer's
-    activations: ``counts.mtp_layer_kind``). Each chunk's bytes by hand from the per-kind
+    activations: ``param_counts.mtp_layer_kind``). Each chunk's bytes by hand from the per-kind
     layer; the peak is the largest ``Σ_c n_c·(A_c + E) + w_c·W_c`` over the order's moments,
     which the order lists (checked), and the simulator's track reaches it."""
     job = _job(_moe(4, 1), "tp=1,pp=2,dp=4,ep=2,mbs=1,gbs=16,schedule=zb-v,vpp=2")

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from simulator.cli.main import build_parser, main
-from strategies.cost import counts as costs
+from strategies.cost import flop_counts
 from strategies.job import make_job
 from strategies.memory.scalar import peak_memory
 from strategies.plan import parse_plan
@@ -255,7 +255,7 @@ def test_dtype_and_mfu_against_its_peak(capsys, dtype):
     d = run_json(capsys, *argv, *([] if dtype == "bf16" else ["--dtype", dtype]))
     assert d["inputs"]["dtype"] == dtype
     job = job_of(d, "llama3-8b", "dgx-h100", 1)
-    flops = costs.model_flops_per_step(job.model, 8)
+    flops = flop_counts.model_flops_per_step(job.model, 8)
     peak = job.cluster.gpu.peak(dtype)
     # mfu: model FLOPs (no recomputation) / (GPUs · step time · peak of the dtype)
     assert d["mfu"] == pytest.approx(flops / (8 * d["step_time_s"] * peak), rel=1e-9)

@@ -10,7 +10,7 @@ from simulator.program.compiler import Layout, compile_job, compile_rank
 from simulator.program.ops import Collective, Compute, Recv, Send
 from strategies.schedules.exchanges import Exchange, pipeline_actions
 from strategies.cost.stage import dgrad_reduce_pieces, dgrad_reduce_time, stage_costs
-from strategies.cost import counts as cm
+from strategies.cost import comm_bytes
 from strategies.errors import SpecError
 from strategies.job import make_job
 from strategies.plan import Plan
@@ -118,9 +118,9 @@ def test_costs_come_from_the_cost_model():
                  if share > 0 and all(w >= t_red for _, w in pieces))
     assert hidden == 2
     assert per_mb == pytest.approx((2 + 2 - hidden + 2) * L)
-    assert {op.nbytes for op in tp} == {cm.tp_comm_bytes_fwd(job.model, 1.0, 1.0)}
+    assert {op.nbytes for op in tp} == {comm_bytes.tp_comm_bytes_fwd(job.model, 1.0, 1.0)}
     sends = _by_rank_ops(prog, Send)
-    assert {op.nbytes for op in sends} == {cm.pp_p2p_bytes(job.model, 1.0, 4.0, 1.0, False)}
+    assert {op.nbytes for op in sends} == {comm_bytes.pp_p2p_bytes(job.model, 1.0, 4.0, 1.0, False)}
     gathers = [op for op in _by_rank_ops(prog, Collective) if op.category == "pp_gather"]
     assert len(gathers) == len(_by_rank_ops(prog, Recv)) > 0      # no SP: gather each receive
 

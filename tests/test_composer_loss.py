@@ -10,8 +10,9 @@ from dataclasses import replace
 import pytest
 
 from simulator.studies.validate import load_cases, simulated_step_time
-from strategies.cost import counts
-from strategies.cost.compute import lm_head_time_split, usable_hbm
+from strategies.cost import token_counts
+from strategies.cost.embedding_head_time import lm_head_time_split
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.estimate.scalar import estimate
 from strategies.stacks.passes import COMPOSER_CROSS_ENTROPY, LossPasses
 from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
@@ -52,7 +53,7 @@ def test_mosaic_step_grows_by_the_closed_form():
     assert job.framework.loss is COMPOSER_CROSS_ENTROPY
     base = replace(job, framework=replace(job.framework, loss=LossPasses()))
     m, gpu = job.model, job.cluster.groups[0].gpu
-    tokens = counts.tokens_per_gpu(job.plan.mbs, m.seq_length, 1)
+    tokens = token_counts.tokens_per_gpu(job.plan.mbs, m.seq_length, 1)
     want = job.num_microbatches * tokens * m.vocab_size * (52.0 - 24.0) \
         / usable_hbm(gpu, job.system)
     got = estimate(job).step_time_s - estimate(base).step_time_s

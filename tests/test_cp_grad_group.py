@@ -11,7 +11,7 @@ from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies import placement
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
+from strategies.cost import grad_time
 from strategies.cost.stage import stage_costs
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import estimate
@@ -106,11 +106,11 @@ def test_memory_and_step_read_the_same_shard():
     m1, m0 = stage_memory(job, 0), stage_memory(z0, 0)
     assert m1.optimizer == pytest.approx(m0.optimizer / 4, **EXACT)
     sc = stage_costs(job)
-    want = ct.optimizer_time(sc.params_by_stage[0] / 4, job.cluster.gpu)
+    want = grad_time.optimizer_time(sc.params_by_stage[0] / 4, job.cluster.gpu)
     w_cast = sc.optimizer_by_stage[0] - want
     sc0 = stage_costs(z0)
-    assert sc0.optimizer_by_stage[0] - ct.optimizer_time(sc0.params_by_stage[0],
-                                                         job.cluster.gpu) \
+    assert sc0.optimizer_by_stage[0] - grad_time.optimizer_time(sc0.params_by_stage[0],
+                                                                job.cluster.gpu) \
         == pytest.approx(w_cast, rel=1e-9)
     # ZeRO-2: the gradients held too
     z2 = _job(f"tp=2,cp=2,dp=2,pp=1,mbs=1,gbs=4,zero=2,{NO_OVERLAP}")

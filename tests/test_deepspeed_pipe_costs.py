@@ -96,7 +96,7 @@ def test_launch_blocking_charges_each_kernel_boundary():
     """Per layer and micro-batch: k boundaries forward, k recomputed, 2k backward and, in bf16,
     the BF16_Optimizer's 2T (a cast and an add per parameter tensor), each costing
     SYNC - async more."""
-    from strategies.cost.counts import layer_param_tensors
+    from strategies.cost.param_counts import layer_param_tensors
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     a, b = stage_costs(_ds_job(False)), stage_costs(_ds_job(True))
     k = get_profile("megatron-deepspeed").kernels_per_layer
@@ -113,7 +113,7 @@ def test_launch_blocking_adds_its_closed_form_to_the_step(pp, gbs):
     critical path: (m + pp - 1) slots x L/pp layers x (4k + 2T) boundaries (forward,
     recomputed forward, backward; the BF16_Optimizer's cast and add per parameter tensor), in
     the estimate and in the simulation with free communication."""
-    from strategies.cost.counts import layer_param_tensors
+    from strategies.cost.param_counts import layer_param_tensors
     from strategies.estimate.scalar import estimate
     from strategies.launch_blocking import SYNC_LAUNCH_GAP_S
     from simulator.simulate import simulate
@@ -162,7 +162,8 @@ def _bf16_job(bf16_optimizer: bool, dtype: str = "bf16", framework: str = "megat
 def test_bf16_optimizer_accumulation_bytes():
     """hp_grad.add_(lp.grad.to(fp32)): 2 + 4 + 4 + 4 + 4 = 18 bytes per parameter and
     micro-batch, against Megatron's main_grad add (4 + 2 + 4 = 10); fp16 runs keep the latter."""
-    from strategies.cost.compute import grad_accum_time, usable_hbm
+    from strategies.cost.grad_time import grad_accum_time
+    from strategies.cost.hbm_rate import usable_hbm
     from strategies.stacks.deepspeed import BF16_ACCUM_BYTES
     gpu = cluster_preset("dgx-a100", 1).gpu
     ds = get_profile("megatron-deepspeed")
@@ -249,14 +250,15 @@ def test_bf16_optimizer_bound_stays_below_the_simulation():
 def test_bf16_optimizer_launches_two_kernels_per_parameter_tensor():
     """update_hp_grads: a cast and an add per parameter tensor of the layer, after each
     backward: the layer's backward grows by 2 T launch gaps besides the bytes."""
-    from strategies.cost import counts
-    from strategies.cost.compute import grad_accum_time, usable_hbm
+    from strategies.cost import param_counts
+    from strategies.cost.grad_time import grad_accum_time
+    from strategies.cost.hbm_rate import usable_hbm
     on, off = _bf16_job(True), _bf16_job(False)
     a, b = stage_costs(off), stage_costs(on)
-    T = len(counts.layer_param_tensors(on.model))
+    T = len(param_counts.layer_param_tensors(on.model))
     assert T == 12          # two norms (weight, bias), QKV, projection, two MLP GEMMs, biases
     gap = on.framework.launch_gap_s
-    params = counts.layer_params_per_gpu(on.model, on.plan.tp, 1, None)
+    params = param_counts.layer_params_per_gpu(on.model, on.plan.tp, 1, None)
     gpu = on.cluster.gpu
     extra_bytes = params * (18 - 10) / usable_hbm(gpu)
     assert b.layer_bwd - a.layer_bwd == pytest.approx(extra_bytes + 2 * T * gap, rel=1e-9)

@@ -11,8 +11,7 @@ import pytest
 from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_shapes, gemm_time, layer_time
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
@@ -40,14 +39,14 @@ def test_attention_weight_gradient_is_its_linears_gemms():
     column linear's (``rd_attn``, QKV: the output projection too) and less than ``W``."""
     m = replace(model_preset("gpt-1.7b"), seq_length=1024)
     gpu = get_gpu("H100-SXM")
-    parts = counts.layer_gemm_parts(m, 1, 1, 1, 1, None, None, 1.0)
-    units = ct.gemm_units([g for _, g in parts], 1, gpu, "bf16")
+    parts = gemm_shapes.layer_gemm_parts(m, 1, 1, 1, 1, None, None, 1.0)
+    units = gemm_time.gemm_units([g for _, g in parts], 1, gpu, "bf16")
     n = len(m.attention_linears())
     rest = sum(g[0] * u[4] for (_, g), u in zip(parts[n:], units[n:]))
-    _, g_w = ct.units_time_bwd([g[0] for _, g in parts], units)
-    assert ct.attention_wgrad(m, parts, units) + rest == pytest.approx(g_w, rel=1e-12)
-    assert ct.attention_wgrad(m, parts, units, 2.0) == \
-        pytest.approx(2 * ct.attention_wgrad(m, parts, units), rel=1e-15)
+    _, g_w = gemm_time.units_time_bwd([g[0] for _, g in parts], units)
+    assert layer_time.attention_wgrad(m, parts, units) + rest == pytest.approx(g_w, rel=1e-12)
+    assert layer_time.attention_wgrad(m, parts, units, 2.0) == \
+        pytest.approx(2 * layer_time.attention_wgrad(m, parts, units), rel=1e-15)
     job = make_job(m, cluster_preset("dgx-h100", 1), parse_plan("tp=2,pp=1,dp=4,mbs=1,gbs=8"))
     c = stage_costs(job)
     assert c.layer_wgrad > c.dw_attn > c.rd_attn > 0

@@ -14,8 +14,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_shapes, gemm_time, overlap_clock
 from strategies.cost.stage import dgrad_reduce_hidden, dgrad_reduce_time, stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
@@ -40,12 +39,13 @@ def test_closed_form_of_one_layer(sp: bool, kind: str) -> None:
     m, c = job.model, stage_costs(job)
     T, h = 8192, m.hidden_size
     assert c.rd_bytes == pytest.approx(T * h * 2, rel=1e-15)
-    parts = counts.layer_gemm_parts(m, 1, 8, 1, 1)
-    units = ct.gemm_units([g for _, g in parts], 8, job.cluster.gpu, "bf16", False,
-                          MEGATRON_CORE, shares=ct.fixed_shares(parts, m, 1, MEGATRON_CORE))
+    parts = gemm_shapes.layer_gemm_parts(m, 1, 8, 1, 1)
+    units = gemm_time.gemm_units([g for _, g in parts], 8, job.cluster.gpu, "bf16", False,
+                                 MEGATRON_CORE,
+                                 shares=gemm_time.fixed_shares(parts, m, 1, MEGATRON_CORE))
     qkv = [u for (p, g), u in zip(parts, units) if p == "attn" and g[4] is False][0]
     fc1 = [u for (p, g), u in zip(parts, units) if p == "dense_mlp" and g[4] is False][0]
-    slow = float(ct.overlap_slowdown(8, False, 1, 0))
+    slow = float(overlap_clock.overlap_slowdown(8, False, 1, 0))
     assert c.rd_attn == pytest.approx(slow * qkv[4], rel=1e-15)
     assert c.rd_dense == pytest.approx(slow * fc1[4], rel=1e-15)
     t_red = float(cm.collective_time(kind, c.rd_bytes, 8, 1, job.cluster))

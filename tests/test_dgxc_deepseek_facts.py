@@ -13,8 +13,9 @@ from dataclasses import replace
 import pytest
 
 from experiments import transcribe_dgxc as td
-from strategies.cost import counts
-from strategies.cost.compute import attention_time_fwd, usable_hbm
+from strategies.cost import attention_counts
+from strategies.cost.attention_time import attention_time_fwd
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
@@ -79,11 +80,12 @@ def test_stated_stage_layers_replace_the_balanced_split():
 def test_score_bytes_without_dropout():
     drop = model_preset("gpt3-175b")
     assert drop.dropout
-    assert counts.score_bytes(drop) == (counts.SCORE_BYTES_FWD, counts.SCORE_BYTES_BWD)
+    assert attention_counts.score_bytes(drop) == (attention_counts.SCORE_BYTES_FWD,
+                                                  attention_counts.SCORE_BYTES_BWD)
     # forward: QK^T writes 2, softmax reads and writes 2 + 2, AV reads 2; backward: dP
     # written 2, P read for dV 2, softmax back 2 + 2 + 2, dS read for dQ and dK 2 + 2
-    assert counts.score_bytes(replace(drop, dropout=False)) == (2 + 2 + 2 + 2,
-                                                                (2 + 2) + (2 + 2 + 2) + (2 + 2))
+    assert attention_counts.score_bytes(replace(drop, dropout=False)) == (
+        2 + 2 + 2 + 2, (2 + 2) + (2 + 2 + 2) + (2 + 2))
 
 
 @pytest.mark.parametrize("gpu,tp", [("gb200", 2), ("h100", 2), ("a100", 8)])
@@ -93,8 +95,10 @@ def test_unfused_attention_closed_form_without_dropout(gpu, tp):
     assert not m.dropout and m.head_dim == 192 and m.v_dim == 128
     elems = m.num_attention_heads * m.seq_length ** 2 / tp
     hbm = usable_hbm(g)
-    assert counts.softmax_bytes_fwd(m, 1, tp, 1, False) == pytest.approx(8 * elems, rel=1e-12)
-    assert counts.softmax_bytes_bwd(m, 1, tp, 1, False) == pytest.approx(14 * elems, rel=1e-12)
+    assert attention_counts.softmax_bytes_fwd(m, 1, tp, 1, False) == pytest.approx(8 * elems,
+                                                                                   rel=1e-12)
+    assert attention_counts.softmax_bytes_bwd(m, 1, tp, 1, False) == pytest.approx(14 * elems,
+                                                                                   rel=1e-12)
     f, b = attention_time_fwd(m, 1, tp, 1, False, g, fw=MEGATRON_CORE)
     # the GEMMs' backward is twice their forward; the score bytes are 14 against 2 x 8
     assert b - 2 * f == pytest.approx((14 - 16) * elems / hbm, rel=1e-9)
@@ -123,4 +127,5 @@ def test_the_what_if_removes_and_restores_the_facts():
     with wf.dropout_bytes_charged():
         charged = wf.step_s(r, rows)
     assert charged > unfused
-    assert counts.DROPOUT_SCORE_BYTES_FWD == counts.DROPOUT_SCORE_BYTES_BWD == 5.0   # restored
+    assert attention_counts.DROPOUT_SCORE_BYTES_FWD == attention_counts.DROPOUT_SCORE_BYTES_BWD \
+        == 5.0   # restored

@@ -109,17 +109,17 @@ def test_tp1_keeps_the_gpus(jobs):
 def test_shared_side_stream_upper_figure(jobs):
     """The side stream's forward: the shared expert's AG + RS (table 2's figure, negated) and
     its forward GEMMs (``(T, 2·2048/2, H)`` and ``(T, H, 2048/2)`` at tp 2), both positive."""
-    from strategies.cost import compute, counts
+    from strategies.cost import gemm_shapes, gemm_time
     r, job = jobs["dgxc2505_deepseek_v3_671b_h100_512_bf16"]
     c, p = stage_costs(job), job.plan
     coll, gemm = d.shared_side_stream(job)
     ag = _t(job, "allgather", float(tp_kind_bytes(c, "allgather")))
     rs = _t(job, "reduce_scatter", float(tp_kind_bytes(c, "reduce_scatter")))
     assert coll == pytest.approx(ag + rs, rel=1e-12)
-    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp,
-                                    1.0, compute.whole_split(p.tp, p.sp, job.framework))
+    parts = gemm_shapes.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp,
+                                         1.0, gemm_time.whole_split(p.tp, p.sp, job.framework))
     shared = [g for n, g in parts if n == "shared_mlp"]
     assert [g[1:4] for g in shared] == [(T, 2048, H), (T, H, 1024)]
-    assert gemm == pytest.approx(float(compute.gemms_time_fwd(
+    assert gemm == pytest.approx(float(gemm_time.gemms_time_fwd(
         shared, 2, job.cluster.gpu, job.dtype, False, job.system)), rel=1e-12)
     assert coll > 0 and gemm > 0

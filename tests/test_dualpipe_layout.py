@@ -12,7 +12,7 @@ import pytest
 
 from simulator.cli.main import main
 from simulator.program.compiler import compile_job
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
@@ -70,10 +70,11 @@ def test_two_copies_parameters_and_memory_by_kind():
     m = small_deepseek()
     j = make_job(m, A100x2, parse_plan(PLAN))
     c = stage_costs(j)
-    d, e = counts.layer_params_split(m.of_kind("dense"), 2, 4)
-    dm, em = counts.layer_params_split(m.of_kind("moe"), 2, 4)
-    dmt, emt = counts.mtp_params_split(m, 2, 4)
-    emb, head = counts.embedding_params_per_gpu(m, 2), counts.head_params_per_gpu(m, 2, 2)
+    d, e = param_counts.layer_params_split(m.of_kind("dense"), 2, 4)
+    dm, em = param_counts.layer_params_split(m.of_kind("moe"), 2, 4)
+    dmt, emt = param_counts.mtp_params_split(m, 2, 4)
+    emb = param_counts.embedding_params_per_gpu(m, 2)
+    head = param_counts.head_params_per_gpu(m, 2, 2)
     want = emb + head + 2 * (d + e) + 6 * (dm + em) + dmt + emt
     assert c.params_by_stage[0] == pytest.approx(want, rel=1e-14)
     assert c.params_by_stage[1] == pytest.approx(want, rel=1e-14)

@@ -18,7 +18,7 @@ import pytest
 from simulator.cli.main import main
 from simulator.output.metrics_json import activation_memory_json
 from simulator.simulate import simulate
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -112,8 +112,9 @@ def test_both_copies_parameters_closed_form():
     assert a.layout.stages == b.layout.stages
     assert estimate(a).step_time_s == estimate(b).step_time_s
     c = stage_costs(a)
-    lp = counts.layer_params_per_gpu(DENSE16, 1, 1)
-    ends = counts.embedding_params_per_gpu(DENSE16, 1) + counts.head_params_per_gpu(DENSE16, 1, 4)
+    lp = param_counts.layer_params_per_gpu(DENSE16, 1, 1)
+    ends = param_counts.embedding_params_per_gpu(DENSE16, 1) \
+        + param_counts.head_params_per_gpu(DENSE16, 1, 4)
     assert c.params_by_stage[0] == pytest.approx(8 * lp + ends, rel=1e-12)
     assert c.params_by_stage[1] == pytest.approx(8 * lp, rel=1e-12)
     assert c.params_by_stage[0] == c.params_by_stage[3]

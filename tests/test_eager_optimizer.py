@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from strategies.cost.compute import optimizer_time, usable_hbm
+from strategies.cost.grad_time import optimizer_time
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage import stage_costs
 from strategies.cost.system import DEFAULT_SYSTEM
 from strategies.errors import SpecError

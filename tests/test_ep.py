@@ -15,8 +15,8 @@ from simulator.program.ops import Collective, Program
 from strategies import collectives as colls
 from strategies import placement
 from strategies.collectives import all_to_all
-from strategies.cost import comm, counts
-from strategies.cost import compute as ct
+from strategies.cost import comm, ep_dispatch, gemm_shapes, gemm_time, moe_bytes, param_counts
+from strategies.cost import token_counts
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.job import make_job
@@ -110,7 +110,7 @@ def test_alltoall_closed_form_limits():
 # ------------------------------------------------------------------ expert GEMMs
 def _routed(m, **kw):
     """The routed experts' entries of ``layer_gemms`` for a MoE layer."""
-    g = counts.layer_gemms(m, 1, kw.pop("tp", 1), 1, kw.pop("ep", 1), "moe", **kw)
+    g = gemm_shapes.layer_gemms(m, 1, kw.pop("tp", 1), 1, kw.pop("ep", 1), "moe", **kw)
     first = len(m.attention_linears())               # the routed up and down come next
     return g[first:first + 2]
 
@@ -127,7 +127,7 @@ def test_expert_gemm_flops_closed_form(tp, ep, etp, load):
     closed = 2.0 * T * m.moe_router_topk * 3 * m.hidden_size * m.expert_ffn * load / tp
     assert flops == pytest.approx(closed, rel=REL)
     e = etp or tp
-    Me = counts.expert_tokens(m, 1, tp, 1, ep, etp, load)
+    Me = token_counts.expert_tokens(m, 1, tp, 1, ep, etp, load)
     assert Me == pytest.approx(T * m.moe_router_topk * e * ep / (tp * m.num_experts) * load,
                                rel=REL)
 
@@ -138,17 +138,17 @@ def test_small_expert_gemms_run_below_the_large_shape_rate():
     gpu = get_gpu("H100-SXM5-80GB")
     g1, g16 = _routed(QWEN, ep=1), _routed(QWEN, ep=16)
     assert (g1[0][0], g1[0][1], g16[0][0], g16[0][1]) == (128, 256, 8, 4096)
-    t1 = ct.gemms_time_fwd(g1, 1, gpu, "bf16")
-    t16 = ct.gemms_time_fwd(g16, 1, gpu, "bf16")
+    t1 = gemm_time.gemms_time_fwd(g1, 1, gpu, "bf16")
+    t16 = gemm_time.gemms_time_fwd(g16, 1, gpu, "bf16")
     assert t16 > 0 and t1 > 1.2 * t16                   # 1.23 (docs/models.md)
 
 
 # ------------------------------------------------------------------ imbalance and dropping
 def test_moe_load_is_imbalance_capped_by_capacity():
-    assert counts.moe_load(8, 1.4) == 1.4
-    assert counts.moe_load(1, 1.4) == 1.0                 # no hottest rank with ep = 1
-    assert counts.moe_load(8, 1.4, 1.25) == 1.25          # dropped beyond the capacity
-    assert counts.moe_load(1, 1.0, 0.5) == 0.5
+    assert token_counts.moe_load(8, 1.4) == 1.4
+    assert token_counts.moe_load(1, 1.4) == 1.0                 # no hottest rank with ep = 1
+    assert token_counts.moe_load(8, 1.4, 1.25) == 1.25          # dropped beyond the capacity
+    assert token_counts.moe_load(1, 1.0, 0.5) == 0.5
 
 
 def test_imbalance_scales_the_all_to_all_and_the_expert_compute():
@@ -168,8 +168,8 @@ def test_imbalance_scales_the_all_to_all_and_the_expert_compute():
 
 def test_expert_parameters_shard_over_etp_ep():
     m = QWEN
-    dense, expert = counts.layer_params_split(m, 2, 8, 1)
-    dense2, expert2 = counts.layer_params_split(m, 2, 8)
+    dense, expert = param_counts.layer_params_split(m, 2, 8, 1)
+    dense2, expert2 = param_counts.layer_params_split(m, 2, 8)
     assert dense == dense2
     assert expert == pytest.approx(m.expert_params_per_layer() / 8, rel=REL)
     assert expert2 == pytest.approx(m.expert_params_per_layer() / 16, rel=REL)
@@ -179,7 +179,7 @@ def test_etp_adds_its_collectives_to_the_record():
     cl = cluster_preset("hgx-h800", 2)
     j = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=2,sp=true,gbs=16,moe_imbalance=1"))
     c = stage_costs(j)
-    assert c.etp_bytes == pytest.approx(2 * counts.routed_token_bytes(QWEN, 1, 2, 1), rel=REL)
+    assert c.etp_bytes == pytest.approx(2 * moe_bytes.routed_token_bytes(QWEN, 1, 2, 1), rel=REL)
     j1 = make_job(QWEN, cl, parse_plan("tp=2,ep=8,etp=1,sp=true,gbs=16"))
     assert stage_costs(j1).etp_bytes == 0.0
 
@@ -224,10 +224,10 @@ def test_node_limited_routing_scale():
     8 nodes = the groups, so the bytes between nodes halve; elsewhere nothing changes."""
     m = model_preset("deepseek-v3")
     assert (m.moe_router_num_groups, m.moe_router_group_topk, m.moe_router_topk) == (8, 4, 8)
-    assert counts.ep_remote_scale(m, 64, 1, 8) == 0.5
-    assert counts.ep_remote_scale(m, 32, 1, 8) == 1.0         # 4 nodes: groups != nodes
-    assert counts.ep_remote_scale(m, 32, 2, 8) == 0.5         # etp 2: 32 ranks 2 apart, 8 nodes
-    assert counts.ep_remote_scale(QWEN, 64, 1, 8) == 1.0      # not group-limited
+    assert ep_dispatch.ep_remote_scale(m, 64, 1, 8) == 0.5
+    assert ep_dispatch.ep_remote_scale(m, 32, 1, 8) == 1.0     # 4 nodes: groups != nodes
+    assert ep_dispatch.ep_remote_scale(m, 32, 2, 8) == 0.5     # etp 2: 32 ranks 2 apart, 8 nodes
+    assert ep_dispatch.ep_remote_scale(QWEN, 64, 1, 8) == 1.0  # not group-limited
 
 
 @pytest.mark.parametrize("backend", ["flows", "contention-free"])

@@ -1,6 +1,6 @@
 """Token dispatchers as they move bytes (plan ``moe_dispatcher``): DeepEP's normal kernels and
 HybridEP send a token once per destination rank and once per destination node over RDMA
-(``counts.expert_hit_probability``, ``counts.ep_dedup``), against brute-force counts; and
+(``ep_dispatch.expert_hit_probability``, ``ep_dispatch.ep_dedup``), against brute-force counts; and
 the Megatron-Bridge configs the reader applies to published rows."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from math import comb
 import pytest
 
 from simulator.cli.main import main
-from strategies.cost import counts
+from strategies.cost import ep_dispatch
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.job import make_job
@@ -45,7 +45,7 @@ def _brute(E, k, units, G=None, M=None):
                                            (16, 3, 2, 4, 2), (16, 3, 4, 4, 2),
                                            (16, 3, 8, 4, 2), (12, 2, 6, 6, 3)])
 def test_hit_probability_is_the_brute_force_count(E, k, units, G, M):
-    assert counts.expert_hit_probability(E, k, units, G, M) == pytest.approx(
+    assert ep_dispatch.expert_hit_probability(E, k, units, G, M) == pytest.approx(
         _brute(E, k, units, G, M), rel=1e-12)
 
 
@@ -53,7 +53,7 @@ def test_node_limited_units_are_hit_at_most_m_of_g():
     """Groups = nodes: a node is hit only when its group is chosen (M/G), then unless all k
     land in the other chosen groups."""
     E, k, G, M = 256, 8, 8, 4
-    p = counts.expert_hit_probability(E, k, 8, G, M)
+    p = ep_dispatch.expert_hit_probability(E, k, 8, G, M)
     assert p == pytest.approx(M / G * (1 - comb(3 * 32, k) / comb(4 * 32, k)), rel=1e-12)
 
 
@@ -74,14 +74,14 @@ def test_deepep_node_bytes_equal_the_formula(ep, disp):
     N = ep // 8
     T, h = m.seq_length, m.hidden_size
     share = m.num_moe_layers / m.num_layers
-    p_node = counts.expert_hit_probability(m.num_experts, m.moe_router_topk, N,
-                                           m.moe_router_num_groups, m.moe_router_group_topk)
-    p_rank = counts.expert_hit_probability(m.num_experts, m.moe_router_topk, ep,
-                                           m.moe_router_num_groups, m.moe_router_group_topk)
+    p_node = ep_dispatch.expert_hit_probability(m.num_experts, m.moe_router_topk, N,
+                                                m.moe_router_num_groups, m.moe_router_group_topk)
+    p_rank = ep_dispatch.expert_hit_probability(m.num_experts, m.moe_router_topk, ep,
+                                                m.moe_router_num_groups, m.moe_router_group_topk)
     inter = c.ep_bytes * c.ep_remote_scale * (N - 1) / N
     assert inter == pytest.approx(2 * T * h * 2 * (N - 1) * p_node * share, rel=1e-12)
     scale = ep * p_rank / m.moe_router_topk
-    base = counts.ep_alltoall_bytes_fwd(m, 1, 1, 1, ep)
+    base = ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, ep)
     assert c.ep_bytes == pytest.approx(base * scale, rel=1e-12)
     assert a2a.ep_bytes == pytest.approx(base, rel=1e-12)
     assert inter < a2a.ep_bytes * a2a.ep_remote_scale * (N - 1) / N
@@ -89,10 +89,10 @@ def test_deepep_node_bytes_equal_the_formula(ep, disp):
 
 def test_one_node_dedup_scales_only_the_bytes():
     m = model_preset("qwen3-30b-a3b")
-    b, r = counts.ep_dedup(m, 8, 1, 8, 2)
-    p = counts.expert_hit_probability(128, 8, 8)
+    b, r = ep_dispatch.ep_dedup(m, 8, 1, 8, 2)
+    p = ep_dispatch.expert_hit_probability(128, 8, 8)
     assert b == pytest.approx(8 * p / 8, rel=1e-12) and r == 1.0
-    assert counts.ep_dedup(m, 8, 1, 8, 0) == (1.0, 1.0)
+    assert ep_dispatch.ep_dedup(m, 8, 1, 8, 0) == (1.0, 1.0)
 
 
 def test_bad_dispatcher_exits_2(capsys):

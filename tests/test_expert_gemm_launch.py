@@ -1,5 +1,5 @@
 """How a stack launches a grouped expert GEMM and the fixed times it pays
-(``expert_gemm.ExpertGemmLaunch``, ``compute.expert_fixed_share``; docs/calibration.md §5.42)."""
+(``expert_gemm.ExpertGemmLaunch``, ``gemm_time.expert_fixed_share``; docs/calibration.md §5.42)."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_kernel, gemm_shapes, gemm_time, layer_time
 from strategies.errors import SpecError
 from strategies.framework import PROFILES
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
@@ -67,10 +66,10 @@ def test_forward_saves_fixed_times_exactly(ep):
     that launches the E/ep experts' GEMMs on s streams is the per-expert forward less
     (E/ep - ceil(E/ep / s)) fixed times per grouped GEMM (fc1, fc2)."""
     m = model_preset("qwen3-30b-a3b")
-    t0, k = ct.gemm_fixed_s(H100), m.num_experts / ep
-    per = ct.gemm_time_fwd(m, 4, 1, 1, ep, H100, "bf16", fw=PER)
+    t0, k = gemm_kernel.gemm_fixed_s(H100), m.num_experts / ep
+    per = gemm_time.gemm_time_fwd(m, 4, 1, 1, ep, H100, "bf16", fw=PER)
     for fw, paid in ((ms(4), math.ceil(k / 4)), (ms(2), math.ceil(k / 2)), (FUSED, 1)):
-        t = ct.gemm_time_fwd(m, 4, 1, 1, ep, H100, "bf16", fw=fw)
+        t = gemm_time.gemm_time_fwd(m, 4, 1, 1, ep, H100, "bf16", fw=fw)
         assert per - t == pytest.approx(2 * (k - paid) * t0, rel=1e-9)
 
 
@@ -81,10 +80,10 @@ def test_dense_and_no_fixed_time_unchanged():
     a100 = get_gpu("A100-SXM4-80GB")
     m = model_preset("qwen3-30b-a3b")
     for fw in (ms(4), FUSED):
-        assert ct.gemm_time_fwd(llama, 2, 2, 1, 1, H100, "bf16", fw=fw) == \
-            ct.gemm_time_fwd(llama, 2, 2, 1, 1, H100, "bf16", fw=PER)
-        assert ct.gemm_time_fwd(m, 2, 1, 1, 8, a100, "bf16", fw=fw) == \
-            ct.gemm_time_fwd(m, 2, 1, 1, 8, a100, "bf16", fw=PER)
+        assert gemm_time.gemm_time_fwd(llama, 2, 2, 1, 1, H100, "bf16", fw=fw) == \
+            gemm_time.gemm_time_fwd(llama, 2, 2, 1, 1, H100, "bf16", fw=PER)
+        assert gemm_time.gemm_time_fwd(m, 2, 1, 1, 8, a100, "bf16", fw=fw) == \
+            gemm_time.gemm_time_fwd(m, 2, 1, 1, 8, a100, "bf16", fw=PER)
 
 
 @pytest.mark.parametrize("fw", [PER, ms(4), FUSED])
@@ -94,9 +93,9 @@ def test_layer_time_arrays_equal_scalar(fw):
     eps = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
     rc = np.array([0, 1, 2, 3, 2])
     kw = dict(b=2, tp=1, cp=1, sp=False, flash=True, gpu=H100, dtype="bf16", fw=fw)
-    arr = ct.layer_time(m, ep=eps, recompute=rc, **kw)
+    arr = layer_time.layer_time(m, ep=eps, recompute=rc, **kw)
     for i, ep in enumerate(eps):
-        one = ct.layer_time(m, ep=float(ep), recompute=int(rc[i]), **kw)
+        one = layer_time.layer_time(m, ep=float(ep), recompute=int(rc[i]), **kw)
         for f in ("fwd", "bwd", "recompute", "wgrad"):
             assert float(np.asarray(getattr(arr, f))[i]) == float(getattr(one, f)), f
 
@@ -104,8 +103,8 @@ def test_layer_time_arrays_equal_scalar(fw):
 def test_op_parts_match_op_gemms():
     """op_sac_gemm_parts is op_sac_gemms with parts; its routed entries are layer_gemms'."""
     m = model_preset("qwen3-30b-a3b")
-    parts = counts.op_sac_gemm_parts(m, 2, 1, 1, 8)
-    assert [g for _, g in parts] == counts.op_sac_gemms(m, 2, 1, 1, 8)
+    parts = gemm_shapes.op_sac_gemm_parts(m, 2, 1, 1, 8)
+    assert [g for _, g in parts] == gemm_shapes.op_sac_gemms(m, 2, 1, 1, 8)
     routed = [g[:5] for p, g in parts if p == "routed_mlp" and g[4] is not None]
     assert all(g[0] == m.num_experts / 8 for g in routed) and len(routed) == 3
 

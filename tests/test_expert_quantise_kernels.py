@@ -1,5 +1,5 @@
 """Per-expert quantisation launches of Transformer Engine's ``GroupedLinear``
-(``quantise.expert_quantise_kernels``, ``compute.expert_quantise_time``; docs/calibration.md
+(``quantise.expert_quantise_kernels``, ``moe_time.expert_quantise_time``; docs/calibration.md
 §5.59): ``split_quantize`` runs one fused cast-transpose over every local expert for
 delayed-scaling fp8, and ``n`` kernels per expert otherwise (current scaling 3: amax, scale,
 cast). Closed forms to floating-point precision; delayed scaling, 16 bits, dense models and
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import compute as ct
+from strategies.cost import layer_time, moe_time
 from strategies.cost import measured, quantise
 from strategies.cost.stage import stage_costs
 from strategies.framework import get_profile
@@ -63,22 +63,22 @@ def test_time_is_kernels_times_the_launch_gap_and_layer_time_carries_it():
     gpu, mc = get_gpu("H100"), get_profile("megatron-core")
     k_f, k_b = quantise.expert_quantise_kernels(QWEN, 16, "fp8-current", True)
     gap = measured.launch_gap(gpu, mc.launch_gap_s)
-    assert ct.expert_quantise_time(QWEN, 16, gpu, "fp8-current", mc) == (k_f * gap, k_b * gap)
-    assert ct.expert_quantise_time(QWEN, 16, gpu, "fp8-current",
-                                   replace(mc, grouped_mlp_casts=False)) == (0.0, 0.0)
+    assert moe_time.expert_quantise_time(QWEN, 16, gpu, "fp8-current", mc) == (k_f * gap, k_b * gap)
+    assert moe_time.expert_quantise_time(QWEN, 16, gpu, "fp8-current",
+                                         replace(mc, grouped_mlp_casts=False)) == (0.0, 0.0)
     kw = dict(b=1, tp=1, cp=1, ep=16, sp=False, flash=True, recompute=0, gpu=gpu,
               dtype="fp8-current", dispatcher=0, graphed=True, fw=mc)
-    on = ct.layer_time(QWEN, **kw)
+    on = layer_time.layer_time(QWEN, **kw)
     saved = dict(quantise.SPLIT_QUANTIZE_KERNELS)
     try:
         quantise.SPLIT_QUANTIZE_KERNELS.clear()
-        off = ct.layer_time(QWEN, **kw)
+        off = layer_time.layer_time(QWEN, **kw)
     finally:
         quantise.SPLIT_QUANTIZE_KERNELS.update(saved)
     assert on.fwd - off.fwd == pytest.approx(k_f * gap, rel=1e-9)
     assert on.bwd - off.bwd == pytest.approx(k_b * gap, rel=1e-9)
-    assert ct.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd == \
-        ct.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd     # deterministic
+    assert layer_time.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd == \
+        layer_time.layer_time(QWEN, **{**kw, "dtype": "fp8"}).fwd     # deterministic
 
 
 def test_stage_record_and_simulation_read_the_rule():

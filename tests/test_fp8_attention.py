@@ -12,8 +12,7 @@ import os
 
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import attention_counts, attention_time, hbm_rate
 from strategies.cost import fp8_attention as fa
 from strategies.errors import SpecError
 from strategies.estimate import estimate
@@ -62,8 +61,9 @@ def test_windowed_layers_weigh_in_by_their_kernel_blocks():
     ones, weighted by each kind's share of the causal kernel's score blocks."""
     s, L, nw = GPT_OSS.seq_length, GPT_OSS.num_layers, GPT_OSS.num_windowed_layers
     assert 0 < nw < L
-    full = counts.score_elements(s, None, mode="kernel") * (L - nw)
-    win = counts.score_elements(s, GPT_OSS.sliding_window, GPT_OSS.window_kind, "kernel") * nw
+    full = attention_counts.score_elements(s, None, mode="kernel") * (L - nw)
+    win = attention_counts.score_elements(s, GPT_OSS.sliding_window, GPT_OSS.window_kind,
+                                          "kernel") * nw
     w = win / (full + win)
     f, b = fa.time_factors(GPT_OSS, GB200, 4096)
     assert f == pytest.approx((1 - w) / 1.199 + w / 1.000, rel=REL)
@@ -88,16 +88,16 @@ def test_cast_bytes_closed_form():
 def test_attention_time_is_the_bf16_time_scaled_plus_the_casts():
     for m, gpu in ((DSV3, GB300), (GPT_OSS, GB200), (QWEN, B300)):
         fw = with_fp8_attention(DEFAULT, "mxfp8", gpu)
-        f0, b0 = ct.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=DEFAULT)
-        f1, b1 = ct.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=fw)
+        f0, b0 = attention_time.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=DEFAULT)
+        f1, b1 = attention_time.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=fw)
         kf, kb = fa.time_factors(m, gpu, m.seq_length)
         cf, cb = fa.cast_bytes(m, 2, 1, 1)
-        hbm = ct.usable_hbm(gpu)
+        hbm = hbm_rate.usable_hbm(gpu)
         assert f1 == pytest.approx(f0 * kf + cf / hbm, rel=REL)
         assert b1 == pytest.approx(b0 * kb + cb / hbm, rel=REL)
         # the unfused path is not TE's fused attention: unchanged
-        assert ct.attention_time_fwd(m, 2, 1, 1, False, gpu, fw=fw) == \
-            ct.attention_time_fwd(m, 2, 1, 1, False, gpu, fw=DEFAULT)
+        assert attention_time.attention_time_fwd(m, 2, 1, 1, False, gpu, fw=fw) == \
+            attention_time.attention_time_fwd(m, 2, 1, 1, False, gpu, fw=DEFAULT)
 
 
 def test_refusals_name_field_value_and_rule():

@@ -7,8 +7,9 @@ import sys
 import numpy as np
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts, quantise
+from strategies.cost import attention_time, elementwise_bytes, elementwise_time, gemm_time
+from strategies.cost import grad_time, hbm_rate, layer_time, overlap_clock, param_counts
+from strategies.cost import quantise
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.job import make_job
 from strategies.memory.scalar import memory_components
@@ -69,32 +70,32 @@ def test_layer_cast_elements_closed_form_dense_gqa():
 
 def test_cast_time_is_bytes_over_usable_bandwidth():
     m, gpu = model_preset("llama3-8b"), get_gpu("H100")
-    hbm = ct.usable_hbm(gpu)
+    hbm = hbm_rate.usable_hbm(gpu)
     for dtype in ("fp8", "fp8-current", "fp8-blockwise"):
         p, c = PRECISIONS[dtype], gpu.cast_copies(dtype)
         (ff, fu), (bf, bu) = quantise.layer_cast_elements(m, 1, 2, 1, True)
-        f, b = ct.cast_time(m, 1, 2, 1, True, gpu, dtype)
+        f, b = elementwise_time.cast_time(m, 1, 2, 1, True, gpu, dtype)
         assert f == pytest.approx((ff * p.cast_bytes(c, True) + fu * p.cast_bytes(c, False))
                                   / hbm, rel=1e-15)
         assert b == pytest.approx((bf * p.cast_bytes(c, True) + bu * p.cast_bytes(c, False))
                                   / hbm, rel=1e-15)
-        assert ct.weight_cast_time(1e9, gpu, dtype) == pytest.approx(
+        assert elementwise_time.weight_cast_time(1e9, gpu, dtype) == pytest.approx(
             1e9 * p.cast_bytes(c, False) / hbm, rel=1e-15)
-    assert ct.cast_time(m, 1, 2, 1, True, gpu, "bf16") == (0.0, 0.0)
-    assert ct.weight_cast_time(1e9, gpu, "bf16") == 0.0
+    assert elementwise_time.cast_time(m, 1, 2, 1, True, gpu, "bf16") == (0.0, 0.0)
+    assert elementwise_time.weight_cast_time(1e9, gpu, "bf16") == 0.0
 
 
 def test_layer_time_adds_the_casts_to_forward_and_backward():
     m, gpu = model_preset("llama3-8b"), get_gpu("H100")
     kw = dict(b=1, tp=2, cp=1, ep=1, sp=True, flash=True, recompute=0, gpu=gpu, tpo=False)
-    lt = ct.layer_time(m, dtype="fp8-current", **kw)
-    g_f = ct.gemm_time_fwd(m, 1, 2, 1, 1, gpu, "fp8-current")
-    g_b = ct.gemm_time_bwd(m, 1, 2, 1, 1, gpu, "fp8-current")
-    a_f, a_b = ct.attention_time_fwd(m, 1, 2, 1, True, gpu)
-    e = counts.elementwise_bytes_fwd(m, 1, 2, 1, True) / ct.usable_hbm(gpu)
-    c_f, c_b = ct.cast_time(m, 1, 2, 1, True, gpu, "fp8-current")
-    acc = ct.grad_accum_time(counts.layer_params_per_gpu(m, 2, 1), gpu, "fp8-current")
-    launch = ct.launch_time(gpu=gpu)
+    lt = layer_time.layer_time(m, dtype="fp8-current", **kw)
+    g_f = gemm_time.gemm_time_fwd(m, 1, 2, 1, 1, gpu, "fp8-current")
+    g_b = gemm_time.gemm_time_bwd(m, 1, 2, 1, 1, gpu, "fp8-current")
+    a_f, a_b = attention_time.attention_time_fwd(m, 1, 2, 1, True, gpu)
+    e = elementwise_bytes.elementwise_bytes_fwd(m, 1, 2, 1, True) / hbm_rate.usable_hbm(gpu)
+    c_f, c_b = elementwise_time.cast_time(m, 1, 2, 1, True, gpu, "fp8-current")
+    acc = grad_time.grad_accum_time(param_counts.layer_params_per_gpu(m, 2, 1), gpu, "fp8-current")
+    launch = elementwise_time.launch_time(gpu=gpu)
     assert lt.fwd == pytest.approx(g_f + a_f + e + c_f + launch, rel=1e-13)
     assert lt.bwd == pytest.approx(g_b + a_b + 2 * e + c_b + acc + 2 * launch, rel=1e-13)
 
@@ -107,9 +108,9 @@ def _job(dtype, plan="tp=2,pp=2,dp=2,mbs=1,gbs=16,sp=true", cluster="dgx-h100"):
 def test_weights_are_cast_once_per_step_in_the_optimizer_time():
     fp8, bf16 = stage_costs(_job("fp8")), stage_costs(_job("bf16"))
     m, gpu = model_preset("llama3-8b"), get_gpu("H100")
-    w = counts.layer_params_per_gpu(m, 2, 1) * m.num_layers / 2
+    w = param_counts.layer_params_per_gpu(m, 2, 1) * m.num_layers / 2
     for a, b in zip(fp8.optimizer_by_stage, bf16.optimizer_by_stage):
-        assert a - b == pytest.approx(ct.weight_cast_time(w, gpu, "fp8"), rel=1e-12)
+        assert a - b == pytest.approx(elementwise_time.weight_cast_time(w, gpu, "fp8"), rel=1e-12)
 
 
 def test_quantised_weight_copies_in_memory():
@@ -117,7 +118,7 @@ def test_quantised_weight_copies_in_memory():
     for dtype, copy_bytes in (("fp8", 2.0), ("fp8-blockwise", 2 * (1 + 4 / 128))):
         q = memory_components(_job(dtype), 0)["layers"].params
         b = memory_components(_job("bf16"), 0)["layers"].params
-        assert q - b == pytest.approx(copy_bytes * counts.layer_params_per_gpu(m, 2, 1)
+        assert q - b == pytest.approx(copy_bytes * param_counts.layer_params_per_gpu(m, 2, 1)
                                       * m.num_layers / 2, rel=1e-12)
     z3 = "tp=1,pp=1,dp=8,mbs=1,gbs=16,zero=3"
     assert memory_components(_job("fp8", z3), 0)["layers"].params == \
@@ -146,17 +147,17 @@ def test_power_rule_of_the_blackwell_parts():
 
 
 def test_one_microbatch_step_overlaps_dp_for_the_whole_step():
-    r = 1 / ct.OVERLAP_CLOCK_RATIO
+    r = 1 / overlap_clock.OVERLAP_CLOCK_RATIO
     def slowdown(plan):
         job = _job("bf16", plan)
         return float(stage_cost_arrays(job.model, job.cluster, job.dtype,
                                        PlanArrays.from_plans([job.plan])).slowdown[0])
     assert slowdown("tp=1,pp=1,dp=8,mbs=2,gbs=16") == r          # one micro-batch
     assert slowdown("tp=1,pp=1,dp=8,mbs=2,gbs=32") == 1.0        # two
-    w = ct.dp_overlaps_whole_step(np.array([8, 8, 1, 8]), np.array([1, 2, 1, 1]),
-                                  np.array([True, True, True, False]))
+    w = overlap_clock.dp_overlaps_whole_step(np.array([8, 8, 1, 8]), np.array([1, 2, 1, 1]),
+                                             np.array([True, True, True, False]))
     assert list(w) == [True, False, False, False]
-    assert list(ct.overlap_slowdown(1, False, 1, 1, w)) == [r, 1.0, 1.0, 1.0]
+    assert list(overlap_clock.overlap_slowdown(1, False, 1, 1, w)) == [r, 1.0, 1.0, 1.0]
 
 
 def test_precision_texts_and_custom_gpus():

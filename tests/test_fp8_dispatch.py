@@ -1,4 +1,4 @@
-"""The MoE dispatch's bytes per element as one rule (``counts.dispatch_element_bytes``,
+"""The MoE dispatch's bytes per element as one rule (``moe_bytes.dispatch_element_bytes``,
 ``FrameworkProfile.fp8_dispatch``): DeepSeek-V3's HAI-LLM dispatches FP8 tokens with one fp32
 scale per 128 channels and combines in BF16 (arXiv 2412.19437 §3.3.3; DeepEP's
 ``Buffer.dispatch``); every other stack moves 16-bit tokens both ways. Closed forms of the
@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import ep_dispatch, moe_bytes, token_counts
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.framework import get_profile
@@ -47,9 +47,9 @@ def _job(framework="hai-llm", dtype="fp8-blockwise", fp8_dispatch=None, model=No
 def test_the_rule_closed_form():
     """FP8 with its 1x128 fp32 scales where the stack dispatches so in a quantised precision;
     16 bits otherwise. HAI-LLM dispatches in FP8; no Megatron-Core stack does."""
-    assert counts.dispatch_element_bytes(True, "fp8-blockwise") == FP8
-    assert counts.dispatch_element_bytes(True, "bf16") == 2.0
-    assert counts.dispatch_element_bytes(False, "fp8-blockwise") == 2.0
+    assert moe_bytes.dispatch_element_bytes(True, "fp8-blockwise") == FP8
+    assert moe_bytes.dispatch_element_bytes(True, "bf16") == 2.0
+    assert moe_bytes.dispatch_element_bytes(False, "fp8-blockwise") == 2.0
     assert get_profile("hai-llm").fp8_dispatch
     for name in ("megatron-core", "nemo", "torchtitan", "automodel"):
         assert not get_profile(name).fp8_dispatch, name
@@ -59,13 +59,13 @@ def test_all_to_all_bytes_fp8_over_bf16():
     """Dispatch in FP8, combine in BF16: the pair moves ``(1 + FP8/2)/2`` of the 16-bit
     pair's bytes, the dispatch alone ``FP8/2`` (to floating-point precision)."""
     m = model_preset("deepseek-v3")
-    bf = counts.ep_alltoall_bytes_fwd(m, 1, 1, 1, 64)
-    f8 = counts.ep_alltoall_bytes_fwd(m, 1, 1, 1, 64, dispatch_bytes=FP8)
+    bf = ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, 64)
+    f8 = ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, 64, dispatch_bytes=FP8)
     assert f8 / bf == pytest.approx((1 + FP8 / 2) / 2, rel=1e-15)
     assert (f8 - bf / 2) / (bf / 2) == pytest.approx(FP8 / 2, rel=1e-14)
     # the 16-bit form is the former arithmetic, bit for bit
     share = m.num_moe_layers / m.num_layers
-    assert bf == 2 * counts.routed_token_bytes(m, 1, 1, 1) * share
+    assert bf == 2 * moe_bytes.routed_token_bytes(m, 1, 1, 1) * share
 
 
 def test_permutation_bytes_closed_form():
@@ -74,12 +74,12 @@ def test_permutation_bytes_closed_form():
     Megatron's alltoall: the local permute and the sort after the dispatch at the width."""
     m = model_preset("deepseek-v3")
     share = m.layer_shares()["moe"]
-    R = counts.routed_token_bytes(m, 1, 1, 1, 1.3)
-    R0 = counts.routed_token_bytes(m, 1, 1, 1, 1.0)
+    R = moe_bytes.routed_token_bytes(m, 1, 1, 1, 1.3)
+    R0 = moe_bytes.routed_token_bytes(m, 1, 1, 1, 1.0)
     q, dd, k = FP8 / 2, 0.6, m.moe_router_topk
-    f, b = counts.moe_permute_bytes(m, 1, 1, 1, 64, 1.3, 1, dd, dispatch_bytes=FP8)
+    f, b = moe_bytes.moe_permute_bytes(m, 1, 1, 1, 64, 1.3, 1, dd, dispatch_bytes=FP8)
     assert f == b == pytest.approx(share * ((dd * R + R) * q + (R + dd * R)), rel=1e-14)
-    f, _ = counts.moe_permute_bytes(m, 1, 1, 1, 64, 1.3, 0, dispatch_bytes=FP8)
+    f, _ = moe_bytes.moe_permute_bytes(m, 1, 1, 1, 64, 1.3, 0, dispatch_bytes=FP8)
     want = 2 * R0 * q + R0 + R0 / k + 4 * R * 1 * (q + 1) / 2
     assert f == pytest.approx(share * want, rel=1e-14)
 
@@ -113,8 +113,8 @@ def test_time_reads_the_rule_and_the_bf16_stack_is_unchanged():
     c = stage_costs(mc)
     m = mc.model
     p = mc.plan          # the default imbalance: the rule (strategies.moe_balance)
-    load = counts.moe_load(32, p.imbalance, p.capacity_factor, m, 1, 1, 1)
-    want = 2 * counts.routed_token_bytes(m, 1, 1, 1, load) \
+    load = token_counts.moe_load(32, p.imbalance, p.capacity_factor, m, 1, 1, 1)
+    want = 2 * moe_bytes.routed_token_bytes(m, 1, 1, 1, load) \
         * (m.num_moe_layers / m.num_layers)
     assert c.ep_bytes == want
 

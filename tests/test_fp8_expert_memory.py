@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.stacks.variants import with_fused_grouped_mlp
 from strategies.job import make_job
 from strategies.memory import activations as act
@@ -33,7 +33,7 @@ def _job(dtype, cluster="dgx-h100", pp=1, imbalance=None, **kw):
 
 def _load(job):
     p = job.plan
-    return counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
+    return token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
                            p.cp, p.expert_tp)
 
 

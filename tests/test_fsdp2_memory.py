@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import param_counts
 from tests.memory_checks import assert_arrays_match_scalar
 from strategies.framework import get_profile
 from strategies.job import make_job
@@ -59,13 +59,13 @@ def test_pipelined_stage_state_closed_form():
     the head's the same per parameter. Megatron-Core's profile keeps ``4·N/4`` grads."""
     job = _job("tp=2,pp=2,dp=4,mbs=1,gbs=32,zero=2,schedule=1f1b")
     m, p = job.model, job.plan
-    dense, expert = counts.layer_params_split(m, p.tp, p.ep, p.etp)
+    dense, expert = param_counts.layer_params_split(m, p.tp, p.ep, p.etp)
     n = (dense + expert) * m.num_layers / p.pp
     layers = memory_components(job, 1)["layers"]
     assert layers.params == pytest.approx(n * (2 + 4 / 4), **EXACT)
     assert layers.grads == pytest.approx(4 * n, **EXACT)
     assert layers.optimizer == pytest.approx(8 * n / 4, **EXACT)
-    head = counts.head_params_per_gpu(m, p.tp, p.pp, False)
+    head = param_counts.head_params_per_gpu(m, p.tp, p.pp, False)
     out = memory_components(job, 1)["output"]
     assert (out.params, out.grads, out.optimizer) == pytest.approx(
         (head * (2 + 4 / 4), 4 * head, 8 * head / 4), **EXACT)
@@ -80,13 +80,14 @@ def test_zero3_root_gathered_closed_form():
     job = _job("tp=1,pp=1,dp=16,mbs=1,gbs=16,zero=3,recompute=full")
     m, p = job.model, job.plan
     d = 16
-    dense, expert = counts.layer_params_split(m, p.tp, p.ep, p.etp)
+    dense, expert = param_counts.layer_params_split(m, p.tp, p.ep, p.etp)
     n = (dense + expert) * m.num_layers
     parts = memory_components(job, 0)
     lay = parts["layers"]
     assert (lay.params, lay.grads, lay.optimizer) == pytest.approx(
         (4 * n / d, 4 * n / d, 8 * n / d), **EXACT)
-    root = counts.embedding_params_per_gpu(m, 1) + counts.head_params_per_gpu(m, 1, 1, True)
+    root = param_counts.embedding_params_per_gpu(m, 1) \
+        + param_counts.head_params_per_gpu(m, 1, 1, True)
     state = sum(parts[o].model_state for o in ("embedding", "output"))
     assert state == pytest.approx(root * (2 + 16 / d), **EXACT)
 

@@ -10,8 +10,7 @@ import dataclasses
 
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import elementwise_bytes, elementwise_time, hbm_rate
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.framework import DEFAULT, get_profile
@@ -58,20 +57,21 @@ def test_stacks_without_te_grouped_mlp_refuse_it(name):
 def test_fused_stack_drops_exactly_the_clamp_and_keeps_the_rope():
     """gpt-oss on the fused stack: the eager variants' time is the unfused RoPE's alone, and
     the eager stack's exceeds it by the clamp's bytes over HBM and its kernels' gaps."""
-    hbm = ct.usable_hbm(B200)
-    f, b = ct.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED)
-    rf, rb = counts.rope_unfused_bytes(GPT_OSS, 4, 1, 1)
-    kf, kb = counts.eager_variant_kernels(GPT_OSS)
-    cf_k, cb_k = counts.eager_variant_kernels(GPT_OSS, rope=False)
-    assert (cf_k, cb_k) == (counts.CLAMP_KERNELS[0], counts.CLAMP_KERNELS[1])
+    hbm = hbm_rate.usable_hbm(B200)
+    f, b = elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED)
+    rf, rb = elementwise_bytes.rope_unfused_bytes(GPT_OSS, 4, 1, 1)
+    kf, kb = elementwise_bytes.eager_variant_kernels(GPT_OSS)
+    cf_k, cb_k = elementwise_bytes.eager_variant_kernels(GPT_OSS, rope=False)
+    assert (cf_k, cb_k) == (elementwise_bytes.CLAMP_KERNELS[0], elementwise_bytes.CLAMP_KERNELS[1])
     assert f == pytest.approx(rf / hbm + (kf - cf_k) * LAUNCH_GAP_S, rel=REL)
     assert b == pytest.approx(rb / hbm + (kb - cb_k) * LAUNCH_GAP_S, rel=REL)
-    ef, eb = ct.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=DEFAULT)
-    cf, cb = counts.clamp_bytes(GPT_OSS, 4, 1, 1)
+    ef, eb = elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=DEFAULT)
+    cf, cb = elementwise_bytes.clamp_bytes(GPT_OSS, 4, 1, 1)
     assert ef - f == pytest.approx(cf / hbm + cf_k * LAUNCH_GAP_S, rel=1e-9)
     assert eb - b == pytest.approx(cb / hbm + cb_k * LAUNCH_GAP_S, rel=1e-9)
     # a selective recomputation of the activation reruns no eager clamp either
-    assert ct.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED, rope=False) == (0.0, 0.0)
+    assert elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, B200, fw=FUSED,
+                                               rope=False) == (0.0, 0.0)
 
 
 def test_reader_applies_the_stated_fused_mlp():

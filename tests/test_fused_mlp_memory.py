@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.framework import get_profile
 from strategies.stacks.variants import with_fused_grouped_mlp
 from strategies.job import make_job
@@ -75,7 +75,7 @@ def test_routed_bytes_as_run_closed_form(tp, etp, load):
 
 def _load(job):
     p = job.plan
-    return counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
+    return token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
                            p.cp, p.expert_tp)
 
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.gemm_in_situ import (MMA_SYNC_FRACTION, implied_scale, with_gemm_scale)
-from strategies.cost import compute
-from strategies.cost import counts as costs
+from strategies.cost import gemm_kernel, gemm_shapes, gemm_time
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
 from strategies.reference.cases import case_from_entry
@@ -51,14 +50,15 @@ def test_scale_touches_only_the_gemm_fractions():
 def test_compute_bound_gemm_time_goes_as_the_inverse_of_the_factor(scale):
     # MPT-7B's layer at 12288 tokens: every GEMM is compute-bound on H100, so its forward time
     # is 2MNK / (peak x eff x shape terms) plus the fixed time of each kernel
-    # (``compute.gemm_fixed_s``), and the ratio of the rate terms is exactly 1/scale
+    # (``gemm_kernel.gemm_fixed_s``), and the ratio of the rate terms is exactly 1/scale
     job = _case("mosaic_mpt7b_h100_8gpu_seq2048_mb6").job
     m, gpu = job.model, job.cluster.groups[0].gpu
     slow = with_gemm_scale(job, scale).cluster.groups[0].gpu
-    fixed = sum(g[0] for g in costs.layer_gemms(m, 6, 1, 1, 1)) * compute.gemm_fixed_s(gpu)
+    fixed = sum(g[0] for g in gemm_shapes.layer_gemms(m, 6, 1, 1, 1)) \
+        * gemm_kernel.gemm_fixed_s(gpu)
     assert fixed > 0
-    t0 = compute.gemm_time_fwd(m, 6, 1, 1, 1, gpu, "bf16") - fixed
-    t1 = compute.gemm_time_fwd(m, 6, 1, 1, 1, slow, "bf16") - fixed
+    t0 = gemm_time.gemm_time_fwd(m, 6, 1, 1, 1, gpu, "bf16") - fixed
+    t1 = gemm_time.gemm_time_fwd(m, 6, 1, 1, 1, slow, "bf16") - fixed
     assert t1 / t0 == pytest.approx(1 / scale, rel=1e-12)
 
 

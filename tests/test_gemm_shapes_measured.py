@@ -9,7 +9,7 @@ import pytest
 
 from experiments import gemm_shapes_measured as gm
 from experiments.calibration_ablation import patched
-from strategies.cost import compute as ct
+from strategies.cost import gemm_kernel, gemm_time
 from topologies.gpus import get_gpu
 
 
@@ -30,16 +30,16 @@ def test_sources_as_transcribed():
 
 
 def test_model_column_is_compute_gemms_time_fwd():
-    """Every model rate is ``compute.gemms_time_fwd`` of the point less ``b - 1`` fixed
+    """Every model rate is ``gemm_time.gemms_time_fwd`` of the point less ``b - 1`` fixed
     times, read at call time (a patched function moves the column)."""
     rs = gm.rows()
     for r in rs:
         gpu = get_gpu(r.gpu)
-        t = ct.gemms_time_fwd([(r.b, r.M, r.N, r.K, False)], 1, gpu, r.dtype) \
-            - (r.b - 1) * ct.gemm_fixed_s(gpu)
+        t = gemm_time.gemms_time_fwd([(r.b, r.M, r.N, r.K, False)], 1, gpu, r.dtype) \
+            - (r.b - 1) * gemm_kernel.gemm_fixed_s(gpu)
         assert r.model == 2.0 * r.b * r.M * r.N * r.K / float(t) / 1e12
-    orig = ct.gemms_time_fwd
-    with patched(ct, "gemms_time_fwd", lambda *a, **k: 2.0 * orig(*a, **k)):
+    orig = gemm_time.gemms_time_fwd
+    with patched(gemm_time, "gemms_time_fwd", lambda *a, **k: 2.0 * orig(*a, **k)):
         slow = gm.rows()
     assert all(b.model < a.model for a, b in zip(rs, slow))
 
@@ -89,7 +89,7 @@ def test_fit_knee_recovers_the_model_knee():
                 for b, M, N, K, _ in src.points)
     synth = gm.Source("synthetic", src.gpu, src.dtype, "model", "-", pts)
     knee, rms, rms0, n = gm.fit_knee(synth)
-    cat = ct.k_knee(get_gpu(src.gpu), src.dtype)
+    cat = gemm_kernel.k_knee(get_gpu(src.gpu), src.dtype)
     assert n == 7 and rms0 < 1e-12
     assert abs(knee - cat) <= 10
     measured = gm.fit_knee(src)
@@ -115,9 +115,10 @@ def test_what_if_patches_inside_the_run_only():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.path.join(root, "strategies/reference/data/nemo_performance_2407.json")
-    k0, c0, w0 = ct.k_knee, ct._gemm_compute, ct.gemm_waves
+    k0, c0, w0 = gemm_kernel.k_knee, gemm_kernel._gemm_compute, gemm_kernel.gemm_waves
     res = gm.what_if([path])
-    assert ct.k_knee is k0 and ct._gemm_compute is c0 and ct.gemm_waves is w0
+    assert gemm_kernel.k_knee is k0 and gemm_kernel._gemm_compute is c0 \
+        and gemm_kernel.gemm_waves is w0
     cases = [c for c in load_cases(path, tiers=None)
              if c.job is not None and c.measured_step_s is not None]
     assert len(res) == len(cases) == 12

@@ -10,7 +10,7 @@ import pytest
 from simulator.cli.main import main
 from strategies import goodput as gp
 from strategies.errors import SpecError
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.framework import PROFILES, get_profile
 from strategies.job import make_job
 from strategies.memory.scalar import MemoryBreakdown, memory_components
@@ -220,7 +220,8 @@ def test_checkpoint_holds_the_model_state_memory_counts(name, preset):
     held = mem.params * (d if zero == 3 else 1) + mem.optimizer * d
     root = 0.0
     if fw.fsdp2:
-        root_params = counts.embedding_params_per_gpu(m, 1) + counts.head_params_per_gpu(m, 1, 1, True)
+        root_params = param_counts.embedding_params_per_gpu(m, 1) \
+            + param_counts.head_params_per_gpu(m, 1, 1, True)
         root = d * job.system.param_bytes * root_params
     ckpt = gp.checkpoint_bytes(m, name)
     assert ckpt == pytest.approx(held - root, rel=1e-12)

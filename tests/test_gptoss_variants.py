@@ -1,5 +1,5 @@
-"""gpt-oss's eager kernels on Megatron-Core (``counts.clamp_bytes``,
-``counts.rope_unfused_bytes``, ``compute.eager_variant_time``).
+"""gpt-oss's eager kernels on Megatron-Core (``elementwise_bytes.clamp_bytes``,
+``elementwise_bytes.rope_unfused_bytes``, ``elementwise_time.eager_variant_time``).
 
 * The clamped SwiGLU (``swiglu_limit`` 7.0): Megatron-Core 0.15-0.17 clamps and concatenates
   the two halves of fc1's output in eager PyTorch before its fused quick-GEGLU: 16 bytes per
@@ -19,8 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import elementwise_bytes, elementwise_time, hbm_rate, layer_time
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT, get_profile
 from strategies.stacks.profile import LAUNCH_GAP_S
@@ -87,9 +86,9 @@ def test_clamp_bytes_closed_form():
     """gpt-oss-120b (every layer MoE, k=4, F_e=2880), b=4, s=4096: ``b·s·k·F_e`` routed
     intermediate elements per GPU (over t, times load), 16 bytes forward and 30 backward."""
     elems = 4 * 4096 * 4 * 2880
-    f, b = counts.clamp_bytes(GPT_OSS, 4, 1, 1)
+    f, b = elementwise_bytes.clamp_bytes(GPT_OSS, 4, 1, 1)
     assert (f, b) == (pytest.approx(16 * elems, rel=REL), pytest.approx(30 * elems, rel=REL))
-    f2, b2 = counts.clamp_bytes(GPT_OSS, 4, 2, 2, load=1.5)
+    f2, b2 = elementwise_bytes.clamp_bytes(GPT_OSS, 4, 2, 2, load=1.5)
     assert (f2, b2) == (pytest.approx(16 * elems / 4 * 1.5, rel=REL),
                         pytest.approx(30 * elems / 4 * 1.5, rel=REL))
 
@@ -98,30 +97,31 @@ def test_rope_unfused_bytes_closed_form():
     """q (64 heads) and k (8 groups) of head size 64: 4608 rotated elements per token; the
     unfused path adds 24 - 4 bytes forward and 28 - 8 backward over the fused kernel."""
     n = 4 * 4096 * (64 + 8) * 64
-    f, b = counts.rope_unfused_bytes(GPT_OSS, 4, 1, 1)
+    f, b = elementwise_bytes.rope_unfused_bytes(GPT_OSS, 4, 1, 1)
     assert (f, b) == (pytest.approx(20 * n, rel=REL), pytest.approx(20 * n, rel=REL))
-    f2, _ = counts.rope_unfused_bytes(GPT_OSS, 4, 8, 1)
+    f2, _ = elementwise_bytes.rope_unfused_bytes(GPT_OSS, 4, 8, 1)
     assert f2 == pytest.approx(20 * n / 8, rel=REL)
 
 
 def test_eager_variant_time_is_bytes_over_hbm_plus_launch_gaps():
     elems, n = 4 * 4096 * 4 * 2880, 4 * 4096 * 4608
-    hbm = ct.usable_hbm(H100)
-    f, b = ct.eager_variant_time(GPT_OSS, 4, 1, 1, H100)
+    hbm = hbm_rate.usable_hbm(H100)
+    f, b = elementwise_time.eager_variant_time(GPT_OSS, 4, 1, 1, H100)
     kf, kb = 3 + 2 * 11, 7 + 2 * 6
-    assert counts.eager_variant_kernels(GPT_OSS) == (kf, kb)
+    assert elementwise_bytes.eager_variant_kernels(GPT_OSS) == (kf, kb)
     assert f == pytest.approx((16 * elems + 20 * n) / hbm + kf * LAUNCH_GAP_S, rel=REL)
     assert b == pytest.approx((30 * elems + 20 * n) / hbm + kb * LAUNCH_GAP_S, rel=REL)
 
 
 def _layer(m, fw=DEFAULT, recompute=0, modules=0):
-    return ct.layer_time(m, b=2, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=recompute,
-                         gpu=H100, dtype="bf16", fw=fw, modules=modules)
+    return layer_time.layer_time(m, b=2, tp=1, cp=1, ep=8, sp=False, flash=True,
+                                 recompute=recompute, gpu=H100, dtype="bf16", fw=fw,
+                                 modules=modules)
 
 
 def test_layer_time_adds_exactly_the_variant_time():
     with_v, without = _layer(GPT_OSS), _layer(PLAIN)
-    vf, vb = ct.eager_variant_time(GPT_OSS, 2, 1, 1, H100)
+    vf, vb = elementwise_time.eager_variant_time(GPT_OSS, 2, 1, 1, H100)
     assert with_v.fwd - without.fwd == pytest.approx(vf, rel=1e-9)
     assert with_v.bwd - without.bwd == pytest.approx(vb, rel=1e-9)
     assert with_v.wgrad == without.wgrad
@@ -132,7 +132,7 @@ def test_models_without_variants_are_unchanged(name):
     """No clamp, no YaRN factor: nothing added, bit for bit, whatever the stack."""
     m = model_preset(name)
     assert m.activation_clamp is None and m.rope_attention_factor == 1.0
-    assert ct.eager_variant_time(m, 2, 1, 1, H100) == (0.0, 0.0)
+    assert elementwise_time.eager_variant_time(m, 2, 1, 1, H100) == (0.0, 0.0)
     off = dataclasses.replace(DEFAULT, eager_variants=False)
     a, b = _layer(m), _layer(m, fw=off)
     assert (a.fwd, a.bwd, a.recompute, a.wgrad) == (b.fwd, b.bwd, b.recompute, b.wgrad)
@@ -150,7 +150,7 @@ def test_only_megatron_core_stacks_run_them():
     for name in ("torchtitan", "pytorch-eager", "jax-xla", "megatron-deepspeed"):
         fw = get_profile(name)
         assert not fw.eager_variants
-        assert ct.eager_variant_time(GPT_OSS, 2, 1, 1, H100, fw=fw) == (0.0, 0.0)
+        assert elementwise_time.eager_variant_time(GPT_OSS, 2, 1, 1, H100, fw=fw) == (0.0, 0.0)
 
 
 def test_moe_act_recompute_reruns_the_clamp():
@@ -158,8 +158,8 @@ def test_moe_act_recompute_reruns_the_clamp():
     from strategies.cost.recompute import modules_mask
     mask = modules_mask(("moe_act",))
     a, b = _layer(GPT_OSS, recompute=1, modules=mask), _layer(PLAIN, recompute=1, modules=mask)
-    clamp = counts.clamp_bytes(GPT_OSS, 2, 1, 1)[0] / ct.usable_hbm(H100) \
-        + counts.CLAMP_KERNELS[0] * LAUNCH_GAP_S
+    clamp = elementwise_bytes.clamp_bytes(GPT_OSS, 2, 1, 1)[0] / hbm_rate.usable_hbm(H100) \
+        + elementwise_bytes.CLAMP_KERNELS[0] * LAUNCH_GAP_S
     assert a.recompute - b.recompute == pytest.approx(clamp, rel=1e-9)
 
 

@@ -14,9 +14,10 @@ import yaml
 from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
 from simulator.calibrate.run import gemm_shapes
 from simulator.cli.main import main
-from strategies.cost import compute
+from strategies.cost import attention_time, elementwise_time, gemm_kernel, gemm_time, hbm_rate
 from strategies.cost import measured
 from strategies.estimate import estimate
+from strategies.framework import DEFAULT
 from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan
@@ -34,7 +35,7 @@ SPEC = CalibrationSpec(models=(MODEL,), tps=(1, 2), mbs=(1,), seqs=(4096, 8192))
 
 def _neutral(**kw) -> FakeBackend:
     """A fake backend equal to the catalog except where ``kw`` says."""
-    base = dict(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+    base = dict(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=hbm_rate.HBM_EFFICIENCY,
                 launch_gap=LAUNCH_GAP_S)
     return FakeBackend(**{**base, **kw})
 
@@ -62,9 +63,9 @@ def test_calibrate_cli_end_to_end_writes_the_fake_curve(tmp_path, capsys):
         assert eff == pytest.approx(fake.gemm_efficiency(p.dtype, p.m, p.n, p.k), rel=1e-12)
         # the catalog's kernel time (rate, shape, K knee, the fixed time per kernel) over 0.5
         work = 2.0 * p.m * p.n * p.k
-        t = (work / (gpu.peak(p.dtype) * gpu.gemm_efficiency(p.dtype) * compute._shape(p.m)
-                     * compute._shape(p.n) * p.k / (p.k + compute.k_knee(gpu, p.dtype)))
-             + compute.gemm_fixed_s(gpu)) / 0.5
+        t = (work / (gpu.peak(p.dtype) * gpu.gemm_efficiency(p.dtype) * gemm_kernel._shape(p.m)
+                     * gemm_kernel._shape(p.n) * p.k / (p.k + gemm_kernel.k_knee(gpu, p.dtype)))
+             + gemm_kernel.gemm_fixed_s(gpu)) / 0.5
         assert eff == pytest.approx(work / t / gpu.peak(p.dtype), rel=1e-12)
     assert {(p.kernel, p.heads, p.seq) for p in prof.attention} == {
         (k, h, s) for k in ("native", "fa2") for h in (32, 16) for s in (4096, 8192)}
@@ -72,7 +73,7 @@ def test_calibrate_cli_end_to_end_writes_the_fake_curve(tmp_path, capsys):
         f = measured.attention_flops_fwd(p.batch, p.heads, p.seq, p.head_dim, p.causal)
         ef, eb = fake.attention_efficiency(p.kernel)
         assert f / p.fwd_seconds / gpu.peak("bf16") == pytest.approx(ef, rel=1e-12)
-        assert compute.FLASH_BWD_FACTOR * f / p.bwd_seconds / gpu.peak("bf16") == \
+        assert attention_time.FLASH_BWD_FACTOR * f / p.bwd_seconds / gpu.peak("bf16") == \
             pytest.approx(eb, rel=1e-12)
         assert ef == pytest.approx(0.5 * gpu.flash_efficiency(p.kernel), rel=1e-12)
     assert prof.hbm_bandwidth == pytest.approx(0.8 * gpu.hbm_bandwidth, rel=1e-12)
@@ -157,7 +158,7 @@ def test_half_gemm_efficiency_doubles_gemm_time_closed_form():
     assert 0.5 < G / t1 < 1                   # GEMM-dominated: the step nearly doubles
     # the layer's GEMMs exactly double (compute-bound shapes)
     cat, half = get_gpu("H100"), _profiled(_neutral(gemm_scale=0.5), spec)
-    for fn in (compute.gemm_time_fwd, compute.gemm_time_bwd):
+    for fn in (gemm_time.gemm_time_fwd, gemm_time.gemm_time_bwd):
         assert fn(MODEL, 1, 1, 1, 1, half, "bf16") == \
             pytest.approx(2 * fn(MODEL, 1, 1, 1, 1, cat, "bf16"), rel=1e-12)
 
@@ -166,16 +167,16 @@ def test_attention_memory_and_launch_follow_the_profile():
     cat = get_gpu("H100")
     gpu = _profiled(_neutral(attention_scale=0.5, hbm_fraction=0.5, launch_gap=9e-6))
     for tp in (1, 2):
-        f0, b0 = compute.attention_time_fwd(MODEL, 1, tp, 1, True, cat)
-        f1, b1 = compute.attention_time_fwd(MODEL, 1, tp, 1, True, gpu)
+        f0, b0 = attention_time.attention_time_fwd(MODEL, 1, tp, 1, True, cat)
+        f1, b1 = attention_time.attention_time_fwd(MODEL, 1, tp, 1, True, gpu)
         assert (f1, b1) == pytest.approx((2 * f0, 2 * b0), rel=1e-12)
-    e0 = compute.elementwise_time_fwd(MODEL, 1, 1, 1, False, cat, "bf16")
-    e1 = compute.elementwise_time_fwd(MODEL, 1, 1, 1, False, gpu, "bf16")
-    assert e1 == pytest.approx(e0 * compute.HBM_EFFICIENCY / 0.5, rel=1e-12)
-    assert compute.launch_time(gpu=gpu) == compute.DEFAULT.kernels_per_layer * 9e-6
+    e0 = elementwise_time.elementwise_time_fwd(MODEL, 1, 1, 1, False, cat, "bf16")
+    e1 = elementwise_time.elementwise_time_fwd(MODEL, 1, 1, 1, False, gpu, "bf16")
+    assert e1 == pytest.approx(e0 * hbm_rate.HBM_EFFICIENCY / 0.5, rel=1e-12)
+    assert elementwise_time.launch_time(gpu=gpu) == DEFAULT.kernels_per_layer * 9e-6
     # outside the measured sequences (seq 1024 with cp=8): the catalog
-    f0, _ = compute.attention_time_fwd(MODEL, 1, 1, 8, True, cat)
-    f1, _ = compute.attention_time_fwd(MODEL, 1, 1, 8, True, gpu)
+    f0, _ = attention_time.attention_time_fwd(MODEL, 1, 1, 8, True, cat)
+    f1, _ = attention_time.attention_time_fwd(MODEL, 1, 1, 8, True, gpu)
     assert f1 == pytest.approx(f0, rel=1e-12)
 
 

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from experiments import grouped_gemm_check as ggc
-from strategies.cost import compute as ct
+from strategies.cost import gemm_kernel, gemm_time
 from topologies.gpus import get_gpu
 
 
@@ -21,14 +21,14 @@ def test_tile_waste_closed_forms():
 
 
 def test_model_rate_is_the_routed_expert_pricing():
-    """``model_tflops`` is FLOPs over ``compute.gemms_time_fwd`` of ``groups`` equal GEMMs,
+    """``model_tflops`` is FLOPs over ``gemm_time.gemms_time_fwd`` of ``groups`` equal GEMMs,
     and the model prices ``groups`` GEMMs as ``groups`` times one (no grouped-GEMM term)."""
     gpu = get_gpu("H800-SXM5-80GB")
-    one = ct.gemms_time_fwd([(1, 4096, 7168, 2048, False)], 1, gpu, "fp8-blockwise")
-    eight = ct.gemms_time_fwd([(8, 4096, 7168, 2048, False)], 1, gpu, "fp8-blockwise")
+    one = gemm_time.gemms_time_fwd([(1, 4096, 7168, 2048, False)], 1, gpu, "fp8-blockwise")
+    eight = gemm_time.gemms_time_fwd([(8, 4096, 7168, 2048, False)], 1, gpu, "fp8-blockwise")
     assert eight == pytest.approx(8 * one, rel=1e-14)
     r = ggc.model_tflops("H800-SXM5-80GB", "fp8-blockwise", 8, 4096, 7168, 2048)
-    one_kernel = eight - 7 * ct.gemm_fixed_s(gpu)       # DeepGEMM: one grouped kernel
+    one_kernel = eight - 7 * gemm_kernel.gemm_fixed_s(gpu)       # DeepGEMM: one grouped kernel
     assert r == pytest.approx(2.0 * 8 * 4096 * 7168 * 2048 / one_kernel / 1e12, rel=1e-14)
 
 

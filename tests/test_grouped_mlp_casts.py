@@ -8,8 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts, quantise
+from strategies.cost import elementwise_time, hbm_rate, layer_time, moe_bytes, moe_time
+from strategies.cost import quantise
 from strategies.framework import get_profile
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
@@ -69,24 +69,28 @@ def test_cast_time_charges_the_unfused_bytes_by_stack(dtype):
     f_act = b * m.seq_length * m.moe_router_topk * m.expert_ffn
     p, c = PRECISIONS[dtype], gpu.cast_copies(dtype)
     extra = p.cast_bytes(c, False) - p.cast_bytes(c, True)   # per element moved out of the kernel
-    hbm = ct.usable_hbm(gpu)
-    mc_f, mc_b = ct.cast_time(m, b, 1, 1, False, gpu, dtype, fw=get_profile("megatron-core"))
-    hai_f, hai_b = ct.cast_time(m, b, 1, 1, False, gpu, dtype, fw=get_profile("hai-llm"))
+    hbm = hbm_rate.usable_hbm(gpu)
+    mc_f, mc_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype,
+                                            fw=get_profile("megatron-core"))
+    hai_f, hai_b = elementwise_time.cast_time(m, b, 1, 1, False, gpu, dtype,
+                                              fw=get_profile("hai-llm"))
     assert get_profile("nemo").grouped_mlp_casts and not get_profile("hai-llm").grouped_mlp_casts
     assert mc_f - hai_f == pytest.approx(f_act * extra / hbm, rel=1e-12)
     assert mc_b - hai_b == pytest.approx(2 * f_act * extra / hbm, rel=1e-12)
-    assert ct.cast_time(m, b, 1, 1, False, gpu, "bf16", fw=get_profile("nemo")) == (0.0, 0.0)
+    assert elementwise_time.cast_time(m, b, 1, 1, False, gpu, "bf16",
+                                      fw=get_profile("nemo")) == (0.0, 0.0)
 
 
 def test_layer_time_carries_the_cast_in_forward_and_backward():
     m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
     kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=gpu,
               dtype="mxfp8")
-    mc = ct.layer_time(m, fw=get_profile("megatron-core"), **kw)
-    base = ct.layer_time(m, fw=replace(get_profile("megatron-core"), grouped_mlp_casts=False),
-                         **kw)
-    c1 = ct.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("megatron-core"))
-    c0 = ct.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("hai-llm"))
+    mc = layer_time.layer_time(m, fw=get_profile("megatron-core"), **kw)
+    base = layer_time.layer_time(
+        m, fw=replace(get_profile("megatron-core"), grouped_mlp_casts=False), **kw)
+    c1 = elementwise_time.cast_time(m, 4, 1, 1, False, gpu, "mxfp8",
+                                    fw=get_profile("megatron-core"))
+    c0 = elementwise_time.cast_time(m, 4, 1, 1, False, gpu, "mxfp8", fw=get_profile("hai-llm"))
     assert mc.fwd - base.fwd == pytest.approx(c1[0] - c0[0], rel=1e-9)
     assert mc.bwd - base.bwd == pytest.approx(c1[1] - c0[1], rel=1e-9)
 
@@ -96,26 +100,27 @@ def test_expert_pad_bytes_closed_form():
     b, tp, cp = 4, 1, 1
     T = b * m.seq_length
     R = 2.0 * T * m.moe_router_topk * m.hidden_size   # bf16 routed copies, etp 1
-    f, bw = counts.expert_pad_bytes(m, b, tp, cp)
+    f, bw = moe_bytes.expert_pad_bytes(m, b, tp, cp)
     assert f == pytest.approx(4 * R, rel=1e-15)       # pad the input, unpad the output
     assert bw == pytest.approx(4 * R, rel=1e-15)      # their inverses on the gradients
     d = model_preset("deepseek-v3")                   # 3 dense layers of 61: the MoE share
-    f_d, _ = counts.expert_pad_bytes(d, 1, 1, 1, load=1.5, etp=2)
+    f_d, _ = moe_bytes.expert_pad_bytes(d, 1, 1, 1, load=1.5, etp=2)
     R_d = 2.0 * d.seq_length * d.moe_router_topk * d.hidden_size * 1.5
     assert f_d == pytest.approx(d.layer_shares()["moe"] * 2 * (R_d + 2 * R_d), rel=1e-13)
-    assert counts.expert_pad_bytes(model_preset("llama3-8b"), 1, 1, 1) == (0.0, 0.0)
+    assert moe_bytes.expert_pad_bytes(model_preset("llama3-8b"), 1, 1, 1) == (0.0, 0.0)
 
 
 def test_expert_pad_time_by_stack_and_precision():
     m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
-    f, bw = counts.expert_pad_bytes(m, 4, 1, 1)
-    hbm = ct.usable_hbm(gpu)
+    f, bw = moe_bytes.expert_pad_bytes(m, 4, 1, 1)
+    hbm = hbm_rate.usable_hbm(gpu)
     nemo = get_profile("nemo")
     assert nemo.quant_padding and not get_profile("hai-llm").quant_padding
-    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo) == \
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo) == \
         pytest.approx((f / hbm, bw / hbm), rel=1e-15)
-    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "bf16", fw=nemo) == (0.0, 0.0)
-    assert ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=get_profile("hai-llm")) == (0.0, 0.0)
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "bf16", fw=nemo) == (0.0, 0.0)
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8",
+                                    fw=get_profile("hai-llm")) == (0.0, 0.0)
 
 
 def test_layer_time_carries_the_padding():
@@ -123,12 +128,13 @@ def test_layer_time_carries_the_padding():
     kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=gpu,
               dtype="mxfp8", dispatcher=2)
     mc = get_profile("megatron-core")
-    on = ct.layer_time(m, fw=mc, **kw)
-    off = ct.layer_time(m, fw=replace(mc, quant_padding=False), **kw)
-    q_f, q_b = ct.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=mc)
+    on = layer_time.layer_time(m, fw=mc, **kw)
+    off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False), **kw)
+    q_f, q_b = moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=mc)
     assert on.fwd - off.fwd == pytest.approx(q_f, rel=1e-9)
     assert on.bwd - off.bwd == pytest.approx(q_b, rel=1e-9)
     # full recomputation reruns the forward's padding
-    full_on = ct.layer_time(m, fw=mc, **{**kw, "recompute": 2}).recompute
-    full_off = ct.layer_time(m, fw=replace(mc, quant_padding=False), **{**kw, "recompute": 2})
+    full_on = layer_time.layer_time(m, fw=mc, **{**kw, "recompute": 2}).recompute
+    full_off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False),
+                                     **{**kw, "recompute": 2})
     assert full_on - full_off.recompute == pytest.approx(q_f, rel=1e-9)

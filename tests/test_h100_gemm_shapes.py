@@ -8,8 +8,7 @@ import re
 import pytest
 
 from experiments import h100_gemm_shapes as hg
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_kernel, gemm_shapes, gemm_time
 from topologies.gpus import get_gpu
 
 SIZES = (256, 512, 1024, 2048, 4096)
@@ -44,16 +43,16 @@ def test_excluded_fp8_points_exceed_the_dense_peak():
 
 def test_model_rate_is_flops_over_the_layer_pricing():
     gpu = get_gpu(hg.H100)
-    t = ct.gemms_time_fwd([(4, 4096, 1024, 2048, False)], 1, gpu, "bf16")
-    t = t - 3 * ct.gemm_fixed_s(gpu)                    # one batched kernel, one fixed time
+    t = gemm_time.gemms_time_fwd([(4, 4096, 1024, 2048, False)], 1, gpu, "bf16")
+    t = t - 3 * gemm_kernel.gemm_fixed_s(gpu)       # one batched kernel, one fixed time
     assert hg.model_tflops(hg.H100, "bf16", 4, 4096, 1024, 2048) == \
         pytest.approx(2.0 * 4 * 4096 * 1024 * 2048 / t / 1e12, rel=1e-14)
     # compute-bound, no waves on Hopper: the catalog's rate times the shape penalty, plus the
     # kernel's fixed time
     rate = gpu.peak("bf16") * gpu.matmul_efficiency
     work = 2.0 * 4096 * 1024 * 2048
-    t1 = work / (rate * hg.shape_factor(4096, 1024, 2048, ct.k_knee(gpu, "bf16"))) \
-        + ct.gemm_fixed_s(gpu)
+    t1 = work / (rate * hg.shape_factor(4096, 1024, 2048, gemm_kernel.k_knee(gpu, "bf16"))) \
+        + gemm_kernel.gemm_fixed_s(gpu)
     assert hg.model_tflops(hg.H100, "bf16", 1, 4096, 1024, 2048) == pytest.approx(
         work / t1 / 1e12, rel=1e-12)
 
@@ -84,7 +83,7 @@ def test_tiles_and_regime_closed_forms():
 
 def test_shape_dependence_matches_in_the_training_regime():
     """Where the output fills a wave of H100's SMs and K >= 1024, the model's normalised rate
-    (with the fixed time per kernel, ``compute.gemm_fixed_s``, §5.37) is within 11 % of
+    (with the fixed time per kernel, ``gemm_kernel.gemm_fixed_s``, §5.37) is within 11 % of
     XLA's measured one and never above it by more than 2 %: the ~28 us GEMMs the model ran
     more than 10 % too fast without the fixed time now match; the thin-N shapes of the b = 4
     block are 2-10 % pessimistic (the catalog's smooth thin-shape penalty and the fixed time
@@ -118,7 +117,7 @@ def test_measured_knee_is_not_above_the_catalog_knee():
     """The K sweep at 16,384 rows and the three sweeps with a fixed time per kernel give a
     bf16 knee at or below the catalog's 166 (the scaled guess is not too weak); the fixed
     time is a few microseconds."""
-    cat = ct.k_knee(get_gpu(hg.H100), "bf16")
+    cat = gemm_kernel.k_knee(get_gpu(hg.H100), "bf16")
     assert cat == pytest.approx(64 * 989.4 / 132 * 108 / 312, rel=1e-12)
     rows = {name: fit for name, fit, _ in hg.knee_rows()}
     b4 = next(v for k, v in rows.items() if "b=4 m=4096" in k)
@@ -156,7 +155,7 @@ def test_deficit_runs_are_in_the_measured_regime_and_fatter_than_the_control():
 
 def test_layer_shapes_follow_the_tp_overlap_pieces():
     """Under TP overlap the forward GEMMs run as tp pieces of M/tp rows, the weight gradient
-    whole (``compute.gemm_units``)."""
+    whole (``gemm_time.gemm_units``)."""
     from simulator.studies.validate import load_cases
     case = next(c for c in load_cases(tiers=None)
                 if c.id == "dgxc_nemo2411_gpt3_175B_bf16_128gpu")
@@ -168,7 +167,7 @@ def test_layer_shapes_follow_the_tp_overlap_pieces():
     assert fwd[1] == T / p.tp and fwd[0] == p.tp
     assert wgrad[3] == T and wgrad[0] == 1
     flops = sum(2.0 * n * r * c * k for n, r, c, k in shapes)
-    gemms = counts.layer_gemms(case.job.model, p.mbs, p.tp, p.cp, p.ep)
+    gemms = gemm_shapes.layer_gemms(case.job.model, p.mbs, p.tp, p.cp, p.ep)
     assert flops == pytest.approx(3 * sum(2.0 * g[0] * g[1] * g[2] * g[3] for g in gemms),
                                   rel=1e-12)
 

@@ -275,12 +275,12 @@ def test_bad_group_microbatches(plan, words, capsys):
 
 
 def test_estimate_of_batch_shares_waits_for_the_slowest_group():
-    from strategies.cost import counts
+    from strategies.cost import flop_counts
     cl = parse_cluster_arg(MIXED)
     plan = Plan(tp=2, mbs=1, group_microbatches=(3, 1))
     job = _job(cl, plan, gbs=16)
     e = estimate(job)
-    flops = float(counts.model_flops_per_step(job.model, 16))
+    flops = float(flop_counts.model_flops_per_step(job.model, 16))
     assert e.mfu == pytest.approx(flops / (16 * e.step_time_s * cl.mean_peak("bf16")), rel=1e-12)
     # each group alone over the cluster-wide links: the longest run to the reduction, then
     # the longest optimizer

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import flop_counts, param_counts
 from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
@@ -232,14 +232,14 @@ def test_dense_first_layers_and_mtp_are_charged_where_they_sit():
     dense, moe, mtp = c.by_kind["dense"], c.by_kind["moe"], c.by_kind["mtp"]
     assert dense.ep_bytes == 0.0 and moe.ep_bytes > 0
     # stage 0's parameters: its own layers by kind, the embedding (per-kind closed form)
-    d, e = counts.layer_params_split(m.of_kind("dense"), 2, 4)
-    dm, em = counts.layer_params_split(m.of_kind("moe"), 2, 4)
-    emb = counts.embedding_params_per_gpu(m, 2)
+    d, e = param_counts.layer_params_split(m.of_kind("dense"), 2, 4)
+    dm, em = param_counts.layer_params_split(m.of_kind("moe"), 2, 4)
+    emb = param_counts.embedding_params_per_gpu(m, 2)
     assert c.params_by_stage[0] == pytest.approx(emb + 2 * (d + e) + 2 * (dm + em), rel=1e-15)
     # the last stage holds the MTP module: its layer, projection and norms, and the copy of
     # the embedding Megatron builds there
-    dmt, emt = counts.mtp_params_split(m, 2, 4)
-    head = counts.head_params_per_gpu(m, 2, 2)
+    dmt, emt = param_counts.mtp_params_split(m, 2, 4)
+    head = param_counts.head_params_per_gpu(m, 2, 2)
     assert c.params_by_stage[1] == pytest.approx(head + 4 * (dm + em) + dmt + emt + emb,
                                                  rel=1e-15)
     assert dmt + emt - (dm + em) == 2 * m.hidden_size ** 2 / 2 + 3 * m.norm_params()
@@ -271,8 +271,8 @@ def test_compiled_chunks_sum_their_own_layers():
 def test_mtp_counted_in_model_flops():
     m = small_deepseek()
     none = replace(m, num_nextn_predict_layers=0)
-    diff = counts.model_flops_per_step(m, 8) - counts.model_flops_per_step(none, 8)
-    assert diff == pytest.approx(8 * m.seq_length * 3 * counts.mtp_flops_fwd_per_token(m),
+    diff = flop_counts.model_flops_per_step(m, 8) - flop_counts.model_flops_per_step(none, 8)
+    assert diff == pytest.approx(8 * m.seq_length * 3 * flop_counts.mtp_flops_fwd_per_token(m),
                                  rel=1e-12)
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from experiments import llama3_405b_decomposition as d
-from strategies.cost.counts import score_elements
+from strategies.cost.attention_counts import score_elements
 
 ROWS = d._rows()
 

@@ -1,5 +1,5 @@
 """experiments/llama405_blackwell.py (docs/calibration.md §5.61): one layer's kernel classes sum
-to ``compute.layer_time`` exactly, and the two-row split reproduces both rows' measured layer
+to ``layer_time.layer_time`` exactly, and the two-row split reproduces both rows' measured layer
 time."""
 import pytest
 

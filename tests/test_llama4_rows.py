@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import flop_counts
 from strategies.estimate import estimate
 from strategies.reference.cases import case_from_entry, load_reference
 
@@ -43,7 +43,7 @@ def test_maverick_params_and_flops_match_a_hand_count():
     s = 8192
     # 6 x the weights a token multiplies (the input embedding is a lookup) + the full square
     flops = 6 * (active - V * h - (2 * L * h + h)) * s + 3 * 2 * a * (2 * d) * s * s * L
-    assert counts.model_flops_per_step(m, 1) == pytest.approx(flops, rel=1e-12)
+    assert flop_counts.model_flops_per_step(m, 1) == pytest.approx(flops, rel=1e-12)
     # NVIDIA's README counts the causal half: 8.92e14 per sequence
     causal = flops - 3 * 2 * a * (2 * d) * L * (s * s - s * (s + 1) / 2)
     assert causal == pytest.approx(8.92e14, rel=2e-3)

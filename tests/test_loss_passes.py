@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-from strategies.cost.compute import lm_head_time_split, usable_hbm
+from strategies.cost.embedding_head_time import lm_head_time_split
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.errors import SpecError
 from strategies.framework import PROFILES
 from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED

@@ -13,10 +13,11 @@ import json
 import pytest
 import yaml
 
-from strategies.cost import counts
-from strategies.cost.compute import (attention_time_fwd, early_stop_saving, gemms_time_fwd,
-                                     layer_time, selective_time)
-from strategies.cost.counts import early_stop_gemms
+from strategies.cost import attention_counts, flop_counts
+from strategies.cost.attention_time import attention_time_fwd
+from strategies.cost.gemm_shapes import early_stop_gemms
+from strategies.cost.gemm_time import gemms_time_fwd
+from strategies.cost.layer_time import early_stop_saving, layer_time, selective_time
 from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
 from strategies.stacks.jax_xla import JAX_XLA
@@ -79,8 +80,8 @@ def test_mlp_recompute_flops_skip_the_down_projection(tp):
     b = 2
     T, h, F = b * LLAMA.seq_length, LLAMA.hidden_size, LLAMA.ffn_hidden_size
     mask = modules_mask(("mlp",))
-    dce = counts.selective_recompute_flops_fwd(LLAMA, b, tp, 1, 1, mask, early_stop=True)
-    whole = counts.selective_recompute_flops_fwd(LLAMA, b, tp, 1, 1, mask)
+    dce = flop_counts.selective_recompute_flops_fwd(LLAMA, b, tp, 1, 1, mask, early_stop=True)
+    whole = flop_counts.selective_recompute_flops_fwd(LLAMA, b, tp, 1, 1, mask)
     assert dce == pytest.approx(2 * 2 * T * h * F / tp, rel=1e-14)
     assert whole == pytest.approx(3 * 2 * T * h * F / tp, rel=1e-14)
 
@@ -111,10 +112,10 @@ def test_core_attn_reruns_the_fused_forward_only_where_the_stack_does():
 
 def test_hardware_flops_count_the_rerun_attention():
     gbs, mask = 8, modules_mask(("core_attn",))
-    plain = counts.hardware_flops_per_step(LLAMA, gbs, True, 1, modules=mask)
-    rerun = counts.hardware_flops_per_step(LLAMA, gbs, True, 1, modules=mask, flash_rerun=True)
-    attn = counts.attn_core_flops_fwd(LLAMA, gbs, 1, 1, False) * LLAMA.num_layers
-    assert plain == counts.model_flops_per_step(LLAMA, gbs)
+    plain = flop_counts.hardware_flops_per_step(LLAMA, gbs, True, 1, modules=mask)
+    rerun = flop_counts.hardware_flops_per_step(LLAMA, gbs, True, 1, modules=mask, flash_rerun=True)
+    attn = attention_counts.attn_core_flops_fwd(LLAMA, gbs, 1, 1, False) * LLAMA.num_layers
+    assert plain == flop_counts.model_flops_per_step(LLAMA, gbs)
     assert rerun - plain == pytest.approx(attn, rel=1e-12)
 
 
@@ -162,7 +163,7 @@ def test_maxtext_export_writes_the_custom_policy():
 def test_layer_time_prices_the_early_stop_once(fw, monkeypatch):
     """``layer_time`` prices the GEMM an early-stopping checkpoint skips once and hands it to
     ``selective_time`` (the same seconds as ``selective_time`` pricing it itself)."""
-    from strategies.cost import compute as ct
+    from strategies.cost import layer_time as ct
     calls = []
     real = ct.early_stop_saving
 

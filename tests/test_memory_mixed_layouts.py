@@ -146,7 +146,7 @@ def test_no_permutation_buffers_on_a_rank_of_dense_layers():
                                      "sp=true,zero=1,first_stage_layers=1,last_stage_layers=1"))
     assert stage_content(m, job.layout, 0) == (("dense", 1),)
     sy = job.system
-    from strategies.cost.counts import moe_load
+    from strategies.cost.token_counts import moe_load
     p = job.plan
     load = moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp, p.expert_tp)
     perm = permutation_buffer_bytes(m, m.seq_length, 1, 2, 2, load)

@@ -137,7 +137,8 @@ def test_script_json():
 def test_time_reads_the_same_dropout_rule(tp, sp):
     """The fused bias-dropout-add writes its 1-byte mask only for a model trained with
     dropout: two masks of ``h`` bytes per token and layer (``/t`` with SP) fewer without."""
-    from strategies.cost.counts import elementwise_bytes_fwd, tokens_per_gpu
+    from strategies.cost.elementwise_bytes import elementwise_bytes_fwd
+    from strategies.cost.token_counts import tokens_per_gpu
     m = model_preset("llama3-8b")
     d = replace(m, dropout=True)
     b, cp = 2, 1

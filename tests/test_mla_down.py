@@ -236,17 +236,17 @@ def test_regather_pieces_and_arrays() -> None:
     the vectorised estimate over mixed column plans equals each plan's own bit for bit."""
     import numpy as np
 
-    from strategies.cost import compute, counts
+    from strategies.cost import gemm_shapes, gemm_time
     from strategies.cost.stage import sp_regather_pieces
     from strategies.estimate.analytic import estimate_arrays
     from strategies.plan_arrays import PlanArrays
     job = _mla(_plan(2, True), fw=COL)
     c, p = stage_costs(job), job.plan
-    parts = counts.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
-                                    whole=compute.whole_split(p.tp, p.sp, COL))
-    units = compute.gemm_units([g for _, g in parts], p.tp, job.cluster.gpu, "bf16",
-                               fw=COL, system=job.system,
-                               shares=compute.fixed_shares(parts, job.model, p.ep, COL))
+    parts = gemm_shapes.layer_gemm_parts(job.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
+                                         whole=gemm_time.whole_split(p.tp, p.sp, COL))
+    units = gemm_time.gemm_units([g for _, g in parts], p.tp, job.cluster.gpu, "bf16",
+                                 fw=COL, system=job.system,
+                                 shares=gemm_time.fixed_shares(parts, job.model, p.ep, COL))
     want = [g[0] * u[2] * u[3] for (_, g), u, (_, _, _, s) in
             zip(parts, units, job.model.attention_linears()) if s == "rep"]
     assert [g[1:4] for (_, g), (_, _, _, s) in zip(parts, job.model.attention_linears())

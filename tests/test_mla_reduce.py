@@ -4,7 +4,7 @@ up projections column-parallel (``linear_q_up_proj``, ``linear_kv_up_proj``, or
 ``linear_q_proj`` without a query latent), so each up projection re-gathers its own latent
 input under SP beside its data-gradient GEMM and reduces its latent's data gradient beside
 its weight-gradient GEMM: two pieces of widths ``q_lora_rank/h`` and ``kv_lora_rank/h``
-(``compute.attention_column_widths``), priced by the same two rules
+(``layer_time.attention_column_widths``), priced by the same two rules
 (``cost.stage.sp_regather_exposed``, ``cost.stage.dgrad_reduce_hidden``)."""
 from __future__ import annotations
 
@@ -15,8 +15,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_shapes, gemm_time, layer_time, overlap_clock
 from strategies.cost.stage import (dgrad_reduce_hidden, dgrad_reduce_pieces,
                                    dgrad_reduce_time, sp_regather_exposed,
                                    sp_regather_pieces, stage_costs)
@@ -50,11 +49,11 @@ def _mla(spec: str, heads: int = 16, q_lora: bool = True, fw=MEGATRON_CORE):
 def test_widths_follow_the_column_linears() -> None:
     """QKV reads the hidden state (1.0); MLA's up projections read their latents; without a
     query latent ``linear_q_proj`` reads the hidden state."""
-    assert ct.attention_column_widths(model_preset("llama3-8b")) == (1.0,)
+    assert layer_time.attention_column_widths(model_preset("llama3-8b")) == (1.0,)
     v3 = model_preset("deepseek-v3")
-    assert ct.attention_column_widths(v3) == (1536 / 7168, 512 / 7168)
+    assert layer_time.attention_column_widths(v3) == (1536 / 7168, 512 / 7168)
     lite = replace(v3, q_lora_rank=None)
-    assert ct.attention_column_widths(lite) == (1.0, 512 / 7168)
+    assert layer_time.attention_column_widths(lite) == (1.0, 512 / 7168)
 
 
 @pytest.mark.parametrize("spec,sp", [(SP, True), (NO_SP, False)])
@@ -69,13 +68,13 @@ def test_closed_form_of_one_mla_layer(spec: str, sp: bool) -> None:
     T = 4096
     assert c.rd_bytes * c.attn_w == pytest.approx(2 * T * 1536, rel=1e-15)
     assert c.rd_bytes * c.attn_w2 == pytest.approx(2 * T * 512, rel=1e-15)
-    parts = counts.layer_gemm_parts(m, 1, tp, 1, job.plan.ep)
+    parts = gemm_shapes.layer_gemm_parts(m, 1, tp, 1, job.plan.ep)
     assert [p for p, _ in parts[:4]] == ["attn", "mla_up", "attn", "mla_up"]
     assert parts[1][1][2:4] == (16 * 192 / tp, 1536) and parts[3][1][2:4] == (16 * 256 / tp, 512)
-    units = ct.gemm_units([g for _, g in parts], tp, job.cluster.gpu, "bf16", False,
-                          MEGATRON_CORE, shares=ct.fixed_shares(parts, m, job.plan.ep,
-                                                                MEGATRON_CORE))
-    assert float(ct.overlap_slowdown(tp, False, 1, 1)) == 1.0
+    units = gemm_time.gemm_units([g for _, g in parts], tp, job.cluster.gpu, "bf16", False,
+                                 MEGATRON_CORE, shares=gemm_time.fixed_shares(parts, m, job.plan.ep,
+                                                                              MEGATRON_CORE))
+    assert float(overlap_clock.overlap_slowdown(tp, False, 1, 1)) == 1.0
     assert (c.rd_attn, c.rd_attn2) == (units[1][4], units[3][4])
     assert (c.rg_attn, c.rg_attn2) == (units[1][2] * units[1][3], units[3][2] * units[3][3])
     kind = "reduce_scatter" if sp else "allreduce"

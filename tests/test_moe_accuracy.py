@@ -9,7 +9,7 @@ form.
 * Experts with biases (gpt-oss) get their fc2 output bias, weighted by the router
   probability, added one local expert at a time in Megatron-Core 0.17: six 16-bit passes
   over the routed output forward and six backward, and per-expert kernels
-  (``strategies.cost.counts.expert_bias_bytes``, ``expert_bias_kernels``)."""
+  (``strategies.cost.moe_bytes.expert_bias_bytes``, ``expert_bias_kernels``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +18,7 @@ import pytest
 
 from strategies import placement
 from strategies.collectives import ring
-from strategies.cost import comm, counts
-from strategies.cost import compute as ct
+from strategies.cost import comm, hbm_rate, moe_bytes, moe_time
 from strategies.cost.stage import stage_cost_arrays, stage_costs, stage_params_split
 from strategies.estimate import estimate
 from strategies.stacks.profile import LAUNCH_GAP_S
@@ -123,11 +122,11 @@ def test_expert_bias_bytes_closed_form():
     m = GPT_OSS
     assert m.bias and m.layer_shares() == {"moe": 1.0}
     out = 4 * 4096 * 4 * 2880 * 2.0
-    f, b = counts.expert_bias_bytes(m, 4, 1, 1)
+    f, b = moe_bytes.expert_bias_bytes(m, 4, 1, 1)
     assert (f, b) == (pytest.approx(6 * out, rel=REL), pytest.approx(6 * out, rel=REL))
-    f2, _ = counts.expert_bias_bytes(m, 4, 2, 1, load=1.5, etp=1)
+    f2, _ = moe_bytes.expert_bias_bytes(m, 4, 2, 1, load=1.5, etp=1)
     assert f2 == pytest.approx(6 * out / 2 * 1.5, rel=REL)
-    kf, kb = counts.expert_bias_kernels(m, 8)
+    kf, kb = moe_bytes.expert_bias_kernels(m, 8)
     assert (kf, kb) == (pytest.approx(2 * 16 + 1, rel=REL), pytest.approx(4 * 16, rel=REL))
 
 
@@ -135,14 +134,14 @@ def test_expert_bias_only_for_biased_experts():
     """Qwen3 and Mixtral experts have no biases: nothing is added."""
     for name in ("qwen3-30b-a3b", "mixtral-8x7b"):
         m = model_preset(name)
-        assert counts.expert_bias_bytes(m, 4, 1, 1) == (0.0, 0.0)
-        assert counts.expert_bias_kernels(m, 8) == (0.0, 0.0)
+        assert moe_bytes.expert_bias_bytes(m, 4, 1, 1) == (0.0, 0.0)
+        assert moe_bytes.expert_bias_kernels(m, 8) == (0.0, 0.0)
 
 
 def test_expert_bias_time_is_bytes_over_hbm_plus_launch_gaps():
     gpu = B200.gpu
-    f, b = ct.expert_bias_time(GPT_OSS, 4, 1, 1, 8, gpu)
-    hbm, gap = ct.usable_hbm(gpu), LAUNCH_GAP_S
+    f, b = moe_time.expert_bias_time(GPT_OSS, 4, 1, 1, 8, gpu)
+    hbm, gap = hbm_rate.usable_hbm(gpu), LAUNCH_GAP_S
     out = 4 * 4096 * 4 * 2880 * 2.0
     assert f == pytest.approx(6 * out / hbm + 33 * gap, rel=REL)
     assert b == pytest.approx(6 * out / hbm + 64 * gap, rel=REL)

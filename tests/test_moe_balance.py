@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.job import make_job
@@ -109,7 +109,7 @@ def test_plan_default_is_the_rule_and_contiguous_routing_is_balanced():
                                                                 moe_routing="contiguous")])
     assert math.isnan(cols.moe_imbalance[0]) and cols.moe_imbalance[1] == 1.0
     with pytest.raises(ValueError, match="needs the model"):
-        counts.moe_load(8, float("nan"))
+        token_counts.moe_load(8, float("nan"))
     with pytest.raises(SpecError, match="moe_imbalance"):
         parse_plan("ep=8,gbs=8,moe_imbalance=nan")
 

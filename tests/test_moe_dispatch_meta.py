@@ -1,5 +1,5 @@
 """Megatron-Core's alltoall token dispatcher's small blocking collectives besides the tokens'
-dispatch and combine (``counts.dispatcher_metadata_bytes``, ``comm.dispatcher_metadata_time``):
+dispatch and combine (``ep_dispatch.dispatcher_metadata_bytes``, ``comm.dispatcher_metadata_time``):
 the tokens-per-expert all-gather over ``etp·ep`` ranks and the router probabilities'
 all-to-all (forward) and its gradient's (backward); none for DeepEP and HybridEP; read by the
 stage-cost record's layer passes, so the estimate and the simulator move together."""
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import comm as cm
-from strategies.cost import counts
+from strategies.cost import ep_dispatch
 from strategies.cost.stage import stage_cost_arrays
 from strategies.estimate import estimate
 from strategies.job import make_job
@@ -24,10 +24,10 @@ def test_bytes_closed_form():
     """counts: the gathered buffer of ``etp·ep·E`` int64 counts; probs: one 16-bit value per
     routed copy of the rank's ``T/tp`` tokens (``k`` copies each)."""
     m = model_preset("gpt-oss-120b")
-    c, p = counts.dispatcher_metadata_bytes(m, 4, 1, 1, 64, 1)
+    c, p = ep_dispatch.dispatcher_metadata_bytes(m, 4, 1, 1, 64, 1)
     assert c == 64 * m.num_experts * 8
     assert p == pytest.approx(4 * m.seq_length * m.moe_router_topk * 2, rel=1e-15)
-    c2, p2 = counts.dispatcher_metadata_bytes(m, 4, 2, 1, 8, 2)
+    c2, p2 = ep_dispatch.dispatcher_metadata_bytes(m, 4, 2, 1, 8, 2)
     assert c2 == 16 * m.num_experts * 8
     assert p2 == pytest.approx(p / 2, rel=1e-15)
 
@@ -37,7 +37,7 @@ def test_time_closed_form_and_zeros():
     all-to-all over ``ep`` ranks ``etp`` apart, backward the all-to-all, to floating-point
     precision; 0 for DeepEP and HybridEP, with ep = 1 and for a dense model."""
     m, cl = model_preset("gpt-oss-120b").of_kind("moe"), cluster_preset("gb300-nvl72", 1)
-    c, p = counts.dispatcher_metadata_bytes(m, 4, 1, 1, 64, 1)
+    c, p = ep_dispatch.dispatcher_metadata_bytes(m, 4, 1, 1, 64, 1)
     f, b = cm.dispatcher_metadata_time(m, 4, 1, 1, 64, 1, 0, cl)
     ag = cm.collective_time("allgather", c, 64, 1, cl)
     a2a = cm.collective_time("alltoall", p, 64, 1, cl)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from experiments import moe_expert_launches as mel
-from strategies.cost.counts import EXPERT_BIAS_KERNELS
+from strategies.cost.moe_bytes import EXPERT_BIAS_KERNELS
 
 
 def test_launch_counts_by_precision():

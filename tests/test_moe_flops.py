@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strategies.cost import counts as costs
-from strategies.cost.compute import layer_time
+from strategies.cost import attention_counts, ep_dispatch, flop_counts, gemm_shapes, param_counts
+from strategies.cost.layer_time import layer_time
 from strategies.model import ModelSpec
 from strategies.presets import model_preset
 from topologies.gpus import get_gpu
@@ -25,18 +25,20 @@ def test_mla_gemm_flops_per_token_closed_form():
     dense_mlp, expert = 2 * 3 * h * 18432, 2 * 3 * h * 2048
     moe_mlp = 8 * expert + expert + 2 * h * 256          # top-8, one shared, the router
     s = m.seq_length
-    assert costs.gemm_flops_fwd(m, 1, 1, 1, "dense") / s == pytest.approx(mla + dense_mlp, rel=REL)
-    assert costs.gemm_flops_fwd(m, 1, 1, 1, "moe") / s == pytest.approx(mla + moe_mlp, rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "dense") / s == pytest.approx(mla + dense_mlp,
+                                                                                rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1, "moe") / s == pytest.approx(mla + moe_mlp,
+                                                                              rel=REL)
     mean = (3 * (mla + dense_mlp) + 58 * (mla + moe_mlp)) / 61
-    assert costs.gemm_flops_fwd(m, 1, 1, 1) / s == pytest.approx(mean, rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1) / s == pytest.approx(mean, rel=REL)
     # the attention core: QK^T over 192 dims, AV over 128, on the full square
-    assert costs.attn_core_flops_per_token(m) == pytest.approx(61 * 2 * a * (192 + 128) * s,
-                                                               rel=REL)
+    assert attention_counts.attn_core_flops_per_token(m) == pytest.approx(
+        61 * 2 * a * (192 + 128) * s, rel=REL)
     # MLA's tensor parallelism: the down projections stay whole on every rank
     tp = 8
     per_gpu = (2 * (h * 1536 + h * 576) + 2 * (1536 * a * 192 + 512 * a * 256 + a * 128 * h) / tp
                + dense_mlp / tp)
-    assert costs.gemm_flops_fwd(m, 1, tp, 1, "dense") / s == pytest.approx(per_gpu, rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, tp, 1, "dense") / s == pytest.approx(per_gpu, rel=REL)
 
 
 def test_deepseek_v3_training_flops_per_token_against_the_published_figure():
@@ -46,9 +48,9 @@ def test_deepseek_v3_training_flops_per_token_against_the_published_figure():
     leaves out the multi-token-prediction module (with it: 260.65)."""
     m = model_preset("deepseek-v3")
     assert m.seq_length == 4096
-    f = costs.training_flops_per_token(m, causal=True)
+    f = flop_counts.training_flops_per_token(m, causal=True)
     assert abs(f / 250e9 - 1) < 0.005
-    with_mtp = costs.training_flops_per_token(m, causal=True, mtp=True)
+    with_mtp = flop_counts.training_flops_per_token(m, causal=True, mtp=True)
     assert abs(with_mtp / 250e9 - 1) > 0.03
     # 6 x the active matmul weights (the embedding table is a lookup) + the causal attention
     matmul = m.active_params(embedding=False) - _non_matmul(m)
@@ -63,7 +65,7 @@ def test_deepseek_v2_training_flops_per_token_against_the_published_figure():
     from strategies.hf_config import model_from_hf
     cfg = json.loads((Path(__file__).parent / "data" / "hf" / "deepseek_v2.json").read_text())
     m = model_from_hf(cfg).with_seq_length(4096)
-    assert abs(costs.training_flops_per_token(m, causal=True) / 155e9 - 1) < 0.005
+    assert abs(flop_counts.training_flops_per_token(m, causal=True) / 155e9 - 1) < 0.005
 
 
 def _non_matmul(m: ModelSpec) -> int:
@@ -80,7 +82,7 @@ def test_expert_gemm_flops_do_not_depend_on_ep(ep):
     m = model_preset("deepseek-v3")
     b, tp = 2, 2
     T = b * m.seq_length
-    gemms = costs.layer_gemms(m, b, tp, 1, ep, "moe")
+    gemms = gemm_shapes.layer_gemms(m, b, tp, 1, ep, "moe")
     n_attn = len(m.attention_linears())
     experts = gemms[n_attn:n_attn + 2]                  # up (gate and up fused) and down
     assert all(c == 256 / ep for c, *_ in experts) and all(M == T * 8 * ep / 256 for _, M, _, _, _ in experts)
@@ -98,27 +100,30 @@ def test_gemm_flops_are_twice_the_active_matmul_weights(name):
     a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
     attn = (a + 2 * g) * d * h + a * d * h
     mlp = m.moe_router_topk * (3 * h * m.expert_ffn) + h * m.num_experts
-    assert costs.gemm_flops_fwd(m, 1, 1, 1) / m.seq_length == pytest.approx(2 * (attn + mlp),
-                                                                            rel=REL)
+    assert flop_counts.gemm_flops_fwd(m, 1, 1, 1) / m.seq_length == pytest.approx(2 * (attn + mlp),
+                                                                                  rel=REL)
 
 
 def test_score_elements_closed_forms():
     s = 4096
     for mode in ("square", "causal", "kernel"):   # a window of at least s is full attention
-        assert costs.score_elements(s, s, "sliding", mode) == costs.score_elements(s, None,
-                                                                                    mode=mode)
-    assert costs.score_elements(s, None, mode="kernel") == s * s * costs.causal_fraction(s)
-    assert costs.score_elements(s, 128, mode="square") == s * s - (s - 128) ** 2
-    assert costs.score_elements(s, 128, mode="causal") == sum(min(i + 1, 128) for i in range(s))
+        assert attention_counts.score_elements(s, s, "sliding", mode) \
+            == attention_counts.score_elements(s, None, mode=mode)
+    assert attention_counts.score_elements(s, None, mode="kernel") \
+        == s * s * attention_counts.causal_fraction(s)
+    assert attention_counts.score_elements(s, 128, mode="square") == s * s - (s - 128) ** 2
+    assert attention_counts.score_elements(s, 128, mode="causal") \
+        == sum(min(i + 1, 128) for i in range(s))
     # 32 query blocks, each reaching back 2 key blocks (its own and the previous): 1 + 31·2
-    assert costs.score_elements(s, 128, mode="kernel") == s * s * 63 / 32 ** 2
+    assert attention_counts.score_elements(s, 128, mode="kernel") == s * s * 63 / 32 ** 2
     # W = 129 still fits 2 blocks back (row 128i reaches key 128i - 128); W = 130 needs 3
-    assert costs.score_elements(s, 129, mode="kernel") == s * s * 63 / 32 ** 2
-    assert costs.score_elements(s, 130, mode="kernel") == s * s * (1 + 2 + 30 * 3) / 32 ** 2
+    assert attention_counts.score_elements(s, 129, mode="kernel") == s * s * 63 / 32 ** 2
+    assert attention_counts.score_elements(s, 130, mode="kernel") \
+        == s * s * (1 + 2 + 30 * 3) / 32 ** 2
     c = 1024                                       # chunked: 4 chunks attending within
-    assert costs.score_elements(s, c, "chunked", "square") == 4 * c * c
-    assert costs.score_elements(s, c, "chunked", "causal") == 4 * c * (c + 1) / 2
-    assert costs.score_elements(s + 100, c, "chunked", "square") == 4 * c * c + 100 ** 2
+    assert attention_counts.score_elements(s, c, "chunked", "square") == 4 * c * c
+    assert attention_counts.score_elements(s, c, "chunked", "causal") == 4 * c * (c + 1) / 2
+    assert attention_counts.score_elements(s + 100, c, "chunked", "square") == 4 * c * c + 100 ** 2
 
 
 def test_gpt_oss_attention_is_the_mean_of_its_full_and_windowed_layers():
@@ -126,10 +131,10 @@ def test_gpt_oss_attention_is_the_mean_of_its_full_and_windowed_layers():
     s, a, d = m.seq_length, 64, 64
     full, band = s * s, s * s - (s - 128) ** 2
     want = 2 * a * 2 * d * (18 * full + 18 * band) / 36
-    assert costs.attn_core_flops_fwd(m, 1, 1, 1, False) == pytest.approx(want, rel=REL)
+    assert attention_counts.attn_core_flops_fwd(m, 1, 1, 1, False) == pytest.approx(want, rel=REL)
     dense = ModelSpec("x", 36, 2880, 64, 2880, 201088, 4096, 8, "swiglu", kv_channels=64)
-    assert costs.attn_core_flops_fwd(dense, 1, 1, 1, False) == pytest.approx(4 * a * d * full,
-                                                                               rel=REL)
+    assert attention_counts.attn_core_flops_fwd(dense, 1, 1, 1, False) == pytest.approx(
+        4 * a * d * full, rel=REL)
 
 
 def test_mean_layer_sums_to_the_model():
@@ -138,15 +143,17 @@ def test_mean_layer_sums_to_the_model():
     m = model_preset("deepseek-v3")
     L = m.num_layers
     assert m.layer_params() * L == pytest.approx(m.layers_params(), rel=REL)
-    assert costs.layer_params_per_gpu(m, 1, 1) * L == pytest.approx(m.layers_params(), rel=REL)
+    assert param_counts.layer_params_per_gpu(m, 1, 1) * L == pytest.approx(m.layers_params(),
+                                                                           rel=REL)
     exp = m.expert_params_per_layer() * L
     assert exp == pytest.approx(58 * 256 * 3 * 7168 * 2048, rel=REL)
     # ep shards the routed experts only; tp leaves MLA's down projections whole
     rep = 7168 * (1536 + 576) + 1536 + 512
     want = (m.layers_params() - exp - L * rep) / 4 + L * rep + exp / (4 * 16)
-    assert costs.layer_params_per_gpu(m, 4, 16) * L == pytest.approx(want, rel=REL)
-    one_moe = costs.ep_alltoall_bytes_fwd(replace_layers(m), 1, 1, 1, 8)
-    assert costs.ep_alltoall_bytes_fwd(m, 1, 1, 1, 8) * L == pytest.approx(58 * one_moe, rel=REL)
+    assert param_counts.layer_params_per_gpu(m, 4, 16) * L == pytest.approx(want, rel=REL)
+    one_moe = ep_dispatch.ep_alltoall_bytes_fwd(replace_layers(m), 1, 1, 1, 8)
+    assert ep_dispatch.ep_alltoall_bytes_fwd(m, 1, 1, 1, 8) * L == pytest.approx(58 * one_moe,
+                                                                                 rel=REL)
 
 
 def replace_layers(m: ModelSpec) -> ModelSpec:
@@ -214,7 +221,7 @@ def test_unfused_attention_computes_the_whole_square_under_a_window():
     """A fused kernel skips the blocks outside the window; the unfused path computes the whole
     square and masks it, so a window does not shorten it."""
     from dataclasses import replace
-    from strategies.cost.compute import attention_time_fwd
+    from strategies.cost.attention_time import attention_time_fwd
     gpu = get_gpu("H100")
     m = model_preset("gpt-oss-120b")
     full = replace(m, sliding_window=None, global_attention_every=0)

@@ -5,7 +5,7 @@ import pytest
 
 from experiments import moe_fusion_bound as fb
 from experiments.moe_residuals import BRIDGE_2604
-from strategies.cost import compute as ct
+from strategies.cost import hbm_rate, moe_time
 from strategies.reference.cases import case_from_entry, load_reference
 from topologies.precision import PRECISIONS
 
@@ -19,13 +19,14 @@ def test_cast_part_closed_form_and_zero_in_bf16():
     m, p, gpu = job.model, job.plan, job.cluster.gpu
     p8, c = PRECISIONS["mxfp8"], gpu.cast_copies("mxfp8")
     elems = 3 * p.mbs * m.seq_length * m.moe_router_topk * m.expert_ffn
-    want = 1e3 * elems * (p8.cast_bytes(c, False) - p8.cast_bytes(c, True)) / ct.usable_hbm(gpu)
+    want = 1e3 * elems * (p8.cast_bytes(c, False) - p8.cast_bytes(c, True)) \
+        / hbm_rate.usable_hbm(gpu)
     parts = fb.removable_ms(job)
     assert parts["casts"] == pytest.approx(want, rel=1e-12)
     assert all(v >= 0 for v in parts.values())
     bf16 = fb.removable_ms(_job("mbridge260401_gptoss120b_gb200_64_bf16"))
     assert bf16["casts"] == 0.0 and bf16["padding"] == 0.0
-    pad = sum(ct.expert_pad_time(m, p.mbs, p.tp, p.cp, gpu, "mxfp8", fw=job.framework))
+    pad = sum(moe_time.expert_pad_time(m, p.mbs, p.tp, p.cp, gpu, "mxfp8", fw=job.framework))
     assert parts["padding"] == pytest.approx(1e3 * pad, rel=1e-12)   # every layer MoE
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from experiments import moe_graph_pairs as mgp
-from strategies.cost import compute
+from strategies.cost import moe_time
 
 
 @pytest.fixture(scope="module")
@@ -41,11 +41,11 @@ def test_miss_is_the_residual_per_moe_layer_and_micro_batch(rows):
 
 
 def test_the_host_whatif_restores_the_constant():
-    kept = compute.EXPERT_HOST_S
+    kept = moe_time.EXPERT_HOST_S
     with mgp._expert_host(1.0, 2.0):
-        assert compute.EXPERT_HOST_S == (1.0, 2.0)
-    assert compute.EXPERT_HOST_S == kept
+        assert moe_time.EXPERT_HOST_S == (1.0, 2.0)
+    assert moe_time.EXPERT_HOST_S == kept
     with pytest.raises(RuntimeError):
         with mgp._expert_host(3.0, 4.0):
             raise RuntimeError("inside")
-    assert compute.EXPERT_HOST_S == kept
+    assert moe_time.EXPERT_HOST_S == kept

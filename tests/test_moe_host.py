@@ -1,4 +1,4 @@
-"""Host time of the MoE expert path (``compute.moe_host_time``) and the full-iteration CUDA
+"""Host time of the MoE expert path (``moe_time.moe_host_time``) and the full-iteration CUDA
 graph (plan ``cuda_graph``): after the dispatcher's synchronisation the GPU waits for the
 host where the host's seconds for the experts exceed the GPU's for the same kernels; a graph
 replays the step with none of it."""
@@ -9,8 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_shapes, gemm_time, layer_time, moe_bytes, moe_time
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.framework import get_profile
@@ -27,7 +26,7 @@ H100 = get_gpu("H100-SXM5-80GB")
 
 
 def _routed(m, b, ep):
-    return [g for part, g in counts.layer_gemm_parts(m, b, 1, 1, ep, "moe")
+    return [g for part, g in gemm_shapes.layer_gemm_parts(m, b, 1, 1, ep, "moe")
             if part == "routed_mlp" and g[4] is not None]
 
 
@@ -40,11 +39,12 @@ def test_host_bound_closed_form():
     ``128 x EXPERT_HOST_S`` exceeds the GPU's expert GEMMs, so each pass exposes exactly
     their difference (forward: the GEMMs; backward: data and weight gradients)."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
-    f, b = ct.moe_host_time(m, **_kw(1, 1))
-    sh = [ct.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
-    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
-    g_b = ct.gemms_time_bwd_split(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)[0]
-    h_f, h_b = 128 * ct.EXPERT_HOST_S[0], 128 * ct.EXPERT_HOST_S[1]
+    f, b = moe_time.moe_host_time(m, **_kw(1, 1))
+    # the default stack's launches
+    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))
+    g_f = gemm_time.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
+    g_b = gemm_time.gemms_time_bwd_split(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)[0]
+    h_f, h_b = 128 * moe_time.EXPERT_HOST_S[0], 128 * moe_time.EXPERT_HOST_S[1]
     assert h_f > g_f and h_b > g_b           # the host-bound regime
     assert f == pytest.approx(h_f - g_f, rel=1e-12)
     assert b == pytest.approx(h_b - g_b, rel=1e-12)
@@ -54,9 +54,9 @@ def test_gpu_bound_is_zero():
     """DeepSeek-V3 at ep 64 (4 local experts, 4 x 8,192 rows at mbs 4): the GPU's expert
     GEMMs outlast the host's 4 x EXPERT_HOST_S, nothing is exposed."""
     m = model_preset("deepseek-v3").of_kind("moe")
-    h_f = 4 * ct.EXPERT_HOST_S[0]
-    assert ct.gemms_time_fwd(_routed(m, 4, 64), 1, H100, "bf16") > h_f
-    assert ct.moe_host_time(m, **_kw(4, 64)) == (0.0, 0.0)
+    h_f = 4 * moe_time.EXPERT_HOST_S[0]
+    assert gemm_time.gemms_time_fwd(_routed(m, 4, 64), 1, H100, "bf16") > h_f
+    assert moe_time.moe_host_time(m, **_kw(4, 64)) == (0.0, 0.0)
 
 
 def test_bias_path_host_operators_and_mean_layer_share():
@@ -64,18 +64,19 @@ def test_bias_path_host_operators_and_mean_layer_share():
     one ``HOST_PATH_S`` per operator (``expert_bias_kernels``); the mean layer of DeepSeek-V3
     (3 dense first layers) is the MoE share of one MoE layer's exposure."""
     m = model_preset("gpt-oss-120b").of_kind("moe")
-    f, b = ct.moe_host_time(m, **_kw(1, 1))
-    kf, kb = counts.expert_bias_kernels(m, 1)
-    sh = [ct.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))   # the default stack's launches
-    g_f = ct.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
+    f, b = moe_time.moe_host_time(m, **_kw(1, 1))
+    kf, kb = moe_bytes.expert_bias_kernels(m, 1)
+    # the default stack's launches
+    sh = [gemm_time.expert_fixed_share(m, 1)] * len(_routed(m, 1, 1))
+    g_f = gemm_time.gemms_time_fwd(_routed(m, 1, 1), 1, H100, "bf16", shares=sh)
     e = m.num_experts
-    assert f == pytest.approx(max(e * ct.EXPERT_HOST_S[0] + kf * HOST_PATH_S - g_f, 0.0),
+    assert f == pytest.approx(max(e * moe_time.EXPERT_HOST_S[0] + kf * HOST_PATH_S - g_f, 0.0),
                               rel=1e-12)
     assert HOST_PATH_S == pytest.approx(SYNC_LAUNCH_GAP_S - LAUNCH_GAP_S, rel=1e-15)
     d = dataclasses.replace(model_preset("qwen3-30b-a3b"), first_k_dense_replace=3)
     share = d.num_moe_layers / d.num_layers
-    one = ct.moe_host_time(d.of_kind("moe"), **_kw(1, 1))
-    mean = ct.moe_host_time(d, **_kw(1, 1))
+    one = moe_time.moe_host_time(d.of_kind("moe"), **_kw(1, 1))
+    mean = moe_time.moe_host_time(d, **_kw(1, 1))
     assert one[0] > 0
     assert mean[0] == pytest.approx(share * one[0], rel=1e-12)
     assert mean[1] == pytest.approx(share * one[1], rel=1e-12)
@@ -84,21 +85,21 @@ def test_bias_path_host_operators_and_mean_layer_share():
 def test_dense_and_graphed_are_zero_and_vectorised():
     """A dense model has no expert host time; a full-iteration graph removes it and the
     dispatcher's sync; arrays of plans give each scalar plan's value."""
-    assert ct.moe_host_time(model_preset("llama3-8b"), **_kw(1, 1)) == (0.0, 0.0)
+    assert moe_time.moe_host_time(model_preset("llama3-8b"), **_kw(1, 1)) == (0.0, 0.0)
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
-    assert ct.moe_host_time(m, **_kw(1, 1), graphed=True) == (0.0, 0.0)
+    assert moe_time.moe_host_time(m, **_kw(1, 1), graphed=True) == (0.0, 0.0)
     eps = np.array([1.0, 2.0, 8.0, 128.0])
-    fa, ba = ct.moe_host_time(m, **_kw(np.ones(4), eps))
+    fa, ba = moe_time.moe_host_time(m, **_kw(np.ones(4), eps))
     for i, ep in enumerate(eps):
-        f, b = ct.moe_host_time(m, **_kw(1, ep))
+        f, b = moe_time.moe_host_time(m, **_kw(1, ep))
         assert fa[i] == f and ba[i] == b
     kw = dict(b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0, gpu=H100,
               dtype="bf16")
-    eager, graph = ct.layer_time(m, **kw), ct.layer_time(m, graphed=True, **kw)
-    perm = ct.moe_permute_time(m, 1, 1, 1, 1, H100)      # also GPU time the host hides behind
-    f, b = ct.moe_host_time(m, **_kw(1, 1), permute=perm)
-    assert f < ct.moe_host_time(m, **_kw(1, 1))[0]
-    sync = ct.moe_sync_time(m, get_profile(None), H100)
+    eager, graph = layer_time.layer_time(m, **kw), layer_time.layer_time(m, graphed=True, **kw)
+    perm = moe_time.moe_permute_time(m, 1, 1, 1, 1, H100)      # also GPU time the host hides behind
+    f, b = moe_time.moe_host_time(m, **_kw(1, 1), permute=perm)
+    assert f < moe_time.moe_host_time(m, **_kw(1, 1))[0]
+    sync = moe_time.moe_sync_time(m, get_profile(None), H100)
     assert eager.fwd - graph.fwd == pytest.approx(f + sync, rel=1e-12)
     assert eager.bwd - graph.bwd == pytest.approx(b, rel=1e-12)
 

@@ -1,4 +1,4 @@
-"""The MoE expert path's host time (``compute.moe_host_time``) priced by layer kind alike in
+"""The MoE expert path's host time (``moe_time.moe_host_time``) priced by layer kind alike in
 the stage-cost record, the estimate, the simulator's compute ops and the search's lower
 bound, under block partial recomputation (``recompute_layers``): a chunk of MoE layers
 redoes MoE layers (``StageCosts.chunk_recompute_comm`` with the chunk's ``chunk_layers``),
@@ -15,8 +15,7 @@ import pytest
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Compute
 from simulator.simulate import simulate
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import ep_dispatch, gemm_shapes, gemm_time, moe_time, token_counts
 from strategies.cost.stage import stage_cost_arrays
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.estimate.scalar import _chunk_times
@@ -46,20 +45,20 @@ def _exposed_per_moe_layer() -> tuple[float, float]:
     fw, gpu, m = get_profile(None), CLUSTER.gpu, MODEL.of_kind("moe")
     b, tp, cp, ep = PLAN.mbs, PLAN.tp, PLAN.cp, PLAN.ep
     slow = float(stage_cost_arrays(MODEL, CLUSTER, "bf16", P).slowdown[0])
-    load = counts.moe_load(ep, P.moe_imbalance[0], P.moe_capacity_factor[0], MODEL, b, tp, cp,
+    load = token_counts.moe_load(ep, P.moe_imbalance[0], P.moe_capacity_factor[0], MODEL, b, tp, cp,
                           PLAN.expert_tp)
-    dedup, _ = counts.ep_dedup(m, ep, tp, CLUSTER.gpus_per_node, 0)
-    routed = [g for part, g in counts.layer_gemm_parts(m, b, tp, cp, ep, "moe", tp, load)
+    dedup, _ = ep_dispatch.ep_dedup(m, ep, tp, CLUSTER.gpus_per_node, 0)
+    routed = [g for part, g in gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, "moe", tp, load)
               if part == "routed_mlp" and g[4] is not None]
-    p_f, p_b = ct.moe_permute_time(m, b, tp, cp, ep, gpu, load, 0, dedup, etp=tp)
-    x_f, x_b = ct.expert_bias_time(m, b, tp, cp, ep, gpu, load, tp, fw)
-    sh = [ct.expert_fixed_share(m, ep, fw)] * len(routed)    # the stack's launches (§5.42)
-    g_f = slow * ct.gemms_time_fwd(routed, tp, gpu, "bf16", shares=sh) + p_f + x_f
-    g_b = slow * ct.gemms_time_bwd_split(routed, tp, gpu, "bf16", False, fw,
-                                         shares=sh)[0] + p_b + x_b
+    p_f, p_b = moe_time.moe_permute_time(m, b, tp, cp, ep, gpu, load, 0, dedup, etp=tp)
+    x_f, x_b = moe_time.expert_bias_time(m, b, tp, cp, ep, gpu, load, tp, fw)
+    sh = [gemm_time.expert_fixed_share(m, ep, fw)] * len(routed)    # the stack's launches (§5.42)
+    g_f = slow * gemm_time.gemms_time_fwd(routed, tp, gpu, "bf16", shares=sh) + p_f + x_f
+    g_b = slow * gemm_time.gemms_time_bwd_split(routed, tp, gpu, "bf16", False, fw,
+                                                shares=sh)[0] + p_b + x_b
     local = m.num_experts / ep
-    return (max(0.0, local * ct.EXPERT_HOST_S[0] - float(g_f)),
-            max(0.0, local * ct.EXPERT_HOST_S[1] - float(g_b)))
+    return (max(0.0, local * moe_time.EXPERT_HOST_S[0] - float(g_f)),
+            max(0.0, local * moe_time.EXPERT_HOST_S[1] - float(g_b)))
 
 
 def _op_seconds() -> dict[int, collections.Counter]:
@@ -92,7 +91,7 @@ def test_stage_host_seconds_by_kind(monkeypatch):
     e_f, e_b = _exposed_per_moe_layer()
     assert e_f > 0 and e_b > 0                   # the host-bound regime (mbs 1, 64 experts)
     est, ops = _chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
-    monkeypatch.setattr(ct, "EXPERT_HOST_S", (0.0, 0.0))
+    monkeypatch.setattr(moe_time, "EXPERT_HOST_S", (0.0, 0.0))
     est0, ops0 = _chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
     nmb = PLAN.gbs // (PLAN.mbs * PLAN.dp)
     for s, n in MOE.items():

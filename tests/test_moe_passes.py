@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import attention_time, elementwise_bytes, elementwise_time, ep_dispatch
+from strategies.cost import gemm_time, hbm_rate, layer_time, moe_bytes, moe_time
 from strategies.cost.stage import stage_costs
 from strategies.framework import get_profile
 from strategies.job import make_job
@@ -36,7 +36,7 @@ def test_alltoall_passes_closed_form(ep, tp, etp):
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
     R0, k = _R0(m, tp=tp), m.moe_router_topk
     sort = 4 * R0 * (tp if etp is None else etp) if 1 < ep < m.num_experts else 0.0
-    f, b = counts.moe_permute_bytes(m, B, tp, CP, ep, 1.0, 0, etp=etp)
+    f, b = moe_bytes.moe_permute_bytes(m, B, tp, CP, ep, 1.0, 0, etp=etp)
     assert f == pytest.approx(3 * R0 + R0 / k + sort, rel=1e-12)
     assert b == f
 
@@ -47,7 +47,7 @@ def test_flex_dispatcher_closed_form(code):
     into R copies and back; the backward the same bytes."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
     R, dd = _R0(m) * 1.25, 0.6
-    f, b = counts.moe_permute_bytes(m, B, TP, CP, 8, 1.25, code, dd)
+    f, b = moe_bytes.moe_permute_bytes(m, B, TP, CP, 8, 1.25, code, dd)
     assert f == pytest.approx(2 * R * (1 + dd), rel=1e-12)
     assert b == f
 
@@ -57,9 +57,9 @@ def test_flex_dispatcher_closed_form(code):
 def test_pass_time_is_bytes_over_hbm(gpu, code):
     """Each pass's seconds equal its bytes over the usable HBM bandwidth to 1e-12."""
     m, g = model_preset("gpt-oss-120b"), gpu_preset(gpu)
-    f, b = counts.moe_permute_bytes(m, B, TP, CP, 8, 1.0, code, 0.7)
-    tf, tb = ct.moe_permute_time(m, B, TP, CP, 8, g, 1.0, code, 0.7)
-    hbm = ct.usable_hbm(g)
+    f, b = moe_bytes.moe_permute_bytes(m, B, TP, CP, 8, 1.0, code, 0.7)
+    tf, tb = moe_time.moe_permute_time(m, B, TP, CP, 8, g, 1.0, code, 0.7)
+    hbm = hbm_rate.usable_hbm(g)
     assert tf == pytest.approx(f / hbm, rel=1e-12, abs=0)
     assert tb == pytest.approx(b / hbm, rel=1e-12, abs=0)
 
@@ -70,14 +70,14 @@ def test_mean_layer_is_moe_share():
     m = model_preset("deepseek-v3")
     share = m.num_moe_layers / m.num_layers
     assert share < 1
-    mean = counts.moe_permute_bytes(m, 1, 1, 1, 32, 1.0, 0)
-    one = counts.moe_permute_bytes(m.of_kind("moe"), 1, 1, 1, 32, 1.0, 0)
+    mean = moe_bytes.moe_permute_bytes(m, 1, 1, 1, 32, 1.0, 0)
+    one = moe_bytes.moe_permute_bytes(m.of_kind("moe"), 1, 1, 1, 32, 1.0, 0)
     assert mean[0] == pytest.approx(share * one[0], rel=1e-12)
     assert mean[1] == pytest.approx(share * one[1], rel=1e-12)
     fw, g = get_profile(None), gpu_preset("H100-SXM5-80GB")
     for code in range(len(DISPATCHERS)):
-        assert ct.moe_sync_time(m, fw, g, code) == pytest.approx(
-            share * ct.moe_sync_time(m.of_kind("moe"), fw, g, code), rel=1e-12)
+        assert moe_time.moe_sync_time(m, fw, g, code) == pytest.approx(
+            share * moe_time.moe_sync_time(m.of_kind("moe"), fw, g, code), rel=1e-12)
 
 
 def test_layer_time_adds_exactly_the_passes_and_the_sync():
@@ -89,40 +89,42 @@ def test_layer_time_adds_exactly_the_passes_and_the_sync():
               dtype="bf16")
     fw = get_profile(None)
     for code in range(len(DISPATCHERS)):
-        t = ct.layer_time(m, dispatcher=code, dedup=0.5, **kw)
-        pf, pb = ct.moe_permute_time(m, B, TP, CP, 8, g, 1.0, code, 0.5)
+        t = layer_time.layer_time(m, dispatcher=code, dedup=0.5, **kw)
+        pf, pb = moe_time.moe_permute_time(m, B, TP, CP, 8, g, 1.0, code, 0.5)
         assert pf > 0
-        base = (ct.gemm_time_fwd(m, B, TP, CP, 8, g, "bf16")
-                + ct.attention_time_fwd(m, B, TP, CP, True, g, 1.0, fw)[0]
-                + counts.elementwise_bytes_fwd(m, B, TP, CP, False) / ct.usable_hbm(g)
-                + ct.launch_time(fw, gpu=g))
-        assert t.fwd == pytest.approx(base + pf + ct.moe_sync_time(m, fw, g, code), rel=1e-12)
-        t0 = ct.layer_time(m, dispatcher=code, dedup=0.5,
-                           fw=dataclasses.replace(fw, launch_gap_s=0.0), **kw)
-        assert t.bwd - t0.bwd == pytest.approx(2 * ct.launch_time(fw, gpu=g), rel=1e-9)
-        assert t.fwd - t0.fwd == pytest.approx(ct.launch_time(fw, gpu=g)
+        base = (gemm_time.gemm_time_fwd(m, B, TP, CP, 8, g, "bf16")
+                + attention_time.attention_time_fwd(m, B, TP, CP, True, g, 1.0, fw)[0]
+                + elementwise_bytes.elementwise_bytes_fwd(m, B, TP, CP, False)
+                / hbm_rate.usable_hbm(g)
+                + elementwise_time.launch_time(fw, gpu=g))
+        assert t.fwd == pytest.approx(base + pf + moe_time.moe_sync_time(m, fw, g, code), rel=1e-12)
+        t0 = layer_time.layer_time(m, dispatcher=code, dedup=0.5,
+                                   fw=dataclasses.replace(fw, launch_gap_s=0.0), **kw)
+        assert t.bwd - t0.bwd == pytest.approx(2 * elementwise_time.launch_time(fw, gpu=g),
+                                               rel=1e-9)
+        assert t.fwd - t0.fwd == pytest.approx(elementwise_time.launch_time(fw, gpu=g)
                                                + fw.launch_gap_s, rel=1e-9)
-    a2a = ct.layer_time(m, dispatcher=0, **kw)
-    deep = ct.layer_time(m, dispatcher=1, dedup=0.5, **kw)
+    a2a = layer_time.layer_time(m, dispatcher=0, **kw)
+    deep = layer_time.layer_time(m, dispatcher=1, dedup=0.5, **kw)
     assert a2a.bwd - deep.bwd == pytest.approx(
-        ct.moe_permute_time(m, B, TP, CP, 8, g, 1.0, 0)[1]
-        - ct.moe_permute_time(m, B, TP, CP, 8, g, 1.0, 1, 0.5)[1], rel=1e-9)
+        moe_time.moe_permute_time(m, B, TP, CP, 8, g, 1.0, 0)[1]
+        - moe_time.moe_permute_time(m, B, TP, CP, 8, g, 1.0, 1, 0.5)[1], rel=1e-9)
 
 
 def test_dense_model_unchanged():
     """A dense model has no MoE pass and no dispatcher sync: its layer is the sum of the
     pieces it had before (GEMMs, attention, elementwise, launches) whatever the dispatcher."""
     m, g = model_preset("llama3-8b"), gpu_preset("H100-SXM5-80GB")
-    assert counts.moe_permute_bytes(m, 2, 2, 1, 1, 1.0, 0) == (0.0, 0.0)
-    assert ct.moe_sync_time(m, get_profile(None), g) == 0.0
+    assert moe_bytes.moe_permute_bytes(m, 2, 2, 1, 1, 1.0, 0) == (0.0, 0.0)
+    assert moe_time.moe_sync_time(m, get_profile(None), g) == 0.0
     kw = dict(b=2, tp=2, cp=1, ep=1, sp=True, flash=True, recompute=0, gpu=g, dtype="bf16")
-    times = [ct.layer_time(m, dispatcher=c, **kw) for c in range(len(DISPATCHERS))]
+    times = [layer_time.layer_time(m, dispatcher=c, **kw) for c in range(len(DISPATCHERS))]
     assert all(t == times[0] for t in times)
     fw = get_profile(None)
-    parts = (ct.gemm_time_fwd(m, 2, 2, 1, 1, g, "bf16")
-             + ct.attention_time_fwd(m, 2, 2, 1, True, g, 1.0, fw)[0]
-             + counts.elementwise_bytes_fwd(m, 2, 2, 1, True) / ct.usable_hbm(g)
-             + ct.launch_time(fw, gpu=g))
+    parts = (gemm_time.gemm_time_fwd(m, 2, 2, 1, 1, g, "bf16")
+             + attention_time.attention_time_fwd(m, 2, 2, 1, True, g, 1.0, fw)[0]
+             + elementwise_bytes.elementwise_bytes_fwd(m, 2, 2, 1, True) / hbm_rate.usable_hbm(g)
+             + elementwise_time.launch_time(fw, gpu=g))
     assert times[0].fwd == pytest.approx(parts, rel=1e-12)
 
 
@@ -136,11 +138,11 @@ def test_stage_record_reads_the_plan_dispatcher():
                                                 moe_dispatcher=d, moe_imbalance=1.0),
                                            dtype="bf16"))
             for d in ("alltoall", "hybridep")}
-    dd = counts.ep_dedup(m, 8, 1, cl.gpus_per_node, 2)[0]
-    a, h = (ct.moe_permute_time(m, B, 1, 1, 8, cl.gpu, 1.0, c, dd) for c in (0, 2))
+    dd = ep_dispatch.ep_dedup(m, 8, 1, cl.gpus_per_node, 2)[0]
+    a, h = (moe_time.moe_permute_time(m, B, 1, 1, 8, cl.gpu, 1.0, c, dd) for c in (0, 2))
     pf, pb = a[0] - h[0], a[1] - h[1]
     fw = get_profile(None)
-    sync = ct.moe_sync_time(m, fw, cl.gpu, 0) - ct.moe_sync_time(m, fw, cl.gpu, 2)
+    sync = moe_time.moe_sync_time(m, fw, cl.gpu, 0) - moe_time.moe_sync_time(m, fw, cl.gpu, 2)
     assert sync > 0                      # the alltoall's Python operator after its sync
     # the alltoall's count all-gather and probabilities' all-to-alls (§5.58)
     mf, mb = cm.dispatcher_metadata_time(m, B, 1, 1, 8, 1, 0, cl)
@@ -150,4 +152,4 @@ def test_stage_record_reads_the_plan_dispatcher():
     assert runs["alltoall"].layer_bwd - runs["hybridep"].layer_bwd == pytest.approx(
         pb + mb, rel=1e-9)
     d = model_preset("llama3-8b")
-    assert np.isclose(counts.moe_permute_bytes(d, 1, 1, 1, 1)[0], 0.0)
+    assert np.isclose(moe_bytes.moe_permute_bytes(d, 1, 1, 1, 1)[0], 0.0)

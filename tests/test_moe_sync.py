@@ -1,4 +1,4 @@
-"""The token dispatcher's device-to-host synchronisation (``compute.moe_sync_time``): after
+"""The token dispatcher's device-to-host synchronisation (``moe_time.moe_sync_time``): after
 it the GPU's queue is empty, so the GPU waits, serially, for what the host runs up to its
 next launch; the alltoall dispatcher runs one Python operator there (``HOST_PATH_S``),
 DeepEP and HybridEP launch from the C++ that waited (the launch gap only); nothing under a
@@ -10,8 +10,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import layer_time, moe_bytes, moe_time
 from strategies.estimate import estimate
 from strategies.framework import get_profile
 from strategies.stacks.profile import LAUNCH_GAP_S
@@ -29,16 +28,16 @@ def test_closed_form_syncs_times_host_path():
     """One MoE layer (no dense share): ``n_syncs x (gap + ops x HOST_PATH_S)`` per dispatcher,
     to floating-point precision; the alltoall's is exactly a synchronous launch boundary."""
     m, fw = model_preset("qwen3-30b-a3b").of_kind("moe"), get_profile(None)
-    assert counts.MOE_SYNCS_FWD == 1
-    assert dict(zip(DISPATCHERS, counts.MOE_SYNC_HOST_OPS)) == {
+    assert moe_bytes.MOE_SYNCS_FWD == 1
+    assert dict(zip(DISPATCHERS, moe_bytes.MOE_SYNC_HOST_OPS)) == {
         "alltoall": 1, "deepep": 0, "hybridep": 0}
     gap = fw.launch_gap_s
-    for code, ops in enumerate(counts.MOE_SYNC_HOST_OPS):
-        assert ct.moe_sync_time(m, fw, B200, code) == pytest.approx(
-            counts.MOE_SYNCS_FWD * (gap + ops * HOST_PATH_S), rel=1e-12)
+    for code, ops in enumerate(moe_bytes.MOE_SYNC_HOST_OPS):
+        assert moe_time.moe_sync_time(m, fw, B200, code) == pytest.approx(
+            moe_bytes.MOE_SYNCS_FWD * (gap + ops * HOST_PATH_S), rel=1e-12)
     assert gap == LAUNCH_GAP_S
-    assert ct.moe_sync_time(m, fw, B200, 0) == pytest.approx(SYNC_LAUNCH_GAP_S, rel=1e-12)
-    assert ct.moe_sync_time(m, fw, B200, 2) == pytest.approx(LAUNCH_GAP_S, rel=1e-12)
+    assert moe_time.moe_sync_time(m, fw, B200, 0) == pytest.approx(SYNC_LAUNCH_GAP_S, rel=1e-12)
+    assert moe_time.moe_sync_time(m, fw, B200, 2) == pytest.approx(LAUNCH_GAP_S, rel=1e-12)
 
 
 def test_mean_layer_share_dense_and_vectorised():
@@ -47,15 +46,15 @@ def test_mean_layer_share_dense_and_vectorised():
     fw = get_profile(None)
     ds = model_preset("deepseek-v3")
     share = ds.num_moe_layers / ds.num_layers
-    assert ct.moe_sync_time(ds, fw, B200, 0) == pytest.approx(
-        share * ct.moe_sync_time(ds.of_kind("moe"), fw, B200, 0), rel=1e-12)
-    assert ct.moe_sync_time(model_preset("llama3-8b"), fw, B200, 0) == 0.0
+    assert moe_time.moe_sync_time(ds, fw, B200, 0) == pytest.approx(
+        share * moe_time.moe_sync_time(ds.of_kind("moe"), fw, B200, 0), rel=1e-12)
+    assert moe_time.moe_sync_time(model_preset("llama3-8b"), fw, B200, 0) == 0.0
     m = model_preset("qwen3-30b-a3b")
     codes = np.array([0, 1, 2, 0])
-    arr = ct.moe_sync_time(m, fw, B200, codes)
+    arr = moe_time.moe_sync_time(m, fw, B200, codes)
     assert arr.shape == (4,)
     for i, c in enumerate(codes):
-        assert arr[i] == ct.moe_sync_time(m, fw, B200, int(c))
+        assert arr[i] == moe_time.moe_sync_time(m, fw, B200, int(c))
 
 
 def test_stack_gap_switch():
@@ -64,8 +63,8 @@ def test_stack_gap_switch():
     nothing on HybridEP."""
     m = model_preset("qwen3-30b-a3b").of_kind("moe")
     fw0 = dataclasses.replace(get_profile(None), launch_gap_s=0.0)
-    assert ct.moe_sync_time(m, fw0, B200, 0) == pytest.approx(HOST_PATH_S, rel=1e-12)
-    assert ct.moe_sync_time(m, fw0, B200, 2) == 0.0
+    assert moe_time.moe_sync_time(m, fw0, B200, 0) == pytest.approx(HOST_PATH_S, rel=1e-12)
+    assert moe_time.moe_sync_time(m, fw0, B200, 2) == 0.0
 
 
 def test_layer_time_reads_it_and_graph_removes_it():
@@ -77,18 +76,18 @@ def test_layer_time_reads_it_and_graph_removes_it():
     kw = dict(b=2, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=B200,
               dtype="bf16")
     for code in range(len(DISPATCHERS)):
-        eager = ct.layer_time(m, dispatcher=code, **kw)
-        graph = ct.layer_time(m, dispatcher=code, graphed=True, **kw)
-        perm = ct.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, code)
-        h_f, h_b = ct.moe_host_time(m, b=2, tp=1, cp=1, ep=8, gpu=B200, dtype="bf16",
-                                    fw=fw, permute=perm)
+        eager = layer_time.layer_time(m, dispatcher=code, **kw)
+        graph = layer_time.layer_time(m, dispatcher=code, graphed=True, **kw)
+        perm = moe_time.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, code)
+        h_f, h_b = moe_time.moe_host_time(m, b=2, tp=1, cp=1, ep=8, gpu=B200, dtype="bf16",
+                                          fw=fw, permute=perm)
         assert eager.fwd - graph.fwd == pytest.approx(
-            ct.moe_sync_time(m, fw, B200, code) + h_f, rel=1e-9)
+            moe_time.moe_sync_time(m, fw, B200, code) + h_f, rel=1e-9)
         assert eager.bwd - graph.bwd == pytest.approx(h_b, rel=1e-9, abs=1e-15)
-    g_a = ct.layer_time(m, dispatcher=0, graphed=True, **kw)
-    g_h = ct.layer_time(m, dispatcher=2, graphed=True, **kw)
-    pa = ct.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, 0)[0]
-    ph = ct.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, 2)[0]
+    g_a = layer_time.layer_time(m, dispatcher=0, graphed=True, **kw)
+    g_h = layer_time.layer_time(m, dispatcher=2, graphed=True, **kw)
+    pa = moe_time.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, 0)[0]
+    ph = moe_time.moe_permute_time(m, 2, 1, 1, 8, B200, 1.0, 2)[0]
     assert g_a.fwd - g_h.fwd == pytest.approx(pa - ph, rel=1e-9)
 
 
@@ -101,6 +100,6 @@ def test_estimate_charges_it_per_moe_layer_and_microbatch():
     eager = estimate(make_job(m, cl, plan, dtype="bf16"))
     graph = estimate(make_job(m, cl, dataclasses.replace(plan, cuda_graph=True),
                               dtype="bf16"))
-    per = ct.moe_sync_time(m.of_kind("moe"), get_profile(None), cl.gpu, 0)
+    per = moe_time.moe_sync_time(m.of_kind("moe"), get_profile(None), cl.gpu, 0)
     n_mb = eager.num_microbatches
     assert eager.step_time_s - graph.step_time_s >= 0.999 * per * m.num_moe_layers * n_mb

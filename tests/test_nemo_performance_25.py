@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from strategies.cost.counts import training_flops_per_token
+from strategies.cost.flop_counts import training_flops_per_token
 from strategies.reference.cases import case_from_entry, load_reference
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data",

@@ -8,7 +8,7 @@ import simpy
 from simulator.network import stepwise_oracle as C
 from simulator.network.flows import FlowNetwork
 from simulator.simulate import simulate
-from strategies.cost import compute as ct
+from strategies.cost import elementwise_time, gemm_time, hbm_rate, layer_time
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
@@ -161,7 +161,7 @@ def test_every_catalog_gpu_states_tdp_and_new_parts_their_source():
 @pytest.mark.parametrize("dtype", ["fp8", "fp8-current", "mxfp8", "nvfp4"])
 def test_gemm_rate_and_operand_bytes_follow_the_precision(dtype):
     gpu, p = get_gpu("B200"), PRECISIONS[dtype]
-    rate, _, es = ct._rates(gpu, dtype)
+    rate, _, es = gemm_time._rates(gpu, dtype)
     assert rate == gpu.peak_flops[p.rate] * gpu.fp8_matmul_efficiency
     assert es == p.operand_bytes
 
@@ -169,20 +169,20 @@ def test_gemm_rate_and_operand_bytes_follow_the_precision(dtype):
 def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
     m = model_preset("llama3-8b")
     gpu = get_gpu("B200")
-    t = {d: ct.layer_time(m, b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0, gpu=gpu,
-                          dtype=d).fwd
+    t = {d: layer_time.layer_time(m, b=1, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=0,
+                                  gpu=gpu, dtype=d).fwd
          for d in ("bf16", "fp8", "fp8-current", "mxfp8", "nvfp4")}
     assert t["nvfp4"] < t["fp8"] < t["bf16"]
     assert t["fp8"] < t["fp8-current"] and t["fp8"] < t["mxfp8"]
-    e = {d: ct.elementwise_time_fwd(m, 1, 1, 1, False, gpu, d) for d in ("bf16", "fp8",
-                                                                        "fp8-current")}
+    e = {d: elementwise_time.elementwise_time_fwd(m, 1, 1, 1, False, gpu, d)
+         for d in ("bf16", "fp8", "fp8-current")}
     # B200 (per-tensor fp8: one copy): inputs a norm or the activation writes (QKV and fc1:
     # h each, fc2: F) cost 1 - 2 B (fp8 written instead of bf16), the output projection's
     # (a·d = h) a cast kernel, 2 + 1 B; current scaling adds the cast's bf16 read (2 + 1) to
     # the fused ones and an amax read (2) to the unfused one (strategies/cost/quantise.py)
     T, h = m.seq_length, m.hidden_size
     fused, unfused = T * (2 * h + m.ffn_hidden_size), T * h
-    hbm = ct.usable_hbm(gpu)
+    hbm = hbm_rate.usable_hbm(gpu)
     assert e["fp8"] - e["bf16"] == pytest.approx((-fused + 3 * unfused) / hbm, rel=1e-12)
     assert e["fp8-current"] - e["fp8"] == pytest.approx((4 * fused + 2 * unfused) / hbm,
                                                         rel=1e-12)

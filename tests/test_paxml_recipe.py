@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from strategies.cost import compute as ct
-from strategies.cost import counts, quantise
+from strategies.cost import elementwise_time, param_counts
+from strategies.cost import quantise
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.stacks.jax_xla import JAX_XLA
 from strategies.stacks.megatron import MEGATRON_CORE
@@ -67,8 +67,8 @@ def test_jax_quantises_the_weights_at_every_forward(plan, casts):
     """JAX's optimizer-time weight casts are ``weight_cast_passes`` times Megatron-Core's one
     per step, in the scalar and the array form alike; bf16 has none."""
     m, gpu = model_preset("llama3-8b"), cluster_preset("dgx-h100", 2).gpu
-    w = counts.layer_params_per_gpu(m, 1, 1) * m.num_layers
-    once = ct.weight_cast_time(w, gpu, "fp8")
+    w = param_counts.layer_params_per_gpu(m, 1, 1) * m.num_layers
+    once = elementwise_time.weight_cast_time(w, gpu, "fp8")
     jax8, jax16 = stage_costs(_job(JAX_XLA, plan)), stage_costs(_job(JAX_XLA, plan, "bf16"))
     assert jax8.optimizer_by_stage[0] - jax16.optimizer_by_stage[0] == \
         pytest.approx(casts * once, rel=1e-12)

@@ -21,7 +21,7 @@ from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Program
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import compute
+from strategies.cost import hbm_rate
 from strategies.estimate import estimate
 from strategies.estimate.lower_bound import group_floor, step_time_lower_bound
 from strategies.stacks.profile import LAUNCH_GAP_S
@@ -44,7 +44,7 @@ REL = 1e-12
 
 def _fake(gpus: int = 8) -> FakeBackend:
     """The catalog's curve everywhere but the collectives (those at ``BUS`` bus bandwidth)."""
-    return FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=compute.HBM_EFFICIENCY,
+    return FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=hbm_rate.HBM_EFFICIENCY,
                        launch_gap=LAUNCH_GAP_S, count=gpus, bus_bandwidth=BUS)
 
 

@@ -314,7 +314,7 @@ def test_free_comm_without_pipeline_equals_analytic_compute(job):
     else:
         # two GPU types whose ranks synchronise inside the layer (tp/cp groups across them):
         # the simulated step sums each segment's slower rank, the estimate takes the slower
-        # type's whole compute (the larger sum); a kernel's fixed time (compute.gemm_fixed_s)
+        # type's whole compute (the larger sum); a kernel's fixed time (gemm_kernel.gemm_fixed_s)
         # can make a different type the slower one op by op on small GEMMs, so the sum of
         # maxima is at least the max of sums and, on these shapes, within 1 % of it
         assert want * (1 - 1e-9) <= res.step_time_s <= want * 1.01
@@ -324,10 +324,10 @@ def test_free_comm_without_pipeline_equals_analytic_compute(job):
 
 def _executed_utilisation(job) -> float:
     """FLOPs the hardware executes (causal blocks skipped by FlashAttention) over peak."""
-    from strategies.cost import counts as costs
+    from strategies.cost import flop_counts
     p, est = job.plan, estimate(job)
     rc = {"none": 0, "selective": 1, "full": 2}[p.recompute]
-    flops = costs.executed_flops_per_step(job.model, p.gbs, p.flash_attn, rc)
+    flops = flop_counts.executed_flops_per_step(job.model, p.gbs, p.flash_attn, rc)
     return float(flops) / (job.cluster.num_gpus * est.step_time_s * job.cluster.gpu.peak(job.dtype))
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.stage import gather_width, stage_costs
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.estimate.scalar import estimate
@@ -46,8 +46,8 @@ def test_stage_widths_read_the_embedding_and_head_ranks():
     job = _job("tp=1,pp=4,dp=4,mbs=1,gbs=16,zero=1,schedule=1f1b", FP8_AG, layers=8)
     c = stage_costs(job)
     m = job.model
-    emb = float(counts.embedding_params_per_gpu(m, 1))
-    head = float(counts.head_params_per_gpu(m, 1, 4, False))
+    emb = float(param_counts.embedding_params_per_gpu(m, 1))
+    head = float(param_counts.head_params_per_gpu(m, 1, 4, False))
     assert c.gather_by_stage[1] == c.gather_by_stage[2] == 1.0        # layers only
     p0, p3 = c.params_by_stage[0], c.params_by_stage[3]
     assert c.gather_by_stage[0] == pytest.approx((p0 + emb) / p0, rel=1e-12)

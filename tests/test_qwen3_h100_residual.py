@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import math
 
-import strategies.cost.compute as compute
 from experiments import qwen3_h100_residual as q
+from experiments.calibration_ablation import cost_holders
+from strategies.cost import layer_time
 from strategies.estimate import estimate
 from strategies.reference.cases import case_from_entry
 
 
 def test_parts_sum_to_the_estimate_and_the_functions_are_restored() -> None:
-    before = {n: getattr(compute, n) for n in q.TERMS}
+    before = {(m, n): getattr(m, n) for n in q.TERMS for m in cost_holders(layer_time, n)}
+    assert len(before) > len(q.TERMS)          # each term's module and layer_time at least
     named, total = q.parts(q._entry(*q.ROWS[0]))
-    assert all(getattr(compute, n) is f for n, f in before.items())
+    assert all(getattr(m, n) is f for (m, n), f in before.items())
     assert math.isclose(sum(v for _, v in named), total, rel_tol=1e-12)
     d = dict(named)
     # current scaling's per-expert quantise launches are priced on this row (§5.59)

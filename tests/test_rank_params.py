@@ -1,5 +1,5 @@
 """Each pipeline rank's data-parallel traffic and optimizer read the layers it holds by kind
-(``counts.content_params``): the stage-cost record's ``params_*`` (array form), the scalar
+(``param_counts.content_params``): the stage-cost record's ``params_*`` (array form), the scalar
 estimate's ``rank_fields`` (a job's own layout) and the simulator's buckets
 (``stage_costs(job).params_by_stage``) agree, and the estimate's step follows the rank that
 ends last (``analytic.rank_slack``). docs/calibration.md §5.11.1."""
@@ -10,7 +10,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.estimate.analytic import rank_slack
 from strategies.estimate.scalar import estimate, rank_fields
@@ -33,13 +33,13 @@ def _closed(plan: str, ranks: list[dict[str, int]], emb: set[int], head: set[int
     """(dense, expert) parameters per GPU of each rank: each kind's layer times its count,
     the embedding and the LM head where they are."""
     p = _job(plan).plan
-    d_l, e_l = counts.layer_params_split(DSV3_8.of_kind("dense"), p.tp, p.ep, p.expert_tp)
-    d_m, e_m = counts.layer_params_split(DSV3_8.of_kind("moe"), p.tp, p.ep, p.expert_tp)
+    d_l, e_l = param_counts.layer_params_split(DSV3_8.of_kind("dense"), p.tp, p.ep, p.expert_tp)
+    d_m, e_m = param_counts.layer_params_split(DSV3_8.of_kind("moe"), p.tp, p.ep, p.expert_tp)
     out = []
     for r, c in enumerate(ranks):
         d = c.get("dense", 0) * d_l + c.get("moe", 0) * d_m
-        d += counts.embedding_params_per_gpu(DSV3_8, p.tp) if r in emb else 0.0
-        d += counts.head_params_per_gpu(DSV3_8, p.tp, p.pp, r in emb) if r in head else 0.0
+        d += param_counts.embedding_params_per_gpu(DSV3_8, p.tp) if r in emb else 0.0
+        d += param_counts.head_params_per_gpu(DSV3_8, p.tp, p.pp, r in emb) if r in head else 0.0
         out.append((float(d), float(c.get("dense", 0) * e_l + c.get("moe", 0) * e_m)))
     return out
 

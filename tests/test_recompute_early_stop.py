@@ -11,9 +11,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strategies.cost import counts
-from strategies.cost.compute import early_stop_saving, gemms_time_fwd, layer_time
-from strategies.cost.counts import early_stop_gemms
+from strategies.cost import flop_counts, gemm_shapes
+from strategies.cost.gemm_shapes import early_stop_gemms
+from strategies.cost.gemm_time import gemms_time_fwd
+from strategies.cost.layer_time import early_stop_saving, layer_time
 from strategies.framework import PROFILES, get_profile
 from strategies.stacks.pytorch import PYTORCH_EAGER, TORCHTITAN
 from strategies.presets import model_preset
@@ -104,7 +105,7 @@ def test_moe_layer_skips_nothing():
     m = model_preset("mixtral-8x22b")
     assert m.is_moe and not m.layer_shares().get("dense")
     assert early_stop_gemms(m, 1, 1, 1, 1) == []
-    assert counts.layer_gemm_parts(m, 1, 1, 1, 1)   # it has GEMMs, just none skipped
+    assert gemm_shapes.layer_gemm_parts(m, 1, 1, 1, 1)   # it has GEMMs, just none skipped
 
 
 @pytest.mark.parametrize("share", [1.0, 0.5])
@@ -114,16 +115,16 @@ def test_hfu_counts_what_runs(share):
     m, gbs = GPT, 16
     T = gbs * m.seq_length
     down = 2 * T * m.hidden_size * m.ffn_hidden_size * m.num_layers
-    full = counts.hardware_flops_per_step(m, gbs, True, 2, share)
-    early = counts.hardware_flops_per_step(m, gbs, True, 2, share, early_stop=True)
+    full = flop_counts.hardware_flops_per_step(m, gbs, True, 2, share)
+    early = flop_counts.hardware_flops_per_step(m, gbs, True, 2, share, early_stop=True)
     assert full - early == pytest.approx(share * down, rel=1e-12)
     for rc in (0, 1, 3):
-        assert counts.hardware_flops_per_step(m, gbs, True, rc, share, early_stop=True) == \
-            counts.hardware_flops_per_step(m, gbs, True, rc, share)
-    ex = counts.executed_flops_per_step(m, gbs, True, 2, share)
-    assert ex - counts.executed_flops_per_step(m, gbs, True, 2, share, early_stop=True) == \
+        assert flop_counts.hardware_flops_per_step(m, gbs, True, rc, share, early_stop=True) == \
+            flop_counts.hardware_flops_per_step(m, gbs, True, rc, share)
+    ex = flop_counts.executed_flops_per_step(m, gbs, True, 2, share)
+    assert ex - flop_counts.executed_flops_per_step(m, gbs, True, 2, share, early_stop=True) == \
         pytest.approx(share * down, rel=1e-12)
-    assert counts.hfu(m, gbs, True, 2, 1.0, 8, 1e15, share, early_stop=True) == \
+    assert flop_counts.hfu(m, gbs, True, 2, 1.0, 8, 1e15, share, early_stop=True) == \
         pytest.approx(early / 8e15, rel=1e-15)
 
 
@@ -137,7 +138,7 @@ def test_estimate_and_simulation_report_the_same_hfu():
     cl = cluster_preset("dgx-h100", 1)
     m = model_preset("mpt-1b")
     eager = estimate(make_job(m, cl, plan, framework="pytorch-eager"))
-    want = counts.hardware_flops_per_step(m, 8, True, 2, early_stop=True) / (
+    want = flop_counts.hardware_flops_per_step(m, 8, True, 2, early_stop=True) / (
         8 * eager.step_time_s * cl.mean_peak("bf16"))
     assert eager.hfu == pytest.approx(want, rel=1e-12)
 
@@ -152,6 +153,6 @@ def test_simulation_report_counts_the_same_hfu():
     cl = cluster_preset("dgx-h100", 1)
     j = make_job(model_preset("mpt-1b"), cl, plan, framework="pytorch-eager")
     d = to_json(simulate(j), j)
-    want = counts.hardware_flops_per_step(j.model, 8, True, 2, early_stop=True) / (
+    want = flop_counts.hardware_flops_per_step(j.model, 8, True, 2, early_stop=True) / (
         8 * d["step_time_s"] * cl.mean_peak("bf16"))
     assert d["hfu"] == pytest.approx(want, rel=1e-12)

@@ -1,12 +1,12 @@
 """Selective recomputation by module (Megatron-Core's ``--recompute-modules``; issue 13,
 item 3): each module drops exactly its activation terms (docs/memory.md) and redoes exactly
-its GEMMs (``counts.layer_gemm_parts``); every choice lies between none and full."""
+its GEMMs (``gemm_shapes.layer_gemm_parts``); every choice lies between none and full."""
 from __future__ import annotations
 
 import pytest
 
 from simulator.cli.main import main
-from strategies.cost import counts
+from strategies.cost import flop_counts, gemm_shapes, token_counts
 from strategies.cost.recompute import MODULES, modules_mask
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
@@ -60,7 +60,7 @@ def test_saved_bytes_per_module_are_its_terms(case):
     m, p, s = none.model, none.plan, none.seq_len
     t, sq = p.tp, (p.tp if p.sp else 1)
     sbh, sb = s * p.mbs * m.hidden_size, s * p.mbs
-    w = counts.mlp_part_widths(m)
+    w = gemm_shapes.mlp_part_widths(m)
     g = 4 if m.gated else 2
     k = m.moe_router_topk if m.is_moe else 1
     moe = m.layer_shares().get("moe", 0.0)
@@ -79,7 +79,7 @@ def test_saved_bytes_per_module_are_its_terms(case):
     # the moe module also drops what the routed tensors hold beyond the table as they run
     # (expert parallelism: the dispatched fc1 input on every GPU, activations.
     # routed_activation_bytes)
-    load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
+    load = token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, m, p.mbs, p.tp, p.cp,
                            p.expert_tp)
     table, real = act.routed_activation_bytes(m, s, p.mbs, p.tp, p.cp, p.sp, p.expert_tp, load)
     want["moe"] = want["moe"] + (real - table) * p.cp
@@ -106,10 +106,10 @@ def test_gpt_mlp_closed_forms():
     assert saved == pytest.approx(16 * sbh / p.tp, rel=1e-12)
     T, h = job.seq_len * p.mbs, m.hidden_size
     mask = modules_mask(("mlp",))
-    got = counts.selective_recompute_flops_fwd(m, p.mbs, p.tp, p.cp, p.ep, mask)
+    got = flop_counts.selective_recompute_flops_fwd(m, p.mbs, p.tp, p.cp, p.ep, mask)
     assert got == pytest.approx(2 * T * h * 4 * h * 2 / p.tp, rel=1e-12)
-    extra = (counts.hardware_flops_per_step(m, p.gbs, True, 1, modules=mask)
-             - counts.hardware_flops_per_step(m, p.gbs, True, 0))
+    extra = (flop_counts.hardware_flops_per_step(m, p.gbs, True, 1, modules=mask)
+             - flop_counts.hardware_flops_per_step(m, p.gbs, True, 0))
     assert extra == pytest.approx(m.num_layers * 2 * p.gbs * T / p.mbs * h * 4 * h * 2,
                                   rel=1e-12)
     assert stage_costs(job).tp_per_layer_recompute == 1.0     # fc2's collective again

@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 
 from simulator.cli.main import main
-from strategies.cost import counts
-from strategies.cost.compute import (elementwise_time_fwd, gemms_time_fwd, layer_time,
-                                     usable_hbm)
+from strategies.cost import flop_counts, gemm_shapes
+from strategies.cost.elementwise_time import elementwise_time_fwd
+from strategies.cost.gemm_time import gemms_time_fwd
+from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.layer_time import layer_time
 from strategies.errors import SpecError
 from strategies.stacks.megatron import MEGATRON_CORE
 from strategies.stacks.pytorch import TORCHTITAN
@@ -42,11 +44,11 @@ def test_recomputed_flops_closed_form_gpt(tp):
     T = b * m.seq_length
     h, a, g, d, F = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_dim, m.ffn_hidden_size
     want = 2 * T * h * (g * d + a * d + F) / tp
-    assert [s for *_, s in counts.op_sac_gemms(m, b, tp, 1, 1)] == [True, False] * 3
-    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
+    assert [s for *_, s in gemm_shapes.op_sac_gemms(m, b, tp, 1, 1)] == [True, False] * 3
+    assert flop_counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
     # GPT (g = a, F = 4h): exactly half the layer's GEMM FLOPs
-    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(
-        counts.gemm_flops_fwd(m, b, tp, 1) / 2, rel=1e-15)
+    assert flop_counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(
+        flop_counts.gemm_flops_fwd(m, b, tp, 1) / 2, rel=1e-15)
 
 
 def test_recomputed_flops_closed_form_llama():
@@ -54,20 +56,20 @@ def test_recomputed_flops_closed_form_llama():
     m, b, tp = LLAMA, 1, 8
     T = b * m.seq_length
     h, a, g, d, F = m.hidden_size, m.num_attention_heads, m.kv_heads, m.head_dim, m.ffn_hidden_size
-    assert [s for *_, s in counts.op_sac_gemms(m, b, tp, 1, 1)] == [True, False, True, False,
-                                                                    True, False, True]
+    assert [s for *_, s in gemm_shapes.op_sac_gemms(m, b, tp, 1, 1)] == [True, False, True, False,
+                                                                         True, False, True]
     want = 2 * T * (h * g * d + a * d * h + h * F) / tp
-    assert counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
+    assert flop_counts.op_recompute_flops_fwd(m, b, tp, 1) == pytest.approx(want, rel=1e-15)
     # the op list is the layer's GEMMs, only split as torchtitan runs them
-    total = sum(2 * c * M * N * K for c, M, N, K, *_ in counts.op_sac_gemms(m, b, tp, 1, 1))
-    assert total == pytest.approx(counts.gemm_flops_fwd(m, b, tp, 1), rel=1e-15)
+    total = sum(2 * c * M * N * K for c, M, N, K, *_ in gemm_shapes.op_sac_gemms(m, b, tp, 1, 1))
+    assert total == pytest.approx(flop_counts.gemm_flops_fwd(m, b, tp, 1), rel=1e-15)
 
 
 def test_moe_experts_recomputed_not_counted():
     m = model_preset("qwen3-30b-a3b")
-    gemms = counts.op_sac_gemms(m, 1, 1, 1, 1)
+    gemms = gemm_shapes.op_sac_gemms(m, 1, 1, 1, 1)
     total = sum(2 * c * M * N * K for c, M, N, K, *_ in gemms)
-    assert total == pytest.approx(counts.gemm_flops_fwd(m, 1, 1, 1), rel=1e-12)
+    assert total == pytest.approx(flop_counts.gemm_flops_fwd(m, 1, 1, 1), rel=1e-12)
     # attention q k v o, then the router (5th mm: saved); grouped expert GEMMs recomputed
     assert [s for *_, s in gemms][:5] == [True, False, True, False, True]
     assert not any(s for *_, s in gemms[5:])
@@ -114,7 +116,7 @@ def test_recompute_time_between_none_and_full(m):
     # exactly: the unsaved GEMMs' time plus the layer's elementwise kernels, relaunched, and
     # the two all-gathers' sequence-dim copies (not in the save list; read + write of the
     # bf16 b·s·h tensor each, docs/calibration.md §5.80)
-    gemms = counts.op_sac_gemms(m, 1, 8, 1, 1)
+    gemms = gemm_shapes.op_sac_gemms(m, 1, 8, 1, 1)
     unsaved = [g for g in gemms if not g[-1]]
     # every kernel of the layer but the saved GEMMs and the attention kernel is relaunched
     relaunched = TORCHTITAN.kernels_per_layer - (len(gemms) - len(unsaved)) - 1
@@ -131,9 +133,9 @@ def test_recompute_time_between_none_and_full(m):
 
 def test_hfu_flops_count_op():
     L, gbs = GPT.num_layers, 8
-    extra = (counts.executed_flops_per_step(GPT, gbs, True, 3)
-             - counts.executed_flops_per_step(GPT, gbs, True, 0))
-    assert extra == pytest.approx(L * counts.op_recompute_flops_fwd(GPT, gbs, 1, 1), rel=1e-12)
+    extra = (flop_counts.executed_flops_per_step(GPT, gbs, True, 3)
+             - flop_counts.executed_flops_per_step(GPT, gbs, True, 0))
+    assert extra == pytest.approx(L * flop_counts.op_recompute_flops_fwd(GPT, gbs, 1, 1), rel=1e-12)
 
 
 def test_only_torchtitan_runs_op(capsys):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from simulator.cli.main import main
-from strategies.cost import counts
+from strategies.cost import flop_counts
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
@@ -60,8 +60,8 @@ def test_recompute_time_and_flops_are_n_over_l_of_full(model, cluster, plan):
     full = _job(model, cluster, plan, "full")
     lpc, m, gbs = _lpc(full), full.model, full.plan.gbs
     c_full = stage_costs(full)
-    extra_full = (counts.hardware_flops_per_step(m, gbs, True, 2)
-                  - counts.hardware_flops_per_step(m, gbs, True, 0))
+    extra_full = (flop_counts.hardware_flops_per_step(m, gbs, True, 2)
+                  - flop_counts.hardware_flops_per_step(m, gbs, True, 0))
     for n in range(1, lpc + 1):
         job = _job(model, cluster, plan, f"full,recompute_layers={n}")
         c = stage_costs(job)
@@ -71,12 +71,12 @@ def test_recompute_time_and_flops_are_n_over_l_of_full(model, cluster, plan):
         assert c.tp_per_layer_recompute * lpc == pytest.approx(
             n * c_full.tp_per_layer_recompute, rel=1e-12)
         assert (c.layer_fwd, c.layer_bwd) == (c_full.layer_fwd, c_full.layer_bwd)
-        extra = (counts.hardware_flops_per_step(m, gbs, True, 2, n / lpc)
-                 - counts.hardware_flops_per_step(m, gbs, True, 0))
+        extra = (flop_counts.hardware_flops_per_step(m, gbs, True, 2, n / lpc)
+                 - flop_counts.hardware_flops_per_step(m, gbs, True, 0))
         assert extra == pytest.approx(n / lpc * extra_full, rel=1e-12)
         hfu = estimate(job).hfu * estimate(job).step_time_s
-        assert hfu == pytest.approx(counts.hfu(m, gbs, True, 2, 1.0, full.cluster.num_gpus,
-                                               full.cluster.mean_peak(full.dtype), n / lpc),
+        assert hfu == pytest.approx(flop_counts.hfu(m, gbs, True, 2, 1.0, full.cluster.num_gpus,
+                                                    full.cluster.mean_peak(full.dtype), n / lpc),
                                     rel=1e-12)
 
 

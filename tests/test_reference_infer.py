@@ -10,7 +10,7 @@ import pytest
 
 from simulator.studies.validate import load_cases
 from strategies.reference import text as ri
-from strategies.cost.counts import model_flops_per_step
+from strategies.cost.flop_counts import model_flops_per_step
 from strategies.errors import SpecError
 from strategies.reference.cases import case_from_entry, load_reference
 

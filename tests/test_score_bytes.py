@@ -9,8 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from strategies.cost import counts
-from strategies.cost.compute import attention_time_fwd, layer_time, usable_hbm
+from strategies.cost import attention_counts
+from strategies.cost.attention_time import attention_time_fwd
+from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.layer_time import layer_time
 from strategies.errors import SpecError
 from strategies.framework import PROFILES
 from strategies.stacks.deepspeed import ALIBI_BADDBMM_BYTES, MEGATRON_DEEPSPEED
@@ -24,10 +26,10 @@ GPU = get_gpu("a100")
 def test_pass_bytes():
     # forward: QK^T writes 2; fused softmax reads 2, writes 2; dropout reads 2, writes 2 and
     # a 1-byte mask; AV reads 2
-    assert counts.SCORE_BYTES_FWD == 2 + (2 + 2) + (2 + 2 + 1) + 2
+    assert attention_counts.SCORE_BYTES_FWD == 2 + (2 + 2) + (2 + 2 + 1) + 2
     # backward: dP written 2, P read for dV 2; dropout back 2 + 1 + 2; softmax back
     # 2 + 2 + 2; dS read for dQ and for dK 2 + 2
-    assert counts.SCORE_BYTES_BWD == (2 + 2) + (2 + 1 + 2) + (2 + 2 + 2) + (2 + 2)
+    assert attention_counts.SCORE_BYTES_BWD == (2 + 2) + (2 + 1 + 2) + (2 + 2 + 2) + (2 + 2)
     # ALiBi's baddbmm: the expanded bias copied into the result (2), read as C (2)
     assert ALIBI_BADDBMM_BYTES == 2 + 2
 
@@ -40,7 +42,7 @@ def test_backward_streams_19_not_twice_13(tp, b):
     hbm = usable_hbm(GPU)
     # the GEMMs' backward is twice their forward; the bytes are 19 against 2 x 13
     assert bw - 2 * f == pytest.approx((19 - 26) * elems / hbm, rel=1e-9)
-    assert counts.softmax_bytes_bwd(m, b, tp, 1, True) == 0.0
+    assert attention_counts.softmax_bytes_bwd(m, b, tp, 1, True) == 0.0
 
 
 @pytest.mark.parametrize("tp,b", [(4, 2), (8, 1)])

@@ -166,7 +166,7 @@ def test_zero2_is_never_faster_than_zero1(plan):
     """ZeRO-2 reduce-scatters every micro-batch's gradients (ZeRO-1 once per step), so the space
     prunes ZeRO-2 where ZeRO-1 fits (strategies.search.space); simulated and analytic agree on it.
     (With one micro-batch per step both reduce once, beside the whole backward: the same cost,
-    ``compute.dp_overlaps_whole_step``; every plan here has several.)"""
+    ``overlap_clock.dp_overlaps_whole_step``; every plan here has several.)"""
     from simulator.simulate import simulate
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
     jobs = [make_job(m, cl, parse_plan(f"{plan},zero={z}"), global_batch=32) for z in (1, 2)]

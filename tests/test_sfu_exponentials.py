@@ -1,5 +1,5 @@
 """The special-function units' exponential rate in the fused attention kernel (GPU.exp_rate,
-compute.EXP_EXPOSED_FWD/_BWD; docs/calibration.md §5.60)."""
+attention_time.EXP_EXPOSED_FWD/_BWD; docs/calibration.md §5.60)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from strategies.cost import compute, counts
+from strategies.cost import attention_counts, attention_time
 from strategies.presets import model_preset
 from topologies.errors import SpecError
 from topologies.gpus import (ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPUS, get_gpu,
@@ -28,24 +28,25 @@ def test_doubled_sfu_moves_attention_by_the_exposed_exponentials(model, b, tp, c
     slow = 1.07
     ref = _with_rate("GB200", ATTN_EXP_REF_RATE)
     fast = _with_rate("GB200", 2 * ATTN_EXP_REF_RATE)
-    f0, b0 = compute.attention_time_fwd(m, b, tp, cp, True, ref, slow)
-    f1, b1 = compute.attention_time_fwd(m, b, tp, cp, True, fast, slow)
-    n = b * m.num_attention_heads / (tp * cp) * counts.mean_score_elements(m, "kernel")
+    f0, b0 = attention_time.attention_time_fwd(m, b, tp, cp, True, ref, slow)
+    f1, b1 = attention_time.attention_time_fwd(m, b, tp, cp, True, fast, slow)
+    n = b * m.num_attention_heads / (tp * cp) * attention_counts.mean_score_elements(m, "kernel")
     saved = slow * n / (2 * ATTN_EXP_REF_RATE)
-    assert float(f0 - f1) == pytest.approx(compute.EXP_EXPOSED_FWD * saved, rel=1e-9)
-    assert float(b0 - b1) == pytest.approx(compute.EXP_EXPOSED_BWD * saved, rel=1e-9)
+    assert float(f0 - f1) == pytest.approx(attention_time.EXP_EXPOSED_FWD * saved, rel=1e-9)
+    assert float(b0 - b1) == pytest.approx(attention_time.EXP_EXPOSED_BWD * saved, rel=1e-9)
     # the share it moves by is the exponentials' share of the catalog time
     peak = ref.peak("bf16") * ref.attention_efficiency
-    t_cat = slow * counts.attn_core_flops_fwd(m, b, tp, cp, True) / peak
+    t_cat = slow * attention_counts.attn_core_flops_fwd(m, b, tp, cp, True) / peak
     assert float(f0) == pytest.approx(t_cat, rel=1e-12)
-    assert float(f1 / f0) == pytest.approx(1 - compute.EXP_EXPOSED_FWD * saved / t_cat, rel=1e-12)
+    assert float(f1 / f0) == pytest.approx(1 - attention_time.EXP_EXPOSED_FWD * saved / t_cat,
+                                           rel=1e-12)
 
 
 def test_exponential_count_is_the_flops_over_flops_per_score():
     for name in ("llama3-70b", "deepseek-v3", "gpt-oss-120b"):
         m = model_preset(name)
-        n = counts.attn_exponentials_fwd(m, 2, 4, 2)
-        f = counts.attn_core_flops_fwd(m, 2, 4, 2, True)
+        n = attention_counts.attn_exponentials_fwd(m, 2, 4, 2)
+        f = attention_counts.attn_core_flops_fwd(m, 2, 4, 2, True)
         assert n == pytest.approx(f / (2 * (m.head_dim + m.v_dim)), rel=1e-12)
 
 
@@ -57,8 +58,8 @@ def test_reference_rate_and_unset_rate_are_bit_identical():
     for name in ("GB200", "B200"):
         g = get_gpu(name)
         assert g.exp_rate == ATTN_EXP_REF_RATE and g.exp_seconds_offset() == 0.0
-        a = compute.attention_time_fwd(m, b, 8, 1, True, g)
-        z = compute.attention_time_fwd(m, b, 8, 1, True, _with_rate(name, None))
+        a = attention_time.attention_time_fwd(m, b, 8, 1, True, g)
+        z = attention_time.attention_time_fwd(m, b, 8, 1, True, _with_rate(name, None))
         assert all(np.array_equal(x, y) for x, y in zip(a, z))
     for g in GPUS.values():
         if not g.name.startswith(("B", "GB")):
@@ -71,13 +72,13 @@ def test_blackwell_ultra_catalog_and_array_form():
     m = model_preset("llama3-70b")
     g = get_gpu("GB300")
     b = np.array([1.0, 2.0])
-    arr = compute.attention_time_fwd(m, b, np.array([4, 8]), 1, True, g)
+    arr = attention_time.attention_time_fwd(m, b, np.array([4, 8]), 1, True, g)
     for i in range(2):
-        one = compute.attention_time_fwd(m, float(b[i]), (4, 8)[i], 1, True, g)
+        one = attention_time.attention_time_fwd(m, float(b[i]), (4, 8)[i], 1, True, g)
         assert float(arr[0][i]) == float(one[0]) and float(arr[1][i]) == float(one[1])
     # faster than GB200 (same bf16 peak and efficiency) in both passes
-    f3, b3 = compute.attention_time_fwd(m, 1, 4, 1, True, g)
-    f2, b2 = compute.attention_time_fwd(m, 1, 4, 1, True, get_gpu("GB200"))
+    f3, b3 = attention_time.attention_time_fwd(m, 1, 4, 1, True, g)
+    f2, b2 = attention_time.attention_time_fwd(m, 1, 4, 1, True, get_gpu("GB200"))
     assert float(f3) < float(f2) and float(b3) < float(b2)
 
 
@@ -117,7 +118,7 @@ def test_pairs_experiment_model_ratio_is_the_closed_form():
         per_flop = 1 / (g.peak("bf16") * g.attention_efficiency)   # catalog s per FLOP
         share = dx / (2 * (dq + dv)) / per_flop
         assert mod.model_ratio(dq, dv, False) == pytest.approx(
-            1 / (1 - compute.EXP_EXPOSED_FWD * share), rel=1e-12)
-        bwd = compute.FLASH_BWD_FACTOR / compute.FLASH_BWD_EFFICIENCY
+            1 / (1 - attention_time.EXP_EXPOSED_FWD * share), rel=1e-12)
+        bwd = attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY
         assert mod.model_ratio(dq, dv, True) == pytest.approx(
-            1 / (1 - compute.EXP_EXPOSED_BWD * share / bwd), rel=1e-12)
+            1 / (1 - attention_time.EXP_EXPOSED_BWD * share / bwd), rel=1e-12)

@@ -14,10 +14,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost import counts
-from strategies.cost.compute import (accum_shard, embedding_time_bwd, layer_time,
-                                     lm_head_time_split, sharded_grad_pass_bytes,
-                                     sharded_grad_pass_time, usable_hbm)
+from strategies.cost import param_counts
+from strategies.cost.embedding_head_time import embedding_time_bwd, lm_head_time_split
+from strategies.cost.grad_time import accum_shard, sharded_grad_pass_bytes, sharded_grad_pass_time
+from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.layer_time import layer_time
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
@@ -77,7 +78,7 @@ def test_layer_backward_adds_the_passes(fw, rc):
     kw = dict(b=2, tp=1, cp=1, ep=1, sp=False, flash=True, recompute=rc, gpu=H100,
               dtype="bf16", shard=8.0)
     a, z = layer_time(LLAMA, fw=fw, **kw), layer_time(LLAMA, fw=none, **kw)
-    extra = counts.layer_params_per_gpu(LLAMA, 1, 1, None) * sharded_grad_pass_bytes(
+    extra = param_counts.layer_params_per_gpu(LLAMA, 1, 1, None) * sharded_grad_pass_bytes(
         fw, "bf16") / usable_hbm(H100, DEFAULT_SYSTEM)
     assert extra > 0
     assert a.bwd - z.bwd == pytest.approx(extra, rel=1e-9)
@@ -115,8 +116,8 @@ def test_mosaic_step_grows_by_the_closed_form():
     base = replace(job, framework=replace(job.framework, sharded_grad_passes=(),
                                           sharded_grad_sources=()))
     head = 0.0 if m.tie_word_embeddings else m.vocab_size * m.hidden_size
-    weights = m.num_layers * counts.layer_params_per_gpu(m, 1, 1, None) \
-        + counts.embedding_params_per_gpu(m, 1) + head
+    weights = m.num_layers * param_counts.layer_params_per_gpu(m, 1, 1, None) \
+        + param_counts.embedding_params_per_gpu(m, 1) + head
     want = job.num_microbatches * weights * 18.0 / usable_hbm(gpu, job.system)
     got = estimate(job).step_time_s - estimate(base).step_time_s
     assert got == pytest.approx(want, rel=1e-9)

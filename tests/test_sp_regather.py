@@ -14,8 +14,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import gemm_shapes, gemm_time, hbm_rate, overlap_clock
 from strategies.cost.stage import sp_regather_exposed, sp_regather_pieces, stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.stacks.megatron import MEGATRON_CORE
@@ -45,12 +44,13 @@ def test_closed_form_of_one_layer(dtype: str, factor: float) -> None:
     T, h = 8192, m.hidden_size
     assert c.rg_bytes == pytest.approx(factor * T * h * 2, rel=1e-15)
     # the dgrad seconds are the layer's own GEMM prices (gemm_units), read back here
-    parts = counts.layer_gemm_parts(m, 1, 8, 1, 1)
-    units = ct.gemm_units([g for _, g in parts], 8, job.cluster.gpu, dtype, False,
-                          MEGATRON_CORE, shares=ct.fixed_shares(parts, m, 1, MEGATRON_CORE))
+    parts = gemm_shapes.layer_gemm_parts(m, 1, 8, 1, 1)
+    units = gemm_time.gemm_units([g for _, g in parts], 8, job.cluster.gpu, dtype, False,
+                                 MEGATRON_CORE,
+                                 shares=gemm_time.fixed_shares(parts, m, 1, MEGATRON_CORE))
     qkv = [u for (p, g), u in zip(parts, units) if p == "attn" and g[4] is False][0]
     fc1 = [u for (p, g), u in zip(parts, units) if p == "dense_mlp" and g[4] is False][0]
-    slow = float(ct.overlap_slowdown(8, False, 1, 0))
+    slow = float(overlap_clock.overlap_slowdown(8, False, 1, 0))
     assert parts[0][1][2] == (m.num_attention_heads + 2 * m.kv_heads) * m.head_dim / 8
     assert c.rg_attn == pytest.approx(slow * qkv[3], rel=1e-15)
     assert (c.rg_dense_n, c.rg_shared_n) == (1.0, 0.0)
@@ -129,7 +129,7 @@ def test_moe_layers_regather_attention_and_shared_experts_only() -> None:
     pieces = sp_regather_pieces(c)
     assert [s for s, _, _ in pieces] == [1.0, 0.0, 0.0]
     m = model_preset("deepseek-v3")
-    dk = counts.layer_gemm_parts(m, 1, 2, 1, 8)
+    dk = gemm_shapes.layer_gemm_parts(m, 1, 2, 1, 8)
     assert any(p == "shared_mlp" for p, _ in dk)
     m4 = replace(m, num_layers=4, first_k_dense_replace=1, num_nextn_predict_layers=0)
     d = stage_costs(make_job(m4, cluster_preset("dgx-h100", 2),
@@ -193,7 +193,7 @@ def test_a_measured_profile_moves_estimate_and_simulation_alike() -> None:
     from simulator.calibrate import CalibrationSpec, FakeBackend, calibrate
     from strategies.stacks.profile import LAUNCH_GAP_S
     m = replace(model_preset("llama3-8b"), num_layers=4)
-    fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=ct.HBM_EFFICIENCY,
+    fake = FakeBackend(gemm_scale=1.0, attention_scale=1.0, hbm_fraction=hbm_rate.HBM_EFFICIENCY,
                        launch_gap=LAUNCH_GAP_S, count=8, bus_bandwidth=360e9)
     spec = CalibrationSpec(models=(m,), tps=(1,), mbs=(1,), seqs=(4096,), dtypes=("bf16",))
     base = cluster_preset("dgx-h100", 1)

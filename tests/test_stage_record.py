@@ -264,8 +264,7 @@ def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
     plans, 0 < W < backward; the layer's W is exactly its weight-gradient GEMMs (times the
     clock factor) plus the separate accumulation, and the backward's GEMMs are exactly the
     data- plus weight-gradient GEMMs that ``gemm_time_bwd`` sums."""
-    from strategies.cost import compute as ct
-    from strategies.cost import counts
+    from strategies.cost import gemm_time, grad_time, overlap_clock, param_counts, token_counts
     for job in random_jobs(name, cluster, nodes, gbs, seed=7):
         c, p = stage_costs(job), job.plan
         assert 0 < c.layer_wgrad < c.layer_bwd
@@ -273,18 +272,19 @@ def test_weight_gradient_part_of_the_backward(name, cluster, nodes, gbs):
         assert c.embedding_wgrad == c.embedding_bwd
         gpu, fw, sy = job.cluster.gpu, job.framework, job.system
         args = (job.model, p.mbs, p.tp, p.cp, p.ep, gpu, job.dtype, p.tp_comm_overlap, fw, sy)
-        both, w = ct.gemm_time_bwd_split(*args, etp=p.expert_tp)
+        both, w = gemm_time.gemm_time_bwd_split(*args, etp=p.expert_tp)
         assert 0 < w < both
         if p.expert_tp == p.tp:     # gemm_time_bwd: the experts split as the dense layers
-            assert both == ct.gemm_time_bwd(*args)
-        # the record prices the hottest expert-parallel rank's routed tokens (counts.moe_load)
-        load = counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
-                               p.cp, p.expert_tp)
+            assert both == gemm_time.gemm_time_bwd(*args)
+        # the record prices the hottest expert-parallel rank's routed tokens (token_counts.moe_load)
+        load = token_counts.moe_load(p.ep, p.imbalance, p.capacity_factor, job.model, p.mbs, p.tp,
+                                     p.cp, p.expert_tp)
         # (at the stack's SP shapes of the GEMMs tensor parallelism leaves whole, §5.99)
-        w = ct.gemm_time_bwd_split(*args, p.expert_tp, load, sp=p.sp)[1]
-        slow = float(ct.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero,
-                                         ct.dp_overlaps_whole_step(p.dp, job.num_microbatches,
-                                                                   p.overlap_grad_reduce)))
-        acc = ct.grad_accum_time(counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
-                                 / float(ct.accum_shard(p.dp, p.zero)), gpu, job.dtype, fw, sy)
+        w = gemm_time.gemm_time_bwd_split(*args, p.expert_tp, load, sp=p.sp)[1]
+        whole = overlap_clock.dp_overlaps_whole_step(p.dp, job.num_microbatches,
+                                                     p.overlap_grad_reduce)
+        slow = float(overlap_clock.overlap_slowdown(p.tp, p.tp_comm_overlap, p.cp, p.zero, whole))
+        layer_w = param_counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
+        acc = grad_time.grad_accum_time(layer_w / float(grad_time.accum_shard(p.dp, p.zero)), gpu,
+                                        job.dtype, fw, sy)
         assert c.layer_wgrad == pytest.approx(slow * w + acc, rel=1e-12)

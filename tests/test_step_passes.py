@@ -10,7 +10,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost.compute import usable_hbm
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage import stage_costs
 from strategies.cost.step import buffer_pass_bytes, shard_pass_bytes, step_pass_time
 from strategies.cost.system import DEFAULT_SYSTEM

@@ -1,7 +1,7 @@
 """A tied LM head on a V (ZB-V, DualPipeV: rank 0 holds the first and the last chunk) and on
 DualPipe's end ranks is the embedding's own tensor: the head adds only the final norm there,
 in the parameter count, the stage record, memory (scalar and arrays) and the simulator's
-gradient buckets, and no tied all-reduce crosses stages (strategies.cost.counts.
+gradient buckets, and no tied all-reduce crosses stages (strategies.cost.param_counts.
 head_params_per_gpu, strategies.cost.step.tied_grad_bytes)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.stage import stage_costs
 from strategies.job import make_job
 from strategies.memory.arrays import peak_memory_arrays
@@ -46,8 +46,8 @@ def test_v_rank0_holds_one_word_embedding(schedule, vpp):
     job = _job(TIED, schedule, vpp)
     c = stage_costs(job)
     layers = TIED.num_layers // 4
-    want = (layers * counts.layer_params_per_gpu(TIED, TP, 1)
-            + counts.embedding_params_per_gpu(TIED, TP) + TIED.norm_params() / TP)
+    want = (layers * param_counts.layer_params_per_gpu(TIED, TP, 1)
+            + param_counts.embedding_params_per_gpu(TIED, TP) + TIED.norm_params() / TP)
     assert c.params_by_stage[0] == pytest.approx(want, rel=1e-12)
     assert c.head_params == pytest.approx(TIED.norm_params() / TP, rel=1e-12)
     u = stage_costs(_job(UNTIED, schedule, vpp))

@@ -1,7 +1,8 @@
 """torchtitan under torch.compile (``--framework torchtitan-compile``, docs/calibration.md
-§5.69): the compiled block's memory-bound kernels (``counts.compiled_elementwise_bytes_fwd``),
-the switch refused for stacks without one, the eager profile unchanged, the reader's rows
-that state compile, and the exporter's ``[compile] enable``."""
+§5.69): the compiled block's memory-bound kernels
+(``elementwise_bytes.compiled_elementwise_bytes_fwd``), the switch refused for stacks without one,
+the eager profile unchanged, the reader's rows that state compile, and the exporter's ``[compile]
+enable``."""
 from __future__ import annotations
 
 import dataclasses
@@ -12,8 +13,9 @@ import numpy as np
 import pytest
 
 from simulator.cli.main import main
-from strategies.cost import counts
-from strategies.cost.compute import layer_time, usable_hbm
+from strategies.cost import elementwise_bytes
+from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.layer_time import layer_time
 from strategies.errors import SpecError
 from strategies.framework import PROFILES, get_profile
 from strategies.stacks.pytorch import TORCHTITAN
@@ -33,26 +35,26 @@ def test_llama8b_compiled_bytes_closed_form():
     into repeat_kv's copy and v's copy, each read 8·128 and write 32·128 at 2 B, 4·40·128 =
     20480; SwiGLU 6·14336 = 86016: 196608 bytes, against eager's 610304."""
     T = 8192
-    assert counts.compiled_elementwise_bytes_fwd(L8, 1, 1, 1, False) == 196608 * T
-    assert counts.elementwise_bytes_fwd(L8, 1, 1, 1, False, "compiled") == 196608 * T
+    assert elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 1, 1, 1, False) == 196608 * T
+    assert elementwise_bytes.elementwise_bytes_fwd(L8, 1, 1, 1, False, "compiled") == 196608 * T
     # tp 2 with sequence parallelism: every part split by 2
-    assert counts.compiled_elementwise_bytes_fwd(L8, 1, 2, 1, True) == 196608 * T / 2
+    assert elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 1, 2, 1, True) == 196608 * T / 2
     # without sp the h part is replicated on each TP rank
-    assert counts.compiled_elementwise_bytes_fwd(L8, 1, 2, 1, False) == \
+    assert elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 1, 2, 1, False) == \
         73728 * T + (196608 - 73728) * T / 2
     # multi-head attention (g = a): no repeat, rotary on q and k, read and write
     mha = replace(L8, num_query_groups=None)
-    assert counts.compiled_elementwise_bytes_fwd(mha, 1, 1, 1, False) == \
+    assert elementwise_bytes.compiled_elementwise_bytes_fwd(mha, 1, 1, 1, False) == \
         (73728 + 4 * 64 * 128 + 86016) * T
 
 
 def test_compiled_bytes_broadcast_over_arrays():
     tp = np.array([1, 2, 4, 8])
     sp = np.array([False, True, False, True])
-    arr = counts.compiled_elementwise_bytes_fwd(L8, 2, tp, 1, sp)
+    arr = elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 2, tp, 1, sp)
     for i in range(4):
-        assert arr[i] == counts.compiled_elementwise_bytes_fwd(L8, 2, int(tp[i]), 1,
-                                                               bool(sp[i]))
+        assert arr[i] == elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 2, int(tp[i]), 1,
+                                                                          bool(sp[i]))
 
 
 def test_layer_time_reads_the_compiled_count():
@@ -63,8 +65,9 @@ def test_layer_time_reads_the_compiled_count():
     kw = dict(b=2, tp=1, cp=1, ep=1, sp=False, flash=True, gpu=gpu, dtype="bf16", recompute=0)
     eager = layer_time(L8, fw=TORCHTITAN, **kw)
     comp = layer_time(L8, fw=TORCHTITAN_COMPILE, **kw)
-    less = (counts.eager_elementwise_bytes_fwd(L8, 2, 1, 1, False)
-            - counts.compiled_elementwise_bytes_fwd(L8, 2, 1, 1, False)) / usable_hbm(gpu)
+    less = (elementwise_bytes.eager_elementwise_bytes_fwd(L8, 2, 1, 1, False)
+            - elementwise_bytes.compiled_elementwise_bytes_fwd(L8, 2, 1, 1, False)) \
+        / usable_hbm(gpu)
     gaps = (TORCHTITAN.kernels_per_layer - COMPILED_KERNELS_PER_LAYER) * TORCHTITAN.launch_gap_s
     assert eager.fwd - comp.fwd == pytest.approx(less + gaps, rel=1e-9)
     assert eager.bwd - comp.bwd == pytest.approx(2 * less + 2 * gaps, rel=1e-9)

@@ -9,9 +9,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost import counts
+from strategies.cost import comm_bytes
 from strategies.cost import ring_attention as ring
-from strategies.cost.compute import attention_time_fwd
+from strategies.cost.attention_time import attention_time_fwd
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
 from strategies.stacks.megatron import MEGATRON_CORE
@@ -61,8 +61,8 @@ def test_merge_and_accum_bytes_closed_form():
 def test_kv_heads_sent():
     """torchtitan repeats K/V to every query head before SDPA: a/g = 16 times the bytes of a
     GQA-aware ring for Llama 3.1 405B (128 heads, 8 KV heads)."""
-    kv = counts.cp_comm_bytes_fwd(LLAMA405, 1, 8, 4, "kv")
-    q = counts.cp_comm_bytes_fwd(LLAMA405, 1, 8, 4, "query")
+    kv = comm_bytes.cp_comm_bytes_fwd(LLAMA405, 1, 8, 4, "kv")
+    q = comm_bytes.cp_comm_bytes_fwd(LLAMA405, 1, 8, 4, "query")
     assert q == 16 * kv
     assert TORCHTITAN.cp_kv_heads == "query" and MEGATRON_CORE.cp_kv_heads == "kv"
 

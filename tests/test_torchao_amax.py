@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import amax, quantise
-from strategies.cost import compute as ct
+from strategies.cost import hbm_rate
 from strategies.cost import comm as cm
 from strategies.estimate import estimate
 from strategies.stacks.megatron import MEGATRON_CORE, NEMO
@@ -59,7 +59,7 @@ def test_closed_form_of_the_step(rc: str) -> None:
     t = float(cm.small_allreduce_time(4.0, 8, 1, on.cluster))
     gpu = on.cluster.gpu
     x = quantise.gathered_transpose_bytes(on.model, mbs, 8, 1, 1, gpu, "fp8-current") \
-        / ct.usable_hbm(gpu)
+        / hbm_rate.usable_hbm(gpu)
     r = 0 if rc == "none" else 4
     got = estimate(on).step_time_s - estimate(off).step_time_s
     assert got == pytest.approx(mb * LAYERS * ((11 + r) * t + x), rel=1e-9)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import compute as ct
+from strategies.cost import elementwise_time, hbm_rate
 from strategies.cost import quantise
 from strategies.estimate import estimate
 from strategies.stacks.megatron import MEGATRON_CORE
@@ -61,15 +61,15 @@ def test_closed_form_bytes() -> None:
 def test_cast_time_reads_the_profile() -> None:
     """Only a stack with torchao's float8 TP styles pays it, in the backward only."""
     m, gpu = model_preset("llama3-8b"), get_gpu("H100")
-    on = ct.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current", fw=TORCHTITAN_COMPILE)
-    off = ct.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current",
-                       fw=replace(TORCHTITAN_COMPILE, torchao_float8_tp=False))
+    on = elementwise_time.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current", fw=TORCHTITAN_COMPILE)
+    off = elementwise_time.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current",
+                                     fw=replace(TORCHTITAN_COMPILE, torchao_float8_tp=False))
     extra = quantise.gathered_transpose_bytes(m, 2, 8, 1, 1, gpu, "fp8-current") \
-        / ct.usable_hbm(gpu)
+        / hbm_rate.usable_hbm(gpu)
     assert on[0] == off[0] and on[1] == pytest.approx(off[1] + extra, rel=1e-12)
-    assert ct.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current", fw=MEGATRON_CORE) == \
-        ct.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current",
-                     fw=replace(MEGATRON_CORE, torchao_float8_tp=False))
+    assert elementwise_time.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current", fw=MEGATRON_CORE) == \
+        elementwise_time.cast_time(m, 2, 8, 1, 1, gpu, "fp8-current",
+                                   fw=replace(MEGATRON_CORE, torchao_float8_tp=False))
 
 
 @pytest.mark.parametrize("rc", ["none", "op", "full"])
@@ -81,7 +81,7 @@ def test_closed_form_of_the_step(rc: str, monkeypatch) -> None:
                          monkeypatch)
     gpu = job.cluster.gpu
     t = quantise.gathered_transpose_bytes(job.model, mbs, 8, 1, 1, gpu, "fp8-current") \
-        / ct.usable_hbm(gpu)
+        / hbm_rate.usable_hbm(gpu)
     assert on - off == pytest.approx(mb * LAYERS * t, rel=1e-9)
 
 

@@ -13,7 +13,7 @@ import pytest
 from simulator.program.compiler import compile_job
 from simulator.simulate import simulate
 from simulator.studies.validate import load_cases
-from strategies.cost import compute as ct
+from strategies.cost import grad_time, hbm_rate
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.cost.system import DEFAULT_SYSTEM
 from strategies.estimate.lower_bound import step_time_lower_bound
@@ -69,8 +69,8 @@ def test_pipelined_torchtitan_reduces_once():
     assert e1.breakdown_s["dp_comm"] == pytest.approx(e0.breakdown_s["dp_comm"], **EXACT)
     assert e1.breakdown_s["dp_comm"] > 0
     sc, s0 = stage_costs(once), stage_costs(z1)
-    hbm = ct.usable_hbm(once.cluster.gpu, DEFAULT_SYSTEM)
-    assert ct.sharded_grad_pass_bytes(once.framework, once.dtype) == 6.0
+    hbm = hbm_rate.usable_hbm(once.cluster.gpu, DEFAULT_SYSTEM)
+    assert grad_time.sharded_grad_pass_bytes(once.framework, once.dtype) == 6.0
     closed = [n * 6.0 / hbm for n in sc.params_by_stage]
     assert min(closed) > 0
     for a, b, c in zip(sc.passes_by_stage, s0.passes_by_stage, closed):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
+from strategies.cost import hbm_rate
 from strategies.cost import tp_ends
 from strategies.errors import SpecError
 from strategies.estimate import estimate
@@ -49,7 +49,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
                     fw, dtype)
     m, cl = on.model, on.cluster
     x = 2 * mbs * m.seq_length * m.hidden_size
-    c = 2 * x / ct.usable_hbm(cl.gpu)
+    c = 2 * x / hbm_rate.usable_hbm(cl.gpu)
     rs = float(cm.collective_time("reduce_scatter", x, 8, 1, cl))
     ag = float(cm.collective_time("allgather", x, 8, 1, cl))
     loss = 3 * float(cm.small_allreduce_time(4.0 * mbs * m.seq_length, 8, 1, cl))

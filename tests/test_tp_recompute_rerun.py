@@ -9,7 +9,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.cost import counts
+from strategies.cost import comm_bytes
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import stage_costs
 from strategies.estimate import estimate
@@ -69,7 +69,7 @@ def test_closed_form_of_the_step(monkeypatch, fw, dtype: str, rc: str) -> None:
     old = estimate(job).step_time_s
     g = 0.5 if dtype.startswith("fp8") else 1.0
     dn = 2 * (1 - g / (1 + g)) if rc == "op" else 1 / (1 + g)
-    x = counts.tp_comm_bytes_fwd(job.model, mbs, 1) * (1 + g) / 2
+    x = comm_bytes.tp_comm_bytes_fwd(job.model, mbs, 1) * (1 + g) / 2
     t_ar = float(cm.collective_time("allreduce", x, 8, 1, job.cluster))
     assert old - new == pytest.approx(mb * LAYERS * dn * t_ar, rel=1e-9)
     assert old - new > 0

@@ -1,14 +1,14 @@
 """torchtitan's sequence-dim TP collectives (docs/calibration.md §5.80): its ``Shard(1)`` plan
 gathers and scatters ``[b, s, h]`` along dim 1, so PyTorch's functional collectives copy the
 whole tensor once per all-gather (after it) and per reduce-scatter (before it) on the compute
-stream (``compute.tp_layout_copy_time``, ``FrameworkProfile.tp_seq_dim_copies``)."""
+stream (``elementwise_time.tp_layout_copy_time``, ``FrameworkProfile.tp_seq_dim_copies``)."""
 from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import compute as ct
+from strategies.cost import elementwise_time, hbm_rate
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.stacks.deepspeed import MEGATRON_DEEPSPEED
@@ -58,7 +58,7 @@ def test_closed_form_of_the_step(fw, dtype: str, rc: str) -> None:
     on, off = _pair(f"tp=8,pp=1,mbs={mbs},gbs={mbs * mb},sp=true,zero=0,recompute={rc}",
                     fw, dtype)
     m = on.model
-    c = 2 * 2 * mbs * m.seq_length * m.hidden_size / ct.usable_hbm(on.cluster.gpu)
+    c = 2 * 2 * mbs * m.seq_length * m.hidden_size / hbm_rate.usable_hbm(on.cluster.gpu)
     g = 0.5 if dtype.startswith("fp8") else 1.0
     f = 2 * (g + 1)
     b = 2 * g if fw.elementwise_kernels == "compiled" else 2 * (g + 1)
@@ -96,6 +96,6 @@ def test_no_copies_where_no_sequence_dim_collective(spec: str) -> None:
 def test_copy_time_is_zero_on_other_stacks() -> None:
     job = tp_job("tp=8,pp=1,mbs=2,gbs=4,sp=true,zero=0", layers=LAYERS)
     for fw in (MEGATRON_CORE, NEMO, PYTORCH_EAGER):
-        out = ct.tp_layout_copy_time(job.model, 2, 8, 1, True, False, 2.0, job.cluster.gpu,
-                                     "bf16", fw)
+        out = elementwise_time.tp_layout_copy_time(job.model, 2, 8, 1, True, False, 2.0,
+                                                   job.cluster.gpu, "bf16", fw)
         assert all(float(np.asarray(v)) == 0.0 for v in out)

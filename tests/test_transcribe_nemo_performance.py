@@ -119,17 +119,17 @@ def test_residuals_hide_only_the_pipeline_exchanges():
 
 
 def test_knee_what_if_is_scoped_and_keeps_the_pivot_rate():
-    """The residuals script's knee what-if scales ``compute.k_knee`` only inside its block,
+    """The residuals script's knee what-if scales ``gemm_kernel.k_knee`` only inside its block,
     and a factor of 1 gives the model's own errors."""
-    import strategies.cost.compute as compute
+    from strategies.cost import gemm_kernel
     from experiments.nemo_performance_residuals import knee_scaled, knee_what_if, residuals
     from topologies.gpus import get_gpu
 
     g = get_gpu("H100-SXM5-80GB")
-    k0 = compute.k_knee(g, "fp8")
+    k0 = gemm_kernel.k_knee(g, "fp8")
     with knee_scaled(3.0):
-        assert compute.k_knee(g, "fp8") == pytest.approx(3 * k0, rel=1e-15)
-    assert compute.k_knee(g, "fp8") == k0
+        assert gemm_kernel.k_knee(g, "fp8") == pytest.approx(3 * k0, rel=1e-15)
+    assert gemm_kernel.k_knee(g, "fp8") == k0
     base = {r["id"]: r["error_pct"] for r in residuals(DATA)}
     same = knee_what_if(DATA, 1.0)
     assert same.keys() == base.keys()

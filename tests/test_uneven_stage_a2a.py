@@ -66,9 +66,9 @@ def test_dgxc_deepseek_h100_estimate_meets_its_simulation(rid):
 def test_all_moe_layers_with_mtp_on_uneven_stages():
     """No dense first layer, one MTP module, uneven 1F1B stages: the stages' parameters read
     the mean layer's expert part beside the MTP record (this raised AttributeError before), the
-    middle ranks' equal the closed form of ``counts.stage_params_split``, and the estimate
+    middle ranks' equal the closed form of ``param_counts.stage_params_split``, and the estimate
     meets the contention-free simulation within 1 %."""
-    from strategies.cost import counts
+    from strategies.cost import param_counts
     from strategies.cost.stage import stage_costs, stage_params_split
     model = replace(model_preset("deepseek-v3"), name="ds-small", num_layers=16,
                     first_k_dense_replace=0, vocab_size=32000, seq_length=512)
@@ -77,8 +77,8 @@ def test_all_moe_layers_with_mtp_on_uneven_stages():
     job = make_job(model, cluster_preset("dgx-h100", 2), plan)
     c = stage_costs(job)
     for st in (0, 1, 2):             # no MTP module on these ranks
-        want = counts.stage_params_split(job.model, 1, 4, 4, st,
-                                         layers=job.layers_of_stage(st), head_stage=3)
+        want = param_counts.stage_params_split(job.model, 1, 4, 4, st,
+                                               layers=job.layers_of_stage(st), head_stage=3)
         assert stage_params_split(job, c, st) == (float(want[0]), float(want[1]))
     err = estimate(job).step_time_s / simulate(job, network="contention-free").step_time_s - 1
     assert abs(err) <= 0.01, err

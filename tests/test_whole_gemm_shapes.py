@@ -3,7 +3,7 @@ shared-expert gate) at the shapes the stack runs them under sequence parallelism
 (docs/calibration.md §5.99): Megatron-Core hands them the rank's sequence shard (``T/tp``
 rows; the column-parallel down projections of core 0.12-0.13 ``T`` rows at ``w/tp``),
 torchtitan gathers the input first (``T`` rows, full width). One rule
-(``counts.whole_gemm_split``, ``FrameworkProfile.sp_shard_whole_gemms``) the layer times read,
+(``gemm_shapes.whole_gemm_split``, ``FrameworkProfile.sp_shard_whole_gemms``) the layer times read,
 so the estimate and the simulator move together."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from simulator.simulate import simulate
-from strategies.cost import compute, counts
+from strategies.cost import gemm_shapes, gemm_time
 from strategies.cost.stage import stage_costs
 from strategies.estimate.scalar import estimate
 from strategies.framework import get_profile
@@ -46,20 +46,20 @@ def test_split_closed_form(tp: int, sp: bool) -> None:
     column-parallel with tp > 1, else 1; vectorised over plans bit for bit."""
     for shard in (True, False):
         for col in (True, False):
-            rows, cols = counts.whole_gemm_split(tp, sp, shard, col)
+            rows, cols = gemm_shapes.whole_gemm_split(tp, sp, shard, col)
             assert rows == (tp if shard and sp and tp > 1 else 1.0)
             assert cols == (tp if col and tp > 1 else 1.0)
     tps, sps = np.array([1, 2, 4, 8, 2]), np.array([True, True, False, True, False])
-    r, c = counts.whole_gemm_split(tps, sps, True, True)
+    r, c = gemm_shapes.whole_gemm_split(tps, sps, True, True)
     for k in range(len(tps)):
-        assert (r[k], c[k]) == counts.whole_gemm_split(int(tps[k]), bool(sps[k]), True, True)
+        assert (r[k], c[k]) == gemm_shapes.whole_gemm_split(int(tps[k]), bool(sps[k]), True, True)
 
 
 def _rep_and_router(job, fw) -> tuple[list, list]:
     """(the down projections' shapes, the router's) of ``job``'s MoE layer on stack ``fw``."""
     m, p = job.model, job.plan
-    parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0,
-                                    compute.whole_split(p.tp, p.sp, fw))
+    parts = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, "moe", p.expert_tp, 1.0,
+                                         gemm_time.whole_split(p.tp, p.sp, fw))
     splits = [s for _, _, _, s in m.attention_linears()]
     down = [g[1:4] for i, (_, g) in enumerate(parts) if i < len(splits) and splits[i] == "rep"]
     router = [g[1:4] for _, g in parts if g[4] is None]
@@ -84,9 +84,9 @@ def test_shapes_per_stack(tp: int) -> None:
     assert _rep_and_router(no_sp, COL) == ([(T, 1536 / tp, H), (T, 576 / tp, H)], [(T, E, H)])
     # the default argument is the old whole shape, every other GEMM untouched
     m, p = sp_job.model, sp_job.plan
-    old = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp)
-    new = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
-                                  whole=compute.whole_split(p.tp, p.sp, MEGATRON_CORE))
+    old = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp)
+    new = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
+                                       whole=gemm_time.whole_split(p.tp, p.sp, MEGATRON_CORE))
     splits = [s for _, _, _, s in m.attention_linears()]
     moved = [i for i, ((_, a), (_, b)) in enumerate(zip(old, new)) if a != b]
     assert moved == [i for i, s in enumerate(splits) if s == "rep"] + \
@@ -101,12 +101,12 @@ def _gemm_delta(job, fw_on, fw_off) -> tuple[float, float]:
     out = []
     for fw in (fw_on, fw_off):
         # (the routed experts' load moves no GEMM that changes: 1)
-        parts = counts.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp, 1.0,
-                                        compute.whole_split(p.tp, p.sp, fw))
-        units = compute.gemm_units([g for _, g in parts], p.tp, cl.gpu, "bf16", False, fw,
-                                   job.system, shares=compute.fixed_shares(parts, m, p.ep, fw))
+        parts = gemm_shapes.layer_gemm_parts(m, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp, 1.0,
+                                             gemm_time.whole_split(p.tp, p.sp, fw))
+        units = gemm_time.gemm_units([g for _, g in parts], p.tp, cl.gpu, "bf16", False, fw,
+                                     job.system, shares=gemm_time.fixed_shares(parts, m, p.ep, fw))
         n = [g[0] for _, g in parts]
-        out.append((compute.units_time_fwd(n, units), compute.units_time_bwd(n, units)[0]))
+        out.append((gemm_time.units_time_fwd(n, units), gemm_time.units_time_bwd(n, units)[0]))
     return out[0][0] - out[1][0], out[0][1] - out[1][1]
 
 
@@ -174,11 +174,11 @@ def test_down_reductions_beside_their_wgrad(on_a100: bool, sp: bool) -> None:
     if on_a100:
         col, rep = _a100(col), _a100(rep)
     c, p = stage_costs(col), col.plan
-    parts = counts.layer_gemm_parts(col.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
-                                    1.0, compute.whole_split(p.tp, p.sp, COL))
-    units = compute.gemm_units([g for _, g in parts], p.tp, col.cluster.gpu, "bf16", False,
-                               COL, col.system,
-                               shares=compute.fixed_shares(parts, col.model, p.ep, COL))
+    parts = gemm_shapes.layer_gemm_parts(col.model, p.mbs, p.tp, p.cp, p.ep, None, p.expert_tp,
+                                         1.0, gemm_time.whole_split(p.tp, p.sp, COL))
+    units = gemm_time.gemm_units([g for _, g in parts], p.tp, col.cluster.gpu, "bf16", False,
+                                 COL, col.system,
+                                 shares=gemm_time.fixed_shares(parts, col.model, p.ep, COL))
     slow = _arrays(col)[0]
     assert [g[1:4] for _, g in parts[:4:2]] == [(T, 768, H), (T, 288, H)]
     assert (c.rd_down_q, c.rd_down_kv) == pytest.approx(

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from strategies.cost.compute import usable_hbm
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.cost.step import stage_pass_time
 from strategies.cost.system import DEFAULT_SYSTEM

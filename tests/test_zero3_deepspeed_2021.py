@@ -7,7 +7,7 @@ import pytest
 from experiments.zero3_deepspeed_2021 import (PERSISTENCE_THRESHOLD, REDUCE_BUCKET, _gathers,
                                               grad_buckets, z3_traffic)
 from simulator.studies.validate import load_cases
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.estimate.scalar import estimate
 
 
@@ -31,10 +31,11 @@ def test_buckets_keep_every_gradient_once(rows):
     for c in rows:
         m = c.job.model
         b = grad_buckets(m)
-        total = counts.zero3_tensor_gathers(m, 1, 1, 1, True, 1e9)["rs_params"]
+        total = param_counts.zero3_tensor_gathers(m, 1, 1, 1, True, 1e9)["rs_params"]
         assert sum(b) == pytest.approx(float(total), rel=1e-12)
         # a bucket passes the limit only when it is one tensor larger than the limit
-        biggest = max(counts.layer_param_tensors(m) + (counts.embedding_params_per_gpu(m, 1),))
+        biggest = max(param_counts.layer_param_tensors(m)
+                      + (param_counts.embedding_params_per_gpu(m, 1),))
         assert max(b) <= max(REDUCE_BUCKET, biggest)
 
 
@@ -54,8 +55,8 @@ def test_buckets_are_a_small_closed_form(monkeypatch):
         norm = "rmsnorm"
         num_layers = 1
         tie_word_embeddings = True
-    monkeypatch.setattr(counts, "layer_param_tensors", lambda m: (3e8, 3e8, 3e8))
-    monkeypatch.setattr(counts, "embedding_params_per_gpu", lambda m, tp: 1.0)
+    monkeypatch.setattr(param_counts, "layer_param_tensors", lambda m: (3e8, 3e8, 3e8))
+    monkeypatch.setattr(param_counts, "embedding_params_per_gpu", lambda m, tp: 1.0)
     assert grad_buckets(M()) == [3e8 + 1.0, 3e8, 3e8 + 1.0]
 
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from strategies.collectives import ring
-from strategies.cost import comm, counts
+from strategies.cost import comm, param_counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.framework import get_profile
@@ -19,16 +19,16 @@ from topologies.cluster import cluster_preset
 @pytest.mark.parametrize("name", ["gpt-1.7b", "llama2-7b", "gpt3-175b"])
 def test_layer_tensors_sum_to_the_layer(name):
     m = model_preset(name)
-    assert sum(counts.layer_param_tensors(m)) == m.layer_params()
+    assert sum(param_counts.layer_param_tensors(m)) == m.layer_params()
 
 
 def test_no_reuse_gathers_every_tensor_at_every_use():
     m = model_preset("gpt-1.7b")
-    T, L = len(counts.layer_param_tensors(m)), m.num_layers
+    T, L = len(param_counts.layer_param_tensors(m)), m.num_layers
     emb_n = 2 if m.position_embedding == "learned" else 1
     norm_n = 2 if m.norm == "layernorm" else 1
     for rc, passes in ((True, 2), (False, 1)):
-        z = counts.zero3_tensor_gathers(m, 1, 1, 1, rc, 0.0)
+        z = param_counts.zero3_tensor_gathers(m, 1, 1, 1, rc, 0.0)
         assert z["fwd_n"] == L * T + emb_n + norm_n + 1
         assert z["bwd_n"] == passes * L * T + emb_n
         assert z["bwd_params"] == pytest.approx(passes * L * m.layer_params()
@@ -39,10 +39,10 @@ def test_no_reuse_gathers_every_tensor_at_every_use():
 def test_reuse_distance_keeps_small_models_gathered():
     """With the default 1e9 parameters a 1.7B model keeps most tensors between their forward
     and backward uses; a 175B one gathers almost all again."""
-    small = counts.zero3_tensor_gathers(model_preset("gpt-1.7b"), 1, 1, 1, True, 1e9)
+    small = param_counts.zero3_tensor_gathers(model_preset("gpt-1.7b"), 1, 1, 1, True, 1e9)
     big_m = model_preset("gpt3-175b")
-    big = counts.zero3_tensor_gathers(big_m, 1, 1, 1, True, 1e9)
-    T = len(counts.layer_param_tensors(big_m))
+    big = param_counts.zero3_tensor_gathers(big_m, 1, 1, 1, True, 1e9)
+    T = len(param_counts.layer_param_tensors(big_m))
     assert small["bwd_n"] < small["fwd_n"]
     assert big["bwd_n"] > 1.5 * big_m.num_layers * T
 
@@ -67,7 +67,7 @@ def test_estimate_charges_every_gather_exposed():
     job = _job("megatron-deepspeed")
     r = estimate(job)
     m, cl = job.model, job.cluster
-    z = counts.zero3_tensor_gathers(m, 1, 1, 1, True, MEGATRON_DEEPSPEED.zero3_reuse_params)
+    z = param_counts.zero3_tensor_gathers(m, 1, 1, 1, True, MEGATRON_DEEPSPEED.zero3_reuse_params)
     gap = MEGATRON_DEEPSPEED.launch_gap_s
     per_mb = (comm.per_tensor_time(z["fwd_n"] + z["bwd_n"],
                                    2.0 * (z["fwd_params"] + z["bwd_params"]), 32, 1, cl, gap)
@@ -102,7 +102,7 @@ def test_simulator_runs_the_same_calls():
     from simulator.program.compiler import compile_job
     ops = compile_job(job, ranks=[0])[0].streams["dp-comm"]
     gathers = [op for op in ops if op.label.startswith("AG z3 tensors")]
-    z = counts.zero3_tensor_gathers(job.model, 1, 1, 1, True, 1e9)
+    z = param_counts.zero3_tensor_gathers(job.model, 1, 1, 1, True, 1e9)
     assert sum(op.repeat for op in gathers) == job.num_microbatches * (z["fwd_n"] + z["bwd_n"])
 
 

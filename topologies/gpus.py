@@ -13,7 +13,7 @@ microbenchmarks, never a fit to a training run; docs/calibration.md gives every 
 ``exp_rate``: the special-function units' exponential rate (``MUFU.EX2``, exponentials/s)
 where the catalog's ``attention_efficiency`` was not measured on the chip itself but taken
 from the Blackwell parts (``ATTN_EXP_REF_RATE``): the attention kernel's exposed exponentials
-then run at this rate instead (``exp_seconds_offset``, ``strategies.cost.compute``); ``None``
+then run at this rate instead (``exp_seconds_offset``, ``strategies.cost.attention_time``); ``None``
 elsewhere (the chip's own efficiency already holds its exponentials).
 ``block_formats``: the block-scaled tensor-core formats (``mxfp8``, ``mxfp4``, ``nvfp4``)
 the chip runs natively; ``fp8_tn_only``: its fp8 tensor cores take both operands K-major
@@ -24,8 +24,8 @@ come from. Training precisions (``--dtype``) map to rates in ``topologies.precis
 chip whose GEMM kernels launch one thread block per output tile, one block per SM at a time
 (Volta/Ampere cuBLAS: 256x128, NVIDIA "Matrix Multiplication Background User's Guide"
 §2.3, §3.2); a GEMM then runs in waves of ``sm_count`` tiles and the last one is partly
-empty (``strategies.cost.compute.wave_efficiency``); it is the largest tile of the kernel
-configurations a GEMM is priced over (smaller tiles, split-K: ``compute.gemm_configs``).
+empty (``strategies.cost.gemm_kernel.wave_efficiency``); it is the largest tile of the kernel
+configurations a GEMM is priced over (smaller tiles, split-K: ``gemm_kernel.gemm_configs``).
 ``None``: no wave quantisation is
 modelled (Hopper and later run persistent kernels whose tile schedulers, stream-K among
 them, balance the last wave; docs/calibration.md, "GEMM wave quantisation on Ampere").

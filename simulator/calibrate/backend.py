@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from strategies.cost.compute import (FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR, _gemm_compute,
-                                     gemm_fixed_s, gemm_waves, k_knee)
+from strategies.cost.attention_time import FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR
+from strategies.cost.gemm_kernel import _gemm_compute, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.measured import attention_flops_fwd
 from strategies.errors import SpecError
 from topologies.gpu_profile import nccl_buffer_bytes

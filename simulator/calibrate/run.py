@@ -1,7 +1,7 @@
 """The sweep of ``paraplan calibrate``: which shapes to time, and the profile they make.
 
 GEMMs: the four weight GEMMs of a transformer layer (QKV, attention output, MLP up, MLP
-down; ``strategies.cost.compute._linears``, the shapes the cost model itself charges) and the
+down; ``strategies.cost.gemm_time._linears``, the shapes the cost model itself charges) and the
 logits GEMM of the LM head ``(tokens, vocab/tp, hidden)``, each in
 its three passes (forward ``(M, N, K)``, data gradient ``(M, K, N)``, weight gradient
 ``(K, N, M)``), for every model, tensor-parallel degree and micro-batch size asked, in bf16
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from simulator.calibrate.backend import MEMORY_KERNELS, Backend
-from strategies.cost.compute import _linears
+from strategies.cost.gemm_time import _linears
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.gpu_profile import COLLECTIVE_OPS, SCHEMA, GpuProfile, profile_from_mapping
@@ -169,7 +169,7 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
     median of measured over modelled seconds at the same shapes (> 1: the chip is slower
     than the catalog says); ``collectives``: per op, per group size (GPUs), the best
     bus bandwidth measured (bytes/s)."""
-    from strategies.cost import compute
+    from strategies.cost import attention_time, gemm_kernel, hbm_rate
     from strategies.cost.measured import attention_flops_fwd
     out: dict = {"gpu": profile.gpu, "device": profile.device, "backend": profile.backend,
                  "gemm": {}, "attention": {}}
@@ -178,13 +178,13 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
         row: dict = {"shapes": len(pts)}
         if gpu is not None and gpu.supports(dtype):
             peak = gpu.peak(dtype)
-            rate, kn = peak * gpu.gemm_efficiency(dtype), compute.k_knee(gpu, dtype)
+            rate, kn = peak * gpu.gemm_efficiency(dtype), gemm_kernel.k_knee(gpu, dtype)
             eff = [p.flops / p.seconds / peak for p in pts]
             row.update(efficiency_min=min(eff), efficiency_median=_median(eff),
                        efficiency_max=max(eff), catalog_large_gemm=gpu.gemm_efficiency(dtype),
-                       vs_model=_median([p.seconds / (compute._gemm_compute(
-                           p.m, p.n, p.k, rate, kn, compute.gemm_waves(gpu))
-                           + compute.gemm_fixed_s(gpu)) for p in pts]))
+                       vs_model=_median([p.seconds / (gemm_kernel._gemm_compute(
+                           p.m, p.n, p.k, rate, kn, gemm_kernel.gemm_waves(gpu))
+                           + gemm_kernel.gemm_fixed_s(gpu)) for p in pts]))
         out["gemm"][dtype] = row
     for kernel in sorted({p.kernel for p in profile.attention}):
         pts = profile.attention_points(kernel)
@@ -193,15 +193,17 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
             peak = gpu.peak("bf16")
             fl = [attention_flops_fwd(p.batch, p.heads, p.seq, p.head_dim, p.causal) for p in pts]
             ef = [f / p.fwd_seconds / peak for f, p in zip(fl, pts)]
-            eb = [compute.FLASH_BWD_FACTOR * f / p.bwd_seconds / peak for f, p in zip(fl, pts)]
+            eb = [attention_time.FLASH_BWD_FACTOR * f / p.bwd_seconds / peak
+                  for f, p in zip(fl, pts)]
             row.update(fwd_efficiency_median=_median(ef), bwd_efficiency_median=_median(eb),
                        catalog_fwd=gpu.flash_efficiency(kernel),
-                       catalog_bwd=gpu.flash_efficiency(kernel) * compute.FLASH_BWD_EFFICIENCY)
+                       catalog_bwd=gpu.flash_efficiency(kernel)
+                       * attention_time.FLASH_BWD_EFFICIENCY)
         out["attention"][kernel] = row
     if profile.hbm_bandwidth is not None:
         out["hbm"] = {"measured_Bps": profile.hbm_bandwidth}
         if gpu is not None:
-            out["hbm"].update(catalog_Bps=gpu.hbm_bandwidth * compute.HBM_EFFICIENCY,
+            out["hbm"].update(catalog_Bps=gpu.hbm_bandwidth * hbm_rate.HBM_EFFICIENCY,
                               fraction_of_datasheet=profile.hbm_bandwidth / gpu.hbm_bandwidth)
     out["launch_gap_s"] = profile.launch_gap_s
     out["collectives"] = {op: {g: max(c.bus_bandwidth for c in profile.collectives

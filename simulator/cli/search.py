@@ -56,6 +56,10 @@ def register(sub) -> None:
     g.add_argument("--plan", action=Once, default=None, metavar="P",
                    help="the shared --plan input: key=value,... or a YAML file; its keys are "
                         "fixed as with --fix, and gbs is the global batch")
+    g.add_argument("--hybrid", action="store_true",
+                   help="also search hybrid sharding: dp_shard over one node's ranks and "
+                        "power-of-two multiples of nodes, where the stack runs it "
+                        "(docs/search.md)")
     g.add_argument("--allow-cross-node-tp", action="store_true",
                    help="let tensor parallelism span nodes")
     g.add_argument("--memory-limit", action=Once, type=positive_float("--memory-limit"), default=None,
@@ -123,7 +127,7 @@ def config_from_args(args: argparse.Namespace) -> SearchConfig:
     opts = SpaceOptions(max_mbs=args.max_mbs, allow_cross_node_tp=args.allow_cross_node_tp,
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
-                        schedules=args.schedules,
+                        schedules=args.schedules, hybrid=args.hybrid,
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
     framework = resolve_framework(args, plan_framework(args.plan))
     check_fixed_for_stack(opts.fixed, framework)

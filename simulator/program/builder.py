@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from simulator.metrics import PARAM_GATHER_PREFIX
-from simulator.program.data_parallel import DataParallelOps
+from simulator.program.data_parallel import DataParallelOps, replica_lane
 from simulator.program.grad_buckets import chunk_buckets
 from simulator.program.layer_blocks import LayerBlocks
 from simulator.program.ops import STREAMS, Collective, Compute, Program
@@ -79,6 +79,8 @@ class ProgramBuilder(TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
         self.group["tied"] = ends if self.stage in (0, head) and head != 0 else (rank,)
         self.layout = layout
         self.streams: dict[str, list] = {s: [] for s in STREAMS}
+        self.rep_lane = replica_lane(job.framework)      # hybrid sharding's all-reduces
+        self.streams.setdefault(self.rep_lane, [])
         self.next_id, self.wait, self.last_compute = 0, [], None
         self.produced: dict[tuple, tuple] = {}
         # the receives of ``overlap_p2p_comm`` calls not yet waited for, by direction
@@ -256,8 +258,7 @@ class ProgramBuilder(TensorParallelOps, LayerBlocks, Passes, DataParallelOps,
         if self.mirrored:
             self._mirror_reduce()
         if self.grad_sync or (self.p.zero == 3 and self.copies) or self.mirrored:
-            dp_ops = self.streams["dp-comm"]
-            self.wait += [dp_ops[-1].id] if dp_ops else []
+            self.wait += self.dp_tails()
         # MLA's sequence-parallel-marked replicated gradients over tp, after the reduction
         # (``cost.stage.sp_grad_allreduce_bytes``, §5.85)
         dp_ops = self.streams["dp-comm"]

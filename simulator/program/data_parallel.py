@@ -11,6 +11,14 @@ from strategies import placement
 from strategies.cost.comm import grad_shard_params, in_one_node, measured_scale, per_tensor_excess
 
 
+def replica_lane(framework) -> str:
+    """The stream hybrid sharding's replica all-reduces run on: a lane of their own where
+    the stack runs them beside the gathers and reduce-scatters
+    (``FrameworkProfile.replica_stream``: PyTorch FSDP's HSDP), else ``dp-comm`` (after each
+    reduce-scatter, Megatron-Core's one communication stream)."""
+    return "dp-comm replicas" if framework.replica_stream else "dp-comm"
+
+
 class DataParallelOps:
     """``ProgramBuilder``'s data-parallel collectives (reads the builder's state)."""
 
@@ -71,7 +79,7 @@ class DataParallelOps:
             # ZeRO-2 without overlap: reduced at the end of the backward, the next compute waits
             for _, params in todo:
                 self._grad_reduce(params, deps=(self.last_compute,), record=False)
-            self.wait.append(self.streams["dp-comm"][-1].id)
+            self.wait += self.dp_tails()
         if z3:
             self._z3_reduce(label, i, c)
 
@@ -153,10 +161,17 @@ class DataParallelOps:
         shard group (``dpcp``), the all-reduce of the rank's ``1/len(dpcp)`` share over the
         ranks that hold the same shard (``dprep``: FSDP's HSDP, Megatron-Core's all-reduce
         across distributed-optimizer instances; ``comm.replica_time``, the estimate's
-        charge), ``repeat`` calls on the dp stream after it; none with one replica."""
+        charge), ``repeat`` calls after it on the stack's lane (``replica_lane``); none
+        with one replica."""
         n = len(self.group["dpcp"])
-        self.coll("dp-comm", "allreduce", "dprep", nbytes / n, repeat, "dp",
+        self.coll(self.rep_lane, "allreduce", "dprep", nbytes / n, repeat, "dp",
                   f"AR replicas {label}", i, deps=(rs,) if rs is not None else (), tag="dp")
+
+    def dp_tails(self) -> list[int]:
+        """The last op of the dp stream and of the replicas' lane where that is its own
+        (``replica_lane``): what the optimizer, or a stall on the reduction, waits for."""
+        lanes = ("dp-comm",) if self.rep_lane == "dp-comm" else ("dp-comm", self.rep_lane)
+        return [self.streams[s][-1].id for s in lanes if self.streams.get(s)]
 
     def _z3_reduce_layers(self, nl: int, done: int, c: int, main: int | None, label: str,
                           i: int) -> None:

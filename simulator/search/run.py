@@ -16,7 +16,7 @@ import numpy as np
 
 from simulator.search.executors import (Backfill, Cached, ResultsLog, context_hash,
                                         make_executor, progress_printer)
-from strategies.cost import counts as costs
+from strategies.cost import flop_counts
 from strategies.cost.system import SystemConfig
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.errors import SpecError
@@ -304,7 +304,8 @@ def _figures(cfg: SearchConfig, plan: Plan, r: dict) -> dict[str, Any]:
     step = r["step_time_s"]
     n = cfg.cluster.num_gpus
     return {"step_time_s": step, "tokens_per_s": plan.gbs * cfg.model.seq_length / step,
-            "mfu": float(costs.mfu(cfg.model, plan.gbs, step, n, cfg.cluster.mean_peak(cfg.dtype))),
+            "mfu": float(flop_counts.mfu(cfg.model, plan.gbs, step, n,
+                                         cfg.cluster.mean_peak(cfg.dtype))),
             "bubble_fraction": r["bubble_fraction"], "exposed_comm_s": r["exposed_comm_s"],
             "overlapped_comm_s": r["overlapped_comm_s"], "breakdown_s": dict(r["breakdown_s"]),
             "events": r["events"]}

@@ -24,7 +24,7 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None,
     """The one phase of an all-to-all over ``group`` (``nbytes`` sent per member); with
     ``remote_scale`` or ``nvlink_share`` != 1 (and ``node_of``) the all-to-all is forwarded
     (``two_level_time``'s ``forwarded``: node-limited routing, DeepEP's and HybridEP's
-    per-node deduplication, ``strategies.cost.counts.ep_remote_scale`` and ``ep_dedup``):
+    per-node deduplication, ``strategies.cost.ep_dispatch.ep_remote_scale`` and ``ep_dedup``):
     each member sends one flow to the member of the same position on every other node,
     carrying that node's ``k·remote_scale·nbytes/n`` (its tokens, once per node), and one
     flow to each of its node's other members, carrying the ``nodes·nbytes/n`` it forwards
@@ -32,7 +32,7 @@ def phases(kind: str, group: Sequence[int], nbytes: float, node_of=None,
     forwarding hop inside the node adds one latency of the node's fabric. Groups with
     unequal members per node keep the direct flows, those between nodes carrying
     ``remote_scale·nbytes/n``. ``nvlink_share`` (a kernel that reaches that share of the
-    fabric's rate: ``strategies.cost.counts.ep_nvlink_share``): the flows inside a node carry
+    fabric's rate: ``strategies.cost.ep_dispatch.ep_nvlink_share``): the flows inside a node carry
     ``1/nvlink_share`` of their bytes on the wire (without ``node_of``, every flow)."""
     g = tuple(group)
     if len(g) < 2:
@@ -97,7 +97,7 @@ def two_level_time(nbytes: Num, n: Num, k: Num, bw_in: Num, bw_out: Num, lat: Nu
     inside, hierarchically);
     docs/calibration.md §5.27 checks it against DeepEP's published bandwidths
     (``experiments/a2a_measured.py``). ``nvlink_share`` != 1 (DeepEP's and HybridEP's
-    kernels, ``strategies.cost.counts.ep_nvlink_share``): the NVLink port runs at that share
+    kernels, ``strategies.cost.ep_dispatch.ep_nvlink_share``): the NVLink port runs at that share
     of ``bw_in``, and the all-to-all is forwarded as above (those kernels always are).
     Vectorised."""
     n, k = np.asarray(n, dtype=float), np.asarray(k, dtype=float)

@@ -63,7 +63,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost.counts import Num
+from strategies.cost.token_counts import Num
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster

@@ -4,7 +4,7 @@ Inductor's micro-pipeline pass (``torch/_inductor/fx_passes/micro_pipeline_tp.py
 sequence-parallel ``all_gather -> mm`` into ``symm_mem.fused_all_gather_matmul`` and
 ``mm -> reduce_scatter`` into ``fused_matmul_reduce_scatter``
 (``torch/distributed/_symmetric_memory/__init__.py``, the same code in the Dec 2024 torch the
-torchtitan benchmarks name and at HEAD). Besides the chunked matmuls (``compute._tp_split``)
+torchtitan benchmarks name and at HEAD). Besides the chunked matmuls (``gemm_time._tp_split``)
 and the copy-engine peer copies (no SMs), each fused op runs one pass over HBM that the
 NCCL collective it replaces did not put on the compute stream:
 
@@ -45,10 +45,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import counts as costs
+from strategies.cost import comm_bytes
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
-from strategies.cost.counts import Num
+from strategies.cost.token_counts import Num
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.precision import get_precision
@@ -60,7 +60,7 @@ def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, p
     """(forward, backward, op rerun, full rerun) seconds per layer and micro-batch of async
     TP's compute-stream HBM passes (module docstring) at ``hbm`` usable bytes/s: per fused
     all-gather ``2·S_ag/tp``, per fused reduce-scatter ``S·(1 + 1/tp)``, ``S`` the
-    activation's bytes (``counts.tp_comm_bytes_fwd``), ``S_ag`` at the gather's element size
+    activation's bytes (``comm_bytes.tp_comm_bytes_fwd``), ``S_ag`` at the gather's element size
     (``quantise.tp_allgather_bytes_factor``); in the backward, in 16 bits with ``b > 1``,
     ``2·pairs`` copies of ``2·S`` (the gathered tensors the weight gradients reshape). 0
     unless TP overlap runs as async TP (``fw.tp_overlap == "async-tp"``, ``tpo``, ``sp``,
@@ -69,7 +69,7 @@ def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, p
     on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & np.asarray(tpo, dtype=bool) \
         & (fw.tp_overlap == "async-tp")
     tp = np.asarray(tp, dtype=float)
-    s = costs.tp_comm_bytes_fwd(m, b, cp) / hbm
+    s = comm_bytes.tp_comm_bytes_fwd(m, b, cp) / hbm
     ag = 2.0 * s * quantise.tp_allgather_bytes_factor(dtype, sp) / tp * on
     rs = s * (1.0 + 1.0 / tp) * on
     layout = 2.0 * s * (np.asarray(b) > 1) * (not get_precision(dtype).quantised) * on

@@ -40,8 +40,8 @@ import numpy as np
 from strategies import placement
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
-from strategies.cost import counts, measured
-from strategies.cost.counts import Num
+from strategies.cost import ep_dispatch, measured
+from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
 
@@ -255,7 +255,7 @@ def _catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
     between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
     ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
     the share of its bytes between nodes, node-limited routing; ``nvlink_share``: the share of
-    NVLink's rate its kernel reaches, ``counts.ep_nvlink_share``). Groups of a shape that is
+    NVLink's rate its kernel reaches, ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
     laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
     ``group_bandwidth``. Vectorised."""
     bw, lat = group_bandwidth(cluster, n, stride)
@@ -300,7 +300,7 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
     """Seconds ``(forward, backward)`` per mean layer of the small blocking collectives that
     Megatron-Core's ``alltoall`` token dispatcher (``dispatcher`` code 0, ``plan.DISPATCHERS``)
     runs on the compute stream besides the tokens' dispatch and combine
-    (``counts.dispatcher_metadata_bytes``): forward, the ring all-gather of the tokens per
+    (``ep_dispatch.dispatcher_metadata_bytes``): forward, the ring all-gather of the tokens per
     expert over the ``etp·ep`` consecutive ranks of ``tp_ep_group`` (the device-to-host copy
     the dispatcher synchronises on waits for it) and the router probabilities' all-to-all
     over the ``ep`` ranks ``etp`` apart; backward, the probabilities' gradient all-to-all.
@@ -316,7 +316,7 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
         return z[()], z[()]
     share = m.layer_shares().get("moe", 0.0)
     etp_a = np.asarray(etp, dtype=float)
-    c_bytes, p_bytes = counts.dispatcher_metadata_bytes(m, b, tp, cp, ep, etp, load)
+    c_bytes, p_bytes = ep_dispatch.dispatcher_metadata_bytes(m, b, tp, cp, ep, etp, load)
     gather = collective_time("allgather", c_bytes, etp_a * ep_a, 1, cluster)
     probs = collective_time("alltoall", p_bytes, ep, etp, cluster)
     fwd = np.where(on, share * (gather + probs), 0.0)

@@ -18,13 +18,14 @@ timed in ``bfloat16`` and ``mxfp8`` on GB200 and GB300 (cuDNN 9.22), batch 2, ca
 (``top_left``), non-deterministic backward, sequence 2k-32k; per head-dim class the BF16 time
 over the MXFP8 time at each sequence length (``RATIOS``, printed by ``python
 experiments/fp8_attention_ratios.py --table``). The model's BF16 attention time
-(``compute.attention_time_fwd``) is divided by the ratio at the layer's sequence (log-linear
+(``attention_time.attention_time_fwd``) is divided by the ratio at the layer's sequence (log-linear
 between the measured points, the end value outside them)."""
 from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost.counts import Num, score_elements
+from strategies.cost.attention_counts import score_elements
+from strategies.cost.token_counts import Num
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 
@@ -87,8 +88,8 @@ def time_factors(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[Num, Num]:
     """(forward, backward) factor on the mean layer's BF16 fused-attention time at ``seq``
     tokens per sequence (per GPU, after context parallelism) in MXFP8: each layer kind's time
     over its measured ratio, weighted by its share of the causal kernel's score blocks
-    (``counts.score_elements`` "kernel"): full layers at ``full_class``, sliding-window layers
-    at ``"64/64w128"`` (the only windowed shape measured). ValueError for a chip without
+    (``attention_counts.score_elements`` "kernel"): full layers at ``full_class``, sliding-window
+    layers at ``"64/64w128"`` (the only windowed shape measured). ValueError for a chip without
     figures (``chip_class``)."""
     chip = chip_class(gpu)
     if chip is None:

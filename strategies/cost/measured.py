@@ -6,7 +6,7 @@ interpolated linearly in the logarithm of the size (a GEMM's FLOPs, an attention
 sequence length) and multiplies the catalog time of the shape asked; outside the measured
 range of sizes it is 1 (the catalog's figure). At a measured shape the cost model therefore
 gives exactly the measured time, whatever the catalog said, and between measured shapes it
-keeps the catalog's shape dependence (the thin-shape penalty of ``compute._gemm``) scaled by
+keeps the catalog's shape dependence (the thin-shape penalty of ``gemm_kernel._gemm``) scaled by
 the neighbouring measurements.
 
 * GEMMs: per tensor-core rate (``GPU.rate_key``): a measured shape's own ratio, else over
@@ -27,7 +27,8 @@ from typing import Callable
 
 import numpy as np
 
-from strategies.cost.counts import Num, causal_fraction
+from strategies.cost.attention_counts import causal_fraction
+from strategies.cost.token_counts import Num
 from topologies.gpu_profile import AttentionPoint, GpuProfile
 from topologies.gpus import GPU
 

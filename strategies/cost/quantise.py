@@ -6,7 +6,7 @@ recipe, arXiv 2412.19437 §3.3): every linear layer of every transformer layer, 
 (``X·W``), data-gradient (``dY·Wᵀ``) and weight-gradient (``Xᵀ·dY``) GEMMs. In 16 bits
 stay: the attention core (scores and ``softmax·V``; TE runs it in bf16 unless FP8 attention
 is asked for, DeepSeek-V3 keeps it in bf16), the embedding, the LM head and its loss, the
-MoE router and every norm and activation (``strategies.cost.compute`` times them so).
+MoE router and every norm and activation (``strategies.cost.layer_time`` times them so).
 
 The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
 
@@ -69,7 +69,7 @@ other recipe quantises the splits one at a time: per-tensor current scaling thre
 per split (``Float8CurrentScalingQuantizer::quantize_impl``: ``nvte_compute_amax``,
 ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``), fp8 block scaling one
 (``nvte_quantize_v2``, into a bulk allocation). The launches beyond the single one of the
-fused path are each a kernel boundary the GPU idles at (``compute.expert_quantise_time``).
+fused path are each a kernel boundary the GPU idles at (``moe_time.expert_quantise_time``).
 MXFP8 is left out: the 2026 sources add a grouped MXFP8 quantise kernel
 (``common/cast/dispatch/quantize_grouped.cuh``, ``mxfp8::quantize_grouped``), and which path
 each container's ``GroupedLinear`` takes is not read; nvfp4 has a grouped path of its own
@@ -81,7 +81,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost.counts import Num, tokens_per_gpu
+from strategies.cost.token_counts import Num, tokens_per_gpu
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 from topologies.precision import get_precision
@@ -93,7 +93,7 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
-    in all (``costs.layer_gemms``' balanced routing). ``routed_unfused``: the routed
+    in all (``gemm_shapes.layer_gemms``' balanced routing). ``routed_unfused``: the routed
     experts' activation output (fc2's input) and activation gradient (fc1's ``dY``) are cast
     by kernels of their own (module doc, ``GroupedLinear``), not by the activation."""
     T = tokens_per_gpu(b, m.seq_length, cp)

@@ -34,7 +34,7 @@ METHOD_CODE = {name: i for i, name in enumerate(METHODS)}
 #: Megatron-Core's ``--recompute-modules`` that paraplan models (``recompute=selective``), in
 #: the order of their bits in ``PlanArrays.recompute_modules`` (bit ``i`` = ``MODULES[i]``);
 #: what each keeps and redoes: ``strategies.memory.activations.MODULE_TERMS`` and
-#: ``strategies.cost.counts.module_recompute_gemms``.
+#: ``strategies.cost.flop_counts.selective_recompute_flops_fwd``.
 MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "moe", "shared_experts",
            "mla_up_proj")
 #: A selective plan that names no modules: Megatron-Core's default, ``core_attn``.
@@ -141,7 +141,7 @@ def stopped_collectives(pairs: Num, early_stop: Num) -> Num:
     the down projection's saved input, JAX's remat dead-code-eliminates its output; nothing
     the backward reads comes after it), else 0. ``pairs``: the layer's collective pairs
     (``stage.tp_collectives_per_layer``; 1 in a MoE layer under EP without shared experts,
-    whose MLP has none). The sequence-dim copies (``compute.tp_layout_copy_time``) and the
+    whose MLP has none). The sequence-dim copies (``elementwise_time.tp_layout_copy_time``) and the
     collectives (``tp_rerun``) read it. docs/calibration.md §5.80, §5.84."""
     return np.maximum(np.asarray(pairs, dtype=float) - 1.0, 0.0) * early_stop
 

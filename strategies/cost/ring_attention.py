@@ -20,7 +20,8 @@ What differs from Transformer Engine's ring (the default ``"ring"``, charged in
 * **Load balance.** Round-robin (``enable_load_balance``): each rank holds chunks ``r`` and
   ``2c-1-r``; step 0 is one causal call on both, each later step one call on half the
   (q, k) square. Every step computes the same FLOPs, ``1/c`` of the rank's causal
-  attention, which the attention-core time already charges (``counts.attn_core_flops_fwd``).
+  attention, which the attention-core time already charges
+  (``attention_counts.attn_core_flops_fwd``).
 
 Units: elements, bytes, seconds. Vectorised over the plan fields.
 """
@@ -29,8 +30,8 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import counts
-from strategies.cost.counts import Num
+from strategies.cost import comm_bytes, token_counts
+from strategies.cost.token_counts import Num
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
 
@@ -62,19 +63,20 @@ DKV_SCALE = 2.0
 
 def kv_block_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
     """K and V elements one GPU holds and sends per ring step: ``T·g·(d + d_v)/t``
-    (``g``: ``counts.sent_kv_heads``)."""
-    T = counts.tokens_per_gpu(b, m.seq_length, cp)
-    return T * counts.sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp
+    (``g``: ``comm_bytes.sent_kv_heads``)."""
+    T = token_counts.tokens_per_gpu(b, m.seq_length, cp)
+    return T * comm_bytes.sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp
 
 
 def query_elements(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """Elements of one GPU's query (and of its dQ): ``T·a·d/t``."""
-    return counts.tokens_per_gpu(b, m.seq_length, cp) * m.num_attention_heads * m.head_dim / tp
+    return token_counts.tokens_per_gpu(b, m.seq_length, cp) * m.num_attention_heads \
+        * m.head_dim / tp
 
 
 def output_elements(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
     """Elements of one GPU's attention output: ``T·a·d_v/t``."""
-    return counts.tokens_per_gpu(b, m.seq_length, cp) * m.num_attention_heads * m.v_dim / tp
+    return token_counts.tokens_per_gpu(b, m.seq_length, cp) * m.num_attention_heads * m.v_dim / tp
 
 
 def merge_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
@@ -129,7 +131,7 @@ def torch_ring_stalls(m: ModelSpec, b: Num, tp: Num, cp: Num, attn_fwd: Num, att
     ``attn_fwd/c``, ``attn_bwd/c`` (seconds of the layer's attention core, its per-step
     passes included) per step."""
     cp = np.asarray(cp, dtype=float)
-    block = counts.ACT_BYTES * kv_block_elements(m, b, tp, cp, heads)
+    block = token_counts.ACT_BYTES * kv_block_elements(m, b, tp, cp, heads)
     g = cm.collective_time("allgather", block * cp, cp, tp, cl)
     s = cm.p2p_time(DKV_SCALE * block, cl, tp)
     return allgather_stalls(g, s, attn_fwd / cp, attn_bwd / cp, cp)

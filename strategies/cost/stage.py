@@ -12,7 +12,7 @@ two that are kept equal. ``StageCosts`` is frozen; tests may ``dataclasses.repla
 
 Each backward (``layer_bwd``, ``head_bwd``, ``embedding_bwd``) is the whole pass, ``B + W``,
 as schedules that do not split it run it; ``*_wgrad`` is its weight-gradient part ``W``
-(``strategies.cost.compute.layer_time``), so a schedule that splits the backward runs ``B``
+(``strategies.cost.layer_time.layer_time``), so a schedule that splits the backward runs ``B``
 in ``*_bwd - *_wgrad`` and ``W`` in ``*_wgrad`` (docs/schedules.md, "Split backward").
 
 Units: seconds per layer (or per stage) and per micro-batch on one GPU; bytes; parameters.
@@ -37,8 +37,9 @@ import numpy as np
 from strategies import placement
 from strategies.cost import amax
 from strategies.cost import comm as cm
-from strategies.cost import compute as ct
-from strategies.cost import counts
+from strategies.cost import attention_time, comm_bytes, elementwise_time, embedding_head_time
+from strategies.cost import ep_dispatch, gemm_time, grad_time, layer_time, moe_bytes, overlap_clock
+from strategies.cost import param_counts, token_counts
 from strategies.cost import quantise
 from strategies.cost import recompute as rcp
 from strategies.cost import ring_attention as ring
@@ -77,7 +78,7 @@ from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
 
-#: ``counts.zero3_tensor_gathers``' keys (``StageCostArrays.z3_*``)
+#: ``param_counts.zero3_tensor_gathers``' keys (``StageCostArrays.z3_*``)
 Z3_KEYS = ("fwd_n", "fwd_params", "bwd_n", "bwd_params", "rs_n", "rs_params")
 
 
@@ -182,7 +183,7 @@ class StageCostArrays:
     # ZeRO-3 one tensor at a time (``FrameworkProfile.zero3_gather == "per-tensor"``), per
     # micro-batch on the first stage: counts and parameters per GPU of the forward's and the
     # backward's all-gathers and of the gradient reduce-scatters
-    # (``counts.zero3_tensor_gathers``); all 0 for other plans and stacks
+    # (``param_counts.zero3_tensor_gathers``); all 0 for other plans and stacks
     z3_fwd_n: np.ndarray
     z3_fwd_params: np.ndarray
     z3_bwd_n: np.ndarray
@@ -213,7 +214,7 @@ class StageCostArrays:
     # sequence parallelism's backward re-gathers (``FrameworkProfile.sp_regather``): the bytes
     # of one (the forward all-gather's; 0 where none runs) and, per kind of re-gather, the
     # mean layer's share of it and the data-gradient GEMM seconds it overlaps
-    # (``compute.regather_dgrad``: attention, dense fc1, shared experts' fc1);
+    # (``layer_time.regather_dgrad``: attention, dense fc1, shared experts' fc1);
     # ``sp_regather_exposed`` prices them
     rg_bytes: np.ndarray = 0.0
     rg_attn: np.ndarray = 0.0
@@ -224,12 +225,12 @@ class StageCostArrays:
     rg_shared: np.ndarray = 0.0
     # MLA's column-parallel down projections (core 0.12-0.13) re-gather their hidden-state
     # input too: the width of each (1 where that layout runs the projection, else 0) and its
-    # data-gradient GEMM seconds (``compute.down_dgrad``), ``sp_regather_pieces``
+    # data-gradient GEMM seconds (``layer_time.down_dgrad``), ``sp_regather_pieces``
     rg_down_qw: float = 0.0
     rg_down_kvw: float = 0.0
     rg_down_q: np.ndarray = 0.0
     rg_down_kv: np.ndarray = 0.0
-    # their weight-gradient GEMMs' seconds (``compute.down_wgrad``): what each one's
+    # their weight-gradient GEMMs' seconds (``layer_time.down_wgrad``): what each one's
     # input-gradient reduction runs beside where it is asynchronous (``rd_bytes`` > 0,
     # ``down_reduce_hidden``, §5.99)
     rd_down_q: np.ndarray = 0.0
@@ -238,18 +239,18 @@ class StageCostArrays:
     # GEMMs (``FrameworkProfile.dgrad_overlap``): the bytes of one (a bf16 reduce-scatter
     # under SP, an all-reduce without; 0 where none overlaps: no such stack path, TP
     # overlap, a split backward) and the weight-gradient seconds of each piece
-    # (``compute.column_wgrad``; shares ``rg_dense_n``/``rg_shared_n``);
+    # (``layer_time.column_wgrad``; shares ``rg_dense_n``/``rg_shared_n``);
     # ``dgrad_reduce_hidden`` prices them
     rd_bytes: np.ndarray = 0.0
     rd_attn: np.ndarray = 0.0
     rd_attn2: np.ndarray = 0.0
     # the attention block's weight-gradient seconds of the mean layer
-    # (``compute.attention_wgrad``): Megatron-Core's ``delay_wgrad_compute`` runs a combined
+    # (``layer_time.attention_wgrad``): Megatron-Core's ``delay_wgrad_compute`` runs a combined
     # pair's last backward layer's after the pair's backward message is posted
     # (``combined.pair_message_hiding``, the builder's ``combined_pair``; §5.87)
     dw_attn: np.ndarray = 0.0
     # the input width of the attention's column linears over the hidden size
-    # (``compute.attention_column_widths``): what the two pieces above re-gather and reduce
+    # (``layer_time.attention_column_widths``): what the two pieces above re-gather and reduce
     # is ``width`` times ``rg_bytes``/``rd_bytes`` (1 and 0 without MLA)
     attn_w: float = 1.0
     attn_w2: float = 0.0
@@ -429,7 +430,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
     etp = P.etp
-    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp)
+    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
     # the ranks holding a dense parameter's copies (dp·cp), or with hybrid sharding those its
@@ -441,23 +442,23 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     once = grad_sync_once(fw.fsdp2, pp, zero)
     zero_g, ogr_g = grad_path(fw.fsdp2, pp, zero, P.overlap_grad_reduce)
     paired = (ep > 1) & (P.ep_overlap | attr_by_code(P.schedule, "overlaps_pairs").astype(bool))
-    slow = ct.overlap_slowdown(tp, tpo, cp, zero_g,
-                               ct.dp_overlaps_whole_step(copies, mb, ogr_g), paired)
-    shard_acc = ct.accum_shard(copies, zero_g)
+    slow = overlap_clock.overlap_slowdown(
+        tp, tpo, cp, zero_g, overlap_clock.dp_overlaps_whole_step(copies, mb, ogr_g), paired)
+    shard_acc = grad_time.accum_shard(copies, zero_g)
     # the dispatcher's copies per token (DeepEP/HybridEP send one per destination rank and
     # node; Megatron's alltoall one per expert)
-    dedup_bytes, dedup_remote = counts.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher,
-                                                P.moe_routing)
+    dedup_bytes, dedup_remote = ep_dispatch.ep_dedup(m, ep, etp, cl.gpus_per_node, P.moe_dispatcher,
+                                                     P.moe_routing)
     # the dispatch's bytes per element (the stack's FP8 dispatch; the combine 16-bit)
-    disp = counts.dispatch_element_bytes(fw.fp8_dispatch, dtype)
+    disp = moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype)
     n_tp = tp_collectives_per_layer(m.num_moe_layers / m.num_layers if m.is_moe else 0.0,
                                     ep, m.num_shared_experts)
-    lt = ct.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc, gpu=gpu,
-                       dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc, system=sy,
-                       etp=etp, load=load, modules=P.recompute_modules,
-                       dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                       graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
-                       tp_pairs=n_tp)
+    lt = layer_time.layer_time(m, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
+                               gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
+                               system=sy, etp=etp, load=load, modules=P.recompute_modules,
+                               dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
+                               graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                               tp_pairs=n_tp)
     lpc = m.num_layers / (pp * P.vpp)
 
     def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
@@ -471,25 +472,25 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         return d_f + r_f, d_b + r_b
 
     md_f, md_b = blocking_small(m)
-    a_f, a_b = ct.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
-    g_f = slow * ct.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
-    head_f, head_b, head_w = ct.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw, slow,
-                                                   shard_acc, sy)
-    emb_f = ct.embedding_time(m, b, tp, cp, gpu, sy)
-    emb_b = ct.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
+    a_f, a_b = attention_time.attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, sy)
+    g_f = slow * gemm_time.gemm_time_fwd(m, b, tp, cp, ep, gpu, dtype, tpo, sy, etp, load, fw, sp)
+    head_f, head_b, head_w = embedding_head_time.lm_head_time_split(m, b, tp, cp, gpu, dtype, fw,
+                                                                    slow, shard_acc, sy)
+    emb_f = embedding_head_time.embedding_time(m, b, tp, cp, gpu, sy)
+    emb_b = embedding_head_time.embedding_time_bwd(m, b, tp, cp, gpu, dtype, fw, shard_acc, sy)
     # the embedding's and the output's TP collectives on their stage (§5.84, §5.88): the
     # output's backward reduction hides under its weight-gradient GEMM where asynchronous
     end_ef, end_eb, end_hf, end_hb = tp_ends.tp_end_times(m, b, tp, cp, sp, gpu, cl, fw, sy,
                                                           head_w)
     emb_f, emb_b = emb_f + end_ef, emb_b + end_eb
     head_f, head_b = head_f + end_hf, head_b + end_hb
-    cp_buf = counts.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \
+    cp_buf = comm_bytes.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \
         / np.maximum(cp - 1.0, 1.0)
     torch_cp = fw.cp_impl == "torch"
     st_f, st_b = ring.torch_ring_stalls(m, b, tp, cp, a_f, a_b, cl, fw.cp_kv_heads) \
         if torch_cp else (0.0, 0.0)
     st_b = st_b + np.where(rc == 2, st_f, 0.0)     # the recomputed forward's ring again
-    p2p = counts.pp_p2p_bytes(m, b, tp, cp, sp)
+    p2p = comm_bytes.pp_p2p_bytes(m, b, tp, cp, sp)
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, copies, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
@@ -506,7 +507,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     # search's first/last-stage counts and slots; "mid" is rank 1, the middle rank nearest
     # rank 0, whose data-parallel tail the least compute hides, ``analytic.rank_slack``;
     # DualPipe's ranks both copies), the parameters the memory model reads
-    # (``counts.content_params``), so the estimate's per-rank data-parallel traffic and
+    # (``param_counts.content_params``), so the estimate's per-rank data-parallel traffic and
     # optimizer read the layers the rank holds, not the even split's mean layer
     content = dict.fromkeys(("first", "mid", "last"))
     if mixed_layers(m):
@@ -519,28 +520,28 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             content[k] = {x: have[x] + np.where(both, mirror[x], 0.0) for x in have}
 
     def params_split(k: str, s: Any) -> tuple[Any, Any]:
-        mean = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
-                                         mirrored=mirrored, etp=etp)
+        mean = param_counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                               mirrored=mirrored, etp=etp)
         if content[k] is None:
             return mean
         # (a plan whose columns give no layout, NaN: a job's layout string, which
         # ``stage_costs`` and the scalar estimate read instead; the mean layers here)
         known = np.isfinite(content[k]["dense"])
-        own = counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
-                                        mirrored=mirrored, etp=etp,
-                                        content={x: np.where(known, n, 0.0)
-                                                 for x, n in content[k].items()})
+        own = param_counts.stage_params_split(m, tp, ep, pp, s, layers=held[k], head_stage=head_at,
+                                              mirrored=mirrored, etp=etp,
+                                              content={x: np.where(known, n, 0.0)
+                                                       for x, n in content[k].items()})
         return tuple(np.where(known, o, e) for o, e in zip(own, mean))
     split = {k: params_split(k, s) for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
     params = {k: d + e + zeros for k, (d, e) in split.items()}
     # the embedding and the LM head each kind of rank holds (never quantised)
-    ends = {k: counts.stage_params_split(m, tp, ep, pp, s, layers=0, head_stage=head_at,
-                                         mirrored=mirrored, etp=etp)[0]
+    ends = {k: param_counts.stage_params_split(m, tp, ep, pp, s, layers=0, head_stage=head_at,
+                                               mirrored=mirrored, etp=etp)[0]
             for k, s in (("first", 0), ("mid", -1), ("last", pp - 1))}
-    w_cast = ct.weight_cast_time(counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp,
-                                 gpu, dtype, sy) \
+    w_cast = elementwise_time.weight_cast_time(
+        param_counts.layer_params_per_gpu(m, tp, ep, etp) * m.num_layers / pp, gpu, dtype, sy) \
         * quantise.weight_cast_passes(fw.weight_cast_per_forward, mb, rc)
-    opt = {k: ct.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
+    opt = {k: grad_time.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
     # the per-step passes over the gradient buffer a GPU holds and the shard it updates, the
     # dense and the expert parameters each over its own group (reducing once per step, the
@@ -552,7 +553,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def full(x):
         return np.asarray(x, dtype=float) + zeros
 
-    widths = ct.attention_column_widths(m)
+    widths = layer_time.attention_column_widths(m)
     ag_w = quantise.tp_allgather_bytes_factor(dtype, sp)   # an all-gather's bytes over bf16
 
     # partial full recomputation (recompute_layers): the share of a chunk's layers redone,
@@ -563,24 +564,25 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
 
     def kind_arrays(mk: ModelSpec) -> KindCostArrays:
         """One layer of ``mk``'s (a ``ModelSpec.of_kind`` view's) only kind."""
-        ltk = ct.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash, recompute=rc,
-                            gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow, shard=shard_acc,
-                            system=sy, etp=etp, load=load, modules=P.recompute_modules,
-                            dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
-                            graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
-                            tp_pairs=tp_collectives_per_layer(
+        ltk = layer_time.layer_time(mk, b=b, tp=tp, cp=cp, ep=ep, sp=sp, flash=flash,
+                                    recompute=rc, gpu=gpu, dtype=dtype, tpo=tpo, fw=fw, slow=slow,
+                                    shard=shard_acc, system=sy, etp=etp, load=load,
+                                    modules=P.recompute_modules,
+                                    dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
+                                    graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
+                                    tp_pairs=tp_collectives_per_layer(
                                 mk.num_moe_layers / mk.num_layers if mk.is_moe else 0.0, ep,
                                 mk.num_shared_experts))
-        ak_f, ak_b = ct.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
-        dense_p, expert_p = counts.layer_params_split(mk, tp, ep, etp)
+        ak_f, ak_b = attention_time.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
+        dense_p, expert_p = param_counts.layer_params_split(mk, tp, ep, etp)
         mk_f, mk_b = blocking_small(mk)
         return KindCostArrays(
             layer_fwd=full(ltk.fwd + mk_f), layer_bwd=full(ltk.bwd + mk_b),
             layer_wgrad=full(ltk.wgrad),
             layer_recompute=full(share * ltk.recompute), attn_fwd=full(ak_f),
             attn_bwd=full(ak_b),
-            ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load, disp)
-                              * dedup_bytes, 0.0)
+            ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(mk, b, tp, cp, ep, load,
+                                                                        disp) * dedup_bytes, 0.0)
             + zeros, layer_params=full(dense_p + expert_p), expert_params=full(expert_p),
             layer_recompute_each=full(np.where(cap > 0, ltk.recompute, 0.0)))
 
@@ -595,7 +597,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                     (head_f, head_b, head_w), full, etp)
     per_tensor = (zero == 3) & (copies > 1) & (fw.zero3_gather == "per-tensor")
     if np.any(per_tensor):
-        z3 = counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
+        z3 = param_counts.zero3_tensor_gathers(m, tp, ep, pp, rc == 2, fw.zero3_reuse_params)
         z3 = {k: np.where(per_tensor, v, 0.0) + zeros for k, v in z3.items()}
     else:   # no plan gathers one tensor at a time: every count 0, without the tensor walk
         #     (a loop over each layer's tensors, ~800 with DeepSeek-V3's 256 experts)
@@ -613,7 +615,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         attn_fwd=full(a_f), attn_bwd=full(a_b), gemm_fwd=full(g_f), slowdown=full(slow),
         embedding_fwd=full(emb_f), embedding_bwd=full(emb_b),
         head_fwd=full(head_f), head_bwd=full(head_b),
-        tp_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+        tp_bytes=np.where(tp > 1, comm_bytes.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_collective_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_per_layer_fwd=n_tp + zeros, tp_per_layer_bwd=n_tp + zeros,
         # full: the layer's forward collectives again, less the MLP's reduce-scatter where
@@ -625,19 +627,19 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
             rcp.part_selected(rc, P.recompute_modules, "dense_mlp"),
             m.layer_shares().get("dense", 0.0), 0.0)) + zeros,
         cp_bytes=np.where(cp > 1, cp_buf, 0.0) + zeros,
-        ep_bytes=np.where(ep > 1, counts.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
+        ep_bytes=np.where(ep > 1, ep_dispatch.ep_alltoall_bytes_fwd(m, b, tp, cp, ep, load, disp)
                           * dedup_bytes, 0.0) + zeros,
-        etp_bytes=np.where((etp > 1) & (ep > 1), counts.etp_bytes_fwd(m, b, tp, cp, ep, etp,
-                                                                      load), 0.0)
+        etp_bytes=np.where((etp > 1) & (ep > 1), ep_dispatch.etp_bytes_fwd(m, b, tp, cp, ep, etp,
+                                                                           load), 0.0)
         + zeros,
         ep_remote_scale=dedup_remote + zeros,
-        ep_nvlink_share=counts.ep_nvlink_share(P.moe_dispatcher) + zeros,
+        ep_nvlink_share=ep_dispatch.ep_nvlink_share(P.moe_dispatcher) + zeros,
         p2p_bytes=np.where(pp > 1, p2p, 0.0) + zeros,
         p2p_gather_bytes=np.where((pp > 1) & (tp > 1) & ~sp, p2p * tp, 0.0) + zeros,
-        layer_params=full(counts.layer_params_per_gpu(m, tp, ep, etp)),
-        embedding_params=full(counts.embedding_params_per_gpu(m, tp)),
+        layer_params=full(param_counts.layer_params_per_gpu(m, tp, ep, etp)),
+        embedding_params=full(param_counts.embedding_params_per_gpu(m, tp)),
         # the head's rank: a tied head on the embedding's rank (a V, DualPipe) is one tensor
-        head_params=full(counts.head_params_per_gpu(m, tp, pp, (head_at == 0) | mirrored)),
+        head_params=full(param_counts.head_params_per_gpu(m, tp, pp, (head_at == 0) | mirrored)),
         params_first=params["first"], params_mid=params["mid"], params_last=params["last"],
         expert_params_first=split["first"][1] + zeros, expert_params_mid=split["mid"][1] + zeros,
         expert_params_last=split["last"][1] + zeros,
@@ -659,7 +661,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         copy_gap=float(fw.launch_gap_s), by_kind=by_kind,
         # SP's backward re-gathers: the forward all-gather's bytes again, on stacks that save
         # the local shard (``FrameworkProfile.sp_regather``)
-        rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, counts.tp_comm_bytes_fwd(m, b, cp)
+        rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, comm_bytes.tp_comm_bytes_fwd(m, b, cp)
                           * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
         rg_attn=full(lt.regather[0][1]),
         rg_attn2=full(lt.regather[1][1] if len(lt.regather) > 3 else 0.0),
@@ -676,13 +678,13 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         rd_bytes=np.where((tp > 1) & ~np.asarray(tpo, dtype=bool)
                           & ~attr_by_code(P.schedule, "splits_backward").astype(bool)
                           & ((fw.dgrad_overlap == "all") | ((fw.dgrad_overlap == "sp") & sp)),
-                          counts.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
+                          comm_bytes.tp_comm_bytes_fwd(m, b, cp), 0.0) + zeros,
         rd_attn=full(lt.col_wgrad[0]),
         rd_attn2=full(lt.col_wgrad[1] if len(lt.col_wgrad) > 3 else 0.0),
         rd_dense=full(lt.col_wgrad[-2]), rd_shared=full(lt.col_wgrad[-1]),
         dw_attn=full(lt.attn_wgrad),
         attn_w=widths[0], attn_w2=widths[1] if len(widths) > 1 else 0.0,
-        tp_ag_bytes=np.where(tp > 1, counts.tp_comm_bytes_fwd(m, b, cp)
+        tp_ag_bytes=np.where(tp > 1, comm_bytes.tp_comm_bytes_fwd(m, b, cp)
                              * quantise.tp_allgather_bytes_factor(dtype, sp), 0.0) + zeros,
         tp_attn_rc=np.where((tp > 1) & sp & m.is_mla
                             & rcp.part_selected(rc, P.recompute_modules, "mla_up"), 1.0, 0.0)
@@ -719,12 +721,12 @@ def mtp_arrays(m: ModelSpec, layer: KindCostArrays, b, tp, cp, ep, tpo, gpu: GPU
     column-parallel GEMM over ``tp``; its backward, data and weight gradient, twice its
     forward), one transformer ``layer`` and a pass through the shared LM head and the loss
     (``head``: the LM head's forward, backward and weight-gradient seconds). Parameters:
-    ``counts.mtp_params_split``."""
+    ``param_counts.mtp_params_split``."""
     h = m.hidden_size
-    T = counts.tokens_per_gpu(b, m.seq_length, cp)
-    proj = slow * ct.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
+    T = token_counts.tokens_per_gpu(b, m.seq_length, cp)
+    proj = slow * gemm_time.gemms_time_fwd([(1, T, h / tp, 2 * h, False)], tp, gpu, dtype, tpo, sy)
     head_f, head_b, head_w = head
-    d_mtp, e_mtp = counts.mtp_params_split(m, tp, ep, etp)
+    d_mtp, e_mtp = param_counts.mtp_params_split(m, tp, ep, etp)
     return KindCostArrays(
         layer_fwd=full(layer.layer_fwd + proj + head_f),
         layer_bwd=full(layer.layer_bwd + 2 * proj + head_b),
@@ -831,13 +833,14 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     # expert states are sharded over the expert-data-parallel group
     shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
         if p.zero >= 1 else 1.0
-    layer_w = counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
+    layer_w = param_counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
     casts = float(quantise.weight_cast_passes(job.framework.weight_cast_per_forward,
                                               p.gbs / (p.mbs * p.dp),
                                               RECOMPUTE_CODE[p.recompute]))
-    opt = tuple(float(ct.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
-                      + ct.weight_cast_time(layer_w * copy_layers(job, s), gpu, job.dtype,
-                                            sy) * casts) for s, (d, e) in enumerate(split))
+    opt = tuple(float(grad_time.optimizer_time(d / shard + e / shard_e, gpu, sy, job.framework)
+                      + elementwise_time.weight_cast_time(layer_w * copy_layers(job, s), gpu,
+                                                          job.dtype, sy) * casts)
+                for s, (d, e) in enumerate(split))
     fw = job.framework
     once = bool(grad_sync_once(fw.fsdp2, p.pp, p.zero))
     zero_g = grad_path(fw.fsdp2, p.pp, p.zero)[0]
@@ -846,7 +849,7 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                                                p.shard_dp)) for d, e in split)
     head_at = head_rank(p.schedule, p.pp, p.vpp)
     mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
-    gather = tuple(float(gather_width(n, counts.stage_params_split(
+    gather = tuple(float(gather_width(n, param_counts.stage_params_split(
         job.model, p.tp, p.ep, p.pp, s, layers=0, head_stage=head_at, mirrored=mirrored,
         etp=p.expert_tp)[0], sy)) for s, n in enumerate(params))
     return replace(rec, params_by_stage=params, optimizer_by_stage=opt, passes_by_stage=passes,
@@ -877,8 +880,8 @@ def stage_params(job: Job, c: StageCosts, stage: int) -> float:
     return dense + expert
 
 
-def tp_collectives_per_layer(moe_share: counts.Num, ep: counts.Num,
-                             shared_experts: int) -> counts.Num:
+def tp_collectives_per_layer(moe_share: token_counts.Num, ep: token_counts.Num,
+                             shared_experts: int) -> token_counts.Num:
     """Tensor-parallel collectives (or SP pairs) per layer and pass: the attention's and the
     MLP's; a MoE layer under expert parallelism has no MLP one unless a shared expert needs
     it (the routed tokens travel by the all-to-all and the etp collectives, ``etp_bytes``).
@@ -892,7 +895,7 @@ def copy_layers(job: Job, stage: int) -> float:
     under a mirrored schedule (DualPipe, ``pp > 1``: the rank holds stages ``stage`` and
     ``pp-1-stage``, each micro-batch crossing one of them) the mean of the two copies'
     (equal under the even split; an uneven layout's copies differ), so that twice it is the
-    layers the rank holds (``counts.stage_params_split``'s ``mirrored``) and the micro-batches
+    layers the rank holds (``param_counts.stage_params_split``'s ``mirrored``) and the micro-batches
     times it the layers they cross (the weight casts)."""
     p = job.plan
     n = job.layers_of_stage(stage)
@@ -907,7 +910,7 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
     """``(dense, expert)`` parameters per GPU of pipeline rank ``stage``: its layers by kind
     (and its multi-token-prediction modules, with the copy of the embedding Megatron builds
     on a rank holding them without the embedding), the embedding on rank 0 and the LM head
-    where the schedule puts it (``counts.stage_params_split``; a one-kind model: its
+    where the schedule puts it (``param_counts.stage_params_split``; a one-kind model: its
     ``layers`` mean layers). DualPipe (``Schedule.mirrored``): the rank also holds the layers
     of stage ``pp-1-stage``, and both end ranks the embedding and the LM head."""
     p, m = job.plan, job.model
@@ -915,16 +918,16 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
     mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
     kinds = {k for chunks in c.chunk_kinds for ch in chunks for k, _ in ch}
     if not (kinds & set(c.by_kind)):
-        d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
-                                         layers=copy_layers(job, stage), head_stage=head_at,
-                                         mirrored=mirrored, etp=p.expert_tp)
+        d, e = param_counts.stage_params_split(m, p.tp, p.ep, p.pp, stage,
+                                               layers=copy_layers(job, stage), head_stage=head_at,
+                                               mirrored=mirrored, etp=p.expert_tp)
         return float(d), float(e)
-    d, e = counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
-                                     mirrored=mirrored, etp=p.expert_tp)
+    d, e = param_counts.stage_params_split(m, p.tp, p.ep, p.pp, stage, layers=0, head_stage=head_at,
+                                           mirrored=mirrored, etp=p.expert_tp)
     dense, expert = float(d), float(e)
     # a kind's record carries its expert part; the mean layer (``c``, a one-kind model's
     # layers beside its MTP modules) the model's per-layer split
-    mean_e = float(counts.layer_params_split(m, p.tp, p.ep, p.expert_tp)[1])
+    mean_e = float(param_counts.layer_params_split(m, p.tp, p.ep, p.expert_tp)[1])
 
     def expert_of(x: Any) -> float:
         return x.expert_params if x is not c else mean_e
@@ -936,5 +939,5 @@ def stage_params_split(job: Job, c: StageCosts, stage: int) -> tuple[float, floa
             dense += chunk_sum(items, lambda x: x.layer_params - expert_of(x))
     has_embedding = stage == 0 or (mirrored and stage == p.pp - 1)
     mtp = sum(job.layout.mtp_of_stage(s) for s in copies)
-    dense += float(counts.mtp_embedding_copy_params(m, p.tp, mtp, has_embedding))
+    dense += float(param_counts.mtp_embedding_copy_params(m, p.tp, mtp, has_embedding))
     return dense, expert

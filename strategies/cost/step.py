@@ -4,7 +4,7 @@ the tied word embedding's gradient all-reduced between the first and the last pi
 stage. docs/formulas.md §10.
 
 Each pass is a memory-bound kernel that streams a whole buffer once: its time is its bytes
-over the GPU's usable HBM bandwidth (``compute.usable_hbm``), nothing else. Bytes per
+over the GPU's usable HBM bandwidth (``hbm_rate.usable_hbm``), nothing else. Bytes per
 parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``: 4 with
 bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
@@ -15,10 +15,9 @@ bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
   ``grad_norm`` g (read), ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit
   weight written).
 
-Adam's own update is ``SystemConfig.adam_step_bytes`` (``compute.optimizer_time``).
+Adam's own update is ``SystemConfig.adam_step_bytes`` (``grad_time.optimizer_time``).
 
 >>> from strategies.stacks.passes import StepPasses
-from strategies.stacks.profile import FrameworkProfile
 >>> buffer_pass_bytes(StepPasses(), 4.0), shard_pass_bytes(StepPasses(), 4.0, 2.0)
 (16.0, 10.0)
 """
@@ -27,9 +26,10 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost.compute import sharded_grad_pass_time, usable_hbm
-from strategies.cost.counts import Num
+from strategies.cost.grad_time import sharded_grad_pass_time
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.stacks.passes import StepPasses
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
@@ -71,7 +71,7 @@ def stage_pass_time(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, 
     over the group that holds its copies (``comm.dp_parts``: dense ``dp·cp``, or with hybrid
     sharding ``shard·cp``; experts ``edp``); and where the gradients are reduce-scattered
     once per step (``once``, ``comm_rules.grad_sync_once``) the stack's passes over each
-    part's unsharded gradient (``compute.sharded_grad_pass_time``, 0 for a group of one).
+    part's unsharded gradient (``grad_time.sharded_grad_pass_time``, 0 for a group of one).
     The one rule the estimate, the bound and the simulator read (``stage_cost_arrays``,
     ``stage_costs``). Vectorised."""
     held = cm.grad_buffer_params(params, expert_params, tp, cp, dp, ep, etp, zero_g, shard)

@@ -15,15 +15,15 @@ from typing import Any, Callable
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import counts
+from strategies.cost import token_counts
 from topologies.cluster import Cluster
 
 
-def _per_width(t: Callable[[float], counts.Num]) -> Callable[[float], counts.Num]:
+def _per_width(t: Callable[[float], token_counts.Num]) -> Callable[[float], token_counts.Num]:
     """``t`` worked out once per width (the rules below ask for width 1 several times)."""
-    seen: dict[float, counts.Num] = {}
+    seen: dict[float, token_counts.Num] = {}
 
-    def once(width: float) -> counts.Num:
+    def once(width: float) -> token_counts.Num:
         if width not in seen:
             seen[width] = t(width)
         return seen[width]
@@ -36,11 +36,11 @@ def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
     shard of a column-parallel linear's input, ``width`` times the ``rg_bytes`` of the
     forward's hidden-width all-gather, beside the data-gradient GEMM of ``seconds`` it was
     issued before; the attention's once per layer per column linear (QKV: width 1; MLA's
-    up projections: their latents' widths, ``compute.attention_column_widths``, §5.76), the
+    up projections: their latents' widths, ``layer_time.attention_column_widths``, §5.76), the
     dense MLP's and the shared experts' fc1 on their share of the layers, then MLA's
     column-parallel down projections (Megatron-Core core_v0.12-v0.13, ``TEColumnParallel
     Linear`` over the hidden state, ``attn_down_ops``): each re-gathers the hidden state,
-    width 1, beside its own data-gradient GEMM (``compute.down_dgrad``), once per layer
+    width 1, beside its own data-gradient GEMM (``layer_time.down_dgrad``), once per layer
     (docs/calibration.md §5.97). A piece of width 0 does not exist (no second attention
     column linear without MLA, no column-parallel down projection) and is left out."""
     out = ((1.0, x.attn_w, x.rg_attn), (1.0, x.attn_w2, x.rg_attn2),
@@ -49,7 +49,7 @@ def sp_regather_pieces(x: Any) -> tuple[tuple[Any, Any, Any], ...]:
     return tuple(p for p in out if p[1] > 0)
 
 
-def sp_regather_exposed(t_ag: Callable[[float], counts.Num], x: Any) -> counts.Num:
+def sp_regather_exposed(t_ag: Callable[[float], token_counts.Num], x: Any) -> token_counts.Num:
     """Seconds per mean layer's backward the sequence-parallel re-gathers keep the compute
     stream waiting: each all-gather runs beside the data-gradient GEMM
     it was issued before (Megatron-Core ``LinearWithGradAccumulationAndAsyncCommunication.
@@ -75,14 +75,14 @@ def dgrad_reduce_pieces(x: Any) -> tuple[tuple[Any, tuple[tuple[Any, Any], ...]]
     shares). Each of its linears reduces ``width`` times ``rd_bytes`` (the hidden-width
     collective the layer's TP term counts) beside its weight-gradient GEMM of ``seconds``:
     one linear of width 1 (QKV, fc1), or MLA's two up projections of their latents' widths
-    (``compute.attention_column_widths``, §5.76)."""
+    (``layer_time.attention_column_widths``, §5.76)."""
     attn = tuple(p for p in ((x.attn_w, x.rd_attn), (x.attn_w2, x.rd_attn2)) if p[0] > 0)
     return ((1.0, attn), (x.rg_dense_n, ((1.0, x.rd_dense),)),
             (x.rg_shared_n, ((1.0, x.rd_shared),)))
 
 
-def dgrad_reduce_time(x: Any, tp: counts.Num, sp: counts.Num, cl: Cluster,
-                      width: float = 1.0) -> counts.Num:
+def dgrad_reduce_time(x: Any, tp: token_counts.Num, sp: token_counts.Num, cl: Cluster,
+                      width: float = 1.0) -> token_counts.Num:
     """Contention-free seconds of one column-parallel data gradient's reduction across
     ``tp``: a reduce-scatter of ``width`` times ``x.rd_bytes`` under SP (``sp``), an
     all-reduce without; 0 where ``rd_bytes`` is 0 (no asynchronous reduction)."""
@@ -92,7 +92,7 @@ def dgrad_reduce_time(x: Any, tp: counts.Num, sp: counts.Num, cl: Cluster,
     return np.where(np.asarray(rd) > 0, t, 0.0)
 
 
-def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.Num:
+def dgrad_reduce_hidden(t_red: Callable[[float], token_counts.Num], x: Any) -> token_counts.Num:
     """Seconds per mean layer's backward of the tensor-parallel collectives the weight
     gradient hides: a column-parallel linear's backward computes its data gradient, starts
     its reduction (reduce-scatter under SP, all-reduce without) with ``async_op=True``,
@@ -118,7 +118,7 @@ def dgrad_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.
     return out
 
 
-def tp_kind_bytes(x: Any, kind: str) -> counts.Num:
+def tp_kind_bytes(x: Any, kind: str) -> token_counts.Num:
     """Bytes of one hidden-width tensor-parallel collective of ``kind`` (``x``: a
     ``StageCostArrays`` or ``StageCosts``): an all-gather ``tp_ag_bytes`` (the quantised
     norm output under SP in low precision), a reduce-scatter the rest of the pair's
@@ -141,7 +141,7 @@ def attn_tp_swap(x: Any, sp: bool, fwd: bool) -> tuple[str, tuple[float, ...]] |
     elements per token (each up projection's own sequence-parallel gather, Transformer
     Engine ``linear.py``/``layernorm_linear.py``) instead of the hidden state, and the
     backward reduces their data gradients at the same widths (a reduce-scatter under SP,
-    an all-reduce without, ``compute.attention_column_widths``). Without SP the forward's
+    an all-reduce without, ``layer_time.attention_column_widths``). Without SP the forward's
     column side has no collective (``copy_to_tensor_model_parallel_region`` is the
     identity). The row side (``linear_proj``: the forward's reduce-scatter or all-reduce,
     the backward's all-gather) stays at the hidden width. The backward's asynchronous
@@ -153,8 +153,8 @@ def attn_tp_swap(x: Any, sp: bool, fwd: bool) -> tuple[str, tuple[float, ...]] |
     return ("allgather" if fwd else "reduce_scatter" if sp else "allreduce"), widths
 
 
-def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
-                  fwd: bool) -> counts.Num:
+def attn_tp_saved(t: Callable[[str, token_counts.Num], token_counts.Num], x: Any, sp: bool,
+                  fwd: bool) -> token_counts.Num:
     """Seconds per mean layer and pass the attention's column-side collective takes less
     than the hidden-width one counted (``attn_tp_swap``): ``t(kind, B) - sum t(kind, w·B)``,
     ``B`` its hidden-width bytes (``tp_kind_bytes``), ``t(kind, nbytes)`` a collective's
@@ -171,14 +171,15 @@ def attn_tp_saved(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
     return out
 
 
-def attn_rc_gathers(t: Callable[[str, counts.Num], counts.Num], x: Any) -> counts.Num:
+def attn_rc_gathers(t: Callable[[str, token_counts.Num], token_counts.Num],
+                    x: Any) -> token_counts.Num:
     """Seconds per mean layer's backward of the all-gathers MLA's recomputed up projections
     run again: Megatron-Core's ``mla_up_proj`` recomputation (``multi_latent_attention.py``
     ``recompute_up_proj``: ``CheckpointWithoutOutput`` over ``qkv_up_proj_and_rope_apply``,
     whose inputs are the latents' sequence shards under SP, core_v0.12 and core_v0.17) reruns
     each up projection's forward, its sequence-parallel all-gather included, before the
     attention's backward: ``tp_attn_rc`` times ``sum t("allgather", w·tp_ag_bytes)`` over the
-    column linears' widths (``compute.attention_column_widths``). 0 where nothing is
+    column linears' widths (``layer_time.attention_column_widths``). 0 where nothing is
     recomputed that way. The estimate reads it; the simulator compiles the same gathers
     after the recomputation (``ProgramBuilder.block``). docs/calibration.md §5.81."""
     out = 0.0
@@ -188,8 +189,8 @@ def attn_rc_gathers(t: Callable[[str, counts.Num], counts.Num], x: Any) -> count
     return x.tp_attn_rc * out
 
 
-def attn_rope_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
-                   fwd: bool) -> counts.Num:
+def attn_rope_time(t: Callable[[str, token_counts.Num], token_counts.Num], x: Any,
+                   fwd: bool) -> token_counts.Num:
     """Seconds per mean layer and pass of MLA's rope key collective under SP: the
     down projection's rope part is the rank's sequence shard, gathered on its own
     (``multi_latent_attention.py`` ``gather_from_sequence_parallel_region(k_pos_emb)``,
@@ -203,13 +204,13 @@ def attn_rope_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
     return np.where(np.asarray(nb) > 0, t("allgather" if fwd else "reduce_scatter", nb), 0.0)
 
 
-def attn_rope_bytes(x: Any) -> counts.Num:
+def attn_rope_bytes(x: Any) -> token_counts.Num:
     """Bytes of MLA's rope key collective under SP (``attn_rope_time``): ``tp_rope_w``
     times the hidden-width bf16 reduce-scatter's; 0 where there is none."""
     return x.tp_rope_w * tp_kind_bytes(x, "reduce_scatter")
 
 
-def attn_down_ops(x: Any, sp: bool, fwd: bool) -> tuple[tuple[str, counts.Num], ...]:
+def attn_down_ops(x: Any, sp: bool, fwd: bool) -> tuple[tuple[str, token_counts.Num], ...]:
     """``(kind, bytes)`` of each tensor-parallel collective per mean layer and pass that
     MLA's column-parallel down projections add to what the layer's TP term, §5.81's latent
     widths (``attn_tp_swap``) and its rope key (``attn_rope_time``) count; () where the
@@ -267,7 +268,7 @@ def down_reduce_pieces(x: Any) -> tuple[Any, ...]:
                  if on > 0)
 
 
-def down_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.Num:
+def down_reduce_hidden(t_red: Callable[[float], token_counts.Num], x: Any) -> token_counts.Num:
     """Seconds per mean layer's backward of the column-parallel down projections'
     input-gradient reductions (``attn_down_ops``' backward reduce-scatters under SP,
     all-reduces without: the hidden width, ``t_red(1)`` seconds each) that their
@@ -290,8 +291,8 @@ def down_reduce_hidden(t_red: Callable[[float], counts.Num], x: Any) -> counts.N
     return x.tp_down * out
 
 
-def attn_down_time(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
-                   fwd: bool) -> counts.Num:
+def attn_down_time(t: Callable[[str, token_counts.Num], token_counts.Num], x: Any, sp: bool,
+                   fwd: bool) -> token_counts.Num:
     """Seconds per mean layer and pass of ``attn_down_ops``: ``sum t(kind, bytes)``, 0
     where a collective has no bytes (replicated down projections, tp 1)."""
     out = 0.0
@@ -301,7 +302,7 @@ def attn_down_time(t: Callable[[str, counts.Num], counts.Num], x: Any, sp: bool,
     return out
 
 
-def attn_full_rc_ops(x: Any, sp: bool) -> tuple[tuple[str, counts.Num], ...]:
+def attn_full_rc_ops(x: Any, sp: bool) -> tuple[tuple[str, token_counts.Num], ...]:
     """``(kind, bytes)`` of the blocking collectives of MLA's attention forward that full
     recomputation reruns per recomputed layer, beyond the layer's hidden-width TP pair the
     recompute count already holds: the rope key's own all-gather under SP
@@ -314,8 +315,8 @@ def attn_full_rc_ops(x: Any, sp: bool) -> tuple[tuple[str, counts.Num], ...]:
     return ops + attn_down_ops(x, sp, True)
 
 
-def attn_full_rc_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
-                      sp: bool) -> counts.Num:
+def attn_full_rc_time(t: Callable[[str, token_counts.Num], token_counts.Num], x: Any,
+                      sp: bool) -> token_counts.Num:
     """Seconds per mean layer's backward of ``attn_full_rc_ops``: ``tp_attn_full_rc`` times
     their sum (0 where a collective has no bytes)."""
     out = 0.0
@@ -325,7 +326,7 @@ def attn_full_rc_time(t: Callable[[str, counts.Num], counts.Num], x: Any,
     return x.tp_attn_full_rc * out
 
 
-def sp_grad_allreduce_bytes(x: Any, layers: counts.Num) -> counts.Num:
+def sp_grad_allreduce_bytes(x: Any, layers: token_counts.Num) -> token_counts.Num:
     """Bytes of the once-per-step tensor-parallel all-reduce of the sequence-parallel-marked
     gradients of ``layers`` MLA layers (``tp_rep_grad_bytes`` each). Under SP a rank's
     replicated down projections and latent norms see only its sequence shard, so Megatron-

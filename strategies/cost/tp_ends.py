@@ -57,10 +57,10 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import counts
-from strategies.cost.compute import usable_hbm
-from strategies.cost.counts import Num
+from strategies.cost import comm_bytes, token_counts
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.cluster import Cluster
@@ -75,7 +75,7 @@ def tp_end_times(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, cl: 
     """(embedding forward, embedding backward, output forward, output backward) seconds per
     micro-batch of the TP collectives outside the blocks (module doc) where the stack runs
     them and the model prices them (``fw.tp_end_collectives``, tp > 1): with
-    ``x = b·s·h·2/cp`` bytes (``counts.tp_comm_bytes_fwd``) and ``c`` one copy of it (read +
+    ``x = b·s·h·2/cp`` bytes (``comm_bytes.tp_comm_bytes_fwd``) and ``c`` one copy of it (read +
     write at the usable HBM rate, where ``fw.tp_seq_dim_copies``), under sequence
     parallelism the embedding's ``RS(x) + c`` forward (``AR(x)`` with learned absolute
     positions, Megatron's reduce-then-split) and ``AG(x) + c`` backward, the output's
@@ -88,12 +88,12 @@ def tp_end_times(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, cl: 
     ``max(0, t - head_wgrad)``. 0 elsewhere. Vectorised."""
     tp_on = (np.asarray(tp) > 1) & fw.tp_end_collectives
     seq = np.asarray(sp, dtype=bool)
-    x = counts.tp_comm_bytes_fwd(m, b, cp)
+    x = comm_bytes.tp_comm_bytes_fwd(m, b, cp)
     copy = 2.0 * x / usable_hbm(gpu, system) * fw.tp_seq_dim_copies
     rs = cm.collective_time("reduce_scatter", x, tp, 1, cl) + copy
     ag = cm.collective_time("allgather", x, tp, 1, cl) + copy
     ar = cm.collective_time("allreduce", x, tp, 1, cl)
-    tokens = counts.tokens_per_gpu(b, m.seq_length, cp)
+    tokens = token_counts.tokens_per_gpu(b, m.seq_length, cp)
     loss = sum(cm.small_allreduce_time(n * LOSS_ELEMENT_BYTES * tokens, tp, 1, cl)
                for n in fw.tp_loss_allreduces)
     emb_f = np.where(seq, ar if m.position_embedding == "learned" else rs, ar)

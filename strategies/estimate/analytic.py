@@ -8,7 +8,7 @@ Model (per optimizer step, seconds):
 
 * stage time per micro-batch ``t_s`` = layers on the stage × (forward + backward + recompute +
   exposed TP/CP/EP communication) + the embedding on the first stage and the LM head on the last;
-  the compute comes from ``strategies.cost.compute`` (sustained GEMM efficiency, shape
+  the compute comes from ``strategies.cost.layer_time`` (sustained GEMM efficiency, shape
   penalty, memory-bound kernels, gradient accumulation and kernel launches of the job's
   ``strategies.framework`` profile, the clock penalty of overlapped communication; every
   constant and its source: docs/calibration.md);
@@ -41,10 +41,10 @@ Model (per optimizer step, seconds):
   buffer and the optimizer shard (``strategies.cost.step``).
 
 MFU counts the model FLOPs of docs/formulas.md §2b (the attention square in full, the published
-convention); HFU the same plus the recomputed forward (``costs.hardware_flops_per_step``), as
+convention); HFU the same plus the recomputed forward (``flop_counts.hardware_flops_per_step``), as
 docs/cli.md defines it, so HFU >= MFU, equal without recomputation. Both are conventions: with
 FlashAttention skipping causal blocks the hardware executes fewer FLOPs
-(``costs.executed_flops_per_step``, at most peak · step time by construction), so at very long
+(``flop_counts.executed_flops_per_step``, at most peak · step time by construction), so at very long
 sequences either may exceed 1.
 """
 from __future__ import annotations
@@ -55,7 +55,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.cost import comm as cm
-from strategies.cost import counts as costs
+from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
@@ -104,11 +104,30 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
+def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any) -> Any:
+    """``sharded_exposed`` where ``replicas`` of the ``work`` seconds are hybrid sharding's
+    all-reduces across replicas: with ``own_lane`` (``FrameworkProfile.replica_stream``,
+    PyTorch FSDP's HSDP) they run on a stream of their own, so each of the two streams must
+    fit under the ``window``: ``max(work − replicas − window, replicas − window, edge)``;
+    else they queue on the data-parallel stream with the rest (Megatron-Core)."""
+    sep = np.maximum(sharded_exposed(np.asarray(work) - replicas, window, edge),
+                     np.asarray(replicas) - window)
+    return np.where(own_lane, sep, sharded_exposed(work, window, edge))
+
+
 #: the paths of ZeRO-2's stall without overlap that a schedule adds to the slowest stage's
 #: (``z2_sync_exposed``'s ``path``): none (ZB-V, DualPipe), the gradient's way
 #: back (one chunk per rank: 1F1B, GPipe), the drain and rank 0's cool-down (interleaved),
 #: the slowest stage's trailing weight gradients (a split backward, one chunk per rank: ZB-H1)
 Z2_BUSY, Z2_BACK, Z2_COOLDOWN, Z2_SPLIT = 0, 1, 2, 3
+
+
+def slowest_rank(t_first: Any, t_mid: Any, t_last: Any, pp: Any) -> Any:
+    """Seconds per micro-batch of the slowest kind of rank: the first, the last and, with
+    ``pp > 2``, a middle one (an uneven layout's middle ranks may hold the most layers,
+    ``plan_arrays.rank_layers``); the one rule every closed form here reads. Arrays over
+    plans; seconds."""
+    return np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
 
 
 def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last: Any,
@@ -158,10 +177,10 @@ def z2_sync_exposed(pipe_span: Any, pipe: Any, t_first: Any, t_mid: Any, t_last:
       stage dearer by the LM head: its own end, ``fill + m·t'_k − pipe``).
     """
     rs_first, rs_mid, rs_last = rs
-    t_max0 = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max0 = slowest_rank(t_first, t_mid, t_last, pp)
     t_sum0 = t_first + t_last + (pp - 2) * t_mid
     first, mid, last = t_first + rs_first, t_mid + rs_mid, t_last + rs_last
-    t_max = np.maximum(np.maximum(first, last), np.where(pp > 2, mid, 0.0))
+    t_max = slowest_rank(first, mid, last, pp)
     rs_max = np.where(t_max == first, rs_first, np.where(t_max == last, rs_last, rs_mid))
     t_sum = first + last + (pp - 2) * mid
     busy = np.where(pp > 1, (mb - 1) * rs_max + rs_first, mb * rs_first)
@@ -212,7 +231,7 @@ def split_tail_exposed(pipe: Any, t_first: Any, t_mid: Any, t_last: Any, pp: Any
     pipeline ``pipe``. ``rs``/``w``/``trailing``/``edge``: (first, middle, last) rank's
     reduce-scatter per micro-batch, ``W`` seconds, trailing ``W`` count and last bucket's
     seconds. Arrays over plans; seconds."""
-    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max = slowest_rank(t_first, t_mid, t_last, pp)
     t_sum = t_first + t_last + (pp - 2) * t_mid
 
     def at_k(x: tuple) -> Any:
@@ -253,7 +272,7 @@ def rank_of_max(t: tuple, pp: Any) -> Any:
     on a tie; the middle only with ``pp > 2``), as ``z2_sync_exposed`` picks the slowest
     stage. Arrays over plans."""
     t_first, t_mid, t_last = t
-    t_max = np.maximum(np.maximum(t_first, t_last), np.where(pp > 2, t_mid, 0.0))
+    t_max = slowest_rank(t_first, t_mid, t_last, pp)
     return np.where(t_max == t_first, 0, np.where(t_max == t_last, 2, 1))
 
 
@@ -305,7 +324,7 @@ def ranked_messages(sched: Any, mb: Any, pp: Any, v: Any, times: tuple[Any, Any,
     that rank (``pipeline_span`` with its time as the slowest) plus its path's messages
     (``bottleneck_messages``) times ``t_p2p``, less the free span through the slowest; at
     least the fewest messages (docs/calibration.md §5.21). Arrays over plans."""
-    t_max = np.maximum(np.maximum(times[0], times[2]), np.where(pp > 2, times[1], -np.inf))
+    t_max = slowest_rank(*times, pp)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp)
     paths = [np.where((k != 1) | (pp > 2), dispatch(
         sched, "pipeline_span", mb, t_k, t_sum, v, w_share, f_share, pp)
@@ -508,7 +527,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_first = np.where(mirrored, t_mid + (emb + head_f + head_b) / 2, t_first)
     t_last = np.where(mirrored, t_first, t_last)
     single = pp == 1
-    t_max = np.where(single, t_first + head_f + head_b, np.maximum(t_first, t_last))
+    t_max = np.where(single, t_first + head_f + head_b,
+                     slowest_rank(t_first, t_mid, t_last, pp))
     t_min = np.where(single, t_max, np.where(pp > 2, np.minimum(t_mid, np.minimum(
         t_first, t_last)), np.minimum(t_first, t_last)))
     t_sum = np.where(single, t_max, t_first + t_last + (pp - 2) * t_mid)
@@ -649,8 +669,19 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         return cm.dp_collective_time(kind, nbytes, pr_k[k] * scale * share,
                                      pe_k[k] * scale * share, tp, cp, dp, ep, etp, cl, dps)
 
+    # hybrid sharding: the replicas' all-reduce inside a reduce-scatter's seconds (``share``
+    # of rank kind ``k``'s gradients, ``comm.replica_time``) and the lane it runs on
+    own_lane = bool(get_profile(framework).replica_stream)
+
+    def rep_bucket(k: int, share: Any, nbytes: Any = gb) -> Any:
+        if dps is None:
+            return 0.0
+        return cm.replica_time(nbytes, cm.dp_parts(pr_k[k] * share, pe_k[k] * share, tp, cp,
+                                                   dp, ep, etp, dps), tp, cp, dp, dps, cl)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
+        rep = np.where(full, 0.0, rep_bucket(k, 1.0))
         last = np.where(whole_k[k] > 0, whole_k[k],
                         np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
@@ -675,9 +706,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
                                                      steps),
                         np.where(ends_k, mirror_over,
-                                 np.maximum(t_grad - window_k[k]
-                                            + np.where((v == 1) & ~mirrored, lead_k[k], 0.0),
-                                            t_edge)))
+                                 lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
+                                                                 lead_k[k], 0.0),
+                                               rep, window_k[k], t_edge, own_lane)))
         return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
     grad_ag = [grad_exposed(k) for k in K]
     ag_k = [a for _, a in grad_ag]
@@ -710,7 +741,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         first_bwd = r_f * t_sum + np.where(
             head_first, 0.0, ((1 - r_f) * (t_sum - below[k]) - window_k[k]) / v)
         z2_window = np.where(under_fwd, pipe - slack[k] - first_bwd, mb * window_k[k])
-        return sharded_exposed(mb * rs_mb_k[k], z2_window, edge_k[k])
+        return lanes_exposed(mb * rs_mb_k[k], mb * rep_bucket(k, 1.0, gb * per_mb), z2_window,
+                             edge_k[k], own_lane)
     # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
     # backward (``z2_sync_exposed``); each stage's own from its parameters
     rs_stage = (t_rs_mb, t_rs_k[1], t_rs_k[2])
@@ -752,7 +784,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # follows the last backward: mb·(t_ag + t_rs) of one layer's calls
     # ZeRO-3 one tensor at a time (DeepSpeed 2021): every gather and gradient reduce-scatter of
     # every micro-batch is host-synchronous (``torch.cuda.synchronize`` before each gather),
-    # so none hides behind compute (``counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
+    # so none hides behind compute (``param_counts.zero3_tensor_gathers``, ``comm.per_tensor_time``)
     # (over the dense parameters' copies, ``placement.dense_dp_group``)
     n_dp, stride_dp = dense_dp_group(tp, cp, dps)
     z3_tensor = mb * (
@@ -768,8 +800,16 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         units = np.maximum(n_k[k], 1)
         t_ag_u, t_rs_u = (one_bucket(kind, nb, k, 1.0 / units)
                           for kind, nb in (("allgather", sc.param_bytes), ("reduce_scatter", gb)))
-        return np.where(sc.z3_fwd_n > 0, z3_tensor, sharded_exposed(
-            mb * units * (2 * t_ag_u + t_rs_u), pipe - slack[k], mb * (t_ag_u + t_rs_u)))
+        # (with the replicas' all-reduces on their own lane, ``replica_stream``, only the
+        # step's last waits: the next forward's first gather follows the reduce-scatter)
+        rep_u = rep_bucket(k, 1.0 / units)
+        # a backward whose layers reduce slower than they compute queues its reduce-scatters
+        # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
+        b_u = sc.layer_bwd + sc.layer_recompute
+        queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
+        return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
+            mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * (mb - 1) * rep_u, own_lane))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
@@ -843,19 +883,22 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     hidden = np.minimum(dp_exposed, 0.0)
     dp_exposed, t_opt = dp_exposed - hidden, t_opt + hidden
 
-    # breakdown on the slowest stage (exposed seconds per step)
-    share = lps * mb
+    # breakdown on the slowest stage (exposed seconds per step): its own layers (an uneven
+    # layout's may be a middle rank's), the embedding/LM head beyond them as compute
+    n_slow = at_slowest(n_k)
+    share = n_slow * mb
     n = tp * pp * dp * cp
     tokens = gbs * m.seq_length
     peak = cl.mean_peak(dtype)   # the summed peak over the GPUs (one type: its peak)
     return {
         "step_time_s": step, "tokens_per_s": tokens / step,
-        "mfu": costs.mfu(m, gbs, step, n, peak),
-        "hfu": costs.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
-                         P.recompute_modules, get_profile(framework).recompute_early_stop,
-                         get_profile(framework).recompute_flash_fwd),
+        "mfu": flop_counts.mfu(m, gbs, step, n, peak),
+        "hfu": flop_counts.hfu(m, gbs, flash, rc, step, n, peak, rcp.plan_share(L, P),
+                               P.recompute_modules, get_profile(framework).recompute_early_stop,
+                               get_profile(framework).recompute_flash_fwd),
         "bubble_fraction": (pipe - lone - mb * t_min) / step,
-        "compute": share * comp_layer + mb * (t_max - t_mid) , "recompute": share * sc.layer_recompute,
+        "compute": share * comp_layer + mb * (t_max - n_slow * per_layer),
+        "recompute": share * sc.layer_recompute,
         "tp_comm": share * tp_layer, "cp_comm": share * cp_layer, "ep_comm": share * ep_layer + lone,
         "pp_comm": pp_exposed, "dp_comm": dp_exposed, "bubble": bubble, "optimizer": t_opt,
         "num_microbatches": mb, "stage_time_s": t_max, "stage_costs": sc, "p2p_time_s": t_p2p,

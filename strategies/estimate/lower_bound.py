@@ -86,7 +86,7 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    dgrad_reduce_hidden, down_reduce_hidden,
                                    sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
-from strategies.cost import compute as ct
+from strategies.cost import layer_time
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -458,10 +458,10 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             f_blk = mix.fill(lpc * chunks, per[0][0], per[1][0], ceiling) / chunks
             b_blk = mix.fill(lpc * chunks, per[0][1], per[1][1], ceiling) / chunks
             pick = np.maximum if ceiling else np.minimum
-            lt = ct.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
+            lt = layer_time.LayerTime(pick(per[0][2], per[1][2]), r.layer_bwd, r.layer_recompute)
         else:
             f_blk, b_blk = lpc * per[0][0], lpc * per[0][1]
-            lt = ct.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
+            lt = layer_time.LayerTime(r.layer_fwd, r.layer_bwd, r.layer_recompute)
         return lt, r.head_fwd, r.head_bwd, r.embedding_fwd, r.embedding_bwd, f_blk, b_blk, r
 
     def least_chunk(lpc=lpc, chunks=1.0):
@@ -600,6 +600,14 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # over its replicas (``comm.replica_time``; 0 with one replica)
     n_rep, s_rep = placement.replica_group(tp, cp, dp, P.dp_shard)
 
+    # the busy seconds of the dp stream's ``work`` and the replicas' ``rep``: their sum on
+    # one stream, the larger where the replicas have a lane of their own
+    # (``FrameworkProfile.replica_stream``, the simulator's ``replica_lane``)
+    own_lane = bool(get_profile(framework).replica_stream)
+
+    def lanes(work, rep):
+        return np.maximum(work, rep) if own_lane else work + rep
+
     def dp_floor(nbytes_per, kind, passes):
         return cm.dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
             nbytes_per * p, n, s, passes, cl))
@@ -612,19 +620,19 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
         # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
         copies = cm.parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
-        red = dp_floor(gb, kind, np.where(full, 2.0, 1.0)) + np.where(
-            full, 0.0, rep_floor(gb, kind))
+        red = lanes(dp_floor(gb, kind, np.where(full, 2.0, 1.0)),
+                    np.where(full, 0.0, rep_floor(gb, kind)))
         red = np.where(sync, red, 0.0)
         ag = np.where(sync & (zero >= 1), dp_floor(getattr(sc, f"gather_{kind}"), kind, 1), 0.0)
         window = lps * fwd_layer
         items = lps + 2.0                                 # at most one bucket per item
         ag_tail = np.where(ogr_gather, np.maximum(ag - window, ag / items), ag)
-        z3 = nmb * v * (2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1)
-                        + rep_floor(gb, kind))
+        z3 = nmb * v * lanes(2 * dp_floor(sc.param_bytes, kind, 1) + dp_floor(gb, kind, 1),
+                             rep_floor(gb, kind))
         # ZeRO-2: the dp stream reduce-scatters the stage's gradients once per micro-batch
         # (DualPipe: the one copy the micro-batch passed, half the rank's on the mean)
         half = np.where(mirrored, 0.5, 1.0)
-        z2 = nmb * (dp_floor(gb * half, kind, 1) + rep_floor(gb * half, kind))
+        z2 = nmb * lanes(dp_floor(gb * half, kind, 1), rep_floor(gb * half, kind))
         busy = np.where((zero == 3) & copies, z3, np.where(sync & (zero_g == 2), z2, 0.0))
         return red, ag_tail, busy
 
@@ -699,7 +707,7 @@ def fastest_of_each(per_type: list) -> np.ndarray:
     cluster holds: every op of a step runs on one of them, so the sum of these minima over
     the ops bounds any rank's chain from below. Not one type for all: the type of the highest
     peak (``Cluster.fastest_gpu``) can be the slower on small kernels, whose time is set by a
-    GEMM's fixed time (``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
+    GEMM's fixed time (``cost.gemm_kernel.gemm_fixed_s``: none on A100, 4.7 us on H100) or the
     launch gap rather than the peak (docs/calibration.md §5.39). One type: its figure."""
     out = per_type[0]
     for x in per_type[1:]:

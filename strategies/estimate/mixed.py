@@ -5,7 +5,7 @@ Ranks that run the same work on different GPU types meet at the gradient reducti
 waits for the longest part before the optimizer, the step for the longest optimizer after
 it (``synchronised_step``; the scalar estimate's ``_synchronised`` and ``_by_group`` read
 it). Which type is slower is each type's own kernel times, not the peak: a GEMM's fixed time
-(``cost.compute.gemm_fixed_s``: none on A100, 4.7 us on H100) can make the H100 the slower
+(``cost.gemm_kernel.gemm_fixed_s``: none on A100, 4.7 us on H100) can make the H100 the slower
 type on small GEMMs (docs/calibration.md §5.39).
 
 ``estimate_arrays_mixed`` scores the search's plans as the scalar estimate prices each one:

@@ -521,7 +521,7 @@ def step_arrays(job: Job, costs: StageCostMemo | None = None,
     else:
         # without pipelining every rank holds the whole model and the step waits for the
         # slowest GPU type: on a mixed cluster each type's own kernel times (a kernel's fixed
-        # time can reverse the peak order on small GEMMs, compute.gemm_fixed_s), combined as
+        # time can reverse the peak order on small GEMMs, gemm_kernel.gemm_fixed_s), combined as
         # the ranks meet at the gradient reduction (``_synchronised``)
         gpus = ([None] if job.cluster.uniform or p.pp > 1
                 else list({g.name: g for g in map(job.cluster.gpu_of_node,

@@ -57,8 +57,8 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
-from strategies.cost import counts
-from strategies.cost.counts import op_sac_gemms
+from strategies.cost import gemm_shapes, moe_bytes, param_counts, token_counts
+from strategies.cost.gemm_shapes import op_sac_gemms
 from strategies.cost.recompute import (DEFAULT_MODULES, PARTS, checkpoint_inputs, has_module,
                                        kept_layers, modules_mask, part_selected, rebuilt_layers)
 from strategies.errors import SpecError
@@ -113,7 +113,7 @@ def cache_ratios(model: ModelSpec, cache: float | None) -> dict[str, float]:
     if cache is None:
         return {}
     r = cache / 2.0
-    w = counts.mlp_part_widths(model)
+    w = gemm_shapes.mlp_part_widths(model)
     tot = sum(w.values())
     act_in = (w["dense_mlp"] + r * (w["routed_mlp"] + w["shared_mlp"])) / tot if tot else 1.0
     out = {"qkv_input": r, "proj_input": E5M6_BYTES / 2.0, "fc1_input": r,
@@ -228,8 +228,15 @@ WGRAD_INPUTS = ("qkv_input", "proj_input", "fc1_input", "fc2_input", "mla_latent
 #: ``Float8Tensor``, whose saved inputs keep one 1-byte copy (``expert_input_bytes``).
 PER_TENSOR_SCALING = ("delayed", "current")
 
+#: The Transformer Engine releases ``[from, to)`` whose ``GroupedLinear`` saves its per-tensor
+#: fp8 inputs as quantised, row- and column-wise (v2.0 to v2.2: both copies where the chip
+#: allocates the transpose; TE 4c9626e7e, first in v2.3, saves the column-wise copy alone;
+#: TE 1.x one copy; docs/calibration.md §5.103 "Extension (teversion)")
+TE_BOTH_COPIES = ((2, 0), (2, 3))
 
-def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
+
+def expert_input_bytes(te_experts: bool, dtype: str, te_version: tuple[int, int] | None = None,
+                       tn_only: bool = False) -> float | None:
     """Bytes per element at which Transformer Engine's grouped expert GEMMs save fc1's and
     fc2's inputs for the backward: the precision's operand bytes where the stack runs the
     routed experts through TE (``te_experts``: ``runs_te_experts``) and ``dtype`` is MXFP8
@@ -242,12 +249,20 @@ def expert_input_bytes(te_experts: bool, dtype: str) -> float | None:
     ``update_usage(rowwise_usage=False, columnwise_usage=True)`` before
     ``save_for_backward``; TE 1.x saves either the fp8 data or its transpose) and the fused
     grouped MLP (MXFP8 only; TE v2.16 ``ops/fused/forward_grouped_mlp.py``, the row-wise
-    data and scales set to None). TE v2.0 to v2.2 saved per-tensor fp8 inputs with both
-    copies on Hopper (2 B, the table's bytes); the profiles carry no TE version, so the
-    rule reads TE's behaviour before and after those releases."""
+    data and scales set to None). Per-tensor fp8 under a ``te_version`` in
+    ``TE_BOTH_COPIES`` (v2.0 to v2.2) saves the data and, where the chip's fp8 GEMMs are TN
+    only (``tn_only``: ``GPU.fp8_tn_only``, Hopper), the transpose: ``Precision.copies``
+    times the operand bytes (2 on Hopper, 1 on Blackwell). ``te_version`` None (not stated)
+    reads TE >= 2.3."""
     p = get_precision(dtype)
     kept = p.block_format == "mxfp8" or p.scaling in PER_TENSOR_SCALING
-    return float(p.operand_bytes) if te_experts and kept else None
+    if not (te_experts and kept):
+        return None
+    lo, hi = TE_BOTH_COPIES
+    if p.scaling in PER_TENSOR_SCALING and te_version is not None and \
+            lo <= tuple(te_version) < hi:
+        return float(p.copies(tn_only) * p.operand_bytes)
+    return float(p.operand_bytes)
 
 
 def runs_te_experts(fw: FrameworkProfile) -> bool:
@@ -285,7 +300,7 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
     ``t``. As Megatron-Core's token dispatcher runs them, the fc1 input is the permuted
     tokens the dispatch (and the expert tensor-parallel all-gather) delivered:
     ``2sbh·k·etp/t`` on every GPU, SP or not; and the hottest expert-parallel rank holds
-    ``load`` (``counts.moe_load``) times the mean of all three. Only the MoE layers' share.
+    ``load`` (``token_counts.moe_load``) times the mean of all three. Only the MoE layers' share.
     The difference of the two is what ``memory.arrays`` adds to the table's stash. ``cache``:
     GEMM inputs cached in low precision (``cache_ratios``: the dispatched tokens, the MoE's
     SwiGLU input and fc2's input all at ``cache`` bytes per element). ``expert_input``: as
@@ -317,12 +332,13 @@ def routed_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp
 
 def clamp_activation_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
                            load=1.0):
-    """Bytes per GPU and micro-batch that the eager activation clamp (``counts.clamp_bytes``:
-    Megatron-Core's ``weighted_bias_quick_geglu_impl`` clamps the fc1 output's two halves
-    before its fused quick-GEGLU) saves beyond the table: autograd's ``clamp_backward``
-    keeps each clamp's input, the fc1 output again, ``2·F_e`` elements of 2 B per routed
-    row: ``4·T·k·F_e/t`` (``T = s·b/cp``), on the MoE layers' share, at the hottest rank's
-    ``load``; 0 without ``activation_clamp`` (numbers or numpy arrays)."""
+    """Bytes per GPU and micro-batch that the eager activation clamp
+    (``elementwise_bytes.clamp_bytes``: Megatron-Core's ``weighted_bias_quick_geglu_impl`` clamps
+    the fc1 output's two halves before its fused quick-GEGLU) saves beyond the table:
+    autograd's ``clamp_backward`` keeps each clamp's input, the fc1 output again, ``2·F_e``
+    elements of 2 B per routed row: ``4·T·k·F_e/t`` (``T = s·b/cp``), on the MoE layers'
+    share, at the hottest rank's ``load``; 0 without ``activation_clamp`` (numbers or numpy
+    arrays)."""
     if model.activation_clamp is None or not model.is_moe:
         return 0.0 * np.asarray(load, dtype=float)
     T = seq_len * micro_batch_size / cp
@@ -362,10 +378,10 @@ def routed_stash_correction(model: ModelSpec, seq_len: int, micro_batch_size, tp
 
 
 def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, tp=1, cp=1,
-                             load=1.0, dispatch_bytes=counts.ACT_BYTES):
+                             load=1.0, dispatch_bytes=token_counts.ACT_BYTES):
     """Transient bytes per GPU of one MoE layer's token permutation (numbers or arrays): the
     dispatch's send buffer of the GPU's ``s·b/(t·c)`` tokens permuted into ``k`` copies at
-    ``dispatch_bytes`` per element (``counts.dispatch_element_bytes``: 2, or a stack's FP8
+    ``dispatch_bytes`` per element (``moe_bytes.dispatch_element_bytes``: 2, or a stack's FP8
     dispatch with its scales) and the combine's receive buffer of as many (the hottest
     rank's: ``load`` times) at ``2`` bytes, alive while the layer runs (not stashed):
     ``2·T·h·k·(dispatch_bytes/2 + load)``. 0 for a dense model."""
@@ -373,7 +389,7 @@ def permutation_buffer_bytes(model: ModelSpec, seq_len: int, micro_batch_size, t
         return 0.0
     T = seq_len * micro_batch_size / (tp * cp)
     return 2.0 * T * model.hidden_size * model.moe_router_topk \
-        * (dispatch_bytes / counts.ACT_BYTES + load)
+        * (dispatch_bytes / token_counts.ACT_BYTES + load)
 
 
 def layer_wgrad_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
@@ -414,7 +430,7 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
     ``scores`` the three score terms; ``norm_outputs`` the QKV input and one ``2sbh`` copy
     of the fc1 input (the norms' outputs); ``dense_mlp``, ``shared_mlp`` the activation-fn
     input (``4sb·w`` gated, else ``2sb·w``) and fc2 input (``2sb·w``) of their width ``w``
-    (``counts.mlp_part_widths``); ``routed_act`` the routed experts' fc2 input;
+    (``gemm_shapes.mlp_part_widths``); ``routed_act`` the routed experts' fc2 input;
     ``routed_mlp`` their activation-fn input and the ``k - 1`` dispatched copies of the MoE
     input beyond the one kept; ``mla_up`` MLA's up-projected Q, K and V and the latents
     after their RMSNorms (the up projections' inputs, ``2sb·(r_q + r_kv)``), redone from the
@@ -437,7 +453,7 @@ def part_activation_terms(model: ModelSpec, seq_len: int, micro_batch_size: int,
     terms = layer_activation_terms(model, seq_len, micro_batch_size, cache)
     sb = seq_len * micro_batch_size
     sbh = sb * model.hidden_size
-    w = counts.mlp_part_widths(model)
+    w = gemm_shapes.mlp_part_widths(model)
     g = 4 if model.gated else 2
     moe_share = model.layer_shares().get("moe", 0.0)
     k = model.moe_router_topk if model.is_moe else 1
@@ -572,7 +588,7 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
     the model's ``ModelSpec.of_kind`` of the kind (whose mean layer is one layer of it) and
     ``count`` its layers (numbers or arrays). ``content`` ``{"dense", "moe", "mtp": counts}``
     is what the rank holds (``layout.stage_content``; both copies where mirrored); a
-    multi-token-prediction module stashes one layer of ``counts.mtp_layer_kind``; the counts
+    multi-token-prediction module stashes one layer of ``param_counts.mtp_layer_kind``; the counts
     are scaled to sum to ``layers`` (the layers a micro-batch stashes: the mean of a mirrored
     rank's two copies). A model of one kind without MTP modules, or no ``content``:
     ``[(model, layers)]``, its mean layer. The one rule by which the array model, the scalar
@@ -584,7 +600,7 @@ def stash_kinds(model: ModelSpec, content: Mapping[str, Any] | None, layers) -> 
     scale = np.divide(np.asarray(layers, dtype=float), total,
                       out=np.zeros(np.broadcast(total, np.asarray(layers)).shape),
                       where=total > 0)
-    mtp_kind = counts.mtp_layer_kind(model)
+    mtp_kind = param_counts.mtp_layer_kind(model)
     out = []
     for k in ("dense", "moe"):
         nk = n[k] + (n["mtp"] if k == mtp_kind else 0.0)
@@ -624,13 +640,16 @@ def job_activation_cache(job: Job) -> float | None:
 
 
 def job_expert_input_bytes(job: Job) -> float | None:
-    """``expert_input_bytes`` of the job's stack and precision."""
-    return expert_input_bytes(runs_te_experts(job.framework), job.dtype)
+    """``expert_input_bytes`` of the job's stack (its experts, its Transformer Engine
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
+    fw = job.framework
+    return expert_input_bytes(runs_te_experts(fw), job.dtype, fw.te_version,
+                              job.cluster.gpu.fp8_tn_only)
 
 
 def job_dispatch_bytes(job: Job) -> float:
-    """``counts.dispatch_element_bytes`` of the job's stack and precision."""
-    return counts.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
+    """``moe_bytes.dispatch_element_bytes`` of the job's stack and precision."""
+    return moe_bytes.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
 
 
 def job_layer_activation_bytes(job: Job, recompute: str | None = None,
@@ -658,7 +677,7 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                   recompute_modules, remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(recompute_modules) if recompute_modules else 0
-    load = counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
+    load = token_counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
                                        mods, clamp=clamp, cache=cache,
                                        expert_input=expert_input)

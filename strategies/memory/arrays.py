@@ -37,8 +37,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies import placement
-from strategies.cost import counts
-from strategies.cost.counts import content_params
+from strategies.cost import param_counts, token_counts
+from strategies.cost.param_counts import content_params
 from strategies.cost import recompute as rcp
 from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
                                mixed_layers)
@@ -143,7 +143,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     layers and modules whose parameters the rank holds (both copies where
     ``Schedule.mirrored``; ``layout.stage_content`` of the job's layout), default the plan
     columns' layout (even, first/last, slots: ``layout.even_stage_content_arrays``); each
-    kind's parameters are summed (``counts.layer_params_split`` of the kind), and ``layers``
+    kind's parameters are summed (``param_counts.layer_params_split`` of the kind), and ``layers``
     is then the layers and MTP modules a micro-batch stashes here (default the content's,
     the mean of the two copies where mirrored).
     A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
@@ -167,7 +167,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     stack's ZeRO-2/3 is PyTorch FSDP2 (``FrameworkProfile.fsdp2``: the fp32 shard is the
     master, the root module's parameters stay gathered under ZeRO-3, unsharded gradients
     under pipelining; ``state_bytes_per_param``). ``dispatch_bytes``: bytes per element of the
-    stack's MoE dispatch (``counts.dispatch_element_bytes``; None: 16-bit), its send
+    stack's MoE dispatch (``moe_bytes.dispatch_element_bytes``; None: 16-bit), its send
     buffer's (``activations.permutation_buffer_bytes``). ``expert_input``: bytes per element
     at which the stack's routed experts save fc1's and fc2's inputs
     (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
@@ -189,7 +189,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     end = (stage == 0) | (stage == pp - 1)
     is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s, h, V = m.seq_length, m.hidden_size, m.vocab_size
-    load = counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp)
+    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp)
 
     layer_bytes: dict[ModelSpec, dict] = {}
 
@@ -215,20 +215,20 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                                            P.recompute_modules, act_cache)[1]}
         return got
 
-    perm = permutation_buffer_bytes(m, s, b, tp, cp, load,
-                                    counts.ACT_BYTES if dispatch_bytes is None else dispatch_bytes)
+    perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
+                                    if dispatch_bytes is None else dispatch_bytes)
     seq_div = np.where(sp, tp, 1.0)
 
-    # parameters held here (strategies.cost.counts) and their states, sharded over the ranks
+    # parameters held here (strategies.cost.param_counts) and their states, sharded over the ranks
     # holding their copies: d = dp·cp, or with hybrid sharding dp_shard·cp
     # (``placement.dense_dp_group``, the step-time model's rule), the routed experts over
     # their expert-data-parallel group
     etp = P.etp
-    dense_l, expert_l = counts.layer_params_split(m, tp, ep, etp)
+    dense_l, expert_l = param_counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
     held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
-    emb_p = np.where(is_first, counts.embedding_params_per_gpu(m, tp), 0.0)
-    head_p = np.where(is_last, counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
+    emb_p = np.where(is_first, param_counts.embedding_params_per_gpu(m, tp), 0.0)
+    head_p = np.where(is_last, param_counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
     d = placement.dense_dp_group(tp, cp, P.dp_shard)[0]
     # expert data parallelism: the ranks that hold an expert's copies
     d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
@@ -430,8 +430,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         routed = held_k["moe"] + (held_k["mtp"] if m.is_moe else 0.0)
         perm = np.where(routed > 0, perm, 0.0)
     else:
-        dense_params, expert_params = counts.stage_params_split(m, tp, ep, pp, stage, layers,
-                                                                mirrored=mirrored, etp=etp)
+        dense_params, expert_params = param_counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                                      mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
     params_here = dense_params + expert_params
     buffers = np.where((zero >= 2) & (d > 1),

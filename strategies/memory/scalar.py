@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from strategies.cost import counts
+from strategies.cost import param_counts
 from strategies.cost.system import SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.stacks.profile import stack_system
@@ -107,23 +107,23 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
 
 
 # ------------------------------------------------------------------ parameters per GPU
-# (the counts themselves live in strategies.cost.counts; these pick the stage's share)
+# (the counts themselves live in strategies.cost.param_counts; these pick the stage's share)
 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
     """Word (+ learned position) embedding on the first stage (both end ranks where
-    ``Schedule.mirrored``), ``/tp`` (``counts.embedding_params_per_gpu``); 0 elsewhere."""
+    ``Schedule.mirrored``), ``/tp`` (``param_counts.embedding_params_per_gpu``); 0 elsewhere."""
     here = act._holds_embedding(job, stage)
-    return float(counts.embedding_params_per_gpu(job.model, job.plan.tp)) if here else 0.0
+    return float(param_counts.embedding_params_per_gpu(job.model, job.plan.tp)) if here else 0.0
 
 
 def head_params_per_gpu(job: Job, stage: int) -> float:
     """LM head plus the final norm on the rank that holds it, ``/tp``
-    (``counts.head_params_per_gpu``: a tied head on the embedding's rank is that tensor); 0
+    (``param_counts.head_params_per_gpu``: a tied head on the embedding's rank is that tensor); 0
     elsewhere."""
     p = job.plan
     here = act._holds_head(job, stage)
     shared = act._holds_embedding(job, stage)
-    return float(counts.head_params_per_gpu(job.model, p.tp, p.pp, shared)) if here else 0.0
+    return float(param_counts.head_params_per_gpu(job.model, p.tp, p.pp, shared)) if here else 0.0
 
 
 # ------------------------------------------------------------------ stage memory

@@ -27,7 +27,7 @@ from strategies.reference.entry_stack import (_with_loss_of_its_date, _with_mla_
                                               _with_stated_cp, _with_stated_env,
                                               _with_stated_fp8_attention,
                                               _with_stated_grouped_mlp, _with_stated_kernel,
-                                              framework_of)
+                                              _with_te_version, framework_of)
 from strategies.reference.measured import global_batch, measured_step, utilisation_step
 from strategies.reference.plan_reading import (_balanced_layers, _parallel_sizes, _plan,
                                                _recipe_layout_plan, _slot_plan,
@@ -143,7 +143,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         notes.append(f"torch.compile: {fw.name}'s inductor-fused elementwise kernels "
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
         fw = _with_loss_of_its_date(c, fw, notes)
-    fw = _with_mla_layout(c, fw, model, notes)
+    fw = _with_te_version(c, _with_mla_layout(c, fw, model, notes), notes)
     try:
         fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
         fw = _with_stated_fp8_attention(fw, pl, dtype, cluster.gpu, notes)

@@ -1,9 +1,9 @@
 """The software stack a published entry ran, for the reference reader
 (``strategies.reference.cases``): its ``FrameworkProfile`` by source (``framework_of``) and
 the variants the entry's facts or statements select, each said in its notes: the loss of a
-compiled torchtitan run's date, MLA's down projections by NeMo container, the stated
-attention kernel, CP exchange, optimizer and launch environment, fused grouped MLP and FP8
-attention.
+compiled torchtitan run's date, MLA's down projections and the Transformer Engine release by
+NeMo container, the stated attention kernel, CP exchange, optimizer and launch environment,
+fused grouped MLP and FP8 attention.
 """
 from __future__ import annotations
 
@@ -92,6 +92,26 @@ _NEMO_CONTAINER = re.compile(r"nemo:(\d\d\.\d\d)|nemo (\d\d\.\d\d)(?:\.\d\d)? co
                              r"|\((\d\d\.\d\d)(?:\.\d\d)? nemo container\)", re.IGNORECASE)
 
 
+#: the Transformer Engine release each NeMo container ships, by the container's year and month
+#: (``FrameworkProfile.te_version``): 25.04 (25.04.00 and 25.04.01 alike) TE 2.2: NeMo v2.3.0
+#: and v2.3.1 (25.04.01's changelog is v2.3.1's) both pin TE bee4649c15a7 (2.2.0.dev0, an
+#: ancestor of v2.2, not of TE 4c9626e7e) in ``requirements/manifest.json`` and apply the same
+#: ``external/patches/nemo_2.3.0_te.patch`` (weights only); 25.11 TE 2.9, 26.04 TE 2.14,
+#: 26.06 TE 2.16 (Megatron-Bridge ``docs/releases/software-versions.md``; docs/calibration.md
+#: §5.103 "Extension (teversion)")
+NEMO_CONTAINER_TE: dict[str, tuple[int, int]] = {"25.04": (2, 2), "25.11": (2, 9),
+                                                 "26.04": (2, 14), "26.06": (2, 16)}
+
+
+def nemo_container(c: dict) -> str | None:
+    """The NeMo container (``"yy.mm"``) a row's source or notes name (``_NEMO_CONTAINER``),
+    else None."""
+    src = c.get("source") or {}
+    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also"))
+    found = _NEMO_CONTAINER.search(f"{text} {c.get('notes') or ''}")
+    return found and next(g for g in found.groups() if g)
+
+
 def mla_down_layout(mcore: tuple[int, int]) -> str:
     """``FrameworkProfile.mla_down_proj`` of a Megatron-Core release: ``"column"`` from
     core_v0.12.0 to v0.13.1 (NVIDIA/Megatron-LM 1c425a8313, 2025-02-24, is in core_v0.12.0
@@ -107,10 +127,7 @@ def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
     §5.85)."""
     if not model.is_mla or fw.name not in ("nemo", "megatron-core"):
         return fw
-    src = c.get("source") or {}
-    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also"))
-    found = _NEMO_CONTAINER.search(f"{text} {c.get('notes') or ''}")
-    tag = found and next(g for g in found.groups() if g)
+    tag = nemo_container(c)
     if tag not in NEMO_CONTAINER_MCORE:
         return fw
     v = NEMO_CONTAINER_MCORE[tag]
@@ -119,6 +136,20 @@ def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
                  f"{v[0]}.{v[1]}; column-parallel in core_v0.12.0-v0.13.1, 1c425a8313 to "
                  "720c8b40d8)")
     return replace(fw, mla_down_proj=layout)
+
+
+def _with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
+    """A Megatron-Core stack with the Transformer Engine release of the NeMo container the
+    row names (``NEMO_CONTAINER_TE``, ``FrameworkProfile.te_version``), said in ``notes``;
+    other stacks and rows naming no known container keep the profile's (None: TE >= 2.3)."""
+    if fw.name not in ("nemo", "megatron-core"):
+        return fw
+    tag = nemo_container(c)
+    if tag not in NEMO_CONTAINER_TE:
+        return fw
+    v = NEMO_CONTAINER_TE[tag]
+    notes.append(f"Transformer Engine {v[0]}.{v[1]} (NeMo {tag} container)")
+    return replace(fw, te_version=v)
 
 
 def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:

@@ -147,7 +147,7 @@ def utilisation_step(c: dict, model: ModelSpec, cluster: Cluster, dtype: str,
     given: model TFLOP/s per GPU, or MFU against the datasheet peak of the run's dtype, both
     with the model-FLOP count of ``costs.model_flops_per_step`` (the full attention square,
     docs/formulas.md §2b/§2d; NVIDIA's and Megatron's convention)."""
-    from strategies.cost.counts import model_flops_per_step
+    from strategies.cost.flop_counts import model_flops_per_step
     me = {k: _positive(v) for k, v in (c.get("measured") or {}).items()}
     n = _positive(c["hardware"].get("n_gpus"))
     if not n:

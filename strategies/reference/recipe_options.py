@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from strategies.cost import counts
+from strategies.cost import token_counts
 from strategies.errors import SpecError
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
@@ -175,12 +175,12 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
         return replace(plan, moe_imbalance=imb)
     if plan.moe_routing in BALANCED_ROUTINGS:
         return plan
-    rule = float(counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
+    rule = float(token_counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
                                  plan.tp, plan.cp, plan.expert_tp))
     if plan.capacity_factor < rule:
         notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
                      f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
-                     f"imbalance {rule:.4f} (counts.moe_load)")
+                     f"imbalance {rule:.4f} (token_counts.moe_load)")
     else:
         notes.append(f"moe_imbalance by the default rule ({rule:.4f}: a trained router "
                      "balanced without an auxiliary loss, sampling plus Wang et al. 2024's "

@@ -44,7 +44,7 @@ from strategies.search.layouts import (LayerCosts, candidate_columns, candidate_
                                        layer_costs, slot_vpps)
 from strategies.cost.recompute import METHODS, MODULES, has_module, modules_mask
 from strategies.cost.system import SystemConfig
-from strategies.cost.counts import dispatch_element_bytes
+from strategies.cost.moe_bytes import dispatch_element_bytes
 from strategies.memory.activations import (activation_cache_bytes, expert_input_bytes,
                                            runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
@@ -123,6 +123,9 @@ class SpaceOptions:
     schedules: str = "default"
     #: propose one uneven pipeline layout per (pp, vpp) (``strategies.search.layouts``)
     layouts: bool = True
+    #: also search hybrid sharding (``search --hybrid``): each row's twins with ``dp_shard``
+    #: a node's worth of ranks and its power-of-two multiples below ``dp`` (``_with_hybrid``)
+    hybrid: bool = False
 
     def memory_limit(self, cluster: Cluster) -> float:
         if self.memory_limit_bytes is not None:
@@ -477,7 +480,37 @@ def _product(n: int, model: ModelSpec, cluster: Cluster, gbs: int,
         extra = {k: v[has] for k, v in extra.items()}
         extra.update(lf=lf[has], ll=ll[has], acc=acc[has])
         cols = {k: np.concatenate([cols[k], extra[k]]) for k in cols}
+    if opts.hybrid and "dp_shard" not in opts.fixed:
+        cols = _with_hybrid(cols, cluster.gpus_per_node, framework)
     return _both_delay_wgrad(cols, ax["switches"])
+
+
+def _with_hybrid(cols: dict[str, np.ndarray], gpus_per_node: int,
+                 framework: FrameworkProfile | None) -> dict[str, np.ndarray]:
+    """``cols`` (``dp_shard = dp``) and, for ``search --hybrid``, their hybrid twins: shard
+    groups of ``k`` nodes, ``dp_shard = k·G/(tp·cp)`` for ``k = 1, 2, 4, …`` (FSDP's HSDP
+    within a node, replicas across: the shard group's ranks on the fastest links), where it
+    is a whole number below ``dp`` that divides it, on the rows ``Plan`` takes it on
+    (``zero ≥ 1``, ``ep = 1``, ``dp_shard·cp ≥ 2``) and at the ZeRO stages the stack runs it
+    with (``FrameworkProfile.hybrid_zero``; any ZeRO >= 1 without a named stack)."""
+    dp, tc = cols["dp"], cols["tp"] * cols["cp"]
+    zeros = framework.hybrid_zero if framework is not None else (1, 2, 3)
+    base = np.isin(cols["zero"], zeros) & (cols["ep"] == 1) & (gpus_per_node % tc == 0)
+    node = np.where(base, gpus_per_node // np.maximum(tc, 1), 0)
+    parts, shards = [cols], [dp]
+    k = 1
+    while True:
+        s = node * k
+        ok = base & (s >= 1) & (s < dp) & (dp % np.maximum(s, 1) == 0) & (s * cols["cp"] >= 2)
+        if not (base & (s < dp)).any():
+            break
+        if ok.any():
+            parts.append({key: v[ok] for key, v in cols.items()})
+            shards.append(s[ok])
+        k *= 2
+    out = {key: np.concatenate([p[key] for p in parts]) for key in cols}
+    out["dps"] = np.concatenate(shards).astype(np.int64)
+    return out
 
 
 def _both_delay_wgrad(cols: dict[str, np.ndarray], switches: Mapping[str, Any]
@@ -797,10 +830,12 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     act_cache = activation_cache_bytes((framework or DEFAULT_FRAMEWORK).fp8_activation_cache,
                                        dtype)
     optimizer_bytes = (framework or DEFAULT_FRAMEWORK).optimizer_state_bytes
-    # the MoE dispatch's bytes per element, its send buffer (counts.dispatch_element_bytes)
+    # the MoE dispatch's bytes per element, its send buffer (moe_bytes.dispatch_element_bytes)
     dispatch_bytes = dispatch_element_bytes((framework or DEFAULT_FRAMEWORK).fp8_dispatch, dtype)
     # the routed experts' saved GEMM inputs (memory.activations.expert_input_bytes)
-    expert_input = expert_input_bytes(runs_te_experts(framework or DEFAULT_FRAMEWORK), dtype)
+    stack = framework or DEFAULT_FRAMEWORK
+    expert_input = expert_input_bytes(runs_te_experts(stack), dtype, stack.te_version,
+                                      cluster.gpu.fp8_tn_only)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)

@@ -46,6 +46,12 @@ class FrameworkProfile:
     # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
     # profiles); () none
     hybrid_zero: tuple[int, ...] = ()
+    #: hybrid sharding's all-reduce across replicas runs on a stream of its own, beside the
+    #: gathers and reduce-scatters (PyTorch FSDP2 ``FSDPCommContext.all_reduce_stream``, FSDP1
+    #: ``_all_reduce_stream`` under HYBRID_SHARD: "run the HSDP all-reduces concurrently with
+    #: all-gather/reduce-scatter"); False: after each reduce-scatter on the same stream
+    #: (Megatron-Core's ``communication_stream``, RS then AR per bucket). ``replica_lane``
+    replica_stream: bool = False
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
@@ -146,6 +152,11 @@ class FrameworkProfile:
     #: proj layers": each all-gathers the hidden state under SP and its latents are gathered
     #: over tp and re-split; ``cost.stage.attn_down_ops``, docs/calibration.md §5.85)
     mla_down_proj: str = "replicated"
+    #: the Transformer Engine release ``(major, minor)`` the stack ran, where a reader knows it
+    #: (``reference.entry_stack.NEMO_CONTAINER_TE``: a row's NeMo container); None: not
+    #: stated, read as TE >= 2.3. ``memory.activations.expert_input_bytes`` reads it (what
+    #: TE's grouped experts save under per-tensor fp8, docs/calibration.md §5.103)
+    te_version: tuple[int, int] | None = None
     #: under sequence parallelism the GEMMs tensor parallelism leaves whole (the MoE router,
     #: Qwen2-MoE's shared-expert gate, MLA's replicated down projections) run on the rank's
     #: sequence shard, ``T/tp`` rows: Megatron-Core hands the MoE layer and the attention the
@@ -271,7 +282,7 @@ class FrameworkProfile:
     #: how ZeRO-3 gathers parameters: ``"bucketed"`` (a layer's worth at a time, prefetched
     #: behind compute: Megatron-FSDP, FSDP, XLA) or ``"per-tensor"`` (one host-synchronous
     #: all-gather per parameter tensor and one reduce-scatter per gradient, exposed:
-    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.counts.zero3_tensor_gathers``)
+    #: DeepSpeed v0.3.13-v0.5, 2021; ``strategies.cost.param_counts.zero3_tensor_gathers``)
     zero3_gather: str = "bucketed"
     #: parameters used between two uses of a tensor below which a per-tensor stack keeps it
     #: gathered (DeepSpeed ``stage3_max_reuse_distance``, default 1e9)

@@ -112,6 +112,11 @@ def check_profile(fw: "FrameworkProfile") -> None:
     if fw.mla_down_proj not in MLA_DOWN_PROJS:
         raise SpecError("framework.mla_down_proj", fw.mla_down_proj,
                         f"must be one of {', '.join(MLA_DOWN_PROJS)}")
+    te = fw.te_version
+    if te is not None and not (isinstance(te, tuple) and len(te) == 2 and all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in te)):
+        raise SpecError("framework.te_version", te,
+                        "must be None or a (major, minor) tuple of integers >= 0")
     for way in fw.layouts:
         if way not in LAYOUT_WAYS:
             raise SpecError("framework.layouts", way,

@@ -23,7 +23,7 @@ PYTORCH_EAGER = FrameworkProfile(
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
     # FSDP ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2, FSDP2's 2-D mesh (HSDP)
-    hybrid_zero=(2, 3),
+    hybrid_zero=(2, 3), replica_stream=True,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
     # DTensor's ColwiseParallel: the matmul saves the all-gathered input, no re-gather
     # (torchtitan and NeMo AutoModel inherit it); its input gradient is redistributed after

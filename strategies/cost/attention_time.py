@@ -1,0 +1,91 @@
+"""Seconds of one layer's attention core on one GPU: FlashAttention at
+``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel the framework runs (FlashAttention-2
+is slower on Hopper than cuDNN/FA3) (forward; its backward does 2.5x the forward FLOPs at
+``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with
+K = head_dim plus the memory-bound softmax/dropout traffic. Vectorised."""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost import attention_counts
+from strategies.cost import fp8_attention as fp8a
+from strategies.cost import measured
+from strategies.cost import ring_attention as ring
+from strategies.cost.gemm_kernel import _shape
+from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
+from strategies.cost.token_counts import Num
+from strategies.framework import DEFAULT
+from strategies.stacks.profile import FrameworkProfile
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+
+
+FLASH_BWD_FACTOR = 2.5    # FlashAttention backward FLOPs / forward FLOPs (recomputes S = QK^T)
+# The backward kernel reaches a lower fraction of peak than the forward (five GEMMs per tile
+# against two, dQ accumulated with atomics): FlashAttention-2 on A100, head dim 128, causal,
+# 50 % against 62 % of peak; FlashAttention-3 on H100 ~0.8x its forward (docs/calibration.md)
+FLASH_BWD_EFFICIENCY = 0.8
+# Exposed fraction of the fused attention kernel's exponential time (special-function units,
+# ``MUFU.EX2``, ``GPU.exp_rate``), forward and backward: the share of the exponentials' time
+# that is not hidden under the kernel's GEMMs. The forward's ping-pong pipeline (cuDNN,
+# FlashAttention-4) runs one tile's softmax under the other tile's GEMMs; the backward
+# recomputes P = exp(S - LSE) on the path to its dP/dS GEMMs. Measured from public kernel
+# timings, the same cuDNN (9.22, cudnn-frontend 1.21.1) on GB200 (5 TeraExponentials/s) and
+# GB300 (10.7): NVIDIA/cudnn-frontend benchmark/sdpa_benchmark_training/results/*/gb{200,300}
+# (bf16, 85 shapes, head dims 128, 192/128, 256; sequence 2k-75k): the time saved over the
+# exponentials' time saved, (t200 - t300) / (n·(1/5e12 - 1/10.7e12)), median 0.505 forward
+# (45 shapes, 0.30-1.15) and 1.06 backward (40 shapes, 0.37-2.30): docs/calibration.md §5.60
+EXP_EXPOSED_FWD = 0.5
+EXP_EXPOSED_BWD = 1.0
+
+
+def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
+                       slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
+                       system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the attention core of one layer (``slow``: factor on the
+    compute-bound parts, ``overlap_slowdown``; ``fw``: which fused attention kernel the stack
+    runs, ``GPU.flash_efficiency``; on a chip whose special-function units run exponentials
+    at another rate than the one its efficiency describes, ``GPU.exp_seconds_offset``, the
+    fused kernel's exposed exponentials, ``EXP_EXPOSED_FWD``/``_BWD`` of
+    ``attention_counts.attn_exponentials_fwd``, at the chip's own rate; and with PyTorch's context
+    parallelism the HBM passes around each ring step, ``ring_attention.merge_bytes_fwd``/
+    ``accum_bytes_bwd``; under ``fw.fp8_attention`` the fused kernel in MXFP8,
+    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``)."""
+    peak = gpu.peak("bf16")
+    hbm = usable_hbm(gpu, system)
+    f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
+    flash_rate = peak * gpu.flash_efficiency(fw.attention_kernel)
+    t_flash = slow * f_flash / flash_rate
+    t_flash_b = FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash
+    q = measured.attention_ratios(gpu, fw.attention_kernel, lambda f: f / flash_rate,
+                                  FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
+    if q is not None:   # a measured profile: its time over the model's at this kernel length
+        seq, heads = m.seq_length / cp, m.num_attention_heads / tp
+        t_flash, t_flash_b = t_flash * q[0](seq, heads), t_flash_b * q[1](seq, heads)
+    elif gpu.exp_seconds_offset():   # SFU faster/slower than the efficiency's reference
+        t_exp = slow * attention_counts.attn_exponentials_fwd(m, b, tp, cp) \
+            * gpu.exp_seconds_offset()
+        t_flash = t_flash + EXP_EXPOSED_FWD * t_exp
+        t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
+    if fw.fp8_attention:   # TE's MXFP8 fused attention: cuDNN's measured ratios, its casts
+        k_f, k_b = fp8a.time_factors(m, gpu, m.seq_length / cp)
+        c_f, c_b = fp8a.cast_bytes(m, b, tp, cp)
+        t_flash, t_flash_b = t_flash * k_f + c_f / hbm, t_flash_b * k_b + c_b / hbm
+    f_full = attention_counts.attn_core_flops_fwd(m, b, tp, cp, False, windows=False)
+    # unfused: two batched GEMMs with K = head_dim (QK^T) and N = head_dim (AV) over the whole
+    # score square (a window only masks it)
+    d = m.head_dim
+    s = m.seq_length
+    rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)
+    bias = fw.alibi_score_bytes if m.position_embedding == "alibi" else 0.0
+    soft = attention_counts.softmax_bytes_fwd(m, b, tp, cp, False, bias) / hbm
+    soft_b = attention_counts.softmax_bytes_bwd(m, b, tp, cp, False) / hbm
+    t_plain_f = slow * f_full / rate + soft
+    t_plain_b = slow * 2 * f_full / rate + soft_b
+    fwd = np.where(flash, t_flash, t_plain_f)
+    bwd = np.where(flash, t_flash_b, t_plain_b)
+    if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
+        fwd = fwd + ring.merge_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
+        bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
+    return fwd, bwd

@@ -1,0 +1,226 @@
+"""HBM bytes of one layer's memory-bound kernels per GPU: norms, bias-dropout-add, the MLP
+activation and rotary embedding as Megatron fuses them, torchtitan's eager and torch.compile'd
+blocks, and gpt-oss's eager variants in Megatron-Core (the activation clamp, the unfused YaRN
+RoPE) with their kernel counts. Units: bytes, kernels; vectorised over the plan fields."""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.gemm_shapes import mlp_part_widths
+from strategies.cost.token_counts import Num, tokens_per_gpu
+from strategies.model import ModelSpec
+
+
+def elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
+                          kernels: str = "fused") -> Num:
+    """HBM bytes of the memory-bound kernels of one layer's forward, per GPU.
+
+    Counted per token (bf16, 1-byte dropout masks), with Megatron's fusions: two LayerNorms
+    (read + write h each: 4h·2 B), two bias-dropout-add (read x and residual, write out, write
+    mask: 3h·2 B + h; no mask for a model trained without dropout, ``ModelSpec.dropout``),
+    the MLP activation (read F or 2F if gated, write F: 2F·2 B or 3F·2 B), and rotary
+    embedding on Q and K when used. Without sequence parallelism the LayerNorm and dropout
+    work is replicated on every tensor-parallel rank; with it, divided by t.
+    ``kernels="eager"`` (``FrameworkProfile.elementwise_kernels``): the model's own eager
+    PyTorch ops instead, ``eager_elementwise_bytes_fwd``; ``kernels="compiled"``: the same
+    model under torch.compile, ``compiled_elementwise_bytes_fwd``.
+    """
+    if kernels == "eager":
+        return eager_elementwise_bytes_fwd(m, b, tp, cp, sp)
+    if kernels == "compiled":
+        return compiled_elementwise_bytes_fwd(m, b, tp, cp, sp)
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h = m.hidden_size
+    # the 1-byte mask only where the model trains with dropout (ModelSpec.dropout: with
+    # p = 0 the fused bias-dropout-add reads x and the residual and writes the sum, no mask)
+    norm_drop = (norm_bytes_per_token(m) + 2 * (6 * h + (h if m.dropout else 0))) * T
+    act = activation_fn_bytes_fwd(m, b, tp, cp, m.mean_mlp_width())
+    rope = 2 * 2 * rope_width(m) * T / tp if m.position_embedding == "rope" else 0
+    return norm_drop / _seq_shard(tp, sp) + act + rope
+
+
+#: HBM bytes per hidden element of torchtitan's eager ``RMSNorm`` (2024, models/norms.py:
+#: ``self._norm(x.float()).type_as(x) * self.weight``; ``torch.nn.RMSNorm``'s composite is the
+#: same ops): ``x.float()`` 2 + 4, ``pow(2)`` 4 + 4, ``mean`` 4, ``x * rsqrt(...)`` 4 + 4,
+#: ``type_as`` 4 + 2, ``* weight`` 2 + 2; an eager ``nn.LayerNorm`` is one kernel, 2 + 2.
+EAGER_RMSNORM_BYTES = 36.0
+EAGER_LAYERNORM_BYTES = 4.0
+#: per element of q and k, torchtitan's ``apply_rotary_emb`` (complex multiply in fp32):
+#: ``x.float()`` 2 + 4, ``x_ * freqs_cis`` 4 + 4, ``type_as`` 4 + 2.
+EAGER_ROPE_BYTES = 20.0
+#: per element of the MLP intermediate: ``F.silu(w1(x))`` 2 + 2, ``* w3(x)`` 2 + 2 + 2 (an
+#: ungated activation is the first kernel alone).
+EAGER_SWIGLU_BYTES = 10.0
+EAGER_ACT_BYTES = 4.0
+#: per element, a residual add ``x + f(x)``: 2 + 2 + 2.
+EAGER_ADD_BYTES = 6.0
+
+
+def eager_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's memory-bound forward kernels, per GPU, as torchtitan's eager
+    Llama block runs them (models/llama/model.py ``TransformerBlock.forward``, no
+    torch.compile): two norms (``EAGER_RMSNORM_BYTES`` per element) and two residual adds
+    over ``h`` (divided by ``t`` with sequence parallelism, as ``elementwise_bytes_fwd``),
+    rotary embedding on q and k (``EAGER_ROPE_BYTES``), ``repeat_kv``'s copy of K and V to
+    every query head where ``g < a`` (read ``g·d``, write ``a·d``, 2 B each, twice), and the
+    MLP activation (``EAGER_SWIGLU_BYTES`` over ``F``); per token, times the GPU's tokens."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    h = m.hidden_size
+    norm = EAGER_RMSNORM_BYTES if m.norm == "rmsnorm" else EAGER_LAYERNORM_BYTES
+    per_h = (2 * norm + 2 * EAGER_ADD_BYTES) * h * T
+    rope = EAGER_ROPE_BYTES * rope_width(m) * T / tp if m.position_embedding == "rope" else 0.0
+    a, g = m.num_attention_heads, m.kv_heads
+    repeat = 2 * 2 * (g + a) * m.head_dim * T / tp if (g < a and not m.is_mla) else 0.0
+    act = (EAGER_SWIGLU_BYTES if m.gated else EAGER_ACT_BYTES) * m.mean_mlp_width() * T / tp
+    return per_h / _seq_shard(tp, sp) + rope + repeat + act
+
+
+#: HBM bytes per hidden element of one torch.compile'd torchtitan block's norm and residual
+#: kernels (``TransformerBlock.forward``: ``h = x + attention(attention_norm(x))``, ``out = h +
+#: feed_forward(ffn_norm(h))``, compiled per block by ``apply_compile``): inductor makes one
+#: Triton kernel per fusible region and leaves the matmuls and SDPA to cuBLAS and the flash
+#: kernel, so the fp32 upcasts stay in registers and what is left is each region's bf16 reads
+#: and writes. ``attention_norm``: read x, write its output (2 + 2); the first residual add
+#: fused into ``ffn_norm``'s kernel: read x and the attention output, write h (kept for the
+#: second add and the backward) and the norm's output (2 + 2 + 2 + 2); the second add, the
+#: block graph's last op after the w2 matmul (no epilogue fusion into cuBLAS by default):
+#: 2 + 2 + 2. docs/calibration.md §5.69.
+COMPILED_NORM_ADD_BYTES = 4.0 + 8.0 + 6.0
+#: per element of the MLP intermediate: ``silu(w1(x)) * w3(x)`` one kernel, read both, write
+#: the product (2 + 2 + 2); an ungated activation reads and writes (2 + 2).
+COMPILED_SWIGLU_BYTES = 6.0
+COMPILED_ACT_BYTES = 4.0
+
+
+def compiled_elementwise_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's memory-bound forward kernels, per GPU, as torchtitan's Llama
+    block runs them under torch.compile (``--compile.enable``, ``apply_compile`` per
+    ``TransformerBlock``; docs/calibration.md §5.69): the norms and residual adds
+    (``COMPILED_NORM_ADD_BYTES`` over ``h``, divided by ``t`` with sequence parallelism);
+    rotary embedding on q, read and write (2 + 2 B over ``a·d``); on k, fused with
+    ``repeat_kv``'s copy where ``g < a`` (read ``g·d``, write ``a·d``, else 2 + 2 over
+    ``g·d``); v's ``repeat_kv`` copy where ``g < a`` (read ``g·d``, write ``a·d``); the MLP
+    activation (``COMPILED_SWIGLU_BYTES`` over ``F``); per token, times the GPU's tokens. An
+    MLA model's rotary is counted as ``elementwise_bytes_fwd``'s (read and write its rope
+    width), with no repeat."""
+    T = tokens_per_gpu(b, m.seq_length, cp)
+    per_h = COMPILED_NORM_ADD_BYTES * m.hidden_size * T
+    a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
+    if m.is_mla:
+        qkv = 2 * 2 * rope_width(m) if m.position_embedding == "rope" else 0.0
+    else:
+        rope = m.position_embedding == "rope"
+        q = 2 * 2 * a * d if rope else 0.0
+        if g < a:       # k (rotated in the same kernel when rope) and v, repeated to a heads
+            qkv = q + 2 * 2 * (g + a) * d
+        else:
+            qkv = q + (2 * 2 * g * d if rope else 0.0)
+    act = (COMPILED_SWIGLU_BYTES if m.gated else COMPILED_ACT_BYTES) * m.mean_mlp_width()
+    return per_h / _seq_shard(tp, sp) + (qkv + act) * T / tp
+
+
+def _seq_shard(tp: Num, sp: Num) -> Num:
+    """What sequence parallelism divides the replicated per-token work by (``tp`` or 1)."""
+    return np.where(sp, tp, 1) if np.ndim(sp) or np.ndim(tp) else (tp if sp else 1)
+
+
+def norm_bytes_per_token(m: ModelSpec) -> float:
+    """HBM bytes per token of one layer's two norms' forward: each reads and writes ``h``
+    bf16 elements, ``8h``."""
+    return 8 * m.hidden_size
+
+
+def norm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num) -> Num:
+    """HBM bytes of one layer's two norms' forward per GPU (``norm_bytes_per_token`` over
+    the GPU's tokens; divided by ``t`` with SP)."""
+    return norm_bytes_per_token(m) * tokens_per_gpu(b, m.seq_length, cp) / _seq_shard(tp, sp)
+
+
+def activation_fn_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, width: Num) -> Num:
+    """HBM bytes of the MLP activation function's forward per GPU over an intermediate of
+    ``width`` per token (read ``F`` or ``2F`` gated, write ``F``; bf16), split by ``t``."""
+    act_elems = (3 if m.gated else 2) * width
+    return 2 * act_elems * tokens_per_gpu(b, m.seq_length, cp) / tp
+
+
+def rope_width(m: ModelSpec) -> int:
+    """Elements per token rotary embedding rotates: q and k, ``(a + g)·d``; MLA rotates only
+    the rope part of each query head and the one shared rope key, ``(a + 1)·d_rope``."""
+    if m.is_mla:
+        return (m.num_attention_heads + 1) * m.qk_rope_head_dim
+    return (m.num_attention_heads + m.kv_heads) * m.head_dim
+
+
+#: HBM bytes per element of the routed experts' intermediate (``F`` per routed row) of the
+#: eager clamp Megatron-Core 0.15-0.18 runs before its fused quick-GEGLU when
+#: ``activation_func_clamp_value`` is set (``fusions/fused_bias_geglu.py``
+#: ``weighted_bias_quick_geglu_impl``: ``input.chunk(2, -1)``, ``x_glu.clamp(max=c)``,
+#: ``x_linear.clamp(-c, c)``, ``torch.cat``, outside the compiled function). Forward: each
+#: clamp reads and writes its half (2·2 B per element of ``F``), the cat reads and writes
+#: both (2·2·2 B): 16. Backward (autograd's ``clamp_backward``): ``where(self <= c, g, 0)``,
+#: a comparison (read 2 B, write a 1-byte mask) and a ``where`` (read mask and g, write 2 B),
+#: 8; the two-sided clamp compares twice and ``logical_and_``s the masks, 14; the chunk's
+#: backward ``cat``s the two halves' gradients, 8: 30.
+CLAMP_BYTES = (16.0, 30.0)
+#: Kernels of that clamp per MoE layer: forward 2 clamps and the cat; backward 2 + 4
+#: (comparisons, ``logical_and_``, ``where``s) and the cat.
+CLAMP_KERNELS = (3, 7)
+#: HBM bytes per rotated element (q and k, ``rope_width``) of Megatron-Core's unfused RoPE
+#: (``rope_utils._apply_rotary_pos_emb_bshd``), which it runs instead of Transformer Engine's
+#: fused kernel when YaRN's attention factor is not 1 ("mscale ... is not supported by TE's
+#: fused RoPE. Using unfused implementation", ``apply_rotary_pos_emb``: the dev 0.15 branch
+#: the 25.11 container ships, from "Fixes for gpt-oss" #2076 of 2025-11-05, and 0.16-0.18;
+#: the core_v0.15.0 tag still ran the fused kernel and dropped the factor). Forward,
+#: in 2-byte elements: ``t * cos`` 2, ``-x2`` 1, ``cat((-x2, x1))`` 2, ``* sin`` 2, the add
+#: 3, ``cat((t, t_pass))`` 2: 12, 24 bytes. Backward: the two products' gradients 2 + 2, the
+#: negation 1, the chunk's ``cat`` 2, the empty ``t_pass`` slice's ``slice_backward`` (zeros
+#: of the full tensor) 1, and the three uses' gradients of ``t`` accumulated, 3 + 3 (the
+#: full slice ``t[..., :rot_dim]`` is ``t`` itself: PyTorch skips a slice of the whole
+#: dimension): 14, 28 bytes. The fused kernel's (read + write, 4; backward twice, 8) is in
+#: ``elementwise_bytes_fwd``.
+ROPE_UNFUSED_BYTES = (24.0, 28.0)
+ROPE_FUSED_BYTES = (4.0, 8.0)
+#: Kernels of the unfused RoPE per rotated tensor (q, k): forward the six above and six on
+#: the position table (cos, sin, their scaling and casts), backward seven; less the fused
+#: kernel each replaces.
+ROPE_UNFUSED_KERNELS = (12, 7)
+
+
+def clamp_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU of the mean layer's eager activation clamp
+    (``CLAMP_BYTES`` per element of the routed intermediate: ``T/t·k·F_e`` elements times
+    ``load``, on the MoE layers' share; the ``etp`` ranks of an expert each hold ``F_e/etp``
+    of all its rows); 0 without ``activation_clamp``. Vectorised."""
+    if m.activation_clamp is None:
+        z = 0.0 * np.asarray(tp, dtype=float)
+        return z[()], z[()]
+    elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) / tp
+                       * mlp_part_widths(m)["routed_mlp"] * load, dtype=float)
+    f, bw = CLAMP_BYTES
+    return (f * elems)[()], (bw * elems)[()]
+
+
+def rope_unfused_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num) -> tuple[Num, Num]:
+    """HBM bytes ``(forward, backward)`` per GPU that the unfused RoPE of a model with
+    ``rope_attention_factor != 1`` adds over the fused kernel ``elementwise_bytes_fwd``
+    prices (``ROPE_UNFUSED_BYTES - ROPE_FUSED_BYTES`` per rotated element, ``rope_width``
+    per token over ``t``); 0 for plain RoPE. Vectorised."""
+    z = 0.0 * np.asarray(tp, dtype=float)
+    if m.rope_attention_factor == 1.0 or m.position_embedding != "rope":
+        return z[()], z[()]
+    elems = np.asarray(tokens_per_gpu(b, m.seq_length, cp) * rope_width(m) / tp, dtype=float)
+    return tuple(((u - f) * elems)[()] for u, f in zip(ROPE_UNFUSED_BYTES, ROPE_FUSED_BYTES))
+
+
+def eager_variant_kernels(m: ModelSpec, rope: bool = True) -> tuple[float, float]:
+    """Kernels ``(forward, backward)`` the mean layer adds with the eager clamp
+    (``CLAMP_KERNELS`` on the MoE layers' share) and the unfused RoPE (``ROPE_UNFUSED_KERNELS``
+    less one fused kernel, for q and k); ``rope`` False: the clamp's alone."""
+    f = b = 0.0
+    if m.activation_clamp is not None and m.is_moe:
+        share = m.layer_shares().get("moe", 0.0)
+        f, b = share * CLAMP_KERNELS[0], share * CLAMP_KERNELS[1]
+    if rope and m.rope_attention_factor != 1.0 and m.position_embedding == "rope":
+        f += 2 * (ROPE_UNFUSED_KERNELS[0] - 1)
+        b += 2 * (ROPE_UNFUSED_KERNELS[1] - 1)
+    return f, b
