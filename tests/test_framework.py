@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 import json
+import re
 
 import numpy as np
 import pytest
@@ -139,9 +140,13 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
         # the fewest that fit (``space._fewest_flushes``): rows the unnamed space pruned.
         flushed = {k for k in named_keys if ",flushes=" in k}
         assert not flushed or fw.pipeline_flushes
-        assert named_keys - op - flushed == runnable
+        # ZeRO-2 plans apart: a ZeRO-2 plan is dropped for its ZeRO-1 twin by the stack's own
+        # estimate (``zero2_dominated``, tests/test_zero2_dominance.py), which no filter of the
+        # unnamed space reproduces
+        z2 = {k for k in named_keys | runnable if re.search(r",zero=2(,|$)", k)}
+        assert named_keys - op - flushed - z2 == runnable - z2
         if "block" in fw.recompute_methods:
-            assert named_keys - op - flushed <= free_keys
+            assert named_keys - op - flushed - z2 <= free_keys
     for i in range(named.size):
         p = named.plan(i)
         assert plan_violations(fw, p) == []

@@ -78,12 +78,12 @@ def test_fix_bubble_cross_node_and_dominated_rules():
     m = c["gbs"] // (c["mbs"] * c["dp"])
     v = np.where(c["sched"] == 2, c["vpp"], 1)
     assert ((c["pp"] - 1) / (v * m) <= 0.1 + 1e-12).all()
-    # no ZeRO-2 plan survives whose ZeRO-1 twin survives
+    # a ZeRO-2 plan survives beside its ZeRO-1 twin only where the estimate ranks it faster
+    # (tests/test_zero2_dominance.py)
     full = space(case)
     keys = {full.key(i) for i in range(full.size)}
-    for k in keys:
-        if k.endswith("zero=2"):
-            assert k[:-1] + "1" not in keys
+    z2 = [k for k in keys if k.endswith("zero=2")]
+    assert full.pruned["zero2_dominated"] > 0 and z2
 
 
 def test_fixed_values_outside_the_default_axes_are_added():

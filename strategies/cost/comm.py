@@ -395,8 +395,28 @@ def grad_shard_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num
     using DDP"), so the pair adds what the optimizer reads, the shard each copy's
     reduce-scatter over dp left, not the whole gradient. With hybrid sharding (``shard``,
     ``dp_parts``) the dense share is ``1/(shard·cp)``. Vectorised."""
+    return _group_share(params, expert_params, tp, cp, dp, ep, etp, np.asarray(zero) >= 1,
+                        shard)
+
+
+def grad_buffer_params(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+                       etp: Num, zero_g: Num, shard: Num | None = None) -> Num:
+    """Parameters whose gradients one rank's gradient buffer holds, accumulated over the
+    micro-batches: all of the stage's, or with sharded gradients (``zero_g >= 2``: the ZeRO
+    stage the gradients run with, ``comm_rules.grad_path``) the dense ones' ``1/(dp·cp)``
+    share plus the routed experts' ``1/edp`` share, each reduce-scattered over the group that
+    holds its copies (``dp_parts``; Megatron-Core keeps the experts' gradients in buffers of
+    their own over the expert-data-parallel group). Where ``edp = 1`` the experts' gradients
+    stay whole under ZeRO-2 as under ZeRO-1. Vectorised."""
+    return _group_share(params, expert_params, tp, cp, dp, ep, etp, np.asarray(zero_g) >= 2,
+                        shard)
+
+
+def _group_share(params, expert_params, tp, cp, dp, ep, etp, sharded, shard):
+    """``dp_parts``' dense share over its group plus its expert share over theirs where
+    ``sharded``, else ``params``."""
     (d, n_d, _), (e, n_e, _) = dp_parts(params, expert_params, tp, cp, dp, ep, etp, shard)
-    return np.where(np.asarray(zero) >= 1, d / n_d + e / n_e, params)[()]
+    return np.where(sharded, d / n_d + e / n_e, params)[()]
 
 
 def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_params: Num,

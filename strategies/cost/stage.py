@@ -543,12 +543,12 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         * quantise.weight_cast_passes(fw.weight_cast_per_forward, mb, rc)
     opt = {k: grad_time.optimizer_time(d / shard + e / shard_e, gpu, sy, fw) + w_cast + zeros
            for k, (d, e) in split.items()}
-    # the gradient buffer a GPU holds: all its parameters', the 1/(dp·cp) shard with ZeRO >= 2
-    # (reducing once per step, the stack's passes over the unsharded gradient run once, before
-    # that reduce-scatter: ``grad_time.sharded_grad_pass_time``, §3.14)
-    passes = {k: steps.step_pass_time(n / shard_acc, n / shard, fw.step, gpu, dtype, sy)
-              + np.where(once, grad_time.sharded_grad_pass_time(n, copies, gpu, dtype, fw, sy), 0.0)
-              for k, n in params.items()}
+    # the per-step passes over the gradient buffer a GPU holds and the shard it updates, the
+    # dense and the expert parameters each over its own group (reducing once per step, the
+    # stack's passes over the unsharded gradient run once, before that reduce-scatter, §3.14)
+    passes = {k: steps.stage_pass_time(params[k], e + zeros, tp, cp, dp, ep, etp, zero, zero_g,
+                                       once, fw, gpu, dtype, sy, P.dp_shard)
+              for k, (_, e) in split.items()}
 
     def full(x):
         return np.asarray(x, dtype=float) + zeros
@@ -843,10 +843,10 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
                 for s, (d, e) in enumerate(split))
     fw = job.framework
     once = bool(grad_sync_once(fw.fsdp2, p.pp, p.zero))
-    held = float(grad_time.accum_shard(copies, grad_path(fw.fsdp2, p.pp, p.zero)[0]))
-    passes = tuple(float(steps.step_pass_time(n / held, n / shard, fw.step, gpu, job.dtype, sy)
-                         + (grad_time.sharded_grad_pass_time(n, copies, gpu, job.dtype, fw, sy)
-                            if once else 0.0)) for n in params)
+    zero_g = grad_path(fw.fsdp2, p.pp, p.zero)[0]
+    passes = tuple(float(steps.stage_pass_time(d + e, e, p.tp, p.cp, p.dp, p.ep, p.expert_tp,
+                                               p.zero, zero_g, once, fw, gpu, job.dtype, sy,
+                                               p.shard_dp)) for d, e in split)
     head_at = head_rank(p.schedule, p.pp, p.vpp)
     mirrored = bool(get_schedule(p.schedule).mirrored) and p.pp > 1
     gather = tuple(float(gather_width(n, param_counts.stage_params_split(

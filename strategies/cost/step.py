@@ -8,11 +8,12 @@ over the GPU's usable HBM bandwidth (``hbm_rate.usable_hbm``), nothing else. Byt
 parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``: 4 with
 bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
-* over the gradient buffer the GPU holds (every parameter of its stage; the ``1/dp`` shard
-  with ZeRO >= 2, ``grad_time.accum_shard``): ``zero_grad`` g
-  (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
-* over the parameters it updates (``1/dp`` of them with ZeRO >= 1): ``grad_norm`` g (read),
-  ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit weight written).
+* over the gradient buffer the GPU holds (every parameter of its stage; with ZeRO >= 2 the
+  dense ``1/(dp·cp)`` and the routed experts' ``1/edp`` shares, ``comm.grad_buffer_params``):
+  ``zero_grad`` g (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
+* over the parameters it updates (with ZeRO >= 1 the same shares, ``comm.grad_shard_params``):
+  ``grad_norm`` g (read), ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit
+  weight written).
 
 Adam's own update is ``SystemConfig.adam_step_bytes`` (``grad_time.optimizer_time``).
 
@@ -24,10 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from strategies.cost import comm as cm
+from strategies.cost.grad_time import sharded_grad_pass_time
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.stacks.passes import StepPasses
+from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
 
@@ -54,6 +58,29 @@ def step_pass_time(params_on_gpu: Num, params_updated: Num, passes: StepPasses, 
     nbytes = (buffer_pass_bytes(passes, g) * params_on_gpu
               + shard_pass_bytes(passes, g, system.param_bytes) * params_updated)
     return nbytes / usable_hbm(gpu, system)
+
+
+def stage_pass_time(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num,
+                    etp: Num, zero: Num, zero_g: Num, once: Num, fw: FrameworkProfile,
+                    gpu: GPU, dtype: str, system: SystemConfig = DEFAULT_SYSTEM,
+                    shard: Num | None = None) -> Num:
+    """Seconds of the stack's per-step passes on one GPU of a stage holding ``params``
+    parameters, ``expert_params`` of them routed experts: ``step_pass_time`` over the gradient
+    buffer it holds (``comm.grad_buffer_params`` at the gradients' ZeRO stage ``zero_g``) and
+    the parameters it updates (``comm.grad_shard_params`` at the plan's ``zero``), each part
+    over the group that holds its copies (``comm.dp_parts``: dense ``dp·cp``, or with hybrid
+    sharding ``shard·cp``; experts ``edp``); and where the gradients are reduce-scattered
+    once per step (``once``, ``comm_rules.grad_sync_once``) the stack's passes over each
+    part's unsharded gradient (``grad_time.sharded_grad_pass_time``, 0 for a group of one).
+    The one rule the estimate, the bound and the simulator read (``stage_cost_arrays``,
+    ``stage_costs``). Vectorised."""
+    held = cm.grad_buffer_params(params, expert_params, tp, cp, dp, ep, etp, zero_g, shard)
+    updated = cm.grad_shard_params(params, expert_params, tp, cp, dp, ep, etp, zero, shard)
+    (d, n_d, _), (e, n_e, _) = cm.dp_parts(params, expert_params, tp, cp, dp, ep, etp, shard)
+    whole = (sharded_grad_pass_time(d, n_d, gpu, dtype, fw, system)
+             + sharded_grad_pass_time(e, n_e, gpu, dtype, fw, system))
+    return step_pass_time(held, updated, fw.step, gpu, dtype, system) \
+        + np.where(once, whole, 0.0)
 
 
 def tied_grad_bytes(m: ModelSpec, tp: Num, pp: Num, head_rank: Num, passes: StepPasses,

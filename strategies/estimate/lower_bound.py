@@ -87,6 +87,7 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import layer_time
+from strategies.cost.tp_collectives import dgrad_reduce_carved
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -247,6 +248,11 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
+        # the ring's rest runs on past the attention beside the weight-gradient GEMMs that
+        # wait for their reductions after it (``dgrad_reduce_carved``, at the floor: no more
+        # of them); PyTorch's waits sit inside the attention, before them
+        if not sc.cp_torch:
+            cp_b = np.maximum(cp_b - dgrad_reduce_carved(t_red, sc), 0.0)
     # MLA's column-parallel down projections' own collectives (``attn_down_time``, §5.85),
     # blocking after the block, at their floors (the lower figure only)
     dn_f, dn_b = 0.0, 0.0

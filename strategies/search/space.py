@@ -78,9 +78,11 @@ RULES: tuple[tuple[str, str], ...] = (
                  "plan (interleaving: pp>=2 and a multiple of pp micro-batches)"),
     ("bubble", "the schedule's closed-form pipeline bubble (pp-1)/(vpp*m) above the maximum"),
     ("memory", "peak memory above the limit"),
-    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits: ZeRO-2 reduce-scatters "
-                        "every micro-batch's gradients where ZeRO-1 does it once per step, so "
-                        "it is never faster; it only saves gradient memory"),
+    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits and the estimate ranks it "
+                        "at least as fast (ZeRO-2 reduce-scatters every micro-batch's "
+                        "gradients, ZeRO-1 once per step; ZeRO-2 wins where those hide under "
+                        "the step's backwards, its passes stream a gradient shard, or its "
+                        "memory spares recomputation)"),
 )
 #: the values of ``SpaceOptions.schedules`` (``--schedules``)
 SCHEDULE_SETS = ("default", "all")
@@ -796,6 +798,22 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
     return peak
 
 
+def _zero2_slower(model: ModelSpec, cluster: Cluster, dtype: str,
+                  framework: FrameworkProfile | None, system: SystemConfig | None,
+                  z2: dict[str, np.ndarray], z1: dict[str, np.ndarray]) -> np.ndarray:
+    """True where the analytic estimate (``estimate_arrays_mixed``, the search's score) of
+    each ZeRO-2 plan of ``z2`` is no faster than that of its ZeRO-1 twin in ``z1`` (the same
+    row). ZeRO-2 reduce-scatters every micro-batch's gradients where ZeRO-1 does it once per
+    step, but it can still win: its reduce-scatters run under the whole step's backwards
+    where ZeRO-1's one runs under the last micro-batch's, the stack's per-step passes over
+    the gradient buffer stream the shard only, and the memory it saves may spare recomputed
+    layers (docs/calibration.md §5.108)."""
+    from strategies.estimate.mixed import estimate_arrays_mixed
+    t2, t1 = (estimate_arrays_mixed(model, cluster, dtype, PlanArrays.from_columns(x),
+                                    framework, system)["step_time_s"] for x in (z2, z1))
+    return np.asarray(t2) >= np.asarray(t1)
+
+
 def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
                     opts: SpaceOptions | None = None,
                     framework: FrameworkProfile | None = None, dtype: str = "bf16",
@@ -829,7 +847,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)
-    system = stack_system(framework or DEFAULT_FRAMEWORK, system)
+    system_in, system = system, stack_system(framework or DEFAULT_FRAMEWORK, system)
     c = _product(cluster.num_gpus, model, cluster, gbs, opts, framework, costs)
     raw = len(c["tp"])
     pruned: dict[str, int] = {}
@@ -865,21 +883,33 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     z2 = np.flatnonzero(c["zero"] == 2)       # each ZeRO-2 row's ZeRO-1 twin (rows only)
     twin = {k: v[z2] for k, v in c.items()}
     twin["zero"] = np.ones(len(z2), dtype=c["zero"].dtype)
-    ok = np.ones(len(c["tp"]), bool)
+    fits = np.zeros(len(z2), bool)
     # a ZeRO-2 plan is dominated by a ZeRO-1 twin only where the stack runs ZeRO-1
     # (torchtitan's FSDP2 and Composer's FSDP have none)
     if len(z2) and 1 in (framework or DEFAULT_FRAMEWORK).zero_stages:
-        ok[z2] = peak_memory_arrays(model, twin, dtype, system, cluster.gpu, clamp,
-                                    remat_named, loss_bytes, act_cache,
-                                    optimizer_bytes, fsdp2, dispatch_bytes,
-                                    expert_input) > limit
-    keep("zero2_dominated", ok)
-    peak = peak[ok]
+        twin_peak = memory(twin)
+        fits = twin_peak <= limit
     for k in ("rcl", "rcu", "rcm"):        # every layer / block / default (or fixed) modules
         c.setdefault(k, np.zeros(len(c["tp"]), dtype=np.int64))
-    if framework is None or "block" in framework.recompute_methods:
-        peak = _least_recompute(model, c, peak, limit, dtype, system, cluster.gpu, clamp,
+        twin.setdefault(k, np.zeros(len(z2), dtype=np.int64))
+    least = framework is None or "block" in framework.recompute_methods
+
+    def lighten(cols: dict[str, np.ndarray], pk: np.ndarray) -> np.ndarray:
+        return _least_recompute(model, cols, pk, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                dispatch_bytes, expert_input)
+                                dispatch_bytes, expert_input) if least else pk
+    peak = lighten(c, peak)
+    ok = np.ones(len(c["tp"]), bool)
+    if fits.any():
+        # the twins that fit, each with its own fewest recomputed layers (as its row in the
+        # space gets them), against the ZeRO-2 rows as they now stand: pruned only where the
+        # estimate ranks the twin at least as fast (``_zero2_slower``)
+        rows = z2[fits]
+        tw = {k: v[fits] for k, v in twin.items()}
+        lighten(tw, twin_peak[fits])
+        ok[rows] = ~_zero2_slower(model, cluster, dtype, framework, system_in,
+                                  {k: v[rows] for k, v in c.items()}, tw)
+    keep("zero2_dominated", ok)
+    peak = peak[ok]
     return Space(model, cluster, gbs, c, pruned, raw, peak, limit,
                  framework.plan_defaults() if framework is not None else {})
