@@ -57,11 +57,12 @@ def test_middle_heavy_layout_arrays_meet_scalar(plan):
 
 def test_bound_at_or_below_arrays_default_space():
     """Every candidate of the default search's space (GPT-3 175B on dgx-a100:128, gbs
-    1536: 10,466 plans, 685 of them layout rows): lower bound <= array estimate (113
-    interleaved pp 4 first16/last16 rows were above before, §5.107)."""
+    1536: 10,466 plans when §5.107 was written, 11,010 since §5.108 keeps the ZeRO-2 plans the
+    estimate ranks faster): lower bound <= array estimate (113 interleaved pp 4 first16/last16
+    rows were above before, §5.107)."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     space = enumerate_space(m, cl, 1536, SpaceOptions())
     arr = estimate_arrays(m, cl, "bf16", space.arrays)
     bound = step_time_lower_bound(m, cl, "bf16", space.arrays, costs=arr["stage_costs"])
-    assert space.size == 10466
+    assert space.size > 10000      # the whole default space, not a sample
     assert np.all(bound <= arr["step_time_s"])

@@ -128,7 +128,8 @@ def expected_compute(sc: StageCostArrays, i: int, job, stage: int) -> dict[str, 
 
 def split_variants(jobs):
     """The jobs with one chunk per rank and ``pp > 1`` under ZB-H1, ZB-H2 and ZB-V (two
-    chunks in a V, the LM head on rank 0; ZB-H1 where the layers do not split in ``2pp``) in
+    chunks in a V, the LM head on rank 0; ZB-H1 where the layers, or a drawn first/last-stage
+    layout, do not split over a V's chunks) in
     turn (with the default framework where the drawn stack has no such schedule)."""
     out = []
     for k, j in enumerate(x for x in jobs if x.plan.vpp == 1 and x.plan.pp > 1):
@@ -136,6 +137,11 @@ def split_variants(jobs):
         if sched == "zb-v" and j.model.num_layers % (2 * j.plan.pp):
             sched = "zb-h1"
         plan = replace(j.plan, schedule=sched, vpp=2 if sched == "zb-v" else 1)
+        if sched == "zb-v":
+            try:        # a stated first/last-stage layout may not split over a V's two chunks
+                make_job(j.model, j.cluster, plan, dtype=j.dtype)
+            except SpecError:
+                plan = replace(j.plan, schedule="zb-h1", vpp=1)
         try:
             out.append(make_job(j.model, j.cluster, plan, dtype=j.dtype, framework=j.framework))
         except SpecError:

@@ -160,8 +160,10 @@ def test_nemo_averages_in_the_collective():
     # not counted, so nemo keeps the assumed ones: passes.LossPasses, calibration.md §3.20)
     # (and the DDP bucket: NeMo's comm-overlap callback sets 128 Mi, docs/calibration.md §5.86)
     # (and the loss's tp all-reduces: the fused path concatenates two, §5.88)
+    # (and TP overlap without SP: NeMo's callback switches it off where Megatron-LM refuses it,
+    # docs/search.md, tests/test_tp_overlap_sp.py)
     same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket",
-                                           "tp_loss_allreduces"}
+                                           "tp_loss_allreduces", "tp_overlap_without_sp"}
     assert all(getattr(mc, k) == getattr(nemo, k) for k in same)
     assert nemo.dp_bucket.floor_params == 128 * 1024 ** 2
     assert replace(nemo.step, scale_grad=True, sources=()) == replace(mc.step, sources=())
