@@ -14,7 +14,7 @@ from strategies.errors import SpecError
 from strategies.stacks.megatron import MEGATRON_LM_2021
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan import Plan, parse_modules
+from strategies.plan import Plan, parse_modules, tp_overlap_default
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.recipe_options import _hybrid_mesh, _moe_options, _remat_recipe
 from strategies.reference.stated_switches import _size, _switches
@@ -207,7 +207,7 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
-    switches = _switches(c, fw, tp > 1 and bool(sp), notes)
+    switches = _switches(c, fw, tp_overlap_default(True, tp, sp), notes)
     switches.update(_moe_options(c, fw, ep, notes))
     if recompute_kind(pl.get("recompute")) is None:
         switches.update(_remat_recipe(c, fw, notes))
