@@ -50,6 +50,13 @@ DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
 
 
+#: (field, its allowed values) that ``check_profile`` checks in one loop
+_CHOICES = (("tp_overlap", TP_OVERLAP_IMPLS), ("tp_overlap_without_sp", TP_OVERLAP_WITHOUT_SP),
+            ("cp_impl", CP_IMPLS), ("elementwise_kernels", ELEMENTWISE_KERNELS),
+            ("zero3_gather", ZERO3_GATHERS), ("dgrad_overlap", DGRAD_OVERLAPS),
+            ("mla_down_proj", MLA_DOWN_PROJS))
+
+
 def check_profile(fw: "FrameworkProfile") -> None:
     """Refuse a profile field outside its values: SpecError naming ``framework.<field>``."""
     if not fw.name:
@@ -76,23 +83,15 @@ def check_profile(fw: "FrameworkProfile") -> None:
     if fw.attention_kernel not in ("native", "fa2"):
         raise SpecError("framework.attention_kernel", fw.attention_kernel,
                         "must be 'native' or 'fa2'")
-    if fw.tp_overlap not in TP_OVERLAP_IMPLS:
-        raise SpecError("framework.tp_overlap", fw.tp_overlap,
-                        f"must be one of {', '.join(TP_OVERLAP_IMPLS)}")
-    if fw.tp_overlap_without_sp not in TP_OVERLAP_WITHOUT_SP:
-        raise SpecError("framework.tp_overlap_without_sp", fw.tp_overlap_without_sp,
-                        f"must be one of {', '.join(TP_OVERLAP_WITHOUT_SP)}")
+    for name, choices in _CHOICES:      # the fields that take one of a fixed set of names
+        if getattr(fw, name) not in choices:
+            raise SpecError(f"framework.{name}", getattr(fw, name),
+                            f"must be one of {', '.join(choices)}")
     if isinstance(fw.tp_overlap_bwd_exposed, bool) or \
             not isinstance(fw.tp_overlap_bwd_exposed, (int, float)) or \
             not 0 <= fw.tp_overlap_bwd_exposed <= 1:
         raise SpecError("framework.tp_overlap_bwd_exposed", fw.tp_overlap_bwd_exposed,
                         "must be a share in [0, 1]")
-    if fw.cp_impl not in CP_IMPLS:
-        raise SpecError("framework.cp_impl", fw.cp_impl,
-                        f"must be one of {', '.join(CP_IMPLS)}")
-    if fw.elementwise_kernels not in ELEMENTWISE_KERNELS:
-        raise SpecError("framework.elementwise_kernels", fw.elementwise_kernels,
-                        f"must be one of {', '.join(ELEMENTWISE_KERNELS)}")
     if fw.cp_kv_heads not in ("kv", "query"):
         raise SpecError("framework.cp_kv_heads", fw.cp_kv_heads,
                         "must be 'kv' or 'query'")
@@ -103,20 +102,11 @@ def check_profile(fw: "FrameworkProfile") -> None:
         if switch not in DEFAULT_SWITCHES:
             raise SpecError("framework.default_sources", switch,
                             f"must name one of {', '.join(DEFAULT_SWITCHES)}")
-    if fw.zero3_gather not in ZERO3_GATHERS:
-        raise SpecError("framework.zero3_gather", fw.zero3_gather,
-                        f"must be one of {', '.join(ZERO3_GATHERS)}")
     if not fw.zero3_reuse_params >= 0:
         raise SpecError("framework.zero3_reuse_params", fw.zero3_reuse_params,
                         "must be a number of parameters >= 0")
     if not isinstance(fw.sp_regather, bool):
         raise SpecError("framework.sp_regather", fw.sp_regather, "must be true or false")
-    if fw.dgrad_overlap not in DGRAD_OVERLAPS:
-        raise SpecError("framework.dgrad_overlap", fw.dgrad_overlap,
-                        f"must be one of {', '.join(DGRAD_OVERLAPS)}")
-    if fw.mla_down_proj not in MLA_DOWN_PROJS:
-        raise SpecError("framework.mla_down_proj", fw.mla_down_proj,
-                        f"must be one of {', '.join(MLA_DOWN_PROJS)}")
     te = fw.te_version
     if te is not None and not (isinstance(te, tuple) and len(te) == 2 and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in te)):
