@@ -102,7 +102,8 @@ def checkpoint_inputs(lpc: Num, n: Num, uniform: Num) -> Num:
     """Layer inputs a chunk keeps as checkpoints: ``min(N, l)`` (block) or ``ceil(l/N)``
     (uniform)."""
     k = _n(lpc, n)
-    return np.where(uniform, np.ceil(lpc / k), k)
+    # a chunk without layers has k = 0 and no checkpoints; divide by 1 there, not by 0
+    return np.where(uniform, np.ceil(lpc / np.where(k > 0, k, 1.0)), k)
 
 
 def kept_layers(lpc: Num, n: Num, uniform: Num) -> Num:
