@@ -117,49 +117,49 @@ def knee_what_if() -> list[tuple[str, float, float]]:
     return [(i, base[i], alt[i]) for i in base]
 
 
+def table(title: str, head: list[str], rows: list[list[str]], left: int = 1) -> None:
+    """Print one Markdown table: ``title``, the header, ``left`` left-aligned columns then
+    right-aligned ones, and ``rows`` (cells already formatted)."""
+    print(f"\n{title}\n")
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" if i < left else "---:" for i in range(len(head))) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+
+
 def main() -> None:
     if "--knee" in sys.argv[1:]:
-        print("B200 rows at §5.79's K knee (310 bf16 / 620 fp8)\n")
-        print("| row | error | at the fitted knee |")
-        print("|---|---:|---:|")
-        for i, a, b in knee_what_if():
-            print(f"| {i} | {a:+.1f} % | {b:+.1f} % |")
+        table("B200 rows at §5.79's K knee (310 bf16 / 620 fp8)",
+              ["row", "error", "at the fitted knee"],
+              [[i, f"{a:+.1f} %", f"{b:+.1f} %"] for i, a, b in knee_what_if()])
         return
     recs = [row_record(n, c) for n, c in dense_blackwell_cases()]
-    print("Table 1: dense Blackwell rows, analytic estimate (shares of the estimated step, %)\n")
-    print("| file | row | part | dtype | plan | measured s | est s | error | compute | tp | pp "
-          "| dp | bubble | other | compute factor |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in recs:
-        s = r["shares"]
-        print(f"| {r['file'][:-5]} | {r['id']} | {r['gpu']} | {r['dtype']} | {r['plan']} "
-              f"| {r['meas']:.3f} | {r['est']:.3f} | {r['err']:+.1f} % | {s[0]:.1f} "
-              f"| {s[1]:.1f} | {s[2]:.1f} | {s[3]:.1f} | {s[4]:.1f} | {s[5]:.1f} "
-              f"| {r['factor']:.3f} |")
-    print("\nTable 2: one layer and micro-batch (ms); GEMM rate = GEMM FLOPs / GEMM time\n")
-    print("| row | gemm | attention | casts | elementwise | launch | total | GEMM TFLOP/s "
-          "| measured |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in recs:
-        p = r["layer"]
-        print(f"| {r['id']} | {1e3 * p['gemm']:.2f} | {1e3 * p['attention']:.2f} "
-              f"| {1e3 * p['casts']:.3f} | {1e3 * p['elementwise']:.2f} "
-              f"| {1e3 * p['launch']:.3f} | {1e3 * p['total']:.2f} "
-              f"| {p['gemm_flops'] / p['gemm'] / 1e12:.0f} | {1e3 * r['layer_meas']:.2f} |")
-    print("\nTable 3: mean error by part and precision (rows)\n")
-    print("| part | dtype | rows | mean error | mean abs error |")
-    print("|---|---|---:|---:|---:|")
+    table("Table 1: dense Blackwell rows, analytic estimate (shares of the estimated step, %)",
+          ["file", "row", "part", "dtype", "plan", "measured s", "est s", "error", "compute",
+           "tp", "pp", "dp", "bubble", "other", "compute factor"],
+          [[r["file"][:-5], r["id"], r["gpu"], r["dtype"], r["plan"], f"{r['meas']:.3f}",
+            f"{r['est']:.3f}", f"{r['err']:+.1f} %", *(f"{x:.1f}" for x in r["shares"]),
+            f"{r['factor']:.3f}"] for r in recs], left=5)
+    table("Table 2: one layer and micro-batch (ms); GEMM rate = GEMM FLOPs / GEMM time",
+          ["row", "gemm", "attention", "casts", "elementwise", "launch", "total",
+           "GEMM TFLOP/s", "measured"],
+          [[r["id"], f"{1e3 * p['gemm']:.2f}", f"{1e3 * p['attention']:.2f}",
+            f"{1e3 * p['casts']:.3f}", f"{1e3 * p['elementwise']:.2f}",
+            f"{1e3 * p['launch']:.3f}", f"{1e3 * p['total']:.2f}",
+            f"{p['gemm_flops'] / p['gemm'] / 1e12:.0f}", f"{1e3 * r['layer_meas']:.2f}"]
+           for r in recs for p in (r["layer"],)])
     groups: dict[tuple[str, str], list[float]] = defaultdict(list)
     for r in recs:
         groups[(r["gpu"], r["dtype"])].append(r["err"])
-    for (g, d), errs in sorted(groups.items()):
-        print(f"| {g} | {d} | {len(errs)} | {sum(errs) / len(errs):+.1f} % "
-              f"| {sum(abs(e) for e in errs) / len(errs):.1f} % |")
-    print("\nTable 4: public B200 figures against the catalog\n")
-    print("| quantity | public | source | catalog / model | model / public |")
-    print("|---|---:|---|---:|---:|")
-    for q, pub, src, mod in public_checks():
-        print(f"| {q} | {pub:.1f} | {src} | {mod:.1f} | {mod / pub:.3f} |")
+    table("Table 3: mean error by part and precision (rows)",
+          ["part", "dtype", "rows", "mean error", "mean abs error"],
+          [[g, d, str(len(e)), f"{sum(e) / len(e):+.1f} %",
+            f"{sum(abs(x) for x in e) / len(e):.1f} %"] for (g, d), e in sorted(groups.items())],
+          left=2)
+    table("Table 4: public B200 figures against the catalog",
+          ["quantity", "public", "source", "catalog / model", "model / public"],
+          [[q, f"{pub:.1f}", src, f"{mod:.1f}", f"{mod / pub:.3f}"]
+           for q, pub, src, mod in public_checks()])
 
 
 def public_checks() -> list[tuple[str, float, str, float]]:

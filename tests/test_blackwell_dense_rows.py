@@ -105,3 +105,13 @@ def test_public_b200_figures_against_the_catalog():
     assert abs(m1 / p1 - 1) < 0.005 and abs(m2 / p2 - 1) < 0.005
     assert abs(m3 / p3 - 1) < 0.005
     assert 0.714 < m4 / p4 < 1.0
+
+
+def test_fitted_knee_makes_every_b200_row_faster():
+    """§5.79's smaller fitted knee (310 / 620 against the scaled 337 / 674) can only speed
+    B200's GEMMs: every dense B200 row's error falls, none by more than a point, so the knee
+    is not what the too-fast tp 1 rows miss."""
+    rows = bd.knee_what_if()
+    assert len(rows) == 6
+    for _, base, alt in rows:
+        assert -1.0 < alt - base < 0.0
