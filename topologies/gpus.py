@@ -311,6 +311,17 @@ def sm100_fp8_ratio(tdp_w: float, sms: int) -> float:
     at less power per SM, so its fp8 GEMMs cannot sustain more than GB200's."""
     return _sustained_ratio(tdp_w, sms, GB200_FP8_SUSTAINED_RATIO, 1200, 148)
 
+#: B200's HBM3e bandwidth (TB/s): NVIDIA's Blackwell datasheet (nvdam.widen.net/s/wwnsxrhm2w/
+#: blackwell-datasheet-3384703, "Individual Blackwell GPU Specifications", HGX B200 column)
+#: gives 7.7, as read by ai-dynamo/aiconfigurator PR #1246 and pytorch/pytorch PR #194297
+#: (``dram_bw_gbs=7700``); the DGX B200 datasheet's 64 TB/s per 8 GPUs (8.0) is the older figure.
+#: The driver agrees: a 7680-bit bus (not 8 x 1024) at a 3996 MHz memory clock, double data
+#: rate, 7680/8 · 3996e6 · 2 = 7.672e12 B/s (pytorch/ao PR #4002, ``cudaDeviceProp`` and
+#: ``nvidia-smi clocks.max.mem``); docs/calibration.md §5.117
+B200_HBM_TBPS = 7.7
+B200_HBM_BUS_BITS = 7680        # memory bus width the driver reports (bits)
+B200_HBM_CLOCK_HZ = 3996e6      # maximum memory clock nvidia-smi reports (Hz, DDR)
+
 # hbm_gib of the 288 GB parts: usable capacity as reported on the part (270 GiB B300, 279 GiB
 # GB300: Verda, "NVIDIA GB300 NVL72: GPU Architecture & Performance", per-GPU table); MI355X
 # publishes no TF32 rate (left out).
@@ -325,7 +336,8 @@ _SRC = {
             "141 GB HBM3e, 4.8 TB/s, 989 TFLOP/s bf16, 1979 fp8, 700 W",
     "B200": "NVIDIA DGX B200 datasheet (resources.nvidia.com/en-us-dgx-systems/dgx-b200-"
             "datasheet): 72 PFLOP/s fp8 training, 144 PFLOP/s fp4 inference (sparse) per 8 "
-            "GPUs, 1,440 GB, 64 TB/s; " + _NV_HGX + ": 1000 W",
+            "GPUs, 1,440 GB; NVIDIA Blackwell datasheet (HGX B200): 7.7 TB/s HBM3e; "
+            + _NV_HGX + ": 1000 W",
     "B300": "NVIDIA DGX B300 datasheet (resources.nvidia.com/en-us-dgx-systems/dgx-b300-"
             "datasheet) and " + _NV_HGX + ": HGX B300 36 PFLOP/s bf16, 72 fp8 (sparse), "
             "108 PFLOP/s dense fp4 per 8 GPUs, 2.3 TB (288 GB/GPU), 8 TB/s; 1100 W",
@@ -371,7 +383,8 @@ _CATALOG = [
        aliases=("H100-96GB",), fp8_eff=0.595, fa2=0.29, sms=132, tdp=500, tn_only=True),
     _g("H200-SXM-141GB", 67, 494.7, 989.4, 1978.9, 140.0, 4.8, 0.75, 0.56, aliases=("H200",),
        fp8_eff=0.66, fa2=0.35, sms=132, tdp=700, src=_SRC["H200"], tn_only=True),
-    _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, 8.0, 0.63, 0.55, aliases=("B200",),
+    _g("B200-SXM-180GB", 80, 1100, 2250, 4500, 180.0, B200_HBM_TBPS, 0.63, 0.55,
+       aliases=("B200",),
        fp8_eff=B200_FP8_MAMF / 4500 * sm100_fp8_ratio(1000, 148), sms=148, fp4=9000, blocks=_BW, tdp=1000, src=_SRC["B200"],
        exp=ATTN_EXP_REF_RATE),
     _g("B300-SXM-288GB", 75, 1125, 2250, 4500, 270.0, 8.0,
