@@ -162,7 +162,7 @@ def demanded_rate(job, need: float) -> tuple[float, float, float]:
     m, cl, n = job.model, job.cluster, job.plan.dp
     z = _gathers(m, job.plan.recompute == "full", job.framework.zero3_reuse_params,
                  PERSISTENCE_THRESHOLD)
-    bw, _ = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
+    bw, _ = cm.group_bandwidth(cl, n, 1)
     wire = (n - 1) / n * (2.0 * (z["fwd_params"] + z["bwd_params"])
                           + 2 * 2.0 * sum(grad_buckets(m)))    # all-reduce: twice the buffer
     total, _ = z3_traffic(job, PERSISTENCE_THRESHOLD, ar_buckets=True)
@@ -220,7 +220,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for c, job, base in rows:
         wire, fixed, rate = demanded_rate(job, c.measured_step_s - base)
-        bw, _ = cm.group_bandwidth(job.cluster, job.plan.dp, 1, rail_aligned=True)
+        bw, _ = cm.group_bandwidth(job.cluster, job.plan.dp, 1)
         print(f"| {c.id} | {c.measured_step_s - base:.1f} | {wire / 1e12:.2f} | {fixed:.1f} | "
               f"{rate / 1e9:.1f} | {float(bw) / 1e9:.1f} |")
     print(f"calls per row: {np.round([z3_traffic(j)[1] for _, j, _ in rows]).astype(int)}; "

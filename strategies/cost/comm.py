@@ -91,16 +91,13 @@ def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
             / cluster.oversubscription)
 
 
-def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
-                    rail_aligned: bool = False) -> tuple[Num, Num]:
+def group_bandwidth(cluster: Cluster, n: Num, stride: Num) -> tuple[Num, Num]:
     """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
     order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp
     neighbours are tp·cp·dp apart). Inside a node the fabric's rate; across nodes
     ``topologies.routing.transfer_rate`` and ``transfer_latency`` of the ring's hops between
     nodes (``k`` members' NIC share; the relay when a hop, or the ring's closing hop, joins
-    GPUs of different rails, as in the simulator's rank-order ring; ``rail_aligned``: a ring
-    ordered so that its hops between nodes stay on one rail, no relay, as NCCL orders its
-    flat rings)."""
+    GPUs of different rails, as in the simulator's rank-order ring)."""
     G = cluster.gpus_per_node
     n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride
@@ -108,8 +105,7 @@ def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
     k = np.maximum(1, np.minimum(n, G // np.maximum(stride, 1)))  # group members per node
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
     s = np.asarray(stride, dtype=np.int64)
-    relay = False if rail_aligned else \
-        _hop_relays(cluster, (s, -(np.asarray(n, dtype=np.int64) - 1) * s))
+    relay = _hop_relays(cluster, (s, -(np.asarray(n, dtype=np.int64) - 1) * s))
     across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster, k), True, relay,
                            cluster.planes)
     bw = np.where(in_node, intra, across)
