@@ -23,10 +23,6 @@ Table 2: each row's error under what-ifs, each applied to the per-tensor traffic
   nothing, ``release_sub_module`` never re-partitions it): the layer norms' weights and biases
   and every bias (hidden 12,288 or 20,480, the MLP's 4h bias 49,152 or 81,920) are not
   gathered; their gradients are still reduce-scattered one by one.
-* ``nccl-lat``: NCCL 2.9's own ring latency (``src/graph/tuning.cc`` at v2.9.9-1,
-  ``(nsteps - nInterSteps) * intraLat + nInterSteps * interLat``: the hops inside a node at
-  the NVLink latency, ``nodes - 1`` at the network's) instead of the project's ``n - 1``
-  steps at the slowest hop's (``strategies.collectives.ring``).
 * ``ar-buckets``: the gradient path of DeepSpeed's ZeRO-3 before v0.4.5 (2021-08-06):
   ``contiguous_gradients`` defaulted to False for stage 3 (``ZERO3_OPTIMIZATION_CONTIGUOUS_
   GRADIENTS_DEFAULT`` in ``constants.py`` at v0.3.13-v0.4.4), so ``reduce_ipg_grads`` took
@@ -35,14 +31,16 @@ Table 2: each row's error under what-ifs, each applied to the per-tensor traffic
   all-reduced in fp16 (``allreduce_bucket``, the project's all-reduce: ``comm.collective_time``),
   then copied back; instead of one reduce-scatter per tensor. The flatten / divide / copy-back
   passes over the gradient in HBM (six of 2 bytes per element) are charged at the GPU's HBM rate.
-* ``persist+ar``: the two DeepSpeed defaults of March-June 2021 together; ``all``: the three.
+* ``persist+ar``: the two DeepSpeed defaults of March-June 2021 together.
 * ``persist+ar+prefetch``: ``persist+ar`` less the gathers the prefetch hides under compute
   (``prefetch_hidden``, the ``stage3_max_live_parameters`` rule).
 
 Table 3: what rate the rows ask for under ``persist+ar`` with nothing hidden (``demanded_rate``).
 
 The persistence threshold is a default of the code the paper ran (the paper does not give its
-ZeRO configuration); NCCL's latency is its tuning model's, not a measurement.
+ZeRO configuration). The ring's latency is the model's (``comm.per_tensor_time`` reads
+``comm.collective_time``: NCCL's tuning model's summed hops, docs/calibration.md §5.115); §3.19's
+``nccl-lat`` what-if, which swapped it in, is the model since.
 """
 from __future__ import annotations
 
@@ -101,8 +99,7 @@ def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
     return {**ag, "rs_n": rs["rs_n"], "rs_params": rs["rs_params"]}
 
 
-def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False,
-               ar_buckets: bool = False) -> tuple[float, float]:
+def z3_traffic(job, persist: float = 0.0, ar_buckets: bool = False) -> tuple[float, float]:
     """(seconds, calls) of one micro-batch's per-tensor ZeRO-3 traffic of ``job`` (tp = pp = 1),
     as ``strategies.estimate.analytic`` charges it, under the what-ifs of the module docstring."""
     m, cl, fw, n = job.model, job.cluster, job.framework, job.plan.dp
@@ -112,10 +109,6 @@ def z3_traffic(job, persist: float = 0.0, nccl_latency: bool = False,
     t = float(cm.per_tensor_time(n_ag, pb * (z["fwd_params"] + z["bwd_params"]), n, 1, cl,
                                  fw.launch_gap_s)
               + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
-    if nccl_latency:
-        _, lat = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
-        nodes = -(-n // cl.gpus_per_node)
-        t -= float((n_ag + n_rs) * (n - nodes) * (lat - cl.intra_node_latency))
     if ar_buckets:
         t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
         b = grad_buckets(m)
@@ -169,7 +162,7 @@ def demanded_rate(job, need: float) -> tuple[float, float, float]:
     m, cl, n = job.model, job.cluster, job.plan.dp
     z = _gathers(m, job.plan.recompute == "full", job.framework.zero3_reuse_params,
                  PERSISTENCE_THRESHOLD)
-    bw, _ = cm.group_bandwidth(cl, n, 1, rail_aligned=True)
+    bw, _ = cm.group_bandwidth(cl, n, 1)
     wire = (n - 1) / n * (2.0 * (z["fwd_params"] + z["bwd_params"])
                           + 2 * 2.0 * sum(grad_buckets(m)))    # all-reduce: twice the buffer
     total, _ = z3_traffic(job, PERSISTENCE_THRESHOLD, ar_buckets=True)
@@ -197,11 +190,8 @@ def main() -> None:
               f"{1e3 * left / calls:.1f} | {left / z3:.2f} |")
     print()
     variants = (("model", {}), ("persist", {"persist": PERSISTENCE_THRESHOLD}),
-                ("nccl-lat", {"nccl_latency": True}),
                 ("ar-buckets", {"ar_buckets": True}),
-                ("persist+ar", {"persist": PERSISTENCE_THRESHOLD, "ar_buckets": True}),
-                ("all", {"persist": PERSISTENCE_THRESHOLD, "nccl_latency": True,
-                         "ar_buckets": True}))
+                ("persist+ar", {"persist": PERSISTENCE_THRESHOLD, "ar_buckets": True}))
     print("| row | " + " | ".join(v for v, _ in variants) + " | persist+ar+prefetch |")
     print("|---|" + "---:|" * (len(variants) + 1))
     errs: dict[str, list[float]] = {v: [] for v, _ in variants}
@@ -230,7 +220,7 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|")
     for c, job, base in rows:
         wire, fixed, rate = demanded_rate(job, c.measured_step_s - base)
-        bw, _ = cm.group_bandwidth(job.cluster, job.plan.dp, 1, rail_aligned=True)
+        bw, _ = cm.group_bandwidth(job.cluster, job.plan.dp, 1)
         print(f"| {c.id} | {c.measured_step_s - base:.1f} | {wire / 1e12:.2f} | {fixed:.1f} | "
               f"{rate / 1e9:.1f} | {float(bw) / 1e9:.1f} |")
     print(f"calls per row: {np.round([z3_traffic(j)[1] for _, j, _ in rows]).astype(int)}; "

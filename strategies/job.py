@@ -8,6 +8,7 @@ from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig, get_system
 from strategies.errors import SpecError
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.framework import get_profile
+from strategies.stacks.comm_rules import stack_grad_bytes
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
                                      stack_tp_overlap)
@@ -109,7 +110,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
     ``framework``: a profile or its name; a named stack refuses the plan features it lacks
     (``strategies.stacks.rules.check_plan``). ``None``: no stack named, Megatron-Core's costs and
     any plan (the textbook schedules, GPipe included, stay open to studies). ``system``: the
-    policy constants (default ``DEFAULT_SYSTEM``)."""
+    policy constants (default ``DEFAULT_SYSTEM``); an unset ``grad_buffer_bytes`` takes the
+    stack's (``comm_rules.stack_grad_bytes``)."""
     fw = get_profile(framework)
     sy = get_system(system)
     if framework is not None and plan.schedule != fw.schedule_for(plan.schedule):
@@ -121,6 +123,8 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         raise SpecError("dtype", dtype, f"must be one of {', '.join(DTYPES)}")
     if framework is not None:  # a precision the stack lacks, before any work
         check_precision(fw, dtype)
+    if not sy.grad_buffer_bytes and stack_grad_bytes(fw):   # the stack's gradient bytes
+        sy = replace(sy, grad_buffer_bytes=stack_grad_bytes(fw))
     for g in cluster.groups:  # a precision the chip lacks (nvfp4 on H100) is refused here
         g.gpu.rate_key(dtype)
     if seq_len is not None:

@@ -150,13 +150,21 @@ def test_launch_blocking_text():
 
 # --- DeepSpeed's BF16_Optimizer ---------------------------------------------------------
 
-def _bf16_job(bf16_optimizer: bool, dtype: str = "bf16", framework: str = "megatron-deepspeed"):
+def _bf16_job(bf16_optimizer: bool, dtype: str = "bf16", framework: str = "megatron-deepspeed",
+              system=None):
     from dataclasses import replace
     fw = replace(get_profile(framework), bf16_optimizer=bf16_optimizer)
     m, cl = model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 2)
     plan = parse_plan("tp=2,pp=2,gbs=64,zero=1,recompute=full,flash_attn=false,"
                       "overlap_grad_reduce=false,overlap_param_gather=false")
-    return make_job(m, cl, plan, dtype=dtype, framework=fw)
+    return make_job(m, cl, plan, dtype=dtype, framework=fw, system=system)
+
+
+def _fp32_off():
+    """The BF16_Optimizer off with an fp32 gradient buffer stated: only the optimizer's own
+    accumulation and reduction differ from the job with it on."""
+    from strategies.cost.system import SystemConfig
+    return _bf16_job(False, system=SystemConfig(grad_buffer_bytes=4.0))
 
 
 def test_bf16_optimizer_accumulation_bytes():
@@ -177,14 +185,45 @@ def test_bf16_optimizer_accumulation_bytes():
         n * (2 * 4 + 2) / usable_hbm(gpu), rel=1e-15)
 
 
+def test_without_the_bf16_optimizer_gradients_stay_16_bit():
+    """DeepSpeed's engine without its BF16_Optimizer (the BLOOM prototype's 02-21 rows): autograd
+    adds each micro-batch into the 16-bit ``.grad`` (2 + 2 + 2 = 6 bytes per parameter, not the
+    main_grad add's 10) and ZeRO reduces it in 16 bits; with it, or on a Megatron stack, the
+    policy's fp32 buffer; a stated ``grad_buffer_bytes`` wins."""
+    from strategies.cost.grad_time import grad_accum_time
+    from strategies.cost.hbm_rate import usable_hbm
+    from strategies.cost import param_counts
+    from strategies.cost.system import SystemConfig
+    from strategies.stacks.comm_rules import stack_grad_bytes
+    from strategies.stacks.profile import stack_system
+    off, on = _bf16_job(False), _bf16_job(True)
+    assert off.system.main_grad_bytes("bf16") == 2.0 and on.system.main_grad_bytes("bf16") == 4.0
+    assert _bf16_job(False, framework="megatron-lm-2021").system.main_grad_bytes("bf16") == 4.0
+    assert stack_grad_bytes(off.framework) == 2.0 and stack_grad_bytes(on.framework) == 0.0
+    assert stack_grad_bytes(get_profile("megatron-core")) == 0.0
+    assert stack_system(off.framework).grad_buffer_bytes == 2.0      # what the search reads
+    assert stack_system(on.framework).grad_buffer_bytes == 0.0
+    gpu = off.cluster.gpu
+    assert grad_accum_time(1e9, gpu, "bf16", off.framework, off.system) == pytest.approx(
+        1e9 * 6 / usable_hbm(gpu), rel=1e-15)
+    stated = make_job(off.model, off.cluster, off.plan, dtype="bf16", framework=off.framework,
+                      system=SystemConfig(grad_buffer_bytes=4.0))
+    assert stated.system.main_grad_bytes("bf16") == 4.0
+    # a layer's backward: 4 bytes per parameter less than with the fp32 main_grad add
+    params = param_counts.layer_params_per_gpu(off.model, off.plan.tp, 1, None)
+    assert stage_costs(stated).layer_bwd - stage_costs(off).layer_bwd == pytest.approx(
+        params * 4 / usable_hbm(gpu), rel=1e-9)
+
+
 def test_bf16_optimizer_all_reduces_the_fp32_gradients():
     """Under its own ZeRO-1 the BF16_Optimizer all-reduces (not reduce-scatters) the fp32
     gradients after the schedule (DeepSpeed's ReduceGrads, not overlapped): the exposed
     data-parallel time grows by exactly t_allreduce - t_reduce_scatter."""
     from strategies.cost import comm as cm
     from strategies.estimate.scalar import estimate
-    on, off = _bf16_job(True), _bf16_job(False)
+    on, off = _bf16_job(True), _fp32_off()
     sc = stage_costs(on)
+    assert (sc.grad_bytes, stage_costs(_bf16_job(False)).grad_bytes) == (4.0, 2.0)
     p, cl = on.plan, on.cluster
     params = sc.params_by_stage[0]
     t_ar = cm.collective_time("allreduce", sc.grad_bytes * params, p.dp, p.tp, cl)
@@ -240,10 +279,12 @@ def test_bf16_optimizer_bound_stays_below_the_simulation():
     from simulator.simulate import simulate
     from strategies.estimate.lower_bound import step_time_lower_bound
     from strategies.estimate.scalar import plan_arrays
+    from strategies.stacks.profile import stack_system
     for on in (True, False):
         job = _bf16_job(on)
         bound = float(step_time_lower_bound(job.model, job.cluster, job.dtype,
-                                            plan_arrays(job.plan), job.framework))
+                                            plan_arrays(job.plan), job.framework,
+                                            stack_system(job.framework)))
         assert 0 < bound <= simulate(job).step_time_s
 
 
@@ -253,7 +294,7 @@ def test_bf16_optimizer_launches_two_kernels_per_parameter_tensor():
     from strategies.cost import param_counts
     from strategies.cost.grad_time import grad_accum_time
     from strategies.cost.hbm_rate import usable_hbm
-    on, off = _bf16_job(True), _bf16_job(False)
+    on, off = _bf16_job(True), _fp32_off()
     a, b = stage_costs(off), stage_costs(on)
     T = len(param_counts.layer_param_tensors(on.model))
     assert T == 12          # two norms (weight, bias), QKV, projection, two MLP GEMMs, biases
@@ -272,3 +313,12 @@ def test_megatron_deepspeed_refuses_sequence_parallelism():
     with pytest.raises(SpecError, match="megatron-deepspeed has no sequence parallelism"):
         make_job(m, cl, parse_plan("tp=2,pp=2,gbs=32,sp=true,flash_attn=false"),
                  framework="megatron-deepspeed")
+
+
+def test_grad_in_param_dtype_field_is_checked():
+    from dataclasses import replace
+    from strategies.errors import SpecError
+    with pytest.raises(SpecError, match="grad_in_param_dtype.*true or false"):
+        replace(get_profile("megatron-deepspeed"), grad_in_param_dtype="yes")
+    assert get_profile("megatron-deepspeed").grad_in_param_dtype
+    assert not get_profile("megatron-core").grad_in_param_dtype

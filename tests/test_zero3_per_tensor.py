@@ -4,7 +4,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.collectives import ring
 from strategies.cost import comm, param_counts
 from strategies.errors import SpecError
 from strategies.estimate import estimate
@@ -48,12 +47,25 @@ def test_reuse_distance_keeps_small_models_gathered():
 
 
 def test_per_tensor_time_closed_form():
+    """Each call is the group's own collective (``collective_time``) plus ``n`` list copies."""
     cl = cluster_preset("dgx-a100", 4)
-    bw, lat = comm.group_bandwidth(cl, 32, 1, rail_aligned=True)   # NCCL's flat ring
     t = comm.per_tensor_time(100, 1e9, 32, 1, cl, 3e-6)
-    assert t == pytest.approx(100 * ring.time(1, 1e7, 32, bw, lat) + 100 * 32 * 3e-6, rel=1e-12)
+    one = comm.collective_time("allgather", 1e7, 32, 1, cl)
+    assert t == pytest.approx(100 * one + 100 * 32 * 3e-6, rel=1e-12)
     assert comm.per_tensor_time(0, 1e9, 32, 1, cl, 3e-6) == 0.0
     assert comm.per_tensor_time(10, 1e9, 1, 1, cl, 3e-6) == 0.0
+
+
+def test_per_tensor_ring_latency_sums_the_hops():
+    """NCCL's tuning model (``src/graph/tuning.cc`` v2.7.8-1, v2.8.4-1: ``(nsteps -
+    nInterSteps)·intraLat + nInterSteps·interLat``): 32 ranks on 4 nodes, an empty buffer, take
+    28 NVLink steps and 3 network steps (the hop between nodes changes rail on a DGX A100:
+    relayed, one NVLink latency more), not 31 steps at the slowest hop's latency."""
+    cl = cluster_preset("dgx-a100", 4)
+    lat_in, lat_out = cl.intra_node_latency, cl.inter_node_latency + cl.intra_node_latency
+    want = 28 * lat_in + 3 * lat_out
+    assert comm.per_tensor_time(10, 0.0, 32, 1, cl, 0.0) == pytest.approx(10 * want, rel=1e-12)
+    assert want < 31 * lat_out
 
 
 def _job(fw, dp=32, mbs=1, gbs=64):
@@ -109,8 +121,8 @@ def test_simulator_runs_the_same_calls():
 def test_per_tensor_excess_completes_the_collective():
     cl = cluster_preset("dgx-a100", 4)
     for kind in ("allgather", "reduce_scatter"):
-        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6)
+        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6, kind)
         own = 50 * comm.collective_time(kind, 1e7, 32, 1, cl)
         assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6) == \
             pytest.approx(total - own, rel=1e-12)
-        assert total > own
+        assert total - own == pytest.approx(50 * 32 * 3e-6, rel=1e-9)   # the copies

@@ -25,8 +25,8 @@ class DataParallelOps:
     def _per_tensor(self, kind: str, count: float, nbytes: float, label: str, i: int,
                     deps: tuple = ()) -> None:
         """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
-        group's collective back to back, then what each call costs beyond it (the flat ring's
-        extra latency steps, the copies: ``comm.per_tensor_excess``) on the communication
+        group's collective back to back, then what each call costs beyond it (the ``n`` list
+        copies: ``comm.per_tensor_excess``) on the communication
         stream; the next compute waits for all of it. Alone on the wire:
         ``comm.per_tensor_time``, the estimate's charge."""
         name = "AG" if kind == "allgather" else "RS"

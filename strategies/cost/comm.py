@@ -91,16 +91,13 @@ def _nic_rate(cluster: Cluster, k: Num = 1) -> Num:
             / cluster.oversubscription)
 
 
-def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
-                    rail_aligned: bool = False) -> tuple[Num, Num]:
+def group_bandwidth(cluster: Cluster, n: Num, stride: Num) -> tuple[Num, Num]:
     """(bytes/s, per-step latency s) of a ring over ``n`` ranks spaced ``stride`` apart in rank
     order (tp has stride 1; dp has stride tp·cp, the dp·cp copies of a parameter tp; pp
     neighbours are tp·cp·dp apart). Inside a node the fabric's rate; across nodes
     ``topologies.routing.transfer_rate`` and ``transfer_latency`` of the ring's hops between
     nodes (``k`` members' NIC share; the relay when a hop, or the ring's closing hop, joins
-    GPUs of different rails, as in the simulator's rank-order ring; ``rail_aligned``: a ring
-    ordered so that its hops between nodes stay on one rail, no relay, as NCCL orders its
-    flat rings)."""
+    GPUs of different rails, as in the simulator's rank-order ring)."""
     G = cluster.gpus_per_node
     n, stride = np.asarray(n), np.asarray(stride)
     span = n * stride
@@ -108,8 +105,7 @@ def group_bandwidth(cluster: Cluster, n: Num, stride: Num,
     k = np.maximum(1, np.minimum(n, G // np.maximum(stride, 1)))  # group members per node
     intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
     s = np.asarray(stride, dtype=np.int64)
-    relay = False if rail_aligned else \
-        _hop_relays(cluster, (s, -(np.asarray(n, dtype=np.int64) - 1) * s))
+    relay = _hop_relays(cluster, (s, -(np.asarray(n, dtype=np.int64) - 1) * s))
     across = transfer_rate(_hop_rate(cluster), _nic_rate(cluster, k), True, relay,
                            cluster.planes)
     bw = np.where(in_node, intra, across)
@@ -537,32 +533,26 @@ def per_tensor_time(count: Num, nbytes: Num, n: Num, stride: Num, cluster: Clust
     """Seconds of ``count`` all-gathers (or reduce-scatters) run one after another, one per
     parameter tensor, ``nbytes`` gathered in all per rank, over ``n`` ranks ``stride`` apart,
     as DeepSpeed's 2021 ZeRO-3 runs them through ``torch.distributed`` (the tensor-list
-    forms): each is NCCL's ring over all ``n`` ranks (NCCL runs all-gather and reduce-scatter
-    as rings: ``n - 1`` latency steps each, ``strategies.collectives.ring``, at
-    ``group_bandwidth``) plus ``n`` copy kernels of ``copy_gap`` seconds (PyTorch's
-    ``ProcessGroupNCCL`` copies the flat buffer to, or from, each of the ``n`` list entries).
-    The simulator runs the same ring ``count`` times back to back (``repeat``) and the copies
-    as compute. NCCL orders the flat ring so that its hops between nodes stay on one rail
-    (``rail_aligned``: no relay). A GPU profile's measured ``kind`` (``allgather`` or
-    ``reduce_scatter``) scales each ring within a node (``measured_scale``). Vectorised; 0
-    where ``count`` is 0 or ``n < 2``."""
-    bw, lat = group_bandwidth(cluster, n, stride, rail_aligned=True)
+    forms): each is the collective every other group of that shape runs (``collective_time``:
+    NCCL's flat ring, striped over the members of several nodes, ``n - nodes`` steps at the
+    NVLink latency and ``nodes - 1`` at the network's, as NCCL's tuning model sums them from
+    v2.7 on: ``src/graph/tuning.cc`` at v2.8.4-1, docs/calibration.md §5.115) plus ``n`` copy
+    kernels of ``copy_gap`` seconds (PyTorch's ``ProcessGroupNCCL`` copies the flat buffer to,
+    or from, each of the ``n`` list entries). The simulator runs the same collective ``count``
+    times back to back (``repeat``) and the copies after it (``per_tensor_excess``).
+    Vectorised; 0 where ``count`` is 0 or ``n < 2``."""
     per = nbytes / np.maximum(count, 1)
-    one = ring.time(1, per, n, bw, lat)
-    if _measured_table(cluster) is not None:
-        one = one * measured_scale(kind, per, n, in_one_node(n, stride, cluster.gpus_per_node),
-                                   cluster)
+    one = collective_time(kind, per, n, stride, cluster)
     return np.where((count > 0) & (n > 1), count * one + count * n * copy_gap, 0.0)[()]
 
 
 def per_tensor_excess(kind: str, count: Num, nbytes: Num, n: Num, stride: Num,
                       cluster: Cluster, copy_gap: float) -> Num:
     """Seconds of ``per_tensor_time`` beyond ``count`` calls of the collective the
-    simulator runs for the group (``collective_time``: the selector's algorithm, e.g. the
-    ring striped over the members of several nodes): NCCL's flat ring's extra latency steps and the
-    ``n`` copies per call. The simulator runs the collective ``count`` times (``repeat``)
-    then this much more on the communication stream, so alone on the wire it takes exactly
-    ``per_tensor_time``; clipped at 0. Vectorised."""
+    simulator runs for the group (``collective_time``): the ``n`` list copies per call. The
+    simulator runs the collective ``count`` times (``repeat``) then this much more on the
+    communication stream, so alone on the wire it takes exactly ``per_tensor_time``; clipped
+    at 0. Vectorised."""
     per = nbytes / np.maximum(count, 1)
     own = count * collective_time(kind, per, n, stride, cluster)
     return np.maximum(per_tensor_time(count, nbytes, n, stride, cluster, copy_gap, kind) - own,

@@ -1,6 +1,6 @@
 """How a stack's collectives run, as the estimate, the lower bound, the memory model and the
 compiler read them: which data-parallel gradient reduction is a full all-reduce
-(``full_grad_reduce``), FSDP2's once-per-step gradient sync under pipelining
+(``full_grad_reduce``), the gradient's bytes a stack fixes (``stack_grad_bytes``), FSDP2's once-per-step gradient sync under pipelining
 (``grad_sync_once``, ``grad_path``) and the exposed share of context-parallel K/V traffic
 (``cp_exposed_fraction``)."""
 from __future__ import annotations
@@ -28,6 +28,16 @@ def cp_exposed_fraction(cp_impl: str, overlapped: float) -> float:
 def uses_bf16_optimizer(fw: "FrameworkProfile", dtype: str) -> bool:
     """Whether stack ``fw`` runs DeepSpeed's BF16_Optimizer for a ``dtype`` run (bf16 only)."""
     return bool(fw.bf16_optimizer) and dtype == "bf16"
+
+
+def stack_grad_bytes(fw: "FrameworkProfile") -> float:
+    """Bytes per element of the gradient stack ``fw`` accumulates micro-batches into and
+    reduces over dp, where the stack fixes it: 2 where it keeps the gradient in the
+    parameter's 16-bit ``.grad`` (``fw.grad_in_param_dtype``: DeepSpeed's engine) and its
+    BF16_Optimizer, which accumulates in fp32, is off (an fp16 run never has it:
+    ``uses_bf16_optimizer``); 0 elsewhere (the policy's rule, ``SystemConfig.main_grad_bytes``,
+    which gives fp16 runs 2 already). Read by ``make_job`` and ``profile.stack_system``."""
+    return 2.0 if fw.grad_in_param_dtype and not fw.bf16_optimizer else 0.0
 
 
 def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:

@@ -393,6 +393,12 @@ class FrameworkProfile:
     #: gradients are all-reduced over dp after the schedule (``_bf16_reduce_grads``, not
     #: reduce-scattered), then each rank updates its shard and all-gathers the 16-bit weights
     bf16_optimizer: bool = False
+    #: the stack keeps each micro-batch's weight gradient in the parameter's 16-bit ``.grad``
+    #: (autograd adds into it) and reduces it in 16 bits, unless its BF16_Optimizer runs
+    #: (``comm_rules.stack_grad_bytes``; DeepSpeed's engine, v0.5.10 ``runtime/engine.py``
+    #: ``communication_data_type`` fp16/bf16 under ZeRO, ``zero/stage_1_and_2.py``
+    #: ``average_tensor``, ``allreduce_bucket``; docs/calibration.md §5.115)
+    grad_in_param_dtype: bool = False
     #: HBM bytes per score element the stack spends adding ALiBi's bias into the scores of the
     #: unfused attention path (models with ``position_embedding="alibi"``, no FlashAttention;
     #: ``counts.softmax_bytes_fwd``): Megatron-DeepSpeed's ``baddbmm(alibi, q, k^T, beta=1)``
@@ -448,10 +454,14 @@ def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
     it); ``SystemConfig.master_bytes``
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
     it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
-    (``FrameworkProfile.master_only``). The one rule the memory model (scalar and arrays)
-    and the search read."""
+    (``FrameworkProfile.master_only``), an unset ``grad_buffer_bytes`` the stack's
+    (``comm_rules.stack_grad_bytes``, as ``make_job`` sets it). The one rule the memory model
+    (scalar and arrays) and the search read."""
     from strategies.cost.system import get_system
+    from strategies.stacks.comm_rules import stack_grad_bytes
     sy = get_system(system)
+    if fw is not None and not sy.grad_buffer_bytes and stack_grad_bytes(fw):
+        sy = replace(sy, grad_buffer_bytes=stack_grad_bytes(fw))
     if fw is not None and (sy.bucket_floor_params, sy.bucket_per_dp_params) != (
             fw.dp_bucket.floor_params, fw.dp_bucket.per_dp_params):
         sy = replace(sy, bucket_floor_params=float(fw.dp_bucket.floor_params),

@@ -107,6 +107,9 @@ def check_profile(fw: "FrameworkProfile") -> None:
                         "must be a number of parameters >= 0")
     if not isinstance(fw.sp_regather, bool):
         raise SpecError("framework.sp_regather", fw.sp_regather, "must be true or false")
+    if not isinstance(fw.grad_in_param_dtype, bool):
+        raise SpecError("framework.grad_in_param_dtype", fw.grad_in_param_dtype,
+                        "must be true or false")
     te = fw.te_version
     if te is not None and not (isinstance(te, tuple) and len(te) == 2 and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in te)):
