@@ -117,6 +117,11 @@ def test_hybridep_gathers_the_routing_map():
     assert f == pytest.approx(cm.collective_time("allgather", nb, 8, 1, cl), rel=1e-12)
     assert f > 0 and b == 0.0
     assert cm.dispatcher_metadata_time(m, 4, 1, 1, 1, 1, 2, cl) == (0.0, 0.0)
+    # paired with another micro-batch's compute (ep_overlap, DualPipe): it rides the dispatch
+    # on the communication stream, not the compute path; the alltoall's metadata stays
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 2, cl, ep_overlap=True) == (0.0, 0.0)
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 0, cl, ep_overlap=True) == \
+        cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 0, cl)
     assert ep_dispatch.hybridep_map_bytes(model_preset("llama3-8b"), 4, 1, 1, 8, 1) == 0.0
     ds = model_preset("deepseek-v3")
     one = cm.dispatcher_metadata_time(ds.of_kind("moe"), 1, 1, 1, 32, 1, 2, cl)

@@ -296,7 +296,7 @@ def _catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
 
 def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
                              dispatcher: Num, cluster: Cluster,
-                             load: Num = 1.0) -> tuple[Num, Num]:
+                             load: Num = 1.0, ep_overlap: Num = False) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` per mean layer of the small blocking collectives that
     Megatron-Core's ``alltoall`` token dispatcher (``dispatcher`` code 0, ``plan.DISPATCHERS``)
     runs on the compute stream besides the tokens' dispatch and combine
@@ -306,13 +306,14 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
     over the ``ep`` ranks ``etp`` apart; backward, the probabilities' gradient all-to-all.
     Each priced by ``collective_time`` (latency-bound: a few hundred bytes to KB). HybridEP
     (code 2) gathers the bool routing map over the same ``etp·ep`` ranks before each dispatch
-    (``ep_dispatch.hybridep_map_bytes``), forward only; DeepEP (code 1) exchanges counts
-    inside its dispatch kernels: 0; 0 with ``ep = 1`` and for a dense model. The MoE layers'
-    share of the mean layer. Vectorised."""
+    (``ep_dispatch.hybridep_map_bytes``), forward only, inside its dispatch: where the plan
+    pairs a micro-batch's dispatch with another's compute (``ep_overlap``: Megatron-Core runs
+    the dispatch on the communication stream; the DualPipe orders) it is not charged here; DeepEP (code 1) exchanges counts inside its dispatch kernels: 0; 0 with
+    ``ep = 1`` and for a dense model. The MoE layers' share of the mean layer. Vectorised."""
     code = np.asarray(dispatcher)
     ep_a = np.asarray(ep, dtype=float)
     on = (code == 0) & (ep_a > 1)
-    hyb = (code == 2) & (ep_a * np.asarray(etp, dtype=float) > 1)
+    hyb = (code == 2) & (ep_a * np.asarray(etp, dtype=float) > 1) & np.logical_not(ep_overlap)
     if not m.is_moe or not np.any(on | hyb):
         z = 0.0 * (ep_a + code)
         return z[()], z[()]

@@ -467,7 +467,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         probabilities' all-to-alls (``comm.dispatcher_metadata_time``) and Transformer
         Engine's amax all-reduces (``amax.amax_reduction_time``)."""
         d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
-                                               load)
+                                               load, paired)
         r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl, rc)
         return d_f + r_f, d_b + r_b
 
