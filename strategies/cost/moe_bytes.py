@@ -124,7 +124,8 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
 #: reads the tokens and writes them into the padded buffer, 32-row alignment for MXFP8, 16
 #: otherwise). The copy is skipped only when every split is already aligned, which the
 #: benchmarks' forced balancing (random router logits, ``moe_router_force_load_balancing``)
-#: does not give, and unless the router pads instead (``moe_router_padding_for_quantization``,
+#: does not give, unless HybridEP has padded them in its dispatch (``DISPATCH_PADS``), and
+#: unless the router pads instead (``moe_router_padding_for_quantization``,
 #: off by default and in the Megatron-Bridge performance configs, e.g. the resolved
 #: ``scripts/performance/dryrun_configs/qwen/qwen3_235b_a22b_pretrain_gb200_nvfp4_v1.yaml``).
 #: Forward: pad the fc1 input and unpad the fc2 output, each read and written once (2 + 2
