@@ -307,9 +307,10 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
     Each priced by ``collective_time`` (latency-bound: a few hundred bytes to KB). HybridEP
     (code 2) gathers the bool routing map over the same ``etp·ep`` ranks before each dispatch
     (``ep_dispatch.hybridep_map_bytes``), forward only, inside its dispatch: where the plan
-    pairs a micro-batch's dispatch with another's compute (``ep_overlap``: Megatron-Core runs
-    the dispatch on the communication stream; the DualPipe orders) it is not charged here; DeepEP (code 1) exchanges counts inside its dispatch kernels: 0; 0 with
-    ``ep = 1`` and for a dense model. The MoE layers' share of the mean layer. Vectorised."""
+    pairs a micro-batch's dispatch with another's compute (``ep_overlap``, Megatron-Core
+    running the dispatch on the communication stream; the DualPipe orders) it is not charged
+    here. DeepEP (code 1) exchanges counts inside its dispatch kernels: 0; 0 with ``ep = 1``
+    and for a dense model. The MoE layers' share of the mean layer. Vectorised."""
     code = np.asarray(dispatcher)
     ep_a = np.asarray(ep, dtype=float)
     on = (code == 0) & (ep_a > 1)
