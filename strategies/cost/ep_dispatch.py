@@ -50,7 +50,7 @@ MOE_PROB_BYTES = ACT_BYTES
 #: ``tp_ep_group``; DeepEP's hybrid-ep ``metadata_preprocessing`` first gathers every rank's map
 #: (``csrc/hybrid_ep/executor/executor.cu`` ``allgather_routing_map``: NCCL
 #: ``all_gather_into_tensor`` across NVLink domains, a custom all-gather within one, at
-#: a0d27f1 of 2026-03-31; ``deep_ep/hybrid_ep_buffer.py`` at 13d8379 of 2025-12-08 calls
+#: a0d27f1 of 2026-03-31; ``deep_ep/hybrid_ep_buffer.py`` at 017a520 and 13d8379 of 2025 calls
 #: ``all_gather_into_tensor`` itself), then scans it on the GPU for the dispatch layout. Once
 #: per MoE layer forward; the backward reuses the handle.
 HYBRIDEP_MAP_BYTES = 1

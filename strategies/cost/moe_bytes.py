@@ -139,8 +139,8 @@ EXPERT_PAD_PASSES = (4, 4)
 #: (Megatron-Core 0.16-0.17 ``token_dispatcher.py`` ``_HybridEPManager.dispatch``: ``if
 #: self.config.fp8 or self.config.fp4: self.pad_multiple =
 #: get_align_size_for_quantization(self.config)``, passed to ``hybrid_ep_dispatch`` and
-#: ``hybrid_ep_combine``; DeepEP's hybrid-ep ``csrc/hybrid_ep/extension/permute.cu``
-#: ``permute_processing_kernel`` lays each expert's rows out at a multiple of
+#: ``hybrid_ep_combine``; DeepEP's hybrid-ep ``csrc/hybrid_ep/extension/permute.cu`` at
+#: 017a520, 13d8379 and a0d27f1, ``permute_processing_kernel``, lays each expert's rows out at a multiple of
 #: ``pad_multiple`` and returns ``tokens_per_expert`` with the padded rows counted), so the
 #: splits ``TEGroupedMLP`` passes are aligned and Transformer Engine returns the input
 #: unchanged (v2.14 ``module/fp8_padding.py`` ``Fp8Padding.forward``: ``if m_splits ==
