@@ -126,7 +126,7 @@ def test_expert_pad_time_by_stack_and_precision():
 def test_layer_time_carries_the_padding():
     m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
     kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=0, gpu=gpu,
-              dtype="mxfp8", dispatcher=2)
+              dtype="mxfp8", dispatcher=0)
     mc = get_profile("megatron-core")
     on = layer_time.layer_time(m, fw=mc, **kw)
     off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False), **kw)
@@ -138,3 +138,24 @@ def test_layer_time_carries_the_padding():
     full_off = layer_time.layer_time(m, fw=replace(mc, quant_padding=False),
                                      **{**kw, "recompute": 2})
     assert full_on - full_off.recompute == pytest.approx(q_f, rel=1e-9)
+
+
+def test_hybridep_pads_in_its_dispatch():
+    """HybridEP lays each local expert's rows out at the quantised GEMM's alignment
+    (``moe_bytes.DISPATCH_PADS``), so Transformer Engine's padding copies nothing: no
+    padding time for it, the same for the alltoall dispatcher and DeepEP; vectorised."""
+    m, gpu = model_preset("qwen3-30b-a3b"), get_gpu("GB200")
+    nemo = get_profile("nemo")
+    f, bw = moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo, dispatcher=0)
+    assert f > 0 and bw > 0
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo, dispatcher=1) == (f, bw)
+    assert moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo, dispatcher=2) == (0.0, 0.0)
+    vf, vb = moe_time.expert_pad_time(m, 4, 1, 1, gpu, "mxfp8", fw=nemo,
+                                      dispatcher=np.array([0, 1, 2]))
+    assert list(vf) == [f, f, 0.0] and list(vb) == [bw, bw, 0.0]
+    # the layer under HybridEP is the same whether or not the stack pads
+    kw = dict(b=4, tp=1, cp=1, ep=8, sp=False, flash=True, recompute=2, gpu=gpu,
+              dtype="mxfp8", dispatcher=2)
+    on = layer_time.layer_time(m, fw=nemo, **kw)
+    off = layer_time.layer_time(m, fw=replace(nemo, quant_padding=False), **kw)
+    assert (on.fwd, on.bwd, on.recompute) == (off.fwd, off.bwd, off.recompute)

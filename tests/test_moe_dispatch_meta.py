@@ -44,8 +44,7 @@ def test_time_closed_form_and_zeros():
     assert ag > 0 and a2a > 0
     assert f == pytest.approx(ag + a2a, rel=1e-12)
     assert b == pytest.approx(a2a, rel=1e-12)
-    for code in (1, 2):
-        assert cm.dispatcher_metadata_time(m, 4, 1, 1, 64, 1, code, cl) == (0.0, 0.0)
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 64, 1, 1, cl) == (0.0, 0.0)
     assert cm.dispatcher_metadata_time(m, 4, 1, 1, 1, 1, 0, cl) == (0.0, 0.0)
     dense = model_preset("llama3-8b")
     assert cm.dispatcher_metadata_time(dense, 4, 1, 1, 8, 1, 0, cl) == (0.0, 0.0)
@@ -78,7 +77,8 @@ def _job(disp: str):
 def test_stage_record_estimate_and_simulator_read_it(monkeypatch):
     """The stage record's layer passes hold the charge; the estimate's and the simulator's
     step each grow by at least every MoE layer's charge once per micro-batch (one rank,
-    no pipeline: the whole charge is on the critical path); HybridEP's step is unchanged."""
+    no pipeline: the whole charge is on the critical path); HybridEP's steps carry its
+    routing-map all-gather, forward only (§5.114)."""
     job = _job("alltoall")
     m, cl = job.model, job.cluster
     f, b = cm.dispatcher_metadata_time(m, 2, 1, 1, 8, 1, 0, cl)
@@ -88,6 +88,8 @@ def test_stage_record_estimate_and_simulator_read_it(monkeypatch):
     est, sim = estimate(job).step_time_s, simulate(job).step_time_s
     hyb = _job("hybridep")
     est_h, sim_h = estimate(hyb).step_time_s, simulate(hyb).step_time_s
+    hf, hb = cm.dispatcher_metadata_time(m, 2, 1, 1, 8, 1, 2, cl)
+    assert hf > 0 and hb == 0.0
     monkeypatch.setattr(cm, "dispatcher_metadata_time",
                         lambda *a, **k: (0.0, 0.0))
     without = stage_cost_arrays(m, cl, "bf16", P)
@@ -96,4 +98,37 @@ def test_stage_record_estimate_and_simulator_read_it(monkeypatch):
     n = m.num_layers * estimate(job).num_microbatches
     assert est - estimate(job).step_time_s == pytest.approx(n * (f + b), rel=1e-6)
     assert sim - simulate(job).step_time_s >= 0.999 * n * (f + b)
-    assert estimate(hyb).step_time_s == est_h and simulate(hyb).step_time_s == sim_h
+    n_h = m.num_layers * estimate(hyb).num_microbatches
+    assert est_h - estimate(hyb).step_time_s == pytest.approx(n_h * hf, rel=1e-6)
+    assert sim_h - simulate(hyb).step_time_s >= 0.999 * n_h * hf
+
+
+def test_hybridep_gathers_the_routing_map():
+    """HybridEP: forward = the ring all-gather of every rank's bool routing map, ``T/tp``
+    tokens by ``etp·E`` columns, over the ``etp·ep`` consecutive ranks, to floating-point
+    precision; nothing in the backward; with ``ep = etp = 1`` nothing; the mean layer's share
+    and arrays as the scalars."""
+    m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("gb200-nvl72", 2)
+    nb = ep_dispatch.hybridep_map_bytes(m, 4, 1, 1, 8, 1)
+    assert nb == 8 * 4 * m.seq_length * m.num_experts * ep_dispatch.HYBRIDEP_MAP_BYTES
+    assert ep_dispatch.hybridep_map_bytes(m, 4, 2, 1, 8, 2) == 16 * 2 * m.seq_length * 2 * \
+        m.num_experts
+    f, b = cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 2, cl)
+    assert f == pytest.approx(cm.collective_time("allgather", nb, 8, 1, cl), rel=1e-12)
+    assert f > 0 and b == 0.0
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 1, 1, 2, cl) == (0.0, 0.0)
+    # paired with another micro-batch's compute (ep_overlap, DualPipe): it rides the dispatch
+    # on the communication stream, not the compute path; the alltoall's metadata stays
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 2, cl, ep_overlap=True) == (0.0, 0.0)
+    assert cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 0, cl, ep_overlap=True) == \
+        cm.dispatcher_metadata_time(m, 4, 1, 1, 8, 1, 0, cl)
+    assert ep_dispatch.hybridep_map_bytes(model_preset("llama3-8b"), 4, 1, 1, 8, 1) == 0.0
+    ds = model_preset("deepseek-v3")
+    one = cm.dispatcher_metadata_time(ds.of_kind("moe"), 1, 1, 1, 32, 1, 2, cl)
+    mean = cm.dispatcher_metadata_time(ds, 1, 1, 1, 32, 1, 2, cl)
+    assert mean[0] == pytest.approx(ds.num_moe_layers / ds.num_layers * one[0], rel=1e-12)
+    ep, code = np.array([8, 32, 8, 8]), np.array([2, 2, 0, 1])
+    fa, ba = cm.dispatcher_metadata_time(ds, 1, 1, 1, ep, 1, code, cl)
+    for i in range(len(ep)):
+        fi, bi = cm.dispatcher_metadata_time(ds, 1, 1, 1, int(ep[i]), 1, int(code[i]), cl)
+        assert fa[i] == pytest.approx(fi, rel=1e-12) and ba[i] == pytest.approx(bi, rel=1e-12)

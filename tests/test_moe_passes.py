@@ -132,7 +132,8 @@ def test_stage_record_reads_the_plan_dispatcher():
     """The stage-cost record (estimate, bound and simulator read it) prices the plan's
     dispatcher: Qwen3-30B-A3B on 8 GPUs, the alltoall layer is slower than HybridEP's by the
     passes and, in the forward, the host path after its sync, and by its count all-gather
-    and probabilities' all-to-alls; for a dense model the dispatcher field changes nothing."""
+    and probabilities' all-to-alls, less HybridEP's routing-map all-gather; for a dense model
+    the dispatcher field changes nothing."""
     m, cl = model_preset("qwen3-30b-a3b"), cluster_preset("dgx-b200", 1)
     runs = {d: stage_costs(make_job(m, cl, Plan(tp=1, pp=1, dp=8, ep=8, mbs=B, gbs=64,
                                                 moe_dispatcher=d, moe_imbalance=1.0),
@@ -147,8 +148,11 @@ def test_stage_record_reads_the_plan_dispatcher():
     # the alltoall's count all-gather and probabilities' all-to-alls (§5.58)
     mf, mb = cm.dispatcher_metadata_time(m, B, 1, 1, 8, 1, 0, cl)
     assert mf > 0 and mb > 0
+    # HybridEP's routing-map all-gather before its dispatch (§5.114), forward only
+    hf, hb = cm.dispatcher_metadata_time(m, B, 1, 1, 8, 1, 2, cl)
+    assert hf > 0 and hb == 0.0
     assert runs["alltoall"].layer_fwd - runs["hybridep"].layer_fwd == pytest.approx(
-        pf + sync + mf, rel=1e-9)
+        pf + sync + mf - hf, rel=1e-9)
     assert runs["alltoall"].layer_bwd - runs["hybridep"].layer_bwd == pytest.approx(
         pb + mb, rel=1e-9)
     d = model_preset("llama3-8b")

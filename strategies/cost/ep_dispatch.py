@@ -9,7 +9,7 @@ from math import comb, gcd
 import numpy as np
 
 from strategies.cost.moe_bytes import routed_token_bytes
-from strategies.cost.token_counts import ACT_BYTES, Num
+from strategies.cost.token_counts import ACT_BYTES, Num, tokens_per_gpu
 from strategies.model import ModelSpec
 from strategies.plan import DISPATCHERS  # noqa: F401  (codes of ep_dedup's dispatcher)
 
@@ -41,6 +41,32 @@ def ep_alltoall_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
 #: L75 sets ``fp32``)
 MOE_COUNT_BYTES = 8
 MOE_PROB_BYTES = ACT_BYTES
+
+
+#: Bytes per token and expert column of the routing map HybridEP all-gathers over its group
+#: before each dispatch (a ``torch.bool`` map): Megatron-Core 0.17 ``_HybridEPManager``
+#: (``token_dispatcher.py``) hands ``dispatch_with_permute`` the ``[T/tp, etp·E]`` map that
+#: ``MoEFlexTokenDispatcher._initialize_metadata`` expands over the ``etp·ep`` ranks of
+#: ``tp_ep_group``; DeepEP's hybrid-ep ``metadata_preprocessing`` first gathers every rank's map
+#: (``csrc/hybrid_ep/executor/executor.cu`` ``allgather_routing_map``: NCCL
+#: ``all_gather_into_tensor`` across NVLink domains, a custom all-gather within one, at
+#: a0d27f1 of 2026-03-31; ``deep_ep/hybrid_ep_buffer.py`` at 017a520 and 13d8379 of 2025 calls
+#: ``all_gather_into_tensor`` itself), then scans it on the GPU for the dispatch layout. Once
+#: per MoE layer forward; the backward reuses the handle.
+HYBRIDEP_MAP_BYTES = 1
+
+
+def hybridep_map_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
+                       etp: Num | None = None) -> Num:
+    """Bytes of the routing map HybridEP gathers per MoE layer forward, the whole gathered
+    buffer (the ring all-gather's ``nbytes``): each of the ``etp·ep`` ranks' ``T/tp`` tokens
+    by ``etp·E`` columns of ``HYBRIDEP_MAP_BYTES``. 0 for a dense model. Vectorised."""
+    etp = tp if etp is None else etp
+    n = np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
+    if not m.is_moe:
+        return (0.0 * n)[()]
+    rows = tokens_per_gpu(b, m.seq_length, cp) / np.asarray(tp, dtype=float)
+    return (n * rows * np.asarray(etp, dtype=float) * m.num_experts * HYBRIDEP_MAP_BYTES)[()]
 
 
 def dispatcher_metadata_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,

@@ -237,7 +237,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                                 moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype))
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
-    q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system)
+    q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system, dispatcher)
     # and TE's per-expert quantisation launches (split_quantize), with them for the same reason
     k_f, k_b = expert_quantise_time(m, ep, gpu, dtype, fw)
     p_f, p_b = p_f + q_f + k_f, p_b + q_b + k_b

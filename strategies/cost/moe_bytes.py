@@ -124,7 +124,8 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
 #: reads the tokens and writes them into the padded buffer, 32-row alignment for MXFP8, 16
 #: otherwise). The copy is skipped only when every split is already aligned, which the
 #: benchmarks' forced balancing (random router logits, ``moe_router_force_load_balancing``)
-#: does not give, and unless the router pads instead (``moe_router_padding_for_quantization``,
+#: does not give, unless HybridEP has padded them in its dispatch (``DISPATCH_PADS``), and
+#: unless the router pads instead (``moe_router_padding_for_quantization``,
 #: off by default and in the Megatron-Bridge performance configs, e.g. the resolved
 #: ``scripts/performance/dryrun_configs/qwen/qwen3_235b_a22b_pretrain_gb200_nvfp4_v1.yaml``).
 #: Forward: pad the fc1 input and unpad the fc2 output, each read and written once (2 + 2
@@ -132,6 +133,21 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
 #: (under 32 per expert) and the router probabilities' padding (one value per row) are not
 #: counted.
 EXPERT_PAD_PASSES = (4, 4)
+#: Whether the token dispatcher already delivers each local expert's rows padded to the
+#: quantised GEMM's alignment, by ``plan.DISPATCHERS`` code, so that ``TEGroupedMLP``'s
+#: ``Fp8Padding``/``Fp8Unpadding`` copy nothing. HybridEP does in a quantised precision
+#: (Megatron-Core 0.16-0.17 ``token_dispatcher.py`` ``_HybridEPManager.dispatch``: ``if
+#: self.config.fp8 or self.config.fp4: self.pad_multiple =
+#: get_align_size_for_quantization(self.config)``, passed to ``hybrid_ep_dispatch`` and
+#: ``hybrid_ep_combine``; DeepEP's hybrid-ep ``csrc/hybrid_ep/extension/permute.cu`` at
+#: 017a520, 13d8379 and a0d27f1, ``permute_processing_kernel``, lays each expert's rows out at a multiple of
+#: ``pad_multiple`` and returns ``tokens_per_expert`` with the padded rows counted), so the
+#: splits ``TEGroupedMLP`` passes are aligned and Transformer Engine returns the input
+#: unchanged (v2.14 ``module/fp8_padding.py`` ``Fp8Padding.forward``: ``if m_splits ==
+#: padded_m_splits: return inp, m_splits``; ``fp8_unpadding.py`` the same). Megatron-Core 0.18
+#: states it as ``moe_utils.skip_routed_expert_padding``. The alltoall dispatcher and DeepEP
+#: pad only under ``moe_router_padding_for_quantization`` (off in every reference row).
+DISPATCH_PADS = (False, False, True)
 
 
 def expert_pad_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, load: Num = 1.0,

@@ -48,16 +48,20 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
 
 def expert_pad_time(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: str,
                     load: Num = 1.0, etp: Num | None = None, fw: FrameworkProfile = DEFAULT,
-                    system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
+                    system: SystemConfig = DEFAULT_SYSTEM,
+                    dispatcher: Num = 0) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's quantisation padding of the routed
     tokens (``moe_bytes.expert_pad_bytes`` over the usable HBM bandwidth) where the stack pads
-    (``fw.quant_padding``) and ``dtype`` is quantised; 0 otherwise."""
+    (``fw.quant_padding``), ``dtype`` is quantised and the ``dispatcher`` (``plan.DISPATCHERS``
+    code) has not padded the rows already (``moe_bytes.DISPATCH_PADS``); 0 otherwise.
+    Vectorised over ``dispatcher``."""
     if not (fw.quant_padding and get_precision(dtype).quantised):
-        z = 0.0 * np.asarray(b, dtype=float)
+        z = 0.0 * np.asarray(b, dtype=float) * np.asarray(dispatcher)
         return z[()], z[()]
     f, bw = moe_bytes.expert_pad_bytes(m, b, tp, cp, load, etp)
     hbm = usable_hbm(gpu, system)
-    return f / hbm, bw / hbm
+    copies = np.logical_not(np.asarray(moe_bytes.DISPATCH_PADS)[np.asarray(dispatcher).astype(int)])
+    return (f / hbm * copies)[()], (bw / hbm * copies)[()]
 
 
 def expert_quantise_time(m: ModelSpec, ep: Num, gpu: GPU, dtype: str,

@@ -464,10 +464,11 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
         """(forward, backward) seconds per mean layer of ``mm`` of the small collectives that
         block the compute stream: the alltoall dispatcher's count all-gather and
-        probabilities' all-to-alls (``comm.dispatcher_metadata_time``) and Transformer
-        Engine's amax all-reduces (``amax.amax_reduction_time``)."""
+        probabilities' all-to-alls, HybridEP's routing-map all-gather where the dispatch is
+        not ``paired`` (``comm.dispatcher_metadata_time``) and Transformer Engine's amax
+        all-reduces (``amax.amax_reduction_time``)."""
         d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
-                                               load)
+                                               load, paired)
         r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl, rc)
         return d_f + r_f, d_b + r_b
 
