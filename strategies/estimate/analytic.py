@@ -679,13 +679,22 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         return cm.replica_time(nbytes, cm.dp_parts(pr_k[k] * share, pe_k[k] * share, tp, cp,
                                                    dp, ep, etp, dps), tp, cp, dp, dps, cl)
 
+    # ... and on a lane of its own, what of a reduce-scatter's last bucket the dense share's
+    # all-reduce hides beside the experts' reduce-scatter (``comm.replica_overlap``)
+    def lane_overlap(k: int, share: Any, scale: Any = 1.0) -> Any:
+        if dps is None or not own_lane:
+            return 0.0
+        return cm.replica_overlap(gb, cm.dp_parts(pr_k[k] * scale * share,
+                                                  pe_k[k] * scale * share, tp, cp, dp, ep,
+                                                  etp, dps), tp, cp, dp, dps, cl)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         rep = np.where(full, 0.0, rep_bucket(k, 1.0))
         last = np.where(whole_k[k] > 0, whole_k[k],
                         np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
-                          one_bucket("reduce_scatter", gb, k, last))
+                          one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
         ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
                                       one_bucket("allgather", gw_k[k], k, last)), t_ag_k[k])
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
@@ -722,8 +731,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     rs_mb_k = [np.where(mirrored, dp_time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
                for k in K]
     t_rs_mb = rs_mb_k[0]
-    edge_k = [one_bucket("reduce_scatter", gb, k, np.minimum(1.0, np.maximum(
-        sc.bucket_params, emb_k[k]) / np.maximum(pr_k[k] * per_mb, 1.0)), per_mb) for k in K]
+    z2_last = [np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
+                          / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
+    edge_k = [one_bucket("reduce_scatter", gb, k, z2_last[k], per_mb)
+              - lane_overlap(k, z2_last[k], per_mb) for k in K]
     # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
     # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the rank's compute
@@ -803,13 +814,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # (with the replicas' all-reduces on their own lane, ``replica_stream``, only the
         # step's last waits: the next forward's first gather follows the reduce-scatter)
         rep_u = rep_bucket(k, 1.0 / units)
+        ovl_u = lane_overlap(k, 1.0 / units)
         # a backward whose layers reduce slower than they compute queues its reduce-scatters
         # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
         b_u = sc.layer_bwd + sc.layer_recompute
         queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
-            mb * (t_ag_u + t_rs_u + queue) - own_lane * (mb - 1) * rep_u, own_lane))
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u),
+            own_lane))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
