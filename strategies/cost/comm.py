@@ -463,9 +463,9 @@ def replica_overlap(bytes_per_param: Num, parts, tp: Num, cp: Num, dp: Num, shar
     ``min(RS_e, AR_d)``. 0 without experts to reduce-scatter (``expert_copies``) or with one
     replica. Vectorised."""
     (d, n_d, s_d), (e, n_e, s_e) = parts
-    on = expert_copies(parts)
+    on = expert_copies(parts) & (placement.replica_group(tp, cp, dp, shard)[0] > 1)
     if not np.any(on):
-        return (0.0 * np.asarray(e, dtype=float))[()]
+        return (0.0 * np.asarray(e, dtype=float) * np.asarray(n_e))[()]
     rs_e = np.where(on, collective_time("reduce_scatter", bytes_per_param * e,
                                         np.where(on, n_e, 2.0), np.where(on, s_e, 1.0),
                                         cluster), 0.0)
