@@ -818,10 +818,15 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # a backward whose layers reduce slower than they compute queues its reduce-scatters
         # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
         b_u = sc.layer_bwd + sc.layer_recompute
-        queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
+        rs_dp = np.where(own_lane, t_rs_u - rep_u, t_rs_u)
+        queue = (units - 1) * np.maximum(0.0, rs_dp - b_u)
+        # ... and on a lane of their own the replicas' all-reduces, each after its layer's
+        # reduce-scatter (those one per max(b, RS)), queue behind the step's last backward
+        # where they are slower still: (units − 1)·(AR − max(b, RS)) more after it
+        rep_queue = own_lane * (units - 1) * np.maximum(0.0, rep_u - np.maximum(b_u, rs_dp))
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
-            mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u),
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue,
             own_lane))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
