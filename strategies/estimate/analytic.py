@@ -104,14 +104,16 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
-def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any) -> Any:
+def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any,
+                  lead: Any = 0.0) -> Any:
     """``sharded_exposed`` where ``replicas`` of the ``work`` seconds are hybrid sharding's
     all-reduces across replicas: with ``own_lane`` (``FrameworkProfile.replica_stream``,
     PyTorch FSDP's HSDP) they run on a stream of their own, so each of the two streams must
-    fit under the ``window``: ``max(work − replicas − window, replicas − window, edge)``;
-    else they queue on the data-parallel stream with the rest (Megatron-Core)."""
+    fit under the ``window``, the replicas' under what of it follows their first all-reduce
+    (``lead`` seconds in): ``max(work − replicas − window, replicas − (window − lead),
+    edge)``; else they queue on the data-parallel stream with the rest (Megatron-Core)."""
     sep = np.maximum(sharded_exposed(np.asarray(work) - replicas, window, edge),
-                     np.asarray(replicas) - window)
+                     np.asarray(replicas) - (window - lead))
     return np.where(own_lane, sep, sharded_exposed(work, window, edge))
 
 
@@ -824,10 +826,17 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # reduce-scatter (those one per max(b, RS)), queue behind the step's last backward
         # where they are slower still: (units − 1)·(AR − max(b, RS)) more after it
         rep_queue = own_lane * (units - 1) * np.maximum(0.0, rep_u - np.maximum(b_u, rs_dp))
+        # the replicas' first all-reduce waits for the first micro-batch's forward (its
+        # layers' compute and half their exposed communication), the LM head's backward and
+        # the first layer's backward and reduce-scatter (one stage); from then on their lane
+        # can stay busy to the step's end (none without replicas)
+        rep_lead = np.where((pp == 1) & (rep_u > 0), units * (sc.layer_fwd + (per_layer - comp_layer
+                                                              - sc.layer_recompute) / 2)
+                            + sc.embedding_fwd + head_f + head_b + b_u + rs_dp, 0.0)
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
             mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue,
-            own_lane))
+            own_lane, rep_lead))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
