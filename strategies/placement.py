@@ -109,7 +109,11 @@ def groups(plan: Plan, dim: str, order: str = DEFAULT_ORDER) -> list[list[int]]:
     ranks that hold the same shard (``replica_group``; one rank each without hybrid
     sharding). A data-parallel rank ``d`` is shard ``d mod dp_shard`` of replica
     ``d // dp_shard`` (torchtitan's mesh ``dp_replicate`` outside ``dp_shard``, Megatron-Core's
-    consecutive distributed-optimizer instances)."""
+    consecutive distributed-optimizer instances). A replica is a block of ``tp·cp·dp_shard``
+    consecutive ranks of a pipeline stage (default order), so with hybrid sharding ``edp``
+    is the expert grid of one replica's block (``expert_dp_group`` over ``dp_shard``,
+    Megatron-Core's intra-partial expert group) and the experts' replicas are ``dprep``
+    (its inter-instance group, one for dense and expert parameters)."""
     if dim not in GROUP_DIMS:
         raise SpecError("dim", dim, f"must be one of {', '.join(GROUP_DIMS)}")
     grid, dims = _grid(plan, order)
@@ -179,9 +183,14 @@ def expert_dp_group(tp, cp, dp, ep, etp):
     """``(size, stride)`` of the group that holds the copies of one routed expert (its
     expert-data-parallel group): the ``tp·cp·dp/(etp·ep)`` ranks of a pipeline stage
     ``etp·ep`` apart in rank order (the layout ``groups(plan, "edp")`` builds, Megatron-Core's
-    expert grid; at least one rank). Every collective over an expert's copies reads it: the
-    gradient reduction and the parameter gathers of its ZeRO shard
-    (``strategies.cost.comm.dp_parts``), its ZeRO shard's size. Vectorised."""
+    expert grid; at least one rank). With hybrid sharding ``dp`` is the plan's ``shard_dp``:
+    the expert grid of one replica's ``tp·cp·dp_shard`` ranks, ``edp·dp_shard/dp`` ranks
+    (Megatron-Core's ``_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP``: ``expert_data_parallel_size
+    / num_distributed_optimizer_instances`` consecutive members of the expert group;
+    torchtitan's ``efsdp``), the replicas ``replica_group`` as for the dense parameters.
+    Every collective over an expert's copies reads it: the gradient reduction and the
+    parameter gathers of its ZeRO shard (``strategies.cost.comm.dp_parts``), its ZeRO
+    shard's size. Vectorised."""
     stride = np.asarray(etp, dtype=float) * np.asarray(ep, dtype=float)
     size = np.maximum(np.asarray(tp, dtype=float) * cp * dp / stride, 1.0)
     return size[()], stride[()]
@@ -197,7 +206,9 @@ def _expert_groups(plan: Plan, grid: np.ndarray, dims: list[str], dim: str,
     if parse_order(order)[-1] != "pp":
         raise SpecError("order", order, "expert groups with etp != tp need pipeline "
                         "parallelism outermost (Megatron's tp-cp-ep-dp-pp)")
-    stages = np.arange(world_size(plan)).reshape(plan.pp, edp, ep, etp)
+    # hybrid sharding: each replica's block its own expert grid (``edp`` its shard group)
+    rep = plan.dp // plan.shard_dp
+    stages = np.arange(world_size(plan)).reshape(plan.pp * rep, edp // rep, ep, etp)
     axis = {"edp": 1, "ep": 2, "etp": 3}[dim]
     rows = np.moveaxis(stages, axis, -1).reshape(-1, stages.shape[axis])
     return sorted(rows.tolist())

@@ -265,13 +265,25 @@ def _check_moe_factors(p: Plan) -> None:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
         check_number("moe_capacity_factor", v, 0.0, MAX_MOE_FACTOR, lo_open=True)
+def expert_shard_whole(tp: Any, cp: Any, dp_shard: Any, ep: Any, etp: Any) -> Any:
+    """True where hybrid sharding's routed-expert shard group is whole: ``etp·ep`` divides
+    the ``tp·cp·dp_shard`` ranks of one replica in a pipeline stage, whose expert grid
+    (``placement.expert_dp_group`` over ``dp_shard``) holds the experts' ZeRO shards
+    (Megatron-Core ``parallel_state``: ``_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP`` of
+    ``expert_data_parallel_size / num_distributed_optimizer_instances`` ranks, asserted
+    whole; torchtitan ``parallel_dims``: ``efsdp = dp_shard·cp·tp/ep``). Vectorised."""
+    span = np.asarray(tp) * np.asarray(cp) * np.asarray(dp_shard)
+    return (span % (np.asarray(etp) * np.asarray(ep)) == 0)[()]
+
+
 def _check_dp_shard(p: Plan) -> None:
     """Hybrid sharding (``dp_shard``): the ZeRO states sharded over ``dp_shard·cp`` ranks
     (torchtitan's ``dp_shard_cp`` mesh), replicated across ``dp/dp_shard`` groups, so
     ``dp_shard`` divides ``dp``, needs ``zero >= 1`` (zero 0 shards nothing) and at least two
-    ranks to shard over (``dp_shard·cp >= 2``); routed experts (``ep > 1``) and per-group
-    micro-batch counts are not modelled with it. ``dp_shard = dp`` is the plan without it
-    (stored as None, so the two spell one plan)."""
+    ranks to shard over (``dp_shard·cp >= 2``); with routed experts (``ep > 1``) their
+    shard group, one instance's expert grid, must be whole (``expert_shard_whole``);
+    per-group micro-batch counts are not modelled with it. ``dp_shard = dp`` is the plan
+    without it (stored as None, so the two spell one plan)."""
     s = p.dp_shard
     if s is None:
         return
@@ -288,9 +300,13 @@ def _check_dp_shard(p: Plan) -> None:
     if s * p.cp < 2:
         raise SpecError("dp_shard", s, f"dp_shard*cp = {s}*{p.cp} must be >= 2 (a shard "
                         "group of one rank shards nothing; use zero=0)")
-    if p.ep > 1:
-        raise SpecError("dp_shard", s, f"not modelled with expert parallelism (ep={p.ep}): "
-                        "leave dp_shard out")
+    if p.ep > 1 and not expert_shard_whole(p.tp, p.cp, s, p.ep, p.expert_tp):
+        raise SpecError("dp_shard", s, f"with expert parallelism etp*ep = {p.expert_tp}*{p.ep} "
+                        f"must divide tp*cp*dp_shard = {p.tp}*{p.cp}*{s} (the routed experts' "
+                        "ZeRO shard group is the expert grid of one replica's ranks: "
+                        "Megatron-Core asserts expert_data_parallel_size % "
+                        "num_distributed_optimizer_instances == 0, torchtitan's efsdp mesh "
+                        "is dp_shard*cp*tp/ep)")
     if p.group_microbatches is not None:
         raise SpecError("dp_shard", s, "not modelled with group_microbatches")
 

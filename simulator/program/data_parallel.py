@@ -110,8 +110,9 @@ class DataParallelOps:
         for dim, n, suffix in self._dp_parts(params):
             op = self.coll("dp-comm", kind, dim, self.c.grad_bytes * n, 1.0, "dp",
                            label + suffix, deps=deps, tag="dp")
-            if dim == "dpcp" and kind == "reduce_scatter":
-                self._replica_reduce(self.c.grad_bytes * n, 1.0, label, op)
+            if kind == "reduce_scatter":
+                self._replica_reduce(dim, self.c.grad_bytes * n, 1.0, label + suffix,
+                                     (op,) if op is not None else deps)
         if record:
             self.reduced.append(params)
 
@@ -152,20 +153,22 @@ class DataParallelOps:
         for dim, k, suffix in self._dp_parts(self.stage_params):
             op = self.coll("dp-comm", "reduce_scatter", dim, self.c.grad_bytes * k / L,
                            share * L, "dp", f"RS z3 {label}{suffix}", i, deps=deps, tag="dp")
-            if dim == "dpcp":
-                self._replica_reduce(self.c.grad_bytes * k / L, share * L, f"z3 {label}", op, i)
+            self._replica_reduce(dim, self.c.grad_bytes * k / L, share * L,
+                                 f"z3 {label}{suffix}", (op,) if op is not None else deps, i)
 
-    def _replica_reduce(self, nbytes: float, repeat: float, label: str, rs: int | None,
-                        i: int = -1) -> None:
+    def _replica_reduce(self, dim: str, nbytes: float, repeat: float, label: str,
+                        deps: tuple, i: int = -1) -> None:
         """Hybrid sharding: after a gradient reduce-scatter of ``nbytes`` per rank over the
-        shard group (``dpcp``), the all-reduce of the rank's ``1/len(dpcp)`` share over the
-        ranks that hold the same shard (``dprep``: FSDP's HSDP, Megatron-Core's all-reduce
-        across distributed-optimizer instances; ``comm.replica_time``, the estimate's
-        charge), ``repeat`` calls after it on the stack's lane (``replica_lane``); none
-        with one replica."""
-        n = len(self.group["dpcp"])
+        shard group ``dim`` (``dpcp`` the dense, ``edp`` the routed experts' grid within a
+        replica), the all-reduce of the rank's ``1/len(group)`` share over the ranks that
+        hold the same shard (``dprep``, one group for both: FSDP's HSDP, Megatron-Core's
+        all-reduce across distributed-optimizer instances; ``comm.replica_sum``, the
+        estimate's charge), ``repeat`` calls after ``deps`` (the reduce-scatter, or what it
+        would have waited for where its group is one rank) on the stack's lane
+        (``replica_lane``); none with one replica."""
+        n = len(self.group[dim])
         self.coll(self.rep_lane, "allreduce", "dprep", nbytes / n, repeat, "dp",
-                  f"AR replicas {label}", i, deps=(rs,) if rs is not None else (), tag="dp")
+                  f"AR replicas {label}", i, deps=deps, tag="dp")
 
     def dp_tails(self) -> list[int]:
         """The last op of the dp stream and of the replicas' lane where that is its own

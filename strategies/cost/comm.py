@@ -342,12 +342,15 @@ def dp_parts(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, ep: Num
     the parameter gathers after the optimizer, ZeRO-3's gathers and reduce-scatters
     (``dp_collective_time``, the lower bound, ``ProgramBuilder._dp_parts``) and the shard a
     rank holds (``grad_shard_params``). ``shard``: the plan's ``shard_dp`` (hybrid sharding,
-    ``Plan.dp_shard``): the dense group is then the ``shard·cp`` ranks a ZeRO shard spans,
-    the replicas' all-reduce added by ``dp_collective_time``. Vectorised."""
+    ``Plan.dp_shard``): each group is then the one within a replica's ``tp·cp·shard`` ranks,
+    the dense ``shard·cp`` ranks a ZeRO shard spans and the experts' grid over them
+    (``placement.expert_dp_group`` at ``shard``), the replicas' all-reduce of both added by
+    ``dp_collective_time`` (``replica_sum``). Vectorised."""
     moe = (np.asarray(ep, dtype=float) > 1) & (np.asarray(expert_params, dtype=float) > 0)
     e = np.where(moe, expert_params, 0.0)
-    edp, stride = placement.expert_dp_group(tp, cp, dp, ep, etp)
-    ddp, d_stride = placement.dense_dp_group(tp, cp, dp if shard is None else shard)
+    within = dp if shard is None else shard          # the data-parallel ranks of one replica
+    edp, stride = placement.expert_dp_group(tp, cp, within, ep, etp)
+    ddp, d_stride = placement.dense_dp_group(tp, cp, within)
     return ((params - e)[()], ddp, d_stride), (e[()], edp, stride)
 
 
@@ -445,17 +448,53 @@ def dp_collective_time(kind: str, bytes_per_param: Num, params: Num, expert_para
 
 def replica_time(bytes_per_param: Num, parts, tp: Num, cp: Num, dp: Num, shard: Num,
                  cluster: Cluster) -> Num:
-    """Seconds of hybrid sharding's all-reduce across replicas after a gradient
-    reduce-scatter (``dp_collective_time``): each rank's ``1/(shard·cp)`` share of
-    ``dp_parts``' dense gradients over the ``dp/shard`` ranks that hold the same shard
-    (``placement.replica_group``); 0 where there is one replica. Vectorised."""
-    (d, n_d, _), _ = parts
+    """Seconds of hybrid sharding's all-reduces across replicas after a gradient
+    reduce-scatter (``dp_collective_time``): ``replica_sum`` of ring all-reduces. 0 where
+    there is one replica. Vectorised."""
+    return replica_sum(parts, tp, cp, dp, shard, lambda p, n, s: collective_time(
+        "allreduce", bytes_per_param * p, n, s, cluster))
+
+
+def replica_overlap(bytes_per_param: Num, parts, tp: Num, cp: Num, dp: Num, shard: Num,
+                    cluster: Cluster) -> Num:
+    """Seconds of a gradient reduce-scatter's tail that hybrid sharding's dense replica
+    all-reduce hides where it has a lane of its own (``FrameworkProfile.replica_stream``):
+    it starts when the dense reduce-scatter ends and runs beside the routed experts'
+    reduce-scatter (``dp_parts``' order on the data-parallel stream, the experts' buckets
+    after the dense), so the tail is ``RS_d + max(RS_e, AR_d) + AR_e``, not their sum:
+    ``min(RS_e, AR_d)``. 0 without experts to reduce-scatter (``expert_copies``) or with one
+    replica. Vectorised."""
+    (d, n_d, s_d), (e, n_e, s_e) = parts
+    on = expert_copies(parts) & (placement.replica_group(tp, cp, dp, shard)[0] > 1)
+    if not np.any(on):
+        return (0.0 * np.asarray(e, dtype=float) * np.asarray(n_e))[()]
+    rs_e = np.where(on, collective_time("reduce_scatter", bytes_per_param * e,
+                                        np.where(on, n_e, 2.0), np.where(on, s_e, 1.0),
+                                        cluster), 0.0)
+    ar_d = replica_time(bytes_per_param, ((d, n_d, s_d), (0.0 * e, n_e, s_e)), tp, cp, dp,
+                        shard, cluster)
+    return np.minimum(rs_e, ar_d)[()]
+
+
+def replica_sum(parts, tp: Num, cp: Num, dp: Num, shard: Num, cost) -> Num:
+    """``cost(parameters, ranks, stride)`` of hybrid sharding's all-reduces across replicas
+    after a gradient reduce-scatter, summed: each rank's share of ``dp_parts``' dense
+    gradients (``1/(shard·cp)``) and, in buffers of their own, of its routed experts'
+    (``1/n_e``, the expert grid within a replica; all of them where that grid is one rank),
+    each over the ``dp/shard`` ranks that hold the same shard (``placement.replica_group``:
+    Megatron-Core's one inter-instance group for dense and expert buckets,
+    ``get_inter_distributed_optimizer_instance_group``; torchtitan's ``dp_replicate`` in
+    both meshes); 0 where there is one replica. The one rule the estimate
+    (``replica_time``), the bound and the simulator (``_replica_reduce``) read.
+    Vectorised."""
+    (d, n_d, _), (e, n_e, _) = parts
     n_r, s_r = placement.replica_group(tp, cp, dp, shard)
     on = np.asarray(n_r) > 1
     if not np.any(on):
         return (0.0 * np.asarray(n_r))[()]
-    t = collective_time("allreduce", bytes_per_param * d / n_d, np.where(on, n_r, 2.0),
-                        np.where(on, s_r, 1.0), cluster)
+    n, s = np.where(on, n_r, 2.0), np.where(on, s_r, 1.0)
+    moe = on & (np.asarray(e) > 0)
+    t = cost(d / n_d, n, s) + np.where(moe, cost(np.where(moe, e / n_e, 0.0), n, s), 0.0)
     return np.where(on, t, 0.0)[()]
 
 

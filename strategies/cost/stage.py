@@ -495,7 +495,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     zeros = np.zeros(np.broadcast(tp, pp, dp, cp, ep, b).shape)
     shard = np.where(zero >= 1, copies, 1.0)
     # expert states are sharded over the expert-data-parallel group, tp·cp·dp/(etp·ep) ranks
-    shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, dp, ep, etp)[0], 1.0)
+    # (with hybrid sharding its grid within a replica: dp_shard in place of dp)
+    shard_e = np.where(zero >= 1, placement.expert_dp_group(tp, cp, P.dp_shard, ep, etp)[0],
+                       1.0)
     head_at = dispatch(P.schedule, "head_rank_array", pp, P.vpp)   # Schedule.ends
     mirrored = attr_by_code(P.schedule, "mirrored")                  # DualPipe: stages r, p-1-r
     # the layers each kind of rank holds: an uneven layout's (plan_arrays.rank_layers), else
@@ -831,8 +833,8 @@ def stage_costs(job: Job, gpu: GPU | None = None) -> StageCosts:
     params = tuple(d + e for d, e in split)
     copies = float(placement.dense_dp_group(p.tp, p.cp, p.shard_dp)[0])
     shard = copies if p.zero >= 1 else 1.0
-    # expert states are sharded over the expert-data-parallel group
-    shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.dp, p.ep, p.expert_tp)[0]) \
+    # expert states are sharded over the expert-data-parallel group (within a replica)
+    shard_e = float(placement.expert_dp_group(p.tp, p.cp, p.shard_dp, p.ep, p.expert_tp)[0]) \
         if p.zero >= 1 else 1.0
     layer_w = param_counts.layer_params_per_gpu(job.model, p.tp, p.ep, p.expert_tp)
     casts = float(quantise.weight_cast_passes(job.framework.weight_cast_per_forward,

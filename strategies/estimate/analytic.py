@@ -104,14 +104,16 @@ def sharded_exposed(work: Any, window: Any, edge: Any) -> Any:
     return np.maximum(np.asarray(work) - window, edge)
 
 
-def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any) -> Any:
+def lanes_exposed(work: Any, replicas: Any, window: Any, edge: Any, own_lane: Any,
+                  lead: Any = 0.0) -> Any:
     """``sharded_exposed`` where ``replicas`` of the ``work`` seconds are hybrid sharding's
     all-reduces across replicas: with ``own_lane`` (``FrameworkProfile.replica_stream``,
     PyTorch FSDP's HSDP) they run on a stream of their own, so each of the two streams must
-    fit under the ``window``: ``max(work − replicas − window, replicas − window, edge)``;
-    else they queue on the data-parallel stream with the rest (Megatron-Core)."""
+    fit under the ``window``, the replicas' under what of it follows their first all-reduce
+    (``lead`` seconds in): ``max(work − replicas − window, replicas − (window − lead),
+    edge)``; else they queue on the data-parallel stream with the rest (Megatron-Core)."""
     sep = np.maximum(sharded_exposed(np.asarray(work) - replicas, window, edge),
-                     np.asarray(replicas) - window)
+                     np.asarray(replicas) - (window - lead))
     return np.where(own_lane, sep, sharded_exposed(work, window, edge))
 
 
@@ -679,13 +681,22 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         return cm.replica_time(nbytes, cm.dp_parts(pr_k[k] * share, pe_k[k] * share, tp, cp,
                                                    dp, ep, etp, dps), tp, cp, dp, dps, cl)
 
+    # ... and on a lane of its own, what of a reduce-scatter's last bucket the dense share's
+    # all-reduce hides beside the experts' reduce-scatter (``comm.replica_overlap``)
+    def lane_overlap(k: int, share: Any, scale: Any = 1.0) -> Any:
+        if dps is None or not own_lane:
+            return 0.0
+        return cm.replica_overlap(gb, cm.dp_parts(pr_k[k] * scale * share,
+                                                  pe_k[k] * scale * share, tp, cp, dp, ep,
+                                                  etp, dps), tp, cp, dp, dps, cl)
+
     def grad_exposed(k: int) -> Any:
         t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
         rep = np.where(full, 0.0, rep_bucket(k, 1.0))
         last = np.where(whole_k[k] > 0, whole_k[k],
                         np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
         t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
-                          one_bucket("reduce_scatter", gb, k, last))
+                          one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
         ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
                                       one_bucket("allgather", gw_k[k], k, last)), t_ag_k[k])
         # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
@@ -722,8 +733,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     rs_mb_k = [np.where(mirrored, dp_time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
                for k in K]
     t_rs_mb = rs_mb_k[0]
-    edge_k = [one_bucket("reduce_scatter", gb, k, np.minimum(1.0, np.maximum(
-        sc.bucket_params, emb_k[k]) / np.maximum(pr_k[k] * per_mb, 1.0)), per_mb) for k in K]
+    z2_last = [np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
+                          / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
+    edge_k = [one_bucket("reduce_scatter", gb, k, z2_last[k], per_mb)
+              - lane_overlap(k, z2_last[k], per_mb) for k in K]
     # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
     # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the rank's compute
@@ -803,13 +816,27 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         # (with the replicas' all-reduces on their own lane, ``replica_stream``, only the
         # step's last waits: the next forward's first gather follows the reduce-scatter)
         rep_u = rep_bucket(k, 1.0 / units)
+        ovl_u = lane_overlap(k, 1.0 / units)
         # a backward whose layers reduce slower than they compute queues its reduce-scatters
         # (each layer's after its backward, on one stream): (units − 1)·(t − b) more after it
         b_u = sc.layer_bwd + sc.layer_recompute
-        queue = (units - 1) * np.maximum(0.0, np.where(own_lane, t_rs_u - rep_u, t_rs_u) - b_u)
+        rs_dp = np.where(own_lane, t_rs_u - rep_u, t_rs_u)
+        queue = (units - 1) * np.maximum(0.0, rs_dp - b_u)
+        # ... and on a lane of their own the replicas' all-reduces, each after its layer's
+        # reduce-scatter (those one per max(b, RS)), queue behind the step's last backward
+        # where they are slower still: (units − 1)·(AR − max(b, RS)) more after it
+        rep_queue = own_lane * (units - 1) * np.maximum(0.0, rep_u - np.maximum(b_u, rs_dp))
+        # the replicas' first all-reduce waits for the first micro-batch's forward (its
+        # layers' compute and half their exposed communication), the LM head's backward and
+        # the first layer's backward and reduce-scatter (one stage); from then on their lane
+        # can stay busy to the step's end (none without replicas)
+        rep_lead = np.where((pp == 1) & (rep_u > 0), units * (sc.layer_fwd + (per_layer - comp_layer
+                                                              - sc.layer_recompute) / 2)
+                            + sc.embedding_fwd + head_f + head_b + b_u + rs_dp, 0.0)
         return np.where(sc.z3_fwd_n > 0, z3_tensor, lanes_exposed(
             mb * units * (2 * t_ag_u + t_rs_u), mb * units * rep_u, pipe - slack[k],
-            mb * (t_ag_u + t_rs_u + queue) - own_lane * (mb - 1) * rep_u, own_lane))
+            mb * (t_ag_u + t_rs_u + queue) - own_lane * ((mb - 1) * rep_u + ovl_u) + rep_queue,
+            own_lane, rep_lead))
     # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
     copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
     # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two

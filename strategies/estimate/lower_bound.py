@@ -94,7 +94,6 @@ from strategies.stacks.comm_rules import full_grad_reduce, grad_path
 from strategies.stacks.profile import FrameworkProfile
 from strategies.layout import even_stage_content_arrays
 from strategies.model import ModelSpec
-from strategies import placement
 from strategies.placement import dense_dp_group
 from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch
@@ -602,9 +601,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
     # each kind's groups once (every floor below and the mirror's shard read them)
     parts = {k: cm.dp_parts(params[k], eparams[k], tp, cp, dp, ep, P.etp, P.dp_shard)
              for k in ("first", "last", "mid")}
-    # hybrid sharding: each gradient reduce-scatter's all-reduce of the rank's dense share
-    # over its replicas (``comm.replica_time``; 0 with one replica)
-    n_rep, s_rep = placement.replica_group(tp, cp, dp, P.dp_shard)
+    # hybrid sharding: each gradient reduce-scatter's all-reduces of the rank's dense and
+    # expert shares over its replicas (``comm.replica_sum``; 0 with one replica)
 
     # the busy seconds of the dp stream's ``work`` and the replicas' ``rep``: their sum on
     # one stream, the larger where the replicas have a lane of their own
@@ -619,8 +617,8 @@ def step_time_lower_bound(m: ModelSpec, cl: Cluster, dtype: str,
             nbytes_per * p, n, s, passes, cl))
 
     def rep_floor(nbytes_per, kind):
-        (d, n_d, _), _ = parts[kind]
-        return group_floor(nbytes_per * d / n_d, n_rep, s_rep, 2.0, cl)
+        return cm.replica_sum(parts[kind], tp, cp, dp, P.dp_shard, lambda p, n, s: group_floor(
+            nbytes_per * p, n, s, 2.0, cl))
 
     def dp_terms(kind):
         # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)

@@ -222,7 +222,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     # parameters held here (strategies.cost.param_counts) and their states, sharded over the ranks
     # holding their copies: d = dp·cp, or with hybrid sharding dp_shard·cp
     # (``placement.dense_dp_group``, the step-time model's rule), the routed experts over
-    # their expert-data-parallel group
+    # their expert-data-parallel group (with hybrid sharding its grid within a replica)
     etp = P.etp
     dense_l, expert_l = param_counts.layer_params_split(m, tp, ep, etp)
     n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
@@ -231,7 +231,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     head_p = np.where(is_last, param_counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
     d = placement.dense_dp_group(tp, cp, P.dp_shard)[0]
     # expert data parallelism: the ranks that hold an expert's copies
-    d_e = placement.expert_dp_group(tp, cp, dp, ep, etp)[0]
+    d_e = placement.expert_dp_group(tp, cp, P.dp_shard, ep, etp)[0]
     sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
     fs = dict(fsdp2=bool(fsdp2), pp=pp, master_bytes=sy.master_bytes,
               weight_copies=sy.weight_copies)

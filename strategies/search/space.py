@@ -49,8 +49,8 @@ from strategies.memory.activations import (activation_cache_bytes, expert_input_
                                            runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, _coerce, int_limit, parse_modules,
-                             tp_overlap_default)
+from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, _coerce, expert_shard_whole,
+                             int_limit, parse_modules, tp_overlap_default)
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
@@ -495,17 +495,23 @@ def _with_hybrid(cols: dict[str, np.ndarray], gpus_per_node: int,
     groups of ``k`` nodes, ``dp_shard = k·G/(tp·cp)`` for ``k = 1, 2, 4, …`` (FSDP's HSDP
     within a node, replicas across: the shard group's ranks on the fastest links), where it
     is a whole number below ``dp`` that divides it, on the rows ``Plan`` takes it on
-    (``zero ≥ 1``, ``ep = 1``, ``dp_shard·cp ≥ 2``) and at the ZeRO stages the stack runs it
-    with (``FrameworkProfile.hybrid_zero``; any ZeRO >= 1 without a named stack)."""
+    (``zero ≥ 1``, ``dp_shard·cp ≥ 2``, with ``ep > 1`` a whole expert shard group:
+    ``plan.expert_shard_whole``) and at the ZeRO stages the stack runs it with
+    (``FrameworkProfile.hybrid_zero``; any ZeRO >= 1 without a named stack; with ``ep > 1``
+    only where ``FrameworkProfile.hybrid_ep``)."""
     dp, tc = cols["dp"], cols["tp"] * cols["cp"]
     zeros = framework.hybrid_zero if framework is not None else (1, 2, 3)
-    base = np.isin(cols["zero"], zeros) & (cols["ep"] == 1) & (gpus_per_node % tc == 0)
+    moe_ok = framework.hybrid_ep if framework is not None else True
+    base = np.isin(cols["zero"], zeros) & (gpus_per_node % tc == 0) \
+        & ((cols["ep"] == 1) | moe_ok)
     node = np.where(base, gpus_per_node // np.maximum(tc, 1), 0)
     parts, shards = [cols], [dp]
     k = 1
     while True:
         s = node * k
-        ok = base & (s >= 1) & (s < dp) & (dp % np.maximum(s, 1) == 0) & (s * cols["cp"] >= 2)
+        ok = base & (s >= 1) & (s < dp) & (dp % np.maximum(s, 1) == 0) & (s * cols["cp"] >= 2) \
+            & ((cols["ep"] == 1) | expert_shard_whole(cols["tp"], cols["cp"], s, cols["ep"],
+                                                      cols["etp"]))
         if not (base & (s < dp)).any():
             break
         if ok.any():
@@ -574,8 +580,10 @@ def _fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarra
             ok &= c["mgs"] == int(v)
         elif k == "dp_shard":     # the rows ``Plan`` takes it on (``plan._check_dp_shard``)
             flat = c["dp"] == int(v)
-            ok &= (c["dp"] % int(v) == 0) & (flat | ((c["zero"] >= 1) & (c["ep"] == 1)
-                                                     & (int(v) * c["cp"] >= 2)))
+            ok &= (c["dp"] % int(v) == 0) & (flat | (
+                (c["zero"] >= 1) & (int(v) * c["cp"] >= 2)
+                & ((c["ep"] == 1) | expert_shard_whole(c["tp"], c["cp"], int(v), c["ep"],
+                                                       c["etp"]))))
         elif k == "schedule":
             ok &= c["sched"] == schedule_code(v)
         elif k == "recompute":

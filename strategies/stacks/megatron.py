@@ -64,8 +64,10 @@ MEGATRON_CORE = FrameworkProfile(
     grad_accum_fusion=True, kernels_per_layer=16, launch_gap_s=LAUNCH_GAP_S,
     default_flash_attn=True, default_overlap_grad_reduce=True,
     default_overlap_param_gather=True, default_tp_comm_overlap=True, ep_overlap=True,
-    # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R)
-    hybrid_zero=(1,),
+    # --num-distributed-optimizer-instances (distributed optimizer sharded over dp·cp/R);
+    # routed experts over the expert-data-parallel group's R-th, the instances all-reduce
+    # (core/parallel_state.py _INTRA/_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, d98e8a6)
+    hybrid_zero=(1,), hybrid_ep=True,
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,

@@ -46,6 +46,10 @@ class FrameworkProfile:
     # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
     # profiles); () none
     hybrid_zero: tuple[int, ...] = ()
+    #: runs hybrid sharding with expert parallelism (``ep > 1``): the routed experts' ZeRO
+    #: shards over their expert grid within a replica, all-reduced across the replicas
+    #: (``placement.expert_dp_group``, ``comm.replica_sum``; sources at the profiles)
+    hybrid_ep: bool = False
     #: hybrid sharding's all-reduce across replicas runs on a stream of its own, beside the
     #: gathers and reduce-scatters (PyTorch FSDP2 ``FSDPCommContext.all_reduce_stream``, FSDP1
     #: ``_all_reduce_stream`` under HYBRID_SHARD: "run the HSDP all-reduces concurrently with

@@ -105,6 +105,10 @@ TORCHTITAN = replace(
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
     ddp_sole=True, ep_from_fsdp=True,
+    # HSDP with EP: the experts' FSDP over efsdp = dp_shard·cp·tp/ep, replicated over
+    # dp_replicate (distributed/parallel_dims.py sparse mesh (pp, dp_replicate, efsdp, ep);
+    # models/qwen3/parallelize.py fully_shard over ["dp_replicate", "efsdp"], b5bcd76)
+    hybrid_ep=True,
     # async TP (docs/calibration.md §5.50): torchtitan 820504e (the asyncTP benchmark's commit)
     # models/llama3/parallelize_llama.py: TP always shards the norms as SequenceParallel, the
     # attention and feed-forward inputs all-gathered once (Shard(1) -> Replicate) for wq, wk,

@@ -175,6 +175,7 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     who = f"{fw.name} "
     rules: list[Rule] = []
     zero, dp, ep = np.asarray(v.zero), np.asarray(v.dp), np.asarray(v.ep)
+    dps = np.asarray(getattr(v, "dp_shard", dp))       # hybrid sharding's shard group (or dp)
     if fw.ddp_sole:
         ddp = (zero == 0) & (dp > 1) & (np.asarray(v.cp) == 1)
         rules.append(("zero", v.zero, ~ddp | ((np.asarray(v.tp) == 1) & (np.asarray(v.pp) == 1)),
@@ -185,11 +186,12 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
         tp, etp = np.asarray(v.tp), np.asarray(v.etp)
         rules.append(("etp", v.etp, (ep == 1) | (etp == 1) | (etp == tp),
                       lambda: who + "runs expert tensor parallelism 1 or tp (parallel_dims.py)"))
-        shard = np.where(zero >= 2, dp, 1) * np.asarray(v.cp) * np.where(etp == 1, tp, 1)
+        shard = np.where(zero >= 2, dps, 1) * np.asarray(v.cp) * np.where(etp == 1, tp, 1)
         rules.append(("ep", v.ep, shard % ep == 0,
                       lambda: who + "carves expert parallelism from the FSDP ranks: ep must "
-                                    "divide dp_shard*cp (*tp when etp = 1), dp_shard = dp with "
-                                    "zero=2/3 and 1 with zero=0 (parallel_dims.py)"))
+                                    "divide dp_shard*cp (*tp when etp = 1), dp_shard the plan's "
+                                    "(dp without hybrid sharding) with zero=2/3 and 1 with "
+                                    "zero=0 (parallel_dims.py)"))
     if fw.zero_follows_pp:
         rules.append(("zero", v.zero, zero == np.where(np.asarray(v.pp) > 1, 2, 3),
                       lambda: who + "reshards FSDP2 after forward only without pipelining "
@@ -213,11 +215,14 @@ def data_parallel_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
                       lambda: who + "needs at least pp micro-batches per pipeline flush "
                                     "(gbs/(mbs*dp*flushes) >= pp: local_batch_size // "
                                     "pp_microbatch_size >= pp_size, asserted)"))
-    dps = np.asarray(getattr(v, "dp_shard", dp))
     rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | np.isin(
         zero, fw.hybrid_zero), lambda: who + (
             f"runs hybrid sharding (dp_shard < dp) only with zero in {fw.hybrid_zero}"
             if fw.hybrid_zero else "does not run hybrid sharding (dp_shard < dp)")))
+    if not fw.hybrid_ep:
+        rules.append(("dp_shard", getattr(v, "dp_shard", None), (dps == dp) | (ep == 1),
+                      lambda: who + "does not run hybrid sharding (dp_shard < dp) with expert "
+                                    "parallelism (ep > 1)"))
     if fw.ep_in_dp:
         rules.append(("ep", v.ep, dp % ep == 0,
                       lambda: who + "shards the batch over its expert axis as over data "
