@@ -20,7 +20,10 @@ from strategies.memory.moe_saved import (routed_token_saved_bytes, routed_activa
                                          clamp_activation_bytes, routed_stash_correction,
                                          permutation_buffer_bytes)
 from strategies.memory.job_layers import (job_activation_cache, job_dispatch_bytes,
-                                          job_expert_input_bytes, job_layer_activation_bytes)
+                                          job_expert_input_bytes, job_layer_activation_bytes,
+                                          job_te_linear_bytes)
+from strategies.memory.te_linear_saved import (TE_NORM_BOTH_COPIES, job_te_linear_inputs,
+                                               te_linear_input_bytes, te_linear_saved_delta)
 from strategies.memory.stage_ends import (embedding_bytes, output_bytes,
                                           embedding_activation_bytes, output_activation_bytes,
                                           holds_head, holds_embedding)
@@ -33,18 +36,19 @@ from strategies.memory.stage_stash import (stash_kinds, job_stash_kinds, stash_p
                                            transient_activation_bytes, wgrad_bytes_per_chunk,
                                            stage_activation_bytes, check_stage)
 
-__all__ = ["E5M6_BYTES", "PER_TENSOR_SCALING", "TERM_KINDS", "TE_BOTH_COPIES", "WGRAD_INPUTS",
-           "activation_bytes_per_chunk", "activation_cache_bytes", "cache_ratios", "check_stage",
-           "chunk_layer_activation_bytes", "chunk_stash", "clamp_activation_bytes",
-           "embedding_activation_bytes", "embedding_bytes", "entry_extra_bytes",
-           "expert_input_bytes", "holds_embedding", "holds_head", "in_flight_microbatches",
-           "job_activation_cache", "job_dispatch_bytes", "job_expert_input_bytes",
-           "job_layer_activation_bytes", "job_stash_kinds", "layer_activation_bytes",
+__all__ = ["E5M6_BYTES", "PER_TENSOR_SCALING", "TERM_KINDS", "TE_BOTH_COPIES",
+           "TE_NORM_BOTH_COPIES", "WGRAD_INPUTS", "activation_bytes_per_chunk",
+           "activation_cache_bytes", "cache_ratios", "check_stage", "chunk_layer_activation_bytes",
+           "chunk_stash", "clamp_activation_bytes", "embedding_activation_bytes",
+           "embedding_bytes", "entry_extra_bytes", "expert_input_bytes", "holds_embedding",
+           "holds_head", "in_flight_microbatches", "job_activation_cache", "job_dispatch_bytes",
+           "job_expert_input_bytes", "job_layer_activation_bytes", "job_stash_kinds",
+           "job_te_linear_bytes", "job_te_linear_inputs", "layer_activation_bytes",
            "layer_activation_terms", "layer_wgrad_bytes", "layer_wgrad_terms", "layers_per_chunk",
            "named_remat_bytes", "named_remat_terms", "op_saved_bytes", "output_activation_bytes",
            "output_bytes", "part_activation_terms", "part_bytes", "pending_weight_grads",
            "permutation_buffer_bytes", "routed_activation_bytes", "routed_stash_correction",
            "routed_token_saved_bytes", "runs_te_experts", "selective_dropped_bytes",
            "stage_activation_bytes", "stash_at_peak", "stash_at_peak_of", "stash_entry_bytes",
-           "stash_kinds", "stash_peak", "stashed_layers", "transient_activation_bytes",
-           "wgrad_bytes_per_chunk"]
+           "stash_kinds", "stash_peak", "stashed_layers", "te_linear_input_bytes",
+           "te_linear_saved_delta", "transient_activation_bytes", "wgrad_bytes_per_chunk"]

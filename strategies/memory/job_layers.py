@@ -11,6 +11,7 @@ from strategies.memory.moe_saved import routed_stash_correction
 from strategies.memory.recompute_saved import layer_activation_bytes
 from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
                                                runs_te_experts)
+from strategies.memory.te_linear_saved import job_te_linear_inputs, te_linear_saved_delta
 from strategies.model import ModelSpec
 from strategies.stacks.variants import runs_eager_clamp
 
@@ -31,6 +32,12 @@ def job_expert_input_bytes(job: Job) -> float | None:
                               job.cluster.gpu.fp8_tn_only)
 
 
+def job_te_linear_bytes(job: Job) -> tuple[float, float, float, float] | None:
+    """``te_linear_input_bytes`` of the job's stack (its modules, its Transformer Engine
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
+    return job_te_linear_inputs(job.framework, job.dtype, job.cluster.gpu.fp8_tn_only)
+
+
 def job_dispatch_bytes(job: Job) -> float:
     """``moe_bytes.dispatch_element_bytes`` of the job's stack and precision."""
     return moe_bytes.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
@@ -45,15 +52,15 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
-                        job_expert_input_bytes(job))
+                        job_expert_input_bytes(job), job_te_linear_bytes(job))
 
 
 @lru_cache(maxsize=4096, typed=True)
 def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: int, rc: str,
                  flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
-                 expert_tp: int | None, clamp: bool, expert_input: float | None = None
-                 ) -> float:
+                 expert_tp: int | None, clamp: bool, expert_input: float | None = None,
+                 te_inputs: tuple[float, float, float, float] | None = None) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -65,4 +72,5 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
                                        mods, clamp=clamp, cache=cache,
                                        expert_input=expert_input)
-    return float(base + extra)
+    te = te_linear_saved_delta(mdl, seq_len, mbs, tp, sp, cp, code, mods, flash_attn, te_inputs)
+    return float(base + extra + te)
