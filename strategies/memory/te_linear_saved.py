@@ -63,9 +63,8 @@ def te_linear_input_bytes(te_linears: bool, dtype: str,
                           ) -> tuple[float, float, float, float] | None:
     """``(Linear, LayerNormLinear without SP, LayerNormLinear with SP, projection)``: bytes
     per element at which Transformer Engine's dense modules save their GEMM input for the
-    backward,
-    where the stack runs them (``te_linears``: ``FrameworkProfile.te_linears``) and ``dtype``
-    is quantised: one copy at the precision's operand bytes (per-tensor fp8 ``1``, its one
+    backward, where the stack runs them (``te_linears``: ``FrameworkProfile.te_linears``) and
+    ``dtype`` is quantised: one copy at the precision's operand bytes (per-tensor fp8 ``1``, its one
     fp32 scale per tensor neglected; MXFP8 ``1 + 1/32``; fp8-blockwise ``1 + 4/128``), except
     a per-tensor fp8 ``LayerNormLinear`` without sequence parallelism under a ``te_version``
     in ``TE_NORM_BOTH_COPIES``: ``Precision.copies(tn_only)`` copies (2 on Hopper, 1 on
@@ -105,11 +104,10 @@ def te_linear_saved_delta(model: ModelSpec, seq_len: int, b, tp, sp, cp, rc, mas
     ``2sb·F`` at ``l/2``) and the output projection's copy (``2sb·a·d_v`` at ``p/2``, on top
     of the attention kernel's bf16 output where ``flash`` and the scores are not recomputed,
     instead of it otherwise; none where ``p`` is 0, the bf16 input saved), split as the table
-    splits them, ``/cp``. None: 0. Nothing under
-    full (``rc`` 2) or op (3) recomputation; a selective recomputation that drops the norm
-    outputs or the dense MLP drops their terms (``part_selected``). MLA's latents, the MoE
-    layers' MLP (router, shared and routed experts: ``moe_saved``) and a pending weight
-    gradient's inputs are not read."""
+    splits them, ``/cp``. None: 0. Nothing under full (``rc`` 2) or op (3) recomputation; a
+    selective recomputation that drops the norm outputs or the dense MLP drops their terms
+    (``part_selected``). MLA's latents, the MoE layers' MLP (router, shared and routed
+    experts: ``moe_saved``) and a pending weight gradient's inputs are not read."""
     if te_inputs is None:
         return 0.0
     linear, norm_local, norm_gathered, proj = te_inputs
