@@ -37,14 +37,16 @@ def assert_arrays_equal_scalar(job: Job, expert_input: float) -> None:
     got_stages, ref_stages = memory_by_stage(job), memory_by_stage(ref)
     for s in range(job.plan.pp):
         got = float(rank_memory_arrays(job.model, P, s, job.dtype, job.system,
-                                       job.cluster.gpu, expert_input=expert_input, **kw)[0])
+                                       job.cluster.gpu, expert_input=expert_input,
+                                       te_inputs=act.job_te_linear_bytes(job), **kw)[0])
         assert got == pytest.approx(got_stages[s].total, rel=1e-12), s
         off = float(rank_memory_arrays(ref.model, P, s, ref.dtype, ref.system,
                                        ref.cluster.gpu, **kw)[0])
         assert off == pytest.approx(ref_stages[s].total, rel=1e-12), s
         assert got_stages[s].activations < ref_stages[s].activations
     peak = float(peak_memory_arrays(job.model, P, job.dtype, job.system, job.cluster.gpu,
-                                    expert_input=expert_input, **kw)[0])
+                                    expert_input=expert_input,
+                                    te_inputs=act.job_te_linear_bytes(job), **kw)[0])
     assert peak == pytest.approx(max(x.total for x in got_stages), rel=1e-12)
 
 

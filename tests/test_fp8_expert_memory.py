@@ -17,6 +17,7 @@ from strategies.memory import activations as act
 from strategies.memory.scalar import memory_by_stage
 from strategies.plan import Plan
 from strategies.presets import model_preset
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.memory_checks import assert_arrays_equal_scalar, assert_search_equals_scalar
 from topologies.cluster import cluster_preset
 
@@ -28,7 +29,9 @@ CLUSTERS = ("dgx-h100", "dgx-b200")      # Hopper keeps the transpose, Blackwell
 def _job(dtype, cluster="dgx-h100", pp=1, imbalance=None, **kw):
     """Qwen3-30B-A3B on 8 GPUs (every layer MoE), Megatron-Core's unfused TE path."""
     plan = Plan(pp=pp, ep=8 // pp, mbs=1, gbs=16, moe_imbalance=imbalance, **kw)
-    return make_job(QWEN, cluster_preset(cluster, 1), plan, dtype=dtype)
+    # TE's dense modules' saved copies (§5.113) apart: the expert rule alone
+    fw = dataclasses.replace(MEGATRON_CORE, te_linears=False)
+    return make_job(QWEN, cluster_preset(cluster, 1), plan, dtype=dtype, framework=fw)
 
 
 def _load(job):

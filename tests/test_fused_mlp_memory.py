@@ -18,6 +18,7 @@ from strategies.memory import activations as act
 from strategies.memory.scalar import memory_by_stage
 from strategies.plan import Plan
 from strategies.presets import model_preset
+from strategies.stacks.megatron import MEGATRON_CORE
 from tests.memory_checks import assert_arrays_equal_scalar, assert_search_equals_scalar
 from topologies.cluster import cluster_preset
 
@@ -29,7 +30,9 @@ def _jobs(pp=1, dtype="mxfp8", imbalance=None):
     """Qwen3-30B-A3B on 8 B200 (every layer MoE), unfused and fused."""
     plan = Plan(pp=pp, ep=8 // pp, mbs=1, gbs=16, moe_dispatcher="hybridep",
                 moe_imbalance=imbalance)
-    a = make_job(QWEN, cluster_preset("dgx-b200", 1), plan, dtype=dtype)
+    # TE's dense modules' saved copies (§5.113) apart: the expert rule alone
+    fw = dataclasses.replace(MEGATRON_CORE, te_linears=False)
+    a = make_job(QWEN, cluster_preset("dgx-b200", 1), plan, dtype=dtype, framework=fw)
     # the fused stack as the rule builds it for MXFP8, also under another job precision (the
     # memory rule must then fall back to the unfused bytes)
     return a, dataclasses.replace(a, framework=with_fused_grouped_mlp(a.framework, "mxfp8"))

@@ -129,6 +129,10 @@ def test_partial_recompute_reads_the_chip_like_the_memory_rule():
     sp = enumerate_space(m, cl, 256, SpaceOptions(memory_limit_bytes=60 * GIB), dtype="fp8")
     partial = np.flatnonzero(sp.cols["rcl"] > 0)
     assert len(partial) > 50
-    rule = peak_memory_arrays(m, sp.cols, "fp8", None, cl.gpu)
+    # the default stack's Transformer Engine dense modules' saved inputs (§5.113)
+    from strategies.framework import DEFAULT
+    from strategies.memory.te_linear_saved import job_te_linear_inputs
+    te = job_te_linear_inputs(DEFAULT, "fp8", cl.gpu.fp8_tn_only)
+    rule = peak_memory_arrays(m, sp.cols, "fp8", None, cl.gpu, te_inputs=te)
     assert np.array_equal(rule, sp.peak_memory)
     assert (rule <= sp.memory_limit).all()

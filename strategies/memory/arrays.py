@@ -46,6 +46,7 @@ from strategies.plan_arrays import rank_layers
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.stacks.comm_rules import grad_sync_once
+from strategies.memory.te_linear_saved import te_linear_saved_delta
 from strategies.memory.activations import (TERM_KINDS, embedding_bytes, layer_activation_terms,
                                           layer_wgrad_terms, output_bytes,
                                           named_remat_bytes, op_saved_bytes,
@@ -128,7 +129,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             in_flight=None, layers=None, pending_w=None, content=None,
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
-                            fsdp2=False, dispatch_bytes=None, expert_input=None
+                            fsdp2=False, dispatch_bytes=None, expert_input=None,
+                            te_inputs=None
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -171,7 +173,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     buffer's (``activations.permutation_buffer_bytes``). ``expert_input``: bytes per element
     at which the stack's routed experts save fc1's and fc2's inputs
     (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
-    per-tensor fp8; None: the 16-bit table)."""
+    per-tensor fp8; None: the 16-bit table). ``te_inputs``: bytes per element at which the
+    stack's Transformer Engine dense modules save their inputs
+    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table)."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -208,8 +212,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
                                                     P.recompute_modules, clamp, act_cache,
                                                     expert_input)
+        te = te_linear_saved_delta(view, s, b, tp, sp, cp, rc, P.recompute_modules, flash,
+                                   te_inputs)
+        te_none = te_linear_saved_delta(view, s, b, tp, sp, cp, 0, 0, flash, te_inputs)
         got = layer_bytes[view] = {
-            "act": act + extra, "none": none + extra_none,
+            "act": act + extra + te, "none": none + extra_none + te_none,
             "wgrad": _layer_wgrad(view, b, tp, cp, sp, act_cache),
             "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
                                            P.recompute_modules, act_cache)[1]}
@@ -552,7 +559,7 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                        in_flight=None, pending_w=None, clamp=False,
                        remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                       expert_input=None) -> np.ndarray:
+                       expert_input=None, te_inputs=None) -> np.ndarray:
     """Bytes per GPU of pipeline rank ``stage`` (an int or one per plan, ``< pp``) of each
     plan, reading the layers the plan's layout puts there: a model of one layer kind its
     layer count (``plan_arrays.rank_layers``: rank 0, a middle rank, rank ``pp-1``), a model
@@ -577,14 +584,15 @@ def rank_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
                                    loss_bytes=loss_bytes, act_cache=act_cache,
                                    optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
                                    dispatch_bytes=dispatch_bytes,
-                                   expert_input=expert_input)[1]
+                                   expert_input=expert_input, te_inputs=te_inputs)[1]
 
 
 def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: bool,
                         dtype: str = "bf16", system: SystemConfig | None = None,
                         gpu=None, clamp=False, remat_named=False, loss_bytes=None,
                         act_cache=None, optimizer_bytes=None, fsdp2=False,
-                        dispatch_bytes=None, expert_input=None) -> np.ndarray:
+                        dispatch_bytes=None, expert_input=None,
+                        te_inputs=None) -> np.ndarray:
     """Bytes per GPU of the first (``last=False``) or the last pipeline stage of each plan
     (``P``: ``PlanArrays`` or the search space's short columns; ``dtype``: the training
     precision; ``system``: the policy constants; ``gpu``: the chip, for fp8 weight copies):
@@ -594,14 +602,15 @@ def stage_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], last: b
                               gpu, clamp=clamp, remat_named=remat_named,
                               loss_bytes=loss_bytes, act_cache=act_cache,
                               optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
-                              dispatch_bytes=dispatch_bytes, expert_input=expert_input)
+                              dispatch_bytes=dispatch_bytes, expert_input=expert_input,
+                              te_inputs=te_inputs)
 
 
 def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: str = "bf16",
                        system: SystemConfig | None = None, gpu=None,
                        clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                        optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                       expert_input=None) -> np.ndarray:
+                       expert_input=None, te_inputs=None) -> np.ndarray:
     """Peak bytes per GPU over the pipeline stages of each plan (``memory.peak_memory``).
     ``clamp``: the stack runs gpt-oss's eager clamp; ``remat_named``: its selective
     recomputation is a JAX remat policy; ``loss_bytes``, ``act_cache``, ``optimizer_bytes``,
@@ -615,13 +624,13 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
     if mixed_layers(m):
         return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                     act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                    expert_input)
+                                    expert_input, te_inputs)
     peak = np.maximum(stage_memory_arrays(m, P, False, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes, expert_input),
+                                          dispatch_bytes, expert_input, te_inputs),
                       stage_memory_arrays(m, P, True, dtype, system, gpu, clamp, remat_named,
                                           loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                          dispatch_bytes, expert_input))
+                                          dispatch_bytes, expert_input, te_inputs))
     uneven = rank_layers(m.num_layers, P)[4] & (P.pp > 2)
     if np.any(uneven):
         # rank 1 where it exists (the rows with pp <= 2 are masked out below anyway)
@@ -629,7 +638,8 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
                                  clamp=clamp, remat_named=remat_named,
                                  loss_bytes=loss_bytes, act_cache=act_cache,
                                  optimizer_bytes=optimizer_bytes, fsdp2=fsdp2,
-                                 dispatch_bytes=dispatch_bytes, expert_input=expert_input)
+                                 dispatch_bytes=dispatch_bytes, expert_input=expert_input,
+                              te_inputs=te_inputs)
         peak = np.where(uneven, np.maximum(peak, mid), peak)
     # a split backward's pending weight gradients grow with the rank and may outweigh the
     # stash (``activations.stash_peak``), and DualPipe's middle ranks stash one more: every
@@ -641,19 +651,19 @@ def peak_memory_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], dtype: s
         if peak.ndim == 0:
             return _every_rank_peak(m, P, dtype, system, gpu, clamp, remat_named, loss_bytes,
                                     act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                    expert_input)
+                                    expert_input, te_inputs)
         rows = np.flatnonzero(every)
         peak.reshape(-1)[rows] = _every_rank_peak(m, _take(P, rows), dtype, system, gpu,
                                                     clamp, remat_named, loss_bytes,
                                                     act_cache, optimizer_bytes, fsdp2,
-                                                    dispatch_bytes, expert_input)
+                                                    dispatch_bytes, expert_input, te_inputs)
     return peak
 
 
 def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConfig | None,
                      gpu, clamp=False, remat_named=False, loss_bytes=None, act_cache=None,
                      optimizer_bytes=None, fsdp2=False, dispatch_bytes=None,
-                     expert_input=None) -> np.ndarray:
+                     expert_input=None, te_inputs=None) -> np.ndarray:
     """The largest ``rank_memory_arrays`` over ranks ``0 … pp-1`` of each plan: rank ``r``
     is evaluated on the plans with ``pp > r`` only."""
     pp = np.atleast_1d(P.pp)
@@ -664,7 +674,8 @@ def _every_rank_peak(m: ModelSpec, P: PlanArrays, dtype: str, system: SystemConf
         peak[rows] = np.maximum(peak[rows], rank_memory_arrays(
             m, sub, r, dtype, system, gpu, clamp=clamp, remat_named=remat_named,
             loss_bytes=loss_bytes, act_cache=act_cache, optimizer_bytes=optimizer_bytes,
-            fsdp2=fsdp2, dispatch_bytes=dispatch_bytes, expert_input=expert_input))
+            fsdp2=fsdp2, dispatch_bytes=dispatch_bytes, expert_input=expert_input,
+                              te_inputs=te_inputs))
     return peak.reshape(np.shape(P.pp))
 
 

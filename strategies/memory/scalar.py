@@ -112,7 +112,7 @@ def model_state_bytes_per_param(zero: int, dp: int, param_bytes: float | None = 
 def embedding_params_per_gpu(job: Job, stage: int) -> float:
     """Word (+ learned position) embedding on the first stage (both end ranks where
     ``Schedule.mirrored``), ``/tp`` (``param_counts.embedding_params_per_gpu``); 0 elsewhere."""
-    here = act._holds_embedding(job, stage)
+    here = act.holds_embedding(job, stage)
     return float(param_counts.embedding_params_per_gpu(job.model, job.plan.tp)) if here else 0.0
 
 
@@ -121,8 +121,8 @@ def head_params_per_gpu(job: Job, stage: int) -> float:
     (``param_counts.head_params_per_gpu``: a tied head on the embedding's rank is that tensor); 0
     elsewhere."""
     p = job.plan
-    here = act._holds_head(job, stage)
-    shared = act._holds_embedding(job, stage)
+    here = act.holds_head(job, stage)
+    shared = act.holds_embedding(job, stage)
     return float(param_counts.head_params_per_gpu(job.model, p.tp, p.pp, shared)) if here else 0.0
 
 
@@ -139,7 +139,7 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
     job's schedule at each rank's peak (``activations.stash_peak``).
     """
-    act._check_stage(job, stage)
+    act.check_stage(job, stage)
     return _components(job, [stage])[0]
 
 
@@ -161,7 +161,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         content = {k: [h.get(k, 0) for h in held] for k in ("dense", "moe", "mtp")}
     # (stashed, pending W) at the peak; the layers' bytes there where the chunks differ
     per = [act.chunk_stash(job, s) for s in stages]
-    peaks = [act._stash_at_peak(job, s, c) for s, c in zip(stages, per)]
+    peaks = [act.stash_at_peak_of(job, s, c) for s, c in zip(stages, per)]
     by_chunk = [c is not None for c in per]
     parts, _ = arrays.memory_component_arrays(
         m, PlanArrays.from_plans([p] * len(stages)), stages, job.dtype,
@@ -175,7 +175,7 @@ def _components(job: Job, stages: list[int]) -> list[dict[str, MemoryBreakdown]]
         act_cache=act.job_activation_cache(job),
         optimizer_bytes=job.framework.optimizer_state_bytes, fsdp2=job.framework.fsdp2,
         dispatch_bytes=act.job_dispatch_bytes(job),
-        expert_input=act.job_expert_input_bytes(job))
+        expert_input=act.job_expert_input_bytes(job), te_inputs=act.job_te_linear_bytes(job))
     return [{o: MemoryBreakdown(**{k: float(parts[o][k][i]) for k in arrays.KINDS})
              for o in arrays.ORIGINS} for i in range(len(stages))]
 

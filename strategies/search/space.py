@@ -46,7 +46,7 @@ from strategies.cost.recompute import METHODS, MODULES, has_module, modules_mask
 from strategies.cost.system import SystemConfig
 from strategies.cost.moe_bytes import dispatch_element_bytes
 from strategies.memory.activations import (activation_cache_bytes, expert_input_bytes,
-                                           runs_te_experts)
+                                           job_te_linear_inputs, runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
 from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, _coerce, expert_shard_whole,
@@ -768,15 +768,16 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
                      act_cache: float | None = None,
                      optimizer_bytes: float | None = None, fsdp2: bool = False,
                      dispatch_bytes: float | None = None,
-                     expert_input: float | None = None) -> np.ndarray:
+                     expert_input: float | None = None,
+                     te_inputs: tuple[float, float, float, float] | None = None) -> np.ndarray:
     """Give each fitting full-recompute plan the fewest recomputed layers per chunk that still
     fit (Megatron's block method, ``recompute_layers``; the rows change in place, the space
     does not grow): memory falls monotonically with ``N`` (each recomputed layer keeps its
     input instead of its activations), so a bisection over ``1 … l/(pp·vpp)`` finds it.
     ``gpu``: the chip, as the memory rule reads it (fp8 weight copies); ``clamp``: the stack
     runs gpt-oss's eager clamp, ``remat_named`` a JAX remat policy; ``loss_bytes``,
-    ``act_cache``, ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input`` the
-    stack's (``memory.arrays``).
+    ``act_cache``, ``optimizer_bytes``, ``fsdp2``, ``dispatch_bytes``, ``expert_input``,
+    ``te_inputs`` the stack's (``memory.arrays``).
     Returns the updated peaks."""
     rows = np.flatnonzero(c["rc"] == RECOMPUTE_CODE["full"])
     if not len(rows):
@@ -795,7 +796,7 @@ def _least_recompute(model: ModelSpec, c: dict[str, np.ndarray], peak: np.ndarra
         sub["rcu"] = np.zeros_like(mid)
         pk = peak_memory_arrays(model, sub, dtype, system, gpu, clamp, remat_named,
                                 loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                expert_input)
+                                expert_input, te_inputs)
         fit = pk <= limit
         hi[act] = np.where(fit, mid, hi[act])
         lo[act] = np.where(fit, lo[act], mid + 1)
@@ -852,6 +853,8 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     stack = framework or DEFAULT_FRAMEWORK
     expert_input = expert_input_bytes(runs_te_experts(stack), dtype, stack.te_version,
                                       cluster.gpu.fp8_tn_only)
+    # Transformer Engine's dense modules' saved inputs (memory.te_linear_saved)
+    te_inputs = job_te_linear_inputs(stack, dtype, cluster.gpu.fp8_tn_only)
     # PyTorch FSDP2's state (memory.arrays.state_bytes_per_param)
     fsdp2 = bool((framework or DEFAULT_FRAMEWORK).fsdp2)
     # the master's bytes of a stack that builds its model in 16 bits (profile.stack_system)
@@ -879,7 +882,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     def memory(cols: dict[str, np.ndarray]) -> np.ndarray:
         return peak_memory_arrays(model, cols, dtype, system, cluster.gpu, clamp, remat_named,
                                   loss_bytes, act_cache, optimizer_bytes, fsdp2, dispatch_bytes,
-                                  expert_input)
+                                  expert_input, te_inputs)
     peak = memory(c) if len(c["tp"]) else np.zeros(0)
     if (framework is not None and framework.pipeline_flushes and "flushes" not in opts.fixed
             and len(c["tp"])):
@@ -905,7 +908,7 @@ def enumerate_space(model: ModelSpec, cluster: Cluster, gbs: int,
     def lighten(cols: dict[str, np.ndarray], pk: np.ndarray) -> np.ndarray:
         return _least_recompute(model, cols, pk, limit, dtype, system, cluster.gpu, clamp,
                                 remat_named, loss_bytes, act_cache, optimizer_bytes, fsdp2,
-                                dispatch_bytes, expert_input) if least else pk
+                                dispatch_bytes, expert_input, te_inputs) if least else pk
     peak = lighten(c, peak)
     ok = np.ones(len(c["tp"]), bool)
     if fits.any():

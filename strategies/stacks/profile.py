@@ -167,9 +167,16 @@ class FrameworkProfile:
     mla_down_proj: str = "replicated"
     #: the Transformer Engine release ``(major, minor)`` the stack ran, where a reader knows it
     #: (``reference.entry_stack.NEMO_CONTAINER_TE``: a row's NeMo container); None: not
-    #: stated, read as TE >= 2.3. ``memory.activations.expert_input_bytes`` reads it (what
-    #: TE's grouped experts save under per-tensor fp8, docs/calibration.md §5.103)
+    #: stated, read as TE >= 2.3. ``memory.saved_precision.expert_input_bytes`` and
+    #: ``memory.te_linear_saved.te_linear_input_bytes`` read it (what TE's grouped experts and
+    #: dense modules save under per-tensor fp8, docs/calibration.md §5.103, §5.113)
     te_version: tuple[int, int] | None = None
+    #: runs the layers' dense GEMMs through Transformer Engine's modules (Megatron-Core's TE
+    #: spec: ``TELayerNormColumnParallelLinear`` for QKV and a dense layer's fc1,
+    #: ``TERowParallelLinear`` for the output projection and fc2), whose saved inputs are
+    #: quantised copies in an fp8 precision (``memory.te_linear_saved``, docs/calibration.md
+    #: §5.113); False: the 16-bit table
+    te_linears: bool = False
     #: under sequence parallelism the GEMMs tensor parallelism leaves whole (the MoE router,
     #: Qwen2-MoE's shared-expert gate, MLA's replicated down projections) run on the rank's
     #: sequence shard, ``T/tp`` rows: Megatron-Core hands the MoE layer and the attention the
@@ -335,11 +342,11 @@ class FrameworkProfile:
     #: ``is_first_microbatch`` under Megatron-Core)
     weight_cast_per_forward: bool = False
     #: in a quantised precision, caches the activations its GEMMs' backward reads in that
-    #: precision instead of 16 bits (``strategies.memory.activations.cache_ratios``: every
+    #: precision instead of 16 bits (``strategies.memory.saved_precision.cache_ratios``: every
     #: Linear's input, the MoE's SwiGLU input, the attention output in E5M6; a pending weight
     #: gradient's output gradients too). DeepSeek-V3 (arXiv 2412.19437 §3.3.3, "Low-Precision
-    #: Activation"); False: the 16-bit table (Transformer Engine's saved fp8 inputs are not
-    #: modelled, docs/memory.md)
+    #: Activation"); False: the 16-bit table (Transformer Engine's saved fp8 inputs:
+    #: ``te_linears``, ``memory.saved_precision.expert_input_bytes``; docs/memory.md)
     fp8_activation_cache: bool = False
     #: in a quantised precision, dispatches the MoE's routed tokens in that precision with
     #: their scales, the combine in 16 bits (``counts.dispatch_element_bytes``: the

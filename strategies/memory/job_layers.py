@@ -1,0 +1,76 @@
+"""One transformer layer's stash of a job: its shapes, plan, stack and precision read into
+the per-layer rules (``recompute_saved``, ``moe_saved``, ``saved_precision``), memoised."""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from strategies.cost import moe_bytes, token_counts
+from strategies.cost.recompute import modules_mask
+from strategies.memory.moe_saved import routed_stash_correction
+from strategies.memory.recompute_saved import layer_activation_bytes
+from strategies.memory.saved_precision import (activation_cache_bytes, expert_input_bytes,
+                                               runs_te_experts)
+from strategies.memory.te_linear_saved import job_te_linear_inputs, te_linear_saved_delta
+from strategies.model import ModelSpec
+from strategies.stacks.variants import runs_eager_clamp
+
+if TYPE_CHECKING:
+    from strategies.job import Job
+
+
+def job_activation_cache(job: Job) -> float | None:
+    """``activation_cache_bytes`` of the job's stack and precision."""
+    return activation_cache_bytes(job.framework.fp8_activation_cache, job.dtype)
+
+
+def job_expert_input_bytes(job: Job) -> float | None:
+    """``expert_input_bytes`` of the job's stack (its experts, its Transformer Engine
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
+    fw = job.framework
+    return expert_input_bytes(runs_te_experts(fw), job.dtype, fw.te_version,
+                              job.cluster.gpu.fp8_tn_only)
+
+
+def job_te_linear_bytes(job: Job) -> tuple[float, float, float, float] | None:
+    """``te_linear_input_bytes`` of the job's stack (its modules, its Transformer Engine
+    release) and precision, on the GPU type the memory model prices (``Cluster.gpu``)."""
+    return job_te_linear_inputs(job.framework, job.dtype, job.cluster.gpu.fp8_tn_only)
+
+
+def job_dispatch_bytes(job: Job) -> float:
+    """``moe_bytes.dispatch_element_bytes`` of the job's stack and precision."""
+    return moe_bytes.dispatch_element_bytes(job.framework.fp8_dispatch, job.dtype)
+
+
+def job_layer_activation_bytes(job: Job, recompute: str | None = None,
+                               model: ModelSpec | None = None) -> float:
+    """``layer_activation_bytes`` with the job's shapes and plan (``recompute`` overrides;
+    ``model``: a layer-kind view of the job's model, ``stash_kinds``)."""
+    p, fw = job.plan, job.framework
+    return _layer_bytes(job.model if model is None else model, job.seq_len, p.mbs, p.tp, p.sp,
+                        p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
+                        fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
+                        p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
+                        job_expert_input_bytes(job), job_te_linear_bytes(job))
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: int, rc: str,
+                 flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
+                 cache: float | None, ep: int, imbalance: float, capacity_factor: float,
+                 expert_tp: int | None, clamp: bool, expert_input: float | None = None,
+                 te_inputs: tuple[float, float, float, float] | None = None) -> float:
+    """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
+    frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
+    per stage and chunk)."""
+    base = layer_activation_bytes(mdl, seq_len, mbs, tp, sp, cp, rc, flash_attn,
+                                  recompute_modules, remat_named, cache)
+    code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
+    mods = modules_mask(recompute_modules) if recompute_modules else 0
+    load = token_counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
+    extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
+                                       mods, clamp=clamp, cache=cache,
+                                       expert_input=expert_input)
+    te = te_linear_saved_delta(mdl, seq_len, mbs, tp, sp, cp, code, mods, flash_attn, te_inputs)
+    return float(base + extra + te)

@@ -1,0 +1,64 @@
+"""The pipeline's ends: the embedding's activations on the first rank, the output layer's
+(norm, projection input, logits) on the head's rank, and which ranks hold them."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from strategies.model import ModelSpec
+from strategies.schedules import get_schedule, head_rank
+
+if TYPE_CHECKING:
+    from strategies.job import Job
+
+
+def embedding_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
+    """First stage, per micro-batch and GPU (numbers or numpy arrays): int64 token ids ``8sb``
+    plus the embedding dropout mask ``sbh`` (``/t`` with SP; none without dropout), all
+    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator). The scalar and the array model
+    read this."""
+    s, h = seq_len, model.hidden_size
+    seq_div = np.where(sp, tp, 1)
+    mask = s * b * h / seq_div if model.dropout else 0.0
+    return (8 * s * b + mask) / cp
+
+
+def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0):
+    """Last stage, per micro-batch and GPU (numbers or arrays): final-norm input and
+    output-projection input ``4sbh`` (``/t`` with SP) plus ``logit_bytes`` per logit element
+    ``sbV/t``, all ``/cp``. With the default 4 (the fp32 logits a stashed micro-batch keeps
+    for the cross-entropy's backward) this is Megatron's ``4sbh(1 + V/h)/t`` with SP
+    (Korthikanti Sec. 4.3); the loss in progress holds the stack's
+    ``FrameworkProfile.loss.peak_bytes`` (Megatron's 6: the 16-bit logits beside the fp32
+    copy; torchtitan's eager ``F.cross_entropy(x.float())`` 12: docs/memory.md)."""
+    s, h, v = seq_len, model.hidden_size, model.vocab_size
+    return (4 * s * b * h / np.where(sp, tp, 1) + logit_bytes * s * b * v / tp) / cp
+
+
+def embedding_activation_bytes(job: Job) -> float:
+    """``embedding_bytes`` of the job's plan."""
+    p = job.plan
+    return float(embedding_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
+
+
+def output_activation_bytes(job: Job) -> float:
+    """``output_bytes`` of the job's plan."""
+    p = job.plan
+    return float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
+
+
+def holds_head(job: Job, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds the LM head (``Schedule.ends``: rank 0 on a V;
+    both end ranks where ``Schedule.mirrored``)."""
+    p = job.plan
+    if get_schedule(p.schedule).mirrored and stage in (0, p.pp - 1):
+        return True
+    return stage == head_rank(p.schedule, p.pp, p.vpp)
+
+
+def holds_embedding(job: Job, stage: int) -> bool:
+    """Whether pipeline rank ``stage`` holds the embedding (rank 0; both end ranks where
+    ``Schedule.mirrored``)."""
+    p = job.plan
+    return stage == 0 or (get_schedule(p.schedule).mirrored and stage == p.pp - 1)
