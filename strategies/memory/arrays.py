@@ -452,9 +452,9 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     ds = bool(sy.deepspeed_zero) and gb == 2.0
     if ds:
         ds_on = (zero == 1) | (zero == 2)
-        ipg, parts2 = dsz.zero2_backward_bytes(bucket, params_here, partition, gb, nmb > 1)
+        ipg, partitions = dsz.zero2_backward_bytes(bucket, params_here, partition, gb, nmb > 1)
         # ZeRO-2: the ipg bucket and the gradient partitions beyond the one the state counts
-        ds_buf = np.where(zero == 2, ipg + parts2 - gb * partition, 0.0)
+        ds_buf = np.where(zero == 2, ipg + partitions - gb * partition, 0.0)
         buffers = np.where(ds_on, ds_buf, buffers)
         # after the last backward, beyond the backward's gradient state and buffers
         grad_state = np.where(zero == 1, gb * params_here, gb * partition)
