@@ -96,6 +96,11 @@ class SystemConfig:
     #: configs set ``grad_reduce_in_fp32 = False``); 0 (default): by the training dtype,
     #: ``main_grad_bytes``.
     grad_buffer_bytes: float = 0.0
+    #: 1 where the stack's ZeRO-1/2 optimizer is DeepSpeed's ``DeepSpeedZeroOptimizer`` and
+    #: keeps its buffers (``FrameworkProfile.zero_buffers``, set by ``stack_system``; read by
+    #: the memory model where the gradients are 16-bit: ``strategies.memory.deepspeed_zero``);
+    #: 0: the default model's (Megatron's buffers)
+    deepspeed_zero: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -112,6 +117,8 @@ class SystemConfig:
             raise SpecError("tp_overlap_chunks", self.tp_overlap_chunks, "must be an integer >= 1")
         if self.bucket_floor_params <= 0:
             raise SpecError("bucket_floor_params", self.bucket_floor_params, "must be > 0")
+        if self.deepspeed_zero not in (0, 1):
+            raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0 or 1")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

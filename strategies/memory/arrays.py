@@ -47,6 +47,7 @@ from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
 from strategies.stacks.comm_rules import grad_sync_once
 from strategies.memory.te_linear_saved import te_linear_saved_delta
+from strategies.memory import deepspeed_zero as dsz
 from strategies.memory.activations import (TERM_KINDS, embedding_bytes, layer_activation_terms,
                                           layer_wgrad_terms, output_bytes,
                                           named_remat_bytes, op_saved_bytes,
@@ -441,17 +442,33 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                                                                       mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
     params_here = dense_params + expert_params
+    gb = sy.main_grad_bytes(dtype)
+    bucket = sy.dp_bucket_params(dp)
     buffers = np.where((zero >= 2) & (d > 1),
-                       2 * np.minimum(sy.dp_bucket_params(dp), params_here)
-                       * sy.main_grad_bytes(dtype)
+                       2 * np.minimum(bucket, params_here) * gb
                        + np.where(zero == 3, 2 * (dense_l + expert_l) * sy.param_bytes, 0.0),
                        0.0)
-    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
+    # this rank's partition of the optimizer (experts over their own group)
+    partition = dense_params / np.where(zero >= 1, d, 1.0) \
+        + expert_params / np.where(zero >= 1, d_e, 1.0)
     # fp16: the optimizer step's fp32 gradient copy (the 1/d shard with ZeRO >= 1), beyond the
     # activations it replaces (docs/memory.md)
-    copy = sy.step_grad_copy_bytes(dtype) * (
-        dense_params / np.where(zero >= 1, d, 1.0) + expert_params / np.where(zero >= 1, d_e, 1.0))
-    step_copy = np.maximum(0.0, copy - (1.0 + sy.fragmentation) * activations)
+    after = sy.step_grad_copy_bytes(dtype) * partition
+    # DeepSpeed's ZeRO-1/2 optimizer where its gradients are 16-bit (not its BF16_Optimizer):
+    # its own buckets and gradient partitions (strategies.memory.deepspeed_zero)
+    ds = bool(sy.deepspeed_zero) and gb == 2.0
+    if ds:
+        ds_on = (zero == 1) | (zero == 2)
+        ipg, partitions = dsz.zero2_backward_bytes(bucket, params_here, partition, gb, nmb > 1)
+        # ZeRO-2: the ipg bucket and the gradient partitions beyond the one the state counts
+        ds_buf = np.where(zero == 2, ipg + partitions - gb * partition, 0.0)
+        buffers = np.where(ds_on, ds_buf, buffers)
+        # after the last backward, beyond the backward's gradient state and buffers
+        grad_state = np.where(zero == 1, gb * params_here, gb * partition)
+        after = np.where(ds_on, dsz.after_backward_bytes(zero, params_here, partition, bucket,
+                                                         gb) - grad_state - ds_buf, after)
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
+    step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
     parts = {"layers": dict(state(layer_dense, expert_params, True),

@@ -135,7 +135,8 @@ def memory_components(job: Job, stage: int) -> dict[str, MemoryBreakdown]:
     ``embedding``: first stage (state + embedding activations); ``output``: last stage
     (LM head/final norm state + logits); ``recompute``: the layer being recomputed (full
     recompute: all of it; op: what it did not save); ``other``: the allowance (fixed, ZeRO-2/3 buffers, fragmentation) and,
-    in ``grads``, the fp16 step's fp32 gradient copy beyond the activations (docs/memory.md).
+    in ``grads``, the fp16 step's fp32 gradient copy beyond the activations, or DeepSpeed's
+    ZeRO-1/2 reduction and step (``memory.deepspeed_zero``; docs/memory.md).
     An entry of ``arrays.memory_component_arrays`` for the job's plan, with the stash of the
     job's schedule at each rank's peak (``activations.stash_peak``).
     """

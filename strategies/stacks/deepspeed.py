@@ -37,7 +37,8 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     dgrad_overlap="none",
     tp_end_collectives=True,   # §5.88
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
-    recompute_methods=("uniform",), bf16_optimizer=True, grad_in_param_dtype=True, loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
+    recompute_methods=("uniform",), bf16_optimizer=True, grad_in_param_dtype=True,
+    zero_buffers="deepspeed", loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
     alibi_score_bytes=ALIBI_BADDBMM_BYTES,
     precisions=("bf16", "fp16"),
     precision_source="DeepSpeed's config \"bf16\": {\"enabled\"} or \"fp16\": {\"enabled\"} "

@@ -410,6 +410,13 @@ class FrameworkProfile:
     #: ``communication_data_type`` fp16/bf16 under ZeRO, ``zero/stage_1_and_2.py``
     #: ``average_tensor``, ``allreduce_bucket``; docs/calibration.md §5.115)
     grad_in_param_dtype: bool = False
+    #: whose buffers the stack's ZeRO-1/2 optimizer holds beside the model state: ``""``
+    #: the default model's (Megatron's gradient buffer and buckets), ``"deepspeed"``
+    #: DeepSpeed's ``DeepSpeedZeroOptimizer`` (v0.5.10 ``runtime/zero/stage_1_and_2.py``:
+    #: ZeRO-1's flat reduce bucket, ZeRO-2's ipg bucket and gradient partitions, the step's
+    #: fp32 gradient partition; ``strategies.memory.deepspeed_zero``, docs/calibration.md
+    #: §5.119), read where the gradients are 16-bit (not under its BF16_Optimizer)
+    zero_buffers: str = ""
     #: HBM bytes per score element the stack spends adding ALiBi's bias into the scores of the
     #: unfused attention path (models with ``position_embedding="alibi"``, no FlashAttention;
     #: ``counts.softmax_bytes_fwd``): Megatron-DeepSpeed's ``baddbmm(alibi, q, k^T, beta=1)``
@@ -466,7 +473,8 @@ def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
     replaced by the stack's (``FrameworkProfile.master_bytes``, a model built in 16 bits) where
     it states one, ``SystemConfig.weight_copies`` 0 where it stores fp32 weights only
     (``FrameworkProfile.master_only``), an unset ``grad_buffer_bytes`` the stack's
-    (``comm_rules.stack_grad_bytes``, as ``make_job`` sets it). The one rule the memory model
+    (``comm_rules.stack_grad_bytes``, as ``make_job`` sets it), ``deepspeed_zero`` 1 where
+    its ZeRO optimizer is DeepSpeed's (``FrameworkProfile.zero_buffers``). The one rule the memory model
     (scalar and arrays) and the search read."""
     from strategies.cost.system import get_system
     from strategies.stacks.comm_rules import stack_grad_bytes
@@ -477,6 +485,8 @@ def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
             fw.dp_bucket.floor_params, fw.dp_bucket.per_dp_params):
         sy = replace(sy, bucket_floor_params=float(fw.dp_bucket.floor_params),
                      bucket_per_dp_params=float(fw.dp_bucket.per_dp_params))
+    if fw is not None and fw.zero_buffers == "deepspeed" and not sy.deepspeed_zero:
+        sy = replace(sy, deepspeed_zero=1.0)
     mb = None if fw is None else fw.master_bytes
     if fw is not None and fw.master_only and sy.weight_copies != 0.0:
         sy = replace(sy, weight_copies=0.0)
