@@ -12,8 +12,8 @@ Columns: the estimate, the simulation (``network="contention-free"``), est/sim �
 estimate's data-parallel tail (``dp_comm`` + ``optimizer``), and est/sim − 1 had the tail
 been §5.93's real one (``estimate_arrays`` again with the estimate's own pipeline part as
 ``pipe_span`` and the layout's layers per kind of rank, ``scalar.tail_arrays``, §5.112: what
-``scalar._real_tail`` does where it applies, so equal to the estimate there), and the search's lower bound over the simulation and over the estimate
-(``lower_bound.step_time_lower_bound`` of the plan's arrays; above 1 over the simulation the
+``scalar._real_tail`` does where it applies, so equal to the estimate there), and the
+search's lower bound over the simulation and over the estimate (``lower_bound.step_time_lower_bound`` of the plan's arrays; above 1 over the simulation the
 search could prune the plan wrongly), and the search's array estimate over the simulation
 (``arrays_of``: the analytic score the search orders a space by). Seconds.
 """

@@ -1,8 +1,9 @@
 """The data-parallel tail of an uneven layout's estimate (``scalar._real_tail``,
-docs/calibration.md §5.93, §5.102): re-run with the real pipeline's span only where the tail
-reads it (``analytic.tail_reads_span``), bit for bit the even run's elsewhere; the split
-backward (zero-bubble, DualPipe) keeps the even run's tail, which meets the contention-free
-simulation where the real span beside the even stages' own ends does not
+docs/calibration.md §5.93, §5.102, §5.112): re-run with the real pipeline's span and each
+kind of rank's own layers (``scalar.tail_arrays``, the search columns' tail rule); an even
+layout's only where the tail reads the span (``analytic.tail_reads_span``), bit for bit the
+even run's elsewhere; the split backward (zero-bubble, DualPipe) keeps the even run's tail,
+which meets the contention-free simulation where the real one does not
 (``python experiments/uneven_tail_gaps.py``)."""
 from __future__ import annotations
 
