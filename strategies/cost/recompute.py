@@ -100,9 +100,9 @@ def recomputed_layers(lpc: Num, n: Num, uniform: Num) -> Num:
 
 def checkpoint_inputs(lpc: Num, n: Num, uniform: Num) -> Num:
     """Layer inputs a chunk keeps as checkpoints: ``min(N, l)`` (block) or ``ceil(l/N)``
-    (uniform); a chunk of no layers (a rank that holds only the embedding or the loss) 0."""
+    (uniform)."""
     k = _n(lpc, n)
-    return np.where(uniform, np.ceil(lpc / np.maximum(k, 1e-30)), k)
+    return np.where(uniform, np.ceil(lpc / k), k)
 
 
 def kept_layers(lpc: Num, n: Num, uniform: Num) -> Num:
