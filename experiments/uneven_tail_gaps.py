@@ -11,9 +11,9 @@ contention-free simulation of the same job, plan by plan (docs/calibration.md §
 Columns: the estimate, the simulation (``network="contention-free"``), est/sim − 1, the
 estimate's data-parallel tail (``dp_comm`` + ``optimizer``), and est/sim − 1 had the tail
 been §5.93's real one (``estimate_arrays`` again with the estimate's own pipeline part as
-``pipe_span``: what ``scalar._real_tail`` does where it applies, so equal to the estimate
-there), and the search's lower bound over the simulation and over the estimate
-(``lower_bound.step_time_lower_bound`` of the plan's arrays; above 1 over the simulation the
+``pipe_span`` and the layout's layers per kind of rank, ``scalar.tail_arrays``, §5.112: what
+``scalar._real_tail`` does where it applies, so equal to the estimate there), and the
+search's lower bound over the simulation and over the estimate (``lower_bound.step_time_lower_bound`` of the plan's arrays; above 1 over the simulation the
 search could prune the plan wrongly), and the search's array estimate over the simulation
 (``arrays_of``: the analytic score the search orders a space by). Seconds.
 """
@@ -120,15 +120,16 @@ def job_of(kind: str, cluster: str, plan: str):
 
 
 def with_real_span(job) -> float:
-    """The scalar step of ``job`` with the data-parallel tail of its own pipeline part
-    (§5.93's rule, ``scalar._real_tail``, applied whatever the plan), seconds."""
+    """The scalar step of ``job`` with the data-parallel tail of its own pipeline part and
+    layers (§5.93's and §5.112's rule, ``scalar._real_tail``, applied whatever the plan),
+    seconds."""
     from strategies.estimate.analytic import estimate_arrays
-    from strategies.estimate.scalar import StageCostMemo, plan_arrays, rank_fields, step_arrays
+    from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays, tail_arrays
     costs = StageCostMemo(job)
     r = step_arrays(job, costs)
     pp_comm, tail = float(r["pp_comm"]), float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(r["step_time_s"]) - pp_comm - tail
-    again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(job.plan),
+    again = estimate_arrays(job.model, job.cluster, job.dtype, tail_arrays(job),
                             job.framework, job.system, rank_fields(job, None, costs),
                             pipe_span=pipe)
     return pipe + pp_comm + float(again["dp_comm"]) + float(again["optimizer"])

@@ -25,6 +25,22 @@ def plan_arrays(plan: Plan) -> PlanArrays:
                    account_slots=False)
 
 
+def tail_arrays(job: Job) -> PlanArrays:
+    """The ``PlanArrays`` (0-d) ``_real_tail`` prices the data-parallel tail with: the even
+    plan's (``plan_arrays``) with the layers each kind of rank holds in ``job``'s layout as
+    the columns' first/last stage counts (the middle ranks share the rest,
+    ``plan_arrays.rank_layers``), so each rank's slack and last backward are its own layers'
+    as the search's columns price them (docs/calibration.md §5.112); an even layout's is
+    ``plan_arrays``' own."""
+    from dataclasses import replace
+    even = plan_arrays(job.plan)
+    if job.layout.uniform:
+        return even
+    pp = job.plan.pp
+    return replace(even, first_stage_layers=float(job.layers_of_stage(0)),
+                   last_stage_layers=float(job.layers_of_stage(pp - 1)))
+
+
 @dataclass(frozen=True)
 class Estimate:
     """The analytic estimate of one plan. Times in seconds, memory in bytes inside."""
@@ -542,26 +558,30 @@ def step_arrays(job: Job, costs: StageCostMemo | None = None,
 def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
                costs: StageCostMemo) -> dict[str, Any]:
     """``out`` (the corrected step of ``r``, the even plan's run) with the data-parallel tail
-    after the pipeline (``dp_comm`` + ``optimizer``) of the real pipeline's length: ``r``'s
-    tail hides the gradient reductions under the even pipeline's closed-form span (ZeRO-2's
-    and ZeRO-3's windows), which time added to the end stages lengthens more than the real
-    chunks' order does (docs/calibration.md §5.93). The same run with that span
-    (``estimate_arrays``' ``pipe_span``), only where the tail reads the span
-    (``analytic.tail_reads_span``; elsewhere ``r``'s tail is that run's, bit for bit), with
-    expert all-to-all too (against the contention-free simulation ZeRO-2's gap then meets
-    ZeRO-1's, §5.102). A split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its
-    ZeRO-2 tail is the slowest stage's own end less the span (``analytic.split_tail_exposed``),
-    and the even stages' end beside the real span is no order's; a mixed cluster keeps it
-    too (its arrays form, ``mixed_stages.corrected``, reads the even run; no plan measured
-    moves). §5.93, §5.102: ``python experiments/uneven_tail_gaps.py``."""
+    after the pipeline (``dp_comm`` + ``optimizer``) of the real pipeline: ``r``'s tail hides
+    the gradient reductions under the even pipeline's closed-form span (ZeRO-2's and
+    ZeRO-3's windows), which time added to the end stages lengthens more than the real
+    chunks' order does (docs/calibration.md §5.93), and each rank's under its slack and last
+    backward of ``num_layers/pp`` layers. The same run with that span (``estimate_arrays``'
+    ``pipe_span``) and, on an uneven layout, the layers each kind of rank holds
+    (``tail_arrays``: the search's columns' tail rule, §5.112), ZeRO-0/1 included; an even
+    layout's tail re-runs only where it reads the span (``analytic.tail_reads_span``;
+    elsewhere ``r``'s is that run's, bit for bit), with expert all-to-all too (§5.102). A
+    split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its ZeRO-2 tail is the
+    slowest stage's own end less the span (``analytic.split_tail_exposed``), and the even
+    stages' end beside the real span is no order's (the real layers move its ZeRO-1 rows
+    away from the simulation too, §5.112); a mixed cluster keeps it too (its arrays form,
+    ``mixed_stages.corrected``, reads the even run, and the columns time every rank on the
+    slowest GPU). §5.93, §5.102, §5.112: ``python experiments/uneven_tail_gaps.py``."""
     p = job.plan
     if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
         return out
     tail = float(r["dp_comm"]) + float(r["optimizer"])
     pipe = float(out["step_time_s"]) - float(out["pp_comm"]) - tail
     again = r
-    if tail_reads_span(job.framework, p.pp, p.zero, p.overlap_grad_reduce):
-        again = estimate_arrays(job.model, job.cluster, job.dtype, plan_arrays(p),
+    if not job.layout.uniform or tail_reads_span(job.framework, p.pp, p.zero,
+                                                 p.overlap_grad_reduce):
+        again = estimate_arrays(job.model, job.cluster, job.dtype, tail_arrays(job),
                                 job.framework, job.system, rank_fields(job, None, costs),
                                 pipe_span=pipe)
     dp, opt = float(again["dp_comm"]), float(again["optimizer"])
