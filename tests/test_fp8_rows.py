@@ -2,14 +2,7 @@
 scaling, the same job priced with delayed scaling (docs/calibration.md §5.118)."""
 from __future__ import annotations
 
-import importlib.util
-import os
-
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_spec = importlib.util.spec_from_file_location(
-    "fp8_rows", os.path.join(_HERE, "experiments", "fp8_rows.py"))
-fr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(fr)
+from experiments import fp8_rows as fr
 
 
 def test_families():

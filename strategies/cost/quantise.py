@@ -12,7 +12,11 @@ The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
 
 * forward, the input ``X`` of each GEMM. Inputs that a norm produces (QKV, MLA's up and down
   projections, the MLP's first GEMM) or the activation function produces (the MLP's second
-  GEMM) are cast by that kernel (TE ``LayerNormLinear``/``LayerNormMLP``): ``fused``. The
+  GEMM) are cast by that kernel (TE ``LayerNormLinear``/``LayerNormMLP``): ``fused``; on a
+  stack whose MLP runs its own activation (``mlp_unfused``, ``FrameworkProfile.mlp_act_casts``:
+  Megatron-Core's ``MLP``, ``bias_swiglu_impl`` writing bf16 between ``te.LayerNormLinear``
+  and ``te.Linear``, docs/calibration.md §5.118) the second GEMM's input and the first's
+  ``dY`` are cast by kernels of their own, as routed experts' below. The
   output projection's input comes from the attention kernel in bf16 and routed experts'
   inputs from the token permutation: a cast kernel of their own. With sequence parallelism
   the norm's output is quantised on the local ``T/tp`` tokens and all-gathered in the low
