@@ -176,12 +176,13 @@ def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
     assert t["fp8"] < t["fp8-current"] and t["fp8"] < t["mxfp8"]
     e = {d: elementwise_time.elementwise_time_fwd(m, 1, 1, 1, False, gpu, d)
          for d in ("bf16", "fp8", "fp8-current")}
-    # B200 (per-tensor fp8: one copy): inputs a norm or the activation writes (QKV and fc1:
-    # h each, fc2: F) cost 1 - 2 B (fp8 written instead of bf16), the output projection's
-    # (a·d = h) a cast kernel, 2 + 1 B; current scaling adds the cast's bf16 read (2 + 1) to
-    # the fused ones and an amax read (2) to the unfused one (strategies/cost/quantise.py)
+    # B200 (per-tensor fp8: one copy): inputs a norm writes (QKV and fc1: h each) cost
+    # 1 - 2 B (fp8 written instead of bf16), the output projection's (a·d = h) and, on the
+    # default stack (Megatron-Core's own activation, ``mlp_act_casts``, §5.118), fc2's (F) a
+    # cast kernel, 2 + 1 B; current scaling adds the cast's bf16 read (2 + 1) to the fused
+    # ones and an amax read (2) to the unfused ones (strategies/cost/quantise.py)
     T, h = m.seq_length, m.hidden_size
-    fused, unfused = T * (2 * h + m.ffn_hidden_size), T * h
+    fused, unfused = T * 2 * h, T * (h + m.ffn_hidden_size)
     hbm = hbm_rate.usable_hbm(gpu)
     assert e["fp8"] - e["bf16"] == pytest.approx((-fused + 3 * unfused) / hbm, rel=1e-12)
     assert e["fp8-current"] - e["fp8"] == pytest.approx((4 * fused + 2 * unfused) / hbm,

@@ -75,10 +75,11 @@ def cast_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU, dtype: 
     """(forward, backward) seconds of one layer's quantisation per micro-batch
     (``quantise.layer_cast_bytes`` over the usable HBM bandwidth, the routed experts'
     activation casts in passes of their own where the stack runs Transformer Engine's
-    ``GroupedLinear``, ``fw.grouped_mlp_casts``; torchao's float8 TP transposing its gathered
+    ``GroupedLinear``, ``fw.grouped_mlp_casts``, and the dense MLP's where its activation is
+    the stack's own code, ``fw.mlp_act_casts``; torchao's float8 TP transposing its gathered
     fp8 tensors in the backward, ``fw.torchao_float8_tp``); 0 in 16 bits."""
     f, bw = quantise.layer_cast_bytes(m, b, tp, cp, sp, gpu, dtype, fw.grouped_mlp_casts,
-                                      fw.torchao_float8_tp)
+                                      fw.torchao_float8_tp, fw.mlp_act_casts)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 

@@ -12,7 +12,11 @@ The tensors a layer casts, per micro-batch (``layer_cast_bytes``):
 
 * forward, the input ``X`` of each GEMM. Inputs that a norm produces (QKV, MLA's up and down
   projections, the MLP's first GEMM) or the activation function produces (the MLP's second
-  GEMM) are cast by that kernel (TE ``LayerNormLinear``/``LayerNormMLP``): ``fused``. The
+  GEMM) are cast by that kernel (TE ``LayerNormLinear``/``LayerNormMLP``): ``fused``; on a
+  stack whose MLP runs its own activation (``mlp_unfused``, ``FrameworkProfile.mlp_act_casts``:
+  Megatron-Core's ``MLP``, ``bias_swiglu_impl`` writing bf16 between ``te.LayerNormLinear``
+  and ``te.Linear``, docs/calibration.md §5.118) the second GEMM's input and the first's
+  ``dY`` are cast by kernels of their own, as routed experts' below. The
   output projection's input comes from the attention kernel in bf16 and routed experts'
   inputs from the token permutation: a cast kernel of their own. With sequence parallelism
   the norm's output is quantised on the local ``T/tp`` tokens and all-gathered in the low
@@ -88,14 +92,16 @@ from topologies.precision import get_precision
 
 
 def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
-                        routed_unfused: Num = False
+                        routed_unfused: Num = False, mlp_unfused: Num = False
                         ) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
     """Elements one layer quantises per micro-batch on one GPU (the mean layer):
     ``((forward fused, forward unfused), (backward fused, backward unfused))`` (module doc:
     which tensors, which fused into their producer). Routed experts take ``T·topk`` tokens
     in all (``gemm_shapes.layer_gemms``' balanced routing). ``routed_unfused``: the routed
     experts' activation output (fc2's input) and activation gradient (fc1's ``dY``) are cast
-    by kernels of their own (module doc, ``GroupedLinear``), not by the activation."""
+    by kernels of their own (module doc, ``GroupedLinear``), not by the activation;
+    ``mlp_unfused`` the same for the dense MLP and the shared experts (module doc,
+    Megatron-Core's ``MLP`` with ``te.Linear`` fc2)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     h, up = m.hidden_size, (2 if m.gated else 1)
     shard = np.where(sp, tp, 1.0)
@@ -117,7 +123,7 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
                 f_un = f_un + t * h
             else:                                # after the MLP's norm
                 f_fused = f_fused + t * h / shard
-            own = np.logical_and(routed, routed_unfused)  # GroupedLinear's own pass
+            own = routed_unfused if routed else mlp_unfused  # the GEMMs' own passes
             f_act, b_act = t * F / tp, t * up * F / tp  # activation output, its backward
             f_fused = f_fused + np.where(own, 0.0, f_act)   # -> second GEMM
             f_un = f_un + np.where(own, f_act, 0.0)
@@ -129,13 +135,14 @@ def layer_cast_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num,
 
 def layer_cast_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, gpu: GPU,
                      dtype: str, routed_unfused: Num = False,
-                     gathered_transposes: bool = False) -> tuple[Num, Num]:
+                     gathered_transposes: bool = False,
+                     mlp_unfused: Num = False) -> tuple[Num, Num]:
     """(forward, backward) HBM bytes of one layer's quantisation per micro-batch on one GPU
-    (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` as
-    there; ``gathered_transposes``: torchao's float8 TP, ``gathered_transpose_bytes`` added
-    to the backward); 0 in 16 bits."""
+    (``layer_cast_elements`` priced by ``Precision.cast_bytes``; ``routed_unfused`` and
+    ``mlp_unfused`` as there; ``gathered_transposes``: torchao's float8 TP,
+    ``gathered_transpose_bytes`` added to the backward); 0 in 16 bits."""
     p, c = get_precision(dtype), gpu.cast_copies(dtype)
-    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused)
+    (ff, fu), (bf, bu) = layer_cast_elements(m, b, tp, cp, sp, routed_unfused, mlp_unfused)
     fused, unfused = p.cast_bytes(c, True), p.cast_bytes(c, False)
     bwd = bf * fused + bu * unfused
     if gathered_transposes:

@@ -72,6 +72,7 @@ MEGATRON_CORE = FrameworkProfile(
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True, te_linears=True,                 # §5.113
+    mlp_act_casts=True,                                      # §5.118
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY, tp_end_collectives=True,   # §5.88
     sp_shard_whole_gemms=True,                              # §5.99
@@ -141,7 +142,7 @@ HAI_LLM = replace(
     moe_dispatchers=("alltoall", "deepep"), export="none", cuda_graph=False,
     # its expert kernels are not public (not Transformer Engine's GroupedLinear): fused casts
     grouped_mlp_casts=False, quant_padding=False, te_amax_reduction=False,
-    te_linears=False,
+    te_linears=False, mlp_act_casts=False,
     # DeepSeek on its released V3 training profile (deepseek-ai/profile-data issue #2,
     # 2025-02-28): "we launch expert GEMMs (one kernel for one expert) on two streams
     # interleavely", an earlier grouped GEMM than DeepGEMM's, kept for V3 training

@@ -253,6 +253,13 @@ class FrameworkProfile:
     #: passes of their own (``quantise.layer_cast_elements``' ``routed_unfused``); False: the
     #: activation kernels write them quantised (fused)
     grouped_mlp_casts: bool = False
+    #: runs the dense MLP (and shared experts) as Megatron-Core's ``MLP``: fc1 a
+    #: ``te.LayerNormLinear``, the activation its own ``bias_swiglu_impl``/``bias_gelu_impl``
+    #: writing bf16, fc2 a ``te.Linear`` that quantises that input, and fc1's backward its bf16
+    #: incoming gradient, in passes of their own (``quantise.layer_cast_elements``'
+    #: ``mlp_unfused``; docs/calibration.md §5.118); False: the activation kernels write them
+    #: quantised (TE's ``LayerNormMLP``, fused)
+    mlp_act_casts: bool = False
     #: runs Transformer Engine's modules under Megatron-Core's ``fp8_autocast`` (amax group
     #: tp·cp·dp): per-tensor fp8 scaling all-reduces amaxes on the compute stream
     #: (``strategies.cost.amax``; docs/calibration.md §5.64)

@@ -74,7 +74,10 @@ def with_fused_grouped_mlp(fw: FrameworkProfile, dtype: str) -> FrameworkProfile
     doc); no ``Fp8Padding`` copies (``quant_padding`` off: HybridEP pads in its dispatch,
     Megatron-Core 0.18 ``moe_utils.skip_routed_expert_padding``, and the router pads
     otherwise under a full-iteration graph); one kernel per grouped GEMM; the activation's
-    clamp inside the kernel (``runs_eager_clamp`` False). As job precision ``dtype`` runs
+    clamp inside the kernel (``runs_eager_clamp`` False); the op fuser also builds the dense
+    MLPs as ``TEFusedMLP``, whose ``te.ops`` activation takes fc2's input quantizer
+    (``next_op_input_quantizer``), so no dense cast passes either (``mlp_act_casts`` off,
+    §5.118). As job precision ``dtype`` runs
     it: SpecError naming the field, value and rule for a precision other than MXFP8 (TE's
     fused op is its MXFP8 path) or a stack that does not run Megatron-Core's
     ``TEGroupedMLP`` (``grouped_mlp_casts``); the reference reader states the refusal."""
@@ -89,7 +92,8 @@ def with_fused_grouped_mlp(fw: FrameworkProfile, dtype: str) -> FrameworkProfile
                         "Transformer Engine's fused grouped MLP replaces Megatron-Core's "
                         "TEGroupedMLP; this stack does not run it")
     return replace(fw, grouped_mlp_casts=False, quant_padding=False,
-                   expert_gemm_launch=TE_FUSED_GROUPED_MLP, fused_grouped_mlp=True)
+                   expert_gemm_launch=TE_FUSED_GROUPED_MLP, fused_grouped_mlp=True,
+                   mlp_act_casts=False)
 
 
 def with_fp8_attention(fw: FrameworkProfile, dtype: str, gpu: "GPU") -> FrameworkProfile:
