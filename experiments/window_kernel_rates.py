@@ -94,7 +94,6 @@ def model_ms(r: dict, gpu_name: str) -> float:
 
 def rows_report() -> None:
     """Print ``--rows``."""
-    from strategies.estimate import estimate
     from strategies.reference.cases import case_from_entry, load_reference
     print("| row | measured s | attention fwd / bwd ms per layer, catalog -> measured window "
           "| analytic s | error |")
@@ -103,29 +102,39 @@ def rows_report() -> None:
         for e in load_reference(f"strategies/reference/data/{name}.json"):
             case = case_from_entry(e)
             job = case.job
-            if job is None or job.model.name not in ("gpt-oss-120b", "gpt-oss-20b") and \
-                    not job.model.attention_sinks:
+            if job is None or not job.model.attention_sinks:
                 continue
-            m, p, gpu = job.model, job.plan, job.cluster.gpu
-            fw = job.framework
             with _catalog():
-                a0 = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, fw=fw)
-                t0 = estimate(job).step_time_s
-            a1 = attention_time.attention_time_fwd(m, p.mbs, p.tp, p.cp, True, gpu, fw=fw)
-            t1 = estimate(job).step_time_s
-            meas = case.measured_step_s
-            print(f"| {e['id']} | {meas:.3f} | {a0[0] * 1e3:.3f} / {a0[1] * 1e3:.3f} -> "
-                  f"{a1[0] * 1e3:.3f} / {a1[1] * 1e3:.3f} | {t0:.3f} -> {t1:.3f} | "
-                  f"{(t0 / meas - 1) * 100:+.1f} -> {(t1 / meas - 1) * 100:+.1f} % |")
+                before = _row_times(job)
+            after = _row_times(job)
+            err = [(t / case.measured_step_s - 1) * 100 for t in (before[2], after[2])]
+            print(f"| {e['id']} | {case.measured_step_s:.3f} | "
+                  + " -> ".join(f"{1e3 * f:.3f} / {1e3 * b:.3f}" for f, b, _ in (before, after))
+                  + f" | {before[2]:.3f} -> {after[2]:.3f} | {err[0]:+.1f} -> {err[1]:+.1f} % |")
+
+
+def _row_times(job) -> tuple[float, float, float]:
+    """A job's attention core (forward, backward seconds per layer and micro-batch) and its
+    analytic step (seconds)."""
+    from strategies.estimate import estimate
+    p = job.plan
+    f, b = attention_time.attention_time_fwd(job.model, p.mbs, p.tp, p.cp, True,
+                                             job.cluster.gpu, fw=job.framework)
+    return float(f), float(b), estimate(job).step_time_s
 
 
 def main(argv: list[str]) -> int:
-    if "--rows" in argv:
+    import argparse
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("repo", nargs="?", default="/work/.mirror/NVIDIA+cudnn-frontend/repo",
+                    help="a cudnn-frontend clone or bare git directory")
+    ap.add_argument("--table", action="store_true", help="the fractions of the peak")
+    ap.add_argument("--rows", action="store_true", help="every gpt-oss reference row")
+    a = ap.parse_args(argv)
+    if a.rows:
         rows_report()
         return 0
-    table = "--table" in argv
-    argv = [a for a in argv if a != "--table"]
-    repo = argv[0] if argv else "/work/.mirror/NVIDIA+cudnn-frontend/repo"
+    table, repo = a.table, a.repo
     commit = _git(repo, "rev-parse", "HEAD").strip()[:12]
     data = {chip: bf16_times(list(csv.DictReader(io.StringIO(
         _git(repo, "show", f"HEAD:{RESULTS}/{f}"))))) for chip, f in FILES.items()}
