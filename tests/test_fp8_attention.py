@@ -86,7 +86,9 @@ def test_cast_bytes_closed_form():
 
 
 def test_attention_time_is_the_bf16_time_scaled_plus_the_casts():
-    for m, gpu in ((DSV3, GB300), (GPT_OSS, GB200), (QWEN, B300)):
+    # gpt-oss's 128-token windowed layers run at cuDNN's measured rate, each kind over its own
+    # ratio (tests/test_window_kernel.py); the mean-layer factor holds where one rate does
+    for m, gpu in ((DSV3, GB300), (QWEN, B300)):
         fw = with_fp8_attention(DEFAULT, "mxfp8", gpu)
         f0, b0 = attention_time.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=DEFAULT)
         f1, b1 = attention_time.attention_time_fwd(m, 2, 1, 1, True, gpu, fw=fw)

@@ -68,6 +68,19 @@ def mean_score_elements(m: ModelSpec, mode: str = "square", windows: bool = True
     return ((L - nw) * full + nw * win) / L
 
 
+def window_share(m: ModelSpec) -> float:
+    """Share of the mean layer's causal-kernel score blocks (``score_elements`` "kernel") that
+    its sliding-window layers compute: ``nw·win / ((L - nw)·full + nw·win)``; 0.0 without
+    windowed layers. The fused kernel's time per block is one rate unless a kind is priced
+    at its own (``fp8_attention.time_factors``, ``window_kernel``)."""
+    s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
+    if not nw:
+        return 0.0
+    full = score_elements(s, None, mode="kernel") * (L - nw)
+    win = score_elements(s, m.sliding_window, m.window_kind, "kernel") * nw
+    return win / (full + win)
+
+
 def attn_core_flops_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, causal_skip: Num,
                         windows: bool = True) -> Num:
     """QK^T and AV FLOPs per GPU of the mean layer: ``2·b·a·(d_qk + d_v)/(t·c)`` per score

@@ -11,6 +11,7 @@ from strategies.cost import attention_counts
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
+from strategies.cost import window_kernel
 from strategies.cost.gemm_kernel import _shape
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -40,6 +41,31 @@ EXP_EXPOSED_FWD = 0.5
 EXP_EXPOSED_BWD = 1.0
 
 
+def _measured_window(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, slow: Num,
+                     fw: FrameworkProfile, t_flash: Num, t_flash_b: Num,
+                     win: tuple[Num, Num], peak: float) -> tuple[Num, Num]:
+    """(forward, backward) seconds of the fused kernel where its sliding-window layers run at
+    the rate cuDNN measures for them (``window_kernel.window_efficiency``, ``win``: forward
+    and backward fractions of ``peak``): the full layers' share of the catalog-rate times
+    ``t_flash``/``t_flash_b`` (``1 - attention_counts.window_share``) with their exposed
+    exponentials (§5.60; the measured windowed times hold the chip's own), the windowed share
+    of the forward FLOPs at ``peak·win[0]`` and ``FLASH_BWD_FACTOR`` of them at ``peak·win[1]``;
+    under ``fw.fp8_attention`` each kind over its MXFP8 ratio (``fp8_attention.kind_ratios``)."""
+    w = attention_counts.window_share(m)
+    f_win = w * attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
+    full_f, full_b = (1.0 - w) * t_flash, (1.0 - w) * t_flash_b
+    if gpu.exp_seconds_offset():
+        t_exp = slow * (1.0 - w) * attention_counts.attn_exponentials_fwd(m, b, tp, cp) \
+            * gpu.exp_seconds_offset()
+        full_f, full_b = full_f + EXP_EXPOSED_FWD * t_exp, full_b + EXP_EXPOSED_BWD * t_exp
+    win_f = slow * f_win / (peak * win[0])
+    win_b = slow * FLASH_BWD_FACTOR * f_win / (peak * win[1])
+    if fw.fp8_attention:
+        (r_f, r_b), (rw_f, rw_b) = fp8a.kind_ratios(m, gpu, m.seq_length / cp)
+        full_f, full_b, win_f, win_b = full_f / r_f, full_b / r_b, win_f / rw_f, win_b / rw_b
+    return full_f + win_f, full_b + win_b
+
+
 def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: GPU,
                        slow: Num = 1.0, fw: FrameworkProfile = DEFAULT,
                        system: SystemConfig = DEFAULT_SYSTEM) -> tuple[Num, Num]:
@@ -51,7 +77,9 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     ``attention_counts.attn_exponentials_fwd``, at the chip's own rate; and with PyTorch's context
     parallelism the HBM passes around each ring step, ``ring_attention.merge_bytes_fwd``/
     ``accum_bytes_bwd``; under ``fw.fp8_attention`` the fused kernel in MXFP8,
-    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``)."""
+    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``; the
+    sliding-window layers of a shape cuDNN times on the chip at its measured rate,
+    ``window_kernel``, ``_measured_window``)."""
     peak = gpu.peak("bf16")
     hbm = usable_hbm(gpu, system)
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
@@ -60,7 +88,11 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     t_flash_b = FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash
     q = measured.attention_ratios(gpu, fw.attention_kernel, lambda f: f / flash_rate,
                                   FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
-    if q is not None:   # a measured profile: its time over the model's at this kernel length
+    win = None if q is not None else window_kernel.window_efficiency(m, gpu, m.seq_length / cp)
+    if win is not None:   # a short window cuDNN times on this chip: those layers at its rate
+        t_flash, t_flash_b = _measured_window(m, b, tp, cp, gpu, slow, fw, t_flash, t_flash_b,
+                                              win, peak)
+    elif q is not None:   # a measured profile: its time over the model's at this kernel length
         seq, heads = m.seq_length / cp, m.num_attention_heads / tp
         t_flash, t_flash_b = t_flash * q[0](seq, heads), t_flash_b * q[1](seq, heads)
     elif gpu.exp_seconds_offset():   # SFU faster/slower than the efficiency's reference
@@ -69,7 +101,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
         t_flash = t_flash + EXP_EXPOSED_FWD * t_exp
         t_flash_b = t_flash_b + EXP_EXPOSED_BWD * t_exp
     if fw.fp8_attention:   # TE's MXFP8 fused attention: cuDNN's measured ratios, its casts
-        k_f, k_b = fp8a.time_factors(m, gpu, m.seq_length / cp)
+        k_f, k_b = (1.0, 1.0) if win is not None else fp8a.time_factors(m, gpu,
+                                                                         m.seq_length / cp)
         c_f, c_b = fp8a.cast_bytes(m, b, tp, cp)
         t_flash, t_flash_b = t_flash * k_f + c_f / hbm, t_flash_b * k_b + c_b / hbm
     f_full = attention_counts.attn_core_flops_fwd(m, b, tp, cp, False, windows=False)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost.attention_counts import score_elements
+from strategies.cost.attention_counts import window_share
 from strategies.cost.token_counts import Num
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -84,26 +84,34 @@ def full_class(m: ModelSpec) -> str:
     return "192/128" if m.head_dim > 128 else "128/128"
 
 
-def time_factors(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[Num, Num]:
-    """(forward, backward) factor on the mean layer's BF16 fused-attention time at ``seq``
-    tokens per sequence (per GPU, after context parallelism) in MXFP8: each layer kind's time
-    over its measured ratio, weighted by its share of the causal kernel's score blocks
-    (``attention_counts.score_elements`` "kernel"): full layers at ``full_class``, sliding-window
-    layers at ``"64/64w128"`` (the only windowed shape measured). ValueError for a chip without
-    figures (``chip_class``)."""
+def kind_ratios(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[tuple[Num, Num], tuple[Num, Num]]:
+    """((forward, backward) of full layers, (forward, backward) of sliding-window layers):
+    the BF16 over MXFP8 time ratios at ``seq`` tokens per sequence, full layers at
+    ``full_class``, windowed ones at ``"64/64w128"`` (the only windowed shape measured).
+    ValueError for a chip without figures (``chip_class``)."""
     chip = chip_class(gpu)
     if chip is None:
         raise ValueError(f"no MXFP8 attention figures for {gpu.name}")
     full_f, full_b = RATIOS[(chip, full_class(m))]
-    s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
-    full = score_elements(s, None, mode="kernel") * (L - nw)
-    win = score_elements(s, m.sliding_window, m.window_kind, "kernel") * nw if nw else 0.0
-    w = win / (full + win)
+    win_f, win_b = RATIOS[(chip, "64/64w128")]
+    return ((_ratio(full_f, seq), _ratio(full_b, seq)),
+            (_ratio(win_f, seq), _ratio(win_b, seq)))
+
+
+def time_factors(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[Num, Num]:
+    """(forward, backward) factor on the mean layer's BF16 fused-attention time at ``seq``
+    tokens per sequence (per GPU, after context parallelism) in MXFP8, where every layer kind
+    runs at one BF16 rate per score block: each kind's time over its ``kind_ratios``, weighted
+    by its share of the causal kernel's score blocks (``attention_counts.window_share``).
+    ValueError for a chip without figures (``chip_class``)."""
+    full, win = kind_ratios(m, gpu, seq)
+    nw = m.num_windowed_layers
+    w = window_share(m)
     out = []
-    for i, ft in enumerate((full_f, full_b)):
-        f = (1.0 - w) / _ratio(ft, seq)
+    for i in (0, 1):
+        f = (1.0 - w) / full[i]
         if nw:
-            f = f + w / _ratio(RATIOS[(chip, "64/64w128")][i], seq)
+            f = f + w / win[i]
         out.append(f)
     return out[0], out[1]
 
