@@ -3,11 +3,12 @@ per-tensor fp8 (``FrameworkProfile.te_version``, ``activations.expert_input_byte
 ``entry_stack.NEMO_CONTAINER_TE``; docs/calibration.md §5.103, extension teversion): TE 2.0
 to 2.2 keep the data and, on Hopper (TN-only fp8 GEMMs), the transpose (2 B per element);
 TE 1.x and >= 2.3 one copy (1 B); unstated reads TE >= 2.3. Closed forms to floating-point
-precision, the two 25.04 H100 rows, bf16 unchanged to the bit, arrays and search equal to
-the scalar model."""
+precision, the two 25.04 H100 rows on a TE 2.2 stack, bf16 unchanged to the bit, arrays and
+search equal to the scalar model; each documented container reads its stated release."""
 from __future__ import annotations
 
 import dataclasses
+import glob
 
 import pytest
 
@@ -21,7 +22,9 @@ from strategies.plan import Plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
-from strategies.reference.entry_stack import NEMO_CONTAINER_TE
+from strategies.framework import get_profile
+from strategies.reference.entry_stack import (NEMO_CONTAINER_TE, TE_UNDOCUMENTED,
+                                              _with_te_version, nemo_container)
 from strategies.stacks.megatron import MEGATRON_CORE as _MCORE
 from tests.memory_checks import assert_search_equals_scalar
 from topologies.cluster import cluster_preset
@@ -115,30 +118,85 @@ def test_other_precisions_unchanged_to_the_bit(dtype):
                                                                        framework=MEGATRON_CORE))
 
 
-def test_reader_gives_25_04_rows_te_2_2():
-    """Both 25.04 containers (25.04.00 Grok-1, 25.04.01 Llama 4) read TE 2.2, said in the
-    notes; rows of other containers their release; a row naming none keeps None."""
-    assert NEMO_CONTAINER_TE["25.04"] == (2, 2)
+#: each container's TE release as NVIDIA's component tables print it (docs/calibration.md
+#: §5.122): the NeMo Framework User Guide 24.09 page (24.07, 24.09) and Megatron-Bridge
+#: ``docs/releases/software-versions.md`` (25.09 to 26.06)
+STATED = {"24.07": "1.8.0.dev0", "24.09": "1.10", "25.09": "2.7.0", "25.11": "2.9",
+          "26.02": "2.12", "26.04": "2.14+71bbefb", "26.06": "2.16"}
+
+
+def _stated(version: str) -> tuple[int, int]:
+    """``(major, minor)`` of a printed release (``"2.14+71bbefb"`` -> (2, 14))."""
+    major, minor = version.split("+")[0].split(".")[:2]
+    return int(major), int(minor)
+
+
+def test_each_documented_container_reads_its_stated_release():
+    """The map holds exactly the documented containers at their printed releases; a row
+    naming one (``nvcr.io/nvidia/nemo:yy.mm``, on ``nemo`` and ``megatron-core``) reads it,
+    said in its notes; another stack keeps its own."""
+    assert NEMO_CONTAINER_TE == {tag: _stated(v) for tag, v in STATED.items()}
+    for tag, v in STATED.items():
+        for name in ("nemo", "megatron-core", "torchtitan"):
+            fw, notes = get_profile(name), []
+            row = {"source": {"ref": f"container nvcr.io/nvidia/nemo:{tag}.01"}}
+            got = _with_te_version(row, fw, notes)
+            if name == "torchtitan":
+                assert got is fw and not notes
+                continue
+            assert got.te_version == _stated(v) == NEMO_CONTAINER_TE[tag]
+            assert notes == [f"Transformer Engine {_stated(v)[0]}.{_stated(v)[1]} "
+                             f"(NeMo {tag} container)"]
+
+
+def test_reference_rows_read_their_containers_release():
+    """Every reference row on a NeMo/Megatron-Core stack that names a documented container
+    runs its release (24.07, 25.11, 26.04 and 26.06 rows are in the files)."""
+    seen = set()
+    for f in sorted(glob.glob("strategies/reference/data/*.json")):
+        if f.endswith("schedule_studies.json"):
+            continue
+        for e in load_reference(f):
+            case, tag = case_from_entry(e), nemo_container(e)
+            if case.job is None or tag not in STATED or case.job.framework.name not in (
+                    "nemo", "megatron-core"):
+                continue
+            assert case.job.framework.te_version == _stated(STATED[tag]), e["id"]
+            seen.add(tag)
+    assert {"24.07", "25.11", "26.04", "26.06"} <= seen
+
+
+def test_reader_leaves_undocumented_containers_unstated():
+    """The 24.12, 25.02 and 25.04 containers' TE releases are in no NVIDIA component table
+    (docs/calibration.md §5.122): their rows keep None (the newest releases' rules), said in
+    the notes; the 25.04 rows' GB200 twins alike."""
     rows = _rows()
-    for rid in ROWS:
-        case = rows[rid]
-        assert case.job.framework.te_version == (2, 2), rid
-        assert any("Transformer Engine 2.2 (NeMo 25.04 container)" in a
-                   for a in case.assumptions), rid
-    twins = [c for i, c in rows.items() if "_gb200_" in i and ("grok1" in i or "llama4" in i)
-             and c.job is not None]
-    assert twins and all(c.job.framework.te_version == (2, 2) for c in twins)
-    older = [c for c in rows.values() if c.job is not None and "24.12" in str(c.raw)]
-    assert older and all(c.job.framework.te_version is None for c in older)
+    for tag in ("24.12", "25.02", "25.04"):
+        assert tag not in NEMO_CONTAINER_TE
+        named = [c for c in rows.values() if c.job is not None and nemo_container(c.raw) == tag]
+        assert named, tag
+        for case in named:
+            assert case.job.framework.te_version is None, case.raw["id"]
+            assert f"Transformer Engine of the NeMo {tag} container: {TE_UNDOCUMENTED}" in \
+                case.assumptions, case.raw["id"]
+
+
+def _te22(rid: str):
+    """The dgxc 25.05 row ``rid``'s job on a TE 2.2 stack (what NeMo v2.3.x's installer pin
+    would give; no NVIDIA table states the 25.04 container's release)."""
+    job = _rows()[rid].job
+    return dataclasses.replace(job, framework=dataclasses.replace(job.framework,
+                                                                  te_version=(2, 2)))
 
 
 @pytest.mark.parametrize("rid", sorted(ROWS))
 def test_two_h100_rows_per_token_bytes_and_layer_closed_form(rid):
-    """The two 25.04 H100 rows save both 1-byte copies: per routed copy ``2h + 4F + 2F``
+    """The two 25.04 H100 rows on a TE 2.2 stack save both 1-byte copies: per routed copy
+    ``2h + 4F + 2F``
     (Grok-1 208896 B, Llama 4 Maverick 59392 B), and each stashed layer holds
     ``share·load·T·k·(2 − 1)·(h·etp/t + F/t)`` (``T = s·b/cp``) more than under TE >= 2.3
     (1e-12); their Blackwell twins read 1 B."""
-    job = _rows()[rid].job
+    job = _te22(rid)
     m, p = job.model, job.plan
     q = act.job_expert_input_bytes(job)
     assert q == 2.0

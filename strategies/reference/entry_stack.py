@@ -93,14 +93,20 @@ _NEMO_CONTAINER = re.compile(r"nemo:(\d\d\.\d\d)|nemo (\d\d\.\d\d)(?:\.\d\d)? co
 
 
 #: the Transformer Engine release each NeMo container ships, by the container's year and month
-#: (``FrameworkProfile.te_version``): 25.04 (25.04.00 and 25.04.01 alike) TE 2.2: NeMo v2.3.0
-#: and v2.3.1 (25.04.01's changelog is v2.3.1's) both pin TE bee4649c15a7 (2.2.0.dev0, an
-#: ancestor of v2.2, not of TE 4c9626e7e) in ``requirements/manifest.json`` and apply the same
-#: ``external/patches/nemo_2.3.0_te.patch`` (weights only); 25.11 TE 2.9, 26.04 TE 2.14,
-#: 26.06 TE 2.16 (Megatron-Bridge ``docs/releases/software-versions.md``; docs/calibration.md
-#: §5.103 "Extension (teversion)")
-NEMO_CONTAINER_TE: dict[str, tuple[int, int]] = {"25.04": (2, 2), "25.11": (2, 9),
-                                                 "26.04": (2, 14), "26.06": (2, 16)}
+#: (``FrameworkProfile.te_version``), as NVIDIA's "Software Component Versions" tables state
+#: it (docs/calibration.md §5.122); a repository's CI or installer pin is no source (NeMo
+#: v2.0.0 pins TE 7d576ed, 1.8.0.dev0, yet container 24.09 ships TE 1.10; NeMo r2.5.0's
+#: manifest pins b97c2bf, 2.6.0, yet 25.09 ships 2.7.0)
+NEMO_CONTAINER_TE: dict[str, tuple[int, int]] = {
+    # NeMo Framework User Guide 24.09, softwarecomponentversions.html: "1.8.0.dev0", "1.10"
+    "24.07": (1, 8), "24.09": (1, 10),
+    # Megatron-Bridge docs/releases/software-versions.md ("NeMo Framework 25.09" ... "26.06"):
+    # "2.7.0", "2.9", "2.12", "2.14" ("2.14+71bbefb"), "2.16"
+    "25.09": (2, 7), "25.11": (2, 9), "26.02": (2, 12), "26.04": (2, 14), "26.06": (2, 16)}
+#: containers whose TE release no NVIDIA page in reach states (24.12, 25.02, 25.04, 25.07:
+#: the 24.09 page stops at 24.09, Megatron-Bridge's starts at 25.09): a row naming one keeps
+#: ``te_version`` None, the newest releases' rules, said in its notes (§5.122)
+TE_UNDOCUMENTED = "release not in NVIDIA's component tables: the newest releases' rules"
 
 
 def nemo_container(c: dict) -> str | None:
@@ -141,11 +147,15 @@ def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
 def _with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
     """A Megatron-Core stack with the Transformer Engine release of the NeMo container the
     row names (``NEMO_CONTAINER_TE``, ``FrameworkProfile.te_version``), said in ``notes``;
-    other stacks and rows naming no known container keep the profile's (None: TE >= 2.3)."""
+    other stacks and rows naming no container keep the profile's; a row naming a container
+    whose release is not documented keeps it too (None: the newest releases' rules), said."""
     if fw.name not in ("nemo", "megatron-core"):
         return fw
     tag = nemo_container(c)
+    if tag is None:
+        return fw
     if tag not in NEMO_CONTAINER_TE:
+        notes.append(f"Transformer Engine of the NeMo {tag} container: {TE_UNDOCUMENTED}")
         return fw
     v = NEMO_CONTAINER_TE[tag]
     notes.append(f"Transformer Engine {v[0]}.{v[1]} (NeMo {tag} container)")

@@ -167,7 +167,7 @@ class FrameworkProfile:
     mla_down_proj: str = "replicated"
     #: the Transformer Engine release ``(major, minor)`` the stack ran, where a reader knows it
     #: (``reference.entry_stack.NEMO_CONTAINER_TE``: a row's NeMo container); None: not
-    #: stated, read as TE >= 2.3. ``memory.saved_precision.expert_input_bytes`` and
+    #: stated, read as the newest releases' rules. ``memory.saved_precision.expert_input_bytes`` and
     #: ``memory.te_linear_saved.te_linear_input_bytes`` read it (what TE's grouped experts and
     #: dense modules save under per-tensor fp8, docs/calibration.md §5.103, §5.113)
     te_version: tuple[int, int] | None = None
