@@ -160,11 +160,20 @@ def _bf16_job(bf16_optimizer: bool, dtype: str = "bf16", framework: str = "megat
     return make_job(m, cl, plan, dtype=dtype, framework=fw, system=system)
 
 
-def _fp32_off():
+def _fp32_off(reduce: str = "allreduce"):
     """The BF16_Optimizer off with an fp32 gradient buffer stated: only the optimizer's own
-    accumulation and reduction differ from the job with it on."""
+    accumulation (and, with ``reduce="reduce_scatter"``, a ZeRO-1 that reduce-scatters: the
+    reduction's kind) differ from the job with it on."""
     from strategies.cost.system import SystemConfig
-    return _bf16_job(False, system=SystemConfig(grad_buffer_bytes=4.0))
+    job = _bf16_job(False, system=SystemConfig(grad_buffer_bytes=4.0))
+    return job if reduce == "allreduce" else _with_zero1(job, reduce)
+
+
+def _with_zero1(job, reduce: str):
+    """``job`` with its stack's ZeRO-1 reducing by ``reduce`` (``zero1_grad_reduce``)."""
+    from dataclasses import replace
+    return make_job(job.model, job.cluster, job.plan, dtype=job.dtype, system=job.system,
+                    framework=replace(job.framework, zero1_grad_reduce=reduce))
 
 
 def test_bf16_optimizer_accumulation_bytes():
@@ -217,11 +226,15 @@ def test_without_the_bf16_optimizer_gradients_stay_16_bit():
 
 def test_bf16_optimizer_all_reduces_the_fp32_gradients():
     """Under its own ZeRO-1 the BF16_Optimizer all-reduces (not reduce-scatters) the fp32
-    gradients after the schedule (DeepSpeed's ReduceGrads, not overlapped): the exposed
-    data-parallel time grows by exactly t_allreduce - t_reduce_scatter."""
+    gradients after the schedule (DeepSpeed's ReduceGrads, not overlapped): against a stack
+    whose ZeRO-1 reduce-scatters, the exposed data-parallel time grows by exactly
+    t_allreduce - t_reduce_scatter; against DeepSpeed's own ZeRO-1, which all-reduces too
+    (§5.121), it does not move."""
     from strategies.cost import comm as cm
     from strategies.estimate.scalar import estimate
-    on, off = _bf16_job(True), _fp32_off()
+    on, off = _bf16_job(True), _fp32_off("reduce_scatter")
+    assert estimate(_fp32_off()).breakdown_s["dp_comm"] == pytest.approx(
+        estimate(on).breakdown_s["dp_comm"], rel=1e-12)
     sc = stage_costs(on)
     assert (sc.grad_bytes, stage_costs(_bf16_job(False)).grad_bytes) == (4.0, 2.0)
     p, cl = on.plan, on.cluster
@@ -234,6 +247,8 @@ def test_bf16_optimizer_all_reduces_the_fp32_gradients():
     # fp16: no BF16_Optimizer, nothing changes
     assert estimate(_bf16_job(True, "fp16")).step_time_s == estimate(
         _bf16_job(False, "fp16")).step_time_s
+    assert estimate(_with_zero1(_bf16_job(True, "fp16"), "reduce_scatter")).step_time_s < \
+        estimate(_bf16_job(True, "fp16")).step_time_s
 
 
 def test_bf16_optimizer_simulated_reduction_is_an_all_reduce():
@@ -245,8 +260,10 @@ def test_bf16_optimizer_simulated_reduction_is_an_all_reduce():
                 for ops in prog.streams.values() for op in ops
                 if isinstance(op, Collective) and len(op.group) == job.plan.dp}
     on, off = kinds(_bf16_job(True)), kinds(_bf16_job(False))
+    rs = kinds(_with_zero1(_bf16_job(False), "reduce_scatter"))
     assert "allreduce" in on and "reduce_scatter" not in on
-    assert "reduce_scatter" in off and "allreduce" not in off
+    assert "allreduce" in off and "reduce_scatter" not in off      # DeepSpeed's ZeRO-1 (§5.121)
+    assert "reduce_scatter" in rs and "allreduce" not in rs
 
 
 def test_bloom_rows_state_their_optimizer():
@@ -269,7 +286,7 @@ def test_full_grad_reduce_rule():
     from strategies.stacks.comm_rules import full_grad_reduce
     ds, lm = get_profile("megatron-deepspeed"), get_profile("megatron-lm-2021")
     assert full_grad_reduce(ds, "bf16", 0) and full_grad_reduce(ds, "bf16", 1)
-    assert not full_grad_reduce(ds, "fp16", 1) and not full_grad_reduce(lm, "bf16", 1)
+    assert full_grad_reduce(ds, "fp16", 1) and not full_grad_reduce(lm, "bf16", 1)   # §5.121
     assert not full_grad_reduce(ds, "bf16", 2)
     assert list(full_grad_reduce(ds, "bf16", [0, 1, 2, 3])) == [True, True, False, False]
 

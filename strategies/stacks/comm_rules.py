@@ -42,11 +42,14 @@ def stack_grad_bytes(fw: "FrameworkProfile") -> float:
 
 def full_grad_reduce(fw: "FrameworkProfile", dtype: str, zero: Any) -> Any:
     """Whether the data-parallel gradient reduction is a full all-reduce (not a
-    reduce-scatter into the optimizer shard): ZeRO-0, and DeepSpeed's BF16_Optimizer, which
-    all-reduces the fp32 gradients under its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or
-    array ``zero``; the one rule the estimate, the lower bound and the compiler read."""
+    reduce-scatter into the optimizer shard): ZeRO-0; ZeRO-1 where the stack's ZeRO-1
+    all-reduces (``fw.zero1_grad_reduce``: DeepSpeed's ``DeepSpeedZeroOptimizer``, its
+    16-bit gradients) or its BF16_Optimizer runs, which all-reduces the fp32 gradients under
+    its own ZeRO-1 (``uses_bf16_optimizer``). Scalar or array ``zero``; the one rule the
+    estimate, the lower bound and the compiler read."""
     z = np.asarray(zero)
-    out = (z == 0) | ((z == 1) & uses_bf16_optimizer(fw, dtype))
+    z1_ar = fw.zero1_grad_reduce == "allreduce" or uses_bf16_optimizer(fw, dtype)
+    out = (z == 0) | ((z == 1) & z1_ar)
     return bool(out) if out.ndim == 0 else out
 
 

@@ -38,7 +38,7 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     tp_end_collectives=True,   # §5.88
     schedule_impl=(("1f1b", "deepspeed-1f1b"),), zero3_gather="per-tensor",
     recompute_methods=("uniform",), bf16_optimizer=True, grad_in_param_dtype=True,
-    zero_buffers="deepspeed", loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
+    zero_buffers="deepspeed", zero1_grad_reduce="allreduce", loss=MEGATRON_DEEPSPEED_CROSS_ENTROPY,
     alibi_score_bytes=ALIBI_BADDBMM_BYTES,
     precisions=("bf16", "fp16"),
     precision_source="DeepSpeed's config \"bf16\": {\"enabled\"} or \"fp16\": {\"enabled\"} "

@@ -424,6 +424,14 @@ class FrameworkProfile:
     #: fp32 gradient partition; ``strategies.memory.deepspeed_zero``, docs/calibration.md
     #: §5.119), read where the gradients are 16-bit (not under its BF16_Optimizer)
     zero_buffers: str = ""
+    #: how the stack's ZeRO-1 reduces the gradients over dp (``ZERO1_GRAD_REDUCES``):
+    #: ``"reduce_scatter"`` into each rank's optimizer shard (Megatron's distributed
+    #: optimizer), or ``"allreduce"`` of the whole gradient, every rank then stepping its
+    #: shard and all-gathering the weights (DeepSpeed v0.5.10 ``DeepSpeedZeroOptimizer``
+    #: with ``partition_grads`` off: ``reduce_ipg_grads`` → ``buffered_reduce_fallback(None,
+    #: ...)`` → ``allreduce_bucket`` → ``dist.all_reduce``, in buckets of
+    #: ``reduce_bucket_size``; ``comm_rules.full_grad_reduce``, docs/calibration.md §5.121)
+    zero1_grad_reduce: str = "reduce_scatter"
     #: HBM bytes per score element the stack spends adding ALiBi's bias into the scores of the
     #: unfused attention path (models with ``position_embedding="alibi"``, no FlashAttention;
     #: ``counts.softmax_bytes_fwd``): Megatron-DeepSpeed's ``baddbmm(alibi, q, k^T, beta=1)``

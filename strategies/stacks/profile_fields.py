@@ -23,6 +23,8 @@ LAYOUT_WAYS = ("string", "first_last", "slots", "per_stage")
 ZERO3_GATHERS = ("bucketed", "per-tensor")
 #: ``FrameworkProfile.zero_buffers``: the default model's, DeepSpeed's ``DeepSpeedZeroOptimizer``
 ZERO_BUFFERS = ("", "deepspeed")
+#: ``FrameworkProfile.zero1_grad_reduce``: how ZeRO-1 reduces the gradients over dp
+ZERO1_GRAD_REDUCES = ("reduce_scatter", "allreduce")
 #: ``FrameworkProfile.dgrad_overlap``'s values
 DGRAD_OVERLAPS = ("all", "sp", "none")
 #: ``FrameworkProfile.mla_down_proj``'s values
@@ -56,7 +58,7 @@ DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
 _CHOICES = (("tp_overlap", TP_OVERLAP_IMPLS), ("tp_overlap_without_sp", TP_OVERLAP_WITHOUT_SP),
             ("cp_impl", CP_IMPLS), ("elementwise_kernels", ELEMENTWISE_KERNELS),
             ("zero3_gather", ZERO3_GATHERS), ("dgrad_overlap", DGRAD_OVERLAPS),
-            ("zero_buffers", ZERO_BUFFERS),
+            ("zero_buffers", ZERO_BUFFERS), ("zero1_grad_reduce", ZERO1_GRAD_REDUCES),
             ("mla_down_proj", MLA_DOWN_PROJS))
 
 
