@@ -74,3 +74,14 @@ def test_hidden_ring_adds_nothing_to_the_estimate_and_the_simulation() -> None:
     t0 = simulate(j0, network="contention-free").step_time_s
     t1 = simulate(j1, network="contention-free").step_time_s
     assert t1 - t0 == pytest.approx(e1.step_time_s - e0.step_time_s, rel=1e-9)
+
+
+def test_pytorch_ring_waits_add_to_the_block_in_the_bound() -> None:
+    """PyTorch's ring (torchtitan) waits on the compute stream before what closes the block:
+    the bound adds its waits to the block's collectives and stays below the simulation."""
+    plan = "tp=8,pp=1,cp=2,mbs=1,zero=2,sp=true"
+    m, cl, job = _job("llama3-8b", "dgx-h100", plan, framework="torchtitan")
+    b = step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]),
+                              framework="torchtitan")[0]
+    t = simulate(job, network="contention-free").step_time_s
+    assert 0.99 * t < b <= t, (b, t)

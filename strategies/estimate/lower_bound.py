@@ -29,8 +29,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    ``ep_overlap``), which may hide under the
    partner's compute. The all-to-all, the expert-TP collectives and the
    blocking TP collectives run one after the other (``a2a_floor`` bounds the first per
-   link), the ring-attention tail beside them: a block lasts at least its compute plus the
-   larger of the two. A pipeline exchange is blocking: the
+   link), after the ring-attention tail (the attention's output waits for the ring,
+   ``cp_ring``): a block lasts at least its compute plus their sum. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
    send placed right after the step that produced it adds its transfer to the chain (every
    send with GPipe and 1F1B; with interleaving the backward ones, as a forward's output
