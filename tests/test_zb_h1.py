@@ -218,7 +218,8 @@ def test_bound_never_beats_the_simulation(name, cl_name, nodes, plan, gbs, sched
     """The search's lower bound (tests/test_search.py's test) holds for ZB-H1 and ZB-H2 and
     is tight up to the communication the simulation leaves exposed (the bound may hide it
     all: Mixtral's expert all-to-all is 8 % of its step); it is below 1F1B's bound on the
-    same plan."""
+    same plan, or 1F1B simulates faster too (the context-parallel plan, whose ring the
+    blocking backward adds to its TP collectives, docs/calibration.md §5.110)."""
     m, cl = model_preset(name), cluster_preset(cl_name, nodes)
     job = make_job(m, cl, parse_plan(plan + f",schedule={schedule}"), global_batch=gbs)
     one = make_job(m, cl, parse_plan(plan), global_batch=gbs)
@@ -228,7 +229,7 @@ def test_bound_never_beats_the_simulation(name, cl_name, nodes, plan, gbs, sched
     exposed = res.metrics["exposed_comm_s"]
     exposed = sum(exposed.values()) if isinstance(exposed, dict) else exposed
     assert b <= t and b / t > 0.95 - exposed / t, (b, t, exposed)
-    assert b < b1
+    assert b < b1 or t > simulate(one).step_time_s, (b, b1, t)
 
 
 def test_compare_gpt3_175b_zb_h1_at_or_below_1f1b(capsys):

@@ -5,7 +5,8 @@ Per layer block (a whole model chunk with ``granularity="chunk"``, one layer wit
 TP all-reduce or SP reduce-scatter + all-gather pairs, the tail of the CP ring). With
 ``tp_comm_overlap`` all but ``1/tp_overlap_chunks`` of the TP traffic runs beside the compute;
 CP ring attention runs beside the attention core, its last ``cp_exposed_fraction`` after
-(``strategies.cost.system.SystemConfig``, carried by the ``StageCosts`` record).
+(``strategies.cost.system.SystemConfig``, carried by the ``StageCosts`` record), and the
+collectives that close the block wait for it (``strategies.cost.cp_ring``).
 Gradient buckets (``simulator.program.grad_buckets``) are reduced on the dp-comm stream during the last
 micro-batch's backward of each chunk (``overlap_grad_reduce``) or after the schedule. All
 durations and bytes come from ``StageCosts``. Units: seconds, bytes.

@@ -7,6 +7,7 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 from __future__ import annotations
 
 from simulator.program.tensor_parallel import _TP_TAG
+from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
 
 
@@ -92,22 +93,26 @@ class LayerBlocks:
                                 deps=(other,) if other is not None else start)
                 self.wait += [pre] if pre is not None else []
                 main = self.compute(attn, kind, label, i, c, force=True)
+                tail = None
                 if not fwd:
                     tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, nl, "cp",
                                      f"CP {label}", i, c, deps=(main,))
                     self.wait += [tail] if tail is not None else []
-                return self._close_block(fwd, items, label, i, c, start, main)
+                self._close_block(fwd, items, label, i, c, start, main, ring=tail)
+                return main
             main = self.compute(attn, kind, label, i, c, force=True)
             if cs.cp_torch:     # the waits sit inside the attention, before what closes it
                 end = self.torch_ring(fwd, nl, label, i, c, other, start)
                 self._close_block(fwd, items, label, i, c, start, main if end is None else end)
                 return main
-            vol, f = nl * (1 if fwd else 2), cs.cp_exposed_fraction
+            vol, f = nl * PASS_VOLUME[fwd], cs.cp_exposed_fraction
             self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * (1 - f), "cp",
                       f"CP {label}", i, c, deps=(other,) if other is not None else start)
             tail = self.coll("cp-comm", "allgather", "cp", cs.cp_bytes, vol * f, "cp",
                              f"CP {label}", i, c, deps=(main,))
             self.wait += [tail] if tail is not None else []
+            self._close_block(fwd, items, label, i, c, start, main, ring=tail)
+            return main
         else:
             main = self.compute(secs, kind, label, i, c, force=True)
         return self._close_block(fwd, items, label, i, c, start, main)
@@ -128,10 +133,17 @@ class LayerBlocks:
                             f"CP wait {label}", i, c)
 
     def _close_block(self, fwd: bool, items: list[tuple], label: str, i: int, c: int,
-                     start: tuple, main: int) -> int:
+                     start: tuple, main: int, ring: int | None = None) -> int:
         """The collectives that close a layer block after its compute ``main``: MoE
-        all-to-alls and the tensor-parallel collectives."""
+        all-to-alls and the tensor-parallel collectives. ``ring``: the context-parallel
+        traffic the attention's output waits for (Transformer Engine's ring waits on each
+        K/V step, and in the backward each dK/dV step, inside ``AttnFuncWithCPAndKVP2P``;
+        the all-gather path's dK/dV reduce-scatter precedes the QKV data gradient): what
+        closes the block, the carved weight gradients included, starts after it
+        (``cost.cp_ring``, docs/calibration.md §5.110)."""
         cs, nl = self.c, sum([n for n, _ in items])
+        if ring is not None:
+            main = ring
         # MoE, each kind's layers (none for a dense layer): dispatch and combine all-to-alls
         # (ep_bytes holds both), and with expert tensor parallelism the all-gather of the
         # dispatched tokens and the reduce-scatter of the expert outputs over the etp group
@@ -162,7 +174,7 @@ class LayerBlocks:
                                              else "allreduce", "tp", cs.rd_bytes * width, n,
                                              "tp", f"RD tp {label}", i, c,
                                              deps=(main, after))) is not None]
-                saved, self.wait = self.wait, [after] if after is not None else []
+                saved, self.wait = self.wait, [d for d in (after, ring) if d is not None]
                 self.compute(d, "backward", label, i, c, force=True)
                 self.wait = saved + reds
         self.tp_comm(n_tp, label, i, c, start, main,

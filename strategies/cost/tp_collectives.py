@@ -118,26 +118,6 @@ def dgrad_reduce_hidden(t_red: Callable[[float], token_counts.Num], x: Any) -> t
     return out
 
 
-def dgrad_reduce_carved(t_red: Callable[[float], token_counts.Num], x: Any) -> token_counts.Num:
-    """Seconds per mean layer's backward of the weight-gradient GEMMs that run after the
-    block's attention, beside their data gradients' reductions: those of the pieces whose
-    reduction outlasts its GEMM (``wgrad < t_red(width)``), ``dgrad_reduce_pieces`` by share
-    and, with column-parallel down projections, ``down_reduce_pieces`` at the hidden width.
-    What else runs on other streams after the attention (the ring-attention traffic's rest)
-    hides under them. 0 where ``t_red`` is 0 (no asynchronous reduction). A smaller
-    ``t_red`` (a floor) carves no more. The simulator carves the same GEMMs out of the
-    block (``simulator.program.tensor_parallel`` ``reduce_split``)."""
-    out, t_red = 0.0, _per_width(t_red)
-    for share, pieces in dgrad_reduce_pieces(x):
-        for width, wgrad in pieces:
-            out = out + share * np.where(wgrad < t_red(width), wgrad, 0.0)
-    if down_reduce_pieces(x):
-        t = t_red(1.0)
-        for wgrad in down_reduce_pieces(x):
-            out = out + np.where((x.tp_down > 0) & (wgrad < t), wgrad, 0.0)
-    return out
-
-
 def tp_kind_bytes(x: Any, kind: str) -> token_counts.Num:
     """Bytes of one hidden-width tensor-parallel collective of ``kind`` (``x``: a
     ``StageCostArrays`` or ``StageCosts``): an all-gather ``tp_ag_bytes`` (the quantised

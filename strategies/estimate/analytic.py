@@ -57,6 +57,7 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
+from strategies.cost.cp_ring import PASS_VOLUME, ring_exposed
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
                                    dgrad_reduce_time, down_reduce_hidden,
@@ -479,11 +480,13 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # (``cost.stage.dgrad_reduce_hidden``, §5.75): a bf16 reduce-scatter under SP, an
     # all-reduce without
     tp_layer = tp_layer - dgrad_reduce_hidden(lambda w: dgrad_reduce_time(sc, tp, sp, cl, w), sc)
-    # context parallel ring attention, overlapped with the attention blocks it feeds
-    t_cp = 3 * cm.collective_time("reduce_scatter", sc.cp_bytes, cp, tp, cl)
-    a_f, a_b = sc.attn_fwd, sc.attn_bwd
-    cp_layer = np.where(cp > 1, np.maximum(t_cp - (a_f + a_b), sc.cp_exposed_fraction * t_cp),
-                        0.0)
+    # context parallel ring attention: each pass waits on its ring inside the attention,
+    # where it outlasts the attention core, on top of the layer's other exposed
+    # communication (``cost.cp_ring.ring_exposed``, §5.110)
+    t_cp = cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl)
+    cpf = sc.cp_exposed_fraction
+    cp_layer = np.where(cp > 1, ring_exposed(PASS_VOLUME[True] * t_cp, sc.attn_fwd, cpf)
+                        + ring_exposed(PASS_VOLUME[False] * t_cp, sc.attn_bwd, cpf), 0.0)
     if sc.cp_torch:     # PyTorch's ring: its waits on the all-gather and the dK/dV ring
         cp_layer = np.where(cp > 1, sc.cp_stall_fwd + sc.cp_stall_bwd, 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds

@@ -29,8 +29,8 @@ stops once the next bound exceeds the k-th best simulated time; that is exact on
    ``ep_overlap``), which may hide under the
    partner's compute. The all-to-all, the expert-TP collectives and the
    blocking TP collectives run one after the other (``a2a_floor`` bounds the first per
-   link), the ring-attention tail beside them: a block lasts at least its compute plus the
-   larger of the two. A pipeline exchange is blocking: the
+   link), after the ring-attention tail (the attention's output waits for the ring,
+   ``cp_ring``): a block lasts at least its compute plus their sum. A pipeline exchange is blocking: the
    next compute waits for its last op, and sends precede receives on the pp stream, so a
    send placed right after the step that produced it adds its transfer to the chain (every
    send with GPipe and 1F1B; with interleaving the backward ones, as a forward's output
@@ -87,7 +87,7 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import layer_time
-from strategies.cost.tp_collectives import dgrad_reduce_carved
+from strategies.cost.cp_ring import PASS_VOLUME, ring_exposed
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -203,7 +203,8 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     A MoE layer's all-to-all, then its expert-TP all-gather and reduce-scatter (the ep-comm
     stream, after the block's compute), then its blocking TP collectives (which wait for the
     last of them: ``ProgramBuilder._close_block``, docs/calibration.md §5.53) run in
-    sequence; the tail of the ring-attention traffic beside them."""
+    sequence; the ring attention's waits, inside the attention, add to them
+    (``cp_ring.ring_exposed``, docs/calibration.md §5.110)."""
     attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau_raw = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau_raw * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
@@ -215,10 +216,12 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     # expert TP: one all-gather and one reduce-scatter over the etp consecutive ranks
     etp_c = np.where(moe & (etp > 1) & (sc.etp_bytes > 0),
                      2 * group_floor(sc.etp_bytes, etp, 1, 1, cl), 0.0)
-    cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one layer forward
+    # the ring's waits inside the attention, at its all-gathers' floor, on top of what closes
+    # the block (``cp_ring.ring_exposed``, §5.110)
+    cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one all-gather
     f = sc.cp_exposed_fraction
-    cp_f = f * cp_pass + np.maximum(0.0, (1 - f) * cp_pass - attn_f)
-    cp_b = f * 2 * cp_pass + np.maximum(0.0, (1 - f) * 2 * cp_pass - attn_b)
+    cp_f = ring_exposed(PASS_VOLUME[True] * cp_pass, attn_f, f)
+    cp_b = ring_exposed(PASS_VOLUME[False] * cp_pass, attn_b, f)
     if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
         cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
@@ -247,11 +250,6 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
             return np.where(rd > 0, np.where(sp, group_floor(rd * w, tp, 1, 1, cl),
                                              group_floor(rd * w, tp, 1, 2, cl)), 0.0)
         tp_b = np.maximum(tp_b - dgrad_reduce_hidden(t_red, sc), 0.0)
-        # the ring's rest runs on past the attention beside the weight-gradient GEMMs that
-        # wait for their reductions after it (``dgrad_reduce_carved``, at the floor: no more
-        # of them); PyTorch's waits sit inside the attention, before them
-        if not sc.cp_torch:
-            cp_b = np.maximum(cp_b - dgrad_reduce_carved(t_red, sc), 0.0)
     # MLA's column-parallel down projections' own collectives (``attn_down_time``, §5.85),
     # blocking after the block, at their floors (the lower figure only)
     dn_f, dn_b = 0.0, 0.0
@@ -263,8 +261,8 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
         # less the input-gradient reductions their weight gradients hide, at the floor
         # (``down_reduce_hidden``, §5.99; ``t_red`` 0 where blocking)
         dn_b = np.maximum(dn_b - down_reduce_hidden(t_red, sc), 0.0)
-    return (np.maximum(np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f, cp_f),
-            np.maximum(tp_b + a2a + etp_c + dn_b, cp_b) + rg, tau)
+    return (np.maximum(n_f * tau - over * saved_f, 0.0) + a2a + etp_c + dn_f + cp_f,
+            tp_b + a2a + etp_c + dn_b + cp_b + rg, tau)
 
 
 def _p2p_send(cl: Cluster, sc: StageCostArrays, n, pp):

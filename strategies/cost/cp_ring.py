@@ -1,0 +1,38 @@
+"""Context parallelism as Transformer Engine runs it (``FrameworkProfile.cp_impl`` ``"ring"``
+or ``"allgather"``): the seconds one layer pass waits on its K/V traffic. PyTorch's ring
+(torchtitan, ``"torch"``) has its own waits (``ring_attention.torch_ring_stalls``).
+
+The ring (``AttnFuncWithCPAndKVP2P``, ``transformer_engine/pytorch/attention/
+dot_product_attention/context_parallel.py``) splits the attention into ``cp`` steps and
+overlaps each step's compute with the next step's K/V send, waiting on it (``req.wait()``)
+before that step; the backward sends dK/dV round the ring too and waits for each ("wait
+until dKV is received") before returning. So the waits sit inside the attention, whose
+output the layer's next GEMM and its tensor-parallel collective (forward), or the QKV data
+and weight gradients (backward), need: the ring's exposure adds to the layer's other
+exposed communication, it does not run beside it. The all-gather path
+(``AttnFuncWithCPAndKVAllGather``) gathers K/V before the attention and reduce-scatters
+dK/dV after it, before the QKV backward: all exposed.
+
+The one rule the estimate (scalar and arrays) and the lower bound read; the simulator
+compiles the same traffic (``simulator.program.layer_blocks``: the share ``1 - f`` beside
+the attention core, ``f`` after it, the block's closing collectives after both).
+docs/calibration.md §5.110. Seconds.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.cost.token_counts import Num
+
+#: the ring's traffic per layer pass, in all-gathers of ``StageCosts.cp_bytes``: K/V
+#: forward; K/V again and dK/dV backward (the simulator's volumes)
+PASS_VOLUME = {True: 1.0, False: 2.0}
+
+
+def ring_exposed(t_pass: Num, attn: Num, f: Num) -> Num:
+    """Seconds one layer pass waits on its context-parallel traffic: ``t_pass`` (the
+    pass's K/V traffic, ``PASS_VOLUME`` all-gathers of ``cp_bytes``) of which the share
+    ``f`` (``StageCosts.cp_exposed_fraction``: the ring's last step, 1 for the all-gather
+    path) is exposed whole and the rest where it outlasts the attention core ``attn`` it
+    runs beside: ``f·t + max((1 - f)·t - attn, 0)``. Vectorised; 0 where ``t_pass`` is 0."""
+    return f * t_pass + np.maximum((1 - f) * t_pass - attn, 0.0)
