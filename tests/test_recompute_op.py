@@ -21,7 +21,7 @@ from strategies.stacks.pytorch import TORCHTITAN
 from strategies.stacks.rules import check_plan
 from topologies.gpus import get_gpu
 from strategies.memory.activations import layer_activation_bytes, op_saved_bytes
-from strategies.memory.arrays import _layer_act
+from strategies.memory.arrays import layer_act_arrays
 from strategies.plan import parse_plan
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.presets import model_preset
@@ -98,8 +98,8 @@ def test_memory_between_none_and_full(m, tp, sp):
     # with FlashAttention selective drops nothing, so op is also below selective
     assert by["op"] < by["selective"] == by["none"]
     # array form (search, memory report) equals the scalar one
-    stored, none = _layer_act(m, np.array([1.0]), np.array([tp]), np.array([1]),
-                              np.array([sp]), np.array([3]), np.array([True]))
+    stored, none = layer_act_arrays(m, np.array([1.0]), np.array([tp]), np.array([1]),
+                                    np.array([sp]), np.array([3]), np.array([True]))
     assert stored[0] == pytest.approx(by["op"], rel=1e-12)
     assert none[0] == pytest.approx(by["none"], rel=1e-12)
     assert op_saved_bytes(m, s, 1, tp, sp, 1) == pytest.approx(by["op"], rel=1e-15)

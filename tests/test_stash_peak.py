@@ -3,7 +3,7 @@ peaks agree with ``memory_by_stage``): of the ``(stashed, pending W)`` pairs the
 order passes through (``schedules.base.stash_frontier``: after each forward and after each
 backward's release), the one with the most bytes (``peak_pair``) at the rank's bytes per
 stashed ``(micro-batch, chunk)`` and per pending weight gradient. The scalar memory model
-(``activations.stash_peak``), the array model (``arrays._stash_frontier``) and the
+(``activations.stash_peak``), the array model (``stash_arrays.stash_frontier_arrays``) and the
 simulator's activation track (which replays the run op by op) all land on it."""
 from __future__ import annotations
 

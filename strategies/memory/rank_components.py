@@ -1,0 +1,385 @@
+"""Bytes per GPU of one pipeline rank of each plan, by origin (``ORIGINS``: ``layers``,
+``embedding``, ``output``, ``recompute``, ``other``) and kind (``KINDS``: ``params``,
+``grads``, ``optimizer``, ``activations``, ``other``), over numpy arrays of plans
+(``PlanArrays``): ``memory_component_arrays``, what the search's peak
+(``peak_arrays``) and the scalar model (``strategies.memory.scalar``, entry 0 of the very
+same computation) read. Every term: docs/memory.md.
+
+The stash of in-flight micro-batches is the schedule's (``strategies.memory.activations``);
+``in_flight`` lets the scalar wrapper pass it per plan, and without it the schedule's
+moment with the most bytes is used (``stash_arrays``). The states and the optimizer's
+buffers: ``state_arrays``.
+
+>>> from strategies.presets import model_preset
+>>> from strategies.search.space import columns_from_plans
+>>> from strategies.plan import parse_plan
+>>> m = model_preset("gpt3-175b")
+>>> P = columns_from_plans([parse_plan("tp=8,pp=8,dp=1,gbs=64,recompute=full")])
+>>> parts, total = memory_component_arrays(m, P, 0)
+>>> sorted(parts) == sorted(ORIGINS) and float(total[0]) == float(sum(
+...     x[0] for o in ORIGINS for x in parts[o].values()))
+True
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from strategies import placement
+from strategies.cost import param_counts, token_counts
+from strategies.cost.param_counts import content_params
+from strategies.cost import recompute as rcp
+from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
+                               mixed_layers)
+from strategies.cost.quantise import weight_copy_bytes
+from strategies.cost.system import SystemConfig, get_system
+from strategies.memory.te_linear_saved import te_linear_saved_delta
+from strategies.memory.activations import (embedding_bytes, output_bytes,
+                                          permutation_buffer_bytes, routed_stash_correction,
+                                          selective_dropped_bytes, stash_kinds)
+from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
+                                            own_chunk_peak, stash_frontier_arrays)
+from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
+from strategies.model import ModelSpec
+from strategies.plan_arrays import PlanArrays, as_plan_arrays
+from strategies.schedules import attr_by_code, dispatch
+
+ORIGINS = ("layers", "embedding", "output", "recompute", "other")
+KINDS = ("params", "grads", "optimizer", "activations", "other")
+
+
+def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], stage,
+                            dtype: str = "bf16", system: SystemConfig | None = None,
+                            in_flight=None, layers=None, pending_w=None, content=None,
+                            gpu=None, stash_layers=None, clamp=False, remat_named=False,
+                            loss_bytes=None, act_cache=None, optimizer_bytes=None,
+                            fsdp2=False, dispatch_bytes=None, expert_input=None,
+                            te_inputs=None
+                            ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
+    """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
+    plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
+    total (their sum). ``P``: ``PlanArrays`` or the search space's short columns; ``dtype``:
+    the training precision; ``system``: the policy constants; ``in_flight``: stashed
+    ``(micro-batch, chunk)`` entries per plan (default: the schedule's count with the default
+    interleaving group size); ``layers``: transformer layers on the stage per plan (default
+    ``num_layers / pp``; ``Job.layers_of_stage`` for uneven stages); ``pending_w``: weight
+    gradients pending at the stash peak per plan (a split backward; default the schedule's
+    ``pending_weight_grads_array``); ``content``: for a model with dense and MoE layers or
+    MTP modules (``layout.mixed_layers``), ``{"dense", "moe", "mtp": counts per plan}``, the
+    layers and modules whose parameters the rank holds (both copies where
+    ``Schedule.mirrored``; ``layout.stage_content`` of the job's layout), default the plan
+    columns' layout (even, first/last, slots: ``layout.even_stage_content_arrays``); each
+    kind's parameters are summed (``param_counts.layer_params_split`` of the kind), and ``layers``
+    is then the layers and MTP modules a micro-batch stashes here (default the content's,
+    the mean of the two copies where mirrored).
+    A stashed ``(micro-batch, chunk)`` holds ``layers / vpp`` layers' activations: the mean
+    chunk of the stage (a layout's chunks may differ by a layer).
+    ``gpu``: the chip (its fp8 layouts decide how many
+    quantised weight copies a low-precision ``dtype`` caches, ``quantise.weight_copy_bytes``).
+    ``stash_layers``: the transformer layers' stash and pending ``W`` bytes at the peak per
+    plan (NaN: the mean chunk's), given by the scalar model where a rank's chunks keep
+    different bytes (``activations.stash_at_peak``, each entry at its own chunk's).
+    ``clamp``: the stack runs gpt-oss's eager activation clamp (``framework.
+    runs_eager_clamp``; its saved inputs: ``activations.clamp_activation_bytes``).
+    ``remat_named``: the stack's selective recomputation is a JAX remat policy
+    (``FrameworkProfile.remat_named``; ``activations.named_remat_bytes``).
+    ``loss_bytes``: bytes per logit element at the loss's peak on the rank holding the head,
+    or the stack's ``FrameworkProfile.loss`` (its ``peak_bytes_at(tp)`` per plan: a stack whose
+    sharded-vocabulary loss holds other bytes, §5.74); ``activations.output_bytes``; None: the
+    default stack's. ``act_cache``: bytes per element of the activations the stack caches in low
+    precision (``activations.activation_cache_bytes``; None: the 16-bit table).
+    ``optimizer_bytes``: the stack's optimizer state bytes per parameter
+    (``FrameworkProfile.optimizer_state_bytes``; None: the system's). ``fsdp2``: the
+    stack's ZeRO-2/3 is PyTorch FSDP2 (``FrameworkProfile.fsdp2``: the fp32 shard is the
+    master, the root module's parameters stay gathered under ZeRO-3, unsharded gradients
+    under pipelining; ``state_bytes_per_param``). ``dispatch_bytes``: bytes per element of the
+    stack's MoE dispatch (``moe_bytes.dispatch_element_bytes``; None: 16-bit), its send
+    buffer's (``activations.permutation_buffer_bytes``). ``expert_input``: bytes per element
+    at which the stack's routed experts save fc1's and fc2's inputs
+    (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
+    per-tensor fp8; None: the 16-bit table). ``te_inputs``: bytes per element at which the
+    stack's Transformer Engine dense modules save their inputs
+    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table)."""
+    sy = get_system(system)
+    P = as_plan_arrays(P)
+    tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
+    sched, rc, zero = P.schedule, P.recompute, P.zero
+    sp, flash = P.sp, P.flash_attn
+    # micro-batches per pipeline flush (``strategies.flushes``: memory is one flush's) and
+    # the interleaved micro-batch group (0: the default, ``pp``)
+    nmb = P.gbs // (b * dp * P.flushes)
+    grp = P.microbatch_group_size
+    stage = np.asarray(stage) + np.zeros_like(pp)
+    is_first, is_last = stage == 0, stage == dispatch(sched, "head_rank_array", pp, v)
+    # DualPipe (``Schedule.mirrored``): rank r holds stages r and pp-1-r, both end ranks the
+    # embedding and the output layer, each for the half of the micro-batches entering there
+    mirrored = attr_by_code(sched, "mirrored").astype(bool)
+    end = (stage == 0) | (stage == pp - 1)
+    is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
+    s = m.seq_length
+    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp)
+
+    layer_bytes: dict[ModelSpec, dict] = {}
+
+    def per_layer(view: ModelSpec) -> dict:
+        """One layer of ``view`` (the model or one kind of it, ``activations.stash_kinds``):
+        its stash ``act`` and without recomputation ``none`` (MoE: the routed tokens as the
+        dispatcher holds them, at the hottest rank's load, where the stash keeps them:
+        ``activations.routed_stash_correction``), its pending weight gradient ``wgrad`` and
+        what a selective recomputation rebuilds at once ``sel``; once per view (every chunk
+        of ``own_chunks`` reads the same views)."""
+        got = layer_bytes.get(view)
+        if got is not None:
+            return got
+        act, none = layer_act_arrays(view, b, tp, cp, sp, rc, flash, P.recompute_modules,
+                                     remat_named, act_cache)
+        extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
+                                                    P.recompute_modules, clamp, act_cache,
+                                                    expert_input)
+        te = te_linear_saved_delta(view, s, b, tp, sp, cp, rc, P.recompute_modules, flash,
+                                   te_inputs)
+        te_none = te_linear_saved_delta(view, s, b, tp, sp, cp, 0, 0, flash, te_inputs)
+        got = layer_bytes[view] = {
+            "act": act + extra + te, "none": none + extra_none + te_none,
+            "wgrad": layer_wgrad_arrays(view, b, tp, cp, sp, act_cache),
+            "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
+                                           P.recompute_modules, act_cache)[1]}
+        return got
+
+    perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
+                                    if dispatch_bytes is None else dispatch_bytes)
+
+    # parameters held here (strategies.cost.param_counts) and their states, sharded over the ranks
+    # holding their copies: d = dp·cp, or with hybrid sharding dp_shard·cp
+    # (``placement.dense_dp_group``, the step-time model's rule), the routed experts over
+    # their expert-data-parallel group (with hybrid sharding its grid within a replica)
+    etp = P.etp
+    dense_l, expert_l = param_counts.layer_params_split(m, tp, ep, etp)
+    n_layers = m.num_layers // pp if layers is None else np.asarray(layers, dtype=float)
+    held = np.where(mirrored, 2 * n_layers, n_layers)      # layers whose parameters are here
+    emb_p = np.where(is_first, param_counts.embedding_params_per_gpu(m, tp), 0.0)
+    head_p = np.where(is_last, param_counts.head_params_per_gpu(m, tp, pp, is_first), 0.0)
+    d = placement.dense_dp_group(tp, cp, P.dp_shard)[0]
+    # expert data parallelism: the ranks that hold an expert's copies
+    d_e = placement.expert_dp_group(tp, cp, P.dp_shard, ep, etp)[0]
+    sizes = (sy.param_bytes, sy.main_grad_bytes(dtype), sy.optimizer_bytes(optimizer_bytes))
+    fs = dict(fsdp2=bool(fsdp2), pp=pp, master_bytes=sy.master_bytes,
+              weight_copies=sy.weight_copies)
+    per_dense = state_bytes_per_param(zero, d, *sizes, **fs)
+    per_expert = state_bytes_per_param(zero, d_e, *sizes, **fs)
+    # FSDP2's root module (embedding, final norm, head) is not resharded after forward: under
+    # ZeRO-3 its parameters are held gathered like ZeRO-2's (FSDPState._lazy_init sets the
+    # root group's post_forward_mesh_info to None)
+    per_root = (state_bytes_per_param(np.where(zero == 3, 2, zero), d, *sizes, **fs)
+                if fsdp2 else per_dense)
+
+    # low precision: the cached quantised copies of the layers' GEMM weights, beside the
+    # 16-bit weights (ZeRO-3 gathers a layer's weights and casts them per use: no cache)
+    q_copy = np.where(zero == 3, 0.0, weight_copy_bytes(dtype, gpu))
+
+    def state(dense, expert=0.0, layer_weights=False, root=False):
+        out = {k: dense * pd + expert * pe for k, pd, pe in zip(
+            KINDS[:3], per_root if root else per_dense, per_expert)}
+        if layer_weights:
+            out["params"] = out["params"] + q_copy * (dense + expert)
+        return out
+
+    # activations (activations.py: stash, embedding, output layer, recomputed layer)
+    emb_act = np.where(is_first, embedding_bytes(m, s, b, tp, sp, cp) / v, 0.0) \
+        / np.where(mirrored, 2, 1)
+    out_one = output_bytes(m, s, b, tp, sp, cp)
+    # the loss in progress holds more than the fp32 logits a stashed entry keeps (the
+    # stack's cross-entropy, activations.transient_activation_bytes)
+    if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
+        from strategies.framework import DEFAULT as _DEFAULT_FRAMEWORK
+        loss_bytes = _DEFAULT_FRAMEWORK.loss
+    if hasattr(loss_bytes, "peak_bytes_at"):    # the stack's LossPasses: its figure at each tp
+        loss_bytes = loss_bytes.peak_bytes_at(tp)
+    loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
+    stashed = attr_by_code(sched, "logits_stashed")
+    # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
+    # and, with recompute_layers under block, every activation of the layers it does not
+    # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
+    # or a uniform group). op: what the layer did not save, rebuilt for one layer.
+    uni_all = P.recompute_method == rcp.METHOD_CODE["uniform"]
+    n_rc_all = P.recompute_layers
+    rc_all = rc
+
+    def stash(lpc, kinds, pick=None):
+        """``(stashed, pending, recompute)``: the bytes of the layers of one stashed chunk
+        and of one pending weight gradient, with ``lpc`` layers per chunk of the kinds
+        ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes; block
+        recomputation keeps and rebuilds the chunk's mean layer), and of what is rebuilt at
+        once (the largest kind held rebuilds its selective parts and op's unsaved tensors).
+        ``pick``: ``lpc`` and the counts are given for some of the plans only, the rows
+        ``pick`` takes from a plan array."""
+        pl = [(per_layer(view), n) for view, n in kinds]
+        rc, n_rc, uni = rc_all, n_rc_all, uni_all
+        if pick is not None:
+            pl = [({k: pick(x) for k, x in L.items()}, n) for L, n in pl]
+            rc, n_rc, uni = pick(rc), pick(n_rc), pick(uni)
+        if len(pl) == 1:
+            L = pl[0][0]
+        else:
+            tot = sum(n for _, n in pl)
+            safe = np.where(tot > 0, tot, 1.0)
+            L = {k: sum(n * x[k] for x, n in pl) / safe for k in ("act", "none", "wgrad")}
+            held_any = [np.asarray(n) > 0 for _, n in pl]
+            L["sel"] = np.maximum.reduce([np.where(h, x["sel"], 0.0)
+                                          for (x, _), h in zip(pl, held_any)])
+            L["op"] = np.maximum.reduce([np.where(h, np.maximum(x["none"] - x["act"], 0.0),
+                                                  0.0) for (x, _), h in zip(pl, held_any)])
+        op_rb = L.get("op", np.maximum(L["none"] - L["act"], 0.0))
+        chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * L["act"]
+                             + rcp.kept_layers(lpc, n_rc, uni) * L["none"],
+                             lpc * L["act"])
+        rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * L["none"],
+                          np.where(rc == 3, op_rb, L["sel"]))
+        return chunk_act, lpc * L["wgrad"], rc_act
+
+    def at_peak(chunk_act, w_chunk):
+        """``(in_flight, pending_w)``: given, or the pair of the schedule's
+        ``stash_frontier_array`` with the most bytes (``activations.stash_peak``'s rule:
+        ``chunk_act`` plus the embedding's and stashed logits' bytes per stashed entry,
+        ``w_chunk`` per pending weight gradient; the first, most stashed, on a tie)."""
+        if in_flight is not None and pending_w is not None:
+            return np.asarray(in_flight, dtype=float), np.asarray(pending_w, dtype=float)
+        n_k, w_k = stash_frontier_arrays(sched, stage, pp, nmb, v, grp)
+        per_entry = chunk_act + emb_act + np.where(is_last & stashed, out_one, 0.0)
+        pick = np.argmax(n_k * per_entry + w_k * w_chunk, axis=0)
+        n = np.take_along_axis(n_k, pick[None], axis=0)[0]
+        w = np.take_along_axis(w_k, pick[None], axis=0)[0]
+        return (n if in_flight is None else np.asarray(in_flight, dtype=float),
+                w if pending_w is None else np.asarray(pending_w, dtype=float))
+
+    def own_chunks(n_in, n_w, chunk_act, w_chunk):
+        """``(stashed, pending, layers' bytes)`` at the peak: the mean chunk's
+        (``at_peak``), or each entry at its own chunk's bytes where a rank's chunks keep
+        different bytes (``activations.stash_at_peak``'s rule): ``stash_layers`` where given
+        (the scalar model), else, with no counts given (the search), the order's per-chunk
+        moments (``Schedule.chunk_stash_moments``) priced by each chunk's own layers
+        (``layout.even_chunks_content_arrays``)."""
+        mean = n_in * chunk_act + n_w * w_chunk
+        if stash_layers is not None:
+            given = np.asarray(stash_layers, dtype=float)
+            return n_in, n_w, np.where(np.isnan(given), mean, given)
+        if in_flight is not None or pending_w is not None or content_given:
+            return n_in, n_w, mean
+        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+        if not mixed_layers(m) and not np.any(np.asarray(lay[0]) + np.asarray(lay[1])
+                                              + np.asarray(lay[2])):
+            return n_in, n_w, mean          # one kind, even split: every chunk the same
+        # the order's chunk ids (``Schedule.order_chunks`` per plan)
+        n_ch = np.where(mirrored & (pp > 1), 2, v) + np.zeros_like(mean, dtype=np.int64)
+        pick = None
+        if not mixed_layers(m) and mean.ndim == 1:
+            # one kind: only the uneven layouts' chunks can differ (as above)
+            uneven = (np.asarray(lay[0]) + np.asarray(lay[1]) + np.asarray(lay[2]) > 0) \
+                & (n_ch >= 2)
+            rows = np.flatnonzero(uneven)
+
+            def pick(x):
+                return np.broadcast_to(x, mean.shape)[rows]
+
+        def sub(x):
+            return x if pick is None else pick(x)
+        top = int(sub(n_ch).max()) if sub(n_ch).size else 1
+        if top < 2:
+            return n_in, n_w, mean
+        zeros = np.zeros_like(sub(mean))
+        acts, wgs = [], []
+        for have in even_chunks_content_arrays(m, sub(sched), sub(pp), sub(v), sub(stage),
+                                               range(top), *(sub(x) for x in lay)):
+            held_c = {k: have[k] + zeros for k in have}
+            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
+            with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
+                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c), pick)
+            acts.append(np.where(lpc_c > 0, a_c, 0.0) + zeros)
+            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + zeros)
+        acts, wgs = np.stack(acts), np.stack(wgs)              # (C, plans)
+        n_sub = sub(n_ch)
+        live = np.arange(top)[:, None] < np.ravel(n_sub)[None].reshape((1,) + n_sub.shape)
+        differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
+        if not np.any(differ):
+            return n_in, n_w, mean
+        extra = sub(emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean))
+        n2, w2, l2 = own_chunk_peak(sub(sched), sub(stage), sub(pp), sub(nmb), sub(v), acts,
+                                    wgs, extra, differ, sub(grp + np.zeros_like(pp)))
+        if pick is not None:        # back onto every plan: the others keep the mean chunk's
+            out = [np.zeros(mean.shape, dtype=x.dtype) for x in (differ, n2, w2, l2)]
+            for o, x in zip(out, (differ, n2, w2, l2)):
+                o[rows] = x
+            differ, n2, w2, l2 = out
+        return (np.where(differ, n2, n_in), np.where(differ, w2, n_w),
+                np.where(differ, l2, mean))
+
+    def peak_activations(chunk_act, w_chunk, rc_act):
+        """``(stashed, layers, logits, activations)`` bytes at the peak (``at_peak``,
+        ``own_chunks``) of a rank whose chunk keeps ``chunk_act`` per stashed entry,
+        ``w_chunk`` per pending ``W`` and rebuilds ``rc_act`` at once."""
+        n_in, n_w = at_peak(chunk_act, w_chunk)
+        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
+        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra, 0.0)
+        return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act
+
+    content_given = content is not None
+    # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
+    lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
+    if not mixed_layers(m):
+        chunk_act, w_chunk, rc_act = stash(lpc, [(m, None)])
+        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
+
+    # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
+    # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
+    if mixed_layers(m):
+        # dense and MoE layers or MTP modules: what this rank holds by kind
+        # (strategies.layout.stage_content), each kind's parameters summed; DualPipe
+        # (mirrored) also holds stage pp-1-r's, and a stashed micro-batch holds the layers of
+        # either copy (the mean of the two)
+        if content is None:
+            lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
+            have = even_stage_content_arrays(m, sched, pp, v, stage, *lay)
+            mirror = even_stage_content_arrays(m, sched, pp, v, pp - 1 - stage, *lay)
+            content = {k: have[k] + np.where(mirrored, mirror[k], 0.0) for k in have}
+            if layers is None:
+                n_layers = have["dense"] + have["moe"] + have["mtp"]
+                layers = np.where(mirrored, (n_layers + mirror["dense"] + mirror["moe"]
+                                             + mirror["mtp"]) / 2, n_layers)
+        shape = np.zeros_like(emb_act + out_one * is_last * stage)
+        held_k = {k: np.asarray(content.get(k, 0.0), dtype=float) + shape
+                  for k in ("dense", "moe", "mtp")}
+        if layers is None:
+            raise ValueError("memory_component_arrays: content needs layers (the stash)")
+        layers = np.asarray(layers, dtype=float)
+        chunk_act, w_chunk, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
+        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
+        layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
+        dense_params = layer_dense + emb_p + head_p
+        # the token permutation's buffers live in an MoE layer (an MTP module's is one when
+        # the model's layers are): none on a rank of dense layers only
+        routed = held_k["moe"] + (held_k["mtp"] if m.is_moe else 0.0)
+        perm = np.where(routed > 0, perm, 0.0)
+    else:
+        dense_params, expert_params = param_counts.stage_params_split(m, tp, ep, pp, stage, layers,
+                                                                      mirrored=mirrored, etp=etp)
+        layer_dense = held * dense_l
+    buffers, after = optimizer_buffer_arrays(sy, dtype, zero, dp, d, d_e, dense_params,
+                                             expert_params, dense_l + expert_l, nmb)
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
+    step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
+
+    zero_ = np.zeros_like(activations)
+    parts = {"layers": dict(state(layer_dense, expert_params, True),
+                            activations=layers_act),
+             "embedding": dict(state(emb_p, root=True), activations=n_in * emb_act),
+             "output": dict(state(head_p, root=True), activations=out_act),
+             "recompute": dict(state(zero_), activations=rc_act),
+             "other": {"params": zero_, "grads": step_copy, "optimizer": zero_,
+                       "activations": zero_, "other": other}}
+    for part in parts.values():
+        part.setdefault("other", zero_)
+    total_state = sum(x for part in parts.values() for k, x in part.items() if k in KINDS[:3]
+                      and part is not parts["other"])
+    total = total_state + activations + other + step_copy
+    return parts, total
