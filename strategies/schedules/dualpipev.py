@@ -14,8 +14,9 @@ it (``bubble_fraction``; ``tests/test_dualpipev.py``).
 Plannable (estimate, simulate, compare; ``search --fix schedule=dualpipev``, the default search
 leaves it out): the compiler runs each overlapped pair's forward and backward layer by layer
 in turn on the compute stream, each one's expert all-to-all beside the partner's next layer
-(docs/schedules.md, "Overlapped pairs"); the estimate's span is ``span_excess`` over the
-ideal and its all-to-all is exposed only where it outlasts the partner's compute; the LM head
+(docs/schedules.md, "Overlapped pairs"); the estimate's span is the order replayed
+(``replay.order_span``; ``span_excess`` over the ideal for balanced ranks) and its all-to-all
+is exposed only where it outlasts the partner's compute; the LM head
 sits on rank 0 (the V), as with ZB-V.
 """
 from __future__ import annotations
