@@ -254,7 +254,8 @@ def rank_below(t: tuple, pp: Any) -> tuple:
     return (0.0 * t_sum, np.where(pp > 2, t_first, 0.0), np.where(pp > 1, t_sum - t_last, 0.0))
 
 
-def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any) -> tuple:
+def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any,
+               skew: Any = None) -> tuple:
     """Seconds by which each kind of rank (first, middle, last) ends its compute before the
     pipeline's end ``Schedule.pipeline_span`` (rank 0's: the last to receive the last
     micro-batch's gradient): that backward through the stages below it, one chunk of each,
@@ -263,11 +264,19 @@ def rank_slack(t: tuple, pp: Any, v: Any, r_f: Any, w: Any, together: Any) -> tu
     the stages below run as their own trailing ``W`` while the rank's drain passes): the
     span's own closed forms, balanced 1F1B ``(p − 1)·t_b``, ZB-H1 ``(p − 1)·(t_b − t_w)``, a
     slowest stage ``k`` ending at ``r_f·(t_sum − t_k) + m·t_k``; 0 where every rank ends
-    together (``together``: a V, whose rank 0 holds the last chunk too; DualPipe). Arrays
-    over plans; seconds."""
+    together (``together``: a V, whose rank 0 holds the last chunk too; DualPipe). Where
+    ``skew`` (seconds, ``Schedule.end_skew`` of a filling rank's) is not NaN the ranks end
+    ``skew`` apart in order, a parallelogram (ZB-H2): the end that finishes first
+    ``(p − 1)·|skew|`` early, the middle rank next to the other end ``|skew|``, that end 0.
+    Arrays over plans; seconds."""
     below = rank_below(t, pp)
     share = np.maximum(1.0 - r_f - 2.0 * w, 0.0)
-    return tuple(np.where(together | (pp == 1), 0.0, share * b / v) for b in below)
+    trapezoid = tuple(np.where(together | (pp == 1), 0.0, share * b / v) for b in below)
+    if skew is None:
+        return trapezoid
+    d = np.asarray(skew, dtype=float)
+    para = (np.maximum(d, 0.0) * (pp - 1), np.abs(d), np.maximum(-d, 0.0) * (pp - 1))
+    return tuple(np.where(np.isnan(d) | (pp == 1), tr, pa) for tr, pa in zip(trapezoid, para))
 
 
 def rank_of_max(t: tuple, pp: Any) -> Any:
@@ -556,7 +565,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_fill = np.where(single, t_max, (t_sum - t_max) / np.maximum(pp - 1, 1))
     fill = np.where(t_fill > 0, t_fill, 1.0)
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
-    f_share = np.where(t_fill > 0, np.minimum(lps * sc.layer_fwd / fill, 1.0), 0.0)
+    # the forward's share: its compute and its own blocking TP collectives (the forward's
+    # ``tp_per_layer_fwd`` of the layer's ``n_tp``), which run on the chain of forwards too
+    fwd_tp = tp_layer * sc.tp_per_layer_fwd / np.maximum(n_tp, 1e-30)
+    f_share = np.where(t_fill > 0, np.minimum(lps * (sc.layer_fwd + fwd_tp) / fill, 1.0), 0.0)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp) + lone
     if pipe_span is not None:           # the real pipeline's span, its lone passes included
         pipe = np.full_like(pipe, pipe_span, dtype=float)
@@ -652,7 +664,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     fwd_window = n_first * sc.layer_fwd
     r_f = fwd_window / np.maximum(fwd_window + window, 1e-30)
     slack = rank_slack((t_first, t_mid, t_last), pp, v, r_f, np.where(split, w_share, 0.0),
-                       head_first | mirrored)
+                       head_first | mirrored,
+                       dispatch(sched, "end_skew", f_share, w_share) * t_fill)
 
     # interleaved (chunks on a ring, the backward unsplit): a chunk's gradients are complete,
     # and reduced, after its last micro-batch's backward (Megatron's ``grad_sync_func`` per

@@ -623,6 +623,12 @@ class Schedule:
         complete (the window the gradient reduction can hide in): 1."""
         return np.ones_like(np.asarray(pp, dtype=float))
 
+    def end_skew(self, f_share: Any, w_share: Any) -> Any:
+        """Seconds by which each rank ends its compute after the rank before it, over a
+        rank's seconds per micro-batch, where the order ends the ranks in a parallelogram
+        (``analytic.rank_slack``); NaN: the ranks end as 1F1B's trapezoid does, rank 0 last."""
+        return np.full(np.shape(np.asarray(f_share, dtype=float)), np.nan)
+
     def trailing_w_steps(self, stage: Any, pp: Any, m: Any) -> Any:
         """Weight-gradient steps ``W`` a rank (one chunk) runs after its last ``B`` (the
         lower bound lets them overlap that micro-batch's way back): 0 unless the backward

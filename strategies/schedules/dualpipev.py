@@ -14,8 +14,9 @@ it (``bubble_fraction``; ``tests/test_dualpipev.py``).
 Plannable (estimate, simulate, compare; ``search --fix schedule=dualpipev``, the default search
 leaves it out): the compiler runs each overlapped pair's forward and backward layer by layer
 in turn on the compute stream, each one's expert all-to-all beside the partner's next layer
-(docs/schedules.md, "Overlapped pairs"); the estimate's span is ``span_excess`` over the
-ideal and its all-to-all is exposed only where it outlasts the partner's compute; the LM head
+(docs/schedules.md, "Overlapped pairs"); the estimate's span is the order replayed
+(``replay.order_span``; ``span_excess`` over the ideal for balanced ranks) and its all-to-all
+is exposed only where it outlasts the partner's compute; the LM head
 sits on rank 0 (the V), as with ZB-V.
 """
 from __future__ import annotations
@@ -76,22 +77,33 @@ class DualPipeV(VShape):
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
                       w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
-        """One iteration's makespan (seconds): the larger of the slowest rank's work
-        ``m·t_max`` and ``m·t_fill + span_excess(pp, f, w)``, the balanced makespan of the
-        other ranks, with ``t_fill = (t_sum - t_max)/(pp - 1)`` (a rank's seconds per
-        micro-batch over both chunks), ``f`` the mean of a chunk's forward and input gradient,
-        ``(1 - w_share)·t_fill/4``, and ``w = w_share·t_fill/2`` (``f_share`` unused).
-        Exact with free communication for balanced ranks when ``T_F = T_B``, ``T_W <= T_F``
-        and ``m >= 2pp``, and once the slowest rank (the head's, rank 0) is slow enough to
-        never idle (``tests/test_dualpipe_plan.py``). Between, and with ``T_F != T_B`` (the
-        order's span is then not linear in ``pp``), an approximation: within a few per cent
-        of ``analysis.simulate_free_comm`` for ``T_B/T_F`` in 0.8..1.25 and rank 0 up to
-        1.5 times slower (below it by up to 3.5 % there)."""
+        """One iteration's makespan (seconds): the order itself replayed with free
+        communication (``replay.order_span``), rank 0 (the V's head rank) at ``t_max`` a
+        micro-batch and every other rank at ``t_fill = (t_sum - t_max)/(pp - 1)``, each chunk's
+        weight gradient ``w_share`` of its rank's seconds and its forward and input gradient
+        half the rest each, as ``span_excess`` reads them (``f_share`` unused: over the 29
+        candidates of §5.111 it puts the estimate 0.81 % from the contention-free simulation
+        on the mean, this split 0.69 %). With balanced ranks, ``T_F = T_B`` and
+        ``T_W <= T_F`` it equals
+        ``m·t_fill + span_excess(pp, f, w)`` (``f`` a chunk's forward or input gradient, ``w``
+        its weight gradient); a slower rank 0 idles in the drain too, which that form and
+        ``m·t_max`` both miss (docs/calibration.md §5.111; ``tests/test_dualpipev.py``)."""
+        from strategies.schedules.replay import order_span
         p = np.asarray(pp, dtype=float)
+        m = np.asarray(m, dtype=float)
         fill = (np.asarray(t_sum, dtype=float) - t_max) / np.maximum(p - 1, 1)
         fill = np.where(p > 1, fill, t_max)
         w = np.asarray(w_share, dtype=float)
-        return np.maximum(m * t_max, m * fill + span_excess(p, (1 - w) * fill / 4, w * fill / 2))
+        closed = np.maximum(m * t_max, m * fill + span_excess(p, (1 - w) * fill / 4,
+                                                               w * fill / 2))
+        mb, pb, tm, ts, pw, closed = np.broadcast_arrays(m, p, np.asarray(t_max, dtype=float),
+                                                         np.asarray(t_sum, dtype=float), w, closed)
+        sel = (pb > 1) & (mb >= 2 * pb)         # the order exists (``batch_rules``)
+        out = np.array(closed, dtype=float)
+        if np.any(sel):
+            out[sel] = order_span(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, pw[sel],
+                                  (1 - pw[sel]) / 2)
+        return out[()] if out.ndim == 0 else out
 
     def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
                           fixed_vpp: int | None = None) -> list[int]:

@@ -100,6 +100,15 @@ class ZBH2(Schedule):
         steady = m * t_max + (t_sum - t_max) * np.maximum(f_share, 1 - 3 * w)
         return np.maximum(steady, chain_span(m, t_max, t_sum, w))
 
+    def end_skew(self, f_share: Any, w_share: Any) -> Any:
+        """Rank ``r`` ends its compute at ``r·T_F + m·(T_F + T_B + T_W) + (pp-1-r)·max(0,
+        T_F + T_B - 2T_W)`` with free communication (balanced, ``m >= 2pp - 1``,
+        ``tests/test_zb_h2.py``): each rank ``min(T_F, 2T_W - T_B)`` after the one before,
+        ``f_share - max(0, 1 - 3·w_share)`` of a rank's seconds (the last rank ends last
+        where ``T_B < 2T_W``, rank 0 where above)."""
+        return np.asarray(f_share, dtype=float) - np.maximum(
+            0.0, 1 - 3 * np.asarray(w_share, dtype=float))
+
     def megatron_args(self, job: Any) -> tuple[list[str], list[str]]:
         return [], ["Megatron-LM has no ZB-H2 schedule (Sea AI Lab's fork searches a ZB-2p "
                     "schedule with --enable-zero-bubble --zero-bubble-max-pending-backward "

@@ -113,17 +113,38 @@ class ZBV(VShape):
 
     def pipeline_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
                       w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
-        """One iteration's makespan (seconds): ``m·t_max + (t_sum - t_max)·max(f_share,
-        1 - 3·w_share)/2``, the ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2`` over the ideal of
-        ``bubble_fraction``'s docstring for balanced ranks (``t`` a rank's seconds per
-        micro-batch, both chunks; ``f_share = T_F/(T_F + T_B + T_W)``).
+        """One iteration's makespan (seconds): the order replayed with free communication
+        (``replay.order_span``), rank 0 (the V's head rank, which holds the embedding and the
+        LM head) at ``t_max`` a micro-batch and every other rank at ``(t_sum - t_max)/(pp -
+        1)``, each chunk's forward ``f_share``, weight gradient ``w_share`` and input gradient
+        the rest (docs/calibration.md §5.111). For balanced ranks it equals the closed forms
+        of ``closed_span`` where those are exact; the closed forms read the slowest rank's
+        seconds for every further micro-batch, which a slower rank 0 does not set (+0.5..+4.3
+        % at pp 16, §5.109). One rank (``pp`` 1 or not given): ``closed_span``."""
+        out = self.closed_span(m, t_max, t_sum, vpp, w_share, f_share, pp)
+        if pp is None:
+            return out
+        from strategies.schedules.replay import order_span
+        mb, pb, tm, ts, w, f, out = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+            m, pp, t_max, t_sum, w_share, f_share, out)))
+        out = np.array(out)
+        sel = pb > 1
+        if np.any(sel):
+            out[sel] = order_span(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, w[sel], f[sel])
+        return out[()] if out.ndim == 0 else out
 
-        With ``m < 2pp - 1`` the fill's forwards run out and the larger of two chains
-        sets it (``chain.chain_span``, ``T`` a rank's seconds over both chunks): for
-        ``m <= pp`` one micro-batch's ``p(T_F + T_B) + T_W`` plus ``(max(T_F, T_B) + T_B)/2
-        + T_W`` per further one; beyond, ``m(T_F + T_B) + (p-1)T_B + p·T_W``. Exact with
-        free communication for balanced ranks and ``T_W <= T_F <= T_B`` (at ``T_F = T_B``
-        for every ``m``, as the steady form); low by up to 7 % for ``m < 2pp - 1`` when
+    def closed_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
+                    w_share: Any = 0.0, f_share: Any = 0.5, pp: Any = None) -> Any:
+        """The closed forms of the makespan for balanced ranks (seconds):
+        ``m·t_max + (t_sum - t_max)·max(f_share, 1 - 3·w_share)/2``, the
+        ``(pp-1)·max(T_F, T_F + T_B - 2T_W)/2`` over the ideal of ``bubble_fraction``'s
+        docstring (``t`` a rank's seconds per micro-batch, both chunks; ``f_share = T_F/(T_F
+        + T_B + T_W)``). With ``m < 2pp - 1`` the fill's forwards run out and the larger of
+        two chains sets it (``chain.chain_span``, ``T`` a rank's seconds over both chunks):
+        for ``m <= pp`` one micro-batch's ``p(T_F + T_B) + T_W`` plus ``(max(T_F, T_B) +
+        T_B)/2 + T_W`` per further one; beyond, ``m(T_F + T_B) + (p-1)T_B + p·T_W``. Exact
+        with free communication for balanced ranks and ``T_W <= T_F <= T_B`` (at ``T_F =
+        T_B`` for every ``m``, as the steady form); low by up to 7 % for ``m < 2pp - 1`` when
         ``T_F > T_B`` (6.7 % at ``T_F = 2T_B``, pp 8; ``tests/test_few_microbatches.py``)."""
         w = np.asarray(w_share, dtype=float)
         f = np.asarray(f_share, dtype=float)
