@@ -111,9 +111,10 @@ def test_rank_slack_parallelogram():
 
 def test_bound_at_or_below_estimate_split_backward_space():
     """The ``--schedules all`` space's ZB-H2, ZB-V and DualPipeV candidates (GPT-3 175B on
-    dgx-a100:128, gbs 1536): lower bound <= array estimate but for the two DualPipeV pp 2
-    ZeRO-2 ``mbs 4`` plans whose per-micro-batch reduce-scatter the estimate hides (§5.111,
-    left); 39 were above before."""
+    dgx-a100:128, gbs 1536): lower bound <= array estimate but for pp 2 ZeRO-2 ZB-V and
+    DualPipeV plans with few micro-batches, whose last micro-batch's reduce-scatter the
+    estimate hides (§5.111, left; with §5.110's context-parallel ring in the bound, 16 such
+    plans, each 5-8 % below its contention-free simulation); 39 were above before §5.111."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     space = enumerate_space(m, cl, 1536, SpaceOptions(schedules="all"))
     cols = space.arrays.to_columns()
@@ -123,7 +124,7 @@ def test_bound_at_or_below_estimate_split_backward_space():
     bound = step_time_lower_bound(m, cl, "bf16", P, costs=arr["stage_costs"])
     assert keep.sum() > 2000
     above = np.flatnonzero(bound > arr["step_time_s"])
-    assert len(above) <= 2
+    assert len(above) <= 16
     for i in above.tolist():
-        assert (int(P.schedule[i]) == schedule_code("dualpipev") and int(P.pp[i]) == 2
-                and int(P.zero[i]) == 2 and int(P.mbs[i]) == 4), i
+        assert (int(P.schedule[i]) in (schedule_code("dualpipev"), schedule_code("zb-v"))
+                and int(P.pp[i]) == 2 and int(P.zero[i]) == 2 and int(P.mbs[i]) >= 4), i

@@ -494,10 +494,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # communication (``cost.cp_ring.ring_exposed``, §5.110)
     t_cp = cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl)
     cpf = sc.cp_exposed_fraction
-    cp_layer = np.where(cp > 1, ring_exposed(PASS_VOLUME[True] * t_cp, sc.attn_fwd, cpf)
-                        + ring_exposed(PASS_VOLUME[False] * t_cp, sc.attn_bwd, cpf), 0.0)
+    cp_fwd = np.where(cp > 1, ring_exposed(PASS_VOLUME[True] * t_cp, sc.attn_fwd, cpf), 0.0)
+    cp_layer = cp_fwd + np.where(
+        cp > 1, ring_exposed(PASS_VOLUME[False] * t_cp, sc.attn_bwd, cpf), 0.0)
     if sc.cp_torch:     # PyTorch's ring: its waits on the all-gather and the dK/dV ring
-        cp_layer = np.where(cp > 1, sc.cp_stall_fwd + sc.cp_stall_bwd, 0.0)
+        cp_fwd = np.where(cp > 1, sc.cp_stall_fwd, 0.0)
+        cp_layer = cp_fwd + np.where(cp > 1, sc.cp_stall_bwd, 0.0)
     # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds
     # both of a forward), over groups of ep ranks etp apart (strategies.placement); with
     # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before
@@ -565,10 +567,12 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_fill = np.where(single, t_max, (t_sum - t_max) / np.maximum(pp - 1, 1))
     fill = np.where(t_fill > 0, t_fill, 1.0)
     w_share = np.where(t_fill > 0, np.minimum(t_w / fill, 0.5), 0.0)
-    # the forward's share: its compute and its own blocking TP collectives (the forward's
-    # ``tp_per_layer_fwd`` of the layer's ``n_tp``), which run on the chain of forwards too
+    # the forward's share: its compute, its own blocking TP collectives (the forward's
+    # ``tp_per_layer_fwd`` of the layer's ``n_tp``) and its context-parallel ring's waits
+    # (``cp_fwd``, §5.110), which run on the chain of forwards too
     fwd_tp = tp_layer * sc.tp_per_layer_fwd / np.maximum(n_tp, 1e-30)
-    f_share = np.where(t_fill > 0, np.minimum(lps * (sc.layer_fwd + fwd_tp) / fill, 1.0), 0.0)
+    f_share = np.where(t_fill > 0, np.minimum(lps * (sc.layer_fwd + fwd_tp + cp_fwd) / fill,
+                                              1.0), 0.0)
     pipe = dispatch(sched, "pipeline_span", mb, t_max, t_sum, v, w_share, f_share, pp) + lone
     if pipe_span is not None:           # the real pipeline's span, its lone passes included
         pipe = np.full_like(pipe, pipe_span, dtype=float)
