@@ -141,7 +141,7 @@ def bench_rows() -> dict[str, float]:
     """The bench's steady duration and bus bandwidth against the model's (Table 3)."""
     ref = cases.load_reference()
     c = _entry(ref, "bloom_prequel_181B_dp4_pp12_mbs2")
-    cl, _ = entry_specs._cluster(dict(c, hardware=dict(c["hardware"], n_gpus=BENCH_RANKS)))
+    cl, _ = entry_specs.entry_cluster(dict(c, hardware=dict(c["hardware"], n_gpus=BENCH_RANKS)))
     t_model = float(comm.collective_time("allreduce", BENCH_BYTES, BENCH_RANKS, 1, cl))
     t_meas = sum(BENCH_STEADY_S) / 2
     per_channel = bench_busbw(t_meas) / BENCH_CHANNELS

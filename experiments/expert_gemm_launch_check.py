@@ -18,7 +18,7 @@ read as the total, every measured time (11.6-20.5 us) falls below even the one-l
 (18.9-26.0 us), which no kernel does.
 
 Each row is priced as §5.37 fits XLA's tables (``gemm_fixed_time``): ``a·g·U + n·t0``, ``U``
-the model's compute time of one group's GEMM without the fixed term (``gemm_kernel._gemm_compute``
+the model's compute time of one group's GEMM without the fixed term (``gemm_kernel.gemm_compute``
 at the catalog rate; the GEMMs are compute-bound: their HBM time is under half of ``U``),
 ``a`` the catalog's sustained/burst ratio (a short benchmark runs at the burst clock),
 ``t0 = gemm_kernel.gemm_fixed_s`` and ``n`` the fixed times one grouped GEMM pays
@@ -54,7 +54,7 @@ def modelled_s(g: int, m: int, n: int, k: int, launch: ExpertGemmLaunch,
     ``gpu_name`` under ``launch``: ``a·g·U + fixed_times(g)·t0`` (module docstring)."""
     gpu = get_gpu(gpu_name)
     rate, kn = gemm_time._rates(gpu, "bf16")[0], gemm_kernel.k_knee(gpu, "bf16")
-    U = float(gemm_kernel._gemm_compute(m, n, k, rate, kn, gemm_kernel.gemm_waves(gpu)))
+    U = float(gemm_kernel.gemm_compute(m, n, k, rate, kn, gemm_kernel.gemm_waves(gpu)))
     a = sustained_over_burst(gpu_name, "bf16")
     return a * g * U + float(launch.fixed_times(g)) * gemm_kernel.gemm_fixed_s(gpu)
 

@@ -11,7 +11,7 @@ transcribed in ``h100_gemm_shapes.XLA_SM90_BF16`` and ``blackwell_gemm_shapes.XL
 hold the median CUPTI *kernel* duration of one HLO ``dot`` per entry: the kernel's own time,
 without the host or the idle gap between kernels (``framework.launch_gap_s``). Each entry's
 time ``T`` is set against ``U``, the model's compute time of that GEMM without the fixed
-term (``gemm_kernel._gemm_compute`` at the catalog rate, ``b`` times: smooth shape penalty, K
+term (``gemm_kernel.gemm_compute`` at the catalog rate, ``b`` times: smooth shape penalty, K
 knee), in the law ``T = a·U + t0``. ``a`` is not free: it is the catalog's own
 sustained/burst ratio (the catalog efficiency over mamf-finder's burst fraction of the same
 part and dtype, ``blackwell_gemm_shapes.MAMF_BEST``), since XLA's short solo kernels run at
@@ -116,7 +116,7 @@ def _table_points(table: tuple, name: str, dtype: str) -> list[tuple]:
     rate, kn = gemm_time._rates(g, dtype)[0], gemm_kernel.k_knee(g, dtype)
     wv = gemm_kernel.gemm_waves(g)
     return [(2.0 * b * m * n * k / (v * 1e12),
-             b * float(gemm_kernel._gemm_compute(m, n, k, rate, kn, wv)), a)
+             b * float(gemm_kernel.gemm_compute(m, n, k, rate, kn, wv)), a)
             for b, m, n, k, v in table]
 
 

@@ -11,7 +11,7 @@ Run (a second or two, analytic only):
 Every point of ``SOURCES`` (one public table each: GPU, dtype, library and conditions, where it
 was read) is priced by ``gemm_time.gemms_time_fwd`` of one entry ``(b, M, N, K)`` at tp 1 without
 TP overlap, the very function the estimate, the lower bound and the simulator price a layer's
-GEMMs with (``gemm_time.gemm_units`` -> ``_gemm_unit``: catalog rate, shape penalty, K knee,
+GEMMs with (``gemm_time.gemm_units`` -> ``gemm_unit``: catalog rate, shape penalty, K knee,
 fixed time per kernel, HBM roofline); ``b > 1`` (XLA's batched ``dot``) is one kernel, so the
 model's ``b`` fixed times are cut to one.
 
@@ -325,7 +325,7 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
     from strategies.estimate.scalar import estimate
 
     kf, pen = knee_factors(), subwave_penalty()
-    orig_knee, orig_compute, orig_waves = (gemm_kernel.k_knee, gemm_kernel._gemm_compute,
+    orig_knee, orig_compute, orig_waves = (gemm_kernel.k_knee, gemm_kernel.gemm_compute,
                                            gemm_kernel.gemm_waves)
 
     def blackwell_waves(gpu, system=DEFAULT_SYSTEM):
@@ -369,14 +369,14 @@ def what_if(paths: list[str] | None = None) -> list[tuple]:
                 a = estimate(c.job).step_time_s
             gen = gemm_kernel.GEMM_GENERATION.get(gpu.name)
             state.update(sms=gpu.sm_count if gen else None, pen=pen.get(gen, 1.0))
-            with patched_cost(gemm_kernel, "_gemm_compute", compute):
+            with patched_cost(gemm_kernel, "gemm_compute", compute):
                 b = estimate(c.job).step_time_s
             state.update(sms=None)
             with patched_cost(gemm_kernel, "gemm_waves", blackwell_waves):
                 w = estimate(c.job).step_time_s
             bw = blackwell_waves(gpu) if gen == "sm_100" else None
             state.update(sms=gpu.sm_count if bw else None, waves=bw)
-            with patched_cost(gemm_kernel, "_gemm_compute", compute):
+            with patched_cost(gemm_kernel, "gemm_compute", compute):
                 d = estimate(c.job).step_time_s
             state.update(sms=None, waves=None)
             m = c.measured_step_s

@@ -177,8 +177,8 @@ def training_regime(rows: list[tuple]) -> list[tuple]:
 
 
 def shape_factor(M: float, N: float, K: float, knee: float) -> float:
-    """The model's shape penalty ``s(M)·s(N)·K/(K + knee)`` (``gemm_kernel._shape``)."""
-    return gemm_kernel._shape(M) * gemm_kernel._shape(N) * K / (K + knee)
+    """The model's shape penalty ``s(M)·s(N)·K/(K + knee)`` (``gemm_kernel.side_factor``)."""
+    return gemm_kernel.side_factor(M) * gemm_kernel.side_factor(N) * K / (K + knee)
 
 
 def fit_knee(points: list[tuple], ref: tuple) -> int:

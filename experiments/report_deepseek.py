@@ -78,8 +78,8 @@ def padded_model(model, pp: int):
     """``model`` with every stage as the busiest of its uneven split (``ceil(layers/pp)``
     layers each; validate's rule, ``strategies.reference.plan_reading``): the even split DualPipe
     needs. ``(model, layers added)``."""
-    from strategies.reference.plan_reading import _balanced_layers
-    padded = _balanced_layers(model, pp, [])
+    from strategies.reference.plan_reading import balanced_layers
+    padded = balanced_layers(model, pp, [])
     extra = padded.num_layers - model.num_layers
     return (replace(padded, name=f"{model.name}-pad{padded.num_layers}") if extra else padded,
             extra)

@@ -31,7 +31,7 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: benchmark ``FakeBalancedGate`` (``strategies.cost.ep_dispatch.contiguous_hit_probability``).
 #: Codes: their index.
 ROUTINGS = ("random", "contiguous")
-_ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
           "global_batch_size": "gbs", "virtual_pipeline_size": "vpp",
@@ -484,7 +484,7 @@ def _pos_int(name: str, v: Any) -> None:
     check_int(name, v, 1, int_limit(name))
 
 
-def _coerce(key: str, value: Any) -> Any:
+def coerce(key: str, value: Any) -> Any:
     if key in ("layers_per_stage", "group_microbatches"):
         return parse_layers(value, key)
     if key == "recompute_modules":
@@ -569,12 +569,12 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     for raw, value in d.items():
         if not isinstance(raw, str):
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
-        key = _ALIAS.get(raw.strip().lower(), raw.strip().lower())
+        key = ALIAS.get(raw.strip().lower(), raw.strip().lower())
         if key not in _FIELD_TYPES:
             raise SpecError("plan", raw, f"unknown key; allowed: {', '.join(_FIELD_TYPES)}")
         if key in args:
             raise SpecError("plan", raw, "key given twice")
-        args[key] = _coerce(key, value)
+        args[key] = coerce(key, value)
     for key, value in (defaults or {}).items():
         if key == "tp_comm_overlap" and key not in args:
             value = tp_overlap_default(value, args.get("tp", 1), args.get("sp", False))
@@ -582,7 +582,7 @@ def plan_from_mapping(d: Mapping[str, Any], defaults: Mapping[str, Any] | None =
     sched = str(args.get("schedule", ""))
     name, colon, chunks = sched.partition(":")
     if colon:                                   # name:V, a chunked schedule with V chunks
-        vpp = _coerce("vpp", chunks)
+        vpp = coerce("vpp", chunks)
         if "vpp" in args and args["vpp"] != vpp:
             raise SpecError("vpp", args["vpp"], f"disagrees with schedule={sched}")
         args["schedule"], args["vpp"] = name, vpp
@@ -629,7 +629,7 @@ def plan_mapping(text: str) -> dict[str, Any]:
         if key.strip() in d:
             raise SpecError("plan", key.strip(), "key given twice")
         d[key.strip()] = value.strip()
-        canon = _ALIAS.get(key.strip().lower(), key.strip().lower())
+        canon = ALIAS.get(key.strip().lower(), key.strip().lower())
         last = key.strip() if canon in _LIST_KEYS or canon == "layout" else None
     return one_framework_key(d)
 

@@ -159,7 +159,7 @@ class PlanArrays:
                     col[name].append(bool(p.account_embedding and p.account_loss))
                     continue
                 v = getattr(p, resolved.get(name, name))
-                col[name].append(_code(name, v))
+                col[name].append(value_code(name, v))
         return cls(**col)
 
     @classmethod
@@ -193,7 +193,7 @@ class PlanArrays:
                 for name, short in (*SHORT.items(), ("etp", "etp"))}
 
 
-def _code(name: str, v: Any) -> Any:
+def value_code(name: str, v: Any) -> Any:
     """A Plan field's value as its array entry (codes for the string fields, 0 for None)."""
     if name == "schedule":
         return schedule_code(v)

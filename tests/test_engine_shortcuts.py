@@ -95,7 +95,7 @@ def test_max_min_rates_on_the_crossed_links_equal_the_plain_form():
 
 # ----------------------------------------------------------------------- queue entries
 def _process_run(net, op, phases, then, blocks=None):
-    """The collective run as a SimPy process (what ``collectives._Run`` replaces; flow by
+    """The collective run as a SimPy process (what ``collectives.CollectiveRun`` replaces; flow by
     flow, so its phases' prepared blocks are not read)."""
     env = net.env
 
@@ -125,11 +125,11 @@ def test_runs_without_simpy_objects_keep_every_record_in_order(monkeypatch, mode
                                                                 nodes, plan, fold):
     job = make_job(model_preset(model), cluster_preset(cluster, nodes), parse_plan(plan))
     runs = []
-    real = collectives._Run
-    monkeypatch.setattr(collectives, "_Run", lambda *a: runs.append(1) or real(*a))
+    real = collectives.CollectiveRun
+    monkeypatch.setattr(collectives, "CollectiveRun", lambda *a: runs.append(1) or real(*a))
     fast = simulate(job, fold=fold)
     assert runs                                       # collectives did run over the flows
-    monkeypatch.setattr(collectives, "_Run", _process_run)
+    monkeypatch.setattr(collectives, "CollectiveRun", _process_run)
     monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
     monkeypatch.setattr(flows, "call_at", _timeout_call_at)
     plain = simulate(job, fold=fold)
@@ -172,11 +172,11 @@ def test_lanes_keep_simpy_order_beside_urgent_heap_entries(monkeypatch):
     def once():
         return run(progs(), net=SimNetwork(simpy.Environment(), graph, route))
     runs = []
-    real = collectives._Run
-    monkeypatch.setattr(collectives, "_Run", lambda *a: runs.append(1) or real(*a))
+    real = collectives.CollectiveRun
+    monkeypatch.setattr(collectives, "CollectiveRun", lambda *a: runs.append(1) or real(*a))
     fast = once()
     assert len(runs) >= 2                             # contending rings ran over the flows
-    monkeypatch.setattr(collectives, "_Run", _process_run)
+    monkeypatch.setattr(collectives, "CollectiveRun", _process_run)
     monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
     monkeypatch.setattr(flows, "call_at", _timeout_call_at)
     plain = once()
@@ -203,8 +203,8 @@ def test_lanes_merge_with_the_heap_in_simpy_order(monkeypatch):
     urgent.callbacks.append(lambda _e: seen.append("urgent heap"))
     net.env.schedule(urgent, URGENT)
     net.env.timeout(0).callbacks.append(lambda _e: seen.append("normal heap"))
-    resume = collectives._Run.resume
-    monkeypatch.setattr(collectives._Run, "resume",
+    resume = collectives.CollectiveRun.resume
+    monkeypatch.setattr(collectives.CollectiveRun, "resume",
                         lambda self: seen.append("run") or resume(self))
     progs = {r: Program(r, 0, {  # two channels on the same links: both run over the flows
         s: (Collective(0, s, "allreduce", (0, 1), 8e6, "ring", s, "tp", s),)

@@ -16,7 +16,7 @@ from strategies.memory.scalar import memory_components
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.reference.entry_specs import _dtype
+from strategies.reference.entry_specs import entry_dtype
 from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
 from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu, gpu_from_mapping, \
@@ -163,11 +163,11 @@ def test_one_microbatch_step_overlaps_dp_for_the_whole_step():
 
 
 def test_precision_texts_and_custom_gpus():
-    assert _dtype({"id": "x", "precision": "fp8 (blockwise, DeepSeek recipe)"}) == \
+    assert entry_dtype({"id": "x", "precision": "fp8 (blockwise, DeepSeek recipe)"}) == \
         "fp8-blockwise"
-    assert _dtype({"id": "x", "precision": "fp8 (fine-grained, DeepSeek recipe)"}) == \
+    assert entry_dtype({"id": "x", "precision": "fp8 (fine-grained, DeepSeek recipe)"}) == \
         "fp8-blockwise"
-    assert _dtype({"id": "x", "precision": "fp8 (current scaling)"}) == "fp8-current"
+    assert entry_dtype({"id": "x", "precision": "fp8 (current scaling)"}) == "fp8-current"
     g = gpu_from_mapping({"name": "X", "bf16_tflops": 1000, "fp8_tflops": 2000, "hbm_gib": 80,
                           "hbm_tbps": 3, "fp8_tn_only": True})
     assert g.cast_copies("fp8") == 2 and gpu_to_mapping(g)["fp8_tn_only"] is True

@@ -24,7 +24,7 @@ from strategies.estimate.scalar import estimate
 from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
 from strategies.model import FIELDS, ModelSpec, model_from_mapping
-from strategies.plan import _ALIAS, Plan, parse_plan, plan_from_mapping
+from strategies.plan import ALIAS, Plan, parse_plan, plan_from_mapping
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
 from topologies.gpus import gpu_from_mapping
 from topologies.yaml_io import load_cluster_file
@@ -137,7 +137,7 @@ def test_plan_mapping_random(d):
         return
     _check_plan(p)
     for raw, v in d.items():   # what is given is what is read
-        key = _ALIAS.get(raw.strip().lower(), raw.strip().lower())
+        key = ALIAS.get(raw.strip().lower(), raw.strip().lower())
         if key in ("tp", "pp", "dp", "cp", "ep", "mbs", "gbs", "zero") and v is not None:
             assert not isinstance(v, bool)
             assert getattr(p, key) == (int(v.strip()) if isinstance(v, str) else v)

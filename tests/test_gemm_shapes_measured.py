@@ -115,9 +115,9 @@ def test_what_if_patches_inside_the_run_only():
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     path = os.path.join(root, "strategies/reference/data/nemo_performance_2407.json")
-    k0, c0, w0 = gemm_kernel.k_knee, gemm_kernel._gemm_compute, gemm_kernel.gemm_waves
+    k0, c0, w0 = gemm_kernel.k_knee, gemm_kernel.gemm_compute, gemm_kernel.gemm_waves
     res = gm.what_if([path])
-    assert gemm_kernel.k_knee is k0 and gemm_kernel._gemm_compute is c0 \
+    assert gemm_kernel.k_knee is k0 and gemm_kernel.gemm_compute is c0 \
         and gemm_kernel.gemm_waves is w0
     cases = [c for c in load_cases(path, tiers=None)
              if c.job is not None and c.measured_step_s is not None]

@@ -51,11 +51,11 @@ def test_one_config_is_the_smooth_time_over_the_wave_efficiency(monkeypatch):
     w, kn = gemm_kernel.gemm_waves(A100), gemm_kernel.k_knee(A100, "bf16")
     rate = A100.peak("bf16") * A100.matmul_efficiency
     shapes = ((2048, 5376, 14336), (256, 109 * 128, 4096), (8192, 2304, 9216))
-    full = [gemm_kernel._gemm_compute(M, N, K, rate, kn, w) for M, N, K in shapes]
+    full = [gemm_kernel.gemm_compute(M, N, K, rate, kn, w) for M, N, K in shapes]
     _only_the_wave_tile(monkeypatch)
     for (M, N, K), t in zip(shapes, full):
-        smooth = gemm_kernel._gemm_compute(M, N, K, rate, kn)
-        waved = gemm_kernel._gemm_compute(M, N, K, rate, kn, w)
+        smooth = gemm_kernel.gemm_compute(M, N, K, rate, kn)
+        waved = gemm_kernel.gemm_compute(M, N, K, rate, kn, w)
         assert waved == pytest.approx(smooth / gemm_kernel.wave_efficiency(M, N, w), rel=1e-15)
         assert smooth <= t <= waved
 
@@ -91,8 +91,8 @@ def _config_time(M, N, K, rate, kn, w, tm, tn, s):
     ks = K / s
     units = np.ceil(M / tm) * np.ceil(N / tn) * s
     occ = units / (np.ceil(units / w.slots) * w.slots)
-    return (2.0 * M * N * K / (rate * gemm_kernel.tile_efficiency(tm, tn) * gemm_kernel._shape(M)
-                               * gemm_kernel._shape(N) * (ks / (ks + kn)) * occ)
+    return (2.0 * M * N * K / (rate * gemm_kernel.tile_efficiency(tm, tn) * gemm_kernel.side_factor(M)
+                               * gemm_kernel.side_factor(N) * (ks / (ks + kn)) * occ)
             + gemm_kernel.split_k_bytes(M, N, s) / w.hbm)
 
 
@@ -104,10 +104,10 @@ def test_small_output_deep_k_splits_k_with_its_reduction():
     rate = A100.peak("bf16") * A100.matmul_efficiency
     M, N, K = 1024.0, 1024.0, 8192.0
     ks = K / 3
-    exact = (2 * M * N * K / (rate * gemm_kernel._shape(M) * gemm_kernel._shape(N)
+    exact = (2 * M * N * K / (rate * gemm_kernel.side_factor(M) * gemm_kernel.side_factor(N)
                               * (ks / (ks + kn)) * (96 / 108))
              + 2 * 3 * M * N * 4 / w.hbm)
-    t = gemm_kernel._gemm_compute(M, N, K, rate, kn, w)
+    t = gemm_kernel.gemm_compute(M, N, K, rate, kn, w)
     assert t == pytest.approx(exact, rel=1e-14)
     assert t == pytest.approx(104.0e-6, abs=0.05e-6)
     assert w.hbm == A100.hbm_bandwidth * hbm_rate.HBM_EFFICIENCY
@@ -124,10 +124,10 @@ def test_mid_output_picks_the_smaller_tile_not_a_split():
     w, kn = gemm_kernel.gemm_waves(A100), gemm_kernel.k_knee(A100, "bf16")
     rate = A100.peak("bf16") * A100.matmul_efficiency
     M, N, K = 2048.0, 1024.0, 4096.0
-    exact = 2 * M * N * K / (rate * gemm_kernel.tile_efficiency(128, 64) * gemm_kernel._shape(M)
-                             * gemm_kernel._shape(N) * (K / (K + kn)) * (256 / 324))
-    assert gemm_kernel._gemm_compute(M, N, K, rate, kn, w) == pytest.approx(exact, rel=1e-14)
-    assert gemm_kernel._gemm_compute(M, N, K, rate, kn, w) < _config_time(M, N, K, rate, kn, w,
+    exact = 2 * M * N * K / (rate * gemm_kernel.tile_efficiency(128, 64) * gemm_kernel.side_factor(M)
+                             * gemm_kernel.side_factor(N) * (K / (K + kn)) * (256 / 324))
+    assert gemm_kernel.gemm_compute(M, N, K, rate, kn, w) == pytest.approx(exact, rel=1e-14)
+    assert gemm_kernel.gemm_compute(M, N, K, rate, kn, w) < _config_time(M, N, K, rate, kn, w,
                                                                           256, 128, 1)
 
 
@@ -135,9 +135,9 @@ def test_reduction_traffic_is_charged(monkeypatch):
     """Without the reduction's bytes split-K could only be faster."""
     w, kn = gemm_kernel.gemm_waves(A100), gemm_kernel.k_knee(A100, "bf16")
     rate = A100.peak("bf16") * A100.matmul_efficiency
-    t = gemm_kernel._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
+    t = gemm_kernel.gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
     monkeypatch.setattr(gemm_kernel, "split_k_bytes", lambda M, N, s: 0.0 * s)
-    assert gemm_kernel._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w) < t
+    assert gemm_kernel.gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w) < t
 
 
 def test_gpt17b_tp2_layer_between_flat_and_one_tile(monkeypatch):
@@ -183,17 +183,17 @@ def test_scalar_and_array_forms_agree():
     Ms = np.array([[1024.0, 2048.0], [256.0, 8192.0]])
     Ns = np.array([[1024.0, 1024.0], [256.0, 2304.0]])
     Ks = np.array([[8192.0, 4096.0], [16384.0, 9216.0]])
-    arr = gemm_kernel._gemm_compute(Ms, Ns, Ks, rate, kn, w)
+    arr = gemm_kernel.gemm_compute(Ms, Ns, Ks, rate, kn, w)
     assert arr.shape == (2, 2)
-    assert gemm_kernel._gemm_compute(np.zeros((0,)), 1024.0, 1024.0, rate, kn, w).shape == (0,)
+    assert gemm_kernel.gemm_compute(np.zeros((0,)), 1024.0, 1024.0, rate, kn, w).shape == (0,)
     # repeated shapes are priced once and given back in place
-    rep = gemm_kernel._gemm_compute(np.array([1024.0, 2048.0, 1024.0]),
+    rep = gemm_kernel.gemm_compute(np.array([1024.0, 2048.0, 1024.0]),
                                     np.array([1024.0, 1024.0, 1024.0]),
                                     np.array([8192.0, 4096.0, 8192.0]), rate, kn, w)
-    assert rep[0] == rep[2] == gemm_kernel._gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
-    assert rep[1] == gemm_kernel._gemm_compute(2048.0, 1024.0, 4096.0, rate, kn, w)
+    assert rep[0] == rep[2] == gemm_kernel.gemm_compute(1024.0, 1024.0, 8192.0, rate, kn, w)
+    assert rep[1] == gemm_kernel.gemm_compute(2048.0, 1024.0, 4096.0, rate, kn, w)
     assert [float(x) for x in arr.ravel()] == [
-        float(gemm_kernel._gemm_compute(M, N, K, rate, kn, w))
+        float(gemm_kernel.gemm_compute(M, N, K, rate, kn, w))
         for M, N, K in zip(Ms.ravel(), Ns.ravel(), Ks.ravel())]
 
 

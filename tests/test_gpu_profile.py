@@ -63,8 +63,8 @@ def test_calibrate_cli_end_to_end_writes_the_fake_curve(tmp_path, capsys):
         assert eff == pytest.approx(fake.gemm_efficiency(p.dtype, p.m, p.n, p.k), rel=1e-12)
         # the catalog's kernel time (rate, shape, K knee, the fixed time per kernel) over 0.5
         work = 2.0 * p.m * p.n * p.k
-        t = (work / (gpu.peak(p.dtype) * gpu.gemm_efficiency(p.dtype) * gemm_kernel._shape(p.m)
-                     * gemm_kernel._shape(p.n) * p.k / (p.k + gemm_kernel.k_knee(gpu, p.dtype)))
+        t = (work / (gpu.peak(p.dtype) * gpu.gemm_efficiency(p.dtype) * gemm_kernel.side_factor(p.m)
+                     * gemm_kernel.side_factor(p.n) * p.k / (p.k + gemm_kernel.k_knee(gpu, p.dtype)))
              + gemm_kernel.gemm_fixed_s(gpu)) / 0.5
         assert eff == pytest.approx(work / t / gpu.peak(p.dtype), rel=1e-12)
     assert {(p.kernel, p.heads, p.seq) for p in prof.attention} == {

@@ -191,7 +191,7 @@ def test_faster_formats_are_faster_and_current_scaling_costs_a_pass():
 
 def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
     from strategies.reference.cases import case_from_entry
-    from strategies.reference.entry_specs import _dtype
+    from strategies.reference.entry_specs import entry_dtype
     entry = {"id": "gb200_405b", "kind": "measured", "tier": 1,
              "source": {"ref": "NVIDIA-NeMo/Megatron-Bridge",
                         "table": "docs/performance-summary.md (25.11 NeMo container)"},
@@ -208,8 +208,8 @@ def test_published_gb200_run_lands_on_nvl72_racks_with_its_precision():
     cl = case.job.cluster
     assert (cl.gpu.name, cl.num_nodes, cl.nvlink_domain_size) == ("GB200", 4, 64)
     assert case.job.dtype == "fp8-current"
-    assert _dtype({"id": "x", "precision": "mxfp8"}) == "mxfp8"
-    assert _dtype({"id": "x", "precision": "fp8 (delayed scaling)"}) == "fp8"
+    assert entry_dtype({"id": "x", "precision": "mxfp8"}) == "mxfp8"
+    assert entry_dtype({"id": "x", "precision": "fp8 (delayed scaling)"}) == "fp8"
 
 
 def test_launch_runs_torchrun_per_tray_with_the_precision_flags():

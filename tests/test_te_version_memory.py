@@ -24,7 +24,7 @@ from strategies.presets import model_preset
 from strategies.reference.cases import case_from_entry, load_reference
 from strategies.framework import get_profile
 from strategies.reference.entry_stack import (NEMO_CONTAINER_TE, TE_UNDOCUMENTED,
-                                              _with_te_version, nemo_container)
+                                              with_te_version, nemo_container)
 from strategies.stacks.megatron import MEGATRON_CORE as _MCORE
 from tests.memory_checks import assert_search_equals_scalar
 from topologies.cluster import cluster_preset
@@ -140,7 +140,7 @@ def test_each_documented_container_reads_its_stated_release():
         for name in ("nemo", "megatron-core", "torchtitan"):
             fw, notes = get_profile(name), []
             row = {"source": {"ref": f"container nvcr.io/nvidia/nemo:{tag}.01"}}
-            got = _with_te_version(row, fw, notes)
+            got = with_te_version(row, fw, notes)
             if name == "torchtitan":
                 assert got is fw and not notes
                 continue

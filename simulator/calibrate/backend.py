@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from strategies.cost.attention_time import FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR
-from strategies.cost.gemm_kernel import _gemm_compute, gemm_fixed_s, gemm_waves, k_knee
+from strategies.cost.gemm_kernel import gemm_compute, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.measured import attention_flops_fwd
 from strategies.errors import SpecError
 from topologies.gpu_profile import nccl_buffer_bytes
@@ -91,7 +91,7 @@ class FakeBackend:
         """The known curve: fraction of ``peak(dtype)`` a ``(m, n, k)`` GEMM reaches."""
         g = self.gpu
         rate = g.peak(dtype) * g.gemm_efficiency(dtype)
-        t = (_gemm_compute(m, n, k, rate, k_knee(g, dtype), gemm_waves(g))
+        t = (gemm_compute(m, n, k, rate, k_knee(g, dtype), gemm_waves(g))
              + gemm_fixed_s(g)) / self.gemm_scale
         return 2.0 * m * n * k / t / g.peak(dtype)
 

@@ -1,7 +1,7 @@
 """The sweep of ``paraplan calibrate``: which shapes to time, and the profile they make.
 
 GEMMs: the four weight GEMMs of a transformer layer (QKV, attention output, MLP up, MLP
-down; ``strategies.cost.gemm_time._linears``, the shapes the cost model itself charges) and the
+down; ``strategies.cost.gemm_time.linear_shapes``, the shapes the cost model itself charges) and the
 logits GEMM of the LM head ``(tokens, vocab/tp, hidden)``, each in
 its three passes (forward ``(M, N, K)``, data gradient ``(M, K, N)``, weight gradient
 ``(K, N, M)``), for every model, tensor-parallel degree and micro-batch size asked, in bf16
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from simulator.calibrate.backend import MEMORY_KERNELS, Backend
-from strategies.cost.gemm_time import _linears
+from strategies.cost.gemm_time import linear_shapes
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
 from topologies.gpu_profile import COLLECTIVE_OPS, SCHEMA, GpuProfile, profile_from_mapping
@@ -76,7 +76,7 @@ def gemm_shapes(spec: CalibrationSpec) -> list[tuple[int, int, int]]:
             for b in spec.mbs:
                 T = b * m.seq_length
                 head = (1, T, m.vocab_size / tp, m.hidden_size, False)   # the logits GEMM
-                for _count, M, N, K, row in [*_linears(m, b, tp, 1, 1), head]:
+                for _count, M, N, K, row in [*linear_shapes(m, b, tp, 1, 1), head]:
                     if row is None:
                         continue
                     dims = [int(round(float(x))) for x in (M, N, K)]
@@ -182,7 +182,7 @@ def summarize(profile: GpuProfile, gpu=None) -> dict:
             eff = [p.flops / p.seconds / peak for p in pts]
             row.update(efficiency_min=min(eff), efficiency_median=_median(eff),
                        efficiency_max=max(eff), catalog_large_gemm=gpu.gemm_efficiency(dtype),
-                       vs_model=_median([p.seconds / (gemm_kernel._gemm_compute(
+                       vs_model=_median([p.seconds / (gemm_kernel.gemm_compute(
                            p.m, p.n, p.k, rate, kn, gemm_kernel.gemm_waves(gpu))
                            + gemm_kernel.gemm_fixed_s(gpu)) for p in pts]))
         out["gemm"][dtype] = row

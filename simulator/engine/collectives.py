@@ -27,7 +27,7 @@ import numpy as np
 from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
-from simulator.network.flows import _min, call_at
+from simulator.network.flows import min_reduce, call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -125,7 +125,7 @@ class CollectiveRunner:
         if not phases:
             then(None)
             return
-        _Run(self.net, op, phases, then, blocks)
+        CollectiveRun(self.net, op, phases, then, blocks)
 
     def _blocks(self, op: Collective, phases: list[RunPhase]) -> list | None:
         """Per phase, ``(FlowBlock, bytes of each flow)`` when the flows backend can start all
@@ -139,7 +139,7 @@ class CollectiveRunner:
             if block is not None:
                 if isinstance(nbytes, tuple):
                     sized = np.array(nbytes) * op.repeat
-                    if not _min(sized) > 0:
+                    if not min_reduce(sized) > 0:
                         block = None
                 else:
                     sized = nbytes * op.repeat
@@ -210,7 +210,7 @@ class CollectiveRunner:
         then(None)
 
 
-class _Run:
+class CollectiveRun:
     """One collective run over the flow network, phase after phase: each phase waits its
     latency, starts its flows together and ends when the last one has. No SimPy process:
     its queue entries are those the process ``for phase: yield timeout(latency); yield

@@ -37,7 +37,7 @@ from typing import Callable
 import simpy
 from simpy.events import NORMAL
 
-from simulator.engine.collectives import CollectiveRunner, _Run
+from simulator.engine.collectives import CollectiveRunner, CollectiveRun
 from simulator.engine.gc_pause import paused_gc
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.result import Record, SimResult
@@ -301,7 +301,7 @@ class Engine:
         priority, then scheduling order), where an entry whose item is a list of streams holds
         the compute ops (or runs of them) of one stream class and op index that end at its
         time, scheduled without an event object, and an entry whose item is a collective
-        run (``collectives._Run``) resumes that run. One function for the whole run: the locals are bound once (issue 17)."""
+        run (``collectives.CollectiveRun``) resumes that run. One function for the whole run: the locals are bound once (issue 17)."""
         env, ready = self.env, self.ready
         queue, eid, mail, rendezvous = env._queue, env._eid, self.mail, self.rendezvous
         seq = self.seq
@@ -396,7 +396,7 @@ class Engine:
             env._now = now
             steps += 1
             kind = type(ev)
-            if kind is _Run:           # a collective run's entry (no event object)
+            if kind is CollectiveRun:           # a collective run's entry (no event object)
                 ev.resume()
                 continue
             if kind is not list:

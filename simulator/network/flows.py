@@ -53,7 +53,7 @@ _FEW = 8               # up to this many flows started together go in one by one
 _DONE_KEPT = 1024      # finished flows whose bytes wait to be added to their links (``_deliver``)
 
 
-_min = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
+min_reduce = np.minimum.reduce      # ``a.min()`` without its Python wrapper (the same reduction)
 _any_row = partial(np.logical_or.reduce, axis=1)     # ``a.any(axis=1)``, likewise
 _count = np.count_nonzero   # truthy as ``np.logical_or.reduce`` of ints, without a ufunc reduction
 _first = itemgetter(0)

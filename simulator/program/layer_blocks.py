@@ -6,7 +6,7 @@ tensor-parallel ones: ``simulator.program.tensor_parallel``). Units: seconds, by
 """
 from __future__ import annotations
 
-from simulator.program.tensor_parallel import _TP_TAG
+from simulator.program.tensor_parallel import TP_TAG
 from strategies.cost.cp_ring import PASS_VOLUME
 from strategies.cost.stage import chunk_sum
 
@@ -184,7 +184,7 @@ class LayerBlocks:
         if rope_b > 0:      # MLA's rope key under SP, blocking (``attn_rope_time``, §5.81)
             kd = "allgather" if fwd else "reduce_scatter"
             rope = self.coll("tp-comm", kd, "tp", rope_b, nl, "tp",
-                             f"{_TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
+                             f"{TP_TAG[kd]} tp rope {label}", i, c, deps=(main, after))
             if rope is not None:
                 self.wait.append(rope)
         # MLA's column-parallel down projections' own collectives, blocking
@@ -196,7 +196,7 @@ class LayerBlocks:
             if async_rd and kd in ("reduce_scatter", "allreduce"):
                 continue
             dn = self.coll("tp-comm", kd, "tp", nb, nl, "tp",
-                           f"{_TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
+                           f"{TP_TAG[kd]} tp down {label}", i, c, deps=(main, after))
             if dn is not None:
                 self.wait.append(dn)
         return main

@@ -13,7 +13,7 @@ from strategies.cost.stage import (attn_full_rc_ops, attn_tp_swap, dgrad_reduce_
                                   tp_kind_bytes)
 
 _TP_KINDS = {False: ("allreduce",), True: ("reduce_scatter", "allgather")}   # by sp
-_TP_TAG = {"allreduce": "AR", "reduce_scatter": "RS", "allgather": "AG"}
+TP_TAG = {"allreduce": "AR", "reduce_scatter": "RS", "allgather": "AG"}
 
 
 class TensorParallelOps:
@@ -56,7 +56,7 @@ class TensorParallelOps:
         pass (``_tp_ops``)."""
         if n <= 0 or self.c.tp_bytes <= 0:
             return
-        tag = _TP_TAG
+        tag = TP_TAG
         last = None
         share = attn / n
         if self.p.tp_comm_overlap:
@@ -116,7 +116,7 @@ class TensorParallelOps:
         for kd, nb in attn_full_rc_ops(cs, bool(self.p.sp)):
             if nb > 0:
                 op = self.coll("tp-comm", kd, "tp", nb, layers, "tp",
-                               f"{_TP_TAG[kd]} tp recompute attn {label}", i, c,
+                               f"{TP_TAG[kd]} tp recompute attn {label}", i, c,
                                deps=(rc, after))
                 if op is not None:
                     self.wait.append(op)

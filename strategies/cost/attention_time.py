@@ -12,7 +12,7 @@ from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
 from strategies.cost import window_kernel
-from strategies.cost.gemm_kernel import _shape
+from strategies.cost.gemm_kernel import side_factor
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
@@ -110,7 +110,7 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     # score square (a window only masks it)
     d = m.head_dim
     s = m.seq_length
-    rate = peak * gpu.matmul_efficiency * _shape(d) * _shape(s / cp) * _shape(s)
+    rate = peak * gpu.matmul_efficiency * side_factor(d) * side_factor(s / cp) * side_factor(s)
     bias = fw.alibi_score_bytes if m.position_embedding == "alibi" else 0.0
     soft = attention_counts.softmax_bytes_fwd(m, b, tp, cp, False, bias) / hbm
     soft_b = attention_counts.softmax_bytes_bwd(m, b, tp, cp, False) / hbm

@@ -3,7 +3,7 @@ layer and the cross-entropy on the last. Vectorised."""
 from __future__ import annotations
 
 from strategies.cost import param_counts, token_counts
-from strategies.cost.gemm_kernel import _gemm, _gemm_ratio, gemm_fixed_s, gemm_waves, k_knee
+from strategies.cost.gemm_kernel import gemm_count_time, gemm_ratio, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.grad_time import GRAD_BYTES_16, grad_accum_time, sharded_grad_pass_time
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -30,11 +30,11 @@ def lm_head_time_split(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, dtype: 
     V, h = m.vocab_size / tp, m.hidden_size
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     kn = k_knee(gpu, "bf16")
-    q, wv = _gemm_ratio(gpu, "bf16", rate, kn, system), gemm_waves(gpu, system)
+    q, wv = gemm_ratio(gpu, "bf16", rate, kn, system), gemm_waves(gpu, system)
     t0 = gemm_fixed_s(gpu)
-    g_f = slow * _gemm(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0)
-    w = _gemm(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv, fixed=t0)
-    g_b = slow * (_gemm(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0) + w)
+    g_f = slow * gemm_count_time(1, T, V, h, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0)
+    w = gemm_count_time(1, h, V, T, rate, hbm, 2.0, c_w, knee=kn, ratio=q, waves=wv, fixed=t0)
+    g_b = slow * (gemm_count_time(1, T, h, V, rate, hbm, 2.0, knee=kn, ratio=q, waves=wv, fixed=t0) + w)
     # the softmax cross-entropy's memory-bound passes over the logits, as the stack runs them
     # (``FrameworkProfile.loss``, ``framework.LossPasses``)
     ce_f, ce_b = (fw.loss.fwd_bytes * T * V / hbm, fw.loss.bwd_bytes * T * V / hbm)

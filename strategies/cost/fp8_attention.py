@@ -71,7 +71,7 @@ def chip_class(gpu: GPU) -> str | None:
     return None
 
 
-def _ratio(table: tuple[float, ...], seq: Num) -> Num:
+def seq_ratio(table: tuple[float, ...], seq: Num) -> Num:
     """``table`` (per ``SEQS``) at ``seq`` tokens: log-linear in the sequence, the end values
     outside the measured range."""
     return np.interp(np.log(np.asarray(seq, float)), np.log(SEQS), table)
@@ -94,8 +94,8 @@ def kind_ratios(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[tuple[Num, Num], tupl
         raise ValueError(f"no MXFP8 attention figures for {gpu.name}")
     full_f, full_b = RATIOS[(chip, full_class(m))]
     win_f, win_b = RATIOS[(chip, "64/64w128")]
-    return ((_ratio(full_f, seq), _ratio(full_b, seq)),
-            (_ratio(win_f, seq), _ratio(win_b, seq)))
+    return ((seq_ratio(full_f, seq), seq_ratio(full_b, seq)),
+            (seq_ratio(win_f, seq), seq_ratio(win_b, seq)))
 
 
 def time_factors(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[Num, Num]:

@@ -55,7 +55,7 @@ GEMM_GENERATION = {"H100-SXM5-80GB": "sm_90", "H800-SXM5-80GB": "sm_90",
                    "B300-SXM-288GB": "sm_100", "GB200": "sm_100", "GB300": "sm_100"}
 
 
-def _shape(d: Num) -> Num:
+def side_factor(d: Num) -> Num:
     return d / (d + SHAPE_SCALE)
 
 
@@ -123,7 +123,7 @@ def wave_efficiency(M: Num, N: Num, waves: Waves | None) -> Num:
     ``waves.tile_m x waves.tile_n`` tile: ``tiles / (ceil(tiles / slots) · slots)`` with
     ``tiles = ceil(M/tile_m) · ceil(N/tile_n)`` (the last wave runs partly empty; NVIDIA
     "Matrix Multiplication Background User's Guide" §3.2); 1 without ``waves``. The waste
-    *inside* an edge tile is ``_shape``'s, not this."""
+    *inside* an edge tile is ``side_factor``'s, not this."""
     if waves is None:
         return 1.0
     return _occupancy(np.ceil(M / waves.tile_m) * np.ceil(N / waves.tile_n), waves.slots)
@@ -169,7 +169,7 @@ def split_k_bytes(M: Num, N: Num, split: Num) -> Num:
     """Extra HBM bytes of a GEMM whose K is cut into ``split`` slices: each slice writes its
     ``M x N`` partial sums in fp32 to a workspace and the reduction kernel reads them back
     (``2 · split · M · N · SPLIT_K_PARTIAL_BYTES``; 0 without a split). The reduced output's
-    own write is the GEMM's (``_gemm``'s roofline)."""
+    own write is the GEMM's (``gemm_count_time``'s roofline)."""
     return np.where(np.asarray(split) > 1, 2.0 * split * M * N * SPLIT_K_PARTIAL_BYTES, 0.0)
 
 
@@ -223,49 +223,49 @@ def _configs_min(M: Num, N: Num, K: Num, rate: Num, knee: float, waves: Waves) -
     Mx, Nx, Kx, r = (np.asarray(x, dtype=float)[..., None] for x in (M, N, K, rate))
     ks = Kx / s
     occ = _occupancy(np.ceil(Mx / tm) * np.ceil(Nx / tn) * s, waves.slots)
-    t = 2.0 * Mx * Nx * Kx / (r * e * _shape(Mx) * _shape(Nx) * (ks / (ks + knee)) * occ)
+    t = 2.0 * Mx * Nx * Kx / (r * e * side_factor(Mx) * side_factor(Nx) * (ks / (ks + knee)) * occ)
     t = t + split_k_bytes(Mx, Nx, s) / waves.hbm
     return t.min(axis=-1)
 
 
-def _gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
+def gemm_compute(M: Num, N: Num, K: Num, rate: Num, knee: float,
                   waves: Waves | None = None) -> Num:
     """Compute seconds of one GEMM at the shape-penalised ``rate`` (FLOP/s): the smooth
-    ``_shape`` of ``M`` and ``N`` and the K knee; on a chip with ``waves``, the fastest
+    ``side_factor`` of ``M`` and ``N`` and the K knee; on a chip with ``waves``, the fastest
     kernel configuration (``_gemm_configs_time``: tile, split-K, wave occupancy)."""
     if waves is None:
-        return 2.0 * M * N * K / (rate * _shape(M) * _shape(N) * (K / (K + knee)))
+        return 2.0 * M * N * K / (rate * side_factor(M) * side_factor(N) * (K / (K + knee)))
     return _gemm_configs_time(M, N, K, rate, knee, waves)
 
 
-def _gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float,
+def gemm_ratio(gpu: GPU, dtype: str, rate: float, knee: float,
                 system: SystemConfig = DEFAULT_SYSTEM) -> measured.GemmRatio | None:
     """The measured-over-model ratio of ``dtype`` GEMMs on a profiled ``gpu`` (else None)."""
     wv, t0 = gemm_waves(gpu, system), gemm_fixed_s(gpu)
     return measured.gemm_ratio(gpu, dtype,
-                               lambda M, N, K: _gemm_compute(M, N, K, rate, knee, wv) + t0)
+                               lambda M, N, K: gemm_compute(M, N, K, rate, knee, wv) + t0)
 
 
-def _gemm(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
+def gemm_count_time(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
           c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
           ratio: measured.GemmRatio | None = None, waves: Waves | None = None,
           fixed: float = 0.0) -> Num:
-    """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``, ``count`` times ``_gemm_unit``."""
-    return count * _gemm_unit(M, N, K, rate, hbm, esize, c_bytes, knee, ratio, waves, fixed)
+    """Seconds of ``count`` GEMMs ``(M x K) @ (K x N)``, ``count`` times ``gemm_unit``."""
+    return count * gemm_unit(M, N, K, rate, hbm, esize, c_bytes, knee, ratio, waves, fixed)
 
 
-def _gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
+def gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
                c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
                ratio: measured.GemmRatio | None = None, waves: Waves | None = None,
                fixed: float = 0.0) -> Num:
     """Seconds of one GEMM ``(M x K) @ (K x N)``: the larger of the compute time at the
     shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
     chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
-    ``_gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
+    ``gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
     ``c_bytes`` per output element, default ``esize``). The compute time includes the
     kernel's ``fixed`` seconds (``gemm_fixed_s``: pipeline fill and drain, which a kernel
     streaming its operands at the HBM rate hides) and is what a measured ``ratio`` scales."""
-    t_compute = _gemm_compute(M, N, K, rate, knee, waves) + fixed
+    t_compute = gemm_compute(M, N, K, rate, knee, waves) + fixed
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import gemm_shapes
-from strategies.cost.gemm_kernel import _gemm_ratio, _gemm_unit, gemm_fixed_s, gemm_waves, k_knee
+from strategies.cost.gemm_kernel import gemm_ratio, gemm_unit, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.grad_time import GRAD_BYTES_16
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -31,11 +31,11 @@ def whole_split(tp: Num, sp: Num, fw: FrameworkProfile = DEFAULT) -> tuple[Num, 
                                         fw.mla_down_proj == "column")
 
 
-def _linears(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
+def linear_shapes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,
              load: Num = 1.0) -> list[tuple]:
     """The GEMMs of the mean layer on one GPU (``gemm_shapes.layer_gemms``): the routed experts'
     grouped GEMM as ``E/ep`` GEMMs of ``token_counts.expert_tokens`` rows (the hottest rank's,
-    ``load``) and width ``F_e/etp``, each priced by its own shape (``_gemm``: small ``M``
+    ``load``) and width ``F_e/etp``, each priced by its own shape (``gemm_count_time``: small ``M``
     wastes tile rows and makes the weight read count, the roofline)."""
     return gemm_shapes.layer_gemms(m, b, tp, cp, ep, etp=etp, load=load)
 
@@ -57,7 +57,7 @@ def gemm_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dty
                   etp: Num | None = None, load: Num = 1.0,
                   fw: FrameworkProfile = DEFAULT, sp: Num = False) -> Num:
     """Forward time of the dense GEMMs of one layer (seconds); with TP overlap (``tpo``) each
-    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``_linears``; ``fw``: the
+    GEMM runs as ``tp`` pieces of ``M/tp`` rows; ``etp``, ``load``: ``linear_shapes``; ``fw``: the
     stack's launches of the grouped expert GEMMs (``fixed_shares``) and, with ``sp``, its
     shapes of the GEMMs tensor parallelism leaves whole (``whole_split``)."""
     parts = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
@@ -114,8 +114,8 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
-    q, q16 = (_gemm_ratio(gpu, dtype, rate, kn, system),
-               _gemm_ratio(gpu, "bf16", r16, kn16, system))
+    q, q16 = (gemm_ratio(gpu, dtype, rate, kn, system),
+               gemm_ratio(gpu, "bf16", r16, kn16, system))
     wv, t0 = gemm_waves(gpu, system), gemm_fixed_s(gpu)
     split = _tp_split(tp, tpo)
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
@@ -124,21 +124,21 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
         f0 = t0 if shares is None else t0 * shares[i]
         if row is None:                                   # MoE router: bf16, not split
             r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
-            f = _gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
+            f = gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
             if not backward:
                 out.append((1.0, f, 1.0, None, None))
                 continue
-            out.append((1.0, f, 1.0, _gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
-                        _gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
+            out.append((1.0, f, 1.0, gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
+                        gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
-        f = _gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0)
+        f = gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0)
         if not backward:
             out.append((split, f, 1.0, None, None))
             continue
         s = split if row else 1.0
         out.append((split, f, s,
-                    _gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0),
-                    _gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0)))
+                    gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0),
+                    gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0)))
     return out
 
 

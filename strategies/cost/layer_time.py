@@ -205,7 +205,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     layer's tensor-parallel collective pairs per pass (``stage.tp_collectives_per_layer``),
     whose sequence-dim layout copies (``tp_layout_copy_time``), or under async TP the fused
     ops' own HBM passes (``async_tp.fused_pass_time``), run in the pass, in ``B``."""
-    # the mean layer's GEMMs (``_linears``) at the stack's shapes of the GEMMs tensor
+    # the mean layer's GEMMs (``linear_shapes``) at the stack's shapes of the GEMMs tensor
     # parallelism leaves whole (``whole_split``), each shape priced once for every sum below
     parts = gemm_shapes.layer_gemm_parts(m, b, tp, cp, ep, None, etp, load, whole_split(tp, sp, fw))
     units = gemm_units([g for _, g in parts], tp, gpu, dtype, tpo, fw, system,

@@ -46,7 +46,7 @@ from strategies.cost import ring_attention as ring
 from strategies.cost import step as steps
 from strategies.cost import tp_ends
 from strategies.cost.tp_collectives import (  # noqa: F401 (re-exported: callers import them here)
-    _per_width,
+    per_width,
     sp_regather_pieces,
     sp_regather_exposed,
     dgrad_reduce_pieces,

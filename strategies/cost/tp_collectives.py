@@ -19,7 +19,7 @@ from strategies.cost import token_counts
 from topologies.cluster import Cluster
 
 
-def _per_width(t: Callable[[float], token_counts.Num]) -> Callable[[float], token_counts.Num]:
+def per_width(t: Callable[[float], token_counts.Num]) -> Callable[[float], token_counts.Num]:
     """``t`` worked out once per width (the rules below ask for width 1 several times)."""
     seen: dict[float, token_counts.Num] = {}
 
@@ -61,7 +61,7 @@ def sp_regather_exposed(t_ag: Callable[[float], token_counts.Num], x: Any) -> to
     all-gather of ``width`` times ``rg_bytes`` (0 where ``rg_bytes`` is 0: no re-gather).
     The one rule the estimate and the lower bound read; the simulator compiles the same
     pieces (``simulator.program.builder``). docs/calibration.md §5.70, §5.76."""
-    out, t = 0.0, _per_width(t_ag)
+    out, t = 0.0, per_width(t_ag)
     for share, width, dgrad in sp_regather_pieces(x):
         out = out + share * np.maximum(t(width) - dgrad, 0.0)
     return out
@@ -107,7 +107,7 @@ def dgrad_reduce_hidden(t_red: Callable[[float], token_counts.Num], x: Any) -> t
     ``t_red`` is 0 (``rd_bytes`` 0: blocking). The one rule the estimate and the lower
     bound read; the simulator compiles the same pieces (``simulator.program.tensor_parallel``).
     docs/calibration.md §5.75, §5.76."""
-    out, t_red = 0.0, _per_width(t_red)
+    out, t_red = 0.0, per_width(t_red)
     for share, pieces in dgrad_reduce_pieces(x):
         hid, run = 0.0, 0.0
         for width, wgrad in pieces:

@@ -20,7 +20,7 @@ the shape (``2·b·a·(d_qk + d_v)`` per causal-kernel score element), ``peak`` 
 peak (2.5 PFLOP/s both), printed by ``python experiments/window_kernel_rates.py --table``."""
 from __future__ import annotations
 
-from strategies.cost.fp8_attention import SEQS, _ratio, chip_class
+from strategies.cost.fp8_attention import SEQS, seq_ratio, chip_class
 from strategies.cost.token_counts import Num
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -56,4 +56,4 @@ def window_efficiency(m: ModelSpec, gpu: GPU, seq: Num) -> tuple[Num, Num] | Non
     if cls is None or chip is None:
         return None
     f, b = EFFICIENCY[(chip, cls)]
-    return _ratio(f, seq), _ratio(b, seq)
+    return seq_ratio(f, seq), seq_ratio(b, seq)

@@ -32,7 +32,7 @@ import numpy as np
 from strategies.estimate.analytic import ranked_messages
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
-from strategies.schedules.analysis import _chunk_dur, free_comm_makespans, free_comm_order
+from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
 from strategies.schedules.base import schedule_of_code
 from topologies.cluster import Cluster
 
@@ -227,7 +227,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
 
             def timing(times):
                 def seconds(r, members):
-                    return sum(_chunk_dur(times[r][c], kind, split, len(members) > 1)
+                    return sum(chunk_dur(times[r][c], kind, split, len(members) > 1)
                                for kind, c in members)
                 return seconds, mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
                                                         for rw in times])

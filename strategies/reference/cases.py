@@ -22,18 +22,18 @@ from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOUR
                                                  NEMO_PERF_SOURCE, grad_reduce_in_fp32,
                                                  harness_fp8_is_current, nemo_perf_row,
                                                  quantised_param_gather, recipe_for)
-from strategies.reference.entry_specs import _cluster, _dtype, _filled_model, _model
-from strategies.reference.entry_stack import (_with_loss_of_its_date, _with_mla_layout,
-                                              _with_stated_cp, _with_stated_env,
-                                              _with_stated_fp8_attention,
-                                              _with_stated_grouped_mlp, _with_stated_kernel,
-                                              _with_te_version, framework_of)
+from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
+from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
+                                              with_stated_cp, with_stated_env,
+                                              with_stated_fp8_attention,
+                                              with_stated_grouped_mlp, with_stated_kernel,
+                                              with_te_version, framework_of)
 from strategies.reference.measured import global_batch, measured_step, utilisation_step
-from strategies.reference.plan_reading import (_balanced_layers, _parallel_sizes, _plan,
-                                               _recipe_layout_plan, _slot_plan,
-                                               _stated_stages_plan)
-from strategies.reference.recipe_options import _llama_recipe_switches, _routing_balance
-from strategies.reference.stated_switches import _size, stated_compile
+from strategies.reference.plan_reading import (balanced_layers, parallel_sizes, entry_plan,
+                                               recipe_layout_plan, slot_plan,
+                                               stated_stages_plan)
+from strategies.reference.recipe_options import llama_recipe_switches, routing_balance
+from strategies.reference.stated_switches import stated_size, stated_compile
 
 DATA = os.path.join(os.path.dirname(__file__), "data", "published.json")
 
@@ -97,10 +97,10 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip(f"the same run as {c['duplicate_of']} (the entry's notes say why)")
     if c.get("skip_reason"):        # recorded as printed, not evaluated (the entry says why)
         return skip(str(c["skip_reason"]))
-    n = _size(c["hardware"]["n_gpus"])
+    n = stated_size(c["hardware"]["n_gpus"])
     if n is None:
         return skip("hardware.n_gpus not given")
-    sizes = _parallel_sizes(pl, n)
+    sizes = parallel_sizes(pl, n)
     said_compile = stated_compile(c)
     if sizes is None:
         return skip("tp/pp not given")
@@ -108,17 +108,17 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
     if partition and "embedding counted as a block" not in partition:
         return skip(f"pipeline partition {partition!r} not read")
     *sizes, notes = sizes
-    mo = _filled_model(c, notes, siblings)
+    mo = filled_model(c, notes, siblings)
     gbs = global_batch(c)
     if gbs is None:
         return skip("global batch not given")
     try:
-        model = _model(mo, c, notes)
-        cluster, cn = _cluster(c)
+        model = entry_model(mo, c, notes)
+        cluster, cn = entry_cluster(c)
     except SpecError as e:
         return skip(f"does not resolve: {e}")
     notes += cn
-    dtype = _dtype(c)
+    dtype = entry_dtype(c)
     recipe = recipe_for(c)
     # the harness's plain FP8 is current scaling: said by the row's config where the recipe
     # table holds it, else by the table's container (``harness_fp8_is_current``)
@@ -133,7 +133,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = _with_stated_cp(_with_stated_env(_with_stated_kernel(framework_of(c), pl, notes), pl,
+    fw = with_stated_cp(with_stated_env(with_stated_kernel(framework_of(c), pl, notes), pl,
                                           notes), pl, notes)
     if said_compile is not None:
         try:
@@ -142,27 +142,27 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             return skip(f"torch.compile kernel fusion is not modelled for {fw.name}")
         notes.append(f"torch.compile: {fw.name}'s inductor-fused elementwise kernels "
                      f"(docs/calibration.md §5.69; stated: {said_compile})")
-        fw = _with_loss_of_its_date(c, fw, notes)
-    fw = _with_te_version(c, _with_mla_layout(c, fw, model, notes), notes)
+        fw = with_loss_of_its_date(c, fw, notes)
+    fw = with_te_version(c, with_mla_layout(c, fw, model, notes), notes)
     try:
-        fw = _with_stated_grouped_mlp(fw, pl, dtype, notes)
-        fw = _with_stated_fp8_attention(fw, pl, dtype, cluster.gpu, notes)
+        fw = with_stated_grouped_mlp(fw, pl, dtype, notes)
+        fw = with_stated_fp8_attention(fw, pl, dtype, cluster.gpu, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
     try:        # a plan the stack's defaults make invalid (ZeRO-3 with pipelining) is skipped
-        plan = _stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
+        plan = stated_stages_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
-            plan = _slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
+            plan = slot_plan(c, model, tuple(sizes), gbs, fw, notes, bool(partition))
         if plan is None:
-            plan = _recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
+            plan = recipe_layout_plan(c, model, tuple(sizes), gbs, fw, notes)
         if plan is None:
-            model = _balanced_layers(model, sizes[1], notes)
-            plan = _plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
+            model = balanced_layers(model, sizes[1], notes)
+            plan = entry_plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
-    plan = _llama_recipe_switches(c, plan, notes)
+    plan = llama_recipe_switches(c, plan, notes)
     try:
-        plan = _routing_balance(c, model, plan, notes)
+        plan = routing_balance(c, model, plan, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
     notes.append(f"framework {fw.name} ({fw.description})"

@@ -18,7 +18,7 @@ from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, clu
                                 preset_unit_gpus)
 
 
-def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
+def entry_model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
     """The ModelSpec of an entry: its ``hf_config`` (a HuggingFace config.json) where it has
     one, else its dimensions, the family its name implies and, for a
     mixture of experts named ``NxMB`` (Mixtral's convention) with no expert count, N experts
@@ -51,7 +51,7 @@ def _model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
                      moe_router_topk=min(topk, experts), **fam)
 
 
-def _cluster(c: dict) -> tuple[Cluster, list[str]]:
+def entry_cluster(c: dict) -> tuple[Cluster, list[str]]:
     """The cluster of a published run: the GPU its text names, in the node preset of that GPU,
     with the inter-node links the interconnect text states (else the preset's, said so)."""
     hw = c["hardware"]
@@ -90,7 +90,7 @@ def _cluster(c: dict) -> tuple[Cluster, list[str]]:
     return cluster_from_mapping(spec), notes
 
 
-def _dtype(c: dict) -> str:
+def entry_dtype(c: dict) -> str:
     """The ``--dtype`` a run's precision text names: ``mxfp8``, ``nvfp4``, fp8 with current
     scaling (``fp8-current``), fp8 with block-wise scaling (``fp8-blockwise``: DeepSeek-V3's
     1x128 / 128x128 tiles), other fp8 (delayed scaling), fp16, else bf16."""
@@ -107,7 +107,7 @@ def _dtype(c: dict) -> str:
     return "fp16" if "fp16" in prec else "bf16"
 
 
-def _filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
+def filled_model(c: dict, notes: list[str], siblings: Sequence[dict] = ()) -> dict:
     """The entry's model mapping with the sequence length and vocabulary its source leaves
     out filled where they can be (each assumption appended to ``notes``). A vocabulary the
     entry's own notes do not state is read from a sibling entry (``siblings``) of the same

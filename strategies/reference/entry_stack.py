@@ -17,7 +17,7 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.variants import with_fp8_attention, with_fused_grouped_mlp
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.model import ModelSpec
-from strategies.reference.stated_switches import _stated_bool
+from strategies.reference.stated_switches import stated_bool
 from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
                                         framework_name, launch_blocking)
 from topologies.gpus import GPU
@@ -56,7 +56,7 @@ _BENCH_MONTH = re.compile(r"benchmarks/\S*?(20\d\d)-?(0[1-9]|1[0-2])[_.]")
 TORCHTITAN_LOSS_COMPILED_FROM = (2025, 4)
 
 
-def _with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
+def with_loss_of_its_date(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
     """A compiled torchtitan run dated (its benchmark file's month) before torchtitan
     compiled the loss keeps the eager loss's memory (``TORCHTITAN.loss``, 12 bytes per logit
     element) instead of the compiled one's (4, ``framework.TORCHTITAN_COMPILED_LOSS``), said
@@ -125,7 +125,7 @@ def mla_down_layout(mcore: tuple[int, int]) -> str:
     return "column" if (0, 12) <= tuple(mcore) < (0, 14) else "replicated"
 
 
-def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
+def with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
                      notes: list[str]) -> FrameworkProfile:
     """A Megatron-Core stack's MLA down projections as the row's NeMo container ran them
     (``NEMO_CONTAINER_MCORE``, ``mla_down_layout``), said in ``notes``; rows without MLA,
@@ -144,7 +144,7 @@ def _with_mla_layout(c: dict, fw: FrameworkProfile, model: ModelSpec,
     return replace(fw, mla_down_proj=layout)
 
 
-def _with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
+def with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> FrameworkProfile:
     """A Megatron-Core stack with the Transformer Engine release of the NeMo container the
     row names (``NEMO_CONTAINER_TE``, ``FrameworkProfile.te_version``), said in ``notes``;
     other stacks and rows naming no container keep the profile's; a row naming a container
@@ -162,7 +162,7 @@ def _with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> Framewo
     return replace(fw, te_version=v)
 
 
-def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
     names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
     FlashAttention-1 class keeps the stack's kernel, said so: the catalog has no rate for it
@@ -183,7 +183,7 @@ def _with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fra
     return replace(fw, attention_kernel=kernel)
 
 
-def _with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+def with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the context-parallel exchange the entry's
     ``plan.cp_comm_type`` names (``reference.text.cp_comm_type``: the ring or the exposed K/V
     all-gather), said so; an exchange the model has no form for keeps the stack's, said so, as
@@ -201,7 +201,7 @@ def _with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framewo
     return replace(fw, cp_impl=impl)
 
 
-def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
+def with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with the optimizer the entry's ``plan.optimizer`` states (DeepSpeed's
     BF16_Optimizer or not: ``FrameworkProfile.bf16_optimizer``) and under the launch
     environment its ``plan.env`` states: with ``CUDA_LAUNCH_BLOCKING=1`` every kernel boundary
@@ -219,14 +219,14 @@ def _with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framew
     return with_launch_blocking(fw)
 
 
-def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
+def with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
                              notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP
     where the entry's ``plan.fused_grouped_mlp`` says its config ran it (Megatron-Bridge's
     ``cutedsl_fused_grouped_mlp``; ``variants.with_fused_grouped_mlp``), said so; a
     precision or stack the rule refuses keeps the stack's experts, said so. SpecError for a
     value that is not a boolean."""
-    said = _stated_bool(pl, "fused_grouped_mlp")
+    said = stated_bool(pl, "fused_grouped_mlp")
     if not said:
         return fw
     try:
@@ -240,14 +240,14 @@ def _with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
     return fused
 
 
-def _with_stated_fp8_attention(fw: FrameworkProfile, pl: dict, dtype: str, gpu: GPU,
+def with_stated_fp8_attention(fw: FrameworkProfile, pl: dict, dtype: str, gpu: GPU,
                                notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with its attention core in Transformer Engine's MXFP8 fused attention
     where the entry's ``plan.fp8_attention`` says its config ran it (Megatron-Bridge's
     ``fp8_dot_product_attention``; ``framework.with_fp8_attention``), said so; a precision,
     stack or chip the rule refuses keeps BF16 attention, said so. SpecError for a value that
     is not a boolean."""
-    said = _stated_bool(pl, "fp8_attention")
+    said = stated_bool(pl, "fp8_attention")
     if not said:
         return fw
     try:

@@ -16,8 +16,8 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_modules, tp_overlap_default
 from strategies.reference.bridge_recipes import recipe_for
-from strategies.reference.recipe_options import _hybrid_mesh, _moe_options, _remat_recipe
-from strategies.reference.stated_switches import _size, _switches
+from strategies.reference.recipe_options import hybrid_mesh, moe_options, stated_remat
+from strategies.reference.stated_switches import stated_size, stated_plan_switches
 from strategies.reference.text import recompute_kind, schedule_kind
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
 from strategies.schedules.base import all_ok, chunked_default
@@ -59,11 +59,11 @@ def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[st
     return DEFAULT_SCHEDULE, 1, [] if kind else ["1F1B (schedule not stated)"]
 
 
-def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str]] | None:
+def parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str]] | None:
     """(tp, pp, cp, dp, ep) of a plan; a plan that gives only its data parallelism over every
     GPU (FSDP, ZeRO) has no model parallelism. Expert parallelism splits the data-parallel
     ranks (Megatron-Core). None: not enough to tell."""
-    tp, pp, cp, dp, ep = (_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp", "ep"))
+    tp, pp, cp, dp, ep = (stated_size(pl.get(k)) for k in ("tp", "pp", "cp", "dp", "ep"))
     cp, ep = cp or 1, ep or 1
     notes: list[str] = []
     if tp is None and pp is None and dp is not None and dp * cp == n:
@@ -74,7 +74,7 @@ def _parallel_sizes(pl: dict, n: int) -> tuple[int, int, int, int, int, list[str
     return tp, pp, cp, dp or n // (tp * pp * cp), ep, notes
 
 
-def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
+def balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
     """A model whose layers do not split evenly over ``pp`` stages (Llama 3.1 405B's 126 over 8
     or 16) runs with the busiest stage's ``ceil(layers/pp)`` layers on every stage: the
     pipeline's step is set by its slowest stage, so the step time is that of the uneven split
@@ -87,7 +87,7 @@ def _balanced_layers(model: ModelSpec, pp: int, notes: list[str]) -> ModelSpec:
     return replace(model, num_layers=layers)
 
 
-def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkProfile,
+def slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkProfile,
                notes: list[str], stated: bool) -> Plan | None:
     """The plan of a Megatron-family run (a stack launched with Megatron's switches,
     ``export == "megatron"``) whose layers do not divide over its chunks but do
@@ -101,11 +101,11 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
         return None
     if model.num_nextn_predict_layers:
         return None
-    plain = _plan(c, sizes, gbs, model.num_layers, fw, [])
+    plain = entry_plan(c, sizes, gbs, model.num_layers, fw, [])
     if model.num_layers % (pp * plain.vpp) == 0:
         return None                               # the layers divide: the plain plan
     trial: list[str] = []
-    plan = _plan(c, sizes, gbs, model.num_layers + 2, fw, trial)
+    plan = entry_plan(c, sizes, gbs, model.num_layers + 2, fw, trial)
     chunks = pp * plan.vpp
     if plan.vpp != plain.vpp or (model.num_layers + 2) % chunks:
         return None
@@ -117,7 +117,7 @@ def _slot_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int, fw: FrameworkP
     return replace(plan, account_embedding=True, account_loss=True)
 
 
-def _stated_stages_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+def stated_stages_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
                         fw: FrameworkProfile, notes: list[str]) -> Plan | None:
     """The plan of a pipelined row that states its first and/or last stage's layer counts
     (``plan.first_stage_layers``/``last_stage_layers``: Megatron's
@@ -125,17 +125,17 @@ def _stated_stages_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
     ``num_layers_in_first/last_pipeline_stage``), run on the model's own layers with the rest
     split evenly over the middle stages (``strategies.layout``); None where it states neither."""
     pl = c.get("plan") or {}
-    stated = {f: _size(pl.get(f)) for f in ("first_stage_layers", "last_stage_layers")
+    stated = {f: stated_size(pl.get(f)) for f in ("first_stage_layers", "last_stage_layers")
               if pl.get(f) is not None}
     if not stated or sizes[1] == 1:
         return None
-    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, notes), **stated)
+    plan = replace(entry_plan(c, sizes, gbs, model.num_layers, fw, notes), **stated)
     notes.append(", ".join(f"{f}={v}" for f, v in stated.items())
                  + " (stated: the recipe's uneven pipeline split)")
     return plan
 
 
-def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
+def recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
                         fw: FrameworkProfile, notes: list[str]) -> Plan | None:
     """The plan of a pipelined row whose Megatron-Bridge recipe (``bridge_recipes.
     recipe_for``) names its pipeline layout (``MoeRecipe.pp_layout``, Megatron's layout
@@ -147,7 +147,7 @@ def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
     own = pl.get("pp_layout") if sizes[1] > 1 else None
     if own:
         trial: list[str] = []
-        plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=str(own))
+        plan = replace(entry_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=str(own))
         notes += trial
         notes.append(f"pipeline layout {own} (stated: plan.pp_layout; the row's notes name "
                      "its source)")
@@ -156,14 +156,14 @@ def _recipe_layout_plan(c: dict, model: ModelSpec, sizes: tuple, gbs: int,
     if r is None or not r.pp_layout or pl.get("layout") or pl.get("pp_layout"):
         return None
     trial = []
-    plan = replace(_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=r.pp_layout)
+    plan = replace(entry_plan(c, sizes, gbs, model.num_layers, fw, trial), layout=r.pp_layout)
     notes += trial
     notes.append(f"pipeline layout {r.pp_layout} (the recipe's pipeline_model_parallel_layout: "
                  f"{r.source}; bridge_recipes._DS_* name the lines)")
     return plan
 
 
-def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
+def entry_plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
           fw: FrameworkProfile, notes: list[str]) -> Plan:
     """The plan of an entry: what it states, the rest from the framework's defaults and the
     stated rules (each assumption appended to ``notes``)."""
@@ -207,16 +207,16 @@ def _plan(c: dict, sizes: tuple[int, int, int, int, int], gbs: int, layers: int,
         zero = 2
         notes.append("zero=2: FSDP under pipelining keeps parameters gathered for the whole step "
                      "(torchtitan: reshard_after_forward=False with PP)")
-    switches = _switches(c, fw, tp_overlap_default(True, tp, sp), notes)
-    switches.update(_moe_options(c, fw, ep, notes))
+    switches = stated_plan_switches(c, fw, tp_overlap_default(True, tp, sp), notes)
+    switches.update(moe_options(c, fw, ep, notes))
     if recompute_kind(pl.get("recompute")) is None:
-        switches.update(_remat_recipe(c, fw, notes))
+        switches.update(stated_remat(c, fw, notes))
     if pl.get("recompute_modules") and recompute_kind(pl.get("recompute")) == "selective":
         switches["recompute_modules"] = parse_modules(pl["recompute_modules"])
     if "recompute_modules" in switches:
         rec = "selective"
     rec = switches.pop("recompute", rec)
-    switches.update(_hybrid_mesh(c, fw, tp, cp, dp, int(zero), notes))
+    switches.update(hybrid_mesh(c, fw, tp, cp, dp, int(zero), notes))
     k = _flushes(fw, pp, gbs, dp, local)
     if k > 1:
         switches["flushes"] = k

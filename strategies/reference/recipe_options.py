@@ -15,14 +15,14 @@ from strategies.moe_balance import forced_imbalance
 from strategies.plan import BALANCED_ROUTINGS, Plan
 from strategies.reference.bridge_recipes import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
                                                  llama_switches, recipe_for)
-from strategies.reference.entry_specs import _dtype
+from strategies.reference.entry_specs import entry_dtype
 from strategies.reference.jax_recipes import fsdp_group, remat_recipe
-from strategies.reference.stated_switches import _delay_wgrad, _size, _stated_bool, _stated_number
+from strategies.reference.stated_switches import stated_delay_wgrad, stated_size, stated_bool, stated_number
 from strategies.reference.text import recompute_kind
 from strategies.remat_policies import recompute_of
 
 
-def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
+def moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
     """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
     (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
     ``plan.moe_capacity_factor``, ``plan.cuda_graph``: the
@@ -31,22 +31,22 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
     defaults (etp = tp, no overlap)."""
     pl = c.get("plan") or {}
     out: dict = {}
-    etp = _size(pl.get("etp"))
+    etp = stated_size(pl.get("etp"))
     if etp is not None:
         out["etp"] = etp
-    if _stated_bool(pl, "ep_overlap") is not None:
+    if stated_bool(pl, "ep_overlap") is not None:
         out["ep_overlap"] = pl["ep_overlap"]
     if pl.get("moe_dispatcher"):
         out["moe_dispatcher"] = str(pl["moe_dispatcher"]).lower()
     if pl.get("moe_routing"):
         out["moe_routing"] = str(pl["moe_routing"]).lower()
-    if _stated_bool(pl, "cuda_graph") is not None:
+    if stated_bool(pl, "cuda_graph") is not None:
         out["cuda_graph"] = pl["cuda_graph"]
-    if _stated_number(pl, "moe_capacity_factor") is not None:   # token dropping stated
-        out["moe_capacity_factor"] = _stated_number(pl, "moe_capacity_factor")
+    if stated_number(pl, "moe_capacity_factor") is not None:   # token dropping stated
+        out["moe_capacity_factor"] = stated_number(pl, "moe_capacity_factor")
     r = recipe_for(c) if ep > 1 else None
     if r is None:
-        _delay_wgrad(c, out, notes)
+        stated_delay_wgrad(c, out, notes)
         return out
     if "etp" not in out and r.etp is not None:
         out["etp"] = r.etp
@@ -55,7 +55,7 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
         out["ep_overlap"] = r.ep_overlap
         notes.append(f"ep_overlap={str(r.ep_overlap).lower()} (the recipe's "
                      f"overlap_moe_expert_parallel_comm: {r.source})")
-    _delay_wgrad(c, out, notes)
+    stated_delay_wgrad(c, out, notes)
     mods, cite = r.recompute_modules, f"{r.source} {r.lines}".strip()
     if recompute_kind(pl.get("recompute")) is None and mods and \
             set(mods) <= set(fw.recompute_modules) and "selective" in fw.recompute:
@@ -91,11 +91,11 @@ def _moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> di
     return out
 
 
-def _remat_recipe(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
+def stated_remat(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
     """The recomputation a JAX run's recipe states (``reference.jax_recipes``: the MaxText
     policy's saved tensors, mapped by ``strategies.remat_policies.recompute_of``), replacing
     the stack default's note; {} when no recipe is known or the stack cannot run it."""
-    found = remat_recipe(c, _dtype(c))
+    found = remat_recipe(c, entry_dtype(c))
     if found is None:
         return {}
     saved, cite = found
@@ -108,7 +108,7 @@ def _remat_recipe(c: dict, fw: FrameworkProfile, notes: list[str]) -> dict:
     return {"recompute": rec, **({"recompute_modules": mods} if mods else {})}
 
 
-def _hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero: int,
+def hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero: int,
                  notes: list[str]) -> dict:
     """The hybrid sharding a JAX run's recipe states (``reference.jax_recipes.fsdp_group``:
     ZeRO-3 over an FSDP group of GPUs, replicas across): ``dp_shard`` = the group's GPUs over
@@ -126,7 +126,7 @@ def _hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero:
     return {"dp_shard": shard}
 
 
-def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
+def llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
     """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
     (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
     parameter gather, under NVFP4), each replacing the stack default's note; a switch the
@@ -151,7 +151,7 @@ def _llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
 BALANCE_KINDS = ("forced", "trained")
 
 
-def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) -> Plan:
+def routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) -> Plan:
     """The hottest expert-parallel rank's load of an MoE row with ``ep > 1``: what the row
     states (``moe_imbalance``), else by its router (``plan.moe_balance``,
     ``BALANCE_KINDS``): forced balancing's sampling imbalance
@@ -162,9 +162,9 @@ def _routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) ->
         raise SpecError("plan.moe_balance", kind, f"must be one of {', '.join(BALANCE_KINDS)}")
     if not model.is_moe or plan.ep <= 1:
         return plan
-    if _stated_number(pl, "moe_imbalance") is not None:
-        notes.append(f"moe_imbalance={_stated_number(pl, 'moe_imbalance')} (stated by the entry)")
-        return replace(plan, moe_imbalance=_stated_number(pl, "moe_imbalance"))
+    if stated_number(pl, "moe_imbalance") is not None:
+        notes.append(f"moe_imbalance={stated_number(pl, 'moe_imbalance')} (stated by the entry)")
+        return replace(plan, moe_imbalance=stated_number(pl, "moe_imbalance"))
     if kind == "forced":
         imb = float(forced_imbalance(model, plan.mbs, plan.tp, plan.cp, plan.ep,
                                      plan.expert_tp))

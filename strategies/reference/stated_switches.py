@@ -12,7 +12,7 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.reference.bridge_recipes import harness_delay_wgrad
 
 
-def _size(v) -> int | None:
+def stated_size(v) -> int | None:
     """A parallel size as a positive integer (None when absent); anything else is refused
     before it is multiplied."""
     if v is None:
@@ -22,7 +22,7 @@ def _size(v) -> int | None:
     return v
 
 
-def _stated_bool(pl: dict, *keys: str) -> bool | None:
+def stated_bool(pl: dict, *keys: str) -> bool | None:
     """The boolean an entry's plan ``pl`` states under the first of ``keys`` it sets (None:
     not stated); SpecError naming ``plan.<keys[0]>`` for a value that is not a boolean."""
     said = next((pl[k] for k in keys if pl.get(k) is not None), None)
@@ -31,7 +31,7 @@ def _stated_bool(pl: dict, *keys: str) -> bool | None:
     return said
 
 
-def _stated_number(pl: dict, key: str) -> float | None:
+def stated_number(pl: dict, key: str) -> float | None:
     """The number an entry's plan ``pl`` states under ``key`` (None: not stated); SpecError
     naming ``plan.<key>`` for a boolean or a text (the plan checks the range)."""
     said = pl.get(key)
@@ -40,7 +40,7 @@ def _stated_number(pl: dict, key: str) -> float | None:
     return None if said is None else float(said)
 
 
-def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
+def stated_delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
     with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,
     with the overlap on, what the Megatron-Bridge harness of its table ran
@@ -49,7 +49,7 @@ def _delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     Without the overlap nothing is said unless stated (a stated ``true`` is refused by the
     plan's rule: Megatron-Core asserts the overlap for it)."""
     pl = c.get("plan") or {}
-    said = _stated_bool(pl, "delay_wgrad", "delay_wgrad_compute")
+    said = stated_bool(pl, "delay_wgrad", "delay_wgrad_compute")
     if said is not None:
         out["delay_wgrad"] = said
         notes.append(f"delay_wgrad_compute={str(said).lower()} (stated)")
@@ -77,7 +77,7 @@ _STATED = {"overlap_grad_reduce": "--overlap-grad-reduce",
 _ASYNC_TP = re.compile(r"tp\s*\(\s*async\s*\)|async[\s_-]*tp")
 
 
-def _switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> dict[str, bool]:
+def stated_plan_switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list[str]) -> dict[str, bool]:
     """FlashAttention and the overlap switches of an entry: what the source states (its
     ``overlap`` flags, FlashAttention named in its techniques or notes), else the stack's
     default, stated as an assumption with the default's source

@@ -117,7 +117,7 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
         if pair_seconds is not None and len(group) > 1:
             return pair_seconds(r, group)
         if chunk_times is not None:
-            return sum(_chunk_dur(chunk_times[r][c], kind, split, len(group) > 1)
+            return sum(chunk_dur(chunk_times[r][c], kind, split, len(group) > 1)
                        for kind, c in group)
         if len(group) == 1:
             return dur[group[0][0]] * slow[r]
@@ -292,7 +292,7 @@ def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], 
     return ends[:-1].max(axis=0)
 
 
-def _chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:
+def chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:
     """Seconds of one ``kind`` step of a chunk whose ``(F, B, W)`` are ``times``; with
     ``(F, B, W, aF, aB, pF, pB)`` a forward or backward run alone adds ``aF``/``aB`` (its
     exposed communication) and one in an overlapped group (``paired``) ``pF``/``pB``."""

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.plan import Plan
-from strategies.plan_arrays import RECOMPUTE_CODE, _code
+from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedule_code, schedule_names
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import ep_overlap_rules, plan_view, stack_rules
@@ -41,7 +41,7 @@ def _grid(fixed: Mapping[str, Any]) -> SimpleNamespace:
     axes["recompute"] = list(RECOMPUTE_CODE.values())
     for k, v in fixed.items():
         if k in axes or k in base:
-            axes[k] = [_code(k, v)]
+            axes[k] = [value_code(k, v)]
     names = list(axes)
     grids = np.meshgrid(*(np.asarray(axes[k], dtype=bool if isinstance(axes[k][0], bool)
                                      else np.int64) for k in names), indexing="ij", copy=False)

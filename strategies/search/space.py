@@ -49,7 +49,7 @@ from strategies.memory.activations import (activation_cache_bytes, expert_input_
                                            job_te_linear_inputs, runs_te_experts)
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.model import ModelSpec
-from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, _coerce, expert_shard_whole,
+from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, coerce, expert_shard_whole,
                              int_limit, parse_modules, tp_overlap_default)
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
@@ -310,7 +310,7 @@ def _fix_switch(key: str, value: str) -> Any:
     the value and the rule ``Plan`` states, e.g. ``moe_dispatcher`` one of
     ``plan.DISPATCHERS``)."""
     try:
-        v = _coerce(key, value)
+        v = coerce(key, value)
         Plan(**{key: v})
     except SpecError as e:
         raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
