@@ -141,6 +141,8 @@ def max_min_rates(capacity: np.ndarray, links: np.ndarray) -> np.ndarray:
         hit = (_any_row(saturated[links]) & live).nonzero()[0]
         rates[hit], live[hit] = level, False
         left -= hit.size
+        if not left:                  # the last level (inf where no live flow had a link)
+            break
         freed = np.bincount(links[hit].ravel(), minlength=nlinks)
         freed[pad] = 0
         spare -= freed * level
