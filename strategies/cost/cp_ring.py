@@ -36,3 +36,20 @@ def ring_exposed(t_pass: Num, attn: Num, f: Num) -> Num:
     path) is exposed whole and the rest where it outlasts the attention core ``attn`` it
     runs beside: ``f·t + max((1 - f)·t - attn, 0)``. Vectorised; 0 where ``t_pass`` is 0."""
     return f * t_pass + np.maximum((1 - f) * t_pass - attn, 0.0)
+
+
+def layer_waits(t_allgather: Num, sc, cp: Num) -> tuple[Num, Num]:
+    """Seconds ``(forward, backward)`` one layer pass waits on its context-parallel traffic,
+    ``t_allgather`` being one all-gather of ``sc.cp_bytes`` (the estimate's
+    ``collective_time``, the bound's floor): ``ring_exposed`` of each pass's ``PASS_VOLUME``
+    beside its attention core (``sc.attn_fwd``, ``sc.attn_bwd``) at
+    ``sc.cp_exposed_fraction``; PyTorch's ring (``sc.cp_torch``) its own stalls
+    (``sc.cp_stall_fwd``, ``sc.cp_stall_bwd``); 0 where ``cp`` is 1. ``sc``: a
+    ``cost.stage`` cost record (scalars or arrays). The one form the scalar and arrays
+    estimate and the lower bound read."""
+    on = np.asarray(cp) > 1
+    if sc.cp_torch:
+        return np.where(on, sc.cp_stall_fwd, 0.0), np.where(on, sc.cp_stall_bwd, 0.0)
+    f = sc.cp_exposed_fraction
+    return (np.where(on, ring_exposed(PASS_VOLUME[True] * t_allgather, sc.attn_fwd, f), 0.0),
+            np.where(on, ring_exposed(PASS_VOLUME[False] * t_allgather, sc.attn_bwd, f), 0.0))

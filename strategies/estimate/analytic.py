@@ -57,7 +57,7 @@ import numpy as np
 from strategies.cost import comm as cm
 from strategies.cost import flop_counts
 from strategies.cost import recompute as rcp
-from strategies.cost.cp_ring import PASS_VOLUME, ring_exposed
+from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.stage import (attn_down_time, attn_full_rc_time, attn_rc_gathers,
                                    attn_rope_time, attn_tp_saved, dgrad_reduce_hidden,
                                    dgrad_reduce_time, down_reduce_hidden,
@@ -492,14 +492,10 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # context parallel ring attention: each pass waits on its ring inside the attention,
     # where it outlasts the attention core, on top of the layer's other exposed
     # communication (``cost.cp_ring.ring_exposed``, §5.110)
-    t_cp = cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl)
-    cpf = sc.cp_exposed_fraction
-    cp_fwd = np.where(cp > 1, ring_exposed(PASS_VOLUME[True] * t_cp, sc.attn_fwd, cpf), 0.0)
-    cp_layer = cp_fwd + np.where(
-        cp > 1, ring_exposed(PASS_VOLUME[False] * t_cp, sc.attn_bwd, cpf), 0.0)
-    if sc.cp_torch:     # PyTorch's ring: its waits on the all-gather and the dK/dV ring
-        cp_fwd = np.where(cp > 1, sc.cp_stall_fwd, 0.0)
-        cp_layer = cp_fwd + np.where(cp > 1, sc.cp_stall_bwd, 0.0)
+    # (PyTorch's ring: its waits on the all-gather and the dK/dV ring)
+    cp_fwd, cp_bwd = cp_layer_waits(cm.collective_time("allgather", sc.cp_bytes, cp, tp, cl),
+                                    sc, cp)
+    cp_layer = cp_fwd + cp_bwd
     # expert parallel all-to-all: dispatch + combine, forward and backward (ep_bytes holds
     # both of a forward), over groups of ep ranks etp apart (strategies.placement); with
     # expert tensor parallelism an all-gather after the dispatch and a reduce-scatter before

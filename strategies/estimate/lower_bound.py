@@ -87,7 +87,7 @@ from strategies.cost.stage import (StageCostArrays, attn_down_time, attn_tp_save
                                    sp_regather_exposed, stage_cost_arrays,
                                    tp_collectives_per_layer)
 from strategies.cost import layer_time
-from strategies.cost.cp_ring import PASS_VOLUME, ring_exposed
+from strategies.cost.cp_ring import layer_waits as cp_layer_waits
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path
@@ -205,7 +205,6 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
     last of them: ``ProgramBuilder._close_block``, docs/calibration.md §5.53) run in
     sequence; the ring attention's waits, inside the attention, add to them
     (``cp_ring.ring_exposed``, docs/calibration.md §5.110)."""
-    attn_f, attn_b = sc.attn_fwd, sc.attn_bwd
     tau_raw = group_floor(sc.tp_bytes, tp, 1, 2, cl)
     tau = tau_raw * np.where(tpo, 1.0 / sc.tp_overlap_chunks, 1.0)
     # the backward's share TP overlap leaves unfused blocks whole (tp_overlap_bwd_exposed)
@@ -218,12 +217,9 @@ def _block_comm(cl: Cluster, sc: StageCostArrays, tp, cp, ep, etp, tpo, sp=False
                      2 * group_floor(sc.etp_bytes, etp, 1, 1, cl), 0.0)
     # the ring's waits inside the attention, at its all-gathers' floor, on top of what closes
     # the block (``cp_ring.ring_exposed``, §5.110)
+    # (PyTorch's ring: the simulator charges its waits as they are)
     cp_pass = np.where(cp > 1, group_floor(sc.cp_bytes, cp, tp, 1, cl), 0.0)  # one all-gather
-    f = sc.cp_exposed_fraction
-    cp_f = ring_exposed(PASS_VOLUME[True] * cp_pass, attn_f, f)
-    cp_b = ring_exposed(PASS_VOLUME[False] * cp_pass, attn_b, f)
-    if sc.cp_torch:     # PyTorch's ring: the simulator charges these waits as they are
-        cp_f, cp_b = sc.cp_stall_fwd + 0.0 * cp_f, sc.cp_stall_bwd + 0.0 * cp_b
+    cp_f, cp_b = cp_layer_waits(cp_pass, sc, cp)
     n_f, n_b = sc.tp_per_layer_fwd, sc.tp_per_layer_bwd       # 2, fewer for MoE under EP
     # MLA's attention runs its column-side collective at its latents' widths
     # (``attn_tp_saved``, §5.81): the forward's all-gather under SP, the backward's
