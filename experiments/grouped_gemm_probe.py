@@ -1,0 +1,145 @@
+"""Time the grouped expert GEMMs of the MoE presets on this machine's GPU (needs PyTorch and a
+CUDA GPU; run on hardware, docs/calibration.md §7.5).
+
+For each MoE preset, ``E/ep`` local experts (``--ep``) each given ``m`` tokens (``--tokens``,
+balanced routing), the six expert GEMMs of a layer: fc1 (``2·f`` outputs with a gated MLP, else
+``f``) and fc2, each in its forward ``(m, N, K)``, data-gradient ``(m, K, N)`` and
+weight-gradient ``(K, N, m)`` pass. Three ways, each the median of ``REPS`` CUDA-event timed
+samples after ``WARMUP`` calls (operands resident, as ``paraplan calibrate`` times):
+
+* ``grouped``: one ``torch._grouped_mm`` over the experts (what TE/Megatron's grouped GEMM is
+  on Hopper); None where this torch has no such op or refuses the layout;
+* ``loop``: the experts' GEMMs as ``torch.matmul`` one after another (what the cost model
+  charges: ``E/ep`` GEMMs of ``m`` rows, each paying the kernel's fixed time);
+* ``dense``: one GEMM of all the experts' rows, ``(E/ep·m, N, K)`` (forward and data
+  gradient only; the weight gradient has no such single-GEMM form).
+
+Writes one JSON object (``--out``; stdout without it): device, software, and one record per
+(model, pass, m) with the three times in seconds and the FLOPs.
+
+    python experiments/grouped_gemm_probe.py --out grouped_gemm.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from strategies.hf_config import load_model_arg  # noqa: E402
+
+MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x22b", "gpt-oss-120b")
+WARMUP, REPS, SAMPLE_S = 3, 9, 2e-3
+
+
+def expert_dims(name: str) -> tuple[int, int, int, bool]:
+    """(experts, hidden, expert ffn, gated) of a preset."""
+    m = load_model_arg(name)
+    f = m.moe_ffn_hidden_size or m.ffn_hidden_size
+    return m.num_experts, m.hidden_size, f, m.gated
+
+
+def timer(torch):
+    def time(fn) -> float:
+        for _ in range(WARMUP):
+            fn()
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        inner = max(1, min(200, int(SAMPLE_S / max(s.elapsed_time(e) / 1e3, 1e-7))))
+        out = []
+        for _ in range(REPS):
+            s.record()
+            for _ in range(inner):
+                fn()
+            e.record()
+            e.synchronize()
+            out.append(s.elapsed_time(e) / 1e3 / inner)
+        return statistics.median(out)
+    return time
+
+
+def grouped_call(torch, g: int, m: int, n: int, k: int, wgrad: bool):
+    """A ``torch._grouped_mm`` call of ``g`` groups; None where unavailable."""
+    op = getattr(torch, "_grouped_mm", None)
+    if op is None:
+        return None
+    dev, bf = "cuda", torch.bfloat16
+    if not wgrad:   # (g·m, k) @ (g, k, n) -> (g·m, n), groups split the rows
+        a = torch.randn(g * m, k, device=dev, dtype=bf)
+        b = torch.randn(g, n, k, device=dev, dtype=bf).transpose(-2, -1)
+        offs = torch.arange(m, g * m + 1, m, device=dev, dtype=torch.int32)
+        return lambda: op(a, b, offs=offs, out_dtype=bf)
+    # weight gradient: (k, g·m) @ (g·m, n) -> (g, k, n), groups split the contraction
+    a = torch.randn(k, g * m, device=dev, dtype=bf)
+    b = torch.randn(n, g * m, device=dev, dtype=bf).t()
+    offs = torch.arange(m, g * m + 1, m, device=dev, dtype=torch.int32)
+    return lambda: op(a, b, offs=offs, out_dtype=bf)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--ep", type=int, default=8)
+    ap.add_argument("--tokens", default="128,512,2048")
+    ap.add_argument("--model", action="append", default=None)
+    a = ap.parse_args()
+    import torch
+    time = timer(torch)
+    dev, bf = "cuda", torch.bfloat16
+    recs = []
+    for name in a.model or MODELS:
+        E, h, f, gated = expert_dims(name)
+        g = max(1, E // a.ep)
+        for fc, (N, K) in (("fc1", ((2 if gated else 1) * f, h)), ("fc2", (h, f))):
+            for m in (int(t) for t in a.tokens.split(",")):
+                for pas, (M_, N_, K_) in (("fwd", (m, N, K)), ("dgrad", (m, K, N)),
+                                          ("wgrad", (K, N, m))):
+                    rec = {"model": name, "experts_local": g, "fc": fc, "pass": pas,
+                           "tokens_per_expert": m, "m": M_, "n": N_, "k": K_,
+                           "flops": 2.0 * g * M_ * N_ * K_}
+                    wgrad = pas == "wgrad"
+                    try:
+                        call = grouped_call(torch, g, m, N_ if not wgrad else N,
+                                            K_ if not wgrad else K, wgrad)
+                        rec["grouped_s"] = time(call) if call else None
+                    except (RuntimeError, TypeError, ValueError) as e:
+                        rec["grouped_s"], rec["grouped_error"] = None, str(e).splitlines()[0][:200]
+                    xs = [torch.randn(M_, K_, device=dev, dtype=bf) for _ in range(g)]
+                    ws = [torch.randn(K_, N_, device=dev, dtype=bf) for _ in range(g)]
+                    outs = [torch.empty(M_, N_, device=dev, dtype=bf) for _ in range(g)]
+
+                    def loop():
+                        for x, w, o in zip(xs, ws, outs):
+                            torch.matmul(x, w, out=o)
+                    rec["loop_s"] = time(loop)
+                    if not wgrad:
+                        x = torch.randn(g * M_, K_, device=dev, dtype=bf)
+                        w = torch.randn(K_, N_, device=dev, dtype=bf)
+                        o = torch.empty(g * M_, N_, device=dev, dtype=bf)
+                        rec["dense_s"] = time(lambda: torch.matmul(x, w, out=o))
+                    recs.append(rec)
+                    del xs, ws, outs
+                    torch.cuda.empty_cache()
+                    print(json.dumps(rec), flush=True)
+    doc = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
+           "cuda": str(torch.version.cuda), "ep": a.ep, "warmup": WARMUP, "reps": REPS,
+           "records": recs}
+    text = json.dumps(doc, indent=1) + "\n"
+    if a.out:
+        tmp = a.out + ".tmp"
+        with open(tmp, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, a.out)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
