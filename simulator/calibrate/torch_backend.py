@@ -14,7 +14,8 @@ Hopper and later). The backward is ``torch.autograd.grad`` of the output. Launch
 per kernel of a chain of 1-element in-place adds. Collectives: one process per GPU
 (``simulator.calibrate.ranks``: spawned, each dying with the parent), NCCL through
 ``torch.distributed`` on each group size asked (groups of consecutive ranks), rank 0's times.
-Untested on hardware: no GPU was lent while this was written (docs/calibration.md §7).
+Run on one H200 (docs/calibration.md §7.5); the collective path (several GPUs) is untested on
+hardware.
 """
 from __future__ import annotations
 
