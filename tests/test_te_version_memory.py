@@ -167,11 +167,13 @@ def test_reference_rows_read_their_containers_release():
 
 
 def test_reader_leaves_undocumented_containers_unstated():
-    """The 24.12, 25.02 and 25.04 containers' TE releases are in no NVIDIA component table
-    (docs/calibration.md §5.122): their rows keep None (the newest releases' rules), said in
-    the notes; the 25.04 rows' GB200 twins alike."""
-    rows = _rows()
-    for tag in ("24.12", "25.02", "25.04"):
+    """The 24.12, 25.02, 25.04 and 25.07 containers' TE releases are in no NVIDIA component
+    table (docs/calibration.md §5.122, §5.126): their rows keep None (the newest releases'
+    rules), said in the notes; the 25.04 rows' GB200 twins alike, and the NeMo performance
+    summary's ``Container: NeMo 25.0x`` rows (25.07 only there)."""
+    rows = {**_rows(), **{e["id"]: case_from_entry(e) for e in load_reference(
+        "strategies/reference/data/nemo_performance_25.json")}}
+    for tag in ("24.12", "25.02", "25.04", "25.07"):
         assert tag not in NEMO_CONTAINER_TE
         named = [c for c in rows.values() if c.job is not None and nemo_container(c.raw) == tag]
         assert named, tag

@@ -42,6 +42,7 @@ from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.errors import SpecError
 from strategies.layout import parse_layout
 from strategies.plan import DISPATCHERS
+from strategies.reference.text import nemo_container
 
 _REPO = "NVIDIA-NeMo/Megatron-Bridge@v0.4.2 (c810129341a8) scripts/performance/configs/"
 _DS = "deepseek/deepseek_workload_base_configs.py"
@@ -498,7 +499,7 @@ def nemo_perf_row(entry: dict) -> bool:
     if ref == "NVIDIA/dgxc-benchmarking (NeMo)":
         return table.startswith(DGXC_NEMO2_TABLES)
     return (ref == "NVIDIA NeMo Framework performance summary"
-            and any(f"Container: NeMo {c}" in table for c in NEMO_PERF_CONTAINERS))
+            and nemo_container(entry) in NEMO_PERF_CONTAINERS)
 
 
 def grad_reduce_in_fp32(entry: dict) -> bool | None:

@@ -19,7 +19,7 @@ from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.model import ModelSpec
 from strategies.reference.stated_switches import stated_bool
 from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
-                                        framework_name, launch_blocking)
+                                        framework_name, launch_blocking, nemo_container)
 from topologies.gpus import GPU
 
 
@@ -86,12 +86,6 @@ NEMO_CONTAINER_MCORE: dict[str, tuple[int, int]] = {"25.04": (0, 12), "25.11": (
                                                     "26.04": (0, 17)}
 
 
-#: a NeMo container as a row's source or notes name it: ``nvcr.io/nvidia/nemo:25.04.01``,
-#: ``NeMo 25.04.01 container``, ``(26.04.01 NeMo container)``
-_NEMO_CONTAINER = re.compile(r"nemo:(\d\d\.\d\d)|nemo (\d\d\.\d\d)(?:\.\d\d)? container"
-                             r"|\((\d\d\.\d\d)(?:\.\d\d)? nemo container\)", re.IGNORECASE)
-
-
 #: the Transformer Engine release each NeMo container ships, by the container's year and month
 #: (``FrameworkProfile.te_version``), as NVIDIA's "Software Component Versions" tables state
 #: it (docs/calibration.md §5.122); a repository's CI or installer pin is no source (NeMo
@@ -107,15 +101,6 @@ NEMO_CONTAINER_TE: dict[str, tuple[int, int]] = {
 #: the 24.09 page stops at 24.09, Megatron-Bridge's starts at 25.09): a row naming one keeps
 #: ``te_version`` None, the newest releases' rules, said in its notes (§5.122)
 TE_UNDOCUMENTED = "release not in NVIDIA's component tables: the newest releases' rules"
-
-
-def nemo_container(c: dict) -> str | None:
-    """The NeMo container (``"yy.mm"``) a row's source or notes name (``_NEMO_CONTAINER``),
-    else None."""
-    src = c.get("source") or {}
-    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also"))
-    found = _NEMO_CONTAINER.search(f"{text} {c.get('notes') or ''}")
-    return found and next(g for g in found.groups() if g)
 
 
 def mla_down_layout(mcore: tuple[int, int]) -> str:

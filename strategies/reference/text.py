@@ -271,3 +271,27 @@ def vocab_from_notes(notes) -> int | None:
         return None
     v = int(m.group(1).replace(",", ""))
     return v * 1000 if m.group(2) else v
+
+
+#: a NeMo container as a row's source or notes name it (docs/calibration.md §5.126), each
+#: spelling the reference files use: ``nvcr.io/nvidia/nemo:25.04.01`` (dgxc-benchmarking),
+#: ``NeMo 25.04.01 container`` and ``(NeMo 24.07 container, ...)``, ``(26.04.01 NeMo
+#: container)`` and ``25.11 NeMo container`` (Megatron-Bridge's tables), ``Container: NeMo
+#: 25.02`` (the NeMo Framework performance summary's tables); the patch level is dropped
+_NEMO_CONTAINER = re.compile(r"nemo:(\d\d\.\d\d)\b|\bnemo (\d\d\.\d\d)(?:\.\d\d)? container"
+                             r"|\b(\d\d\.\d\d)(?:\.\d\d)? nemo container"
+                             r"|\bcontainer: nemo (\d\d\.\d\d)\b", re.IGNORECASE)
+
+
+def nemo_container(c: dict) -> str | None:
+    """The NeMo container (``"yy.mm"``) a row's ``source`` (``ref``, ``table``, ``also``) or
+    ``notes`` name (``_NEMO_CONTAINER``), else None. A row naming two containers is refused
+    (``SpecError`` on ``source``): which one ran is then not said."""
+    src = c.get("source") or {}
+    text = " ".join(str(src.get(k) or "") for k in ("ref", "table", "also"))
+    named = {next(g for g in m.groups() if g)
+             for m in _NEMO_CONTAINER.finditer(f"{text} {c.get('notes') or ''}")}
+    if len(named) > 1:
+        raise SpecError("source", text, "names NeMo containers "
+                        f"{', '.join(sorted(named))}: a row ran in one")
+    return named.pop() if named else None
