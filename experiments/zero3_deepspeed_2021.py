@@ -55,6 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import param_counts  # noqa: E402
+from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 
 PERSISTENCE_THRESHOLD = 1e5     # DeepSpeed stage3_param_persistence_threshold default (elements)
@@ -99,6 +100,12 @@ def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
     return {**ag, "rs_n": rs["rs_n"], "rs_params": rs["rs_params"]}
 
 
+def copy_rate(job) -> float:
+    """Bytes/s of the per-tensor calls' HBM passes on ``job``'s GPU: the usable HBM rate, as
+    the stage record's ``copy_rate`` has it (``strategies.cost.stage``)."""
+    return float(usable_hbm(job.cluster.gpu, job.system))
+
+
 def z3_traffic(job, persist: float = 0.0, ar_buckets: bool = False) -> tuple[float, float]:
     """(seconds, calls) of one micro-batch's per-tensor ZeRO-3 traffic of ``job`` (tp = pp = 1),
     as ``strategies.estimate.analytic`` charges it, under the what-ifs of the module docstring."""
@@ -106,11 +113,14 @@ def z3_traffic(job, persist: float = 0.0, ar_buckets: bool = False) -> tuple[flo
     z = _gathers(m, job.plan.recompute == "full", fw.zero3_reuse_params, persist)
     pb, gb = 2.0, 2.0                     # fp16 parameters and gradients (the rows' precision)
     n_ag, n_rs = z["fwd_n"] + z["bwd_n"], z["rs_n"]
+    rate = copy_rate(job)
     t = float(cm.per_tensor_time(n_ag, pb * (z["fwd_params"] + z["bwd_params"]), n, 1, cl,
-                                 fw.launch_gap_s)
-              + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+                                 fw.launch_gap_s, copy_rate=rate)
+              + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s,
+                                   "reduce_scatter", copy_rate=rate))
     if ar_buckets:
-        t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+        t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s,
+                                      "reduce_scatter", copy_rate=rate))
         b = grad_buckets(m)
         t += sum(float(cm.collective_time("allreduce", gb * e, n, 1, cl)) for e in b)
         t += 6 * gb * sum(b) / cl.gpu.hbm_bandwidth
@@ -138,7 +148,8 @@ def prefetch_hidden(job, step_compute: float) -> float:
              "fc2": 8 * h * h}
     t_fwd = step_compute / (4 * L)
     c = {k: t_fwd * v / sum(flops.values()) for k, v in flops.items()}
-    g = {k: float(cm.per_tensor_time(1, 2.0 * v, n, 1, cl, fw.launch_gap_s))
+    g = {k: float(cm.per_tensor_time(1, 2.0 * v, n, 1, cl, fw.launch_gap_s,
+                                     copy_rate=copy_rate(job)))
          for k, v in numel.items()}
     live_ok = {k: v < 1e9 for k, v in numel.items()}
     fwd = {"qkv": c["fc2"] if live_ok["fc2"] else 0.0,

@@ -67,11 +67,13 @@ def test_prefetch_hides_what_the_live_limit_allows(rows):
     # fc1 in the forwards and qkv (after proj) in the backward
     from experiments.zero3_deepspeed_2021 import prefetch_hidden
     from strategies.cost import comm as cm
+    from strategies.cost.hbm_rate import usable_hbm
     for c in (rows[0], rows[3]):
         job = c.job
         h, L, n = job.model.hidden_size, job.model.num_layers, job.plan.dp
         g = {k: float(cm.per_tensor_time(1, 2.0 * v * h * h, n, 1, job.cluster,
-                                         job.framework.launch_gap_s))
+                                         job.framework.launch_gap_s,
+                                         copy_rate=usable_hbm(job.cluster.gpu, job.system)))
              for k, v in (("qkv", 3), ("proj", 1), ("fc1", 4), ("fc2", 4))}
         if h * h * 4 < 1e9:
             want = L * (2 * sum(g.values()) + g["fc1"] + g["proj"] + g["qkv"])
