@@ -576,7 +576,7 @@ def path_p2p_time(nbytes: Num, cluster: Cluster, stride: int,
 #: HBM bytes per gathered byte that DeepSpeed's 2021 ZeRO-3 moves on the GPU around each
 #: per-tensor all-gather besides the collective: ``_allgather_param`` allocates the whole
 #: tensor with ``torch.zeros`` (written once; ``runtime/zero/partition_parameters.py`` at
-#: v0.3.13-v0.5.0), and PyTorch's list ``all_gather`` (``ProcessGroupNCCL::allgather``, 1.5-1.9)
+#: v0.3.13-v0.5.0), and PyTorch's list ``all_gather`` (``ProcessGroupNCCL::allgather``, PyTorch 1.7-1.8)
 #: gathers into a flat buffer of its own and copies it into each of the ``n`` list entries
 #: (read once, written once): 1 + 2
 Z3_GATHER_PASSES = 3.0
