@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """What the per-tensor ZeRO-3 model leaves on Narayanan et al. 2021's ZeRO-3 rows, and what the
-DeepSpeed 2021 mechanisms read from its code would do to it (docs/calibration.md §3.19).
+DeepSpeed 2021 mechanisms read from its code would do to it (docs/calibration.md §3.19, §5.124).
 
 Run (about two seconds, analytic only, changes nothing in the model):
 
@@ -34,8 +34,19 @@ Table 2: each row's error under what-ifs, each applied to the per-tensor traffic
 * ``persist+ar``: the two DeepSpeed defaults of March-June 2021 together.
 * ``persist+ar+prefetch``: ``persist+ar`` less the gathers the prefetch hides under compute
   (``prefetch_hidden``, the ``stage3_max_live_parameters`` rule).
+* ``host loop``: the model plus the GPU idle of ``_allgather_param``'s Python loop over the
+  ``n`` ranks after its ``torch.cuda.synchronize()`` (``host_loop_time``), at the stack's
+  launch gap per iteration (a stand-in: PyTorch 1.8's host time per iteration is not published).
+* ``persist+post-step``: ``persist`` plus what persistence costs once per step: ``_post_step``
+  gathers the persistent tensors again (``post_step_gather_time``: one all-gather, then a copy
+  kernel per tensor and rank).
+* ``persist+post-step+host``: that plus the host loop of the gathers persistence leaves: every
+  per-step mechanism of March-June 2021 read from the source, with the model's gradient path.
 
-Table 3: what rate the rows ask for under ``persist+ar`` with nothing hidden (``demanded_rate``).
+Table 3: the seconds per step of the HBM passes the model charges since docs/calibration.md
+§5.124 (``comm.per_tensor_passes``), of the host loop and of the post-step gather.
+
+Table 4: what rate the rows ask for under ``persist+ar`` with nothing hidden (``demanded_rate``).
 
 The persistence threshold is a default of the code the paper ran (the paper does not give its
 ZeRO configuration). The ring's latency is the model's (``comm.per_tensor_time`` reads
@@ -55,6 +66,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
 from strategies.cost import param_counts  # noqa: E402
+from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 
 PERSISTENCE_THRESHOLD = 1e5     # DeepSpeed stage3_param_persistence_threshold default (elements)
@@ -99,6 +111,12 @@ def _gathers(m, full_recompute: bool, reuse: float, persist: float) -> dict:
     return {**ag, "rs_n": rs["rs_n"], "rs_params": rs["rs_params"]}
 
 
+def copy_rate(job) -> float:
+    """Bytes/s of the per-tensor calls' HBM passes on ``job``'s GPU: the usable HBM rate, as
+    the stage record's ``copy_rate`` has it (``strategies.cost.stage``)."""
+    return float(usable_hbm(job.cluster.gpu, job.system))
+
+
 def z3_traffic(job, persist: float = 0.0, ar_buckets: bool = False) -> tuple[float, float]:
     """(seconds, calls) of one micro-batch's per-tensor ZeRO-3 traffic of ``job`` (tp = pp = 1),
     as ``strategies.estimate.analytic`` charges it, under the what-ifs of the module docstring."""
@@ -106,11 +124,14 @@ def z3_traffic(job, persist: float = 0.0, ar_buckets: bool = False) -> tuple[flo
     z = _gathers(m, job.plan.recompute == "full", fw.zero3_reuse_params, persist)
     pb, gb = 2.0, 2.0                     # fp16 parameters and gradients (the rows' precision)
     n_ag, n_rs = z["fwd_n"] + z["bwd_n"], z["rs_n"]
+    rate = copy_rate(job)
     t = float(cm.per_tensor_time(n_ag, pb * (z["fwd_params"] + z["bwd_params"]), n, 1, cl,
-                                 fw.launch_gap_s)
-              + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+                                 fw.launch_gap_s, copy_rate=rate)
+              + cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s,
+                                   "reduce_scatter", copy_rate=rate))
     if ar_buckets:
-        t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s))
+        t -= float(cm.per_tensor_time(n_rs, gb * z["rs_params"], n, 1, cl, fw.launch_gap_s,
+                                      "reduce_scatter", copy_rate=rate))
         b = grad_buckets(m)
         t += sum(float(cm.collective_time("allreduce", gb * e, n, 1, cl)) for e in b)
         t += 6 * gb * sum(b) / cl.gpu.hbm_bandwidth
@@ -138,7 +159,8 @@ def prefetch_hidden(job, step_compute: float) -> float:
              "fc2": 8 * h * h}
     t_fwd = step_compute / (4 * L)
     c = {k: t_fwd * v / sum(flops.values()) for k, v in flops.items()}
-    g = {k: float(cm.per_tensor_time(1, 2.0 * v, n, 1, cl, fw.launch_gap_s))
+    g = {k: float(cm.per_tensor_time(1, 2.0 * v, n, 1, cl, fw.launch_gap_s,
+                                     copy_rate=copy_rate(job)))
          for k, v in numel.items()}
     live_ok = {k: v < 1e9 for k, v in numel.items()}
     fwd = {"qkv": c["fc2"] if live_ok["fc2"] else 0.0,
@@ -151,6 +173,45 @@ def prefetch_hidden(job, step_compute: float) -> float:
     hidden = 2 * sum(min(g[k], w) for k, w in fwd.items()) \
         + sum(min(g[k], w) for k, w in bwd.items())
     return L * hidden
+
+
+def host_loop_time(job, per_iter: float, persist: float = 0.0) -> float:
+    """Seconds per micro-batch the GPU idles in ``_allgather_param``'s Python loop (v0.3.13-
+    v0.5.0 ``partition_parameters.py``): after its ``torch.cuda.synchronize()`` nothing is
+    queued, and the host builds the ``n`` list entries (``flat_tensor.narrow`` and
+    ``dist.get_rank(group)`` each iteration) before it launches the all-gather; ``n``
+    iterations of ``per_iter`` seconds per gather call (``param_counts.zero3_tensor_gathers``;
+    with ``persist`` the tensors under it are not gathered). The per-iteration host time of
+    PyTorch 1.8 on Selene's CPUs is not published: a what-if."""
+    z = _gathers(job.model, job.plan.recompute == "full", job.framework.zero3_reuse_params,
+                 persist)
+    return float(per_iter * job.plan.dp * (z["fwd_n"] + z["bwd_n"]))
+
+
+def persistent_tensors(m, persist: float = PERSISTENCE_THRESHOLD) -> list[float]:
+    """Numel of each tensor under ``stage3_param_persistence_threshold`` (``ds_persist``): a
+    layer's norms and biases, every layer, then the final norm (tp = pp = 1)."""
+    small = [float(t) for t in param_counts.layer_param_tensors(m) if t < persist]
+    final = [float(m.hidden_size)] * (2 if m.norm == "layernorm" else 1)
+    return small * m.num_layers + (final if m.hidden_size < persist else [])
+
+
+def post_step_gather_time(job, persist: float = PERSISTENCE_THRESHOLD) -> float:
+    """Seconds per step of ``_post_step``'s gather of the persistent tensors (``stage3.py``
+    ``self.persistent_parameters[0].all_gather(...)``, after every optimizer step; they were
+    released after the backward, ``_partition_all_parameters``): one all-gather of all their
+    partitions together (``_allgather_params``; ``comm.per_tensor_time`` with one call), then
+    per tensor one copy kernel for each rank whose partition (``ceil(numel / n)`` elements,
+    the aligned size over ``n``) holds some of it, at the stack's launch gap (the project's
+    price of a copy kernel, as for the list copies) and its bytes at the HBM rate."""
+    n, fw = job.plan.dp, job.framework
+    ts = persistent_tensors(job.model, persist)
+    part = [np.ceil(t / n) for t in ts]
+    copies = sum(float(np.ceil(t / p)) for t, p in zip(ts, part))
+    gathered = 2.0 * n * sum(part)
+    return float(cm.per_tensor_time(1, gathered, n, 1, job.cluster, fw.launch_gap_s,
+                                    copy_rate=copy_rate(job))
+                 + copies * fw.launch_gap_s + 2 * 2.0 * sum(ts) / copy_rate(job))
 
 
 def demanded_rate(job, need: float) -> tuple[float, float, float]:
@@ -192,10 +253,12 @@ def main() -> None:
     variants = (("model", {}), ("persist", {"persist": PERSISTENCE_THRESHOLD}),
                 ("ar-buckets", {"ar_buckets": True}),
                 ("persist+ar", {"persist": PERSISTENCE_THRESHOLD, "ar_buckets": True}))
-    print("| row | " + " | ".join(v for v, _ in variants) + " | persist+ar+prefetch |")
-    print("|---|" + "---:|" * (len(variants) + 1))
+    later = ("defaults+prefetch", "host loop", "persist+post-step", "persist+post-step+host")
+    print("| row | " + " | ".join(v for v, _ in variants) + " | persist+ar+prefetch | "
+          + " | ".join(later[1:]) + " |")
+    print("|---|" + "---:|" * (len(variants) + len(later)))
     errs: dict[str, list[float]] = {v: [] for v, _ in variants}
-    errs["defaults+prefetch"] = []
+    errs.update({k: [] for k in later})
     for c, job, base in rows:
         cells = []
         for v, kw in variants:
@@ -205,10 +268,27 @@ def main() -> None:
         t = base + z3_traffic(job, PERSISTENCE_THRESHOLD, ar_buckets=True)[0] \
             - prefetch_hidden(job, base - estimate(job).breakdown_s["optimizer"])
         errs["defaults+prefetch"].append(100 * (t / c.measured_step_s - 1))
-        cells.append(f"{errs['defaults+prefetch'][-1]:+.1f} %")
+        t = base + z3_traffic(job)[0] + host_loop_time(job, job.framework.launch_gap_s)
+        errs["host loop"].append(100 * (t / c.measured_step_s - 1))
+        t = base + z3_traffic(job, PERSISTENCE_THRESHOLD)[0] + post_step_gather_time(job)
+        errs["persist+post-step"].append(100 * (t / c.measured_step_s - 1))
+        t += host_loop_time(job, job.framework.launch_gap_s, PERSISTENCE_THRESHOLD)
+        errs["persist+post-step+host"].append(100 * (t / c.measured_step_s - 1))
+        cells += [f"{errs[k][-1]:+.1f} %" for k in later]
         print(f"| {c.id} | " + " | ".join(cells) + " |")
     print("| MAPE (6 rows) | " + " | ".join(f"{mape(errs[v]):.1f} %" for v, _ in variants)
-          + f" | {mape(errs['defaults+prefetch']):.1f} % |")
+          + " | " + " | ".join(f"{mape(errs[k]):.1f} %" for k in later) + " |")
+    print()
+    print("| row | HBM passes s (in the model) | host loop s at the launch gap per iteration | "
+          "post-step persistent gather s | persistent tensors |")
+    print("|---|---:|---:|---:|---:|")
+    for c, job, base in rows:
+        z = param_counts.zero3_tensor_gathers(job.model, 1, 1, 1, True,
+                                              job.framework.zero3_reuse_params)
+        hbm = (cm.per_tensor_passes("allgather") * 2.0 * (z["fwd_params"] + z["bwd_params"])
+               + cm.per_tensor_passes("reduce_scatter") * 2.0 * z["rs_params"]) / copy_rate(job)
+        print(f"| {c.id} | {hbm:.2f} | {host_loop_time(job, job.framework.launch_gap_s):.2f} | "
+              f"{post_step_gather_time(job):.2f} | {len(persistent_tensors(job.model))} |")
     sign = {v: "".join("+" if b > a else "-" for a, b in zip(errs["model"], errs[v]))
             for v, _ in variants[1:]}
     print()

@@ -304,11 +304,12 @@ def test_tied_pair_simulated_moves_as_the_estimate():
 
 def test_per_tensor_rings_within_a_node_read_the_measurement():
     """DeepSpeed's per-tensor ZeRO-3 rings (``per_tensor_time``) within a node: each ring the
-    measured time, so the simulator's excess over its measured calls is the copies alone."""
-    count, nbytes, gap = 12.0, 12 * 2.0**22, 1e-6
+    measured time, so the simulator's excess over its measured calls is the copies and their
+    HBM passes alone."""
+    count, nbytes, gap, rate = 12.0, 12 * 2.0**22, 1e-6, 1.5e12
     for kind in ("allgather", "reduce_scatter"):
-        t = float(cm.per_tensor_time(count, nbytes, 8, 1, PROF, gap, kind))
-        assert t == pytest.approx(count * _fake_seconds(kind, 2.0**22, 8) + count * 8 * gap,
-                                  rel=REL)
-        assert float(cm.per_tensor_excess(kind, count, nbytes, 8, 1, PROF, gap)) == \
-            pytest.approx(count * 8 * gap, rel=1e-9)
+        t = float(cm.per_tensor_time(count, nbytes, 8, 1, PROF, gap, kind, copy_rate=rate))
+        local = count * 8 * gap + cm.per_tensor_passes(kind) * nbytes / rate
+        assert t == pytest.approx(count * _fake_seconds(kind, 2.0**22, 8) + local, rel=REL)
+        assert float(cm.per_tensor_excess(kind, count, nbytes, 8, 1, PROF, gap,
+                                          copy_rate=rate)) == pytest.approx(local, rel=1e-9)

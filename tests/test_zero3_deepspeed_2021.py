@@ -2,6 +2,7 @@
 model's own charge, and DeepSpeed's gradient buckets keep every element once."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from experiments.zero3_deepspeed_2021 import (PERSISTENCE_THRESHOLD, REDUCE_BUCKET, _gathers,
@@ -67,11 +68,13 @@ def test_prefetch_hides_what_the_live_limit_allows(rows):
     # fc1 in the forwards and qkv (after proj) in the backward
     from experiments.zero3_deepspeed_2021 import prefetch_hidden
     from strategies.cost import comm as cm
+    from strategies.cost.hbm_rate import usable_hbm
     for c in (rows[0], rows[3]):
         job = c.job
         h, L, n = job.model.hidden_size, job.model.num_layers, job.plan.dp
         g = {k: float(cm.per_tensor_time(1, 2.0 * v * h * h, n, 1, job.cluster,
-                                         job.framework.launch_gap_s))
+                                         job.framework.launch_gap_s,
+                                         copy_rate=usable_hbm(job.cluster.gpu, job.system)))
              for k, v in (("qkv", 3), ("proj", 1), ("fc1", 4), ("fc2", 4))}
         if h * h * 4 < 1e9:
             want = L * (2 * sum(g.values()) + g["fc1"] + g["proj"] + g["qkv"])
@@ -79,3 +82,33 @@ def test_prefetch_hides_what_the_live_limit_allows(rows):
             want = L * (2 * (g["proj"] + g["fc1"]) + g["qkv"])
         assert prefetch_hidden(job, 1e12) == pytest.approx(want, rel=1e-12)
         assert prefetch_hidden(job, 0.0) == 0.0
+
+
+def test_host_loop_is_one_iteration_per_rank_and_gather(rows):
+    """``_allgather_param``'s loop: ``n`` iterations per gather call, the persistent tensors'
+    calls gone under the threshold."""
+    from experiments.zero3_deepspeed_2021 import PERSISTENCE_THRESHOLD, host_loop_time
+    job = rows[0].job
+    z = param_counts.zero3_tensor_gathers(job.model, 1, 1, 1, True,
+                                          job.framework.zero3_reuse_params)
+    assert host_loop_time(job, 1e-6) == pytest.approx(1e-6 * job.plan.dp
+                                                      * (z["fwd_n"] + z["bwd_n"]), rel=1e-12)
+    assert host_loop_time(job, 1e-6, PERSISTENCE_THRESHOLD) < 0.5 * host_loop_time(job, 1e-6)
+
+
+def test_post_step_gather_is_one_call_and_a_copy_per_rank_and_tensor(rows):
+    """GPT-3 175B at 384 ranks: 770 persistent tensors (8 per layer, the final norm's 2), each
+    of at least 384 elements, so 384 copy kernels each; the one all-gather of their partitions
+    (``ceil(numel/n)`` elements each) and every copy's bytes read and written at the HBM rate."""
+    from experiments.zero3_deepspeed_2021 import (copy_rate, persistent_tensors,
+                                                  post_step_gather_time)
+    from strategies.cost import comm as cm
+    job = rows[0].job
+    n, gap = job.plan.dp, job.framework.launch_gap_s
+    ts = persistent_tensors(job.model)
+    assert len(ts) == 8 * job.model.num_layers + 2 and min(ts) >= n
+    gathered = 2.0 * n * sum(np.ceil(t / n) for t in ts)
+    want = (float(cm.per_tensor_time(1, gathered, n, 1, job.cluster, gap,
+                                     copy_rate=copy_rate(job)))
+            + len(ts) * n * gap + 4.0 * sum(ts) / copy_rate(job))
+    assert post_step_gather_time(job) == pytest.approx(want, rel=1e-12)

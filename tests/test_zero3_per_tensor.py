@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import comm, param_counts
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.errors import SpecError
 from strategies.estimate import estimate
 from strategies.framework import get_profile
@@ -46,14 +47,48 @@ def test_reuse_distance_keeps_small_models_gathered():
     assert big["bwd_n"] > 1.5 * big_m.num_layers * T
 
 
+RATE = 1.7e12    # bytes/s of the calls' HBM passes in the closed forms below
+
+
 def test_per_tensor_time_closed_form():
-    """Each call is the group's own collective (``collective_time``) plus ``n`` list copies."""
+    """Each call is the group's own collective (``collective_time``) plus ``n`` list copies,
+    and the whole tensor's HBM passes at the copy rate: 3 bytes per gathered byte
+    (``torch.zeros``, the list copy-out's read and write), 4 per reduce-scattered byte
+    (``div_``'s read and write, the list copy-in's)."""
     cl = cluster_preset("dgx-a100", 4)
-    t = comm.per_tensor_time(100, 1e9, 32, 1, cl, 3e-6)
+    t = comm.per_tensor_time(100, 1e9, 32, 1, cl, 3e-6, copy_rate=RATE)
     one = comm.collective_time("allgather", 1e7, 32, 1, cl)
-    assert t == pytest.approx(100 * one + 100 * 32 * 3e-6, rel=1e-12)
-    assert comm.per_tensor_time(0, 1e9, 32, 1, cl, 3e-6) == 0.0
-    assert comm.per_tensor_time(10, 1e9, 1, 1, cl, 3e-6) == 0.0
+    assert t == pytest.approx(100 * one + 100 * 32 * 3e-6 + 3.0 * 1e9 / RATE, rel=1e-12)
+    t = comm.per_tensor_time(100, 1e9, 32, 1, cl, 3e-6, "reduce_scatter", copy_rate=RATE)
+    one = comm.collective_time("reduce_scatter", 1e7, 32, 1, cl)
+    assert t == pytest.approx(100 * one + 100 * 32 * 3e-6 + 4.0 * 1e9 / RATE, rel=1e-12)
+    assert comm.per_tensor_time(0, 1e9, 32, 1, cl, 3e-6, copy_rate=RATE) == 0.0
+    assert comm.per_tensor_time(10, 1e9, 1, 1, cl, 3e-6, copy_rate=RATE) == 0.0
+
+
+def test_per_tensor_passes_scale_with_the_tensor_not_the_calls():
+    """The HBM passes are bytes of the tensors: the same bytes in 10 or in 1,000 calls add
+    the same seconds, a second tensor's worth of bytes twice of them; a faster HBM less."""
+    cl = cluster_preset("dgx-a100", 4)
+    for kind, passes in (("allgather", 3.0), ("reduce_scatter", 4.0)):
+        def passes_s(count, nbytes, rate=RATE):
+            return (comm.per_tensor_time(count, nbytes, 32, 1, cl, 0.0, kind, copy_rate=rate)
+                    - count * comm.collective_time(kind, nbytes / count, 32, 1, cl))
+        assert comm.per_tensor_passes(kind) == passes
+        assert passes_s(10, 4e9) == pytest.approx(passes * 4e9 / RATE, rel=1e-9)
+        assert passes_s(1000, 4e9) == pytest.approx(passes * 4e9 / RATE, rel=1e-9)
+        assert passes_s(10, 8e9) == pytest.approx(2 * passes_s(10, 4e9), rel=1e-9)
+        assert passes_s(10, 4e9, 2 * RATE) == pytest.approx(passes_s(10, 4e9) / 2, rel=1e-9)
+
+
+def test_per_tensor_bad_inputs_name_the_rule():
+    cl = cluster_preset("dgx-a100", 4)
+    with pytest.raises(ValueError, match="copy_rate"):
+        comm.per_tensor_time(10, 1e9, 32, 1, cl, 3e-6, copy_rate=0.0)
+    with pytest.raises(ValueError, match="allgather or reduce_scatter"):
+        comm.per_tensor_time(10, 1e9, 32, 1, cl, 3e-6, "allreduce", copy_rate=RATE)
+    # no call, no rate needed (a plan that gathers nothing)
+    assert comm.per_tensor_time(0, 0.0, 32, 1, cl, 3e-6, copy_rate=0.0) == 0.0
 
 
 def test_per_tensor_ring_latency_sums_the_hops():
@@ -64,7 +99,8 @@ def test_per_tensor_ring_latency_sums_the_hops():
     cl = cluster_preset("dgx-a100", 4)
     lat_in, lat_out = cl.intra_node_latency, cl.inter_node_latency + cl.intra_node_latency
     want = 28 * lat_in + 3 * lat_out
-    assert comm.per_tensor_time(10, 0.0, 32, 1, cl, 0.0) == pytest.approx(10 * want, rel=1e-12)
+    assert comm.per_tensor_time(10, 0.0, 32, 1, cl, 0.0, copy_rate=RATE) == \
+        pytest.approx(10 * want, rel=1e-12)
     assert want < 31 * lat_out
 
 
@@ -81,10 +117,13 @@ def test_estimate_charges_every_gather_exposed():
     m, cl = job.model, job.cluster
     z = param_counts.zero3_tensor_gathers(m, 1, 1, 1, True, MEGATRON_DEEPSPEED.zero3_reuse_params)
     gap = MEGATRON_DEEPSPEED.launch_gap_s
+    rate = usable_hbm(cl.gpu, job.system)
     per_mb = (comm.per_tensor_time(z["fwd_n"] + z["bwd_n"],
-                                   2.0 * (z["fwd_params"] + z["bwd_params"]), 32, 1, cl, gap)
+                                   2.0 * (z["fwd_params"] + z["bwd_params"]), 32, 1, cl, gap,
+                                   copy_rate=rate)
               + comm.per_tensor_time(z["rs_n"], job.system.main_grad_bytes(job.dtype)
-                                     * z["rs_params"], 32, 1, cl, gap))
+                                     * z["rs_params"], 32, 1, cl, gap, "reduce_scatter",
+                                     copy_rate=rate))
     assert r.breakdown_s["dp_comm"] == pytest.approx(2 * per_mb, rel=1e-9)
     core = estimate(_job("megatron-core"))
     assert r.step_time_s > core.step_time_s + 2 * per_mb * 0.5
@@ -121,8 +160,10 @@ def test_simulator_runs_the_same_calls():
 def test_per_tensor_excess_completes_the_collective():
     cl = cluster_preset("dgx-a100", 4)
     for kind in ("allgather", "reduce_scatter"):
-        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6, kind)
+        total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6, kind, copy_rate=RATE)
         own = 50 * comm.collective_time(kind, 1e7, 32, 1, cl)
-        assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6) == \
+        assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6, copy_rate=RATE) == \
             pytest.approx(total - own, rel=1e-12)
-        assert total - own == pytest.approx(50 * 32 * 3e-6, rel=1e-9)   # the copies
+        # the copies' gaps and the passes' bytes
+        assert total - own == pytest.approx(
+            50 * 32 * 3e-6 + comm.per_tensor_passes(kind) * 5e8 / RATE, rel=1e-9)

@@ -26,7 +26,7 @@ class DataParallelOps:
                     deps: tuple = ()) -> None:
         """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
         group's collective back to back, then what each call costs beyond it (the ``n`` list
-        copies: ``comm.per_tensor_excess``) on the communication
+        copies and the HBM passes: ``comm.per_tensor_excess``) on the communication
         stream; the next compute waits for all of it. Alone on the wire:
         ``comm.per_tensor_time``, the estimate's charge."""
         name = "AG" if kind == "allgather" else "RS"
@@ -36,7 +36,7 @@ class DataParallelOps:
         dp = len(group)
         stride = (group[1] - group[0]) if dp > 1 else 1
         extra = float(per_tensor_excess(kind, count, nbytes, dp, stride, self.cluster,
-                                        self.c.copy_gap))
+                                        self.c.copy_gap, copy_rate=self.c.copy_rate))
         copies = self._add(Compute, "dp-comm", seconds=extra, kind="dp",
                            label=f"calls z3 {label}", microbatch=i, chunk=-1,
                            deps=(ring,) if ring is not None else ())

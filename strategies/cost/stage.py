@@ -65,6 +65,7 @@ from strategies.cost.tp_collectives import (  # noqa: F401 (re-exported: callers
     attn_full_rc_ops,
     attn_full_rc_time,
     sp_grad_allreduce_bytes)
+from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import SystemConfig, get_system
 from strategies.framework import get_profile
 from strategies.stacks.comm_rules import cp_exposed_fraction, grad_path, grad_sync_once
@@ -191,6 +192,7 @@ class StageCostArrays:
     z3_rs_n: np.ndarray
     z3_rs_params: np.ndarray
     copy_gap: float               # seconds per copy kernel (the stack's launch gap)
+    copy_rate: float              # bytes/s of the calls' HBM passes (the usable HBM rate)
     # layers that differ from the mean layer: each kind of a model with dense and MoE layers,
     # and ``mtp`` for a model with multi-token prediction (empty for one-kind models, whose
     # layers are all the mean layer)
@@ -336,6 +338,7 @@ class StageCosts:
     z3_rs_n: float = 0.0
     z3_rs_params: float = 0.0
     copy_gap: float = 0.0
+    copy_rate: float = 0.0                 # bytes/s (StageCostArrays.copy_rate)
     by_kind: Mapping[str, KindCosts] = field(default_factory=dict)  # StageCostArrays.by_kind
     # the layers each chunk holds, by kind: chunk_kinds[stage][chunk] = ((kind, count), ...)
     # (strategies.layout.chunk_kinds); empty: every chunk holds the even split's mean layers
@@ -661,7 +664,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         cp_stall_fwd=full(st_f), cp_stall_bwd=full(st_b), cp_torch=torch_cp,
         z3_fwd_n=z3["fwd_n"], z3_fwd_params=z3["fwd_params"], z3_bwd_n=z3["bwd_n"],
         z3_bwd_params=z3["bwd_params"], z3_rs_n=z3["rs_n"], z3_rs_params=z3["rs_params"],
-        copy_gap=float(fw.launch_gap_s), by_kind=by_kind,
+        copy_gap=float(fw.launch_gap_s), copy_rate=float(usable_hbm(gpu, sy)), by_kind=by_kind,
         # SP's backward re-gathers: the forward all-gather's bytes again, on stacks that save
         # the local shard (``FrameworkProfile.sp_regather``)
         rg_bytes=np.where((tp > 1) & sp & fw.sp_regather, comm_bytes.tp_comm_bytes_fwd(m, b, cp)
@@ -806,7 +809,7 @@ def stage_costs_at(arrays: StageCostArrays, i: int, pp: int) -> StageCosts:
         tp_attn_full_rc=f("tp_attn_full_rc"), tp_rep_grad_bytes=f("tp_rep_grad_bytes"),
         z3_fwd_n=f("z3_fwd_n"), z3_fwd_params=f("z3_fwd_params"), z3_bwd_n=f("z3_bwd_n"),
         z3_bwd_params=f("z3_bwd_params"), z3_rs_n=f("z3_rs_n"), z3_rs_params=f("z3_rs_params"),
-        copy_gap=arrays.copy_gap,
+        copy_gap=arrays.copy_gap, copy_rate=arrays.copy_rate,
         by_kind={k: KindCosts(**{f: float(getattr(v, f)[i]) for f in KindCosts.__dataclass_fields__})
                  for k, v in arrays.by_kind.items()})
 

@@ -819,9 +819,9 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     z3_tensor = mb * (
         cm.per_tensor_time(sc.z3_fwd_n + sc.z3_bwd_n, sc.param_bytes
                            * (sc.z3_fwd_params + sc.z3_bwd_params), n_dp, stride_dp, cl,
-                           sc.copy_gap)
+                           sc.copy_gap, copy_rate=sc.copy_rate)
         + cm.per_tensor_time(sc.z3_rs_n, gb * sc.z3_rs_params, n_dp, stride_dp, cl,
-                             sc.copy_gap, "reduce_scatter"))
+                             sc.copy_gap, "reduce_scatter", copy_rate=sc.copy_rate))
 
     # (a call per layer, FSDP's unit: its share of the bandwidth and the ring's whole latency,
     # as the simulator's gathers and reduce-scatters are; docs/calibration.md §5.26)
