@@ -12,16 +12,18 @@ cluster (``strategies.reference.entry_specs.entry_cluster``) rebuilt from its ow
 with ``gpu: {name: GPU, profile: FILE}`` (the loader's checks: the profile's GPU is the
 row's, no GEMM above the peak), then the row's job re-estimated. Only rows whose GPU is
 the profile's are read, in every reference file but the schedule studies. Columns:
-``catalog`` (the shipped model), ``gemm+attn`` (the profile's GEMM and fused-attention
-points only), ``+hbm`` (and its memory kernels' bandwidth) and ``profile`` (all of it: and its
-launch gap).
+``catalog`` (the shipped model), ``gemm`` (the profile's GEMM points only), ``gemm+attn``
+(and its fused-attention points), ``+hbm`` (and its memory kernels' bandwidth) and
+``profile`` (all of it: and its launch gap).
 
 ``--gpu NAME --what-if``: rows of another catalog GPU with the profile's GEMM and attention
 points only (its memory kernels and launch gap dropped: they belong to the measured chip's
 memory and host), attached to that GPU directly. Meant for a chip of the same die, clock and
 power (H200 on H100 SXM: GH100, 1980 MHz, 700 W, the same bf16 and fp8 peaks; checked here:
-refused where a peak differs). A what-if, not a measurement of that GPU: the GEMM points
-at large K and the attention points, the HBM-bound parts aside, are what it transfers.
+refused where a peak differs). A what-if, not a measurement of that GPU: the compute-bound
+kernels transfer, not the memory (H200 HBM3e 4.8 TB/s, H100 HBM3 3.35 TB/s; a thin GEMM's
+ratio may hold some of the H200's faster HBM, the model's roofline on the row's own HBM
+still applies).
 """
 from __future__ import annotations
 
@@ -48,6 +50,11 @@ DATA = os.path.join(ROOT, "strategies", "reference", "data")
 def gemm_attention_only(prof: GpuProfile) -> GpuProfile:
     """``prof`` without its memory kernels, collectives and launch gap."""
     return replace(prof, memory=(), collectives=(), launch_gap_s=None)
+
+
+def gemm_only(prof: GpuProfile) -> GpuProfile:
+    """``prof``'s GEMM points alone (attention, memory kernels, collectives, gap dropped)."""
+    return replace(gemm_attention_only(prof), attention=())
 
 
 def without_gap(prof: GpuProfile) -> GpuProfile:
@@ -84,14 +91,14 @@ def pct(t: float, meas: float) -> float:
 
 
 def file_rows(path: str, gpu: str, variants: dict) -> list[tuple[str, float, list[float], str]]:
-    """``(id, measured s, [error % per variant], stack)`` of the rows of ``path`` on ``gpu``;
+    """``(id, measured s, [error % per variant], "stack dtype")`` of the rows of ``path`` on ``gpu``;
     ``variants``: name -> ``Job -> Job``."""
     out = []
     for c in load_cases(path, None):
         if c.job is None or c.skipped or c.job.cluster.gpu.name != gpu:
             continue
         errs = [pct(estimate(f(c.job)).step_time_s, c.measured_step_s) for f in variants.values()]
-        out.append((c.id, c.measured_step_s, errs, c.job.framework.name))
+        out.append((c.id, c.measured_step_s, errs, f"{c.job.framework.name} {c.job.dtype}"))
     return out
 
 
@@ -110,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--what-if", action="store_true",
                     help="apply the profile's GEMM and attention points to another GPU's rows")
     ap.add_argument("--rows", action="store_true", help="list every row (default: up to 20)")
-    ap.add_argument("--by-stack", action="store_true", help="also each file's stacks apart")
+    ap.add_argument("--by-stack", action="store_true",
+                    help="also each file's stack and precision apart")
     a = ap.parse_args(argv)
     prof = load_gpu_profile(a.profile)
     own = get_gpu(prof.gpu)
@@ -121,12 +129,15 @@ def main(argv: list[str] | None = None) -> int:
     if a.what_if:
         same_peaks(own, gpu)
         ga = gemm_attention_only(prof)
-        variants = {"catalog": lambda j: j, "gemm+attn": lambda j: with_gpu_profile(j, ga)}
+        go = gemm_only(prof)
+        variants = {"catalog": lambda j: j, "gemm": lambda j: with_gpu_profile(j, go),
+                    "gemm+attn": lambda j: with_gpu_profile(j, ga)}
         print(f"WHAT-IF: {gpu.name} rows with {own.name}'s measured GEMM and attention points "
               f"({a.profile}); memory kernels and launch gap dropped")
     else:
         full = with_profile
         variants = {"catalog": lambda j: j,
+                    "gemm": lambda j: with_gpu_profile(j, gemm_only(prof)),
                     "gemm+attn": lambda j: with_gpu_profile(j, gemm_attention_only(prof)),
                     "+hbm": lambda j: with_gpu_profile(j, without_gap(prof)),
                     "profile": lambda j: full(j, a.profile)}

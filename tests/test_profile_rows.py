@@ -45,3 +45,9 @@ def test_what_if_needs_the_same_peaks():
     pr.same_peaks(get_gpu("H200"), get_gpu("H100"))
     with pytest.raises(SpecError, match="peak"):
         pr.same_peaks(get_gpu("H200"), get_gpu("A100"))
+
+
+def test_gemm_only_keeps_the_gemms():
+    prof = load_gpu_profile(os.path.join(RUN2, "default.yaml"))
+    g = pr.gemm_only(prof)
+    assert g.gemm == prof.gemm and not g.attention and g.hbm_bandwidth is None
