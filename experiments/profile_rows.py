@@ -91,8 +91,8 @@ def pct(t: float, meas: float) -> float:
 
 
 def file_rows(path: str, gpu: str, variants: dict) -> list[tuple[str, float, list[float], str]]:
-    """``(id, measured s, [error % per variant], "stack dtype")`` of the rows of ``path`` on ``gpu``;
-    ``variants``: name -> ``Job -> Job``."""
+    """``(id, measured s, [error % per variant], "stack dtype")`` of the rows of ``path`` on
+    ``gpu``; ``variants``: name -> ``Job -> Job``."""
     out = []
     for c in load_cases(path, None):
         if c.job is None or c.skipped or c.job.cluster.gpu.name != gpu:
