@@ -208,7 +208,9 @@ def test_measured_shapes_keep_their_own_ratio():
                             np.array([2048, 4096, 2048])), [2.0, 4.0, 3.0])
 
 
-def test_attention_picks_the_nearest_head_count():
+def test_attention_picks_the_nearest_grid():
+    """Batch-1 points: their grid, ``batch·heads``, is the head count
+    (tests/test_measured_attention.py)."""
     gpu = get_gpu("H100")
     mk = {"kernel": "native", "batch": 1, "seq": 4096, "head_dim": 128, "causal": True}
     prof = profile_from_mapping({

@@ -141,19 +141,27 @@ class GpuProfile:
 
     @property
     def hbm_bandwidth(self) -> float | None:
-        """Usable HBM bytes/s: the median bandwidth of the memory kernels that moved at least
-        ``LARGE_BYTES`` (where the launch cost is negligible; all of them when none did);
-        None without memory points."""
+        """Usable HBM bytes/s: the median bandwidth of the streaming kernels
+        (``STREAMING_KERNELS``: copy, add; every kernel when the profile has none of them) that
+        moved at least ``LARGE_BYTES`` (where the launch cost is negligible; all of them when
+        none did); None without memory points. A norm kernel's rate is its own (PyTorch's
+        eager ``layer_norm``: a Welford pass and a second pass over each row, one block per
+        row; 0.56 of the copy rate at 64 MiB to 1 GiB on an H200, docs/calibration.md §5.128),
+        not the HBM's."""
         if not self.memory:
             return None
-        big = [p.bandwidth for p in self.memory if p.bytes >= LARGE_BYTES] or \
-            [p.bandwidth for p in self.memory]
+        pts = [p for p in self.memory if p.kernel in STREAMING_KERNELS] or list(self.memory)
+        big = [p.bandwidth for p in pts if p.bytes >= LARGE_BYTES] or \
+            [p.bandwidth for p in pts]
         big.sort()
         n = len(big)
         return big[n // 2] if n % 2 else 0.5 * (big[n // 2 - 1] + big[n // 2])
 
 
 LARGE_BYTES = 64 * 1024**2
+#: the memory kernels whose rate is the HBM's: pure streaming, one read (two for add) and one
+#: write an element, no reduction (``GpuProfile.hbm_bandwidth``)
+STREAMING_KERNELS = ("copy", "add")
 
 
 def _unique(field_: str, keys: list) -> None:

@@ -92,9 +92,10 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     if win is not None:   # a short window cuDNN times on this chip: those layers at its rate
         t_flash, t_flash_b = _measured_window(m, b, tp, cp, gpu, slow, fw, t_flash, t_flash_b,
                                               win, peak)
-    elif q is not None:   # a measured profile: its time over the model's at this kernel length
-        seq, heads = m.seq_length / cp, m.num_attention_heads / tp
-        t_flash, t_flash_b = t_flash * q[0](seq, heads), t_flash_b * q[1](seq, heads)
+    elif q is not None:   # a measured profile: its time over the model's at this kernel
+        # length and grid (micro-batch sequences x heads per GPU)
+        seq, grid = m.seq_length / cp, b * (m.num_attention_heads / tp)
+        t_flash, t_flash_b = t_flash * q[0](seq, grid), t_flash_b * q[1](seq, grid)
     elif gpu.exp_seconds_offset():   # SFU faster/slower than the efficiency's reference
         t_exp = slow * attention_counts.attn_exponentials_fwd(m, b, tp, cp) \
             * gpu.exp_seconds_offset()

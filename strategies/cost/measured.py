@@ -12,8 +12,10 @@ the neighbouring measurements.
 * GEMMs: per tensor-core rate (``GPU.rate_key``): a measured shape's own ratio, else over
   ``2·m·n·k`` FLOPs (the three passes of a weight share their FLOPs: averaged).
 * Attention: per kernel (``"native"``, ``"fa2"``) and direction, over the sequence length a
-  kernel call sees, among the points of the measured head count nearest (in log) to the one
-  asked.
+  kernel call sees, among the points whose ``batch × heads`` (the kernel's grid of
+  independent (sequence, head) problems) is nearest (in log) to the call's micro-batch
+  sequences × heads per GPU: on an H200 a kernel's rate follows that product, not the heads
+  alone (``docs/measurements/h200_2026-11-29/run2/probes.json``, docs/calibration.md §5.128).
 * Memory-bound kernels: the profile's usable HBM bandwidth (``GpuProfile.hbm_bandwidth``)
   replaces the catalog's ``hbm_bandwidth · HBM_EFFICIENCY``.
 * Launch gap: the profile's ``launch_gap_s`` replaces the framework's.
@@ -92,7 +94,10 @@ def attention_ratios(gpu: GPU, kernel: str, catalog_fwd_seconds: Callable[[float
                      bwd_over_fwd: float) -> tuple[Callable[[Num, Num], Num],
                                                    Callable[[Num, Num], Num]] | None:
     """(forward, backward) measured over catalog seconds of the fused attention ``kernel``,
-    as functions of ``(seq, heads)`` (1 outside the measured sequence range); None without
+    as functions of ``(seq, batch_heads)``: the tokens one kernel call's sequence has and its
+    grid's ``batch × heads`` (micro-batch sequences × heads per GPU); the points of the
+    measured ``batch·heads`` nearest in log, interpolated over ``seq`` (points of the same
+    product and sequence averaged), 1 outside the measured sequence range. None without
     measured points. ``catalog_fwd_seconds(flops)``: the cost model's forward time of that
     many attention FLOPs; its backward takes ``bwd_over_fwd`` times as long."""
     if gpu.profile is None:
@@ -105,20 +110,21 @@ def attention_ratios(gpu: GPU, kernel: str, catalog_fwd_seconds: Callable[[float
         return float(catalog_fwd_seconds(
             attention_flops_fwd(p.batch, p.heads, p.seq, p.head_dim, p.causal)))
 
-    heads = sorted({p.heads for p in pts})
-    fwd = {h: ([p.seq for p in pts if p.heads == h],
-               [p.fwd_seconds / cat(p) for p in pts if p.heads == h]) for h in heads}
-    bwd = {h: ([p.seq for p in pts if p.heads == h],
-               [p.bwd_seconds / (bwd_over_fwd * cat(p)) for p in pts if p.heads == h])
-           for h in heads}
+    grids = sorted({p.batch * p.heads for p in pts})
+    fwd = {g: ([p.seq for p in pts if p.batch * p.heads == g],
+               [p.fwd_seconds / cat(p) for p in pts if p.batch * p.heads == g]) for g in grids}
+    bwd = {g: ([p.seq for p in pts if p.batch * p.heads == g],
+               [p.bwd_seconds / (bwd_over_fwd * cat(p)) for p in pts if p.batch * p.heads == g])
+           for g in grids}
 
     def make(table: dict) -> Callable[[Num, Num], Num]:
-        def ratio(seq: Num, hq: Num) -> Num:
-            seq_b, hq_b = np.broadcast_arrays(np.asarray(seq, float), np.asarray(hq, float))
-            pick = np.argmin(np.abs(np.log(hq_b)[..., None] - np.log(heads)), axis=-1)
-            per = np.stack([interp_log(*table[h], seq_b) for h in heads], axis=-1)
+        def ratio(seq: Num, batch_heads: Num) -> Num:
+            seq_b, bh_b = np.broadcast_arrays(np.asarray(seq, float),
+                                              np.asarray(batch_heads, float))
+            pick = np.argmin(np.abs(np.log(bh_b)[..., None] - np.log(grids)), axis=-1)
+            per = np.stack([interp_log(*table[g], seq_b) for g in grids], axis=-1)
             r = np.take_along_axis(per, pick[..., None], axis=-1)[..., 0]
-            return _or_one(r, seq if np.ndim(seq) else hq)
+            return _or_one(r, seq if np.ndim(seq) else batch_heads)
         return ratio
     return make(fwd), make(bwd)
 
