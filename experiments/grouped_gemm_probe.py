@@ -7,10 +7,12 @@ balanced routing), the six expert GEMMs of a layer: fc1 (``2·f`` outputs with a
 weight-gradient ``(K, N, m)`` pass. Three ways, each the median of ``REPS`` CUDA-event timed
 samples after ``WARMUP`` calls (operands resident, as ``paraplan calibrate`` times):
 
-* ``grouped``: one ``torch._grouped_mm`` over the experts (what TE/Megatron's grouped GEMM is
-  on Hopper); None where this torch has no such op or refuses the layout;
-* ``loop``: the experts' GEMMs as ``torch.matmul`` one after another (what the cost model
-  charges: ``E/ep`` GEMMs of ``m`` rows, each paying the kernel's fixed time);
+* ``grouped``: one ``torch._grouped_mm`` over the experts (torchtitan's grouped kernel; TE's
+  ``GroupedLinear`` under Megatron-Core runs one cuBLAS GEMM per expert on 4 streams on Hopper
+  unless ``NVTE_USE_CUTLASS_GROUPED_GEMM=1``, docs/calibration.md §5.42, §5.123); None where
+  this torch has no such op or refuses the layout;
+* ``loop``: the experts' GEMMs as ``torch.matmul`` one after another from Python, on one stream
+  (the ``per_expert`` launch rule's class; host-bound where a GEMM takes less than a launch);
 * ``dense``: one GEMM of all the experts' rows, ``(E/ep·m, N, K)`` (forward and data
   gradient only; the weight gradient has no such single-GEMM form).
 

@@ -134,6 +134,18 @@ def _occupancy(units: Num, slots: int) -> Num:
     return units / (np.ceil(units / slots) * slots)
 
 
+def grouped_occupancy(groups: Num, rows: Num, cols: Num, tile_m: Num, tile_n: Num,
+                      cluster_m: int, slots: int) -> Num:
+    """Busy share of a persistent grouped GEMM kernel's ``slots`` (one thread block per SM)
+    over its waves when ``groups`` groups each write a ``rows x cols`` output in
+    ``tile_m x tile_n`` tiles, every group's tiles in one queue (a group's row tiles rounded up
+    to ``cluster_m``, the thread-block cluster along M): ``_occupancy`` of ``groups ·
+    roundup(ceil(rows/tile_m), cluster_m) · ceil(cols/tile_n)`` tiles (docs/calibration.md
+    §5.123). Vectorised."""
+    mt = np.ceil(np.ceil(np.asarray(rows, dtype=float) / tile_m) / cluster_m) * cluster_m
+    return _occupancy(groups * mt * np.ceil(np.asarray(cols, dtype=float) / tile_n), slots)
+
+
 def tile_efficiency(tile_m: int, tile_n: int) -> float:
     """Sustained fraction of the large-GEMM rate a ``tile_m x tile_n`` thread block keeps: 1
     while the L2 feeds its operands (``OPERAND_BYTES_16 · (tm + tn) / (tm · tn)`` bytes per
@@ -257,15 +269,17 @@ def gemm_count_time(count: Num, M: Num, N: Num, K: Num, rate: Num, hbm: float, e
 def gemm_unit(M: Num, N: Num, K: Num, rate: Num, hbm: float, esize: float,
                c_bytes: Num | None = None, knee: float = SHAPE_SCALE,
                ratio: measured.GemmRatio | None = None, waves: Waves | None = None,
-               fixed: float = 0.0) -> Num:
+               fixed: float = 0.0, occupancy: Num = 1.0) -> Num:
     """Seconds of one GEMM ``(M x K) @ (K x N)``: the larger of the compute time at the
     shape-penalised rate (``knee``: the K depth of half rate, ``k_knee``; ``waves``: the
     chip's wave shape, ``gemm_waves``; ``ratio``: a measured profile's correction,
     ``gemm_ratio``) and the HBM time of the operands (``esize`` bytes per input element,
     ``c_bytes`` per output element, default ``esize``). The compute time includes the
     kernel's ``fixed`` seconds (``gemm_fixed_s``: pipeline fill and drain, which a kernel
-    streaming its operands at the HBM rate hides) and is what a measured ``ratio`` scales."""
-    t_compute = gemm_compute(M, N, K, rate, knee, waves) + fixed
+    streaming its operands at the HBM rate hides) and is what a measured ``ratio`` scales.
+    ``occupancy``: the busy share of the SMs when the GEMM is one group of a grouped kernel
+    whose waves it shares (``grouped_occupancy``), dividing its compute; 1 alone."""
+    t_compute = gemm_compute(M, N, K, rate, knee, waves) / occupancy + fixed
     if ratio is not None:
         t_compute = t_compute * ratio(M, N, K)
     c = esize if c_bytes is None else c_bytes

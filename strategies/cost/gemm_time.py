@@ -7,15 +7,19 @@ split into ``tp`` pieces along M (each piece waits for its slice of the all-gath
 its slice of the reduce-scatter), so they run with ``M/tp`` rows. Vectorised."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from strategies.cost import gemm_shapes
-from strategies.cost.gemm_kernel import gemm_ratio, gemm_unit, gemm_fixed_s, gemm_waves, k_knee
+from strategies.cost.gemm_kernel import (GEMM_GENERATION, gemm_ratio, gemm_unit, gemm_fixed_s,
+                                         gemm_waves, grouped_occupancy, k_knee)
 from strategies.cost.grad_time import GRAD_BYTES_16
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.cost.token_counts import Num
 from strategies.framework import DEFAULT
+from strategies.stacks.expert_gemm import GroupedTiles
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from topologies.gpus import GPU
@@ -87,13 +91,44 @@ def expert_fixed_share(m: ModelSpec, ep: Num, fw: FrameworkProfile = DEFAULT) ->
     return (fw.expert_gemm_launch.fixed_times(local) / local)[()]
 
 
+@dataclass(frozen=True)
+class GroupedShare:
+    """A routed expert GEMM run as one group of a grouped kernel whose tiles share its waves
+    (``ExpertGemmLaunch.tiles``): ``share`` of ``gemm_fixed_s`` it pays
+    (``expert_fixed_share``), the kernel's ``groups`` (``E/ep`` local experts) and its
+    ``tiles`` (docs/calibration.md §5.123)."""
+
+    share: Num
+    groups: Num
+    tiles: GroupedTiles
+
+
 def fixed_shares(parts: list[tuple[str, tuple]], m: ModelSpec, ep: Num,
-                 fw: FrameworkProfile = DEFAULT) -> list[Num]:
+                 fw: FrameworkProfile = DEFAULT) -> list[Num | GroupedShare]:
     """Per entry of ``parts`` (``gemm_shapes.layer_gemm_parts``' or ``op_sac_gemm_parts``'), the
     share of ``gemm_fixed_s`` each of its GEMMs pays (``gemm_units``' ``shares``): the routed
-    experts' ``expert_fixed_share``, every other GEMM (the router too) 1."""
+    experts' ``expert_fixed_share`` (a ``GroupedShare`` with it where the stack's grouped
+    kernel has ``tiles``), every other GEMM (the router too) 1."""
     share = expert_fixed_share(m, ep, fw)
+    tiles = fw.expert_gemm_launch.tiles
+    if tiles is not None and m.is_moe:
+        share = GroupedShare(share, m.num_experts / np.asarray(ep, dtype=float), tiles)
     return [share if part == "routed_mlp" and g[4] is not None else 1.0 for part, g in parts]
+
+
+def grouped_share_occupancy(share: Num | GroupedShare, rows: Num, cols: Num, gpu: GPU,
+                            dtype: str) -> Num:
+    """Busy share of the SMs a GEMM with output ``rows x cols`` keeps under ``share``
+    (``fixed_shares``): ``gemm_kernel.grouped_occupancy`` of its grouped kernel's tiles where
+    ``share`` is a ``GroupedShare`` whose tiles were read for ``gpu``'s generation
+    (``gemm_kernel.GEMM_GENERATION``) and ``dtype``, over ``gpu.sm_count`` slots; else 1."""
+    if not isinstance(share, GroupedShare):
+        return 1.0
+    t = share.tiles
+    if t.dtype != dtype or GEMM_GENERATION.get(gpu.name) != t.generation or not gpu.sm_count:
+        return 1.0
+    tm, tn = t.tile_of(rows, cols)
+    return grouped_occupancy(share.groups, rows, cols, tm, tn, t.cluster_m, gpu.sm_count)
 
 
 def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = False,
@@ -109,8 +144,10 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     written once in 16 bits (the separate add is ``grad_accum_time``). ``backward`` False:
     the forward's alone (``dgrad``, ``wgrad`` None). ``shares``: per entry, the share of the
     kernel's fixed time ``gemm_fixed_s`` each GEMM pays (``fixed_shares``: a grouped expert
-    GEMM's launches over its experts); None: 1 each. The one pricing of a layer's GEMMs that
-    ``units_time_fwd``/``units_time_bwd`` sum for any count."""
+    GEMM's launches over its experts; a ``GroupedShare`` also divides the GEMM's compute by
+    the busy share of the SMs its grouped kernel's waves keep, ``grouped_share_occupancy``);
+    None: 1 each. The one pricing of a layer's GEMMs that ``units_time_fwd``/``units_time_bwd``
+    sum for any count."""
     rate, hbm, es = _rates(gpu, dtype, system)
     kn, kn16 = k_knee(gpu, dtype), k_knee(gpu, "bf16")
     r16 = gpu.peak("bf16") * gpu.matmul_efficiency
@@ -121,7 +158,11 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
     c_w = 2 * system.main_grad_bytes(dtype) if fw.grad_accum_fusion else GRAD_BYTES_16
     out = []
     for i, (_, M, N, K, row, *_) in enumerate(gemms):
-        f0 = t0 if shares is None else t0 * shares[i]
+        sh = 1.0 if shares is None else shares[i]
+        f0 = t0 * (sh.share if isinstance(sh, GroupedShare) else sh)
+
+        def occ(rows: Num, cols: Num) -> Num:
+            return grouped_share_occupancy(sh, rows, cols, gpu, dtype)
         if row is None:                                   # MoE router: bf16, not split
             r_kw = dict(knee=kn16, ratio=q16, waves=wv, fixed=t0)
             f = gemm_unit(M, N, K, r16, hbm, 2.0, **r_kw)
@@ -131,14 +172,17 @@ def gemm_units(gemms: list[tuple], tp: Num, gpu: GPU, dtype: str, tpo: Num = Fal
             out.append((1.0, f, 1.0, gemm_unit(M, K, N, r16, hbm, 2.0, **r_kw),
                         gemm_unit(K, N, M, r16, hbm, 2.0, **r_kw)))
             continue
-        f = gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0)
+        f = gemm_unit(M / split, N, K, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0,
+                      occupancy=occ(M / split, N))
         if not backward:
             out.append((split, f, 1.0, None, None))
             continue
         s = split if row else 1.0
         out.append((split, f, s,
-                    gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0),
-                    gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0)))
+                    gemm_unit(M / s, K, N, rate, hbm, es, knee=kn, ratio=q, waves=wv, fixed=f0,
+                              occupancy=occ(M / s, K)),
+                    gemm_unit(K, N, M, rate, hbm, es, c_w, knee=kn, ratio=q, waves=wv, fixed=f0,
+                              occupancy=occ(K, N))))
     return out
 
 

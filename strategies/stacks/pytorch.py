@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from strategies.stacks.buckets import MODEL_BUCKET
-from strategies.stacks.expert_gemm import GROUPED_MLP_GEMM, ExpertGemmLaunch
+from strategies.stacks.expert_gemm import GROUPED_MLP_GEMM, TORCH_GROUPED_MM
 from strategies.stacks.passes import (COMPOSER_ADAMW_ELEMENTS, COMPOSER_CROSS_ENTROPY,
                                       TORCH_FOREACH_ADAMW_ELEMENTS, LossPasses, StepPasses)
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
@@ -124,10 +124,9 @@ TORCHTITAN = replace(
                            "torch.compile")
         for k, v in PYTORCH_EAGER.default_sources),
     # v0.2.2 models/moe/moe.py GroupedExperts(use_grouped_mm=True): torch._grouped_mm, one
-    # grouped kernel for all local experts (ATen's CUTLASS bf16bf16_grouped_mm) per GEMM
-    expert_gemm_launch=ExpertGemmLaunch(
-        "fused", 1, "torchtitan v0.2.2 models/moe/moe.py _run_experts_grouped_mm: "
-                    "torch._grouped_mm, one kernel for every local expert"),
+    # grouped kernel for all local experts (ATen's CUTLASS bf16bf16_grouped_mm) per GEMM,
+    # whose tiles from every expert share its waves on sm_90 (docs/calibration.md §5.123)
+    expert_gemm_launch=TORCH_GROUPED_MM,
     # torchtitan 8570415c3 (2025-06-05) on, HEAD b5bcd76c6 trainer.py train_step: one
     # pp_schedule.step() per gradient-accumulation step (global_batch_size / (local_batch_size
     # · dp) of them, each over the local batch's micro-batches), the optimizer once after;
