@@ -14,7 +14,9 @@ samples after ``WARMUP`` calls (operands resident, as ``paraplan calibrate`` tim
 * ``loop``: the experts' GEMMs as ``torch.matmul`` one after another from Python, on one stream
   (the ``per_expert`` launch rule's class; host-bound where a GEMM takes less than a launch);
 * ``dense``: one GEMM of all the experts' rows, ``(E/ep·m, N, K)`` (forward and data
-  gradient only; the weight gradient has no such single-GEMM form).
+  gradient only; the weight gradient has no such single-GEMM form);
+* with ``--streams``: ``streams4`` (TE's issue order: a cuBLAS GEMM per expert round-robin on
+  4 streams), eager and replayed from a CUDA graph, and ``loop`` replayed from a graph.
 
 Writes one JSON object (``--out``; stdout without it): device, software, and one record per
 (model, pass, m) with the three times in seconds and the FLOPs.
@@ -84,12 +86,51 @@ def grouped_call(torch, g: int, m: int, n: int, k: int, wgrad: bool):
     return lambda: op(a, b, offs=offs, out_dtype=bf)
 
 
+def graphed(torch, fn):
+    """``fn`` captured once in a CUDA graph: its replay (no host launch cost)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+def stream_variants(torch, time, loop, xs, ws, outs, streams: int = 4) -> dict:
+    """The experts' GEMMs as Transformer Engine's ``GroupedLinear`` issues them on Hopper
+    (``nvte_multi_tensor_gemm``: one cuBLAS GEMM per expert, round-robin over ``streams``
+    side streams that wait on the main stream and are waited on at the end), from Python
+    (``streams4_s``) and replayed from a CUDA graph (``streams4_graph_s``: the GPU side alone);
+    and the one-stream loop replayed from a graph (``loop_graph_s``)."""
+    side = [torch.cuda.Stream() for _ in range(streams)]
+
+    def multi():
+        cur = torch.cuda.current_stream()
+        for s_ in side:
+            s_.wait_stream(cur)
+        for i, (x, w, o) in enumerate(zip(xs, ws, outs)):
+            with torch.cuda.stream(side[i % streams]):
+                torch.matmul(x, w, out=o)
+        for s_ in side:
+            cur.wait_stream(s_)
+    out = {"streams4_s": time(multi)}
+    for name, fn in (("streams4_graph_s", multi), ("loop_graph_s", loop)):
+        try:
+            out[name] = time(graphed(torch, fn))
+        except RuntimeError as e:
+            out[name], out[name + "_error"] = None, str(e).splitlines()[0][:200]
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None)
     ap.add_argument("--ep", type=int, default=8)
     ap.add_argument("--tokens", default="128,512,2048")
     ap.add_argument("--model", action="append", default=None)
+    ap.add_argument("--streams", action="store_true",
+                    help="also time TE's 4-stream issue order, eager and graph-replayed, and "
+                    "the one-stream loop graph-replayed")
     a = ap.parse_args()
     import torch
     time = timer(torch)
@@ -120,6 +161,8 @@ def main() -> int:
                         for x, w, o in zip(xs, ws, outs):
                             torch.matmul(x, w, out=o)
                     rec["loop_s"] = time(loop)
+                    if a.streams:
+                        rec.update(stream_variants(torch, time, loop, xs, ws, outs))
                     if not wgrad:
                         x = torch.randn(g * M_, K_, device=dev, dtype=bf)
                         w = torch.randn(K_, N_, device=dev, dtype=bf)
