@@ -40,6 +40,7 @@ from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           selective_dropped_bytes, stash_kinds)
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
                                             own_chunk_peak, stash_frontier_arrays)
+from strategies.memory.deepspeed_zero import rank_tensor_sizes
 from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -364,9 +365,14 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         dense_params, expert_params = param_counts.stage_params_split(m, tp, ep, pp, stage, layers,
                                                                       mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
-    buffers, after = optimizer_buffer_arrays(sy, dtype, zero, dp, d, d_e, dense_params,
-                                             expert_params, dense_l + expert_l, nmb)
-    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
+    # DeepSpeed's ZeRO-1/2 step: the segments its transients leave reserved (§5.129)
+    head = np.maximum(emb_p, head_p)
+    tensors, freed = rank_tensor_sizes(m, tp, b, flash, head, nmb, sy.main_grad_bytes(dtype),
+                                       is_last, held)
+    buffers, after, reserve = optimizer_buffer_arrays(
+        sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
+        (head, held, tensors, tp, freed), optimizer_bytes)
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)
