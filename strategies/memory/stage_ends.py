@@ -16,12 +16,17 @@ if TYPE_CHECKING:
 def embedding_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
     """First stage, per micro-batch and GPU (numbers or numpy arrays): int64 token ids ``8sb``
     plus the embedding dropout mask ``sbh`` (``/t`` with SP; none without dropout), all
-    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator). The scalar and the array model
-    read this."""
+    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator); with ``ModelSpec.embedding_norm``
+    the norm's saved 16-bit input ``2sbh`` too (BigScience's Megatron-DeepSpeed ae6277f5
+    ``VocabParallelEmbedding.forward``: ``self.norm(output)`` after the TP all-reduce, a
+    ``torch.nn.LayerNorm`` whose backward reads its input; the embedding stage is not
+    checkpointed, DeepSpeed v0.5.10 ``PipelineModule._is_checkpointable``). The scalar and
+    the array model read this."""
     s, h = seq_len, model.hidden_size
     seq_div = np.where(sp, tp, 1)
     mask = s * b * h / seq_div if model.dropout else 0.0
-    return (8 * s * b + mask) / cp
+    norm = 2 * s * b * h / seq_div if model.embedding_norm else 0.0
+    return (8 * s * b + mask + norm) / cp
 
 
 def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0):
