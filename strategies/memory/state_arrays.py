@@ -95,11 +95,15 @@ def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dens
                                                          gb) - grad_state - ds_buf, after)
         # the step's transients the allocator had to cudaMalloc stay reserved (§5.129)
         moments = (sy.optimizer_bytes(optimizer_bytes) - sy.master_bytes) / 2.0
-        reserve = np.zeros_like(np.asarray(after, dtype=float))
+        reserve = np.zeros(np.broadcast(after, ds_on).shape)
         if reserve_of is not None and np.any(ds_on):
             head, layers, tensors, tp, freed = reserve_of
-            reserve = np.where(ds_on, dsz.step_reserve_bytes(
-                head, layers, tensors, tp, d, freed, gb, moments,
-                halved=sy.deepspeed_zero == 2), 0.0)
+            on = np.broadcast_to(ds_on, reserve.shape)
+
+            def at(x):          # the plans DeepSpeed's ZeRO-1/2 runs (a replay per plan)
+                return np.broadcast_to(np.asarray(x, dtype=float), reserve.shape)[on]
+            reserve[on] = dsz.step_reserve_bytes(at(head), at(layers), tensors, at(tp), at(d),
+                                                 at(freed), gb, moments,
+                                                 halved=sy.deepspeed_zero == 2)
         return buffers, after, reserve
     return buffers, after, np.zeros_like(np.asarray(after, dtype=float))
