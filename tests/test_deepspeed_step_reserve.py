@@ -54,11 +54,16 @@ def test_halved_groups_by_count():
     groups = dsz.optimizer_groups(EMB, 6, tuple(x / T for x in LAYER), halved=True)
     n0 = EMB + 2 * sum(LAYER) / T + sum(LAYER[:3]) / T       # 1 + 11 of 25 tensors
     assert len(groups) == 2
-    assert groups[0] == (EMB, pytest.approx(n0, rel=1e-15))
+    assert groups[0] == (EMB, pytest.approx(n0, rel=1e-15), EMB)
     assert groups[1][1] == pytest.approx(6 * sum(LAYER) / T + EMB - n0, rel=1e-15)
+    assert groups[1][0] == groups[1][2] == 4 * H * H / T
     assert dsz.optimizer_groups(EMB, 6, tuple(x / T for x in LAYER), halved=False) == [
-        (EMB, pytest.approx(EMB + 6 * sum(LAYER) / T, rel=1e-15))]
+        (EMB, pytest.approx(EMB + 6 * sum(LAYER) / T, rel=1e-15), EMB)]
     assert dsz.optimizer_groups(0.0, 0, (), halved=True) == []
+    # a tied copy the rank does not own: the norm's widest tensor is a layer's
+    rep = dsz.optimizer_groups(EMB, 6, tuple(x / T for x in LAYER), halved=True,
+                               norm_skips_head=True)
+    assert rep[0][0] == EMB and rep[0][2] == 4 * H * H / T
 
 
 def test_halved_bloom_stage0_dp4():
@@ -72,6 +77,22 @@ def test_halved_bloom_stage0_dp4():
     assert g0 < EMB
     got = dsz.step_reserve_bytes(EMB, 6, LAYER, T, 4, 2 * EMB, 2.0, 4.0, halved=True)
     assert float(got) == pytest.approx(8 * g0, rel=1e-15)
+
+
+def test_last_stage_norm_skips_the_tied_copy():
+    """The last stage (6 layers, dp 4, halved groups) holds the tied head's copy, which
+    DeepSpeed's norm skips: the overflow check's fp32 copy of group 0's widest view (its
+    partition, 4·G0) takes a segment and hosts group 0's fp32 cast, the fp64 copies are of
+    fc1 (8·t, smaller than the freed block 2·V/t·h) and take none; group 1's fp32 cast
+    (4·P1/4) then needs its own, which the first moment (4·G0) cannot use: 4·G0 + 4·P1/4."""
+    fc1 = 4 * H * H / T
+    groups = dsz.optimizer_groups(EMB, 6, tuple(x / T for x in LAYER), halved=True,
+                                  norm_skips_head=True)
+    g0, p1 = groups[0][1] / 4, groups[1][1] / 4
+    assert 8 * fc1 < 2 * EMB < 4 * g0 and 4 * p1 > 2 * EMB and 4 * g0 > 4 * p1
+    got = dsz.step_reserve_bytes(EMB, 6, LAYER, T, 4, 2 * EMB, 2.0, 4.0, halved=True,
+                                 replicated=True)
+    assert float(got) == pytest.approx(4 * g0 + 4 * p1, rel=1e-15)
 
 
 def test_freed_block_of_a_bloom_rank():

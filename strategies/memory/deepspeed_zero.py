@@ -103,8 +103,9 @@ STEP_COPY_BYTES = (4.0, 8.0)
 
 
 def optimizer_groups(head: float, layers: int, layer_tensors: tuple[float, ...],
-                     halved: bool) -> list[tuple[float, float]]:
-    """``(largest tensor, elements)`` of each optimizer parameter group DeepSpeed flattens and
+                     halved: bool, norm_skips_head: bool = False) -> list[tuple[float, float, float]]:
+    """``(largest tensor, elements, largest tensor the norm copies)`` of each optimizer
+    parameter group DeepSpeed flattens and
     partitions on a rank (elements per GPU): Megatron's weight-decay group in module order,
     the tied embedding (``head``: the word embedding's or the tied head's ``V/t·h`` copy, 0
     where the rank holds neither; DeepSpeed's ``PipelineModule`` registers ``tied_modules``
@@ -112,16 +113,22 @@ def optimizer_groups(head: float, layers: int, layer_tensors: tuple[float, ...],
     no-weight-decay group (biases, norms) is left out (small). ``halved``: BigScience's
     Megatron-DeepSpeed from 541b967f (2022-02-17, ``_get_params_for_weight_decay_optimization``,
     "temp hack to workaround the crash in apex FusedAdam's multi_tensor_applier") splits the
-    weight-decay list in two groups by count, the first ``n // 2`` tensors and the rest."""
+    weight-decay list in two groups by count, the first ``n // 2`` tensors and the rest.
+    ``norm_skips_head``: the rank holds a tied copy it does not own (DeepSpeed marks it
+    ``ds_pipe_replicated`` on every tied rank but the first, ``PipelineModule.
+    _index_tied_modules``), which ``get_grad_norm_direct`` skips (the overflow check does
+    not)."""
     tensors = ([head] if head > 0 else []) + list(layer_tensors) * int(layers)
     if not tensors:
         return []
-    parts = [tensors[:len(tensors) // 2], tensors[len(tensors) // 2:]] if halved \
-        else [tensors]
-    return [(max(g), float(sum(g))) for g in parts if g]
+    cut = len(tensors) // 2 if halved else len(tensors)
+    parts = [(0, cut), (cut, len(tensors))] if halved else [(0, cut)]
+    skip = 1 if (norm_skips_head and head > 0) else 0
+    return [(max(tensors[a:b]), float(sum(tensors[a:b])),
+             max(tensors[max(a, skip):b], default=0.0)) for a, b in parts if b > a]
 
 
-def _reserve_one(groups: list[tuple[float, float]], d: float, freed: float, grad_bytes: float,
+def _reserve_one(groups: list[tuple[float, ...]], d: float, freed: float, grad_bytes: float,
                  moment_bytes: float) -> float:
     """The scalar ``step_reserve_bytes`` of one rank whose optimizer ``groups``
     (``optimizer_groups``) are partitioned over ``d`` ranks."""
@@ -161,17 +168,19 @@ def _reserve_one(groups: list[tuple[float, float]], d: float, freed: float, grad
         free.append([seg_size[seg], seg])
 
     c32, c64 = STEP_COPY_BYTES
-    views = [(min(t, n / d), n / d) for t, n in groups]
-    for i, (view, _) in enumerate(views):                  # check_overflow, every group
+    # each group's widest view, of all its tensors and of those the norm copies
+    views = [(min(g[0], g[1] / d), g[1] / d, min(g[2] if len(g) > 2 else g[0], g[1] / d))
+             for g in groups]
+    for i, (view, _, _) in enumerate(views):               # check_overflow, every group
         alloc(f"fp32 copy {i}", c32 * view)
         release(f"fp32 copy {i}")
-    for i, (view, part) in enumerate(views):                # the norm and the flat copies
-        alloc(f"fp64 copy {i}", c64 * view)
+    for i, (_, part, normed) in enumerate(views):           # the norm and the flat copies
+        alloc(f"fp64 copy {i}", c64 * normed)
         release(f"fp64 copy {i}")
         alloc(f"flat {i}", grad_bytes * part)
         alloc(f"fp32 grad {i}", FP32_GRAD_BYTES * part)
         release(f"flat {i}")
-    for i, (_, part) in enumerate(views):                   # Adam's moments, first step
+    for i, (_, part, _) in enumerate(views):                # Adam's moments, first step
         alloc(f"exp_avg {i}", moment_bytes * part, persistent=True)
         alloc(f"exp_avg_sq {i}", moment_bytes * part, persistent=True)
     for i in range(len(views)):
@@ -181,7 +190,7 @@ def _reserve_one(groups: list[tuple[float, float]], d: float, freed: float, grad
 
 def step_reserve_bytes(head: Any, layers: Any, layer_tensors: tuple[float, ...], tp: Any,
                        d: Any, freed: Any, grad_bytes: float, moment_bytes: float,
-                       halved: bool = False) -> Any:
+                       halved: bool = False, replicated: Any = False) -> Any:
     """Bytes PyTorch's caching allocator keeps beyond the allocated peak once DeepSpeed
     v0.5.10's ZeRO-1/2 step has run, per rank (arrays: ``head`` elements, ``layers`` held,
     ``tp`` dividing each of ``layer_tensors`` (one layer's weights, whole, elements), ``d``
@@ -198,15 +207,17 @@ def step_reserve_bytes(head: Any, layers: Any, layer_tensors: tuple[float, ...],
     partition (``g·P_i/d``) and its fp32 cast (``4·P_i/d``, kept to the update; the flat one
     freed), then Adam's two moments (``moment_bytes·P_i/d`` each, allocated by apex
     ``FusedAdam`` at the first step and kept), then the fp32 gradients freed. Only each group's
-    largest view ``min(t_i, P_i/d)`` is a candidate for a new segment. Returns the bytes of
+    largest view ``min(t_i, P_i/d)`` is a candidate for a new segment (for the fp64 copy
+    without a tied copy the rank does not own: ``replicated``, per plan). Returns the bytes of
     the segments these transients made that no kept tensor took; they stay reserved from the
     first step on, under every later peak (what ``nvidia-smi`` and ``memory_reserved`` show,
     not ``memory_allocated``)."""
-    def one(h, n, t, dd, fr):
+    def one(h, n, t, dd, fr, rep):
         tensors = tuple(x / float(t) for x in layer_tensors)
-        groups = optimizer_groups(float(h), int(round(float(n))), tensors, halved)
+        groups = optimizer_groups(float(h), int(round(float(n))), tensors, halved, bool(rep))
         return _reserve_one(groups, float(dd), float(fr), grad_bytes, moment_bytes)
-    return np.asarray(np.frompyfunc(one, 5, 1)(head, layers, tp, d, freed), dtype=float)
+    return np.asarray(np.frompyfunc(one, 6, 1)(head, layers, tp, d, freed, replicated),
+                      dtype=float)
 
 
 def rank_tensor_sizes(m: Any, tp: Any, b: Any, flash: Any, head: Any, nmb: Any,

@@ -374,11 +374,13 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         layer_dense = held * dense_l
     # DeepSpeed's ZeRO-1/2 step: the segments its transients leave reserved (§5.129)
     head = np.maximum(emb_p, head_p)
+    # the tied head's copy on a rank without the embedding: DeepSpeed's norm skips it
+    tied_copy = is_last & ~is_first & bool(m.tie_word_embeddings) & (pp > 1)
     tensors, freed = rank_tensor_sizes(m, tp, b, flash, head, nmb, sy.main_grad_bytes(dtype),
                                        is_last, held)
     buffers, after, reserve = optimizer_buffer_arrays(
         sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
-        (head, held, tensors, tp, freed), optimizer_bytes)
+        (head, held, tensors, tp, freed, tied_copy), optimizer_bytes)
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 

@@ -65,7 +65,7 @@ def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dens
     ``deepspeed_zero.zero2_backward_bytes``). ``reserve`` (third): bytes the caching
     allocator keeps beyond the allocated peak once DeepSpeed's ZeRO-1/2 step has run
     (``deepspeed_zero.step_reserve_bytes``; ``reserve_of``: ``(head, layers, layer_tensors,
-    tp, freed)``, the rank's arguments to it; None: 0), 0 elsewhere; ``optimizer_bytes``:
+    tp, freed, replicated)``, the rank's arguments to it; None: 0), 0 elsewhere; ``optimizer_bytes``:
     the stack's optimizer state bytes per parameter (None: the system's)."""
     params_here = dense_params + expert_params
     gb = sy.main_grad_bytes(dtype)
@@ -97,13 +97,14 @@ def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dens
         moments = (sy.optimizer_bytes(optimizer_bytes) - sy.master_bytes) / 2.0
         reserve = np.zeros(np.broadcast(after, ds_on).shape)
         if reserve_of is not None and np.any(ds_on):
-            head, layers, tensors, tp, freed = reserve_of
+            head, layers, tensors, tp, freed, rep = reserve_of
             on = np.broadcast_to(ds_on, reserve.shape)
 
             def at(x):          # the plans DeepSpeed's ZeRO-1/2 runs (a replay per plan)
                 return np.broadcast_to(np.asarray(x, dtype=float), reserve.shape)[on]
             reserve[on] = dsz.step_reserve_bytes(at(head), at(layers), tensors, at(tp), at(d),
                                                  at(freed), gb, moments,
-                                                 halved=sy.deepspeed_zero == 2)
+                                                 halved=sy.deepspeed_zero == 2,
+                                                 replicated=at(rep) > 0)
         return buffers, after, reserve
     return buffers, after, np.zeros_like(np.asarray(after, dtype=float))
