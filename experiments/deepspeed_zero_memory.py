@@ -10,7 +10,10 @@ the model state without gradients plus the fixed allowance plus its own bytes
 (``strategies.memory.deepspeed_zero``). ``norm``: a transient the model does not hold, the step's
 ``g.double()`` of the largest gradient tensor in the partition (``get_grad_norm_direct``; the
 word embedding's ``V/t·h`` slice, at most ``P/d``, on the ranks holding it), with the
-partition's 16-bit gradients beside it. GiB.
+partition's 16-bit gradients beside it. ``step reserve``: the segments the caching allocator
+keeps after the step (``deepspeed_zero.step_reserve_bytes``, §5.129), under every later peak;
+the backward, reduction and step columns are allocated bytes without it, the model peak
+with it. GiB.
 
 Run (a few seconds):
 
@@ -45,12 +48,14 @@ def phases(job) -> dict[str, float]:
     P = float(dense + expert)
     act = sum(p.activations for p in parts.values())
     grads = sum(p.grads for k, p in parts.items() if k != "other")
-    base = mem.total - parts["other"].grads - grads - (1 + sy.fragmentation) * act
+    # the step's reserved segments (§5.129): ``other`` beyond the allowance and fragmentation
+    reserve = parts["other"].other - sy.fixed_other_bytes - sy.fragmentation * act
+    base = mem.total - parts["other"].grads - grads - (1 + sy.fragmentation) * act - reserve
     m = job.model
     emb = m.vocab_size * m.hidden_size / job.plan.tp if s in (0, job.plan.pp - 1) else 0.0
     largest = min(max(emb, m.hidden_size * m.ffn_hidden_size / job.plan.tp), P / d)
-    return {"stage": s, "P": P, "peak": mem.total, "act": act,
-            "backward": mem.total - parts["other"].grads,
+    return {"stage": s, "P": P, "peak": mem.total, "act": act, "reserve": reserve,
+            "backward": mem.total - parts["other"].grads - reserve,
             "reduce": base + g * P + float(dsz.zero1_reduce_bytes(sy.dp_bucket_params(d), P, g)),
             "step": base + float(dsz.step_bytes(P / d, g)),
             "norm": base + g * P / d + 8.0 * largest}
@@ -58,8 +63,8 @@ def phases(job) -> dict[str, float]:
 
 def main() -> int:
     print("| row | stage | P (1e9) | activations | backward | reduction | step | norm (not held) "
-          "| model peak | measured |")
-    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+          "| step reserve | model peak | measured |")
+    print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for c in load_cases(DATA, None):
         if not c.raw["id"].startswith("bloom_prequel") or c.job is None or c.job.plan.zero != 1:
             continue
@@ -67,7 +72,7 @@ def main() -> int:
         meas = (c.raw.get("measured") or {}).get("memory_gb")
         print(f"| {c.raw['id']} | {f['stage']} | {f['P'] / 1e9:.3f} | {f['act'] / GIB:.2f} | "
               + " | ".join(f"{f[k] / GIB:.2f}" for k in ("backward", "reduce", "step", "norm",
-                                                          "peak"))
+                                                          "reserve", "peak"))
               + f" | {meas} GB |")
     return 0
 

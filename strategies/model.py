@@ -101,6 +101,11 @@ class ModelSpec:
     #: ``aten/src/ATen/native/Dropout.cpp``, ``_dropout_impl``: ``if (p == 0 || !train ...)
     #: return input``). docs/memory.md, docs/calibration.md §5.19.
     dropout: bool = True
+    #: a LayerNorm on the word embeddings' output (BLOOM's ``word_embeddings_layernorm``;
+    #: Megatron-DeepSpeed ``--embed-layernorm``, ``VocabParallelEmbedding.norm``): its 16-bit
+    #: input is saved for the backward on the first stage (``stage_ends.embedding_bytes``;
+    #: its ``2h`` parameters and its time are neglected). docs/calibration.md §5.129.
+    embedding_norm: bool = False
 
     def __post_init__(self) -> None:
         check_name("name", self.name)
@@ -111,7 +116,7 @@ class ModelSpec:
                   "global_attention_every"):
             check_int(f, getattr(self, f), 0, _LIMITS.get(f))
         for f in ("tie_word_embeddings", "bias", "qkv_bias", "qk_norm", "shared_expert_gate",
-                  "router_bias", "attention_sinks", "dropout"):
+                  "router_bias", "attention_sinks", "dropout", "embedding_norm"):
             check_bool(f, getattr(self, f))
         for f in ("max_position_embeddings", "kv_channels", "q_lora_rank", "kv_lora_rank",
                   *_MLA_DIMS, "shared_expert_ffn_hidden_size", "moe_ffn_hidden_size",

@@ -7,9 +7,10 @@ from strategies.model import ModelSpec, yarn_attention_factor
 
 def _gpt(name: str, l: int, h: int, a: int, v: int = 51200, s: int = 2048, ffn: int | None = None,
          act: str = "gelu", pos: str = "learned", kv: int | None = None,
-         bias: bool = True, dropout: bool = True) -> ModelSpec:
+         bias: bool = True, dropout: bool = True, emb_norm: bool = False) -> ModelSpec:
     return ModelSpec(name, l, h, a, ffn or 4 * h, v, s, kv, act, tie_word_embeddings=True,
-                     position_embedding=pos, bias=bias, dropout=dropout)
+                     position_embedding=pos, bias=bias, dropout=dropout,
+                     embedding_norm=emb_norm)
 
 
 def _llama(name: str, l: int, h: int, a: int, kv: int, ffn: int, v: int, s: int,
@@ -34,7 +35,7 @@ _ALL = [
     _gpt("gpt-529.6b", 105, 20480, 128), _gpt("gpt-1t", 128, 25600, 160),
     _gpt("gpt3-175b", 96, 12288, 96), _gpt("gpt-22b", 48, 6144, 64),  # Korthikanti 2022
     _gpt("gpt-530b", 105, 20480, 128),
-    _gpt("bloom-176b", 70, 14336, 112, v=250880, pos="alibi"),  # BigScience BLOOM
+    _gpt("bloom-176b", 70, 14336, 112, v=250880, pos="alibi", emb_norm=True),  # BigScience BLOOM
     # MosaicML MPT (ALiBi, vocab 50368 padded)
     _gpt("mpt-1b", 24, 2048, 16, v=50368, pos="alibi", bias=False), _gpt("mpt-3b", 32, 2560, 20, v=50368, pos="alibi", bias=False),
     _gpt("mpt-7b", 32, 4096, 32, v=50368, pos="alibi", bias=False), _gpt("mpt-13b", 40, 5120, 40, v=50368, pos="alibi", bias=False),

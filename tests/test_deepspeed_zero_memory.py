@@ -58,6 +58,19 @@ def _stage_params(job, stage: int) -> float:
     return float(dense + expert)
 
 
+def _reserve(job, stage: int) -> float:
+    """The step's reserved segments of ``stage`` (``deepspeed_zero.step_reserve_bytes``,
+    tested in tests/test_deepspeed_step_reserve.py), from the job's own shapes."""
+    m, pl = job.model, job.plan
+    head = param_counts.embedding_params_per_gpu(m, pl.tp) if stage == 0 else (
+        m.vocab_size * m.hidden_size / pl.tp if stage == pl.pp - 1 else 0.0)
+    layers = m.num_layers // pl.pp
+    nmb = pl.gbs // (pl.mbs * pl.dp)
+    tensors, freed = dsz.rank_tensor_sizes(m, pl.tp, pl.mbs, False, head, nmb, 2.0,
+                                           stage == pl.pp - 1, layers)
+    return float(dsz.step_reserve_bytes(head, layers, tensors, pl.tp, pl.dp, freed, 2.0, 4.0))
+
+
 def test_zero1_after_backward_is_charged_beyond_the_activations():
     """ZeRO-1, dp = 2: the step's (2·2 + 4)·P/2 = 4P exceeds the backward's 2P of gradients;
     the part beyond the activations it replaces is the ``other`` origin's ``grads``."""
@@ -76,8 +89,9 @@ def test_zero1_after_backward_is_charged_beyond_the_activations():
     plain = memory_components(_job("tp=2,pp=2,gbs=64,zero=1", zero_buffers=""), s)
     assert plain["other"].grads == pytest.approx(
         max(0.0, 4 * P / 2 - (1 + sy.fragmentation) * act), rel=1e-12)
+    # beside it only the step's reserved segments (§5.129)
     assert parts["other"].total - parts["other"].grads == pytest.approx(
-        plain["other"].total - plain["other"].grads, rel=1e-15)
+        plain["other"].total - plain["other"].grads + _reserve(job, s), rel=1e-12)
 
 
 def test_zero2_ipg_bucket_and_accumulated_partition():
@@ -90,13 +104,13 @@ def test_zero2_ipg_bucket_and_accumulated_partition():
     d = job.plan.dp
     ours, theirs = memory_components(job, 0)["other"], memory_components(plain, 0)["other"]
     assert ours.other - theirs.other == pytest.approx(
-        (min(5e8, P) * 2 + 2 * P / d) - 2 * min(5e8, P) * 2, rel=1e-12)
+        (min(5e8, P) * 2 + 2 * P / d) - 2 * min(5e8, P) * 2 + _reserve(job, 0), rel=1e-12)
     assert ours.grads == 0.0          # the step's 8P/4 = 2P < the backward's buffers + 0.5P
     # one micro-batch per step: no accumulated partition
     one = _job("tp=2,pp=1,gbs=4,zero=2")
     assert memory_components(one, 0)["other"].other - memory_components(
         _job("tp=2,pp=1,gbs=4,zero=2", zero_buffers=""), 0)["other"].other == pytest.approx(
-        min(5e8, P) * 2 - 2 * min(5e8, P) * 2, rel=1e-12)
+        min(5e8, P) * 2 - 2 * min(5e8, P) * 2 + _reserve(one, 0), rel=1e-12)
 
 
 def test_bf16_optimizer_zero0_and_other_stacks_unchanged():

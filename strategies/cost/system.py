@@ -99,7 +99,9 @@ class SystemConfig:
     #: 1 where the stack's ZeRO-1/2 optimizer is DeepSpeed's ``DeepSpeedZeroOptimizer`` and
     #: keeps its buffers (``FrameworkProfile.zero_buffers``, set by ``stack_system``; read by
     #: the memory model where the gradients are 16-bit: ``strategies.memory.deepspeed_zero``);
-    #: 0: the default model's (Megatron's buffers)
+    #: 0: the default model's (Megatron's buffers); 2: as 1, with BigScience's
+    #: Megatron-DeepSpeed's weight-decay parameters in two optimizer groups
+    #: (``FrameworkProfile.zero_buffers`` ``"deepspeed-halved"``; docs/calibration.md §5.129)
     deepspeed_zero: float = 0.0
 
     def __post_init__(self) -> None:
@@ -117,8 +119,8 @@ class SystemConfig:
             raise SpecError("tp_overlap_chunks", self.tp_overlap_chunks, "must be an integer >= 1")
         if self.bucket_floor_params <= 0:
             raise SpecError("bucket_floor_params", self.bucket_floor_params, "must be > 0")
-        if self.deepspeed_zero not in (0, 1):
-            raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0 or 1")
+        if self.deepspeed_zero not in (0, 1, 2):
+            raise SpecError("deepspeed_zero", self.deepspeed_zero, "must be 0, 1 or 2")
         if self.grad_buffer_bytes not in (0, 2, 4):
             raise SpecError("grad_buffer_bytes", self.grad_buffer_bytes,
                             "must be 0 (by dtype), 2 or 4")

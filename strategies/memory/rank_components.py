@@ -40,6 +40,8 @@ from strategies.memory.activations import (embedding_bytes, output_bytes,
                                           selective_dropped_bytes, stash_kinds)
 from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
                                             own_chunk_peak, stash_frontier_arrays)
+from strategies.memory.deepspeed_zero import rank_tensor_sizes
+from strategies.memory.stage_ends import stage_output_bytes
 from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
@@ -189,6 +191,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     emb_act = np.where(is_first, embedding_bytes(m, s, b, tp, sp, cp) / v, 0.0) \
         / np.where(mirrored, 2, 1)
     out_one = output_bytes(m, s, b, tp, sp, cp)
+    # the stage output a stashed entry keeps where the schedule's engine holds it (DeepSpeed's
+    # pipeline engine; ``stage_ends.stage_output_bytes``), counted with the layers
+    pipe_out = np.where(attr_by_code(sched, "keeps_stage_output").astype(bool) & ~is_last,
+                        stage_output_bytes(m, s, b, tp, cp), 0.0)
     # the loss in progress holds more than the fp32 logits a stashed entry keeps (the
     # stack's cross-entropy, activations.transient_activation_bytes)
     if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
@@ -246,7 +252,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         if in_flight is not None and pending_w is not None:
             return np.asarray(in_flight, dtype=float), np.asarray(pending_w, dtype=float)
         n_k, w_k = stash_frontier_arrays(sched, stage, pp, nmb, v, grp)
-        per_entry = chunk_act + emb_act + np.where(is_last & stashed, out_one, 0.0)
+        per_entry = chunk_act + emb_act + pipe_out + np.where(is_last & stashed, out_one, 0.0)
         pick = np.argmax(n_k * per_entry + w_k * w_chunk, axis=0)
         n = np.take_along_axis(n_k, pick[None], axis=0)[0]
         w = np.take_along_axis(w_k, pick[None], axis=0)[0]
@@ -303,7 +309,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
         if not np.any(differ):
             return n_in, n_w, mean
-        extra = sub(emb_act + np.where(is_last & stashed, out_one, 0.0) + np.zeros_like(mean))
+        extra = sub(emb_act + pipe_out + np.where(is_last & stashed, out_one, 0.0)
+                    + np.zeros_like(mean))
         n2, w2, l2 = own_chunk_peak(sub(sched), sub(stage), sub(pp), sub(nmb), sub(v), acts,
                                     wgs, extra, differ, sub(grp + np.zeros_like(pp)))
         if pick is not None:        # back onto every plan: the others keep the mean chunk's
@@ -320,6 +327,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         ``w_chunk`` per pending ``W`` and rebuilds ``rc_act`` at once."""
         n_in, n_w = at_peak(chunk_act, w_chunk)
         n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
+        layers_act = layers_act + n_in * pipe_out
         out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra, 0.0)
         return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act
 
@@ -364,9 +372,16 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         dense_params, expert_params = param_counts.stage_params_split(m, tp, ep, pp, stage, layers,
                                                                       mirrored=mirrored, etp=etp)
         layer_dense = held * dense_l
-    buffers, after = optimizer_buffer_arrays(sy, dtype, zero, dp, d, d_e, dense_params,
-                                             expert_params, dense_l + expert_l, nmb)
-    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm
+    # DeepSpeed's ZeRO-1/2 step: the segments its transients leave reserved (§5.129)
+    head = np.maximum(emb_p, head_p)
+    # the tied head's copy on a rank without the embedding: DeepSpeed's norm skips it
+    tied_copy = is_last & ~is_first & bool(m.tie_word_embeddings) & (pp > 1)
+    tensors, freed = rank_tensor_sizes(m, tp, b, flash, head, nmb, sy.main_grad_bytes(dtype),
+                                       is_last, held)
+    buffers, after, reserve = optimizer_buffer_arrays(
+        sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
+        (head, held, tensors, tp, freed, tied_copy), optimizer_bytes)
+    other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)

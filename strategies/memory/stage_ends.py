@@ -16,12 +16,27 @@ if TYPE_CHECKING:
 def embedding_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp):
     """First stage, per micro-batch and GPU (numbers or numpy arrays): int64 token ids ``8sb``
     plus the embedding dropout mask ``sbh`` (``/t`` with SP; none without dropout), all
-    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator). The scalar and the array model
-    read this."""
+    ``/cp`` (Korthikanti Sec. 4.3; Megatron's estimator); with ``ModelSpec.embedding_norm``
+    the norm's saved 16-bit input ``2sbh`` too (BigScience's Megatron-DeepSpeed ae6277f5
+    ``VocabParallelEmbedding.forward``: ``self.norm(output)`` after the TP all-reduce, a
+    ``torch.nn.LayerNorm`` whose backward reads its input; the embedding stage is not
+    checkpointed, DeepSpeed v0.5.10 ``PipelineModule._is_checkpointable``). The scalar and
+    the array model read this."""
     s, h = seq_len, model.hidden_size
     seq_div = np.where(sp, tp, 1)
     mask = s * b * h / seq_div if model.dropout else 0.0
-    return (8 * s * b + mask) / cp
+    norm = 2 * s * b * h / seq_div if model.embedding_norm else 0.0
+    return (8 * s * b + mask + norm) / cp
+
+
+def stage_output_bytes(model: ModelSpec, seq_len: int, b, tp, cp):
+    """A stage's output kept per stashed micro-batch where the schedule's engine holds it
+    (``Schedule.keeps_stage_output``: DeepSpeed v0.5.10 ``PipelineEngine._exec_forward_pass``
+    stores ``outputs`` in ``pipe_buffers`` until the micro-batch's backward; with tp > 1
+    ``is_pipe_partitioned``: a ``PartitionedTensor`` of the output, a 1/t clone, after which
+    the full tensor's storage is replaced by ``torch.zeros(1)``): ``2sbh``, ``/t`` where
+    ``t > 1``, ``/cp``; numbers or arrays."""
+    return 2.0 * seq_len * b * model.hidden_size / np.where(np.asarray(tp) > 1, tp, 1) / cp
 
 
 def output_bytes(model: ModelSpec, seq_len: int, b, tp, sp, cp, logit_bytes=4.0):
@@ -46,6 +61,15 @@ def output_activation_bytes(job: Job) -> float:
     """``output_bytes`` of the job's plan."""
     p = job.plan
     return float(output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.sp, p.cp))
+
+
+def stage_output_activation_bytes(job: Job, stage: int) -> float:
+    """``stage_output_bytes`` of the job's plan on ``stage`` where its schedule keeps the
+    output (not on the head's rank, whose output is the loss), else 0."""
+    p = job.plan
+    if not get_schedule(p.schedule).keeps_stage_output or holds_head(job, stage):
+        return 0.0
+    return float(stage_output_bytes(job.model, job.seq_len, p.mbs, p.tp, p.cp))
 
 
 def holds_head(job: Job, stage: int) -> bool:

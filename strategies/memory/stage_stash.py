@@ -16,7 +16,8 @@ from strategies.memory.job_layers import job_activation_cache, job_layer_activat
 from strategies.memory.layer_terms import layer_wgrad_bytes
 from strategies.memory.recompute_saved import selective_dropped_bytes
 from strategies.memory.stage_ends import (embedding_activation_bytes, holds_embedding,
-                                          holds_head, output_activation_bytes, output_bytes)
+                                          holds_head, output_activation_bytes, output_bytes,
+                                          stage_output_activation_bytes)
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule
 from strategies.schedules.base import order_figure, peak_chunk_moment, peak_pair
@@ -242,9 +243,10 @@ def activation_bytes_per_chunk(job: Job, stage: int) -> float:
 
 def entry_extra_bytes(job: Job, stage: int) -> float:
     """What every stashed entry of ``stage`` keeps beside its chunk's layers: the
-    embedding's share and the stashed logits (``activation_bytes_per_chunk`` less the
+    embedding's share, the stashed logits and the stage output the schedule's engine keeps
+    (``stage_ends.stage_output_activation_bytes``) (``activation_bytes_per_chunk`` less the
     layers)."""
-    nbytes = 0.0
+    nbytes = stage_output_activation_bytes(job, stage)
     if holds_embedding(job, stage):
         # DualPipe (``Schedule.mirrored``): both end ranks embed, each half the micro-batches
         mirrored = get_schedule(job.plan.schedule).mirrored

@@ -49,7 +49,9 @@ def state_bytes_per_param(zero, d, param_bytes: float, grad_bytes: float,
 
 
 def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dense_params,
-                            expert_params, layer_params, nmb) -> tuple[np.ndarray, np.ndarray]:
+                            expert_params, layer_params, nmb, reserve_of=None,
+                            optimizer_bytes: float | None = None
+                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(buffers, after)`` bytes per GPU of each plan's data-parallel optimizer: ``buffers``
     during the backward (ZeRO-2/3: two gradient buckets in flight, and with ZeRO-3 two
     layers' gathered parameters), ``after`` beyond the gradient state once the last backward
@@ -60,7 +62,11 @@ def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dens
     and the expert states; ``dense_params``, ``expert_params``: the parameters this rank
     holds; ``layer_params``: one layer's (ZeRO-3's gathered layers); ``nmb``: micro-batches
     per flush (more than one: ZeRO-2 holds two gradient partitions,
-    ``deepspeed_zero.zero2_backward_bytes``)."""
+    ``deepspeed_zero.zero2_backward_bytes``). ``reserve`` (third): bytes the caching
+    allocator keeps beyond the allocated peak once DeepSpeed's ZeRO-1/2 step has run
+    (``deepspeed_zero.step_reserve_bytes``; ``reserve_of``: ``(head, layers, layer_tensors,
+    tp, freed, replicated)``, the rank's arguments to it; None: 0), 0 elsewhere; ``optimizer_bytes``:
+    the stack's optimizer state bytes per parameter (None: the system's)."""
     params_here = dense_params + expert_params
     gb = sy.main_grad_bytes(dtype)
     bucket = sy.dp_bucket_params(dp)
@@ -87,4 +93,18 @@ def optimizer_buffer_arrays(sy: SystemConfig, dtype: str, zero, dp, d, d_e, dens
         grad_state = np.where(zero == 1, gb * params_here, gb * partition)
         after = np.where(ds_on, dsz.after_backward_bytes(zero, params_here, partition, bucket,
                                                          gb) - grad_state - ds_buf, after)
-    return buffers, after
+        # the step's transients the allocator had to cudaMalloc stay reserved (§5.129)
+        moments = (sy.optimizer_bytes(optimizer_bytes) - sy.master_bytes) / 2.0
+        reserve = np.zeros(np.broadcast(after, ds_on).shape)
+        if reserve_of is not None and np.any(ds_on):
+            head, layers, tensors, tp, freed, rep = reserve_of
+            on = np.broadcast_to(ds_on, reserve.shape)
+
+            def at(x):          # the plans DeepSpeed's ZeRO-1/2 runs (a replay per plan)
+                return np.broadcast_to(np.asarray(x, dtype=float), reserve.shape)[on]
+            reserve[on] = dsz.step_reserve_bytes(at(head), at(layers), tensors, at(tp), at(d),
+                                                 at(freed), gb, moments,
+                                                 halved=sy.deepspeed_zero == 2,
+                                                 replicated=at(rep) > 0)
+        return buffers, after, reserve
+    return buffers, after, np.zeros_like(np.asarray(after, dtype=float))

@@ -24,7 +24,7 @@ from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOUR
                                                  quantised_param_gather, recipe_for)
 from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
 from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
-                                              with_stated_cp, with_stated_env,
+                                              with_source_fork, with_stated_cp, with_stated_env,
                                               with_stated_fp8_attention,
                                               with_stated_grouped_mlp, with_stated_kernel,
                                               with_te_version, framework_of)
@@ -135,6 +135,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
     fw = with_stated_cp(with_stated_env(with_stated_kernel(framework_of(c), pl, notes), pl,
                                           notes), pl, notes)
+    fw = with_source_fork(fw, c, notes)
     if said_compile is not None:
         try:
             fw = compiled(fw)

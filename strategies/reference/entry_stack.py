@@ -204,6 +204,26 @@ def with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Framewo
     return with_launch_blocking(fw)
 
 
+#: BigScience's tr11 prototypes (2022-02) ran its Megatron-DeepSpeed fork after 541b967f
+#: (2022-02-17): ``_get_params_for_weight_decay_optimization`` returns the weight-decay list
+#: in two optimizer groups ("temp hack to workaround the crash in apex FusedAdam's
+#: multi_tensor_applier"), each of which DeepSpeed's ZeRO flattens and partitions on its own
+BIGSCIENCE_TR11 = "bigscience-workshop/bigscience train/tr11-"
+
+
+def with_source_fork(fw: FrameworkProfile, c: dict, notes: list[str]) -> FrameworkProfile:
+    """The stack ``fw`` with BigScience's halved weight-decay optimizer groups
+    (``zero_buffers`` ``"deepspeed-halved"``; ``memory.deepspeed_zero.optimizer_groups``)
+    where the entry's source is a tr11 run (``BIGSCIENCE_TR11``) under DeepSpeed's ZeRO
+    optimizer without its BF16_Optimizer, said so; otherwise ``fw``."""
+    ref = str((c.get("source") or {}).get("ref") or "")
+    if fw.zero_buffers != "deepspeed" or fw.bf16_optimizer or not ref.startswith(BIGSCIENCE_TR11):
+        return fw
+    notes.append("optimizer groups: BigScience's Megatron-DeepSpeed splits the weight-decay "
+                 "parameters in two (541b967f, 2022-02-17; docs/calibration.md §5.129)")
+    return replace(fw, zero_buffers="deepspeed-halved")
+
+
 def with_stated_grouped_mlp(fw: FrameworkProfile, pl: dict, dtype: str,
                              notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` with its routed experts in Transformer Engine's fused grouped MLP

@@ -132,7 +132,11 @@ def model_family(name: str) -> dict:
         qkv_bias="qwen" in n,
         # the gated families (Llama, Mistral, Qwen, DeepSeek) and Nemotron-4 (arXiv 2402.16819
         # §2: "dropout rate of zero") train without dropout
-        dropout=not (gated or nemotron))
+        dropout=not (gated or nemotron),
+        # BLOOM and its tr11 prototypes: a LayerNorm on the embeddings (BigScience's tr11 slurm
+        # scripts' --embed-layernorm; HF BloomModel.word_embeddings_layernorm); BloombergGPT
+        # not read here
+        embedding_norm="bloom" in n and "bloomberg" not in n)
 
 
 # ------------------------------------------------------------------------- the software

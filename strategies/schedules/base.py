@@ -348,6 +348,10 @@ class Schedule:
     uses_group: bool = False
     #: the last stage keeps each micro-batch's logits until its backward (else one at a time)
     logits_stashed: bool = False
+    #: every rank but the last keeps each stashed micro-batch's stage output until its
+    #: backward (``stage_ends.stage_output_bytes``: DeepSpeed's pipeline engine); else the
+    #: output's storage is not held (Megatron's ``deallocate_output_tensor``)
+    keeps_stage_output: bool = False
     #: a send waits until the receiver posts its receive (a rendezvous, as synchronous
     #: ``torch.distributed.send`` calls do); else it starts at once (eager)
     blocking_sends: bool = False

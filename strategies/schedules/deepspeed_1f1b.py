@@ -72,6 +72,10 @@ class DeepSpeed1F1B(OneFOneB):
 
     aliases = ("ds-1f1b",)
     blocking_sends = True
+    # the engine keeps each micro-batch's output in ``pipe_buffers['outputs']`` until its
+    # backward (v0.5.10 ``runtime/pipe/engine.py`` ``_exec_forward_pass``), a 1/t
+    # ``PartitionedTensor`` copy where tp > 1 (``first_output.data = torch.zeros(1)``)
+    keeps_stage_output = True
     # a middle rank blocks on two two-message exchanges per micro-batch, an end rank on one
     # (``bottleneck_messages``)
     messages_by_rank = True

@@ -422,7 +422,9 @@ class FrameworkProfile:
     #: DeepSpeed's ``DeepSpeedZeroOptimizer`` (v0.5.10 ``runtime/zero/stage_1_and_2.py``:
     #: ZeRO-1's flat reduce bucket, ZeRO-2's ipg bucket and gradient partitions, the step's
     #: fp32 gradient partition; ``strategies.memory.deepspeed_zero``, docs/calibration.md
-    #: §5.119), read where the gradients are 16-bit (not under its BF16_Optimizer)
+    #: §5.119), read where the gradients are 16-bit (not under its BF16_Optimizer);
+    #: ``"deepspeed-halved"`` the same with BigScience's Megatron-DeepSpeed's weight-decay
+    #: parameters split in two optimizer groups (541b967f, 2022-02-17; §5.129)
     zero_buffers: str = ""
     #: how the stack's ZeRO-1 reduces the gradients over dp (``ZERO1_GRAD_REDUCES``):
     #: ``"reduce_scatter"`` into each rank's optimizer shard (Megatron's distributed
@@ -500,8 +502,8 @@ def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:
             fw.dp_bucket.floor_params, fw.dp_bucket.per_dp_params):
         sy = replace(sy, bucket_floor_params=float(fw.dp_bucket.floor_params),
                      bucket_per_dp_params=float(fw.dp_bucket.per_dp_params))
-    if fw is not None and fw.zero_buffers == "deepspeed" and not sy.deepspeed_zero:
-        sy = replace(sy, deepspeed_zero=1.0)
+    if fw is not None and fw.zero_buffers.startswith("deepspeed") and not sy.deepspeed_zero:
+        sy = replace(sy, deepspeed_zero=2.0 if fw.zero_buffers == "deepspeed-halved" else 1.0)
     mb = None if fw is None else fw.master_bytes
     if fw is not None and fw.master_only and sy.weight_copies != 0.0:
         sy = replace(sy, weight_copies=0.0)

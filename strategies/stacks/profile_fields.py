@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 LAYOUT_WAYS = ("string", "first_last", "slots", "per_stage")
 ZERO3_GATHERS = ("bucketed", "per-tensor")
 #: ``FrameworkProfile.zero_buffers``: the default model's, DeepSpeed's ``DeepSpeedZeroOptimizer``
-ZERO_BUFFERS = ("", "deepspeed")
+ZERO_BUFFERS = ("", "deepspeed", "deepspeed-halved")
 #: ``FrameworkProfile.zero1_grad_reduce``: how ZeRO-1 reduces the gradients over dp
 ZERO1_GRAD_REDUCES = ("reduce_scatter", "allreduce")
 #: ``FrameworkProfile.dgrad_overlap``'s values
