@@ -243,6 +243,8 @@ class FlowTable(RouteTable):
             call_at(self.env, 0, self._on_pending)
 
     def _complete(self, done: np.ndarray) -> None:
+        """Take the ``done`` slots out (due now): their rows and bytes logged for ``_deliver``,
+        each one's ``fin(tag)`` called in order (a block's once: ``_complete_blocks``)."""
         self._done_log.append((self._links[done], self._size[done]))
         if len(self._done_log) >= _DONE_KEPT:
             self._deliver()
