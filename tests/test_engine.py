@@ -7,7 +7,8 @@ import pytest
 import simpy
 
 from simulator.engine.collectives import CollectiveRunner
-from simulator.engine.core import DeadlockError, UnmatchedSendError, run
+from simulator.engine.core import run
+from simulator.engine.deadlock import DeadlockError, UnmatchedSendError
 from simulator.program.ops import Collective, Compute, Program, Recv, Send
 from simulator.network.cluster_net import SimNetwork
 from strategies.collectives.ring import allreduce_time, reduce_scatter_time

@@ -13,9 +13,11 @@ import pytest
 from simpy.events import NORMAL
 
 import simulator.engine.collectives as collectives
+import simulator.network.flow_table as flow_table
 import simulator.network.flows as flows
+import simulator.network.maxmin as maxmin
 from simulator.metrics import intersect, measure, subtract, union
-from simulator.network.flows import max_min_rates
+from simulator.network.maxmin import max_min_rates
 from simulator.program.ops import Collective, Compute, Recv, Send
 from simulator.simulate import simulate
 from strategies.job import make_job
@@ -58,7 +60,7 @@ def _max_min_rates_every_link(capacity: np.ndarray, links: np.ndarray) -> list:
     while live:
         share = [max(s, 0.0) / n if n > 0 else np.inf for s, n in zip(spare, count)]
         level = min(share)
-        full = {l for l, x in enumerate(share) if x <= level * (1.0 + flows._TIE_RTOL)}
+        full = {l for l, x in enumerate(share) if x <= level * (1.0 + maxmin.TIE_RTOL)}
         hit = sorted(f for f in live if full.intersection(rows[f]) or (pad in full and
                                                                        len(rows[f]) < links.shape[1]))
         freed = [0] * len(capacity)
@@ -132,6 +134,7 @@ def test_runs_without_simpy_objects_keep_every_record_in_order(monkeypatch, mode
     monkeypatch.setattr(collectives, "CollectiveRun", _process_run)
     monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
     monkeypatch.setattr(flows, "call_at", _timeout_call_at)
+    monkeypatch.setattr(flow_table, "call_at", _timeout_call_at)
     plain = simulate(job, fold=fold)
     assert fast.records == plain.records              # the same records in the same order
     assert (fast.events, fast.step_time_s) == (plain.events, plain.step_time_s)
@@ -179,6 +182,7 @@ def test_lanes_keep_simpy_order_beside_urgent_heap_entries(monkeypatch):
     monkeypatch.setattr(collectives, "CollectiveRun", _process_run)
     monkeypatch.setattr(collectives, "call_at", _timeout_call_at)
     monkeypatch.setattr(flows, "call_at", _timeout_call_at)
+    monkeypatch.setattr(flow_table, "call_at", _timeout_call_at)
     plain = once()
     assert fast.records == plain.records
     assert (fast.events, fast.step_time_s) == (plain.events, plain.step_time_s)

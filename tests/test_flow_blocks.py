@@ -1,4 +1,4 @@
-"""A collective phase's flows started as one block (``FlowNetwork.start_block``) compute
+"""A collective phase's flows started as one block (``FlowTable.start_block``) compute
 exactly what the same flows started one by one compute: the same slots, rates, landing times,
 link bytes, the block's callback at the place of its last flow's, and the other flows' ends
 counted in ``quiet_events``; ``collectives._Run`` on a MoE plan keeps every record in order."""
@@ -11,7 +11,9 @@ import simpy
 
 from simulator.network.backend import ContentionFreeNetwork
 from simulator.network.cluster_net import SimNetwork
-from simulator.network.flows import FlowBlock, FlowNetwork, call_at
+from simulator.network.flow_table import FlowBlock
+from simulator.network.flows import FlowNetwork
+from simulator.network.queue_entry import call_at
 from simulator.simulate import simulate
 from strategies.job import make_job
 from strategies.plan import parse_plan

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.network.flows import FlowNetwork, QueueEntry, max_min_rates
+from simulator.network.flows import FlowNetwork
+from simulator.network.maxmin import max_min_rates
+from simulator.network.queue_entry import QueueEntry
 
 GB = 1e9
 

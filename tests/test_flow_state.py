@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.network.flows import _FEW, FlowNetwork, max_min_rates
+from simulator.network.flow_table import FEW_FLOWS
+from simulator.network.flows import FlowNetwork
+from simulator.network.maxmin import max_min_rates
 
 
 def _line(n: int, bw: float = 1e9) -> nx.DiGraph:
@@ -84,9 +86,9 @@ def test_finished_bytes_on_rows_of_two_widths_are_the_sums_in_finishing_order():
 
 @pytest.mark.parametrize("k", [3, 12])
 def test_flows_started_together_are_the_flows_started_one_by_one(k):
-    # ``_start_flows``: up to ``_FEW`` flows one by one, more with one array write per column;
+    # ``_start_flows``: up to ``FEW_FLOWS`` flows one by one, more with one array write per column;
     # either way the same slots, table and arrivals as ``_start_flow`` for each in order
-    assert (k <= _FEW) == (k == 3)
+    assert (k <= FEW_FLOWS) == (k == 3)
     pairs = [(a, b) for a in range(5) for b in range(5) if a != b][:k]
     nets, ends = [], []
     for together in (True, False):

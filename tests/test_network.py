@@ -4,7 +4,9 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.network.flows import FlowNetwork, max_min_rates, shortest_route
+from simulator.network.flows import FlowNetwork
+from simulator.network.maxmin import max_min_rates
+from simulator.network.routes import shortest_route
 
 GB = 1e9
 REL = 1e-12

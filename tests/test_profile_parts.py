@@ -1,5 +1,5 @@
 """profile_simulate's py-spy grouping: samples under the engine's finishing functions
-(``_Stream.finish``, ``_Rendezvous.fire``, ``Engine.deliver``, a send's callback) count as
+(``Stream.finish``, ``Rendezvous.fire``, ``Engine.deliver``, a send's callback) count as
 finishing ops, those under messages and rendezvous as such, the rest of ``Engine._loop`` (the
 queue, stream dispatch, compute ends) as the event loop, and SimPy's own frames as SimPy."""
 from __future__ import annotations
@@ -16,10 +16,10 @@ def _part(*frames: str) -> str:
 
 def test_engine_samples_split_by_part():
     assert _part().startswith("engine event loop")
-    assert _part("_Rendezvous.fire (simulator/engine/core.py:110)").startswith(
+    assert _part("Rendezvous.fire (simulator/engine/streams.py:70)").startswith(
         "engine finishing ops")
-    assert _part("FlowNetwork._complete (simulator/network/flows.py:300)",
-                 "_Stream.__call__ (simulator/engine/core.py:190)",
+    assert _part("FlowTable._complete (simulator/network/flow_table.py:250)",
+                 "Stream.__call__ (simulator/engine/streams.py:165)",
                  "Engine.deliver (simulator/engine/core.py:440)").startswith("engine finishing")
     assert _part("Engine._collective (simulator/engine/core.py:460)").startswith(
         "engine messages and rendezvous")
@@ -34,7 +34,7 @@ def test_the_innermost_part_wins():
     """A stream finishing inside the flow network's callback is finishing; a transfer the
     engine starts is the flow network."""
     assert _part("FlowNetwork._settle (simulator/network/flows.py:280)",
-                 "_Stream.finish (simulator/engine/core.py:170)").startswith("engine finishing")
+                 "Stream.finish (simulator/engine/streams.py:145)").startswith("engine finishing")
     assert _part("Engine._send (simulator/engine/core.py:420)",
                  "FlowNetwork.transfer (simulator/network/flows.py:180)").startswith(
                      "flow network")
@@ -44,8 +44,8 @@ def test_a_collective_phase_is_the_flow_network():
     """A phase's flows started as one block, and the phase's run, count as the flow network
     (a stream finished inside them is still finishing)."""
     assert _part("_Run._step (simulator/engine/collectives.py:206)",
-                 "FlowNetwork.start_block (simulator/network/flows.py:338)").startswith(
+                 "FlowTable.start_block (simulator/network/flow_table.py:200)").startswith(
                      "flow network")
     assert _part("_Run._step (simulator/engine/collectives.py:206)",
-                 "_Rendezvous.fire (simulator/engine/core.py:110)").startswith(
+                 "Rendezvous.fire (simulator/engine/streams.py:70)").startswith(
                      "engine finishing")

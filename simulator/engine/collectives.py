@@ -27,7 +27,7 @@ import numpy as np
 from simpy.events import NORMAL, URGENT
 
 from simulator.network.backend import NetworkBackend
-from simulator.network.flows import min_reduce, call_at
+from simulator.network.queue_entry import call_at
 from simulator.network.stepwise_oracle import start_collective
 from simulator.program.ops import Collective
 from strategies.collectives import phases_of
@@ -37,6 +37,7 @@ STEPWISE = {"allreduce": "ring_allreduce", "reduce_scatter": "ring_reduce_scatte
 # (latency seconds per call, flows (src, dst), bytes per call: one number for every flow, or a
 # tuple with one per flow where flows between nodes carry other bytes, Phase.remote_nbytes)
 RunPhase = tuple[float, list, "float | tuple"]
+_min_reduce = np.minimum.reduce    # ``a.min()`` without its Python wrapper (the same reduction)
 
 
 def plan_phases(net: NetworkBackend, op: Collective, issuers, node_of: Callable) -> list[RunPhase]:
@@ -139,7 +140,7 @@ class CollectiveRunner:
             if block is not None:
                 if isinstance(nbytes, tuple):
                     sized = np.array(nbytes) * op.repeat
-                    if not min_reduce(sized) > 0:
+                    if not _min_reduce(sized) > 0:
                         block = None
                 else:
                     sized = nbytes * op.repeat

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict, deque
-from functools import partial
 from heapq import heappop, heappush
 from operator import attrgetter
 from typing import Callable
@@ -37,181 +36,20 @@ from typing import Callable
 import simpy
 from simpy.events import NORMAL
 
+from simulator.engine.channels import exclusive_channels
 from simulator.engine.collectives import CollectiveRunner, CollectiveRun
+from simulator.engine.deadlock import check_finished
 from simulator.engine.gc_pause import paused_gc
-from simulator.program.ops import Collective, Compute, Program, Recv, Send
+from simulator.engine.streams import (CODE, COMPUTE, RECV, SEND, Rendezvous, Shape, Stream,
+                                      new_record)
+from simulator.program.ops import Collective, Program, Send
 from simulator.result import Record, SimResult
 from simulator.network.backend import NetworkBackend
 from simulator.network.cluster_net import SimNetwork
 
 
-_COMPUTE, _SEND, _RECV, _COLL = range(4)   # op kind codes of a stream's ``codes``
-_CODE = {Compute: _COMPUTE, Send: _SEND, Recv: _RECV, Collective: _COLL}
 _ID, _DEPS, _BLOCKING = attrgetter("id"), attrgetter("deps"), attrgetter("blocking")
 _END = attrgetter("end")
-_record = partial(tuple.__new__, Record)   # a Record from a 12-tuple, without a Python frame
-
-
-class DeadlockError(RuntimeError):
-    """Ops were still waiting when nothing was left to happen."""
-
-
-class UnmatchedSendError(RuntimeError):
-    """A message was sent that no ``Recv`` ever took."""
-
-
-class _Shape:
-    """What the engine needs of a program's structure, worked out once for every program
-    with the same streams, op ids, dependencies and op kinds (the ranks of a pipeline stage
-    share one: ``compile_job`` relabels one template): per stream (in sorted name order) its
-    kind codes and the offset of its ops in the rank's dependency counters; per op the
-    positions of the ops that wait on it (``wakes``, empty when none does) and its number of
-    dependencies (``left``, the counters' start)."""
-
-    __slots__ = ("names", "codes", "offsets", "wakes", "left")
-
-    def __init__(self, names: tuple, ids: tuple, deps: tuple, codes: tuple) -> None:
-        self.names, self.codes = names, codes
-        self.offsets, off = [], 0
-        pos: dict[int, int] = {}
-        for stream_ids in ids:
-            self.offsets.append(off)
-            for i, oid in enumerate(stream_ids):
-                pos.setdefault(oid, off + i)
-            off += len(stream_ids)
-        wakes: list[list[int]] = [[] for _ in range(off)]
-        left = [0] * off
-        for o, stream_deps in zip(self.offsets, deps):
-            for i, ds in enumerate(stream_deps):
-                if ds:
-                    left[o + i] = len(ds)
-                    for d in ds:
-                        at = pos.get(d)
-                        if at is not None:     # an unknown id is never done: a deadlock
-                            wakes[at].append(o + i)
-        self.wakes = tuple(tuple(map(tuple, wakes[o:o + len(i)]))
-                           for o, i in zip(self.offsets, ids))
-        self.left = left
-
-
-class _Rendezvous:
-    """One call of a collective channel: its members' arrivals, when the last one came
-    (``go``), the streams waiting for its end and whether it has ended (``fired``)."""
-
-    __slots__ = ("expected", "arrived", "go", "op", "waiters", "fired")
-
-    def __init__(self, expected: int, op: Collective) -> None:
-        self.expected, self.arrived, self.go, self.op = expected, 0, None, op
-        self.waiters: list[_Stream] = []
-        self.fired = False
-
-    def fire(self, _ev: object = None) -> None:
-        """The collective ended (called by ``CollectiveRunner``; ``_ev`` is the timeout or
-        process that ended it, or None): every waiting member finishes its op now, in the
-        order they arrived. No event of its own (issue 17)."""
-        self.fired = True
-        go = self.go
-        waiters, self.waiters = self.waiters, None
-        if not waiters:
-            return
-        ready, env = waiters[0].ready, waiters[0].env
-        now = env._now
-        for st in waiters:             # ``_Stream.finish`` written out: once per member
-            i = st.idx
-            op = st.ops[i]
-            records = st.records
-            if records is not None:
-                records.append(_record((st.rank, st.name, op.category, op.label, op.microbatch,
-                                        st.stage, st.start, now, op.chunk,
-                                        op.nbytes * op.repeat, -1, go - st.start)))
-            wakes = st.wakes[i]
-            if wakes:
-                left = st.left
-                for g in wakes:
-                    c = left[g] - 1
-                    left[g] = c
-                    if not c:
-                        other = st.hold.pop(g, None)
-                        if other is not None:
-                            ready.append(other)
-            st.idx = i + 1
-            ready.append(st)
-
-
-class _Stream:
-    """One (rank, stream): its ops, their kind codes and who waits on each (``wakes``, from
-    the rank's ``_Shape``); the rank's dependency counters (``left``: the number of each op's
-    dependencies not done yet, at ``off`` + the op's index) and the streams parked on one
-    (``hold``); the index of the op it is at, when that op started, the last op of the compute
-    run it is in (``last``: a run of compute ops that nothing waits on ends with one queue
-    entry) and the message its send or receive is (``key``); its class (``cls``: one number for
-    the same stream of every rank with the same ``_Shape``, the replicas whose ops may share
-    queue entries). A stream is itself the callable the network calls when its send's last
-    byte lands (``__call__``: no event, no closure)."""
-
-    __slots__ = ("eng", "rank", "stage", "name", "ops", "codes", "wakes", "left", "hold", "off",
-                 "cls", "chan", "n", "idx", "start", "last", "key", "records", "env", "ready")
-
-    def __init__(self, eng: "Engine", prog: Program, shape: _Shape, k: int, left: list,
-                 hold: dict, cls: int) -> None:
-        name = shape.names[k]
-        ops = prog.streams[name]
-        self.eng, self.rank, self.stage, self.name = eng, prog.rank, prog.stage, name
-        self.ops, self.codes, self.wakes = ops, shape.codes[k], shape.wakes[k]
-        self.left, self.hold, self.off, self.cls = left, hold, shape.offsets[k], cls
-        # a collective's channel (group, tag) as a number, resolved once here: the rendezvous
-        # bookkeeping then hashes small integers, not the group's tuple of ranks (issue 17);
-        # the ranks of a group share their collective ops, so the members' streams of a group
-        # hold the same ops and are worked out once (``Engine.chan_by_ops``)
-        if _COLL in self.codes:
-            same = tuple(map(id, ops))
-            self.chan = eng.chan_by_ops.get(same)
-            if self.chan is None:
-                chan_of = eng.chan_of
-                self.chan = eng.chan_by_ops[same] = tuple(
-                    chan_of.setdefault((op.group, op.tag), len(chan_of)) if c == _COLL else -1
-                    for op, c in zip(ops, self.codes))
-        else:
-            self.chan = None
-        self.n, self.idx, self.start, self.last, self.key = len(ops), 0, 0.0, 0, None
-        # the engine's state the callbacks touch, bound here (one attribute load, not two)
-        self.records = eng.records if eng.record else None
-        self.env, self.ready = eng.env, eng.ready
-
-    def finish(self, kind: str, wait: float, peer: int, nbytes: float) -> None:
-        """The current op (record kind ``kind``) ended now: record it, count it done for the
-        ops that wait on it and queue those it was the last for (they go first), then queue
-        this stream behind them; the event loop moves them on."""
-        i = self.idx
-        op = self.ops[i]
-        records = self.records
-        if records is not None:
-            records.append(_record((self.rank, self.name, kind, op.label, op.microbatch,
-                                    self.stage, self.start, self.env._now, op.chunk, nbytes,
-                                    peer, wait)))
-        ready = self.ready
-        wakes = self.wakes[i]
-        if wakes:
-            left = self.left
-            for g in wakes:
-                c = left[g] - 1
-                left[g] = c
-                if not c:
-                    other = self.hold.pop(g, None)
-                    if other is not None:
-                        ready.append(other)
-        self.idx = i + 1
-        ready.append(self)
-
-    def __call__(self, _tag: object = None) -> None:
-        """The current op, a send, ended: its last byte landed (or, instant communication, it
-        started). The message is delivered to its receiver after the send is recorded; a
-        blocking send waited until its transfer began (``Engine.started``)."""
-        eng, start, key = self.eng, self.start, self.key
-        go = eng.started.pop(key, start) if eng.rendezvous else start
-        op = self.ops[self.idx]
-        self.finish("pp_send", go - start, op.dst, op.nbytes)
-        eng.deliver(key, go)
 
 
 class Engine:
@@ -237,9 +75,9 @@ class Engine:
         self.records: list[Record] = []
         # message (src, dst, tag, n) -> when it was sent (it landed, no receive yet) or the
         # receiving stream (waiting for it)
-        self.mail: dict[tuple, float | _Stream] = {}
+        self.mail: dict[tuple, float | Stream] = {}
         self.seq: dict[tuple, int] = defaultdict(int)
-        self.meet: dict[int, _Rendezvous] = {}        # rendezvous by its number (``_collective``)
+        self.meet: dict[int, Rendezvous] = {}        # rendezvous by its number (``_collective``)
         self.chan_of: dict[tuple, int] = {}          # (group, tag) -> channel number
         self.chan_by_ops: dict[tuple, tuple] = {}    # a stream's op ids -> its ops' channels
         self.members: list[int] = []                 # channel -> its simulated members
@@ -252,9 +90,9 @@ class Engine:
                               for prog in programs.values() for ops in prog.streams.values()
                               if Send in set(map(type, ops)))
         self.posted: set[tuple] = set()              # receives posted before their send
-        self.parked: dict[tuple, _Stream] = {}       # blocking sends waiting for a receive
+        self.parked: dict[tuple, Stream] = {}       # blocking sends waiting for a receive
         self.started: dict[tuple, float] = {}        # when a parked send's transfer began
-        self.where: dict[tuple[int, str], _Stream] = {}
+        self.where: dict[tuple[int, str], Stream] = {}
         self.exclusive: dict[tuple, bool] = {}
         shared = net.shares_links
         self.runner = CollectiveRunner(
@@ -263,7 +101,7 @@ class Engine:
             free_comm)
         if shared and not free_comm:
             self.exclusive = exclusive_channels(programs, net, self.runner)
-        self.ready: deque[_Stream] = deque()
+        self.ready: deque[Stream] = deque()
         # entries due now that only this loop takes (collective runs): per priority (SimPy's
         # URGENT 0, NORMAL 1) (sequence number, run) in the order queued (``_loop``)
         self.lanes = net.env.lanes = (deque(), deque())
@@ -271,8 +109,8 @@ class Engine:
     # ------------------------------------------------------------------ streams
     def start(self) -> None:
         """Build the streams and queue them all (``_loop`` starts their first ops). The
-        structure of a program (``_Shape``) is worked out once per distinct structure."""
-        shapes: dict[tuple, _Shape] = {}
+        structure of a program (``Shape``) is worked out once per distinct structure."""
+        shapes: dict[tuple, Shape] = {}
         classes: dict[tuple, int] = {}    # (shape, stream) -> the streams' class (``cls``)
         for rank in sorted(self.programs):
             prog = self.programs[rank]
@@ -280,15 +118,15 @@ class Engine:
             streams = [prog.streams[name] for name in names]
             ids = tuple(tuple(map(_ID, ops)) for ops in streams)
             deps = tuple(tuple(map(_DEPS, ops)) for ops in streams)
-            codes = tuple(tuple(map(_CODE.__getitem__, map(type, ops))) for ops in streams)
+            codes = tuple(tuple(map(CODE.__getitem__, map(type, ops))) for ops in streams)
             key = (names, ids, deps, codes)
             shape = shapes.get(key)
             if shape is None:
-                shape = shapes[key] = _Shape(names, ids, deps, codes)
+                shape = shapes[key] = Shape(names, ids, deps, codes)
             left, hold = list(shape.left), {}
             for k, name in enumerate(names):
                 cls = classes.setdefault((id(shape), k), len(classes))
-                st = self.where[(rank, name)] = _Stream(self, prog, shape, k, left, hold, cls)
+                st = self.where[(rank, name)] = Stream(self, prog, shape, k, left, hold, cls)
                 self.ready.append(st)
         sim = self.sim
         self.members = [sum(1 for r in group if r in sim) for group, _ in self.chan_of]
@@ -307,7 +145,7 @@ class Engine:
         seq = self.seq
         urgent, normal = self.lanes
         popleft, pop, push = ready.popleft, heappop, heappush
-        ends: dict[tuple, list[_Stream]] = {}      # (time, class, op) -> streams ending then
+        ends: dict[tuple, list[Stream]] = {}      # (time, class, op) -> streams ending then
         records = self.records if self.record else None
         put = records.append if records is not None else None
         steps = 0
@@ -323,12 +161,12 @@ class Engine:
                         break
                     st.start = now
                     code, op = codes[i], ops[i]
-                    if code == _COMPUTE:
+                    if code == COMPUTE:
                         # a timeout without an event: the stream itself (``_loop`` below). The
                         # compute ops after it that nothing waits on and whose dependencies are
                         # done end with the same entry: their ends are the same sums (issue 17)
                         t, j, wakes = now + op.seconds, i, st.wakes
-                        while not wakes[j] and j + 1 < n and codes[j + 1] == _COMPUTE \
+                        while not wakes[j] and j + 1 < n and codes[j + 1] == COMPUTE \
                                 and not left[off + j + 1]:
                             j += 1
                             t += ops[j].seconds
@@ -344,12 +182,12 @@ class Engine:
                         else:
                             due.append(st)
                         break
-                    if code == _SEND:  # its end calls the stream back (instant: queued again)
+                    if code == SEND:  # its end calls the stream back (instant: queued again)
                         st.idx = i
                         self._send(st, op)
                         i = st.idx
                         break
-                    if code == _RECV:  # the n-th message of its channel, counted here
+                    if code == RECV:  # the n-th message of its channel, counted here
                         src, tag = op.src, op.tag
                         key = (src, st.rank, tag, "r")
                         k = seq[key]
@@ -370,7 +208,7 @@ class Engine:
                         kind, wait, peer, nbytes = (op.category, inst.go - now, -1,
                                                     op.nbytes * op.repeat)
                     if put is not None:
-                        put(_record((st.rank, st.name, kind, op.label, op.microbatch, st.stage,
+                        put(new_record((st.rank, st.name, kind, op.label, op.microbatch, st.stage,
                                      now, now, op.chunk, nbytes, peer, wait)))
                     wakes = st.wakes[i]
                     if wakes:
@@ -416,7 +254,7 @@ class Engine:
                     ops = st.ops
                     if i == j:
                         op = ops[i]
-                        put(_record((st.rank, st.name, op.kind, op.label, op.microbatch,
+                        put(new_record((st.rank, st.name, op.kind, op.label, op.microbatch,
                                      st.stage, st.start, now, op.chunk, 0.0, -1, 0.0)))
                     else:              # a run: each op's start and end, the sums op by op
                         rank, name, stage = st.rank, st.name, st.stage
@@ -424,7 +262,7 @@ class Engine:
                         for k in range(i, j + 1):
                             op = ops[k]
                             end = now if k == j else t + op.seconds
-                            put(_record((rank, name, op.kind, op.label, op.microbatch, stage,
+                            put(new_record((rank, name, op.kind, op.label, op.microbatch, stage,
                                          t, end, op.chunk, 0.0, -1, 0.0)))
                             t = end
                 wakes = st.wakes[j]
@@ -441,7 +279,7 @@ class Engine:
                 ready.append(st)       # streams woken by this op go first, then this one
 
     # ------------------------------------------------------------------ messages
-    def _send(self, st: _Stream, op: Send) -> None:
+    def _send(self, st: Stream, op: Send) -> None:
         """``st`` starts its send ``op``: the message is the n-th of its channel (counted when
         it starts); its transfer starts now and calls ``st`` back at its last byte (with
         instant communication ``st`` ends now and is queued again). A blocking send whose
@@ -489,14 +327,14 @@ class Engine:
             op = st.ops[st.idx]
             self.net.transfer(key[0], op.dst, op.nbytes, op.tag, st, (st.cls, st.idx))
 
-    def _collective(self, st: _Stream, op: Collective, i: int) -> _Rendezvous:
+    def _collective(self, st: Stream, op: Collective, i: int) -> Rendezvous:
         """``st`` arrives at its next call of ``op``'s channel (its op ``i``): the rendezvous of
         that call (the n-th of the channel on every member), started when the last simulated
         member arrives (and fired before this returns if it takes no time)."""
         rank, chan = st.rank, st.chan[i]
         expected = self.members[chan]
         if expected == 1:              # the only simulated member (folded): it starts now
-            inst = _Rendezvous(1, op)
+            inst = Rendezvous(1, op)
             inst.arrived, inst.go = 1, self.env._now
             self.runner.start(op, inst.fire, (st.cls, i))
             return inst
@@ -507,7 +345,7 @@ class Engine:
         key = n * self.nchan + chan
         inst = self.meet.get(key)
         if inst is None:
-            inst = self.meet[key] = _Rendezvous(expected, op)
+            inst = self.meet[key] = Rendezvous(expected, op)
         elif inst.op is not op and (inst.op.kind, inst.op.nbytes, inst.op.repeat) != (
                 op.kind, op.nbytes, op.repeat):
             raise ValueError(f"rank {rank}: collective {op.label!r} does not match "
@@ -526,96 +364,6 @@ class Engine:
         for st in self.where.values():
             st.eng = st.hold = st.ready = None
         self.runner = None
-
-    # ------------------------------------------------------------------ deadlock
-    def check_finished(self) -> None:
-        stuck = []
-        for (rank, stream), st in sorted(self.where.items()):
-            ops = self.programs[rank].streams[stream]
-            if st.idx < len(ops):
-                stuck.append(f"rank {rank} stream {stream} op {ops[st.idx].id} "
-                             f"{ops[st.idx].label!r} {self._why(rank, self.why(st))}")
-        if stuck:
-            more = f" (and {len(stuck) - 8} more)" if len(stuck) > 8 else ""
-            raise DeadlockError("deadlock: " + "; ".join(stuck[:8]) + more)
-        left = sorted(k for k, v in self.mail.items() if type(v) is not _Stream)
-        if left:
-            src, dst, tag, n = left[0]
-            raise UnmatchedSendError(f"{len(left)} message(s) never received, first: rank {src} "
-                                     f"-> rank {dst} tag {tag!r} (message #{n})")
-
-    def why(self, st: _Stream) -> tuple:
-        """What ``st``'s current op waits for (the deadlock report), derived from the state:
-        an op is done when its stream has moved past it."""
-        op = st.ops[st.idx]
-        at = {o.id: (name, i) for name, ops in self.programs[st.rank].streams.items()
-              for i, o in enumerate(ops)}
-        for d in op.deps:
-            name, i = at.get(d, (None, 0))
-            if name is None or self.where[(st.rank, name)].idx <= i:
-                return ("dep", d)
-        code = st.codes[st.idx]
-        if code == _RECV:
-            return ("recv", op)
-        if code == _COLL:
-            return ("coll", op)
-        if code == _SEND and op.blocking and st.key in self.parked:
-            return ("send", op)
-        return ("run", None)
-
-    def _why(self, rank: int, why: tuple) -> str:
-        if why[0] == "dep":
-            op = self.programs[rank].by_id().get(why[1])
-            return f"waits for op {why[1]} {op.label if op else '?'!r}"
-        if why[0] == "recv":
-            return f"waits for a message from rank {why[1].src} tag {why[1].tag!r}"
-        if why[0] == "run":
-            return "never ended"
-        if why[0] == "send":
-            return f"waits for rank {why[1].dst} to post its receive of tag {why[1].tag!r}"
-        return f"waits for the other members of {why[1].tag} group {list(why[1].group)}"
-
-
-def exclusive_channels(programs: dict[int, Program], net: NetworkBackend,
-                       runner: CollectiveRunner) -> dict[tuple, bool]:
-    """``(group, tag) -> True`` when no other channel (collective group and tag, or
-    point-to-point pair) ever loads one of that collective channel's links."""
-    users: dict[int, set] = defaultdict(set)
-    colls: dict[tuple, set] = {}
-    seen: set = set()                # channels already counted (a step repeats each many times)
-    streams: set = set()             # streams already counted: a group's members share ops
-    for prog in programs.values():
-        for ops in prog.streams.values():
-            kinds = set(map(type, ops))
-            if Collective in kinds:
-                same = tuple(map(id, ops))
-                if same in streams:
-                    kinds.discard(Collective)
-                streams.add(same)
-            if Send in kinds:            # the pairs this stream sends to, each once
-                for dst in sorted({op.dst for op in ops if type(op) is Send}):
-                    ch = ("p2p", prog.rank, dst)
-                    if ch not in seen:
-                        seen.add(ch)
-                        for link in net.links(prog.rank, dst).tolist():
-                            users[link].add(ch)
-            if Collective not in kinds:
-                continue
-            for op in ops:
-                if type(op) is not Collective:
-                    continue
-                ch = (op.group, op.tag)
-                if ch in seen or op.algorithm == "ring_stepwise":
-                    continue
-                seen.add(ch)
-                links: set = set()
-                for _, flows, _ in runner.phases(op):
-                    for a, b in flows:
-                        links.update(net.links(a, b).tolist())
-                colls[ch] = links
-                for link in links:
-                    users[link].add(ch)
-    return {ch: all(len(users[l]) == 1 for l in links) for ch, links in colls.items()}
 
 
 def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = None, *,
@@ -643,7 +391,7 @@ def run(programs: dict[int, Program], graph=None, route_fn: Callable | None = No
         eng.start()
         steps = eng._loop() + getattr(net, "quiet_events", 0)
     try:
-        eng.check_finished()
+        check_finished(eng)
     finally:                          # also on a deadlock: no cycles left for the collector
         eng.close()
         if own:

@@ -1,5 +1,6 @@
 """The network behind the engine's ``NetworkBackend`` interface (``backend``): max-min fair
-flows over a networkx graph (``flows``), its cluster adapter (``cluster_net``, the ``flows``
+flows over a networkx graph (``flows``, built on ``routes``, ``flow_table``, ``maxmin`` and
+``queue_entry``), its cluster adapter (``cluster_net``, the ``flows``
 backend), the ``contention-free`` backend, and the lock-step collective algorithms kept as the
 test oracle (``stepwise_oracle``).
 

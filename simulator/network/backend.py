@@ -29,7 +29,7 @@ import simpy
 
 from simulator.network import BACKEND_NAMES
 from simulator.network.cluster_net import SimNetwork
-from simulator.network.flows import max_min_rates
+from simulator.network.maxmin import max_min_rates
 
 Node = Hashable
 

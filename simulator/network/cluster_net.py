@@ -9,7 +9,7 @@ ranks are folded by symmetry, routes mapped onto the representatives' own links.
 * **Folded routes.** With a ``link_map`` (see ``simulator.fold``), every hop of a real route is
   replaced by the same hop of the representative GPU that owns it, and fabric-core hops
   (leaf <-> spine) are dropped. A hop may then appear twice in one flow: it counts twice in
-  the max-min sharing (``simulator.network.flows.max_min_rates`` counts index repeats), which is
+  the max-min sharing (``simulator.network.maxmin.max_min_rates`` counts index repeats), which is
   exactly the load the real link carries under the symmetry.
 * **Planes.** On a multi-plane network (``topologies.planes``) a transfer between nodes is
   striped: one sub-flow per plane (``topologies.routing.plane_routes``), each with its
@@ -27,7 +27,8 @@ import networkx as nx
 import numpy as np
 import simpy
 
-from simulator.network.flows import FlowBlock, FlowNetwork, transfer_ends
+from simulator.network.flow_table import FlowBlock
+from simulator.network.flows import FlowNetwork, transfer_ends
 from strategies.cost.comm import NETWORK_EFFICIENCY, NVLINK_EFFICIENCY
 from topologies.routing import plane_routes
 
