@@ -32,7 +32,7 @@ from dataclasses import replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.presets import model_preset  # noqa: E402
-from topologies.cluster import mixed_cluster  # noqa: E402
+from topologies.cluster.arg import mixed_cluster  # noqa: E402
 
 PAIRS = ("dgx-a100:1+dgx-h100:1", "dgx-h100:1+dgx-a100:1", "dgx-h100:1+dgx-b200:1",
          "dgx-b200:1+dgx-h100:1", "dgx-a100:1+dgx-b200:1", "dgx-b200:1+dgx-a100:1")

@@ -25,7 +25,7 @@ NAME = "generations"
 
 def whatif_args(a: argparse.Namespace, plot: str) -> list[str]:
     first = a.clusters.split(",")[0]
-    from topologies.cluster import preset_unit_gpus
+    from topologies.cluster.preset_table import preset_unit_gpus
     count = a.gpus // preset_unit_gpus(first)
     args = ["whatif", "--model", a.model, "--cluster", f"{first}:{count}",
             "--global-batch", str(a.global_batch), "--vary", f"cluster={a.clusters}",

@@ -41,7 +41,7 @@ def whatif_args(a: argparse.Namespace, batch: int, plot: str | None = None) -> l
 
 def fleet_table(preset: str, gpu_counts: Sequence[int]) -> list[dict[str, Any]]:
     """Parts of each network at each GPU count (``topologies.inventory``; no simulation)."""
-    from topologies.cluster import cluster_for_gpus
+    from topologies.cluster.presets import cluster_for_gpus
     from topologies.errors import SpecError
     from topologies.inventory import network_inventory
     out = []

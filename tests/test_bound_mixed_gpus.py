@@ -25,7 +25,8 @@ from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.search.space import SpaceOptions, enumerate_space
-from topologies.cluster import cluster_preset, mixed_cluster
+from topologies.cluster import cluster_preset
+from topologies.cluster.arg import mixed_cluster
 
 def test_a_small_gemm_is_faster_on_the_a100_than_on_the_h100():
     """The premise: on a toy layer the A100 (no fixed GEMM time) beats the H100 although its

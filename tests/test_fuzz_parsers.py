@@ -26,8 +26,8 @@ from strategies.job import make_job
 from strategies.model import FIELDS, ModelSpec, model_from_mapping
 from strategies.plan import ALIAS, Plan, parse_plan, plan_from_mapping
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
+from topologies.cluster.mapping import load_cluster_file
 from topologies.gpus import gpu_from_mapping
-from topologies.yaml_io import load_cluster_file
 
 
 # ----------------------------------------------------------------- value strategies

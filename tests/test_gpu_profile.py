@@ -23,11 +23,11 @@ from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from topologies.cluster import cluster_from_mapping
+from topologies.cluster.mapping import load_cluster_file
 from topologies.errors import SpecError
 from topologies.gpu_profile import (GemmPoint, GpuProfile, load_gpu_profile,
                                     profile_from_mapping, profile_to_mapping)
 from topologies.gpus import get_gpu
-from topologies.yaml_io import load_cluster_file
 
 MODEL = model_preset("llama3-8b")
 SPEC = CalibrationSpec(models=(MODEL,), tps=(1, 2), mbs=(1,), seqs=(4096, 8192))

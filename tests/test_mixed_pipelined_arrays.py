@@ -23,7 +23,7 @@ from strategies.schedules.analysis import (free_comm_makespans, free_comm_order,
                                            simulate_free_comm)
 from strategies.schedules.base import get_schedule
 from strategies.search.space import SpaceOptions, enumerate_space
-from topologies.cluster import mixed_cluster
+from topologies.cluster.arg import mixed_cluster
 
 KEYS = ("step_time_s", "mfu", "hfu", "tokens_per_s", "bubble_fraction")
 

@@ -13,8 +13,9 @@ from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.search.space import SpaceOptions, enumerate_space
-from topologies.cluster import (NodeGroup, cluster_from_mapping, cluster_preset, fits_nvlink_domain,
-                                nvlink_domain_of, parse_cluster_arg, same_nvlink_domain)
+from topologies.cluster import NodeGroup, cluster_from_mapping, cluster_preset, parse_cluster_arg
+from topologies.cluster.nvlink_domain import (fits_nvlink_domain, nvlink_domain_of,
+                                             same_nvlink_domain)
 from topologies.errors import SpecError
 from topologies.gpus import get_gpu
 from topologies.graph import build_graph

@@ -12,7 +12,8 @@ from strategies.job import make_job
 from strategies.model import ModelSpec
 from strategies.plan import Plan, parse_plan
 from strategies.presets import MODEL_PRESETS, model_preset
-from topologies.cluster import cluster_preset, parse_cluster_arg, preset_names, preset_unit_gpus
+from topologies.cluster import cluster_preset, parse_cluster_arg
+from topologies.cluster.preset_table import preset_names, preset_unit_gpus
 from topologies.gpus import GPUS
 
 # Parameter counts the model builders publish (HF model cards / safetensors totals).

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from topologies.cluster import (INTER_TOPOLOGIES, INTRA_TOPOLOGIES, _KEYS, Cluster, NodeGroup,
-                                cluster_from_mapping, cluster_preset, parse_cluster_arg,
-                                preset_names)
+from topologies.cluster import (Cluster, NodeGroup, cluster_from_mapping, cluster_preset,
+                                parse_cluster_arg)
+from topologies.cluster.mapping import CLUSTER_KEYS
+from topologies.cluster.network import INTER_TOPOLOGIES, INTRA_TOPOLOGIES
+from topologies.cluster.preset_table import preset_names
 from topologies.errors import SpecError
 from topologies.gpus import get_gpu
 from topologies.graph import build_graph, builder_names, get_builder, register, torus_dims
@@ -240,5 +242,5 @@ def test_yaml_example_loads_builds_and_round_trips():
 
 def test_clusters_doc_names_every_key_and_preset():
     text = (ROOT / "docs" / "clusters.md").read_text(encoding="utf-8")
-    for key in sorted(_KEYS) + preset_names():
+    for key in sorted(CLUSTER_KEYS) + preset_names():
         assert f"`{key}`" in text, key

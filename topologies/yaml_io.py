@@ -119,9 +119,3 @@ def load_mapping_file(path: str, field: str) -> Any:
     if path.lower().endswith(".json"):
         return loads_json(text, field, path)
     return loads_yaml(text, field, path)
-
-
-def load_cluster_file(path: str):
-    from topologies.cluster import cluster_from_mapping
-    return cluster_from_mapping(load_mapping_file(path, "cluster"),
-                                os.path.dirname(os.path.abspath(path)))

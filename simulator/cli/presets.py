@@ -7,7 +7,7 @@ from simulator.cli.common import add_json, emit_json, table
 from strategies.framework import ALIASES, PROFILES
 from strategies.stacks.variants import TORCHTITAN_COMPILE
 from strategies.presets import MODEL_PRESETS
-from topologies.cluster import preset_description, preset_names
+from topologies.cluster.preset_table import preset_description, preset_names
 from topologies.gpus import GPUS
 
 

@@ -39,7 +39,8 @@ from typing import Any, Sequence
 
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from topologies.cluster import Cluster, cluster_for_gpus, cluster_preset
+from topologies.cluster import Cluster, cluster_preset
+from topologies.cluster.presets import cluster_for_gpus
 from topologies.faults import MAX_FACTOR, Faults
 from topologies.planes import MAX_PLANES, check_planes
 from topologies.gpus import get_gpu

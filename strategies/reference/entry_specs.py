@@ -14,8 +14,8 @@ from strategies.model import ModelSpec
 from strategies.reference.measured import seq_len
 from strategies.reference.text import (gpu_preset, intra_node_gbps, model_family,
                                         parse_inter_node, vocab_from_notes)
-from topologies.cluster import (RACK_PRESETS, Cluster, cluster_from_mapping, cluster_preset,
-                                preset_unit_gpus)
+from topologies.cluster import Cluster, cluster_from_mapping, cluster_preset
+from topologies.cluster.preset_table import RACK_PRESETS, preset_unit_gpus
 
 
 def entry_model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:

@@ -54,7 +54,8 @@ from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, coerce, expert_shard_w
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
 from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
-from topologies.cluster import Cluster, fits_nvlink_domain
+from topologies.cluster import Cluster
+from topologies.cluster.nvlink_domain import fits_nvlink_domain
 from topologies.gpus import GPU
 
 RC_NAME = {v: k for k, v in RECOMPUTE_CODE.items()}

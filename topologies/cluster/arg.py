@@ -1,0 +1,65 @@
+"""The ``--cluster`` argument: ``PRESET:NODES``, ``PRESET``, presets joined by ``+`` (a mixed
+cluster) or a YAML/JSON file.
+
+>>> parse_cluster_arg("dgx-h100:4+dgx-a100:4").describe_gpus()
+'32 x H100-SXM5-80GB + 32 x A100-SXM4-80GB'
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from topologies.cluster.mapping import load_cluster_file
+from topologies.cluster.preset_table import RACKS
+from topologies.cluster.presets import cluster_preset
+from topologies.cluster.spec import Cluster, NodeGroup
+from topologies.errors import SpecError
+from topologies.limits import parse_int_text
+
+
+def mixed_cluster(text: str) -> Cluster:
+    """``PRESET:NODES+PRESET:NODES...`` (``dgx-h100:4+dgx-a100:4``): one node group per term,
+    each with its preset's GPU and links; the cluster-wide links (what the analytic collective
+    costs read) are the slowest group's. The presets must share the node shape (GPUs and NICs
+    per node, NVLink topology) and the scale-out network (its topology and planes: one fabric
+    joins the groups); rack-scale presets are refused."""
+    terms = [t.strip() for t in text.split("+")]
+    parts = []
+    for t in terms:
+        if t.split(":")[0].strip().lower() in RACKS:
+            raise SpecError("cluster", text, f"{t}: rack-scale presets cannot be mixed")
+        c = parse_cluster_arg(t)
+        parts.append(c)
+    first = parts[0]
+    for t, c in zip(terms[1:], parts[1:]):
+        for attr in ("gpus_per_node", "nics_per_node", "intra_node_topology",
+                     "inter_node_topology", "planes"):
+            if getattr(c, attr) != getattr(first, attr):
+                raise SpecError("cluster", text, f"{t} has {attr}={getattr(c, attr)} but "
+                                f"{terms[0]} has {getattr(first, attr)}; the node groups of "
+                                "one cluster share the node shape and the network")
+    groups = tuple(NodeGroup(c.groups[0].gpu, c.groups[0].num_nodes, c.intra_node_bandwidth,
+                             c.inter_node_bandwidth) for c in parts)
+    return replace(first, name="+".join(c.name for c in parts), groups=groups,
+                   intra_node_bandwidth=min(c.intra_node_bandwidth for c in parts),
+                   inter_node_bandwidth=min(c.inter_node_bandwidth for c in parts),
+                   source="mixed")
+
+
+def parse_cluster_arg(text: str) -> Cluster:
+    """``PRESET:NODES`` (``dgx-a100:128``), ``PRESET`` (one node), several of them joined by
+    ``+`` (a mixed cluster, :func:`mixed_cluster`) or a YAML file path."""
+    text = str(text).strip()
+    if text.endswith((".yaml", ".yml", ".json")):
+        return load_cluster_file(text)
+    if "+" in text:
+        return mixed_cluster(text)
+    name, _, nodes = text.partition(":")
+    if not nodes:
+        return cluster_preset(name, 1)
+    try:
+        n = parse_int_text("nodes", nodes)
+    except SpecError:
+        raise SpecError("cluster", text, "must be PRESET:NODES (PRESET:TRAYS for a rack-scale "
+                        "preset) with NODES an integer, e.g. dgx-a100:128, or a .yaml file"
+                        ) from None
+    return cluster_preset(name, n)
