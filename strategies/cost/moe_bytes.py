@@ -65,6 +65,21 @@ MOE_SYNCS_FWD = 1
 MOE_SYNC_HOST_OPS = (1, 0, 0)
 
 
+def count_exchange(pad: Num) -> Num:
+    """1 where the token dispatcher learns the tokens per expert at run time, 0 where the plan
+    pads every expert to its capacity (``Plan.moe_pad_to_capacity``, drop-and-pad): the one
+    rule for the count exchange and the device-to-host synchronisation. Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher.preprocess`` (``token_dispatcher.py``, ``core_v0.10.0`` to
+    ``core_v0.17.0``) returns early under ``drop_and_pad``: the counts are the capacity
+    (``token_counts.expert_capacity``), built on the host with ``torch.full``, so it neither
+    all-gathers them over ``tp_ep_group`` nor moves ``cuda_sync_point`` off ``"no_sync"``
+    (``_maybe_dtoh_and_synchronize`` does nothing ``if not self.drop_and_pad`` fails);
+    HybridEP's manager likewise sets ``num_permuted_tokens`` and ``tokens_per_expert`` on the
+    host (``_HybridEPManager.setup_metadata``, 0.17) and reads no count back. Dropping without
+    padding keeps both (its ``"before_permutation_1"`` sync). Vectorised."""
+    return np.logical_not(np.asarray(pad, dtype=bool)).astype(float)[()]
+
+
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
                       dispatcher: Num = 0, dedup: Num = 1.0,
                       etp: Num | None = None,
