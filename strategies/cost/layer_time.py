@@ -235,7 +235,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                                                       fw, usable_hbm(gpu, system))
     y_f, y_b, y_op, y_full = y_f + z_f, y_b + z_b, y_op + z_op, y_full + z_full
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
-                                moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype))
+                                moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype), pad)
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
     q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system, dispatcher)

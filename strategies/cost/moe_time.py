@@ -37,11 +37,12 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
                      system: SystemConfig = DEFAULT_SYSTEM,
                      etp: Num | None = None,
-                     dispatch_bytes: float = token_counts.ACT_BYTES) -> tuple[Num, Num]:
+                     dispatch_bytes: float = token_counts.ACT_BYTES,
+                     pad: Num = False) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``moe_bytes.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
     f, bw = moe_bytes.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp,
-                                        dispatch_bytes)
+                                        dispatch_bytes, pad)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
