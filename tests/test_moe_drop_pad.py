@@ -142,13 +142,18 @@ def test_estimate_bound_and_simulator_drop_the_same_charge():
 def test_capacity_above_one_runs_padded_rows_in_every_model():
     """At ``cf = 1.5`` with balanced routing padding runs 1.5 times the rows: the estimate is
     slower than dropping's (which only caps) despite the skipped collectives, and the memory
-    model's peak higher (the permutation buffers at capacity)."""
+    model's peak higher (the permutation buffers at capacity), the search's arrays equal to
+    the scalar peak (1e-12)."""
     from strategies.memory.scalar import peak_memory
     drop, pad = _pair(1.5)
     drop = make_job(drop.model, drop.cluster, replace(drop.plan, moe_imbalance=1.0), dtype="bf16")
     pad = make_job(pad.model, pad.cluster, replace(pad.plan, moe_imbalance=1.0), dtype="bf16")
+    from strategies.memory.peak_arrays import peak_memory_arrays
     assert estimate(pad).step_time_s > estimate(drop).step_time_s
     assert peak_memory(pad)[1].total > peak_memory(drop)[1].total
+    for job in (drop, pad):          # the search's arrays read the same load
+        assert float(peak_memory_arrays(job.model, PlanArrays.of_plan(job.plan), "bf16")) == \
+            pytest.approx(peak_memory(job)[1].total, rel=1e-12)
 
 
 @pytest.mark.parametrize("text, field, words", [
