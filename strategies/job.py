@@ -207,7 +207,8 @@ def check_expert_plan(model: ModelSpec, plan: Plan) -> None:
         v = getattr(plan, f)
         if v is not None and not model.is_moe and not (f == "etp" and v == plan.tp):
             raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")
-    for f, plain in (("moe_dispatcher", "alltoall"), ("moe_routing", "random")):
+    for f, plain in (("moe_dispatcher", "alltoall"), ("moe_routing", "random"),
+                     ("moe_pad_to_capacity", False)):
         v = getattr(plan, f)
         if v != plain and not model.is_moe:
             raise SpecError(f, v, f"applies to mixture-of-experts layers; {model.name} is dense")

@@ -59,6 +59,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
         a.append(f"--expert-tensor-parallel-size {p.etp}")
     if p.moe_capacity_factor is not None:
         a.append(f"--moe-expert-capacity-factor {p.moe_capacity_factor:g}")
+    if p.moe_pad_to_capacity:
+        a.append("--moe-pad-expert-input-to-capacity")
     if p.ep > 1 and p.moe_dispatcher == "alltoall":
         a.append("--moe-token-dispatcher-type alltoall")
     elif p.ep > 1:

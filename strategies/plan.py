@@ -1,5 +1,6 @@
 """``Plan``: how a job is split (tp, pp, dp, cp, ep, etp, sp, zero, schedule, recompute, mbs,
-gbs) and how its mixture-of-experts layers route (``moe_imbalance``, ``moe_capacity_factor``).
+gbs) and how its mixture-of-experts layers route (``moe_imbalance``, ``moe_capacity_factor``,
+``moe_pad_to_capacity``).
 
 Parsed from ``key=value`` strings or YAML; every value checked where it is read, and the
 cross-checks against a model and a cluster live in ``strategies.job``.
@@ -40,6 +41,7 @@ ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp
           "data_parallel_shard_degree": "dp_shard",
           "expert_tensor_parallel_size": "etp",
           "moe_expert_capacity_factor": "moe_capacity_factor",
+          "moe_pad_expert_input_to_capacity": "moe_pad_to_capacity",
           "overlap_moe_expert_parallel_comm": "ep_overlap",
           "delay_wgrad_compute": "delay_wgrad",
           # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
@@ -77,6 +79,10 @@ class Plan:
     etp: int | None = None          # expert tensor parallelism (None: = tp, as Megatron)
     moe_imbalance: float | None = None      # hottest EP rank's token load / mean (None: default)
     moe_capacity_factor: float | None = None  # tokens an expert takes / its mean share; drops
+    # Megatron-Core's --moe-pad-expert-input-to-capacity (drop-and-pad): every expert runs
+    # exactly its capacity (token_counts.expert_capacity), so the dispatcher knows the counts
+    # on the host and neither all-gathers them nor synchronises (moe_bytes.count_exchange)
+    moe_pad_to_capacity: bool = False
     mbs: int = 1
     gbs: int | None = None
     schedule: str = DEFAULT_SCHEDULE
@@ -142,6 +148,7 @@ class Plan:
         if self.moe_dispatcher not in DISPATCHERS:
             raise SpecError("moe_dispatcher", self.moe_dispatcher,
                             f"must be one of {', '.join(DISPATCHERS)}")
+        _check_pad_to_capacity(self)
         if self.moe_routing not in ROUTINGS:
             raise SpecError("moe_routing", self.moe_routing,
                             f"must be one of {', '.join(ROUTINGS)}")
@@ -224,6 +231,8 @@ class Plan:
             parts.append(self.moe_dispatcher)
         if self.moe_routing != "random":
             parts.append(self.moe_routing)
+        if self.moe_pad_to_capacity:
+            parts.append(f"pad{self.moe_capacity_factor:g}")
         if self.cuda_graph:
             parts.append("cg")
         if self.fp8_attention:
@@ -265,6 +274,27 @@ def _check_moe_factors(p: Plan) -> None:
             raise SpecError("moe_capacity_factor", v, "must be a number > 0 (the tokens an "
                             "expert takes over its mean share; beyond it tokens are dropped)")
         check_number("moe_capacity_factor", v, 0.0, MAX_MOE_FACTOR, lo_open=True)
+
+
+def _check_pad_to_capacity(p: Plan) -> None:
+    """``moe_pad_to_capacity`` (drop-and-pad) needs ``moe_capacity_factor`` (the capacity it
+    pads to) and is not run by DeepEP: Megatron-Core ``TransformerConfig.__post_init__``
+    (``core_v0.17.0``) raises ``ValueError`` for both ("moe_expert_capacity_factor must be set
+    to use moe_pad_expert_input_to_capacity"; "Flex token dispatcher with deepep backend does
+    not support moe_pad_expert_input_to_capacity")."""
+    if not p.moe_pad_to_capacity:
+        return
+    if p.moe_capacity_factor is None:
+        raise SpecError("moe_pad_to_capacity", True, "needs moe_capacity_factor (the capacity "
+                        "every expert's input is padded to; Megatron-Core refuses "
+                        "--moe-pad-expert-input-to-capacity without "
+                        "--moe-expert-capacity-factor)")
+    if p.moe_dispatcher == "deepep":
+        raise SpecError("moe_pad_to_capacity", True, "is not run by moe_dispatcher=deepep "
+                        "(Megatron-Core: the flex dispatcher's DeepEP backend does not support "
+                        "moe_pad_expert_input_to_capacity); use alltoall or hybridep")
+
+
 def expert_shard_whole(tp: Any, cp: Any, dp_shard: Any, ep: Any, etp: Any) -> Any:
     """True where hybrid sharding's routed-expert shard group is whole: ``etp·ep`` divides
     the ``tp·cp·dp_shard`` ranks of one replica in a pipeline stage, whose expert grid
@@ -466,7 +496,7 @@ def parse_layers(value: Any, key: str = "layers_per_stage") -> tuple[int, ...] |
 _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap", "delay_wgrad", "cuda_graph", "fp8_attention", "account_embedding",
-          "account_loss"}
+          "account_loss", "moe_pad_to_capacity"}
 _STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 

@@ -49,7 +49,8 @@ LAYOUT_STRING = ("layout_first", "layout_mid", "layout_last", "layout_least", "l
 EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IMBALANCE),
                    ("moe_capacity_factor", "cf", float("inf")), ("ep_overlap", "epo", False),
                    ("moe_dispatcher", "disp", 0), ("cuda_graph", "cg", False),
-                   ("moe_routing", "route", 0), ("delay_wgrad", "dw", False))
+                   ("moe_routing", "route", 0), ("delay_wgrad", "dw", False),
+                   ("moe_pad_to_capacity", "pad", False))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
         "moe_dispatcher", "moe_routing")
 
@@ -89,6 +90,7 @@ class PlanArrays:
     cuda_graph: np.ndarray = None           # the step runs as one full-iteration CUDA graph
     moe_routing: np.ndarray = None          # index in plan.ROUTINGS (0: random)
     delay_wgrad: np.ndarray = None          # with ep_overlap: --delay-wgrad-compute
+    moe_pad_to_capacity: np.ndarray = None  # drop-and-pad: every expert at its capacity
     recompute_layers: np.ndarray = 0.0
     recompute_method: np.ndarray = 0
     recompute_modules: np.ndarray = 0
@@ -172,9 +174,10 @@ class PlanArrays:
     def from_columns(cls, cols: Mapping[str, Any]) -> "PlanArrays":
         """From the search space's short columns (``tp pp dp cp ep mbs gbs vpp sched rc sp
         zero flash ogr opg tpo``; ``rcl rcu rcm lf ll acc fl mgs`` optional: all layers,
-        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw`` optional: tp, the default imbalance, no
-        dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA graph,
-        random routing, the overlap's weight gradient delayed)."""
+        block, the default modules, the even layout, one flush, the default group; ``etp imb cf epo disp cg route dw pad`` optional: tp, the default imbalance,
+        no dropping, no expert-parallel overlap, Megatron's alltoall dispatcher, no CUDA
+        graph, random routing, the overlap's weight gradient delayed, no padding to
+        capacity)."""
         missing = [s for s in SHORT.values() if s not in cols and s not in OPTIONAL]
         if missing:
             raise SpecError("plan columns", sorted(cols), f"missing {', '.join(missing)}")

@@ -52,8 +52,11 @@ def test_maverick_params_and_flops_match_a_hand_count():
 def test_recipe_token_dropping_is_read():
     for e in MAVERICK:
         assert case_from_entry(e).job.plan.moe_capacity_factor == 1.0
+        assert case_from_entry(e).job.plan.moe_pad_to_capacity      # drop-and-pad (§5.125)
     e = copy.deepcopy(MAVERICK[0])
     del e["plan"]["moe_capacity_factor"]
+    assert case_from_entry(e).job is None       # padding without a capacity is refused
+    del e["plan"]["moe_pad_to_capacity"]
     assert case_from_entry(e).job.plan.moe_capacity_factor is None
     # Grok-1's pinned NeMo 6f2c6fd pretrain_grok1_314b.py builds its recipe with
     # performance_mode=True (L300), which adds MegatronTokenDropCallback (L212): capacity 1.0

@@ -40,7 +40,7 @@ import numpy as np
 from strategies import placement
 from strategies.collectives import PASSES, all_to_all, ring
 from strategies.collectives.select import RING, strided_algorithm, strided_layout
-from strategies.cost import ep_dispatch, measured
+from strategies.cost import ep_dispatch, measured, moe_bytes
 from strategies.cost.token_counts import Num
 from topologies.cluster import Cluster
 from topologies.routing import fabric_hop_share, relays, transfer_latency, transfer_rate
@@ -292,7 +292,8 @@ def _catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
 
 def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
                              dispatcher: Num, cluster: Cluster,
-                             load: Num = 1.0, ep_overlap: Num = False) -> tuple[Num, Num]:
+                             load: Num = 1.0, ep_overlap: Num = False,
+                             pad: Num = False) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` per mean layer of the small blocking collectives that
     Megatron-Core's ``alltoall`` token dispatcher (``dispatcher`` code 0, ``plan.DISPATCHERS``)
     runs on the compute stream besides the tokens' dispatch and combine
@@ -306,7 +307,10 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
     pairs a micro-batch's dispatch with another's compute (``ep_overlap``, Megatron-Core
     running the dispatch on the communication stream; the DualPipe orders) it is not charged
     here. DeepEP (code 1) exchanges counts inside its dispatch kernels: 0; 0 with ``ep = 1``
-    and for a dense model. The MoE layers' share of the mean layer. Vectorised."""
+    and for a dense model. Where the plan pads to capacity (``pad``, drop-and-pad) the
+    dispatcher knows the counts on the host and gathers none (``moe_bytes.count_exchange``);
+    the probabilities' all-to-alls and HybridEP's map stay. The MoE layers' share of the mean
+    layer. Vectorised."""
     code = np.asarray(dispatcher)
     ep_a = np.asarray(ep, dtype=float)
     on = (code == 0) & (ep_a > 1)
@@ -321,6 +325,7 @@ def dispatcher_metadata_time(m, b: Num, tp: Num, cp: Num, ep: Num, etp: Num,
     probs = collective_time("alltoall", p_bytes, ep, etp, cluster)
     rmap = collective_time("allgather", ep_dispatch.hybridep_map_bytes(m, b, tp, cp, ep, etp),
                            etp_a * ep_a, 1, cluster)
+    gather = gather * moe_bytes.count_exchange(pad)
     fwd = np.where(on, share * (gather + probs), np.where(hyb, share * rmap, 0.0))
     bwd = np.where(on, share * probs, 0.0)
     return fwd[()], bwd[()]

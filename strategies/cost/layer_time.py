@@ -180,7 +180,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                system: SystemConfig = DEFAULT_SYSTEM, etp: Num | None = None,
                load: Num = 1.0, modules: Num = 0, dispatcher: Num = 0,
                dedup: Num = 1.0, graphed: Num = False, gathered: Num = False,
-               tp_pairs: Num = 2.0) -> LayerTime:
+               tp_pairs: Num = 2.0, pad: Num = False) -> LayerTime:
     """Compute seconds of one layer: forward, backward and recomputation (keyword-only).
 
     ``recompute`` is 0 (none), 1 (selective: the attention core is recomputed), 2 (full: the
@@ -196,7 +196,8 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     rank's routed tokens over the mean (``token_counts.moe_load``), the pace of its expert GEMMs.
     ``dispatcher`` (``plan.DISPATCHERS`` code) and ``dedup`` (``ep_dispatch.ep_dedup``'s byte
     scale): the MoE token permutations (``moe_permute_time``) and the dispatcher's host
-    synchronisation (``moe_sync_time``), in ``B`` for the backward. ``graphed``: the step runs
+    synchronisation (``moe_sync_time``; none where ``pad``, the plan's
+    ``moe_pad_to_capacity``), in ``B`` for the backward. ``graphed``: the step runs
     as one full-iteration CUDA graph (plan ``cuda_graph``): no host launches or
     synchronisations left (``moe_host_time``, ``moe_sync_time`` 0); else the expert path's
     host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
@@ -234,7 +235,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
                                                       fw, usable_hbm(gpu, system))
     y_f, y_b, y_op, y_full = y_f + z_f, y_b + z_b, y_op + z_op, y_full + z_full
     p_f, p_b = moe_permute_time(m, b, tp, cp, ep, gpu, load, dispatcher, dedup, system, etp,
-                                moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype))
+                                moe_bytes.dispatch_element_bytes(fw.fp8_dispatch, dtype), pad)
     # the experts' quantisation padding: HBM copies on the expert path, priced with the
     # permutations (the same record, the same host comparison)
     q_f, q_b = expert_pad_time(m, b, tp, cp, gpu, dtype, load, etp, fw, system, dispatcher)
@@ -243,7 +244,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     p_f, p_b = p_f + q_f + k_f, p_b + q_b + k_b
     x_f, x_b = expert_bias_time(m, b, tp, cp, ep, gpu, load, etp, fw, system)
     v_f, v_b = eager_variant_time(m, b, tp, cp, gpu, load, fw, system)
-    sync = moe_sync_time(m, fw, gpu, dispatcher) * np.logical_not(graphed)
+    sync = moe_sync_time(m, fw, gpu, dispatcher, pad) * np.logical_not(graphed)
     bwd0 = g_b + a_b + 2 * e_plain + c_b + acc + 2 * launch + p_b + x_b + v_b + gco + y_b
     h_f, h_b = moe_host_time(m, b=b, tp=tp, cp=cp, ep=ep, gpu=gpu, dtype=dtype, tpo=tpo,
                              slow=slow, fw=fw, system=system, etp=etp, load=load,

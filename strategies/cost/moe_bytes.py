@@ -65,17 +65,35 @@ MOE_SYNCS_FWD = 1
 MOE_SYNC_HOST_OPS = (1, 0, 0)
 
 
+def count_exchange(pad: Num) -> Num:
+    """1 where the token dispatcher learns the tokens per expert at run time, 0 where the plan
+    pads every expert to its capacity (``Plan.moe_pad_to_capacity``, drop-and-pad): the one
+    rule for the count exchange and the device-to-host synchronisation. Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher.preprocess`` (``token_dispatcher.py``, ``core_v0.10.0`` to
+    ``core_v0.17.0``) returns early under ``drop_and_pad``: the counts are the capacity
+    (``token_counts.expert_capacity``), built on the host with ``torch.full``, so it neither
+    all-gathers them over ``tp_ep_group`` nor moves ``cuda_sync_point`` off ``"no_sync"``
+    (``_maybe_dtoh_and_synchronize`` does nothing ``if not self.drop_and_pad`` fails);
+    HybridEP's manager likewise sets ``num_permuted_tokens`` and ``tokens_per_expert`` on the
+    host (``_HybridEPManager.setup_metadata``, 0.17) and reads no count back. Dropping without
+    padding keeps both (its ``"before_permutation_1"`` sync). Vectorised."""
+    return np.logical_not(np.asarray(pad, dtype=bool)).astype(float)[()]
+
+
 def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num = 1.0,
                       dispatcher: Num = 0, dedup: Num = 1.0,
                       etp: Num | None = None,
-                      dispatch_bytes: float = ACT_BYTES) -> tuple[Num, Num]:
+                      dispatch_bytes: float = ACT_BYTES, pad: Num = False) -> tuple[Num, Num]:
     """HBM bytes ``(forward, backward)`` per GPU of the token permutations of the mean
     layer's MoE part (its share of the layers), as Megatron-Core's token dispatchers run them
     (``megatron/core/transformer/moe/token_dispatcher.py``, ``moe_utils.permute``/``unpermute``).
 
     ``R0 = routed_token_bytes(load=1)``: the GPU's ``T/t`` tokens in ``k`` copies; ``R``: the
-    routed copies its experts receive (``load`` times ``R0``). A permutation gathers rows: it
-    reads and writes each routed copy once. ``dispatcher`` (``plan.DISPATCHERS`` code):
+    routed copies its experts receive (``load`` times ``R0``). Under drop-and-pad (``pad``)
+    the alltoall dispatcher's local permutation and unpermutation move the ``capacity·E``
+    padded rows, ``R``, in place of ``R0`` (the unpermutation still writes ``R0/k``). A
+    permutation gathers rows: it reads and writes each routed copy once. ``dispatcher``
+    (``plan.DISPATCHERS`` code):
 
     * 0 ``alltoall``: permute the local tokens into ``k`` copies sorted by expert (read
       ``R0``, write ``R0``); with ``ep > 1`` and more than one local expert, sort the received
@@ -106,11 +124,14 @@ def moe_permute_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, load: Num
     etp = tp if etp is None else etp
     R0 = routed_token_bytes(m, b, tp, cp, 1.0)
     R = R0 * load
+    # drop-and-pad (``pad``): the local permutation lays out the ``capacity·E`` padded rows
+    # (``moe_utils.permute(..., drop_and_pad=True)``, ``num_out_tokens``): the padded load
+    Rp = np.where(pad, R, R0)
     code = np.asarray(dispatcher)
     sort = np.where((np.asarray(ep) > 1) & (m.num_experts / np.asarray(ep, dtype=float) > 1),
                     4 * R * etp, 0.0)
     q = dispatch_bytes / ACT_BYTES           # 1.0 in 16 bits: the same arithmetic
-    a2a = 2 * R0 * q + R0 + R0 / k + sort * (q + 1) / 2
+    a2a = 2 * Rp * q + Rp + R0 / k + sort * (q + 1) / 2
     deep = (dedup * R + R) * q + (R + dedup * R)
     fwd = np.where(code > 0, deep, a2a)
     return (share * fwd)[()], (share * fwd)[()]

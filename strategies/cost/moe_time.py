@@ -37,11 +37,12 @@ def moe_permute_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
                      load: Num = 1.0, dispatcher: Num = 0, dedup: Num = 1.0,
                      system: SystemConfig = DEFAULT_SYSTEM,
                      etp: Num | None = None,
-                     dispatch_bytes: float = token_counts.ACT_BYTES) -> tuple[Num, Num]:
+                     dispatch_bytes: float = token_counts.ACT_BYTES,
+                     pad: Num = False) -> tuple[Num, Num]:
     """Seconds ``(forward, backward)`` of the mean layer's MoE token permutations on one GPU:
     ``moe_bytes.moe_permute_bytes`` over the usable HBM bandwidth (0 for a dense model)."""
     f, bw = moe_bytes.moe_permute_bytes(m, b, tp, cp, ep, load, dispatcher, dedup, etp,
-                                        dispatch_bytes)
+                                        dispatch_bytes, pad)
     hbm = usable_hbm(gpu, system)
     return f / hbm, bw / hbm
 
@@ -89,22 +90,24 @@ def expert_bias_time(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU,
 
 
 def moe_sync_time(m: ModelSpec, fw: FrameworkProfile = DEFAULT, gpu: GPU | None = None,
-                  dispatcher: Num = 0) -> Num:
+                  dispatcher: Num = 0, pad: Num = False) -> Num:
     """GPU idle seconds per mean-layer forward from the token dispatcher's device-to-host
     synchronisations (``moe_bytes.MOE_SYNCS_FWD`` per MoE layer): the host waits until the GPU
     has drained its queue, so the GPU then waits, serially, for everything the host runs up
     to its next launch: the launch gap, plus ``HOST_PATH_S`` (the host's path of one operator,
     ``strategies.launch_blocking``) per Python operator the ``dispatcher`` (``plan.DISPATCHERS``
     code) runs before it (``moe_bytes.MOE_SYNC_HOST_OPS``), i.e. ``SYNC_LAUNCH_GAP_S`` for the
-    alltoall dispatcher, as under ``CUDA_LAUNCH_BLOCKING``. 0 for a dense model. Vectorised
-    over ``dispatcher``."""
+    alltoall dispatcher, as under ``CUDA_LAUNCH_BLOCKING``. 0 for a dense model and where the
+    plan pads to capacity (``pad``: ``moe_bytes.count_exchange``, no synchronisation).
+    Vectorised over ``dispatcher`` and ``pad``."""
     code = np.asarray(dispatcher).astype(int)
     if not m.is_moe:
-        return (0.0 * code)[()]
+        return (0.0 * code * moe_bytes.count_exchange(pad))[()]
     share = m.layer_shares().get("moe", 0.0)
     ops = np.asarray(moe_bytes.MOE_SYNC_HOST_OPS, dtype=float)[code]
     gap = measured.launch_gap(gpu, fw.launch_gap_s)
-    return (share * moe_bytes.MOE_SYNCS_FWD * (gap + ops * HOST_PATH_S))[()]
+    return (share * moe_bytes.MOE_SYNCS_FWD * moe_bytes.count_exchange(pad)
+            * (gap + ops * HOST_PATH_S))[()]
 
 
 def moe_host_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, gpu: GPU, dtype: str,

@@ -433,7 +433,9 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, sp, flash, tpo = P.recompute, P.zero, P.sp, P.flash_attn, P.tp_comm_overlap
     etp = P.etp
-    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp)
+    pad = P.moe_pad_to_capacity               # drop-and-pad: counts known, rows at capacity
+    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, etp,
+                                 pad)
 
     mb = P.gbs / (b * dp)                      # micro-batches per step and pipeline
     # the ranks holding a dense parameter's copies (dp·cp), or with hybrid sharding those its
@@ -461,7 +463,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                system=sy, etp=etp, load=load, modules=P.recompute_modules,
                                dispatcher=P.moe_dispatcher, dedup=dedup_bytes,
                                graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
-                               tp_pairs=n_tp)
+                               tp_pairs=n_tp, pad=pad)
     lpc = m.num_layers / (pp * P.vpp)
 
     def blocking_small(mm: ModelSpec) -> tuple[Any, Any]:
@@ -471,7 +473,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
         not ``paired`` (``comm.dispatcher_metadata_time``) and Transformer Engine's amax
         all-reduces (``amax.amax_reduction_time``)."""
         d_f, d_b = cm.dispatcher_metadata_time(mm, b, tp, cp, ep, etp, P.moe_dispatcher, cl,
-                                               load, paired)
+                                               load, paired, pad)
         r_f, r_b = amax.amax_reduction_time(mm, lpc, tp, cp, dp, ep, sp, dtype, fw, cl, rc)
         return d_f + r_f, d_b + r_b
 
@@ -578,7 +580,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                     graphed=P.cuda_graph, gathered=(zero == 3) & (copies > 1),
                                     tp_pairs=tp_collectives_per_layer(
                                 mk.num_moe_layers / mk.num_layers if mk.is_moe else 0.0, ep,
-                                mk.num_shared_experts))
+                                mk.num_shared_experts), pad=pad)
         ak_f, ak_b = attention_time.attention_time_fwd(mk, b, tp, cp, flash, gpu, slow, fw, sy)
         dense_p, expert_p = param_counts.layer_params_split(mk, tp, ep, etp)
         mk_f, mk_b = blocking_small(mk)

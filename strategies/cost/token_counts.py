@@ -33,23 +33,54 @@ def tokens_per_gpu(b: Num, s: int, cp: Num) -> Num:
     return b * s / cp
 
 
+def expert_capacity(m: ModelSpec, b: Num, tp: Num, cp: Num, capacity_factor: Num) -> Num:
+    """Tokens each expert takes from one GPU's micro-batch under a capacity factor, as
+    Megatron-Core computes it (``moe_utils.get_capacity``, ``core_v0.10.0`` to
+    ``core_v0.17.0``: ``ceil(num_tokens / num_experts * capacity_factor)``, ``num_tokens`` the
+    router's rows times ``topk``): the GPU's ``T/t = b·s/(c·t)`` tokens in ``topk`` copies over
+    ``E`` experts, ``ceil(T/t·topk/E · capacity_factor)``. Under drop-and-pad
+    (``Plan.moe_pad_to_capacity``) the dispatcher sends exactly this many rows to every expert
+    (``MoEAlltoAllTokenDispatcher.preprocess``: ``num_out_tokens = capacity·E``), so each local
+    expert runs ``capacity·etp·ep`` rows. Vectorised."""
+    n = tokens_per_gpu(b, m.seq_length, cp) / np.asarray(tp, dtype=float) * m.moe_router_topk
+    return np.ceil(n / m.num_experts * np.asarray(capacity_factor, dtype=float))[()]
+
+
+def padded_load(m: ModelSpec, b: Num, tp: Num, cp: Num, capacity_factor: Num) -> Num:
+    """Routed rows under drop-and-pad over the dropless mean: ``expert_capacity·E`` over the
+    GPU's ``T/t·topk`` routed copies (``capacity_factor`` up to the ceiling's rounding), the
+    same on every expert-parallel rank. Vectorised."""
+    n = tokens_per_gpu(b, m.seq_length, cp) / np.asarray(tp, dtype=float) * m.moe_router_topk
+    return (expert_capacity(m, b, tp, cp, capacity_factor) * m.num_experts / n)[()]
+
+
 def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf,
              m: ModelSpec | None = None, b: Num = 1, tp: Num = 1, cp: Num = 1,
-             etp: Num | None = None) -> Num:
+             etp: Num | None = None, pad: Num = False) -> Num:
     """Routed tokens of the hottest expert-parallel rank over the mean (the pace of its expert
     GEMMs and of its all-to-all): ``moe_imbalance`` where ``ep > 1`` (with every expert on
     one rank there is no hottest rank), capped by ``moe_capacity_factor``, beyond which an
     expert drops its tokens (Megatron's token dropping: an expert takes at most
-    ``capacity_factor`` times its mean share). An imbalance of NaN (a plan that names none,
-    ``plan.DEFAULT_MOE_IMBALANCE``) is ``moe_balance.default_imbalance`` of the model ``m``
-    and the micro-batch's shape (``b``, ``tp``, ``cp``, ``etp``). Vectorised."""
+    ``capacity_factor`` times its mean share). Where ``pad`` (``Plan.moe_pad_to_capacity``)
+    every expert runs exactly its capacity, whatever the routing: ``padded_load``. An
+    imbalance of NaN (a plan that names none, ``plan.DEFAULT_MOE_IMBALANCE``) is
+    ``moe_balance.default_imbalance`` of the model ``m`` and the micro-batch's shape (``b``,
+    ``tp``, ``cp``, ``etp``). The one rule the expert GEMMs' rows, the all-to-all's bytes,
+    the permutations and the memory model's buffers read. Vectorised."""
     imb = np.asarray(imbalance, dtype=float)
     if np.isnan(imb).any():
         if m is None:
             raise ValueError("moe_load: the default imbalance (NaN) needs the model and the "
                              "micro-batch's shape (m, b, tp, cp, etp)")
         imb = np.where(np.isnan(imb), default_imbalance(m, b, tp, cp, ep, etp), imb)
-    return np.minimum(np.where(np.asarray(ep) > 1, imb, 1.0), capacity_factor)[()]
+    load = np.minimum(np.where(np.asarray(ep) > 1, imb, 1.0), capacity_factor)
+    if np.any(pad):
+        if m is None:
+            raise ValueError("moe_load: padding to capacity needs the model and the "
+                             "micro-batch's shape (m, b, tp, cp)")
+        cf = np.where(pad, capacity_factor, 1.0)    # (no capacity where nothing is padded)
+        load = np.where(pad, padded_load(m, b, tp, cp, cf), load)
+    return load[()]
 
 
 def expert_tokens(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num, etp: Num | None = None,

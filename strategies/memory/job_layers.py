@@ -52,7 +52,8 @@ def job_layer_activation_bytes(job: Job, recompute: str | None = None,
                         p.cp, recompute or p.recompute, p.flash_attn, p.recompute_modules,
                         fw.remat_named, job_activation_cache(job), p.ep, p.imbalance,
                         p.capacity_factor, p.expert_tp, runs_eager_clamp(fw),
-                        job_expert_input_bytes(job), job_te_linear_bytes(job))
+                        job_expert_input_bytes(job), job_te_linear_bytes(job),
+                        p.moe_pad_to_capacity)
 
 
 @lru_cache(maxsize=4096, typed=True)
@@ -60,7 +61,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                  flash_attn: bool, recompute_modules: tuple | None, remat_named: bool,
                  cache: float | None, ep: int, imbalance: float, capacity_factor: float,
                  expert_tp: int | None, clamp: bool, expert_input: float | None = None,
-                 te_inputs: tuple[float, float, float, float] | None = None) -> float:
+                 te_inputs: tuple[float, float, float, float] | None = None,
+                 pad: bool = False) -> float:
     """``job_layer_activation_bytes`` of the plan fields it reads (bytes; a pure function of
     frozen specs and numbers, memoised: a scalar estimate asks it for the same layer once
     per stage and chunk)."""
@@ -68,7 +70,8 @@ def _layer_bytes(mdl: ModelSpec, seq_len: int, mbs: int, tp: int, sp: bool, cp: 
                                   recompute_modules, remat_named, cache)
     code = {"none": 0, "selective": 1, "full": 2, "op": 3}[rc]
     mods = modules_mask(recompute_modules) if recompute_modules else 0
-    load = token_counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp)
+    load = token_counts.moe_load(ep, imbalance, capacity_factor, mdl, mbs, tp, cp, expert_tp,
+                                 pad)
     extra, _ = routed_stash_correction(mdl, seq_len, mbs, tp, cp, sp, expert_tp, load, code,
                                        mods, clamp=clamp, cache=cache,
                                        expert_input=expert_input)

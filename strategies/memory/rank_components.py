@@ -120,7 +120,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     end = (stage == 0) | (stage == pp - 1)
     is_first, is_last = np.where(mirrored, end, is_first), np.where(mirrored, end, is_last)
     s = m.seq_length
-    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp)
+    load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp,
+                                 P.moe_pad_to_capacity)
 
     layer_bytes: dict[ModelSpec, dict] = {}
 

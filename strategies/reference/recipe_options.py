@@ -25,7 +25,8 @@ from strategies.remat_policies import recompute_of
 def moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dict:
     """Expert tensor parallelism and the expert-parallel overlap of an entry: what it states
     (``plan.etp``, ``plan.ep_overlap``, ``plan.moe_dispatcher``, ``plan.moe_routing``,
-    ``plan.moe_capacity_factor``, ``plan.cuda_graph``: the
+    ``plan.moe_capacity_factor``, ``plan.moe_pad_to_capacity``: every expert padded to its
+    capacity, ``plan.cuda_graph``: the
     whole step as one CUDA graph), else what the Megatron-Bridge recipe of its layout
     runs (``reference.bridge_recipes``), stated with the recipe's file; else the stack's
     defaults (etp = tp, no overlap)."""
@@ -44,6 +45,8 @@ def moe_options(c: dict, fw: FrameworkProfile, ep: int, notes: list[str]) -> dic
         out["cuda_graph"] = pl["cuda_graph"]
     if stated_number(pl, "moe_capacity_factor") is not None:   # token dropping stated
         out["moe_capacity_factor"] = stated_number(pl, "moe_capacity_factor")
+    if stated_bool(pl, "moe_pad_to_capacity") is not None:    # drop-and-pad stated
+        out["moe_pad_to_capacity"] = pl["moe_pad_to_capacity"]
     r = recipe_for(c) if ep > 1 else None
     if r is None:
         stated_delay_wgrad(c, out, notes)
@@ -177,7 +180,15 @@ def routing_balance(c: dict, model: ModelSpec, plan: Plan, notes: list[str]) -> 
         return plan
     rule = float(token_counts.moe_load(plan.ep, plan.imbalance, float("inf"), model, plan.mbs,
                                  plan.tp, plan.cp, plan.expert_tp))
-    if plan.capacity_factor < rule:
+    if plan.moe_pad_to_capacity:
+        pad = float(token_counts.moe_load(plan.ep, plan.imbalance, plan.capacity_factor, model,
+                                          plan.mbs, plan.tp, plan.cp, plan.expert_tp, True))
+        notes.append(f"expert load {pad:g}: drop-and-pad at moe_capacity_factor "
+                     f"{plan.capacity_factor:g} runs every expert at its capacity whatever "
+                     f"the routing (default imbalance {rule:.4f} not read; "
+                     "token_counts.padded_load), and the dispatcher neither gathers the "
+                     "token counts nor synchronises (moe_bytes.count_exchange)")
+    elif plan.capacity_factor < rule:
         notes.append(f"expert load {plan.capacity_factor:g}: token dropping at "
                      f"moe_capacity_factor {plan.capacity_factor:g} caps the default "
                      f"imbalance {rule:.4f} (token_counts.moe_load)")

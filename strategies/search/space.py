@@ -93,17 +93,17 @@ SCHEDULE_SETS = ("default", "all")
 SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw",
                "tp_comm_overlap": "tpo",
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
-               "moe_capacity_factor": "cf", "flash_attn": "flash",
+               "moe_capacity_factor": "cf", "moe_pad_to_capacity": "pad", "flash_attn": "flash",
                "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg"}
 #: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
 MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
-            "moe_imbalance", "moe_capacity_factor")
+            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
 FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
             "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
             *SWITCH_KEYS)
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "dw", "cg", "route", "imb", "cf", "fl", "mgs", "dps")
+           "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps")
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 cuda_graph=bool(c.get("cg", False)),
                 moe_routing=ROUTINGS[int(c.get("route", 0))],
                 moe_imbalance=float(c["imb"]) if "imb" in c else None,
-                moe_capacity_factor=None if np.isinf(cf) else cf, mbs=c["mbs"],
+                moe_capacity_factor=None if np.isinf(cf) else cf,
+                moe_pad_to_capacity=bool(c.get("pad", False)), mbs=c["mbs"],
                 gbs=c["gbs"], schedule=schedule_of_code(c["sched"]).name, vpp=c["vpp"],
                 recompute=RC_NAME[c["rc"]], sp=bool(c["sp"]), zero=c["zero"],
                 flushes=int(c.get("fl", 1)),
@@ -298,6 +299,12 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
                         f"selective), not recompute={out['recompute']}")
+    if out.get("moe_pad_to_capacity"):    # Plan's rule between the fields (_check_pad_to_capacity)
+        try:
+            Plan(moe_pad_to_capacity=True, moe_capacity_factor=out.get("moe_capacity_factor"),
+                 moe_dispatcher=out.get("moe_dispatcher", "alltoall"))
+        except SpecError as e:
+            raise SpecError("--fix", "moe_pad_to_capacity=true", e.rule) from None
     chunked = chunked_names()
     if out.get("vpp", 1) >= 2 and chunked and \
             not get_schedule(out.setdefault("schedule", chunked[0])).chunked:
@@ -312,7 +319,9 @@ def _fix_switch(key: str, value: str) -> Any:
     ``plan.DISPATCHERS``)."""
     try:
         v = coerce(key, value)
-        Plan(**{key: v})
+        # (padding's need of a capacity factor is a rule between fields: parse_fix's)
+        Plan(**{key: v}, **({"moe_capacity_factor": 1.0} if key == "moe_pad_to_capacity"
+                            else {}))
     except SpecError as e:
         raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
     return v
