@@ -19,7 +19,7 @@ fixed cost ``c0`` of a 0.25 grid, and the best ``c0`` kept: it is the constant
 the kernel). The order comparison fits the three CTA orders (and two CTAs per SM for
 FlashAttention-2) the same way.
 
-    python experiments/attention_grid_fit.py [--orders] [--points]
+    python experiments/attention_grid_fit.py [--orders] [--points] [--shapes GPU]
 """
 from __future__ import annotations
 
@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orders", action="store_true", help="compare CTA orders and occupancy")
     ap.add_argument("--points", action="store_true", help="every point's residual")
+    ap.add_argument("--shapes", default=None, metavar="GPU",
+                    help="the cost model's factor on the catalog rate by sequence x batch·heads")
     a = ap.parse_args(argv)
     print("| kernel | dir | order | CTAs/SM | c0 (tiles) | E (fit) | host µs | rms log | "
           "max abs log, kernel-bound (n) | module c0 |")
@@ -180,6 +182,17 @@ def main(argv: list[str] | None = None) -> int:
                     f = fit(k, d, order, cps, tuple(i * 0.5 for i in range(17)))
                     print(f"| {k} | {d} | {order} | {cps} | {f.kernel.fixed_tiles:.2f} | "
                           f"{f.asymptote:.3f} | {f.rms:.3f} |")
+    if a.shapes:
+        g = get_gpu(a.shapes)
+        groups = (4, 8, 12, 16, 32, 64, 128)
+        for kern in ("native", "fa2"):
+            print(f"\n{g.name} {kern}: factor on the catalog rate (forward / backward), rows "
+                  "sequence, columns batch x heads (attention_grid.shape_factors)")
+            print("| seq | " + " | ".join(str(x) for x in groups) + " |")
+            print("| ---: |" + " ---: |" * len(groups))
+            for seq in (1024, 2048, 4096, 8192, 16384, 32768):
+                cells = [ag.shape_factors(g, kern, x, seq) for x in groups]
+                print(f"| {seq} | " + " | ".join(f"{f:.2f} / {b:.2f}" for f, b in cells) + " |")
     if a.points:
         for (k, d), f in fits.items():
             print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"

@@ -150,7 +150,7 @@ def test_bad_kernel_fields_are_refused_by_name():
 
 #: (rms of log time over every point, largest |log residual| of a kernel-bound point), as
 #: ``python experiments/attention_grid_fit.py`` prints them (rounded up)
-BAND = {("native", "fwd"): (0.060, 0.21), ("native", "bwd"): (0.076, 0.14),
+BAND = {("native", "fwd"): (0.056, 0.16), ("native", "bwd"): (0.076, 0.14),
         ("fa2", "fwd"): (0.097, 0.40), ("fa2", "bwd"): (0.060, 0.41)}
 
 
@@ -170,9 +170,18 @@ def test_fit_residuals_within_the_measured_band(kernel, direction):
         assert other.rms > f.rms
 
 
-def test_fit_rejects_longest_first_over_all_heads_for_cudnn():
-    """cuDNN's points select its order: FlashAttention-3's global longest-first schedule fits
-    the forward over twice as badly as per-head order (rms of log time)."""
+def test_fit_selects_cudnn_forward_order():
+    """cuDNN's forward points select its order: FlashAttention-3's global longest-first
+    schedule fits over twice as badly as the tile index's order (rms of log time), and per
+    head longest first misses 16,384 tokens x 4 heads by 15-20 % (log time, runs 1 and 2)
+    where the tile order fits it within 7 %."""
     lpt = fit.fit("native", "fwd", "lpt", 1, tuple(i * 0.5 for i in range(13)))
     own = fit.fit_at("native", "fwd", ag.CUDNN_FWD)
     assert lpt.rms > 2 * own.rms
+    desc = fit.fit_at("native", "fwd", dataclasses.replace(ag.CUDNN_FWD, order="head_desc",
+                                                           fixed_tiles=1.5))
+    assert desc.rms > own.rms
+
+    def at(f):
+        return [r for p, r, _ in f.residuals if (p.seq, p.batch * p.heads) == (16384, 4)]
+    assert all(abs(r) < 0.07 for r in at(own)) and all(r < -0.15 for r in at(desc))

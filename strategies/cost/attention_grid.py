@@ -18,10 +18,13 @@ Kernels (``GridKernel``; tile sizes and orders from the public sources, the fixe
 the one H200 measurement, docs/measurements/h200_2026-11-29, least squares over its kernel
 points in ``experiments/attention_grid_fit.py``, which prints the residual of every point):
 
-* cuDNN (``"native"`` on Hopper and later; closed source): 128-row tiles, one CTA per SM;
-  its order is the one the H200 points select among the three below (per head, longest
-  tile first: 'head_desc'; the global longest-first order FlashAttention-3's
-  ``DynamicPersistentTileScheduler`` runs fits them 2.5x worse, the fit script prints both).
+* cuDNN (``"native"`` on Hopper and later; closed source): 128-row tiles, one CTA per SM,
+  taken in the tile index's order, the order the H200 points select among ``ORDERS``: the
+  forward per head from the shortest query tile ('head_asc'; per head longest first fits
+  16,384 tokens x 4 heads 15-20 % fast; FlashAttention-3's global longest-first
+  ``DynamicPersistentTileScheduler``, hopper/tile_scheduler.hpp, fits all the points 2.7x
+  worse), the backward per head from key tile 0, the longest ('head_desc'). The fit script
+  prints every order's fit (``--orders``).
 * FlashAttention-2 (``"fa2"``, and ``"native"`` up to Ampere): Dao-AILab/flash-attention
   ``csrc/flash_attn/src/flash_fwd_launch_template.h`` ``run_mha_fwd_hdim128`` (128 x 64
   tiles, 4 warps; grid ``(num_m_block, b, h)``, ``m_block = blockIdx.x``: per head, the
@@ -88,7 +91,7 @@ class GridKernel:
 
 # Fixed costs: experiments/attention_grid_fit.py on the H200 points (run 1 and 2 sweeps and
 # run 2's probes; least squares of log time, grid 0.25 apart; docs/calibration.md §5.130)
-CUDNN_FWD = GridKernel("cudnn-fwd", "head_desc", 1, 1.5)
+CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75)
 CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75)
 FA2_FWD = GridKernel("fa2-fwd", "head_asc", 1, 1.0)
 FA2_BWD = GridKernel("fa2-bwd", "head_desc", 1, 3.25)
