@@ -185,3 +185,21 @@ def test_fit_selects_cudnn_forward_order():
     def at(f):
         return [r for p, r, _ in f.residuals if (p.seq, p.batch * p.heads) == (16384, 4)]
     assert all(abs(r) < 0.07 for r in at(own)) and all(r < -0.15 for r in at(desc))
+
+
+@pytest.mark.parametrize("k", KERNELS, ids=lambda k: k.name)
+def test_ring_context_parallelism_closed_form(k):
+    """cp = 2, one head of 256 tokens a rank (two chunks of one tile): the causal step takes
+    its longest CTA, 2 + c0 (x CTAs per SM); the later step half the ranks' two CTAs of one
+    tile, half the one CTA of two: ((1 + c0) + (2 + c0))/2; the useful tiles 3 + 2.
+    cp = 1 is ``grid_factor``."""
+    c0, cps = k.fixed_tiles, k.ctas_per_sm
+    want = 5 / 132 / (cps * (2 + c0) + cps * ((1 + c0) + (2 + c0)) / 2)
+    assert ag.ring_factor(k, 1, 512, 2, 132) == pytest.approx(want, rel=1e-12)
+    assert ag.ring_factor(k, 8, 8192, 1, 132) == ag.grid_factor(k, 8, 64, 132)
+    m = dataclasses.replace(model_preset("llama3-8b"), seq_length=8192)
+    ref = ag.grid_factor(ag.CUDNN_FWD, ag.REF_GROUPS, ag.REF_SEQ // ag.TILE, 132)
+    f, _ = ag.rate_factors(m, 1, 1, np.array([1, 2]), get_gpu("H100"), "native")
+    assert f[1] == pytest.approx(ag.ring_factor(ag.CUDNN_FWD, 32, 8192, 2, 132) / ref, rel=1e-12)
+    assert ag.ring_factor(ag.CUDNN_FWD, 32, 8192, 2, 132) > ag.grid_factor(ag.CUDNN_FWD, 32, 32,
+                                                                           132)

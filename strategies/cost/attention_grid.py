@@ -164,14 +164,40 @@ def shape_factors(gpu: GPU, kernel: str, groups: int, seq: int) -> tuple[float, 
     return f, b
 
 
+def ring_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int) -> float:
+    """Grid factor of one rank's attention under load-balanced ring context parallelism
+    (``cp`` ranks, each holding two chunks of ``c = seq/(2·cp)`` tokens; Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P``, PyTorch's ring in ``torch.distributed.tensor.experimental``):
+    step 0 is a causal kernel over the ``2c`` local tokens (``makespan``); each of the
+    ``cp - 1`` later steps a kernel without a mask, on the ranks up to the step all ``2c``
+    queries over the first ``c`` keys received, on the others the last ``c`` queries over all
+    ``2c`` (half the steps each, on average over ranks): equal CTAs, ``ceil(CTAs/slots)``
+    waves of ``ctas_per_sm·(tiles + c0)``. The useful tiles of every step over ``sms`` times
+    the summed makespans; ``grid_factor`` at ``cp`` 1."""
+    n = max(1, -(-int(seq) // (cp * TILE)))
+    if cp <= 1:
+        return grid_factor(kernel, groups, n, sms)
+    c = max(1, -(-int(seq) // (2 * cp * TILE)))
+    k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
+    slots = sms * k
+
+    def uniform(ctas: int, tiles: int) -> float:
+        return -(-ctas // slots) * k * (tiles + c0)
+    steps = (cp - 1) * (uniform(groups * n, c) + uniform(groups * c, n)) / 2.0
+    useful = groups * (n * (n + 1) / 2.0 + (cp - 1) * n * c)
+    return useful / sms / (makespan(kernel, groups, n, sms) + steps)
+
+
 def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
-               windows: bool) -> float:
+               windows: bool, cp: int = 1) -> float:
     """Grid factor of ``m``'s mean layer at ``groups`` x ``n`` tiles: full layers at
-    ``grid_factor``, and with ``windows`` the windowed ones at theirs (a sliding window's
-    reach capped at ``ceil((W-1)/128) + 1`` tiles, as ``attention_counts.score_elements``;
-    chunked attention as groups of one chunk's tiles), combined by their share of the kernel's
-    score blocks (times add: the harmonic mean weighted by ``attention_counts.window_share``)."""
-    full = grid_factor(gk, groups, n, sms)
+    ``ring_factor`` (``grid_factor`` without context parallelism), and with ``windows`` the
+    windowed ones at theirs (a sliding window's reach capped at ``ceil((W-1)/128) + 1``
+    tiles, as ``attention_counts.score_elements``; chunked attention as groups of one chunk's
+    tiles; both on the rank's ``n`` tiles whatever ``cp``), combined by their share of the
+    kernel's score blocks (times add: the harmonic mean weighted by
+    ``attention_counts.window_share``)."""
+    full = ring_factor(gk, groups, m.seq_length, cp, sms)
     w = window_share(m) if windows else 0.0
     if not w or m.sliding_window is None or m.sliding_window >= n * TILE:
         return full
@@ -188,25 +214,25 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     """(forward, backward) factor on the catalog's fused-attention rate at this shape: the
     grid factor of the mean layer (``_factor_at``; ``windows`` False: the full layers' only)
     at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·128))`` tiles
-    over the one at the catalog's benchmark shape (``REF_SEQ``, ``REF_GROUPS``); 1.0 where
-    ``kernels`` has no grid for the chip. Vectorised over ``b``, ``tp``, ``cp`` (one schedule
-    per distinct shape)."""
+    (with ``cp > 1`` the ring's steps, ``ring_factor``) over the one at the catalog's benchmark
+    shape (``REF_SEQ``, ``REF_GROUPS``); 1.0 where ``kernels`` has no grid for the chip.
+    Vectorised over ``b``, ``tp``, ``cp`` (one schedule per distinct shape)."""
     ks = kernels(gpu, kernel)
     if ks is None:
         return 1.0, 1.0
     sms = gpu.sm_count
     groups = np.maximum(1, np.ceil(np.asarray(b, dtype=float) * m.num_attention_heads
                                    / np.asarray(tp, dtype=float) - 1e-9)).astype(np.int64)
-    seq = np.asarray(m.seq_length / np.asarray(cp, dtype=float))
-    tiles = np.maximum(1, np.ceil(seq / TILE - 1e-9)).astype(np.int64)
-    groups, tiles = np.broadcast_arrays(groups, tiles)
+    cps = np.maximum(1, np.round(np.asarray(cp, dtype=float))).astype(np.int64)
+    tiles = np.maximum(1, np.ceil(m.seq_length / cps / TILE - 1e-9)).astype(np.int64)
+    groups, tiles, cps = np.broadcast_arrays(groups, tiles, cps)
     out = []
     for gk in ks:
         ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms)
-        pairs, inv = np.unique(np.stack([groups.ravel(), tiles.ravel()]), axis=1,
-                               return_inverse=True)
-        vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows) / ref
-                         for g, n in pairs.T])
+        keys, inv = np.unique(np.stack([groups.ravel(), tiles.ravel(), cps.ravel()]), axis=1,
+                              return_inverse=True)
+        vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows, int(c)) / ref
+                         for g, n, c in keys.T])
         f = vals[np.asarray(inv).ravel()].reshape(groups.shape)
         out.append(float(f) if f.ndim == 0 else f)
     return out[0], out[1]
