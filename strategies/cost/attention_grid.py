@@ -20,8 +20,8 @@ points in ``experiments/attention_grid_fit.py``, which prints the residual of ev
 
 * cuDNN (``"native"`` on Hopper and later; closed source): 128-row tiles, one CTA per SM,
   taken in the tile index's order, the order the H200 points select among ``ORDERS``: the
-  forward per head from the shortest query tile ('head_asc'; per head longest first fits
-  16,384 tokens x 4 heads 15-20 % fast; FlashAttention-3's global longest-first
+  forward per head from the shortest query tile ('head_asc'; per head longest first times
+  16,384 tokens x 4 heads 0.15-0.20 short in log time; FlashAttention-3's global longest-first
   ``DynamicPersistentTileScheduler``, hopper/tile_scheduler.hpp, fits all the points 2.7x
   worse), the backward per head from key tile 0, the longest ('head_desc'). The fit script
   prints every order's fit (``--orders``).
