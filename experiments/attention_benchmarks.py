@@ -9,7 +9,8 @@ kernel's diagonal blocks), backward 2.5x the forward (recomputed QK^T). The frac
 that TFLOP/s over the chip's dense bf16 peak (``topologies.gpus``). The model column is the
 same convention over ``attention_time.attention_time_fwd``'s seconds for the shape (batch ``b``,
 ``a`` query heads, ``tp = cp = 1``), which charges the causal kernel's 128x128 blocks
-(``attention_counts.causal_fraction``) at ``flash_efficiency`` of the peak, the backward
+(``attention_counts.causal_fraction``) at ``flash_efficiency`` of the peak times the
+kernel's grid factor at the shape (``attention_grid``, docs/calibration.md §5.130), the backward
 ``FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY`` times the forward, plus the exposed exponentials
 where the SFU rate differs (GB300). A full (no-mask) shape is the model's causal time scaled
 by the full square over the causal blocks (``model_seconds``).

@@ -49,7 +49,8 @@ def read_pairs(root: str) -> list[tuple[dict, dict]]:
 
 def model_ratio(dqk: int, dv: int, backward: bool) -> float:
     """The model's GB200/GB300 time ratio of a fused attention pass with these head dims
-    (independent of sequence and batch: both terms scale with the score elements)."""
+    (both terms scale with the score elements; the kernel's grid factor on each chip's SMs at
+    batch 1 and the preset's heads and sequence, docs/calibration.md §5.130)."""
     if dqk != dv:   # MLA's shapes: DeepSeek-V3's 192/128
         m = model_preset("deepseek-v3")
     else:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from strategies.cost import attention_counts, attention_time, elementwise_bytes, elementwise_time
+from strategies.cost import (attention_counts, attention_grid, attention_time, elementwise_bytes,
+                             elementwise_time)
 from strategies.reference.cases import case_from_entry
 from strategies.reference.text import attention_kernel
 from topologies.gpus import get_gpu
@@ -72,8 +73,10 @@ def test_an_fa1_class_kernel_keeps_the_stacks_and_says_why():
 
 
 def test_the_kernel_sets_the_attention_time_in_closed_form():
-    """FlashAttention forward = FLOPs / (bf16 peak x the kernel's efficiency); backward = 2.5x
-    the FLOPs at 0.8x that rate: native and fa2 on H100 differ by exactly their efficiencies."""
+    """FlashAttention forward = FLOPs / (bf16 peak x the kernel's efficiency x its grid factor
+    at the shape, ``attention_grid.rate_factors``); backward = 2.5x the FLOPs at 0.8x that
+    rate over the backward grid's factor: native and fa2 on H100 differ by exactly their
+    efficiencies and grids."""
     e = _entry("mosaic_mpt7b_h100ls_128gpu_seq2048_mb6")
     e["source"]["ref"] = "NeMo 24.11 performance summary"
     fa2 = case_from_entry(e).job
@@ -83,8 +86,10 @@ def test_the_kernel_sets_the_attention_time_in_closed_form():
     f = attention_counts.attn_core_flops_fwd(m, b, 1, 1, True)
     for job, eff in ((fa2, gpu.fa2_attention_efficiency), (native, gpu.attention_efficiency)):
         fwd, bwd = attention_time.attention_time_fwd(m, b, 1, 1, True, gpu, 1.0, job.framework)
-        assert fwd == pytest.approx(f / (gpu.peak("bf16") * eff), rel=1e-12)
-        assert bwd == pytest.approx(2.5 * fwd / 0.8, rel=1e-12)
+        g_f, g_b = attention_grid.rate_factors(m, b, 1, 1, gpu, job.framework.attention_kernel)
+        assert 0.5 < g_f < 1 and 0.5 < g_b < 1     # 2,048 tokens: below the benchmark's grid
+        assert fwd == pytest.approx(f / (gpu.peak("bf16") * eff * g_f), rel=1e-12)
+        assert bwd == pytest.approx(2.5 * fwd * g_f / (0.8 * g_b), rel=1e-12)
 
 
 def test_an_elementwise_pass_is_its_bytes_over_usable_bandwidth():

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from strategies.cost import attention_counts, attention_time, window_kernel
+from strategies.cost import attention_counts, attention_grid, attention_time, window_kernel
 from strategies.presets import model_preset
 from topologies.errors import SpecError
 from topologies.gpus import (ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPUS, get_gpu,
@@ -40,8 +40,10 @@ def test_doubled_sfu_moves_attention_by_the_exposed_exponentials(model, b, tp, c
     assert float(b0 - b1) == pytest.approx(attention_time.EXP_EXPOSED_BWD * saved, rel=1e-9)
     if measured:   # its catalog share: tests/test_window_kernel.py
         return
-    # the share it moves by is the exponentials' share of the catalog time
-    peak = ref.peak("bf16") * ref.attention_efficiency
+    # the share it moves by is the exponentials' share of the catalog time (at the kernel's
+    # grid factor for the shape, §5.130)
+    g_f, _ = attention_grid.rate_factors(m, b, tp, cp, ref, "native")
+    peak = ref.peak("bf16") * ref.attention_efficiency * g_f
     t_cat = slow * attention_counts.attn_core_flops_fwd(m, b, tp, cp, True) / peak
     assert float(f0) == pytest.approx(t_cat, rel=1e-12)
     assert float(f1 / f0) == pytest.approx(1 - attention_time.EXP_EXPOSED_FWD * saved / t_cat,
@@ -111,7 +113,9 @@ def test_yaml_key_round_trip_and_validation():
 
 def test_pairs_experiment_model_ratio_is_the_closed_form():
     """experiments/sfu_attention_pairs.py's model column: GB200/GB300 time of a fused pass,
-    1 / (1 - w·n·(1/R0 - 1/R1)/t) with t the catalog time and n = F/(2(d_qk + d_v))."""
+    1 / (g0/g1 - w·g0·n·(1/R0 - 1/R1)/t) with t the catalog time, n = F/(2(d_qk + d_v)) and
+    g0, g1 the kernel's grid factors on GB200's 148 and GB300's 160 SMs (§5.130; the
+    experiment's shape: batch 1, the preset's heads and sequence)."""
     import importlib.util
     import pathlib
     path = pathlib.Path(__file__).parent.parent / "experiments" / "sfu_attention_pairs.py"
@@ -120,11 +124,16 @@ def test_pairs_experiment_model_ratio_is_the_closed_form():
     spec.loader.exec_module(mod)
     g = get_gpu("GB200")
     dx = 1 / ATTN_EXP_REF_RATE - 1 / BLACKWELL_ULTRA_EXP_RATE
+    g1 = get_gpu("GB300")
     for dq, dv in ((128, 128), (192, 128), (64, 64)):
+        m = model_preset("deepseek-v3" if dq != dv else "llama3-70b")
+        g0f, g0b = attention_grid.shape_factors(g, "native", m.num_attention_heads, m.seq_length)
+        g1f, g1b = attention_grid.shape_factors(g1, "native", m.num_attention_heads,
+                                                m.seq_length)
         per_flop = 1 / (g.peak("bf16") * g.attention_efficiency)   # catalog s per FLOP
         share = dx / (2 * (dq + dv)) / per_flop
         assert mod.model_ratio(dq, dv, False) == pytest.approx(
-            1 / (1 - attention_time.EXP_EXPOSED_FWD * share), rel=1e-12)
+            1 / (g0f / g1f - attention_time.EXP_EXPOSED_FWD * share * g0f), rel=1e-12)
         bwd = attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY
         assert mod.model_ratio(dq, dv, True) == pytest.approx(
-            1 / (1 - attention_time.EXP_EXPOSED_BWD * share / bwd), rel=1e-12)
+            1 / (g0b / g1b - attention_time.EXP_EXPOSED_BWD * share * g0b / bwd), rel=1e-12)

@@ -12,7 +12,7 @@ import os
 import numpy as np
 import pytest
 
-from strategies.cost import attention_counts, attention_time, window_kernel
+from strategies.cost import attention_counts, attention_grid, attention_time, window_kernel
 from strategies.cost import fp8_attention as fa
 from strategies.cost.fp8_attention import SEQS
 from strategies.cost.hbm_rate import usable_hbm
@@ -28,8 +28,9 @@ B200, B300, H100 = get_gpu("B200-SXM-180GB"), get_gpu("B300-SXM-288GB"), get_gpu
 
 
 def _closed_form(m, b, tp, cp, gpu, slow=1.0):
-    """The split by hand: full layers at the catalog rate with their exposed exponentials,
-    windowed layers' forward FLOPs at the measured fractions of the peak."""
+    """The split by hand: full layers at the catalog rate times the kernel's grid factor of
+    the full layers (``attention_grid.rate_factors``, §5.130) with their exposed
+    exponentials, windowed layers' forward FLOPs at the measured fractions of the peak."""
     s, L, nw = m.seq_length, m.num_layers, m.num_windowed_layers
     full = attention_counts.score_elements(s, None, mode="kernel")
     win = attention_counts.score_elements(s, 128, "sliding", "kernel")
@@ -40,11 +41,12 @@ def _closed_form(m, b, tp, cp, gpu, slow=1.0):
     eb = np.interp(math.log(s / cp), np.log(SEQS), window_kernel.EFFICIENCY[(chip, "64/64w128")][1])
     f_full = per * full * (L - nw) / L
     f_win = per * win * nw / L
+    g_f, g_b = attention_grid.rate_factors(m, b, tp, cp, gpu, "native", windows=False)
     t_full = slow * f_full / (peak * gpu.attention_efficiency)
     n_full = b * m.num_attention_heads / (tp * cp) * full * (L - nw) / L
     x = slow * n_full * gpu.exp_seconds_offset()
-    fwd = t_full + attention_time.EXP_EXPOSED_FWD * x + slow * f_win / (peak * ef)
-    bwd = (attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY * t_full
+    fwd = t_full / g_f + attention_time.EXP_EXPOSED_FWD * x + slow * f_win / (peak * ef)
+    bwd = (attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY * t_full / g_b
            + attention_time.EXP_EXPOSED_BWD * x
            + slow * attention_time.FLASH_BWD_FACTOR * f_win / (peak * eb))
     return fwd, bwd
@@ -100,10 +102,12 @@ def test_mxfp8_divides_each_kind_by_its_own_ratio():
     # the full layers' share alone: the same model with no windowed layer priced at the
     # measured rate (GB200: no exponential offset), times the full layers' share of the blocks
     w = attention_counts.window_share(GPT_OSS)
+    g_f, g_b = attention_grid.rate_factors(GPT_OSS, 2, 1, 1, GB200, "native", windows=False)
     t_mean = attention_counts.attn_core_flops_fwd(GPT_OSS, 2, 1, 1, True) \
         / (GB200.peak("bf16") * GB200.attention_efficiency)
-    f_full = (1 - w) * t_mean
-    b_full = attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY * f_full
+    f_full = (1 - w) * t_mean / g_f
+    b_full = attention_time.FLASH_BWD_FACTOR / attention_time.FLASH_BWD_EFFICIENCY \
+        * (1 - w) * t_mean / g_b
     f0, b0 = _closed_form(GPT_OSS, 2, 1, 1, GB200)
     f_win, b_win = f0 - f_full, b0 - b_full
     cf, cb = fa.cast_bytes(GPT_OSS, 2, 1, 1)
@@ -133,14 +137,15 @@ def test_arrays_equal_scalars():
 
 
 def test_other_models_and_hopper_are_the_catalog_rate():
-    """No measured window: the attention core is the catalog's closed form (bit for bit the
-    same expression as before this change)."""
+    """No measured window: the attention core is the catalog's closed form over the kernel's
+    grid factor of the mean layer, windowed layers' grid included (§5.130), bit for bit."""
     for name, gpu in (("llama3-70b", GB200), ("qwen3-30b-a3b", B200), ("gpt-oss-120b", H100)):
         m = model_preset(name)
         f, _ = attention_time.attention_time_fwd(m, 2, 1, 1, True, gpu)
         t = attention_counts.attn_core_flops_fwd(m, 2, 1, 1, True) \
             / (gpu.peak("bf16") * gpu.attention_efficiency)
-        assert float(f) == t
+        g_f, _ = attention_grid.rate_factors(m, 2, 1, 1, gpu, "native")
+        assert float(f) == t / g_f
 
 
 def _experiment():

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from strategies.cost import attention_grid
 from strategies.cost.attention_time import FLASH_BWD_EFFICIENCY, FLASH_BWD_FACTOR
 from strategies.cost.gemm_kernel import gemm_compute, gemm_fixed_s, gemm_waves, k_knee
 from strategies.cost.measured import attention_flops_fwd
@@ -108,8 +109,10 @@ class FakeBackend:
                           causal: bool) -> tuple[float, float] | None:
         flops = attention_flops_fwd(batch, heads, seq, head_dim, causal)
         ef, eb = self.attention_efficiency(kernel)
+        gf, gb = attention_grid.shape_factors(self.gpu, kernel, batch * heads, seq) \
+            if causal else (1.0, 1.0)   # the catalog's grid at this shape (causal kernels)
         peak = self.gpu.peak("bf16")
-        return flops / (ef * peak), FLASH_BWD_FACTOR * flops / (eb * peak)
+        return flops / (ef * gf * peak), FLASH_BWD_FACTOR * flops / (eb * gb * peak)
 
     def memory_seconds(self, kernel: str, nbytes: int) -> float:
         return nbytes / (self.hbm_fraction * self.gpu.hbm_bandwidth)

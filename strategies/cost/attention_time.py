@@ -1,13 +1,15 @@
 """Seconds of one layer's attention core on one GPU: FlashAttention at
 ``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel the framework runs (FlashAttention-2
-is slower on Hopper than cuDNN/FA3) (forward; its backward does 2.5x the forward FLOPs at
-``FLASH_BWD_EFFICIENCY`` of the forward's rate), or, without it, two batched GEMMs with
+is slower on Hopper than cuDNN/FA3), times the kernel's grid factor at the layer's shape
+(``attention_grid.rate_factors``: 1 at the shape the catalog's figure was benchmarked at)
+(forward; its backward does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the
+forward's rate, over its own grid's factor), or, without it, two batched GEMMs with
 K = head_dim plus the memory-bound softmax/dropout traffic. Vectorised."""
 from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import attention_counts
+from strategies.cost import attention_counts, attention_grid
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -89,6 +91,9 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     q = measured.attention_ratios(gpu, fw.attention_kernel, lambda f: f / flash_rate,
                                   FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
     win = None if q is not None else window_kernel.window_efficiency(m, gpu, m.seq_length / cp)
+    if q is None:   # the catalog's rate is its benchmark shape's: the kernel's grid here (§5.130)
+        g_f, g_b = attention_grid.rate_factors(m, b, tp, cp, gpu, fw.attention_kernel, win is None)
+        t_flash, t_flash_b = t_flash / g_f, t_flash_b / g_b
     if win is not None:   # a short window cuDNN times on this chip: those layers at its rate
         t_flash, t_flash_b = _measured_window(m, b, tp, cp, gpu, slow, fw, t_flash, t_flash_b,
                                               win, peak)

@@ -1,0 +1,210 @@
+"""The fused attention kernel's grid constants from the one H200 measurement: a calibration
+against a microbenchmark (kernel timings of ``paraplan calibrate``), never a training row
+(docs/calibration.md §5.130; ``strategies.cost.attention_grid``).
+
+Points: every ``attention:`` entry of docs/measurements/h200_2026-11-29 ``run1|run2/
+default.yaml`` and ``rows.yaml`` (batch 1, heads 4-96, 1,024-16,384 tokens) and ``run2/
+probes.json`` (batch 1, 2, 4), head dim 128, causal, cuDNN (``native``) and PyTorch's bundled
+FlashAttention-2 (``fa2``). FLOPs in the catalog's convention (``attention_counts``: the causal
+kernel's 128 x 128 blocks, ``2·b·a·(d_qk + d_v)`` per element; backward ``FLASH_BWD_FACTOR``
+times the forward).
+
+Model of a measured time: ``max(F / (peak · E · grid_factor), host)``, ``E`` the kernel's
+asymptotic fraction of the bf16 peak and ``host`` the floor of calibrate's back-to-back loop
+(PyTorch's eager dispatch of SDPA, and of ``autograd.grad`` for the backward, is slower than
+the GPU at the smallest shapes; a measurement artefact, not charged by the cost model). For
+each kernel and direction, ``E`` and ``host`` are fitted (least squares of log time) at each
+fixed cost ``c0`` of a 0.25 grid, and the best ``c0`` kept: it is the constant
+``attention_grid`` holds. The per-point table flags the host-bound points (no information on
+the kernel). The order comparison fits the three CTA orders (and two CTAs per SM for
+FlashAttention-2) the same way.
+
+    python experiments/attention_grid_fit.py [--orders] [--points] [--shapes GPU]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from strategies.cost import attention_grid as ag  # noqa: E402
+from strategies.cost.attention_counts import causal_fraction  # noqa: E402
+from strategies.cost.attention_time import FLASH_BWD_FACTOR  # noqa: E402
+from topologies.gpus import get_gpu  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MEAS = os.path.join(ROOT, "docs", "measurements", "h200_2026-11-29")
+FILES = ("run1/default.yaml", "run2/default.yaml", "run1/rows.yaml", "run2/rows.yaml",
+         "run2/probes.json")
+GPU = get_gpu("H200")
+C0_GRID = tuple(i * 0.25 for i in range(0, 41))
+KERNELS = {("native", "fwd"): ag.CUDNN_FWD, ("native", "bwd"): ag.CUDNN_BWD,
+           ("fa2", "fwd"): ag.FA2_FWD, ("fa2", "bwd"): ag.FA2_BWD}
+
+
+class Point(NamedTuple):
+    source: str
+    kernel: str
+    batch: int
+    heads: int
+    seq: int
+    head_dim: int
+    fwd_s: float
+    bwd_s: float
+
+
+class Fit(NamedTuple):
+    kernel: ag.GridKernel
+    asymptote: float                         # E, fraction of the bf16 peak
+    host_s: float                            # the loop's floor, seconds
+    rms: float                               # of log(model / measured) over all points
+    residuals: tuple[tuple[Point, float, bool], ...]   # (point, log residual, host-bound)
+
+    def kernel_bound(self) -> list[float]:
+        """Log residuals of the points the model times as the kernel's, not the host's."""
+        return [r for _, r, host in self.residuals if not host]
+
+
+@lru_cache(maxsize=1)
+def points() -> tuple[Point, ...]:
+    """Every causal head-dim-128 attention point of the measurement's files."""
+    out = []
+    for f in FILES:
+        with open(os.path.join(MEAS, f)) as fh:
+            d = json.load(fh) if f.endswith(".json") else yaml.safe_load(fh)
+        for a in d["attention"]:
+            if a["causal"] and a["head_dim"] == 128:
+                out.append(Point(f, a["kernel"], a["batch"], a["heads"], a["seq"],
+                                 a["head_dim"], a["fwd_seconds"], a["bwd_seconds"]))
+    return tuple(out)
+
+
+def flops(p: Point, direction: str) -> float:
+    """The catalog convention's FLOPs of the point (forward, or backward = 2.5x)."""
+    f = 2.0 * p.batch * p.heads * 2 * p.head_dim * p.seq ** 2 * causal_fraction(p.seq)
+    return f * (FLASH_BWD_FACTOR if direction == "bwd" else 1.0)
+
+
+def _fit_e_host(ideal: list[float], meas: list[float]) -> tuple[float, float, float]:
+    """(E, host, rms): least squares of ``log(max(ideal/E, host)/meas)`` over E and host
+    (host on a grid 0.25 % apart from 1.5x the smallest time down; for each, E the optimum over
+    the points the kernel bounds, iterated to a fixed point)."""
+    x, t = np.asarray(ideal), np.asarray(meas)
+    host = 1.5 * t.min() * (1.0 - 0.0025 * np.arange(400))[:, None]
+    e = np.full((len(host), 1), 0.6)
+    lx, lt = np.log(x), np.log(t)
+    for _ in range(30):
+        kb = x / e > host
+        n = np.maximum(kb.sum(axis=1, keepdims=True), 1)
+        e = np.exp(((lx - lt) * kb).sum(axis=1, keepdims=True) / n)
+    res = np.log(np.maximum(x / e, host)) - lt
+    rms = np.sqrt((res ** 2).mean(axis=1))
+    i = int(np.argmin(rms))
+    return float(e[i, 0]), float(host[i, 0]), float(rms[i])
+
+
+def fit_at(kernel: str, direction: str, gk: ag.GridKernel) -> Fit:
+    """E and host fitted with ``gk``'s grid (its order, CTAs per SM and fixed cost)."""
+    pts = [p for p in points() if p.kernel == kernel]
+    peak = GPU.peak("bf16")
+    ideal = [flops(p, direction) / (peak * ag.grid_factor(
+        gk, p.batch * p.heads, -(-p.seq // ag.TILE), GPU.sm_count)) for p in pts]
+    meas = [p.fwd_s if direction == "fwd" else p.bwd_s for p in pts]
+    e, host, rms = _fit_e_host(ideal, meas)
+    res = tuple((p, math.log(max(x / e, host) / t), x / e <= host)
+                for p, x, t in zip(pts, ideal, meas))
+    return Fit(gk, e, host, rms, res)
+
+
+def fit(kernel: str, direction: str, order: str | None = None, ctas_per_sm: int | None = None,
+        c0_grid: tuple[float, ...] = C0_GRID) -> Fit:
+    """The best fixed cost on ``c0_grid`` for the kernel's grid (its order and CTAs per SM
+    unless given)."""
+    base = KERNELS[(kernel, direction)]
+    base = dataclasses.replace(base, order=order or base.order,
+                               ctas_per_sm=ctas_per_sm or base.ctas_per_sm)
+    fits = [fit_at(kernel, direction, dataclasses.replace(base, fixed_tiles=c)) for c in c0_grid]
+    return min(fits, key=lambda f: f.rms)
+
+
+def rate_at(kernel: str, seq: int, groups: int, direction: str) -> float | None:
+    """Median measured fraction of the peak at (seq, batch x heads), None if not measured."""
+    v = sorted(flops(p, direction) / ((p.fwd_s if direction == "fwd" else p.bwd_s)
+                                      * GPU.peak("bf16"))
+               for p in points() if p.kernel == kernel and p.seq == seq
+               and p.batch * p.heads == groups)
+    return v[len(v) // 2] if v else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--orders", action="store_true", help="compare CTA orders and occupancy")
+    ap.add_argument("--points", action="store_true", help="every point's residual")
+    ap.add_argument("--shapes", default=None, metavar="GPU",
+                    help="the cost model's factor on the catalog rate by sequence x batch·heads")
+    a = ap.parse_args(argv)
+    print("| kernel | dir | order | CTAs/SM | c0 (tiles) | E (fit) | host µs | rms log | "
+          "max abs log, kernel-bound (n) | module c0 |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+    fits = {}
+    for (k, d), gk in KERNELS.items():
+        f = fits[(k, d)] = fit(k, d)
+        kb = f.kernel_bound()
+        print(f"| {k} | {d} | {gk.order} | {gk.ctas_per_sm} | {f.kernel.fixed_tiles:.2f} | "
+              f"{f.asymptote:.3f} | {f.host_s * 1e6:.1f} | {f.rms:.3f} | "
+              f"{max(abs(r) for r in kb):.3f} ({len(kb)}) | {gk.fixed_tiles:.2f} |")
+    print("\nAt the catalog's benchmark shape (seq %d, batch x heads %d), fraction of the bf16 "
+          "peak:" % (ag.REF_SEQ, ag.REF_GROUPS))
+    print("| kernel | dir | measured | model E·grid | catalog |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for (k, d), f in fits.items():
+        cat = GPU.flash_efficiency(k) * (0.8 if d == "bwd" else 1.0)
+        g = ag.grid_factor(f.kernel, ag.REF_GROUPS, ag.REF_SEQ // ag.TILE, GPU.sm_count)
+        print(f"| {k} | {d} | {rate_at(k, ag.REF_SEQ, ag.REF_GROUPS, d):.3f} | "
+              f"{f.asymptote * g:.3f} | {cat:.3f} |")
+    if a.orders:
+        print("\nOrders (best c0 each): rms of log time over all points")
+        print("| kernel | dir | order | CTAs/SM | c0 | E | rms |")
+        print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+        for (k, d) in KERNELS:
+            for order in ag.ORDERS:
+                for cps in ((1, 2) if k == "fa2" else (1,)):
+                    f = fit(k, d, order, cps, tuple(i * 0.5 for i in range(17)))
+                    print(f"| {k} | {d} | {order} | {cps} | {f.kernel.fixed_tiles:.2f} | "
+                          f"{f.asymptote:.3f} | {f.rms:.3f} |")
+    if a.shapes:
+        g = get_gpu(a.shapes)
+        groups = (4, 8, 12, 16, 32, 64, 128)
+        for kern in ("native", "fa2"):
+            print(f"\n{g.name} {kern}: factor on the catalog rate (forward / backward), rows "
+                  "sequence, columns batch x heads (attention_grid.shape_factors)")
+            print("| seq | " + " | ".join(str(x) for x in groups) + " |")
+            print("| ---: |" + " ---: |" * len(groups))
+            for seq in (1024, 2048, 4096, 8192, 16384, 32768):
+                cells = [ag.shape_factors(g, kern, x, seq) for x in groups]
+                print(f"| {seq} | " + " | ".join(f"{f:.2f} / {b:.2f}" for f, b in cells) + " |")
+    if a.points:
+        for (k, d), f in fits.items():
+            print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"
+                  ", host-bound")
+            for p, r, host in sorted(f.residuals, key=lambda x: (x[0].seq, x[0].batch
+                                                                * x[0].heads, x[0].source)):
+                t = p.fwd_s if d == "fwd" else p.bwd_s
+                rate = flops(p, d) / (t * GPU.peak("bf16"))
+                print(f"{p.seq:6d} {p.batch} {p.heads:3d} {rate:.3f} {r:+.3f}"
+                      f"{'  host' if host else ''}  {p.source}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

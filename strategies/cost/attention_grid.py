@@ -1,0 +1,238 @@
+"""The fused causal attention kernel's grid: how well its thread blocks (CTAs) fill the GPU at
+a shape, as a factor on the catalog's rate (``GPU.flash_efficiency``). docs/calibration.md §5.130.
+
+Physics. A fused (flash) attention kernel launches one CTA per (batch, head, 128-row tile):
+the forward one per query tile, the backward one per key tile. Under a causal mask the CTA of
+query tile ``i`` (0-based) visits ``i + 1`` key tiles (the diagonal one in full, the
+convention of ``attention_counts.score_elements`` "kernel"), and the backward's CTA of key
+tile ``j`` visits the ``n - j`` query tiles at or below it; each CTA also pays a fixed cost of
+``fixed_tiles`` tile-equivalents (the forward loads Q, fills the pipeline, normalises and
+writes O and the log-sum-exp; the backward loads K and V and writes dK and dV). The GPU runs
+the CTAs ``ctas_per_sm`` at a time on each of ``GPU.sm_count`` SMs, each one taken, when a
+slot frees, in the kernel's order (a list schedule: the hardware block scheduler of a
+non-persistent grid, or a persistent kernel's atomic tile counter). The grid factor is the
+ideal time (the useful tiles spread evenly over every slot) over that schedule's makespan:
+1 for a full, balanced grid; ``ideal/longest CTA`` when every CTA has its own slot.
+
+Kernels (``GridKernel``; tile sizes and orders from the public sources, the fixed costs from
+the one H200 measurement, docs/measurements/h200_2026-11-29, least squares over its kernel
+points in ``experiments/attention_grid_fit.py``, which prints the residual of every point):
+
+* cuDNN (``"native"`` on Hopper and later; closed source): 128-row tiles, one CTA per SM,
+  taken in the tile index's order, the order the H200 points select among ``ORDERS``: the
+  forward per head from the shortest query tile ('head_asc'; per head longest first times
+  16,384 tokens x 4 heads 0.15-0.20 short in log time; FlashAttention-3's global longest-first
+  ``DynamicPersistentTileScheduler``, hopper/tile_scheduler.hpp, fits all the points 2.7x
+  worse), the backward per head from key tile 0, the longest ('head_desc'). The fit script
+  prints every order's fit (``--orders``).
+* FlashAttention-2 (``"fa2"``, and ``"native"`` up to Ampere): Dao-AILab/flash-attention
+  ``csrc/flash_attn/src/flash_fwd_launch_template.h`` ``run_mha_fwd_hdim128`` (128 x 64
+  tiles, 4 warps; grid ``(num_m_block, b, h)``, ``m_block = blockIdx.x``: per head, the
+  shortest query tile first, 'head_asc') and ``flash_bwd_launch_template.h``
+  ``run_mha_bwd_hdim128`` (64 x 128, one key tile of 128 a CTA, grid ``(num_n_block, b, h)``:
+  per head the longest first, 'head_desc'). One CTA per SM at a time fits the points better
+  than two (printed by the fit script) and is used.
+
+The catalog's figure stays the rate at the shape it was measured at (``REF_SEQ`` tokens,
+``REF_GROUPS`` batch x heads: the FlashAttention-2/-3 papers' benchmark, batch·sequence 16k,
+hidden 2048, head dim 128, here at 16k tokens); ``rate_factors`` is the grid factor at a shape
+over the one there, so only the shape dependence is new and it carries to another chip
+through its SM count. Vectorised over the plan fields (one schedule per distinct shape,
+cached)."""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from strategies.cost.attention_counts import window_share
+from strategies.cost.token_counts import Num
+from strategies.errors import SpecError
+from strategies.model import ModelSpec
+from topologies.gpus import GPU
+
+TILE = 128          # rows of a query (forward) or key (backward) tile: every kernel below
+ORDERS = ("head_desc", "head_asc", "lpt")
+#: the shape the catalog's ``flash_efficiency`` figures were benchmarked at: causal, head dim
+#: 128, batch·sequence 16k over 16 heads (hidden 2048) at the longest sequence, 16k (Dao 2023,
+#: FlashAttention-2 §4.1; Shah et al. 2024, FlashAttention-3 §4.1; docs/calibration.md §3.1)
+REF_SEQ = 16384
+REF_GROUPS = 16
+#: jobs (CTAs) scheduled one by one; a larger grid takes the schedule of its first
+#: ``MAX_JOBS // tiles`` (batch, head) groups plus the rest's work spread evenly (the
+#: steady state adds work/slots to the makespan)
+MAX_JOBS = 40_000
+
+
+@dataclass(frozen=True)
+class GridKernel:
+    """One fused attention kernel's grid. ``order``: the order CTAs are taken in, 'head_desc'
+    (per (batch, head), the longest tile first), 'head_asc' (the shortest first) or 'lpt'
+    (every head's tiles, longest first); ``ctas_per_sm``: CTAs one SM runs at a time (each at
+    that share of the SM's rate); ``fixed_tiles``: a CTA's fixed cost, in tile-equivalents
+    (the time of one 128 x 128 score tile at the kernel's full rate)."""
+
+    name: str
+    order: str
+    ctas_per_sm: int
+    fixed_tiles: float
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise SpecError("GridKernel.order", self.order, f"must be one of {', '.join(ORDERS)}")
+        if not (isinstance(self.ctas_per_sm, int) and self.ctas_per_sm >= 1):
+            raise SpecError("GridKernel.ctas_per_sm", self.ctas_per_sm, "must be an integer >= 1")
+        if not 0.0 <= self.fixed_tiles <= 1000.0:
+            raise SpecError("GridKernel.fixed_tiles", self.fixed_tiles,
+                            "must be in [0, 1000] tile-equivalents")
+
+
+# Fixed costs: experiments/attention_grid_fit.py on the H200 points (run 1 and 2 sweeps and
+# run 2's probes; least squares of log time, grid 0.25 apart; docs/calibration.md §5.130)
+CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75)
+CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75)
+FA2_FWD = GridKernel("fa2-fwd", "head_asc", 1, 1.0)
+FA2_BWD = GridKernel("fa2-bwd", "head_desc", 1, 3.25)
+
+
+def _lengths(order: str, tiles: int, cap: int) -> list[int]:
+    """Useful tiles of one (batch, head)'s CTAs in the order taken: ``min(i, cap)`` for
+    ``i = 1 .. tiles`` (a query tile's key tiles; the backward's key tiles mirror them),
+    ascending for 'head_asc', else descending."""
+    one = [min(i, cap) for i in range(1, tiles + 1)]
+    return one if order == "head_asc" else one[::-1]
+
+
+@lru_cache(maxsize=4096)
+def makespan(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int = 0) -> float:
+    """Tile-times (of one SM) the kernel's list schedule takes: ``groups`` (batch x heads) of
+    ``tiles`` CTAs of ``_lengths`` useful tiles (each reaching back at most ``cap`` tiles, a
+    sliding window; 0: no window) plus ``kernel.fixed_tiles``, taken in ``kernel.order`` by
+    ``sms·ctas_per_sm`` slots that each run at ``1/ctas_per_sm`` of the SM's rate."""
+    if groups < 1 or tiles < 1 or sms < 1:
+        raise SpecError("attention_grid.makespan", (groups, tiles, sms),
+                        "groups, tiles and sms must be >= 1")
+    k = kernel.ctas_per_sm
+    slots = sms * k
+    one = _lengths(kernel.order, tiles, cap or tiles)
+    c0 = kernel.fixed_tiles
+    per_group = sum(one) + c0 * tiles
+    run = min(groups, max(1, MAX_JOBS // tiles))
+    if kernel.order == "lpt":
+        jobs = [x + c0 for x in sorted(one, reverse=True) for _ in range(run)]
+    else:
+        jobs = [x + c0 for _ in range(run) for x in one]
+    heap = [0.0] * min(slots, len(jobs))
+    for t in jobs:
+        heapq.heapreplace(heap, heap[0] + k * t)
+    return max(heap) + (groups - run) * per_group / sms
+
+
+@lru_cache(maxsize=4096)
+def grid_factor(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int = 0) -> float:
+    """Ideal time over the kernel's makespan (``makespan``): the useful tiles over all SMs,
+    ``groups·Σ min(i, cap) / sms``, divided by it; 1 for a balanced full grid with no fixed
+    cost, ``Σ/(sms·longest)`` when every CTA has a slot of its own (one CTA per SM)."""
+    useful = groups * sum(_lengths(kernel.order, tiles, cap or tiles))
+    return useful / sms / makespan(kernel, groups, tiles, sms, cap)
+
+
+def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:
+    """(forward, backward) grids of the fused kernel ``kernel`` ("native" or "fa2", as
+    ``GPU.flash_efficiency``) on ``gpu``: FlashAttention-2's for "fa2" and for "native" before
+    Hopper (no fp8 tensor cores), cuDNN's for "native" from Hopper on; None on a chip without
+    ``sm_count`` or not NVIDIA's (no public grid for AMD's kernels is modelled)."""
+    if gpu.vendor != "nvidia" or not gpu.sm_count:
+        return None
+    if kernel == "fa2" or "fp8" not in gpu.peak_flops:
+        return FA2_FWD, FA2_BWD
+    return CUDNN_FWD, CUDNN_BWD
+
+
+def shape_factors(gpu: GPU, kernel: str, groups: int, seq: int) -> tuple[float, float]:
+    """(forward, backward) factor on the catalog's rate of one full causal attention of
+    ``groups`` (batch x heads) sequences of ``seq`` tokens: ``grid_factor`` there over the one
+    at (``REF_GROUPS``, ``REF_SEQ``); 1.0 where ``kernels`` has no grid for the chip."""
+    ks = kernels(gpu, kernel)
+    if ks is None:
+        return 1.0, 1.0
+    n = max(1, -(-int(seq) // TILE))
+    f, b = (grid_factor(k, max(1, int(groups)), n, gpu.sm_count)
+            / grid_factor(k, REF_GROUPS, REF_SEQ // TILE, gpu.sm_count) for k in ks)
+    return f, b
+
+
+def ring_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int) -> float:
+    """Grid factor of one rank's attention under load-balanced ring context parallelism
+    (``cp`` ranks, each holding two chunks of ``c = seq/(2·cp)`` tokens; Transformer Engine's
+    ``AttnFuncWithCPAndKVP2P``, PyTorch's ring in ``torch.distributed.tensor.experimental``):
+    step 0 is a causal kernel over the ``2c`` local tokens (``makespan``); each of the
+    ``cp - 1`` later steps a kernel without a mask, on the ranks up to the step all ``2c``
+    queries over the first ``c`` keys received, on the others the last ``c`` queries over all
+    ``2c`` (half the steps each, on average over ranks): equal CTAs, ``ceil(CTAs/slots)``
+    waves of ``ctas_per_sm·(tiles + c0)``. The useful tiles of every step over ``sms`` times
+    the summed makespans; ``grid_factor`` at ``cp`` 1."""
+    n = max(1, -(-int(seq) // (cp * TILE)))
+    if cp <= 1:
+        return grid_factor(kernel, groups, n, sms)
+    c = max(1, -(-int(seq) // (2 * cp * TILE)))
+    k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
+    slots = sms * k
+
+    def uniform(ctas: int, tiles: int) -> float:
+        return -(-ctas // slots) * k * (tiles + c0)
+    steps = (cp - 1) * (uniform(groups * n, c) + uniform(groups * c, n)) / 2.0
+    useful = groups * (n * (n + 1) / 2.0 + (cp - 1) * n * c)
+    return useful / sms / (makespan(kernel, groups, n, sms) + steps)
+
+
+def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
+               windows: bool, cp: int = 1) -> float:
+    """Grid factor of ``m``'s mean layer at ``groups`` x ``n`` tiles: full layers at
+    ``ring_factor`` (``grid_factor`` without context parallelism), and with ``windows`` the
+    windowed ones at theirs (a sliding window's reach capped at ``ceil((W-1)/128) + 1``
+    tiles, as ``attention_counts.score_elements``; chunked attention as groups of one chunk's
+    tiles; both on the rank's ``n`` tiles whatever ``cp``), combined by their share of the
+    kernel's score blocks (times add: the harmonic mean weighted by
+    ``attention_counts.window_share``)."""
+    full = ring_factor(gk, groups, m.seq_length, cp, sms)
+    w = window_share(m) if windows else 0.0
+    if not w or m.sliding_window is None or m.sliding_window >= n * TILE:
+        return full
+    if m.window_kind == "chunked":
+        c = max(1, -(-m.sliding_window // TILE))
+        win = grid_factor(gk, groups * max(1, n // c), min(c, n), sms)
+    else:
+        win = grid_factor(gk, groups, n, sms, -(-(m.sliding_window - 1) // TILE) + 1)
+    return 1.0 / ((1.0 - w) / full + w / win)
+
+
+def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
+                 windows: bool = True) -> tuple[Num, Num]:
+    """(forward, backward) factor on the catalog's fused-attention rate at this shape: the
+    grid factor of the mean layer (``_factor_at``; ``windows`` False: the full layers' only)
+    at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·128))`` tiles
+    (with ``cp > 1`` the ring's steps, ``ring_factor``) over the one at the catalog's benchmark
+    shape (``REF_SEQ``, ``REF_GROUPS``); 1.0 where ``kernels`` has no grid for the chip.
+    Vectorised over ``b``, ``tp``, ``cp`` (one schedule per distinct shape)."""
+    ks = kernels(gpu, kernel)
+    if ks is None:
+        return 1.0, 1.0
+    sms = gpu.sm_count
+    groups = np.maximum(1, np.ceil(np.asarray(b, dtype=float) * m.num_attention_heads
+                                   / np.asarray(tp, dtype=float) - 1e-9)).astype(np.int64)
+    cps = np.maximum(1, np.round(np.asarray(cp, dtype=float))).astype(np.int64)
+    tiles = np.maximum(1, np.ceil(m.seq_length / cps / TILE - 1e-9)).astype(np.int64)
+    groups, tiles, cps = np.broadcast_arrays(groups, tiles, cps)
+    out = []
+    for gk in ks:
+        ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms)
+        keys, inv = np.unique(np.stack([groups.ravel(), tiles.ravel(), cps.ravel()]), axis=1,
+                              return_inverse=True)
+        vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows, int(c)) / ref
+                         for g, n, c in keys.T])
+        f = vals[np.asarray(inv).ravel()].reshape(groups.shape)
+        out.append(float(f) if f.ndim == 0 else f)
+    return out[0], out[1]
