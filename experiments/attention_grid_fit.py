@@ -146,10 +146,42 @@ def rate_at(kernel: str, seq: int, groups: int, direction: str) -> float | None:
     return v[len(v) // 2] if v else None
 
 
+HELD_OUT = "run4/attention_table.json"
+
+
+def held_out_points(head_dim: int) -> list[Point]:
+    """The dense table measured after the fit (``HELD_OUT``: 512-32,768 tokens × 1-128
+    heads, head dims 64/128/192), causal points of ``head_dim``."""
+    with open(os.path.join(MEAS, HELD_OUT)) as fh:
+        d = json.load(fh)
+    return [Point(HELD_OUT, a["kernel"], a["batch"], a["heads"], a["seq"], a["head_dim"],
+                  a["fwd_seconds"], a["bwd_seconds"]) for a in d["attention"]
+            if a["causal"] and a["head_dim"] == head_dim and a["fwd_seconds"]]
+
+
+def held_out_residuals(f: Fit, kernel: str, direction: str,
+                       pts: list[Point]) -> list[tuple[Point, float, bool]]:
+    """(point, log(model / measured), host-bound) of ``pts`` under the in-sample fit ``f``
+    (its c0, E and host floor; nothing refitted)."""
+    peak = GPU.peak("bf16")
+    out = []
+    for p in pts:
+        if p.kernel != kernel:
+            continue
+        x = flops(p, direction) / (peak * ag.grid_factor(
+            f.kernel, p.batch * p.heads, -(-p.seq // ag.TILE), GPU.sm_count))
+        t = p.fwd_s if direction == "fwd" else p.bwd_s
+        out.append((p, math.log(max(x / f.asymptote, f.host_s) / t), x / f.asymptote <= f.host_s))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--orders", action="store_true", help="compare CTA orders and occupancy")
     ap.add_argument("--points", action="store_true", help="every point's residual")
+    ap.add_argument("--held-out", action="store_true",
+                    help="the in-sample fit against the dense table measured after it "
+                    "(run4), by head dim and sequence")
     ap.add_argument("--shapes", default=None, metavar="GPU",
                     help="the cost model's factor on the catalog rate by sequence x batch·heads")
     a = ap.parse_args(argv)
@@ -193,6 +225,26 @@ def main(argv: list[str] | None = None) -> int:
             for seq in (1024, 2048, 4096, 8192, 16384, 32768):
                 cells = [ag.shape_factors(g, kern, x, seq) for x in groups]
                 print(f"| {seq} | " + " | ".join(f"{f:.2f} / {b:.2f}" for f, b in cells) + " |")
+    if a.held_out:
+        print(f"\nHeld out ({HELD_OUT}, not in the fit): log(model/measured) of the "
+              "kernel-bound points under the in-sample constants")
+        print("| kernel | dir | head dim | points (kernel-bound) | rms | max abs | median by "
+              "seq 512 ... 32768 |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+        for (k, d), f in fits.items():
+            for hd in (64, 128, 192):
+                res = held_out_residuals(f, k, d, held_out_points(hd))
+                kb = [(p, r) for p, r, host in res if not host]
+                if not kb:
+                    continue
+                by = {}
+                for p, r in kb:
+                    by.setdefault(p.seq, []).append(r)
+                med = " ".join(f"{sorted(v)[len(v) // 2]:+.2f}" for _, v in sorted(by.items()))
+                rs = [r for _, r in kb]
+                print(f"| {k} | {d} | {hd} | {len(res)} ({len(kb)}) | "
+                      f"{math.sqrt(sum(r * r for r in rs) / len(rs)):.3f} | "
+                      f"{max(abs(r) for r in rs):.3f} | {med} |")
     if a.points:
         for (k, d), f in fits.items():
             print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"
