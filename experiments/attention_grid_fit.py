@@ -19,7 +19,13 @@ fixed cost ``c0`` of a 0.25 grid, and the best ``c0`` kept: it is the constant
 the kernel). The order comparison fits the three CTA orders (and two CTAs per SM for
 FlashAttention-2) the same way.
 
-    python experiments/attention_grid_fit.py [--orders] [--points] [--shapes GPU]
+``--held-out`` reads the dense table measured after the fit (run 4) with those constants, by
+head dim before (head dim 128's rate everywhere) and after ``attention_grid.head_dim_factor``,
+and fits each cuDNN direction's ``s0`` (the tile time that does not scale with ``d_qk +
+d_v``; docs/calibration.md §5.131) on head dims 64 and 192, each alone and together, c0, E and
+host as fitted at 128 (head dim 128's points do not move with ``s0``).
+
+    python experiments/attention_grid_fit.py [--orders] [--points] [--held-out] [--shapes GPU]
 """
 from __future__ import annotations
 
@@ -162,17 +168,43 @@ def held_out_points(head_dim: int) -> list[Point]:
 def held_out_residuals(f: Fit, kernel: str, direction: str,
                        pts: list[Point]) -> list[tuple[Point, float, bool]]:
     """(point, log(model / measured), host-bound) of ``pts`` under the in-sample fit ``f``
-    (its c0, E and host floor; nothing refitted)."""
+    (its c0, E and host floor; nothing refitted) with ``f.kernel``'s head-dim factor
+    (``attention_grid.head_dim_factor`` at ``2·head_dim``: the table's q, k and v share it)."""
     peak = GPU.peak("bf16")
     out = []
     for p in pts:
         if p.kernel != kernel:
             continue
         x = flops(p, direction) / (peak * ag.grid_factor(
-            f.kernel, p.batch * p.heads, -(-p.seq // ag.TILE), GPU.sm_count))
+            f.kernel, p.batch * p.heads, -(-p.seq // ag.TILE), GPU.sm_count)
+            * ag.head_dim_factor(f.kernel, 2 * p.head_dim))
         t = p.fwd_s if direction == "fwd" else p.bwd_s
         out.append((p, math.log(max(x / f.asymptote, f.host_s) / t), x / f.asymptote <= f.host_s))
     return out
+
+
+S0_GRID = tuple(2.0 * i for i in range(0, 301))
+
+
+def with_s0(f: Fit, s0: float) -> Fit:
+    """``f`` with its kernel's head-dim constant set to ``s0`` (nothing else refitted)."""
+    return f._replace(kernel=dataclasses.replace(f.kernel, head_dim_s0=s0))
+
+
+def rms_at(f: Fit, kernel: str, direction: str, head_dims: tuple[int, ...]) -> float:
+    """rms of log(model/measured) over every run-4 point of ``head_dims`` (host-bound ones at
+    the fit's floor, as the in-sample fit counts them)."""
+    rs = [r for hd in head_dims
+          for _, r, _ in held_out_residuals(f, kernel, direction, held_out_points(hd))]
+    return math.sqrt(sum(r * r for r in rs) / len(rs))
+
+
+def fit_s0(f: Fit, kernel: str, direction: str, head_dims: tuple[int, ...]) -> tuple[float, float]:
+    """(s0, rms): the head-dim constant on ``S0_GRID`` (>= 0) that fits the run-4 points of
+    ``head_dims`` best under the in-sample c0, E and host; s0 0 at the grid's edge means the
+    points want a rate that rises as the head dim falls, which no s0 >= 0 gives."""
+    return min(((s, rms_at(with_s0(f, s), kernel, direction, head_dims)) for s in S0_GRID),
+               key=lambda x: x[1])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -227,24 +259,42 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"| {seq} | " + " | ".join(f"{f:.2f} / {b:.2f}" for f, b in cells) + " |")
     if a.held_out:
         print(f"\nHeld out ({HELD_OUT}, not in the fit): log(model/measured) of the "
-              "kernel-bound points under the in-sample constants")
-        print("| kernel | dir | head dim | points (kernel-bound) | rms | max abs | median by "
+              "kernel-bound points under the in-sample constants, before (head dim 128's rate) "
+              "→ after (attention_grid.head_dim_factor)")
+        print("| kernel | dir | head dim | s0 | points (kernel-bound) | rms | max abs | median by "
               "seq 512 ... 32768 |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | --- |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
         for (k, d), f in fits.items():
             for hd in (64, 128, 192):
-                res = held_out_residuals(f, k, d, held_out_points(hd))
-                kb = [(p, r) for p, r, host in res if not host]
-                if not kb:
-                    continue
-                by = {}
-                for p, r in kb:
-                    by.setdefault(p.seq, []).append(r)
-                med = " ".join(f"{sorted(v)[len(v) // 2]:+.2f}" for _, v in sorted(by.items()))
-                rs = [r for _, r in kb]
-                print(f"| {k} | {d} | {hd} | {len(res)} ({len(kb)}) | "
-                      f"{math.sqrt(sum(r * r for r in rs) / len(rs)):.3f} | "
-                      f"{max(abs(r) for r in rs):.3f} | {med} |")
+                for g in ((with_s0(f, 0.0), f) if f.kernel.head_dim_s0 and hd != 128 else (f,)):
+                    res = held_out_residuals(g, k, d, held_out_points(hd))
+                    kb = [(p, r) for p, r, host in res if not host]
+                    if not kb:
+                        continue
+                    by = {}
+                    for p, r in kb:
+                        by.setdefault(p.seq, []).append(r)
+                    med = " ".join(f"{sorted(v)[len(v) // 2]:+.2f}" for _, v in sorted(by.items()))
+                    rs = [r for _, r in kb]
+                    print(f"| {k} | {d} | {hd} | {g.kernel.head_dim_s0:.0f} | {len(res)} "
+                          f"({len(kb)}) | {math.sqrt(sum(r * r for r in rs) / len(rs)):.3f} | "
+                          f"{max(abs(r) for r in rs):.3f} | {med} |")
+        print("\nThe head-dim constant s0 (units of d_qk + d_v; rms of log time over every run-4 "
+              "point of the head dims; 'cross': s0 from one head dim, the rms at the other)")
+        print("| kernel | dir | s0 (64) | s0 (192) | s0 (both) | rms both at it | cross 64→192 | "
+              "cross 192→64 | rms both, s0 0 | module s0 |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        for d in ("fwd", "bwd"):
+            f = fits[("native", d)]
+            (s64, _), (s192, _), (sb, rb) = (fit_s0(f, "native", d, h)
+                                             for h in ((64,), (192,), (64, 192)))
+            print(f"| native | {d} | {s64:.0f} | {s192:.0f} | {sb:.0f} | {rb:.3f} | "
+                  f"{rms_at(with_s0(f, s64), 'native', d, (192,)):.3f} | "
+                  f"{rms_at(with_s0(f, s192), 'native', d, (64,)):.3f} | "
+                  f"{rms_at(with_s0(f, 0.0), 'native', d, (64, 192)):.3f} | "
+                  f"{f.kernel.head_dim_s0:.0f} |")
+        print("\nIn sample (run 1/2, head dim 128 only): unchanged by s0 (head_dim_factor is "
+              "exactly 1 at d_qk + d_v = %d)" % ag.REF_DIMS)
     if a.points:
         for (k, d), f in fits.items():
             print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"

@@ -64,7 +64,7 @@ def test_one_at_the_catalog_benchmark_shape(gpu, kernel):
     g = get_gpu(gpu)
     assert ag.shape_factors(g, kernel, ag.REF_GROUPS, ag.REF_SEQ) == (1.0, 1.0)
     m = dataclasses.replace(model_preset("llama3-8b"), seq_length=ag.REF_SEQ,
-                            num_attention_heads=ag.REF_GROUPS)
+                            num_attention_heads=ag.REF_GROUPS, kv_channels=128)
     assert ag.rate_factors(m, 1, 1, 1, g, kernel) == (1.0, 1.0)
 
 
@@ -121,12 +121,13 @@ def test_large_grids_extrapolate_the_steady_state(monkeypatch):
 def test_windowed_layers_take_their_own_grid():
     """A sliding window caps each CTA's reach: gpt-oss's 128-token windows on H100 (no
     measured window class there) make the mean layer's factor the share-weighted harmonic
-    mean of the full and the windowed grids."""
+    mean of the full and the windowed grids, times the head-dim factor (head dim 64)."""
     from strategies.cost.attention_counts import window_share
     m = model_preset("gpt-oss-120b")
     g = get_gpu("H100")
     n = m.seq_length // ag.TILE
-    ref = ag.grid_factor(ag.CUDNN_FWD, ag.REF_GROUPS, ag.REF_SEQ // ag.TILE, 132)
+    ref = ag.grid_factor(ag.CUDNN_FWD, ag.REF_GROUPS, ag.REF_SEQ // ag.TILE, 132) \
+        / ag.head_dim_factor(ag.CUDNN_FWD, 128)
     full = ag.grid_factor(ag.CUDNN_FWD, 64, n, 132) / ref
     win = ag.grid_factor(ag.CUDNN_FWD, 64, n, 132, 2) / ref
     w = window_share(m)
@@ -209,13 +210,76 @@ def test_ring_context_parallelism_closed_form(k):
 def test_cudnn_grid_holds_out_of_sample(direction, band):
     """The dense table measured after the fit (run4: 512-32,768 tokens × 1-128 heads, head dim
     128) read with the in-sample constants: cuDNN's kernel-bound points within ``band`` rms of
-    log time (measured 0.056 forward, 0.032 backward); head dim 64 is not (the model's rate
-    is head dim 128's: -0.33 forward), which §5.130's addendum reports."""
+    log time (measured 0.056 forward, 0.032 backward); at head dim 64 head dim 128's rate
+    (s0 0) is not (-0.33 forward, -0.22 backward: §5.130's addendum)."""
     f = fit.fit("native", direction)
     res = fit.held_out_residuals(f, "native", direction, fit.held_out_points(128))
     kb = [r for _, r, host in res if not host]
     assert len(res) == 72 and len(kb) >= 50
     assert float(np.sqrt(np.mean(np.square(kb)))) < band
+    assert res == fit.held_out_residuals(fit.with_s0(f, 0.0), "native", direction,
+                                         fit.held_out_points(128))   # s0 moves no 128 point
     low = [r for _, r, host in fit.held_out_residuals(
-        f, "native", direction, fit.held_out_points(64)) if not host]
+        fit.with_s0(f, 0.0), "native", direction, fit.held_out_points(64)) if not host]
     assert max(low) < -0.15         # head dim 64 runs slower than the 128 rate says
+
+
+# --- the rate by head dim (head_dim_factor, docs/calibration.md §5.131) ----------------------
+
+def test_head_dim_factor_closed_form():
+    """``(D/(D+s0)) / (256/(256+s0))`` at ``D = d_qk + d_v``, exactly 1 at head dim 128 and
+    for the kernels without an ``s0``; held within the measured 128..384."""
+    s0 = ag.CUDNN_FWD.head_dim_s0
+    assert s0 == 138.0
+    for k in KERNELS:
+        assert ag.head_dim_factor(k, 256) == 1.0
+    for k in (ag.CUDNN_BWD, ag.FA2_FWD, ag.FA2_BWD):
+        assert ag.head_dim_factor(k, 128) == 1.0 and ag.head_dim_factor(k, 384) == 1.0
+    want = (128 / (128 + s0)) / (256 / (256 + s0))
+    assert ag.head_dim_factor(ag.CUDNN_FWD, 128) == pytest.approx(want, rel=1e-12)
+    assert 0.70 < want < 0.78                                 # head dim 64: ~1.35x the time
+    assert ag.head_dim_factor(ag.CUDNN_FWD, 64) == ag.head_dim_factor(ag.CUDNN_FWD, 128)
+    assert ag.head_dim_factor(ag.CUDNN_FWD, 1024) == ag.head_dim_factor(ag.CUDNN_FWD, 384)
+    assert ag.head_dim_factor(ag.CUDNN_FWD, 320) == pytest.approx(
+        (320 / (320 + s0)) / (256 / (256 + s0)), rel=1e-12)     # MLA: 192 + 128
+    with pytest.raises(SpecError, match="head_dim_factor"):
+        ag.head_dim_factor(ag.CUDNN_FWD, 0)
+    with pytest.raises(SpecError, match="GridKernel.head_dim_s0"):
+        ag.GridKernel("t", "lpt", 1, 0.0, -1.0)
+
+
+@pytest.mark.parametrize("name", ["llama3-8b", "gpt-oss-120b", "deepseek-v3", "nemotron4-340b"])
+def test_attention_time_takes_the_head_dim_factor(monkeypatch, name):
+    """The estimate's fused-attention seconds with the head-dim rate over those at head dim
+    128's rate (``CUDNN_FWD`` without ``s0``): the forward divides by ``head_dim_factor`` at
+    the model's ``head_dim + v_dim`` (1 to 1e-12 at head dim 128; gpt-oss's 64, DeepSeek-V3's
+    192 + 128, Nemotron-4's 192), the backward is unchanged."""
+    m = dataclasses.replace(model_preset(name), seq_length=4096)
+    g = get_gpu("H100")
+    b, tp, cp = np.array([1, 2, 4]), np.array([1, 2, 8]), np.array([1, 1, 2])
+    after = attention_time.attention_time_fwd(m, b, tp, cp, True, g)
+    monkeypatch.setattr(ag, "CUDNN_FWD", dataclasses.replace(ag.CUDNN_FWD, head_dim_s0=0.0))
+    before = attention_time.attention_time_fwd(m, b, tp, cp, True, g)
+    h = ag.head_dim_factor(ag.GridKernel("x", "head_asc", 1, 1.75, 138.0), m.head_dim + m.v_dim)
+    assert (m.head_dim + m.v_dim == 256) == (h == 1.0)
+    np.testing.assert_allclose(after[0], before[0] / h, rtol=1e-12)
+    np.testing.assert_allclose(after[1], before[1], rtol=1e-12)
+
+
+def test_head_dim_constant_is_the_fit_and_separates_from_noise():
+    """cuDNN forward's ``s0`` is the least-squares one on the fit script's grid over run 4's
+    head dims 64 and 192 (its neighbours fit worse) and more than halves the rms of log time
+    of having none (0.232 -> 0.097); head dim 64's kernel-bound points then within 0.06 (from
+    0.347). The backward's best single ``s0`` explains nothing (rms within 0.005 of none),
+    which is why the backward keeps head dim 128's rate."""
+    f = fit.fit("native", "fwd")
+    s0, rms = fit.fit_s0(f, "native", "fwd", (64, 192))
+    assert s0 == ag.CUDNN_FWD.head_dim_s0
+    assert fit.rms_at(fit.with_s0(f, 0.0), "native", "fwd", (64, 192)) > 2 * rms
+    kb = [r for _, r, host in fit.held_out_residuals(f, "native", "fwd",
+                                                      fit.held_out_points(64)) if not host]
+    assert len(kb) >= 6 and float(np.sqrt(np.mean(np.square(kb)))) < 0.06
+    fb = fit.fit("native", "bwd")
+    _, rms_b = fit.fit_s0(fb, "native", "bwd", (64, 192))
+    assert fit.rms_at(fb, "native", "bwd", (64, 192)) - rms_b < 0.005
+    assert ag.CUDNN_BWD.head_dim_s0 == 0.0

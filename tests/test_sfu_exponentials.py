@@ -114,8 +114,8 @@ def test_yaml_key_round_trip_and_validation():
 def test_pairs_experiment_model_ratio_is_the_closed_form():
     """experiments/sfu_attention_pairs.py's model column: GB200/GB300 time of a fused pass,
     1 / (g0/g1 - w·g0·n·(1/R0 - 1/R1)/t) with t the catalog time, n = F/(2(d_qk + d_v)) and
-    g0, g1 the kernel's grid factors on GB200's 148 and GB300's 160 SMs (§5.130; the
-    experiment's shape: batch 1, the preset's heads and sequence)."""
+    g0, g1 the kernel's grid factors on GB200's 148 and GB300's 160 SMs (§5.130) times its
+    head-dim factor at d_qk + d_v (§5.131; the experiment's shape: batch 1, the preset's heads and sequence)."""
     import importlib.util
     import pathlib
     path = pathlib.Path(__file__).parent.parent / "experiments" / "sfu_attention_pairs.py"
@@ -127,9 +127,10 @@ def test_pairs_experiment_model_ratio_is_the_closed_form():
     g1 = get_gpu("GB300")
     for dq, dv in ((128, 128), (192, 128), (64, 64)):
         m = model_preset("deepseek-v3" if dq != dv else "llama3-70b")
-        g0f, g0b = attention_grid.shape_factors(g, "native", m.num_attention_heads, m.seq_length)
+        g0f, g0b = attention_grid.shape_factors(g, "native", m.num_attention_heads,
+                                                m.seq_length, dq + dv)
         g1f, g1b = attention_grid.shape_factors(g1, "native", m.num_attention_heads,
-                                                m.seq_length)
+                                                m.seq_length, dq + dv)
         per_flop = 1 / (g.peak("bf16") * g.attention_efficiency)   # catalog s per FLOP
         share = dx / (2 * (dq + dv)) / per_flop
         assert mod.model_ratio(dq, dv, False) == pytest.approx(

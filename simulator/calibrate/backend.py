@@ -109,7 +109,8 @@ class FakeBackend:
                           causal: bool) -> tuple[float, float] | None:
         flops = attention_flops_fwd(batch, heads, seq, head_dim, causal)
         ef, eb = self.attention_efficiency(kernel)
-        gf, gb = attention_grid.shape_factors(self.gpu, kernel, batch * heads, seq) \
+        gf, gb = attention_grid.shape_factors(self.gpu, kernel, batch * heads, seq,
+                                              2 * head_dim) \
             if causal else (1.0, 1.0)   # the catalog's grid at this shape (causal kernels)
         peak = self.gpu.peak("bf16")
         return flops / (ef * gf * peak), FLASH_BWD_FACTOR * flops / (eb * gb * peak)

@@ -38,7 +38,19 @@ The catalog's figure stays the rate at the shape it was measured at (``REF_SEQ``
 hidden 2048, head dim 128, here at 16k tokens); ``rate_factors`` is the grid factor at a shape
 over the one there, so only the shape dependence is new and it carries to another chip
 through its SM count. Vectorised over the plan fields (one schedule per distinct shape,
-cached)."""
+cached).
+
+Head dims (``head_dim_factor``, docs/calibration.md §5.131). A tile's time is its two GEMMs,
+whose FLOPs scale with ``d_qk + d_v``, plus work that does not (the softmax over the tile's
+128 x 128 scores: exponentials, max/sum, rescale): time per tile ∝ ``d_qk + d_v + s0``
+(``GridKernel.head_dim_s0``), so the fraction of the peak is ``D/(D + s0)`` up to a constant,
+normalised to 1 at head dim 128 (``REF_DIMS``, the catalog's and the fit's), within the head
+dims measured (``DIMS_RANGE``). cuDNN's forward only: its H200 points at head dims 64 and 192
+together select ``s0`` 138 (rms of log time 0.232 -> 0.097; head dim 64 alone 180, sharply;
+192 alone is flat, 0.09-0.14 over 0-200); its backward's do not (64 alone wants 166, 192 a
+negative one, both 14 at rms 0.309 against 0.311 without: the kernel is slower at 192 than
+any ``s0`` describes), so the backward keeps head dim 128's rate, as does FlashAttention-2
+(not measured at other head dims)."""
 from __future__ import annotations
 
 import heapq
@@ -64,20 +76,29 @@ REF_GROUPS = 16
 #: ``MAX_JOBS // tiles`` (batch, head) groups plus the rest's work spread evenly (the
 #: steady state adds work/slots to the makespan)
 MAX_JOBS = 40_000
+#: d_qk + d_v of the shape the grid and the catalog's rate were measured at (head dim 128)
+REF_DIMS = 256
+#: d_qk + d_v the head-dim rate was measured over (head dims 64 and 192, run 4); outside it
+#: the nearest end's factor (no extrapolation)
+DIMS_RANGE = (128, 384)
 
 
 @dataclass(frozen=True)
 class GridKernel:
-    """One fused attention kernel's grid. ``order``: the order CTAs are taken in, 'head_desc'
+    """One fused attention kernel's grid (and its rate by head dim). ``order``: the order CTAs are taken in, 'head_desc'
     (per (batch, head), the longest tile first), 'head_asc' (the shortest first) or 'lpt'
     (every head's tiles, longest first); ``ctas_per_sm``: CTAs one SM runs at a time (each at
     that share of the SM's rate); ``fixed_tiles``: a CTA's fixed cost, in tile-equivalents
-    (the time of one 128 x 128 score tile at the kernel's full rate)."""
+    (the time of one 128 x 128 score tile at the kernel's full rate); ``head_dim_s0``: a
+    tile's time that does not scale with the head dims, in units of ``d_qk + d_v`` (the
+    softmax over its scores; ``head_dim_factor``; 0: the rate is head dim 128's at every
+    head dim)."""
 
     name: str
     order: str
     ctas_per_sm: int
     fixed_tiles: float
+    head_dim_s0: float = 0.0
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -87,11 +108,16 @@ class GridKernel:
         if not 0.0 <= self.fixed_tiles <= 1000.0:
             raise SpecError("GridKernel.fixed_tiles", self.fixed_tiles,
                             "must be in [0, 1000] tile-equivalents")
+        if not 0.0 <= self.head_dim_s0 <= 4096.0:
+            raise SpecError("GridKernel.head_dim_s0", self.head_dim_s0,
+                            "must be in [0, 4096] (units of d_qk + d_v)")
 
 
 # Fixed costs: experiments/attention_grid_fit.py on the H200 points (run 1 and 2 sweeps and
-# run 2's probes; least squares of log time, grid 0.25 apart; docs/calibration.md §5.130)
-CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75)
+# run 2's probes; least squares of log time, grid 0.25 apart; docs/calibration.md §5.130).
+# cuDNN forward's s0: the same script's ``--held-out`` on run 4's head dims 64 and 192
+# (least squares of log time, grid 2 apart, c0/E/host as fitted at 128; §5.131)
+CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75, 138.0)
 CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75)
 FA2_FWD = GridKernel("fa2-fwd", "head_asc", 1, 1.0)
 FA2_BWD = GridKernel("fa2-bwd", "head_desc", 1, 3.25)
@@ -139,6 +165,19 @@ def grid_factor(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int 
     return useful / sms / makespan(kernel, groups, tiles, sms, cap)
 
 
+def head_dim_factor(kernel: GridKernel, dims: int) -> float:
+    """Factor on the kernel's head-dim-128 rate at ``dims = d_qk + d_v`` (MLA: 192 + 128):
+    ``(D/(D + s0)) / (REF_DIMS/(REF_DIMS + s0))`` with ``s0 = kernel.head_dim_s0`` and ``D``
+    held within ``DIMS_RANGE``; exactly 1.0 at ``REF_DIMS`` or with ``s0`` 0."""
+    if dims < 1:
+        raise SpecError("attention_grid.head_dim_factor", dims, "d_qk + d_v must be >= 1")
+    s0 = kernel.head_dim_s0
+    if not s0 or dims == REF_DIMS:
+        return 1.0
+    d = min(max(float(dims), DIMS_RANGE[0]), DIMS_RANGE[1])
+    return (d / (d + s0)) / (REF_DIMS / (REF_DIMS + s0))
+
+
 def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:
     """(forward, backward) grids of the fused kernel ``kernel`` ("native" or "fa2", as
     ``GPU.flash_efficiency``) on ``gpu``: FlashAttention-2's for "fa2" and for "native" before
@@ -151,16 +190,19 @@ def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:
     return CUDNN_FWD, CUDNN_BWD
 
 
-def shape_factors(gpu: GPU, kernel: str, groups: int, seq: int) -> tuple[float, float]:
+def shape_factors(gpu: GPU, kernel: str, groups: int, seq: int,
+                  dims: int = REF_DIMS) -> tuple[float, float]:
     """(forward, backward) factor on the catalog's rate of one full causal attention of
-    ``groups`` (batch x heads) sequences of ``seq`` tokens: ``grid_factor`` there over the one
-    at (``REF_GROUPS``, ``REF_SEQ``); 1.0 where ``kernels`` has no grid for the chip."""
+    ``groups`` (batch x heads) sequences of ``seq`` tokens with ``dims = d_qk + d_v``:
+    ``grid_factor`` there over the one at (``REF_GROUPS``, ``REF_SEQ``), times
+    ``head_dim_factor``; 1.0 where ``kernels`` has no grid for the chip."""
     ks = kernels(gpu, kernel)
     if ks is None:
         return 1.0, 1.0
     n = max(1, -(-int(seq) // TILE))
     f, b = (grid_factor(k, max(1, int(groups)), n, gpu.sm_count)
-            / grid_factor(k, REF_GROUPS, REF_SEQ // TILE, gpu.sm_count) for k in ks)
+            / grid_factor(k, REF_GROUPS, REF_SEQ // TILE, gpu.sm_count)
+            * head_dim_factor(k, dims) for k in ks)
     return f, b
 
 
@@ -215,7 +257,8 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     grid factor of the mean layer (``_factor_at``; ``windows`` False: the full layers' only)
     at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·128))`` tiles
     (with ``cp > 1`` the ring's steps, ``ring_factor``) over the one at the catalog's benchmark
-    shape (``REF_SEQ``, ``REF_GROUPS``); 1.0 where ``kernels`` has no grid for the chip.
+    shape (``REF_SEQ``, ``REF_GROUPS``), times ``head_dim_factor`` at the model's
+    ``head_dim + v_dim``; 1.0 where ``kernels`` has no grid for the chip.
     Vectorised over ``b``, ``tp``, ``cp`` (one schedule per distinct shape)."""
     ks = kernels(gpu, kernel)
     if ks is None:
@@ -228,7 +271,8 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     groups, tiles, cps = np.broadcast_arrays(groups, tiles, cps)
     out = []
     for gk in ks:
-        ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms)
+        ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms) \
+            / head_dim_factor(gk, m.head_dim + m.v_dim)
         keys, inv = np.unique(np.stack([groups.ravel(), tiles.ravel(), cps.ravel()]), axis=1,
                               return_inverse=True)
         vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows, int(c)) / ref
