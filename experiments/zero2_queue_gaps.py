@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 _V = "schedule={},vpp=2,zero=2"
@@ -40,32 +38,8 @@ PLANS = [f"{p},{_V.format(s)}" for p, s in (
 
 
 def main() -> int:
-    from simulator.simulate import simulate
-    from strategies.estimate.analytic import estimate_arrays
-    from strategies.estimate.lower_bound import step_time_lower_bound
-    from strategies.job import make_job
-    from strategies.plan import parse_plan
-    from strategies.plan_arrays import PlanArrays
-    from strategies.presets import model_preset
-    from topologies.cluster import parse_cluster_arg
-    m, cl = model_preset("gpt3-175b"), parse_cluster_arg("dgx-a100:128")
-    rows = []
-    print("| plan | m | arrays s | bound s | simulated s | arrays/sim - 1 |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for spec in PLANS:
-        job = make_job(m, cl, parse_plan(spec), global_batch=1536)
-        P = PlanArrays.from_plans([job.plan])
-        a = estimate_arrays(m, cl, "bf16", P)
-        est = float(np.ravel(a["step_time_s"])[0])
-        bound = float(np.ravel(step_time_lower_bound(m, cl, "bf16", P,
-                                                     costs=a["stage_costs"]))[0])
-        sim = simulate(job, network="contention-free").step_time_s
-        rows.append((est / sim - 1, bound > est))
-        print(f"| `{job.plan.short()}` | {job.num_microbatches} | {est:.3f} | {bound:.3f} | "
-              f"{sim:.3f} | {est / sim - 1:+.2%} |")
-    rel = np.array([r for r, _ in rows])
-    print(f"{len(rows)} plans: arrays/sim - 1 {rel.min():+.2%}..{rel.max():+.2%}, mean |.| "
-          f"{np.abs(rel).mean():.2%}, bound > arrays {sum(b for _, b in rows)}")
+    from experiments.split_backward_gaps import plan_gaps, summary
+    print(summary("all", plan_gaps(PLANS)))
     return 0
 
 
