@@ -781,10 +781,8 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     # a V (ZB-V, DualPipeV): each rank's per-chunk reduce-scatters queue behind its gradient
     # steps, which its drain runs back to back (ZB-V's deferred ``W``), on the span's own
     # replay (``VShape.reduce_queue_tails``, §5.127)
-    queued = head_first & ogr & (zero_g == 2) & cm.has_dp_copies(params, pe, tp, cp, dp, ep,
-                                                                   etp)
     z2_queue = reduce_queue_tails_by_code(
-        sched, queued, mb, t_max, t_sum, w_share, f_share, pp,
+        sched, head_first & ogr & (zero_g == 2), mb, t_max, t_sum, w_share, f_share, pp,
         tuple(dp_time("reduce_scatter", gb / v, k)
               - own_lane * rep_bucket(k, 1.0, gb / v) for k in K), tuple(edge_k))
 
