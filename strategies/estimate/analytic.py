@@ -34,8 +34,10 @@ Model (per optimizer step, seconds):
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
   work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
   and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
-  0's cool-down); ZeRO-2 without overlap stalls every stage after each backward, on each
-  schedule's path, ``z2_sync_exposed``;
+  0's cool-down; on a V the per-chunk queue on the span's own replay,
+  ``VShape.reduce_queue_tails``; one chunk a rank, the last micro-batch's under its own
+  backward, docs/calibration.md §5.127); ZeRO-2 without overlap stalls every stage after
+  each backward, on each schedule's path, ``z2_sync_exposed``;
 * the tied word embedding's gradient all-reduce between the first and the last stage;
 * the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
   buffer and the optimizer shard (``strategies.cost.step``).
