@@ -69,7 +69,9 @@ PLANS = [
 ]
 
 
-def main() -> int:
+def plan_gaps(specs: list[str]) -> list[tuple]:
+    """Print the table's row of each plan spec (GPT-3 175B on ``dgx-a100:128``, global batch
+    1536) and return ``(job, arrays, bound, simulated)`` per plan (seconds)."""
     from simulator.simulate import simulate
     from strategies.estimate.analytic import estimate_arrays
     from strategies.estimate.lower_bound import step_time_lower_bound
@@ -79,10 +81,10 @@ def main() -> int:
     from strategies.presets import model_preset
     from topologies.cluster import parse_cluster_arg
     m, cl = model_preset("gpt3-175b"), parse_cluster_arg("dgx-a100:128")
-    by: dict[str, list] = {}
+    out = []
     print("| plan | m | arrays s | bound s | simulated s | arrays/sim - 1 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    for spec in PLANS:
+    for spec in specs:
         job = make_job(m, cl, parse_plan(spec), global_batch=1536)
         P = PlanArrays.from_plans([job.plan])
         a = estimate_arrays(m, cl, "bf16", P)
@@ -90,13 +92,27 @@ def main() -> int:
         bound = float(np.ravel(step_time_lower_bound(m, cl, "bf16", P,
                                                      costs=a["stage_costs"]))[0])
         sim = simulate(job, network="contention-free").step_time_s
-        by.setdefault(job.plan.schedule, []).append((est / sim - 1, bound > est))
+        out.append((job, est, bound, sim))
         print(f"| `{job.plan.short()}` | {job.num_microbatches} | {est:.3f} | {bound:.3f} | "
               f"{sim:.3f} | {est / sim - 1:+.2%} |")
+    return out
+
+
+def summary(name: str, rows: list[tuple]) -> str:
+    """``name``: plans, the least and largest ``arrays/sim - 1``, its mean absolute value and
+    how many bounds are above their estimate, of ``plan_gaps``' rows."""
+    rel = np.array([est / sim - 1 for _, est, _, sim in rows])
+    return (f"{name}: {len(rows)} plans, arrays/sim - 1 {rel.min():+.2%}..{rel.max():+.2%}, "
+            f"mean |.| {np.abs(rel).mean():.2%}, "
+            f"bound > arrays {sum(bound > est for _, est, bound, _ in rows)}")
+
+
+def main() -> int:
+    by: dict[str, list] = {}
+    for row in plan_gaps(PLANS):
+        by.setdefault(row[0].plan.schedule, []).append(row)
     for name, rows in by.items():
-        rel = np.array([r for r, _ in rows])
-        print(f"{name}: {len(rows)} plans, arrays/sim - 1 {rel.min():+.2%}..{rel.max():+.2%}, "
-              f"mean |.| {np.abs(rel).mean():.2%}, bound > arrays {sum(b for _, b in rows)}")
+        print(summary(name, rows))
     return 0
 
 

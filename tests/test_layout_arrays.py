@@ -60,19 +60,11 @@ def test_bound_at_or_below_arrays_default_space():
     """Every candidate of the default search's space (GPT-3 175B on dgx-a100:128, gbs
     1536: 10,466 plans when §5.107 was written, 11,010 since §5.108 keeps the ZeRO-2 plans the
     estimate ranks faster): lower bound <= array estimate (113 interleaved pp 4 first16/last16
-    rows were above before, §5.107), but for one plan since §5.110 adds the context-parallel
-    ring's waits to the bound's blocks: ``tp8 pp1 dp32 cp4 mbs8 full-rc:58 z2``, whose
-    estimate is 1.8 % below its bound because its ZeRO-2 tail is short (the estimate's
-    data-parallel term 0.99 s, its contention-free simulation's 1.82 s); since §5.130 (the
-    attention kernel's grid, the ring's steps slower at cp 2) also ``tp8 pp1 dp64 cp2 mbs4
-    full-rc:58 z2``, 0.11 % below, the same kind of plan."""
+    rows were above before, §5.107; ``tp8 pp1 dp32 cp4 mbs8 full-rc:58 z2`` from §5.110, its
+    last micro-batch's reduce-scatter longer than its backward, until §5.127)."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     space = enumerate_space(m, cl, 1536, SpaceOptions())
     arr = estimate_arrays(m, cl, "bf16", space.arrays)
     bound = step_time_lower_bound(m, cl, "bf16", space.arrays, costs=arr["stage_costs"])
     assert space.size > 10000      # the whole default space, not a sample
-    above = bound > arr["step_time_s"]
-    P = space.arrays
-    assert np.count_nonzero(above) <= 2
-    assert np.all(~above | ((P.pp == 1) & (P.cp > 1) & (P.zero == 2) & (P.recompute == 2)))
-    assert np.all(bound[above] / arr["step_time_s"][above] < 1.02)
+    assert np.all(bound <= arr["step_time_s"])

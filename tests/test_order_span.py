@@ -111,10 +111,9 @@ def test_rank_slack_parallelogram():
 
 def test_bound_at_or_below_estimate_split_backward_space():
     """The ``--schedules all`` space's ZB-H2, ZB-V and DualPipeV candidates (GPT-3 175B on
-    dgx-a100:128, gbs 1536): lower bound <= array estimate but for pp 2 ZeRO-2 ZB-V and
-    DualPipeV plans with few micro-batches, whose last micro-batch's reduce-scatter the
-    estimate hides (§5.111, left; with §5.110's context-parallel ring in the bound, 16 such
-    plans, each 5-8 % below its contention-free simulation); 39 were above before §5.111."""
+    dgx-a100:128, gbs 1536): lower bound <= array estimate for every one (39 were above
+    before §5.111; 16 pp 2 ZeRO-2 ZB-V and DualPipeV plans after §5.110, whose per-chunk
+    reduce-scatters queue after the V's drain, until §5.127)."""
     m, cl = model_preset("gpt3-175b"), cluster_preset("dgx-a100", 128)
     space = enumerate_space(m, cl, 1536, SpaceOptions(schedules="all"))
     cols = space.arrays.to_columns()
@@ -123,8 +122,4 @@ def test_bound_at_or_below_estimate_split_backward_space():
     arr = estimate_arrays(m, cl, "bf16", P)
     bound = step_time_lower_bound(m, cl, "bf16", P, costs=arr["stage_costs"])
     assert keep.sum() > 2000
-    above = np.flatnonzero(bound > arr["step_time_s"])
-    assert len(above) <= 16
-    for i in above.tolist():
-        assert (int(P.schedule[i]) in (schedule_code("dualpipev"), schedule_code("zb-v"))
-                and int(P.pp[i]) == 2 and int(P.zero[i]) == 2 and int(P.mbs[i]) >= 4), i
+    assert np.all(bound <= arr["step_time_s"])

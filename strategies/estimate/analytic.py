@@ -34,8 +34,10 @@ Model (per optimizer step, seconds):
 * ZeRO-2/3's per-micro-batch gathers and reduce-scatters: ``sharded_exposed``, the stream's
   work less the compute and bubble it runs under, at least what nothing hides (under ZB-H1
   and interleaved also the tail of the stage that ends last, ``split_tail_exposed`` and rank
-  0's cool-down); ZeRO-2 without overlap stalls every stage after each backward, on each
-  schedule's path, ``z2_sync_exposed``;
+  0's cool-down; on a V the per-chunk queue on the span's own replay,
+  ``VShape.reduce_queue_tails``; one chunk a rank, the last micro-batch's under its own
+  backward, docs/calibration.md §5.127); ZeRO-2 without overlap stalls every stage after
+  each backward, on each schedule's path, ``z2_sync_exposed``;
 * the tied word embedding's gradient all-reduce between the first and the last stage;
 * the optimizer step (memory-bound Adam) and the stack's per-step passes over the gradient
   buffer and the optimizer shard (``strategies.cost.step``).
@@ -74,6 +76,7 @@ from strategies.plan_arrays import PlanArrays, as_plan_arrays, rank_layers
 from strategies.schedules import attr_by_code, dispatch, schedules
 from strategies.schedules.combined import (lone_passes_exposed, pair_exposed,
                                            pair_message_hiding)
+from strategies.schedules.replay import reduce_queue_tails_by_code
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -766,12 +769,35 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     below = rank_below((t_first, t_mid, t_last), pp)
     under_fwd = attr_by_code(sched, "reduces_under_forwards").astype(bool)
 
+    # ... and the last micro-batch's own reduce-scatter runs under its last backward alone
+    # (one chunk a rank, the backward unsplit: 1F1B, GPipe), from its first bucket on
+    # (``lead_k``): that backward's seconds with its exposed communication, the rank's less
+    # its forward (compute, TP collectives, ring waits, all-to-all) and the embedding's and
+    # the LM head's forwards where it holds them (docs/calibration.md §5.127)
+    ep_fwd = (ep_layer - sc.ep_per_layer_recompute * t_a2a) / 2
+    f_layer = sc.layer_fwd + fwd_tp + cp_fwd + ep_fwd
+    t_own = (np.where(single, t_max, t_first), t_mid, t_last)
+    f_ends = (sc.embedding_fwd + np.where(single, head_f, 0.0), 0.0,
+              np.where(single, 0.0, head_f))
+    one_chunk = (v == 1) & ~split & ~mirrored
+    # a V (ZB-V, DualPipeV): each rank's per-chunk reduce-scatters queue behind its gradient
+    # steps, which its drain runs back to back (ZB-V's deferred ``W``), on the span's own
+    # replay (``VShape.reduce_queue_tails``, §5.127)
+    z2_queue = reduce_queue_tails_by_code(
+        sched, head_first & ogr & (zero_g == 2), mb, t_max, t_sum, w_share, f_share, pp,
+        tuple(dp_time("reduce_scatter", gb / v, k)
+              - own_lane * rep_bucket(k, 1.0, gb / v) for k in K), tuple(edge_k))
+
     def z2_over_k(k: int) -> Any:
         first_bwd = r_f * t_sum + np.where(
             head_first, 0.0, ((1 - r_f) * (t_sum - below[k]) - window_k[k]) / v)
         z2_window = np.where(under_fwd, pipe - slack[k] - first_bwd, mb * window_k[k])
-        return lanes_exposed(mb * rs_mb_k[k], mb * rep_bucket(k, 1.0, gb * per_mb), z2_window,
-                             edge_k[k], own_lane)
+        rep = rep_bucket(k, 1.0, gb * per_mb)
+        last = np.where(one_chunk, lanes_exposed(rs_mb_k[k] + lead_k[k], rep, t_own[k]
+                                                 - n_k[k] * f_layer - f_ends[k], edge_k[k],
+                                                 own_lane), -np.inf)
+        return np.maximum(np.maximum(lanes_exposed(mb * rs_mb_k[k], mb * rep, z2_window,
+                                                   edge_k[k], own_lane), last), z2_queue[k])
     # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
     # backward (``z2_sync_exposed``); each stage's own from its parameters
     rs_stage = (t_rs_mb, t_rs_k[1], t_rs_k[2])

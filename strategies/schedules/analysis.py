@@ -14,7 +14,7 @@ from strategies.schedules.combined import combined_steps
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
            "RankSpan", "simulate_free_comm", "free_comm_order", "replay_free_comm",
-           "free_comm_makespans", "FreeCommOrder"]
+           "free_comm_makespans", "free_comm_ends", "FreeCommOrder"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -276,12 +276,12 @@ def replay_free_comm(order: FreeCommOrder, pp: int,
     return first, free, busy
 
 
-def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], Any],
-                        size: int) -> np.ndarray:
-    """The makespan (``simulate_free_comm``) of ``size`` runs of ``order`` at once, their
-    seconds ``seconds(rank, members)`` arrays of ``size``: level by level, each event's end
-    its predecessors' latest plus its own seconds, the scalar replay's operations value for
-    value."""
+def free_comm_ends(order: FreeCommOrder, seconds: Callable[[int, Members], Any],
+                   size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each event's end and seconds (arrays ``(events, size)``, in ``order``'s event order)
+    over ``size`` runs of ``order`` at once, their seconds ``seconds(rank, members)`` arrays
+    of ``size``: level by level, each event's end its predecessors' latest plus its own
+    seconds, the scalar replay's operations value for value."""
     table = np.stack([np.broadcast_to(np.asarray(seconds(r, g), dtype=float), (size,))
                       for r, g in order.sigs])
     dur = table[order.sig]
@@ -289,7 +289,14 @@ def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], 
     b = order.bounds
     for lo, hi in zip(b[:-1], b[1:]):
         ends[lo:hi] = np.maximum.reduce(ends[order.preds[lo:hi]], axis=1) + dur[lo:hi]
-    return ends[:-1].max(axis=0)
+    return ends[:-1], dur
+
+
+def free_comm_makespans(order: FreeCommOrder, seconds: Callable[[int, Members], Any],
+                        size: int) -> np.ndarray:
+    """The makespan (``simulate_free_comm``) of ``size`` runs of ``order`` at once: the
+    latest of ``free_comm_ends``."""
+    return free_comm_ends(order, seconds, size)[0].max(axis=0)
 
 
 def chunk_dur(times: Sequence[float], kind: str, split: bool, paired: bool = False) -> float:

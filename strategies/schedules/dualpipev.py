@@ -98,12 +98,21 @@ class DualPipeV(VShape):
                                                                w * fill / 2))
         mb, pb, tm, ts, pw, closed = np.broadcast_arrays(m, p, np.asarray(t_max, dtype=float),
                                                          np.asarray(t_sum, dtype=float), w, closed)
-        sel = (pb > 1) & (mb >= 2 * pb)         # the order exists (``batch_rules``)
+        sel = self.replays(mb, pb)
         out = np.array(closed, dtype=float)
         if np.any(sel):
             out[sel] = order_span(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, pw[sel],
-                                  (1 - pw[sel]) / 2)
+                                  self.replay_f_share(pw[sel], None))
         return out[()] if out.ndim == 0 else out
+
+    def replays(self, m: Any, pp: Any) -> np.ndarray:
+        """Where the order exists (``batch_rules``): ``pp > 1`` and ``m >= 2pp``."""
+        return (np.asarray(pp) > 1) & (np.asarray(m) >= 2 * np.asarray(pp))
+
+    def replay_f_share(self, w_share: Any, f_share: Any) -> Any:
+        """Half of what the weight gradient leaves, as ``span_excess`` reads a chunk
+        (``f_share`` unused; ``pipeline_span``)."""
+        return (1 - np.asarray(w_share, dtype=float)) / 2
 
     def fixed_search_vpps(self, num_layers: int, max_vpp: int | None = None,
                           fixed_vpp: int | None = None) -> list[int]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from strategies.schedules.base import Rule, Schedule
 
 
@@ -45,3 +47,33 @@ class VShape(Schedule):
                     fixed_vpp: int | None = None) -> list[int]:
         """None yet: the search cannot cost ``W``."""
         return []
+
+    def replays(self, m: Any, pp: Any) -> np.ndarray:
+        """Where ``pipeline_span`` replays the order (``replay.order_span``): ``pp > 1``."""
+        return np.asarray(pp) > 1
+
+    def replay_f_share(self, w_share: Any, f_share: Any) -> Any:
+        """The forward's share of a chunk's seconds in the replay: ``f_share``."""
+        return f_share
+
+    def reduce_queue_tails(self, m: Any, t_max: Any, t_sum: Any, w_share: Any, f_share: Any,
+                           pp: Any, rs: tuple, edge: tuple) -> tuple:
+        """ZeRO-2's per-chunk reduce-scatters queued behind the order's gradient steps: each
+        kind of rank's (first, middle, last) data-parallel stream's end after the span, on
+        the replay ``pipeline_span`` reads (``replay.order_reduce_tails``; ``rs``/``edge``:
+        a chunk's reduce-scatter and its last bucket per kind, seconds); ``-inf`` where the
+        span is not replayed (``replays``). Arrays over plans; seconds."""
+        from strategies.schedules.replay import order_reduce_tails
+        args = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
+            m, t_max, t_sum, w_share, f_share, pp, *rs, *edge)))
+        mb, tm, ts, w, f, pb = args[:6]
+        out = [np.full(mb.shape, -np.inf) for _ in range(3)]
+        sel = self.replays(mb, pb)
+        if np.any(sel):
+            got = order_reduce_tails(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, w[sel],
+                                     self.replay_f_share(w[sel], f[sel]),
+                                     tuple(x[sel] for x in args[6:9]),
+                                     tuple(x[sel] for x in args[9:12]))
+            for o, g in zip(out, got):
+                o[sel] = g
+        return tuple(out)

@@ -128,9 +128,10 @@ class ZBV(VShape):
         mb, pb, tm, ts, w, f, out = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (
             m, pp, t_max, t_sum, w_share, f_share, out)))
         out = np.array(out)
-        sel = pb > 1
+        sel = self.replays(mb, pb)
         if np.any(sel):
-            out[sel] = order_span(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, w[sel], f[sel])
+            out[sel] = order_span(self, mb[sel], tm[sel], ts[sel], pb[sel], 2, w[sel],
+                                  self.replay_f_share(w[sel], f[sel]))
         return out[()] if out.ndim == 0 else out
 
     def closed_span(self, m: Any, t_max: Any, t_sum: Any, vpp: Any,
