@@ -16,7 +16,7 @@ from experiments.bound_mixed_gpus import (bound_and_sim, dense_case, moe_case,
 from simulator.simulate import simulate
 from strategies.cost.stage import stage_cost_arrays
 from strategies.estimate.analytic import estimate_arrays
-from strategies.estimate.lower_bound import fastest_of_each
+from strategies.estimate.bound.gpu_types import fastest_of_each
 from strategies.estimate.mixed import estimate_arrays_mixed
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job

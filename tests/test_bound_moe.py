@@ -1,4 +1,4 @@
-"""The lower bound on MoE plans (strategies/estimate/lower_bound.py ``a2a_floor`` and the
+"""The lower bound on MoE plans (strategies/estimate/bound/floors.py ``a2a_floor`` and the
 block's all-to-all, expert-TP and TP collectives in sequence): below the full simulation on a
 seeded sample of every class (etp 1 and tp, ep inside a node and across nodes, 1F1B and
 interleaved), tight on the cross-node expert parallelism it used to miss, and the pruned
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from simulator.simulate import simulate
-from strategies.estimate.lower_bound import a2a_floor, step_time_lower_bound
+from strategies.estimate.bound.floors import a2a_floor
+from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset

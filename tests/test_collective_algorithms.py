@@ -18,7 +18,7 @@ from simulator.program.ops import Collective, Program
 from strategies import collectives as colls
 from strategies.collectives import all_to_all, hierarchical, ring
 from strategies.cost import comm as cm
-from strategies.estimate.lower_bound import group_floor
+from strategies.estimate.bound.floors import group_floor
 from strategies.job import make_job
 from strategies import placement
 from strategies.plan import Plan

@@ -217,7 +217,7 @@ def _qwen3_10_layers():
 ])
 def test_bound_below_simulation_mixed_kinds(text):
     """The lower bound prices the layers it adds at the cheapest kind and the windows it
-    subtracts at the dearest (``lower_bound.kind_floor_ceiling``): with the mean layer, rank 0
+    subtracts at the dearest (``bound.layer_mix.LayerMix``): with the mean layer, rank 0
     (6 layers, the 2 dense ones) was priced above its real time and the first plan's bound
     exceeded its simulation (0.0645185 s against 0.0645148 s), which stopped the search."""
     from simulator.simulate import simulate

@@ -170,7 +170,7 @@ def test_bridge_rows_reduce_gradients_in_bf16():
 
 @pytest.mark.parametrize("nodes,dp,ep", [(1, 8, 8), (2, 16, 4)])
 def test_bound_stays_below_simulation_with_expert_dp(nodes, dp, ep):
-    """The lower bound prices the same split (``lower_bound.dp_terms``) and stays at or
+    """The lower bound prices the same split (``bound.data_parallel.dp_terms``) and stays at or
     below the simulated step: with one copy of each expert (ep = dp, no expert reduction)
     and with the expert-DP group across nodes. (main's
     ``test_memory_mixed_layouts::test_bound_below_simulation_mixed_kinds[...ep=8...]``

@@ -20,7 +20,7 @@ from simulator.program.ops import Collective, Program
 from strategies import collectives as colls
 from strategies.collectives import ring
 from strategies.cost import comm as cm
-from strategies.estimate.lower_bound import nic_rate_cap
+from strategies.estimate.bound.floors import nic_rate_cap
 from topologies.cluster import cluster_preset
 from topologies.graph import build_graph, rails
 from topologies.routing import (fabric_hop_share, relays, route, transfer_latency,

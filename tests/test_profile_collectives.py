@@ -23,7 +23,8 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import hbm_rate
 from strategies.estimate import estimate
-from strategies.estimate.lower_bound import group_floor, step_time_lower_bound
+from strategies.estimate.bound.floors import group_floor
+from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job
 from strategies.plan import parse_plan

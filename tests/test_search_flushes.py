@@ -204,7 +204,7 @@ def test_keys_round_trip():
 
 
 def test_bound_below_simulation():
-    """The search's bound (one flush's, composed: ``flushes._flushed_bound``) is below the
+    """The search's bound (one flush's, composed: ``lower_bound._flushed_bound``) is below the
     simulated step on a sample of flushed and grouped plans."""
     from simulator.simulate import simulate
     texts = ["tp=2,pp=2,mbs=1,gbs=64,schedule=gpipe,flushes=2",

@@ -159,7 +159,7 @@ class Cluster:
     def fastest_gpu(self) -> GPU:
         """The GPU type of the highest bf16 peak (``fastest_view``'s). Not the fastest at
         every op: the lower bound takes each op's least over the types present
-        (``strategies.estimate.lower_bound.fastest_of_each``)."""
+        (``strategies.estimate.bound.gpu_types.fastest_of_each``)."""
         return max((g.gpu for g in self.groups), key=lambda x: (x.peak("bf16"), x.hbm_bytes))
 
     def fastest_view(self) -> "Cluster":
