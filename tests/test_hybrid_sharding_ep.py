@@ -317,8 +317,10 @@ def test_replica_lane_busy_from_its_first_all_reduce():
     one layer's backward and reduce-scatter before it), so it stays busy to the end and the
     estimate exposes more than the last backward's queue (the edge of the previous test's
     closed form); the contention-free simulation agrees within 1 % (it was 8 % above the
-    edge)."""
-    m = dataclasses.replace(model_preset("qwen3-30b-a3b"), num_layers=24)
+    edge). At 2,048 tokens a sequence: the lane's work does not depend on the tokens, the
+    compute does, and at the preset's 4,096 the attention grid (§5.130: the kernel slower at 32
+    heads a GPU) made the compute long enough to let the lane idle."""
+    m = dataclasses.replace(model_preset("qwen3-30b-a3b"), num_layers=24, seq_length=2048)
     job = make_job(m, cluster_preset("dgx-h100", 4),
                    parse_plan("tp=1,pp=1,ep=8,mbs=1,gbs=64,zero=3,dp_shard=8"),
                    framework="torchtitan")

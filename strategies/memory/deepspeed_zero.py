@@ -35,8 +35,16 @@ the parameters a rank holds, ``d`` the ranks sharing the optimizer state, ``g`` 
   the activations are freed), but PyTorch's caching allocator keeps what it had to
   ``cudaMalloc`` for them: ``step_reserve_bytes`` (docs/calibration.md §5.129).
 
->>> float(step_reserve_bytes(4.48e8, 8.96e8, 5.74e8, 2.0, 4.0)) / 1e9
-5.376
+A stage of 12 layers with the 448M-element embedding, layer weights of 620M/210M/820M/820M
+elements split over tp 8, the partition over d = 4, a 0.9 GB block freed by the backward,
+16-bit gradients and fp32 moments, in one optimizer group and in two (``halved``), GB:
+
+>>> round(float(step_reserve_bytes(4.48e8, 12, (6.2e8, 2.1e8, 8.2e8, 8.2e8), 8, 4, 9.0e8,
+...                                2.0, 4.0)) / 1e9, 3)
+9.529
+>>> round(float(step_reserve_bytes(4.48e8, 12, (6.2e8, 2.1e8, 8.2e8, 8.2e8), 8, 4, 9.0e8,
+...                                2.0, 4.0, halved=True)) / 1e9, 3)
+7.331
 
 >>> float(zero1_reduce_bytes(5e8, 2e9, 2.0)), float(step_bytes(2e9 / 4, 2.0))
 (1000000000.0, 4000000000.0)
