@@ -139,3 +139,16 @@ def write_reference(path: str, rows: list[dict[str, Any]], skipped: Sequence[tup
     print(f"{len(skipped)} skipped:")
     for label, why in skipped:
         print(f"  {label}: {why}")
+
+
+def emit_json(doc: dict[str, Any], out: str | None) -> None:
+    """``doc`` as indented JSON: to ``out`` atomically (a temporary file beside it, then
+    renamed: never half-written), or to stdout without ``out``."""
+    text = json.dumps(doc, indent=1) + "\n"
+    if not out:
+        sys.stdout.write(text)
+        return
+    tmp = f"{out}.{uuid.uuid4().hex}.tmp"
+    with open(tmp, "w") as fh:
+        fh.write(text)
+    os.replace(tmp, out)

@@ -17,6 +17,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.calibrate.torch_backend import TorchBackend  # noqa: E402
+from experiments._report import emit_json  # noqa: E402
 
 SEQS = (512, 1024, 2048, 3072, 4096, 6144, 8192, 16384, 32768)
 HEADS = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -47,14 +48,7 @@ def main() -> int:
             for heads in heads_:
                 one("native", heads, seq, d)
     doc = {"device": info["device"], "software": info["software"], "attention": recs}
-    text = json.dumps(doc, indent=1) + "\n"
-    if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, a.out)
-    else:
-        sys.stdout.write(text)
+    emit_json(doc, a.out)
     return 0
 
 

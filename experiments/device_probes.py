@@ -23,6 +23,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.calibrate.torch_backend import TorchBackend  # noqa: E402
+from experiments._report import emit_json  # noqa: E402
 
 CHAIN = 1000
 
@@ -80,14 +81,7 @@ def main() -> int:
     print(json.dumps(gaps), flush=True)
     doc = {"device": info["device"], "software": info["software"], "attention": att,
            "launch_gap": gaps}
-    text = json.dumps(doc, indent=1) + "\n"
-    if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, a.out)
-    else:
-        sys.stdout.write(text)
+    emit_json(doc, a.out)
     return 0
 
 

@@ -34,6 +34,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.hf_config import load_model_arg  # noqa: E402
+from experiments._report import emit_json  # noqa: E402
 
 MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x22b", "gpt-oss-120b")
 WARMUP, REPS, SAMPLE_S = 3, 9, 2e-3
@@ -175,14 +176,7 @@ def main() -> int:
     doc = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "cuda": str(torch.version.cuda), "ep": a.ep, "warmup": WARMUP, "reps": REPS,
            "records": recs}
-    text = json.dumps(doc, indent=1) + "\n"
-    if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, a.out)
-    else:
-        sys.stdout.write(text)
+    emit_json(doc, a.out)
     return 0
 
 

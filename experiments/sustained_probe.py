@@ -23,6 +23,10 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from experiments._report import emit_json  # noqa: E402
+
 SHAPES = ((8192, 8192, 8192), (16384, 28672, 8192), (8192, 8192, 3584))
 COPIES = (0, 8, 40)   # 1 GiB copies issued on the side stream per 20 GEMMs
 
@@ -109,14 +113,7 @@ def main() -> int:
     os.remove(log)
     doc = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__,
            "seconds_each": a.seconds, "records": recs}
-    text = json.dumps(doc, indent=1) + "\n"
-    if a.out:
-        tmp = a.out + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, a.out)
-    else:
-        sys.stdout.write(text)
+    emit_json(doc, a.out)
     return 0
 
 
