@@ -148,11 +148,12 @@ def test_a_search_reports_the_same_figures_extended_or_exact(capsys):
 
 def test_interleaved_uneven_layouts_are_simulated_in_full():
     """An interleaved pipeline whose ranks hold unequal layer counts drifts for many periods
-    before it settles, so two short runs do not give its step (here 1.3 % short): it is
+    before it settles, so two short runs do not give its step (here 1.2 % short): it is
     simulated in full; so is the heavier last stage (which here does not drift); the even
-    split is still extended."""
+    split is still extended. (At tp 2, dp 4 the same layout drifted 1.3 % until the attention
+    grid of §5.130 changed the stages' balance; at tp 1, dp 8 it drifts.)"""
     import simulator.extend as ext
-    plan = "tp=2,pp=2,dp=4,gbs=256,schedule=interleaved,vpp=2,first_stage_layers=14," \
+    plan = "tp=1,pp=2,dp=8,gbs=256,schedule=interleaved,vpp=2,first_stage_layers=14," \
         "last_stage_layers=10"
     job = _job("gpt-1.7b", 2, plan)
     assert ext.uneven_chunks(job) and not can_extend(job)
@@ -160,7 +161,7 @@ def test_interleaved_uneven_layouts_are_simulated_in_full():
     assert fig["method"] == "full" and fig["step_time_s"] == simulate(job).step_time_s
     m, g, b = job.num_microbatches, period(job), base(job)
     short = [simulate(with_microbatches(job, k * g)).step_time_s for k in (b, b + 1)]
-    assert affine(*short, m, g, b) < (1 - 1e-3) * fig["step_time_s"]     # why: 2.3263 vs 2.3569
+    assert affine(*short, m, g, b) < (1 - 1e-3) * fig["step_time_s"]     # why: 2.1605 vs 2.1874
     assert not can_extend(_job("gpt-1.7b", 2, "tp=2,pp=2,dp=4,gbs=256,schedule=interleaved,"
                                               "vpp=2,first_stage_layers=10,last_stage_layers=14"))
     assert not ext.uneven_chunks(_job("gpt-1.7b", 2, "tp=2,pp=2,dp=4,gbs=256,"

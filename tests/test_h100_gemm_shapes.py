@@ -147,7 +147,9 @@ def test_deficit_runs_are_in_the_measured_regime_and_fatter_than_the_control():
     control = hg.run_shape_rows(hg.CONTROL_RUNS)
     assert len(deficit) >= 40 and len(control) >= 20
     assert all(r[8] <= 0.03 for r in deficit)
-    assert all(r[10] < -5 for r in deficit)         # all too fast
+    # all too fast: by more than 5 % until the attention grid (§5.130) took four short-sequence
+    # MosaicML rows to -4.0..-4.7 %
+    assert all(r[10] < -3.5 for r in deficit)
     tpo = [r for r in control if re.search("gpt3_175B|340B", r[0])]
     assert len(tpo) == 20
     assert max(r[9] for r in tpo) < min(r[9] for r in deficit)

@@ -60,8 +60,8 @@ def test_alike_hops_keep_the_single_hop_price(stride, pp, nodes):
 
 
 @pytest.mark.parametrize("plan,before,tol", [
-    ("tp=2,pp=8,dp=1,mbs=1,sp=true,gbs=32", -0.083, 0.025),
-    ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=32", -0.021, 0.07)])
+    ("tp=2,pp=8,dp=1,mbs=1,sp=true,gbs=32", -0.076, 0.025),
+    ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=32", -0.020, 0.07)])
 def test_estimate_meets_the_contention_free_simulation(plan, before, tol, monkeypatch):
     """A pipeline of stages 2 GPUs apart over two DGX H100 nodes at 1/8 of their network
     (the node-crossing hop 0.85 ms, the others 0.015 ms): estimate against the
@@ -70,7 +70,8 @@ def test_estimate_meets_the_contention_free_simulation(plan, before, tol, monkey
     and -18.9 %, which the test checks too). Since Megatron-Core's ``overlap_p2p_comm``
     (docs/calibration.md §5.68) the interleaved plan exposes only the chain through every hop
     and back, priced at the worst rank's neighbours' mean: +3.1 %, the single-hop price
-    -2.1 %."""
+    -2.1 %. Since the attention grid (§5.130) the compute is longer: 1F1B +2.1 % (single hop
+    -7.6 %), interleaved +2.9 % (-2.0 %)."""
     cl = dataclasses.replace(H100x2, inter_node_bandwidth=H100x2.inter_node_bandwidth / 8)
     job = make_job(MODEL, cl, parse_plan(plan))
     sim = simulate(job, network="contention-free").step_time_s
