@@ -5,7 +5,9 @@ For each MoE preset, ``E/ep`` local experts (``--ep``) each given ``m`` tokens (
 balanced routing), the six expert GEMMs of a layer: fc1 (``2·f`` outputs with a gated MLP, else
 ``f``) and fc2, each in its forward ``(m, N, K)``, data-gradient ``(m, K, N)`` and
 weight-gradient ``(K, N, m)`` pass. Three ways, each the median of ``REPS`` CUDA-event timed
-samples after ``WARMUP`` calls (operands resident, as ``paraplan calibrate`` times):
+samples after ``WARMUP`` calls, timed by calibrate's own ``TorchBackend.time_call`` (operands
+resident; runs 1, 2 and 5 of docs/measurements/h200_2026-11-29 used a copy of it that
+capped the calls a sample at 200, not 1,000):
 
 * ``grouped``: one ``torch._grouped_mm`` over the experts (torchtitan's grouped kernel; TE's
   ``GroupedLinear`` under Megatron-Core runs one cuBLAS GEMM per expert on 4 streams on Hopper
@@ -28,16 +30,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from simulator.calibrate.torch_backend import TorchBackend  # noqa: E402
 from strategies.hf_config import load_model_arg  # noqa: E402
 from experiments._report import emit_json  # noqa: E402
 
 MODELS = ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3", "mixtral-8x22b", "gpt-oss-120b")
-WARMUP, REPS, SAMPLE_S = 3, 9, 2e-3
+WARMUP, REPS = 3, 9
 
 
 def expert_dims(name: str) -> tuple[int, int, int, bool]:
@@ -45,28 +47,6 @@ def expert_dims(name: str) -> tuple[int, int, int, bool]:
     m = load_model_arg(name)
     f = m.moe_ffn_hidden_size or m.ffn_hidden_size
     return m.num_experts, m.hidden_size, f, m.gated
-
-
-def timer(torch):
-    def time(fn) -> float:
-        for _ in range(WARMUP):
-            fn()
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        inner = max(1, min(200, int(SAMPLE_S / max(s.elapsed_time(e) / 1e3, 1e-7))))
-        out = []
-        for _ in range(REPS):
-            s.record()
-            for _ in range(inner):
-                fn()
-            e.record()
-            e.synchronize()
-            out.append(s.elapsed_time(e) / 1e3 / inner)
-        return statistics.median(out)
-    return time
 
 
 def grouped_call(torch, g: int, m: int, n: int, k: int, wgrad: bool):
@@ -134,7 +114,7 @@ def main() -> int:
                     "the one-stream loop graph-replayed")
     a = ap.parse_args()
     import torch
-    time = timer(torch)
+    time = TorchBackend(warmup=WARMUP, reps=REPS).time_call
     dev, bf = "cuda", torch.bfloat16
     recs = []
     for name in a.model or MODELS:

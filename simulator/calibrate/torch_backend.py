@@ -87,7 +87,7 @@ class TorchBackend:
                 "attention_kernels": tuple(kernels), "software": soft, "backend": "torch",
                 "capability": f"{cc[0]}.{cc[1]}"}
 
-    def _time(self, fn: Callable[[], object]) -> float:
+    def time_call(self, fn: Callable[[], object]) -> float:
         t = self.torch
         for _ in range(self.warmup):
             fn()
@@ -117,7 +117,7 @@ class TorchBackend:
                 a = t.randn(m, k, device=self.dev).to(t.float8_e4m3fn)
                 b = t.randn(n, k, device=self.dev).to(t.float8_e4m3fn).t()   # column-major
                 one = t.ones((), device=self.dev)
-                return self._time(lambda: t._scaled_mm(a, b, scale_a=one, scale_b=one,
+                return self.time_call(lambda: t._scaled_mm(a, b, scale_a=one, scale_b=one,
                                                        out_dtype=t.bfloat16))
             dt = {"bf16": t.bfloat16, "fp16": t.float16, "tf32": t.float32,
                   "fp32": t.float32}[dtype]
@@ -125,7 +125,7 @@ class TorchBackend:
             a = t.randn(m, k, device=self.dev, dtype=dt)
             b = t.randn(k, n, device=self.dev, dtype=dt)
             out = t.empty(m, n, device=self.dev, dtype=dt)
-            return self._time(lambda: t.matmul(a, b, out=out))
+            return self.time_call(lambda: t.matmul(a, b, out=out))
         except (RuntimeError, t.cuda.OutOfMemoryError):
             return None
         finally:
@@ -145,11 +145,11 @@ class TorchBackend:
                        for _ in range(3))
             with sdpa_kernel(backend):
                 with t.no_grad():
-                    fwd = self._time(lambda: F.scaled_dot_product_attention(
+                    fwd = self.time_call(lambda: F.scaled_dot_product_attention(
                         q, k, v, is_causal=causal))
                 out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 g = t.randn_like(out)
-                bwd = self._time(lambda: t.autograd.grad(out, (q, k, v), g, retain_graph=True))
+                bwd = self.time_call(lambda: t.autograd.grad(out, (q, k, v), g, retain_graph=True))
             return fwd, bwd
         except (RuntimeError, t.cuda.OutOfMemoryError):
             return None
@@ -173,14 +173,14 @@ class TorchBackend:
             x2 = x.view(-1, hidden)
             w = t.ones(hidden, device=self.dev, dtype=t.bfloat16)
             fn = lambda: F.layer_norm(x2, (hidden,), w, w)   # noqa: E731
-        sec = self._time(fn)
+        sec = self.time_call(fn)
         t.cuda.empty_cache()
         return sec * nbytes / (numel * 2 * moves)   # scaled to the bytes asked
 
     def launch_gap_seconds(self) -> float:
         t = self.torch
         x = t.zeros(1, device=self.dev)
-        return self._time(lambda: x.add_(1.0))
+        return self.time_call(lambda: x.add_(1.0))
 
     def collective_seconds(self, ops: tuple[str, ...], sizes: tuple[int, ...],
                            groups: tuple[int, ...]) -> dict[tuple[str, int, int], float]:

@@ -6,7 +6,7 @@ the catalog GPU's bf16 peak grouped by ``batch·heads``, then the spread (max/mi
 forward rate among the points of one product against that among the points of one head
 count (docs/calibration.md §5.128). Asserts nothing; a second.
 
-    python experiments/attention_grid.py docs/measurements/h200_2026-11-29/run2/probes.json
+    python experiments/attention_batch_heads.py docs/measurements/h200_2026-11-29/run2/probes.json
 """
 from __future__ import annotations
 
