@@ -52,10 +52,12 @@ TERMS = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "opt
 #: ``PartitionedTensor(...)`` (l. 638, ``_partition_tensor``'s clone), ``_exec_send_grads``'
 #: ``PartitionedTensor(tensor=first_input.grad)`` (l. 957)
 ENGINE_PARTITION_COPIES = 4
-#: ``PartitionedTensor.from_meta`` per micro-batch on a middle rank (``meta.tolist()``, a host
-#: synchronisation): the forward's input (l. 614), the backward's output (l. 707) and its
-#: received gradient (l. 721)
-ENGINE_HOST_SYNCS = 3
+#: host synchronisations per micro-batch on a middle rank: ``_exec_forward_pass``'s
+#: ``self.tput_timer.start()`` (l. 604; ``utils/timer.py`` ``ThroughputTimer.start``, l.
+#: 161-166, ``torch.cuda.synchronize()`` from the third step on) and
+#: ``PartitionedTensor.from_meta``'s ``meta.tolist()`` for the forward's input (l. 614), the
+#: backward's output (l. 707) and its received gradient (l. 721)
+ENGINE_HOST_SYNCS = 4
 #: HBM bytes per checkpointed byte of ``partition_activations`` at recomputation
 #: (v0.5.10 ``activation_checkpointing/checkpointing.py`` ``gather_partitioned_activations``,
 #: l. 259-290): ``torch.zeros`` of the full tensor (write 1), the list all-gather's copy-out
@@ -82,7 +84,7 @@ def slots(job: Job) -> int:
 
 def per_microbatch_engine_s(job: Job) -> float:
     """Seconds per micro-batch of the engine's partition copies and host synchronisations on
-    a middle rank: ``4 · 2 · B_part / copy_rate + 3 · launch_gap`` where ``B_part`` is one
+    a middle rank: ``4 · 2 · B_part / copy_rate + 4 · launch_gap`` where ``B_part`` is one
     partition of a stage boundary's activation (``StageCosts.p2p_bytes``); 0 without
     pipelining or tensor parallelism (no ``PartitionedTensor``)."""
     p = job.plan
@@ -129,8 +131,8 @@ def pairs_table(cs: dict[str, Case]) -> None:
 
 def engine_table(cs: dict[str, Case]) -> None:
     print("\n| row | m | engine ms / micro-batch | engine s / step | miss s | engine / miss "
-          "| partition_activations s (what-if) |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+          "| syncs / step | at 1 ms each / miss | partition_activations s (what-if) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for cid, c in cs.items():
         job = c.job
         if job.framework.name != "megatron-deepspeed" or job.plan.pp < 2:
@@ -139,8 +141,10 @@ def engine_table(cs: dict[str, Case]) -> None:
         per = per_microbatch_engine_s(job)
         step = per * job.num_microbatches
         miss = c.measured_step_s - e.step_time_s
+        syncs = ENGINE_HOST_SYNCS * job.num_microbatches
         print(f"| {cid} | {job.num_microbatches} | {per * 1e3:.3f} | {step:.3f} | "
-              f"{miss:+.2f} | {100 * step / miss:.2f} % | {partition_activations_s(job):.3f} |")
+              f"{miss:+.2f} | {100 * step / miss:.2f} % | {syncs} | {100 * syncs * 1e-3 / miss:.1f} % | "
+              f"{partition_activations_s(job):.3f} |")
 
 
 def mbs_table(cs: dict[str, Case]) -> None:
