@@ -49,8 +49,8 @@ TERMS = ("compute", "recompute", "tp_comm", "pp_comm", "dp_comm", "bubble", "opt
 #: ``runtime/pipe/engine.py``), each a read and a write of the 1/t partition of one stage
 #: boundary's activation: ``_exec_recv_activations`` ``recvd = buffer.clone()`` (l. 1033),
 #: ``_exec_forward_pass`` ``inputs = tuple(t.clone() ...)`` (l. 608), the output's
-#: ``PartitionedTensor(...)`` (l. 638, ``_partition_tensor``'s clone), ``_exec_send_grads``'
-#: ``PartitionedTensor(tensor=first_input.grad)`` (l. 957)
+#: ``PartitionedTensor(...)`` (l. 648, ``_partition_tensor``'s clone), ``_exec_send_grads``'
+#: ``PartitionedTensor(tensor=first_input.grad)`` (l. 966)
 ENGINE_PARTITION_COPIES = 4
 #: host synchronisations per micro-batch on a middle rank: ``_exec_forward_pass``'s
 #: ``self.tput_timer.start()`` (l. 604; ``utils/timer.py`` ``ThroughputTimer.start``, l.
