@@ -23,7 +23,8 @@ FlashAttention-2) the same way.
 head dim before (head dim 128's rate everywhere) and after ``attention_grid.head_dim_factor``,
 and fits each cuDNN direction's ``s0`` (the tile time that does not scale with ``d_qk +
 d_v``; docs/calibration.md §5.131) on head dims 64 and 192, each alone and together, c0, E and
-host as fitted at 128 (head dim 128's points do not move with ``s0``).
+host as fitted at 128, the backward with its register rule ``tile_dims`` (§5.132; head dim
+128's points do not move with either).
 
     python experiments/attention_grid_fit.py [--orders] [--points] [--held-out] [--shapes GPU]
 """
