@@ -23,7 +23,8 @@ FlashAttention-2) the same way.
 head dim before (head dim 128's rate everywhere) and after ``attention_grid.head_dim_factor``,
 and fits each cuDNN direction's ``s0`` (the tile time that does not scale with ``d_qk +
 d_v``; docs/calibration.md §5.131) on head dims 64 and 192, each alone and together, c0, E and
-host as fitted at 128 (head dim 128's points do not move with ``s0``).
+host as fitted at 128, the backward with its register rule ``tile_dims`` (§5.132; head dim
+128's points do not move with either).
 
     python experiments/attention_grid_fit.py [--orders] [--points] [--held-out] [--shapes GPU]
 """
@@ -187,8 +188,19 @@ S0_GRID = tuple(2.0 * i for i in range(0, 301))
 
 
 def with_s0(f: Fit, s0: float) -> Fit:
-    """``f`` with its kernel's head-dim constant set to ``s0`` (nothing else refitted)."""
+    """``f`` with its kernel's head-dim constant set to ``s0`` (nothing else refitted; its
+    register rule, ``tile_dims``, kept)."""
     return f._replace(kernel=dataclasses.replace(f.kernel, head_dim_s0=s0))
+
+
+def flat(f: Fit) -> Fit:
+    """``f`` at head dim 128's rate at every head dim (neither ``s0`` nor ``tile_dims``)."""
+    return f._replace(kernel=dataclasses.replace(f.kernel, head_dim_s0=0.0, tile_dims=0.0))
+
+
+def by_head_dim(f: Fit) -> bool:
+    """Whether ``f``'s kernel has a rate by head dim (``attention_grid.head_dim_factor``)."""
+    return bool(f.kernel.head_dim_s0 or f.kernel.tile_dims)
 
 
 def rms_at(f: Fit, kernel: str, direction: str, head_dims: tuple[int, ...]) -> float:
@@ -260,13 +272,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.held_out:
         print(f"\nHeld out ({HELD_OUT}, not in the fit): log(model/measured) of the "
               "kernel-bound points under the in-sample constants, before (head dim 128's rate) "
-              "→ after (attention_grid.head_dim_factor)")
-        print("| kernel | dir | head dim | s0 | points (kernel-bound) | rms | max abs | median by "
-              "seq 512 ... 32768 |")
+              "→ after (attention_grid.head_dim_factor: s0, and the backward's register rule "
+              "tile_dims)")
+        print("| kernel | dir | head dim | s0 / tile_dims | points (kernel-bound) | rms | max abs | "
+              "median by seq 512 ... 32768 |")
         print("| --- | --- | ---: | ---: | ---: | ---: | ---: | --- |")
         for (k, d), f in fits.items():
             for hd in (64, 128, 192):
-                for g in ((with_s0(f, 0.0), f) if f.kernel.head_dim_s0 and hd != 128 else (f,)):
+                for g in ((flat(f), f) if by_head_dim(f) and hd != 128 else (f,)):
                     res = held_out_residuals(g, k, d, held_out_points(hd))
                     kb = [(p, r) for p, r, host in res if not host]
                     if not kb:
@@ -276,25 +289,29 @@ def main(argv: list[str] | None = None) -> int:
                         by.setdefault(p.seq, []).append(r)
                     med = " ".join(f"{sorted(v)[len(v) // 2]:+.2f}" for _, v in sorted(by.items()))
                     rs = [r for _, r in kb]
-                    print(f"| {k} | {d} | {hd} | {g.kernel.head_dim_s0:.0f} | {len(res)} "
+                    print(f"| {k} | {d} | {hd} | {g.kernel.head_dim_s0:.0f} / "
+                          f"{g.kernel.tile_dims:.0f} | {len(res)} "
                           f"({len(kb)}) | {math.sqrt(sum(r * r for r in rs) / len(rs)):.3f} | "
                           f"{max(abs(r) for r in rs):.3f} | {med} |")
         print("\nThe head-dim constant s0 (units of d_qk + d_v; rms of log time over every run-4 "
-              "point of the head dims; 'cross': s0 from one head dim, the rms at the other)")
-        print("| kernel | dir | s0 (64) | s0 (192) | s0 (both) | rms both at it | cross 64→192 | "
-              "cross 192→64 | rms both, s0 0 | module s0 |")
-        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+              "point of the head dims, with the kernel's tile_dims; 'cross': s0 from one head "
+              "dim, the rms at the other; 'flat': head dim 128's rate, neither s0 nor tile_dims)")
+        print("| kernel | dir | tile_dims | s0 (64) | s0 (192) | s0 (both) | rms both at it | "
+              "cross 64→192 | cross 192→64 | rms both, s0 0 | rms both, flat | module s0 |")
+        print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
         for d in ("fwd", "bwd"):
             f = fits[("native", d)]
             (s64, _), (s192, _), (sb, rb) = (fit_s0(f, "native", d, h)
                                              for h in ((64,), (192,), (64, 192)))
-            print(f"| native | {d} | {s64:.0f} | {s192:.0f} | {sb:.0f} | {rb:.3f} | "
+            print(f"| native | {d} | {f.kernel.tile_dims:.0f} | {s64:.0f} | {s192:.0f} | "
+                  f"{sb:.0f} | {rb:.3f} | "
                   f"{rms_at(with_s0(f, s64), 'native', d, (192,)):.3f} | "
                   f"{rms_at(with_s0(f, s192), 'native', d, (64,)):.3f} | "
                   f"{rms_at(with_s0(f, 0.0), 'native', d, (64, 192)):.3f} | "
+                  f"{rms_at(flat(f), 'native', d, (64, 192)):.3f} | "
                   f"{f.kernel.head_dim_s0:.0f} |")
-        print("\nIn sample (run 1/2, head dim 128 only): unchanged by s0 (head_dim_factor is "
-              "exactly 1 at d_qk + d_v = %d)" % ag.REF_DIMS)
+        print("\nIn sample (run 1/2, head dim 128 only): unchanged by s0 and tile_dims "
+              "(head_dim_factor is exactly 1 at d_qk + d_v = %d)" % ag.REF_DIMS)
     if a.points:
         for (k, d), f in fits.items():
             print(f"\n{k} {d}: seq, batch, heads, measured fraction of peak, log(model/measured)"

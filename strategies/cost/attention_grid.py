@@ -40,17 +40,21 @@ over the one there, so only the shape dependence is new and it carries to anothe
 through its SM count. Vectorised over the plan fields (one schedule per distinct shape,
 cached).
 
-Head dims (``head_dim_factor``, docs/calibration.md §5.131). A tile's time is its two GEMMs,
-whose FLOPs scale with ``d_qk + d_v``, plus work that does not (the softmax over the tile's
-128 x 128 scores: exponentials, max/sum, rescale): time per tile ∝ ``d_qk + d_v + s0``
-(``GridKernel.head_dim_s0``), so the fraction of the peak is ``D/(D + s0)`` up to a constant,
+Head dims (``head_dim_factor``, docs/calibration.md §5.131, §5.132). A tile's time is its
+GEMMs, whose FLOPs scale with ``D = d_qk + d_v``, plus work that does not (the softmax over the
+tile's scores: exponentials, max/sum, rescale; in the backward the recomputed ``P`` and
+``dS = P∘(dP - rowsum(dO∘O))``): time per tile ∝ ``D + s0`` (``GridKernel.head_dim_s0``), so
+the fraction of the peak is ``D/(D + s0)`` up to a constant. The backward also holds its key
+tile's dK and dV accumulators (``Bn × D`` fp32) in registers for the CTA's life, so above
+``GridKernel.tile_dims`` its key tile shrinks as ``tile_dims/D`` (Dao-AILab/flash-attention
+``hopper/flash_bwd_launch_template.h``, sm90: 128 keys at head dims 64 and 128, 96 at 192, 80
+at 256), while a visited query tile's traffic (Q and dO in, the LSE rows, the fp32 dQ
+accumulation) does not shrink with it: the rate falls as ``min(1, tile_dims/D)``. Both
 normalised to 1 at head dim 128 (``REF_DIMS``, the catalog's and the fit's), within the head
-dims measured (``DIMS_RANGE``). cuDNN's forward only: its H200 points at head dims 64 and 192
-together select ``s0`` 138 (rms of log time 0.232 -> 0.097; head dim 64 alone 180, sharply;
-192 alone is flat, 0.09-0.14 over 0-200); its backward's do not (64 alone wants 166, 192 a
-negative one, both 14 at rms 0.309 against 0.311 without: the kernel is slower at 192 than
-any ``s0`` describes), so the backward keeps head dim 128's rate, as does FlashAttention-2
-(not measured at other head dims)."""
+dims measured (``DIMS_RANGE``). cuDNN's forward: ``s0`` 138 from its H200 points at head dims 64
+and 192 (rms of log time 0.232 -> 0.097); its backward: ``tile_dims`` 256 (the register rule)
+and ``s0`` from the same points with it (``experiments/attention_grid_fit.py --held-out``).
+FlashAttention-2 keeps head dim 128's rate (not measured at other head dims)."""
 from __future__ import annotations
 
 import heapq
@@ -81,6 +85,9 @@ REF_DIMS = 256
 #: d_qk + d_v the head-dim rate was measured over (head dims 64 and 192, run 4); outside it
 #: the nearest end's factor (no extrapolation)
 DIMS_RANGE = (128, 384)
+#: cuDNN backward's head-dim constant (units of d_qk + d_v), with its register rule
+#: (``tile_dims``); docs/calibration.md §5.132
+BWD_S0 = 82.0
 
 
 @dataclass(frozen=True)
@@ -92,13 +99,16 @@ class GridKernel:
     (the time of one 128 x 128 score tile at the kernel's full rate); ``head_dim_s0``: a
     tile's time that does not scale with the head dims, in units of ``d_qk + d_v`` (the
     softmax over its scores; ``head_dim_factor``; 0: the rate is head dim 128's at every
-    head dim)."""
+    head dim); ``tile_dims``: the ``d_qk + d_v`` above which the CTA's key tile, held in
+    registers, shrinks as ``tile_dims/D`` and the rate with it (the backward's dK/dV
+    accumulators; 0: no such limit)."""
 
     name: str
     order: str
     ctas_per_sm: int
     fixed_tiles: float
     head_dim_s0: float = 0.0
+    tile_dims: float = 0.0
 
     def __post_init__(self) -> None:
         if self.order not in ORDERS:
@@ -111,14 +121,19 @@ class GridKernel:
         if not 0.0 <= self.head_dim_s0 <= 4096.0:
             raise SpecError("GridKernel.head_dim_s0", self.head_dim_s0,
                             "must be in [0, 4096] (units of d_qk + d_v)")
+        if not (self.tile_dims == 0.0 or 64.0 <= self.tile_dims <= 4096.0):
+            raise SpecError("GridKernel.tile_dims", self.tile_dims,
+                            "must be 0 (no limit) or in [64, 4096] (d_qk + d_v)")
 
 
 # Fixed costs: experiments/attention_grid_fit.py on the H200 points (run 1 and 2 sweeps and
 # run 2's probes; least squares of log time, grid 0.25 apart; docs/calibration.md §5.130).
-# cuDNN forward's s0: the same script's ``--held-out`` on run 4's head dims 64 and 192
-# (least squares of log time, grid 2 apart, c0/E/host as fitted at 128; §5.131)
+# cuDNN's s0: the same script's ``--held-out`` on run 4's head dims 64 and 192 (least squares
+# of log time, grid 2 apart, c0/E/host as fitted at 128; forward §5.131, backward §5.132 with
+# its register rule, ``tile_dims`` = REF_DIMS: FlashAttention-3's sm90 backward keeps 128 keys
+# up to head dim 128, hopper/flash_bwd_launch_template.h)
 CUDNN_FWD = GridKernel("cudnn-fwd", "head_asc", 1, 1.75, 138.0)
-CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75)
+CUDNN_BWD = GridKernel("cudnn-bwd", "head_desc", 1, 2.75, BWD_S0, 256.0)
 FA2_FWD = GridKernel("fa2-fwd", "head_asc", 1, 1.0)
 FA2_BWD = GridKernel("fa2-bwd", "head_desc", 1, 3.25)
 
@@ -165,17 +180,25 @@ def grid_factor(kernel: GridKernel, groups: int, tiles: int, sms: int, cap: int 
     return useful / sms / makespan(kernel, groups, tiles, sms, cap)
 
 
+def _rate_at(kernel: GridKernel, d: float) -> float:
+    """The kernel's fraction of its asymptote at ``d = d_qk + d_v``, up to a constant:
+    ``d/(d + s0)`` times ``min(1, tile_dims/d)`` where ``tile_dims`` is set."""
+    r = d / (d + kernel.head_dim_s0)
+    return r * min(1.0, kernel.tile_dims / d) if kernel.tile_dims else r
+
+
 def head_dim_factor(kernel: GridKernel, dims: int) -> float:
     """Factor on the kernel's head-dim-128 rate at ``dims = d_qk + d_v`` (MLA: 192 + 128):
-    ``(D/(D + s0)) / (REF_DIMS/(REF_DIMS + s0))`` with ``s0 = kernel.head_dim_s0`` and ``D``
-    held within ``DIMS_RANGE``; exactly 1.0 at ``REF_DIMS`` or with ``s0`` 0."""
+    ``_rate_at(D) / _rate_at(REF_DIMS)``, i.e. ``(D/(D + s0)) / (REF_DIMS/(REF_DIMS + s0))``
+    with ``s0 = kernel.head_dim_s0``, times ``min(1, tile_dims/D) / min(1, tile_dims/REF_DIMS)``
+    with a ``kernel.tile_dims``; ``D`` held within ``DIMS_RANGE``; exactly 1.0 at ``REF_DIMS``
+    or with neither constant."""
     if dims < 1:
         raise SpecError("attention_grid.head_dim_factor", dims, "d_qk + d_v must be >= 1")
-    s0 = kernel.head_dim_s0
-    if not s0 or dims == REF_DIMS:
+    if not (kernel.head_dim_s0 or kernel.tile_dims) or dims == REF_DIMS:
         return 1.0
     d = min(max(float(dims), DIMS_RANGE[0]), DIMS_RANGE[1])
-    return (d / (d + s0)) / (REF_DIMS / (REF_DIMS + s0))
+    return _rate_at(kernel, d) / _rate_at(kernel, float(REF_DIMS))
 
 
 def kernels(gpu: GPU, kernel: str) -> tuple[GridKernel, GridKernel] | None:

@@ -2,7 +2,7 @@
 ``peak(bf16) · GPU.flash_efficiency(kernel)``, the kernel the framework runs (FlashAttention-2
 is slower on Hopper than cuDNN/FA3), times the kernel's grid factor at the layer's shape
 (``attention_grid.rate_factors``: 1 at the shape the catalog's figure was benchmarked at, head
-dim 128; the forward's rate by ``d_qk + d_v``, ``attention_grid.head_dim_factor``)
+dim 128; each direction's rate by ``d_qk + d_v``, ``attention_grid.head_dim_factor``)
 (forward; its backward does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the
 forward's rate, over its own grid's factor), or, without it, two batched GEMMs with
 K = head_dim plus the memory-bound softmax/dropout traffic. Vectorised."""
