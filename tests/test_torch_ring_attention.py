@@ -119,3 +119,45 @@ def test_bad_cp_impl_named():
         replace(TORCHTITAN, cp_impl="ulysses")
     with pytest.raises(SpecError, match="cp_kv_heads"):
         replace(TORCHTITAN, cp_kv_heads="all")
+
+
+def test_fa2_call_bytes_closed_form():
+    """Llama 3.1 405B, tp 8, cp 8: the slowest rank's 8 FlashAttention-2 backward calls each
+    run the preprocess (dO and O read, 2 + 2 B; the fp32 dq_accum zeroed, 4 B) and the dQ
+    conversion (4 + 2 B) over its whole query, Q = 2^26 elements; one call is in the catalog's
+    rate: 7·14·Q. Only for FlashAttention-2, and nothing without context parallelism."""
+    Q = 2 ** 26
+    assert ring.query_elements(LLAMA405, 1, 8, 8) == Q
+    assert ring.fa2_call_bytes_bwd(LLAMA405, 1, 8, 8) == 7 * 14 * Q
+    assert ring.fa2_call_bytes_bwd(LLAMA405, 1, 8, 1) == 0.0
+    base = ring.accum_bytes_bwd(LLAMA405, 1, 8, 8, "query")
+    assert ring.accum_bytes_bwd(LLAMA405, 1, 8, 8, "query", "fa2") == base + 7 * 14 * Q
+    assert ring.accum_bytes_bwd(LLAMA405, 1, 8, 8, "query", "native") == base
+    assert ring.accum_bytes_bwd(LLAMA405, 1, 8, 1, "query", "fa2") == 0.0
+    # vectorised over plans; at cp 2 one extra call on a query 4 times as long
+    v = ring.fa2_call_bytes_bwd(LLAMA405, 1, 8, np.array([1, 2, 8]))
+    assert v.tolist() == [0.0, 1 * 14 * 4 * Q, 7 * 14 * Q]
+
+
+def test_fa2_call_passes_in_attention_time():
+    """torchtitan runs SDPA's FlashAttention-2 (``attention_kernel == "fa2"``): its ring
+    backward is longer than the same ring's with a kernel not charged per call by exactly
+    ``fa2_call_bytes_bwd`` at the usable HBM rate; the forward is unchanged."""
+    from strategies.cost.hbm_rate import usable_hbm
+    from strategies.cost.system import DEFAULT_SYSTEM
+    gpu = get_gpu("H100-SXM")
+    assert TORCHTITAN.attention_kernel == "fa2"
+    nat = replace(TORCHTITAN, attention_kernel="native")
+    f2, b2 = attention_time_fwd(LLAMA8, 1, 1, 4, True, gpu, fw=TORCHTITAN)
+    fn, bn = attention_time_fwd(LLAMA8, 1, 1, 4, True, gpu, fw=nat)
+    ff, bf = attention_time_fwd(LLAMA8, 1, 1, 4, True, gpu,
+                                fw=replace(TORCHTITAN, cp_impl="ring"))
+    extra = ring.fa2_call_bytes_bwd(LLAMA8, 1, 1, 4) / usable_hbm(gpu, DEFAULT_SYSTEM)
+    assert extra > 0
+    # the kernel's rate differs between fa2 and native: compare each with its own ring-free
+    # attention, so only the ring's passes remain
+    fn0, bn0 = attention_time_fwd(LLAMA8, 1, 1, 4, True, gpu, fw=replace(nat, cp_impl="ring"))
+    d_fa2 = b2 - bf
+    d_nat = bn - bn0
+    assert d_fa2 - d_nat == pytest.approx(extra, rel=1e-12)
+    assert (f2 - ff) == pytest.approx(fn - fn0, rel=1e-12)

@@ -127,5 +127,5 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     bwd = np.where(flash, t_flash_b, t_plain_b)
     if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
         fwd = fwd + ring.merge_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
-        bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
+        bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads, fw.attention_kernel) / hbm
     return fwd, bwd

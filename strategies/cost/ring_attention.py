@@ -16,7 +16,9 @@ What differs from Transformer Engine's ring (the default ``"ring"``, charged in
   (``_SDPAMerger``: ``out - sigmoid(lse_i - lse)·(out - out_i)``); the backward accumulates
   dQ, dK, dV in fp32 (``_partial_update`` concatenates whole tensors); K and V are made
   contiguous and concatenated into the send buffer every step. All HBM-bound, on the compute
-  stream: ``merge_bytes_fwd``, ``accum_bytes_bwd``.
+  stream: ``merge_bytes_fwd``, ``accum_bytes_bwd``. Each step is its own SDPA call, so with
+  FlashAttention-2 every backward call repeats its pre- and post-processing kernels over the
+  query (``fa2_call_bytes_bwd``, docs/calibration.md §5.136).
 * **Load balance.** Round-robin (``enable_load_balance``): each rank holds chunks ``r`` and
   ``2c-1-r``; step 0 is one causal call on both, each later step one call on half the
   (q, k) square. Every step computes the same FLOPs, ``1/c`` of the rank's causal
@@ -59,6 +61,14 @@ ACCUM_KV_FIRST_BYTES = 18.0
 ACCUM_ENDS_BYTES = 10.0
 #: fp32 over bf16: the dK/dV the backward sends (``convert_to_f32``).
 DKV_SCALE = 2.0
+#: backward, per query element of each SDPA backward call beyond the one the catalog's rate
+#: was timed with, where the call is FlashAttention-2 as PyTorch vendors it
+#: (``aten/src/ATen/native/transformers/cuda/flash_attn/flash_bwd_launch_template.h``
+#: ``run_flash_bwd_seqk_parallel``, ``flash_api.cpp`` ``mha_bwd``): the preprocess kernel
+#: ``flash_bwd_dot_do_o_kernel<Clear_dQaccum=true>`` reads dO and O (bf16, 2 + 2) and zeroes
+#: the fp32 ``dq_accum`` (4); ``flash_bwd_convert_dq_kernel`` reads it (4) and writes dQ in
+#: bf16 (2). The ring calls the kernel ``c`` times on the slowest rank's whole query.
+FA2_BWD_CALL_Q_BYTES = 14.0
 
 
 def kv_block_elements(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
@@ -89,16 +99,34 @@ def merge_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -
     return np.where(cp > 1, out, 0.0)[()]
 
 
-def accum_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
-    """HBM bytes of one layer's ring backward besides its SDPA backward calls, on the slowest
-    rank: the fp32 dQ accumulation each step, the dK/dV accumulation and send buffer (step 0
-    whole, later steps half the block plus the concatenations), the K/V copies as in the
-    forward, the zero-fills and final casts; 0 without context parallelism."""
+def accum_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv",
+                    kernel: str = "native") -> Num:
+    """HBM bytes of one layer's ring backward besides its SDPA backward calls' own main
+    kernels, on the slowest rank: the fp32 dQ accumulation each step, the dK/dV accumulation
+    and send buffer (step 0 whole, later steps half the block plus the concatenations), the
+    K/V copies as in the forward, the zero-fills and final casts; where the per-step call is
+    FlashAttention-2 (``kernel == "fa2"``, ``GPU.flash_efficiency``'s kernel name) its
+    per-call pre- and post-processing passes over the query, ``fa2_call_bytes_bwd``; 0
+    without context parallelism."""
     cp = np.asarray(cp, dtype=float)
     q, kv = query_elements(m, b, tp, cp), kv_block_elements(m, b, tp, cp, heads)
     out = (cp * ACCUM_Q_BYTES * q + ACCUM_KV_FIRST_BYTES * kv
            + (cp - 1) * ACCUM_KV_STEP_BYTES * kv + KV_COPY_BYTES * kv * cp
            + ACCUM_ENDS_BYTES * (q + kv))
+    if kernel == "fa2":
+        out = out + fa2_call_bytes_bwd(m, b, tp, cp)
+    return np.where(cp > 1, out, 0.0)[()]
+
+
+def fa2_call_bytes_bwd(m: ModelSpec, b: Num, tp: Num, cp: Num) -> Num:
+    """HBM bytes of one layer's ring backward that FlashAttention-2's per-call passes add
+    over one call on the slowest rank (rank ``c-1``, whose every later step runs on its whole
+    query, ``_templated_ring_attention``'s ``i <= rank`` branch): ``(c-1)·
+    FA2_BWD_CALL_Q_BYTES·q`` with ``q = query_elements``; the one call a step without
+    context parallelism makes is in the catalog's backward rate. 0 without context
+    parallelism. Vectorised."""
+    cp = np.asarray(cp, dtype=float)
+    out = (cp - 1) * FA2_BWD_CALL_Q_BYTES * query_elements(m, b, tp, cp)
     return np.where(cp > 1, out, 0.0)[()]
 
 
