@@ -38,7 +38,9 @@ The catalog's figure stays the rate at the shape it was measured at (``REF_SEQ``
 hidden 2048, head dim 128, here at 16k tokens); ``rate_factors`` is the grid factor at a shape
 over the one there, so only the shape dependence is new and it carries to another chip
 through its SM count. Vectorised over the plan fields (one schedule per distinct shape,
-cached).
+cached). With context parallelism a rank's attention is the ring's steps (``ring_factor``) or,
+under Transformer Engine's all-gather (plan ``cp_comm=all_gather``), its two chunk kernels
+against the gathered keys on two streams (``allgather_factor``, docs/calibration.md §5.134).
 
 Head dims (``head_dim_factor``, docs/calibration.md §5.131). A tile's time is its two GEMMs,
 whose FLOPs scale with ``d_qk + d_v``, plus work that does not (the softmax over the tile's
