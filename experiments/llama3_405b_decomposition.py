@@ -19,9 +19,13 @@ changed here; docs/calibration.md §5.62).
 5. ``eight_k``: the 8K pair, ``step = a + b·M`` per row with the model's once-per-step part,
    the bubble against the paper's ``(PP-1)/(V·M)``, and where the data-parallel groups sit
    in Meta's 3,072-GPU pods (order [TP, CP, PP, DP], §3.3.2).
+6. ``allgather_kernels``: the 128K row's all-gather attention (two kernels a rank, one per
+   local query chunk, on two streams) against the ring's steps: grid factors, attention per
+   layer, HBM passes, working set and peak under each ``cp_comm`` (docs/calibration.md §5.134).
 
 Run:
-    python experiments/llama3_405b_decomposition.py
+    python experiments/llama3_405b_decomposition.py [--simulate]   (table 6 adds the 128K
+    row's full simulation)
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies import placement                                            # noqa: E402
 from strategies.cost import comm as cm                                      # noqa: E402
-from strategies.cost import param_counts  # noqa: E402
+from strategies.cost import attention_grid, comm_bytes, cp_allgather, param_counts  # noqa: E402
 from strategies.cost.attention_counts import causal_fraction, score_elements  # noqa: E402
 from strategies.cost.stage import stage_costs                               # noqa: E402
 from strategies.estimate.scalar import estimate                             # noqa: E402
@@ -132,16 +136,17 @@ def leads(rows: list[dict]) -> list[tuple[str, list[float]]]:
     def plan(**kw):
         return lambda c: c["plan"].update(kw) if c["model"]["seq_len"] > 8192 else None
 
-    def cp(impl: str):
-        return lambda j: make_job(j.model, j.cluster, j.plan, dtype=j.dtype, system=j.system,
-                                  framework=replace(j.framework, cp_impl=impl))
+    def cp(comm: str):      # the plan's K/V exchange (plan cp_comm, §5.134)
+        return lambda j: j if j.plan.cp == 1 else make_job(
+            j.model, j.cluster, replace(j.plan, cp_comm=comm), dtype=j.dtype, system=j.system,
+            framework=j.framework)
 
     return [("as filed (native kernel, all-gather CP exposed)", err()),
-            ("the p2p ring instead (before 5.62)", err(job_change=cp("ring"))),
+            ("the p2p ring instead (before 5.62)", err(job_change=cp("p2p"))),
             ("FlashAttention-2's rate (catalog fa2)",
              err(job_change=lambda j: _with_kernel(j, "fa2"))),
             ("fa2 with the p2p ring",
-             err(job_change=lambda j: _with_kernel(cp("ring")(j), "fa2"))),
+             err(job_change=lambda j: _with_kernel(cp("p2p")(j), "fa2"))),
             ("selective recomputation at 128K", err(plan(recompute="selective"))),
             ("full recomputation at 128K", err(plan(recompute="full")))]
 
@@ -215,6 +220,44 @@ def eight_k(rows: list[dict]) -> dict[str, Any]:
     return out
 
 
+def allgather_kernels(rows: list[dict]) -> dict[str, Any]:
+    """The 128K row's all-gather attention as the model prices it (§5.134), against the ring's
+    steps: each direction's grid factor on the chip (``attention_grid.allgather_factor``,
+    ``ring_factor``), the attention core per layer and micro-batch under each exchange (plan
+    ``cp_comm``), the all-gather path's HBM passes (``cp_allgather.copy_bytes_fwd``/``_bwd``)
+    and working set (``working_bytes``), and the peak memory under each."""
+    case = _case(IDS[2], rows)
+    j = case.job
+    m, p, gpu = j.model, j.plan, j.cluster.gpu
+    kf, kb = attention_grid.kernels(gpu, j.framework.attention_kernel)
+    groups = p.mbs * m.num_attention_heads // p.tp
+    out = {"grid": {name: (attention_grid.ring_factor(k, groups, m.seq_length, p.cp,
+                                                      gpu.sm_count),
+                           attention_grid.allgather_factor(k, groups, m.seq_length, p.cp,
+                                                           gpu.sm_count, k is kf))
+                    for name, k in (("forward", kf), ("backward", kb))},
+           "bytes": (comm_bytes.cp_gather_bytes(m, p.mbs, p.tp, p.cp),
+                     cp_allgather.copy_bytes_fwd(m, p.mbs, p.tp, p.cp),
+                     cp_allgather.copy_bytes_bwd(m, p.mbs, p.tp, p.cp),
+                     cp_allgather.working_bytes(m, p.mbs, p.tp, p.cp))}
+    for comm in ("all_gather", "p2p"):
+        jc = make_job(m, j.cluster, replace(p, cp_comm=comm), dtype=j.dtype, system=j.system,
+                      framework=j.framework)
+        c, e = stage_costs(jc), estimate(jc)
+        out[comm] = (c.attn_fwd, c.attn_bwd, e.breakdown_s.get("cp_comm", 0.0),
+                     e.memory.total / 2**30, e.step_time_s / case.measured_step_s - 1)
+    return out
+
+
+def simulated_128k(rows: list[dict]) -> tuple[float, float]:
+    """``(simulated step s, error)`` of the 128K row, simulated in full (``--simulate``;
+    ``simulator.studies.validate.simulated_step_time``, minutes on two cores)."""
+    from simulator.studies.validate import simulated_step_time
+    case = _case(IDS[2], rows)
+    s, _ = simulated_step_time(case.job)
+    return s, s / case.measured_step_s - 1
+
+
 def main() -> int:
     rows = _rows()
     print("1. Measured step: the reader's and PaLM's 6N + 12LHQT from the config")
@@ -271,6 +314,22 @@ def main() -> int:
     print(f"  with the model's once-per-step part at dp 64 the measured micro-batch is "
           f"{k['b_measured_at_model_a']:.4f} s and the measured once-per-step part at dp 128 "
           f"{k['a16_measured']:.3f} s (the model's {k['rows'][1]['once']:.3f})")
+    print("\n6. 128K: the all-gather's kernels against the ring's steps (docs/calibration.md "
+          "§5.134)")
+    g = allgather_kernels(rows)
+    for name, (ring, gather) in g["grid"].items():
+        print(f"  {name} grid factor: ring {ring:.4f}, all-gather {gather:.4f}")
+    G, cf, cb, w = g["bytes"]
+    print(f"  gathered K/V {G / 2**20:.1f} MiB; HBM passes fwd {cf / 2**20:.1f} MiB, bwd "
+          f"{cb / 2**20:.1f} MiB; working set {w / 2**20:.1f} MiB")
+    for comm in ("all_gather", "p2p"):
+        f, b, t_cp, peak, err = g[comm]
+        print(f"  cp_comm={comm:10s} attention fwd {1e3 * f:.3f} ms bwd {1e3 * b:.3f} ms per "
+              f"layer and micro-batch; exposed CP {t_cp:.3f} s; peak {peak:.2f} GiB; "
+              f"error {100 * err:+.1f} %")
+    if "--simulate" in sys.argv[1:]:
+        sim, err = simulated_128k(rows)
+        print(f"  simulated (as filed): {sim:.3f} s, error {100 * err:+.1f} %")
     return 0
 
 

@@ -12,7 +12,7 @@ from strategies.stacks.comm_rules import stack_grad_bytes
 from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
                                      stack_tp_overlap)
-from strategies.stacks.variants import with_fp8_attention
+from strategies.stacks.variants import with_cp_comm, with_fp8_attention
 from strategies.layout import PipelineLayout, build_layout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
@@ -159,6 +159,7 @@ def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None
         check_plan(fw, plan)
     else:       # the combined 1F1B's own limits hold whatever stack runs it
         raise_first(ep_overlap_rules(fw, plan_view(plan)))
+    fw = with_cp_comm(fw, plan.cp_comm)     # the plan's K/V exchange (checked above)
     if plan.fp8_attention:   # refused with field, value and rule where a chip cannot run it
         for g in cluster.groups:
             fw = with_fp8_attention(fw, dtype, g.gpu)

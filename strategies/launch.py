@@ -52,6 +52,8 @@ def megatron_args(job: Job) -> tuple[str, list[str]]:
                         "micro-batches (flushes=1)")
     a = [f"--tensor-model-parallel-size {p.tp}", f"--pipeline-model-parallel-size {p.pp}",
          f"--context-parallel-size {p.cp}"]
+    if p.cp > 1 and p.cp_comm is not None:      # default p2p (arguments.py --cp-comm-type)
+        a.append(f"--cp-comm-type {p.cp_comm}")
     a += _uneven_megatron_args(job)
     if p.ep > 1:
         a.append(f"--expert-model-parallel-size {p.ep}")

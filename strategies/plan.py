@@ -1,6 +1,6 @@
 """``Plan``: how a job is split (tp, pp, dp, cp, ep, etp, sp, zero, schedule, recompute, mbs,
-gbs) and how its mixture-of-experts layers route (``moe_imbalance``, ``moe_capacity_factor``,
-``moe_pad_to_capacity``).
+gbs), how its context parallelism exchanges K/V (``cp_comm``) and how its mixture-of-experts
+layers route (``moe_imbalance``, ``moe_capacity_factor``, ``moe_pad_to_capacity``).
 
 Parsed from ``key=value`` strings or YAML; every value checked where it is read, and the
 cross-checks against a model and a cluster live in ``strategies.job``.
@@ -32,6 +32,15 @@ DISPATCHERS = ("alltoall", "deepep", "hybridep")
 #: benchmark ``FakeBalancedGate`` (``strategies.cost.ep_dispatch.contiguous_hit_probability``).
 #: Codes: their index.
 ROUTINGS = ("random", "contiguous")
+#: how context parallelism exchanges K/V (plan ``cp_comm``; Megatron-Core's ``cp_comm_type``,
+#: ``TransformerConfig``): ``p2p``, Transformer Engine's ring of K/V sends overlapped with the
+#: attention (``AttnFuncWithCPAndKVP2P``), or ``all_gather``, K/V all-gathered before the
+#: attention and dK/dV reduce-scattered after it, exposed (``AttnFuncWithCPAndKVAllGather``;
+#: Llama 3's CP, Dubey et al. 2024 §3.3.2). Megatron-Core's ``a2a`` and ``a2a+p2p`` are not
+#: modelled. Codes in the stack rules: 0 the stack's own, then 1 + the index. The
+#: ``FrameworkProfile.cp_impl`` each runs as: ``CP_IMPL_OF``
+CP_COMMS = ("p2p", "all_gather")
+CP_IMPL_OF = {"p2p": "ring", "all_gather": "allgather"}
 ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
           "data_parallel_size": "dp", "context_parallel_size": "cp",
           "expert_model_parallel_size": "ep", "micro_batch_size": "mbs",
@@ -42,6 +51,7 @@ ALIAS = {"tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp
           "expert_tensor_parallel_size": "etp",
           "moe_expert_capacity_factor": "moe_capacity_factor",
           "moe_pad_expert_input_to_capacity": "moe_pad_to_capacity",
+          "cp_comm_type": "cp_comm",
           "overlap_moe_expert_parallel_comm": "ep_overlap",
           "delay_wgrad_compute": "delay_wgrad",
           # Megatron-LM's / NeMo's pipeline layout switches (docs/layout.md)
@@ -116,6 +126,9 @@ class Plan:
     # fp8_dot_product_attention; strategies.stacks.variants.with_fp8_attention,
     # docs/calibration.md §5.98)
     fp8_attention: bool = False
+    # how context parallelism exchanges K/V (one of CP_COMMS; None: the stack's own,
+    # FrameworkProfile.cp_impl). Megatron-Core's --cp-comm-type; docs/calibration.md §5.134
+    cp_comm: str | None = None
     microbatch_group_size: int | None = None
     layers_per_stage: tuple[int, ...] | None = None   # uneven pipeline stages (None: even)
     group_microbatches: tuple[int, ...] | None = None  # per node group (None: gbs/(mbs·dp))
@@ -149,6 +162,9 @@ class Plan:
             raise SpecError("moe_dispatcher", self.moe_dispatcher,
                             f"must be one of {', '.join(DISPATCHERS)}")
         _check_pad_to_capacity(self)
+        if self.cp_comm is not None and self.cp_comm not in CP_COMMS:
+            raise SpecError("cp_comm", self.cp_comm, f"must be one of {', '.join(CP_COMMS)} "
+                            "(Megatron-Core's cp_comm_type; a2a and a2a+p2p are not modelled)")
         if self.moe_routing not in ROUTINGS:
             raise SpecError("moe_routing", self.moe_routing,
                             f"must be one of {', '.join(ROUTINGS)}")
@@ -208,7 +224,8 @@ class Plan:
         """A compact human label, e.g. ``tp8 pp8 dp16 mbs1 1f1b sel sp z1``."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         if self.cp > 1:
-            parts.append(f"cp{self.cp}")
+            parts.append(f"cp{self.cp}" + {"all_gather": ":ag", "p2p": ":p2p"}.get(
+                self.cp_comm or "", ""))
         if self.ep > 1:
             parts.append(f"ep{self.ep}")
         if self.etp is not None and self.etp != self.tp:
@@ -497,7 +514,8 @@ _FIELD_TYPES = {f.name: f.type for f in fields(Plan)}
 _BOOLS = {"sp", "flash_attn", "overlap_grad_reduce", "overlap_param_gather", "tp_comm_overlap",
           "ep_overlap", "delay_wgrad", "cuda_graph", "fp8_attention", "account_embedding",
           "account_loss", "moe_pad_to_capacity"}
-_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing"}
+_STRS = {"schedule", "recompute", "recompute_method", "moe_dispatcher", "moe_routing",
+         "cp_comm"}
 _FLOATS = {"moe_imbalance", "moe_capacity_factor"}
 
 
@@ -538,14 +556,14 @@ def coerce(key: str, value: Any) -> Any:
         return value.strip()
     if value is None and key in ("first_stage_layers", "last_stage_layers"):
         return None
-    if key in _STRS and value is None and key != "recompute_method":
+    if key in _STRS and value is None and key not in ("recompute_method", "cp_comm"):
         raise SpecError(key, value, "must be a string (give a value or leave the key out)")
     if key in _STRS and value is not None:
         if not isinstance(value, str):
             raise SpecError(key, value, "must be a string")
         return value.strip().lower()
     if value is None and key in {"dp", "dp_shard", "gbs", "microbatch_group_size", "etp",
-                                 "recompute_layers",
+                                 "recompute_layers", "cp_comm",
                                  "recompute_method"} | _FLOATS:
         return None
     if key in _FLOATS:

@@ -2,8 +2,8 @@
 ``cp_comm_type="all_gather"``, Llama 3's CP, Dubey et al. 2024 §3.3.2): the same K/V
 collectives as the p2p ring, none hidden under the attention core. One rule
 (``comm_rules.cp_exposed_fraction``) read by the estimate, the lower bound and the simulator
-through the stage costs; the reader takes it from an entry's ``plan.cp_comm_type``
-(docs/calibration.md §5.62)."""
+through the stage costs; the reader takes it from an entry's ``plan.cp_comm_type`` into the
+plan field ``cp_comm`` (docs/calibration.md §5.62, §5.134)."""
 from __future__ import annotations
 
 import json
@@ -86,8 +86,8 @@ def test_simulator_runs_the_exposed_collectives(network: str) -> None:
     assert s_a - s_r == pytest.approx(gap_est, rel=0.2)
 
 
-@pytest.mark.parametrize("text,impl", [("all_gather", "allgather"),
-                                       ("All-gather based", "allgather"), ("p2p", "ring"),
+@pytest.mark.parametrize("text,impl", [("all_gather", "all_gather"),
+                                       ("All-gather based", "all_gather"), ("p2p", "p2p"),
                                        ("a2a+p2p", None), ("a2a", None), ("", None)])
 def test_reader_text(text: str, impl: str | None) -> None:
     assert cp_comm_type(text) == impl
@@ -98,7 +98,7 @@ def test_llama3_128k_row_runs_the_allgather() -> None:
         rows = json.load(f)
     by = {r["id"]: r for r in rows}
     case = case_from_entry(by["llama3_405b_16384gpu_seq128k"], rows)
-    assert case.job.framework.cp_impl == "allgather"
-    assert any("cp exchange allgather" in a for a in case.assumptions)
+    assert case.job.framework.cp_impl == "allgather" and case.job.plan.cp_comm == "all_gather"
+    assert any("cp_comm=all_gather" in a for a in case.assumptions)
     for rid in ("llama3_405b_8192gpu_seq8k", "llama3_405b_16384gpu_seq8k"):
         assert case_from_entry(by[rid], rows).job.framework.cp_impl == "ring"

@@ -38,7 +38,9 @@ The catalog's figure stays the rate at the shape it was measured at (``REF_SEQ``
 hidden 2048, head dim 128, here at 16k tokens); ``rate_factors`` is the grid factor at a shape
 over the one there, so only the shape dependence is new and it carries to another chip
 through its SM count. Vectorised over the plan fields (one schedule per distinct shape,
-cached).
+cached). With context parallelism a rank's attention is the ring's steps (``ring_factor``) or,
+under Transformer Engine's all-gather (plan ``cp_comm=all_gather``), its two chunk kernels
+against the gathered keys on two streams (``allgather_factor``, docs/calibration.md §5.134).
 
 Head dims (``head_dim_factor``, docs/calibration.md §5.131, §5.132). A tile's time is its
 GEMMs, whose FLOPs scale with ``D = d_qk + d_v``, plus work that does not (the softmax over the
@@ -253,16 +255,65 @@ def ring_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int) ->
     return useful / sms / (makespan(kernel, groups, n, sms) + steps)
 
 
+def _gather_lengths(order: str, q: int, j: int, fwd: bool) -> list[int]:
+    """Useful tiles of one (batch, head)'s CTAs in the all-gather step of query chunk ``j``
+    (``q`` query tiles at tiles ``j·q .. (j+1)·q - 1`` against keys ``0 .. (j+1)·q - 1``, the
+    causal mask aligned bottom-right), in the order taken: the forward one CTA per query tile,
+    ``j·q + i`` key tiles for ``i = 1 .. q``; the backward one per key tile, ``q`` query tiles
+    for each of the ``j·q`` keys before the chunk and ``q - u`` for its ``u``-th own key tile.
+    'head_asc' the shortest first, else the longest first ('lpt' sorts the whole grid)."""
+    one = ([j * q + i for i in range(1, q + 1)] if fwd
+           else [q] * (j * q) + [q - u for u in range(q)])
+    return sorted(one, reverse=order != "head_asc")
+
+
+@lru_cache(maxsize=1024)
+def allgather_factor(kernel: GridKernel, groups: int, seq: int, cp: int, sms: int,
+                     fwd: bool) -> float:
+    """Grid factor of the slowest rank's attention under all-gather context parallelism
+    (Transformer Engine's ``AttnFuncWithCPAndKVAllGather``, Llama 3's CP: ``cp`` ranks, rank
+    ``r`` holding query chunks ``r`` and ``2·cp - 1 - r`` of ``c = seq/(2·cp)`` tokens, K/V
+    gathered whole): one kernel per local chunk against the keys up to its end
+    (``_gather_lengths``, ``get_kv_seq_info_after_all_gather``), the two launched on two
+    streams "to resolve wave quantization" (the current stream the first chunk's, ``cp_stream``
+    the second's), so one list schedule takes the first kernel's CTAs, then the second's.
+    Every rank has the same useful tiles, ``(2·cp - 1)·q² + q·(q + 1)`` per (batch, head)
+    with ``q = ceil(c/128)``; the factor is their ideal time over ``sms`` over the slowest
+    rank's makespan (``makespan``'s slots, fixed cost and truncation of large grids);
+    ``grid_factor`` at ``cp`` 1. ``fwd``: the forward's grid (one CTA per query tile), else
+    the backward's (one per key tile). docs/calibration.md §5.134."""
+    if cp <= 1:
+        return grid_factor(kernel, groups, max(1, -(-int(seq) // TILE)), sms)
+    q = max(1, -(-int(seq) // (2 * cp * TILE)))
+    k, c0 = kernel.ctas_per_sm, kernel.fixed_tiles
+    slots = sms * k
+    useful = groups * ((2 * cp - 1) * q * q + q * (q + 1))
+    worst = 0.0
+    for r in range(cp):
+        one = [_gather_lengths(kernel.order, q, j, fwd) for j in (r, 2 * cp - 1 - r)]
+        run = min(groups, max(1, MAX_JOBS // sum(map(len, one))))
+        heap = [0.0] * slots
+        for lengths in one:            # the first chunk's kernel, then the second's
+            for _ in range(run):
+                for x in lengths:
+                    heapq.heapreplace(heap, heap[0] + k * (x + c0))
+        rest = (groups - run) * sum(sum(x) + c0 * len(x) for x in one) / sms
+        worst = max(worst, max(heap) + rest)
+    return useful / sms / worst
+
+
 def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
-               windows: bool, cp: int = 1) -> float:
+               windows: bool, cp: int = 1, gather: int = 0) -> float:
     """Grid factor of ``m``'s mean layer at ``groups`` x ``n`` tiles: full layers at
     ``ring_factor`` (``grid_factor`` without context parallelism), and with ``windows`` the
     windowed ones at theirs (a sliding window's reach capped at ``ceil((W-1)/128) + 1``
     tiles, as ``attention_counts.score_elements``; chunked attention as groups of one chunk's
     tiles; both on the rank's ``n`` tiles whatever ``cp``), combined by their share of the
     kernel's score blocks (times add: the harmonic mean weighted by
-    ``attention_counts.window_share``)."""
-    full = ring_factor(gk, groups, m.seq_length, cp, sms)
+    ``attention_counts.window_share``). ``gather``: 0 the ring's steps, 1 (forward) or 2
+    (backward) the all-gather's kernels for the full layers (``allgather_factor``)."""
+    full = (allgather_factor(gk, groups, m.seq_length, cp, sms, gather == 1) if gather
+            else ring_factor(gk, groups, m.seq_length, cp, sms))
     w = window_share(m) if windows else 0.0
     if not w or m.sliding_window is None or m.sliding_window >= n * TILE:
         return full
@@ -275,11 +326,12 @@ def _factor_at(gk: GridKernel, groups: int, n: int, sms: int, m: ModelSpec,
 
 
 def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
-                 windows: bool = True) -> tuple[Num, Num]:
+                 windows: bool = True, allgather: bool = False) -> tuple[Num, Num]:
     """(forward, backward) factor on the catalog's fused-attention rate at this shape: the
     grid factor of the mean layer (``_factor_at``; ``windows`` False: the full layers' only)
     at ``b·a/tp`` groups (micro-batch ``b``, ``a`` query heads) of ``ceil(s/(cp·128))`` tiles
-    (with ``cp > 1`` the ring's steps, ``ring_factor``) over the one at the catalog's benchmark
+    (with ``cp > 1`` the ring's steps, ``ring_factor``, or with ``allgather`` the all-gather's
+    two kernels, ``allgather_factor``) over the one at the catalog's benchmark
     shape (``REF_SEQ``, ``REF_GROUPS``), times ``head_dim_factor`` at the model's
     ``head_dim + v_dim``; 1.0 where ``kernels`` has no grid for the chip.
     Vectorised over ``b``, ``tp``, ``cp`` (one schedule per distinct shape)."""
@@ -293,12 +345,13 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     tiles = np.maximum(1, np.ceil(m.seq_length / cps / TILE - 1e-9)).astype(np.int64)
     groups, tiles, cps = np.broadcast_arrays(groups, tiles, cps)
     out = []
-    for gk in ks:
+    for d, gk in enumerate(ks):
         ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms) \
             / head_dim_factor(gk, m.head_dim + m.v_dim)
         keys, inv = np.unique(np.stack([groups.ravel(), tiles.ravel(), cps.ravel()]), axis=1,
                               return_inverse=True)
-        vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows, int(c)) / ref
+        vals = np.array([_factor_at(gk, int(g), int(n), sms, m, windows, int(c),
+                                    (1 + d) * bool(allgather)) / ref
                          for g, n, c in keys.T])
         f = vals[np.asarray(inv).ravel()].reshape(groups.shape)
         out.append(float(f) if f.ndim == 0 else f)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import attention_counts, attention_grid
+from strategies.cost import attention_counts, attention_grid, cp_allgather
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -80,7 +80,10 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     ``attention_counts.attn_exponentials_fwd``, at the chip's own rate; and with PyTorch's context
     parallelism the HBM passes around each ring step, ``ring_attention.merge_bytes_fwd``/
     ``accum_bytes_bwd``; under ``fw.fp8_attention`` the fused kernel in MXFP8,
-    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``; the
+    ``fp8_attention.time_factors``, and its casts, ``fp8_attention.cast_bytes``; with
+Transformer Engine's all-gather context parallelism its kernels' grid,
+``attention_grid.allgather_factor``, and its reorders and accumulations,
+``cp_allgather.copy_bytes_fwd``/``_bwd``; the
     sliding-window layers of a shape cuDNN times on the chip at its measured rate,
     ``window_kernel``, ``_measured_window``)."""
     peak = gpu.peak("bf16")
@@ -93,7 +96,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
                                   FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
     win = None if q is not None else window_kernel.window_efficiency(m, gpu, m.seq_length / cp)
     if q is None:   # the catalog's rate is its benchmark shape's: the kernel's grid here (§5.130)
-        g_f, g_b = attention_grid.rate_factors(m, b, tp, cp, gpu, fw.attention_kernel, win is None)
+        g_f, g_b = attention_grid.rate_factors(m, b, tp, cp, gpu, fw.attention_kernel, win is None,
+                                               fw.cp_impl == "allgather")
         t_flash, t_flash_b = t_flash / g_f, t_flash_b / g_b
     if win is not None:   # a short window cuDNN times on this chip: those layers at its rate
         t_flash, t_flash_b = _measured_window(m, b, tp, cp, gpu, slow, fw, t_flash, t_flash_b,
@@ -128,4 +132,8 @@ def attention_time_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, flash: Num, gpu: 
     if fw.cp_impl == "torch":   # PyTorch's ring: fp32 merges and accumulators per step
         fwd = fwd + ring.merge_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) / hbm
         bwd = bwd + ring.accum_bytes_bwd(m, b, tp, cp, fw.cp_kv_heads, fw.attention_kernel) / hbm
+    if fw.cp_impl == "allgather":   # TE's all-gather path: K/V reordered, dK/dV accumulated
+        on = np.asarray(cp) > 1
+        fwd = fwd + np.where(on, cp_allgather.copy_bytes_fwd(m, b, tp, cp), 0.0) / hbm
+        bwd = bwd + np.where(on, cp_allgather.copy_bytes_bwd(m, b, tp, cp), 0.0) / hbm
     return fwd, bwd

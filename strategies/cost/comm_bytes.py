@@ -1,6 +1,7 @@
 """Bytes of the dense layer's communication per GPU and micro-batch: one tensor-parallel
 collective's buffer, the pipeline's point-to-point activations and ring attention's K/V
-blocks. (Expert parallelism's: ``strategies.cost.ep_dispatch``.) Units: bytes."""
+blocks, which the all-gather variant gathers whole. (Expert parallelism's:
+``strategies.cost.ep_dispatch``.) Units: bytes."""
 from __future__ import annotations
 
 from strategies.cost.token_counts import ACT_BYTES, Num, tokens_per_gpu
@@ -37,3 +38,14 @@ def cp_comm_bytes_fwd(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv")
     ``sent_kv_heads``); the backward sends K, V and their gradients (2×)."""
     T = tokens_per_gpu(b, m.seq_length, cp)
     return ACT_BYTES * T * sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp * (cp - 1)
+
+
+def cp_gather_bytes(m: ModelSpec, b: Num, tp: Num, cp: Num, heads: str = "kv") -> Num:
+    """Bytes of one micro-batch's K and V gathered whole over the context-parallel group, per
+    GPU: ``b·s·g·(d + d_v)/t`` elements of 2 bytes (``g``: ``sent_kv_heads``). The buffer
+    every context-parallel exchange's collectives are timed on (``StageCosts.cp_bytes``: the
+    ring passes ``(c-1)/c`` of it a pass, ``cp_comm_bytes_fwd``); Transformer Engine's
+    all-gather path (``AttnFuncWithCPAndKVAllGather``) all-gathers it before the attention,
+    forward and backward, and reduce-scatters dK/dV of the same size in the backward
+    (``strategies.cost.cp_allgather``)."""
+    return ACT_BYTES * b * m.seq_length * sent_kv_heads(m, heads) * (m.head_dim + m.v_dim) / tp

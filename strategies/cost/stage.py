@@ -490,8 +490,7 @@ def stage_cost_arrays(m: ModelSpec, cl: Cluster, dtype: str,
                                                           head_w)
     emb_f, emb_b = emb_f + end_ef, emb_b + end_eb
     head_f, head_b = head_f + end_hf, head_b + end_hb
-    cp_buf = comm_bytes.cp_comm_bytes_fwd(m, b, tp, cp, fw.cp_kv_heads) * cp \
-        / np.maximum(cp - 1.0, 1.0)
+    cp_buf = comm_bytes.cp_gather_bytes(m, b, tp, cp, fw.cp_kv_heads)
     torch_cp = fw.cp_impl == "torch"
     st_f, st_b = ring.torch_ring_stalls(m, b, tp, cp, a_f, a_b, cl, fw.cp_kv_heads) \
         if torch_cp else (0.0, 0.0)

@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies import placement
-from strategies.cost import param_counts, token_counts
+from strategies.cost import cp_allgather, param_counts, token_counts
 from strategies.cost.param_counts import content_params
 from strategies.cost import recompute as rcp
 from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
@@ -57,7 +57,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
                             gpu=None, stash_layers=None, clamp=False, remat_named=False,
                             loss_bytes=None, act_cache=None, optimizer_bytes=None,
                             fsdp2=False, dispatch_bytes=None, expert_input=None,
-                            te_inputs=None
+                            te_inputs=None, cp_gather=False
                             ) -> tuple[dict[str, dict[str, np.ndarray]], np.ndarray]:
     """``(components, total)`` of pipeline rank ``stage`` (an int or one per plan) of each
     plan: ``components[origin][kind]`` bytes per GPU (``ORIGINS`` x ``KINDS``) and the stage
@@ -102,7 +102,10 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     (``activations.expert_input_bytes``: Transformer Engine's grouped experts in MXFP8 or
     per-tensor fp8; None: the 16-bit table). ``te_inputs``: bytes per element at which the
     stack's Transformer Engine dense modules save their inputs
-    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table)."""
+    (``te_linear_saved.te_linear_input_bytes``; None: the 16-bit table). ``cp_gather``: the
+    stack runs Transformer Engine's all-gather context parallelism (``FrameworkProfile.cp_impl``
+    "allgather", plan ``cp_comm``): its attention's working set with ``cp > 1``
+    (``cost.cp_allgather.working_bytes``, one layer at a time) in "other"."""
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
@@ -383,6 +386,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
         (head, held, tensors, tp, freed, tied_copy), optimizer_bytes)
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
+    if cp_gather:       # the all-gather attention's gathered K/V and dK/dV (§5.134)
+        other = other + np.where(cp > 1, cp_allgather.working_bytes(m, b, tp, cp), 0.0)
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)

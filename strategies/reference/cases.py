@@ -133,8 +133,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = with_stated_cp(with_stated_env(with_stated_kernel(framework_of(c), pl, notes), pl,
-                                          notes), pl, notes)
+    fw = with_stated_env(with_stated_kernel(framework_of(c), pl, notes), pl, notes)
     fw = with_source_fork(fw, c, notes)
     if said_compile is not None:
         try:
@@ -161,7 +160,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
             plan = entry_plan(c, tuple(sizes), gbs, model.num_layers, fw, notes)
     except SpecError as e:
         return skip(f"plan does not resolve: {e}")
-    plan = llama_recipe_switches(c, plan, notes)
+    plan = with_stated_cp(llama_recipe_switches(c, plan, notes), fw, pl, notes)
     try:
         plan = routing_balance(c, model, plan, notes)
     except SpecError as e:

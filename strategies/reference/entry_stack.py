@@ -17,6 +17,7 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.variants import with_fp8_attention, with_fused_grouped_mlp
 from strategies.launch_blocking import SYNC_LAUNCH_GAP_S, with_launch_blocking
 from strategies.model import ModelSpec
+from strategies.plan import Plan
 from strategies.reference.stated_switches import stated_bool
 from strategies.reference.text import (attention_kernel, bf16_optimizer, cp_comm_type,
                                         framework_name, launch_blocking, nemo_container)
@@ -168,22 +169,23 @@ def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fram
     return replace(fw, attention_kernel=kernel)
 
 
-def with_stated_cp(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
-    """The stack ``fw`` running the context-parallel exchange the entry's
-    ``plan.cp_comm_type`` names (``reference.text.cp_comm_type``: the ring or the exposed K/V
-    all-gather), said so; an exchange the model has no form for keeps the stack's, said so, as
-    does PyTorch's ``context_parallel`` (``cp_impl`` "torch": its own all-gather rotater,
-    ``strategies.cost.ring_attention``)."""
+def with_stated_cp(plan: Plan, fw: FrameworkProfile, pl: dict, notes: list[str]) -> Plan:
+    """``plan`` running the context-parallel exchange the entry's ``plan.cp_comm_type`` names
+    (plan field ``cp_comm``, ``reference.text.cp_comm_type``: the ring or the exposed K/V
+    all-gather), said so; an exchange the model has no form for, or one stack ``fw`` does not
+    run (``FrameworkProfile.cp_comms``: PyTorch's ``context_parallel``, ``cp_impl`` "torch",
+    has its own all-gather rotater, ``strategies.cost.ring_attention``), keeps the stack's,
+    said so. docs/calibration.md §5.134."""
     said = pl.get("cp_comm_type")
     if not said:
-        return fw
-    impl = cp_comm_type(said)
-    if impl is None or not fw.context_parallel or fw.cp_impl == "torch":
+        return plan
+    comm = cp_comm_type(said)
+    if comm is None or comm not in fw.cp_comms:
         notes.append(f"cp exchange {fw.cp_impl} ({fw.name} default; cp_comm_type {said!r} "
-                     "not modelled)")
-        return fw
-    notes.append(f"cp exchange {impl} (stated: {said})")
-    return replace(fw, cp_impl=impl)
+                     "not modelled for it)")
+        return plan
+    notes.append(f"cp_comm={comm} (stated: {said})")
+    return replace(plan, cp_comm=comm)
 
 
 def with_stated_env(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:

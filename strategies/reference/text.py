@@ -190,20 +190,21 @@ _ATTN_KERNELS = (("triton", "fa1"), ("flash-attn 1", "fa1"), ("flash-attn==1", "
                  ("fa3", "native"))
 
 
-#: how sources name a context-parallel exchange, first match wins: ``(words, cp_impl)`` with
-#: ``FrameworkProfile.cp_impl``'s values (Megatron-Core's ``cp_comm_type`` "p2p" is the ring,
-#: "all_gather" the exposed K/V all-gather); "a2a" and "a2a+p2p" (Ulysses-style) name none
-_CP_COMM = (("a2a", None), ("all_gather", "allgather"), ("all-gather", "allgather"),
-            ("allgather", "allgather"), ("p2p", "ring"), ("ring", "ring"))
+#: how sources name a context-parallel exchange, first match wins: ``(words, cp_comm)`` with
+#: the plan's ``cp_comm`` values (``strategies.plan.CP_COMMS``: Megatron-Core's
+#: ``cp_comm_type`` "p2p" is the ring, "all_gather" the exposed K/V all-gather); "a2a" and
+#: "a2a+p2p" (Ulysses-style) name none
+_CP_COMM = (("a2a", None), ("all_gather", "all_gather"), ("all-gather", "all_gather"),
+            ("allgather", "all_gather"), ("p2p", "p2p"), ("ring", "p2p"))
 
 
 def cp_comm_type(value) -> str | None:
-    """The ``FrameworkProfile.cp_impl`` a free-text CP exchange field names (``_CP_COMM``), or
-    None when it names none the model has."""
+    """The plan ``cp_comm`` a free-text CP exchange field names (``_CP_COMM``), or None when
+    it names none the model has."""
     t = str(value or "").strip().lower()
-    for words, impl in _CP_COMM:
+    for words, comm in _CP_COMM:
         if words in t:
-            return impl
+            return comm
     return None
 
 

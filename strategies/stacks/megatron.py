@@ -68,6 +68,9 @@ MEGATRON_CORE = FrameworkProfile(
     # routed experts over the expert-data-parallel group's R-th, the instances all-reduce
     # (core/parallel_state.py _INTRA/_INTER_PARTIAL_EXPERT_DATA_PARALLEL_GROUP, d98e8a6)
     hybrid_zero=(1,), hybrid_ep=True,
+    # --cp-comm-type p2p (default) | all_gather (transformer_config.py cp_comm_type, d98e8a6;
+    # a2a and a2a+p2p not modelled): docs/calibration.md §5.134
+    cp_comms=("p2p", "all_gather"),
     overlap_p2p_comm=True,
     moe_dispatchers=("alltoall", "deepep", "hybridep"), cuda_graph=True, eager_variants=True,
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,

@@ -66,6 +66,11 @@ class FrameworkProfile:
     #: ``"torch"``, PyTorch's ``context_parallel`` (all-gather rotater, fp32 merges and
     #: dK/dV ring: ``strategies.cost.ring_attention``)
     cp_impl: str = "ring"
+    #: the K/V exchanges a plan may choose (plan ``cp_comm``, ``strategies.plan.CP_COMMS``),
+    #: each run as ``plan.CP_IMPL_OF``: Megatron-Core's ``--cp-comm-type`` p2p and all_gather
+    #: (``TransformerConfig.cp_comm_type``, Transformer Engine's ``AttnFuncWithCPAndKVP2P`` and
+    #: ``AttnFuncWithCPAndKVAllGather``); () where the stack runs only its own (``cp_impl``)
+    cp_comms: tuple[str, ...] = ()
     #: heads of the K/V block a context-parallel rank sends (``counts.sent_kv_heads``):
     #: ``"kv"``, the model's KV heads, or ``"query"`` where the model repeats K and V to every
     #: query head before attention

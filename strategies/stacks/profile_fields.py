@@ -7,7 +7,7 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
-from strategies.plan import DISPATCHERS, RECOMPUTE
+from strategies.plan import CP_COMMS, DISPATCHERS, RECOMPUTE
 from strategies.schedules import schedule_names
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
 from topologies.precision import DTYPES
@@ -174,4 +174,7 @@ def check_profile(fw: "FrameworkProfile") -> None:
         if name not in DISPATCHERS:
             raise SpecError("framework.moe_dispatchers", name,
                             f"must be one of {', '.join(DISPATCHERS)}")
+    for name in fw.cp_comms:
+        if name not in CP_COMMS:
+            raise SpecError("framework.cp_comms", name, f"must be one of {', '.join(CP_COMMS)}")
 

@@ -63,7 +63,7 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import DISPATCHERS
+from strategies.plan import CP_COMMS, DISPATCHERS
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.base import Rule
@@ -137,6 +137,13 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     rules.append(("moe_dispatcher", v.moe_dispatcher,
                   np.isin(v.moe_dispatcher, [DISPATCHERS.index(d) for d in fw.moe_dispatchers]),
                   lambda: who + f"runs the token dispatchers {', '.join(fw.moe_dispatchers)}"))
+    cpc = getattr(v, "cp_comm", 0)      # PlanArrays: none, the stack's own exchange
+    runs = [0] + [1 + CP_COMMS.index(c) for c in fw.cp_comms]
+    rules.append(("cp_comm", cpc, np.isin(cpc, runs),
+                  lambda: who + (f"runs cp_comm {', '.join(fw.cp_comms)} (Megatron-Core's "
+                                 "--cp-comm-type)" if fw.cp_comms else
+                                 f"runs context parallelism only its own way (cp_impl "
+                                 f"{fw.cp_impl}): no cp_comm")))
     return rules
 
 
@@ -304,6 +311,7 @@ def plan_view(plan: "Plan") -> SimpleNamespace:
                            ep_overlap=plan.ep_overlap, delay_wgrad=plan.delay_wgrad,
                            cuda_graph=plan.cuda_graph,
                            moe_dispatcher=DISPATCHERS.index(plan.moe_dispatcher),
+                           cp_comm=0 if plan.cp_comm is None else 1 + CP_COMMS.index(plan.cp_comm),
                            layout_string=plan.layout is not None,
                            first_stage_layers=plan.first_stage_layers or 0,
                            last_stage_layers=plan.last_stage_layers or 0,

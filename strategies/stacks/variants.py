@@ -118,6 +118,17 @@ def with_fp8_attention(fw: FrameworkProfile, dtype: str, gpu: "GPU") -> Framewor
     return replace(fw, fp8_attention=True)
 
 
+def with_cp_comm(fw: FrameworkProfile, cp_comm: str | None) -> FrameworkProfile:
+    """Stack ``fw`` running the context-parallel K/V exchange plan field ``cp_comm`` names
+    (``strategies.plan.CP_IMPL_OF``: ``p2p`` the ring, ``all_gather`` the exposed all-gather);
+    ``fw`` itself for None. The stack rules (``rules.stack_rules``) refuse an exchange the
+    stack does not run before this is read; docs/calibration.md §5.134."""
+    from strategies.plan import CP_IMPL_OF
+    if cp_comm is None or fw.cp_impl == CP_IMPL_OF[cp_comm]:
+        return fw
+    return replace(fw, cp_impl=CP_IMPL_OF[cp_comm])
+
+
 def runs_eager_clamp(fw: FrameworkProfile) -> bool:
     """Whether stack ``fw`` runs gpt-oss's activation clamp as eager kernels of its own
     (``eager_variants``, ``compute.eager_variant_time``, its stash in the memory model):
