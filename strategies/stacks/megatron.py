@@ -59,13 +59,14 @@ MEGATRON_LM_2021 = FrameworkProfile(
 
 #: HBM bytes per ``s_q × s_k`` position of the causal mask Transformer Engine's unfused
 #: attention builds on each forward call (``UnfusedDotProductAttention.forward`` →
-#: ``dot_product_attention/utils.py`` ``get_full_mask``, L1089-1110 at v2.2's bee4649c15a7,
-#: L1096-1117 at v2.3; ``attention_mask`` None, ``attn_mask_type="causal"``): the int32
+#: ``get_full_mask``, ``dot_product_attention/utils.py`` L1090-1122 at bee4649c15a7, NeMo
+#: v2.3.0's pin, ``attention/dot_product_attention/utils.py`` L1099-1131 at v2.3; called at
+#: ``attention.py`` L3851 / ``backends.py`` L221; ``attention_mask`` None, causal): the int32
 #: ``arange`` difference (write 4), ``swa_left``/``swa_right`` (read 4 + write 4 each), each
 #: comparison (read 4 + write 1) and its ``torch.where(·, 1, 0)`` into int64 (read 1 + write
 #: 8), twice, the int64 difference (read 16 + write 8) and ``logical_not`` into bool (read 8 +
-#: write 1): 81 (docs/calibration.md §5.135). The mask's read by the fused softmax is not
-#: counted (one ``s_q × s_k`` bool shared by every head, held in L2)
+#: write 1): 81 (docs/calibration.md §5.135). The fused softmax's reads of the mask are not
+#: counted: one ``s_q × s_k`` bool every head reads again, its HBM share set by L2 reuse
 TE_CAUSAL_MASK_BYTES = 4.0 + 2 * (4 + 4) + 2 * ((4 + 1) + (1 + 8)) + (16 + 8) + (8 + 1)
 
 MEGATRON_CORE = FrameworkProfile(
