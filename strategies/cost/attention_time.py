@@ -125,7 +125,9 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
     bias = fw.alibi_score_bytes if m.position_embedding == "alibi" else 0.0
     soft = attention_counts.softmax_bytes_fwd(m, b, tp, cp, False, bias) / hbm
     soft_b = attention_counts.softmax_bytes_bwd(m, b, tp, cp, False) / hbm
-    t_plain_f = slow * f_full / rate + soft
+    # the causal mask the stack rebuilds per call, one for all heads and sequences (§5.135)
+    mask = fw.unfused_mask_bytes * (s / cp) ** 2 / hbm
+    t_plain_f = slow * f_full / rate + soft + mask
     t_plain_b = slow * 2 * f_full / rate + soft_b
     fwd = np.where(flash, t_flash, t_plain_f)
     bwd = np.where(flash, t_flash_b, t_plain_b)

@@ -57,6 +57,18 @@ MEGATRON_LM_2021 = FrameworkProfile(
             ("tied_reduce", "training.py all-reduces word_embeddings' gradient across the "
                             "first and last stages"))))
 
+#: HBM bytes per ``s_q × s_k`` position of the causal mask Transformer Engine's unfused
+#: attention builds on each forward call (``UnfusedDotProductAttention.forward`` →
+#: ``get_full_mask``, ``dot_product_attention/utils.py`` L1090-1122 at bee4649c15a7, NeMo
+#: v2.3.0's pin, ``attention/dot_product_attention/utils.py`` L1099-1131 at v2.3; called at
+#: ``attention.py`` L3851 / ``backends.py`` L221; ``attention_mask`` None, causal): the int32
+#: ``arange`` difference (write 4), ``swa_left``/``swa_right`` (read 4 + write 4 each), each
+#: comparison (read 4 + write 1) and its ``torch.where(·, 1, 0)`` into int64 (read 1 + write
+#: 8), twice, the int64 difference (read 16 + write 8) and ``logical_not`` into bool (read 8 +
+#: write 1): 81 (docs/calibration.md §5.135). The fused softmax's reads of the mask are not
+#: counted: one ``s_q × s_k`` bool every head reads again, its HBM share set by L2 reuse
+TE_CAUSAL_MASK_BYTES = 4.0 + 2 * (4 + 4) + 2 * ((4 + 1) + (1 + 8)) + (16 + 8) + (8 + 1)
+
 MEGATRON_CORE = FrameworkProfile(
     name="megatron-core",
     description="Megatron-Core / NeMo 2023+ with Transformer Engine: fused kernels, "
@@ -76,6 +88,7 @@ MEGATRON_CORE = FrameworkProfile(
     grouped_mlp_casts=True, quant_padding=True, expert_gemm_launch=TE_GROUPED_GEMM,
     te_amax_reduction=True, te_linears=True,                 # §5.113
     mlp_act_casts=True,                                      # §5.118
+    unfused_mask_bytes=TE_CAUSAL_MASK_BYTES,                 # §5.135
     recompute_methods=("block", "uniform"), recompute_modules=RECOMPUTE_MODULES,
     loss=MEGATRON_CROSS_ENTROPY, tp_end_collectives=True,   # §5.88
     sp_shard_whole_gemms=True,                              # §5.99
@@ -133,6 +146,7 @@ NEMO = replace(
 
 HAI_LLM = replace(
     MEGATRON_CORE, name="hai-llm", loss=LossPasses(),   # HAI-LLM's code is not public
+    unfused_mask_bytes=0.0,                              # (its attention path not read)
     dp_bucket=MODEL_BUCKET,
     description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "
                 "zero-bubble or DualPipe pipelining, expert parallelism, ZeRO-1, fused kernels",

@@ -445,6 +445,12 @@ class FrameworkProfile:
     #: copies the expanded ``(b·np, 1, s)`` bias into the score tensor (write 2) and the GEMM
     #: reads it back as its ``C`` (read 2): 4.0; 0: not read for the stack
     alibi_score_bytes: float = 0.0
+    #: HBM bytes per position of the ``s_q × s_k`` causal mask the stack builds on every
+    #: forward call of its unfused attention path (no FlashAttention), once per call whatever
+    #: the batch and heads: Transformer Engine's ``UnfusedDotProductAttention`` rebuilds it in
+    #: ``get_full_mask`` (``megatron.TE_CAUSAL_MASK_BYTES``, docs/calibration.md §5.135); 0:
+    #: the stack builds none per call (or not read for it)
+    unfused_mask_bytes: float = 0.0
     #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
     #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
     layouts: tuple[str, ...] = LAYOUT_WAYS

@@ -75,11 +75,11 @@ def check_profile(fw: "FrameworkProfile") -> None:
     for r in fw.recompute:
         if r not in RECOMPUTE:
             raise SpecError("framework.recompute", r, f"must be one of {', '.join(RECOMPUTE)}")
-    if isinstance(fw.alibi_score_bytes, bool) or \
-            not isinstance(fw.alibi_score_bytes, (int, float)) or \
-            not 0 <= fw.alibi_score_bytes < 100:
-        raise SpecError("framework.alibi_score_bytes", fw.alibi_score_bytes,
-                        "must be bytes per score element in [0, 100)")
+    for name in ("alibi_score_bytes", "unfused_mask_bytes"):
+        v = getattr(fw, name)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 100:
+            raise SpecError(f"framework.{name}", v,
+                            "must be bytes per score element in [0, 100)")
     if not (isinstance(fw.tp_loss_allreduces, tuple) and all(
             isinstance(n, int) and not isinstance(n, bool) and n >= 1
             for n in fw.tp_loss_allreduces)):
