@@ -235,7 +235,7 @@ def rank_layers(num_layers: int, P: PlanArrays) -> tuple[np.ndarray, np.ndarray,
       on rank 0 and ``k·vpp`` on every other rank;
     * ``first/last_stage_layers`` ``f``, ``l``: the middle ranks share the rest evenly;
     * a mirrored schedule (DualPipe, ``pp > 1``: rank ``r`` holds stages ``r`` and
-      ``pp-1-r``): per copy, each end rank ``(f + l)/2`` (``cost.stage.copy_layers``), so
+      ``pp-1-r``): per copy, each end rank ``(f + l)/2`` (``cost.stage.stage_params.copy_layers``), so
       twice it is what the rank holds and it is the layers a micro-batch crosses there on
       average.
 

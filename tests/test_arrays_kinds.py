@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from strategies.cost.stage import mixes_kinds
+from strategies.cost.stage.layers import mixes_kinds
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.kinds import kind_rows, with_kind_rows
@@ -111,7 +111,7 @@ def test_one_kind_models_unchanged():
 def test_mtp_on_a_one_kind_model_prices():
     """An MoE model without dense layers but with an MTP module (and a dense one with MTP):
     priced, and the arrays equal the scalar (the per-rank parameters of such a model once
-    raised, ``cost.stage.stage_params_split``)."""
+    raised, ``cost.stage.stage_params.stage_params_split``)."""
     rng = random.Random(2)
     for moe in (True, False):
         m = toy(rng, 0, 1)

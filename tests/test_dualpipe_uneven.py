@@ -4,7 +4,7 @@ string, ``first/last_stage_layers``, the embedding and loss as slots) the rank's
 hold different layer counts. Each copy is read from the layout in the compiler, the
 estimate's per-chunk times (``estimate.scalar._chunk_times``), the parameters (both copies),
 the memory model's per-chunk stash and the search's array columns (per copy, the mean of the
-two: ``plan_arrays.rank_layers``, ``cost.stage.copy_layers``). Checked here: the whole
+two: ``plan_arrays.rank_layers``, ``cost.stage.stage_params.copy_layers``). Checked here: the whole
 simulator's free-communication step is the order's makespan with each copy's layers, and
 where the end pair is the busiest and never idles, ``m`` times its mean work (closed form);
 the estimate within the tolerance the even split has against the simulation; parameters by

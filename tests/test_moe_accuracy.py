@@ -19,7 +19,8 @@ import pytest
 from strategies import placement
 from strategies.collectives import ring
 from strategies.cost import comm, hbm_rate, moe_bytes, moe_time
-from strategies.cost.stage import stage_cost_arrays, stage_costs, stage_params_split
+from strategies.cost.stage import stage_cost_arrays, stage_costs
+from strategies.cost.stage.stage_params import stage_params_split
 from strategies.estimate import estimate
 from strategies.stacks.profile import LAUNCH_GAP_S
 from strategies.job import make_job

@@ -9,7 +9,8 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import param_counts
-from strategies.cost.stage import gather_width, stage_costs
+from strategies.cost.stage import stage_costs
+from strategies.cost.stage.rank_params import gather_width
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job

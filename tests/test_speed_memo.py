@@ -15,6 +15,7 @@ import strategies.cost.stage as stage_mod
 from simulator.simulate import simulate
 from strategies.cost import comm
 from strategies.cost.stage import stage_cost_arrays, stage_costs
+from strategies.cost.stage.array_record import Z3_KEYS
 from strategies.estimate.scalar import StageCostMemo, estimate
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
@@ -112,7 +113,7 @@ def test_zero3_columns_without_a_per_tensor_plan_are_the_walks_zeros():
     both = stage_cost_arrays(m, cl, "bf16", PlanArrays.from_plans([z3, z1]),
                              "megatron-deepspeed")
     alone = stage_cost_arrays(m, cl, "bf16", PlanArrays.from_plans([z1]), "megatron-deepspeed")
-    for k in stage_mod.Z3_KEYS:
+    for k in Z3_KEYS:
         col = getattr(both, f"z3_{k}")
         assert col[0] > 0 and col[1] == 0.0
         assert getattr(alone, f"z3_{k}").shape == (1,)

@@ -12,8 +12,8 @@ import pytest
 from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Compute, Recv, Send
 from strategies.cost.stage import (StageCostArrays, dgrad_reduce_pieces, dgrad_reduce_time,
-                                   sp_regather_pieces, stage_cost_arrays, stage_costs,
-                                   stage_costs_at)
+                                   sp_regather_pieces, stage_cost_arrays, stage_costs)
+from strategies.cost.stage.job_costs import stage_costs_at
 from strategies.cost.comm import collective_time, dp_parts
 from strategies.errors import SpecError
 from strategies.estimate.analytic import estimate_arrays

@@ -69,7 +69,8 @@ def test_all_moe_layers_with_mtp_on_uneven_stages():
     middle ranks' equal the closed form of ``param_counts.stage_params_split``, and the estimate
     meets the contention-free simulation within 1 %."""
     from strategies.cost import param_counts
-    from strategies.cost.stage import stage_costs, stage_params_split
+    from strategies.cost.stage import stage_costs
+    from strategies.cost.stage.stage_params import stage_params_split
     model = replace(model_preset("deepseek-v3"), name="ds-small", num_layers=16,
                     first_k_dense_replace=0, vocab_size=32000, seq_length=512)
     plan = parse_plan("tp=1,pp=4,ep=4,mbs=1,gbs=128,schedule=1f1b,"

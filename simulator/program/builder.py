@@ -293,7 +293,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         opt = self.compute(self.c.optimizer_by_stage[self.stage], "optimizer", "optimizer",
                            force=True)
         if self.grad_sync and self.p.zero >= 1:
-            # each bucket at the stage's mean gathered width (``stage.gather_width``)
+            # each bucket at the stage's mean gathered width (``stage.rank_params.gather_width``)
             width = (self.c.gather_by_stage[self.stage] if self.c.gather_by_stage
                      else self.c.param_bytes)
             for n, params in enumerate(self.reduced):

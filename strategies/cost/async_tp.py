@@ -64,7 +64,7 @@ def fused_pass_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Num, p
     (``quantise.tp_allgather_bytes_factor``); in the backward, in 16 bits with ``b > 1``,
     ``2·pairs`` copies of ``2·S`` (the gathered tensors the weight gradients reshape). 0
     unless TP overlap runs as async TP (``fw.tp_overlap == "async-tp"``, ``tpo``, ``sp``,
-    ``tp > 1``). ``pairs``: the layer's collective pairs (``stage.tp_collectives_per_layer``);
+    ``tp > 1``). ``pairs``: the layer's collective pairs (``stage.layers.tp_collectives_per_layer``);
     ``b``: sequences per micro-batch."""
     on = (np.asarray(tp) > 1) & np.asarray(sp, dtype=bool) & np.asarray(tpo, dtype=bool) \
         & (fw.tp_overlap == "async-tp")

@@ -34,7 +34,7 @@ def tp_layout_copy_time(m: ModelSpec, b: Num, tp: Num, cp: Num, sp: Num, tpo: Nu
     ``torch.cat(torch.chunk(x, tp, dim=1))`` a reduce-scatter's input first, each a read and
     a write of the gathered tensor (``comm_bytes.tp_comm_bytes_fwd``; an all-gather's at its
     element size, ``quantise.tp_allgather_bytes_factor``: torchao's float8 TP gathers fp8).
-    ``pairs`` all-gather + reduce-scatter pairs per pass (``stage.tp_collectives_per_layer``).
+    ``pairs`` all-gather + reduce-scatter pairs per pass (``stage.layers.tp_collectives_per_layer``).
     Forward: each pair's two copies; backward: the gradients' all-gathers' copies, and the
     data gradients' reduce-scatters' only eager (compiled, the ``cat`` of the dgrads' sum
     is that sum's own pointwise kernel, ``fw.elementwise_kernels == "compiled"``). Op-level

@@ -203,7 +203,7 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     host launches (``moe_host_time``), in ``B`` for the backward. ``gathered``: ZeRO-3 with
     dp > 1 gathers the layer before its forward and its backward, each gather's copy-out
     (``gather_copy_out_time``) in the pass, in ``B`` for the backward. ``tp_pairs``: the
-    layer's tensor-parallel collective pairs per pass (``stage.tp_collectives_per_layer``),
+    layer's tensor-parallel collective pairs per pass (``stage.layers.tp_collectives_per_layer``),
     whose sequence-dim layout copies (``tp_layout_copy_time``), or under async TP the fused
     ops' own HBM passes (``async_tp.fused_pass_time``), run in the pass, in ``B``."""
     # the mean layer's GEMMs (``linear_shapes``) at the stack's shapes of the GEMMs tensor

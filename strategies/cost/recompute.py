@@ -141,7 +141,7 @@ def stopped_collectives(pairs: Num, early_stop: Num) -> Num:
     (``FrameworkProfile.recompute_early_stop``: PyTorch's non-reentrant checkpoint stops at
     the down projection's saved input, JAX's remat dead-code-eliminates its output; nothing
     the backward reads comes after it), else 0. ``pairs``: the layer's collective pairs
-    (``stage.tp_collectives_per_layer``; 1 in a MoE layer under EP without shared experts,
+    (``stage.layers.tp_collectives_per_layer``; 1 in a MoE layer under EP without shared experts,
     whose MLP has none). The sequence-dim copies (``elementwise_time.tp_layout_copy_time``) and the
     collectives (``tp_rerun``) read it. docs/calibration.md §5.80, §5.84."""
     return np.maximum(np.asarray(pairs, dtype=float) - 1.0, 0.0) * early_stop

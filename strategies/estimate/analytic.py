@@ -629,7 +629,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
     t_ar_k = [dp_time("allreduce", gb, k) for k in K]
     t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
     # the parameter all-gather after the optimizer: each kind of rank's mean width
-    # (``stage.gather_width``: FP8-stored weights at one byte under ``fp8_param_gather``)
+    # (``stage.rank_params.gather_width``: FP8-stored weights at one byte under ``fp8_param_gather``)
     gw_k = (sc.gather_first, sc.gather_mid, sc.gather_last)
     t_ag_k = [dp_time("allgather", gw_k[k], k) for k in K]
     # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from strategies.cost.stage import mixes_kinds
+from strategies.cost.stage.layers import mixes_kinds
 from strategies.cost.system import SystemConfig
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
@@ -36,7 +36,7 @@ from topologies.cluster import Cluster
 
 def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
     """Indices of the plans ``P`` whose stages the plan columns cannot price: pipelined
-    (``pp > 1``) plans where ``m`` mixes kinds of layer (``cost.stage.mixes_kinds``) or the
+    (``pp > 1``) plans where ``m`` mixes kinds of layer (``cost.stage.layers.mixes_kinds``) or the
     plan's layout is uneven (``plan_arrays.rank_layers``' flag: slots, first/last stage
     layer counts), whose step the scalar prices by each rank's own chunks in the schedule's
     order (``scalar._per_chunk``/``_per_stage``; docs/search.md "Uneven pipeline layouts")."""

@@ -481,7 +481,7 @@ def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
     chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
     stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
     ``_chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
-    from strategies.cost.stage import mixes_kinds
+    from strategies.cost.stage.layers import mixes_kinds
     p = job.plan
     if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
         return True                         # DualPipe: rank r's copies, stages r and pp-1-r

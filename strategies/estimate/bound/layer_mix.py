@@ -7,7 +7,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from numpy.typing import ArrayLike
 
-from strategies.cost.stage import StageCostArrays, tp_collectives_per_layer
+from strategies.cost.stage import StageCostArrays
+from strategies.cost.stage.layers import tp_collectives_per_layer
 from strategies.model import ModelSpec
 
 

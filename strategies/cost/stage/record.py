@@ -1,0 +1,161 @@
+"""The stage-cost record of one job (``StageCosts``: one entry of ``StageCostArrays`` as
+Python numbers, with the per-stage values as tuples) and of one layer of each kind in it
+(``KindCosts``), as ``stage_costs`` computes them and the scalar estimate and the
+simulator's compiler read them. ``StageCosts`` is frozen; tests may ``dataclasses.replace``
+fields (e.g. zero the embedding and the LM head to get perfectly balanced stages).
+
+A schedule that splits the backward runs ``B`` in ``*_bwd - *_wgrad`` and ``W`` in
+``*_wgrad`` (docs/schedules.md, "Split backward"). Units: seconds per layer (or per stage)
+and per micro-batch on one GPU; bytes; parameters."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class KindCosts:
+    """``KindCostArrays`` of one plan, as Python numbers."""
+
+    layer_fwd: float
+    layer_bwd: float
+    layer_wgrad: float
+    layer_recompute: float
+    attn_fwd: float
+    attn_bwd: float
+    ep_bytes: float
+    layer_params: float
+    expert_params: float
+    layer_recompute_each: float = 0.0
+
+
+
+@dataclass(frozen=True)
+class StageCosts:
+    """Per-layer and per-stage costs of one job (seconds, bytes, parameters): one entry of
+    ``StageCostArrays`` as Python numbers, with the per-stage values as tuples."""
+
+    layer_fwd: float
+    layer_bwd: float
+    layer_recompute: float
+    layer_wgrad: float
+    attn_fwd: float
+    attn_bwd: float
+    embedding_fwd: float
+    embedding_bwd: float
+    head_fwd: float
+    head_bwd: float
+    embedding_wgrad: float
+    head_wgrad: float
+    tp_bytes: float
+    tp_per_layer_fwd: float
+    tp_per_layer_bwd: float
+    tp_per_layer_recompute: float
+    cp_bytes: float
+    ep_bytes: float
+    etp_bytes: float
+    ep_remote_scale: float
+    ep_nvlink_share: float
+    p2p_bytes: float
+    p2p_gather_bytes: float
+    layer_params: float
+    embedding_params: float
+    head_params: float
+    grad_bytes: float
+    bucket_params: float
+    tp_overlap_chunks: int
+    tp_overlap_bwd_exposed: float  # FrameworkProfile.tp_overlap_bwd_exposed
+    cp_exposed_fraction: float
+    param_bytes: float
+    params_by_stage: tuple[float, ...]     # parameters per GPU of each pipeline stage
+    optimizer_by_stage: tuple[float, ...]  # optimizer step (+ weight quantisation) seconds
+    passes_by_stage: tuple[float, ...] = ()  # per-step passes (strategies.cost.step), seconds
+    # mean bytes per parameter of each stage's all-gather after the optimizer
+    # (``gather_width``); empty: ``param_bytes``
+    gather_by_stage: tuple[float, ...] = ()
+    tied_bytes: float = 0.0                # tied embedding gradient, first <-> head stage
+    z3_fwd_n: float = 0.0                  # per-tensor ZeRO-3 (StageCostArrays)
+    z3_fwd_params: float = 0.0
+    z3_bwd_n: float = 0.0
+    z3_bwd_params: float = 0.0
+    z3_rs_n: float = 0.0
+    z3_rs_params: float = 0.0
+    copy_gap: float = 0.0
+    copy_rate: float = 0.0                 # bytes/s (StageCostArrays.copy_rate)
+    by_kind: Mapping[str, KindCosts] = field(default_factory=dict)  # StageCostArrays.by_kind
+    # the layers each chunk holds, by kind: chunk_kinds[stage][chunk] = ((kind, count), ...)
+    # (strategies.layout.chunk_kinds); empty: every chunk holds the even split's mean layers
+    chunk_kinds: tuple = ()
+
+    ep_per_layer_recompute: float = 0.0  # MoE all-to-all rounds redone in the backward
+    cp_stall_fwd: float = 0.0           # PyTorch's ring attention: network waits per layer
+    cp_stall_bwd: float = 0.0           # (StageCostArrays)
+    cp_torch: bool = False
+    recompute_cap: float = 0.0          # block partial recompute: N layers per chunk, else 0
+    layer_recompute_each: float = 0.0   # then: one recomputed layer's extra forward (seconds)
+    # the routed experts' part of ``params_by_stage`` (reduced over the expert-DP group)
+    expert_params_by_stage: tuple[float, ...] = ()
+    rg_bytes: float = 0.0               # SP backward re-gathers (StageCostArrays)
+    rg_attn: float = 0.0
+    rg_attn2: float = 0.0
+    rg_dense_n: float = 0.0
+    rg_dense: float = 0.0
+    rg_shared_n: float = 0.0
+    rg_shared: float = 0.0
+    rg_down_qw: float = 0.0             # column down projections' re-gathers (StageCostArrays)
+    rg_down_kvw: float = 0.0
+    rg_down_q: float = 0.0
+    rg_down_kv: float = 0.0
+    rd_down_q: float = 0.0              # their weight gradients (StageCostArrays)
+    rd_down_kv: float = 0.0
+    rd_bytes: float = 0.0               # async data-gradient reductions (StageCostArrays)
+    rd_attn: float = 0.0
+    rd_attn2: float = 0.0
+    dw_attn: float = 0.0                # (StageCostArrays)
+    rd_dense: float = 0.0
+    rd_shared: float = 0.0
+    attn_w: float = 1.0                 # (StageCostArrays)
+    attn_w2: float = 0.0
+    tp_ag_bytes: float = 0.0            # (StageCostArrays)
+    tp_attn_rc: float = 0.0
+    tp_rope_w: float = 0.0
+    tp_down: float = 0.0                # (StageCostArrays)
+    down_q_w: float = 0.0
+    down_kv_w: float = 0.0
+    tp_attn_full_rc: float = 0.0
+    tp_rep_grad_bytes: float = 0.0
+
+    def chunk_recompute(self, nl: float, chunk: float | None = None,
+                        items: list[tuple[int, Any]] | None = None) -> tuple[float, float]:
+        """(seconds, TP collectives) that ``nl`` layers of a model chunk of ``chunk`` layers
+        (default ``nl``: the whole chunk) recompute in one backward: ``nl`` times the
+        per-layer mean, or under block partial recomputation (``recompute_cap`` = N) the
+        ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full layer's cost
+        each, exact per chunk of any size (uneven stages; ``strategies.cost.recompute``).
+        ``items``: the ``nl`` layers as ``chunk_layers`` runs; then that share of each
+        layer's own kind's recomputation (``layer_recompute_each`` of its record: a chunk of
+        MoE layers redoes MoE layers, host time included), as the per-kind
+        ``layer_recompute`` and the lower bound price it; a chunk of mixed kinds takes each
+        kind's share of the ``min(N, chunk)`` layers, not the kinds of its first ``N``."""
+        return self.chunk_recompute_comm(nl, chunk, items)[:2]
+
+    def chunk_recompute_comm(self, nl: float, chunk: float | None = None,
+                             items: list[tuple[int, Any]] | None = None
+                             ) -> tuple[float, float, float]:
+        """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
+        ``ep_bytes`` counts them) the recomputed forward runs again."""
+        if self.recompute_cap > 0:
+            chunk = nl if chunk is None else chunk
+            k = min(chunk, self.recompute_cap) * nl / chunk
+            secs = k * self.layer_recompute_each if not items else sum(
+                (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
+            return secs, 2.0 * k, k * (self.ep_bytes > 0)
+        return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
+                nl * self.ep_per_layer_recompute)
+
+    @property
+    def w_share(self) -> float:
+        """The weight gradient's share of a layer's compute per micro-batch,
+        ``W / (F + B + W + recompute)`` (the ``w_share`` of ``Schedule.bubble_fraction``)."""
+        total = self.layer_fwd + self.layer_bwd + self.layer_recompute
+        return self.layer_wgrad / total if total > 0 else 0.0
