@@ -49,21 +49,9 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
                 split: Any, zero_g: Any) -> Zero2:
     """ZeRO-2's terms of plans ``P`` (``Zero2``): ``mb`` micro-batches, ``split`` the schedule
     splits the backward, ``zero_g`` the ZeRO stage the gradients run with."""
-    tp, pp, dp, cp, ep, etp, v, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.vpp, P.dp_shard
-    sched, ogr, cl = P.schedule, P.overlap_grad_reduce, calls.cl
-    gb, pr_k, pe_k, own_lane = calls.gb, calls.pr_k, calls.pe_k, calls.own_lane
-    params, pe = pr_k[0], pe_k[0]
-    dp_time, one_bucket = calls.time, calls.one_bucket
-    rep_bucket, lane_overlap = calls.rep_bucket, calls.lane_overlap
-    n_k, mirrored, head_first, single = st.n_k, st.mirrored, st.head_first, st.single
-    n_first, n_mid, n_last = n_k
-    t_first, t_mid, t_last, t_max, t_sum, head_f = (st.first, st.mid, st.last, st.t_max,
-                                                    st.t_sum, st.head_f)
-    w_share, f_share, pipe = span.w_share, span.f_share, span.pipe
-    emb_k, window_k, lead_k, r_f, slack = win.emb_k, win.window_k, win.lead_k, win.r_f, win.slack
-    window = window_k[0]
-    ep_layer, t_a2a, fwd_tp, cp_fwd = comm.ep, comm.a2a, span.fwd_tp, comm.cp_fwd
-    t_rs_k = gr.t_rs_k
+    gb, pr_k = calls.gb, calls.pr_k
+    one_bucket, lane_overlap = calls.one_bucket, calls.lane_overlap
+    mirrored, emb_k, t_rs_k = st.mirrored, win.emb_k, gr.t_rs_k
     K = range(3)
     # ZeRO-2: gradients are sharded, so every micro-batch's are reduce-scattered into the shard,
     # each behind that micro-batch's backward; the last bucket of the last one is exposed.
@@ -72,13 +60,35 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
     # gradients of that copy only: half the rank's, on the mean (the simulator's buckets per
     # chunk)
     per_mb = np.where(mirrored, 0.5, 1.0)
-    rs_mb_k = [np.where(mirrored, dp_time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
+    rs_mb_k = [np.where(mirrored, calls.time("reduce_scatter", gb * per_mb, k), t_rs_k[k])
                for k in K]
-    t_rs_mb = rs_mb_k[0]
     z2_last = [np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k])
                           / np.maximum(pr_k[k] * per_mb, 1.0)) for k in K]
     edge_k = [one_bucket("reduce_scatter", gb, k, z2_last[k], per_mb)
               - lane_overlap(k, z2_last[k], per_mb) for k in K]
+    over_k = overlapped(sc, P, calls, st, span, win, comm, mb, split, zero_g, per_mb, rs_mb_k,
+                        edge_k)
+    sync, path, tail_split, cool_tail = after_pipeline(sc, P, calls, st, span, win, gr, mb,
+                                                       split, rs_mb_k, edge_k)
+    return Zero2(over_k=over_k, rs_mb_k=rs_mb_k, sync=sync, path=path, tail_split=tail_split,
+                 cool_tail=cool_tail)
+
+
+def overlapped(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
+               span: Span, win: BucketWindows, comm: LayerComm, mb: Any, split: Any,
+               zero_g: Any, per_mb: Any, rs_mb_k: list, edge_k: list) -> list:
+    """ZeRO-2's exposed seconds with ``overlap_grad_reduce`` of each kind of rank (first,
+    middle = rank 1, last): ``per_mb`` the share of its gradients a micro-batch completes,
+    ``rs_mb_k`` its reduce-scatter per micro-batch, ``edge_k`` its last bucket's."""
+    pp, v, sched, ogr = P.pp, P.vpp, P.schedule, P.overlap_grad_reduce
+    gb, own_lane, rep_bucket = calls.gb, calls.own_lane, calls.rep_bucket
+    n_k, mirrored, head_first, single = st.n_k, st.mirrored, st.head_first, st.single
+    t_first, t_mid, t_last, t_max, t_sum, head_f = (st.first, st.mid, st.last, st.t_max,
+                                                    st.t_sum, st.head_f)
+    w_share, f_share, pipe = span.w_share, span.f_share, span.pipe
+    window_k, lead_k, r_f, slack = win.window_k, win.lead_k, win.r_f, win.slack
+    ep_layer, t_a2a, fwd_tp, cp_fwd = comm.ep, comm.a2a, span.fwd_tp, comm.cp_fwd
+    K = range(3)
     # overlapped, the reduce-scatters queue on the data-parallel stream from the rank's first
     # backward to its last: with forwards between the backwards
     # (``Schedule.reduces_under_forwards``: 1F1B, interleaved, zero-bubble) the rank's compute
@@ -108,7 +118,7 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
     # replay (``VShape.reduce_queue_tails``, §5.127)
     z2_queue = reduce_queue_tails_by_code(
         sched, head_first & ogr & (zero_g == 2), mb, t_max, t_sum, w_share, f_share, pp,
-        tuple(dp_time("reduce_scatter", gb / v, k)
+        tuple(calls.time("reduce_scatter", gb / v, k)
               - own_lane * rep_bucket(k, 1.0, gb / v) for k in K), tuple(edge_k))
 
     def z2_over_k(k: int) -> Any:
@@ -121,6 +131,27 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
                                                  own_lane), -np.inf)
         return np.maximum(np.maximum(lanes_exposed(mb * rs_mb_k[k], mb * rep, z2_window,
                                                    edge_k[k], own_lane), last), z2_queue[k])
+    return [z2_over_k(k) for k in K]
+
+
+def after_pipeline(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
+                   span: Span, win: BucketWindows, gr: GradReduce, mb: Any, split: Any,
+                   rs_mb_k: list, edge_k: list) -> tuple[Any, Any, Any, Any]:
+    """ZeRO-2's paths after the whole pipeline, each less its span (-inf where one does not
+    apply): the stall without overlap (``z2_sync_exposed``) and its path (``Z2_*``), ZB-H1's
+    trailing reduce-scatters (``split_tail_exposed``), an interleaved rank 0's cool-down.
+    ``rs_mb_k``/``edge_k``: each kind of rank's reduce-scatter per micro-batch and last
+    bucket."""
+    tp, pp, dp, cp, ep, etp, v, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.vpp, P.dp_shard
+    sched, cl = P.schedule, calls.cl
+    gb, pr_k, pe_k, one_bucket = calls.gb, calls.pr_k, calls.pe_k, calls.one_bucket
+    params, pe = pr_k[0], pe_k[0]
+    n_first, n_mid, n_last = st.n_k
+    mirrored, head_first = st.mirrored, st.head_first
+    t_first, t_mid, t_last = st.t
+    w_share, f_share, pipe = span.w_share, span.f_share, span.pipe
+    r_f, window = win.r_f, win.window_k[0]
+    t_rs_mb, t_rs_k = rs_mb_k[0], gr.t_rs_k
     # without overlap every micro-batch's reduce-scatter stalls its stage's compute after the
     # backward (``z2_sync_exposed``); each stage's own from its parameters
     rs_stage = (t_rs_mb, t_rs_k[1], t_rs_k[2])
@@ -154,5 +185,4 @@ def zero2_terms(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTim
     # run under, at least the last bucket (``sharded_exposed``)
     cool_tail = np.where(~split & (v > 1) & ~head_first & ~mirrored & (pp > 1),
                          sharded_exposed(pp * rs_c0, pp * window / v, edges[0]), -np.inf)
-    return Zero2(over_k=[z2_over_k(k) for k in K], rs_mb_k=rs_mb_k, sync=z2_sync, path=z2_path,
-                 tail_split=tail_split, cool_tail=cool_tail)
+    return z2_sync, z2_path, tail_split, cool_tail
