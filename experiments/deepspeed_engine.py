@@ -14,7 +14,7 @@ between 300 and 30 GB/s NVLink over that of one message's time) against
 
 Second table: the Megatron-DeepSpeed pipeline rows (``published.json``,
 ``classic_papers.json``): micro-batches, one message's time and the all-gather after it, the
-kind of rank whose path the estimate charges (``analytic.ranked_messages``), the seconds the
+kind of rank whose path the estimate charges (``terms.messages.ranked_messages``), the seconds the
 messages cost under the old count and now, and the engine's second all-gather per backward
 (``PartitionedTensor.full`` of the stage's own output in ``_exec_backward_pass``, not charged)
 times the micro-batches, against the measured step's miss (estimate minus measured).

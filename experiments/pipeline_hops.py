@@ -7,7 +7,7 @@ Run (about a minute):
     python experiments/pipeline_hops.py
     python experiments/pipeline_hops.py --row heldout_2026b:mbridge2606_llama31405b_gb200_256_nvfp4
 
-The first table prices one pipeline message four ways (``analytic.path_p2p_times`` replaced
+The first table prices one pipeline message four ways (``terms.messages.path_p2p_times`` replaced
 for the estimate): the single hop of before (``p2p_time(tp·cp·dp)``: inside a node whenever
 the stages are closer than a node), the mean over the path's hops, every message at the
 slowest hop, and this change's rule (``comm.path_p2p_time``: the mean of the hops next to the
@@ -34,7 +34,7 @@ from p2p_exchange_count import MODEL  # noqa: E402
 from simulator import extend as ex  # noqa: E402
 from simulator.simulate import simulate  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.estimate import analytic  # noqa: E402
+from strategies.estimate.terms import messages  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.job import make_job  # noqa: E402
 from strategies.plan import parse_plan  # noqa: E402
@@ -46,7 +46,7 @@ CASES = [("tp=2,pp=8,dp=1,mbs=1,sp=true,gbs=32", 1 / 8),
          ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=32", 1 / 8),
          ("tp=2,pp=8,dp=1,mbs=1,sp=true,schedule=interleaved,vpp=2,gbs=64", 1 / 4),
          ("tp=1,pp=16,dp=1,mbs=1,schedule=interleaved,vpp=3,gbs=32", 1.0)]
-RULE = analytic.path_p2p_times
+RULE = messages.path_p2p_times
 
 
 def single(sched, pp, v, stride, nbytes, cl):
@@ -78,11 +78,11 @@ def table() -> None:
         sim = simulate(job, network="contention-free").step_time_s
         errs = []
         for rule in (single, path_mean, slowest, RULE):
-            analytic.path_p2p_times = rule
+            messages.path_p2p_times = rule
             try:
                 errs.append(estimate(job).step_time_s / sim - 1)
             finally:
-                analytic.path_p2p_times = RULE
+                messages.path_p2p_times = RULE
         print(f"| {plan} | {scale:g} | " + " | ".join(f"{e:+.1%}" for e in errs) + " |")
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """ZeRO-2 without overlap (``overlap_grad_reduce=false``) inside a pipeline: estimate against
-simulation per schedule, the paths of ``strategies.estimate.analytic.z2_sync_exposed``.
+simulation per schedule, the paths of ``strategies.estimate.terms.dp_exposure.z2_sync_exposed``.
 
 Run (a few seconds):
 

@@ -2,7 +2,7 @@
 launches a chunk's whole reduction after the backward of its last micro-batch, so rank 0's
 chunk ``c`` is reduced from ``c·pp`` chunk backwards before its end, chunk 0 (with the
 embedding) at the end. The simulator runs it so, and the estimate's closed form
-(``analytic.grad_window_exposed``) reads the same window (``Schedule.reduce_window_steps``)."""
+(``terms.dp_exposure.grad_window_exposed``) reads the same window (``Schedule.reduce_window_steps``)."""
 from dataclasses import replace
 
 import pytest
@@ -10,7 +10,7 @@ import pytest
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
-from strategies.estimate.analytic import grad_window_exposed
+from strategies.estimate.terms.dp_exposure import grad_window_exposed
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import parse_plan

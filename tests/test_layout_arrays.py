@@ -1,6 +1,6 @@
 """The search's array estimate of uneven layouts whose middle ranks hold the most layers
 (docs/calibration.md §5.107): the plan columns' slowest rank is the busiest kind of rank,
-middle ones included (``analytic.slowest_rank``), so the arrays meet the scalar estimate and
+middle ones included (``terms.ranks.slowest_rank``), so the arrays meet the scalar estimate and
 stay at or above the lower bound over the default search's whole space."""
 from __future__ import annotations
 

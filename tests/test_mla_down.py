@@ -220,8 +220,8 @@ def test_sp_marked_gradients_all_reduced_once_per_step(fw, spec: str, monkeypatc
     monkeypatch.setattr(stage, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
     monkeypatch.setattr(tp_collectives, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
     monkeypatch.setattr(builder, "sp_grad_allreduce_bytes", lambda x, n: 0.0)
-    import strategies.estimate.analytic as analytic
-    monkeypatch.setattr(analytic, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
+    import strategies.estimate.terms.tail as tail
+    monkeypatch.setattr(tail, "sp_grad_allreduce_bytes", lambda x, n: 0.0 * n)
     e = e_on - estimate(job).step_time_s
     s = s_on - simulate(job, network="contention-free").step_time_s
     assert e == pytest.approx(want, rel=1e-9)

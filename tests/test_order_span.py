@@ -1,5 +1,5 @@
 """The V schedules' span from their own order (``replay.order_span``) and ZB-H2's rank ends
-(``ZBH2.end_skew``, ``analytic.rank_slack``): closed forms against the free-communication
+(``ZBH2.end_skew``, ``terms.ranks.rank_slack``): closed forms against the free-communication
 replay of the per-rank order to floating-point precision, and the lower bound against the
 estimate over the ``--schedules all`` space's ZB-H2, ZB-V and DualPipeV candidates
 (docs/calibration.md §5.111)."""
@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from strategies.estimate.analytic import estimate_arrays, rank_slack
+from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.terms.ranks import rank_slack
 from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset

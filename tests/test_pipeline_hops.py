@@ -9,7 +9,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
-from strategies.estimate import analytic
+from strategies.estimate.terms import messages
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import parse_plan
@@ -77,6 +77,6 @@ def test_estimate_meets_the_contention_free_simulation(plan, before, tol, monkey
     sim = simulate(job, network="contention-free").step_time_s
     err = estimate(job).step_time_s / sim - 1
     assert abs(err) <= tol, err
-    monkeypatch.setattr(analytic, "path_p2p_times",
+    monkeypatch.setattr(messages, "path_p2p_times",
                         lambda s, pp, v, st, nb, c: cm.p2p_time(nb, c, st))
     assert estimate(job).step_time_s / sim - 1 == pytest.approx(before, abs=0.005)

@@ -2,7 +2,7 @@
 (``param_counts.content_params``): the stage-cost record's ``params_*`` (array form), the scalar
 estimate's ``rank_fields`` (a job's own layout) and the simulator's buckets
 (``stage_costs(job).params_by_stage``) agree, and the estimate's step follows the rank that
-ends last (``analytic.rank_slack``). docs/calibration.md §5.11.1."""
+ends last (``terms.ranks.rank_slack``). docs/calibration.md §5.11.1."""
 from dataclasses import replace
 
 import numpy as np
@@ -12,7 +12,7 @@ from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost import param_counts
 from strategies.cost.stage import stage_cost_arrays, stage_costs
-from strategies.estimate.analytic import rank_slack
+from strategies.estimate.terms.ranks import rank_slack
 from strategies.estimate.scalar import estimate, rank_fields
 from strategies.job import make_job
 from strategies.plan import parse_plan

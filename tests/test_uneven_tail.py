@@ -1,7 +1,7 @@
 """The data-parallel tail of an uneven layout's estimate (``scalar._real_tail``,
 docs/calibration.md §5.93, §5.102, §5.112): re-run with the real pipeline's span and each
 kind of rank's own layers (``scalar.tail_arrays``, the search columns' tail rule); an even
-layout's only where the tail reads the span (``analytic.tail_reads_span``), bit for bit the
+layout's only where the tail reads the span (``terms.dp_exposure.tail_reads_span``), bit for bit the
 even run's elsewhere; the split backward (zero-bubble, DualPipe) keeps the even run's tail,
 which meets the contention-free simulation where the real one does not
 (``python experiments/uneven_tail_gaps.py``)."""
@@ -12,7 +12,8 @@ import pytest
 
 from experiments.uneven_tail_gaps import job_of, with_real_span
 from simulator.simulate import simulate
-from strategies.estimate.analytic import estimate_arrays, tail_reads_span
+from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.terms.dp_exposure import tail_reads_span
 from strategies.estimate.scalar import StageCostMemo, estimate, plan_arrays, rank_fields
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
@@ -78,7 +79,7 @@ SPLIT = [("dense14", "dgx-h100:1", f"pp=4,dp=2,mbs=1,gbs=16,zero=2,schedule=dual
 def test_split_backward_keeps_the_even_tail(kind, cluster, plan, tol, further):
     """ZB-H1 and DualPipe on uneven stages: the estimate (the even run's tail) within
     ``tol`` of the contention-free simulation (+3.09 %, −0.50 %, −0.55 %); the real tail
-    (§5.93's span with the even stages' own ends, ``analytic.split_tail_exposed``, and
+    (§5.93's span with the even stages' own ends, ``terms.dp_exposure.split_tail_exposed``, and
     §5.112's layers) lands at least ``further`` away (+20.70 %, −3.53 %, +1.12 %)."""
     job = job_of(kind, cluster, plan)
     sim = simulate(job, network="contention-free").step_time_s

@@ -1,5 +1,5 @@
 """ZeRO-2/3's exposed data-parallel traffic: the estimate's one rule
-(``strategies.estimate.analytic.sharded_exposed``) against closed forms and the simulation."""
+(``strategies.estimate.terms.dp_exposure.sharded_exposed``) against closed forms and the simulation."""
 from dataclasses import replace
 
 import pytest
@@ -7,8 +7,8 @@ import pytest
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
-from strategies.estimate.analytic import (Z2_BACK, Z2_BUSY, Z2_COOLDOWN, Z2_SPLIT,
-                                         split_tail_exposed, z2_sync_exposed)
+from strategies.estimate.terms.dp_exposure import (Z2_BACK, Z2_BUSY, Z2_COOLDOWN, Z2_SPLIT,
+                                                   split_tail_exposed, z2_sync_exposed)
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import parse_plan
@@ -134,7 +134,7 @@ def test_zero_estimate_agrees_with_simulation(model, cluster, plan, tol):
 
 
 # ZeRO-2 without overlap: every micro-batch's reduce-scatter stalls its stage's compute after
-# the backward (``analytic.z2_sync_exposed``)
+# the backward (``dp_exposure.z2_sync_exposed``)
 SYNC_GRID = [  # (model, cluster, plan, tolerance)
     (LLAMA8, "dgx-h100", "pp=2,zero=2,gbs=32", 0.02),
     (LLAMA8, "dgx-h100", "pp=4,zero=2,gbs=32", 0.02),

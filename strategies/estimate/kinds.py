@@ -59,7 +59,8 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
     just those of these rows (the ones a report shows; each row's figures are its own, the
     same whichever others are priced with it). Returns a new dict; ``analytic`` is not
     changed."""
-    from strategies.estimate.analytic import RANK_FIELDS, estimate_arrays
+    from strategies.estimate.analytic import estimate_arrays
+    from strategies.estimate.terms.ranks import RANK_FIELDS
     from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays
     from strategies.job import make_job
     rows = kind_rows(m, P)

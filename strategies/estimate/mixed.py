@@ -110,7 +110,7 @@ def estimate_arrays_mixed(m: ModelSpec, cl: Cluster, dtype: str,
         # costs of each type as the scalar estimate reads them (``cost.stage.stage_costs``:
         # the cluster as given, not its degraded view)
         from strategies.cost.stage import stage_cost_arrays
-        from strategies.estimate.analytic import degraded_view
+        from strategies.estimate.terms.faults import degraded_view
         from strategies.estimate.mixed_stages import pipelined_mixed
         same = degraded_view(cl) is cl
         costs = {g.name: (r["stage_costs"] if same else stage_cost_arrays(

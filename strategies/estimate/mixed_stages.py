@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.estimate.analytic import ranked_messages
+from strategies.estimate.terms.messages import ranked_messages
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order

@@ -4,7 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from strategies.estimate.analytic import estimate_arrays, ranked_messages, tail_reads_span
+from strategies.estimate.analytic import estimate_arrays
+from strategies.estimate.terms.dp_exposure import tail_reads_span
+from strategies.estimate.terms.messages import ranked_messages
 from strategies.flushes import flush_job, flushed_arrays
 from strategies.job import Job
 from strategies.plan import Plan
@@ -101,10 +103,10 @@ class StageCostMemo:
 
 def rank_fields(job: Job, gpu: Any = None,
                 costs: StageCostMemo | None = None) -> dict[str, float]:
-    """``analytic.RANK_FIELDS`` of ``job``'s own layout (``cost.stage.stage_costs``: each
+    """``terms.ranks.RANK_FIELDS`` of ``job``'s own layout (``cost.stage.stage_costs``: each
     rank's layers by kind, a layout string's or ``layers_per_stage``'s, its MTP modules, the
     embedding and the LM head where they are): rank 0, rank 1 (the middle kind: the middle
-    rank nearest rank 0, ``analytic.rank_slack``) and rank ``pp-1``, which the even plan's
+    rank nearest rank 0, ``terms.ranks.rank_slack``) and rank ``pp-1``, which the even plan's
     columns (``plan_arrays``) cannot say; on ``gpu`` where given (default the cluster's slowest
     by peak). ``costs``: the estimate's ``StageCostMemo`` of ``job`` (default a fresh one)."""
     c, pp = (costs or StageCostMemo(job))(gpu), job.plan.pp
@@ -406,7 +408,7 @@ def _messages_shift(job: Job, r: dict[str, Any], even: list[float],
                     real: list[float]) -> float:
     """Seconds the pipeline messages change by when the rank that bounds the steady state
     is the real stages' rather than the even plan's (``even``/``real``: each rank's seconds
-    per micro-batch): ``analytic.ranked_messages`` of the real ranks less the even ones'
+    per micro-batch): ``terms.messages.ranked_messages`` of the real ranks less the even ones'
     under a schedule with per-kind counts (1F1B, docs/calibration.md §5.21), else 0."""
     p = job.plan
     if p.pp < 2 or not get_schedule(p.schedule).messages_by_rank:
@@ -565,10 +567,10 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     backward of ``num_layers/pp`` layers. The same run with that span (``estimate_arrays``'
     ``pipe_span``) and, on an uneven layout, the layers each kind of rank holds
     (``tail_arrays``: the search's columns' tail rule, §5.112), ZeRO-0/1 included; an even
-    layout's tail re-runs only where it reads the span (``analytic.tail_reads_span``;
+    layout's tail re-runs only where it reads the span (``terms.dp_exposure.tail_reads_span``;
     elsewhere ``r``'s is that run's, bit for bit), with expert all-to-all too (§5.102). A
     split backward (zero-bubble, DualPipe) keeps ``r``'s tail: its ZeRO-2 tail is the
-    slowest stage's own end less the span (``analytic.split_tail_exposed``), and the even
+    slowest stage's own end less the span (``terms.dp_exposure.split_tail_exposed``), and the even
     stages' end beside the real span is no order's (the real layers move its ZeRO-1 rows
     away from the simulation too, §5.112); a mixed cluster keeps it too (its arrays form,
     ``mixed_stages.corrected``, reads the even run, and the columns time every rank on the

@@ -379,7 +379,7 @@ class Schedule:
     #: whole backward of its last micro-batch has ended (Megatron-Core's interleaved schedule
     #: calls ``grad_sync_func`` per chunk after ``backward_step``, the backward run under
     #: ``no_sync``); False: each bucket as soon as its layers' backward ends (the DDP hooks)
-    #: (compiler and estimate, ``analytic.grad_window_exposed``)
+    #: (compiler and estimate, ``terms.dp_exposure.grad_window_exposed``)
     reduces_chunk_after_backward: bool = False
     #: the messages on the critical path depend on which kind of rank (first, middle, last)
     #: bounds the steady state (``bottleneck_messages``; 1F1B, whose middle ranks block on
@@ -630,7 +630,7 @@ class Schedule:
     def end_skew(self, f_share: Any, w_share: Any) -> Any:
         """Seconds by which each rank ends its compute after the rank before it, over a
         rank's seconds per micro-batch, where the order ends the ranks in a parallelogram
-        (``analytic.rank_slack``); NaN: the ranks end as 1F1B's trapezoid does, rank 0 last."""
+        (``terms.ranks.rank_slack``); NaN: the ranks end as 1F1B's trapezoid does, rank 0 last."""
         return np.full(np.shape(np.asarray(f_share, dtype=float)), np.nan)
 
     def trailing_w_steps(self, stage: Any, pp: Any, m: Any) -> Any:

@@ -72,7 +72,7 @@ def order_reduce_tails(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp:
     seconds on rank kind ``k``'s one stream (rank 0 the first, ``pp - 1`` the last, the
     largest over the ranks between for the middle; ``-inf`` where ``pp < 3``). Each
     reduce-scatter runs under the step that releases it and what follows, at least its last
-    bucket ``edge[k]`` after that step (``analytic.sharded_exposed`` per step): the stream
+    bucket ``edge[k]`` after that step (``terms.dp_exposure.sharded_exposed`` per step): the stream
     ends at ``q <- max(max(q, start) + rs, end + edge)`` over the rank's releasing steps in
     its order. A V's ranks end their drains with gradient steps back to back (ZB-V's
     deferred ``W``), whose reduce-scatters queue after the rank's compute

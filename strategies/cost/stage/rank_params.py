@@ -44,7 +44,7 @@ def rank_param_fields(si: StageInputs) -> dict[str, Any]:
     # a model of dense and MoE layers or MTP modules: what each kind of rank holds by kind
     # (``layout.even_stage_content_arrays`` of the plans' columns: the even split, or the
     # search's first/last-stage counts and slots; "mid" is rank 1, the middle rank nearest
-    # rank 0, whose data-parallel tail the least compute hides, ``analytic.rank_slack``;
+    # rank 0, whose data-parallel tail the least compute hides, ``terms.ranks.rank_slack``;
     # DualPipe's ranks both copies), the parameters the memory model reads
     # (``param_counts.content_params``), so the estimate's per-rank data-parallel traffic and
     # optimizer read the layers the rank holds, not the even split's mean layer

@@ -1,0 +1,83 @@
+"""Each kind of rank's data-parallel collectives in the analytic step (``DpCalls``): a whole
+reduction or gather of its parameters (``time``), the bucket that nothing hides as a call of
+its own (``one_bucket``), and with hybrid sharding the replicas' all-reduce inside a
+reduce-scatter (``rep_bucket``) and what of it a lane of its own hides (``lane_overlap``).
+Arrays over plans; seconds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from strategies.cost import comm as cm
+from strategies.cost.stage import StageCostArrays
+from strategies.plan_arrays import PlanArrays
+from strategies.stacks.profile import FrameworkProfile
+from topologies.cluster import Cluster
+
+
+@dataclass(frozen=True, eq=False)
+class DpCalls:
+    """The data-parallel collectives of each kind of rank ``k`` (0 first, 1 middle = rank 1,
+    2 last) of plans over ``tp cp dp ep etp`` on ``cl``: ``pr_k``/``pe_k`` its parameters and
+    its routed experts' (the routed experts' share over the expert-data-parallel group,
+    ``comm.dp_collective_time``), ``gb`` gradient bytes per parameter, ``dps`` the ranks a
+    ZeRO shard spans (hybrid sharding; None: dp), ``own_lane`` the replicas' all-reduces on a
+    stream of their own (``FrameworkProfile.replica_stream``)."""
+
+    pr_k: tuple
+    pe_k: tuple
+    gb: Any
+    tp: Any
+    cp: Any
+    dp: Any
+    ep: Any
+    etp: Any
+    dps: Any
+    cl: Cluster
+    own_lane: bool
+
+    @classmethod
+    def of(cls, sc: StageCostArrays, P: PlanArrays, cl: Cluster,
+           profile: FrameworkProfile) -> "DpCalls":
+        """The calls of plans ``P`` from their stage-cost record ``sc``."""
+        return cls(pr_k=(sc.params_first, sc.params_mid, sc.params_last),
+                   pe_k=(sc.expert_params_first, sc.expert_params_mid, sc.expert_params_last),
+                   gb=sc.grad_bytes, tp=P.tp, cp=P.cp, dp=P.dp, ep=P.ep, etp=P.etp,
+                   dps=P.dp_shard, cl=cl, own_lane=bool(profile.replica_stream))
+
+    def time(self, kind: str, nbytes: Any, k: int) -> Any:
+        """Seconds of collective ``kind`` over rank kind ``k``'s parameters at ``nbytes`` a
+        parameter."""
+        return cm.dp_collective_time(kind, nbytes, self.pr_k[k], self.pe_k[k], self.tp,
+                                     self.cp, self.dp, self.ep, self.etp, self.cl, self.dps)
+
+    def one_bucket(self, kind: str, nbytes: Any, k: int, share: Any, scale: Any = 1.0) -> Any:
+        """The bucket that nothing hides (the last gradient bucket, the first gathered) is a
+        call of its own, as the simulator's buckets are: its ``share`` of rank kind ``k``'s
+        parameters (x ``scale``) at the ring's whole per-call latency, not that share of one
+        call's latency (docs/calibration.md §5.26)."""
+        return cm.dp_collective_time(kind, nbytes, self.pr_k[k] * scale * share,
+                                     self.pe_k[k] * scale * share, self.tp, self.cp, self.dp,
+                                     self.ep, self.etp, self.cl, self.dps)
+
+    def rep_bucket(self, k: int, share: Any, nbytes: Any = None) -> Any:
+        """Hybrid sharding: the replicas' all-reduce inside a reduce-scatter's seconds
+        (``share`` of rank kind ``k``'s gradients at ``nbytes`` a parameter, default ``gb``;
+        ``comm.replica_time``); 0 without."""
+        if self.dps is None:
+            return 0.0
+        nbytes = self.gb if nbytes is None else nbytes
+        return cm.replica_time(nbytes, cm.dp_parts(
+            self.pr_k[k] * share, self.pe_k[k] * share, self.tp, self.cp, self.dp, self.ep,
+            self.etp, self.dps), self.tp, self.cp, self.dp, self.dps, self.cl)
+
+    def lane_overlap(self, k: int, share: Any, scale: Any = 1.0) -> Any:
+        """On a lane of its own, what of a reduce-scatter's last bucket the dense share's
+        all-reduce hides beside the experts' reduce-scatter (``comm.replica_overlap``); 0
+        without hybrid sharding or without the lane."""
+        if self.dps is None or not self.own_lane:
+            return 0.0
+        return cm.replica_overlap(self.gb, cm.dp_parts(
+            self.pr_k[k] * scale * share, self.pe_k[k] * scale * share, self.tp, self.cp,
+            self.dp, self.ep, self.etp, self.dps), self.tp, self.cp, self.dp, self.dps,
+            self.cl)

@@ -1,0 +1,106 @@
+"""Each kind of rank's gradient reduction and parameter all-gather after its compute in the
+analytic step (``grad_reduce``): a whole all-reduce (ZeRO-0, DeepSpeed's BF16_Optimizer) or
+reduce-scatter, overlapped with its last backward from its first full bucket on (interleaved:
+chunk by chunk, ``grad_window_exposed``; DualPipe: its two copies), the last bucket always
+exposed; the gather after the optimizer, under the next forward with
+``overlap_param_gather``. Arrays over plans; seconds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from strategies.cost import comm as cm
+from strategies.cost.stage import StageCostArrays
+from strategies.estimate.terms.buckets import BucketWindows
+from strategies.estimate.terms.dp_calls import DpCalls
+from strategies.estimate.terms.dp_exposure import grad_window_exposed, lanes_exposed
+from strategies.estimate.terms.stages import StageTimes
+from strategies.plan_arrays import PlanArrays
+from strategies.schedules import attr_by_code, dispatch
+from strategies.stacks.comm_rules import full_grad_reduce
+from strategies.stacks.profile import FrameworkProfile
+
+
+@dataclass(frozen=True, eq=False)
+class GradReduce:
+    """Per kind of rank ``k`` (first, middle = rank 1, last; arrays over plans, seconds):
+    ``t_rs_k`` its whole reduce-scatter, ``grad_k`` its reduction's exposed seconds (ZeRO-0/1;
+    the whole reduction without ``overlap_grad_reduce``), ``ag_k`` its parameter all-gather's
+    (ZeRO >= 1)."""
+
+    t_rs_k: list
+    grad_k: list
+    ag_k: list
+
+
+def grad_reduce(sc: StageCostArrays, P: PlanArrays, profile: FrameworkProfile, dtype: str,
+                calls: DpCalls, st: StageTimes, win: BucketWindows, ogr_g: Any,
+                t_p2p: Any) -> GradReduce:
+    """The gradient reductions and parameter gathers of plans ``P`` (``GradReduce``):
+    ``ogr_g`` the overlap the gradients run with (``comm_rules.grad_path``), ``t_p2p`` one
+    pipeline message's seconds (interleaved: a step of the reduction window)."""
+    tp, pp, dp, cp, ep, etp, v, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.vpp, P.dp_shard
+    sched, zero, opg, cl = P.schedule, P.zero, P.overlap_param_gather, calls.cl
+    gb, pr_k, pe_k, own_lane = calls.gb, calls.pr_k, calls.pe_k, calls.own_lane
+    dp_time, one_bucket = calls.time, calls.one_bucket
+    rep_bucket, lane_overlap = calls.rep_bucket, calls.lane_overlap
+    n_k, mirrored = st.n_k, st.mirrored
+    emb_k, window_k, lead_k, whole_k = win.emb_k, win.window_k, win.lead_k, win.whole_k
+    K = range(3)
+    t_ar_k = [dp_time("allreduce", gb, k) for k in K]
+    t_rs_k = [dp_time("reduce_scatter", gb, k) for k in K]
+    # the parameter all-gather after the optimizer: each kind of rank's mean width
+    # (``stage.rank_params.gather_width``: FP8-stored weights at one byte under ``fp8_param_gather``)
+    gw_k = (sc.gather_first, sc.gather_mid, sc.gather_last)
+    t_ag_k = [dp_time("allgather", gw_k[k], k) for k in K]
+    # a full all-reduce with ZeRO-0 and under DeepSpeed's BF16_Optimizer, which shards only the
+    # optimizer (``comm_rules.full_grad_reduce``)
+    full = full_grad_reduce(profile, dtype, zero)
+
+    # interleaved (chunks on a ring, the backward unsplit): a chunk's gradients are complete,
+    # and reduced, after its last micro-batch's backward (Megatron's ``grad_sync_func`` per
+    # chunk, ``Schedule.reduces_chunk_after_backward``), so the reduction of chunk v-1 starts
+    # (v-1)·pp backward steps before the rank's end (``Schedule.reduce_window_steps`` less
+    # chunk v-1's own step, the lower bound's window), each step a chunk's backward and its
+    # one blocking exchange (``Interleaved.exposed_messages``); at least chunk 0's whole
+    # reduction (``grad_window_exposed``)
+    chunked = attr_by_code(sched, "reduces_chunk_after_backward").astype(bool) & (v > 1) \
+        & (pp > 1)
+    end_k = (np.minimum(sc.embedding_params, pr_k[0]), 0.0, np.minimum(sc.head_params, pr_k[2]))
+    steps = dispatch(sched, "reduce_window_steps", pp, v)
+
+    def grad_exposed(k: int) -> Any:
+        t_grad = np.where(full, t_ar_k[k], t_rs_k[k])
+        rep = np.where(full, 0.0, rep_bucket(k, 1.0))
+        last = np.where(whole_k[k] > 0, whole_k[k],
+                        np.minimum(1.0, np.maximum(sc.bucket_params, emb_k[k]) / pr_k[k]))
+        t_edge = np.where(full, one_bucket("allreduce", gb, k, last),
+                          one_bucket("reduce_scatter", gb, k, last) - lane_overlap(k, last))
+        ag = np.where(opg, np.maximum(t_ag_k[k] - n_k[k] * sc.layer_fwd,
+                                      one_bucket("allgather", gw_k[k], k, last)), t_ag_k[k])
+        # chunk 0's parameters: 1/v of the rank's layers, with the embedding on rank 0 (the
+        # LM head is in the last rank's chunk v-1)
+        c0 = (pr_k[k] - end_k[k]) / v + (end_k[0] if k == 0 else 0.0)
+        t_c0 = np.where(full, *(cm.dp_collective_time(kind, gb, c0, pe_k[k] / v, tp, cp, dp,
+                                                      ep, etp, cl, dps)
+                                for kind in ("allreduce", "reduce_scatter")))
+        # DualPipe (``mirrored``; docs/calibration.md §5.36): the copy fed from the far end
+        # completes its gradients first, and its buckets reduce under what the rank still runs
+        # (an end rank: ``pp/2`` backwards of the other copy, B and W, ``reduce_window_steps``);
+        # the other copy's, about half the rank's, are produced by its last W (the weight
+        # gradients), so at least they less that W are exposed (the middle rank: as before)
+        ends_k = mirrored & (k != 1)
+        after = pp / 2 * window_k[k]
+        mirror_over = np.maximum(np.maximum(t_grad - window_k[k] - after, t_edge),
+                                 t_grad / 2 - n_k[k] * sc.layer_wgrad)
+        over = np.where(chunked, grad_window_exposed(t_grad, t_c0, window_k[k] / v + t_p2p,
+                                                     steps),
+                        np.where(ends_k, mirror_over,
+                                 lanes_exposed(t_grad + np.where((v == 1) & ~mirrored,
+                                                                 lead_k[k], 0.0),
+                                               rep, window_k[k], t_edge, own_lane)))
+        return (np.where(ogr_g, over, t_grad), np.where(zero >= 1, ag, 0.0))
+    grad_ag = [grad_exposed(k) for k in K]
+    return GradReduce(t_rs_k=t_rs_k, grad_k=[g for g, _ in grad_ag], ag_k=[a for _, a in grad_ag])

@@ -1,0 +1,119 @@
+"""The step's tail in the analytic step (``step_tail``): each kind of rank's data-parallel
+tail after its compute (the reduction, DualPipe's mirror all-reduce, the optimizer and the
+stack's per-step passes) less its slack, and the paths that follow the whole pipeline
+(ZeRO-2's stall without overlap, ZB-H1's and interleaving's tails), the latest of them;
+then the all-reduces once a step after the data-parallel sync (``per_step_allreduces``: the
+tied word embedding's, MLA's replicated gradients'). Arrays over plans; seconds."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from strategies.cost import comm as cm
+from strategies.cost.stage import StageCostArrays, sp_grad_allreduce_bytes
+from strategies.estimate.terms.dp_calls import DpCalls
+from strategies.estimate.terms.dp_exposure import Z2_SPLIT
+from strategies.estimate.terms.grad_reduce import GradReduce
+from strategies.estimate.terms.ranks import rank_of_max
+from strategies.estimate.terms.stages import StageTimes
+from strategies.estimate.terms.zero2 import Zero2
+from strategies.plan_arrays import PlanArrays
+
+
+def step_tail(sc: StageCostArrays, P: PlanArrays, calls: DpCalls, st: StageTimes,
+              slack: tuple, gr: GradReduce, zero2: Zero2, z3: list, mb: Any,
+              zero_g: Any) -> tuple[Any, Any, Any]:
+    """The step's tail of plans ``P`` after the pipeline: its data-parallel communication and
+    its optimizer (the latest rank's or path's; the first on a tie: rank 0's), and the layers
+    of the slowest kind of rank (the breakdown's). ``slack``: each kind of rank's compute end
+    before the pipeline's; ``gr``, ``zero2``, ``z3`` each kind's reductions, ZeRO-2's
+    and ZeRO-3's seconds; ``zero_g`` the ZeRO stage the
+    gradients run with."""
+    tp, pp, dp, cp, ep, etp, dps = P.tp, P.pp, P.dp, P.cp, P.ep, P.etp, P.dp_shard
+    zero, ogr, cl, G = P.zero, P.overlap_grad_reduce, calls.cl, calls.cl.gpus_per_node
+    gb, pr_k, pe_k = calls.gb, calls.pr_k, calls.pe_k
+    params, pe = pr_k[0], pe_k[0]
+    n_k, mirrored = st.n_k, st.mirrored
+    t_first, t_mid, t_last = st.t
+    grad_k, ag_k, rs_mb_k = gr.grad_k, gr.ag_k, zero2.rs_mb_k
+    z2_sync, z2_path = zero2.sync, zero2.path
+    tail_split, cool_tail = zero2.tail_split, zero2.cool_tail
+    stride_pp = tp * cp * dp
+    K = range(3)
+    # (with dp = 1 too where the routed experts have copies: ``comm.has_dp_copies``)
+    copies = cm.has_dp_copies(params, pe, tp, cp, dp, ep, etp)
+    # DualPipe (``Schedule.mirrored``): ranks r and pp-1-r sum the gradients of their two
+    # copies of the same stages before the optimizer, one all-reduce over the pair (exposed;
+    # the end ranks', (pp - 1)·stride apart: on one node or one GPU on each of two) of the
+    # gradients its optimizer steps (with ZeRO >= 1 its dense 1/dp and expert 1/edp shares,
+    # ``comm.grad_shard_params``)
+    G_pairs = np.where((pp - 1) * stride_pp >= G, G, 1)
+    # the optimizer step and the stack's per-step passes over the gradient buffer and the
+    # optimizer shard (compute stream, after the reduction)
+    slow_opt = max((f for _, f in cl.faults.stragglers), default=1.0)
+    opt_k = [(getattr(sc, f"optimizer_{x}") + getattr(sc, f"passes_{x}")) * slow_opt
+             for x in ("first", "mid", "last")]
+    # each rank's tail after its compute (the reduction, the mirror all-reduce, the optimizer),
+    # less its slack; the paths that follow the whole pipeline (ZeRO-2's stall without
+    # overlap, ``z2_sync_exposed``; ZB-H1's and interleaving's tails) are measured from its end
+    tails = []
+    for k in K:
+        held = cm.grad_shard_params(pr_k[k], pe_k[k], tp, cp, dp, ep, etp, zero, dps)
+        mirror = np.where(mirrored, cm.collective_time("allreduce", gb * held, 2, G_pairs, cl),
+                          0.0)
+        z2 = np.where(ogr, zero2.over_k[k], np.where(mirrored, mb * rs_mb_k[k], -np.inf))
+        grad = np.where(zero_g == 2, z2, grad_k[k])
+        dp_k = np.where(copies, np.where(zero == 3, z3[k], grad + ag_k[k]), 0.0) + mirror
+        live = (k == 0) | ((k == 1) & (pp > 2)) | ((k == 2) & (pp > 1))
+        # (a finite tail: ZeRO-2's stall without overlap is a path, below)
+        tails.append(np.where(live & np.isfinite(dp_k), dp_k + opt_k[k] - slack[k], -np.inf))
+    # paths after the whole pipeline: then the gather and the optimizer of the rank that ends
+    # it (the slowest stage's under ZB-H1, ``Z2_SPLIT`` and ``split_tail_exposed``; rank 0's
+    # after 1F1B's way back and interleaving's cool-down), or of a rank that ends later
+    slowest = rank_of_max((t_first, t_mid, t_last), pp)
+
+    def at_slowest(x: list) -> Any:
+        return np.where(slowest == 0, x[0], np.where(slowest == 2, x[2], x[1]))
+    after = [np.where(copies, ag_k[k], 0.0) + opt_k[k] for k in K]
+    sync_on = copies & (zero_g == 2) & ~ogr & ~mirrored
+    over_on = copies & (zero_g == 2) & ogr
+    z2_split = z2_path == Z2_SPLIT
+    candidates = [(tails[k], opt_k[k]) for k in K] + [
+        (np.where(sync_on, z2_sync + np.where(z2_split, at_slowest(after), after[0]), -np.inf),
+         np.where(z2_split, at_slowest(opt_k), opt_k[0])),
+        (np.where(over_on, tail_split + at_slowest(after), -np.inf), at_slowest(opt_k)),
+        (np.where(over_on, cool_tail + after[0], -np.inf), opt_k[0])] + [
+        (np.where(sync_on & np.isfinite(tails[k]), z2_sync + after[k] - slack[k], -np.inf),
+         opt_k[k]) for k in K]
+    # the step's tail: the latest; its optimizer (the first on a tie: rank 0's) apart in the
+    # breakdown, the rest data-parallel communication
+    tail, t_opt = candidates[0]
+    for val, o in candidates[1:]:
+        later = val > tail
+        tail, t_opt = np.where(later, val, tail), np.where(later, o, t_opt)
+    dp_exposed = tail - t_opt
+    return dp_exposed, t_opt, at_slowest(n_k)
+
+
+def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl: Any,
+                        n_k: tuple) -> Any:
+    """``dp_exposed`` with the all-reduces once a step after the data-parallel sync added:
+    the tied word embedding's gradient between the first stage and the LM head's, MLA's
+    replicated gradients over tp (``n_k``: each kind of rank's layers). Seconds."""
+    tp, pp, dp, cp, G = P.tp, P.pp, P.dp, P.cp, cl.gpus_per_node
+    n_first, n_mid, n_last = n_k
+    # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
+    # once per step after the data-parallel reduction (``strategies.cost.step``)
+    # (in one node only when the whole pipeline group is: pp·tp·cp·dp GPUs within a node)
+    t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
+        "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
+    dp_exposed = dp_exposed + t_tied
+    # MLA's sequence-parallel-marked replicated gradients, all-reduced over tp once per step
+    # after the data-parallel sync (``cost.stage.sp_grad_allreduce_bytes``, §5.85): the
+    # stage holding the most layers
+    if np.any(sc.tp_rep_grad_bytes > 0):
+        rep = sp_grad_allreduce_bytes(sc, np.maximum(np.maximum(n_first, n_mid), n_last))
+        dp_exposed = dp_exposed + np.where(rep > 0, cm.collective_time(
+            "allreduce", np.where(rep > 0, rep, 1.0), tp, 1, cl), 0.0)
+    return dp_exposed
