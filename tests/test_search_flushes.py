@@ -289,7 +289,7 @@ def test_least_group_where_the_default_refuses():
     ``g > pp`` the schedule's rules accept (``space._least_group``), every smaller one refused;
     the recommendation says so."""
     from strategies.schedules import get_schedule
-    from strategies.schedules.base import all_ok
+    from strategies.schedules.validity import all_ok
     sp = _space("schedule=interleaved,pp=8", gbs=36)
     assert sp.size
     inter = get_schedule("interleaved")

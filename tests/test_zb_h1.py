@@ -24,7 +24,7 @@ from strategies.errors import SpecError
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
 from strategies.schedules import Schedule, Step, get_schedule, schedule_code
-from strategies.schedules.base import trailing_w
+from strategies.schedules.stash import trailing_w
 from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_stash,
                                            simulate_free_comm)
 from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space

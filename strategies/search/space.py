@@ -53,7 +53,9 @@ from strategies.plan import (DISPATCHERS, ROUTINGS, Plan, coerce, expert_shard_w
                              int_limit, parse_modules, tp_overlap_default)
 from strategies.schedules import (DEFAULT_SCHEDULE, attr_by_code, dispatch, get_schedule,
                                   schedule_code, schedule_names, schedule_of_code, schedules)
-from strategies.schedules.base import Schedule, all_ok, chunked_names, grouped_names
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import chunked_names, grouped_names
+from strategies.schedules.validity import all_ok
 from topologies.cluster import Cluster
 from topologies.cluster.nvlink_domain import fits_nvlink_domain
 from topologies.gpus import GPU
