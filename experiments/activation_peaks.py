@@ -16,7 +16,7 @@ peak (the stash track's maximum plus the transient, ``simulate --json``'s
   (``Schedule.in_flight`` forwards and the ``Schedule.pending_weight_grads`` waiting ``W``
   there) and the track found an overlapped forward's partner by its records interleaving;
 * ``after``: both read one rule (``activations.stash_peak``: of the order's
-  ``(stashed, pending W)`` pairs, ``schedules.base.stash_frontier``, the one with the most
+  ``(stashed, pending W)`` pairs, ``schedules.stash.stash_frontier``, the one with the most
   bytes; the compiler's recorded pairs, ``Program.meta["paired_forwards"]``),
 
 and how much the memory model's activations of the worst rank moved (``after / before``).
@@ -145,7 +145,7 @@ def _per_chunk_peak(job, r: int) -> float:
 def chunks_table() -> None:
     """The mean-chunk stash (before) and the model's (after) against a per-chunk replay."""
     from strategies.layout import order_chunk_kinds
-    from strategies.schedules.base import peak_pair
+    from strategies.schedules.stash import peak_pair
     print("| schedule | recompute | rank | chunks (kinds) | before / replay | after / replay |")
     print("| --- | --- | --- | --- | --- | --- |")
     for sched, v in (("interleaved", 2), ("zb-v", 2), ("dualpipev", 2), ("dualpipe", 1)):

@@ -37,7 +37,8 @@ from strategies.plan import parse_plan  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from strategies.search.bound_ordered import bound_ordered_search  # noqa: E402
 from strategies.search.recommend import complexity  # noqa: E402
-from strategies.search.space import SpaceOptions, enumerate_space, plan_key  # noqa: E402
+from strategies.search.plan_rows import plan_key  # noqa: E402
+from strategies.search.space import SpaceOptions, enumerate_space  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
 

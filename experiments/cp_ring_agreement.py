@@ -41,7 +41,7 @@ def main() -> None:
     from strategies.job import make_job
     from strategies.plan import parse_plan
     from strategies.presets import model_preset
-    from strategies.search.space import columns_from_plans
+    from strategies.search.plan_rows import columns_from_plans
     from tests.test_cp_bound import CASES
     from topologies.cluster import cluster_preset
     print("model         plan                                             estimate  simulated"

@@ -30,7 +30,8 @@ from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate
 from strategies.job import make_job
 from strategies.plan_arrays import rank_layers
 from strategies.presets import model_preset
-from strategies.search.space import SpaceOptions, enumerate_space, plan_key
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 SPACES = {   # name: (model preset, cluster preset, nodes, global batch)

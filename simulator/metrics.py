@@ -165,7 +165,7 @@ def activation_series(records: list[Record], per_chunk: float | Sequence[float],
     (``strategies.memory.activations.stash_entry_bytes``). A forward whose compute
     interleaves with a backward's (an overlapped pair, ``Step.overlap``: it builds its activations as the
     backward frees its own, layer by layer) is counted just after that backward ends, as the
-    memory model counts the pair (``strategies.schedules.base.stash_frontier``).
+    memory model counts the pair (``strategies.schedules.stash.stash_frontier``).
     ``partners``: each overlapped forward's backward by label, as the compiler grouped them
     (``Program.meta["paired_forwards"]``); without it a forward's partner is the first
     backward whose records interleave with its own (which misses a pair whose forward runs

@@ -40,7 +40,7 @@ RATE_KEYS = ("tokens_per_s", "mfu", "hfu", "bubble_fraction")
 def flush_rules(pp: Any, m: Any, k: Any, grouped: Any = False) -> list:
     """The rules on ``flushes`` ``k`` of plans with ``pp`` pipeline ranks and ``m``
     micro-batches per pipeline and step (``gbs/(mbs·dp)``), as ``(field, value, ok, why)``
-    (``schedules.base.Rule``; scalars or arrays): the one rule ``make_job`` raises and the
+    (``schedules.validity.Rule``; scalars or arrays): the one rule ``make_job`` raises and the
     search's mask applies. ``grouped``: the plan gives ``group_microbatches``."""
     ka, pp, ma = np.asarray(k), np.asarray(pp), np.asarray(m)
     one = ka == 1

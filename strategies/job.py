@@ -18,7 +18,7 @@ from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule
 from strategies.flushes import flush_rules
-from strategies.schedules.base import raise_first
+from strategies.schedules.validity import raise_first
 from topologies.cluster import Cluster
 from topologies.precision import DTYPES
 

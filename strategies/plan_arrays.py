@@ -3,7 +3,7 @@
 The array-first cost model (``strategies.cost.stage``, ``strategies.estimate``,
 ``strategies.memory.arrays``) reads plans in this form, one entry per plan, so one code path
 scores one plan or a hundred thousand. ``strategies.search.space`` keeps short column names
-internally (``COLUMNS``) and converts with ``PlanArrays.from_columns``.
+internally (``search.plan_rows.COLUMNS``) and converts with ``PlanArrays.from_columns``.
 
 >>> from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan
 >>> pa = PlanArrays.from_plans([Plan(tp=2, pp=2, dp=2, gbs=8), Plan(tp=4, dp=2, gbs=8)])

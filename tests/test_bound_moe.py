@@ -14,7 +14,8 @@ from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import SpaceOptions, enumerate_space, parse_fix
+from strategies.search.fix_parse import parse_fix
+from strategies.search.space import SpaceOptions, enumerate_space
 from tests.search_checks import assert_pruned_equals_exhaustive
 from topologies.cluster import cluster_preset
 

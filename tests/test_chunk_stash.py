@@ -1,6 +1,6 @@
 """Each stashed entry at its own chunk's bytes (issues 14 and 17): where a rank's chunks hold
 different layers (dense and MoE layers, an MTP module, an uneven layout, DualPipe's two
-copies) its activation peak is the order's per-chunk moment (``schedules.base.
+copies) its activation peak is the order's per-chunk moment (``schedules.stash.
 chunk_stash_moments``) with the most bytes, each stashed ``(micro-batch, chunk)`` and pending
 ``W`` priced by its own chunk's layers by kind (``activations.chunk_stash``), in the scalar
 model, the array model and the simulator's activation track alike; ranks whose chunks all
@@ -22,7 +22,7 @@ from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule
-from strategies.schedules.base import chunk_stash_moments, peak_chunk_moment
+from strategies.schedules.stash import chunk_stash_moments, peak_chunk_moment
 from topologies.cluster import cluster_preset
 
 REL = 1e-9
@@ -106,7 +106,7 @@ def test_peak_chunk_moment():
 def test_moments_sum_to_the_frontier_pairs():
     """Summed over the chunks, the per-chunk moments pass through the pairs of
     ``stash_frontier`` (the same walk)."""
-    from strategies.schedules.base import stash_frontier
+    from strategies.schedules.stash import stash_frontier
     for sched, v in (("zb-v", 2), ("dualpipev", 2), ("interleaved", 2)):
         steps = get_schedule(sched).steps(1, 4, 8, v)
         sums = {(sum(n), sum(w)) for n, w in chunk_stash_moments(steps, v)}

@@ -15,7 +15,7 @@ from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
-from strategies.search.space import columns_from_plans
+from strategies.search.plan_rows import columns_from_plans
 from topologies.cluster import cluster_preset
 
 CASES = [("gpt-1.7b", "dgx-a100", "tp=8,pp=1,dp=1,cp=2,mbs=4,zero=1"),   # was 0.969 > 0.896 s

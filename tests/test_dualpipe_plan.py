@@ -23,7 +23,7 @@ from strategies.presets import model_preset
 from strategies.schedules import get_schedule
 from strategies.schedules.analysis import simulate_free_comm
 from strategies.schedules.dual import deepseek_bubble, span_excess
-from strategies.search.space import columns_from_plans
+from strategies.search.plan_rows import columns_from_plans
 from topologies.cluster import cluster_preset
 from tests.schedule_checks import balanced_costs
 

@@ -29,7 +29,7 @@ from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.schedules.analysis import simulate_free_comm
-from strategies.search.space import columns_from_plans
+from strategies.search.plan_rows import columns_from_plans
 from tests.schedule_checks import balanced_costs
 from topologies.cluster import cluster_preset
 

@@ -22,7 +22,7 @@ from strategies.presets import model_preset
 from strategies.schedules import get_schedule
 from strategies.schedules.combined import (combined_actions, combined_steps, combined_warmup,
                                            ep_overlap_share, pair_exposed)
-from strategies.search.space import columns_from_plans
+from strategies.search.plan_rows import columns_from_plans
 from topologies.cluster import cluster_preset
 
 MIXTRAL, H100 = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 1)

@@ -149,7 +149,8 @@ def test_delay_wgrad_switch_parses_and_searches():
     search's columns (``--fix delay_wgrad=false``)."""
     import numpy as np
     from strategies.plan import parse_plan
-    from strategies.search.space import columns_from_plans, parse_fix, plan_of
+    from strategies.search.fix_parse import parse_fix
+    from strategies.search.plan_rows import columns_from_plans, plan_of
     p = parse_plan("tp=1,pp=2,dp=8,ep=8,gbs=64,schedule=interleaved,vpp=2,"
                    "overlap_moe_expert_parallel_comm=true,delay_wgrad_compute=false")
     assert p.ep_overlap and not p.delay_wgrad and p.short().endswith(" epo")

@@ -19,7 +19,8 @@ from strategies.stacks.rules import check_plan, plan_violations
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan, plan_from_mapping, plan_mapping
 from strategies.presets import model_preset
-from strategies.search.space import enumerate_space, plan_key
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import enumerate_space
 from topologies.cluster import cluster_preset
 
 SMALL = ["--model", "llama3-8b", "--cluster", "dgx-a100:2"]
@@ -137,7 +138,7 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
         op = {k for k in named_keys if "recompute=op," in k}
         assert bool(op) == ("op" in fw.recompute)
         # A stack that runs several pipeline flushes gives a row that does not fit with one
-        # the fewest that fit (``space._fewest_flushes``): rows the unnamed space pruned.
+        # the fewest that fit (``fitting.fewest_flushes``): rows the unnamed space pruned.
         flushed = {k for k in named_keys if ",flushes=" in k}
         assert not flushed or fw.pipeline_flushes
         # ZeRO-2 plans apart: a ZeRO-2 plan is dropped for its ZeRO-1 twin by the stack's own

@@ -246,7 +246,8 @@ def test_search_fix_keys(items, framework):
     """``parse_fix`` then the stack's check, as ``search`` runs them: a mapping of checked
     values (each accepted value a value ``Plan`` accepts for that key) or a clean refusal."""
     from simulator.cli.search import check_fixed_for_stack
-    from strategies.search.space import SWITCH_KEYS, parse_fix
+    from strategies.search.fix_parse import parse_fix
+    from strategies.search.plan_rows import SWITCH_KEYS
     fixed = clean(parse_fix, ",".join(f"{k}={v}" for k, v in items))
     if fixed is None:
         return
@@ -786,7 +787,7 @@ def test_fix_vpp_overflow(tmp_path):
 
 @pytest.mark.parametrize("text", ["tp=\u0668", "tp=1_0", "cp=99999999999999999999999"])
 def test_fix_int_ascii_and_limits(text):
-    from strategies.search.space import parse_fix
+    from strategies.search.fix_parse import parse_fix
     _refusal(parse_fix, text)
 
 

@@ -246,7 +246,7 @@ def test_group_microbatches_gives_h100_replicas_more_work():
 
 
 def plan_key_of(plan):
-    from strategies.search.space import plan_key
+    from strategies.search.plan_rows import plan_key
     return plan_key(plan)
 
 

@@ -192,7 +192,8 @@ def test_reader_states_the_recipes_hybrid_mesh():
 
 def test_search_fix_and_plan_key():
     """``--fix dp_shard=N`` is a checked field; a hybrid plan's key reads back as itself."""
-    from strategies.search.space import parse_fix, plan_key
+    from strategies.search.fix_parse import parse_fix
+    from strategies.search.plan_rows import plan_key
     assert parse_fix("dp_shard=4") == {"dp_shard": 4}
     with pytest.raises(SpecError, match="--fix"):
         parse_fix("dp_shard=0")

@@ -222,7 +222,7 @@ def test_bound_below_simulation_mixed_kinds(text):
     exceeded its simulation (0.0645185 s against 0.0645148 s), which stopped the search."""
     from simulator.simulate import simulate
     from strategies.estimate.lower_bound import step_time_lower_bound
-    from strategies.search.space import columns_from_plans
+    from strategies.search.plan_rows import columns_from_plans
     m, cl = _qwen3_10_layers(), cluster_preset("dgx-h100", 1)
     job = make_job(m, cl, parse_plan(text))
     bound = float(step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]))[0])
@@ -241,7 +241,7 @@ def test_bound_below_simulation_deepseek_v3_layouts(text):
     module on the last rank): the bound stays below the simulation."""
     from simulator.simulate import simulate
     from strategies.estimate.lower_bound import step_time_lower_bound
-    from strategies.search.space import columns_from_plans
+    from strategies.search.plan_rows import columns_from_plans
     m, cl = model_preset("deepseek-v3"), cluster_preset("dgx-h100", 4)
     job = make_job(m, cl, parse_plan(text))
     bound = float(step_time_lower_bound(m, cl, "bf16", columns_from_plans([job.plan]))[0])

@@ -21,7 +21,7 @@ from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.schedules.analysis import (free_comm_makespans, free_comm_order,
                                            simulate_free_comm)
-from strategies.schedules.base import get_schedule
+from strategies.schedules.registry import get_schedule
 from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster.arg import mixed_cluster
 

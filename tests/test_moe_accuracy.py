@@ -178,7 +178,7 @@ def test_bound_stays_below_simulation_with_expert_dp(nodes, dp, ep):
     failed with a bound that still reduced every parameter over dp.)"""
     from simulator.simulate import simulate
     from strategies.estimate.lower_bound import step_time_lower_bound
-    from strategies.search.space import columns_from_plans
+    from strategies.search.plan_rows import columns_from_plans
     mixtral, cl = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", nodes)
     job = make_job(mixtral, cl, Plan(tp=1, pp=1, dp=dp, ep=ep, mbs=1, gbs=dp, zero=1))
     bound = float(step_time_lower_bound(mixtral, cl, "bf16", columns_from_plans([job.plan]))[0])

@@ -22,7 +22,9 @@ from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import SpaceOptions, enumerate_space, parse_fix, plan_key
+from strategies.search.fix_parse import parse_fix
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from strategies.framework import get_profile
 from simulator.simulate import simulate
 from topologies.cluster import cluster_preset

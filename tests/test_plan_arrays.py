@@ -9,7 +9,8 @@ from strategies.errors import SpecError
 from strategies.plan import Plan
 from strategies.plan_arrays import SHORT, PlanArrays, as_plan_arrays
 from strategies.presets import model_preset
-from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
+from strategies.search.plan_rows import columns_from_plans
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 

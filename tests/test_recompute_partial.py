@@ -194,7 +194,7 @@ def test_plan_files_and_keys_round_trip():
 
     from strategies.plan import plan_from_mapping
     from strategies.plan_file import plan_file_text
-    from strategies.search.space import plan_key
+    from strategies.search.plan_rows import plan_key
     for text in ("tp=2,recompute=full,recompute_layers=3,recompute_method=uniform",
                  "tp=2,recompute=selective,recompute_modules=mlp,layernorm"):
         p = dataclasses.replace(parse_plan(text), dp=1, gbs=4)

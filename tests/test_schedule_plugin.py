@@ -27,7 +27,7 @@ from strategies.schedules import (Schedule, Step, get_schedule, register, schedu
                                   schedule_names, unregister)
 from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_stash,
                                            simulate_free_comm)
-from strategies.schedules.base import check_common, warmup_steady_cooldown
+from strategies.schedules.step import check_common, warmup_steady_cooldown
 from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 

@@ -6,7 +6,7 @@ import itertools
 import pytest
 
 from strategies.errors import SpecError
-from strategies.schedules import Step, base, get_schedule, schedule_names
+from strategies.schedules import Step, get_schedule, registry, schedule_names
 from strategies.schedules import gpipe as gpipe_mod
 from strategies.schedules import interleaved as il_mod
 from strategies.schedules import one_f_one_b as ofob_mod
@@ -177,8 +177,8 @@ def test_closed_form_values():
 
 
 def test_simulate_detects_deadlock(monkeypatch):
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
-    base.register("backwards_first")(
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    registry.register("backwards_first")(
         lambda stage, pp, m, vpp=1, group_size=None:
         [Step("B", i, 0) for i in range(m)] + [Step("F", i, 0) for i in range(m)])
     with pytest.raises(RuntimeError, match="deadlock"):
@@ -244,14 +244,14 @@ def test_unknown_schedule():
 
 
 def test_duplicate_registration_refused(monkeypatch):
-    monkeypatch.setattr(base, "_REGISTRY", dict(base._REGISTRY))
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
     original = get_schedule("1f1b")
     with pytest.raises(ValueError, match="already registered"):
-        base.register("1f1b")(lambda *a, **k: [])
+        registry.register("1f1b")(lambda *a, **k: [])
     assert get_schedule("1f1b") is original
-    base.register("new_one")(original)
+    registry.register("new_one")(original)
     with pytest.raises(ValueError):
-        base.register("new_one")(original)
+        registry.register("new_one")(original)
 
 
 # ---------------------------------------------------------------- one rule, three readers

@@ -16,7 +16,8 @@ from strategies.presets import model_preset
 from strategies.search.recommend import complexity, explain
 from strategies.schedules import get_schedule
 from strategies.search.bound_ordered import SerialExecutor, bound_ordered_search
-from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
+from strategies.search.plan_rows import columns_from_plans
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 from tests.search_checks import assert_pruned_equals_exhaustive
 

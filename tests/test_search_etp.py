@@ -30,8 +30,10 @@ from strategies.framework import get_profile
 from strategies.plan import Plan, parse_plan, plan_from_mapping, plan_mapping
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import (FIX_KEYS, SWITCH_KEYS, SpaceOptions, _axes, _factorizations,
-                                     enumerate_space, parse_fix, plan_key)
+from strategies.search.axes import search_axes, factorizations
+from strategies.search.fix_parse import FIX_KEYS, parse_fix
+from strategies.search.plan_rows import SWITCH_KEYS, plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from strategies.search.recommend import expert_choice
 from topologies.cluster import cluster_preset
 
@@ -209,5 +211,5 @@ def test_dense_space_unchanged():
     sp = enumerate_space(m, cl, 64, SMALL)
     assert (sp.cols["etp"] == sp.cols["tp"]).all() and (sp.cols["ep"] == 1).all()
     assert not any("etp" in sp.key(i) for i in range(0, sp.size, 97))
-    ax = _axes(m, cl, SMALL)
-    assert sp.raw == len(_factorizations(16)) * len(ax["sched"]) * 1 * 1 * 3 * 2 * 4
+    ax = search_axes(m, cl, SMALL)
+    assert sp.raw == len(factorizations(16)) * len(ax["sched"]) * 1 * 1 * 3 * 2 * 4

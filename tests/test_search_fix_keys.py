@@ -25,7 +25,9 @@ from strategies.memory.scalar import peak_memory
 from strategies.plan import parse_plan
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import FIX_KEYS, SpaceOptions, enumerate_space, parse_fix, plan_key
+from strategies.search.fix_parse import FIX_KEYS, parse_fix
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 DENSE, CL = model_preset("llama3-8b"), cluster_preset("dgx-h100", 1)

@@ -27,7 +27,9 @@ from strategies.memory.arrays import peak_memory_arrays
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
-from strategies.search.space import FIX_KEYS, SpaceOptions, enumerate_space, parse_fix, plan_key
+from strategies.search.fix_parse import FIX_KEYS, parse_fix
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 
 DENSE, CL = model_preset("llama3-8b"), cluster_preset("dgx-h100", 1)
@@ -286,10 +288,10 @@ def test_mixed_kind_rows_price_as_their_plans():
 
 def test_least_group_where_the_default_refuses():
     """An interleaved row whose micro-batches are not a multiple of pp takes the least group
-    ``g > pp`` the schedule's rules accept (``space._least_group``), every smaller one refused;
+    ``g > pp`` the schedule's rules accept (``fitting.least_group``), every smaller one refused;
     the recommendation says so."""
     from strategies.schedules import get_schedule
-    from strategies.schedules.base import all_ok
+    from strategies.schedules.validity import all_ok
     sp = _space("schedule=interleaved,pp=8", gbs=36)
     assert sp.size
     inter = get_schedule("interleaved")

@@ -19,8 +19,8 @@ from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.presets import model_preset
 from strategies.search.layouts import (Candidate, LayerCosts, busiest, candidate_layout,
                                        first_last, layer_costs, slot_vpps)
-from strategies.search.space import (SpaceOptions, columns_from_plans, enumerate_space,
-                                     plan_key)
+from strategies.search.plan_rows import columns_from_plans, plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 from tests.search_checks import assert_pruned_equals_exhaustive
 

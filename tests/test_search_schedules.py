@@ -13,7 +13,8 @@ from strategies.estimate.lower_bound import step_time_lower_bound
 from strategies.job import make_job
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule, schedule_of_code, schedules
-from strategies.search.space import SpaceOptions, enumerate_space, solved_per_job
+from strategies.search.axes import solved_per_job
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 from tests.search_checks import assert_pruned_equals_exhaustive
 

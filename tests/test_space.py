@@ -12,8 +12,10 @@ from strategies.job import make_job
 from strategies.memory.scalar import peak_memory
 from strategies.memory.arrays import peak_memory_arrays
 from strategies.presets import model_preset
-from strategies.search.space import (RULES, SpaceOptions, columns_from_plans, enumerate_space,
-                              parse_fix, plan_key)
+from strategies.search.fix_parse import parse_fix
+from strategies.search.plan_rows import columns_from_plans, plan_key
+from strategies.search.prune_rules import RULES
+from strategies.search.space import SpaceOptions, enumerate_space
 from strategies.plan import parse_plan
 from topologies.cluster import cluster_preset
 from topologies.gpus import GIB
@@ -108,7 +110,7 @@ def test_columns_round_trip():
     job = make_job(m, cl, parse_plan("tp=8,pp=4,mbs=1,schedule=interleaved,vpp=2,sp=true,"
                                      "zero=1"), global_batch=32)
     cols = columns_from_plans([job.plan])
-    from strategies.search.space import plan_of
+    from strategies.search.plan_rows import plan_of
     assert plan_of(cols, 0) == job.plan
     assert plan_key(job.plan).startswith("tp=8,pp=4,dp=2,")
 

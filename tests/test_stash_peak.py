@@ -1,6 +1,6 @@
 """A rank's activation peak is one rule (issue 17: ``simulate --json``'s ``activation_memory``
 peaks agree with ``memory_by_stage``): of the ``(stashed, pending W)`` pairs the schedule's
-order passes through (``schedules.base.stash_frontier``: after each forward and after each
+order passes through (``schedules.stash.stash_frontier``: after each forward and after each
 backward's release), the one with the most bytes (``peak_pair``) at the rank's bytes per
 stashed ``(micro-batch, chunk)`` and per pending weight gradient. The scalar memory model
 (``activations.stash_peak``), the array model (``stash_arrays.stash_frontier_arrays``) and the
@@ -23,7 +23,7 @@ from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule
-from strategies.schedules.base import peak_pair, stash_frontier
+from strategies.schedules.stash import peak_pair, stash_frontier
 from topologies.cluster import cluster_preset
 
 REL = 1e-9

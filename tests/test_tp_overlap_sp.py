@@ -17,7 +17,8 @@ from strategies.plan_arrays import PlanArrays
 from strategies.plan_file import plan_to_mapping
 from strategies.presets import model_preset
 from strategies.search.fix_rules import fixed_contradictions
-from strategies.search.space import SpaceOptions, enumerate_space, plan_key
+from strategies.search.plan_rows import plan_key
+from strategies.search.space import SpaceOptions, enumerate_space
 from strategies.stacks.megatron import MEGATRON_CORE, NEMO
 from strategies.stacks.rules import plan_violations, stack_tp_overlap
 from topologies.cluster import cluster_preset

@@ -10,7 +10,7 @@ import pytest
 from strategies.errors import SpecError
 from strategies.schedules import get_schedule, resolve_name
 from strategies.schedules.analysis import free_comm_ranks
-from strategies.schedules.base import stash_moments
+from strategies.schedules.stash import stash_moments
 from strategies.schedules.zb_auto import AutoTimes, auto_schedule
 from tests.schedule_checks import assert_exchanges_pair_up, assert_valid_order
 

@@ -24,10 +24,11 @@ from strategies.errors import SpecError
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
 from strategies.schedules import Schedule, Step, get_schedule, schedule_code
-from strategies.schedules.base import trailing_w
+from strategies.schedules.stash import trailing_w
 from strategies.schedules.analysis import (bubble_fraction_closed_form, peak_stash,
                                            simulate_free_comm)
-from strategies.search.space import SpaceOptions, columns_from_plans, enumerate_space
+from strategies.search.plan_rows import columns_from_plans
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import cluster_preset
 from tests.search_checks import assert_pruned_equals_exhaustive
 from tests.schedule_checks import balanced_free_comm

@@ -20,7 +20,7 @@ from strategies.memory.scalar import memory_by_stage
 
 from strategies.errors import SpecError
 from strategies.plan import Plan, parse_plan
-from strategies.search.space import columns_from_plans
+from strategies.search.plan_rows import columns_from_plans
 from strategies.presets import model_preset
 from strategies.schedules import get_schedule, head_rank, resolve_name
 from strategies.schedules.analysis import (bubble_fraction_closed_form, free_comm_ranks,

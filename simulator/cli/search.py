@@ -25,7 +25,8 @@ from strategies.plan import parse_modules, parse_plan, plan_from_mapping, plan_m
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.search.fix_rules import fixed_contradictions
-from strategies.search.space import FIX_KEYS, SpaceOptions, parse_fix
+from strategies.search.fix_parse import FIX_KEYS, parse_fix
+from strategies.search.space import SpaceOptions
 from strategies.schedules import get_schedule
 from topologies.gpus import GIB
 from topologies.limits import MAX_GBS, check_int, parse_int_text

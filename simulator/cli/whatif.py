@@ -23,7 +23,8 @@ from simulator.studies.network_cost import parse_network_prices
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
 from simulator.studies.whatif import WhatifConfig, draw, run_whatif
-from strategies.search.space import SpaceOptions, parse_fix
+from strategies.search.fix_parse import parse_fix
+from strategies.search.space import SpaceOptions
 from topologies.gpus import GIB
 
 

@@ -140,7 +140,7 @@ class ProgramBuilder(BlockMemo, TensorParallelOps, LayerBlocks, Passes, DataPara
         self.defer_dw = 0.0
         # each overlapped forward's partner backward (labels), for the activation track
         # (``simulator.metrics.activation_series``: the pair's forward is stashed as its
-        # partner's stash is freed, the memory model's rule, ``schedules.base.stash_frontier``)
+        # partner's stash is freed, the memory model's rule, ``schedules.stash.stash_frontier``)
         self.paired: dict[str, str] = {}
         # ``segments`` of each (chunk, counts, direction): the same runs every micro-batch
         self._segments: dict[tuple, list[list[tuple]]] = {}

@@ -33,7 +33,9 @@ from strategies.plan_arrays import PlanArrays
 from strategies.search.recommend import (Without, batching_sentences, complexity,
                                          expert_choice, expert_sentence, explain)
 from strategies.search.bound_ordered import bound_ordered_search
-from strategies.search.space import RULES, SpaceOptions, enumerate_space, plan_key
+from strategies.search.plan_rows import plan_key
+from strategies.search.prune_rules import RULES
+from strategies.search.space import SpaceOptions, enumerate_space
 from topologies.cluster import Cluster
 from topologies.gpus import GIB
 

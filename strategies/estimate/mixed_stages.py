@@ -33,7 +33,7 @@ from strategies.estimate.terms.messages import ranked_messages
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
-from strategies.schedules.base import schedule_of_code
+from strategies.schedules.registry import schedule_of_code
 from topologies.cluster import Cluster
 
 #: the stage-cost fields a stage's forward, backward and weight gradient read

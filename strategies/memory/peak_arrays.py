@@ -14,7 +14,7 @@ kind (``rank_memory_arrays``).
 
 >>> import numpy as np
 >>> from strategies.presets import model_preset
->>> from strategies.search.space import columns_from_plans
+>>> from strategies.search.plan_rows import columns_from_plans
 >>> from strategies.plan import parse_plan
 >>> m = model_preset("gpt3-175b")
 >>> P = columns_from_plans([parse_plan("tp=8,pp=8,dp=1,gbs=64,schedule=interleaved,vpp=3,"

@@ -11,7 +11,7 @@ moment with the most bytes is used (``stash_arrays``). The states and the optimi
 buffers: ``state_arrays``.
 
 >>> from strategies.presets import model_preset
->>> from strategies.search.space import columns_from_plans
+>>> from strategies.search.plan_rows import columns_from_plans
 >>> from strategies.plan import parse_plan
 >>> m = model_preset("gpt3-175b")
 >>> P = columns_from_plans([parse_plan("tp=8,pp=8,dp=1,gbs=64,recompute=full")])

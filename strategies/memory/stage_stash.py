@@ -20,7 +20,8 @@ from strategies.memory.stage_ends import (embedding_activation_bytes, holds_embe
                                           stage_output_activation_bytes)
 from strategies.model import ModelSpec
 from strategies.schedules import get_schedule
-from strategies.schedules.base import order_figure, peak_chunk_moment, peak_pair
+from strategies.schedules.per_distinct import order_figure
+from strategies.schedules.stash import peak_chunk_moment, peak_pair
 
 if TYPE_CHECKING:
     from strategies.job import Job
@@ -82,7 +83,7 @@ def stash_peak(job: Job, stage: int) -> tuple[int, int]:
     of the pairs the order passes through (``Schedule.stash_frontier`` of the schedule as the
     job runs it: after each forward and after each backward's release), the one with the most
     bytes at ``activation_bytes_per_chunk`` per stashed ``(micro-batch, chunk)`` and
-    ``wgrad_bytes_per_chunk`` per pending weight gradient (``schedules.base.peak_pair``), or,
+    ``wgrad_bytes_per_chunk`` per pending weight gradient (``schedules.stash.peak_pair``), or,
     where the rank's chunks keep different bytes (``chunk_stash``), the counts of the order's
     moment with the most bytes, each entry at its own chunk's. The one rule the scalar and
     array memory models and the simulator's activation track share: where a pending ``W``
@@ -153,12 +154,12 @@ def stash_entry_bytes(job: Job, stage: int) -> tuple[Any, Any]:
 
 def stash_at_peak(job: Job, stage: int) -> tuple[int, int, float]:
     """``(stashed, pending, layers' bytes)`` at rank ``stage``'s activation peak: the order's
-    pair with the most bytes (``schedules.base.peak_pair`` of ``Schedule.stash_frontier`` at
+    pair with the most bytes (``schedules.stash.peak_pair`` of ``Schedule.stash_frontier`` at
     the mean chunk's ``activation_bytes_per_chunk`` and ``wgrad_bytes_per_chunk``), or where
     the chunks keep different bytes (``chunk_stash``: a rank of a V or an interleaved rank
     whose chunks hold dense and MoE layers or an MTP module, an uneven layout, DualPipe's two
     copies) the order's per-chunk moment with the most bytes
-    (``schedules.base.peak_chunk_moment``, each stashed entry and pending ``W`` at its own
+    (``schedules.stash.peak_chunk_moment``, each stashed entry and pending ``W`` at its own
     chunk's bytes plus, per entry, the embedding's and stashed logits' share). The layers'
     bytes are the transformer layers' stash and pending ``W`` there (without the embedding,
     logits and transient)."""

@@ -113,7 +113,7 @@ def _chunk_moments(code: int, stage: int, pp: int, m: int, v: int, group: int = 
 def own_chunk_peak(sched, stage, pp, m, v, acts, wgs, extra, sel, group=0
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(stashed, pending, layers' bytes)`` of each plan in ``sel`` at the order's per-chunk
-    moment with the most bytes (``schedules.base.peak_chunk_moment``: ``acts[c] + extra``
+    moment with the most bytes (``schedules.stash.peak_chunk_moment``: ``acts[c] + extra``
     per stashed entry of chunk ``c``, ``wgs[c]`` per pending ``W``; the first on a tie);
     zeros elsewhere. ``acts``, ``wgs``: ``(C,) + plans``; ``group``: the micro-batch group
     (0: the default); once per distinct order."""

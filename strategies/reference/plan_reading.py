@@ -20,7 +20,8 @@ from strategies.reference.recipe_options import hybrid_mesh, moe_options, stated
 from strategies.reference.stated_switches import stated_size, stated_plan_switches
 from strategies.reference.text import recompute_kind, schedule_kind
 from strategies.schedules import DEFAULT_SCHEDULE, get_schedule
-from strategies.schedules.base import all_ok, chunked_default
+from strategies.schedules.registry import chunked_default
+from strategies.schedules.validity import all_ok
 
 
 def _schedule(pl: dict, layers: int, pp: int, m: int) -> tuple[str, int, list[str]]:

@@ -1,6 +1,10 @@
 """Pipeline schedules: one module per schedule, each a registered ``Schedule`` that owns its
 order, placement, exchanges, memory, closed forms, validity rules, search space and exports
 (``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
+Around the interface (imports point one way: ``validity``, ``step`` <- ``stash``,
+``per_distinct`` <- ``base`` <- ``registry``): ``step`` (the ``Step`` record, what orders are
+built with), ``stash`` (what an order stashes), ``per_distinct`` (figures over arrays),
+``validity`` (``Rule`` lists) and ``registry`` (registration, look-ups by name and code).
 
 >>> schedule_names()[:5]
 ['1f1b', 'deepspeed-1f1b', 'dualpipe', 'dualpipev', 'gpipe']
@@ -13,11 +17,11 @@ from strategies.schedules import gpipe, one_f_one_b, interleaved, zb_h1  # noqa:
 from strategies.schedules import deepspeed_1f1b  # noqa: F401
 from strategies.schedules import zb_h2, zb_v, dualpipev, dualpipe  # noqa: F401
 from strategies.schedules import zb_auto  # noqa: F401
-from strategies.schedules.base import (DEFAULT_SCHEDULE, Schedule, Step, attr_by_code,
-                                       head_rank,
-                                       dispatch, get_schedule, register, resolve_name,
-                                       schedule_code, schedule_names, schedule_of_code,
-                                       schedules, unregister)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import (DEFAULT_SCHEDULE, attr_by_code, head_rank, dispatch,
+                                           get_schedule, register, resolve_name, schedule_code,
+                                           schedule_names, schedule_of_code, schedules, unregister)
+from strategies.schedules.step import Step
 
 __all__ = ["DEFAULT_SCHEDULE", "Schedule", "Step", "attr_by_code", "dispatch", "get_schedule",
            "head_rank", "register", "resolve_name", "schedule_code", "schedule_names", "schedule_of_code",

@@ -8,8 +8,10 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.schedules.base import (Schedule, Step, get_schedule, peak_pending_w,
-                                       peak_stash)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import get_schedule
+from strategies.schedules.stash import peak_pending_w, peak_stash
+from strategies.schedules.step import Step
 from strategies.schedules.combined import combined_steps
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",

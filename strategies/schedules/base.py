@@ -1,5 +1,8 @@
-"""Core of the pipeline schedules: the ``Step`` record, the ``Schedule`` interface and the
-registry.
+"""The ``Schedule`` interface of the pipeline schedules: one class whose defaults derive every
+fact of a schedule from its order. Around it: ``step`` (the ``Step`` record an order is made
+of), ``stash`` (what an order stashes), ``per_distinct`` (scalar figures over the search's
+arrays), ``validity`` (the ``Rule`` lists) and ``registry`` (registration and look-ups by
+name and by code).
 
 A schedule is one module holding one ``Schedule`` subclass, registered under its name with
 ``@register("name")``. The subclass owns every fact that depends on the schedule (see
@@ -39,6 +42,7 @@ rest with closed forms. Array methods take numpy arrays (or scalars) and must be
 Code that holds plans as arrays refers to a schedule by its integer ``schedule_code`` (the
 order of registration) and asks ``dispatch``/``attr_by_code`` for per-schedule facts.
 
+>>> from strategies.schedules import get_schedule, schedule_code
 >>> get_schedule("1f1b").in_flight(0, 4, 8)
 4
 >>> [schedule_code(n) for n in ("gpipe", "1f1b", "interleaved")]
@@ -46,284 +50,15 @@ order of registration) and asks ``dispatch``/``attr_by_code`` for per-schedule f
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from strategies.errors import SpecError
-
-#: The schedule of a plan that names none (and the one plans with pp=1 are reduced to).
-DEFAULT_SCHEDULE = "1f1b"
-
-_REGISTRY: dict[str, "Schedule"] = {}
-
-#: One validity rule: ``(field, value, ok, why)``; ``ok`` a bool or a bool array, ``why`` a
-#: function giving the message (built only when the rule fails on a scalar).
-Rule = tuple[str, Any, Any, Callable[[], str]]
-
-
-#: Step kinds: forward, backward (the input gradient only when the schedule splits the
-#: backward, ``Schedule.splits_backward``) and the weight gradient of a split backward.
-STEP_KINDS = ("F", "B", "W")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One forward (``kind="F"``) or backward (``kind="B"``) pass of one micro-batch
-    through one model chunk (``chunk`` is the ``model_chunk_id``, 0 without interleaving);
-    with a split backward, ``B`` computes the input gradient and ``W`` the weight gradient.
-
-    ``overlap=True`` links a step to the step after it on the same rank: a run of linked
-    steps (and the first unlinked one that ends it) is one overlapped group, DualPipe's
-    "F&B" pair of two micro-batches (a forward and a whole backward, ``B`` then ``W``) whose
-    compute runs in turn while each one's communication hides under the other's compute
-    (docs/schedules.md, "Overlapped pairs"). Consumers that ignore it see the same steps run
-    one after the other.
-
-    >>> Step("F", 3, 1).label, Step("F", 3, 1, overlap=True).label
-    ('F3.c1', 'F3.c1&')
-    """
-
-    kind: str
-    microbatch: int
-    chunk: int = 0
-    overlap: bool = False
-
-    def __post_init__(self) -> None:
-        if self.kind not in STEP_KINDS:
-            raise SpecError("kind", self.kind, 'must be "F", "B" or "W"')
-
-    @property
-    def label(self) -> str:
-        """Short name such as ``"F3.c1"`` (micro-batch 3, chunk 1; ``&`` when it is
-        overlapped with the next step)."""
-        return f"{self.kind}{self.microbatch}.c{self.chunk}" + ("&" if self.overlap else "")
-
-    def __str__(self) -> str:
-        return self.label
-
-
-def _chunk_walk(steps: Iterable[Step], chunks: int | None = None
-                ) -> list[tuple[tuple[int, ...], tuple[int, ...], bool]]:
-    """``(stashed, pending, after_forward)`` per chunk at every moment a rank's activations
-    can peak: just after each forward and just after each backward (or overlapped group's
-    backwards) releases its stash. ``stashed[c]``: the forwards of chunk ``c`` whose
-    backward (``B``) has not yet run; ``pending[c]``: its backwards whose weight gradient
-    (``W``) is still to run (``chunks``: the rank's chunk count, default the largest
-    ``Step.chunk`` + 1). A ``W`` only frees. An overlapped group (``Step.overlap``) is
-    counted at its end, its backwards' stash released (and their ``W``, which the group runs
-    last, pending) before its forwards' is added: the pair's forward builds its activations
-    as the backward frees its own, piece by piece (DeepSeek's ``PP + 1`` for DualPipe)."""
-    steps = list(steps)
-    if chunks is None:
-        chunks = max((s.chunk for s in steps), default=0) + 1
-    has_w = {(s.microbatch, s.chunk) for s in steps if s.kind == "W"}
-    live = [0] * chunks
-    pending = [0] * chunks
-    out: list[tuple[tuple[int, ...], tuple[int, ...], bool]] = []
-    group: list[Step] = []
-    for s in steps:
-        group.append(s)
-        if s.overlap:
-            continue
-        released = False
-        for g in group:
-            if g.kind == "B":
-                released = True
-                live[g.chunk] -= 1
-                if (g.microbatch, g.chunk) in has_w:
-                    pending[g.chunk] += 1
-        if released:
-            out.append((tuple(live), tuple(pending), False))
-        for g in group:
-            if g.kind == "F":
-                live[g.chunk] += 1
-                out.append((tuple(live), tuple(pending), True))
-        for g in group:
-            if g.kind == "W":
-                pending[g.chunk] -= 1
-        group = []
-    return out
-
-
-def _stash_walk(steps: Iterable[Step]) -> list[tuple[int, int, bool]]:
-    """``_chunk_walk``'s moments summed over the chunks: ``(stashed, pending,
-    after_forward)``, each counted per (microbatch, chunk)."""
-    return [(sum(n), sum(w), fwd) for n, w, fwd in _chunk_walk(steps)]
-
-
-def stash_moments(steps: Iterable[Step]) -> list[tuple[int, int]]:
-    """``(stashed, pending)`` just after each forward (``_stash_walk``): forwards whose
-    backward (``B``) has not yet run, and backwards whose weight gradient (``W``) is still to
-    run, each counted per (microbatch, chunk); an overlapped group is counted at its end."""
-    return [(n, w) for n, w, fwd in _stash_walk(steps) if fwd]
-
-
-def stash_frontier(steps: Iterable[Step]) -> tuple[tuple[int, int], ...]:
-    """The ``(stashed, pending)`` pairs a rank's activations can peak at: of every moment of
-    ``_stash_walk`` (after each forward and after each backward's release), those no other
-    moment exceeds in both counts, most stashed first. With ``M_B`` bytes per stashed entry
-    and ``M_W`` per pending weight gradient the rank's peak is the largest
-    ``n·M_B + w·M_W`` over them (``peak_pair``); the first pair is ``(peak_stash,
-    peak_pending_w)``. ZB-H1 and ZB-H2 have one more, one ``B`` later, which peaks where
-    ``M_W > M_B`` (full or op recomputation, MoE layers); ZB-2p's orders pass through pairs
-    with fewer stashed and many more pending, which can peak with ``M_W < M_B`` too.
-
-    >>> from strategies.schedules.zb_h1 import ZBH1
-    >>> stash_frontier(ZBH1().steps(1, 4, 8))
-    ((3, 1), (2, 2))
-    """
-    best: list[tuple[int, int]] = []
-    for n, w in sorted({(n, w) for n, w, _ in _stash_walk(steps)}, key=lambda x: (-x[0], -x[1])):
-        if not best or w > best[-1][1]:
-            best.append((n, w))
-    return tuple(best) or ((0, 0),)
-
-
-def peak_pair(frontier: Sequence[tuple[int, int]], per_stashed: float,
-              per_pending: float) -> tuple[int, int]:
-    """The pair of ``frontier`` (``stash_frontier``) with the most bytes, ``n·per_stashed
-    + w·per_pending`` (bytes per stashed entry and per pending ``W``); the first (most
-    stashed) on a tie."""
-    vals = [n * per_stashed + w * per_pending for n, w in frontier]
-    return tuple(frontier[vals.index(max(vals))])
-
-
-def chunk_stash_moments(steps: Iterable[Step], chunks: int
-                        ) -> tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]:
-    """The moments of ``_stash_walk`` counted per chunk: ``(stashed, pending)`` with
-    ``stashed[c]`` the forwards of chunk ``c`` (``Step.chunk``, ``0 … chunks-1``) whose
-    backward has not yet run and ``pending[c]`` its backwards whose ``W`` is still to run,
-    after each forward and after each backward's release (an overlapped group at its end),
-    distinct, in order. Where a rank's chunks keep different bytes (dense and MoE layers,
-    an MTP module, an uneven layout) its peak is the largest ``Σ_c stashed[c]·A_c +
-    pending[c]·W_c`` over them (``peak_chunk_moment``); summed over the chunks they are
-    ``_stash_walk``'s pairs.
-
-    >>> from strategies.schedules.zb_v import ZBV
-    >>> chunk_stash_moments(ZBV().steps(0, 2, 4, 2), 2)[2:5]
-    (((3, 0), (0, 0)), ((3, 1), (0, 0)), ((3, 0), (0, 1)))
-    """
-    out: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-    seen: set = set()
-    for live, pending, _ in _chunk_walk(steps, chunks):
-        if (live, pending) not in seen:
-            seen.add((live, pending))
-            out.append((live, pending))
-    return tuple(out) or ((tuple([0] * chunks), tuple([0] * chunks)),)
-
-
-def peak_chunk_moment(moments: Sequence[tuple[Sequence[int], Sequence[int]]],
-                      per_stashed: Sequence[float], per_pending: Sequence[float]
-                      ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The moment of ``chunk_stash_moments`` with the most bytes, ``Σ_c stashed[c]·
-    per_stashed[c] + pending[c]·per_pending[c]`` (bytes of one stashed entry and of one
-    pending ``W`` of each chunk); the earliest on a tie (the array model's ``argmax``)."""
-    def size(mo) -> float:
-        n, w = mo
-        return sum(a * x for a, x in zip(n, per_stashed)) + sum(
-            a * x for a, x in zip(w, per_pending))
-    sizes = [size(mo) for mo in moments]
-    best = sizes.index(max(sizes))
-    n, w = moments[best]
-    return tuple(n), tuple(w)
-
-
-def peak_stash(steps: Iterable[Step]) -> int:
-    """Most forwards whose backward (``B``) has not yet run, counted per (microbatch,
-    chunk) (``stash_moments``); a split backward's ``W`` is not counted (it keeps only the
-    layer inputs and output gradients its GEMMs need)."""
-    return max((n for n, _ in stash_moments(steps)), default=0)
-
-
-def peak_pending_w(steps: Sequence[Step]) -> int:
-    """Most backwards whose weight gradient (``W``) is still to run when the stash count is
-    at its peak (``stash_moments``): Qi et al. §2.3's peak ``peak_stash·M_B +
-    peak_pending_w·M_W`` (ZB-H1 ``(p-r)M_B + r·M_W``, ZB-H2 ``(2p-2r-1)M_B + 2r·M_W`` on
-    rank ``r``), which holds where ``M_W <= M_B`` on those orders; the memory model takes
-    the largest pair of ``stash_frontier``. 0 where the backward is not split."""
-    moments = stash_moments(steps)
-    top = max((n for n, _ in moments), default=0)
-    return max((w for n, w in moments if n == top), default=0)
-
-
-def _distinct(stage: Any, pp: Any, m: Any, vpp: Any
-              ) -> tuple[list[tuple[int, int, int, int]], np.ndarray, tuple[int, ...]]:
-    """``(keys, inverse, shape)``: the distinct ``(stage, pp, m, vpp)`` rows of the broadcast
-    arrays, each row's index among them and the broadcast shape."""
-    s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m, vpp)))
-    cols = [a.ravel().astype(np.int64) for a in (s, p, mm, v)]
-    if not len(cols[0]):
-        return [], np.zeros(0, dtype=np.int64), s.shape
-    # one int64 key per row (mixed radix over the columns' ranges): a 1-D unique is several
-    # times faster than ``np.unique(axis=0)`` on the search's hundreds of thousands of rows
-    lo = [int(c.min()) for c in cols]
-    radix = [int(c.max()) - l + 1 for c, l in zip(cols, lo)]
-    if float(np.prod(radix, dtype=float)) < 2.0 ** 62:
-        key = np.zeros_like(cols[0])
-        for c, l, r in zip(cols, lo, radix):
-            key = key * r + (c - l)
-        first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
-        uniq = np.stack(cols, axis=1)[first]
-    else:
-        uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    return [tuple(map(int, k)) for k in uniq], np.ravel(inv), s.shape
-
-
-def _per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
-    """``fn(stage, pp, m, vpp)`` over broadcast arrays, called once per distinct tuple."""
-    keys, inv, shape = _distinct(stage, pp, m, vpp)
-    if not keys:
-        return np.zeros(shape)
-    vals = np.array([fn(*k) for k in keys], dtype=float)
-    return vals[inv].reshape(shape)
-
-
-#: figures of a schedule's order by ``(class, name, figure, stage, pp, m, vpp)``: an order is
-#: a pure function of those, and the search's memory model asks for the same few hundred
-#: of them once per pass (``_least_recompute`` makes several); bounded, cleared when full
-_ORDER_FIGURES: dict[tuple, float] = {}
-_ORDER_FIGURES_MAX = 1 << 18
-
-
-def order_figure(sched: "Schedule", figure: str) -> Callable[[int, int, int, int], float]:
-    """``sched.<figure>(stage, pp, m, vpp)`` (a count, share or ``stash_frontier`` read from
-    the order), memoised."""
-    method = getattr(sched, figure)
-    head = (type(sched), sched.name, figure)
-
-    def fn(stage: int, pp: int, m: int, vpp: int) -> int:
-        key = head + (stage, pp, m, vpp)
-        got = _ORDER_FIGURES.get(key)
-        if got is None:
-            if len(_ORDER_FIGURES) >= _ORDER_FIGURES_MAX:
-                _ORDER_FIGURES.clear()
-            got = _ORDER_FIGURES[key] = method(stage, pp, m, vpp)
-        return got
-    return fn
-
-
-def trailing_w(steps: Sequence[Step]) -> int:
-    """``W`` steps after the last ``B`` of ``steps`` (0 without a ``B``)."""
-    last_b = max((k for k, s in enumerate(steps) if s.kind == "B"), default=len(steps))
-    return sum(s.kind == "W" for s in steps[last_b + 1:])
-
-
-def raise_first(rules: Iterable[Rule]) -> None:
-    """Raise ``SpecError`` for the first rule that fails (scalar values)."""
-    for field, value, ok, why in rules:
-        if not bool(ok):
-            raise SpecError(field, value, why())
-
-
-def all_ok(rules: Iterable[Rule]) -> Any:
-    """The rules' ``ok`` values and-ed together (arrays broadcast)."""
-    out: Any = True
-    for _, _, ok, _ in rules:
-        out = out & ok
-    return out
+from strategies.schedules.per_distinct import distinct_rows, order_figure, per_distinct
+from strategies.schedules.stash import (chunk_stash_moments, peak_pending_w, peak_stash,
+                                        stash_frontier, trailing_w)
+from strategies.schedules.step import Step
+from strategies.schedules.validity import Rule, all_ok, raise_first
 
 
 class Schedule:
@@ -449,6 +184,7 @@ class Schedule:
         ranks (``rank_chunk``; the interleaved ring's wrap from rank ``pp-1`` to rank 0
         included, a V's turn on one rank not).
 
+        >>> from strategies.schedules import get_schedule
         >>> get_schedule("interleaved").path_hops(2, 2)
         ((0, 1), (1, 0), (0, 1))
         """
@@ -466,7 +202,7 @@ class Schedule:
         """Pipeline rank holding the LM head and the loss (``ends``' second) for each
         ``(pp, vpp)``: ``pp - 1`` on the ring, 0 on a V. The embedding is on rank 0 for every
         schedule (``ends``' first). The one placement rule cost, memory and estimate read."""
-        return _per_distinct(lambda s, p, m, v: self.ends(p, v)[1], 0, pp, 1, vpp)
+        return per_distinct(lambda s, p, m, v: self.ends(p, v)[1], 0, pp, 1, vpp)
 
     def peer(self, rank: int, chunk: int, microbatch: int, pp: int, vpp: int,
              direction: str, sending: bool) -> int:
@@ -491,6 +227,8 @@ class Schedule:
     def shape_rules(self, pp: Any, vpp: Any, group_size: Any) -> list[Rule]:
         """Rules on ``pp``, ``vpp`` and the group size alone (checked when a plan is made).
         Default: one model chunk per rank and no micro-batch group."""
+        # (the registry holds schedules, so it is imported here, where a message names them)
+        from strategies.schedules.registry import chunked_names, grouped_names
         return [("vpp", vpp, vpp == 1,
                  lambda: f"schedule={self.name} runs one model chunk per rank: vpp > 1 needs "
                          f"schedule={' or '.join(chunked_names()) or 'a chunked schedule'}"),
@@ -532,14 +270,14 @@ class Schedule:
     def in_flight_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``in_flight`` over arrays (default group size); default: ``in_flight`` once per
         distinct ``(stage, pp, m, vpp)``."""
-        return _per_distinct(order_figure(self, "in_flight"), stage, pp, m, vpp)
+        return per_distinct(order_figure(self, "in_flight"), stage, pp, m, vpp)
 
     def pending_weight_grads_array(self, stage: Any, pp: Any, m: Any, vpp: Any) -> np.ndarray:
         """``pending_weight_grads`` over arrays (default group size): zeros unless the
         backward is split, else once per distinct ``(stage, pp, m, vpp)``."""
         if not self.splits_backward:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
+        return per_distinct(order_figure(self, "pending_weight_grads"), stage, pp, m, vpp)
 
     def stash_frontier(self, stage: int, pp: int, m: int, vpp: int = 1,
                        group_size: int | None = None) -> tuple[tuple[int, int], ...]:
@@ -566,7 +304,7 @@ class Schedule:
         if not self.splits_backward:
             n = np.asarray(self.in_flight_array(stage, pp, m, vpp), dtype=float)
             return n[None], np.zeros_like(n)[None]
-        keys, inv, shape = _distinct(stage, pp, m, vpp)
+        keys, inv, shape = distinct_rows(stage, pp, m, vpp)
         if not keys:
             return np.zeros((1,) + shape), np.zeros((1,) + shape)
         fn = order_figure(self, "stash_frontier")
@@ -659,7 +397,7 @@ class Schedule:
         """``overlapped_share`` over arrays, once per distinct ``(stage, pp, m, vpp)``."""
         if not self.overlaps_pairs:
             return np.zeros(np.broadcast(*(np.asarray(x) for x in (stage, pp, m, vpp))).shape)
-        return _per_distinct(order_figure(self, "overlapped_share"), stage, pp, m, vpp)
+        return per_distinct(order_figure(self, "overlapped_share"), stage, pp, m, vpp)
 
     def period(self, pp: int, group_size: int | None = None) -> int:
         """Micro-batches per steady-state period."""
@@ -693,142 +431,3 @@ class Schedule:
 
     def __repr__(self) -> str:
         return f"<schedule {self.name!r} ({type(self).__module__}.{type(self).__name__})>"
-
-
-class OrderSchedule(Schedule):
-    """A schedule given by its order function alone (``register(name)(fn)``); every other
-    fact takes the defaults, which read the order."""
-
-    def __init__(self, fn: Callable[..., list[Step]]) -> None:
-        self.fn = fn
-
-    def steps(self, stage, pp, m, vpp=1, group_size=None):
-        return self.fn(stage, pp, m, vpp, group_size)
-
-
-# ---------------------------------------------------------------------- registry
-
-def register(name: str) -> Callable[[Any], Any]:
-    """Decorator registering a ``Schedule`` subclass (instantiated), a ``Schedule``
-    instance or a plain order function under ``name``; duplicates are refused. Returns its
-    argument unchanged."""
-
-    def deco(obj: Any) -> Any:
-        if name in _REGISTRY:
-            old = _REGISTRY[name]
-            raise ValueError(f"schedule {name!r} is already registered (by {old!r})")
-        if isinstance(obj, type) and issubclass(obj, Schedule):
-            sched = obj()
-        elif isinstance(obj, Schedule):
-            sched = copy.copy(obj)
-        elif callable(obj):
-            sched = OrderSchedule(obj)
-        else:
-            raise TypeError(f"cannot register {obj!r} as a schedule")
-        sched.name = name
-        _REGISTRY[name] = sched
-        return obj
-
-    return deco
-
-
-def unregister(name: str) -> None:
-    """Remove ``name`` from the registry (plug-ins and tests); unknown names are ignored.
-    Codes of schedules registered after it shift down."""
-    _REGISTRY.pop(name, None)
-
-
-def schedule_names() -> list[str]:
-    """Registered schedule names, sorted."""
-    return sorted(_REGISTRY)
-
-
-def schedules() -> list[Schedule]:
-    """Registered schedules in code order."""
-    return list(_REGISTRY.values())
-
-
-def chunked_default() -> "Schedule | None":
-    """The first registered chunked schedule (what ``vpp >= 2`` alone means)."""
-    return next((s for s in _REGISTRY.values() if s.chunked), None)
-
-
-def chunked_names() -> list[str]:
-    return [s.name for s in _REGISTRY.values() if s.chunked]
-
-
-def grouped_names() -> list[str]:
-    return [s.name for s in _REGISTRY.values() if s.uses_group]
-
-
-def resolve_name(name: str) -> str:
-    """``name`` or the schedule it is an alias of (unchanged when unknown)."""
-    for s in _REGISTRY.values():
-        if name in s.aliases:
-            return s.name
-    return name
-
-
-def get_schedule(name: str) -> Schedule:
-    """The schedule registered as ``name``; ``SpecError`` if there is none."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        raise SpecError("schedule", name,
-                        f"must be one of {', '.join(schedule_names())}") from None
-
-
-def schedule_code(name: str) -> int:
-    """Integer code of ``name`` in plan arrays (its registration order)."""
-    get_schedule(name)
-    return list(_REGISTRY).index(name)
-
-
-def schedule_of_code(code: int) -> Schedule:
-    return list(_REGISTRY.values())[int(code)]
-
-
-def head_rank(schedule: str, pp: int, vpp: int) -> int:
-    """Pipeline rank of the LM head and loss of a plan (``Schedule.ends``)."""
-    return int(get_schedule(schedule).ends(pp, vpp)[1])
-
-
-def attr_by_code(codes: Any, attr: str) -> np.ndarray:
-    """A constant attribute of each plan's schedule, looked up by code."""
-    table = np.array([getattr(s, attr) for s in _REGISTRY.values()])
-    return table[np.asarray(codes, dtype=np.int64)]
-
-
-def dispatch(codes: Any, method: str, *args: Any) -> np.ndarray:
-    """``schedule.method(*args)`` for each plan, by its schedule code: the arrays are
-    broadcast together and each schedule present sees only its own plans (float result)."""
-    arrs = np.broadcast_arrays(np.asarray(codes, dtype=np.int64), *(np.asarray(a) for a in args))
-    c, rest = arrs[0], arrs[1:]
-    out = np.zeros(c.shape)
-    for code in np.unique(c):
-        sel = c == code
-        out[sel] = getattr(schedule_of_code(code), method)(*(a[sel] for a in rest))
-    return out
-
-
-def check_common(stage: int, pp: int, num_microbatches: int) -> None:
-    """Validate the arguments every schedule shares."""
-    if pp < 1:
-        raise SpecError("pp", pp, "pipeline_parallel_size must be >= 1")
-    if not 0 <= stage < pp:
-        raise SpecError("stage", stage, f"must be in 0..{pp - 1} (pp={pp})")
-    if num_microbatches < 1:
-        raise SpecError("num_microbatches", num_microbatches, "must be >= 1")
-
-
-def warmup_steady_cooldown(forwards: Sequence[Step], backwards: Sequence[Step],
-                           num_warmup_microbatches: int) -> list[Step]:
-    """1F1B ordering: ``w`` forwards, then pairs ``F(w+k) B(k)``, then remaining backwards."""
-    w = num_warmup_microbatches
-    remaining = len(forwards) - w
-    steps = list(forwards[:w])
-    for k in range(remaining):
-        steps.append(forwards[w + k])
-        steps.append(backwards[k])
-    steps.extend(backwards[remaining:])
-    return steps

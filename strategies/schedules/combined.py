@@ -27,7 +27,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from strategies.schedules.base import Step, get_schedule
+from strategies.schedules.registry import get_schedule
+from strategies.schedules.step import Step
 
 def pair_exposed(t_comm: Any, fwd: Any, bwd: Any) -> Any:
     """Seconds one layer's expert communication adds to an overlapped pair: the forward's

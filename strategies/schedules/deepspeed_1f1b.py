@@ -38,7 +38,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import Step, register
+from strategies.schedules.registry import register
+from strategies.schedules.step import Step
 from strategies.schedules.exchanges import Boundary, add_exchange
 from strategies.schedules.one_f_one_b import OneFOneB
 

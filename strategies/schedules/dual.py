@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from strategies.schedules.base import Step
+from strategies.schedules.step import Step
 
 #: ``(kind, phase, k)`` -> the step of the ``k``-th pass of that kind in that phase
 Emit = Callable[[str, int, int], Step]

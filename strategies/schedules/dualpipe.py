@@ -27,8 +27,10 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, register)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import get_schedule, register
+from strategies.schedules.step import Step, check_common
+from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
 
 

@@ -25,7 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import Rule, Step, check_common, get_schedule, raise_first, register
+from strategies.schedules.registry import get_schedule, register
+from strategies.schedules.step import Step, check_common
+from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.dual import dual_order, span_excess, worst_rank_bubble
 from strategies.schedules.vshape import VShape
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from strategies.schedules.base import Step, get_schedule
+from strategies.schedules.registry import get_schedule
+from strategies.schedules.step import Step
 
 Msg = tuple[str, int, int]   # (direction "fwd"/"bwd", microbatch, chunk on this rank)
 

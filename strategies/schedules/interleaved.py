@@ -6,8 +6,10 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Rule, Schedule, Step, check_common, get_schedule,
-                                       raise_first, register, warmup_steady_cooldown)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import get_schedule, register
+from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
+from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
 from strategies.schedules.p2p_streams import overlapped_exposed
 

@@ -5,8 +5,9 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, register,
-                                       warmup_steady_cooldown)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import get_schedule, register
+from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
 
 

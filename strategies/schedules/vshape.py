@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import Rule, Schedule
+from strategies.schedules.base import Schedule
+from strategies.schedules.validity import Rule
 
 
 class VShape(Schedule):

@@ -46,7 +46,10 @@ from typing import Any
 import numpy as np
 
 from strategies.errors import SpecError
-from strategies.schedules.base import Schedule, Step, check_common, raise_first, register
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import register
+from strategies.schedules.step import Step, check_common
+from strategies.schedules.validity import raise_first
 
 
 @dataclass(frozen=True)

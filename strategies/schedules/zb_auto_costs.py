@@ -24,7 +24,7 @@ def job_times(job: Any) -> AutoTimes:
     from strategies.cost.stage import chunk_layers, chunk_sum, stage_costs
     from strategies.memory.activations import (chunk_layer_activation_bytes,
                                                wgrad_bytes_per_chunk)
-    from strategies.schedules.base import head_rank
+    from strategies.schedules.registry import head_rank
     p, sc = job.plan, stage_costs(job)
     head = head_rank(p.schedule, p.pp, p.vpp)
     f, b, w = [], [], []

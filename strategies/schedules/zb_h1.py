@@ -22,8 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.base import (Schedule, Step, check_common, get_schedule, raise_first,
-                                       register)
+from strategies.schedules.base import Schedule
+from strategies.schedules.registry import get_schedule, register
+from strategies.schedules.step import Step, check_common
+from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
 
 

@@ -93,7 +93,7 @@ def explain(pick: Plan, pick_s: float, best: Plan, best_s: float, tolerance: flo
 
 def batching_sentences(plan: Plan, fixed: Mapping[str, Any]) -> list[str]:
     """Sentences for the pipeline flushes and the micro-batch group the space chose for
-    ``plan`` (``space._fewest_flushes``, ``space._least_group``; none where ``--fix`` gave
+    ``plan`` (``fitting.fewest_flushes``, ``fitting.least_group``; none where ``--fix`` gave
     them or they are the defaults)."""
     out = []
     m = plan.gbs // (plan.mbs * plan.dp)

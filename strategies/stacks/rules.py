@@ -66,7 +66,7 @@ from strategies.errors import SpecError
 from strategies.plan import CP_COMMS, DISPATCHERS
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
-from strategies.schedules.base import Rule
+from strategies.schedules.validity import Rule
 
 if TYPE_CHECKING:
     from strategies.plan import Plan
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     """Every limit of stack ``fw`` as one list of validity rules ``(field, value, ok, why)``
-    (``strategies.schedules.base.Rule``), over ``v``: a ``PlanArrays`` (the search's mask,
+    (``strategies.schedules.validity.Rule``), over ``v``: a ``PlanArrays`` (the search's mask,
     ``ok`` arrays) or one plan's ``plan_view`` (``ok`` scalars). ``schedule`` and
     ``recompute`` are their integer codes. The one statement of each limit: the feature
     fields of ``FrameworkProfile`` and the module docstring give the sources."""

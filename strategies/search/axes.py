@@ -1,0 +1,150 @@
+"""The axes of the raw plan space: every ``(tp, pp, cp, dp)`` with the GPU count as product
+(``factorizations``) and each row's expert tensor parallelism (``with_etp``), the values of
+the other dimensions (``search_axes``: micro-batch sizes, ``(schedule, vpp)`` pairs, ``ep``,
+recomputation, SP, ZeRO and the switches ``--fix`` gives) and the ``(schedule, vpp)`` pairs
+the uneven layouts are proposed for (``layout_axis``)."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from strategies.cost.recompute import modules_mask
+from strategies.errors import SpecError
+from strategies.job import check_modules_against_model
+from strategies.model import ModelSpec
+from strategies.plan import DISPATCHERS, ROUTINGS
+from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.schedules import schedules
+from strategies.schedules.base import Schedule
+from strategies.search.fix_parse import MOE_KEYS
+from strategies.search.layouts import slot_vpps
+from strategies.search.options import SCHEDULE_SETS, SpaceOptions
+from strategies.search.plan_rows import SWITCH_DEFAULTS, SWITCH_KEYS
+from strategies.search.prune_rules import tp_divides_heads
+from strategies.stacks.profile import FrameworkProfile
+from topologies.cluster import Cluster
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def factorizations(n: int) -> np.ndarray:
+    """Every ``(tp, pp, cp, dp)`` with product ``n``, as rows."""
+    rows = [(t, p, c, n // (t * p * c)) for t in _divisors(n) for p in _divisors(n // t)
+            for c in _divisors(n // (t * p))]
+    return np.array(rows, dtype=np.int64)
+
+
+def with_etp(fac: np.ndarray, model: ModelSpec, fixed: Mapping[str, Any]) -> np.ndarray:
+    """``fac``'s rows with a fifth column, ``etp``: ``tp`` on a dense model (one row each, the
+    order kept); on a mixture of experts each row once per ``etp`` among the divisors of
+    ``tp`` that divide the expert width (Megatron-Core's ``expert_tensor_parallel_size``:
+    ``etp = 1`` keeps every expert whole on its rank, DeepSeek-V3's and Megatron-Bridge's
+    MoE recipes), ``etp = tp`` first, then the rest in descending order; ``--fix etp=`` keeps
+    that value only (the rule ``ep`` refuses it where the width does not allow it). A ``tp``
+    the ``tp_heads`` rule refuses keeps one row (``etp = tp``): the space does not grow by
+    plans pruned anyway."""
+    if not model.is_moe:
+        return np.column_stack([fac, fac[:, 0]])
+    rows = []
+    for r in fac.tolist():
+        tp = r[0]
+        if "etp" in fixed:
+            etps = [fixed["etp"]]
+        elif not tp_divides_heads(model, tp):
+            etps = [tp]
+        else:
+            etps = [tp] + [d for d in reversed(_divisors(tp))
+                           if d != tp and model.expert_ffn % d == 0]
+        rows += [r + [e] for e in etps]
+    return np.array(rows, dtype=np.int64).reshape(-1, 5)
+
+
+def solved_per_job(sched) -> bool:
+    """The schedule's order is solved for each job's times (``Schedule.for_job`` overridden:
+    ZB-1p/ZB-2p's heuristic), so scoring it over a space means a heuristic search per
+    ``(stage, pp, m)``: ``--schedules all`` leaves it out (minutes on a 1,024-GPU space);
+    ``--fix schedule=`` still searches it."""
+    return type(sched).for_job is not Schedule.for_job
+
+
+def search_axes(model: ModelSpec, cluster: Cluster, opts: SpaceOptions,
+                framework: FrameworkProfile | None = None) -> dict[str, list]:
+    fx = opts.fixed
+    mbs = [1 << i for i in range(0, 31) if (1 << i) <= opts.max_mbs]
+    if "mbs" in fx and fx["mbs"] not in mbs:
+        mbs.append(fx["mbs"])
+    # a schedule named by --fix schedule= gives the chunk counts it is searched with when
+    # fixed (Schedule.fixed_search_vpps: plannable schedules the default search leaves out)
+    # (``--schedules all``: every schedule so, the zero-bubble family and DualPipe(V) too;
+    # a named stack's list still limits them, the ``framework`` rule)
+    if opts.schedules not in SCHEDULE_SETS:
+        raise SpecError("--schedules", opts.schedules,
+                        f"must be one of {', '.join(SCHEDULE_SETS)}")
+    every = opts.schedules == "all"
+    sched = [(code, v) for code, sc in enumerate(schedules())
+             for v in (sc.fixed_search_vpps if fx.get("schedule") == sc.name
+                       or (every and not solved_per_job(sc))
+                       else sc.search_vpps)(model.num_layers, opts.max_vpp, fx.get("vpp"))]
+    if not model.is_moe:          # job.check_expert_plan's rule, before any plan is built
+        for k in MOE_KEYS:
+            if k != "etp" and k in fx and fx[k] != SWITCH_DEFAULTS[k]:
+                raise SpecError("--fix", f"{k}={fx[k]}", f"{k} applies to mixture-of-experts "
+                                f"layers; {model.name} is dense")
+    if "recompute_modules" in fx:  # job.check_modules_against_model's rule, before any plan
+        try:
+            check_modules_against_model(model, fx["recompute_modules"])
+        except SpecError as e:
+            raise SpecError("--fix", f"recompute_modules={e.value}", e.rule) from None
+    eps = _divisors(model.num_experts) if model.is_moe else [1]
+    if "ep" in fx and fx["ep"] not in eps:
+        eps.append(fx["ep"])
+    # op-level recompute (torchtitan's) only where the named stack runs it or --fix names it
+    rc = [0, 1, 2] + ([RECOMPUTE_CODE["op"]] if fx.get("recompute") == "op" or (
+        framework is not None and "op" in framework.recompute) else [])
+    ax = {"mbs": mbs, "sched": sched, "ep": eps, "rc": rc, "sp": [False, True],
+          "zero": [0, 1, 2, 3], "switches": _switch_columns(fx)}
+    if "recompute_modules" in fx:
+        ax["rcm"] = modules_mask(fx["recompute_modules"])
+    if "flushes" in fx:
+        ax["fl"] = fx["flushes"]
+    if "microbatch_group_size" in fx:
+        ax["mgs"] = fx["microbatch_group_size"]
+    if "dp_shard" in fx:
+        ax["dps"] = fx["dp_shard"]
+    return ax
+
+
+def layout_axis(model: ModelSpec, cluster: Cluster, ax: dict, opts: SpaceOptions
+                ) -> list[tuple[int, int]]:
+    """``(schedule code, vpp)`` pairs the uneven layouts are proposed for (``layouts``): the
+    ring schedules of the space's axis (not mirrored, the LM head on the last rank: those a
+    Megatron layout describes), with the chunked ones also at the chunk counts only a slot
+    layout fills; none on a mixed cluster (its stages are sized by ``uneven``)."""
+    if not cluster.uniform:
+        return []
+    out = []
+    for code, v in ax["sched"]:
+        sc = schedules()[code]
+        if sc.mirrored or int(sc.head_rank_array(4, v)) != 3 \
+                or sc.num_virtual_stages(4, v) != 4 * v:
+            continue
+        out.append((code, v))
+    extra = slot_vpps(model.num_layers, opts.max_vpp)
+    for code, sc in enumerate(schedules()):
+        if any(c == code and v >= 2 for c, v in out):
+            out += [(code, v) for v in extra if "vpp" not in opts.fixed
+                    or opts.fixed["vpp"] == v]
+    return out
+
+
+def _switch_columns(fixed: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``SWITCH_KEYS`` of ``fixed`` as short columns' values (``product._switches``)."""
+    out: dict[str, Any] = {}
+    for k, v in fixed.items():
+        if k in SWITCH_KEYS:
+            out[SWITCH_KEYS[k]] = (DISPATCHERS.index(v) if k == "moe_dispatcher" else
+                                   ROUTINGS.index(v) if k == "moe_routing" else v)
+    return out

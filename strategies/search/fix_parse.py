@@ -1,0 +1,123 @@
+"""``--fix``: the keys it takes (``FIX_KEYS``; ``MOE_KEYS`` the mixture-of-experts ones) and
+its text read into checked values (``parse_fix``), each value held to ``Plan``'s own rule."""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.errors import SpecError
+from strategies.plan import Plan, coerce, int_limit, parse_modules
+from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.schedules import get_schedule, schedule_names
+from strategies.schedules.registry import chunked_names, grouped_names
+from strategies.search.plan_rows import SWITCH_KEYS
+from topologies.limits import check_int, parse_int_text
+
+#: the mixture-of-experts fields: a dense model refuses them (``job.check_expert_plan``)
+MOE_KEYS = ("etp", "moe_dispatcher", "ep_overlap", "delay_wgrad", "moe_routing",
+            "moe_imbalance", "moe_capacity_factor", "moe_pad_to_capacity")
+FIX_KEYS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "schedule", "vpp", "recompute",
+            "recompute_modules", "sp", "zero", "flushes", "microbatch_group_size", "dp_shard",
+            *SWITCH_KEYS)
+
+
+def parse_fix(text: str | None) -> dict[str, Any]:
+    """``--fix tp=8,schedule=1f1b`` -> checked values (``schedule=interleaved:3`` sets vpp).
+
+    >>> parse_fix("tp=8,schedule=interleaved:3,sp=true")
+    {'tp': 8, 'schedule': 'interleaved', 'vpp': 3, 'sp': True}
+    """
+    if not text:
+        return {}
+    out: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in str(text).split(","))):
+        key, eq, value = item.partition("=")
+        key, value = key.strip().lower(), value.strip().lower()
+        if not eq or key not in FIX_KEYS:
+            raise SpecError("--fix", item, f"each item must be key=value with key one of "
+                            f"{', '.join(FIX_KEYS)}")
+        if key in out:
+            raise SpecError("--fix", key, "key given twice")
+        if key == "schedule":
+            name, _, vpp = value.partition(":")
+            if name not in schedule_names():
+                raise SpecError("--fix", item, f"schedule must be one of "
+                                f"{', '.join(schedule_names())}")
+            out[key] = name
+            if vpp:
+                out["vpp"] = _fix_int("vpp", vpp)
+        elif key == "recompute":
+            if value not in RECOMPUTE_CODE:
+                raise SpecError("--fix", item, f"recompute must be one of "
+                                f"{', '.join(RECOMPUTE_CODE)}")
+            out[key] = value
+        elif key == "recompute_modules":
+            out[key] = _fix_modules(value)
+        elif key == "sp":
+            if value not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+                raise SpecError("--fix", item, "sp must be true or false")
+            out[key] = value in ("true", "1", "on", "yes")
+        elif key in SWITCH_KEYS:
+            out[key] = _fix_switch(key, value)
+        else:
+            out[key] = _fix_int(key, value)
+            if key == "zero" and out[key] > 3:
+                raise SpecError("--fix", item, "zero must be 0, 1, 2 or 3")
+    if "microbatch_group_size" in out and "schedule" in out and \
+            not get_schedule(out["schedule"]).uses_group:
+        raise SpecError("--fix", f"microbatch_group_size={out['microbatch_group_size']}",
+                        f"only applies to schedule={' or '.join(grouped_names())}, not "
+                        f"{out['schedule']}")
+    if "recompute_modules" in out and out.get("recompute", "selective") != "selective":
+        raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
+                        "needs recompute=selective (Megatron's --recompute-granularity "
+                        f"selective), not recompute={out['recompute']}")
+    if out.get("moe_pad_to_capacity"):    # Plan's rule between the fields (_check_pad_to_capacity)
+        try:
+            Plan(moe_pad_to_capacity=True, moe_capacity_factor=out.get("moe_capacity_factor"),
+                 moe_dispatcher=out.get("moe_dispatcher", "alltoall"))
+        except SpecError as e:
+            raise SpecError("--fix", "moe_pad_to_capacity=true", e.rule) from None
+    chunked = chunked_names()
+    if out.get("vpp", 1) >= 2 and chunked and \
+            not get_schedule(out.setdefault("schedule", chunked[0])).chunked:
+        raise SpecError("--fix", f"vpp={out['vpp']}",
+                        f"vpp >= 2 needs schedule={' or '.join(chunked)}")
+    return out
+
+
+def _fix_switch(key: str, value: str) -> Any:
+    """A ``SWITCH_KEYS`` value, coerced and checked by ``Plan`` itself (one rule: the field,
+    the value and the rule ``Plan`` states, e.g. ``moe_dispatcher`` one of
+    ``plan.DISPATCHERS``)."""
+    try:
+        v = coerce(key, value)
+        # (padding's need of a capacity factor is a rule between fields: parse_fix's)
+        Plan(**{key: v}, **({"moe_capacity_factor": 1.0} if key == "moe_pad_to_capacity"
+                            else {}))
+    except SpecError as e:
+        raise SpecError("--fix", f"{key}={value}", f"{key} {e.rule}") from None
+    return v
+
+
+def _fix_modules(value: str) -> tuple[str, ...]:
+    """``recompute_modules=core_attn+mlp`` (``+`` or ``/`` between names: ``,`` separates
+    ``--fix`` items): the names checked by ``Plan`` (known, at least one), in ``MODULES``
+    order as ``plan_key`` writes them. Only selective plans carry them (``fixed_mask``)."""
+    try:
+        return Plan(recompute="selective", recompute_modules=parse_modules(value)
+                    ).recompute_modules
+    except SpecError as e:
+        raise SpecError("--fix", f"recompute_modules={e.value}",
+                        f"recompute_modules {e.rule}") from None
+
+
+def _fix_int(key: str, value: str) -> int:
+    """An integer ``--fix`` value, read as ``Plan`` reads it (ASCII digits only,
+    ``limits.parse_int_text``) and held to the plan's own range for that field
+    (``plan.int_limit``; ``zero`` 0-3 is checked by the caller)."""
+    try:
+        v = parse_int_text(key, value)
+        check_int(key, v, 0 if key == "zero" else 1, int_limit(key))
+    except SpecError as e:
+        raise SpecError("--fix", f"{key}={value}", e.rule) from None
+    return v

@@ -1,0 +1,163 @@
+"""The rules that prune the plan space, in the order they are applied (``RULES``), as masks
+over the columns: ``row_rules`` (up to the batch rule), ``framework_ok`` (the named stack),
+``schedule_ok`` (the schedule's own rules and the flushes') and ``pipeline_bubble`` (the
+closed-form bubble the ``bubble`` rule bounds); the memory rule and ZeRO-2's dominance are
+``space.enumerate_space``'s."""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from strategies.cost.recompute import modules_mask
+from strategies.flushes import flush_rules
+from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
+from strategies.job import expert_plan_ok
+from strategies.model import ModelSpec
+from strategies.plan import expert_shard_whole
+from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
+from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
+from strategies.schedules.validity import all_ok
+from strategies.search.options import SpaceOptions
+from strategies.search.plan_rows import SWITCH_KEYS
+from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.rules import ep_overlap_rules, stack_mask
+from topologies.cluster import Cluster
+from topologies.cluster.nvlink_domain import fits_nvlink_domain
+
+#: (reason key, what it means), in the order the rules are applied.
+RULES: tuple[tuple[str, str], ...] = (
+    ("fixed", "differs from a dimension fixed with --fix"),
+    ("tp_heads", "tp does not divide the attention heads or the KV heads"),
+    ("pp_layers", "pp does not divide the layers"),
+    ("cp_seq", "2*cp does not divide the sequence length"),
+    ("ep", "ep needs an MoE model and must divide the experts; etp must divide the expert "
+           "width and etp*ep the tp*cp*dp ranks of a stage; ep_overlap's own rules"),
+    ("tp_cross_node", "tp spans NVLink domains (allow with --allow-cross-node-tp)"),
+    ("sp_seq", "sequence parallelism needs tp*cp to divide the sequence length"),
+    ("zero3_pp", "ZeRO-3 is not combined with pipeline parallelism"),
+    ("framework", "the named software stack (--framework) cannot run it"),
+    ("redundant", "same as a simpler plan (SP with tp=1, ZeRO with no data parallelism, "
+                  "a schedule with pp=1, selective recompute with FlashAttention, which "
+                  "already recomputes the attention scores)"),
+    ("batch", "global batch is not a multiple of mbs*dp"),
+    ("schedule", "pp*vpp does not divide the layers, or the schedule's own rules refuse the "
+                 "plan (interleaving: pp>=2 and a multiple of pp micro-batches)"),
+    ("bubble", "the schedule's closed-form pipeline bubble (pp-1)/(vpp*m) above the maximum"),
+    ("memory", "peak memory above the limit"),
+    ("zero2_dominated", "ZeRO-2 where the same plan with ZeRO-1 fits and the estimate ranks it "
+                        "at least as fast (ZeRO-2 reduce-scatters every micro-batch's "
+                        "gradients, ZeRO-1 once per step; ZeRO-2 wins where those hide under "
+                        "the step's backwards, its passes stream a gradient shard, or its "
+                        "memory spares recomputation)"),
+)
+
+
+def tp_divides_heads(model: ModelSpec, tp):
+    """The ``tp_heads`` rule: ``tp`` divides the attention heads and the KV heads.
+    Vectorised."""
+    return (model.num_attention_heads % tp == 0) & (model.kv_heads % tp == 0)
+
+
+def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray:
+    ok = np.ones(len(c["tp"]), dtype=bool)
+    for k, v in fixed.items():
+        if k in SWITCH_KEYS:        # carried by every row (``product._switches``)
+            continue
+        if k == "recompute_modules":      # the modules of a selective plan (``product._grid``)
+            ok &= c["rc"] == RECOMPUTE_CODE["selective"]
+        elif k == "flushes":              # carried by every row (``product._grid``)
+            continue
+        elif k == "microbatch_group_size":    # a schedule that takes a group (``product._grid``)
+            ok &= c["mgs"] == int(v)
+        elif k == "dp_shard":     # the rows ``Plan`` takes it on (``plan._check_dp_shard``)
+            flat = c["dp"] == int(v)
+            ok &= (c["dp"] % int(v) == 0) & (flat | (
+                (c["zero"] >= 1) & (int(v) * c["cp"] >= 2)
+                & ((c["ep"] == 1) | expert_shard_whole(c["tp"], c["cp"], int(v), c["ep"],
+                                                       c["etp"]))))
+        elif k == "schedule":
+            ok &= c["sched"] == schedule_code(v)
+        elif k == "recompute":
+            ok &= c["rc"] == RECOMPUTE_CODE[v]
+        else:
+            ok &= c[k] == (bool(v) if k == "sp" else int(v))
+    return ok
+
+
+def framework_ok(c: dict[str, np.ndarray], fw: FrameworkProfile | None) -> np.ndarray:
+    """What stack ``fw`` can run: ``strategies.stacks.rules.stack_mask``, the rule list
+    ``plan_violations`` reads for one plan; every plan when no stack is named."""
+    return stack_mask(fw, c)
+
+
+def row_rules(model: ModelSpec, cluster: Cluster, opts: SpaceOptions):
+    """``(reason, columns -> ok-mask)`` in ``RULES`` order, up to the batch rule."""
+    s, L, G = model.seq_length, model.num_layers, cluster.nvlink_domain_size
+
+    def ep_ok(c):
+        ok = expert_plan_ok(model, c["tp"], c["cp"], c["dp"], c["ep"], c["etp"])
+        if "epo" in c or "dw" in c:     # the combined 1F1B's own limits, whatever stack runs
+            # it (make_job)
+            P = PlanArrays.from_columns(c)
+            for _, _, rule_ok, _ in ep_overlap_rules(DEFAULT_FRAMEWORK, P):
+                ok = ok & np.broadcast_to(rule_ok, ok.shape)
+        return ok
+
+    def cross(c):
+        tp = c["tp"]
+        return fits_nvlink_domain(cluster, tp) | (opts.allow_cross_node_tp & (tp % G == 0))
+
+    default = schedule_code(DEFAULT_SCHEDULE)
+
+    core = modules_mask(("core_attn",))
+
+    def redundant(c):
+        # selective recompute of core_attn alone (the default modules) with FlashAttention
+        scores_only = (c["rcm"] == 0) | (c["rcm"] == core) if "rcm" in c else True
+        return ~(c["sp"] & (c["tp"] == 1)) & ~((c["zero"] > 0) & (c["dp"] * c["cp"] == 1)) \
+            & ~((c["pp"] == 1) & (c["sched"] != default)) \
+            & ~((c["rc"] == 1) & c["flash"] & scores_only)
+
+    return (
+        ("fixed", lambda c: fixed_mask(c, opts.fixed)),
+        ("tp_heads", lambda c: tp_divides_heads(model, c["tp"])),
+        ("pp_layers", lambda c: (L % c["pp"] == 0) | uneven_rows(c)),
+        ("cp_seq", lambda c: (c["cp"] == 1) | (s % (2 * c["cp"]) == 0)),
+        ("ep", ep_ok),
+        ("tp_cross_node", cross),
+        ("sp_seq", lambda c: ~c["sp"] | (s % (c["tp"] * c["cp"]) == 0)),
+        ("zero3_pp", lambda c: (c["zero"] < 3) | (c["pp"] == 1)),
+        ("redundant", redundant),
+        ("batch", lambda c: c["gbs"] % (c["mbs"] * c["dp"]) == 0),
+    )
+
+
+def schedule_ok(c: dict[str, np.ndarray], L: int) -> np.ndarray:
+    """pp*vpp divides the layers, the flushes divide the micro-batches (``flushes.
+    flush_rules``, the rule ``make_job`` raises) and each plan's schedule accepts one flush's
+    micro-batches (``Schedule.valid``; a named micro-batch group: the schedule's ``rules``
+    with it, as ``make_job`` checks them)."""
+    pp, v = c["pp"], c["vpp"]
+    m = c["gbs"] // (c["mbs"] * c["dp"])
+    k = c.get("fl", np.ones_like(pp))
+    ok = ((L % (pp * v) == 0) | uneven_rows(c)) & all_ok(flush_rules(pp, m, k))
+    m = m // np.maximum(k, 1)
+    g = c.get("mgs", np.zeros_like(pp))
+    valid = dispatch(c["sched"], "valid", pp, m, v) > 0
+    for code in np.unique(c["sched"][g > 0]).tolist():
+        sel = (g > 0) & (c["sched"] == code)
+        valid[sel] = np.broadcast_to(all_ok(schedule_of_code(code).rules(
+            pp[sel], m[sel], v[sel], g[sel])), (int(sel.sum()),))
+    return ok & valid
+
+
+def pipeline_bubble(c: dict[str, np.ndarray]) -> np.ndarray:
+    """The schedule's closed-form bubble fraction of one pipeline flush (``bubble`` rule)."""
+    m = c["gbs"] // (c["mbs"] * c["dp"] * c["fl"])
+    return dispatch(c["sched"], "bubble_fraction", c["pp"], m, c["vpp"])
+
+
+def uneven_rows(c: dict[str, np.ndarray]) -> np.ndarray:
+    """Rows that carry an uneven layout (``strategies.search.layouts``)."""
+    return (c["lf"] > 0) | (c["ll"] > 0) | c["acc"]
