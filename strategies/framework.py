@@ -37,6 +37,6 @@ def get_profile(name: str | FrameworkProfile | None) -> FrameworkProfile:
         if base in PROFILES:
             return compiled(PROFILES[base])
     if key not in PROFILES:
-        raise SpecError("framework", name, f"unknown framework; known: {', '.join(PROFILES)} "
-                        f"(aliases: {', '.join(ALIASES)})")
+        raise SpecError("framework", name, f"unknown framework; known: {', '.join(PROFILES)}, "
+                        f"{TORCHTITAN_COMPILE.name} (aliases: {', '.join(ALIASES)})")
     return PROFILES[key]

@@ -448,7 +448,7 @@ def load_model_arg(text: str) -> ModelSpec:
         text = os.path.join(text, "config.json")
     if not text.lower().endswith((".json", ".yaml", ".yml")) and os.path.sep not in text:
         return model_preset(text)
-    data = load_mapping_file(text, "model")
+    data = load_mapping_file(text, "model", "model")
     stem = os.path.splitext(os.path.basename(text))[0]
     if isinstance(data, Mapping) and "model_type" in data:
         if stem == "config":

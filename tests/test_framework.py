@@ -100,8 +100,21 @@ def test_aliases_and_unknown_names():
     for alias, name in ALIASES.items():
         assert get_profile(alias) is PROFILES[name]
     assert get_profile(" TorchTitan ") is TORCHTITAN
-    with pytest.raises(SpecError, match="known: megatron-core, .*torchtitan"):
+    with pytest.raises(SpecError, match="known: megatron-core, .*torchtitan") as e:
         get_profile("paddle")
+    assert "torchtitan-compile" in str(e.value)    # the variant a name resolves to is listed
+
+
+def test_help_lists_every_stack_and_dtype_a_command_takes(capsys):
+    """``--framework`` and ``--dtype`` help named neither torchtitan-compile nor fp8-blockwise
+    (the DeepSeek-V3 report's --framework hai-llm --dtype fp8-blockwise), which both run."""
+    import re
+    from simulator.cli.main import main
+    from strategies.job import DTYPES
+    assert main(["estimate", "--help"]) == 0
+    text = re.sub(r"\s+", " ", capsys.readouterr().out).replace("- ", "-")
+    for name in (*PROFILES, "torchtitan-compile", *DTYPES):
+        assert name in text, name
 
 
 @pytest.mark.parametrize("name", list(PROFILES))

@@ -155,6 +155,39 @@ def test_deepspeed_export_follows_the_layout_rules():
         deepspeed_config(bad)
 
 
+def test_megatron_deepspeed_export_gives_megatron_tp_with_pipelining():
+    """--framework megatron-deepspeed --export deepspeed on BLOOM's plan (tp 4, pp 12, ZeRO-1,
+    full recomputation): Megatron's tensor parallelism as pretrain_gpt.py arguments beside
+    the config, no AutoTP key; with no stack named the same plan is DeepSpeed's AutoTP, which
+    its pipeline engine does not take, and the refusal names the stack that runs it."""
+    import json
+    from strategies.job import make_job
+    from strategies.launch import deepspeed_config
+    m, cl = model_preset("bloom-176b"), cluster_preset("dgx-a100", 48)
+    plan = Plan(tp=4, pp=12, dp=8, mbs=2, gbs=2048, zero=1, recompute="full", flash_attn=False,
+                account_embedding=True, account_loss=True)   # 70 layers + 2 slots over 12
+    text, notes = deepspeed_config(make_job(m, cl, plan, framework="megatron-deepspeed"))
+    cfg = json.loads(text)
+    assert "tensor_parallel" not in cfg and cfg["zero_optimization"]["stage"] == 1
+    assert cfg["train_micro_batch_size_per_gpu"] == 2 and cfg["train_batch_size"] == 2048
+    (line,) = [n for n in notes if n.startswith("Megatron-DeepSpeed")]
+    for arg in ("--nnodes 48", "--tensor-model-parallel-size 4",
+                "--pipeline-model-parallel-size 12", "--micro-batch-size 2",
+                "--global-batch-size 2048", "--bf16", "--recompute-num-layers 1",
+                "--deepspeed-activation-checkpointing", "--deepspeed_config ds_config.json",
+                "--zero-stage 1"):
+        assert arg in line, arg
+    assert "--no-pipeline-parallel" not in line
+    assert not any("PipelineModule(..., num_stages" in n for n in notes)
+    z3 = replace(plan, pp=1, dp=96, gbs=1920, zero=3, recompute="none", account_embedding=False,
+                 account_loss=False)   # ZeRO-3: DeepSpeed's plain engine, not the pipeline
+    _, notes = deepspeed_config(make_job(m, cl, z3, framework="megatron-deepspeed"))
+    assert any("--no-pipeline-parallel" in n and "--zero-stage 3" in n for n in notes)
+    with pytest.raises(SpecError, match="AutoTP does not combine.*--framework megatron-"
+                                        "deepspeed.*use --export megatron"):
+        deepspeed_config(make_job(m, cl, plan))
+
+
 def test_mixed_cluster_search_gives_per_rank_counts_only_where_the_stack_can():
     """On a mixed cluster the search sizes stages to their GPUs (``layers_per_stage``): under
     torchtitan (module_fqns_per_model_part) such variants are offered, under

@@ -341,4 +341,4 @@ def load_gpu_profile(path: str, base_dir: str | None = None) -> GpuProfile:
     if base_dir and not os.path.isabs(path):
         path = os.path.join(base_dir, path)
     path = os.path.abspath(path)
-    return profile_from_mapping(load_mapping_file(path, "gpu.profile"), path)
+    return profile_from_mapping(load_mapping_file(path, "gpu.profile", "GPU profile"), path)

@@ -113,9 +113,16 @@ def _one_line(e: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def load_mapping_file(path: str, field: str) -> Any:
-    """Parse a YAML or JSON file with safe loaders; refuse files over 4 MiB."""
+def load_mapping_file(path: str, field: str, what: str | None = None) -> Any:
+    """Parse a YAML or JSON file with safe loaders; refuse files over 4 MiB. ``what`` (a
+    cluster, a model ...): the file must hold a mapping, else a SpecError on ``field`` naming
+    the file and what it holds (an empty file, a list)."""
     text = _read_text(path, field)
     if path.lower().endswith(".json"):
-        return loads_json(text, field, path)
-    return loads_yaml(text, field, path)
+        data = loads_json(text, field, path)
+    else:
+        data = loads_yaml(text, field, path)
+    if what is not None and not isinstance(data, dict):
+        held = "nothing (an empty file)" if data is None else f"a {type(data).__name__}"
+        raise SpecError(field, path, f"a {what} file must hold a mapping of keys, not {held}")
+    return data

@@ -12,6 +12,7 @@ from typing import Any, Iterable, Sequence
 from strategies.errors import SpecError
 from strategies.hf_config import load_model_arg
 from strategies.framework import PROFILES, get_profile
+from strategies.stacks.variants import TORCHTITAN_COMPILE
 from strategies.stacks.profile import FrameworkProfile
 from strategies.job import DTYPES, Job, make_job
 from strategies.model import ModelSpec
@@ -95,10 +96,13 @@ def add_model_cluster(p: argparse.ArgumentParser, required: bool = True,
                    help="sequences per step, where the plan does not give gbs"
                    + (f" (default {global_batch_default})" if global_batch_default else ""))
     p.add_argument("--dtype", default="bf16", action=Once, metavar="D",
-                   help="bf16 (default), fp16, fp8 (= fp8-delayed), fp8-current, mxfp8, "
-                   "nvfp4 (docs/clusters.md, Precisions)")
+                   help="bf16 (default), fp16, fp8 (= fp8-delayed), "
+                   + ", ".join(d for d in DTYPES if d not in ("bf16", "fp16", "fp8",
+                                                               "fp8-delayed"))
+                   + " (docs/clusters.md, Precisions)")
     p.add_argument("--framework", default=None, action=Once, metavar="NAME",
                    help="the software stack that will run the job: " + ", ".join(PROFILES)
+                   + f", {TORCHTITAN_COMPILE.name} (torchtitan under torch.compile)"
                    + " (default: Megatron-Core's costs, no stack's limits); "
                    "`paraplan presets` describes each")
     f = p.add_argument_group("faults (docs/faults.md)")

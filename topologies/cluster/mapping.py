@@ -69,7 +69,7 @@ def cluster_from_mapping(d: Mapping[str, Any], base_dir: str | None = None) -> C
 def load_cluster_file(path: str) -> Cluster:
     """The cluster of a YAML or JSON file (``topologies.yaml_io``'s safe loading); relative GPU
     profile paths in it start from the file's folder."""
-    return cluster_from_mapping(load_mapping_file(path, "cluster"),
+    return cluster_from_mapping(load_mapping_file(path, "cluster", "cluster"),
                                 os.path.dirname(os.path.abspath(path)))
 
 
