@@ -16,6 +16,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from simulator.workers import stop_on_signals
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = ROOT / "docs" / "reports"
 
@@ -113,11 +115,18 @@ class ReportWriter:
         self._pending = []
 
     def __enter__(self) -> "ReportWriter":
+        # SIGINT, SIGTERM and SIGHUP raise ``Stopped`` inside the block: the running
+        # ``paraplan`` child is killed by ``subprocess.run`` and the temporary files removed.
+        self._signals = stop_on_signals()
+        self._signals.__enter__()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None:
-            self.abort()
+        try:
+            if exc_type is not None:
+                self.abort()
+        finally:
+            self._signals.__exit__(None, None, None)
 
 
 def fmt(v: float | None, digits: int = 2, unit: str = "") -> str:

@@ -110,6 +110,38 @@ def _summary(name: str, part: dict[str, Any]) -> str:
             f"{fmt(part['mean_error_pct'], 2, ' %')}, worst {fmt(part['max_abs_error_pct'], 1, ' %')}")
 
 
+def render_stacks(out: dict[str, Any], also: list[dict[str, Any]]) -> str:
+    """MAPE per software stack (``paraplan validate``'s ``frameworks``): the shipped
+    reference's every tier, then the held-out files together (analytic; each run under the
+    stack its source names, ``--framework``)."""
+    held: dict[str, list[float]] = {}
+    for o in also:
+        for r in o["cases"]:
+            if r.get("framework") and r["analytic_error_pct"] is not None:
+                held.setdefault(r["framework"], []).append(r["analytic_error_pct"])
+
+    def cells(errs: list[float]) -> list[Any]:
+        if not errs:
+            return [0, "-", "-", "-"]
+        a = [abs(e) for e in errs]
+        return [len(errs), fmt(sum(a) / len(a), 1, " %"), fmt(sum(errs) / len(errs), 1, " %"),
+                fmt(max(a), 1, " %")]
+    names = sorted(set(out["frameworks"]) | set(held))
+    rows = []
+    for n in names:
+        s = out["frameworks"].get(n, {}).get("analytic")
+        pub = ([s["cases"], fmt(s["mape_pct"], 1, " %"), fmt(s["mean_error_pct"], 1, " %"),
+                fmt(s["max_abs_error_pct"], 1, " %")] if s and s["cases"] else [0, "-", "-", "-"])
+        rows.append([f"`{n}`", *pub, *cells(held.get(n, []))])
+    return "\n".join(["", "## Per software stack (analytic)", "",
+                      f"`paraplan validate --tiers all --no-sim` on `{out['reference']}` "
+                      "(every tier) and the held-out references below, per framework profile "
+                      "(`--framework`: the stack each run's source names). Signed errors: "
+                      "negative means predicted faster than measured.", "",
+                      md_table(["framework", "published runs", "MAPE", "mean", "worst",
+                                "held-out runs", "MAPE", "mean", "worst"], rows), ""])
+
+
 def render_also(outs: list[dict[str, Any]], simulated: bool = True) -> str:
     """The held-out references: MAPE per model and per cluster (analytic, and simulated when
     ``simulated``), then every run."""
@@ -221,9 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         also = [paraplan(["validate", "--reference", f,
                           *((["--jobs", str(a.jobs)] if a.jobs else []) if held_out_sim
                             else ["--no-sim"])]) for f in a.also]
-        w.json(f"{NAME}.json", {**out, "also": also})
+        stacks = paraplan(["validate", "--tiers", "all", "--no-sim",
+                           *(["--reference", a.reference] if a.reference else [])])
+        w.json(f"{NAME}.json", {**out, "also": also, "stacks_all_tiers": stacks["frameworks"]})
         w.text(f"{NAME}.md", render(out, this_command("report_validation.py", argv),
-                                    " ".join(shown)) + render_also(also, held_out_sim)
+                                    " ".join(shown)) + render_stacks(stacks, also)
+               + render_also(also, held_out_sim)
                + render_memory([out, *also]))
         for f in w.commit():
             print(f"wrote {rel(f)}")

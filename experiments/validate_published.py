@@ -103,8 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", action="store_true", help="markdown tables")
     a = ap.parse_args(argv)
     cases = load_cases(tiers=parse_tiers(a.tiers))
-    frameworks = {c.id: (c.job.framework.name if c.job is not None else "-") for c in cases}
     rows = validate_cases(cases, simulate=not a.no_sim, jobs=a.jobs or default_jobs())
+    frameworks = {r["id"]: r.get("framework") or "-" for r in rows}
     print(render(rows, frameworks, a.markdown))
     return 0
 

@@ -159,6 +159,44 @@ def test_report_writer_is_all_or_nothing(tmp_path):
     assert (tmp_path / "a.md").read_text() == "new\n"
 
 
+def test_report_writer_stopped_by_sigterm_leaves_nothing(tmp_path):
+    """SIGTERM while a report waits on a child: the child is killed, the old report stays
+    whole, no temporary file is left (the report scripts' stop rule)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    (tmp_path / "a.md").write_text("old")
+    pid_file = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys\n"
+        "from experiments._report import ReportWriter\n"
+        f"with ReportWriter({str(tmp_path)!r}) as w:\n"
+        "    w.text('a.md', 'new')\n"
+        "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"    open({str(pid_file)!r}, 'w').write(str(p.pid))\n"
+        "    try:\n"
+        "        p.wait()\n"
+        "    finally:\n"
+        "        p.kill(); p.wait()\n"
+        "    w.commit()\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    time.sleep(0.2)
+    with pytest.raises(ProcessLookupError):
+        os.kill(child, 0)
+    assert (tmp_path / "a.md").read_text() == "old"
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".")]
+
+
 def test_md_table_escapes_pipes():
     t = md_table(["a", "b"], [["x|y", 1]])
     assert "x\\|y" in t and t.count("\n") == 2

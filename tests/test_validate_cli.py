@@ -163,3 +163,35 @@ def test_extension_keeps_the_job_but_the_batch():
     short = with_microbatches(job, 8)
     assert short.num_microbatches == 8
     assert replace(short.plan, gbs=32) == job.plan
+
+
+def test_validate_per_framework_summary():
+    """``summarize``'s ``frameworks``: each stack's rows, the counts adding up to the whole,
+    and each stack's MAPE the mean absolute error of its own rows."""
+    from simulator.studies.validate import by_framework, summarize
+    rows = [{"framework": "a", "analytic_error_pct": -10.0, "simulated_error_pct": 2.0,
+             "memory_error_pct": None, "plan": "p"},
+            {"framework": "a", "analytic_error_pct": 4.0, "simulated_error_pct": None,
+             "memory_error_pct": None, "plan": "p"},
+            {"framework": "b", "analytic_error_pct": 1.0, "simulated_error_pct": -3.0,
+             "memory_error_pct": None, "plan": "p"},
+            {"framework": None, "analytic_error_pct": None, "simulated_error_pct": None,
+             "memory_error_pct": None, "plan": None}]
+    s = by_framework(rows)
+    assert list(s) == ["a", "b"]
+    assert s["a"]["analytic"] == {"mape_pct": 7.0, "cases": 2, "max_abs_error_pct": 10.0,
+                                  "mean_error_pct": -3.0}
+    assert s["a"]["simulated"]["cases"] == 1 and s["b"]["simulated"]["mape_pct"] == 3.0
+    out = summarize(rows)
+    assert sum(v["analytic"]["cases"] for v in out["frameworks"].values()) \
+        == out["analytic"]["cases"] == 3
+    assert by_framework(rows, simulate=False)["a"]["simulated"]["cases"] == 0
+
+
+def test_validate_prints_per_framework_table(capsys):
+    from simulator.cli.main import main
+    assert main(["validate", "--tiers", "all", "--no-sim"]) == 0
+    text = capsys.readouterr().out
+    assert "per software stack (--framework)" in text
+    for name in ("megatron-lm-2021", "pytorch-eager", "nemo"):
+        assert any(line.startswith(name + " ") for line in text.splitlines())

@@ -108,6 +108,10 @@ def _err(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f} %"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f} %"
+
+
 def _sec(v: float | None) -> str:
     return "-" if v is None else f"{v:.3f}"
 
@@ -145,6 +149,20 @@ def render(out: dict, verbose: bool = False) -> str:
         lines.append(f"{name:<9}  MAPE {part['mape_pct']:.2f} % over {part['cases']} runs "
                      f"(mean signed {part['mean_error_pct']:+.2f} %, worst "
                      f"{part['max_abs_error_pct']:.1f} %)")
+    stacks = out.get("frameworks") or {}
+    if len(stacks) > 1:
+        lines.append("")
+        lines.append("per software stack (--framework), signed errors:")
+        lines.append(table(["framework", "runs", "analytic MAPE", "mean", "worst",
+                            "simulated MAPE", "mean", "worst"],
+                           [[name, s["analytic"]["cases"], _pct(s["analytic"]["mape_pct"]),
+                             _err(s["analytic"]["mean_error_pct"]),
+                             _pct(s["analytic"]["max_abs_error_pct"]),
+                             _pct(s["simulated"]["mape_pct"]),
+                             _err(s["simulated"]["mean_error_pct"]),
+                             _pct(s["simulated"]["max_abs_error_pct"])]
+                            for name, s in stacks.items()], align="lr" + "r" * 6))
+        lines.append("")
     part = out.get("memory") or {}
     if part.get("mape_pct") is not None:
         lines.append(f"{'memory':<9}  MAPE {part['mape_pct']:.2f} % over {part['cases']} runs "

@@ -101,6 +101,7 @@ def evaluate_case(case: Case, simulate: bool = True, exact: bool = False) -> dic
     est = estimate(job)
     row.update(plan=job.plan.short(), gpus=job.cluster.num_gpus,
                cluster=job.cluster.name, model=job.model.name, dtype=job.dtype,
+               framework=job.framework.name,
                num_microbatches=job.num_microbatches,
                analytic_step_time_s=est.step_time_s,
                analytic_error_pct=_pct(est.step_time_s, case.measured_step_s))
@@ -169,20 +170,39 @@ def mape(errors_pct: Iterable[float | None]) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
+def error_summary(rows: Sequence[dict[str, Any]], key: str) -> dict[str, Any]:
+    """``mape_pct``, ``cases``, ``max_abs_error_pct`` and ``mean_error_pct`` of the rows'
+    ``key`` (a signed error, %), None where no row has one."""
+    errs = [r[key] for r in rows if r.get(key) is not None]
+    return {"mape_pct": mape(errs), "cases": len(errs),
+            "max_abs_error_pct": max((abs(e) for e in errs), default=None),
+            "mean_error_pct": sum(errs) / len(errs) if errs else None}
+
+
+def by_framework(rows: Sequence[dict[str, Any]], simulate: bool = True
+                 ) -> dict[str, dict[str, Any]]:
+    """Per software stack (the case's framework profile, sorted by name): ``analytic`` and
+    ``simulated`` error summaries (``error_summary``) of the rows that have a plan."""
+    names = sorted({r["framework"] for r in rows if r.get("framework")})
+    out = {}
+    for name in names:
+        rs = [r for r in rows if r.get("framework") == name]
+        out[name] = {"analytic": error_summary(rs, "analytic_error_pct"),
+                     "simulated": error_summary(rs, "simulated_error_pct") if simulate
+                     else error_summary((), "simulated_error_pct")}
+    return out
+
+
 def summarize(rows: Sequence[dict[str, Any]], simulate: bool = True) -> dict[str, Any]:
     """The JSON of ``paraplan validate``: ``analytic`` and ``simulated`` (each with
     ``mape_pct``, ``cases`` counted and ``max_abs_error_pct``), ``memory`` (the same over the
-    rows that print a peak memory, ``memory_error_pct``; ``mape_pct`` None where none does)
-    and ``cases`` (the rows)."""
-    def part(key: str) -> dict[str, Any]:
-        errs = [r[key] for r in rows if r.get(key) is not None]
-        return {"mape_pct": mape(errs), "cases": len(errs),
-                "max_abs_error_pct": max((abs(e) for e in errs), default=None),
-                "mean_error_pct": sum(errs) / len(errs) if errs else None}
-    return {"analytic": part("analytic_error_pct"),
-            "simulated": part("simulated_error_pct") if simulate else
-            {"mape_pct": None, "cases": 0, "max_abs_error_pct": None, "mean_error_pct": None},
-            "memory": part("memory_error_pct"),
+    rows that print a peak memory, ``memory_error_pct``; ``mape_pct`` None where none does),
+    ``frameworks`` (``by_framework``: the same per software stack) and ``cases`` (the rows)."""
+    return {"analytic": error_summary(rows, "analytic_error_pct"),
+            "simulated": error_summary(rows, "simulated_error_pct") if simulate else
+            error_summary((), "simulated_error_pct"),
+            "memory": error_summary(rows, "memory_error_pct"),
+            "frameworks": by_framework(rows, simulate),
             "evaluated": sum(r["plan"] is not None for r in rows),
             "skipped": sum(r["plan"] is None for r in rows),
             "cases": list(rows)}
