@@ -85,6 +85,26 @@ def padded_model(model, pp: int):
             extra)
 
 
+def end_stage_split(real_layers: int, pp: int) -> tuple[int, int]:
+    """``(first, last)`` decoder layers of the end stages of the real model's uneven split:
+    every middle stage the padded model's ``ceil(layers/pp)``, the layers padding added
+    taken off the two end stages, the last one (which also runs the head, the loss and any
+    MTP module) giving the odd one: calibration §5.33's ``Et*3|(t*4|)*14,t*2mL`` for 61
+    layers on 16 stages, ``(3, 2)``. Under DualPipe rank 0 holds both end stages, so the
+    padded model's end ranks carry ``2·ceil(layers/pp)`` layers where this split's carry
+    ``first + last``. ``ValueError`` where an end stage would be left with no layer."""
+    if pp < 2 or real_layers < 1:
+        raise ValueError(f"end_stage_split: pp={pp}, real_layers={real_layers}: must be "
+                         ">= 2 and >= 1")
+    per = -(-real_layers // pp)
+    extra = per * pp - real_layers
+    first, last = per - extra // 2, per - (extra - extra // 2)
+    if first < 1 or last < 1:
+        raise ValueError(f"end_stage_split: real_layers={real_layers} on pp={pp} leaves "
+                         f"first={first}, last={last}: each end stage must keep a layer")
+    return first, last
+
+
 def job_of(model, cluster: str, plan: str, schedule: str, gbs: int, dtype: str,
            framework: str):
     """The job of ``plan`` with ``schedule`` and ``gbs`` sequences (the CLI's parsers)."""
@@ -156,13 +176,30 @@ def simulate_row(task: dict[str, Any]) -> dict[str, Any]:
     return {k: out[k] for k in keep}
 
 
-def estimate_row(model, a: argparse.Namespace, schedule: str, gbs: int) -> dict[str, Any]:
+def estimate_row(model, a: argparse.Namespace, schedule: str, gbs: int,
+                 plan: str | None = None) -> dict[str, Any]:
+    """The analytic estimate's step and memory figures of ``plan`` (None: ``a.plan``)."""
     from strategies.estimate.scalar import estimate
-    job = job_of(model, a.cluster, a.plan, schedule, gbs, a.dtype, a.framework)
+    job = job_of(model, a.cluster, plan or a.plan, schedule, gbs, a.dtype, a.framework)
     e = estimate(job).to_json()
     keep = ("step_time_s", "tokens_per_s", "mfu", "bubble_fraction", "breakdown_s", "memory",
             "memory_by_stage", "fits", "num_microbatches")
     return {k: e[k] for k in keep}
+
+
+def real_split_rows(real, a: argparse.Namespace, pp: int) -> dict[str, Any]:
+    """The real model (no padding) on ``end_stage_split``'s uneven split, each schedule's
+    analytic estimate at the report's batch: ``{"first", "last", "plan", schedule: row}``,
+    or ``{"error": why}`` where the split or the plan does not resolve (a toy model)."""
+    from strategies.errors import SpecError
+    try:
+        first, last = end_stage_split(real.num_layers, pp)
+        plan = f"{a.plan},first_stage_layers={first},last_stage_layers={last}"
+        out: dict[str, Any] = {"first": first, "last": last, "plan": plan}
+        out.update({s: estimate_row(real, a, s, a.gbs, plan) for s in SCHEDULES})
+    except (SpecError, ValueError) as e:
+        return {"error": str(e)}
+    return out
 
 
 def _stop(signum, frame) -> None:
@@ -206,6 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ref = measured_reference()
     est = {s: estimate_row(model, a, s, a.gbs) for s in SCHEDULES}
     est_sim_batch = {s: estimate_row(model, a, s, a.sim_gbs) for s in SCHEDULES}
+    real_split = real_split_rows(real, a, pp) if extra else None
     with ReportWriter(a.out) as w:
         tl = {s: w.path(f"{NAME}_{s}_window.png") for s in SCHEDULES}
         tasks = [{"model": model, "cluster": a.cluster, "plan": a.plan, "schedule": s,
@@ -225,12 +263,40 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "sim_gbs": a.sim_gbs, "layers": real.num_layers,
                            "layers_added": extra, "padded_model": model.name},
                 "reference": ref, "estimate": est, "estimate_at_sim_batch": est_sim_batch,
-                "simulated": sims}
+                "estimate_real_split": real_split, "simulated": sims}
         w.json(f"{NAME}.json", data)
         w.text(f"{NAME}.md", render(a, argv, data, real, model, extra))
         w.commit()
     print(f"wrote {rel(os.path.join(a.out, NAME + '.md'))} in {wall:.0f} s")
     return 0
+
+
+def real_split_lines(rs: dict[str, Any] | None, real, model, pp: int) -> list[str]:
+    """The report's paragraph and table of the real model on its uneven split
+    (``real_split_rows``); nothing where no layer was added."""
+    if not rs:
+        return []
+    head = f"## Peak memory on the real {real.num_layers} layers (analytic, the report's batch)"
+    if "error" in rs:
+        return [head, "", f"Not priced: {rs['error']}.", ""]
+    per = model.num_layers // pp
+    rows = []
+    for s in SCHEDULES:
+        e = rs[s]
+        by = [x["peak_gib"] for x in e["memory_by_stage"]]
+        worst = max(range(len(by)), key=lambda i: (by[i], -i))
+        rows.append([s, fmt(e["step_time_s"], 2), fmt(by[0], 1), fmt(by[worst], 1)
+                     + ("" if e["fits"] else " (over)"), str(worst)])
+    return [head, "",
+            f"Split: {rs['first']} layers on stage 0 and {rs['last']} on stage {pp - 1}, "
+            f"{per} on every other (calibration §5.33; DeepSeek did not publish its split), "
+            f"plan `{rs['plan']}`. Under DualPipe rank 0 holds stage 0 and stage {pp - 1}: "
+            f"the padded model gives it {2 * per} layers, this split "
+            f"{rs['first'] + rs['last']}, so the padded end ranks' peak above is the "
+            "padding's, not the plan's (the middle ranks hold two stages of "
+            f"{per} layers either way; calibration §5.138 decomposes the terms).", "",
+            md_table(["schedule", "step s", "stage 0 GiB", "peak GiB (worst stage)",
+                      "worst stage"], rows), ""]
 
 
 def render(a, argv, data, real, model, extra) -> str:
@@ -318,6 +384,7 @@ def render(a, argv, data, real, model, extra) -> str:
               "§3.3.3 states (docs/memory.md, docs/calibration.md §5.23); the end ranks hold "
               "each copy's 4 layers of the padded model with the embedding, the head and the "
               "MTP module.", ""]
+    lines += real_split_lines(data.get("estimate_real_split"), real, model, pp)
     lines += ["## Timelines", ""]
     for s in SCHEDULES:
         lo, hi = sims[s]["window_s"]

@@ -28,6 +28,46 @@ def test_padding_is_validates_busiest_stage_rule():
     assert none == 0 and same is model
 
 
+def test_end_stage_split_takes_the_padding_off_the_end_stages():
+    from experiments.report_deepseek import end_stage_split
+    assert end_stage_split(61, 16) == (3, 2)           # calibration §5.33's split
+    assert end_stage_split(64, 16) == (4, 4)           # even: nothing taken off
+    assert end_stage_split(126, 16) == (7, 7)          # 2 added: one off each end
+    for layers, pp in ((61, 16), (126, 16), (10, 4), (7, 3)):
+        first, last = end_stage_split(layers, pp)
+        assert first + last + (pp - 2) * -(-layers // pp) == layers
+        assert 0 <= first - last <= 1
+    with pytest.raises(ValueError, match="each end stage must keep a layer"):
+        end_stage_split(5, 4)                          # 2 per stage, 3 added: 1 and 0
+    with pytest.raises(ValueError, match="pp=1"):
+        end_stage_split(61, 1)
+
+
+def test_real_split_rows_fit_where_the_padded_model_does_not():
+    """The published plan on the real 61 layers (§5.33's split) fits the H800 under DualPipe;
+    the report prints it beside the padded model's end-rank peak (calibration §5.138)."""
+    import argparse
+    from experiments.report_deepseek import real_split_lines, real_split_rows, padded_model
+    from strategies.presets import model_preset
+    real = model_preset("deepseek-v3")
+    model, _ = padded_model(real, 16)
+    a = argparse.Namespace(cluster="hgx-h800:256", plan=(
+        "tp=1,pp=16,ep=64,zero=1,mbs=1,recompute=selective,recompute_modules=layernorm+"
+        "moe_act+mla_up_proj,moe_dispatcher=deepep"), dtype="fp8-blockwise",
+        framework="hai-llm", gbs=15360)
+    rs = real_split_rows(real, a, 16)
+    assert (rs["first"], rs["last"]) == (3, 2)
+    assert rs["dualpipe"]["fits"] and rs["1f1b"]["fits"]
+    by = [x["peak_gib"] for x in rs["dualpipe"]["memory_by_stage"]]
+    assert by[0] < by[1] == max(by)
+    text = "\n".join(real_split_lines(rs, real, model, 16))
+    assert "the padded model gives it 8 layers, this split 5" in text and "(over)" not in text
+    # a plan the real model's split does not resolve on: the reason, not a crash
+    bad = real_split_rows(real, argparse.Namespace(**{**vars(a), "plan": a.plan.replace(
+        "ep=64", "ep=512")}), 16)
+    assert set(bad) == {"error"} and "ep" in bad["error"]
+
+
 def test_timeline_window_is_checked(tmp_path):
     from simulator.output.timeline import draw_timeline
     from simulator.simulate import simulate
