@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from strategies.schedules.interned import step as make_step
 from strategies.schedules.step import Step
 
 #: ``(kind, phase, k)`` -> the step of the ``k``-th pass of that kind in that phase
@@ -44,14 +45,14 @@ def dual_order(n: int, h: int, num_per_phase: int, turning: bool, emit: Emit) ->
     def step(kind: str, ph: int, overlap: bool = False) -> Step:
         s = emit(kind, ph, cnt[kind, ph])
         cnt[kind, ph] += 1
-        return Step(s.kind, s.microbatch, s.chunk, overlap)
+        return make_step(s.kind, s.microbatch, s.chunk, True) if overlap else s
 
     def forward(ph: int, overlap: bool = False) -> None:
         out.append(step("F", ph, overlap))
 
     def backward(ph: int, split: bool, overlap: bool = False) -> None:
         b = step("B", ph, overlap)
-        w = Step("W", b.microbatch, b.chunk)
+        w = make_step("W", b.microbatch, b.chunk, False)
         out.append(b)
         if split:
             queued.append(w)

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import Schedule
+from strategies.schedules.interned import step as make_step
 from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import Rule, raise_first
@@ -90,7 +91,7 @@ class DualPipe(Schedule):
 
         def emit(kind: str, ph: int, k: int) -> Step:
             d = ph ^ second
-            return Step(kind, 2 * k + d, d)
+            return make_step(kind, 2 * k + d, d, False)
 
         return dual_order(pp // 2, h, m // 2, h == pp // 2 - 1, emit)
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.schedules.interned import step as make_step
 from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import Rule, raise_first
@@ -57,7 +58,7 @@ class DualPipeV(VShape):
         check_common(stage, pp, m)
         raise_first(r for r in self.rules(pp, m, vpp) if r[0] != "schedule")
         return dual_order(pp, stage, m, stage == pp - 1,
-                          lambda kind, ph, k: Step(kind, k, ph))
+                          lambda kind, ph, k: make_step(kind, k, ph, False))
 
     def in_flight(self, stage: int, pp: int, m: int, vpp: int = 2,
                   group_size: int | None = None) -> int:

@@ -11,6 +11,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
 from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
+from strategies.schedules.interned import step as make_step
 from strategies.schedules.p2p_streams import overlapped_exposed
 
 
@@ -71,8 +72,8 @@ class Interleaved(Schedule):
         w = self.num_warmup(stage, pp, m, vpp, group_size)
         g = pp if group_size is None else group_size
         table = virtual_microbatch_table(m, vpp, g)
-        forwards = [Step("F", i, c) for i, c in table]
-        backwards = [Step("B", i, vpp - 1 - c) for i, c in table]
+        forwards = [make_step("F", i, c, False) for i, c in table]
+        backwards = [make_step("B", i, vpp - 1 - c, False) for i, c in table]
         return warmup_steady_cooldown(forwards, backwards, w)
 
     def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,

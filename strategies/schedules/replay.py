@@ -12,35 +12,75 @@ from typing import Any, Iterator
 import numpy as np
 
 
-def _replays(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int, w_share: Any,
+#: spans already replayed, by ``(schedule class, name, pp, m, vpp, slow_rank)`` and a plan's
+#: column of seconds (``_columns``' row as bytes): a column's replay reads that column alone,
+#: so a span found once is the span of every plan with the same key, bit for bit (the
+#: search's estimates ask for the same few thousand columns many times: the ZeRO-2 twins,
+#: ``ranked_messages``' variants); bounded, cleared when full
+_SPANS: dict[tuple, float] = {}
+_SPANS_MAX = 1 << 18
+
+
+def _columns(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int, w_share: Any,
              f_share: Any, slow_rank: int) -> Iterator[tuple]:
-    """Per distinct ``(pp, m)`` of the plans: ``(sel, p, order, ends, dur)``, the flat
-    indices of those plans, their ``pp``, the order (``free_comm_order``) and each event's
-    end and seconds over them (``free_comm_ends``), the seconds as ``order_span`` reads
-    them."""
-    from strategies.schedules.analysis import free_comm_ends, free_comm_order
+    """Per distinct ``(pp, m)`` of the plans: ``(sel, p, mb, cols)``, the flat indices of
+    those plans, their ``pp`` and ``m``, and each plan's column of seconds ``cols`` (``(n,
+    4)``: a micro-batch's seconds on the slow rank's and the other ranks' kind of rank, each
+    over ``vpp``, the forward and the weight-gradient shares), all a replay reads."""
     m, t_max, t_sum, pp, w, f = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (m, t_max, t_sum, pp, w_share, f_share)))
     fill = (t_sum - t_max) / np.maximum(pp - 1, 1)
-    split = bool(sched.splits_backward)
     keys = np.stack([pp.ravel(), m.ravel()], axis=1).astype(np.int64)
     uniq, inv = np.unique(keys, axis=0, return_inverse=True)
     for i, (p, mb) in enumerate(uniq.tolist()):
         sel = np.flatnonzero(inv.reshape(-1) == i)
         per = {r: (t_max if r == slow_rank else fill).reshape(-1)[sel] / vpp for r in (0, 1)}
-        fs, ws = f.reshape(-1)[sel], w.reshape(-1)[sel]
+        cols = np.stack([per[0], per[1], f.reshape(-1)[sel], w.reshape(-1)[sel]], axis=1)
+        yield sel, int(p), int(mb), cols
 
-        def seconds(r: int, members: tuple, per=per, fs=fs, ws=ws) -> np.ndarray:
-            t = per[0 if r == slow_rank else 1]
-            total = 0.0
-            for kind, _chunk in members:
-                share = fs if kind == "F" else (ws if kind == "W" else
-                                                1 - fs - (ws if split else 0.0))
-                total = total + share * t
-            return total
-        order = free_comm_order(sched, int(p), int(mb), vpp)
-        ends, dur = free_comm_ends(order, seconds, sel.size)
-        yield sel, int(p), order, ends, dur
+
+def _replay(sched: Any, p: int, mb: int, vpp: int, cols: np.ndarray, slow_rank: int
+            ) -> tuple[Any, np.ndarray, np.ndarray]:
+    """``(order, ends, dur)``: the order (``free_comm_order``) and each event's end and
+    seconds (``free_comm_ends``, ``(events, n)``) over the ``n`` columns ``cols``
+    (``_columns``), the seconds as ``order_span`` reads them."""
+    from strategies.schedules.analysis import free_comm_ends, free_comm_order
+    split = bool(sched.splits_backward)
+    per = {0: cols[:, 0], 1: cols[:, 1]}
+    fs, ws = cols[:, 2], cols[:, 3]
+
+    def seconds(r: int, members: tuple) -> np.ndarray:
+        t = per[0 if r == slow_rank else 1]
+        total = 0.0
+        for kind, _chunk in members:
+            share = fs if kind == "F" else (ws if kind == "W" else
+                                            1 - fs - (ws if split else 0.0))
+            total = total + share * t
+        return total
+    order = free_comm_order(sched, p, mb, vpp)
+    ends, dur = free_comm_ends(order, seconds, len(cols))
+    return order, ends, dur
+
+
+def _distinct_columns(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, inverse)``: the first row of each distinct row of ``cols`` (bit for bit:
+    ``-0.0`` and ``0.0`` apart) and each row's index among them."""
+    bits = np.ascontiguousarray(cols).view(np.int64)
+    _, first, inv = np.unique(bits, axis=0, return_index=True, return_inverse=True)
+    return first, np.ravel(inv)
+
+
+def _replays(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int, w_share: Any,
+             f_share: Any, slow_rank: int) -> Iterator[tuple]:
+    """Per distinct ``(pp, m)`` of the plans: ``(sel, p, order, ends, dur)``, the flat
+    indices of those plans, their ``pp``, the order (``free_comm_order``) and each event's
+    end and seconds over them (``free_comm_ends``), the seconds as ``order_span`` reads
+    them. Plans with the same column of seconds are replayed once."""
+    for sel, p, mb, cols in _columns(sched, m, t_max, t_sum, pp, vpp, w_share, f_share,
+                                     slow_rank):
+        first, inv = _distinct_columns(cols)
+        order, ends, dur = _replay(sched, p, mb, vpp, cols[first], slow_rank)
+        yield sel, p, order, ends[:, inv], dur[:, inv]
 
 
 def order_span(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int,
@@ -51,14 +91,26 @@ def order_span(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int,
     seconds split evenly over its ``vpp`` chunks and, in each chunk, into a forward
     ``f_share``, a weight gradient ``w_share`` (where the schedule splits the backward) and
     the input gradient the rest. An overlapped pair lasts its members' sum (no compute
-    overlap). Plans are replayed together by distinct ``(pp, m)``."""
+    overlap). Plans are replayed together by distinct ``(pp, m)``, each distinct column of
+    seconds once (``_SPANS`` keeps them)."""
     shape = np.broadcast(*(np.asarray(x) for x in (m, t_max, t_sum, pp, w_share,
                                                    f_share))).shape
     out = np.zeros(shape)
     flat = out.reshape(-1)
-    for sel, _p, _order, ends, _dur in _replays(sched, m, t_max, t_sum, pp, vpp, w_share,
-                                                f_share, slow_rank):
-        flat[sel] = ends.max(axis=0)
+    for sel, p, mb, cols in _columns(sched, m, t_max, t_sum, pp, vpp, w_share, f_share,
+                                     slow_rank):
+        first, inv = _distinct_columns(cols)
+        head = (type(sched), sched.name, p, mb, vpp, slow_rank)
+        keys = [head + (cols[j].tobytes(),) for j in first.tolist()]
+        span = np.array([_SPANS.get(k, np.nan) for k in keys])
+        todo = np.flatnonzero([k not in _SPANS for k in keys])
+        if todo.size:
+            _order, ends, _dur = _replay(sched, p, mb, vpp, cols[first[todo]], slow_rank)
+            span[todo] = ends.max(axis=0)
+            if len(_SPANS) + todo.size > _SPANS_MAX:
+                _SPANS.clear()
+            _SPANS.update(zip([keys[j] for j in todo.tolist()], span[todo].tolist()))
+        flat[sel] = span[inv]
     return out
 
 

@@ -27,6 +27,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
+from strategies.schedules.interned import step as make_step
 
 
 @register("zb-h1")
@@ -49,13 +50,13 @@ class ZBH1(Schedule):
         out: list[Step] = []
         for x in range(m + pp - 1):
             if x < m:
-                out.append(Step("F", x))
+                out.append(make_step("F", x, 0, False))
             b = x - (pp - 1 - stage)
             if 0 <= b < m:
-                out.append(Step("B", b))
+                out.append(make_step("B", b, 0, False))
             w = x - (pp - 1)
             if 0 <= w < m:
-                out.append(Step("W", w))
+                out.append(make_step("W", w, 0, False))
         return out
 
     def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,

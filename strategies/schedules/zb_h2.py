@@ -29,6 +29,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
+from strategies.schedules.interned import step as make_step
 
 
 @register("zb-h2")
@@ -51,18 +52,19 @@ class ZBH2(Schedule):
         nf = nb = nw = 0
         out: list[Step] = []
         for _ in range(min(m, 2 * (pp - stage) - 1)):
-            out.append(Step("F", nf))
+            out.append(make_step("F", nf, 0, False))
             nf += 1
         while nf < min(m, 2 * pp - 1):                     # fill: W deferred
-            out += [Step("B", nb), Step("F", nf)]
+            out += [make_step("B", nb, 0, False), make_step("F", nf, 0, False)]
             nb, nf = nb + 1, nf + 1
         while nf < m:                                      # steady
-            out += [Step("B", nb), Step("W", nw), Step("F", nf)]
+            out += [make_step("B", nb, 0, False), make_step("W", nw, 0, False),
+                    make_step("F", nf, 0, False)]
             nb, nw, nf = nb + 1, nw + 1, nf + 1
         while nb < m:                                      # drain
-            out += [Step("B", nb), Step("W", nw)]
+            out += [make_step("B", nb, 0, False), make_step("W", nw, 0, False)]
             nb, nw = nb + 1, nw + 1
-        out += [Step("W", i) for i in range(nw, m)]        # tail
+        out += [make_step("W", i, 0, False) for i in range(nw, m)]        # tail
         return out
 
     def num_warmup(self, stage: int, pp: int, m: int, vpp: int = 1,

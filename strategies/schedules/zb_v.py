@@ -26,6 +26,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
+from strategies.schedules.interned import step as make_step
 from strategies.schedules.vshape import VShape
 
 
@@ -51,7 +52,7 @@ class ZBV(VShape):
         out: list[Step] = []
 
         def add(kind: str, chunk: int) -> None:
-            out.append(Step(kind, cnt[kind, chunk], chunk))
+            out.append(make_step(kind, cnt[kind, chunk], chunk, False))
             cnt[kind, chunk] += 1
 
         for _ in range(2 * (p - r) - 1):
