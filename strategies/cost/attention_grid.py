@@ -69,7 +69,7 @@ from strategies.cost.attention_counts import window_share
 from strategies.cost.token_counts import Num
 from strategies.errors import SpecError
 from strategies.model import ModelSpec
-from strategies.schedules.per_distinct import distinct_rows
+from strategies.distinct_rows import distinct_rows
 from topologies.gpus import GPU
 
 TILE = 128          # rows of a query (forward) or key (backward) tile: every kernel below
@@ -346,13 +346,13 @@ def rate_factors(m: ModelSpec, b: Num, tp: Num, cp: Num, gpu: GPU, kernel: str,
     tiles = np.maximum(1, np.ceil(m.seq_length / cps / TILE - 1e-9)).astype(np.int64)
     # the distinct (groups, tiles, cp) shapes, once for both kernels (a 1-D unique of one
     # int64 key per row: several times faster than ``np.unique(axis=1)`` on the search's rows)
-    keys, inv, shape = distinct_rows(groups, tiles, cps, 0)
+    keys, inv, shape = distinct_rows(groups, tiles, cps)
     out = []
     for d, gk in enumerate(ks):
         ref = grid_factor(gk, REF_GROUPS, REF_SEQ // TILE, sms) \
             / head_dim_factor(gk, m.head_dim + m.v_dim)
         vals = np.array([_factor_at(gk, g, n, sms, m, windows, c, (1 + d) * bool(allgather))
-                         / ref for g, n, c, _ in keys])
+                         / ref for g, n, c in keys])
         f = vals[inv].reshape(shape)
         out.append(float(f) if f.ndim == 0 else f)
     return out[0], out[1]

@@ -54,7 +54,8 @@ from typing import Any
 
 import numpy as np
 
-from strategies.schedules.per_distinct import distinct_rows, order_figure, per_distinct
+from strategies.distinct_rows import distinct_rows
+from strategies.schedules.per_distinct import order_figure, per_distinct
 from strategies.schedules.stash import (chunk_stash_moments, peak_pending_w, peak_stash,
                                         stash_frontier, trailing_w)
 from strategies.schedules.step import Step

@@ -1,5 +1,5 @@
 """A schedule's scalar figures over the search's arrays: the distinct ``(stage, pp, m, vpp)``
-rows of broadcast arrays (``distinct_rows``), a figure computed once per distinct row
+rows of broadcast arrays (``strategies.distinct_rows``), a figure computed once per distinct row
 (``per_distinct``) and a schedule's order figures memoised (``order_figure``)."""
 from __future__ import annotations
 
@@ -7,31 +7,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
+from strategies.distinct_rows import distinct_rows
+
 if TYPE_CHECKING:
     from strategies.schedules.base import Schedule
-
-
-def distinct_rows(stage: Any, pp: Any, m: Any, vpp: Any
-                  ) -> tuple[list[tuple[int, int, int, int]], np.ndarray, tuple[int, ...]]:
-    """``(keys, inverse, shape)``: the distinct ``(stage, pp, m, vpp)`` rows of the broadcast
-    arrays, each row's index among them and the broadcast shape."""
-    s, p, mm, v = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m, vpp)))
-    cols = [a.ravel().astype(np.int64) for a in (s, p, mm, v)]
-    if not len(cols[0]):
-        return [], np.zeros(0, dtype=np.int64), s.shape
-    # one int64 key per row (mixed radix over the columns' ranges): a 1-D unique is several
-    # times faster than ``np.unique(axis=0)`` on the search's hundreds of thousands of rows
-    lo = [int(c.min()) for c in cols]
-    radix = [int(c.max()) - l + 1 for c, l in zip(cols, lo)]
-    if float(np.prod(radix, dtype=float)) < 2.0 ** 62:
-        key = np.zeros_like(cols[0])
-        for c, l, r in zip(cols, lo, radix):
-            key = key * r + (c - l)
-        first, inv = np.unique(key, return_index=True, return_inverse=True)[1:]
-        uniq = np.stack(cols, axis=1)[first]
-    else:
-        uniq, inv = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
-    return [tuple(map(int, k)) for k in uniq], np.ravel(inv), s.shape
 
 
 def per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any
