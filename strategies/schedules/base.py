@@ -376,15 +376,16 @@ class Schedule:
         """Weight-gradient steps ``W`` a rank (one chunk) runs after its last ``B`` (the
         lower bound lets them overlap that micro-batch's way back): 0 unless the backward
         is split, else counted on the order (``trailing_w``), once per distinct
-        ``(stage, pp, m)``."""
+        ``(stage, pp, m)`` and memoised across calls (``order_figure``)."""
         s, p, mm = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (stage, pp, m)))
         if not self.splits_backward or not s.size:
             return np.zeros(s.shape)
-        keys = np.stack([a.ravel() for a in (s, p, mm)], axis=1).astype(np.int64)
-        uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-        vals = np.array([trailing_w(self.steps(int(a), int(b), int(c))) for a, b, c in uniq],
-                        dtype=float)
-        return vals[np.ravel(inv)].reshape(s.shape)
+        return per_distinct(order_figure(self, "trailing_w_count"), s, p, mm, 1)
+
+    def trailing_w_count(self, stage: int, pp: int, m: int, vpp: int = 1) -> int:
+        """``trailing_w`` of the schedule's own order at ``(stage, pp, m)`` (its default
+        chunks; ``vpp`` is the memo's key and not read)."""
+        return trailing_w(self.steps(stage, pp, m))
 
     def overlapped_share(self, stage: int, pp: int, m: int, vpp: int = 1) -> float:
         """Share of ``stage``'s forwards that run in an overlapped group (``Step.overlap``):
