@@ -86,6 +86,34 @@ def test_bloomberggpt_row_and_its_8n_convention() -> None:
 def test_bloomberggpt_reads_p4d_efa_links() -> None:
     cl = _case("bloomberggpt_50b_512gpu").job.cluster.to_dict()
     assert (cl["nics_per_node"], cl["inter_node_gbps"]) == (4, 100.0)
+    # 4 x 100 Gb/s EFA per p4d.24xlarge: 400 Gb/s per instance, 50 Gb/s per GPU
+    per_gpu = cl["nics_per_node"] * cl["inter_node_gbps"] / cl["gpus_per_node"]
+    assert (cl["gpus_per_node"], per_gpu) == (8, 50.0)
+
+
+def test_bloomberggpt_runs_mics_shard_groups_of_128_with_4_replicas() -> None:
+    """Sec. 3.4: MiCS shards over 128 GPUs with 4 replicas: hybrid sharding, dp_shard=128
+    of dp=512, and the stated shard group is said in the notes (docs/calibration.md §5.139)."""
+    case = _case("bloomberggpt_50b_512gpu")
+    p = case.job.plan
+    assert (p.dp, p.dp_shard, p.dp // p.dp_shard, p.zero) == (512, 128, 4, 3)
+    assert p.mbs == 4 and p.gbs // (p.mbs * p.dp) == 1     # mbs not stated: min(4, gbs/dp)
+    assert any(n.startswith("dp_shard=128 (stated") for n in case.assumptions)
+    assert "128 GPUs with 4 replicas" in BY_ID["bloomberggpt_50b_512gpu"]["source"]["table"]
+
+
+def test_stated_dp_shard_refused_where_the_stack_has_no_hybrid_zero() -> None:
+    from strategies.errors import SpecError
+    from strategies.reference.recipe_options import hybrid_mesh
+    from strategies.framework import get_profile
+    row = copy.deepcopy(BY_ID["bloomberggpt_50b_512gpu"])
+    fw = get_profile("megatron-core")
+    assert 3 not in fw.hybrid_zero
+    with pytest.raises(SpecError, match="plan.dp_shard"):
+        hybrid_mesh(row, fw, 1, 1, 512, 3, [])
+    # dp_shard = dp states no hybrid sharding: nothing applied, nothing refused
+    row["plan"]["dp_shard"] = 512
+    assert hybrid_mesh(row, fw, 1, 1, 512, 3, []) == {}
 
 
 def test_glm_row_and_step_from_mfu_closed_form() -> None:

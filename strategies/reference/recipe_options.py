@@ -116,7 +116,18 @@ def hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero: 
     """The hybrid sharding a JAX run's recipe states (``reference.jax_recipes.fsdp_group``:
     ZeRO-3 over an FSDP group of GPUs, replicas across): ``dp_shard`` = the group's GPUs over
     ``tp·cp``, stated with its source; {} when the recipe states none, the group is the whole
-    dp, or the stack cannot run it (``FrameworkProfile.hybrid_zero``)."""
+    dp, or the stack cannot run it (``FrameworkProfile.hybrid_zero``). A shard group the
+    entry's plan states (``plan.dp_shard``: BloombergGPT's MiCS, 128 GPUs, 4 replicas) is
+    taken as stated; SpecError when the stack does not run hybrid sharding at ``zero``
+    (``Plan`` checks that it divides dp)."""
+    said = stated_size((c.get("plan") or {}).get("dp_shard"))
+    if said is not None and said != dp:
+        if zero not in fw.hybrid_zero:
+            raise SpecError("plan.dp_shard", said, f"{fw.name} runs hybrid sharding only at "
+                            f"zero in {sorted(fw.hybrid_zero)}, not zero={zero}")
+        notes.append(f"dp_shard={said} (stated: ZeRO-{zero} over {said * tp * cp} GPUs, "
+                     f"{dp // said if dp % said == 0 else dp / said} data-parallel replicas)")
+        return {"dp_shard": said}
     found = fsdp_group(c)
     if found is None or zero not in fw.hybrid_zero:
         return {}
