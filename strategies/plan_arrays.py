@@ -19,7 +19,8 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import BALANCED_ROUTINGS, DEFAULT_MOE_IMBALANCE, DISPATCHERS, ROUTINGS, Plan
+from strategies.plan import (BALANCED_ROUTINGS, CP_COMMS, DEFAULT_MOE_IMBALANCE, DISPATCHERS,
+                             ROUTINGS, Plan)
 from strategies.schedules import attr_by_code, dispatch, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -52,7 +53,7 @@ EXPERT_OPTIONAL = (("etp", "etp", None), ("moe_imbalance", "imb", DEFAULT_MOE_IM
                    ("moe_routing", "route", 0), ("delay_wgrad", "dw", False),
                    ("moe_pad_to_capacity", "pad", False))
 _INT = ("schedule", "recompute", "zero", "recompute_method", "recompute_modules",
-        "moe_dispatcher", "moe_routing")
+        "moe_dispatcher", "moe_routing", "cp_comm")
 
 
 @dataclass(frozen=True, eq=False)
@@ -116,6 +117,10 @@ class PlanArrays:
     # hybrid sharding: the data-parallel ranks a ZeRO shard spans (``Plan.shard_dp``;
     # resolved: dp, no replicas; short column ``dps``, optional)
     dp_shard: np.ndarray = None
+    # the context-parallel K/V exchange (plan ``cp_comm``; short column ``cpc``, optional):
+    # 0 the stack's own, then 1 + the index in ``plan.CP_COMMS`` (the stack rules' codes);
+    # the stage costs price one exchange per call (``stacks.variants.arrays_stack``)
+    cp_comm: np.ndarray = 0
 
     def __post_init__(self) -> None:
         if self.dp_shard is None:
@@ -184,16 +189,22 @@ class PlanArrays:
         extra = {name: cols[short] for name, short, _ in EXPERT_OPTIONAL if short in cols}
         if "dps" in cols:
             extra["dp_shard"] = cols["dps"]
+        if "cpc" in cols:
+            extra["cp_comm"] = cols["cpc"]
         return cls(**{name: cols[short] for name, short in SHORT.items() if short in cols},
                    **extra)
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """The search space's short columns (integers and booleans), ``etp`` (resolved) among
-        them as in every space; the other expert columns are left out (their defaults)."""
+        them as in every space; the other expert columns are left out (their defaults), and
+        the exchange ``cpc`` where a plan names one."""
         n = np.shape(self.tp)
-        return {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
+        cols = {short: (getattr(self, name).astype(bool) if getattr(self, name).dtype == bool
                         else (getattr(self, name) + np.zeros(n)).astype(np.int64))
                 for name, short in (*SHORT.items(), ("etp", "etp"))}
+        if np.any(self.cp_comm):
+            cols["cpc"] = (self.cp_comm + np.zeros(n)).astype(np.int64)
+        return cols
 
 
 def value_code(name: str, v: Any) -> Any:
@@ -210,6 +221,8 @@ def value_code(name: str, v: Any) -> Any:
         return DISPATCHERS.index(v)
     if name == "moe_routing":
         return ROUTINGS.index(v)
+    if name == "cp_comm":
+        return 0 if v is None else 1 + CP_COMMS.index(v)
     return 0 if v is None and name in ("recompute_layers", "first_stage_layers",
                                        "last_stage_layers", "microbatch_group_size") else v
 

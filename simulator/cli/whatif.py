@@ -18,7 +18,8 @@ from simulator.workers import MAX_WORKERS, default_workers
 from simulator.cli.common import (CliError, Once, add_json, add_model_cluster, check_dtype,
                               check_output, emit_json, fmt_s, positive_float, positive_int,
                               resolve_cluster, resolve_framework, resolve_model, table)
-from simulator.cli.search import fixed_plan_and_batch, merge_fixed, plan_fix, plan_framework
+from simulator.cli.search import (check_fixed_for_stack, fixed_plan_and_batch, merge_fixed,
+                                  plan_fix, plan_framework)
 from simulator.studies.network_cost import parse_network_prices
 from simulator.studies.prices import PRICE_SOURCES, parse_prices
 from simulator.studies.whatif_variants import KEYS, parse_vary, variants
@@ -108,12 +109,14 @@ def config_from_args(args: argparse.Namespace) -> WhatifConfig:
                         memory_limit_bytes=args.memory_limit * GIB if args.memory_limit else None,
                         max_bubble=args.max_bubble, max_vpp=args.max_vpp,
                         fixed=merge_fixed(parse_fix(args.fix), plan_fixed))
+    framework = resolve_framework(args, plan_framework(args.plan))
+    check_fixed_for_stack(opts.fixed, framework)    # refused before any search, as search does
     vs = variants(model, cluster, gbs, vary)
     base = {"model": model.report_dict(), "cluster": cluster.name, "gpus": cluster.num_gpus,
             "gpu": cluster.gpu.name, "gpus_text": cluster.describe_gpus(), "global_batch": gbs,
             "seq_len": model.seq_length}
     return WhatifConfig(variants=vs, vary=vary, base=base, dtype=dtype, options=opts,
-                        framework=resolve_framework(args, plan_framework(args.plan)),
+                        framework=framework,
                         gpu_hour_cost=(None if args.gpu_hour_cost is None
                                        else parse_prices(args.gpu_hour_cost)),
                         network_prices=parse_network_prices(args.network_prices),

@@ -347,6 +347,8 @@ def _plan_dict(p: Plan) -> dict[str, Any]:
         out["flushes"] = p.flushes
     if p.microbatch_group_size is not None:     # the interleaved group other than pp
         out["microbatch_group_size"] = p.microbatch_group_size
+    if p.cp_comm is not None:   # the context-parallel K/V exchange a --fix names
+        out["cp_comm"] = p.cp_comm
     return out
 
 

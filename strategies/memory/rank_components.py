@@ -44,6 +44,7 @@ from strategies.memory.deepspeed_zero import rank_tensor_sizes
 from strategies.memory.stage_ends import stage_output_bytes
 from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
 from strategies.model import ModelSpec
+from strategies.plan import CP_COMMS
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 
@@ -386,8 +387,11 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         sy, dtype, zero, dp, d, d_e, dense_params, expert_params, dense_l + expert_l, nmb,
         (head, held, tensors, tp, freed, tied_copy), optimizer_bytes)
     other = sy.fixed_other_bytes + buffers + sy.fragmentation * activations + perm + reserve
-    if cp_gather:       # the all-gather attention's gathered K/V and dK/dV (§5.134)
-        other = other + np.where(cp > 1, cp_allgather.working_bytes(m, b, tp, cp), 0.0)
+    # the all-gather attention's gathered K/V and dK/dV (§5.134): the stack's own exchange
+    # (``cp_gather``) or the one a plan names (``PlanArrays.cp_comm``: 2 all_gather, 1 p2p)
+    gather = np.where(P.cp_comm == 0, cp_gather, P.cp_comm == 1 + CP_COMMS.index("all_gather"))
+    if np.any(gather):
+        other = other + np.where(gather & (cp > 1), cp_allgather.working_bytes(m, b, tp, cp), 0.0)
     step_copy = np.maximum(0.0, after - (1.0 + sy.fragmentation) * activations)
 
     zero_ = np.zeros_like(activations)

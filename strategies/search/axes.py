@@ -13,8 +13,7 @@ from strategies.cost.recompute import modules_mask
 from strategies.errors import SpecError
 from strategies.job import check_modules_against_model
 from strategies.model import ModelSpec
-from strategies.plan import DISPATCHERS, ROUTINGS
-from strategies.plan_arrays import RECOMPUTE_CODE
+from strategies.plan_arrays import RECOMPUTE_CODE, value_code
 from strategies.schedules import schedules
 from strategies.schedules.base import Schedule
 from strategies.search.fix_parse import MOE_KEYS
@@ -145,6 +144,5 @@ def _switch_columns(fixed: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in fixed.items():
         if k in SWITCH_KEYS:
-            out[SWITCH_KEYS[k]] = (DISPATCHERS.index(v) if k == "moe_dispatcher" else
-                                   ROUTINGS.index(v) if k == "moe_routing" else v)
+            out[SWITCH_KEYS[k]] = value_code(k, v)    # coded as PlanArrays codes it
     return out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from strategies.errors import SpecError
+from strategies.plan import ALIAS as PLAN_ALIASES
 from strategies.plan import Plan, coerce, int_limit, parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
@@ -32,6 +33,7 @@ def parse_fix(text: str | None) -> dict[str, Any]:
     for item in filter(None, (p.strip() for p in str(text).split(","))):
         key, eq, value = item.partition("=")
         key, value = key.strip().lower(), value.strip().lower()
+        key = PLAN_ALIASES.get(key, key)     # Megatron's names, as a plan reads them
         if not eq or key not in FIX_KEYS:
             raise SpecError("--fix", item, f"each item must be key=value with key one of "
                             f"{', '.join(FIX_KEYS)}")

@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.cost.recompute import METHODS, MODULES, has_module
-from strategies.plan import DISPATCHERS, ROUTINGS, Plan, tp_overlap_default
+from strategies.plan import CP_COMMS, DISPATCHERS, ROUTINGS, Plan, tp_overlap_default
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import schedule_of_code
 
@@ -21,10 +21,10 @@ SWITCH_KEYS = {"moe_dispatcher": "disp", "ep_overlap": "epo", "delay_wgrad": "dw
                "tp_comm_overlap": "tpo",
                "cuda_graph": "cg", "moe_routing": "route", "moe_imbalance": "imb",
                "moe_capacity_factor": "cf", "moe_pad_to_capacity": "pad", "flash_attn": "flash",
-               "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg"}
+               "overlap_grad_reduce": "ogr", "overlap_param_gather": "opg", "cp_comm": "cpc"}
 COLUMNS = ("tp", "pp", "dp", "cp", "ep", "etp", "mbs", "gbs", "vpp", "sched", "rc", "sp",
            "zero", "flash", "ogr", "opg", "tpo", "rcl", "rcu", "rcm", "lf", "ll", "acc",
-           "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps")
+           "disp", "epo", "dw", "cg", "route", "imb", "cf", "pad", "fl", "mgs", "dps", "cpc")
 
 
 def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
@@ -33,6 +33,7 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
     lf, ll, acc = int(c.get("lf", 0)), int(c.get("ll", 0)), bool(c.get("acc", False))
     etp = int(c.get("etp", c["tp"]))
     cf = float(c.get("cf", np.inf))
+    cpc = int(c.get("cpc", 0))      # 0: the stack's own exchange (PlanArrays.cp_comm)
     return Plan(tp=c["tp"], pp=c["pp"], dp=c["dp"], cp=c["cp"], ep=c["ep"],
                 etp=None if etp == c["tp"] else etp,
                 moe_dispatcher=DISPATCHERS[int(c.get("disp", 0))],
@@ -53,7 +54,8 @@ def plan_of(cols: Mapping[str, np.ndarray], i: int) -> Plan:
                 recompute_method=METHODS[c["rcu"]] if c["rcl"] else None,
                 recompute_modules=tuple(n for n in MODULES if has_module(c["rcm"], n))
                 or None, first_stage_layers=lf or None, last_stage_layers=ll or None,
-                account_embedding=acc, account_loss=acc)
+                account_embedding=acc, account_loss=acc,
+                cp_comm=CP_COMMS[cpc - 1] if cpc else None)
 
 
 def plan_key(plan: Plan, defaults: Mapping[str, Any] | None = None) -> str:

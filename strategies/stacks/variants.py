@@ -4,7 +4,9 @@ fused attention (``with_fp8_attention``); ``runs_eager_clamp`` reads the result.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from strategies.errors import SpecError
 from strategies.stacks.expert_gemm import TE_FUSED_GROUPED_MLP
@@ -137,3 +139,18 @@ def runs_eager_clamp(fw: FrameworkProfile) -> bool:
 
 
 TORCHTITAN_COMPILE = compiled(TORCHTITAN)
+
+
+def arrays_stack(fw: FrameworkProfile, cp_comm: Any) -> FrameworkProfile:
+    """Stack ``fw`` running the one context-parallel exchange the plans' ``PlanArrays.cp_comm``
+    codes name (0: the stack's own, then 1 + the index in ``plan.CP_COMMS``), as ``make_job``
+    runs each plan's (``with_cp_comm``, the one rule). The stage costs price one exchange per
+    call: plans naming different ones are refused (field, the codes, the rule)."""
+    from strategies.plan import CP_COMMS
+    codes = np.unique(np.asarray(cp_comm, dtype=np.int64))
+    if codes.size > 1:
+        raise SpecError("cp_comm", codes.tolist(), "the array estimate prices one context-"
+                        "parallel exchange per call: price plans naming different cp_comm "
+                        "apart")
+    code = int(codes[0]) if codes.size else 0
+    return with_cp_comm(fw, CP_COMMS[code - 1] if code else None)

@@ -19,6 +19,7 @@ from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code
 from strategies.stacks.comm_rules import grad_path, grad_sync_once
 from strategies.stacks.profile import FrameworkProfile
+from strategies.stacks.variants import arrays_stack
 from topologies.cluster import Cluster
 from topologies.gpus import GPU
 
@@ -64,7 +65,7 @@ def stage_inputs(m: ModelSpec, cl: Cluster, dtype: str,
                  gpu: GPU | None = None) -> StageInputs:
     """``StageInputs`` of ``stage_cost_arrays``'s arguments (the same defaults)."""
     P = as_plan_arrays(plans)
-    fw, sy = get_profile(framework), get_system(system)
+    fw, sy = arrays_stack(get_profile(framework), P.cp_comm), get_system(system)
     gpu = cl.gpu if gpu is None else gpu
     tp, pp, dp, cp, ep, b = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs
     rc, zero, tpo = P.recompute, P.zero, P.tp_comm_overlap
