@@ -147,10 +147,13 @@ def arrays_stack(fw: FrameworkProfile, cp_comm: Any) -> FrameworkProfile:
     runs each plan's (``with_cp_comm``, the one rule). The stage costs price one exchange per
     call: plans naming different ones are refused (field, the codes, the rule)."""
     from strategies.plan import CP_COMMS
-    codes = np.unique(np.asarray(cp_comm, dtype=np.int64))
-    if codes.size > 1:
-        raise SpecError("cp_comm", codes.tolist(), "the array estimate prices one context-"
-                        "parallel exchange per call: price plans naming different cp_comm "
-                        "apart")
-    code = int(codes[0]) if codes.size else 0
+    codes = np.asarray(cp_comm, dtype=np.int64)
+    if not codes.size:
+        return with_cp_comm(fw, None)
+    lo, hi = int(codes.min()), int(codes.max())   # O(n), no sort: this runs per scoring call
+    if lo != hi:
+        raise SpecError("cp_comm", np.unique(codes).tolist(), "the array estimate prices one "
+                        "context-parallel exchange per call: price plans naming different "
+                        "cp_comm apart")
+    code = lo
     return with_cp_comm(fw, CP_COMMS[code - 1] if code else None)
