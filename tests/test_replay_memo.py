@@ -1,5 +1,5 @@
 """The replay's memo (``replay._SPANS``, each distinct column of seconds replayed once) and the
-interned steps (``schedules.interned``) change no figure: ``order_span`` over plans with
+interned steps (``schedules.step.make_step``) change no figure: ``order_span`` over plans with
 repeated columns equals, bit for bit, each plan replayed alone with an empty memo, and a
 second call reads the memo without replaying; ``-0.0`` and ``0.0`` stay apart; an interned
 step is the ``Step`` of the same value."""
@@ -11,7 +11,7 @@ import pytest
 from strategies.schedules import get_schedule
 from strategies.schedules import replay
 from strategies.schedules.base import Step
-from strategies.schedules.interned import step
+from strategies.schedules.step import make_step as step
 
 
 def _plans():

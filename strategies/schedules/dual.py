@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from strategies.schedules.interned import step as make_step
+from strategies.schedules.step import make_step
 from strategies.schedules.step import Step
 
 #: ``(kind, phase, k)`` -> the step of the ``k``-th pass of that kind in that phase

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from strategies.schedules.base import Schedule
-from strategies.schedules.interned import step as make_step
+from strategies.schedules.step import make_step
 from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import Rule, raise_first

@@ -11,7 +11,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common, warmup_steady_cooldown
 from strategies.schedules.validity import Rule, raise_first
 from strategies.schedules.exchanges import Boundary, add_exchange, split_passes
-from strategies.schedules.interned import step as make_step
+from strategies.schedules.step import make_step
 from strategies.schedules.p2p_streams import overlapped_exposed
 
 

@@ -11,6 +11,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from strategies.distinct_rows import distinct_rows
+
 
 #: spans already replayed, by ``(schedule class, name, pp, m, vpp, slow_rank)`` and a plan's
 #: column of seconds (``_columns``' row as bytes): a column's replay reads that column alone,
@@ -30,10 +32,12 @@ def _columns(sched: Any, m: Any, t_max: Any, t_sum: Any, pp: Any, vpp: int, w_sh
     m, t_max, t_sum, pp, w, f = np.broadcast_arrays(
         *(np.asarray(x, dtype=float) for x in (m, t_max, t_sum, pp, w_share, f_share)))
     fill = (t_sum - t_max) / np.maximum(pp - 1, 1)
-    keys = np.stack([pp.ravel(), m.ravel()], axis=1).astype(np.int64)
-    uniq, inv = np.unique(keys, axis=0, return_inverse=True)
-    for i, (p, mb) in enumerate(uniq.tolist()):
-        sel = np.flatnonzero(inv.reshape(-1) == i)
+    uniq, inv, _ = distinct_rows(pp, m)
+    # the plans of each distinct (pp, m), ascending, from one stable sort (not a scan of
+    # every plan per distinct pair)
+    by = np.argsort(inv, kind="stable")
+    bounds = np.cumsum(np.bincount(inv, minlength=len(uniq)))[:-1]
+    for (p, mb), sel in zip(uniq, np.split(by, bounds)):
         per = {r: (t_max if r == slow_rank else fill).reshape(-1)[sel] / vpp for r in (0, 1)}
         cols = np.stack([per[0], per[1], f.reshape(-1)[sel], w.reshape(-1)[sel]], axis=1)
         yield sel, int(p), int(mb), cols

@@ -1,9 +1,11 @@
 """The ``Step`` record a schedule's order is made of (``STEP_KINDS``), and what the schedules
 build their orders with: the check of the arguments every order shares (``check_common``)
-and 1F1B's warm-up, steady pairs and cool-down (``warmup_steady_cooldown``)."""
+and 1F1B's warm-up, steady pairs and cool-down (``warmup_steady_cooldown``); ``make_step``,
+the interned constructor the long orders use."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from strategies.errors import SpecError
@@ -48,6 +50,14 @@ class Step:
 
     def __str__(self) -> str:
         return self.label
+
+
+
+#: ``Step(kind, microbatch, chunk, overlap)`` interned, positional arguments: one object per
+#: value (``Step`` is immutable and compared by value; a frozen dataclass's ``__init__``
+#: costs about a microsecond and the search's orders make millions of steps under
+#: ``--schedules all``); bounded cache
+make_step = lru_cache(maxsize=1 << 16)(Step)
 
 
 def check_common(stage: int, pp: int, num_microbatches: int) -> None:

@@ -29,7 +29,7 @@ from strategies.schedules.registry import get_schedule, register
 from strategies.schedules.step import Step, check_common
 from strategies.schedules.validity import raise_first
 from strategies.schedules.chain import chain_span
-from strategies.schedules.interned import step as make_step
+from strategies.schedules.step import make_step
 
 
 @register("zb-h2")
