@@ -28,7 +28,10 @@ the NICs on an 8-GPU node, inside NVLink on an NVL72 rack where the whole job fi
 domain), and three what-ifs of the same job: ``no opg`` (``overlap_param_gather`` off: the
 whole gather after the optimizer), ``no overlap`` (both overlaps off: every data-parallel
 byte exposed, the most the data-parallel calls can add), and ``one domain`` (every GPU of the
-job in one NVLink domain: what crossing the NICs costs in the model, all terms together).
+job in one NVLink domain: what crossing the NICs costs in the model, all terms together),
+and ``NIC / 2`` (each NIC at half its rate: a B300 node with B200's 400 Gb/s ConnectX-7 in
+place of its 800 Gb/s ConnectX-8; the only network what-if that moves the B300 rows toward
+their measurements, not adopted: no source says the runs had one).
 Error columns are estimate / measured - 1.
 
 Table 4, the pairs that ran the same plan (Qwen3-30B-A3B on one 8-GPU node against two NVL72
@@ -149,7 +152,10 @@ def row(rid: str, entries: dict) -> dict:
     for label, j in (("no_opg", replace(job, plan=replace(p, overlap_param_gather=False))),
                      ("no_overlap", replace(job, plan=replace(p, overlap_param_gather=False,
                                                               overlap_grad_reduce=False))),
-                     ("one_domain", replace(job, cluster=one_domain(job.cluster)))):
+                     ("one_domain", replace(job, cluster=one_domain(job.cluster))),
+                     ("half_nic", replace(job, cluster=replace(
+                         job.cluster,
+                         inter_node_bandwidth=job.cluster.inter_node_bandwidth / 2)))):
         what[label] = estimate(j).step_time_s
     layers, mb = moe_layer_s(job)
     return {"id": rid, "gpu": job.cluster.gpu.name, "plan": p.short(), "dtype": job.dtype,
@@ -199,6 +205,11 @@ def moe_mape(name: str) -> dict[str, tuple[int, float]]:
     return {k: (len(v), 100 * sum(v) / len(v) if v else 0.0) for k, v in errs.items()}
 
 
+def _md(text: str) -> str:
+    """``text`` for a Markdown table cell (a layout's ``|`` escaped)."""
+    return text.replace("|", "\\|")
+
+
 def _pct(x: float, ms: float) -> str:
     return f"{100 * (x / ms - 1):+.1f} %"
 
@@ -213,8 +224,8 @@ def main() -> None:
     for h, g in ps:
         s, per = excess(h, g)
         x = per_extra_expert(h, g)
-        print(f"| {h['id']} | {h['plan']} | {h['measured']:.3f} | {h['estimate']:.3f} | "
-              f"{h['error']:+.1f} % | {g['id']} | {g['plan']} | {g['error']:+.1f} % | "
+        print(f"| {h['id']} | {_md(h['plan'])} | {h['measured']:.3f} | {h['estimate']:.3f} | "
+              f"{h['error']:+.1f} % | {g['id']} | {_md(g['plan'])} | {g['error']:+.1f} % | "
               f"{h['ratio'] / g['ratio']:.3f} | {s:+.3f} | {per:+.2f} | "
               f"{h['local']:.0f} / {g['local']:.0f} | {'-' if x is None else f'{x:+.3f}'} | "
               f"{NOTES.get(h['id'], '')} |")
@@ -228,8 +239,8 @@ def main() -> None:
     print("\nTable 3. Data-parallel calls whole (s, alone on their links), and what-ifs "
           "(error against the measurement)\n")
     print("| row | edp (stride) | expert params | RS_d | AG_d | RS_e | AG_e | dp_comm exposed | "
-          "as is | no opg | no overlap | one domain |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "as is | no opg | no overlap | one domain | NIC / 2 |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for pair in ps:
         for r in pair:
             ms = r["measured"]
@@ -237,7 +248,8 @@ def main() -> None:
                   f"{r['expert_params'] / 1e9:.2f}e9 | {r['RS_d']:.3f} | {r['AG_d']:.3f} | "
                   f"{r['RS_e']:.3f} | {r['AG_e']:.3f} | {r['dp_comm']:.3f} | "
                   f"{r['error']:+.1f} % | {_pct(r['no_opg'], ms)} | "
-                  f"{_pct(r['no_overlap'], ms)} | {_pct(r['one_domain'], ms)} |")
+                  f"{_pct(r['no_overlap'], ms)} | {_pct(r['one_domain'], ms)} | "
+                  f"{_pct(r['half_nic'], ms)} |")
     print("\nTable 4. The pairs that ran the same plan (an 8-GPU node against 8 GPUs on two "
           "NVL72 trays): the GPUs' step ratio HGX / NVL72, measured and modelled, and the "
           "modelled compute's\n")
