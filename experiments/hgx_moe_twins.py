@@ -3,7 +3,7 @@
 GB300), term by term: which term of the modelled step differs between a row and its twin, and
 how much the HGX row would have to grow (docs/calibration.md §5.141).
 
-Run (analytic only, about a minute on a quiet core):
+Run (analytic only, about 25 s):
 
     python experiments/hgx_moe_twins.py           # Markdown tables on stdout
 

@@ -120,3 +120,14 @@ def test_output_is_deterministic(capsys):
     a = capsys.readouterr().out
     hx.main()
     assert capsys.readouterr().out == a
+
+
+def test_the_presets_nics_are_the_datasheets():
+    """§5.141 lead 2: DGX B200 8 x 400 Gb/s ConnectX-7, DGX B300 8 x 800 Gb/s ConnectX-8, one
+    per GPU; NVL72 one 400 (GB200) / 800 (GB300) Gb/s NIC per GPU."""
+    from topologies.cluster import cluster_preset
+    for name, gbps in (("dgx-b200", 400), ("dgx-b300", 800), ("gb200-nvl72", 400),
+                       ("gb300-nvl72", 800)):
+        cl = cluster_preset(name, 2)
+        assert cl.nics_per_node == cl.gpus_per_node
+        assert cl.inter_node_bandwidth_per_gpu == pytest.approx(gbps * 1e9 / 8, rel=1e-12)
