@@ -110,3 +110,15 @@ def test_a_megatron_core_row_is_untouched(monkeypatch):
     assert case.job.framework.attention_kernel != "fa1"
     monkeypatch.setattr(attention_fa1, "FA1_BARS", {})
     assert estimate(case.job).step_time_s == before
+
+
+def test_the_simulator_reads_the_same_fa1_attention():
+    """The simulated step moves by the estimate's move when the kernel becomes "fa1": both
+    read ``attention_time_fwd`` (MPT-1B, 8k tokens, 8 H100)."""
+    from simulator.simulate import simulate
+    j = case_from_entry(ENTRIES["mosaic_mpt1b_h100_8gpu_seq8192_mb3"]).job
+    jj = replace(j, framework=replace(j.framework, attention_kernel="fa1"))
+    d_est = estimate(jj).step_time_s - estimate(j).step_time_s
+    d_sim = simulate(jj).step_time_s - simulate(j).step_time_s
+    assert d_est > 0.1 * estimate(j).step_time_s
+    assert math.isclose(d_sim, d_est, rel_tol=1e-6)
