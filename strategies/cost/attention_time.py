@@ -4,13 +4,14 @@ is slower on Hopper than cuDNN/FA3), times the kernel's grid factor at the layer
 (``attention_grid.rate_factors``: 1 at the shape the catalog's figure was benchmarked at, head
 dim 128; each direction's rate by ``d_qk + d_v``, ``attention_grid.head_dim_factor``)
 (forward; its backward does 2.5x the forward FLOPs at ``FLASH_BWD_EFFICIENCY`` of the
-forward's rate, over its own grid's factor), or, without it, two batched GEMMs with
-K = head_dim plus the memory-bound softmax/dropout traffic. Vectorised."""
+forward's rate, over its own grid's factor); the FlashAttention-1 class (kernel ``"fa1"``) at
+its published bars by sequence, ``attention_fa1``, with no grid factor; or, without it, two
+batched GEMMs with K = head_dim plus the memory-bound softmax/dropout traffic. Vectorised."""
 from __future__ import annotations
 
 import numpy as np
 
-from strategies.cost import attention_counts, attention_grid, cp_allgather
+from strategies.cost import attention_counts, attention_fa1, attention_grid, cp_allgather
 from strategies.cost import fp8_attention as fp8a
 from strategies.cost import measured
 from strategies.cost import ring_attention as ring
@@ -91,11 +92,17 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
     f_flash = attention_counts.attn_core_flops_fwd(m, b, tp, cp, True)
     flash_rate = peak * gpu.flash_efficiency(fw.attention_kernel)
     t_flash = slow * f_flash / flash_rate
+    fa1 = fw.attention_kernel == "fa1"
+    if fa1:   # FlashAttention-1 class at its published bars, their own grid (§5.140)
+        t_flash = slow * f_flash / attention_fa1.seq_rates(gpu, m.seq_length / cp,
+                                                           FLASH_BWD_FACTOR, FLASH_BWD_EFFICIENCY)
     t_flash_b = FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash
-    q = measured.attention_ratios(gpu, fw.attention_kernel, lambda f: f / flash_rate,
-                                  FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
-    win = None if q is not None else window_kernel.window_efficiency(m, gpu, m.seq_length / cp)
-    if q is None:   # the catalog's rate is its benchmark shape's: the kernel's grid here (§5.130)
+    q = None if fa1 else measured.attention_ratios(gpu, fw.attention_kernel,
+                                                   lambda f: f / flash_rate,
+                                                   FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY)
+    win = None if q is not None or fa1 else window_kernel.window_efficiency(m, gpu,
+                                                                            m.seq_length / cp)
+    if q is None and not fa1:   # the catalog's rate is its benchmark shape's: its grid (§5.130)
         g_f, g_b = attention_grid.rate_factors(m, b, tp, cp, gpu, fw.attention_kernel, win is None,
                                                fw.cp_impl == "allgather")
         t_flash, t_flash_b = t_flash / g_f, t_flash_b / g_b
@@ -106,7 +113,7 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
         # length and grid (micro-batch sequences x heads per GPU)
         seq, grid = m.seq_length / cp, b * (m.num_attention_heads / tp)
         t_flash, t_flash_b = t_flash * q[0](seq, grid), t_flash_b * q[1](seq, grid)
-    elif gpu.exp_seconds_offset():   # SFU faster/slower than the efficiency's reference
+    elif gpu.exp_seconds_offset() and not fa1:   # SFU faster/slower than the efficiency's reference
         t_exp = slow * attention_counts.attn_exponentials_fwd(m, b, tp, cp) \
             * gpu.exp_seconds_offset()
         t_flash = t_flash + EXP_EXPOSED_FWD * t_exp

@@ -34,6 +34,9 @@ def entry_model(mo: dict, c: dict, notes: list[str]) -> ModelSpec:
     h, a = mo["hidden"], mo.get("heads")
     kv = mo.get("kv_heads")
     fam = model_family(name)
+    if mo.get("position_embedding") is not None:   # stated by the entry's source, over the name's
+        fam["position_embedding"] = str(mo["position_embedding"])
+        notes.append(f"position embedding {fam['position_embedding']!r} (stated by the entry)")
     if a is None and "nemotron" in name.lower():
         a, kv = (96 if h == 18432 else 48), 8
     ffn = mo.get("ffn_hidden") or 4 * h

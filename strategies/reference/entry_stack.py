@@ -151,8 +151,9 @@ def with_te_version(c: dict, fw: FrameworkProfile, notes: list[str]) -> Framewor
 def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> FrameworkProfile:
     """The stack ``fw`` running the fused attention kernel the entry's ``plan.attn_impl``
     names (``reference.text.attention_kernel``), stated as an assumption. A kernel of the
-    FlashAttention-1 class keeps the stack's kernel, said so: the catalog has no rate for it
-    that the runs bear out (docs/calibration.md §3.8)."""
+    FlashAttention-1 class keeps the stack's kernel, said so: its published bars
+    (``cost.attention_fa1``, framework kernel ``"fa1"``) are below the rate the MosaicML runs
+    prove at long sequences and make the 97 runs worse (docs/calibration.md §3.8, §5.140)."""
     said = pl.get("attn_impl")
     kernel = attention_kernel(said)
     if kernel is None:
@@ -162,8 +163,8 @@ def with_stated_kernel(fw: FrameworkProfile, pl: dict, notes: list[str]) -> Fram
         return fw
     if kernel == "fa1":
         notes.append(f"attention kernel {fw.attention_kernel} ({fw.name} default): the stated "
-                     f"{said.split(' (')[0]!r} is a FlashAttention-1-class kernel, not modelled "
-                     "(docs/calibration.md §3.8)")
+                     f"{said.split(' (')[0]!r} is a FlashAttention-1-class kernel, not applied "
+                     "(docs/calibration.md §5.140)")
         return fw
     notes.append(f"attention kernel {kernel} (stated: {said})")
     return replace(fw, attention_kernel=kernel)

@@ -181,8 +181,9 @@ def framework_name(text: str, year: int | None) -> str:
 #: ``GPU.flash_efficiency``'s ``"fa2"`` (flash-attn 2.x, SDPA's flash backend) or ``"native"``
 #: (cuDNN, Transformer Engine, FlashAttention-3), or ``"fa1"``: the FlashAttention-1 class
 #: (flash-attn 1.x, llm-foundry's ``attn_impl: triton``, a pre-MLIR Triton port of v1,
-#: ``llmfoundry/models/layers/flash_attn_triton.py``), which the catalog does not model
-#: (docs/calibration.md §3.8)
+#: ``llmfoundry/models/layers/flash_attn_triton.py``), whose published bars (the stack kernel
+#: ``"fa1"``, ``strategies.cost.attention_fa1``) the reader does not apply (docs/calibration.md
+#: §5.140); FlexAttention's Triton kernel (torch.compile) names none
 _ATTN_KERNELS = (("triton", "fa1"), ("flash-attn 1", "fa1"), ("flash-attn==1", "fa1"),
                  ("flashattention-1", "fa1"), ("flash-attn 2", "fa2"), ("flash-attn==2", "fa2"),
                  ("flashattention-2", "fa2"), ("sdpa", "fa2"), ("cudnn", "native"),
@@ -215,6 +216,8 @@ def attention_kernel(value) -> str | None:
     if value is not None and not isinstance(value, str):
         raise SpecError("plan.attn_impl", value, "must be a text naming the attention kernel")
     t = (value or "").strip().lower()
+    if "flexattention" in t or "flex_attention" in t:   # a compiled Triton kernel, not v1's port
+        return None
     for words, kernel in _ATTN_KERNELS:
         if words in t:
             return kernel

@@ -85,9 +85,9 @@ def check_profile(fw: "FrameworkProfile") -> None:
             for n in fw.tp_loss_allreduces)):
         raise SpecError("framework.tp_loss_allreduces", fw.tp_loss_allreduces,
                         "must be a tuple of integers >= 1 (fp32 elements per token)")
-    if fw.attention_kernel not in ("native", "fa2"):
+    if fw.attention_kernel not in ("native", "fa2", "fa1"):
         raise SpecError("framework.attention_kernel", fw.attention_kernel,
-                        "must be 'native' or 'fa2'")
+                        "must be 'native', 'fa2' or 'fa1'")
     for name, choices in _CHOICES:      # the fields that take one of a fixed set of names
         if getattr(fw, name) not in choices:
             raise SpecError(f"framework.{name}", getattr(fw, name),
