@@ -469,6 +469,11 @@ class FrameworkProfile:
     #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
     #: refusal)
     precision_notes: tuple[tuple[str, str], ...] = ()
+    #: the per-tensor fp8 recipe the stack runs when a run says only "fp8"/"float8" (its
+    #: default scaling; one of ``profile_fields.UNQUALIFIED_FP8``), which the reference reader
+    #: gives such a row (``strategies.reference.cases``), and where that default is set
+    unqualified_fp8: str = "fp8"
+    unqualified_fp8_source: str = ""
 
     def optimizer_bytes_or(self, default: float) -> float:
         """The stack's optimizer state bytes per parameter, else ``default``."""
