@@ -7,7 +7,9 @@
 
 Per row, one mean layer and one micro-batch on the slowest stage, as ``layer_time.layer_time``
 composes it (the same calls, the same ``StageInputs``): the GEMMs (forward, data and weight
-gradient), the attention kernel, the memory-bound kernels (``elementwise_bytes``), torchao's
+gradient, at the fused Q/K/V and gate/up widths), what torchtitan's separate ``wq``/``wk``/``wv``
+and ``w1``/``w3`` add to them (``split_projections``: their own GEMMs and the sum of their input
+gradients), the attention kernel, the memory-bound kernels (``elementwise_bytes``), torchao's
 float8 casts (``cast_time``), the sequence-dim layout copies or async TP's fused passes, the
 launches, the gradient accumulation and ZeRO-3's copy-out, the recomputation, the exposed
 TP/CP communication and the blocking amax all-reduces. Then the step as the estimate composes
@@ -30,10 +32,12 @@ from simulator.studies.validate import load_cases  # noqa: E402
 from strategies.cost import async_tp, elementwise_bytes  # noqa: E402
 from strategies.cost import gemm_shapes  # noqa: E402
 from strategies.cost.attention_time import attention_time_fwd  # noqa: E402
-from strategies.cost.elementwise_time import cast_time, launch_time, tp_layout_copy_time  # noqa: E402
+from strategies.cost.elementwise_time import (cast_time, launch_time,  # noqa: E402
+                                              tp_layout_copy_time)
 from strategies.cost.gemm_time import (fixed_shares, gemm_units, units_time_bwd,  # noqa: E402
                                        units_time_fwd, whole_split)
 from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
+from strategies.cost.split_projections import split_projection_time  # noqa: E402
 from strategies.cost.stage.inputs import stage_inputs  # noqa: E402
 from strategies.cost.stage.layers import tp_collectives_per_layer  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
@@ -62,6 +66,7 @@ def layer_parts(job) -> dict[str, float]:
     counts = [g[0] for _, g in parts]
     g_f = si.slow * units_time_fwd(counts, units)
     g_b, g_w = units_time_bwd(counts, units)
+    s_f, s_b, _ = split_projection_time(m, b, tp, cp, tpo, gpu, dtype, fw, sy, si.slow)
     a_f, a_b = attention_time_fwd(m, b, tp, cp, P.flash_attn, gpu, si.slow, fw, sy)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, sy, fw)
     e = elementwise_bytes.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \
@@ -72,7 +77,8 @@ def layer_parts(job) -> dict[str, float]:
     flops_f = sum(c * 2 * mm * n * k for c, (mm, n, k) in
                   ((g[0], g[1:4]) for _, g in parts))
     return {"gemm_f": _f(g_f), "gemm_b": _f(si.slow * g_b), "gemm_w": _f(si.slow * g_w),
-            "attn_f": _f(a_f), "attn_b": _f(a_b), "elem_f": _f(e), "cast_f": _f(c_f),
+            "split_f": _f(s_f), "split_b": _f(s_b), "attn_f": _f(a_f), "attn_b": _f(a_b),
+            "elem_f": _f(e), "cast_f": _f(c_f),
             "cast_b": _f(c_b), "copy_f": _f(y[0] + z[0]), "copy_b": _f(y[1] + z[1]),
             "launch": _f(launch_time(fw, gpu=gpu)), "slow": _f(si.slow),
             "gemm_tflops_f": _f(flops_f) / 1e12, "gemm_rate_f": _f(flops_f) / _f(g_f) / 1e12}
@@ -106,36 +112,38 @@ def row(case) -> dict:
             "gap_slot_ms": 1e3 * (meas - est.step_time_s) / (slots * n)}
 
 
+#: the printed columns: (key of ``row``'s dict, header, width, decimals, scale); the layer's
+#: parts in ms, the step's in s
+COLUMNS = (("layer_fwd", "fwd", 6, 1, 1e3), ("layer_bwd", "bwd", 6, 1, 1e3),
+           ("layer_rc", "rc", 6, 1, 1e3), ("layer_comm", "comm", 5, 1, 1e3),
+           ("gemm_f", "gemm f", 6, 1, 1e3), ("gemm_b", "b", 6, 1, 1e3),
+           ("gemm_w", "w", 6, 1, 1e3), ("split_f", "split f", 7, 2, 1e3),
+           ("split_b", "b", 5, 2, 1e3), ("attn_f", "attn f", 6, 1, 1e3),
+           ("attn_b", "b", 6, 1, 1e3), ("elem_f", "elem", 5, 1, 1e3),
+           ("cast_f", "cast f", 6, 2, 1e3), ("cast_b", "b", 5, 2, 1e3),
+           ("copy_f", "copy f", 6, 2, 1e3), ("copy_b", "b", 5, 2, 1e3),
+           ("gemm_rate_f", "TF/s", 5, 0, 1.0), ("stage", "| stage", 8, 3, 1.0),
+           ("bubble", "bubble", 7, 3, 1.0), ("pp", "pp", 5, 3, 1.0), ("dp", "dp", 5, 3, 1.0),
+           ("opt", "opt", 5, 3, 1.0), ("est", "est", 8, 3, 1.0), ("meas", "meas", 8, 3, 1.0),
+           ("err", "err %", 6, 1, 1.0), ("gap_slot_ms", "gap/slot", 8, 2, 1.0))
+LEGEND = ("ms per mean layer and micro-batch on the slowest stage: fwd/bwd/rc the layer's "
+          "seconds as priced; gemm f/b/w (fused widths), split f/b (separate projections), "
+          "attn f/b, elem (fwd; bwd is 2x), cast f/b, copy f/b their parts; comm the exposed "
+          "TP/CP; TF/s the forward GEMMs' rate; then s per step; gap/slot in ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default="", help="only rows whose id contains this")
-    args = ap.parse_args(argv)
-    print("ms per mean layer and micro-batch on the slowest stage: fwd/bwd/rc the layer's "
-          "seconds as priced; gemm f/b/w, attn f/b, elem (fwd; bwd is 2x), cast f/b, copy f/b "
-          "their parts; comm the exposed TP/CP; TF/s the forward GEMMs' rate; then s per step")
-    print(f"{'row':42s} {'plan':44s} {'fwd':>6s} {'bwd':>6s} {'rc':>6s} {'comm':>5s} "
-          f"{'gemm f':>6s} {'b':>6s} {'w':>6s} {'attn f':>6s} {'b':>6s} {'elem':>5s} "
-          f"{'cast f':>6s} {'b':>5s} {'copy f':>6s} {'b':>5s} {'TF/s':>5s} | {'stage':>6s} "
-          f"{'bubble':>7s} {'pp':>5s} {'dp':>5s} {'opt':>5s} {'est':>8s} {'meas':>8s} "
-          f"{'err':>6s} {'gap/slot':>8s}")
-    for name in FILES:
-        for c in load_cases(os.path.join(DATA, name), tiers=None):
-            if "torchtitan" not in c.id or c.job is None:
-                continue
-            if args.rows and args.rows not in c.id:
-                continue
-            t = row(c)
-            ms = {k: 1e3 * t[k] for k in ("layer_fwd", "layer_bwd", "layer_rc", "layer_comm",
-                                          "gemm_f", "gemm_b", "gemm_w", "attn_f", "attn_b",
-                                          "elem_f", "cast_f", "cast_b", "copy_f", "copy_b")}
-            print(f"{t['id']:42s} {t['plan']:44s} {ms['layer_fwd']:6.1f} {ms['layer_bwd']:6.1f} "
-                  f"{ms['layer_rc']:6.1f} {ms['layer_comm']:5.1f} {ms['gemm_f']:6.1f} "
-                  f"{ms['gemm_b']:6.1f} {ms['gemm_w']:6.1f} {ms['attn_f']:6.1f} "
-                  f"{ms['attn_b']:6.1f} {ms['elem_f']:5.1f} {ms['cast_f']:6.2f} "
-                  f"{ms['cast_b']:5.2f} {ms['copy_f']:6.2f} {ms['copy_b']:5.2f} "
-                  f"{t['gemm_rate_f']:5.0f} | {t['stage']:6.3f} {t['bubble']:7.3f} "
-                  f"{t['pp']:5.3f} {t['dp']:5.3f} {t['opt']:5.3f} {t['est']:8.3f} "
-                  f"{t['meas']:8.3f} {t['err']:+5.1f}% {t['gap_slot_ms']:8.2f}")
+    wanted = ap.parse_args(argv).rows
+    print(LEGEND)
+    print(f"{'row':42s} {'plan':44s} " + " ".join(f"{h:>{w}s}" for _, h, w, _, _ in COLUMNS))
+    cases = [c for name in FILES for c in load_cases(os.path.join(DATA, name), tiers=None)
+             if "torchtitan" in c.id and c.job is not None and wanted in c.id]
+    for c in cases:
+        t = row(c)
+        print(f"{t['id']:42s} {t['plan']:44s} "
+              + " ".join(f"{s * t[k]:{w}.{d}f}" for k, _, w, d, s in COLUMNS))
     return 0
 
 

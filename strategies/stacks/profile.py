@@ -274,6 +274,11 @@ class FrameworkProfile:
     #: (``tensor_to_amax``'s ``torch.max(torch.abs(x))`` of a ``Shard`` placement) all-reduces
     #: its amax over the TP group (``strategies.cost.amax``; docs/calibration.md §5.84)
     torchao_float8_tp: bool = False
+    #: runs Q, K, V and a gated MLP's gate and up projections as separate linears over one
+    #: input, not Megatron's fused ``linear_qkv``/``linear_fc1`` (torchtitan's Llama): their
+    #: own GEMMs and the sum of their input gradients (``strategies.cost.split_projections``;
+    #: docs/calibration.md §5.142)
+    separate_projections: bool = False
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.

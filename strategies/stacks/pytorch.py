@@ -154,6 +154,9 @@ TORCHTITAN = replace(
     tp_end_collectives=True,
     # torchtitan apply_tp with float8 tensorwise: torchao's Float8 TP styles (§5.84)
     torchao_float8_tp=True,
+    # 9dec370 models/llama/model.py:158-163 wq/wk/wv and 248-253 w1/w3 are separate
+    # nn.Linear (v0.2.2 models/llama3/model/model.py the same), §5.142
+    separate_projections=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "
@@ -266,6 +269,8 @@ AUTOMODEL = replace(
     # per flush
     pipeline_flushes=True, flush_needs_pp_microbatches=True,
     precisions=("bf16",), unqualified_fp8="fp8", unqualified_fp8_source="",
+    # its model code (components/models/*) was not read for fused projections: priced fused
+    separate_projections=False,
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
                      "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)); fp8 not read",
