@@ -22,6 +22,7 @@ from strategies.cost.gemm_time import (fixed_shares, gemm_units, gemms_time_fwd,
 from strategies.cost.grad_time import (bf16_optimizer_launch_time, gather_copy_out_time,
                                        grad_accum_time, sharded_grad_pass_time)
 from strategies.cost.hbm_rate import usable_hbm
+from strategies.cost.split_projections import split_projection_time
 from strategies.cost.moe_time import (expert_bias_time, expert_pad_time, expert_quantise_time,
                                       moe_host_time, moe_permute_time, moe_sync_time)
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -215,6 +216,9 @@ def layer_time(m: ModelSpec, *, b: Num, tp: Num, cp: Num, ep: Num, sp: Num, flas
     g_f = slow * units_time_fwd(counts, units)
     g_b, g_w = units_time_bwd(counts, units)
     g_b, g_w = slow * g_b, slow * g_w
+    # a stack's separate Q/K/V and gate/up linears beyond the fused GEMMs priced above
+    s_f, s_b, s_w = split_projection_time(m, b, tp, cp, tpo, gpu, dtype, fw, system, slow)
+    g_f, g_b, g_w = g_f + s_f, g_b + s_b, g_w + s_w
     a_f, a_b = attention_time_fwd(m, b, tp, cp, flash, gpu, slow, fw, system)
     c_f, c_b = cast_time(m, b, tp, cp, sp, gpu, dtype, system, fw)
     e_plain = elementwise_bytes.elementwise_bytes_fwd(m, b, tp, cp, sp, fw.elementwise_kernels) \

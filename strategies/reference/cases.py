@@ -119,6 +119,14 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         return skip(f"does not resolve: {e}")
     notes += cn
     dtype = entry_dtype(c)
+    stack = framework_of(c)
+    if dtype == "fp8" and stack.unqualified_fp8 != "fp8" \
+            and "delayed" not in str(c.get("precision") or "").lower():
+        # a plain "fp8"/"float8" is the stack's default recipe (torchtitan: torchao's
+        # tensorwise dynamic scaling; docs/calibration.md §5.142)
+        dtype = stack.unqualified_fp8
+        notes.append(f"precision fp8 as {stack.name} runs it unqualified, {dtype} "
+                     f"({stack.unqualified_fp8_source})")
     recipe = recipe_for(c)
     # the harness's plain FP8 is current scaling: said by the row's config where the recipe
     # table holds it, else by the table's container (``harness_fp8_is_current``)

@@ -274,6 +274,11 @@ class FrameworkProfile:
     #: (``tensor_to_amax``'s ``torch.max(torch.abs(x))`` of a ``Shard`` placement) all-reduces
     #: its amax over the TP group (``strategies.cost.amax``; docs/calibration.md §5.84)
     torchao_float8_tp: bool = False
+    #: runs Q, K, V and a gated MLP's gate and up projections as separate linears over one
+    #: input, not Megatron's fused ``linear_qkv``/``linear_fc1`` (torchtitan's Llama): their
+    #: own GEMMs and the sum of their input gradients (``strategies.cost.split_projections``;
+    #: docs/calibration.md §5.142)
+    separate_projections: bool = False
     #: in a quantised precision, copies the routed tokens into and out of per-expert buffers
     #: aligned for the quantised GEMMs (Megatron-Core's ``TEGroupedMLP`` with Transformer
     #: Engine's ``Fp8Padding``/``Fp8Unpadding``, the router not padding): ``counts.
@@ -469,6 +474,11 @@ class FrameworkProfile:
     #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
     #: refusal)
     precision_notes: tuple[tuple[str, str], ...] = ()
+    #: the per-tensor fp8 recipe the stack runs when a run says only "fp8"/"float8" (its
+    #: default scaling; one of ``profile_fields.UNQUALIFIED_FP8``), which the reference reader
+    #: gives such a row (``strategies.reference.cases``), and where that default is set
+    unqualified_fp8: str = "fp8"
+    unqualified_fp8_source: str = ""
 
     def optimizer_bytes_or(self, default: float) -> float:
         """The stack's optimizer state bytes per parameter, else ``default``."""

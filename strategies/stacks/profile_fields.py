@@ -49,6 +49,8 @@ TP_OVERLAP_WITHOUT_SP = ("refused", "disabled")
 #: read g, write g), ``reduce_copy_in`` (FSDP2's ``foreach_reduce_scatter_copy_in``: every
 #: gradient copied, and cast, into the reduce-scatter input: read a, write g)
 SHARDED_GRAD_PASSES = ("flat_grad_cat", "reduce_cast", "predivide", "reduce_copy_in")
+#: ``FrameworkProfile.unqualified_fp8``: the per-tensor fp8 recipes a plain "fp8" may mean
+UNQUALIFIED_FP8 = ("fp8", "fp8-delayed", "fp8-current")
 #: the plan switches a profile gives defaults for (``FrameworkProfile.default_*``)
 DEFAULT_SWITCHES = ("flash_attn", "overlap_grad_reduce", "overlap_param_gather",
                     "tp_comm_overlap", "recompute")
@@ -144,6 +146,12 @@ def check_profile(fw: "FrameworkProfile") -> None:
     if not fw.precisions:
         raise SpecError("framework.precisions", fw.precisions,
                         "must name at least one precision")
+    if fw.unqualified_fp8 not in UNQUALIFIED_FP8:
+        raise SpecError("framework.unqualified_fp8", fw.unqualified_fp8,
+                        f"must be one of {', '.join(UNQUALIFIED_FP8)}")
+    if fw.unqualified_fp8 != "fp8" and not fw.unqualified_fp8_source:
+        raise SpecError("framework.unqualified_fp8_source", fw.unqualified_fp8_source,
+                        "must name where the stack's default fp8 scaling is set")
     for field_name in ("optimizer_state_bytes", "master_bytes"):
         val = getattr(fw, field_name)
         if val is not None and (isinstance(val, bool) or not isinstance(val, (int, float))

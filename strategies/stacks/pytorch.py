@@ -154,6 +154,9 @@ TORCHTITAN = replace(
     tp_end_collectives=True,
     # torchtitan apply_tp with float8 tensorwise: torchao's Float8 TP styles (§5.84)
     torchao_float8_tp=True,
+    # 9dec370 models/llama/model.py:158-163 wq/wk/wv and 248-253 w1/w3 are separate
+    # nn.Linear (v0.2.2 models/llama3/model/model.py the same), §5.142
+    separate_projections=True,
     precisions=("bf16", "fp8", "fp8-delayed", "fp8-current", "mxfp8"),
     precision_source="torchtitan's training.mixed_precision_param bfloat16 and its torchao "
                      "converters: float8 with dynamic (tensorwise, fp8-current) or, until "
@@ -166,6 +169,16 @@ TORCHTITAN = replace(
         ("fp8-blockwise", "torchao's float8 recipes are tensorwise and rowwise, not "
                           "DeepSeek's 1x128/128x128 blocks"),
         ("nvfp4", "torchtitan v0.2.2 has no NVFP4 training converter")),
+    # a run that says only "float8" ran tensorwise dynamic scaling: torchtitan 9dec370
+    # (Dec 2024) config_manager.py:552-568 defaults float8.scaling_type_input/_weight/
+    # _grad_output to "dynamic", float8.py:87 "only dynamic tensor scaling (the default) is
+    # supported", and llama3_405b.toml's enable_fsdp_float8_all_gather /
+    # precompute_float8_dynamic_scale_for_fsdp are dynamic-only; torchao removed delayed
+    # scaling in 2025 (docs/calibration.md §5.142)
+    unqualified_fp8="fp8-current",
+    unqualified_fp8_source="torchtitan 9dec370 config_manager.py:552-568 "
+                           "float8.scaling_type_input/weight/grad_output default 'dynamic' "
+                           "(float8.py:87: only dynamic tensor scaling is supported)",
     recompute_note="its selective AC is per op (recompute=op) or every N-th layer "
                    "(distributed/activation_checkpoint.py), not Megatron's attention-core "
                    "recomputation",
@@ -255,7 +268,9 @@ AUTOMODEL = replace(
     # (strategies.flushes, docs/calibration.md §5.43); train_ft.py asserts pp micro-batches
     # per flush
     pipeline_flushes=True, flush_needs_pp_microbatches=True,
-    precisions=("bf16",),
+    precisions=("bf16",), unqualified_fp8="fp8", unqualified_fp8_source="",
+    # its model code (components/models/*) was not read for fused projections: priced fused
+    separate_projections=False,
     precision_source="the benchmark configs' bf16 runs (model built in "
                      "config.torch_dtype, bf16 default; components/moe/parallelizer.py "
                      "MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32)); fp8 not read",
