@@ -168,18 +168,12 @@ def resolve_framework(args: argparse.Namespace, in_plan: Any = None) -> Framewor
     return fw
 
 
-def resolve_plan(args: argparse.Namespace, gpus: int | None = None
-                 ) -> tuple[Plan, FrameworkProfile | None]:
-    """The ``--plan`` (text or file) and the stack named for it; the switches and the fields
-    the plan does not set take the named stack's defaults (``strategies.stacks.plan_defaults``;
-    ``gpus``, the cluster's, resolves an unset dp: None reads ``--cluster``). The fields
-    filled: ``plan_fills``."""
-    return resolve_plan_fills(args, gpus)[:2]
-
-
 def resolve_plan_fills(args: argparse.Namespace, gpus: int | None = None
                        ) -> tuple[Plan, FrameworkProfile | None, tuple]:
-    """``resolve_plan`` and the fields the named stack filled (``PlanFill``s; () none)."""
+    """The ``--plan`` (text or file), the stack named for it, and the fields that stack filled
+    (``PlanFill``s; () none): the switches and the fields the plan does not set take the named
+    stack's defaults (``strategies.stacks.plan_defaults``; ``gpus``, the cluster's, resolves an
+    unset dp: None reads ``--cluster``)."""
     raw = plan_mapping(args.plan)
     keys = {str(k).strip().lower(): k for k in raw}
     fw = resolve_framework(args, raw.pop(keys["framework"]) if "framework" in keys else None)

@@ -89,7 +89,7 @@ def check_field_defaults(fw: "FrameworkProfile") -> None:
         if stage not in fw.zero_stages:
             raise SpecError(f"framework.field_defaults.{name}", stage,
                             f"must be one of the stack's ZeRO stages {fw.zero_stages}")
-    if fw.max_pp != 1 and d.zero_with_pp > min(fw.zero_with_pp, 2):   # Plan: no ZeRO-3 with pp
+    if d.zero_with_pp > min(fw.zero_with_pp, 2):       # Plan refuses ZeRO-3 with pp
         raise SpecError("framework.field_defaults.zero_with_pp", d.zero_with_pp,
                         f"must be <= the stack's zero_with_pp ({fw.zero_with_pp}) and <= 2")
     if d.sp_with_tp and not fw.sequence_parallel:
@@ -120,7 +120,7 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: Any,
         sharded = dp is None or dp * plan.cp > 1 or 0 not in fw.zero_stages
         stage = d.zero_with_pp if pipelined else d.zero
         if sharded and stage != plan.zero:
-            qual = ("" if d.zero == d.zero_with_pp else
+            qual = ("" if d.zero == d.zero_with_pp or fw.max_pp == 1 else
                     " with pipelining" if pipelined else " without pipelining")
             out.append(PlanFill("zero", stage, f"{who}'s default{qual}: {d.zero_source}"))
     if "sp" not in given and d.sp_with_tp and plan.tp > 1 and not plan.sp:

@@ -24,7 +24,7 @@ PYTORCH_EAGER = FrameworkProfile(
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
     field_defaults=StackFieldDefaults(
-        zero=3, zero_with_pp=3,     # (no pipelining: max_pp 1)
+        zero=3, zero_with_pp=2,     # (never read: no pipelining, max_pp 1)
         zero_source="FSDP FULL_SHARD: llm-foundry 8c8dd48f7 scripts/train/yamls/pretrain/"
                     "mpt-7b.yaml:92 sharding_strategy: FULL_SHARD"),
     # FSDP ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2, FSDP2's 2-D mesh (HSDP)
