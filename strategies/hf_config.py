@@ -448,13 +448,13 @@ def load_model_arg(text: str) -> ModelSpec:
         text = os.path.join(text, "config.json")
     if not text.lower().endswith((".json", ".yaml", ".yml")) and os.path.sep not in text:
         return model_preset(text)
-    data = load_mapping_file(text, "model", "model")
+    data = load_mapping_file(text, "model", "model")     # a mapping, or a SpecError
     stem = os.path.splitext(os.path.basename(text))[0]
-    if isinstance(data, Mapping) and "model_type" in data:
+    if "model_type" in data:
         if stem == "config":
             stem = data.get("_name_or_path") or data["model_type"]
         return model_from_hf(data, name=stem)
-    if isinstance(data, Mapping) and "name" in data:
+    if "name" in data:
         data = dict(data)
         stem = check_name("name", data.pop("name"))
     return model_from_mapping(data, name=stem)

@@ -36,6 +36,9 @@ class Job:
     framework: FrameworkProfile = DEFAULT_FRAMEWORK
     framework_named: bool = False
     system: SystemConfig = DEFAULT_SYSTEM
+    #: the plan fields the named stack filled where the plan gave none
+    #: (``strategies.stacks.plan_defaults.PlanFill``), stated by the reports
+    plan_defaults: tuple = ()
 
     @property
     def named_framework(self) -> FrameworkProfile | None:
@@ -99,6 +102,8 @@ class Job:
              "num_microbatches": self.num_microbatches, "framework": self.framework.name}
         if self.system != DEFAULT_SYSTEM:
             d["system"] = asdict(self.system)
+        if self.plan_defaults:
+            d["plan_defaults"] = [f.to_dict() for f in self.plan_defaults]
         return d
 
 

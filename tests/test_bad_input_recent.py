@@ -151,7 +151,8 @@ CASES = [
                                             "--framework", "megatron-core"],
      {"p.yaml": "tp: 8\ngbs: 8\nframework: torchtitan\n"},
      ["--framework='megatron-core'", "disagrees", "torchtitan"]),
-    _plan("torchtitan-async-tp-needs-sp", H100, "tp=8,gbs=8,tp_comm_overlap=true",
+    # sp given false: torchtitan's own default with tp > 1 is sp=true (plan_defaults)
+    _plan("torchtitan-async-tp-needs-sp", H100, "tp=8,gbs=8,sp=false,tp_comm_overlap=true",
           ["tp_comm_overlap=True", "torchtitan", "needs sp=true"], "--framework", "torchtitan"),
     _plan("flushes-on-megatron", H100, "pp=2,tp=4,gbs=8,flushes=2",
           ["flushes=2", "megatron-core", "one pipeline schedule"], "--framework",

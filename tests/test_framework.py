@@ -52,7 +52,7 @@ def refused(capsys, *argv: str) -> str:
     ("megatron-lm-2021", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
     ("megatron-lm-2021", "zero=3", "zero"),
     ("pytorch-eager", "tp=2", "tp"),
-    ("pytorch-eager", "pp=2", "schedule"),
+    ("pytorch-eager", "pp=2", "pp"),        # pp is what the plan asked for
     ("torchtitan", "zero=1", "zero"),
     ("torchtitan", "tp=2,tp_comm_overlap=true", "tp_comm_overlap"),
     ("jax-xla", "pp=2,schedule=1f1b", "schedule"),
@@ -134,7 +134,8 @@ def test_search_space_is_exactly_what_the_stack_runs(name, monkeypatch):
                                 optimizer_state_bytes=fw.optimizer_state_bytes,
                                 fp8_activation_cache=fw.fp8_activation_cache,
                                 fsdp2=fw.fsdp2, master_only=fw.master_only,
-                                zero_stages=fw.zero_stages, dp_bucket=fw.dp_bucket))
+                                zero_stages=fw.zero_stages, dp_bucket=fw.dp_bucket,
+                                field_defaults=fw.field_defaults))
     m, cl = model_preset("mixtral-8x7b"), cluster_preset("dgx-h100", 2)
     free = enumerate_space(m, cl, 64)
     named = enumerate_space(m, cl, 64, framework=fw)

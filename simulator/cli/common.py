@@ -7,6 +7,7 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from typing import Any, Iterable, Sequence
 
 from strategies.errors import SpecError
@@ -19,6 +20,7 @@ from strategies.model import ModelSpec
 from strategies.memory.scalar import check_fits
 from strategies.plan import Plan, plan_from_mapping, plan_mapping
 from strategies.plan_file import found_for, mismatches, read_plan_record
+from strategies.stacks.plan_defaults import plan_with_stack_defaults
 from topologies.cluster import Cluster, parse_cluster_arg
 from topologies.faults import Faults
 from topologies.graph import check_links
@@ -166,23 +168,33 @@ def resolve_framework(args: argparse.Namespace, in_plan: Any = None) -> Framewor
     return fw
 
 
-def resolve_plan(args: argparse.Namespace) -> tuple[Plan, FrameworkProfile | None]:
-    """The ``--plan`` (text or file) and the stack named for it; the switches the plan does not
-    set take the named stack's defaults."""
+def resolve_plan_fills(args: argparse.Namespace, gpus: int | None = None
+                       ) -> tuple[Plan, FrameworkProfile | None, tuple]:
+    """The ``--plan`` (text or file), the stack named for it, and the fields that stack filled
+    (``PlanFill``s; () none): the switches and the fields the plan does not set take the named
+    stack's defaults (``strategies.stacks.plan_defaults``; ``gpus``, the cluster's, resolves an
+    unset dp: None reads ``--cluster``)."""
     raw = plan_mapping(args.plan)
     keys = {str(k).strip().lower(): k for k in raw}
     fw = resolve_framework(args, raw.pop(keys["framework"]) if "framework" in keys else None)
-    return plan_from_mapping(raw, fw.plan_defaults() if fw else None), fw
+    if fw is None:
+        return plan_from_mapping(raw), None, ()
+    if gpus is None and getattr(args, "cluster", None) is not None:
+        gpus = parse_cluster_arg(args.cluster).num_gpus
+    plan, fills = plan_with_stack_defaults(raw, fw, gpus)
+    return plan, fw, fills
 
 
 def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
-                framework: FrameworkProfile | None = None) -> Job:
+                framework: FrameworkProfile | None = None, fills: tuple = ()) -> Job:
     """Model, cluster and plan from the shared flags, checked against each other (and against
-    the named stack's limits, ``strategies.stacks.rules.check_plan``)."""
+    the named stack's limits, ``strategies.stacks.rules.check_plan``). ``fills``: the fields
+    the stack filled in a given ``plan`` (``resolve_plan_fills``), kept on the job
+    (``Job.plan_defaults``)."""
     model = resolve_model(args)
     cluster = resolve_cluster(args)
     if plan is None:
-        plan, framework = resolve_plan(args)
+        plan, framework, fills = resolve_plan_fills(args, cluster.num_gpus)
     elif framework is None:
         framework = resolve_framework(args)
     if args.global_batch is not None and plan.gbs is not None and args.global_batch != plan.gbs:
@@ -190,6 +202,8 @@ def resolve_job(args: argparse.Namespace, plan: Plan | None = None,
                        f"disagrees with the plan's gbs={plan.gbs} (give one of them)")
     job = make_job(model, cluster, plan, global_batch=args.global_batch,
                    dtype=check_dtype(args.dtype), framework=framework)
+    if fills:
+        job = replace(job, plan_defaults=tuple(fills))
     if len(cluster.groups) > 1:     # a mixed cluster: each stage must fit its own GPUs
         check_fits(job)
     for text in mismatches(read_plan_record(args.plan), found_for(job)):

@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 
 from simulator.cli.common import (CliError, Once, add_json, add_plan_inputs, emit_json, fmt_s,
-                              positive_int, resolve_job, resolve_plan, table)
+                              positive_int, resolve_job, resolve_plan_fills, table)
 from simulator.cli.common import check_output
+from simulator.cli.estimate import default_lines
 from strategies.errors import SpecError
 from topologies.limits import parse_int_text
 from simulator.studies.compare_schedules import (DEFAULT_SCHEDULES, bubble_sweep, check_pipelined,
@@ -65,14 +66,15 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.timeline, "--timeline", (".png", ".svg"))
     check_output(args.sweep, "--sweep", (".png", ".svg"))
     choices = parse_schedules(args.schedules)
-    plan, fw = resolve_plan(args)
+    plan, fw, fills = resolve_plan_fills(args)
+    fills = tuple(f for f in fills if f.field != "schedule")    # compare sets the schedule
     check_pipelined(plan)
     if args.sweep_microbatches is not None and not args.sweep:
         raise CliError("--sweep-microbatches", args.sweep_microbatches,
                        "sets the counts of --sweep F.png: give --sweep too")
     counts = parse_counts(args.sweep_microbatches, plan.pp) if args.sweep else None
     # The plan's own schedule is replaced; resolve the job as 1F1B (always valid) first.
-    base = resolve_job(args, plan=plan_1f1b(plan), framework=fw)
+    base = resolve_job(args, plan=plan_1f1b(plan, fw), framework=fw, fills=fills)
     group = plan.microbatch_group_size
     rows, results = compare(base, choices, fold=not args.full, group_size=group)
     out = {"inputs": base.to_dict(), "schedules": [c.label for c in choices], "rows": rows}
@@ -100,11 +102,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_1f1b(plan):
-    """``plan`` under the default schedule (1F1B), which every pipelined job accepts."""
+def plan_1f1b(plan, fw=None):
+    """``plan`` under the default schedule (1F1B), which every pipelined job accepts, or under
+    the first schedule of a named stack ``fw`` that runs no 1F1B (MaxText: GPipe)."""
     from dataclasses import replace
     from strategies.schedules import DEFAULT_SCHEDULE
-    return replace(plan, schedule=DEFAULT_SCHEDULE, vpp=1, microbatch_group_size=None)
+    sched = DEFAULT_SCHEDULE
+    if fw is not None and fw.schedules and fw.schedule_for(sched) not in fw.schedules:
+        sched = fw.schedules[0]
+    return replace(plan, schedule=sched, vpp=1, microbatch_group_size=None)
 
 
 def _title(job) -> str:
@@ -117,7 +123,7 @@ def render(out: dict, job) -> str:
     p = job.plan
     lines = [f"{job.model.name} on {job.cluster.name} ({job.cluster.describe_gpus()}): "
              f"tp{p.tp} pp{p.pp} dp{p.dp}, gbs {p.gbs}, "
-             f"{job.num_microbatches} micro-batches per pipeline", ""]
+             f"{job.num_microbatches} micro-batches per pipeline", *default_lines(job), ""]
     body = [[r["schedule"], fmt_s(r["step_time_s"]), fmt_s(r["analytic_step_time_s"]),
              f"{100 * r['bubble_fraction']:.1f} %",
              f"{r['bubble_over_ideal']:.3f} / {r['bubble_closed_form']:.3f}",

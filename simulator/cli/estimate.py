@@ -70,6 +70,13 @@ def layout_lines(job) -> list[str]:
             *(f"        {row}" for row in lay.table())]
 
 
+def default_lines(job) -> list[str]:
+    """The plan fields the named stack filled where the plan gave none (``Job.plan_defaults``),
+    one line each: what was assumed and why."""
+    return [f"{'assumed' if i == 0 else '':<8}{f.text()}"
+            for i, f in enumerate(job.plan_defaults)]
+
+
 def render(out: dict[str, Any], job, title: str) -> str:
     """The human report shared by ``estimate`` and ``simulate``."""
     p, cl, m = job.plan, job.cluster, job.model
@@ -81,6 +88,7 @@ def render(out: dict[str, Any], job, title: str) -> str:
                 "by node group" if p.group_microbatches is not None else
                 f"{out['num_microbatches']} micro-batches per pipeline"),
              *layout_lines(job),
+             *default_lines(job),
              *([f"NVLink  {cl.describe_domain()}"] if cl.gpus_per_tray else []),
              *([f"network {cl.planes} planes of {cl.inter_node_topology}, each NIC's "
                 f"{cl.inter_node_bandwidth * 8 / 1e9:g} Gb/s as {cl.planes} ports of "

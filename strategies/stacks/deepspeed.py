@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from strategies.stacks.buckets import DEEPSPEED_BUCKET
 from strategies.stacks.passes import MEGATRON_DEEPSPEED_CROSS_ENTROPY, StepPasses
+from strategies.stacks.plan_defaults import StackFieldDefaults
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 
 #: bytes per parameter and micro-batch of DeepSpeed BF16_Optimizer's accumulation
@@ -30,6 +31,11 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
     default_flash_attn=False, default_overlap_grad_reduce=False,
     default_overlap_param_gather=False, default_tp_comm_overlap=False, default_recompute="full",
     schedules=("deepspeed-1f1b",), zero_stages=(0, 1, 2, 3), zero_with_pp=1,
+    field_defaults=StackFieldDefaults(
+        zero=1, zero_with_pp=1,
+        zero_source="ZeRO stage 1: bigscience-workshop/Megatron-DeepSpeed 8387ae17c "
+                    "README.md:305 ZERO_STAGE=1; BLOOM's bf16 ZERO_STAGE=0 runs the "
+                    "BF16_Optimizer, 'its own zero stage 1 equivalent', tr11-176B-ml.slurm"),
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
     # ColumnParallelLinear's backward all-reduces the input gradient blocking

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from strategies.stacks.buckets import MODEL_BUCKET
 from strategies.stacks.passes import StepPasses
+from strategies.stacks.plan_defaults import StackFieldDefaults
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 
 JAX_XLA = FrameworkProfile(
@@ -15,6 +16,11 @@ JAX_XLA = FrameworkProfile(
     schedules=("gpipe",), zero_stages=(0, 3), zero_with_pp=0, expert_parallel=True, ep_in_dp=True,
     hybrid_zero=(3,),        # MaxText's ici_fsdp x dcn_data_parallelism meshes
     microbatches_per_pp=True,
+    # with pipelining the stack's rule (zero_with_pp 0) holds
+    field_defaults=StackFieldDefaults(
+        zero=3, zero_with_pp=0,
+        zero_source="the fsdp mesh axis takes the devices: MaxText e591f30cb "
+                    "src/maxtext/configs/base.yml:674 ici_fsdp_parallelism: -1"),
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled

@@ -9,6 +9,7 @@ from strategies.cost.recompute import MODULES as RECOMPUTE_MODULES
 from strategies.stacks.buckets import MODEL_BUCKET, NEMO_BUCKET
 from strategies.stacks.expert_gemm import TE_GROUPED_GEMM, ExpertGemmLaunch
 from strategies.stacks.passes import MEGATRON_CROSS_ENTROPY, LossPasses, StepPasses
+from strategies.stacks.plan_defaults import StackFieldDefaults
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 from topologies.precision import DTYPES
 
@@ -119,6 +120,11 @@ MEGATRON_CORE = FrameworkProfile(
 
 NEMO = replace(
     MEGATRON_CORE, name="nemo", dp_bucket=NEMO_BUCKET,
+    # the recipes' optimizer is Megatron-Core's distributed optimizer (ZeRO-1)
+    field_defaults=StackFieldDefaults(
+        zero=1, zero_with_pp=1,
+        zero_source="the distributed optimizer: NVIDIA/NeMo 06cca550a nemo/collections/llm/"
+                    "recipes/optim/adam.py:44 use_distributed_optimizer=True"),
     # NeMo 2's model configs set cross_entropy_loss_fusion=True (GPTConfig, NemotronConfig in
     # nemo/collections/llm/gpt/model/): Megatron's jit-fused path, whose passes depend on what
     # the fuser merges and are not counted here, so the assumed three passes each way are kept
@@ -146,6 +152,9 @@ NEMO = replace(
 
 HAI_LLM = replace(
     MEGATRON_CORE, name="hai-llm", loss=LossPasses(),   # HAI-LLM's code is not public
+    field_defaults=StackFieldDefaults(
+        zero=1, zero_with_pp=1,
+        zero_source="'ZeRO-1 Data Parallelism', DeepSeek-V3 report §3.2"),
     unfused_mask_bytes=0.0,                              # (its attention path not read)
     dp_bucket=MODEL_BUCKET,
     description="DeepSeek's HAI-LLM (DeepSeek-V2/V3 reports): no tensor parallelism, "

@@ -9,6 +9,7 @@ from typing import Any
 from strategies.stacks.buckets import MCORE_BUCKET, BucketRule
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
 from strategies.stacks.passes import LossPasses, StepPasses
+from strategies.stacks.plan_defaults import StackFieldDefaults, check_field_defaults
 from strategies.stacks.profile_fields import LAYOUT_WAYS, check_profile
 from topologies.precision import DTYPES
 
@@ -216,6 +217,9 @@ class FrameworkProfile:
     #: (parameters kept gathered) with it (NeMo AutoModel 89e3a9fdd components/moe/
     #: parallelizer.py apply_fsdp: ``fully_shard(..., reshard_after_forward=not pp_enabled)``)
     zero_follows_pp: bool = False
+    #: the ZeRO stage and sequence parallelism the stack runs where a plan names none
+    #: (``StackFieldDefaults``; sources in ``strategies.stacks.plan_defaults``)
+    field_defaults: StackFieldDefaults = StackFieldDefaults()
     #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
     #: stages)
@@ -502,6 +506,7 @@ class FrameworkProfile:
 
     def __post_init__(self) -> None:
         check_profile(self)
+        check_field_defaults(self)
 
 
 def stack_system(fw: FrameworkProfile | None, system: Any = None) -> Any:

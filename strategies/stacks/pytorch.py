@@ -9,6 +9,7 @@ from strategies.stacks.buckets import MODEL_BUCKET
 from strategies.stacks.expert_gemm import GROUPED_MLP_GEMM, TORCH_GROUPED_MM
 from strategies.stacks.passes import (COMPOSER_ADAMW_ELEMENTS, COMPOSER_CROSS_ENTROPY,
                                       TORCH_FOREACH_ADAMW_ELEMENTS, LossPasses, StepPasses)
+from strategies.stacks.plan_defaults import StackFieldDefaults
 from strategies.stacks.profile import LAUNCH_GAP_S, FrameworkProfile
 from strategies.stacks.profile_fields import LAYOUT_WAYS
 
@@ -22,6 +23,10 @@ PYTORCH_EAGER = FrameworkProfile(
     default_overlap_param_gather=True, default_tp_comm_overlap=False, attention_kernel="fa2",
     schedules=(), zero_stages=(0, 2, 3), max_tp=1, max_pp=1, context_parallel=False,
     group_microbatches=False,
+    field_defaults=StackFieldDefaults(
+        zero=3, zero_with_pp=2,     # (never read: no pipelining, max_pp 1)
+        zero_source="FSDP FULL_SHARD: llm-foundry 8c8dd48f7 scripts/train/yamls/pretrain/"
+                    "mpt-7b.yaml:92 sharding_strategy: FULL_SHARD"),
     # FSDP ShardingStrategy.HYBRID_SHARD / _HYBRID_SHARD_ZERO2, FSDP2's 2-D mesh (HSDP)
     hybrid_zero=(2, 3), replica_stream=True,
     expert_parallel=False, sequence_parallel=False, tp_comm_overlap=False,
@@ -97,6 +102,18 @@ TORCHTITAN_SCHEDULE_NAMES = (("gpipe", "GPipe"), ("1f1b", "1F1B"),
                              ("dualpipev", "DualPipeV"))
 TORCHTITAN_SCHEDULES = tuple(ours for ours, _ in TORCHTITAN_SCHEDULE_NAMES)
 
+#: torchtitan's ZeRO stage and sequence parallelism where a plan names none
+#: (``strategies.stacks.plan_defaults``, whose docstring gives the sources)
+TORCHTITAN_FIELD_DEFAULTS = StackFieldDefaults(
+    zero=3, zero_with_pp=2,
+    zero_source="FSDP2 over the data-parallel ranks, resharded after forward unless pipelined: "
+                "torchtitan b5bcd76c6 config/configs.py:133 data_parallel_shard_degree=-1, "
+                ":145 fsdp_reshard_after_forward='default', distributed/fsdp.py:128-131 "
+                "default -> not pp_enabled",
+    sp_with_tp=True,
+    sp_source="torchtitan b5bcd76c6 config/configs.py:169 enable_sequence_parallel=True; "
+              "v0.2.2's apply_tp always sequence-parallel")
+
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
     description="torchtitan (PyTorch FSDP2, eager): FlashAttention (SDPA), unfused elementwise "
@@ -104,7 +121,7 @@ TORCHTITAN = replace(
     schedules=TORCHTITAN_SCHEDULES, zero_stages=(0, 2, 3), zero_with_pp=2,
     max_tp=None, max_pp=None, context_parallel=True, expert_parallel=True,
     sequence_parallel=True, recompute=("none", "full", "op"), export="torchtitan",
-    ddp_sole=True, ep_from_fsdp=True,
+    ddp_sole=True, ep_from_fsdp=True, field_defaults=TORCHTITAN_FIELD_DEFAULTS,
     # HSDP with EP: the experts' FSDP over efsdp = dp_shard·cp·tp/ep, replicated over
     # dp_replicate (distributed/parallel_dims.py sparse mesh (pp, dp_replicate, efsdp, ep);
     # models/qwen3/parallelize.py fully_shard over ["dp_replicate", "efsdp"], b5bcd76)
@@ -238,6 +255,10 @@ AUTOMODEL = replace(
     # apply_fsdp: fully_shard(..., reshard_after_forward=not pp_enabled): ZeRO-3 without
     # pipelining, ZeRO-2 (parameters kept gathered) with it; no DDP on this path
     zero_stages=(2, 3), zero_with_pp=2, ddp_sole=False, zero_follows_pp=True, hybrid_zero=(),
+    field_defaults=StackFieldDefaults(
+        zero=3, zero_with_pp=2,
+        zero_source="components/moe/parallelizer.py apply_fsdp: fully_shard(..., "
+                    "reshard_after_forward=not pp_enabled), always"),
     # components/distributed/fsdp2.py FSDP2Manager: assert dp_size % ep_size == 0, the moe
     # mesh (pp, ep_shard = dp/ep, ep) over the data-parallel ranks
     ep_from_fsdp=False, ep_in_dp=True,

@@ -83,13 +83,13 @@ def stack_rules(fw: FrameworkProfile, v: Any) -> list[Rule]:
     pp1 = v.pp == 1
     runs = [schedule_code(n) for n in schedule_names() if fw.schedule_for(n) in fw.schedules]
     stages_ok = np.isin(v.zero, fw.zero_stages)
-    rules: list[Rule] = [
-        ("schedule", v.schedule, pp1 | np.isin(v.schedule, runs),
-         lambda: who + "runs " + (", ".join(fw.schedules) if fw.schedules
-                                  else "no pipeline parallelism"))]
-    if fw.max_pp is not None:
+    rules: list[Rule] = []
+    if fw.max_pp is not None:     # before the schedule's rule: pp is what a plan asked for
         rules.append(("pp", v.pp, v.pp <= fw.max_pp,
                       lambda: who + f"has no pipeline parallelism (pp <= {fw.max_pp})"))
+    rules.append(("schedule", v.schedule, pp1 | np.isin(v.schedule, runs),
+                  lambda: who + "runs " + (", ".join(fw.schedules) if fw.schedules
+                                           else "no pipeline parallelism")))
     if fw.max_tp is not None:
         rules.append(("tp", v.tp, v.tp <= fw.max_tp,
                       lambda: who + f"has no tensor parallelism (tp <= {fw.max_tp})"))
