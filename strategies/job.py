@@ -13,7 +13,8 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.stacks.rules import (check_plan, check_precision, ep_overlap_rules, plan_view,
                                      stack_tp_overlap)
 from strategies.stacks.variants import with_cp_comm, with_fp8_attention
-from strategies.layout import PipelineLayout, build_layout
+from strategies.layout import build_layout
+from strategies.layout.record import PipelineLayout
 from strategies.model import ModelSpec
 from strategies.plan import Plan
 from strategies.schedules import get_schedule

@@ -440,9 +440,9 @@ def _check_layers_per_stage(p: Plan) -> None:
 def _check_layout_fields(p: Plan) -> None:
     """The pipeline layout switches: one way of giving the layout at a time (Megatron's
     rules), the layout string parsed with ``pp·vpp`` non-empty stages
-    (``strategies.layout.plan_layout_stages``); the rules against the model's layers are
-    checked where the job is built (``strategies.layout.build_layout``)."""
-    from strategies.layout import plan_layout_stages
+    (``strategies.layout.build.plan_layout_stages``); the rules against the model's layers
+    are checked where the job is built (``strategies.layout.build_layout``)."""
+    from strategies.layout.build import plan_layout_stages
     for f in ("first_stage_layers", "last_stage_layers"):
         if getattr(p, f) is not None:
             check_int(f, getattr(p, f), 1, MAX_LAYERS)

@@ -16,7 +16,8 @@ from strategies.errors import SpecError
 from strategies.estimate.scalar import estimate
 from strategies.job import make_job
 from strategies.launch import megatron_args
-from strategies.layout import build_layout, layout_text, parse_layout
+from strategies.layout import build_layout, parse_layout
+from strategies.layout.grammar import layout_text
 from strategies.plan import parse_plan
 from strategies.presets import model_preset
 from strategies.schedules.analysis import simulate_free_comm

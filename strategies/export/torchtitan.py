@@ -35,7 +35,7 @@ from strategies.export.toml import dumps
 from strategies.stacks.pytorch import TORCHTITAN, TORCHTITAN_SCHEDULE_NAMES
 from strategies.stacks.rules import plan_violations, precision_rule
 from strategies.job import Job
-from strategies.layout import EMBEDDING, LAYER, LOSS, MTP
+from strategies.layout.grammar import EMBEDDING, LAYER, LOSS, MTP
 
 RELEASE = "v0.2.2"
 #: torchtitan's model converters and quantisation sections for our precisions (``--dtype``);

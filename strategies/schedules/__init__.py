@@ -1,10 +1,13 @@
 """Pipeline schedules: one module per schedule, each a registered ``Schedule`` that owns its
 order, placement, exchanges, memory, closed forms, validity rules, search space and exports
-(``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface").
-Around the interface (imports point one way: ``validity``, ``step`` <- ``stash``,
-``per_distinct`` <- ``base`` <- ``registry``): ``step`` (the ``Step`` record, what orders are
-built with), ``stash`` (what an order stashes), ``per_distinct`` (figures over arrays),
-``validity`` (``Rule`` lists) and ``registry`` (registration, look-ups by name and code).
+(``strategies.schedules.base``; docs/architecture.md, "Schedules: the plug-in interface"),
+whose default methods come one concern a mixin: ``placement``, ``order_figures``,
+``closed_forms`` and ``validity`` (``Rule`` lists and the checks that read them). Around the
+interface (imports point one way: ``step`` <- ``stash``, ``per_distinct`` <- ``placement``,
+``order_figures``; those, ``closed_forms`` and ``validity`` <- ``base`` <- ``registry``):
+``step`` (the ``Step`` record, what orders are built with), ``stash`` (what an order
+stashes), ``per_distinct`` (figures over arrays) and ``registry`` (registration, look-ups by
+name and code).
 
 >>> schedule_names()[:5]
 ['1f1b', 'deepspeed-1f1b', 'dualpipe', 'dualpipev', 'gpipe']

@@ -1,6 +1,7 @@
 """A schedule's scalar figures over the search's arrays: the distinct ``(stage, pp, m, vpp)``
 rows of broadcast arrays (``strategies.distinct_rows``), a figure computed once per distinct row
-(``per_distinct``) and a schedule's order figures memoised (``order_figure``)."""
+(``per_distinct``; a stash frontier, ``frontier_per_distinct``) and a schedule's order figures
+memoised (``order_figure``)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
@@ -21,6 +22,24 @@ def per_distinct(fn: Callable[..., int], stage: Any, pp: Any, m: Any, vpp: Any
         return np.zeros(shape)
     vals = np.array([fn(*k) for k in keys], dtype=float)
     return vals[inv].reshape(shape)
+
+
+def frontier_per_distinct(fn: Callable[..., tuple[tuple[int, int], ...]], stage: Any, pp: Any,
+                          m: Any, vpp: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``fn(stage, pp, m, vpp)``, a ``(stashed, pending W)`` frontier, over broadcast arrays,
+    called once per distinct tuple: ``(stashed, pending)``, each of shape ``(K,) + broadcast
+    shape``, a row's frontier padded with its first pair to the longest ``K``."""
+    keys, inv, shape = distinct_rows(stage, pp, m, vpp)
+    if not keys:
+        return np.zeros((1,) + shape), np.zeros((1,) + shape)
+    fronts = [fn(*k) for k in keys]
+    depth = max((len(f) for f in fronts), default=1)
+    table = np.array([list(f) + [f[0]] * (depth - len(f)) for f in fronts],
+                     dtype=float).reshape(len(fronts), depth, 2)
+    rows = table[inv]                                   # (N, K, 2)
+    n = np.moveaxis(rows[..., 0], 1, 0).reshape((depth,) + shape)
+    w = np.moveaxis(rows[..., 1], 1, 0).reshape((depth,) + shape)
+    return n, w
 
 
 #: figures of a schedule's order by ``(class, name, figure, stage, pp, m, vpp)``: an order is
