@@ -1,7 +1,7 @@
 """Work done once that was done many times: the answers are the ones the repeated work gave,
 bit for bit (docs/reports/speed.md; the speed branch's commits give the figures).
 
-- ``estimate`` builds each GPU type's stage-cost record once (``scalar.StageCostMemo``);
+- ``estimate`` builds each GPU type's stage-cost record once (``stage_cost_memo.StageCostMemo``);
 - ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object;
 - ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
 - the search's simulations derive only the figures they report (``figures_only``).
@@ -18,7 +18,8 @@ from strategies.cost.comm import collective, links
 from strategies.cost.comm.links import hop_relays
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.cost.stage.array_record import Z3_KEYS
-from strategies.estimate.scalar import StageCostMemo, estimate
+from strategies.estimate.scalar import estimate
+from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
