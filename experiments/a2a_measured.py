@@ -65,6 +65,7 @@ from dataclasses import dataclass, replace
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm, ep_dispatch, moe_bytes, token_counts  # noqa: E402
+from strategies.cost.comm.links import nic_rate  # noqa: E402
 from strategies.presets import model_preset  # noqa: E402
 from topologies.cluster import cluster_preset  # noqa: E402
 
@@ -172,7 +173,7 @@ def price(c: Case, nvlink_share: float | None = None) -> Row:
     k = min(c.ep, G)
     b_in = cl.intra_node_bandwidth * comm.NVLINK_EFFICIENCY * share
     t_in = (k - 1) * nodes * nbytes / (c.ep * b_in)
-    t_out = (c.ep - k) * remote * nbytes / (c.ep * float(comm._nic_rate(cl)))
+    t_out = (c.ep - k) * remote * nbytes / (c.ep * float(nic_rate(cl)))
     return Row(c, t, logical / (c.gbps * 1e9), logical / t / 1e9,
                "NVLink" if t_in >= t_out else "NIC")
 

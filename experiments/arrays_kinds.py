@@ -6,7 +6,7 @@ interleaved and DualPipe, ep 1-8, recomputation none/selective/full, ZeRO 0/1. P
 (``analytic.estimate_arrays``) and of the search's arrays (``kinds.with_kind_rows``) to
 ``scalar.estimate``, and for the largest raw gaps its parts: the base with the job's
 rank fields (parameters, optimizer: the DP and optimizer terms) and the free-communication
-compute makespans of the even split and of the real chunks (``scalar._chunk_times``).
+compute makespans of the even split and of the real chunks (``chunk_correction.chunk_times``).
 
     python experiments/arrays_kinds.py [--cases 80]
 """
@@ -18,6 +18,7 @@ import random
 from experiments.bound_mixed_gpus import toy_moe
 from strategies.errors import SpecError
 from strategies.estimate import scalar as S
+from strategies.estimate.chunk_correction import chunk_times
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.kinds import with_kind_rows
 from strategies.job import make_job
@@ -80,7 +81,7 @@ def main() -> None:
         def span(t):
             return simulate_free_comm(p.schedule, p.pp, mb, p.vpp, 0.0, 0.0,
                                       p.microbatch_group_size, chunk_times=t)
-        ev, re = span(S._chunk_times(job, cl.gpu)), span(S._chunk_times(job))
+        ev, re = span(chunk_times(job, cl.gpu)), span(chunk_times(job))
         print(f"{g:+.3f} dense={m.first_k_dense_replace} mtp={m.num_nextn_predict_layers} "
               f"{plan}\n   raw {ta * 1e3:.3f} base {base * 1e3:.3f} scalar {ts * 1e3:.3f}"
               f" | makespan even {ev * 1e3:.3f} real {re * 1e3:.3f}"

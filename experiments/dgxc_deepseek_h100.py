@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.collectives import all_to_all  # noqa: E402
 from strategies.cost import attention_time, comm, gemm_shapes, gemm_time, token_counts  # noqa: E402
+from strategies.cost.comm.links import nic_rate  # noqa: E402
 from strategies.cost.stage import stage_costs  # noqa: E402
 from strategies.estimate.scalar import BREAKDOWN_KEYS, estimate  # noqa: E402
 from strategies.reference.cases import case_from_entry, load_reference  # noqa: E402
@@ -99,7 +100,7 @@ def moe_layer(row: dict[str, Any], rows: list[dict[str, Any]]) -> dict[str, floa
     out["a2a_bytes_each"] = moe.ep_bytes / 2
     k = min(p.ep * etp, cl.gpus_per_node) // etp
     out["a2a_remote_bytes_each"] = moe.ep_bytes / 2 * (p.ep - k) / p.ep
-    out["nic_rate"] = float(comm._nic_rate(cl))
+    out["nic_rate"] = float(nic_rate(cl))
     return out
 
 
@@ -133,7 +134,7 @@ def gb200_over_nics(row: dict[str, Any], rows: list[dict[str, Any]]) -> float:
     moe = stage_costs(job).by_kind["moe"]
     tray = 4
     bw_in = cl.intra_node_bandwidth * comm.NVLINK_EFFICIENCY
-    t = all_to_all.two_level_time(moe.ep_bytes / 2, p.ep, tray, bw_in, comm._nic_rate(cl),
+    t = all_to_all.two_level_time(moe.ep_bytes / 2, p.ep, tray, bw_in, nic_rate(cl),
                                   cl.inter_node_latency, False)
     return A2A_PER_LAYER * float(t)
 

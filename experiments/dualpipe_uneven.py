@@ -1,7 +1,7 @@
 """DualPipe on uneven layer splits: the estimate against the simulation (flows network), the
 even split beside each model's uneven layouts (calibration §5.33's small-plan table), and
 DeepSeek-V3's compute order at gbs 4,096: the free-communication simulation against the
-per-rank order over each copy's chunk times (``estimate.scalar._chunk_times``).
+per-rank order over each copy's chunk times (``estimate.chunk_correction.chunk_times``).
 
     python experiments/dualpipe_uneven.py            # the small plans (about a minute)
     python experiments/dualpipe_uneven.py --deepseek # also DeepSeek-V3's order (about 40 s)
@@ -45,7 +45,8 @@ def small_rows():
 
 def main(argv: list[str]) -> int:
     from simulator.simulate import simulate
-    from strategies.estimate.scalar import _chunk_times, estimate
+    from strategies.estimate.chunk_correction import chunk_times
+    from strategies.estimate.scalar import estimate
     from strategies.job import make_job
     from strategies.plan import parse_plan
     from strategies.schedules.analysis import simulate_free_comm
@@ -63,7 +64,7 @@ def main(argv: list[str]) -> int:
                        dtype="fp8-blockwise", framework="hai-llm")
         p = job.plan
         order = simulate_free_comm(p.schedule, p.pp, job.num_microbatches, p.vpp, 0.0, 0.0,
-                                   chunk_times=_chunk_times(job))
+                                   chunk_times=chunk_times(job))
         free = simulate(job, free_comm=True).step_time_s
         print(f"DeepSeek-V3 61 layers, gbs 4096: estimate {estimate(job).step_time_s:.3f} s, "
               f"order over each copy's chunks {order:.3f} s, free-communication simulation "

@@ -62,6 +62,7 @@ from dataclasses import dataclass
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from strategies.cost import comm  # noqa: E402
+from strategies.cost.comm.links import nic_rate  # noqa: E402
 from topologies.cluster import Cluster, cluster_preset  # noqa: E402
 
 
@@ -178,8 +179,8 @@ def busbw(size: float, n: int, t: float) -> float:
 def maintainers_algbw(cluster: Cluster, nodes: int) -> float:
     """NCCL's maintainers' large-message algorithm bandwidth of an all-to-all over ``nodes``
     nodes, bytes/s: ``N/(N-1)`` times one GPU's NIC rate (nccl-tests issue #130), at the
-    model's achievable NIC rate (``comm._nic_rate``)."""
-    return nodes / (nodes - 1) * float(comm._nic_rate(cluster))
+    model's achievable NIC rate (``nic_rate``)."""
+    return nodes / (nodes - 1) * float(nic_rate(cluster))
 
 
 def latency_gap() -> float:

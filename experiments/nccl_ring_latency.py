@@ -49,7 +49,9 @@ from simulator.studies.validate import load_cases, mape, validate_cases  # noqa:
 from strategies.collectives import PASSES, hierarchical  # noqa: E402
 from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost.comm import NVLINK_EFFICIENCY, transfer_latency  # noqa: E402
+from strategies.cost.comm.links import hop_rate, hop_relays, nic_rate  # noqa: E402
+from topologies.routing import transfer_latency, transfer_rate  # noqa: E402
+from strategies.cost.comm import NVLINK_EFFICIENCY  # noqa: E402
 from topologies.cluster import Cluster  # noqa: E402
 
 SIZES = (2 ** 20, 2 ** 24, 2 ** 28)
@@ -67,7 +69,7 @@ def nccl_ring_latency(passes, n, nodes, lat_in, lat_out):
 def _lat_out(cl: Cluster, stride, k):
     """Latency of the striped ring's hop between nodes (relayed where it changes rail)."""
     s = np.asarray(stride, dtype=np.int64)
-    relay = cm._hop_relays(cl, (s, -(np.asarray(k, dtype=np.int64) - 1) * s))
+    relay = hop_relays(cl, (s, -(np.asarray(k, dtype=np.int64) - 1) * s))
     return transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, relay)
 
 
@@ -77,7 +79,7 @@ def hier_parts(kind, nbytes, n, stride, cl: Cluster):
     _, k, nodes = strided_layout(n, stride, cl.gpus_per_node)
     p = PASSES[kind]
     intra = cl.intra_node_bandwidth * NVLINK_EFFICIENCY
-    inter = cm.transfer_rate(cm._hop_rate(cl), cm._nic_rate(cl), True, False, cl.planes)
+    inter = transfer_rate(hop_rate(cl), nic_rate(cl), True, False, cl.planes)
     lat_in = cl.intra_node_latency
     lat_out = float(transfer_latency(lat_in, cl.inter_node_latency, True, False))
     total = hierarchical.time(p, nbytes, k, nodes, intra, lat_in, inter, lat_out)

@@ -43,8 +43,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from simulator.studies.validate import load_cases, validate_cases  # noqa: E402
 from strategies.collectives.select import strided_layout  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
-from strategies.cost.comm import transfer_latency  # noqa: E402
+from strategies.cost.comm.links import hop_relays  # noqa: E402
+from strategies.cost.comm import small_allreduce  # noqa: E402
 from topologies.cluster import Cluster, cluster_preset  # noqa: E402
+from topologies.routing import transfer_latency  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from nccl_ring_latency import hier_parts, moved_rows, print_totals, validate_with  # noqa: E402
@@ -65,7 +67,7 @@ def ring_parts(nbytes, n, stride, cl: Cluster):
     total = MODEL("allreduce", nbytes, n, stride, cl)
     striped = uniform & (nodes > 1) & (k > 1)
     s = np.asarray(stride, dtype=np.int64)
-    relay = cm._hop_relays(cl, (s, -(np.maximum(np.asarray(k), 1).astype(np.int64) - 1) * s))
+    relay = hop_relays(cl, (s, -(np.maximum(np.asarray(k), 1).astype(np.int64) - 1) * s))
     lat_out = transfer_latency(cl.intra_node_latency, cl.inter_node_latency, True, relay)
     lat_striped = 2 * ((nodes - 1) * lat_out + (n - nodes) * cl.intra_node_latency)
     _, lat = cm.group_bandwidth(cl, n, stride)
@@ -76,8 +78,8 @@ def ring_parts(nbytes, n, stride, cl: Cluster):
 def tree_latency(n, stride, cl: Cluster):
     """NCCL's tree latency with the cluster's latencies: ``2((k-1)·lat_in +
     log2i(nodes)·lat_out)``; the tree's hops between nodes join GPUs of one rail (no relay).
-    The model's own form, ``comm.tree_latency`` (docs/calibration.md §5.64)."""
-    return cm.tree_latency(n, stride, cl)
+    The model's own form, ``comm.small_allreduce.tree_latency`` (docs/calibration.md §5.64)."""
+    return small_allreduce.tree_latency(n, stride, cl)
 
 
 def tree_time(nbytes, n, stride, cl: Cluster, eff: float):

@@ -22,7 +22,7 @@ the middle ones by less than the messages' difference, so the count is between t
 ``closed form`` is ``OneFOneB.bottleneck_messages`` for the slowest rank's kind:
 ``m + 2p − 3`` (last), ``2m + 2p − 5`` (middle), ``m + 2p − 5 + min(m, p)`` (first), ``2p − 2``
 at ``m = 1``. The estimate takes the largest of the three paths (``terms.messages.ranked_messages``),
-on an uneven layout with the real stages' times (``estimate.scalar._messages_shift``).
+on an uneven layout with the real stages' times (``estimate.stage_correction.messages_shift``).
 The third table measures ZB-H1, charged 1F1B's balanced count ``2m + 2p − 5``
 (``ZBH1.exposed_messages``, docs/calibration.md §5.22), and DeepSpeed's lock step, charged
 by the kind of rank that bounds it (``DeepSpeed1F1B.bottleneck_messages``, §5.28; its grid by

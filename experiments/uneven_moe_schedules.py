@@ -1,6 +1,6 @@
 """Interleaved, combined-1F1B (``ep_overlap``), zero-bubble and 1F1B plans over MoE stages
 that differ in layers and kinds: the scalar estimate against the contention-free simulation
-(calibration §5.54), beside the even composition (the estimate with ``scalar._a2a_shift``
+(calibration §5.54), beside the even composition (the estimate with ``chunk_correction.a2a_shift``
 at 0: every chunk charged the even plan's mean all-to-all).
 
     python experiments/uneven_moe_schedules.py     # 50 seeded plans, about 10 s
@@ -58,16 +58,17 @@ def job_of(dense: int, mtp: int, plan: str):
 
 def errors(job) -> tuple[float, float]:
     """(estimate, even composition) / contention-free simulated step − 1."""
+    import strategies.estimate.chunk_correction as cc
     import strategies.estimate.scalar as sc
     from simulator.simulate import simulate
     sim = simulate(job, network="contention-free").step_time_s
     est = sc.estimate(job).step_time_s
-    shift = sc._a2a_shift
-    sc._a2a_shift = lambda *a, **k: 0.0
+    shift = cc.a2a_shift
+    cc.a2a_shift = lambda *a, **k: (0.0, None)
     try:
         even = sc.estimate(job).step_time_s
     finally:
-        sc._a2a_shift = shift
+        cc.a2a_shift = shift
     return est / sim - 1, even / sim - 1
 
 

@@ -124,7 +124,8 @@ def with_real_span(job) -> float:
     layers (§5.93's and §5.112's rule, ``scalar._real_tail``, applied whatever the plan),
     seconds."""
     from strategies.estimate.analytic import estimate_arrays
-    from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays, tail_arrays
+    from strategies.estimate.scalar import rank_fields, step_arrays, tail_arrays
+    from strategies.estimate.stage_cost_memo import StageCostMemo
     costs = StageCostMemo(job)
     r = step_arrays(job, costs)
     pp_comm, tail = float(r["pp_comm"]), float(r["dp_comm"]) + float(r["optimizer"])

@@ -44,7 +44,7 @@ Table 2: each row's error under what-ifs, each applied to the per-tensor traffic
   per-step mechanism of March-June 2021 read from the source, with the model's gradient path.
 
 Table 3: the seconds per step of the HBM passes the model charges since docs/calibration.md
-§5.124 (``comm.per_tensor_passes``), of the host loop and of the post-step gather.
+§5.124 (``comm.zero3_per_tensor.per_tensor_passes``), of the host loop and of the post-step gather.
 
 Table 4: what rate the rows ask for under ``persist+ar`` with nothing hidden (``demanded_rate``).
 
@@ -65,6 +65,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from simulator.studies.validate import load_cases, mape  # noqa: E402
 from strategies.cost import comm as cm  # noqa: E402
+from strategies.cost.comm.zero3_per_tensor import per_tensor_passes  # noqa: E402
 from strategies.cost import param_counts  # noqa: E402
 from strategies.cost.hbm_rate import usable_hbm  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
@@ -285,8 +286,8 @@ def main() -> None:
     for c, job, base in rows:
         z = param_counts.zero3_tensor_gathers(job.model, 1, 1, 1, True,
                                               job.framework.zero3_reuse_params)
-        hbm = (cm.per_tensor_passes("allgather") * 2.0 * (z["fwd_params"] + z["bwd_params"])
-               + cm.per_tensor_passes("reduce_scatter") * 2.0 * z["rs_params"]) / copy_rate(job)
+        hbm = (per_tensor_passes("allgather") * 2.0 * (z["fwd_params"] + z["bwd_params"])
+               + per_tensor_passes("reduce_scatter") * 2.0 * z["rs_params"]) / copy_rate(job)
         print(f"| {c.id} | {hbm:.2f} | {host_loop_time(job, job.framework.launch_gap_s):.2f} | "
               f"{post_step_gather_time(job):.2f} | {len(persistent_tensors(job.model))} |")
     sign = {v: "".join("+" if b > a else "-" for a, b in zip(errs["model"], errs[v]))

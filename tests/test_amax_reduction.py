@@ -12,6 +12,7 @@ import pytest
 from simulator.simulate import simulate
 from strategies.cost import amax
 from strategies.cost import comm as cm
+from strategies.cost.comm.small_allreduce import tree_latency
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.estimate import estimate
 from strategies.framework import get_profile
@@ -32,15 +33,15 @@ def test_tree_latency_and_small_allreduce_closed_forms():
     cl = cluster_preset("dgx-h100", 64)
     li, lo = cl.intra_node_latency, cl.inter_node_latency
     for n, nodes in ((16, 2), (64, 8), (512, 64)):
-        assert cm.tree_latency(n, 1, cl) == pytest.approx(
+        assert tree_latency(n, 1, cl) == pytest.approx(
             2 * (7 * li + np.log2(nodes) * lo), rel=1e-12)
         assert cm.small_allreduce_time(0.0, n, 1, cl) == pytest.approx(
-            cm.tree_latency(n, 1, cl), rel=1e-12)
+            tree_latency(n, 1, cl), rel=1e-12)
         s = 4096.0
         bw = cm.collective_time("allreduce", s, n, 1, cl) \
             - cm.collective_time("allreduce", 0.0, n, 1, cl)
         assert cm.small_allreduce_time(s, n, 1, cl) == pytest.approx(
-            bw * n / (n - 1) + cm.tree_latency(n, 1, cl), rel=1e-9)
+            bw * n / (n - 1) + tree_latency(n, 1, cl), rel=1e-9)
     for n in (2, 4, 8):
         assert cm.small_allreduce_time(1152.0, n, 1, cl) == \
             cm.collective_time("allreduce", 1152.0, n, 1, cl)

@@ -140,17 +140,17 @@ def test_a_stage_on_two_types_waits_for_the_slower_at_its_work():
     (``mixed.slowest_gpu``), not the A100 of the lower peak; the estimate is then within 2 %
     of the simulated step (-3.6 % when it read the A100)."""
     from strategies.estimate.mixed import slowest_gpu
-    from strategies.estimate.scalar import _stage_times
+    from strategies.estimate.stage_correction import stage_times
     m = toy(512, 8, 256, 8192, "gpt-1.7b")
     cl = mixed_cluster("dgx-h100:1+dgx-a100:3")
     job = make_job(m, cl, parse_plan("tp=4,pp=2,mbs=1,gbs=16,schedule=1f1b"))
     types = {cl.gpu_of_node(n).name for n in job.stage_nodes(0)}
     assert types == {"H100-SXM5-80GB", "A100-SXM4-80GB"}
     h100 = [g.gpu for g in cl.groups if g.gpu.name.startswith("H100")][0]
-    f, b, _ = _stage_times(job)
-    fe, be, _ = _stage_times(job, h100)
+    f, b, _ = stage_times(job)
+    fe, be, _ = stage_times(job, h100)
     assert (f[0], b[0]) == (fe[0], be[0])                   # 4 layers each: the H100's
-    assert slowest_gpu([cl.gpu, h100], lambda g: sum(_stage_times(job, g)[0])) == h100
+    assert slowest_gpu([cl.gpu, h100], lambda g: sum(stage_times(job, g)[0])) == h100
     e, t = estimate(job).step_time_s, simulate(job).step_time_s
     assert abs(e / t - 1) < 0.02, (e, t)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strategies.cost import comm as cm
+from strategies.collectives import ring
 from strategies.cost import attention_counts, comm_bytes, flop_counts, param_counts
 from strategies.model import ModelSpec
 from strategies.presets import model_preset
@@ -157,11 +157,11 @@ def test_collective_closed_forms():
     DP gradient all-reduce of GPT-3 175B at t=8, p=8 (5.44 GB of bf16 gradients, d=48, 25 GB/s)
     takes 0.43 s."""
     S, n, B = 5.44e9, 48, 25e9
-    assert cm.allreduce_time(S, n, B, 0.0) == pytest.approx(2 * (n - 1) / n * S / B, rel=1e-15)
-    assert cm.reduce_scatter_time(S, n, B, 0.0) == pytest.approx((n - 1) / n * S / B, rel=1e-15)
-    assert cm.allgather_time(S, n, B, 0.0) == pytest.approx((n - 1) / n * S / B, rel=1e-15)
-    assert float(cm.allreduce_time(S, n, B, 0.0)) == pytest.approx(0.43, abs=0.005)
-    assert float(cm.allreduce_time(S, 1, B, 1e-6)) == 0.0
+    assert ring.allreduce_time(S, n, B, 0.0) == pytest.approx(2 * (n - 1) / n * S / B, rel=1e-15)
+    assert ring.reduce_scatter_time(S, n, B, 0.0) == pytest.approx((n - 1) / n * S / B, rel=1e-15)
+    assert ring.allgather_time(S, n, B, 0.0) == pytest.approx((n - 1) / n * S / B, rel=1e-15)
+    assert float(ring.allreduce_time(S, n, B, 0.0)) == pytest.approx(0.43, abs=0.005)
+    assert float(ring.allreduce_time(S, 1, B, 1e-6)) == 0.0
 
 
 # ----------------------------------------------------------------- one family of parameter counts

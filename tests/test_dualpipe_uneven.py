@@ -2,8 +2,8 @@
 direction and stage ``pp-1-r`` of the other, so with a layout whose stages differ (a layout
 string, ``first/last_stage_layers``, the embedding and loss as slots) the rank's two copies
 hold different layer counts. Each copy is read from the layout in the compiler, the
-estimate's per-chunk times (``estimate.scalar._chunk_times``), the parameters (both copies),
-the memory model's per-chunk stash and the search's array columns (per copy, the mean of the
+estimate's per-chunk times (``estimate.chunk_correction.chunk_times``), the parameters (both
+copies), the memory model's per-chunk stash and the search's array columns (per copy, the mean of the
 two: ``plan_arrays.rank_layers``, ``cost.stage.stage_params.copy_layers``). Checked here: the whole
 simulator's free-communication step is the order's makespan with each copy's layers, and
 where the end pair is the busiest and never idles, ``m`` times its mean work (closed form);

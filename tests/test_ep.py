@@ -16,6 +16,7 @@ from strategies import collectives as colls
 from strategies import placement
 from strategies.collectives import all_to_all
 from strategies.cost import comm, ep_dispatch, gemm_shapes, gemm_time, moe_bytes, param_counts
+from strategies.cost.comm.links import pxn_relay
 from strategies.cost import token_counts
 from strategies.cost.stage import stage_costs
 from strategies.errors import SpecError
@@ -92,7 +93,7 @@ def test_alltoall_alone_is_the_closed_form(group, k):
     # the slowest route: across nodes through a PXN relay (NVLink, then the NIC) when k > 1
     lat = H800.intra_node_latency if n == k else H800.inter_node_latency + (
         H800.intra_node_latency if k > 1 else 0.0)
-    closed = all_to_all.two_level_time(S, n, k, B_IN, B_OUT, lat, comm.pxn_relay(H800))
+    closed = all_to_all.two_level_time(S, n, k, B_IN, B_OUT, lat, pxn_relay(H800))
     assert _engine_seconds(H800, group, S) == pytest.approx(float(closed), rel=REL)
     # the estimate's collective_time reads the same formula for groups placement lays out
     stride = group[1] - group[0]

@@ -3,7 +3,7 @@ instances, MaxText's ICI fsdp x DCN data): the ZeRO states sharded over the ``dp
 ranks of a shard group (``placement`` group ``dpcp``), replicated over the ``dp/dp_shard``
 groups (``dprep``); each gradient reduce-scatter within the shard group is followed by the
 all-reduce of the rank's ``1/(dp_shard·cp)`` share over its replicas. One rule
-(``comm.dp_parts``, ``comm.replica_time``) for the estimate, the bound, the simulator and
+(``comm.dp_parts``, ``comm.dp_groups.replica_time``) for the estimate, the bound, the simulator and
 the memory model."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ ranks (``placement.expert_dp_group`` over ``dp_shard``: Megatron-Core's
 ``_INTRA_PARTIAL_EXPERT_DATA_PARALLEL_GROUP``, torchtitan's ``efsdp``), all-reduced across the
 same ``dp/dp_shard`` replicas as the dense parameters (``dprep``: Megatron-Core's one
 inter-instance group, torchtitan's ``dp_replicate``). One rule (``comm.dp_parts``,
-``comm.replica_sum``) for the estimate, the bound, the simulator and the memory model."""
+``comm.dp_groups.replica_sum``) for the estimate, the bound, the simulator and the memory model."""
 from __future__ import annotations
 
 import dataclasses
@@ -237,7 +237,7 @@ def test_fsdp_replica_lane_with_experts(ep):
     ``8/ep``-rank grid ``ep`` apart (none at ep 8: efsdp = 1), and both shares all-reduced
     over the 4 replicas 8 apart. The estimate's dp_comm is ``mb·(AG_u + RS_u) + AR_u`` of
     those sums less what the dense all-reduce hides beside the experts' reduce-scatter on
-    the step's last layer, ``min(RS_e, AR_d)`` (``comm.replica_overlap``), to 1e-12; the
+    the step's last layer, ``min(RS_e, AR_d)`` (``comm.dp_groups.replica_overlap``), to 1e-12; the
     all-reduces run on ``dp-comm replicas`` over (0, 8, 16, 24), and hybrid sharding adds
     the same seconds to the estimate and the contention-free simulation (to 1e-9 s); the
     bound stays below both."""

@@ -1,7 +1,7 @@
 """Interleaved, combined-1F1B (``ep_overlap``) and zero-bubble plans over MoE stages that
 differ in layers and kinds (calibration §5.54): the scalar estimate against the
 contention-free simulation. Interleaved plans price each chunk's own expert all-to-all
-(``scalar._a2a_shift``, as §5.52 does for 1F1B); ``ep_overlap`` and the zero-bubble orders
+(``chunk_correction.a2a_shift``, as §5.52 does for 1F1B); ``ep_overlap`` and the zero-bubble orders
 keep the even composition, which meets the simulation on the same seeded set."""
 from __future__ import annotations
 

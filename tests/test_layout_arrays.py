@@ -35,7 +35,7 @@ def _job(plan: str):
 def test_middle_heavy_layout_arrays_meet_scalar(plan):
     """The columns price the 32-layer middle rank as the slowest (before: the 16-layer end
     ranks, half the step). Against the scalar (the free-communication order over the real
-    chunks, ``scalar._per_chunk``): the slowest rank's own layers' communication exactly;
+    chunks, ``chunk_correction.per_chunk``): the slowest rank's own layers' communication exactly;
     the pipeline within 0.5 % (the interleaved closed form over chunks of 1 and 2 layers,
     above the order by 0.002-0.41 % over the default space's 269 such rows); the step
     within 0.5 % too (the data-parallel tail is the columns' since §5.112; within 1.5 %

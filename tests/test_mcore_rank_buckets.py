@@ -12,7 +12,8 @@ from strategies.cost import comm as cm
 from strategies.cost.stage import stage_costs
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.lower_bound import step_time_lower_bound
-from strategies.estimate.scalar import StageCostMemo, estimate, plan_arrays, rank_fields
+from strategies.estimate.scalar import estimate, plan_arrays, rank_fields
+from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.framework import PROFILES, get_profile
 from strategies.job import make_job
 from strategies.plan import parse_plan

@@ -18,7 +18,7 @@ from simulator.simulate import simulate
 from strategies.cost import ep_dispatch, gemm_shapes, gemm_time, moe_time, token_counts
 from strategies.cost.stage import stage_cost_arrays
 from strategies.estimate.lower_bound import step_time_lower_bound
-from strategies.estimate.scalar import _chunk_times
+from strategies.estimate.chunk_correction import chunk_times
 from strategies.framework import get_profile
 from strategies.job import make_job
 from strategies.plan import Plan
@@ -90,9 +90,9 @@ def test_stage_host_seconds_by_kind(monkeypatch):
     layer's, of stage 0 its MoE layers' share (3/5) of the one recomputed layer."""
     e_f, e_b = _exposed_per_moe_layer()
     assert e_f > 0 and e_b > 0                   # the host-bound regime (mbs 1, 64 experts)
-    est, ops = _chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
+    est, ops = chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
     monkeypatch.setattr(moe_time, "EXPERT_HOST_S", (0.0, 0.0))
-    est0, ops0 = _chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
+    est0, ops0 = chunk_times(make_job(MODEL, CLUSTER, PLAN)), _op_seconds()
     nmb = PLAN.gbs // (PLAN.mbs * PLAN.dp)
     for s, n in MOE.items():
         rc = RC_SHARE * n * e_f                  # the chunk's recomputed forward

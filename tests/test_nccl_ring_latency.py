@@ -12,6 +12,8 @@ import pytest
 from experiments.nccl_ring_latency import MODEL, _patched, flat_parts, hier_parts, nccl_ring_latency
 from strategies.collectives import hierarchical
 from strategies.cost import comm as cm
+from strategies.cost.comm.links import hop_relays, nic_rate
+from topologies.routing import transfer_latency
 from topologies.cluster import cluster_preset
 
 CL = cluster_preset("dgx-h100", 16)
@@ -41,7 +43,7 @@ def test_flat_ring_pays_nodes_times_more_intra_steps(n, stride):
     _, hl = hier_parts("allgather", 1e6, n, stride, CL)
     fb, fl = flat_parts("allgather", 1e6, n, stride, CL)
     li = CL.intra_node_latency
-    relay = float(cm._hop_relays(CL, (stride, -(k - 1) * stride)))
+    relay = float(hop_relays(CL, (stride, -(k - 1) * stride)))
     assert fl - hl == pytest.approx((nodes - 1) * (k - 1) * li + relay * (nodes - 1) * li,
                                     rel=1e-9)
     assert fb + fl == pytest.approx(float(cm.collective_time("allgather", 1e6, n, stride, CL)),
@@ -49,8 +51,8 @@ def test_flat_ring_pays_nodes_times_more_intra_steps(n, stride):
     hb, hl = hier_parts("reduce_scatter", 3e7, n, stride, CL)
     assert hb + hl == pytest.approx(float(hierarchical.time(
         1, 3e7, k, nodes, CL.intra_node_bandwidth * cm.NVLINK_EFFICIENCY, li,
-        float(cm._nic_rate(CL)),
-        float(cm.transfer_latency(li, CL.inter_node_latency, True, False)))), rel=1e-12)
+        float(nic_rate(CL)),
+        float(transfer_latency(li, CL.inter_node_latency, True, False)))), rel=1e-12)
 
 
 @pytest.mark.parametrize("mode", ["hierarchical", "latency"])

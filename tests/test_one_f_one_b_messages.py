@@ -58,7 +58,7 @@ def test_simulated_count_is_the_closed_form(pp, m, kind):
     want = float(ONE.bottleneck_messages(m, pp, 1, kind))
     assert s == pytest.approx(want, abs=0.02)
     # the estimate of the uneven stages charges the real slowest rank's path
-    # (``estimate.scalar._messages_shift``), not the even plan's
+    # (``estimate.stage_correction.messages_shift``), not the even plan's
     assert e == pytest.approx(want, abs=1e-6)
 
 

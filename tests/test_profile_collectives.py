@@ -21,6 +21,9 @@ from simulator.program.compiler import compile_job
 from simulator.program.ops import Collective, Program
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
+from strategies.cost.comm.point_to_point import pair_time
+from strategies.cost.comm.profile_scale import measured_least
+from strategies.cost.comm.zero3_per_tensor import per_tensor_excess, per_tensor_passes
 from strategies.cost import hbm_rate
 from strategies.estimate import estimate
 from strategies.estimate.bound.floors import group_floor
@@ -151,7 +154,7 @@ def test_the_lower_bound_stays_below():
         for s in (2**20, 3 * 2**22, 2**30):
             floor = float(group_floor(s, 8, 1, passes, PROF))
             assert floor <= float(cm.collective_time(kind, s, 8, 1, PROF)) * (1 + 1e-12)
-    assert 0 < cm.measured_least(PROF, "alltoall") < 1 == cm.measured_least(BASE, "alltoall")
+    assert 0 < measured_least(PROF, "alltoall") < 1 == measured_least(BASE, "alltoall")
 
 
 # --- the simulator ------------------------------------------------------------------------
@@ -281,10 +284,10 @@ def test_the_tied_pair_reads_two_gpu_measurements():
     within a node it costs the fake's time on 2 GPUs; across nodes the network model."""
     for size in COLLECTIVE_SIZES:
         s = nccl_buffer_bytes(size, 2)
-        assert float(cm.pair_time("allreduce", s, True, PROF2)) == pytest.approx(
+        assert float(pair_time("allreduce", s, True, PROF2)) == pytest.approx(
             _fake_seconds("allreduce", s, 2), rel=REL)
-        assert cm.pair_time("allreduce", s, False, PROF2) == \
-            cm.pair_time("allreduce", s, False, BASE)
+        assert pair_time("allreduce", s, False, PROF2) == \
+            pair_time("allreduce", s, False, BASE)
 
 
 def test_tied_pair_simulated_moves_as_the_estimate():
@@ -310,7 +313,7 @@ def test_per_tensor_rings_within_a_node_read_the_measurement():
     count, nbytes, gap, rate = 12.0, 12 * 2.0**22, 1e-6, 1.5e12
     for kind in ("allgather", "reduce_scatter"):
         t = float(cm.per_tensor_time(count, nbytes, 8, 1, PROF, gap, kind, copy_rate=rate))
-        local = count * 8 * gap + cm.per_tensor_passes(kind) * nbytes / rate
+        local = count * 8 * gap + per_tensor_passes(kind) * nbytes / rate
         assert t == pytest.approx(count * _fake_seconds(kind, 2.0**22, 8) + local, rel=REL)
-        assert float(cm.per_tensor_excess(kind, count, nbytes, 8, 1, PROF, gap,
+        assert float(per_tensor_excess(kind, count, nbytes, 8, 1, PROF, gap,
                                           copy_rate=rate)) == pytest.approx(local, rel=1e-9)

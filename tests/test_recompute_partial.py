@@ -214,7 +214,7 @@ def test_uneven_stages_recompute_min_n_and_their_layers(gran):
     estimate's per-stage backward does the same."""
     from simulator.program.compiler import compile_job
     from simulator.program.ops import Compute
-    from strategies.estimate.scalar import _stage_times
+    from strategies.estimate.stage_correction import stage_times
     job = make_job(model_preset("gpt-1.7b"), cluster_preset("dgx-a100", 1),
                    parse_plan("tp=2,pp=4,layers_per_stage=4/8/8/4,recompute=full,"
                               "recompute_layers=6"), global_batch=8)
@@ -228,8 +228,8 @@ def test_uneven_stages_recompute_min_n_and_their_layers(gran):
         secs = sum(op.seconds for op in prog.ops()
                    if isinstance(op, Compute) and op.kind == "recompute")
         assert secs == pytest.approx(job.num_microbatches * min(6, n_s) * each, rel=1e-12)
-    _, b, _ = _stage_times(job)
-    _, b_none, _ = _stage_times(make_job(job.model, job.cluster, dataclasses.replace(
+    _, b, _ = stage_times(job)
+    _, b_none, _ = stage_times(make_job(job.model, job.cluster, dataclasses.replace(
         job.plan, recompute="none", recompute_layers=None, recompute_method=None),
         global_batch=8))
     for s in range(4):

@@ -1,7 +1,7 @@
 """Work done once that was done many times: the answers are the ones the repeated work gave,
 bit for bit (docs/reports/speed.md; the speed branch's commits give the figures).
 
-- ``estimate`` builds each GPU type's stage-cost record once (``scalar.StageCostMemo``);
+- ``estimate`` builds each GPU type's stage-cost record once (``stage_cost_memo.StageCostMemo``);
 - ``comm.collective_time`` keeps its answer for scalar arguments on one cluster object;
 - ``stage_cost_arrays`` skips the per-tensor ZeRO-3 walk where no plan gathers per tensor;
 - the search's simulations derive only the figures they report (``figures_only``).
@@ -14,9 +14,12 @@ import pytest
 import strategies.cost.stage as stage_mod
 from simulator.simulate import simulate
 from strategies.cost import comm
+from strategies.cost.comm import collective, links
+from strategies.cost.comm.links import hop_relays
 from strategies.cost.stage import stage_cost_arrays, stage_costs
 from strategies.cost.stage.array_record import Z3_KEYS
-from strategies.estimate.scalar import StageCostMemo, estimate
+from strategies.estimate.scalar import estimate
+from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.job import make_job
 from strategies.plan import Plan, parse_plan
 from strategies.plan_arrays import PlanArrays
@@ -61,7 +64,7 @@ def test_stage_cost_memo_answers_as_stage_costs():
 ])
 def test_collective_time_kept_is_a_fresh_calls_answer(kind, nbytes, n, stride):
     cl = cluster_preset("dgx-a100", 8)
-    fresh = comm._collective_time(kind, nbytes, n, stride, cl)
+    fresh = collective._collective_time(kind, nbytes, n, stride, cl)
     first = comm.collective_time(kind, nbytes, n, stride, cl)
     again = comm.collective_time(kind, nbytes, n, stride, cl)
     assert type(first) is type(fresh) is type(again)
@@ -72,22 +75,22 @@ def test_collective_time_kept_is_a_fresh_calls_answer(kind, nbytes, n, stride):
     # another cluster object (a spec replaced) is priced afresh
     other = cluster_preset("dgx-h100", 8)
     assert comm.collective_time(kind, nbytes, n, stride, other) == \
-        comm._collective_time(kind, nbytes, n, stride, other)
+        collective._collective_time(kind, nbytes, n, stride, other)
 
 
 def test_collective_time_key_tells_values_and_types_apart():
-    assert comm._exact(0.0) != comm._exact(-0.0)
-    assert comm._exact(8) != comm._exact(8.0)
-    assert comm._exact(np.int64(8)) != comm._exact(8)
-    assert comm._exact(np.array([1.0])) is None     # arrays are not kept
+    assert collective._exact(0.0) != collective._exact(-0.0)
+    assert collective._exact(8) != collective._exact(8.0)
+    assert collective._exact(np.int64(8)) != collective._exact(8)
+    assert collective._exact(np.array([1.0])) is None     # arrays are not kept
     # 0-d arrays (np.where's answers: dp_parts' ranks and strides) are, by dtype and value
-    assert comm._exact(np.array(8)) == comm._exact(np.array(8))
-    assert comm._exact(np.array(8)) != comm._exact(np.array(8.0))
-    assert comm._exact(np.array(8.0)) != comm._exact(8.0)
-    assert comm._exact(np.array(8.0)) != comm._exact(np.float64(8.0))
-    assert comm._exact(np.array(0.0)) != comm._exact(np.array(-0.0))
-    assert comm._exact(np.array(8, dtype=np.int32)) != comm._exact(np.array(8))
-    assert comm._exact(np.array(True)) is None
+    assert collective._exact(np.array(8)) == collective._exact(np.array(8))
+    assert collective._exact(np.array(8)) != collective._exact(np.array(8.0))
+    assert collective._exact(np.array(8.0)) != collective._exact(8.0)
+    assert collective._exact(np.array(8.0)) != collective._exact(np.float64(8.0))
+    assert collective._exact(np.array(0.0)) != collective._exact(np.array(-0.0))
+    assert collective._exact(np.array(8, dtype=np.int32)) != collective._exact(np.array(8))
+    assert collective._exact(np.array(True)) is None
 
 
 @pytest.mark.parametrize("n,stride", [(np.array(16), np.array(8)), (np.array(16.0), 8),
@@ -97,7 +100,7 @@ def test_collective_time_of_0d_arrays_is_the_fresh_answer(n, stride):
     for kind in ("allreduce", "reduce_scatter", "allgather", "alltoall"):
         first = comm.collective_time(kind, 3e8, n, stride, cl)
         again = comm.collective_time(kind, 3e8, n, stride, cl)
-        fresh = comm._collective_time(kind, 3e8, n, stride, cl)
+        fresh = collective._collective_time(kind, 3e8, n, stride, cl)
         assert again is first                        # kept
         assert type(first) is type(fresh) and first == fresh
 
@@ -178,16 +181,16 @@ def test_free_comm_replay_is_max_over_the_predecessors_bit_for_bit(schedule, pp,
 
 @pytest.mark.parametrize("preset", ["dgx-h100", "dgx-a100"])
 def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
-    """``comm._hop_relays`` of 0-d offsets is kept per cluster object; the kept answer has the
+    """``hop_relays`` of 0-d offsets is kept per cluster object; the kept answer has the
     fresh answer's type (a numpy bool) and value, and equals the vectorised one."""
     cl = cluster_preset(preset, 4)
     offs = [(s, -(k - 1) * s) for s in (1, 2, 4, 8) for k in (1, 2, 4)]
-    batch = comm._hop_relays(cl, (np.array([a for a, _ in offs]),
+    batch = hop_relays(cl, (np.array([a for a, _ in offs]),
                                   np.array([b for _, b in offs])))
     for i, o in enumerate(offs):
-        comm._SCALAR_RELAYS.clear()
-        first = comm._hop_relays(cl, o)
-        again = comm._hop_relays(cl, o)
+        links._SCALAR_RELAYS.clear()
+        first = hop_relays(cl, o)
+        again = hop_relays(cl, o)
         assert type(first) is type(again) and np.shape(first) == ()
         assert bool(first) == bool(again) == bool(batch[i])
 
@@ -195,7 +198,7 @@ def test_hop_relays_kept_for_one_hop_is_the_fresh_answer(preset):
 @pytest.mark.parametrize("nics,topology", [(8, "rail_fat_tree"), (4, "rail_fat_tree"),
                                            (3, "rail_only"), (2, "fat_tree")])
 def test_hop_relays_by_residue_equal_the_gpu_by_plan_form(nics, topology):
-    """``comm._hop_relays`` looks each offset's answer up by its residue mod the node: the
+    """``hop_relays`` looks each offset's answer up by its residue mod the node: the
     same answer as checking every source GPU of every plan (``routing.relays``), for negative
     and large offsets, one or two offset arrays, 0-d offsets included."""
     from dataclasses import replace
@@ -211,11 +214,11 @@ def test_hop_relays_by_residue_equal_the_gpu_by_plan_form(nics, topology):
         return np.logical_or.reduce([np.any(relays(topology, rails, local,
                                                    np.mod(local + o, G)), axis=0)
                                      for o in offs])
-    assert np.array_equal(comm._hop_relays(cl, (a,)), plain(a))
-    assert np.array_equal(comm._hop_relays(cl, (a, b)), plain(a, b))
+    assert np.array_equal(hop_relays(cl, (a,)), plain(a))
+    assert np.array_equal(hop_relays(cl, (a, b)), plain(a, b))
     for o in (0, 3, -5, 17):
-        comm._SCALAR_RELAYS.clear()
-        got = comm._hop_relays(cl, (np.int64(o),))
+        links._SCALAR_RELAYS.clear()
+        got = hop_relays(cl, (np.int64(o),))
         assert np.shape(got) == () and bool(got) == bool(plain(np.array([o]))[0])
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from simulator.simulate import simulate
 from strategies.cost import comm as cm
+from strategies.cost.comm.point_to_point import pair_time
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.stage import stage_costs
 from strategies.cost.step import buffer_pass_bytes, shard_pass_bytes, step_pass_time
@@ -92,7 +93,7 @@ def test_tied_allreduce_is_the_two_rank_ring(nodes):
         B = cl.inter_node_bandwidth_per_gpu * cm.NETWORK_EFFICIENCY / cl.oversubscription
         lat = cl.inter_node_latency
     ring = S / B + 2 * lat
-    assert cm.pair_time("allreduce", S, nodes == 1, cl) == pytest.approx(ring, rel=1e-12)
+    assert pair_time("allreduce", S, nodes == 1, cl) == pytest.approx(ring, rel=1e-12)
     # the estimate charges it once per step on top of what the stack without it pays
     off = replace(get_profile("megatron-core"),
                   step=replace(get_profile("megatron-core").step, tied_reduce=False))

@@ -1,4 +1,4 @@
-"""The scalar estimate of an uneven pipeline layout (``estimate.scalar._per_chunk``,
+"""The scalar estimate of an uneven pipeline layout (``estimate.chunk_correction.per_chunk``,
 docs/calibration.md §5.93): the real chunks' order with each layer's own communication
 replaces the even composition, so time added to a stage never shortens the step, and on a
 data-parallel-free plan the estimate is the contention-free simulation (the same order over
@@ -82,8 +82,8 @@ def test_time_added_to_an_end_stage_never_shortens_the_step(pp, vpp, k, tp, sp, 
                                                             zero):
     """Monotonicity: the embedding's and the loss's stages get longer along the chain (no end
     collectives; §5.88's with one, three, five loss all-reduces per token), the other stages
-    unchanged: the estimate never gets shorter (interleaved: ``_per_chunk``; 1F1B with the
-    slots: ``_per_stage``); with ZeRO-2 and dp > 1 the reduce-scatters hide under the real
+    unchanged: the estimate never gets shorter (interleaved: ``per_chunk``; 1F1B with the
+    slots: ``per_stage``); with ZeRO-2 and dp > 1 the reduce-scatters hide under the real
     pipeline (``scalar._real_tail``). Before §5.93, 168 of this grid's 840 plans that build
     got shorter, by up to 0.83 ms (``python -m experiments.uneven_correction --grid``)."""
     layers = pp * vpp * k - len(slots)

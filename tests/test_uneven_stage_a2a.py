@@ -1,5 +1,5 @@
 """1F1B over stages that differ in layers and kinds (calibration §5.52): the scalar estimate
-prices each stage's own expert all-to-all and TP communication (``scalar._a2a_shift``: the
+prices each stage's own expert all-to-all and TP communication (``chunk_correction.a2a_shift``: the
 order with each chunk's exposed communication), as the simulator runs each rank's layers,
 in place of the even plan's mean layer."""
 from __future__ import annotations

@@ -14,7 +14,8 @@ from experiments.uneven_tail_gaps import job_of, with_real_span
 from simulator.simulate import simulate
 from strategies.estimate.analytic import estimate_arrays
 from strategies.estimate.terms.dp_exposure import tail_reads_span
-from strategies.estimate.scalar import StageCostMemo, estimate, plan_arrays, rank_fields
+from strategies.estimate.scalar import estimate, plan_arrays, rank_fields
+from strategies.estimate.stage_cost_memo import StageCostMemo
 from strategies.plan import parse_plan
 from strategies.plan_arrays import PlanArrays
 
@@ -157,7 +158,7 @@ def test_scalar_tail_is_the_columns_tail(kind, cluster, plan):
 
 def test_even_layout_keeps_its_run_tail_bit_for_bit():
     """An even layout (here a model with a dense first layer, priced by its chunks,
-    ``scalar._per_chunk``) with ZeRO-1: ``tail_arrays`` is ``plan_arrays`` and the tail is
+    ``chunk_correction.per_chunk``) with ZeRO-1: ``tail_arrays`` is ``plan_arrays`` and the tail is
     the even run's own ``dp_comm`` and ``optimizer``, bit for bit."""
     from strategies.estimate.scalar import tail_arrays
     job = job_of("moe", "hgx-h800:2", "pp=4,ep=2,mbs=1,gbs=32,zero=1")

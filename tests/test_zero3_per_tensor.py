@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from strategies.cost import comm, param_counts
+from strategies.cost.comm.zero3_per_tensor import per_tensor_excess, per_tensor_passes
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.errors import SpecError
 from strategies.estimate import estimate
@@ -74,7 +75,7 @@ def test_per_tensor_passes_scale_with_the_tensor_not_the_calls():
         def passes_s(count, nbytes, rate=RATE):
             return (comm.per_tensor_time(count, nbytes, 32, 1, cl, 0.0, kind, copy_rate=rate)
                     - count * comm.collective_time(kind, nbytes / count, 32, 1, cl))
-        assert comm.per_tensor_passes(kind) == passes
+        assert per_tensor_passes(kind) == passes
         assert passes_s(10, 4e9) == pytest.approx(passes * 4e9 / RATE, rel=1e-9)
         assert passes_s(1000, 4e9) == pytest.approx(passes * 4e9 / RATE, rel=1e-9)
         assert passes_s(10, 8e9) == pytest.approx(2 * passes_s(10, 4e9), rel=1e-9)
@@ -162,8 +163,8 @@ def test_per_tensor_excess_completes_the_collective():
     for kind in ("allgather", "reduce_scatter"):
         total = comm.per_tensor_time(50, 5e8, 32, 1, cl, 3e-6, kind, copy_rate=RATE)
         own = 50 * comm.collective_time(kind, 1e7, 32, 1, cl)
-        assert comm.per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6, copy_rate=RATE) == \
+        assert per_tensor_excess(kind, 50, 5e8, 32, 1, cl, 3e-6, copy_rate=RATE) == \
             pytest.approx(total - own, rel=1e-12)
         # the copies' gaps and the passes' bytes
         assert total - own == pytest.approx(
-            50 * 32 * 3e-6 + comm.per_tensor_passes(kind) * 5e8 / RATE, rel=1e-9)
+            50 * 32 * 3e-6 + per_tensor_passes(kind) * 5e8 / RATE, rel=1e-9)

@@ -33,7 +33,8 @@ from simulator.program.passes import Passes
 from simulator.program.pipeline_p2p import PipelineTransfers
 from simulator.program.tensor_parallel import TensorParallelOps
 from strategies import placement
-from strategies.cost.comm import dp_parts, has_dp_copies, in_one_node, measured_scale, profile_of
+from strategies.cost.comm import dp_parts, has_dp_copies, measured_scale, profile_of
+from strategies.cost.comm.links import in_one_node
 from strategies.cost.stage import StageCosts, attn_down_ops, attn_rope_bytes, chunk_layers, \
     sp_grad_allreduce_bytes
 from strategies.stacks.comm_rules import full_grad_reduce, grad_path

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from simulator.program.ops import Collective, Compute
 from strategies import placement
-from strategies.cost.comm import grad_shard_params, in_one_node, measured_scale, per_tensor_excess
+from strategies.cost.comm import grad_shard_params, measured_scale
+from strategies.cost.comm.links import in_one_node
+from strategies.cost.comm.zero3_per_tensor import per_tensor_excess
 
 
 def replica_lane(framework) -> str:
@@ -26,7 +28,7 @@ class DataParallelOps:
                     deps: tuple = ()) -> None:
         """ZeRO-3 one tensor at a time (``StageCosts.z3_*``): ``count`` calls of the dp
         group's collective back to back, then what each call costs beyond it (the ``n`` list
-        copies and the HBM passes: ``comm.per_tensor_excess``) on the communication
+        copies and the HBM passes: ``comm.zero3_per_tensor.per_tensor_excess``) on the communication
         stream; the next compute waits for all of it. Alone on the wire:
         ``comm.per_tensor_time``, the estimate's charge."""
         name = "AG" if kind == "allgather" else "RS"
@@ -162,7 +164,7 @@ class DataParallelOps:
         shard group ``dim`` (``dpcp`` the dense, ``edp`` the routed experts' grid within a
         replica), the all-reduce of the rank's ``1/len(group)`` share over the ranks that
         hold the same shard (``dprep``, one group for both: FSDP's HSDP, Megatron-Core's
-        all-reduce across distributed-optimizer instances; ``comm.replica_sum``, the
+        all-reduce across distributed-optimizer instances; ``comm.dp_groups.replica_sum``, the
         estimate's charge), ``repeat`` calls after ``deps`` (the reduce-scatter, or what it
         would have waited for where its group is one rank) on the stack's lane
         (``replica_lane``); none with one replica."""

@@ -9,7 +9,7 @@ parameter, ``g`` the gradient buffer's element (``SystemConfig.main_grad_bytes``
 bf16/fp8, 2 with fp16), ``w`` the 16-bit weight (``SystemConfig.param_bytes``):
 
 * over the gradient buffer the GPU holds (every parameter of its stage; with ZeRO >= 2 the
-  dense ``1/(dp·cp)`` and the routed experts' ``1/edp`` shares, ``comm.grad_buffer_params``):
+  dense ``1/(dp·cp)`` and the routed experts' ``1/edp`` shares, ``comm.dp_groups.grad_buffer_params``):
   ``zero_grad`` g (written), ``scale_grad`` 2g (read and written), ``check_grad`` g (read);
 * over the parameters it updates (with ZeRO >= 1 the same shares, ``comm.grad_shard_params``):
   ``grad_norm`` g (read), ``clip_scale`` 2g, ``param_copy`` 4 + w (fp32 master read, 16-bit
@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from strategies.cost import comm as cm
+from strategies.cost.comm.dp_groups import grad_buffer_params
 from strategies.cost.grad_time import sharded_grad_pass_time
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -66,7 +67,7 @@ def stage_pass_time(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, 
                     shard: Num | None = None) -> Num:
     """Seconds of the stack's per-step passes on one GPU of a stage holding ``params``
     parameters, ``expert_params`` of them routed experts: ``step_pass_time`` over the gradient
-    buffer it holds (``comm.grad_buffer_params`` at the gradients' ZeRO stage ``zero_g``) and
+    buffer it holds (``comm.dp_groups.grad_buffer_params`` at the gradients' ZeRO stage ``zero_g``) and
     the parameters it updates (``comm.grad_shard_params`` at the plan's ``zero``), each part
     over the group that holds its copies (``comm.dp_parts``: dense ``dp·cp``, or with hybrid
     sharding ``shard·cp``; experts ``edp``); and where the gradients are reduce-scattered
@@ -74,7 +75,7 @@ def stage_pass_time(params: Num, expert_params: Num, tp: Num, cp: Num, dp: Num, 
     part's unsharded gradient (``grad_time.sharded_grad_pass_time``, 0 for a group of one).
     The one rule the estimate, the bound and the simulator read (``stage_cost_arrays``,
     ``stage_costs``). Vectorised."""
-    held = cm.grad_buffer_params(params, expert_params, tp, cp, dp, ep, etp, zero_g, shard)
+    held = grad_buffer_params(params, expert_params, tp, cp, dp, ep, etp, zero_g, shard)
     updated = cm.grad_shard_params(params, expert_params, tp, cp, dp, ep, etp, zero, shard)
     (d, n_d, _), (e, n_e, _) = cm.dp_parts(params, expert_params, tp, cp, dp, ep, etp, shard)
     whole = (sharded_grad_pass_time(d, n_d, gpu, dtype, fw, system)

@@ -185,7 +185,7 @@ def estimate_arrays(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappi
         **{f"slack_{x}_s": win.slack[k] for k, x in enumerate(("first", "mid", "last"))},
         # one mean layer's expert all-to-all (one direction: dispatch and combine), its
         # exposure in an overlapped pair (forward and backward) and before a recomputed
-        # backward, for the order with communication (``estimate.scalar._per_chunk``)
+        # backward, for the order with communication (``estimate.chunk_correction.per_chunk``)
         "ep_a2a_s": comm.a2a, "ep_pair_s": comm.paired,
         "ep_rc_s": sc.ep_per_layer_recompute * comm.a2a,
         "layer_comm_s": comm.tp + comm.cp,       # one layer's other exposed communication

@@ -8,12 +8,12 @@ The plan columns price every stage as ``num_layers / pp`` mean layers
 (``analytic.estimate_arrays``), which is exact without pipelining but not where rank 0
 holds the dense layers and rank ``pp-1`` the MTP module: the scalar estimate then replaces
 the even pipeline's compute makespan by the free-communication order over each rank's own
-chunks (``scalar._per_chunk``, an event order per plan with no closed form). Those rows are
+chunks (``chunk_correction.per_chunk``, an event order per plan with no closed form). Those rows are
 priced here by the scalar's own path (``scalar.step_arrays``), one plan at a time, so the
 arrays and the scalar agree exactly (one source of truth; docs/calibration.md §5.51). An
 uneven layout's rows likewise: the columns price each rank by its own layer count
 (``plan_arrays.rank_layers``) in the even pipeline's order, the scalar by the order over the
-real chunks (``scalar._per_chunk``/``_per_stage``) and its ``base`` run with the job's own
+real chunks (``chunk_correction.per_chunk``/``per_stage``) and its ``base`` run with the job's own
 rank fields; the search reads the scalar's (docs/search.md "Uneven pipeline layouts"). Rows
 of an even layout of a one-kind model, or without pipelining, keep the plan columns'
 figures bit for bit.
@@ -39,7 +39,8 @@ def kind_rows(m: ModelSpec, P: PlanArrays | Mapping[str, Any]) -> np.ndarray:
     (``pp > 1``) plans where ``m`` mixes kinds of layer (``cost.stage.layers.mixes_kinds``) or the
     plan's layout is uneven (``plan_arrays.rank_layers``' flag: slots, first/last stage
     layer counts), whose step the scalar prices by each rank's own chunks in the schedule's
-    order (``scalar._per_chunk``/``_per_stage``; docs/search.md "Uneven pipeline layouts")."""
+    order (``chunk_correction.per_chunk``/``stage_correction.per_stage``; docs/search.md
+    "Uneven pipeline layouts")."""
     P = as_plan_arrays(P)
     pp = np.atleast_1d(P.pp)
     if mixes_kinds(m):
@@ -61,7 +62,8 @@ def with_kind_rows(m: ModelSpec, cl: Cluster, dtype: str, P: PlanArrays | Mappin
     changed."""
     from strategies.estimate.analytic import estimate_arrays
     from strategies.estimate.terms.ranks import RANK_FIELDS
-    from strategies.estimate.scalar import StageCostMemo, rank_fields, step_arrays
+    from strategies.estimate.scalar import rank_fields, step_arrays
+    from strategies.estimate.stage_cost_memo import StageCostMemo
     from strategies.job import make_job
     rows = kind_rows(m, P)
     if only is not None:

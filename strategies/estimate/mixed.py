@@ -12,7 +12,7 @@ type on small GEMMs (docs/calibration.md §5.39).
 without pipelining (``pp = 1``, every rank holds the whole model) each GPU type's own run,
 synchronised; pipelined plans the run on ``Cluster.gpu`` with its compute makespan replaced by
 the real stages', each on the type it waits for (``mixed_stages.pipelined_mixed``, the scalar
-``_per_stage``/``_per_chunk`` as arrays; models of one kind of layer).
+``per_stage``/``per_chunk`` as arrays; models of one kind of layer).
 """
 from __future__ import annotations
 

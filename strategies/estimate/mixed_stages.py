@@ -1,6 +1,6 @@
 """Pipelined plans on a mixed cluster, as arrays over plans: each stage's seconds on the GPU
 type it waits for, and the pipeline composed from them as the scalar estimate composes one
-plan (``scalar._per_stage`` / ``scalar._per_chunk``, docs/calibration.md §5.45).
+plan (``stage_correction.per_stage`` / ``chunk_correction.per_chunk``, docs/calibration.md §5.45).
 
 The analytic arrays time every stage on ``Cluster.gpu`` with ``num_layers / pp`` layers. Where
 the stages lie on different GPU types the scalar estimate replaces that pipeline's compute
@@ -17,7 +17,7 @@ estimate, plan by plan.
 
 Covered: models of one kind of layer (the stage-cost record without ``by_kind``) on their
 even split, the search's plans on a mixed cluster (it proposes no uneven layouts there), one
-chunk per rank (``_per_stage``) or several (``_per_chunk``), the default micro-batch group
+chunk per rank (``per_stage``) or several (``per_chunk``), the default micro-batch group
 size. Plans with another layout (``layers_per_stage``, a layout string, first/last stage
 layers: the arrays carry only its extremes) and models whose stages hold layers of several
 kinds (dense and MoE, multi-token prediction) keep the even run on ``Cluster.gpu``.
@@ -56,7 +56,7 @@ def _recompute(c: SimpleNamespace, nl: Any) -> Any:
 
 
 def stage_seconds(c: SimpleNamespace, n: float, vpp: int, emb: bool, head: bool) -> tuple:
-    """``scalar._stage_times``'s forward, backward (+ recomputation) and ``W`` seconds per
+    """``stage_correction.stage_times``'s forward, backward (+ recomputation) and ``W`` seconds per
     micro-batch of a stage of ``n`` layers (``vpp`` chunks), with the embedding (``emb``)
     and the LM head (``head``): arrays over plans."""
     bwd = np.where(c.cap > 0, n * c.lb + vpp * _recompute(c, n / vpp), n * (c.lb + c.lr))
@@ -66,8 +66,8 @@ def stage_seconds(c: SimpleNamespace, n: float, vpp: int, emb: bool, head: bool)
 
 
 def chunk_seconds(c: SimpleNamespace, n: float, emb: bool, head: bool) -> tuple:
-    """``scalar._chunk_times``'s ``(F, B + recompute, W)`` of a chunk of ``n`` layers of one
-    kind: arrays over plans."""
+    """``chunk_correction.chunk_times``'s ``(F, B + recompute, W)`` of a chunk of ``n``
+    layers of one kind: arrays over plans."""
     b = np.where(c.cap > 0, (0 + n * c.lb) + (0 + _recompute(c, 0 + n * 1.0)),
                  0 + n * (c.lb + c.lr))
     b = b + ((c.eb if emb else 0.0) + (c.hb if head else 0.0))
@@ -106,7 +106,7 @@ def _slowest(cands: list) -> tuple:
 
 def corrected(r: Mapping[str, Any], even: tuple, real: tuple, messages: Any,
               tokens: Any) -> dict[str, Any]:
-    """``scalar._corrected`` as arrays (no all-to-all shift): the step ``r`` with the even
+    """``stage_correction.corrected`` as arrays (no all-to-all shift): the step ``r`` with the even
     pipeline's compute makespan and busy time replaced by the real ones, the difference to
     compute and bubble, ``messages`` to ``pp_comm``; ``tokens`` per step."""
     (span_e, busy_e), (span_u, busy_u) = even, real
@@ -127,7 +127,7 @@ def corrected(r: Mapping[str, Any], even: tuple, real: tuple, messages: Any,
 
 
 def _messages(code: int, m: int, pp: int, vpp: int, p2p: Any, even: list, real: list) -> Any:
-    """``scalar._messages_shift`` as arrays: ``even``/``real`` each rank's seconds."""
+    """``stage_correction.messages_shift`` as arrays: ``even``/``real`` each rank's seconds."""
     sched = schedule_of_code(code)
     if pp < 2 or not sched.messages_by_rank:
         return 0.0
@@ -144,9 +144,10 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                     costs: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """The analytic arrays ``base`` (every stage on ``Cluster.gpu``, even work) of the plans
     ``P`` with the pipelined ones' compute makespan replaced by their real stages', as
-    ``scalar._per_stage`` (one chunk per rank) and ``scalar._per_chunk`` price one plan on
-    a mixed cluster. ``costs``: the stage-cost record of each GPU type by name (the
-    scalar's ``stage_costs(job, gpu)``, plan by plan). Returns the arrays that change."""
+    ``stage_correction.per_stage`` (one chunk per rank) and ``chunk_correction.per_chunk``
+    price one plan on a mixed cluster. ``costs``: the stage-cost record of each GPU type by
+    name (the scalar's ``stage_costs(job, gpu)``, plan by plan). Returns the arrays that
+    change."""
     size = np.shape(base["step_time_s"])[0] if np.ndim(base["step_time_s"]) else 1
     pp_all = np.broadcast_to(np.asarray(P.pp), (size,)).astype(np.int64)
     # (a layout other than the even split: the arrays carry its extremes only, and the

@@ -7,7 +7,8 @@ same computation) read. Every term: docs/memory.md.
 
 The stash of in-flight micro-batches is the schedule's (``strategies.memory.activations``);
 ``in_flight`` lets the scalar wrapper pass it per plan, and without it the schedule's
-moment with the most bytes is used (``stash_arrays``). The states and the optimizer's
+moment with the most bytes is used (``stash_arrays``); the rank's activations at that
+moment: ``rank_activations.RankActivations``. The states and the optimizer's
 buffers: ``state_arrays``.
 
 >>> from strategies.presets import model_preset
@@ -29,19 +30,12 @@ import numpy as np
 from strategies import placement
 from strategies.cost import cp_allgather, param_counts, token_counts
 from strategies.cost.param_counts import content_params
-from strategies.cost import recompute as rcp
-from strategies.layout import (even_chunks_content_arrays, even_stage_content_arrays,
-                               mixed_layers)
 from strategies.cost.quantise import weight_copy_bytes
 from strategies.cost.system import SystemConfig, get_system
-from strategies.memory.te_linear_saved import te_linear_saved_delta
-from strategies.memory.activations import (embedding_bytes, output_bytes,
-                                          permutation_buffer_bytes, routed_stash_correction,
-                                          selective_dropped_bytes, stash_kinds)
-from strategies.memory.stash_arrays import (layer_act_arrays, layer_wgrad_arrays,
-                                            own_chunk_peak, stash_frontier_arrays)
+from strategies.layout import even_stage_content_arrays, mixed_layers
+from strategies.memory.activations import permutation_buffer_bytes, stash_kinds
 from strategies.memory.deepspeed_zero import rank_tensor_sizes
-from strategies.memory.stage_ends import stage_output_bytes
+from strategies.memory.rank_activations import RankActivations
 from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
 from strategies.model import ModelSpec
 from strategies.plan import CP_COMMS
@@ -110,8 +104,7 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     sy = get_system(system)
     P = as_plan_arrays(P)
     tp, pp, dp, cp, ep, b, v = P.tp, P.pp, P.dp, P.cp, P.ep, P.mbs, P.vpp
-    sched, rc, zero = P.schedule, P.recompute, P.zero
-    sp, flash = P.sp, P.flash_attn
+    sched, zero, flash = P.schedule, P.zero, P.flash_attn
     # micro-batches per pipeline flush (``strategies.flushes``: memory is one flush's) and
     # the interleaved micro-batch group (0: the default, ``pp``)
     nmb = P.gbs // (b * dp * P.flushes)
@@ -126,33 +119,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
     s = m.seq_length
     load = token_counts.moe_load(ep, P.moe_imbalance, P.moe_capacity_factor, m, b, tp, cp, P.etp,
                                  P.moe_pad_to_capacity)
-
-    layer_bytes: dict[ModelSpec, dict] = {}
-
-    def per_layer(view: ModelSpec) -> dict:
-        """One layer of ``view`` (the model or one kind of it, ``activations.stash_kinds``):
-        its stash ``act`` and without recomputation ``none`` (MoE: the routed tokens as the
-        dispatcher holds them, at the hottest rank's load, where the stash keeps them:
-        ``activations.routed_stash_correction``), its pending weight gradient ``wgrad`` and
-        what a selective recomputation rebuilds at once ``sel``; once per view (every chunk
-        of ``own_chunks`` reads the same views)."""
-        got = layer_bytes.get(view)
-        if got is not None:
-            return got
-        act, none = layer_act_arrays(view, b, tp, cp, sp, rc, flash, P.recompute_modules,
-                                     remat_named, act_cache)
-        extra, extra_none = routed_stash_correction(view, s, b, tp, cp, sp, P.etp, load, rc,
-                                                    P.recompute_modules, clamp, act_cache,
-                                                    expert_input)
-        te = te_linear_saved_delta(view, s, b, tp, sp, cp, rc, P.recompute_modules, flash,
-                                   te_inputs)
-        te_none = te_linear_saved_delta(view, s, b, tp, sp, cp, 0, 0, flash, te_inputs)
-        got = layer_bytes[view] = {
-            "act": act + extra + te, "none": none + extra_none + te_none,
-            "wgrad": layer_wgrad_arrays(view, b, tp, cp, sp, act_cache),
-            "sel": selective_dropped_bytes(view, s, b, tp, sp, cp, rc,
-                                           P.recompute_modules, act_cache)[1]}
-        return got
+    # the activations at the stash peak (``rank_activations``: each layer view's bytes once)
+    acts = RankActivations(m, P, stage, is_first, is_last, mirrored, nmb, grp, load,
+                           in_flight=in_flight, pending_w=pending_w, stash_layers=stash_layers,
+                           content_given=content is not None, clamp=clamp,
+                           remat_named=remat_named, loss_bytes=loss_bytes, act_cache=act_cache,
+                           expert_input=expert_input, te_inputs=te_inputs)
 
     perm = permutation_buffer_bytes(m, s, b, tp, cp, load, token_counts.ACT_BYTES
                                     if dispatch_bytes is None else dispatch_bytes)
@@ -192,156 +164,12 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
             out["params"] = out["params"] + q_copy * (dense + expert)
         return out
 
-    # activations (activations.py: stash, embedding, output layer, recomputed layer)
-    emb_act = np.where(is_first, embedding_bytes(m, s, b, tp, sp, cp) / v, 0.0) \
-        / np.where(mirrored, 2, 1)
-    out_one = output_bytes(m, s, b, tp, sp, cp)
-    # the stage output a stashed entry keeps where the schedule's engine holds it (DeepSpeed's
-    # pipeline engine; ``stage_ends.stage_output_bytes``), counted with the layers
-    pipe_out = np.where(attr_by_code(sched, "keeps_stage_output").astype(bool) & ~is_last,
-                        stage_output_bytes(m, s, b, tp, cp), 0.0)
-    # the loss in progress holds more than the fp32 logits a stashed entry keeps (the
-    # stack's cross-entropy, activations.transient_activation_bytes)
-    if loss_bytes is None:           # the default stack's (what ``make_job`` gives a job)
-        from strategies.framework import DEFAULT as _DEFAULT_FRAMEWORK
-        loss_bytes = _DEFAULT_FRAMEWORK.loss
-    if hasattr(loss_bytes, "peak_bytes_at"):    # the stack's LossPasses: its figure at each tp
-        loss_bytes = loss_bytes.peak_bytes_at(tp)
-    loss_extra = output_bytes(m, s, b, tp, sp, cp, loss_bytes) - out_one
-    stashed = attr_by_code(sched, "logits_stashed")
-    # full recomputation (strategies.cost.recompute): a chunk keeps its checkpointed inputs
-    # and, with recompute_layers under block, every activation of the layers it does not
-    # recompute; in the backward the layers being rebuilt hold all of theirs (one layer,
-    # or a uniform group). op: what the layer did not save, rebuilt for one layer.
-    uni_all = P.recompute_method == rcp.METHOD_CODE["uniform"]
-    n_rc_all = P.recompute_layers
-    rc_all = rc
-
-    def stash(lpc, kinds, pick=None):
-        """``(stashed, pending, recompute)``: the bytes of the layers of one stashed chunk
-        and of one pending weight gradient, with ``lpc`` layers per chunk of the kinds
-        ``kinds`` (``activations.stash_kinds``: each kind's layers at its bytes; block
-        recomputation keeps and rebuilds the chunk's mean layer), and of what is rebuilt at
-        once (the largest kind held rebuilds its selective parts and op's unsaved tensors).
-        ``pick``: ``lpc`` and the counts are given for some of the plans only, the rows
-        ``pick`` takes from a plan array."""
-        pl = [(per_layer(view), n) for view, n in kinds]
-        rc, n_rc, uni = rc_all, n_rc_all, uni_all
-        if pick is not None:
-            pl = [({k: pick(x) for k, x in L.items()}, n) for L, n in pl]
-            rc, n_rc, uni = pick(rc), pick(n_rc), pick(uni)
-        if len(pl) == 1:
-            L = pl[0][0]
-        else:
-            tot = sum(n for _, n in pl)
-            safe = np.where(tot > 0, tot, 1.0)
-            L = {k: sum(n * x[k] for x, n in pl) / safe for k in ("act", "none", "wgrad")}
-            held_any = [np.asarray(n) > 0 for _, n in pl]
-            L["sel"] = np.maximum.reduce([np.where(h, x["sel"], 0.0)
-                                          for (x, _), h in zip(pl, held_any)])
-            L["op"] = np.maximum.reduce([np.where(h, np.maximum(x["none"] - x["act"], 0.0),
-                                                  0.0) for (x, _), h in zip(pl, held_any)])
-        op_rb = L.get("op", np.maximum(L["none"] - L["act"], 0.0))
-        chunk_act = np.where(rc == 2, rcp.checkpoint_inputs(lpc, n_rc, uni) * L["act"]
-                             + rcp.kept_layers(lpc, n_rc, uni) * L["none"],
-                             lpc * L["act"])
-        rc_act = np.where(rc == 2, rcp.rebuilt_layers(lpc, n_rc, uni) * L["none"],
-                          np.where(rc == 3, op_rb, L["sel"]))
-        return chunk_act, lpc * L["wgrad"], rc_act
-
-    def at_peak(chunk_act, w_chunk):
-        """``(in_flight, pending_w)``: given, or the pair of the schedule's
-        ``stash_frontier_array`` with the most bytes (``activations.stash_peak``'s rule:
-        ``chunk_act`` plus the embedding's and stashed logits' bytes per stashed entry,
-        ``w_chunk`` per pending weight gradient; the first, most stashed, on a tie)."""
-        if in_flight is not None and pending_w is not None:
-            return np.asarray(in_flight, dtype=float), np.asarray(pending_w, dtype=float)
-        n_k, w_k = stash_frontier_arrays(sched, stage, pp, nmb, v, grp)
-        per_entry = chunk_act + emb_act + pipe_out + np.where(is_last & stashed, out_one, 0.0)
-        pick = np.argmax(n_k * per_entry + w_k * w_chunk, axis=0)
-        n = np.take_along_axis(n_k, pick[None], axis=0)[0]
-        w = np.take_along_axis(w_k, pick[None], axis=0)[0]
-        return (n if in_flight is None else np.asarray(in_flight, dtype=float),
-                w if pending_w is None else np.asarray(pending_w, dtype=float))
-
-    def own_chunks(n_in, n_w, chunk_act, w_chunk):
-        """``(stashed, pending, layers' bytes)`` at the peak: the mean chunk's
-        (``at_peak``), or each entry at its own chunk's bytes where a rank's chunks keep
-        different bytes (``activations.stash_at_peak``'s rule): ``stash_layers`` where given
-        (the scalar model), else, with no counts given (the search), the order's per-chunk
-        moments (``Schedule.chunk_stash_moments``) priced by each chunk's own layers
-        (``layout.even_chunks_content_arrays``)."""
-        mean = n_in * chunk_act + n_w * w_chunk
-        if stash_layers is not None:
-            given = np.asarray(stash_layers, dtype=float)
-            return n_in, n_w, np.where(np.isnan(given), mean, given)
-        if in_flight is not None or pending_w is not None or content_given:
-            return n_in, n_w, mean
-        lay = (P.first_stage_layers, P.last_stage_layers, P.account_slots)
-        if not mixed_layers(m) and not np.any(np.asarray(lay[0]) + np.asarray(lay[1])
-                                              + np.asarray(lay[2])):
-            return n_in, n_w, mean          # one kind, even split: every chunk the same
-        # the order's chunk ids (``Schedule.order_chunks`` per plan)
-        n_ch = np.where(mirrored & (pp > 1), 2, v) + np.zeros_like(mean, dtype=np.int64)
-        pick = None
-        if not mixed_layers(m) and mean.ndim == 1:
-            # one kind: only the uneven layouts' chunks can differ (as above)
-            uneven = (np.asarray(lay[0]) + np.asarray(lay[1]) + np.asarray(lay[2]) > 0) \
-                & (n_ch >= 2)
-            rows = np.flatnonzero(uneven)
-
-            def pick(x):
-                return np.broadcast_to(x, mean.shape)[rows]
-
-        def sub(x):
-            return x if pick is None else pick(x)
-        top = int(sub(n_ch).max()) if sub(n_ch).size else 1
-        if top < 2:
-            return n_in, n_w, mean
-        zeros = np.zeros_like(sub(mean))
-        acts, wgs = [], []
-        for have in even_chunks_content_arrays(m, sub(sched), sub(pp), sub(v), sub(stage),
-                                               range(top), *(sub(x) for x in lay)):
-            held_c = {k: have[k] + zeros for k in have}
-            lpc_c = held_c["dense"] + held_c["moe"] + held_c["mtp"]
-            with np.errstate(invalid="ignore", divide="ignore"):   # an empty chunk: 0
-                a_c, w_c, _ = stash(lpc_c, stash_kinds(m, held_c, lpc_c), pick)
-            acts.append(np.where(lpc_c > 0, a_c, 0.0) + zeros)
-            wgs.append(np.where(lpc_c > 0, w_c, 0.0) + zeros)
-        acts, wgs = np.stack(acts), np.stack(wgs)              # (C, plans)
-        n_sub = sub(n_ch)
-        live = np.arange(top)[:, None] < np.ravel(n_sub)[None].reshape((1,) + n_sub.shape)
-        differ = np.any(live & ((acts != acts[:1]) | (wgs != wgs[:1])), axis=0)
-        if not np.any(differ):
-            return n_in, n_w, mean
-        extra = sub(emb_act + pipe_out + np.where(is_last & stashed, out_one, 0.0)
-                    + np.zeros_like(mean))
-        n2, w2, l2 = own_chunk_peak(sub(sched), sub(stage), sub(pp), sub(nmb), sub(v), acts,
-                                    wgs, extra, differ, sub(grp + np.zeros_like(pp)))
-        if pick is not None:        # back onto every plan: the others keep the mean chunk's
-            out = [np.zeros(mean.shape, dtype=x.dtype) for x in (differ, n2, w2, l2)]
-            for o, x in zip(out, (differ, n2, w2, l2)):
-                o[rows] = x
-            differ, n2, w2, l2 = out
-        return (np.where(differ, n2, n_in), np.where(differ, w2, n_w),
-                np.where(differ, l2, mean))
-
-    def peak_activations(chunk_act, w_chunk, rc_act):
-        """``(stashed, layers, logits, activations)`` bytes at the peak (``at_peak``,
-        ``own_chunks``) of a rank whose chunk keeps ``chunk_act`` per stashed entry,
-        ``w_chunk`` per pending ``W`` and rebuilds ``rc_act`` at once."""
-        n_in, n_w = at_peak(chunk_act, w_chunk)
-        n_in, n_w, layers_act = own_chunks(n_in, n_w, chunk_act, w_chunk)
-        layers_act = layers_act + n_in * pipe_out
-        out_act = np.where(is_last, out_one * np.where(stashed, n_in, 1) + loss_extra, 0.0)
-        return n_in, layers_act, out_act, layers_act + n_in * emb_act + out_act + rc_act
-
-    content_given = content is not None
+    emb_act, out_one = acts.emb_act, acts.out_one
     # layers per chunk: the stage's mean chunk (a layout's chunks may differ by a layer)
     lpc = m.num_layers // (pp * v) if layers is None else n_layers / v
     if not mixed_layers(m):
-        chunk_act, w_chunk, rc_act = stash(lpc, [(m, None)])
-        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
+        chunk_act, w_chunk, rc_act = acts.stash(lpc, [(m, None)])
+        n_in, layers_act, out_act, activations = acts.peak_activations(chunk_act, w_chunk, rc_act)
 
     # other: fixed allowance, ZeRO-2/3 buffers (two gradient buckets in flight; two layers'
     # gathered parameters with ZeRO-3), fragmentation, one MoE layer's permutation buffers
@@ -365,8 +193,8 @@ def memory_component_arrays(m: ModelSpec, P: PlanArrays | Mapping[str, Any], sta
         if layers is None:
             raise ValueError("memory_component_arrays: content needs layers (the stash)")
         layers = np.asarray(layers, dtype=float)
-        chunk_act, w_chunk, rc_act = stash(layers / v, stash_kinds(m, held_k, layers))
-        n_in, layers_act, out_act, activations = peak_activations(chunk_act, w_chunk, rc_act)
+        chunk_act, w_chunk, rc_act = acts.stash(layers / v, stash_kinds(m, held_k, layers))
+        n_in, layers_act, out_act, activations = acts.peak_activations(chunk_act, w_chunk, rc_act)
         layer_dense, expert_params = content_params(m, held_k, tp, ep, etp, is_first)
         dense_params = layer_dense + emb_p + head_p
         # the token permutation's buffers live in an MoE layer (an MTP module's is one when

@@ -26,7 +26,7 @@ def stage_gpu(job: Job, stage: int, costs=None) -> GPU:
     lowest peak, docs/calibration.md §5.39). ``costs``: a ``StageCostMemo`` of ``job`` to read
     the records from (default a fresh one)."""
     from strategies.estimate.mixed import slowest_gpu
-    from strategies.estimate.scalar import StageCostMemo
+    from strategies.estimate.stage_cost_memo import StageCostMemo
     costs = costs or StageCostMemo(job)
 
     def layer(g: GPU) -> float:
@@ -39,7 +39,7 @@ def stage_layer_times(job: Job) -> tuple[list[float], list[float]]:
     """``(t_s, e_s)`` per stage: one layer's forward + backward + recompute seconds per
     micro-batch on the stage's GPU, and its fixed extra (embedding on the first stage, LM head
     and loss on the last), from the shared cost record (``strategies.cost.stage``)."""
-    from strategies.estimate.scalar import StageCostMemo
+    from strategies.estimate.stage_cost_memo import StageCostMemo
     pp = job.plan.pp
     costs = StageCostMemo(job)      # each GPU type's record once (the stages' GPU choice too)
     t, e = [], []

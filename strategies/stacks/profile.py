@@ -49,7 +49,7 @@ class FrameworkProfile:
     hybrid_zero: tuple[int, ...] = ()
     #: runs hybrid sharding with expert parallelism (``ep > 1``): the routed experts' ZeRO
     #: shards over their expert grid within a replica, all-reduced across the replicas
-    #: (``placement.expert_dp_group``, ``comm.replica_sum``; sources at the profiles)
+    #: (``placement.expert_dp_group``, ``comm.dp_groups.replica_sum``; sources at the profiles)
     hybrid_ep: bool = False
     #: hybrid sharding's all-reduce across replicas runs on a stream of its own, beside the
     #: gathers and reduce-scatters (PyTorch FSDP2 ``FSDPCommContext.all_reduce_stream``, FSDP1

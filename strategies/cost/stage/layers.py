@@ -106,7 +106,7 @@ def mixes_kinds(m: ModelSpec) -> bool:
     """Whether ``m``'s layers are of more than one kind (dense and MoE layers, or a
     multi-token-prediction module beside them): the record then has ``by_kind`` entries and
     a pipeline's stages differ by the kinds they hold, which the plan columns' mean layer
-    cannot say (``estimate.scalar.by_chunk``, ``estimate.kinds``)."""
+    cannot say (``estimate.chunk_correction.by_chunk``, ``estimate.kinds``)."""
     return sum(1 for n in m.layer_counts().values() if n) > 1 \
         or bool(m.num_nextn_predict_layers)
 

@@ -7,7 +7,7 @@ With expert parallelism the routed experts' share goes over their expert-data-pa
 group, tp·cp·dp/(etp·ep) ranks etp·ep apart, after the dense share on the same stream
 (``comm.dp_parts``: every data-parallel collective, ZeRO-3's included); hybrid sharding adds
 each gradient reduce-scatter's all-reduces of the rank's dense and expert shares over its
-replicas (``comm.replica_sum``; 0 with one replica)."""
+replicas (``comm.dp_groups.replica_sum``; 0 with one replica)."""
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -15,6 +15,7 @@ from typing import NamedTuple
 import numpy as np
 
 from strategies.cost import comm as cm
+from strategies.cost.comm.dp_groups import dp_parts_sum, parts_have_copies, replica_sum
 from strategies.cost.stage import StageCostArrays
 from strategies.estimate.bound.floors import group_floor
 from strategies.plan_arrays import PlanArrays
@@ -68,16 +69,16 @@ def dp_terms(cl: Cluster, sc: StageCostArrays, P: PlanArrays, profile: Framework
         return np.maximum(work, rep) if own_lane else work + rep
 
     def dp_floor(nbytes_per, kind, passes):
-        return cm.dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
+        return dp_parts_sum(parts[kind], lambda p, n, s: group_floor(
             nbytes_per * p, n, s, passes, cl))
 
     def rep_floor(nbytes_per, kind):
-        return cm.replica_sum(parts[kind], tp, cp, dp, P.dp_shard, lambda p, n, s: group_floor(
+        return replica_sum(parts[kind], tp, cp, dp, P.dp_shard, lambda p, n, s: group_floor(
             nbytes_per * p, n, s, 2.0, cl))
 
     def one_kind(kind):
         # (some parameter has copies to reduce with: dp·cp > 1, or experts over edp > 1)
-        copies = cm.parts_have_copies(parts[kind])
+        copies = parts_have_copies(parts[kind])
         sync = copies & (zero < 3)
         red = lanes(dp_floor(gb, kind, np.where(full, 2.0, 1.0)),
                     np.where(full, 0.0, rep_floor(gb, kind)))

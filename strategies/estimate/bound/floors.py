@@ -11,6 +11,7 @@ from numpy.typing import ArrayLike
 
 from strategies import collectives as colls
 from strategies.cost import comm as cm
+from strategies.cost.comm.profile_scale import measured_least
 from strategies.cost.stage import StageCostArrays
 from topologies.cluster import Cluster
 from topologies.routing import transfer_rate
@@ -108,7 +109,7 @@ def a2a_floor(cl: Cluster, nbytes: ArrayLike, n: ArrayLike, stride: ArrayLike,
     nic = np.where(uniform & (nodes > 1), (n - k) / np.maximum(n, 1) * nbytes * r
                    / (cl.inter_node_bandwidth * cm.NETWORK_EFFICIENCY), 0.0)
     t = min_route_latency(cl) + np.maximum(any_link, np.maximum(fabric, nic))
-    return np.where(n > 1, t * cm.measured_least(cl, "alltoall"), 0.0)
+    return np.where(n > 1, t * measured_least(cl, "alltoall"), 0.0)
 
 
 def p2p_send_floor(cl: Cluster, sc: StageCostArrays, n: np.ndarray,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strategies.cost import comm as cm
+from strategies.cost.comm.dp_groups import replica_overlap, replica_time
 from strategies.cost.stage import StageCostArrays
 from strategies.plan_arrays import PlanArrays
 from strategies.stacks.profile import FrameworkProfile
@@ -63,21 +64,21 @@ class DpCalls:
     def rep_bucket(self, k: int, share: Any, nbytes: Any = None) -> Any:
         """Hybrid sharding: the replicas' all-reduce inside a reduce-scatter's seconds
         (``share`` of rank kind ``k``'s gradients at ``nbytes`` a parameter, default ``gb``;
-        ``comm.replica_time``); 0 without."""
+        ``comm.dp_groups.replica_time``); 0 without."""
         if self.dps is None:
             return 0.0
         nbytes = self.gb if nbytes is None else nbytes
-        return cm.replica_time(nbytes, cm.dp_parts(
+        return replica_time(nbytes, cm.dp_parts(
             self.pr_k[k] * share, self.pe_k[k] * share, self.tp, self.cp, self.dp, self.ep,
             self.etp, self.dps), self.tp, self.cp, self.dp, self.dps, self.cl)
 
     def lane_overlap(self, k: int, share: Any, scale: Any = 1.0) -> Any:
         """On a lane of its own, what of a reduce-scatter's last bucket the dense share's
-        all-reduce hides beside the experts' reduce-scatter (``comm.replica_overlap``); 0
+        all-reduce hides beside the experts' reduce-scatter (``comm.dp_groups.replica_overlap``); 0
         without hybrid sharding or without the lane."""
         if self.dps is None or not self.own_lane:
             return 0.0
-        return cm.replica_overlap(self.gb, cm.dp_parts(
+        return replica_overlap(self.gb, cm.dp_parts(
             self.pr_k[k] * scale * share, self.pe_k[k] * scale * share, self.tp, self.cp,
             self.dp, self.ep, self.etp, self.dps), self.tp, self.cp, self.dp, self.dps,
             self.cl)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from strategies.cost import comm as cm
+from strategies.cost.comm.point_to_point import pair_time
 from strategies.cost.stage import StageCostArrays, sp_grad_allreduce_bytes
 from strategies.estimate.terms.dp_calls import DpCalls
 from strategies.estimate.terms.dp_exposure import Z2_SPLIT
@@ -106,7 +107,7 @@ def per_step_allreduces(dp_exposed: Any, sc: StageCostArrays, P: PlanArrays, cl:
     # the tied word embedding's gradient, all-reduced between the first stage and the LM head's
     # once per step after the data-parallel reduction (``strategies.cost.step``)
     # (in one node only when the whole pipeline group is: pp·tp·cp·dp GPUs within a node)
-    t_tied = np.where(sc.tied_bytes > 0, cm.pair_time(
+    t_tied = np.where(sc.tied_bytes > 0, pair_time(
         "allreduce", sc.tied_bytes, pp * tp * cp * dp <= G, cl), 0.0)
     dp_exposed = dp_exposed + t_tied
     # MLA's sequence-parallel-marked replicated gradients, all-reduced over tp once per step

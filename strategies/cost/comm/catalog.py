@@ -1,0 +1,62 @@
+"""``catalog_time``: the modelled seconds of a collective alone on its links, by the algorithm
+``strategies.collectives.select`` picks for the group, at the link rates of ``links`` (the
+cluster catalog's network, before a GPU profile's measured scale)."""
+from __future__ import annotations
+
+import numpy as np
+
+from strategies.collectives import PASSES, all_to_all, ring
+from strategies.collectives.select import RING, strided_algorithm, strided_layout
+from strategies.cost.comm.links import (NVLINK_EFFICIENCY, group_bandwidth, hop_rate,
+                                        hop_relays, nic_rate, pxn_relay)
+from strategies.cost.token_counts import Num
+from topologies.cluster import Cluster
+from topologies.routing import transfer_latency, transfer_rate
+
+
+def catalog_time(kind: str, nbytes: Num, n: Num, stride: Num, cluster: Cluster,
+                  remote_scale: Num = 1.0, nvlink_share: Num = 1.0) -> Num:
+    """Seconds of collective ``kind`` of an ``nbytes`` buffer per rank over ``n`` ranks
+    ``stride`` apart, alone on its links, with the algorithm ``strategies.collectives.select``
+    picks for such groups (the compiler's rule): over ``k > 1`` members on each of
+    several nodes ``ring.striped_time`` (NVLink, one GPU's NIC share, the relay where the hop
+    between nodes changes rail); otherwise ``ring``'s at ``group_bandwidth``; an all-to-all,
+    ``all_to_all.two_level_time`` over the members' NVLink and NIC ports (``remote_scale``:
+    the share of its bytes between nodes, node-limited routing; ``nvlink_share``: the share of
+    NVLink's rate its kernel reaches, ``ep_dispatch.ep_nvlink_share``). Groups of a shape that is
+    laid out differently from one group to the next (``mixed``) keep the NIC-striped ring of
+    ``group_bandwidth``. Vectorised."""
+    bw, lat = group_bandwidth(cluster, n, stride)
+    G = cluster.gpus_per_node
+    uniform, k, nodes = strided_layout(n, stride, G)
+    intra = cluster.intra_node_bandwidth * NVLINK_EFFICIENCY
+    if kind == "alltoall":
+        # the NVLink and NIC ports of each member at once (two_level_time); groups laid out
+        # unevenly keep the one-port form at group_bandwidth's rate
+        relay = pxn_relay(cluster)
+        # the slowest pair's route: across nodes, through a PXN relay first, or forwarded
+        # over NVLink after (remote_scale != 1: all_to_all.two_level_time), when k > 1
+        hop = (relay | (np.asarray(remote_scale) != 1.0) | (np.asarray(nvlink_share) != 1.0)) \
+            & (k > 1)
+        lat2 = np.where(nodes > 1, cluster.inter_node_latency
+                        + np.where(hop, cluster.intra_node_latency, 0.0),
+                        cluster.intra_node_latency)
+        return np.where(uniform, all_to_all.two_level_time(nbytes, n, k, intra,
+                                                           nic_rate(cluster), lat2, relay,
+                                                           remote_scale, nvlink_share),
+                        all_to_all.time(nbytes, n, bw, lat))[()]
+    passes = PASSES[kind]
+    algo = strided_algorithm(n, stride, G, kind)
+    lat_in = cluster.intra_node_latency
+    # NCCL's flat ring striped over the members of each node (``ring.striped``): member j's
+    # hop between nodes goes to member j+1 of the next node, ``stride`` local indices on (the
+    # last member's to the first: ``-(k-1)·stride``), relayed where that changes rail
+    s = np.asarray(stride, dtype=np.int64)
+    relay = hop_relays(cluster, (s, -(np.maximum(np.asarray(k), 1).astype(np.int64) - 1) * s))
+    out = transfer_rate(hop_rate(cluster), nic_rate(cluster), True, relay, cluster.planes)
+    kk = np.maximum(k, 2.0)     # (priced only where k > 1: no division by k - 1 = 0 elsewhere)
+    flat = ring.striped_time(passes, nbytes, n, kk, nodes, intra, lat_in, out,
+                             transfer_latency(lat_in, cluster.inter_node_latency, True, relay),
+                             relay)
+    striped = uniform & (nodes > 1) & (k > 1)
+    return np.where((algo == RING) & striped, flat, ring.time(passes, nbytes, n, bw, lat))[()]

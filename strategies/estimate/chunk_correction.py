@@ -1,0 +1,235 @@
+"""The scalar estimate's correction for a pipeline whose chunks differ (an uneven layout with
+more than one chunk per rank, DualPipe's two copies, dense and MoE layers, multi-token
+prediction): the free-communication order over each rank's own chunks (``per_chunk``), the
+exposed expert all-to-all and layer communication in that order (``a2a_shift``), and the
+test of which plans take it (``by_chunk``)."""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.estimate.stage_correction import corrected, messages_shift
+from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.job import Job
+from strategies.schedules import get_schedule
+
+
+def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> list[list[tuple[float, float, float]]]:
+    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
+    cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
+    rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
+    first position and the LM head on the last; with ``even_on`` (a GPU)
+    ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
+    assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
+    ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the estimate's
+    ``StageCostMemo``."""
+    from strategies.cost.stage import chunk_layers, chunk_sum
+    from strategies.estimate.mixed import slowest_gpu
+    costs = costs or StageCostMemo(job)
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    last = sched.num_virtual_stages(p.pp, p.vpp) - 1
+    mirrored = bool(sched.mirrored) and p.pp > 1
+
+    def row_on(s: int, gpu) -> list[tuple[float, float, float]]:
+        c = costs(gpu)
+        row = []
+        for ch in range(2 if mirrored else p.vpp):
+            src = ((s if ch == 0 else p.pp - 1 - s), 0) if mirrored else (s, ch)
+            if even_on is None:
+                items = chunk_layers(c, *src, job.layers_of_chunk(*src))
+            else:
+                items = [(job.model.num_layers / (p.pp * p.vpp), c)]
+            vs = sched.virtual_stage(s, ch, p.pp, p.vpp, 0)
+            emb, head = vs == 0, vs == last
+            f = (chunk_sum(items, lambda x: x.layer_fwd) + (c.embedding_fwd if emb else 0.0)
+                 + (c.head_fwd if head else 0.0))
+            # block partial recompute: min(N, chunk) layers, each kind's share at its cost
+            b = (chunk_sum(items, lambda x: x.layer_bwd)
+                 + c.chunk_recompute(chunk_sum(items, lambda x: 1.0), None, items)[0]
+                 if c.recompute_cap
+                 else chunk_sum(items, lambda x: x.layer_bwd + x.layer_recompute))
+            b += (c.embedding_bwd if emb else 0.0) + (c.head_bwd if head else 0.0)
+            w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)
+                 + (c.head_wgrad if head else 0.0))
+            row.append((f, b, w))
+        return row
+
+    out = []
+    for s in range(p.pp):
+        gpu = even_on if even_on is not None else slowest_gpu(
+            map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+            lambda g: sum(f + b for f, b, _ in row_on(s, g)))
+        out.append(row_on(s, gpu))
+    return out
+
+
+def per_chunk(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
+               ) -> dict[str, Any]:
+    """A pipeline whose chunks differ (a layout with uneven chunks, interleaved or not; dense
+    and MoE layers; multi-token prediction): ``per_stage``'s correction with the makespans
+    of the free-communication simulation over each rank's chunks (``chunk_times``: the
+    even split's mean layers against the layers each chunk holds). ``costs``: the estimate's
+    ``StageCostMemo``."""
+    from strategies.schedules.analysis import simulate_free_comm
+    costs = costs or StageCostMemo(job)
+    p, m = job.plan, job.num_microbatches
+    spans: dict[int, tuple[Any, float]] = {}    # id(times) -> (times, makespan): each once
+
+    def span(times, pairs=None) -> float:
+        """The order's makespan over ``times`` (the even split's and the layout's are read
+        again by ``a2a_shift``: worked out once, the same numbers); ``pairs``: the seconds
+        of each overlapped pair (``analysis.free_comm_ranks``' ``pair_seconds``)."""
+        hit = spans.get(id(times))
+        if hit is None:
+            hit = spans[id(times)] = (times, simulate_free_comm(
+                p.schedule, p.pp, m, p.vpp, 0.0, 0.0, p.microbatch_group_size,
+                chunk_times=times, combined=bool(p.ep_overlap), pair_seconds=pairs))
+        return hit[1]
+
+    def makespan(times) -> tuple[float, float]:
+        return span(times), m * max(sum(f + b for f, b, _ in row) for row in times)
+
+    even, real = chunk_times(job, job.cluster.gpu, costs), chunk_times(job, None, costs)
+
+    def ranks(times) -> list[float]:
+        return [sum(f + b for f, b, _ in row) for row in times]
+    shift, held = a2a_shift(job, r, even, real, span, costs)
+    if float(r.get("ep_a2a_s", 0.0)) > 0:      # the order's shift: expert communication
+        return corrected(job, r, makespan(even), makespan(real),
+                          messages_shift(job, r, ranks(even), ranks(real)), shift)
+    # the busiest real rank's layers run the layers' own communication (``r``'s is the even
+    # rank's num_layers/pp); the rest of the order's shift is bubble
+    scale = 1.0 if held is None or get_schedule(p.schedule).mirrored \
+        else held / (job.model.num_layers / p.pp)
+    return corrected(job, r, makespan(even), makespan(real),
+                      messages_shift(job, r, ranks(even), ranks(real)), 0.0, shift, scale)
+
+
+def a2a_shift(job: Job, r: dict[str, Any], even, real, span,
+               costs: StageCostMemo | None = None) -> tuple[float, float | None]:
+    """(Seconds, the busiest real rank's layers or None where 0): the seconds the exposed
+    expert all-to-all changes by when an overlapped-pair schedule
+    (``Schedule.overlaps_pairs``: DualPipe) runs a layout other than the even split
+    (docs/calibration.md §5.36): the pipeline's makespan becomes the order's with each
+    step's exposed communication (a forward or backward alone: its layers' dispatch and
+    combine; in an ``F&B`` pair ``combined.pair_exposed`` per layer, half on each member; a
+    recomputed MoE layer's again before its backward; the layer's TP and CP communication,
+    half on each pass), in place of the even composition's (the slowest rank's all-to-all on
+    top of the even pipeline's fill: in the order the ranks that wait in the fill and drain
+    absorb part of it). Each chunk's MoE layers are counted by their expert bytes
+    (``cost.stage.chunk_layers``: a dense layer has none). The same order with each step's
+    own communication for a schedule without pairs (1F1B, §5.52; interleaved, §5.54) whose
+    stages or chunks differ in layers or kinds (dense first layers, MTP); Megatron-Core's
+    combined 1F1B (``ep_overlap``) runs its pairs and lone passes (§5.91). 0 for zero-bubble
+    (``splits_backward``) plans and for the even split of one kind; without
+    expert parallelism the same order with the layers' TP and CP communication alone (an
+    uneven layout, docs/calibration.md §5.93).
+    ``even``/``real``: ``chunk_times`` of the even split and of the layout; ``span(times)``:
+    the order's makespan; ``costs``: the estimate's ``StageCostMemo``."""
+    p = job.plan
+    sched = get_schedule(p.schedule)
+    # an order with pairs: DualPipe's ``F&B``, Megatron-Core's combined 1F1B (``ep_overlap``,
+    # whose lone warm-up forwards and cool-down backwards the order runs, §5.91)
+    pairs = bool(sched.overlaps_pairs) or bool(p.ep_overlap)
+    c = (costs or StageCostMemo(job))(job.cluster.gpu)
+    if pairs and job.layout.uniform and (sched.overlaps_pairs or not c.by_kind):
+        return 0.0, None
+    # no paired overlap (1F1B and the like, §5.52; interleaved, §5.54): each chunk's own
+    # layers and kinds (dense first layers carry no all-to-all; MTP), as the simulator runs
+    # them. Megatron's combined 1F1B (``ep_overlap``) keeps the even composition (within
+    # -1.5..-0.3 % of its simulation on §5.54's seeded set; this order has no pairs, +0.8..
+    # +4.7 %), as do the zero-bubble orders (``splits_backward``: the W steps fill the drain;
+    # ZB-H1 met its simulation within 2 % with the even composition, -3.5 % with this one:
+    # tests/test_zero_overlap.py)
+    if not pairs and (sched.splits_backward or (job.layout.uniform and not c.by_kind)):
+        return 0.0, None
+    from strategies.cost.stage import chunk_layers, chunk_sum
+    a2a, pair, rc, other = (float(r[k]) for k in ("ep_a2a_s", "ep_pair_s", "ep_rc_s",
+                                                  "layer_comm_s"))
+    mean = max(c.ep_bytes, 1e-30)
+    mirrored = bool(sched.mirrored) and p.pp > 1
+
+    def counts(rank: int, ch: int) -> tuple[float, float]:
+        """The chunk's layers, and its MoE layers in mean layers (expert bytes / the mean's)."""
+        src = ((rank if ch == 0 else p.pp - 1 - rank), 0) if mirrored else (rank, ch)
+        items = chunk_layers(c, *src, job.layers_of_chunk(*src))
+        return chunk_sum(items, lambda x: 1.0), chunk_sum(items, lambda x: x.ep_bytes) / mean
+
+    times, layers = [], []
+    for rk, row in enumerate(real):
+        out = []
+        layers.append(sum(counts(rk, ch)[0] for ch in range(len(row))))
+        for ch, (f, b, w) in enumerate(row):
+            n, e = counts(rk, ch)
+            o = n * other / 2
+            out.append((f, b, w, e * a2a + o, e * (a2a + rc) + o, e * pair / 2 + o,
+                        e * (pair / 2 + rc) + o))
+        times.append(out)
+    pipe = float(r["step_time_s"]) - float(r["pp_comm"]) - float(r["dp_comm"]) \
+        - float(r["optimizer"])
+    # the makespan with communication less the one without (the compute order, which
+    # ``corrected`` puts in place of the even one) and less the even composition's excess
+    # over the even compute order
+    pairs = _combined_pairs(job, c, times, a2a, rc, other) if p.ep_overlap else None
+    busiest = max(range(len(real)), key=lambda k: sum(f + b for f, b, _ in real[k]))
+    return span(times, pairs) - span(real) - (pipe - span(even)), layers[busiest]
+
+
+def _combined_pairs(job: Job, c: Any, times: list, a2a: float, rc: float,
+                    other: float):
+    """``pair_seconds`` of Megatron-Core's combined 1F1B pairs on ``job``'s layout: a pair
+    of rank ``r``'s forward of chunk ``a`` and backward of chunk ``b`` runs both chunks'
+    compute, their layers' other communication (``other`` per layer, half on each pass),
+    the backward's recomputed all-to-alls (``rc`` per MoE layer) and, layer by layer, the
+    forward's layer ``i`` beside the backward's layer ``n_b − 1 − i``: the backward
+    layer's all-to-all exposed by what outlasts the forward layer's compute, the forward
+    layer's by what outlasts the backward layer's; the layers one pass has beyond the
+    other's run alone, each all-to-all exposed whole (Megatron-LM d98e8a64
+    ``TransformerModelChunkSchedulePlan.run``: ``min(f_num_layers, b_num_layers)``
+    overlapped layers, then the rest; §5.91). Each layer's all-to-all is the mean layer's
+    ``a2a`` scaled by its expert bytes (a dense layer has none). With one kind of layer
+    and equal chunks: ``n·combined.pair_exposed`` per pair, the analytic rule."""
+    from strategies.cost.stage import chunk_layers
+    p = job.plan
+    mean = max(c.ep_bytes, 1e-30)
+    layers: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+
+    def of(rank: int, ch: int) -> list[tuple[float, float, float]]:
+        """``(forward, backward + recompute, all-to-all)`` seconds of each layer, in order."""
+        key = (rank, ch)
+        if key not in layers:
+            items = chunk_layers(c, rank, ch, job.layers_of_chunk(rank, ch))
+            layers[key] = [(x.layer_fwd, x.layer_bwd + x.layer_recompute,
+                            a2a * x.ep_bytes / mean)
+                           for n, x in items for _ in range(int(round(n)))]
+        return layers[key]
+
+    def seconds(rank: int, group) -> float:
+        (_, a), (_, b) = group
+        fl, bl = of(rank, a), of(rank, b)[::-1]
+        k = min(len(fl), len(bl))
+        exposed = sum(max(0.0, tb - ff) + max(0.0, tf - bb)
+                      for (ff, _, tf), (_, bb, tb) in zip(fl[:k], bl[:k]))
+        exposed += sum(x[2] for x in fl[k:]) + sum(x[2] for x in bl[k:])
+        e_b = sum(x[2] for x in bl) / max(a2a, 1e-30)
+        return (times[rank][a][0] + times[rank][b][1] + (len(fl) + len(bl)) * other / 2
+                + e_b * rc + exposed)
+    return seconds
+
+
+
+def by_chunk(job: Job, costs: StageCostMemo | None = None) -> bool:
+    """Whether ``job``'s pipeline chunks differ in ways the per-stage slowdown of
+    ``per_stage`` does not capture: a layout other than the even split with more than one
+    chunk per rank (DualPipe's two copies included), or layers of more than one kind or multi-token prediction (the
+    stage-cost record's ``by_kind``; DualPipe's two copies read each one's stage,
+    ``chunk_times``). ``costs``: the estimate's ``StageCostMemo``."""
+    from strategies.cost.stage.layers import mixes_kinds
+    p = job.plan
+    if (p.vpp > 1 or get_schedule(p.schedule).mirrored) and not job.layout.uniform:
+        return True                         # DualPipe: rank r's copies, stages r and pp-1-r
+    if not mixes_kinds(job.model):
+        return False                        # one kind of layer: no by_kind record
+    return bool((costs or StageCostMemo(job))().by_kind)
+

@@ -1,0 +1,125 @@
+"""The scalar estimate's correction for a pipeline whose stages differ (``layers_per_stage``, an
+uneven layout of one chunk per rank, stages on different GPU types): the even plan's analytic
+step with its compute makespan replaced by the real stages' (``per_stage``), the step rule
+``corrected`` and the pipeline messages' shift ``messages_shift`` that the per-chunk
+correction (``chunk_correction``) reads too."""
+from __future__ import annotations
+
+from typing import Any
+
+from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.estimate.terms.messages import ranked_messages
+from strategies.job import Job
+from strategies.schedules import get_schedule, head_rank, schedule_code
+
+
+def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
+                 ) -> tuple[list[float], list[float], list[float]]:
+    """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
+    seconds per micro-batch of each pipeline stage
+    from the shared cost record: its own layer count on its own GPU type (of those among its
+    ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
+    ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
+    model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
+    from strategies.estimate.mixed import slowest_gpu
+    costs = costs or StageCostMemo(job)
+    p, f, b, w = job.plan, [], [], []
+    head_at = head_rank(p.schedule, p.pp, p.vpp)
+
+    def times(s: int, gpu, n: float) -> tuple[float, float, float]:
+        c = costs(gpu)
+        # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
+        bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
+               else n * (c.layer_bwd + c.layer_recompute))
+        return (n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
+                + (c.head_fwd if s == head_at else 0.0),
+                bwd + (c.embedding_bwd if s == 0 else 0.0)
+                + (c.head_bwd if s == head_at else 0.0),
+                n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
+                + (c.head_wgrad if s == head_at else 0.0))
+
+    for s in range(p.pp):
+        if even_on is None:
+            n = job.layers_of_stage(s)
+            gpu = slowest_gpu(map(job.cluster.gpu_of_node, job.stage_nodes(s)),
+                              lambda g: sum(times(s, g, n)[:2]))
+        else:
+            gpu, n = even_on, job.model.num_layers / p.pp
+        for out, x in zip((f, b, w), times(s, gpu, n)):
+            out.append(x)
+    return f, b, w
+
+
+
+def messages_shift(job: Job, r: dict[str, Any], even: list[float],
+                    real: list[float]) -> float:
+    """Seconds the pipeline messages change by when the rank that bounds the steady state
+    is the real stages' rather than the even plan's (``even``/``real``: each rank's seconds
+    per micro-batch): ``terms.messages.ranked_messages`` of the real ranks less the even ones'
+    under a schedule with per-kind counts (1F1B, docs/calibration.md §5.21), else 0."""
+    p = job.plan
+    if p.pp < 2 or not get_schedule(p.schedule).messages_by_rank:
+        return 0.0
+    code = schedule_code(p.schedule)
+
+    def ranked(ts: list[float]) -> float:
+        kinds = (ts[0], max(ts[1:-1]) if p.pp > 2 else 0.0, ts[-1])
+        return float(ranked_messages(code, job.num_microbatches, p.pp, p.vpp, kinds, sum(ts),
+                                     float(r["p2p_time_s"])))
+    return ranked(real) - ranked(even)
+
+
+def corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
+               real: tuple[float, float], messages: float = 0.0,
+               a2a: float = 0.0, order: float = 0.0,
+               comm_scale: float = 1.0) -> dict[str, Any]:
+    """The analytic step ``r`` with the even pipeline's compute makespan and busy time
+    (``even``) replaced by the real ones (``real``): the difference goes to compute (the
+    busiest rank) and bubble; ``messages`` (``messages_shift``) to ``pp_comm``, ``a2a``
+    (``a2a_shift`` with expert parallelism) to ``ep_comm``, ``order`` (``a2a_shift``
+    without: the layers' own communication in the real order) to bubble, less the part of it
+    that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times ``comm_scale``)."""
+    (span_e, busy_e), (span_u, busy_u) = even, real
+    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a + order
+    out = dict(r)
+    out["pp_comm"] = float(r["pp_comm"]) + messages
+    # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
+    ep = max(float(r["ep_comm"]) + a2a, 0.0)
+    out["ep_comm"] = ep
+    out["compute"] = float(r["compute"]) + busy_u - busy_e
+    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
+        + (float(r["ep_comm"]) + a2a - ep) + order
+    for k in ("tp_comm", "cp_comm"):
+        out[k] = float(r[k]) * comm_scale
+        out["bubble"] -= out[k] - float(r[k])
+    if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
+        out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
+    scale = float(r["step_time_s"]) / step
+    out.update({"step_time_s": step, "tokens_per_s": job.tokens_per_step / step,
+                "mfu": float(r["mfu"]) * scale, "hfu": float(r["hfu"]) * scale,
+                "bubble_fraction": out["bubble"] / step})
+    return out
+
+
+def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None
+               ) -> dict[str, Any]:
+    """A pipeline whose stages differ (``layers_per_stage``, or stages on different GPU types):
+    the analytic step of the even plan on the slowest GPU, with its compute makespan replaced
+    by that of the real stages. Both makespans come from the schedule with free communication
+    (``schedules.analysis.simulate_free_comm``; stage ``s`` at ``slowdown_s`` times stage 0's
+    step), the rest of the analytic step (communication, optimizer) kept; the difference goes
+    to compute (busiest stage) and bubble. ``costs``: the estimate's ``StageCostMemo``."""
+    from strategies.schedules.analysis import simulate_free_comm
+    costs = costs or StageCostMemo(job)
+    p, m = job.plan, job.num_microbatches
+
+    def makespan(f: list[float], b: list[float], w: list[float]) -> tuple[float, float]:
+        slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
+        span = simulate_free_comm(p.schedule, p.pp, m, 1, f[0], b[0],
+                                  p.microbatch_group_size, t_w=w[0], slowdown=slow)
+        return span, m * max(x + y for x, y in zip(f, b))
+
+    even, real = stage_times(job, job.cluster.gpu, costs), stage_times(job, None, costs)
+    return corrected(job, r, makespan(*even), makespan(*real), messages_shift(
+        job, r, [x + y for x, y in zip(*even[:2])], [x + y for x, y in zip(*real[:2])]))
+
