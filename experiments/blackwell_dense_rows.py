@@ -41,7 +41,8 @@ from experiments.h100_gemm_shapes import model_tflops  # noqa: E402
 from experiments.llama405_blackwell import layer_parts, measured_layer  # noqa: E402
 from strategies.estimate.scalar import estimate  # noqa: E402
 from strategies.reference.cases import Case, case_from_entry, load_reference  # noqa: E402
-from topologies.gpus import B200_HBM_BUS_BITS, B200_HBM_CLOCK_HZ, get_gpu  # noqa: E402
+from topologies.gpus import get_gpu  # noqa: E402
+from topologies.gpus.catalog import B200_HBM_BUS_BITS, B200_HBM_CLOCK_HZ  # noqa: E402
 
 DATA = os.path.join(_TREE, "strategies", "reference", "data")
 #: the catalog's Blackwell parts (``topologies.gpus``)

@@ -9,10 +9,11 @@ Run (a few seconds, analytic only):
 
 The lead: every GB200 row of NeMo 25.x runs 1.1-16.8 % too fast in the model (§5.30), the
 pp = 1 rows 6.4-16.8 %, and DGX Cloud's GB200 FP8 rows 14 % (§5.18), pointing at the per-GPU
-compute rate. The catalog prices a large Blackwell GEMM at ``peak · e`` (``topologies/gpus.py``,
-§3.1, §3.7): ``e`` = mamf-finder's burst fraction times a sustained/burst clock ratio, B200's
+compute rate. The catalog prices a large Blackwell GEMM at ``peak · e``
+(``topologies/gpus/catalog.py``, §3.1, §3.7): ``e`` = mamf-finder's burst fraction times a
+sustained/burst clock ratio, B200's
 measured 0.814 and, for GB200/B300/GB300, that ratio scaled by the cube root of the power per
-SM (``_sustained_ratio``). This script sets each link beside the public figure it rests on.
+SM (``sustained_ratio``). This script sets each link beside the public figure it rests on.
 
 Table 1: mamf-finder's best shapes on B200, B300 and GB200 (bf16 and fp8; H100 and A100 for
 scale): the model's rate at the published shape over MAMF. MAMF is the boost-clock burst; the
@@ -52,8 +53,9 @@ from experiments.h100_gemm_shapes import (_summary, fit_knee, fit_knee_fixed,  #
                                           model_tflops)
 from strategies.cost import gemm_kernel  # noqa: E402
 from topologies import gpus as gp  # noqa: E402
-from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
-                             _sustained_ratio, get_gpu)
+from topologies.gpus import get_gpu  # noqa: E402
+from topologies.gpus.sustained import (B200_SUSTAINED_RATIO,  # noqa: E402
+                                       GB200_FP8_SUSTAINED_RATIO, sustained_ratio)
 
 B200 = "B200-SXM-180GB"
 B300 = "B300-SXM-288GB"
@@ -197,7 +199,7 @@ def clock_rows() -> list[tuple]:
     for name in ("B300-SXM-288GB", "GB200", "GB300"):
         g = get_gpu(name)
         out.append((f"{name} ({g.tdp_w:.0f} W, {g.sm_count} SMs)",
-                    _sustained_ratio(g.tdp_w, g.sm_count), "power rule (not measured)"))
+                    sustained_ratio(g.tdp_w, g.sm_count), "power rule (not measured)"))
     return out
 
 

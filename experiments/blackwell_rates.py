@@ -28,10 +28,11 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from topologies.gpus import (AZURE_FP8_SUSTAINED, B200_FP8_MAMF,  # noqa: E402
-                             B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO, HOPPER_FP8,
-                             HOPPER_FP8_PEAK, _sustained_ratio, get_gpu, harness_ratio,
-                             sm100_fp8_ratio)
+from topologies.gpus import get_gpu  # noqa: E402
+from topologies.gpus.sustained import (AZURE_FP8_SUSTAINED, B200_FP8_MAMF,  # noqa: E402
+                                       B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,
+                                       HOPPER_FP8, HOPPER_FP8_PEAK, harness_ratio,
+                                       sm100_fp8_ratio, sustained_ratio)
 
 #: mamf-finder bursts, TFLOP/s (ml-engineering 744d01e, compute/accelerator/README.md, the
 #: "Maximum Achievable Matmul FLOPS" tables; torch 2.7.1+cu128 on B200, 2.9.1+cu130 on B300,
@@ -93,11 +94,11 @@ def rule_rows() -> list[tuple]:
     measurement tests it (sustained/burst ratios for fp8; fractions of the fp4 peak for fp4)."""
     gb300 = get_gpu("GB300")
     h300 = harness_ratio("GB300", MAMF[("GB200", "fp8")])   # GB300 takes GB200's burst
-    out = [("GB200 fp8: bf16 power rule", _sustained_ratio(1200, 148),
+    out = [("GB200 fp8: bf16 power rule", sustained_ratio(1200, 148),
             GB200_FP8_SUSTAINED_RATIO),
-           ("GB300 fp8: bf16 power rule (catalog)", _sustained_ratio(1400, 160), h300),
+           ("GB300 fp8: bf16 power rule (catalog)", sustained_ratio(1400, 160), h300),
            ("GB300 fp8: GB200's fp8 carried by the power rule",
-            _sustained_ratio(gb300.tdp_w, gb300.sm_count, GB200_FP8_SUSTAINED_RATIO, 1200, 148),
+            sustained_ratio(gb300.tdp_w, gb300.sm_count, GB200_FP8_SUSTAINED_RATIO, 1200, 148),
             h300)]
     for part in AZURE_FP4_SUSTAINED:
         g = get_gpu(part)

@@ -2,7 +2,7 @@
 (CUDA 13.x) read higher than the Azure harness measured on CUDA 12.8? (docs/calibration.md §5.55)
 
 Megatron-Bridge publishes each model on GB200 and on GB300 in the same container (25.11,
-26.04.01, 26.06). The Azure harness (``topologies.gpus.AZURE_FP8_SUSTAINED``) measured GB200
+26.04.01, 26.06). The Azure harness (``topologies.gpus.sustained.AZURE_FP8_SUSTAINED``) measured GB200
 on CUDA 12.8 and GB300 on CUDA 13.0. If a newer cuBLAS had lifted GB200's fp8 GEMMs beyond
 the 12.8 figure, GB300/GB200 on one 13.x stack would read *below* the harness's ratio. Per
 pair this prints the measured step-time ratio GB200/GB300, the model's, and the harness's
@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from topologies.gpus import AZURE_FP8_SUSTAINED  # noqa: E402
+from topologies.gpus.sustained import AZURE_FP8_SUSTAINED  # noqa: E402
 
 FILES = ("published_2026.json", "megatron_bridge_2604.json", "heldout_2026b.json")
 

@@ -23,7 +23,8 @@ from simulator.studies.validate import load_cases, mape, validate_cases  # noqa:
 from strategies.cost import elementwise_time, gemm_kernel, gemm_time, grad_time  # noqa: E402
 from strategies.cost import hbm_rate, overlap_clock  # noqa: E402
 from strategies.cost.system import DEFAULT_SYSTEM  # noqa: E402
-from topologies.gpus import AMPERE_WAVE_TILE, GPU  # noqa: E402
+from topologies.gpus import GPU  # noqa: E402
+from topologies.gpus.catalog import AMPERE_WAVE_TILE  # noqa: E402
 
 # catalog values before this calibration (burst-level GEMM efficiency)
 OLD_GEMM = {"A100-SXM4-80GB": 0.88, "A100-SXM4-40GB": 0.88, "H100-SXM5-80GB": 0.75,

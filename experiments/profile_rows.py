@@ -41,7 +41,8 @@ from strategies.job import Job  # noqa: E402
 from topologies.cluster import cluster_from_mapping  # noqa: E402
 from topologies.errors import SpecError  # noqa: E402
 from topologies.gpu_profile import GpuProfile, load_gpu_profile  # noqa: E402
-from topologies.gpus import GPU, RATES, get_gpu  # noqa: E402
+from topologies.gpus import GPU, get_gpu  # noqa: E402
+from topologies.gpus.spec import RATES  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "strategies", "reference", "data")

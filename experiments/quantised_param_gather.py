@@ -11,7 +11,7 @@ FP8 precisions (25.11-26.06 tables) set ``fp8_param_gather = True`` and its NVFP
 ``fp4_param_gather = True`` (their bf16 gradients were already read, §5.61). Megatron-Core
 keeps FP8 weights in a uint8 parameter buffer and NVFP4 weights packed two per byte, so the
 distributed optimizer's all-gather moves one byte (half a byte) per quantised weight
-(``strategies.reference.bridge_recipes``: ``NEMO_PERF_SOURCE``, ``PARAM_GATHER_SOURCE``).
+(``strategies.reference.perf_harness``: ``NEMO_PERF_SOURCE``, ``PARAM_GATHER_SOURCE``).
 
     python experiments/quantised_param_gather.py            # every row that moves (seconds)
     python experiments/quantised_param_gather.py --sim ID   # also the simulator for row ID

@@ -8,8 +8,8 @@ Run (a few seconds, analytic only):
     python experiments/sustained_clocks.py --what-if  # + GB200 rows at the power rule's ratio
 
 The catalog prices a large Blackwell GEMM at ``peak · MAMF/peak · r``: mamf-finder's burst
-fraction times a sustained/burst clock ratio ``r`` (``topologies/gpus.py``, §3.1). B200's ``r``
-is measured (node MSMF / MAMF); the power rule (``_sustained_ratio``) scales it by the cube
+fraction times a sustained/burst clock ratio ``r`` (``topologies/gpus/sustained.py``, §3.1).
+B200's ``r`` is measured (node MSMF / MAMF); the power rule (``sustained_ratio``) scales it by the cube
 root of the power per SM for B300 and GB300. GB200's ``r`` is read from one public harness
 that ran on H100, H200, GB200 and GB300 (``AZURE_FP8_SUSTAINED``: cuBLASLt fp8, 10,000
 warm-up iterations), through the Hopper parts, whose catalog rates are measured
@@ -33,9 +33,10 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from experiments.h100_gemm_shapes import model_tflops  # noqa: E402
-from topologies.gpus import (AZURE_FP8_SUSTAINED, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
-                             HOPPER_FP8, HOPPER_FP8_PEAK, _sustained_ratio, get_gpu,
-                             harness_ratio)
+from topologies.gpus import get_gpu  # noqa: E402
+from topologies.gpus.sustained import (AZURE_FP8_SUSTAINED, GB200_FP8_SUSTAINED_RATIO,  # noqa: E402
+                                       HOPPER_FP8, HOPPER_FP8_PEAK, harness_ratio,
+                                       sustained_ratio)
 
 #: the two shapes of ``AZURE_FP8_SUSTAINED`` (m = n = k)
 SHAPES = (16384, 32768)
@@ -65,13 +66,13 @@ def ratio_rows() -> list[tuple]:
     for part in ("GB200", "GB300"):
         g = get_gpu(part)
         cat = g.fp8_matmul_efficiency * g.peak("fp8") / 1e12 / MAMF_FP8[part]
-        rule = _sustained_ratio(g.tdp_w, g.sm_count)
+        rule = sustained_ratio(g.tdp_w, g.sm_count)
         h = harness_ratio(part, MAMF_FP8[part])
         out.append((part, cat, rule, h, rule / h - 1))
     first = statistics.mean(a / b * eff * HOPPER_FP8_PEAK / MAMF_FP8["GB200"]
                             for ref, eff in HOPPER_FP8.items()
                             for a, b in zip(AZURE_GB200_570_99, AZURE_FP8_SUSTAINED[ref]))
-    rule = _sustained_ratio(1200, 148)
+    rule = sustained_ratio(1200, 148)
     out.append(("GB200, driver 570.99", GB200_FP8_SUSTAINED_RATIO, rule, first, rule / first - 1))
     return out
 
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.what_if:
         from experiments.blackwell_gemm_shapes import print_what_if, what_if_gb200
-        rule = _sustained_ratio(1200, 148)
+        rule = sustained_ratio(1200, 148)
         print(f"\nWhat-if: GB200 at the power rule's {rule:.3f} instead of the catalog's "
               f"{GB200_FP8_SUSTAINED_RATIO:.3f}\n")
         print_what_if(what_if_gb200(rule), "the power rule")

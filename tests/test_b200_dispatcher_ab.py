@@ -8,8 +8,8 @@ import os
 
 import pytest
 
-from strategies.reference.bridge_recipes import (RECIPES, RECIPES_2604, recipe_for,
-                                                 table_container)
+from strategies.reference.bridge_recipes import RECIPES, RECIPES_2604, recipe_for
+from strategies.reference.moe_recipe import table_container
 from strategies.reference.cases import case_from_entry
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

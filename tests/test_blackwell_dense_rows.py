@@ -10,8 +10,8 @@ import pytest
 
 from strategies.cost import elementwise_bytes, hbm_rate
 from strategies.estimate import estimate
-from topologies.gpus import (B200_HBM_BUS_BITS, B200_HBM_CLOCK_HZ, B200_HBM_TBPS,
-                             get_gpu)
+from topologies.gpus import get_gpu
+from topologies.gpus.catalog import B200_HBM_BUS_BITS, B200_HBM_CLOCK_HZ, B200_HBM_TBPS
 
 _HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _spec = importlib.util.spec_from_file_location(

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from experiments import blackwell_gemm_shapes as bw
-from topologies.gpus import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO, _sustained_ratio,
-                             sm100_fp8_ratio,
-                             get_gpu)
+from topologies.gpus import get_gpu
+from topologies.gpus.sustained import (B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,
+                                       sm100_fp8_ratio, sustained_ratio)
 
 SIZES = (256, 512, 1024, 2048, 4096)
 
@@ -35,9 +35,9 @@ def test_catalog_burst_fractions_are_the_mamf_rows():
     for g, dtype, *_rest, sus in bw.mamf_rows():
         if g.startswith("B300"):
             gpu = get_gpu(g)
-            assert sus == pytest.approx(_sustained_ratio(gpu.tdp_w, gpu.sm_count), rel=1e-12)
+            assert sus == pytest.approx(sustained_ratio(gpu.tdp_w, gpu.sm_count), rel=1e-12)
         elif g.startswith("GB200"):
-            want = GB200_FP8_SUSTAINED_RATIO if dtype == "fp8" else _sustained_ratio(1200, 148)
+            want = GB200_FP8_SUSTAINED_RATIO if dtype == "fp8" else sustained_ratio(1200, 148)
             assert sus == pytest.approx(want, rel=1e-12)
         elif g.startswith("B200") and dtype == "fp8":     # GB200's fp8 ratio carried, §5.77
             assert sus == pytest.approx(sm100_fp8_ratio(1000, 148), rel=1e-12)

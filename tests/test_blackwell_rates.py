@@ -4,8 +4,9 @@ against the measurements that test them."""
 import pytest
 
 from experiments import blackwell_rates as br
-from topologies.gpus import (B200_FP8_MAMF, B200_SUSTAINED_RATIO, GB200_FP8_SUSTAINED_RATIO,
-                             _sustained_ratio, get_gpu, sm100_fp8_ratio)
+from topologies.gpus import get_gpu
+from topologies.gpus.sustained import (B200_FP8_MAMF, B200_SUSTAINED_RATIO,
+                                       GB200_FP8_SUSTAINED_RATIO, sm100_fp8_ratio, sustained_ratio)
 
 
 def test_b200_fp8_is_gb200s_measurement_carried_by_the_power_rule():
@@ -23,7 +24,7 @@ def test_b200_fp8_is_gb200s_measurement_carried_by_the_power_rule():
 
 def test_default_power_rule_is_unchanged():
     """The bf16 rule (B200's node MSMF ratio) still prices B300, GB200 bf16 and GB300."""
-    assert _sustained_ratio(1000, 148) == B200_SUSTAINED_RATIO
+    assert sustained_ratio(1000, 148) == B200_SUSTAINED_RATIO
     for name, mamf, peak in (("B300", 1769.0, 2250), ("GB200", 1822.0, 2500)):
         g = get_gpu(name)
         assert g.matmul_efficiency == pytest.approx(
@@ -31,7 +32,7 @@ def test_default_power_rule_is_unchanged():
             rel=1e-12)
     gb300 = get_gpu("GB300")
     assert gb300.fp8_matmul_efficiency == pytest.approx(
-        3615.6 / 5000 * _sustained_ratio(1400, 160), rel=1e-12)
+        3615.6 / 5000 * sustained_ratio(1400, 160), rel=1e-12)
 
 
 def test_same_die_less_power_is_never_faster():

@@ -6,7 +6,7 @@ import os
 import pytest
 
 from experiments.blackwell_release_pairs import harness_gb300_over_gb200, pair_rows
-from topologies.gpus import AZURE_FP8_SUSTAINED
+from topologies.gpus.sustained import AZURE_FP8_SUSTAINED
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                     "strategies", "reference", "data")

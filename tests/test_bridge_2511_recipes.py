@@ -12,8 +12,8 @@ from dataclasses import replace
 import pytest
 
 from strategies.errors import SpecError
-from strategies.reference.bridge_recipes import (CONTAINERS, RECIPES, RECIPES_2511,
-                                                 RECIPES_2604, recipe_for)
+from strategies.reference.bridge_recipes import RECIPES, RECIPES_2511, RECIPES_2604, recipe_for
+from strategies.reference.moe_recipe import CONTAINERS
 from strategies.reference.cases import case_from_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")

@@ -1,5 +1,5 @@
 """What a Megatron-Bridge table's plain "FP8" ran: the performance harness has no delayed-scaling
-recipe (``bridge_recipes.FP8_CS_SOURCE``), so a row whose config is an ``*_FP8_CS_*`` one is
+recipe (``perf_harness.FP8_CS_SOURCE``), so a row whose config is an ``*_FP8_CS_*`` one is
 read as fp8 with current scaling, said so with the config and the harness file; a row whose
 config is not, or that states its recipe itself, keeps its reading."""
 from __future__ import annotations
@@ -11,7 +11,8 @@ from dataclasses import replace
 
 import strategies.reference.cases as cases
 from strategies.estimate import estimate
-from strategies.reference.bridge_recipes import FP8_CS_SOURCE, RECIPES, recipe_for
+from strategies.reference.bridge_recipes import RECIPES, recipe_for
+from strategies.reference.perf_harness import FP8_CS_SOURCE
 from strategies.reference.cases import case_from_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")
@@ -77,7 +78,7 @@ def test_a_plain_fp8_cell_of_the_2026_harness_tables_is_current_scaling() -> Non
     """The 26.04/26.06 tables came from a harness with no delayed-scaling recipe, so their
     dense "FP8" rows (no recipe-table config) read as current scaling too, and say why; a
     25.11 row or a row of another source is not touched by this rule."""
-    from strategies.reference.bridge_recipes import harness_fp8_is_current
+    from strategies.reference.perf_harness import harness_fp8_is_current
     dense = [r for r in BRIDGE if "llama" in r["id"] and r["precision"] == "fp8"]
     assert len(dense) == 6
     for r in dense:

@@ -1,5 +1,5 @@
 """What Megatron-Bridge's Llama performance scripts set for the Llama 3 70B / 3.1 405B rows of
-its 26.04.01 and 26.06 tables (``strategies.reference.bridge_recipes``: ``llama_switches``;
+its 26.04.01 and 26.06 tables (``strategies.reference.perf_harness``: ``llama_switches``;
 docs/calibration.md §5.61): the table's "FP8" runs with current scaling (the harness rule,
 ``harness_fp8_is_current``, §5.64), NVFP4 runs without TP communication overlap (and 405B on GB200 without the overlapped
 parameter gather); each said once with its file; no other row moves."""
@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from strategies.reference.bridge_recipes import harness_fp8_is_current, llama_switches
+from strategies.reference.perf_harness import harness_fp8_is_current, llama_switches
 from strategies.reference.cases import case_from_entry
 
 DATA = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data")

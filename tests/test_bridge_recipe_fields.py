@@ -11,7 +11,8 @@ from dataclasses import replace
 import pytest
 
 from strategies.errors import SpecError
-from strategies.reference.bridge_recipes import RECIPES, MoeRecipe, recipe_for
+from strategies.reference.bridge_recipes import RECIPES, recipe_for
+from strategies.reference.moe_recipe import MoeRecipe
 from strategies.reference.cases import case_from_entry
 
 REF = os.path.join(os.path.dirname(__file__), "..", "strategies", "reference", "data",

@@ -15,7 +15,7 @@ from strategies.job import make_job
 from strategies.launch import megatron_args
 from strategies.plan import Plan, parse_plan
 from strategies.presets import model_preset
-from strategies.reference.bridge_recipes import DELAY_WGRAD_SOURCE, harness_delay_wgrad
+from strategies.reference.perf_harness import DELAY_WGRAD_SOURCE, harness_delay_wgrad
 from strategies.reference.cases import case_from_entry, load_reference
 from strategies.search.space import SpaceOptions, enumerate_space
 from tests.ep_overlap_jobs import pair_job

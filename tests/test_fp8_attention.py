@@ -19,7 +19,7 @@ from strategies.estimate import estimate
 from strategies.framework import DEFAULT, get_profile
 from strategies.stacks.variants import with_fp8_attention
 from strategies.presets import model_preset
-from strategies.reference.bridge_recipes import grad_reduce_in_fp32
+from strategies.reference.perf_harness import grad_reduce_in_fp32
 from strategies.reference.cases import case_from_entry, load_reference
 from topologies.gpus import get_gpu
 

@@ -1,6 +1,6 @@
 """Low-precision training: what each recipe casts, what a cast moves, where it is charged
 (strategies/cost/quantise.py, topologies/precision.py), and the power rule of the Blackwell
-catalog entries (topologies/gpus.py). Closed forms to floating-point precision."""
+catalog entries (topologies/gpus/catalog.py). Closed forms to floating-point precision."""
 import subprocess
 import sys
 
@@ -19,8 +19,8 @@ from strategies.presets import model_preset
 from strategies.reference.entry_specs import entry_dtype
 from topologies.cluster import cluster_preset
 from topologies.errors import SpecError
-from topologies.gpus import B200_SUSTAINED_RATIO, _sustained_ratio, get_gpu, gpu_from_mapping, \
-    gpu_to_mapping
+from topologies.gpus import get_gpu, gpu_from_mapping, gpu_to_mapping
+from topologies.gpus.sustained import B200_SUSTAINED_RATIO, sustained_ratio
 from topologies.precision import PRECISIONS
 
 
@@ -138,14 +138,14 @@ def test_sequence_parallel_gathers_travel_quantised():
 
 
 def test_power_rule_of_the_blackwell_parts():
-    assert _sustained_ratio(1000, 148) == B200_SUSTAINED_RATIO == 1421 / 1745
-    assert _sustained_ratio(1200, 148) == pytest.approx(1421 / 1745 * 1.2 ** (1 / 3), rel=1e-15)
-    assert _sustained_ratio(1e5, 148) == 1.0                 # never above the burst clock
+    assert sustained_ratio(1000, 148) == B200_SUSTAINED_RATIO == 1421 / 1745
+    assert sustained_ratio(1200, 148) == pytest.approx(1421 / 1745 * 1.2 ** (1 / 3), rel=1e-15)
+    assert sustained_ratio(1e5, 148) == 1.0                 # never above the burst clock
     gb300 = get_gpu("GB300")   # GB200 reads its measured ratio instead (§5.41)
     assert gb300.fp8_matmul_efficiency == pytest.approx(3615.6 / 5000 * 1421 / 1745
                                                         * (1.4 * 148 / 160) ** (1 / 3), rel=1e-15)
     # more power per SM, a higher sustained clock: GB300 > GB200 > B200 (per SM and watt)
-    assert _sustained_ratio(1400, 160) > _sustained_ratio(1200, 148) > B200_SUSTAINED_RATIO
+    assert sustained_ratio(1400, 160) > sustained_ratio(1200, 148) > B200_SUSTAINED_RATIO
 
 
 def test_one_microbatch_step_overlaps_dp_for_the_whole_step():

@@ -153,7 +153,7 @@ def test_bridge_rows_reduce_gradients_in_bf16():
     of its published rows get a 2-byte gradient buffer (DP bytes halved against the fp32
     default), with the source among the assumptions; other sources keep the default."""
     from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
-    from strategies.reference.bridge_recipes import grad_reduce_in_fp32
+    from strategies.reference.perf_harness import grad_reduce_in_fp32
     from strategies.reference.cases import case_from_entry, load_reference
     rows = load_reference("strategies/reference/data/megatron_bridge_2604.json")
     case = case_from_entry(rows[0])

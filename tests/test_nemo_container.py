@@ -13,7 +13,7 @@ from collections import Counter
 import pytest
 
 from strategies.errors import SpecError
-from strategies.reference.bridge_recipes import NEMO_PERF_CONTAINERS, nemo_perf_row
+from strategies.reference.perf_harness import NEMO_PERF_CONTAINERS, nemo_perf_row
 from strategies.reference.text import nemo_container
 
 #: each spelling of the reference files (file, field) and the tag it reads

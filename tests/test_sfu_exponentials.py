@@ -10,8 +10,8 @@ import pytest
 from strategies.cost import attention_counts, attention_grid, attention_time, window_kernel
 from strategies.presets import model_preset
 from topologies.errors import SpecError
-from topologies.gpus import (ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE, GPUS, get_gpu,
-                             gpu_from_mapping, gpu_to_mapping)
+from topologies.gpus import GPUS, get_gpu, gpu_from_mapping, gpu_to_mapping
+from topologies.gpus.spec import ATTN_EXP_REF_RATE, BLACKWELL_ULTRA_EXP_RATE
 
 
 def _with_rate(name: str, rate: float | None):

@@ -5,8 +5,9 @@ import statistics
 import pytest
 
 from experiments import sustained_clocks as sc
-from topologies.gpus import (AZURE_FP8_SUSTAINED, GB200_FP8_SUSTAINED_RATIO, HOPPER_FP8,
-                             HOPPER_FP8_PEAK, _sustained_ratio, get_gpu, harness_ratio)
+from topologies.gpus import get_gpu
+from topologies.gpus.sustained import (AZURE_FP8_SUSTAINED, GB200_FP8_SUSTAINED_RATIO, HOPPER_FP8,
+                                       HOPPER_FP8_PEAK, harness_ratio, sustained_ratio)
 
 
 def test_harness_figures_are_the_published_tables():
@@ -34,7 +35,7 @@ def test_gb200_ratio_is_the_harness_transfer():
     g = get_gpu("GB200")
     assert g.fp8_matmul_efficiency == 3615.6 / 5000 * GB200_FP8_SUSTAINED_RATIO
     # bf16: no sustained measurement on a Grace-Blackwell part; the power rule stays
-    assert g.matmul_efficiency == 1822.0 / 2500 * _sustained_ratio(1200, 148)
+    assert g.matmul_efficiency == 1822.0 / 2500 * sustained_ratio(1200, 148)
 
 
 def test_power_rule_against_the_harness():
@@ -42,7 +43,7 @@ def test_power_rule_against_the_harness():
     than 10 % (replaced by the measurement): the finding of §5.41."""
     rows = {r[0]: r for r in sc.ratio_rows()}
     assert 0 < rows["GB300"][4] < 0.02
-    assert rows["GB300"][1] == pytest.approx(_sustained_ratio(1400, 160), rel=1e-12)
+    assert rows["GB300"][1] == pytest.approx(sustained_ratio(1400, 160), rel=1e-12)
     assert rows["GB200"][4] > 0.10
     assert rows["GB200"][1] == pytest.approx(GB200_FP8_SUSTAINED_RATIO, rel=1e-12)
     assert harness_ratio("GB300", 3615.6) == pytest.approx(rows["GB300"][3], rel=1e-15)

@@ -208,7 +208,7 @@ def render(rep: dict[str, Any]) -> str:
                                                  if len(prices) > 1 else
                                                  "; give --network-prices for its price"))
     if power:
-        out.append("power: each GPU's TDP (topologies/gpus.py) for the whole step; GPU boards "
+        out.append("power: each GPU's TDP (topologies/gpus/catalog.py) for the whole step; GPU boards "
                    "only (no CPUs, NICs, switches or cooling): an upper bound on GPU energy")
     mono = rep["checks"]["bandwidth_monotone"]
     if mono["pairs"]:

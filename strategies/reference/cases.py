@@ -18,10 +18,10 @@ from strategies.cost.system import SystemConfig
 from strategies.errors import SpecError
 from strategies.stacks.variants import compiled
 from strategies.job import Job, make_job
-from strategies.reference.bridge_recipes import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE,
-                                                 NEMO_PERF_SOURCE, grad_reduce_in_fp32,
-                                                 harness_fp8_is_current, nemo_perf_row,
-                                                 quantised_param_gather, recipe_for)
+from strategies.reference.bridge_recipes import recipe_for
+from strategies.reference.perf_harness import (FP8_CS_SOURCE, GRAD_REDUCE_SOURCE, NEMO_PERF_SOURCE,
+                                               grad_reduce_in_fp32, harness_fp8_is_current,
+                                               nemo_perf_row, quantised_param_gather)
 from strategies.reference.entry_specs import entry_cluster, entry_dtype, filled_model, entry_model
 from strategies.reference.entry_stack import (with_loss_of_its_date, with_mla_layout,
                                               with_source_fork, with_stated_cp, with_stated_env,

@@ -13,8 +13,9 @@ from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.moe_balance import forced_imbalance
 from strategies.plan import BALANCED_ROUTINGS, Plan
-from strategies.reference.bridge_recipes import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
-                                                 llama_switches, recipe_for)
+from strategies.reference.bridge_recipes import recipe_for
+from strategies.reference.perf_harness import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
+                                               llama_switches)
 from strategies.reference.entry_specs import entry_dtype
 from strategies.reference.jax_recipes import fsdp_group, remat_recipe
 from strategies.reference.stated_switches import stated_delay_wgrad, stated_size, stated_bool, stated_number
@@ -142,7 +143,7 @@ def hybrid_mesh(c: dict, fw: FrameworkProfile, tp: int, cp: int, dp: int, zero: 
 
 def llama_recipe_switches(c: dict, plan: Plan, notes: list[str]) -> Plan:
     """``plan`` with the overlap switches Megatron-Bridge's Llama scripts set for entry ``c``
-    (``bridge_recipes.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
+    (``perf_harness.llama_switches``: no TP overlap, and for 405B on GB200 no overlapped
     parameter gather, under NVFP4), each replacing the stack default's note; a switch the
     entry's plan states itself is kept."""
     pl = c.get("plan") or {}

@@ -9,7 +9,7 @@ import re
 
 from strategies.errors import SpecError
 from strategies.stacks.profile import FrameworkProfile
-from strategies.reference.bridge_recipes import harness_delay_wgrad
+from strategies.reference.perf_harness import harness_delay_wgrad
 
 
 def stated_size(v) -> int | None:
@@ -44,7 +44,7 @@ def stated_delay_wgrad(c: dict, out: dict, notes: list[str]) -> None:
     """``out["delay_wgrad"]`` of entry ``c`` (Megatron-Core's ``delay_wgrad_compute``), said
     with its source: what the entry's plan states (``delay_wgrad`` or Megatron's name); else,
     with the overlap on, what the Megatron-Bridge harness of its table ran
-    (``bridge_recipes.harness_delay_wgrad``: on with the overlap); else, with the overlap on,
+    (``perf_harness.harness_delay_wgrad``: on with the overlap); else, with the overlap on,
     the stack's default (off: Megatron-Core ``model_parallel_config.py``), an assumption.
     Without the overlap nothing is said unless stated (a stated ``true`` is refused by the
     plan's rule: Megatron-Core asserts the overlap for it)."""
