@@ -45,8 +45,7 @@ from strategies.cost.split_projections import projection_groups  # noqa: E402
 from strategies.estimate.analytic import estimate_arrays  # noqa: E402
 from strategies.estimate.scalar import plan_arrays  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from titan_rows import row as titan_row  # noqa: E402
+from experiments.titan_rows import row as titan_row  # noqa: E402
 
 DATA = os.path.join("strategies", "reference", "data")
 #: (file, plain-TP row, async-TP row)
