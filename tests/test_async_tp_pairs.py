@@ -23,7 +23,8 @@ def test_the_plain_twin_pays_every_collective_and_the_async_row_the_quarter_floo
 
 def test_one_config_measured_twice_gives_two_savings_the_model_cannot_tell_apart() -> None:
     by = {a: pair(f, p, a) for f, p, a in PAIRS}
-    old, new = by["torchtitan_2412_70B_t4_2d_asynctp"], by["torchtitan_2506_70b_256gpu_fp8tw_asynctp"]
+    old = by["torchtitan_2412_70B_t4_2d_asynctp"]
+    new = by["torchtitan_2506_70b_256gpu_fp8tw_asynctp"]
     # the same model, cluster, plan and float8 recipe: one modelled saving to 1e-12
     assert old["model"] == pytest.approx(new["model"], rel=1e-12)
     # the two tables measured savings 2.7x apart (Dec 2024 vs June 2025 PyTorch)
