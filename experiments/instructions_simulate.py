@@ -20,6 +20,8 @@ its native time (about 5 minutes for ``175b-full``).
     python experiments/instructions_simulate.py --case 175b-full --tree /tmp/before
     python experiments/instructions_simulate.py --plan tp=4,pp=16,mbs=1,gbs=1536,\
 schedule=interleaved,vpp=6,sp=true,zero=1
+    python experiments/instructions_simulate.py --figures-only --plan <plan>
+        # the step figures alone (``figures_only``), as the search and validate simulate
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _job_only(case: str, tree: str, simulate: bool, plan: str | None = None) -> None:
+def _job_only(case: str, tree: str, simulate: bool, plan: str | None = None,
+              figures_only: bool = False) -> None:
     """The measured program: imports and the job, and with ``simulate`` the simulation."""
     sys.path.insert(0, tree)
     sys.path.insert(0, str(Path(tree) / "experiments"))
@@ -51,16 +54,18 @@ def _job_only(case: str, tree: str, simulate: bool, plan: str | None = None) -> 
         fold = True
     if simulate:
         from simulator.simulate import simulate as run
-        res = run(job, fold=fold)
+        res = run(job, fold=fold, figures_only=figures_only)
         print(json.dumps({"events": res.events, "records": len(res.records),
                           "step_time_s": res.step_time_s}))
 
 
-def count(case: str, tree: str, simulate: bool, plan: str | None = None) -> tuple[int, str]:
+def count(case: str, tree: str, simulate: bool, plan: str | None = None,
+          figures_only: bool = False) -> tuple[int, str]:
     """``(instructions, the program's last line of output)`` of one run under cachegrind."""
     cmd = ["valgrind", "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
            sys.executable, __file__, "--case", case, "--tree", tree, "--inner",
-           "run" if simulate else "job"] + (["--plan", plan] if plan else [])
+           "run" if simulate else "job"] + (["--plan", plan] if plan else []) + \
+        (["--figures-only"] if figures_only else [])
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     found = re.search(r"I\s+refs:\s+([\d,]+)", proc.stderr)
     if found is None:
@@ -78,18 +83,22 @@ def main() -> None:
                     help="the checkout whose simulator is counted (default: this one)")
     ap.add_argument("--plan", default=None,
                     help="a plan of the default job (GPT-3 175B, dgx-a100:128) instead of --case")
+    ap.add_argument("--figures-only", action="store_true",
+                    help="simulate(job, figures_only=True): the step figures alone, as the "
+                         "search and validate derive them")
     ap.add_argument("--inner", choices=("job", "run"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.inner:
-        _job_only(a.case, a.tree, a.inner == "run", a.plan)
+        _job_only(a.case, a.tree, a.inner == "run", a.plan, a.figures_only)
         return
     if not (Path(a.tree) / "simulator").is_dir():
         ap.error(f"--tree {a.tree!r}: not a checkout (no simulator/ in it)")
     if shutil.which("valgrind") is None:
         ap.error("valgrind is not on the path")
     base, _ = count(a.case, a.tree, False, a.plan)
-    full, out = count(a.case, a.tree, True, a.plan)
-    print(f"{a.plan or a.case} ({a.tree}): {full - base:,} instructions in simulate(job) "
+    full, out = count(a.case, a.tree, True, a.plan, a.figures_only)
+    what = "simulate(job, figures_only=True)" if a.figures_only else "simulate(job)"
+    print(f"{a.plan or a.case} ({a.tree}): {full - base:,} instructions in {what} "
           f"({full:,} in all, {base:,} for the imports and the job); {out}")
 
 

@@ -100,13 +100,15 @@ def how(job: Job, figures: bool = True) -> str:
 
 def extended_step_time(job: Job, exact: bool = False) -> tuple[float, str]:
     """Simulated seconds per step and how they were obtained (``how``): from ``g`` and
-    ``2g`` micro-batches when ``can_extend(job, figures=False)`` and not ``exact``."""
+    ``2g`` micro-batches when ``can_extend(job, figures=False)`` and not ``exact``. Each run
+    derives the step figures alone (``figures_only``: the same step time, bit for bit,
+    without the activation memory and link metrics nothing here reads)."""
     from simulator.simulate import simulate
     if exact or not can_extend(job, figures=False):
-        return simulate(job).step_time_s, "full"
+        return simulate(job, figures_only=True).step_time_s, "full"
     m, g = job.num_microbatches, period(job)
-    t1 = simulate(with_microbatches(job, g)).step_time_s
-    t2 = simulate(with_microbatches(job, 2 * g)).step_time_s
+    t1 = simulate(with_microbatches(job, g), figures_only=True).step_time_s
+    t2 = simulate(with_microbatches(job, 2 * g), figures_only=True).step_time_s
     return affine(t1, t2, m, g), how(job, figures=False)
 
 

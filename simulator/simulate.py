@@ -99,6 +99,7 @@ def simulate(job: Job, fold: bool = True, granularity: str | None = None, *,
         graph = cluster_graph(job)
         net = new_network(graph, route, make_link_map(job, spec.rep_of) if spec.folded
                           else None, network, record_load=link_series)
+        net.count_bytes = not figures_only      # the figures read no link's bytes
         try:
             res = engine.run(programs, net=net, free_comm=free_comm,
                              num_ranks=len(spec.rep_of), rank_map=spec.rank_map())

@@ -111,3 +111,56 @@ def test_flows_started_together_are_the_flows_started_one_by_one(k):
         assert np.array_equal(getattr(one, name), getattr(two, name)), name
     assert one._free == two._free and ends[0] == ends[1] and len(ends[0]) == k + 1
     assert one.link_bytes() == two.link_bytes()
+
+
+def test_a_reused_slot_holds_its_new_flows_row_and_route():
+    # a finished flow leaves its row and route number in its slot; the next flow there
+    # rewrites them when its route differs (three hops, one, one other, three again); a slot
+    # never used holds no route (-1)
+    env = simpy.Environment()
+    net = FlowNetwork(env, _line(4))
+    net.transfer(0, 3, 1e8)
+    env.run()
+    slot = net._free[-1]                # the slot the next flow takes
+    for src, dst in [(0, 3), (1, 2), (0, 1), (0, 3)]:
+        net.transfer(src, dst, 1e8)
+        links = net.route(src, dst)[1]
+        row = net._links[slot]
+        assert row[:links.size].tolist() == links.tolist()
+        assert (row[links.size:] == net._pad).all()
+        assert net._rno[slot] == net._route_of(links)
+        env.run()
+    assert (net._rno[[s for s in net._free if s != slot]] == -1).all()
+
+
+def test_the_kept_bytes_left_are_the_tables():
+    # ``_cur_rem`` is ``_rem`` of the rated slots after every settle
+    env = simpy.Environment()
+    net = FlowNetwork(env, _line(4))
+    for n, (src, dst) in enumerate([(0, 3), (1, 2), (0, 1), (2, 3), (3, 0)]):
+        net.transfer(src, dst, 1e8 * (n + 1) / 3)
+    for t in (0.05, 0.1, 0.2, 0.3, 0.45, 0.7):
+        env.run(until=t)
+        assert net._cur_rem.tolist() == net._rem[net._cur[0]].tolist()
+    env.run()
+    assert net._cur[0].size == 0
+
+
+def test_a_network_that_counts_no_bytes_times_its_flows_the_same():
+    # ``count_bytes`` False (``simulate(figures_only=True)``): the same arrivals, nothing
+    # logged, and ``link_bytes`` refuses rather than answer zeros
+    ends = []
+    for count in (True, False):
+        env = simpy.Environment()
+        net = FlowNetwork(env, _line(4))
+        net.count_bytes = count
+        got = []
+        for n, (src, dst) in enumerate([(0, 3), (1, 2), (0, 1), (2, 3), (3, 0)]):
+            net.transfer(src, dst, 1e8 * (n + 1) / 3,
+                         then=lambda _t, n=n: got.append((n, env.now)))
+        env.run()
+        ends.append(got)
+    assert ends[0] == ends[1] and len(ends[0]) == 5
+    assert not net._done_log
+    with pytest.raises(RuntimeError, match="count_bytes"):
+        net.link_bytes()

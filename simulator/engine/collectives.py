@@ -74,6 +74,7 @@ class CollectiveRunner:
         #                              its phases, each phase's one-block start or None)
         self._due: dict[tuple, list] = {}   # closed-form collectives' ends: (end time, share)
         self._log_load = getattr(net, "record_load", False)    # SimNetwork's load series
+        self._count_bytes = getattr(net, "count_bytes", True)   # per-link bytes read after
 
     def phases(self, op: Collective) -> list[RunPhase]:
         key = (op.group, op.kind, op.algorithm, op.nbytes, op.remote_scale, op.nvlink_share)
@@ -107,9 +108,10 @@ class CollectiveRunner:
         closed, phases, blocks = hit
         if closed is not None:
             total, loads, phases = closed
-            count = self.net.count_solo
-            for idx, nbytes in loads:
-                count(idx, nbytes)
+            if self._count_bytes:
+                count = self.net.count_solo
+                for idx, nbytes in loads:
+                    count(idx, nbytes)
             if self._log_load and not any(isinstance(ph[2], tuple) for ph in phases):
                 self.net.log_solo([(op.repeat * lat, flows, nbytes * op.repeat)
                                    for lat, flows, nbytes in phases], (id(phases), op.repeat))

@@ -54,7 +54,11 @@ class FlowBlock:
 class FlowTable(RouteTable):
     """The flows over a ``RouteTable``'s links, slot by slot (see the module docstring). A
     flow's ``fin(tag)`` is called when ``_complete`` takes it out (a block's once, for its
-    last flow)."""
+    last flow). ``count_bytes`` False: finished flows' bytes are not added to their links (a
+    run whose per-link bytes nothing reads, ``simulate(figures_only=True)``: two array
+    look-ups per completion fewer; ``link_bytes`` then refuses)."""
+
+    count_bytes = True
 
     def __init__(self, graph: nx.DiGraph, route_fn: Optional[RouteFn] = None) -> None:
         super().__init__(graph, route_fn)
@@ -94,6 +98,7 @@ class FlowTable(RouteTable):
         for name in ("_size", "_rem", "_rno", "_active", "_grp"):
             arr = getattr(self, name)
             setattr(self, name, np.concatenate([arr, np.zeros(slots - old, dtype=arr.dtype)]))
+        self._rno[old:] = -1        # a new slot's row holds no route yet (``_start_flow``)
         self._fins += [None] * (slots - old)
         self._tags += [None] * (slots - old)
         self._free += range(slots - 1, old - 1, -1)
@@ -122,16 +127,21 @@ class FlowTable(RouteTable):
         slot = self._free.pop()
         table = self._links
         no = self._route_of(links)
-        if links.size == table.shape[1]:    # a route as long as the table's rows: one write
-            table[slot] = links
-        else:                               # its row padded to the table's width, kept
-            row = self._padded.get(no)
-            if row is None:
-                row = self._padded[no] = np.full(table.shape[1], self._pad, dtype=np.int64)
-                row[:links.size] = links
-            table[slot] = row
+        # a slot keeps its last flow's row and route number when it ends (a step sends the
+        # same messages again and again, and the free list hands the slot back first): the
+        # row is written only when the route differs
+        if self._rno[slot] != no:
+            if links.size == table.shape[1]:    # as long as the table's rows: one write
+                table[slot] = links
+            else:                               # its row padded to the table's width, kept
+                row = self._padded.get(no)
+                if row is None:
+                    row = self._padded[no] = np.full(table.shape[1], self._pad,
+                                                     dtype=np.int64)
+                    row[:links.size] = links
+                table[slot] = row
+            self._rno[slot] = no
         self._size[slot] = self._rem[slot] = nbytes
-        self._rno[slot] = no
         self._active[slot] = True
         self._fins[slot], self._tags[slot] = fin, tag
         self.flows_started += 1
@@ -245,9 +255,10 @@ class FlowTable(RouteTable):
     def _complete(self, done: np.ndarray) -> None:
         """Take the ``done`` slots out (due now): their rows and bytes logged for ``_deliver``,
         each one's ``fin(tag)`` called in order (a block's once: ``_complete_blocks``)."""
-        self._done_log.append((self._links[done], self._size[done]))
-        if len(self._done_log) >= _DONE_KEPT:
-            self._deliver()
+        if self.count_bytes:
+            self._done_log.append((self._links[done], self._size[done]))
+            if len(self._done_log) >= _DONE_KEPT:
+                self._deliver()
         self._active[done] = False
         # a block's slots keep its number until they end: with no block live, every slot's is 0
         grp = self._grp[done] if self._blocks_live else None

@@ -96,6 +96,9 @@ class FlowNetwork(FlowTable):
         # the next recomputation; flows end only in ``_settle``, which recomputes at once, so
         # the slots rated are always active.
         self._cur = (np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0), 0.0)
+        # the bytes left of the slots rated then, as ``_rem`` holds them (only ``_settle``
+        # writes an active slot's, and it keeps this copy in step): one gather fewer a call
+        self._cur_rem = np.zeros(0)
         self._first = np.inf
         self._last = env.now          # time the flows were last advanced to
         # the queue entry of the completion timeout now due (None once it fired); a newer one
@@ -176,6 +179,9 @@ class FlowNetwork(FlowTable):
 
     def link_bytes(self) -> dict:
         """Bytes carried so far by each directed link ``(u, v)``, partial flows included."""
+        if not self.count_bytes:
+            raise RuntimeError("link_bytes: this network does not count bytes (count_bytes "
+                               "is False)")
         self._deliver()
         carried = self._delivered.copy()
         idx = self._active_idx()
@@ -236,8 +242,8 @@ class FlowNetwork(FlowTable):
         x, y = self._x, self._y             # 0-d scratch arrays: no float converted per call
         if idx.size and now > self._last:
             x[()] = now - self._last
-            left = self._rem[idx] - rate * x
-            self._rem[idx] = np.maximum(left, _ZERO, out=left)
+            left = self._cur_rem - rate * x
+            self._rem[idx] = self._cur_rem = np.maximum(left, _ZERO, out=left)
         self._last = now
         limit = now * (1.0 + _FINISH_RTOL)
         if self._first <= limit:
@@ -261,6 +267,7 @@ class FlowNetwork(FlowTable):
             idx = self._active.nonzero()[0]
         if not idx.size:
             self._cur, self._first = (idx, np.zeros(0), np.zeros(0), now), np.inf
+            self._cur_rem = self._cur[1]
             return
         rno = self._rno[idx]
         by_slot = rno.tobytes()             # the routes in slot order: their rates, if seen
@@ -271,7 +278,8 @@ class FlowNetwork(FlowTable):
             if room >= 0:
                 self._by_slot_room = room
                 self._rates_by_slot[by_slot] = rates
-        left = self._rem[idx] / rates       # ``rates`` may be a cached array: never written to
+        self._cur_rem = rem = self._rem[idx]
+        left = rem / rates                  # ``rates`` may be a cached array: never written to
         env = self.env                      # ``call_at`` written out (one call per recomputation)
         # the first finish: the least of ``now + left`` (rounding to nearest is monotonic), by
         # ``argmin`` (the value ``np.minimum.reduce`` gives, NaN included, without a ufunc
