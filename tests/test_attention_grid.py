@@ -3,6 +3,7 @@ the H200 kernel points (experiments/attention_grid_fit.py; docs/calibration.md Â
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 
@@ -19,6 +20,12 @@ _PATH = os.path.join(os.path.dirname(__file__), "..", "experiments", "attention_
 _spec = importlib.util.spec_from_file_location("attention_grid_fit", _PATH)
 fit = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fit)
+# This file's own copy of the fit script: the same (kernel, direction) fit and the same run-4
+# table are asked for by many tests (fit_s0 reads the table at each of its 301 grid points);
+# each is computed once per process. Both are pure functions of their arguments; callers
+# only read the results.
+fit.fit = functools.lru_cache(maxsize=None)(fit.fit)
+fit.held_out_points = functools.lru_cache(maxsize=None)(fit.held_out_points)
 
 KERNELS = (ag.CUDNN_FWD, ag.CUDNN_BWD, ag.FA2_FWD, ag.FA2_BWD)
 

@@ -192,6 +192,7 @@ def test_whatif_straggler_axis():
         parse_vary(["straggler=0.5"])
 
 
+@pytest.mark.slow
 def test_search_and_simulate_json_carry_the_faults(capsys):
     base = ["--model", "gpt-1.7b", "--cluster", "dgx-a100:1", "--global-batch", "16",
             "--fix", "pp=1,tp=2", "--json"]

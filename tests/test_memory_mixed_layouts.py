@@ -176,6 +176,7 @@ def test_parameters_are_the_stage_records(text):
                                                rel=1e-12), s
 
 
+@pytest.mark.slow
 def test_search_proposes_megatron_deepseek_v3_layouts():
     """DeepSeek-V3 (61 layers: no even split beyond pp 1) on 128 DGX H100 nodes: the space
     carries the first/last-stage layouts Megatron-Bridge's DeepSeek-V3 recipe gives for

@@ -110,6 +110,7 @@ def test_rank_slack_parallelogram():
         assert np.array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_bound_at_or_below_estimate_split_backward_space():
     """The ``--schedules all`` space's ZB-H2, ZB-V and DualPipeV candidates (GPT-3 175B on
     dgx-a100:128, gbs 1536): lower bound <= array estimate for every one (39 were above

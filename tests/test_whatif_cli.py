@@ -210,6 +210,7 @@ def bandwidth_questions(draw):
     return model, cluster, gbs, inter, intra, which
 
 
+@pytest.mark.slow
 @cases(6)
 @given(bandwidth_questions())
 def test_best_plan_never_slower_with_more_bandwidth(q):

@@ -270,6 +270,7 @@ def test_uneven_stages_estimate_uses_the_weight_gradient():
     assert all(abs(est[s] / sim[s] - 1) < 0.05 for s in est)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("schedule", ["zb-h1", "zb-h2"])
 def test_search_with_the_schedule_fixed_equals_exhaustive(schedule):
     """``search --fix schedule=zb-h1`` (or zb-h2) enumerates it (``fixed_search_vpps``; the

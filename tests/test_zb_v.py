@@ -214,6 +214,7 @@ def test_compare_gpt3_175b(capsys):
     assert rows["zb-v:2"]["step_time_s"] <= rows["1f1b"]["step_time_s"]
 
 
+@pytest.mark.slow
 def test_search_with_the_schedule_fixed_equals_exhaustive():
     """``search --fix schedule=zb-v`` enumerates it with two chunks (``fixed_search_vpps``;
     the default search leaves it out), and the bound-ordered search returns the exhaustive

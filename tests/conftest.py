@@ -1,0 +1,27 @@
+"""Suite-wide settings that make the tests independent of the order and the worker they run in.
+
+The suite runs under pytest-xdist (``-n auto``, ``pyproject.toml``): each worker is its own
+process, so nothing here may rely on another test having run first in the same process.
+
+Hypothesis: the fuzz and property files set their own derandomized profile
+(``tests/fuzz_profile.py``, ``tests/test_properties.py``); the few ``@given`` tests that do
+not (``test_search.py``, ``test_uneven_correction.py``, ``test_whatif_cli.py``) get the same
+defaults here: derandomized (the same examples on every run and in every worker), no
+``.hypothesis/`` example database (two workers would share one directory and replay each
+other's failures), and no per-example deadline (two workers on two busy cores would trip
+it). ``PARAPLAN_HYPOTHESIS_RANDOM=1`` draws new examples, as in the fuzz profile.
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import settings
+
+settings.register_profile(
+    "paraplan",
+    derandomize=os.environ.get("PARAPLAN_HYPOTHESIS_RANDOM") != "1",
+    database=None,
+    deadline=None,
+    print_blob=False,
+)
+settings.load_profile("paraplan")
