@@ -26,6 +26,7 @@ from strategies.job import make_job
 from strategies.model import ModelSpec, model_from_mapping
 from strategies.model.spec import FIELDS
 from strategies.plan import ALIAS, Plan, parse_plan, plan_from_mapping
+from strategies.schedules import get_schedule, schedule_names
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
 from topologies.cluster.mapping import load_cluster_file
 from topologies.gpus import gpu_from_mapping
@@ -104,8 +105,10 @@ def _check_plan(p: Plan) -> None:
     for f in ("tp", "pp", "cp", "ep", "mbs", "vpp"):
         v = getattr(p, f)
         assert type(v) is int and v >= 1
-    assert p.schedule in ("gpipe", "1f1b", "interleaved")
-    assert (p.vpp >= 2) == (p.schedule == "interleaved")
+    # every registered schedule parses (zero-bubble and DualPipe(V) too); a chunked one runs
+    # vpp >= 2 chunks per rank, the others one
+    assert p.schedule in schedule_names()
+    assert (p.vpp >= 2) == get_schedule(p.schedule).chunked
     assert all(type(getattr(p, f)) is bool for f in ("sp", "flash_attn", "overlap_grad_reduce",
                                                       "overlap_param_gather", "tp_comm_overlap"))
 

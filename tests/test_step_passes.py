@@ -163,8 +163,11 @@ def test_nemo_averages_in_the_collective():
     # (and the loss's tp all-reduces: the fused path concatenates two, §5.88)
     # (and TP overlap without SP: NeMo's callback switches it off where Megatron-LM refuses it,
     # docs/search.md, tests/test_tp_overlap_sp.py)
+    # (and the ZeRO stage a plan that names none gets: NeMo's recipes run the distributed
+    # optimizer, strategies/stacks/plan_defaults.py, tests/test_stack_plan_defaults.py)
     same = {f.name for f in fields(mc)} - {"name", "description", "step", "loss", "dp_bucket",
-                                           "tp_loss_allreduces", "tp_overlap_without_sp"}
+                                           "tp_loss_allreduces", "tp_overlap_without_sp",
+                                           "field_defaults"}
     assert all(getattr(mc, k) == getattr(nemo, k) for k in same)
     assert nemo.dp_bucket.floor_params == 128 * 1024 ** 2
     assert replace(nemo.step, scale_grad=True, sources=()) == replace(mc.step, sources=())
