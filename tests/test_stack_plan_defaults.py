@@ -14,17 +14,18 @@ from strategies.stacks.rules import plan_violations
 
 # (stack, plan text, GPUs, the fields filled {field: value}, a word of each source)
 CASES = [
-    ("torchtitan", "tp=2,pp=1", 16, {"zero": 3, "sp": True}, "configs.py:133"),
-    ("torchtitan", "tp=2,pp=2", 16, {"zero": 2, "sp": True}, "fsdp.py:128-131"),
-    ("torchtitan", "tp=1,pp=2", 16, {"zero": 2}, "not pp_enabled"),
-    ("torchtitan", "tp=8,pp=1", 8, {"sp": True}, "configs.py:169"),      # dp 1: no FSDP
-    ("torchtitan", "tp=1,pp=1,cp=2", 2, {"zero": 3}, "configs.py:133"),  # FSDP over cp
-    ("torchtitan", "tp=1,pp=1", 1, {}, ""),
-    ("torchtitan-compile", "tp=2,pp=2", 16, {"zero": 2, "sp": True}, ":145 fsdp_reshard_after_forward"),
+    ("torchtitan", "tp=2,pp=1", 16, {"zero": 3, "sp": True, "recompute": "op"}, "configs.py:133"),
+    ("torchtitan", "tp=2,pp=2", 16, {"zero": 2, "sp": True, "recompute": "op"}, "fsdp.py:128-131"),
+    ("torchtitan", "tp=1,pp=2", 16, {"zero": 2, "recompute": "op"}, "not pp_enabled"),
+    ("torchtitan", "tp=8,pp=1", 8, {"sp": True, "recompute": "op"}, "configs.py:169"),      # dp 1: no FSDP
+    ("torchtitan", "tp=1,pp=1,cp=2", 2, {"zero": 3, "recompute": "op"}, "configs.py:133"),  # FSDP over cp
+    ("torchtitan", "tp=1,pp=1", 1, {"recompute": "op"}, "SelectiveAC.Config"),
+    ("torchtitan-compile", "tp=2,pp=2", 16, {"zero": 2, "sp": True, "recompute": "op"},
+     ":145 fsdp_reshard_after_forward"),
     ("pytorch-eager", "tp=1,pp=1", 16, {"zero": 3}, "mpt-7b.yaml:92"),
-    ("jax-xla", "tp=1,pp=1", 16, {"zero": 3}, "base.yml:674"),
-    ("jax-xla", "tp=1,pp=2", 16, {"schedule": "gpipe"}, "gpipe only"),
-    ("megatron-deepspeed", "tp=2,pp=2", 16, {"zero": 1}, "README.md:305"),
+    ("jax-xla", "tp=1,pp=1", 16, {"zero": 3, "recompute": "full"}, "base.yml:674"),
+    ("jax-xla", "tp=1,pp=2", 16, {"recompute": "full", "schedule": "gpipe"}, "base.yml:358"),
+    ("megatron-deepspeed", "tp=2,pp=2", 16, {"zero": 1, "recompute": "full"}, "README.md:305"),
     ("nemo", "tp=2,pp=2", 16, {"zero": 1}, "adam.py:44"),
     ("hai-llm", "tp=1,pp=2", 16, {"zero": 1}, "DeepSeek-V3 report"),
     ("automodel", "tp=1,pp=1", 16, {"zero": 3}, "reshard_after_forward=not pp_enabled"),
@@ -44,10 +45,51 @@ def test_a_field_left_out_takes_the_stacks_default_stated(stack, text, gpus, fil
         assert getattr(plan, f.field) == f.value and f.why.startswith(stack)
     assert not fills or source in fills[0].why
     if "sp" in filled:
-        assert "configs.py:169 enable_sequence_parallel=True" in fills[-1].why
-    for field in ("zero", "sp", "schedule"):
+        assert "configs.py:169 enable_sequence_parallel=True" in {f.field: f.why
+                                                                  for f in fills}["sp"]
+    for field in ("zero", "sp", "schedule", "recompute"):
         if field not in filled:
             assert getattr(plan, field) == getattr(Plan(), field)
+
+
+# (stack, the recompute it fills where the plan names none, a word of its source)
+RECOMPUTE = [
+    ("torchtitan", "op", "trainer.py:108-110 activation_checkpoint default_factory=SelectiveAC"),
+    ("torchtitan-compile", "op", "activation_checkpoint.py:185 SelectiveAC"),
+    ("jax-xla", "full", "base.yml:358 remat_policy: 'full'"),
+    ("megatron-deepspeed", "full", "README.md:289 --checkpoint-activations"),
+    ("pytorch-eager", "none", ""), ("nemo", "none", ""), ("megatron-core", "none", ""),
+    ("megatron-lm-2021", "none", ""), ("hai-llm", "none", ""), ("automodel", "none", ""),
+]
+
+
+@pytest.mark.parametrize("stack,value,source", RECOMPUTE)
+def test_recompute_left_out_takes_the_stacks_default_and_a_given_one_is_kept(stack, value,
+                                                                             source):
+    fw = get_profile(stack)
+    plan, fills = plan_with_stack_defaults(plan_mapping("tp=1,pp=1,dp=4"), fw)
+    assert plan.recompute == value and plan.recompute_layers is None
+    rc = [f for f in fills if f.field == "recompute"]
+    if value == "none":
+        assert rc == []
+    else:
+        assert [f.value for f in rc] == [value] and rc[0].why == f"{stack}'s default: " \
+            f"{fw.field_defaults.recompute_source}" and source in rc[0].why
+        assert rc[0].text().startswith(f"recompute={value}: {stack}'s default: ")
+    for given in ("none", "full"):             # a given recompute is never replaced
+        plan, fills = plan_with_stack_defaults(plan_mapping(f"tp=1,pp=1,dp=4,recompute={given}"),
+                                               fw)
+        assert plan.recompute == given and "recompute" not in {f.field for f in fills}
+    plan, fills = plan_with_stack_defaults(
+        plan_mapping("tp=1,pp=1,dp=4,recompute=full,recompute_layers=1"), fw)
+    assert (plan.recompute, plan.recompute_layers) == ("full", 1)
+
+
+def test_a_recompute_default_the_stack_cannot_run_is_refused():
+    with pytest.raises(SpecError, match="field_defaults.recompute") as e:
+        replace(get_profile("pytorch-eager"), field_defaults=StackFieldDefaults(
+            zero=3, zero_with_pp=2, recompute="op"))
+    assert e.value.value == "op"
 
 
 @pytest.mark.parametrize("stack", [*PROFILES, "torchtitan-compile"])
@@ -106,14 +148,16 @@ def test_the_reported_command_runs_and_states_its_defaults(capsys):
     argv = ["estimate", "--framework", "torchtitan", *BUG, "--plan", "tp=2,pp=2,dp=4,mbs=1"]
     assert main(argv) == 0
     out = capsys.readouterr().out
-    assert "tp2 pp2 dp4 mbs1 1f1b sp z2" in out
+    assert "tp2 pp2 dp4 mbs1 1f1b op-rc sp z2" in out
     assert "assumed zero=2: torchtitan's default with pipelining" in out
     assert "sp=true: torchtitan's default with tp > 1" in out
     assert main([*argv, "--json"]) == 0
     inputs = json.loads(capsys.readouterr().out)["inputs"]
-    assert [(d["field"], d["value"]) for d in inputs["plan_defaults"]] == [("zero", 2),
-                                                                            ("sp", True)]
+    assert "recompute=op: torchtitan's default: per-op selective" in out
+    assert [(d["field"], d["value"]) for d in inputs["plan_defaults"]] == [
+        ("zero", 2), ("sp", True), ("recompute", "op")]
     assert inputs["plan"]["zero"] == 2 and inputs["plan"]["sp"] is True
+    assert inputs["plan"]["recompute"] == "op"
     # given: refused as before, exit 2 naming the stack, the field and the rule
     assert main([*argv[:-1], "tp=2,pp=2,dp=4,mbs=1,zero=0"]) == 2
     err = capsys.readouterr().err
@@ -134,7 +178,8 @@ def test_a_plan_file_naming_the_stack_fills_the_same(tmp_path, capsys):
     assert main(["simulate", *BUG, "--plan", str(path), "--json"]) == 0
     inputs = json.loads(capsys.readouterr().out)["inputs"]
     assert inputs["plan"]["schedule"] == "gpipe" and inputs["framework"] == "jax-xla"
-    assert [d["field"] for d in inputs["plan_defaults"]] == ["schedule"]
+    assert [d["field"] for d in inputs["plan_defaults"]] == ["recompute", "schedule"]
+    assert inputs["plan"]["recompute"] == "full"
     path.write_text("framework: torchtitan\ntp: 2\npp: 2\nmbs: 1\nschedule: 1f1b\nzero: 0\n")
     assert main(["estimate", *BUG, "--plan", str(path)]) == 2
     assert "zero=0: torchtitan runs zero=0" in capsys.readouterr().err

@@ -35,7 +35,11 @@ MEGATRON_DEEPSPEED = FrameworkProfile(
         zero=1, zero_with_pp=1,
         zero_source="ZeRO stage 1: bigscience-workshop/Megatron-DeepSpeed 8387ae17c "
                     "README.md:305 ZERO_STAGE=1; BLOOM's bf16 ZERO_STAGE=0 runs the "
-                    "BF16_Optimizer, 'its own zero stage 1 equivalent', tr11-176B-ml.slurm"),
+                    "BF16_Optimizer, 'its own zero stage 1 equivalent', tr11-176B-ml.slurm",
+        recompute="full",
+        recompute_source="every layer: bigscience-workshop/Megatron-DeepSpeed 8387ae17c "
+                         "README.md:289 --checkpoint-activations in its GPT pretraining "
+                         "example"),
     context_parallel=False, expert_parallel=False, sequence_parallel=False,
     tp_comm_overlap=False, flash_attn=False, export="deepspeed",
     # ColumnParallelLinear's backward all-reduces the input gradient blocking

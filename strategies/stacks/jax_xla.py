@@ -20,7 +20,10 @@ JAX_XLA = FrameworkProfile(
     field_defaults=StackFieldDefaults(
         zero=3, zero_with_pp=0,
         zero_source="the fsdp mesh axis takes the devices: MaxText e591f30cb "
-                    "src/maxtext/configs/base.yml:674 ici_fsdp_parallelism: -1"),
+                    "src/maxtext/configs/base.yml:674 ici_fsdp_parallelism: -1",
+        recompute="full",
+        recompute_source="MaxText e591f30cb src/maxtext/configs/base.yml:358 "
+                         "remat_policy: 'full'"),
     group_microbatches=False,
     tp_comm_overlap=False, export="maxtext", layouts=(),
     sp_regather=False,   # XLA's SPMD partitioner decides what the backward keeps: not modelled

@@ -1,6 +1,7 @@
 """The plan fields a software stack fills where a plan names none, beyond its switches
 (``FrameworkProfile.plan_defaults``): its ZeRO stage, its sequence parallelism, its pipeline
-schedule (``StackFieldDefaults``, ``stack_fills``), each stated with its source.
+schedule, its activation recomputation (``StackFieldDefaults``, ``stack_fills``), each stated
+with its source.
 
 A plan that names no ``zero`` gets ``Plan``'s 0 (plain data parallelism) with no stack named;
 with one named it gets what that stack runs when its configuration says nothing:
@@ -32,6 +33,26 @@ with one named it gets what that stack runs when its configuration says nothing:
 * HAI-LLM: "ZeRO-1 data parallelism" (DeepSeek-V3 report §3.2; the code is not public).
 * Megatron-Core and Megatron-LM 2021: 0 (``--use-distributed-optimizer`` is opt-in).
 
+The recomputation (``recompute``), where the plan names none:
+
+* torchtitan (b5bcd76c6): per-op selective activation checkpointing, ``recompute=op``
+  (``torchtitan/trainer.py:108-110`` ``activation_checkpoint`` ``default_factory=
+  SelectiveAC.Config``; ``torchtitan/distributed/activation_checkpoint.py:185`` ``SelectiveAC``
+  "Per-op selective activation checkpointing", every second matmul recomputed). That commit's
+  ``SelectiveAC`` has no every-N-th-layer option (older torchtitan's
+  ``selective_ac_option`` digit), so no ``recompute_layers`` is filled.
+* MaxText (e591f30cb): ``src/maxtext/configs/base.yml:358`` ``remat_policy: 'full'``:
+  ``recompute=full``.
+* Megatron-DeepSpeed (8387ae17c): its GPT pretraining example passes
+  ``--checkpoint-activations`` (``README.md:289``), every layer: ``recompute=full``.
+* llm-foundry (``pytorch-eager``): none. Its MPT pretraining YAMLs split by size (8c8dd48f7
+  ``scripts/train/yamls/pretrain/mpt-{125m,350m,760m,1b}.yaml:94``
+  ``activation_checkpointing: false``, ``mpt-{3b,7b,13b,30b,70b}.yaml:94`` ``true``): no one
+  stack default.
+* NeMo, Megatron-Core, Megatron-LM 2021, HAI-LLM, NeMo AutoModel: none (recomputation is
+  opt-in: ``--recompute-granularity`` unset). ``FrameworkProfile.default_recompute`` is
+  another thing: what the reference reader assumes for a published run that states none.
+
 The schedule: a pipelined plan that names none takes ``DEFAULT_SCHEDULE`` (1F1B) where the
 stack runs it, else the first schedule the stack runs (MaxText: ``gpipe``).
 
@@ -54,14 +75,17 @@ class StackFieldDefaults:
     """The plan fields a stack fixes where a plan names none (``FrameworkProfile.
     field_defaults``): ``zero`` without pipelining and ``zero_with_pp`` with it, applied
     where data parallelism runs (``dp·cp > 1``, or always where the stack has no ZeRO-0);
-    ``sp_with_tp``: sequence parallelism on with ``tp > 1``; ``*_source``: where each comes
-    from (the stack's code, file:line)."""
+    ``sp_with_tp``: sequence parallelism on with ``tp > 1``; ``recompute``: the activation
+    recomputation (``Plan.recompute``, whole: no ``recompute_layers``) where the plan names
+    none; ``*_source``: where each comes from (the stack's code, file:line)."""
 
     zero: int = 0
     zero_with_pp: int = 0
     zero_source: str = ""
     sp_with_tp: bool = False
     sp_source: str = ""
+    recompute: str = "none"
+    recompute_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -92,6 +116,9 @@ def check_field_defaults(fw: "FrameworkProfile") -> None:
     if d.zero_with_pp > min(fw.zero_with_pp, 2):       # Plan refuses ZeRO-3 with pp
         raise SpecError("framework.field_defaults.zero_with_pp", d.zero_with_pp,
                         f"must be <= the stack's zero_with_pp ({fw.zero_with_pp}) and <= 2")
+    if d.recompute not in fw.recompute:
+        raise SpecError("framework.field_defaults.recompute", d.recompute,
+                        f"must be one of the stack's recomputations {fw.recompute}")
     if d.sp_with_tp and not fw.sequence_parallel:
         raise SpecError("framework.field_defaults.sp_with_tp", True,
                         "the stack has no sequence parallelism")
@@ -125,6 +152,8 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: Any,
             out.append(PlanFill("zero", stage, f"{who}'s default{qual}: {d.zero_source}"))
     if "sp" not in given and d.sp_with_tp and plan.tp > 1 and not plan.sp:
         out.append(PlanFill("sp", True, f"{who}'s default with tp > 1: {d.sp_source}"))
+    if "recompute" not in given and d.recompute != plan.recompute:
+        out.append(PlanFill("recompute", d.recompute, f"{who}'s default: {d.recompute_source}"))
     if "schedule" not in given and pipelined and fw.schedules \
             and fw.schedule_for(plan.schedule) not in fw.schedules:
         out.append(PlanFill("schedule", fw.schedules[0],

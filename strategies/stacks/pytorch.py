@@ -112,7 +112,11 @@ TORCHTITAN_FIELD_DEFAULTS = StackFieldDefaults(
                 "default -> not pp_enabled",
     sp_with_tp=True,
     sp_source="torchtitan b5bcd76c6 config/configs.py:169 enable_sequence_parallel=True; "
-              "v0.2.2's apply_tp always sequence-parallel")
+              "v0.2.2's apply_tp always sequence-parallel",
+    recompute="op",
+    recompute_source="per-op selective activation checkpointing: torchtitan b5bcd76c6 "
+                     "trainer.py:108-110 activation_checkpoint default_factory="
+                     "SelectiveAC.Config, distributed/activation_checkpoint.py:185 SelectiveAC")
 
 TORCHTITAN = replace(
     PYTORCH_EAGER, name="torchtitan",
