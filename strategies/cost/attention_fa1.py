@@ -24,8 +24,6 @@ backward take the bar's time exactly; a recomputed forward (full recomputation) 
 forward again."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from strategies.errors import SpecError
@@ -46,40 +44,28 @@ def has_rate(gpu: GPU) -> bool:
     return gpu.name in FA1_BARS
 
 
-def _bar_rate(bars: tuple[float, ...], seq: float) -> float:
-    """TFLOP/s at ``seq`` tokens: log-linear between ``BAR_SEQS``, the end bars outside."""
-    if seq <= BAR_SEQS[0]:
-        return bars[0]
-    if seq >= BAR_SEQS[-1]:
-        return bars[-1]
-    i = next(k for k in range(1, len(BAR_SEQS)) if seq <= BAR_SEQS[k])
-    t = math.log(seq / BAR_SEQS[i - 1]) / math.log(BAR_SEQS[i] / BAR_SEQS[i - 1])
-    return bars[i - 1] + t * (bars[i] - bars[i - 1])
+_LOG_SEQS = np.log(BAR_SEQS)
 
 
-def combined_rate(gpu: GPU, seq: float) -> float:
+def combined_rate(gpu: GPU, seq):
     """Forward + backward FLOP/s of the FlashAttention-1-class kernel on ``gpu`` at ``seq``
-    tokens a sequence (``FA1_BARS``); SpecError for a chip without published bars or a
-    sequence below 1."""
+    tokens a sequence (a number or an array): ``FA1_BARS`` log-linear between ``BAR_SEQS``,
+    the end bars outside; SpecError for a chip without published bars or a sequence below
+    1."""
     if not has_rate(gpu):
         raise SpecError("framework.attention_kernel", "fa1",
                         f"has no published rate on {gpu.name} (bars for: "
                         f"{', '.join(FA1_BARS)})")
-    if not seq >= 1:
+    s = np.asarray(seq, dtype=float)
+    if not np.all(s >= 1):
         raise SpecError("attention_fa1.seq", seq, "must be >= 1 token")
-    return _bar_rate(FA1_BARS[gpu.name], float(seq)) * 1e12
+    r = np.interp(np.log(s), _LOG_SEQS, FA1_BARS[gpu.name]) * 1e12
+    return float(r) if r.ndim == 0 else r
 
 
-def forward_rate(gpu: GPU, seq: float, bwd_factor: float, bwd_efficiency: float) -> float:
+def forward_rate(gpu: GPU, seq, bwd_factor: float, bwd_efficiency: float):
     """FLOP/s of the kernel's forward: ``combined_rate·(1 + bwd_factor/bwd_efficiency)/(1 +
     bwd_factor)``, so that one forward at it and one backward (``bwd_factor`` times the
-    FLOPs at ``bwd_efficiency`` of its rate) take the bar's time."""
+    FLOPs at ``bwd_efficiency`` of its rate) take the bar's time; ``seq`` a number or an
+    array."""
     return combined_rate(gpu, seq) * (1.0 + bwd_factor / bwd_efficiency) / (1.0 + bwd_factor)
-
-
-def seq_rates(gpu: GPU, seq, bwd_factor: float, bwd_efficiency: float):
-    """``forward_rate`` over an array of sequence lengths (one value per distinct length)."""
-    s = np.asarray(seq, dtype=float)
-    vals = {v: forward_rate(gpu, v, bwd_factor, bwd_efficiency) for v in np.unique(s)}
-    out = np.vectorize(lambda v: vals[v], otypes=[float])(s)
-    return float(out) if out.ndim == 0 else out

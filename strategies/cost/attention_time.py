@@ -94,8 +94,9 @@ Transformer Engine's all-gather context parallelism its kernels' grid,
     t_flash = slow * f_flash / flash_rate
     fa1 = fw.attention_kernel == "fa1"
     if fa1:   # FlashAttention-1 class at its published bars, their own grid (§5.140)
-        t_flash = slow * f_flash / attention_fa1.seq_rates(gpu, m.seq_length / cp,
-                                                           FLASH_BWD_FACTOR, FLASH_BWD_EFFICIENCY)
+        t_flash = slow * f_flash / attention_fa1.forward_rate(gpu, m.seq_length / cp,
+                                                              FLASH_BWD_FACTOR,
+                                                              FLASH_BWD_EFFICIENCY)
     t_flash_b = FLASH_BWD_FACTOR / FLASH_BWD_EFFICIENCY * t_flash
     q = None if fa1 else measured.attention_ratios(gpu, fw.attention_kernel,
                                                    lambda f: f / flash_rate,
