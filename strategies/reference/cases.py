@@ -141,7 +141,7 @@ def case_from_entry(c: dict, siblings: Sequence[dict] = ()) -> Case:
         base.update(measured_step_s=step, how_measured=how)
     if step is None:
         return skip("no step time, tokens/s or TFLOP/s with a known FLOP count")
-    fw = with_stated_env(with_stated_kernel(framework_of(c), pl, notes), pl, notes)
+    fw = with_stated_env(with_stated_kernel(stack, pl, notes), pl, notes)
     fw = with_source_fork(fw, c, notes)
     if said_compile is not None:
         try:
