@@ -107,9 +107,7 @@ def plan_1f1b(plan, fw=None):
     the first schedule of a named stack ``fw`` that runs no 1F1B (MaxText: GPipe)."""
     from dataclasses import replace
     from strategies.schedules import DEFAULT_SCHEDULE
-    sched = DEFAULT_SCHEDULE
-    if fw is not None and fw.schedules and fw.schedule_for(sched) not in fw.schedules:
-        sched = fw.schedules[0]
+    sched = DEFAULT_SCHEDULE if fw is None else fw.runnable_schedule(DEFAULT_SCHEDULE)
     return replace(plan, schedule=sched, vpp=1, microbatch_group_size=None)
 
 

@@ -100,9 +100,13 @@ class PlanFill:
     def to_dict(self) -> dict[str, Any]:
         return {"field": self.field, "value": self.value, "why": self.why}
 
-    def text(self) -> str:
+    def setting(self) -> str:
+        """``field=value`` as a plan writes it."""
         v = str(self.value).lower() if isinstance(self.value, bool) else self.value
-        return f"{self.field}={v}: {self.why}"
+        return f"{self.field}={v}"
+
+    def text(self) -> str:
+        return f"{self.setting()}: {self.why}"
 
 
 def check_field_defaults(fw: "FrameworkProfile") -> None:
@@ -154,9 +158,9 @@ def stack_fills(fw: "FrameworkProfile", given: set[str], plan: Any,
         out.append(PlanFill("sp", True, f"{who}'s default with tp > 1: {d.sp_source}"))
     if "recompute" not in given and d.recompute != plan.recompute:
         out.append(PlanFill("recompute", d.recompute, f"{who}'s default: {d.recompute_source}"))
-    if "schedule" not in given and pipelined and fw.schedules \
-            and fw.schedule_for(plan.schedule) not in fw.schedules:
-        out.append(PlanFill("schedule", fw.schedules[0],
+    if "schedule" not in given and pipelined \
+            and fw.runnable_schedule(plan.schedule) != plan.schedule:
+        out.append(PlanFill("schedule", fw.runnable_schedule(plan.schedule),
                             f"{who} runs {', '.join(fw.schedules)} only, not the generic "
                             f"default {plan.schedule}"))
     return out
@@ -183,7 +187,7 @@ def plan_with_stack_defaults(raw: Mapping[Any, Any], fw: "FrameworkProfile",
             if field in given:
                 raise SpecError(field, value, rule + " (choose another --framework or change "
                                 "the plan)") from None
-        stated = ", ".join(f.text().split(":")[0] for f in fills)
+        stated = ", ".join(f.setting() for f in fills)
         raise SpecError(e.field, e.value, f"{e.rule} (with {stated}: {fw.name}'s defaults "
                         "where the plan names none; give them to choose otherwise)") from None
     return filled, tuple(fills)

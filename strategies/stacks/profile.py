@@ -217,8 +217,8 @@ class FrameworkProfile:
     #: (parameters kept gathered) with it (NeMo AutoModel 89e3a9fdd components/moe/
     #: parallelizer.py apply_fsdp: ``fully_shard(..., reshard_after_forward=not pp_enabled)``)
     zero_follows_pp: bool = False
-    #: the ZeRO stage and sequence parallelism the stack runs where a plan names none
-    #: (``StackFieldDefaults``; sources in ``strategies.stacks.plan_defaults``)
+    #: the ZeRO stage, sequence parallelism and recomputation the stack runs where a plan
+    #: names none (``StackFieldDefaults``; sources in ``strategies.stacks.plan_defaults``)
     field_defaults: StackFieldDefaults = StackFieldDefaults()
     #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
     #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
@@ -495,6 +495,13 @@ class FrameworkProfile:
     def schedule_for(self, name: str) -> str:
         """The schedule this stack runs for a plan's ``schedule=name``."""
         return dict(self.schedule_impl).get(name, name)
+
+    def runnable_schedule(self, name: str) -> str:
+        """``name`` if this stack runs it (or has no schedule list), else the first schedule
+        it runs (MaxText: ``gpipe``): what a plan that names no schedule gets."""
+        if self.schedules and self.schedule_for(name) not in self.schedules:
+            return self.schedules[0]
+        return name
 
     def plan_defaults(self) -> dict[str, bool]:
         """The plan switches this stack turns on by default (a plan that names a switch
