@@ -107,6 +107,15 @@ def mlp_part_widths(m: ModelSpec) -> dict[str, float]:
             "shared_mlp": wm * m.num_shared_experts * m.shared_ffn if m.is_moe else 0.0}
 
 
+def separate_qkv_gemms(m: ModelSpec, T: Num, tp: Num, k_in: Num) -> list[tuple]:
+    """A non-MLA attention's Q, K and V run as three linears over one input of width ``k_in``
+    (torchtitan's ``wq``, ``wk``, ``wv``), each column-parallel on ``T`` rows: ``layer_gemms``
+    tuples ``(1, T, a·d/tp, k_in, False)``, ``(1, T, g·d/tp, k_in, False)`` twice."""
+    a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
+    return [(1, T, a * d / tp, k_in, False), (1, T, g * d / tp, k_in, False),
+            (1, T, g * d / tp, k_in, False)]
+
+
 def op_sac_gemms(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
                  kind: str | None = None, etp: Num | None = None,
                  load: Num = 1.0) -> list[tuple]:
@@ -138,9 +147,7 @@ def op_sac_gemm_parts(m: ModelSpec, b: Num, tp: Num, cp: Num, ep: Num,
     attn: list[tuple] = []
     for name, k_in, n_out, split in m.attention_linears():  # part "attn"
         if name == "qkv":                    # torchtitan: wq, wk, wv
-            a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
-            attn += [(1, T, a * d / tp, k_in, False), (1, T, g * d / tp, k_in, False),
-                     (1, T, g * d / tp, k_in, False)]
+            attn += separate_qkv_gemms(m, T, tp, k_in)
         elif split == "row":
             attn.append((1, T, n_out, k_in / tp, True))
         else:

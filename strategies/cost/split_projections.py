@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from strategies.cost.gemm_shapes import separate_qkv_gemms
 from strategies.cost.gemm_time import gemms_time_bwd_split, gemms_time_fwd
 from strategies.cost.hbm_rate import usable_hbm
 from strategies.cost.system import DEFAULT_SYSTEM, SystemConfig
@@ -62,9 +63,7 @@ def projection_groups(m: ModelSpec, b: Num, tp: Num, cp: Num
     if not m.is_mla:
         a, g, d = m.num_attention_heads, m.kv_heads, m.head_dim
         fused = (1, T, (a + 2 * g) * d / tp, h, False)
-        sep = [(1, T, a * d / tp, h, False), (1, T, g * d / tp, h, False),
-               (1, T, g * d / tp, h, False)]
-        out.append((fused, sep, 3, T * h))
+        out.append((fused, separate_qkv_gemms(m, T, tp, h), 3, T * h))
     w = m.layer_shares().get("dense", 0.0)
     if m.gated and w > 0:
         F = m.ffn_hidden_size
