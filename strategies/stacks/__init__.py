@@ -1,11 +1,17 @@
 """The software stacks a plan runs on: what each does underneath a plan, where it was read.
 
 Modules (imports point one way: ``passes``, ``buckets``, ``expert_gemm``, ``profile_fields``
+<- the field groups ``profile_limits``, ``profile_comm``, ``profile_dp``, ``profile_kernels``
 <- ``profile`` <- the named stacks <- ``variants``; ``rules`` and ``comm_rules`` read a
 profile; ``strategies.framework`` holds the registry of named profiles, ``get_profile``):
 
-* ``profile``: ``FrameworkProfile`` (one stack's fixed properties), ``LAUNCH_GAP_S``,
-  ``stack_system`` (the system constants as a stack's costs read them);
+* ``profile``: ``FrameworkProfile`` (one stack's fixed properties; its required fields,
+  names and plan defaults in ``StackBasics``), ``LAUNCH_GAP_S``, ``stack_system`` (the
+  system constants as a stack's costs read them);
+* ``profile_limits``, ``profile_comm``, ``profile_dp``, ``profile_kernels``: the profile's
+  other fields by concern (``StackLimits``: the plan features it runs; ``StackComm``: its
+  model-parallel collectives; ``StackDataParallel``: how it keeps and reduces the model state;
+  ``StackKernels``: its kernels and what they save);
 * ``profile_fields``: the values each profile field may take and the check of every field;
 * ``passes``: ``StepPasses`` and ``LossPasses`` (per-step and cross-entropy passes) and the
   stacks' named passes (``MEGATRON_CROSS_ENTROPY``, ``COMPOSER_CROSS_ENTROPY``, ...);

@@ -1,0 +1,118 @@
+"""``StackLimits``: the plan features a stack runs (schedules, ZeRO stages, parallelisms and
+their combinations, batch and pipeline-flush rules, dispatchers, recomputation modes,
+pipeline layouts, precisions), each a base field of ``FrameworkProfile`` that
+``strategies.stacks.rules.stack_rules`` turns into a refusal naming the stack."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strategies.stacks.profile_fields import LAYOUT_WAYS
+from topologies.precision import DTYPES
+
+
+@dataclass(frozen=True)
+class StackLimits:
+    """The ``FrameworkProfile`` fields that say which plans the stack runs (its limits)."""
+
+    schedules: tuple[str, ...] = ("1f1b", "interleaved")
+    zero_stages: tuple[int, ...] = (0, 1, 2, 3)
+    zero_with_pp: int = 3
+    # the ZeRO stages the stack runs with hybrid sharding (plan dp_shard < dp; sources at the
+    # profiles); () none
+    hybrid_zero: tuple[int, ...] = ()
+    #: runs hybrid sharding with expert parallelism (``ep > 1``): the routed experts' ZeRO
+    #: shards over their expert grid within a replica, all-reduced across the replicas
+    #: (``placement.expert_dp_group``, ``comm.dp_groups.replica_sum``; sources at the profiles)
+    hybrid_ep: bool = False
+    max_tp: int | None = None
+    max_pp: int | None = None
+    context_parallel: bool = True
+    #: the K/V exchanges a plan may choose (plan ``cp_comm``, ``strategies.plan.CP_COMMS``),
+    #: each run as ``plan.CP_IMPL_OF``: Megatron-Core's ``--cp-comm-type`` p2p and all_gather
+    #: (``TransformerConfig.cp_comm_type``, Transformer Engine's ``AttnFuncWithCPAndKVP2P`` and
+    #: ``AttnFuncWithCPAndKVAllGather``); () where the stack runs only its own (``cp_impl``)
+    cp_comms: tuple[str, ...] = ()
+    expert_parallel: bool = True
+    sequence_parallel: bool = True
+    tp_comm_overlap: bool = True
+    #: what the stack does with TP overlap asked for with ``tp > 1`` and no sequence
+    #: parallelism (``TP_OVERLAP_WITHOUT_SP``): ``"refused"`` (Megatron-LM
+    #: ``megatron/training/arguments.py`` ``validate_args`` asserts ``--sequence-parallel``
+    #: for ``--tp-comm-overlap``; async TP exists only between SP collectives): ``stack_rules``
+    #: refuses it; ``"disabled"`` (NeMo 2's ``MegatronCommOverlapCallback`` and
+    #: Megatron-Bridge's ``CommOverlapConfig`` log a warning and set ``tp_comm_overlap=False``):
+    #: the plan runs without it (``rules.stack_tp_overlap``). The stacks' default overlap holds
+    #: only with sp either way (``plan.tp_overlap_default``)
+    tp_overlap_without_sp: str = "refused"
+    #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
+    #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's
+    #: ``train.py``, MaxText's ``per_device_batch_size``, Composer's
+    #: ``device_train_microbatch_size`` are one number for every rank)
+    group_microbatches: bool = True
+    #: ZeRO-0 data parallelism (``dp > 1``) is a DDP that runs only as the sole parallelism:
+    #: with ``cp = 1`` the plan must have ``tp = pp = 1`` (torchtitan v0.2.2
+    #: ``models/llama3/infra/parallelize.py``: ``replicate`` over the ``dp_replicate`` mesh
+    #: raises "DDP has not supported > 1D parallelism" unless it spans the world; with
+    #: ``cp > 1`` FSDP over ``dp_shard x cp`` runs instead, HSDP with the replicas)
+    ddp_sole: bool = False
+    #: expert parallelism is carved from the FSDP ranks (torchtitan v0.2.2
+    #: ``distributed/parallel_dims.py``: ``efsdp = dp_shard * cp * tp / (etp * ep)`` must be a
+    #: whole mesh dimension, ``dp_shard`` = dp under ZeRO-2/3 and 1 under ZeRO-0; ``etp`` is 1
+    #: or tp, asserted)
+    ep_from_fsdp: bool = False
+    #: FSDP2's resharding follows pipelining, not the plan: ZeRO-3 without pipelining, ZeRO-2
+    #: (parameters kept gathered) with it (NeMo AutoModel 89e3a9fdd components/moe/
+    #: parallelizer.py apply_fsdp: ``fully_shard(..., reshard_after_forward=not pp_enabled)``)
+    zero_follows_pp: bool = False
+    #: a pipeline's micro-batches per step (``gbs / (mbs * dp)``) must be a multiple of
+    #: ``pp`` (MaxText ``configs/types.py``: ``num_pipeline_microbatches`` a multiple of the
+    #: stages)
+    microbatches_per_pp: bool = False
+    #: runs its pipeline schedule once per local batch, so a step may hold several pipeline
+    #: flushes (plan ``flushes`` > 1, ``strategies.flushes``): ``torch.distributed.pipelining``'s
+    #: ``schedule.step()`` per gradient-accumulation step (NeMo AutoModel; torchtitan since
+    #: 8570415c3, 2025-06-05, "Support gradient accumulation": ``train_step`` calls
+    #: ``forward_backward_step``, one ``pp_schedule.step()``, per gradient-accumulation step);
+    #: False: one schedule over the step's micro-batches (Megatron's ``forward_backward_func``)
+    pipeline_flushes: bool = False
+    #: needs at least ``pp`` micro-batches per pipeline flush (AutoModel 89e3a9fdd
+    #: ``recipes/llm/train_ft.py``: ``assert pp_batch_size // pp_microbatch_size >= pp_size``;
+    #: torchtitan's ``build_pipeline_schedule`` only warns)
+    flush_needs_pp_microbatches: bool = False
+    #: expert parallelism shards the batch as data parallelism does (``ep`` divides ``dp``):
+    #: MaxText's ``expert`` mesh axis is one of the batch axes (base.yml ``logical_axis_rules``)
+    ep_in_dp: bool = False
+    #: runs Megatron-Core's combined 1F1B (plan ``ep_overlap``; ``stack_rules`` holds its limits)
+    ep_overlap: bool = False
+    #: token dispatchers the stack runs (plan ``moe_dispatcher``; ``plan.DISPATCHERS``)
+    moe_dispatchers: tuple[str, ...] = ("alltoall",)
+    #: captures the whole training step in one CUDA graph (plan ``cuda_graph``; Megatron-Core's
+    #: ``--cuda-graph-impl full_iteration``, docs/user-guide/features/cuda_graph.md)
+    cuda_graph: bool = False
+    flash_attn: bool = True
+    recompute: tuple[str, ...] = ("none", "selective", "full")
+    #: what the stack's own recomputation is, where a mode it lacks has a near equivalent
+    #: (named in the ``recompute`` refusal)
+    recompute_note: str = ""
+    #: methods of partial full recomputation (``recompute_layers``) the stack runs
+    recompute_methods: tuple[str, ...] = ()
+    #: modules it can recompute selectively by name (``recompute_modules``)
+    recompute_modules: tuple[str, ...] = ()
+    #: the ways of giving an uneven pipeline layout the stack runs (``LAYOUT_WAYS``;
+    #: default: all, Megatron-Core's); ``stack_rules`` refuses the others
+    layouts: tuple[str, ...] = LAYOUT_WAYS
+    #: how the stack itself splits layers over pipeline stages (named in its refusals)
+    pipeline_split: str = ("Megatron's --pipeline-model-parallel-layout (any count per rank), "
+                           "--decoder-first/last-pipeline-num-layers, "
+                           "--account-for-embedding/loss-in-pipeline-split")
+    #: the training precisions (``--dtype``, ``topologies.precision.DTYPES``) the stack runs at
+    #: the version the profile describes; ``check_precision`` refuses the others
+    precisions: tuple[str, ...] = DTYPES
+    #: where ``precisions`` comes from (the stack's code that selects each)
+    precision_source: str = ("Megatron-Core --bf16/--fp16, --fp8-format/--fp8-recipe "
+                             "delayed|tensorwise|blockwise|mxfp8, --fp4-format e2m1 "
+                             "--fp4-recipe nvfp4 (megatron/training/arguments.py) through "
+                             "Transformer Engine's recipes (transformer_engine.common.recipe)")
+    #: the stack's near equivalent of a precision it lacks, ``(dtype, note)`` (named in the
+    #: refusal)
+    precision_notes: tuple[tuple[str, str], ...] = ()
