@@ -19,8 +19,8 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import (BALANCED_ROUTINGS, CP_COMMS, DEFAULT_MOE_IMBALANCE, DISPATCHERS,
-                             ROUTINGS, Plan)
+from strategies.plan import DISPATCHERS, Plan
+from strategies.plan.choices import BALANCED_ROUTINGS, CP_COMMS, DEFAULT_MOE_IMBALANCE, ROUTINGS
 from strategies.schedules import attr_by_code, dispatch, schedule_code
 
 #: Integer codes of the recomputation modes in ``PlanArrays`` (a schedule's code is its
@@ -89,7 +89,7 @@ class PlanArrays:
     ep_overlap: np.ndarray = None           # Megatron's combined 1F1B (EP a2a overlap)
     moe_dispatcher: np.ndarray = None       # index in plan.DISPATCHERS (0: alltoall)
     cuda_graph: np.ndarray = None           # the step runs as one full-iteration CUDA graph
-    moe_routing: np.ndarray = None          # index in plan.ROUTINGS (0: random)
+    moe_routing: np.ndarray = None          # index in plan.choices.ROUTINGS (0: random)
     delay_wgrad: np.ndarray = None          # with ep_overlap: --delay-wgrad-compute
     moe_pad_to_capacity: np.ndarray = None  # drop-and-pad: every expert at its capacity
     recompute_layers: np.ndarray = 0.0
@@ -118,7 +118,7 @@ class PlanArrays:
     # resolved: dp, no replicas; short column ``dps``, optional)
     dp_shard: np.ndarray = None
     # the context-parallel K/V exchange (plan ``cp_comm``; short column ``cpc``, optional):
-    # 0 the stack's own, then 1 + the index in ``plan.CP_COMMS`` (the stack rules' codes);
+    # 0 the stack's own, then 1 + the index in ``plan.choices.CP_COMMS`` (the stack rules' codes);
     # the stage costs price one exchange per call (``stacks.variants.arrays_stack``)
     cp_comm: np.ndarray = 0
 

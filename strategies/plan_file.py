@@ -17,7 +17,8 @@ from dataclasses import fields
 from typing import Any, Mapping
 
 from strategies.errors import SpecError
-from strategies.plan import Plan, tp_overlap_default
+from strategies.plan import Plan
+from strategies.plan.parse import tp_overlap_default
 
 FOUND_FOR = "found_for"
 #: ``found_for`` keys; those compared against the job a plan is read for come first.

@@ -175,7 +175,7 @@ def _switched(p: Plan, fw) -> Plan:
     full-recompute plan (``recompute_layers``, block) dropped where the stack has no block
     method: its space keeps such a plan at every layer."""
     from dataclasses import replace
-    from strategies.plan import tp_overlap_default
+    from strategies.plan.parse import tp_overlap_default
     d = fw.plan_defaults()
     d["tp_comm_overlap"] = tp_overlap_default(d["tp_comm_overlap"], p.tp, p.sp)  # with sp only
     if "block" not in fw.recompute_methods:

@@ -25,7 +25,8 @@ from strategies.hf_config import load_model_arg, model_from_hf
 from strategies.job import make_job
 from strategies.model import ModelSpec, model_from_mapping
 from strategies.model.spec import FIELDS
-from strategies.plan import ALIAS, Plan, parse_plan, plan_from_mapping
+from strategies.plan import Plan, parse_plan, plan_from_mapping
+from strategies.plan.parse import ALIAS
 from strategies.schedules import get_schedule, schedule_names
 from topologies.cluster import Cluster, cluster_from_mapping, parse_cluster_arg
 from topologies.cluster.mapping import load_cluster_file

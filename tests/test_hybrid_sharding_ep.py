@@ -23,7 +23,8 @@ from strategies.estimate.scalar import estimate
 from strategies.framework import get_profile
 from strategies.job import make_job
 from strategies.memory.scalar import stage_memory
-from strategies.plan import Plan, expert_shard_whole, parse_plan
+from strategies.plan import Plan, parse_plan
+from strategies.plan.checks import expert_shard_whole
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from strategies.stacks.rules import check_plan

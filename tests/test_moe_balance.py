@@ -18,7 +18,8 @@ from strategies.job import make_job
 from strategies.moe_balance import (AUX_LOSS_MAXVIO_GLOBAL, LOSS_FREE_MAXVIO_GLOBAL,
                                     default_imbalance, expected_max_normal, forced_imbalance,
                                     rank_copy_moments, rank_skew)
-from strategies.plan import DEFAULT_MOE_IMBALANCE, Plan, parse_plan
+from strategies.plan import Plan, parse_plan
+from strategies.plan.choices import DEFAULT_MOE_IMBALANCE
 from strategies.plan_arrays import PlanArrays
 from strategies.presets import model_preset
 from topologies.cluster import cluster_preset

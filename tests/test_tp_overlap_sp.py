@@ -1,5 +1,5 @@
 """TP communication overlap without sequence parallelism, as the stacks' code runs it: the
-stacks' default overlap only with tp > 1 and sp (``plan.tp_overlap_default``); an explicit
+stacks' default overlap only with tp > 1 and sp (``plan.parse.tp_overlap_default``); an explicit
 overlap with tp > 1 and sp off refused by Megatron-Core (Megatron-LM's ``arguments.py``
 asserts ``--sequence-parallel``) and turned off by NeMo (``MegatronCommOverlapCallback``,
 Megatron-Bridge's ``CommOverlapConfig``); and ``--fix`` values no plan can run refused before

@@ -20,8 +20,9 @@ from strategies.launch import check_export
 from simulator.search.run import SearchConfig, run_search
 from strategies.errors import SpecError
 from strategies.job import make_job
-from strategies.plan import ALIAS as PLAN_ALIASES
-from strategies.plan import parse_modules, parse_plan, plan_from_mapping, plan_mapping
+from strategies.plan import parse_plan, plan_from_mapping, plan_mapping
+from strategies.plan.parse import ALIAS as PLAN_ALIASES
+from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_file import (PLAN_EXTS, found_for, is_plan_file, job_record, mismatches,
                                   plan_file_text, read_plan_record)
 from strategies.search.fix_rules import fixed_contradictions

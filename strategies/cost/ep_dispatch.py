@@ -176,7 +176,7 @@ def ep_dedup(m: ModelSpec, ep: Num, etp: Num, gpus_per_node: int,
     distinct ranks against ``k`` copies (``byte_scale``), and ``(N-1)·P_node`` remote nodes
     against ``k(N-1)/N`` remote copies, ``N`` the expert group's nodes (``remote_scale``,
     relative to the scaled bytes, as ``two_level_time`` takes it), ``P`` from
-    ``expert_hit_probability``, or where ``routing`` (``plan.ROUTINGS`` code) is 1
+    ``expert_hit_probability``, or where ``routing`` (``plan.choices.ROUTINGS`` code) is 1
     (``contiguous``) from ``contiguous_hit_probability``. ``alltoall``: ``(1,
     ep_remote_scale)`` (one copy per expert whatever the routing). Vectorised."""
     ep, etp = np.asarray(ep, dtype=float), np.asarray(etp, dtype=float)

@@ -63,7 +63,7 @@ def moe_load(ep: Num, imbalance: Num = 1.0, capacity_factor: Num = np.inf,
     expert drops its tokens (Megatron's token dropping: an expert takes at most
     ``capacity_factor`` times its mean share). Where ``pad`` (``Plan.moe_pad_to_capacity``)
     every expert runs exactly its capacity, whatever the routing: ``padded_load``. An
-    imbalance of NaN (a plan that names none, ``plan.DEFAULT_MOE_IMBALANCE``) is
+    imbalance of NaN (a plan that names none, ``plan.choices.DEFAULT_MOE_IMBALANCE``) is
     ``moe_balance.default_imbalance`` of the model ``m`` and the micro-batch's shape (``b``,
     ``tp``, ``cp``, ``etp``). The one rule the expert GEMMs' rows, the all-to-all's bytes,
     the permutations and the memory model's buffers read. Vectorised."""

@@ -22,8 +22,9 @@ def layout_string_extremes(plan) -> tuple[float, float, float, float, float] | N
     >>> layout_string_extremes(Plan(pp=4, schedule="dualpipe", layout="Et*6|t*2|t*3|t*5L"))
     (5.5, 2.5, 5.5, 2.0, 6.0)
 
-    ``layers_per_stage`` (one chunk per rank, never mirrored: ``plan._check_layers_per_stage``)
-    is the layout string with those counts, read the same way:
+    ``layers_per_stage`` (one chunk per rank, never mirrored:
+    ``plan.checks.check_layers_per_stage``) is the layout string with those counts, read the
+    same way:
 
     >>> layout_string_extremes(Plan(pp=4, layers_per_stage=(3, 9, 1, 3)))
     (3.0, 1.0, 3.0, 1.0, 9.0)

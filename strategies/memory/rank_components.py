@@ -38,7 +38,7 @@ from strategies.memory.deepspeed_zero import rank_tensor_sizes
 from strategies.memory.rank_activations import RankActivations
 from strategies.memory.state_arrays import optimizer_buffer_arrays, state_bytes_per_param
 from strategies.model import ModelSpec
-from strategies.plan import CP_COMMS
+from strategies.plan.choices import CP_COMMS
 from strategies.plan_arrays import PlanArrays, as_plan_arrays
 from strategies.schedules import attr_by_code, dispatch
 

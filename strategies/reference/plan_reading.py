@@ -14,7 +14,9 @@ from strategies.errors import SpecError
 from strategies.stacks.megatron import MEGATRON_LM_2021
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
-from strategies.plan import Plan, parse_modules, tp_overlap_default
+from strategies.plan import Plan
+from strategies.plan.parse import tp_overlap_default
+from strategies.plan.recompute_fields import parse_modules
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.recipe_options import hybrid_mesh, moe_options, stated_remat
 from strategies.reference.stated_switches import stated_size, stated_plan_switches

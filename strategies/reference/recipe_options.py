@@ -12,7 +12,8 @@ from strategies.errors import SpecError
 from strategies.stacks.profile import FrameworkProfile
 from strategies.model import ModelSpec
 from strategies.moe_balance import forced_imbalance
-from strategies.plan import BALANCED_ROUTINGS, Plan
+from strategies.plan import Plan
+from strategies.plan.choices import BALANCED_ROUTINGS
 from strategies.reference.bridge_recipes import recipe_for
 from strategies.reference.perf_harness import (LLAMA_NVFP4_PG_SOURCE, LLAMA_NVFP4_SOURCE,
                                                llama_switches)

@@ -85,7 +85,7 @@ def stated_plan_switches(c: dict, fw: FrameworkProfile, tp_sp: bool, notes: list
     field of its own name (``plan.tp_comm_overlap: false``: a source that lists the overlap
     as something the run did not have) is taken as stated, on only where the stack can run it.
     TP overlap needs TP with sequence parallelism (Transformer Engine's userbuffers):
-    ``tp_sp`` is ``plan.tp_overlap_default(True, tp, sp)``, the one rule."""
+    ``tp_sp`` is ``plan.parse.tp_overlap_default(True, tp, sp)``, the one rule."""
     pl = c.get("plan") or {}
     flags = str(pl.get("overlap") or "").lower()
     words = f"{pl.get('techniques') or ''} {c.get('notes') or ''}".lower()

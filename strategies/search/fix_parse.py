@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from strategies.errors import SpecError
-from strategies.plan import ALIAS as PLAN_ALIASES
-from strategies.plan import Plan, coerce, int_limit, parse_modules
+from strategies.plan import Plan
+from strategies.plan.checks import int_limit
+from strategies.plan.parse import ALIAS as PLAN_ALIASES
+from strategies.plan.parse import coerce
+from strategies.plan.recompute_fields import parse_modules
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import get_schedule, schedule_names
 from strategies.schedules.registry import chunked_names, grouped_names
@@ -73,7 +76,7 @@ def parse_fix(text: str | None) -> dict[str, Any]:
         raise SpecError("--fix", "recompute_modules=" + "+".join(out["recompute_modules"]),
                         "needs recompute=selective (Megatron's --recompute-granularity "
                         f"selective), not recompute={out['recompute']}")
-    if out.get("moe_pad_to_capacity"):    # Plan's rule between the fields (_check_pad_to_capacity)
+    if out.get("moe_pad_to_capacity"):    # Plan's rule between the fields (check_pad_to_capacity)
         try:
             Plan(moe_pad_to_capacity=True, moe_capacity_factor=out.get("moe_capacity_factor"),
                  moe_dispatcher=out.get("moe_dispatcher", "alltoall"))
@@ -116,7 +119,7 @@ def _fix_modules(value: str) -> tuple[str, ...]:
 def _fix_int(key: str, value: str) -> int:
     """An integer ``--fix`` value, read as ``Plan`` reads it (ASCII digits only,
     ``limits.parse_int_text``) and held to the plan's own range for that field
-    (``plan.int_limit``; ``zero`` 0-3 is checked by the caller)."""
+    (``plan.checks.int_limit``; ``zero`` 0-3 is checked by the caller)."""
     try:
         v = parse_int_text(key, value)
         check_int(key, v, 0 if key == "zero" else 1, int_limit(key))

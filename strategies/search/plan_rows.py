@@ -9,7 +9,9 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from strategies.cost.recompute import METHODS, MODULES, has_module
-from strategies.plan import CP_COMMS, DISPATCHERS, ROUTINGS, Plan, tp_overlap_default
+from strategies.plan import DISPATCHERS, Plan
+from strategies.plan.choices import CP_COMMS, ROUTINGS
+from strategies.plan.parse import tp_overlap_default
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import schedule_of_code
 

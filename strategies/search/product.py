@@ -9,7 +9,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.model import ModelSpec
-from strategies.plan import expert_shard_whole, tp_overlap_default
+from strategies.plan.checks import expert_shard_whole
+from strategies.plan.parse import tp_overlap_default
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import attr_by_code
 from strategies.search.axes import factorizations, layout_axis, search_axes, with_etp
@@ -59,7 +60,7 @@ def _with_hybrid(cols: dict[str, np.ndarray], gpus_per_node: int,
     within a node, replicas across: the shard group's ranks on the fastest links), where it
     is a whole number below ``dp`` that divides it, on the rows ``Plan`` takes it on
     (``zero ≥ 1``, ``dp_shard·cp ≥ 2``, with ``ep > 1`` a whole expert shard group:
-    ``plan.expert_shard_whole``) and at the ZeRO stages the stack runs it with
+    ``plan.checks.expert_shard_whole``) and at the ZeRO stages the stack runs it with
     (``FrameworkProfile.hybrid_zero``; any ZeRO >= 1 without a named stack; with ``ep > 1``
     only where ``FrameworkProfile.hybrid_ep``)."""
     dp, tc = cols["dp"], cols["tp"] * cols["cp"]

@@ -14,7 +14,7 @@ from strategies.flushes import flush_rules
 from strategies.framework import DEFAULT as DEFAULT_FRAMEWORK
 from strategies.job import expert_plan_ok
 from strategies.model import ModelSpec
-from strategies.plan import expert_shard_whole
+from strategies.plan.checks import expert_shard_whole
 from strategies.plan_arrays import RECOMPUTE_CODE, PlanArrays
 from strategies.schedules import DEFAULT_SCHEDULE, dispatch, schedule_code, schedule_of_code
 from strategies.schedules.validity import all_ok
@@ -70,7 +70,7 @@ def fixed_mask(c: dict[str, np.ndarray], fixed: Mapping[str, Any]) -> np.ndarray
             continue
         elif k == "microbatch_group_size":    # a schedule that takes a group (``product._grid``)
             ok &= c["mgs"] == int(v)
-        elif k == "dp_shard":     # the rows ``Plan`` takes it on (``plan._check_dp_shard``)
+        elif k == "dp_shard":     # the rows ``Plan`` takes it on (``plan.checks.check_dp_shard``)
             flat = c["dp"] == int(v)
             ok &= (c["dp"] % int(v) == 0) & (flat | (
                 (c["zero"] >= 1) & (int(v) * c["cp"] >= 2)

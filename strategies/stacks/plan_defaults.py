@@ -130,7 +130,7 @@ def check_field_defaults(fw: "FrameworkProfile") -> None:
 
 def given_fields(raw: Mapping[Any, Any]) -> set[str]:
     """The plan fields a raw plan mapping names (Megatron's long names read as ours)."""
-    from strategies.plan import ALIAS
+    from strategies.plan.parse import ALIAS
     keys = {str(k).strip().lower() for k in raw}
     return {ALIAS.get(k, k) for k in keys}
 

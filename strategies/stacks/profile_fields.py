@@ -7,7 +7,8 @@ from dataclasses import fields
 from typing import TYPE_CHECKING
 
 from strategies.errors import SpecError
-from strategies.plan import CP_COMMS, DISPATCHERS, RECOMPUTE
+from strategies.plan import DISPATCHERS
+from strategies.plan.choices import CP_COMMS, RECOMPUTE
 from strategies.schedules import schedule_names
 from strategies.stacks.expert_gemm import ExpertGemmLaunch
 from topologies.precision import DTYPES

@@ -27,10 +27,11 @@ class StackLimits:
     max_tp: int | None = None
     max_pp: int | None = None
     context_parallel: bool = True
-    #: the K/V exchanges a plan may choose (plan ``cp_comm``, ``strategies.plan.CP_COMMS``),
-    #: each run as ``plan.CP_IMPL_OF``: Megatron-Core's ``--cp-comm-type`` p2p and all_gather
-    #: (``TransformerConfig.cp_comm_type``, Transformer Engine's ``AttnFuncWithCPAndKVP2P`` and
-    #: ``AttnFuncWithCPAndKVAllGather``); () where the stack runs only its own (``cp_impl``)
+    #: the K/V exchanges a plan may choose (plan ``cp_comm``, ``strategies.plan.choices.CP_COMMS``),
+    #: each run as ``plan.choices.CP_IMPL_OF``: Megatron-Core's ``--cp-comm-type`` p2p and
+    #: all_gather (``TransformerConfig.cp_comm_type``, Transformer Engine's
+    #: ``AttnFuncWithCPAndKVP2P`` and ``AttnFuncWithCPAndKVAllGather``); () where the stack
+    #: runs only its own (``cp_impl``)
     cp_comms: tuple[str, ...] = ()
     expert_parallel: bool = True
     sequence_parallel: bool = True
@@ -42,7 +43,7 @@ class StackLimits:
     #: refuses it; ``"disabled"`` (NeMo 2's ``MegatronCommOverlapCallback`` and
     #: Megatron-Bridge's ``CommOverlapConfig`` log a warning and set ``tp_comm_overlap=False``):
     #: the plan runs without it (``rules.stack_tp_overlap``). The stacks' default overlap holds
-    #: only with sp either way (``plan.tp_overlap_default``)
+    #: only with sp either way (``plan.parse.tp_overlap_default``)
     tp_overlap_without_sp: str = "refused"
     #: gives data-parallel replicas different micro-batch counts (plan ``group_microbatches``,
     #: docs/heterogeneous.md); False: every replica takes the same batch (torchtitan's

@@ -63,7 +63,8 @@ import numpy as np
 
 from strategies.cost.recompute import METHOD_CODE, modules_mask
 from strategies.errors import SpecError
-from strategies.plan import CP_COMMS, DISPATCHERS
+from strategies.plan import DISPATCHERS
+from strategies.plan.choices import CP_COMMS
 from strategies.plan_arrays import RECOMPUTE_CODE
 from strategies.schedules import schedule_code, schedule_names
 from strategies.schedules.validity import Rule

@@ -122,10 +122,10 @@ def with_fp8_attention(fw: FrameworkProfile, dtype: str, gpu: "GPU") -> Framewor
 
 def with_cp_comm(fw: FrameworkProfile, cp_comm: str | None) -> FrameworkProfile:
     """Stack ``fw`` running the context-parallel K/V exchange plan field ``cp_comm`` names
-    (``strategies.plan.CP_IMPL_OF``: ``p2p`` the ring, ``all_gather`` the exposed all-gather);
-    ``fw`` itself for None. The stack rules (``rules.stack_rules``) refuse an exchange the
-    stack does not run before this is read; docs/calibration.md §5.134."""
-    from strategies.plan import CP_IMPL_OF
+    (``strategies.plan.choices.CP_IMPL_OF``: ``p2p`` the ring, ``all_gather`` the exposed
+    all-gather); ``fw`` itself for None. The stack rules (``rules.stack_rules``) refuse an
+    exchange the stack does not run before this is read; docs/calibration.md §5.134."""
+    from strategies.plan.choices import CP_IMPL_OF
     if cp_comm is None or fw.cp_impl == CP_IMPL_OF[cp_comm]:
         return fw
     return replace(fw, cp_impl=CP_IMPL_OF[cp_comm])
@@ -143,10 +143,10 @@ TORCHTITAN_COMPILE = compiled(TORCHTITAN)
 
 def arrays_stack(fw: FrameworkProfile, cp_comm: Any) -> FrameworkProfile:
     """Stack ``fw`` running the one context-parallel exchange the plans' ``PlanArrays.cp_comm``
-    codes name (0: the stack's own, then 1 + the index in ``plan.CP_COMMS``), as ``make_job``
-    runs each plan's (``with_cp_comm``, the one rule). The stage costs price one exchange per
-    call: plans naming different ones are refused (field, the codes, the rule)."""
-    from strategies.plan import CP_COMMS
+    codes name (0: the stack's own, then 1 + the index in ``plan.choices.CP_COMMS``), as
+    ``make_job`` runs each plan's (``with_cp_comm``, the one rule). The stage costs price one
+    exchange per call: plans naming different ones are refused (field, the codes, the rule)."""
+    from strategies.plan.choices import CP_COMMS
     codes = np.asarray(cp_comm, dtype=np.int64)
     if not codes.size:
         return with_cp_comm(fw, None)
