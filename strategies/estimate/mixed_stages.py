@@ -29,7 +29,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.estimate.terms.messages import ranked_messages
+from strategies.estimate.stage_correction import corrected_arrays, messages_shift_arrays
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
@@ -102,42 +102,6 @@ def _slowest(cands: list) -> tuple:
         best = tuple(np.where(take, x, y) for x, y in zip(secs, best))
         key = np.where(take, k, key)
     return best
-
-
-def corrected(r: Mapping[str, Any], even: tuple, real: tuple, messages: Any,
-              tokens: Any) -> dict[str, Any]:
-    """``stage_correction.corrected`` as arrays (no all-to-all shift): the step ``r`` with the even
-    pipeline's compute makespan and busy time replaced by the real ones, the difference to
-    compute and bubble, ``messages`` to ``pp_comm``; ``tokens`` per step."""
-    (span_e, busy_e), (span_u, busy_u) = even, real
-    step = r["step_time_s"] - span_e + span_u + messages + 0.0
-    out = dict(r)
-    out["pp_comm"] = r["pp_comm"] + messages
-    ep = np.maximum(r["ep_comm"] + 0.0, 0.0)
-    out["ep_comm"] = ep
-    compute = r["compute"] + busy_u - busy_e
-    bubble = r["bubble"] + (span_u - busy_u) - (span_e - busy_e) + (r["ep_comm"] + 0.0 - ep)
-    neg = bubble < 0.0
-    out["compute"] = np.where(neg, compute + bubble, compute)
-    out["bubble"] = np.where(neg, 0.0, bubble)
-    scale = r["step_time_s"] / step
-    out.update({"step_time_s": step, "tokens_per_s": tokens / step, "mfu": r["mfu"] * scale,
-                "hfu": r["hfu"] * scale, "bubble_fraction": out["bubble"] / step})
-    return out
-
-
-def _messages(code: int, m: int, pp: int, vpp: int, p2p: Any, even: list, real: list) -> Any:
-    """``stage_correction.messages_shift`` as arrays: ``even``/``real`` each rank's seconds."""
-    sched = schedule_of_code(code)
-    if pp < 2 or not sched.messages_by_rank:
-        return 0.0
-    n = np.shape(p2p)
-
-    def ranked(ts: list) -> Any:
-        mid = np.maximum.reduce(ts[1:-1]) if pp > 2 else 0.0
-        return ranked_messages(np.full(n, code), np.full(n, m), np.full(n, pp),
-                               np.full(n, vpp), (ts[0], mid, ts[-1]), sum(ts), p2p)
-    return ranked(real) - ranked(even)
 
 
 def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str, Any],
@@ -235,13 +199,13 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
             ranks_e = [sum(f + b for f, b, _ in rw) for rw in even]
             ranks_u = [sum(f + b for f, b, _ in rw) for rw in real]
         r = {k: out[k][idx] for k in keys}
-        msg = _messages(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
+        msg = messages_shift_arrays(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
         # the even and the real stages in one replay of the order
         (sec_e, busy_e), (sec_u, busy_u) = timing(even), timing(real)
         n = idx.size
         spans = free_comm_makespans(order, lambda q, g: np.concatenate(
             [np.broadcast_to(sec_e(q, g), (n,)), np.broadcast_to(sec_u(q, g), (n,))]), 2 * n)
-        fixed = corrected(r, (spans[:n], busy_e), (spans[n:], busy_u), msg, tokens[idx])
-        for k in keys:
-            out[k][idx] = fixed[k]
+        fixed = corrected_arrays(r, (spans[:n], busy_e), (spans[n:], busy_u), tokens[idx], msg)
+        for k, v in fixed.items():
+            out[k][idx] = v
     return out
