@@ -30,6 +30,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.estimate.stage_correction import corrected_arrays, messages_shift_arrays
+from strategies.estimate.stage_passes import chunk_seconds, stage_seconds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
@@ -37,42 +38,15 @@ from strategies.schedules.registry import schedule_of_code
 from topologies.cluster import Cluster
 
 #: the stage-cost fields a stage's forward, backward and weight gradient read
-_FIELDS = {"lf": "layer_fwd", "lb": "layer_bwd", "lr": "layer_recompute", "lw": "layer_wgrad",
-           "ef": "embedding_fwd", "eb": "embedding_bwd", "ew": "embedding_wgrad",
-           "hf": "head_fwd", "hb": "head_bwd", "hw": "head_wgrad", "cap": "recompute_cap",
-           "each": "layer_recompute_each"}
+_FIELDS = ("layer_fwd", "layer_bwd", "layer_recompute", "layer_wgrad", "embedding_fwd",
+           "embedding_bwd", "embedding_wgrad", "head_fwd", "head_bwd", "head_wgrad",
+           "recompute_cap", "layer_recompute_each")
 
 
 def _rows(sc: Any, idx: np.ndarray, n: int) -> SimpleNamespace:
     """The stage-cost fields of plans ``idx`` (of ``n``) of the record ``sc``."""
-    return SimpleNamespace(**{k: np.broadcast_to(np.asarray(getattr(sc, f), dtype=float),
-                                                 (n,))[idx] for k, f in _FIELDS.items()})
-
-
-def _recompute(c: SimpleNamespace, nl: Any) -> Any:
-    """``StageCosts.chunk_recompute(nl)`` seconds under block partial recomputation
-    (``recompute_cap`` > 0): ``min(nl, N)·nl/nl`` layers at one layer's cost each."""
-    return np.minimum(nl, c.cap) * nl / nl * c.each
-
-
-def stage_seconds(c: SimpleNamespace, n: float, vpp: int, emb: bool, head: bool) -> tuple:
-    """``stage_correction.stage_times``'s forward, backward (+ recomputation) and ``W`` seconds per
-    micro-batch of a stage of ``n`` layers (``vpp`` chunks), with the embedding (``emb``)
-    and the LM head (``head``): arrays over plans."""
-    bwd = np.where(c.cap > 0, n * c.lb + vpp * _recompute(c, n / vpp), n * (c.lb + c.lr))
-    return (n * c.lf + (c.ef if emb else 0.0) + (c.hf if head else 0.0),
-            bwd + (c.eb if emb else 0.0) + (c.hb if head else 0.0),
-            n * c.lw + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
-
-
-def chunk_seconds(c: SimpleNamespace, n: float, emb: bool, head: bool) -> tuple:
-    """``chunk_correction.chunk_times``'s ``(F, B + recompute, W)`` of a chunk of ``n``
-    layers of one kind: arrays over plans."""
-    b = np.where(c.cap > 0, (0 + n * c.lb) + (0 + _recompute(c, 0 + n * 1.0)),
-                 0 + n * (c.lb + c.lr))
-    b = b + ((c.eb if emb else 0.0) + (c.hb if head else 0.0))
-    return ((0 + n * c.lf) + (c.ef if emb else 0.0) + (c.hf if head else 0.0), b,
-            (0 + n * c.lw) + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
+    return SimpleNamespace(**{f: np.broadcast_to(np.asarray(getattr(sc, f), dtype=float),
+                                                 (n,))[idx] for f in _FIELDS})
 
 
 def stage_types(cl: Cluster, P: PlanArrays, idx: np.ndarray, s: int) -> list:
@@ -175,7 +149,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                 out_row = []
                 for ch in range(2 if mirrored else vpp):
                     vs = sched.virtual_stage(s, ch, pp, vpp, 0)
-                    out_row.append(chunk_seconds(c, n_chunk, vs == 0, vs == last))
+                    out_row.append(chunk_seconds(c, [(n_chunk, c)], vs == 0, vs == last))
                 return out_row
             even = [row(even_c, s) for s in range(pp)]
             real = []

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.estimate.stage_passes import stage_seconds
 from strategies.estimate.terms.messages import ranked_messages
 from strategies.job import Job
 from strategies.schedules import head_rank, schedule_code
@@ -19,8 +20,8 @@ from strategies.schedules.registry import schedule_of_code
 def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
                  ) -> tuple[list[float], list[float], list[float]]:
     """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
-    seconds per micro-batch of each pipeline stage
-    from the shared cost record: its own layer count on its own GPU type (of those among its
+    seconds per micro-batch of each pipeline stage (``stage_passes.stage_seconds``) from the
+    shared cost record: its own layer count on its own GPU type (of those among its
     ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
     ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
     model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
@@ -30,16 +31,7 @@ def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
     head_at = head_rank(p.schedule, p.pp, p.vpp)
 
     def times(s: int, gpu, n: float) -> tuple[float, float, float]:
-        c = costs(gpu)
-        # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
-        bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
-               else n * (c.layer_bwd + c.layer_recompute))
-        return (n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
-                + (c.head_fwd if s == head_at else 0.0),
-                bwd + (c.embedding_bwd if s == 0 else 0.0)
-                + (c.head_bwd if s == head_at else 0.0),
-                n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
-                + (c.head_wgrad if s == head_at else 0.0))
+        return stage_seconds(costs(gpu), n, p.vpp, s == 0, s == head_at)
 
     for s in range(p.pp):
         if even_on is None:
