@@ -33,7 +33,7 @@ from strategies.estimate.stage_correction import corrected_arrays, messages_shif
 from strategies.estimate.stage_passes import chunk_seconds, stage_seconds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
-from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
+from strategies.schedules.analysis import event_seconds, free_comm_makespans, free_comm_order
 from strategies.schedules.registry import schedule_of_code
 from topologies.cluster import Cluster
 
@@ -124,20 +124,13 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                     secs = stage(rows[gpu.name], s, n_real)
                     cands.append((holds, secs, secs[0] + secs[1]))
                 real.append(_slowest(cands))
-            k = max(sched.num_virtual_stages(pp, 1) // pp, 1)
-            split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, 1, None, bool(combined))
 
             def timing(times):
                 f, b, w = (list(x) for x in zip(*times))
                 slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
-                dur = {"F": f[0] / k, "B": (b[0] - w[0] if split else b[0]) / k,
-                       "W": w[0] / k}
-                group = (f[0] + b[0]) / k
-
-                def seconds(r, members):
-                    return (dur[members[0][0]] if len(members) == 1 else group) * slow[r]
-                return seconds, mb * np.maximum.reduce([x + y for x, y in zip(f, b)])
+                return (event_seconds(sched, pp, 1, f[0], b[0], w[0], slow=slow),
+                        mb * np.maximum.reduce([x + y for x, y in zip(f, b)]))
             ranks_e = [x + y for x, y, _ in even]
             ranks_u = [x + y for x, y, _ in real]
         else:
@@ -161,15 +154,12 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                                   sum(f + b for f, b, _ in r_)))
                 flat = _slowest(cands)
                 real.append([flat[3 * i:3 * i + 3] for i in range(len(flat) // 3)])
-            split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, vpp, None, bool(combined))
 
             def timing(times):
-                def seconds(r, members):
-                    return sum(chunk_dur(times[r][c], kind, split, len(members) > 1)
-                               for kind, c in members)
-                return seconds, mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
-                                                        for rw in times])
+                return (event_seconds(sched, pp, vpp, 0.0, 0.0, chunk_times=times),
+                        mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
+                                                for rw in times]))
             ranks_e = [sum(f + b for f, b, _ in rw) for rw in even]
             ranks_u = [sum(f + b for f, b, _ in rw) for rw in real]
         r = {k: out[k][idx] for k in keys}
