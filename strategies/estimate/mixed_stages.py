@@ -13,7 +13,9 @@ placement (pp outermost: stage ``s`` is ranks ``s·tp·cp·dp`` to ``(s+1)·tp·
 by level of the order's dependency graph (Megatron-Core's combined 1F1B order for the
 ``ep_overlap`` plans, ``combined.combined_steps``), with their seconds as arrays
 (``analysis.free_comm_makespans``): the same operations on the same numbers as the scalar
-estimate, plan by plan.
+estimate, plan by plan, through the same functions (a stage's or chunk's seconds:
+``stage_passes``; each event's: ``analysis.event_seconds``; the step's correction and the
+messages' shift: ``stage_correction.corrected_arrays`` / ``messages_shift_arrays``).
 
 Covered: models of one kind of layer (the stage-cost record without ``by_kind``) on their
 even split, the search's plans on a mixed cluster (it proposes no uneven layouts there), one
@@ -31,6 +33,7 @@ import numpy as np
 
 from strategies.estimate.stage_correction import corrected_arrays, messages_shift_arrays
 from strategies.estimate.stage_passes import chunk_seconds, stage_seconds
+from strategies.job import stage_node_bounds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
 from strategies.schedules.analysis import event_seconds, free_comm_makespans, free_comm_order
@@ -51,11 +54,11 @@ def _rows(sc: Any, idx: np.ndarray, n: int) -> SimpleNamespace:
 
 def stage_types(cl: Cluster, P: PlanArrays, idx: np.ndarray, s: int) -> list:
     """``(GPU, holds)`` for each node group of ``cl`` in node order: whether plans ``idx``'s
-    stage ``s`` holds nodes of it (``Job.stage_nodes``)."""
+    stage ``s`` holds nodes of it (``job.stage_node_bounds``, as ``Job.stage_nodes``)."""
     G = cl.gpus_per_node
     per = np.ravel(np.asarray(P.tp) * np.asarray(P.cp) * np.asarray(P.dp))
     per = per[idx if per.size > 1 else np.zeros_like(idx)].astype(np.int64)
-    lo, hi = s * per // G, ((s + 1) * per - 1) // G
+    lo, hi = stage_node_bounds(s, per, G)
     out, at = [], 0
     for g in cl.groups:
         out.append((g.gpu, (lo < at + g.num_nodes) & (hi >= at)))
