@@ -63,9 +63,9 @@ class Job:
     def stage_nodes(self, stage: int) -> range:
         """The nodes holding pipeline stage ``stage``: its global ranks are ``stage·tp·cp·dp``
         to ``(stage+1)·tp·cp·dp - 1`` (pp is the outermost coordinate)."""
-        p, G = self.plan, self.cluster.gpus_per_node
-        per = p.tp * p.cp * p.dp
-        return range(stage * per // G, ((stage + 1) * per - 1) // G + 1)
+        p = self.plan
+        first, last = stage_node_bounds(stage, p.tp * p.cp * p.dp, self.cluster.gpus_per_node)
+        return range(first, last + 1)
 
     def microbatches_of_rank(self, rank: int) -> int:
         """Micro-batches rank ``rank`` runs per step: its replica's node group's count in
@@ -106,6 +106,15 @@ class Job:
         if self.plan_defaults:
             d["plan_defaults"] = [f.to_dict() for f in self.plan_defaults]
         return d
+
+
+def stage_node_bounds(stage: Any, per_stage: Any, gpus_per_node: int) -> tuple[Any, Any]:
+    """The first and the last node holding pipeline stage ``stage`` when each stage is
+    ``per_stage`` (``tp·cp·dp``) consecutive ranks, pp outermost: ranks ``stage·per_stage``
+    to ``(stage+1)·per_stage - 1``. Integers (``Job.stage_nodes``) or integer arrays over
+    plans (``estimate.mixed_stages.stage_types``)."""
+    return (stage * per_stage // gpus_per_node,
+            ((stage + 1) * per_stage - 1) // gpus_per_node)
 
 
 def make_job(model: ModelSpec, cluster: Cluster, plan: Plan, seq_len: int | None = None,

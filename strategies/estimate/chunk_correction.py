@@ -9,21 +9,23 @@ from typing import Any
 
 from strategies.estimate.stage_correction import corrected, messages_shift
 from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.estimate.stage_passes import chunk_seconds
 from strategies.job import Job
 from strategies.schedules import get_schedule
 
 
 def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
                  ) -> list[list[tuple[float, float, float]]]:
-    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks from the shared
-    cost record: the layers each chunk holds by kind (``cost.stage.chunk_layers``) on its
-    rank's GPU type (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the
-    first position and the LM head on the last; with ``even_on`` (a GPU)
+    """``(F, B + recompute, W)`` seconds per micro-batch of each rank's chunks
+    (``stage_passes.chunk_seconds``) from the shared cost record: the layers each chunk
+    holds by kind (``cost.stage.chunk_layers``) on its rank's GPU type
+    (``mixed.slowest_gpu`` over the rank's chunks), the embedding on the first position and
+    the LM head on the last; with ``even_on`` (a GPU)
     ``num_layers / (pp·vpp)`` mean layers in every chunk on that GPU, the analytic model's
     assumption. DualPipe (``Schedule.mirrored``): rank ``r``'s chunk 1 holds stage
     ``pp-1-r``'s layers (the layout's chunk 0 there). ``costs``: the estimate's
     ``StageCostMemo``."""
-    from strategies.cost.stage import chunk_layers, chunk_sum
+    from strategies.cost.stage import chunk_layers
     from strategies.estimate.mixed import slowest_gpu
     costs = costs or StageCostMemo(job)
     p = job.plan
@@ -41,18 +43,7 @@ def chunk_times(job: Job, even_on=None, costs: StageCostMemo | None = None
             else:
                 items = [(job.model.num_layers / (p.pp * p.vpp), c)]
             vs = sched.virtual_stage(s, ch, p.pp, p.vpp, 0)
-            emb, head = vs == 0, vs == last
-            f = (chunk_sum(items, lambda x: x.layer_fwd) + (c.embedding_fwd if emb else 0.0)
-                 + (c.head_fwd if head else 0.0))
-            # block partial recompute: min(N, chunk) layers, each kind's share at its cost
-            b = (chunk_sum(items, lambda x: x.layer_bwd)
-                 + c.chunk_recompute(chunk_sum(items, lambda x: 1.0), None, items)[0]
-                 if c.recompute_cap
-                 else chunk_sum(items, lambda x: x.layer_bwd + x.layer_recompute))
-            b += (c.embedding_bwd if emb else 0.0) + (c.head_bwd if head else 0.0)
-            w = (chunk_sum(items, lambda x: x.layer_wgrad) + (c.embedding_wgrad if emb else 0.0)
-                 + (c.head_wgrad if head else 0.0))
-            row.append((f, b, w))
+            row.append(chunk_seconds(c, items, vs == 0, vs == last))
         return row
 
     out = []

@@ -13,7 +13,9 @@ placement (pp outermost: stage ``s`` is ranks ``s·tp·cp·dp`` to ``(s+1)·tp·
 by level of the order's dependency graph (Megatron-Core's combined 1F1B order for the
 ``ep_overlap`` plans, ``combined.combined_steps``), with their seconds as arrays
 (``analysis.free_comm_makespans``): the same operations on the same numbers as the scalar
-estimate, plan by plan.
+estimate, plan by plan, through the same functions (a stage's or chunk's seconds:
+``stage_passes``; each event's: ``analysis.event_seconds``; the step's correction and the
+messages' shift: ``stage_correction.corrected_arrays`` / ``messages_shift_arrays``).
 
 Covered: models of one kind of layer (the stage-cost record without ``by_kind``) on their
 even split, the search's plans on a mixed cluster (it proposes no uneven layouts there), one
@@ -29,59 +31,34 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from strategies.estimate.terms.messages import ranked_messages
+from strategies.estimate.stage_correction import corrected_arrays, messages_shift_arrays
+from strategies.estimate.stage_passes import chunk_seconds, stage_seconds
+from strategies.job import stage_node_bounds
 from strategies.model import ModelSpec
 from strategies.plan_arrays import PlanArrays, rank_layers
-from strategies.schedules.analysis import chunk_dur, free_comm_makespans, free_comm_order
+from strategies.schedules.analysis import event_seconds, free_comm_makespans, free_comm_order
 from strategies.schedules.registry import schedule_of_code
 from topologies.cluster import Cluster
 
 #: the stage-cost fields a stage's forward, backward and weight gradient read
-_FIELDS = {"lf": "layer_fwd", "lb": "layer_bwd", "lr": "layer_recompute", "lw": "layer_wgrad",
-           "ef": "embedding_fwd", "eb": "embedding_bwd", "ew": "embedding_wgrad",
-           "hf": "head_fwd", "hb": "head_bwd", "hw": "head_wgrad", "cap": "recompute_cap",
-           "each": "layer_recompute_each"}
+_FIELDS = ("layer_fwd", "layer_bwd", "layer_recompute", "layer_wgrad", "embedding_fwd",
+           "embedding_bwd", "embedding_wgrad", "head_fwd", "head_bwd", "head_wgrad",
+           "recompute_cap", "layer_recompute_each")
 
 
 def _rows(sc: Any, idx: np.ndarray, n: int) -> SimpleNamespace:
     """The stage-cost fields of plans ``idx`` (of ``n``) of the record ``sc``."""
-    return SimpleNamespace(**{k: np.broadcast_to(np.asarray(getattr(sc, f), dtype=float),
-                                                 (n,))[idx] for k, f in _FIELDS.items()})
-
-
-def _recompute(c: SimpleNamespace, nl: Any) -> Any:
-    """``StageCosts.chunk_recompute(nl)`` seconds under block partial recomputation
-    (``recompute_cap`` > 0): ``min(nl, N)·nl/nl`` layers at one layer's cost each."""
-    return np.minimum(nl, c.cap) * nl / nl * c.each
-
-
-def stage_seconds(c: SimpleNamespace, n: float, vpp: int, emb: bool, head: bool) -> tuple:
-    """``stage_correction.stage_times``'s forward, backward (+ recomputation) and ``W`` seconds per
-    micro-batch of a stage of ``n`` layers (``vpp`` chunks), with the embedding (``emb``)
-    and the LM head (``head``): arrays over plans."""
-    bwd = np.where(c.cap > 0, n * c.lb + vpp * _recompute(c, n / vpp), n * (c.lb + c.lr))
-    return (n * c.lf + (c.ef if emb else 0.0) + (c.hf if head else 0.0),
-            bwd + (c.eb if emb else 0.0) + (c.hb if head else 0.0),
-            n * c.lw + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
-
-
-def chunk_seconds(c: SimpleNamespace, n: float, emb: bool, head: bool) -> tuple:
-    """``chunk_correction.chunk_times``'s ``(F, B + recompute, W)`` of a chunk of ``n``
-    layers of one kind: arrays over plans."""
-    b = np.where(c.cap > 0, (0 + n * c.lb) + (0 + _recompute(c, 0 + n * 1.0)),
-                 0 + n * (c.lb + c.lr))
-    b = b + ((c.eb if emb else 0.0) + (c.hb if head else 0.0))
-    return ((0 + n * c.lf) + (c.ef if emb else 0.0) + (c.hf if head else 0.0), b,
-            (0 + n * c.lw) + (c.ew if emb else 0.0) + (c.hw if head else 0.0))
+    return SimpleNamespace(**{f: np.broadcast_to(np.asarray(getattr(sc, f), dtype=float),
+                                                 (n,))[idx] for f in _FIELDS})
 
 
 def stage_types(cl: Cluster, P: PlanArrays, idx: np.ndarray, s: int) -> list:
     """``(GPU, holds)`` for each node group of ``cl`` in node order: whether plans ``idx``'s
-    stage ``s`` holds nodes of it (``Job.stage_nodes``)."""
+    stage ``s`` holds nodes of it (``job.stage_node_bounds``, as ``Job.stage_nodes``)."""
     G = cl.gpus_per_node
     per = np.ravel(np.asarray(P.tp) * np.asarray(P.cp) * np.asarray(P.dp))
     per = per[idx if per.size > 1 else np.zeros_like(idx)].astype(np.int64)
-    lo, hi = s * per // G, ((s + 1) * per - 1) // G
+    lo, hi = stage_node_bounds(s, per, G)
     out, at = [], 0
     for g in cl.groups:
         out.append((g.gpu, (lo < at + g.num_nodes) & (hi >= at)))
@@ -102,42 +79,6 @@ def _slowest(cands: list) -> tuple:
         best = tuple(np.where(take, x, y) for x, y in zip(secs, best))
         key = np.where(take, k, key)
     return best
-
-
-def corrected(r: Mapping[str, Any], even: tuple, real: tuple, messages: Any,
-              tokens: Any) -> dict[str, Any]:
-    """``stage_correction.corrected`` as arrays (no all-to-all shift): the step ``r`` with the even
-    pipeline's compute makespan and busy time replaced by the real ones, the difference to
-    compute and bubble, ``messages`` to ``pp_comm``; ``tokens`` per step."""
-    (span_e, busy_e), (span_u, busy_u) = even, real
-    step = r["step_time_s"] - span_e + span_u + messages + 0.0
-    out = dict(r)
-    out["pp_comm"] = r["pp_comm"] + messages
-    ep = np.maximum(r["ep_comm"] + 0.0, 0.0)
-    out["ep_comm"] = ep
-    compute = r["compute"] + busy_u - busy_e
-    bubble = r["bubble"] + (span_u - busy_u) - (span_e - busy_e) + (r["ep_comm"] + 0.0 - ep)
-    neg = bubble < 0.0
-    out["compute"] = np.where(neg, compute + bubble, compute)
-    out["bubble"] = np.where(neg, 0.0, bubble)
-    scale = r["step_time_s"] / step
-    out.update({"step_time_s": step, "tokens_per_s": tokens / step, "mfu": r["mfu"] * scale,
-                "hfu": r["hfu"] * scale, "bubble_fraction": out["bubble"] / step})
-    return out
-
-
-def _messages(code: int, m: int, pp: int, vpp: int, p2p: Any, even: list, real: list) -> Any:
-    """``stage_correction.messages_shift`` as arrays: ``even``/``real`` each rank's seconds."""
-    sched = schedule_of_code(code)
-    if pp < 2 or not sched.messages_by_rank:
-        return 0.0
-    n = np.shape(p2p)
-
-    def ranked(ts: list) -> Any:
-        mid = np.maximum.reduce(ts[1:-1]) if pp > 2 else 0.0
-        return ranked_messages(np.full(n, code), np.full(n, m), np.full(n, pp),
-                               np.full(n, vpp), (ts[0], mid, ts[-1]), sum(ts), p2p)
-    return ranked(real) - ranked(even)
 
 
 def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str, Any],
@@ -186,20 +127,13 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                     secs = stage(rows[gpu.name], s, n_real)
                     cands.append((holds, secs, secs[0] + secs[1]))
                 real.append(_slowest(cands))
-            k = max(sched.num_virtual_stages(pp, 1) // pp, 1)
-            split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, 1, None, bool(combined))
 
             def timing(times):
                 f, b, w = (list(x) for x in zip(*times))
                 slow = [(x + y) / (f[0] + b[0]) for x, y in zip(f, b)]
-                dur = {"F": f[0] / k, "B": (b[0] - w[0] if split else b[0]) / k,
-                       "W": w[0] / k}
-                group = (f[0] + b[0]) / k
-
-                def seconds(r, members):
-                    return (dur[members[0][0]] if len(members) == 1 else group) * slow[r]
-                return seconds, mb * np.maximum.reduce([x + y for x, y in zip(f, b)])
+                return (event_seconds(sched, pp, 1, f[0], b[0], w[0], slow=slow),
+                        mb * np.maximum.reduce([x + y for x, y in zip(f, b)]))
             ranks_e = [x + y for x, y, _ in even]
             ranks_u = [x + y for x, y, _ in real]
         else:
@@ -211,7 +145,7 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                 out_row = []
                 for ch in range(2 if mirrored else vpp):
                     vs = sched.virtual_stage(s, ch, pp, vpp, 0)
-                    out_row.append(chunk_seconds(c, n_chunk, vs == 0, vs == last))
+                    out_row.append(chunk_seconds(c, [(n_chunk, c)], vs == 0, vs == last))
                 return out_row
             even = [row(even_c, s) for s in range(pp)]
             real = []
@@ -223,25 +157,22 @@ def pipelined_mixed(m: ModelSpec, cl: Cluster, P: PlanArrays, base: Mapping[str,
                                   sum(f + b for f, b, _ in r_)))
                 flat = _slowest(cands)
                 real.append([flat[3 * i:3 * i + 3] for i in range(len(flat) // 3)])
-            split = sched.splits_backward
             order = free_comm_order(sched, pp, mb, vpp, None, bool(combined))
 
             def timing(times):
-                def seconds(r, members):
-                    return sum(chunk_dur(times[r][c], kind, split, len(members) > 1)
-                               for kind, c in members)
-                return seconds, mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
-                                                        for rw in times])
+                return (event_seconds(sched, pp, vpp, 0.0, 0.0, chunk_times=times),
+                        mb * np.maximum.reduce([sum(f + b for f, b, _ in rw)
+                                                for rw in times]))
             ranks_e = [sum(f + b for f, b, _ in rw) for rw in even]
             ranks_u = [sum(f + b for f, b, _ in rw) for rw in real]
         r = {k: out[k][idx] for k in keys}
-        msg = _messages(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
+        msg = messages_shift_arrays(code, mb, pp, vpp, r["p2p_time_s"], ranks_e, ranks_u)
         # the even and the real stages in one replay of the order
         (sec_e, busy_e), (sec_u, busy_u) = timing(even), timing(real)
         n = idx.size
         spans = free_comm_makespans(order, lambda q, g: np.concatenate(
             [np.broadcast_to(sec_e(q, g), (n,)), np.broadcast_to(sec_u(q, g), (n,))]), 2 * n)
-        fixed = corrected(r, (spans[:n], busy_e), (spans[n:], busy_u), msg, tokens[idx])
-        for k in keys:
-            out[k][idx] = fixed[k]
+        fixed = corrected_arrays(r, (spans[:n], busy_e), (spans[n:], busy_u), tokens[idx], msg)
+        for k, v in fixed.items():
+            out[k][idx] = v
     return out

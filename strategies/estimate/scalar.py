@@ -226,8 +226,8 @@ def _real_tail(job: Job, r: dict[str, Any], out: dict[str, Any],
     slowest stage's own end less the span (``terms.dp_exposure.split_tail_exposed``), and the even
     stages' end beside the real span is no order's (the real layers move its ZeRO-1 rows
     away from the simulation too, §5.112); a mixed cluster keeps it too (its arrays form,
-    ``mixed_stages.corrected``, reads the even run, and the columns time every rank on the
-    slowest GPU). §5.93, §5.102, §5.112: ``python experiments/uneven_tail_gaps.py``."""
+    ``stage_correction.corrected_arrays``, reads the even run, and the columns time every
+    rank on the slowest GPU). §5.93, §5.102, §5.112: ``python experiments/uneven_tail_gaps.py``."""
     p = job.plan
     if not job.cluster.uniform or get_schedule(p.schedule).splits_backward:
         return out

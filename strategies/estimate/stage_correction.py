@@ -5,19 +5,23 @@ step with its compute makespan replaced by the real stages' (``per_stage``), the
 correction (``chunk_correction``) reads too."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
+
+import numpy as np
 
 from strategies.estimate.stage_cost_memo import StageCostMemo
+from strategies.estimate.stage_passes import stage_seconds
 from strategies.estimate.terms.messages import ranked_messages
 from strategies.job import Job
-from strategies.schedules import get_schedule, head_rank, schedule_code
+from strategies.schedules import head_rank, schedule_code
+from strategies.schedules.registry import schedule_of_code
 
 
 def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
                  ) -> tuple[list[float], list[float], list[float]]:
     """Forward, backward (+ recomputation) and the backward's weight-gradient part (``W``)
-    seconds per micro-batch of each pipeline stage
-    from the shared cost record: its own layer count on its own GPU type (of those among its
+    seconds per micro-batch of each pipeline stage (``stage_passes.stage_seconds``) from the
+    shared cost record: its own layer count on its own GPU type (of those among its
     ranks, the one whose forward + backward is longest, ``mixed.slowest_gpu``), or with
     ``even_on`` (a GPU) ``num_layers / pp`` layers on that GPU for every stage, the analytic
     model's assumption. ``costs``: the estimate's ``StageCostMemo``."""
@@ -27,16 +31,7 @@ def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
     head_at = head_rank(p.schedule, p.pp, p.vpp)
 
     def times(s: int, gpu, n: float) -> tuple[float, float, float]:
-        c = costs(gpu)
-        # block partial recompute: min(N, chunk) layers of each of the stage's v chunks
-        bwd = (n * c.layer_bwd + p.vpp * c.chunk_recompute(n / p.vpp)[0] if c.recompute_cap
-               else n * (c.layer_bwd + c.layer_recompute))
-        return (n * c.layer_fwd + (c.embedding_fwd if s == 0 else 0.0)
-                + (c.head_fwd if s == head_at else 0.0),
-                bwd + (c.embedding_bwd if s == 0 else 0.0)
-                + (c.head_bwd if s == head_at else 0.0),
-                n * c.layer_wgrad + (c.embedding_wgrad if s == 0 else 0.0)
-                + (c.head_wgrad if s == head_at else 0.0))
+        return stage_seconds(costs(gpu), n, p.vpp, s == 0, s == head_at)
 
     for s in range(p.pp):
         if even_on is None:
@@ -51,54 +46,79 @@ def stage_times(job: Job, even_on=None, costs: StageCostMemo | None = None
 
 
 
-def messages_shift(job: Job, r: dict[str, Any], even: list[float],
-                    real: list[float]) -> float:
+def messages_shift_arrays(code: Any, m: Any, pp: int, vpp: int, p2p: Any, even: list,
+                          real: list) -> Any:
     """Seconds the pipeline messages change by when the rank that bounds the steady state
     is the real stages' rather than the even plan's (``even``/``real``: each rank's seconds
-    per micro-batch): ``terms.messages.ranked_messages`` of the real ranks less the even ones'
-    under a schedule with per-kind counts (1F1B, docs/calibration.md §5.21), else 0."""
-    p = job.plan
-    if p.pp < 2 or not get_schedule(p.schedule).messages_by_rank:
+    per micro-batch, numbers or arrays over plans; ``p2p``: one message's seconds):
+    ``terms.messages.ranked_messages`` of the real ranks less the even ones' under a
+    schedule (code ``code``) with per-kind counts (1F1B, docs/calibration.md §5.21), else 0.
+    The rule of ``messages_shift`` (one plan) and of ``mixed_stages`` (arrays)."""
+    if pp < 2 or not schedule_of_code(code).messages_by_rank:
         return 0.0
-    code = schedule_code(p.schedule)
+    n = np.shape(p2p)
 
-    def ranked(ts: list[float]) -> float:
-        kinds = (ts[0], max(ts[1:-1]) if p.pp > 2 else 0.0, ts[-1])
-        return float(ranked_messages(code, job.num_microbatches, p.pp, p.vpp, kinds, sum(ts),
-                                     float(r["p2p_time_s"])))
+    def ranked(ts: list) -> Any:
+        mid = np.maximum.reduce(ts[1:-1]) if pp > 2 else 0.0
+        return ranked_messages(np.full(n, code), np.full(n, m), np.full(n, pp),
+                               np.full(n, vpp), (ts[0], mid, ts[-1]), sum(ts), p2p)
     return ranked(real) - ranked(even)
 
 
-def corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
-               real: tuple[float, float], messages: float = 0.0,
-               a2a: float = 0.0, order: float = 0.0,
-               comm_scale: float = 1.0) -> dict[str, Any]:
+def messages_shift(job: Job, r: dict[str, Any], even: list[float],
+                   real: list[float]) -> float:
+    """``messages_shift_arrays`` of ``job`` (``r``: its analytic step), in seconds."""
+    p = job.plan
+    return float(messages_shift_arrays(schedule_code(p.schedule), job.num_microbatches, p.pp,
+                                       p.vpp, float(r["p2p_time_s"]), even, real))
+
+
+#: the analytic step's entries ``corrected_arrays`` reads
+_CORRECTED_READS = ("step_time_s", "pp_comm", "ep_comm", "compute", "bubble", "tp_comm",
+                    "cp_comm", "mfu", "hfu")
+
+
+def corrected_arrays(r: Mapping[str, Any], even: tuple, real: tuple, tokens: Any,
+                     messages: Any = 0.0, a2a: Any = 0.0, order: Any = 0.0,
+                     comm_scale: Any = None) -> dict[str, Any]:
     """The analytic step ``r`` with the even pipeline's compute makespan and busy time
     (``even``) replaced by the real ones (``real``): the difference goes to compute (the
     busiest rank) and bubble; ``messages`` (``messages_shift``) to ``pp_comm``, ``a2a``
-    (``a2a_shift`` with expert parallelism) to ``ep_comm``, ``order`` (``a2a_shift``
-    without: the layers' own communication in the real order) to bubble, less the part of it
-    that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times ``comm_scale``)."""
+    (``chunk_correction.a2a_shift`` with expert parallelism) to ``ep_comm``, ``order``
+    (``a2a_shift`` without: the layers' own communication in the real order) to bubble, less
+    the part of it that is the busiest rank's own layers' (``tp_comm``/``cp_comm`` times
+    ``comm_scale``; None: those two left out). ``tokens``: per step. Numbers (one plan,
+    ``corrected``) or arrays over plans (``mixed_stages``); returns the entries it changes."""
     (span_e, busy_e), (span_u, busy_u) = even, real
-    step = float(r["step_time_s"]) - span_e + span_u + messages + a2a + order
-    out = dict(r)
-    out["pp_comm"] = float(r["pp_comm"]) + messages
+    step = r["step_time_s"] - span_e + span_u + messages + a2a + order
     # (what the order removes beyond the even composition's all-to-all was its bubble's excess)
-    ep = max(float(r["ep_comm"]) + a2a, 0.0)
-    out["ep_comm"] = ep
-    out["compute"] = float(r["compute"]) + busy_u - busy_e
-    out["bubble"] = float(r["bubble"]) + (span_u - busy_u) - (span_e - busy_e) \
-        + (float(r["ep_comm"]) + a2a - ep) + order
-    for k in ("tp_comm", "cp_comm"):
-        out[k] = float(r[k]) * comm_scale
-        out["bubble"] -= out[k] - float(r[k])
-    if out["bubble"] < 0.0:                 # the analytic bubble was below the free-comm one
-        out["compute"], out["bubble"] = out["compute"] + out["bubble"], 0.0
-    scale = float(r["step_time_s"]) / step
-    out.update({"step_time_s": step, "tokens_per_s": job.tokens_per_step / step,
-                "mfu": float(r["mfu"]) * scale, "hfu": float(r["hfu"]) * scale,
-                "bubble_fraction": out["bubble"] / step})
+    ep = np.maximum(r["ep_comm"] + a2a, 0.0)
+    out = {"pp_comm": r["pp_comm"] + messages, "ep_comm": ep}
+    compute = r["compute"] + busy_u - busy_e
+    bubble = r["bubble"] + (span_u - busy_u) - (span_e - busy_e) \
+        + (r["ep_comm"] + a2a - ep) + order
+    if comm_scale is not None:
+        for k in ("tp_comm", "cp_comm"):
+            out[k] = r[k] * comm_scale
+            bubble = bubble - (out[k] - r[k])
+    neg = bubble < 0.0                  # the analytic bubble was below the free-comm one
+    out["compute"] = np.where(neg, compute + bubble, compute)
+    out["bubble"] = np.where(neg, 0.0, bubble)
+    scale = r["step_time_s"] / step
+    out.update({"step_time_s": step, "tokens_per_s": tokens / step, "mfu": r["mfu"] * scale,
+                "hfu": r["hfu"] * scale, "bubble_fraction": out["bubble"] / step})
     return out
+
+
+def corrected(job: Job, r: dict[str, Any], even: tuple[float, float],
+              real: tuple[float, float], messages: float = 0.0,
+              a2a: float = 0.0, order: float = 0.0,
+              comm_scale: float = 1.0) -> dict[str, Any]:
+    """``r`` (``job``'s analytic step) with ``corrected_arrays``' entries, in seconds."""
+    nums = {k: float(r[k]) for k in _CORRECTED_READS}
+    fixed = corrected_arrays(nums, even, real, job.tokens_per_step, messages, a2a, order,
+                             comm_scale)
+    return {**r, **{k: float(v) for k, v in fixed.items()}}
 
 
 def per_stage(job: Job, r: dict[str, Any], costs: StageCostMemo | None = None

@@ -15,8 +15,8 @@ from strategies.schedules.step import Step
 from strategies.schedules.combined import combined_steps
 
 __all__ = ["peak_stash", "peak_pending_w", "bubble_fraction_closed_form", "free_comm_ranks",
-           "RankSpan", "simulate_free_comm", "free_comm_order", "replay_free_comm",
-           "free_comm_makespans", "free_comm_ends", "FreeCommOrder"]
+           "RankSpan", "simulate_free_comm", "event_seconds", "free_comm_order",
+           "replay_free_comm", "free_comm_makespans", "free_comm_ends", "FreeCommOrder"]
 
 
 def bubble_fraction_closed_form(schedule: str, pp: int, m: int, vpp: int = 1,
@@ -107,15 +107,32 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
     [3.0, 0.0]
     """
     sched = get_schedule(schedule)
+    slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
+    if len(slow) != pp:
+        raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
+    seconds = event_seconds(sched, pp, vpp, t_f, t_b, t_w, t_fb, slow, chunk_times,
+                            pair_seconds)
+    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size,
+                                                        combined), pp, seconds)
+    return [RankSpan(first[r] or 0.0, end[r], busy[r]) for r in range(pp)]
+
+
+def event_seconds(sched: Schedule, pp: int, vpp: int, t_f: Any, t_b: Any, t_w: Any = 0.0,
+                  t_fb: Any = None, slow: Sequence[Any] | None = None,
+                  chunk_times: Sequence[Sequence[Sequence[Any]]] | None = None,
+                  pair_seconds: Callable[[int, Members], Any] | None = None
+                  ) -> Callable[[int, Members], Any]:
+    """``seconds(rank, members)`` of each event (a step, or an overlapped group) of
+    ``sched``'s free-communication run, the arguments as ``free_comm_ranks`` reads them
+    (``slow``: each rank's factor, default 1): one plan's numbers (``free_comm_ranks``) or
+    arrays over plans (``free_comm_makespans``, ``estimate.mixed_stages``)."""
     split = sched.splits_backward
     k = max(sched.num_virtual_stages(pp, vpp) // pp, 1)
     dur = {"F": t_f / k, "B": (t_b - t_w if split else t_b) / k, "W": t_w / k}
     t_group = (t_f + t_b if t_fb is None else t_fb) / k
-    slow = [1.0] * pp if slowdown is None else [float(x) for x in slowdown]
-    if len(slow) != pp:
-        raise SpecError("slowdown", len(slow), f"must give one factor per stage (pp={pp})")
+    slow = [1.0] * pp if slow is None else slow
 
-    def seconds(r: int, group: Members) -> float:
+    def seconds(r: int, group: Members) -> Any:
         if pair_seconds is not None and len(group) > 1:
             return pair_seconds(r, group)
         if chunk_times is not None:
@@ -124,9 +141,7 @@ def free_comm_ranks(schedule: str, pp: int, m: int, vpp: int, t_f: float, t_b: f
         if len(group) == 1:
             return dur[group[0][0]] * slow[r]
         return t_group * slow[r]
-    first, end, busy = replay_free_comm(free_comm_order(sched, pp, m, vpp, group_size,
-                                                        combined), pp, seconds)
-    return [RankSpan(first[r] or 0.0, end[r], busy[r]) for r in range(pp)]
+    return seconds
 
 
 #: the members of one step (or overlapped group) of a free-communication run: ``(kind, chunk)``

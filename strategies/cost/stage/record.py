@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 
 @dataclass(frozen=True)
 class KindCosts:
@@ -145,10 +147,7 @@ class StageCosts:
         """``chunk_recompute`` with the MoE all-to-all rounds (dispatch + combine, as
         ``ep_bytes`` counts them) the recomputed forward runs again."""
         if self.recompute_cap > 0:
-            chunk = nl if chunk is None else chunk
-            k = min(chunk, self.recompute_cap) * nl / chunk
-            secs = k * self.layer_recompute_each if not items else sum(
-                (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
+            secs, k = block_recompute(self, nl, chunk, items)
             return secs, 2.0 * k, k * (self.ep_bytes > 0)
         return (nl * self.layer_recompute, nl * self.tp_per_layer_recompute,
                 nl * self.ep_per_layer_recompute)
@@ -159,3 +158,20 @@ class StageCosts:
         ``W / (F + B + W + recompute)`` (the ``w_share`` of ``Schedule.bubble_fraction``)."""
         total = self.layer_fwd + self.layer_bwd + self.layer_recompute
         return self.layer_wgrad / total if total > 0 else 0.0
+
+
+def block_recompute(c: Any, nl: Any, chunk: Any = None,
+                    items: list[tuple[Any, Any]] | None = None) -> tuple[Any, Any]:
+    """(seconds, layers) that ``nl`` layers of a model chunk of ``chunk`` layers (default
+    ``nl``) recompute in one backward under block partial recomputation (``recompute_cap``
+    = N > 0): the ``nl/chunk`` share of the chunk's ``min(N, chunk)`` layers at one full
+    layer's cost each (``layer_recompute_each``; with ``items``, the ``nl`` layers as
+    ``chunk_layers`` runs them, each kind's share at its own record's). ``c``: a
+    ``StageCosts`` (one plan, Python numbers: ``StageCosts.chunk_recompute``) or a record of
+    the same fields as arrays over plans (``estimate.mixed_stages``)."""
+    chunk = nl if chunk is None else chunk
+    cap = c.recompute_cap
+    k = (min(chunk, cap) if np.ndim(cap) == 0 else np.minimum(chunk, cap)) * nl / chunk
+    secs = k * c.layer_recompute_each if not items else sum(
+        (k if n == nl else k * n / nl) * x.layer_recompute_each for n, x in items)
+    return secs, k
