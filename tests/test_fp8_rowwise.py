@@ -151,3 +151,28 @@ def test_memory_is_bf16s() -> None:
     assert rw.memory == bf.memory
     assert tw.memory.params > rw.memory.params      # tensorwise's cached fp8 weights
     assert np.isfinite(rw.step_time_s)
+
+
+def test_plan_file_and_exporters(tmp_path) -> None:
+    """A searched rowwise plan is saved and read back for the same precision (another one
+    warns); torchtitan's exporter writes the rowwise recipe, Megatron's refuses it."""
+    plan = tmp_path / "best.yaml"
+    r = _cli("search", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--global-batch",
+             "16", "--dtype", "fp8-rowwise", "--framework", "torchtitan-compile", "--workers",
+             "1", "--save-plan", str(plan))
+    assert r.returncode == 0, r.stderr
+    assert "dtype: fp8-rowwise" in plan.read_text()
+    same = _cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--plan",
+                str(plan), "--dtype", "fp8-rowwise", "--framework", "torchtitan-compile")
+    assert same.returncode == 0 and "warning" not in same.stderr
+    other = _cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--plan",
+                 str(plan), "--dtype", "fp8-current", "--framework", "torchtitan-compile")
+    assert other.returncode == 0 and "fp8-rowwise" in other.stderr
+    tt = _cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--plan",
+              "tp=2,pp=1,mbs=1,gbs=8,sp=true,zero=3", "--dtype", "fp8-rowwise",
+              "--framework", "torchtitan", "--export", "torchtitan")
+    assert tt.returncode == 0, tt.stderr
+    assert 'recipe_name = "rowwise"' in tt.stdout
+    mg = _cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100:1", "--plan",
+              "tp=2,pp=1,mbs=1,gbs=8", "--dtype", "fp8-rowwise", "--export", "megatron")
+    assert mg.returncode == 2 and "--export" in mg.stderr and "fp8-rowwise" in mg.stderr
